@@ -1,0 +1,89 @@
+#pragma once
+// KvManager: decides which arena slots hold each sequence's K/V. It never touches the K/V data
+// itself; the backend owns the arena memory (n_slots token slots) and reads/writes the slots the
+// manager hands out. Check-then-commit pairs: can_allocate/allocate, can_grow/grow, release.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+
+namespace servelab {
+
+/// The vLLM paper's breakdown of the arena, in token slots. stored + reserved + internal_frag
+/// + external_frag + free == capacity.
+struct KvBreakdown {
+  int64_t capacity = 0;       ///< all slots in the arena
+  int64_t stored = 0;         ///< slots holding a token's K/V (shared blocks counted once)
+  int64_t reserved = 0;       ///< held by a request for tokens it will still produce (≤ its final length)
+  int64_t internal_frag = 0;  ///< held by a request beyond its final length: never used
+  int64_t external_frag = 0;  ///< free, but not usable by the allocator (naive: outside the largest free extent)
+  int64_t free = 0;           ///< free and usable
+  /// Share of memory taken by requests that holds token states: stored / (stored+reserved+internal).
+  double utilization() const;
+  int64_t used() const { return stored + reserved + internal_frag; }
+};
+
+/// A run of slots to copy (copy-on-write of a shared block).
+struct KvCopy {
+  int64_t src_slot = 0;
+  int64_t dst_slot = 0;
+  int64_t n_slots = 0;
+};
+
+enum class KvKind { naive, paged };
+enum class NaiveReserve { max, pow2, oracle };
+const char* to_string(KvKind k);
+const char* to_string(NaiveReserve r);
+
+/// Scenario-level KV settings. validate() names the bad field.
+struct KvConfig {
+  KvKind kind = KvKind::paged;
+  int block_size = 16;                        ///< paged
+  NaiveReserve reserve = NaiveReserve::max;   ///< naive
+  bool prefix_caching = true;                 ///< paged: share full prompt blocks by hash
+  int max_model_len = 2048;                   ///< naive reserve: max uses this
+  void validate() const;
+};
+
+class KvManager {
+ public:
+  virtual ~KvManager() = default;
+  virtual KvKind kind() const = 0;
+  virtual int64_t capacity_slots() const = 0;
+  virtual int64_t free_slots() const = 0;
+  /// Extra slots `seq` needs to hold its first n_tokens positions, given what it holds now
+  /// (naive, unallocated: the whole reservation; paged: whole blocks).
+  virtual int64_t slots_needed(const Sequence& seq, int n_tokens) const = 0;
+
+  /// Can an unallocated seq be admitted holding its first n_tokens positions?
+  virtual bool can_allocate(const Sequence& seq, int n_tokens) const = 0;
+  /// Admits seq. May set seq.kv.n_cached_prefix (paged prefix cache; always < n_prompt).
+  virtual void allocate(Sequence& seq, int n_tokens) = 0;
+  /// Can an allocated seq grow to hold its first n_tokens positions?
+  virtual bool can_grow(const Sequence& seq, int n_tokens) const = 0;
+  virtual void grow(Sequence& seq, int n_tokens) = 0;
+  /// Frees (or drops references to) everything seq holds. Idempotent on an unallocated seq.
+  virtual void release(Sequence& seq) = 0;
+  /// child shares parent's K/V (ref counts up); writing into a shared block later copies it.
+  virtual void fork(const Sequence& parent, Sequence& child) = 0;
+
+  /// Arena slot of position pos of seq (pos < what it holds).
+  virtual int64_t slot(const Sequence& seq, int pos) const = 0;
+  /// Called after a step wrote seq's K/V up to seq.n_computed: registers full blocks for reuse.
+  virtual void on_computed(const Sequence& seq) {}
+  /// Copies the backend must make before the next forward (copy-on-write); clears the list.
+  virtual std::vector<KvCopy> take_pending_copies() { return {}; }
+
+  /// Arena breakdown for the live (allocated) sequences.
+  virtual KvBreakdown breakdown(std::span<const Sequence* const> live) const = 0;
+  /// Checks internal invariants (ref counts, free list, no overlap); throws std::logic_error.
+  virtual void check_invariants(std::span<const Sequence* const> live) const = 0;
+};
+
+/// Builds the manager for config over an arena of n_slots token slots.
+std::unique_ptr<KvManager> make_kv_manager(const KvConfig& config, int64_t n_slots);
+
+}  // namespace servelab

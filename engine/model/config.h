@@ -1,0 +1,44 @@
+#pragma once
+// Llama-family model shapes: presets with real shapes, validation, config.json parsing.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace servelab {
+
+enum class DType { f32, f16, bf16 };
+const char* to_string(DType d);
+size_t dtype_size(DType d);
+DType parse_dtype(const std::string& s);  ///< "f32"/"float32", "f16"/"float16", "bf16"/"bfloat16"; throws
+
+/// Shapes of a Llama-family decoder (Llama 2/3, Mistral, Qwen2-style). MHA when
+/// n_kv_heads == n_heads, GQA when it divides it, MQA when 1.
+struct ModelConfig {
+  std::string name = "custom";
+  int hidden_size = 0;         ///< d
+  int n_layers = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int intermediate_size = 0;   ///< FFN size (SwiGLU)
+  int vocab_size = 0;
+  float rope_theta = 10000.0f;
+  float rms_eps = 1e-5f;
+  int max_position = 2048;     ///< max model length (prompt + output)
+  bool tie_embeddings = false;
+  bool attention_bias = false; ///< Qwen2 has q/k/v biases
+  DType dtype = DType::bf16;   ///< weight dtype on disk
+  int eos_token = -1;          ///< -1 = none
+
+  int head_dim() const { return hidden_size / n_heads; }
+  int kv_dim() const { return n_kv_heads * head_dim(); }
+  /// Parameter count (embeddings, all layers, final norm, LM head unless tied).
+  int64_t n_params() const;
+  /// Throws std::invalid_argument naming the bad field and its allowed range.
+  void validate() const;
+};
+
+/// Named presets: tiny, qwen2.5-0.5b, llama3.2-1b, llama2-7b, llama3-8b, llama2-13b, llama3-70b.
+ModelConfig preset(const std::string& name);  ///< throws std::invalid_argument listing the names
+std::vector<std::string> preset_names();
+
+}  // namespace servelab

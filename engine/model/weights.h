@@ -1,0 +1,44 @@
+#pragma once
+// Model weights in fp32 for the CPU backend, loaded from a checkpoint or drawn at random.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/model/config.h"
+
+namespace servelab {
+
+/// One decoder layer. Matrices are row-major [out, in], as Hugging Face stores them,
+/// so y = x · Wᵀ (cblas_sgemm with CblasTrans on the weight).
+struct LayerWeights {
+  std::vector<float> attn_norm;  // [d]
+  std::vector<float> wq;         // [n_heads*head_dim, d]
+  std::vector<float> wk;         // [n_kv_heads*head_dim, d]
+  std::vector<float> wv;         // [n_kv_heads*head_dim, d]
+  std::vector<float> bq, bk, bv; // [out] or empty when the model has no attention bias
+  std::vector<float> wo;         // [d, n_heads*head_dim]
+  std::vector<float> ffn_norm;   // [d]
+  std::vector<float> w_gate;     // [ffn, d]
+  std::vector<float> w_up;       // [ffn, d]
+  std::vector<float> w_down;     // [d, ffn]
+};
+
+/// All weights of a model, fp32 in memory whatever the checkpoint's dtype.
+struct ModelWeights {
+  ModelConfig config;
+  std::vector<float> embedding;   // [vocab, d]
+  std::vector<LayerWeights> layers;
+  std::vector<float> final_norm;  // [d]
+  std::vector<float> lm_head;     // [vocab, d]; empty when tied to the embedding
+
+  const std::vector<float>& output_matrix() const { return lm_head.empty() ? embedding : lm_head; }
+
+  /// Random weights with a seed (std normal scaled by 1/sqrt(fan_in); norms near 1), rounded
+  /// through config.dtype so they equal what a synthesized checkpoint of that dtype loads as.
+  static ModelWeights random(const ModelConfig& config, uint64_t seed);
+  /// Load a Hugging Face folder: config.json plus model.safetensors, or shards listed in
+  /// model.safetensors.index.json. Throws std::runtime_error naming the file and tensor.
+  static ModelWeights load(const std::string& dir);
+};
+
+}  // namespace servelab

@@ -1,0 +1,65 @@
+#pragma once
+// Requests as the engine sees them, and the sequences it schedules.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace servelab {
+
+using TokenId = int32_t;
+
+/// How to pick each output token. temperature 0 means greedy (argmax).
+struct SamplingParams {
+  float temperature = 0.0f;
+  int top_k = 0;          ///< 0 = no top-k cut
+  float top_p = 1.0f;     ///< 1 = no nucleus cut
+  uint64_t seed = 0;      ///< per-request seed; with the position it fixes every random draw
+  int max_tokens = 16;    ///< output length; with ignore_eos it is the exact output length
+  bool ignore_eos = true; ///< benchmarks use fixed output lengths, as vLLM's and guidellm's do
+  int n = 1;              ///< parallel samples sharing one prompt (copy-on-write KV)
+};
+
+/// One request handed to Engine::add.
+struct Request {
+  uint64_t id = 0;
+  std::vector<TokenId> prompt;
+  SamplingParams sampling;
+};
+
+enum class FinishReason { none, length, eos, rejected, aborted };
+const char* to_string(FinishReason r);
+
+enum class SeqStatus { waiting, running, swapped, finished };
+
+/// Where a sequence's KV lives in the arena. Owned by the sequence, managed by a KvManager.
+struct KvHandle {
+  std::vector<int32_t> blocks;  ///< paged: block table, position p is in blocks[p / block_size]
+  int64_t region_begin = -1;    ///< naive: first slot of the contiguous reservation
+  int64_t region_slots = 0;     ///< naive: reserved slots
+  int n_cached_prefix = 0;      ///< tokens found in the prefix cache at allocation (skipped in prefill)
+  bool allocated = false;
+};
+
+/// A sequence the scheduler moves between queues: prompt plus generated tokens.
+struct Sequence {
+  uint64_t id = 0;          ///< unique per sequence (a request with n > 1 has n of them)
+  uint64_t request_id = 0;
+  int sample_index = 0;     ///< 0..n-1 within its request
+  std::vector<TokenId> tokens;  ///< prompt followed by generated tokens
+  int n_prompt = 0;
+  int n_computed = 0;       ///< leading tokens whose K/V are in the cache
+  SamplingParams sampling;
+  SeqStatus status = SeqStatus::waiting;
+  KvHandle kv;
+  double arrival_s = 0.0;
+  int preemptions = 0;
+  std::vector<std::byte> swapped_kv;  ///< host copy of this sequence's K/V while swapped out
+
+  int n_tokens() const { return static_cast<int>(tokens.size()); }
+  int n_output() const { return n_tokens() - n_prompt; }
+  /// Length when done (prompt + max_tokens); exact with ignore_eos, an upper bound otherwise.
+  int n_final() const { return n_prompt + sampling.max_tokens; }
+};
+
+}  // namespace servelab

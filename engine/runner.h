@@ -1,0 +1,37 @@
+#pragma once
+// Runner: drives an Engine from a source of timed requests on a Clock (steady = real time with
+// sleeps; virtual = the sim backend's predicted step times, instant). Same code for both.
+#include <atomic>
+#include <functional>
+#include <optional>
+
+#include "engine/clock.h"
+#include "engine/engine.h"
+
+namespace servelab {
+
+/// Where requests come from. Open-loop sources know every arrival time in advance; closed-loop
+/// ones (concurrency N) release the next request when one finishes.
+class RequestSource {
+ public:
+  virtual ~RequestSource() = default;
+  /// Intended send time of the next request, or nullopt when none is due until one finishes.
+  virtual std::optional<double> next_time() const = 0;
+  virtual Request take() = 0;          ///< the request at next_time()
+  virtual bool exhausted() const = 0;  ///< no request will ever come again
+  virtual void on_finished(const FinishedRequest& r, double now) {}
+};
+
+struct RunnerCallbacks {
+  std::function<void(const Request&, double intended_s, double sent_s)> on_sent;
+  std::function<void(const TokenEvent&)> on_token;
+  std::function<void(const FinishedRequest&)> on_finished;
+  std::function<void(const StepOutcome&)> on_step;
+};
+
+/// Runs until the source is exhausted and the engine is drained, or until `stop` is set (then
+/// everything in flight is aborted and reported through on_finished).
+void run_engine(Engine& engine, RequestSource& source, Clock& clock, const RunnerCallbacks& cb,
+                const std::atomic<bool>* stop = nullptr);
+
+}  // namespace servelab

@@ -1,0 +1,46 @@
+#include "engine/sched/scheduler_config.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace servelab {
+
+const char* to_string(BatchingKind b) {
+  switch (b) {
+    case BatchingKind::static_batch: return "static";
+    case BatchingKind::dynamic_batch: return "dynamic";
+    case BatchingKind::continuous: return "continuous";
+  }
+  return "?";
+}
+
+const char* to_string(PreemptMode p) { return p == PreemptMode::recompute ? "recompute" : "swap"; }
+
+namespace {
+void require(bool ok, const std::string& field, const std::string& range, double got) {
+  if (!ok) {
+    std::string g = std::to_string(got);
+    if (got == static_cast<long long>(got)) g = std::to_string(static_cast<long long>(got));
+    throw std::invalid_argument(field + " must be " + range + " (got " + g + ")");
+  }
+}
+}  // namespace
+
+void SchedulerConfig::validate() const {
+  switch (kind) {
+    case BatchingKind::static_batch:
+      require(batch_size >= 1, "batch_size", ">= 1", batch_size);
+      require(max_wait_ms >= 0, "max_wait_ms", ">= 0", max_wait_ms);
+      break;
+    case BatchingKind::dynamic_batch:
+      require(max_batch_size >= 1, "max_batch_size", ">= 1", max_batch_size);
+      require(max_queue_delay_ms >= 0, "max_queue_delay_ms", ">= 0", max_queue_delay_ms);
+      break;
+    case BatchingKind::continuous:
+      require(max_num_seqs >= 1, "max_num_seqs", ">= 1", max_num_seqs);
+      require(max_num_batched_tokens >= 1, "max_num_batched_tokens", ">= 1", max_num_batched_tokens);
+      break;
+  }
+}
+
+}  // namespace servelab

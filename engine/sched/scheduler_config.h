@@ -1,0 +1,29 @@
+#pragma once
+// Batching-policy settings, as a scenario's strategy gives them.
+#include <string>
+
+namespace servelab {
+
+enum class BatchingKind { static_batch, dynamic_batch, continuous };
+enum class PreemptMode { recompute, swap };
+const char* to_string(BatchingKind b);  ///< "static", "dynamic", "continuous"
+const char* to_string(PreemptMode p);   ///< "recompute", "swap"
+
+/// Knobs of all three policies; each policy reads its own. validate() names the bad field.
+struct SchedulerConfig {
+  BatchingKind kind = BatchingKind::continuous;
+  // static
+  int batch_size = 8;
+  double max_wait_ms = 100.0;
+  // dynamic
+  int max_batch_size = 16;
+  double max_queue_delay_ms = 5.0;
+  // continuous
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 2048;
+  bool chunked_prefill = false;
+  PreemptMode preempt = PreemptMode::recompute;
+  void validate() const;
+};
+
+}  // namespace servelab
