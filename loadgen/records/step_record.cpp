@@ -1,0 +1,72 @@
+#include "loadgen/records/step_record.h"
+
+#include <fstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace servelab {
+
+double StepRecord::kv_utilization() const {
+  const int64_t used = kv_stored + kv_reserved + kv_internal_frag;
+  return used > 0 ? static_cast<double>(kv_stored) / static_cast<double>(used) : 0.0;
+}
+
+void to_json(nlohmann::json& j, const StepRecord& s) {
+  j = nlohmann::json{{"run", s.run},
+                     {"start_s", s.start_s},
+                     {"duration_s", s.duration_s},
+                     {"batch_size", s.batch_size},
+                     {"n_tokens", s.n_tokens},
+                     {"n_padding_tokens", s.n_padding_tokens},
+                     {"n_waiting", s.n_waiting},
+                     {"n_running", s.n_running},
+                     {"n_preempted", s.n_preempted},
+                     {"kv", {{"capacity", s.kv_capacity},
+                             {"stored", s.kv_stored},
+                             {"reserved", s.kv_reserved},
+                             {"internal_frag", s.kv_internal_frag},
+                             {"external_frag", s.kv_external_frag},
+                             {"free", s.kv_free}}}};
+}
+
+void from_json(const nlohmann::json& j, StepRecord& s) {
+  s.run = j.at("run").get<std::string>();
+  s.start_s = j.at("start_s").get<double>();
+  s.duration_s = j.at("duration_s").get<double>();
+  s.batch_size = j.at("batch_size").get<int>();
+  s.n_tokens = j.at("n_tokens").get<int>();
+  s.n_padding_tokens = j.value("n_padding_tokens", 0);
+  s.n_waiting = j.value("n_waiting", 0);
+  s.n_running = j.value("n_running", 0);
+  s.n_preempted = j.value("n_preempted", 0);
+  const auto& kv = j.at("kv");
+  s.kv_capacity = kv.at("capacity").get<int64_t>();
+  s.kv_stored = kv.at("stored").get<int64_t>();
+  s.kv_reserved = kv.at("reserved").get<int64_t>();
+  s.kv_internal_frag = kv.at("internal_frag").get<int64_t>();
+  s.kv_external_frag = kv.at("external_frag").get<int64_t>();
+  s.kv_free = kv.at("free").get<int64_t>();
+}
+
+std::vector<StepRecord> read_steps(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(path + ": cannot open");
+  std::vector<StepRecord> out;
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    try {
+      out.push_back(nlohmann::json::parse(line).get<StepRecord>());
+    } catch (const std::exception& e) {
+      throw std::runtime_error(path + ":" + std::to_string(n) + ": " + e.what());
+    }
+  }
+  return out;
+}
+
+std::string step_line(const StepRecord& s) { return nlohmann::json(s).dump() + "\n"; }
+
+}  // namespace servelab

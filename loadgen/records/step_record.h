@@ -1,0 +1,39 @@
+#pragma once
+// StepRecord: one engine step as the in-process driver saw it; one JSON line each in steps.jsonl.
+// Feeds the KV-utilization metric, the arena breakdown bars and the batch-size-over-time plot.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace servelab {
+
+struct StepRecord {
+  std::string run;
+  double start_s = 0.0;   ///< from the run's start
+  double duration_s = 0.0;
+  int batch_size = 0;
+  int n_tokens = 0;       ///< computed this step (padding excluded)
+  int n_padding_tokens = 0;
+  int n_waiting = 0;
+  int n_running = 0;
+  int n_preempted = 0;
+  // KV arena breakdown after the step, in token slots.
+  int64_t kv_capacity = 0;
+  int64_t kv_stored = 0;
+  int64_t kv_reserved = 0;
+  int64_t kv_internal_frag = 0;
+  int64_t kv_external_frag = 0;
+  int64_t kv_free = 0;
+
+  /// stored / (stored + reserved + internal): share of request-held memory holding token states.
+  double kv_utilization() const;
+};
+
+void to_json(nlohmann::json& j, const StepRecord& s);
+void from_json(const nlohmann::json& j, StepRecord& s);
+std::vector<StepRecord> read_steps(const std::string& path);  ///< throws "path:line: message"
+std::string step_line(const StepRecord& s);
+
+}  // namespace servelab
