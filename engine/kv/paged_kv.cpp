@@ -1,0 +1,379 @@
+#include "engine/kv/paged_kv.h"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "engine/kv/held_split.h"
+
+namespace servelab {
+namespace {
+
+constexpr uint64_t kRootHash = 0x6a09e667f3bcc908ull;  // parent hash of a sequence's first block
+
+uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/// Chained block hash: depends on every token of the prefix through `parent`.
+uint64_t block_hash(uint64_t parent, const TokenId* tokens, int n) {
+  uint64_t h = mix64(parent ^ 0x9e3779b97f4a7c15ull);
+  for (int i = 0; i < n; ++i) h = mix64(h ^ static_cast<uint32_t>(tokens[i])) + 0x9e3779b97f4a7c15ull;
+  return h;
+}
+
+std::string label(const Sequence& seq) { return "paged KV: seq " + std::to_string(seq.id); }
+
+void require_tokens(const Sequence& seq, int n_tokens) {
+  if (n_tokens < 0)
+    throw std::logic_error(label(seq) + ": n_tokens must be >= 0 (got " + std::to_string(n_tokens) + ")");
+}
+
+void require_allocated(const Sequence& seq, bool allocated) {
+  if (seq.kv.allocated != allocated)
+    throw std::logic_error(label(seq) + (allocated ? " is not allocated" : " is already allocated"));
+}
+
+}  // namespace
+
+PagedKvManager::PagedKvManager(const KvConfig& config, int64_t n_slots)
+    : config_(config), block_size_(config.block_size) {
+  config_.validate();
+  if (n_slots < block_size_)
+    throw std::invalid_argument("paged KV arena of " + std::to_string(n_slots) +
+                                " slots is smaller than one block (kv.block_size = " + std::to_string(block_size_) +
+                                "); give the KV cache more memory or lower kv.block_size");
+  const int64_t n_blocks = n_slots / block_size_;
+  if (n_blocks > std::numeric_limits<int32_t>::max())
+    throw std::invalid_argument("paged KV arena of " + std::to_string(n_slots) + " slots has more than 2^31 blocks; "
+                                "raise kv.block_size");
+  blocks_.resize(static_cast<size_t>(n_blocks));
+  for (int32_t b = 0; b < static_cast<int32_t>(n_blocks); ++b) push_free_back(b);
+  seen_epoch_.assign(blocks_.size(), 0);
+  seen_stored_.assign(blocks_.size(), 0);
+  seen_fill_.assign(blocks_.size(), 0);
+}
+
+void PagedKvManager::throw_bad_position(const Sequence& seq, int pos) {
+  throw std::out_of_range(label(seq) + ": position " + std::to_string(pos) + " outside its " +
+                          std::to_string(seq.kv.blocks.size()) + " block(s)");
+}
+
+// ---- free list ----
+
+void PagedKvManager::push_free_front(int32_t b) {
+  Block& blk = blocks_[b];
+  blk.prev = kNone;
+  blk.next = free_head_;
+  if (free_head_ != kNone) blocks_[free_head_].prev = b; else free_tail_ = b;
+  free_head_ = b;
+  blk.in_free = true;
+  ++n_free_;
+}
+
+void PagedKvManager::push_free_back(int32_t b) {
+  Block& blk = blocks_[b];
+  blk.next = kNone;
+  blk.prev = free_tail_;
+  if (free_tail_ != kNone) blocks_[free_tail_].next = b; else free_head_ = b;
+  free_tail_ = b;
+  blk.in_free = true;
+  ++n_free_;
+}
+
+void PagedKvManager::unlink_free(int32_t b) {
+  Block& blk = blocks_[b];
+  if (blk.prev != kNone) blocks_[blk.prev].next = blk.next; else free_head_ = blk.next;
+  if (blk.next != kNone) blocks_[blk.next].prev = blk.prev; else free_tail_ = blk.prev;
+  blk.prev = blk.next = kNone;
+  blk.in_free = false;
+  --n_free_;
+}
+
+void PagedKvManager::forget_hash(Block& blk, int32_t b) {
+  if (!blk.hashed) return;
+  auto it = by_hash_.find(blk.hash);
+  if (it != by_hash_.end() && it->second == b) by_hash_.erase(it);
+  blk.hashed = false;
+  blk.tokens.clear();
+}
+
+int32_t PagedKvManager::take_fresh(uint64_t owner) {
+  const int32_t b = free_head_;
+  if (b == kNone) throw std::logic_error("paged KV: out of free blocks; call can_allocate/can_grow first");
+  unlink_free(b);
+  Block& blk = blocks_[b];
+  forget_hash(blk, b);  // evict whatever prefix it still cached
+  blk.ref = 1;
+  blk.owner = owner;
+  return b;
+}
+
+void PagedKvManager::unref(int32_t b) {
+  Block& blk = blocks_[b];
+  if (--blk.ref > 0) return;
+  blk.owner = kNoSeq;
+  auto it = blk.hashed ? by_hash_.find(blk.hash) : by_hash_.end();
+  if (it != by_hash_.end() && it->second == b) {
+    push_free_back(b);  // still a cached prefix: evicted only after blocks freed before it
+  } else {
+    forget_hash(blk, b);
+    push_free_front(b);  // nothing worth keeping: reuse first
+  }
+}
+
+// ---- queries ----
+
+std::vector<int32_t> PagedKvManager::match_prefix(const Sequence& seq) const {
+  std::vector<int32_t> hits;
+  if (!config_.prefix_caching) return hits;
+  const int n_prompt = std::min(seq.n_prompt, seq.n_tokens());
+  const int n_full = n_prompt > 0 ? (n_prompt - 1) / block_size_ : 0;  // blocks ending before the last prompt token
+  uint64_t parent = kRootHash;
+  for (int i = 0; i < n_full; ++i) {
+    const TokenId* t = seq.tokens.data() + static_cast<size_t>(i) * block_size_;
+    const uint64_t h = block_hash(parent, t, block_size_);
+    auto it = by_hash_.find(h);
+    if (it == by_hash_.end()) break;
+    const Block& blk = blocks_[it->second];
+    if (!std::equal(blk.tokens.begin(), blk.tokens.end(), t, t + block_size_)) break;  // hash collision
+    hits.push_back(it->second);
+    parent = h;
+  }
+  return hits;
+}
+
+int PagedKvManager::count_copies(const Sequence& seq, int n_tokens) const {
+  if (n_tokens <= seq.n_computed) return 0;
+  const int end = std::min(static_cast<int>(seq.kv.blocks.size()), blocks_for(n_tokens));
+  int n = 0;
+  for (int i = std::max(0, seq.n_computed / block_size_); i < end; ++i) n += blocks_[seq.kv.blocks[i]].ref > 1;
+  return n;
+}
+
+int64_t PagedKvManager::slots_needed(const Sequence& seq, int n_tokens) const {
+  require_tokens(seq, n_tokens);
+  if (seq.kv.allocated) {
+    const int n_new = std::max(0, blocks_for(n_tokens) - static_cast<int>(seq.kv.blocks.size()));
+    return int64_t{n_new + count_copies(seq, n_tokens)} * block_size_;
+  }
+  const std::vector<int32_t> hits = match_prefix(seq);
+  const int n_hits = static_cast<int>(hits.size());
+  const int n_off_free = static_cast<int>(std::count_if(hits.begin(), hits.end(), [&](int32_t b) { return blocks_[b].ref == 0; }));
+  return int64_t{std::max(blocks_for(n_tokens), n_hits) - n_hits + n_off_free} * block_size_;
+}
+
+bool PagedKvManager::can_allocate(const Sequence& seq, int n_tokens) const {
+  require_allocated(seq, false);
+  return slots_needed(seq, n_tokens) <= free_slots();
+}
+
+bool PagedKvManager::can_grow(const Sequence& seq, int n_tokens) const {
+  require_allocated(seq, true);
+  return slots_needed(seq, n_tokens) <= free_slots();
+}
+
+// ---- mutations ----
+
+void PagedKvManager::allocate(Sequence& seq, int n_tokens) {
+  if (!can_allocate(seq, n_tokens))
+    throw std::logic_error(label(seq) + ": not enough free blocks for " + std::to_string(n_tokens) +
+                           " tokens; call can_allocate first");
+  const std::vector<int32_t> hits = match_prefix(seq);
+  seq.kv = KvHandle{};
+  seq.kv.blocks.reserve(static_cast<size_t>(std::max(blocks_for(n_tokens), static_cast<int>(hits.size()))));
+  for (int32_t b : hits) {
+    Block& blk = blocks_[b];
+    if (blk.ref == 0) {
+      unlink_free(b);
+      blk.owner = seq.id;
+    } else {  // now shared with a live sequence: both sides' tables must be walked by breakdown
+      sharing_.insert(seq.id);
+      if (blk.owner != kNoSeq) sharing_.insert(blk.owner);
+    }
+    ++blk.ref;
+    seq.kv.blocks.push_back(b);
+  }
+  while (static_cast<int>(seq.kv.blocks.size()) < blocks_for(n_tokens)) seq.kv.blocks.push_back(take_fresh(seq.id));
+  seq.kv.n_cached_prefix = static_cast<int>(hits.size()) * block_size_;
+  seq.kv.allocated = true;
+}
+
+void PagedKvManager::grow(Sequence& seq, int n_tokens) {
+  if (!can_grow(seq, n_tokens))
+    throw std::logic_error(label(seq) + ": not enough free blocks to grow to " + std::to_string(n_tokens) +
+                           " tokens; call can_grow first");
+  auto& table = seq.kv.blocks;
+  if (n_tokens > seq.n_computed) {  // copy-on-write every shared block about to be written
+    const int end = std::min(static_cast<int>(table.size()), blocks_for(n_tokens));
+    for (int i = std::max(0, seq.n_computed / block_size_); i < end; ++i) {
+      const int32_t old = table[i];
+      if (blocks_[old].ref <= 1) continue;
+      const int32_t fresh = take_fresh(seq.id);
+      const int64_t filled = std::clamp<int64_t>(seq.n_computed - int64_t{i} * block_size_, 0, block_size_);
+      if (filled > 0) pending_copies_.push_back({int64_t{old} * block_size_, int64_t{fresh} * block_size_, filled});
+      Block& shared = blocks_[old];
+      --shared.ref;  // stays >= 1: the other holders keep it
+      if (shared.owner == seq.id) shared.owner = kNoSeq;
+      table[i] = fresh;
+    }
+  }
+  while (static_cast<int>(table.size()) < blocks_for(n_tokens)) table.push_back(take_fresh(seq.id));
+}
+
+void PagedKvManager::release(Sequence& seq) {
+  if (!seq.kv.allocated) return;
+  sharing_.erase(seq.id);
+  // Tail first, so a sequence's last blocks are evicted from the prefix cache before its first.
+  for (auto it = seq.kv.blocks.rbegin(); it != seq.kv.blocks.rend(); ++it) {
+    const int32_t b = *it;
+    if (b < 0 || b >= n_blocks() || blocks_[b].ref <= 0)
+      throw std::logic_error(label(seq) + ": releasing block " + std::to_string(b) + " it does not hold");
+    if (blocks_[b].owner == seq.id) blocks_[b].owner = kNoSeq;
+    unref(b);
+  }
+  seq.kv = KvHandle{};
+}
+
+void PagedKvManager::fork(const Sequence& parent, Sequence& child) {
+  require_allocated(parent, true);
+  require_allocated(child, false);
+  child.kv = KvHandle{};
+  child.kv.blocks = parent.kv.blocks;
+  for (int32_t b : child.kv.blocks) ++blocks_[b].ref;
+  child.kv.allocated = true;
+  if (!child.kv.blocks.empty()) {
+    sharing_.insert(parent.id);
+    sharing_.insert(child.id);
+  }
+}
+
+void PagedKvManager::on_computed(const Sequence& seq) {
+  if (!config_.prefix_caching || !seq.kv.allocated) return;
+  const auto& table = seq.kv.blocks;
+  const int n_full = std::min(std::min(seq.n_computed, seq.n_tokens()) / block_size_, static_cast<int>(table.size()));
+  // Blocks are registered in order, so the first unregistered full block follows the last
+  // registered one: walking back from the end touches only the newly completed blocks.
+  int i = n_full;
+  while (i > 0 && !blocks_[table[i - 1]].hashed) --i;
+  uint64_t parent = i > 0 ? blocks_[table[i - 1]].hash : kRootHash;
+  for (; i < n_full; ++i) {
+    const TokenId* t = seq.tokens.data() + static_cast<size_t>(i) * block_size_;
+    Block& blk = blocks_[table[i]];
+    blk.hash = block_hash(parent, t, block_size_);
+    blk.hashed = true;
+    blk.tokens.assign(t, t + block_size_);
+    by_hash_.try_emplace(blk.hash, table[i]);  // identical content already cached: keep the first
+    parent = blk.hash;
+  }
+}
+
+std::vector<KvCopy> PagedKvManager::take_pending_copies() { return std::exchange(pending_copies_, {}); }
+
+// ---- accounting ----
+
+KvBreakdown PagedKvManager::breakdown(std::span<const Sequence* const> live) const {
+  KvBreakdown out;
+  out.capacity = capacity_slots();
+  if (++epoch_ == 0) {  // wrapped: forget every stale mark
+    std::fill(seen_epoch_.begin(), seen_epoch_.end(), 0);
+    epoch_ = 1;
+  }
+  int64_t held = 0, fill = 0;
+  for (const Sequence* seq : live) {
+    if (!seq->kv.allocated) continue;
+    const auto& table = seq->kv.blocks;
+    if (!sharing_.contains(seq->id)) {  // every block exclusive: one span
+      const HeldSplit s = split_held(*seq, 0, int64_t{block_size_} * static_cast<int64_t>(table.size()));
+      out.stored += s.stored;
+      fill += s.stored + s.reserved;
+      held += s.stored + s.reserved + s.internal_frag;
+      continue;
+    }
+    // Shared blocks count once, with the most any of their holders has stored / will fill.
+    for (size_t i = 0; i < table.size(); ++i) {
+      const int32_t b = table[i];
+      const int64_t begin = static_cast<int64_t>(i) * block_size_;
+      const HeldSplit s = split_held(*seq, begin, begin + block_size_);
+      const auto st = static_cast<int32_t>(s.stored), fi = static_cast<int32_t>(s.stored + s.reserved);
+      if (seen_epoch_[b] != epoch_) {
+        seen_epoch_[b] = epoch_;
+        seen_stored_[b] = st;
+        seen_fill_[b] = fi;
+        out.stored += st;
+        fill += fi;
+        held += block_size_;
+      } else {
+        if (st > seen_stored_[b]) out.stored += st - std::exchange(seen_stored_[b], st);
+        if (fi > seen_fill_[b]) fill += fi - std::exchange(seen_fill_[b], fi);
+      }
+    }
+  }
+  out.reserved = fill - out.stored;
+  out.internal_frag = held - fill;
+  out.external_frag = 0;  // any free block serves any request
+  out.free = free_slots();  // includes freed blocks kept only as prefix cache
+  return out;
+}
+
+void PagedKvManager::check_invariants(std::span<const Sequence* const> live) const {
+  const auto fail = [](const std::string& what) { throw std::logic_error("paged KV invariant: " + what); };
+  const auto str = [](auto v) { return std::to_string(v); };
+  std::vector<int> refs(blocks_.size(), 0);
+  std::vector<int> index(blocks_.size(), -1);
+  std::unordered_set<uint64_t> ids;
+  for (const Sequence* seq : live) {
+    if (!ids.insert(seq->id).second) fail("two live seqs share id " + str(seq->id));
+    if (!seq->kv.allocated) fail("live seq " + str(seq->id) + " is not allocated");
+    const auto& table = seq->kv.blocks;
+    if (int64_t{seq->n_computed} > int64_t{block_size_} * static_cast<int64_t>(table.size()))
+      fail("seq " + str(seq->id) + " computed " + str(seq->n_computed) + " tokens but holds " + str(table.size()) + " block(s)");
+    const bool tracked = sharing_.contains(seq->id);
+    for (size_t i = 0; i < table.size(); ++i) {
+      const int32_t b = table[i];
+      if (b < 0 || b >= n_blocks()) fail("seq " + str(seq->id) + " holds block " + str(b) + " outside the pool");
+      ++refs[b];
+      // A shared block sits at the same table index in every holder (prefix hashes chain from
+      // block 0; fork copies the table); a repeat elsewhere means a double allocation.
+      if (index[b] == -1) index[b] = static_cast<int>(i);
+      else if (index[b] != static_cast<int>(i))
+        fail("block " + str(b) + " appears at table index " + str(index[b]) + " and " + str(i));
+      if (!tracked && blocks_[b].ref > 1)
+        fail("seq " + str(seq->id) + " holds shared block " + str(b) + " but is not tracked as sharing");
+    }
+  }
+  int64_t n_unreferenced = 0;
+  for (int32_t b = 0; b < n_blocks(); ++b) {
+    const Block& blk = blocks_[b];
+    if (blk.ref != refs[b])
+      fail("block " + str(b) + " has ref " + str(blk.ref) + " but " + str(refs[b]) + " live table reference(s)");
+    if (blk.ref == 0) ++n_unreferenced;
+    if (blk.in_free != (blk.ref == 0)) fail("block " + str(b) + " with ref " + str(blk.ref) + (blk.in_free ? " is" : " is not") + " on the free list");
+    if (blk.hashed && static_cast<int>(blk.tokens.size()) != block_size_) fail("cached block " + str(b) + " lacks its token ids");
+  }
+  std::vector<char> on_list(blocks_.size(), 0);
+  int64_t n_listed = 0;
+  int32_t prev = kNone;
+  for (int32_t b = free_head_; b != kNone; prev = b, b = blocks_[b].next) {
+    if (b < 0 || b >= n_blocks()) fail("free list links to block " + str(b) + " outside the pool");
+    if (on_list[b]) fail("block " + str(b) + " is on the free list twice");
+    on_list[b] = 1;
+    if (blocks_[b].ref != 0) fail("free list holds block " + str(b) + " with ref " + str(blocks_[b].ref));
+    if (blocks_[b].prev != prev) fail("free list back link of block " + str(b) + " is broken");
+    ++n_listed;
+  }
+  if (prev != free_tail_) fail("free list tail is " + str(free_tail_) + ", walk ends at " + str(prev));
+  if (n_listed != n_free_ || n_listed != n_unreferenced)
+    fail("free list has " + str(n_listed) + " blocks, count says " + str(n_free_) + ", unreferenced blocks " + str(n_unreferenced));
+  for (const auto& [h, b] : by_hash_)
+    if (b < 0 || b >= n_blocks() || !blocks_[b].hashed || blocks_[b].hash != h)
+      fail("prefix cache entry points to block " + str(b) + " that does not carry its hash");
+}
+
+}  // namespace servelab

@@ -1,0 +1,111 @@
+#pragma once
+// Paged KV manager (vLLM / nano-vllm style): the arena is cut into fixed blocks of block_size
+// slots; each sequence owns a block table (seq.kv.blocks) mapping position p to block
+// blocks[p / block_size]. Blocks are reference-counted so sequences can share them:
+//  - prefix caching: a full, computed block is registered under a chained hash of
+//    (parent block's hash, its token ids); a later sequence whose prompt starts with the same
+//    tokens reuses those blocks instead of recomputing them. Freed blocks keep their hash until
+//    the free list hands them out for other content (least recently freed first).
+//  - fork (parallel sampling): the child shares every parent block; a write into a shared block
+//    first copies it (copy-on-write), queued as a KvCopy for the backend.
+#include <cstdint>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "engine/kv/kv_manager.h"
+
+namespace servelab {
+
+/// Block-pool manager over n_slots / block_size whole blocks (a tail shorter than a block is not
+/// used: capacity_slots() is the whole-block part). Not thread-safe: one thread owns engine state.
+/// grow(seq, n) must be called before every write of positions [seq.n_computed, n), even when seq
+/// already holds the blocks, so that shared blocks in that range are copied first.
+class PagedKvManager final : public KvManager {
+ public:
+  PagedKvManager(const KvConfig& config, int64_t n_slots);
+
+  KvKind kind() const override { return KvKind::paged; }
+  int64_t capacity_slots() const override { return int64_t{n_blocks()} * block_size_; }
+  int64_t free_slots() const override { return int64_t{n_free_} * block_size_; }
+  /// Free-list slots that holding n_tokens would consume: new blocks, copy-on-write copies, and
+  /// (unallocated) prefix-cache hits on blocks that sit on the free list.
+  int64_t slots_needed(const Sequence& seq, int n_tokens) const override;
+
+  bool can_allocate(const Sequence& seq, int n_tokens) const override;
+  void allocate(Sequence& seq, int n_tokens) override;
+  bool can_grow(const Sequence& seq, int n_tokens) const override;
+  void grow(Sequence& seq, int n_tokens) override;
+  void release(Sequence& seq) override;
+  void fork(const Sequence& parent, Sequence& child) override;
+
+  int64_t slot(const Sequence& seq, int pos) const override {
+    const auto b = static_cast<size_t>(pos / block_size_);
+    if (pos < 0 || b >= seq.kv.blocks.size()) throw_bad_position(seq, pos);
+    return int64_t{seq.kv.blocks[b]} * block_size_ + pos % block_size_;
+  }
+  void on_computed(const Sequence& seq) override;
+  std::vector<KvCopy> take_pending_copies() override;
+
+  KvBreakdown breakdown(std::span<const Sequence* const> live) const override;
+  void check_invariants(std::span<const Sequence* const> live) const override;
+
+  int block_size() const { return block_size_; }
+  int32_t n_blocks() const { return static_cast<int32_t>(blocks_.size()); }
+  /// Live block-table references to block b (0: free, possibly still holding a cached prefix).
+  int ref_count(int32_t b) const { return blocks_.at(static_cast<size_t>(b)).ref; }
+  /// Blocks registered in the prefix cache (live or free).
+  size_t n_cached_blocks() const { return by_hash_.size(); }
+
+ private:
+  static constexpr int32_t kNone = -1;
+  static constexpr uint64_t kNoSeq = ~uint64_t{0};
+
+  struct Block {
+    int ref = 0;
+    bool hashed = false;           ///< hash/tokens are valid: the block is full and computed
+    uint64_t hash = 0;             ///< chained hash of the prefix ending with this block
+    std::vector<TokenId> tokens;   ///< its token ids (to confirm a hash match), when hashed
+    uint64_t owner = kNoSeq;       ///< seq that took it from the free list (sharing bookkeeping)
+    int32_t prev = kNone, next = kNone;  ///< free-list links
+    bool in_free = false;
+  };
+
+  /// Blocks at the start of seq's prompt found in the prefix cache (never the block holding the
+  /// last prompt token).
+  std::vector<int32_t> match_prefix(const Sequence& seq) const;
+  /// Blocks in [seq.n_computed, n_tokens) that seq holds but shares: each needs a copy.
+  int count_copies(const Sequence& seq, int n_tokens) const;
+  int blocks_for(int n_tokens) const { return (n_tokens + block_size_ - 1) / block_size_; }
+
+  // Free list: a doubly linked list threaded through blocks_, so a cached block can leave it
+  // from the middle in O(1). Fresh blocks are taken from the head.
+  void push_free_front(int32_t b);
+  void push_free_back(int32_t b);
+  void unlink_free(int32_t b);
+  /// Takes the head of the free list for new content (dropping any cached hash); ref becomes 1.
+  int32_t take_fresh(uint64_t owner);
+  /// Drops one reference; a block reaching 0 goes back to the free list.
+  void unref(int32_t b);
+  void forget_hash(Block& blk, int32_t b);
+
+  [[noreturn]] static void throw_bad_position(const Sequence& seq, int pos);
+
+  KvConfig config_;
+  int block_size_;
+  std::vector<Block> blocks_;
+  int32_t free_head_ = kNone, free_tail_ = kNone;
+  int32_t n_free_ = 0;
+  std::unordered_map<uint64_t, int32_t> by_hash_;  ///< prefix cache: chained hash -> block
+  /// Seqs that may hold a block with ref > 1 (every holder of a shared block is here); breakdown
+  /// walks only these block tables and counts the others in O(1).
+  std::unordered_set<uint64_t> sharing_;
+  std::vector<KvCopy> pending_copies_;
+  // breakdown() scratch, reused to stay allocation-free: per block, the visit epoch and the
+  // largest stored / filled-to-be count over the owners seen.
+  mutable std::vector<uint32_t> seen_epoch_;
+  mutable std::vector<int32_t> seen_stored_, seen_fill_;
+  mutable uint32_t epoch_ = 0;
+};
+
+}  // namespace servelab
