@@ -1,0 +1,118 @@
+#include "analysis/compare.h"
+
+#include <cmath>
+#include <iomanip>
+#include <limits>
+#include <ostream>
+#include <sstream>
+#include <stdexcept>
+
+#include "analysis/gates.h"
+#include "analysis/text_format.h"
+
+namespace servelab::analysis {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+bool same_rate(double a, double b) {
+  if (std::isinf(a) || std::isinf(b)) return a == b;
+  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+  return std::fabs(a - b) <= 1e-9 * std::max(1.0, std::fabs(a));
+}
+
+std::string run_key(const RunSummary& r) { return r.info.label + " @ " + format_rate(r.info.rate); }
+
+MetricDelta delta_of(const RunSummary& base, const RunSummary& cur, const std::string& metric,
+                     double threshold_pct) {
+  MetricDelta d;
+  d.metric = metric;
+  d.base = run_metric(base, metric).value_or(kNaN);
+  d.current = run_metric(cur, metric).value_or(kNaN);
+  if (std::isnan(d.base) || std::isnan(d.current)) {
+    d.change_pct = kNaN;
+    return d;
+  }
+  if (d.base == 0.0) {
+    d.change_pct = d.current == 0.0 ? 0.0 : std::copysign(std::numeric_limits<double>::infinity(), d.current);
+  } else {
+    d.change_pct = (d.current - d.base) / std::fabs(d.base) * 100.0;
+  }
+  const double worse_pct =
+      metric_direction(metric) == MetricDirection::lower_is_better ? d.change_pct : -d.change_pct;
+  d.regression = worse_pct > threshold_pct;
+  return d;
+}
+
+}  // namespace
+
+const std::vector<std::string>& default_compare_metrics() {
+  static const std::vector<std::string> metrics = {"ttft_ms.p50",   "ttft_ms.p99",       "tpot_ms.p50",
+                                                   "tpot_ms.p99",   "output_throughput", "goodput",
+                                                   "slo_attainment"};
+  return metrics;
+}
+
+bool Comparison::has_regression() const {
+  for (const auto& r : runs)
+    for (const auto& d : r.deltas)
+      if (d.regression) return true;
+  return false;
+}
+
+Comparison compare_summaries(const Summary& base, const Summary& current, double threshold_pct,
+                             const std::vector<std::string>& metrics) {
+  if (!(threshold_pct >= 0.0))
+    throw std::invalid_argument("threshold must be >= 0 % (got " + std::to_string(threshold_pct) + ")");
+  for (const auto& m : metrics) check_metric_name(m);
+  Comparison c;
+  c.threshold_pct = threshold_pct;
+  std::vector<bool> base_matched(base.runs.size(), false);
+  for (const auto& cur : current.runs) {
+    const RunSummary* match = nullptr;
+    for (std::size_t i = 0; i < base.runs.size(); ++i) {
+      const auto& b = base.runs[i];
+      if (!base_matched[i] && b.info.label == cur.info.label && same_rate(b.info.rate, cur.info.rate)) {
+        match = &b;
+        base_matched[i] = true;
+        break;
+      }
+    }
+    if (!match) {
+      c.only_in_new.push_back(run_key(cur));
+      continue;
+    }
+    RunComparison rc;
+    rc.label = cur.info.label;
+    rc.strategy = cur.info.strategy_name();
+    rc.rate = cur.info.rate;
+    for (const auto& m : metrics) rc.deltas.push_back(delta_of(*match, cur, m, threshold_pct));
+    c.runs.push_back(std::move(rc));
+  }
+  for (std::size_t i = 0; i < base.runs.size(); ++i)
+    if (!base_matched[i]) c.only_in_base.push_back(run_key(base.runs[i]));
+  return c;
+}
+
+void print_comparison(std::ostream& out, const Comparison& c) {
+  TextTable t({"run", "rate", "metric", "base", "new", "change", ""});
+  for (const auto& r : c.runs) {
+    bool first = true;
+    for (const auto& d : r.deltas) {
+      t.add_row({first ? r.label : "", first ? format_rate(r.rate) : "", d.metric, format_number(d.base),
+                 format_number(d.current), format_change_pct(d.change_pct),
+                 d.regression ? "REGRESSION" : ""});
+      first = false;
+    }
+  }
+  t.print(out);
+  for (const auto& k : c.only_in_base) out << "only in base: " << k << "\n";
+  for (const auto& k : c.only_in_new) out << "only in new:  " << k << "\n";
+  std::size_t n_reg = 0;
+  for (const auto& r : c.runs)
+    for (const auto& d : r.deltas) n_reg += d.regression ? 1 : 0;
+  out << (n_reg ? "FAIL: " : "ok: ") << n_reg << " regression(s) beyond " << format_plain(c.threshold_pct)
+      << "% over " << c.runs.size() << " matched run(s)\n";
+}
+
+}  // namespace servelab::analysis

@@ -1,0 +1,54 @@
+#pragma once
+// Run-by-run comparison of two summaries (`servelab compare BASE NEW`, baseline gates): runs are
+// matched by label and rate; each metric's change is a percentage of the base value, and a
+// regression is a change in the bad direction (latency up, throughput down) beyond a threshold.
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "analysis/summary.h"
+
+namespace servelab::analysis {
+
+/// p50/p99 TTFT and TPOT, output throughput, goodput, SLO attainment.
+const std::vector<std::string>& default_compare_metrics();
+
+/// One metric of one matched run.
+struct MetricDelta {
+  std::string metric;
+  double base = 0.0;        ///< NaN when the base run has no value
+  double current = 0.0;     ///< NaN when the new run has no value
+  double change_pct = 0.0;  ///< (current − base) / |base| × 100; ±inf when base is 0; NaN if unknown
+  bool regression = false;  ///< worse by more than the threshold
+};
+
+/// One run present in both summaries.
+struct RunComparison {
+  std::string label;
+  std::string strategy;
+  double rate = 0.0;
+  std::vector<MetricDelta> deltas;
+};
+
+/// The comparison of two summaries.
+struct Comparison {
+  double threshold_pct = 10.0;
+  std::vector<RunComparison> runs;        ///< in the new summary's order
+  std::vector<std::string> only_in_base;  ///< labels (with rate) that the new summary lacks
+  std::vector<std::string> only_in_new;
+
+  bool has_regression() const;
+  /// 1 when a regression exceeds the threshold, else 0 (servelab compare's exit code).
+  int exit_code() const { return has_regression() ? 1 : 0; }
+};
+
+/// Compares `current` with `base`. Throws std::invalid_argument on an unknown metric name or a
+/// negative threshold.
+Comparison compare_summaries(const Summary& base, const Summary& current, double threshold_pct,
+                             const std::vector<std::string>& metrics = default_compare_metrics());
+
+/// A readable table: per run, each metric's base, new and signed % change, "REGRESSION" marks,
+/// then unmatched runs and a one-line verdict.
+void print_comparison(std::ostream& out, const Comparison& c);
+
+}  // namespace servelab::analysis

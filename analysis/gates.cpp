@@ -1,0 +1,290 @@
+#include "analysis/gates.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
+#include "analysis/compare.h"
+#include "analysis/text_format.h"
+
+namespace servelab::analysis {
+namespace {
+
+const std::vector<std::string>& known_metrics() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const char* d : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "lateness_ms"})
+      for (const char* s : {"mean", "p50", "p90", "p95", "p99", "p999", "max"})
+        v.push_back(std::string(d) + "." + s);
+    for (const char* s : {"request_throughput",
+                          "output_throughput",
+                          "total_throughput",
+                          "goodput",
+                          "request_goodput",
+                          "slo_attainment",
+                          "kv_utilization.mean",
+                          "kv_utilization.max",
+                          "kv_breakdown.stored",
+                          "kv_breakdown.reserved",
+                          "kv_breakdown.internal_frag",
+                          "kv_breakdown.external_frag",
+                          "kv_breakdown.free",
+                          "kv_peak_use",
+                          "batch_size.mean",
+                          "batch_size.max",
+                          "n_ok",
+                          "n_slo_met",
+                          "n_preemptions",
+                          "duration_s",
+                          "n_failed",
+                          "n_requests"})
+      v.push_back(s);
+    return v;
+  }();
+  return names;
+}
+
+bool same_rate(double a, double b) {
+  if (std::isinf(a) || std::isinf(b)) return a == b;
+  return std::fabs(a - b) <= 1e-9 * std::max(1.0, std::fabs(a));
+}
+
+std::string run_name(const RunSummary& r) {
+  return r.info.strategy_name() + " @ " + format_rate(r.info.rate);
+}
+
+std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void check_metric_name(const std::string& metric) {
+  const auto& names = known_metrics();
+  if (std::find(names.begin(), names.end(), metric) != names.end()) return;
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  throw std::invalid_argument("unknown metric '" + metric + "' (expected one of: " + list + ")");
+}
+
+MetricDirection metric_direction(const std::string& metric) {
+  static const std::vector<std::string> higher = {"request_throughput",
+                                                  "output_throughput",
+                                                  "total_throughput",
+                                                  "goodput",
+                                                  "request_goodput",
+                                                  "slo_attainment",
+                                                  "kv_utilization.mean",
+                                                  "kv_utilization.max",
+                                                  "kv_breakdown.stored",
+                                                  "n_ok",
+                                                  "n_slo_met"};
+  return std::find(higher.begin(), higher.end(), metric) != higher.end() ? MetricDirection::higher_is_better
+                                                                         : MetricDirection::lower_is_better;
+}
+
+std::optional<double> run_metric(const RunSummary& run, const std::string& metric) {
+  check_metric_name(metric);
+  if (metric == "n_failed") return static_cast<double>(run.metrics.n_failed);
+  if (metric == "n_requests") return static_cast<double>(run.metrics.n_requests);
+  const nlohmann::ordered_json j = run.metrics;
+  const nlohmann::ordered_json* node = &j;
+  std::size_t start = 0;
+  while (true) {
+    const auto dot = metric.find('.', start);
+    const std::string key = metric.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    auto it = node->find(key);
+    if (it == node->end()) return std::nullopt;
+    node = &*it;
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  if (!node->is_number()) return std::nullopt;
+  return node->get<double>();
+}
+
+std::string Gate::name() const {
+  std::string s;
+  if (min && max)
+    s = format_plain(*min) + " <= " + metric + " <= " + format_plain(*max);
+  else if (min)
+    s = metric + " >= " + format_plain(*min);
+  else if (max)
+    s = metric + " <= " + format_plain(*max);
+  else
+    s = metric;
+  if (strategy || rate) {
+    s += " [";
+    if (strategy) s += *strategy;
+    if (strategy && rate) s += " ";
+    if (rate) s += "@ " + format_rate(*rate) + " req/s";
+    s += "]";
+  }
+  return s;
+}
+
+void Gate::validate() const {
+  try {
+    check_metric_name(metric);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("gate.metric: ") + e.what());
+  }
+  if (!min && !max) throw std::invalid_argument("gate " + metric + ": set min, max or both");
+  if (min && !std::isfinite(*min)) throw std::invalid_argument("gate " + metric + ": min must be finite");
+  if (max && !std::isfinite(*max)) throw std::invalid_argument("gate " + metric + ": max must be finite");
+  if (min && max && *min > *max)
+    throw std::invalid_argument("gate " + metric + ": min (" + format_plain(*min) + ") > max (" +
+                                format_plain(*max) + ")");
+  if (rate && !(*rate > 0.0))
+    throw std::invalid_argument("gate " + metric + ": rate must be > 0 (got " + format_plain(*rate) + ")");
+}
+
+void BaselineSpec::validate() const {
+  if (path.empty()) throw std::invalid_argument("baseline.path must not be empty");
+  if (!(max_regression_pct >= 0.0))
+    throw std::invalid_argument("baseline.max_regression_pct must be >= 0 (got " +
+                                format_plain(max_regression_pct) + ")");
+  for (const auto& m : metrics) {
+    try {
+      check_metric_name(m);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("baseline.metrics: ") + e.what());
+    }
+  }
+}
+
+std::vector<GateResult> evaluate_gates(const Summary& summary, const std::vector<Gate>& gates) {
+  std::vector<GateResult> out;
+  for (const auto& g : gates) {
+    GateResult res;
+    res.name = g.name();
+    res.passed = true;
+    std::ostringstream msg;
+    int n_matched = 0;
+    for (const auto& run : summary.runs) {
+      if (g.strategy && run.info.strategy_name() != *g.strategy) continue;
+      if (g.rate && !same_rate(run.info.rate, *g.rate)) continue;
+      ++n_matched;
+      const auto v = run_metric(run, g.metric);
+      bool ok = v.has_value();
+      if (ok && g.min) ok = *v >= *g.min;
+      if (ok && g.max) ok = *v <= *g.max;
+      res.passed = res.passed && ok;
+      msg << (n_matched > 1 ? "; " : "") << run_name(run) << ": "
+          << (v ? format_number(*v) : std::string("no value")) << (ok ? " ok" : " FAIL");
+    }
+    if (n_matched == 0) {
+      res.passed = false;
+      res.message = "no run matches this gate's strategy/rate filter";
+    } else {
+      res.message = msg.str();
+    }
+    out.push_back(std::move(res));
+  }
+  return out;
+}
+
+std::vector<GateResult> evaluate_baseline(const Summary& current, const Summary& baseline,
+                                          const BaselineSpec& spec) {
+  const auto& metrics = spec.metrics.empty() ? default_compare_metrics() : spec.metrics;
+  const Comparison c = compare_summaries(baseline, current, spec.max_regression_pct, metrics);
+  std::vector<GateResult> out;
+  for (std::size_t i = 0; i < metrics.size(); ++i) {
+    GateResult res;
+    res.name = "baseline " + metrics[i] + " within " + format_plain(spec.max_regression_pct) + "%";
+    res.passed = !c.runs.empty();
+    std::ostringstream msg;
+    for (const auto& r : c.runs) {
+      const MetricDelta& d = r.deltas[i];
+      res.passed = res.passed && !d.regression;
+      msg << (&r == &c.runs.front() ? "" : "; ") << r.strategy << " @ " << format_rate(r.rate) << ": "
+          << format_number(d.base) << " -> " << format_number(d.current) << " ("
+          << format_change_pct(d.change_pct) << ")" << (d.regression ? " REGRESSION" : "");
+    }
+    res.message =
+        c.runs.empty() ? "no run matches the baseline " + spec.path + " by label and rate" : msg.str();
+    out.push_back(std::move(res));
+  }
+  return out;
+}
+
+bool all_passed(const std::vector<GateResult>& results) {
+  return std::all_of(results.begin(), results.end(), [](const GateResult& r) { return r.passed; });
+}
+
+std::string junit_xml(const std::vector<GateResult>& results, const std::string& suite_name) {
+  const auto failures =
+      std::count_if(results.begin(), results.end(), [](const GateResult& r) { return !r.passed; });
+  std::ostringstream x;
+  x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  x << "<testsuites name=\"servelab\" tests=\"" << results.size() << "\" failures=\"" << failures << "\">\n";
+  x << "  <testsuite name=\"" << xml_escape(suite_name) << "\" tests=\"" << results.size() << "\" failures=\""
+    << failures << "\" errors=\"0\" skipped=\"0\">\n";
+  for (const auto& r : results) {
+    x << "    <testcase classname=\"servelab.gates\" name=\"" << xml_escape(r.name) << "\"";
+    if (r.passed) {
+      x << ">\n      <system-out>" << xml_escape(r.message) << "</system-out>\n    </testcase>\n";
+    } else {
+      x << ">\n      <failure message=\"" << xml_escape(r.message) << "\" type=\"gate\">"
+        << xml_escape(r.message) << "</failure>\n    </testcase>\n";
+    }
+  }
+  x << "  </testsuite>\n</testsuites>\n";
+  return x.str();
+}
+
+void to_json(nlohmann::ordered_json& j, const Gate& g) {
+  j = nlohmann::ordered_json::object();
+  j["metric"] = g.metric;
+  if (g.min) j["min"] = *g.min;
+  if (g.max) j["max"] = *g.max;
+  if (g.strategy) j["strategy"] = *g.strategy;
+  if (g.rate) j["rate"] = *g.rate;
+}
+
+void from_json(const nlohmann::ordered_json& j, Gate& g) {
+  g = Gate{};
+  g.metric = j.at("metric").get<std::string>();
+  if (j.contains("min") && !j["min"].is_null()) g.min = j["min"].get<double>();
+  if (j.contains("max") && !j["max"].is_null()) g.max = j["max"].get<double>();
+  if (j.contains("strategy") && !j["strategy"].is_null()) g.strategy = j["strategy"].get<std::string>();
+  if (j.contains("rate") && !j["rate"].is_null()) g.rate = j["rate"].get<double>();
+  g.validate();
+}
+
+void to_json(nlohmann::ordered_json& j, const BaselineSpec& b) {
+  j = {{"path", b.path}, {"max_regression_pct", b.max_regression_pct}, {"metrics", b.metrics}};
+}
+
+void from_json(const nlohmann::ordered_json& j, BaselineSpec& b) {
+  b = BaselineSpec{};
+  b.path = j.at("path").get<std::string>();
+  b.max_regression_pct = j.value("max_regression_pct", b.max_regression_pct);
+  b.metrics = j.value("metrics", std::vector<std::string>{});
+  b.validate();
+}
+
+}  // namespace servelab::analysis

@@ -1,0 +1,46 @@
+#pragma once
+// Plots with gnuplot, run as a subprocess on a generated script (DIR/plots/plots.gp) and data
+// files (DIR/plots/*.dat), so every figure can be re-drawn or restyled by hand:
+//   ttft_vs_rate   p50 (solid) and p99 (dashed) TTFT vs request rate, a line per strategy, SLO line
+//   tpot_vs_rate   the same for TPOT
+//   throughput_vs_rate  output throughput (solid) and goodput (dashed) vs rate
+//   kv_breakdown   the KV arena's mean shares per strategy at its highest rate, stacked bars
+//   timeline_<strategy>  batch size and KV arena use over time in the strategy's highest-rate run
+// Each as .svg, and .png (pngcairo, else png) when gnuplot has a PNG terminal. Without gnuplot
+// the plots are skipped with a warning: a report never fails for want of a plotter.
+#include <string>
+#include <vector>
+
+#include "analysis/summary.h"
+#include "loadgen/records/step_record.h"
+
+namespace servelab::analysis {
+
+struct PlotOptions {
+  std::string gnuplot = "gnuplot";  ///< executable name (searched in PATH) or path
+};
+
+/// One figure written under DIR/plots/.
+struct PlotFile {
+  std::string title;
+  std::string svg;  ///< path relative to DIR, e.g. "plots/ttft_vs_rate.svg"
+  std::string png;  ///< "" when no PNG was written
+};
+
+struct PlotResult {
+  std::vector<PlotFile> files;        ///< only figures whose SVG exists
+  std::vector<std::string> warnings;  ///< gnuplot missing or failing, figures skipped
+};
+
+/// True when `gnuplot` names an executable (a path, or a name found in PATH).
+bool gnuplot_available(const std::string& gnuplot = "gnuplot");
+
+/// Writes DIR/plots/{plots.gp, *.dat} and runs gnuplot there (its output in plots/gnuplot.log).
+/// Never throws for plotting problems: they become warnings.
+PlotResult write_plots(const std::string& dir, const Summary& summary, const std::vector<StepRecord>& steps,
+                       const PlotOptions& options = {});
+
+/// A file-name-safe form of a strategy name ("continuous-paged" stays, "a b/c" → "a_b_c").
+std::string slug(const std::string& name);
+
+}  // namespace servelab::analysis

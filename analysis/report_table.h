@@ -1,0 +1,39 @@
+#pragma once
+// The runs table shared by the console, report.md, report.html and results.csv: one row per
+// strategy × rate, the same columns everywhere.
+#include <string>
+#include <vector>
+
+#include "analysis/summary.h"
+
+namespace servelab::analysis {
+
+/// How a column's numbers print for humans.
+enum class CellKind { count, number, share };
+
+/// One numeric column of the runs table.
+struct RunColumn {
+  std::string header;        ///< for humans: "TTFT p50 (ms)"
+  std::string short_header;  ///< for the console, where width is scarce: "TTFT p50"
+  std::string csv_key;       ///< for results.csv: "ttft_p50_ms"
+  CellKind kind;
+  double (*value)(const RunSummary&);
+};
+
+/// n, failed, TTFT p50/p99, TPOT p50/p99, ITL p50/p99, E2E p50, output tok/s, goodput tok/s,
+/// SLO attainment, KV utilization (mean).
+const std::vector<RunColumn>& run_columns();
+
+/// Runs ordered for tables: by strategy (first appearance), then rate ascending.
+std::vector<const RunSummary*> table_order(const Summary& s);
+
+/// Header ("strategy", "rate (req/s)", then run_columns() headers) and a row's cells for humans.
+/// `compact`: the console's short headers (units given once under the table).
+std::vector<std::string> run_table_header(bool compact = false);
+std::vector<std::string> run_table_cells(const RunSummary& r);
+
+/// KV table for humans: strategy, rate, utilization mean/max, the five breakdown shares, peak use.
+std::vector<std::string> kv_table_header();
+std::vector<std::string> kv_table_cells(const RunSummary& r);
+
+}  // namespace servelab::analysis

@@ -1,0 +1,132 @@
+// write_reports / render_reports: every file of a run folder besides the raw records.
+#include <filesystem>
+#include <stdexcept>
+
+#include "analysis/json_format.h"
+#include "analysis/report.h"
+#include "analysis/text_format.h"
+
+namespace servelab::analysis {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string in_dir(const std::string& dir, const std::string& name) {
+  return (fs::path(dir) / name).string();
+}
+
+void validate_input(const ReportInput& in) {
+  in.slo.validate();
+  for (const auto& r : in.runs) r.validate();
+  for (const auto& g : in.gates) g.validate();
+  if (in.baseline) in.baseline->validate();
+}
+
+}  // namespace
+
+std::vector<std::string> summary_warnings(const Summary& s) {
+  std::vector<std::string> w;
+  for (const auto& r : s.runs) {
+    const auto& m = r.metrics;
+    const std::string run = "run " + r.info.label;
+    if (m.n_requests == 0) {
+      w.push_back(run + ": no measured records");
+      continue;
+    }
+    if (m.lateness_warning)
+      w.push_back(run + ": lateness p99 = " + format_number(m.lateness_ms.p99) +
+                  " ms > 1 ms: the load generator sent requests behind schedule (latencies still count "
+                  "from the intended times; the offered rate was effectively lower)");
+    if (m.n_failed > 0)
+      w.push_back(run + ": " + std::to_string(m.n_failed) + " of " + std::to_string(m.n_requests) +
+                  " requests failed (status != ok); they count against SLO attainment, not in latencies");
+    if (r.info.n_requests > 0 && static_cast<std::size_t>(r.info.n_requests) != m.n_requests)
+      w.push_back(run + ": " + std::to_string(m.n_requests) + " measured records for " +
+                  std::to_string(r.info.n_requests) + " planned requests");
+  }
+  return w;
+}
+
+void write_runs_file(const std::string& dir, const ReportInput& input) {
+  nlohmann::ordered_json j;
+  j["schema"] = kRunsSchema;
+  j["scenario"] = input.scenario;
+  j["environment"] = input.environment;
+  j["slo"] = input.slo;
+  j["runs"] = nlohmann::ordered_json::array();
+  for (const auto& r : input.runs) j["runs"].push_back(r);
+  j["gates"] = nlohmann::ordered_json::array();
+  for (const auto& g : input.gates) j["gates"].push_back(g);
+  if (input.baseline) j["baseline"] = *input.baseline;
+  write_text_file(in_dir(dir, "runs.json"), j.dump(2) + "\n");
+}
+
+ReportOutcome write_reports(const std::string& dir, const ReportInput& input, const ReportOptions& options) {
+  validate_input(input);
+  ReportOutcome out;
+  out.summary =
+      build_summary(input.scenario, input.environment, input.slo, input.runs, input.records, input.steps);
+  write_runs_file(dir, input);
+  write_summary(in_dir(dir, "summary.json"), out.summary);
+
+  out.gates = evaluate_gates(out.summary, input.gates);
+  if (input.baseline) {
+    try {
+      const Summary base = read_summary_or_dir(input.baseline->path);
+      const auto b = evaluate_baseline(out.summary, base, *input.baseline);
+      out.gates.insert(out.gates.end(), b.begin(), b.end());
+    } catch (const std::exception& e) {
+      out.gates.push_back({"baseline " + input.baseline->path, false,
+                           std::string("cannot compare with the baseline: ") + e.what()});
+    }
+  }
+  out.warnings = summary_warnings(out.summary);
+  if (options.plots) {
+    PlotResult p = write_plots(dir, out.summary, input.steps, options.plot);
+    out.plots = std::move(p.files);
+    out.warnings.insert(out.warnings.end(), p.warnings.begin(), p.warnings.end());
+  }
+  write_text_file(in_dir(dir, "results.csv"), results_csv(out.summary));
+  write_text_file(in_dir(dir, "junit.xml"),
+                  junit_xml(out.gates, "servelab." + (input.scenario.name.empty() ? std::string("gates")
+                                                                                  : input.scenario.name)));
+  write_text_file(in_dir(dir, "report.md"), report_markdown(out.summary, out.gates, out.warnings, out.plots));
+  write_text_file(in_dir(dir, "report.html"),
+                  report_html(dir, out.summary, out.gates, out.warnings, out.plots));
+  return out;
+}
+
+ReportInput load_report_input(const std::string& dir) {
+  const std::string runs_path = in_dir(dir, "runs.json");
+  if (!fs::exists(runs_path))
+    throw std::runtime_error(runs_path + ": missing (a run folder written by `servelab run` holds it)");
+  ReportInput in;
+  try {
+    const auto j = nlohmann::ordered_json::parse(read_text_file(runs_path));
+    const std::string schema = j.value("schema", std::string());
+    if (schema != kRunsSchema)
+      throw std::invalid_argument("\"schema\" must be \"" + std::string(kRunsSchema) + "\" (got \"" + schema +
+                                  "\")");
+    if (j.contains("scenario")) in.scenario = j["scenario"].get<ScenarioInfo>();
+    if (j.contains("environment")) in.environment = j["environment"].get<Environment>();
+    if (j.contains("slo")) in.slo = j["slo"].get<SloSpec>();
+    for (const auto& r : j.at("runs")) in.runs.push_back(r.get<RunInfo>());
+    if (j.contains("gates"))
+      for (const auto& g : j["gates"]) in.gates.push_back(g.get<Gate>());
+    if (j.contains("baseline") && !j["baseline"].is_null()) in.baseline = j["baseline"].get<BaselineSpec>();
+  } catch (const std::runtime_error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw std::runtime_error(runs_path + ": " + e.what());
+  }
+  in.records = read_records(in_dir(dir, "records.jsonl"));
+  const std::string steps_path = in_dir(dir, "steps.jsonl");
+  if (fs::exists(steps_path)) in.steps = read_steps(steps_path);
+  return in;
+}
+
+ReportOutcome render_reports(const std::string& dir, const ReportOptions& options) {
+  return write_reports(dir, load_report_input(dir), options);
+}
+
+}  // namespace servelab::analysis

@@ -1,0 +1,103 @@
+#pragma once
+// summary.json: the results contract of DESIGN.md. Built from records.jsonl + steps.jsonl grouped
+// by their "run" label, with the RunInfo of each label; written deterministically (fixed key
+// order, computed figures rounded to 6 decimals, inputs such as rates and SLOs written exactly,
+// 2-space indent, trailing newline) so `servelab report DIR` reproduces it byte for byte.
+//
+//   {"schema": "servelab.summary/1",
+//    "scenario": {"name", "file", "seed", ...details},
+//    "environment": {"device", "cpu_model", "n_cores", "commit", "date", "servelab_version"},
+//    "slo": {"ttft_ms", "tpot_ms", "attainment"},
+//    "runs": [{"label", "batching", "kv", "backend", "rate", "n_requests", "n_failed",
+//              "strategy", "n_planned", "config": {...}, "metrics": {... see metrics.h ...}}]}
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "analysis/environment.h"
+#include "analysis/metrics.h"
+#include "loadgen/records/record.h"
+#include "loadgen/records/step_record.h"
+
+namespace servelab::analysis {
+
+inline constexpr const char* kSummarySchema = "servelab.summary/1";
+
+/// What one run (one strategy × rate) was: the label its records carry and how it was configured.
+struct RunInfo {
+  std::string label;     ///< the records' "run" field, e.g. "continuous-paged@4"
+  std::string strategy;  ///< row/line name in reports; "" means "<batching>-<kv>"
+  std::string batching;  ///< static | dynamic | continuous ("" when unknown, e.g. a foreign server)
+  std::string kv;        ///< naive | paged ("" when unknown)
+  std::string backend;   ///< cpu | cuda | sim | http
+  double rate = 0.0;     ///< requests/s offered; +infinity = all at once (JSON null)
+  int n_requests = 0;    ///< planned measured requests (warm-up excluded); 0 = not known
+  nlohmann::ordered_json config = nlohmann::ordered_json::object();  ///< free: the strategy's knobs
+
+  /// The strategy name reports group by.
+  std::string strategy_name() const;
+  /// Throws std::invalid_argument naming the field: label non-empty; batching in {static,
+  /// dynamic, continuous} or ""; kv in {naive, paged} or ""; rate > 0 (or +inf).
+  void validate() const;
+};
+
+/// Which scenario produced the runs. `details` holds free JSON merged after the fixed keys.
+struct ScenarioInfo {
+  std::string name;
+  std::string file;
+  uint64_t seed = 0;
+  nlohmann::ordered_json details = nlohmann::ordered_json::object();
+};
+
+/// One run's configuration and metrics.
+struct RunSummary {
+  RunInfo info;
+  RunMetrics metrics;
+};
+
+/// The whole summary.json in memory.
+struct Summary {
+  ScenarioInfo scenario;
+  Environment environment;
+  SloSpec slo;
+  std::vector<RunSummary> runs;
+
+  /// Strategy names in first-appearance order.
+  std::vector<std::string> strategies() const;
+};
+
+/// Computes every run's metrics. Runs come in the order of `infos`; records or steps whose label
+/// has no RunInfo still get a run (label only, sorted by label, after the others) so nothing
+/// measured is silently dropped. Throws std::invalid_argument on a bad RunInfo, SLO or record.
+Summary build_summary(const ScenarioInfo& scenario, const Environment& environment, const SloSpec& slo,
+                      const std::vector<RunInfo>& infos, const std::vector<RequestRecord>& records,
+                      const std::vector<StepRecord>& steps);
+
+void to_json(nlohmann::ordered_json& j, const RunInfo& r);  ///< without "n_failed"/"metrics"
+void from_json(const nlohmann::ordered_json& j, RunInfo& r);
+void to_json(nlohmann::ordered_json& j, const ScenarioInfo& s);
+void from_json(const nlohmann::ordered_json& j, ScenarioInfo& s);
+void to_json(nlohmann::ordered_json& j, const SloSpec& s);
+void from_json(const nlohmann::ordered_json& j, SloSpec& s);
+void to_json(nlohmann::ordered_json& j, const RunSummary& r);
+void from_json(const nlohmann::ordered_json& j, RunSummary& r);
+void to_json(nlohmann::ordered_json& j, const Summary& s);
+/// Throws std::invalid_argument when "schema" is not servelab.summary/1 or a key is malformed.
+void from_json(const nlohmann::ordered_json& j, Summary& s);
+
+/// The exact bytes of summary.json.
+std::string summary_text(const Summary& s);
+/// Writes summary_text to `path`; throws std::runtime_error("path: cannot write").
+void write_summary(const std::string& path, const Summary& s);
+/// Reads a summary.json; throws std::runtime_error("path: message") on a missing or bad file.
+Summary read_summary(const std::string& path);
+/// Reads `path` as a summary.json file, or `path`/summary.json when `path` is a directory.
+Summary read_summary_or_dir(const std::string& path);
+
+/// Writes `text` to `path` (creating parent folders); throws std::runtime_error("path: ...").
+void write_text_file(const std::string& path, const std::string& text);
+/// Reads a whole file; throws std::runtime_error("path: cannot open").
+std::string read_text_file(const std::string& path);
+
+}  // namespace servelab::analysis

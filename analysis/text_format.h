@@ -1,0 +1,35 @@
+#pragma once
+// Number formatting and an aligned text table for the console, compare and report.md.
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace servelab::analysis {
+
+/// A number for humans: "-" for NaN (no value), "inf", else 0–3 decimals by magnitude
+/// (1234 → "1234", 123.4 → "123.4", 12.34 → "12.34", 0.1234 → "0.123").
+std::string format_number(double x);
+/// A user-given value (bound, threshold, SLO) as written: shortest form, up to 6 significant
+/// digits ("500", "0.5", "1e+06"); "-" for NaN.
+std::string format_plain(double x);
+/// A request rate: "max" for +inf, "?" for NaN, else the shortest form ("0.5", "4").
+std::string format_rate(double rate);
+/// A signed percentage change: "+12.3%", "-4.0%", "+inf%", "n/a" for NaN.
+std::string format_change_pct(double pct);
+/// A share in [0, 1] as a percentage: "95.3%", "-" for NaN.
+std::string format_share(double share);
+
+/// Rows of cells printed with aligned columns: the first column left-aligned, the others right.
+class TextTable {
+ public:
+  explicit TextTable(std::vector<std::string> headers);
+  void add_row(std::vector<std::string> cells);  ///< missing cells print empty
+  /// Header, a rule of '-', then the rows; two spaces between columns; no trailing spaces.
+  void print(std::ostream& out) const;
+
+ private:
+  std::vector<std::string> headers_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+}  // namespace servelab::analysis

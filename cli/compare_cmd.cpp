@@ -1,0 +1,59 @@
+// servelab compare BASE NEW: per-run deltas of key metrics between two summaries; exit 1 on a
+// regression beyond the threshold (latency up or throughput down), 0 otherwise, 2 on bad input.
+#include <iostream>
+#include <memory>
+
+#include "analysis/compare.h"
+#include "analysis/summary.h"
+#include "cli/command.h"
+
+namespace servelab::cli {
+namespace {
+
+struct CompareArgs {
+  std::string base;
+  std::string current;
+  double threshold_pct = 10.0;
+  std::vector<std::string> metrics;
+};
+
+int compare_main(const CompareArgs& a) {
+  const auto base = analysis::read_summary_or_dir(a.base);
+  const auto current = analysis::read_summary_or_dir(a.current);
+  const auto& metrics = a.metrics.empty() ? analysis::default_compare_metrics() : a.metrics;
+  const auto c = analysis::compare_summaries(base, current, a.threshold_pct, metrics);
+  std::cout << "base: " << a.base << "\nnew:  " << a.current << "\n\n";
+  analysis::print_comparison(std::cout, c);
+  if (c.runs.empty()) {
+    std::cerr << "servelab compare: error: no run of NEW matches a run of BASE by label and rate\n";
+    return 2;
+  }
+  return c.exit_code();
+}
+
+const Registrar reg("compare", "Compare two summaries run by run; exit 1 on a regression",
+                    [](CLI::App& sub) -> CommandMain {
+                      auto a = std::make_shared<CompareArgs>();
+                      sub.add_option("BASE", a->base, "baseline summary.json or run folder")->required();
+                      sub.add_option("NEW", a->current, "new summary.json or run folder")->required();
+                      sub.add_option("--threshold-pct", a->threshold_pct,
+                                     "largest tolerated regression, percent of the base value")
+                          ->capture_default_str()
+                          ->check(CLI::NonNegativeNumber);
+                      sub.add_option("--metric", a->metrics,
+                                     "metric to compare (repeatable), e.g. ttft_ms.p99, goodput; "
+                                     "default: p50/p99 TTFT and TPOT, output_throughput, goodput, "
+                                     "slo_attainment");
+                      sub.footer(
+                          "Runs are matched by label and rate. A regression is latency up or\n"
+                          "throughput/goodput/attainment down by more than the threshold.\n"
+                          "Exit 0 no regression, 1 regression, 2 bad input.\n\n"
+                          "Examples:\n"
+                          "  servelab compare results/baselines/ci.json results/runs/ci\n"
+                          "  servelab compare old/summary.json new/summary.json --threshold-pct 5 "
+                          "--metric ttft_ms.p99\n");
+                      return [a] { return compare_main(*a); };
+                    });
+
+}  // namespace
+}  // namespace servelab::cli

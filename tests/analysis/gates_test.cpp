@@ -1,0 +1,149 @@
+#include "analysis/gates.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace servelab::analysis {
+namespace {
+
+/// A summary with two hand-set runs (no records needed for gates).
+Summary hand_summary() {
+  Summary s;
+  RunSummary a;
+  a.info.label = "continuous-paged@4";
+  a.info.batching = "continuous";
+  a.info.kv = "paged";
+  a.info.rate = 4;
+  a.metrics.ttft_ms = summarize({100, 200, 300});  // p99 = 298
+  a.metrics.slo_attainment = 0.95;
+  a.metrics.goodput = 500;
+  a.metrics.n_requests = 3;
+  RunSummary b = a;
+  b.info.label = "static-naive@4";
+  b.info.batching = "static";
+  b.info.kv = "naive";
+  b.metrics.ttft_ms = summarize({900, 1000, 1100});  // p99 = 1098
+  b.metrics.slo_attainment = 0.6;
+  b.metrics.n_failed = 2;
+  s.runs = {a, b};
+  return s;
+}
+
+Gate gate(const std::string& metric, std::optional<double> min, std::optional<double> max,
+          std::optional<std::string> strategy = std::nullopt) {
+  Gate g;
+  g.metric = metric;
+  g.min = min;
+  g.max = max;
+  g.strategy = strategy;
+  return g;
+}
+
+TEST(Gates, PassAndFailPerMatchingRun) {
+  const auto res = evaluate_gates(
+      hand_summary(),
+      {gate("ttft_ms.p99", std::nullopt, 500, "continuous-paged"), gate("ttft_ms.p99", std::nullopt, 500),
+       gate("slo_attainment", 0.5, std::nullopt), gate("n_failed", std::nullopt, 0)});
+  ASSERT_EQ(res.size(), 4u);
+  EXPECT_TRUE(res[0].passed) << res[0].message;
+  EXPECT_FALSE(res[1].passed);  // static-naive's 1098 ms
+  EXPECT_NE(res[1].message.find("static-naive @ 4: 1098 FAIL"), std::string::npos) << res[1].message;
+  EXPECT_NE(res[1].message.find("continuous-paged @ 4: 298.0 ok"), std::string::npos) << res[1].message;
+  EXPECT_TRUE(res[2].passed);
+  EXPECT_FALSE(res[3].passed);
+  EXPECT_EQ(res[0].name, "ttft_ms.p99 <= 500 [continuous-paged]");
+  EXPECT_FALSE(all_passed(res));
+}
+
+TEST(Gates, NoMatchingRunOrNoValueFails) {
+  Gate g = gate("goodput", 1, std::nullopt, "dynamic-paged");
+  auto res = evaluate_gates(hand_summary(), {g});
+  EXPECT_FALSE(res[0].passed);
+  EXPECT_NE(res[0].message.find("no run matches"), std::string::npos);
+
+  Summary s = hand_summary();
+  s.runs[0].metrics.tpot_ms = summarize({});  // no samples: null, not 0
+  res = evaluate_gates(s, {gate("tpot_ms.p50", std::nullopt, 100, "continuous-paged")});
+  EXPECT_FALSE(res[0].passed);
+  EXPECT_NE(res[0].message.find("no value"), std::string::npos);
+}
+
+TEST(Gates, RateFilter) {
+  Gate g = gate("ttft_ms.p99", std::nullopt, 500);
+  g.rate = 8;
+  EXPECT_FALSE(evaluate_gates(hand_summary(), {g})[0].passed);  // nothing at 8 req/s
+  g.rate = 4;
+  g.strategy = "continuous-paged";
+  EXPECT_TRUE(evaluate_gates(hand_summary(), {g})[0].passed);
+}
+
+TEST(Gates, ValidateNamesTheProblem) {
+  try {
+    gate("ttft_p99", std::nullopt, 5).validate();
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown metric 'ttft_p99'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ttft_ms.p99"), std::string::npos);  // lists the valid names
+  }
+  EXPECT_THROW(gate("goodput", std::nullopt, std::nullopt).validate(), std::invalid_argument);
+  EXPECT_THROW(gate("goodput", 5, 1).validate(), std::invalid_argument);
+  EXPECT_THROW(nlohmann::ordered_json::parse(R"({"metric": "goodput"})").get<Gate>(), std::invalid_argument);
+}
+
+TEST(Gates, JunitHasOneTestcasePerGateAndFailureElements) {
+  auto res = evaluate_gates(hand_summary(), {gate("ttft_ms.p99", std::nullopt, 500, "continuous-paged"),
+                                             gate("ttft_ms.p99", std::nullopt, 500)});
+  res.push_back({"odd <name> & \"quotes\"", false, "a < b"});
+  const std::string x = junit_xml(res, "servelab.ci");
+  auto count = [&](const std::string& needle) {
+    std::size_t n = 0;
+    for (auto p = x.find(needle); p != std::string::npos; p = x.find(needle, p + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("<testcase "), 3u);
+  EXPECT_EQ(count("<failure "), 2u);
+  EXPECT_NE(x.find("<testsuite name=\"servelab.ci\" tests=\"3\" failures=\"2\""), std::string::npos) << x;
+  EXPECT_NE(x.find("name=\"ttft_ms.p99 &lt;= 500 [continuous-paged]\""), std::string::npos) << x;
+  EXPECT_NE(x.find("odd &lt;name&gt; &amp; &quot;quotes&quot;"), std::string::npos) << x;
+  EXPECT_EQ(x.find("a < b"), std::string::npos);
+  EXPECT_EQ(x.rfind("<?xml", 0), 0u);
+}
+
+TEST(Gates, BaselineRegressionFailsOnlyBeyondThreshold) {
+  const Summary base = hand_summary();
+  Summary cur = hand_summary();
+  BaselineSpec spec;
+  spec.path = "base.json";
+  spec.max_regression_pct = 10;
+  spec.metrics = {"ttft_ms.p99", "goodput"};
+  auto res = evaluate_baseline(cur, base, spec);
+  ASSERT_EQ(res.size(), 2u);
+  EXPECT_TRUE(res[0].passed && res[1].passed);
+
+  cur.runs[0].metrics.ttft_ms = summarize({100, 200, 330});  // p99 298 → 327.4: +9.9 %
+  EXPECT_TRUE(evaluate_baseline(cur, base, spec)[0].passed);
+  cur.runs[0].metrics.ttft_ms = summarize({100, 200, 340});  // p99 337.2: +13.2 %
+  res = evaluate_baseline(cur, base, spec);
+  EXPECT_FALSE(res[0].passed);
+  EXPECT_NE(res[0].message.find("REGRESSION"), std::string::npos) << res[0].message;
+  cur.runs[1].metrics.goodput = 440;  // 500 → 440: −12 %
+  EXPECT_FALSE(evaluate_baseline(cur, base, spec)[1].passed);
+  cur.runs[1].metrics.goodput = 600;  // better is never a regression
+  EXPECT_TRUE(evaluate_baseline(cur, base, spec)[1].passed);
+}
+
+TEST(Gates, MetricLookupCoversNestedAndRunLevelNames) {
+  Summary s = hand_summary();
+  s.runs[0].metrics.kv = compute_kv_metrics(s.runs[0].info.label, {});  // no steps
+  EXPECT_DOUBLE_EQ(*run_metric(s.runs[1], "n_failed"), 2.0);
+  EXPECT_NEAR(*run_metric(s.runs[0], "ttft_ms.p50"), 200.0, 1e-9);
+  EXPECT_FALSE(run_metric(s.runs[0], "kv_utilization.mean").has_value());  // no steps: null
+  EXPECT_EQ(metric_direction("goodput"), MetricDirection::higher_is_better);
+  EXPECT_EQ(metric_direction("itl_ms.p99"), MetricDirection::lower_is_better);
+}
+
+}  // namespace
+}  // namespace servelab::analysis
