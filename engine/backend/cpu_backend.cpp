@@ -1,0 +1,497 @@
+#include "engine/backend/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "engine/backend/cpu_attention.h"
+#include "engine/backend/sampler.h"
+
+namespace servelab {
+namespace {
+
+constexpr int kKeys = 0;
+constexpr int kValues = 1;
+/// Rows of one entry per attention item: enough to amortize gathering the keys, few enough
+/// that a long prefill still splits across threads.
+constexpr int kRowsPerChunk = 32;
+/// Below this many multiply-adds, waking the pool costs more than splitting the work saves.
+constexpr int64_t kMinParallelWork = 1 << 16;
+
+/// Grows v to at least n elements; never shrinks, so steady-state steps allocate nothing.
+template <typename T>
+T* ensure(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+/// out[rows, n_out] = in[rows, n_in] · W[n_out, n_in]ᵀ (+ out when accumulate).
+void gemm_nt(const float* in, int rows, int n_in, const std::vector<float>& w, int n_out, float* out,
+             bool accumulate) {
+  if (rows == 1) {  // a lone decode row: gemv streams W once, where gemm would first pack all of it
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, n_out, n_in, 1.0f, w.data(), n_in, in, 1, accumulate ? 1.0f : 0.0f,
+                out, 1);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n_out, n_in, 1.0f, in, n_in, w.data(), n_in,
+              accumulate ? 1.0f : 0.0f, out, n_out);
+}
+
+void add_bias(float* y, int rows, const std::vector<float>& bias) {
+  if (bias.empty()) return;
+  const int n = static_cast<int>(bias.size());
+  for (int r = 0; r < rows; ++r)
+    for (int i = 0; i < n; ++i) y[size_t(r) * n + i] += bias[i];
+}
+
+void rms_norm_row(const float* x, const float* weight, int d, float eps, float* y) {
+  double ss = 0.0;
+  for (int i = 0; i < d; ++i) ss += double(x[i]) * x[i];
+  const float scale = static_cast<float>(1.0 / std::sqrt(ss / d + eps));
+  for (int i = 0; i < d; ++i) y[i] = x[i] * scale * weight[i];
+}
+
+void check_size(const std::string& name, const std::vector<float>& v, int64_t expected) {
+  if (static_cast<int64_t>(v.size()) != expected)
+    throw std::invalid_argument("CpuBackend: tensor " + name + " has " + std::to_string(v.size()) +
+                                " values, the config needs " + std::to_string(expected));
+}
+
+void check_weights(const ModelWeights& w) {
+  const ModelConfig& c = w.config;
+  c.validate();
+  const int64_t d = c.hidden_size, dq = int64_t(c.n_heads) * c.head_dim(), dkv = c.kv_dim();
+  const int64_t ffn = c.intermediate_size, vocab = c.vocab_size;
+  check_size("model.embed_tokens.weight", w.embedding, vocab * d);
+  if (static_cast<int>(w.layers.size()) != c.n_layers)
+    throw std::invalid_argument("CpuBackend: weights have " + std::to_string(w.layers.size()) +
+                                " layers, the config says n_layers = " + std::to_string(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& L = w.layers[l];
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    check_size(p + "input_layernorm.weight", L.attn_norm, d);
+    check_size(p + "self_attn.q_proj.weight", L.wq, dq * d);
+    check_size(p + "self_attn.k_proj.weight", L.wk, dkv * d);
+    check_size(p + "self_attn.v_proj.weight", L.wv, dkv * d);
+    if (c.attention_bias || !L.bq.empty()) {
+      check_size(p + "self_attn.q_proj.bias", L.bq, dq);
+      check_size(p + "self_attn.k_proj.bias", L.bk, dkv);
+      check_size(p + "self_attn.v_proj.bias", L.bv, dkv);
+    }
+    check_size(p + "self_attn.o_proj.weight", L.wo, d * dq);
+    check_size(p + "post_attention_layernorm.weight", L.ffn_norm, d);
+    check_size(p + "mlp.gate_proj.weight", L.w_gate, ffn * d);
+    check_size(p + "mlp.up_proj.weight", L.w_up, ffn * d);
+    check_size(p + "mlp.down_proj.weight", L.w_down, d * ffn);
+  }
+  check_size("model.norm.weight", w.final_norm, d);
+  check_size(w.lm_head.empty() ? "model.embed_tokens.weight (tied lm_head)" : "lm_head.weight",
+             w.output_matrix(), vocab * d);
+}
+
+std::string entry_name(size_t i, const Sequence* seq) {
+  return "batch entry " + std::to_string(i) + (seq ? " (seq " + std::to_string(seq->id) + ")" : "");
+}
+
+}  // namespace
+
+void CpuBackendOptions::validate() const {
+  if (n_threads < 0 || n_threads > 1024)
+    throw std::invalid_argument("cpu.n_threads (" + std::to_string(n_threads) +
+                                ") must be in [0, 1024] (0 = all hardware threads)");
+}
+
+namespace {
+/// Rows [row_begin, row_end) of one entry: an attention work item with each kv head.
+struct AttentionChunk {
+  int row_begin = 0;
+  int row_end = 0;
+};
+}  // namespace
+
+/// Per-step buffers. Real rows come first in entry order, padding rows after them.
+struct CpuBackend::Scratch {
+  int n_real = 0;  // T: tokens of the entries
+  int n_rows = 0;  // R = T + padding
+  std::vector<int> row_pos;        // [T] absolute position
+  std::vector<int> row_entry;      // [T] entry index
+  std::vector<int64_t> row_slot;   // [T] arena slot of the row's own position
+  std::vector<int64_t> ctx_begin;  // [n_entries] offset into ctx_slots
+  std::vector<int64_t> ctx_slots;  // per entry: slots of positions [0, n_computed + n_new)
+  std::vector<int> sample_rows;    // [S] last row of each entry with sample == true
+  int max_ctx = 0;
+  int64_t attention_work = 0;      // Σ (pos + 1) over rows: sizes the thread split
+
+  std::vector<float> x;      // [R, d] residual stream
+  std::vector<float> xn;     // [R, d] normalized
+  std::vector<float> q;      // [R, n_heads * head_dim]
+  std::vector<float> k, v;   // [R, kv_dim]
+  std::vector<float> attn;   // [R, n_heads * head_dim]; padding rows stay zero
+  std::vector<float> gate;   // [R, ffn]
+  std::vector<float> up;     // [R, ffn]
+  std::vector<float> xs;     // [S, d]
+  std::vector<float> logits; // [S, vocab]
+  std::vector<AttentionChunk> chunks;  // attention work: runs of one entry's rows
+  std::vector<std::vector<float>> scores;  // per worker: [heads per kv head, max_ctx]
+  std::vector<std::vector<float>> keys_t;  // per worker: [head_dim, max_ctx] gathered keys
+};
+
+CpuBackend::CpuBackend(std::shared_ptr<const ModelWeights> weights, CpuBackendOptions options)
+    : weights_((options.validate(), std::move(weights))),
+      pool_(options.n_threads > 0 ? options.n_threads
+                                  : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))),
+      scratch_(std::make_unique<Scratch>()) {
+  if (!weights_) throw std::invalid_argument("CpuBackend: no weights");
+  check_weights(*weights_);
+  openblas_set_num_threads(pool_.n_threads());
+  scratch_->scores.resize(pool_.n_threads());
+  scratch_->keys_t.resize(pool_.n_threads());
+}
+
+CpuBackend::CpuBackend(ModelWeights&& weights, CpuBackendOptions options)
+    : CpuBackend(std::make_shared<const ModelWeights>(std::move(weights)), options) {}
+
+CpuBackend::~CpuBackend() = default;
+
+int64_t CpuBackend::kv_bytes_per_slot() const {
+  const ModelConfig& c = config();
+  return 2ll * c.n_layers * c.kv_dim() * static_cast<int64_t>(sizeof(float));
+}
+
+void CpuBackend::init_kv(int64_t n_slots) {
+  if (n_slots <= 0)
+    throw std::invalid_argument("CpuBackend::init_kv: n_slots (" + std::to_string(n_slots) + ") must be >= 1");
+  const int64_t n_floats = n_slots * (kv_bytes_per_slot() / static_cast<int64_t>(sizeof(float)));
+  try {
+    arena_.assign(static_cast<size_t>(n_floats), 0.0f);
+    arena_.shrink_to_fit();
+  } catch (const std::bad_alloc&) {
+    throw std::runtime_error("CpuBackend::init_kv: cannot allocate " +
+                             std::to_string(n_floats * int64_t(sizeof(float))) + " bytes for " +
+                             std::to_string(n_slots) + " KV slots; lower kv_cache_bytes");
+  }
+  n_slots_ = n_slots;
+}
+
+float* CpuBackend::kv_plane(int layer, int kind, int kv_head) {
+  const ModelConfig& c = config();
+  const int64_t plane = (int64_t(layer) * 2 + kind) * c.n_kv_heads + kv_head;
+  return arena_.data() + plane * n_slots_ * c.head_dim();
+}
+
+void CpuBackend::check_slot(int64_t slot, const char* what) const {
+  if (slot < 0 || slot >= n_slots_)
+    throw std::out_of_range(std::string("CpuBackend: ") + what + " slot " + std::to_string(slot) +
+                            " is outside the arena [0, " + std::to_string(n_slots_) + ")");
+}
+
+void CpuBackend::ensure_rope(int n_positions) {
+  const int half = config().head_dim() / 2;
+  if (static_cast<int64_t>(rope_cos_.size()) >= int64_t(n_positions) * half) return;
+  int have = half ? static_cast<int>(rope_cos_.size() / half) : 0;
+  int want = std::max(256, have * 2);
+  while (want < n_positions) want *= 2;
+  rope_cos_.resize(size_t(want) * half);
+  rope_sin_.resize(size_t(want) * half);
+  const double theta = config().rope_theta, hd = config().head_dim();
+  for (int i = 0; i < half; ++i) {
+    const double inv_freq = std::pow(theta, -2.0 * i / hd);
+    for (int pos = have; pos < want; ++pos) {
+      const double angle = pos * inv_freq;
+      rope_cos_[size_t(pos) * half + i] = static_cast<float>(std::cos(angle));
+      rope_sin_[size_t(pos) * half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+}
+
+void CpuBackend::plan_rows(const Batch& batch, const KvManager& kv) {
+  if (n_slots_ == 0) throw std::logic_error("CpuBackend::forward: init_kv() was not called");
+  if (batch.n_padding_tokens < 0)
+    throw std::invalid_argument("batch.n_padding_tokens (" + std::to_string(batch.n_padding_tokens) +
+                                ") must be >= 0");
+  Scratch& s = *scratch_;
+  const int vocab = config().vocab_size;
+  const int n_real = batch.n_tokens();
+  s.n_real = n_real;
+  s.n_rows = n_real + batch.n_padding_tokens;
+  s.row_pos.resize(n_real);
+  s.row_entry.resize(n_real);
+  s.row_slot.resize(n_real);
+  s.ctx_begin.resize(batch.entries.size());
+  s.ctx_slots.clear();
+  s.sample_rows.clear();
+  s.chunks.clear();
+  s.max_ctx = 0;
+  s.attention_work = 0;
+  const int d = config().hidden_size;
+  float* x = ensure(s.x, size_t(s.n_rows) * d);
+
+  int row = 0;
+  for (size_t e = 0; e < batch.entries.size(); ++e) {
+    const BatchEntry& entry = batch.entries[e];
+    const Sequence* seq = entry.seq;
+    if (!seq) throw std::invalid_argument(entry_name(e, seq) + ": seq is null");
+    if (entry.n_new < 1)
+      throw std::invalid_argument(entry_name(e, seq) + ": n_new (" + std::to_string(entry.n_new) +
+                                  ") must be >= 1");
+    const int begin = seq->n_computed, end = seq->n_computed + entry.n_new;
+    if (begin < 0 || end > seq->n_tokens())
+      throw std::invalid_argument(entry_name(e, seq) + ": positions [" + std::to_string(begin) + ", " +
+                                  std::to_string(end) + ") are outside its " +
+                                  std::to_string(seq->n_tokens()) + " tokens");
+    s.ctx_begin[e] = static_cast<int64_t>(s.ctx_slots.size());
+    for (int pos = 0; pos < end; ++pos) {
+      const int64_t slot = kv.slot(*seq, pos);
+      check_slot(slot, "kv.slot() returned");
+      s.ctx_slots.push_back(slot);
+    }
+    for (int pos = begin; pos < end; ++pos, ++row) {
+      const TokenId t = seq->tokens[pos];
+      if (t < 0 || t >= vocab)
+        throw std::invalid_argument(entry_name(e, seq) + ": token " + std::to_string(t) + " at position " +
+                                    std::to_string(pos) + " is outside the vocabulary [0, " +
+                                    std::to_string(vocab) + ")");
+      s.row_pos[row] = pos;
+      s.row_entry[row] = static_cast<int>(e);
+      s.row_slot[row] = s.ctx_slots[s.ctx_begin[e] + pos];
+      std::memcpy(x + size_t(row) * d, weights_->embedding.data() + size_t(t) * d, sizeof(float) * d);
+      s.attention_work += pos + 1;
+    }
+    for (int b = row - entry.n_new; b < row; b += kRowsPerChunk)
+      s.chunks.push_back({b, std::min(b + kRowsPerChunk, row)});
+    s.max_ctx = std::max(s.max_ctx, end);
+    if (entry.sample) s.sample_rows.push_back(row - 1);
+  }
+  std::fill(x + size_t(n_real) * d, x + size_t(s.n_rows) * d, 0.0f);
+  ensure_rope(s.max_ctx);
+
+  const int dq = config().n_heads * config().head_dim();
+  float* attn = ensure(s.attn, size_t(s.n_rows) * dq);
+  std::fill(attn + size_t(n_real) * dq, attn + size_t(s.n_rows) * dq, 0.0f);
+  ensure(s.xn, size_t(s.n_rows) * d);
+  ensure(s.q, size_t(s.n_rows) * dq);
+  ensure(s.k, size_t(s.n_rows) * config().kv_dim());
+  ensure(s.v, size_t(s.n_rows) * config().kv_dim());
+  ensure(s.gate, size_t(s.n_rows) * config().intermediate_size);
+  ensure(s.up, size_t(s.n_rows) * config().intermediate_size);
+  const int group = config().n_heads / config().n_kv_heads;
+  for (auto& sc : s.scores) ensure(sc, size_t(group) * s.max_ctx);
+  for (auto& kt : s.keys_t) ensure(kt, size_t(config().head_dim()) * s.max_ctx);
+}
+
+void CpuBackend::parallel_rows(int n_rows, int64_t cost_per_row, const RowBody& body) {
+  const int64_t work = int64_t(n_rows) * cost_per_row;
+  const int n_threads = pool_.n_threads();
+  if (n_threads == 1 || work < kMinParallelWork) {
+    body(0, 0, n_rows);
+    return;
+  }
+  const int64_t grain = std::max<int64_t>(1, n_rows / (4 * n_threads));
+  pool_.parallel_for(n_rows, grain, [&](int worker, int64_t b, int64_t e) {
+    body(worker, static_cast<int>(b), static_cast<int>(e));
+  });
+}
+
+void CpuBackend::attention(int layer) {
+  Scratch& s = *scratch_;
+  const ModelConfig& c = config();
+  const int hd = c.head_dim(), n_kv = c.n_kv_heads, group = c.n_heads / c.n_kv_heads;
+  const int dq = c.n_heads * hd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+
+  // Item = (chunk of one entry's rows, kv head): the chunk's keys are gathered once, then each
+  // row attends over its causal prefix of them.
+  auto one_item = [&](int worker, int64_t item) {
+    const AttentionChunk& chunk = s.chunks[item / n_kv];
+    const int g = static_cast<int>(item % n_kv);
+    const int n_gathered = s.row_pos[chunk.row_end - 1] + 1;
+    const int64_t* slots = s.ctx_slots.data() + s.ctx_begin[s.row_entry[chunk.row_begin]];
+    float* kt = s.keys_t[worker].data();
+    gather_keys_transposed(kv_plane(layer, kKeys, g), slots, n_gathered, hd, kt);
+    AttentionGroupArgs a;
+    a.kt = kt;
+    a.kt_stride = n_gathered;
+    a.values = kv_plane(layer, kValues, g);
+    a.slots = slots;
+    a.group = group;
+    a.head_dim = hd;
+    a.scale = scale;
+    a.scores = s.scores[worker].data();
+    for (int r = chunk.row_begin; r < chunk.row_end; ++r) {
+      a.q = s.q.data() + size_t(r) * dq + size_t(g) * group * hd;
+      a.out = s.attn.data() + size_t(r) * dq + size_t(g) * group * hd;
+      a.n_ctx = s.row_pos[r] + 1;
+      attend_group(a);
+    }
+  };
+
+  const int64_t n_items = static_cast<int64_t>(s.chunks.size()) * n_kv;
+  const int64_t work = s.attention_work * c.n_heads * hd * 2;
+  if (pool_.n_threads() == 1 || work < kMinParallelWork) {
+    for (int64_t i = 0; i < n_items; ++i) one_item(0, i);
+    return;
+  }
+  pool_.parallel_for(n_items, 1, [&](int worker, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) one_item(worker, i);
+  });
+}
+
+void CpuBackend::run_layer(int layer) {
+  Scratch& s = *scratch_;
+  const ModelConfig& c = config();
+  const LayerWeights& L = weights_->layers[layer];
+  const int d = c.hidden_size, hd = c.head_dim(), half = hd / 2;
+  const int dq = c.n_heads * hd, dkv = c.kv_dim(), ffn = c.intermediate_size;
+  const int R = s.n_rows, T = s.n_real;
+
+  parallel_rows(R, d, [&](int, int b, int e) {
+    for (int r = b; r < e; ++r)
+      rms_norm_row(s.x.data() + size_t(r) * d, L.attn_norm.data(), d, c.rms_eps, s.xn.data() + size_t(r) * d);
+  });
+  gemm_nt(s.xn.data(), R, d, L.wq, dq, s.q.data(), false);
+  gemm_nt(s.xn.data(), R, d, L.wk, dkv, s.k.data(), false);
+  gemm_nt(s.xn.data(), R, d, L.wv, dkv, s.v.data(), false);
+  add_bias(s.q.data(), R, L.bq);
+  add_bias(s.k.data(), R, L.bk);
+  add_bias(s.v.data(), R, L.bv);
+
+  // RoPE on the real rows, then K/V into the arena at each row's slot.
+  parallel_rows(T, dq + dkv, [&](int, int b, int e) {
+    for (int r = b; r < e; ++r) {
+      const float* cs = rope_cos_.data() + size_t(s.row_pos[r]) * half;
+      const float* sn = rope_sin_.data() + size_t(s.row_pos[r]) * half;
+      auto rotate = [&](float* head) {
+        for (int i = 0; i < half; ++i) {
+          const float a = head[i], b2 = head[i + half];
+          head[i] = a * cs[i] - b2 * sn[i];
+          head[i + half] = b2 * cs[i] + a * sn[i];
+        }
+      };
+      for (int h = 0; h < c.n_heads; ++h) rotate(s.q.data() + size_t(r) * dq + h * hd);
+      for (int h = 0; h < c.n_kv_heads; ++h) {
+        float* kh = s.k.data() + size_t(r) * dkv + h * hd;
+        rotate(kh);
+        const int64_t off = s.row_slot[r] * hd;
+        std::memcpy(kv_plane(layer, kKeys, h) + off, kh, sizeof(float) * hd);
+        std::memcpy(kv_plane(layer, kValues, h) + off, s.v.data() + size_t(r) * dkv + h * hd,
+                    sizeof(float) * hd);
+      }
+    }
+  });
+
+  attention(layer);
+  gemm_nt(s.attn.data(), R, dq, L.wo, d, s.x.data(), true);
+
+  parallel_rows(R, d, [&](int, int b, int e) {
+    for (int r = b; r < e; ++r)
+      rms_norm_row(s.x.data() + size_t(r) * d, L.ffn_norm.data(), d, c.rms_eps, s.xn.data() + size_t(r) * d);
+  });
+  gemm_nt(s.xn.data(), R, d, L.w_gate, ffn, s.gate.data(), false);
+  gemm_nt(s.xn.data(), R, d, L.w_up, ffn, s.up.data(), false);
+  parallel_rows(R, int64_t(ffn) * 8, [&](int, int b, int e) {
+    for (size_t i = size_t(b) * ffn; i < size_t(e) * ffn; ++i) {
+      const float g = s.gate[i];
+      s.gate[i] = g / (1.0f + std::exp(-g)) * s.up[i];
+    }
+  });
+  gemm_nt(s.gate.data(), R, ffn, L.w_down, d, s.x.data(), true);
+}
+
+std::span<const float> CpuBackend::forward_logits(const Batch& batch, const KvManager& kv) {
+  plan_rows(batch, kv);
+  Scratch& s = *scratch_;
+  const ModelConfig& c = config();
+  if (s.n_rows == 0) return {};
+  for (int l = 0; l < c.n_layers; ++l) run_layer(l);
+
+  const int d = c.hidden_size, vocab = c.vocab_size;
+  const int n_sampled = static_cast<int>(s.sample_rows.size());
+  if (n_sampled == 0) return {};
+  float* xs = ensure(s.xs, size_t(n_sampled) * d);
+  float* logits = ensure(s.logits, size_t(n_sampled) * vocab);
+  for (int i = 0; i < n_sampled; ++i)
+    rms_norm_row(s.x.data() + size_t(s.sample_rows[i]) * d, weights_->final_norm.data(), d, c.rms_eps,
+                 xs + size_t(i) * d);
+  gemm_nt(xs, n_sampled, d, weights_->output_matrix(), vocab, logits, false);
+  return {logits, size_t(n_sampled) * vocab};
+}
+
+ForwardResult CpuBackend::forward(const Batch& batch, const KvManager& kv) {
+  const std::span<const float> logits = forward_logits(batch, kv);
+  const size_t vocab = config().vocab_size;
+  ForwardResult result;
+  size_t i = 0;
+  for (const BatchEntry& e : batch.entries) {
+    if (!e.sample) continue;
+    const Sequence& seq = *e.seq;
+    result.sampled.push_back(sample_token(logits.subspan(i * vocab, vocab), seq.sampling,
+                                          static_cast<uint64_t>(seq.sample_index), seq.n_computed + e.n_new));
+    ++i;
+  }
+  return result;
+}
+
+void CpuBackend::copy_slots(std::span<const KvCopy> copies) {
+  const ModelConfig& c = config();
+  const int hd = c.head_dim();
+  for (const KvCopy& cp : copies) {
+    if (cp.n_slots <= 0) continue;
+    check_slot(cp.src_slot, "copy source");
+    check_slot(cp.src_slot + cp.n_slots - 1, "copy source");
+    check_slot(cp.dst_slot, "copy destination");
+    check_slot(cp.dst_slot + cp.n_slots - 1, "copy destination");
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int kind : {kKeys, kValues})
+        for (int g = 0; g < c.n_kv_heads; ++g) {
+          float* plane = kv_plane(l, kind, g);
+          std::memmove(plane + cp.dst_slot * hd, plane + cp.src_slot * hd, sizeof(float) * cp.n_slots * hd);
+        }
+  }
+}
+
+void CpuBackend::save_slots(std::span<const int64_t> slots, std::vector<std::byte>& host) {
+  for (int64_t slot : slots) check_slot(slot, "save_slots");
+  const ModelConfig& c = config();
+  const int hd = c.head_dim();
+  host.resize(slots.size() * static_cast<size_t>(kv_bytes_per_slot()));
+  auto* out = reinterpret_cast<float*>(host.data());
+  // Host order [layer][K|V][kv_head][i][head_dim], mirroring the arena.
+  for (int l = 0; l < c.n_layers; ++l)
+    for (int kind : {kKeys, kValues})
+      for (int g = 0; g < c.n_kv_heads; ++g) {
+        const float* plane = kv_plane(l, kind, g);
+        for (int64_t slot : slots) {
+          std::memcpy(out, plane + slot * hd, sizeof(float) * hd);
+          out += hd;
+        }
+      }
+}
+
+void CpuBackend::load_slots(std::span<const int64_t> slots, const std::vector<std::byte>& host) {
+  for (int64_t slot : slots) check_slot(slot, "load_slots");
+  const size_t expected = slots.size() * static_cast<size_t>(kv_bytes_per_slot());
+  if (host.size() != expected)
+    throw std::invalid_argument("CpuBackend::load_slots: host buffer has " + std::to_string(host.size()) +
+                                " bytes, " + std::to_string(slots.size()) + " slots need " +
+                                std::to_string(expected));
+  const ModelConfig& c = config();
+  const int hd = c.head_dim();
+  const auto* in = reinterpret_cast<const float*>(host.data());
+  for (int l = 0; l < c.n_layers; ++l)
+    for (int kind : {kKeys, kValues})
+      for (int g = 0; g < c.n_kv_heads; ++g) {
+        float* plane = kv_plane(l, kind, g);
+        for (int64_t slot : slots) {
+          std::memcpy(plane + slot * hd, in, sizeof(float) * hd);
+          in += hd;
+        }
+      }
+}
+
+}  // namespace servelab

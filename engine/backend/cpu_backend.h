@@ -1,0 +1,81 @@
+#pragma once
+// CpuBackend: the real Llama-family forward in fp32 on the CPU. Dense layers run as one
+// cblas_sgemm per weight over all of a step's tokens, padding rows included (sgemv for a lone
+// decode row; OpenBLAS threads them); attention runs per (chunk of an entry's tokens, kv head)
+// on the backend's own thread pool, reading K/V from the arena (cpu_attention.h).
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/thread_pool.h"
+#include "engine/model/weights.h"
+
+namespace servelab {
+
+/// Settings of the CPU backend. validate() names the bad field.
+struct CpuBackendOptions {
+  /// Attention threads, also handed to OpenBLAS (openblas_set_num_threads, which is
+  /// process-wide). 0 = std::thread::hardware_concurrency().
+  int n_threads = 0;
+  void validate() const;
+};
+
+/// Arena layout: one fp32 buffer [layer][K|V][kv_head][slot][head_dim], so that one head's keys
+/// for consecutive slots are contiguous (attention streams them) and a run of slots is one
+/// memmove per (layer, K|V, kv_head) plane.
+class CpuBackend final : public Backend {
+ public:
+  /// Checks every tensor's size against weights->config; throws std::invalid_argument naming
+  /// the tensor and both sizes.
+  explicit CpuBackend(std::shared_ptr<const ModelWeights> weights, CpuBackendOptions options = {});
+  explicit CpuBackend(ModelWeights&& weights, CpuBackendOptions options = {});
+  ~CpuBackend() override;
+
+  std::string name() const override { return "cpu"; }
+  const ModelConfig& config() const override { return weights_->config; }
+  /// 2 (K and V) × n_layers × n_kv_heads × head_dim × 4 bytes.
+  int64_t kv_bytes_per_slot() const override;
+  void init_kv(int64_t n_slots) override;
+  /// Samples each entry with sample == true by sample_token(logits, seq.sampling,
+  /// seq.sample_index, seq.n_computed + n_new): the position the new token will take.
+  ForwardResult forward(const Batch& batch, const KvManager& kv) override;
+  void copy_slots(std::span<const KvCopy> copies) override;
+  void save_slots(std::span<const int64_t> slots, std::vector<std::byte>& host) override;
+  void load_slots(std::span<const int64_t> slots, const std::vector<std::byte>& host) override;
+
+  /// forward() without sampling: writes K/V like forward() and returns the logits of the
+  /// entries with sample == true, [n_sampled, vocab] in entry order. The view stays valid until
+  /// the next call. Throws std::invalid_argument for a malformed batch (entry, field, value).
+  std::span<const float> forward_logits(const Batch& batch, const KvManager& kv);
+
+  int n_threads() const { return pool_.n_threads(); }
+  int64_t n_slots() const { return n_slots_; }
+  const ModelWeights& weights() const { return *weights_; }
+
+ private:
+  struct Scratch;  // per-step buffers, grown as needed and reused
+  using RowBody = std::function<void(int worker, int begin, int end)>;
+  /// Validates the batch, lays out its rows (embeddings, positions, slots) in the scratch.
+  void plan_rows(const Batch& batch, const KvManager& kv);
+  /// Runs body over rows [0, n_rows) on the pool, or inline when the work is too small to split.
+  void parallel_rows(int n_rows, int64_t cost_per_row, const RowBody& body);
+  void ensure_rope(int n_positions);
+  void run_layer(int layer);
+  void attention(int layer);
+  float* kv_plane(int layer, int kind, int kv_head);
+  void check_slot(int64_t slot, const char* what) const;
+
+  std::shared_ptr<const ModelWeights> weights_;
+  ThreadPool pool_;
+  std::vector<float> arena_;  // [n_layers][2][n_kv_heads][n_slots][head_dim]
+  int64_t n_slots_ = 0;
+  std::vector<float> rope_cos_, rope_sin_;  // [max_position][head_dim/2]
+  std::unique_ptr<Scratch> scratch_;
+};
+
+}  // namespace servelab

@@ -1,0 +1,32 @@
+#pragma once
+// Token sampling from one row of logits: greedy, temperature, top-k, top-p. Every random draw is
+// a pure function of (sampling.seed, seq_key, position), so a sequence samples the same tokens
+// whatever batch it runs in and in whatever order the batch lists it.
+#include <cstdint>
+#include <span>
+
+#include "engine/request.h"
+
+namespace servelab {
+
+/// splitmix64 finalizer: a bijective 64-bit mix, the counter-based hash behind every draw.
+uint64_t splitmix64(uint64_t x);
+
+/// Uniform draw in [0, 1) fixed by (seed, seq_key, position); 53 random bits.
+double uniform_draw(uint64_t seed, uint64_t seq_key, int position);
+
+/// Picks the next token from logits [vocab].
+/// - temperature == 0: greedy argmax (lowest index on ties; NaN logits never win).
+/// - otherwise softmax(logits / temperature), cut to the top_k most likely (top_k > 0), then to
+///   the smallest most-likely prefix whose probability reaches top_p (top_p < 1; never empty),
+///   renormalized, and drawn with uniform_draw(sampling.seed, seq_key, position).
+/// seq_key is the sequence's sample index within its request; position is the index the sampled
+/// token will take in the sequence. ignore_eos and max_tokens are the engine's business.
+/// Throws std::invalid_argument on empty logits, temperature < 0, top_k < 0 or top_p outside (0, 1].
+TokenId sample_token(std::span<const float> logits, const SamplingParams& sampling, uint64_t seq_key,
+                     int position);
+
+/// Index of the largest logit, lowest index on ties, NaN ignored (0 when all are NaN).
+TokenId argmax_token(std::span<const float> logits);
+
+}  // namespace servelab

@@ -1,0 +1,172 @@
+// The CPU backend's arena: slot copies, swap out/in, and the errors a bad batch gets.
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/backend/cpu_backend.h"
+#include "engine/backend/reference.h"
+#include "tests/backend/backend_test_util.h"
+
+namespace servelab {
+namespace {
+
+using testing::make_sequence;
+using testing::random_tokens;
+using testing::rel_error;
+using testing::ScrambledKv;
+using testing::small_config;
+
+constexpr int64_t kSlots = 512;
+
+std::vector<int64_t> slot_range(int64_t begin, int64_t n) {
+  std::vector<int64_t> v(n);
+  std::iota(v.begin(), v.end(), begin);
+  return v;
+}
+
+class CpuBackendSlots : public ::testing::Test {
+ protected:
+  CpuBackendSlots()
+      : weights_(std::make_shared<const ModelWeights>(ModelWeights::random(small_config(2, true), 21))),
+        backend_(weights_, CpuBackendOptions{.n_threads = 2}) {
+    backend_.init_kv(kSlots);
+  }
+
+  std::vector<float> run(std::vector<BatchEntry> entries) {
+    Batch batch;
+    batch.entries = std::move(entries);
+    const auto logits = backend_.forward_logits(batch, kv_);
+    std::vector<float> out(logits.begin(), logits.end());
+    for (const BatchEntry& e : batch.entries) e.seq->n_computed += e.n_new;
+    return out;
+  }
+
+  std::shared_ptr<const ModelWeights> weights_;
+  CpuBackend backend_;
+  ScrambledKv kv_{kSlots, 17};
+};
+
+TEST_F(CpuBackendSlots, SaveThenLoadIntoOtherSlotsContinuesIdentically) {
+  Sequence a = make_sequence(1, random_tokens(12, 97, 1));
+  kv_.assign(1, 13);
+  run({{&a, 12, true}});
+  std::vector<std::byte> host;
+  const std::vector<int64_t> a_slots(kv_.slots_of(1).begin(), kv_.slots_of(1).begin() + 12);
+  backend_.save_slots(a_slots, host);
+  EXPECT_EQ(host.size(), 12u * backend_.kv_bytes_per_slot());
+
+  // b: the same tokens, swapped in to different slots, decoding from where a is.
+  Sequence b = a;
+  b.id = 2;
+  kv_.assign(2, 13);
+  const std::vector<int64_t> b_slots(kv_.slots_of(2).begin(), kv_.slots_of(2).begin() + 12);
+  backend_.load_slots(b_slots, host);
+  std::vector<std::byte> again;
+  backend_.save_slots(b_slots, again);
+  EXPECT_EQ(host, again);
+
+  a.tokens.push_back(5);
+  b.tokens.push_back(5);
+  const std::vector<float> logits = run({{&a, 1, true}, {&b, 1, true}});
+  const size_t vocab = 97;
+  EXPECT_EQ(0, std::memcmp(logits.data(), logits.data() + vocab, vocab * sizeof(float)));
+  EXPECT_LT(rel_error(std::span(logits).first(vocab), reference_logits(*weights_, a.tokens)), 1e-4);
+}
+
+TEST_F(CpuBackendSlots, CopySlotsDuplicatesARunExactly) {
+  Sequence a = make_sequence(1, random_tokens(20, 97, 2));
+  kv_.set(1, slot_range(100, 21));
+  run({{&a, 20, true}});
+  const KvCopy copy{.src_slot = 100, .dst_slot = 300, .n_slots = 20};
+  backend_.copy_slots(std::span(&copy, 1));
+
+  std::vector<std::byte> src, dst;
+  backend_.save_slots(slot_range(100, 20), src);
+  backend_.save_slots(slot_range(300, 20), dst);
+  EXPECT_EQ(src, dst);
+
+  Sequence b = a;
+  b.id = 2;
+  kv_.set(2, slot_range(300, 21));
+  a.tokens.push_back(42);
+  b.tokens.push_back(42);
+  const std::vector<float> logits = run({{&a, 1, true}, {&b, 1, true}});
+  EXPECT_EQ(0, std::memcmp(logits.data(), logits.data() + 97, 97 * sizeof(float)));
+}
+
+TEST_F(CpuBackendSlots, ForwardLeavesSequencesUntouched) {
+  Sequence a = make_sequence(1, random_tokens(7, 97, 3));
+  kv_.assign(1, 8);
+  const Sequence before = a;
+  Batch batch;
+  batch.entries = {{&a, 7, true}};
+  const ForwardResult r = backend_.forward(batch, kv_);
+  ASSERT_EQ(r.sampled.size(), 1u);
+  EXPECT_FALSE(r.predicted_s.has_value());
+  EXPECT_EQ(a.tokens, before.tokens);
+  EXPECT_EQ(a.n_computed, before.n_computed);
+  EXPECT_EQ(a.n_prompt, before.n_prompt);
+}
+
+TEST_F(CpuBackendSlots, EmptyAndPaddingOnlyBatchesSampleNothing) {
+  EXPECT_TRUE(backend_.forward(Batch{}, kv_).sampled.empty());
+  EXPECT_TRUE(backend_.forward(Batch{{}, 4}, kv_).sampled.empty());
+}
+
+TEST_F(CpuBackendSlots, RejectsMalformedBatchesWithTheirReason) {
+  Sequence a = make_sequence(1, random_tokens(5, 97, 4));
+  kv_.assign(1, 8);
+  auto error_of = [&](Batch batch) -> std::string {
+    try {
+      backend_.forward(batch, kv_);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(error_of(Batch{{{&a, 0, true}}, 0}).find("n_new"), std::string::npos);
+  EXPECT_NE(error_of(Batch{{{&a, 6, true}}, 0}).find("outside its 5 tokens"), std::string::npos);
+  EXPECT_NE(error_of(Batch{{{nullptr, 1, true}}, 0}).find("null"), std::string::npos);
+  EXPECT_NE(error_of(Batch{{{&a, 5, true}}, -1}).find("n_padding_tokens"), std::string::npos);
+  Sequence bad = a;
+  bad.tokens[2] = 97;
+  EXPECT_NE(error_of(Batch{{{&bad, 5, true}}, 0}).find("token 97 at position 2"), std::string::npos);
+  kv_.set(1, {0, 1, 2, 3, kSlots});  // a slot past the arena
+  EXPECT_NE(error_of(Batch{{{&a, 5, true}}, 0}).find("outside the arena"), std::string::npos);
+
+  std::vector<std::byte> host(3);
+  EXPECT_THROW(backend_.load_slots(slot_range(0, 2), host), std::invalid_argument);
+  EXPECT_THROW(backend_.save_slots(std::vector<int64_t>{kSlots}, host), std::out_of_range);
+  const KvCopy past_end{.src_slot = kSlots - 2, .dst_slot = 0, .n_slots = 4};
+  EXPECT_THROW(backend_.copy_slots(std::span(&past_end, 1)), std::out_of_range);
+}
+
+TEST(CpuBackendSetup, ForwardBeforeInitKvIsAnError) {
+  CpuBackend backend(ModelWeights::random(small_config(4), 1), CpuBackendOptions{.n_threads = 1});
+  ScrambledKv kv(16, 1);
+  Sequence a = make_sequence(1, {1, 2, 3});
+  kv.assign(1, 3);
+  EXPECT_THROW(backend.forward(Batch{{{&a, 3, true}}, 0}, kv), std::logic_error);
+  EXPECT_THROW(backend.init_kv(0), std::invalid_argument);
+}
+
+TEST(CpuBackendSetup, RejectsWeightsThatDoNotMatchTheConfig) {
+  ModelWeights w = ModelWeights::random(small_config(2), 1);
+  w.layers[1].wk.pop_back();
+  try {
+    CpuBackend backend(std::move(w));
+    FAIL() << "expected an error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers.1.self_attn.k_proj.weight"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(CpuBackend(ModelWeights::random(small_config(2), 1), CpuBackendOptions{.n_threads = -1}),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace servelab
