@@ -82,6 +82,10 @@ class Engine {
   /// max_queue_delay_ms), the time to call step() again.
   std::optional<double> next_wakeup() const;
 
+  /// Checks the KV manager's invariants over the sequences holding KV (tests call it after
+  /// every step); throws std::logic_error.
+  void check_invariants() const;
+
   const Backend& backend() const { return *backend_; }
   const KvManager& kv() const { return *kv_; }
   const EngineConfig& config() const { return config_; }

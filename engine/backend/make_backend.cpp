@@ -1,0 +1,55 @@
+#include "engine/backend/make_backend.h"
+
+#include <filesystem>
+#include <stdexcept>
+
+#include "engine/backend/cpu_backend.h"
+#include "engine/model/hf_config.h"
+#include "engine/model/weights.h"
+
+namespace servelab {
+
+namespace {
+
+bool is_checkpoint_dir(const std::string& model) {
+  std::error_code ec;
+  return std::filesystem::is_directory(model, ec);
+}
+
+}  // namespace
+
+const char* to_string(BackendKind k) { return k == BackendKind::cpu ? "cpu" : "sim"; }
+
+BackendKind parse_backend_kind(const std::string& s) {
+  if (s == "cpu") return BackendKind::cpu;
+  if (s == "sim") return BackendKind::sim;
+  throw std::invalid_argument("backend must be cpu or sim (got '" + s + "')");
+}
+
+void BackendSpec::validate() const {
+  if (model.empty()) throw std::invalid_argument("model must name a preset or a checkpoint folder (got '')");
+  if (threads < 0) throw std::invalid_argument("threads must be >= 0 (got " + std::to_string(threads) + ")");
+  if (kind == BackendKind::sim) sim_device.validate();
+}
+
+ModelConfig resolve_model_config(const std::string& model) {
+  if (is_checkpoint_dir(model)) return read_hf_config((std::filesystem::path(model) / "config.json").string());
+  return preset(model);
+}
+
+std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
+  spec.validate();
+  if (spec.kind == BackendKind::sim) {
+    const ModelConfig config = resolve_model_config(spec.model);
+    const SimCostModel cost = spec.sim_profile.empty()
+                                  ? SimCostModel::roofline(spec.sim_device)
+                                  : SimCostModel::from_profile_json(spec.sim_profile, spec.sim_device);
+    return std::make_unique<SimBackend>(config, cost);
+  }
+  CpuBackendOptions options;
+  options.n_threads = spec.threads;
+  if (is_checkpoint_dir(spec.model)) return std::make_unique<CpuBackend>(ModelWeights::load(spec.model), options);
+  return std::make_unique<CpuBackend>(ModelWeights::random(preset(spec.model), spec.seed), options);
+}
+
+}  // namespace servelab

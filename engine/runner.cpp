@@ -1,0 +1,89 @@
+// The run loop: admit what has come due, step the engine, move the clock, deliver callbacks;
+// when nothing can run, sleep until the next arrival or policy timer.
+#include "engine/runner.h"
+
+#include <algorithm>
+#include <string>
+
+namespace servelab {
+
+namespace {
+
+/// Longest single sleep on a steady clock when a stop flag is watched, so Ctrl-C is prompt.
+constexpr double kStopPollS = 0.05;
+/// Consecutive steps that only preempted (ran nothing) before the run counts as stalled.
+constexpr int kMaxEmptyPreemptSteps = 1000;
+
+}  // namespace
+
+void run_engine(Engine& engine, RequestSource& source, Clock& clock, const RunnerCallbacks& cb,
+                const std::atomic<bool>* stop) {
+  auto deliver = [&](const FinishedRequest& f) {
+    if (cb.on_finished) cb.on_finished(f);
+    source.on_finished(f, clock.now());
+  };
+  auto abort_everything = [&](const std::string& why) {
+    for (FinishedRequest& f : engine.abort_all(clock.now())) {
+      if (!why.empty()) f.error = why;
+      deliver(f);
+    }
+  };
+  auto stopped = [&] { return stop && stop->load(); };
+
+  int empty_preempt_steps = 0;
+  while (true) {
+    if (stopped()) {
+      abort_everything("");
+      return;
+    }
+    // Everything that has come due goes in, in plan order.
+    for (auto t = source.next_time(); t && *t <= clock.now(); t = source.next_time()) {
+      Request r = source.take();
+      const double now = clock.now();
+      if (cb.on_sent) cb.on_sent(r, *t, now);
+      if (auto rejected = engine.add(r, now)) deliver(*rejected);
+    }
+
+    bool stalled = false;
+    if (engine.has_work()) {
+      const double step_at = clock.now();
+      StepOutcome s = engine.step(step_at);
+      if (!s.idle()) {
+        empty_preempt_steps = 0;
+        clock.advance(s.duration_s);
+        if (cb.on_step) cb.on_step(s);
+        if (cb.on_token)
+          for (const TokenEvent& t : s.tokens) cb.on_token(t);
+        for (const FinishedRequest& f : s.finished) deliver(f);
+        continue;
+      }
+      if (!s.preempted.empty()) {  // a step may only make room; the next one runs
+        if (++empty_preempt_steps < kMaxEmptyPreemptSteps) continue;
+        abort_everything("the engine kept preempting without running anything (KV arena too small?)");
+        continue;
+      }
+      // Idle with work queued is fine while a policy timer is pending; a timer that was already
+      // due at this step, or none at all with nothing left to arrive, means no step ever will.
+      const auto timer = engine.next_wakeup();
+      stalled = timer ? *timer <= step_at : !source.next_time();
+    } else if (source.exhausted()) {
+      return;
+    }
+    if (stalled) {
+      abort_everything("the engine could not schedule this request (does it fit in the KV arena?)");
+      continue;
+    }
+
+    // Nothing runnable: sleep until the next arrival or the policy's timer.
+    std::optional<double> wake = source.next_time();
+    if (auto w = engine.next_wakeup()) wake = wake ? std::min(*wake, *w) : *w;
+    if (!wake) return;  // no work, and a source that waits on finishes that will never come
+    if (stop && !clock.is_virtual()) {
+      clock.sleep_until(std::min(*wake, clock.now() + kStopPollS));
+    } else {
+      clock.sleep_until(*wake);
+    }
+  }
+}
+
+}  // namespace servelab

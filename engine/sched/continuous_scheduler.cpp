@@ -1,0 +1,259 @@
+#include "engine/sched/continuous_scheduler.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace servelab {
+
+ContinuousScheduler::ContinuousScheduler(const SchedulerConfig& config, KvManager& kv)
+    : config_(config), kv_(kv) {
+  config_.validate();
+}
+
+void ContinuousScheduler::Pass::add_chunk(Sequence* s, int n_new) {
+  step.chunks.push_back({s, n_new});
+  in_step.insert(s);
+  budget -= n_new;
+}
+
+void ContinuousScheduler::Pass::drop_chunk(const Sequence* s) {
+  if (!in_step.erase(s)) return;
+  for (auto it = step.chunks.begin(); it != step.chunks.end(); ++it)
+    if (it->seq == s) {
+      budget += it->n_new;
+      step.chunks.erase(it);
+      return;
+    }
+}
+
+std::optional<std::string> ContinuousScheduler::never_schedulable(const Sequence& seq) const {
+  if (!config_.chunked_prefill && seq.n_tokens() > config_.max_num_batched_tokens)
+    return "prompt of " + std::to_string(seq.n_tokens()) + " tokens exceeds max_num_batched_tokens (" +
+           std::to_string(config_.max_num_batched_tokens) +
+           ") and chunked_prefill is off: enable chunked_prefill or raise max_num_batched_tokens";
+  if (seats(seq) > config_.max_num_seqs)
+    return "n = " + std::to_string(seq.sampling.n) + " parallel samples exceed max_num_seqs (" +
+           std::to_string(config_.max_num_seqs) + ")";
+  Sequence probe;  // an unallocated twin: what one sample needs alone in the arena
+  probe.tokens = seq.tokens;
+  probe.n_prompt = seq.n_prompt;
+  probe.sampling = seq.sampling;
+  const int64_t need = kv_.slots_needed(probe, seq.n_final());
+  if (need > kv_.capacity_slots())
+    return "needs " + std::to_string(need) + " KV slots for " + std::to_string(seq.n_final()) +
+           " tokens but the whole arena holds " + std::to_string(kv_.capacity_slots()) +
+           " (raise engine.kv_cache_bytes)";
+  return std::nullopt;
+}
+
+void ContinuousScheduler::add(Sequence* seq) {
+  seq->status = SeqStatus::waiting;
+  waiting_.push_back(seq);
+}
+
+void ContinuousScheduler::add_forked(Sequence* child, const Sequence& parent) {
+  if (!child->kv.allocated) {  // no room to fork now: it waits at the front, like a preempted one
+    child->status = SeqStatus::waiting;
+    waiting_.push_front(child);
+    return;
+  }
+  child->status = SeqStatus::running;
+  running_.push_back(child);  // newest: the first to go if KV runs short
+}
+
+int ContinuousScheduler::seats(const Sequence& seq) const {
+  // A request's other samples are forked from sample 0 once it has its first token.
+  const bool brings_forks = seq.sample_index == 0 && seq.n_output() == 0;
+  return brings_forks ? std::max(1, seq.sampling.n) : 1;
+}
+
+std::vector<const Sequence*> ContinuousScheduler::live() const {
+  return {running_.begin(), running_.end()};
+}
+
+bool ContinuousScheduler::hold(Sequence& seq, int n_tokens) {
+  if (kv_.slots_needed(seq, n_tokens) == 0) return true;
+  if (!kv_.can_grow(seq, n_tokens)) return false;
+  kv_.grow(seq, n_tokens);
+  return true;
+}
+
+int ContinuousScheduler::fit_chunk(Sequence& seq, int want) {
+  if (want <= 0) return 0;
+  if (hold(seq, seq.n_computed + want)) return want;
+  // can_grow is monotone in the length: bisect for the longest chunk that still fits.
+  int lo = 0, hi = want;  // lo fits (0 trivially), hi does not
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    const int target = seq.n_computed + mid;
+    if (kv_.slots_needed(seq, target) == 0 || kv_.can_grow(seq, target)) lo = mid;
+    else hi = mid;
+  }
+  if (lo > 0 && !hold(seq, seq.n_computed + lo)) return 0;
+  return lo;
+}
+
+void ContinuousScheduler::preempt(Sequence* victim, Pass& pass) {
+  running_.erase(std::remove(running_.begin(), running_.end(), victim), running_.end());
+  pass.drop_chunk(victim);
+  ++victim->preemptions;
+  pass.step.preempted.push_back(victim);
+  if (config_.preempt == PreemptMode::swap && victim->n_computed > 0) {
+    SwapTransfer out;
+    out.seq = victim;
+    out.slots.reserve(victim->n_computed);
+    for (int p = 0; p < victim->n_computed; ++p) out.slots.push_back(kv_.slot(*victim, p));
+    pass.step.swap_out.push_back(std::move(out));
+    kv_.release(*victim);
+    victim->status = SeqStatus::swapped;
+    swapped_.push_back(victim);
+  } else {
+    // Recompute: everything it has (prompt and output so far) is prefilled again on readmission.
+    kv_.release(*victim);
+    victim->n_computed = 0;
+    victim->kv.n_cached_prefix = 0;
+    victim->status = SeqStatus::waiting;
+    waiting_.push_front(victim);
+  }
+}
+
+void ContinuousScheduler::schedule_decodes(Pass& pass) {
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Sequence* s = running_[i];
+    if (n_pending(*s) != 1 || pass.scheduled(s)) continue;
+    if (pass.budget < 1) break;
+    bool self_preempted = false;
+    while (!hold(*s, s->n_tokens())) {
+      Sequence* victim = running_.back();  // newest first; it has not been scheduled yet
+      preempt(victim, pass);
+      if (victim == s) {
+        self_preempted = true;
+        break;
+      }
+    }
+    if (self_preempted) break;  // s was the newest: nothing behind it is left
+    pass.add_chunk(s, 1);
+  }
+}
+
+void ContinuousScheduler::schedule_swap_ins(Pass& pass) {
+  while (!swapped_.empty()) {
+    Sequence* s = swapped_.front();
+    if (static_cast<int>(running_.size()) + 1 > config_.max_num_seqs) break;
+    const bool decoding = n_pending(*s) == 1;
+    if (decoding && pass.budget < 1) break;
+    const int n_hold = decoding ? s->n_tokens() : s->n_computed;
+    if (!kv_.can_allocate(*s, n_hold)) break;
+    kv_.allocate(*s, n_hold);
+    SwapTransfer in;
+    in.seq = s;
+    in.n_shared_prefix = std::clamp(s->kv.n_cached_prefix, 0, s->n_computed);
+    in.slots.reserve(s->n_computed);
+    for (int p = 0; p < s->n_computed; ++p) in.slots.push_back(kv_.slot(*s, p));
+    pass.step.swap_in.push_back(std::move(in));
+    pass.resumed.insert(s);
+    s->status = SeqStatus::running;
+    running_.push_back(s);
+    swapped_.pop_front();
+    if (decoding) {
+      pass.add_chunk(s, 1);
+    }
+  }
+}
+
+void ContinuousScheduler::schedule_running_prefills(Pass& pass) {
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Sequence* s = running_[i];
+    if (n_pending(*s) <= 1 || pass.scheduled(s)) continue;
+    if (pass.budget < 1) break;
+    const int want = std::min(n_pending(*s), pass.budget);
+    int n = fit_chunk(*s, want);
+    while (n == 0) {
+      // Make room from the newest sequence behind s that is itself still prefilling and idle in
+      // this step; without this, two half-prefilled sequences could block each other forever.
+      Sequence* victim = nullptr;
+      for (size_t j = running_.size(); j-- > i + 1;) {
+        Sequence* c = running_[j];
+        if (n_pending(*c) > 1 && !pass.scheduled(c) && !pass.resumed.count(c)) {
+          victim = c;
+          break;
+        }
+      }
+      if (!victim) break;
+      preempt(victim, pass);
+      n = fit_chunk(*s, want);
+    }
+    if (n == 0) continue;
+    pass.add_chunk(s, n);
+  }
+}
+
+bool ContinuousScheduler::admit(Sequence* seq, Pass& pass) {
+  int taken = 0;
+  for (const Sequence* r : running_) taken += seats(*r);
+  if (taken + seats(*seq) > config_.max_num_seqs || pass.budget < 1) return false;
+  const int n_tokens = seq->n_tokens();
+  int n_target = 0;  // positions to hold on admission
+  if (config_.chunked_prefill) {
+    n_target = std::min(n_tokens, pass.budget);
+  } else if (n_tokens <= pass.budget) {
+    n_target = n_tokens;
+  } else if (n_tokens > config_.max_num_batched_tokens && pass.step.chunks.empty()) {
+    // Only a recompute-preempted sequence grows past the budget (add() rejects such prompts):
+    // it is prefilled again in budget-sized pieces over consecutive prefill-only steps.
+    n_target = n_tokens;
+  } else {
+    return false;
+  }
+  if (!kv_.can_allocate(*seq, n_target)) return false;
+  kv_.allocate(*seq, n_target);
+  seq->n_computed = std::clamp(seq->kv.n_cached_prefix, 0, n_tokens - 1);
+  const int n = fit_chunk(*seq, std::min(n_tokens - seq->n_computed, pass.budget));
+  if (n == 0) {
+    kv_.release(*seq);
+    seq->n_computed = 0;
+    return false;
+  }
+  seq->status = SeqStatus::running;
+  running_.push_back(seq);
+  pass.add_chunk(seq, n);
+  return true;
+}
+
+void ContinuousScheduler::schedule_admissions(Pass& pass) {
+  while (!waiting_.empty() && admit(waiting_.front(), pass)) waiting_.pop_front();
+}
+
+ScheduledStep ContinuousScheduler::schedule(double now) {
+  Pass pass;
+  pass.budget = config_.max_num_batched_tokens;
+  if (!config_.chunked_prefill) {
+    // Prefill-only step when there is prefill work: sequences mid-recompute, then admissions
+    // (held back while swapped sequences wait to resume).
+    schedule_running_prefills(pass);
+    if (swapped_.empty() && pass.step.preempted.empty()) schedule_admissions(pass);
+    if (!pass.step.chunks.empty()) return std::move(pass.step);
+    schedule_decodes(pass);
+    if (pass.step.preempted.empty()) schedule_swap_ins(pass);
+    return std::move(pass.step);
+  }
+  schedule_decodes(pass);
+  if (pass.step.preempted.empty()) schedule_swap_ins(pass);
+  schedule_running_prefills(pass);
+  // After a preemption the arena is tight: admitting now would only preempt again (vLLM v1 too).
+  if (swapped_.empty() && pass.step.preempted.empty()) schedule_admissions(pass);
+  return std::move(pass.step);
+}
+
+void ContinuousScheduler::on_finished(Sequence* seq) {
+  seq->status = SeqStatus::finished;
+  running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
+}
+
+void ContinuousScheduler::clear() {
+  waiting_.clear();
+  running_.clear();
+  swapped_.clear();
+}
+
+}  // namespace servelab

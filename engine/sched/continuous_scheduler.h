@@ -1,0 +1,71 @@
+#pragma once
+// Continuous (iteration-level) batching, FCFS, as Orca and vLLM do it: every step retires
+// finished sequences and admits waiting ones within max_num_seqs and a max_num_batched_tokens
+// budget; when KV runs out the newest running sequence is preempted (recompute or swap).
+//
+// Without chunked prefill (vLLM v0): a step is either prefill-only (admissions, whole prompts
+// that fit the budget) or decode-only (every running sequence, one token each).
+// With chunked prefill (Sarathi-Serve, vLLM v1): decodes first, then the rest of the budget goes
+// to prefill chunks, partially prefilled sequences before new ones, all in one batch.
+#include <deque>
+#include <optional>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "engine/sched/scheduler.h"
+
+namespace servelab {
+
+class ContinuousScheduler final : public Scheduler {
+ public:
+  ContinuousScheduler(const SchedulerConfig& config, KvManager& kv);
+
+  BatchingKind kind() const override { return BatchingKind::continuous; }
+  std::optional<std::string> never_schedulable(const Sequence& seq) const override;
+  void add(Sequence* seq) override;
+  void add_forked(Sequence* child, const Sequence& parent) override;
+  ScheduledStep schedule(double now) override;
+  void on_finished(Sequence* seq) override;
+  void clear() override;
+  int n_waiting() const override { return static_cast<int>(waiting_.size() + swapped_.size()); }
+  int n_running() const override { return static_cast<int>(running_.size()); }
+  std::vector<const Sequence*> live() const override;
+  std::optional<double> next_wakeup() const override { return std::nullopt; }
+
+ private:
+  /// One schedule() call's working state.
+  struct Pass {
+    ScheduledStep step;
+    int budget = 0;  ///< tokens left under max_num_batched_tokens
+    std::unordered_set<const Sequence*> in_step;  ///< sequences with a chunk in step
+    std::unordered_set<const Sequence*> resumed;  ///< swapped in this step: not to be preempted again
+    bool scheduled(const Sequence* s) const { return in_step.count(s) > 0; }
+    void add_chunk(Sequence* s, int n_new);
+    /// Takes s's chunk back out (s was preempted after being picked), returning its tokens.
+    void drop_chunk(const Sequence* s);
+  };
+
+  /// Seats in running a waiting sequence takes (a fresh request brings its n samples).
+  int seats(const Sequence& seq) const;
+  /// Makes seq hold [0, n_tokens) positions, growing if needed; false when the arena is short.
+  bool hold(Sequence& seq, int n_tokens);
+  /// Largest n in [1, want] for which seq can hold n_computed + n positions (0 if none).
+  int fit_chunk(Sequence& seq, int want);
+
+  void preempt(Sequence* victim, Pass& pass);
+  void schedule_decodes(Pass& pass);
+  void schedule_swap_ins(Pass& pass);
+  void schedule_running_prefills(Pass& pass);
+  void schedule_admissions(Pass& pass);
+  /// Admits the head of waiting; false when it does not fit (FCFS: nothing behind it goes either).
+  bool admit(Sequence* seq, Pass& pass);
+
+  SchedulerConfig config_;
+  KvManager& kv_;
+  std::deque<Sequence*> waiting_;   // FCFS; recompute-preempted sequences go back to the front
+  std::vector<Sequence*> running_;  // admission order: oldest first, preemption takes the back
+  std::deque<Sequence*> swapped_;   // swapped out, resumed from the front before new admissions
+};
+
+}  // namespace servelab

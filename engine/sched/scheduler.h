@@ -1,0 +1,81 @@
+#pragma once
+// Scheduler: the batching policy. Each step it picks which sequences run and how many positions
+// each computes, and it owns their KV bookkeeping (allocation on admission, growth, preemption)
+// through the KvManager. It never touches K/V data: swaps it wants are listed in the step for the
+// engine to carry out through the backend before the forward.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/kv/kv_manager.h"
+#include "engine/request.h"
+#include "engine/sched/scheduler_config.h"
+
+namespace servelab {
+
+/// One sequence's share of a step: positions [seq->n_computed, seq->n_computed + n_new). The
+/// sequence already holds KV slots for all of them when the step is handed out.
+struct ScheduledChunk {
+  Sequence* seq = nullptr;
+  int n_new = 0;
+};
+
+/// K/V to move between the arena and host memory (swap preemption), positions [0, n_computed)
+/// of seq in slot order.
+struct SwapTransfer {
+  Sequence* seq = nullptr;
+  std::vector<int64_t> slots;  ///< [seq->n_computed] arena slots
+  /// Swap in only: the leading slots the prefix cache handed back. They are shared with other
+  /// sequences and already hold these tokens' K/V, so the engine must leave their bytes as they are.
+  int n_shared_prefix = 0;
+};
+
+/// What the scheduler decided for one step. The engine applies it in this order: save swap_out
+/// (their slots are already released, but nothing has overwritten them yet), copy-on-write copies,
+/// load swap_in, then run the chunks.
+struct ScheduledStep {
+  std::vector<ScheduledChunk> chunks;
+  int n_padding_tokens = 0;              ///< static batching: rows computed and thrown away
+  std::vector<SwapTransfer> swap_out;
+  std::vector<SwapTransfer> swap_in;
+  std::vector<Sequence*> preempted;      ///< sent back to waiting (recompute) or swapped out
+  bool empty() const { return chunks.empty(); }
+};
+
+/// Positions of seq still to compute before it can sample (1 for a decoding sequence).
+inline int n_pending(const Sequence& seq) { return seq.n_tokens() - seq.n_computed; }
+
+class Scheduler {
+ public:
+  virtual ~Scheduler() = default;
+  virtual BatchingKind kind() const = 0;
+
+  /// Why a new request's main sequence (unallocated, n_computed 0) can never be scheduled under
+  /// this policy and arena, or nullopt when it can. Checked by Engine::add before add().
+  virtual std::optional<std::string> never_schedulable(const Sequence& seq) const = 0;
+  /// Queues a new sequence (status waiting, no KV).
+  virtual void add(Sequence* seq) = 0;
+  /// A parallel sample just forked from `parent` (holding KV, running) joins parent's batch.
+  virtual void add_forked(Sequence* child, const Sequence& parent) = 0;
+
+  /// Picks the next step at time `now`; empty when nothing is runnable yet.
+  virtual ScheduledStep schedule(double now) = 0;
+  /// seq finished and its KV was released: it leaves the policy's queues.
+  virtual void on_finished(Sequence* seq) = 0;
+  /// Forgets every sequence (abort); the caller releases their KV.
+  virtual void clear() = 0;
+
+  virtual int n_waiting() const = 0;   ///< queued, preempted or swapped out
+  virtual int n_running() const = 0;   ///< in the current batch and not finished
+  /// Sequences holding KV (for the arena breakdown and invariant checks).
+  virtual std::vector<const Sequence*> live() const = 0;
+  /// When nothing is runnable but a timer will make the policy start a batch.
+  virtual std::optional<double> next_wakeup() const = 0;
+};
+
+/// The policy config.kind names, over `kv`. Throws std::invalid_argument from config.validate().
+std::unique_ptr<Scheduler> make_scheduler(const SchedulerConfig& config, KvManager& kv);
+
+}  // namespace servelab

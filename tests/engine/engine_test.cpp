@@ -1,0 +1,201 @@
+// Engine: configuration errors, rejections with their reasons, EOS, parallel samples, prefix
+// caching and abort, on the sim backend.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <stdexcept>
+
+#include "tests/engine/engine_test_support.h"
+
+namespace servelab {
+namespace {
+
+using namespace enginetest;
+
+constexpr int64_t kSlotBytes = 256;  // micro model, bf16 K/V: 2 × 2 layers × 32 × 2 bytes
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(EngineConfig, ArenaTooSmallForOneBlockNamesTheField) {
+  const std::string e = error_of([] {
+    Engine engine(paged_config(continuous_sched(8, 256, false), 15 * kSlotBytes), sim_backend());
+  });
+  EXPECT_NE(e.find("engine.kv_cache_bytes"), std::string::npos) << e;
+  EXPECT_NE(e.find("3840"), std::string::npos) << e;              // what was given
+  EXPECT_NE(e.find(std::to_string(16 * kSlotBytes)), std::string::npos) << e;  // what it takes
+}
+
+TEST(EngineConfig, NaiveMaxReservationMustFitTheArena) {
+  EngineConfig c = paged_config(continuous_sched(8, 256, false), 100 * kSlotBytes);
+  c.kv.kind = KvKind::naive;
+  c.kv.reserve = NaiveReserve::max;
+  c.kv.max_model_len = 128;
+  const std::string e = error_of([&] { Engine engine(c, sim_backend()); });
+  EXPECT_NE(e.find("engine.kv_cache_bytes"), std::string::npos) << e;
+  EXPECT_NE(e.find("max_model_len = 128"), std::string::npos) << e;
+  c.kv_cache_bytes = 128 * kSlotBytes;
+  EXPECT_NO_THROW(Engine(c, sim_backend()));
+}
+
+TEST(EngineConfig, BadFieldsAreNamed) {
+  EngineConfig c = paged_config(continuous_sched(0, 256, false), 1 << 20);
+  EXPECT_NE(error_of([&] { Engine engine(c, sim_backend()); }).find("max_num_seqs"), std::string::npos);
+  c = paged_config(continuous_sched(8, 256, false), 0);
+  EXPECT_NE(error_of([&] { Engine engine(c, sim_backend()); }).find("engine.kv_cache_bytes"), std::string::npos);
+  c = paged_config(static_sched(8, -1.0), 1 << 20);
+  EXPECT_NE(error_of([&] { Engine engine(c, sim_backend()); }).find("max_wait_ms"), std::string::npos);
+}
+
+TEST(EngineAdd, TooLongRequestIsRejectedWhileOthersFinish) {
+  Engine engine(paged_config(continuous_sched(8, 512, false), 1 << 20), sim_backend());
+  std::vector<Request> reqs = {make_request(0, 20, 5), make_request(1, 200, 57), make_request(2, 30, 4)};
+  RunResult r = run_virtual(engine, at_zero(reqs));
+  ASSERT_EQ(r.finished.size(), 3u);
+  EXPECT_EQ(r.at(1).reason, FinishReason::rejected);
+  EXPECT_NE(r.at(1).error.find("max model length 256"), std::string::npos) << r.at(1).error;
+  EXPECT_EQ(r.at(0).reason, FinishReason::length);
+  EXPECT_EQ(r.at(2).reason, FinishReason::length);
+  EXPECT_EQ(r.at(2).n_output, 4);
+}
+
+TEST(EngineAdd, KvMaxModelLenBelowTheModelsIsTheLimit) {
+  EngineConfig c = paged_config(continuous_sched(8, 512, false), 1 << 20);
+  c.kv.max_model_len = 64;
+  Engine engine(c, sim_backend());
+  EXPECT_EQ(engine.config().kv.max_model_len, 64);
+  EXPECT_FALSE(engine.add(make_request(0, 60, 4), 0.0).has_value());
+  auto r = engine.add(make_request(1, 60, 5), 0.0);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_NE(r->error.find("max model length 64"), std::string::npos) << r->error;
+}
+
+TEST(EngineAdd, MalformedRequestsAreRejectedWithTheirReason) {
+  Engine engine(paged_config(continuous_sched(8, 512, false), 1 << 20), sim_backend());
+  Request empty = make_request(0, 1, 4);
+  empty.prompt.clear();
+  EXPECT_NE(engine.add(empty, 0.0)->error.find("empty prompt"), std::string::npos);
+  Request bad_token = make_request(1, 5, 4);
+  bad_token.prompt[3] = 256;
+  EXPECT_NE(engine.add(bad_token, 0.0)->error.find("index 3"), std::string::npos);
+  Request bad_temp = make_request(2, 5, 4);
+  bad_temp.sampling.temperature = -1.0f;
+  EXPECT_NE(engine.add(bad_temp, 0.0)->error.find("temperature"), std::string::npos);
+  EXPECT_FALSE(engine.add(make_request(3, 5, 4), 0.0).has_value());
+  auto dup = engine.add(make_request(3, 5, 4), 0.0);
+  ASSERT_TRUE(dup.has_value());
+  EXPECT_NE(dup->error.find("already in flight"), std::string::npos);
+  EXPECT_EQ(dup->reason, FinishReason::rejected);
+}
+
+TEST(EngineAdd, WorstCaseLargerThanTheArenaIsRejected) {
+  // 4 blocks = 64 slots; a request that will reach 70 tokens can never fit.
+  for (const SchedulerConfig& sched : {static_sched(4, 0.0), dynamic_sched(4, 0.0), continuous_sched(8, 512, false)}) {
+    Engine engine(paged_config(sched, 64 * kSlotBytes), sim_backend());
+    auto r = engine.add(make_request(0, 50, 20), 0.0);
+    ASSERT_TRUE(r.has_value()) << to_string(sched.kind);
+    EXPECT_NE(r->error.find("engine.kv_cache_bytes"), std::string::npos) << r->error;
+    EXPECT_FALSE(engine.add(make_request(1, 50, 14), 0.0).has_value()) << to_string(sched.kind);
+  }
+}
+
+TEST(EngineStep, StopsAtEosUnlessIgnored) {
+  // The sim's tokens are a pure function of (seed, sample, position): learn the 4th one, then
+  // make it the model's EOS.
+  Request q = make_request(0, 10, 8);
+  Engine probe(paged_config(continuous_sched(8, 512, false), 1 << 20), sim_backend());
+  const std::vector<TokenId> free_run = run_virtual(probe, at_zero({q})).at(0).outputs[0];
+  ASSERT_EQ(free_run.size(), 8u);
+  ModelConfig m = micro_model();
+  m.eos_token = free_run[3];
+  const size_t first_eos = std::find(free_run.begin(), free_run.end(), m.eos_token) - free_run.begin();
+
+  Engine ignoring(paged_config(continuous_sched(8, 512, false), 1 << 20), sim_backend(m));
+  EXPECT_EQ(run_virtual(ignoring, at_zero({q})).at(0).n_output, 8);
+
+  q.sampling.ignore_eos = false;
+  Engine stopping(paged_config(continuous_sched(8, 512, false), 1 << 20), sim_backend(m));
+  const FinishedRequest f = run_virtual(stopping, at_zero({q})).at(0);
+  EXPECT_EQ(f.reason, FinishReason::eos);
+  EXPECT_EQ(f.n_output, static_cast<int>(first_eos) + 1);
+  EXPECT_EQ(f.outputs[0].back(), m.eos_token);
+}
+
+TEST(EngineStep, ParallelSamplesShareThePromptAndReportEachOutput) {
+  for (const SchedulerConfig& sched : {static_sched(2, 0.0), dynamic_sched(2, 0.0), continuous_sched(8, 512, true)}) {
+    Engine engine(paged_config(sched, 1 << 20), sim_backend());
+    Request q = make_request(0, 40, 6);
+    q.sampling.n = 3;
+    q.sampling.temperature = 1.0f;
+    RunResult r = run_virtual(engine, at_zero({q, make_request(1, 20, 3)}));
+    const FinishedRequest& f = r.at(0);
+    ASSERT_EQ(f.reason, FinishReason::length) << f.error;
+    ASSERT_EQ(f.outputs.size(), 3u);
+    std::set<std::vector<TokenId>> distinct;
+    for (const auto& o : f.outputs) {
+      EXPECT_EQ(o.size(), 6u);
+      distinct.insert(o);
+    }
+    EXPECT_EQ(distinct.size(), 3u) << "the sim's draws depend on the sample index";
+    EXPECT_EQ(f.n_output, 6);
+    EXPECT_EQ(f.token_times_s.size(), 6u);
+    // The forks computed one position each, not the 40-token prompt again.
+    int64_t computed = 0;
+    for (const auto& s : r.steps) computed += s.n_tokens;
+    EXPECT_EQ(computed, (40 + 5) + 2 * (1 + 5) + (20 + 2)) << to_string(sched.kind);
+  }
+}
+
+TEST(EngineStep, SharedPromptPrefixIsNotComputedTwice) {
+  Engine engine(paged_config(continuous_sched(8, 512, false), 1 << 20), sim_backend());
+  Request a = make_request(0, 40, 2), b = make_request(1, 45, 2);
+  std::copy_n(a.prompt.begin(), 32, b.prompt.begin());
+  RunResult r = run_virtual(engine, {{0.0, a}, {1.0, b}});
+  ASSERT_EQ(r.finished.size(), 2u);
+  ASSERT_GE(r.steps.size(), 3u);
+  EXPECT_EQ(r.steps[0].n_tokens, 40);
+  EXPECT_EQ(r.steps[2].n_tokens, 45 - 32);  // two full blocks came from the prefix cache
+  EXPECT_DOUBLE_EQ(r.steps[2].start_s, 1.0);
+}
+
+TEST(EngineStep, OutcomeCarriesTheKvBreakdown) {
+  Engine engine(paged_config(continuous_sched(8, 512, false), 1 << 20), sim_backend());
+  ASSERT_FALSE(engine.add(make_request(0, 20, 10), 0.0).has_value());
+  StepOutcome s = engine.step(0.0);
+  EXPECT_EQ(s.batch_size, 1);
+  EXPECT_EQ(s.n_tokens, 20);
+  EXPECT_EQ(s.kv.capacity, (1 << 20) / kSlotBytes);
+  EXPECT_EQ(s.kv.stored, 20);
+  EXPECT_EQ(s.kv.stored + s.kv.reserved + s.kv.internal_frag, 32);  // two blocks
+  EXPECT_EQ(s.kv.used() + s.kv.free + s.kv.external_frag, s.kv.capacity);
+  EXPECT_EQ(s.n_running, 1);
+  EXPECT_GT(s.duration_s, 0.0);
+  ASSERT_EQ(s.tokens.size(), 1u);
+  EXPECT_DOUBLE_EQ(s.tokens[0].time_s, s.duration_s);
+}
+
+TEST(EngineAbort, AbortAllReturnsEverythingInFlight) {
+  Engine engine(paged_config(continuous_sched(2, 512, false), 1 << 20), sim_backend());
+  for (int i = 0; i < 5; ++i) ASSERT_FALSE(engine.add(make_request(i, 10, 50), 0.0).has_value());
+  engine.step(0.0);
+  engine.step(0.1);
+  auto aborted = engine.abort_all(0.2);
+  ASSERT_EQ(aborted.size(), 5u);
+  for (const auto& f : aborted) {
+    EXPECT_EQ(f.reason, FinishReason::aborted);
+    EXPECT_DOUBLE_EQ(f.end_s, 0.2);
+  }
+  EXPECT_EQ(aborted[0].n_output, 2);
+  EXPECT_EQ(aborted[4].n_output, 0);
+  EXPECT_FALSE(engine.has_work());
+  EXPECT_EQ(engine.step(0.3).kv.used(), 0);
+}
+
+}  // namespace
+}  // namespace servelab
