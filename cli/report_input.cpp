@@ -1,0 +1,72 @@
+#include "cli/report_input.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "engine/model/config.h"
+
+namespace servelab::cli {
+
+std::string current_commit() {
+  if (const char* c = std::getenv("SERVELAB_COMMIT"); c && *c) return c;
+  return analysis::git_commit(".");
+}
+
+analysis::ReportInput report_input_for(const Scenario& sc, const std::vector<SweepRun>& runs) {
+  analysis::ReportInput in;
+  in.scenario.name = sc.name;
+  in.scenario.file = sc.source_file;
+  in.scenario.seed = sc.seed;
+  auto& d = in.scenario.details;
+  if (!sc.description.empty()) d["description"] = sc.description;
+  d["model"] = sc.model.path.empty() ? sc.model.preset : sc.model.path;
+  d["backend"] = to_string(sc.backend.kind);
+  d["workload"] = describe(sc);
+  d["kv_cache_bytes"] = sc.engine.kv_cache_bytes;
+  d["max_model_len"] = sc.engine.max_model_len;
+
+  std::string device;
+  switch (sc.backend.kind) {
+    case BackendKind::cpu: device = "cpu (OpenBLAS fp32)"; break;
+    case BackendKind::sim: device = "sim (cost model: " + (sc.backend.sim_profile.empty() ? sc.backend.sim_device + " roofline" : sc.backend.sim_profile) + ")"; break;
+    default: device = to_string(sc.backend.kind); break;
+  }
+  in.environment = analysis::detect_environment(device, current_commit(), SERVELAB_VERSION);
+
+  in.slo.ttft_ms = sc.slo.ttft_ms;
+  in.slo.tpot_ms = sc.slo.tpot_ms;
+  in.slo.attainment = sc.slo.attainment;
+
+  for (const SweepRun& r : runs) {
+    analysis::RunInfo info;
+    info.label = r.label;
+    info.strategy = r.strategy;
+    info.batching = r.batching;
+    info.kv = r.kv;
+    info.backend = r.backend;
+    info.rate = r.rate > 0 ? r.rate : std::numeric_limits<double>::infinity();
+    info.n_requests = r.n_planned;
+    info.config = r.config;
+    in.runs.push_back(std::move(info));
+  }
+  for (const GateSpec& g : sc.gates) {
+    analysis::Gate gate;
+    gate.metric = g.metric;
+    gate.min = g.min;
+    gate.max = g.max;
+    if (!g.strategy.empty()) gate.strategy = g.strategy;
+    gate.rate = g.rate;
+    in.gates.push_back(std::move(gate));
+  }
+  if (sc.baseline) {
+    analysis::BaselineSpec b;
+    b.path = sc.baseline->file;
+    b.max_regression_pct = sc.baseline->max_regression_pct;
+    b.metrics = sc.baseline->metrics;
+    in.baseline = b;
+  }
+  return in;
+}
+
+}  // namespace servelab::cli

@@ -1,0 +1,19 @@
+#pragma once
+// Glue between a scenario and the analysis layer: the ReportInput header (scenario, environment,
+// SLO, one RunInfo per sweep point, gates, baseline) a run writes to runs.json before it starts.
+#include <string>
+#include <vector>
+
+#include "analysis/report.h"
+#include "loadgen/scenario.h"
+#include "loadgen/sweep.h"
+
+namespace servelab::cli {
+
+analysis::ReportInput report_input_for(const Scenario& scenario, const std::vector<SweepRun>& runs);
+
+/// The commit servelab was built from: SERVELAB_COMMIT if set, else `git rev-parse HEAD` of the
+/// working directory, else "".
+std::string current_commit();
+
+}  // namespace servelab::cli

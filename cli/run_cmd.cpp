@@ -1,0 +1,108 @@
+// servelab run SCENARIO: plan → drive the engine for every strategy × rate → records → reports.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "analysis/report.h"
+#include "cli/command.h"
+#include "cli/progress.h"
+#include "cli/report_input.h"
+#include "loadgen/sweep.h"
+#include "loadgen/scenario.h"
+
+namespace servelab::cli {
+namespace {
+
+struct RunArgs {
+  std::string scenario;
+  std::string out;
+  std::vector<std::string> overrides;
+  bool quiet = false;
+  bool no_plots = false;
+};
+
+int run_main(const RunArgs& args) {
+  Scenario scenario;
+  try {
+    scenario = load_scenario(args.scenario, args.overrides);
+  } catch (const ScenarioError& e) {
+    for (const auto& m : e.messages) std::cerr << m << "\n";
+    return 2;
+  }
+  const std::string dir = args.out.empty() ? scenario.output_dir : args.out;
+  std::filesystem::create_directories(dir);
+
+  // runs.json first: a run that dies half-way can still be reported from its records.
+  analysis::ReportInput input = report_input_for(scenario, plan_sweep(scenario));
+  analysis::write_runs_file(dir, input);
+
+  std::ostream& out = std::cout;
+  if (!args.quiet)
+    out << "servelab run " << scenario.name << ": " << describe(scenario) << "\n  output: " << dir << "\n";
+
+  std::unique_ptr<ProgressLine> progress;
+  SweepOptions opts;
+  opts.out_dir = dir;
+  opts.stop = &install_stop_handler();
+  opts.on_run_start = [&](const SweepRun& r) {
+    progress = std::make_unique<ProgressLine>(!args.quiet, r.label, r.n_planned + r.n_warmup);
+    progress->draw(true);
+  };
+  opts.on_record = [&](const SweepRun&, const RequestRecord& rec) {
+    progress->on_finished(rec.end_s, rec.output_tokens);
+  };
+  opts.on_run_done = [&](const SweepRun& r, const DriveStats& st) {
+    progress->done();
+    if (!args.quiet && !ProgressLine::stderr_is_terminal())
+      out << "  " << r.label << ": " << st.n_finished << " requests, " << st.n_tokens << " tokens in "
+          << st.end_s << " s\n";
+  };
+  const SweepOutcome sweep = run_sweep(scenario, opts);
+
+  input.records = sweep.records;
+  input.steps = sweep.steps;
+  analysis::ReportOptions ropts;
+  ropts.plots = !args.no_plots;
+  const analysis::ReportOutcome report = analysis::write_reports(dir, input, ropts);
+
+  if (!args.quiet) {
+    out << "\n";
+    analysis::print_console_summary(out, report.summary);
+    if (report.summary.runs.size() > 1) {
+      out << "\n";
+      analysis::print_terminal_plot(out, report.summary, "ttft_ms.p50");
+    }
+    for (const auto& w : report.warnings) out << "warning: " << w << "\n";
+  }
+  if (!report.gates.empty()) {
+    out << "\n";
+    analysis::print_gate_results(out, report.gates);
+  }
+  out << (sweep.interrupted ? "interrupted: partial report in " : "report: ") << dir << "/report.html\n";
+  if (sweep.interrupted) return 130;
+  return report.exit_code();
+}
+
+const Registrar reg(
+    "run", "Run a scenario: every strategy at every request rate, then write the reports",
+    [](CLI::App& sub) -> CommandMain {
+      auto args = std::make_shared<RunArgs>();
+      sub.add_option("scenario", args->scenario, "Scenario YAML file")->required()->check(CLI::ExistingFile);
+      sub.add_option("--out,-o", args->out, "Output folder (default: the scenario's output_dir)");
+      sub.add_option("--set", args->overrides, "Override a scenario value: key.path=value (repeatable)");
+      sub.add_flag("--quiet,-q", args->quiet, "No progress line and no console summary");
+      sub.add_flag("--no-plots", args->no_plots, "Skip gnuplot figures");
+      sub.footer(
+          "Examples:\n"
+          "  servelab run scenarios/quickstart.yaml\n"
+          "  servelab run scenarios/ci.yaml --out results/runs/ci --quiet\n"
+          "  servelab run scenarios/chat-slo.yaml --set workload.rates=[1,2,4] --set seed=7\n"
+          "Exit codes: 0 ok, 1 a CI gate failed, 2 invalid scenario or input, 130 interrupted.");
+      return [args] { return run_main(*args); };
+    });
+
+}  // namespace
+}  // namespace servelab::cli

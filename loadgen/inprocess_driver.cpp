@@ -1,0 +1,89 @@
+#include "loadgen/inprocess_driver.h"
+
+#include <algorithm>
+
+namespace servelab {
+
+namespace {
+
+RecordStatus status_of(FinishReason r) {
+  switch (r) {
+    case FinishReason::length:
+    case FinishReason::eos: return RecordStatus::ok;
+    case FinishReason::rejected: return RecordStatus::rejected;
+    case FinishReason::aborted: return RecordStatus::aborted;
+    case FinishReason::none: break;
+  }
+  return RecordStatus::error;
+}
+
+}  // namespace
+
+DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
+                            const std::string& run_label, const RecordSinks& sinks,
+                            const std::function<bool(uint64_t)>& is_warmup,
+                            const std::atomic<bool>* stop) {
+  struct Sent {
+    double intended_s;
+    double sent_s;
+  };
+  std::unordered_map<uint64_t, Sent> sent;
+  DriveStats stats;
+  double last_step_end = 0.0;
+
+  RunnerCallbacks cb;
+  cb.on_sent = [&](const Request& r, double intended_s, double now_s) {
+    const bool engine_was_busy = intended_s < last_step_end;
+    sent[r.id] = {intended_s, engine_was_busy ? intended_s : std::max(intended_s, now_s)};
+    ++stats.n_sent;
+  };
+  cb.on_step = [&](const StepOutcome& s) {
+    last_step_end = s.start_s + s.duration_s;
+    stats.n_tokens += static_cast<int>(s.tokens.size());
+    if (!sinks.on_step) return;
+    StepRecord st;
+    st.run = run_label;
+    st.start_s = s.start_s;
+    st.duration_s = s.duration_s;
+    st.batch_size = s.batch_size;
+    st.n_tokens = s.n_tokens;
+    st.n_padding_tokens = s.n_padding_tokens;
+    st.n_waiting = s.n_waiting;
+    st.n_running = s.n_running;
+    st.n_preempted = static_cast<int>(s.preempted.size());
+    st.kv_capacity = s.kv.capacity;
+    st.kv_stored = s.kv.stored;
+    st.kv_reserved = s.kv.reserved;
+    st.kv_internal_frag = s.kv.internal_frag;
+    st.kv_external_frag = s.kv.external_frag;
+    st.kv_free = s.kv.free;
+    sinks.on_step(st);
+  };
+  cb.on_finished = [&](const FinishedRequest& f) {
+    RequestRecord rec;
+    rec.run = run_label;
+    rec.id = f.request_id;
+    auto it = sent.find(f.request_id);
+    rec.arrival_s = it != sent.end() ? it->second.intended_s : f.arrival_s;
+    rec.sent_s = it != sent.end() ? it->second.sent_s : f.arrival_s;
+    rec.first_token_s = f.first_token_s;
+    rec.token_times_s = f.token_times_s;
+    rec.end_s = f.end_s;
+    rec.prompt_tokens = f.n_prompt;
+    rec.output_tokens = f.n_output;
+    rec.status = status_of(f.reason);
+    rec.error = f.error;
+    rec.preemptions = f.preemptions;
+    rec.warmup = is_warmup && is_warmup(f.request_id);
+    if (it != sent.end()) sent.erase(it);
+    ++stats.n_finished;
+    stats.end_s = std::max(stats.end_s, f.end_s);
+    if (sinks.on_record) sinks.on_record(rec);
+  };
+
+  run_engine(engine, source, clock, cb, stop);
+  stats.stopped = stop && stop->load();
+  return stats;
+}
+
+}  // namespace servelab

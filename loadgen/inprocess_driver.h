@@ -1,0 +1,43 @@
+#pragma once
+// In-process driver: feeds the engine from a RequestSource on a Clock and turns the engine's
+// callbacks into RequestRecords and StepRecords, streamed to their sinks as requests finish.
+#include <atomic>
+#include <functional>
+#include <string>
+#include <unordered_map>
+
+#include "engine/clock.h"
+#include "engine/engine.h"
+#include "engine/runner.h"
+#include "loadgen/records/record.h"
+#include "loadgen/records/step_record.h"
+
+namespace servelab {
+
+/// Where finished records go (records.jsonl writer, progress line, tests).
+struct RecordSinks {
+  std::function<void(const RequestRecord&)> on_record;
+  std::function<void(const StepRecord&)> on_step;
+};
+
+struct DriveStats {
+  int n_sent = 0;
+  int n_finished = 0;
+  int n_tokens = 0;
+  double end_s = 0.0;
+  bool stopped = false;  ///< ended by the stop flag (Ctrl-C); unfinished requests were aborted
+};
+
+/// Runs one strategy × rate: every request the source yields goes through `engine`; each
+/// finished one becomes a RequestRecord labelled `run_label`. `warmup_ids` are marked warm-up.
+///
+/// sent_s: a request that came due while the engine was busy with a step is queued at its
+/// intended time, as a server's accept queue would hold it (the wait counts in its TTFT); one that
+/// came due while the driver slept is stamped when the driver woke, so lateness measures the
+/// driver's own timing error.
+DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
+                            const std::string& run_label, const RecordSinks& sinks,
+                            const std::function<bool(uint64_t)>& is_warmup = {},
+                            const std::atomic<bool>* stop = nullptr);
+
+}  // namespace servelab

@@ -1,0 +1,248 @@
+#include "loadgen/plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "loadgen/arrivals.h"
+#include "loadgen/rng.h"
+
+namespace servelab {
+
+namespace {
+/// A duration_s run at a tiny rate could ask for more requests than anyone can send.
+constexpr int kMaxPlannedRequests = 10'000'000;
+}  // namespace
+
+Planner::Planner(const Scenario& scenario) : scenario_(scenario) {
+  const auto& w = scenario_.workload;
+  const int max_len = scenario_.engine.max_model_len;
+  if (w.mode == LoadMode::trace) {
+    trace_ = load_trace(w.trace);
+  } else if (w.prompt.from_dataset() || w.output.from_dataset()) {
+    const LengthSpec& spec = w.prompt.from_dataset() ? w.prompt : w.output;
+    Dataset all = load_dataset(spec.dataset, spec.dataset_format);
+    dataset_.path = all.path;
+    dataset_.format = all.format;
+    dataset_.n_skipped = all.n_skipped;
+    for (const LengthPair& e : all.entries) {
+      const int p = w.prompt.from_dataset() ? e.prompt_tokens : 1;
+      const int o = w.output.from_dataset() ? e.output_tokens : 1;
+      if (int64_t{w.shared_prefix_tokens} + p + o <= max_len) dataset_.entries.push_back(e);
+      else ++n_dataset_dropped_;
+    }
+    if (dataset_.entries.empty())
+      throw std::runtime_error(spec.dataset + ": no entry fits engine.max_model_len (" + std::to_string(max_len) +
+                               " tokens with a shared prefix of " + std::to_string(w.shared_prefix_tokens) + ")");
+  }
+  const int vocab = scenario_.model.vocab_size;
+  if (vocab < 1) throw std::invalid_argument("scenario has no resolved model vocabulary (call Scenario::resolve)");
+  Rng rng = Rng::stream(scenario_.seed, RngStream::shared_prefix);
+  const int64_t lo = std::min(2, vocab - 1);
+  for (int i = 0; i < w.shared_prefix_tokens; ++i)
+    shared_prefix_.push_back(static_cast<TokenId>(rng.uniform_int(lo, vocab - 1)));
+}
+
+Planner::Lengths Planner::fit(int prompt, int output, bool& clipped) const {
+  const int64_t room = int64_t{scenario_.engine.max_model_len} - scenario_.workload.shared_prefix_tokens;
+  clipped = false;
+  if (prompt + int64_t{output} > room) {
+    clipped = true;
+    prompt = static_cast<int>(std::max<int64_t>(1, room - output));
+    if (prompt + int64_t{output} > room) output = static_cast<int>(std::max<int64_t>(1, room - prompt));
+  }
+  return {prompt, output};
+}
+
+std::vector<TokenId> Planner::prompt_tokens(uint64_t id, int n_own) const {
+  std::vector<TokenId> out;
+  out.reserve(shared_prefix_.size() + static_cast<size_t>(n_own));
+  out = shared_prefix_;
+  const int vocab = scenario_.model.vocab_size;
+  const int64_t lo = std::min(2, vocab - 1);
+  Rng rng = Rng::stream(scenario_.seed, RngStream::tokens, id);
+  for (int i = 0; i < n_own; ++i) out.push_back(static_cast<TokenId>(rng.uniform_int(lo, vocab - 1)));
+  return out;
+}
+
+Plan Planner::make(double rate) const {
+  const auto& w = scenario_.workload;
+  Plan plan;
+  plan.mode = w.mode;
+  plan.seed = scenario_.seed;
+  plan.concurrency = w.mode == LoadMode::closed_loop ? w.concurrency : 0;
+  plan.n_dataset_dropped = n_dataset_dropped_;
+
+  std::vector<double> times;
+  std::vector<Lengths> lengths;
+  if (w.mode == LoadMode::trace) {
+    const size_t limit = w.n_requests > 0 ? static_cast<size_t>(w.n_requests + w.warmup_requests) : trace_.size();
+    for (const TraceEntry& e : trace_) {
+      if (times.size() >= limit || (w.duration_s > 0 && e.timestamp_s >= w.duration_s)) break;
+      bool clipped = false;
+      lengths.push_back(fit(e.prompt_tokens, e.output_tokens, clipped));
+      plan.n_clipped += clipped;
+      times.push_back(e.timestamp_s);
+    }
+  } else {
+    if (w.mode == LoadMode::open_loop) {
+      if (!(rate > 0)) throw std::invalid_argument("plan rate must be > 0 requests/s (got " + std::to_string(rate) + ")");
+      plan.rate = rate;
+    }
+    Rng arrivals = Rng::stream(scenario_.seed, RngStream::arrivals);
+    if (w.n_requests > 0) {
+      const int n = w.n_requests + w.warmup_requests;
+      times = w.mode == LoadMode::open_loop ? arrival_times(w.arrival, rate, n, arrivals) : std::vector<double>(n, 0.0);
+    } else {
+      // duration_s: the warm-up requests come first, then every request arriving within
+      // duration_s of the first measured one.
+      double t = 0.0, t_measured = 0.0;
+      for (int i = 0;; ++i) {
+        if (i > 0) t += arrival_gap(w.arrival, rate, arrivals);
+        if (i == w.warmup_requests) t_measured = t;
+        if (i >= w.warmup_requests && t - t_measured >= w.duration_s) break;
+        times.push_back(t);
+        if (times.size() > static_cast<size_t>(kMaxPlannedRequests))
+          throw std::invalid_argument("workload.duration_s at this rate gives more than " +
+                                      std::to_string(kMaxPlannedRequests) + " requests");
+      }
+    }
+    Rng prompt_rng = Rng::stream(scenario_.seed, RngStream::prompt_lengths);
+    Rng output_rng = Rng::stream(scenario_.seed, RngStream::output_lengths);
+    std::vector<size_t> order;
+    if (!dataset_.entries.empty()) {
+      // One seeded shuffle of the entries, cycled if the plan is longer than the dataset.
+      order.resize(dataset_.entries.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      Rng shuffle = Rng::stream(scenario_.seed, RngStream::dataset_order);
+      for (size_t i = order.size(); i > 1; --i)
+        std::swap(order[i - 1], order[static_cast<size_t>(shuffle.uniform_int(0, static_cast<int64_t>(i) - 1))]);
+    }
+    for (size_t i = 0; i < times.size(); ++i) {
+      int p = w.prompt.dist.sample(prompt_rng);
+      int o = w.output.dist.sample(output_rng);
+      if (!order.empty()) {
+        const LengthPair& e = dataset_.entries[order[i % order.size()]];
+        if (w.prompt.from_dataset()) p = e.prompt_tokens;
+        if (w.output.from_dataset()) o = e.output_tokens;
+      }
+      bool clipped = false;
+      lengths.push_back(fit(p, o, clipped));
+      plan.n_clipped += clipped;
+    }
+  }
+
+  plan.requests.resize(times.size());
+  for (size_t i = 0; i < times.size(); ++i) {
+    PlannedRequest& r = plan.requests[i];
+    r.id = i;
+    r.intended_s = times[i];
+    r.prompt = prompt_tokens(i, lengths[i].prompt);
+    r.output_tokens = lengths[i].output;
+    r.warmup = i < static_cast<size_t>(w.warmup_requests);
+    plan.n_warmup += r.warmup;
+  }
+  return plan;
+}
+
+Plan make_plan(const Scenario& scenario, double rate) { return Planner(scenario).make(rate); }
+
+namespace {
+
+PlanSummary::Stats stats_of(std::vector<double> v) {
+  PlanSummary::Stats s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  double sum = 0, sq = 0;
+  for (double x : v) sum += x;
+  s.mean = sum / static_cast<double>(v.size());
+  for (double x : v) sq += (x - s.mean) * (x - s.mean);
+  const double sd = std::sqrt(sq / static_cast<double>(v.size()));
+  s.cv = s.mean > 0 ? sd / s.mean : 0.0;
+  // Nearest rank: the smallest sample with at least q of the samples at or below it.
+  auto q = [&](double f) {
+    const size_t k = static_cast<size_t>(std::ceil(f * static_cast<double>(v.size())));
+    return v[std::min(v.size() - 1, k == 0 ? 0 : k - 1)];
+  };
+  s.p50 = q(0.5);
+  s.p90 = q(0.9);
+  s.p99 = q(0.99);
+  s.min = v.front();
+  s.max = v.back();
+  return s;
+}
+
+}  // namespace
+
+PlanSummary summarize(const Plan& plan) {
+  PlanSummary s;
+  s.n_requests = static_cast<int>(plan.requests.size());
+  s.n_warmup = plan.n_warmup;
+  s.n_clipped = plan.n_clipped;
+  s.n_dataset_dropped = plan.n_dataset_dropped;
+  std::vector<double> gaps, prompts, outputs;
+  for (size_t i = 0; i < plan.requests.size(); ++i) {
+    const PlannedRequest& r = plan.requests[i];
+    if (i > 0) gaps.push_back(r.intended_s - plan.requests[i - 1].intended_s);
+    prompts.push_back(static_cast<double>(r.prompt.size()));
+    outputs.push_back(r.output_tokens);
+    s.total_prompt_tokens += static_cast<int64_t>(r.prompt.size());
+    s.total_output_tokens += r.output_tokens;
+  }
+  if (!plan.requests.empty()) s.duration_s = plan.requests.back().intended_s - plan.requests.front().intended_s;
+  s.gaps_s = stats_of(gaps);
+  s.prompt_tokens = stats_of(prompts);
+  s.output_tokens = stats_of(outputs);
+  return s;
+}
+
+std::string format_plan_summary(const Plan& plan, const std::string& scenario_name) {
+  const PlanSummary s = summarize(plan);
+  std::ostringstream o;
+  char buf[256];
+  o << "plan " << scenario_name;
+  if (plan.mode == LoadMode::open_loop) o << " @ " << plan.rate << " req/s";
+  else if (plan.mode == LoadMode::closed_loop) o << ", closed loop at concurrency " << plan.concurrency;
+  else o << ", trace replay";
+  o << " (seed " << plan.seed << ")\n";
+  o << "  requests  " << s.n_requests - s.n_warmup;
+  if (s.n_warmup > 0) o << " (+" << s.n_warmup << " warm-up)";
+  if (plan.mode != LoadMode::closed_loop) {
+    std::snprintf(buf, sizeof buf, ", intended over %.3f s", s.duration_s);
+    o << buf;
+  }
+  o << "\n";
+  auto row = [&](const char* name, const PlanSummary::Stats& st, const char* fmt) {
+    std::string f = std::string("  %-9s mean ") + fmt + "  p50 " + fmt + "  p90 " + fmt + "  p99 " + fmt + "  min " + fmt +
+                    "  max " + fmt + "  cv %.2f\n";
+    std::snprintf(buf, sizeof buf, f.c_str(), name, st.mean, st.p50, st.p90, st.p99, st.min, st.max, st.cv);
+    o << buf;
+  };
+  if (plan.mode != LoadMode::closed_loop && s.n_requests > 1) row("gaps (s)", s.gaps_s, "%.4f");
+  row("prompt", s.prompt_tokens, "%.1f");
+  row("output", s.output_tokens, "%.1f");
+  o << "  tokens    " << s.total_prompt_tokens << " prompt + " << s.total_output_tokens << " output\n";
+  if (s.n_clipped > 0) o << "  clipped   " << s.n_clipped << " requests cut to fit max_model_len\n";
+  if (s.n_dataset_dropped > 0) o << "  dropped   " << s.n_dataset_dropped << " dataset entries longer than max_model_len\n";
+  return o.str();
+}
+
+nlohmann::json plan_to_json(const Plan& plan) {
+  nlohmann::json reqs = nlohmann::json::array();
+  for (const PlannedRequest& r : plan.requests)
+    reqs.push_back({{"id", r.id},
+                    {"intended_s", r.intended_s},
+                    {"prompt_tokens", r.prompt.size()},
+                    {"output_tokens", r.output_tokens},
+                    {"warmup", r.warmup},
+                    {"prompt", r.prompt}});
+  return {{"mode", to_string(plan.mode)}, {"rate", plan.rate},          {"concurrency", plan.concurrency},
+          {"seed", plan.seed},            {"n_warmup", plan.n_warmup},  {"n_clipped", plan.n_clipped},
+          {"n_dataset_dropped", plan.n_dataset_dropped}, {"requests", reqs}};
+}
+
+}  // namespace servelab

@@ -1,0 +1,101 @@
+#pragma once
+// Plan: every request of one run (a strategy × rate), fixed before the run starts (wrk2's "plan
+// first, then send"): its intended send time, prompt token ids and output length. Seeded and
+// reproducible; the same plan drives every strategy at that rate.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "engine/request.h"
+#include "loadgen/dataset.h"
+#include "loadgen/scenario.h"
+
+namespace servelab {
+
+/// One request of a plan. Its id is its index in Plan::requests.
+struct PlannedRequest {
+  uint64_t id = 0;
+  double intended_s = 0.0;        ///< open loop / trace: send time from the run's start; closed loop: 0 (released on a finish)
+  std::vector<TokenId> prompt;    ///< shared prefix, then this request's own tokens; ids in [2, vocab)
+  int output_tokens = 0;          ///< exact output length (ignore_eos)
+  bool warmup = false;            ///< sent, but left out of the metrics
+};
+
+/// All requests of one run, in send order (warm-up first).
+struct Plan {
+  LoadMode mode = LoadMode::open_loop;
+  double rate = 0.0;              ///< requests/s (open loop); 0 for closed loop and trace
+  int concurrency = 0;            ///< closed loop
+  uint64_t seed = 0;
+  std::vector<PlannedRequest> requests;
+  int n_warmup = 0;
+  int n_clipped = 0;              ///< requests whose lengths were cut to fit max_model_len
+  int n_dataset_dropped = 0;      ///< dataset entries left out because they cannot fit max_model_len
+
+  bool is_warmup(uint64_t id) const { return id < requests.size() && requests[id].warmup; }
+  int n_measured() const { return static_cast<int>(requests.size()) - n_warmup; }
+};
+
+/// Builds plans for one scenario: loads its dataset or trace once (throws std::runtime_error
+/// "path:line: message" when one is missing or malformed), then makes a plan per rate.
+///
+/// Streams (see RngStream): arrivals from (seed, arrivals) — gaps drawn at rate 1 and scaled,
+/// so every rate sees the same pattern; prompt and output lengths from their own streams, one
+/// draw each per request in order; request i's token ids from (seed, tokens, i); the shared
+/// prefix from (seed, shared_prefix). Changing the rate changes only the times; changing the
+/// output distribution leaves prompts as they were.
+///
+/// Lengths that do not fit engine.max_model_len (shared prefix + prompt + output): the prompt is
+/// cut first (down to 1 token of its own), then the output (counted in n_clipped). Dataset entries
+/// that do not fit are left out instead, as vLLM's benchmark filters ShareGPT.
+class Planner {
+ public:
+  explicit Planner(const Scenario& scenario);
+  /// The plan at `rate` (ignored for closed loop and trace).
+  Plan make(double rate) const;
+  const Scenario& scenario() const { return scenario_; }
+
+ private:
+  struct Lengths {
+    int prompt = 0;
+    int output = 0;
+  };
+  Lengths fit(int prompt, int output, bool& clipped) const;
+  std::vector<TokenId> prompt_tokens(uint64_t id, int n_own) const;
+
+  Scenario scenario_;
+  Dataset dataset_;                    ///< entries that fit (when a length comes from a dataset)
+  int n_dataset_dropped_ = 0;
+  std::vector<TraceEntry> trace_;
+  std::vector<TokenId> shared_prefix_;
+};
+
+/// make_plan(s, rate) = Planner(s).make(rate); use a Planner to make several.
+Plan make_plan(const Scenario& scenario, double rate);
+
+/// Distribution of a plan for `servelab plan`: count, span, gaps and lengths.
+struct PlanSummary {
+  struct Stats {
+    double mean = 0, p50 = 0, p90 = 0, p99 = 0, min = 0, max = 0, cv = 0;
+  };
+  int n_requests = 0;
+  int n_warmup = 0;
+  double duration_s = 0.0;   ///< last intended time − first
+  Stats gaps_s;              ///< between consecutive intended times (open loop / trace)
+  Stats prompt_tokens;
+  Stats output_tokens;
+  int64_t total_prompt_tokens = 0;
+  int64_t total_output_tokens = 0;
+  int n_clipped = 0;
+  int n_dataset_dropped = 0;
+};
+PlanSummary summarize(const Plan& plan);
+/// Multi-line text of summarize(plan), headed by the scenario name and rate.
+std::string format_plan_summary(const Plan& plan, const std::string& scenario_name);
+/// {"mode", "rate", "concurrency", "seed", "n_warmup", "n_clipped", "requests": [{"id",
+/// "intended_s", "prompt_tokens", "output_tokens", "warmup", "prompt": [ids]}]}
+nlohmann::json plan_to_json(const Plan& plan);
+
+}  // namespace servelab

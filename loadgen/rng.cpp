@@ -1,0 +1,91 @@
+#include "loadgen/rng.h"
+
+#include <cmath>
+#include <numbers>
+
+namespace servelab {
+
+uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+Rng::Rng(uint64_t seed) {
+  uint64_t x = seed;
+  for (auto& s : s_) {
+    x += 0x9e3779b97f4a7c15ull;
+    s = mix64(x);
+  }
+}
+
+Rng Rng::stream(uint64_t seed, RngStream stream, uint64_t index) {
+  return Rng(mix64(mix64(seed) ^ mix64(static_cast<uint64_t>(stream) * 0x632be59bd9b4e019ull + index)));
+}
+
+namespace {
+inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+}  // namespace
+
+uint64_t Rng::next_u64() {
+  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+  const uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = rotl(s_[3], 45);
+  return result;
+}
+
+double Rng::uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
+
+int64_t Rng::uniform_int(int64_t lo, int64_t hi) {
+  if (hi <= lo) return lo;
+  const uint64_t range = static_cast<uint64_t>(hi - lo) + 1;
+  if (range == 0) return static_cast<int64_t>(next_u64());  // the full 64-bit range
+  const uint64_t limit = UINT64_MAX - UINT64_MAX % range;
+  uint64_t x;
+  do x = next_u64();
+  while (x >= limit);
+  return lo + static_cast<int64_t>(x % range);
+}
+
+double Rng::normal() {
+  if (has_spare_) {
+    has_spare_ = false;
+    return spare_;
+  }
+  const double r = std::sqrt(-2.0 * std::log(uniform_open0()));
+  const double theta = 2.0 * std::numbers::pi * uniform();
+  spare_ = r * std::sin(theta);
+  has_spare_ = true;
+  return r * std::cos(theta);
+}
+
+double Rng::exponential() { return -std::log(uniform_open0()); }
+
+double Rng::gamma(double shape) {
+  if (shape < 1.0) {
+    // Gamma(a) = Gamma(a + 1) * U^(1/a) (Marsaglia & Tsang, 2000, note 8).
+    const double g = gamma(shape + 1.0);
+    return g * std::pow(uniform_open0(), 1.0 / shape);
+  }
+  const double d = shape - 1.0 / 3.0;
+  const double c = 1.0 / std::sqrt(9.0 * d);
+  for (;;) {
+    double x, v;
+    do {
+      x = normal();
+      v = 1.0 + c * x;
+    } while (v <= 0.0);
+    v = v * v * v;
+    const double u = uniform_open0();
+    if (u < 1.0 - 0.0331 * x * x * x * x) return d * v;
+    if (std::log(u) < 0.5 * x * x + d * (1.0 - v + std::log(v))) return d * v;
+  }
+}
+
+}  // namespace servelab

@@ -1,0 +1,52 @@
+#pragma once
+// Rng: the load generator's random numbers. Our own generator and samplers (xoshiro256** seeded
+// by splitmix64; Box–Muller normals; Marsaglia–Tsang gammas) rather than <random>'s
+// distributions, whose outputs differ between standard libraries: a plan must be the same on
+// every platform for the same seed.
+#include <cstdint>
+
+namespace servelab {
+
+/// Independent random streams of one plan. Each stream is seeded from (scenario seed, stream,
+/// index), so e.g. changing the request rate, which reshapes arrivals, leaves lengths and token
+/// ids exactly as they were.
+enum class RngStream : uint64_t {
+  arrivals = 1,
+  prompt_lengths = 2,  ///< one draw per request, in plan order
+  tokens = 3,          ///< indexed by request id: request i's token ids depend only on (seed, i)
+  shared_prefix = 4,
+  dataset_order = 5,
+  output_lengths = 6,  ///< apart from prompt lengths, so changing one distribution keeps the other
+};
+
+/// xoshiro256**: small, fast, statistically strong, fully specified.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed);
+  /// The generator for one stream of a scenario seed (index: request id, or 0).
+  static Rng stream(uint64_t seed, RngStream stream, uint64_t index = 0);
+
+  uint64_t next_u64();
+  /// Uniform in [0, 1), 53 random bits.
+  double uniform();
+  /// Uniform in (0, 1]: safe under log().
+  double uniform_open0() { return 1.0 - uniform(); }
+  /// Uniform integer in [lo, hi] (inclusive), unbiased (rejection).
+  int64_t uniform_int(int64_t lo, int64_t hi);
+  /// Standard normal N(0, 1) (Box–Muller; the second value of a pair is kept for the next call).
+  double normal();
+  /// Exponential with mean 1.
+  double exponential();
+  /// Gamma(shape, scale 1): mean = shape, variance = shape. shape > 0.
+  double gamma(double shape);
+
+ private:
+  uint64_t s_[4];
+  bool has_spare_ = false;
+  double spare_ = 0.0;
+};
+
+/// splitmix64 mixing step: a well-spread 64-bit hash, used to derive seeds.
+uint64_t mix64(uint64_t x);
+
+}  // namespace servelab

@@ -1,0 +1,221 @@
+#pragma once
+// Scenario: what one `servelab run` measures — model, backend, engine, the strategies to compare,
+// the workload (arrivals, rates, lengths), the SLO and CI gates. Loaded from YAML with every
+// value's line:column kept, so each error reads `FILE:LINE:COL: key.path message`.
+// The schema is documented key by key in scenarios/README.md.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/backend/make_backend.h"
+#include "engine/kv/kv_manager.h"
+#include "engine/model/config.h"
+#include "engine/sched/scheduler_config.h"
+#include "loadgen/arrivals.h"
+#include "loadgen/dataset.h"
+#include "loadgen/lengths.h"
+
+namespace servelab {
+
+/// Where a scenario value came from: a place in the file, or a --set override.
+struct SourceLoc {
+  std::string file;
+  int line = 0;  ///< 1-based; 0 = the file as a whole
+  int col = 0;   ///< 1-based
+  std::string override_text;  ///< non-empty: the value came from `--set <override_text>`
+  int override_index = 0;     ///< which --set (errors are listed in command-line order)
+  /// "quick.yaml:12:5", "quick.yaml" or "--set workload.rates=[1,2]".
+  std::string str() const;
+};
+
+/// Key path ("workload.arrival.cv", "strategies[1].kv.kind") → where its value was written.
+class SourceMap {
+ public:
+  void set(const std::string& path, SourceLoc loc) { locs_[path] = std::move(loc); }
+  void set_file(const std::string& file) { file_ = file; }
+  const std::string& file() const { return file_; }
+  /// The path's own location, else its nearest recorded parent's, else the file's.
+  SourceLoc find(const std::string& path) const;
+
+ private:
+  std::map<std::string, SourceLoc> locs_;
+  std::string file_;
+};
+
+/// Collects every error of a scenario (they are all reported at once), each at its location.
+class Diagnostics {
+ public:
+  explicit Diagnostics(const SourceMap& map) : map_(&map) {}
+  /// "LOC: <path> <what>", e.g. error("workload.arrival.rate", "must be > 0 (got -3)").
+  void error(const std::string& path, const std::string& what);
+  /// "LOC: <message>" with the message given whole (unknown keys, conflicts).
+  void error_at(const std::string& path, const std::string& message);
+  /// Already an error at this path, above it or below it: a later check of it would be noise.
+  bool failed(const std::string& path) const;
+  /// Marks a path failed without a message (its problem is reported elsewhere).
+  void mark_failed(const std::string& path) { failed_paths_.push_back(path); }
+  bool empty() const { return errors_.empty(); }
+  /// Messages in file order (overrides first).
+  std::vector<std::string> messages() const;
+
+ private:
+  struct Entry {
+    SourceLoc loc;
+    std::string message;
+  };
+  const SourceMap* map_;
+  std::vector<Entry> errors_;
+  std::vector<std::string> failed_paths_;
+};
+
+/// Every problem found in a scenario; what() joins them with newlines.
+class ScenarioError : public std::runtime_error {
+ public:
+  explicit ScenarioError(std::vector<std::string> messages);
+  std::vector<std::string> messages;
+};
+
+/// `model:` — a preset's shapes with random weights, or a Hugging Face folder.
+struct ModelSpec {
+  std::string preset = "tiny";  ///< one of preset_names(); empty when `path` is set
+  std::string path;             ///< folder with config.json (+ safetensors), resolved
+  std::optional<DType> dtype;   ///< unset: the preset's or checkpoint's own
+  // Resolved at load from the preset or DIR/config.json:
+  int vocab_size = 0;
+  int max_position = 0;
+};
+
+/// `backend:` (BackendKind is the engine's: cpu | sim; engine/backend/make_backend.h).
+struct ScenarioBackend {
+  BackendKind kind = BackendKind::cpu;
+  int threads = 0;          ///< CPU threads; 0 = all cores
+  std::string sim_device;   ///< sim: roofline device preset (SimDevice::preset_names()); "" = h100
+  std::string sim_profile;  ///< sim: resolved path of a `servelab profile` JSON (overrides the roofline)
+};
+
+/// `engine:` — shared by every strategy.
+struct EngineSpec {
+  int64_t kv_cache_bytes = 64ll << 20;  ///< `kv_cache_bytes`, or `kv_cache_mb` MiB
+  int max_model_len = 0;                ///< prompt + output cap; 0 in YAML = the model's max_position
+};
+
+/// One entry of `strategies:`: a batching policy with its knobs and a KV allocator.
+struct StrategySpec {
+  std::string label;      ///< default "<batching>-<kv>", e.g. "continuous-paged"; unique
+  SchedulerConfig sched;  ///< `batching:` + that policy's knobs (`preemption:` → sched.preempt)
+  KvConfig kv;            ///< `kv:`; kv.max_model_len = engine.max_model_len
+};
+
+/// How requests are issued.
+enum class LoadMode {
+  open_loop,    ///< `arrival:` — sent at planned times whatever the server does (one run per rate)
+  closed_loop,  ///< `concurrency: N` — N users, each sends its next request when the last finished
+  trace,        ///< `trace: FILE` — timestamps and lengths replayed from a JSONL file
+};
+const char* to_string(LoadMode m);  ///< "open_loop", "closed_loop", "trace"
+
+/// `prompt_tokens:` / `output_tokens:` — a distribution, or lengths from a dataset.
+struct LengthSpec {
+  LengthDist dist;                    ///< used when dataset is empty
+  std::string dataset;                ///< resolved path; non-empty: lengths come from this file
+  DatasetFormat dataset_format = DatasetFormat::sharegpt;
+  bool from_dataset() const { return !dataset.empty(); }
+};
+
+/// `workload:`
+struct WorkloadSpec {
+  LoadMode mode = LoadMode::open_loop;
+  ArrivalSpec arrival;
+  int concurrency = 0;               ///< closed_loop
+  std::string trace;                 ///< trace: resolved path
+  std::vector<double> rates;         ///< open_loop: requests/s, expanded from a list or a range
+  int n_requests = 0;                ///< per rate; 0 = use duration_s (default 100 when neither)
+  double duration_s = 0.0;           ///< per rate; requests arriving in [0, duration_s)
+  int warmup_requests = 0;           ///< extra requests sent first and left out of the metrics
+  LengthSpec prompt;                 ///< tokens after the shared prefix
+  LengthSpec output;
+  int shared_prefix_tokens = 0;      ///< one prefix every prompt starts with (prefix caching)
+};
+
+/// `slo:` — per request: TTFT ≤ ttft_ms and TPOT ≤ tpot_ms; attainment is the capacity target.
+struct SloSpec {
+  double ttft_ms = 1000.0;
+  double tpot_ms = 150.0;
+  double attainment = 0.9;
+};
+
+/// One entry of `gates:`: a summary metric of some runs must stay within [min, max].
+struct GateSpec {
+  std::string metric;               ///< one of gate_metric_names()
+  std::optional<double> min;
+  std::optional<double> max;
+  std::string strategy;             ///< a label; empty = every strategy
+  std::optional<double> rate;       ///< one of the rates; unset = every rate
+};
+
+/// `baseline:` — compare each run with the same label and rate in an earlier summary.json.
+struct BaselineSpec {
+  std::string file;                 ///< resolved path of a summary.json
+  double max_regression_pct = 10.0; ///< a metric may be at most this much worse
+  std::vector<std::string> metrics = {"goodput", "output_throughput", "ttft_p99_ms", "tpot_p99_ms"};
+};
+
+/// A whole scenario. load_scenario() fills and validates it; code may also build one and call
+/// resolve() then validate().
+struct Scenario {
+  std::string name;          ///< default: the file's stem
+  std::string description;
+  uint64_t seed = 0;
+  std::string output_dir;    ///< default results/runs/<name>
+  ModelSpec model;
+  ScenarioBackend backend;
+  EngineSpec engine;
+  std::vector<StrategySpec> strategies;
+  WorkloadSpec workload;
+  SloSpec slo;
+  std::vector<GateSpec> gates;
+  std::optional<BaselineSpec> baseline;
+
+  std::string source_file;   ///< the YAML it came from ("" when built in code)
+  SourceMap source;          ///< where each value was written, for error messages
+
+  /// The points of the sweep: workload.rates for open loop; {0} (one run) for closed loop and
+  /// trace, whose rate is whatever the load produces.
+  std::vector<double> sweep_rates() const;
+  /// Number of requests of one run at `rate` not known before planning (duration_s) → -1.
+  int planned_requests() const;
+  /// Fills derived fields: model vocab/max_position (preset or config.json), max_model_len,
+  /// kv.max_model_len, default labels and output_dir. Problems go to `diag`.
+  void resolve(Diagnostics& diag);
+  /// Checks every field (ranges, conflicts, files exist, knob/strategy consistency) and calls
+  /// SchedulerConfig::validate and KvConfig::validate. Throws ScenarioError listing all problems.
+  void validate() const;
+  void validate(Diagnostics& diag) const;
+};
+
+/// Metric names a gate may use: goodput, request_goodput, output_throughput, request_throughput,
+/// total_throughput, slo_attainment, n_failed, kv_utilization_{mean,max}, and
+/// {ttft,tpot,itl,e2e,lateness}_{mean,p50,p90,p95,p99,p999,max}_ms (→ summary.json
+/// metrics.<m>_ms.<stat>).
+const std::vector<std::string>& gate_metric_names();
+/// true for throughputs, goodput, attainment, KV utilization; false for latencies and n_failed.
+bool gate_metric_higher_is_better(const std::string& metric);
+
+/// Reads FILE, applies `--set key.path=value` overrides, parses and validates.
+/// Throws ScenarioError with every problem, each "FILE:LINE:COL: message".
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides = {});
+/// The same from YAML text; `file` names it in messages and anchors relative paths (its folder).
+Scenario load_scenario_text(const std::string& yaml, const std::string& file,
+                            const std::vector<std::string>& overrides = {});
+
+/// One-line description for `servelab validate`: "2 strategies × 3 rates, 100 requests per
+/// rate, poisson arrivals, model tiny on cpu".
+std::string describe(const Scenario& s);
+
+/// "a" vs "b": the closest of `candidates` within a small edit distance, or "".
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
+
+}  // namespace servelab

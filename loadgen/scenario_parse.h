@@ -1,0 +1,22 @@
+#pragma once
+// Internal to loadgen: the YAML walk that fills a Scenario (types, enums, unknown keys) and
+// records every value's location. Range checks are Scenario::validate's.
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "loadgen/overrides.h"
+#include "loadgen/scenario.h"
+
+namespace servelab {
+
+/// Fills `out` from `root` (out.source_file must be set: relative paths resolve beside it).
+/// Values under an applied override are located at that override.
+void parse_scenario(const YAML::Node& root, const std::vector<AppliedOverride>& overrides, Scenario& out,
+                    Diagnostics& diag);
+
+/// A relative path looked up beside the scenario file first, then in the current directory;
+/// when neither exists, the path beside the scenario (so the error names where it looked).
+std::string resolve_input_path(const std::string& path, const std::string& scenario_file);
+
+}  // namespace servelab

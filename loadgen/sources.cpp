@@ -1,0 +1,68 @@
+#include "loadgen/sources.h"
+
+#include <stdexcept>
+
+namespace servelab {
+
+Request to_request(const PlannedRequest& planned, uint64_t scenario_seed) {
+  Request r;
+  r.id = planned.id;
+  r.prompt = planned.prompt;
+  r.sampling.max_tokens = planned.output_tokens;
+  r.sampling.ignore_eos = true;
+  r.sampling.seed = scenario_seed ^ planned.id;
+  return r;
+}
+
+OpenLoopSource::OpenLoopSource(Plan plan) : plan_(std::move(plan)) {}
+
+std::optional<double> OpenLoopSource::next_time() const {
+  if (exhausted()) return std::nullopt;
+  return plan_.requests[next_].intended_s;
+}
+
+Request OpenLoopSource::take() {
+  if (exhausted()) throw std::logic_error("OpenLoopSource::take: no request left");
+  return to_request(plan_.requests[next_++], plan_.seed);
+}
+
+ClosedLoopSource::ClosedLoopSource(Plan plan, int concurrency) : plan_(std::move(plan)) {
+  if (concurrency < 1) throw std::invalid_argument("concurrency must be >= 1 (got " + std::to_string(concurrency) + ")");
+  for (int i = 0; i < concurrency; ++i) ready_.insert(0.0);
+}
+
+std::optional<double> ClosedLoopSource::next_time() const {
+  if (exhausted() || ready_.empty()) return std::nullopt;
+  return *ready_.begin();
+}
+
+Request ClosedLoopSource::take() {
+  if (exhausted()) throw std::logic_error("ClosedLoopSource::take: no request left");
+  if (ready_.empty()) throw std::logic_error("ClosedLoopSource::take: every user is waiting for a finish");
+  ready_.erase(ready_.begin());
+  ++in_flight_;
+  return to_request(plan_.requests[next_++], plan_.seed);
+}
+
+void ClosedLoopSource::on_finished(const FinishedRequest&, double now) {
+  if (in_flight_ == 0) return;  // not one of ours
+  --in_flight_;
+  ready_.insert(now);
+}
+
+std::unique_ptr<RequestSource> make_source(const Scenario& scenario, Plan plan) {
+  if (scenario.workload.mode == LoadMode::closed_loop)
+    return std::make_unique<ClosedLoopSource>(std::move(plan), scenario.workload.concurrency);
+  return std::make_unique<OpenLoopSource>(std::move(plan));
+}
+
+EngineConfig engine_config(const Scenario& scenario, const StrategySpec& strategy) {
+  EngineConfig c;
+  c.sched = strategy.sched;
+  c.kv = strategy.kv;
+  c.kv.max_model_len = scenario.engine.max_model_len;
+  c.kv_cache_bytes = scenario.engine.kv_cache_bytes;
+  return c;
+}
+
+}  // namespace servelab

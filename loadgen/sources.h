@@ -1,0 +1,65 @@
+#pragma once
+// Request sources the runner (engine/runner.h) pulls from, built over a Plan, and the
+// scenario → EngineConfig mapping.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+
+#include "engine/engine.h"
+#include "engine/runner.h"
+#include "loadgen/plan.h"
+#include "loadgen/scenario.h"
+
+namespace servelab {
+
+/// The engine request for a planned one: its prompt, and sampling {max_tokens = output_tokens,
+/// ignore_eos = true, seed = scenario seed ^ id} (greedy, as the defaults are).
+Request to_request(const PlannedRequest& planned, uint64_t scenario_seed);
+
+/// Open loop (Poisson/gamma/constant arrivals, or a trace): each request is due at its intended
+/// time whatever the engine is doing, so queueing shows up in the latencies (no coordinated
+/// omission).
+class OpenLoopSource final : public RequestSource {
+ public:
+  explicit OpenLoopSource(Plan plan);
+  std::optional<double> next_time() const override;
+  Request take() override;
+  bool exhausted() const override { return next_ >= plan_.requests.size(); }
+  const Plan& plan() const { return plan_; }
+
+ private:
+  Plan plan_;
+  size_t next_ = 0;
+};
+
+/// Closed loop with N users: N requests are due at t = 0, and each finish (or rejection) makes
+/// one more due at that finish time, until the plan is used up. Requests go out in plan order, so
+/// lengths are the same as in any other run of the plan. The runner must call on_finished for
+/// every request it took (rejected ones included), or the loop stalls.
+class ClosedLoopSource final : public RequestSource {
+ public:
+  ClosedLoopSource(Plan plan, int concurrency);
+  std::optional<double> next_time() const override;  ///< nullopt while all N users wait
+  Request take() override;
+  bool exhausted() const override { return next_ >= plan_.requests.size(); }
+  void on_finished(const FinishedRequest& r, double now) override;
+  const Plan& plan() const { return plan_; }
+  int in_flight() const { return in_flight_; }
+
+ private:
+  Plan plan_;
+  size_t next_ = 0;
+  int in_flight_ = 0;
+  std::multiset<double> ready_;  ///< times at which a user is free to send
+};
+
+/// The source for the scenario's load mode (open loop and trace: OpenLoopSource; closed loop:
+/// ClosedLoopSource at workload.concurrency).
+std::unique_ptr<RequestSource> make_source(const Scenario& scenario, Plan plan);
+
+/// EngineConfig of one strategy: its scheduler and KV settings, the scenario's arena size, and
+/// kv.max_model_len = engine.max_model_len. (Not validated here: call config.validate().)
+EngineConfig engine_config(const Scenario& scenario, const StrategySpec& strategy);
+
+}  // namespace servelab

@@ -1,0 +1,198 @@
+#include "loadgen/sweep.h"
+
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <stdexcept>
+
+#include "engine/backend/cpu_backend.h"
+#include "engine/backend/make_backend.h"
+#include "engine/clock.h"
+#include "engine/engine.h"
+#include "engine/model/weights.h"
+#include "loadgen/plan.h"
+#include "loadgen/sources.h"
+
+namespace servelab {
+
+std::string format_rate(double rate) {
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof buf, rate);
+  return std::string(buf, res.ptr);
+}
+
+namespace {
+
+nlohmann::ordered_json strategy_knobs(const StrategySpec& s) {
+  nlohmann::ordered_json j;
+  j["batching"] = to_string(s.sched.kind);
+  switch (s.sched.kind) {
+    case BatchingKind::static_batch:
+      j["batch_size"] = s.sched.batch_size;
+      j["max_wait_ms"] = s.sched.max_wait_ms;
+      break;
+    case BatchingKind::dynamic_batch:
+      j["max_batch_size"] = s.sched.max_batch_size;
+      j["max_queue_delay_ms"] = s.sched.max_queue_delay_ms;
+      break;
+    case BatchingKind::continuous:
+      j["max_num_seqs"] = s.sched.max_num_seqs;
+      j["max_num_batched_tokens"] = s.sched.max_num_batched_tokens;
+      j["chunked_prefill"] = s.sched.chunked_prefill;
+      j["preemption"] = to_string(s.sched.preempt);
+      break;
+  }
+  j["kv"] = to_string(s.kv.kind);
+  if (s.kv.kind == KvKind::paged) {
+    j["block_size"] = s.kv.block_size;
+    j["prefix_caching"] = s.kv.prefix_caching;
+  } else {
+    j["reserve"] = to_string(s.kv.reserve);
+  }
+  return j;
+}
+
+std::string point_suffix(const Scenario& sc, double rate) {
+  switch (sc.workload.mode) {
+    case LoadMode::open_loop: return "@" + format_rate(rate);
+    case LoadMode::closed_loop: return "@c" + std::to_string(sc.workload.concurrency);
+    case LoadMode::trace: return "@trace";
+  }
+  return "";
+}
+
+/// Appends lines to a file, flushing each so nothing finished is lost.
+class LineWriter {
+ public:
+  explicit LineWriter(const std::string& path) : path_(path), out_(path, std::ios::trunc) {
+    if (!out_) throw std::runtime_error(path + ": cannot write");
+  }
+  void write(const std::string& line) {
+    out_ << line;
+    out_.flush();
+    if (!out_) throw std::runtime_error(path_ + ": write failed");
+  }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+/// Builds a fresh backend per run; the cpu backend shares one set of weights.
+class BackendFactory {
+ public:
+  explicit BackendFactory(const Scenario& sc) : sc_(sc) {
+    spec_.kind = sc.backend.kind;
+    spec_.model = sc.model.path.empty() ? sc.model.preset : sc.model.path;
+    spec_.seed = sc.seed;
+    spec_.threads = sc.backend.threads;
+    if (!sc.backend.sim_device.empty()) spec_.sim_device = SimDevice::preset(sc.backend.sim_device);
+    spec_.sim_profile = sc.backend.sim_profile;
+    spec_.validate();
+    if (spec_.kind == BackendKind::cpu) {
+      ModelWeights w;
+      if (!sc.model.path.empty()) {
+        w = ModelWeights::load(sc.model.path);
+      } else {
+        ModelConfig cfg = preset(sc.model.preset);
+        if (sc.model.dtype) cfg.dtype = *sc.model.dtype;
+        w = ModelWeights::random(cfg, sc.seed);
+      }
+      weights_ = std::make_shared<const ModelWeights>(std::move(w));
+    }
+  }
+  std::unique_ptr<Backend> make() const {
+    if (weights_) {
+      CpuBackendOptions o;
+      o.n_threads = sc_.backend.threads;
+      return std::make_unique<CpuBackend>(weights_, o);
+    }
+    return make_backend(spec_);
+  }
+
+ private:
+  const Scenario& sc_;
+  BackendSpec spec_;
+  std::shared_ptr<const ModelWeights> weights_;
+};
+
+}  // namespace
+
+std::vector<SweepRun> plan_sweep(const Scenario& scenario) {
+  Planner planner(scenario);
+  std::vector<SweepRun> runs;
+  for (double rate : scenario.sweep_rates()) {
+    const Plan plan = planner.make(rate);
+    for (size_t i = 0; i < scenario.strategies.size(); ++i) {
+      const StrategySpec& s = scenario.strategies[i];
+      SweepRun r;
+      r.strategy = s.label;
+      r.label = s.label + point_suffix(scenario, rate);
+      r.batching = to_string(s.sched.kind);
+      r.kv = to_string(s.kv.kind);
+      r.backend = to_string(scenario.backend.kind);
+      r.rate = scenario.workload.mode == LoadMode::open_loop ? rate : 0.0;
+      r.n_planned = plan.n_measured();
+      r.n_warmup = plan.n_warmup;
+      r.config = strategy_knobs(s);
+      r.strategy_index = i;
+      runs.push_back(std::move(r));
+    }
+  }
+  return runs;
+}
+
+SweepOutcome run_sweep(const Scenario& scenario, const SweepOptions& options) {
+  namespace fs = std::filesystem;
+  fs::create_directories(options.out_dir);
+  LineWriter records_out(options.out_dir + "/records.jsonl");
+  LineWriter steps_out(options.out_dir + "/steps.jsonl");
+
+  SweepOutcome outcome;
+  outcome.runs = plan_sweep(scenario);
+  const BackendFactory backends(scenario);
+  Planner planner(scenario);
+
+  const auto rates = scenario.sweep_rates();
+  size_t point = 0;
+  for (double rate : rates) {
+    const Plan plan = planner.make(rate);
+    for (size_t i = 0; i < scenario.strategies.size(); ++i, ++point) {
+      if (options.stop && options.stop->load()) {
+        outcome.interrupted = true;
+        return outcome;
+      }
+      const SweepRun& run = outcome.runs[point];
+      if (options.on_run_start) options.on_run_start(run);
+      Engine engine(engine_config(scenario, scenario.strategies[i]), backends.make());
+      std::unique_ptr<RequestSource> source = make_source(scenario, plan);
+      std::unique_ptr<Clock> clock;
+      if (scenario.backend.kind == BackendKind::sim) clock = std::make_unique<VirtualClock>();
+      else clock = std::make_unique<SteadyClock>();
+
+      RecordSinks sinks;
+      sinks.on_record = [&](const RequestRecord& r) {
+        records_out.write(record_line(r));
+        outcome.records.push_back(r);
+        if (options.on_record) options.on_record(run, r);
+      };
+      sinks.on_step = [&](const StepRecord& s) {
+        steps_out.write(step_line(s));
+        outcome.steps.push_back(s);
+      };
+      const DriveStats stats = drive_in_process(
+          engine, *source, *clock, run.label, sinks, [&plan](uint64_t id) { return plan.is_warmup(id); },
+          options.stop);
+      if (options.on_run_done) options.on_run_done(run, stats);
+      if (stats.stopped) {
+        outcome.interrupted = true;
+        return outcome;
+      }
+    }
+  }
+  return outcome;
+}
+
+}  // namespace servelab

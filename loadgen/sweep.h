@@ -1,0 +1,58 @@
+#pragma once
+// Sweep: one in-process run per rate × strategy of a scenario, the same plan for every strategy
+// at a rate, records and step records streamed to DIR/records.jsonl and DIR/steps.jsonl as they
+// happen (flushed per line, so an interrupted or crashed run keeps everything it finished).
+#include <atomic>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "loadgen/inprocess_driver.h"
+#include "loadgen/scenario.h"
+
+namespace servelab {
+
+/// One point of the sweep.
+struct SweepRun {
+  std::string label;     ///< records' "run": "<strategy>@<rate>" (open loop), "<strategy>@c<N>", "<strategy>@trace"
+  std::string strategy;  ///< the strategy's label
+  std::string batching;  ///< static | dynamic | continuous
+  std::string kv;        ///< naive | paged
+  std::string backend;   ///< cpu | sim
+  double rate = 0.0;     ///< offered requests/s; 0 for closed loop and trace
+  int n_planned = 0;     ///< measured requests planned (warm-up excluded)
+  int n_warmup = 0;
+  nlohmann::ordered_json config;  ///< the strategy's knobs, for reports
+  size_t strategy_index = 0;
+};
+
+struct SweepOptions {
+  std::string out_dir;
+  const std::atomic<bool>* stop = nullptr;   ///< Ctrl-C: abort the run in flight, skip the rest
+  std::function<void(const SweepRun&)> on_run_start;
+  std::function<void(const SweepRun&, const RequestRecord&)> on_record;
+  std::function<void(const SweepRun&, const DriveStats&)> on_run_done;
+};
+
+struct SweepOutcome {
+  std::vector<SweepRun> runs;          ///< every planned point, in sweep order
+  std::vector<RequestRecord> records;  ///< what was written to records.jsonl
+  std::vector<StepRecord> steps;       ///< what was written to steps.jsonl
+  bool interrupted = false;
+};
+
+/// "4", "0.5", "12.25": the shortest decimal that reads back as `rate`.
+std::string format_rate(double rate);
+
+/// The sweep's points (labels, knobs, planned counts) without running anything.
+std::vector<SweepRun> plan_sweep(const Scenario& scenario);
+
+/// Runs every point: rates in order, every strategy at each rate. The cpu backend's weights are
+/// built once (random from the preset and seed, or loaded) and shared by every run; each run gets
+/// a fresh engine and arena. cpu runs on the steady clock (real time), sim on a virtual clock.
+/// Throws std::runtime_error when the output folder or model cannot be opened.
+SweepOutcome run_sweep(const Scenario& scenario, const SweepOptions& options);
+
+}  // namespace servelab
