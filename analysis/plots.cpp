@@ -172,7 +172,7 @@ std::string breakdown_figure(const std::string& out_name) {
   s << "set style data histograms\nset style histogram rowstacked\n"
        "set style fill solid 0.85 border -1\nset boxwidth 0.6\n"
        "set xlabel 'strategy @ rate (req/s)'\nset ylabel 'share of KV arena (%)'\n"
-       "set yrange [0:100]\nset key outside right top\n";
+       "set yrange [0:100]\nset key outside right top\nset xtics rotate by -20 left\n";
   s << "plot 'kv_breakdown.dat' using 2:xtic(1) title 'stored' lc rgb '#2e7d32', \\\n"
        "     '' using 3 title 'reserved' lc rgb '#f9a825', \\\n"
        "     '' using 4 title 'internal frag' lc rgb '#ef6c00', \\\n"
