@@ -12,28 +12,6 @@
 namespace servelab::analysis {
 namespace {
 
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
 
 void replace_all(std::string& s, const std::string& from, const std::string& to) {
   for (std::size_t pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size()))
@@ -68,12 +46,12 @@ std::string inline_svg(const std::string& text, const std::string& prefix) {
 void html_table(std::ostringstream& h, const std::vector<std::string>& header,
                 const std::vector<std::vector<std::string>>& rows, std::size_t n_text_cols) {
   h << "<table>\n<thead><tr>";
-  for (const auto& c : header) h << "<th>" << html_escape(c) << "</th>";
+  for (const auto& c : header) h << "<th>" << xml_escape(c) << "</th>";
   h << "</tr></thead>\n<tbody>\n";
   for (const auto& row : rows) {
     h << "<tr>";
     for (std::size_t c = 0; c < row.size(); ++c)
-      h << (c < n_text_cols ? "<td>" : "<td class=\"num\">") << html_escape(row[c]) << "</td>";
+      h << (c < n_text_cols ? "<td>" : "<td class=\"num\">") << xml_escape(row[c]) << "</td>";
     h << "</tr>\n";
   }
   h << "</tbody></table>\n";
@@ -107,15 +85,15 @@ std::string report_html(const std::string& dir, const Summary& s, const std::vec
   const auto& e = s.environment;
   h << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
     << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-    << "<title>servelab report: " << html_escape(name) << "</title>\n<style>" << kCss
+    << "<title>servelab report: " << xml_escape(name) << "</title>\n<style>" << kCss
     << "</style>\n</head>\n<body>\n";
-  h << "<h1>servelab report: " << html_escape(name) << "</h1>\n<ul class=\"meta\">\n";
-  h << "<li>scenario <code>" << html_escape(s.scenario.file) << "</code>, seed " << s.scenario.seed
+  h << "<h1>servelab report: " << xml_escape(name) << "</h1>\n<ul class=\"meta\">\n";
+  h << "<li>scenario <code>" << xml_escape(s.scenario.file) << "</code>, seed " << s.scenario.seed
     << "</li>\n";
-  h << "<li>" << html_escape(e.device.empty() ? "unknown device" : e.device);
-  if (!e.cpu_model.empty()) h << " · " << html_escape(e.cpu_model) << " (" << e.n_cores << " threads)";
-  h << " · commit <code>" << html_escape(e.commit.empty() ? "unknown" : e.commit.substr(0, 12))
-    << "</code> · servelab " << html_escape(e.servelab_version) << " · measured " << html_escape(e.date)
+  h << "<li>" << xml_escape(e.device.empty() ? "unknown device" : e.device);
+  if (!e.cpu_model.empty()) h << " · " << xml_escape(e.cpu_model) << " (" << e.n_cores << " threads)";
+  h << " · commit <code>" << xml_escape(e.commit.empty() ? "unknown" : e.commit.substr(0, 12))
+    << "</code> · servelab " << xml_escape(e.servelab_version) << " · measured " << xml_escape(e.date)
     << "</li>\n";
   h << "<li>SLO: TTFT ≤ " << format_plain(s.slo.ttft_ms) << " ms and TPOT ≤ " << format_plain(s.slo.tpot_ms)
     << " ms per request; target attainment " << format_share(s.slo.attainment) << "</li>\n";
@@ -140,12 +118,12 @@ std::string report_html(const std::string& dir, const Summary& s, const std::vec
     h << "<table>\n<thead><tr><th>result</th><th>gate</th><th>detail</th></tr></thead>\n<tbody>\n";
     for (const auto& g : gates)
       h << "<tr><td class=\"" << (g.passed ? "pass\">PASS" : "fail\">FAIL") << "</td><td>"
-        << html_escape(g.name) << "</td><td>" << html_escape(g.message) << "</td></tr>\n";
+        << xml_escape(g.name) << "</td><td>" << xml_escape(g.message) << "</td></tr>\n";
     h << "</tbody></table>\n";
   }
   if (!warnings.empty()) {
     h << "<h2>Warnings</h2>\n<ul>\n";
-    for (const auto& w : warnings) h << "<li class=\"warn\">" << html_escape(w) << "</li>\n";
+    for (const auto& w : warnings) h << "<li class=\"warn\">" << xml_escape(w) << "</li>\n";
     h << "</ul>\n";
   }
   if (!plots.empty()) {
@@ -157,7 +135,7 @@ std::string report_html(const std::string& dir, const Summary& s, const std::vec
       const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
       const std::string svg = inline_svg(text, "fig" + std::to_string(++n) + "_");
       if (svg.empty()) continue;
-      h << "<figure>\n<figcaption>" << html_escape(p.title) << "</figcaption>\n" << svg << "\n</figure>\n";
+      h << "<figure>\n<figcaption>" << xml_escape(p.title) << "</figcaption>\n" << svg << "\n</figure>\n";
     }
   }
   h << "</body>\n</html>\n";

@@ -32,4 +32,7 @@ class TextTable {
   std::vector<std::vector<std::string>> rows_;
 };
 
+/// Escapes & < > " ' for XML and HTML text and attributes.
+std::string xml_escape(const std::string& s);
+
 }  // namespace servelab::analysis

@@ -8,21 +8,16 @@
 #include <utility>
 
 #include "engine/kv/held_split.h"
+#include "engine/kv/kv_checks.h"
 
 namespace servelab {
 namespace {
 
-std::string label(const Sequence& seq) { return "naive KV: seq " + std::to_string(seq.id); }
+constexpr const char* kName = "naive";
+std::string label(const Sequence& seq) { return kv_checks::label(kName, seq); }
 
-void require_tokens(const Sequence& seq, int n_tokens) {
-  if (n_tokens < 0)
-    throw std::logic_error(label(seq) + ": n_tokens must be >= 0 (got " + std::to_string(n_tokens) + ")");
-}
-
-void require_allocated(const Sequence& seq, bool allocated) {
-  if (seq.kv.allocated != allocated)
-    throw std::logic_error(label(seq) + (allocated ? " is not allocated" : " is already allocated"));
-}
+void require_tokens(const Sequence& seq, int n) { kv_checks::require_tokens(kName, seq, n); }
+void require_allocated(const Sequence& seq, bool a) { kv_checks::require_allocated(kName, seq, a); }
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "engine/kv/held_split.h"
+#include "engine/kv/kv_checks.h"
 
 namespace servelab {
 namespace {
@@ -28,17 +29,11 @@ uint64_t block_hash(uint64_t parent, const TokenId* tokens, int n) {
   return h;
 }
 
-std::string label(const Sequence& seq) { return "paged KV: seq " + std::to_string(seq.id); }
+constexpr const char* kName = "paged";
+std::string label(const Sequence& seq) { return kv_checks::label(kName, seq); }
 
-void require_tokens(const Sequence& seq, int n_tokens) {
-  if (n_tokens < 0)
-    throw std::logic_error(label(seq) + ": n_tokens must be >= 0 (got " + std::to_string(n_tokens) + ")");
-}
-
-void require_allocated(const Sequence& seq, bool allocated) {
-  if (seq.kv.allocated != allocated)
-    throw std::logic_error(label(seq) + (allocated ? " is not allocated" : " is already allocated"));
-}
+void require_tokens(const Sequence& seq, int n) { kv_checks::require_tokens(kName, seq, n); }
+void require_allocated(const Sequence& seq, bool a) { kv_checks::require_allocated(kName, seq, a); }
 
 }  // namespace
 

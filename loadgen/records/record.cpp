@@ -1,9 +1,10 @@
 #include "loadgen/records/record.h"
 
-#include <fstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
+
+#include "loadgen/records/jsonl.h"
 
 namespace servelab {
 
@@ -66,23 +67,7 @@ void from_json(const nlohmann::json& j, RequestRecord& r) {
   r.warmup = j.value("warmup", false);
 }
 
-std::vector<RequestRecord> read_records(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(path + ": cannot open");
-  std::vector<RequestRecord> out;
-  std::string line;
-  int n = 0;
-  while (std::getline(in, line)) {
-    ++n;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    try {
-      out.push_back(nlohmann::json::parse(line).get<RequestRecord>());
-    } catch (const std::exception& e) {
-      throw std::runtime_error(path + ":" + std::to_string(n) + ": " + e.what());
-    }
-  }
-  return out;
-}
+std::vector<RequestRecord> read_records(const std::string& path) { return read_jsonl<RequestRecord>(path); }
 
 std::string record_line(const RequestRecord& r) {
   return nlohmann::json(r).dump() + "\n";

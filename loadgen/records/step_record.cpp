@@ -1,9 +1,10 @@
 #include "loadgen/records/step_record.h"
 
-#include <fstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
+
+#include "loadgen/records/jsonl.h"
 
 namespace servelab {
 
@@ -49,23 +50,7 @@ void from_json(const nlohmann::json& j, StepRecord& s) {
   s.kv_free = kv.at("free").get<int64_t>();
 }
 
-std::vector<StepRecord> read_steps(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(path + ": cannot open");
-  std::vector<StepRecord> out;
-  std::string line;
-  int n = 0;
-  while (std::getline(in, line)) {
-    ++n;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    try {
-      out.push_back(nlohmann::json::parse(line).get<StepRecord>());
-    } catch (const std::exception& e) {
-      throw std::runtime_error(path + ":" + std::to_string(n) + ": " + e.what());
-    }
-  }
-  return out;
-}
+std::vector<StepRecord> read_steps(const std::string& path) { return read_jsonl<StepRecord>(path); }
 
 std::string step_line(const StepRecord& s) { return nlohmann::json(s).dump() + "\n"; }
 
