@@ -8,6 +8,20 @@
 
 namespace servelab::cli {
 
+std::string analysis_metric_name(const std::string& scenario_metric) {
+  // Scenario files spell a latency statistic "ttft_p99_ms" and KV utilization
+  // "kv_utilization_mean"; the analysis layer names the path in summary.json's metrics object.
+  const std::string& m = scenario_metric;
+  if (m.size() > 3 && m.compare(m.size() - 3, 3, "_ms") == 0) {
+    const size_t us = m.find('_');
+    if (us != std::string::npos && us + 1 < m.size() - 3)
+      return m.substr(0, us) + "_ms." + m.substr(us + 1, m.size() - 3 - us - 1);
+  }
+  for (const char* stat : {"mean", "max"})
+    if (m == std::string("kv_utilization_") + stat) return std::string("kv_utilization.") + stat;
+  return m;
+}
+
 std::string current_commit() {
   if (const char* c = std::getenv("SERVELAB_COMMIT"); c && *c) return c;
   return analysis::git_commit(".");
@@ -52,7 +66,7 @@ analysis::ReportInput report_input_for(const Scenario& sc, const std::vector<Swe
   }
   for (const GateSpec& g : sc.gates) {
     analysis::Gate gate;
-    gate.metric = g.metric;
+    gate.metric = analysis_metric_name(g.metric);
     gate.min = g.min;
     gate.max = g.max;
     if (!g.strategy.empty()) gate.strategy = g.strategy;
@@ -63,7 +77,7 @@ analysis::ReportInput report_input_for(const Scenario& sc, const std::vector<Swe
     analysis::BaselineSpec b;
     b.path = sc.baseline->file;
     b.max_regression_pct = sc.baseline->max_regression_pct;
-    b.metrics = sc.baseline->metrics;
+    for (const std::string& m : sc.baseline->metrics) b.metrics.push_back(analysis_metric_name(m));
     in.baseline = b;
   }
   return in;

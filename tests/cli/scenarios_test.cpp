@@ -1,0 +1,101 @@
+// Every committed scenario (scenarios/*.yaml, globbed, so a new file is covered without editing
+// this test) validates as written and runs end to end once shrunk with --set: 6 requests, no
+// warm-up, one rate (the highest, so a CPU run spends little wall time waiting for arrivals),
+// gates and baseline removed (a 6-request run is not what they were set for; the full-size
+// validation above still checks them against the strategies and rates).
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <iomanip>
+#include <limits>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "loadgen/scenario.h"
+#include "tests/cli/cli_test_util.h"
+
+namespace servelab::cli_test {
+namespace {
+
+constexpr int kShrunkRequests = 6;
+
+std::vector<std::string> committed_scenarios() {
+  std::vector<std::string> files;
+  const fs::path dir = fs::path(SERVELAB_SOURCE_DIR) / "scenarios";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file() && e.path().extension() == ".yaml") files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+std::string yaml_number(double v) {
+  if (std::isinf(v)) return ".inf";
+  std::ostringstream s;
+  s << std::setprecision(std::numeric_limits<double>::max_digits10) << v;
+  return s.str();
+}
+
+class CommittedScenario : public ::testing::TestWithParam<std::string> {};
+
+TEST(CommittedScenarios, FolderHoldsTheExamples) {
+  const auto files = committed_scenarios();
+  for (const char* name : {"quickstart.yaml", "ci.yaml", "chat-slo.yaml", "bursty.yaml", "long-context.yaml",
+                           "capacity.yaml", "closed-loop.yaml"})
+    EXPECT_TRUE(std::any_of(files.begin(), files.end(),
+                            [&](const std::string& f) { return fs::path(f).filename() == name; }))
+        << name << " missing from scenarios/";
+}
+
+TEST_P(CommittedScenario, ValidatesAndRunsShrunk) {
+  SERVELAB_REQUIRE_BINARY();
+  const std::string path = GetParam();
+  TempDir tmp;
+
+  CliResult r = run_servelab({"validate", path}, tmp);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find(": ok ("), std::string::npos) << r.output;
+
+  const Scenario full = load_scenario(path);
+  std::vector<std::string> overrides = {"workload.duration_s=null",
+                                        "workload.n_requests=" + std::to_string(kShrunkRequests),
+                                        "workload.warmup_requests=0", "gates=null", "baseline=null"};
+  if (full.workload.mode == LoadMode::open_loop) {
+    ASSERT_FALSE(full.workload.rates.empty());
+    const double top = *std::max_element(full.workload.rates.begin(), full.workload.rates.end());
+    overrides.push_back("workload.rates=[" + yaml_number(top) + "]");
+  }
+
+  const std::string out = tmp.file("run");
+  std::vector<std::string> args = {"run", path, "--out", out, "--quiet", "--no-plots"};
+  for (const auto& o : overrides) {
+    args.push_back("--set");
+    args.push_back(o);
+  }
+  r = run_servelab(args, tmp);
+  ASSERT_EQ(r.code, 0) << r.output;
+
+  // One run per strategy, each with every shrunk request finished and in the summary.
+  const auto summary = nlohmann::json::parse(read_text(out + "/summary.json"));
+  ASSERT_EQ(summary["runs"].size(), full.strategies.size()) << summary.dump(1);
+  for (const auto& run : summary["runs"]) {
+    EXPECT_EQ(run["n_requests"].get<int>(), kShrunkRequests) << run["label"];
+    EXPECT_EQ(run["n_failed"].get<int>(), 0) << run["label"];
+    EXPECT_GT(run["metrics"]["output_throughput"].get<double>(), 0.0) << run["label"];
+  }
+  EXPECT_EQ(read_lines(out + "/records.jsonl").size(), full.strategies.size() * kShrunkRequests);
+  EXPECT_TRUE(fs::exists(out + "/report.md"));
+}
+
+std::string test_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string name = fs::path(info.param).stem().string();
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Scenarios, CommittedScenario, ::testing::ValuesIn(committed_scenarios()), test_name);
+
+}  // namespace
+}  // namespace servelab::cli_test
