@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include "analysis/report.h"
@@ -62,6 +63,11 @@ int run_main(const RunArgs& args) {
   };
   const SweepOutcome sweep = run_sweep(scenario, opts);
 
+  if (sweep.interrupted) {  // report only the runs that started; the rest were never measured
+    std::set<std::string> started;
+    for (const auto& r : sweep.records) started.insert(r.run);
+    std::erase_if(input.runs, [&](const analysis::RunInfo& r) { return !started.count(r.label); });
+  }
   input.records = sweep.records;
   input.steps = sweep.steps;
   analysis::ReportOptions ropts;
