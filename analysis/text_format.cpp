@@ -41,7 +41,7 @@ std::string format_plain(double x) {
 
 std::string format_rate(double rate) {
   if (std::isnan(rate)) return "?";
-  if (std::isinf(rate)) return "max";
+  if (std::isinf(rate)) return "-";  // closed loop or trace: no fixed offered rate
   return printf_double("%g", rate);
 }
 
