@@ -1,0 +1,55 @@
+#pragma once
+// Tokenizers: text <-> token ids. A model folder with a Hugging Face tokenizer.json gets the
+// byte-level BPE it describes (Llama-3, Qwen2, Qwen3 ship one); a model without one (a preset with
+// random weights) gets the byte tokenizer, one token per UTF-8 byte, so text prompts still work.
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/request.h"
+
+namespace servelab {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::string name() const = 0;  ///< "bpe:<file>" or "bytes"
+  /// Ids for text. With parse_special, special tokens written in the text ("<|im_end|>") map to
+  /// their ids; without, they are encoded as plain text.
+  virtual std::vector<TokenId> encode(std::string_view text, bool parse_special = true) const = 0;
+  /// Text for ids; bytes split across ids are joined before UTF-8 decoding.
+  virtual std::string decode(std::span<const TokenId> ids, bool skip_special = false) const = 0;
+  virtual int vocab_size() const = 0;
+  virtual std::optional<TokenId> token_id(std::string_view token) const = 0;
+  virtual std::optional<TokenId> eos_id() const = 0;
+  virtual std::optional<TokenId> bos_id() const = 0;
+};
+
+/// Reads a Hugging Face tokenizer.json (model.type BPE with byte-level pre-tokenizer and decoder).
+/// Throws std::runtime_error naming the file and what is unsupported or malformed.
+std::unique_ptr<Tokenizer> load_bpe_tokenizer(const std::string& tokenizer_json_path);
+
+/// One token per UTF-8 byte (ids 0..255), for models without a tokenizer.json; vocab_size must
+/// be >= 256. eos is the model's eos token when given.
+std::unique_ptr<Tokenizer> make_byte_tokenizer(int vocab_size, std::optional<TokenId> eos);
+
+/// The model folder's tokenizer.json (also reads tokenizer_config.json for eos/bos and the chat
+/// template) when present, else nullptr.
+std::unique_ptr<Tokenizer> load_tokenizer_from_dir(const std::string& model_dir);
+
+/// One chat message as OpenAI's API carries it.
+struct ChatMessage {
+  std::string role;     ///< "system", "user", "assistant"
+  std::string content;
+};
+
+/// Renders messages into the prompt text. The model's chat template (tokenizer_config.json
+/// "chat_template") is recognised by its markers (ChatML as Qwen uses, Llama-3 headers, Llama-2
+/// [INST]); an unrecognised or absent template uses the documented default, ChatML.
+std::string render_chat(std::span<const ChatMessage> messages, const std::string& chat_template,
+                        bool add_generation_prompt = true);
+
+}  // namespace servelab
