@@ -1,5 +1,6 @@
 // Scenario::resolve (derived fields) and Scenario::validate (every range, conflict and file).
 #include <algorithm>
+#include <charconv>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -24,11 +25,40 @@ std::string num(double v) {
 
 std::string got(double v) { return " (got " + num(v) + ")"; }
 
+/// The shortest decimal that reads back as v ("4", "1.0000000001").
+std::string shortest(double v) {
+  char buf[32];
+  const auto res = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, res.ptr);
+}
+
 bool safe_name(const std::string& s) {
   if (s.empty()) return false;
   for (unsigned char c : s)
     if (!(std::isalnum(c) || c == '.' || c == '_' || c == '-' || c == '+')) return false;
   return true;
+}
+
+/// Two sweep points at one rate would give two runs the same label (the run would die when it
+/// writes its reports), and a gate's `rate:` or a baseline could not tell them apart. Rates this
+/// close (1e-9 relative, as gates and compare match rates) count as the same.
+bool rates_coincide(double a, double b) {
+  if (std::isinf(a) || std::isinf(b)) return a == b;
+  return std::abs(a - b) <= 1e-9 * std::max(1.0, std::abs(a));
+}
+
+/// Reports the first repeated rate (a range's repeats all point at the range).
+void check_distinct_rates(const std::vector<double>& rates, Diagnostics& diag) {
+  for (size_t i = 1; i < rates.size(); ++i)
+    for (size_t j = 0; j < i; ++j) {
+      if (!rates_coincide(rates[i], rates[j])) continue;
+      const std::string p = "workload.rates[" + std::to_string(i) + "]";
+      if (diag.failed(p)) return;
+      const std::string value = shortest(rates[j]) + (rates[i] == rates[j] ? "" : " ≈ " + shortest(rates[i]));
+      diag.error(p, "repeats workload.rates[" + std::to_string(j) + "] (" + value +
+                        "): each rate is one sweep point; list it once, or use fewer steps for a range");
+      return;
+    }
 }
 
 }  // namespace
@@ -163,6 +193,7 @@ void Scenario::validate(Diagnostics& diag) const {
               "arrival.rate: R");
         for (size_t i = 0; i < w.rates.size(); ++i)
           check(w.rates[i] > 0, "workload.rates[" + std::to_string(i) + "]", "must be > 0 requests/s" + got(w.rates[i]));
+        check_distinct_rates(w.rates, diag);
       }
       if (w.arrival.process == ArrivalProcess::gamma)
         check(w.arrival.cv > 0 && w.arrival.cv <= 100, "workload.arrival.cv", "must be in (0, 100]" + got(w.arrival.cv));

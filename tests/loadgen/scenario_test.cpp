@@ -330,6 +330,23 @@ TEST(ScenarioRates, ListRangeAndStepExpand) {
   EXPECT_NE(bad("{from: 1, to: 4, stps: 3}").find("did you mean 'steps'?"), std::string::npos);
 }
 
+TEST(ScenarioRates, DuplicateRatesAreRejectedAtTheirPlace) {
+  const std::string head = "strategies: [{batching: continuous}]\nworkload:\n  rates: ";
+  EXPECT_EQ(only_error(head + "[4, 8, 4]\n"),
+            "scn.yaml:3:17: workload.rates[2] repeats workload.rates[0] (4): each rate is one sweep point; list it "
+            "once, or use fewer steps for a range");
+  // Equal up to 1e-9 (as gates and compare match rates): still one point.
+  EXPECT_NE(only_error(head + "[1, 1.0000000001]\n").find("scn.yaml:3:14: workload.rates[1] repeats workload.rates[0] (1 ≈ 1.0000000001)"),
+            std::string::npos);
+  // A range whose points round together, reported at the range.
+  EXPECT_EQ(only_error(head + "{from: 1, to: 1.0000000000001, steps: 3}\n").rfind("scn.yaml:3:10: workload.rates[1] repeats", 0), 0u);
+  // An override too; .inf only equals .inf.
+  EXPECT_EQ(scenario_errors(kBaseScenario, {"workload.rates=[2, .inf, .inf]"}),
+            (std::vector<std::string>{"--set workload.rates=[2, .inf, .inf]: workload.rates[2] repeats workload.rates[1] (inf): "
+                                      "each rate is one sweep point; list it once, or use fewer steps for a range"}));
+  EXPECT_TRUE(scenario_errors(kBaseScenario, {"workload.rates=[1, 1.001, .inf]"}).empty());
+}
+
 TEST(Scenario, ClosedLoopAndTraceHaveOneSweepPoint) {
   const Scenario c = load_yaml("strategies: [{batching: continuous}]\nworkload: {concurrency: 4, n_requests: 8}\n");
   EXPECT_EQ(c.workload.mode, LoadMode::closed_loop);
