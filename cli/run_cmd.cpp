@@ -11,6 +11,7 @@
 #include "cli/command.h"
 #include "cli/progress.h"
 #include "cli/report_input.h"
+#include "loadgen/plan.h"
 #include "loadgen/sweep.h"
 #include "loadgen/scenario.h"
 
@@ -36,8 +37,10 @@ int run_main(const RunArgs& args) {
   const std::string dir = args.out.empty() ? scenario.output_dir : args.out;
   std::filesystem::create_directories(dir);
 
+  // One Planner for the whole run: a dataset or trace is read once.
+  const Planner planner(scenario);
   // runs.json first: a run that dies half-way can still be reported from its records.
-  analysis::ReportInput input = report_input_for(scenario, plan_sweep(scenario));
+  analysis::ReportInput input = report_input_for(scenario, plan_sweep(planner));
   analysis::write_runs_file(dir, input);
 
   std::ostream& out = std::cout;
@@ -61,7 +64,7 @@ int run_main(const RunArgs& args) {
       out << "  " << r.label << ": " << st.n_finished << " requests, " << st.n_tokens << " tokens in "
           << st.end_s << " s\n";
   };
-  const SweepOutcome sweep = run_sweep(scenario, opts);
+  const SweepOutcome sweep = run_sweep(planner, opts);
 
   if (sweep.interrupted) {  // report only the runs that started; the rest were never measured
     std::set<std::string> started;

@@ -1,8 +1,9 @@
 #include "loadgen/dataset.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
-#include <sstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -24,47 +25,64 @@ namespace {
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(path + ": cannot open file");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  std::string text;
+  if (size > 0) {  // one read into one buffer (a ShareGPT file is ~650 MB)
+    text.resize(static_cast<size_t>(size));
+    in.seekg(0);
+    in.read(text.data(), size);
+    if (in.gcount() != size) throw std::runtime_error(path + ": read failed");
+  }
+  return text;
 }
 
 /// 1-based line of byte offset `pos` in text.
-int line_of(const std::string& text, size_t pos) {
+int line_of(std::string_view text, size_t pos) {
   pos = std::min(pos, text.size());
-  int line = 1;
-  for (size_t i = 0; i < pos; ++i)
-    if (text[i] == '\n') ++line;
-  return line;
+  return 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(pos), '\n'));
 }
 
-/// Byte offsets where each element of the top-level JSON array begins (strings and escapes
-/// respected), so an entry with a wrong field can be reported at its line.
-std::vector<size_t> top_level_element_offsets(const std::string& text) {
-  std::vector<size_t> out;
-  int depth = 0;
-  bool in_string = false, escaped = false, expect_element = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-      continue;
-    }
-    if (c == ' ' || c == '\n' || c == '\r' || c == '\t') continue;
-    if (depth == 1 && expect_element && c != ']') {
-      out.push_back(i);
-      expect_element = false;
-    }
-    if (c == '"') in_string = true;
-    else if (c == '[' || c == '{') {
-      ++depth;
-      if (depth == 1 && c == '[') expect_element = true;
-    } else if (c == ']' || c == '}') --depth;
-    else if (c == ',' && depth == 1) expect_element = true;
+/// The message nlohmann gives for a parse error, from "parse error ..." on.
+std::string parse_error_text(const std::string& what) {
+  const auto cut = what.find("parse error");
+  return cut == std::string::npos ? what : what.substr(cut);
+}
+
+/// Finds nlohmann's first parse error in a text without building anything (a SAX pass that keeps
+/// nothing), so a syntax error in a 650 MB file costs one pass, not a whole JSON tree.
+class SyntaxProbe final : public nlohmann::json_sax<json> {
+ public:
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return true; }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) override {
+    failed = true;
+    byte = position;
+    what = e.what();
+    return false;
   }
-  return out;
+  bool failed = false;
+  size_t byte = 0;  ///< 1-based, just past the offending character
+  std::string what;
+};
+
+/// Reports the first syntax error of the whole text at its line. `fallback_line` names the place
+/// if the parser finds none (the caller's scan found the problem: unexpected end or trailing text).
+[[noreturn]] void fail_syntax(const std::string& path, const std::string& text, int fallback_line) {
+  SyntaxProbe probe;
+  json::sax_parse(text, &probe);
+  if (!probe.failed) fail(path, fallback_line, "invalid JSON");
+  fail(path, line_of(text, probe.byte > 0 ? probe.byte - 1 : 0), "invalid JSON: " + parse_error_text(probe.what));
 }
 
 json parse_json(const std::string& path, const std::string& text, int line_offset) {
@@ -73,10 +91,7 @@ json parse_json(const std::string& path, const std::string& text, int line_offse
   } catch (const json::parse_error& e) {
     // e.byte is 1-based and points just past the offending character.
     const size_t pos = e.byte > 0 ? e.byte - 1 : 0;
-    std::string what = e.what();
-    const auto cut = what.find("parse error");
-    if (cut != std::string::npos) what = what.substr(cut);
-    fail(path, line_offset + line_of(text, pos) - 1, "invalid JSON: " + what);
+    fail(path, line_offset + line_of(text, pos) - 1, "invalid JSON: " + parse_error_text(e.what()));
   }
 }
 
@@ -98,41 +113,119 @@ const std::string& string_field(const std::string& path, int line, const json& o
   return it->get_ref<const std::string&>();
 }
 
+/// Adds one ShareGPT entry's lengths to `d`, or counts it skipped (fewer than two turns, or an
+/// empty one).
+void add_sharegpt_entry(const std::string& path, int line, size_t i, const json& entry, Dataset& d) {
+  if (!entry.is_object()) fail(path, line, "entry " + std::to_string(i) + " must be an object (got " + entry.type_name() + ")");
+  const auto conv = entry.find("conversations");
+  if (conv == entry.end()) fail(path, line, "entry " + std::to_string(i) + " has no \"conversations\"");
+  if (!conv->is_array())
+    fail(path, line, "entry " + std::to_string(i) + ": \"conversations\" must be a list (got " + conv->type_name() + ")");
+  if (conv->size() < 2) {
+    ++d.n_skipped;
+    return;
+  }
+  int lens[2];
+  for (int t = 0; t < 2; ++t) {
+    const json& turn = (*conv)[static_cast<size_t>(t)];
+    if (!turn.is_object())
+      fail(path, line, "entry " + std::to_string(i) + ": conversation turn " + std::to_string(t) + " must be an object");
+    lens[t] = count_text_tokens(string_field(path, line, turn, "value"));
+  }
+  if (lens[0] < 1 || lens[1] < 1) {
+    ++d.n_skipped;
+    return;
+  }
+  d.entries.push_back({lens[0], lens[1], line});
+}
+
+bool is_json_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+/// End of the JSON value that starts at `i` inside the top-level array: the offset of the ',' or
+/// ']' at its own depth after it, or text.size() when there is none. Strings are skipped with
+/// memchr (a quote is escaped when an odd run of backslashes precedes it). The value itself is
+/// checked by the parser afterwards; this only has to find where it ends.
+size_t element_end(const std::string& text, size_t i) {
+  const size_t n = text.size();
+  int depth = 0;
+  while (i < n) {
+    const char c = text[i];
+    if (c == '"') {
+      size_t q = i + 1;
+      for (;;) {
+        const void* hit = q < n ? std::memchr(text.data() + q, '"', n - q) : nullptr;
+        if (!hit) return n;
+        q = static_cast<size_t>(static_cast<const char*>(hit) - text.data());
+        size_t backslashes = 0;
+        while (text[q - 1 - backslashes] == '\\') ++backslashes;
+        if (backslashes % 2 == 0) break;
+        ++q;
+      }
+      i = q + 1;
+      continue;
+    }
+    if (c == '[' || c == '{') ++depth;
+    else if (c == ']' || c == '}') {
+      if (depth == 0) return i;
+      --depth;
+    } else if (c == ',' && depth == 0) return i;
+    ++i;
+  }
+  return n;
+}
+
+/// One linear pass: a scan finds each top-level element, the parser reads that element alone,
+/// and the line number advances by the newlines between consecutive element starts. A file of N
+/// entries costs O(size) (the file is never rescanned per entry) and only one entry's JSON tree is
+/// held at a time.
 Dataset load_sharegpt(const std::string& path) {
   const std::string text = read_file(path);
-  const json doc = parse_json(path, text, 1);
-  if (!doc.is_array())
-    fail(path, 1, std::string("a ShareGPT dataset is a JSON list of {\"conversations\": [...]} (got a JSON ") +
-                      doc.type_name() + "); for one object a line use format: jsonl");
-  const std::vector<size_t> offsets = top_level_element_offsets(text);
+  const size_t n = text.size();
   Dataset d;
   d.path = path;
   d.format = DatasetFormat::sharegpt;
-  for (size_t i = 0; i < doc.size(); ++i) {
-    const int line = i < offsets.size() ? line_of(text, offsets[i]) : 1;
-    const json& entry = doc[i];
-    if (!entry.is_object()) fail(path, line, "entry " + std::to_string(i) + " must be an object (got " + entry.type_name() + ")");
-    const auto conv = entry.find("conversations");
-    if (conv == entry.end()) fail(path, line, "entry " + std::to_string(i) + " has no \"conversations\"");
-    if (!conv->is_array())
-      fail(path, line, "entry " + std::to_string(i) + ": \"conversations\" must be a list (got " + conv->type_name() + ")");
-    if (conv->size() < 2) {
-      ++d.n_skipped;
-      continue;
-    }
-    int lens[2];
-    for (int t = 0; t < 2; ++t) {
-      const json& turn = (*conv)[static_cast<size_t>(t)];
-      if (!turn.is_object())
-        fail(path, line, "entry " + std::to_string(i) + ": conversation turn " + std::to_string(t) + " must be an object");
-      lens[t] = count_text_tokens(string_field(path, line, turn, "value"));
-    }
-    if (lens[0] < 1 || lens[1] < 1) {
-      ++d.n_skipped;
-      continue;
-    }
-    d.entries.push_back({lens[0], lens[1], line});
+
+  size_t i = 0;
+  int line = 1;
+  size_t counted = 0;  // newlines in text[0, counted) are counted in `line`
+  auto line_at = [&](size_t pos) {
+    line += static_cast<int>(std::count(text.begin() + static_cast<std::ptrdiff_t>(counted),
+                                        text.begin() + static_cast<std::ptrdiff_t>(pos), '\n'));
+    counted = pos;
+    return line;
+  };
+  auto skip_space = [&] {
+    while (i < n && is_json_space(text[i])) ++i;
+  };
+  skip_space();
+  if (i >= n || text[i] != '[') {
+    const json doc = parse_json(path, text, 1);  // a syntax error, or not a list: say which
+    fail(path, 1, std::string("a ShareGPT dataset is a JSON list of {\"conversations\": [...]} (got a JSON ") +
+                      doc.type_name() + "); for one object a line use format: jsonl");
   }
+  ++i;
+  skip_space();
+  if (i < n && text[i] == ']') {
+    ++i;
+  } else {
+    for (size_t index = 0;; ++index) {
+      const size_t begin = i;
+      const int begin_line = line_at(begin);
+      i = element_end(text, begin);
+      if (i >= n) fail_syntax(path, text, line_at(n));
+      json entry;
+      try {
+        entry = json::parse(text.data() + begin, text.data() + i);
+      } catch (const json::parse_error&) {
+        fail_syntax(path, text, begin_line);
+      }
+      add_sharegpt_entry(path, begin_line, index, entry, d);
+      if (text[i++] == ']') break;
+      skip_space();
+    }
+  }
+  skip_space();
+  if (i < n) fail_syntax(path, text, line_at(i));
   if (d.entries.empty()) fail(path, 1, "no usable entry (need a prompt turn followed by a reply)");
   return d;
 }

@@ -120,8 +120,10 @@ class BackendFactory {
 
 }  // namespace
 
-std::vector<SweepRun> plan_sweep(const Scenario& scenario) {
-  Planner planner(scenario);
+std::vector<SweepRun> plan_sweep(const Scenario& scenario) { return plan_sweep(Planner(scenario)); }
+
+std::vector<SweepRun> plan_sweep(const Planner& planner) {
+  const Scenario& scenario = planner.scenario();
   std::vector<SweepRun> runs;
   for (double rate : scenario.sweep_rates()) {
     const Plan plan = planner.make(rate);
@@ -145,15 +147,19 @@ std::vector<SweepRun> plan_sweep(const Scenario& scenario) {
 }
 
 SweepOutcome run_sweep(const Scenario& scenario, const SweepOptions& options) {
+  return run_sweep(Planner(scenario), options);
+}
+
+SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
+  const Scenario& scenario = planner.scenario();
   namespace fs = std::filesystem;
   fs::create_directories(options.out_dir);
   LineWriter records_out(options.out_dir + "/records.jsonl");
   LineWriter steps_out(options.out_dir + "/steps.jsonl");
 
   SweepOutcome outcome;
-  outcome.runs = plan_sweep(scenario);
+  outcome.runs = plan_sweep(planner);
   const BackendFactory backends(scenario);
-  Planner planner(scenario);
 
   const auto rates = scenario.sweep_rates();
   size_t point = 0;

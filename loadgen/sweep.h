@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loadgen/inprocess_driver.h"
+#include "loadgen/plan.h"
 #include "loadgen/scenario.h"
 
 namespace servelab {
@@ -46,13 +47,19 @@ struct SweepOutcome {
 /// "4", "0.5", "12.25": the shortest decimal that reads back as `rate`.
 std::string format_rate(double rate);
 
-/// The sweep's points (labels, knobs, planned counts) without running anything.
+/// The sweep's points (labels, knobs, planned counts) without running anything. Pass the
+/// Planner the run will use, so a dataset or trace is read once per run, not once per call.
+std::vector<SweepRun> plan_sweep(const Planner& planner);
+/// plan_sweep(Planner(scenario)): reads the scenario's dataset or trace.
 std::vector<SweepRun> plan_sweep(const Scenario& scenario);
 
 /// Runs every point: rates in order, every strategy at each rate. The cpu backend's weights are
 /// built once (random from the preset and seed, or loaded) and shared by every run; each run gets
 /// a fresh engine and arena. cpu runs on the steady clock (real time), sim on a virtual clock.
-/// Throws std::runtime_error when the output folder or model cannot be opened.
+/// Plans come from `planner` (its scenario is the one run), so the dataset or trace it loaded is
+/// not read again. Throws std::runtime_error when the output folder or model cannot be opened.
+SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options);
+/// run_sweep(Planner(scenario), options).
 SweepOutcome run_sweep(const Scenario& scenario, const SweepOptions& options);
 
 }  // namespace servelab

@@ -68,6 +68,66 @@ TEST(Dataset, ShareGptErrorsNameFileAndLine) {
             0u);
 }
 
+TEST(Dataset, ShareGptLinesStayRightThroughTrickyStrings) {
+  // Strings holding brackets, commas, escaped quotes and runs of backslashes must not end an
+  // entry early; CRLF line ends and compact entries on one line count like any others.
+  const std::string path = write_temp("tricky.json",
+                                      "[{\"conversations\": [{\"value\": \"a ], { \\\" x\"}, {\"value\": \"\\\\\"}]},\r\n"
+                                      "\r\n"
+                                      "  {\"conversations\": [{\"value\": \"[[[\"}, {\"value\": \"}}\\\\\\\"\"}]}, {\"conversations\": [{\"value\": \"1\"}, {\"value\": \"2\"}]}\n"
+                                      ",\n"
+                                      "  {\"conversations\": [{\"value\": \"é東\"}, {\"value\": \"\\u00e9\"}]}\n"
+                                      "]\n\n");
+  const Dataset d = load_dataset(path, DatasetFormat::sharegpt);
+  ASSERT_EQ(d.entries.size(), 4u);
+  EXPECT_EQ(d.entries[0].line, 1);
+  EXPECT_EQ(d.entries[0].prompt_tokens, 3);  // `a ], { " x` = 10 bytes
+  EXPECT_EQ(d.entries[0].output_tokens, 1);  // one backslash
+  EXPECT_EQ(d.entries[1].line, 3);
+  EXPECT_EQ(d.entries[1].output_tokens, 1);  // `}}\"` = 4 bytes
+  EXPECT_EQ(d.entries[2].line, 3);
+  EXPECT_EQ(d.entries[3].line, 5);
+  EXPECT_EQ(d.entries[3].prompt_tokens, 2);  // 2 + 3 UTF-8 bytes
+  EXPECT_EQ(d.entries[3].output_tokens, 1);  // \u00e9 decodes to 2 bytes
+}
+
+TEST(Dataset, ShareGptManyEntriesKeepTheirLines) {
+  // 3000 entries of three lines each, the last one broken: every line number is exact, and the
+  // error names the last entry's line (lines are counted in the same pass, not rescanned).
+  std::string text = "[\n";
+  const int n = 3000;
+  for (int i = 0; i < n; ++i) {
+    text += "  {\"id\": " + std::to_string(i) + ",\n   \"conversations\": [{\"value\": \"" + std::string(1 + i % 9, 'p') +
+            "\"}, {\"value\": \"oo\"}]\n  }" + (i + 1 < n ? ",\n" : "\n");
+  }
+  text += "]\n";
+  const Dataset d = load_dataset(write_temp("many.json", text), DatasetFormat::sharegpt);
+  ASSERT_EQ(d.entries.size(), static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(d.entries[static_cast<size_t>(i)].line, 2 + 3 * i) << i;
+    ASSERT_EQ(d.entries[static_cast<size_t>(i)].prompt_tokens, (1 + i % 9 + 3) / 4) << i;
+  }
+  std::string bad = text;
+  bad.replace(bad.rfind("\"oo\""), 4, "7");  // the last entry's reply becomes a number
+  EXPECT_EQ(error_of([&] { load_dataset(write_temp("many_bad.json", bad), DatasetFormat::sharegpt); }),
+            "many_bad.json:" + std::to_string(2 + 3 * (n - 1)) + ": \"value\" must be a string (got number)");
+}
+
+TEST(Dataset, ShareGptStructureErrorsNameTheirLine) {
+  auto err = [](const std::string& name, const std::string& text) {
+    return error_of([&] { load_dataset(write_temp(name, text), DatasetFormat::sharegpt); });
+  };
+  const std::string ok = "{\"conversations\": [{\"value\": \"a\"}, {\"value\": \"b\"}]}";
+  EXPECT_EQ(err("comma.json", "[\n" + ok + ",\n]\n").rfind("comma.json:3: invalid JSON: parse error", 0), 0u);
+  EXPECT_EQ(err("missing.json", "[\n" + ok + "\n" + ok + "]\n").rfind("missing.json:3: invalid JSON: parse error", 0), 0u);
+  EXPECT_EQ(err("trailing.json", "[\n" + ok + "\n]\nextra\n").rfind("trailing.json:4: invalid JSON: parse error", 0), 0u);
+  EXPECT_EQ(err("cut.json", "[\n" + ok + ",\n" + ok).rfind("cut.json:3: invalid JSON", 0), 0u);
+  EXPECT_EQ(err("open.json", "[\n" + ok + ",\n{\"conversations\": \"unterminated\n").rfind("open.json:3: invalid JSON", 0), 0u);
+  EXPECT_EQ(err("empty_list.json", " [ ]\n"), "empty_list.json:1: no usable entry (need a prompt turn followed by a reply)");
+  EXPECT_EQ(err("empty.json", "").rfind("empty.json:1: invalid JSON", 0), 0u);
+  EXPECT_EQ(err("scalar.json", "[\n" + ok + ",\n 5]\n"), "scalar.json:3: entry 1 must be an object (got number)");
+}
+
 TEST(Dataset, JsonlTokensOrTexts) {
   const std::string path = write_temp("d.jsonl",
                                       "{\"prompt_tokens\": 10, \"output_tokens\": 20}\n"
