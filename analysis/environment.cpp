@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "servelab_build_info.h"  // generated in the build folder by scripts/build-info.cmake
+
 namespace servelab::analysis {
 namespace {
 
@@ -46,6 +48,8 @@ std::string utc_now_iso8601() {
   return buf.data();
 }
 
+BuildInfo build_info() { return {SERVELAB_BUILD_COMMIT, SERVELAB_BUILD_DIRTY != 0}; }
+
 std::string git_commit(const std::string& dir) {
   const std::string cmd = "git -C " + shell_quote(dir) + " rev-parse HEAD 2>/dev/null";
   FILE* p = popen(cmd.c_str(), "r");
@@ -77,6 +81,7 @@ void to_json(nlohmann::ordered_json& j, const Environment& e) {
   j["cpu_model"] = e.cpu_model;
   j["n_cores"] = e.n_cores;
   j["commit"] = e.commit;
+  j["dirty"] = e.dirty;
   j["date"] = e.date;
   j["servelab_version"] = e.servelab_version;
 }
@@ -86,6 +91,7 @@ void from_json(const nlohmann::ordered_json& j, Environment& e) {
   e.cpu_model = j.value("cpu_model", std::string());
   e.n_cores = j.value("n_cores", 0);
   e.commit = j.value("commit", std::string());
+  e.dirty = j.value("dirty", false);
   e.date = j.value("date", std::string());
   e.servelab_version = j.value("servelab_version", std::string());
 }

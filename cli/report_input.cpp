@@ -24,7 +24,7 @@ std::string analysis_metric_name(const std::string& scenario_metric) {
 
 std::string current_commit() {
   if (const char* c = std::getenv("SERVELAB_COMMIT"); c && *c) return c;
-  return analysis::git_commit(".");
+  return analysis::build_info().commit;
 }
 
 analysis::ReportInput report_input_for(const Scenario& sc, const std::vector<SweepRun>& runs) {
@@ -47,6 +47,8 @@ analysis::ReportInput report_input_for(const Scenario& sc, const std::vector<Swe
     default: device = to_string(sc.backend.kind); break;
   }
   in.environment = analysis::detect_environment(device, current_commit(), SERVELAB_VERSION);
+  const char* commit_override = std::getenv("SERVELAB_COMMIT");
+  in.environment.dirty = !(commit_override && *commit_override) && analysis::build_info().dirty;
 
   in.slo.ttft_ms = sc.slo.ttft_ms;
   in.slo.tpot_ms = sc.slo.tpot_ms;

@@ -16,8 +16,8 @@ analysis::ReportInput report_input_for(const Scenario& scenario, const std::vect
 /// "ttft_p99_ms" -> "ttft_ms.p99", "kv_utilization_mean" -> "kv_utilization.mean"; others unchanged.
 std::string analysis_metric_name(const std::string& scenario_metric);
 
-/// The commit servelab was built from: SERVELAB_COMMIT if set, else `git rev-parse HEAD` of the
-/// working directory, else "".
+/// The commit servelab was built from: SERVELAB_COMMIT if set, else the one embedded at build
+/// time (analysis::build_info(); "unknown" when built outside a git checkout).
 std::string current_commit();
 
 }  // namespace servelab::cli

@@ -53,7 +53,7 @@ TEST(Summary, TopLevelAndRunKeysAreDesignMdsContract) {
   EXPECT_EQ(keys_of(j), (std::vector<std::string>{"schema", "scenario", "environment", "slo", "runs"}));
   EXPECT_EQ(j["schema"], "servelab.summary/1");
   EXPECT_EQ(keys_of(j["environment"]), (std::vector<std::string>{"device", "cpu_model", "n_cores", "commit",
-                                                                 "date", "servelab_version"}));
+                                                                 "dirty", "date", "servelab_version"}));
   EXPECT_EQ(j["scenario"]["name"], "unit");
   EXPECT_EQ(j["scenario"]["seed"], 42);
   EXPECT_EQ(j["scenario"]["dataset"]["kind"], "synthetic");
