@@ -113,205 +113,252 @@ void Scenario::validate() const {
   if (!diag.empty()) throw ScenarioError(diag.messages());
 }
 
-void Scenario::validate(Diagnostics& diag) const {
-  auto check = [&](bool ok, const std::string& path, const std::string& what) {
+namespace {
+
+/// What every section of Scenario::validate shares: where errors go, and the two checks they all
+/// make. An error is not repeated at a path that already has one (above, at or below it).
+struct Checker {
+  Diagnostics& diag;
+
+  void check(bool ok, const std::string& path, const std::string& what) const {
     if (!ok && !diag.failed(path)) diag.error(path, what);
-  };
-  auto file_exists = [&](const std::string& file, const std::string& path) {
+  }
+  void file_exists(const std::string& file, const std::string& path) const {
     std::error_code ec;
     if (!file.empty() && !diag.failed(path) && !fs::is_regular_file(file, ec))
       diag.error(path, "names no readable file: " + file +
                            " (relative paths are looked up beside the scenario, then in the current directory)");
-  };
+  }
+};
 
-  check(safe_name(name), "name", "must use only letters, digits and . _ - + (got '" + name + "')");
+/// "must be one of a, b, c (got 'x'); did you mean 'y'?"
+std::string one_of(const std::vector<std::string>& allowed, const std::string& value) {
+  std::string msg = "must be one of ";
+  for (const auto& a : allowed) msg += a + (a == allowed.back() ? "" : ", ");
+  msg += " (got '" + value + "')";
+  if (auto d = did_you_mean(value, allowed); !d.empty()) msg += "; did you mean '" + d + "'?";
+  return msg;
+}
 
-  // model / backend / engine
-  const int max_pos = model.max_position;
-  check(backend.threads >= 0, "backend.threads", "must be >= 0 (0 = all cores)" + got(backend.threads));
-  if (!backend.sim_device.empty() && !diag.failed("backend.sim_device")) {
+void validate_backend_and_engine(const Scenario& s, const Checker& c) {
+  const int max_pos = s.model.max_position;
+  c.check(s.backend.threads >= 0, "backend.threads", "must be >= 0 (0 = all cores)" + got(s.backend.threads));
+  if (!s.backend.sim_device.empty() && !c.diag.failed("backend.sim_device")) {
     const auto devices = SimDevice::preset_names();
-    if (std::find(devices.begin(), devices.end(), backend.sim_device) == devices.end()) {
-      std::string msg = "must be one of ";
-      for (const auto& d : devices) msg += d + (d == devices.back() ? "" : ", ");
-      msg += " (got '" + backend.sim_device + "')";
-      if (auto d = did_you_mean(backend.sim_device, devices); !d.empty()) msg += "; did you mean '" + d + "'?";
-      diag.error("backend.sim_device", msg);
+    if (std::find(devices.begin(), devices.end(), s.backend.sim_device) == devices.end())
+      c.diag.error("backend.sim_device", one_of(devices, s.backend.sim_device));
+  }
+  c.file_exists(s.backend.sim_profile, "backend.sim_profile");
+  c.check(s.engine.kv_cache_bytes > 0, "engine.kv_cache_bytes",
+          "must be > 0" + got(static_cast<double>(s.engine.kv_cache_bytes)));
+  c.check(s.engine.max_model_len >= 1 || max_pos == 0, "engine.max_model_len", "must be >= 1" + got(s.engine.max_model_len));
+  if (max_pos > 0)
+    c.check(s.engine.max_model_len <= max_pos, "engine.max_model_len",
+            "must be <= the model's max_position (" + std::to_string(max_pos) + ")" + got(s.engine.max_model_len));
+}
+
+/// The longest sequence (prompt + output) the workload can make, capped at engine.max_model_len;
+/// datasets and traces can reach the cap.
+int64_t longest_sequence(const Scenario& s) {
+  const WorkloadSpec& w = s.workload;
+  if (w.mode == LoadMode::trace || w.prompt.from_dataset() || w.output.from_dataset()) return s.engine.max_model_len;
+  return std::min<int64_t>(s.engine.max_model_len,
+                           int64_t{w.shared_prefix_tokens} + w.prompt.dist.upper() + w.output.dist.upper());
+}
+
+/// The engine's own SchedulerConfig / KvConfig checks, reported at the strategy's field (their
+/// messages start with the field name).
+void validate_engine_configs(const StrategySpec& st, const std::string& p, const Checker& c) {
+  for (int which = 0; which < 2; ++which) {
+    try {
+      if (which == 0) st.sched.validate();
+      else st.kv.validate();
+    } catch (const std::invalid_argument& e) {
+      std::string msg = e.what();
+      std::string field = msg.substr(0, msg.find(' '));
+      if (which == 0 || field.rfind("kv.", 0) != 0) field = (which == 0 ? "" : "kv.") + field;
+      if (field.rfind("kv.max_model_len", 0) == 0) continue;  // reported as engine.max_model_len
+      const std::string fp = p + "." + field;
+      if (!c.diag.failed(fp)) c.diag.error_at(fp, p + "." + msg);
     }
   }
-  file_exists(backend.sim_profile, "backend.sim_profile");
-  check(engine.kv_cache_bytes > 0, "engine.kv_cache_bytes", "must be > 0" + got(static_cast<double>(engine.kv_cache_bytes)));
-  check(engine.max_model_len >= 1 || max_pos == 0, "engine.max_model_len", "must be >= 1" + got(engine.max_model_len));
-  if (max_pos > 0)
-    check(engine.max_model_len <= max_pos, "engine.max_model_len",
-          "must be <= the model's max_position (" + std::to_string(max_pos) + ")" + got(engine.max_model_len));
+}
 
-  // strategies
-  check(!strategies.empty(), "strategies", "must list at least one strategy");
-  const auto& w = workload;
-  const int64_t longest_seq = [&]() -> int64_t {
-    if (w.mode == LoadMode::trace || w.prompt.from_dataset() || w.output.from_dataset()) return engine.max_model_len;
-    return std::min<int64_t>(engine.max_model_len, int64_t{w.shared_prefix_tokens} + w.prompt.dist.upper() + w.output.dist.upper());
-  }();
-  for (size_t i = 0; i < strategies.size(); ++i) {
-    const StrategySpec& st = strategies[i];
+void validate_strategies(const Scenario& s, const Checker& c) {
+  c.check(!s.strategies.empty(), "strategies", "must list at least one strategy");
+  const int64_t longest_seq = longest_sequence(s);
+  for (size_t i = 0; i < s.strategies.size(); ++i) {
+    const StrategySpec& st = s.strategies[i];
     const std::string p = "strategies[" + std::to_string(i) + "]";
-    if (diag.failed(p + ".batching")) continue;
-    check(safe_name(st.label), p + ".label", "must use only letters, digits and . _ - + (got '" + st.label + "')");
+    if (c.diag.failed(p + ".batching")) continue;
+    c.check(safe_name(st.label), p + ".label", "must use only letters, digits and . _ - + (got '" + st.label + "')");
     for (size_t j = 0; j < i; ++j)
-      if (strategies[j].label == st.label && !diag.failed(p + ".label"))
-        diag.error_at(p + ".label", p + " has the label '" + st.label + "' of strategies[" + std::to_string(j) +
-                                        "]; give each strategy a distinct label:");
-    // The engine's own config checks; their messages start with the field name.
-    for (int which = 0; which < 2; ++which) {
-      try {
-        if (which == 0) st.sched.validate();
-        else st.kv.validate();
-      } catch (const std::invalid_argument& e) {
-        std::string msg = e.what();
-        std::string field = msg.substr(0, msg.find(' '));
-        if (which == 0 || field.rfind("kv.", 0) != 0) field = (which == 0 ? "" : "kv.") + field;
-        if (field.rfind("kv.max_model_len", 0) == 0) continue;  // reported as engine.max_model_len
-        const std::string fp = p + "." + field;
-        if (!diag.failed(fp)) diag.error_at(fp, p + "." + msg);
-      }
-    }
+      if (s.strategies[j].label == st.label && !c.diag.failed(p + ".label"))
+        c.diag.error_at(p + ".label", p + " has the label '" + st.label + "' of strategies[" + std::to_string(j) +
+                                          "]; give each strategy a distinct label:");
+    validate_engine_configs(st, p, c);
     if (st.sched.kind == BatchingKind::continuous && !st.sched.chunked_prefill && st.sched.max_num_batched_tokens >= 1 &&
         st.sched.max_num_batched_tokens < longest_seq)
-      check(false, p + ".max_num_batched_tokens",
-            "(" + std::to_string(st.sched.max_num_batched_tokens) + ") must be >= the longest sequence the workload can make (" +
-                std::to_string(longest_seq) +
-                ", capped at engine.max_model_len) unless chunked_prefill is on: a longer prompt could never be scheduled");
+      c.check(false, p + ".max_num_batched_tokens",
+              "(" + std::to_string(st.sched.max_num_batched_tokens) +
+                  ") must be >= the longest sequence the workload can make (" + std::to_string(longest_seq) +
+                  ", capped at engine.max_model_len) unless chunked_prefill is on: a longer prompt could never be scheduled");
   }
+}
 
-  // workload
+/// How requests are issued: rates (open loop), users (closed loop) or a trace; how many.
+void validate_load(const Scenario& s, const Checker& c) {
+  const WorkloadSpec& w = s.workload;
   switch (w.mode) {
     case LoadMode::open_loop:
-      if (!diag.failed("workload.rates") && !diag.failed("workload.arrival.rate")) {
-        check(!w.rates.empty(), "workload.rates",
-              "is required for open-loop arrivals: a list [1, 2, 4], a range {from: 1, to: 8, steps: 4}, or "
-              "arrival.rate: R");
+      if (!c.diag.failed("workload.rates") && !c.diag.failed("workload.arrival.rate")) {
+        c.check(!w.rates.empty(), "workload.rates",
+                "is required for open-loop arrivals: a list [1, 2, 4], a range {from: 1, to: 8, steps: 4}, or "
+                "arrival.rate: R");
         for (size_t i = 0; i < w.rates.size(); ++i)
-          check(w.rates[i] > 0, "workload.rates[" + std::to_string(i) + "]", "must be > 0 requests/s" + got(w.rates[i]));
-        check_distinct_rates(w.rates, diag);
+          c.check(w.rates[i] > 0, "workload.rates[" + std::to_string(i) + "]", "must be > 0 requests/s" + got(w.rates[i]));
+        check_distinct_rates(w.rates, c.diag);
       }
       if (w.arrival.process == ArrivalProcess::gamma)
-        check(w.arrival.cv > 0 && w.arrival.cv <= 100, "workload.arrival.cv", "must be in (0, 100]" + got(w.arrival.cv));
+        c.check(w.arrival.cv > 0 && w.arrival.cv <= 100, "workload.arrival.cv", "must be in (0, 100]" + got(w.arrival.cv));
       for (double r : w.rates)
         if (std::isinf(r) && w.n_requests == 0 && w.duration_s > 0)
-          check(false, "workload.duration_s", "cannot bound an infinite rate (all at t=0); use n_requests");
+          c.check(false, "workload.duration_s", "cannot bound an infinite rate (all at t=0); use n_requests");
       break;
     case LoadMode::closed_loop:
-      check(w.concurrency >= 1, "workload.concurrency", "must be >= 1 concurrent users" + got(w.concurrency));
-      check(w.duration_s == 0, "workload.duration_s", "needs planned arrivals; with concurrency give n_requests");
+      c.check(w.concurrency >= 1, "workload.concurrency", "must be >= 1 concurrent users" + got(w.concurrency));
+      c.check(w.duration_s == 0, "workload.duration_s", "needs planned arrivals; with concurrency give n_requests");
       break;
-    case LoadMode::trace: file_exists(w.trace, "workload.trace"); break;
+    case LoadMode::trace: c.file_exists(w.trace, "workload.trace"); break;
   }
   if (w.mode != LoadMode::trace) {
     if (w.duration_s != 0)
-      check(w.duration_s > 0 && std::isfinite(w.duration_s), "workload.duration_s", "must be > 0 seconds" + got(w.duration_s));
+      c.check(w.duration_s > 0 && std::isfinite(w.duration_s), "workload.duration_s", "must be > 0 seconds" + got(w.duration_s));
     else
-      check(w.n_requests >= 1, "workload.n_requests", "must be >= 1" + got(w.n_requests));
+      c.check(w.n_requests >= 1, "workload.n_requests", "must be >= 1" + got(w.n_requests));
   } else {
-    check(w.n_requests >= 0, "workload.n_requests", "must be >= 0 (0 = the whole trace)" + got(w.n_requests));
-    check(w.duration_s >= 0, "workload.duration_s", "must be >= 0 (0 = the whole trace)" + got(w.duration_s));
+    c.check(w.n_requests >= 0, "workload.n_requests", "must be >= 0 (0 = the whole trace)" + got(w.n_requests));
+    c.check(w.duration_s >= 0, "workload.duration_s", "must be >= 0 (0 = the whole trace)" + got(w.duration_s));
   }
-  check(w.warmup_requests >= 0, "workload.warmup_requests", "must be >= 0" + got(w.warmup_requests));
-  check(w.shared_prefix_tokens >= 0, "workload.shared_prefix_tokens", "must be >= 0" + got(w.shared_prefix_tokens));
+  c.check(w.warmup_requests >= 0, "workload.warmup_requests", "must be >= 0" + got(w.warmup_requests));
+  c.check(w.shared_prefix_tokens >= 0, "workload.shared_prefix_tokens", "must be >= 0" + got(w.shared_prefix_tokens));
+}
+
+void validate_length_dist(const LengthDist& d, const std::string& p, const Checker& c) {
+  switch (d.kind) {
+    case LengthDistKind::fixed: c.check(d.value >= 1, p + ".value", "must be >= 1 token" + got(d.value)); break;
+    case LengthDistKind::normal:
+      c.check(d.std >= 0, p + ".std", "must be >= 0" + got(d.std));
+      c.check(d.mean > 0, p + ".mean", "must be > 0" + got(d.mean));
+      break;
+    case LengthDistKind::lognormal:
+      c.check(d.mean > 0, p + ".mean", "must be > 0" + got(d.mean));
+      if (d.sigma != 0) c.check(d.sigma > 0 && d.sigma <= 10, p + ".sigma", "must be in (0, 10]" + got(d.sigma));
+      else c.check(d.std > 0, p + ".std", "must be > 0" + got(d.std));
+      break;
+    default: break;
+  }
+  if (d.kind != LengthDistKind::fixed) {
+    c.check(d.min >= 1, p + ".min", "must be >= 1 token" + got(d.min));
+    c.check(d.max >= d.min, p + ".max", "must be >= min (" + std::to_string(d.min) + ")" + got(d.max));
+  }
+}
+
+/// Prompt and output lengths: one dataset for both, or distributions whose shortest request fits.
+void validate_lengths(const Scenario& s, const Checker& c) {
+  const WorkloadSpec& w = s.workload;
   if (w.prompt.from_dataset() && w.output.from_dataset() &&
       (w.prompt.dataset != w.output.dataset || w.prompt.dataset_format != w.output.dataset_format))
-    check(false, "workload.output_tokens.dataset",
-          "names a different dataset than prompt_tokens (" + w.prompt.dataset + "); lengths are drawn in pairs from one dataset");
+    c.check(false, "workload.output_tokens.dataset",
+            "names a different dataset than prompt_tokens (" + w.prompt.dataset +
+                "); lengths are drawn in pairs from one dataset");
+  if (w.mode == LoadMode::trace) return;  // lengths come from the trace
   for (const auto& [key, spec] : {std::pair{"prompt_tokens", &w.prompt}, std::pair{"output_tokens", &w.output}}) {
-    if (w.mode == LoadMode::trace) break;
     const std::string p = std::string("workload.") + key;
-    if (spec->from_dataset()) {
-      file_exists(spec->dataset, p + ".dataset");
-      continue;
-    }
-    const LengthDist& d = spec->dist;
-    switch (d.kind) {
-      case LengthDistKind::fixed:
-        check(d.value >= 1, p + ".value", "must be >= 1 token" + got(d.value));
-        break;
-      case LengthDistKind::normal:
-        check(d.std >= 0, p + ".std", "must be >= 0" + got(d.std));
-        check(d.mean > 0, p + ".mean", "must be > 0" + got(d.mean));
-        break;
-      case LengthDistKind::lognormal:
-        check(d.mean > 0, p + ".mean", "must be > 0" + got(d.mean));
-        if (d.sigma != 0) check(d.sigma > 0 && d.sigma <= 10, p + ".sigma", "must be in (0, 10]" + got(d.sigma));
-        else check(d.std > 0, p + ".std", "must be > 0" + got(d.std));
-        break;
-      default: break;
-    }
-    if (d.kind != LengthDistKind::fixed) {
-      check(d.min >= 1, p + ".min", "must be >= 1 token" + got(d.min));
-      check(d.max >= d.min, p + ".max", "must be >= min (" + std::to_string(d.min) + ")" + got(d.max));
-    }
+    if (spec->from_dataset()) c.file_exists(spec->dataset, p + ".dataset");
+    else validate_length_dist(spec->dist, p, c);
   }
   // The rule for lengths that do not fit (documented in scenarios/README.md): the prompt is cut
   // first, down to 1 token, then the output. A workload whose shortest request cannot fit is an error.
-  if (w.mode != LoadMode::trace && engine.max_model_len >= 1 && !w.prompt.from_dataset() && !w.output.from_dataset() &&
-      !diag.failed("workload")) {
+  if (s.engine.max_model_len >= 1 && !w.prompt.from_dataset() && !w.output.from_dataset() && !c.diag.failed("workload")) {
     const int64_t shortest = int64_t{w.shared_prefix_tokens} + 1 + w.output.dist.lower();
-    if (shortest > engine.max_model_len)
-      diag.error_at("workload.output_tokens",
-                    "workload: shared_prefix_tokens (" + std::to_string(w.shared_prefix_tokens) + ") + 1 prompt token + " +
-                        "the smallest output_tokens (" + std::to_string(w.output.dist.lower()) + ") = " +
-                        std::to_string(shortest) + " exceeds engine.max_model_len (" +
-                        std::to_string(engine.max_model_len) + ")");
+    if (shortest > s.engine.max_model_len)
+      c.diag.error_at("workload.output_tokens",
+                      "workload: shared_prefix_tokens (" + std::to_string(w.shared_prefix_tokens) + ") + 1 prompt token + " +
+                          "the smallest output_tokens (" + std::to_string(w.output.dist.lower()) + ") = " +
+                          std::to_string(shortest) + " exceeds engine.max_model_len (" +
+                          std::to_string(s.engine.max_model_len) + ")");
   }
+}
 
-  // slo
-  check(slo.ttft_ms > 0 && std::isfinite(slo.ttft_ms), "slo.ttft_ms", "must be > 0 ms" + got(slo.ttft_ms));
-  check(slo.tpot_ms > 0 && std::isfinite(slo.tpot_ms), "slo.tpot_ms", "must be > 0 ms" + got(slo.tpot_ms));
-  check(slo.attainment > 0 && slo.attainment <= 1, "slo.attainment", "must be in (0, 1]" + got(slo.attainment));
+void validate_slo(const SloSpec& slo, const Checker& c) {
+  c.check(slo.ttft_ms > 0 && std::isfinite(slo.ttft_ms), "slo.ttft_ms", "must be > 0 ms" + got(slo.ttft_ms));
+  c.check(slo.tpot_ms > 0 && std::isfinite(slo.tpot_ms), "slo.tpot_ms", "must be > 0 ms" + got(slo.tpot_ms));
+  c.check(slo.attainment > 0 && slo.attainment <= 1, "slo.attainment", "must be in (0, 1]" + got(slo.attainment));
+}
 
-  // gates
+bool is_gate_metric(const std::string& metric) {
   const auto& names = gate_metric_names();
-  const std::vector<double> rates = sweep_rates();
-  for (size_t i = 0; i < gates.size(); ++i) {
-    const GateSpec& g = gates[i];
-    const std::string p = "gates[" + std::to_string(i) + "]";
-    if (!g.metric.empty() && std::find(names.begin(), names.end(), g.metric) == names.end() && !diag.failed(p + ".metric")) {
-      std::string msg = "must be a summary metric such as goodput, request_goodput, output_throughput, slo_attainment, "
-                        "ttft_p99_ms, tpot_p99_ms, e2e_p99_ms (got '" + g.metric + "')";
-      if (auto d = did_you_mean(g.metric, names); !d.empty()) msg += "; did you mean '" + d + "'?";
-      diag.error(p + ".metric", msg);
-    }
-    if (!g.min && !g.max && !diag.failed(p)) diag.error_at(p, p + " needs min: or max: (or both)");
-    if (g.min && g.max) check(*g.min <= *g.max, p + ".max", "must be >= min (" + num(*g.min) + ")" + got(*g.max));
-    if (!g.strategy.empty()) {
-      bool found = false;
-      std::string labels;
-      for (const auto& st : strategies) {
-        found |= st.label == g.strategy;
-        labels += (labels.empty() ? "" : ", ") + st.label;
-      }
-      check(found, p + ".strategy", "must be one of the strategy labels: " + labels + " (got '" + g.strategy + "')");
-    }
-    if (g.rate && w.mode != LoadMode::open_loop) {
-      check(false, p + ".rate", std::string("selects a rate of an open-loop sweep; a ") +
-                                    (w.mode == LoadMode::trace ? "trace" : "closed-loop") + " workload has one run: remove it");
-    } else if (g.rate && !diag.failed("workload.rates")) {
-      bool found = false;
-      for (double r : rates) found |= std::abs(r - *g.rate) <= 1e-9 * std::max(1.0, std::abs(r)) || r == *g.rate;
-      std::string list;
-      for (double r : rates) list += (list.empty() ? "" : ", ") + num(r);
-      check(found, p + ".rate", "must be one of the sweep's rates: " + list + got(*g.rate));
-    }
+  return std::find(names.begin(), names.end(), metric) != names.end();
+}
+
+/// Gates name a summary metric, min and/or max, an existing strategy and a rate of the sweep.
+void validate_gate(const Scenario& s, const GateSpec& g, const std::string& p, const Checker& c) {
+  if (!g.metric.empty() && !is_gate_metric(g.metric) && !c.diag.failed(p + ".metric")) {
+    std::string msg = "must be a summary metric such as goodput, request_goodput, output_throughput, slo_attainment, "
+                      "ttft_p99_ms, tpot_p99_ms, e2e_p99_ms (got '" + g.metric + "')";
+    if (auto d = did_you_mean(g.metric, gate_metric_names()); !d.empty()) msg += "; did you mean '" + d + "'?";
+    c.diag.error(p + ".metric", msg);
   }
-  if (baseline) {
-    file_exists(baseline->file, "baseline.file");
-    check(baseline->max_regression_pct >= 0, "baseline.max_regression_pct", "must be >= 0" + got(baseline->max_regression_pct));
-    for (size_t i = 0; i < baseline->metrics.size(); ++i)
-      if (std::find(names.begin(), names.end(), baseline->metrics[i]) == names.end()) {
-        std::string msg = "is not a summary metric (got '" + baseline->metrics[i] + "')";
-        if (auto d = did_you_mean(baseline->metrics[i], names); !d.empty()) msg += "; did you mean '" + d + "'?";
-        check(false, "baseline.metrics[" + std::to_string(i) + "]", msg);
-      }
+  if (!g.min && !g.max && !c.diag.failed(p)) c.diag.error_at(p, p + " needs min: or max: (or both)");
+  if (g.min && g.max) c.check(*g.min <= *g.max, p + ".max", "must be >= min (" + num(*g.min) + ")" + got(*g.max));
+  if (!g.strategy.empty()) {
+    bool found = false;
+    std::string labels;
+    for (const auto& st : s.strategies) {
+      found |= st.label == g.strategy;
+      labels += (labels.empty() ? "" : ", ") + st.label;
+    }
+    c.check(found, p + ".strategy", "must be one of the strategy labels: " + labels + " (got '" + g.strategy + "')");
   }
+  const LoadMode mode = s.workload.mode;
+  if (g.rate && mode != LoadMode::open_loop) {
+    c.check(false, p + ".rate", std::string("selects a rate of an open-loop sweep; a ") +
+                                    (mode == LoadMode::trace ? "trace" : "closed-loop") + " workload has one run: remove it");
+  } else if (g.rate && !c.diag.failed("workload.rates")) {
+    bool found = false;
+    std::string list;
+    for (double r : s.sweep_rates()) {
+      found |= rates_coincide(r, *g.rate);
+      list += (list.empty() ? "" : ", ") + num(r);
+    }
+    c.check(found, p + ".rate", "must be one of the sweep's rates: " + list + got(*g.rate));
+  }
+}
+
+void validate_baseline(const BaselineSpec& b, const Checker& c) {
+  c.file_exists(b.file, "baseline.file");
+  c.check(b.max_regression_pct >= 0, "baseline.max_regression_pct", "must be >= 0" + got(b.max_regression_pct));
+  for (size_t i = 0; i < b.metrics.size(); ++i)
+    if (!is_gate_metric(b.metrics[i])) {
+      std::string msg = "is not a summary metric (got '" + b.metrics[i] + "')";
+      if (auto d = did_you_mean(b.metrics[i], gate_metric_names()); !d.empty()) msg += "; did you mean '" + d + "'?";
+      c.check(false, "baseline.metrics[" + std::to_string(i) + "]", msg);
+    }
+}
+
+}  // namespace
+
+void Scenario::validate(Diagnostics& diag) const {
+  const Checker c{diag};
+  c.check(safe_name(name), "name", "must use only letters, digits and . _ - + (got '" + name + "')");
+  validate_backend_and_engine(*this, c);
+  validate_strategies(*this, c);
+  validate_load(*this, c);
+  validate_lengths(*this, c);
+  validate_slo(slo, c);
+  for (size_t i = 0; i < gates.size(); ++i) validate_gate(*this, gates[i], "gates[" + std::to_string(i) + "]", c);
+  if (baseline) validate_baseline(*baseline, c);
 }
 
 }  // namespace servelab
