@@ -3,25 +3,20 @@
 #include <cmath>
 #include <numbers>
 
-namespace servelab {
+#include "engine/splitmix64.h"
 
-uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+namespace servelab {
 
 Rng::Rng(uint64_t seed) {
   uint64_t x = seed;
   for (auto& s : s_) {
     x += 0x9e3779b97f4a7c15ull;
-    s = mix64(x);
+    s = splitmix64(x);
   }
 }
 
 Rng Rng::stream(uint64_t seed, RngStream stream, uint64_t index) {
-  return Rng(mix64(mix64(seed) ^ mix64(static_cast<uint64_t>(stream) * 0x632be59bd9b4e019ull + index)));
+  return Rng(splitmix64(splitmix64(seed) ^ splitmix64(static_cast<uint64_t>(stream) * 0x632be59bd9b4e019ull + index)));
 }
 
 namespace {

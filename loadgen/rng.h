@@ -46,7 +46,4 @@ class Rng {
   double spare_ = 0.0;
 };
 
-/// splitmix64 mixing step: a well-spread 64-bit hash, used to derive seeds.
-uint64_t mix64(uint64_t x);
-
 }  // namespace servelab

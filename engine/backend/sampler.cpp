@@ -33,13 +33,6 @@ void validate(std::span<const float> logits, const SamplingParams& p) {
 
 }  // namespace
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 double uniform_draw(uint64_t seed, uint64_t seq_key, int position) {
   // Chained so that swapping seq_key and position (or seed) gives unrelated streams.
   uint64_t h = splitmix64(seed);

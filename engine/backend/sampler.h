@@ -6,11 +6,9 @@
 #include <span>
 
 #include "engine/request.h"
+#include "engine/splitmix64.h"
 
 namespace servelab {
-
-/// splitmix64 finalizer: a bijective 64-bit mix, the counter-based hash behind every draw.
-uint64_t splitmix64(uint64_t x);
 
 /// Uniform draw in [0, 1) fixed by (seed, seq_key, position); 53 random bits.
 double uniform_draw(uint64_t seed, uint64_t seq_key, int position);

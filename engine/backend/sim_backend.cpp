@@ -8,20 +8,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/require.h"
+#include "engine/splitmix64.h"
+
 namespace servelab {
 
 namespace {
-
-void require(bool ok, const std::string& field, const std::string& rule, double got) {
-  if (!ok) throw std::invalid_argument(field + " must be " + rule + " (got " + std::to_string(got) + ")");
-}
-
-uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 /// Parameters every token multiplies through: all layers plus the final norm, not the
 /// embedding table (a lookup) nor the LM head (only sampled rows use it).
@@ -239,8 +231,8 @@ ForwardResult SimBackend::forward(const Batch& batch, const KvManager& kv) {
     if (e.sample != (end == s.n_tokens()))
       throw std::invalid_argument(where + " (sequence " + std::to_string(s.id) + "): sample must be set exactly when the chunk ends at the last token");
     if (!e.sample) continue;
-    const uint64_t h = mix64(mix64(s.sampling.seed ^ mix64(static_cast<uint64_t>(s.sample_index))) +
-                             static_cast<uint64_t>(end));
+    const uint64_t h = splitmix64(splitmix64(s.sampling.seed ^ splitmix64(static_cast<uint64_t>(s.sample_index))) +
+                                  static_cast<uint64_t>(end));
     const int64_t span = std::max(1, model_.vocab_size - 2);
     out.sampled.push_back(static_cast<TokenId>(std::min<int64_t>(model_.vocab_size - 1, 2 + static_cast<int64_t>(h % span))));
   }

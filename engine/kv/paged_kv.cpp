@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "engine/kv/held_split.h"
+#include "engine/splitmix64.h"
 #include "engine/kv/kv_checks.h"
 
 namespace servelab {
@@ -14,18 +15,10 @@ namespace {
 
 constexpr uint64_t kRootHash = 0x6a09e667f3bcc908ull;  // parent hash of a sequence's first block
 
-uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 /// Chained block hash: depends on every token of the prefix through `parent`.
 uint64_t block_hash(uint64_t parent, const TokenId* tokens, int n) {
-  uint64_t h = mix64(parent ^ 0x9e3779b97f4a7c15ull);
-  for (int i = 0; i < n; ++i) h = mix64(h ^ static_cast<uint32_t>(tokens[i])) + 0x9e3779b97f4a7c15ull;
+  uint64_t h = splitmix64(parent);
+  for (int i = 0; i < n; ++i) h = splitmix64(h ^ static_cast<uint32_t>(tokens[i]));
   return h;
 }
 

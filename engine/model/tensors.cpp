@@ -4,25 +4,19 @@
 #include <stdexcept>
 
 #include "engine/model/half.h"
+#include "engine/splitmix64.h"
 
 namespace servelab {
 namespace {
 
 std::string layer_prefix(int i) { return "model.layers." + std::to_string(i) + "."; }
 
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 // Stream seed from (seed, tensor name): FNV-1a over the name, mixed with the seed.
 uint64_t stream_seed(uint64_t seed, const std::string& name) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
   uint64_t s = seed ^ (h * 0x9e3779b97f4a7c15ull);
-  splitmix64(s);
+  splitmix64_next(s);
   return s;
 }
 
@@ -128,7 +122,7 @@ void fill_random(const TensorSpec& spec, uint64_t seed, DType dtype, int64_t beg
   const int64_t end = begin + count;
   for (int64_t i = begin & ~int64_t(1); i < end; i += 2) {
     uint64_t state = key + static_cast<uint64_t>(i / 2) * 0x9e3779b97f4a7c15ull;
-    const uint64_t r = splitmix64(state);
+    const uint64_t r = splitmix64_next(state);
     const float u1 = (static_cast<float>(r >> 40) + 0.5f) * (1.0f / 16777216.0f);  // (0, 1)
     const float u2 = static_cast<float>(r & 0xffffffffu) * kInv32;                 // [0, 1]
     const float radius = std::sqrt(-2.0f * std::log(u1));

@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/require.h"
+
 namespace servelab {
 
 const char* to_string(BatchingKind b) {
@@ -15,16 +17,6 @@ const char* to_string(BatchingKind b) {
 }
 
 const char* to_string(PreemptMode p) { return p == PreemptMode::recompute ? "recompute" : "swap"; }
-
-namespace {
-void require(bool ok, const std::string& field, const std::string& range, double got) {
-  if (!ok) {
-    std::string g = std::to_string(got);
-    if (got == static_cast<long long>(got)) g = std::to_string(static_cast<long long>(got));
-    throw std::invalid_argument(field + " must be " + range + " (got " + g + ")");
-  }
-}
-}  // namespace
 
 void SchedulerConfig::validate() const {
   switch (kind) {

@@ -34,7 +34,9 @@ void expect_same_requests(const Plan& a, const Plan& b, bool same_times) {
     EXPECT_EQ(a.requests[i].prompt, b.requests[i].prompt) << i;
     EXPECT_EQ(a.requests[i].output_tokens, b.requests[i].output_tokens) << i;
     EXPECT_EQ(a.requests[i].warmup, b.requests[i].warmup) << i;
-    if (same_times) EXPECT_EQ(a.requests[i].intended_s, b.requests[i].intended_s) << i;
+    if (same_times) {
+      EXPECT_EQ(a.requests[i].intended_s, b.requests[i].intended_s) << i;
+    }
   }
 }
 
