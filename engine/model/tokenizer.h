@@ -26,10 +26,14 @@ class Tokenizer {
   virtual std::optional<TokenId> token_id(std::string_view token) const = 0;
   virtual std::optional<TokenId> eos_id() const = 0;
   virtual std::optional<TokenId> bos_id() const = 0;
+  /// The model's chat template (tokenizer_config.json "chat_template"), "" when none was given;
+  /// pass it to render_chat. Not pure, so other Tokenizer implementations need not provide it.
+  virtual const std::string& chat_template() const;
 };
 
 /// Reads a Hugging Face tokenizer.json (model.type BPE with byte-level pre-tokenizer and decoder).
 /// Throws std::runtime_error naming the file and what is unsupported or malformed.
+/// encode() adds no bos/eos of its own (as HF's add_special_tokens=False); thread-safe.
 std::unique_ptr<Tokenizer> load_bpe_tokenizer(const std::string& tokenizer_json_path);
 
 /// One token per UTF-8 byte (ids 0..255), for models without a tokenizer.json; vocab_size must
@@ -37,7 +41,7 @@ std::unique_ptr<Tokenizer> load_bpe_tokenizer(const std::string& tokenizer_json_
 std::unique_ptr<Tokenizer> make_byte_tokenizer(int vocab_size, std::optional<TokenId> eos);
 
 /// The model folder's tokenizer.json (also reads tokenizer_config.json for eos/bos and the chat
-/// template) when present, else nullptr.
+/// template) when present, else nullptr. Throws std::runtime_error naming the file on a bad one.
 std::unique_ptr<Tokenizer> load_tokenizer_from_dir(const std::string& model_dir);
 
 /// One chat message as OpenAI's API carries it.
@@ -46,9 +50,18 @@ struct ChatMessage {
   std::string content;
 };
 
+/// The prompt formats render_chat knows.
+enum class ChatFormat { chatml, llama3, llama2 };
+
+/// The format a chat template's markers name: "<|start_header_id|>" llama3, "[INST]" llama2,
+/// else (ChatML's "<|im_start|>", an unknown template, or "") chatml.
+ChatFormat detect_chat_format(const std::string& chat_template);
+
 /// Renders messages into the prompt text. The model's chat template (tokenizer_config.json
 /// "chat_template") is recognised by its markers (ChatML as Qwen uses, Llama-3 headers, Llama-2
-/// [INST]); an unrecognised or absent template uses the documented default, ChatML.
+/// [INST]); an unrecognised or absent template uses the documented default, ChatML
+/// (docs/tokenizer.md). Throws std::invalid_argument naming the message for a role the format
+/// cannot express (Llama-2 knows only system, user, assistant).
 std::string render_chat(std::span<const ChatMessage> messages, const std::string& chat_template,
                         bool add_generation_prompt = true);
 
