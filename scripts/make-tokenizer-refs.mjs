@@ -66,3 +66,36 @@ for (const text of samples) {
 }
 writeFileSync(outPath, out.join("\n") + "\n");
 console.log(`${outPath}: ${samples.length} samples, ${out.length - 1} lines`);
+
+// The same vocabulary under the other pre-tokenizers (Qwen's vocabulary has single digits only, so
+// the 1-3 digit grouping shows in the words, not the ids) we implement, so they are checked too:
+// "llama3" = Llama-3's split regex (numbers in runs of up to 3) with ignore_merges as Llama-3 sets
+// it; "gpt2" = ByteLevel with its own regex (use_regex) instead of the Split.
+const base = JSON.parse(jsonText);
+const config = JSON.parse(readFileSync(resolve(modelDir, "tokenizer_config.json"), "utf8"));
+const llama3 = structuredClone(base);
+llama3.pre_tokenizer.pretokenizers[0].pattern.Regex =
+  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+llama3.model.ignore_merges = true;
+const gpt2 = structuredClone(base);
+gpt2.pre_tokenizer = { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true };
+const variants = {
+  llama3: lib.TokenizerLoader.fromPreTrained({ tokenizerJSON: llama3, tokenizerConfig: config }),
+  gpt2: lib.TokenizerLoader.fromPreTrained({ tokenizerJSON: gpt2, tokenizerConfig: config }),
+};
+const variantPath = outPath.replace(/\.jsonl$/, "_variants.jsonl");
+const vout = [JSON.stringify({ meta: { reference: `@lenml/tokenizers@${pkg.version} (transformers.js)`,
+  llama3_regex: llama3.pre_tokenizer.pretokenizers[0].pattern.Regex, samples: samples.length } })];
+for (const text of samples) {
+  const row = { text };
+  for (const [name, t] of Object.entries(variants)) row[name] = t.encode(text, { add_special_tokens: false });
+  // The words each pre-tokenizer makes (byte-level form), where no added token interferes.
+  if (!/<\||<think>|<\/think>|<tool_call>|<\/tool_call>/.test(text)) {
+    const nfc = text.normalize("NFC");
+    row.words = { qwen2: tok.pre_tokenizer.pre_tokenize_text(nfc) };
+    for (const [name, t] of Object.entries(variants)) row.words[name] = t.pre_tokenizer.pre_tokenize_text(nfc);
+  }
+  vout.push(JSON.stringify(row));
+}
+writeFileSync(variantPath, vout.join("\n") + "\n");
+console.log(`${variantPath}: ${samples.length} samples`);

@@ -16,8 +16,6 @@ using unicode::CharClass;
 constexpr size_t kScanMergeMax = 48;  // words up to this many bytes merge by rescanning; longer use a heap
 constexpr size_t kCacheMaxWordBytes = 64;
 
-uint64_t pair_key(TokenId a, TokenId b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
-
 bool is_ascii_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
 bool is_word_char(char32_t cp) {
@@ -62,9 +60,8 @@ void BpeTokenizer::merge_word(std::string_view word, std::vector<TokenId>& out) 
       size_t best = 0;
       TokenId merged = 0;
       for (size_t k = 0; k + 1 < sym.size(); ++k) {
-        const auto it = merges.find(pair_key(sym[k], sym[k + 1]));
-        if (it != merges.end() && it->second.first < best_rank)
-          best_rank = it->second.first, best = k, merged = it->second.second;
+        const MergeTable::Entry* e = merges.find(sym[k], sym[k + 1]);
+        if (e && e->rank < best_rank) best_rank = e->rank, best = k, merged = e->merged;
       }
       if (best_rank == INT32_MAX) break;
       sym[best] = merged;
@@ -82,8 +79,7 @@ void BpeTokenizer::merge_word(std::string_view word, std::vector<TokenId>& out) 
   std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
   const auto push = [&](int l) {
     if (l < 0 || next[l] >= n) return;
-    const auto it = merges.find(pair_key(sym[l], sym[next[l]]));
-    if (it != merges.end()) heap.emplace(it->second.first, l, sym[l], sym[next[l]]);
+    if (const MergeTable::Entry* e = merges.find(sym[l], sym[next[l]])) heap.emplace(e->rank, l, sym[l], sym[next[l]]);
   };
   for (int k = 0; k + 1 < n; ++k) push(k);
   std::vector<bool> dead(n, false);
@@ -92,7 +88,7 @@ void BpeTokenizer::merge_word(std::string_view word, std::vector<TokenId>& out) 
     heap.pop();
     if (dead[l] || next[l] >= n || sym[l] != left || sym[next[l]] != right) continue;
     const int r = next[l];
-    sym[l] = merges.at(pair_key(left, right)).second;
+    sym[l] = merges.find(left, right)->merged;
     dead[r] = true;
     next[l] = next[r];
     if (next[r] < n) prev[next[r]] = l;
@@ -108,7 +104,7 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<TokenId>& out)
     return;
   }
   if (data_.ignore_merges) {
-    const auto it = data_.vocab.find(std::string(word));
+    const auto it = data_.vocab.find(word);
     if (it != data_.vocab.end()) {
       out.push_back(it->second);
       return;
@@ -122,7 +118,7 @@ void BpeTokenizer::encode_word(std::string_view word, std::vector<TokenId>& out)
   CacheShard& shard = cache_[h % kShards];
   {
     std::lock_guard lock(shard.mu);
-    const auto it = shard.words.find(std::string(word));
+    const auto it = shard.words.find(word);
     if (it != shard.words.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;

@@ -129,8 +129,7 @@ class Parser {
       const auto ia = d.vocab.find(ab), ib = d.vocab.find(bb), im = d.vocab.find(ab + bb);
       if (ia == d.vocab.end() || ib == d.vocab.end() || im == d.vocab.end())
         fail("model.merges[" + std::to_string(r) + "] " + e.dump() + " names a token missing from model.vocab");
-      d.merges.emplace((uint64_t(uint32_t(ia->second)) << 32) | uint32_t(ib->second),
-                       std::pair{int32_t(r), im->second});  // a repeated pair keeps its first rank
+      d.merges.insert(ia->second, ib->second, int32_t(r), im->second);  // a repeated pair keeps its first rank
     }
   }
 
@@ -226,14 +225,16 @@ std::string config_token(const json& cfg, const char* key, const std::string& pa
 
 }  // namespace
 
+BpeData load_bpe_data(const std::string& tokenizer_json_path) { return Parser(tokenizer_json_path).parse(); }
+
 std::unique_ptr<Tokenizer> load_bpe_tokenizer(const std::string& tokenizer_json_path) {
-  return std::make_unique<BpeTokenizer>(Parser(tokenizer_json_path).parse());
+  return std::make_unique<BpeTokenizer>(load_bpe_data(tokenizer_json_path));
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer_from_dir(const std::string& model_dir) {
   const fs::path json_path = fs::path(model_dir) / "tokenizer.json";
   if (!fs::exists(json_path)) return nullptr;
-  BpeData d = Parser(json_path.string()).parse();
+  BpeData d = load_bpe_data(json_path.string());
   const fs::path cfg_path = fs::path(model_dir) / "tokenizer_config.json";
   if (fs::exists(cfg_path)) {
     const std::string path = cfg_path.string();

@@ -73,7 +73,69 @@ char32_t compose_pair(char32_t a, char32_t b) {
   return it != end && it->first == a && it->second == b ? it->cp : 0;
 }
 
+bool is_stable(char32_t cp) {
+  return cp < 0x300 || cp == kInvalid || !find_range(kNfcMaybeRanges, kNfcMaybeRangesSize, cp);
+}
+
 uint8_t ccc_of(char32_t cp) { return cp >= kRawByteBase ? 0 : combining_class(cp); }
+
+// The full algorithm (decompose, reorder, compose) on a chunk.
+std::string nfc_full(std::string_view text) {
+  // 1. Full canonical decomposition; invalid bytes become private starters.
+  std::vector<char32_t> cps;
+  cps.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    int len;
+    const char32_t cp = decode_at(text, i, &len);
+    if (cp == kInvalid)
+      for (int k = 0; k < len; ++k) cps.push_back(kRawByteBase + static_cast<unsigned char>(text[i + k]));
+    else
+      decompose(cp, cps);
+    i += len;
+  }
+  // 2. Canonical ordering: a stable sort of each run of non-starters by combining class.
+  for (size_t i = 0; i < cps.size();) {
+    if (ccc_of(cps[i]) == 0) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < cps.size() && ccc_of(cps[j]) != 0) ++j;
+    std::stable_sort(cps.begin() + i, cps.begin() + j,
+                     [](char32_t a, char32_t b) { return ccc_of(a) < ccc_of(b); });
+    i = j;
+  }
+  // 3. Canonical composition: each character joins the last starter unless blocked.
+  std::vector<char32_t> out;
+  out.reserve(cps.size());
+  long starter = -1;  // index in out of the last starter
+  int last_ccc = -1;  // ccc of the last character appended after that starter (-1: none)
+  for (const char32_t cp : cps) {
+    const int ccc = ccc_of(cp);
+    // Blocked: something between the starter and cp is a starter or has a class >= cp's.
+    const bool blocked = last_ccc != -1 && (last_ccc == 0 || last_ccc >= ccc);
+    if (starter >= 0 && !blocked) {
+      if (const char32_t c = compose_pair(out[starter], cp)) {
+        out[starter] = c;
+        continue;
+      }
+    }
+    if (ccc == 0) {
+      starter = long(out.size());
+      last_ccc = -1;
+    } else {
+      last_ccc = ccc;
+    }
+    out.push_back(cp);
+  }
+  std::string result;
+  result.reserve(text.size());
+  for (const char32_t cp : out) {
+    if (cp >= kRawByteBase) result += char(cp - kRawByteBase);
+    else append_utf8(result, cp);
+  }
+  return result;
+}
 
 }  // namespace
 
@@ -152,69 +214,36 @@ bool nfc_quick_check(std::string_view text) {
       continue;
     }
     int len;
-    const char32_t cp = decode_at(text, i, &len);
-    if (cp != kInvalid && find_range(kNfcMaybeRanges, kNfcMaybeRangesSize, cp)) return false;
+    if (!is_stable(decode_at(text, i, &len))) return false;
     i += len;
   }
   return true;
 }
 
+// Only the chunks around unstable code points run the full algorithm: a stable starter neither
+// reorders nor composes with anything across it, so it cuts the text into independent parts.
 std::string nfc(std::string_view text) {
   if (nfc_quick_check(text)) return std::string(text);
-  // 1. Full canonical decomposition; invalid bytes become private starters.
-  std::vector<char32_t> cps;
-  cps.reserve(text.size());
+  std::string out;
+  out.reserve(text.size() + 16);
+  size_t last_stable = std::string_view::npos, last_stable_out = 0;  // the stable char just copied
   for (size_t i = 0; i < text.size();) {
     int len;
-    const char32_t cp = decode_at(text, i, &len);
-    if (cp == kInvalid)
-      for (int k = 0; k < len; ++k) cps.push_back(kRawByteBase + static_cast<unsigned char>(text[i + k]));
-    else
-      decompose(cp, cps);
-    i += len;
-  }
-  // 2. Canonical ordering: a stable sort of each run of non-starters by combining class.
-  for (size_t i = 0; i < cps.size();) {
-    if (ccc_of(cps[i]) == 0) {
-      ++i;
+    if (is_stable(decode_at(text, i, &len))) {
+      last_stable = i, last_stable_out = out.size();
+      out.append(text.substr(i, len));
+      i += len;
       continue;
     }
-    size_t j = i;
-    while (j < cps.size() && ccc_of(cps[j]) != 0) ++j;
-    std::stable_sort(cps.begin() + i, cps.begin() + j,
-                     [](char32_t a, char32_t b) { return ccc_of(a) < ccc_of(b); });
-    i = j;
+    const size_t begin = last_stable == std::string_view::npos ? i : last_stable;
+    if (last_stable != std::string_view::npos) out.resize(last_stable_out);
+    size_t end = i + len;
+    while (end < text.size() && !is_stable(decode_at(text, end, &len))) end += len;
+    out += nfc_full(text.substr(begin, end - begin));
+    last_stable = std::string_view::npos;
+    i = end;
   }
-  // 3. Canonical composition: each character joins the last starter unless blocked.
-  std::vector<char32_t> out;
-  out.reserve(cps.size());
-  long starter = -1;  // index in out of the last starter
-  int last_ccc = -1;  // ccc of the last character appended after that starter (-1: none)
-  for (const char32_t cp : cps) {
-    const int ccc = ccc_of(cp);
-    // Blocked: something between the starter and cp is a starter or has a class >= cp's.
-    const bool blocked = last_ccc != -1 && (last_ccc == 0 || last_ccc >= ccc);
-    if (starter >= 0 && !blocked) {
-      if (const char32_t c = compose_pair(out[starter], cp)) {
-        out[starter] = c;
-        continue;
-      }
-    }
-    if (ccc == 0) {
-      starter = long(out.size());
-      last_ccc = -1;
-    } else {
-      last_ccc = ccc;
-    }
-    out.push_back(cp);
-  }
-  std::string result;
-  result.reserve(text.size());
-  for (const char32_t cp : out) {
-    if (cp >= kRawByteBase) result += char(cp - kRawByteBase);
-    else append_utf8(result, cp);
-  }
-  return result;
+  return out;
 }
 
 }  // namespace servelab::unicode

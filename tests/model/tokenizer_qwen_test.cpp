@@ -45,7 +45,11 @@ std::vector<RefRow> read_refs() {
 class QwenTokenizer : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (fs::exists(qwen_dir() + "/tokenizer.json")) tok_ = load_tokenizer_from_dir(qwen_dir()).release();
+    if (!fs::exists(qwen_dir() + "/tokenizer.json")) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    tok_ = load_tokenizer_from_dir(qwen_dir()).release();
+    std::printf("[ qwen3 ] loaded %s in %.3f s\n", tok_->name().c_str(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   static void TearDownTestSuite() {
     delete tok_;

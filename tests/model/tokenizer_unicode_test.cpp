@@ -1,7 +1,9 @@
 // UTF-8 stepping, character classes and NFC against known answers.
+#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "engine/model/tokenizer_unicode.h"
 
@@ -67,6 +69,24 @@ TEST(Unicode, Nfc) {
   EXPECT_EQ(nfc("x\xFF\u0301y"), "x\xFF\u0301y");  // an invalid byte is a starter, kept as is
   EXPECT_EQ(nfc("ệ"), "ệ");
   EXPECT_EQ(nfc("e\u0323\u0302"), "ệ");
+}
+
+// Seeded random strings dense in marks, Hangul jamo and composition exclusions, with Python's
+// unicodedata.normalize("NFC") of each (scripts/gen-unicode-tables.py --nfc-cases).
+TEST(Unicode, NfcMatchesPythonOnRandomCases) {
+  std::ifstream in(std::string(SERVELAB_SOURCE_DIR) + "/tests/data/tokenizer/nfc_cases.jsonl");
+  ASSERT_TRUE(in) << "tests/data/tokenizer/nfc_cases.jsonl missing";
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    const std::string text = j["text"], expected = j["nfc"];
+    EXPECT_EQ(nfc(text), expected) << line;
+    EXPECT_EQ(nfc("ab " + text + " cd"), "ab " + expected + " cd") << line;  // stable context around it
+    EXPECT_EQ(nfc(expected), expected) << line;
+    ++n;
+  }
+  EXPECT_EQ(n, 400);
 }
 
 }  // namespace
