@@ -1,13 +1,19 @@
 // Byte-level BPE on a small hand-made tokenizer.json (no download needed): merge order, both
 // merge forms, added tokens and their flags, tokenizer_config.json, and the errors for what is
 // not supported.
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/model/hf_config.h"
 #include "engine/model/tokenizer.h"
 #include "engine/model/tokenizer_bpe.h"
 #include "engine/model/tokenizer_pretok.h"
@@ -182,6 +188,53 @@ TEST(BpeTokenizer, ErrorsNameFileAndFeature) {
   std::ofstream(dir.file("bad.json")) << "{ not json";
   EXPECT_THROW(load_bpe_tokenizer(dir.file("bad.json")), std::runtime_error);
   EXPECT_THROW(load_bpe_tokenizer(dir.file("missing.json")), std::runtime_error);
+}
+
+// `servelab model synth --tokenizer`: the files land beside the weights, the vocabulary covers
+// the tokenizer's ids and eos follows its config.
+TEST(BpeTokenizer, ModelSynthWritesTokenizer) {
+  const std::string exe = std::string(SERVELAB_BINARY_DIR) + "/servelab";
+  if (!std::filesystem::exists(exe)) GTEST_SKIP() << exe << " not built";
+  testing_util::TempDir dir;
+  const auto run = [&](const std::string& args) {
+    const std::string log = dir.file("log.txt");
+    const int status = std::system((exe + " " + args + " > " + log + " 2>&1").c_str());
+    std::stringstream ss;
+    ss << std::ifstream(log).rdbuf();
+    return std::pair{WIFEXITED(status) ? WEXITSTATUS(status) : -1, ss.str()};
+  };
+  json big = tiny_tokenizer();
+  big["added_tokens"].push_back({{"id", 4999}, {"content", "<|last|>"}, {"special", true}});
+  std::filesystem::create_directories(dir.file("src"));
+  const std::string src = write(dir, "src/tokenizer.json", big);
+
+  auto [code, out] = run("model synth --preset tiny --out " + dir.file("m1") + " --tokenizer " + src);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("vocab_size 5000"), std::string::npos) << out;  // raised from tiny's 2048
+  ModelConfig c = read_hf_config(dir.file("m1/config.json"));
+  EXPECT_EQ(c.vocab_size, 5000);
+  EXPECT_EQ(c.eos_token, -1);  // no config beside it and no known eos name
+  auto tok = load_tokenizer_from_dir(dir.file("m1"));
+  ASSERT_NE(tok, nullptr);
+  EXPECT_EQ(tok->vocab_size(), 5000);
+
+  write(dir, "src/tokenizer_config.json", {{"eos_token", "<|end|>"}, {"chat_template", "<|start_header_id|>"}});
+  std::tie(code, out) = run("model synth --preset tiny --out " + dir.file("m2") + " --tokenizer " + src);
+  ASSERT_EQ(code, 0) << out;
+  c = read_hf_config(dir.file("m2/config.json"));
+  EXPECT_EQ(c.eos_token, 300);
+  tok = load_tokenizer_from_dir(dir.file("m2"));
+  EXPECT_EQ(tok->eos_id(), 300);
+  EXPECT_EQ(detect_chat_format(tok->chat_template()), ChatFormat::llama3);
+
+  write(dir, "src/tokenizer_config.json", {{"eos_token", "<|missing|>"}});
+  std::tie(code, out) = run("model synth --preset tiny --out " + dir.file("m3") + " --tokenizer " + src);
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("<|missing|>"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("m3/config.json")));  // checked before writing weights
+  std::tie(code, out) = run("model synth --preset tiny --out " + dir.file("m4") + " --tokenizer " + dir.file("nope.json"));
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("nope.json: no such file"), std::string::npos) << out;
 }
 
 // Hand-derived splits for the regex corners (the reference files cover them at scale).
