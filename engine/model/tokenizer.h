@@ -29,6 +29,28 @@ class Tokenizer {
   /// The model's chat template (tokenizer_config.json "chat_template"), "" when none was given;
   /// pass it to render_chat. Not pure, so other Tokenizer implementations need not provide it.
   virtual const std::string& chat_template() const;
+  /// The raw bytes of one id (maybe part of a UTF-8 character; "" for an id without text or a
+  /// skipped special one). Not pure: the default is decode({id}), which loses split characters.
+  virtual std::string token_bytes(TokenId id, bool skip_special = false) const;
+};
+
+/// Text deltas for streaming responses: feed ids as they are sampled; the bytes of a character
+/// split across ids are held until it completes, so every delta is valid UTF-8 and the deltas
+/// concatenate to decode(ids). One per request; not thread-safe.
+class StreamDecoder {
+ public:
+  /// skip_special: leave special tokens (<|im_end|>) out of the text, as OpenAI servers do.
+  explicit StreamDecoder(const Tokenizer& tokenizer, bool skip_special = true)
+      : tokenizer_(tokenizer), skip_special_(skip_special) {}
+  /// The text this id completes ("" while a character is still partial).
+  std::string push(TokenId id);
+  /// What is still held at the end of the stream, invalid bytes as U+FFFD.
+  std::string finish();
+
+ private:
+  const Tokenizer& tokenizer_;
+  bool skip_special_;
+  std::string pending_;
 };
 
 /// Reads a Hugging Face tokenizer.json (model.type BPE with byte-level pre-tokenizer and decoder).

@@ -205,6 +205,11 @@ std::string BpeTokenizer::decode(std::span<const TokenId> ids, bool skip_special
   return unicode::to_valid_utf8(bytes);
 }
 
+std::string BpeTokenizer::token_bytes(TokenId id, bool skip_special) const {
+  if (id < 0 || size_t(id) >= data_.id_bytes.size() || (skip_special && data_.is_special[id])) return "";
+  return data_.id_bytes[id];
+}
+
 std::optional<TokenId> find_token(const BpeData& data, std::string_view token) {
   for (const AddedToken& t : data.added)
     if (t.content == token) return t.id;

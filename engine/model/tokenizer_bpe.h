@@ -104,6 +104,7 @@ class BpeTokenizer final : public Tokenizer {
   std::optional<TokenId> eos_id() const override { return data_.eos; }
   std::optional<TokenId> bos_id() const override { return data_.bos; }
   const std::string& chat_template() const override { return data_.chat_template; }
+  std::string token_bytes(TokenId id, bool skip_special = false) const override;
 
   /// Ids of one pre-tokenized word (raw bytes), appended to out. Exposed for tests.
   void encode_word(std::string_view word, std::vector<TokenId>& out) const;

@@ -11,6 +11,34 @@ const std::string& Tokenizer::chat_template() const {
   return none;
 }
 
+std::string Tokenizer::token_bytes(TokenId id, bool skip_special) const {
+  const TokenId one[1] = {id};
+  return decode(one, skip_special);
+}
+
+std::string StreamDecoder::push(TokenId id) {
+  pending_ += tokenizer_.token_bytes(id, skip_special_);
+  // Emit everything up to a trailing sequence that is valid so far but incomplete.
+  size_t i = 0;
+  while (i < pending_.size()) {
+    int len;
+    const char32_t cp = unicode::decode_at(pending_, i, &len);
+    if (cp == unicode::kInvalid && i + len == pending_.size() &&
+        static_cast<unsigned char>(pending_[i]) >= 0xC2 && static_cast<unsigned char>(pending_[i]) <= 0xF4)
+      break;  // a character's first bytes: wait for the rest
+    i += len;
+  }
+  std::string out = unicode::to_valid_utf8(std::string_view(pending_).substr(0, i));
+  pending_.erase(0, i);
+  return out;
+}
+
+std::string StreamDecoder::finish() {
+  std::string out = unicode::to_valid_utf8(pending_);
+  pending_.clear();
+  return out;
+}
+
 namespace {
 
 class ByteTokenizer final : public Tokenizer {
@@ -38,11 +66,17 @@ class ByteTokenizer final : public Tokenizer {
         bytes += static_cast<char>(id);
         continue;
       }
+      if (skip_special) continue;  // dropped ids leave the bytes around them joined
       flush();
-      if (!skip_special) out += "<|" + std::to_string(id) + "|>";
+      out += "<|" + std::to_string(id) + "|>";
     }
     flush();
     return out;
+  }
+
+  std::string token_bytes(TokenId id, bool skip_special) const override {
+    if (id >= 0 && id < 256) return std::string(1, static_cast<char>(id));
+    return skip_special ? "" : "<|" + std::to_string(id) + "|>";
   }
 
   int vocab_size() const override { return vocab_size_; }

@@ -1,10 +1,12 @@
 // The byte tokenizer and chat rendering.
+#include <random>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "engine/model/tokenizer.h"
+#include "engine/model/tokenizer_unicode.h"
 
 namespace servelab {
 namespace {
@@ -42,6 +44,43 @@ TEST(ByteTokenizer, RejectsSmallVocab) {
   EXPECT_THROW(make_byte_tokenizer(255, std::nullopt), std::invalid_argument);
   EXPECT_THROW(make_byte_tokenizer(256, 256), std::invalid_argument);
   EXPECT_NO_THROW(make_byte_tokenizer(256, 255));
+}
+
+// Streaming: every delta is valid UTF-8 and the deltas add up to decode(ids), whatever the bytes.
+TEST(StreamDecoder, DeltasAreValidAndAddUpToDecode) {
+  const auto tok = make_byte_tokenizer(300, 299);
+  std::mt19937 rng(11);
+  const std::string seed_text = "héllo 世界 🙂 ok";
+  for (int round = 0; round < 300; ++round) {
+    std::vector<TokenId> ids;
+    const int n = int(rng() % 40);
+    for (int k = 0; k < n; ++k) {
+      const unsigned r = rng() % 10;
+      if (r < 6) ids.push_back(static_cast<unsigned char>(seed_text[rng() % seed_text.size()]));  // mostly real text
+      else if (r < 9) ids.push_back(TokenId(rng() % 256));                                        // any byte
+      else ids.push_back(299);                                                                    // special
+    }
+    StreamDecoder stream(*tok);
+    std::string joined;
+    for (const TokenId id : ids) {
+      const std::string delta = stream.push(id);
+      EXPECT_EQ(unicode::to_valid_utf8(delta), delta);
+      joined += delta;
+    }
+    joined += stream.finish();
+    EXPECT_EQ(joined, tok->decode(ids, /*skip_special=*/true)) << "round " << round;
+  }
+  // A split character waits for its last byte.
+  StreamDecoder s(*tok);
+  EXPECT_EQ(s.push(0xE4), "");
+  EXPECT_EQ(s.push(0xB8), "");
+  EXPECT_EQ(s.push(0x96), "世");
+  EXPECT_EQ(s.push(0xE4), "");
+  EXPECT_EQ(s.push('a'), "\xEF\xBF\xBD" "a");  // broken off: one replacement character
+  EXPECT_EQ(s.push(0xF0), "");
+  EXPECT_EQ(s.finish(), "\xEF\xBF\xBD");
+  StreamDecoder keep(*tok, /*skip_special=*/false);
+  EXPECT_EQ(keep.push(299), "<|299|>");
 }
 
 const std::vector<ChatMessage> kChat = {

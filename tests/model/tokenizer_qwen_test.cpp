@@ -139,6 +139,32 @@ TEST_F(QwenTokenizer, InvalidUtf8NeverThrowsAndRoundTripsBytes) {
   EXPECT_NE(back.find("\xEF\xBF\xBD"), std::string::npos);
 }
 
+TEST_F(QwenTokenizer, StreamDecoderDeltasAddUpToDecode) {
+  for (const RefRow& r : read_refs()) {
+    StreamDecoder stream(*tok_, /*skip_special=*/false);
+    std::string joined;
+    for (const TokenId id : r.ids) joined += stream.push(id);
+    joined += stream.finish();
+    EXPECT_EQ(joined, r.decoded);
+  }
+  // Qwen splits rare characters across ids: the first bytes wait.
+  std::string rare;
+  std::vector<TokenId> ids;
+  for (const char* c : {"𓀀", "𒀀", "𐌰", "Ꮳ", "🫠"}) {
+    ids = tok_->encode(c);
+    rare = c;
+    if (ids.size() > 1) break;
+  }
+  ASSERT_GT(ids.size(), 1u);
+  StreamDecoder stream(*tok_);
+  EXPECT_EQ(stream.push(ids[0]), "");
+  std::string rest;
+  for (size_t i = 1; i < ids.size(); ++i) rest += stream.push(ids[i]);
+  EXPECT_EQ(rest, rare);
+  EXPECT_EQ(stream.push(151645), "");  // <|im_end|> skipped by default
+  EXPECT_EQ(stream.finish(), "");
+}
+
 // encode is const and shared by HTTP sessions: threads hammering one tokenizer (and its word
 // cache) get the same ids as the reference.
 TEST_F(QwenTokenizer, ConcurrentEncodeGivesTheSameIds) {
