@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/model/tokenizer.h"
+#include "engine/model/tokenizer_unicode.h"
 
 namespace servelab {
 namespace {
@@ -78,7 +79,7 @@ std::string show(const std::vector<TokenId>& ids) {
 TEST_F(QwenTokenizer, MatchesReferenceIdsOnEveryCorpusSample) {
   const std::vector<RefRow> rows = read_refs();
   ASSERT_GE(rows.size(), 300u);
-  int mismatches = 0, bad_decodes = 0;
+  int mismatches = 0, bad_decodes = 0, bad_round_trips = 0;
   for (const RefRow& r : rows) {
     const std::vector<TokenId> ids = tok_->encode(r.text);
     if (ids != r.ids && ++mismatches <= 10)
@@ -87,11 +88,15 @@ TEST_F(QwenTokenizer, MatchesReferenceIdsOnEveryCorpusSample) {
     const std::string decoded = tok_->decode(r.ids);
     if (decoded != r.decoded && ++bad_decodes <= 10)
       ADD_FAILURE() << "decode of " << json(r.text).dump().substr(0, 200) << " gave " << json(decoded).dump();
+    // The round trip gives the text back, normalized as the tokenizer normalizes it.
+    if (tok_->decode(ids) != unicode::nfc(r.text) && ++bad_round_trips <= 10)
+      ADD_FAILURE() << "decode(encode(x)) != NFC(x) for " << json(r.text).dump().substr(0, 200);
   }
   std::printf("[ qwen3 ] %zu samples: %zu match the reference ids, %d differ; %d decodes differ\n", rows.size(),
               rows.size() - mismatches, mismatches, bad_decodes);
   EXPECT_EQ(mismatches, 0);
   EXPECT_EQ(bad_decodes, 0);
+  EXPECT_EQ(bad_round_trips, 0);
 }
 
 TEST_F(QwenTokenizer, ConfigSpecialTokensAndTemplate) {
