@@ -29,7 +29,7 @@ json read_json(const std::string& path) {
 
 // A byte-level token name ("Ġhello") as the bytes it stands for; a name with characters outside
 // the byte alphabet stands for its own UTF-8 (as the ByteLevel decoder falls back).
-std::string byte_level_to_bytes(const std::string& name) {
+std::string byte_level_to_bytes(std::string_view name) {
   static const std::array<int, 512> inverse = [] {
     std::array<int, 512> t;
     t.fill(-1);
@@ -40,7 +40,7 @@ std::string byte_level_to_bytes(const std::string& name) {
   for (size_t i = 0; i < name.size();) {
     int len;
     const char32_t cp = unicode::decode_at(name, i, &len);
-    if (cp >= inverse.size() || inverse[cp] < 0) return name;
+    if (cp >= inverse.size() || inverse[cp] < 0) return std::string(name);
     out += char(inverse[cp]);
     i += len;
   }
@@ -88,6 +88,7 @@ class Parser {
     d.ignore_merges = m.value("ignore_merges", false);
     if (!m.contains("vocab") || !m["vocab"].is_object()) fail("model.vocab must be an object of token -> id");
     TokenId max_id = -1;
+    d.vocab.reserve(m["vocab"].size());
     for (const auto& [name, id] : m["vocab"].items()) {
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (1LL << 30))
         fail("model.vocab[" + json(name).dump() + "] must be an id in [0, 2^30) (got " + id.dump() + ")");
@@ -113,20 +114,24 @@ class Parser {
     d.merges.reserve(merges.size());
     for (size_t r = 0; r < merges.size(); ++r) {
       const json& e = merges[r];
-      std::string a, b;
+      std::string_view a, b;
       if (e.is_string()) {  // "a b"
-        const std::string s = e.get<std::string>();
+        const std::string& s = e.get_ref<const std::string&>();
         const size_t sp = s.find(' ');
         if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
           fail("model.merges[" + std::to_string(r) + "] must be \"left right\" (got " + e.dump() + ")");
-        a = s.substr(0, sp), b = s.substr(sp + 1);
+        a = std::string_view(s).substr(0, sp), b = std::string_view(s).substr(sp + 1);
       } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {  // ["a", "b"]
-        a = e[0].get<std::string>(), b = e[1].get<std::string>();
+        a = e[0].get_ref<const std::string&>(), b = e[1].get_ref<const std::string&>();
       } else {
         fail("model.merges[" + std::to_string(r) + "] must be \"left right\" or [left, right] (got " + e.dump() + ")");
       }
-      const std::string ab = byte_level_to_bytes(a), bb = byte_level_to_bytes(b);
-      const auto ia = d.vocab.find(ab), ib = d.vocab.find(bb), im = d.vocab.find(ab + bb);
+      std::string ab = byte_level_to_bytes(a);
+      const size_t a_len = ab.size();
+      ab += byte_level_to_bytes(b);  // the merged token's bytes; a's are its prefix
+      const std::string_view joined = ab;
+      const auto ia = d.vocab.find(joined.substr(0, a_len)), ib = d.vocab.find(joined.substr(a_len)),
+                 im = d.vocab.find(joined);
       if (ia == d.vocab.end() || ib == d.vocab.end() || im == d.vocab.end())
         fail("model.merges[" + std::to_string(r) + "] " + e.dump() + " names a token missing from model.vocab");
       d.merges.insert(ia->second, ib->second, int32_t(r), im->second);  // a repeated pair keeps its first rank
