@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/model/tokenizer_bpe.h"
+#include "engine/model/tokenizer_json.h"
 #include "engine/model/tokenizer_unicode.h"
 
 namespace servelab {
@@ -15,13 +16,17 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-json read_json(const std::string& path) {
+std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(path + ": cannot open");
   std::stringstream ss;
   ss << in.rdbuf();
+  return ss.str();
+}
+
+json read_json(const std::string& path) {
   try {
-    return json::parse(ss.str());
+    return json::parse(read_file(path));
   } catch (const json::exception& e) {
     throw std::runtime_error(path + ": not valid JSON (" + e.what() + ")");
   }
@@ -61,12 +66,13 @@ class Parser {
   }
 
   BpeData parse() {
-    const json root = read_json(path_);
+    TokenizerJson raw = read_tokenizer_json(read_file(path_), path_);
+    const json& root = raw.rest;
     if (!root.is_object()) fail("expected a JSON object at the top");
     BpeData d;
     d.source = path_;
     if (!root.contains("model") || !root["model"].is_object()) fail("missing \"model\" object");
-    parse_model(root["model"], d);
+    parse_model(root["model"], raw, d);
     if (root.contains("added_tokens") && !root["added_tokens"].is_null()) parse_added(root["added_tokens"], d);
     parse_normalizer(root.value("normalizer", json()), d);
     parse_pre_tokenizer(root.value("pre_tokenizer", json()), d);
@@ -77,22 +83,22 @@ class Parser {
   }
 
  private:
-  void parse_model(const json& m, BpeData& d) {
+  void parse_model(const json& m, TokenizerJson& raw, BpeData& d) {
     if (m.contains("type") && m["type"] != "BPE")
       fail("model.type " + m["type"].dump() + " is not supported (only BPE)");
-    if (m.contains("dropout") && !m["dropout"].is_null() && m["dropout"].get<double>() != 0.0)
+    if (m.contains("dropout") && !m["dropout"].is_null() &&
+        !(m["dropout"].is_number() && m["dropout"].get<double>() == 0.0))
       fail("model.dropout " + m["dropout"].dump() + " is not supported (only null)");
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
       if (m.contains(key) && !m[key].is_null() && m[key] != "")
         fail(std::string("model.") + key + " " + m[key].dump() + " is not supported (byte-level BPE has none)");
     d.ignore_merges = m.value("ignore_merges", false);
-    if (!m.contains("vocab") || !m["vocab"].is_object()) fail("model.vocab must be an object of token -> id");
+    if (!raw.error.empty()) fail(raw.error);
+    if (!raw.has_vocab) fail("model.vocab must be an object of token -> id");
     TokenId max_id = -1;
-    d.vocab.reserve(m["vocab"].size());
-    for (const auto& [name, id] : m["vocab"].items()) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (1LL << 30))
-        fail("model.vocab[" + json(name).dump() + "] must be an id in [0, 2^30) (got " + id.dump() + ")");
-      const TokenId t = TokenId(id.get<int64_t>());
+    d.vocab.reserve(raw.vocab.size());
+    for (auto& [name, id] : raw.vocab) {
+      const TokenId t = TokenId(id);
       if (!d.vocab.emplace(byte_level_to_bytes(name), t).second)
         fail("model.vocab has two entries for " + json(name).dump());
       max_id = std::max(max_id, t);
@@ -109,31 +115,20 @@ class Parser {
       }
       d.byte_id[b] = it->second;
     }
-    if (!m.contains("merges") || !m["merges"].is_array()) fail("model.merges must be an array");
-    const json& merges = m["merges"];
-    d.merges.reserve(merges.size());
-    for (size_t r = 0; r < merges.size(); ++r) {
-      const json& e = merges[r];
-      std::string_view a, b;
-      if (e.is_string()) {  // "a b"
-        const std::string& s = e.get_ref<const std::string&>();
-        const size_t sp = s.find(' ');
-        if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
-          fail("model.merges[" + std::to_string(r) + "] must be \"left right\" (got " + e.dump() + ")");
-        a = std::string_view(s).substr(0, sp), b = std::string_view(s).substr(sp + 1);
-      } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {  // ["a", "b"]
-        a = e[0].get_ref<const std::string&>(), b = e[1].get_ref<const std::string&>();
-      } else {
-        fail("model.merges[" + std::to_string(r) + "] must be \"left right\" or [left, right] (got " + e.dump() + ")");
-      }
-      std::string ab = byte_level_to_bytes(a);
+    if (!raw.has_merges) fail("model.merges must be an array");
+    d.merges.reserve(raw.merges.size());
+    for (size_t r = 0; r < raw.merges.size(); ++r) {
+      const TokenizerJson::Merge& e = raw.merges[r];
+      std::string ab = byte_level_to_bytes(e.left);
       const size_t a_len = ab.size();
-      ab += byte_level_to_bytes(b);  // the merged token's bytes; a's are its prefix
+      ab += byte_level_to_bytes(e.right);  // the merged token's bytes; the left's are its prefix
       const std::string_view joined = ab;
       const auto ia = d.vocab.find(joined.substr(0, a_len)), ib = d.vocab.find(joined.substr(a_len)),
                  im = d.vocab.find(joined);
       if (ia == d.vocab.end() || ib == d.vocab.end() || im == d.vocab.end())
-        fail("model.merges[" + std::to_string(r) + "] " + e.dump() + " names a token missing from model.vocab");
+        fail("model.merges[" + std::to_string(r) + "] " +
+             (e.array_form ? json::array({e.left, e.right}).dump() : json(e.left + " " + e.right).dump()) +
+             " names a token missing from model.vocab");
       d.merges.insert(ia->second, ib->second, int32_t(r), im->second);  // a repeated pair keeps its first rank
     }
   }

@@ -93,6 +93,17 @@ TEST(BpeTokenizer, MergesByRankBothForms) {
   EXPECT_EQ(tok->token_id("<|end|>"), 300);
 }
 
+// Keys named vocab or merges elsewhere in the file are ordinary data, not the model's.
+TEST(BpeTokenizer, OnlyTheModelsVocabAndMergesAreSpecial) {
+  testing_util::TempDir dir;
+  json j = tiny_tokenizer();
+  j["post_processor"] = {{"type", "ByteLevel"}, {"vocab", {{"x", 1}}}, {"merges", json::array({1, 2})}};
+  j["model"]["extra"] = {{"vocab", "not the vocab"}};
+  j["truncation"] = nullptr;
+  const auto tok = load_bpe_tokenizer(write(dir, "tokenizer.json", j));
+  EXPECT_EQ(tok->encode("abc"), (std::vector<TokenId>{257}));
+}
+
 TEST(BpeTokenizer, AddedTokensLongestFirstWithFlags) {
   testing_util::TempDir dir;
   const auto tok = load_bpe_tokenizer(write(dir, "tokenizer.json", tiny_tokenizer()));
@@ -176,6 +187,28 @@ TEST(BpeTokenizer, ErrorsNameFileAndFeature) {
   j["model"]["merges"].push_back(42);
   expect_error(j, "model.merges[7] must be");
   j = tiny_tokenizer();
+  j["model"]["merges"].push_back(json::array({"a", "b", "c"}));
+  expect_error(j, "model.merges[7] must be \"left right\" or [left, right] (got an array of 3)");
+  j = tiny_tokenizer();
+  j["model"]["merges"][2] = json::array({"Ġ", json::array({"a"})});
+  expect_error(j, "model.merges[2] must be");
+  j = tiny_tokenizer();
+  j["model"]["merges"] = "a b";
+  expect_error(j, "model.merges must be an array");
+  j = tiny_tokenizer();
+  j["model"].erase("merges");
+  expect_error(j, "model.merges must be an array");
+  j = tiny_tokenizer();
+  j["model"]["vocab"] = json::array({"a"});
+  expect_error(j, "model.vocab must be an object");
+  j = tiny_tokenizer();
+  j["model"]["vocab"]["zz"] = {{"id", 3}};
+  expect_error(j, "model.vocab[\"zz\"] must be an id");
+  j = tiny_tokenizer();
+  j["model"]["vocab"]["zz"] = -4;
+  expect_error(j, "model.vocab[\"zz\"] must be an id in [0, 2^30) (got -4)");
+  j = tiny_tokenizer();
+  j["model"]["vocab"]["zz"] = 97;  // "a" has 97 too: two names for one id are allowed, as in HF
   j["model"]["vocab"].erase("a");
   expect_error(j, "model.vocab lacks the byte-level token \"a\" for byte 97");
   j = tiny_tokenizer();
