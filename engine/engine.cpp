@@ -110,15 +110,15 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend)
 
 Engine::~Engine() = default;
 
-std::optional<FinishedRequest> Engine::add(const Request& request, double now) {
+std::optional<FinishedRequest> Engine::add(const Request& request, double arrival) {
   const SamplingParams& sp = request.sampling;
   auto reject = [&](const std::string& why) {
     FinishedRequest f;
     f.request_id = request.id;
     f.reason = FinishReason::rejected;
     f.error = why;
-    f.arrival_s = now;
-    f.end_s = now;
+    f.arrival_s = arrival;
+    f.end_s = arrival;
     f.n_prompt = static_cast<int>(request.prompt.size());
     f.outputs.resize(std::max(1, sp.n));
     return f;
@@ -151,11 +151,11 @@ std::optional<FinishedRequest> Engine::add(const Request& request, double now) {
   seq->tokens = request.prompt;
   seq->n_prompt = n_prompt;
   seq->sampling = sp;
-  seq->arrival_s = now;
+  seq->arrival_s = arrival;
   if (auto why = scheduler_->never_schedulable(*seq)) return reject(*why);
 
   rs->record.request_id = request.id;
-  rs->record.arrival_s = now;
+  rs->record.arrival_s = arrival;
   rs->record.n_prompt = n_prompt;
   rs->record.outputs.resize(sp.n);
   rs->token_times.resize(sp.n);

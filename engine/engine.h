@@ -81,9 +81,12 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  /// Queues a request. A request that can never run (longer than the model's max length, or
-  /// larger than the whole arena) is returned at once as rejected, with its reason.
-  std::optional<FinishedRequest> add(const Request& request, double now);
+  /// Queues a request that arrived at `arrival` (<= the next step's time; the runner passes the
+  /// intended time of a request that came due while it was busy). Batching timers (static
+  /// max_wait_ms, dynamic max_queue_delay_ms) count from it. A request that can never run
+  /// (longer than the model's max length, or larger than the whole arena) is returned at once
+  /// as rejected (end_s = arrival), with its reason.
+  std::optional<FinishedRequest> add(const Request& request, double arrival);
   /// One iteration. With nothing runnable it returns an idle outcome (batch_size 0).
   StepOutcome step(double now);
   /// Aborts everything in flight (Ctrl-C); returns them as aborted.
