@@ -17,8 +17,8 @@ namespace servelab {
 struct KvBreakdown {
   int64_t capacity = 0;       ///< all slots in the arena
   int64_t stored = 0;         ///< slots holding a token's K/V (shared blocks counted once)
-  int64_t reserved = 0;       ///< held by a request for tokens it will still produce (≤ its final length)
-  int64_t internal_frag = 0;  ///< held by a request beyond its final length: never used
+  int64_t reserved = 0;       ///< held by a request for K/V it will still compute (below n_kv_final)
+  int64_t internal_frag = 0;  ///< held by a request beyond n_kv_final (final length − 1): never used
   int64_t external_frag = 0;  ///< free, but not usable by the allocator (naive: outside the largest free extent)
   int64_t free = 0;           ///< free and usable
   /// Share of memory taken by requests that holds token states: stored / (stored+reserved+internal).

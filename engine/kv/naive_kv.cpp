@@ -30,7 +30,7 @@ NaiveKvManager::NaiveKvManager(const KvConfig& config, int64_t n_slots)
 }
 
 int64_t NaiveKvManager::reservation_slots(const Sequence& seq) const {
-  const int64_t final_len = std::max(1, seq.n_final());
+  const int64_t final_len = seq.n_kv_final();  // the last sampled token never takes a slot
   const int64_t cap = config_.max_model_len;
   switch (config_.reserve) {
     case NaiveReserve::max: return cap;

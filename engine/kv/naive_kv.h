@@ -37,8 +37,8 @@ class NaiveKvManager final : public KvManager {
   KvBreakdown breakdown(std::span<const Sequence* const> live) const override;
   void check_invariants(std::span<const Sequence* const> live) const override;
 
-  /// Slots the region of seq would span: max_model_len, pow2 of its final length (capped at
-  /// max_model_len) or exactly its final length; at least 1.
+  /// Slots the region of seq would span: max_model_len, pow2 of the positions it will fill
+  /// (n_kv_final() = final length − 1, capped at max_model_len) or exactly those; at least 1.
   int64_t reservation_slots(const Sequence& seq) const;
   /// Size of the largest free extent: the biggest region that can be placed now.
   int64_t largest_free_extent() const;

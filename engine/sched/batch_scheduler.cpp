@@ -16,7 +16,7 @@ int64_t BatchScheduler::worst_case_slots(const Sequence& seq) const {
   probe.tokens = seq.tokens;
   probe.n_prompt = seq.n_prompt;
   probe.sampling = seq.sampling;
-  return static_cast<int64_t>(std::max(1, seq.sampling.n)) * kv_.slots_needed(probe, seq.n_final());
+  return static_cast<int64_t>(std::max(1, seq.sampling.n)) * kv_.slots_needed(probe, seq.n_kv_final());
 }
 
 std::optional<std::string> BatchScheduler::never_schedulable(const Sequence& seq) const {
@@ -24,7 +24,7 @@ std::optional<std::string> BatchScheduler::never_schedulable(const Sequence& seq
   if (need > kv_.capacity_slots())
     return "needs " + std::to_string(need) + " KV slots in the worst case (" +
            std::to_string(std::max(1, seq.sampling.n)) + " sample(s) of up to " +
-           std::to_string(seq.n_final()) + " tokens) but the whole arena holds " +
+           std::to_string(seq.n_kv_final()) + " positions) but the whole arena holds " +
            std::to_string(kv_.capacity_slots()) + " (raise engine.kv_cache_bytes)";
   return std::nullopt;
 }

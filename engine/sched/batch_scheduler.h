@@ -22,7 +22,7 @@ struct BatchPolicy {
 };
 
 /// Static or dynamic batching. No preemption: a request joins a batch only if its worst case
-/// (n_final positions, for each of its n samples) fits in what the batch has not yet committed,
+/// (n_kv_final positions, for each of its n samples) fits in what the batch has not yet committed,
 /// so KV growth inside a batch can never fail.
 class BatchScheduler final : public Scheduler {
  public:
@@ -42,7 +42,7 @@ class BatchScheduler final : public Scheduler {
 
  private:
   bool batch_active() const;
-  /// Worst-case slots a waiting request commits: n samples, each up to n_final positions.
+  /// Worst-case slots a waiting request commits: n samples, each up to n_kv_final positions.
   int64_t worst_case_slots(const Sequence& seq) const;
   void form_batch();
   ScheduledStep prefill_step();

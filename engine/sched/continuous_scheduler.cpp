@@ -38,9 +38,9 @@ std::optional<std::string> ContinuousScheduler::never_schedulable(const Sequence
   probe.tokens = seq.tokens;
   probe.n_prompt = seq.n_prompt;
   probe.sampling = seq.sampling;
-  const int64_t need = kv_.slots_needed(probe, seq.n_final());
+  const int64_t need = kv_.slots_needed(probe, seq.n_kv_final());
   if (need > kv_.capacity_slots())
-    return "needs " + std::to_string(need) + " KV slots for " + std::to_string(seq.n_final()) +
+    return "needs " + std::to_string(need) + " KV slots for " + std::to_string(seq.n_kv_final()) +
            " tokens but the whole arena holds " + std::to_string(kv_.capacity_slots()) +
            " (raise engine.kv_cache_bytes)";
   return std::nullopt;

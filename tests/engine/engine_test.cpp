@@ -95,13 +95,17 @@ TEST(EngineAdd, MalformedRequestsAreRejectedWithTheirReason) {
 }
 
 TEST(EngineAdd, WorstCaseLargerThanTheArenaIsRejected) {
-  // 4 blocks = 64 slots; a request that will reach 70 tokens can never fit.
+  // 4 blocks = 64 slots; a request that will reach 66 tokens (65 with K/V) can never fit, one
+  // that reaches 65 tokens fits: its last token's K/V is never computed.
   for (const SchedulerConfig& sched : {static_sched(4, 0.0), dynamic_sched(4, 0.0), continuous_sched(8, 512, false)}) {
     Engine engine(paged_config(sched, 64 * kSlotBytes), sim_backend());
-    auto r = engine.add(make_request(0, 50, 20), 0.0);
+    auto r = engine.add(make_request(0, 50, 16), 0.0);
     ASSERT_TRUE(r.has_value()) << to_string(sched.kind);
     EXPECT_NE(r->error.find("engine.kv_cache_bytes"), std::string::npos) << r->error;
-    EXPECT_FALSE(engine.add(make_request(1, 50, 14), 0.0).has_value()) << to_string(sched.kind);
+    EXPECT_FALSE(engine.add(make_request(1, 50, 15), 0.0).has_value()) << to_string(sched.kind);
+    RunResult done = run_virtual(engine, {});
+    ASSERT_EQ(done.finished.size(), 1u);
+    EXPECT_EQ(done.at(1).n_output, 15) << done.at(1).error;
   }
 }
 

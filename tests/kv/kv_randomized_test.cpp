@@ -35,7 +35,7 @@ KvBreakdown brute_breakdown(const KvManager& kv, const KvConfig& config, std::sp
     std::vector<int64_t> max_stored(n_blocks, -1), max_filled(n_blocks, -1);  // -1: not held
     for (const Sequence* s : live) {
       const int64_t computed = std::max(s->n_computed, s->kv.n_cached_prefix);
-      const int64_t fin = std::max<int64_t>(s->n_final(), computed);
+      const int64_t fin = std::max<int64_t>(s->n_kv_final(), computed);
       for (size_t i = 0; i < s->kv.blocks.size(); ++i) {
         const int64_t lo = static_cast<int64_t>(i) * bs;
         const auto blk = static_cast<size_t>(s->kv.blocks[i]);
@@ -56,7 +56,7 @@ KvBreakdown brute_breakdown(const KvManager& kv, const KvConfig& config, std::sp
   for (const Sequence* s : live) {
     const int64_t r = s->kv.region_slots;
     const int64_t computed = std::min<int64_t>(s->n_computed, r);
-    const int64_t fill = std::min<int64_t>(std::max<int64_t>(s->n_final(), computed), r);
+    const int64_t fill = std::min<int64_t>(std::max<int64_t>(s->n_kv_final(), computed), r);
     b.stored += computed;
     b.reserved += fill - computed;
     b.internal_frag += r - fill;
@@ -139,13 +139,14 @@ class Traffic {
     int target;
     if (s.n_computed < s.n_tokens()) {
       target = std::min(s.n_tokens(), s.n_computed + uniform(1, 24));
-    } else if (s.n_output() < s.sampling.max_tokens) {
-      s.tokens.push_back(uniform(0, 30));  // decode one token (small vocab: duplicate content)
-      target = s.n_tokens();
     } else {
-      kv_->release(s);  // finished
-      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
-      return;
+      s.tokens.push_back(uniform(0, 30));  // sample one token (small vocab: duplicate content)
+      if (s.n_output() >= s.sampling.max_tokens) {  // finished: its last token's K/V is never computed
+        kv_->release(s);
+        running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+        return;
+      }
+      target = s.n_tokens();  // decode: compute the sampled token's K/V
     }
     if (!kv_->can_grow(s, target)) {
       preempt(i);
