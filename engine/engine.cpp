@@ -238,7 +238,7 @@ StepOutcome Engine::step(double now) {
     out.n_padding_tokens = batch.n_padding_tokens;
   }
   const std::vector<const Sequence*> live = scheduler_->live();
-  out.kv = kv_->breakdown(live);
+  out.kv = kv_->breakdown(live, scheduler_->next_waiting());
   out.n_waiting = scheduler_->n_waiting();
   out.n_running = scheduler_->n_running();
   return out;

@@ -19,7 +19,10 @@ struct KvBreakdown {
   int64_t stored = 0;         ///< slots holding a token's K/V (shared blocks counted once)
   int64_t reserved = 0;       ///< held by a request for K/V it will still compute (below n_kv_final)
   int64_t internal_frag = 0;  ///< held by a request beyond n_kv_final (final length − 1): never used
-  int64_t external_frag = 0;  ///< free, but not usable by the allocator (naive: outside the largest free extent)
+  /// Free, but unable to hold the next reservation (the vLLM paper's definition). Naive: Σ over
+  /// free extents of (extent mod R), R = the next waiting request's reservation (max_model_len
+  /// when none waits, or always under reserve: max), capped at the arena. Paged: 0.
+  int64_t external_frag = 0;
   int64_t free = 0;           ///< free and usable
   /// Share of memory taken by requests that holds token states: stored / (stored+reserved+internal).
   double utilization() const;
@@ -77,8 +80,10 @@ class KvManager {
   /// Copies the backend must make before the next forward (copy-on-write); clears the list.
   virtual std::vector<KvCopy> take_pending_copies() { return {}; }
 
-  /// Arena breakdown for the live (allocated) sequences.
-  virtual KvBreakdown breakdown(std::span<const Sequence* const> live) const = 0;
+  /// Arena breakdown for the live (allocated) sequences. `next`: the sequence the scheduler
+  /// would allocate next (head of its queue), or nullptr; external fragmentation is measured
+  /// against its reservation.
+  virtual KvBreakdown breakdown(std::span<const Sequence* const> live, const Sequence* next = nullptr) const = 0;
   /// Checks internal invariants (ref counts, free list, no overlap); throws std::logic_error.
   virtual void check_invariants(std::span<const Sequence* const> live) const = 0;
 };

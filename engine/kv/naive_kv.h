@@ -2,7 +2,7 @@
 // Naive KV manager (Orca-style): each sequence reserves one contiguous region of the arena on
 // admission, sized up front by NaiveReserve. Placement is first-fit over a sorted list of free
 // extents, so external fragmentation is real: free slots split into gaps too small for the next
-// request cannot be used.
+// request's reservation cannot be used.
 #include <cstdint>
 #include <map>
 #include <vector>
@@ -34,7 +34,7 @@ class NaiveKvManager final : public KvManager {
   int64_t slot(const Sequence& seq, int pos) const override;
   std::vector<KvCopy> take_pending_copies() override;
 
-  KvBreakdown breakdown(std::span<const Sequence* const> live) const override;
+  KvBreakdown breakdown(std::span<const Sequence* const> live, const Sequence* next = nullptr) const override;
   void check_invariants(std::span<const Sequence* const> live) const override;
 
   /// Slots the region of seq would span: max_model_len, pow2 of the positions it will fill
@@ -42,6 +42,8 @@ class NaiveKvManager final : public KvManager {
   int64_t reservation_slots(const Sequence& seq) const;
   /// Size of the largest free extent: the biggest region that can be placed now.
   int64_t largest_free_extent() const;
+  /// Free slots that cannot hold the reservation of `next` (see KvBreakdown::external_frag).
+  int64_t unusable_free(const Sequence* next) const;
 
  private:
   /// First free extent (by address) of at least n slots; extents_.end() when none fits.

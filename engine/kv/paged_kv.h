@@ -47,7 +47,7 @@ class PagedKvManager final : public KvManager {
   void on_computed(const Sequence& seq) override;
   std::vector<KvCopy> take_pending_copies() override;
 
-  KvBreakdown breakdown(std::span<const Sequence* const> live) const override;
+  KvBreakdown breakdown(std::span<const Sequence* const> live, const Sequence* next = nullptr) const override;
   void check_invariants(std::span<const Sequence* const> live) const override;
 
   int block_size() const { return block_size_; }

@@ -38,6 +38,7 @@ class BatchScheduler final : public Scheduler {
   int n_waiting() const override { return static_cast<int>(waiting_.size()); }
   int n_running() const override { return static_cast<int>(members_.size()); }
   std::vector<const Sequence*> live() const override;
+  const Sequence* next_waiting() const override { return waiting_.empty() ? nullptr : waiting_.front(); }
   std::optional<double> next_wakeup() const override;
 
  private:

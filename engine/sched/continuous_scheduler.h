@@ -31,6 +31,11 @@ class ContinuousScheduler final : public Scheduler {
   int n_waiting() const override { return static_cast<int>(waiting_.size() + swapped_.size()); }
   int n_running() const override { return static_cast<int>(running_.size()); }
   std::vector<const Sequence*> live() const override;
+  /// Swapped sequences resume before new admissions.
+  const Sequence* next_waiting() const override {
+    if (!swapped_.empty()) return swapped_.front();
+    return waiting_.empty() ? nullptr : waiting_.front();
+  }
   std::optional<double> next_wakeup() const override { return std::nullopt; }
 
  private:

@@ -71,6 +71,8 @@ class Scheduler {
   virtual int n_running() const = 0;   ///< in the current batch and not finished
   /// Sequences holding KV (for the arena breakdown and invariant checks).
   virtual std::vector<const Sequence*> live() const = 0;
+  /// The sequence this policy would allocate KV for next (head of its queue), or nullptr.
+  virtual const Sequence* next_waiting() const = 0;
   /// When nothing is runnable but a timer will make the policy start a batch.
   virtual std::optional<double> next_wakeup() const = 0;
 };

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <memory>
 #include <ostream>
 #include <random>
@@ -26,7 +27,8 @@ struct Case {
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 /// Independent recount of the breakdown: per physical slot owner, from the tables alone.
-KvBreakdown brute_breakdown(const KvManager& kv, const KvConfig& config, std::span<const Sequence* const> live) {
+KvBreakdown brute_breakdown(const KvManager& kv, const KvConfig& config, std::span<const Sequence* const> live,
+                            const Sequence* next) {
   KvBreakdown b;
   b.capacity = kv.capacity_slots();
   if (config.kind == KvKind::paged) {
@@ -62,14 +64,26 @@ KvBreakdown brute_breakdown(const KvManager& kv, const KvConfig& config, std::sp
     b.internal_frag += r - fill;
     std::fill_n(used.begin() + s->kv.region_begin, r, 1);
   }
-  int64_t run = 0, largest = 0, n_free = 0;
-  for (char u : used) {
-    run = u ? 0 : run + 1;
-    n_free += !u;
-    largest = std::max(largest, run);
+  // External fragmentation: what each free run leaves after holding as many of the next
+  // reservation as fit (max_model_len without a next one), the reservation capped at the arena.
+  int64_t unit = config.max_model_len;
+  if (next && config.reserve != NaiveReserve::max) {
+    const int64_t fill = std::max(1, next->n_prompt + next->sampling.max_tokens - 1);
+    unit = config.reserve == NaiveReserve::oracle ? fill : std::min<int64_t>(std::bit_ceil(static_cast<uint64_t>(fill)), unit);
   }
-  b.free = largest;
-  b.external_frag = n_free - largest;
+  unit = std::min(unit, b.capacity);
+  int64_t run = 0, n_free = 0;
+  used.push_back(1);  // closes the last run
+  for (char u : used) {
+    if (u) {
+      b.external_frag += run % unit;
+      run = 0;
+    } else {
+      ++run;
+      ++n_free;
+    }
+  }
+  b.free = n_free - b.external_frag;
   return b;
 }
 
@@ -205,9 +219,10 @@ class Traffic {
     std::vector<const Sequence*> live;
     for (const auto& s : running_) live.push_back(s.get());
     ASSERT_NO_THROW(kv_->check_invariants(live));
-    const KvBreakdown b = kv_->breakdown(live);
+    const Sequence* next = waiting_.empty() ? nullptr : waiting_.front().get();
+    const KvBreakdown b = kv_->breakdown(live, next);
     ASSERT_EQ(b.stored + b.reserved + b.internal_frag + b.external_frag + b.free, b.capacity);
-    const KvBreakdown want = brute_breakdown(*kv_, config_, live);
+    const KvBreakdown want = brute_breakdown(*kv_, config_, live, next);
     ASSERT_EQ(b.stored, want.stored);
     ASSERT_EQ(b.reserved, want.reserved);
     ASSERT_EQ(b.internal_frag, want.internal_frag);

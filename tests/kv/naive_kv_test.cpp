@@ -75,12 +75,13 @@ TEST(NaiveKv, AllocateGrowReleaseWithinRegion) {
   EXPECT_THROW(kv.slot(a, 128), std::out_of_range);
   EXPECT_THROW(kv.allocate(a, 10), std::logic_error);  // already allocated
   a.n_computed = 60;
-  const KvBreakdown b = kv.breakdown(live_of({&a}));
+  const Sequence next = make_seq(2, kvtest::iota_tokens(50), 50);  // would reserve 128 slots
+  const KvBreakdown b = kv.breakdown(live_of({&a}), &next);
   EXPECT_EQ(b.stored, 60);
   EXPECT_EQ(b.reserved, 39);
   EXPECT_EQ(b.internal_frag, 29);
-  EXPECT_EQ(b.free, 872);
-  EXPECT_EQ(b.external_frag, 0);
+  EXPECT_EQ(b.free, 6 * 128);  // the free 872 slots hold six more such regions
+  EXPECT_EQ(b.external_frag, 872 - 6 * 128);
   kv.check_invariants(live_of({&a}));
   kv.release(a);
   kv.release(a);  // idempotent
@@ -100,16 +101,48 @@ TEST(NaiveKv, ExternalFragmentationBlocksALargeRequest) {
   Sequence big = make_seq(4, kvtest::iota_tokens(5), 31);  // 35 slots: > the 30-slot gap, < 40 free
   EXPECT_EQ(kv.free_slots(), 40);
   EXPECT_FALSE(kv.can_allocate(big, 5));
-  const KvBreakdown br = kv.breakdown(live_of({&a, &c}));
-  EXPECT_EQ(br.free, 30);
-  EXPECT_EQ(br.external_frag, 10);
+  // Against big's 35-slot reservation no free slot is usable; against a 30-slot one, the 30-slot
+  // gap is and the 10-slot tail is not.
+  const KvBreakdown br = kv.breakdown(live_of({&a, &c}), &big);
+  EXPECT_EQ(br.free, 0);
+  EXPECT_EQ(br.external_frag, 40);
   EXPECT_EQ(br.stored + br.reserved + br.internal_frag + br.external_frag + br.free, br.capacity);
+  const Sequence same = make_seq(5, kvtest::iota_tokens(10), 21);
+  const KvBreakdown bs = kv.breakdown(live_of({&a, &c}), &same);
+  EXPECT_EQ(bs.free, 30);
+  EXPECT_EQ(bs.external_frag, 10);
   kv.check_invariants(live_of({&a, &c}));
   kv.release(a);  // merges with [30, 60): first fit now lands at slot 0
   ASSERT_TRUE(kv.can_allocate(big, 5));
   kv.allocate(big, 5);
   EXPECT_EQ(big.kv.region_begin, 0);
   kv.check_invariants(live_of({&c, &big}));
+}
+
+TEST(NaiveKv, ExternalFragmentationIsFreeSpaceThatCannotHoldTheNextReservation) {
+  // reserve: max with max_model_len 10 over 45 slots: four regions, then two non-adjacent ones
+  // freed. Free extents 10, 10 and 5: both 10-slot gaps hold a reservation, only the 5-slot
+  // tail is lost (Σ extent mod max_model_len), not everything outside the largest extent.
+  NaiveKvManager kv(naive(NaiveReserve::max, 10), 45);
+  std::vector<Sequence> s;
+  for (int i = 0; i < 4; ++i) s.push_back(make_seq(i + 1, kvtest::iota_tokens(3), 3));
+  for (Sequence& q : s) kv.allocate(q, 3);
+  kv.release(s[0]);
+  kv.release(s[2]);
+  const KvBreakdown b = kv.breakdown(live_of({&s[1], &s[3]}));
+  EXPECT_EQ(b.external_frag, 5);
+  EXPECT_EQ(b.free, 20);
+  EXPECT_EQ(b.used() + b.external_frag + b.free, b.capacity);
+  // pow2/oracle: against the head of the queue's reservation, max_model_len when none waits.
+  NaiveKvManager oracle(naive(NaiveReserve::oracle, 10), 45);
+  std::vector<Sequence> t;
+  for (int i = 0; i < 4; ++i) t.push_back(make_seq(i + 11, kvtest::iota_tokens(3), 3));
+  for (Sequence& q : t) oracle.allocate(q, 3);  // 5 slots each: [0,5) [5,10) [10,15) [15,20)
+  oracle.release(t[1]);
+  const Sequence small = make_seq(9, kvtest::iota_tokens(2), 2);  // 3 slots
+  const KvBreakdown o = oracle.breakdown(live_of({&t[0], &t[2], &t[3]}), &small);
+  EXPECT_EQ(o.external_frag, 5 % 3 + 25 % 3);
+  EXPECT_EQ(oracle.breakdown(live_of({&t[0], &t[2], &t[3]})).external_frag, 5 + 25 % 10);
 }
 
 TEST(NaiveKv, ForkReservesAndCopiesComputedPrefix) {
