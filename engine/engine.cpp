@@ -326,6 +326,26 @@ std::vector<FinishedRequest> Engine::abort_all(double now) {
   return out;
 }
 
+std::optional<FinishedRequest> Engine::reject_blocked(double now, const std::string& why) {
+  const Sequence* head = scheduler_->next_waiting();
+  if (!head) return std::nullopt;
+  const uint64_t id = head->request_id;
+  RequestState& rs = *state_->requests.at(id);
+  for (auto& s : rs.seqs) {
+    scheduler_->drop(s.get());
+    kv_->release(*s);
+    s->status = SeqStatus::finished;
+  }
+  rs.settle_timeline();
+  FinishedRequest rec = std::move(rs.record);
+  rec.reason = FinishReason::rejected;
+  rec.error = why;
+  rec.end_s = now;
+  for (const auto& s : rs.seqs) rec.preemptions += s->preemptions;
+  state_->requests.erase(id);
+  return rec;
+}
+
 bool Engine::has_work() const { return !state_->requests.empty(); }
 
 std::optional<double> Engine::next_wakeup() const { return scheduler_->next_wakeup(); }

@@ -91,6 +91,10 @@ class Engine {
   StepOutcome step(double now);
   /// Aborts everything in flight (Ctrl-C); returns them as aborted.
   std::vector<FinishedRequest> abort_all(double now);
+  /// The run is stalled (nothing runnable, nothing will change): rejects only the request at the
+  /// head of the scheduler's queue, the one that cannot be placed, with `why`, freeing all its
+  /// samples. nullopt when nothing waits. Everything else stays in flight.
+  std::optional<FinishedRequest> reject_blocked(double now, const std::string& why);
 
   bool has_work() const;
   /// When nothing is runnable now but a policy timer will fire (static max_wait_ms, dynamic

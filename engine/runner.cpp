@@ -28,6 +28,11 @@ void run_engine(Engine& engine, RequestSource& source, Clock& clock, const Runne
       deliver(f);
     }
   };
+  // A stall is the head of the queue's doing: only it leaves, the rest stays in flight.
+  auto reject_blocked = [&](const std::string& why) {
+    if (auto f = engine.reject_blocked(clock.now(), why)) deliver(*f);
+    else abort_everything(why);
+  };
   auto stopped = [&] { return stop && stop->load(); };
 
   int empty_preempt_steps = 0;
@@ -63,7 +68,9 @@ void run_engine(Engine& engine, RequestSource& source, Clock& clock, const Runne
       }
       if (!s.preempted.empty()) {  // a step may only make room; the next one runs
         if (++empty_preempt_steps < kMaxEmptyPreemptSteps) continue;
-        abort_everything("the engine kept preempting without running anything (KV arena too small?)");
+        empty_preempt_steps = 0;
+        reject_blocked("the engine kept preempting without running anything while this request waited "
+                       "(KV arena too small?)");
         continue;
       }
       // Idle with work queued is fine while a policy timer is pending; a timer that was already
@@ -74,7 +81,7 @@ void run_engine(Engine& engine, RequestSource& source, Clock& clock, const Runne
       return;
     }
     if (stalled) {
-      abort_everything("the engine could not schedule this request (does it fit in the KV arena?)");
+      reject_blocked("the engine could not schedule this request (does it fit in the KV arena?)");
       continue;
     }
 

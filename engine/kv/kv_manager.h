@@ -57,9 +57,16 @@ class KvManager {
   virtual KvKind kind() const = 0;
   virtual int64_t capacity_slots() const = 0;
   virtual int64_t free_slots() const = 0;
+  /// Granularity of allocation in slots (paged: block_size; naive: 1).
+  virtual int64_t unit_slots() const { return 1; }
   /// Extra slots `seq` needs to hold its first n_tokens positions, given what it holds now
   /// (naive, unallocated: the whole reservation; paged: whole blocks).
   virtual int64_t slots_needed(const Sequence& seq, int n_tokens) const = 0;
+
+  /// Slots seq takes at its largest (n_kv_final() positions) admitted alone into an empty arena,
+  /// with no prefix-cache hits: what "can this ever fit" must compare with the arena, since
+  /// cached blocks can be evicted before it runs. Default: one slot per position.
+  virtual int64_t worst_case_slots(const Sequence& seq) const { return seq.n_kv_final(); }
 
   /// Can an unallocated seq be admitted holding its first n_tokens positions?
   virtual bool can_allocate(const Sequence& seq, int n_tokens) const = 0;

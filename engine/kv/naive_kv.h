@@ -23,6 +23,7 @@ class NaiveKvManager final : public KvManager {
   int64_t capacity_slots() const override { return n_slots_; }
   int64_t free_slots() const override { return n_free_; }
   int64_t slots_needed(const Sequence& seq, int n_tokens) const override;
+  int64_t worst_case_slots(const Sequence& seq) const override { return reservation_slots(seq); }
 
   bool can_allocate(const Sequence& seq, int n_tokens) const override;
   void allocate(Sequence& seq, int n_tokens) override;

@@ -12,11 +12,7 @@ BatchScheduler::BatchScheduler(const BatchPolicy& policy, KvManager& kv) : polic
 }
 
 int64_t BatchScheduler::worst_case_slots(const Sequence& seq) const {
-  Sequence probe;  // an unallocated twin: what admitting seq from scratch would take
-  probe.tokens = seq.tokens;
-  probe.n_prompt = seq.n_prompt;
-  probe.sampling = seq.sampling;
-  return static_cast<int64_t>(std::max(1, seq.sampling.n)) * kv_.slots_needed(probe, seq.n_kv_final());
+  return static_cast<int64_t>(std::max(1, seq.sampling.n)) * kv_.worst_case_slots(seq);
 }
 
 std::optional<std::string> BatchScheduler::never_schedulable(const Sequence& seq) const {
@@ -127,6 +123,11 @@ void BatchScheduler::on_finished(Sequence* seq) {
   seq->status = SeqStatus::finished;
   members_.erase(std::remove(members_.begin(), members_.end(), seq), members_.end());
   ++n_finished_rows_;
+}
+
+void BatchScheduler::drop(Sequence* seq) {
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
+  members_.erase(std::remove(members_.begin(), members_.end(), seq), members_.end());
 }
 
 void BatchScheduler::clear() {

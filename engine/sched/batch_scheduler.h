@@ -34,6 +34,7 @@ class BatchScheduler final : public Scheduler {
   void add_forked(Sequence* child, const Sequence& parent) override;
   ScheduledStep schedule(double now) override;
   void on_finished(Sequence* seq) override;
+  void drop(Sequence* seq) override;
   void clear() override;
   int n_waiting() const override { return static_cast<int>(waiting_.size()); }
   int n_running() const override { return static_cast<int>(members_.size()); }

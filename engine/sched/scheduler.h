@@ -64,6 +64,8 @@ class Scheduler {
   virtual ScheduledStep schedule(double now) = 0;
   /// seq finished and its KV was released: it leaves the policy's queues.
   virtual void on_finished(Sequence* seq) = 0;
+  /// Forgets one sequence wherever it is queued (its request was rejected); the caller releases its KV.
+  virtual void drop(Sequence* seq) = 0;
   /// Forgets every sequence (abort); the caller releases their KV.
   virtual void clear() = 0;
 
