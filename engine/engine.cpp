@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <span>
 #include <stdexcept>
 #include <unordered_map>
@@ -84,31 +85,37 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend)
   // The KV manager's notion of the longest sequence cannot exceed the model's.
   config_.kv.max_model_len = std::min(config_.kv.max_model_len, model.max_position);
 
-  const int64_t per_slot = backend_->kv_bytes_per_slot();
-  if (per_slot <= 0)
-    throw std::logic_error("backend " + backend_->name() + " reports kv_bytes_per_slot " + std::to_string(per_slot));
-  const int64_t n_slots = config_.kv_cache_bytes / per_slot;
-  int64_t min_slots = 1;
-  std::string unit = "one token";
-  if (config_.kv.kind == KvKind::paged) {
-    min_slots = config_.kv.block_size;
-    unit = "one block of kv.block_size = " + std::to_string(config_.kv.block_size) + " tokens";
-  } else if (config_.kv.reserve == NaiveReserve::max) {
-    min_slots = config_.kv.max_model_len;
-    unit = "one request's reservation of max_model_len = " + std::to_string(min_slots) + " tokens";
-  }
-  if (n_slots < min_slots)
-    throw std::invalid_argument(
-        "engine.kv_cache_bytes = " + std::to_string(config_.kv_cache_bytes) + " holds " +
-        slots_text(n_slots, per_slot) + " (model " + model.name + "), too small for " + unit +
-        ": it must be >= " + std::to_string(min_slots * per_slot));
-
+  const int64_t n_slots = check_kv_arena(config_, model, backend_->kv_bytes_per_slot());
   kv_ = make_kv_manager(config_.kv, n_slots);
   backend_->init_kv(n_slots);
   scheduler_ = make_scheduler(config_.sched, *kv_);
 }
 
 Engine::~Engine() = default;
+
+int64_t check_kv_arena(const EngineConfig& config, const ModelConfig& model, int64_t per_slot) {
+  if (per_slot <= 0)
+    throw std::logic_error("model " + model.name + ": kv_bytes_per_slot " + std::to_string(per_slot) + " must be > 0");
+  if (config.kv_cache_bytes <= 0)
+    throw std::invalid_argument("engine.kv_cache_bytes must be > 0 (got " + std::to_string(config.kv_cache_bytes) + ")");
+  const int64_t n_slots = config.kv_cache_bytes / per_slot;
+  const int max_len = std::min(config.kv.max_model_len, model.max_position > 0 ? model.max_position : config.kv.max_model_len);
+  int64_t min_slots = 1;
+  std::string unit = "one token";
+  if (config.kv.kind == KvKind::paged) {
+    min_slots = config.kv.block_size;
+    unit = "one block of kv.block_size = " + std::to_string(config.kv.block_size) + " tokens";
+  } else if (config.kv.reserve == NaiveReserve::max) {
+    min_slots = max_len;
+    unit = "one request's reservation of max_model_len = " + std::to_string(min_slots) + " tokens";
+  }
+  if (n_slots < min_slots)
+    throw std::invalid_argument(
+        "engine.kv_cache_bytes = " + std::to_string(config.kv_cache_bytes) + " holds " +
+        slots_text(n_slots, per_slot) + " (model " + model.name + "), too small for " + unit +
+        ": it must be >= " + std::to_string(min_slots * per_slot));
+  return n_slots;
+}
 
 std::optional<FinishedRequest> Engine::add(const Request& request, double arrival) {
   const SamplingParams& sp = request.sampling;
@@ -131,9 +138,10 @@ std::optional<FinishedRequest> Engine::add(const Request& request, double arriva
   if (n_prompt == 0) return reject("empty prompt: a request needs at least one token");
   if (sp.max_tokens < 1) return reject("max_tokens must be >= 1 (got " + std::to_string(sp.max_tokens) + ")");
   if (sp.n < 1) return reject("n must be >= 1 (got " + std::to_string(sp.n) + ")");
-  if (!(sp.temperature >= 0.0f)) return reject("temperature must be >= 0 (got " + std::to_string(sp.temperature) + ")");
+  if (!std::isfinite(sp.temperature) || sp.temperature < 0.0f)
+    return reject("temperature must be a finite number >= 0 (got " + std::to_string(sp.temperature) + ")");
   if (sp.top_k < 0) return reject("top_k must be >= 0 (got " + std::to_string(sp.top_k) + ")");
-  if (!(sp.top_p > 0.0f && sp.top_p <= 1.0f))
+  if (!std::isfinite(sp.top_p) || !(sp.top_p > 0.0f && sp.top_p <= 1.0f))
     return reject("top_p must be in (0, 1] (got " + std::to_string(sp.top_p) + ")");
   for (int i = 0; i < n_prompt; ++i)
     if (request.prompt[i] < 0 || request.prompt[i] >= vocab)

@@ -21,6 +21,14 @@ struct EngineConfig {
   void validate() const;
 };
 
+/// Checks that config's arena can hold one sequence's smallest allocation for `model` with K/V
+/// slots of kv_bytes_per_slot bytes (paged: one block; naive reserve max: max_model_len, capped
+/// at the model's max_position; otherwise one token). Throws std::invalid_argument naming
+/// engine.kv_cache_bytes, what it holds and what it must be. Returns the arena's slot count.
+/// The Engine constructor calls it; scenario validation calls it too, so a bad arena fails at
+/// `servelab validate` rather than after earlier runs finished.
+int64_t check_kv_arena(const EngineConfig& config, const ModelConfig& model, int64_t kv_bytes_per_slot);
+
 /// One output token of a request, stamped when the step that made it ended.
 struct TokenEvent {
   uint64_t request_id = 0;

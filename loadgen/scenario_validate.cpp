@@ -7,8 +7,10 @@
 #include <fstream>
 
 #include "engine/backend/sim_backend.h"
+#include "engine/engine.h"
 #include "engine/model/hf_config.h"
 #include "loadgen/scenario.h"
+#include "loadgen/sources.h"
 
 namespace servelab {
 
@@ -29,6 +31,27 @@ bool safe_name(const std::string& s) {
   for (unsigned char c : s)
     if (!(std::isalnum(c) || c == '.' || c == '_' || c == '-' || c == '+')) return false;
   return true;
+}
+
+/// The engine's own arena check (Engine's constructor runs the same one) for every strategy, so a
+/// KV cache too small for the model fails here, not after earlier runs finished.
+void check_kv_arenas(const Scenario& sc, Diagnostics& diag) {
+  for (const char* p : {"model", "backend", "engine", "strategies"})
+    if (diag.failed(p)) return;
+  try {
+    BackendSpec spec;
+    spec.kind = sc.backend.kind;
+    spec.model = sc.model.path.empty() ? sc.model.preset : sc.model.path;
+    if (!sc.backend.sim_device.empty()) spec.sim_device = SimDevice::preset(sc.backend.sim_device);
+    spec.sim_profile = sc.backend.sim_profile;
+    const int64_t per_slot = kv_bytes_per_slot(spec);
+    const ModelConfig model = resolve_model_config(spec.model);
+    for (const StrategySpec& st : sc.strategies) check_kv_arena(engine_config(sc, st), model, per_slot);
+  } catch (const std::invalid_argument& e) {
+    diag.error_at("engine.kv_cache_bytes", e.what());
+  } catch (const std::exception&) {
+    // A model or profile file problem: reported by its own check, or by the run that reads it.
+  }
 }
 
 }  // namespace
@@ -281,6 +304,7 @@ void Scenario::validate(Diagnostics& diag) const {
         check(false, "baseline.metrics[" + std::to_string(i) + "]", msg);
       }
   }
+  check_kv_arenas(*this, diag);
 }
 
 }  // namespace servelab

@@ -2,6 +2,7 @@
 // caching and abort, on the sim backend.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <set>
 #include <stdexcept>
 
@@ -53,6 +54,22 @@ TEST(EngineConfig, BadFieldsAreNamed) {
   EXPECT_NE(error_of([&] { Engine engine(c, sim_backend()); }).find("max_wait_ms"), std::string::npos);
 }
 
+TEST(EngineConfig, TokenBudgetBelowMaxNumSeqsIsRejected) {
+  const std::string e = error_of([] { Engine engine(paged_config(continuous_sched(8, 4, true), 1 << 20), sim_backend()); });
+  EXPECT_NE(e.find("max_num_batched_tokens"), std::string::npos) << e;
+  EXPECT_NE(e.find("max_num_seqs (8)"), std::string::npos) << e;
+  EXPECT_NO_THROW(Engine(paged_config(continuous_sched(8, 8, true), 1 << 20), sim_backend()));
+}
+
+TEST(EngineConfig, ArenaCheckIsOneFunctionTheConstructorUses) {
+  EngineConfig c = paged_config(continuous_sched(8, 256, false), 15 * kSlotBytes);
+  const std::string direct = error_of([&] { check_kv_arena(c, micro_model(), kSlotBytes); });
+  EXPECT_EQ(direct, error_of([&] { Engine engine(c, sim_backend()); }));
+  EXPECT_NE(direct.find("engine.kv_cache_bytes"), std::string::npos);
+  c.kv_cache_bytes = 16 * kSlotBytes;
+  EXPECT_EQ(check_kv_arena(c, micro_model(), kSlotBytes), 16);
+}
+
 TEST(EngineAdd, TooLongRequestIsRejectedWhileOthersFinish) {
   Engine engine(paged_config(continuous_sched(8, 512, false), 1 << 20), sim_backend());
   std::vector<Request> reqs = {make_request(0, 20, 5), make_request(1, 200, 57), make_request(2, 30, 4)};
@@ -87,6 +104,15 @@ TEST(EngineAdd, MalformedRequestsAreRejectedWithTheirReason) {
   Request bad_temp = make_request(2, 5, 4);
   bad_temp.sampling.temperature = -1.0f;
   EXPECT_NE(engine.add(bad_temp, 0.0)->error.find("temperature"), std::string::npos);
+  for (float t : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    bad_temp.sampling.temperature = t;  // the sampler would throw mid-run
+    const auto r = engine.add(bad_temp, 0.0);
+    ASSERT_TRUE(r.has_value()) << t;
+    EXPECT_NE(r->error.find("finite"), std::string::npos) << r->error;
+  }
+  Request bad_top_p = make_request(2, 5, 4);
+  bad_top_p.sampling.top_p = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_NE(engine.add(bad_top_p, 0.0)->error.find("top_p"), std::string::npos);
   EXPECT_FALSE(engine.add(make_request(3, 5, 4), 0.0).has_value());
   auto dup = engine.add(make_request(3, 5, 4), 0.0);
   ASSERT_TRUE(dup.has_value());
