@@ -1,9 +1,12 @@
 // Engine::step reads like nano-vllm's: schedule -> move KV (swaps, copy-on-write) -> run the
-// backend (which samples) -> append tokens and stamp times -> fork parallel samples -> retire.
+// backend (which samples; a request's n parallel samples all draw from its prefill's logits) ->
+// append tokens and stamp times -> fork parallel samples -> retire.
 #include "engine/engine.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <span>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -21,17 +24,33 @@ void EngineConfig::validate() const {
 namespace {
 
 /// A request in flight: its sequences (sample 0 first; the other samples are forked from it
-/// once its prefill is done) and the record handed back when all of them are finished.
+/// once its prefill has drawn every sample's first token) and the record handed back when all
+/// of them are finished.
 struct RequestState {
   Request request;
   std::vector<std::unique_ptr<Sequence>> seqs;
   FinishedRequest record;
+  std::vector<std::vector<double>> token_times;  ///< per sample: when each of its tokens came
   bool forked = false;
 
   bool complete() const {
     if (request.sampling.n > 1 && !forked) return false;
     return std::all_of(seqs.begin(), seqs.end(),
                        [](const auto& s) { return s->status == SeqStatus::finished; });
+  }
+  /// Fills the record's timeline from the samples' token times (see FinishedRequest).
+  void settle_timeline() {
+    size_t longest = 0;
+    for (const auto& t : token_times) longest = std::max(longest, t.size());
+    std::vector<double>& out = record.token_times_s;
+    out.assign(longest, -1.0);
+    for (size_t k = 0; k < longest; ++k) {
+      for (const auto& t : token_times)
+        if (k < t.size()) out[k] = std::max(out[k], t[k]);
+      if (k > 0) out[k] = std::max(out[k], out[k - 1]);  // a finished sample is already past token k
+    }
+    record.first_token_s = out.empty() ? -1.0 : out.front();
+    record.n_output = static_cast<int>(longest);
   }
 };
 
@@ -46,8 +65,13 @@ struct Engine::State {
   uint64_t next_seq_id = 1;
 
   RequestState& of(const Sequence& s) { return *requests.at(s.request_id); }
-  /// Sample 0 has its first token: samples 1..n-1 start from its prompt, sharing its K/V.
-  void fork_samples(Sequence& parent, KvManager& kv, Scheduler& scheduler);
+  /// Appends a sampled token to s, stamps it, and queues s in `done` when it is finished.
+  void emit(Sequence& s, TokenId tok, double end, int eos, StepOutcome& out,
+            std::vector<std::pair<Sequence*, FinishReason>>& done);
+  /// Sample 0's prefill drew every sample's first token (`firsts`, sample 0's included): samples
+  /// 1..n-1 start at n_prompt with their own first token, sharing the parent's prompt K/V.
+  void fork_samples(Sequence& parent, std::span<const TokenId> firsts, double end, int eos, KvManager& kv,
+                    Scheduler& scheduler, StepOutcome& out, std::vector<std::pair<Sequence*, FinishReason>>& done);
   /// seq is done: frees its KV; when its request has no sample left, the record goes to `out`.
   void retire(Sequence& seq, FinishReason reason, double end, KvManager& kv, Scheduler& scheduler,
               StepOutcome& out);
@@ -61,25 +85,7 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend)
   // The KV manager's notion of the longest sequence cannot exceed the model's.
   config_.kv.max_model_len = std::min(config_.kv.max_model_len, model.max_position);
 
-  const int64_t per_slot = backend_->kv_bytes_per_slot();
-  if (per_slot <= 0)
-    throw std::logic_error("backend " + backend_->name() + " reports kv_bytes_per_slot " + std::to_string(per_slot));
-  const int64_t n_slots = config_.kv_cache_bytes / per_slot;
-  int64_t min_slots = 1;
-  std::string unit = "one token";
-  if (config_.kv.kind == KvKind::paged) {
-    min_slots = config_.kv.block_size;
-    unit = "one block of kv.block_size = " + std::to_string(config_.kv.block_size) + " tokens";
-  } else if (config_.kv.reserve == NaiveReserve::max) {
-    min_slots = config_.kv.max_model_len;
-    unit = "one request's reservation of max_model_len = " + std::to_string(min_slots) + " tokens";
-  }
-  if (n_slots < min_slots)
-    throw std::invalid_argument(
-        "engine.kv_cache_bytes = " + std::to_string(config_.kv_cache_bytes) + " holds " +
-        slots_text(n_slots, per_slot) + " (model " + model.name + "), too small for " + unit +
-        ": it must be >= " + std::to_string(min_slots * per_slot));
-
+  const int64_t n_slots = check_kv_arena(config_, model, backend_->kv_bytes_per_slot());
   kv_ = make_kv_manager(config_.kv, n_slots);
   backend_->init_kv(n_slots);
   scheduler_ = make_scheduler(config_.sched, *kv_);
@@ -87,15 +93,39 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend)
 
 Engine::~Engine() = default;
 
-std::optional<FinishedRequest> Engine::add(const Request& request, double now) {
+int64_t check_kv_arena(const EngineConfig& config, const ModelConfig& model, int64_t per_slot) {
+  if (per_slot <= 0)
+    throw std::logic_error("model " + model.name + ": kv_bytes_per_slot " + std::to_string(per_slot) + " must be > 0");
+  if (config.kv_cache_bytes <= 0)
+    throw std::invalid_argument("engine.kv_cache_bytes must be > 0 (got " + std::to_string(config.kv_cache_bytes) + ")");
+  const int64_t n_slots = config.kv_cache_bytes / per_slot;
+  const int max_len = std::min(config.kv.max_model_len, model.max_position > 0 ? model.max_position : config.kv.max_model_len);
+  int64_t min_slots = 1;
+  std::string unit = "one token";
+  if (config.kv.kind == KvKind::paged) {
+    min_slots = config.kv.block_size;
+    unit = "one block of kv.block_size = " + std::to_string(config.kv.block_size) + " tokens";
+  } else if (config.kv.reserve == NaiveReserve::max) {
+    min_slots = max_len;
+    unit = "one request's reservation of max_model_len = " + std::to_string(min_slots) + " tokens";
+  }
+  if (n_slots < min_slots)
+    throw std::invalid_argument(
+        "engine.kv_cache_bytes = " + std::to_string(config.kv_cache_bytes) + " holds " +
+        slots_text(n_slots, per_slot) + " (model " + model.name + "), too small for " + unit +
+        ": it must be >= " + std::to_string(min_slots * per_slot));
+  return n_slots;
+}
+
+std::optional<FinishedRequest> Engine::add(const Request& request, double arrival) {
   const SamplingParams& sp = request.sampling;
   auto reject = [&](const std::string& why) {
     FinishedRequest f;
     f.request_id = request.id;
     f.reason = FinishReason::rejected;
     f.error = why;
-    f.arrival_s = now;
-    f.end_s = now;
+    f.arrival_s = arrival;
+    f.end_s = arrival;
     f.n_prompt = static_cast<int>(request.prompt.size());
     f.outputs.resize(std::max(1, sp.n));
     return f;
@@ -108,9 +138,10 @@ std::optional<FinishedRequest> Engine::add(const Request& request, double now) {
   if (n_prompt == 0) return reject("empty prompt: a request needs at least one token");
   if (sp.max_tokens < 1) return reject("max_tokens must be >= 1 (got " + std::to_string(sp.max_tokens) + ")");
   if (sp.n < 1) return reject("n must be >= 1 (got " + std::to_string(sp.n) + ")");
-  if (!(sp.temperature >= 0.0f)) return reject("temperature must be >= 0 (got " + std::to_string(sp.temperature) + ")");
+  if (!std::isfinite(sp.temperature) || sp.temperature < 0.0f)
+    return reject("temperature must be a finite number >= 0 (got " + std::to_string(sp.temperature) + ")");
   if (sp.top_k < 0) return reject("top_k must be >= 0 (got " + std::to_string(sp.top_k) + ")");
-  if (!(sp.top_p > 0.0f && sp.top_p <= 1.0f))
+  if (!std::isfinite(sp.top_p) || !(sp.top_p > 0.0f && sp.top_p <= 1.0f))
     return reject("top_p must be in (0, 1] (got " + std::to_string(sp.top_p) + ")");
   for (int i = 0; i < n_prompt; ++i)
     if (request.prompt[i] < 0 || request.prompt[i] >= vocab)
@@ -128,13 +159,14 @@ std::optional<FinishedRequest> Engine::add(const Request& request, double now) {
   seq->tokens = request.prompt;
   seq->n_prompt = n_prompt;
   seq->sampling = sp;
-  seq->arrival_s = now;
+  seq->arrival_s = arrival;
   if (auto why = scheduler_->never_schedulable(*seq)) return reject(*why);
 
   rs->record.request_id = request.id;
-  rs->record.arrival_s = now;
+  rs->record.arrival_s = arrival;
   rs->record.n_prompt = n_prompt;
   rs->record.outputs.resize(sp.n);
+  rs->token_times.resize(sp.n);
   scheduler_->add(seq.get());
   rs->seqs.push_back(std::move(seq));
   state_->requests.emplace(request.id, std::move(rs));
@@ -176,43 +208,37 @@ StepOutcome Engine::step(double now) {
     batch.n_padding_tokens = plan.n_padding_tokens;
     size_t n_sample = 0;
     for (const ScheduledChunk& c : plan.chunks) {
+      RequestState& rs = state_->of(*c.seq);
       const bool sample = c.seq->n_computed + c.n_new == c.seq->n_tokens();
-      batch.entries.push_back({c.seq, c.n_new, sample});
-      n_sample += sample;
-      FinishedRequest& rec = state_->of(*c.seq).record;
-      if (rec.scheduled_s < 0) rec.scheduled_s = now;
+      // Sample 0's first draw also draws the first token of every other parallel sample.
+      const bool draws_all = sample && c.seq->sample_index == 0 && !rs.forked;
+      const int n_samples = draws_all ? std::max(1, rs.request.sampling.n) : 1;
+      batch.entries.push_back({c.seq, c.n_new, sample, n_samples});
+      n_sample += sample ? static_cast<size_t>(n_samples) : 0;
+      if (rs.record.scheduled_s < 0) rs.record.scheduled_s = now;
     }
     ForwardResult result = backend_->forward(batch, *kv_);
     const double measured = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     out.duration_s = result.predicted_s.value_or(measured);
     if (result.sampled.size() != n_sample)
       throw std::logic_error("backend " + backend_->name() + " returned " + std::to_string(result.sampled.size()) +
-                             " tokens for " + std::to_string(n_sample) + " sampled entries");
+                             " tokens for " + std::to_string(n_sample) + " sampled draws");
     const double end = now + out.duration_s;
     const int eos = backend_->config().eos_token;
 
     std::vector<std::pair<Sequence*, FinishReason>> done;
-    std::vector<Sequence*> to_fork;
     size_t k = 0;
     for (const BatchEntry& e : batch.entries) {
       Sequence& s = *e.seq;
       s.n_computed += e.n_new;
       kv_->on_computed(s);
       if (!e.sample) continue;
-      const TokenId tok = result.sampled[k++];
-      s.tokens.push_back(tok);
-      RequestState& rs = state_->of(s);
-      rs.record.outputs[s.sample_index].push_back(tok);
-      out.tokens.push_back({s.request_id, s.sample_index, tok, end});
-      if (s.sample_index == 0) {
-        if (rs.record.first_token_s < 0) rs.record.first_token_s = end;
-        rs.record.token_times_s.push_back(end);
-        if (rs.request.sampling.n > 1 && !rs.forked) to_fork.push_back(&s);
-      }
-      if (s.n_output() >= s.sampling.max_tokens) done.emplace_back(&s, FinishReason::length);
-      else if (!s.sampling.ignore_eos && eos >= 0 && tok == eos) done.emplace_back(&s, FinishReason::eos);
+      const std::span<const TokenId> draws(result.sampled.data() + k, static_cast<size_t>(e.n_samples));
+      k += draws.size();
+      state_->emit(s, draws[0], end, eos, out, done);
+      if (e.n_samples > 1)
+        state_->fork_samples(s, draws, end, eos, *kv_, *scheduler_, out, done);
     }
-    for (Sequence* parent : to_fork) state_->fork_samples(*parent, *kv_, *scheduler_);
     for (auto& [s, reason] : done) state_->retire(*s, reason, end, *kv_, *scheduler_, out);
 
     out.batch_size = static_cast<int>(batch.entries.size());
@@ -220,36 +246,57 @@ StepOutcome Engine::step(double now) {
     out.n_padding_tokens = batch.n_padding_tokens;
   }
   const std::vector<const Sequence*> live = scheduler_->live();
-  out.kv = kv_->breakdown(live);
+  out.kv = kv_->breakdown(live, scheduler_->next_waiting());
   out.n_waiting = scheduler_->n_waiting();
   out.n_running = scheduler_->n_running();
   return out;
 }
 
-void Engine::State::fork_samples(Sequence& parent, KvManager& kv, Scheduler& scheduler) {
+void Engine::State::emit(Sequence& s, TokenId tok, double end, int eos, StepOutcome& out,
+                         std::vector<std::pair<Sequence*, FinishReason>>& done) {
+  s.tokens.push_back(tok);
+  RequestState& rs = of(s);
+  rs.record.outputs[s.sample_index].push_back(tok);
+  rs.token_times[s.sample_index].push_back(end);
+  out.tokens.push_back({s.request_id, s.sample_index, tok, end});
+  if (s.n_output() >= s.sampling.max_tokens) done.emplace_back(&s, FinishReason::length);
+  else if (!s.sampling.ignore_eos && eos >= 0 && tok == eos) done.emplace_back(&s, FinishReason::eos);
+}
+
+void Engine::State::fork_samples(Sequence& parent, std::span<const TokenId> firsts, double end, int eos,
+                                 KvManager& kv, Scheduler& scheduler, StepOutcome& out,
+                                 std::vector<std::pair<Sequence*, FinishReason>>& done) {
   RequestState& rs = of(parent);
   rs.forked = true;
-  for (int i = 1; i < rs.request.sampling.n; ++i) {
-    auto child = std::make_unique<Sequence>();
-    child->id = next_seq_id++;
-    child->request_id = parent.request_id;
-    child->sample_index = i;
-    child->tokens.assign(parent.tokens.begin(), parent.tokens.begin() + parent.n_prompt);
-    child->n_prompt = parent.n_prompt;
-    child->sampling = parent.sampling;
-    child->arrival_s = parent.arrival_s;
-    // The child shares the prompt's K/V and recomputes only the last prompt position, which
-    // gives it its own logits (the sampler's draws differ by sample index). A naive manager
-    // cannot share a region: its fork reserves the child a region of its own, and when none is
-    // free the child waits and computes its prompt itself.
-    if (kv.kind() == KvKind::naive && !kv.can_allocate(*child, child->n_tokens())) {
-      child->n_computed = 0;
+  const int n = rs.request.sampling.n;
+  if (static_cast<int>(firsts.size()) != n)
+    throw std::logic_error("engine: " + std::to_string(firsts.size()) + " first tokens for " + std::to_string(n) +
+                           " parallel samples of request " + std::to_string(parent.request_id));
+  for (int i = 1; i < n; ++i) {
+    auto owned = std::make_unique<Sequence>();
+    Sequence& child = *owned;
+    child.id = next_seq_id++;
+    child.request_id = parent.request_id;
+    child.sample_index = i;
+    child.tokens.assign(parent.tokens.begin(), parent.tokens.begin() + parent.n_prompt);
+    child.n_prompt = parent.n_prompt;
+    child.sampling = parent.sampling;
+    child.arrival_s = parent.arrival_s;
+    rs.seqs.push_back(std::move(owned));
+    const size_t n_done = done.size();
+    emit(child, firsts[static_cast<size_t>(i)], end, eos, out, done);
+    if (done.size() > n_done) continue;  // its first token was its last: it never runs
+    // The child's K/V up to n_prompt is the parent's prompt K/V; its own first token is computed
+    // by its first decode (a write into a shared block copies it first). A naive manager cannot
+    // share a region: its fork reserves the child a region and copies the prompt's K/V, and when
+    // no region is free the child waits and computes its prompt itself (n_computed 0).
+    if (kv.kind() == KvKind::naive && !kv.can_allocate(child, child.n_tokens())) {
+      child.n_computed = 0;
     } else {
-      child->n_computed = parent.n_prompt - 1;
-      kv.fork(parent, *child);
+      child.n_computed = parent.n_prompt;
+      kv.fork(parent, child);
     }
-    scheduler.add_forked(child.get(), parent);
-    rs.seqs.push_back(std::move(child));
+    scheduler.add_forked(&child, parent);
   }
 }
 
@@ -261,9 +308,9 @@ void Engine::State::retire(Sequence& seq, FinishReason reason, double end, KvMan
   RequestState& rs = of(seq);
   if (seq.sample_index == 0) rs.record.reason = reason;
   if (!rs.complete()) return;
+  rs.settle_timeline();
   FinishedRequest rec = std::move(rs.record);
   rec.end_s = end;
-  rec.n_output = rs.seqs.front()->n_output();
   for (const auto& s : rs.seqs) rec.preemptions += s->preemptions;
   out.finished.push_back(std::move(rec));
   requests.erase(seq.request_id);
@@ -273,11 +320,11 @@ std::vector<FinishedRequest> Engine::abort_all(double now) {
   std::vector<FinishedRequest> out;
   for (auto& [id, rs] : state_->requests) {
     for (auto& s : rs->seqs) kv_->release(*s);
+    rs->settle_timeline();
     FinishedRequest rec = std::move(rs->record);
     rec.reason = FinishReason::aborted;
     rec.error = "aborted before it finished (run stopped)";
     rec.end_s = now;
-    rec.n_output = rs->seqs.front()->n_output();
     for (const auto& s : rs->seqs) rec.preemptions += s->preemptions;
     out.push_back(std::move(rec));
   }
@@ -285,6 +332,26 @@ std::vector<FinishedRequest> Engine::abort_all(double now) {
   state_->requests.clear();
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.request_id < b.request_id; });
   return out;
+}
+
+std::optional<FinishedRequest> Engine::reject_blocked(double now, const std::string& why) {
+  const Sequence* head = scheduler_->next_waiting();
+  if (!head) return std::nullopt;
+  const uint64_t id = head->request_id;
+  RequestState& rs = *state_->requests.at(id);
+  for (auto& s : rs.seqs) {
+    scheduler_->drop(s.get());
+    kv_->release(*s);
+    s->status = SeqStatus::finished;
+  }
+  rs.settle_timeline();
+  FinishedRequest rec = std::move(rs.record);
+  rec.reason = FinishReason::rejected;
+  rec.error = why;
+  rec.end_s = now;
+  for (const auto& s : rs.seqs) rec.preemptions += s->preemptions;
+  state_->requests.erase(id);
+  return rec;
 }
 
 bool Engine::has_work() const { return !state_->requests.empty(); }

@@ -21,6 +21,14 @@ struct EngineConfig {
   void validate() const;
 };
 
+/// Checks that config's arena can hold one sequence's smallest allocation for `model` with K/V
+/// slots of kv_bytes_per_slot bytes (paged: one block; naive reserve max: max_model_len, capped
+/// at the model's max_position; otherwise one token). Throws std::invalid_argument naming
+/// engine.kv_cache_bytes, what it holds and what it must be. Returns the arena's slot count.
+/// The Engine constructor calls it; scenario validation calls it too, so a bad arena fails at
+/// `servelab validate` rather than after earlier runs finished.
+int64_t check_kv_arena(const EngineConfig& config, const ModelConfig& model, int64_t kv_bytes_per_slot);
+
 /// One output token of a request, stamped when the step that made it ended.
 struct TokenEvent {
   uint64_t request_id = 0;
@@ -30,18 +38,30 @@ struct TokenEvent {
 };
 
 /// A request that left the engine (done, rejected or aborted) with its timeline.
+///
+/// Parallel samples (n > 1): every sample draws its first token from the one prefill (as vLLM
+/// does), so they share first_token_s; after that they may run at different speeds (preemption)
+/// and lengths (EOS). The record describes the request as one sample set, the way a client that
+/// waits for all n samples sees it (vLLM reports n > 1 requests per request, finished with
+/// their last sample):
+///  - token_times_s[k]: when every sample had produced its k-th token or had already finished;
+///    so it is non-decreasing, token_times_s[0] == first_token_s, and its last entry is when the
+///    last sample finished (== end_s for a finished request).
+///  - n_output: tokens of the longest sample (== token_times_s.size()); per-sample tokens are in
+///    `outputs`. TPOT = (end_s − first_token_s) / (n_output − 1) is then the slowest sample's pace.
+/// With n == 1 these are simply the one sequence's times.
 struct FinishedRequest {
   uint64_t request_id = 0;
-  FinishReason reason = FinishReason::none;
+  FinishReason reason = FinishReason::none;  ///< sample 0's, for n > 1
   std::string error;               ///< why, for rejected/aborted
-  double arrival_s = 0.0;          ///< when add() was called
-  double scheduled_s = -1.0;       ///< first admitted to a batch
+  double arrival_s = 0.0;          ///< the arrival handed to add()
+  double scheduled_s = -1.0;       ///< start of the first step that computed any of it; -1 if none
   double first_token_s = -1.0;
-  std::vector<double> token_times_s;   ///< every output token (of sample 0)
+  std::vector<double> token_times_s;   ///< the request's k-th token times (see above)
   double end_s = -1.0;
   int n_prompt = 0;
-  int n_output = 0;
-  int preemptions = 0;
+  int n_output = 0;                ///< tokens of the longest sample
+  int preemptions = 0;             ///< over all samples
   std::vector<std::vector<TokenId>> outputs;  ///< generated tokens, one vector per sample
 };
 
@@ -69,13 +89,20 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  /// Queues a request. A request that can never run (longer than the model's max length, or
-  /// larger than the whole arena) is returned at once as rejected, with its reason.
-  std::optional<FinishedRequest> add(const Request& request, double now);
+  /// Queues a request that arrived at `arrival` (<= the next step's time; the runner passes the
+  /// intended time of a request that came due while it was busy). Batching timers (static
+  /// max_wait_ms, dynamic max_queue_delay_ms) count from it. A request that can never run
+  /// (longer than the model's max length, or larger than the whole arena) is returned at once
+  /// as rejected (end_s = arrival), with its reason.
+  std::optional<FinishedRequest> add(const Request& request, double arrival);
   /// One iteration. With nothing runnable it returns an idle outcome (batch_size 0).
   StepOutcome step(double now);
   /// Aborts everything in flight (Ctrl-C); returns them as aborted.
   std::vector<FinishedRequest> abort_all(double now);
+  /// The run is stalled (nothing runnable, nothing will change): rejects only the request at the
+  /// head of the scheduler's queue, the one that cannot be placed, with `why`, freeing all its
+  /// samples. nullopt when nothing waits. Everything else stays in flight.
+  std::optional<FinishedRequest> reject_blocked(double now, const std::string& why);
 
   bool has_work() const;
   /// When nothing is runnable now but a policy timer will fire (static max_wait_ms, dynamic

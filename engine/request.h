@@ -1,5 +1,6 @@
 #pragma once
 // Requests as the engine sees them, and the sequences it schedules.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -60,6 +61,9 @@ struct Sequence {
   int n_output() const { return n_tokens() - n_prompt; }
   /// Length when done (prompt + max_tokens); exact with ignore_eos, an upper bound otherwise.
   int n_final() const { return n_prompt + sampling.max_tokens; }
+  /// Positions whose K/V is ever computed: n_final − 1, since the last sampled token is never fed
+  /// back (at least 1). The most KV slots the sequence can ever fill.
+  int n_kv_final() const { return std::max(1, n_final() - 1); }
 };
 
 }  // namespace servelab

@@ -28,20 +28,29 @@ void run_engine(Engine& engine, RequestSource& source, Clock& clock, const Runne
       deliver(f);
     }
   };
+  // A stall is the head of the queue's doing: only it leaves, the rest stays in flight.
+  auto reject_blocked = [&](const std::string& why) {
+    if (auto f = engine.reject_blocked(clock.now(), why)) deliver(*f);
+    else abort_everything(why);
+  };
   auto stopped = [&] { return stop && stop->load(); };
 
   int empty_preempt_steps = 0;
+  double woke_at = clock.now();  // when the runner last came back from sleeping
   while (true) {
     if (stopped()) {
       abort_everything("");
       return;
     }
-    // Everything that has come due goes in, in plan order.
+    // Everything that has come due goes in, in plan order. A request that came due while the
+    // runner was busy (stepping the engine, delivering callbacks) arrived at its intended time:
+    // a server would have queued it then, so policy timers count from there (Triton semantics).
+    // One that came due while the runner slept arrives when it woke (the load generator's lateness).
     for (auto t = source.next_time(); t && *t <= clock.now(); t = source.next_time()) {
       Request r = source.take();
-      const double now = clock.now();
-      if (cb.on_sent) cb.on_sent(r, *t, now);
-      if (auto rejected = engine.add(r, now)) deliver(*rejected);
+      const double arrival = *t >= woke_at ? *t : clock.now();
+      if (cb.on_sent) cb.on_sent(r, *t, arrival);
+      if (auto rejected = engine.add(r, arrival)) deliver(*rejected);
     }
 
     bool stalled = false;
@@ -59,7 +68,9 @@ void run_engine(Engine& engine, RequestSource& source, Clock& clock, const Runne
       }
       if (!s.preempted.empty()) {  // a step may only make room; the next one runs
         if (++empty_preempt_steps < kMaxEmptyPreemptSteps) continue;
-        abort_everything("the engine kept preempting without running anything (KV arena too small?)");
+        empty_preempt_steps = 0;
+        reject_blocked("the engine kept preempting without running anything while this request waited "
+                       "(KV arena too small?)");
         continue;
       }
       // Idle with work queued is fine while a policy timer is pending; a timer that was already
@@ -70,7 +81,7 @@ void run_engine(Engine& engine, RequestSource& source, Clock& clock, const Runne
       return;
     }
     if (stalled) {
-      abort_everything("the engine could not schedule this request (does it fit in the KV arena?)");
+      reject_blocked("the engine could not schedule this request (does it fit in the KV arena?)");
       continue;
     }
 
@@ -83,6 +94,7 @@ void run_engine(Engine& engine, RequestSource& source, Clock& clock, const Runne
     } else {
       clock.sleep_until(*wake);
     }
+    woke_at = clock.now();
   }
 }
 

@@ -23,6 +23,8 @@ class RequestSource {
 };
 
 struct RunnerCallbacks {
+  /// sent_s: when the request reached the engine, the arrival handed to Engine::add: its
+  /// intended time if it came due while the runner was busy, else when the runner woke for it.
   std::function<void(const Request&, double intended_s, double sent_s)> on_sent;
   std::function<void(const TokenEvent&)> on_token;
   std::function<void(const FinishedRequest&)> on_finished;

@@ -29,16 +29,15 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
   };
   std::unordered_map<uint64_t, Sent> sent;
   DriveStats stats;
-  double last_step_end = 0.0;
 
   RunnerCallbacks cb;
-  cb.on_sent = [&](const Request& r, double intended_s, double now_s) {
-    const bool engine_was_busy = intended_s < last_step_end;
-    sent[r.id] = {intended_s, engine_was_busy ? intended_s : std::max(intended_s, now_s)};
+  cb.on_sent = [&](const Request& r, double intended_s, double sent_s) {
+    // The runner hands the engine the intended time of a request that came due while it was
+    // busy, else when it woke for it: that is when the request was sent.
+    sent[r.id] = {intended_s, std::max(intended_s, sent_s)};
     ++stats.n_sent;
   };
   cb.on_step = [&](const StepOutcome& s) {
-    last_step_end = s.start_s + s.duration_s;
     stats.n_tokens += static_cast<int>(s.tokens.size());
     if (!sinks.on_step) return;
     StepRecord st;
@@ -66,6 +65,7 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
     auto it = sent.find(f.request_id);
     rec.arrival_s = it != sent.end() ? it->second.intended_s : f.arrival_s;
     rec.sent_s = it != sent.end() ? it->second.sent_s : f.arrival_s;
+    rec.scheduled_s = f.scheduled_s;
     rec.first_token_s = f.first_token_s;
     rec.token_times_s = f.token_times_s;
     rec.end_s = f.end_s;

@@ -8,8 +8,10 @@
 #include <fstream>
 
 #include "engine/backend/sim_backend.h"
+#include "engine/engine.h"
 #include "engine/model/hf_config.h"
 #include "loadgen/scenario.h"
+#include "loadgen/sources.h"
 
 namespace servelab {
 
@@ -59,6 +61,27 @@ void check_distinct_rates(const std::vector<double>& rates, Diagnostics& diag) {
                         "): each rate is one sweep point; list it once, or use fewer steps for a range");
       return;
     }
+}
+
+/// The engine's own arena check (Engine's constructor runs the same one) for every strategy, so a
+/// KV cache too small for the model fails here, not after earlier runs finished.
+void check_kv_arenas(const Scenario& sc, Diagnostics& diag) {
+  for (const char* p : {"model", "backend", "engine", "strategies"})
+    if (diag.failed(p)) return;
+  try {
+    BackendSpec spec;
+    spec.kind = sc.backend.kind;
+    spec.model = sc.model.path.empty() ? sc.model.preset : sc.model.path;
+    if (!sc.backend.sim_device.empty()) spec.sim_device = SimDevice::preset(sc.backend.sim_device);
+    spec.sim_profile = sc.backend.sim_profile;
+    const int64_t per_slot = kv_bytes_per_slot(spec);
+    const ModelConfig model = resolve_model_config(spec.model);
+    for (const StrategySpec& st : sc.strategies) check_kv_arena(engine_config(sc, st), model, per_slot);
+  } catch (const std::invalid_argument& e) {
+    diag.error_at("engine.kv_cache_bytes", e.what());
+  } catch (const std::exception&) {
+    // A model or profile file problem: reported by its own check, or by the run that reads it.
+  }
 }
 
 }  // namespace
@@ -359,6 +382,7 @@ void Scenario::validate(Diagnostics& diag) const {
   validate_slo(slo, c);
   for (size_t i = 0; i < gates.size(); ++i) validate_gate(*this, gates[i], "gates[" + std::to_string(i) + "]", c);
   if (baseline) validate_baseline(*baseline, c);
+  check_kv_arenas(*this, diag);
 }
 
 }  // namespace servelab

@@ -16,11 +16,15 @@ namespace servelab {
 
 /// One sequence's share of a step: positions [seq->n_computed, seq->n_computed + n_new) are run
 /// through the model and their K/V written to the arena. When `sample` is set (the chunk ends at
-/// the last known token) the last position's logits give the next token.
+/// the last known token) the last position's logits give the next token: n_samples draws from
+/// that one row (a request with n > 1 parallel samples draws all n first tokens from its
+/// prefill's logits, as vLLM does). Draw k uses the sampler's seq_key seq->sample_index + k and
+/// the position n_computed + n_new, so it equals what sample k would draw from the same row.
 struct BatchEntry {
   Sequence* seq = nullptr;
   int n_new = 0;
   bool sample = false;
+  int n_samples = 1;  ///< draws from the sampled row (>= 1; read only when sample is set)
 };
 
 /// A step's work. n_padding_tokens are rows computed and thrown away (static batching pads
@@ -33,7 +37,9 @@ struct Batch {
 };
 
 struct ForwardResult {
-  std::vector<TokenId> sampled;       ///< one per entry with sample == true, in entry order
+  /// n_samples tokens per entry with sample == true, in entry order (an entry's draws adjacent,
+  /// k = 0 first).
+  std::vector<TokenId> sampled;
   std::optional<double> predicted_s;  ///< sim backend: the step's predicted duration
 };
 

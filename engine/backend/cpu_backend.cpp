@@ -430,8 +430,9 @@ ForwardResult CpuBackend::forward(const Batch& batch, const KvManager& kv) {
   for (const BatchEntry& e : batch.entries) {
     if (!e.sample) continue;
     const Sequence& seq = *e.seq;
-    result.sampled.push_back(sample_token(logits.subspan(i * vocab, vocab), seq.sampling,
-                                          static_cast<uint64_t>(seq.sample_index), seq.n_computed + e.n_new));
+    for (int k = 0; k < std::max(1, e.n_samples); ++k)  // parallel samples share the row
+      result.sampled.push_back(sample_token(logits.subspan(i * vocab, vocab), seq.sampling,
+                                            static_cast<uint64_t>(seq.sample_index + k), seq.n_computed + e.n_new));
     ++i;
   }
   return result;

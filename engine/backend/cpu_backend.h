@@ -41,8 +41,9 @@ class CpuBackend final : public Backend {
   /// 2 (K and V) × n_layers × n_kv_heads × head_dim × 4 bytes.
   int64_t kv_bytes_per_slot() const override;
   void init_kv(int64_t n_slots) override;
-  /// Samples each entry with sample == true by sample_token(logits, seq.sampling,
-  /// seq.sample_index, seq.n_computed + n_new): the position the new token will take.
+  /// Samples each entry with sample == true n_samples times, draw k by sample_token(logits,
+  /// seq.sampling, seq.sample_index + k, seq.n_computed + n_new): the position the new token
+  /// will take.
   ForwardResult forward(const Batch& batch, const KvManager& kv) override;
   void copy_slots(std::span<const KvCopy> copies) override;
   void save_slots(std::span<const int64_t> slots, std::vector<std::byte>& host) override;

@@ -37,6 +37,18 @@ ModelConfig resolve_model_config(const std::string& model) {
   return preset(model);
 }
 
+int64_t kv_bytes_per_slot(const BackendSpec& spec) {
+  spec.validate();
+  const ModelConfig config = resolve_model_config(spec.model);
+  if (spec.kind == BackendKind::sim) {  // cheap to build: shapes and a cost model only
+    const SimCostModel cost = spec.sim_profile.empty()
+                                  ? SimCostModel::roofline(spec.sim_device)
+                                  : SimCostModel::from_profile_json(spec.sim_profile, spec.sim_device);
+    return SimBackend(config, cost).kv_bytes_per_slot();
+  }
+  return 2ll * config.n_layers * config.kv_dim() * static_cast<int64_t>(sizeof(float));  // CpuBackend: fp32 K and V
+}
+
 std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
   spec.validate();
   if (spec.kind == BackendKind::sim) {

@@ -30,6 +30,10 @@ struct BackendSpec {
 /// The model shapes `model` names (preset, or the folder's config.json).
 ModelConfig resolve_model_config(const std::string& model);
 
+/// Bytes one token slot of the K/V arena takes in the backend `spec` builds, without drawing or
+/// loading weights (scenario validation sizes the arena with it). Throws like make_backend.
+int64_t kv_bytes_per_slot(const BackendSpec& spec);
+
 /// Builds the backend. Throws std::invalid_argument (bad spec, unknown preset) or
 /// std::runtime_error (checkpoint or profile file problems, naming the file).
 std::unique_ptr<Backend> make_backend(const BackendSpec& spec);

@@ -231,10 +231,12 @@ ForwardResult SimBackend::forward(const Batch& batch, const KvManager& kv) {
     if (e.sample != (end == s.n_tokens()))
       throw std::invalid_argument(where + " (sequence " + std::to_string(s.id) + "): sample must be set exactly when the chunk ends at the last token");
     if (!e.sample) continue;
-    const uint64_t h = splitmix64(splitmix64(s.sampling.seed ^ splitmix64(static_cast<uint64_t>(s.sample_index))) +
-                                  static_cast<uint64_t>(end));
-    const int64_t span = std::max(1, model_.vocab_size - 2);
-    out.sampled.push_back(static_cast<TokenId>(std::min<int64_t>(model_.vocab_size - 1, 2 + static_cast<int64_t>(h % span))));
+    for (int k = 0; k < std::max(1, e.n_samples); ++k) {  // draw k as sample sample_index + k would
+      const uint64_t h = splitmix64(splitmix64(s.sampling.seed ^ splitmix64(static_cast<uint64_t>(s.sample_index + k))) +
+                               static_cast<uint64_t>(end));
+      const int64_t span = std::max(1, model_.vocab_size - 2);
+      out.sampled.push_back(static_cast<TokenId>(std::min<int64_t>(model_.vocab_size - 1, 2 + static_cast<int64_t>(h % span))));
+    }
   }
   StepShape shape = StepShape::of(batch);
   shape.swap_bytes = pending_swap_bytes_;

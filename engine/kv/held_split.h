@@ -17,9 +17,11 @@ struct HeldSplit {
 
 /// Splits positions [begin, end) that seq holds. The computed length counts cached prefix tokens
 /// even before the engine has moved n_computed past them: their K/V is already in the arena.
+/// A sequence fills n_kv_final() = final length − 1 positions: its last token's K/V is never
+/// computed, so the slot past them is internal fragmentation, not reserved.
 inline HeldSplit split_held(const Sequence& seq, int64_t begin, int64_t end) {
   const int64_t computed = std::max<int64_t>(seq.n_computed, seq.kv.n_cached_prefix);
-  const int64_t final_len = std::max<int64_t>(seq.n_final(), computed);
+  const int64_t final_len = std::max<int64_t>(seq.n_kv_final(), computed);
   const auto within = [&](int64_t len) { return std::clamp<int64_t>(len - begin, 0, end - begin); };
   HeldSplit s;
   s.stored = within(computed);

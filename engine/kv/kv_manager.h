@@ -17,9 +17,12 @@ namespace servelab {
 struct KvBreakdown {
   int64_t capacity = 0;       ///< all slots in the arena
   int64_t stored = 0;         ///< slots holding a token's K/V (shared blocks counted once)
-  int64_t reserved = 0;       ///< held by a request for tokens it will still produce (≤ its final length)
-  int64_t internal_frag = 0;  ///< held by a request beyond its final length: never used
-  int64_t external_frag = 0;  ///< free, but not usable by the allocator (naive: outside the largest free extent)
+  int64_t reserved = 0;       ///< held by a request for K/V it will still compute (below n_kv_final)
+  int64_t internal_frag = 0;  ///< held by a request beyond n_kv_final (final length − 1): never used
+  /// Free, but unable to hold the next reservation (the vLLM paper's definition). Naive: Σ over
+  /// free extents of (extent mod R), R = the next waiting request's reservation (max_model_len
+  /// when none waits, or always under reserve: max), capped at the arena. Paged: 0.
+  int64_t external_frag = 0;
   int64_t free = 0;           ///< free and usable
   /// Share of memory taken by requests that holds token states: stored / (stored+reserved+internal).
   double utilization() const;
@@ -54,9 +57,16 @@ class KvManager {
   virtual KvKind kind() const = 0;
   virtual int64_t capacity_slots() const = 0;
   virtual int64_t free_slots() const = 0;
+  /// Granularity of allocation in slots (paged: block_size; naive: 1).
+  virtual int64_t unit_slots() const { return 1; }
   /// Extra slots `seq` needs to hold its first n_tokens positions, given what it holds now
   /// (naive, unallocated: the whole reservation; paged: whole blocks).
   virtual int64_t slots_needed(const Sequence& seq, int n_tokens) const = 0;
+
+  /// Slots seq takes at its largest (n_kv_final() positions) admitted alone into an empty arena,
+  /// with no prefix-cache hits: what "can this ever fit" must compare with the arena, since
+  /// cached blocks can be evicted before it runs. Default: one slot per position.
+  virtual int64_t worst_case_slots(const Sequence& seq) const { return seq.n_kv_final(); }
 
   /// Can an unallocated seq be admitted holding its first n_tokens positions?
   virtual bool can_allocate(const Sequence& seq, int n_tokens) const = 0;
@@ -77,8 +87,10 @@ class KvManager {
   /// Copies the backend must make before the next forward (copy-on-write); clears the list.
   virtual std::vector<KvCopy> take_pending_copies() { return {}; }
 
-  /// Arena breakdown for the live (allocated) sequences.
-  virtual KvBreakdown breakdown(std::span<const Sequence* const> live) const = 0;
+  /// Arena breakdown for the live (allocated) sequences. `next`: the sequence the scheduler
+  /// would allocate next (head of its queue), or nullptr; external fragmentation is measured
+  /// against its reservation.
+  virtual KvBreakdown breakdown(std::span<const Sequence* const> live, const Sequence* next = nullptr) const = 0;
   /// Checks internal invariants (ref counts, free list, no overlap); throws std::logic_error.
   virtual void check_invariants(std::span<const Sequence* const> live) const = 0;
 };

@@ -30,7 +30,7 @@ NaiveKvManager::NaiveKvManager(const KvConfig& config, int64_t n_slots)
 }
 
 int64_t NaiveKvManager::reservation_slots(const Sequence& seq) const {
-  const int64_t final_len = std::max(1, seq.n_final());
+  const int64_t final_len = seq.n_kv_final();  // the last sampled token never takes a slot
   const int64_t cap = config_.max_model_len;
   switch (config_.reserve) {
     case NaiveReserve::max: return cap;
@@ -147,7 +147,17 @@ int64_t NaiveKvManager::slot(const Sequence& seq, int pos) const {
 
 std::vector<KvCopy> NaiveKvManager::take_pending_copies() { return std::exchange(pending_copies_, {}); }
 
-KvBreakdown NaiveKvManager::breakdown(std::span<const Sequence* const> live) const {
+int64_t NaiveKvManager::unusable_free(const Sequence* next) const {
+  // The size the next reservation takes: a free extent holds floor(extent / unit) of them and
+  // the rest of it is lost to fragmentation. A unit larger than the arena is never admitted.
+  const int64_t unit = std::min<int64_t>(next ? reservation_slots(*next) : config_.max_model_len, n_slots_);
+  if (unit <= 0) return 0;
+  int64_t lost = 0;
+  for (const auto& [begin, len] : extents_) lost += len % unit;
+  return lost;
+}
+
+KvBreakdown NaiveKvManager::breakdown(std::span<const Sequence* const> live, const Sequence* next) const {
   KvBreakdown b;
   b.capacity = n_slots_;
   for (const Sequence* seq : live) {
@@ -157,8 +167,8 @@ KvBreakdown NaiveKvManager::breakdown(std::span<const Sequence* const> live) con
     b.reserved += s.reserved;
     b.internal_frag += s.internal_frag;
   }
-  b.free = largest_free_extent();
-  b.external_frag = n_free_ - b.free;
+  b.external_frag = unusable_free(next);
+  b.free = n_free_ - b.external_frag;
   return b;
 }
 

@@ -2,7 +2,7 @@
 // Naive KV manager (Orca-style): each sequence reserves one contiguous region of the arena on
 // admission, sized up front by NaiveReserve. Placement is first-fit over a sorted list of free
 // extents, so external fragmentation is real: free slots split into gaps too small for the next
-// request cannot be used.
+// request's reservation cannot be used.
 #include <cstdint>
 #include <map>
 #include <vector>
@@ -23,6 +23,7 @@ class NaiveKvManager final : public KvManager {
   int64_t capacity_slots() const override { return n_slots_; }
   int64_t free_slots() const override { return n_free_; }
   int64_t slots_needed(const Sequence& seq, int n_tokens) const override;
+  int64_t worst_case_slots(const Sequence& seq) const override { return reservation_slots(seq); }
 
   bool can_allocate(const Sequence& seq, int n_tokens) const override;
   void allocate(Sequence& seq, int n_tokens) override;
@@ -34,14 +35,16 @@ class NaiveKvManager final : public KvManager {
   int64_t slot(const Sequence& seq, int pos) const override;
   std::vector<KvCopy> take_pending_copies() override;
 
-  KvBreakdown breakdown(std::span<const Sequence* const> live) const override;
+  KvBreakdown breakdown(std::span<const Sequence* const> live, const Sequence* next = nullptr) const override;
   void check_invariants(std::span<const Sequence* const> live) const override;
 
-  /// Slots the region of seq would span: max_model_len, pow2 of its final length (capped at
-  /// max_model_len) or exactly its final length; at least 1.
+  /// Slots the region of seq would span: max_model_len, pow2 of the positions it will fill
+  /// (n_kv_final() = final length − 1, capped at max_model_len) or exactly those; at least 1.
   int64_t reservation_slots(const Sequence& seq) const;
   /// Size of the largest free extent: the biggest region that can be placed now.
   int64_t largest_free_extent() const;
+  /// Free slots that cannot hold the reservation of `next` (see KvBreakdown::external_frag).
+  int64_t unusable_free(const Sequence* next) const;
 
  private:
   /// First free extent (by address) of at least n slots; extents_.end() when none fits.

@@ -266,7 +266,7 @@ std::vector<KvCopy> PagedKvManager::take_pending_copies() { return std::exchange
 
 // ---- accounting ----
 
-KvBreakdown PagedKvManager::breakdown(std::span<const Sequence* const> live) const {
+KvBreakdown PagedKvManager::breakdown(std::span<const Sequence* const> live, const Sequence*) const {
   KvBreakdown out;
   out.capacity = capacity_slots();
   if (++epoch_ == 0) {  // wrapped: forget every stale mark

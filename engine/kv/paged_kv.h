@@ -28,9 +28,14 @@ class PagedKvManager final : public KvManager {
   KvKind kind() const override { return KvKind::paged; }
   int64_t capacity_slots() const override { return int64_t{n_blocks()} * block_size_; }
   int64_t free_slots() const override { return int64_t{n_free_} * block_size_; }
+  int64_t unit_slots() const override { return block_size_; }
   /// Free-list slots that holding n_tokens would consume: new blocks, copy-on-write copies, and
   /// (unallocated) prefix-cache hits on blocks that sit on the free list.
   int64_t slots_needed(const Sequence& seq, int n_tokens) const override;
+  /// Whole blocks for n_kv_final() positions, no prefix-cache hits.
+  int64_t worst_case_slots(const Sequence& seq) const override {
+    return int64_t{blocks_for(seq.n_kv_final())} * block_size_;
+  }
 
   bool can_allocate(const Sequence& seq, int n_tokens) const override;
   void allocate(Sequence& seq, int n_tokens) override;
@@ -47,7 +52,7 @@ class PagedKvManager final : public KvManager {
   void on_computed(const Sequence& seq) override;
   std::vector<KvCopy> take_pending_copies() override;
 
-  KvBreakdown breakdown(std::span<const Sequence* const> live) const override;
+  KvBreakdown breakdown(std::span<const Sequence* const> live, const Sequence* next = nullptr) const override;
   void check_invariants(std::span<const Sequence* const> live) const override;
 
   int block_size() const { return block_size_; }

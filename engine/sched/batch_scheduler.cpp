@@ -12,11 +12,7 @@ BatchScheduler::BatchScheduler(const BatchPolicy& policy, KvManager& kv) : polic
 }
 
 int64_t BatchScheduler::worst_case_slots(const Sequence& seq) const {
-  Sequence probe;  // an unallocated twin: what admitting seq from scratch would take
-  probe.tokens = seq.tokens;
-  probe.n_prompt = seq.n_prompt;
-  probe.sampling = seq.sampling;
-  return static_cast<int64_t>(std::max(1, seq.sampling.n)) * kv_.slots_needed(probe, seq.n_final());
+  return static_cast<int64_t>(std::max(1, seq.sampling.n)) * kv_.worst_case_slots(seq);
 }
 
 std::optional<std::string> BatchScheduler::never_schedulable(const Sequence& seq) const {
@@ -24,7 +20,7 @@ std::optional<std::string> BatchScheduler::never_schedulable(const Sequence& seq
   if (need > kv_.capacity_slots())
     return "needs " + std::to_string(need) + " KV slots in the worst case (" +
            std::to_string(std::max(1, seq.sampling.n)) + " sample(s) of up to " +
-           std::to_string(seq.n_final()) + " tokens) but the whole arena holds " +
+           std::to_string(seq.n_kv_final()) + " positions) but the whole arena holds " +
            std::to_string(kv_.capacity_slots()) + " (raise engine.kv_cache_bytes)";
   return std::nullopt;
 }
@@ -127,6 +123,11 @@ void BatchScheduler::on_finished(Sequence* seq) {
   seq->status = SeqStatus::finished;
   members_.erase(std::remove(members_.begin(), members_.end(), seq), members_.end());
   ++n_finished_rows_;
+}
+
+void BatchScheduler::drop(Sequence* seq) {
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
+  members_.erase(std::remove(members_.begin(), members_.end(), seq), members_.end());
 }
 
 void BatchScheduler::clear() {

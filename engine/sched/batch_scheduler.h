@@ -22,7 +22,7 @@ struct BatchPolicy {
 };
 
 /// Static or dynamic batching. No preemption: a request joins a batch only if its worst case
-/// (n_final positions, for each of its n samples) fits in what the batch has not yet committed,
+/// (n_kv_final positions, for each of its n samples) fits in what the batch has not yet committed,
 /// so KV growth inside a batch can never fail.
 class BatchScheduler final : public Scheduler {
  public:
@@ -34,15 +34,17 @@ class BatchScheduler final : public Scheduler {
   void add_forked(Sequence* child, const Sequence& parent) override;
   ScheduledStep schedule(double now) override;
   void on_finished(Sequence* seq) override;
+  void drop(Sequence* seq) override;
   void clear() override;
   int n_waiting() const override { return static_cast<int>(waiting_.size()); }
   int n_running() const override { return static_cast<int>(members_.size()); }
   std::vector<const Sequence*> live() const override;
+  const Sequence* next_waiting() const override { return waiting_.empty() ? nullptr : waiting_.front(); }
   std::optional<double> next_wakeup() const override;
 
  private:
   bool batch_active() const;
-  /// Worst-case slots a waiting request commits: n samples, each up to n_final positions.
+  /// Worst-case slots a waiting request commits: n samples, each up to n_kv_final positions.
   int64_t worst_case_slots(const Sequence& seq) const;
   void form_batch();
   ScheduledStep prefill_step();

@@ -7,6 +7,9 @@ namespace servelab {
 
 ContinuousScheduler::ContinuousScheduler(const SchedulerConfig& config, KvManager& kv)
     : config_(config), kv_(kv) {
+  // Whole allocation units (blocks), rounded down as vLLM does: a small arena keeps none.
+  const int64_t unit = std::max<int64_t>(1, kv.unit_slots());
+  watermark_slots_ = static_cast<int64_t>(kWatermark * static_cast<double>(kv.capacity_slots() / unit)) * unit;
   config_.validate();
 }
 
@@ -34,13 +37,11 @@ std::optional<std::string> ContinuousScheduler::never_schedulable(const Sequence
   if (seats(seq) > config_.max_num_seqs)
     return "n = " + std::to_string(seq.sampling.n) + " parallel samples exceed max_num_seqs (" +
            std::to_string(config_.max_num_seqs) + ")";
-  Sequence probe;  // an unallocated twin: what one sample needs alone in the arena
-  probe.tokens = seq.tokens;
-  probe.n_prompt = seq.n_prompt;
-  probe.sampling = seq.sampling;
-  const int64_t need = kv_.slots_needed(probe, seq.n_final());
+  // What one sample needs alone in the arena, without prefix-cache hits: blocks cached now may
+  // be evicted before it runs.
+  const int64_t need = kv_.worst_case_slots(seq);
   if (need > kv_.capacity_slots())
-    return "needs " + std::to_string(need) + " KV slots for " + std::to_string(seq.n_final()) +
+    return "needs " + std::to_string(need) + " KV slots for " + std::to_string(seq.n_kv_final()) +
            " tokens but the whole arena holds " + std::to_string(kv_.capacity_slots()) +
            " (raise engine.kv_cache_bytes)";
   return std::nullopt;
@@ -206,6 +207,9 @@ bool ContinuousScheduler::admit(Sequence* seq, Pass& pass) {
     return false;
   }
   if (!kv_.can_allocate(*seq, n_target)) return false;
+  // Keep a watermark free for the running sequences' growth, or the next decode step would
+  // preempt what was just admitted (admit-then-preempt thrash). Alone, nothing can thrash.
+  if (!running_.empty() && kv_.free_slots() - kv_.slots_needed(*seq, n_target) < watermark_slots_) return false;
   kv_.allocate(*seq, n_target);
   seq->n_computed = std::clamp(seq->kv.n_cached_prefix, 0, n_tokens - 1);
   const int n = fit_chunk(*seq, std::min(n_tokens - seq->n_computed, pass.budget));
@@ -248,6 +252,12 @@ ScheduledStep ContinuousScheduler::schedule(double now) {
 void ContinuousScheduler::on_finished(Sequence* seq) {
   seq->status = SeqStatus::finished;
   running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
+}
+
+void ContinuousScheduler::drop(Sequence* seq) {
+  running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
+  swapped_.erase(std::remove(swapped_.begin(), swapped_.end(), seq), swapped_.end());
 }
 
 void ContinuousScheduler::clear() {

@@ -7,6 +7,7 @@
 // that fit the budget) or decode-only (every running sequence, one token each).
 // With chunked prefill (Sarathi-Serve, vLLM v1): decodes first, then the rest of the budget goes
 // to prefill chunks, partially prefilled sequences before new ones, all in one batch.
+#include <cstdint>
 #include <deque>
 #include <optional>
 #include <string>
@@ -27,10 +28,18 @@ class ContinuousScheduler final : public Scheduler {
   void add_forked(Sequence* child, const Sequence& parent) override;
   ScheduledStep schedule(double now) override;
   void on_finished(Sequence* seq) override;
+  void drop(Sequence* seq) override;
   void clear() override;
+  /// Share of the arena kept free when admitting next to running sequences (vLLM: 1%).
+  static constexpr double kWatermark = 0.01;
   int n_waiting() const override { return static_cast<int>(waiting_.size() + swapped_.size()); }
   int n_running() const override { return static_cast<int>(running_.size()); }
   std::vector<const Sequence*> live() const override;
+  /// Swapped sequences resume before new admissions.
+  const Sequence* next_waiting() const override {
+    if (!swapped_.empty()) return swapped_.front();
+    return waiting_.empty() ? nullptr : waiting_.front();
+  }
   std::optional<double> next_wakeup() const override { return std::nullopt; }
 
  private:
@@ -66,6 +75,7 @@ class ContinuousScheduler final : public Scheduler {
   std::deque<Sequence*> waiting_;   // FCFS; recompute-preempted sequences go back to the front
   std::vector<Sequence*> running_;  // admission order: oldest first, preemption takes the back
   std::deque<Sequence*> swapped_;   // swapped out, resumed from the front before new admissions
+  int64_t watermark_slots_ = 0;
 };
 
 }  // namespace servelab

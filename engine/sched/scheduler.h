@@ -64,6 +64,8 @@ class Scheduler {
   virtual ScheduledStep schedule(double now) = 0;
   /// seq finished and its KV was released: it leaves the policy's queues.
   virtual void on_finished(Sequence* seq) = 0;
+  /// Forgets one sequence wherever it is queued (its request was rejected); the caller releases its KV.
+  virtual void drop(Sequence* seq) = 0;
   /// Forgets every sequence (abort); the caller releases their KV.
   virtual void clear() = 0;
 
@@ -71,6 +73,8 @@ class Scheduler {
   virtual int n_running() const = 0;   ///< in the current batch and not finished
   /// Sequences holding KV (for the arena breakdown and invariant checks).
   virtual std::vector<const Sequence*> live() const = 0;
+  /// The sequence this policy would allocate KV for next (head of its queue), or nullptr.
+  virtual const Sequence* next_waiting() const = 0;
   /// When nothing is runnable but a timer will make the policy start a batch.
   virtual std::optional<double> next_wakeup() const = 0;
 };

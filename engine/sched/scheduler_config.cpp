@@ -31,6 +31,10 @@ void SchedulerConfig::validate() const {
     case BatchingKind::continuous:
       require(max_num_seqs >= 1, "max_num_seqs", ">= 1", max_num_seqs);
       require(max_num_batched_tokens >= 1, "max_num_batched_tokens", ">= 1", max_num_batched_tokens);
+      // Every running sequence decodes one token per step (vLLM rejects this too).
+      require(max_num_batched_tokens >= max_num_seqs, "max_num_batched_tokens",
+              ">= max_num_seqs (" + std::to_string(max_num_seqs) + "): each running sequence needs a token per step",
+              max_num_batched_tokens);
       break;
   }
 }

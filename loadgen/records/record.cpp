@@ -39,6 +39,7 @@ void to_json(nlohmann::json& j, const RequestRecord& r) {
                      {"status", to_string(r.status)},
                      {"error", r.error.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.error)},
                      {"preemptions", r.preemptions}};
+  if (r.scheduled_s >= 0) j["scheduled_s"] = r.scheduled_s;
   if (r.warmup) j["warmup"] = true;
 }
 
@@ -55,6 +56,7 @@ void from_json(const nlohmann::json& j, RequestRecord& r) {
   r.id = j.at("id").get<uint64_t>();
   r.arrival_s = j.at("arrival_s").get<double>();
   r.sent_s = j.value("sent_s", r.arrival_s);
+  r.scheduled_s = time_or_missing(j, "scheduled_s");
   r.first_token_s = time_or_missing(j, "first_token_s");
   r.token_times_s = j.value("token_times_s", std::vector<double>{});
   r.end_s = time_or_missing(j, "end_s");

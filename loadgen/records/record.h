@@ -20,6 +20,7 @@ struct RequestRecord {
   uint64_t id = 0;
   double arrival_s = 0.0;             ///< intended send time (coordinated-omission safe)
   double sent_s = 0.0;                ///< actual send time
+  double scheduled_s = -1.0;          ///< first step that computed any of it; -1 when never scheduled
   double first_token_s = -1.0;        ///< -1 when no token came
   std::vector<double> token_times_s;  ///< every output token
   double end_s = -1.0;

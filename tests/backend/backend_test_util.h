@@ -81,7 +81,7 @@ class ScrambledKv final : public KvManager {
     if (pos < 0 || pos >= static_cast<int>(s.size())) throw std::out_of_range("ScrambledKv: position not held");
     return s[pos];
   }
-  KvBreakdown breakdown(std::span<const Sequence* const>) const override {
+  KvBreakdown breakdown(std::span<const Sequence* const>, const Sequence* = nullptr) const override {
     KvBreakdown b;
     b.capacity = n_slots_;
     b.free = static_cast<int64_t>(free_.size());

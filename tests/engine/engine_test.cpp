@@ -2,6 +2,7 @@
 // caching and abort, on the sim backend.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <set>
 #include <stdexcept>
 
@@ -53,6 +54,22 @@ TEST(EngineConfig, BadFieldsAreNamed) {
   EXPECT_NE(error_of([&] { Engine engine(c, sim_backend()); }).find("max_wait_ms"), std::string::npos);
 }
 
+TEST(EngineConfig, TokenBudgetBelowMaxNumSeqsIsRejected) {
+  const std::string e = error_of([] { Engine engine(paged_config(continuous_sched(8, 4, true), 1 << 20), sim_backend()); });
+  EXPECT_NE(e.find("max_num_batched_tokens"), std::string::npos) << e;
+  EXPECT_NE(e.find("max_num_seqs (8)"), std::string::npos) << e;
+  EXPECT_NO_THROW(Engine(paged_config(continuous_sched(8, 8, true), 1 << 20), sim_backend()));
+}
+
+TEST(EngineConfig, ArenaCheckIsOneFunctionTheConstructorUses) {
+  EngineConfig c = paged_config(continuous_sched(8, 256, false), 15 * kSlotBytes);
+  const std::string direct = error_of([&] { check_kv_arena(c, micro_model(), kSlotBytes); });
+  EXPECT_EQ(direct, error_of([&] { Engine engine(c, sim_backend()); }));
+  EXPECT_NE(direct.find("engine.kv_cache_bytes"), std::string::npos);
+  c.kv_cache_bytes = 16 * kSlotBytes;
+  EXPECT_EQ(check_kv_arena(c, micro_model(), kSlotBytes), 16);
+}
+
 TEST(EngineAdd, TooLongRequestIsRejectedWhileOthersFinish) {
   Engine engine(paged_config(continuous_sched(8, 512, false), 1 << 20), sim_backend());
   std::vector<Request> reqs = {make_request(0, 20, 5), make_request(1, 200, 57), make_request(2, 30, 4)};
@@ -87,6 +104,15 @@ TEST(EngineAdd, MalformedRequestsAreRejectedWithTheirReason) {
   Request bad_temp = make_request(2, 5, 4);
   bad_temp.sampling.temperature = -1.0f;
   EXPECT_NE(engine.add(bad_temp, 0.0)->error.find("temperature"), std::string::npos);
+  for (float t : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    bad_temp.sampling.temperature = t;  // the sampler would throw mid-run
+    const auto r = engine.add(bad_temp, 0.0);
+    ASSERT_TRUE(r.has_value()) << t;
+    EXPECT_NE(r->error.find("finite"), std::string::npos) << r->error;
+  }
+  Request bad_top_p = make_request(2, 5, 4);
+  bad_top_p.sampling.top_p = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_NE(engine.add(bad_top_p, 0.0)->error.find("top_p"), std::string::npos);
   EXPECT_FALSE(engine.add(make_request(3, 5, 4), 0.0).has_value());
   auto dup = engine.add(make_request(3, 5, 4), 0.0);
   ASSERT_TRUE(dup.has_value());
@@ -95,13 +121,17 @@ TEST(EngineAdd, MalformedRequestsAreRejectedWithTheirReason) {
 }
 
 TEST(EngineAdd, WorstCaseLargerThanTheArenaIsRejected) {
-  // 4 blocks = 64 slots; a request that will reach 70 tokens can never fit.
+  // 4 blocks = 64 slots; a request that will reach 66 tokens (65 with K/V) can never fit, one
+  // that reaches 65 tokens fits: its last token's K/V is never computed.
   for (const SchedulerConfig& sched : {static_sched(4, 0.0), dynamic_sched(4, 0.0), continuous_sched(8, 512, false)}) {
     Engine engine(paged_config(sched, 64 * kSlotBytes), sim_backend());
-    auto r = engine.add(make_request(0, 50, 20), 0.0);
+    auto r = engine.add(make_request(0, 50, 16), 0.0);
     ASSERT_TRUE(r.has_value()) << to_string(sched.kind);
     EXPECT_NE(r->error.find("engine.kv_cache_bytes"), std::string::npos) << r->error;
-    EXPECT_FALSE(engine.add(make_request(1, 50, 14), 0.0).has_value()) << to_string(sched.kind);
+    EXPECT_FALSE(engine.add(make_request(1, 50, 15), 0.0).has_value()) << to_string(sched.kind);
+    RunResult done = run_virtual(engine, {});
+    ASSERT_EQ(done.finished.size(), 1u);
+    EXPECT_EQ(done.at(1).n_output, 15) << done.at(1).error;
   }
 }
 
@@ -145,11 +175,64 @@ TEST(EngineStep, ParallelSamplesShareThePromptAndReportEachOutput) {
     EXPECT_EQ(distinct.size(), 3u) << "the sim's draws depend on the sample index";
     EXPECT_EQ(f.n_output, 6);
     EXPECT_EQ(f.token_times_s.size(), 6u);
-    // The forks computed one position each, not the 40-token prompt again.
+    // Every sample's first token came from the one prefill: the forks start at the prompt's end
+    // and compute only their own tokens, never the prompt (or its last position) again.
     int64_t computed = 0;
     for (const auto& s : r.steps) computed += s.n_tokens;
-    EXPECT_EQ(computed, (40 + 5) + 2 * (1 + 5) + (20 + 2)) << to_string(sched.kind);
+    EXPECT_EQ(computed, (40 + 5) + 2 * 5 + (20 + 2)) << to_string(sched.kind);
+    EXPECT_DOUBLE_EQ(f.first_token_s, r.steps.front().start_s + r.steps.front().duration_s);
   }
+}
+
+TEST(EngineStep, ParallelSamplesOfABlockAlignedPromptNeverRewriteACachedBlock) {
+  // A 32-token prompt fills two blocks exactly; one output token each, so the parent releases its
+  // blocks right after the prefill. Another request with the same prompt start then finds them
+  // in the prefix cache. Samples must not recompute the last prompt position into them.
+  for (bool chunked : {false, true}) {
+    Engine engine(paged_config(continuous_sched(8, 512, chunked), 1 << 20), sim_backend());
+    Request q = make_request(0, 32, 1);
+    q.sampling.n = 3;
+    Request other = make_request(1, 40, 3);
+    std::copy_n(q.prompt.begin(), 32, other.prompt.begin());
+    RunResult r;
+    ASSERT_NO_THROW(r = run_virtual(engine, {{0.0, q}, {0.0, other}}));
+    ASSERT_EQ(r.finished.size(), 2u);
+    const FinishedRequest& f = r.at(0);
+    ASSERT_EQ(f.reason, FinishReason::length) << f.error;
+    for (const auto& o : f.outputs) EXPECT_EQ(o.size(), 1u);
+    EXPECT_EQ(f.n_output, 1);
+    EXPECT_EQ(r.at(1).n_output, 3);
+    int64_t computed = 0;
+    for (const auto& s : r.steps) computed += s.n_tokens;
+    EXPECT_EQ(computed, 32 + (40 + 2)) << "chunked " << chunked;  // the forks computed nothing
+  }
+}
+
+TEST(EngineStep, ParallelSamplesRecordOneConsistentSampleSet) {
+  // Learn the samples' free-running outputs, then make a token that sample 0 draws early the EOS:
+  // sample 0 stops first, the request ends with its longest sample.
+  Request q = make_request(0, 12, 8);
+  q.sampling.n = 2;
+  Engine probe(paged_config(continuous_sched(8, 512, false), 1 << 20), sim_backend());
+  const FinishedRequest free_run = run_virtual(probe, at_zero({q})).at(0);
+  const std::vector<TokenId>& s0 = free_run.outputs[0];
+  const std::vector<TokenId>& s1 = free_run.outputs[1];
+  ModelConfig m = micro_model();
+  m.eos_token = -1;
+  for (size_t i = 1; i < 5 && m.eos_token < 0; ++i)
+    if (std::find(s1.begin(), s1.end(), s0[i]) == s1.end() && std::find(s0.begin(), s0.begin() + i, s0[i]) == s0.begin() + i)
+      m.eos_token = s0[i];
+  ASSERT_GE(m.eos_token, 0) << "no token of sample 0 is absent from sample 1";
+  q.sampling.ignore_eos = false;
+  Engine engine(paged_config(continuous_sched(8, 512, false), 1 << 20), sim_backend(m));
+  const FinishedRequest f = run_virtual(engine, at_zero({q})).at(0);
+  ASSERT_LT(f.outputs[0].size(), 8u);
+  ASSERT_EQ(f.outputs[1].size(), 8u);
+  EXPECT_EQ(f.n_output, 8);
+  ASSERT_EQ(f.token_times_s.size(), 8u);
+  EXPECT_DOUBLE_EQ(f.token_times_s.back(), f.end_s);
+  EXPECT_DOUBLE_EQ(f.token_times_s.front(), f.first_token_s);
+  EXPECT_TRUE(std::is_sorted(f.token_times_s.begin(), f.token_times_s.end()));
 }
 
 TEST(EngineStep, SharedPromptPrefixIsNotComputedTwice) {

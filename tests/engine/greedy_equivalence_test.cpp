@@ -100,6 +100,11 @@ std::vector<Case> cases() {
       out.push_back({name, with_kv(continuous_sched(8, chunked ? 24 : 128, chunked, mode), KvKind::paged, tight),
                      true, true});
     }
+  // Naive exact reservations in 110 slots: a forked sample often finds no region of its own and
+  // computes its prompt itself once one frees up; a long one waits for the arena to drain.
+  EngineConfig naive_tight = with_kv(continuous_sched(8, 128, false), KvKind::naive, 110 * kSlotBytes);
+  naive_tight.kv.reserve = NaiveReserve::oracle;
+  out.push_back({"tight_naive_oracle", naive_tight, true, false});
   return out;
 }
 

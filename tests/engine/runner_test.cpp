@@ -51,6 +51,33 @@ TEST(Runner, IdleEngineSleepsUntilTheNextArrival) {
   EXPECT_LT(r.at(0).end_s, 0.01);
 }
 
+/// Every step takes exactly `step_s` (a linear cost model with only the fixed term).
+std::unique_ptr<Backend> fixed_step_backend(double step_s) {
+  SimCostModel cost;
+  cost.kind = SimCostModel::Kind::linear;
+  cost.device = SimDevice::preset("h100");
+  cost.linear.a_s = step_s;
+  return std::make_unique<SimBackend>(micro_model(), cost);
+}
+
+TEST(Runner, BatchingDelaysCountFromArrivalWhileTheEngineIsBusy) {
+  // Two requests fill a batch at 0 and run one 4 ms step; a third comes due at 1 ms, while the
+  // engine is busy. Its 5 ms wait (static max_wait_ms / dynamic max_queue_delay_ms) runs from
+  // 1 ms, as Triton counts it, not from 4 ms when the runner got to it.
+  for (const SchedulerConfig& sched : {static_sched(2, 5.0), dynamic_sched(2, 5.0)}) {
+    Engine engine(paged_config(sched, 1 << 20), fixed_step_backend(0.004));
+    RunResult r = run_virtual(engine, {{0.0, make_request(0, 8, 1)},
+                                       {0.0, make_request(1, 8, 1)},
+                                       {0.001, make_request(2, 8, 1)}});
+    ASSERT_EQ(r.finished.size(), 3u);
+    EXPECT_DOUBLE_EQ(r.at(0).scheduled_s, 0.0);
+    EXPECT_DOUBLE_EQ(r.at(2).arrival_s, 0.001) << to_string(sched.kind);
+    EXPECT_DOUBLE_EQ(r.sent.at(2), 0.001);
+    EXPECT_DOUBLE_EQ(r.at(2).scheduled_s, 0.006) << to_string(sched.kind);
+    EXPECT_DOUBLE_EQ(r.at(2).first_token_s, 0.010);
+  }
+}
+
 TEST(Runner, RejectionsGoStraightToOnFinished) {
   Engine engine(paged_config(continuous_sched(8, 256, false), 1 << 20), sim_backend());
   RunResult r = run_virtual(engine, {{0.5, make_request(0, 300, 2)}});

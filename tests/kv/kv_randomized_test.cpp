@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <memory>
 #include <ostream>
 #include <random>
@@ -26,7 +27,8 @@ struct Case {
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 /// Independent recount of the breakdown: per physical slot owner, from the tables alone.
-KvBreakdown brute_breakdown(const KvManager& kv, const KvConfig& config, std::span<const Sequence* const> live) {
+KvBreakdown brute_breakdown(const KvManager& kv, const KvConfig& config, std::span<const Sequence* const> live,
+                            const Sequence* next) {
   KvBreakdown b;
   b.capacity = kv.capacity_slots();
   if (config.kind == KvKind::paged) {
@@ -35,7 +37,7 @@ KvBreakdown brute_breakdown(const KvManager& kv, const KvConfig& config, std::sp
     std::vector<int64_t> max_stored(n_blocks, -1), max_filled(n_blocks, -1);  // -1: not held
     for (const Sequence* s : live) {
       const int64_t computed = std::max(s->n_computed, s->kv.n_cached_prefix);
-      const int64_t fin = std::max<int64_t>(s->n_final(), computed);
+      const int64_t fin = std::max<int64_t>(s->n_kv_final(), computed);
       for (size_t i = 0; i < s->kv.blocks.size(); ++i) {
         const int64_t lo = static_cast<int64_t>(i) * bs;
         const auto blk = static_cast<size_t>(s->kv.blocks[i]);
@@ -56,20 +58,32 @@ KvBreakdown brute_breakdown(const KvManager& kv, const KvConfig& config, std::sp
   for (const Sequence* s : live) {
     const int64_t r = s->kv.region_slots;
     const int64_t computed = std::min<int64_t>(s->n_computed, r);
-    const int64_t fill = std::min<int64_t>(std::max<int64_t>(s->n_final(), computed), r);
+    const int64_t fill = std::min<int64_t>(std::max<int64_t>(s->n_kv_final(), computed), r);
     b.stored += computed;
     b.reserved += fill - computed;
     b.internal_frag += r - fill;
     std::fill_n(used.begin() + s->kv.region_begin, r, 1);
   }
-  int64_t run = 0, largest = 0, n_free = 0;
-  for (char u : used) {
-    run = u ? 0 : run + 1;
-    n_free += !u;
-    largest = std::max(largest, run);
+  // External fragmentation: what each free run leaves after holding as many of the next
+  // reservation as fit (max_model_len without a next one), the reservation capped at the arena.
+  int64_t unit = config.max_model_len;
+  if (next && config.reserve != NaiveReserve::max) {
+    const int64_t fill = std::max(1, next->n_prompt + next->sampling.max_tokens - 1);
+    unit = config.reserve == NaiveReserve::oracle ? fill : std::min<int64_t>(std::bit_ceil(static_cast<uint64_t>(fill)), unit);
   }
-  b.free = largest;
-  b.external_frag = n_free - largest;
+  unit = std::min(unit, b.capacity);
+  int64_t run = 0, n_free = 0;
+  used.push_back(1);  // closes the last run
+  for (char u : used) {
+    if (u) {
+      b.external_frag += run % unit;
+      run = 0;
+    } else {
+      ++run;
+      ++n_free;
+    }
+  }
+  b.free = n_free - b.external_frag;
   return b;
 }
 
@@ -139,13 +153,14 @@ class Traffic {
     int target;
     if (s.n_computed < s.n_tokens()) {
       target = std::min(s.n_tokens(), s.n_computed + uniform(1, 24));
-    } else if (s.n_output() < s.sampling.max_tokens) {
-      s.tokens.push_back(uniform(0, 30));  // decode one token (small vocab: duplicate content)
-      target = s.n_tokens();
     } else {
-      kv_->release(s);  // finished
-      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
-      return;
+      s.tokens.push_back(uniform(0, 30));  // sample one token (small vocab: duplicate content)
+      if (s.n_output() >= s.sampling.max_tokens) {  // finished: its last token's K/V is never computed
+        kv_->release(s);
+        running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+        return;
+      }
+      target = s.n_tokens();  // decode: compute the sampled token's K/V
     }
     if (!kv_->can_grow(s, target)) {
       preempt(i);
@@ -204,9 +219,10 @@ class Traffic {
     std::vector<const Sequence*> live;
     for (const auto& s : running_) live.push_back(s.get());
     ASSERT_NO_THROW(kv_->check_invariants(live));
-    const KvBreakdown b = kv_->breakdown(live);
+    const Sequence* next = waiting_.empty() ? nullptr : waiting_.front().get();
+    const KvBreakdown b = kv_->breakdown(live, next);
     ASSERT_EQ(b.stored + b.reserved + b.internal_frag + b.external_frag + b.free, b.capacity);
-    const KvBreakdown want = brute_breakdown(*kv_, config_, live);
+    const KvBreakdown want = brute_breakdown(*kv_, config_, live, next);
     ASSERT_EQ(b.stored, want.stored);
     ASSERT_EQ(b.reserved, want.reserved);
     ASSERT_EQ(b.internal_frag, want.internal_frag);

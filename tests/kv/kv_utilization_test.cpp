@@ -34,7 +34,8 @@ double fill_and_measure(const KvConfig& config, uint64_t seed) {
     const int n_prompt = lognormal_len(rng, 161.3, 1.0, kMaxModelLen - 1);
     const int n_output = lognormal_len(rng, 338.0, 0.8, kMaxModelLen - n_prompt);
     auto seq = std::make_unique<Sequence>(kvtest::make_seq(id, kvtest::iota_tokens(n_prompt, static_cast<TokenId>(id * 4096)), n_output));
-    const int n_done = std::uniform_int_distribution<int>(1, n_output)(rng);  // output tokens so far
+    // Output tokens whose K/V is computed so far: at most n_output − 1 (the last one's never is).
+    const int n_done = std::uniform_int_distribution<int>(0, n_output - 1)(rng);
     const int n_now = n_prompt + n_done;
     if (!kv->can_allocate(*seq, n_prompt)) break;
     kv->allocate(*seq, n_prompt);

@@ -23,7 +23,7 @@ TEST(Overrides, ScalarsListsMapsAndIndices) {
   const Scenario s = load_yaml(kTwoStrategies, {"seed=9", "workload.rates=[2, 4, 8]", "strategies.0.kv.kind=naive",
                                                 "strategies[1].kv.reserve=oracle", "slo.ttft_ms=250",
                                                 "workload.output_tokens={dist: uniform, min: 4, max: 9}",
-                                                "strategies.0.label=mine", "engine.kv_cache_mb=2"});
+                                                "strategies.0.label=mine", "engine.kv_cache_mb=4"});
   EXPECT_EQ(s.seed, 9u);
   EXPECT_EQ(s.workload.rates, (std::vector<double>{2, 4, 8}));
   EXPECT_EQ(s.strategies[0].kv.kind, KvKind::naive);
@@ -32,7 +32,7 @@ TEST(Overrides, ScalarsListsMapsAndIndices) {
   EXPECT_DOUBLE_EQ(s.slo.ttft_ms, 250);
   EXPECT_EQ(s.workload.output.dist.kind, LengthDistKind::uniform);
   EXPECT_EQ(s.workload.output.dist.max, 9);
-  EXPECT_EQ(s.engine.kv_cache_bytes, 2 << 20);
+  EXPECT_EQ(s.engine.kv_cache_bytes, 4 << 20);  // naive max over 2048 tokens of 2 KiB
 }
 
 TEST(Overrides, NullRemovesAKeySoAnotherModeCanReplaceIt) {
