@@ -55,9 +55,9 @@ Gemm::~Gemm() {
 }
 
 cublasLtMatmulAlgo_t Gemm::algo_for(ScalarType t, int m, int n, int k, bool out_fp32, bool accumulate) {
-  const int m_key = batch_invariant_ ? kCanonicalRows : m;
-  const auto key = std::make_tuple(int(t), m_key, n, k, out_fp32, accumulate);
+  const auto key = std::make_tuple(int(t), m, n, k, out_fp32, accumulate);
   if (auto it = algos_.find(key); it != algos_.end()) return it->second;
+  const int m_key = batch_invariant_ ? kCanonicalRows : m;
   Descs d(t, m_key, n, k, out_fp32);
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -75,6 +75,15 @@ cublasLtMatmulAlgo_t Gemm::algo_for(ScalarType t, int m, int n, int k, bool out_
   if (st != CUBLAS_STATUS_SUCCESS || found == 0)
     throw std::runtime_error("Gemm: cuBLASLt has no algorithm for M=" + std::to_string(m_key) + " N=" + std::to_string(n) +
                              " K=" + std::to_string(k));
+  if (batch_invariant_ && m != m_key) {  // the canonical algorithm must also run this M
+    Descs actual(t, m, n, k, out_fp32);
+    cublasLtMatmulHeuristicResult_t check{};
+    if (cublasLtMatmulAlgoCheck(handle_, actual.op, actual.a, actual.b, actual.c, actual.c, &result.algo, &check) !=
+        CUBLAS_STATUS_SUCCESS)
+      throw std::runtime_error("Gemm: batch-invariant algorithm (chosen for M=" + std::to_string(m_key) +
+                               ") does not support M=" + std::to_string(m) + " N=" + std::to_string(n) +
+                               " K=" + std::to_string(k));
+  }
   algos_.emplace(key, result.algo);
   return result.algo;
 }
