@@ -62,7 +62,7 @@ if step configure 300 cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Rele
   else
     TABLE+=("$(printf '%-22s %-6s' memcheck 'n/a (no compute-sanitizer)')")
   fi
-  BENCH_ARGS=(--json "$OUT/kernel_bench.json")
+  BENCH_ARGS=(--json "$OUT/kernel_bench.json" --commit "$(git rev-parse HEAD 2>/dev/null || echo unknown)")
   [ "${QUICK:-0}" = 1 ] && BENCH_ARGS+=(--quick)
   step kernel_bench 600 "$BUILD/kernels/kernel_bench" "${BENCH_ARGS[@]}"
 fi

@@ -2,7 +2,8 @@
 // CUDA events after warm-up (median of repeats, inputs rotated so repeats do not run from L2),
 // and prints achieved GB/s and TFLOP/s next to ceilings measured in the same run: a large
 // device-to-device copy and a large cuBLASLt bf16 GEMM on random data.
-//   kernel_bench [--json FILE] [--quick]
+//   kernel_bench [--json FILE] [--quick] [--commit SHA]
+// JSON: a list of {name, value, unit, peer_or_ceiling, ratio, shape, device, date, commit}.
 // Exit status: 0 ok, 1 a validation failed, 2 bad usage.
 #include <cuda_bf16.h>
 
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -257,12 +259,14 @@ bool validate(std::mt19937_64& rng, int n_sms) {
 
 int main(int argc, char** argv) {
   std::string json_path = "kernel_bench.json";
+  std::string commit = "unknown";
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else {
-      std::fprintf(stderr, "usage: kernel_bench [--json FILE] [--quick]\n");
+      std::fprintf(stderr, "usage: kernel_bench [--json FILE] [--quick] [--commit SHA]\n");
       return 2;
     }
   }
@@ -440,10 +444,14 @@ int main(int argc, char** argv) {
       }
     }
 
+    char date[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
     nlohmann::json out = nlohmann::json::array();
     for (const Row& r : rows)
       out.push_back({{"name", r.name}, {"value", r.value}, {"unit", r.unit}, {"peer_or_ceiling", r.ceiling_name},
-                     {"ratio", r.ceiling > 0 ? r.value / r.ceiling : 0.0}, {"shape", r.shape}, {"device", prop.name}});
+                     {"ratio", r.ceiling > 0 ? r.value / r.ceiling : 0.0}, {"shape", r.shape}, {"device", prop.name},
+                     {"date", date}, {"commit", commit}});
     std::ofstream(json_path) << out.dump(2) << "\n";
     std::printf("wrote %s (%zu figures)%s\n", json_path.c_str(), rows.size(), valid ? "" : "; VALIDATION FAILED");
     return valid ? 0 : 1;
