@@ -45,6 +45,8 @@ void add_rms_norm(ScalarType t, const void* x, void* residual, const void* weigh
 void residual_add(ScalarType t, const void* x, void* residual, int64_t n, cudaStream_t stream);
 /// out[r, i] = silu(gate_up[r, i]) * gate_up[r, ffn + i].
 void silu_mul(ScalarType t, const void* gate_up, void* out, int n_rows, int ffn, cudaStream_t stream);
+/// Unfused: out = silu(gate) (stored), then out *= up: two passes, for `fusion: off`.
+void silu_then_mul(ScalarType t, const void* gate_up, void* out, int n_rows, int ffn, cudaStream_t stream);
 /// out[t] = table[ids[t]], rows of width d.
 void embedding(ScalarType t, const void* table, const int32_t* ids, void* out, int n_tokens, int d,
                cudaStream_t stream);

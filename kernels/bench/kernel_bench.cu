@@ -374,7 +374,9 @@ int main(int argc, char** argv) {
       Buf gu(size_t(n_rot) * r * 2 * ffn * 2), act(size_t(r) * ffn * 2);
       fill_random(gu.p, int64_t(n_rot) * r * 2 * ffn, 7, 3.0f);
       ms = time_ms([&](int i) { silu_mul(ScalarType::bf16, gu.get<char>() + size_t(i % n_rot) * r * 2 * ffn * 2, act.p, r, ffn, nullptr); }, 50);
-      record("silu_mul", "256x11008", 3.0 * r * ffn * 2 / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
+      record("silu_mul_fused", "256x11008", 3.0 * r * ffn * 2 / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
+      ms = time_ms([&](int i) { silu_then_mul(ScalarType::bf16, gu.get<char>() + size_t(i % n_rot) * r * 2 * ffn * 2, act.p, r, ffn, nullptr); }, 50);
+      record("silu_mul_unfused", "256x11008 (same bytes counted)", 3.0 * r * ffn * 2 / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
     }
     {
       const int t = 256, nh = 32, nkv = 8, hd = 128, stride = (nh + 2 * nkv) * hd;

@@ -133,6 +133,10 @@ TEST(OpsGpu, SiluMulAndEmbeddingMatchReference) {
   out.poison();
   silu_mul(ScalarType::bf16, dgu.get(), out.get(), rows, ffn, nullptr);
   EXPECT_LT(testing::rel_error(testing::download_bf16(out, ref.size()), ref), testing::kBf16Tolerance);
+  DeviceBuffer out2(ref.size() * 2);
+  out2.poison();
+  silu_then_mul(ScalarType::bf16, dgu.get(), out2.get(), rows, ffn, nullptr);
+  EXPECT_LT(testing::rel_error(testing::download_bf16(out2, ref.size()), ref), testing::kBf16Tolerance) << "unfused";
 
   const int vocab = 1000, d = 896;
   const std::vector<float> table = testing::random_bf16(size_t(vocab) * d, rng);
