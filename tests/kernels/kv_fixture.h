@@ -3,6 +3,7 @@
 // laid out in a KV arena either paged (blocks shuffled over the arena) or naive (one contiguous,
 // randomly placed reservation per sequence), with random bf16-representable K, V and Q.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <random>
