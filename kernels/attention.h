@@ -1,0 +1,88 @@
+#pragma once
+// Attention over the KV cache on the GPU. Host-callable launchers; every pointer is device memory.
+// KV arenas are per layer K and V, each [n_slots, n_kv_heads, head_dim] (kernels/README.md).
+// Supported: head_dim 32, 64, 128; any GQA ratio; any block size; bf16 (fp16 when built with
+// SERVELAB_KERNELS_FP16).
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/step_input.h"
+
+namespace servelab::kernels {
+
+enum class ScalarType { bf16, f16 };
+
+/// Split policy for decode attention (FlashDecoding): each sequence's context is cut into splits
+/// of split_len positions, each computed by its own blocks, then merged by a reduce kernel.
+struct SplitPolicy {
+  /// 0: choose from the batch so the grid fills the GPU (fast). > 0: every split is exactly this
+  /// many positions and the reduce always runs, so a sequence's result depends only on its own
+  /// context (batch-invariant mode). Must be a multiple of 16.
+  int fixed_split_len = 0;
+};
+
+/// One decode step: one query row per sequence.
+struct DecodeAttentionArgs {
+  ScalarType dtype = ScalarType::bf16;
+  const void* q = nullptr;        ///< row r at q + r * q_row_stride: [n_heads, head_dim]
+  int64_t q_row_stride = 0;       ///< elements between rows (n_heads * head_dim when packed)
+  const int32_t* query_start = nullptr;  ///< [n_seqs + 1] or null: sequence s uses row query_start[s+1]-1 (else s)
+  const void* k_cache = nullptr;  ///< [n_slots, n_kv_heads, head_dim]
+  const void* v_cache = nullptr;
+  KvShape shape;
+  int n_heads = 0;
+  int n_seqs = 0;
+  const int32_t* context_lens = nullptr;  ///< [n_seqs], >= 1
+  KvAddressing kv;                ///< device block tables / base slots
+  int max_context = 0;            ///< host-side upper bound of context_lens (sizes the grid)
+  float scale = 1.0f;
+  void* out = nullptr;            ///< row like q, at out + r * out_row_stride
+  int64_t out_row_stride = 0;
+  float* workspace = nullptr;     ///< decode_attention_workspace_bytes() bytes
+  size_t workspace_bytes = 0;
+  SplitPolicy split;
+};
+
+/// How decode_attention cuts the contexts for these arguments on a GPU with n_sms multiprocessors.
+struct DecodeSplit {
+  int split_len = 0;   ///< positions per split
+  int n_splits = 1;    ///< splits of the longest context (the grid's depth)
+  bool reduce = false; ///< partial results go through the workspace and the reduce kernel
+};
+DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms);
+/// Workspace for the partial results: [n_seqs, n_heads, n_splits, head_dim + 2] floats. In auto
+/// mode n_splits never exceeds kMaxAutoSplits; with a fixed split, ceil(max_context / split_len).
+size_t decode_attention_workspace_bytes(int n_seqs, int n_heads, int head_dim, int n_splits);
+constexpr int kMaxAutoSplits = 64;
+/// Launches the split kernel (and the reduce kernel when needed). Throws std::invalid_argument on
+/// an unsupported head_dim or a workspace smaller than decode_attention_workspace_bytes asks.
+void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream);
+
+/// A varlen batch of prefill (or mixed) rows: causal, each sequence attending to its cached prefix
+/// and its own chunk. K/V of the rows are already in the cache.
+struct PrefillAttentionArgs {
+  ScalarType dtype = ScalarType::bf16;
+  const void* q = nullptr;        ///< [n_tokens] rows of [n_heads, head_dim] at q_row_stride
+  int64_t q_row_stride = 0;
+  const void* k_cache = nullptr;
+  const void* v_cache = nullptr;
+  KvShape shape;
+  int n_heads = 0;
+  int n_seqs = 0;
+  int n_tokens = 0;               ///< host copy of query_start[n_seqs]
+  const int32_t* query_start = nullptr;   ///< [n_seqs + 1]
+  const int32_t* context_lens = nullptr;  ///< [n_seqs]
+  KvAddressing kv;
+  float scale = 1.0f;
+  void* out = nullptr;
+  int64_t out_row_stride = 0;
+};
+
+/// Tiled, online-softmax attention on tensor cores (WMMA). Key tiles are aligned to absolute
+/// positions, so a row's result does not depend on the other rows of its tile or batch: chunked
+/// prefill gives the same bits as a full prefill, and the kernel is batch-invariant by design.
+void prefill_attention(const PrefillAttentionArgs& a, cudaStream_t stream);
+
+}  // namespace servelab::kernels

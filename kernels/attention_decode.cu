@@ -1,0 +1,302 @@
+// Decode attention over the paged or naive KV cache, FlashDecoding-style.
+//
+// Grid (n_kv_heads * n_sub, n_seqs, n_splits): a block owns one KV head of one sequence over one
+// split of its context and computes all the query heads that share that KV head (up to G at a
+// time), so K and V are read from memory once per KV head, not once per query head.
+// Inside a block, a "lane group" of HD / 8 threads holds one position's K (and V) row as 16-byte
+// vectors, one vector per thread; the block walks kThreads / (HD / 8) positions at once, U deep,
+// loading all U rows before using any (several independent 16-byte loads in flight per thread).
+// Each lane group keeps its own online-softmax state (max, sum, output row) in registers; the
+// groups are merged through shared memory at the end, then either written out (one split) or
+// stored as partials (normalized output, max and sum in log2 units) for the reduce kernel.
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/attention.h"
+#include "kernels/common.cuh"
+
+namespace servelab::kernels {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct DecodeParams {
+  const void* q;
+  int64_t q_row_stride;
+  const int32_t* query_start;
+  const void* k_cache;
+  const void* v_cache;
+  int64_t kv_row;  // n_kv_heads * head_dim
+  int n_heads, group, n_sub;
+  const int32_t* context_lens;
+  KvAddressing kv;
+  float scale_log2;
+  void* out;
+  int64_t out_row_stride;
+  int split_len, max_splits;
+  bool partial;
+  float* ws_o;   // [n_seqs, n_heads, max_splits, HD]
+  float* ws_ml;  // [n_seqs, n_heads, max_splits, 2]
+};
+
+template <typename T, int HD, int G>
+__global__ void __launch_bounds__(kThreads) decode_split_kernel(const DecodeParams p) {
+  constexpr int kTpt = HD / 8;            // threads per position (one 16-byte vector each)
+  constexpr int kLg = kThreads / kTpt;    // positions per pass
+  constexpr int kU = G >= 8 ? 2 : 4;      // passes loaded before use
+  __shared__ float sm_m[kLg][G], sm_l[kLg][G];
+  __shared__ __align__(16) float sm_o[kLg][G][HD];
+
+  const int kvh = blockIdx.x / p.n_sub, sub = blockIdx.x % p.n_sub, s = blockIdx.y, split = blockIdx.z;
+  const int ctx = p.context_lens[s];
+  const int t_begin = split * p.split_len;
+  if (t_begin >= ctx) return;  // uniform over the block
+  const int t_end = min(ctx, t_begin + p.split_len);
+  const int lg = threadIdx.x / kTpt, c = threadIdx.x % kTpt;
+  const int row = p.query_start ? p.query_start[s + 1] - 1 : s;
+
+  float qf[G][8];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    const int h = sub * G + g;
+    if (h < p.group) {
+      const T* qp = static_cast<const T*>(p.q) + row * p.q_row_stride + int64_t(kvh * p.group + h) * HD + c * 8;
+      unpack8<T>(*reinterpret_cast<const Vec8*>(qp), qf[g]);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) qf[g][j] *= p.scale_log2;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) qf[g][j] = 0.0f;
+    }
+  }
+  float m[G], l[G], acc[G][8];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    m[g] = -1e30f;  // finite: exp2(m_old - m_new) stays 1, not NaN, before the first real score
+    l[g] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[g][j] = 0.0f;
+  }
+  const char* kbase = static_cast<const char*>(p.k_cache);
+  const char* vbase = static_cast<const char*>(p.v_cache);
+  const int64_t col = (int64_t(kvh) * HD + c * 8) * int64_t(sizeof(T));
+
+  for (int base = t_begin; base < t_end; base += kLg * kU) {  // uniform trip count: shuffles are safe
+    Vec8 kv_k[kU], kv_v[kU];
+    bool ok[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int t = base + u * kLg + lg;
+      ok[u] = t < t_end;
+      if (ok[u]) {
+        const int64_t off = p.kv.slot(s, t) * p.kv_row * int64_t(sizeof(T)) + col;
+        kv_k[u] = load_stream(kbase + off);
+        kv_v[u] = load_stream(vbase + off);
+      } else {
+        kv_k[u] = kv_v[u] = make_uint4(0, 0, 0, 0);
+      }
+    }
+    float sc[kU][G];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      float kf[8];
+      unpack8<T>(kv_k[u], kf);
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        float d = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) d = fmaf(qf[g][j], kf[j], d);
+#pragma unroll
+        for (int o = kTpt / 2; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+        sc[u][g] = ok[u] ? d : -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      float mx = sc[0][g];
+#pragma unroll
+      for (int u = 1; u < kU; ++u) mx = fmaxf(mx, sc[u][g]);
+      const float m_new = fmaxf(m[g], mx);
+      const float corr = exp2f(m[g] - m_new);
+      m[g] = m_new;
+      l[g] *= corr;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[g][j] *= corr;
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      float vf[8];
+      unpack8<T>(kv_v[u], vf);
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const float pr = exp2f(sc[u][g] - m[g]);
+        l[g] += pr;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[g][j] = fmaf(pr, vf[j], acc[g][j]);
+      }
+    }
+  }
+
+  // Merge the lane groups.
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    if (c == 0) {
+      sm_m[lg][g] = m[g];
+      sm_l[lg][g] = l[g];
+    }
+    float4* o = reinterpret_cast<float4*>(&sm_o[lg][g][c * 8]);
+    o[0] = make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
+    o[1] = make_float4(acc[g][4], acc[g][5], acc[g][6], acc[g][7]);
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < G * HD; idx += kThreads) {
+    const int g = idx / HD, d = idx % HD;
+    if (sub * G + g >= p.group) continue;
+    float mm = -1e30f;
+    for (int i = 0; i < kLg; ++i) mm = fmaxf(mm, sm_m[i][g]);
+    float ll = 0.0f, oo = 0.0f;
+    for (int i = 0; i < kLg; ++i) {
+      const float w = exp2f(sm_m[i][g] - mm);
+      ll = fmaf(sm_l[i][g], w, ll);
+      oo = fmaf(sm_o[i][g][d], w, oo);
+    }
+    const int h = kvh * p.group + sub * G + g;
+    if (p.partial) {
+      const int64_t ip = (int64_t(s) * p.n_heads + h) * p.max_splits + split;
+      p.ws_o[ip * HD + d] = oo / ll;
+      if (d == 0) {
+        p.ws_ml[ip * 2] = mm;
+        p.ws_ml[ip * 2 + 1] = ll;
+      }
+    } else {
+      static_cast<T*>(p.out)[row * p.out_row_stride + int64_t(h) * HD + d] = from_float<T>(oo / ll);
+    }
+  }
+}
+
+/// Merges a sequence's split partials in split order (fixed, so the result is reproducible).
+template <typename T, int HD>
+__global__ void __launch_bounds__(HD) decode_reduce_kernel(const DecodeParams p) {
+  const int h = blockIdx.x, s = blockIdx.y, d = threadIdx.x;
+  const int n = (p.context_lens[s] + p.split_len - 1) / p.split_len;
+  const int64_t base = (int64_t(s) * p.n_heads + h) * p.max_splits;
+  float mm = -1e30f;
+  for (int i = 0; i < n; ++i) mm = fmaxf(mm, p.ws_ml[(base + i) * 2]);
+  float ll = 0.0f, oo = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    const float w = p.ws_ml[(base + i) * 2 + 1] * exp2f(p.ws_ml[(base + i) * 2] - mm);
+    ll += w;
+    oo = fmaf(w, p.ws_o[(base + i) * HD + d], oo);
+  }
+  const int row = p.query_start ? p.query_start[s + 1] - 1 : s;
+  static_cast<T*>(p.out)[row * p.out_row_stride + int64_t(h) * HD + d] = from_float<T>(oo / ll);
+}
+
+template <typename T, int HD, int G>
+void launch_split(const DecodeParams& p, dim3 grid, cudaStream_t stream) {
+  decode_split_kernel<T, HD, G><<<grid, kThreads, 0, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, int HD>
+void launch(const DecodeParams& p, int g_bucket, dim3 grid, bool reduce, int n_heads, int n_seqs, cudaStream_t stream) {
+  if (g_bucket == 1) launch_split<T, HD, 1>(p, grid, stream);
+  else if (g_bucket == 4) launch_split<T, HD, 4>(p, grid, stream);
+  else launch_split<T, HD, 8>(p, grid, stream);
+  if (reduce) {
+    decode_reduce_kernel<T, HD><<<dim3(n_heads, n_seqs), HD, 0, stream>>>(p);
+    CUDA_CHECK_LAUNCH();
+  }
+}
+
+template <typename T>
+void dispatch_hd(int hd, const DecodeParams& p, int g_bucket, dim3 grid, bool reduce, int n_heads, int n_seqs,
+                 cudaStream_t stream) {
+  switch (hd) {
+    case 32: return launch<T, 32>(p, g_bucket, grid, reduce, n_heads, n_seqs, stream);
+    case 64: return launch<T, 64>(p, g_bucket, grid, reduce, n_heads, n_seqs, stream);
+    case 128: return launch<T, 128>(p, g_bucket, grid, reduce, n_heads, n_seqs, stream);
+    default: throw std::invalid_argument("decode_attention: head_dim " + std::to_string(hd) + " not built (32, 64, 128)");
+  }
+}
+
+int group_bucket(int group) { return group == 1 ? 1 : group <= 4 ? 4 : 8; }
+
+}  // namespace
+
+DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
+  DecodeSplit r;
+  const int max_ctx = std::max(1, a.max_context);
+  if (a.split.fixed_split_len > 0) {
+    r.split_len = a.split.fixed_split_len;
+    r.n_splits = ceil_div(max_ctx, r.split_len);
+    r.reduce = true;
+    return r;
+  }
+  const int group = a.n_heads / a.shape.n_kv_heads;
+  const int n_base = a.n_seqs * a.shape.n_kv_heads * ceil_div(group, group_bucket(group));
+  const int want = ceil_div(int64_t(n_sms) * 4, n_base);  // about four blocks per multiprocessor
+  const int most = std::min(kMaxAutoSplits, ceil_div(max_ctx, 256));  // at least 256 positions a split
+  const int splits = std::max(1, std::min(want, most));
+  r.split_len = ceil_div(ceil_div(max_ctx, splits), 64) * 64;
+  r.n_splits = ceil_div(max_ctx, r.split_len);
+  r.reduce = r.n_splits > 1;
+  return r;
+}
+
+size_t decode_attention_workspace_bytes(int n_seqs, int n_heads, int head_dim, int n_splits) {
+  return size_t(n_seqs) * n_heads * n_splits * (head_dim + 2) * sizeof(float);
+}
+
+void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
+  if (a.n_seqs == 0) return;
+  if (a.shape.n_kv_heads <= 0 || a.n_heads % a.shape.n_kv_heads != 0)
+    throw std::invalid_argument("decode_attention: n_heads must be a multiple of n_kv_heads");
+  if (a.split.fixed_split_len < 0 || a.split.fixed_split_len % 16 != 0)
+    throw std::invalid_argument("decode_attention: fixed_split_len must be a multiple of 16");
+  int device = 0, n_sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, device));
+  const DecodeSplit split = decode_attention_split(a, n_sms);
+  const int hd = a.shape.head_dim, group = a.n_heads / a.shape.n_kv_heads, gb = group_bucket(group);
+  DecodeParams p{};
+  p.q = a.q;
+  p.q_row_stride = a.q_row_stride;
+  p.query_start = a.query_start;
+  p.k_cache = a.k_cache;
+  p.v_cache = a.v_cache;
+  p.kv_row = a.shape.row_elems();
+  p.n_heads = a.n_heads;
+  p.group = group;
+  p.n_sub = ceil_div(group, gb);
+  p.context_lens = a.context_lens;
+  p.kv = a.kv;
+  p.scale_log2 = a.scale * kLog2e;
+  p.out = a.out;
+  p.out_row_stride = a.out_row_stride;
+  p.split_len = split.split_len;
+  p.max_splits = split.n_splits;
+  p.partial = split.reduce;
+  if (split.reduce) {
+    const size_t need = decode_attention_workspace_bytes(a.n_seqs, a.n_heads, hd, split.n_splits);
+    if (a.workspace == nullptr || a.workspace_bytes < need)
+      throw std::invalid_argument("decode_attention: workspace of " + std::to_string(a.workspace_bytes) +
+                                  " bytes, needs " + std::to_string(need));
+    p.ws_o = a.workspace;
+    p.ws_ml = a.workspace + size_t(a.n_seqs) * a.n_heads * split.n_splits * hd;
+  }
+  const dim3 grid(a.shape.n_kv_heads * p.n_sub, a.n_seqs, split.n_splits);
+  if (a.dtype == ScalarType::bf16) {
+    dispatch_hd<__nv_bfloat16>(hd, p, gb, grid, split.reduce, a.n_heads, a.n_seqs, stream);
+  } else {
+#if defined(SERVELAB_KERNELS_FP16)
+    dispatch_hd<__half>(hd, p, gb, grid, split.reduce, a.n_heads, a.n_seqs, stream);
+#else
+    throw std::invalid_argument("decode_attention: fp16 not built (configure with -DSERVELAB_KERNELS_FP16=ON)");
+#endif
+  }
+}
+
+}  // namespace servelab::kernels

@@ -1,0 +1,464 @@
+// kernel_bench: validates the shipped kernels against the CPU references, then times them with
+// CUDA events after warm-up (median of repeats, inputs rotated so repeats do not run from L2),
+// and prints achieved GB/s and TFLOP/s next to ceilings measured in the same run: a large
+// device-to-device copy and a large cuBLASLt bf16 GEMM on random data.
+//   kernel_bench [--json FILE] [--quick] [--commit SHA]
+// JSON: a list of {name, value, unit, peer_or_ceiling, ratio, shape, device, date, commit}.
+// Exit status: 0 ok, 1 a validation failed, 2 bad usage.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/model/half.h"
+#include "kernels/attention.h"
+#include "kernels/common.cuh"
+#include "kernels/gemm.h"
+#include "kernels/ops.h"
+#include "kernels/ref/attention_ref.h"
+#include "kernels/ref/ops_ref.h"
+#include "kernels/sampling.h"
+
+using namespace servelab;
+using namespace servelab::kernels;
+
+namespace {
+
+struct Buf {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit Buf(size_t b) : bytes(b) { CUDA_CHECK(cudaMalloc(&p, b ? b : 16)); }
+  ~Buf() { cudaFree(p); }
+  Buf(const Buf&) = delete;
+  template <typename T = void>
+  T* get() const { return static_cast<T*>(p); }
+};
+
+__global__ void fill_random_kernel(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint64_t h = (uint64_t(i) + seed) * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 31;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 29;
+    p[i] = __float2bfloat16(((h >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale);
+  }
+}
+__global__ void fill_random_f32_kernel(float* p, int64_t n, uint64_t seed, float scale) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint64_t h = (uint64_t(i) + seed) * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    p[i] = ((h >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale;
+  }
+}
+void fill_random(void* p, int64_t n, uint64_t seed, float scale = 1.0f) {
+  fill_random_kernel<<<4096, 256>>>(static_cast<__nv_bfloat16*>(p), n, seed, scale);
+  CUDA_CHECK_LAUNCH();
+}
+
+/// Median milliseconds of fn(i) over `reps` timed calls after `warm` untimed ones.
+double time_ms(const std::function<void(int)>& fn, int reps, int warm = 3) {
+  for (int i = 0; i < warm; ++i) fn(i);
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    CUDA_CHECK(cudaEventRecord(a));
+    fn(warm + i);
+    CUDA_CHECK(cudaEventRecord(b));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+struct Row {
+  std::string name, shape, unit, ceiling_name;
+  double value, ceiling;
+};
+std::vector<Row> rows;
+void record(const std::string& name, const std::string& shape, double value, const std::string& unit,
+            const std::string& ceiling_name, double ceiling) {
+  rows.push_back({name, shape, unit, ceiling_name, value, ceiling});
+  std::printf("  %-26s %-40s %10.1f %-8s (%.2f of %s)\n", name.c_str(), shape.c_str(), value, unit.c_str(),
+              ceiling > 0 ? value / ceiling : 0.0, ceiling_name.c_str());
+}
+
+std::vector<float> to_float_bf16(const Buf& b, size_t n) {
+  std::vector<uint16_t> h(n);
+  CUDA_CHECK(cudaMemcpy(h.data(), b.p, n * 2, cudaMemcpyDeviceToHost));
+  std::vector<float> f(n);
+  for (size_t i = 0; i < n; ++i) f[i] = bf16_to_f32(h[i]);
+  return f;
+}
+
+double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i])) return INFINITY;
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / den);
+}
+
+/// A paged batch on the device: n_rot independent copies of every sequence's KV (rotation),
+/// blocks shuffled over one arena.
+struct PagedBatch {
+  int batch, ctx, n_heads, n_kv, hd = 128, bs = 16, n_rot = 1;
+  int64_t n_slots = 0;
+  std::unique_ptr<Buf> k, v, q, out, ctx_lens, qstart, tables, ws;
+  int blocks_per_seq = 0;
+  PagedBatch(int batch_, int ctx_, int n_heads_, int n_kv_, int64_t l2_bytes, std::mt19937_64& rng)
+      : batch(batch_), ctx(ctx_), n_heads(n_heads_), n_kv(n_kv_) {
+    const int64_t kv_bytes = int64_t(batch) * ctx * n_kv * hd * 2 * 2;
+    n_rot = int(std::min<int64_t>(8, std::max<int64_t>(1, 4 * l2_bytes / kv_bytes + 1)));
+    blocks_per_seq = (ctx + bs - 1) / bs;
+    const int n_blocks = blocks_per_seq * batch * n_rot;
+    n_slots = int64_t(n_blocks) * bs;
+    k = std::make_unique<Buf>(n_slots * n_kv * hd * 2);
+    v = std::make_unique<Buf>(n_slots * n_kv * hd * 2);
+    fill_random(k->p, n_slots * n_kv * hd, rng());
+    fill_random(v->p, n_slots * n_kv * hd, rng());
+    std::vector<int32_t> perm(n_blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    tables = std::make_unique<Buf>(perm.size() * 4);  // rotation r uses rows [r * batch, (r+1) * batch)
+    CUDA_CHECK(cudaMemcpy(tables->p, perm.data(), perm.size() * 4, cudaMemcpyHostToDevice));
+    q = std::make_unique<Buf>(size_t(batch) * n_heads * hd * 2);
+    fill_random(q->p, int64_t(batch) * n_heads * hd, rng());
+    out = std::make_unique<Buf>(size_t(batch) * n_heads * hd * 2);
+    std::vector<int32_t> lens(batch, ctx), qs(batch + 1);
+    std::iota(qs.begin(), qs.end(), 0);
+    ctx_lens = std::make_unique<Buf>(batch * 4);
+    qstart = std::make_unique<Buf>((batch + 1) * 4);
+    CUDA_CHECK(cudaMemcpy(ctx_lens->p, lens.data(), batch * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(qstart->p, qs.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
+  }
+  DecodeAttentionArgs decode_args(int rot, SplitPolicy split, int n_sms) {
+    DecodeAttentionArgs a;
+    a.q = q->p;
+    a.q_row_stride = int64_t(n_heads) * hd;
+    a.k_cache = k->p;
+    a.v_cache = v->p;
+    a.shape = KvShape{n_slots, n_kv, hd};
+    a.n_heads = n_heads;
+    a.n_seqs = batch;
+    a.context_lens = ctx_lens->get<int32_t>();
+    a.kv.kind = KvLayoutKind::paged;
+    a.kv.block_size = bs;
+    a.kv.block_table_stride = blocks_per_seq;
+    a.kv.block_tables = tables->get<int32_t>() + size_t(rot % n_rot) * batch * blocks_per_seq;
+    a.max_context = ctx;
+    a.scale = 1.0f / std::sqrt(float(hd));
+    a.out = out->p;
+    a.out_row_stride = a.q_row_stride;
+    a.split = split;
+    const DecodeSplit s = decode_attention_split(a, n_sms);
+    const size_t need = decode_attention_workspace_bytes(batch, n_heads, hd, s.n_splits);
+    if (!ws || ws->bytes < need) ws = std::make_unique<Buf>(need);
+    a.workspace = ws->get<float>();
+    a.workspace_bytes = ws->bytes;
+    return a;
+  }
+};
+
+/// Decode and prefill on small shapes against attention_ref: the numbers below time checked code.
+bool validate(std::mt19937_64& rng, int n_sms) {
+  bool ok = true;
+  for (int group : {1, 4}) {
+    PagedBatch b(3, 300, 8, 8 / group, 0, rng);
+    DecodeAttentionArgs a = b.decode_args(0, SplitPolicy{}, n_sms);
+    a.split.fixed_split_len = 64;  // exercise the split path too
+    const size_t need = decode_attention_workspace_bytes(3, 8, 128, 5);
+    b.ws = std::make_unique<Buf>(need);
+    a.workspace = b.ws->get<float>();
+    a.workspace_bytes = need;
+    CUDA_CHECK(cudaMemset(b.out->p, 0xFF, b.out->bytes));
+    decode_attention(a, nullptr);
+    // Host copies for the reference.
+    const std::vector<float> kf = to_float_bf16(*b.k, b.n_slots * b.n_kv * 128), vf = to_float_bf16(*b.v, b.n_slots * b.n_kv * 128);
+    const std::vector<float> qf = to_float_bf16(*b.q, 3 * 8 * 128), got = to_float_bf16(*b.out, 3 * 8 * 128);
+    std::vector<int32_t> tables(3 * b.blocks_per_seq), lens(3, 300), qs = {0, 1, 2, 3};
+    CUDA_CHECK(cudaMemcpy(tables.data(), b.tables->p, tables.size() * 4, cudaMemcpyDeviceToHost));
+    std::vector<float> ref(qf.size());
+    AttentionRefArgs r;
+    r.q = qf.data();
+    r.k_cache = kf.data();
+    r.v_cache = vf.data();
+    r.shape = KvShape{b.n_slots, b.n_kv, 128};
+    r.n_heads = 8;
+    r.n_seqs = 3;
+    r.query_start = qs.data();
+    r.context_lens = lens.data();
+    r.kv = a.kv;
+    r.kv.block_tables = tables.data();
+    r.scale = a.scale;
+    r.out = ref.data();
+    attention_ref(r);
+    const double e = rel_err(got, ref);
+    std::printf("  validate decode group %d: rel err %.2e\n", group, e);
+    ok = ok && e < 1e-2;
+
+    // Prefill: the same KV, 300 query rows of sequence 0 (q drawn fresh).
+    Buf pq(size_t(300) * 8 * 128 * 2), pout(size_t(300) * 8 * 128 * 2);
+    fill_random(pq.p, 300 * 8 * 128, rng());
+    CUDA_CHECK(cudaMemset(pout.p, 0xFF, pout.bytes));
+    std::vector<int32_t> pqs = {0, 300};
+    Buf dqs(8);
+    CUDA_CHECK(cudaMemcpy(dqs.p, pqs.data(), 8, cudaMemcpyHostToDevice));
+    PrefillAttentionArgs p;
+    p.q = pq.p;
+    p.q_row_stride = 8 * 128;
+    p.k_cache = b.k->p;
+    p.v_cache = b.v->p;
+    p.shape = r.shape;
+    p.n_heads = 8;
+    p.n_seqs = 1;
+    p.n_tokens = 300;
+    p.query_start = dqs.get<int32_t>();
+    p.context_lens = b.ctx_lens->get<int32_t>();
+    p.kv = a.kv;
+    p.scale = a.scale;
+    p.out = pout.p;
+    p.out_row_stride = 8 * 128;
+    prefill_attention(p, nullptr);
+    const std::vector<float> pqf = to_float_bf16(pq, 300 * 8 * 128), pgot = to_float_bf16(pout, 300 * 8 * 128);
+    std::vector<float> pref(pqf.size());
+    r.q = pqf.data();
+    r.n_seqs = 1;
+    r.query_start = pqs.data();
+    r.out = pref.data();
+    attention_ref(r);
+    const double pe = rel_err(pgot, pref);
+    std::printf("  validate prefill group %d: rel err %.2e\n", group, pe);
+    ok = ok && pe < 1e-2;
+  }
+  return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string json_path = "kernel_bench.json";
+  std::string commit = "unknown";
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
+    else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else {
+      std::fprintf(stderr, "usage: kernel_bench [--json FILE] [--quick] [--commit SHA]\n");
+      return 2;
+    }
+  }
+  try {
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    const int n_sms = prop.multiProcessorCount;
+    const int64_t l2 = prop.l2CacheSize;
+    std::printf("device: %s, %d SMs, L2 %.0f MB\n", prop.name, n_sms, l2 / 1e6);
+    std::mt19937_64 rng(12345);
+
+    std::printf("validation against the CPU references:\n");
+    const bool valid = validate(rng, n_sms);
+    if (!valid) std::printf("VALIDATION FAILED\n");
+
+    std::printf("ceilings:\n");
+    double copy_gbs = 0, gemm_tflops = 0;
+    {
+      const size_t bytes = size_t(1) << 31;
+      Buf a(bytes), b(bytes);
+      fill_random(a.p, bytes / 2, 1);
+      const double ms = time_ms([&](int) { CUDA_CHECK(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice)); }, 20);
+      copy_gbs = 2.0 * bytes / (ms * 1e-3) / 1e9;  // bytes read + bytes written
+      record("d2d_copy", "2 GiB", copy_gbs, "GB/s", "-", 0);
+    }
+    {
+      const int n = 8192;
+      Buf x(size_t(n) * n * 2), w(size_t(n) * n * 2), y(size_t(n) * n * 2);
+      fill_random(x.p, int64_t(n) * n, 2);
+      fill_random(w.p, int64_t(n) * n, 3);
+      Gemm gemm(false);
+      const double ms = time_ms([&](int) { gemm.run(ScalarType::bf16, x.p, w.p, y.p, n, n, n, false, nullptr); }, 10);
+      gemm_tflops = 2.0 * n * n * double(n) / (ms * 1e-3) / 1e12;
+      record("cublaslt_gemm_bf16", "8192x8192x8192", gemm_tflops, "TFLOP/s", "-", 0);
+    }
+
+    std::printf("paged decode attention (block 16, head_dim 128):\n");
+    const std::vector<int> batches = quick ? std::vector<int>{1, 32} : std::vector<int>{1, 8, 32, 128, 256};
+    const std::vector<int> ctxs = quick ? std::vector<int>{4096} : std::vector<int>{1024, 4096, 32768};
+    for (int group : {1, 4})
+      for (int batch : batches)
+        for (int ctx : ctxs) {
+          const int n_heads = 32, n_kv = 32 / group;
+          const int64_t kv_bytes = int64_t(batch) * ctx * n_kv * 128 * 4;
+          if (kv_bytes > (int64_t(24) << 30)) continue;  // keep the arena well inside GPU memory
+          PagedBatch b(batch, ctx, n_heads, n_kv, l2, rng);
+          for (int fixed : {0, 512}) {
+            const double ms = time_ms(
+                [&](int i) { decode_attention(b.decode_args(i, SplitPolicy{fixed}, n_sms), nullptr); }, 20);
+            const double bytes = double(kv_bytes) + 2.0 * batch * n_heads * 128 * 2;
+            const std::string shape = "b" + std::to_string(batch) + " ctx" + std::to_string(ctx) + " gqa" +
+                                      std::to_string(group) + (fixed ? " split512" : "");
+            record(fixed ? "paged_decode_attn_invariant" : "paged_decode_attn", shape, bytes / (ms * 1e-3) / 1e9,
+                   "GB/s", "d2d_copy", copy_gbs);
+          }
+        }
+
+    std::printf("prefill attention (causal, head_dim 128, 32 heads):\n");
+    for (int group : {1, 4})
+      for (int seq : quick ? std::vector<int>{4096} : std::vector<int>{1024, 4096}) {
+        PagedBatch b(1, seq, 32, 32 / group, 0, rng);
+        Buf pq(size_t(seq) * 32 * 128 * 2), pout(size_t(seq) * 32 * 128 * 2);
+        fill_random(pq.p, int64_t(seq) * 32 * 128, rng());
+        std::vector<int32_t> qs = {0, seq};
+        Buf dqs(8);
+        CUDA_CHECK(cudaMemcpy(dqs.p, qs.data(), 8, cudaMemcpyHostToDevice));
+        DecodeAttentionArgs d = b.decode_args(0, SplitPolicy{}, n_sms);
+        PrefillAttentionArgs p;
+        p.q = pq.p;
+        p.q_row_stride = 32 * 128;
+        p.k_cache = b.k->p;
+        p.v_cache = b.v->p;
+        p.shape = d.shape;
+        p.n_heads = 32;
+        p.n_seqs = 1;
+        p.n_tokens = seq;
+        p.query_start = dqs.get<int32_t>();
+        p.context_lens = b.ctx_lens->get<int32_t>();
+        p.kv = d.kv;
+        p.scale = d.scale;
+        p.out = pout.p;
+        p.out_row_stride = 32 * 128;
+        const double ms = time_ms([&](int) { prefill_attention(p, nullptr); }, 10);
+        const double flops = 4.0 * 0.5 * double(seq) * seq * 128 * 32;  // QKᵀ and PV, causal half
+        record("prefill_attn", "seq" + std::to_string(seq) + " gqa" + std::to_string(group),
+               flops / (ms * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
+      }
+
+    std::printf("element-wise kernels (256 rows, d 4096, ffn 11008):\n");
+    {
+      const int r = 256, d = 4096, ffn = 11008, n_rot = 8;
+      Buf x(size_t(n_rot) * r * d * 2), res(size_t(r) * d * 2), w(d * 2), out(size_t(r) * d * 2);
+      fill_random(x.p, int64_t(n_rot) * r * d, 4);
+      fill_random(res.p, int64_t(r) * d, 5);
+      fill_random(w.p, d, 6);
+      auto xr = [&](int i) { return x.get<char>() + size_t(i % n_rot) * r * d * 2; };
+      const double rb = double(r) * d * 2;
+      double ms = time_ms([&](int i) { add_rms_norm(ScalarType::bf16, xr(i), res.p, w.p, out.p, r, d, 1e-5f, nullptr); }, 50);
+      record("add_rms_norm_fused", "256x4096", 4 * rb / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
+      ms = time_ms([&](int i) {
+        residual_add(ScalarType::bf16, xr(i), res.p, int64_t(r) * d, nullptr);
+        rms_norm(ScalarType::bf16, res.p, w.p, out.p, r, d, 1e-5f, nullptr);
+      }, 50);
+      record("add_rms_norm_unfused", "256x4096 (same bytes counted)", 4 * rb / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
+      Buf gu(size_t(n_rot) * r * 2 * ffn * 2), act(size_t(r) * ffn * 2);
+      fill_random(gu.p, int64_t(n_rot) * r * 2 * ffn, 7, 3.0f);
+      ms = time_ms([&](int i) { silu_mul(ScalarType::bf16, gu.get<char>() + size_t(i % n_rot) * r * 2 * ffn * 2, act.p, r, ffn, nullptr); }, 50);
+      record("silu_mul_fused", "256x11008", 3.0 * r * ffn * 2 / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
+      ms = time_ms([&](int i) { silu_then_mul(ScalarType::bf16, gu.get<char>() + size_t(i % n_rot) * r * 2 * ffn * 2, act.p, r, ffn, nullptr); }, 50);
+      record("silu_mul_unfused", "256x11008 (same bytes counted)", 3.0 * r * ffn * 2 / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
+    }
+    {
+      const int t = 256, nh = 32, nkv = 8, hd = 128, stride = (nh + 2 * nkv) * hd;
+      Buf qkv(size_t(t) * stride * 2), kc(size_t(t) * nkv * hd * 2), vc(size_t(t) * nkv * hd * 2);
+      fill_random(qkv.p, int64_t(t) * stride, 8);
+      std::vector<int32_t> pos(t);
+      std::vector<int64_t> slots(t);
+      std::iota(pos.begin(), pos.end(), 100);
+      std::iota(slots.begin(), slots.end(), 0);
+      std::shuffle(slots.begin(), slots.end(), rng);
+      const std::vector<float> inv = rope_inv_freq(500000.0f, hd);
+      Buf dpos(t * 4), dslots(t * 8), dinv(inv.size() * 4);
+      CUDA_CHECK(cudaMemcpy(dpos.p, pos.data(), t * 4, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(dslots.p, slots.data(), t * 8, cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(dinv.p, inv.data(), inv.size() * 4, cudaMemcpyHostToDevice));
+      QkvArgs a;
+      a.qkv = qkv.p;
+      a.qkv_row_stride = stride;
+      a.n_tokens = t;
+      a.n_heads = nh;
+      a.n_kv_heads = nkv;
+      a.head_dim = hd;
+      a.positions = dpos.get<int32_t>();
+      a.inv_freq = dinv.get<float>();
+      a.slot_mapping = dslots.get<int64_t>();
+      a.k_cache = kc.p;
+      a.v_cache = vc.p;
+      const double bytes = double(t) * (stride + (nh + 2 * nkv) * hd) * 2;  // read qkv, write q, k, v
+      double ms = time_ms([&](int) { rope_kv_write(a, nullptr); }, 50);
+      record("rope_kv_write_fused", "256 tokens 32/8 heads", bytes / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
+      ms = time_ms([&](int) {
+        rope_inplace(a, nullptr);
+        kv_write(a, nullptr);
+      }, 50);
+      record("rope_kv_write_unfused", "256 tokens 32/8 heads", bytes / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
+    }
+    {
+      const int n = 256, vocab = 128256;
+      Buf logits(size_t(n) * vocab * 4), temp(n * 4), topk(n * 4), topp(n * 4), seed(n * 8), key(n * 8), pos(n * 4),
+          tok(n * 4);
+      fill_random_f32_kernel<<<4096, 256>>>(logits.get<float>(), int64_t(n) * vocab, 9, 8.0f);
+      CUDA_CHECK_LAUNCH();
+      CUDA_CHECK(cudaMemset(seed.p, 0, n * 8));
+      CUDA_CHECK(cudaMemset(key.p, 0, n * 8));
+      CUDA_CHECK(cudaMemset(pos.p, 0, n * 4));
+      SampleArgs a;
+      a.logits = logits.get<float>();
+      a.n_rows = n;
+      a.vocab = vocab;
+      a.temperature = temp.get<float>();
+      a.top_k = topk.get<int32_t>();
+      a.top_p = topp.get<float>();
+      a.seed = seed.get<uint64_t>();
+      a.seq_key = key.get<uint64_t>();
+      a.position = pos.get<int32_t>();
+      a.tokens = tok.get<int32_t>();
+      const double bytes = double(n) * vocab * 4;
+      for (int mode = 0; mode < 2; ++mode) {
+        const std::vector<float> t(n, mode ? 0.8f : 0.0f), p(n, mode ? 0.9f : 1.0f);
+        const std::vector<int32_t> k(n, mode ? 50 : 0);
+        CUDA_CHECK(cudaMemcpy(temp.p, t.data(), n * 4, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(topp.p, p.data(), n * 4, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(topk.p, k.data(), n * 4, cudaMemcpyHostToDevice));
+        const double ms = time_ms([&](int) { sample_tokens(a, nullptr); }, 20);
+        record(mode ? "sample_topk50_topp0.9" : "sample_greedy", "256 rows x 128256", bytes / (ms * 1e-3) / 1e9,
+               "GB/s", "d2d_copy", copy_gbs);
+      }
+    }
+
+    char date[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    nlohmann::json out = nlohmann::json::array();
+    for (const Row& r : rows)
+      out.push_back({{"name", r.name}, {"value", r.value}, {"unit", r.unit}, {"peer_or_ceiling", r.ceiling_name},
+                     {"ratio", r.ceiling > 0 ? r.value / r.ceiling : 0.0}, {"shape", r.shape}, {"device", prop.name},
+                     {"date", date}, {"commit", commit}});
+    std::ofstream(json_path) << out.dump(2) << "\n";
+    std::printf("wrote %s (%zu figures)%s\n", json_path.c_str(), rows.size(), valid ? "" : "; VALIDATION FAILED");
+    return valid ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kernel_bench: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,75 @@
+#pragma once
+// Device helpers shared by the kernels: 16-byte vectors of 8 bf16/fp16 values, conversions.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <stdexcept>
+
+#include "kernels/cuda_check.h"
+
+namespace servelab::kernels {
+
+/// 8 16-bit values moved as one 16-byte access.
+using Vec8 = uint4;
+
+template <typename T>
+__device__ __forceinline__ float to_float(T v);
+template <>
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <>
+__device__ __forceinline__ float to_float<__half>(__half v) { return __half2float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+
+/// Unpacks 8 values of a 16-byte vector into floats.
+template <typename T>
+__device__ __forceinline__ void unpack8(const Vec8& v, float (&f)[8]) {
+  const T* h = reinterpret_cast<const T*>(&v);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) f[i] = to_float<T>(h[i]);
+}
+
+/// Packs 8 floats (rounded to nearest) into a 16-byte vector.
+template <typename T>
+__device__ __forceinline__ Vec8 pack8(const float (&f)[8]) {
+  Vec8 v;
+  T* h = reinterpret_cast<T*>(&v);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) h[i] = from_float<T>(f[i]);
+  return v;
+}
+
+/// Read-only 16-byte load that does not allocate in L1 (streamed data such as the KV cache).
+__device__ __forceinline__ Vec8 load_stream(const void* p) {
+  Vec8 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+/// Runs BF16_CALL for bf16, F16_CALL for fp16 (compiled only with SERVELAB_KERNELS_FP16, which
+/// keeps the default build to one instantiation per kernel).
+#if defined(SERVELAB_KERNELS_FP16)
+#define SERVELAB_DISPATCH_16(t, BF16_CALL, F16_CALL) \
+  do {                                               \
+    if ((t) == ScalarType::bf16) BF16_CALL;          \
+    else F16_CALL;                                   \
+  } while (0)
+#else
+#define SERVELAB_DISPATCH_16(t, BF16_CALL, F16_CALL)                                       \
+  do {                                                                                     \
+    if ((t) != ScalarType::bf16) throw std::invalid_argument("fp16 kernels not built");    \
+    BF16_CALL;                                                                             \
+  } while (0)
+#endif
+
+inline int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+}  // namespace servelab::kernels

@@ -1,0 +1,101 @@
+// cuBLASLt wrapper: row-major y[M, N] = x[M, K] · w[N, K]ᵀ is column-major yᵀ = w · xᵀ, i.e.
+// A = w (K x N, transposed), B = x (K x M), C = D = y (N x M), all leading dimensions packed.
+#include <stdexcept>
+#include <string>
+
+#include "kernels/common.cuh"
+#include "kernels/gemm.h"
+
+#define CUBLAS_CHECK(call)                                                                         \
+  do {                                                                                             \
+    const cublasStatus_t st_ = (call);                                                             \
+    if (st_ != CUBLAS_STATUS_SUCCESS)                                                              \
+      throw std::runtime_error("cuBLASLt status " + std::to_string(int(st_)) + " at " + \
+                               __FILE__ + ":" + std::to_string(__LINE__) + ": " #call);            \
+  } while (0)
+
+namespace servelab::kernels {
+namespace {
+
+/// Row count the batch-invariant algorithm is chosen for (then used for every M).
+constexpr int kCanonicalRows = 256;
+
+struct Descs {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  Descs(ScalarType t, int m, int n, int k, bool out_fp32) {
+    const cudaDataType_t in = t == ScalarType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    const cudaDataType_t out = out_fp32 ? CUDA_R_32F : in;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, in, k, n, k));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, in, k, m, k));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c, out, n, m, n));
+  }
+  ~Descs() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+}  // namespace
+
+Gemm::Gemm(bool batch_invariant, size_t workspace_bytes) : workspace_bytes_(workspace_bytes), batch_invariant_(batch_invariant) {
+  CUBLAS_CHECK(cublasLtCreate(&handle_));
+  CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+}
+
+Gemm::~Gemm() {
+  if (workspace_) cudaFree(workspace_);
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+cublasLtMatmulAlgo_t Gemm::algo_for(ScalarType t, int m, int n, int k, bool out_fp32, bool accumulate) {
+  const auto key = std::make_tuple(int(t), m, n, k, out_fp32, accumulate);
+  if (auto it = algos_.find(key); it != algos_.end()) return it->second;
+  const int m_key = batch_invariant_ ? kCanonicalRows : m;
+  Descs d(t, m_key, n, k, out_fp32);
+  cublasLtMatmulPreference_t pref = nullptr;
+  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
+                                                    sizeof(workspace_bytes_)));
+  if (batch_invariant_) {  // no split-K: every output sums its K products in one fixed order
+    const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &scheme,
+                                                      sizeof(scheme)));
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, d.op, d.a, d.b, d.c, d.c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0)
+    throw std::runtime_error("Gemm: cuBLASLt has no algorithm for M=" + std::to_string(m_key) + " N=" + std::to_string(n) +
+                             " K=" + std::to_string(k));
+  if (batch_invariant_ && m != m_key) {  // the canonical algorithm must also run this M
+    Descs actual(t, m, n, k, out_fp32);
+    cublasLtMatmulHeuristicResult_t check{};
+    if (cublasLtMatmulAlgoCheck(handle_, actual.op, actual.a, actual.b, actual.c, actual.c, &result.algo, &check) !=
+        CUBLAS_STATUS_SUCCESS)
+      throw std::runtime_error("Gemm: batch-invariant algorithm (chosen for M=" + std::to_string(m_key) +
+                               ") does not support M=" + std::to_string(m) + " N=" + std::to_string(n) +
+                               " K=" + std::to_string(k));
+  }
+  algos_.emplace(key, result.algo);
+  return result.algo;
+}
+
+void Gemm::run(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, bool out_fp32,
+               cudaStream_t stream, bool accumulate) {
+  if (m == 0) return;
+  const cublasLtMatmulAlgo_t algo = algo_for(t, m, n, k, out_fp32, accumulate);
+  Descs d(t, m, n, k, out_fp32);
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  CUBLAS_CHECK(cublasLtMatmul(handle_, d.op, &alpha, w, d.a, x, d.b, &beta, y, d.c, y, d.c, &algo, workspace_,
+                              workspace_bytes_, stream));
+}
+
+}  // namespace servelab::kernels

@@ -1,0 +1,117 @@
+// RMSNorm, plain and fused with the residual add, and the unfused residual add. One block per
+// row, 16-byte vectors; the sum of squares is reduced in a fixed order (per thread, then warp
+// shuffles, then warps in order), so a row's result never depends on the batch.
+#include <stdexcept>
+
+#include "kernels/common.cuh"
+#include "kernels/ops.h"
+
+namespace servelab::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ float block_sum(float v) {
+  __shared__ float partial[kThreads / 32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kThreads / 32; ++w) total += partial[w];
+  return total;
+}
+
+/// kAdd: residual += x first (rounded to T, as stored), then normalize the stored residual.
+template <typename T, bool kAdd>
+__global__ void __launch_bounds__(kThreads) rms_norm_kernel(const T* x, T* residual, const T* weight, T* out, int d,
+                                                            float eps) {
+  const int64_t base = int64_t(blockIdx.x) * d;
+  const T* src = kAdd ? residual + base : x + base;
+  float ss = 0.0f;
+  for (int v = threadIdx.x; v < d / 8; v += kThreads) {
+    float f[8];
+    if (kAdd) {
+      float r[8];
+      unpack8<T>(*reinterpret_cast<const Vec8*>(x + base + v * 8), f);
+      unpack8<T>(*reinterpret_cast<const Vec8*>(residual + base + v * 8), r);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) f[j] += r[j];
+      const Vec8 packed = pack8<T>(f);
+      *reinterpret_cast<Vec8*>(residual + base + v * 8) = packed;
+      unpack8<T>(packed, f);  // the norm sees the stored (rounded) residual
+    } else {
+      unpack8<T>(*reinterpret_cast<const Vec8*>(src + v * 8), f);
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) ss = fmaf(f[j], f[j], ss);
+  }
+  const float inv = rsqrtf(block_sum(ss) / d + eps);
+  for (int v = threadIdx.x; v < d / 8; v += kThreads) {  // re-read: same thread wrote it, L1/L2 hit
+    float f[8], w[8];
+    unpack8<T>(*reinterpret_cast<const Vec8*>(src + v * 8), f);
+    unpack8<T>(*reinterpret_cast<const Vec8*>(weight + v * 8), w);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) f[j] = f[j] * inv * w[j];
+    *reinterpret_cast<Vec8*>(out + base + v * 8) = pack8<T>(f);
+  }
+}
+
+template <typename T>
+__global__ void residual_add_kernel(const T* x, T* residual, int64_t n_vec) {
+  for (int64_t v = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; v < n_vec; v += int64_t(gridDim.x) * blockDim.x) {
+    float a[8], b[8];
+    unpack8<T>(*reinterpret_cast<const Vec8*>(x + v * 8), a);
+    unpack8<T>(*reinterpret_cast<const Vec8*>(residual + v * 8), b);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) a[j] += b[j];
+    *reinterpret_cast<Vec8*>(residual + v * 8) = pack8<T>(a);
+  }
+}
+
+void check_width(int d) {
+  if (d % 8 != 0) throw std::invalid_argument("rms_norm: d must be a multiple of 8");
+}
+
+template <typename T, bool kAdd>
+void launch_norm(const void* x, void* residual, const void* weight, void* out, int n_rows, int d, float eps,
+                 cudaStream_t stream) {
+  rms_norm_kernel<T, kAdd><<<n_rows, kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(residual),
+                                                            static_cast<const T*>(weight), static_cast<T*>(out), d, eps);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+
+void rms_norm(ScalarType t, const void* x, const void* weight, void* out, int n_rows, int d, float eps,
+              cudaStream_t stream) {
+  check_width(d);
+  if (n_rows == 0) return;
+  SERVELAB_DISPATCH_16(t, (launch_norm<__nv_bfloat16, false>(x, nullptr, weight, out, n_rows, d, eps, stream)),
+                       (launch_norm<__half, false>(x, nullptr, weight, out, n_rows, d, eps, stream)));
+}
+
+void add_rms_norm(ScalarType t, const void* x, void* residual, const void* weight, void* out, int n_rows, int d,
+                  float eps, cudaStream_t stream) {
+  check_width(d);
+  if (n_rows == 0) return;
+  SERVELAB_DISPATCH_16(t, (launch_norm<__nv_bfloat16, true>(x, residual, weight, out, n_rows, d, eps, stream)),
+                       (launch_norm<__half, true>(x, residual, weight, out, n_rows, d, eps, stream)));
+}
+
+void residual_add(ScalarType t, const void* x, void* residual, int64_t n, cudaStream_t stream) {
+  if (n % 8 != 0) throw std::invalid_argument("residual_add: n must be a multiple of 8");
+  if (n == 0) return;
+  const int blocks = static_cast<int>(std::min<int64_t>(ceil_div(n / 8, 256), 4096));
+  SERVELAB_DISPATCH_16(
+      t,
+      (residual_add_kernel<__nv_bfloat16><<<blocks, 256, 0, stream>>>(static_cast<const __nv_bfloat16*>(x),
+                                                                     static_cast<__nv_bfloat16*>(residual), n / 8)),
+      (residual_add_kernel<__half><<<blocks, 256, 0, stream>>>(static_cast<const __half*>(x),
+                                                              static_cast<__half*>(residual), n / 8)));
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace servelab::kernels

@@ -1,0 +1,115 @@
+// RoPE fused with the KV-cache write through the per-step slot mapping, plus the two unfused
+// kernels it replaces (rope in place, then KV write) for `fusion: off`.
+// One block per token; the token's cos/sin table (head_dim / 2 angles) is built once in shared
+// memory and shared by all its heads; every head is moved as 16-byte vectors, the rotate-half
+// partner vectors (i, i + head_dim / 2) held by one thread.
+#include <stdexcept>
+#include <string>
+
+#include "kernels/common.cuh"
+#include "kernels/ops.h"
+
+namespace servelab::kernels {
+namespace {
+
+constexpr int kThreads = 128;
+enum Mode { kFused = 0, kRopeOnly = 1, kWriteOnly = 2 };
+
+template <typename T>
+__device__ __forceinline__ void add_bias(float (&f)[8], const T* bias, int off) {
+  if (bias == nullptr) return;
+  float b[8];
+  unpack8<T>(*reinterpret_cast<const Vec8*>(bias + off), b);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) f[j] += b[j];
+}
+
+template <typename T, int kMode>
+__global__ void __launch_bounds__(kThreads) rope_kv_kernel(const QkvArgs a) {
+  extern __shared__ float trig[];  // [half] cos, then [half] sin
+  const int t = blockIdx.x, hd = a.head_dim, half = hd / 2, hv = half / 8, dv = hd / 8;
+  T* row = static_cast<T*>(a.qkv) + t * a.qkv_row_stride;
+  const T* bias = static_cast<const T*>(a.bias);
+  const int64_t slot = a.slot_mapping ? a.slot_mapping[t] : -1;
+  const int64_t kv_row = int64_t(a.n_kv_heads) * hd;
+  if (kMode == kWriteOnly) {
+    if (slot < 0) return;
+    for (int w = threadIdx.x; w < 2 * a.n_kv_heads * dv; w += kThreads) {
+      const bool is_v = w >= a.n_kv_heads * dv;
+      const int e = (is_v ? w - a.n_kv_heads * dv : w) * 8;  // element within the K (or V) part
+      const Vec8 v = *reinterpret_cast<const Vec8*>(row + (a.n_heads + (is_v ? a.n_kv_heads : 0)) * hd + e);
+      *reinterpret_cast<Vec8*>(static_cast<T*>(is_v ? a.v_cache : a.k_cache) + slot * kv_row + e) = v;
+    }
+    return;
+  }
+  const float pos = static_cast<float>(a.positions[t]);
+  for (int i = threadIdx.x; i < half; i += kThreads) {
+    float s, c;
+    sincosf(pos * a.inv_freq[i], &s, &c);  // fp32 angle, as transformers computes it
+    trig[i] = c;
+    trig[half + i] = s;
+  }
+  __syncthreads();
+  const int n_rot = (a.n_heads + a.n_kv_heads) * hv;
+  for (int w = threadIdx.x; w < n_rot + a.n_kv_heads * dv; w += kThreads) {
+    if (w < n_rot) {  // a Q or K head: rotate the pair of vectors (i, i + half)
+      const int head = w / hv, c = (w % hv) * 8, lo = head * hd + c, hi = lo + half;
+      float x[8], y[8];
+      unpack8<T>(*reinterpret_cast<const Vec8*>(row + lo), x);
+      unpack8<T>(*reinterpret_cast<const Vec8*>(row + hi), y);
+      add_bias(x, bias, lo);
+      add_bias(y, bias, hi);
+      float rx[8], ry[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float cs = trig[c + j], sn = trig[half + c + j];
+        rx[j] = x[j] * cs - y[j] * sn;
+        ry[j] = y[j] * cs + x[j] * sn;
+      }
+      if (kMode == kFused && head >= a.n_heads) {
+        if (slot < 0) continue;
+        T* dst = static_cast<T*>(a.k_cache) + slot * kv_row + (head - a.n_heads) * hd + c;
+        *reinterpret_cast<Vec8*>(dst) = pack8<T>(rx);
+        *reinterpret_cast<Vec8*>(dst + half) = pack8<T>(ry);
+      } else {
+        *reinterpret_cast<Vec8*>(row + lo) = pack8<T>(rx);
+        *reinterpret_cast<Vec8*>(row + hi) = pack8<T>(ry);
+      }
+    } else {  // a V vector: bias, then to the cache (fused) or back in place (unfused, bias only)
+      const int e = (w - n_rot) * 8, off = (a.n_heads + a.n_kv_heads) * hd + e;
+      if (kMode == kRopeOnly && bias == nullptr) continue;
+      if (kMode == kFused && slot < 0) continue;
+      float v[8];
+      unpack8<T>(*reinterpret_cast<const Vec8*>(row + off), v);
+      add_bias(v, bias, off);
+      T* dst = kMode == kFused ? static_cast<T*>(a.v_cache) + slot * kv_row + e : row + off;
+      *reinterpret_cast<Vec8*>(dst) = pack8<T>(v);
+    }
+  }
+}
+
+template <int kMode>
+void launch(const QkvArgs& a, cudaStream_t stream) {
+  if (a.n_tokens == 0) return;
+  if (a.head_dim % 16 != 0) throw std::invalid_argument("rope/kv write: head_dim must be a multiple of 16");
+  if (a.qkv_row_stride % 8 != 0) throw std::invalid_argument("rope/kv write: qkv_row_stride must be a multiple of 8");
+  const size_t smem = kMode == kWriteOnly ? 0 : sizeof(float) * a.head_dim;
+  if (a.dtype == ScalarType::bf16) {
+    rope_kv_kernel<__nv_bfloat16, kMode><<<a.n_tokens, kThreads, smem, stream>>>(a);
+  } else {
+#if defined(SERVELAB_KERNELS_FP16)
+    rope_kv_kernel<__half, kMode><<<a.n_tokens, kThreads, smem, stream>>>(a);
+#else
+    throw std::invalid_argument("rope/kv write: fp16 not built (-DSERVELAB_KERNELS_FP16=ON)");
+#endif
+  }
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void rope_kv_write(const QkvArgs& a, cudaStream_t stream) { launch<kFused>(a, stream); }
+void rope_inplace(const QkvArgs& a, cudaStream_t stream) { launch<kRopeOnly>(a, stream); }
+void kv_write(const QkvArgs& a, cudaStream_t stream) { launch<kWriteOnly>(a, stream); }
+
+}  // namespace servelab::kernels

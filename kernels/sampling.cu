@@ -1,0 +1,180 @@
+// GPU sampling, one block per sampled row; the algorithm of kernels/ref/sampling_ref.cpp.
+// Greedy: one argmax pass. Otherwise: max pass; top-k threshold by a 4-pass 8-bit radix select
+// over order-preserving keys (shared-memory histograms of counts); top-p threshold by the same
+// select over 2^-32 fixed-point masses (integer atomics: the same sums in any order); then one
+// Gumbel-max pass with Philox noise (four vocabulary entries per Philox call).
+#include <stdexcept>
+
+#include "kernels/common.cuh"
+#include "kernels/philox.h"
+#include "kernels/ref/sampling_ref.h"
+#include "kernels/sampling.h"
+
+namespace servelab::kernels {
+namespace {
+
+constexpr int kThreads = 512;
+
+struct ArgBest {
+  float value;
+  int index;  // -1 = none
+};
+
+/// Better = larger value, then lower index; entries with index -1 always lose.
+__device__ __forceinline__ ArgBest better(ArgBest a, ArgBest b) {
+  if (a.index < 0) return b;
+  if (b.index < 0) return a;
+  if (b.value > a.value || (b.value == a.value && b.index < a.index)) return b;
+  return a;
+}
+
+__device__ ArgBest block_best(ArgBest v, ArgBest* scratch) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    ArgBest other{__shfl_xor_sync(0xffffffffu, v.value, o), __shfl_xor_sync(0xffffffffu, v.index, o)};
+    v = better(v, other);
+  }
+  __syncthreads();  // scratch may still be read from a previous reduction
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  ArgBest r = scratch[0];
+  for (int w = 1; w < kThreads / 32; ++w) r = better(r, scratch[w]);
+  return r;
+}
+
+__device__ float block_max(float v, float* scratch) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  float r = scratch[0];
+  for (int w = 1; w < kThreads / 32; ++w) r = fmaxf(r, scratch[w]);
+  return r;
+}
+
+/// Largest key t with weight(keys >= t, keys >= floor) >= target; weights are counts or masses.
+template <bool kMass>
+__device__ uint32_t select_threshold(const float* x, int n, float inv_t, float max_x, uint64_t target, uint32_t floor,
+                                     unsigned long long* hist) {
+  uint32_t prefix = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    const uint32_t hi_mask = shift == 24 ? 0u : ~((1u << (shift + 8)) - 1u);
+    __syncthreads();
+    for (int b = threadIdx.x; b < 256; b += kThreads) hist[b] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += kThreads) {
+      const float xi = __fmul_rn(x[i], inv_t);
+      const uint32_t key = order_key(xi);
+      if (key < floor || (key & hi_mask) != prefix) continue;
+      const unsigned long long w = kMass ? fixed_weight(expf(xi - max_x)) : 1ull;
+      atomicAdd(&hist[(key >> shift) & 0xffu], w);
+    }
+    __syncthreads();
+    // 256 buckets scanned from the top by one thread: cheap next to the pass over the row.
+    __shared__ uint32_t sh_digit;
+    __shared__ unsigned long long sh_below;
+    if (threadIdx.x == 0) {
+      unsigned long long cum = 0;
+      int b = 255;
+      for (; b > 0; --b) {
+        if (cum + hist[b] >= target) break;
+        cum += hist[b];
+      }
+      sh_digit = uint32_t(b);
+      sh_below = cum;
+    }
+    __syncthreads();
+    target -= sh_below;
+    prefix |= sh_digit << shift;
+  }
+  return prefix;
+}
+
+__global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
+  __shared__ ArgBest best_scratch[kThreads / 32];
+  __shared__ float max_scratch[kThreads / 32];
+  __shared__ unsigned long long hist[256];
+  const int row = blockIdx.x, n = a.vocab;
+  const float* x = a.logits + int64_t(row) * n;
+  const float temp = a.temperature[row];
+  const int top_k = a.top_k[row];
+
+  if (!(temp > 0.0f) || top_k == 1) {  // greedy
+    ArgBest b{0.0f, -1};
+    for (int i = threadIdx.x; i < n; i += kThreads)
+      if (!isnan(x[i])) b = better(b, ArgBest{x[i], i});
+    b = block_best(b, best_scratch);
+    if (threadIdx.x == 0) a.tokens[row] = b.index < 0 ? 0 : b.index;
+    return;
+  }
+  const float inv_t = 1.0f / temp;
+  float m = -INFINITY;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const float xi = __fmul_rn(x[i], inv_t);
+    if (!isnan(xi)) m = fmaxf(m, xi);
+  }
+  const float max_x = block_max(m, max_scratch);
+
+  uint32_t floor = 1;
+  if (max_x != -INFINITY) {
+    if (top_k > 0 && top_k < n) floor = max(floor, select_threshold<false>(x, n, inv_t, max_x, uint64_t(top_k), 1, hist));
+    const float top_p = a.top_p[row];
+    if (top_p < 1.0f) {
+      __shared__ unsigned long long total;
+      if (threadIdx.x == 0) total = 0;
+      __syncthreads();
+      unsigned long long mine = 0;
+      for (int i = threadIdx.x; i < n; i += kThreads) {
+        const float xi = __fmul_rn(x[i], inv_t);
+        if (order_key(xi) >= floor) mine += fixed_weight(expf(xi - max_x));
+      }
+      atomicAdd(&total, mine);
+      __syncthreads();
+      uint64_t target = static_cast<uint64_t>(static_cast<double>(top_p) * static_cast<double>(total));
+      if (target < 1) target = 1;
+      floor = max(floor, select_threshold<true>(x, n, inv_t, max_x, target, floor, hist));
+    }
+  }
+
+  const uint64_t seed = a.seed[row], key = a.seq_key[row];
+  const int32_t pos = a.position[row];
+  ArgBest b{0.0f, -1};
+  if (max_x != -INFINITY) {
+    for (int c = threadIdx.x; c * 4 < n; c += kThreads) {  // one Philox call serves four entries
+      const Philox4 r = philox4x32(uint32_t(c), uint32_t(pos), uint32_t(key), uint32_t(key >> 32), uint32_t(seed),
+                                   uint32_t(seed >> 32));
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int i = c * 4 + j;
+        if (i >= n) break;
+        const float xi = __fmul_rn(x[i], inv_t);
+        if (order_key(xi) < floor) continue;
+        const float u = philox_uniform(r.v[j]);
+        b = better(b, ArgBest{__fsub_rn(xi, logf(-logf(u))), i});
+      }
+    }
+  }
+  b = block_best(b, best_scratch);
+  if (b.index >= 0) {
+    if (threadIdx.x == 0) a.tokens[row] = b.index;
+    return;
+  }
+  // Every logit NaN or -inf: greedy's answer (lowest non-NaN index, or 0).
+  ArgBest g{0.0f, -1};
+  for (int i = threadIdx.x; i < n; i += kThreads)
+    if (!isnan(x[i])) g = better(g, ArgBest{x[i], i});
+  g = block_best(g, best_scratch);
+  if (threadIdx.x == 0) a.tokens[row] = g.index < 0 ? 0 : g.index;
+}
+
+}  // namespace
+
+void sample_tokens(const SampleArgs& a, cudaStream_t stream) {
+  if (a.n_rows == 0) return;
+  if (a.vocab <= 0) throw std::invalid_argument("sample_tokens: vocab must be > 0");
+  sample_kernel<<<a.n_rows, kThreads, 0, stream>>>(a);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace servelab::kernels

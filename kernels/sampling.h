@@ -1,0 +1,27 @@
+#pragma once
+// Sampling on the GPU: one block per sampled row reads its fp32 logits and writes one token id.
+// Same algorithm as kernels/ref/sampling_ref.h (Gumbel-max with Philox noise keyed by seed,
+// seq_key and position; top-k and top-p thresholds by radix selection, masses in fixed point).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace servelab::kernels {
+
+/// Device arrays of n_rows entries each (StepInput's sampling arrays after upload).
+struct SampleArgs {
+  const float* logits = nullptr;  ///< [n_rows, vocab]
+  int n_rows = 0;
+  int vocab = 0;
+  const float* temperature = nullptr;
+  const int32_t* top_k = nullptr;
+  const float* top_p = nullptr;
+  const uint64_t* seed = nullptr;
+  const uint64_t* seq_key = nullptr;
+  const int32_t* position = nullptr;
+  int32_t* tokens = nullptr;      ///< [n_rows] output: the only thing copied back to the host
+};
+
+void sample_tokens(const SampleArgs& a, cudaStream_t stream);
+
+}  // namespace servelab::kernels

@@ -1,0 +1,112 @@
+#pragma once
+// Test fixture shared by the CPU reference tests and the GPU kernel tests: a random varlen batch
+// laid out in a KV arena either paged (blocks shuffled over the arena) or naive (one contiguous,
+// randomly placed reservation per sequence), with random bf16-representable K, V and Q.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "engine/model/half.h"
+#include "kernels/step_input.h"
+
+namespace servelab::kernels::testing {
+
+/// Normal(0, sigma) values rounded through bf16, so a bf16 kernel sees exactly these inputs.
+inline std::vector<float> random_bf16(size_t n, std::mt19937_64& rng, float sigma = 1.0f) {
+  std::normal_distribution<float> d(0.0f, sigma);
+  std::vector<float> v(n);
+  for (float& x : v) x = round_bf16(d(rng));
+  return v;
+}
+
+/// ‖a − b‖ / ‖b‖ in double; NaN anywhere gives infinity.
+inline double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) || std::isnan(b[i])) return INFINITY;
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+struct BatchSpec {
+  std::vector<int> context_lens;  ///< per sequence, after this step
+  std::vector<int> q_lens;        ///< per sequence query rows (1 = decode)
+  int n_heads = 8;
+  int n_kv_heads = 8;
+  int head_dim = 128;
+  KvLayoutKind kind = KvLayoutKind::paged;
+  int block_size = 16;
+};
+
+/// A batch with its arena filled with random K/V and random queries.
+struct KvBatch {
+  BatchSpec spec;
+  StepInput in;   ///< query_start, context_lens, slot_mapping, block tables / base slots
+  KvShape shape;
+  std::vector<float> k_cache, v_cache;  ///< [n_slots, n_kv_heads, head_dim]
+  std::vector<float> q;                 ///< [n_tokens, n_heads, head_dim]
+  int n_tokens() const { return in.query_start.back(); }
+};
+
+inline KvBatch make_batch(const BatchSpec& spec, std::mt19937_64& rng) {
+  KvBatch b;
+  b.spec = spec;
+  const int n_seqs = static_cast<int>(spec.context_lens.size());
+  StepInput& in = b.in;
+  in.kv_kind = spec.kind;
+  in.block_size = spec.block_size;
+  in.query_start.assign(1, 0);
+  for (int s = 0; s < n_seqs; ++s) {
+    in.query_start.push_back(in.query_start.back() + spec.q_lens[s]);
+    in.context_lens.push_back(spec.context_lens[s]);
+  }
+  const int bs = spec.block_size;
+  if (spec.kind == KvLayoutKind::paged) {
+    int max_blocks = 1, total_blocks = 0;
+    for (int c : spec.context_lens) {
+      max_blocks = std::max(max_blocks, (c + bs - 1) / bs);
+      total_blocks += (c + bs - 1) / bs;
+    }
+    const int n_blocks = total_blocks + 3;  // a few never-used blocks
+    std::vector<int32_t> perm(n_blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    in.block_table_stride = max_blocks;
+    in.block_tables.assign(size_t(n_seqs) * max_blocks, -1);
+    int next = 0;
+    for (int s = 0; s < n_seqs; ++s)
+      for (int j = 0; j < (spec.context_lens[s] + bs - 1) / bs; ++j) in.block_tables[size_t(s) * max_blocks + j] = perm[next++];
+    b.shape.n_slots = int64_t(n_blocks) * bs;
+  } else {
+    int64_t base = 0;
+    std::uniform_int_distribution<int> gap(0, 7);
+    for (int c : spec.context_lens) {
+      base += gap(rng);
+      in.base_slots.push_back(base);
+      base += c + gap(rng);  // reservations a little longer than used
+    }
+    b.shape.n_slots = base + 1;
+  }
+  b.shape.n_kv_heads = spec.n_kv_heads;
+  b.shape.head_dim = spec.head_dim;
+  const KvAddressing kv = in.addressing();
+  for (int s = 0; s < n_seqs; ++s)
+    for (int i = 0; i < spec.q_lens[s]; ++i) {
+      const int pos = spec.context_lens[s] - spec.q_lens[s] + i;
+      in.positions.push_back(pos);
+      in.slot_mapping.push_back(kv.slot(s, pos));
+      in.token_ids.push_back(0);
+    }
+  const size_t cache_elems = size_t(b.shape.n_slots) * b.shape.row_elems();
+  b.k_cache = random_bf16(cache_elems, rng);
+  b.v_cache = random_bf16(cache_elems, rng);
+  b.q = random_bf16(size_t(b.n_tokens()) * spec.n_heads * spec.head_dim, rng);
+  return b;
+}
+
+}  // namespace servelab::kernels::testing

@@ -1,0 +1,108 @@
+#include <cmath>
+#include <numbers>
+
+#include <gtest/gtest.h>
+
+#include "kernels/ref/ops_ref.h"
+#include "tests/kernels/kv_fixture.h"
+
+namespace servelab::kernels {
+namespace {
+
+TEST(RopeRef, MatchesHandComputedRotation) {
+  // head_dim 4: pairs (0, 2) and (1, 3); theta 100 gives inverse frequencies 1 and 0.1.
+  const std::vector<float> inv = rope_inv_freq(100.0f, 4);
+  ASSERT_EQ(inv.size(), 2u);
+  EXPECT_FLOAT_EQ(inv[0], 1.0f);
+  EXPECT_FLOAT_EQ(inv[1], 0.1f);
+  std::vector<float> x = {1.0f, 2.0f, 3.0f, 4.0f};
+  const int32_t pos = 3;
+  rope_ref(x.data(), 1, 1, 4, &pos, inv.data());
+  EXPECT_NEAR(x[0], 1.0 * std::cos(3.0) - 3.0 * std::sin(3.0), 1e-6);
+  EXPECT_NEAR(x[2], 3.0 * std::cos(3.0) + 1.0 * std::sin(3.0), 1e-6);
+  EXPECT_NEAR(x[1], 2.0 * std::cos(0.3) - 4.0 * std::sin(0.3), 1e-6);
+  EXPECT_NEAR(x[3], 4.0 * std::cos(0.3) + 2.0 * std::sin(0.3), 1e-6);
+}
+
+TEST(RopeRef, PositionZeroIsIdentity) {
+  std::mt19937_64 rng(1);
+  std::vector<float> x = testing::random_bf16(3 * 64, rng), y = x;
+  const int32_t pos[3] = {0, 0, 0};
+  const std::vector<float> inv = rope_inv_freq(10000.0f, 64);
+  rope_ref(y.data(), 3, 1, 64, pos, inv.data());
+  EXPECT_EQ(x, y);
+}
+
+TEST(RopeRef, Llama3ScalingMatchesTransformersRule) {
+  Llama3RopeScaling s;  // factor 8, low 1, high 4, original 8192 (Llama 3.1/3.2)
+  const std::vector<float> plain = rope_inv_freq(500000.0f, 128), scaled = rope_inv_freq(500000.0f, 128, &s);
+  const double low_wavelen = 8192.0, high_wavelen = 2048.0;
+  for (size_t i = 0; i < plain.size(); ++i) {
+    const double wl = 2.0 * std::numbers::pi / plain[i];
+    if (wl < high_wavelen) EXPECT_FLOAT_EQ(scaled[i], plain[i]) << i;                  // high frequency kept
+    else if (wl > low_wavelen) EXPECT_NEAR(scaled[i], plain[i] / 8.0, 1e-6 * plain[i]) << i;  // low: divided
+    else EXPECT_TRUE(scaled[i] <= plain[i] && scaled[i] >= plain[i] / 8.0f) << i;     // blend
+  }
+  EXPECT_FLOAT_EQ(scaled[0], plain[0]);
+  EXPECT_NEAR(scaled.back(), plain.back() / 8.0, 1e-6 * plain.back());
+}
+
+TEST(RmsNormRef, UnitRmsAndWeight) {
+  const std::vector<float> x = {3.0f, -4.0f}, w = {1.0f, 2.0f};
+  std::vector<float> y(2);
+  rms_norm_ref(x.data(), w.data(), 1, 2, 0.0f, y.data());
+  const double rms = std::sqrt((9.0 + 16.0) / 2.0);
+  EXPECT_NEAR(y[0], 3.0 / rms, 1e-6);
+  EXPECT_NEAR(y[1], -8.0 / rms, 1e-6);
+}
+
+TEST(RmsNormRef, FusedAddEqualsAddThenNorm) {
+  std::mt19937_64 rng(2);
+  const int rows = 5, d = 96;
+  const std::vector<float> x = testing::random_bf16(rows * d, rng), w = testing::random_bf16(d, rng);
+  std::vector<float> r1 = testing::random_bf16(rows * d, rng), r2 = r1, y1(rows * d), y2(rows * d);
+  add_rms_norm_ref(x.data(), r1.data(), w.data(), rows, d, 1e-5f, y1.data(), round_bf16);
+  for (int i = 0; i < rows * d; ++i) r2[i] = round_bf16(r2[i] + x[i]);
+  rms_norm_ref(r2.data(), w.data(), rows, d, 1e-5f, y2.data());
+  EXPECT_EQ(r1, r2);
+  EXPECT_EQ(y1, y2);
+}
+
+TEST(SiluMulRef, HandComputed) {
+  const std::vector<float> gu = {0.0f, 2.0f, 5.0f, 3.0f};  // gate (0, 2), up (5, 3)
+  std::vector<float> out(2);
+  silu_mul_ref(gu.data(), 1, 2, out.data());
+  EXPECT_FLOAT_EQ(out[0], 0.0f);
+  EXPECT_NEAR(out[1], 2.0 / (1.0 + std::exp(-2.0)) * 3.0, 1e-6);
+}
+
+TEST(KvWriteRef, WritesRowsAtSlotsAndSkipsPadding) {
+  const KvShape shape{4, 1, 2};
+  const std::vector<float> k = {1, 2, 3, 4}, v = {5, 6, 7, 8};
+  const int64_t slots[2] = {2, -1};
+  std::vector<float> kc(8, 0.0f), vc(8, 0.0f);
+  kv_write_ref(k.data(), v.data(), 2, slots, shape, kc.data(), vc.data());
+  EXPECT_EQ(kc, (std::vector<float>{0, 0, 0, 0, 1, 2, 0, 0}));
+  EXPECT_EQ(vc, (std::vector<float>{0, 0, 0, 0, 5, 6, 0, 0}));
+}
+
+TEST(BlockCopyRef, CopiesWholeBlocks) {
+  const KvShape shape{6, 1, 1};
+  std::vector<float> c = {0, 1, 2, 3, 4, 5};
+  block_copy_ref(c.data(), shape, 2, {{0, 2}, {1, 0}});  // block 2 <- block 0, then block 0 <- block 1
+  EXPECT_EQ(c, (std::vector<float>{2, 3, 2, 3, 0, 1}));
+}
+
+TEST(EmbeddingAndGemmRef, HandComputed) {
+  const std::vector<float> table = {1, 2, 3, 4, 5, 6};  // 3 rows of 2
+  const int32_t ids[2] = {2, 0};
+  std::vector<float> e(4);
+  embedding_ref(table.data(), ids, 2, 2, e.data());
+  EXPECT_EQ(e, (std::vector<float>{5, 6, 1, 2}));
+  std::vector<float> y(6);
+  gemm_ref(e.data(), table.data(), 2, 3, 2, y.data());  // y = e · tableᵀ
+  EXPECT_EQ(y, (std::vector<float>{17, 39, 61, 5, 11, 17}));
+}
+
+}  // namespace
+}  // namespace servelab::kernels

@@ -1,0 +1,221 @@
+// Decode and prefill attention on the GPU against attention_ref, on awkward sizes: batch 1 and
+// 17, contexts 1, 97 and 8k, block sizes 1, 16 and 32, GQA ratios 1, 4 and 8, both layouts,
+// chunk boundaries; fresh random inputs and poisoned outputs every time.
+#include <cmath>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "kernels/attention.h"
+#include "kernels/ref/attention_ref.h"
+#include "tests/kernels/kv_fixture.h"
+#include "tests/kernels_gpu/gpu_util.h"
+
+namespace servelab::kernels {
+namespace {
+
+using testing::BatchSpec;
+using testing::DeviceBuffer;
+using testing::KvBatch;
+
+std::vector<float> reference(const KvBatch& b) {
+  std::vector<float> out(b.q.size());
+  AttentionRefArgs a;
+  a.q = b.q.data();
+  a.k_cache = b.k_cache.data();
+  a.v_cache = b.v_cache.data();
+  a.shape = b.shape;
+  a.n_heads = b.spec.n_heads;
+  a.n_seqs = b.in.n_seqs();
+  a.query_start = b.in.query_start.data();
+  a.context_lens = b.in.context_lens.data();
+  a.kv = b.in.addressing();
+  a.scale = 1.0f / std::sqrt(float(b.shape.head_dim));
+  a.out = out.data();
+  attention_ref(a);
+  return out;
+}
+
+/// The batch on the device, and the addressing that points there.
+struct DeviceBatch {
+  DeviceBuffer k, v, q, out, query_start, context_lens, block_tables, base_slots, workspace;
+  KvAddressing kv;
+  explicit DeviceBatch(const KvBatch& b)
+      : k(testing::upload_bf16(b.k_cache)),
+        v(testing::upload_bf16(b.v_cache)),
+        q(testing::upload_bf16(b.q)),
+        out(b.q.size() * 2),
+        query_start(testing::upload(b.in.query_start)),
+        context_lens(testing::upload(b.in.context_lens)),
+        block_tables(testing::upload(b.in.block_tables)),
+        base_slots(testing::upload(b.in.base_slots)) {
+    kv = b.in.addressing();
+    kv.block_tables = block_tables.get<int32_t>();
+    kv.base_slots = base_slots.get<int64_t>();
+    out.poison();
+  }
+};
+
+std::vector<float> run_decode(const KvBatch& b, SplitPolicy split, DecodeSplit* used = nullptr) {
+  DeviceBatch d(b);
+  DecodeAttentionArgs a;
+  a.q = d.q.get();
+  a.q_row_stride = int64_t(b.spec.n_heads) * b.spec.head_dim;
+  a.query_start = d.query_start.get<int32_t>();
+  a.k_cache = d.k.get();
+  a.v_cache = d.v.get();
+  a.shape = b.shape;
+  a.n_heads = b.spec.n_heads;
+  a.n_seqs = b.in.n_seqs();
+  a.context_lens = d.context_lens.get<int32_t>();
+  a.kv = d.kv;
+  a.max_context = b.in.max_context();
+  a.scale = 1.0f / std::sqrt(float(b.shape.head_dim));
+  a.out = d.out.get();
+  a.out_row_stride = a.q_row_stride;
+  a.split = split;
+  int n_sms = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, 0));
+  const DecodeSplit s = decode_attention_split(a, n_sms);
+  if (used) *used = s;
+  d.workspace = DeviceBuffer(decode_attention_workspace_bytes(a.n_seqs, a.n_heads, b.shape.head_dim, s.n_splits));
+  a.workspace = d.workspace.get<float>();
+  a.workspace_bytes = d.workspace.bytes();
+  decode_attention(a, nullptr);
+  return testing::download_bf16(d.out, b.q.size());
+}
+
+std::vector<float> run_prefill(const KvBatch& b) {
+  DeviceBatch d(b);
+  PrefillAttentionArgs a;
+  a.q = d.q.get();
+  a.q_row_stride = int64_t(b.spec.n_heads) * b.spec.head_dim;
+  a.k_cache = d.k.get();
+  a.v_cache = d.v.get();
+  a.shape = b.shape;
+  a.n_heads = b.spec.n_heads;
+  a.n_seqs = b.in.n_seqs();
+  a.n_tokens = b.n_tokens();
+  a.query_start = d.query_start.get<int32_t>();
+  a.context_lens = d.context_lens.get<int32_t>();
+  a.kv = d.kv;
+  a.scale = 1.0f / std::sqrt(float(b.shape.head_dim));
+  a.out = d.out.get();
+  a.out_row_stride = a.q_row_stride;
+  prefill_attention(a, nullptr);
+  return testing::download_bf16(d.out, b.q.size());
+}
+
+/// 17 sequences: contexts 1, 97 and random lengths up to 300.
+std::vector<int> contexts17(std::mt19937_64& rng) {
+  std::vector<int> c = {1, 97};
+  std::uniform_int_distribution<int> len(1, 300);
+  while (c.size() < 17) c.push_back(len(rng));
+  return c;
+}
+
+TEST(AttentionGpu, DecodeMatchesReferenceOnAwkwardShapes) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  for (KvLayoutKind kind : {KvLayoutKind::paged, KvLayoutKind::naive})
+    for (int group : {1, 4, 8})
+      for (int bs : {1, 16, 32}) {
+        if (kind == KvLayoutKind::naive && bs != 16) continue;  // block size means nothing there
+        for (int hd : {64, 128}) {
+          const std::vector<int> ctx = contexts17(rng);
+          const KvBatch b = testing::make_batch({ctx, std::vector<int>(17, 1), 8, 8 / group, hd, kind, bs}, rng);
+          const std::vector<float> ref = reference(b);
+          for (SplitPolicy split : {SplitPolicy{0}, SplitPolicy{32}})
+            EXPECT_LT(testing::rel_error(run_decode(b, split), ref), testing::kBf16Tolerance)
+                << "layout " << int(kind) << " group " << group << " block " << bs << " hd " << hd << " split "
+                << split.fixed_split_len;
+        }
+      }
+}
+
+TEST(AttentionGpu, DecodeLongContextSplitsAndMatches) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  for (int group : {1, 8}) {
+    const KvBatch b = testing::make_batch({{8192}, {1}, 8, 8 / group, 128, KvLayoutKind::paged, 16}, rng);
+    DecodeSplit used;
+    const std::vector<float> out = run_decode(b, SplitPolicy{}, &used);
+    EXPECT_GT(used.n_splits, 1) << "batch 1 at 8k should split the context";
+    EXPECT_LT(testing::rel_error(out, reference(b)), testing::kBf16Tolerance) << group;
+  }
+  const KvBatch b2 = testing::make_batch({{8192, 97}, {1, 1}, 4, 1, 64, KvLayoutKind::naive, 16}, rng);
+  EXPECT_LT(testing::rel_error(run_decode(b2, SplitPolicy{512}), reference(b2)), testing::kBf16Tolerance);
+}
+
+TEST(AttentionGpu, DecodeFixedSplitIsBatchInvariant) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  const KvBatch b = testing::make_batch({contexts17(rng), std::vector<int>(17, 1), 8, 2, 128, KvLayoutKind::paged, 16}, rng);
+  const std::vector<float> all = run_decode(b, SplitPolicy{64});
+  const size_t row = 8 * 128;
+  for (int s : {0, 1, 16}) {  // the same sequence alone
+    KvBatch one = b;
+    one.in.query_start = {0, 1};
+    one.in.context_lens = {b.in.context_lens[s]};
+    one.in.block_tables.assign(b.in.block_tables.begin() + s * b.in.block_table_stride,
+                               b.in.block_tables.begin() + (s + 1) * b.in.block_table_stride);
+    one.q.assign(b.q.begin() + s * row, b.q.begin() + (s + 1) * row);
+    const std::vector<float> alone = run_decode(one, SplitPolicy{64});
+    EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + s * row)) << s;
+  }
+}
+
+TEST(AttentionGpu, PrefillMatchesReferenceOnAwkwardShapes) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  for (KvLayoutKind kind : {KvLayoutKind::paged, KvLayoutKind::naive})
+    for (int group : {1, 4, 8})
+      for (int bs : {1, 16, 32}) {
+        if (kind == KvLayoutKind::naive && bs != 16) continue;
+        for (int hd : {32, 64, 128}) {
+          // Full prompts, chunks after a cached prefix, a decode row, tile edges (63, 64, 65).
+          const std::vector<int> ctx = {97, 1, 200, 64, 65, 130, 8};
+          const std::vector<int> q = {97, 1, 33, 64, 65, 63, 1};
+          const KvBatch b = testing::make_batch({ctx, q, 8, 8 / group, hd, kind, bs}, rng);
+          EXPECT_LT(testing::rel_error(run_prefill(b), reference(b)), testing::kBf16Tolerance)
+              << "layout " << int(kind) << " group " << group << " block " << bs << " hd " << hd;
+        }
+      }
+}
+
+TEST(AttentionGpu, PrefillLongPromptMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  const KvBatch b = testing::make_batch({{1500}, {1500}, 4, 1, 128, KvLayoutKind::paged, 16}, rng);
+  EXPECT_LT(testing::rel_error(run_prefill(b), reference(b)), testing::kBf16Tolerance);
+}
+
+TEST(AttentionGpu, ChunkedPrefillGivesTheSameBitsAsFullPrefill) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  const int n = 200;
+  const KvBatch full = testing::make_batch({{n}, {n}, 8, 2, 128, KvLayoutKind::paged, 16}, rng);
+  const std::vector<float> ref = run_prefill(full);
+  const size_t row = 8 * 128;
+  for (int chunk : {1, 64, 77}) {
+    for (int start = 0; start < n; start += chunk) {
+      const int end = std::min(n, start + chunk);
+      KvBatch c = full;
+      c.in.query_start = {0, end - start};
+      c.in.context_lens = {end};
+      c.q.assign(full.q.begin() + start * row, full.q.begin() + end * row);
+      const std::vector<float> out = run_prefill(c);
+      ASSERT_TRUE(std::equal(out.begin(), out.end(), ref.begin() + start * row)) << chunk << " " << start;
+    }
+  }
+}
+
+TEST(AttentionGpu, DecodeAndPrefillAgreeOnDecodeRows) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  const KvBatch b = testing::make_batch({contexts17(rng), std::vector<int>(17, 1), 8, 2, 64, KvLayoutKind::paged, 16}, rng);
+  EXPECT_LT(testing::rel_error(run_decode(b, SplitPolicy{}), run_prefill(b)), testing::kBf16Tolerance);
+}
+
+}  // namespace
+}  // namespace servelab::kernels

@@ -1,0 +1,50 @@
+// The decode split policy is host code: checked here without a device (runs in CI's unit tests).
+#include <gtest/gtest.h>
+
+#include "kernels/attention.h"
+
+namespace servelab::kernels {
+namespace {
+
+DecodeAttentionArgs args(int n_seqs, int max_ctx, int n_heads, int n_kv, int fixed = 0) {
+  DecodeAttentionArgs a;
+  a.n_seqs = n_seqs;
+  a.max_context = max_ctx;
+  a.n_heads = n_heads;
+  a.shape = KvShape{1, n_kv, 128};
+  a.split.fixed_split_len = fixed;
+  return a;
+}
+
+TEST(DecodeSplitPolicy, FixedSplitDependsOnlyOnTheContext) {
+  for (int n_seqs : {1, 17, 256}) {
+    const DecodeSplit s = decode_attention_split(args(n_seqs, 8192, 32, 8, 512), 132);
+    EXPECT_EQ(s.split_len, 512);
+    EXPECT_EQ(s.n_splits, 16);
+    EXPECT_TRUE(s.reduce);  // always, even for one split, so results never depend on the batch
+  }
+  EXPECT_EQ(decode_attention_split(args(3, 1, 32, 8, 512), 132).n_splits, 1);
+}
+
+TEST(DecodeSplitPolicy, AutoSplitsLongContextsAtSmallBatchOnly) {
+  const DecodeSplit small = decode_attention_split(args(1, 32768, 32, 8), 132);
+  EXPECT_GT(small.n_splits, 8);
+  EXPECT_LE(small.n_splits, kMaxAutoSplits);
+  EXPECT_TRUE(small.reduce);
+  EXPECT_EQ(small.split_len % 64, 0);
+  EXPECT_GE(int64_t(small.split_len) * small.n_splits, 32768);
+
+  const DecodeSplit big = decode_attention_split(args(256, 4096, 32, 32), 132);
+  EXPECT_EQ(big.n_splits, 1);  // 8192 blocks already fill the GPU
+  EXPECT_FALSE(big.reduce);
+
+  const DecodeSplit short_ctx = decode_attention_split(args(1, 100, 32, 8), 132);
+  EXPECT_EQ(short_ctx.n_splits, 1);  // never below 256 positions a split
+}
+
+TEST(DecodeSplitPolicy, WorkspaceHoldsOutputsAndSoftmaxStatistics) {
+  EXPECT_EQ(decode_attention_workspace_bytes(2, 4, 128, 3), size_t(2 * 4 * 3 * 130 * 4));
+}
+
+}  // namespace
+}  // namespace servelab::kernels

@@ -1,0 +1,196 @@
+// RoPE + KV write (fused and unfused), RMSNorm (plain and fused with the residual add),
+// SiLU-and-multiply, embedding, block copies and swaps on the GPU against the references.
+#include <cmath>
+#include <numeric>
+
+#include <gtest/gtest.h>
+
+#include "kernels/ops.h"
+#include "kernels/ref/ops_ref.h"
+#include "tests/kernels/kv_fixture.h"
+#include "tests/kernels_gpu/gpu_util.h"
+
+namespace servelab::kernels {
+namespace {
+
+using testing::DeviceBuffer;
+
+std::vector<float> slice_heads(const std::vector<float>& qkv, int n_tokens, int stride, int first, int count) {
+  std::vector<float> out;
+  for (int t = 0; t < n_tokens; ++t)
+    out.insert(out.end(), qkv.begin() + size_t(t) * stride + first, qkv.begin() + size_t(t) * stride + first + count);
+  return out;
+}
+
+TEST(OpsGpu, RopeKvWriteFusedMatchesReferenceAndUnfused) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  for (int hd : {32, 64, 128})
+    for (bool with_bias : {false, true}) {
+      const int n_tokens = 17, n_heads = 8, n_kv = 2, stride = (n_heads + 2 * n_kv) * hd;
+      const KvShape shape{40, n_kv, hd};
+      const std::vector<float> qkv = testing::random_bf16(size_t(n_tokens) * stride, rng);
+      const std::vector<float> bias = with_bias ? testing::random_bf16(stride, rng) : std::vector<float>{};
+      std::vector<int32_t> pos(n_tokens);
+      std::vector<int64_t> slots(n_tokens);
+      std::uniform_int_distribution<int> p(0, 8000);
+      for (int t = 0; t < n_tokens; ++t) pos[t] = t == 0 ? 0 : p(rng);
+      std::iota(slots.begin(), slots.end(), 3);
+      slots[5] = -1;  // a padding row: never written
+      const std::vector<float> inv = rope_inv_freq(500000.0f, hd);
+
+      // Reference: bias, rope on q and k, write k and v.
+      std::vector<float> r = qkv;
+      if (with_bias)
+        for (int t = 0; t < n_tokens; ++t)
+          for (int i = 0; i < stride; ++i) r[size_t(t) * stride + i] = round_bf16(r[size_t(t) * stride + i] + bias[i]);
+      std::vector<float> q = slice_heads(r, n_tokens, stride, 0, n_heads * hd);
+      std::vector<float> k = slice_heads(r, n_tokens, stride, n_heads * hd, n_kv * hd);
+      const std::vector<float> v = slice_heads(r, n_tokens, stride, (n_heads + n_kv) * hd, n_kv * hd);
+      rope_ref(q.data(), n_tokens, n_heads, hd, pos.data(), inv.data());
+      rope_ref(k.data(), n_tokens, n_kv, hd, pos.data(), inv.data());
+      std::vector<float> kc_ref(shape.n_slots * shape.row_elems(), 0.0f), vc_ref = kc_ref;
+      kv_write_ref(k.data(), v.data(), n_tokens, slots.data(), shape, kc_ref.data(), vc_ref.data());
+
+      std::vector<std::vector<float>> results;  // fused, unfused: q, k cache, v cache
+      for (bool fused : {true, false}) {
+        DeviceBuffer d_qkv = testing::upload_bf16(qkv), d_bias = testing::upload_bf16(bias);
+        DeviceBuffer d_pos = testing::upload(pos), d_slots = testing::upload(slots), d_inv = testing::upload(inv);
+        DeviceBuffer kc(kc_ref.size() * 2), vc(kc_ref.size() * 2);
+        CUDA_CHECK(cudaMemset(kc.get(), 0, kc.bytes()));
+        CUDA_CHECK(cudaMemset(vc.get(), 0, vc.bytes()));
+        QkvArgs a;
+        a.qkv = d_qkv.get();
+        a.qkv_row_stride = stride;
+        a.n_tokens = n_tokens;
+        a.n_heads = n_heads;
+        a.n_kv_heads = n_kv;
+        a.head_dim = hd;
+        a.bias = with_bias ? d_bias.get() : nullptr;
+        a.positions = d_pos.get<int32_t>();
+        a.inv_freq = d_inv.get<float>();
+        a.slot_mapping = d_slots.get<int64_t>();
+        a.k_cache = kc.get();
+        a.v_cache = vc.get();
+        if (fused) {
+          rope_kv_write(a, nullptr);
+        } else {
+          rope_inplace(a, nullptr);
+          kv_write(a, nullptr);
+        }
+        const std::vector<float> out_qkv = testing::download_bf16(d_qkv, qkv.size());
+        results.push_back(slice_heads(out_qkv, n_tokens, stride, 0, n_heads * hd));
+        results.push_back(testing::download_bf16(kc, kc_ref.size()));
+        results.push_back(testing::download_bf16(vc, kc_ref.size()));
+      }
+      EXPECT_LT(testing::rel_error(results[0], q), testing::kBf16Tolerance) << hd;
+      EXPECT_LT(testing::rel_error(results[1], kc_ref), testing::kBf16Tolerance) << hd;
+      EXPECT_EQ(results[2], vc_ref) << hd;  // V is only (bias and) a copy
+      for (int i = 0; i < 3; ++i) EXPECT_EQ(results[i], results[3 + i]) << "fused vs unfused, part " << i;
+    }
+}
+
+TEST(OpsGpu, RmsNormAndFusedAddMatchReference) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  for (int d : {896, 4096, 8200}) {
+    const int rows = 17;
+    const std::vector<float> x = testing::random_bf16(size_t(rows) * d, rng), w = testing::random_bf16(d, rng);
+    const std::vector<float> res = testing::random_bf16(size_t(rows) * d, rng);
+    std::vector<float> y_ref(x.size()), res_ref = res, y2_ref(x.size());
+    rms_norm_ref(x.data(), w.data(), rows, d, 1e-5f, y_ref.data());
+    add_rms_norm_ref(x.data(), res_ref.data(), w.data(), rows, d, 1e-5f, y2_ref.data(), round_bf16);
+
+    DeviceBuffer dx = testing::upload_bf16(x), dw = testing::upload_bf16(w), out(x.size() * 2);
+    out.poison();
+    rms_norm(ScalarType::bf16, dx.get(), dw.get(), out.get(), rows, d, 1e-5f, nullptr);
+    EXPECT_LT(testing::rel_error(testing::download_bf16(out, x.size()), y_ref), testing::kBf16Tolerance) << d;
+
+    DeviceBuffer dr = testing::upload_bf16(res), fused_out(x.size() * 2);
+    fused_out.poison();
+    add_rms_norm(ScalarType::bf16, dx.get(), dr.get(), dw.get(), fused_out.get(), rows, d, 1e-5f, nullptr);
+    const std::vector<float> fused_res = testing::download_bf16(dr, x.size());
+    const std::vector<float> fused_y = testing::download_bf16(fused_out, x.size());
+    EXPECT_EQ(fused_res, res_ref) << d;  // bf16(res + x), exactly
+    EXPECT_LT(testing::rel_error(fused_y, y2_ref), testing::kBf16Tolerance) << d;
+
+    DeviceBuffer dr2 = testing::upload_bf16(res), unfused_out(x.size() * 2);
+    residual_add(ScalarType::bf16, dx.get(), dr2.get(), int64_t(x.size()), nullptr);
+    rms_norm(ScalarType::bf16, dr2.get(), dw.get(), unfused_out.get(), rows, d, 1e-5f, nullptr);
+    EXPECT_EQ(testing::download_bf16(dr2, x.size()), fused_res);
+    EXPECT_EQ(testing::download_bf16(unfused_out, x.size()), fused_y) << "fused and unfused differ";
+  }
+}
+
+TEST(OpsGpu, SiluMulAndEmbeddingMatchReference) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  const int rows = 17, ffn = 4864;
+  const std::vector<float> gu = testing::random_bf16(size_t(rows) * 2 * ffn, rng, 3.0f);
+  std::vector<float> ref(size_t(rows) * ffn);
+  silu_mul_ref(gu.data(), rows, ffn, ref.data());
+  DeviceBuffer dgu = testing::upload_bf16(gu), out(ref.size() * 2);
+  out.poison();
+  silu_mul(ScalarType::bf16, dgu.get(), out.get(), rows, ffn, nullptr);
+  EXPECT_LT(testing::rel_error(testing::download_bf16(out, ref.size()), ref), testing::kBf16Tolerance);
+  DeviceBuffer out2(ref.size() * 2);
+  out2.poison();
+  silu_then_mul(ScalarType::bf16, dgu.get(), out2.get(), rows, ffn, nullptr);
+  EXPECT_LT(testing::rel_error(testing::download_bf16(out2, ref.size()), ref), testing::kBf16Tolerance) << "unfused";
+
+  const int vocab = 1000, d = 896;
+  const std::vector<float> table = testing::random_bf16(size_t(vocab) * d, rng);
+  std::vector<int32_t> ids(rows);
+  std::uniform_int_distribution<int> id(0, vocab - 1);
+  for (int32_t& i : ids) i = id(rng);
+  std::vector<float> eref(size_t(rows) * d);
+  embedding_ref(table.data(), ids.data(), rows, d, eref.data());
+  DeviceBuffer dt = testing::upload_bf16(table), di = testing::upload(ids), eout(eref.size() * 2);
+  eout.poison();
+  embedding(ScalarType::bf16, dt.get(), di.get<int32_t>(), eout.get(), rows, d, nullptr);
+  EXPECT_EQ(testing::download_bf16(eout, eref.size()), eref);
+}
+
+TEST(OpsGpu, CopyBlocksAndSwapRoundTrip) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  const KvShape shape{16 * 10, 2, 64};
+  const int bs = 16, n_arenas = 3;
+  const int64_t block_elems = shape.row_elems() * bs;
+  std::vector<std::vector<float>> host(n_arenas);
+  std::vector<DeviceBuffer> dev;
+  std::vector<void*> ptrs;
+  for (auto& h : host) {
+    h = testing::random_bf16(size_t(shape.n_slots) * shape.row_elems(), rng);
+    dev.push_back(testing::upload_bf16(h));
+    ptrs.push_back(dev.back().get());
+  }
+  DeviceBuffer d_ptrs = testing::upload(ptrs);
+  // Copy-on-write pairs (src, dst): distinct destinations that are nobody's source.
+  const std::vector<std::pair<int32_t, int32_t>> pairs = {{0, 7}, {3, 8}, {0, 9}};
+  std::vector<int32_t> flat;
+  for (auto [s, d] : pairs) flat.insert(flat.end(), {s, d});
+  DeviceBuffer d_pairs = testing::upload(flat);
+  copy_blocks(d_ptrs.get<void*>(), n_arenas, d_pairs.get<int32_t>(), 3, block_elems * 2, nullptr);
+  for (int a = 0; a < n_arenas; ++a) {
+    block_copy_ref(host[a].data(), shape, bs, pairs);
+    EXPECT_EQ(testing::download_bf16(dev[a], host[a].size()), host[a]) << a;
+  }
+  // Swap out blocks 2 and 7 into mapped pinned host memory, clobber them, swap back in.
+  const std::vector<int32_t> blocks = {2, 7};
+  DeviceBuffer d_blocks = testing::upload(blocks);
+  void* pinned = nullptr;
+  CUDA_CHECK(cudaHostAlloc(&pinned, size_t(blocks.size()) * n_arenas * block_elems * 2, cudaHostAllocMapped));
+  void* pinned_dev = nullptr;
+  CUDA_CHECK(cudaHostGetDevicePointer(&pinned_dev, pinned, 0));
+  gather_blocks(d_ptrs.get<void*>(), n_arenas, d_blocks.get<int32_t>(), 2, block_elems * 2, pinned_dev, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  for (int a = 0; a < n_arenas; ++a)
+    for (int32_t b : blocks) CUDA_CHECK(cudaMemset(dev[a].get<char>() + b * block_elems * 2, 0xFF, block_elems * 2));
+  scatter_blocks(d_ptrs.get<void*>(), n_arenas, d_blocks.get<int32_t>(), 2, block_elems * 2, pinned_dev, nullptr);
+  for (int a = 0; a < n_arenas; ++a) EXPECT_EQ(testing::download_bf16(dev[a], host[a].size()), host[a]) << a;
+  CUDA_CHECK(cudaFreeHost(pinned));
+}
+
+}  // namespace
+}  // namespace servelab::kernels
