@@ -1,0 +1,82 @@
+#pragma once
+// CudaBackend: the Llama-family forward on one GPU, in bf16 with fp32 accumulation, on the
+// kernels in kernels/. Plain C++ header (pimpl): it compiles without the CUDA toolkit; the
+// implementation is built only when CUDA is on (SERVELAB_HAVE_CUDA_BACKEND).
+//
+// A step: build_step_input (step_builder.h) packs the batch into one pinned buffer, uploaded in
+// one copy; embedding; per layer rms_norm (add_rms_norm from layer 1 on), the merged QKV GEMM,
+// rope_kv_write, attention (decode_attention when every sequence has one row, else
+// prefill_attention), the O GEMM, add_rms_norm, the merged gate|up GEMM, silu_mul, the down GEMM;
+// the final norm and the LM head on the sampled rows only; sample_tokens; one copy of the token
+// ids back; the device is synchronized before forward() returns, so step times are real.
+// Arena: per layer K and V, each [n_slots, n_kv_heads, head_dim] bf16 (kernels/README.md).
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/backend/backend.h"
+
+namespace servelab {
+
+/// Settings of the CUDA backend. validate() names the bad field.
+struct CudaBackendOptions {
+  int device = 0;                ///< CUDA device ordinal (`device:` in the scenario)
+  /// false (`fusion: off`): the unfused sequence (residual_add + rms_norm, rope_inplace +
+  /// kv_write, silu_then_mul), to measure what fusion buys.
+  bool fusion = true;
+  /// Every kernel's result independent of the batch: GEMMs with one algorithm and no split-K,
+  /// every attention through the prefill kernel (invariant by construction), so all strategies
+  /// give identical greedy tokens.
+  bool batch_invariant = false;
+  void validate() const;
+};
+
+/// Number of CUDA devices this process sees (0 without a driver or a GPU).
+int cuda_device_count();
+/// "NVIDIA H100 80GB HBM3, 79.1 GiB, sm_90" for a device ordinal.
+std::string cuda_device_description(int device);
+
+class CudaBackend final : public Backend {
+ public:
+  /// Preset (or any config) with random weights drawn on the GPU (DeviceWeights::random).
+  static std::unique_ptr<CudaBackend> random(const ModelConfig& config, uint64_t seed, CudaBackendOptions options = {});
+  /// A Hugging Face folder loaded straight to the GPU in bf16 (DeviceWeights::load).
+  static std::unique_ptr<CudaBackend> load(const std::string& dir, CudaBackendOptions options = {});
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  const ModelConfig& config() const override;
+  /// 2 (K and V) × n_layers × n_kv_heads × head_dim × 2 bytes (bf16).
+  int64_t kv_bytes_per_slot() const override;
+  void init_kv(int64_t n_slots) override;
+  ForwardResult forward(const Batch& batch, const KvManager& kv) override;
+  /// Copy-on-write runs as block pairs of the largest granularity dividing every run, one launch.
+  void copy_slots(std::span<const KvCopy> copies) override;
+  /// Host layout [slot i][layer][K|V][n_kv_heads * head_dim] bf16: gathered on the GPU into a
+  /// mapped pinned buffer in one launch, then copied into `host`.
+  void save_slots(std::span<const int64_t> slots, std::vector<std::byte>& host) override;
+  void load_slots(std::span<const int64_t> slots, const std::vector<std::byte>& host) override;
+
+  /// forward() without sampling: writes K/V like forward() and returns the fp32 logits of the
+  /// entries with sample == true, [n_sampled, vocab] in entry order (as CpuBackend's).
+  std::vector<float> forward_logits(const Batch& batch, const KvManager& kv);
+
+  /// GPU bytes the weights take.
+  int64_t weight_bytes() const;
+  /// KV bytes a `gpu_memory_utilization` share allows (vLLM's rule): utilization × total GPU
+  /// memory, minus what is in use now (weights, this backend's buffers, other processes), minus
+  /// the activations a step of max_tokens rows and max_samples sampled rows needs. Throws
+  /// std::invalid_argument when nothing is left, naming the figures.
+  int64_t kv_bytes_for_utilization(double utilization, int max_tokens, int max_samples) const;
+  const CudaBackendOptions& options() const;
+
+ private:
+  struct Impl;
+  explicit CudaBackend(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace servelab

@@ -1,0 +1,263 @@
+#include "engine/backend/cuda/cuda_weights.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/model/hf_config.h"
+#include "engine/model/safetensors.h"
+#include "engine/model/tensors.h"
+
+namespace servelab::cuda {
+namespace {
+
+namespace fs = std::filesystem;
+
+__host__ __device__ inline uint64_t mix64(uint64_t x) {  // engine/splitmix64.h's splitmix64
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// fill_random's per-tensor stream key (engine/model/tensors.cpp): FNV-1a of the name, mixed.
+uint64_t stream_key(uint64_t seed, const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+  return mix64(seed ^ (h * 0x9e3779b97f4a7c15ull));
+}
+
+/// Element i of fill_random's stream for `key`, rounded through dtype (0 f32, 1 f16, 2 bf16),
+/// stored as bf16. One thread per pair (2p, 2p + 1), grid-stride.
+__global__ void random_kernel(__nv_bfloat16* out, int64_t n, uint64_t key, float scale, float offset, int dtype) {
+  const int64_t n_pairs = (n + 1) / 2;
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < n_pairs; p += int64_t(gridDim.x) * blockDim.x) {
+    const uint64_t r = mix64(key + uint64_t(p) * 0x9e3779b97f4a7c15ull);
+    const float u1 = (float(r >> 40) + 0.5f) * (1.0f / 16777216.0f);
+    const float u2 = float(r & 0xffffffffu) * (1.0f / 4294967296.0f);
+    const float radius = sqrtf(-2.0f * logf(u1));
+    const float angle = 6.28318530717958647692f * u2;
+    float v[2] = {offset + scale * radius * cosf(angle), offset + scale * radius * sinf(angle)};
+    for (int j = 0; j < 2; ++j) {
+      const int64_t i = 2 * p + j;
+      if (i >= n) break;
+      float x = v[j];
+      if (dtype == 1) x = __half2float(__float2half_rn(x));
+      out[i] = __float2bfloat16_rn(x);
+    }
+  }
+}
+
+/// Raw checkpoint values (0 f32, 1 f16, 2 bf16) to bf16.
+__global__ void convert_kernel(const void* in, int dtype, __nv_bfloat16* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    if (dtype == 2) out[i] = static_cast<const __nv_bfloat16*>(in)[i];
+    else if (dtype == 1) out[i] = __float2bfloat16_rn(__half2float(static_cast<const __half*>(in)[i]));
+    else out[i] = __float2bfloat16_rn(static_cast<const float*>(in)[i]);
+  }
+}
+
+int grid_for(int64_t n) { return static_cast<int>(std::clamp<int64_t>((n + 255) / 256, 1, 65536)); }
+
+int dtype_code(DType d) { return d == DType::f32 ? 0 : d == DType::f16 ? 1 : 2; }
+
+/// Where each checkpoint tensor goes: an element offset into the bf16 storage.
+struct Placement {
+  TensorSpec spec;
+  int64_t offset = 0;
+};
+
+/// Lays out every tensor of the config in one bf16 allocation (merged QKV and gate|up rows
+/// adjacent, each tensor 16-byte aligned) and sets the DeviceWeights pointers.
+std::vector<Placement> lay_out(DeviceWeights& w) {
+  const ModelConfig& c = w.config;
+  const std::vector<TensorSpec> specs = tensor_specs(c);
+  std::map<std::string, const TensorSpec*> by_name;
+  for (const TensorSpec& s : specs) by_name[s.name] = &s;
+  std::vector<Placement> out;
+  int64_t cursor = 0;
+  auto place = [&](const std::string& name) {
+    const TensorSpec& s = *by_name.at(name);
+    out.push_back({s, cursor});
+    const int64_t at = cursor;
+    cursor += s.numel();
+    return at;
+  };
+  auto align = [&] { cursor = (cursor + 7) / 8 * 8; };
+  struct LayerOffsets {
+    int64_t attn_norm, w_qkv, b_qkv = -1, w_o, ffn_norm, w_gate_up, w_down;
+  };
+  const int64_t emb = place("model.embed_tokens.weight");
+  align();
+  std::vector<LayerOffsets> lo(c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    lo[l].attn_norm = place(p + "input_layernorm.weight");
+    align();
+    lo[l].w_qkv = place(p + "self_attn.q_proj.weight");  // K and V rows follow Q's contiguously
+    place(p + "self_attn.k_proj.weight");
+    place(p + "self_attn.v_proj.weight");
+    align();
+    if (c.attention_bias) {
+      lo[l].b_qkv = place(p + "self_attn.q_proj.bias");
+      place(p + "self_attn.k_proj.bias");
+      place(p + "self_attn.v_proj.bias");
+      align();
+    }
+    lo[l].w_o = place(p + "self_attn.o_proj.weight");
+    align();
+    lo[l].ffn_norm = place(p + "post_attention_layernorm.weight");
+    align();
+    lo[l].w_gate_up = place(p + "mlp.gate_proj.weight");
+    place(p + "mlp.up_proj.weight");
+    align();
+    lo[l].w_down = place(p + "mlp.down_proj.weight");
+    align();
+  }
+  const int64_t fnorm = place("model.norm.weight");
+  align();
+  const int64_t head = c.tie_embeddings ? emb : place("lm_head.weight");
+  align();
+
+  w.bytes = cursor * 2;
+  w.storage.grow(static_cast<size_t>(w.bytes), "the model weights");
+  auto* base = w.storage.get<__nv_bfloat16>();
+  w.embedding = base + emb;
+  w.final_norm = base + fnorm;
+  w.lm_head = base + head;
+  w.layers.resize(c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) {
+    DeviceLayer& d = w.layers[l];
+    d.attn_norm = base + lo[l].attn_norm;
+    d.w_qkv = base + lo[l].w_qkv;
+    d.b_qkv = lo[l].b_qkv >= 0 ? base + lo[l].b_qkv : nullptr;
+    d.w_o = base + lo[l].w_o;
+    d.ffn_norm = base + lo[l].ffn_norm;
+    d.w_gate_up = base + lo[l].w_gate_up;
+    d.w_down = base + lo[l].w_down;
+  }
+  return out;
+}
+
+std::map<std::string, std::string> read_weight_map(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path + ": cannot open");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(path + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    throw std::runtime_error(path + ": missing object \"weight_map\" (tensor name -> shard file)");
+  std::map<std::string, std::string> map;
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    if (!it.value().is_string()) throw std::runtime_error(path + ": weight_map[\"" + it.key() + "\"] must be a string");
+    const std::string file = it.value().get<std::string>();
+    if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
+      throw std::runtime_error(path + ": weight_map[\"" + it.key() + "\"] = \"" + file + "\" is not a file name");
+    map[it.key()] = file;
+  }
+  return map;
+}
+
+}  // namespace
+
+DeviceWeights DeviceWeights::random(const ModelConfig& config, uint64_t seed) {
+  config.validate();
+  DeviceWeights w;
+  w.config = config;
+  const std::vector<Placement> places = lay_out(w);
+  auto* base = w.storage.get<__nv_bfloat16>();
+  for (const Placement& p : places) {
+    float scale = 1.0f, offset = 0.0f;
+    switch (p.spec.role) {
+      case TensorRole::matrix: scale = 1.0f / std::sqrt(static_cast<float>(p.spec.fan_in())); break;
+      case TensorRole::norm: scale = 0.1f, offset = 1.0f; break;
+      case TensorRole::bias: scale = 0.02f; break;
+    }
+    const int64_t n = p.spec.numel();
+    random_kernel<<<grid_for((n + 1) / 2), 256>>>(base + p.offset, n, stream_key(seed, p.spec.name), scale, offset,
+                                                  dtype_code(config.dtype));
+    CUDA_CHECK_LAUNCH();
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return w;
+}
+
+DeviceWeights DeviceWeights::load(const std::string& dir) {
+  const fs::path root(dir);
+  if (!fs::is_directory(root)) throw std::runtime_error(dir + ": not a directory (expected a Hugging Face model folder)");
+  DeviceWeights w;
+  w.config = read_hf_config((root / "config.json").string());
+  const char* kIndex = "model.safetensors.index.json";
+  const char* kSingle = "model.safetensors";
+  const bool sharded = !fs::exists(root / kSingle) && fs::exists(root / kIndex);
+  std::map<std::string, std::string> weight_map;
+  std::map<std::string, SafetensorsFile> files;
+  if (sharded) {
+    weight_map = read_weight_map((root / kIndex).string());
+  } else if (!fs::exists(root / kSingle)) {
+    throw std::runtime_error(dir + ": neither " + std::string(kSingle) + " nor " + kIndex + " found");
+  }
+  auto file_for = [&](const std::string& name) -> SafetensorsFile& {
+    std::string f = kSingle;
+    if (sharded) {
+      auto it = weight_map.find(name);
+      if (it == weight_map.end())
+        throw std::runtime_error((root / kIndex).string() + ": missing tensor " + name + " in weight_map");
+      f = it->second;
+    }
+    auto it = files.find(f);
+    if (it == files.end()) {
+      if (!fs::exists(root / f)) throw std::runtime_error((root / kIndex).string() + ": lists shard " + f + ", which does not exist");
+      it = files.emplace(f, SafetensorsFile((root / f).string())).first;
+    }
+    return it->second;
+  };
+
+  // Check every tensor before uploading any.
+  const std::vector<Placement> places = lay_out(w);
+  std::vector<std::pair<const SafetensorsFile*, const SafetensorsTensor*>> sources;
+  for (const Placement& p : places) {
+    const SafetensorsFile& f = file_for(p.spec.name);
+    const SafetensorsTensor* t = f.find(p.spec.name);
+    if (!t) throw std::runtime_error(f.path() + ": missing tensor " + p.spec.name + " (shape " + shape_string(p.spec.shape) + ")");
+    if (t->shape != p.spec.shape)
+      throw std::runtime_error(f.path() + ": tensor " + p.spec.name + " has shape " + shape_string(t->shape) +
+                               ", expected " + shape_string(p.spec.shape));
+    if (!t->supported)
+      throw std::runtime_error(f.path() + ": tensor " + p.spec.name + " has dtype " + t->dtype_name +
+                               "; only BF16, F16 and F32 checkpoints are supported");
+    sources.emplace_back(&f, t);
+  }
+
+  // Chunked upload: file bytes (pageable, memory-mapped) -> device staging -> bf16 in place.
+  constexpr int64_t kChunk = 64ll << 20;
+  DeviceBuffer staging(kChunk, "the checkpoint staging buffer");
+  auto* base = w.storage.get<__nv_bfloat16>();
+  for (size_t i = 0; i < places.size(); ++i) {
+    const SafetensorsTensor& t = *sources[i].second;
+    const int64_t esize = static_cast<int64_t>(dtype_size(t.dtype));
+    const int64_t per_chunk = kChunk / esize;
+    const uint8_t* src = sources[i].first->data(t);
+    for (int64_t done = 0; done < t.numel; done += per_chunk) {
+      const int64_t n = std::min(per_chunk, t.numel - done);
+      CUDA_CHECK(cudaMemcpy(staging.get(), src + done * esize, size_t(n * esize), cudaMemcpyHostToDevice));
+      convert_kernel<<<grid_for(n), 256>>>(staging.get(), dtype_code(t.dtype), base + places[i].offset + done, n);
+      CUDA_CHECK_LAUNCH();
+    }
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return w;
+}
+
+}  // namespace servelab::cuda

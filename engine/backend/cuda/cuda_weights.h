@@ -1,0 +1,48 @@
+#pragma once
+// The model's weights in bf16 on the GPU, in the layouts the kernels expect: per layer a merged
+// QKV matrix [(n_heads + 2 n_kv_heads) * head_dim, d] (Q rows, then K, then V, each [out, in] as
+// in HF checkpoints) with its merged bias, and a merged gate|up matrix [2 ffn, d] (gate rows
+// first), so each is one GEMM. Never held as fp32 on the host.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/backend/cuda/device_memory.h"
+#include "engine/model/config.h"
+
+namespace servelab::cuda {
+
+/// Device pointers into DeviceWeights::storage, one layer's worth.
+struct DeviceLayer {
+  const void* attn_norm = nullptr;  // [d]
+  const void* w_qkv = nullptr;      // [dq + 2 dkv, d]
+  const void* b_qkv = nullptr;      // [dq + 2 dkv] or null (no attention bias)
+  const void* w_o = nullptr;        // [d, dq]
+  const void* ffn_norm = nullptr;   // [d]
+  const void* w_gate_up = nullptr;  // [2 ffn, d]
+  const void* w_down = nullptr;     // [d, ffn]
+};
+
+/// All weights in one device allocation.
+struct DeviceWeights {
+  ModelConfig config;
+  DeviceBuffer storage;
+  std::vector<DeviceLayer> layers;
+  const void* embedding = nullptr;   // [vocab, d]
+  const void* final_norm = nullptr;  // [d]
+  const void* lm_head = nullptr;     // [vocab, d]; the embedding when tied
+  int64_t bytes = 0;                 // bf16 bytes of all tensors
+
+  /// Random weights drawn on the GPU: the same counter-based stream as fill_random (engine/model/
+  /// tensors.h: keyed by seed and tensor name, Box-Muller over splitmix64, rounded through
+  /// config.dtype), then stored as bf16, so they equal ModelWeights::random up to the last bit of
+  /// the device's log/cos/sin. A 7B model takes well under a second.
+  static DeviceWeights random(const ModelConfig& config, uint64_t seed);
+  /// A Hugging Face folder (config.json + model.safetensors or an index with shards): each tensor
+  /// is checked against the config, copied from the memory-mapped file in chunks through a device
+  /// staging buffer and converted to bf16 on the GPU. Throws std::runtime_error naming the file and
+  /// tensor.
+  static DeviceWeights load(const std::string& dir);
+};
+
+}  // namespace servelab::cuda

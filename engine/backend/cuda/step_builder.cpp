@@ -1,0 +1,125 @@
+#include "engine/backend/cuda/step_builder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace servelab::cuda {
+namespace {
+
+std::string entry_name(size_t i, const Sequence* seq) {
+  return "batch entry " + std::to_string(i) + (seq ? " (seq " + std::to_string(seq->id) + ")" : "");
+}
+
+void check_sampling(size_t e, const Sequence& seq) {
+  const SamplingParams& p = seq.sampling;
+  if (!(p.temperature >= 0.0f) || std::isinf(p.temperature))
+    throw std::invalid_argument(entry_name(e, &seq) + ": sampling.temperature (" + std::to_string(p.temperature) +
+                                ") must be a finite number >= 0");
+  if (p.top_k < 0)
+    throw std::invalid_argument(entry_name(e, &seq) + ": sampling.top_k (" + std::to_string(p.top_k) +
+                                ") must be >= 0 (0 = off)");
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f))
+    throw std::invalid_argument(entry_name(e, &seq) + ": sampling.top_p (" + std::to_string(p.top_p) +
+                                ") must be in (0, 1]");
+}
+
+}  // namespace
+
+void build_step_input(const Batch& batch, const KvManager& kv, int vocab, StepPlan& plan) {
+  using kernels::KvLayoutKind;
+  if (batch.n_padding_tokens < 0)
+    throw std::invalid_argument("batch.n_padding_tokens (" + std::to_string(batch.n_padding_tokens) +
+                                ") must be >= 0");
+  kernels::StepInput& in = plan.in;
+  plan.n_padding = batch.n_padding_tokens;
+  const bool paged = kv.kind() == KvKind::paged;
+  const int block_size = paged ? static_cast<int>(kv.unit_slots()) : 1;
+  if (block_size < 1) throw std::logic_error("KvManager::unit_slots() must be >= 1");
+  in.kv_kind = paged ? KvLayoutKind::paged : KvLayoutKind::naive;
+  in.block_size = paged ? block_size : 16;
+  for (auto* v : {&in.token_ids, &in.positions, &in.query_start, &in.context_lens, &in.block_tables,
+                  &in.sample_rows, &in.top_k, &in.sample_position})
+    v->clear();
+  in.slot_mapping.clear();
+  in.base_slots.clear();
+  in.temperature.clear();
+  in.top_p.clear();
+  in.seed.clear();
+  in.seq_key.clear();
+
+  // Pass 1: check the entries, size the block table.
+  int stride = 0;
+  bool decode_only = !batch.entries.empty();
+  for (size_t e = 0; e < batch.entries.size(); ++e) {
+    const BatchEntry& entry = batch.entries[e];
+    const Sequence* seq = entry.seq;
+    if (!seq) throw std::invalid_argument(entry_name(e, seq) + ": seq is null");
+    if (entry.n_new < 1)
+      throw std::invalid_argument(entry_name(e, seq) + ": n_new (" + std::to_string(entry.n_new) + ") must be >= 1");
+    const int begin = seq->n_computed, end = seq->n_computed + entry.n_new;
+    if (begin < 0 || end > seq->n_tokens())
+      throw std::invalid_argument(entry_name(e, seq) + ": positions [" + std::to_string(begin) + ", " +
+                                  std::to_string(end) + ") are outside its " + std::to_string(seq->n_tokens()) +
+                                  " tokens");
+    if (entry.sample) check_sampling(e, *seq);
+    stride = std::max(stride, (end + block_size - 1) / block_size);
+    decode_only = decode_only && entry.n_new == 1;
+  }
+  in.decode_only = decode_only;
+  in.block_table_stride = paged ? stride : 0;
+  if (paged) in.block_tables.assign(batch.entries.size() * size_t(stride), 0);
+
+  // Pass 2: rows, addressing, sampling arrays.
+  in.query_start.push_back(0);
+  int row = 0;
+  for (size_t e = 0; e < batch.entries.size(); ++e) {
+    const BatchEntry& entry = batch.entries[e];
+    const Sequence& seq = *entry.seq;
+    const int begin = seq.n_computed, end = seq.n_computed + entry.n_new;
+    int32_t* table = paged ? in.block_tables.data() + e * size_t(stride) : nullptr;
+    int64_t base = 0;
+    if (paged) {
+      const int n_blocks = (end + block_size - 1) / block_size;
+      for (int b = 0; b < n_blocks; ++b) {
+        const int64_t first = kv.slot(seq, b * block_size);
+        if (first < 0 || first % block_size != 0)
+          throw std::logic_error(entry_name(e, &seq) + ": kv.slot() of position " + std::to_string(b * block_size) +
+                                 " is " + std::to_string(first) + ", not the start of a block of " +
+                                 std::to_string(block_size));
+        table[b] = static_cast<int32_t>(first / block_size);
+      }
+    } else {
+      base = kv.slot(seq, 0);
+      in.base_slots.push_back(base);
+    }
+    for (int pos = begin; pos < end; ++pos, ++row) {
+      const TokenId t = seq.tokens[pos];
+      if (t < 0 || t >= vocab)
+        throw std::invalid_argument(entry_name(e, &seq) + ": token " + std::to_string(t) + " at position " +
+                                    std::to_string(pos) + " is outside the vocabulary [0, " + std::to_string(vocab) +
+                                    ")");
+      in.token_ids.push_back(t);
+      in.positions.push_back(pos);
+      in.slot_mapping.push_back(paged ? int64_t(table[pos / block_size]) * block_size + pos % block_size
+                                      : base + pos);
+    }
+    in.query_start.push_back(row);
+    in.context_lens.push_back(end);
+    if (!entry.sample) continue;
+    const SamplingParams& p = seq.sampling;
+    const bool greedy = p.temperature == 0.0f || p.top_k == 1;
+    for (int k = 0; k < std::max(1, entry.n_samples); ++k) {  // as CpuBackend: n_samples < 1 draws once
+      in.sample_rows.push_back(row - 1);
+      in.temperature.push_back(greedy ? 0.0f : p.temperature);
+      in.top_k.push_back(greedy ? 0 : p.top_k);
+      in.top_p.push_back(greedy ? 1.0f : p.top_p);
+      in.seed.push_back(p.seed);
+      in.seq_key.push_back(static_cast<uint64_t>(seq.sample_index + k));
+      in.sample_position.push_back(end);
+    }
+  }
+}
+
+}  // namespace servelab::cuda

@@ -1,0 +1,306 @@
+// CudaBackend against CpuBackend on synthesized checkpoints (both load the same folder): logits
+// within bf16 tolerance for prefill, chunked prefill, decode and mixed steps, paged and naive KV;
+// greedy tokens; swap out/in; copy-on-write; GPU-drawn preset weights; fusion off; batch
+// invariance. Names contain Gpu; every test skips without a CUDA device.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/backend/cpu_backend.h"
+#include "engine/backend/cuda/cuda_backend.h"
+#include "engine/kv/kv_manager.h"
+#include "engine/model/synth.h"
+#include "engine/model/weights.h"
+#include "tests/backend/backend_test_util.h"
+
+namespace servelab {
+namespace {
+
+using testing::make_sequence;
+using testing::random_tokens;
+using testing::rel_error;
+
+#define SKIP_WITHOUT_GPU() \
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
+
+/// bf16 weights, activations and KV against the CPU's fp32 activations: ‖Δ‖/‖ref‖ of the logits.
+constexpr double kTol = 3e-2;
+constexpr int64_t kSlots = 4096;
+
+/// Llama-like: head_dim 64, GQA 2. Qwen-like: attention bias, tied embeddings, head_dim 128, MQA.
+ModelConfig shape(bool qwen) {
+  ModelConfig c;
+  c.name = qwen ? "gpu-test-qwen" : "gpu-test-llama";
+  c.hidden_size = 256;
+  c.n_layers = 2;
+  c.n_heads = qwen ? 2 : 4;
+  c.n_kv_heads = qwen ? 1 : 2;
+  c.intermediate_size = 512;
+  c.vocab_size = 1000;
+  c.max_position = 1024;
+  c.attention_bias = qwen;
+  c.tie_embeddings = qwen;
+  c.rope_theta = qwen ? 1000000.0f : 10000.0f;
+  c.dtype = DType::bf16;
+  return c;
+}
+
+std::string synth(const ModelConfig& c) {
+  const std::string dir = (std::filesystem::path(::testing::TempDir()) / c.name).string();
+  if (!std::filesystem::exists(dir + "/config.json")) synthesize_checkpoint(c, dir, 11);
+  return dir;
+}
+
+std::unique_ptr<KvManager> make_kv(KvKind kind, int block_size = 16) {
+  KvConfig c;
+  c.kind = kind;
+  c.block_size = block_size;
+  c.prefix_caching = false;
+  c.max_model_len = 512;
+  return make_kv_manager(c, kSlots);
+}
+
+/// Both backends over the same checkpoint and the same KV manager.
+struct Pair {
+  std::unique_ptr<CpuBackend> cpu;
+  std::unique_ptr<CudaBackend> gpu;
+  explicit Pair(bool qwen, CudaBackendOptions o = {}) {
+    const std::string dir = synth(shape(qwen));
+    cpu = std::make_unique<CpuBackend>(ModelWeights::load(dir), CpuBackendOptions{.n_threads = 4});
+    gpu = CudaBackend::load(dir, o);
+    cpu->init_kv(kSlots);
+    gpu->init_kv(kSlots);
+  }
+  /// Runs the step on both, checks the logits, advances the sequences.
+  void step(const std::vector<BatchEntry>& entries, const KvManager& kv, const char* what) {
+    Batch b;
+    b.entries = entries;
+    const auto c = cpu->forward_logits(b, kv);
+    const std::vector<float> expected(c.begin(), c.end());
+    const std::vector<float> got = gpu->forward_logits(b, kv);
+    ASSERT_EQ(got.size(), expected.size()) << what;
+    EXPECT_LT(rel_error(got, expected), kTol) << what;
+    for (const BatchEntry& e : entries) e.seq->n_computed += e.n_new;
+  }
+};
+
+void hold(KvManager& kv, Sequence& s, int n) {
+  if (!s.kv.allocated) kv.allocate(s, n); else kv.grow(s, n);
+}
+
+class CudaBackendGpu : public ::testing::TestWithParam<std::tuple<bool, KvKind>> {};
+
+TEST_P(CudaBackendGpu, PrefillChunkedPrefillDecodeMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  const auto [qwen, kind] = GetParam();
+  Pair p(qwen);
+  auto kv = make_kv(kind);
+  Sequence a = make_sequence(1, random_tokens(97, 1000, 1));
+  Sequence b = make_sequence(2, random_tokens(40, 1000, 2));
+  Sequence c = make_sequence(3, random_tokens(1, 1000, 3));
+  for (Sequence* s : {&a, &b, &c}) s->sampling.max_tokens = 20;
+  // Step 1: a's first chunk of 50, b whole, c (one token) whole.
+  hold(*kv, a, 50);
+  hold(*kv, b, 40);
+  hold(*kv, c, 1);
+  p.step({{&a, 50, false}, {&b, 40, true}, {&c, 1, true}}, *kv, "prefill");
+  // Step 2: a's second chunk (attends to its cached 50) with decodes of b and c.
+  b.tokens.push_back(7);
+  c.tokens.push_back(8);
+  hold(*kv, a, 97);
+  hold(*kv, b, 41);
+  hold(*kv, c, 2);
+  p.step({{&a, 47, true}, {&b, 1, true}, {&c, 1, true}}, *kv, "chunked prefill + decode");
+  // Decode-only steps (the decode kernel).
+  for (int i = 0; i < 5; ++i) {
+    for (Sequence* s : {&a, &b, &c}) {
+      s->tokens.push_back(static_cast<TokenId>(100 + i));
+      hold(*kv, *s, s->n_tokens());
+    }
+    p.step({{&a, 1, true}, {&b, 1, true}, {&c, 1, true}}, *kv, "decode");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaBackendGpu,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(KvKind::paged, KvKind::naive)));
+
+TEST(CudaBackendGpuTokens, GreedyTokensAgreeWithCpuUntilANearTie) {
+  SKIP_WITHOUT_GPU();
+  Pair p(false);
+  auto kv = make_kv(KvKind::paged);
+  Sequence a = make_sequence(1, random_tokens(30, 1000, 9));
+  a.sampling.max_tokens = 24;
+  int agreed = 0;
+  for (int step = 0; step < 16; ++step) {
+    const int n_new = a.n_tokens() - a.n_computed;
+    hold(*kv, a, a.n_tokens());
+    Batch b;
+    b.entries = {{&a, n_new, true}};
+    const auto c = p.cpu->forward_logits(b, *kv);
+    std::vector<float> ref(c.begin(), c.end());
+    const ForwardResult r = p.gpu->forward(b, *kv);
+    ASSERT_EQ(r.sampled.size(), 1u);
+    std::vector<float> sorted = ref;
+    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+    const TokenId cpu_token = static_cast<TokenId>(std::max_element(ref.begin(), ref.end()) - ref.begin());
+    if (r.sampled[0] != cpu_token) {
+      // Allowed only where the reference's top-2 gap is within bf16 noise.
+      EXPECT_LT(sorted[0] - sorted[1], 0.05f * std::max(1.0f, std::fabs(sorted[0]))) << "step " << step;
+      break;
+    }
+    ++agreed;
+    a.n_computed += n_new;
+    a.tokens.push_back(cpu_token);
+  }
+  EXPECT_GE(agreed, 4);
+}
+
+TEST(CudaBackendGpuKv, SwapOutAndInToOtherSlotsContinuesIdentically) {
+  SKIP_WITHOUT_GPU();
+  Pair p(true);
+  auto kv = make_kv(KvKind::paged, 16);
+  Sequence a = make_sequence(1, random_tokens(37, 1000, 4));
+  a.sampling.max_tokens = 8;
+  hold(*kv, a, 37);
+  p.step({{&a, 37, true}}, *kv, "prefill");
+  std::vector<int64_t> a_slots;
+  for (int i = 0; i < 37; ++i) a_slots.push_back(kv->slot(a, i));
+  std::vector<std::byte> host;
+  p.gpu->save_slots(a_slots, host);
+  ASSERT_EQ(host.size(), 37u * p.gpu->kv_bytes_per_slot());
+
+  Sequence b = a;  // same tokens, other slots, KV swapped in rather than computed
+  b.id = 2;
+  b.kv = {};
+  hold(*kv, b, 37);
+  std::vector<int64_t> b_slots;
+  for (int i = 0; i < 37; ++i) b_slots.push_back(kv->slot(b, i));
+  p.gpu->load_slots(b_slots, host);
+  std::vector<std::byte> again;
+  p.gpu->save_slots(b_slots, again);
+  EXPECT_TRUE(host == again);
+
+  a.tokens.push_back(5);
+  b.tokens.push_back(5);
+  hold(*kv, a, 38);
+  hold(*kv, b, 38);
+  Batch batch;
+  batch.entries = {{&a, 1, true}, {&b, 1, true}};
+  const std::vector<float> l = p.gpu->forward_logits(batch, *kv);
+  const size_t vocab = 1000;
+  EXPECT_LT(rel_error(std::span(l).subspan(vocab, vocab), std::span(l).first(vocab)), 1e-3);
+}
+
+TEST(CudaBackendGpuKv, ForkCopyOnWriteMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  Pair p(false);
+  auto kv = make_kv(KvKind::paged, 16);
+  Sequence parent = make_sequence(1, random_tokens(20, 1000, 6));  // 2 blocks, the second partial
+  parent.sampling.max_tokens = 8;
+  hold(*kv, parent, 20);
+  p.step({{&parent, 20, true}}, *kv, "prefill");
+  Sequence child = parent;
+  child.id = 2;
+  child.sample_index = 1;
+  child.kv = {};
+  kv->fork(parent, child);
+  parent.tokens.push_back(11);
+  child.tokens.push_back(12);
+  hold(*kv, parent, 21);  // writes into the shared partial block: copy-on-write
+  hold(*kv, child, 21);
+  const std::vector<KvCopy> copies = kv->take_pending_copies();
+  ASSERT_FALSE(copies.empty());
+  p.cpu->copy_slots(copies);
+  p.gpu->copy_slots(copies);
+  p.step({{&parent, 1, true}, {&child, 1, true}}, *kv, "decode after copy-on-write");
+}
+
+TEST(CudaBackendGpuWeights, PresetDrawnOnTheGpuMatchesCpuRandomWeights) {
+  SKIP_WITHOUT_GPU();
+  const ModelConfig c = shape(false);
+  CpuBackend cpu(ModelWeights::random(c, 77), CpuBackendOptions{.n_threads = 4});
+  auto gpu = CudaBackend::random(c, 77);
+  cpu.init_kv(kSlots);
+  gpu->init_kv(kSlots);
+  auto kv = make_kv(KvKind::paged);
+  Sequence a = make_sequence(1, random_tokens(33, 1000, 8));
+  a.sampling.max_tokens = 4;
+  hold(*kv, a, 33);
+  Batch b;
+  b.entries = {{&a, 33, true}};
+  const auto ref = cpu.forward_logits(b, *kv);
+  const std::vector<float> got = gpu->forward_logits(b, *kv);
+  EXPECT_LT(rel_error(got, std::vector<float>(ref.begin(), ref.end())), kTol);
+}
+
+TEST(CudaBackendGpuModes, FusionOffMatchesFusionOn) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = synth(shape(true));
+  auto fused = CudaBackend::load(dir);
+  auto unfused = CudaBackend::load(dir, CudaBackendOptions{.fusion = false});
+  fused->init_kv(kSlots);
+  unfused->init_kv(kSlots);
+  auto kv = make_kv(KvKind::naive);
+  Sequence a = make_sequence(1, random_tokens(45, 1000, 12));
+  a.sampling.max_tokens = 4;
+  hold(*kv, a, 45);
+  Batch b;
+  b.entries = {{&a, 45, true}};
+  const std::vector<float> x = fused->forward_logits(b, *kv);
+  const std::vector<float> y = unfused->forward_logits(b, *kv);
+  EXPECT_LT(rel_error(y, x), 1e-3);
+}
+
+TEST(CudaBackendGpuModes, BatchInvariantRowAloneEqualsRowInBatch) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = synth(shape(false));
+  auto gpu = CudaBackend::load(dir, CudaBackendOptions{.batch_invariant = true});
+  gpu->init_kv(kSlots);
+  auto kv = make_kv(KvKind::paged);
+  Sequence a = make_sequence(1, random_tokens(29, 1000, 13));
+  Sequence others[5];
+  a.sampling.max_tokens = 4;
+  hold(*kv, a, 29);
+  Batch alone;
+  alone.entries = {{&a, 29, true}};
+  const std::vector<float> x = gpu->forward_logits(alone, *kv);
+  Batch batch;
+  for (int i = 0; i < 5; ++i) {
+    others[i] = make_sequence(10 + i, random_tokens(10 + 7 * i, 1000, 20 + i));
+    others[i].sampling.max_tokens = 4;
+    hold(*kv, others[i], others[i].n_tokens());
+    batch.entries.push_back({&others[i], others[i].n_tokens(), true});
+  }
+  batch.entries.insert(batch.entries.begin() + 2, {&a, 29, true});
+  const std::vector<float> y = gpu->forward_logits(batch, *kv);
+  ASSERT_EQ(y.size(), 6u * 1000);
+  EXPECT_TRUE(std::equal(x.begin(), x.end(), y.begin() + 2 * 1000)) << "row 2 of the batch differs from the row alone";
+}
+
+TEST(CudaBackendGpuSampling, ParallelSamplesAndSeededDrawsAreReproducible) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = synth(shape(false));
+  auto gpu = CudaBackend::load(dir);
+  gpu->init_kv(kSlots);
+  auto kv = make_kv(KvKind::paged);
+  Sequence a = make_sequence(1, random_tokens(16, 1000, 14));
+  a.sampling.temperature = 1.0f;
+  a.sampling.top_p = 0.95f;
+  a.sampling.seed = 99;
+  hold(*kv, a, 16);
+  Batch b;
+  b.entries = {{&a, 16, true, 4}};
+  const ForwardResult r1 = gpu->forward(b, *kv);
+  const ForwardResult r2 = gpu->forward(b, *kv);
+  ASSERT_EQ(r1.sampled.size(), 4u);
+  EXPECT_EQ(r1.sampled, r2.sampled);
+  for (TokenId t : r1.sampled) EXPECT_TRUE(t >= 0 && t < 1000);
+}
+
+}  // namespace
+}  // namespace servelab
