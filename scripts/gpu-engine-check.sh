@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The cuda backend on the GPU machine, in one device call: configure (-DCMAKE_CUDA_ARCHITECTURES=90a),
+# build servelab and the backend tests (-j16), run them, check logits against Hugging Face
+# transformers on synthesized qwen2.5-0.5b / llama3.2-1b folders, then a short end-to-end
+# `servelab run` of scenarios/gpu-llama2-7b.yaml. Logs, summary.json and records come back under
+# $OUT; a short table is printed last.
+# Environment: OUT (default results/runs/gpu-engine-check), BUILD (default build-gpu),
+#   STEPS (default "build tests hf run"), DEBS (folder of Debian .debs unpacked into a prefix
+#   when the image lacks OpenBLAS or yaml-cpp: libopenblas0-pthread libopenblas-pthread-dev
+#   libopenblas-dev libopenblas0 libgfortran5 libyaml-cpp0.7 libyaml-cpp-dev, fetched with
+#   `apt-get download` on a machine with network), RUN_SET (extra --set options for the sweep).
+# Exit status: 0 when every step passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-results/runs/gpu-engine-check}
+BUILD=${BUILD:-build-gpu}
+STEPS=" ${STEPS:-build tests hf run} "
+want() { [[ "$STEPS" == *" $1 "* ]]; }
+JOBS=$(nproc 2>/dev/null || echo 8)
+mkdir -p "$OUT"
+declare -a TABLE=()
+FAILED=0
+
+step() {  # step NAME TIMEOUT_S CMD...: output to $OUT/NAME.log, status and time to the table
+  local name=$1 limit=$2
+  shift 2
+  local t0=$(date +%s) rc
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  rc=$?
+  local dt=$(($(date +%s) - t0))
+  if [ $rc -eq 0 ]; then
+    TABLE+=("$(printf '%-16s %-5s %5ss' "$name" ok "$dt")")
+  else
+    TABLE+=("$(printf '%-16s %-5s %5ss  rc %s' "$name" FAIL "$dt" "$rc")")
+    FAILED=1
+    tail -n 25 "$OUT/$name.log"
+  fi
+  return $rc
+}
+
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nvcc --version | tail -1; cmake --version | head -1
+  git rev-parse HEAD 2>/dev/null; date -u; } >"$OUT/environment.txt" 2>&1 || true
+
+# Build dependencies the image may lack: unpack the carried .debs into a prefix.
+CFG=(-S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DSERVELAB_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a)
+command -v ninja >/dev/null && CFG+=(-G Ninja)
+have_lib() { ldconfig -p 2>/dev/null | grep -q "$1"; }
+if [ -n "${DEBS:-}" ] && [ -d "$DEBS" ]; then
+  PREFIX="$PWD/$BUILD-deps"
+  mkdir -p "$PREFIX"
+  if ! have_lib libopenblas; then
+    for d in "$DEBS"/*openblas*.deb "$DEBS"/libgfortran*.deb; do [ -f "$d" ] && dpkg -x "$d" "$PREFIX"; done
+    OB=$(find "$PREFIX" -name 'libopenblas.so*' | head -1)
+    CB=$(dirname "$(find "$PREFIX" -name cblas.h | head -1)")
+    CFG+=(-DBLAS_LIBRARIES="$OB" -DCBLAS_INCLUDE_DIR="$CB")
+    echo "OpenBLAS from carried debs: $OB" >>"$OUT/environment.txt"
+  fi
+  if ! have_lib libyaml-cpp; then
+    for d in "$DEBS"/*yaml-cpp*.deb; do [ -f "$d" ] && dpkg -x "$d" "$PREFIX"; done
+    CFG+=(-DCMAKE_PREFIX_PATH="$PREFIX/usr")
+    echo "yaml-cpp from carried debs" >>"$OUT/environment.txt"
+  fi
+  export LD_LIBRARY_PATH="$(find "$PREFIX" -name '*.so*' -printf '%h\n' 2>/dev/null | sort -u | paste -sd:):${LD_LIBRARY_PATH:-}"
+fi
+
+BUILT=1
+if want build; then
+  step configure 200 cmake "${CFG[@]}" &&
+    step build 420 cmake --build "$BUILD" -j"$JOBS" --target servelab test_cuda_backend test_cuda_backend_gpu || BUILT=0
+fi
+if [ $BUILT = 1 ] && want tests; then
+  step cpu_tests 120 "$BUILD/test_cuda_backend"
+  step gpu_tests 300 "$BUILD/test_cuda_backend_gpu" --gtest_output="json:$OUT/gpu_tests.json"
+  n_skip=$(grep -oE '^\[  SKIPPED \] [0-9]+ test' "$OUT/gpu_tests.log" | grep -oE '[0-9]+' | head -1)
+  n_pass=$(grep -oE '^\[  PASSED  \] [0-9]+ test' "$OUT/gpu_tests.log" | grep -oE '[0-9]+' | head -1)
+  TABLE+=("$(printf '%-16s %s passed, %s skipped' gpu_test_count "${n_pass:-0}" "${n_skip:-0}")")
+fi
+if [ $BUILT = 1 ] && want hf; then
+  W="$BUILD/hf"
+  mkdir -p "$W"
+  REFS=""
+  for p in qwen2.5-0.5b llama3.2-1b; do
+    step "synth_$p" 240 "$BUILD/servelab" model synth --preset "$p" --out "$W/$p" --seed 5 &&
+      step "hf_$p" 240 python3 scripts/gpu-hf-check.py "$W/$p" "$W/$p.hf.json" &&
+      REFS="$REFS${REFS:+:}$W/$p.hf.json"
+  done
+  [ -n "$REFS" ] && SERVELAB_HF_REFERENCE="$REFS" step hf_match 240 "$BUILD/test_cuda_backend_gpu" --gtest_filter='*Hf*'
+  grep "rel error" "$OUT/hf_match.log" 2>/dev/null | sed 's/^/  /' >"$OUT/hf_summary.txt"
+fi
+if [ $BUILT = 1 ] && want run; then
+  # shellcheck disable=SC2086
+  step run 480 "$BUILD/servelab" run scenarios/gpu-llama2-7b.yaml --out "$OUT/run" --no-plots ${RUN_SET:-}
+fi
+
+echo
+echo "== gpu-engine-check ($(head -1 "$OUT/environment.txt" 2>/dev/null; sed -n 2p "$OUT/environment.txt")) =="
+printf '%s\n' "${TABLE[@]}"
+[ -f "$OUT/hf_summary.txt" ] && cat "$OUT/hf_summary.txt"
+[ -f "$OUT/run.log" ] && tail -n 30 "$OUT/run.log"
+exit $FAILED
