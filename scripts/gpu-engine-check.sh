@@ -5,7 +5,7 @@
 # `servelab run` of scenarios/gpu-llama2-7b.yaml. Logs, summary.json and records come back under
 # $OUT; a short table is printed last.
 # Environment: OUT (default results/runs/gpu-engine-check), BUILD (default build-gpu),
-#   STEPS (default "build tests hf run"), DEBS (folder of Debian .debs unpacked into a prefix
+#   STEPS (default "build tests hf bench run"; bench: step times of llama2-7b in three modes), DEBS (folder of Debian .debs unpacked into a prefix
 #   when the image lacks OpenBLAS or yaml-cpp: libopenblas0-pthread libopenblas-pthread-dev
 #   libopenblas-dev libopenblas0 libgfortran5 libyaml-cpp0.7 libyaml-cpp-dev, fetched with
 #   `apt-get download` on a machine with network), RUN_SET (extra --set options for the sweep).
@@ -14,7 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/runs/gpu-engine-check}
 BUILD=${BUILD:-build-gpu}
-STEPS=" ${STEPS:-build tests hf run} "
+STEPS=" ${STEPS:-build tests hf bench run} "
 want() { [[ "$STEPS" == *" $1 "* ]]; }
 JOBS=$(nproc 2>/dev/null || echo 8)
 mkdir -p "$OUT"
@@ -87,6 +87,10 @@ if [ $BUILT = 1 ] && want hf; then
   [ -n "$REFS" ] && SERVELAB_HF_REFERENCE="$REFS" step hf_match 240 "$BUILD/test_cuda_backend_gpu" --gtest_filter='*Hf*'
   grep "rel error" "$OUT/hf_match.log" 2>/dev/null | sed 's/^/  /' >"$OUT/hf_summary.txt"
 fi
+if [ $BUILT = 1 ] && want bench; then
+  SERVELAB_GPU_BENCH=1 step bench 240 "$BUILD/test_cuda_backend_gpu" --gtest_filter='*Bench*'
+  sed -n '/ on /,/^\[/p' "$OUT/bench.log" | grep -v '^\[' >"$OUT/bench_summary.txt"
+fi
 if [ $BUILT = 1 ] && want run; then
   # shellcheck disable=SC2086
   step run 480 "$BUILD/servelab" run scenarios/gpu-llama2-7b.yaml --out "$OUT/run" --no-plots ${RUN_SET:-}
@@ -96,5 +100,6 @@ echo
 echo "== gpu-engine-check ($(head -1 "$OUT/environment.txt" 2>/dev/null; sed -n 2p "$OUT/environment.txt")) =="
 printf '%s\n' "${TABLE[@]}"
 [ -f "$OUT/hf_summary.txt" ] && cat "$OUT/hf_summary.txt"
+[ -f "$OUT/bench_summary.txt" ] && cat "$OUT/bench_summary.txt"
 [ -f "$OUT/run.log" ] && tail -n 30 "$OUT/run.log"
 exit $FAILED

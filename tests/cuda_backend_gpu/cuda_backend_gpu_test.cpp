@@ -253,7 +253,10 @@ TEST(CudaBackendGpuModes, FusionOffMatchesFusionOn) {
   b.entries = {{&a, 45, true}};
   const std::vector<float> x = fused->forward_logits(b, *kv);
   const std::vector<float> y = unfused->forward_logits(b, *kv);
-  EXPECT_LT(rel_error(y, x), 1e-3);
+  // The unfused path rounds SiLU's output to bf16 before the multiply: same function, other
+  // rounding (measured 7.7e-3 on an H100).
+  EXPECT_LT(rel_error(y, x), kTol);
+  EXPECT_GT(rel_error(y, x), 0.0) << "fusion: off ran the fused kernels";
 }
 
 TEST(CudaBackendGpuModes, BatchInvariantRowAloneEqualsRowInBatch) {

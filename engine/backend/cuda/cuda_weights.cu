@@ -28,11 +28,13 @@ __host__ __device__ inline uint64_t mix64(uint64_t x) {  // engine/splitmix64.h'
   return x ^ (x >> 31);
 }
 
-// fill_random's per-tensor stream key (engine/model/tensors.cpp): FNV-1a of the name, mixed.
+// fill_random's per-tensor stream key (engine/model/tensors.cpp's stream_seed): FNV-1a of the
+// name mixed into the seed, then one splitmix64_next step (which advances the state by the
+// increment; its output is unused there).
 uint64_t stream_key(uint64_t seed, const std::string& name) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
-  return mix64(seed ^ (h * 0x9e3779b97f4a7c15ull));
+  return (seed ^ (h * 0x9e3779b97f4a7c15ull)) + 0x9e3779b97f4a7c15ull;
 }
 
 /// Element i of fill_random's stream for `key`, rounded through dtype (0 f32, 1 f16, 2 bf16),
