@@ -5,7 +5,8 @@
 # `servelab run` of scenarios/gpu-llama2-7b.yaml. Logs, summary.json and records come back under
 # $OUT; a short table is printed last.
 # Environment: OUT (default results/runs/gpu-engine-check), BUILD (default build-gpu),
-#   STEPS (default "build tests hf bench run"; bench: step times of llama2-7b in three modes), DEBS (folder of Debian .debs unpacked into a prefix
+#   STEPS (default "build tests hf bench run"; bench: llama2-7b step times in three modes),
+#   DEBS (folder of Debian .debs unpacked into a prefix
 #   when the image lacks OpenBLAS or yaml-cpp: libopenblas0-pthread libopenblas-pthread-dev
 #   libopenblas-dev libopenblas0 libgfortran5 libyaml-cpp0.7 libyaml-cpp-dev, fetched with
 #   `apt-get download` on a machine with network), RUN_SET (extra --set options for the sweep).
