@@ -307,3 +307,57 @@ TEST(CudaBackendGpuSampling, ParallelSamplesAndSeededDrawsAreReproducible) {
 
 }  // namespace
 }  // namespace servelab
+
+namespace servelab {
+namespace {
+
+TEST(CudaBackendGpuGraphs, DecodeReplayedFromGraphsMatchesEager) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = synth(shape(false));
+  auto graphs = CudaBackend::load(dir);
+  auto eager = CudaBackend::load(dir, CudaBackendOptions{.cuda_graphs = false});
+  graphs->init_kv(kSlots);
+  eager->init_kv(kSlots);
+  for (KvKind kind : {KvKind::paged, KvKind::naive}) {
+    auto kv = make_kv(kind);
+    std::vector<Sequence> seqs;
+    for (int i = 0; i < 5; ++i) {
+      seqs.push_back(make_sequence(i + 1, random_tokens(20 + 13 * i, 1000, 40 + i)));
+      seqs.back().sampling.max_tokens = 16;
+    }
+    Batch prefill;
+    for (Sequence& s : seqs) {
+      hold(*kv, s, s.n_tokens());
+      prefill.entries.push_back({&s, s.n_tokens(), true});
+    }
+    const ForwardResult a = graphs->forward(prefill, *kv);
+    const ForwardResult b = eager->forward(prefill, *kv);
+    ASSERT_EQ(a.sampled, b.sampled);
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      seqs[i].n_computed = seqs[i].n_tokens();
+      seqs[i].tokens.push_back(a.sampled[i]);
+    }
+    // Decode: 3 sequences (bucket 4) for 4 steps (eager warm-up, capture, replays), then all 5
+    // (bucket 8).
+    for (int step = 0; step < 8; ++step) {
+      const size_t n = step < 4 ? 3 : 5;
+      Batch batch;
+      for (size_t i = 0; i < n; ++i) {
+        hold(*kv, seqs[i], seqs[i].n_tokens());
+        batch.entries.push_back({&seqs[i], seqs[i].n_tokens() - seqs[i].n_computed, true});
+      }
+      const std::vector<float> x = graphs->forward_logits(batch, *kv);
+      const std::vector<float> y = eager->forward_logits(batch, *kv);
+      ASSERT_EQ(x.size(), y.size());
+      EXPECT_LT(rel_error(x, y), 1e-2) << "step " << step;
+      for (size_t i = 0; i < n; ++i) {
+        const auto row = std::span(y).subspan(i * 1000, 1000);
+        seqs[i].n_computed = seqs[i].n_tokens();
+        seqs[i].tokens.push_back(static_cast<TokenId>(std::max_element(row.begin(), row.end()) - row.begin()));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace servelab

@@ -1,6 +1,6 @@
 // Step times of the cuda backend on a real model shape (default llama2-7b, random weights drawn on
-// the GPU): prefill and decode at batch 1, 16 and 64 with 512-token prompts, in the default,
-// `fusion: off` and `batch_invariant` modes. Prints figures, asserts nothing about time (no timing
+// the GPU): prefill and decode at batch 1, 16 and 64 with 512-token prompts, in the default mode
+// (decode from CUDA graphs), eager (`cuda_graphs: off`), `fusion: off` (eager) and batch-invariant. Prints figures, asserts nothing about time (no timing
 // assertions in tests). Runs only with SERVELAB_GPU_BENCH=1 (SERVELAB_GPU_BENCH_MODEL picks the
 // preset) on a machine with a GPU.
 #include <chrono>
@@ -37,7 +37,10 @@ TEST(CudaBackendGpuBench, PrefillAndDecodeStepTimes) {
     const char* label;
     CudaBackendOptions options;
   };
-  const Mode modes[] = {{"default", {}}, {"fusion_off", {.fusion = false}}, {"batch_invariant", {.batch_invariant = true}}};
+  const Mode modes[] = {{"default", {}},
+                        {"cuda_graphs_off", {.cuda_graphs = false}},
+                        {"fusion_off", {.fusion = false, .cuda_graphs = false}},
+                        {"batch_invariant", {.batch_invariant = true}}};
   for (const Mode& mode : modes) {
     const auto t_load = std::chrono::steady_clock::now();
     auto gpu = CudaBackend::random(config, 1, mode.options);

@@ -31,6 +31,10 @@ struct CudaBackendOptions {
   /// every attention through the prefill kernel (invariant by construction), so all strategies
   /// give identical greedy tokens.
   bool batch_invariant = false;
+  /// Decode steps (one row per sequence, up to 512 sequences, contexts up to 16k) replay a CUDA
+  /// graph captured per (batch bucket, context bucket, KV layout) after one eager warm-up run;
+  /// false (`cuda_graphs: off`) runs every step eagerly.
+  bool cuda_graphs = true;
   void validate() const;
 };
 

@@ -1,0 +1,307 @@
+#pragma once
+// Private to the cuda backend: CudaBackend::Impl, shared by cuda_backend.cpp (setup, the step
+// driver, KV copies) and cuda_forward.cpp (the kernels of one step).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+
+#include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_weights.h"
+#include "engine/backend/cuda/device_memory.h"
+#include "engine/backend/cuda/step_builder.h"
+#include "engine/backend/cuda/step_pack.h"
+#include "kernels/attention.h"
+#include "kernels/gemm.h"
+#include "kernels/ops.h"
+#include "kernels/ref/ops_ref.h"
+#include "kernels/sampling.h"
+
+namespace servelab {
+namespace cuda_impl {
+
+using cuda::DeviceBuffer;
+using cuda::PinnedBuffer;
+namespace k = kernels;
+
+constexpr k::ScalarType kBf16 = k::ScalarType::bf16;
+
+/// Decode batch buckets a CUDA graph is captured for; larger batches run eagerly.
+constexpr int kGraphBuckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512};
+/// Longest context a graph serves (its block-table rows and decode grid are sized for it).
+constexpr int kGraphMaxContext = 16384;
+
+inline int graph_bucket(int n_seqs) {
+  for (int b : kGraphBuckets)
+    if (b >= n_seqs) return b;
+  return 0;
+}
+
+/// Context bucket: the decode grid is sized for the bucket, not the step (empty splits exit).
+inline int context_bucket(int max_context) {
+  int c = 256;
+  while (c < max_context) c *= 2;
+  return c;
+}
+
+/// What one enqueue runs: row counts, the packed input on the device, and how to read it.
+struct Geometry {
+  int rows = 0, tokens = 0, seqs = 0, samples = 0, max_context = 0;
+  bool decode = false;
+  cuda::PackedLayout layout;
+  const uint8_t* dev = nullptr;  // the packed input on the device
+  k::KvLayoutKind kind = k::KvLayoutKind::paged;
+  int block_size = 16;
+  template <typename T>
+  const T* at(size_t offset) const { return reinterpret_cast<const T*>(dev + offset); }
+};
+
+struct GraphKey {
+  int bucket, context, kind, block_size;
+  bool operator<(const GraphKey& o) const {
+    return std::tie(bucket, context, kind, block_size) < std::tie(o.bucket, o.context, o.kind, o.block_size);
+  }
+};
+
+struct GraphEntry {
+  cudaGraphExec_t exec = nullptr;
+  uint64_t epoch = 0;
+  int eager_runs = 0;  // the first run of a shape is eager: it warms the GEMM algorithm cache
+};
+
+}  // namespace cuda_impl
+
+using namespace cuda_impl;  // private header: only the backend's own files include it
+
+struct CudaBackend::Impl {
+  using Geometry = cuda_impl::Geometry;
+  CudaBackendOptions options;
+  cuda::DeviceWeights w;
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<k::Gemm> gemm;
+  int n_sms = 0;
+
+  // KV arena: 2 * n_layers arenas [n_slots, n_kv_heads, head_dim], K then V per layer.
+  DeviceBuffer arena;
+  DeviceBuffer arena_ptrs;  // [2 * n_layers] device pointers, for copy/gather/scatter
+  int64_t n_slots = 0;
+  int64_t row_bytes = 0;    // one slot of one arena
+
+  // The step.
+  cuda::StepPlan plan;
+  PinnedBuffer packed_host;
+  DeviceBuffer packed;        // eager steps
+  DeviceBuffer graph_packed;  // graph steps: fixed address, sized once for the largest bucket
+  std::map<GraphKey, GraphEntry> graphs;
+  uint64_t epoch = 1;         // bumped whenever a buffer a graph baked in is reallocated
+  int n_samples = 0;          // draws of the last step (rows of logits/tokens to read)
+  DeviceBuffer inv_freq;    // [head_dim / 2] fp32
+  DeviceBuffer h, xn, qkv, attn, delta, gate_up, act;  // [rows, ...] bf16
+  int rows_capacity = 0;
+  DeviceBuffer xs_delta, xs_h, xs, logits, tokens;     // sampled rows
+  int samples_capacity = 0;
+  DeviceBuffer decode_ws;
+  PinnedBuffer tokens_host;
+  // Swap and copy-on-write lists, and the swap buffer (mapped pinned).
+  PinnedBuffer index_host;
+  PinnedBuffer swap_host;
+
+  ~Impl() {
+    drop_graphs();
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  void drop_graphs() {
+    for (auto& [key, g] : graphs)
+      if (g.exec) cudaGraphExecDestroy(g.exec);
+    graphs.clear();
+  }
+
+  const ModelConfig& c() const { return w.config; }
+  int dq() const { return c().n_heads * c().head_dim(); }
+  int qkv_width() const { return dq() + 2 * c().kv_dim(); }
+  void* k_arena(int l) const { return arena.get<uint8_t>() + (2 * int64_t(l)) * n_slots * row_bytes; }
+  void* v_arena(int l) const { return arena.get<uint8_t>() + (2 * int64_t(l) + 1) * n_slots * row_bytes; }
+
+  void setup() {
+    const ModelConfig& m = c();
+    const int hd = m.head_dim();
+    if (hd != 32 && hd != 64 && hd != 128)
+      throw std::invalid_argument("CudaBackend: head_dim " + std::to_string(hd) +
+                                  " is not supported by the attention kernels (32, 64 or 128)");
+    if (m.hidden_size % 8 || m.intermediate_size % 8 || m.kv_dim() % 8)
+      throw std::invalid_argument("CudaBackend: hidden_size, intermediate_size and kv_dim must be multiples of 8");
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    gemm = std::make_unique<k::Gemm>(options.batch_invariant);
+    cudaDeviceProp p{};
+    CUDA_CHECK(cudaGetDeviceProperties(&p, options.device));
+    n_sms = p.multiProcessorCount;
+    const std::vector<float> inv = k::rope_inv_freq(m.rope_theta, hd);
+    inv_freq.grow(inv.size() * sizeof(float), "RoPE frequencies");
+    CUDA_CHECK(cudaMemcpy(inv_freq.get(), inv.data(), inv.size() * sizeof(float), cudaMemcpyHostToDevice));
+    row_bytes = int64_t(m.kv_dim()) * 2;
+  }
+
+  void ensure_rows(int rows) {
+    if (rows <= rows_capacity) return;
+    const int n = std::max(rows, std::max(64, rows_capacity * 3 / 2));
+    const ModelConfig& m = c();
+    const size_t r = size_t(n) * 2;
+    h.grow(r * m.hidden_size, "activations");
+    xn.grow(r * m.hidden_size, "activations");
+    delta.grow(r * m.hidden_size, "activations");
+    qkv.grow(r * qkv_width(), "activations");
+    attn.grow(r * dq(), "activations");
+    gate_up.grow(r * 2 * size_t(m.intermediate_size), "activations");
+    act.grow(r * m.intermediate_size, "activations");
+    ++epoch;
+    // Padding rows of attn are never written by attention: keep them finite.
+    CUDA_CHECK(cudaMemsetAsync(attn.get(), 0, attn.bytes(), stream));
+    rows_capacity = n;
+  }
+
+  void ensure_samples(int n_samples) {
+    if (n_samples <= samples_capacity) return;
+    const int n = std::max(n_samples, std::max(16, samples_capacity * 3 / 2));
+    const ModelConfig& m = c();
+    xs_delta.grow(size_t(n) * m.hidden_size * 2, "sampled rows");
+    xs_h.grow(size_t(n) * m.hidden_size * 2, "sampled rows");
+    xs.grow(size_t(n) * m.hidden_size * 2, "sampled rows");
+    logits.grow(size_t(n) * m.vocab_size * sizeof(float), "logits");
+    tokens.grow(size_t(n) * sizeof(int32_t), "sampled tokens");
+    tokens_host.grow(size_t(n) * sizeof(int32_t));
+    samples_capacity = n;
+    ++epoch;
+  }
+
+  /// Activation bytes a step of `rows` rows and `samples` sampled rows allocates.
+  int64_t activation_bytes(int rows, int samples) const {
+    const ModelConfig& m = c();
+    const int64_t per_row = 2ll * (3 * m.hidden_size + qkv_width() + dq() + 3 * int64_t(m.intermediate_size));
+    const int64_t per_sample = 2ll * 3 * m.hidden_size + 4ll * m.vocab_size + 4;
+    return int64_t(rows) * per_row + int64_t(samples) * per_sample +
+           int64_t(k::decode_attention_workspace_bytes(rows, m.n_heads, m.head_dim(), k::kMaxAutoSplits)) +
+           (32ll << 20);  // cuBLASLt workspace
+  }
+
+  void ensure_decode_workspace(int n_seqs) {
+    const size_t need = k::decode_attention_workspace_bytes(n_seqs, c().n_heads, c().head_dim(), k::kMaxAutoSplits);
+    if (need <= decode_ws.bytes()) return;
+    decode_ws.grow(need, "decode workspace");
+    ++epoch;
+  }
+
+  /// Builds and packs the step, then runs it (eagerly, or as a CUDA graph for plain decode steps
+  /// when cuda_graphs is on) up to the sampled tokens in `tokens` and their logits in `logits`.
+  void run_step(const Batch& batch, const KvManager& kv) {
+    if (n_slots == 0) throw std::logic_error("CudaBackend::forward: init_kv() was not called");
+    cuda::build_step_input(batch, kv, c().vocab_size, plan);
+    const k::StepInput& in = plan.in;
+    for (int64_t s : in.slot_mapping)
+      if (s < 0 || s >= n_slots)
+        throw std::out_of_range("CudaBackend: kv slot " + std::to_string(s) + " is outside the arena [0, " +
+                                std::to_string(n_slots) + ")");
+    n_samples = in.n_samples();
+    if (plan.n_rows() == 0) return;
+    Geometry g;
+    g.kind = in.kv_kind;
+    g.block_size = in.block_size;
+    const int bucket = graph_bucket(in.n_seqs());
+    const bool paged = in.kv_kind == k::KvLayoutKind::paged;
+    if (options.cuda_graphs && !options.batch_invariant && bucket > 0 && in.max_context() <= kGraphMaxContext &&
+        cuda::bucketable(plan)) {
+      const int context = context_bucket(in.max_context());
+      const int stride = paged ? (context + in.block_size - 1) / in.block_size : 0;
+      g.layout = cuda::bucket_layout(plan, bucket, stride);
+      g.rows = g.tokens = g.seqs = g.samples = bucket;
+      g.max_context = context;
+      g.decode = true;
+      ensure_rows(bucket);
+      ensure_samples(bucket);
+      ensure_decode_workspace(bucket);
+      if (!graph_packed.get()) {  // the largest layout any graph can use: block size 1, longest context
+        cuda::StepPlan probe;
+        probe.in.decode_only = true;
+        probe.in.kv_kind = k::KvLayoutKind::paged;
+        graph_packed.grow(cuda::bucket_layout(probe, kGraphBuckets[std::size(kGraphBuckets) - 1], kGraphMaxContext).total +
+                              1024,
+                          "the graph step input");
+      }
+      stage(g, graph_packed);
+      GraphEntry& entry = graphs[GraphKey{bucket, context, int(in.kv_kind), paged ? in.block_size : 0}];
+      if (entry.exec && entry.epoch != epoch) {
+        CUDA_CHECK(cudaGraphExecDestroy(entry.exec));
+        entry = GraphEntry{};
+      }
+      if (!entry.exec && entry.eager_runs == 0) {
+        ++entry.eager_runs;
+        enqueue(g);
+        return;
+      }
+      if (!entry.exec) {
+        cudaGraph_t graph = nullptr;
+        CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        try {
+          enqueue(g);
+        } catch (...) {
+          cudaStreamEndCapture(stream, &graph);
+          if (graph) cudaGraphDestroy(graph);
+          throw;
+        }
+        CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+        const cudaError_t e = cudaGraphInstantiate(&entry.exec, graph, 0);
+        cudaGraphDestroy(graph);
+        CUDA_CHECK(e);
+        entry.epoch = epoch;
+      }
+      CUDA_CHECK(cudaGraphLaunch(entry.exec, stream));
+      return;
+    }
+    g.layout = cuda::compact_layout(plan);
+    g.rows = plan.n_rows();
+    g.tokens = in.n_tokens();
+    g.seqs = in.n_seqs();
+    g.samples = in.n_samples();
+    g.max_context = in.max_context();
+    g.decode = in.decode_only && !options.batch_invariant;
+    ensure_rows(g.rows);
+    ensure_samples(std::max(g.samples, 1));
+    if (g.decode) ensure_decode_workspace(g.seqs);
+    packed.grow(g.layout.total, "the step input");
+    stage(g, packed);
+    enqueue(g);
+  }
+
+  /// Packs the plan into the pinned buffer and uploads it in one copy to `dst`.
+  void stage(Geometry& g, DeviceBuffer& dst) {
+    packed_host.grow(g.layout.total);
+    cuda::pack_step(plan, g.layout, packed_host.get<uint8_t>());
+    CUDA_CHECK(cudaMemcpyAsync(dst.get(), packed_host.get(), g.layout.total, cudaMemcpyHostToDevice, stream));
+    g.dev = dst.get<uint8_t>();
+  }
+
+  /// Every kernel of the step, on `stream`: capturable (no allocation, no synchronization).
+  /// Defined in cuda_forward.cpp.
+  void enqueue(const Geometry& g);
+
+  /// Slots as int32 indices in the mapped index buffer (device-visible); checks the range.
+  const int32_t* upload_slots(std::span<const int64_t> slots, const char* what) {
+    index_host.grow(slots.size() * sizeof(int32_t));
+    auto* p = index_host.get<int32_t>();
+    for (size_t i = 0; i < slots.size(); ++i) {
+      if (slots[i] < 0 || slots[i] >= n_slots)
+        throw std::out_of_range(std::string("CudaBackend: ") + what + " slot " + std::to_string(slots[i]) +
+                                " is outside the arena [0, " + std::to_string(n_slots) + ")");
+      p[i] = static_cast<int32_t>(slots[i]);
+    }
+    return index_host.device_ptr<int32_t>();
+  }
+};
+
+}  // namespace servelab

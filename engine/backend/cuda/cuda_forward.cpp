@@ -1,0 +1,132 @@
+// The kernels of one step (CudaBackend::Impl::enqueue): embedding, the layers, the final norm and
+// LM head on the sampled rows, sampling. Everything on the backend's stream, nothing allocated or
+// synchronized, so a decode step can be captured into a CUDA graph and replayed.
+#include "engine/backend/cuda/cuda_backend_impl.h"
+
+namespace servelab {
+
+void CudaBackend::Impl::enqueue(const Geometry& g) {
+  const ModelConfig& m = c();
+  const int d = m.hidden_size, hd = m.head_dim(), ffn = m.intermediate_size;
+  const int R = g.rows, T = g.tokens, S = g.seqs, N = g.samples;
+  const float eps = m.rms_eps, scale = 1.0f / std::sqrt(float(hd));
+  const cuda::PackedLayout& L = g.layout;
+  k::KvAddressing addr;
+  addr.kind = g.kind;
+  addr.block_tables = g.at<int32_t>(L.block_tables);
+  addr.block_table_stride = L.table_stride;
+  addr.block_size = g.block_size;
+  addr.base_slots = g.at<int64_t>(L.base_slots);
+  const k::KvShape shape{n_slots, m.n_kv_heads, hd};
+
+  k::embedding(kBf16, w.embedding, g.at<int32_t>(L.token_ids), h.get(), R, d, stream);
+  for (int l = 0; l < m.n_layers; ++l) {
+    const cuda::DeviceLayer& W = w.layers[l];
+    if (l == 0) {
+      k::rms_norm(kBf16, h.get(), W.attn_norm, xn.get(), R, d, eps, stream);
+    } else if (options.fusion) {
+      k::add_rms_norm(kBf16, delta.get(), h.get(), W.attn_norm, xn.get(), R, d, eps, stream);
+    } else {
+      k::residual_add(kBf16, delta.get(), h.get(), int64_t(R) * d, stream);
+      k::rms_norm(kBf16, h.get(), W.attn_norm, xn.get(), R, d, eps, stream);
+    }
+    gemm->run(kBf16, xn.get(), W.w_qkv, qkv.get(), R, qkv_width(), d, false, stream);
+
+    k::QkvArgs qa;
+    qa.qkv = qkv.get();
+    qa.qkv_row_stride = qkv_width();
+    qa.n_tokens = T;
+    qa.n_heads = m.n_heads;
+    qa.n_kv_heads = m.n_kv_heads;
+    qa.head_dim = hd;
+    qa.bias = W.b_qkv;
+    qa.positions = g.at<int32_t>(L.positions);
+    qa.inv_freq = inv_freq.get<float>();
+    qa.slot_mapping = g.at<int64_t>(L.slot_mapping);
+    qa.k_cache = k_arena(l);
+    qa.v_cache = v_arena(l);
+    if (options.fusion) {
+      k::rope_kv_write(qa, stream);
+    } else {
+      k::rope_inplace(qa, stream);
+      k::kv_write(qa, stream);
+    }
+
+    if (g.decode) {
+      k::DecodeAttentionArgs a;
+      a.q = qkv.get();
+      a.q_row_stride = qkv_width();
+      a.query_start = g.at<int32_t>(L.query_start);
+      a.k_cache = k_arena(l);
+      a.v_cache = v_arena(l);
+      a.shape = shape;
+      a.n_heads = m.n_heads;
+      a.n_seqs = S;
+      a.context_lens = g.at<int32_t>(L.context_lens);
+      a.kv = addr;
+      a.max_context = g.max_context;
+      a.scale = scale;
+      a.out = attn.get();
+      a.out_row_stride = dq();
+      a.workspace = decode_ws.get<float>();
+      a.workspace_bytes = decode_ws.bytes();
+      k::decode_attention(a, stream);
+    } else {
+      k::PrefillAttentionArgs a;
+      a.q = qkv.get();
+      a.q_row_stride = qkv_width();
+      a.k_cache = k_arena(l);
+      a.v_cache = v_arena(l);
+      a.shape = shape;
+      a.n_heads = m.n_heads;
+      a.n_seqs = S;
+      a.n_tokens = T;
+      a.query_start = g.at<int32_t>(L.query_start);
+      a.context_lens = g.at<int32_t>(L.context_lens);
+      a.kv = addr;
+      a.scale = scale;
+      a.out = attn.get();
+      a.out_row_stride = dq();
+      k::prefill_attention(a, stream);
+    }
+    gemm->run(kBf16, attn.get(), W.w_o, delta.get(), R, d, dq(), false, stream);
+    if (options.fusion) {
+      k::add_rms_norm(kBf16, delta.get(), h.get(), W.ffn_norm, xn.get(), R, d, eps, stream);
+    } else {
+      k::residual_add(kBf16, delta.get(), h.get(), int64_t(R) * d, stream);
+      k::rms_norm(kBf16, h.get(), W.ffn_norm, xn.get(), R, d, eps, stream);
+    }
+    gemm->run(kBf16, xn.get(), W.w_gate_up, gate_up.get(), R, 2 * ffn, d, false, stream);
+    if (options.fusion)
+      k::silu_mul(kBf16, gate_up.get(), act.get(), R, ffn, stream);
+    else
+      k::silu_then_mul(kBf16, gate_up.get(), act.get(), R, ffn, stream);
+    gemm->run(kBf16, act.get(), W.w_down, delta.get(), R, d, ffn, false, stream);
+  }
+  if (N == 0) return;
+  // The last residual add and the final norm on the sampled rows only, the LM head, sampling.
+  const auto* rows = g.at<int32_t>(L.sample_rows);
+  k::embedding(kBf16, delta.get(), rows, xs_delta.get(), N, d, stream);
+  k::embedding(kBf16, h.get(), rows, xs_h.get(), N, d, stream);
+  if (options.fusion) {
+    k::add_rms_norm(kBf16, xs_delta.get(), xs_h.get(), w.final_norm, xs.get(), N, d, eps, stream);
+  } else {
+    k::residual_add(kBf16, xs_delta.get(), xs_h.get(), int64_t(N) * d, stream);
+    k::rms_norm(kBf16, xs_h.get(), w.final_norm, xs.get(), N, d, eps, stream);
+  }
+  gemm->run(kBf16, xs.get(), w.lm_head, logits.get(), N, m.vocab_size, d, true, stream);
+  k::SampleArgs sa;
+  sa.logits = logits.get<float>();
+  sa.n_rows = N;
+  sa.vocab = m.vocab_size;
+  sa.temperature = g.at<float>(L.temperature);
+  sa.top_k = g.at<int32_t>(L.top_k);
+  sa.top_p = g.at<float>(L.top_p);
+  sa.seed = g.at<uint64_t>(L.seed);
+  sa.seq_key = g.at<uint64_t>(L.seq_key);
+  sa.position = g.at<int32_t>(L.sample_position);
+  sa.tokens = tokens.get<int32_t>();
+  k::sample_tokens(sa, stream);
+}
+
+}  // namespace servelab

@@ -1,0 +1,40 @@
+#pragma once
+// Packs a StepPlan into the one host buffer the CUDA backend uploads per step. Plain C++ (tested
+// on the CPU). Two shapes:
+// - compact: exactly the plan's rows, sequences and samples (eager steps);
+// - padded to a bucket of B sequences with a fixed block-table stride (decode steps replayed from
+//   a CUDA graph): the graph's kernels read B rows, so sequences s >= n_seqs are padding rows
+//   (token 0 at position 0, slot -1 = not written, context 1 at block 0 / base slot 0, greedy
+//   sample of their own row), whose results are never copied back.
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/backend/cuda/step_builder.h"
+
+namespace servelab::cuda {
+
+/// Byte offsets of each array in the packed buffer (16-byte aligned), and the sizes packed.
+struct PackedLayout {
+  size_t token_ids = 0, positions = 0, slot_mapping = 0, query_start = 0, context_lens = 0, block_tables = 0,
+         base_slots = 0, sample_rows = 0, temperature = 0, top_k = 0, top_p = 0, seed = 0, seq_key = 0,
+         sample_position = 0, total = 0;
+  int n_rows = 0;        ///< token_ids entries (real rows + padding rows)
+  int n_tokens = 0;      ///< rows with a position and a slot (attention rows)
+  int n_seqs = 0;
+  int table_stride = 0;  ///< block-table entries per sequence (paged)
+  int n_samples = 0;
+};
+
+/// Compact layout of `plan` (n_rows = plan.n_rows(), stride = plan's own).
+PackedLayout compact_layout(const StepPlan& plan);
+/// A decode-only plan padded to `bucket` sequences (>= plan.in.n_seqs()) with `table_stride`
+/// block-table entries per sequence (>= plan's stride; paged only). Every sequence samples once.
+PackedLayout bucket_layout(const StepPlan& plan, int bucket, int table_stride);
+/// True when `plan` can be padded to a bucket: decode only, no padding rows, sample k is row k.
+bool bucketable(const StepPlan& plan);
+
+/// Writes the plan's arrays at `layout`'s offsets into out[0, layout.total), padding as the layout
+/// says (padding rows of a compact layout read token 0).
+void pack_step(const StepPlan& plan, const PackedLayout& layout, uint8_t* out);
+
+}  // namespace servelab::cuda
