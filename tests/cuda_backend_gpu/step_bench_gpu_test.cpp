@@ -1,8 +1,8 @@
 // Step times of the cuda backend on a real model shape (default llama2-7b, random weights drawn on
 // the GPU): prefill and decode at batch 1, 16 and 64 with 512-token prompts, in the default mode
-// (decode from CUDA graphs), eager (`cuda_graphs: off`), `fusion: off` (eager) and batch-invariant. Prints figures, asserts nothing about time (no timing
-// assertions in tests). Runs only with SERVELAB_GPU_BENCH=1 (SERVELAB_GPU_BENCH_MODEL picks the
-// preset) on a machine with a GPU.
+// (decode from CUDA graphs), eager (`cuda_graphs: off`), `fusion: off` (eager) and batch-invariant.
+// Prints figures, asserts nothing about time (no timing assertions in tests). Runs only with
+// SERVELAB_GPU_BENCH=1 (SERVELAB_GPU_BENCH_MODEL picks the preset) on a machine with a GPU.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
