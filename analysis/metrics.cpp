@@ -17,16 +17,6 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 /// 300.00000000000006 still meets a 300 ms SLO. 1 ns: far below any clock's resolution.
 constexpr double kSloSlackMs = 1e-6;
 
-/// Mean summed in ascending order, so the result does not depend on record or step order
-/// (report re-renders from files must reproduce the in-memory numbers exactly).
-double mean_of(std::vector<double> xs) {
-  if (xs.empty()) return kNaN;
-  std::sort(xs.begin(), xs.end());
-  double sum = 0.0;
-  for (double x : xs) sum += x;
-  return sum / static_cast<double>(xs.size());
-}
-
 std::string where(const RequestRecord& r) { return "run " + r.run + ", request " + std::to_string(r.id); }
 
 /// The time the request's last token arrived (E2E's end), or -1 when none is known.
@@ -98,14 +88,45 @@ void itl_gaps(const RequestRecord& r, std::vector<double>& out) {
   }
 }
 
-KvMetrics compute_kv_metrics(const std::string& label, const std::vector<StepRecord>& steps) {
+namespace {
+
+/// A duration-weighted mean, summed in ascending (value, weight) order so the result does not
+/// depend on step order. NaN when the weights sum to 0.
+class WeightedMean {
+ public:
+  void add(double value, double weight) { samples_.emplace_back(value, weight); }
+  double value() const {
+    std::vector<std::pair<double, double>> xs = samples_;
+    std::sort(xs.begin(), xs.end());
+    double sum = 0.0, total = 0.0;
+    for (const auto& [v, w] : xs) {
+      sum += v * w;
+      total += w;
+    }
+    return total > 0.0 ? sum / total : kNaN;
+  }
+
+ private:
+  std::vector<std::pair<double, double>> samples_;
+};
+
+}  // namespace
+
+KvMetrics compute_kv_metrics(const std::string& label, const std::vector<StepRecord>& steps,
+                             double window_start_s, double window_end_s) {
   KvMetrics kv;
-  std::vector<double> util, stored, reserved, internal, external, free_share, batch;
+  WeightedMean util, stored, reserved, internal, external, free_share, batch;
+  double util_max = kNaN;
   double peak = kNaN;
   for (const auto& s : steps) {
     if (s.run != label) continue;
+    // The step's time inside the window; a step that only touches an edge counts with weight 0.
+    const double lo = std::max(s.start_s, window_start_s);
+    const double hi = std::min(s.start_s + std::max(s.duration_s, 0.0), window_end_s);
+    if (hi < lo || (hi == lo && !(s.start_s >= window_start_s && s.start_s < window_end_s))) continue;
+    const double w = hi - lo;
     ++kv.n_steps;
-    batch.push_back(s.batch_size);
+    batch.add(s.batch_size, w);
     kv.batch_size_max = std::max(kv.batch_size_max, s.batch_size);
     const int64_t used = s.kv_stored + s.kv_reserved + s.kv_internal_frag;
     if (s.kv_capacity > 0) {
@@ -114,22 +135,22 @@ KvMetrics compute_kv_metrics(const std::string& label, const std::vector<StepRec
     }
     if (used <= 0) continue;
     ++kv.n_steps_used;
-    util.push_back(s.kv_utilization());
+    util.add(s.kv_utilization(), w);
+    util_max = std::isnan(util_max) ? s.kv_utilization() : std::max(util_max, s.kv_utilization());
     if (s.kv_capacity > 0) {
       const auto cap = static_cast<double>(s.kv_capacity);
-      stored.push_back(static_cast<double>(s.kv_stored) / cap);
-      reserved.push_back(static_cast<double>(s.kv_reserved) / cap);
-      internal.push_back(static_cast<double>(s.kv_internal_frag) / cap);
-      external.push_back(static_cast<double>(s.kv_external_frag) / cap);
-      free_share.push_back(static_cast<double>(s.kv_free) / cap);
+      stored.add(static_cast<double>(s.kv_stored) / cap, w);
+      reserved.add(static_cast<double>(s.kv_reserved) / cap, w);
+      internal.add(static_cast<double>(s.kv_internal_frag) / cap, w);
+      external.add(static_cast<double>(s.kv_external_frag) / cap, w);
+      free_share.add(static_cast<double>(s.kv_free) / cap, w);
     }
   }
-  kv.utilization_mean = mean_of(util);
-  kv.utilization_max = util.empty() ? kNaN : *std::max_element(util.begin(), util.end());
-  kv.breakdown = {mean_of(stored), mean_of(reserved), mean_of(internal), mean_of(external),
-                  mean_of(free_share)};
+  kv.utilization_mean = util.value();
+  kv.utilization_max = util_max;
+  kv.breakdown = {stored.value(), reserved.value(), internal.value(), external.value(), free_share.value()};
   kv.peak_use = peak;
-  kv.batch_size_mean = mean_of(batch);
+  kv.batch_size_mean = batch.value();
   return kv;
 }
 
@@ -203,7 +224,8 @@ RunMetrics compute_metrics(const std::string& label, const std::vector<RequestRe
   m.request_goodput = per_second(static_cast<double>(m.n_slo_met), d);
   m.slo_attainment =
       m.n_requests > 0 ? static_cast<double>(m.n_slo_met) / static_cast<double>(m.n_requests) : 0.0;
-  m.kv = compute_kv_metrics(label, steps);
+  if (m.n_requests > 0) m.kv = compute_kv_metrics(label, steps, m.window_start_s, m.window_end_s);
+  else m.kv = compute_kv_metrics(label, {}, 0.0, 0.0);  // no window: every KV figure null
   return m;
 }
 

@@ -21,6 +21,10 @@
 //               (a failed request counts against attainment: it did not meet the SLO).
 //   KV utilization = StepRecord::kv_utilization() = stored / (stored + reserved + internal),
 //               mean and max over the run's steps where requests hold memory (used > 0).
+//   KV figures (utilization, breakdown, peak use, batch size) describe the measurement window
+//               only: a step counts for its time inside [window start, window end] (warm-up
+//               steps before it and idle steps after it are left out), and means are weighted
+//               by that time, so a 50 ms prefill step weighs five times a 10 ms decode step.
 // "Measured" requests are the run's records with warmup == false. Failed requests (status != ok)
 // count in n_failed and in the window, never in latency percentiles or throughput.
 #include <cstdint>
@@ -56,16 +60,17 @@ struct KvBreakdown {
   double free = 0.0;
 };
 
-/// KV-cache figures of a run from its StepRecords. n_steps == 0 (no steps recorded, e.g. an HTTP
-/// run against a foreign server) leaves every figure NaN (JSON null).
+/// KV-cache figures of a run from its StepRecords inside the measurement window. n_steps == 0
+/// (no steps recorded, e.g. an HTTP run against a foreign server, or no measured request) leaves
+/// every figure NaN (JSON null). Means are weighted by each step's time inside the window.
 struct KvMetrics {
-  std::size_t n_steps = 0;        ///< steps recorded for the run
-  std::size_t n_steps_used = 0;   ///< steps where requests held memory (used > 0)
-  double utilization_mean = 0.0;  ///< mean of kv_utilization() over used steps
+  std::size_t n_steps = 0;        ///< steps of the run inside the window
+  std::size_t n_steps_used = 0;   ///< of those, steps where requests held memory (used > 0)
+  double utilization_mean = 0.0;  ///< time-weighted mean of kv_utilization() over used steps
   double utilization_max = 0.0;
-  KvBreakdown breakdown;         ///< mean shares of capacity over used steps
-  double peak_use = 0.0;         ///< max over all steps of (stored+reserved+internal)/capacity
-  double batch_size_mean = 0.0;  ///< mean StepRecord::batch_size over all steps
+  KvBreakdown breakdown;         ///< time-weighted mean shares of capacity over used steps
+  double peak_use = 0.0;         ///< max over the window's steps of (stored+reserved+internal)/capacity
+  double batch_size_mean = 0.0;  ///< time-weighted mean StepRecord::batch_size over the window's steps
   int batch_size_max = 0;
 };
 
@@ -119,8 +124,12 @@ void itl_gaps(const RequestRecord& r, std::vector<double>& out);
 RunMetrics compute_metrics(const std::string& label, const std::vector<RequestRecord>& records,
                            const std::vector<StepRecord>& steps, const SloSpec& slo);
 
-/// KV figures of one run's steps (only those whose `run` equals `label`).
-KvMetrics compute_kv_metrics(const std::string& label, const std::vector<StepRecord>& steps);
+/// KV figures of one run's steps (only those whose `run` equals `label`) over the window
+/// [window_start_s, window_end_s]: a step [start_s, start_s + duration_s] counts with weight equal
+/// to its overlap with the window; a step that starts inside the window with zero duration counts
+/// with weight 0 (in the maxima, not the means); steps outside are left out.
+KvMetrics compute_kv_metrics(const std::string& label, const std::vector<StepRecord>& steps,
+                             double window_start_s, double window_end_s);
 
 /// DESIGN.md's "metrics" object: "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "request_throughput",
 /// "output_throughput", "total_throughput", "goodput", "request_goodput", "slo_attainment",

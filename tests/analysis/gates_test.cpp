@@ -137,7 +137,7 @@ TEST(Gates, BaselineRegressionFailsOnlyBeyondThreshold) {
 
 TEST(Gates, MetricLookupCoversNestedAndRunLevelNames) {
   Summary s = hand_summary();
-  s.runs[0].metrics.kv = compute_kv_metrics(s.runs[0].info.label, {});  // no steps
+  s.runs[0].metrics.kv = compute_kv_metrics(s.runs[0].info.label, {}, 0.0, 0.0);  // no steps
   EXPECT_DOUBLE_EQ(*run_metric(s.runs[1], "n_failed"), 2.0);
   EXPECT_NEAR(*run_metric(s.runs[0], "ttft_ms.p50"), 200.0, 1e-9);
   EXPECT_FALSE(run_metric(s.runs[0], "kv_utilization.mean").has_value());  // no steps: null
