@@ -31,6 +31,7 @@ MetricDelta delta_of(const RunSummary& base, const RunSummary& cur, const std::s
   d.current = run_metric(cur, metric).value_or(kNaN);
   if (std::isnan(d.base) || std::isnan(d.current)) {
     d.change_pct = kNaN;
+    d.missing = !std::isnan(d.base);  // had a value, lost it: the new run measured less
     return d;
   }
   if (d.base == 0.0) {
@@ -53,6 +54,14 @@ const std::vector<std::string>& default_compare_metrics() {
   return metrics;
 }
 
+bool Comparison::has_missing() const {
+  if (!only_in_base.empty()) return true;
+  for (const auto& r : runs)
+    for (const auto& d : r.deltas)
+      if (d.missing) return true;
+  return false;
+}
+
 bool Comparison::has_regression() const {
   for (const auto& r : runs)
     for (const auto& d : r.deltas)
@@ -61,12 +70,13 @@ bool Comparison::has_regression() const {
 }
 
 Comparison compare_summaries(const Summary& base, const Summary& current, double threshold_pct,
-                             const std::vector<std::string>& metrics) {
+                             const std::vector<std::string>& metrics, bool allow_missing) {
   if (!(threshold_pct >= 0.0))
     throw std::invalid_argument("threshold must be >= 0 % (got " + std::to_string(threshold_pct) + ")");
   for (const auto& m : metrics) check_metric_name(m);
   Comparison c;
   c.threshold_pct = threshold_pct;
+  c.allow_missing = allow_missing;
   std::vector<bool> base_matched(base.runs.size(), false);
   for (const auto& cur : current.runs) {
     const RunSummary* match = nullptr;
@@ -101,18 +111,25 @@ void print_comparison(std::ostream& out, const Comparison& c) {
     for (const auto& d : r.deltas) {
       t.add_row({first ? r.label : "", first ? format_rate(r.rate) : "", d.metric, format_number(d.base),
                  format_number(d.current), format_change_pct(d.change_pct),
-                 d.regression ? "REGRESSION" : ""});
+                 d.regression ? "REGRESSION" : d.missing ? "MISSING" : ""});
       first = false;
     }
   }
   t.print(out);
-  for (const auto& k : c.only_in_base) out << "only in base: " << k << "\n";
+  for (const auto& k : c.only_in_base) out << "only in base: " << k << " (MISSING from new)\n";
   for (const auto& k : c.only_in_new) out << "only in new:  " << k << "\n";
-  std::size_t n_reg = 0;
+  std::size_t n_reg = 0, n_null = 0;
   for (const auto& r : c.runs)
-    for (const auto& d : r.deltas) n_reg += d.regression ? 1 : 0;
-  out << (n_reg ? "FAIL: " : "ok: ") << n_reg << " regression(s) beyond " << format_plain(c.threshold_pct)
-      << "% over " << c.runs.size() << " matched run(s)\n";
+    for (const auto& d : r.deltas) {
+      n_reg += d.regression ? 1 : 0;
+      n_null += d.missing ? 1 : 0;
+    }
+  out << (c.exit_code() ? "FAIL: " : "ok: ") << n_reg << " regression(s) beyond "
+      << format_plain(c.threshold_pct) << "% over " << c.runs.size() << " matched run(s)";
+  if (c.has_missing())
+    out << "; " << c.only_in_base.size() << " base run(s) missing from new, " << n_null
+        << " metric(s) became null" << (c.allow_missing ? " (allowed by --allow-missing)" : "");
+  out << "\n";
 }
 
 }  // namespace servelab::analysis

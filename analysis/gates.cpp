@@ -163,13 +163,20 @@ std::vector<GateResult> evaluate_gates(const Summary& summary, const std::vector
       if (g.strategy && run.info.strategy_name() != *g.strategy) continue;
       if (g.rate && !same_rate(run.info.rate, *g.rate)) continue;
       ++n_matched;
+      msg << (n_matched > 1 ? "; " : "") << run_name(run) << ": ";
       const auto v = run_metric(run, g.metric);
-      bool ok = v.has_value();
-      if (ok && g.min) ok = *v >= *g.min;
+      if (run.metrics.n_requests == 0 || !v) {
+        // Nothing measured is not a pass: a lost run would otherwise slip through CI.
+        res.passed = res.passed && g.allow_missing;
+        msg << (run.metrics.n_requests == 0 ? "no measured records" : "no value")
+            << (g.allow_missing ? " (allowed)" : " FAIL");
+        continue;
+      }
+      bool ok = true;
+      if (g.min) ok = *v >= *g.min;
       if (ok && g.max) ok = *v <= *g.max;
       res.passed = res.passed && ok;
-      msg << (n_matched > 1 ? "; " : "") << run_name(run) << ": "
-          << (v ? format_number(*v) : std::string("no value")) << (ok ? " ok" : " FAIL");
+      msg << format_number(*v) << (ok ? " ok" : " FAIL");
     }
     if (n_matched == 0) {
       res.passed = false;
@@ -194,10 +201,16 @@ std::vector<GateResult> evaluate_baseline(const Summary& current, const Summary&
     std::ostringstream msg;
     for (const auto& r : c.runs) {
       const MetricDelta& d = r.deltas[i];
-      res.passed = res.passed && !d.regression;
+      res.passed = res.passed && !d.regression && (spec.allow_missing || !d.missing);
       msg << (&r == &c.runs.front() ? "" : "; ") << r.strategy << " @ " << format_rate(r.rate) << ": "
           << format_number(d.base) << " -> " << format_number(d.current) << " ("
-          << format_change_pct(d.change_pct) << ")" << (d.regression ? " REGRESSION" : "");
+          << format_change_pct(d.change_pct) << ")" << (d.regression ? " REGRESSION" : "")
+          << (d.missing ? (spec.allow_missing ? " missing (allowed)" : " MISSING") : "");
+    }
+    for (const auto& lost : c.only_in_base) {
+      res.passed = res.passed && spec.allow_missing;
+      msg << "; " << lost << ": in the baseline, not in this run"
+          << (spec.allow_missing ? " (allowed)" : " MISSING");
     }
     res.message =
         c.runs.empty() ? "no run matches the baseline " + spec.path + " by label and rate" : msg.str();
@@ -238,6 +251,7 @@ void to_json(nlohmann::ordered_json& j, const Gate& g) {
   if (g.max) j["max"] = *g.max;
   if (g.strategy) j["strategy"] = *g.strategy;
   if (g.rate) j["rate"] = *g.rate;
+  if (g.allow_missing) j["allow_missing"] = true;
 }
 
 void from_json(const nlohmann::ordered_json& j, Gate& g) {
@@ -247,11 +261,13 @@ void from_json(const nlohmann::ordered_json& j, Gate& g) {
   if (j.contains("max") && !j["max"].is_null()) g.max = j["max"].get<double>();
   if (j.contains("strategy") && !j["strategy"].is_null()) g.strategy = j["strategy"].get<std::string>();
   if (j.contains("rate") && !j["rate"].is_null()) g.rate = j["rate"].get<double>();
+  g.allow_missing = j.value("allow_missing", false);
   g.validate();
 }
 
 void to_json(nlohmann::ordered_json& j, const BaselineSpec& b) {
   j = {{"path", b.path}, {"max_regression_pct", b.max_regression_pct}, {"metrics", b.metrics}};
+  if (b.allow_missing) j["allow_missing"] = true;
 }
 
 void from_json(const nlohmann::ordered_json& j, BaselineSpec& b) {
@@ -259,6 +275,7 @@ void from_json(const nlohmann::ordered_json& j, BaselineSpec& b) {
   b.path = j.at("path").get<std::string>();
   b.max_regression_pct = j.value("max_regression_pct", b.max_regression_pct);
   b.metrics = j.value("metrics", std::vector<std::string>{});
+  b.allow_missing = j.value("allow_missing", false);
   b.validate();
 }
 

@@ -32,7 +32,8 @@ double finish_time(const RequestRecord& r) {
   return r.first_token_s;
 }
 
-double per_second(double count, double duration_s) { return duration_s > 0.0 ? count / duration_s : 0.0; }
+/// count / duration, or NaN (JSON null) when the window is empty: no rate was measured.
+double per_second(double count, double duration_s) { return duration_s > 0.0 ? count / duration_s : kNaN; }
 
 }  // namespace
 
@@ -223,7 +224,7 @@ RunMetrics compute_metrics(const std::string& label, const std::vector<RequestRe
   m.goodput = per_second(m.goodput, d);
   m.request_goodput = per_second(static_cast<double>(m.n_slo_met), d);
   m.slo_attainment =
-      m.n_requests > 0 ? static_cast<double>(m.n_slo_met) / static_cast<double>(m.n_requests) : 0.0;
+      m.n_requests > 0 ? static_cast<double>(m.n_slo_met) / static_cast<double>(m.n_requests) : kNaN;
   if (m.n_requests > 0) m.kv = compute_kv_metrics(label, steps, m.window_start_s, m.window_end_s);
   else m.kv = compute_kv_metrics(label, {}, 0.0, 0.0);  // no window: every KV figure null
   return m;

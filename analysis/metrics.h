@@ -19,6 +19,8 @@
 //   goodput   = Σ output tokens of SLO-meeting requests / window (tokens/s);
 //   request goodput = SLO-meeting requests / window; attainment = SLO-meeting / measured requests
 //               (a failed request counts against attainment: it did not meet the SLO).
+//   A run with no measured request has no window: its throughputs, goodput and attainment are
+//   NaN (JSON null), not 0; so are the throughputs of a zero-length window.
 //   KV utilization = StepRecord::kv_utilization() = stored / (stored + reserved + internal),
 //               mean and max over the run's steps where requests hold memory (used > 0).
 //   KV figures (utilization, breakdown, peak use, batch size) describe the measurement window

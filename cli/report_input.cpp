@@ -71,12 +71,14 @@ analysis::ReportInput report_input_for(const Scenario& sc, const std::vector<Swe
     gate.max = g.max;
     if (!g.strategy.empty()) gate.strategy = g.strategy;
     gate.rate = g.rate;
+    gate.allow_missing = g.allow_missing;
     in.gates.push_back(std::move(gate));
   }
   if (sc.baseline) {
     analysis::BaselineSpec b;
     b.path = sc.baseline->file;
     b.max_regression_pct = sc.baseline->max_regression_pct;
+    b.allow_missing = sc.baseline->allow_missing;
     for (const std::string& m : sc.baseline->metrics) b.metrics.push_back(analysis_metric_name(m));
     in.baseline = b;
   }

@@ -154,6 +154,7 @@ struct GateSpec {
   std::optional<double> max;
   std::string strategy;             ///< a label; empty = every strategy
   std::optional<double> rate;       ///< one of the rates; unset = every rate
+  bool allow_missing = false;       ///< a run with no records or no value does not fail the gate
 };
 
 /// `baseline:` — compare each run with the same label and rate in an earlier summary.json.
@@ -161,6 +162,7 @@ struct BaselineSpec {
   std::string file;                 ///< resolved path of a summary.json
   double max_regression_pct = 10.0; ///< a metric may be at most this much worse
   std::vector<std::string> metrics = {"goodput", "output_throughput", "ttft_p99_ms", "tpot_p99_ms"};
+  bool allow_missing = false;       ///< a lost run or a metric that became null does not fail
 };
 
 /// A whole scenario. load_scenario() fills and validates it; code may also build one and call

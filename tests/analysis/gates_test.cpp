@@ -71,6 +71,40 @@ TEST(Gates, NoMatchingRunOrNoValueFails) {
   EXPECT_NE(res[0].message.find("no value"), std::string::npos);
 }
 
+// Issue 6 item 10: a gate over a run that measured nothing fails; it does not pass vacuously.
+TEST(Gates, RunWithZeroRecordsFailsTheGate) {
+  Summary s = hand_summary();
+  s.runs[1].metrics = RunMetrics{};  // nothing measured: n_failed 0 would "pass" n_failed <= 0
+  const auto res = evaluate_gates(s, {gate("n_failed", std::nullopt, 0, "static-naive")});
+  EXPECT_FALSE(res[0].passed) << res[0].message;
+  EXPECT_NE(res[0].message.find("no measured records"), std::string::npos) << res[0].message;
+  Gate allowed = gate("n_failed", std::nullopt, 0, "static-naive");
+  allowed.allow_missing = true;  // the opt-out
+  EXPECT_TRUE(evaluate_gates(s, {allowed})[0].passed);
+  const nlohmann::ordered_json j = allowed;  // runs.json keeps the opt-out
+  EXPECT_TRUE(j.get<Gate>().allow_missing);
+}
+
+// Issue 6 item 10: the baseline gate fails when the new summary lost a run or a metric went null.
+TEST(Gates, BaselineFailsOnALostRunOrANullMetric) {
+  const Summary base = hand_summary();
+  BaselineSpec spec;
+  spec.path = "base.json";
+  spec.metrics = {"goodput"};
+  Summary lost = base;
+  lost.runs.pop_back();
+  auto res = evaluate_baseline(lost, base, spec);
+  EXPECT_FALSE(res[0].passed) << res[0].message;
+  EXPECT_NE(res[0].message.find("static-naive@4"), std::string::npos) << res[0].message;
+  Summary null_metric = base;
+  null_metric.runs[0].metrics.goodput = std::nan("");
+  res = evaluate_baseline(null_metric, base, spec);
+  EXPECT_FALSE(res[0].passed) << res[0].message;
+  spec.allow_missing = true;  // the opt-out
+  EXPECT_TRUE(evaluate_baseline(null_metric, base, spec)[0].passed);
+  EXPECT_TRUE(evaluate_baseline(lost, base, spec)[0].passed);
+}
+
 TEST(Gates, RateFilter) {
   Gate g = gate("ttft_ms.p99", std::nullopt, 500);
   g.rate = 8;

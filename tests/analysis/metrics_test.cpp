@@ -278,6 +278,17 @@ TEST(Metrics, KvFiguresAreClippedToTheWindowAndWeightedByStepTime) {
   EXPECT_EQ(m.kv.batch_size_max, 4);
 }
 
+// Issue 6 item 10: a run with no measured record has no throughput, goodput or attainment
+// (null), not 0 — a 0 would read as "measured and terrible" and pass an upper-bound gate.
+TEST(Metrics, EmptyRunHasNullThroughputGoodputAndAttainment) {
+  auto v = example_records();
+  for (auto& r : v) r.warmup = r.run == "r";  // only warm-up left
+  const nlohmann::ordered_json j = compute_metrics("r", v, {}, SloSpec{});
+  for (const char* k : {"request_throughput", "output_throughput", "total_throughput", "goodput",
+                        "request_goodput", "slo_attainment"})
+    EXPECT_TRUE(j[k].is_null()) << k << " = " << j[k];
+}
+
 TEST(Metrics, NoStepsMeansNullKvFigures) {
   const nlohmann::ordered_json j = compute_metrics("r", example_records(), {}, SloSpec{});
   EXPECT_TRUE(j["kv_utilization"]["mean"].is_null());

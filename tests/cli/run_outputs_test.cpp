@@ -241,5 +241,25 @@ TEST_F(RunFolder, ScenarioBaselineGatesRegressions) {
   EXPECT_NE(junit.find("goodput"), std::string::npos) << junit;
 }
 
+// Issue 6 item 10: a baseline run this run lost fails the baseline gate, unless the scenario
+// says `allow_missing: true`.
+TEST_F(RunFolder, BaselineRunMissingFromThisRunFailsUnlessAllowed) {
+  TempDir scratch;
+  json base = json::parse(read_text(file("summary.json")));
+  json ghost = base.at("runs").at(0);
+  ghost["label"] = "ghost@5";
+  base["runs"].push_back(ghost);
+  write_text(scratch.file("base.json"), base.dump(2));
+  CliResult r = run_servelab({"run", scenario(), "--out", scratch.file("lost"), "--quiet", "--no-plots", "--set",
+                              "baseline={file: " + scratch.file("base.json") + ", metrics: [goodput]}"},
+                             scratch);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(read_text(scratch.file("lost") + "/junit.xml").find("ghost@5"), std::string::npos);
+  r = run_servelab({"run", scenario(), "--out", scratch.file("allowed"), "--quiet", "--no-plots", "--set",
+                    "baseline={file: " + scratch.file("base.json") + ", metrics: [goodput], allow_missing: true}"},
+                   scratch);
+  EXPECT_EQ(r.code, 0) << r.output;
+}
+
 }  // namespace
 }  // namespace servelab::cli_test
