@@ -158,7 +158,7 @@ KvMetrics compute_kv_metrics(const std::string& label, const std::vector<StepRec
 RunMetrics compute_metrics(const std::string& label, const std::vector<RequestRecord>& records,
                            const std::vector<StepRecord>& steps, const SloSpec& slo) {
   RunMetrics m;
-  std::vector<double> ttft, tpot, itl, e2e, lateness;
+  std::vector<double> ttft, tpot, itl, e2e, lateness, queue, prefill;
   double first_arrival = std::numeric_limits<double>::infinity();
   double last_finish = -std::numeric_limits<double>::infinity();
   for (const auto& r : records) {
@@ -191,6 +191,10 @@ RunMetrics compute_metrics(const std::string& label, const std::vector<RequestRe
     const double e2e_ms = (last - r.arrival_s) * 1000.0;
     ttft.push_back(ttft_ms);
     e2e.push_back(e2e_ms);
+    if (r.scheduled_s >= 0.0) {
+      queue.push_back((r.scheduled_s - r.arrival_s) * 1000.0);
+      prefill.push_back((r.first_token_s - r.scheduled_s) * 1000.0);
+    }
     bool meets = ttft_ms <= slo.ttft_ms + kSloSlackMs;
     if (r.output_tokens > 1) {
       const double tpot_ms = (e2e_ms - ttft_ms) / static_cast<double>(r.output_tokens - 1);
@@ -208,6 +212,8 @@ RunMetrics compute_metrics(const std::string& label, const std::vector<RequestRe
   m.itl_ms = summarize(std::move(itl));
   m.e2e_ms = summarize(std::move(e2e));
   m.lateness_ms = summarize(std::move(lateness));
+  m.queue_ms = summarize(std::move(queue));
+  m.prefill_ms = summarize(std::move(prefill));
   m.lateness_warning = !m.lateness_ms.empty() && m.lateness_ms.p99 > 1.0;
 
   if (m.n_requests > 0 && last_finish >= first_arrival) {
@@ -246,6 +252,8 @@ void to_json(nlohmann::ordered_json& j, const RunMetrics& m) {
                          {"max", json_number(m.kv.utilization_max)}};
   j["lateness_ms"] = m.lateness_ms;
   // Extras beyond DESIGN.md's contract.
+  j["queue_ms"] = m.queue_ms;
+  j["prefill_ms"] = m.prefill_ms;
   const auto& b = m.kv.breakdown;
   j["kv_breakdown"] = {{"stored", json_number(b.stored)},
                        {"reserved", json_number(b.reserved)},
@@ -275,6 +283,8 @@ void from_json(const nlohmann::ordered_json& j, RunMetrics& m) {
   m.itl_ms = j.at("itl_ms").get<Distribution>();
   m.e2e_ms = j.at("e2e_ms").get<Distribution>();
   m.lateness_ms = j.contains("lateness_ms") ? j["lateness_ms"].get<Distribution>() : summarize({});
+  m.queue_ms = j.contains("queue_ms") ? j["queue_ms"].get<Distribution>() : summarize({});
+  m.prefill_ms = j.contains("prefill_ms") ? j["prefill_ms"].get<Distribution>() : summarize({});
   m.request_throughput = number_or_nan(j, "request_throughput");
   m.output_throughput = number_or_nan(j, "output_throughput");
   m.total_throughput = number_or_nan(j, "total_throughput");

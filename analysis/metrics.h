@@ -9,6 +9,9 @@
 //   E2E       = last token time − arrival_s (the last entry of token_times_s; end_s when the
 //               record carries no token times).
 //   TPOT      = (E2E − TTFT) / (output_tokens − 1), for ok requests with output_tokens > 1.
+//   queue     = scheduled_s − arrival_s (waiting to be admitted to a batch) and
+//   prefill   = first_token_s − scheduled_s: TTFT split in two, over ok requests with a first
+//               token and a scheduled_s (records without one are left out of both).
 //   ITL       = every gap between consecutive output tokens, pooled over ok requests; see itl_gaps.
 //   lateness  = sent_s − arrival_s, over every measured request that was sent (any status).
 //   window    = first arrival → last finish (end_s) over the measured requests, warm-up excluded.
@@ -84,6 +87,8 @@ struct RunMetrics {
   Distribution itl_ms;
   Distribution e2e_ms;
   Distribution lateness_ms;
+  Distribution queue_ms;    ///< scheduled − arrival
+  Distribution prefill_ms;  ///< first token − scheduled
   double request_throughput = 0.0;  ///< ok requests / s
   double output_throughput = 0.0;   ///< output tokens of ok requests / s
   double total_throughput = 0.0;    ///< prompt + output tokens of ok requests / s
@@ -135,7 +140,8 @@ KvMetrics compute_kv_metrics(const std::string& label, const std::vector<StepRec
 
 /// DESIGN.md's "metrics" object: "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "request_throughput",
 /// "output_throughput", "total_throughput", "goodput", "request_goodput", "slo_attainment",
-/// "kv_utilization": {mean, max}, "lateness_ms", then extras: "kv_breakdown" {stored, reserved,
+/// "kv_utilization": {mean, max}, "lateness_ms", then extras: "queue_ms", "prefill_ms" (TTFT's
+/// two parts, distributions), "kv_breakdown" {stored, reserved,
 /// internal_frag, external_frag, free}, "kv_peak_use", "batch_size" {mean, max}, "n_steps",
 /// "n_ok", "n_warmup", "n_slo_met", "n_prompt_tokens", "n_output_tokens", "n_preemptions",
 /// "window_start_s", "duration_s", "lateness_warning". (n_requests and n_failed sit on the run.)

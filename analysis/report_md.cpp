@@ -73,7 +73,8 @@ std::string report_markdown(const Summary& s, const std::vector<GateResult>& gat
   md << "- SLO: TTFT ≤ " << format_plain(s.slo.ttft_ms) << " ms and TPOT ≤ " << format_plain(s.slo.tpot_ms)
      << " ms per request; target attainment " << format_share(s.slo.attainment) << "\n";
   md << "- latencies count from each request's intended send time; throughput over first arrival → "
-        "last finish, warm-up excluded\n\n";
+        "last finish, warm-up excluded\n";
+  md << "- TTFT = queue (arrival → first admitted to a batch) + prefill (admitted → first token)\n\n";
 
   md << "## Runs\n\n";
   std::vector<std::vector<std::string>> rows;

@@ -31,6 +31,7 @@ void to_json(nlohmann::json& j, const RequestRecord& r) {
                      {"id", r.id},
                      {"arrival_s", r.arrival_s},
                      {"sent_s", r.sent_s},
+                     {"scheduled_s", r.scheduled_s < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.scheduled_s)},
                      {"first_token_s", r.first_token_s < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.first_token_s)},
                      {"token_times_s", r.token_times_s},
                      {"end_s", r.end_s < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.end_s)},
@@ -55,6 +56,7 @@ void from_json(const nlohmann::json& j, RequestRecord& r) {
   r.id = j.at("id").get<uint64_t>();
   r.arrival_s = j.at("arrival_s").get<double>();
   r.sent_s = j.value("sent_s", r.arrival_s);
+  r.scheduled_s = time_or_missing(j, "scheduled_s");
   r.first_token_s = time_or_missing(j, "first_token_s");
   r.token_times_s = j.value("token_times_s", std::vector<double>{});
   r.end_s = time_or_missing(j, "end_s");

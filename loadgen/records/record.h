@@ -20,6 +20,10 @@ struct RequestRecord {
   uint64_t id = 0;
   double arrival_s = 0.0;             ///< intended send time (coordinated-omission safe)
   double sent_s = 0.0;                ///< actual send time
+  /// First admitted to a batch by the engine; -1 when never scheduled or unknown (HTTP runs,
+  /// records written before the field existed). TTFT = (scheduled − arrival) queueing +
+  /// (first token − scheduled) prefill.
+  double scheduled_s = -1.0;
   double first_token_s = -1.0;        ///< -1 when no token came
   std::vector<double> token_times_s;  ///< every output token
   double end_s = -1.0;

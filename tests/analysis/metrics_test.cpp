@@ -81,6 +81,29 @@ TEST(Metrics, LatencyDistributionsByHand) {
   EXPECT_NEAR(percentile_of_sorted(std::vector<double>{50, 100, 200, 200, 200}, 10), 70.0, kTol);
 }
 
+// Issue 6 item 2: TTFT splits into queueing (scheduled − arrival) and prefill (first token −
+// scheduled), over ok requests that were scheduled; summary.json carries both.
+TEST(Metrics, TtftSplitsIntoQueueAndPrefill) {
+  auto v = example_records();
+  v[0].scheduled_s = 0.04;  // A: TTFT 100 = queue 40 + prefill 60
+  v[2].scheduled_s = 2.01;  // C: TTFT 50 = queue 10 + prefill 40
+  // B has no scheduled_s (an older record): left out of both; D failed.
+  const RunMetrics m = compute_metrics("r", v, {}, SloSpec{});
+  EXPECT_EQ(m.queue_ms.n, 2u);
+  EXPECT_NEAR(m.queue_ms.mean, 25.0, kTol);
+  EXPECT_NEAR(m.queue_ms.max, 40.0, kTol);
+  EXPECT_EQ(m.prefill_ms.n, 2u);
+  EXPECT_NEAR(m.prefill_ms.p50, 50.0, kTol);
+  const nlohmann::ordered_json j = m;
+  EXPECT_NEAR(j["queue_ms"]["max"].get<double>(), 40.0, 1e-9);
+  EXPECT_NEAR(j["prefill_ms"]["mean"].get<double>(), 50.0, 1e-9);
+  EXPECT_EQ(j.get<RunMetrics>().prefill_ms.n, 1u);  // read back (the count is not stored)
+  // No record scheduled: null blocks, not 0.
+  const nlohmann::ordered_json none = compute_metrics("r", example_records(), {}, SloSpec{});
+  EXPECT_TRUE(none["queue_ms"]["p50"].is_null());
+  EXPECT_TRUE(none["prefill_ms"]["p50"].is_null());
+}
+
 TEST(Metrics, LatenessOverEverySentRequestAndItsWarning) {
   const RunMetrics m = compute_metrics("r", example_records(), {}, SloSpec{});
   // {0.5, 2, 0, 0} ms → sorted 0 0 0.5 2; p99: h = 2.97 → 0.5 + 0.97 × 1.5 = 1.955 > 1 ms.

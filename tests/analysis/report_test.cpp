@@ -171,6 +171,12 @@ TEST(Report, ConsoleTableAndTerminalPlot) {
   }
   EXPECT_EQ(n, 6);
   EXPECT_NE(table.str().find("TTFT <= 200 ms, TPOT <= 30 ms"), std::string::npos) << table.str();
+  // Issue 6 item 2: TTFT's two parts are columns of the console table and report.md.
+  EXPECT_NE(header.find("queue"), std::string::npos) << header;
+  EXPECT_NE(header.find("prefill"), std::string::npos) << header;
+  const std::string md = read_text_file(dir + "/report.md");
+  EXPECT_NE(md.find("queue p50 (ms)"), std::string::npos);
+  EXPECT_NE(md.find("prefill p50 (ms)"), std::string::npos);
 
   std::ostringstream plot;
   print_terminal_plot(plot, out.summary, "ttft_ms.p50", 40, 10);
