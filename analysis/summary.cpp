@@ -12,6 +12,21 @@
 #include "analysis/json_format.h"
 
 namespace servelab::analysis {
+namespace {
+
+/// j[key] as a planned-request count, 0 when absent; throws when it is not an integer in
+/// [0, kMaxRequestsPerRun] (a bare get<int> would wrap a huge value silently).
+int request_count(const nlohmann::ordered_json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return 0;
+  if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > kMaxRequestsPerRun ||
+      (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(kMaxRequestsPerRun)))
+    throw std::invalid_argument(std::string("\"") + key + "\" must be an integer in [0, " +
+                                std::to_string(kMaxRequestsPerRun) + "] (got " + it->dump() + ")");
+  return static_cast<int>(it->get<int64_t>());
+}
+
+}  // namespace
 
 std::string RunInfo::strategy_name() const {
   if (!strategy.empty()) return strategy;
@@ -30,9 +45,9 @@ void RunInfo::validate() const {
   if (!(rate > 0.0))
     throw std::invalid_argument("run " + label + ": rate must be > 0 requests/s or infinite (got " +
                                 std::to_string(rate) + ")");
-  if (n_requests < 0)
-    throw std::invalid_argument("run " + label + ": n_requests must be >= 0 (got " +
-                                std::to_string(n_requests) + ")");
+  if (n_requests < 0 || n_requests > kMaxRequestsPerRun)
+    throw std::invalid_argument("run " + label + ": n_requests must be in [0, " +
+                                std::to_string(kMaxRequestsPerRun) + "] (got " + std::to_string(n_requests) + ")");
 }
 
 std::vector<std::string> Summary::strategies() const {
@@ -95,7 +110,7 @@ void from_json(const nlohmann::ordered_json& j, RunInfo& r) {
   auto rate = j.find("rate");
   r.rate =
       (rate == j.end() || rate->is_null()) ? std::numeric_limits<double>::infinity() : rate->get<double>();
-  r.n_requests = j.value("n_requests", 0);
+  r.n_requests = request_count(j, "n_requests");
   r.config = j.contains("config") ? j["config"] : nlohmann::ordered_json::object();
 }
 
@@ -150,7 +165,7 @@ void to_json(nlohmann::ordered_json& j, const RunSummary& r) {
 void from_json(const nlohmann::ordered_json& j, RunSummary& r) {
   if (!j.is_object()) throw std::invalid_argument("each entry of \"runs\" must be an object");
   r.info = j.get<RunInfo>();
-  r.info.n_requests = j.value("n_planned", 0);
+  r.info.n_requests = request_count(j, "n_planned");
   try {
     r.metrics = j.at("metrics").get<RunMetrics>();
   } catch (const std::exception& e) {

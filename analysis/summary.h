@@ -32,13 +32,14 @@ struct RunInfo {
   std::string kv;        ///< naive | paged ("" when unknown)
   std::string backend;   ///< cpu | cuda | sim | http
   double rate = 0.0;     ///< requests/s offered; +infinity = all at once (JSON null)
-  int n_requests = 0;    ///< planned measured requests (warm-up excluded); 0 = not known
+  int n_requests = 0;    ///< planned measured requests (warm-up excluded); 0 = not known; <= kMaxRequestsPerRun
   nlohmann::ordered_json config = nlohmann::ordered_json::object();  ///< free: the strategy's knobs
 
   /// The strategy name reports group by.
   std::string strategy_name() const;
   /// Throws std::invalid_argument naming the field: label non-empty; batching in {static,
-  /// dynamic, continuous} or ""; kv in {naive, paged} or ""; rate > 0 (or +inf).
+  /// dynamic, continuous} or ""; kv in {naive, paged} or ""; rate > 0 (or +inf); n_requests in
+  /// [0, kMaxRequestsPerRun].
   void validate() const;
 };
 

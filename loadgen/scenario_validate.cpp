@@ -8,6 +8,7 @@
 
 #include "engine/backend/sim_backend.h"
 #include "engine/model/hf_config.h"
+#include "loadgen/records/record.h"
 #include "loadgen/scenario.h"
 
 namespace servelab {
@@ -186,6 +187,8 @@ void Scenario::validate(Diagnostics& diag) const {
     check(w.duration_s >= 0, "workload.duration_s", "must be >= 0 (0 = the whole trace)" + got(w.duration_s));
   }
   check(w.warmup_requests >= 0, "workload.warmup_requests", "must be >= 0" + got(w.warmup_requests));
+  check(int64_t{w.n_requests} + w.warmup_requests <= kMaxRequestsPerRun, "workload.n_requests",
+        "plus warmup_requests must be <= " + std::to_string(kMaxRequestsPerRun) + got(w.n_requests));
   check(w.shared_prefix_tokens >= 0, "workload.shared_prefix_tokens", "must be >= 0" + got(w.shared_prefix_tokens));
   if (w.prompt.from_dataset() && w.output.from_dataset() &&
       (w.prompt.dataset != w.output.dataset || w.prompt.dataset_format != w.output.dataset_format))

@@ -189,6 +189,21 @@ TEST_F(RunFolder, ReportReproducesSummaryByteForByte) {
   EXPECT_EQ(read_text(again + "/junit.xml"), read_text(file("junit.xml")));
 }
 
+// Issue 6 item 12: `report` rejects an impossible record with file:line and exit code 2.
+TEST_F(RunFolder, ReportRejectsANegativeTokenCountWithFileLineAndExitTwo) {
+  TempDir copy;
+  const std::string again = copy.file("bad");
+  fs::copy(dir(), again, fs::copy_options::recursive);
+  std::string records = read_text(again + "/records.jsonl");
+  const auto pos = records.find("\"output_tokens\":");
+  ASSERT_NE(pos, std::string::npos);
+  records.insert(pos + std::string("\"output_tokens\":").size(), "-");
+  write_text(again + "/records.jsonl", records);
+  const CliResult r = run_servelab({"report", again, "--quiet", "--no-plots"}, copy);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("records.jsonl:1: output_tokens must be >= 0"), std::string::npos) << r.output;
+}
+
 TEST_F(RunFolder, CompareAgainstItselfFindsNoRegression) {
   TempDir scratch;
   CliResult r = run_servelab({"compare", dir(), dir()}, scratch);

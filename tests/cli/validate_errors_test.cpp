@@ -77,5 +77,22 @@ TEST(ValidateErrors, MissingFileAndUnknownGateMetricExitTwo) {
   EXPECT_NE(r.output.find("did you mean 'ttft_p99_ms'?"), std::string::npos) << r.output;
 }
 
+// Issue 6 item 12: n_requests is bounded (kMaxRequestsPerRun = 10 million) so n_requests +
+// warmup_requests cannot overflow an int and a typo cannot plan billions of requests.
+TEST(ValidateErrors, NRequestsHasANamedUpperBound) {
+  SERVELAB_REQUIRE_BINARY();
+  TempDir tmp;
+  const std::string path = tmp.file("huge.yaml");
+  write_text(path,
+             "backend: {kind: sim}\n"
+             "strategies:\n"
+             "  - {batching: continuous}\n"
+             "workload: {rates: [1], n_requests: 2147483647, warmup_requests: 1}\n");
+  const CliResult r = run_servelab({"validate", path}, tmp);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("workload.n_requests"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("10000000"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace servelab::cli_test
