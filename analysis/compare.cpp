@@ -15,13 +15,7 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-bool same_rate(double a, double b) {
-  if (std::isinf(a) || std::isinf(b)) return a == b;
-  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
-  return std::fabs(a - b) <= 1e-9 * std::max(1.0, std::fabs(a));
-}
-
-std::string run_key(const RunSummary& r) { return r.info.label + " @ " + format_rate(r.info.rate); }
+std::string run_key(const RunSummary& r) { return r.info.label + " @ " + format_run_rate(r.info); }
 
 MetricDelta delta_of(const RunSummary& base, const RunSummary& cur, const std::string& metric,
                      double threshold_pct) {
@@ -96,6 +90,7 @@ Comparison compare_summaries(const Summary& base, const Summary& current, double
     rc.label = cur.info.label;
     rc.strategy = cur.info.strategy_name();
     rc.rate = cur.info.rate;
+    rc.rate_name = format_run_rate(cur.info);
     for (const auto& m : metrics) rc.deltas.push_back(delta_of(*match, cur, m, threshold_pct));
     c.runs.push_back(std::move(rc));
   }
@@ -109,7 +104,7 @@ void print_comparison(std::ostream& out, const Comparison& c) {
   for (const auto& r : c.runs) {
     bool first = true;
     for (const auto& d : r.deltas) {
-      t.add_row({first ? r.label : "", first ? format_rate(r.rate) : "", d.metric, format_number(d.base),
+      t.add_row({first ? r.label : "", first ? r.rate_name : "", d.metric, format_number(d.base),
                  format_number(d.current), format_change_pct(d.change_pct),
                  d.regression ? "REGRESSION" : d.missing ? "MISSING" : ""});
       first = false;

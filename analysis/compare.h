@@ -28,6 +28,7 @@ struct RunComparison {
   std::string label;
   std::string strategy;
   double rate = 0.0;
+  std::string rate_name;  ///< format_run_rate: "4", "max", "c8", "trace"
   std::vector<MetricDelta> deltas;
 };
 

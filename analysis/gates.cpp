@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "analysis/compare.h"
+#include "analysis/json_format.h"
 #include "analysis/text_format.h"
 
 namespace servelab::analysis {
@@ -45,14 +46,7 @@ const std::vector<std::string>& known_metrics() {
   return names;
 }
 
-bool same_rate(double a, double b) {
-  if (std::isinf(a) || std::isinf(b)) return a == b;
-  return std::fabs(a - b) <= 1e-9 * std::max(1.0, std::fabs(a));
-}
-
-std::string run_name(const RunSummary& r) {
-  return r.info.strategy_name() + " @ " + format_rate(r.info.rate);
-}
+std::string run_name(const RunSummary& r) { return r.info.strategy_name() + " @ " + format_run_rate(r.info); }
 
 
 }  // namespace
@@ -134,7 +128,7 @@ void Gate::validate() const {
     throw std::invalid_argument("gate " + metric + ": min (" + format_plain(*min) + ") > max (" +
                                 format_plain(*max) + ")");
   if (rate && !(*rate > 0.0))
-    throw std::invalid_argument("gate " + metric + ": rate must be > 0 (got " + format_plain(*rate) + ")");
+    throw std::invalid_argument("gate " + metric + ": rate must be > 0 or inf (got " + format_plain(*rate) + ")");
 }
 
 void BaselineSpec::validate() const {
@@ -202,7 +196,7 @@ std::vector<GateResult> evaluate_baseline(const Summary& current, const Summary&
     for (const auto& r : c.runs) {
       const MetricDelta& d = r.deltas[i];
       res.passed = res.passed && !d.regression && (spec.allow_missing || !d.missing);
-      msg << (&r == &c.runs.front() ? "" : "; ") << r.strategy << " @ " << format_rate(r.rate) << ": "
+      msg << (&r == &c.runs.front() ? "" : "; ") << r.strategy << " @ " << r.rate_name << ": "
           << format_number(d.base) << " -> " << format_number(d.current) << " ("
           << format_change_pct(d.change_pct) << ")" << (d.regression ? " REGRESSION" : "")
           << (d.missing ? (spec.allow_missing ? " missing (allowed)" : " MISSING") : "");
@@ -250,7 +244,7 @@ void to_json(nlohmann::ordered_json& j, const Gate& g) {
   if (g.min) j["min"] = *g.min;
   if (g.max) j["max"] = *g.max;
   if (g.strategy) j["strategy"] = *g.strategy;
-  if (g.rate) j["rate"] = *g.rate;
+  if (g.rate) j["rate"] = number_keeping_inf(*g.rate);  // a `.inf` sweep point stays a filter
   if (g.allow_missing) j["allow_missing"] = true;
 }
 
@@ -260,20 +254,21 @@ void from_json(const nlohmann::ordered_json& j, Gate& g) {
   if (j.contains("min") && !j["min"].is_null()) g.min = j["min"].get<double>();
   if (j.contains("max") && !j["max"].is_null()) g.max = j["max"].get<double>();
   if (j.contains("strategy") && !j["strategy"].is_null()) g.strategy = j["strategy"].get<std::string>();
-  if (j.contains("rate") && !j["rate"].is_null()) g.rate = j["rate"].get<double>();
+  if (j.contains("rate") && !j["rate"].is_null()) g.rate = read_number_keeping_inf(j["rate"]);
   g.allow_missing = j.value("allow_missing", false);
   g.validate();
 }
 
 void to_json(nlohmann::ordered_json& j, const BaselineSpec& b) {
-  j = {{"path", b.path}, {"max_regression_pct", b.max_regression_pct}, {"metrics", b.metrics}};
+  j = {{"path", b.path}, {"max_regression_pct", number_keeping_inf(b.max_regression_pct)}, {"metrics", b.metrics}};
   if (b.allow_missing) j["allow_missing"] = true;
 }
 
 void from_json(const nlohmann::ordered_json& j, BaselineSpec& b) {
   b = BaselineSpec{};
   b.path = j.at("path").get<std::string>();
-  b.max_regression_pct = j.value("max_regression_pct", b.max_regression_pct);
+  if (j.contains("max_regression_pct") && !j["max_regression_pct"].is_null())
+    b.max_regression_pct = read_number_keeping_inf(j["max_regression_pct"]);
   b.metrics = j.value("metrics", std::vector<std::string>{});
   b.allow_missing = j.value("allow_missing", false);
   b.validate();

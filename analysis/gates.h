@@ -31,7 +31,7 @@ struct Gate {
   std::optional<double> min;            ///< pass when value >= min
   std::optional<double> max;            ///< pass when value <= max
   std::optional<std::string> strategy;  ///< only runs of this strategy (RunInfo::strategy_name)
-  std::optional<double> rate;           ///< only runs at this rate (req/s)
+  std::optional<double> rate;           ///< only runs at this rate (req/s); +inf = the max run (JSON "inf")
   /// false (default): a matched run with no measured records, or with no value for the metric,
   /// fails the gate. true: such runs are skipped (noted in the message), e.g. for a metric that
   /// is legitimately null in some runs.

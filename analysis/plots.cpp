@@ -43,7 +43,7 @@ struct StrategyRuns {
   std::string name;
   std::string file;  ///< slug for data file names
   std::vector<const RunSummary*> by_rate;
-  const RunSummary* highest = nullptr;  ///< may have an infinite rate
+  const RunSummary* highest = nullptr;  ///< may have an infinite rate; closed/trace: the first run
 };
 
 std::vector<StrategyRuns> group_runs(const Summary& s) {
@@ -57,6 +57,9 @@ std::vector<StrategyRuns> group_runs(const Summary& s) {
       if (std::isfinite(r.info.rate)) g.by_rate.push_back(&r);
       if (!std::isnan(r.info.rate) && (!g.highest || r.info.rate > g.highest->info.rate)) g.highest = &r;
     }
+    if (!g.highest)  // closed loop or trace: no rate; the strategy's one run stands for it
+      for (const auto& r : s.runs)
+        if (!g.highest && r.info.strategy_name() == name) g.highest = &r;
     std::sort(g.by_rate.begin(), g.by_rate.end(),
               [](const RunSummary* a, const RunSummary* b) { return a->info.rate < b->info.rate; });
     out.push_back(std::move(g));
@@ -256,7 +259,7 @@ PlotResult write_plots(const std::string& dir, const Summary& summary, const std
     if (!g.highest || g.highest->metrics.kv.n_steps == 0) continue;
     const auto& b = g.highest->metrics.kv.breakdown;
     if (!std::isnan(b.stored)) {
-      std::string name = g.name + " @ " + format_rate(g.highest->info.rate);
+      std::string name = g.name + " @ " + format_run_rate(g.highest->info);
       std::replace(name.begin(), name.end(), '"', '\'');
       bars << "\"" << name << "\" " << dat(b.stored * 100) << " " << dat(b.reserved * 100) << " "
            << dat(b.internal_frag * 100) << " " << dat(b.external_frag * 100) << " " << dat(b.free * 100)

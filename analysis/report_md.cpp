@@ -120,14 +120,16 @@ std::string results_csv(const Summary& s) {
   std::ostringstream csv;
   csv << "label,strategy,batching,kv,backend,rate";
   for (const auto& c : run_columns()) csv << "," << c.csv_key;
-  csv << ",request_throughput,kv_utilization_max,kv_peak_use\n";
+  csv << ",request_throughput,kv_utilization_max,kv_peak_use,mode,concurrency\n";
   for (const RunSummary* r : table_order(s)) {
     csv << csv_text(r->info.label) << "," << csv_text(r->info.strategy_name()) << ","
         << csv_text(r->info.batching) << "," << csv_text(r->info.kv) << "," << csv_text(r->info.backend)
         << "," << (std::isinf(r->info.rate) ? std::string("inf") : csv_number(r->info.rate));
     for (const auto& c : run_columns()) csv << "," << csv_number(c.value(*r));
     csv << "," << csv_number(r->metrics.request_throughput) << ","
-        << csv_number(r->metrics.kv.utilization_max) << "," << csv_number(r->metrics.kv.peak_use) << "\n";
+        << csv_number(r->metrics.kv.utilization_max) << "," << csv_number(r->metrics.kv.peak_use) << ","
+        << to_string(r->info.mode) << ","
+        << (r->info.mode == RunMode::closed ? std::to_string(r->info.concurrency) : std::string()) << "\n";
   }
   return csv.str();
 }

@@ -82,7 +82,7 @@ std::vector<std::string> run_table_header(bool compact) {
 }
 
 std::vector<std::string> run_table_cells(const RunSummary& r) {
-  std::vector<std::string> cells = {r.info.strategy_name(), format_rate(r.info.rate)};
+  std::vector<std::string> cells = {r.info.strategy_name(), format_run_rate(r.info)};
   for (const auto& c : run_columns()) cells.push_back(cell(c.kind, c.value(r)));
   return cells;
 }
@@ -95,7 +95,7 @@ std::vector<std::string> kv_table_header() {
 std::vector<std::string> kv_table_cells(const RunSummary& r) {
   const auto& kv = r.metrics.kv;
   return {r.info.strategy_name(),
-          format_rate(r.info.rate),
+          format_run_rate(r.info),
           format_share(kv.utilization_mean),
           format_share(kv.utilization_max),
           format_share(kv.breakdown.stored),

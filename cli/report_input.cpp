@@ -59,7 +59,21 @@ analysis::ReportInput report_input_for(const Scenario& sc, const std::vector<Swe
     info.batching = r.batching;
     info.kv = r.kv;
     info.backend = r.backend;
-    info.rate = r.rate > 0 ? r.rate : std::numeric_limits<double>::infinity();
+    switch (sc.workload.mode) {
+      case LoadMode::open_loop:
+        info.mode = std::isinf(r.rate) ? analysis::RunMode::max : analysis::RunMode::open;
+        info.rate = r.rate;
+        break;
+      case LoadMode::closed_loop:
+        info.mode = analysis::RunMode::closed;
+        info.concurrency = sc.workload.concurrency;
+        info.rate = std::numeric_limits<double>::quiet_NaN();
+        break;
+      case LoadMode::trace:
+        info.mode = analysis::RunMode::trace;
+        info.rate = std::numeric_limits<double>::quiet_NaN();
+        break;
+    }
     info.n_requests = r.n_planned;
     info.config = r.config;
     in.runs.push_back(std::move(info));

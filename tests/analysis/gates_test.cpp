@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -103,6 +105,24 @@ TEST(Gates, BaselineFailsOnALostRunOrANullMetric) {
   spec.allow_missing = true;  // the opt-out
   EXPECT_TRUE(evaluate_baseline(null_metric, base, spec)[0].passed);
   EXPECT_TRUE(evaluate_baseline(lost, base, spec)[0].passed);
+}
+
+// Issue 6 item 11: a gate's infinite rate (a `.inf` sweep point) and a baseline's infinite
+// threshold survive runs.json: JSON has no infinity, and null would read back as "no filter".
+TEST(Gates, NonFiniteNumbersRoundTripOrAreRejected) {
+  Gate g = gate("ttft_ms.p99", std::nullopt, 500);
+  g.rate = std::numeric_limits<double>::infinity();
+  const nlohmann::ordered_json j = g;
+  const Gate back = j.get<Gate>();
+  ASSERT_TRUE(back.rate.has_value()) << j.dump();
+  EXPECT_TRUE(std::isinf(*back.rate));
+  g.rate = std::nan("");
+  EXPECT_THROW(g.validate(), std::invalid_argument);
+  BaselineSpec b;
+  b.path = "base.json";
+  b.max_regression_pct = std::numeric_limits<double>::infinity();
+  const nlohmann::ordered_json bj = b;
+  EXPECT_TRUE(std::isinf(bj.get<BaselineSpec>().max_regression_pct)) << bj.dump();
 }
 
 TEST(Gates, RateFilter) {
