@@ -8,39 +8,16 @@
 #include "analysis/compare.h"
 #include "analysis/json_format.h"
 #include "analysis/text_format.h"
+#include "loadgen/records/gate_metrics.h"
 
 namespace servelab::analysis {
 namespace {
 
+/// Summary paths of every gate-able metric, from the one registry (loadgen/records/gate_metrics.h).
 const std::vector<std::string>& known_metrics() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;
-    for (const char* d : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "lateness_ms"})
-      for (const char* s : {"mean", "p50", "p90", "p95", "p99", "p999", "max"})
-        v.push_back(std::string(d) + "." + s);
-    for (const char* s : {"request_throughput",
-                          "output_throughput",
-                          "total_throughput",
-                          "goodput",
-                          "request_goodput",
-                          "slo_attainment",
-                          "kv_utilization.mean",
-                          "kv_utilization.max",
-                          "kv_breakdown.stored",
-                          "kv_breakdown.reserved",
-                          "kv_breakdown.internal_frag",
-                          "kv_breakdown.external_frag",
-                          "kv_breakdown.free",
-                          "kv_peak_use",
-                          "batch_size.mean",
-                          "batch_size.max",
-                          "n_ok",
-                          "n_slo_met",
-                          "n_preemptions",
-                          "duration_s",
-                          "n_failed",
-                          "n_requests"})
-      v.push_back(s);
+    for (const auto& m : gate_metrics()) v.push_back(m.path);
     return v;
   }();
   return names;
@@ -60,19 +37,9 @@ void check_metric_name(const std::string& metric) {
 }
 
 MetricDirection metric_direction(const std::string& metric) {
-  static const std::vector<std::string> higher = {"request_throughput",
-                                                  "output_throughput",
-                                                  "total_throughput",
-                                                  "goodput",
-                                                  "request_goodput",
-                                                  "slo_attainment",
-                                                  "kv_utilization.mean",
-                                                  "kv_utilization.max",
-                                                  "kv_breakdown.stored",
-                                                  "n_ok",
-                                                  "n_slo_met"};
-  return std::find(higher.begin(), higher.end(), metric) != higher.end() ? MetricDirection::higher_is_better
-                                                                         : MetricDirection::lower_is_better;
+  check_metric_name(metric);
+  return find_gate_metric(metric)->higher_is_better ? MetricDirection::higher_is_better
+                                                    : MetricDirection::lower_is_better;
 }
 
 std::optional<double> run_metric(const RunSummary& run, const std::string& metric) {

@@ -16,9 +16,10 @@ namespace servelab::analysis {
 /// goodput, attainment, KV utilization).
 enum class MetricDirection { lower_is_better, higher_is_better };
 
-/// Metric names gates and compare accept: a path into a run's "metrics" object with '.' between
-/// levels ("ttft_ms.p99", "goodput", "kv_utilization.mean", "kv_breakdown.free"), or a run-level
-/// count ("n_failed", "n_requests"). Throws std::invalid_argument listing the valid names.
+/// Metric names gates and compare accept: the summary paths of loadgen/records/gate_metrics.h,
+/// a path into a run's "metrics" object with '.' between levels ("ttft_ms.p99", "goodput",
+/// "kv_utilization.mean", "kv_breakdown.free"), or a run-level count ("n_failed", "n_requests").
+/// Throws std::invalid_argument listing the valid names.
 void check_metric_name(const std::string& metric);
 /// Direction of a valid metric name.
 MetricDirection metric_direction(const std::string& metric);

@@ -5,21 +5,13 @@
 #include <limits>
 
 #include "engine/model/config.h"
+#include "loadgen/records/gate_metrics.h"
 
 namespace servelab::cli {
 
 std::string analysis_metric_name(const std::string& scenario_metric) {
-  // Scenario files spell a latency statistic "ttft_p99_ms" and KV utilization
-  // "kv_utilization_mean"; the analysis layer names the path in summary.json's metrics object.
-  const std::string& m = scenario_metric;
-  if (m.size() > 3 && m.compare(m.size() - 3, 3, "_ms") == 0) {
-    const size_t us = m.find('_');
-    if (us != std::string::npos && us + 1 < m.size() - 3)
-      return m.substr(0, us) + "_ms." + m.substr(us + 1, m.size() - 3 - us - 1);
-  }
-  for (const char* stat : {"mean", "max"})
-    if (m == std::string("kv_utilization_") + stat) return std::string("kv_utilization.") + stat;
-  return m;
+  const GateMetric* m = find_gate_metric(scenario_metric);  // the one registry
+  return m ? m->path : scenario_metric;
 }
 
 std::string current_commit() {

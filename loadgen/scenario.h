@@ -198,10 +198,9 @@ struct Scenario {
   void validate(Diagnostics& diag) const;
 };
 
-/// Metric names a gate may use: goodput, request_goodput, output_throughput, request_throughput,
-/// total_throughput, slo_attainment, n_failed, kv_utilization_{mean,max}, and
-/// {ttft,tpot,itl,e2e,lateness}_{mean,p50,p90,p95,p99,p999,max}_ms (→ summary.json
-/// metrics.<m>_ms.<stat>).
+/// Metric names a gate may use: the scenario spellings of loadgen/records/gate_metrics.h
+/// (goodput, slo_attainment, n_failed, kv_utilization_mean, ttft_p99_ms, ... → summary.json
+/// metrics.ttft_ms.p99, ...).
 const std::vector<std::string>& gate_metric_names();
 /// true for throughputs, goodput, attainment, KV utilization; false for latencies and n_failed.
 bool gate_metric_higher_is_better(const std::string& metric);

@@ -8,6 +8,7 @@
 
 #include "engine/backend/sim_backend.h"
 #include "engine/model/hf_config.h"
+#include "loadgen/records/rate.h"
 #include "loadgen/records/record.h"
 #include "loadgen/scenario.h"
 
@@ -268,7 +269,7 @@ void Scenario::validate(Diagnostics& diag) const {
                                     (w.mode == LoadMode::trace ? "trace" : "closed-loop") + " workload has one run: remove it");
     } else if (g.rate && !diag.failed("workload.rates")) {
       bool found = false;
-      for (double r : rates) found |= std::abs(r - *g.rate) <= 1e-9 * std::max(1.0, std::abs(r)) || r == *g.rate;
+      for (double r : rates) found |= same_rate(r, *g.rate);
       std::string list;
       for (double r : rates) list += (list.empty() ? "" : ", ") + num(r);
       check(found, p + ".rate", "must be one of the sweep's rates: " + list + got(*g.rate));

@@ -5,6 +5,9 @@
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
+
+#include "loadgen/records/gate_metrics.h"
 #include <string>
 #include <vector>
 
@@ -123,6 +126,40 @@ TEST(Gates, NonFiniteNumbersRoundTripOrAreRejected) {
   b.max_regression_pct = std::numeric_limits<double>::infinity();
   const nlohmann::ordered_json bj = b;
   EXPECT_TRUE(std::isinf(bj.get<BaselineSpec>().max_regression_pct)) << bj.dump();
+}
+
+// Issue 6 item 18: one registry of gate metrics. Every entry names a value a real summary has
+// (so the registry cannot drift from metrics.h's JSON), both spellings are unique, and the
+// gate direction comes from it.
+TEST(Gates, EveryRegistryMetricResolvesInAComputedSummary) {
+  RequestRecord r;
+  r.run = "x";
+  r.arrival_s = 0.0;
+  r.scheduled_s = 0.01;
+  r.first_token_s = 0.02;
+  r.token_times_s = {0.02, 0.03, 0.05};
+  r.end_s = 0.05;
+  r.output_tokens = 3;
+  StepRecord st;
+  st.run = "x";
+  st.duration_s = 0.05;
+  st.batch_size = 1;
+  st.kv_capacity = 10;
+  st.kv_stored = 3;
+  st.kv_free = 7;
+  RunSummary run;
+  run.info.label = "x";
+  run.metrics = compute_metrics("x", {r}, {st}, SloSpec{});
+  std::set<std::string> paths, flat;
+  for (const auto& m : servelab::gate_metrics()) {
+    EXPECT_TRUE(run_metric(run, m.path).has_value()) << m.path;
+    EXPECT_TRUE(paths.insert(m.path).second) << m.path;
+    EXPECT_TRUE(flat.insert(m.scenario_name).second) << m.scenario_name;
+    EXPECT_EQ(metric_direction(m.path) == MetricDirection::higher_is_better, m.higher_is_better) << m.path;
+  }
+  EXPECT_EQ(servelab::find_gate_metric("ttft_p99_ms")->path, "ttft_ms.p99");
+  EXPECT_EQ(servelab::find_gate_metric("kv_breakdown_external_frag")->path, "kv_breakdown.external_frag");
+  EXPECT_EQ(servelab::find_gate_metric("queue_p50_ms")->path, "queue_ms.p50");
 }
 
 TEST(Gates, RateFilter) {
