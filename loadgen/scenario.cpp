@@ -3,6 +3,8 @@
 // scenario_validate.cpp.
 #include "loadgen/scenario.h"
 
+#include "loadgen/records/gate_metrics.h"
+
 #include <algorithm>
 #include <fstream>
 #include <sstream>
@@ -105,19 +107,16 @@ const char* to_string(LoadMode m) {
 
 const std::vector<std::string>& gate_metric_names() {
   static const std::vector<std::string> names = [] {
-    std::vector<std::string> v = {"goodput",          "request_goodput",     "output_throughput",
-                                  "request_throughput", "total_throughput", "slo_attainment",
-                                  "n_failed",         "kv_utilization_mean", "kv_utilization_max"};
-    for (const char* m : {"ttft", "tpot", "itl", "e2e", "lateness"})
-      for (const char* s : {"mean", "p50", "p90", "p95", "p99", "p999", "max"})
-        v.push_back(std::string(m) + "_" + s + "_ms");
+    std::vector<std::string> v;
+    for (const auto& m : gate_metrics()) v.push_back(m.scenario_name);  // the one registry
     return v;
   }();
   return names;
 }
 
 bool gate_metric_higher_is_better(const std::string& metric) {
-  return !(metric == "n_failed" || (metric.size() > 3 && metric.compare(metric.size() - 3, 3, "_ms") == 0));
+  const GateMetric* m = find_gate_metric(metric);
+  return m && m->higher_is_better;
 }
 
 namespace {

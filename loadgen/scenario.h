@@ -154,6 +154,7 @@ struct GateSpec {
   std::optional<double> max;
   std::string strategy;             ///< a label; empty = every strategy
   std::optional<double> rate;       ///< one of the rates; unset = every rate
+  bool allow_missing = false;       ///< a run with no records or no value does not fail the gate
 };
 
 /// `baseline:` — compare each run with the same label and rate in an earlier summary.json.
@@ -161,6 +162,7 @@ struct BaselineSpec {
   std::string file;                 ///< resolved path of a summary.json
   double max_regression_pct = 10.0; ///< a metric may be at most this much worse
   std::vector<std::string> metrics = {"goodput", "output_throughput", "ttft_p99_ms", "tpot_p99_ms"};
+  bool allow_missing = false;       ///< a lost run or a metric that became null does not fail
 };
 
 /// A whole scenario. load_scenario() fills and validates it; code may also build one and call
@@ -196,10 +198,9 @@ struct Scenario {
   void validate(Diagnostics& diag) const;
 };
 
-/// Metric names a gate may use: goodput, request_goodput, output_throughput, request_throughput,
-/// total_throughput, slo_attainment, n_failed, kv_utilization_{mean,max}, and
-/// {ttft,tpot,itl,e2e,lateness}_{mean,p50,p90,p95,p99,p999,max}_ms (→ summary.json
-/// metrics.<m>_ms.<stat>).
+/// Metric names a gate may use: the scenario spellings of loadgen/records/gate_metrics.h
+/// (goodput, slo_attainment, n_failed, kv_utilization_mean, ttft_p99_ms, ... → summary.json
+/// metrics.ttft_ms.p99, ...).
 const std::vector<std::string>& gate_metric_names();
 /// true for throughputs, goodput, attainment, KV utilization; false for latencies and n_failed.
 bool gate_metric_higher_is_better(const std::string& metric);

@@ -461,7 +461,7 @@ void Walker::gates(const YAML::Node& n) {
   for (size_t i = 0; i < n.size(); ++i) {
     const std::string path = index("gates", i);
     GateSpec g;
-    if (check_map(n[i], path, {"metric", "min", "max", "strategy", "rate"})) {
+    if (check_map(n[i], path, {"metric", "min", "max", "strategy", "rate", "allow_missing"})) {
       const YAML::Node& e = n[i];
       if (defined(e["metric"])) read_string(e["metric"], path + ".metric", g.metric);
       else d_.error_at(path, path + ".metric is required (e.g. goodput, ttft_p99_ms)");
@@ -470,6 +470,7 @@ void Walker::gates(const YAML::Node& n) {
       if (defined(e["max"]) && read_double(e["max"], path + ".max", v)) g.max = v;
       if (defined(e["strategy"])) read_string(e["strategy"], path + ".strategy", g.strategy);
       if (defined(e["rate"]) && read_double(e["rate"], path + ".rate", v)) g.rate = v;
+      if (defined(e["allow_missing"])) read_bool(e["allow_missing"], path + ".allow_missing", g.allow_missing);
     }
     s_.gates.push_back(g);
   }
@@ -481,7 +482,8 @@ void Walker::baseline(const YAML::Node& n) {
     if (read_path(n, "baseline.file", b.file)) s_.baseline = b;
     return;
   }
-  if (!check_map(n, "baseline", {"file", "max_regression_pct", "metrics"})) return;
+  if (!check_map(n, "baseline", {"file", "max_regression_pct", "metrics", "allow_missing"})) return;
+  if (defined(n["allow_missing"])) read_bool(n["allow_missing"], "baseline.allow_missing", b.allow_missing);
   if (defined(n["file"])) read_path(n["file"], "baseline.file", b.file);
   else d_.error_at("baseline", "baseline.file is required (a summary.json from an earlier run)");
   if (defined(n["max_regression_pct"])) read_double(n["max_regression_pct"], "baseline.max_regression_pct", b.max_regression_pct);

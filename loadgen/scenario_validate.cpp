@@ -10,6 +10,8 @@
 #include "engine/backend/sim_backend.h"
 #include "engine/engine.h"
 #include "engine/model/hf_config.h"
+#include "loadgen/records/rate.h"
+#include "loadgen/records/record.h"
 #include "loadgen/scenario.h"
 #include "loadgen/sources.h"
 
@@ -41,19 +43,11 @@ bool safe_name(const std::string& s) {
   return true;
 }
 
-/// Two sweep points at one rate would give two runs the same label (the run would die when it
-/// writes its reports), and a gate's `rate:` or a baseline could not tell them apart. Rates this
-/// close (1e-9 relative, as gates and compare match rates) count as the same.
-bool rates_coincide(double a, double b) {
-  if (std::isinf(a) || std::isinf(b)) return a == b;
-  return std::abs(a - b) <= 1e-9 * std::max(1.0, std::abs(a));
-}
-
 /// Reports the first repeated rate (a range's repeats all point at the range).
 void check_distinct_rates(const std::vector<double>& rates, Diagnostics& diag) {
   for (size_t i = 1; i < rates.size(); ++i)
     for (size_t j = 0; j < i; ++j) {
-      if (!rates_coincide(rates[i], rates[j])) continue;
+      if (!same_rate(rates[i], rates[j])) continue;
       const std::string p = "workload.rates[" + std::to_string(i) + "]";
       if (diag.failed(p)) return;
       const std::string value = shortest(rates[j]) + (rates[i] == rates[j] ? "" : " ≈ " + shortest(rates[i]));
@@ -264,6 +258,8 @@ void validate_load(const Scenario& s, const Checker& c) {
     c.check(w.duration_s >= 0, "workload.duration_s", "must be >= 0 (0 = the whole trace)" + got(w.duration_s));
   }
   c.check(w.warmup_requests >= 0, "workload.warmup_requests", "must be >= 0" + got(w.warmup_requests));
+  c.check(int64_t{w.n_requests} + w.warmup_requests <= kMaxRequestsPerRun, "workload.n_requests",
+          "plus warmup_requests must be <= " + std::to_string(kMaxRequestsPerRun) + got(w.n_requests));
   c.check(w.shared_prefix_tokens >= 0, "workload.shared_prefix_tokens", "must be >= 0" + got(w.shared_prefix_tokens));
 }
 
@@ -352,7 +348,7 @@ void validate_gate(const Scenario& s, const GateSpec& g, const std::string& p, c
     bool found = false;
     std::string list;
     for (double r : s.sweep_rates()) {
-      found |= rates_coincide(r, *g.rate);
+      found |= same_rate(r, *g.rate);
       list += (list.empty() ? "" : ", ") + num(r);
     }
     c.check(found, p + ".rate", "must be one of the sweep's rates: " + list + got(*g.rate));

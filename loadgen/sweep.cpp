@@ -17,12 +17,6 @@
 
 namespace servelab {
 
-std::string format_rate(double rate) {
-  char buf[64];
-  auto res = std::to_chars(buf, buf + sizeof buf, rate);
-  return std::string(buf, res.ptr);
-}
-
 namespace {
 
 nlohmann::ordered_json strategy_knobs(const StrategySpec& s) {

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loadgen/inprocess_driver.h"
+#include "loadgen/records/rate.h"  // format_rate: run labels "<strategy>@<rate>"
 #include "loadgen/plan.h"
 #include "loadgen/scenario.h"
 
@@ -43,9 +44,6 @@ struct SweepOutcome {
   std::vector<StepRecord> steps;       ///< what was written to steps.jsonl
   bool interrupted = false;
 };
-
-/// "4", "0.5", "12.25": the shortest decimal that reads back as `rate`.
-std::string format_rate(double rate);
 
 /// The sweep's points (labels, knobs, planned counts) without running anything. Pass the
 /// Planner the run will use, so a dataset or trace is read once per run, not once per call.

@@ -1,6 +1,7 @@
 #pragma once
 // Reading a JSON-lines file of one record type, with errors that name the file and line.
 #include <fstream>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -9,10 +10,12 @@
 
 namespace servelab {
 
-/// Parses every non-blank line of `path` as a T (through its from_json). Throws
+/// Parses every non-blank line of `path` as a T (through its from_json), then calls
+/// `check(value, line)` when given (it throws std::exception to reject the line). Throws
 /// std::runtime_error("path: cannot open") or ("path:line: message").
 template <typename T>
-std::vector<T> read_jsonl(const std::string& path) {
+std::vector<T> read_jsonl(const std::string& path,
+                          const std::function<void(const T&, int line)>& check = nullptr) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error(path + ": cannot open");
   std::vector<T> out;
@@ -22,7 +25,9 @@ std::vector<T> read_jsonl(const std::string& path) {
     ++n;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
-      out.push_back(nlohmann::json::parse(line).get<T>());
+      T value = nlohmann::json::parse(line).get<T>();
+      if (check) check(value, n);
+      out.push_back(std::move(value));
     } catch (const std::exception& e) {
       throw std::runtime_error(path + ":" + std::to_string(n) + ": " + e.what());
     }

@@ -1,6 +1,9 @@
 #include "loadgen/records/record.h"
 
+#include <cmath>
+#include <map>
 #include <stdexcept>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -31,6 +34,7 @@ void to_json(nlohmann::json& j, const RequestRecord& r) {
                      {"id", r.id},
                      {"arrival_s", r.arrival_s},
                      {"sent_s", r.sent_s},
+                     {"scheduled_s", r.scheduled_s < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.scheduled_s)},
                      {"first_token_s", r.first_token_s < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.first_token_s)},
                      {"token_times_s", r.token_times_s},
                      {"end_s", r.end_s < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.end_s)},
@@ -39,7 +43,6 @@ void to_json(nlohmann::json& j, const RequestRecord& r) {
                      {"status", to_string(r.status)},
                      {"error", r.error.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.error)},
                      {"preemptions", r.preemptions}};
-  if (r.scheduled_s >= 0) j["scheduled_s"] = r.scheduled_s;
   if (r.warmup) j["warmup"] = true;
 }
 
@@ -69,7 +72,62 @@ void from_json(const nlohmann::json& j, RequestRecord& r) {
   r.warmup = j.value("warmup", false);
 }
 
-std::vector<RequestRecord> read_records(const std::string& path) { return read_jsonl<RequestRecord>(path); }
+namespace {
+
+std::string num(double x) {
+  nlohmann::json j = x;
+  return j.dump();
+}
+
+/// Throws when `t` is set (not -1) and is not finite, negative, or before `after`.
+void check_time(const char* field, double t, const char* after_field, double after) {
+  if (t == -1.0) return;
+  if (!std::isfinite(t) || t < 0.0)
+    throw std::invalid_argument(std::string(field) + " must be a finite time >= 0 s (got " + num(t) + ")");
+  if (after >= 0.0 && t < after)
+    throw std::invalid_argument(std::string(field) + " (" + num(t) + ") is before " + after_field + " (" +
+                                num(after) + ")");
+}
+
+}  // namespace
+
+void RequestRecord::validate() const {
+  if (!std::isfinite(arrival_s) || arrival_s < 0.0)
+    throw std::invalid_argument("arrival_s must be a finite time >= 0 s (got " + num(arrival_s) + ")");
+  if (!std::isfinite(sent_s) || sent_s < 0.0)
+    throw std::invalid_argument("sent_s must be a finite time >= 0 s (got " + num(sent_s) + ")");
+  check_time("scheduled_s", scheduled_s, "arrival_s", arrival_s);
+  check_time("first_token_s", first_token_s, scheduled_s >= 0 ? "scheduled_s" : "arrival_s",
+             scheduled_s >= 0 ? scheduled_s : arrival_s);
+  double prev = first_token_s >= 0 ? first_token_s : arrival_s;
+  std::string prev_field = first_token_s >= 0 ? "first_token_s" : "arrival_s";
+  for (std::size_t i = 0; i < token_times_s.size(); ++i) {
+    const double t = token_times_s[i];
+    if (!std::isfinite(t) || t < prev)
+      throw std::invalid_argument("token_times_s[" + std::to_string(i) + "] (" + num(t) + ") is before " +
+                                  prev_field + " (" + num(prev) + "): times must not go backwards");
+    prev = t;
+    prev_field = "token_times_s[" + std::to_string(i) + "]";
+  }
+  check_time("end_s", end_s, prev_field.c_str(), prev);
+  if (prompt_tokens < 0) throw std::invalid_argument("prompt_tokens must be >= 0 (got " + std::to_string(prompt_tokens) + ")");
+  if (output_tokens < 0) throw std::invalid_argument("output_tokens must be >= 0 (got " + std::to_string(output_tokens) + ")");
+  if (preemptions < 0) throw std::invalid_argument("preemptions must be >= 0 (got " + std::to_string(preemptions) + ")");
+  if (token_times_s.size() > static_cast<std::size_t>(output_tokens))
+    throw std::invalid_argument("token_times_s has " + std::to_string(token_times_s.size()) +
+                                " entries but output_tokens is " + std::to_string(output_tokens));
+}
+
+std::vector<RequestRecord> read_records(const std::string& path) {
+  std::map<std::pair<std::string, uint64_t>, int> first_line;  // (run, id) -> line
+  return read_jsonl<RequestRecord>(path, [&](const RequestRecord& r, int line) {
+    r.validate();
+    const auto [it, inserted] = first_line.emplace(std::make_pair(r.run, r.id), line);
+    if (!inserted)
+      throw std::invalid_argument("duplicate id " + std::to_string(r.id) + " in run " + r.run +
+                                  " (first at line " + std::to_string(it->second) + ")");
+  });
+}
 
 std::string record_line(const RequestRecord& r) {
   return nlohmann::json(r).dump() + "\n";

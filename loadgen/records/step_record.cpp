@@ -1,6 +1,8 @@
 #include "loadgen/records/step_record.h"
 
+#include <cmath>
 #include <stdexcept>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -50,7 +52,33 @@ void from_json(const nlohmann::json& j, StepRecord& s) {
   s.kv_free = kv.at("free").get<int64_t>();
 }
 
-std::vector<StepRecord> read_steps(const std::string& path) { return read_jsonl<StepRecord>(path); }
+void StepRecord::validate() const {
+  auto time = [](const char* field, double t) {
+    if (!std::isfinite(t) || t < 0.0)
+      throw std::invalid_argument(std::string(field) + " must be finite and >= 0 s (got " + nlohmann::json(t).dump() + ")");
+  };
+  time("start_s", start_s);
+  time("duration_s", duration_s);
+  auto count = [](const char* field, int64_t v) {
+    if (v < 0) throw std::invalid_argument(std::string(field) + " must be >= 0 (got " + std::to_string(v) + ")");
+  };
+  count("batch_size", batch_size);
+  count("n_tokens", n_tokens);
+  count("n_padding_tokens", n_padding_tokens);
+  count("n_waiting", n_waiting);
+  count("n_running", n_running);
+  count("n_preempted", n_preempted);
+  count("kv.capacity", kv_capacity);
+  count("kv.stored", kv_stored);
+  count("kv.reserved", kv_reserved);
+  count("kv.internal_frag", kv_internal_frag);
+  count("kv.external_frag", kv_external_frag);
+  count("kv.free", kv_free);
+}
+
+std::vector<StepRecord> read_steps(const std::string& path) {
+  return read_jsonl<StepRecord>(path, [](const StepRecord& s, int) { s.validate(); });
+}
 
 std::string step_line(const StepRecord& s) { return nlohmann::json(s).dump() + "\n"; }
 
