@@ -181,11 +181,10 @@ void CpuBackend::ensure_rope(int n_positions) {
   while (want < n_positions) want *= 2;
   rope_cos_.resize(size_t(want) * half);
   rope_sin_.resize(size_t(want) * half);
-  const double theta = config().rope_theta, hd = config().head_dim();
+  const std::vector<double> inv_freq = rope_inv_freq(config());  // rope_scaling applied
   for (int i = 0; i < half; ++i) {
-    const double inv_freq = std::pow(theta, -2.0 * i / hd);
     for (int pos = have; pos < want; ++pos) {
-      const double angle = pos * inv_freq;
+      const double angle = pos * inv_freq[i];
       rope_cos_[size_t(pos) * half + i] = static_cast<float>(std::cos(angle));
       rope_sin_[size_t(pos) * half + i] = static_cast<float>(std::sin(angle));
     }
