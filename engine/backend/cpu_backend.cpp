@@ -1,7 +1,5 @@
 #include "engine/backend/cpu_backend.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -131,7 +129,7 @@ CpuBackend::CpuBackend(std::shared_ptr<const ModelWeights> weights, CpuBackendOp
   check_weights(*weights_);
   // One pool does all the work: OpenBLAS runs single-threaded inside its items. (Process-wide:
   // other backends in the process split their own work the same way.)
-  openblas_set_num_threads(1);
+  configure_openblas();
   scratch_->scores.resize(pool_.n_threads());
   scratch_->keys_t.resize(pool_.n_threads());
 }

@@ -1,8 +1,11 @@
 #include "engine/backend/cpu_gemm.h"
 
 #include <cblas.h>
+#include <dlfcn.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <mutex>
 
 namespace servelab {
 namespace {
@@ -14,7 +17,45 @@ constexpr int kItemsPerThread = 4;
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+/// The best OpenBLAS kernel set this CPU runs, or null when it has neither AVX-512 nor AVX2.
+const char* wanted_core() {
+#if defined(__GNUC__) && defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512cd"))
+    return "SkylakeX";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+#endif
+  return nullptr;
+}
+
+void repair_core_choice() {
+  const std::string core = blas_core();
+  const char* want = wanted_core();
+  if (core != "Prescott" || !want || std::getenv("OPENBLAS_CORETYPE")) return;
+  using Fn = void (*)();
+  const auto quit = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "gotoblas_dynamic_quit"));
+  const auto init = reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, "gotoblas_dynamic_init"));
+  if (!quit || !init) return;  // not a dynamic-arch build: nothing to re-select
+  setenv("OPENBLAS_CORETYPE", want, 1);  // what gotoblas_dynamic_init reads
+  quit();
+  init();
+  unsetenv("OPENBLAS_CORETYPE");
+}
+
 }  // namespace
+
+void configure_openblas() {
+  openblas_set_num_threads(1);
+  static std::once_flag once;
+  std::call_once(once, repair_core_choice);
+}
+
+std::string blas_core() {
+  const char* name = openblas_get_corename();
+  return name ? name : "unknown";
+}
+
+int blas_threads() { return openblas_get_num_threads(); }
 
 void gemm_nt(const float* in, int rows, int n_in, const float* w, int n_cols, float* out, int ldo,
              bool accumulate) {

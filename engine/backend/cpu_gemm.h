@@ -5,6 +5,7 @@
 // one pool for everything keeps OpenBLAS's own threads from spinning beside ours.
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "engine/backend/thread_pool.h"
 
@@ -14,6 +15,19 @@ namespace servelab {
 inline constexpr int64_t kMinParallelMacs = int64_t(1) << 18;
 /// The least work worth one item (a few microseconds): OpenBLAS spends about one per call.
 inline constexpr int64_t kMinItemMacs = int64_t(1) << 17;
+
+/// Sets OpenBLAS single-threaded (process-wide; the pool splits the work) and, once per process,
+/// repairs its kernel choice: OpenBLAS 0.3.21 (Debian 12) does not know newer Intel models
+/// (Emerald Rapids, the 2-core VM's CPU) and falls back to its SSE3 "Prescott" kernels, about
+/// half the speed of the AVX-512 ones here. When it reports Prescott on a CPU with AVX-512 (or
+/// AVX2 and FMA) and OPENBLAS_CORETYPE is unset, it re-selects SkylakeX (or Haswell) kernels
+/// through OpenBLAS's dynamic-arch entry points. Call before any BLAS call is in flight.
+void configure_openblas();
+
+/// The kernel set OpenBLAS uses, e.g. "SkylakeX" (openblas_get_corename).
+std::string blas_core();
+/// OpenBLAS's own thread count (1 once configure_openblas ran).
+int blas_threads();
 
 /// out[r, j] = Σ_i in[r, i] · w[j, i] (+ out[r, j] when accumulate) for r < rows, j < n_cols.
 /// in: [rows, n_in]; w: n_cols rows of a row-major [*, n_in] weight; out: row stride ldo.
