@@ -329,7 +329,8 @@ void CpuBackend::norm_rows(const std::vector<float>& weight) {
   const int d = config().hidden_size;
   const float eps = config().rms_eps;
   parallel_rows(s.n_rows, d, [&](int, int b, int e) {
-    for (int r = b; r < e; ++r) rms_norm_row(s.x.data() + size_t(r) * d, weight.data(), d, eps, s.xn.data() + size_t(r) * d);
+    for (int r = b; r < e; ++r)
+      rms_norm_row(s.x.data() + size_t(r) * d, weight.data(), d, eps, s.xn.data() + size_t(r) * d);
   });
 }
 

@@ -94,7 +94,8 @@ RopeScaling parse_rope_scaling(const Reader& r, const std::string& source) {
   RopeScaling rs;
   if (!key) return rs;
   const json& j = r.at(key);
-  if (!j.is_object()) throw r.error(std::string("key \"") + key + "\" must be an object or null (got " + j.dump() + ")");
+  if (!j.is_object())
+    throw r.error(std::string("key \"") + key + "\" must be an object or null (got " + j.dump() + ")");
   const Reader p(j, source);
   const char* type_key = p.has("rope_type") ? "rope_type" : "type";  // older configs write "type"
   const std::string type = p.string(type_key, "default");
@@ -108,7 +109,8 @@ RopeScaling parse_rope_scaling(const Reader& r, const std::string& source) {
   };
   auto number = [&](const char* field) {
     const json& v = required(field);
-    if (!v.is_number()) throw r.error(std::string("key \"") + key + "." + field + "\" must be a number (got " + v.dump() + ")");
+    if (!v.is_number())
+      throw r.error(std::string("key \"") + key + "." + field + "\" must be a number (got " + v.dump() + ")");
     return static_cast<float>(v.get<double>());
   };
   rs.type = RopeScaling::Type::llama3;
