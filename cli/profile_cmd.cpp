@@ -10,6 +10,7 @@
 
 #include "cli/command.h"
 #include "engine/backend/cpu_backend.h"
+#include "engine/backend/cpu_gemm.h"
 #include "engine/backend/make_backend.h"
 #include "engine/backend/profiler.h"
 
@@ -63,7 +64,7 @@ int profile_main(const ProfileArgs& a) {
   std::unique_ptr<Backend> backend = make_backend(spec);
   std::string device;
   if (const auto* cpu = dynamic_cast<const CpuBackend*>(backend.get()))
-    device = cpu_description(cpu->n_threads());
+    device = cpu_description(cpu->n_threads()) + ", OpenBLAS " + blas_core();
   else
     device = "simulated " + a.sim_device + " (predicted step times)";
 
