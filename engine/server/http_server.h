@@ -13,6 +13,7 @@
 #include "engine/model/tokenizer.h"
 #include "engine/server/metrics.h"
 #include "engine/server/request_parse.h"
+#include "engine/server/request_prepare.h"
 #include "engine/server/service.h"
 
 namespace servelab::server {
@@ -25,6 +26,7 @@ struct ServerOptions {
   int io_threads = 1;
   std::string model_name = "servelab";  ///< what /v1/models lists and responses name
   std::string chat_template;        ///< the model's template (tokenizer_config.json); "" = ChatML
+  ChatRenderer render_chat;         ///< chat messages -> prompt text
   ParseLimits limits;
   void validate() const;
 };

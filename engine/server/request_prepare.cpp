@@ -20,7 +20,9 @@ PreparedRequest prepare_request(const CompletionParams& p, uint64_t id, const To
                                                                  std::to_string(lim.vocab_size) + ")");
     if (p.echo) out.prompt_text = tok.decode(r.prompt);
   } else {
-    const std::string text = p.api == ApiKind::chat ? render_chat(p.messages, lim.chat_template, true) : *p.prompt_text;
+    if (p.api == ApiKind::chat && !lim.render_chat)
+      throw ApiError(400, "invalid_request_error", "messages", "chat_unsupported", "this server has no chat template renderer");
+    const std::string text = p.api == ApiKind::chat ? lim.render_chat(p.messages, lim.chat_template) : *p.prompt_text;
     r.prompt = tok.encode(text, /*parse_special=*/p.api == ApiKind::chat);
     out.prompt_text = text;
   }
