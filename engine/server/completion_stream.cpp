@@ -134,7 +134,9 @@ std::string CompletionStream::on_tokens(const std::vector<std::pair<int, TokenId
   return out;
 }
 
-std::string CompletionStream::on_finished(const FinishedRequest& f) {
+std::string CompletionStream::on_finished(const std::vector<std::pair<int, TokenId>>& last, const FinishedRequest& f) {
+  for (const auto& [i, t] : last)
+    if (i >= 0 && static_cast<size_t>(i) < choices_.size() && !choices_[i].done) choices_[i].ids.push_back(t);
   const char* reason = f.reason == FinishReason::eos ? "stop" : f.reason == FinishReason::length ? "length" : "abort";
   for (auto& c : choices_) {
     if (c.done) continue;

@@ -24,9 +24,10 @@ class CompletionStream {
   /// New tokens of some samples. Streaming: returns the SSE events to send. Sets stopped() when
   /// every sample has matched a stop string (the caller then ends the request early).
   std::string on_tokens(const std::vector<std::pair<int, TokenId>>& tokens);
-  /// The request ended (reason from the engine). Streaming: the last events, usage if asked, and
-  /// `data: [DONE]`. Not streaming: the response JSON body.
-  std::string on_finished(const FinishedRequest& f);
+  /// The request ended (reason from the engine) with `last` its final tokens. Streaming: one
+  /// last chunk per choice carrying its remaining text and finish_reason (as vLLM sends the last
+  /// token), usage if asked, and `data: [DONE]`. Not streaming: the response JSON body.
+  std::string on_finished(const std::vector<std::pair<int, TokenId>>& last, const FinishedRequest& f);
   /// Every sample has hit a stop string or ended.
   bool stopped() const;
 

@@ -213,9 +213,9 @@ void HttpSession::on_channel() {
       headers_sent_ = true;
       out = stream_->stream_start();
     }
-    if (!b.tokens.empty()) out += stream_->on_tokens(b.tokens);
+    if (!b.tokens.empty() && !b.finished) out += stream_->on_tokens(b.tokens);
     if (b.finished) {
-      out += stream_->on_finished(*b.finished);
+      out += stream_->on_finished(b.tokens, *b.finished);
       send_chunk(out);
       send_chunk("");
       end_generation();
@@ -224,12 +224,12 @@ void HttpSession::on_channel() {
     }
     if (!out.empty()) send_chunk(out);
   } else {
-    if (!b.tokens.empty()) stream_->on_tokens(b.tokens);
     if (b.finished) {
-      const std::string body = stream_->on_finished(*b.finished);
+      const std::string body = stream_->on_finished(b.tokens, *b.finished);
       end_generation();
       return respond(200, body);
     }
+    if (!b.tokens.empty()) stream_->on_tokens(b.tokens);
   }
   if (stream_->stopped() && !ended_early_) {
     ended_early_ = true;
