@@ -84,7 +84,7 @@ void EngineService::check_idle_clean() const {
                            std::to_string(kv.capacity_slots()) + " slots still held with no request in flight");
 }
 
-void EngineService::finish(FinishedRequest f) {
+void EngineService::finish(FinishedRequest f, std::span<const std::pair<int, TokenId>> last_tokens) {
   auto it = live_.find(f.request_id);
   if (it == live_.end()) return;
   Live live = std::move(it->second);
@@ -104,7 +104,7 @@ void EngineService::finish(FinishedRequest f) {
   }
   metrics_.on_finished(t);
   --n_in_flight_;
-  live.channel->push({}, std::move(f));
+  live.channel->push(last_tokens, std::move(f));  // one push: the session sees the last tokens with the end
 }
 
 void EngineService::deliver(const StepOutcome& out) {
@@ -122,8 +122,8 @@ void EngineService::deliver(const StepOutcome& out) {
     auto it = live_.find(f.request_id);
     if (it == live_.end()) continue;
     auto toks = by_request.find(f.request_id);
-    if (toks != by_request.end()) it->second.channel->push(toks->second);
-    finish(f);
+    if (toks != by_request.end()) finish(f, toks->second);
+    else finish(f);
   }
   if (!out.preempted.empty()) metrics_.add_preemptions(out.preempted.size());
 }

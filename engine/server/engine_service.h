@@ -50,7 +50,7 @@ class EngineService final : public GenerationService {
   };
   void loop();
   void deliver(const StepOutcome& out);
-  void finish(FinishedRequest f);
+  void finish(FinishedRequest f, std::span<const std::pair<int, TokenId>> last_tokens = {});
   double now() const;
 
   std::unique_ptr<Engine> engine_;

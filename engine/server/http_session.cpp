@@ -292,17 +292,35 @@ void HttpSession::after_response() {
   stream_.reset();
   set_busy(false);
   if (!keep_alive_) {
+    // Half-close, then read what the client still sends (a refused body) until it closes: closing
+    // with unread bytes would reset the connection and could destroy the response in flight.
     beast::error_code ignored;
     socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
     closed_ = true;
-    socket_.close(ignored);
-    return;
+    if (watch_in_flight_) return;  // the armed watch read does the draining
+    return linger(0);
   }
   if (watch_in_flight_) {
     next_after_watch_ = true;
     return;
   }
   read_request();
+}
+
+void HttpSession::linger(size_t n_read) {
+  if (n_read > ctx_.options.max_body_bytes + (1u << 20)) {
+    beast::error_code ignored;
+    socket_.close(ignored);
+    return;
+  }
+  socket_.async_read_some(asio::buffer(watch_buf_), [self = shared_from_this(), n_read](beast::error_code ec, size_t n) {
+    beast::error_code ignored;
+    if (ec) {
+      self->socket_.close(ignored);
+      return;
+    }
+    self->linger(n_read + n);
+  });
 }
 
 void HttpSession::watch() {
@@ -315,6 +333,7 @@ void HttpSession::watch() {
 
 void HttpSession::on_watch(beast::error_code ec, size_t n) {
   watch_in_flight_ = false;
+  if (closed_ && !ec) return linger(n);
   if (n > 0) {
     auto dst = buffer_.prepare(n);
     asio::buffer_copy(dst, asio::buffer(watch_buf_, n));

@@ -46,6 +46,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void on_watch(boost::beast::error_code ec, size_t n);
   void after_response();
   void client_gone();
+  void linger(size_t n_read);  ///< after a closing response: discard input until the client closes
   void set_busy(bool busy);  ///< counts this session in ServerContext::n_busy (drain waits for 0)
 
   boost::asio::ip::tcp::socket socket_;
