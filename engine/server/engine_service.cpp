@@ -17,6 +17,10 @@ EngineService::EngineService(std::unique_ptr<Engine> engine, ServerMetrics& metr
   options_.validate();
   model_ = engine_->backend().config();
   max_model_len_ = engine_->config().kv.max_model_len;
+  const SchedulerConfig& sc = engine_->config().sched;
+  batch_slots_ = sc.kind == BatchingKind::continuous ? sc.max_num_seqs
+                 : sc.kind == BatchingKind::static_batch ? sc.batch_size
+                                                         : sc.max_batch_size;
   if (max_model_len_ <= 0 || max_model_len_ > model_.max_position) max_model_len_ = model_.max_position;
   thread_ = std::thread([this] { loop(); });
 }
@@ -41,8 +45,8 @@ void EngineService::submit(const Request& request, std::shared_ptr<RequestChanne
       metrics_.on_rejected("draining");
       throw ApiError(503, "server_error", "", "draining", "the server is shutting down");
     }
-    const int waiting = n_in_flight_.load() - n_running_.load();
-    if (waiting >= options_.max_waiting) {
+    // Beyond what one batch runs, at most max_waiting requests wait: the queue (and memory) stay bounded.
+    if (n_in_flight_.load() >= batch_slots_ + options_.max_waiting) {
       metrics_.on_rejected("queue_full");
       throw ApiError(429, "rate_limit_error", "", "queue_full",
                      "the waiting queue is full (" + std::to_string(options_.max_waiting) + " requests); retry later");

@@ -16,7 +16,7 @@
 namespace servelab::server {
 
 struct EngineServiceOptions {
-  int max_waiting = 256;      ///< requests admitted beyond the running batch; more get 429
+  int max_waiting = 256;      ///< requests admitted beyond one batch (max_num_seqs or batch size); more get 429
   bool pace_predicted = false;///< sim backend: sleep each step's predicted duration (real-time emulation)
   void validate() const;
 };
@@ -58,6 +58,7 @@ class EngineService final : public GenerationService {
   EngineServiceOptions options_;
   ModelConfig model_;
   int max_model_len_ = 0;
+  int batch_slots_ = 1;  ///< requests one batch runs
   std::chrono::steady_clock::time_point t0_;
 
   mutable std::mutex mu_;       ///< guards the inbox, aborts and flags

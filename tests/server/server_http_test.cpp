@@ -1,6 +1,8 @@
 // The server's routes and every error path: status and OpenAI-style error body.
 #include <gtest/gtest.h>
 
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
 #include <nlohmann/json.hpp>
 
 #include "tests/server/server_test_util.h"
@@ -158,13 +160,23 @@ TEST(ServerAuth, ApiKeyNeedsBearer) {
 
 TEST(ServerQueue, FullWaitingQueueGets429WithRetryAfter) {
   EngineServiceOptions so;
-  so.max_waiting = 0;  // nothing may wait: every request beyond the running batch is refused
-  TestServer srv(so);
+  so.max_waiting = 0;  // nothing may wait beyond one batch
+  TestServer srv(so, {}, tiny_engine_config(1));
+  // One request holds the only batch seat while streaming; the next is refused.
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket hold(io);
+  hold.connect({boost::asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(srv.port)});
+  const std::string body = R"({"prompt":[3,4],"max_tokens":400,"ignore_eos":true,"stream":true})";
+  boost::asio::write(hold, boost::asio::buffer("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                                                std::to_string(body.size()) + "\r\n\r\n" + body));
+  char first[1];
+  boost::asio::read(hold, boost::asio::buffer(first));  // the stream has started: the seat is taken
   const auto r = post(srv.port, "/v1/completions", R"({"prompt":"x","max_tokens":1})");
   EXPECT_EQ(r.status, 429);
   EXPECT_EQ(error_of(r)["code"], "queue_full");
   EXPECT_EQ(r.raw["Retry-After"], "1");
   EXPECT_EQ(srv.metrics.snapshot().rejected.at("queue_full"), 1u);
+  hold.close();
 }
 
 TEST(ServerDrain, DrainingRefusesNewRequests) {

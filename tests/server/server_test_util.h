@@ -75,9 +75,10 @@ inline std::unique_ptr<Backend> tiny_backend(uint64_t seed = 7) {
 
 /// A server on 127.0.0.1:<ephemeral> over the tiny CPU engine.
 struct TestServer {
-  explicit TestServer(EngineServiceOptions so = {}, ServerOptions o = {}, EngineConfig ec = tiny_engine_config())
+  explicit TestServer(EngineServiceOptions so = {}, ServerOptions o = {}, EngineConfig ec = tiny_engine_config(),
+                      uint64_t seed = 7)
       : metrics("tiny") {
-    auto engine = std::make_unique<Engine>(ec, tiny_backend());
+    auto engine = std::make_unique<Engine>(ec, tiny_backend(seed));
     tokenizer = std::make_unique<IdTokenizer>(engine->backend().config().vocab_size);
     service = std::make_unique<EngineService>(std::move(engine), metrics, so);
     o.port = 0;
