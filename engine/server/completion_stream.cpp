@@ -113,30 +113,36 @@ std::string CompletionStream::stream_start() {
 }
 
 std::string CompletionStream::on_tokens(const std::vector<std::pair<int, TokenId>>& tokens) {
-  std::vector<bool> touched(choices_.size(), false);
+  // One chunk per token (a session may take several steps' tokens at once), so clients can
+  // timestamp every token.
+  std::string out;
   for (const auto& [i, t] : tokens) {
     if (i < 0 || static_cast<size_t>(i) >= choices_.size() || choices_[i].done) continue;
-    choices_[i].ids.push_back(t);
-    touched[i] = true;
-  }
-  std::string out;
-  for (size_t i = 0; i < choices_.size(); ++i) {
-    if (!touched[i]) continue;
     Choice& c = choices_[i];
+    c.ids.push_back(t);
     advance(c, false);
     if (!params_.stream) continue;
     const std::string delta = c.text.substr(std::min(c.n_sent, c.text.size()));
     c.n_sent = c.text.size();
-    // A token whose text is held back still gets a (possibly empty) chunk: one chunk per step.
-    out += chunk(static_cast<int>(i), delta, c.done ? &c.finish_reason : nullptr);
+    out += chunk(i, delta, c.done ? &c.finish_reason : nullptr);
     c.final_sent = c.done;
   }
   return out;
 }
 
 std::string CompletionStream::on_finished(const std::vector<std::pair<int, TokenId>>& last, const FinishedRequest& f) {
-  for (const auto& [i, t] : last)
-    if (i >= 0 && static_cast<size_t>(i) < choices_.size() && !choices_[i].done) choices_[i].ids.push_back(t);
+  // Every token but each choice's final one gets its own chunk; the final one rides with finish_reason.
+  std::vector<int> last_index(choices_.size(), -1);
+  for (size_t k = 0; k < last.size(); ++k)
+    if (last[k].first >= 0 && static_cast<size_t>(last[k].first) < choices_.size()) last_index[last[k].first] = static_cast<int>(k);
+  std::vector<std::pair<int, TokenId>> before;
+  for (size_t k = 0; k < last.size(); ++k)
+    if (last[k].first >= 0 && static_cast<size_t>(last[k].first) < choices_.size() &&
+        last_index[last[k].first] != static_cast<int>(k))
+      before.push_back(last[k]);
+  std::string head = on_tokens(before);
+  for (size_t i = 0; i < choices_.size(); ++i)
+    if (last_index[i] >= 0 && !choices_[i].done) choices_[i].ids.push_back(last[last_index[i]].second);
   const char* reason = f.reason == FinishReason::eos ? "stop" : f.reason == FinishReason::length ? "length" : "abort";
   for (auto& c : choices_) {
     if (c.done) continue;
@@ -144,7 +150,7 @@ std::string CompletionStream::on_finished(const std::vector<std::pair<int, Token
     if (!c.done) c.finish_reason = reason;
   }
   if (params_.stream) {
-    std::string out;
+    std::string out = std::move(head);
     for (size_t i = 0; i < choices_.size(); ++i) {
       Choice& c = choices_[i];
       if (c.final_sent) continue;  // its stop chunk went out with its tokens

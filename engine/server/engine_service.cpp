@@ -180,11 +180,12 @@ void EngineService::loop() {
           const double until = t + out.duration_s;
           while (now() < until) std::this_thread::sleep_for(std::chrono::duration<double>(until - now()));
         }
-        deliver(out);
+        // Gauges first: a client that sees its request end must see the metrics after it.
         n_running_ = out.n_running;
         const double kv_usage =
             out.kv.capacity > 0 ? static_cast<double>(out.kv.capacity - out.kv.free - out.kv.external_frag) / out.kv.capacity : 0.0;
         metrics_.set_gauges(out.n_running, out.n_waiting, kv_usage);
+        deliver(out);
         busy = !out.idle() || !out.preempted.empty();
         if (!busy) wake_at = engine_->next_wakeup();
       } else {
