@@ -49,8 +49,14 @@ bool CompletionStream::stopped() const {
 void CompletionStream::advance(Choice& c, bool final) {
   if (c.done) return;
   const size_t echo_len = params_.echo && params_.api == ApiKind::completions ? prompt_text_.size() : 0;
-  std::string full = tok_.decode(c.ids, /*skip_special=*/true);
-  size_t safe = full.size() - (final ? 0 : incomplete_utf8_tail(full));
+  // Byte-level decoders concatenate: decode only the tokens after the last whole character.
+  std::string full = c.stable + tok_.decode(std::span<const TokenId>(c.ids).subspan(c.n_stable), /*skip_special=*/true);
+  const size_t tail = incomplete_utf8_tail(full);
+  if (tail == 0) {
+    c.stable = full;
+    c.n_stable = c.ids.size();
+  }
+  size_t safe = full.size() - (final ? 0 : tail);
   // Stop strings: search only where a match could be new (from the released text's end - hold).
   if (!params_.stop.empty()) {
     const size_t from = c.text.size() > echo_len + hold_ ? c.text.size() - echo_len - hold_ : 0;

@@ -34,6 +34,8 @@ class CompletionStream {
  private:
   struct Choice {
     std::vector<TokenId> ids;  ///< every generated token
+    std::string stable;        ///< decoding of ids[0, n_stable): ends on a whole UTF-8 character
+    size_t n_stable = 0;       ///< decoding restarts here, so each token is decoded about once
     std::string text;          ///< decoded text released so far (before any stop string)
     size_t n_sent = 0;         ///< bytes of text already streamed
     int n_tokens = 0;          ///< tokens counted in usage (up to the stop string when one matched)

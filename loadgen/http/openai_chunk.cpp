@@ -2,54 +2,145 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loadgen/http/fast_json.h"
+
 namespace servelab::http_load {
 
-using nlohmann::json;
+namespace {
+
+/// {"message": ...} of an error event, decoded (rare: the slow parser is fine).
+std::string error_message(std::string_view data) {
+  auto j = nlohmann::json::parse(data.begin(), data.end(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return "error event";
+  const auto& e = j["error"];
+  if (e.is_object() && e.contains("message") && e["message"].is_string()) {
+    std::string m = e["message"].get<std::string>();
+    return m.empty() ? "error event" : m;
+  }
+  return e.dump();
+}
+
+bool read_usage(JsonCursor& c, ChunkInfo& out) {
+  if (c.peek() != '{') return c.skip();
+  c.eat('{');
+  if (c.eat('}')) return true;
+  do {
+    std::string_view key;
+    if (!c.string(key) || !c.eat(':')) return false;
+    if ((key == "prompt_tokens" || key == "completion_tokens") && c.peek() != 'n') {
+      int64_t v = -1;
+      if (!c.number(&v)) return false;
+      if (v >= 0 && v <= INT32_MAX) (key == "prompt_tokens" ? out.prompt_tokens : out.completion_tokens) = static_cast<int>(v);
+    } else if (!c.skip(2)) {
+      return false;
+    }
+  } while (c.eat(','));
+  return c.eat('}');
+}
+
+/// One element of "choices".
+bool read_choice(JsonCursor& c, ChunkInfo& out) {
+  if (c.peek() != '{') return c.skip(2);
+  c.eat('{');
+  bool has_text = false, role = false;
+  size_t n = 0;
+  std::optional<std::string_view> finish;
+  if (!c.eat('}')) {
+    do {
+      std::string_view key;
+      if (!c.string(key) || !c.eat(':')) return false;
+      if (key == "text" && c.peek() == '"') {
+        std::string_view v;
+        if (!c.string(v)) return false;
+        has_text = true;
+        n += v.size();
+      } else if (key == "finish_reason" && c.peek() == '"') {
+        std::string_view v;
+        if (!c.string(v)) return false;
+        finish = v;
+      } else if (key == "delta" && c.peek() == '{') {
+        c.eat('{');
+        if (!c.eat('}')) {
+          do {
+            std::string_view dk;
+            if (!c.string(dk) || !c.eat(':')) return false;
+            if ((dk == "content" || dk == "reasoning_content") && c.peek() == '"') {
+              std::string_view v;
+              if (!c.string(v)) return false;
+              has_text = true;
+              n += v.size();
+            } else {
+              if (dk == "role") role = true;
+              if (!c.skip(4)) return false;
+            }
+          } while (c.eat(','));
+          if (!c.eat('}')) return false;
+        }
+      } else if (!c.skip(3)) {
+        return false;
+      }
+    } while (c.eat(','));
+    if (!c.eat('}')) return false;
+  }
+  if (finish) out.finish_reason = std::string(*finish);
+  if (!has_text || (role && n == 0)) return true;
+  out.text_bytes += n;
+  if (n > 0 || !finish) out.token = true;
+  return true;
+}
+
+}  // namespace
 
 ChunkInfo interpret_chunk(std::string_view data) {
   ChunkInfo out;
   std::string_view d = data;
   while (!d.empty() && (d.back() == ' ' || d.back() == '\r' || d.back() == '\n')) d.remove_suffix(1);
+  while (!d.empty() && d.front() == ' ') d.remove_prefix(1);
   if (d == "[DONE]") {
     out.done = true;
     return out;
   }
-  json j = json::parse(d.begin(), d.end(), nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
-    out.malformed = true;
-    return out;
+  JsonCursor c(d);
+  bool ok = c.eat('{');
+  bool error = false;
+  if (ok && !c.eat('}')) {
+    do {
+      std::string_view key;
+      if (!c.string(key) || !c.eat(':')) {
+        ok = false;
+        break;
+      }
+      if (key == "error" && c.peek() != 'n') {
+        error = true;
+        ok = c.skip(1);
+      } else if (key == "usage") {
+        ok = read_usage(c, out);
+      } else if (key == "choices" && c.peek() == '[') {
+        c.eat('[');
+        if (!c.eat(']')) {
+          do {
+            if (!read_choice(c, out)) {
+              ok = false;
+              break;
+            }
+          } while (c.eat(','));
+          ok = ok && c.eat(']');
+        }
+      } else {
+        ok = c.skip(1);
+      }
+    } while (ok && c.eat(','));
+    ok = ok && c.eat('}');
   }
-  if (auto e = j.find("error"); e != j.end() && !e->is_null()) {
-    if (e->is_object() && e->contains("message") && (*e)["message"].is_string()) out.error = (*e)["message"].get<std::string>();
-    else out.error = e->dump();
-    if (out.error.empty()) out.error = "error event";
-    return out;
+  if (!ok || !c.ok() || !c.at_end()) {
+    ChunkInfo bad;
+    bad.malformed = true;
+    return bad;
   }
-  if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
-    if (auto p = u->find("prompt_tokens"); p != u->end() && p->is_number_integer()) out.prompt_tokens = p->get<int>();
-    if (auto c = u->find("completion_tokens"); c != u->end() && c->is_number_integer())
-      out.completion_tokens = c->get<int>();
-  }
-  auto choices = j.find("choices");
-  if (choices == j.end() || !choices->is_array()) return out;
-  for (const json& c : *choices) {
-    if (!c.is_object()) continue;
-    std::optional<std::string> fr;
-    if (auto f = c.find("finish_reason"); f != c.end() && f->is_string()) fr = f->get<std::string>();
-    if (fr) out.finish_reason = fr;
-    const json* text = nullptr;
-    bool role_only = false;
-    if (auto t = c.find("text"); t != c.end() && t->is_string()) text = &*t;
-    if (auto dl = c.find("delta"); dl != c.end() && dl->is_object()) {
-      if (auto t = dl->find("content"); t != dl->end() && t->is_string()) text = &*t;
-      else if (auto r = dl->find("reasoning_content"); r != dl->end() && r->is_string()) text = &*r;
-      role_only = dl->contains("role");
-    }
-    if (!text) continue;
-    const size_t n = text->get_ref<const std::string&>().size();
-    if (role_only && n == 0) continue;
-    out.text_bytes += n;
-    if (n > 0 || !fr) out.token = true;
+  if (error) {
+    ChunkInfo e;
+    e.error = error_message(d);
+    return e;
   }
   return out;
 }
