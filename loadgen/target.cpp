@@ -149,6 +149,7 @@ void read_target(const YAML::Node& n, Scenario& s, Diagnostics& d) {
   if (s.strategies.empty()) {
     StrategySpec http;
     http.label = "http";
+    http.sched.chunked_prefill = true;  // engine limits do not apply to a remote server's prompts
     s.strategies.push_back(http);
   }
 }
