@@ -39,14 +39,27 @@ class JsonCursor {
         ++i_;
         return true;
       }
-      if (static_cast<unsigned char>(c) < 0x20) break;
+      const unsigned char u = static_cast<unsigned char>(c);
+      if (u < 0x20) break;
+      if (u >= 0x80) {  // UTF-8 must be well formed (RFC 3629), as JSON parsers check
+        if (!utf8_sequence()) break;
+        continue;
+      }
       if (c == '\\') {
         if (++i_ >= s_.size()) break;
         const char e = s_[i_];
         if (e == 'u') {
-          for (int k = 1; k <= 4; ++k)
-            if (i_ + k >= s_.size() || !is_hex(s_[i_ + k])) return fail(), false;
+          int cp = 0;
+          if (!hex4(i_ + 1, cp)) break;
           i_ += 4;
+          if (cp >= 0xDC00 && cp <= 0xDFFF) break;  // a lone low surrogate
+          if (cp >= 0xD800 && cp <= 0xDBFF) {       // must be followed by \uDC00-\uDFFF
+            int lo = 0;
+            if (i_ + 2 >= s_.size() || s_[i_ + 1] != '\\' || s_[i_ + 2] != 'u' || !hex4(i_ + 3, lo) || lo < 0xDC00 ||
+                lo > 0xDFFF)
+              break;
+            i_ += 6;
+          }
         } else if (e != '"' && e != '\\' && e != '/' && e != 'b' && e != 'f' && e != 'n' && e != 'r' && e != 't') {
           break;
         }
@@ -59,7 +72,12 @@ class JsonCursor {
     ws();
     const size_t start = i_;
     if (i_ < s_.size() && s_[i_] == '-') ++i_;
-    if (!digits()) return fail(), false;
+    if (i_ < s_.size() && s_[i_] == '0') {  // no leading zeros
+      ++i_;
+      if (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') return fail(), false;
+    } else if (!digits()) {
+      return fail(), false;
+    }
     bool integral = true;
     if (i_ < s_.size() && s_[i_] == '.') {
       ++i_;
@@ -122,6 +140,40 @@ class JsonCursor {
 
  private:
   static bool is_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+  bool hex4(size_t at, int& cp) const {
+    cp = 0;
+    for (size_t k = 0; k < 4; ++k) {
+      if (at + k >= s_.size() || !is_hex(s_[at + k])) return false;
+      const char h = s_[at + k];
+      cp = cp * 16 + (h <= '9' ? h - '0' : (h | 0x20) - 'a' + 10);
+    }
+    return true;
+  }
+  /// One multi-byte UTF-8 character at i_; advances past it.
+  bool utf8_sequence() {
+    auto byte = [&](size_t k) { return i_ + k < s_.size() ? static_cast<unsigned char>(s_[i_ + k]) : 0u; };
+    const unsigned b0 = byte(0);
+    unsigned lo = 0x80, hi = 0xBF;
+    int n = 0;
+    if (b0 >= 0xC2 && b0 <= 0xDF) n = 1;
+    else if (b0 >= 0xE0 && b0 <= 0xEF) {
+      n = 2;
+      if (b0 == 0xE0) lo = 0xA0;
+      if (b0 == 0xED) hi = 0x9F;
+    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+      n = 3;
+      if (b0 == 0xF0) lo = 0x90;
+      if (b0 == 0xF4) hi = 0x8F;
+    } else {
+      return false;
+    }
+    const unsigned b1 = byte(1);
+    if (b1 < lo || b1 > hi) return false;
+    for (int k = 2; k <= n; ++k)
+      if (byte(k) < 0x80 || byte(k) > 0xBF) return false;
+    i_ += n + 1;
+    return true;
+  }
   bool digits() {
     const size_t start = i_;
     while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') ++i_;

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "loadgen/http/openai_chunk.h"
 #include "loadgen/http/sse_parser.h"
 
@@ -69,6 +71,25 @@ TEST(HttpOpenAiChunk, ServerQuirks) {
   EXPECT_TRUE(interpret_chunk("[DONE]").done);
   EXPECT_TRUE(interpret_chunk("{\"choices\": [").malformed);
   EXPECT_EQ(interpret_chunk(R"({"error":{"message":"boom","code":500}})").error, "boom");
+}
+
+TEST(HttpOpenAiChunk, FastReaderAgreesWithNlohmannOnValidity) {
+  const char* cases[] = {
+      R"({"choices":[{"text":"a\"b\\c\u00e9","finish_reason":null}]})",
+      R"({"choices":[{"text":"x"}],"usage":null,"extra":[1,2.5e3,-0.1,true,false,null,{"k":[]}]})",
+      R"(  {"a":{}}  )", R"({})", R"({"choices":[]})",
+      R"({"choices":[{"text":"x"}]} trailing)", R"({"choices":[{"text":"x}]})", R"({"choices":[{"text":"\q"}]})",
+      R"({"choices":[{"text":"\u12"}]})", R"({"a":01})", R"({"a":1.})", R"({"a":-})", R"({"a":tru})", R"({"a" 1})",
+      R"({"a":1,})", R"([1,2])", R"("str")", "{\"a\":\"\x01\"}", R"({"a":[1,]})", R"({"a":1}})", "",
+      R"({"a":"\ud83d\ude00"})", R"({"a":"\ud83d"})", R"({"a":"\ude00"})", "{\"a\":\"\xE2\x82\xAC\"}",
+      "{\"a\":\"\xE2\x82\"}", "{\"a\":\"\xC0\xAF\"}", "{\"a\":\"\xED\xA0\x80\"}", "{\"in\x9b\x87d\":1}",
+  };
+  for (const char* c : cases) {
+    const std::string_view d(c);
+    const auto j = nlohmann::json::parse(d.begin(), d.end(), nullptr, false);
+    const bool valid = !j.is_discarded() && j.is_object();
+    EXPECT_EQ(interpret_chunk(d).malformed, !valid) << c;
+  }
 }
 
 }  // namespace
