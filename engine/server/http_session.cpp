@@ -204,25 +204,25 @@ void HttpSession::on_channel() {
     return respond_error(ApiError(400, "invalid_request_error", "", "rejected", why));
   }
   if (streaming_) {
-    std::string out;
+    // Headers, events and (at the end) the terminating chunk go out in one write.
+    std::string wire, out;
     if (!headers_sent_) {
-      queue_write(
-          "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-          "Transfer-Encoding: chunked\r\n" +
-          std::string(keep_alive_ ? "" : "Connection: close\r\n") + "\r\n");
+      wire = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+             "Transfer-Encoding: chunked\r\n" +
+             std::string(keep_alive_ ? "" : "Connection: close\r\n") + "\r\n";
       headers_sent_ = true;
       out = stream_->stream_start();
     }
     if (!b.tokens.empty() && !b.finished) out += stream_->on_tokens(b.tokens);
+    if (b.finished) out += stream_->on_finished(b.tokens, *b.finished);
+    if (!out.empty()) wire += chunk_encoded(out);
     if (b.finished) {
-      out += stream_->on_finished(b.tokens, *b.finished);
-      send_chunk(out);
-      send_chunk("");
+      wire += "0\r\n\r\n";
       end_generation();
       response_complete_ = true;
-      return do_write();
     }
-    if (!out.empty()) send_chunk(out);
+    if (!wire.empty()) queue_write(std::move(wire));
+    if (b.finished) return do_write();
   } else {
     if (b.finished) {
       const std::string body = stream_->on_finished(b.tokens, *b.finished);
@@ -258,11 +258,10 @@ void HttpSession::respond_error(const ApiError& e, const std::string& extra_head
   respond(e.status, error_body(e), "application/json", extra_headers);
 }
 
-void HttpSession::send_chunk(const std::string& data) {
-  if (data.empty()) return queue_write("0\r\n\r\n");
+std::string HttpSession::chunk_encoded(const std::string& data) {
   char size[32];
   std::snprintf(size, sizeof size, "%zx\r\n", data.size());
-  queue_write(size + data + "\r\n");
+  return size + data + "\r\n";
 }
 
 void HttpSession::queue_write(std::string data) {
@@ -301,7 +300,10 @@ void HttpSession::after_response() {
     return linger(0);
   }
   if (watch_in_flight_) {
+    // The disconnect watch may hold the client's next request: stop it, then read on.
     next_after_watch_ = true;
+    beast::error_code ignored;
+    socket_.cancel(ignored);
     return;
   }
   read_request();
@@ -339,7 +341,7 @@ void HttpSession::on_watch(beast::error_code ec, size_t n) {
     asio::buffer_copy(dst, asio::buffer(watch_buf_, n));
     buffer_.commit(n);
   }
-  if (ec) return client_gone();
+  if (ec && !(ec == asio::error::operation_aborted && next_after_watch_)) return client_gone();
   if (buffer_.size() > ctx_.options.max_body_bytes + 64 * 1024) return client_gone();  // pipelining flood
   if (generating_ || write_in_flight_ || response_complete_) return watch();
   if (next_after_watch_) {

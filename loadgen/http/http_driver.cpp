@@ -61,7 +61,7 @@ std::string error_message(const std::string& body) {
 }
 
 struct Conn {
-  explicit Conn(asio::io_context& ioc) : socket(ioc) {}
+  explicit Conn(asio::io_context& ioc) : socket(ioc) { buffer.reserve(64 * 1024); }  // few, large reads
   tcp::socket socket;
   beast::flat_buffer buffer;  ///< bytes read past one response stay for the next
 };
