@@ -46,6 +46,7 @@ HttpSession::HttpSession(asio::ip::tcp::socket socket, ServerContext& ctx) : soc
 }
 
 HttpSession::~HttpSession() {
+  if (channel_) channel_->set_notify(nullptr);  // the engine thread must not post to a gone session
   if (generating_) ctx_.service.abort(request_id_);
   if (busy_) --ctx_.n_busy;
   --ctx_.n_sessions;
