@@ -1,5 +1,8 @@
 // servelab bench --url URL: an ad-hoc load against any OpenAI-compatible server, with the same
 // records and reports as `servelab run` (it builds a scenario with `target:` and runs it).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 
@@ -87,7 +90,22 @@ int bench_main(const BenchArgs& a) {
     for (const auto& m : e.messages) std::cerr << m << "\n";
     return 2;
   }
-  return run_scenario(scenario, a.out, a.quiet, a.no_plots);
+  const std::string dir = a.out.empty() ? scenario.output_dir : a.out;
+  std::filesystem::remove(dir + "/replicas.jsonl");  // this run's shares only
+  const int rc = run_scenario(scenario, a.out, a.quiet, a.no_plots);
+  if (a.urls.size() > 1) {  // each replica's share of each run
+    std::ifstream in(dir + "/replicas.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded()) continue;
+      std::cout << "replicas of " << j.value("run", "?") << ":\n";
+      for (const auto& r : j["replicas"])
+        std::printf("  %-32s %6d sent (%5.1f%%), %6d ok, %6d failed\n", r["url"].get<std::string>().c_str(),
+                    r["n_sent"].get<int>(), 100.0 * r["share"].get<double>(), r["n_ok"].get<int>(),
+                    r["n_failed"].get<int>());
+    }
+  }
+  return rc;
 }
 
 const Registrar reg(
