@@ -11,6 +11,8 @@
 #include "cli/command.h"
 #include "cli/progress.h"
 #include "cli/report_input.h"
+#include "cli/run_scenario.h"
+#include "engine/model/tokenizer.h"
 #include "loadgen/plan.h"
 #include "loadgen/sweep.h"
 #include "loadgen/scenario.h"
@@ -34,6 +36,13 @@ int run_main(const RunArgs& args) {
     for (const auto& m : e.messages) std::cerr << m << "\n";
     return 2;
   }
+  return run_scenario(scenario, args.out, args.quiet, args.no_plots);
+}
+
+}  // namespace
+
+int run_scenario(const Scenario& scenario, const std::string& out_dir, bool quiet, bool no_plots) {
+  const RunArgs args{"", out_dir, {}, quiet, no_plots};
   const std::string dir = args.out.empty() ? scenario.output_dir : args.out;
   std::filesystem::create_directories(dir);
 
@@ -51,6 +60,11 @@ int run_main(const RunArgs& args) {
   SweepOptions opts;
   opts.out_dir = dir;
   opts.stop = &install_stop_handler();
+  opts.load_tokenizer = [](const std::string& dir) {
+    auto t = load_tokenizer_from_dir(dir);
+    if (!t) throw std::runtime_error(dir + ": no tokenizer.json (target.tokenizer)");
+    return t;
+  };
   opts.on_run_start = [&](const SweepRun& r) {
     progress = std::make_unique<ProgressLine>(!args.quiet, r.label, r.n_planned + r.n_warmup);
     progress->draw(true);
@@ -94,6 +108,8 @@ int run_main(const RunArgs& args) {
   if (sweep.interrupted) return 130;
   return report.exit_code();
 }
+
+namespace {
 
 const Registrar reg(
     "run", "Run a scenario: every strategy at every request rate, then write the reports",

@@ -17,6 +17,7 @@
 #include "loadgen/arrivals.h"
 #include "loadgen/dataset.h"
 #include "loadgen/lengths.h"
+#include "loadgen/target.h"
 
 namespace servelab {
 
@@ -180,6 +181,7 @@ struct Scenario {
   SloSpec slo;
   std::vector<GateSpec> gates;
   std::optional<BaselineSpec> baseline;
+  std::optional<TargetSpec> target;  ///< set: runs go over HTTP to this server (loadgen/target.h)
 
   std::string source_file;   ///< the YAML it came from ("" when built in code)
   SourceMap source;          ///< where each value was written, for error messages

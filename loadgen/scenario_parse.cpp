@@ -63,7 +63,7 @@ void Walker::root(const YAML::Node& r) {
     return;
   }
   if (!check_map(r, "", {"name", "description", "seed", "output_dir", "model", "backend", "engine", "strategies",
-                         "workload", "slo", "gates", "baseline"}))
+                         "workload", "slo", "gates", "baseline", "target"}))
     return;
   if (defined(r["name"])) read_string(r["name"], "name", s_.name);
   if (defined(r["description"])) read_string(r["description"], "description", s_.description);
@@ -81,13 +81,14 @@ void Walker::root(const YAML::Node& r) {
       s_.strategies.resize(n.size());
       for (size_t i = 0; i < n.size(); ++i) strategy(n[i], index("strategies", i), s_.strategies[i]);
     }
-  } else {
+  } else if (!defined(r["target"])) {  // a target (HTTP runs) needs no engine strategy
     d_.error_at("strategies", "missing strategies: list at least one {batching: static|dynamic|continuous, kv: {kind: naive|paged}}");
   }
   if (defined(r["workload"])) workload(r["workload"]);
   if (defined(r["slo"])) slo(r["slo"]);
   if (defined(r["gates"])) gates(r["gates"]);
   if (defined(r["baseline"])) baseline(r["baseline"]);
+  if (defined(r["target"])) read_target(r["target"], s_, d_);  // loadgen/target.cpp
 }
 
 void Walker::model(const YAML::Node& n) {

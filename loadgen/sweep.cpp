@@ -12,6 +12,7 @@
 #include "engine/clock.h"
 #include "engine/engine.h"
 #include "engine/model/weights.h"
+#include "loadgen/http/http_sweep.h"
 #include "loadgen/plan.h"
 #include "loadgen/sources.h"
 
@@ -153,7 +154,13 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
 
   SweepOutcome outcome;
   outcome.runs = plan_sweep(planner);
-  const BackendFactory backends(scenario);
+  std::optional<BackendFactory> backends;  // no engine when the runs go to a server (target:)
+  if (!scenario.target) backends.emplace(scenario);
+  std::unique_ptr<Tokenizer> target_tokenizer;
+  if (scenario.target && !scenario.target->tokenizer.empty()) {
+    if (!options.load_tokenizer) throw std::runtime_error("target.tokenizer is set but no tokenizer loader was given");
+    target_tokenizer = options.load_tokenizer(scenario.target->tokenizer);
+  }
 
   const auto rates = scenario.sweep_rates();
   size_t point = 0;
@@ -166,7 +173,23 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
       }
       const SweepRun& run = outcome.runs[point];
       if (options.on_run_start) options.on_run_start(run);
-      Engine engine(engine_config(scenario, scenario.strategies[i]), backends.make());
+      if (scenario.target) {  // loadgen/http: the same plan and sinks, over HTTP
+        RecordSinks http_sinks;
+        http_sinks.on_record = [&](const RequestRecord& r) {
+          records_out.write(record_line(r));
+          outcome.records.push_back(r);
+          if (options.on_record) options.on_record(run, r);
+        };
+        const DriveStats stats = http_load::run_http_point(scenario, plan, run.label, http_sinks, target_tokenizer.get(),
+                                                           options.out_dir, options.stop);
+        if (options.on_run_done) options.on_run_done(run, stats);
+        if (stats.stopped) {
+          outcome.interrupted = true;
+          return outcome;
+        }
+        continue;
+      }
+      Engine engine(engine_config(scenario, scenario.strategies[i]), backends->make());
       std::unique_ptr<RequestSource> source = make_source(scenario, plan);
       std::unique_ptr<Clock> clock;
       if (scenario.backend.kind == BackendKind::sim) clock = std::make_unique<VirtualClock>();

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/model/tokenizer.h"
 #include "loadgen/inprocess_driver.h"
 #include "loadgen/records/rate.h"  // format_rate: run labels "<strategy>@<rate>"
 #include "loadgen/plan.h"
@@ -36,6 +37,8 @@ struct SweepOptions {
   std::function<void(const SweepRun&)> on_run_start;
   std::function<void(const SweepRun&, const RequestRecord&)> on_record;
   std::function<void(const SweepRun&, const DriveStats&)> on_run_done;
+  /// Loads target.tokenizer (a model folder) for scenarios with `target:` (HTTP runs).
+  std::function<std::unique_ptr<Tokenizer>(const std::string& dir)> load_tokenizer;
 };
 
 struct SweepOutcome {
