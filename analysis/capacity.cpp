@@ -100,7 +100,12 @@ StrategyCapacity find_capacity(const std::string& strategy, const std::function<
       c.note = "attainment is not monotone in the rate near " + std::to_string(bad) + " req/s";
       break;
     }
-    run(0.5 * (ok + bad));
+    // The midpoint to 6 significant digits, so run labels read "static@0.0359375", not "...0004".
+    const double mid = 0.5 * (ok + bad);
+    const double unit = std::pow(10.0, std::floor(std::log10(mid)) - 5);
+    double rounded = std::round(mid / unit) * unit;
+    if (!(rounded > ok && rounded < bad)) rounded = mid;
+    run(rounded);
   }
   if (ok > 0.0 && bad > 0.0 && bad - ok > o.tolerance(ok) && c.note.empty())
     c.note = "stopped after " + std::to_string(o.max_probes) + " probes";
