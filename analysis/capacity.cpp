@@ -117,6 +117,8 @@ StrategyCapacity find_capacity(const std::string& strategy, const std::function<
 }
 
 void plan_deployment(StrategyCapacity& c, double target_rate, int gpus_per_replica, double gpu_hour_usd) {
+  c.replicas = c.gpus = 0;
+  c.usd_per_m_output_tokens = c.requests_per_usd = c.fleet_usd_per_hour = 0.0;
   c.target_rate = target_rate;
   c.gpus_per_replica = gpus_per_replica;
   c.gpu_hour_usd = gpu_hour_usd;
