@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -48,15 +49,17 @@ int one_probe(const Scenario& sc, const PointRunner& runner, const std::vector<s
   for (size_t i : which) {
     PointRunOptions o;
     o.n_requests = n;
+    const std::clock_t c0 = std::clock();
     const PointRun run = runner.run(i, rate, o);
     const auto t0 = std::chrono::steady_clock::now();
     const analysis::RunMetrics m = analysis::compute_metrics(run.label, run.records, {}, slo_of(sc));
     const double metrics_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double cpu_s = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
     const double total_wall = run.wall_s + metrics_s;
-    std::printf("%s: %zu requests (%zu measured), simulated %.1f s in %.2f s wall (engine %.2f s + metrics %.2f s): "
-                "%.0fx real time\n",
+    std::printf("%s: %zu requests (%zu measured), simulated %.1f s in %.2f s wall (engine %.2f s + metrics %.2f s; "
+                "%.2f s of CPU time on one thread): %.0fx real time\n",
                 run.label.c_str(), run.records.size(), m.n_requests, run.stats.end_s, total_wall, run.wall_s, metrics_s,
-                run.stats.end_s / total_wall);
+                cpu_s, run.stats.end_s / total_wall);
     std::printf("  SLO attainment %.1f%%, %.1f output tok/s, %.2f req/s, TTFT p50/p99 %.1f/%.1f ms, TPOT p50/p99 %.1f/%.1f ms\n",
                 m.slo_attainment * 100, m.output_throughput, m.request_throughput, m.ttft_ms.p50, m.ttft_ms.p99,
                 m.tpot_ms.p50, m.tpot_ms.p99);
