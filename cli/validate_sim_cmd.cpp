@@ -99,6 +99,34 @@ int validate_sim_main(const ValidateSimArgs& a) {
   write_records(dir + "/records_real.jsonl", {}, false);
   write_records(dir + "/records_sim.jsonl", {}, false);
 
+  // Written after every compared run, so an interrupted validation keeps what it measured.
+  auto write_summary = [&](const nlohmann::ordered_json& runs, const std::string& table, double worst, double worst_p50) {
+    nlohmann::ordered_json j;
+    j["schema"] = "servelab.sim-validation/1";
+    j["scenario"] = real_sc.name;
+    j["backend"] = to_string(real_sc.backend.kind);
+    j["model"] = real->backend_spec().model;
+    j["profile"] = a.profile;
+    j["n_requests_per_run"] = n > 0 ? n : real_sc.planned_requests();
+    j["slo"] = {{"ttft_ms", real_sc.slo.ttft_ms}, {"tpot_ms", real_sc.slo.tpot_ms}, {"attainment", real_sc.slo.attainment}};
+    nlohmann::ordered_json env;
+    const analysis::Environment e =
+        analysis::detect_environment(to_string(real_sc.backend.kind), analysis::git_commit("."), SERVELAB_VERSION);
+    analysis::to_json(env, e);
+    j["environment"] = env;
+    j["max_abs_relative_error"] = worst;
+    j["max_abs_relative_error_p50"] = worst_p50;
+    j["runs"] = runs;
+    std::ofstream(dir + "/validation.json") << j.dump(2) << "\n";
+    std::ostringstream md;
+    md << "# Sim validation: " << real_sc.name << "\n\n"
+       << "Real backend `" << to_string(real_sc.backend.kind) << "` vs the sim calibrated from `" << a.profile
+       << "`, the same plans; error = (sim − real) / real. Measured on " << e.cpu_model << " (" << e.n_cores
+       << " hardware threads), commit " << e.commit << ", " << e.date << ".\n\n"
+       << table << "\nWorst |error|: " << worst * 100 << "% (p50 figures: " << worst_p50 * 100 << "%).\n";
+    std::ofstream(dir + "/validation.md") << md.str();
+    return md.str();
+  };
   nlohmann::ordered_json runs = nlohmann::ordered_json::array();
   std::ostringstream table;
   char line[256];
@@ -171,32 +199,15 @@ int validate_sim_main(const ValidateSimArgs& a) {
       run["figures"] = figs;
       std::fprintf(stderr, "  done: real %.1f s wall; worst error so far %.1f%%\n", r.wall_s, worst * 100);
       runs.push_back(run);
+      write_summary(runs, table.str(), worst, worst_p50);
     }
-    if (!search.is_null()) runs.back()["capacity_search"] = search;
+    if (!search.is_null()) {
+      runs.back()["capacity_search"] = search;
+      write_summary(runs, table.str(), worst, worst_p50);
+    }
   }
 
-  nlohmann::ordered_json j;
-  j["schema"] = "servelab.sim-validation/1";
-  j["scenario"] = real_sc.name;
-  j["backend"] = to_string(real_sc.backend.kind);
-  j["model"] = real->backend_spec().model;
-  j["profile"] = a.profile;
-  j["n_requests_per_run"] = n > 0 ? n : real_sc.planned_requests();
-  j["slo"] = {{"ttft_ms", real_sc.slo.ttft_ms}, {"tpot_ms", real_sc.slo.tpot_ms}, {"attainment", real_sc.slo.attainment}};
-  nlohmann::ordered_json env;
-  analysis::to_json(env, analysis::detect_environment(to_string(real_sc.backend.kind), analysis::git_commit("."), SERVELAB_VERSION));
-  j["environment"] = env;
-  j["max_abs_relative_error"] = worst;
-  j["max_abs_relative_error_p50"] = worst_p50;
-  j["runs"] = runs;
-  std::ofstream(dir + "/validation.json") << j.dump(2) << "\n";
-  std::ostringstream md;
-  md << "# Sim validation: " << real_sc.name << "\n\n"
-     << "Real backend `" << to_string(real_sc.backend.kind) << "` vs the sim calibrated from `" << a.profile
-     << "`, the same plans; error = (sim − real) / real.\n\n"
-     << table.str() << "\nWorst |error|: " << worst * 100 << "% (p50 figures: " << worst_p50 * 100 << "%).\n";
-  std::ofstream(dir + "/validation.md") << md.str();
-  std::cout << md.str() << "wrote " << dir << "/validation.json\n";
+  std::cout << write_summary(runs, table.str(), worst, worst_p50) << "wrote " << dir << "/validation.json\n";
   return 0;
 }
 
