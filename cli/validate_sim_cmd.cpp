@@ -18,6 +18,7 @@
 #include "analysis/environment.h"
 #include "analysis/metrics.h"
 #include "cli/command.h"
+#include "engine/backend/cost_model.h"
 #include "loadgen/capacity_probe.h"
 #include "loadgen/scenario.h"
 
@@ -93,7 +94,8 @@ int validate_sim_main(const ValidateSimArgs& a) {
     return 2;
   }
   const CapacitySpec spec = real_sc.capacity.value_or(CapacitySpec{});
-  const int n = a.n_requests > 0 ? a.n_requests : spec.n_requests;  // per compared run
+  const int n = a.n_requests;  // per compared run; 0 = the workload's
+  const SimCostModel cost = SimCostModel::from_profile_json(a.profile, resolve_model_config(real->backend_spec().model));
   const std::string dir = a.out.empty() ? real_sc.output_dir + "/sim-validation" : a.out;
   std::filesystem::create_directories(dir);
   write_records(dir + "/records_real.jsonl", {}, false);
@@ -169,6 +171,7 @@ int validate_sim_main(const ValidateSimArgs& a) {
       PointRunOptions o;
       o.n_requests = n;
       o.keep_token_times = true;
+      o.predict_with = &cost;
       std::fprintf(stderr, "  %s at %.0f%% (%.4g req/s): real run...\n", label.c_str(), load * 100, rate);
       const PointRun r = real->run(i, rate, o);
       const PointRun s = sim->run(i, rate, o);
@@ -182,6 +185,29 @@ int validate_sim_main(const ValidateSimArgs& a) {
       run["rate"] = rate;
       run["n_requests"] = mr.n_requests;
       run["real_wall_s"] = r.wall_s;
+      // Step level: each real step's measured time over what the profile predicts for its shape.
+      // Apart from queueing, this is the cost model's own error, and on a shared machine it also
+      // shows how much slower (load) the steps ran than when the profile was measured.
+      std::vector<double> ratio;
+      double sum_measured = 0.0, sum_predicted = 0.0;
+      for (const StepTiming& t : r.step_timings) {
+        ratio.push_back(t.measured_s / t.predicted_s);
+        sum_measured += t.measured_s;
+        sum_predicted += t.predicted_s;
+      }
+      std::sort(ratio.begin(), ratio.end());
+      auto pct = [&](double q) { return ratio.empty() ? NAN : ratio[static_cast<size_t>(q * (ratio.size() - 1))]; };
+      run["steps"] = {{"n_steps", ratio.size()},
+                      {"measured_over_predicted_p10", pct(0.1)},
+                      {"measured_over_predicted_p50", pct(0.5)},
+                      {"measured_over_predicted_p90", pct(0.9)},
+                      {"total_measured_s", sum_measured},
+                      {"total_predicted_s", sum_predicted},
+                      {"total_error", sum_measured > 0 ? (sum_predicted - sum_measured) / sum_measured : NAN}};
+      std::snprintf(line, sizeof line, "| %s | %.0f%% | %.4g | steps: sim/real total time (%zu steps) | %.4g s | %.4g s | %+.1f%% |\n",
+                    label.c_str(), load * 100, rate, ratio.size(), sum_measured, sum_predicted,
+                    sum_measured > 0 ? (sum_predicted - sum_measured) / sum_measured * 100 : NAN);
+      table << line;
       run["sim_wall_s"] = s.wall_s;
       if (s.cost_counts)
         run["sim_cost_counts"] = {{"profile", s.cost_counts->profile},
@@ -225,7 +251,7 @@ const Registrar reg(
       sub.add_option("--loads", a->loads, "Fractions of the sim's capacity to compare at")->delimiter(',')->capture_default_str();
       sub.add_option("--capacity", a->capacities, "Capacity per selected strategy (req/s) instead of the sim's bisection")
           ->delimiter(',');
-      sub.add_option("--n-requests", a->n_requests, "Measured requests per run (default capacity.n_requests, else the workload's)");
+      sub.add_option("--n-requests", a->n_requests, "Measured requests per run (default: the workload's n_requests)");
       sub.footer(
           "Capacity is searched on the sim (capacity: section, slo: target); the real runs then run\n"
           "at each --loads fraction of it, in real time.\n\n"

@@ -14,6 +14,40 @@
 
 namespace servelab {
 
+namespace {
+
+/// Runs a real backend and, for every step, records its wall time beside what `cost` predicts
+/// for the same shape (the time is measured exactly as the profiler measures it: forward() only).
+class MeasuringBackend final : public Backend {
+ public:
+  MeasuringBackend(std::unique_ptr<Backend> inner, const SimCostModel& cost, std::vector<StepTiming>& out)
+      : inner_(std::move(inner)), cost_(cost), out_(out) {}
+  std::string name() const override { return inner_->name(); }
+  const ModelConfig& config() const override { return inner_->config(); }
+  int64_t kv_bytes_per_slot() const override { return inner_->kv_bytes_per_slot(); }
+  void init_kv(int64_t n_slots) override { inner_->init_kv(n_slots); }
+  ForwardResult forward(const Batch& batch, const KvManager& kv) override {
+    const StepShape shape = StepShape::of(batch);
+    const auto t0 = std::chrono::steady_clock::now();
+    ForwardResult r = inner_->forward(batch, kv);
+    const double measured = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    out_.push_back({measured, cost_.step_seconds(inner_->config(), shape)});
+    return r;
+  }
+  void copy_slots(std::span<const KvCopy> copies) override { inner_->copy_slots(copies); }
+  void save_slots(std::span<const int64_t> slots, std::vector<std::byte>& host) override { inner_->save_slots(slots, host); }
+  void load_slots(std::span<const int64_t> slots, const std::vector<std::byte>& host) override {
+    inner_->load_slots(slots, host);
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  const SimCostModel& cost_;
+  std::vector<StepTiming>& out_;
+};
+
+}  // namespace
+
 PointRunner::PointRunner(const Scenario& scenario) : scenario_(scenario) {
   spec_.kind = scenario.backend.kind;
   spec_.model = scenario.model.path.empty() ? scenario.model.preset : scenario.model.path;
@@ -88,13 +122,16 @@ PointRun PointRunner::run(size_t strategy, double rate, const PointRunOptions& o
   const StrategySpec& strat = sc.strategies.at(strategy);
   EngineConfig config = engine_config(sc, strat);
   config.kv_cache_bytes = kv_cache_bytes(strategy);
-  Engine engine(config, make_backend_instance());
+  PointRun out;
+  std::unique_ptr<Backend> backend = make_backend_instance();
+  if (options.predict_with && sc.backend.kind != BackendKind::sim)
+    backend = std::make_unique<MeasuringBackend>(std::move(backend), *options.predict_with, out.step_timings);
+  Engine engine(config, std::move(backend));
   std::unique_ptr<RequestSource> source = make_source(sc, plan);
   std::unique_ptr<Clock> clock;
   if (sc.backend.kind == BackendKind::sim) clock = std::make_unique<VirtualClock>();
   else clock = std::make_unique<SteadyClock>();
 
-  PointRun out;
   out.label = strat.label + "@" + format_rate(rate);
   out.records.reserve(plan.requests.size());
   RecordSinks sinks;

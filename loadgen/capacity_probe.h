@@ -27,6 +27,15 @@ struct PointRunOptions {
   bool keep_token_times = false; ///< false: records keep only first_token_s and end_s (TTFT, TPOT and
                                  ///< E2E stay exact; ITL is not needed and a 100k-request run stays small)
   bool keep_steps = false;       ///< collect StepRecords
+  /// Real backends: also price every step's shape with this cost model and keep (measured,
+  /// predicted) per step: the sim's step-level error, apart from queueing.
+  const SimCostModel* predict_with = nullptr;
+};
+
+/// One real step next to the cost model's price for its shape.
+struct StepTiming {
+  double measured_s = 0.0;
+  double predicted_s = 0.0;
 };
 
 /// The result of one point.
@@ -37,6 +46,7 @@ struct PointRun {
   DriveStats stats;
   double wall_s = 0.0;                 ///< wall time of the run (planning excluded)
   std::optional<CostCounts> cost_counts;  ///< sim backend: how its steps were priced
+  std::vector<StepTiming> step_timings;   ///< with predict_with on a real backend
 };
 
 /// Builds backends once per scenario (cpu weights are drawn or loaded once and shared) and runs
