@@ -15,6 +15,7 @@
 #include "engine/model/config.h"
 #include "engine/sched/scheduler_config.h"
 #include "loadgen/arrivals.h"
+#include "loadgen/capacity_config.h"
 #include "loadgen/dataset.h"
 #include "loadgen/lengths.h"
 #include "loadgen/target.h"
@@ -182,6 +183,7 @@ struct Scenario {
   std::vector<GateSpec> gates;
   std::optional<BaselineSpec> baseline;
   std::optional<TargetSpec> target;  ///< set: runs go over HTTP to this server (loadgen/target.h)
+  std::optional<CapacitySpec> capacity;  ///< `capacity:` (loadgen/capacity_config.h)
 
   std::string source_file;   ///< the YAML it came from ("" when built in code)
   SourceMap source;          ///< where each value was written, for error messages

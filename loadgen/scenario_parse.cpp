@@ -63,7 +63,7 @@ void Walker::root(const YAML::Node& r) {
     return;
   }
   if (!check_map(r, "", {"name", "description", "seed", "output_dir", "model", "backend", "engine", "strategies",
-                         "workload", "slo", "gates", "baseline", "target"}))
+                         "workload", "slo", "gates", "baseline", "target", "capacity"}))
     return;
   if (defined(r["name"])) read_string(r["name"], "name", s_.name);
   if (defined(r["description"])) read_string(r["description"], "description", s_.description);
@@ -89,6 +89,7 @@ void Walker::root(const YAML::Node& r) {
   if (defined(r["gates"])) gates(r["gates"]);
   if (defined(r["baseline"])) baseline(r["baseline"]);
   if (defined(r["target"])) read_target(r["target"], s_, d_);  // loadgen/target.cpp
+  if (defined(r["capacity"])) parse_capacity_section(r["capacity"], ov_, s_, d_);
 }
 
 void Walker::model(const YAML::Node& n) {

@@ -84,6 +84,7 @@ class BackendFactory {
     spec_.seed = sc.seed;
     spec_.threads = sc.backend.threads;
     if (!sc.backend.sim_device.empty()) spec_.sim_device = SimDevice::preset(sc.backend.sim_device);
+    spec_.sim_device_set = !sc.backend.sim_device.empty();
     spec_.sim_profile = sc.backend.sim_profile;
     spec_.validate();
     if (spec_.kind == BackendKind::cpu) {
