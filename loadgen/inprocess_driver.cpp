@@ -34,7 +34,11 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
   RunnerCallbacks cb;
   cb.on_sent = [&](const Request& r, double intended_s, double now_s) {
     const bool engine_was_busy = intended_s < last_step_end;
-    sent[r.id] = {intended_s, engine_was_busy ? intended_s : std::max(intended_s, now_s)};
+    double sent_s = engine_was_busy ? intended_s : std::max(intended_s, now_s);
+    // Held by the source (a max-concurrency cap): sent when a slot freed, and its latency still
+    // counts from intended_s, so the wait shows in lateness and TTFT (no coordinated omission).
+    if (const auto held = source.held_until()) sent_s = std::max(sent_s, *held);
+    sent[r.id] = {intended_s, sent_s};
     ++stats.n_sent;
   };
   cb.on_step = [&](const StepOutcome& s) {
