@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "engine/model/config.h"
+#include "loadgen/plan.h"
 
 namespace servelab::cli {
 
@@ -39,6 +40,7 @@ analysis::ReportInput report_input_for(const Scenario& sc, const std::vector<Swe
   d["workload"] = describe(sc);
   d["kv_cache_bytes"] = sc.engine.kv_cache_bytes;
   d["max_model_len"] = sc.engine.max_model_len;
+  d["length_counting"] = length_counting(sc);
 
   std::string device;
   switch (sc.backend.kind) {

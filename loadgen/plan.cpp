@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/model/tokenizer.h"
 #include "loadgen/arrivals.h"
 #include "loadgen/rng.h"
 
@@ -25,14 +28,25 @@ Planner::Planner(const Scenario& scenario) : scenario_(scenario) {
     trace_ = load_trace(w.trace);
   } else if (w.prompt.from_dataset() || w.output.from_dataset()) {
     const LengthSpec& spec = w.prompt.from_dataset() ? w.prompt : w.output;
-    Dataset all = load_dataset(spec.dataset, spec.dataset_format);
+    std::unique_ptr<Tokenizer> tok;
+    if (!w.tokenizer.empty()) tok = load_bpe_tokenizer(w.tokenizer);
+    else if (!scenario_.model.path.empty()) tok = load_tokenizer_from_dir(scenario_.model.path);
+    if (tok) {
+      length_counting_ = "tokenizer:" + (w.tokenizer.empty() ? scenario_.model.path + "/tokenizer.json" : w.tokenizer);
+      // Prompts are the dataset's own text when its ids are ids of this model.
+      text_prompts_ = w.prompt.from_dataset() && tok->vocab_size() <= scenario_.model.vocab_size;
+    }
+    Dataset all = load_dataset(spec.dataset, spec.dataset_format, tok.get());
     dataset_.path = all.path;
     dataset_.format = all.format;
     dataset_.n_skipped = all.n_skipped;
     for (const LengthPair& e : all.entries) {
       const int p = w.prompt.from_dataset() ? e.prompt_tokens : 1;
       const int o = w.output.from_dataset() ? e.output_tokens : 1;
-      if (int64_t{w.max_prefix_tokens()} + p + o <= max_len) dataset_.entries.push_back(e);
+      if (int64_t{w.max_prefix_tokens()} + p + o <= max_len) {
+        dataset_.entries.push_back(e);
+        if (!text_prompts_) dataset_.entries.back().prompt_ids.clear();  // not needed: save the memory
+      }
       else ++n_dataset_dropped_;
     }
     if (dataset_.entries.empty())
@@ -58,13 +72,18 @@ Planner::Lengths Planner::fit(int prompt, int output, bool& clipped, int64_t roo
   return {prompt, output};
 }
 
-std::vector<TokenId> Planner::prompt_tokens(uint64_t id, int n_own, bool with_prefix, int group) const {
+std::vector<TokenId> Planner::prompt_tokens(uint64_t id, int n_own, bool with_prefix, int group,
+                                           const std::vector<TokenId>* text) const {
   std::vector<TokenId> out;
   if (with_prefix) {
     const auto& g = groups_.tokens(group);
     out.reserve(shared_prefix_.size() + g.size() + static_cast<size_t>(n_own));
     out = shared_prefix_;
     out.insert(out.end(), g.begin(), g.end());
+  }
+  if (text && !text->empty()) {  // the dataset prompt's own ids, cut to n_own when it was clipped
+    out.insert(out.end(), text->begin(), text->begin() + std::min<long>(n_own, static_cast<long>(text->size())));
+    return out;
   }
   const int vocab = scenario_.model.vocab_size;
   const int64_t lo = std::min(2, vocab - 1);
@@ -123,6 +142,7 @@ Plan Planner::make(double rate) const {
     double t = 0;
     Lengths len;
     int group = -1, session = -1, turn = 0;
+    const std::vector<TokenId>* text = nullptr;  ///< the dataset prompt's ids (text_prompts_)
   };
   std::vector<Item> items;
   if (w.mode == LoadMode::trace) {
@@ -163,10 +183,12 @@ Plan Planner::make(double rate) const {
         if (n_total > 0 && drawn >= static_cast<size_t>(n_total)) break;
         int p = w.prompt.dist.sample(prompt_rng);
         int o = w.output.dist.sample(output_rng);
+        const std::vector<TokenId>* text = nullptr;
         if (!order.empty()) {
           const LengthPair& e = dataset_.entries[order[drawn % order.size()]];
           if (w.prompt.from_dataset()) p = e.prompt_tokens;
           if (w.output.from_dataset()) o = e.output_tokens;
+          if (text_prompts_) text = &e.prompt_ids;
         }
         ++drawn;
         const int64_t left = room - static_cast<int64_t>(groups_.tokens(group).size()) - context;
@@ -178,7 +200,7 @@ Plan Planner::make(double rate) const {
         bool clipped = false;
         const Lengths len = fit(p, o, clipped, left);
         plan.n_clipped += clipped;
-        items.push_back({units[u], len, group, w.sessions.enabled() ? static_cast<int>(u) : -1, k});
+        items.push_back({units[u], len, group, w.sessions.enabled() ? static_cast<int>(u) : -1, k, text});
         context += len.prompt + int64_t{len.output} + (k == 0 ? static_cast<int64_t>(groups_.tokens(group).size()) : 0);
       }
     }
@@ -191,7 +213,7 @@ Plan Planner::make(double rate) const {
     const Item& it = items[i];
     r.id = i;
     r.intended_s = it.t;
-    r.prompt = prompt_tokens(i, it.len.prompt, it.turn == 0, it.group);
+    r.prompt = prompt_tokens(i, it.len.prompt, it.turn == 0, it.group, it.text);
     r.output_tokens = it.len.output;
     r.warmup = i < static_cast<size_t>(w.warmup_requests);
     r.prefix_group = it.group;
@@ -204,6 +226,14 @@ Plan Planner::make(double rate) const {
 }
 
 Plan make_plan(const Scenario& scenario, double rate) { return Planner(scenario).make(rate); }
+
+std::string length_counting(const Scenario& scenario) {
+  const auto& w = scenario.workload;
+  if (!w.tokenizer.empty()) return "tokenizer:" + w.tokenizer;
+  if (!scenario.model.path.empty() && std::filesystem::exists(scenario.model.path + "/tokenizer.json"))
+    return "tokenizer:" + scenario.model.path + "/tokenizer.json";
+  return "bytes/4";
+}
 
 namespace {
 

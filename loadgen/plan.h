@@ -61,6 +61,10 @@ struct Plan {
 /// prefix from (seed, shared_prefix). Changing the rate changes only the times; changing the
 /// output distribution leaves prompts as they were.
 ///
+/// Dataset texts are counted with workload.tokenizer, else the model folder's tokenizer.json,
+/// else as ceil(bytes / 4) (length_counting()); with a tokenizer whose vocabulary fits the model,
+/// prompts are the texts' own ids rather than random ones.
+///
 /// Lengths that do not fit engine.max_model_len (shared prefix + prompt + output): the prompt is
 /// cut first (down to 1 token of its own), then the output (counted in n_clipped). Dataset entries
 /// that do not fit are left out instead, as vLLM's benchmark filters ShareGPT.
@@ -71,6 +75,10 @@ class Planner {
   /// scenario's concurrency); ignored for a trace.
   Plan make(double rate) const;
   const Scenario& scenario() const { return scenario_; }
+  /// How dataset texts were counted: "tokenizer:<tokenizer.json path>" or "bytes/4".
+  const std::string& length_counting() const { return length_counting_; }
+  /// Prompts are the dataset texts' own ids (a tokenizer whose vocabulary fits the model's).
+  bool text_prompts() const { return text_prompts_; }
 
  private:
   struct Lengths {
@@ -81,7 +89,9 @@ class Planner {
   /// Intended times of the open-loop (or closed-loop) units: requests, or sessions.
   std::vector<double> unit_times(double rate, int n_units, Plan& plan) const;
   /// Request `id`'s prompt: [shared prefix + group `group`'s tokens, when with_prefix] + n_own ids.
-  std::vector<TokenId> prompt_tokens(uint64_t id, int n_own, bool with_prefix, int group) const;
+  /// `text`: the dataset prompt's ids, used (cut to n_own) instead of random ids.
+  std::vector<TokenId> prompt_tokens(uint64_t id, int n_own, bool with_prefix, int group,
+                                     const std::vector<TokenId>* text = nullptr) const;
 
   Scenario scenario_;
   Dataset dataset_;                    ///< entries that fit (when a length comes from a dataset)
@@ -89,7 +99,13 @@ class Planner {
   std::vector<TraceEntry> trace_;
   std::vector<TokenId> shared_prefix_;
   PrefixGroups groups_;
+  std::string length_counting_ = "bytes/4";
+  bool text_prompts_ = false;
 };
+
+/// How a scenario's dataset texts are counted, without loading anything: "tokenizer:<path>" for
+/// workload.tokenizer or the model folder's tokenizer.json, else "bytes/4" (ceil(bytes / 4)).
+std::string length_counting(const Scenario& scenario);
 
 /// make_plan(s, rate) = Planner(s).make(rate); use a Planner to make several.
 Plan make_plan(const Scenario& scenario, double rate);

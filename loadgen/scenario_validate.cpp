@@ -288,6 +288,7 @@ void validate_load(const Scenario& s, const Checker& c) {
     c.check(w.n_requests >= 0, "workload.n_requests", "must be >= 0 (0 = the whole trace)" + got(w.n_requests));
     c.check(w.duration_s >= 0, "workload.duration_s", "must be >= 0 (0 = the whole trace)" + got(w.duration_s));
   }
+  if (!w.tokenizer.empty()) c.file_exists(w.tokenizer, "workload.tokenizer");
   c.check(w.warmup_requests >= 0, "workload.warmup_requests", "must be >= 0" + got(w.warmup_requests));
   c.check(w.shared_prefix_tokens >= 0, "workload.shared_prefix_tokens", "must be >= 0" + got(w.shared_prefix_tokens));
 }
