@@ -375,7 +375,10 @@ void validate_gate(const Scenario& s, const GateSpec& g, const std::string& p, c
   const LoadMode mode = s.workload.mode;
   if (g.rate && mode != LoadMode::open_loop) {
     c.check(false, p + ".rate", std::string("selects a rate of an open-loop sweep; a ") +
-                                    (mode == LoadMode::trace ? "trace" : "closed-loop") + " workload has one run: remove it");
+                                    (mode == LoadMode::trace ? "trace workload has one run"
+                                     : s.workload.concurrencies.size() > 1 ? "closed-loop workload's runs are told apart by concurrency, not rate"
+                                                                           : "closed-loop workload has one run") +
+                                    ": remove it");
   } else if (g.rate && !c.diag.failed("workload.rates")) {
     bool found = false;
     std::string list;

@@ -87,7 +87,7 @@ TEST(DatasetTokenizer, CountsAndBuildsPromptsWithTheTokenizer) {
   EXPECT_FALSE(p2.text_prompts());
   for (const PlannedRequest& r : p2.make(1).requests)
     EXPECT_TRUE(r.prompt.size() == 6u || r.prompt.size() == (cjk.size() + 3) / 4) << r.prompt.size();
-  EXPECT_EQ(testing_util::scenario_errors(scenario_with("  tokenizer: missing.json\n")).size(), 1u);
+  EXPECT_EQ(testing_util::scenario_errors(scenario_with("  tokenizer: no_such_tokenizer.json\n")).size(), 1u);
 }
 
 std::string qwen_json() {
