@@ -202,6 +202,14 @@ TEST(ConcurrencySweep, OneRunPerConcurrencyWithItsLabelAndConfig) {
             (std::vector<std::string>{"scn.yaml:2:29: workload.concurrency[1] must be >= 1 concurrent users (got 0)",
                                       "scn.yaml:2:32: workload.concurrency[2] repeats workload.concurrency[0] (2); "
                                       "each concurrency is one run"}));
+  const auto gate = scenario_errors(
+      "strategies: [{batching: continuous}]\nworkload: {concurrency: [1, 4]}\n"
+      "gates: [{metric: goodput, min: 1, rate: 2}]\n");
+  ASSERT_EQ(gate.size(), 1u);
+  EXPECT_NE(gate[0].find("gates[0].rate selects a rate of an open-loop sweep; a closed-loop workload's runs are told "
+                         "apart by concurrency, not rate: remove it"),
+            std::string::npos)
+      << gate[0];
 }
 
 const char* kSessions =
