@@ -46,6 +46,13 @@ struct StrategyRuns {
   const RunSummary* highest = nullptr;  ///< may have an infinite rate; closed/trace: the first run
 };
 
+/// A run's x on the rate plots: its offered rate, or for a closed-loop run (config.concurrency,
+/// one point of a concurrency sweep) the rate it achieved (metrics.request_throughput).
+double plot_rate(const RunSummary& r) {
+  if (std::isfinite(r.info.rate) || !r.info.config.contains("concurrency")) return r.info.rate;
+  return r.metrics.request_throughput > 0 ? r.metrics.request_throughput : r.info.rate;
+}
+
 std::vector<StrategyRuns> group_runs(const Summary& s) {
   std::vector<StrategyRuns> out;
   for (const auto& name : s.strategies()) {
@@ -54,14 +61,14 @@ std::vector<StrategyRuns> group_runs(const Summary& s) {
     g.file = slug(name);
     for (const auto& r : s.runs) {
       if (r.info.strategy_name() != name) continue;
-      if (std::isfinite(r.info.rate)) g.by_rate.push_back(&r);
+      if (std::isfinite(plot_rate(r))) g.by_rate.push_back(&r);
       if (!std::isnan(r.info.rate) && (!g.highest || r.info.rate > g.highest->info.rate)) g.highest = &r;
     }
     if (!g.highest)  // closed loop or trace: no rate; the strategy's one run stands for it
       for (const auto& r : s.runs)
         if (!g.highest && r.info.strategy_name() == name) g.highest = &r;
     std::sort(g.by_rate.begin(), g.by_rate.end(),
-              [](const RunSummary* a, const RunSummary* b) { return a->info.rate < b->info.rate; });
+              [](const RunSummary* a, const RunSummary* b) { return plot_rate(*a) < plot_rate(*b); });
     out.push_back(std::move(g));
   }
   return out;
@@ -234,7 +241,7 @@ RateData write_rate_data(const fs::path& plots, const std::vector<StrategyRuns>&
          "output_tok_s goodput_tok_s\n";
     for (const RunSummary* r : g.by_rate) {
       const auto& m = r->metrics;
-      d << dat(r->info.rate) << " " << dat(m.ttft_ms.p50) << " " << dat(m.ttft_ms.p99) << " "
+      d << dat(plot_rate(*r)) << " " << dat(m.ttft_ms.p50) << " " << dat(m.ttft_ms.p99) << " "
         << dat(m.tpot_ms.p50) << " " << dat(m.tpot_ms.p99) << " " << dat(m.output_throughput) << " "
         << dat(m.goodput) << "\n";
       if (std::isfinite(m.ttft_ms.p99)) out.ttft_max = std::max(out.ttft_max, m.ttft_ms.p99);

@@ -6,6 +6,7 @@
 
 #include "engine/model/config.h"
 #include "loadgen/records/gate_metrics.h"
+#include "loadgen/plan.h"
 
 namespace servelab::cli {
 
@@ -31,6 +32,7 @@ analysis::ReportInput report_input_for(const Scenario& sc, const std::vector<Swe
   d["workload"] = describe(sc);
   d["kv_cache_bytes"] = sc.engine.kv_cache_bytes;
   d["max_model_len"] = sc.engine.max_model_len;
+  d["length_counting"] = length_counting(sc);
 
   std::string device;
   switch (sc.backend.kind) {

@@ -165,14 +165,26 @@ std::string describe(const Scenario& s) {
       per("per rate");
       o << ", " << to_string(w.arrival.process) << " arrivals";
       if (w.arrival.process == ArrivalProcess::gamma) o << " (cv " << w.arrival.cv << ")";
+      if (w.arrival.ramp_to > 0) o << " ramping to " << w.arrival.ramp_to << " req/s";
+      if (w.arrival.max_concurrency > 0) o << ", at most " << w.arrival.max_concurrency << " in flight";
+      if (w.sessions.enabled()) o << ", sessions of " << w.sessions.turns << " turns";
       break;
     }
     case LoadMode::closed_loop:
-      o << " × 1 run, closed loop at concurrency " << w.concurrency;
+      if (w.concurrencies.size() > 1) {
+        o << " × " << w.concurrencies.size() << " runs, closed loop at concurrency";
+        for (size_t i = 0; i < w.concurrencies.size(); ++i) o << (i ? ", " : " ") << w.concurrencies[i];
+      } else {
+        o << " × 1 run, closed loop at concurrency " << w.concurrency;
+      }
       per("per run");
       break;
-    case LoadMode::trace: o << " × 1 run, trace replay"; break;
+    case LoadMode::trace:
+      o << " × 1 run, trace replay";
+      if (w.trace_speed != 1.0) o << " at " << w.trace_speed << "x speed";
+      break;
   }
+  if (!w.prefix_groups.empty()) o << ", " << w.prefix_groups.size() << " prefix groups";
   o << ", model " << (s.model.path.empty() ? s.model.preset : s.model.path) << " on " << to_string(s.backend.kind);
   if (!s.gates.empty()) o << ", " << s.gates.size() << " gate" << (s.gates.size() == 1 ? "" : "s");
   return o.str();

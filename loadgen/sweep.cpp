@@ -52,7 +52,7 @@ nlohmann::ordered_json strategy_knobs(const StrategySpec& s) {
 std::string point_suffix(const Scenario& sc, double rate) {
   switch (sc.workload.mode) {
     case LoadMode::open_loop: return "@" + format_rate(rate);
-    case LoadMode::closed_loop: return "@c" + std::to_string(sc.workload.concurrency);
+    case LoadMode::closed_loop: return "@c" + std::to_string(rate >= 1 ? static_cast<int>(rate) : sc.workload.concurrency);
     case LoadMode::trace: return "@trace";
   }
   return "";
@@ -135,6 +135,9 @@ std::vector<SweepRun> plan_sweep(const Planner& planner) {
       r.n_planned = plan.n_measured();
       r.n_warmup = plan.n_warmup;
       r.config = strategy_knobs(s);
+      if (scenario.workload.mode == LoadMode::closed_loop) r.config["concurrency"] = plan.concurrency;
+      if (plan.max_concurrency > 0) r.config["max_concurrency"] = plan.max_concurrency;
+      if (plan.ramp_to > 0) r.config["ramp_to"] = plan.ramp_to;
       r.strategy_index = i;
       runs.push_back(std::move(r));
     }
