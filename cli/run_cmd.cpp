@@ -24,6 +24,7 @@ struct RunArgs {
   std::vector<std::string> overrides;
   bool quiet = false;
   bool no_plots = false;
+  bool force = false;
 };
 
 int run_main(const RunArgs& args) {
@@ -35,6 +36,15 @@ int run_main(const RunArgs& args) {
     return 2;
   }
   const std::string dir = args.out.empty() ? scenario.output_dir : args.out;
+  // Never overwrite an earlier run's records without being asked to.
+  std::error_code ec;
+  if (!args.force && std::filesystem::exists(dir, ec) &&
+      !(std::filesystem::is_directory(dir, ec) && std::filesystem::is_empty(dir, ec))) {
+    std::cerr << "servelab run: error: " << dir
+              << " already exists and is not empty (an earlier run?): choose another --out, remove it, "
+                 "or pass --force to overwrite it\n";
+    return 2;
+  }
   std::filesystem::create_directories(dir);
 
   // One Planner for the whole run: a dataset or trace is read once.
@@ -104,6 +114,7 @@ const Registrar reg(
       sub.add_option("--set", args->overrides, "Override a scenario value: key.path=value (repeatable)");
       sub.add_flag("--quiet,-q", args->quiet, "No progress line and no console summary");
       sub.add_flag("--no-plots", args->no_plots, "Skip gnuplot figures");
+      sub.add_flag("--force", args->force, "Overwrite the output folder when it already holds files");
       sub.footer(
           "Examples:\n"
           "  servelab run scenarios/quickstart.yaml\n"

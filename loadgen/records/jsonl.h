@@ -11,8 +11,11 @@ namespace servelab {
 
 /// Parses every non-blank line of `path` as a T (through its from_json). Throws
 /// std::runtime_error("path: cannot open") or ("path:line: message").
+/// A last line without its '\n' that does not parse is what a writer killed mid-line leaves
+/// (lines are written whole, newline last): it is dropped, and *cut_tail (when given) set true.
 template <typename T>
-std::vector<T> read_jsonl(const std::string& path) {
+std::vector<T> read_jsonl(const std::string& path, bool* cut_tail = nullptr) {
+  if (cut_tail) *cut_tail = false;
   std::ifstream in(path);
   if (!in) throw std::runtime_error(path + ": cannot open");
   std::vector<T> out;
@@ -24,6 +27,10 @@ std::vector<T> read_jsonl(const std::string& path) {
     try {
       out.push_back(nlohmann::json::parse(line).get<T>());
     } catch (const std::exception& e) {
+      if (in.eof()) {  // the last line, unterminated: a cut write, not a damaged file
+        if (cut_tail) *cut_tail = true;
+        break;
+      }
       throw std::runtime_error(path + ":" + std::to_string(n) + ": " + e.what());
     }
   }

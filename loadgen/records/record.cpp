@@ -67,7 +67,9 @@ void from_json(const nlohmann::json& j, RequestRecord& r) {
   r.warmup = j.value("warmup", false);
 }
 
-std::vector<RequestRecord> read_records(const std::string& path) { return read_jsonl<RequestRecord>(path); }
+std::vector<RequestRecord> read_records(const std::string& path, bool* cut_tail) {
+  return read_jsonl<RequestRecord>(path, cut_tail);
+}
 
 std::string record_line(const RequestRecord& r) {
   return nlohmann::json(r).dump() + "\n";

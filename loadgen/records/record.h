@@ -37,7 +37,7 @@ void to_json(nlohmann::json& j, const RequestRecord& r);
 void from_json(const nlohmann::json& j, RequestRecord& r);
 
 /// Reads records.jsonl. Throws std::runtime_error("path:line: message") on a bad line.
-std::vector<RequestRecord> read_records(const std::string& path);
+std::vector<RequestRecord> read_records(const std::string& path, bool* cut_tail = nullptr);
 /// One compact JSON line (with '\n').
 std::string record_line(const RequestRecord& r);
 

@@ -50,7 +50,9 @@ void from_json(const nlohmann::json& j, StepRecord& s) {
   s.kv_free = kv.at("free").get<int64_t>();
 }
 
-std::vector<StepRecord> read_steps(const std::string& path) { return read_jsonl<StepRecord>(path); }
+std::vector<StepRecord> read_steps(const std::string& path, bool* cut_tail) {
+  return read_jsonl<StepRecord>(path, cut_tail);
+}
 
 std::string step_line(const StepRecord& s) { return nlohmann::json(s).dump() + "\n"; }
 

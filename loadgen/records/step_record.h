@@ -33,7 +33,8 @@ struct StepRecord {
 
 void to_json(nlohmann::json& j, const StepRecord& s);
 void from_json(const nlohmann::json& j, StepRecord& s);
-std::vector<StepRecord> read_steps(const std::string& path);  ///< throws "path:line: message"
+/// Throws "path:line: message"; *cut_tail as read_jsonl (a last line cut by a kill is dropped).
+std::vector<StepRecord> read_steps(const std::string& path, bool* cut_tail = nullptr);
 std::string step_line(const StepRecord& s);
 
 }  // namespace servelab
