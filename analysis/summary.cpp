@@ -1,3 +1,4 @@
+#include "loadgen/records/json_int.h"
 #include "analysis/summary.h"
 
 #include <algorithm>
@@ -95,7 +96,7 @@ void from_json(const nlohmann::ordered_json& j, RunInfo& r) {
   auto rate = j.find("rate");
   r.rate =
       (rate == j.end() || rate->is_null()) ? std::numeric_limits<double>::infinity() : rate->get<double>();
-  r.n_requests = j.value("n_requests", 0);
+  r.n_requests = json_int_or(j, "n_requests", 0);
   r.config = j.contains("config") ? j["config"] : nlohmann::ordered_json::object();
 }
 
@@ -150,7 +151,7 @@ void to_json(nlohmann::ordered_json& j, const RunSummary& r) {
 void from_json(const nlohmann::ordered_json& j, RunSummary& r) {
   if (!j.is_object()) throw std::invalid_argument("each entry of \"runs\" must be an object");
   r.info = j.get<RunInfo>();
-  r.info.n_requests = j.value("n_planned", 0);
+  r.info.n_requests = json_int_or(j, "n_planned", 0);
   try {
     r.metrics = j.at("metrics").get<RunMetrics>();
   } catch (const std::exception& e) {

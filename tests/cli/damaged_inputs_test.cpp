@@ -106,5 +106,27 @@ TEST(DamagedInputs, ModelLargerThanMemoryRefusedWithTheFigure) {
   EXPECT_EQ(r.output.find("bad_alloc"), std::string::npos) << r.output;
 }
 
+// Found by fuzz_report: an integer field holding 4.4e42 was cast to int (undefined behaviour; a
+// garbage count in release builds). Now refused with the file and line.
+TEST(DamagedInputs, ReportRefusesOutOfRangeIntegers) {
+  SERVELAB_REQUIRE_BINARY();
+  TempDir tmp;
+  write_text(tmp.file("s.yaml"), scenario_text("  rates: [5]\n  n_requests: 3\n  prompt_tokens: 8\n  output_tokens: 2\n"));
+  const std::string out = tmp.file("out");
+  ASSERT_EQ(run_servelab({"run", tmp.file("s.yaml"), "--out", out, "--quiet", "--no-plots"}, tmp).code, 0);
+  const std::string records = read_text(out + "/records.jsonl");
+  for (const char* bad : {"4.4e42", "2.5", "-1e300", "99999999999999999999"}) {
+    SCOPED_TRACE(bad);
+    std::string damaged = records;
+    const std::string key = "\"prompt_tokens\":";
+    const size_t at = damaged.find(key) + key.size();
+    damaged.replace(at, damaged.find(',', at) - at, bad);
+    write_text(out + "/records.jsonl", damaged);
+    const CliResult r = run_servelab({"report", out, "--no-plots", "--quiet"}, tmp);
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_NE(r.output.find("records.jsonl:1:"), std::string::npos) << r.output;
+  }
+}
+
 }  // namespace
 }  // namespace servelab::cli_test
