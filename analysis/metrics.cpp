@@ -1,3 +1,4 @@
+#include "loadgen/records/json_int.h"
 #include "analysis/metrics.h"
 
 #include <algorithm>
@@ -307,16 +308,16 @@ void from_json(const nlohmann::ordered_json& j, RunMetrics& m) {
   m.kv.peak_use = number_or_nan(j, "kv_peak_use");
   if (auto it = j.find("batch_size"); it != j.end() && it->is_object()) {
     m.kv.batch_size_mean = number_or_nan(*it, "mean");
-    m.kv.batch_size_max = it->value("max", 0);
+    m.kv.batch_size_max = json_int_or(*it, "max", 0);
   }
   m.kv.n_steps = j.value("n_steps", std::size_t{0});
   m.kv.n_steps_used = j.value("n_steps_kv_used", std::size_t{0});
   m.n_ok = j.value("n_ok", std::size_t{0});
   m.n_warmup = j.value("n_warmup", std::size_t{0});
   m.n_slo_met = j.value("n_slo_met", std::size_t{0});
-  m.n_prompt_tokens = j.value("n_prompt_tokens", int64_t{0});
-  m.n_output_tokens = j.value("n_output_tokens", int64_t{0});
-  m.n_preemptions = j.value("n_preemptions", int64_t{0});
+  m.n_prompt_tokens = json_int_or(j, "n_prompt_tokens", int64_t{0});
+  m.n_output_tokens = json_int_or(j, "n_output_tokens", int64_t{0});
+  m.n_preemptions = json_int_or(j, "n_preemptions", int64_t{0});
   m.itl_ms.n = j.value("n_itl_samples", m.itl_ms.n);
   m.window_start_s = j.value("window_start_s", 0.0);
   m.duration_s = j.value("duration_s", 0.0);

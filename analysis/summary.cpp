@@ -1,3 +1,4 @@
+#include "loadgen/records/json_int.h"
 #include "analysis/summary.h"
 
 #include <algorithm>

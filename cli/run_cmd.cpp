@@ -26,6 +26,7 @@ struct RunArgs {
   std::vector<std::string> overrides;
   bool quiet = false;
   bool no_plots = false;
+  bool force = false;
 };
 
 int run_main(const RunArgs& args) {
@@ -44,6 +45,15 @@ int run_main(const RunArgs& args) {
 int run_scenario(const Scenario& scenario, const std::string& out_dir, bool quiet, bool no_plots) {
   const RunArgs args{"", out_dir, {}, quiet, no_plots};
   const std::string dir = args.out.empty() ? scenario.output_dir : args.out;
+  // Never overwrite an earlier run's records without being asked to.
+  std::error_code ec;
+  if (!args.force && std::filesystem::exists(dir, ec) &&
+      !(std::filesystem::is_directory(dir, ec) && std::filesystem::is_empty(dir, ec))) {
+    std::cerr << "servelab run: error: " << dir
+              << " already exists and is not empty (an earlier run?): choose another --out, remove it, "
+                 "or pass --force to overwrite it\n";
+    return 2;
+  }
   std::filesystem::create_directories(dir);
 
   // One Planner for the whole run: a dataset or trace is read once.
@@ -120,6 +130,7 @@ const Registrar reg(
       sub.add_option("--set", args->overrides, "Override a scenario value: key.path=value (repeatable)");
       sub.add_flag("--quiet,-q", args->quiet, "No progress line and no console summary");
       sub.add_flag("--no-plots", args->no_plots, "Skip gnuplot figures");
+      sub.add_flag("--force", args->force, "Overwrite the output folder when it already holds files");
       sub.footer(
           "Examples:\n"
           "  servelab run scenarios/quickstart.yaml\n"

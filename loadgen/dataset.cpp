@@ -94,6 +94,8 @@ json parse_json(const std::string& path, const std::string& text, int line_offse
     // e.byte is 1-based and points just past the offending character.
     const size_t pos = e.byte > 0 ? e.byte - 1 : 0;
     fail(path, line_offset + line_of(text, pos) - 1, "invalid JSON: " + parse_error_text(e.what()));
+  } catch (const json::exception& e) {  // e.g. out_of_range 406: a number too large for a double
+    fail(path, line_offset, std::string("invalid JSON: ") + e.what());
   }
 }
 
@@ -229,6 +231,8 @@ Dataset load_sharegpt(const std::string& path, const Tokenizer* tok) {
         entry = json::parse(text.data() + begin, text.data() + i);
       } catch (const json::parse_error&) {
         fail_syntax(path, text, begin_line);
+      } catch (const json::exception& e) {  // out_of_range 406: a number too large for a double
+        fail(path, begin_line, std::string("invalid JSON: ") + e.what());
       }
       add_sharegpt_entry(path, begin_line, index, entry, d, tok);
       if (text[i++] == ']') break;
@@ -308,6 +312,7 @@ std::vector<TraceEntry> load_trace(const std::string& path) {
     TraceEntry e;
     e.line = line;
     const double t = ts->get<double>();
+    if (t < 0) fail(path, line, "\"timestamp\" must be >= 0 seconds (got " + ts->dump() + ")");
     if (out.empty()) first = t;
     else if (t < prev)
       fail(path, line, "timestamps must not decrease (" + ts->dump() + " after " + json(prev).dump() + ")");

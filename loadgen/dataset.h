@@ -56,7 +56,7 @@ struct TraceEntry {
 };
 
 /// Loads a JSONL trace: {"timestamp": seconds, "prompt_tokens": n, "output_tokens": m} a line.
-/// Timestamps must be finite and non-decreasing; they are shifted so the first is 0.
+/// Timestamps must be finite, >= 0 and non-decreasing; they are shifted so the first is 0.
 /// Throws std::runtime_error("path:line: message").
 std::vector<TraceEntry> load_trace(const std::string& path);
 

@@ -1,3 +1,4 @@
+#include "loadgen/records/json_int.h"
 #include "loadgen/records/record.h"
 
 #include <cmath>
@@ -56,19 +57,19 @@ double time_or_missing(const nlohmann::json& j, const char* key) {
 
 void from_json(const nlohmann::json& j, RequestRecord& r) {
   r.run = j.at("run").get<std::string>();
-  r.id = j.at("id").get<uint64_t>();
+  r.id = json_int<uint64_t>(j.at("id"));
   r.arrival_s = j.at("arrival_s").get<double>();
   r.sent_s = j.value("sent_s", r.arrival_s);
   r.scheduled_s = time_or_missing(j, "scheduled_s");
   r.first_token_s = time_or_missing(j, "first_token_s");
   r.token_times_s = j.value("token_times_s", std::vector<double>{});
   r.end_s = time_or_missing(j, "end_s");
-  r.prompt_tokens = j.at("prompt_tokens").get<int>();
-  r.output_tokens = j.at("output_tokens").get<int>();
+  r.prompt_tokens = json_int<int>(j.at("prompt_tokens"));
+  r.output_tokens = json_int<int>(j.at("output_tokens"));
   r.status = parse_record_status(j.at("status").get<std::string>());
   auto e = j.find("error");
   r.error = (e == j.end() || e->is_null()) ? std::string() : e->get<std::string>();
-  r.preemptions = j.value("preemptions", 0);
+  r.preemptions = json_int_or(j, "preemptions", 0);
   r.warmup = j.value("warmup", false);
 }
 
@@ -118,7 +119,7 @@ void RequestRecord::validate() const {
                                 " entries but output_tokens is " + std::to_string(output_tokens));
 }
 
-std::vector<RequestRecord> read_records(const std::string& path) {
+std::vector<RequestRecord> read_records(const std::string& path, bool* cut_tail) {
   std::map<std::pair<std::string, uint64_t>, int> first_line;  // (run, id) -> line
   return read_jsonl<RequestRecord>(path, [&](const RequestRecord& r, int line) {
     r.validate();
@@ -126,7 +127,7 @@ std::vector<RequestRecord> read_records(const std::string& path) {
     if (!inserted)
       throw std::invalid_argument("duplicate id " + std::to_string(r.id) + " in run " + r.run +
                                   " (first at line " + std::to_string(it->second) + ")");
-  });
+  }, cut_tail);
 }
 
 std::string record_line(const RequestRecord& r) {

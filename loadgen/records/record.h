@@ -52,7 +52,8 @@ void from_json(const nlohmann::json& j, RequestRecord& r);
 
 /// Reads records.jsonl, validating each record (RequestRecord::validate) and rejecting a second
 /// record with the same run and id. Throws std::runtime_error("path:line: message") on a bad line.
-std::vector<RequestRecord> read_records(const std::string& path);
+/// *cut_tail as read_jsonl (a last line cut by a kill is dropped).
+std::vector<RequestRecord> read_records(const std::string& path, bool* cut_tail = nullptr);
 /// One compact JSON line (with '\n').
 std::string record_line(const RequestRecord& r);
 

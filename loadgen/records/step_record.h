@@ -37,8 +37,9 @@ struct StepRecord {
 
 void to_json(nlohmann::json& j, const StepRecord& s);
 void from_json(const nlohmann::json& j, StepRecord& s);
-/// Reads steps.jsonl, validating each step; throws "path:line: message".
-std::vector<StepRecord> read_steps(const std::string& path);
+/// Reads steps.jsonl, validating each step; throws "path:line: message". *cut_tail as read_jsonl
+/// (a last line cut by a kill is dropped).
+std::vector<StepRecord> read_steps(const std::string& path, bool* cut_tail = nullptr);
 std::string step_line(const StepRecord& s);
 
 }  // namespace servelab

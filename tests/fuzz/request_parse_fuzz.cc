@@ -1,6 +1,6 @@
 // libFuzzer harness: the server's request-body parser must answer any bytes with a parsed
 // request or an ApiError (400) — never crash, hang or throw anything else.
-// Built only with clang (scripts/fuzz-server.sh); the .cc suffix keeps it out of the unit tests.
+// Built with -DSERVELAB_FUZZ=ON under clang (scripts/fuzz.sh); the .cc suffix keeps it out of the unit tests.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
