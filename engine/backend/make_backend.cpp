@@ -43,10 +43,8 @@ int64_t kv_bytes_per_slot(const BackendSpec& spec) {
   spec.validate();
   const ModelConfig config = resolve_model_config(spec.model);
   if (spec.kind == BackendKind::sim) {  // cheap to build: shapes and a cost model only
-    const SimCostModel cost = spec.sim_profile.empty()
-                                  ? SimCostModel::roofline(spec.sim_device)
-                                  : SimCostModel::from_profile_json(spec.sim_profile, spec.sim_device);
-    return SimBackend(config, cost).kv_bytes_per_slot();
+    // The slot size depends on the shapes and the device's K/V element size, not on the profile.
+    return SimBackend(config, SimCostModel::roofline(spec.sim_device, spec.tensor_parallel)).kv_bytes_per_slot();
   }
   return 2ll * config.n_layers * config.kv_dim() * static_cast<int64_t>(sizeof(float));  // CpuBackend: fp32 K and V
 }
