@@ -15,13 +15,7 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-bool same_rate(double a, double b) {
-  if (std::isinf(a) || std::isinf(b)) return a == b;
-  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
-  return std::fabs(a - b) <= 1e-9 * std::max(1.0, std::fabs(a));
-}
-
-std::string run_key(const RunSummary& r) { return r.info.label + " @ " + format_rate(r.info.rate); }
+std::string run_key(const RunSummary& r) { return r.info.label + " @ " + format_run_rate(r.info); }
 
 MetricDelta delta_of(const RunSummary& base, const RunSummary& cur, const std::string& metric,
                      double threshold_pct) {
@@ -31,6 +25,7 @@ MetricDelta delta_of(const RunSummary& base, const RunSummary& cur, const std::s
   d.current = run_metric(cur, metric).value_or(kNaN);
   if (std::isnan(d.base) || std::isnan(d.current)) {
     d.change_pct = kNaN;
+    d.missing = !std::isnan(d.base);  // had a value, lost it: the new run measured less
     return d;
   }
   if (d.base == 0.0) {
@@ -53,6 +48,14 @@ const std::vector<std::string>& default_compare_metrics() {
   return metrics;
 }
 
+bool Comparison::has_missing() const {
+  if (!only_in_base.empty()) return true;
+  for (const auto& r : runs)
+    for (const auto& d : r.deltas)
+      if (d.missing) return true;
+  return false;
+}
+
 bool Comparison::has_regression() const {
   for (const auto& r : runs)
     for (const auto& d : r.deltas)
@@ -61,12 +64,13 @@ bool Comparison::has_regression() const {
 }
 
 Comparison compare_summaries(const Summary& base, const Summary& current, double threshold_pct,
-                             const std::vector<std::string>& metrics) {
+                             const std::vector<std::string>& metrics, bool allow_missing) {
   if (!(threshold_pct >= 0.0))
     throw std::invalid_argument("threshold must be >= 0 % (got " + std::to_string(threshold_pct) + ")");
   for (const auto& m : metrics) check_metric_name(m);
   Comparison c;
   c.threshold_pct = threshold_pct;
+  c.allow_missing = allow_missing;
   std::vector<bool> base_matched(base.runs.size(), false);
   for (const auto& cur : current.runs) {
     const RunSummary* match = nullptr;
@@ -86,6 +90,7 @@ Comparison compare_summaries(const Summary& base, const Summary& current, double
     rc.label = cur.info.label;
     rc.strategy = cur.info.strategy_name();
     rc.rate = cur.info.rate;
+    rc.rate_name = format_run_rate(cur.info);
     for (const auto& m : metrics) rc.deltas.push_back(delta_of(*match, cur, m, threshold_pct));
     c.runs.push_back(std::move(rc));
   }
@@ -99,20 +104,27 @@ void print_comparison(std::ostream& out, const Comparison& c) {
   for (const auto& r : c.runs) {
     bool first = true;
     for (const auto& d : r.deltas) {
-      t.add_row({first ? r.label : "", first ? format_rate(r.rate) : "", d.metric, format_number(d.base),
+      t.add_row({first ? r.label : "", first ? r.rate_name : "", d.metric, format_number(d.base),
                  format_number(d.current), format_change_pct(d.change_pct),
-                 d.regression ? "REGRESSION" : ""});
+                 d.regression ? "REGRESSION" : d.missing ? "MISSING" : ""});
       first = false;
     }
   }
   t.print(out);
-  for (const auto& k : c.only_in_base) out << "only in base: " << k << "\n";
+  for (const auto& k : c.only_in_base) out << "only in base: " << k << " (MISSING from new)\n";
   for (const auto& k : c.only_in_new) out << "only in new:  " << k << "\n";
-  std::size_t n_reg = 0;
+  std::size_t n_reg = 0, n_null = 0;
   for (const auto& r : c.runs)
-    for (const auto& d : r.deltas) n_reg += d.regression ? 1 : 0;
-  out << (n_reg ? "FAIL: " : "ok: ") << n_reg << " regression(s) beyond " << format_plain(c.threshold_pct)
-      << "% over " << c.runs.size() << " matched run(s)\n";
+    for (const auto& d : r.deltas) {
+      n_reg += d.regression ? 1 : 0;
+      n_null += d.missing ? 1 : 0;
+    }
+  out << (c.exit_code() ? "FAIL: " : "ok: ") << n_reg << " regression(s) beyond "
+      << format_plain(c.threshold_pct) << "% over " << c.runs.size() << " matched run(s)";
+  if (c.has_missing())
+    out << "; " << c.only_in_base.size() << " base run(s) missing from new, " << n_null
+        << " metric(s) became null" << (c.allow_missing ? " (allowed by --allow-missing)" : "");
+  out << "\n";
 }
 
 }  // namespace servelab::analysis

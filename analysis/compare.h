@@ -20,6 +20,7 @@ struct MetricDelta {
   double current = 0.0;     ///< NaN when the new run has no value
   double change_pct = 0.0;  ///< (current − base) / |base| × 100; ±inf when base is 0; NaN if unknown
   bool regression = false;  ///< worse by more than the threshold
+  bool missing = false;     ///< the base run has a value, the new run none (null)
 };
 
 /// One run present in both summaries.
@@ -27,6 +28,7 @@ struct RunComparison {
   std::string label;
   std::string strategy;
   double rate = 0.0;
+  std::string rate_name;  ///< format_run_rate: "4", "max", "c8", "trace"
   std::vector<MetricDelta> deltas;
 };
 
@@ -36,19 +38,26 @@ struct Comparison {
   std::vector<RunComparison> runs;        ///< in the new summary's order
   std::vector<std::string> only_in_base;  ///< labels (with rate) that the new summary lacks
   std::vector<std::string> only_in_new;
+  /// When false (default), a base run missing from the new summary or a metric that became null
+  /// fails the comparison like a regression; when true they are only listed.
+  bool allow_missing = false;
 
   bool has_regression() const;
-  /// 1 when a regression exceeds the threshold, else 0 (servelab compare's exit code).
-  int exit_code() const { return has_regression() ? 1 : 0; }
+  /// A base run missing from the new summary, or a MetricDelta::missing.
+  bool has_missing() const;
+  /// 1 on a regression beyond the threshold, or on has_missing() unless allow_missing; else 0
+  /// (servelab compare's exit code).
+  int exit_code() const { return has_regression() || (has_missing() && !allow_missing) ? 1 : 0; }
 };
 
 /// Compares `current` with `base`. Throws std::invalid_argument on an unknown metric name or a
 /// negative threshold.
 Comparison compare_summaries(const Summary& base, const Summary& current, double threshold_pct,
-                             const std::vector<std::string>& metrics = default_compare_metrics());
+                             const std::vector<std::string>& metrics = default_compare_metrics(),
+                             bool allow_missing = false);
 
-/// A readable table: per run, each metric's base, new and signed % change, "REGRESSION" marks,
-/// then unmatched runs and a one-line verdict.
+/// A readable table: per run, each metric's base, new and signed % change, "REGRESSION" and
+/// "MISSING" marks, then unmatched runs and a one-line verdict.
 void print_comparison(std::ostream& out, const Comparison& c);
 
 }  // namespace servelab::analysis

@@ -1,3 +1,4 @@
+#include "loadgen/records/json_int.h"
 #include "analysis/environment.h"
 
 #include <array>
@@ -89,7 +90,7 @@ void to_json(nlohmann::ordered_json& j, const Environment& e) {
 void from_json(const nlohmann::ordered_json& j, Environment& e) {
   e.device = j.value("device", std::string());
   e.cpu_model = j.value("cpu_model", std::string());
-  e.n_cores = j.value("n_cores", 0);
+  e.n_cores = json_int_or(j, "n_cores", 0);
   e.commit = j.value("commit", std::string());
   e.dirty = j.value("dirty", false);
   e.date = j.value("date", std::string());

@@ -6,53 +6,24 @@
 #include <stdexcept>
 
 #include "analysis/compare.h"
+#include "analysis/json_format.h"
 #include "analysis/text_format.h"
+#include "loadgen/records/gate_metrics.h"
 
 namespace servelab::analysis {
 namespace {
 
+/// Summary paths of every gate-able metric, from the one registry (loadgen/records/gate_metrics.h).
 const std::vector<std::string>& known_metrics() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;
-    for (const char* d : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "lateness_ms"})
-      for (const char* s : {"mean", "p50", "p90", "p95", "p99", "p999", "max"})
-        v.push_back(std::string(d) + "." + s);
-    for (const char* s : {"request_throughput",
-                          "output_throughput",
-                          "total_throughput",
-                          "goodput",
-                          "request_goodput",
-                          "slo_attainment",
-                          "kv_utilization.mean",
-                          "kv_utilization.max",
-                          "kv_breakdown.stored",
-                          "kv_breakdown.reserved",
-                          "kv_breakdown.internal_frag",
-                          "kv_breakdown.external_frag",
-                          "kv_breakdown.free",
-                          "kv_peak_use",
-                          "batch_size.mean",
-                          "batch_size.max",
-                          "n_ok",
-                          "n_slo_met",
-                          "n_preemptions",
-                          "duration_s",
-                          "n_failed",
-                          "n_requests"})
-      v.push_back(s);
+    for (const auto& m : gate_metrics()) v.push_back(m.path);
     return v;
   }();
   return names;
 }
 
-bool same_rate(double a, double b) {
-  if (std::isinf(a) || std::isinf(b)) return a == b;
-  return std::fabs(a - b) <= 1e-9 * std::max(1.0, std::fabs(a));
-}
-
-std::string run_name(const RunSummary& r) {
-  return r.info.strategy_name() + " @ " + format_rate(r.info.rate);
-}
+std::string run_name(const RunSummary& r) { return r.info.strategy_name() + " @ " + format_run_rate(r.info); }
 
 
 }  // namespace
@@ -66,19 +37,9 @@ void check_metric_name(const std::string& metric) {
 }
 
 MetricDirection metric_direction(const std::string& metric) {
-  static const std::vector<std::string> higher = {"request_throughput",
-                                                  "output_throughput",
-                                                  "total_throughput",
-                                                  "goodput",
-                                                  "request_goodput",
-                                                  "slo_attainment",
-                                                  "kv_utilization.mean",
-                                                  "kv_utilization.max",
-                                                  "kv_breakdown.stored",
-                                                  "n_ok",
-                                                  "n_slo_met"};
-  return std::find(higher.begin(), higher.end(), metric) != higher.end() ? MetricDirection::higher_is_better
-                                                                         : MetricDirection::lower_is_better;
+  check_metric_name(metric);
+  return find_gate_metric(metric)->higher_is_better ? MetricDirection::higher_is_better
+                                                    : MetricDirection::lower_is_better;
 }
 
 std::optional<double> run_metric(const RunSummary& run, const std::string& metric) {
@@ -134,7 +95,7 @@ void Gate::validate() const {
     throw std::invalid_argument("gate " + metric + ": min (" + format_plain(*min) + ") > max (" +
                                 format_plain(*max) + ")");
   if (rate && !(*rate > 0.0))
-    throw std::invalid_argument("gate " + metric + ": rate must be > 0 (got " + format_plain(*rate) + ")");
+    throw std::invalid_argument("gate " + metric + ": rate must be > 0 or inf (got " + format_plain(*rate) + ")");
 }
 
 void BaselineSpec::validate() const {
@@ -163,13 +124,20 @@ std::vector<GateResult> evaluate_gates(const Summary& summary, const std::vector
       if (g.strategy && run.info.strategy_name() != *g.strategy) continue;
       if (g.rate && !same_rate(run.info.rate, *g.rate)) continue;
       ++n_matched;
+      msg << (n_matched > 1 ? "; " : "") << run_name(run) << ": ";
       const auto v = run_metric(run, g.metric);
-      bool ok = v.has_value();
-      if (ok && g.min) ok = *v >= *g.min;
+      if (run.metrics.n_requests == 0 || !v) {
+        // Nothing measured is not a pass: a lost run would otherwise slip through CI.
+        res.passed = res.passed && g.allow_missing;
+        msg << (run.metrics.n_requests == 0 ? "no measured records" : "no value")
+            << (g.allow_missing ? " (allowed)" : " FAIL");
+        continue;
+      }
+      bool ok = true;
+      if (g.min) ok = *v >= *g.min;
       if (ok && g.max) ok = *v <= *g.max;
       res.passed = res.passed && ok;
-      msg << (n_matched > 1 ? "; " : "") << run_name(run) << ": "
-          << (v ? format_number(*v) : std::string("no value")) << (ok ? " ok" : " FAIL");
+      msg << format_number(*v) << (ok ? " ok" : " FAIL");
     }
     if (n_matched == 0) {
       res.passed = false;
@@ -194,10 +162,16 @@ std::vector<GateResult> evaluate_baseline(const Summary& current, const Summary&
     std::ostringstream msg;
     for (const auto& r : c.runs) {
       const MetricDelta& d = r.deltas[i];
-      res.passed = res.passed && !d.regression;
-      msg << (&r == &c.runs.front() ? "" : "; ") << r.strategy << " @ " << format_rate(r.rate) << ": "
+      res.passed = res.passed && !d.regression && (spec.allow_missing || !d.missing);
+      msg << (&r == &c.runs.front() ? "" : "; ") << r.strategy << " @ " << r.rate_name << ": "
           << format_number(d.base) << " -> " << format_number(d.current) << " ("
-          << format_change_pct(d.change_pct) << ")" << (d.regression ? " REGRESSION" : "");
+          << format_change_pct(d.change_pct) << ")" << (d.regression ? " REGRESSION" : "")
+          << (d.missing ? (spec.allow_missing ? " missing (allowed)" : " MISSING") : "");
+    }
+    for (const auto& lost : c.only_in_base) {
+      res.passed = res.passed && spec.allow_missing;
+      msg << "; " << lost << ": in the baseline, not in this run"
+          << (spec.allow_missing ? " (allowed)" : " MISSING");
     }
     res.message =
         c.runs.empty() ? "no run matches the baseline " + spec.path + " by label and rate" : msg.str();
@@ -237,7 +211,8 @@ void to_json(nlohmann::ordered_json& j, const Gate& g) {
   if (g.min) j["min"] = *g.min;
   if (g.max) j["max"] = *g.max;
   if (g.strategy) j["strategy"] = *g.strategy;
-  if (g.rate) j["rate"] = *g.rate;
+  if (g.rate) j["rate"] = number_keeping_inf(*g.rate);  // a `.inf` sweep point stays a filter
+  if (g.allow_missing) j["allow_missing"] = true;
 }
 
 void from_json(const nlohmann::ordered_json& j, Gate& g) {
@@ -246,19 +221,23 @@ void from_json(const nlohmann::ordered_json& j, Gate& g) {
   if (j.contains("min") && !j["min"].is_null()) g.min = j["min"].get<double>();
   if (j.contains("max") && !j["max"].is_null()) g.max = j["max"].get<double>();
   if (j.contains("strategy") && !j["strategy"].is_null()) g.strategy = j["strategy"].get<std::string>();
-  if (j.contains("rate") && !j["rate"].is_null()) g.rate = j["rate"].get<double>();
+  if (j.contains("rate") && !j["rate"].is_null()) g.rate = read_number_keeping_inf(j["rate"]);
+  g.allow_missing = j.value("allow_missing", false);
   g.validate();
 }
 
 void to_json(nlohmann::ordered_json& j, const BaselineSpec& b) {
-  j = {{"path", b.path}, {"max_regression_pct", b.max_regression_pct}, {"metrics", b.metrics}};
+  j = {{"path", b.path}, {"max_regression_pct", number_keeping_inf(b.max_regression_pct)}, {"metrics", b.metrics}};
+  if (b.allow_missing) j["allow_missing"] = true;
 }
 
 void from_json(const nlohmann::ordered_json& j, BaselineSpec& b) {
   b = BaselineSpec{};
   b.path = j.at("path").get<std::string>();
-  b.max_regression_pct = j.value("max_regression_pct", b.max_regression_pct);
+  if (j.contains("max_regression_pct") && !j["max_regression_pct"].is_null())
+    b.max_regression_pct = read_number_keeping_inf(j["max_regression_pct"]);
   b.metrics = j.value("metrics", std::vector<std::string>{});
+  b.allow_missing = j.value("allow_missing", false);
   b.validate();
 }
 

@@ -16,9 +16,10 @@ namespace servelab::analysis {
 /// goodput, attainment, KV utilization).
 enum class MetricDirection { lower_is_better, higher_is_better };
 
-/// Metric names gates and compare accept: a path into a run's "metrics" object with '.' between
-/// levels ("ttft_ms.p99", "goodput", "kv_utilization.mean", "kv_breakdown.free"), or a run-level
-/// count ("n_failed", "n_requests"). Throws std::invalid_argument listing the valid names.
+/// Metric names gates and compare accept: the summary paths of loadgen/records/gate_metrics.h,
+/// a path into a run's "metrics" object with '.' between levels ("ttft_ms.p99", "goodput",
+/// "kv_utilization.mean", "kv_breakdown.free"), or a run-level count ("n_failed", "n_requests").
+/// Throws std::invalid_argument listing the valid names.
 void check_metric_name(const std::string& metric);
 /// Direction of a valid metric name.
 MetricDirection metric_direction(const std::string& metric);
@@ -31,7 +32,11 @@ struct Gate {
   std::optional<double> min;            ///< pass when value >= min
   std::optional<double> max;            ///< pass when value <= max
   std::optional<std::string> strategy;  ///< only runs of this strategy (RunInfo::strategy_name)
-  std::optional<double> rate;           ///< only runs at this rate (req/s)
+  std::optional<double> rate;           ///< only runs at this rate (req/s); +inf = the max run (JSON "inf")
+  /// false (default): a matched run with no measured records, or with no value for the metric,
+  /// fails the gate. true: such runs are skipped (noted in the message), e.g. for a metric that
+  /// is legitimately null in some runs.
+  bool allow_missing = false;
 
   /// e.g. "ttft_ms.p99 <= 500 [continuous-paged @ 4 req/s]".
   std::string name() const;
@@ -46,6 +51,9 @@ struct BaselineSpec {
   std::string path;  ///< summary.json or a run folder holding one
   double max_regression_pct = 10.0;
   std::vector<std::string> metrics;  ///< empty = default_compare_metrics()
+  /// false (default): a baseline run missing from the current summary, or a metric with a
+  /// baseline value that became null, fails the gate. true: they are only reported.
+  bool allow_missing = false;
 
   void validate() const;  ///< path non-empty, max_regression_pct >= 0, metrics known
 };
@@ -58,11 +66,13 @@ struct GateResult {
 };
 
 /// Evaluates each gate over the matching runs. A gate fails when any matching run violates it,
-/// has no value for the metric, or when no run matches (a filter that matches nothing is a
-/// configuration mistake, not a pass).
+/// measured no records or has no value for the metric (unless Gate::allow_missing), or when no
+/// run matches (a filter that matches nothing is a configuration mistake, not a pass).
 std::vector<GateResult> evaluate_gates(const Summary& summary, const std::vector<Gate>& gates);
 
-/// One GateResult per baseline metric ("baseline ttft_ms.p99 +10%"); fails when no run matches.
+/// One GateResult per baseline metric ("baseline ttft_ms.p99 within 10%"); fails when no run
+/// matches, on a regression, and (unless spec.allow_missing) when a baseline run is missing from
+/// `current` or the metric has a baseline value but none now.
 std::vector<GateResult> evaluate_baseline(const Summary& current, const Summary& baseline,
                                           const BaselineSpec& spec);
 

@@ -4,6 +4,8 @@
 // 1e-6 on a share), NaN and infinities are written as null.
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <nlohmann/json.hpp>
 
 namespace servelab::analysis {
@@ -26,6 +28,26 @@ inline nlohmann::ordered_json json_number(double x) {
 inline nlohmann::ordered_json exact_number(double x) {
   if (!std::isfinite(x)) return nullptr;
   return x;
+}
+
+/// A user-given number that may be infinite (a `.inf` rate, an unbounded threshold): the number
+/// itself, or the strings "inf" / "-inf" — JSON has no infinity, and nlohmann would write null,
+/// which reads back as "not set". NaN throws std::invalid_argument (it has no meaning to keep).
+inline nlohmann::ordered_json number_keeping_inf(double x) {
+  if (std::isnan(x)) throw std::invalid_argument("NaN cannot be written as a setting");
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  return x;
+}
+
+/// Reads number_keeping_inf's form; throws std::invalid_argument on another string.
+inline double read_number_keeping_inf(const nlohmann::ordered_json& j) {
+  if (j.is_string()) {
+    const std::string s = j.get<std::string>();
+    if (s == "inf" || s == ".inf") return std::numeric_limits<double>::infinity();
+    if (s == "-inf" || s == "-.inf") return -std::numeric_limits<double>::infinity();
+    throw std::invalid_argument("expected a number or \"inf\" (got \"" + s + "\")");
+  }
+  return j.get<double>();
 }
 
 /// The number at j[key], NaN when the key is missing or null.

@@ -1,3 +1,4 @@
+#include "loadgen/records/json_int.h"
 #include "analysis/metrics.h"
 
 #include <algorithm>
@@ -17,16 +18,6 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 /// 300.00000000000006 still meets a 300 ms SLO. 1 ns: far below any clock's resolution.
 constexpr double kSloSlackMs = 1e-6;
 
-/// Mean summed in ascending order, so the result does not depend on record or step order
-/// (report re-renders from files must reproduce the in-memory numbers exactly).
-double mean_of(std::vector<double> xs) {
-  if (xs.empty()) return kNaN;
-  std::sort(xs.begin(), xs.end());
-  double sum = 0.0;
-  for (double x : xs) sum += x;
-  return sum / static_cast<double>(xs.size());
-}
-
 std::string where(const RequestRecord& r) { return "run " + r.run + ", request " + std::to_string(r.id); }
 
 /// The time the request's last token arrived (E2E's end), or -1 when none is known.
@@ -42,7 +33,8 @@ double finish_time(const RequestRecord& r) {
   return r.first_token_s;
 }
 
-double per_second(double count, double duration_s) { return duration_s > 0.0 ? count / duration_s : 0.0; }
+/// count / duration, or NaN (JSON null) when the window is empty: no rate was measured.
+double per_second(double count, double duration_s) { return duration_s > 0.0 ? count / duration_s : kNaN; }
 
 }  // namespace
 
@@ -98,14 +90,45 @@ void itl_gaps(const RequestRecord& r, std::vector<double>& out) {
   }
 }
 
-KvMetrics compute_kv_metrics(const std::string& label, const std::vector<StepRecord>& steps) {
+namespace {
+
+/// A duration-weighted mean, summed in ascending (value, weight) order so the result does not
+/// depend on step order. NaN when the weights sum to 0.
+class WeightedMean {
+ public:
+  void add(double value, double weight) { samples_.emplace_back(value, weight); }
+  double value() const {
+    std::vector<std::pair<double, double>> xs = samples_;
+    std::sort(xs.begin(), xs.end());
+    double sum = 0.0, total = 0.0;
+    for (const auto& [v, w] : xs) {
+      sum += v * w;
+      total += w;
+    }
+    return total > 0.0 ? sum / total : kNaN;
+  }
+
+ private:
+  std::vector<std::pair<double, double>> samples_;
+};
+
+}  // namespace
+
+KvMetrics compute_kv_metrics(const std::string& label, const std::vector<StepRecord>& steps,
+                             double window_start_s, double window_end_s) {
   KvMetrics kv;
-  std::vector<double> util, stored, reserved, internal, external, free_share, batch;
+  WeightedMean util, stored, reserved, internal, external, free_share, batch;
+  double util_max = kNaN;
   double peak = kNaN;
   for (const auto& s : steps) {
     if (s.run != label) continue;
+    // The step's time inside the window; a step that only touches an edge counts with weight 0.
+    const double lo = std::max(s.start_s, window_start_s);
+    const double hi = std::min(s.start_s + std::max(s.duration_s, 0.0), window_end_s);
+    if (hi < lo || (hi == lo && !(s.start_s >= window_start_s && s.start_s < window_end_s))) continue;
+    const double w = hi - lo;
     ++kv.n_steps;
-    batch.push_back(s.batch_size);
+    batch.add(s.batch_size, w);
     kv.batch_size_max = std::max(kv.batch_size_max, s.batch_size);
     const int64_t used = s.kv_stored + s.kv_reserved + s.kv_internal_frag;
     if (s.kv_capacity > 0) {
@@ -114,29 +137,29 @@ KvMetrics compute_kv_metrics(const std::string& label, const std::vector<StepRec
     }
     if (used <= 0) continue;
     ++kv.n_steps_used;
-    util.push_back(s.kv_utilization());
+    util.add(s.kv_utilization(), w);
+    util_max = std::isnan(util_max) ? s.kv_utilization() : std::max(util_max, s.kv_utilization());
     if (s.kv_capacity > 0) {
       const auto cap = static_cast<double>(s.kv_capacity);
-      stored.push_back(static_cast<double>(s.kv_stored) / cap);
-      reserved.push_back(static_cast<double>(s.kv_reserved) / cap);
-      internal.push_back(static_cast<double>(s.kv_internal_frag) / cap);
-      external.push_back(static_cast<double>(s.kv_external_frag) / cap);
-      free_share.push_back(static_cast<double>(s.kv_free) / cap);
+      stored.add(static_cast<double>(s.kv_stored) / cap, w);
+      reserved.add(static_cast<double>(s.kv_reserved) / cap, w);
+      internal.add(static_cast<double>(s.kv_internal_frag) / cap, w);
+      external.add(static_cast<double>(s.kv_external_frag) / cap, w);
+      free_share.add(static_cast<double>(s.kv_free) / cap, w);
     }
   }
-  kv.utilization_mean = mean_of(util);
-  kv.utilization_max = util.empty() ? kNaN : *std::max_element(util.begin(), util.end());
-  kv.breakdown = {mean_of(stored), mean_of(reserved), mean_of(internal), mean_of(external),
-                  mean_of(free_share)};
+  kv.utilization_mean = util.value();
+  kv.utilization_max = util_max;
+  kv.breakdown = {stored.value(), reserved.value(), internal.value(), external.value(), free_share.value()};
   kv.peak_use = peak;
-  kv.batch_size_mean = mean_of(batch);
+  kv.batch_size_mean = batch.value();
   return kv;
 }
 
 RunMetrics compute_metrics(const std::string& label, const std::vector<RequestRecord>& records,
                            const std::vector<StepRecord>& steps, const SloSpec& slo) {
   RunMetrics m;
-  std::vector<double> ttft, tpot, itl, e2e, lateness;
+  std::vector<double> ttft, tpot, itl, e2e, lateness, queue, prefill;
   double first_arrival = std::numeric_limits<double>::infinity();
   double last_finish = -std::numeric_limits<double>::infinity();
   for (const auto& r : records) {
@@ -169,6 +192,10 @@ RunMetrics compute_metrics(const std::string& label, const std::vector<RequestRe
     const double e2e_ms = (last - r.arrival_s) * 1000.0;
     ttft.push_back(ttft_ms);
     e2e.push_back(e2e_ms);
+    if (r.scheduled_s >= 0.0) {
+      queue.push_back((r.scheduled_s - r.arrival_s) * 1000.0);
+      prefill.push_back((r.first_token_s - r.scheduled_s) * 1000.0);
+    }
     bool meets = ttft_ms <= slo.ttft_ms + kSloSlackMs;
     if (r.output_tokens > 1) {
       const double tpot_ms = (e2e_ms - ttft_ms) / static_cast<double>(r.output_tokens - 1);
@@ -186,6 +213,8 @@ RunMetrics compute_metrics(const std::string& label, const std::vector<RequestRe
   m.itl_ms = summarize(std::move(itl));
   m.e2e_ms = summarize(std::move(e2e));
   m.lateness_ms = summarize(std::move(lateness));
+  m.queue_ms = summarize(std::move(queue));
+  m.prefill_ms = summarize(std::move(prefill));
   m.lateness_warning = !m.lateness_ms.empty() && m.lateness_ms.p99 > 1.0;
 
   if (m.n_requests > 0 && last_finish >= first_arrival) {
@@ -202,8 +231,9 @@ RunMetrics compute_metrics(const std::string& label, const std::vector<RequestRe
   m.goodput = per_second(m.goodput, d);
   m.request_goodput = per_second(static_cast<double>(m.n_slo_met), d);
   m.slo_attainment =
-      m.n_requests > 0 ? static_cast<double>(m.n_slo_met) / static_cast<double>(m.n_requests) : 0.0;
-  m.kv = compute_kv_metrics(label, steps);
+      m.n_requests > 0 ? static_cast<double>(m.n_slo_met) / static_cast<double>(m.n_requests) : kNaN;
+  if (m.n_requests > 0) m.kv = compute_kv_metrics(label, steps, m.window_start_s, m.window_end_s);
+  else m.kv = compute_kv_metrics(label, {}, 0.0, 0.0);  // no window: every KV figure null
   return m;
 }
 
@@ -223,6 +253,8 @@ void to_json(nlohmann::ordered_json& j, const RunMetrics& m) {
                          {"max", json_number(m.kv.utilization_max)}};
   j["lateness_ms"] = m.lateness_ms;
   // Extras beyond DESIGN.md's contract.
+  j["queue_ms"] = m.queue_ms;
+  j["prefill_ms"] = m.prefill_ms;
   const auto& b = m.kv.breakdown;
   j["kv_breakdown"] = {{"stored", json_number(b.stored)},
                        {"reserved", json_number(b.reserved)},
@@ -252,6 +284,8 @@ void from_json(const nlohmann::ordered_json& j, RunMetrics& m) {
   m.itl_ms = j.at("itl_ms").get<Distribution>();
   m.e2e_ms = j.at("e2e_ms").get<Distribution>();
   m.lateness_ms = j.contains("lateness_ms") ? j["lateness_ms"].get<Distribution>() : summarize({});
+  m.queue_ms = j.contains("queue_ms") ? j["queue_ms"].get<Distribution>() : summarize({});
+  m.prefill_ms = j.contains("prefill_ms") ? j["prefill_ms"].get<Distribution>() : summarize({});
   m.request_throughput = number_or_nan(j, "request_throughput");
   m.output_throughput = number_or_nan(j, "output_throughput");
   m.total_throughput = number_or_nan(j, "total_throughput");
@@ -274,16 +308,16 @@ void from_json(const nlohmann::ordered_json& j, RunMetrics& m) {
   m.kv.peak_use = number_or_nan(j, "kv_peak_use");
   if (auto it = j.find("batch_size"); it != j.end() && it->is_object()) {
     m.kv.batch_size_mean = number_or_nan(*it, "mean");
-    m.kv.batch_size_max = it->value("max", 0);
+    m.kv.batch_size_max = json_int_or(*it, "max", 0);
   }
   m.kv.n_steps = j.value("n_steps", std::size_t{0});
   m.kv.n_steps_used = j.value("n_steps_kv_used", std::size_t{0});
   m.n_ok = j.value("n_ok", std::size_t{0});
   m.n_warmup = j.value("n_warmup", std::size_t{0});
   m.n_slo_met = j.value("n_slo_met", std::size_t{0});
-  m.n_prompt_tokens = j.value("n_prompt_tokens", int64_t{0});
-  m.n_output_tokens = j.value("n_output_tokens", int64_t{0});
-  m.n_preemptions = j.value("n_preemptions", int64_t{0});
+  m.n_prompt_tokens = json_int_or(j, "n_prompt_tokens", int64_t{0});
+  m.n_output_tokens = json_int_or(j, "n_output_tokens", int64_t{0});
+  m.n_preemptions = json_int_or(j, "n_preemptions", int64_t{0});
   m.itl_ms.n = j.value("n_itl_samples", m.itl_ms.n);
   m.window_start_s = j.value("window_start_s", 0.0);
   m.duration_s = j.value("duration_s", 0.0);

@@ -9,6 +9,9 @@
 //   E2E       = last token time − arrival_s (the last entry of token_times_s; end_s when the
 //               record carries no token times).
 //   TPOT      = (E2E − TTFT) / (output_tokens − 1), for ok requests with output_tokens > 1.
+//   queue     = scheduled_s − arrival_s (waiting to be admitted to a batch) and
+//   prefill   = first_token_s − scheduled_s: TTFT split in two, over ok requests with a first
+//               token and a scheduled_s (records without one are left out of both).
 //   ITL       = every gap between consecutive output tokens, pooled over ok requests; see itl_gaps.
 //   lateness  = sent_s − arrival_s, over every measured request that was sent (any status).
 //   window    = first arrival → last finish (end_s) over the measured requests, warm-up excluded.
@@ -19,8 +22,14 @@
 //   goodput   = Σ output tokens of SLO-meeting requests / window (tokens/s);
 //   request goodput = SLO-meeting requests / window; attainment = SLO-meeting / measured requests
 //               (a failed request counts against attainment: it did not meet the SLO).
+//   A run with no measured request has no window: its throughputs, goodput and attainment are
+//   NaN (JSON null), not 0; so are the throughputs of a zero-length window.
 //   KV utilization = StepRecord::kv_utilization() = stored / (stored + reserved + internal),
 //               mean and max over the run's steps where requests hold memory (used > 0).
+//   KV figures (utilization, breakdown, peak use, batch size) describe the measurement window
+//               only: a step counts for its time inside [window start, window end] (warm-up
+//               steps before it and idle steps after it are left out), and means are weighted
+//               by that time, so a 50 ms prefill step weighs five times a 10 ms decode step.
 // "Measured" requests are the run's records with warmup == false. Failed requests (status != ok)
 // count in n_failed and in the window, never in latency percentiles or throughput.
 #include <cstdint>
@@ -56,16 +65,17 @@ struct KvBreakdown {
   double free = 0.0;
 };
 
-/// KV-cache figures of a run from its StepRecords. n_steps == 0 (no steps recorded, e.g. an HTTP
-/// run against a foreign server) leaves every figure NaN (JSON null).
+/// KV-cache figures of a run from its StepRecords inside the measurement window. n_steps == 0
+/// (no steps recorded, e.g. an HTTP run against a foreign server, or no measured request) leaves
+/// every figure NaN (JSON null). Means are weighted by each step's time inside the window.
 struct KvMetrics {
-  std::size_t n_steps = 0;        ///< steps recorded for the run
-  std::size_t n_steps_used = 0;   ///< steps where requests held memory (used > 0)
-  double utilization_mean = 0.0;  ///< mean of kv_utilization() over used steps
+  std::size_t n_steps = 0;        ///< steps of the run inside the window
+  std::size_t n_steps_used = 0;   ///< of those, steps where requests held memory (used > 0)
+  double utilization_mean = 0.0;  ///< time-weighted mean of kv_utilization() over used steps
   double utilization_max = 0.0;
-  KvBreakdown breakdown;         ///< mean shares of capacity over used steps
-  double peak_use = 0.0;         ///< max over all steps of (stored+reserved+internal)/capacity
-  double batch_size_mean = 0.0;  ///< mean StepRecord::batch_size over all steps
+  KvBreakdown breakdown;         ///< time-weighted mean shares of capacity over used steps
+  double peak_use = 0.0;         ///< max over the window's steps of (stored+reserved+internal)/capacity
+  double batch_size_mean = 0.0;  ///< time-weighted mean StepRecord::batch_size over the window's steps
   int batch_size_max = 0;
 };
 
@@ -77,6 +87,8 @@ struct RunMetrics {
   Distribution itl_ms;
   Distribution e2e_ms;
   Distribution lateness_ms;
+  Distribution queue_ms;    ///< scheduled − arrival
+  Distribution prefill_ms;  ///< first token − scheduled
   double request_throughput = 0.0;  ///< ok requests / s
   double output_throughput = 0.0;   ///< output tokens of ok requests / s
   double total_throughput = 0.0;    ///< prompt + output tokens of ok requests / s
@@ -119,12 +131,17 @@ void itl_gaps(const RequestRecord& r, std::vector<double>& out);
 RunMetrics compute_metrics(const std::string& label, const std::vector<RequestRecord>& records,
                            const std::vector<StepRecord>& steps, const SloSpec& slo);
 
-/// KV figures of one run's steps (only those whose `run` equals `label`).
-KvMetrics compute_kv_metrics(const std::string& label, const std::vector<StepRecord>& steps);
+/// KV figures of one run's steps (only those whose `run` equals `label`) over the window
+/// [window_start_s, window_end_s]: a step [start_s, start_s + duration_s] counts with weight equal
+/// to its overlap with the window; a step that starts inside the window with zero duration counts
+/// with weight 0 (in the maxima, not the means); steps outside are left out.
+KvMetrics compute_kv_metrics(const std::string& label, const std::vector<StepRecord>& steps,
+                             double window_start_s, double window_end_s);
 
 /// DESIGN.md's "metrics" object: "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "request_throughput",
 /// "output_throughput", "total_throughput", "goodput", "request_goodput", "slo_attainment",
-/// "kv_utilization": {mean, max}, "lateness_ms", then extras: "kv_breakdown" {stored, reserved,
+/// "kv_utilization": {mean, max}, "lateness_ms", then extras: "queue_ms", "prefill_ms" (TTFT's
+/// two parts, distributions), "kv_breakdown" {stored, reserved,
 /// internal_frag, external_frag, free}, "kv_peak_use", "batch_size" {mean, max}, "n_steps",
 /// "n_ok", "n_warmup", "n_slo_met", "n_prompt_tokens", "n_output_tokens", "n_preemptions",
 /// "window_start_s", "duration_s", "lateness_warning". (n_requests and n_failed sit on the run.)

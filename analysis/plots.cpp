@@ -43,8 +43,15 @@ struct StrategyRuns {
   std::string name;
   std::string file;  ///< slug for data file names
   std::vector<const RunSummary*> by_rate;
-  const RunSummary* highest = nullptr;  ///< may have an infinite rate
+  const RunSummary* highest = nullptr;  ///< may have an infinite rate; closed/trace: the first run
 };
+
+/// A run's x on the rate plots: its offered rate, or for a closed-loop run (config.concurrency,
+/// one point of a concurrency sweep) the rate it achieved (metrics.request_throughput).
+double plot_rate(const RunSummary& r) {
+  if (std::isfinite(r.info.rate) || !r.info.config.contains("concurrency")) return r.info.rate;
+  return r.metrics.request_throughput > 0 ? r.metrics.request_throughput : r.info.rate;
+}
 
 std::vector<StrategyRuns> group_runs(const Summary& s) {
   std::vector<StrategyRuns> out;
@@ -54,11 +61,14 @@ std::vector<StrategyRuns> group_runs(const Summary& s) {
     g.file = slug(name);
     for (const auto& r : s.runs) {
       if (r.info.strategy_name() != name) continue;
-      if (std::isfinite(r.info.rate)) g.by_rate.push_back(&r);
+      if (std::isfinite(plot_rate(r))) g.by_rate.push_back(&r);
       if (!std::isnan(r.info.rate) && (!g.highest || r.info.rate > g.highest->info.rate)) g.highest = &r;
     }
+    if (!g.highest)  // closed loop or trace: no rate; the strategy's one run stands for it
+      for (const auto& r : s.runs)
+        if (!g.highest && r.info.strategy_name() == name) g.highest = &r;
     std::sort(g.by_rate.begin(), g.by_rate.end(),
-              [](const RunSummary* a, const RunSummary* b) { return a->info.rate < b->info.rate; });
+              [](const RunSummary* a, const RunSummary* b) { return plot_rate(*a) < plot_rate(*b); });
     out.push_back(std::move(g));
   }
   return out;
@@ -210,6 +220,108 @@ std::string slug(const std::string& name) {
 
 bool gnuplot_available(const std::string& gnuplot) { return !find_executable(gnuplot).empty(); }
 
+namespace {
+
+/// What write_rate_data found: whether any strategy has finite-rate runs, and the p99 maxima.
+struct RateData {
+  bool any = false;
+  double ttft_max = 0.0;
+  double tpot_max = 0.0;
+};
+
+/// plots/rate_<strategy>.dat: one line per finite-rate run, rate ascending.
+RateData write_rate_data(const fs::path& plots, const std::vector<StrategyRuns>& groups) {
+  RateData out;
+  for (const auto& g : groups) {
+    if (g.by_rate.empty()) continue;
+    out.any = true;
+    std::ostringstream d;
+    d << "# " << g.name
+      << "\n# rate_req_s ttft_p50_ms ttft_p99_ms tpot_p50_ms tpot_p99_ms "
+         "output_tok_s goodput_tok_s\n";
+    for (const RunSummary* r : g.by_rate) {
+      const auto& m = r->metrics;
+      d << dat(plot_rate(*r)) << " " << dat(m.ttft_ms.p50) << " " << dat(m.ttft_ms.p99) << " "
+        << dat(m.tpot_ms.p50) << " " << dat(m.tpot_ms.p99) << " " << dat(m.output_throughput) << " "
+        << dat(m.goodput) << "\n";
+      if (std::isfinite(m.ttft_ms.p99)) out.ttft_max = std::max(out.ttft_max, m.ttft_ms.p99);
+      if (std::isfinite(m.tpot_ms.p99)) out.tpot_max = std::max(out.tpot_max, m.tpot_ms.p99);
+    }
+    write_file(plots / ("rate_" + g.file + ".dat"), d.str());
+  }
+  return out;
+}
+
+/// plots/timeline_<strategy>.dat from the steps of the strategy's highest-rate run (at most 4000
+/// points); false when that run has no steps.
+bool write_timeline_data(const fs::path& plots, const StrategyRuns& g, const std::vector<StepRecord>& steps) {
+  std::vector<const StepRecord*> run_steps;
+  for (const auto& s : steps)
+    if (s.run == g.highest->info.label) run_steps.push_back(&s);
+  if (run_steps.empty()) return false;
+  std::stable_sort(run_steps.begin(), run_steps.end(),
+                   [](const StepRecord* a, const StepRecord* b) { return a->start_s < b->start_s; });
+  const std::size_t stride = (run_steps.size() + 3999) / 4000;  // ≤ 4000 points per line
+  std::ostringstream t;
+  t << "# " << g.highest->info.label << "\n# start_s batch_size kv_in_use_pct kv_utilization_pct\n";
+  for (std::size_t i = 0; i < run_steps.size(); i += stride) {
+    const StepRecord& s = *run_steps[i];
+    const double used = static_cast<double>(s.kv_stored + s.kv_reserved + s.kv_internal_frag);
+    const double use_pct = s.kv_capacity > 0 ? used * 100.0 / static_cast<double>(s.kv_capacity) : NAN;
+    const double util_pct = used > 0 ? s.kv_utilization() * 100.0 : NAN;
+    t << dat(s.start_s) << " " << s.batch_size << " " << dat(use_pct) << " " << dat(util_pct) << "\n";
+  }
+  write_file(plots / ("timeline_" + g.file + ".dat"), t.str());
+  return true;
+}
+
+/// plots/kv_breakdown.dat (one bar per strategy at its highest rate) and the timelines; returns
+/// whether any bar was written and appends the strategies that got a timeline.
+bool write_kv_data(const fs::path& plots, const std::vector<StrategyRuns>& groups,
+                   const std::vector<StepRecord>& steps, std::vector<const StrategyRuns*>& timelines) {
+  std::ostringstream bars;
+  bars << "# strategy@rate stored reserved internal_frag external_frag free (% of arena, mean over steps)\n";
+  bool have_bars = false;
+  for (const auto& g : groups) {
+    if (!g.highest || g.highest->metrics.kv.n_steps == 0) continue;
+    const auto& b = g.highest->metrics.kv.breakdown;
+    if (!std::isnan(b.stored)) {
+      std::string name = g.name + " @ " + format_run_rate(g.highest->info);
+      std::replace(name.begin(), name.end(), '"', '\'');
+      bars << "\"" << name << "\" " << dat(b.stored * 100) << " " << dat(b.reserved * 100) << " "
+           << dat(b.internal_frag * 100) << " " << dat(b.external_frag * 100) << " " << dat(b.free * 100)
+           << "\n";
+      have_bars = true;
+    }
+    if (write_timeline_data(plots, g, steps)) timelines.push_back(&g);
+  }
+  if (have_bars) write_file(plots / "kv_breakdown.dat", bars.str());
+  return have_bars;
+}
+
+/// One figure, drawn once per output format.
+struct Figure {
+  std::string base, title, body_svg, body_png;
+};
+
+/// plots.gp: every figure as SVG, then as PNG when gnuplot has a PNG terminal.
+std::string gnuplot_script(const std::vector<Figure>& figures) {
+  std::ostringstream script;
+  script << "# Generated by servelab report. Re-draw with: cd plots && gnuplot plots.gp\n";
+  script << "set terminal svg " << kSize << " noenhanced font 'Sans,12' background rgb 'white'\n";
+  for (const auto& f : figures) script << f.body_svg;
+  script << "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
+         << "set terminal pngcairo " << kSize << " noenhanced font 'Sans,11' background rgb 'white'\n";
+  for (const auto& f : figures) script << f.body_png;
+  script << "} else { if (strstrt(GPVAL_TERMINALS, 'png') > 0) {\n"
+         << "set terminal png " << kSize << " noenhanced background rgb 'white'\n";
+  for (const auto& f : figures) script << f.body_png;
+  script << "} }\nunset output\n";
+  return script.str();
+}
+
+}  // namespace
+
 PlotResult write_plots(const std::string& dir, const Summary& summary, const std::vector<StepRecord>& steps,
                        const PlotOptions& options) {
   PlotResult result;
@@ -227,79 +339,22 @@ PlotResult write_plots(const std::string& dir, const Summary& summary, const std
     return result;
   }
   const auto groups = group_runs(summary);
-
-  // Data: one rate file per strategy, the breakdown bars, a timeline per strategy.
-  double ttft_max = 0.0, tpot_max = 0.0;
-  bool have_rate_points = false;
-  for (const auto& g : groups) {
-    if (g.by_rate.empty()) continue;
-    have_rate_points = true;
-    std::ostringstream d;
-    d << "# " << g.name
-      << "\n# rate_req_s ttft_p50_ms ttft_p99_ms tpot_p50_ms tpot_p99_ms "
-         "output_tok_s goodput_tok_s\n";
-    for (const RunSummary* r : g.by_rate) {
-      const auto& m = r->metrics;
-      d << dat(r->info.rate) << " " << dat(m.ttft_ms.p50) << " " << dat(m.ttft_ms.p99) << " "
-        << dat(m.tpot_ms.p50) << " " << dat(m.tpot_ms.p99) << " " << dat(m.output_throughput) << " "
-        << dat(m.goodput) << "\n";
-      if (std::isfinite(m.ttft_ms.p99)) ttft_max = std::max(ttft_max, m.ttft_ms.p99);
-      if (std::isfinite(m.tpot_ms.p99)) tpot_max = std::max(tpot_max, m.tpot_ms.p99);
-    }
-    write_file(plots / ("rate_" + g.file + ".dat"), d.str());
-  }
-  std::ostringstream bars;
-  bars << "# strategy@rate stored reserved internal_frag external_frag free (% of arena, mean over steps)\n";
-  bool have_bars = false;
+  const RateData rates = write_rate_data(plots, groups);
   std::vector<const StrategyRuns*> timelines;
-  for (const auto& g : groups) {
-    if (!g.highest || g.highest->metrics.kv.n_steps == 0) continue;
-    const auto& b = g.highest->metrics.kv.breakdown;
-    if (!std::isnan(b.stored)) {
-      std::string name = g.name + " @ " + format_rate(g.highest->info.rate);
-      std::replace(name.begin(), name.end(), '"', '\'');
-      bars << "\"" << name << "\" " << dat(b.stored * 100) << " " << dat(b.reserved * 100) << " "
-           << dat(b.internal_frag * 100) << " " << dat(b.external_frag * 100) << " " << dat(b.free * 100)
-           << "\n";
-      have_bars = true;
-    }
-    std::vector<const StepRecord*> run_steps;
-    for (const auto& s : steps)
-      if (s.run == g.highest->info.label) run_steps.push_back(&s);
-    if (run_steps.empty()) continue;
-    std::stable_sort(run_steps.begin(), run_steps.end(),
-                     [](const StepRecord* a, const StepRecord* b) { return a->start_s < b->start_s; });
-    const std::size_t stride = (run_steps.size() + 3999) / 4000;  // ≤ 4000 points per line
-    std::ostringstream t;
-    t << "# " << g.highest->info.label << "\n# start_s batch_size kv_in_use_pct kv_utilization_pct\n";
-    for (std::size_t i = 0; i < run_steps.size(); i += stride) {
-      const StepRecord& s = *run_steps[i];
-      const double used = static_cast<double>(s.kv_stored + s.kv_reserved + s.kv_internal_frag);
-      const double use_pct = s.kv_capacity > 0 ? used * 100.0 / static_cast<double>(s.kv_capacity) : NAN;
-      const double util_pct = used > 0 ? s.kv_utilization() * 100.0 : NAN;
-      t << dat(s.start_s) << " " << s.batch_size << " " << dat(use_pct) << " " << dat(util_pct) << "\n";
-    }
-    write_file(plots / ("timeline_" + g.file + ".dat"), t.str());
-    timelines.push_back(&g);
-  }
-  if (have_bars) write_file(plots / "kv_breakdown.dat", bars.str());
+  const bool have_bars = write_kv_data(plots, groups, steps, timelines);
 
-  // The figures, each once per output format.
-  struct Figure {
-    std::string base, title, body_svg, body_png;
-  };
   std::vector<Figure> figures;
   auto add = [&](const std::string& base, const std::string& title, auto make) {
     figures.push_back({base, title, make(base + ".svg"), make(base + ".png")});
   };
-  if (have_rate_points) {
+  if (rates.any) {
     add("ttft_vs_rate", "TTFT vs request rate", [&](const std::string& o) {
       return latency_figure(groups, o, "TTFT vs request rate", "time to first token (ms)", 2,
-                            summary.slo.ttft_ms, ttft_max);
+                            summary.slo.ttft_ms, rates.ttft_max);
     });
     add("tpot_vs_rate", "TPOT vs request rate", [&](const std::string& o) {
       return latency_figure(groups, o, "TPOT vs request rate", "time per output token (ms)", 4,
-                            summary.slo.tpot_ms, tpot_max);
+                            summary.slo.tpot_ms, rates.tpot_max);
     });
     add("throughput_vs_rate", "Output throughput and goodput vs request rate",
         [&](const std::string& o) { return throughput_figure(groups, o); });
@@ -314,19 +369,7 @@ PlotResult write_plots(const std::string& dir, const Summary& summary, const std
     result.warnings.push_back("no run has data to plot: plots skipped");
     return result;
   }
-
-  std::ostringstream script;
-  script << "# Generated by servelab report. Re-draw with: cd plots && gnuplot plots.gp\n";
-  script << "set terminal svg " << kSize << " noenhanced font 'Sans,12' background rgb 'white'\n";
-  for (const auto& f : figures) script << f.body_svg;
-  script << "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
-         << "set terminal pngcairo " << kSize << " noenhanced font 'Sans,11' background rgb 'white'\n";
-  for (const auto& f : figures) script << f.body_png;
-  script << "} else { if (strstrt(GPVAL_TERMINALS, 'png') > 0) {\n"
-         << "set terminal png " << kSize << " noenhanced background rgb 'white'\n";
-  for (const auto& f : figures) script << f.body_png;
-  script << "} }\nunset output\n";
-  write_file(plots / "plots.gp", script.str());
+  write_file(plots / "plots.gp", gnuplot_script(figures));
   for (const auto& f : figures) {  // stale figures from an earlier render must not survive
     fs::remove(plots / (f.base + ".svg"), ec);
     fs::remove(plots / (f.base + ".png"), ec);

@@ -35,6 +35,10 @@ struct ReportInput {
   std::optional<BaselineSpec> baseline;  ///< path resolved against the current directory
   std::vector<RequestRecord> records;
   std::vector<StepRecord> steps;
+  /// records.jsonl or steps.jsonl ended in a partial line (dropped): the run was killed mid-write.
+  /// Reports then say "run cut short" first among their warnings, as they do when a run has fewer
+  /// records than it planned.
+  bool cut_short = false;
 };
 
 struct ReportOptions {

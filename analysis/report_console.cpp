@@ -28,7 +28,7 @@ void print_console_summary(std::ostream& out, const Summary& s) {
   TextTable t(run_table_header(/*compact=*/true));
   for (const RunSummary* r : table_order(s)) t.add_row(run_table_cells(*r));
   t.print(out);
-  out << "rate in req/s; TTFT, TPOT, ITL, E2E in ms; throughput and goodput in output tokens/s; "
+  out << "rate in req/s; TTFT, queue, prefill, TPOT, ITL, E2E in ms (TTFT = queue + prefill); throughput and goodput in output tokens/s; "
          "SLO TTFT <= "
       << format_plain(s.slo.ttft_ms) << " ms, TPOT <= " << format_plain(s.slo.tpot_ms) << " ms\n";
 }

@@ -98,7 +98,8 @@ std::string report_html(const std::string& dir, const Summary& s, const std::vec
   h << "<li>SLO: TTFT ≤ " << format_plain(s.slo.ttft_ms) << " ms and TPOT ≤ " << format_plain(s.slo.tpot_ms)
     << " ms per request; target attainment " << format_share(s.slo.attainment) << "</li>\n";
   h << "<li>latencies count from each request's intended send time; throughput over first arrival → "
-       "last finish, warm-up excluded</li>\n</ul>\n";
+       "last finish, warm-up excluded</li>\n"
+       "<li>TTFT = queue (arrival → first admitted to a batch) + prefill (admitted → first token)</li>\n</ul>\n";
 
   const auto order = table_order(s);
   std::vector<std::vector<std::string>> rows;

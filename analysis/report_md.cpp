@@ -73,7 +73,8 @@ std::string report_markdown(const Summary& s, const std::vector<GateResult>& gat
   md << "- SLO: TTFT ≤ " << format_plain(s.slo.ttft_ms) << " ms and TPOT ≤ " << format_plain(s.slo.tpot_ms)
      << " ms per request; target attainment " << format_share(s.slo.attainment) << "\n";
   md << "- latencies count from each request's intended send time; throughput over first arrival → "
-        "last finish, warm-up excluded\n\n";
+        "last finish, warm-up excluded\n";
+  md << "- TTFT = queue (arrival → first admitted to a batch) + prefill (admitted → first token)\n\n";
 
   md << "## Runs\n\n";
   std::vector<std::vector<std::string>> rows;
@@ -119,14 +120,16 @@ std::string results_csv(const Summary& s) {
   std::ostringstream csv;
   csv << "label,strategy,batching,kv,backend,rate";
   for (const auto& c : run_columns()) csv << "," << c.csv_key;
-  csv << ",request_throughput,kv_utilization_max,kv_peak_use\n";
+  csv << ",request_throughput,kv_utilization_max,kv_peak_use,mode,concurrency\n";
   for (const RunSummary* r : table_order(s)) {
     csv << csv_text(r->info.label) << "," << csv_text(r->info.strategy_name()) << ","
         << csv_text(r->info.batching) << "," << csv_text(r->info.kv) << "," << csv_text(r->info.backend)
         << "," << (std::isinf(r->info.rate) ? std::string("inf") : csv_number(r->info.rate));
     for (const auto& c : run_columns()) csv << "," << csv_number(c.value(*r));
     csv << "," << csv_number(r->metrics.request_throughput) << ","
-        << csv_number(r->metrics.kv.utilization_max) << "," << csv_number(r->metrics.kv.peak_use) << "\n";
+        << csv_number(r->metrics.kv.utilization_max) << "," << csv_number(r->metrics.kv.peak_use) << ","
+        << to_string(r->info.mode) << ","
+        << (r->info.mode == RunMode::closed ? std::to_string(r->info.concurrency) : std::string()) << "\n";
   }
   return csv.str();
 }

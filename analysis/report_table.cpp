@@ -32,6 +32,10 @@ const std::vector<RunColumn>& run_columns() {
        [](const RunSummary& r) { return r.metrics.ttft_ms.p50; }},
       {"TTFT p99 (ms)", "p99", "ttft_p99_ms", CellKind::number,
        [](const RunSummary& r) { return r.metrics.ttft_ms.p99; }},
+      {"queue p50 (ms)", "queue", "queue_p50_ms", CellKind::number,
+       [](const RunSummary& r) { return r.metrics.queue_ms.p50; }},
+      {"prefill p50 (ms)", "prefill", "prefill_p50_ms", CellKind::number,
+       [](const RunSummary& r) { return r.metrics.prefill_ms.p50; }},
       {"TPOT p50 (ms)", "TPOT p50", "tpot_p50_ms", CellKind::number,
        [](const RunSummary& r) { return r.metrics.tpot_ms.p50; }},
       {"TPOT p99 (ms)", "p99", "tpot_p99_ms", CellKind::number,
@@ -78,7 +82,7 @@ std::vector<std::string> run_table_header(bool compact) {
 }
 
 std::vector<std::string> run_table_cells(const RunSummary& r) {
-  std::vector<std::string> cells = {r.info.strategy_name(), format_rate(r.info.rate)};
+  std::vector<std::string> cells = {r.info.strategy_name(), format_run_rate(r.info)};
   for (const auto& c : run_columns()) cells.push_back(cell(c.kind, c.value(r)));
   return cells;
 }
@@ -91,7 +95,7 @@ std::vector<std::string> kv_table_header() {
 std::vector<std::string> kv_table_cells(const RunSummary& r) {
   const auto& kv = r.metrics.kv;
   return {r.info.strategy_name(),
-          format_rate(r.info.rate),
+          format_run_rate(r.info),
           format_share(kv.utilization_mean),
           format_share(kv.utilization_max),
           format_share(kv.breakdown.stored),

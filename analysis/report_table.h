@@ -20,7 +20,7 @@ struct RunColumn {
   double (*value)(const RunSummary&);
 };
 
-/// n, failed, TTFT p50/p99, TPOT p50/p99, ITL p50/p99, E2E p50, output tok/s, goodput tok/s,
+/// n, failed, TTFT p50/p99, TTFT's parts (queue p50, prefill p50), TPOT p50/p99, ITL p50/p99, E2E p50, output tok/s, goodput tok/s,
 /// SLO attainment, KV utilization (mean).
 const std::vector<RunColumn>& run_columns();
 

@@ -81,6 +81,15 @@ ReportOutcome write_reports(const std::string& dir, const ReportInput& input, co
     }
   }
   out.warnings = summary_warnings(out.summary);
+  std::size_t n_short = 0;
+  for (const auto& r : out.summary.runs)
+    if (r.info.n_requests > 0 && r.metrics.n_requests < static_cast<std::size_t>(r.info.n_requests)) ++n_short;
+  if (input.cut_short || n_short > 0)
+    out.warnings.insert(out.warnings.begin(),
+                        "run cut short: " + std::to_string(n_short) + " of " + std::to_string(out.summary.runs.size()) +
+                            " runs have fewer records than planned" +
+                            (input.cut_short ? " and a partial last line was dropped" : "") +
+                            "; only requests that finished are reported");
   if (options.plots) {
     PlotResult p = write_plots(dir, out.summary, input.steps, options.plot);
     out.plots = std::move(p.files);
@@ -119,9 +128,14 @@ ReportInput load_report_input(const std::string& dir) {
   } catch (const std::exception& e) {
     throw std::runtime_error(runs_path + ": " + e.what());
   }
-  in.records = read_records(in_dir(dir, "records.jsonl"));
+  // A run killed between writing runs.json and opening records.jsonl leaves no records file.
+  bool cut_records = false, cut_steps = false;
+  const std::string records_path = in_dir(dir, "records.jsonl");
+  if (fs::exists(records_path)) in.records = read_records(records_path, &cut_records);
+  else cut_records = true;
   const std::string steps_path = in_dir(dir, "steps.jsonl");
-  if (fs::exists(steps_path)) in.steps = read_steps(steps_path);
+  if (fs::exists(steps_path)) in.steps = read_steps(steps_path, &cut_steps);
+  in.cut_short = cut_records || cut_steps;
   return in;
 }
 

@@ -1,3 +1,4 @@
+#include "loadgen/records/json_int.h"
 #include "analysis/summary.h"
 
 #include <algorithm>
@@ -10,8 +11,83 @@
 #include <stdexcept>
 
 #include "analysis/json_format.h"
+#include "loadgen/records/rate.h"
 
 namespace servelab::analysis {
+namespace {
+
+/// j[key] as a planned-request count, 0 when absent; throws when it is not an integer in
+/// [0, kMaxRequestsPerRun] (a bare get<int> would wrap a huge value silently).
+int request_count(const nlohmann::ordered_json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return 0;
+  if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > kMaxRequestsPerRun ||
+      (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(kMaxRequestsPerRun)))
+    throw std::invalid_argument(std::string("\"") + key + "\" must be an integer in [0, " +
+                                std::to_string(kMaxRequestsPerRun) + "] (got " + it->dump() + ")");
+  return static_cast<int>(it->get<int64_t>());
+}
+
+/// RunInfo's mode, rate and concurrency from a runs.json or summary.json run. Without "mode"
+/// (files written before it existed) the label decides: "@c<N>" closed, "@trace" trace, else a
+/// null rate means max.
+void read_mode_and_rate(const nlohmann::ordered_json& j, RunInfo& r) {
+  const auto rate = j.find("rate");
+  const bool has_rate = rate != j.end() && !rate->is_null();
+  r.concurrency = j.value("concurrency", 0);
+  if (auto m = j.find("mode"); m != j.end() && !m->is_null()) {
+    r.mode = parse_run_mode(m->get<std::string>());
+  } else if (has_rate) {
+    r.mode = RunMode::open;
+  } else {
+    const auto at = r.label.rfind('@');
+    const std::string suffix = at == std::string::npos ? "" : r.label.substr(at + 1);
+    if (suffix == "trace") {
+      r.mode = RunMode::trace;
+    } else if (suffix.size() > 1 && suffix.size() <= 10 && suffix[0] == 'c' &&
+               suffix.find_first_not_of("0123456789", 1) == std::string::npos) {
+      r.mode = RunMode::closed;
+      r.concurrency = std::stoi(suffix.substr(1));
+    } else {
+      r.mode = RunMode::max;
+    }
+  }
+  switch (r.mode) {
+    case RunMode::open: r.rate = has_rate ? rate->get<double>() : std::numeric_limits<double>::quiet_NaN(); break;
+    case RunMode::max: r.rate = std::numeric_limits<double>::infinity(); break;
+    default: r.rate = std::numeric_limits<double>::quiet_NaN(); break;
+  }
+}
+
+}  // namespace
+
+const char* to_string(RunMode m) {
+  switch (m) {
+    case RunMode::open: return "open";
+    case RunMode::max: return "max";
+    case RunMode::closed: return "closed";
+    case RunMode::trace: return "trace";
+    case RunMode::unknown: return "unknown";
+  }
+  return "?";
+}
+
+RunMode parse_run_mode(const std::string& s) {
+  for (RunMode m : {RunMode::open, RunMode::max, RunMode::closed, RunMode::trace, RunMode::unknown})
+    if (s == to_string(m)) return m;
+  throw std::invalid_argument("mode must be open, max, closed, trace or unknown (got '" + s + "')");
+}
+
+std::string format_run_rate(const RunInfo& r) {
+  switch (r.mode) {
+    case RunMode::open: return format_rate(r.rate);
+    case RunMode::max: return "max";
+    case RunMode::closed: return "c" + std::to_string(r.concurrency);
+    case RunMode::trace: return "trace";
+    case RunMode::unknown: return "?";
+  }
+  return "?";
+}
 
 std::string RunInfo::strategy_name() const {
   if (!strategy.empty()) return strategy;
@@ -27,12 +103,30 @@ void RunInfo::validate() const {
                                 batching + "')");
   if (!kv.empty() && kv != "naive" && kv != "paged")
     throw std::invalid_argument("run " + label + ": kv must be naive or paged (got '" + kv + "')");
-  if (!(rate > 0.0))
-    throw std::invalid_argument("run " + label + ": rate must be > 0 requests/s or infinite (got " +
-                                std::to_string(rate) + ")");
-  if (n_requests < 0)
-    throw std::invalid_argument("run " + label + ": n_requests must be >= 0 (got " +
-                                std::to_string(n_requests) + ")");
+  const std::string at = "run " + label + " (mode " + to_string(mode) + "): ";
+  switch (mode) {
+    case RunMode::open:
+      if (!(rate > 0.0 && std::isfinite(rate)))
+        throw std::invalid_argument(at + "rate must be finite and > 0 requests/s (got " + format_rate(rate) +
+                                    "; all-at-once runs have mode max)");
+      break;
+    case RunMode::max:
+      if (!(std::isinf(rate) && rate > 0))
+        throw std::invalid_argument(at + "rate must be +infinity (got " + format_rate(rate) + ")");
+      break;
+    case RunMode::closed:
+      if (concurrency < 1)
+        throw std::invalid_argument(at + "concurrency must be >= 1 (got " + std::to_string(concurrency) + ")");
+      [[fallthrough]];
+    case RunMode::trace:
+    case RunMode::unknown:
+      if (!std::isnan(rate))
+        throw std::invalid_argument(at + "has no offered rate: rate must be NaN (null), got " + format_rate(rate));
+      break;
+  }
+  if (n_requests < 0 || n_requests > kMaxRequestsPerRun)
+    throw std::invalid_argument("run " + label + ": n_requests must be in [0, " +
+                                std::to_string(kMaxRequestsPerRun) + "] (got " + std::to_string(n_requests) + ")");
 }
 
 std::vector<std::string> Summary::strategies() const {
@@ -67,6 +161,7 @@ Summary build_summary(const ScenarioInfo& scenario, const Environment& environme
   for (const auto& label : unknown) {
     RunInfo info;
     info.label = label;
+    info.mode = RunMode::unknown;
     info.rate = std::numeric_limits<double>::quiet_NaN();
     all.push_back(info);
   }
@@ -81,7 +176,9 @@ void to_json(nlohmann::ordered_json& j, const RunInfo& r) {
   j["batching"] = r.batching;
   j["kv"] = r.kv;
   j["backend"] = r.backend;
+  j["mode"] = to_string(r.mode);
   j["rate"] = exact_number(r.rate);
+  if (r.mode == RunMode::closed) j["concurrency"] = r.concurrency;
   j["n_requests"] = r.n_requests;
   j["config"] = r.config.is_null() ? nlohmann::ordered_json::object() : r.config;
 }
@@ -92,10 +189,8 @@ void from_json(const nlohmann::ordered_json& j, RunInfo& r) {
   r.batching = j.value("batching", std::string());
   r.kv = j.value("kv", std::string());
   r.backend = j.value("backend", std::string());
-  auto rate = j.find("rate");
-  r.rate =
-      (rate == j.end() || rate->is_null()) ? std::numeric_limits<double>::infinity() : rate->get<double>();
-  r.n_requests = j.value("n_requests", 0);
+  read_mode_and_rate(j, r);
+  r.n_requests = request_count(j, "n_requests");
   r.config = j.contains("config") ? j["config"] : nlohmann::ordered_json::object();
 }
 
@@ -142,6 +237,8 @@ void to_json(nlohmann::ordered_json& j, const RunSummary& r) {
   j["n_requests"] = r.metrics.n_requests;
   j["n_failed"] = r.metrics.n_failed;
   j["strategy"] = r.info.strategy_name();
+  j["mode"] = to_string(r.info.mode);
+  if (r.info.mode == RunMode::closed) j["concurrency"] = r.info.concurrency;
   j["n_planned"] = r.info.n_requests;
   j["config"] = r.info.config.is_null() ? nlohmann::ordered_json::object() : r.info.config;
   j["metrics"] = r.metrics;
@@ -150,7 +247,7 @@ void to_json(nlohmann::ordered_json& j, const RunSummary& r) {
 void from_json(const nlohmann::ordered_json& j, RunSummary& r) {
   if (!j.is_object()) throw std::invalid_argument("each entry of \"runs\" must be an object");
   r.info = j.get<RunInfo>();
-  r.info.n_requests = j.value("n_planned", 0);
+  r.info.n_requests = request_count(j, "n_planned");
   try {
     r.metrics = j.at("metrics").get<RunMetrics>();
   } catch (const std::exception& e) {

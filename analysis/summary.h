@@ -9,7 +9,11 @@
 //    "environment": {"device", "cpu_model", "n_cores", "commit", "date", "servelab_version"},
 //    "slo": {"ttft_ms", "tpot_ms", "attainment"},
 //    "runs": [{"label", "batching", "kv", "backend", "rate", "n_requests", "n_failed",
-//              "strategy", "n_planned", "config": {...}, "metrics": {... see metrics.h ...}}]}
+//              "strategy", "mode", ["concurrency",] "n_planned", "config": {...},
+//              "metrics": {... see metrics.h ...}}]}
+//   "rate" is a number only for mode "open"; "max", "closed", "trace" and "unknown" runs write
+//   null and `mode` says which (a summary without "mode" is read by its label: "@c<N>" closed,
+//   "@trace" trace, else a null rate is "max").
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -24,6 +28,17 @@ namespace servelab::analysis {
 
 inline constexpr const char* kSummarySchema = "servelab.summary/1";
 
+/// What kind of load a run offered. JSON: "open", "max", "closed", "trace", "unknown".
+enum class RunMode {
+  open,     ///< open loop at a finite `rate` (req/s)
+  max,      ///< open loop with an infinite rate: every request at t = 0 (`rate` +inf, JSON null)
+  closed,   ///< closed loop with `concurrency` requests in flight (no rate: NaN, JSON null)
+  trace,    ///< replayed trace times (no rate: NaN, JSON null)
+  unknown,  ///< records of a label no RunInfo names (no rate: NaN, JSON null)
+};
+const char* to_string(RunMode m);
+RunMode parse_run_mode(const std::string& s);  ///< throws std::invalid_argument listing the names
+
 /// What one run (one strategy × rate) was: the label its records carry and how it was configured.
 struct RunInfo {
   std::string label;     ///< the records' "run" field, e.g. "continuous-paged@4"
@@ -31,16 +46,23 @@ struct RunInfo {
   std::string batching;  ///< static | dynamic | continuous ("" when unknown, e.g. a foreign server)
   std::string kv;        ///< naive | paged ("" when unknown)
   std::string backend;   ///< cpu | cuda | sim | http
-  double rate = 0.0;     ///< requests/s offered; +infinity = all at once (JSON null)
-  int n_requests = 0;    ///< planned measured requests (warm-up excluded); 0 = not known
+  RunMode mode = RunMode::open;
+  double rate = 0.0;     ///< requests/s offered (mode open); +inf for max; NaN without a rate (JSON null)
+  int concurrency = 0;   ///< requests in flight (mode closed), else 0
+  int n_requests = 0;    ///< planned measured requests (warm-up excluded); 0 = not known; <= kMaxRequestsPerRun
   nlohmann::ordered_json config = nlohmann::ordered_json::object();  ///< free: the strategy's knobs
 
   /// The strategy name reports group by.
   std::string strategy_name() const;
   /// Throws std::invalid_argument naming the field: label non-empty; batching in {static,
-  /// dynamic, continuous} or ""; kv in {naive, paged} or ""; rate > 0 (or +inf).
+  /// dynamic, continuous} or ""; kv in {naive, paged} or ""; rate finite > 0 for mode open, +inf
+  /// for max, NaN for closed/trace; concurrency >= 1 for closed; n_requests in [0, kMaxRequestsPerRun].
   void validate() const;
 };
+
+/// A run's rate for tables and messages: "4" (open), "max", "c8" (closed, concurrency 8),
+/// "trace", "?" (unknown).
+std::string format_run_rate(const RunInfo& r);
 
 /// Which scenario produced the runs. `details` holds free JSON merged after the fixed keys.
 struct ScenarioInfo {

@@ -39,12 +39,6 @@ std::string format_plain(double x) {
   return printf_double("%g", x);
 }
 
-std::string format_rate(double rate) {
-  if (std::isnan(rate)) return "?";
-  if (std::isinf(rate)) return "-";  // closed loop or trace: no fixed offered rate
-  return printf_double("%g", rate);
-}
-
 std::string format_change_pct(double pct) {
   if (std::isnan(pct)) return "n/a";
   if (std::isinf(pct)) return pct > 0 ? "+inf%" : "-inf%";

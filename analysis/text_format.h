@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "loadgen/records/rate.h"
+
 namespace servelab::analysis {
 
 /// A number for humans: "-" for NaN (no value), "inf", else 0–3 decimals by magnitude
@@ -12,8 +14,8 @@ std::string format_number(double x);
 /// A user-given value (bound, threshold, SLO) as written: shortest form, up to 6 significant
 /// digits ("500", "0.5", "1e+06"); "-" for NaN.
 std::string format_plain(double x);
-/// A request rate: "max" for +inf, "?" for NaN, else the shortest form ("0.5", "4").
-std::string format_rate(double rate);
+// format_rate(double) and same_rate(a, b) live in loadgen/records/rate.h (one definition for
+// labels, gates, compare and reports); a run's rate cell is format_run_rate (summary.h).
 /// A signed percentage change: "+12.3%", "-4.0%", "+inf%", "n/a" for NaN.
 std::string format_change_pct(double pct);
 /// A share in [0, 1] as a percentage: "95.3%", "-" for NaN.

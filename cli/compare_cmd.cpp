@@ -15,13 +15,14 @@ struct CompareArgs {
   std::string current;
   double threshold_pct = 10.0;
   std::vector<std::string> metrics;
+  bool allow_missing = false;
 };
 
 int compare_main(const CompareArgs& a) {
   const auto base = analysis::read_summary_or_dir(a.base);
   const auto current = analysis::read_summary_or_dir(a.current);
   const auto& metrics = a.metrics.empty() ? analysis::default_compare_metrics() : a.metrics;
-  const auto c = analysis::compare_summaries(base, current, a.threshold_pct, metrics);
+  const auto c = analysis::compare_summaries(base, current, a.threshold_pct, metrics, a.allow_missing);
   std::cout << "base: " << a.base << "\nnew:  " << a.current << "\n\n";
   analysis::print_comparison(std::cout, c);
   if (c.runs.empty()) {
@@ -44,10 +45,15 @@ const Registrar reg("compare", "Compare two summaries run by run; exit 1 on a re
                                      "metric to compare (repeatable), e.g. ttft_ms.p99, goodput; "
                                      "default: p50/p99 TTFT and TPOT, output_throughput, goodput, "
                                      "slo_attainment");
+                      sub.add_flag("--allow-missing", a->allow_missing,
+                                   "do not fail when a BASE run is missing from NEW or a metric "
+                                   "became null (no value)");
                       sub.footer(
                           "Runs are matched by label and rate. A regression is latency up or\n"
-                          "throughput/goodput/attainment down by more than the threshold.\n"
-                          "Exit 0 no regression, 1 regression, 2 bad input.\n\n"
+                          "throughput/goodput/attainment down by more than the threshold. A run\n"
+                          "of BASE missing from NEW, or a metric that became null, also fails\n"
+                          "unless --allow-missing.\n"
+                          "Exit 0 no regression, 1 regression or missing, 2 bad input.\n\n"
                           "Examples:\n"
                           "  servelab compare results/baselines/ci.json results/runs/ci\n"
                           "  servelab compare old/summary.json new/summary.json --threshold-pct 5 "

@@ -55,6 +55,10 @@ void print_config(const ModelConfig& c) {
   std::printf("vocab_size          %d\n", c.vocab_size);
   std::printf("max_position        %d\n", c.max_position);
   std::printf("rope_theta          %g\n", c.rope_theta);
+  if (c.rope_scaling.type == RopeScaling::Type::llama3)
+    std::printf("rope_scaling        llama3: factor %g, low_freq_factor %g, high_freq_factor %g, original %d\n",
+                c.rope_scaling.factor, c.rope_scaling.low_freq_factor, c.rope_scaling.high_freq_factor,
+                c.rope_scaling.original_max_position);
   std::printf("rms_eps             %g\n", c.rms_eps);
   std::printf("tied embeddings     %s\n", c.tie_embeddings ? "yes" : "no");
   std::printf("attention bias      %s\n", c.attention_bias ? "yes (q, k, v)" : "no");

@@ -8,8 +8,10 @@
 #include <thread>
 #include <vector>
 
+#include "analysis/environment.h"
 #include "cli/command.h"
 #include "engine/backend/cpu_backend.h"
+#include "engine/backend/cpu_gemm.h"
 #include "engine/backend/make_backend.h"
 #include "engine/backend/profiler.h"
 
@@ -20,13 +22,11 @@ struct ProfileArgs {
   std::string backend = "cpu";
   std::string preset = "tiny";
   std::string model_dir;
-  std::vector<int> batch_sizes = {1, 32};
-  int prompt_len = 128;
-  int decode_steps = 32;
+  ProfileOptions grid;
   int threads = 0;
-  uint64_t seed = 0;
   std::string json_path;
   std::string sim_device = "h100";
+  std::string hardware;  // "" = cpu-2core for cpu, the sim device for sim
 };
 
 /// "Intel(R) Xeon(R) ... , 2 threads" from /proc/cpuinfo where it exists.
@@ -47,15 +47,13 @@ int profile_main(const ProfileArgs& a) {
   BackendSpec spec;
   spec.kind = parse_backend_kind(a.backend);
   spec.model = a.model_dir.empty() ? a.preset : a.model_dir;
-  spec.seed = a.seed;
+  spec.seed = a.grid.seed;
   spec.threads = a.threads;
   if (spec.kind == BackendKind::sim) spec.sim_device = SimDevice::preset(a.sim_device);
+  const std::string hardware = !a.hardware.empty() ? a.hardware : spec.kind == BackendKind::sim ? a.sim_device : "cpu-2core";
+  SimDevice::preset(hardware);  // a known preset: the roofline beyond the grid is priced on it
 
-  ProfileOptions options;
-  options.batch_sizes = a.batch_sizes;
-  options.prompt_len = a.prompt_len;
-  options.decode_steps = a.decode_steps;
-  options.seed = a.seed;
+  const ProfileOptions& options = a.grid;
   options.validate();
   options.check_fits(resolve_model_config(spec.model));  // before drawing or loading weights
 
@@ -63,19 +61,23 @@ int profile_main(const ProfileArgs& a) {
   std::unique_ptr<Backend> backend = make_backend(spec);
   std::string device;
   if (const auto* cpu = dynamic_cast<const CpuBackend*>(backend.get()))
-    device = cpu_description(cpu->n_threads());
+    device = cpu_description(cpu->n_threads()) + ", OpenBLAS " + blas_core();
   else
     device = "simulated " + a.sim_device + " (predicted step times)";
 
-  ProfileReport report = profile_backend(*backend, options);
+  ProfileReport report = profile_backend(*backend, options, [](const std::string& line) { std::cerr << line << "\n"; });
   report.device = device;
+  report.hardware = hardware;
+  report.commit = analysis::git_commit(".");
+  report.date = analysis::utc_now_iso8601();
   std::cout << profile_table(report);
   if (!a.json_path.empty()) {
     std::ofstream out(a.json_path);
     if (!out) throw std::runtime_error(a.json_path + ": cannot open for writing");
     out << profile_json(report);
     if (!out) throw std::runtime_error(a.json_path + ": write failed");
-    std::cout << "wrote " << a.json_path << " (" << report.samples.size() << " step samples)\n";
+    std::cout << "wrote " << a.json_path << " (" << report.samples.size() << " grid points, " << report.wall_s
+              << " s)\n";
   }
   return 0;
 }
@@ -91,29 +93,37 @@ const Registrar reg(
       auto* model = sub.add_option("--model", a->model_dir, "Hugging Face folder (config.json + *.safetensors)")
                         ->check(CLI::ExistingDirectory);
       preset->excludes(model);
-      sub.add_option("--batch", a->batch_sizes, "batch sizes, comma separated")->delimiter(',')->capture_default_str();
-      sub.add_option("--prompt-len", a->prompt_len, "prompt length; decode starts at this context")
+      ProfileOptions& g = a->grid;
+      sub.add_option("--prefill-lens", g.prefill_lens, "one-sequence prefill lengths")->delimiter(',')->capture_default_str();
+      sub.add_option("--batch", g.batch_sizes, "decode batch sizes (and batched prefills)")->delimiter(',')->capture_default_str();
+      sub.add_option("--contexts", g.contexts, "decode contexts; chunked prefills start at them")->delimiter(',')->capture_default_str();
+      sub.add_option("--chunk-lens", g.chunk_lens, "chunked-prefill and mixed-step chunk lengths")->delimiter(',')->capture_default_str();
+      sub.add_option("--prompt-len", g.prompt_len, "tokens per sequence in batched prefills")
           ->capture_default_str()
           ->check(CLI::PositiveNumber);
-      sub.add_option("--decode-steps", a->decode_steps, "timed decode steps per batch size")
-          ->capture_default_str()
-          ->check(CLI::PositiveNumber);
+      sub.add_option("--max-rows", g.max_rows, "skip batched prefills of more rows")->capture_default_str()->check(CLI::PositiveNumber);
+      sub.add_option("--repeats", g.repeats, "timed repeats per point (median kept)")->capture_default_str()->check(CLI::PositiveNumber);
+      sub.add_option("--min-point-s", g.min_point_s, "stop repeating a point once its repeats took this long")->capture_default_str();
       sub.add_option("--threads", a->threads, "attention and BLAS threads (0 = all cores)")
           ->capture_default_str()
           ->check(CLI::NonNegativeNumber);
-      sub.add_option("--seed", a->seed, "seed of the random weights and prompts")->capture_default_str();
+      sub.add_option("--seed", a->grid.seed, "seed of the random weights and prompts")->capture_default_str();
       sub.add_option("--sim-device", a->sim_device, "sim backend: roofline device")->capture_default_str();
+      sub.add_option("--hardware", a->hardware,
+                     "device preset the profile is for (prices steps beyond the grid; default cpu-2core on cpu)");
       sub.add_option("--json", a->json_path, "write figures and per-step samples to this JSON file");
       sub.footer(
-          "Prefill is timed for one sequence of --prompt-len tokens and for batch x prompt-len\n"
-          "tokens in one step; decode for each batch size at context prompt-len over\n"
-          "--decode-steps steps (median step time). --json writes every timed step as\n"
-          "{phase, batch_size, n_tokens, sum_context, n_sampled, step_s}: the input of the sim\n"
-          "backend's calibrated cost model (backend.sim_profile in a scenario).\n\n"
+          "Times real steps over a grid: one-sequence prefills (--prefill-lens), batched prefills\n"
+          "(batch x --prompt-len rows, up to --max-rows), decodes (--batch x --contexts), chunked\n"
+          "prefills at a context (--chunk-lens x --contexts) and mixed steps (decodes plus a chunk).\n"
+          "Each point keeps the median of --repeats runs. --json writes the profile (device, model\n"
+          "shape hash, backend, commit, every point's shape and times): backend.sim_profile in a\n"
+          "scenario calibrates the sim backend from it, and a profile of another model shape or\n"
+          "device is refused there.\n\n"
           "Examples:\n"
           "  servelab profile --preset tiny\n"
-          "  servelab profile --preset qwen2.5-0.5b --batch 1,32 --decode-steps 8 --json prof.json\n"
-          "  servelab profile --model ./my-llama --threads 2 --prompt-len 256");
+          "  servelab profile --preset qwen2.5-0.5b --json results/profiles/qwen2.5-0.5b-cpu.json\n"
+          "  servelab profile --model ./my-llama --threads 2 --batch 1,4,16 --contexts 64,512");
       return [a] { return profile_main(*a); };
     });
 

@@ -5,21 +5,14 @@
 #include <limits>
 
 #include "engine/model/config.h"
+#include "loadgen/records/gate_metrics.h"
+#include "loadgen/plan.h"
 
 namespace servelab::cli {
 
 std::string analysis_metric_name(const std::string& scenario_metric) {
-  // Scenario files spell a latency statistic "ttft_p99_ms" and KV utilization
-  // "kv_utilization_mean"; the analysis layer names the path in summary.json's metrics object.
-  const std::string& m = scenario_metric;
-  if (m.size() > 3 && m.compare(m.size() - 3, 3, "_ms") == 0) {
-    const size_t us = m.find('_');
-    if (us != std::string::npos && us + 1 < m.size() - 3)
-      return m.substr(0, us) + "_ms." + m.substr(us + 1, m.size() - 3 - us - 1);
-  }
-  for (const char* stat : {"mean", "max"})
-    if (m == std::string("kv_utilization_") + stat) return std::string("kv_utilization.") + stat;
-  return m;
+  const GateMetric* m = find_gate_metric(scenario_metric);  // the one registry
+  return m ? m->path : scenario_metric;
 }
 
 std::string current_commit() {
@@ -39,6 +32,7 @@ analysis::ReportInput report_input_for(const Scenario& sc, const std::vector<Swe
   d["workload"] = describe(sc);
   d["kv_cache_bytes"] = sc.engine.kv_cache_bytes;
   d["max_model_len"] = sc.engine.max_model_len;
+  d["length_counting"] = length_counting(sc);
 
   std::string device;
   switch (sc.backend.kind) {
@@ -61,7 +55,21 @@ analysis::ReportInput report_input_for(const Scenario& sc, const std::vector<Swe
     info.batching = r.batching;
     info.kv = r.kv;
     info.backend = r.backend;
-    info.rate = r.rate > 0 ? r.rate : std::numeric_limits<double>::infinity();
+    switch (sc.workload.mode) {
+      case LoadMode::open_loop:
+        info.mode = std::isinf(r.rate) ? analysis::RunMode::max : analysis::RunMode::open;
+        info.rate = r.rate;
+        break;
+      case LoadMode::closed_loop:
+        info.mode = analysis::RunMode::closed;
+        info.concurrency = sc.workload.concurrency;
+        info.rate = std::numeric_limits<double>::quiet_NaN();
+        break;
+      case LoadMode::trace:
+        info.mode = analysis::RunMode::trace;
+        info.rate = std::numeric_limits<double>::quiet_NaN();
+        break;
+    }
     info.n_requests = r.n_planned;
     info.config = r.config;
     in.runs.push_back(std::move(info));
@@ -73,12 +81,14 @@ analysis::ReportInput report_input_for(const Scenario& sc, const std::vector<Swe
     gate.max = g.max;
     if (!g.strategy.empty()) gate.strategy = g.strategy;
     gate.rate = g.rate;
+    gate.allow_missing = g.allow_missing;
     in.gates.push_back(std::move(gate));
   }
   if (sc.baseline) {
     analysis::BaselineSpec b;
     b.path = sc.baseline->file;
     b.max_regression_pct = sc.baseline->max_regression_pct;
+    b.allow_missing = sc.baseline->allow_missing;
     for (const std::string& m : sc.baseline->metrics) b.metrics.push_back(analysis_metric_name(m));
     in.baseline = b;
   }

@@ -12,8 +12,9 @@ namespace servelab::cli {
 
 analysis::ReportInput report_input_for(const Scenario& scenario, const std::vector<SweepRun>& runs);
 
-/// A scenario's gate or baseline metric name as the analysis layer spells it:
-/// "ttft_p99_ms" -> "ttft_ms.p99", "kv_utilization_mean" -> "kv_utilization.mean"; others unchanged.
+/// A scenario's gate or baseline metric name as the analysis layer spells it, from the registry
+/// (loadgen/records/gate_metrics.h): "ttft_p99_ms" -> "ttft_ms.p99", "kv_utilization_mean" ->
+/// "kv_utilization.mean"; a name not in it is returned unchanged.
 std::string analysis_metric_name(const std::string& scenario_metric);
 
 /// The commit servelab was built from: SERVELAB_COMMIT if set, else the one embedded at build

@@ -11,6 +11,8 @@
 #include "cli/command.h"
 #include "cli/progress.h"
 #include "cli/report_input.h"
+#include "cli/run_scenario.h"
+#include "engine/model/tokenizer.h"
 #include "loadgen/plan.h"
 #include "loadgen/sweep.h"
 #include "loadgen/scenario.h"
@@ -24,6 +26,7 @@ struct RunArgs {
   std::vector<std::string> overrides;
   bool quiet = false;
   bool no_plots = false;
+  bool force = false;
 };
 
 int run_main(const RunArgs& args) {
@@ -34,7 +37,23 @@ int run_main(const RunArgs& args) {
     for (const auto& m : e.messages) std::cerr << m << "\n";
     return 2;
   }
+  return run_scenario(scenario, args.out, args.quiet, args.no_plots, args.force);
+}
+
+}  // namespace
+
+int run_scenario(const Scenario& scenario, const std::string& out_dir, bool quiet, bool no_plots, bool force) {
+  const RunArgs args{"", out_dir, {}, quiet, no_plots, force};
   const std::string dir = args.out.empty() ? scenario.output_dir : args.out;
+  // Never overwrite an earlier run's records without being asked to.
+  std::error_code ec;
+  if (!args.force && std::filesystem::exists(dir, ec) &&
+      !(std::filesystem::is_directory(dir, ec) && std::filesystem::is_empty(dir, ec))) {
+    std::cerr << "servelab run: error: " << dir
+              << " already exists and is not empty (an earlier run?): choose another --out, remove it, "
+                 "or pass --force to overwrite it\n";
+    return 2;
+  }
   std::filesystem::create_directories(dir);
 
   // One Planner for the whole run: a dataset or trace is read once.
@@ -51,6 +70,11 @@ int run_main(const RunArgs& args) {
   SweepOptions opts;
   opts.out_dir = dir;
   opts.stop = &install_stop_handler();
+  opts.load_tokenizer = [](const std::string& dir) {
+    auto t = load_tokenizer_from_dir(dir);
+    if (!t) throw std::runtime_error(dir + ": no tokenizer.json (target.tokenizer)");
+    return t;
+  };
   opts.on_run_start = [&](const SweepRun& r) {
     progress = std::make_unique<ProgressLine>(!args.quiet, r.label, r.n_planned + r.n_warmup);
     progress->draw(true);
@@ -95,6 +119,8 @@ int run_main(const RunArgs& args) {
   return report.exit_code();
 }
 
+namespace {
+
 const Registrar reg(
     "run", "Run a scenario: every strategy at every request rate, then write the reports",
     [](CLI::App& sub) -> CommandMain {
@@ -104,6 +130,7 @@ const Registrar reg(
       sub.add_option("--set", args->overrides, "Override a scenario value: key.path=value (repeatable)");
       sub.add_flag("--quiet,-q", args->quiet, "No progress line and no console summary");
       sub.add_flag("--no-plots", args->no_plots, "Skip gnuplot figures");
+      sub.add_flag("--force", args->force, "Overwrite the output folder when it already holds files");
       sub.footer(
           "Examples:\n"
           "  servelab run scenarios/quickstart.yaml\n"

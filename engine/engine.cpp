@@ -354,6 +354,25 @@ std::optional<FinishedRequest> Engine::reject_blocked(double now, const std::str
   return rec;
 }
 
+std::optional<FinishedRequest> Engine::abort(uint64_t request_id, double now, const std::string& why) {
+  auto it = state_->requests.find(request_id);
+  if (it == state_->requests.end()) return std::nullopt;
+  RequestState& rs = *it->second;
+  for (auto& s : rs.seqs) {
+    if (s->status == SeqStatus::finished) continue;
+    kv_->release(*s);
+    scheduler_->remove(s.get());
+  }
+  rs.settle_timeline();
+  FinishedRequest rec = std::move(rs.record);
+  rec.reason = FinishReason::aborted;
+  rec.error = why;
+  rec.end_s = now;
+  for (const auto& s : rs.seqs) rec.preemptions += s->preemptions;
+  state_->requests.erase(it);
+  return rec;
+}
+
 bool Engine::has_work() const { return !state_->requests.empty(); }
 
 std::optional<double> Engine::next_wakeup() const { return scheduler_->next_wakeup(); }

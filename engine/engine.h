@@ -97,6 +97,9 @@ class Engine {
   std::optional<FinishedRequest> add(const Request& request, double arrival);
   /// One iteration. With nothing runnable it returns an idle outcome (batch_size 0).
   StepOutcome step(double now);
+  /// Aborts one request (its client went away): frees its KV now and drops it from the
+  /// scheduler's queues. Returns its record (reason aborted), or nullopt when it is not in flight.
+  std::optional<FinishedRequest> abort(uint64_t request_id, double now, const std::string& why);
   /// Aborts everything in flight (Ctrl-C); returns them as aborted.
   std::vector<FinishedRequest> abort_all(double now);
   /// The run is stalled (nothing runnable, nothing will change): rejects only the request at the

@@ -13,7 +13,8 @@ namespace servelab {
 inline void require(bool ok, std::string_view field, std::string_view rule, double got) {
   if (ok) return;
   char buf[40];
-  if (got == static_cast<double>(static_cast<long long>(got)) && got > -1e18 && got < 1e18)
+  // Range first: casting 1e300 (or NaN) to long long is undefined behaviour (UBSan, test_engine).
+  if (got > -1e18 && got < 1e18 && got == static_cast<double>(static_cast<long long>(got)))
     std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(got));
   else
     std::snprintf(buf, sizeof buf, "%.12g", got);

@@ -20,6 +20,9 @@ class RequestSource {
   virtual Request take() = 0;          ///< the request at next_time()
   virtual bool exhausted() const = 0;  ///< no request will ever come again
   virtual void on_finished(const FinishedRequest& r, double now) {}
+  /// For the request last taken: when the source let it go, if it held it past its intended
+  /// time (a concurrency cap waiting for a free slot); nullopt when it went out when due.
+  virtual std::optional<double> held_until() const { return std::nullopt; }
 };
 
 struct RunnerCallbacks {

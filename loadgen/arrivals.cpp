@@ -1,5 +1,6 @@
 #include "loadgen/arrivals.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -40,6 +41,35 @@ std::vector<double> arrival_times(const ArrivalSpec& spec, double rate, int n, R
   for (int i = 1; i < n; ++i) {
     t += arrival_gap(spec, rate, rng);
     times.push_back(t);
+  }
+  return times;
+}
+
+double RateRamp::rate_at(double t) const {
+  if (t >= duration) return to;
+  return from + (to - from) * std::max(0.0, t) / duration;
+}
+
+double RateRamp::time_at(double u) const {
+  if (!(from > 0) || !(to > 0) || !(duration > 0))
+    throw std::invalid_argument("rate ramp needs from, to and duration > 0");
+  u = std::max(0.0, u);
+  const double in_ramp = duration * (from + to) / 2.0;  // expected arrivals during the ramp
+  if (u > in_ramp) return duration + (u - in_ramp) / to;
+  // Solve from·t + a·t² = u with a = (to − from)/(2·duration); this form is stable for a of either sign.
+  const double a = (to - from) / (2.0 * duration);
+  return 2.0 * u / (from + std::sqrt(std::max(0.0, from * from + 4.0 * a * u)));
+}
+
+std::vector<double> ramp_arrival_times(const ArrivalSpec& spec, const RateRamp& ramp, int n, Rng& rng) {
+  std::vector<double> times;
+  if (n <= 0) return times;
+  times.reserve(static_cast<size_t>(n));
+  double u = 0.0;
+  times.push_back(ramp.time_at(u));
+  for (int i = 1; i < n; ++i) {
+    u += arrival_gap(spec, 1.0, rng);
+    times.push_back(ramp.time_at(u));
   }
   return times;
 }

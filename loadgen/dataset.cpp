@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/model/tokenizer.h"
+
 namespace servelab {
 
 using nlohmann::json;
@@ -92,6 +94,8 @@ json parse_json(const std::string& path, const std::string& text, int line_offse
     // e.byte is 1-based and points just past the offending character.
     const size_t pos = e.byte > 0 ? e.byte - 1 : 0;
     fail(path, line_offset + line_of(text, pos) - 1, "invalid JSON: " + parse_error_text(e.what()));
+  } catch (const json::exception& e) {  // e.g. out_of_range 406: a number too large for a double
+    fail(path, line_offset, std::string("invalid JSON: ") + e.what());
   }
 }
 
@@ -115,7 +119,8 @@ const std::string& string_field(const std::string& path, int line, const json& o
 
 /// Adds one ShareGPT entry's lengths to `d`, or counts it skipped (fewer than two turns, or an
 /// empty one).
-void add_sharegpt_entry(const std::string& path, int line, size_t i, const json& entry, Dataset& d) {
+void add_sharegpt_entry(const std::string& path, int line, size_t i, const json& entry, Dataset& d,
+                        const Tokenizer* tok) {
   if (!entry.is_object()) fail(path, line, "entry " + std::to_string(i) + " must be an object (got " + entry.type_name() + ")");
   const auto conv = entry.find("conversations");
   if (conv == entry.end()) fail(path, line, "entry " + std::to_string(i) + " has no \"conversations\"");
@@ -126,17 +131,25 @@ void add_sharegpt_entry(const std::string& path, int line, size_t i, const json&
     return;
   }
   int lens[2];
+  std::vector<TokenId> prompt_ids;
   for (int t = 0; t < 2; ++t) {
     const json& turn = (*conv)[static_cast<size_t>(t)];
     if (!turn.is_object())
       fail(path, line, "entry " + std::to_string(i) + ": conversation turn " + std::to_string(t) + " must be an object");
-    lens[t] = count_text_tokens(string_field(path, line, turn, "value"));
+    const std::string& text = string_field(path, line, turn, "value");
+    if (tok) {
+      std::vector<TokenId> ids = tok->encode(text, false);
+      lens[t] = static_cast<int>(ids.size());
+      if (t == 0) prompt_ids = std::move(ids);
+    } else {
+      lens[t] = count_text_tokens(text);
+    }
   }
   if (lens[0] < 1 || lens[1] < 1) {
     ++d.n_skipped;
     return;
   }
-  d.entries.push_back({lens[0], lens[1], line});
+  d.entries.push_back({lens[0], lens[1], line, std::move(prompt_ids)});
 }
 
 bool is_json_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
@@ -178,7 +191,7 @@ size_t element_end(const std::string& text, size_t i) {
 /// and the line number advances by the newlines between consecutive element starts. A file of N
 /// entries costs O(size) (the file is never rescanned per entry) and only one entry's JSON tree is
 /// held at a time.
-Dataset load_sharegpt(const std::string& path) {
+Dataset load_sharegpt(const std::string& path, const Tokenizer* tok) {
   const std::string text = read_file(path);
   const size_t n = text.size();
   Dataset d;
@@ -218,8 +231,10 @@ Dataset load_sharegpt(const std::string& path) {
         entry = json::parse(text.data() + begin, text.data() + i);
       } catch (const json::parse_error&) {
         fail_syntax(path, text, begin_line);
+      } catch (const json::exception& e) {  // out_of_range 406: a number too large for a double
+        fail(path, begin_line, std::string("invalid JSON: ") + e.what());
       }
-      add_sharegpt_entry(path, begin_line, index, entry, d);
+      add_sharegpt_entry(path, begin_line, index, entry, d, tok);
       if (text[i++] == ']') break;
       skip_space();
     }
@@ -230,7 +245,7 @@ Dataset load_sharegpt(const std::string& path) {
   return d;
 }
 
-Dataset load_jsonl(const std::string& path) {
+Dataset load_jsonl(const std::string& path, const Tokenizer* tok) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(path + ": cannot open file");
   Dataset d;
@@ -249,8 +264,16 @@ Dataset load_jsonl(const std::string& path) {
       p.prompt_tokens = int_field(path, line, obj, "prompt_tokens");
       p.output_tokens = int_field(path, line, obj, "output_tokens");
     } else if (obj.contains("prompt") || obj.contains("output")) {
-      p.prompt_tokens = count_text_tokens(string_field(path, line, obj, "prompt"));
-      p.output_tokens = count_text_tokens(string_field(path, line, obj, "output"));
+      const std::string& prompt = string_field(path, line, obj, "prompt");
+      const std::string& output = string_field(path, line, obj, "output");
+      if (tok) {
+        p.prompt_ids = tok->encode(prompt, false);
+        p.prompt_tokens = static_cast<int>(p.prompt_ids.size());
+        p.output_tokens = static_cast<int>(tok->encode(output, false).size());
+      } else {
+        p.prompt_tokens = count_text_tokens(prompt);
+        p.output_tokens = count_text_tokens(output);
+      }
     } else {
       fail(path, line, "expected {\"prompt_tokens\": n, \"output_tokens\": m} or {\"prompt\": text, \"output\": text}");
     }
@@ -266,8 +289,8 @@ Dataset load_jsonl(const std::string& path) {
 
 }  // namespace
 
-Dataset load_dataset(const std::string& path, DatasetFormat format) {
-  return format == DatasetFormat::sharegpt ? load_sharegpt(path) : load_jsonl(path);
+Dataset load_dataset(const std::string& path, DatasetFormat format, const Tokenizer* tokenizer) {
+  return format == DatasetFormat::sharegpt ? load_sharegpt(path, tokenizer) : load_jsonl(path, tokenizer);
 }
 
 std::vector<TraceEntry> load_trace(const std::string& path) {
@@ -289,6 +312,7 @@ std::vector<TraceEntry> load_trace(const std::string& path) {
     TraceEntry e;
     e.line = line;
     const double t = ts->get<double>();
+    if (t < 0) fail(path, line, "\"timestamp\" must be >= 0 seconds (got " + ts->dump() + ")");
     if (out.empty()) first = t;
     else if (t < prev)
       fail(path, line, "timestamps must not decrease (" + ts->dump() + " after " + json(prev).dump() + ")");

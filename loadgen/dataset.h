@@ -2,12 +2,17 @@
 // Datasets (prompt/output lengths taken from real conversations) and traces (timed requests).
 // Only lengths are taken: prompts are drawn as random token ids of that length, so a benchmark
 // needs no tokenizer. Text is counted as ceil(UTF-8 bytes / 4) tokens (about 4 bytes per token for
-// English with Llama-family BPE vocabularies).
+// English with Llama-family BPE vocabularies), or, given a tokenizer, as the ids it encodes to
+// (then the prompt's ids are kept, so prompts can be the text itself).
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "engine/request.h"
+
 namespace servelab {
+
+class Tokenizer;
 
 enum class DatasetFormat { sharegpt, jsonl };
 const char* to_string(DatasetFormat f);  ///< "sharegpt", "jsonl"
@@ -20,6 +25,7 @@ struct LengthPair {
   int prompt_tokens = 0;
   int output_tokens = 0;
   int line = 0;
+  std::vector<TokenId> prompt_ids;  ///< the prompt text's ids, when loaded with a tokenizer from text
 };
 
 struct Dataset {
@@ -37,7 +43,9 @@ struct Dataset {
 ///   "output": text}; blank lines are ignored.
 /// Throws std::runtime_error("path:line: message") on a missing file, bad JSON or a wrong
 /// field, and when no usable entry is left.
-Dataset load_dataset(const std::string& path, DatasetFormat format);
+/// With `tokenizer`, texts are counted by tokenizer->encode(text, parse_special = false) and the
+/// prompt's ids are kept in LengthPair::prompt_ids; without, as ceil(bytes / 4).
+Dataset load_dataset(const std::string& path, DatasetFormat format, const Tokenizer* tokenizer = nullptr);
 
 /// One line of a trace: a request sent at timestamp_s.
 struct TraceEntry {
@@ -48,7 +56,7 @@ struct TraceEntry {
 };
 
 /// Loads a JSONL trace: {"timestamp": seconds, "prompt_tokens": n, "output_tokens": m} a line.
-/// Timestamps must be finite and non-decreasing; they are shifted so the first is 0.
+/// Timestamps must be finite, >= 0 and non-decreasing; they are shifted so the first is 0.
 /// Throws std::runtime_error("path:line: message").
 std::vector<TraceEntry> load_trace(const std::string& path);
 

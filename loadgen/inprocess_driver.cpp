@@ -34,7 +34,11 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
   cb.on_sent = [&](const Request& r, double intended_s, double sent_s) {
     // The runner hands the engine the intended time of a request that came due while it was
     // busy, else when it woke for it: that is when the request was sent.
-    sent[r.id] = {intended_s, std::max(intended_s, sent_s)};
+    sent_s = std::max(intended_s, sent_s);
+    // Held by the source (a max-concurrency cap): sent when a slot freed, and its latency still
+    // counts from intended_s, so the wait shows in lateness and TTFT (no coordinated omission).
+    if (const auto held = source.held_until()) sent_s = std::max(sent_s, *held);
+    sent[r.id] = {intended_s, sent_s};
     ++stats.n_sent;
   };
   cb.on_step = [&](const StepOutcome& s) {

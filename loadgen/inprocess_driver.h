@@ -34,7 +34,8 @@ struct DriveStats {
 /// sent_s: a request that came due while the engine was busy with a step is queued at its
 /// intended time, as a server's accept queue would hold it (the wait counts in its TTFT); one that
 /// came due while the driver slept is stamped when the driver woke, so lateness measures the
-/// driver's own timing error.
+/// driver's own timing error. One the source held back (RequestSource::held_until: a
+/// max-concurrency cap) is stamped when it was let go; its arrival_s stays the intended time.
 DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
                             const std::string& run_label, const RecordSinks& sinks,
                             const std::function<bool(uint64_t)>& is_warmup = {},

@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <memory>
 #include <sstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/model/tokenizer.h"
 #include "loadgen/arrivals.h"
 #include "loadgen/rng.h"
 
@@ -25,14 +28,25 @@ Planner::Planner(const Scenario& scenario) : scenario_(scenario) {
     trace_ = load_trace(w.trace);
   } else if (w.prompt.from_dataset() || w.output.from_dataset()) {
     const LengthSpec& spec = w.prompt.from_dataset() ? w.prompt : w.output;
-    Dataset all = load_dataset(spec.dataset, spec.dataset_format);
+    std::unique_ptr<Tokenizer> tok;
+    if (!w.tokenizer.empty()) tok = load_bpe_tokenizer(w.tokenizer);
+    else if (!scenario_.model.path.empty()) tok = load_tokenizer_from_dir(scenario_.model.path);
+    if (tok) {
+      length_counting_ = "tokenizer:" + (w.tokenizer.empty() ? scenario_.model.path + "/tokenizer.json" : w.tokenizer);
+      // Prompts are the dataset's own text when its ids are ids of this model.
+      text_prompts_ = w.prompt.from_dataset() && tok->vocab_size() <= scenario_.model.vocab_size;
+    }
+    Dataset all = load_dataset(spec.dataset, spec.dataset_format, tok.get());
     dataset_.path = all.path;
     dataset_.format = all.format;
     dataset_.n_skipped = all.n_skipped;
     for (const LengthPair& e : all.entries) {
       const int p = w.prompt.from_dataset() ? e.prompt_tokens : 1;
       const int o = w.output.from_dataset() ? e.output_tokens : 1;
-      if (int64_t{w.shared_prefix_tokens} + p + o <= max_len) dataset_.entries.push_back(e);
+      if (int64_t{w.max_prefix_tokens()} + p + o <= max_len) {
+        dataset_.entries.push_back(e);
+        if (!text_prompts_) dataset_.entries.back().prompt_ids.clear();  // not needed: save the memory
+      }
       else ++n_dataset_dropped_;
     }
     if (dataset_.entries.empty())
@@ -45,10 +59,10 @@ Planner::Planner(const Scenario& scenario) : scenario_(scenario) {
   const int64_t lo = std::min(2, vocab - 1);
   for (int i = 0; i < w.shared_prefix_tokens; ++i)
     shared_prefix_.push_back(static_cast<TokenId>(rng.uniform_int(lo, vocab - 1)));
+  groups_ = PrefixGroups(w.prefix_groups, scenario_.seed, vocab);
 }
 
-Planner::Lengths Planner::fit(int prompt, int output, bool& clipped) const {
-  const int64_t room = int64_t{scenario_.engine.max_model_len} - scenario_.workload.shared_prefix_tokens;
+Planner::Lengths Planner::fit(int prompt, int output, bool& clipped, int64_t room) const {
   clipped = false;
   if (prompt + int64_t{output} > room) {
     clipped = true;
@@ -58,10 +72,19 @@ Planner::Lengths Planner::fit(int prompt, int output, bool& clipped) const {
   return {prompt, output};
 }
 
-std::vector<TokenId> Planner::prompt_tokens(uint64_t id, int n_own) const {
+std::vector<TokenId> Planner::prompt_tokens(uint64_t id, int n_own, bool with_prefix, int group,
+                                           const std::vector<TokenId>* text) const {
   std::vector<TokenId> out;
-  out.reserve(shared_prefix_.size() + static_cast<size_t>(n_own));
-  out = shared_prefix_;
+  if (with_prefix) {
+    const auto& g = groups_.tokens(group);
+    out.reserve(shared_prefix_.size() + g.size() + static_cast<size_t>(n_own));
+    out = shared_prefix_;
+    out.insert(out.end(), g.begin(), g.end());
+  }
+  if (text && !text->empty()) {  // the dataset prompt's own ids, cut to n_own when it was clipped
+    out.insert(out.end(), text->begin(), text->begin() + std::min<long>(n_own, static_cast<long>(text->size())));
+    return out;
+  }
   const int vocab = scenario_.model.vocab_size;
   const int64_t lo = std::min(2, vocab - 1);
   Rng rng = Rng::stream(scenario_.seed, RngStream::tokens, id);
@@ -69,50 +92,79 @@ std::vector<TokenId> Planner::prompt_tokens(uint64_t id, int n_own) const {
   return out;
 }
 
+std::vector<double> Planner::unit_times(double rate, int n_units, Plan& plan) const {
+  const auto& w = scenario_.workload;
+  Rng arrivals = Rng::stream(scenario_.seed, RngStream::arrivals);
+  if (w.mode != LoadMode::open_loop) return std::vector<double>(static_cast<size_t>(n_units), 0.0);
+  const int n_warmup_units = w.sessions.enabled() ? (w.warmup_requests + w.sessions.turns - 1) / w.sessions.turns
+                                                  : w.warmup_requests;
+  RateRamp ramp;
+  const bool ramped = w.arrival.ramp_to > 0;
+  if (ramped) {
+    // Over duration_s, or over the time n units take on average: n = duration·(from + to)/2.
+    ramp = {rate, w.arrival.ramp_to, w.duration_s > 0 ? w.duration_s : 2.0 * std::max(1, n_units) / (rate + w.arrival.ramp_to)};
+    plan.ramp_to = ramp.to;
+    plan.ramp_duration_s = ramp.duration;
+  }
+  if (n_units > 0) return ramped ? ramp_arrival_times(w.arrival, ramp, n_units, arrivals)
+                                 : arrival_times(w.arrival, rate, n_units, arrivals);
+  // duration_s: the warm-up units come first, then every unit arriving within duration_s of the
+  // first measured one.
+  std::vector<double> times;
+  double t = 0.0, u = 0.0, t_measured = 0.0;
+  for (int i = 0;; ++i) {
+    if (i > 0) {
+      if (ramped) t = ramp.time_at(u += arrival_gap(w.arrival, 1.0, arrivals));
+      else t += arrival_gap(w.arrival, rate, arrivals);
+    }
+    if (i == n_warmup_units) t_measured = t;
+    if (i >= n_warmup_units && t - t_measured >= w.duration_s) break;
+    times.push_back(t);
+    if (times.size() > static_cast<size_t>(kMaxPlannedRequests))
+      throw std::invalid_argument("workload.duration_s at this rate gives more than " +
+                                  std::to_string(kMaxPlannedRequests) + " requests");
+  }
+  return times;
+}
+
 Plan Planner::make(double rate) const {
   const auto& w = scenario_.workload;
   Plan plan;
   plan.mode = w.mode;
   plan.seed = scenario_.seed;
-  plan.concurrency = w.mode == LoadMode::closed_loop ? w.concurrency : 0;
+  plan.concurrency = w.mode == LoadMode::closed_loop ? (rate >= 1 ? static_cast<int>(rate) : w.concurrency) : 0;
   plan.n_dataset_dropped = n_dataset_dropped_;
+  plan.max_concurrency = w.mode == LoadMode::open_loop ? w.arrival.max_concurrency : 0;
+  const int64_t max_len = scenario_.engine.max_model_len;
+  const int64_t room = max_len - w.shared_prefix_tokens;
 
-  std::vector<double> times;
-  std::vector<Lengths> lengths;
+  struct Item {
+    double t = 0;
+    Lengths len;
+    int group = -1, session = -1, turn = 0;
+    const std::vector<TokenId>* text = nullptr;  ///< the dataset prompt's ids (text_prompts_)
+  };
+  std::vector<Item> items;
   if (w.mode == LoadMode::trace) {
     const size_t limit = w.n_requests > 0 ? static_cast<size_t>(w.n_requests + w.warmup_requests) : trace_.size();
     for (const TraceEntry& e : trace_) {
-      if (times.size() >= limit || (w.duration_s > 0 && e.timestamp_s >= w.duration_s)) break;
+      const double t = e.timestamp_s / w.trace_speed;  // replayed at trace_speed× the recorded pace
+      if (items.size() >= limit || (w.duration_s > 0 && t >= w.duration_s)) break;
       bool clipped = false;
-      lengths.push_back(fit(e.prompt_tokens, e.output_tokens, clipped));
+      items.push_back({t, fit(e.prompt_tokens, e.output_tokens, clipped, room)});
       plan.n_clipped += clipped;
-      times.push_back(e.timestamp_s);
     }
   } else {
     if (w.mode == LoadMode::open_loop) {
       if (!(rate > 0)) throw std::invalid_argument("plan rate must be > 0 requests/s (got " + std::to_string(rate) + ")");
       plan.rate = rate;
     }
-    Rng arrivals = Rng::stream(scenario_.seed, RngStream::arrivals);
-    if (w.n_requests > 0) {
-      const int n = w.n_requests + w.warmup_requests;
-      times = w.mode == LoadMode::open_loop ? arrival_times(w.arrival, rate, n, arrivals) : std::vector<double>(n, 0.0);
-    } else {
-      // duration_s: the warm-up requests come first, then every request arriving within
-      // duration_s of the first measured one.
-      double t = 0.0, t_measured = 0.0;
-      for (int i = 0;; ++i) {
-        if (i > 0) t += arrival_gap(w.arrival, rate, arrivals);
-        if (i == w.warmup_requests) t_measured = t;
-        if (i >= w.warmup_requests && t - t_measured >= w.duration_s) break;
-        times.push_back(t);
-        if (times.size() > static_cast<size_t>(kMaxPlannedRequests))
-          throw std::invalid_argument("workload.duration_s at this rate gives more than " +
-                                      std::to_string(kMaxPlannedRequests) + " requests");
-      }
-    }
+    const int turns = w.sessions.enabled() ? w.sessions.turns : 1;
+    const int n_total = w.n_requests > 0 ? w.n_requests + w.warmup_requests : 0;
+    const std::vector<double> units = unit_times(rate, n_total > 0 ? (n_total + turns - 1) / turns : 0, plan);
     Rng prompt_rng = Rng::stream(scenario_.seed, RngStream::prompt_lengths);
     Rng output_rng = Rng::stream(scenario_.seed, RngStream::output_lengths);
+    Rng group_rng = Rng::stream(scenario_.seed, RngStream::prefix_group_choice);
     std::vector<size_t> order;
     if (!dataset_.entries.empty()) {
       // One seeded shuffle of the entries, cycled if the plan is longer than the dataset.
@@ -122,34 +174,66 @@ Plan Planner::make(double rate) const {
       for (size_t i = order.size(); i > 1; --i)
         std::swap(order[i - 1], order[static_cast<size_t>(shuffle.uniform_int(0, static_cast<int64_t>(i) - 1))]);
     }
-    for (size_t i = 0; i < times.size(); ++i) {
-      int p = w.prompt.dist.sample(prompt_rng);
-      int o = w.output.dist.sample(output_rng);
-      if (!order.empty()) {
-        const LengthPair& e = dataset_.entries[order[i % order.size()]];
-        if (w.prompt.from_dataset()) p = e.prompt_tokens;
-        if (w.output.from_dataset()) o = e.output_tokens;
+    size_t drawn = 0;  // requests whose lengths were drawn (dropped session turns included)
+    for (size_t u = 0; u < units.size(); ++u) {
+      const int group = groups_.choose(group_rng);
+      int64_t context = 0;  // a session's earlier prompts and replies (its prefixes included)
+      bool session_full = false;
+      for (int k = 0; k < turns; ++k) {
+        if (n_total > 0 && drawn >= static_cast<size_t>(n_total)) break;
+        int p = w.prompt.dist.sample(prompt_rng);
+        int o = w.output.dist.sample(output_rng);
+        const std::vector<TokenId>* text = nullptr;
+        if (!order.empty()) {
+          const LengthPair& e = dataset_.entries[order[drawn % order.size()]];
+          if (w.prompt.from_dataset()) p = e.prompt_tokens;
+          if (w.output.from_dataset()) o = e.output_tokens;
+          if (text_prompts_) text = &e.prompt_ids;
+        }
+        ++drawn;
+        const int64_t left = room - static_cast<int64_t>(groups_.tokens(group).size()) - context;
+        if (session_full || left < 2) {  // no room for 1 token of prompt and 1 of output
+          session_full = true;
+          ++plan.n_turns_dropped;
+          continue;
+        }
+        bool clipped = false;
+        const Lengths len = fit(p, o, clipped, left);
+        plan.n_clipped += clipped;
+        items.push_back({units[u], len, group, w.sessions.enabled() ? static_cast<int>(u) : -1, k, text});
+        context += len.prompt + int64_t{len.output} + (k == 0 ? static_cast<int64_t>(groups_.tokens(group).size()) : 0);
       }
-      bool clipped = false;
-      lengths.push_back(fit(p, o, clipped));
-      plan.n_clipped += clipped;
     }
+    if (w.sessions.enabled()) plan.n_sessions = static_cast<int>(units.size());
   }
 
-  plan.requests.resize(times.size());
-  for (size_t i = 0; i < times.size(); ++i) {
+  plan.requests.resize(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
     PlannedRequest& r = plan.requests[i];
+    const Item& it = items[i];
     r.id = i;
-    r.intended_s = times[i];
-    r.prompt = prompt_tokens(i, lengths[i].prompt);
-    r.output_tokens = lengths[i].output;
+    r.intended_s = it.t;
+    r.prompt = prompt_tokens(i, it.len.prompt, it.turn == 0, it.group, it.text);
+    r.output_tokens = it.len.output;
     r.warmup = i < static_cast<size_t>(w.warmup_requests);
+    r.prefix_group = it.group;
+    r.session = it.session;
+    r.turn = it.turn;
+    r.think_time_s = it.session >= 0 && it.turn > 0 ? w.sessions.think_time_s : 0.0;
     plan.n_warmup += r.warmup;
   }
   return plan;
 }
 
 Plan make_plan(const Scenario& scenario, double rate) { return Planner(scenario).make(rate); }
+
+std::string length_counting(const Scenario& scenario) {
+  const auto& w = scenario.workload;
+  if (!w.tokenizer.empty()) return "tokenizer:" + w.tokenizer;
+  if (!scenario.model.path.empty() && std::filesystem::exists(scenario.model.path + "/tokenizer.json"))
+    return "tokenizer:" + scenario.model.path + "/tokenizer.json";
+  return "bytes/4";
+}
 
 namespace {
 
@@ -206,6 +290,8 @@ std::string format_plan_summary(const Plan& plan, const std::string& scenario_na
   char buf[256];
   o << "plan " << scenario_name;
   if (plan.mode == LoadMode::open_loop) o << " @ " << plan.rate << " req/s";
+  if (plan.ramp_to > 0) o << " ramping to " << plan.ramp_to << " req/s over " << plan.ramp_duration_s << " s";
+  if (plan.max_concurrency > 0) o << ", at most " << plan.max_concurrency << " in flight";
   else if (plan.mode == LoadMode::closed_loop) o << ", closed loop at concurrency " << plan.concurrency;
   else o << ", trace replay";
   o << " (seed " << plan.seed << ")\n";
@@ -228,21 +314,44 @@ std::string format_plan_summary(const Plan& plan, const std::string& scenario_na
   o << "  tokens    " << s.total_prompt_tokens << " prompt + " << s.total_output_tokens << " output\n";
   if (s.n_clipped > 0) o << "  clipped   " << s.n_clipped << " requests cut to fit max_model_len\n";
   if (s.n_dataset_dropped > 0) o << "  dropped   " << s.n_dataset_dropped << " dataset entries longer than max_model_len\n";
+  if (plan.n_sessions > 0)
+    o << "  sessions  " << plan.n_sessions << " (prompt lengths above are each turn's own tokens; earlier turns come in front"
+      << (plan.n_turns_dropped > 0 ? "; " + std::to_string(plan.n_turns_dropped) + " turns dropped: no room in max_model_len" : std::string())
+      << ")\n";
   return o.str();
 }
 
 nlohmann::json plan_to_json(const Plan& plan) {
   nlohmann::json reqs = nlohmann::json::array();
-  for (const PlannedRequest& r : plan.requests)
-    reqs.push_back({{"id", r.id},
-                    {"intended_s", r.intended_s},
-                    {"prompt_tokens", r.prompt.size()},
-                    {"output_tokens", r.output_tokens},
-                    {"warmup", r.warmup},
-                    {"prompt", r.prompt}});
-  return {{"mode", to_string(plan.mode)}, {"rate", plan.rate},          {"concurrency", plan.concurrency},
-          {"seed", plan.seed},            {"n_warmup", plan.n_warmup},  {"n_clipped", plan.n_clipped},
-          {"n_dataset_dropped", plan.n_dataset_dropped}, {"requests", reqs}};
+  for (const PlannedRequest& r : plan.requests) {
+    nlohmann::json j = {{"id", r.id},
+                        {"intended_s", r.intended_s},
+                        {"prompt_tokens", r.prompt.size()},
+                        {"output_tokens", r.output_tokens},
+                        {"warmup", r.warmup},
+                        {"prompt", r.prompt}};
+    if (r.prefix_group >= 0) j["prefix_group"] = r.prefix_group;
+    if (r.session >= 0) {
+      j["session"] = r.session;
+      j["turn"] = r.turn;
+      j["think_time_s"] = r.think_time_s;
+    }
+    reqs.push_back(std::move(j));
+  }
+  nlohmann::json out = {{"mode", to_string(plan.mode)}, {"rate", plan.rate},          {"concurrency", plan.concurrency},
+                        {"seed", plan.seed},            {"n_warmup", plan.n_warmup},  {"n_clipped", plan.n_clipped},
+                        {"n_dataset_dropped", plan.n_dataset_dropped}};
+  if (plan.ramp_to > 0) {
+    out["ramp_to"] = plan.ramp_to;
+    out["ramp_duration_s"] = plan.ramp_duration_s;
+  }
+  if (plan.max_concurrency > 0) out["max_concurrency"] = plan.max_concurrency;
+  if (plan.n_sessions > 0) {
+    out["n_sessions"] = plan.n_sessions;
+    out["n_turns_dropped"] = plan.n_turns_dropped;
+  }
+  out["requests"] = reqs;
+  return out;
 }
 
 }  // namespace servelab

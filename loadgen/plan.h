@@ -10,6 +10,7 @@
 
 #include "engine/request.h"
 #include "loadgen/dataset.h"
+#include "loadgen/prefix_groups.h"
 #include "loadgen/scenario.h"
 
 namespace servelab {
@@ -21,6 +22,14 @@ struct PlannedRequest {
   std::vector<TokenId> prompt;    ///< shared prefix, then this request's own tokens; ids in [2, vocab)
   int output_tokens = 0;          ///< exact output length (ignore_eos)
   bool warmup = false;            ///< sent, but left out of the metrics
+  int prefix_group = -1;          ///< workload.prefix_groups index its prompt starts with (after the shared prefix); −1 none
+  /// Sessions (workload.sessions): which session and turn. Turn 0 is sent at intended_s (the
+  /// session's arrival); turn k > 0 is sent think_time_s after turn k−1's reply finished, with
+  /// turn k−1's whole prompt and reply in front of `prompt` (its own new tokens), so here
+  /// intended_s is only the session's arrival.
+  int session = -1;               ///< −1 = not part of a session
+  int turn = 0;
+  double think_time_s = 0.0;
 };
 
 /// All requests of one run, in send order (warm-up first).
@@ -28,11 +37,16 @@ struct Plan {
   LoadMode mode = LoadMode::open_loop;
   double rate = 0.0;              ///< requests/s (open loop); 0 for closed loop and trace
   int concurrency = 0;            ///< closed loop
+  double ramp_to = 0.0;           ///< open loop with a ramp: rate at ramp_duration_s (rate is the start)
+  double ramp_duration_s = 0.0;
+  int max_concurrency = 0;        ///< open loop: cap on requests in flight (0 = none)
+  int n_sessions = 0;             ///< workload.sessions: sessions in the plan
   uint64_t seed = 0;
   std::vector<PlannedRequest> requests;
   int n_warmup = 0;
   int n_clipped = 0;              ///< requests whose lengths were cut to fit max_model_len
   int n_dataset_dropped = 0;      ///< dataset entries left out because they cannot fit max_model_len
+  int n_turns_dropped = 0;        ///< session turns left out: the conversation had no room left in max_model_len
 
   bool is_warmup(uint64_t id) const { return id < requests.size() && requests[id].warmup; }
   int n_measured() const { return static_cast<int>(requests.size()) - n_warmup; }
@@ -47,30 +61,51 @@ struct Plan {
 /// prefix from (seed, shared_prefix). Changing the rate changes only the times; changing the
 /// output distribution leaves prompts as they were.
 ///
+/// Dataset texts are counted with workload.tokenizer, else the model folder's tokenizer.json,
+/// else as ceil(bytes / 4) (length_counting()); with a tokenizer whose vocabulary fits the model,
+/// prompts are the texts' own ids rather than random ones.
+///
 /// Lengths that do not fit engine.max_model_len (shared prefix + prompt + output): the prompt is
 /// cut first (down to 1 token of its own), then the output (counted in n_clipped). Dataset entries
 /// that do not fit are left out instead, as vLLM's benchmark filters ShareGPT.
 class Planner {
  public:
   explicit Planner(const Scenario& scenario);
-  /// The plan at `rate` (ignored for closed loop and trace).
+  /// The plan at `rate` (open loop), at concurrency `rate` (closed loop: a sweep point; 0 = the
+  /// scenario's concurrency); ignored for a trace.
   Plan make(double rate) const;
   const Scenario& scenario() const { return scenario_; }
+  /// How dataset texts were counted: "tokenizer:<tokenizer.json path>" or "bytes/4".
+  const std::string& length_counting() const { return length_counting_; }
+  /// Prompts are the dataset texts' own ids (a tokenizer whose vocabulary fits the model's).
+  bool text_prompts() const { return text_prompts_; }
 
  private:
   struct Lengths {
     int prompt = 0;
     int output = 0;
   };
-  Lengths fit(int prompt, int output, bool& clipped) const;
-  std::vector<TokenId> prompt_tokens(uint64_t id, int n_own) const;
+  Lengths fit(int prompt, int output, bool& clipped, int64_t room) const;
+  /// Intended times of the open-loop (or closed-loop) units: requests, or sessions.
+  std::vector<double> unit_times(double rate, int n_units, Plan& plan) const;
+  /// Request `id`'s prompt: [shared prefix + group `group`'s tokens, when with_prefix] + n_own ids.
+  /// `text`: the dataset prompt's ids, used (cut to n_own) instead of random ids.
+  std::vector<TokenId> prompt_tokens(uint64_t id, int n_own, bool with_prefix, int group,
+                                     const std::vector<TokenId>* text = nullptr) const;
 
   Scenario scenario_;
   Dataset dataset_;                    ///< entries that fit (when a length comes from a dataset)
   int n_dataset_dropped_ = 0;
   std::vector<TraceEntry> trace_;
   std::vector<TokenId> shared_prefix_;
+  PrefixGroups groups_;
+  std::string length_counting_ = "bytes/4";
+  bool text_prompts_ = false;
 };
+
+/// How a scenario's dataset texts are counted, without loading anything: "tokenizer:<path>" for
+/// workload.tokenizer or the model folder's tokenizer.json, else "bytes/4" (ceil(bytes / 4)).
+std::string length_counting(const Scenario& scenario);
 
 /// make_plan(s, rate) = Planner(s).make(rate); use a Planner to make several.
 Plan make_plan(const Scenario& scenario, double rate);

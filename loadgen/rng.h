@@ -17,6 +17,9 @@ enum class RngStream : uint64_t {
   shared_prefix = 4,
   dataset_order = 5,
   output_lengths = 6,  ///< apart from prompt lengths, so changing one distribution keeps the other
+  prefix_groups = 7,   ///< indexed by group: group g's system-prompt token ids
+  prefix_group_choice = 8,  ///< one draw per request: which prefix group it belongs to
+  sessions = 9,        ///< one draw per session: its number of turns
 };
 
 /// xoshiro256**: small, fast, statistically strong, fully specified.

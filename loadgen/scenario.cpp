@@ -3,6 +3,8 @@
 // scenario_validate.cpp.
 #include "loadgen/scenario.h"
 
+#include "loadgen/records/gate_metrics.h"
+
 #include <algorithm>
 #include <fstream>
 #include <sstream>
@@ -105,19 +107,16 @@ const char* to_string(LoadMode m) {
 
 const std::vector<std::string>& gate_metric_names() {
   static const std::vector<std::string> names = [] {
-    std::vector<std::string> v = {"goodput",          "request_goodput",     "output_throughput",
-                                  "request_throughput", "total_throughput", "slo_attainment",
-                                  "n_failed",         "kv_utilization_mean", "kv_utilization_max"};
-    for (const char* m : {"ttft", "tpot", "itl", "e2e", "lateness"})
-      for (const char* s : {"mean", "p50", "p90", "p95", "p99", "p999", "max"})
-        v.push_back(std::string(m) + "_" + s + "_ms");
+    std::vector<std::string> v;
+    for (const auto& m : gate_metrics()) v.push_back(m.scenario_name);  // the one registry
     return v;
   }();
   return names;
 }
 
 bool gate_metric_higher_is_better(const std::string& metric) {
-  return !(metric == "n_failed" || (metric.size() > 3 && metric.compare(metric.size() - 3, 3, "_ms") == 0));
+  const GateMetric* m = find_gate_metric(metric);
+  return m && m->higher_is_better;
 }
 
 namespace {
@@ -166,14 +165,26 @@ std::string describe(const Scenario& s) {
       per("per rate");
       o << ", " << to_string(w.arrival.process) << " arrivals";
       if (w.arrival.process == ArrivalProcess::gamma) o << " (cv " << w.arrival.cv << ")";
+      if (w.arrival.ramp_to > 0) o << " ramping to " << w.arrival.ramp_to << " req/s";
+      if (w.arrival.max_concurrency > 0) o << ", at most " << w.arrival.max_concurrency << " in flight";
+      if (w.sessions.enabled()) o << ", sessions of " << w.sessions.turns << " turns";
       break;
     }
     case LoadMode::closed_loop:
-      o << " × 1 run, closed loop at concurrency " << w.concurrency;
+      if (w.concurrencies.size() > 1) {
+        o << " × " << w.concurrencies.size() << " runs, closed loop at concurrency";
+        for (size_t i = 0; i < w.concurrencies.size(); ++i) o << (i ? ", " : " ") << w.concurrencies[i];
+      } else {
+        o << " × 1 run, closed loop at concurrency " << w.concurrency;
+      }
       per("per run");
       break;
-    case LoadMode::trace: o << " × 1 run, trace replay"; break;
+    case LoadMode::trace:
+      o << " × 1 run, trace replay";
+      if (w.trace_speed != 1.0) o << " at " << w.trace_speed << "x speed";
+      break;
   }
+  if (!w.prefix_groups.empty()) o << ", " << w.prefix_groups.size() << " prefix groups";
   o << ", model " << (s.model.path.empty() ? s.model.preset : s.model.path) << " on " << to_string(s.backend.kind);
   if (!s.gates.empty()) o << ", " << s.gates.size() << " gate" << (s.gates.size() == 1 ? "" : "s");
   return o.str();

@@ -15,8 +15,10 @@
 #include "engine/model/config.h"
 #include "engine/sched/scheduler_config.h"
 #include "loadgen/arrivals.h"
+#include "loadgen/capacity_config.h"
 #include "loadgen/dataset.h"
 #include "loadgen/lengths.h"
+#include "loadgen/target.h"
 
 namespace servelab {
 
@@ -125,12 +127,30 @@ struct LengthSpec {
   bool from_dataset() const { return !dataset.empty(); }
 };
 
+/// One entry of `workload.prefix_groups:`: a system prompt of `tokens` tokens that a `fraction`
+/// of the requests start with (after the shared prefix).
+struct PrefixGroupSpec {
+  int tokens = 0;         ///< >= 1
+  double fraction = 0.0;  ///< in (0, 1]; the fractions of all groups sum to at most 1
+};
+
+/// `workload.sessions:` — multi-turn conversations. Each session's first turn arrives by the
+/// arrival process; turn k+1 is sent think_time_s after turn k's reply finished, and its prompt is
+/// every earlier turn's prompt and reply followed by its own new tokens (prompt_tokens).
+struct SessionSpec {
+  int turns = 0;              ///< turns per session; 0 = no sessions
+  double think_time_s = 0.0;  ///< >= 0
+  bool enabled() const { return turns > 0; }
+};
+
 /// `workload:`
 struct WorkloadSpec {
   LoadMode mode = LoadMode::open_loop;
   ArrivalSpec arrival;
-  int concurrency = 0;               ///< closed_loop
+  int concurrency = 0;               ///< closed_loop: the first of concurrencies
+  std::vector<int> concurrencies;    ///< closed_loop: one run per entry (`concurrency: [1, 4, 16]`)
   std::string trace;                 ///< trace: resolved path
+  double trace_speed = 1.0;          ///< trace: replay at this many times the recorded speed
   std::vector<double> rates;         ///< open_loop: requests/s, expanded from a list or a range
   int n_requests = 0;                ///< per rate; 0 = use duration_s (default 100 when neither)
   double duration_s = 0.0;           ///< per rate; requests arriving in [0, duration_s)
@@ -138,6 +158,11 @@ struct WorkloadSpec {
   LengthSpec prompt;                 ///< tokens after the shared prefix
   LengthSpec output;
   int shared_prefix_tokens = 0;      ///< one prefix every prompt starts with (prefix caching)
+  std::vector<PrefixGroupSpec> prefix_groups;  ///< system prompts shared by fractions of the requests
+  SessionSpec sessions;
+  std::string tokenizer;             ///< resolved path of a tokenizer.json; "" = the model folder's, if any
+  /// Longest prefix a request may carry before its own tokens (shared + longest group).
+  int max_prefix_tokens() const;
 };
 
 /// `slo:` — per request: TTFT ≤ ttft_ms and TPOT ≤ tpot_ms; attainment is the capacity target.
@@ -154,6 +179,7 @@ struct GateSpec {
   std::optional<double> max;
   std::string strategy;             ///< a label; empty = every strategy
   std::optional<double> rate;       ///< one of the rates; unset = every rate
+  bool allow_missing = false;       ///< a run with no records or no value does not fail the gate
 };
 
 /// `baseline:` — compare each run with the same label and rate in an earlier summary.json.
@@ -161,6 +187,7 @@ struct BaselineSpec {
   std::string file;                 ///< resolved path of a summary.json
   double max_regression_pct = 10.0; ///< a metric may be at most this much worse
   std::vector<std::string> metrics = {"goodput", "output_throughput", "ttft_p99_ms", "tpot_p99_ms"};
+  bool allow_missing = false;       ///< a lost run or a metric that became null does not fail
 };
 
 /// A whole scenario. load_scenario() fills and validates it; code may also build one and call
@@ -178,12 +205,14 @@ struct Scenario {
   SloSpec slo;
   std::vector<GateSpec> gates;
   std::optional<BaselineSpec> baseline;
+  std::optional<TargetSpec> target;  ///< set: runs go over HTTP to this server (loadgen/target.h)
+  std::optional<CapacitySpec> capacity;  ///< `capacity:` (loadgen/capacity_config.h)
 
   std::string source_file;   ///< the YAML it came from ("" when built in code)
   SourceMap source;          ///< where each value was written, for error messages
 
-  /// The points of the sweep: workload.rates for open loop; {0} (one run) for closed loop and
-  /// trace, whose rate is whatever the load produces.
+  /// The points of the sweep: workload.rates for open loop; the concurrencies for closed loop
+  /// (as doubles); {0} (one run) for a trace, whose rate is whatever the load produces.
   std::vector<double> sweep_rates() const;
   /// Number of requests of one run at `rate` not known before planning (duration_s) → -1.
   int planned_requests() const;
@@ -196,10 +225,9 @@ struct Scenario {
   void validate(Diagnostics& diag) const;
 };
 
-/// Metric names a gate may use: goodput, request_goodput, output_throughput, request_throughput,
-/// total_throughput, slo_attainment, n_failed, kv_utilization_{mean,max}, and
-/// {ttft,tpot,itl,e2e,lateness}_{mean,p50,p90,p95,p99,p999,max}_ms (→ summary.json
-/// metrics.<m>_ms.<stat>).
+/// Metric names a gate may use: the scenario spellings of loadgen/records/gate_metrics.h
+/// (goodput, slo_attainment, n_failed, kv_utilization_mean, ttft_p99_ms, ... → summary.json
+/// metrics.ttft_ms.p99, ...).
 const std::vector<std::string>& gate_metric_names();
 /// true for throughputs, goodput, attainment, KV utilization; false for latencies and n_failed.
 bool gate_metric_higher_is_better(const std::string& metric);

@@ -48,6 +48,7 @@ class Walker : public YamlReader {
   void kv(const YAML::Node& n, const std::string& path, KvConfig& out);
   void workload(const YAML::Node& n);
   void arrival(const YAML::Node& n, bool& rate_given);
+  void prefix_groups(const YAML::Node& n);
   void rates(const YAML::Node& n);
   void length(const YAML::Node& n, const std::string& path, LengthRole role, LengthSpec& out);
   void slo(const YAML::Node& n);
@@ -63,7 +64,7 @@ void Walker::root(const YAML::Node& r) {
     return;
   }
   if (!check_map(r, "", {"name", "description", "seed", "output_dir", "model", "backend", "engine", "strategies",
-                         "workload", "slo", "gates", "baseline"}))
+                         "workload", "slo", "gates", "baseline", "target", "capacity"}))
     return;
   if (defined(r["name"])) read_string(r["name"], "name", s_.name);
   if (defined(r["description"])) read_string(r["description"], "description", s_.description);
@@ -81,13 +82,15 @@ void Walker::root(const YAML::Node& r) {
       s_.strategies.resize(n.size());
       for (size_t i = 0; i < n.size(); ++i) strategy(n[i], index("strategies", i), s_.strategies[i]);
     }
-  } else {
+  } else if (!defined(r["target"])) {  // a target (HTTP runs) needs no engine strategy
     d_.error_at("strategies", "missing strategies: list at least one {batching: static|dynamic|continuous, kv: {kind: naive|paged}}");
   }
   if (defined(r["workload"])) workload(r["workload"]);
   if (defined(r["slo"])) slo(r["slo"]);
   if (defined(r["gates"])) gates(r["gates"]);
   if (defined(r["baseline"])) baseline(r["baseline"]);
+  if (defined(r["target"])) read_target(r["target"], s_, d_);  // loadgen/target.cpp
+  if (defined(r["capacity"])) parse_capacity_section(r["capacity"], ov_, s_, d_);
 }
 
 void Walker::model(const YAML::Node& n) {
@@ -222,7 +225,8 @@ void Walker::kv(const YAML::Node& n, const std::string& path, KvConfig& out) {
 
 void Walker::workload(const YAML::Node& n) {
   if (!check_map(n, "workload", {"arrival", "concurrency", "trace", "rates", "n_requests", "duration_s",
-                                 "warmup_requests", "prompt_tokens", "output_tokens", "shared_prefix_tokens"}))
+                                 "warmup_requests", "prompt_tokens", "output_tokens", "shared_prefix_tokens",
+                                 "prefix_groups", "sessions", "trace_speed", "tokenizer"}))
     return;
   auto& w = s_.workload;
   std::vector<std::string> modes;
@@ -239,12 +243,39 @@ void Walker::workload(const YAML::Node& n) {
   bool rate_given = false;
   if (mode == "concurrency") {
     w.mode = LoadMode::closed_loop;
-    read_int(n["concurrency"], "workload.concurrency", w.concurrency);
+    const YAML::Node& c = n["concurrency"];
+    if (c.IsSequence()) {  // `concurrency: [1, 4, 16]`: one run per entry
+      note(c, "workload.concurrency");
+      if (c.size() == 0) d_.error("workload.concurrency", "must list at least one concurrency");
+      for (size_t i = 0; i < c.size(); ++i) {
+        int v = 0;
+        if (read_int(c[i], index("workload.concurrency", i), v)) w.concurrencies.push_back(v);
+      }
+      if (!w.concurrencies.empty()) w.concurrency = w.concurrencies.front();
+    } else {
+      read_int(c, "workload.concurrency", w.concurrency);
+    }
   } else if (mode == "trace") {
     w.mode = LoadMode::trace;
     read_path(n["trace"], "workload.trace", w.trace);
   } else if (defined(n["arrival"])) {
     arrival(n["arrival"], rate_given);
+  }
+  if (defined(n["trace_speed"])) {
+    if (w.mode != LoadMode::trace) {
+      note(n["trace_speed"], "workload.trace_speed");
+      d_.error_at("workload.trace_speed", "workload.trace_speed applies to a trace replay (workload.trace)");
+    } else {
+      read_double(n["trace_speed"], "workload.trace_speed", w.trace_speed);
+    }
+  }
+  if (defined(n["tokenizer"])) read_path(n["tokenizer"], "workload.tokenizer", w.tokenizer);
+  if (defined(n["prefix_groups"])) prefix_groups(n["prefix_groups"]);
+  if (defined(n["sessions"]) && section(n["sessions"], "workload.sessions", {"turns", "think_time_s"})) {
+    const YAML::Node& ss = n["sessions"];
+    if (defined(ss["turns"])) read_int(ss["turns"], "workload.sessions.turns", w.sessions.turns);
+    else d_.error_at("workload.sessions", "workload.sessions needs turns: N (turns per session)");
+    if (defined(ss["think_time_s"])) read_double(ss["think_time_s"], "workload.sessions.think_time_s", w.sessions.think_time_s);
   }
   if (defined(n["rates"])) {
     if (w.mode != LoadMode::open_loop) {
@@ -293,7 +324,10 @@ void Walker::arrival(const YAML::Node& n, bool& rate_given) {
     read_enum(n, "workload.arrival.process", a.process, procs);
     return;
   }
-  if (!section(n, "workload.arrival", {"process", "cv", "rate"})) return;
+  if (!section(n, "workload.arrival", {"process", "cv", "rate", "ramp_to", "max_concurrency"})) return;
+  if (defined(n["ramp_to"])) read_double(n["ramp_to"], "workload.arrival.ramp_to", a.ramp_to);
+  if (defined(n["max_concurrency"]))
+    read_int(n["max_concurrency"], "workload.arrival.max_concurrency", a.max_concurrency);
   bool proc_ok = true;
   if (defined(n["process"])) proc_ok = read_enum(n["process"], "workload.arrival.process", a.process, procs);
   if (defined(n["cv"])) {
@@ -313,6 +347,25 @@ void Walker::arrival(const YAML::Node& n, bool& rate_given) {
       if (!(r > 0)) d_.error("workload.arrival.rate", "must be > 0 requests/s (got " + fmt_double(r) + ")");
       else s_.workload.rates = {r};
     }
+  }
+}
+
+void Walker::prefix_groups(const YAML::Node& n) {
+  const std::string path = "workload.prefix_groups";
+  note(n, path);
+  if (!n.IsSequence()) {
+    d_.error(path, std::string("must be a list of {tokens: N, fraction: F} entries (got ") + type_name(n) + ")");
+    return;
+  }
+  auto& out = s_.workload.prefix_groups;
+  out.resize(n.size());
+  for (size_t i = 0; i < n.size(); ++i) {
+    const std::string p = index(path, i);
+    if (!section(n[i], p, {"tokens", "fraction"})) continue;
+    for (const char* k : {"tokens", "fraction"})
+      if (!defined(n[i][k])) d_.error_at(p, p + " needs " + k + ":");
+    if (defined(n[i]["tokens"])) read_int(n[i]["tokens"], p + ".tokens", out[i].tokens);
+    if (defined(n[i]["fraction"])) read_double(n[i]["fraction"], p + ".fraction", out[i].fraction);
   }
 }
 
@@ -461,7 +514,7 @@ void Walker::gates(const YAML::Node& n) {
   for (size_t i = 0; i < n.size(); ++i) {
     const std::string path = index("gates", i);
     GateSpec g;
-    if (check_map(n[i], path, {"metric", "min", "max", "strategy", "rate"})) {
+    if (check_map(n[i], path, {"metric", "min", "max", "strategy", "rate", "allow_missing"})) {
       const YAML::Node& e = n[i];
       if (defined(e["metric"])) read_string(e["metric"], path + ".metric", g.metric);
       else d_.error_at(path, path + ".metric is required (e.g. goodput, ttft_p99_ms)");
@@ -470,6 +523,7 @@ void Walker::gates(const YAML::Node& n) {
       if (defined(e["max"]) && read_double(e["max"], path + ".max", v)) g.max = v;
       if (defined(e["strategy"])) read_string(e["strategy"], path + ".strategy", g.strategy);
       if (defined(e["rate"]) && read_double(e["rate"], path + ".rate", v)) g.rate = v;
+      if (defined(e["allow_missing"])) read_bool(e["allow_missing"], path + ".allow_missing", g.allow_missing);
     }
     s_.gates.push_back(g);
   }
@@ -481,7 +535,8 @@ void Walker::baseline(const YAML::Node& n) {
     if (read_path(n, "baseline.file", b.file)) s_.baseline = b;
     return;
   }
-  if (!check_map(n, "baseline", {"file", "max_regression_pct", "metrics"})) return;
+  if (!check_map(n, "baseline", {"file", "max_regression_pct", "metrics", "allow_missing"})) return;
+  if (defined(n["allow_missing"])) read_bool(n["allow_missing"], "baseline.allow_missing", b.allow_missing);
   if (defined(n["file"])) read_path(n["file"], "baseline.file", b.file);
   else d_.error_at("baseline", "baseline.file is required (a summary.json from an earlier run)");
   if (defined(n["max_regression_pct"])) read_double(n["max_regression_pct"], "baseline.max_regression_pct", b.max_regression_pct);

@@ -10,6 +10,9 @@
 #include "engine/backend/sim_backend.h"
 #include "engine/engine.h"
 #include "engine/model/hf_config.h"
+#include "engine/model/memory_check.h"
+#include "loadgen/records/rate.h"
+#include "loadgen/records/record.h"
 #include "loadgen/scenario.h"
 #include "loadgen/sources.h"
 
@@ -41,19 +44,11 @@ bool safe_name(const std::string& s) {
   return true;
 }
 
-/// Two sweep points at one rate would give two runs the same label (the run would die when it
-/// writes its reports), and a gate's `rate:` or a baseline could not tell them apart. Rates this
-/// close (1e-9 relative, as gates and compare match rates) count as the same.
-bool rates_coincide(double a, double b) {
-  if (std::isinf(a) || std::isinf(b)) return a == b;
-  return std::abs(a - b) <= 1e-9 * std::max(1.0, std::abs(a));
-}
-
 /// Reports the first repeated rate (a range's repeats all point at the range).
 void check_distinct_rates(const std::vector<double>& rates, Diagnostics& diag) {
   for (size_t i = 1; i < rates.size(); ++i)
     for (size_t j = 0; j < i; ++j) {
-      if (!rates_coincide(rates[i], rates[j])) continue;
+      if (!same_rate(rates[i], rates[j])) continue;
       const std::string p = "workload.rates[" + std::to_string(i) + "]";
       if (diag.failed(p)) return;
       const std::string value = shortest(rates[j]) + (rates[i] == rates[j] ? "" : " ≈ " + shortest(rates[i]));
@@ -76,6 +71,14 @@ void check_kv_arenas(const Scenario& sc, Diagnostics& diag) {
     spec.sim_profile = sc.backend.sim_profile;
     const int64_t per_slot = kv_bytes_per_slot(spec);
     const ModelConfig model = resolve_model_config(spec.model);
+    if (spec.kind == BackendKind::cpu) {  // a model the machine cannot hold: say so, not "arena too small"
+      try {
+        check_weights_fit(model, "model");
+      } catch (const std::runtime_error& e) {
+        diag.error_at("model", e.what());
+        return;
+      }
+    }
     for (const StrategySpec& st : sc.strategies) check_kv_arena(engine_config(sc, st), model, per_slot);
   } catch (const std::invalid_argument& e) {
     diag.error_at("engine.kv_cache_bytes", e.what());
@@ -88,7 +91,15 @@ void check_kv_arenas(const Scenario& sc, Diagnostics& diag) {
 
 std::vector<double> Scenario::sweep_rates() const {
   if (workload.mode == LoadMode::open_loop) return workload.rates;
+  if (workload.mode == LoadMode::closed_loop && !workload.concurrencies.empty())
+    return std::vector<double>(workload.concurrencies.begin(), workload.concurrencies.end());
   return {0.0};
+}
+
+int WorkloadSpec::max_prefix_tokens() const {
+  int longest = 0;
+  for (const PrefixGroupSpec& g : prefix_groups) longest = std::max(longest, g.tokens);
+  return shared_prefix_tokens + longest;
 }
 
 int Scenario::planned_requests() const {
@@ -247,12 +258,52 @@ void validate_load(const Scenario& s, const Checker& c) {
       for (double r : w.rates)
         if (std::isinf(r) && w.n_requests == 0 && w.duration_s > 0)
           c.check(false, "workload.duration_s", "cannot bound an infinite rate (all at t=0); use n_requests");
+      if (w.arrival.ramp_to != 0) {
+        c.check(w.arrival.ramp_to > 0 && std::isfinite(w.arrival.ramp_to), "workload.arrival.ramp_to",
+                "must be > 0 requests/s" + got(w.arrival.ramp_to));
+        for (double r : w.rates)
+          if (std::isinf(r)) c.check(false, "workload.arrival.ramp_to", "cannot ramp from an infinite rate");
+      }
+      c.check(w.arrival.max_concurrency >= 0, "workload.arrival.max_concurrency",
+              "must be >= 1 requests in flight (0 = no cap)" + got(w.arrival.max_concurrency));
       break;
     case LoadMode::closed_loop:
-      c.check(w.concurrency >= 1, "workload.concurrency", "must be >= 1 concurrent users" + got(w.concurrency));
+      if (w.concurrencies.empty()) {
+        c.check(w.concurrency >= 1, "workload.concurrency", "must be >= 1 concurrent users" + got(w.concurrency));
+      } else {
+        for (size_t i = 0; i < w.concurrencies.size(); ++i) {
+          const std::string p = "workload.concurrency[" + std::to_string(i) + "]";
+          c.check(w.concurrencies[i] >= 1, p, "must be >= 1 concurrent users" + got(w.concurrencies[i]));
+          for (size_t j = 0; j < i; ++j)
+            if (w.concurrencies[j] == w.concurrencies[i])
+              c.check(false, p, "repeats workload.concurrency[" + std::to_string(j) + "] (" +
+                                    std::to_string(w.concurrencies[i]) + "); each concurrency is one run");
+        }
+      }
       c.check(w.duration_s == 0, "workload.duration_s", "needs planned arrivals; with concurrency give n_requests");
       break;
-    case LoadMode::trace: c.file_exists(w.trace, "workload.trace"); break;
+    case LoadMode::trace:
+      c.file_exists(w.trace, "workload.trace");
+      c.check(w.trace_speed > 0 && std::isfinite(w.trace_speed), "workload.trace_speed",
+              "must be > 0 (2 = twice as fast)" + got(w.trace_speed));
+      break;
+  }
+  double fractions = 0;
+  for (size_t i = 0; i < w.prefix_groups.size(); ++i) {
+    const std::string p = "workload.prefix_groups[" + std::to_string(i) + "]";
+    const PrefixGroupSpec& g = w.prefix_groups[i];
+    c.check(g.tokens >= 1, p + ".tokens", "must be >= 1 token" + got(g.tokens));
+    c.check(g.fraction > 0 && g.fraction <= 1, p + ".fraction", "must be in (0, 1]" + got(g.fraction));
+    fractions += g.fraction;
+  }
+  if (fractions > 1 + 1e-9)
+    c.check(false, "workload.prefix_groups", "fractions must sum to at most 1" + got(fractions));
+  if (w.sessions.enabled() || w.sessions.think_time_s != 0) {
+    c.check(w.sessions.turns >= 1, "workload.sessions.turns", "must be >= 1" + got(w.sessions.turns));
+    c.check(w.sessions.think_time_s >= 0 && std::isfinite(w.sessions.think_time_s), "workload.sessions.think_time_s",
+            "must be >= 0 seconds" + got(w.sessions.think_time_s));
+    c.check(w.mode == LoadMode::open_loop, "workload.sessions",
+            "needs open-loop arrivals (sessions arrive by workload.arrival; turns follow replies)");
   }
   if (w.mode != LoadMode::trace) {
     if (w.duration_s != 0)
@@ -263,7 +314,10 @@ void validate_load(const Scenario& s, const Checker& c) {
     c.check(w.n_requests >= 0, "workload.n_requests", "must be >= 0 (0 = the whole trace)" + got(w.n_requests));
     c.check(w.duration_s >= 0, "workload.duration_s", "must be >= 0 (0 = the whole trace)" + got(w.duration_s));
   }
+  if (!w.tokenizer.empty()) c.file_exists(w.tokenizer, "workload.tokenizer");
   c.check(w.warmup_requests >= 0, "workload.warmup_requests", "must be >= 0" + got(w.warmup_requests));
+  c.check(int64_t{w.n_requests} + w.warmup_requests <= kMaxRequestsPerRun, "workload.n_requests",
+          "plus warmup_requests must be <= " + std::to_string(kMaxRequestsPerRun) + got(w.n_requests));
   c.check(w.shared_prefix_tokens >= 0, "workload.shared_prefix_tokens", "must be >= 0" + got(w.shared_prefix_tokens));
 }
 
@@ -304,10 +358,12 @@ void validate_lengths(const Scenario& s, const Checker& c) {
   // The rule for lengths that do not fit (documented in scenarios/README.md): the prompt is cut
   // first, down to 1 token, then the output. A workload whose shortest request cannot fit is an error.
   if (s.engine.max_model_len >= 1 && !w.prompt.from_dataset() && !w.output.from_dataset() && !c.diag.failed("workload")) {
-    const int64_t shortest = int64_t{w.shared_prefix_tokens} + 1 + w.output.dist.lower();
+    const int64_t shortest = int64_t{w.max_prefix_tokens()} + 1 + w.output.dist.lower();
     if (shortest > s.engine.max_model_len)
       c.diag.error_at("workload.output_tokens",
-                      "workload: shared_prefix_tokens (" + std::to_string(w.shared_prefix_tokens) + ") + 1 prompt token + " +
+                      std::string(w.prefix_groups.empty() ? "workload: shared_prefix_tokens ("
+                                                          : "workload: shared_prefix_tokens + the longest prefix group (") +
+                          std::to_string(w.max_prefix_tokens()) + ") + 1 prompt token + " +
                           "the smallest output_tokens (" + std::to_string(w.output.dist.lower()) + ") = " +
                           std::to_string(shortest) + " exceeds engine.max_model_len (" +
                           std::to_string(s.engine.max_model_len) + ")");
@@ -347,12 +403,15 @@ void validate_gate(const Scenario& s, const GateSpec& g, const std::string& p, c
   const LoadMode mode = s.workload.mode;
   if (g.rate && mode != LoadMode::open_loop) {
     c.check(false, p + ".rate", std::string("selects a rate of an open-loop sweep; a ") +
-                                    (mode == LoadMode::trace ? "trace" : "closed-loop") + " workload has one run: remove it");
+                                    (mode == LoadMode::trace ? "trace workload has one run"
+                                     : s.workload.concurrencies.size() > 1 ? "closed-loop workload's runs are told apart by concurrency, not rate"
+                                                                           : "closed-loop workload has one run") +
+                                    ": remove it");
   } else if (g.rate && !c.diag.failed("workload.rates")) {
     bool found = false;
     std::string list;
     for (double r : s.sweep_rates()) {
-      found |= rates_coincide(r, *g.rate);
+      found |= same_rate(r, *g.rate);
       list += (list.empty() ? "" : ", ") + num(r);
     }
     c.check(found, p + ".rate", "must be one of the sweep's rates: " + list + got(*g.rate));

@@ -1,6 +1,9 @@
 #include "loadgen/sources.h"
 
+#include <limits>
 #include <stdexcept>
+
+#include "loadgen/sessions.h"
 
 namespace servelab {
 
@@ -14,16 +17,36 @@ Request to_request(const PlannedRequest& planned, uint64_t scenario_seed) {
   return r;
 }
 
-OpenLoopSource::OpenLoopSource(Plan plan) : plan_(std::move(plan)) {}
+OpenLoopSource::OpenLoopSource(Plan plan, int max_concurrency)
+    : plan_(std::move(plan)), max_concurrency_(max_concurrency) {
+  if (max_concurrency < 0)
+    throw std::invalid_argument("max_concurrency must be >= 0 (got " + std::to_string(max_concurrency) + ")");
+  for (int i = 0; i < max_concurrency; ++i) free_slots_.insert(-std::numeric_limits<double>::infinity());
+}
 
 std::optional<double> OpenLoopSource::next_time() const {
   if (exhausted()) return std::nullopt;
+  if (max_concurrency_ > 0 && free_slots_.empty()) return std::nullopt;
   return plan_.requests[next_].intended_s;
 }
 
 Request OpenLoopSource::take() {
   if (exhausted()) throw std::logic_error("OpenLoopSource::take: no request left");
+  held_until_.reset();
+  if (max_concurrency_ > 0) {
+    if (free_slots_.empty()) throw std::logic_error("OpenLoopSource::take: max_concurrency reached");
+    const double slot = *free_slots_.begin();
+    free_slots_.erase(free_slots_.begin());
+    ++in_flight_;
+    if (slot > plan_.requests[next_].intended_s) held_until_ = slot;
+  }
   return to_request(plan_.requests[next_++], plan_.seed);
+}
+
+void OpenLoopSource::on_finished(const FinishedRequest&, double now) {
+  if (max_concurrency_ == 0 || in_flight_ == 0) return;
+  --in_flight_;
+  free_slots_.insert(now);
 }
 
 ClosedLoopSource::ClosedLoopSource(Plan plan, int concurrency) : plan_(std::move(plan)) {
@@ -51,9 +74,16 @@ void ClosedLoopSource::on_finished(const FinishedRequest&, double now) {
 }
 
 std::unique_ptr<RequestSource> make_source(const Scenario& scenario, Plan plan) {
-  if (scenario.workload.mode == LoadMode::closed_loop)
-    return std::make_unique<ClosedLoopSource>(std::move(plan), scenario.workload.concurrency);
-  return std::make_unique<OpenLoopSource>(std::move(plan));
+  if (scenario.workload.mode == LoadMode::closed_loop) {
+    const int c = plan.concurrency > 0 ? plan.concurrency : scenario.workload.concurrency;
+    return std::make_unique<ClosedLoopSource>(std::move(plan), c);
+  }
+  if (scenario.workload.sessions.enabled()) {
+    const int cap = plan.max_concurrency;
+    return std::make_unique<SessionSource>(std::move(plan), cap);
+  }
+  const int cap = plan.max_concurrency;
+  return std::make_unique<OpenLoopSource>(std::move(plan), cap);
 }
 
 EngineConfig engine_config(const Scenario& scenario, const StrategySpec& strategy) {

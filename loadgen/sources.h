@@ -20,17 +20,30 @@ Request to_request(const PlannedRequest& planned, uint64_t scenario_seed);
 /// Open loop (Poisson/gamma/constant arrivals, or a trace): each request is due at its intended
 /// time whatever the engine is doing, so queueing shows up in the latencies (no coordinated
 /// omission).
+///
+/// max_concurrency > 0 caps the requests in flight (as `vllm bench serve --max-concurrency`): a
+/// request due while the cap is reached waits for a finish; next_time() still gives its intended
+/// time (its latency counts from when it was due) and held_until() the time a slot freed, which
+/// the driver stamps as its send time, so the wait shows as lateness. The runner must call
+/// on_finished for every request it took, or a capped source stalls.
 class OpenLoopSource final : public RequestSource {
  public:
-  explicit OpenLoopSource(Plan plan);
-  std::optional<double> next_time() const override;
+  explicit OpenLoopSource(Plan plan, int max_concurrency = 0);
+  std::optional<double> next_time() const override;  ///< nullopt while the cap is reached
   Request take() override;
   bool exhausted() const override { return next_ >= plan_.requests.size(); }
+  void on_finished(const FinishedRequest& r, double now) override;
+  std::optional<double> held_until() const override { return held_until_; }
   const Plan& plan() const { return plan_; }
+  int in_flight() const { return in_flight_; }
 
  private:
   Plan plan_;
   size_t next_ = 0;
+  int max_concurrency_ = 0;
+  int in_flight_ = 0;
+  std::multiset<double> free_slots_;   ///< capped: times at which each free slot became free
+  std::optional<double> held_until_;
 };
 
 /// Closed loop with N users: N requests are due at t = 0, and each finish (or rejection) makes
@@ -54,8 +67,9 @@ class ClosedLoopSource final : public RequestSource {
   std::multiset<double> ready_;  ///< times at which a user is free to send
 };
 
-/// The source for the scenario's load mode (open loop and trace: OpenLoopSource; closed loop:
-/// ClosedLoopSource at workload.concurrency).
+/// The source for the scenario's load mode (open loop and trace: OpenLoopSource, capped at
+/// plan.max_concurrency; sessions: SessionSource; closed loop: ClosedLoopSource at
+/// plan.concurrency).
 std::unique_ptr<RequestSource> make_source(const Scenario& scenario, Plan plan);
 
 /// EngineConfig of one strategy: its scheduler and KV settings, the scenario's arena size, and

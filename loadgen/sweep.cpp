@@ -12,16 +12,11 @@
 #include "engine/clock.h"
 #include "engine/engine.h"
 #include "engine/model/weights.h"
+#include "loadgen/http/http_sweep.h"
 #include "loadgen/plan.h"
 #include "loadgen/sources.h"
 
 namespace servelab {
-
-std::string format_rate(double rate) {
-  char buf[64];
-  auto res = std::to_chars(buf, buf + sizeof buf, rate);
-  return std::string(buf, res.ptr);
-}
 
 namespace {
 
@@ -57,7 +52,7 @@ nlohmann::ordered_json strategy_knobs(const StrategySpec& s) {
 std::string point_suffix(const Scenario& sc, double rate) {
   switch (sc.workload.mode) {
     case LoadMode::open_loop: return "@" + format_rate(rate);
-    case LoadMode::closed_loop: return "@c" + std::to_string(sc.workload.concurrency);
+    case LoadMode::closed_loop: return "@c" + std::to_string(rate >= 1 ? static_cast<int>(rate) : sc.workload.concurrency);
     case LoadMode::trace: return "@trace";
   }
   return "";
@@ -89,6 +84,7 @@ class BackendFactory {
     spec_.seed = sc.seed;
     spec_.threads = sc.backend.threads;
     if (!sc.backend.sim_device.empty()) spec_.sim_device = SimDevice::preset(sc.backend.sim_device);
+    spec_.sim_device_set = !sc.backend.sim_device.empty();
     spec_.sim_profile = sc.backend.sim_profile;
     spec_.validate();
     if (spec_.kind == BackendKind::cpu) {
@@ -139,6 +135,9 @@ std::vector<SweepRun> plan_sweep(const Planner& planner) {
       r.n_planned = plan.n_measured();
       r.n_warmup = plan.n_warmup;
       r.config = strategy_knobs(s);
+      if (scenario.workload.mode == LoadMode::closed_loop) r.config["concurrency"] = plan.concurrency;
+      if (plan.max_concurrency > 0) r.config["max_concurrency"] = plan.max_concurrency;
+      if (plan.ramp_to > 0) r.config["ramp_to"] = plan.ramp_to;
       r.strategy_index = i;
       runs.push_back(std::move(r));
     }
@@ -159,7 +158,13 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
 
   SweepOutcome outcome;
   outcome.runs = plan_sweep(planner);
-  const BackendFactory backends(scenario);
+  std::optional<BackendFactory> backends;  // no engine when the runs go to a server (target:)
+  if (!scenario.target) backends.emplace(scenario);
+  std::unique_ptr<Tokenizer> target_tokenizer;
+  if (scenario.target && !scenario.target->tokenizer.empty()) {
+    if (!options.load_tokenizer) throw std::runtime_error("target.tokenizer is set but no tokenizer loader was given");
+    target_tokenizer = options.load_tokenizer(scenario.target->tokenizer);
+  }
 
   const auto rates = scenario.sweep_rates();
   size_t point = 0;
@@ -172,7 +177,23 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
       }
       const SweepRun& run = outcome.runs[point];
       if (options.on_run_start) options.on_run_start(run);
-      Engine engine(engine_config(scenario, scenario.strategies[i]), backends.make());
+      if (scenario.target) {  // loadgen/http: the same plan and sinks, over HTTP
+        RecordSinks http_sinks;
+        http_sinks.on_record = [&](const RequestRecord& r) {
+          records_out.write(record_line(r));
+          outcome.records.push_back(r);
+          if (options.on_record) options.on_record(run, r);
+        };
+        const DriveStats stats = http_load::run_http_point(scenario, plan, run.label, http_sinks, target_tokenizer.get(),
+                                                           options.out_dir, options.stop);
+        if (options.on_run_done) options.on_run_done(run, stats);
+        if (stats.stopped) {
+          outcome.interrupted = true;
+          return outcome;
+        }
+        continue;
+      }
+      Engine engine(engine_config(scenario, scenario.strategies[i]), backends->make());
       std::unique_ptr<RequestSource> source = make_source(scenario, plan);
       std::unique_ptr<Clock> clock;
       if (scenario.backend.kind == BackendKind::sim) clock = std::make_unique<VirtualClock>();

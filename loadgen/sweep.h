@@ -9,7 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/model/tokenizer.h"
 #include "loadgen/inprocess_driver.h"
+#include "loadgen/records/rate.h"  // format_rate: run labels "<strategy>@<rate>"
 #include "loadgen/plan.h"
 #include "loadgen/scenario.h"
 
@@ -35,6 +37,8 @@ struct SweepOptions {
   std::function<void(const SweepRun&)> on_run_start;
   std::function<void(const SweepRun&, const RequestRecord&)> on_record;
   std::function<void(const SweepRun&, const DriveStats&)> on_run_done;
+  /// Loads target.tokenizer (a model folder) for scenarios with `target:` (HTTP runs).
+  std::function<std::unique_ptr<Tokenizer>(const std::string& dir)> load_tokenizer;
 };
 
 struct SweepOutcome {
@@ -43,9 +47,6 @@ struct SweepOutcome {
   std::vector<StepRecord> steps;       ///< what was written to steps.jsonl
   bool interrupted = false;
 };
-
-/// "4", "0.5", "12.25": the shortest decimal that reads back as `rate`.
-std::string format_rate(double rate);
 
 /// The sweep's points (labels, knobs, planned counts) without running anything. Pass the
 /// Planner the run will use, so a dataset or trace is read once per run, not once per call.

@@ -168,7 +168,9 @@ class YamlReader {
     }
     std::set<std::string> seen;
     for (auto it = n.begin(); it != n.end(); ++it) {
-      const YAML::Node& key = it->first;
+      // A copy (a Node is a handle): it-> returns a temporary proxy, so a reference to its
+      // `first` would dangle (ASan stack-use-after-scope, found by fuzz_scenario).
+      const YAML::Node key = it->first;
       if (!key.IsScalar()) {
         d_.error_at(path, "keys " + where + " must be plain names");
         continue;

@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh --target servelab   # the tests build in scripts/test.sh
-./build/servelab run scenarios/quickstart.yaml "$@"
+./build/servelab run scenarios/quickstart.yaml --force "$@"

@@ -21,15 +21,18 @@ void gather_keys_transposed(const float* keys, const int64_t* slots, int n_ctx, 
   }
 }
 
-SERVELAB_VECTOR_CLONES
-void attend_group(const AttentionGroupArgs& a) {
-  const int n_ctx = a.n_ctx, group = a.group, hd = a.head_dim;
-  for (int h = 0; h < group; ++h) {
+namespace {
+
+/// sc[h * n_ctx + p] = scale · q_h · kᵀ over the transposed keys: head_dim passes over the
+/// positions, four key dims per pass (fewer loads and stores of the scores).
+__attribute__((always_inline)) inline void scores_transposed(const AttentionGroupArgs& a) {
+  const int n_ctx = a.n_ctx, hd = a.head_dim;
+  for (int h = 0; h < a.group; ++h) {
     const float* q = a.q + h * hd;
     float* __restrict sc = a.scores + h * n_ctx;
     std::fill(sc, sc + n_ctx, 0.0f);
     int i = 0;
-    for (; i + 4 <= hd; i += 4) {  // four key dims per pass over the scores: fewer loads and stores
+    for (; i + 4 <= hd; i += 4) {
       const float q0 = q[i] * a.scale, q1 = q[i + 1] * a.scale, q2 = q[i + 2] * a.scale, q3 = q[i + 3] * a.scale;
       const float* __restrict k0 = a.kt + size_t(i) * a.kt_stride;
       const float* __restrict k1 = k0 + a.kt_stride;
@@ -42,6 +45,41 @@ void attend_group(const AttentionGroupArgs& a) {
       const float* __restrict k = a.kt + size_t(i) * a.kt_stride;
       for (int p = 0; p < n_ctx; ++p) sc[p] += qi * k[p];
     }
+  }
+}
+
+/// The same scores read from the keys' own slots: per position, a dot product over head_dim in
+/// 16 independent lanes (one AVX-512 register, two AVX2 ones) and a fixed reduction tree, so the
+/// result does not depend on the vector width the clone uses.
+__attribute__((always_inline)) inline void scores_direct(const AttentionGroupArgs& a) {
+  constexpr int kLanes = 16;
+  const int n_ctx = a.n_ctx, hd = a.head_dim, hd_main = hd / kLanes * kLanes;
+  for (int p = 0; p < n_ctx; ++p) {
+    const float* __restrict k = a.keys + a.slots[p] * hd;
+    for (int h = 0; h < a.group; ++h) {
+      const float* __restrict q = a.q + h * hd;
+      float acc[kLanes] = {};
+      for (int i = 0; i < hd_main; i += kLanes)
+        for (int j = 0; j < kLanes; ++j) acc[j] += q[i + j] * k[i + j];
+      for (int i = hd_main; i < hd; ++i) acc[i - hd_main] += q[i] * k[i];
+      for (int w = kLanes / 2; w >= 1; w /= 2)
+        for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+      a.scores[h * n_ctx + p] = acc[0] * a.scale;
+    }
+  }
+}
+
+}  // namespace
+
+SERVELAB_VECTOR_CLONES
+void attend_group(const AttentionGroupArgs& a) {
+  const int n_ctx = a.n_ctx, group = a.group, hd = a.head_dim;
+  if (a.kt)
+    scores_transposed(a);
+  else
+    scores_direct(a);
+  for (int h = 0; h < group; ++h) {
+    float* __restrict sc = a.scores + h * n_ctx;
     float max_score = sc[0];
     for (int p = 1; p < n_ctx; ++p) max_score = std::max(max_score, sc[p]);
     float sum = 0.0f;

@@ -1,9 +1,10 @@
 #pragma once
-// The CPU backend's attention kernels. The keys of one sequence's KV head are first gathered
-// from their (possibly scattered) arena slots into a transposed [head_dim, n_ctx] buffer, so
-// that q·Kᵀ becomes head_dim contiguous multiply-adds over positions: vectorized across
-// positions, no horizontal sums, and the same arithmetic for a position whether it is computed
-// in a prefill chunk or in a decode step.
+// The CPU backend's attention kernels. For a chunk of several query rows of one sequence (a
+// prefill), the keys of a KV head are first gathered from their (possibly scattered) arena slots
+// into a transposed [head_dim, n_ctx] buffer, so that q·Kᵀ becomes head_dim contiguous
+// multiply-adds over positions, vectorized across positions, and the gather is paid once for
+// all rows of the chunk. A lone query row (a decode step) reads each key straight from its slot
+// instead: a gather would copy every key once to use it once.
 #include <cstdint>
 
 namespace servelab {
@@ -15,8 +16,10 @@ void gather_keys_transposed(const float* keys, const int64_t* slots, int n_ctx, 
 /// position n_ctx - 1 and attends causally to positions [0, n_ctx).
 struct AttentionGroupArgs {
   const float* q = nullptr;         ///< [group, head_dim] queries, RoPE applied
-  const float* kt = nullptr;        ///< [head_dim, kt_stride] keys from gather_keys_transposed
+  const float* kt = nullptr;        ///< [head_dim, kt_stride] keys from gather_keys_transposed, or
+                                    ///< null: read keys[slots[p]] directly
   int kt_stride = 0;                ///< positions gathered (>= n_ctx)
+  const float* keys = nullptr;      ///< K plane of (layer, kv head): [n_slots, head_dim]; used when kt is null
   const float* values = nullptr;    ///< V plane of (layer, kv head): [n_slots, head_dim]
   const int64_t* slots = nullptr;   ///< [n_ctx] arena slot of each position
   int n_ctx = 0;

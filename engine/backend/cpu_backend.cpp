@@ -1,7 +1,5 @@
 #include "engine/backend/cpu_backend.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,6 +9,7 @@
 #include <thread>
 
 #include "engine/backend/cpu_attention.h"
+#include "engine/backend/cpu_gemm.h"
 #include "engine/backend/sampler.h"
 
 namespace servelab {
@@ -21,33 +20,12 @@ constexpr int kValues = 1;
 /// Rows of one entry per attention item: enough to amortize gathering the keys, few enough
 /// that a long prefill still splits across threads.
 constexpr int kRowsPerChunk = 32;
-/// Below this many multiply-adds, waking the pool costs more than splitting the work saves.
-constexpr int64_t kMinParallelWork = 1 << 16;
 
 /// Grows v to at least n elements; never shrinks, so steady-state steps allocate nothing.
 template <typename T>
 T* ensure(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);
   return v.data();
-}
-
-/// out[rows, n_out] = in[rows, n_in] · W[n_out, n_in]ᵀ (+ out when accumulate).
-void gemm_nt(const float* in, int rows, int n_in, const std::vector<float>& w, int n_out, float* out,
-             bool accumulate) {
-  if (rows == 1) {  // a lone decode row: gemv streams W once, where gemm would first pack all of it
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, n_out, n_in, 1.0f, w.data(), n_in, in, 1, accumulate ? 1.0f : 0.0f,
-                out, 1);
-    return;
-  }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n_out, n_in, 1.0f, in, n_in, w.data(), n_in,
-              accumulate ? 1.0f : 0.0f, out, n_out);
-}
-
-void add_bias(float* y, int rows, const std::vector<float>& bias) {
-  if (bias.empty()) return;
-  const int n = static_cast<int>(bias.size());
-  for (int r = 0; r < rows; ++r)
-    for (int i = 0; i < n; ++i) y[size_t(r) * n + i] += bias[i];
 }
 
 void rms_norm_row(const float* x, const float* weight, int d, float eps, float* y) {
@@ -149,7 +127,9 @@ CpuBackend::CpuBackend(std::shared_ptr<const ModelWeights> weights, CpuBackendOp
       scratch_(std::make_unique<Scratch>()) {
   if (!weights_) throw std::invalid_argument("CpuBackend: no weights");
   check_weights(*weights_);
-  openblas_set_num_threads(pool_.n_threads());
+  // One pool does all the work: OpenBLAS runs single-threaded inside its items. (Process-wide:
+  // other backends in the process split their own work the same way.)
+  configure_openblas();
   scratch_->scores.resize(pool_.n_threads());
   scratch_->keys_t.resize(pool_.n_threads());
 }
@@ -199,11 +179,10 @@ void CpuBackend::ensure_rope(int n_positions) {
   while (want < n_positions) want *= 2;
   rope_cos_.resize(size_t(want) * half);
   rope_sin_.resize(size_t(want) * half);
-  const double theta = config().rope_theta, hd = config().head_dim();
+  const std::vector<double> inv_freq = rope_inv_freq(config());  // rope_scaling applied
   for (int i = 0; i < half; ++i) {
-    const double inv_freq = std::pow(theta, -2.0 * i / hd);
     for (int pos = have; pos < want; ++pos) {
-      const double angle = pos * inv_freq;
+      const double angle = pos * inv_freq[i];
       rope_cos_[size_t(pos) * half + i] = static_cast<float>(std::cos(angle));
       rope_sin_[size_t(pos) * half + i] = static_cast<float>(std::sin(angle));
     }
@@ -288,7 +267,7 @@ void CpuBackend::plan_rows(const Batch& batch, const KvManager& kv) {
 void CpuBackend::parallel_rows(int n_rows, int64_t cost_per_row, const RowBody& body) {
   const int64_t work = int64_t(n_rows) * cost_per_row;
   const int n_threads = pool_.n_threads();
-  if (n_threads == 1 || work < kMinParallelWork) {
+  if (n_threads == 1 || work < kMinParallelMacs) {
     body(0, 0, n_rows);
     return;
   }
@@ -312,11 +291,14 @@ void CpuBackend::attention(int layer) {
     const int g = static_cast<int>(item % n_kv);
     const int n_gathered = s.row_pos[chunk.row_end - 1] + 1;
     const int64_t* slots = s.ctx_slots.data() + s.ctx_begin[s.row_entry[chunk.row_begin]];
-    float* kt = s.keys_t[worker].data();
-    gather_keys_transposed(kv_plane(layer, kKeys, g), slots, n_gathered, hd, kt);
     AttentionGroupArgs a;
-    a.kt = kt;
-    a.kt_stride = n_gathered;
+    a.keys = kv_plane(layer, kKeys, g);
+    if (chunk.row_end - chunk.row_begin > 1) {  // several rows share one gather; a lone row reads in place
+      float* kt = s.keys_t[worker].data();
+      gather_keys_transposed(a.keys, slots, n_gathered, hd, kt);
+      a.kt = kt;
+      a.kt_stride = n_gathered;
+    }
     a.values = kv_plane(layer, kValues, g);
     a.slots = slots;
     a.group = group;
@@ -333,7 +315,7 @@ void CpuBackend::attention(int layer) {
 
   const int64_t n_items = static_cast<int64_t>(s.chunks.size()) * n_kv;
   const int64_t work = s.attention_work * c.n_heads * hd * 2;
-  if (pool_.n_threads() == 1 || work < kMinParallelWork) {
+  if (pool_.n_threads() == 1 || work < kMinParallelMacs) {
     for (int64_t i = 0; i < n_items; ++i) one_item(0, i);
     return;
   }
@@ -342,65 +324,107 @@ void CpuBackend::attention(int layer) {
   });
 }
 
-void CpuBackend::run_layer(int layer) {
+void CpuBackend::norm_rows(const std::vector<float>& weight) {
+  Scratch& s = *scratch_;
+  const int d = config().hidden_size;
+  const float eps = config().rms_eps;
+  parallel_rows(s.n_rows, d, [&](int, int b, int e) {
+    for (int r = b; r < e; ++r)
+      rms_norm_row(s.x.data() + size_t(r) * d, weight.data(), d, eps, s.xn.data() + size_t(r) * d);
+  });
+}
+
+void CpuBackend::qkv_rope_store(int layer) {
   Scratch& s = *scratch_;
   const ModelConfig& c = config();
   const LayerWeights& L = weights_->layers[layer];
   const int d = c.hidden_size, hd = c.head_dim(), half = hd / 2;
-  const int dq = c.n_heads * hd, dkv = c.kv_dim(), ffn = c.intermediate_size;
+  const int dq = c.n_heads * hd, dkv = c.kv_dim();
   const int R = s.n_rows, T = s.n_real;
-
-  parallel_rows(R, d, [&](int, int b, int e) {
-    for (int r = b; r < e; ++r)
-      rms_norm_row(s.x.data() + size_t(r) * d, L.attn_norm.data(), d, c.rms_eps, s.xn.data() + size_t(r) * d);
-  });
-  gemm_nt(s.xn.data(), R, d, L.wq, dq, s.q.data(), false);
-  gemm_nt(s.xn.data(), R, d, L.wk, dkv, s.k.data(), false);
-  gemm_nt(s.xn.data(), R, d, L.wv, dkv, s.v.data(), false);
-  add_bias(s.q.data(), R, L.bq);
-  add_bias(s.k.data(), R, L.bk);
-  add_bias(s.v.data(), R, L.bv);
-
-  // RoPE on the real rows, then K/V into the arena at each row's slot.
-  parallel_rows(T, dq + dkv, [&](int, int b, int e) {
-    for (int r = b; r < e; ++r) {
+  enum Kind { kQ, kK, kV };
+  struct Part {
+    const std::vector<float>* w;
+    const std::vector<float>* bias;
+    float* out;
+    int width;
+    GemmTiling tiling;
+  };
+  // Q, K and V as one job: items are runs of whole heads, so that each item adds its bias,
+  // rotates its heads and writes K/V to the arena right after its projection.
+  const Part parts[3] = {
+      {&L.wq, &L.bq, s.q.data(), dq, GemmTiling::make(R, d, dq, hd, pool_.n_threads())},
+      {&L.wk, &L.bk, s.k.data(), dkv, GemmTiling::make(R, d, dkv, hd, pool_.n_threads())},
+      {&L.wv, &L.bv, s.v.data(), dkv, GemmTiling::make(R, d, dkv, hd, pool_.n_threads())},
+  };
+  const int64_t n_q = parts[kQ].tiling.n_items(), n_k = parts[kK].tiling.n_items();
+  const int64_t n_items = n_q + n_k + parts[kV].tiling.n_items();
+  run_items(pool_, n_items, int64_t(R) * d * (dq + 2 * dkv), [&](int, int64_t item) {
+    const Kind kind = item < n_q ? kQ : item < n_q + n_k ? kK : kV;
+    const Part& part = parts[kind];
+    int r0, r1, c0, c1;
+    part.tiling.item(item - (kind == kQ ? 0 : kind == kK ? n_q : n_q + n_k), r0, r1, c0, c1);
+    float* out = part.out + size_t(r0) * part.width + c0;
+    gemm_nt(s.xn.data() + size_t(r0) * d, r1 - r0, d, part.w->data() + size_t(c0) * d, c1 - c0, out,
+            part.width, false);
+    for (int r = r0; r < r1; ++r) {
+      float* row = part.out + size_t(r) * part.width;
+      if (!part.bias->empty())
+        for (int i = c0; i < c1; ++i) row[i] += (*part.bias)[i];
+      if (r >= T) continue;  // padding rows cost their projection, nothing more
       const float* cs = rope_cos_.data() + size_t(s.row_pos[r]) * half;
       const float* sn = rope_sin_.data() + size_t(s.row_pos[r]) * half;
-      auto rotate = [&](float* head) {
-        for (int i = 0; i < half; ++i) {
-          const float a = head[i], b2 = head[i + half];
-          head[i] = a * cs[i] - b2 * sn[i];
-          head[i + half] = b2 * cs[i] + a * sn[i];
-        }
-      };
-      for (int h = 0; h < c.n_heads; ++h) rotate(s.q.data() + size_t(r) * dq + h * hd);
-      for (int h = 0; h < c.n_kv_heads; ++h) {
-        float* kh = s.k.data() + size_t(r) * dkv + h * hd;
-        rotate(kh);
-        const int64_t off = s.row_slot[r] * hd;
-        std::memcpy(kv_plane(layer, kKeys, h) + off, kh, sizeof(float) * hd);
-        std::memcpy(kv_plane(layer, kValues, h) + off, s.v.data() + size_t(r) * dkv + h * hd,
-                    sizeof(float) * hd);
+      for (int h0 = c0; h0 < c1; h0 += hd) {
+        float* head = row + h0;
+        if (kind != kV)
+          for (int i = 0; i < half; ++i) {  // rotate-half RoPE
+            const float a = head[i], b = head[i + half];
+            head[i] = a * cs[i] - b * sn[i];
+            head[i + half] = b * cs[i] + a * sn[i];
+          }
+        if (kind != kQ)
+          std::memcpy(kv_plane(layer, kind == kK ? kKeys : kValues, h0 / hd) + s.row_slot[r] * hd, head,
+                      sizeof(float) * hd);
       }
     }
   });
+}
 
+void CpuBackend::gate_up_silu(int layer) {
+  Scratch& s = *scratch_;
+  const ModelConfig& c = config();
+  const LayerWeights& L = weights_->layers[layer];
+  const int d = c.hidden_size, ffn = c.intermediate_size, R = s.n_rows;
+  // Gate and up as one job: each item projects the same columns of both, then applies SwiGLU to
+  // them while they are in cache.
+  const GemmTiling t = GemmTiling::make(R, d, ffn, 16, pool_.n_threads());
+  run_items(pool_, t.n_items(), 2 * int64_t(R) * d * ffn, [&](int, int64_t item) {
+    int r0, r1, c0, c1;
+    t.item(item, r0, r1, c0, c1);
+    const float* in = s.xn.data() + size_t(r0) * d;
+    float* gate = s.gate.data() + size_t(r0) * ffn + c0;
+    float* up = s.up.data() + size_t(r0) * ffn + c0;
+    gemm_nt(in, r1 - r0, d, L.w_gate.data() + size_t(c0) * d, c1 - c0, gate, ffn, false);
+    gemm_nt(in, r1 - r0, d, L.w_up.data() + size_t(c0) * d, c1 - c0, up, ffn, false);
+    for (int r = 0; r < r1 - r0; ++r)
+      for (int j = 0; j < c1 - c0; ++j) {
+        const float g = gate[size_t(r) * ffn + j];
+        gate[size_t(r) * ffn + j] = g / (1.0f + std::exp(-g)) * up[size_t(r) * ffn + j];
+      }
+  });
+}
+
+void CpuBackend::run_layer(int layer) {
+  Scratch& s = *scratch_;
+  const ModelConfig& c = config();
+  const LayerWeights& L = weights_->layers[layer];
+  const int d = c.hidden_size, dq = c.n_heads * c.head_dim(), ffn = c.intermediate_size;
+  norm_rows(L.attn_norm);
+  qkv_rope_store(layer);
   attention(layer);
-  gemm_nt(s.attn.data(), R, dq, L.wo, d, s.x.data(), true);
-
-  parallel_rows(R, d, [&](int, int b, int e) {
-    for (int r = b; r < e; ++r)
-      rms_norm_row(s.x.data() + size_t(r) * d, L.ffn_norm.data(), d, c.rms_eps, s.xn.data() + size_t(r) * d);
-  });
-  gemm_nt(s.xn.data(), R, d, L.w_gate, ffn, s.gate.data(), false);
-  gemm_nt(s.xn.data(), R, d, L.w_up, ffn, s.up.data(), false);
-  parallel_rows(R, int64_t(ffn) * 8, [&](int, int b, int e) {
-    for (size_t i = size_t(b) * ffn; i < size_t(e) * ffn; ++i) {
-      const float g = s.gate[i];
-      s.gate[i] = g / (1.0f + std::exp(-g)) * s.up[i];
-    }
-  });
-  gemm_nt(s.gate.data(), R, ffn, L.w_down, d, s.x.data(), true);
+  parallel_gemm_nt(pool_, s.attn.data(), s.n_rows, dq, L.wo.data(), d, s.x.data(), true);
+  norm_rows(L.ffn_norm);
+  gate_up_silu(layer);
+  parallel_gemm_nt(pool_, s.gate.data(), s.n_rows, ffn, L.w_down.data(), d, s.x.data(), true);
 }
 
 std::span<const float> CpuBackend::forward_logits(const Batch& batch, const KvManager& kv) {
@@ -418,7 +442,7 @@ std::span<const float> CpuBackend::forward_logits(const Batch& batch, const KvMa
   for (int i = 0; i < n_sampled; ++i)
     rms_norm_row(s.x.data() + size_t(s.sample_rows[i]) * d, weights_->final_norm.data(), d, c.rms_eps,
                  xs + size_t(i) * d);
-  gemm_nt(xs, n_sampled, d, weights_->output_matrix(), vocab, logits, false);
+  parallel_gemm_nt(pool_, xs, n_sampled, d, weights_->output_matrix().data(), vocab, logits, false);
   return {logits, size_t(n_sampled) * vocab};
 }
 

@@ -1,8 +1,9 @@
 #pragma once
-// CpuBackend: the real Llama-family forward in fp32 on the CPU. Dense layers run as one
-// cblas_sgemm per weight over all of a step's tokens, padding rows included (sgemv for a lone
-// decode row; OpenBLAS threads them); attention runs per (chunk of an entry's tokens, kv head)
-// on the backend's own thread pool, reading K/V from the arena (cpu_attention.h).
+// CpuBackend: the real Llama-family forward in fp32 on the CPU. Everything parallel runs on the
+// backend's own thread pool. Dense layers run over all of a step's tokens, padding rows
+// included, cut by output columns into single-threaded OpenBLAS calls (cpu_gemm.h); Q/K/V and
+// gate/up are one job each, with bias, RoPE, the K/V store and SwiGLU done per item. Attention
+// runs per (chunk of an entry's tokens, kv head), reading K/V from the arena (cpu_attention.h).
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -19,8 +20,9 @@ namespace servelab {
 
 /// Settings of the CPU backend. validate() names the bad field.
 struct CpuBackendOptions {
-  /// Attention threads, also handed to OpenBLAS (openblas_set_num_threads, which is
-  /// process-wide). 0 = std::thread::hardware_concurrency().
+  /// Threads of the backend's pool, the caller included. OpenBLAS is set single-threaded
+  /// (openblas_set_num_threads(1), process-wide): the pool splits the GEMMs itself.
+  /// 0 = std::thread::hardware_concurrency().
   int n_threads = 0;
   void validate() const;
 };
@@ -67,6 +69,9 @@ class CpuBackend final : public Backend {
   void parallel_rows(int n_rows, int64_t cost_per_row, const RowBody& body);
   void ensure_rope(int n_positions);
   void run_layer(int layer);
+  void norm_rows(const std::vector<float>& weight);  // xn = rms_norm(x) · weight
+  void qkv_rope_store(int layer);                    // q, k, v from xn; K/V into the arena
+  void gate_up_silu(int layer);                      // gate = silu(xn·W_gateᵀ) ⊙ (xn·W_upᵀ)
   void attention(int layer);
   float* kv_plane(int layer, int kind, int kv_head);
   void check_slot(int64_t slot, const char* what) const;

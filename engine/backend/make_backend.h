@@ -23,7 +23,11 @@ struct BackendSpec {
   uint64_t seed = 0;
   int threads = 0;              ///< cpu: attention and BLAS threads, 0 = all cores
   SimDevice sim_device = SimDevice::preset("h100");  ///< sim: roofline device
-  std::string sim_profile;      ///< sim: profile JSON to fit a linear cost model (overrides the roofline)
+  /// sim with a profile: false = price beyond the grid on the device the profile names; true =
+  /// sim_device was asked for, and a profile of another device is refused.
+  bool sim_device_set = false;
+  std::string sim_profile;      ///< sim: profile JSON to calibrate the cost model (overrides the roofline)
+  int tensor_parallel = 1;      ///< sim: GPUs per replica (weights, KV heads, FLOPs split; all-reduces added)
   void validate() const;
 };
 

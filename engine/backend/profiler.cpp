@@ -16,7 +16,6 @@ namespace servelab {
 namespace {
 
 constexpr int kBlockSize = 16;
-constexpr int kMaxPrefillRepeats = 5;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -24,85 +23,108 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/// Runs one batch and times it; the engine's bookkeeping (n_computed, appended tokens, KV
-/// growth) happens outside the timed region.
-class StepRunner {
- public:
-  StepRunner(Backend& backend, KvManager& kv) : backend_(backend), kv_(kv) {}
-
-  ProfileSample run(ProfilePhase phase, std::vector<Sequence>& seqs, bool append_sampled) {
-    Batch batch;
-    ProfileSample sample;
-    sample.phase = phase;
-    sample.batch_size = static_cast<int>(seqs.size());
-    for (Sequence& s : seqs) {
-      const int n_new = s.n_tokens() - s.n_computed;
-      if (!kv_.can_grow(s, s.n_tokens()))
-        throw std::logic_error("profile: the KV arena is too small for the planned sequences");
-      kv_.grow(s, s.n_tokens());
-      batch.entries.push_back({&s, n_new, true});
-      sample.n_tokens += n_new;
-      sample.sum_context += s.n_tokens();
-      sample.n_sampled += 1;
-    }
-    const std::vector<KvCopy> copies = kv_.take_pending_copies();
-    if (!copies.empty()) backend_.copy_slots(copies);
-    const auto t0 = std::chrono::steady_clock::now();
-    const ForwardResult r = backend_.forward(batch, kv_);
-    const auto t1 = std::chrono::steady_clock::now();
-    sample.step_s = r.predicted_s ? *r.predicted_s : std::chrono::duration<double>(t1 - t0).count();
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      Sequence& s = seqs[i];
-      s.n_computed = s.n_tokens();
-      kv_.on_computed(s);
-      if (append_sampled) s.tokens.push_back(r.sampled.at(i));
-    }
-    return sample;
+/// One grid point: per sequence, the context already cached and the positions computed.
+struct Point {
+  ProfilePhase phase = ProfilePhase::prefill;
+  struct Seq {
+    int context = 0;
+    int n_new = 0;
+  };
+  std::vector<Seq> seqs;
+  int64_t n_slots() const {
+    int64_t n = 0;
+    for (const Seq& s : seqs) n += (s.context + s.n_new + kBlockSize - 1) / kBlockSize * kBlockSize;
+    return n;
   }
-
- private:
-  Backend& backend_;
-  KvManager& kv_;
 };
+
+std::vector<Point> grid(const ProfileOptions& o) {
+  std::vector<Point> points;
+  auto add = [&](ProfilePhase phase, std::vector<Point::Seq> seqs) { points.push_back({phase, std::move(seqs)}); };
+  for (int t : o.prefill_lens) add(ProfilePhase::prefill, {{0, t}});
+  for (int b : o.batch_sizes)
+    if (b > 1 && int64_t(b) * o.prompt_len <= o.max_rows) add(ProfilePhase::prefill, std::vector<Point::Seq>(b, {0, o.prompt_len}));
+  for (int b : o.batch_sizes)
+    for (int c : o.contexts) add(ProfilePhase::decode, std::vector<Point::Seq>(b, {c, 1}));
+  for (int t : o.chunk_lens)
+    for (int c : o.contexts) add(ProfilePhase::chunk, {{c, t}});
+  // Mixed: decodes at the middle context plus one chunk, at the middle and the largest batch.
+  std::vector<int> batches = o.batch_sizes;
+  std::sort(batches.begin(), batches.end());
+  batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
+  std::vector<int> mixed_batches = {batches[batches.size() / 2]};
+  if (batches.back() != mixed_batches[0]) mixed_batches.push_back(batches.back());
+  const int c_mid = o.contexts[o.contexts.size() / 2];
+  for (int b : mixed_batches)
+    for (int t : o.chunk_lens) {
+      std::vector<Point::Seq> seqs(b, {c_mid, 1});
+      seqs.push_back({c_mid, t});
+      add(ProfilePhase::mixed, std::move(seqs));
+    }
+  return points;
+}
+
+void check_positive(const std::vector<int>& v, const std::string& name, int max) {
+  if (v.empty()) throw std::invalid_argument(name + ": give at least one value");
+  for (int x : v)
+    if (x < 1 || x > max)
+      throw std::invalid_argument(name + " (" + std::to_string(x) + ") must be in [1, " + std::to_string(max) + "]");
+}
 
 }  // namespace
 
-const char* to_string(ProfilePhase p) { return p == ProfilePhase::prefill ? "prefill" : "decode"; }
+const char* to_string(ProfilePhase p) {
+  switch (p) {
+    case ProfilePhase::prefill: return "prefill";
+    case ProfilePhase::decode: return "decode";
+    case ProfilePhase::chunk: return "chunk";
+    case ProfilePhase::mixed: return "mixed";
+  }
+  return "?";
+}
 
 void ProfileOptions::validate() const {
-  if (batch_sizes.empty()) throw std::invalid_argument("batch sizes: give at least one (e.g. 1,32)");
-  for (int b : batch_sizes)
-    if (b < 1 || b > 4096) throw std::invalid_argument("batch size (" + std::to_string(b) + ") must be in [1, 4096]");
+  check_positive(prefill_lens, "prefill lengths", 1 << 20);
+  check_positive(batch_sizes, "batch sizes", 4096);
+  check_positive(contexts, "contexts", 1 << 20);
+  check_positive(chunk_lens, "chunk lengths", 1 << 20);
   if (prompt_len < 1) throw std::invalid_argument("prompt_len (" + std::to_string(prompt_len) + ") must be >= 1");
-  if (decode_steps < 1)
-    throw std::invalid_argument("decode_steps (" + std::to_string(decode_steps) + ") must be >= 1");
-  if (!(min_prefill_s >= 0.0)) throw std::invalid_argument("min_prefill_s must be >= 0");
+  if (max_rows < 1) throw std::invalid_argument("max_rows (" + std::to_string(max_rows) + ") must be >= 1");
+  if (repeats < 1) throw std::invalid_argument("repeats (" + std::to_string(repeats) + ") must be >= 1");
+  if (!(min_point_s >= 0.0)) throw std::invalid_argument("min_point_s must be >= 0");
 }
 
 void ProfileOptions::check_fits(const ModelConfig& model) const {
-  const int64_t n_positions = int64_t(prompt_len) + decode_steps;
-  if (n_positions >= model.max_position)
-    throw std::invalid_argument("prompt_len + decode_steps (" + std::to_string(n_positions) + ") must be below " +
+  int longest = prompt_len;
+  for (int t : prefill_lens) longest = std::max(longest, t);
+  const int c_max = *std::max_element(contexts.begin(), contexts.end());
+  longest = std::max(longest, c_max + std::max(1, *std::max_element(chunk_lens.begin(), chunk_lens.end())));
+  if (longest > model.max_position)
+    throw std::invalid_argument("the profile grid's longest sequence (" + std::to_string(longest) + " tokens) exceeds " +
                                 model.name + "'s max length " + std::to_string(model.max_position));
 }
 
-ProfileReport profile_backend(Backend& backend, const ProfileOptions& options) {
+ProfileReport profile_backend(Backend& backend, const ProfileOptions& options,
+                              const std::function<void(const std::string&)>& progress) {
   options.validate();
   const ModelConfig& model = backend.config();
   options.check_fits(model);
-  const int n_final = options.prompt_len + options.decode_steps + 1;
-  const int max_batch = *std::max_element(options.batch_sizes.begin(), options.batch_sizes.end());
+  const auto t_start = std::chrono::steady_clock::now();
+  const std::vector<Point> points = grid(options);
 
+  int64_t n_slots = 0;
+  int max_len = 1;
+  for (const Point& p : points) {
+    n_slots = std::max(n_slots, p.n_slots());
+    for (const Point::Seq& s : p.seqs) max_len = std::max(max_len, s.context + s.n_new);
+  }
   KvConfig kv_config;
   kv_config.kind = KvKind::paged;
   kv_config.block_size = kBlockSize;
   kv_config.prefix_caching = false;  // random prompts share nothing; keep every step honest
-  kv_config.max_model_len = n_final;
-  const int64_t blocks_per_seq = (n_final + kBlockSize - 1) / kBlockSize;
-  const int64_t n_slots = int64_t(max_batch) * blocks_per_seq * kBlockSize;
+  kv_config.max_model_len = max_len;
   backend.init_kv(n_slots);
   std::unique_ptr<KvManager> kv = make_kv_manager(kv_config, n_slots);
-  StepRunner runner(backend, *kv);
 
   ProfileReport report;
   report.backend = backend.name();
@@ -111,70 +133,57 @@ ProfileReport profile_backend(Backend& backend, const ProfileOptions& options) {
   report.options = options;
 
   std::mt19937_64 rng(options.seed);
-  std::uniform_int_distribution<TokenId> token(0, model.vocab_size - 1);
+  std::uniform_int_distribution<TokenId> token(2, model.vocab_size - 1);
   uint64_t next_id = 1;
-  auto fresh_sequences = [&](int n) {
-    std::vector<Sequence> seqs(n);
-    for (Sequence& s : seqs) {
+
+  auto run_point = [&](const Point& p, int repeats, double min_s) {
+    std::vector<Sequence> seqs(p.seqs.size());
+    Batch batch;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      Sequence& s = seqs[i];
+      const int n = p.seqs[i].context + p.seqs[i].n_new;
       s.id = s.request_id = next_id++;
-      s.tokens.resize(options.prompt_len);
+      s.tokens.resize(n);
       for (TokenId& t : s.tokens) t = token(rng);
-      s.n_prompt = options.prompt_len;
-      s.sampling.max_tokens = options.decode_steps + 1;
-      kv->allocate(s, options.prompt_len);
+      s.n_prompt = n;
+      s.sampling.max_tokens = 1;
+      if (!kv->can_allocate(s, n)) throw std::logic_error("profile: the KV arena is too small for the grid");
+      kv->allocate(s, n);
     }
-    return seqs;
-  };
-  auto release = [&](std::vector<Sequence>& seqs) {
+    for (size_t i = 0; i < seqs.size(); ++i) batch.entries.push_back({&seqs[i], p.seqs[i].n_new, true});
+    ProfileSample sample;
+    sample.phase = p.phase;
+    double total = 0.0;
+    for (int r = 0; r < repeats && (r == 0 || total < min_s); ++r) {
+      for (size_t i = 0; i < seqs.size(); ++i) seqs[i].n_computed = p.seqs[i].context;
+      if (r == 0) sample.shape = StepShape::of(batch);
+      const auto t0 = std::chrono::steady_clock::now();
+      const ForwardResult res = backend.forward(batch, *kv);
+      const auto t1 = std::chrono::steady_clock::now();
+      const double t = res.predicted_s ? *res.predicted_s : std::chrono::duration<double>(t1 - t0).count();
+      sample.times_s.push_back(t);
+      total += t;
+    }
+    sample.step_s = median(sample.times_s);
     for (Sequence& s : seqs) kv->release(s);
+    return sample;
   };
 
   // Warm-up: first touch of the weights and of the BLAS threads.
-  {
-    std::vector<Sequence> warm = fresh_sequences(1);
-    warm[0].tokens.resize(std::min(options.prompt_len, 8));
-    runner.run(ProfilePhase::prefill, warm, false);
-    release(warm);
+  run_point(Point{ProfilePhase::prefill, {{0, std::min(8, model.max_position)}}}, 1, 0.0);
+  for (size_t i = 0; i < points.size(); ++i) {
+    ProfileSample s = run_point(points[i], options.repeats, options.min_point_s);
+    if (progress) {
+      char line[160];
+      std::snprintf(line, sizeof line, "[%zu/%zu] %-7s seqs %4lld rows %5lld context %6lld: %10.3f ms", i + 1,
+                    points.size(), to_string(s.phase), static_cast<long long>(s.shape.n_seqs),
+                    static_cast<long long>(s.shape.n_rows()), static_cast<long long>(s.shape.max_context),
+                    s.step_s * 1e3);
+      progress(line);
+    }
+    report.samples.push_back(std::move(s));
   }
-
-  std::vector<int> prefill_batches = options.batch_sizes;
-  prefill_batches.push_back(1);
-  std::sort(prefill_batches.begin(), prefill_batches.end());
-  prefill_batches.erase(std::unique(prefill_batches.begin(), prefill_batches.end()), prefill_batches.end());
-
-  for (int b : prefill_batches) {
-    std::vector<Sequence> seqs = fresh_sequences(b);
-    std::vector<double> times;
-    double total = 0.0;
-    while (times.empty() || (total < options.min_prefill_s && times.size() < kMaxPrefillRepeats)) {
-      for (Sequence& s : seqs) s.n_computed = 0;  // the same step again: same slots, same K/V
-      const ProfileSample sample = runner.run(ProfilePhase::prefill, seqs, false);
-      report.samples.push_back(sample);
-      times.push_back(sample.step_s);
-      total += sample.step_s;
-    }
-    const double m = median(times);
-    report.figures.push_back({ProfilePhase::prefill, b, 0, int64_t(b) * options.prompt_len,
-                              static_cast<int>(times.size()), m, double(b) * options.prompt_len / m});
-
-    // Decode from the prefilled context when this batch size is one asked for.
-    if (std::find(options.batch_sizes.begin(), options.batch_sizes.end(), b) == options.batch_sizes.end()) {
-      release(seqs);
-      continue;
-    }
-    for (Sequence& s : seqs) s.tokens.push_back(token(rng));  // the prefill's "sampled" token
-    std::vector<double> step_times;
-    for (int i = 0; i < options.decode_steps; ++i) {
-      const ProfileSample sample = runner.run(ProfilePhase::decode, seqs, true);
-      report.samples.push_back(sample);
-      step_times.push_back(sample.step_s);
-    }
-    const double dm = median(step_times);
-    report.figures.push_back({ProfilePhase::decode, b, options.prompt_len, b, options.decode_steps, dm, b / dm});
-    release(seqs);
-  }
-  std::stable_sort(report.figures.begin(), report.figures.end(),
-                   [](const ProfileFigure& a, const ProfileFigure& b) { return a.phase < b.phase; });
+  report.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   return report;
 }
 
@@ -184,43 +193,62 @@ std::string profile_table(const ProfileReport& r) {
   std::snprintf(line, sizeof line, "model %s (%.1fM params), backend %s, %s\n", r.model.name.c_str(),
                 r.model.n_params() / 1e6, r.backend.c_str(), r.device.c_str());
   out << line;
-  std::snprintf(line, sizeof line, "%-8s %6s %8s %8s %6s %12s %12s\n", "phase", "batch", "context", "tokens",
-                "steps", "median_ms", "tokens/s");
+  std::snprintf(line, sizeof line, "%-8s %6s %6s %8s %6s %12s %12s\n", "phase", "seqs", "rows", "context", "reps",
+                "median_ms", "tokens/s");
   out << line;
-  for (const ProfileFigure& f : r.figures) {
-    std::snprintf(line, sizeof line, "%-8s %6d %8d %8lld %6d %12.3f %12.1f\n", to_string(f.phase), f.batch_size,
-                  f.context, static_cast<long long>(f.n_tokens), f.n_steps, f.median_step_s * 1e3, f.tokens_per_s);
+  for (const ProfileSample& s : r.samples) {
+    std::snprintf(line, sizeof line, "%-8s %6lld %6lld %8lld %6zu %12.3f %12.1f\n", to_string(s.phase),
+                  static_cast<long long>(s.shape.n_seqs), static_cast<long long>(s.shape.n_rows()),
+                  static_cast<long long>(s.shape.max_context), s.times_s.size(), s.step_s * 1e3,
+                  s.shape.n_tokens / s.step_s);
     out << line;
   }
   return out.str();
 }
 
 std::string profile_json(const ProfileReport& r) {
-  using nlohmann::json;
-  json j;
-  j["schema"] = "servelab.profile/1";
+  using nlohmann::ordered_json;
+  ordered_json j;
+  j["schema"] = "servelab.profile/2";
   j["backend"] = r.backend;
   j["device"] = r.device;
+  j["hardware"] = r.hardware;
+  j["tensor_parallel"] = r.tensor_parallel;
+  j["commit"] = r.commit;
+  j["date"] = r.date;
   const ModelConfig& m = r.model;
-  j["model"] = {{"name", m.name},           {"n_params", m.n_params()},       {"hidden_size", m.hidden_size},
-                {"n_layers", m.n_layers},   {"n_heads", m.n_heads},           {"n_kv_heads", m.n_kv_heads},
-                {"head_dim", m.head_dim()}, {"intermediate_size", m.intermediate_size},
+  j["model"] = {{"name", m.name},
+                {"shape_hash", model_shape_hash(m)},
+                {"n_params", m.n_params()},
+                {"hidden_size", m.hidden_size},
+                {"n_layers", m.n_layers},
+                {"n_heads", m.n_heads},
+                {"n_kv_heads", m.n_kv_heads},
+                {"head_dim", m.head_dim()},
+                {"intermediate_size", m.intermediate_size},
                 {"vocab_size", m.vocab_size}};
-  j["options"] = {{"batch_sizes", r.options.batch_sizes},
-                  {"prompt_len", r.options.prompt_len},
-                  {"decode_steps", r.options.decode_steps},
-                  {"seed", r.options.seed}};
   j["kv_dtype_bytes"] = r.kv_dtype_bytes;
-  json figures = json::array();
-  for (const ProfileFigure& f : r.figures)
-    figures.push_back({{"phase", to_string(f.phase)}, {"batch_size", f.batch_size}, {"context", f.context},
-                       {"n_tokens", f.n_tokens}, {"n_steps", f.n_steps}, {"median_step_s", f.median_step_s},
-                       {"tokens_per_s", f.tokens_per_s}});
-  j["figures"] = std::move(figures);
-  json samples = json::array();
-  for (const ProfileSample& s : r.samples)
-    samples.push_back({{"phase", to_string(s.phase)}, {"batch_size", s.batch_size}, {"n_tokens", s.n_tokens},
-                       {"sum_context", s.sum_context}, {"n_sampled", s.n_sampled}, {"step_s", s.step_s}});
+  const ProfileOptions& o = r.options;
+  j["options"] = {{"prefill_lens", o.prefill_lens}, {"batch_sizes", o.batch_sizes}, {"contexts", o.contexts},
+                  {"prompt_len", o.prompt_len},     {"max_rows", o.max_rows},       {"chunk_lens", o.chunk_lens},
+                  {"repeats", o.repeats},           {"min_point_s", o.min_point_s}, {"seed", o.seed}};
+  j["wall_s"] = r.wall_s;
+  ordered_json samples = ordered_json::array();
+  for (const ProfileSample& s : r.samples) {
+    const StepShape& h = s.shape;
+    samples.push_back({{"phase", to_string(s.phase)},
+                       {"n_seqs", h.n_seqs},
+                       {"n_tokens", h.n_tokens},
+                       {"n_padding_tokens", h.n_padding_tokens},
+                       {"n_sampled", h.n_sampled},
+                       {"sum_context", h.sum_context},
+                       {"max_context", h.max_context},
+                       {"prefill_pairs", h.prefill_pairs},
+                       {"decode_context", h.decode_context},
+                       {"attention_pairs", h.attention_pairs},
+                       {"step_s", s.step_s},
+                       {"times_s", s.times_s}});
+  }
   j["samples"] = std::move(samples);
   return j.dump(2) + "\n";
 }

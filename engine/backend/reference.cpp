@@ -30,11 +30,12 @@ void rms_norm(const double* x, const std::vector<float>& weight, int d, double e
   for (int i = 0; i < d; ++i) y[i] = x[i] * scale * weight[i];
 }
 
-/// Rotate-half RoPE (Hugging Face Llama): pairs (i, i + head_dim/2), frequency theta^(-2i/head_dim).
-void rope(double* v, int head_dim, int pos, double theta) {
+/// Rotate-half RoPE (Hugging Face Llama): pairs (i, i + head_dim/2) turned by pos · inv_freq[i]
+/// (theta^(-2i/head_dim), with the config's rope_scaling applied: rope_inv_freq).
+void rope(double* v, int head_dim, int pos, const std::vector<double>& inv_freq) {
   const int half = head_dim / 2;
   for (int i = 0; i < half; ++i) {
-    const double angle = pos * std::pow(theta, -2.0 * i / head_dim);
+    const double angle = pos * inv_freq[i];
     const double c = std::cos(angle), s = std::sin(angle);
     const double a = v[i], b = v[i + half];
     v[i] = a * c - b * s;
@@ -51,6 +52,7 @@ std::vector<float> run_forward(const ModelWeights& weights, std::span<const Toke
   const int d = c.hidden_size, hd = c.head_dim(), nh = c.n_heads, nkv = c.n_kv_heads;
   const int dq = nh * hd, dkv = nkv * hd, ffn = c.intermediate_size, vocab = c.vocab_size;
   const int group = nh / nkv;
+  const std::vector<double> inv_freq = rope_inv_freq(c);
 
   Matrix x(static_cast<size_t>(n) * d);
   for (int p = 0; p < n; ++p) {
@@ -69,8 +71,8 @@ std::vector<float> run_forward(const ModelWeights& weights, std::span<const Toke
       matvec(L.wq, L.bq, xn.data(), d, dq, &q[size_t(p) * dq]);
       matvec(L.wk, L.bk, xn.data(), d, dkv, &k[size_t(p) * dkv]);
       matvec(L.wv, L.bv, xn.data(), d, dkv, &v[size_t(p) * dkv]);
-      for (int h = 0; h < nh; ++h) rope(&q[size_t(p) * dq + h * hd], hd, p, c.rope_theta);
-      for (int h = 0; h < nkv; ++h) rope(&k[size_t(p) * dkv + h * hd], hd, p, c.rope_theta);
+      for (int h = 0; h < nh; ++h) rope(&q[size_t(p) * dq + h * hd], hd, p, inv_freq);
+      for (int h = 0; h < nkv; ++h) rope(&k[size_t(p) * dkv + h * hd], hd, p, inv_freq);
     }
     for (int p = 0; p < n; ++p) {
       for (int h = 0; h < nh; ++h) {

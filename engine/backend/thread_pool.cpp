@@ -1,13 +1,21 @@
 #include "engine/backend/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <stdexcept>
 #include <string>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define SERVELAB_CPU_RELAX() _mm_pause()
+#else
+#define SERVELAB_CPU_RELAX() std::this_thread::yield()
+#endif
+
 namespace servelab {
 
-ThreadPool::ThreadPool(int n_threads) {
+ThreadPool::ThreadPool(int n_threads, int spin_us) : spin_us_(std::max(0, spin_us)) {
   if (n_threads < 1)
     throw std::invalid_argument("ThreadPool: n_threads (" + std::to_string(n_threads) + ") must be >= 1");
   for (int w = 1; w < n_threads; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
@@ -17,6 +25,7 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
+    stopping_flag_.store(true, std::memory_order_relaxed);
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
@@ -39,18 +48,30 @@ void ThreadPool::run_chunks(int worker) {
 }
 
 void ThreadPool::worker_loop(int worker) {
+  using Clock = std::chrono::steady_clock;
   uint64_t seen = 0;
   for (;;) {
+    // Poll briefly: the next job of a forward usually follows within microseconds.
+    if (spin_us_ > 0) {
+      const auto until = Clock::now() + std::chrono::microseconds(spin_us_);
+      for (int i = 0; generation_.load(std::memory_order_acquire) == seen; ++i) {
+        if (stopping_flag_.load(std::memory_order_relaxed)) break;
+        SERVELAB_CPU_RELAX();
+        if ((i & 63) == 63 && Clock::now() >= until) break;
+      }
+    }
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      wake_.wait(lock, [&] { return stopping_ || generation_.load(std::memory_order_relaxed) != seen; });
       if (stopping_) return;
-      seen = generation_;
+      seen = generation_.load(std::memory_order_relaxed);
+      if (!job_open_) continue;  // came too late: the caller already finished that job
+      ++n_joined_;
     }
     run_chunks(worker);
     {
       std::lock_guard lock(mutex_);
-      if (--n_busy_ == 0) done_.notify_one();
+      if (--n_joined_ == 0) done_.notify_one();
     }
   }
 }
@@ -69,15 +90,16 @@ void ThreadPool::parallel_for(int64_t n_items, int64_t grain, const Body& body) 
     grain_ = grain;
     next_.store(0, std::memory_order_relaxed);
     error_ = nullptr;
-    n_busy_ = static_cast<int>(workers_.size());
-    ++generation_;
+    job_open_ = true;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   wake_.notify_all();
-  run_chunks(0);
+  run_chunks(0);  // returns once every item is handed out
   std::exception_ptr error;
   {
     std::unique_lock lock(mutex_);
-    done_.wait(lock, [&] { return n_busy_ == 0; });
+    job_open_ = false;  // no worker joins from now on; wait for those inside
+    done_.wait(lock, [&] { return n_joined_ == 0; });
     body_ = nullptr;
     error = error_;
   }

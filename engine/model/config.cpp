@@ -1,5 +1,7 @@
 // Presets with the real shapes of public checkpoints (from their Hugging Face config.json), the
 // parameter count, and validation.
+#include <cmath>
+#include <numbers>
 #include <stdexcept>
 #include <string>
 
@@ -43,10 +45,16 @@ ModelConfig qwen25_05b() {
   c.attention_bias = true;
   return c;
 }
-// meta-llama/Llama-3.2-1B (its llama3 rope_scaling is not modelled).
+// meta-llama/Llama-3.2-1B, with its llama3 rope_scaling.
 ModelConfig llama32_1b() {
-  return make("llama3.2-1b", 2048, 16, 32, 8, 8192, 128256, 500000.0f, 1e-5f, 131072, true,
-              DType::bf16, 128001);
+  ModelConfig c = make("llama3.2-1b", 2048, 16, 32, 8, 8192, 128256, 500000.0f, 1e-5f, 131072, true,
+                       DType::bf16, 128001);
+  c.rope_scaling = {.type = RopeScaling::Type::llama3,
+                    .factor = 32.0f,
+                    .low_freq_factor = 1.0f,
+                    .high_freq_factor = 4.0f,
+                    .original_max_position = 8192};
+  return c;
 }
 // meta-llama/Llama-2-7b-hf (published in float16).
 ModelConfig llama2_7b() {
@@ -130,10 +138,50 @@ void ModelConfig::validate() const {
     throw std::invalid_argument("rms_eps (" + std::to_string(rms_eps) + ") must be in (0, 1)");
   if (!(rope_theta > 0.0f))
     throw std::invalid_argument("rope_theta (" + std::to_string(rope_theta) + ") must be > 0");
+  rope_scaling.validate();
   if (eos_token < -1 || eos_token >= vocab_size)
     throw std::invalid_argument(field_error("eos_token", eos_token,
                                             "must be -1 (none) or in [0, vocab_size) = [0, " +
                                                 std::to_string(vocab_size) + ")"));
+}
+
+void RopeScaling::validate() const {
+  if (type == Type::none) return;
+  auto bad = [](const char* field, float got, const std::string& rule) {
+    return std::invalid_argument(std::string("rope_scaling.") + field + " (" + std::to_string(got) + ") " + rule);
+  };
+  if (!(factor >= 1.0f) || !std::isfinite(factor)) throw bad("factor", factor, "must be a finite number >= 1");
+  if (!(low_freq_factor > 0.0f) || !std::isfinite(low_freq_factor))
+    throw bad("low_freq_factor", low_freq_factor, "must be a finite number > 0");
+  if (!(high_freq_factor > low_freq_factor) || !std::isfinite(high_freq_factor))
+    throw bad("high_freq_factor", high_freq_factor,
+              "must be finite and > low_freq_factor (" + std::to_string(low_freq_factor) + ")");
+  if (original_max_position < 1)
+    throw std::invalid_argument(field_error("rope_scaling.original_max_position", original_max_position,
+                                            "must be >= 1"));
+}
+
+std::vector<double> rope_inv_freq(const ModelConfig& c) {
+  const int half = c.head_dim() / 2;
+  std::vector<double> inv_freq(half);
+  for (int i = 0; i < half; ++i) inv_freq[i] = std::pow(double(c.rope_theta), -2.0 * i / c.head_dim());
+  const RopeScaling& rs = c.rope_scaling;
+  if (rs.type == RopeScaling::Type::llama3) {
+    const double old_len = rs.original_max_position;
+    const double low_freq_wavelen = old_len / rs.low_freq_factor;    // longer: scaled by 1/factor
+    const double high_freq_wavelen = old_len / rs.high_freq_factor;  // shorter: kept
+    for (double& f : inv_freq) {
+      const double wavelen = 2.0 * std::numbers::pi / f;
+      if (wavelen < high_freq_wavelen) continue;
+      if (wavelen > low_freq_wavelen) {
+        f /= rs.factor;
+        continue;
+      }
+      const double smooth = (old_len / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
+      f = (1.0 - smooth) * f / rs.factor + smooth * f;
+    }
+  }
+  return inv_freq;
 }
 
 }  // namespace servelab

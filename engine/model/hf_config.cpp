@@ -87,6 +87,56 @@ const char* torch_dtype_name(DType d) {
   return "?";
 }
 
+/// Reads HF's rope_scaling (or transformers >= 5's rope_parameters): null or rope_type
+/// "default" = none, "llama3" with its four parameters; any other type is refused by name.
+RopeScaling parse_rope_scaling(const Reader& r, const std::string& source) {
+  const char* key = r.has("rope_scaling") ? "rope_scaling" : r.has("rope_parameters") ? "rope_parameters" : nullptr;
+  RopeScaling rs;
+  if (!key) return rs;
+  const json& j = r.at(key);
+  if (!j.is_object())
+    throw r.error(std::string("key \"") + key + "\" must be an object or null (got " + j.dump() + ")");
+  const Reader p(j, source);
+  const char* type_key = p.has("rope_type") ? "rope_type" : "type";  // older configs write "type"
+  const std::string type = p.string(type_key, "default");
+  if (type == "default") return rs;
+  if (type != "llama3")
+    throw r.error(std::string("key \"") + key + "." + type_key + "\" is \"" + type +
+                  "\": only \"llama3\" RoPE scaling is implemented (\"default\" or null for none)");
+  auto required = [&](const char* field) -> const json& {
+    if (!p.has(field)) throw r.error(std::string("missing key \"") + key + "." + field + "\" (rope_type llama3)");
+    return j[field];
+  };
+  auto number = [&](const char* field) {
+    const json& v = required(field);
+    if (!v.is_number())
+      throw r.error(std::string("key \"") + key + "." + field + "\" must be a number (got " + v.dump() + ")");
+    return static_cast<float>(v.get<double>());
+  };
+  rs.type = RopeScaling::Type::llama3;
+  rs.factor = number("factor");
+  rs.low_freq_factor = number("low_freq_factor");
+  rs.high_freq_factor = number("high_freq_factor");
+  required("original_max_position_embeddings");
+  rs.original_max_position = p.positive_int("original_max_position_embeddings");
+  return rs;
+}
+
+/// Sliding-window attention is not implemented: a window is accepted only where it cannot take
+/// effect (null, switched off by Qwen2's use_sliding_window false, or no shorter than the model).
+void check_sliding_window(const Reader& r, const std::string& model_type, int max_position) {
+  if (!r.has("sliding_window")) return;
+  const bool used = r.boolean("use_sliding_window", model_type != "qwen2");  // HF Qwen2 defaults to off
+  if (!used) return;
+  const json& w = r.at("sliding_window");
+  if (!w.is_number_integer())
+    throw r.error("key \"sliding_window\" must be an integer or null (got " + w.dump() + ")");
+  if (w.get<int64_t>() < max_position)
+    throw r.error("key \"sliding_window\" (" + w.dump() + ") is not supported: sliding-window attention is not "
+                  "implemented (accepted: null, use_sliding_window false, or a window >= max_position_embeddings = " +
+                  std::to_string(max_position) + ")");
+}
+
 }  // namespace
 
 ModelConfig parse_hf_config(const std::string& text, const std::string& source) {
@@ -124,8 +174,10 @@ ModelConfig parse_hf_config(const std::string& text, const std::string& source) 
   } else {
     c.rope_theta = r.positive_float("rope_theta", 10000.0f);
   }
+  c.rope_scaling = parse_rope_scaling(r, source);
   c.rms_eps = r.positive_float("rms_norm_eps", 1e-6f);
   c.max_position = r.positive_int("max_position_embeddings", 2048);
+  check_sliding_window(r, model_type, c.max_position);
   c.tie_embeddings = r.boolean("tie_word_embeddings", false);
   c.attention_bias = is_qwen2(j) ? true : r.boolean("attention_bias", false);
   if (r.has("head_dim")) {
@@ -188,6 +240,12 @@ std::string hf_config_json(const ModelConfig& c) {
   j["vocab_size"] = c.vocab_size;
   j["max_position_embeddings"] = c.max_position;
   j["rope_theta"] = shortest(c.rope_theta);
+  if (c.rope_scaling.type == RopeScaling::Type::llama3)
+    j["rope_scaling"] = {{"factor", shortest(c.rope_scaling.factor)},
+                         {"high_freq_factor", shortest(c.rope_scaling.high_freq_factor)},
+                         {"low_freq_factor", shortest(c.rope_scaling.low_freq_factor)},
+                         {"original_max_position_embeddings", c.rope_scaling.original_max_position},
+                         {"rope_type", "llama3"}};
   j["rms_norm_eps"] = shortest(c.rms_eps);
   j["tie_word_embeddings"] = c.tie_embeddings;
   if (!qwen) j["attention_bias"] = false;

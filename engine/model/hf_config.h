@@ -1,6 +1,7 @@
 #pragma once
 // Hugging Face config.json <-> ModelConfig for Llama-family models (LlamaForCausalLM,
-// MistralForCausalLM, Qwen2ForCausalLM). rope_scaling and sliding windows are not modelled.
+// MistralForCausalLM, Qwen2ForCausalLM). rope_scaling: none or Llama 3's "llama3"; other kinds,
+// and sliding windows that would take effect, are refused naming the key.
 #include <string>
 
 #include "engine/model/config.h"

@@ -196,6 +196,7 @@ const SafetensorsTensor* SafetensorsFile::find(const std::string& name) const {
 void SafetensorsFile::read_f32(const SafetensorsTensor& t, float* out) const {
   if (!t.supported)
     throw file_error(path_, "tensor " + t.name + " has dtype " + t.dtype_name + "; only BF16, F16 and F32 are read");
+  if (t.numel == 0) return;  // an empty tensor: out may be null (memcpy must not see it)
   const uint8_t* src = data(t);
   switch (t.dtype) {
     case DType::f32: std::memcpy(out, src, static_cast<size_t>(t.nbytes)); break;

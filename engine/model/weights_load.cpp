@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/model/hf_config.h"
+#include "engine/model/memory_check.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/tensors.h"
 #include "engine/model/weights.h"
@@ -91,6 +92,7 @@ ModelWeights ModelWeights::load(const std::string& dir) {
   if (!fs::is_directory(root)) throw std::runtime_error(dir + ": not a directory (expected a Hugging Face model folder)");
   ModelWeights w;
   w.config = read_hf_config((root / "config.json").string());
+  check_weights_fit(w.config, (root / "config.json").string());  // before any allocation
   w.layers.resize(w.config.n_layers);
 
   // Which file holds each tensor.

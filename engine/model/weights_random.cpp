@@ -3,6 +3,7 @@
 #include <atomic>
 #include <thread>
 
+#include "engine/model/memory_check.h"
 #include "engine/model/tensors.h"
 #include "engine/model/weights.h"
 
@@ -10,6 +11,7 @@ namespace servelab {
 
 ModelWeights ModelWeights::random(const ModelConfig& config, uint64_t seed) {
   config.validate();
+  check_weights_fit(config, "model " + config.name);
   ModelWeights w;
   w.config = config;
   w.layers.resize(config.n_layers);

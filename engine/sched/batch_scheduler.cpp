@@ -137,4 +137,11 @@ void BatchScheduler::clear() {
   prefilled_ = false;
 }
 
+void BatchScheduler::remove(Sequence* seq) {
+  // A member's row is counted as finished: static batching keeps computing padded rows.
+  if (std::erase(members_, seq) > 0) ++n_finished_rows_;
+  std::erase(waiting_, seq);
+  seq->status = SeqStatus::finished;
+}
+
 }  // namespace servelab

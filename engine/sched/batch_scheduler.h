@@ -36,6 +36,7 @@ class BatchScheduler final : public Scheduler {
   void on_finished(Sequence* seq) override;
   void drop(Sequence* seq) override;
   void clear() override;
+  void remove(Sequence* seq) override;
   int n_waiting() const override { return static_cast<int>(waiting_.size()); }
   int n_running() const override { return static_cast<int>(members_.size()); }
   std::vector<const Sequence*> live() const override;

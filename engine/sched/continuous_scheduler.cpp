@@ -266,4 +266,11 @@ void ContinuousScheduler::clear() {
   swapped_.clear();
 }
 
+void ContinuousScheduler::remove(Sequence* seq) {
+  seq->status = SeqStatus::finished;
+  std::erase(waiting_, seq);
+  std::erase(running_, seq);
+  std::erase(swapped_, seq);
+}
+
 }  // namespace servelab

@@ -30,6 +30,7 @@ class ContinuousScheduler final : public Scheduler {
   void on_finished(Sequence* seq) override;
   void drop(Sequence* seq) override;
   void clear() override;
+  void remove(Sequence* seq) override;
   /// Share of the arena kept free when admitting next to running sequences (vLLM: 1%).
   static constexpr double kWatermark = 0.01;
   int n_waiting() const override { return static_cast<int>(waiting_.size() + swapped_.size()); }

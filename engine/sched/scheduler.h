@@ -68,6 +68,8 @@ class Scheduler {
   virtual void drop(Sequence* seq) = 0;
   /// Forgets every sequence (abort); the caller releases their KV.
   virtual void clear() = 0;
+  /// seq was aborted (a client went away) and its KV released: it leaves every queue now.
+  virtual void remove(Sequence* seq) = 0;
 
   virtual int n_waiting() const = 0;   ///< queued, preempted or swapped out
   virtual int n_running() const = 0;   ///< in the current batch and not finished

@@ -1,6 +1,10 @@
+#include "loadgen/records/json_int.h"
 #include "loadgen/records/record.h"
 
+#include <cmath>
+#include <map>
 #include <stdexcept>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -31,6 +35,7 @@ void to_json(nlohmann::json& j, const RequestRecord& r) {
                      {"id", r.id},
                      {"arrival_s", r.arrival_s},
                      {"sent_s", r.sent_s},
+                     {"scheduled_s", r.scheduled_s < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.scheduled_s)},
                      {"first_token_s", r.first_token_s < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.first_token_s)},
                      {"token_times_s", r.token_times_s},
                      {"end_s", r.end_s < 0 ? nlohmann::json(nullptr) : nlohmann::json(r.end_s)},
@@ -39,7 +44,6 @@ void to_json(nlohmann::json& j, const RequestRecord& r) {
                      {"status", to_string(r.status)},
                      {"error", r.error.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.error)},
                      {"preemptions", r.preemptions}};
-  if (r.scheduled_s >= 0) j["scheduled_s"] = r.scheduled_s;
   if (r.warmup) j["warmup"] = true;
 }
 
@@ -53,23 +57,78 @@ double time_or_missing(const nlohmann::json& j, const char* key) {
 
 void from_json(const nlohmann::json& j, RequestRecord& r) {
   r.run = j.at("run").get<std::string>();
-  r.id = j.at("id").get<uint64_t>();
+  r.id = json_int<uint64_t>(j.at("id"));
   r.arrival_s = j.at("arrival_s").get<double>();
   r.sent_s = j.value("sent_s", r.arrival_s);
   r.scheduled_s = time_or_missing(j, "scheduled_s");
   r.first_token_s = time_or_missing(j, "first_token_s");
   r.token_times_s = j.value("token_times_s", std::vector<double>{});
   r.end_s = time_or_missing(j, "end_s");
-  r.prompt_tokens = j.at("prompt_tokens").get<int>();
-  r.output_tokens = j.at("output_tokens").get<int>();
+  r.prompt_tokens = json_int<int>(j.at("prompt_tokens"));
+  r.output_tokens = json_int<int>(j.at("output_tokens"));
   r.status = parse_record_status(j.at("status").get<std::string>());
   auto e = j.find("error");
   r.error = (e == j.end() || e->is_null()) ? std::string() : e->get<std::string>();
-  r.preemptions = j.value("preemptions", 0);
+  r.preemptions = json_int_or(j, "preemptions", 0);
   r.warmup = j.value("warmup", false);
 }
 
-std::vector<RequestRecord> read_records(const std::string& path) { return read_jsonl<RequestRecord>(path); }
+namespace {
+
+std::string num(double x) {
+  nlohmann::json j = x;
+  return j.dump();
+}
+
+/// Throws when `t` is set (not -1) and is not finite, negative, or before `after`.
+void check_time(const char* field, double t, const char* after_field, double after) {
+  if (t == -1.0) return;
+  if (!std::isfinite(t) || t < 0.0)
+    throw std::invalid_argument(std::string(field) + " must be a finite time >= 0 s (got " + num(t) + ")");
+  if (after >= 0.0 && t < after)
+    throw std::invalid_argument(std::string(field) + " (" + num(t) + ") is before " + after_field + " (" +
+                                num(after) + ")");
+}
+
+}  // namespace
+
+void RequestRecord::validate() const {
+  if (!std::isfinite(arrival_s) || arrival_s < 0.0)
+    throw std::invalid_argument("arrival_s must be a finite time >= 0 s (got " + num(arrival_s) + ")");
+  if (!std::isfinite(sent_s) || sent_s < 0.0)
+    throw std::invalid_argument("sent_s must be a finite time >= 0 s (got " + num(sent_s) + ")");
+  check_time("scheduled_s", scheduled_s, "arrival_s", arrival_s);
+  check_time("first_token_s", first_token_s, scheduled_s >= 0 ? "scheduled_s" : "arrival_s",
+             scheduled_s >= 0 ? scheduled_s : arrival_s);
+  double prev = first_token_s >= 0 ? first_token_s : arrival_s;
+  std::string prev_field = first_token_s >= 0 ? "first_token_s" : "arrival_s";
+  for (std::size_t i = 0; i < token_times_s.size(); ++i) {
+    const double t = token_times_s[i];
+    if (!std::isfinite(t) || t < prev)
+      throw std::invalid_argument("token_times_s[" + std::to_string(i) + "] (" + num(t) + ") is before " +
+                                  prev_field + " (" + num(prev) + "): times must not go backwards");
+    prev = t;
+    prev_field = "token_times_s[" + std::to_string(i) + "]";
+  }
+  check_time("end_s", end_s, prev_field.c_str(), prev);
+  if (prompt_tokens < 0) throw std::invalid_argument("prompt_tokens must be >= 0 (got " + std::to_string(prompt_tokens) + ")");
+  if (output_tokens < 0) throw std::invalid_argument("output_tokens must be >= 0 (got " + std::to_string(output_tokens) + ")");
+  if (preemptions < 0) throw std::invalid_argument("preemptions must be >= 0 (got " + std::to_string(preemptions) + ")");
+  if (token_times_s.size() > static_cast<std::size_t>(output_tokens))
+    throw std::invalid_argument("token_times_s has " + std::to_string(token_times_s.size()) +
+                                " entries but output_tokens is " + std::to_string(output_tokens));
+}
+
+std::vector<RequestRecord> read_records(const std::string& path, bool* cut_tail) {
+  std::map<std::pair<std::string, uint64_t>, int> first_line;  // (run, id) -> line
+  return read_jsonl<RequestRecord>(path, [&](const RequestRecord& r, int line) {
+    r.validate();
+    const auto [it, inserted] = first_line.emplace(std::make_pair(r.run, r.id), line);
+    if (!inserted)
+      throw std::invalid_argument("duplicate id " + std::to_string(r.id) + " in run " + r.run +
+                                  " (first at line " + std::to_string(it->second) + ")");
+  }, cut_tail);
+}
 
 std::string record_line(const RequestRecord& r) {
   return nlohmann::json(r).dump() + "\n";

@@ -20,7 +20,10 @@ struct RequestRecord {
   uint64_t id = 0;
   double arrival_s = 0.0;             ///< intended send time (coordinated-omission safe)
   double sent_s = 0.0;                ///< actual send time
-  double scheduled_s = -1.0;          ///< first step that computed any of it; -1 when never scheduled
+  /// First admitted to a batch by the engine; -1 when never scheduled or unknown (HTTP runs,
+  /// records written before the field existed). TTFT = (scheduled − arrival) queueing +
+  /// (first token − scheduled) prefill.
+  double scheduled_s = -1.0;
   double first_token_s = -1.0;        ///< -1 when no token came
   std::vector<double> token_times_s;  ///< every output token
   double end_s = -1.0;
@@ -32,13 +35,25 @@ struct RequestRecord {
   bool warmup = false;                ///< left out of metrics
 
   double lateness_s() const { return sent_s - arrival_s; }
+
+  /// Checks what any real record satisfies: every time finite and >= 0 (seconds from the run's
+  /// start); arrival <= scheduled <= first token <= each token time (ascending) <= end; arrival
+  /// <= end; token counts and preemptions >= 0; at most output_tokens token times. Times that
+  /// are unset (-1) are skipped. Throws std::invalid_argument naming the field and the values.
+  void validate() const;
 };
+
+/// The most requests one run may plan or record (10 million): far above any benchmark, and
+/// small enough that counts, ids and their sums stay exact in int and double arithmetic.
+inline constexpr int kMaxRequestsPerRun = 10'000'000;
 
 void to_json(nlohmann::json& j, const RequestRecord& r);
 void from_json(const nlohmann::json& j, RequestRecord& r);
 
-/// Reads records.jsonl. Throws std::runtime_error("path:line: message") on a bad line.
-std::vector<RequestRecord> read_records(const std::string& path);
+/// Reads records.jsonl, validating each record (RequestRecord::validate) and rejecting a second
+/// record with the same run and id. Throws std::runtime_error("path:line: message") on a bad line.
+/// *cut_tail as read_jsonl (a last line cut by a kill is dropped).
+std::vector<RequestRecord> read_records(const std::string& path, bool* cut_tail = nullptr);
 /// One compact JSON line (with '\n').
 std::string record_line(const RequestRecord& r);
 

@@ -1,6 +1,9 @@
+#include "loadgen/records/json_int.h"
 #include "loadgen/records/step_record.h"
 
+#include <cmath>
 #include <stdexcept>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -35,22 +38,48 @@ void from_json(const nlohmann::json& j, StepRecord& s) {
   s.run = j.at("run").get<std::string>();
   s.start_s = j.at("start_s").get<double>();
   s.duration_s = j.at("duration_s").get<double>();
-  s.batch_size = j.at("batch_size").get<int>();
-  s.n_tokens = j.at("n_tokens").get<int>();
-  s.n_padding_tokens = j.value("n_padding_tokens", 0);
-  s.n_waiting = j.value("n_waiting", 0);
-  s.n_running = j.value("n_running", 0);
-  s.n_preempted = j.value("n_preempted", 0);
+  s.batch_size = json_int<int>(j.at("batch_size"));
+  s.n_tokens = json_int<int>(j.at("n_tokens"));
+  s.n_padding_tokens = json_int_or(j, "n_padding_tokens", 0);
+  s.n_waiting = json_int_or(j, "n_waiting", 0);
+  s.n_running = json_int_or(j, "n_running", 0);
+  s.n_preempted = json_int_or(j, "n_preempted", 0);
   const auto& kv = j.at("kv");
-  s.kv_capacity = kv.at("capacity").get<int64_t>();
-  s.kv_stored = kv.at("stored").get<int64_t>();
-  s.kv_reserved = kv.at("reserved").get<int64_t>();
-  s.kv_internal_frag = kv.at("internal_frag").get<int64_t>();
-  s.kv_external_frag = kv.at("external_frag").get<int64_t>();
-  s.kv_free = kv.at("free").get<int64_t>();
+  s.kv_capacity = json_int<int64_t>(kv.at("capacity"));
+  s.kv_stored = json_int<int64_t>(kv.at("stored"));
+  s.kv_reserved = json_int<int64_t>(kv.at("reserved"));
+  s.kv_internal_frag = json_int<int64_t>(kv.at("internal_frag"));
+  s.kv_external_frag = json_int<int64_t>(kv.at("external_frag"));
+  s.kv_free = json_int<int64_t>(kv.at("free"));
 }
 
-std::vector<StepRecord> read_steps(const std::string& path) { return read_jsonl<StepRecord>(path); }
+void StepRecord::validate() const {
+  auto time = [](const char* field, double t) {
+    if (!std::isfinite(t) || t < 0.0)
+      throw std::invalid_argument(std::string(field) + " must be finite and >= 0 s (got " + nlohmann::json(t).dump() + ")");
+  };
+  time("start_s", start_s);
+  time("duration_s", duration_s);
+  auto count = [](const char* field, int64_t v) {
+    if (v < 0) throw std::invalid_argument(std::string(field) + " must be >= 0 (got " + std::to_string(v) + ")");
+  };
+  count("batch_size", batch_size);
+  count("n_tokens", n_tokens);
+  count("n_padding_tokens", n_padding_tokens);
+  count("n_waiting", n_waiting);
+  count("n_running", n_running);
+  count("n_preempted", n_preempted);
+  count("kv.capacity", kv_capacity);
+  count("kv.stored", kv_stored);
+  count("kv.reserved", kv_reserved);
+  count("kv.internal_frag", kv_internal_frag);
+  count("kv.external_frag", kv_external_frag);
+  count("kv.free", kv_free);
+}
+
+std::vector<StepRecord> read_steps(const std::string& path, bool* cut_tail) {
+  return read_jsonl<StepRecord>(path, [](const StepRecord& s, int) { s.validate(); }, cut_tail);
+}
 
 std::string step_line(const StepRecord& s) { return nlohmann::json(s).dump() + "\n"; }
 

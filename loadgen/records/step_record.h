@@ -29,11 +29,17 @@ struct StepRecord {
 
   /// stored / (stored + reserved + internal): share of request-held memory holding token states.
   double kv_utilization() const;
+
+  /// Checks a step read from a file: start_s and duration_s finite and >= 0, counts and KV
+  /// slots >= 0. Throws std::invalid_argument naming the field ("kv.free").
+  void validate() const;
 };
 
 void to_json(nlohmann::json& j, const StepRecord& s);
 void from_json(const nlohmann::json& j, StepRecord& s);
-std::vector<StepRecord> read_steps(const std::string& path);  ///< throws "path:line: message"
+/// Reads steps.jsonl, validating each step; throws "path:line: message". *cut_tail as read_jsonl
+/// (a last line cut by a kill is dropped).
+std::vector<StepRecord> read_steps(const std::string& path, bool* cut_tail = nullptr);
 std::string step_line(const StepRecord& s);
 
 }  // namespace servelab

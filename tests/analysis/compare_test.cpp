@@ -81,6 +81,23 @@ TEST(Compare, MatchesByLabelAndRateAndListsTheRest) {
   EXPECT_THROW(compare_summaries(base, cur, 10.0, {"p99"}), std::invalid_argument);
 }
 
+// Issue 6 item 10: NEW losing a run, or a metric going from a value to null, is a failure.
+TEST(Compare, LostRunOrMetricBecomingNullFails) {
+  const Summary base = sweep_summary();
+  Summary lost = base;
+  lost.runs.pop_back();
+  EXPECT_EQ(compare_summaries(base, lost, 10.0).exit_code(), 1);
+  Summary null_metric = base;
+  null_metric.runs[0].metrics.goodput = std::nan("");
+  const Comparison c = compare_summaries(base, null_metric, 10.0);
+  EXPECT_EQ(c.exit_code(), 1);
+  std::ostringstream out;
+  print_comparison(out, c);
+  EXPECT_NE(out.str().find("MISSING"), std::string::npos) << out.str();
+  EXPECT_EQ(compare_summaries(base, lost, 10.0, default_compare_metrics(), /*allow_missing=*/true).exit_code(), 0);
+  EXPECT_EQ(compare_summaries(base, null_metric, 10.0, default_compare_metrics(), true).exit_code(), 0);
+}
+
 /// The servelab binary end to end, when it has been built beside the tests.
 TEST(Compare, CliExitCodes) {
   const std::string exe = std::string(SERVELAB_BINARY_DIR) + "/servelab";
@@ -93,6 +110,9 @@ TEST(Compare, CliExitCodes) {
   write_summary(dir + "base.json", base);
   write_summary(dir + "worse.json", worse);
   write_text_file(dir + "bad.json", "{not json");
+  Summary lost = base;
+  lost.runs.pop_back();
+  write_summary(dir + "lost.json", lost);
   auto run = [&](const std::string& args) {
     const int status = std::system((exe + " compare " + args + " > " + dir + "out.txt 2>&1").c_str());
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -102,6 +122,8 @@ TEST(Compare, CliExitCodes) {
   EXPECT_EQ(run(dir + "base.json " + dir + "worse.json --threshold-pct 25"), 0);
   EXPECT_EQ(run(dir + "base.json " + dir + "worse.json --metric goodput"), 0);
   EXPECT_EQ(run(dir + "base.json " + dir + "bad.json"), 2);
+  EXPECT_EQ(run(dir + "base.json " + dir + "lost.json"), 1);
+  EXPECT_EQ(run(dir + "base.json " + dir + "lost.json --allow-missing"), 0);
   EXPECT_EQ(run(dir + "base.json " + dir + "missing.json"), 2);
 }
 

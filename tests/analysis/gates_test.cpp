@@ -2,7 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
+
+#include "loadgen/records/gate_metrics.h"
 #include <string>
 #include <vector>
 
@@ -71,6 +76,92 @@ TEST(Gates, NoMatchingRunOrNoValueFails) {
   EXPECT_NE(res[0].message.find("no value"), std::string::npos);
 }
 
+// Issue 6 item 10: a gate over a run that measured nothing fails; it does not pass vacuously.
+TEST(Gates, RunWithZeroRecordsFailsTheGate) {
+  Summary s = hand_summary();
+  s.runs[1].metrics = RunMetrics{};  // nothing measured: n_failed 0 would "pass" n_failed <= 0
+  const auto res = evaluate_gates(s, {gate("n_failed", std::nullopt, 0, "static-naive")});
+  EXPECT_FALSE(res[0].passed) << res[0].message;
+  EXPECT_NE(res[0].message.find("no measured records"), std::string::npos) << res[0].message;
+  Gate allowed = gate("n_failed", std::nullopt, 0, "static-naive");
+  allowed.allow_missing = true;  // the opt-out
+  EXPECT_TRUE(evaluate_gates(s, {allowed})[0].passed);
+  const nlohmann::ordered_json j = allowed;  // runs.json keeps the opt-out
+  EXPECT_TRUE(j.get<Gate>().allow_missing);
+}
+
+// Issue 6 item 10: the baseline gate fails when the new summary lost a run or a metric went null.
+TEST(Gates, BaselineFailsOnALostRunOrANullMetric) {
+  const Summary base = hand_summary();
+  BaselineSpec spec;
+  spec.path = "base.json";
+  spec.metrics = {"goodput"};
+  Summary lost = base;
+  lost.runs.pop_back();
+  auto res = evaluate_baseline(lost, base, spec);
+  EXPECT_FALSE(res[0].passed) << res[0].message;
+  EXPECT_NE(res[0].message.find("static-naive@4"), std::string::npos) << res[0].message;
+  Summary null_metric = base;
+  null_metric.runs[0].metrics.goodput = std::nan("");
+  res = evaluate_baseline(null_metric, base, spec);
+  EXPECT_FALSE(res[0].passed) << res[0].message;
+  spec.allow_missing = true;  // the opt-out
+  EXPECT_TRUE(evaluate_baseline(null_metric, base, spec)[0].passed);
+  EXPECT_TRUE(evaluate_baseline(lost, base, spec)[0].passed);
+}
+
+// Issue 6 item 11: a gate's infinite rate (a `.inf` sweep point) and a baseline's infinite
+// threshold survive runs.json: JSON has no infinity, and null would read back as "no filter".
+TEST(Gates, NonFiniteNumbersRoundTripOrAreRejected) {
+  Gate g = gate("ttft_ms.p99", std::nullopt, 500);
+  g.rate = std::numeric_limits<double>::infinity();
+  const nlohmann::ordered_json j = g;
+  const Gate back = j.get<Gate>();
+  ASSERT_TRUE(back.rate.has_value()) << j.dump();
+  EXPECT_TRUE(std::isinf(*back.rate));
+  g.rate = std::nan("");
+  EXPECT_THROW(g.validate(), std::invalid_argument);
+  BaselineSpec b;
+  b.path = "base.json";
+  b.max_regression_pct = std::numeric_limits<double>::infinity();
+  const nlohmann::ordered_json bj = b;
+  EXPECT_TRUE(std::isinf(bj.get<BaselineSpec>().max_regression_pct)) << bj.dump();
+}
+
+// Issue 6 item 18: one registry of gate metrics. Every entry names a value a real summary has
+// (so the registry cannot drift from metrics.h's JSON), both spellings are unique, and the
+// gate direction comes from it.
+TEST(Gates, EveryRegistryMetricResolvesInAComputedSummary) {
+  RequestRecord r;
+  r.run = "x";
+  r.arrival_s = 0.0;
+  r.scheduled_s = 0.01;
+  r.first_token_s = 0.02;
+  r.token_times_s = {0.02, 0.03, 0.05};
+  r.end_s = 0.05;
+  r.output_tokens = 3;
+  StepRecord st;
+  st.run = "x";
+  st.duration_s = 0.05;
+  st.batch_size = 1;
+  st.kv_capacity = 10;
+  st.kv_stored = 3;
+  st.kv_free = 7;
+  RunSummary run;
+  run.info.label = "x";
+  run.metrics = compute_metrics("x", {r}, {st}, SloSpec{});
+  std::set<std::string> paths, flat;
+  for (const auto& m : servelab::gate_metrics()) {
+    EXPECT_TRUE(run_metric(run, m.path).has_value()) << m.path;
+    EXPECT_TRUE(paths.insert(m.path).second) << m.path;
+    EXPECT_TRUE(flat.insert(m.scenario_name).second) << m.scenario_name;
+    EXPECT_EQ(metric_direction(m.path) == MetricDirection::higher_is_better, m.higher_is_better) << m.path;
+  }
+  EXPECT_EQ(servelab::find_gate_metric("ttft_p99_ms")->path, "ttft_ms.p99");
+  EXPECT_EQ(servelab::find_gate_metric("kv_breakdown_external_frag")->path, "kv_breakdown.external_frag");
+  EXPECT_EQ(servelab::find_gate_metric("queue_p50_ms")->path, "queue_ms.p50");
+}
+
 TEST(Gates, RateFilter) {
   Gate g = gate("ttft_ms.p99", std::nullopt, 500);
   g.rate = 8;
@@ -137,7 +228,7 @@ TEST(Gates, BaselineRegressionFailsOnlyBeyondThreshold) {
 
 TEST(Gates, MetricLookupCoversNestedAndRunLevelNames) {
   Summary s = hand_summary();
-  s.runs[0].metrics.kv = compute_kv_metrics(s.runs[0].info.label, {});  // no steps
+  s.runs[0].metrics.kv = compute_kv_metrics(s.runs[0].info.label, {}, 0.0, 0.0);  // no steps
   EXPECT_DOUBLE_EQ(*run_metric(s.runs[1], "n_failed"), 2.0);
   EXPECT_NEAR(*run_metric(s.runs[0], "ttft_ms.p50"), 200.0, 1e-9);
   EXPECT_FALSE(run_metric(s.runs[0], "kv_utilization.mean").has_value());  // no steps: null

@@ -81,6 +81,29 @@ TEST(Metrics, LatencyDistributionsByHand) {
   EXPECT_NEAR(percentile_of_sorted(std::vector<double>{50, 100, 200, 200, 200}, 10), 70.0, kTol);
 }
 
+// Issue 6 item 2: TTFT splits into queueing (scheduled − arrival) and prefill (first token −
+// scheduled), over ok requests that were scheduled; summary.json carries both.
+TEST(Metrics, TtftSplitsIntoQueueAndPrefill) {
+  auto v = example_records();
+  v[0].scheduled_s = 0.04;  // A: TTFT 100 = queue 40 + prefill 60
+  v[2].scheduled_s = 2.01;  // C: TTFT 50 = queue 10 + prefill 40
+  // B has no scheduled_s (an older record): left out of both; D failed.
+  const RunMetrics m = compute_metrics("r", v, {}, SloSpec{});
+  EXPECT_EQ(m.queue_ms.n, 2u);
+  EXPECT_NEAR(m.queue_ms.mean, 25.0, kTol);
+  EXPECT_NEAR(m.queue_ms.max, 40.0, kTol);
+  EXPECT_EQ(m.prefill_ms.n, 2u);
+  EXPECT_NEAR(m.prefill_ms.p50, 50.0, kTol);
+  const nlohmann::ordered_json j = m;
+  EXPECT_NEAR(j["queue_ms"]["max"].get<double>(), 40.0, 1e-9);
+  EXPECT_NEAR(j["prefill_ms"]["mean"].get<double>(), 50.0, 1e-9);
+  EXPECT_EQ(j.get<RunMetrics>().prefill_ms.n, 1u);  // read back (the count is not stored)
+  // No record scheduled: null blocks, not 0.
+  const nlohmann::ordered_json none = compute_metrics("r", example_records(), {}, SloSpec{});
+  EXPECT_TRUE(none["queue_ms"]["p50"].is_null());
+  EXPECT_TRUE(none["prefill_ms"]["p50"].is_null());
+}
+
 TEST(Metrics, LatenessOverEverySentRequestAndItsWarning) {
   const RunMetrics m = compute_metrics("r", example_records(), {}, SloSpec{});
   // {0.5, 2, 0, 0} ms → sorted 0 0 0.5 2; p99: h = 2.97 → 0.5 + 0.97 × 1.5 = 1.955 > 1 ms.
@@ -224,7 +247,12 @@ TEST(Metrics, KvUtilizationBreakdownAndPeakByHand) {
       step("r", 0, 0, 0, 0, 0, 100),     // idle: left out of utilization and the breakdown
       step("other", 9, 100, 0, 0, 0, 0)  // another run
   };
-  const KvMetrics kv = compute_kv_metrics("r", steps);
+  std::vector<StepRecord> timed = steps;  // one second each, back to back
+  for (std::size_t i = 0; i < timed.size(); ++i) {
+    timed[i].start_s = static_cast<double>(i);
+    timed[i].duration_s = 1.0;
+  }
+  const KvMetrics kv = compute_kv_metrics("r", timed, 0.0, 10.0);
   EXPECT_EQ(kv.n_steps, 3u);
   EXPECT_EQ(kv.n_steps_used, 2u);
   EXPECT_NEAR(kv.utilization_mean, (1.0 / 3 + 0.8) / 2, kTol);
@@ -238,10 +266,50 @@ TEST(Metrics, KvUtilizationBreakdownAndPeakByHand) {
   EXPECT_NEAR(kv.batch_size_mean, 5.0 / 3, kTol);
   EXPECT_EQ(kv.batch_size_max, 3);
 
-  const RunMetrics m = compute_metrics("r", example_records(), steps, SloSpec{});
+  const RunMetrics m = compute_metrics("r", example_records(), timed, SloSpec{});
   const nlohmann::ordered_json j = m;
   EXPECT_NEAR(j["kv_utilization"]["mean"].get<double>(), 0.566667, 1e-12);  // rounded to 6 places
   EXPECT_EQ(j["kv_utilization"]["max"].get<double>(), 0.8);
+}
+
+StepRecord timed_step(double start, double duration, int batch, int64_t stored, int64_t reserved,
+                      int64_t internal, int64_t free_slots) {
+  StepRecord s = step("r", batch, stored, reserved, internal, 0, free_slots);
+  s.start_s = start;
+  s.duration_s = duration;
+  return s;
+}
+
+// Issue 6 item 7: KV figures cover only the measurement window (first measured arrival 0.0 →
+// last finish 3.5 s, as throughput's) and weigh each step by its time inside it.
+TEST(Metrics, KvFiguresAreClippedToTheWindowAndWeightedByStepTime) {
+  const std::vector<StepRecord> steps = {
+      timed_step(-1.0, 0.5, 8, 100, 0, 0, 0),   // warm-up, before the window: left out
+      timed_step(0.0, 3.0, 2, 20, 30, 10, 40),  // 3 s: utilization 1/3, use 0.6
+      timed_step(3.0, 1.0, 4, 40, 10, 0, 50),   // 0.5 s of it in the window: utilization 0.8
+      timed_step(4.0, 1.0, 9, 90, 10, 0, 0),    // after the last finish: left out
+  };
+  const RunMetrics m = compute_metrics("r", example_records(), steps, SloSpec{});
+  EXPECT_EQ(m.kv.n_steps, 2u);
+  EXPECT_EQ(m.kv.n_steps_used, 2u);
+  EXPECT_NEAR(m.kv.utilization_mean, (3.0 / 3 + 0.5 * 0.8) / 3.5, kTol);  // 0.4
+  EXPECT_NEAR(m.kv.utilization_max, 0.8, kTol);
+  EXPECT_NEAR(m.kv.breakdown.stored, (3.0 * 0.2 + 0.5 * 0.4) / 3.5, kTol);
+  EXPECT_NEAR(m.kv.breakdown.free, (3.0 * 0.4 + 0.5 * 0.5) / 3.5, kTol);
+  EXPECT_NEAR(m.kv.peak_use, 0.6, kTol);
+  EXPECT_NEAR(m.kv.batch_size_mean, (3.0 * 2 + 0.5 * 4) / 3.5, kTol);
+  EXPECT_EQ(m.kv.batch_size_max, 4);
+}
+
+// Issue 6 item 10: a run with no measured record has no throughput, goodput or attainment
+// (null), not 0 — a 0 would read as "measured and terrible" and pass an upper-bound gate.
+TEST(Metrics, EmptyRunHasNullThroughputGoodputAndAttainment) {
+  auto v = example_records();
+  for (auto& r : v) r.warmup = r.run == "r";  // only warm-up left
+  const nlohmann::ordered_json j = compute_metrics("r", v, {}, SloSpec{});
+  for (const char* k : {"request_throughput", "output_throughput", "total_throughput", "goodput",
+                        "request_goodput", "slo_attainment"})
+    EXPECT_TRUE(j[k].is_null()) << k << " = " << j[k];
 }
 
 TEST(Metrics, NoStepsMeansNullKvFigures) {

@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <regex>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "analysis/compare.h"
 #include "tests/analysis/synthetic.h"
@@ -153,6 +156,75 @@ TEST(Report, LoadErrorsNameTheFile) {
   }
 }
 
+/// Rewrites line `line` (1-based) of a JSON-lines file through `edit`.
+void edit_jsonl_line(const std::string& path, int line, const std::function<void(nlohmann::json&)>& edit) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  in.close();
+  nlohmann::json j = nlohmann::json::parse(lines.at(line - 1));
+  edit(j);
+  lines[line - 1] = j.dump();
+  std::ofstream out(path, std::ios::trunc);
+  for (const auto& l : lines) out << l << "\n";
+}
+
+// Issue 6 item 12: records and steps that cannot be right are rejected with file:line and the
+// field, not silently averaged into the figures.
+TEST(Report, ImpossibleRecordsAndStepsAreRejectedWithFileAndLine) {
+  const std::string dir = fresh_dir("bad_records");
+  const ReportInput in = sweep_input(dir, 8);
+  write_reports(dir, in, no_plots());
+  const std::string records = (fs::path(dir) / "records.jsonl").string();
+  const std::string steps = (fs::path(dir) / "steps.jsonl").string();
+  const std::string good_records = read_text_file(records);
+  const std::string good_steps = read_text_file(steps);
+  struct Case {
+    std::string file;
+    std::function<void(nlohmann::json&)> edit;
+    std::string expect;
+  };
+  const nlohmann::json first = nlohmann::json::parse(good_records.substr(0, good_records.find('\n')));
+  const std::vector<Case> cases = {
+      {records, [](nlohmann::json& j) { j["arrival_s"] = -1.0; }, "arrival_s"},
+      {records, [](nlohmann::json& j) { j["sent_s"] = -0.5; }, "sent_s"},
+      {records, [](nlohmann::json& j) { j["first_token_s"] = j["arrival_s"].get<double>() - 0.01; }, "first_token_s"},
+      {records, [](nlohmann::json& j) { j["end_s"] = j["arrival_s"].get<double>() - 0.01; }, "end_s"},
+      {records, [](nlohmann::json& j) { std::swap(j["token_times_s"][0], j["token_times_s"][1]); }, "token_times_s"},
+      {records, [](nlohmann::json& j) { j["output_tokens"] = -3; }, "output_tokens"},
+      {records, [](nlohmann::json& j) { j["prompt_tokens"] = -1; }, "prompt_tokens"},
+      {records, [](nlohmann::json& j) { j["preemptions"] = -1; }, "preemptions"},
+      {records, [&](nlohmann::json& j) { j["id"] = first["id"]; j["run"] = first["run"]; }, "duplicate id"},
+      {steps, [](nlohmann::json& j) { j["duration_s"] = -0.001; }, "duration_s"},
+      {steps, [](nlohmann::json& j) { j["kv"]["free"] = -5; }, "kv.free"},
+  };
+  // runs.json: a planned count beyond kMaxRequestsPerRun (it would wrap in an int).
+  const std::string runs = (fs::path(dir) / "runs.json").string();
+  const std::string good_runs = read_text_file(runs);
+  nlohmann::ordered_json rj = nlohmann::ordered_json::parse(good_runs);
+  rj["runs"][0]["n_requests"] = 4294967297ull;
+  write_text_file(runs, rj.dump(2));
+  try {
+    load_report_input(dir);
+    ADD_FAILURE() << "accepted n_requests 4294967297";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("10000000"), std::string::npos) << e.what();
+  }
+  write_text_file(runs, good_runs);
+  for (const auto& c : cases) {
+    write_text_file(records, good_records);
+    write_text_file(steps, good_steps);
+    edit_jsonl_line(c.file, 3, c.edit);
+    try {
+      load_report_input(dir);
+      ADD_FAILURE() << "accepted a record with a bad " << c.expect;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.file + ":3: "), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.expect), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Report, ConsoleTableAndTerminalPlot) {
   const std::string dir = fresh_dir("console");
   const ReportOutcome out = write_reports(dir, sweep_input(dir, 12), no_plots());
@@ -171,6 +243,12 @@ TEST(Report, ConsoleTableAndTerminalPlot) {
   }
   EXPECT_EQ(n, 6);
   EXPECT_NE(table.str().find("TTFT <= 200 ms, TPOT <= 30 ms"), std::string::npos) << table.str();
+  // Issue 6 item 2: TTFT's two parts are columns of the console table and report.md.
+  EXPECT_NE(header.find("queue"), std::string::npos) << header;
+  EXPECT_NE(header.find("prefill"), std::string::npos) << header;
+  const std::string md = read_text_file(dir + "/report.md");
+  EXPECT_NE(md.find("queue p50 (ms)"), std::string::npos);
+  EXPECT_NE(md.find("prefill p50 (ms)"), std::string::npos);
 
   std::ostringstream plot;
   print_terminal_plot(plot, out.summary, "ttft_ms.p50", 40, 10);

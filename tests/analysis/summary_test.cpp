@@ -1,4 +1,5 @@
 #include "analysis/summary.h"
+#include "analysis/text_format.h"
 
 #include <gtest/gtest.h>
 
@@ -151,11 +152,45 @@ TEST(Summary, InfiniteRateIsWrittenAsNullAndReadBack) {
   for (auto& s : f.steps)
     if (s.run == f.infos[0].label) s.run = "burst";
   f.infos[0].label = "burst";
+  f.infos[0].mode = RunMode::max;
   f.infos[0].rate = std::numeric_limits<double>::infinity();
   const Summary s = build_summary(f.scenario, f.env, SloSpec{}, f.infos, f.records, f.steps);
   const auto j = nlohmann::ordered_json::parse(summary_text(s));
   EXPECT_TRUE(j["runs"][0]["rate"].is_null());
   EXPECT_TRUE(std::isinf(j.get<Summary>().runs[0].info.rate));
+}
+
+// Issue 6 item 11: every run carries a `mode`; closed-loop, trace and unknown runs keep rate null
+// and read back as what they were, not as an infinite-rate ("max") run.
+TEST(Summary, ModeSaysWhatKindOfLoadEachRunHad) {
+  Fixture f = two_runs();
+  f.infos[0].mode = RunMode::closed;
+  f.infos[0].concurrency = 8;
+  f.infos[0].rate = std::numeric_limits<double>::quiet_NaN();
+  f.infos[1].mode = RunMode::max;
+  f.infos[1].rate = std::numeric_limits<double>::infinity();
+  RequestRecord r;  // a run no RunInfo names: mode unknown
+  r.run = "mystery";
+  r.first_token_s = r.end_s = 0.1;
+  r.token_times_s = {0.1};
+  r.output_tokens = 1;
+  f.records.push_back(r);
+  const Summary s = build_summary(f.scenario, f.env, SloSpec{}, f.infos, f.records, f.steps);
+  const std::string text = summary_text(s);
+  const auto j = nlohmann::ordered_json::parse(text);
+  EXPECT_EQ(j["runs"][0]["mode"], "closed");
+  EXPECT_EQ(j["runs"][0]["concurrency"], 8);
+  EXPECT_TRUE(j["runs"][0]["rate"].is_null());
+  EXPECT_EQ(j["runs"][1]["mode"], "max");
+  EXPECT_EQ(j["runs"][2]["mode"], "unknown");
+  const Summary back = j.get<Summary>();
+  EXPECT_EQ(back.runs[0].info.mode, RunMode::closed);
+  EXPECT_TRUE(std::isnan(back.runs[0].info.rate));
+  EXPECT_TRUE(std::isinf(back.runs[1].info.rate));
+  EXPECT_TRUE(std::isnan(back.runs[2].info.rate));  // was read back as +inf ("max") before
+  EXPECT_EQ(summary_text(back), text);
+  EXPECT_EQ(format_run_rate(back.runs[0].info), "c8");
+  EXPECT_EQ(format_run_rate(back.runs[1].info), "max");
 }
 
 }  // namespace

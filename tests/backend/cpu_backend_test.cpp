@@ -212,6 +212,34 @@ TEST(CpuBackend, SlotContentsMatchBetweenPrefillAndDecode) {
   EXPECT_LT(rel_error(fb, fa), 1e-5);
 }
 
+TEST(CpuBackend, Llama3RopeScalingMatchesReference) {
+  // theta 100 and an original length of 128 put the 8 frequency pairs of head_dim 16 in all three
+  // bands (3 kept, 3 smoothed, 2 divided by 8) within a 40-token context.
+  ModelConfig config = small_config(2);
+  config.rope_theta = 100.0f;
+  config.rope_scaling = {.type = RopeScaling::Type::llama3, .factor = 8.0f, .low_freq_factor = 1.0f,
+                         .high_freq_factor = 4.0f, .original_max_position = 128};
+  auto weights = std::make_shared<const ModelWeights>(ModelWeights::random(config, 5));
+  ModelWeights unscaled = ModelWeights::random(config, 5);
+  unscaled.config.rope_scaling = {};
+  CpuBackend backend(weights, CpuBackendOptions{.n_threads = 2});
+  backend.init_kv(256);
+  ScrambledKv kv(256, 4);
+  Sequence s = make_sequence(1, random_tokens(40, 97, 12));
+  kv.assign(1, 48);
+  const std::span<const float> prefill = backend.forward_logits(Batch{{{&s, 40, true}}, 0}, kv);
+  const std::vector<float> expected = reference_logits(*weights, s.tokens);
+  EXPECT_LT(rel_error(prefill, expected), kTolerance);
+  EXPECT_GT(rel_error(reference_logits(unscaled, s.tokens), expected), 1e-3) << "the scaling must matter here";
+  s.n_computed = 40;
+  for (int i = 0; i < 4; ++i) {  // decode steps read the scaled keys back from the arena
+    s.tokens.push_back(argmax_token(reference_logits(*weights, s.tokens)));
+    const std::span<const float> logits = backend.forward_logits(Batch{{{&s, 1, true}}, 0}, kv);
+    EXPECT_LT(rel_error(logits, reference_logits(*weights, s.tokens)), kTolerance) << "decode step " << i;
+    ++s.n_computed;
+  }
+}
+
 TEST(CpuBackend, KvBytesPerSlotCountsKAndVOfEveryLayer) {
   CpuBackend backend(ModelWeights::random(small_config(2), 1), CpuBackendOptions{.n_threads = 1});
   EXPECT_EQ(backend.name(), "cpu");

@@ -40,5 +40,25 @@ TEST(ThreadPool, RethrowsTheBodysExceptionAndStaysUsable) {
   EXPECT_THROW(ThreadPool(0), std::invalid_argument);
 }
 
+TEST(ThreadPool, ManyShortJobsBackToBackWithAndWithoutSpinning) {
+  // Workers join late or not at all when the caller finishes a small job first; each job must
+  // still run every item once and never touch the previous job's body.
+  for (int spin_us : {0, 50}) {
+    ThreadPool pool(3, spin_us);
+    for (int job = 0; job < 2000; ++job) {
+      std::vector<int> hits(3 + job % 5, 0);
+      std::atomic<int> total{0};
+      pool.parallel_for(static_cast<int64_t>(hits.size()), 1, [&](int, int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          ++hits[i];  // one writer per item
+          total.fetch_add(1);
+        }
+      });
+      ASSERT_EQ(total.load(), static_cast<int>(hits.size())) << "job " << job;
+      for (int h : hits) ASSERT_EQ(h, 1) << "job " << job;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace servelab

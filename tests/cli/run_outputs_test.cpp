@@ -189,6 +189,21 @@ TEST_F(RunFolder, ReportReproducesSummaryByteForByte) {
   EXPECT_EQ(read_text(again + "/junit.xml"), read_text(file("junit.xml")));
 }
 
+// Issue 6 item 12: `report` rejects an impossible record with file:line and exit code 2.
+TEST_F(RunFolder, ReportRejectsANegativeTokenCountWithFileLineAndExitTwo) {
+  TempDir copy;
+  const std::string again = copy.file("bad");
+  fs::copy(dir(), again, fs::copy_options::recursive);
+  std::string records = read_text(again + "/records.jsonl");
+  const auto pos = records.find("\"output_tokens\":");
+  ASSERT_NE(pos, std::string::npos);
+  records.insert(pos + std::string("\"output_tokens\":").size(), "-");
+  write_text(again + "/records.jsonl", records);
+  const CliResult r = run_servelab({"report", again, "--quiet", "--no-plots"}, copy);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("records.jsonl:1: output_tokens must be >= 0"), std::string::npos) << r.output;
+}
+
 TEST_F(RunFolder, CompareAgainstItselfFindsNoRegression) {
   TempDir scratch;
   CliResult r = run_servelab({"compare", dir(), dir()}, scratch);
@@ -239,6 +254,26 @@ TEST_F(RunFolder, ScenarioBaselineGatesRegressions) {
   const std::string junit = read_text(scratch.file("worse") + "/junit.xml");
   EXPECT_NE(junit.find("<failure"), std::string::npos) << junit;
   EXPECT_NE(junit.find("goodput"), std::string::npos) << junit;
+}
+
+// Issue 6 item 10: a baseline run this run lost fails the baseline gate, unless the scenario
+// says `allow_missing: true`.
+TEST_F(RunFolder, BaselineRunMissingFromThisRunFailsUnlessAllowed) {
+  TempDir scratch;
+  json base = json::parse(read_text(file("summary.json")));
+  json ghost = base.at("runs").at(0);
+  ghost["label"] = "ghost@5";
+  base["runs"].push_back(ghost);
+  write_text(scratch.file("base.json"), base.dump(2));
+  CliResult r = run_servelab({"run", scenario(), "--out", scratch.file("lost"), "--quiet", "--no-plots", "--set",
+                              "baseline={file: " + scratch.file("base.json") + ", metrics: [goodput]}"},
+                             scratch);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(read_text(scratch.file("lost") + "/junit.xml").find("ghost@5"), std::string::npos);
+  r = run_servelab({"run", scenario(), "--out", scratch.file("allowed"), "--quiet", "--no-plots", "--set",
+                    "baseline={file: " + scratch.file("base.json") + ", metrics: [goodput], allow_missing: true}"},
+                   scratch);
+  EXPECT_EQ(r.code, 0) << r.output;
 }
 
 }  // namespace

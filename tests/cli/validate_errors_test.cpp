@@ -77,5 +77,42 @@ TEST(ValidateErrors, MissingFileAndUnknownGateMetricExitTwo) {
   EXPECT_NE(r.output.find("did you mean 'ttft_p99_ms'?"), std::string::npos) << r.output;
 }
 
+// Issue 6 item 18: scenario gates accept every metric the analysis gates know (one registry);
+// before, kv_peak_use, the breakdown shares, batch size and the TTFT parts were rejected here.
+TEST(ValidateErrors, ScenarioGatesAcceptEveryAnalysisMetric) {
+  SERVELAB_REQUIRE_BINARY();
+  TempDir tmp;
+  const std::string path = tmp.file("gates.yaml");
+  write_text(path,
+             "backend: {kind: sim}\n"
+             "strategies:\n"
+             "  - {batching: continuous}\n"
+             "workload: {rates: [1], n_requests: 2}\n"
+             "gates:\n"
+             "  - {metric: kv_peak_use, max: 1}\n"
+             "  - {metric: kv_breakdown_external_frag, max: 0.5}\n"
+             "  - {metric: batch_size_mean, min: 1}\n"
+             "  - {metric: queue_p99_ms, max: 1000}\n");
+  const CliResult r = run_servelab({"validate", path}, tmp);
+  EXPECT_EQ(r.code, 0) << r.output;
+}
+
+// Issue 6 item 12: n_requests is bounded (kMaxRequestsPerRun = 10 million) so n_requests +
+// warmup_requests cannot overflow an int and a typo cannot plan billions of requests.
+TEST(ValidateErrors, NRequestsHasANamedUpperBound) {
+  SERVELAB_REQUIRE_BINARY();
+  TempDir tmp;
+  const std::string path = tmp.file("huge.yaml");
+  write_text(path,
+             "backend: {kind: sim}\n"
+             "strategies:\n"
+             "  - {batching: continuous}\n"
+             "workload: {rates: [1], n_requests: 2147483647, warmup_requests: 1}\n");
+  const CliResult r = run_servelab({"validate", path}, tmp);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("workload.n_requests"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("10000000"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace servelab::cli_test

@@ -51,13 +51,13 @@ TEST(Runner, IdleEngineSleepsUntilTheNextArrival) {
   EXPECT_LT(r.at(0).end_s, 0.01);
 }
 
-/// Every step takes exactly `step_s` (a linear cost model with only the fixed term).
+/// Every step takes `step_s`: a roofline device so fast that only its fixed per-step cost counts.
 std::unique_ptr<Backend> fixed_step_backend(double step_s) {
-  SimCostModel cost;
-  cost.kind = SimCostModel::Kind::linear;
-  cost.device = SimDevice::preset("h100");
-  cost.linear.a_s = step_s;
-  return std::make_unique<SimBackend>(micro_model(), cost);
+  SimDevice device = SimDevice::preset("h100");
+  device.peak_flops = 1e30;
+  device.mem_bw_bytes_s = 1e30;
+  device.step_overhead_s = step_s;
+  return std::make_unique<SimBackend>(micro_model(), SimCostModel::roofline(device));
 }
 
 TEST(Runner, BatchingDelaysCountFromArrivalWhileTheEngineIsBusy) {

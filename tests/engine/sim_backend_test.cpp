@@ -5,6 +5,11 @@
 #include <cstdio>
 #include <fstream>
 
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/backend/hardware.h"
 #include "engine/backend/make_backend.h"
 #include "engine/backend/sim_backend.h"
 #include "engine/kv/kv_manager.h"
@@ -67,26 +72,6 @@ TEST(SimCostModel, PaddingCostsCompute) {
   EXPECT_GT(cost.step_seconds(m, padded), 1.8 * cost.step_seconds(m, s) - 1e-3);
 }
 
-TEST(LinearStepModel, FitRecoversTheCoefficients) {
-  std::vector<StepSample> samples;
-  for (int n : {1, 4, 16, 64, 256})
-    for (int c : {0, 128, 1024, 8192}) samples.push_back({n, n + c, 0.002 + 1e-5 * n + 3e-7 * (n + c)});
-  const LinearStepModel m = LinearStepModel::fit(samples);
-  EXPECT_NEAR(m.a_s, 0.002, 1e-9);
-  EXPECT_NEAR(m.b_s_per_token, 1e-5, 1e-11);
-  EXPECT_NEAR(m.c_s_per_context, 3e-7, 1e-12);
-  EXPECT_NEAR(m.predict(32, 4000), 0.002 + 1e-5 * 32 + 3e-7 * 4000, 1e-9);
-}
-
-TEST(LinearStepModel, FewerCoefficientsWhenTheSamplesCannotTellThemApart) {
-  // Context always proportional to tokens: only a + b·n is determined.
-  std::vector<StepSample> samples;
-  for (int n : {1, 2, 4, 8}) samples.push_back({n, 100 * n, 0.001 + 0.0005 * n});
-  const LinearStepModel m = LinearStepModel::fit(samples);
-  EXPECT_NEAR(m.predict(16, 1600), 0.001 + 0.0005 * 16, 1e-9);
-  EXPECT_THROW(LinearStepModel::fit({}), std::invalid_argument);
-}
-
 class TempFile {
  public:
   explicit TempFile(const std::string& text) : path_(testing::TempDir() + "servelab_profile_" +
@@ -100,26 +85,141 @@ class TempFile {
   std::string path_;
 };
 
-TEST(SimCostModel, FromProfileJson) {
-  TempFile f(R"({"kv_dtype_bytes": 4, "samples": [
-      {"n_tokens": 1, "sum_context": 100, "step_s": 0.0011},
-      {"n_tokens": 8, "sum_context": 800, "step_s": 0.0018},
-      {"n_tokens": 8, "sum_context": 8000, "step_s": 0.0025},
-      {"n_tokens": 64, "sum_context": 64, "step_s": 0.00739}]})");
-  const SimCostModel m = SimCostModel::from_profile_json(f.path());
-  EXPECT_EQ(m.kind, SimCostModel::Kind::linear);
-  EXPECT_EQ(m.device.kv_dtype_bytes, 4);
-  EXPECT_EQ(m.source, f.path());
+/// A servelab.profile/2 text for `m` whose every point has the given shape and time.
+std::string profile_text(const ModelConfig& m, const std::vector<TimedStep>& steps, const std::string& hardware = "cpu-2core",
+                         int tp = 1) {
+  nlohmann::json j;
+  j["schema"] = "servelab.profile/2";
+  j["backend"] = "cpu";
+  j["hardware"] = hardware;
+  j["tensor_parallel"] = tp;
+  j["model"] = {{"name", m.name}, {"hidden_size", m.hidden_size}, {"n_layers", m.n_layers}, {"n_heads", m.n_heads},
+                {"n_kv_heads", m.n_kv_heads}, {"head_dim", m.head_dim()}, {"intermediate_size", m.intermediate_size},
+                {"vocab_size", m.vocab_size}, {"shape_hash", model_shape_hash(m)}};
+  j["kv_dtype_bytes"] = 4;
+  j["samples"] = nlohmann::json::array();
+  for (const TimedStep& t : steps)
+    j["samples"].push_back({{"phase", "x"}, {"n_seqs", t.shape.n_seqs}, {"n_tokens", t.shape.n_tokens},
+                            {"n_padding_tokens", t.shape.n_padding_tokens}, {"n_sampled", t.shape.n_sampled},
+                            {"sum_context", t.shape.sum_context}, {"max_context", t.shape.max_context},
+                            {"prefill_pairs", t.shape.prefill_pairs}, {"decode_context", t.shape.decode_context},
+                            {"step_s", t.step_s}});
+  return j.dump();
+}
+
+StepShape decode_shape(int batch, int context) {
   StepShape s;
-  s.n_tokens = 8;
-  s.sum_context = 800;
-  EXPECT_NEAR(m.step_seconds(micro_model(), s), 0.0018, 1e-4);
+  s.n_tokens = s.n_sampled = s.n_seqs = batch;
+  s.sum_context = int64_t(batch) * context;
+  s.max_context = context;
+  s.decode_context = double(batch) * context;
+  s.attention_pairs = s.decode_context;
+  return s;
+}
+
+StepShape prefill_shape(int tokens, int context) {
+  StepShape s;
+  s.n_tokens = tokens;
+  s.n_sampled = s.n_seqs = 1;
+  s.sum_context = s.max_context = context + tokens;
+  s.prefill_pairs = double(tokens) * context + 0.5 * tokens * (tokens + 1.0);
+  s.attention_pairs = s.prefill_pairs;
+  return s;
+}
+
+/// A synthetic profile drawn from the model class itself: a non-linear matrix term over rows
+/// (with a fixed cost), a per-sampled-row cost, and attention by prefill pairs and decode context.
+std::vector<TimedStep> synthetic_profile() {
+  auto matrix = [](double rows) { return 0.004 + 2e-4 * rows + 3e-3 * std::sqrt(rows); };
+  auto time = [&](const StepShape& s) {
+    return matrix(double(s.n_rows())) + 5e-4 * s.n_sampled + 2e-8 * s.prefill_pairs + 7e-7 * s.decode_context;
+  };
+  std::vector<TimedStep> steps;
+  for (int t : {16, 32, 64, 128, 256}) steps.push_back({prefill_shape(t, 0), 0});
+  for (int b : {1, 2, 4, 8, 16})
+    for (int c : {32, 128, 256}) steps.push_back({decode_shape(b, c), 0});
+  for (int t : {32, 128})
+    for (int c : {32, 128, 256}) steps.push_back({prefill_shape(t, c), 0});
+  for (TimedStep& s : steps) s.step_s = time(s.shape);
+  return steps;
+}
+
+TEST(ProfiledStepModel, ReproducesASyntheticProfileExactlyAtItsGridPoints) {
+  const std::vector<TimedStep> steps = synthetic_profile();
+  const ProfiledStepModel m = ProfiledStepModel::fit(steps);
+  for (const TimedStep& t : steps) {
+    EXPECT_TRUE(m.inside(t.shape));
+    EXPECT_NEAR(m.predict_clamped(t.shape), t.step_s, 1e-9 * t.step_s) << t.shape.n_rows() << " rows";
+  }
+  EXPECT_NEAR(m.s_per_sampled(), 5e-4, 1e-9);
+  EXPECT_NEAR(m.s_per_prefill_pair(), 2e-8, 1e-13);
+  EXPECT_NEAR(m.s_per_decode_context(), 7e-7, 1e-12);
+  // Between grid rows the matrix term is interpolated linearly.
+  StepShape mid = decode_shape(12, 128);
+  const double lo = 0.004 + 2e-4 * 8 + 3e-3 * std::sqrt(8.0), hi = 0.004 + 2e-4 * 16 + 3e-3 * std::sqrt(16.0);
+  EXPECT_NEAR(m.predict_clamped(mid), 0.5 * (lo + hi) + 5e-4 * 12 + 7e-7 * 12 * 128, 1e-9);
+}
+
+TEST(SimCostModel, ProfileInsideTheGridAndRooflineBeyondIt) {
+  const ModelConfig m = preset("qwen2.5-0.5b");
+  TempFile f(profile_text(m, synthetic_profile()));
+  const SimCostModel cost = SimCostModel::from_profile_json(f.path(), m);
+  EXPECT_EQ(cost.kind, SimCostModel::Kind::profile);
+  EXPECT_EQ(cost.device.name, "cpu-2core");  // the profile's hardware prices beyond the grid
+  CostSource used = CostSource::roofline;
+  const StepShape inside = decode_shape(4, 128);
+  EXPECT_NEAR(cost.step_seconds(m, inside, &used), cost.profiled->predict_clamped(inside), 1e-12);
+  EXPECT_EQ(used, CostSource::profile);
+  // 64 decodes: 64 rows are profiled (prefills) but not 64 sampled rows nor that much decode
+  // context: the grid's edge point, scaled by the roofline's ratio.
+  const StepShape big = decode_shape(64, 128);
+  const double t = cost.step_seconds(m, big, &used);
+  EXPECT_EQ(used, CostSource::profile_roofline);
+  const StepShape edge = cost.profiled->clamp(big);
+  EXPECT_EQ(edge.n_rows(), 64);
+  EXPECT_EQ(edge.n_sampled, 16);
+  EXPECT_DOUBLE_EQ(edge.decode_context, 16.0 * 256);
+  EXPECT_NEAR(t, cost.profiled->predict_clamped(big) * roofline_seconds(m, cost.device, 1, big) /
+                     roofline_seconds(m, cost.device, 1, edge), 1e-12);
+  EXPECT_GT(t, cost.profiled->predict_clamped(big));
+}
+
+TEST(SimCostModel, RefusesAProfileOfAnotherModelDeviceOrParallelism) {
+  const ModelConfig qwen = preset("qwen2.5-0.5b");
+  TempFile f(profile_text(qwen, synthetic_profile()));
+  auto error_of = [&](const ModelConfig& m, std::optional<SimDevice> d, int tp) -> std::string {
+    try {
+      SimCostModel::from_profile_json(f.path(), m, d, tp);
+    } catch (const std::runtime_error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::string other_model = error_of(preset("llama2-7b"), std::nullopt, 1);
+  EXPECT_NE(other_model.find(f.path()), std::string::npos) << other_model;
+  EXPECT_NE(other_model.find("measured on model qwen2.5-0.5b"), std::string::npos) << other_model;
+  EXPECT_NE(other_model.find("simulates llama2-7b"), std::string::npos) << other_model;
+  const std::string other_device = error_of(qwen, SimDevice::preset("h100"), 1);
+  EXPECT_NE(other_device.find("measured on cpu-2core"), std::string::npos) << other_device;
+  EXPECT_NE(other_device.find("sim device is h100"), std::string::npos) << other_device;
+  const std::string other_tp = error_of(qwen, std::nullopt, 2);
+  EXPECT_NE(other_tp.find("tensor_parallel 1"), std::string::npos) << other_tp;
+  EXPECT_EQ(error_of(qwen, SimDevice::preset("cpu-2core"), 1), "");
+}
+
+TEST(SimCostModel, ReadsTheCommittedVersion1CpuProfile) {
+  // results/cpu-profile/ holds servelab.profile/1 files (prefill and decode at two batch sizes).
+  const std::string path = std::string(SERVELAB_SOURCE_DIR) + "/results/cpu-profile/qwen2.5-0.5b.json";
+  const SimCostModel cost = SimCostModel::from_profile_json(path, preset("qwen2.5-0.5b"));
+  // Decode at batch 1, context 130: the measured ~97 ms steps, within their noise.
+  EXPECT_NEAR(cost.step_seconds(preset("qwen2.5-0.5b"), decode_shape(1, 130)), 0.097, 0.01);
 }
 
 TEST(SimCostModel, BadProfilesNameTheFileAndSample) {
-  auto error_of = [](const std::string& path) -> std::string {
+  const ModelConfig m = micro_model();
+  auto error_of = [&](const std::string& path) -> std::string {
     try {
-      SimCostModel::from_profile_json(path);
+      SimCostModel::from_profile_json(path, m);
     } catch (const std::runtime_error& e) {
       return e.what();
     }
@@ -128,10 +228,49 @@ TEST(SimCostModel, BadProfilesNameTheFileAndSample) {
   EXPECT_NE(error_of("/nonexistent/profile.json").find("/nonexistent/profile.json"), std::string::npos);
   TempFile not_json("{oops");
   EXPECT_NE(error_of(not_json.path()).find("not valid JSON"), std::string::npos);
-  TempFile missing(R"({"samples": [{"n_tokens": 1, "sum_context": 1, "step_s": 0.1}, {"n_tokens": 2}]})");
+  nlohmann::json j = nlohmann::json::parse(profile_text(m, {{decode_shape(1, 8), 0.01}}));
+  j["samples"].push_back({{"n_tokens", 2}});
+  TempFile missing(j.dump());
   const std::string e = error_of(missing.path());
   EXPECT_NE(e.find("samples[1]"), std::string::npos) << e;
-  EXPECT_NE(e.find("sum_context"), std::string::npos) << e;
+  EXPECT_NE(e.find("step_s"), std::string::npos) << e;
+}
+
+TEST(SimCostModel, RooflineCheckedByHandForLlama2On1H100) {
+  // llama2-7b: 32 layers × (4·4096² + 3·4096·11008 + 2·4096) + 4096 = 6,476,271,616 layer
+  // parameters; the LM head adds 4096 × 32000. Batch-1 decode at context 512 (511 cached + 1):
+  //   bytes = (6,476,271,616 + 131,072,000) × 2 (bf16 weights) + 524,288 × (512 + 1) (K/V read + written)
+  //         = 13,214,687,232 + 268,959,744 = 13,483,646,976 → / 3.35e12 B/s = 4.02497 ms
+  //   FLOPs = 2 × 6,476,271,616 + 2 × 131,072,000 + 4 × 32 × 32 × 128 × 512 = 13.48 GFLOP → 13.6 µs
+  // memory-bound: 4.02497 ms + 0.2 ms step overhead = 4.22497 ms.
+  const ModelConfig m = preset("llama2-7b");
+  const SimCostModel cost = SimCostModel::roofline(SimDevice::preset("h100"));
+  StepShape s = decode_shape(1, 512);
+  CostSource used = CostSource::profile;
+  EXPECT_NEAR(cost.step_seconds(m, s, &used), 4.22497e-3, 1e-8);
+  EXPECT_EQ(used, CostSource::roofline);
+  // Tensor parallel 2: half the bytes, plus 2 all-reduces per layer of one 4096-wide bf16 row:
+  // 64 × (8 µs + 2·(1/2)·8192 B / 450 GB/s) = 64 × 8.0182 µs = 0.51316 ms.
+  const SimCostModel tp2 = SimCostModel::roofline(SimDevice::preset("h100"), 2);
+  EXPECT_NEAR(tp2.step_seconds(m, s), 4.02497e-3 / 2 + 2e-4 + 64 * (8e-6 + 8192.0 / 450e9), 1e-8);
+}
+
+TEST(KvBudget, LeavesWhatWeightsAndActivationsDoNotTake) {
+  // llama2-7b on one H100 at 0.9: 72 GB usable − 13,476,831,232 B of bf16 weights −
+  // (4096 rows × (4·4096 + 2·11008) × 2 B + 4 × 256 × 32000 B of logits + 1 GiB) = 57,102,086,144 B,
+  // 108,913 token slots of 512 KiB.
+  const KvBudget b = kv_budget(preset("llama2-7b"), SimDevice::preset("h100"), 1, 0.9, 4096, 256);
+  EXPECT_EQ(b.kv_cache_bytes, 57102086144);
+  EXPECT_EQ(b.kv_bytes_per_token, 524288);
+  EXPECT_EQ(b.n_token_slots(), 108913);
+  // Tensor parallel 2: half the weights and half the KV heads per GPU.
+  const KvBudget b2 = kv_budget(preset("llama2-7b"), SimDevice::preset("h100"), 2, 0.9, 4096, 256);
+  EXPECT_EQ(b2.kv_bytes_per_token, 262144);
+  EXPECT_GT(b2.n_token_slots(), 2 * b.n_token_slots());
+  EXPECT_THROW(kv_budget(preset("llama2-7b"), SimDevice::preset("h100"), 1, 1.5, 4096, 256), std::invalid_argument);
+  EXPECT_THROW(kv_budget(preset("llama3-8b"), SimDevice::preset("h100"), 3, 0.9, 4096, 256), std::invalid_argument);
+  // 70B in bf16 does not fit one 80 GB GPU.
+  EXPECT_LT(kv_budget(preset("llama3-70b"), SimDevice::preset("h100"), 1, 0.9, 4096, 256).kv_cache_bytes, 0);
 }
 
 TEST(SimBackend, TokensArePureFunctionsOfSeedSampleAndPosition) {
@@ -168,12 +307,14 @@ TEST(SimBackend, ForwardRejectsAnEntryWithoutSlots) {
   ASSERT_EQ(r.sampled.size(), 1u);
   ASSERT_TRUE(r.predicted_s.has_value());
   EXPECT_GT(*r.predicted_s, 0.0);
+  EXPECT_EQ(b.cost_counts().roofline, 1);
+  EXPECT_EQ(b.cost_counts().total(), 1);
 }
 
 TEST(SimDevice, PresetsAndValidation) {
   for (const auto& name : SimDevice::preset_names()) EXPECT_NO_THROW(SimDevice::preset(name).validate());
   try {
-    SimDevice::preset("a100");
+    SimDevice::preset("a100");  // the preset is a100-80gb
     FAIL();
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("h200"), std::string::npos);

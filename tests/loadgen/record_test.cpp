@@ -42,6 +42,24 @@ TEST(Record, MissingTimesAreNullAndErrorsKeepTheirMessage) {
   EXPECT_EQ(j.get<RequestRecord>().error, r.error);
 }
 
+// Issue 6 item 2: scheduled_s (first admitted to a batch) round-trips; absent or null reads as -1
+// so records written before the field existed still load.
+TEST(Record, ScheduledTimeRoundTripsAndDefaultsToMinusOne) {
+  RequestRecord r;
+  r.run = "x";
+  r.arrival_s = 1.0;
+  r.scheduled_s = 1.125;
+  nlohmann::json j = nlohmann::json::parse(record_line(r));
+  EXPECT_EQ(j["scheduled_s"], 1.125);
+  EXPECT_DOUBLE_EQ(j.get<RequestRecord>().scheduled_s, 1.125);
+  r.scheduled_s = -1.0;  // never scheduled
+  j = nlohmann::json::parse(record_line(r));
+  EXPECT_TRUE(j["scheduled_s"].is_null());
+  EXPECT_DOUBLE_EQ(j.get<RequestRecord>().scheduled_s, -1.0);
+  j.erase("scheduled_s");  // an older record
+  EXPECT_DOUBLE_EQ(j.get<RequestRecord>().scheduled_s, -1.0);
+}
+
 TEST(Record, BadLineNamesFileAndLine) {
   const std::string path = testing::TempDir() + "bad_records.jsonl";
   {

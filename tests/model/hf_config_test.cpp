@@ -90,6 +90,11 @@ TEST(HfConfig, EveryPresetRoundTrips) {
     EXPECT_EQ(c.attention_bias, p.attention_bias) << name;
     EXPECT_EQ(c.dtype, p.dtype) << name;
     EXPECT_EQ(c.eos_token, p.eos_token) << name;
+    EXPECT_EQ(c.rope_scaling.type, p.rope_scaling.type) << name;
+    EXPECT_EQ(c.rope_scaling.factor, p.rope_scaling.factor) << name;
+    EXPECT_EQ(c.rope_scaling.low_freq_factor, p.rope_scaling.low_freq_factor) << name;
+    EXPECT_EQ(c.rope_scaling.high_freq_factor, p.rope_scaling.high_freq_factor) << name;
+    EXPECT_EQ(c.rope_scaling.original_max_position, p.rope_scaling.original_max_position) << name;
   }
   const std::string text = hf_config_json(preset("llama3-8b"));
   EXPECT_NE(text.find("\"LlamaForCausalLM\""), std::string::npos);
@@ -117,6 +122,77 @@ TEST(HfConfig, ErrorsNameTheKeyAndFile) {
   msg = parse_error("{\"hidden_size\": 64,\n  oops}");
   EXPECT_NE(msg.find("not valid JSON"), std::string::npos) << msg;
   EXPECT_NE(msg.find("line 2"), std::string::npos) << msg;
+}
+
+// meta-llama/Llama-3.2-1B's config.json, abridged only of keys servelab ignores.
+constexpr const char* kLlama32Config = R"({
+  "architectures": ["LlamaForCausalLM"], "attention_bias": false, "bos_token_id": 128000,
+  "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu", "hidden_size": 2048,
+  "intermediate_size": 8192, "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
+  "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16", "vocab_size": 128256})";
+
+TEST(HfConfig, ParsesLlama32WithItsRopeScalingAsThePreset) {
+  const ModelConfig c = parse_hf_config(kLlama32Config, "config.json");
+  const ModelConfig p = preset("llama3.2-1b");
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::llama3);
+  EXPECT_EQ(c.rope_scaling.factor, p.rope_scaling.factor);
+  EXPECT_EQ(c.rope_scaling.low_freq_factor, p.rope_scaling.low_freq_factor);
+  EXPECT_EQ(c.rope_scaling.high_freq_factor, p.rope_scaling.high_freq_factor);
+  EXPECT_EQ(c.rope_scaling.original_max_position, p.rope_scaling.original_max_position);
+  EXPECT_EQ(rope_inv_freq(c), rope_inv_freq(p));
+  EXPECT_EQ(c.n_params(), p.n_params());
+
+  // transformers >= 5 keeps the same parameters in rope_parameters; older configs write "type".
+  const std::string base = R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "intermediate_size": 128, "vocab_size": 100, )";
+  const ModelConfig v5 = parse_hf_config(base + R"("rope_parameters": {"rope_theta": 500000.0,
+      "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+      "original_max_position_embeddings": 1024}})", "c.json");
+  EXPECT_EQ(v5.rope_theta, 500000.0f);
+  EXPECT_EQ(v5.rope_scaling.type, RopeScaling::Type::llama3);
+  EXPECT_EQ(v5.rope_scaling.factor, 8.0f);
+  EXPECT_EQ(v5.rope_scaling.original_max_position, 1024);
+  const ModelConfig old = parse_hf_config(base + R"("rope_scaling": {"type": "llama3", "factor": 2,
+      "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings": 512}})", "c.json");
+  EXPECT_EQ(old.rope_scaling.factor, 2.0f);
+  EXPECT_EQ(parse_hf_config(base + R"("rope_scaling": null})", "c.json").rope_scaling.type, RopeScaling::Type::none);
+}
+
+TEST(HfConfig, RefusesRopeScalingAndSlidingWindowsItDoesNotImplement) {
+  const std::string base = R"({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 8192, )";
+  std::string msg = parse_error(base + R"("rope_scaling": {"type": "yarn", "factor": 4.0}})");
+  EXPECT_NE(msg.find("ckpt/config.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rope_scaling.type"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("yarn"), std::string::npos) << msg;
+  msg = parse_error(base + R"("rope_scaling": {"rope_type": "linear", "factor": 2.0}})");
+  EXPECT_NE(msg.find("rope_scaling.rope_type"), std::string::npos) << msg;
+  msg = parse_error(base + R"("rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000}})");
+  EXPECT_NE(msg.find("rope_parameters.rope_type"), std::string::npos) << msg;
+  msg = parse_error(base + R"("rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+      "high_freq_factor": 4.0}})");
+  EXPECT_NE(msg.find("rope_scaling.original_max_position_embeddings"), std::string::npos) << msg;
+  msg = parse_error(base + R"("rope_scaling": {"rope_type": "llama3", "factor": 0.5, "low_freq_factor": 1.0,
+      "high_freq_factor": 4.0, "original_max_position_embeddings": 1024}})");
+  EXPECT_NE(msg.find("rope_scaling.factor"), std::string::npos) << msg;
+  msg = parse_error(base + R"("rope_scaling": 2})");
+  EXPECT_NE(msg.find("rope_scaling"), std::string::npos) << msg;
+
+  // Mistral 7B v0.1: a 4096-token window inside an 8192 model would change attention.
+  msg = parse_error(base + R"("model_type": "mistral", "sliding_window": 4096})");
+  EXPECT_NE(msg.find("sliding_window"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("4096"), std::string::npos) << msg;
+  msg = parse_error(base + R"("model_type": "qwen2", "use_sliding_window": true, "sliding_window": 4096})");
+  EXPECT_NE(msg.find("sliding_window"), std::string::npos) << msg;
+  // Windows that cannot take effect load: null, switched off (Qwen2 writes one beside
+  // use_sliding_window false), or no shorter than the model.
+  EXPECT_EQ(parse_error(base + R"("model_type": "mistral", "sliding_window": null})"), "");
+  EXPECT_EQ(parse_error(base + R"("model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": false})"), "");
+  EXPECT_EQ(parse_error(base + R"("model_type": "qwen2", "sliding_window": 4096})"), "");  // HF default: off
+  EXPECT_EQ(parse_error(base + R"("model_type": "mistral", "sliding_window": 8192})"), "");
 }
 
 TEST(HfConfig, MissingFileIsNamed) {

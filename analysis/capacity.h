@@ -1,0 +1,94 @@
+#pragma once
+// Capacity search: the highest request rate whose SLO attainment meets a target, found by
+// bisection over probes (each probe = one run at a rate, scored by its metrics), then the
+// deployment it implies: replicas and GPUs for a target rate, cost per million output tokens and
+// requests per dollar at capacity. analysis never runs the engine: the caller supplies the probe.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace servelab::analysis {
+
+/// One run at one rate, as the capacity search scores it.
+struct CapacityProbe {
+  double rate = 0.0;               ///< offered requests/s
+  double slo_attainment = 0.0;     ///< in [0, 1]
+  bool meets = false;              ///< slo_attainment >= target
+  int n_requests = 0;              ///< measured requests
+  double request_throughput = 0.0; ///< ok requests/s
+  double output_throughput = 0.0;  ///< output tokens/s
+  double goodput = 0.0;            ///< output tokens/s of SLO-meeting requests
+  double ttft_p50_ms = 0.0, ttft_p99_ms = 0.0, tpot_p50_ms = 0.0, tpot_p99_ms = 0.0;
+  double run_s = 0.0;              ///< the run's duration on its clock (virtual for sim)
+  double wall_s = 0.0;             ///< wall time the probe took
+};
+
+struct RunMetrics;
+
+/// A probe's figures from a run's metrics (meets is left for find_capacity to set).
+CapacityProbe probe_from_metrics(double rate, const RunMetrics& m, double wall_s);
+
+/// How to search. validate() names the bad field.
+struct BisectionOptions {
+  double target = 0.9;         ///< SLO attainment a rate must reach, in (0, 1]
+  double rate_lo = 0.0;        ///< first probe (req/s); 0 = rate_hi / 8, or 1 when rate_hi is 0 too
+  double rate_hi = 0.0;        ///< upper bracket guess; 0 = found by doubling from rate_lo
+  double precision = 0.0;      ///< stop when hi − lo <= max(precision, precision_pct% of lo) ...
+  double precision_pct = 2.0;
+  int max_probes = 40;         ///< ... or after this many probes
+  void validate() const;
+  /// The bracket width at which bisection stops for a lower end `lo`.
+  double tolerance(double lo) const;
+};
+
+/// The search's outcome for one strategy.
+struct StrategyCapacity {
+  std::string strategy;
+  std::vector<CapacityProbe> probes;  ///< every probe, in the order it ran
+  bool found = false;           ///< some probed rate met the target
+  double capacity = 0.0;        ///< highest probed rate meeting the target (0 when none did)
+  double failing_rate = 0.0;    ///< lowest probed rate above it that missed (0 when none did)
+  double precision = 0.0;       ///< failing_rate − capacity when both are known
+  std::string note;             ///< why the search stopped early, if it did
+  CapacityProbe at_capacity;    ///< the probe at `capacity`
+
+  // Deployment (plan_deployment).
+  double target_rate = 0.0;     ///< req/s to serve; 0 = not asked
+  int gpus_per_replica = 1;
+  int replicas = 0;             ///< ceil(target_rate / capacity)
+  int gpus = 0;                 ///< replicas × gpus_per_replica
+  double gpu_hour_usd = 0.0;    ///< 0 = no cost figures
+  double usd_per_m_output_tokens = 0.0;  ///< at capacity: GPU cost per hour / output tokens per hour × 1e6
+  double requests_per_usd = 0.0;         ///< at capacity: requests per hour / GPU cost per hour
+  double fleet_usd_per_hour = 0.0;       ///< gpus × gpu_hour_usd
+};
+
+/// Bisection: probes rate_lo (halving while it misses, doubling while it meets when no rate_hi
+/// was given), then halves the bracket [highest meeting, lowest missing] until it is within the
+/// tolerance. Assumes attainment falls as the rate rises; a probe that contradicts a bracket
+/// is kept and the bracket still narrows. `probe(rate)` runs one point; its `meets` is set here.
+StrategyCapacity find_capacity(const std::string& strategy, const std::function<CapacityProbe(double)>& probe,
+                               const BisectionOptions& options);
+
+/// Fills the deployment figures of a found capacity: replicas and GPUs for `target_rate`
+/// (skipped when 0) and the cost figures at `gpu_hour_usd` (skipped when 0).
+void plan_deployment(StrategyCapacity& c, double target_rate, int gpus_per_replica, double gpu_hour_usd);
+
+/// Aligned text table, one line per strategy, then each strategy's probes.
+std::string capacity_table(const std::vector<StrategyCapacity>& results, double target);
+
+/// {"schema": "servelab.capacity/1", "target_attainment", "strategies": [{strategy, found,
+/// capacity_rps, failing_rps, precision_rps, note, at_capacity: {...}, deployment: {...},
+/// probes: [...]}]} plus what `extra` holds (scenario, environment, ...), merged at the top.
+nlohmann::ordered_json capacity_json(const std::vector<StrategyCapacity>& results, double target,
+                                     const nlohmann::ordered_json& extra);
+
+/// Writes DIR/plots/capacity.{gp,dat} and runs gnuplot: SLO attainment vs rate per strategy
+/// (every probe), the target as a horizontal line, each capacity marked. Returns warnings
+/// (gnuplot missing or failing); never throws for plotting problems.
+std::vector<std::string> write_capacity_plot(const std::string& dir, const std::vector<StrategyCapacity>& results,
+                                             double target);
+
+}  // namespace servelab::analysis

@@ -1,0 +1,195 @@
+// servelab capacity SCENARIO: per strategy, the highest request rate whose SLO attainment meets
+// the target (bisection, every probe recorded), replicas/GPUs for a target rate, cost figures;
+// a table, capacity.json and a plot. `--rate R` runs one probe instead and prints simulated
+// time, wall time and their ratio (the fast-virtual-time benchmark, scripts/bench-sim.sh).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "analysis/capacity.h"
+#include "analysis/environment.h"
+#include "analysis/metrics.h"
+#include "cli/command.h"
+#include "loadgen/capacity_probe.h"
+#include "loadgen/scenario.h"
+
+namespace servelab::cli {
+namespace {
+
+struct CapacityArgs {
+  std::string scenario;
+  std::string out;
+  std::vector<std::string> overrides;
+  std::vector<std::string> strategies;
+  double rate = 0.0;          // > 0: one probe (benchmark)
+  bool quiet = false;
+  bool no_plots = false;
+};
+
+analysis::SloSpec slo_of(const Scenario& s) { return {s.slo.ttft_ms, s.slo.tpot_ms, s.slo.attainment}; }
+
+std::string counts_text(const std::optional<CostCounts>& c) {
+  if (!c) return "";
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "steps priced: %lld from the profile, %lld beyond its grid (roofline-scaled), %lld by the roofline",
+                static_cast<long long>(c->profile), static_cast<long long>(c->profile_roofline),
+                static_cast<long long>(c->roofline));
+  return buf;
+}
+
+int one_probe(const Scenario& sc, const PointRunner& runner, const std::vector<size_t>& which, double rate, int n) {
+  for (size_t i : which) {
+    PointRunOptions o;
+    o.n_requests = n;
+    const std::clock_t c0 = std::clock();
+    const PointRun run = runner.run(i, rate, o);
+    const auto t0 = std::chrono::steady_clock::now();
+    const analysis::RunMetrics m = analysis::compute_metrics(run.label, run.records, {}, slo_of(sc));
+    const double metrics_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double cpu_s = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
+    const double total_wall = run.wall_s + metrics_s;
+    std::printf("%s: %zu requests (%zu measured), simulated %.1f s in %.2f s wall (engine %.2f s + metrics %.2f s; "
+                "%.2f s of CPU time on one thread): %.0fx real time\n",
+                run.label.c_str(), run.records.size(), m.n_requests, run.stats.end_s, total_wall, run.wall_s, metrics_s,
+                cpu_s, run.stats.end_s / total_wall);
+    std::printf("  SLO attainment %.1f%%, %.1f output tok/s, %.2f req/s, TTFT p50/p99 %.1f/%.1f ms, TPOT p50/p99 %.1f/%.1f ms\n",
+                m.slo_attainment * 100, m.output_throughput, m.request_throughput, m.ttft_ms.p50, m.ttft_ms.p99,
+                m.tpot_ms.p50, m.tpot_ms.p99);
+    if (run.cost_counts) std::printf("  %s\n", counts_text(run.cost_counts).c_str());
+  }
+  return 0;
+}
+
+int capacity_main(const CapacityArgs& a) {
+  Scenario sc;
+  try {
+    sc = load_scenario(a.scenario, a.overrides);
+  } catch (const ScenarioError& e) {
+    for (const auto& m : e.messages) std::cerr << m << "\n";
+    return 2;
+  }
+  if (sc.workload.mode != LoadMode::open_loop) {
+    std::cerr << a.scenario << ": capacity needs an open-loop workload (workload.arrival), not "
+              << to_string(sc.workload.mode) << "\n";
+    return 2;
+  }
+  const CapacitySpec spec = sc.capacity.value_or(CapacitySpec{});
+  std::vector<size_t> which;
+  for (size_t i = 0; i < sc.strategies.size(); ++i)
+    if (a.strategies.empty() || std::find(a.strategies.begin(), a.strategies.end(), sc.strategies[i].label) != a.strategies.end())
+      which.push_back(i);
+  if (which.empty()) {
+    std::cerr << "no strategy of " << a.scenario << " matches --strategy\n";
+    return 2;
+  }
+  std::unique_ptr<PointRunner> runner;
+  try {
+    runner = std::make_unique<PointRunner>(sc);
+  } catch (const std::exception& e) {
+    std::cerr << a.scenario << ": " << e.what() << "\n";
+    return 2;
+  }
+  if (!a.quiet)
+    for (size_t i : which)
+      if (auto b = runner->kv_budget(i))
+        std::fprintf(stderr, "%s: KV arena %.1f GiB = %.1f GB x %.2f - weights %.1f GiB - activations %.1f GiB (%lld token slots)\n",
+                     sc.strategies[i].label.c_str(), b->kv_cache_bytes / 1073741824.0, b->usable_bytes / 1e9 /
+                     *spec.gpu_memory_utilization, *spec.gpu_memory_utilization, b->weight_bytes / 1073741824.0,
+                     b->activation_bytes / 1073741824.0, static_cast<long long>(b->n_token_slots()));
+  if (a.rate > 0) return one_probe(sc, *runner, which, a.rate, spec.n_requests);
+
+  analysis::BisectionOptions bo;
+  bo.target = sc.slo.attainment;
+  bo.rate_lo = spec.rate_lo;
+  bo.rate_hi = spec.rate_hi;
+  bo.precision = spec.precision;
+  bo.precision_pct = spec.precision_pct;
+  bo.max_probes = spec.max_probes;
+  std::vector<analysis::StrategyCapacity> results;
+  CostCounts counts;
+  for (size_t i : which) {
+    auto probe = [&](double rate) {
+      PointRunOptions o;
+      o.n_requests = spec.n_requests;
+      const PointRun run = runner->run(i, rate, o);
+      if (run.cost_counts) {
+        counts.profile += run.cost_counts->profile;
+        counts.profile_roofline += run.cost_counts->profile_roofline;
+        counts.roofline += run.cost_counts->roofline;
+      }
+      const analysis::RunMetrics m = analysis::compute_metrics(run.label, run.records, {}, slo_of(sc));
+      analysis::CapacityProbe p = analysis::probe_from_metrics(rate, m, run.wall_s);
+      if (!a.quiet)
+        std::fprintf(stderr, "  %s: attainment %.1f%%, %.1f out tok/s (%.2f s wall)\n", run.label.c_str(),
+                     p.slo_attainment * 100, p.output_throughput, run.wall_s);
+      return p;
+    };
+    analysis::StrategyCapacity c = analysis::find_capacity(sc.strategies[i].label, probe, bo);
+    analysis::plan_deployment(c, spec.target_rate, spec.tensor_parallel, spec.gpu_hour_usd);
+    results.push_back(std::move(c));
+  }
+
+  std::cout << analysis::capacity_table(results, bo.target);
+  if (sc.backend.kind == BackendKind::sim) std::cout << counts_text(counts) << "\n";
+  const std::string dir = a.out.empty() ? sc.output_dir : a.out;
+  std::filesystem::create_directories(dir);
+  nlohmann::ordered_json extra;
+  extra["scenario"] = sc.name;
+  extra["backend"] = to_string(sc.backend.kind);
+  extra["model"] = runner->backend_spec().model;
+  extra["cost_model"] = sc.backend.kind != BackendKind::sim ? "measured"
+                        : sc.backend.sim_profile.empty()   ? "roofline:" + runner->backend_spec().sim_device.name
+                                                           : "profile:" + sc.backend.sim_profile;
+  extra["tensor_parallel"] = spec.tensor_parallel;
+  extra["slo"] = {{"ttft_ms", sc.slo.ttft_ms}, {"tpot_ms", sc.slo.tpot_ms}};
+  extra["bisection"] = {{"precision", bo.precision}, {"precision_pct", bo.precision_pct}, {"max_probes", bo.max_probes}};
+  extra["n_requests_per_probe"] = spec.n_requests > 0 ? spec.n_requests : sc.planned_requests();
+  extra["cost_counts"] = {{"profile", counts.profile}, {"profile_roofline", counts.profile_roofline}, {"roofline", counts.roofline}};
+  nlohmann::ordered_json env;
+  analysis::to_json(env, analysis::detect_environment(to_string(sc.backend.kind), analysis::git_commit("."), SERVELAB_VERSION));
+  extra["environment"] = env;
+  const std::string json_path = dir + "/capacity.json";
+  std::ofstream(json_path) << analysis::capacity_json(results, bo.target, extra).dump(2) << "\n";
+  std::cout << "wrote " << json_path << "\n";
+  if (!a.no_plots) {
+    for (const auto& w : analysis::write_capacity_plot(dir, results, bo.target)) std::cout << "warning: " << w << "\n";
+    if (std::filesystem::exists(dir + "/plots/capacity.svg")) std::cout << "plot: " << dir << "/plots/capacity.svg\n";
+  }
+  return 0;
+}
+
+const Registrar reg(
+    "capacity", "Find each strategy's highest request rate under the SLO (bisection), replicas and cost",
+    [](CLI::App& sub) -> CommandMain {
+      auto a = std::make_shared<CapacityArgs>();
+      sub.add_option("scenario", a->scenario, "Scenario YAML file")->required()->check(CLI::ExistingFile);
+      sub.add_option("--out,-o", a->out, "Output folder for capacity.json and plots/ (default: the scenario's output_dir)");
+      sub.add_option("--set", a->overrides, "Override a scenario value: key.path=value (repeatable)");
+      sub.add_option("--strategy", a->strategies, "Only these strategy labels (repeatable)");
+      sub.add_option("--rate", a->rate, "Run one probe at this rate and print simulated vs wall time (benchmark)")
+          ->check(CLI::PositiveNumber);
+      sub.add_flag("--quiet,-q", a->quiet, "No per-probe lines");
+      sub.add_flag("--no-plots", a->no_plots, "Skip the gnuplot figure");
+      sub.footer(
+          "The SLO and its attainment target come from the scenario's slo: section; the search and\n"
+          "the deployment from its capacity: section (scenarios/README.md): bracket, precision,\n"
+          "requests per probe, target_rate, gpu_hour_usd, tensor_parallel, gpu_memory_utilization.\n"
+          "Each probe is one in-memory run (sim: virtual clock; cpu: real time).\n\n"
+          "Examples:\n"
+          "  servelab capacity scenarios/capacity.yaml\n"
+          "  servelab capacity scenarios/capacity.yaml --set capacity.target_rate=400 --set capacity.gpu_hour_usd=2.5\n"
+          "  servelab capacity scenarios/capacity.yaml --rate 27 --set capacity.n_requests=100000   # benchmark\n"
+          "Exit codes: 0 ok, 2 invalid scenario or input.");
+      return [a] { return capacity_main(*a); };
+    });
+
+}  // namespace
+}  // namespace servelab::cli

@@ -1,0 +1,205 @@
+// servelab serve: the reference engine behind an OpenAI-compatible HTTP API (engine/server/).
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "engine/backend/make_backend.h"
+#include "engine/model/tokenizer.h"
+#include "engine/server/echo_service.h"
+#include "engine/server/engine_service.h"
+#include "engine/server/http_server.h"
+#include "loadgen/scenario.h"
+#include "loadgen/sources.h"
+
+namespace servelab::cli {
+namespace {
+
+struct ServeArgs {
+  std::string model;     // folder
+  std::string preset = "tiny";
+  std::string backend = "cpu";
+  std::string scenario;
+  std::string strategy;  // label in the scenario; default its first
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;
+  std::string served_model_name;
+  uint64_t seed = 0;
+  int threads = 0;
+  int io_threads = 1;
+  int max_waiting = 256;
+  size_t max_body_bytes = 4u << 20;
+  // engine knobs (used without --scenario)
+  std::string batching = "continuous";
+  std::string kv = "paged";
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 2048;
+  int batch_size = 8;
+  int block_size = 16;
+  double kv_cache_mb = 64;
+  int max_model_len = 0;
+  bool chunked_prefill = false;
+  std::string sim_device;
+};
+
+/// The engine config from flags (no scenario).
+EngineConfig flags_engine_config(const ServeArgs& a, const ModelConfig& model) {
+  EngineConfig c;
+  if (a.batching == "continuous") c.sched.kind = BatchingKind::continuous;
+  else if (a.batching == "static") c.sched.kind = BatchingKind::static_batch;
+  else if (a.batching == "dynamic") c.sched.kind = BatchingKind::dynamic_batch;
+  else throw std::invalid_argument("--batching must be continuous, static or dynamic (got " + a.batching + ")");
+  c.sched.max_num_seqs = a.max_num_seqs;
+  c.sched.max_num_batched_tokens = a.max_num_batched_tokens;
+  c.sched.chunked_prefill = a.chunked_prefill;
+  c.sched.batch_size = a.batch_size;
+  c.sched.max_batch_size = a.batch_size;
+  if (a.kv == "paged") c.kv.kind = KvKind::paged;
+  else if (a.kv == "naive") c.kv.kind = KvKind::naive;
+  else throw std::invalid_argument("--kv must be paged or naive (got " + a.kv + ")");
+  c.kv.block_size = a.block_size;
+  c.kv.max_model_len = a.max_model_len > 0 ? a.max_model_len : model.max_position;
+  c.kv_cache_bytes = static_cast<int64_t>(a.kv_cache_mb * (1 << 20));
+  c.validate();
+  return c;
+}
+
+/// tokenizer_config.json's "chat_template" when it is a string, else "".
+std::string read_chat_template(const std::string& dir) {
+  std::ifstream in(dir + "/tokenizer_config.json");
+  if (!in) return "";
+  auto j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return "";
+  auto it = j.find("chat_template");
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+int serve_main(ServeArgs a) {
+  using namespace server;
+  BackendSpec spec;
+  EngineConfig econfig;
+  bool have_scenario = !a.scenario.empty();
+  if (have_scenario) {
+    Scenario sc;
+    try {
+      sc = load_scenario(a.scenario);
+    } catch (const ScenarioError& e) {
+      for (const auto& m : e.messages) std::cerr << m << "\n";
+      return 2;
+    }
+    const StrategySpec* st = &sc.strategies.front();
+    for (const auto& s : sc.strategies)
+      if (s.label == a.strategy) st = &s;
+    if (!a.strategy.empty() && st->label != a.strategy) {
+      std::cerr << "servelab serve: --strategy " << a.strategy << " is not in " << a.scenario << "\n";
+      return 2;
+    }
+    econfig = engine_config(sc, *st);
+    spec.kind = sc.backend.kind;
+    spec.model = sc.model.path.empty() ? sc.model.preset : sc.model.path;
+    spec.seed = sc.seed;
+    spec.threads = sc.backend.threads;
+    if (!sc.backend.sim_device.empty()) spec.sim_device = SimDevice::preset(sc.backend.sim_device);
+    spec.sim_profile = sc.backend.sim_profile;
+    if (!sc.model.path.empty()) a.model = sc.model.path;
+  } else {
+    spec.model = a.model.empty() ? a.preset : a.model;
+    spec.seed = a.seed;
+    spec.threads = a.threads;
+    if (!a.sim_device.empty()) spec.sim_device = SimDevice::preset(a.sim_device);
+  }
+  const bool echo = a.backend == "echo";
+  if (!echo && !have_scenario) spec.kind = parse_backend_kind(a.backend);
+  const ModelConfig model = resolve_model_config(spec.model);
+
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::string chat_template;
+  if (!a.model.empty()) {
+    tokenizer = load_tokenizer_from_dir(a.model);
+    chat_template = read_chat_template(a.model);
+  }
+  if (!tokenizer) {
+    std::optional<TokenId> eos;
+    if (model.eos_token >= 0) eos = model.eos_token;
+    tokenizer = make_byte_tokenizer(std::max(model.vocab_size, 256), eos);
+  }
+
+  ServerOptions o;
+  o.host = a.host;
+  o.port = a.port;
+  o.api_key = a.api_key;
+  o.io_threads = a.io_threads;
+  o.max_body_bytes = a.max_body_bytes;
+  o.model_name = !a.served_model_name.empty() ? a.served_model_name
+                 : !a.model.empty()           ? std::filesystem::path(a.model).filename().string()
+                                              : model.name;
+  o.chat_template = chat_template;
+  o.render_chat = [](std::span<const ChatMessage> m, const std::string& t) { return render_chat(m, t, true); };
+
+  ServerMetrics metrics(o.model_name);
+  std::unique_ptr<GenerationService> service;
+  if (echo) {
+    service = std::make_unique<EchoService>(model, metrics);
+  } else {
+    spec.validate();
+    if (!have_scenario) econfig = flags_engine_config(a, model);
+    EngineServiceOptions so;
+    so.max_waiting = a.max_waiting;
+    so.pace_predicted = spec.kind == BackendKind::sim;
+    service = std::make_unique<EngineService>(std::make_unique<Engine>(econfig, make_backend(spec)), metrics, so);
+  }
+  HttpServer srv(o, *service, *tokenizer, metrics);
+  srv.handle_signals = true;
+  srv.start();
+  std::cout << "servelab serve: " << o.model_name << " (" << (echo ? "echo responder" : to_string(spec.kind))
+            << ", tokenizer " << tokenizer->name() << ") on http://" << o.host << ":" << srv.port()
+            << "  (SIGTERM/Ctrl-C drains and exits)" << std::endl;
+  srv.wait();
+  std::cout << "servelab serve: drained, exiting" << std::endl;
+  return 0;
+}
+
+const Registrar reg(
+    "serve", "Serve the engine over an OpenAI-compatible HTTP API (completions, chat, SSE, /metrics)",
+    [](CLI::App& sub) -> CommandMain {
+      auto a = std::make_shared<ServeArgs>();
+      auto* model = sub.add_option("--model", a->model, "Hugging Face model folder (config.json, safetensors, tokenizer.json)");
+      sub.add_option("--preset", a->preset, "Model preset with random weights (default tiny)")->excludes(model);
+      sub.add_option("--backend", a->backend, "cpu | sim (paced in real time) | echo (no model: answers at once; for load-generator benchmarks)");
+      sub.add_option("--scenario", a->scenario, "Take model, backend and engine settings from a scenario")->check(CLI::ExistingFile);
+      sub.add_option("--strategy", a->strategy, "With --scenario: the strategy label to serve (default the first)");
+      sub.add_option("--host", a->host, "Address to bind (default 127.0.0.1: loopback only)");
+      sub.add_option("--port", a->port, "Port (default 8000; 0 = any free port)");
+      sub.add_option("--api-key", a->api_key, "Require Authorization: Bearer KEY on /v1/* (401 otherwise)");
+      sub.add_option("--served-model-name", a->served_model_name, "Model name in /v1/models and responses");
+      sub.add_option("--seed", a->seed, "Seed of the preset's random weights");
+      sub.add_option("--threads", a->threads, "CPU backend threads (0 = all cores)");
+      sub.add_option("--io-threads", a->io_threads, "HTTP threads (default 1)");
+      sub.add_option("--max-waiting", a->max_waiting, "Requests waiting beyond the running batch before 429 (default 256)");
+      sub.add_option("--max-body-bytes", a->max_body_bytes, "Larger request bodies get 413 (default 4 MiB)");
+      sub.add_option("--batching", a->batching, "continuous | static | dynamic");
+      sub.add_option("--kv", a->kv, "paged | naive");
+      sub.add_option("--max-num-seqs", a->max_num_seqs, "continuous: running sequences");
+      sub.add_option("--max-num-batched-tokens", a->max_num_batched_tokens, "continuous: tokens per step");
+      sub.add_flag("--chunked-prefill", a->chunked_prefill, "continuous: split long prompts over steps");
+      sub.add_option("--batch-size", a->batch_size, "static/dynamic: batch size");
+      sub.add_option("--block-size", a->block_size, "paged: tokens per block");
+      sub.add_option("--kv-cache-mb", a->kv_cache_mb, "KV arena in MiB (default 64)");
+      sub.add_option("--max-model-len", a->max_model_len, "Prompt + output cap (default the model's)");
+      sub.add_option("--sim-device", a->sim_device, "sim: roofline device preset");
+      sub.footer(
+          "Examples:\n"
+          "  servelab serve --preset tiny --port 8000\n"
+          "  servelab serve --model models/qwen3 --backend cpu --api-key secret\n"
+          "  servelab serve --scenario scenarios/quickstart.yaml --strategy continuous-paged\n"
+          "  servelab serve --backend echo --port 9000      # fast responder for bench-http-driver.sh\n"
+          "Then: curl localhost:8000/v1/completions -d '{\"prompt\": \"hi\", \"max_tokens\": 8, \"stream\": true}'");
+      return [a] { return serve_main(*a); };
+    });
+
+}  // namespace
+}  // namespace servelab::cli

@@ -1,0 +1,264 @@
+// servelab validate-sim SCENARIO --profile P: how wrong is the sim? Runs the same plans on the
+// scenario's real backend and on the sim calibrated from that backend's profile, at fractions of
+// the capacity the sim finds (default 50% and 85%), and reports the relative error of p50/p99
+// TTFT and TPOT and of output throughput. Writes validation.json, validation.md and both runs'
+// records.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "analysis/capacity.h"
+#include "analysis/environment.h"
+#include "analysis/metrics.h"
+#include "cli/command.h"
+#include "engine/backend/cost_model.h"
+#include "loadgen/capacity_probe.h"
+#include "loadgen/scenario.h"
+
+namespace servelab::cli {
+namespace {
+
+struct ValidateSimArgs {
+  std::string scenario;
+  std::string profile;
+  std::string out;
+  std::vector<std::string> overrides;
+  std::vector<std::string> strategies;
+  std::vector<double> loads = {0.5, 0.85};
+  std::vector<double> capacities;  // per selected strategy, req/s; empty = bisection on the sim
+  int n_requests = 0;
+};
+
+analysis::SloSpec slo_of(const Scenario& s) { return {s.slo.ttft_ms, s.slo.tpot_ms, s.slo.attainment}; }
+
+struct Figure {
+  const char* name;
+  double real = 0.0, sim = 0.0;
+  double error() const { return real != 0.0 ? (sim - real) / real : NAN; }
+};
+
+std::vector<Figure> figures_of(const analysis::RunMetrics& real, const analysis::RunMetrics& sim) {
+  return {{"ttft_p50_ms", real.ttft_ms.p50, sim.ttft_ms.p50},     {"ttft_p99_ms", real.ttft_ms.p99, sim.ttft_ms.p99},
+          {"tpot_p50_ms", real.tpot_ms.p50, sim.tpot_ms.p50},     {"tpot_p99_ms", real.tpot_ms.p99, sim.tpot_ms.p99},
+          {"output_throughput", real.output_throughput, sim.output_throughput}};
+}
+
+void write_records(const std::string& path, const std::vector<RequestRecord>& records, bool append) {
+  std::ofstream out(path, append ? std::ios::app : std::ios::trunc);
+  for (const RequestRecord& r : records) out << record_line(r);
+}
+
+int validate_sim_main(const ValidateSimArgs& a) {
+  Scenario real_sc;
+  try {
+    real_sc = load_scenario(a.scenario, a.overrides);
+  } catch (const ScenarioError& e) {
+    for (const auto& m : e.messages) std::cerr << m << "\n";
+    return 2;
+  }
+  if (real_sc.backend.kind == BackendKind::sim) {
+    std::cerr << a.scenario << ": validate-sim compares a real backend with the sim: backend.kind must not be sim\n";
+    return 2;
+  }
+  if (real_sc.workload.mode != LoadMode::open_loop) {
+    std::cerr << a.scenario << ": validate-sim needs an open-loop workload\n";
+    return 2;
+  }
+  Scenario sim_sc = real_sc;
+  sim_sc.backend.kind = BackendKind::sim;
+  sim_sc.backend.sim_profile = a.profile;
+  sim_sc.backend.sim_device.clear();  // the profile's device
+  std::vector<size_t> which;
+  for (size_t i = 0; i < real_sc.strategies.size(); ++i)
+    if (a.strategies.empty() ||
+        std::find(a.strategies.begin(), a.strategies.end(), real_sc.strategies[i].label) != a.strategies.end())
+      which.push_back(i);
+  if (which.empty() || (!a.capacities.empty() && a.capacities.size() != which.size())) {
+    std::cerr << "give --capacity once per selected strategy (" << which.size() << "), or not at all\n";
+    return 2;
+  }
+  std::unique_ptr<PointRunner> sim, real;
+  try {
+    sim = std::make_unique<PointRunner>(sim_sc);
+    std::cerr << "building the " << to_string(real_sc.backend.kind) << " backend...\n";
+    real = std::make_unique<PointRunner>(real_sc);
+  } catch (const std::exception& e) {
+    std::cerr << a.scenario << ": " << e.what() << "\n";
+    return 2;
+  }
+  const CapacitySpec spec = real_sc.capacity.value_or(CapacitySpec{});
+  const int n = a.n_requests;  // per compared run; 0 = the workload's
+  const SimCostModel cost = SimCostModel::from_profile_json(a.profile, resolve_model_config(real->backend_spec().model));
+  const std::string dir = a.out.empty() ? real_sc.output_dir + "/sim-validation" : a.out;
+  std::filesystem::create_directories(dir);
+  write_records(dir + "/records_real.jsonl", {}, false);
+  write_records(dir + "/records_sim.jsonl", {}, false);
+
+  // Written after every compared run, so an interrupted validation keeps what it measured.
+  auto write_summary = [&](const nlohmann::ordered_json& runs, const std::string& table, double worst, double worst_p50) {
+    nlohmann::ordered_json j;
+    j["schema"] = "servelab.sim-validation/1";
+    j["scenario"] = real_sc.name;
+    j["backend"] = to_string(real_sc.backend.kind);
+    j["model"] = real->backend_spec().model;
+    j["profile"] = a.profile;
+    j["n_requests_per_run"] = n > 0 ? n : real_sc.planned_requests();
+    j["slo"] = {{"ttft_ms", real_sc.slo.ttft_ms}, {"tpot_ms", real_sc.slo.tpot_ms}, {"attainment", real_sc.slo.attainment}};
+    nlohmann::ordered_json env;
+    const analysis::Environment e =
+        analysis::detect_environment(to_string(real_sc.backend.kind), analysis::git_commit("."), SERVELAB_VERSION);
+    analysis::to_json(env, e);
+    j["environment"] = env;
+    j["max_abs_relative_error"] = worst;
+    j["max_abs_relative_error_p50"] = worst_p50;
+    j["runs"] = runs;
+    std::ofstream(dir + "/validation.json") << j.dump(2) << "\n";
+    std::ostringstream md;
+    md << "# Sim validation: " << real_sc.name << "\n\n"
+       << "Real backend `" << to_string(real_sc.backend.kind) << "` vs the sim calibrated from `" << a.profile
+       << "`, the same plans; error = (sim − real) / real. Measured on " << e.cpu_model << " (" << e.n_cores
+       << " hardware threads), commit " << e.commit << ", " << e.date << ".\n\n"
+       << table << "\nWorst |error|: " << worst * 100 << "% (p50 figures: " << worst_p50 * 100 << "%).\n";
+    std::ofstream(dir + "/validation.md") << md.str();
+    return md.str();
+  };
+  nlohmann::ordered_json runs = nlohmann::ordered_json::array();
+  std::ostringstream table;
+  char line[256];
+  std::snprintf(line, sizeof line, "| strategy | load | rate (req/s) | figure | real | sim | error |\n|---|---|---|---|---|---|---|\n");
+  table << line;
+  double worst = 0.0, worst_p50 = 0.0;
+  for (size_t k = 0; k < which.size(); ++k) {
+    const size_t i = which[k];
+    const std::string& label = real_sc.strategies[i].label;
+    double capacity = a.capacities.empty() ? 0.0 : a.capacities[k];
+    nlohmann::ordered_json search = nullptr;
+    if (capacity <= 0) {
+      analysis::BisectionOptions bo;
+      bo.target = real_sc.slo.attainment;
+      bo.rate_lo = spec.rate_lo;
+      bo.rate_hi = spec.rate_hi;
+      bo.precision = spec.precision;
+      bo.precision_pct = spec.precision_pct;
+      bo.max_probes = spec.max_probes;
+      const analysis::StrategyCapacity c = analysis::find_capacity(
+          label,
+          [&](double rate) {
+            PointRunOptions o;
+            o.n_requests = spec.n_requests;  // the search is virtual time: it can afford capacity.n_requests
+            const PointRun run = sim->run(i, rate, o);
+            return analysis::probe_from_metrics(rate, analysis::compute_metrics(run.label, run.records, {}, slo_of(sim_sc)),
+                                                run.wall_s);
+          },
+          bo);
+      if (!c.found) {
+        std::cerr << label << ": the sim found no rate meeting the SLO (" << c.note << ")\n";
+        return 1;
+      }
+      capacity = c.capacity;
+      search = analysis::capacity_json({c}, bo.target, {})["strategies"][0];
+    }
+    std::fprintf(stderr, "%s: sim capacity %.4g req/s\n", label.c_str(), capacity);
+    for (double load : a.loads) {
+      const double rate = load * capacity;
+      PointRunOptions o;
+      o.n_requests = n;
+      o.keep_token_times = true;
+      o.predict_with = &cost;
+      std::fprintf(stderr, "  %s at %.0f%% (%.4g req/s): real run...\n", label.c_str(), load * 100, rate);
+      const PointRun r = real->run(i, rate, o);
+      const PointRun s = sim->run(i, rate, o);
+      write_records(dir + "/records_real.jsonl", r.records, true);
+      write_records(dir + "/records_sim.jsonl", s.records, true);
+      const analysis::RunMetrics mr = analysis::compute_metrics(r.label, r.records, {}, slo_of(real_sc));
+      const analysis::RunMetrics ms = analysis::compute_metrics(s.label, s.records, {}, slo_of(sim_sc));
+      nlohmann::ordered_json run;
+      run["strategy"] = label;
+      run["load"] = load;
+      run["rate"] = rate;
+      run["n_requests"] = mr.n_requests;
+      run["real_wall_s"] = r.wall_s;
+      // Step level: each real step's measured time over what the profile predicts for its shape.
+      // Apart from queueing, this is the cost model's own error, and on a shared machine it also
+      // shows how much slower (load) the steps ran than when the profile was measured.
+      std::vector<double> ratio;
+      double sum_measured = 0.0, sum_predicted = 0.0;
+      for (const StepTiming& t : r.step_timings) {
+        ratio.push_back(t.measured_s / t.predicted_s);
+        sum_measured += t.measured_s;
+        sum_predicted += t.predicted_s;
+      }
+      std::sort(ratio.begin(), ratio.end());
+      auto pct = [&](double q) { return ratio.empty() ? NAN : ratio[static_cast<size_t>(q * (ratio.size() - 1))]; };
+      run["steps"] = {{"n_steps", ratio.size()},
+                      {"measured_over_predicted_p10", pct(0.1)},
+                      {"measured_over_predicted_p50", pct(0.5)},
+                      {"measured_over_predicted_p90", pct(0.9)},
+                      {"total_measured_s", sum_measured},
+                      {"total_predicted_s", sum_predicted},
+                      {"total_error", sum_measured > 0 ? (sum_predicted - sum_measured) / sum_measured : NAN}};
+      std::snprintf(line, sizeof line, "| %s | %.0f%% | %.4g | steps: sim/real total time (%zu steps) | %.4g s | %.4g s | %+.1f%% |\n",
+                    label.c_str(), load * 100, rate, ratio.size(), sum_measured, sum_predicted,
+                    sum_measured > 0 ? (sum_predicted - sum_measured) / sum_measured * 100 : NAN);
+      table << line;
+      run["sim_wall_s"] = s.wall_s;
+      if (s.cost_counts)
+        run["sim_cost_counts"] = {{"profile", s.cost_counts->profile},
+                                  {"profile_roofline", s.cost_counts->profile_roofline},
+                                  {"roofline", s.cost_counts->roofline}};
+      nlohmann::ordered_json figs;
+      for (const Figure& f : figures_of(mr, ms)) {
+        figs[f.name] = {{"real", f.real}, {"sim", f.sim}, {"relative_error", f.error()}};
+        worst = std::max(worst, std::abs(f.error()));
+        if (std::string(f.name).find("p50") != std::string::npos) worst_p50 = std::max(worst_p50, std::abs(f.error()));
+        std::snprintf(line, sizeof line, "| %s | %.0f%% | %.4g | %s | %.4g | %.4g | %+.1f%% |\n", label.c_str(), load * 100,
+                      rate, f.name, f.real, f.sim, f.error() * 100);
+        table << line;
+      }
+      run["figures"] = figs;
+      std::fprintf(stderr, "  done: real %.1f s wall; worst error so far %.1f%%\n", r.wall_s, worst * 100);
+      runs.push_back(run);
+      write_summary(runs, table.str(), worst, worst_p50);
+    }
+    if (!search.is_null()) {
+      runs.back()["capacity_search"] = search;
+      write_summary(runs, table.str(), worst, worst_p50);
+    }
+  }
+
+  std::cout << write_summary(runs, table.str(), worst, worst_p50) << "wrote " << dir << "/validation.json\n";
+  return 0;
+}
+
+const Registrar reg(
+    "validate-sim", "Measure the sim's error: the same plans on a real backend and on the sim calibrated from its profile",
+    [](CLI::App& sub) -> CommandMain {
+      auto a = std::make_shared<ValidateSimArgs>();
+      sub.add_option("scenario", a->scenario, "Scenario YAML file (backend cpu)")->required()->check(CLI::ExistingFile);
+      sub.add_option("--profile", a->profile, "servelab profile --json output of the same backend and model")
+          ->required()
+          ->check(CLI::ExistingFile);
+      sub.add_option("--out,-o", a->out, "Output folder (default: <output_dir>/sim-validation)");
+      sub.add_option("--set", a->overrides, "Override a scenario value: key.path=value (repeatable)");
+      sub.add_option("--strategy", a->strategies, "Only these strategy labels (repeatable)");
+      sub.add_option("--loads", a->loads, "Fractions of the sim's capacity to compare at")->delimiter(',')->capture_default_str();
+      sub.add_option("--capacity", a->capacities, "Capacity per selected strategy (req/s) instead of the sim's bisection")
+          ->delimiter(',');
+      sub.add_option("--n-requests", a->n_requests, "Measured requests per run (default: the workload's n_requests)");
+      sub.footer(
+          "Capacity is searched on the sim (capacity: section, slo: target); the real runs then run\n"
+          "at each --loads fraction of it, in real time.\n\n"
+          "Example:\n"
+          "  servelab validate-sim results/sim-validation/qwen-cpu.yaml --profile results/profiles/qwen2.5-0.5b-cpu.json");
+      return [a] { return validate_sim_main(*a); };
+    });
+
+}  // namespace
+}  // namespace servelab::cli

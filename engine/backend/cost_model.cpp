@@ -1,0 +1,408 @@
+#include "engine/backend/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace servelab {
+
+namespace {
+
+/// Parameters every row multiplies through: all layers plus the final norm, not the embedding
+/// table (a lookup) nor the LM head (only sampled rows use it).
+double layer_params(const ModelConfig& m) {
+  double p = static_cast<double>(m.n_params()) - static_cast<double>(m.vocab_size) * m.hidden_size;
+  if (!m.tie_embeddings) p -= static_cast<double>(m.vocab_size) * m.hidden_size;
+  return p;
+}
+
+/// Solves min ‖W(Ax − b)‖ over the columns in `active` by the normal equations (columns scaled
+/// to unit max, a 1e-12 ridge so columns the samples cannot tell apart get the least-norm split).
+std::vector<double> weighted_least_squares(const std::vector<std::vector<double>>& a, const std::vector<double>& b,
+                                           const std::vector<double>& w, const std::vector<bool>& active) {
+  const size_t n_cols = active.size();
+  std::vector<size_t> cols;
+  for (size_t c = 0; c < n_cols; ++c)
+    if (active[c]) cols.push_back(c);
+  const size_t k = cols.size();
+  std::vector<double> scale(k, 0.0);
+  for (size_t j = 0; j < k; ++j)
+    for (size_t i = 0; i < a.size(); ++i) scale[j] = std::max(scale[j], std::abs(a[i][cols[j]] * w[i]));
+  for (double& s : scale) s = s > 0 ? s : 1.0;
+  std::vector<std::vector<double>> m(k, std::vector<double>(k + 1, 0.0));
+  for (size_t i = 0; i < a.size(); ++i) {
+    for (size_t p = 0; p < k; ++p) {
+      const double xp = a[i][cols[p]] * w[i] / scale[p];
+      if (xp == 0.0) continue;
+      for (size_t q = 0; q < k; ++q) m[p][q] += xp * a[i][cols[q]] * w[i] / scale[q];
+      m[p][k] += xp * b[i] * w[i];
+    }
+  }
+  for (size_t p = 0; p < k; ++p) m[p][p] += 1e-12;
+  for (size_t c = 0; c < k; ++c) {  // Gaussian elimination, partial pivoting
+    size_t piv = c;
+    for (size_t r = c + 1; r < k; ++r)
+      if (std::abs(m[r][c]) > std::abs(m[piv][c])) piv = r;
+    std::swap(m[c], m[piv]);
+    for (size_t r = 0; r < k; ++r) {
+      if (r == c || m[r][c] == 0.0) continue;
+      const double f = m[r][c] / m[c][c];
+      for (size_t j = c; j <= k; ++j) m[r][j] -= f * m[c][j];
+    }
+  }
+  std::vector<double> x(n_cols, 0.0);
+  for (size_t j = 0; j < k; ++j) x[cols[j]] = m[j][k] / m[j][j] / scale[j];
+  return x;
+}
+
+/// Hat-function weights of `rows` over the knots: (index, weight) pairs, rows clamped to the ends.
+void knot_weights(const std::vector<double>& knots, double rows, size_t& i, double& u) {
+  if (rows <= knots.front() || knots.size() == 1) {
+    i = 0;
+    u = 0.0;
+    return;
+  }
+  if (rows >= knots.back()) {
+    i = knots.size() - 2;
+    u = 1.0;
+    return;
+  }
+  i = static_cast<size_t>(std::upper_bound(knots.begin(), knots.end(), rows) - knots.begin()) - 1;
+  u = (rows - knots[i]) / (knots[i + 1] - knots[i]);
+}
+
+constexpr int kScalarCols = 3;  // sampled, prefill pairs, decode context
+
+}  // namespace
+
+const char* to_string(CostSource s) {
+  switch (s) {
+    case CostSource::profile: return "profile";
+    case CostSource::profile_roofline: return "profile+roofline";
+    case CostSource::roofline: return "roofline";
+  }
+  return "?";
+}
+
+void CostCounts::add(CostSource s) {
+  switch (s) {
+    case CostSource::profile: ++profile; break;
+    case CostSource::profile_roofline: ++profile_roofline; break;
+    case CostSource::roofline: ++roofline; break;
+  }
+}
+
+StepShape StepShape::of(const Batch& batch) {
+  StepShape s;
+  for (const BatchEntry& e : batch.entries) {
+    const int64_t begin = e.seq->n_computed, n = e.n_new, end = begin + n;
+    s.n_tokens += n;
+    s.n_sampled += e.sample ? 1 : 0;
+    s.sum_context += end;
+    // positions begin..end-1 attend to begin+1 .. end keys
+    const double pairs = static_cast<double>(n) * static_cast<double>(begin) + 0.5 * n * (n + 1.0);
+    s.attention_pairs += pairs;
+    if (n == 1 && begin > 0) s.decode_context += static_cast<double>(end);
+    else s.prefill_pairs += pairs;
+    s.max_context = std::max(s.max_context, end);
+  }
+  s.n_seqs = static_cast<int64_t>(batch.entries.size());
+  s.n_padding_tokens = batch.n_padding_tokens;
+  s.attention_pairs += static_cast<double>(batch.n_padding_tokens) * static_cast<double>(s.max_context);
+  return s;
+}
+
+double roofline_seconds(const ModelConfig& model, const SimDevice& device, int tensor_parallel,
+                        const StepShape& s) {
+  const double tp = std::max(1, tensor_parallel);
+  const double d = model.hidden_size, vocab = model.vocab_size;
+  const double rows = static_cast<double>(s.n_rows());
+  const double kv_slot_bytes = 2.0 * model.n_layers * model.kv_dim() * device.kv_dtype_bytes;
+  const double flops = 2.0 * layer_params(model) * rows + 2.0 * d * vocab * s.n_sampled +
+                       4.0 * model.n_layers * model.n_heads * model.head_dim() * s.attention_pairs;
+  const double weight_bytes = (layer_params(model) + (s.n_sampled > 0 ? d * vocab : 0.0)) * device.weight_dtype_bytes;
+  const double kv_bytes = kv_slot_bytes * static_cast<double>(s.sum_context + s.n_tokens);  // read + write
+  const double compute_s = flops / (device.peak_flops * tp);
+  const double memory_s = (weight_bytes + kv_bytes) / (device.mem_bw_bytes_s * tp);
+  double allreduce_s = 0.0;
+  if (tensor_parallel > 1) {
+    const double bytes = rows * d * device.weight_dtype_bytes;
+    const double one = device.allreduce_latency_s + 2.0 * (tp - 1.0) / tp * bytes / (0.5 * device.interconnect_bytes_s);
+    allreduce_s = 2.0 * model.n_layers * one;
+  }
+  const double swap_s = static_cast<double>(s.swap_bytes) / device.host_link_bytes_s;
+  return std::max(compute_s, memory_s) + device.step_overhead_s + allreduce_s + swap_s;
+}
+
+ProfiledStepModel ProfiledStepModel::fit(std::span<const TimedStep> samples) {
+  if (samples.empty()) throw std::invalid_argument("a profile needs at least one step sample");
+  ProfiledStepModel m;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const TimedStep& t = samples[i];
+    if (!(t.step_s > 0) || !std::isfinite(t.step_s) || t.shape.n_rows() < 1)
+      throw std::invalid_argument("step sample " + std::to_string(i) + " needs rows >= 1 and step_s > 0");
+    m.knots_.push_back(static_cast<double>(t.shape.n_rows()));
+    m.max_sampled_ = std::max(m.max_sampled_, t.shape.n_sampled);
+    m.max_sum_context_ = std::max(m.max_sum_context_, t.shape.sum_context);
+    m.max_context_ = std::max(m.max_context_, t.shape.max_context);
+    m.max_prefill_pairs_ = std::max(m.max_prefill_pairs_, t.shape.prefill_pairs);
+    m.max_decode_context_ = std::max(m.max_decode_context_, t.shape.decode_context);
+  }
+  std::sort(m.knots_.begin(), m.knots_.end());
+  m.knots_.erase(std::unique(m.knots_.begin(), m.knots_.end()), m.knots_.end());
+  const size_t n_knots = m.knots_.size(), n_cols = n_knots + kScalarCols;
+
+  std::vector<std::vector<double>> a(samples.size(), std::vector<double>(n_cols, 0.0));
+  std::vector<double> b(samples.size()), w(samples.size());
+  for (size_t r = 0; r < samples.size(); ++r) {
+    const StepShape& s = samples[r].shape;
+    size_t i = 0;
+    double u = 0.0;
+    knot_weights(m.knots_, static_cast<double>(s.n_rows()), i, u);
+    a[r][i] += 1.0 - u;
+    if (n_knots > 1) a[r][i + 1] += u;
+    a[r][n_knots + 0] = static_cast<double>(s.n_sampled);
+    a[r][n_knots + 1] = s.prefill_pairs;
+    a[r][n_knots + 2] = s.decode_context;
+    b[r] = samples[r].step_s;
+    w[r] = 1.0 / samples[r].step_s;
+  }
+  // Active set: a scalar coefficient the fit drives negative (noise) is pinned to 0 and refitted.
+  std::vector<bool> active(n_cols, true);
+  std::vector<double> x;
+  for (int round = 0; round <= kScalarCols; ++round) {
+    x = weighted_least_squares(a, b, w, active);
+    size_t worst = n_cols;
+    for (size_t c = n_knots; c < n_cols; ++c)
+      if (active[c] && x[c] < 0 && (worst == n_cols || x[c] < x[worst])) worst = c;
+    if (worst == n_cols) break;
+    active[worst] = false;
+  }
+  m.knot_s_.assign(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n_knots));
+  m.s_per_sampled_ = x[n_knots + 0];
+  m.s_per_prefill_pair_ = x[n_knots + 1];
+  m.s_per_decode_context_ = x[n_knots + 2];
+  return m;
+}
+
+bool ProfiledStepModel::inside(const StepShape& s) const {
+  const double rows = static_cast<double>(s.n_rows());
+  return rows >= knots_.front() && rows <= knots_.back() && s.n_sampled <= max_sampled_ &&
+         s.sum_context <= max_sum_context_ && s.max_context <= max_context_ &&
+         s.prefill_pairs <= max_prefill_pairs_ && s.decode_context <= max_decode_context_;
+}
+
+StepShape ProfiledStepModel::clamp(const StepShape& s) const {
+  StepShape c;
+  c.n_tokens = std::clamp<int64_t>(s.n_rows(), static_cast<int64_t>(knots_.front()), static_cast<int64_t>(knots_.back()));
+  c.n_padding_tokens = 0;
+  c.n_sampled = std::min(s.n_sampled, max_sampled_);
+  c.n_seqs = s.n_seqs;
+  c.sum_context = std::min(s.sum_context, max_sum_context_);
+  c.max_context = std::min(s.max_context, max_context_);
+  c.prefill_pairs = std::min(s.prefill_pairs, max_prefill_pairs_);
+  c.decode_context = std::min(s.decode_context, max_decode_context_);
+  c.attention_pairs = c.prefill_pairs + c.decode_context;
+  return c;
+}
+
+double ProfiledStepModel::predict_clamped(const StepShape& shape) const {
+  const StepShape s = clamp(shape);
+  size_t i = 0;
+  double u = 0.0;
+  knot_weights(knots_, static_cast<double>(s.n_rows()), i, u);
+  double t = (1.0 - u) * knot_s_[i] + (knots_.size() > 1 ? u * knot_s_[i + 1] : 0.0);
+  t += s_per_sampled_ * static_cast<double>(s.n_sampled) + s_per_prefill_pair_ * s.prefill_pairs +
+       s_per_decode_context_ * s.decode_context;
+  return std::max(t, 0.0);
+}
+
+double ProfiledStepModel::fixed_seconds() const {
+  if (knots_.size() < 2) return knot_s_.front();
+  const double slope = (knot_s_[1] - knot_s_[0]) / (knots_[1] - knots_[0]);
+  return std::max(0.0, knot_s_[0] - slope * knots_[0]);
+}
+
+std::string model_shape_hash(const ModelConfig& m) {
+  const int64_t dims[] = {m.hidden_size, m.n_layers,          m.n_heads,   m.n_kv_heads,
+                          m.head_dim(),  m.intermediate_size, m.vocab_size};
+  uint64_t h = 1469598103934665603ull;
+  for (int64_t v : dims)
+    for (int byte = 0; byte < 8; ++byte) {
+      h ^= static_cast<uint64_t>(v >> (8 * byte)) & 0xffu;
+      h *= 1099511628211ull;
+    }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+SimCostModel SimCostModel::roofline(const SimDevice& device, int tensor_parallel) {
+  device.validate();
+  if (tensor_parallel < 1)
+    throw std::invalid_argument("tensor_parallel must be >= 1 (got " + std::to_string(tensor_parallel) + ")");
+  SimCostModel m;
+  m.kind = Kind::roofline;
+  m.device = device;
+  m.tensor_parallel = tensor_parallel;
+  m.source = "roofline:" + device.name + (tensor_parallel > 1 ? " tp" + std::to_string(tensor_parallel) : "");
+  return m;
+}
+
+namespace {
+
+std::string canonical_device(const std::string& name) { return name == "h100-sxm" ? "h100" : name; }
+
+/// A sample of a servelab.profile/1 file (phase, batch_size, n_tokens, sum_context, n_sampled):
+/// every sequence of a step had the same length, so the attention features follow.
+StepShape shape_from_v1(const std::string& phase, int64_t batch, int64_t n_tokens, int64_t sum_context,
+                        int64_t n_sampled) {
+  StepShape s;
+  s.n_tokens = n_tokens;
+  s.n_sampled = n_sampled;
+  s.n_seqs = batch;
+  s.sum_context = sum_context;
+  s.max_context = batch > 0 ? sum_context / batch : sum_context;
+  if (phase == "decode") {
+    s.decode_context = static_cast<double>(sum_context);
+    s.attention_pairs = s.decode_context;
+  } else {
+    const double t = batch > 0 ? double(n_tokens) / batch : double(n_tokens);
+    const double begin = s.max_context - t;
+    s.prefill_pairs = batch * (t * begin + 0.5 * t * (t + 1.0));
+    s.attention_pairs = s.prefill_pairs;
+  }
+  return s;
+}
+
+}  // namespace
+
+SimCostModel SimCostModel::from_profile_json(const std::string& path, const ModelConfig& model,
+                                             const std::optional<SimDevice>& device, int tensor_parallel) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(path + ": cannot open the profile");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(path + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object() || !j.contains("samples") || !j["samples"].is_array())
+    throw std::runtime_error(path + ": expected a servelab profile (an object with \"samples\"; write one with "
+                                    "`servelab profile --json FILE`)");
+  // The model: same shapes, or the profile says nothing about this model's steps.
+  const nlohmann::json jm = j.value("model", nlohmann::json::object());
+  ModelConfig pm;
+  pm.name = jm.value("name", std::string("?"));
+  pm.hidden_size = jm.value("hidden_size", 0);
+  pm.n_layers = jm.value("n_layers", 0);
+  pm.n_heads = jm.value("n_heads", 0);
+  pm.n_kv_heads = jm.value("n_kv_heads", 0);
+  pm.intermediate_size = jm.value("intermediate_size", 0);
+  pm.vocab_size = jm.value("vocab_size", 0);
+  if (pm.n_heads > 0 && jm.value("head_dim", pm.head_dim()) != pm.head_dim())
+    throw std::runtime_error(path + ": model.head_dim does not match hidden_size / n_heads");
+  const std::string want = model_shape_hash(model), got = pm.n_heads > 0 ? model_shape_hash(pm) : "none";
+  if (want != got)
+    throw std::runtime_error(path + ": profile was measured on model " + pm.name + " (shape " + got +
+                             ") but this run simulates " + model.name + " (shape " + want +
+                             "); a profile is only valid for the model shape it timed: run `servelab profile` on " +
+                             model.name);
+  // The device: the roofline beyond the grid must be the profiled device's.
+  const std::string backend = j.value("backend", std::string("cpu"));
+  const std::string hardware = canonical_device(j.value("hardware", backend == "cpu" ? std::string("cpu-2core") : std::string("")));
+  const std::string measured_on = j.value("device", hardware);
+  if (device && canonical_device(device->name) != hardware)
+    throw std::runtime_error(path + ": profile was measured on " + (hardware.empty() ? "an unnamed device" : hardware) +
+                             " (" + measured_on + ") but the sim device is " + device->name +
+                             "; profile that device, or leave backend.sim_device unset to use the profile's");
+  const int profile_tp = j.value("tensor_parallel", 1);
+  if (profile_tp != tensor_parallel)
+    throw std::runtime_error(path + ": profile was measured at tensor_parallel " + std::to_string(profile_tp) +
+                             " but this run uses " + std::to_string(tensor_parallel));
+
+  SimCostModel m;
+  m.kind = Kind::profile;
+  try {
+    m.device = device ? *device : SimDevice::preset(hardware);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(path + ": \"hardware\": " + e.what());
+  }
+  if (j.contains("kv_dtype_bytes") && j["kv_dtype_bytes"].is_number_integer())
+    m.device.kv_dtype_bytes = j["kv_dtype_bytes"].get<int>();
+  try {
+    m.device.validate();
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(path + ": " + e.what());
+  }
+  m.tensor_parallel = tensor_parallel;
+
+  std::vector<TimedStep> steps;
+  const nlohmann::json& list = j["samples"];
+  for (size_t i = 0; i < list.size(); ++i) {
+    const nlohmann::json& o = list[i];
+    const std::string where = path + ": samples[" + std::to_string(i) + "]";
+    if (!o.is_object()) throw std::runtime_error(where + " is not an object");
+    auto number = [&](const char* key) -> double {
+      if (o.contains(key) && o[key].is_number()) return o[key].get<double>();
+      throw std::runtime_error(where + ": missing number '" + key + "'");
+    };
+    auto number_or = [&](const char* key, double fallback) {
+      return o.contains(key) && o[key].is_number() ? o[key].get<double>() : fallback;
+    };
+    TimedStep t;
+    t.step_s = number("step_s");
+    const int64_t n_tokens = static_cast<int64_t>(number("n_tokens"));
+    const int64_t sum_context = static_cast<int64_t>(number("sum_context"));
+    if (o.contains("prefill_pairs")) {  // servelab.profile/2: the full shape
+      t.shape.n_tokens = n_tokens;
+      t.shape.sum_context = sum_context;
+      t.shape.n_padding_tokens = static_cast<int64_t>(number_or("n_padding_tokens", 0));
+      t.shape.n_sampled = static_cast<int64_t>(number("n_sampled"));
+      t.shape.n_seqs = static_cast<int64_t>(number("n_seqs"));
+      t.shape.max_context = static_cast<int64_t>(number("max_context"));
+      t.shape.prefill_pairs = number("prefill_pairs");
+      t.shape.decode_context = number("decode_context");
+      t.shape.attention_pairs = number_or("attention_pairs", t.shape.prefill_pairs + t.shape.decode_context);
+    } else {
+      const std::string phase = o.value("phase", std::string("prefill"));
+      const int64_t batch = static_cast<int64_t>(number_or("batch_size", 1));
+      t.shape = shape_from_v1(phase, batch, n_tokens, sum_context, static_cast<int64_t>(number_or("n_sampled", batch)));
+    }
+    if (t.shape.n_tokens < 1 || t.shape.sum_context < 0 || !(t.step_s > 0) || !std::isfinite(t.step_s))
+      throw std::runtime_error(where + ": needs n_tokens >= 1, sum_context >= 0 and step_s > 0");
+    steps.push_back(t);
+  }
+  try {
+    m.profiled = ProfiledStepModel::fit(steps);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(path + ": " + e.what());
+  }
+  m.source = path;
+  return m;
+}
+
+double SimCostModel::step_seconds(const ModelConfig& model, const StepShape& s, CostSource* used) const {
+  if (kind == Kind::roofline || !profiled) {
+    if (used) *used = CostSource::roofline;
+    return roofline_seconds(model, device, tensor_parallel, s);
+  }
+  const double swap_s = static_cast<double>(s.swap_bytes) / device.host_link_bytes_s;
+  StepShape no_swap = s;
+  no_swap.swap_bytes = 0;
+  if (profiled->inside(no_swap)) {
+    if (used) *used = CostSource::profile;
+    return profiled->predict_clamped(no_swap) + swap_s;
+  }
+  if (used) *used = CostSource::profile_roofline;
+  const double edge = profiled->predict_clamped(no_swap);
+  const double ratio = roofline_seconds(model, device, tensor_parallel, no_swap) /
+                       roofline_seconds(model, device, tensor_parallel, profiled->clamp(no_swap));
+  return edge * ratio + swap_s;
+}
+
+}  // namespace servelab

@@ -1,0 +1,133 @@
+#pragma once
+// Step cost models of the sim backend. A step is reduced to a StepShape; a SimCostModel prices it
+// either with a roofline over a SimDevice (peak FLOP/s, memory bandwidth, tensor-parallel
+// all-reduces), or from a profile measured by `servelab profile` on a real backend: per operation
+// class (token-proportional matrix work interpolated over the profiled row counts, attention by
+// the context each token reads, a cost per sampled row, fixed per-step cost folded into the
+// matrix term), inside the profiled grid, and scaled by the roofline beyond its edge.
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/hardware.h"
+
+namespace servelab {
+
+/// What one step computes, as the cost models read it.
+struct StepShape {
+  int64_t n_tokens = 0;          ///< positions computed (padding excluded)
+  int64_t n_padding_tokens = 0;  ///< rows computed and thrown away (no attention on the cpu backend)
+  int64_t n_sampled = 0;         ///< rows that go through the LM head
+  int64_t n_seqs = 0;            ///< sequences in the batch
+  int64_t sum_context = 0;       ///< Σ over sequences of their context after the step (n_computed + n_new)
+  int64_t max_context = 0;       ///< longest context after the step
+  double attention_pairs = 0.0;  ///< Σ over computed rows (padding too) of the keys each attends to
+  double prefill_pairs = 0.0;    ///< the part of attention_pairs from chunks of > 1 token (prefill)
+  double decode_context = 0.0;   ///< Σ over 1-token (decode) entries of the keys they read
+  int64_t swap_bytes = 0;        ///< swapped out or in before the step
+
+  int64_t n_rows() const { return n_tokens + n_padding_tokens; }
+  /// The shape of a batch (positions read from each entry's sequence).
+  static StepShape of(const Batch& batch);
+};
+
+/// A step with its measured duration: what a profile holds and the profiled model is fitted to.
+struct TimedStep {
+  StepShape shape;
+  double step_s = 0.0;
+};
+
+/// How a step was priced.
+enum class CostSource {
+  profile,          ///< inside the profiled grid: interpolated
+  profile_roofline, ///< outside the grid: the grid's edge scaled by the roofline
+  roofline,         ///< no profile: the roofline alone
+};
+const char* to_string(CostSource s);
+
+/// Steps priced by each source (SimBackend keeps these; reports print them).
+struct CostCounts {
+  int64_t profile = 0;
+  int64_t profile_roofline = 0;
+  int64_t roofline = 0;
+  int64_t total() const { return profile + profile_roofline + roofline; }
+  void add(CostSource s);
+};
+
+/// The roofline: max(FLOPs / (peak · tp), bytes / (bandwidth · tp)) + step overhead + two
+/// all-reduces per layer over the step's rows when tp > 1 (ring: 2(tp−1)/tp of the activation
+/// bytes at half the interconnect's total bandwidth, plus a fixed latency each) + swap traffic.
+/// FLOPs: 2 · layer parameters per row, 2 · d · vocab per sampled row, 4 · n_heads · head_dim per
+/// attention pair and layer. Bytes: layer weights (+ the LM head when anything is sampled) and the
+/// K/V read and written.
+double roofline_seconds(const ModelConfig& model, const SimDevice& device, int tensor_parallel,
+                        const StepShape& shape);
+
+/// Step time from a profile, per operation class:
+///   t = M(rows) + s_sampled · n_sampled + a_prefill · prefill_pairs + a_decode · decode_context
+/// M is piecewise linear over the profiled row counts (its knots; it holds the fixed per-step
+/// cost too), the others are non-negative coefficients. Fitted by least squares weighted by
+/// 1/step_s (relative error), so a profile the model can represent exactly is reproduced exactly.
+class ProfiledStepModel {
+ public:
+  /// Throws std::invalid_argument when there are no samples or one has step_s <= 0.
+  static ProfiledStepModel fit(std::span<const TimedStep> samples);
+
+  /// True when every feature of `shape` lies within what the profile measured.
+  bool inside(const StepShape& shape) const;
+  /// The model's value at `shape`, its features clamped to the grid first.
+  double predict_clamped(const StepShape& shape) const;
+  /// `shape` with each feature clamped to the grid (the point predict_clamped evaluates).
+  StepShape clamp(const StepShape& shape) const;
+
+  const std::vector<double>& knots() const { return knots_; }
+  const std::vector<double>& knot_seconds() const { return knot_s_; }
+  double s_per_sampled() const { return s_per_sampled_; }
+  double s_per_prefill_pair() const { return s_per_prefill_pair_; }
+  double s_per_decode_context() const { return s_per_decode_context_; }
+  /// The fixed per-step cost: M extrapolated linearly to 0 rows from its first two knots.
+  double fixed_seconds() const;
+
+ private:
+  std::vector<double> knots_;   // row counts, ascending
+  std::vector<double> knot_s_;  // M at each knot
+  double s_per_sampled_ = 0.0;
+  double s_per_prefill_pair_ = 0.0;
+  double s_per_decode_context_ = 0.0;
+  // The grid's extent.
+  int64_t max_sampled_ = 0, max_sum_context_ = 0, max_context_ = 0;
+  double max_prefill_pairs_ = 0.0, max_decode_context_ = 0.0;
+};
+
+/// "9f3a..." — FNV-1a of the shapes that set a step's cost (hidden, layers, heads, KV heads,
+/// head_dim, FFN, vocab): a profile is only valid for a model with the same hash.
+std::string model_shape_hash(const ModelConfig& model);
+
+/// How the sim backend prices a step.
+struct SimCostModel {
+  enum class Kind { roofline, profile };
+  Kind kind = Kind::roofline;
+  SimDevice device;         ///< roofline figures (beyond the grid too), K/V element size, swap link
+  int tensor_parallel = 1;  ///< GPUs per replica: weights, KV heads and FLOPs are split over them
+  std::optional<ProfiledStepModel> profiled;  ///< Kind::profile
+  std::string source;       ///< "roofline:h100" or the profile path, for reports
+
+  static SimCostModel roofline(const SimDevice& device, int tensor_parallel = 1);
+
+  /// Reads a `servelab profile --json` file measured for `model` and fits the profiled model.
+  /// `device`: the roofline device; it must be the one the profile was measured on ("hardware"),
+  /// and when unset that one is used. `tensor_parallel` must equal the profile's.
+  /// Throws std::runtime_error naming the file: unreadable, bad samples, or a profile of another
+  /// model shape, device or tensor-parallel degree ("... was measured on ... ; profile ... with").
+  static SimCostModel from_profile_json(const std::string& path, const ModelConfig& model,
+                                        const std::optional<SimDevice>& device = std::nullopt,
+                                        int tensor_parallel = 1);
+
+  /// Predicted seconds for a step of `shape` on `model`; `used` (when given) says how.
+  double step_seconds(const ModelConfig& model, const StepShape& shape, CostSource* used = nullptr) const;
+};
+
+}  // namespace servelab

@@ -1,0 +1,54 @@
+#pragma once
+// Hardware the sim backend prices steps on: datasheet presets (H100 SXM, H200, A100 80GB, L40S,
+// and the 2-core CPU this repo is developed on) for the roofline, and the KV budget a device
+// leaves after weights and activations (vLLM's gpu_memory_utilization rule).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/model/config.h"
+
+namespace servelab {
+
+/// A device as the roofline sees it. validate() names the bad field.
+struct SimDevice {
+  std::string name = "h100";
+  double peak_flops = 989e12;          ///< dense matmul FLOP/s at the weight dtype (bf16 on GPUs)
+  double mem_bw_bytes_s = 3.35e12;     ///< device memory bandwidth
+  double memory_bytes = 80e9;          ///< device memory (datasheet GB = 1e9 bytes)
+  /// GPU-to-GPU bandwidth for tensor parallelism, the datasheet's total (both directions), e.g.
+  /// NVLink 4 = 900 GB/s; an all-reduce moves data at half of it in each direction.
+  double interconnect_bytes_s = 900e9;
+  double allreduce_latency_s = 8e-6;   ///< fixed cost of one all-reduce (launch + sync)
+  double step_overhead_s = 2e-4;       ///< fixed per step: launches, scheduling, sampling
+  int kv_dtype_bytes = 2;              ///< bytes per K/V element (bf16 by default)
+  int weight_dtype_bytes = 2;          ///< bytes per weight element read each step
+  double host_link_bytes_s = 25e9;     ///< swap traffic (device <-> host), e.g. PCIe
+  void validate() const;
+
+  /// Datasheet figures: "h100" (= "h100-sxm"), "h200", "a100-80gb", "l40s", and "cpu-2core"
+  /// (fp32 on 2 AVX2 cores, as the cpu backend computes). Throws listing the known names.
+  static SimDevice preset(const std::string& name);
+  static std::vector<std::string> preset_names();
+};
+
+/// Where a device's memory goes when a model is served on it (per GPU under tensor parallelism).
+struct KvBudget {
+  double usable_bytes = 0.0;       ///< memory_bytes × gpu_memory_utilization
+  double weight_bytes = 0.0;       ///< the model's parameters / tensor_parallel at weight_dtype_bytes
+  double activation_bytes = 0.0;   ///< peak activations of a max_num_batched_tokens step + logits + runtime
+  int64_t kv_cache_bytes = 0;      ///< what is left for the KV arena (of one GPU); <= 0: does not fit
+  int64_t kv_bytes_per_token = 0;  ///< K and V of one token on one GPU (its share of the KV heads)
+  int64_t n_token_slots() const { return kv_bytes_per_token > 0 ? kv_cache_bytes / kv_bytes_per_token : 0; }
+};
+
+/// vLLM's rule: KV = memory × gpu_memory_utilization − weights − peak activations. Activations
+/// are those of one step of `max_num_batched_tokens` rows: the residual stream, Q/K/V and attention
+/// output (4·d), the SwiGLU gate and up (2·ff / tp) at the weight dtype, plus fp32 logits of up to
+/// `max_num_seqs` sampled rows, plus 1 GiB of runtime (CUDA context, graphs, allocator slack).
+/// Throws std::invalid_argument on utilization outside (0, 1] or tensor_parallel < 1 or one
+/// that does not divide the model's KV heads.
+KvBudget kv_budget(const ModelConfig& model, const SimDevice& device, int tensor_parallel,
+                   double gpu_memory_utilization, int max_num_batched_tokens, int max_num_seqs);
+
+}  // namespace servelab

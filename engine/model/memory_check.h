@@ -1,0 +1,23 @@
+#pragma once
+// Refusing a model that cannot fit before allocating it: a clear error with the figures instead of
+// std::bad_alloc (or the OOM killer) half-way through loading.
+#include <cstdint>
+#include <string>
+
+#include "engine/model/config.h"
+
+namespace servelab {
+
+/// This machine's physical memory in bytes (sysconf), or 0 when unknown.
+int64_t physical_memory_bytes();
+
+/// Bytes of the model's weights held as fp32 (what the CPU backend keeps), computed in double so
+/// absurd configs do not overflow.
+double fp32_weight_bytes(const ModelConfig& config);
+
+/// Throws std::runtime_error("WHAT: model NAME needs 1234.5 GiB for its fp32 weights (N
+/// parameters), more than this machine's 7.8 GiB of memory") when the fp32 weights exceed
+/// `memory_bytes` (default: physical_memory_bytes(); 0 = unknown, no check).
+void check_weights_fit(const ModelConfig& config, const std::string& what, int64_t memory_bytes = -1);
+
+}  // namespace servelab

@@ -1,0 +1,153 @@
+#include "loadgen/capacity_probe.h"
+
+#include <chrono>
+#include <stdexcept>
+
+#include "engine/backend/cpu_backend.h"
+#include "engine/backend/sim_backend.h"
+#include "engine/clock.h"
+#include "engine/engine.h"
+#include "engine/model/weights.h"
+#include "loadgen/plan.h"
+#include "loadgen/sources.h"
+#include "loadgen/sweep.h"
+
+namespace servelab {
+
+namespace {
+
+/// Runs a real backend and, for every step, records its wall time beside what `cost` predicts
+/// for the same shape (the time is measured exactly as the profiler measures it: forward() only).
+class MeasuringBackend final : public Backend {
+ public:
+  MeasuringBackend(std::unique_ptr<Backend> inner, const SimCostModel& cost, std::vector<StepTiming>& out)
+      : inner_(std::move(inner)), cost_(cost), out_(out) {}
+  std::string name() const override { return inner_->name(); }
+  const ModelConfig& config() const override { return inner_->config(); }
+  int64_t kv_bytes_per_slot() const override { return inner_->kv_bytes_per_slot(); }
+  void init_kv(int64_t n_slots) override { inner_->init_kv(n_slots); }
+  ForwardResult forward(const Batch& batch, const KvManager& kv) override {
+    const StepShape shape = StepShape::of(batch);
+    const auto t0 = std::chrono::steady_clock::now();
+    ForwardResult r = inner_->forward(batch, kv);
+    const double measured = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    out_.push_back({measured, cost_.step_seconds(inner_->config(), shape)});
+    return r;
+  }
+  void copy_slots(std::span<const KvCopy> copies) override { inner_->copy_slots(copies); }
+  void save_slots(std::span<const int64_t> slots, std::vector<std::byte>& host) override { inner_->save_slots(slots, host); }
+  void load_slots(std::span<const int64_t> slots, const std::vector<std::byte>& host) override {
+    inner_->load_slots(slots, host);
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  const SimCostModel& cost_;
+  std::vector<StepTiming>& out_;
+};
+
+}  // namespace
+
+PointRunner::PointRunner(const Scenario& scenario) : scenario_(scenario) {
+  spec_.kind = scenario.backend.kind;
+  spec_.model = scenario.model.path.empty() ? scenario.model.preset : scenario.model.path;
+  spec_.seed = scenario.seed;
+  spec_.threads = scenario.backend.threads;
+  if (!scenario.backend.sim_device.empty()) spec_.sim_device = SimDevice::preset(scenario.backend.sim_device);
+  spec_.sim_device_set = !scenario.backend.sim_device.empty();
+  spec_.sim_profile = scenario.backend.sim_profile;
+  if (scenario.capacity) spec_.tensor_parallel = scenario.capacity->tensor_parallel;
+  spec_.validate();
+  if (spec_.kind == BackendKind::cpu) {
+    ModelWeights w;
+    if (!scenario.model.path.empty()) {
+      w = ModelWeights::load(scenario.model.path);
+    } else {
+      ModelConfig cfg = preset(scenario.model.preset);
+      if (scenario.model.dtype) cfg.dtype = *scenario.model.dtype;
+      w = ModelWeights::random(cfg, scenario.seed);
+    }
+    weights_ = std::make_shared<const ModelWeights>(std::move(w));
+  } else {
+    make_backend_instance();  // a bad profile or device fails here, before any probe
+    for (size_t i = 0; i < scenario_.strategies.size(); ++i)
+      if (auto b = kv_budget(i); b && b->kv_cache_bytes <= 0)
+        throw std::invalid_argument(resolve_model_config(spec_.model).name + " does not fit on " + spec_.sim_device.name +
+                                    " x" + std::to_string(spec_.tensor_parallel) + " at gpu_memory_utilization " +
+                                    std::to_string(*scenario_.capacity->gpu_memory_utilization) +
+                                    ": weights and activations leave no KV memory");
+  }
+}
+
+PointRunner::~PointRunner() = default;
+
+std::unique_ptr<Backend> PointRunner::make_backend_instance() const {
+  if (weights_) {
+    CpuBackendOptions o;
+    o.n_threads = scenario_.backend.threads;
+    return std::make_unique<CpuBackend>(weights_, o);
+  }
+  return make_backend(spec_);
+}
+
+std::optional<KvBudget> PointRunner::kv_budget(size_t strategy) const {
+  if (spec_.kind != BackendKind::sim || !scenario_.capacity || !scenario_.capacity->gpu_memory_utilization)
+    return std::nullopt;
+  const SchedulerConfig& s = scenario_.strategies.at(strategy).sched;
+  const int max_len = scenario_.engine.max_model_len;
+  int rows = 0, seqs = 0;
+  switch (s.kind) {
+    case BatchingKind::continuous: rows = s.max_num_batched_tokens, seqs = s.max_num_seqs; break;
+    case BatchingKind::static_batch: rows = s.batch_size * max_len, seqs = s.batch_size; break;
+    case BatchingKind::dynamic_batch: rows = s.max_batch_size * max_len, seqs = s.max_batch_size; break;
+  }
+  const ModelConfig model = resolve_model_config(spec_.model);
+  SimDevice device = spec_.sim_device;
+  if (!spec_.sim_device_set && !spec_.sim_profile.empty()) device = dynamic_cast<const SimBackend&>(*make_backend(spec_)).cost().device;
+  return servelab::kv_budget(model, device, spec_.tensor_parallel, *scenario_.capacity->gpu_memory_utilization, rows, seqs);
+}
+
+int64_t PointRunner::kv_cache_bytes(size_t strategy) const {
+  if (auto b = kv_budget(strategy)) return b->kv_cache_bytes;
+  return scenario_.engine.kv_cache_bytes;
+}
+
+PointRun PointRunner::run(size_t strategy, double rate, const PointRunOptions& options) const {
+  Scenario sc = scenario_;
+  if (options.n_requests > 0) {
+    sc.workload.n_requests = options.n_requests;
+    sc.workload.duration_s = 0.0;
+  }
+  const Plan plan = Planner(sc).make(rate);
+  const StrategySpec& strat = sc.strategies.at(strategy);
+  EngineConfig config = engine_config(sc, strat);
+  config.kv_cache_bytes = kv_cache_bytes(strategy);
+  PointRun out;
+  std::unique_ptr<Backend> backend = make_backend_instance();
+  if (options.predict_with && sc.backend.kind != BackendKind::sim)
+    backend = std::make_unique<MeasuringBackend>(std::move(backend), *options.predict_with, out.step_timings);
+  Engine engine(config, std::move(backend));
+  std::unique_ptr<RequestSource> source = make_source(sc, plan);
+  std::unique_ptr<Clock> clock;
+  if (sc.backend.kind == BackendKind::sim) clock = std::make_unique<VirtualClock>();
+  else clock = std::make_unique<SteadyClock>();
+
+  out.label = strat.label + "@" + format_rate(rate);
+  out.records.reserve(plan.requests.size());
+  RecordSinks sinks;
+  sinks.on_record = [&](const RequestRecord& r) {
+    out.records.push_back(r);
+    if (!options.keep_token_times) {
+      std::vector<double>().swap(out.records.back().token_times_s);  // E2E falls back to end_s
+    }
+  };
+  if (options.keep_steps) sinks.on_step = [&](const StepRecord& s) { out.steps.push_back(s); };
+  const auto t0 = std::chrono::steady_clock::now();
+  out.stats = drive_in_process(engine, *source, *clock, out.label, sinks,
+                               [&plan](uint64_t id) { return plan.is_warmup(id); });
+  out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (const auto* sim = dynamic_cast<const SimBackend*>(&engine.backend())) out.cost_counts = sim->cost_counts();
+  return out;
+}
+
+}  // namespace servelab

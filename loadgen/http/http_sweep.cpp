@@ -1,0 +1,32 @@
+#include "loadgen/http/http_sweep.h"
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "loadgen/http/http_driver.h"
+#include "loadgen/sources.h"
+
+namespace servelab::http_load {
+
+DriveStats run_http_point(const Scenario& scenario, const Plan& plan, const std::string& run_label,
+                          const RecordSinks& sinks, const Tokenizer* tokenizer, const std::string& out_dir,
+                          const std::atomic<bool>* stop) {
+  std::unique_ptr<RequestSource> source = make_source(scenario, plan);
+  HttpDriverOptions o;
+  o.target = *scenario.target;
+  o.tokenizer = tokenizer;
+  const HttpDriveStats st = drive_http(*source, o, run_label, sinks, [&plan](uint64_t id) { return plan.is_warmup(id); }, stop);
+  if (st.replicas.size() > 1 && !out_dir.empty()) {
+    nlohmann::ordered_json j;
+    j["run"] = run_label;
+    j["replicas"] = nlohmann::json::array();
+    for (const ReplicaShare& r : st.replicas)
+      j["replicas"].push_back({{"url", r.url}, {"n_sent", r.n_sent}, {"n_ok", r.n_ok}, {"n_failed", r.n_failed},
+                               {"share", st.stats.n_sent ? double(r.n_sent) / st.stats.n_sent : 0.0}});
+    std::ofstream(out_dir + "/replicas.jsonl", std::ios::app) << j.dump() << "\n";
+  }
+  return st.stats;
+}
+
+}  // namespace servelab::http_load

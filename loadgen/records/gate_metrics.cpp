@@ -1,0 +1,42 @@
+#include "loadgen/records/gate_metrics.h"
+
+namespace servelab {
+
+const std::vector<GateMetric>& gate_metrics() {
+  static const std::vector<GateMetric> metrics = [] {
+    std::vector<GateMetric> v;
+    for (const char* d : {"ttft", "tpot", "itl", "e2e", "lateness", "queue", "prefill"})
+      for (const char* s : {"mean", "p50", "p90", "p95", "p99", "p999", "max"})
+        v.push_back({std::string(d) + "_ms." + s, std::string(d) + "_" + s + "_ms", false});
+    // Scalars and nested figures: the scenario spelling replaces '.' with '_'.
+    const std::vector<std::pair<const char*, bool>> others = {
+        {"request_throughput", true},       {"output_throughput", true},
+        {"total_throughput", true},         {"goodput", true},
+        {"request_goodput", true},          {"slo_attainment", true},
+        {"kv_utilization.mean", true},      {"kv_utilization.max", true},
+        {"kv_breakdown.stored", true},      {"kv_breakdown.reserved", false},
+        {"kv_breakdown.internal_frag", false}, {"kv_breakdown.external_frag", false},
+        {"kv_breakdown.free", false},       {"kv_peak_use", false},
+        {"batch_size.mean", false},         {"batch_size.max", false},
+        {"n_ok", true},                     {"n_slo_met", true},
+        {"n_preemptions", false},           {"duration_s", false},
+        {"n_failed", false},                {"n_requests", false},
+    };
+    for (const auto& [path, higher] : others) {
+      std::string flat = path;
+      for (char& c : flat)
+        if (c == '.') c = '_';
+      v.push_back({path, flat, higher});
+    }
+    return v;
+  }();
+  return metrics;
+}
+
+const GateMetric* find_gate_metric(const std::string& name) {
+  for (const auto& m : gate_metrics())
+    if (m.path == name || m.scenario_name == name) return &m;
+  return nullptr;
+}
+
+}  // namespace servelab

@@ -1,0 +1,27 @@
+#pragma once
+// The one registry of metrics a CI gate, a baseline or `servelab compare` may name. Each has two
+// spellings: the path into summary.json's run "metrics" object that analysis reads
+// ("ttft_ms.p99", "kv_utilization.mean", "goodput"), and the flat name scenario files write
+// ("ttft_p99_ms", "kv_utilization_mean", "goodput"). Scenario validation, the scenario → analysis
+// mapping, gates and compare all read this list, so they cannot disagree.
+#include <string>
+#include <vector>
+
+namespace servelab {
+
+/// One gate-able metric.
+struct GateMetric {
+  std::string path;           ///< summary.json path: "ttft_ms.p99", "goodput", "n_failed"
+  std::string scenario_name;  ///< scenario spelling: "ttft_p99_ms", "goodput", "n_failed"
+  bool higher_is_better;      ///< throughputs, goodput, attainment, KV utilization, stored share
+};
+
+/// Every gate-able metric: the latency distributions ({ttft, tpot, itl, e2e, lateness, queue,
+/// prefill}_ms × {mean, p50, p90, p95, p99, p999, max}), throughputs, goodput, attainment, the
+/// KV figures (utilization, breakdown shares, peak use), batch size, and run counts.
+const std::vector<GateMetric>& gate_metrics();
+
+/// The entry with this summary path or scenario name, or nullptr.
+const GateMetric* find_gate_metric(const std::string& name);
+
+}  // namespace servelab

@@ -1,0 +1,157 @@
+#include "loadgen/target.h"
+
+#include <stdexcept>
+
+#include <yaml-cpp/yaml.h>
+
+#include "loadgen/scenario.h"
+#include "loadgen/scenario_parse.h"
+
+namespace servelab {
+
+const char* to_string(TargetApi a) { return a == TargetApi::chat ? "chat" : "completions"; }
+const char* to_string(Balance b) { return b == Balance::least_outstanding ? "least_outstanding" : "round_robin"; }
+
+Endpoint parse_endpoint(const std::string& url) {
+  Endpoint e;
+  e.url = url;
+  std::string rest;
+  if (url.rfind("http://", 0) == 0) rest = url.substr(7);
+  else if (url.rfind("https://", 0) == 0) throw std::invalid_argument("https is not supported (got " + url + "); use http://");
+  else throw std::invalid_argument("must start with http:// (got '" + url + "')");
+  const size_t slash = rest.find('/');
+  std::string hostport = rest.substr(0, slash);
+  if (slash != std::string::npos) e.prefix = rest.substr(slash);
+  while (!e.prefix.empty() && e.prefix.back() == '/') e.prefix.pop_back();
+  if (e.prefix.size() >= 3 && e.prefix.compare(e.prefix.size() - 3, 3, "/v1") == 0) e.prefix.resize(e.prefix.size() - 3);
+  if (!hostport.empty() && hostport[0] == '[') {  // [::1]:8000
+    const size_t close = hostport.find(']');
+    if (close == std::string::npos) throw std::invalid_argument("unclosed [ in host (got '" + url + "')");
+    e.host = hostport.substr(1, close - 1);
+    if (close + 1 < hostport.size()) {
+      if (hostport[close + 1] != ':') throw std::invalid_argument("expected :PORT after ] (got '" + url + "')");
+      e.port = hostport.substr(close + 2);
+    }
+  } else {
+    const size_t colon = hostport.rfind(':');
+    e.host = hostport.substr(0, colon);
+    if (colon != std::string::npos) e.port = hostport.substr(colon + 1);
+  }
+  if (e.host.empty()) throw std::invalid_argument("has no host (got '" + url + "')");
+  if (e.port.empty() || e.port.find_first_not_of("0123456789") != std::string::npos || e.port.size() > 5 ||
+      std::stoi(e.port) < 1 || std::stoi(e.port) > 65535)
+    throw std::invalid_argument("port must be a number in [1, 65535] (got '" + e.port + "')");
+  return e;
+}
+
+void TargetSpec::validate(Diagnostics& diag) const {
+  if (urls.empty() && !diag.failed("target.url")) diag.error("target.url", "is required (http://HOST:PORT)");
+  for (size_t i = 0; i < urls.size(); ++i) {
+    const std::string path = urls.size() == 1 ? "target.url" : "target.urls[" + std::to_string(i) + "]";
+    try {
+      parse_endpoint(urls[i]);
+    } catch (const std::invalid_argument& e) {
+      if (!diag.failed(path)) diag.error(path, e.what());
+    }
+  }
+  if (!(timeout_s > 0) && !diag.failed("target.timeout_s"))
+    diag.error("target.timeout_s", "must be > 0 (got " + std::to_string(timeout_s) + ")");
+}
+
+namespace {
+
+void note(Scenario& s, const YAML::Node& n, const std::string& path) {
+  SourceLoc loc;
+  loc.file = s.source.file();
+  if (n.Mark().line >= 0) {
+    loc.line = n.Mark().line + 1;
+    loc.col = n.Mark().column + 1;
+  }
+  s.source.set(path, loc);
+}
+
+bool read_scalar(Scenario& s, Diagnostics& d, const YAML::Node& n, const std::string& path, std::string& out) {
+  note(s, n, path);
+  if (!n.IsScalar()) {
+    d.error(path, "must be a string");
+    return false;
+  }
+  out = n.Scalar();
+  return true;
+}
+
+}  // namespace
+
+void read_target(const YAML::Node& n, Scenario& s, Diagnostics& d) {
+  note(s, n, "target");
+  if (n.IsScalar()) {  // target: http://host:port
+    s.target.emplace();
+    s.target->urls.push_back(n.Scalar());
+  } else if (!n.IsMap()) {
+    d.error("target", "must be a URL or a map {url, model, api, headers, tokenizer, timeout_s}");
+    return;
+  } else {
+    TargetSpec t;
+    for (const auto& kv : n) {
+      const std::string key = kv.first.as<std::string>();
+      const std::string path = "target." + key;
+      const YAML::Node& v = kv.second;
+      std::string text;
+      if (key == "url") {
+        if (read_scalar(s, d, v, path, text)) t.urls.push_back(text);
+      } else if (key == "urls") {
+        note(s, v, path);
+        if (!v.IsSequence()) {
+          d.error(path, "must be a list of URLs");
+          continue;
+        }
+        for (size_t i = 0; i < v.size(); ++i)
+          if (read_scalar(s, d, v[i], path + "[" + std::to_string(i) + "]", text)) t.urls.push_back(text);
+      } else if (key == "model") {
+        read_scalar(s, d, v, path, t.model);
+      } else if (key == "api") {
+        if (!read_scalar(s, d, v, path, text)) continue;
+        if (text == "completions") t.api = TargetApi::completions;
+        else if (text == "chat") t.api = TargetApi::chat;
+        else d.error(path, "must be completions or chat (got '" + text + "')");
+      } else if (key == "balance") {
+        if (!read_scalar(s, d, v, path, text)) continue;
+        if (text == "round_robin") t.balance = Balance::round_robin;
+        else if (text == "least_outstanding") t.balance = Balance::least_outstanding;
+        else d.error(path, "must be round_robin or least_outstanding (got '" + text + "')");
+      } else if (key == "headers") {
+        note(s, v, path);
+        if (!v.IsMap()) {
+          d.error(path, "must be a map of header: value");
+          continue;
+        }
+        for (const auto& h : v)
+          if (read_scalar(s, d, h.second, path + "." + h.first.as<std::string>(), text))
+            t.headers[h.first.as<std::string>()] = text;
+      } else if (key == "tokenizer") {
+        if (read_scalar(s, d, v, path, text)) t.tokenizer = resolve_input_path(text, s.source_file);
+      } else if (key == "timeout_s") {
+        note(s, v, path);
+        try {
+          t.timeout_s = v.as<double>();
+        } catch (const YAML::Exception&) {
+          d.error(path, "must be a number of seconds");
+        }
+      } else {
+        note(s, kv.first, path);
+        d.error_at(path, "unknown key target." + key +
+                             " (allowed: url, urls, model, api, headers, tokenizer, timeout_s, balance)");
+      }
+    }
+    s.target = std::move(t);
+  }
+  s.target->validate(d);
+  if (s.strategies.empty()) {
+    StrategySpec http;
+    http.label = "http";
+    http.sched.chunked_prefill = true;  // engine limits do not apply to a remote server's prompts
+    s.strategies.push_back(http);
+  }
+}
+
+}  // namespace servelab

@@ -1,0 +1,81 @@
+// The capacity and validate-sim commands end to end on the built binary (skipped without it).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/cli/cli_test_util.h"
+
+namespace servelab {
+namespace {
+
+using namespace cli_test;
+
+TEST(CapacityCommand, WritesTheTableJsonAndPlotForCapacityYaml) {
+  SERVELAB_REQUIRE_BINARY();
+  TempDir tmp;
+  const std::string out = tmp.file("cap");
+  const CliResult r = run_servelab({"capacity", std::string(SERVELAB_SOURCE_DIR) + "/scenarios/capacity.yaml", "--out",
+                                    out, "--quiet", "--set", "capacity.n_requests=300", "--set",
+                                    "capacity.precision_pct=10", "--set", "workload.warmup_requests=0"},
+                                   tmp);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("vllm-like"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("400 req/s needs"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("by the roofline"), std::string::npos) << r.output;
+  const auto j = nlohmann::json::parse(read_text(out + "/capacity.json"));
+  EXPECT_EQ(j.at("schema"), "servelab.capacity/1");
+  const auto& s = j.at("strategies").at(0);
+  ASSERT_TRUE(s.at("found").get<bool>());
+  const double cap = s.at("capacity_rps"), fail = s.at("failing_rps");
+  EXPECT_GT(fail, cap);
+  EXPECT_LE(fail - cap, 0.1 * cap + 1e-9);
+  EXPECT_GE(s.at("probes").size(), 3u);
+  EXPECT_GE(s.at("deployment").at("gpus").get<int>(), 1);
+  EXPECT_FALSE(j.at("environment").at("commit").is_null());
+  if (on_path("gnuplot")) EXPECT_TRUE(fs::exists(out + "/plots/capacity.svg"));
+}
+
+TEST(CapacityCommand, RefusesAProfileOfAnotherModel) {
+  SERVELAB_REQUIRE_BINARY();
+  TempDir tmp;
+  const CliResult r = run_servelab({"capacity", std::string(SERVELAB_SOURCE_DIR) + "/scenarios/capacity.yaml", "--set",
+                                    "backend.sim_profile=" + std::string(SERVELAB_SOURCE_DIR) +
+                                        "/results/profiles/qwen2.5-0.5b-cpu.json",
+                                    "--set", "backend.sim_device=null"},
+                                   tmp);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("measured on model qwen2.5-0.5b"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("simulates llama2-7b"), std::string::npos) << r.output;
+}
+
+TEST(ValidateSimCommand, ComparesTheCpuEngineWithItsCalibratedSim) {
+  SERVELAB_REQUIRE_BINARY();
+  TempDir tmp;
+  const std::string profile = tmp.file("p.json");
+  CliResult r = run_servelab({"profile", "--preset", "tiny", "--threads", "1", "--prefill-lens", "8,32", "--batch",
+                              "1,4", "--contexts", "16,48", "--chunk-lens", "8", "--prompt-len", "16", "--repeats",
+                              "1", "--json", profile},
+                             tmp);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string scenario = tmp.file("v.yaml");
+  write_text(scenario,
+             "model: {preset: tiny}\nbackend: {kind: cpu, threads: 1}\nengine: {kv_cache_mb: 8, max_model_len: 64}\n"
+             "strategies: [{batching: continuous, max_num_seqs: 4, max_num_batched_tokens: 64, kv: {kind: paged}}]\n"
+             "workload: {rates: [1], n_requests: 6, prompt_tokens: {dist: uniform, min: 8, max: 24},\n"
+             "           output_tokens: {dist: uniform, min: 4, max: 12}}\n"
+             "slo: {ttft_ms: 200, tpot_ms: 50}\n");
+  const std::string out = tmp.file("val");
+  r = run_servelab({"validate-sim", scenario, "--profile", profile, "--capacity", "20", "--out", out}, tmp);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto j = nlohmann::json::parse(read_text(out + "/validation.json"));
+  ASSERT_EQ(j.at("runs").size(), 2u);  // 50% and 85%
+  EXPECT_DOUBLE_EQ(j.at("runs")[1].at("rate").get<double>(), 17.0);
+  for (const auto& run : j.at("runs"))
+    for (const char* f : {"ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "output_throughput"})
+      EXPECT_TRUE(run.at("figures").at(f).at("relative_error").is_number()) << f;
+  EXPECT_EQ(read_lines(out + "/records_real.jsonl").size(), 12u);
+  EXPECT_EQ(read_lines(out + "/records_sim.jsonl").size(), 12u);
+}
+
+}  // namespace
+}  // namespace servelab

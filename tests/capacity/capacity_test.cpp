@@ -1,0 +1,217 @@
+// Capacity search: bisection against known capacities (a synthetic attainment curve, and a sim
+// whose cost model is exact so the capacity can be worked out by hand), deployment arithmetic,
+// reproducibility, and the scenario's capacity: section.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "analysis/capacity.h"
+#include "analysis/metrics.h"
+#include "engine/backend/cost_model.h"
+#include "loadgen/capacity_probe.h"
+#include "loadgen/records/record.h"
+#include "loadgen/scenario.h"
+
+namespace servelab {
+namespace {
+
+using analysis::BisectionOptions;
+using analysis::CapacityProbe;
+
+std::string temp_path(const std::string& name) {
+  const auto dir = std::filesystem::path(::testing::TempDir()) / ("servelab_capacity_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+
+TEST(FindCapacity, BisectsASyntheticCurveToThePrecision) {
+  // Attainment falls linearly from 100% at 40 req/s to 0 at 60: the 90% line is at 42.
+  auto curve = [](double rate) {
+    CapacityProbe p;
+    p.slo_attainment = std::clamp(1.0 - (rate - 40.0) / 20.0, 0.0, 1.0);
+    p.output_throughput = 100.0 * rate;
+    p.request_throughput = rate;
+    return p;
+  };
+  BisectionOptions o;
+  o.rate_lo = 1.0;
+  o.precision = 0.01;
+  o.precision_pct = 0.0;
+  const analysis::StrategyCapacity c = analysis::find_capacity("s", curve, o);
+  ASSERT_TRUE(c.found) << c.note;
+  EXPECT_LE(c.capacity, 42.0);
+  EXPECT_GT(c.failing_rate, 42.0);
+  EXPECT_LE(c.failing_rate - c.capacity, 0.01);
+  EXPECT_NEAR(c.capacity, 42.0, 0.01);
+  // Doubling 1, 2, ..., 64 brackets it; every probe is kept, in order.
+  ASSERT_GE(c.probes.size(), 8u);
+  EXPECT_EQ(c.probes[0].rate, 1.0);
+  EXPECT_EQ(c.probes[6].rate, 64.0);
+  EXPECT_FALSE(c.probes[6].meets);
+  for (const CapacityProbe& p : c.probes) EXPECT_EQ(p.meets, p.slo_attainment >= 0.9);
+
+  // Starting above it: halving finds a meeting rate first.
+  o.rate_lo = 500.0;
+  const analysis::StrategyCapacity d = analysis::find_capacity("s", curve, o);
+  EXPECT_NEAR(d.capacity, 42.0, 0.01);
+  // Nothing meets: said so, no capacity.
+  const analysis::StrategyCapacity none = analysis::find_capacity("s", [](double) { return CapacityProbe{}; }, o);
+  EXPECT_FALSE(none.found);
+  EXPECT_NE(none.note.find("no probed rate"), std::string::npos);
+}
+
+TEST(PlanDeployment, ReplicasGpusAndCost) {
+  analysis::StrategyCapacity c;
+  c.found = true;
+  c.capacity = 30.0;
+  c.at_capacity.request_throughput = 29.5;
+  c.at_capacity.output_throughput = 9000.0;
+  analysis::plan_deployment(c, 400.0, 2, 2.5);
+  EXPECT_EQ(c.replicas, 14);  // ceil(400 / 30)
+  EXPECT_EQ(c.gpus, 28);
+  EXPECT_DOUBLE_EQ(c.fleet_usd_per_hour, 70.0);
+  // One replica costs $5/hour and makes 9000 × 3600 = 32.4M output tokens an hour.
+  EXPECT_NEAR(c.usd_per_m_output_tokens, 5.0 / 32.4, 1e-12);
+  EXPECT_NEAR(c.requests_per_usd, 29.5 * 3600 / 5.0, 1e-9);
+  analysis::plan_deployment(c, 60.0, 1, 0.0);
+  EXPECT_EQ(c.replicas, 2);  // exactly 2 × 30: no third replica
+  EXPECT_EQ(c.usd_per_m_output_tokens, 0.0);
+}
+
+/// A profile of `tiny` in which every step takes exactly 10 ms, over the shapes the scenario
+/// below produces (16-token prefills, decodes at contexts 17..26), so the sim prices every step
+/// from the profile and the capacity follows by hand.
+std::string constant_profile() {
+  const ModelConfig m = preset("tiny");
+  nlohmann::json j;
+  j["schema"] = "servelab.profile/2";
+  j["backend"] = "cpu";
+  j["hardware"] = "cpu-2core";
+  j["model"] = {{"name", m.name}, {"hidden_size", m.hidden_size}, {"n_layers", m.n_layers}, {"n_heads", m.n_heads},
+                {"n_kv_heads", m.n_kv_heads}, {"head_dim", m.head_dim()}, {"intermediate_size", m.intermediate_size},
+                {"vocab_size", m.vocab_size}};
+  auto sample = [](int tokens, int context, double pairs, double decode) {
+    return nlohmann::json{{"n_seqs", 1},          {"n_tokens", tokens},     {"n_sampled", 1},
+                          {"sum_context", context}, {"max_context", context}, {"prefill_pairs", pairs},
+                          {"decode_context", decode}, {"step_s", 0.010}};
+  };
+  j["samples"] = {sample(16, 16, 136, 0), sample(1, 17, 0, 17), sample(1, 40, 0, 40)};
+  const std::string path = temp_path("constant_profile.json");
+  std::ofstream(path) << j.dump();
+  return path;
+}
+
+Scenario exact_sim_scenario() {
+  const std::string yaml =
+      "model: {preset: tiny}\n"
+      "backend: {kind: sim, sim_profile: " + constant_profile() + "}\n"
+      "engine: {kv_cache_mb: 4, max_model_len: 64}\n"
+      "strategies: [{label: one-at-a-time, batching: static, batch_size: 1, max_wait_ms: 0, kv: {kind: paged}}]\n"
+      "workload: {arrival: {process: constant}, rates: [1], n_requests: 200, prompt_tokens: 16, output_tokens: 10}\n"
+      "slo: {ttft_ms: 15, tpot_ms: 1000, attainment: 0.9}\n"
+      "capacity: {rate_lo: 1, precision: 0.01, precision_pct: 0}\n";
+  return load_scenario_text(yaml, temp_path("exact.yaml"));
+}
+
+CapacityProbe probe_point(const PointRunner& runner, const Scenario& sc, double rate) {
+  const PointRun run = runner.run(0, rate);
+  EXPECT_TRUE(run.cost_counts.has_value());
+  EXPECT_EQ(run.cost_counts->profile, run.cost_counts->total()) << "every step inside the profiled grid";
+  analysis::SloSpec slo{sc.slo.ttft_ms, sc.slo.tpot_ms, sc.slo.attainment};
+  return analysis::probe_from_metrics(rate, analysis::compute_metrics(run.label, run.records, {}, slo), run.wall_s);
+}
+
+TEST(FindCapacity, FindsTheKnownCapacityOfASimWithAnExactCostModel) {
+  // One request at a time, each 1 prefill + 9 decode steps of 10 ms = 100 ms: 10 req/s. Below it
+  // every TTFT is the 10 ms prefill (SLO 15 ms); above it, with constant arrivals, request i waits
+  // i·(0.1 − 1/rate) more, so within a few requests TTFT passes 15 ms and attainment collapses.
+  const Scenario sc = exact_sim_scenario();
+  const PointRunner runner(sc);
+  const CapacityProbe below = probe_point(runner, sc, 9.9);
+  EXPECT_DOUBLE_EQ(below.slo_attainment, 1.0);
+  EXPECT_NEAR(below.ttft_p99_ms, 10.0, 1e-6);
+  EXPECT_NEAR(below.tpot_p50_ms, 10.0, 1e-6);
+  EXPECT_LT(probe_point(runner, sc, 10.2).slo_attainment, 0.1);
+
+  BisectionOptions o;
+  o.target = sc.slo.attainment;
+  o.rate_lo = sc.capacity->rate_lo;
+  o.precision = sc.capacity->precision;
+  o.precision_pct = sc.capacity->precision_pct;
+  const analysis::StrategyCapacity c =
+      analysis::find_capacity("one-at-a-time", [&](double r) { return probe_point(runner, sc, r); }, o);
+  ASSERT_TRUE(c.found);
+  EXPECT_LE(c.capacity, 10.0 + 1e-9);
+  EXPECT_GE(c.capacity, 10.0 - 0.01);
+  EXPECT_LE(c.failing_rate - c.capacity, 0.01);
+}
+
+TEST(PointRunner, SameSeedGivesByteIdenticalRecordsAndCapacitySummary) {
+  const Scenario sc = exact_sim_scenario();
+  auto summary = [&] {
+    const PointRunner runner(sc);
+    PointRunOptions keep;
+    keep.keep_token_times = true;
+    std::string lines;
+    for (const RequestRecord& r : runner.run(0, 9.5, keep).records) lines += record_line(r);
+    BisectionOptions o;
+    o.rate_lo = 4;
+    o.precision_pct = 1;
+    auto c = analysis::find_capacity("s", [&](double r) {
+      CapacityProbe p = probe_point(runner, sc, r);
+      p.wall_s = 0;  // the one figure that is not simulated
+      return p;
+    }, o);
+    return lines + analysis::capacity_json({c}, 0.9, {}).dump(2);
+  };
+  const std::string a = summary(), b = summary();
+  EXPECT_GT(a.size(), 1000u);
+  EXPECT_EQ(a, b);
+}
+
+TEST(CapacityConfig, ParsesTheSectionAndReportsBadValuesWhereTheyAre) {
+  const std::string base =
+      "strategies: [{batching: continuous, kv: {kind: paged}}]\n"
+      "workload: {rates: [1], n_requests: 10, prompt_tokens: 8, output_tokens: 8}\n";
+  const Scenario s = load_scenario_text(
+      base + "capacity: {rate_lo: 2, rate_hi: 64, precision: 0.5, target_rate: 400, gpu_hour_usd: 2.5,\n"
+             "           tensor_parallel: 2, gpu_memory_utilization: 0.9, n_requests: 1000}\n",
+      "c.yaml");
+  ASSERT_TRUE(s.capacity.has_value());
+  EXPECT_EQ(s.capacity->rate_lo, 2.0);
+  EXPECT_EQ(s.capacity->rate_hi, 64.0);
+  EXPECT_EQ(s.capacity->tensor_parallel, 2);
+  EXPECT_EQ(s.capacity->n_requests, 1000);
+  EXPECT_EQ(s.capacity->gpu_memory_utilization, 0.9);
+  EXPECT_FALSE(load_scenario_text(base, "c.yaml").capacity.has_value());
+  try {
+    load_scenario_text(base + "capacity:\n  gpu_memory_utilization: 1.5\n  rate_hi: 1\n  rate_lo: 3\n  bogus: 1\n", "c.yaml");
+    FAIL() << "expected errors";
+  } catch (const ScenarioError& e) {
+    std::string all;
+    for (const auto& m : e.messages) all += m + "\n";
+    EXPECT_NE(all.find("c.yaml:4:27: capacity.gpu_memory_utilization must be in (0, 1] (got 1.5)"), std::string::npos) << all;
+    EXPECT_NE(all.find("capacity.rate_hi must be above capacity.rate_lo"), std::string::npos) << all;
+    EXPECT_NE(all.find("unknown key 'bogus' in capacity"), std::string::npos) << all;
+  }
+}
+
+TEST(PointRunner, SizesTheKvArenaFromGpuMemory) {
+  const Scenario s = load_scenario_text(
+      "model: {preset: llama2-7b}\nbackend: {kind: sim, sim_device: h100}\n"
+      "strategies: [{batching: continuous, max_num_seqs: 256, max_num_batched_tokens: 4096, kv: {kind: paged}}]\n"
+      "workload: {rates: [1], n_requests: 10, prompt_tokens: 8, output_tokens: 8}\n"
+      "capacity: {gpu_memory_utilization: 0.9}\n",
+      "k.yaml");
+  const PointRunner runner(s);
+  EXPECT_EQ(runner.kv_cache_bytes(0), 57102086144);  // tests/engine/sim_backend_test.cpp works it out
+  EXPECT_EQ(runner.run(0, 1.0).records.size(), 10u);
+}
+
+}  // namespace
+}  // namespace servelab
