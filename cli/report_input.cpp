@@ -30,7 +30,8 @@ analysis::ReportInput report_input_for(const Scenario& sc, const std::vector<Swe
   d["model"] = sc.model.path.empty() ? sc.model.preset : sc.model.path;
   d["backend"] = to_string(sc.backend.kind);
   d["workload"] = describe(sc);
-  d["kv_cache_bytes"] = sc.engine.kv_cache_bytes;
+  if (sc.engine.gpu_memory_utilization > 0) d["gpu_memory_utilization"] = sc.engine.gpu_memory_utilization;
+  else d["kv_cache_bytes"] = sc.engine.kv_cache_bytes;
   d["max_model_len"] = sc.engine.max_model_len;
   d["length_counting"] = length_counting(sc);
 
@@ -38,6 +39,10 @@ analysis::ReportInput report_input_for(const Scenario& sc, const std::vector<Swe
   switch (sc.backend.kind) {
     case BackendKind::cpu: device = "cpu (OpenBLAS fp32)"; break;
     case BackendKind::sim: device = "sim (cost model: " + (sc.backend.sim_profile.empty() ? sc.backend.sim_device + " roofline" : sc.backend.sim_profile) + ")"; break;
+    case BackendKind::cuda:
+      device = "cuda: " + cuda_device_name(sc.backend.device) + (sc.backend.fusion ? "" : ", fusion off") +
+               (sc.backend.batch_invariant ? ", batch-invariant" : "") + (sc.backend.cuda_graphs ? "" : ", cuda graphs off");
+      break;
     default: device = to_string(sc.backend.kind); break;
   }
   in.environment = analysis::detect_environment(device, current_commit(), SERVELAB_VERSION);

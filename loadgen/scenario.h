@@ -90,17 +90,24 @@ struct ModelSpec {
   int max_position = 0;
 };
 
-/// `backend:` (BackendKind is the engine's: cpu | sim; engine/backend/make_backend.h).
+/// `backend:` (BackendKind is the engine's: cpu | sim | cuda; engine/backend/make_backend.h).
 struct ScenarioBackend {
   BackendKind kind = BackendKind::cpu;
   int threads = 0;          ///< CPU threads; 0 = all cores
   std::string sim_device;   ///< sim: roofline device preset (SimDevice::preset_names()); "" = h100
   std::string sim_profile;  ///< sim: resolved path of a `servelab profile` JSON (overrides the roofline)
+  int device = 0;               ///< cuda: device ordinal
+  bool fusion = true;           ///< cuda: false runs the unfused kernels (`fusion: off` in YAML)
+  bool batch_invariant = false; ///< cuda: every result independent of the batch
+  bool cuda_graphs = true;      ///< cuda: decode steps replayed from CUDA graphs
 };
 
 /// `engine:` — shared by every strategy.
 struct EngineSpec {
   int64_t kv_cache_bytes = 64ll << 20;  ///< `kv_cache_bytes`, or `kv_cache_mb` MiB
+  /// cuda: > 0 sizes the KV arena at run time as vLLM does (this share of the GPU's memory, minus
+  /// weights, activations and whatever else is in use) instead of kv_cache_bytes.
+  double gpu_memory_utilization = 0.0;
   int max_model_len = 0;                ///< prompt + output cap; 0 in YAML = the model's max_position
 };
 

@@ -112,12 +112,17 @@ void Walker::model(const YAML::Node& n) {
 }
 
 void Walker::backend(const YAML::Node& n) {
-  if (!section(n, "backend", {"kind", "threads", "sim_device", "sim_profile"})) return;
+  const Options<BackendKind> kinds{{"cpu", BackendKind::cpu}, {"sim", BackendKind::sim}, {"cuda", BackendKind::cuda}};
   auto& b = s_.backend;
+  if (n.IsScalar()) {  // `backend: cuda`, short for {kind: cuda}
+    read_enum(n, "backend", b.kind, kinds);
+    return;
+  }
+  if (!section(n, "backend", {"kind", "threads", "sim_device", "sim_profile", "device", "fusion", "batch_invariant",
+                              "cuda_graphs"}))
+    return;
   bool kind_ok = true;
-  if (defined(n["kind"]))
-    kind_ok = read_enum(n["kind"], "backend.kind", b.kind,
-                        Options<BackendKind>{{"cpu", BackendKind::cpu}, {"sim", BackendKind::sim}});
+  if (defined(n["kind"])) kind_ok = read_enum(n["kind"], "backend.kind", b.kind, kinds);
   if (defined(n["threads"])) read_int(n["threads"], "backend.threads", b.threads);
   for (const char* k : {"sim_device", "sim_profile"}) {
     if (!defined(n[k])) continue;
@@ -131,14 +136,38 @@ void Walker::backend(const YAML::Node& n) {
       read_path(n[k], p, b.sim_profile);
     }
   }
+  for (const char* k : {"device", "fusion", "batch_invariant", "cuda_graphs"}) {
+    if (!defined(n[k])) continue;
+    const std::string p = std::string("backend.") + k;
+    if (kind_ok && b.kind != BackendKind::cuda) {
+      note(n[k], p);
+      d_.error_at(p, p + " applies to kind: cuda, not " + to_string(b.kind));
+      continue;
+    }
+    const std::string key = k;
+    if (key == "device") {
+      if (read_int(n[k], p, b.device) && b.device < 0) d_.error(p, "must be >= 0 (got " + std::to_string(b.device) + ")");
+    } else if (key == "fusion") {
+      read_bool(n[k], p, b.fusion);
+    } else if (key == "batch_invariant") {
+      read_bool(n[k], p, b.batch_invariant);
+    } else {
+      read_bool(n[k], p, b.cuda_graphs);
+    }
+  }
 }
 
 void Walker::engine(const YAML::Node& n) {
-  if (!section(n, "engine", {"kv_cache_bytes", "kv_cache_mb", "max_model_len"})) return;
+  if (!section(n, "engine", {"kv_cache_bytes", "kv_cache_mb", "gpu_memory_utilization", "max_model_len"})) return;
   const bool bytes = defined(n["kv_cache_bytes"]), mb = defined(n["kv_cache_mb"]);
+  const bool util = defined(n["gpu_memory_utilization"]);
   if (bytes && mb) {
     note(n["kv_cache_mb"], "engine.kv_cache_mb");
     d_.error_at("engine.kv_cache_mb", "engine: give kv_cache_bytes or kv_cache_mb, not both");
+  } else if ((bytes || mb) && util) {
+    note(n["gpu_memory_utilization"], "engine.gpu_memory_utilization");
+    d_.error_at("engine.gpu_memory_utilization",
+                "engine: give gpu_memory_utilization or a fixed kv_cache_bytes / kv_cache_mb, not both");
   } else if (bytes) {
     read_int(n["kv_cache_bytes"], "engine.kv_cache_bytes", s_.engine.kv_cache_bytes);
   } else if (mb) {
@@ -146,6 +175,13 @@ void Walker::engine(const YAML::Node& n) {
     if (read_double(n["kv_cache_mb"], "engine.kv_cache_mb", v)) {
       if (!(v > 0) || v > 1e9) d_.error("engine.kv_cache_mb", "must be > 0 MiB (got " + fmt_double(v) + ")");
       else s_.engine.kv_cache_bytes = static_cast<int64_t>(std::llround(v * 1048576.0));
+    }
+  } else if (util) {
+    double v = 0;
+    if (read_double(n["gpu_memory_utilization"], "engine.gpu_memory_utilization", v)) {
+      if (!(v > 0 && v <= 1))
+        d_.error("engine.gpu_memory_utilization", "must be in (0, 1] (got " + fmt_double(v) + ")");
+      else s_.engine.gpu_memory_utilization = v;
     }
   }
   if (defined(n["max_model_len"])) read_int(n["max_model_len"], "engine.max_model_len", s_.engine.max_model_len);

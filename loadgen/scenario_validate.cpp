@@ -63,6 +63,13 @@ void check_distinct_rates(const std::vector<double>& rates, Diagnostics& diag) {
 void check_kv_arenas(const Scenario& sc, Diagnostics& diag) {
   for (const char* p : {"model", "backend", "engine", "strategies"})
     if (diag.failed(p)) return;
+  if (sc.engine.gpu_memory_utilization > 0) {  // the arena is sized on the GPU at run time
+    if (sc.backend.kind != BackendKind::cuda)
+      diag.error_at("engine.gpu_memory_utilization",
+                    std::string("engine.gpu_memory_utilization applies to backend cuda, not ") + to_string(sc.backend.kind) +
+                        "; give kv_cache_bytes or kv_cache_mb");
+    return;
+  }
   try {
     BackendSpec spec;
     spec.kind = sc.backend.kind;

@@ -75,6 +75,27 @@ class LineWriter {
   std::ofstream out_;
 };
 
+/// The most rows one step of this strategy runs (sizes the activations gpu_memory_utilization
+/// leaves room for): continuous: max_num_batched_tokens; static and dynamic: a full batch of
+/// max_model_len prompts.
+int max_step_rows(const Scenario& sc, const StrategySpec& st) {
+  const int len = std::max(1, sc.engine.max_model_len);
+  switch (st.sched.kind) {
+    case BatchingKind::continuous: return st.sched.max_num_batched_tokens;
+    case BatchingKind::static_batch: return st.sched.batch_size * len;
+    case BatchingKind::dynamic_batch: return st.sched.max_batch_size * len;
+  }
+  return len;
+}
+int max_step_seqs(const StrategySpec& st) {
+  switch (st.sched.kind) {
+    case BatchingKind::continuous: return st.sched.max_num_seqs;
+    case BatchingKind::static_batch: return st.sched.batch_size;
+    case BatchingKind::dynamic_batch: return st.sched.max_batch_size;
+  }
+  return 1;
+}
+
 /// Builds a fresh backend per run; the cpu backend shares one set of weights.
 class BackendFactory {
  public:
@@ -86,6 +107,11 @@ class BackendFactory {
     if (!sc.backend.sim_device.empty()) spec_.sim_device = SimDevice::preset(sc.backend.sim_device);
     spec_.sim_device_set = !sc.backend.sim_device.empty();
     spec_.sim_profile = sc.backend.sim_profile;
+    spec_.device = sc.backend.device;
+    spec_.fusion = sc.backend.fusion;
+    spec_.batch_invariant = sc.backend.batch_invariant;
+    spec_.cuda_graphs = sc.backend.cuda_graphs;
+    spec_.dtype = sc.model.dtype;
     spec_.validate();
     if (spec_.kind == BackendKind::cpu) {
       ModelWeights w;
@@ -193,7 +219,13 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
         }
         continue;
       }
-      Engine engine(engine_config(scenario, scenario.strategies[i]), backends->make());
+      std::unique_ptr<Backend> backend = backends->make();
+      EngineConfig engine_cfg = engine_config(scenario, scenario.strategies[i]);
+      if (scenario.engine.gpu_memory_utilization > 0)  // cuda: the arena from what the GPU has left
+        engine_cfg.kv_cache_bytes = kv_bytes_for_gpu_utilization(
+            *backend, scenario.engine.gpu_memory_utilization, max_step_rows(scenario, scenario.strategies[i]),
+            max_step_seqs(scenario.strategies[i]));
+      Engine engine(engine_cfg, std::move(backend));
       std::unique_ptr<RequestSource> source = make_source(scenario, plan);
       std::unique_ptr<Clock> clock;
       if (scenario.backend.kind == BackendKind::sim) clock = std::make_unique<VirtualClock>();

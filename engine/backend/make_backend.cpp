@@ -4,6 +4,9 @@
 #include <stdexcept>
 
 #include "engine/backend/cpu_backend.h"
+#ifdef SERVELAB_HAVE_CUDA_BACKEND
+#include "engine/backend/cuda/cuda_backend.h"
+#endif
 #include "engine/model/hf_config.h"
 #include "engine/model/weights.h"
 
@@ -18,18 +21,53 @@ bool is_checkpoint_dir(const std::string& model) {
 
 }  // namespace
 
-const char* to_string(BackendKind k) { return k == BackendKind::cpu ? "cpu" : "sim"; }
+const char* to_string(BackendKind k) {
+  switch (k) {
+    case BackendKind::cpu: return "cpu";
+    case BackendKind::sim: return "sim";
+    case BackendKind::cuda: return "cuda";
+  }
+  return "?";
+}
 
 BackendKind parse_backend_kind(const std::string& s) {
   if (s == "cpu") return BackendKind::cpu;
   if (s == "sim") return BackendKind::sim;
-  throw std::invalid_argument("backend must be cpu or sim (got '" + s + "')");
+  if (s == "cuda") return BackendKind::cuda;
+  throw std::invalid_argument("backend must be cpu, sim or cuda (got '" + s + "')");
+}
+
+int cuda_devices() {
+#ifdef SERVELAB_HAVE_CUDA_BACKEND
+  return cuda_device_count();
+#else
+  return 0;
+#endif
+}
+
+std::string cuda_device_name(int device) {
+#ifdef SERVELAB_HAVE_CUDA_BACKEND
+  if (device >= 0 && device < cuda_device_count()) return cuda_device_description(device);
+  return "cuda device " + std::to_string(device) + " (not present)";
+#else
+  return "cuda device " + std::to_string(device) + " (servelab built without CUDA)";
+#endif
+}
+
+int64_t kv_bytes_for_gpu_utilization(const Backend& backend, double utilization, int max_tokens, int max_seqs) {
+#ifdef SERVELAB_HAVE_CUDA_BACKEND
+  if (const auto* cuda = dynamic_cast<const CudaBackend*>(&backend))
+    return cuda->kv_bytes_for_utilization(utilization, max_tokens, max_seqs);
+#endif
+  (void)utilization, (void)max_tokens, (void)max_seqs;
+  throw std::invalid_argument("gpu_memory_utilization applies to backend cuda, not " + backend.name());
 }
 
 void BackendSpec::validate() const {
   if (model.empty()) throw std::invalid_argument("model must name a preset or a checkpoint folder (got '')");
   if (threads < 0) throw std::invalid_argument("threads must be >= 0 (got " + std::to_string(threads) + ")");
   if (kind == BackendKind::sim) sim_device.validate();
+  if (device < 0) throw std::invalid_argument("device must be >= 0 (got " + std::to_string(device) + ")");
   if (tensor_parallel < 1)
     throw std::invalid_argument("tensor_parallel must be >= 1 (got " + std::to_string(tensor_parallel) + ")");
 }
@@ -46,6 +84,7 @@ int64_t kv_bytes_per_slot(const BackendSpec& spec) {
     // The slot size depends on the shapes and the device's K/V element size, not on the profile.
     return SimBackend(config, SimCostModel::roofline(spec.sim_device, spec.tensor_parallel)).kv_bytes_per_slot();
   }
+  if (spec.kind == BackendKind::cuda) return 2ll * config.n_layers * config.kv_dim() * 2;  // bf16 K and V
   return 2ll * config.n_layers * config.kv_dim() * static_cast<int64_t>(sizeof(float));  // CpuBackend: fp32 K and V
 }
 
@@ -60,6 +99,23 @@ std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
                                               spec.sim_device_set ? std::optional<SimDevice>(spec.sim_device) : std::nullopt,
                                               spec.tensor_parallel);
     return std::make_unique<SimBackend>(config, cost);
+  }
+  if (spec.kind == BackendKind::cuda) {
+#ifdef SERVELAB_HAVE_CUDA_BACKEND
+    CudaBackendOptions o;
+    o.device = spec.device;
+    o.fusion = spec.fusion;
+    o.batch_invariant = spec.batch_invariant;
+    o.cuda_graphs = spec.cuda_graphs;
+    if (is_checkpoint_dir(spec.model)) return CudaBackend::load(spec.model, o);
+    ModelConfig config = preset(spec.model);
+    if (spec.dtype) config.dtype = *spec.dtype;
+    return CudaBackend::random(config, spec.seed, o);
+#else
+    throw std::runtime_error("backend cuda: this servelab was built without CUDA (nvcc was not found at configure "
+                             "time, or -DSERVELAB_CUDA=OFF); rebuild on a machine with the CUDA toolkit, or use "
+                             "backend cpu or sim");
+#endif
   }
   CpuBackendOptions options;
   options.n_threads = spec.threads;

@@ -2,6 +2,7 @@
 // make_backend: builds the backend a scenario names, from a model preset or a checkpoint folder.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/backend/backend.h"
@@ -9,8 +10,8 @@
 
 namespace servelab {
 
-enum class BackendKind { cpu, sim };
-const char* to_string(BackendKind k);        ///< "cpu", "sim"
+enum class BackendKind { cpu, sim, cuda };
+const char* to_string(BackendKind k);        ///< "cpu", "sim", "cuda"
 BackendKind parse_backend_kind(const std::string& s);  ///< throws listing the kinds
 
 /// What to build. validate() names the bad field.
@@ -28,6 +29,12 @@ struct BackendSpec {
   bool sim_device_set = false;
   std::string sim_profile;      ///< sim: profile JSON to calibrate the cost model (overrides the roofline)
   int tensor_parallel = 1;      ///< sim: GPUs per replica (weights, KV heads, FLOPs split; all-reduces added)
+  // cuda (engine/backend/cuda/cuda_backend.h): weights bf16 on the GPU, presets drawn there.
+  int device = 0;               ///< cuda: device ordinal
+  bool fusion = true;           ///< cuda: false runs the unfused kernels
+  bool batch_invariant = false; ///< cuda: results independent of the batch
+  bool cuda_graphs = true;      ///< cuda: decode steps replayed from CUDA graphs
+  std::optional<DType> dtype;   ///< cuda, preset: round the random weights through this dtype
   void validate() const;
 };
 
@@ -37,6 +44,15 @@ ModelConfig resolve_model_config(const std::string& model);
 /// Bytes one token slot of the K/V arena takes in the backend `spec` builds, without drawing or
 /// loading weights (scenario validation sizes the arena with it). Throws like make_backend.
 int64_t kv_bytes_per_slot(const BackendSpec& spec);
+
+/// CUDA devices this process can use: 0 when servelab was built without CUDA or sees no GPU.
+int cuda_devices();
+/// "NVIDIA H100 80GB HBM3, 79.1 GiB, sm_90, 132 SMs" (or why there is none), for reports.
+std::string cuda_device_name(int device);
+/// The KV budget a `gpu_memory_utilization` share leaves on a cuda backend (vLLM's rule: the share
+/// of total GPU memory, minus what is in use, minus the activations of a step of max_tokens rows
+/// and max_seqs sampled rows). Throws std::invalid_argument for another backend or nothing left.
+int64_t kv_bytes_for_gpu_utilization(const Backend& backend, double utilization, int max_tokens, int max_seqs);
 
 /// Builds the backend. Throws std::invalid_argument (bad spec, unknown preset) or
 /// std::runtime_error (checkpoint or profile file problems, naming the file).
