@@ -10,7 +10,7 @@
 #   when the image lacks OpenBLAS or yaml-cpp: libopenblas0-pthread libopenblas-pthread-dev
 #   libopenblas-dev libopenblas0 libgfortran5 libyaml-cpp0.7 libyaml-cpp-dev, fetched with
 #   `apt-get download` on a machine with network), RUN_SET (extra --set options for the sweep),
-#   RUN_LIMIT (seconds for the sweep, default 420), PACK=0 (leave $OUT unpacked; by default all of
+#   SCENARIO (default scenarios/gpu-llama2-7b.yaml), RUN_LIMIT (seconds for the sweep, default 420), PACK=0 (leave $OUT unpacked; by default all of
 #   it but summary.json and environment.txt goes into gpu-engine-check.tgz).
 # Exit status: 0 when every step passed.
 set -uo pipefail
@@ -41,6 +41,8 @@ step() {  # step NAME TIMEOUT_S CMD...: output to $OUT/NAME.log, status and time
   return $rc
 }
 
+# A copy outside its git checkout (the device tool's .gpu/NAME) names its commit in GPU_COMMIT.
+[ -f GPU_COMMIT ] && export SERVELAB_COMMIT=$(cat GPU_COMMIT)
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nvcc --version | tail -1; cmake --version | head -1
   git rev-parse HEAD 2>/dev/null; date -u; } >"$OUT/environment.txt" 2>&1 || true
 
@@ -100,7 +102,8 @@ if [ $BUILT = 1 ] && want run; then
     RUN_ARGS+=(--set backend.cuda_graphs=false)
     TABLE+=("run: CUDA graph tests failed, sweep with cuda_graphs off")
   fi
-  step run "${RUN_LIMIT:-420}" "$BUILD/servelab" run scenarios/gpu-llama2-7b.yaml --out "$OUT/run" --no-plots "${RUN_ARGS[@]}"
+  step run "${RUN_LIMIT:-420}" "$BUILD/servelab" run "${SCENARIO:-scenarios/gpu-llama2-7b.yaml}" --out "$OUT/run" \
+    --no-plots "${RUN_ARGS[@]}"
   [ -f "$OUT/run/summary.json" ] && cp "$OUT/run/summary.json" "$OUT/summary.json"
 fi
 
