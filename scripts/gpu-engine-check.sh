@@ -10,7 +10,8 @@
 #   when the image lacks OpenBLAS or yaml-cpp: libopenblas0-pthread libopenblas-pthread-dev
 #   libopenblas-dev libopenblas0 libgfortran5 libyaml-cpp0.7 libyaml-cpp-dev, fetched with
 #   `apt-get download` on a machine with network), RUN_SET (extra --set options for the sweep),
-#   SCENARIO (default scenarios/gpu-llama2-7b.yaml), RUN_LIMIT (seconds for the sweep, default 420), PACK=0 (leave $OUT unpacked; by default all of
+#   BUILD_TARGETS (default "servelab test_cuda_backend test_cuda_backend_gpu"), TESTS_FILTER (gtest
+#   filter of the GPU tests), SCENARIO (default scenarios/gpu-llama2-7b.yaml), RUN_LIMIT (seconds for the sweep, default 420), PACK=0 (leave $OUT unpacked; by default all of
 #   it but summary.json and environment.txt goes into gpu-engine-check.tgz).
 # Exit status: 0 when every step passed.
 set -uo pipefail
@@ -71,11 +72,13 @@ fi
 BUILT=1
 if want build; then
   step configure 200 cmake "${CFG[@]}" &&
-    step build 420 cmake --build "$BUILD" -j"$JOBS" --target servelab test_cuda_backend test_cuda_backend_gpu || BUILT=0
+    step build 420 cmake --build "$BUILD" -j"$JOBS" --target ${BUILD_TARGETS:-servelab test_cuda_backend test_cuda_backend_gpu} ||
+    BUILT=0
 fi
 if [ $BUILT = 1 ] && want tests; then
-  step cpu_tests 120 "$BUILD/test_cuda_backend"
-  step gpu_tests 300 "$BUILD/test_cuda_backend_gpu" --gtest_output="json:$OUT/gpu_tests.json"
+  [ -x "$BUILD/test_cuda_backend" ] && step cpu_tests 120 "$BUILD/test_cuda_backend"
+  step gpu_tests 300 "$BUILD/test_cuda_backend_gpu" --gtest_output="json:$OUT/gpu_tests.json" \
+    --gtest_filter="${TESTS_FILTER:-*}"
   n_skip=$(grep -oE '^\[  SKIPPED \] [0-9]+ test' "$OUT/gpu_tests.log" | grep -oE '[0-9]+' | head -1)
   n_pass=$(grep -oE '^\[  PASSED  \] [0-9]+ test' "$OUT/gpu_tests.log" | grep -oE '[0-9]+' | head -1)
   TABLE+=("$(printf '%-16s %s passed, %s skipped' gpu_test_count "${n_pass:-0}" "${n_skip:-0}")")
