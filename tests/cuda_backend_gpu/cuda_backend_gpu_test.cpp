@@ -361,3 +361,22 @@ TEST(CudaBackendGpuGraphs, DecodeReplayedFromGraphsMatchesEager) {
 
 }  // namespace
 }  // namespace servelab
+
+namespace servelab {
+namespace {
+
+TEST(CudaBackendGpuBudget, GpuMemoryUtilizationLeavesTheRestForKv) {
+  SKIP_WITHOUT_GPU();
+  auto gpu = CudaBackend::random(shape(false), 3);
+  const int64_t half = gpu->kv_bytes_for_utilization(0.5, 4096, 64);
+  const int64_t most = gpu->kv_bytes_for_utilization(0.9, 4096, 64);
+  EXPECT_GT(half, 0);
+  EXPECT_GT(most, half);  // 40% more of the GPU's memory, all of it for KV
+  EXPECT_THROW(gpu->kv_bytes_for_utilization(1e-9, 4096, 64), std::invalid_argument);
+  EXPECT_THROW(gpu->kv_bytes_for_utilization(1.5, 4096, 64), std::invalid_argument);
+  // The budget is allocatable: an arena of it fits beside the weights.
+  gpu->init_kv(std::min<int64_t>(half / gpu->kv_bytes_per_slot(), (int64_t(1) << 31) - 1));
+}
+
+}  // namespace
+}  // namespace servelab
