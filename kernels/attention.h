@@ -80,9 +80,13 @@ struct PrefillAttentionArgs {
   int64_t out_row_stride = 0;
 };
 
-/// Tiled, online-softmax attention on tensor cores (WMMA). Key tiles are aligned to absolute
-/// positions, so a row's result does not depend on the other rows of its tile or batch: chunked
-/// prefill gives the same bits as a full prefill, and the kernel is batch-invariant by design.
+/// Tiled, online-softmax attention on tensor cores (FlashAttention-2 structure, mma.sync, K/V
+/// double-buffered by cp.async, O in registers). Key tiles are aligned to absolute positions, so a
+/// row's result does not depend on the other rows of its tile or batch: chunked prefill gives the
+/// same bits as a full prefill, and the kernel is batch-invariant by design.
 void prefill_attention(const PrefillAttentionArgs& a, cudaStream_t stream);
+/// The first version (WMMA, O in shared memory, no overlap): same contract, slower; kept for
+/// comparison in kernel_bench and the tests.
+void prefill_attention_wmma(const PrefillAttentionArgs& a, cudaStream_t stream);
 
 }  // namespace servelab::kernels

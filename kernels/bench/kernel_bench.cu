@@ -281,15 +281,18 @@ bool validate(std::mt19937_64& rng, int n_sms) {
     p.out_row_stride = 8 * 128;
     prefill_attention(p, nullptr);
     const std::vector<float> pqf = to_float_bf16(pq, 300 * 8 * 128), pgot = to_float_bf16(pout, 300 * 8 * 128);
+    CUDA_CHECK(cudaMemset(pout.p, 0xFF, pout.bytes));
+    prefill_attention_wmma(p, nullptr);
+    const std::vector<float> pgot_wmma = to_float_bf16(pout, 300 * 8 * 128);
     std::vector<float> pref(pqf.size());
     r.q = pqf.data();
     r.n_seqs = 1;
     r.query_start = pqs.data();
     r.out = pref.data();
     attention_ref(r);
-    const double pe = rel_err(pgot, pref);
-    std::printf("  validate prefill group %d: rel err %.2e\n", group, pe);
-    ok = ok && pe < 1e-2;
+    const double pe = rel_err(pgot, pref), pe_wmma = rel_err(pgot_wmma, pref);
+    std::printf("  validate prefill group %d: rel err %.2e (wmma %.2e)\n", group, pe, pe_wmma);
+    ok = ok && pe < 1e-2 && pe_wmma < 1e-2;
   }
   return ok;
 }
@@ -394,10 +397,12 @@ int main(int argc, char** argv) {
         p.scale = d.scale;
         p.out = pout.p;
         p.out_row_stride = 32 * 128;
-        const double ms = time_ms([&](int) { prefill_attention(p, nullptr); }, 10);
         const double flops = 4.0 * 0.5 * double(seq) * seq * 128 * 32;  // QKᵀ and PV, causal half
-        record("prefill_attn", "seq" + std::to_string(seq) + " gqa" + std::to_string(group),
-               flops / (ms * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
+        const std::string shape = "seq" + std::to_string(seq) + " gqa" + std::to_string(group);
+        double ms = time_ms([&](int) { prefill_attention(p, nullptr); }, 10);
+        record("prefill_attn", shape, flops / (ms * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
+        ms = time_ms([&](int) { prefill_attention_wmma(p, nullptr); }, 5);
+        record("prefill_attn_wmma", shape, flops / (ms * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
       }
 
     std::printf("element-wise kernels (256 rows, d 4096, ffn 11008):\n");
