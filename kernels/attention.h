@@ -21,6 +21,10 @@ struct SplitPolicy {
   /// many positions and the reduce always runs, so a sequence's result depends only on its own
   /// context (batch-invariant mode). Must be a multiple of 16.
   int fixed_split_len = 0;
+  /// Auto mode only: blocks per multiprocessor the splits aim for (0 = the default: 4 when every
+  /// query head has its own KV head, 16 for GQA, whose blocks do 4-8x the arithmetic per byte;
+  /// chosen from H100 measurements, results/gpu/kernels-*.md). kernel_bench sweeps it.
+  int blocks_per_sm = 0;
 };
 
 /// One decode step: one query row per sequence.

@@ -266,11 +266,12 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
   }
   const int group = a.n_heads / a.shape.n_kv_heads;
   const int n_base = a.n_seqs * a.shape.n_kv_heads * ceil_div(group, group_bucket(group));
-  // About 16 blocks per multiprocessor (several waves of short blocks: the last wave's tail is
-  // short, and a small batch still has enough loads in flight), at least 64 positions a split.
-  // Measured on an H100 (results/gpu/): 4 blocks per SM and 256-position splits left GQA 4 and
-  // batch 1 at 0.07-0.7 of copy bandwidth.
-  const int want = ceil_div(int64_t(n_sms) * 16, n_base);
+  // Blocks per multiprocessor to aim for, at least 64 positions a split. Measured on an H100
+  // (results/gpu/kernels-*.md): without GQA, about 4 per SM is best (more, shorter blocks pay
+  // their fixed cost: merge, partials, a longer reduce); with GQA, blocks are compute-heavier and
+  // 4 per SM left 0.65-0.85 of copy bandwidth (1.1-1.5 waves: a long tail), 16 per SM 0.9-0.97.
+  const int per_sm = a.split.blocks_per_sm > 0 ? a.split.blocks_per_sm : group == 1 ? 4 : 16;
+  const int want = ceil_div(int64_t(n_sms) * per_sm, n_base);
   const int most = std::min(kMaxAutoSplits, ceil_div(max_ctx, 64));
   const int splits = std::max(1, std::min(want, most));
   r.split_len = ceil_div(ceil_div(max_ctx, splits), 64) * 64;

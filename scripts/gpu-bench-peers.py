@@ -173,16 +173,20 @@ def combine(kb_path, peers_path, out_path, commit):
                     "ratio": round(ratio, 3) if ratio is not None else None, "shape": shape, "device": device,
                     "date": date, "commit": commit})
 
+    decode = {}  # base shape -> {variant: GB/s}, for the compact table printed below
     for r in kb:
         shape = r["shape"]
+        base = shape.split(" (")[0].replace(" split512", "")  # kernel_bench appends "(N splits)"
+        if r["name"].startswith("paged_decode_attn"):
+            decode.setdefault(base, {})[r["name"].replace("paged_decode_attn", "") or "default"] = r["value"]
         if r["name"] == "paged_decode_attn":
-            p = prow.get(("sdpa_decode_attn", shape))
+            p = prow.get(("sdpa_decode_attn", base))
             if p:
                 add("paged_decode_attn", r["value"], "GB/s", f"torch_sdpa_{p['backend']} {p['value']:.0f} GB/s",
                     r["value"] / p["value"], shape + " hd128 block16")
             add("paged_decode_attn_vs_copy", r["value"], "GB/s", r["peer_or_ceiling"], r["ratio"], shape + " hd128 block16")
         elif r["name"] == "prefill_attn":
-            p = prow.get(("sdpa_prefill_attn", shape))
+            p = prow.get(("sdpa_prefill_attn", base))
             if p:
                 add("prefill_attn", r["value"], "TFLOP/s", f"torch_sdpa_{p['backend']} {p['value']:.0f} TFLOP/s",
                     r["value"] / p["value"], shape + " causal hd128 32 heads")
@@ -199,9 +203,19 @@ def combine(kb_path, peers_path, out_path, commit):
         else:
             add(r["name"], r["value"], r["unit"], "-", None, r["shape"])
     json.dump(out, open(out_path, "w"), indent=2)
-    print(f"\n== ours beside peers ({out_path}) ==")
+    copy = next((r["value"] for r in kb if r["name"] == "d2d_copy"), None)
+    print(f"\n== paged decode attention: GB/s, ratio to the best SDPA backend, to copy ({copy:.0f} GB/s) ==")
+    print(f"{'shape':<22} {'ours':>6} {'sdpa':>6} {'x sdpa':>6} {'x copy':>6} | x sdpa for bps4 bps8 bps16 invariant")
+    for base, v in decode.items():
+        p = prow.get(("sdpa_decode_attn", base))
+        if not p or "default" not in v:
+            continue
+        sw = " ".join(f"{v[k] / p['value']:.2f}" if k in v else "  - " for k in ("_bps4", "_bps8", "_bps16", "_invariant"))
+        print(f"{base:<22} {v['default']:6.0f} {p['value']:6.0f} {v['default'] / p['value']:6.2f} "
+              f"{v['default'] / copy:6.2f} | {sw} ({p['backend']})")
+    print(f"\n== other figures ({out_path}) ==")
     for o in out:
-        if o["name"] in ("paged_decode_attn", "prefill_attn", "paged_decode_attn_vs_copy", "prefill_attn_vs_gemm",
+        if o["name"] in ("prefill_attn", "prefill_attn_vs_gemm", "prefill_attn_wmma",
                          "d2d_copy", "cublaslt_gemm_bf16", "torch_d2d_copy", "torch_gemm_bf16"):
             ratio = f"{o['ratio']:.2f} x {o['peer_or_ceiling']}" if o["ratio"] is not None else ""
             print(f"{o['name']:<26} {o['shape']:<34} {o['value']:>9.1f} {o['unit']:<8} {ratio}")

@@ -355,9 +355,14 @@ int main(int argc, char** argv) {
           const int64_t kv_bytes = int64_t(batch) * ctx * n_kv * 128 * 4;
           if (kv_bytes > (int64_t(24) << 30)) continue;  // keep the arena well inside GPU memory
           PagedBatch b(batch, ctx, n_heads, n_kv, l2, rng);
-          for (int fixed : {0, 512}) {
+          // The default policy, the batch-invariant one (fixed 512-position splits), and a sweep
+          // of the auto policy's blocks per SM (what the default was chosen from).
+          const std::vector<SplitPolicy> policies = {SplitPolicy{0, 0}, SplitPolicy{512, 0}, SplitPolicy{0, 4},
+                                                     SplitPolicy{0, 8}, SplitPolicy{0, 16}};
+          for (const SplitPolicy& pol : policies) {
+            const int fixed = pol.fixed_split_len;
             std::vector<DecodeAttentionArgs> args;  // built (workspace sized) before the capture
-            for (int r = 0; r < b.n_rot; ++r) args.push_back(b.decode_args(r, SplitPolicy{fixed}, n_sms));
+            for (int r = 0; r < b.n_rot; ++r) args.push_back(b.decode_args(r, pol, n_sms));
             for (auto& a : args) {
               a.workspace = b.ws->get<float>();
               a.workspace_bytes = b.ws->bytes;
@@ -365,9 +370,13 @@ int main(int argc, char** argv) {
             const double ms = time_graph_ms(
                 [&](int i, cudaStream_t st) { decode_attention(args[i % b.n_rot], st); }, 20, 15);
             const double bytes = double(kv_bytes) + 2.0 * batch * n_heads * 128 * 2;
+            const DecodeSplit used = decode_attention_split(args[0], n_sms);
             const std::string shape = "b" + std::to_string(batch) + " ctx" + std::to_string(ctx) + " gqa" +
                                       std::to_string(group) + (fixed ? " split512" : "");
-            record(fixed ? "paged_decode_attn_invariant" : "paged_decode_attn", shape, bytes / (ms * 1e-3) / 1e9,
+            const std::string name = fixed ? "paged_decode_attn_invariant"
+                                     : pol.blocks_per_sm ? "paged_decode_attn_bps" + std::to_string(pol.blocks_per_sm)
+                                                         : "paged_decode_attn";
+            record(name, shape + " (" + std::to_string(used.n_splits) + " splits)", bytes / (ms * 1e-3) / 1e9,
                    "GB/s", "d2d_copy", copy_gbs);
           }
         }
