@@ -21,9 +21,9 @@ struct SplitPolicy {
   /// many positions and the reduce always runs, so a sequence's result depends only on its own
   /// context (batch-invariant mode). Must be a multiple of 16.
   int fixed_split_len = 0;
-  /// Auto mode only: blocks per multiprocessor the splits aim for (0 = the default: 4 when every
-  /// query head has its own KV head, 16 for GQA, whose blocks do 4-8x the arithmetic per byte;
-  /// chosen from H100 measurements, results/gpu/kernels-*.md). kernel_bench sweeps it.
+  /// Auto mode only: > 0 cuts the contexts for this many blocks per multiprocessor, as given; 0
+  /// (default) aims for 4 and avoids grids of 1-1.6 waves of resident blocks (long tails), as
+  /// chosen from H100 measurements (results/gpu/kernels-*.md). kernel_bench --sweep compares.
   int blocks_per_sm = 0;
 };
 

@@ -10,6 +10,8 @@
 // groups are merged through shared memory at the end, then either written out (one split) or
 // stored as partials (normalized output, max and sum in log2 units) for the reduce kernel.
 #include <algorithm>
+#include <tuple>
+#include <utility>
 #include <stdexcept>
 #include <string>
 
@@ -266,16 +268,25 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
   }
   const int group = a.n_heads / a.shape.n_kv_heads;
   const int n_base = a.n_seqs * a.shape.n_kv_heads * ceil_div(group, group_bucket(group));
-  // Blocks per multiprocessor to aim for, at least 64 positions a split. Measured on an H100
-  // (results/gpu/kernels-*.md): without GQA, about 4 per SM is best (more, shorter blocks pay
-  // their fixed cost: merge, partials, a longer reduce); with GQA, blocks are compute-heavier and
-  // 4 per SM left 0.65-0.85 of copy bandwidth (1.1-1.5 waves: a long tail), 16 per SM 0.9-0.97.
-  const int per_sm = a.split.blocks_per_sm > 0 ? a.split.blocks_per_sm : group == 1 ? 4 : 16;
-  const int want = ceil_div(int64_t(n_sms) * per_sm, n_base);
+  // Splits are chosen around waves of resident blocks (the split kernel's launch bounds: 7, 4 or
+  // 2 blocks per SM for group buckets 1, 4, 8). Measured on an H100 (results/gpu/kernels-*.md):
+  // about 4 blocks per SM, at least 64 positions a split, is best when the grid stays within one
+  // wave or spans two or more; a grid of 1-1.6 waves leaves a long tail (0.73-0.87 of SDPA at
+  // batch 32 without GQA, batch 8 at 32k with GQA 4), so it is cut into >= 2.5 waves instead.
+  const int gb = group_bucket(group);
+  const int64_t slots = int64_t(n_sms) * (gb == 1 ? 7 : gb == 4 ? 4 : 2);
   const int most = std::min(kMaxAutoSplits, ceil_div(max_ctx, 64));
-  const int splits = std::max(1, std::min(want, most));
-  r.split_len = ceil_div(ceil_div(max_ctx, splits), 64) * 64;
-  r.n_splits = ceil_div(max_ctx, r.split_len);
+  auto splits_of = [&](int k) {  // splits after rounding the split length up to 64 positions
+    const int len = ceil_div(ceil_div(max_ctx, k), 64) * 64;
+    return std::pair<int, int>(len, ceil_div(max_ctx, len));
+  };
+  int k = std::max(1, std::min(ceil_div(int64_t(n_sms) * (a.split.blocks_per_sm > 0 ? a.split.blocks_per_sm : 4), n_base), most));
+  if (a.split.blocks_per_sm == 0) {
+    const double waves = double(n_base) * splits_of(k).second / double(slots);
+    if (waves > 1.0 && waves < 1.6)
+      while (k < most && double(n_base) * splits_of(k).second < 2.5 * double(slots)) ++k;
+  }
+  std::tie(r.split_len, r.n_splits) = splits_of(k);
   r.reduce = r.n_splits > 1;
   return r;
 }

@@ -9,7 +9,8 @@
 #   kernel_bench.json, peers.json, benchmarks.json, gpu_kernel_tests.json, summary.txt.
 # A device call is capped at 10 minutes: STEPS picks steps (default all of
 #   "build tests memcheck bench peers"; "ctest" builds everything and runs ctest -L gpu).
-# Environment: OUT, BUILD (build dir, default build-gpu), QUICK=1 (fewer bench shapes), COMMIT,
+# Environment: OUT, BUILD (build dir, default build-gpu), QUICK=1 (fewer bench shapes), SWEEP=1
+#   (kernel_bench --sweep: decode split policies), COMMIT,
 #   GTEST_FILTER (for the GPU tests and memcheck), DEBS_DIR (a folder of carried Debian .deb files,
 #   unpacked into a prefix when the machine's image lacks the build dependencies; recipe:
 #     mkdir -p shared/debs && cd shared/debs && apt-get download libgtest-dev libyaml-cpp-dev \
@@ -105,6 +106,7 @@ if [ $BUILT = 1 ]; then
   if want bench; then
     BENCH_ARGS=(--json "$OUT/kernel_bench.json" --commit "$COMMIT")
     [ "${QUICK:-0}" = 1 ] && BENCH_ARGS+=(--quick)
+    [ "${SWEEP:-0}" = 1 ] && BENCH_ARGS+=(--sweep)
     step kernel_bench 400 "$BUILD/kernels/kernel_bench" "${BENCH_ARGS[@]}"
   fi
 fi

@@ -2,7 +2,8 @@
 // CUDA events after warm-up (median of repeats, inputs rotated so repeats do not run from L2),
 // and prints achieved GB/s and TFLOP/s next to ceilings measured in the same run: a large
 // device-to-device copy and a large cuBLASLt bf16 GEMM on random data.
-//   kernel_bench [--json FILE] [--quick] [--commit SHA]
+//   kernel_bench [--json FILE] [--quick] [--sweep] [--commit SHA]
+// --sweep also times decode with 4, 8 and 16 blocks per SM (SplitPolicy::blocks_per_sm).
 // JSON: a list of {name, value, unit, peer_or_ceiling, ratio, shape, device, date, commit}.
 // Exit status: 0 ok, 1 a validation failed, 2 bad usage.
 #include <cuda_bf16.h>
@@ -302,13 +303,14 @@ bool validate(std::mt19937_64& rng, int n_sms) {
 int main(int argc, char** argv) {
   std::string json_path = "kernel_bench.json";
   std::string commit = "unknown";
-  bool quick = false;
+  bool quick = false, sweep = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--sweep")) sweep = true;
     else {
-      std::fprintf(stderr, "usage: kernel_bench [--json FILE] [--quick] [--commit SHA]\n");
+      std::fprintf(stderr, "usage: kernel_bench [--json FILE] [--quick] [--sweep] [--commit SHA]\n");
       return 2;
     }
   }
@@ -357,8 +359,8 @@ int main(int argc, char** argv) {
           PagedBatch b(batch, ctx, n_heads, n_kv, l2, rng);
           // The default policy, the batch-invariant one (fixed 512-position splits), and a sweep
           // of the auto policy's blocks per SM (what the default was chosen from).
-          const std::vector<SplitPolicy> policies = {SplitPolicy{0, 0}, SplitPolicy{512, 0}, SplitPolicy{0, 4},
-                                                     SplitPolicy{0, 8}, SplitPolicy{0, 16}};
+          std::vector<SplitPolicy> policies = {SplitPolicy{0, 0}, SplitPolicy{512, 0}};
+          if (sweep) policies.insert(policies.end(), {SplitPolicy{0, 4}, SplitPolicy{0, 8}, SplitPolicy{0, 16}});
           for (const SplitPolicy& pol : policies) {
             const int fixed = pol.fixed_split_len;
             std::vector<DecodeAttentionArgs> args;  // built (workspace sized) before the capture
