@@ -242,6 +242,20 @@ DeviceWeights DeviceWeights::load(const std::string& dir) {
     sources.emplace_back(&f, t);
   }
 
+  // Anything else in the files means the config does not describe this checkpoint (as
+  // ModelWeights::load): HF's rotary inv_freq buffers and a tied lm_head are the only extras.
+  std::map<std::string, bool> expected;
+  for (const Placement& p : places) expected[p.spec.name] = true;
+  const std::string inv_freq = "rotary_emb.inv_freq";
+  for (const auto& [name, f] : files)
+    for (const SafetensorsTensor& t : f.tensors()) {
+      const bool rope_buffer = t.name.size() > inv_freq.size() &&
+                               t.name.compare(t.name.size() - inv_freq.size(), inv_freq.size(), inv_freq) == 0;
+      if (!expected.count(t.name) && !rope_buffer && !(w.config.tie_embeddings && t.name == "lm_head.weight"))
+        throw std::runtime_error(f.path() + ": unexpected tensor " + t.name + " " + shape_string(t.shape) +
+                                 " (not part of a Llama-family model with this config.json)");
+    }
+
   // Chunked upload: file bytes (pageable, memory-mapped) -> device staging -> bf16 in place.
   constexpr int64_t kChunk = 64ll << 20;
   DeviceBuffer staging(kChunk, "the checkpoint staging buffer");
