@@ -31,6 +31,7 @@ std::string run_name(const RunSummary& r) { return r.info.strategy_name() + " @ 
 void check_metric_name(const std::string& metric) {
   const auto& names = known_metrics();
   if (std::find(names.begin(), names.end(), metric) != names.end()) return;
+  if (const GateMetric* m = find_gate_metric(metric); m && m->alias == metric) return;  // an older name
   std::string list;
   for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
   throw std::invalid_argument("unknown metric '" + metric + "' (expected one of: " + list + ")");
@@ -42,8 +43,13 @@ MetricDirection metric_direction(const std::string& metric) {
                                                     : MetricDirection::lower_is_better;
 }
 
-std::optional<double> run_metric(const RunSummary& run, const std::string& metric) {
+std::string canonical_metric(const std::string& metric) {
   check_metric_name(metric);
+  return find_gate_metric(metric)->path;
+}
+
+std::optional<double> run_metric(const RunSummary& run, const std::string& name) {
+  const std::string metric = canonical_metric(name);
   if (metric == "n_failed") return static_cast<double>(run.metrics.n_failed);
   if (metric == "n_requests") return static_cast<double>(run.metrics.n_requests);
   const nlohmann::ordered_json j = run.metrics;

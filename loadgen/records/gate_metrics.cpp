@@ -10,9 +10,9 @@ const std::vector<GateMetric>& gate_metrics() {
         v.push_back({std::string(d) + "_ms." + s, std::string(d) + "_" + s + "_ms", false});
     // Scalars and nested figures: the scenario spelling replaces '.' with '_'.
     const std::vector<std::pair<const char*, bool>> others = {
-        {"request_throughput", true},       {"output_throughput", true},
-        {"total_throughput", true},         {"goodput", true},
-        {"request_goodput", true},          {"slo_attainment", true},
+        {"request_throughput_rps", true},   {"output_throughput_tok_s", true},
+        {"total_throughput_tok_s", true},   {"goodput_tok_s", true},
+        {"request_goodput_rps", true},      {"slo_attainment", true},
         {"kv_utilization.mean", true},      {"kv_utilization.max", true},
         {"kv_breakdown.stored", true},      {"kv_breakdown.reserved", false},
         {"kv_breakdown.internal_frag", false}, {"kv_breakdown.external_frag", false},
@@ -26,7 +26,13 @@ const std::vector<GateMetric>& gate_metrics() {
       std::string flat = path;
       for (char& c : flat)
         if (c == '.') c = '_';
-      v.push_back({path, flat, higher});
+      std::string alias;
+      for (const char* suffix : {"_tok_s", "_rps"}) {
+        const std::string sfx = suffix;
+        if (flat.size() > sfx.size() && flat.compare(flat.size() - sfx.size(), sfx.size(), sfx) == 0)
+          alias = flat.substr(0, flat.size() - sfx.size());
+      }
+      v.push_back({path, flat, higher, alias});
     }
     return v;
   }();
@@ -35,7 +41,7 @@ const std::vector<GateMetric>& gate_metrics() {
 
 const GateMetric* find_gate_metric(const std::string& name) {
   for (const auto& m : gate_metrics())
-    if (m.path == name || m.scenario_name == name) return &m;
+    if (m.path == name || m.scenario_name == name || (!m.alias.empty() && m.alias == name)) return &m;
   return nullptr;
 }
 
