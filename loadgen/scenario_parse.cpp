@@ -52,6 +52,7 @@ class Walker : public YamlReader {
   void rates(const YAML::Node& n);
   void length(const YAML::Node& n, const std::string& path, LengthRole role, LengthSpec& out);
   void slo(const YAML::Node& n);
+  void report(const YAML::Node& n);
   void gates(const YAML::Node& n);
   void baseline(const YAML::Node& n);
 
@@ -64,7 +65,7 @@ void Walker::root(const YAML::Node& r) {
     return;
   }
   if (!check_map(r, "", {"name", "description", "seed", "output_dir", "model", "backend", "engine", "strategies",
-                         "workload", "slo", "gates", "baseline", "target", "capacity"}))
+                         "workload", "slo", "report", "gates", "baseline", "target", "capacity"}))
     return;
   if (defined(r["name"])) read_string(r["name"], "name", s_.name);
   if (defined(r["description"])) read_string(r["description"], "description", s_.description);
@@ -87,6 +88,7 @@ void Walker::root(const YAML::Node& r) {
   }
   if (defined(r["workload"])) workload(r["workload"]);
   if (defined(r["slo"])) slo(r["slo"]);
+  if (defined(r["report"])) report(r["report"]);
   if (defined(r["gates"])) gates(r["gates"]);
   if (defined(r["baseline"])) baseline(r["baseline"]);
   if (defined(r["target"])) read_target(r["target"], s_, d_);  // loadgen/target.cpp
@@ -226,7 +228,7 @@ void Walker::kv(const YAML::Node& n, const std::string& path, KvConfig& out) {
 void Walker::workload(const YAML::Node& n) {
   if (!check_map(n, "workload", {"arrival", "concurrency", "trace", "rates", "n_requests", "duration_s",
                                  "warmup_requests", "prompt_tokens", "output_tokens", "shared_prefix_tokens",
-                                 "prefix_groups", "sessions", "trace_speed", "tokenizer"}))
+                                 "prefix_groups", "sessions", "trace_speed", "tokenizer", "repeat"}))
     return;
   auto& w = s_.workload;
   std::vector<std::string> modes;
@@ -270,6 +272,7 @@ void Walker::workload(const YAML::Node& n) {
     }
   }
   if (defined(n["tokenizer"])) read_path(n["tokenizer"], "workload.tokenizer", w.tokenizer);
+  if (defined(n["repeat"])) read_int(n["repeat"], "workload.repeat", w.repeat);
   if (defined(n["prefix_groups"])) prefix_groups(n["prefix_groups"]);
   if (defined(n["sessions"]) && section(n["sessions"], "workload.sessions", {"turns", "think_time_s"})) {
     const YAML::Node& ss = n["sessions"];
@@ -498,10 +501,59 @@ void Walker::length(const YAML::Node& n, const std::string& path, LengthRole rol
 }
 
 void Walker::slo(const YAML::Node& n) {
-  if (!section(n, "slo", {"ttft_ms", "tpot_ms", "attainment"})) return;
+  if (!section(n, "slo", {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "attainment", "percentiles"})) return;
   if (defined(n["ttft_ms"])) read_double(n["ttft_ms"], "slo.ttft_ms", s_.slo.ttft_ms);
   if (defined(n["tpot_ms"])) read_double(n["tpot_ms"], "slo.tpot_ms", s_.slo.tpot_ms);
+  if (defined(n["itl_ms"])) read_double(n["itl_ms"], "slo.itl_ms", s_.slo.itl_ms);
+  if (defined(n["e2e_ms"])) read_double(n["e2e_ms"], "slo.e2e_ms", s_.slo.e2e_ms);
   if (defined(n["attainment"])) read_double(n["attainment"], "slo.attainment", s_.slo.attainment);
+  if (!defined(n["percentiles"])) return;
+  const YAML::Node& ps = n["percentiles"];
+  note(ps, "slo.percentiles");
+  if (!ps.IsSequence()) {
+    d_.error("slo.percentiles", std::string("must be a list of {metric, percentile, max_ms} (got ") + type_name(ps) + ")");
+    return;
+  }
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const std::string p = index("slo.percentiles", i);
+    PercentileSloSpec e;
+    if (section(ps[i], p, {"metric", "percentile", "max_ms"})) {
+      for (const char* k : {"metric", "percentile", "max_ms"})
+        if (!defined(ps[i][k])) d_.error_at(p, p + " needs " + k + ": (e.g. {metric: ttft, percentile: 99, max_ms: 2000})");
+      if (defined(ps[i]["metric"])) read_string(ps[i]["metric"], p + ".metric", e.metric);
+      if (defined(ps[i]["percentile"])) read_double(ps[i]["percentile"], p + ".percentile", e.percentile);
+      if (defined(ps[i]["max_ms"])) read_double(ps[i]["max_ms"], p + ".max_ms", e.max_ms);
+    }
+    s_.slo.percentiles.push_back(e);
+  }
+}
+
+void Walker::report(const YAML::Node& n) {
+  if (!section(n, "report", {"percentiles", "window", "cdf_rate"})) return;
+  auto& r = s_.report;
+  if (defined(n["cdf_rate"])) read_double(n["cdf_rate"], "report.cdf_rate", r.cdf_rate);
+  if (defined(n["percentiles"])) {
+    const YAML::Node& ps = n["percentiles"];
+    note(ps, "report.percentiles");
+    if (!ps.IsSequence()) {
+      d_.error("report.percentiles", std::string("must be a list of numbers in [0, 100] (got ") + type_name(ps) + ")");
+    } else {
+      for (size_t i = 0; i < ps.size(); ++i) {
+        double q = 0;
+        if (read_double(ps[i], index("report.percentiles", i), q)) r.percentiles.push_back(q);
+      }
+    }
+  }
+  if (defined(n["window"]) &&
+      section(n["window"], "report.window", {"skip_first_s", "skip_last_s", "skip_first_requests", "skip_last_requests"})) {
+    const YAML::Node& w = n["window"];
+    if (defined(w["skip_first_s"])) read_double(w["skip_first_s"], "report.window.skip_first_s", r.skip_first_s);
+    if (defined(w["skip_last_s"])) read_double(w["skip_last_s"], "report.window.skip_last_s", r.skip_last_s);
+    if (defined(w["skip_first_requests"]))
+      read_int(w["skip_first_requests"], "report.window.skip_first_requests", r.skip_first_requests);
+    if (defined(w["skip_last_requests"]))
+      read_int(w["skip_last_requests"], "report.window.skip_last_requests", r.skip_last_requests);
+  }
 }
 
 void Walker::gates(const YAML::Node& n) {

@@ -1,5 +1,6 @@
 #include "loadgen/sweep.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -118,16 +119,48 @@ class BackendFactory {
 
 std::vector<SweepRun> plan_sweep(const Scenario& scenario) { return plan_sweep(Planner(scenario)); }
 
+namespace {
+
+/// One Planner per repetition: the given one for repetition 1, the scenario re-seeded after.
+class RepeatPlanners {
+ public:
+  explicit RepeatPlanners(const Planner& first) : first_(first) {
+    const Scenario& sc = first.scenario();
+    for (int k = 2; k <= std::max(1, sc.workload.repeat); ++k) {
+      Scenario copy = sc;
+      copy.seed = repeat_seed(sc.seed, k);
+      more_.push_back(std::make_unique<Planner>(copy));
+    }
+  }
+  int size() const { return 1 + static_cast<int>(more_.size()); }
+  const Planner& at(int k) const { return k <= 1 ? first_ : *more_[static_cast<size_t>(k - 2)]; }
+
+ private:
+  const Planner& first_;
+  std::vector<std::unique_ptr<Planner>> more_;
+};
+
+std::string repetition_suffix(int k, int n) { return n <= 1 ? "" : "#" + std::to_string(k); }
+
+}  // namespace
+
 std::vector<SweepRun> plan_sweep(const Planner& planner) {
   const Scenario& scenario = planner.scenario();
+  const RepeatPlanners planners(planner);
+  const int n_rep = planners.size();
   std::vector<SweepRun> runs;
   for (double rate : scenario.sweep_rates()) {
-    const Plan plan = planner.make(rate);
+   for (int k = 1; k <= n_rep; ++k) {
+    const Plan plan = planners.at(k).make(rate);
     for (size_t i = 0; i < scenario.strategies.size(); ++i) {
       const StrategySpec& s = scenario.strategies[i];
       SweepRun r;
       r.strategy = s.label;
-      r.label = s.label + point_suffix(scenario, rate);
+      r.point = s.label + point_suffix(scenario, rate);
+      r.label = r.point + repetition_suffix(k, n_rep);
+      r.repeat = k;
+      r.n_repeats = n_rep;
+      r.seed = repeat_seed(scenario.seed, k);
       r.batching = to_string(s.sched.kind);
       r.kv = to_string(s.kv.kind);
       r.backend = to_string(scenario.backend.kind);
@@ -141,6 +174,7 @@ std::vector<SweepRun> plan_sweep(const Planner& planner) {
       r.strategy_index = i;
       runs.push_back(std::move(r));
     }
+   }
   }
   return runs;
 }
@@ -167,9 +201,11 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
   }
 
   const auto rates = scenario.sweep_rates();
+  const RepeatPlanners planners(planner);
   size_t point = 0;
   for (double rate : rates) {
-    const Plan plan = planner.make(rate);
+   for (int k = 1; k <= planners.size(); ++k) {
+    const Plan plan = planners.at(k).make(rate);
     for (size_t i = 0; i < scenario.strategies.size(); ++i, ++point) {
       if (options.stop && options.stop->load()) {
         outcome.interrupted = true;
@@ -218,6 +254,7 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
         return outcome;
       }
     }
+   }
   }
   return outcome;
 }
