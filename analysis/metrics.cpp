@@ -2,6 +2,7 @@
 #include "analysis/metrics.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -58,7 +59,7 @@ SloMetric parse_slo_metric(const std::string& s) {
 
 std::string PercentileSlo::name() const {
   std::string m = to_string(metric);
-  for (char& c : m) c = static_cast<char>(c - 'a' + 'A');
+  for (char& c : m) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return m + " " + percentile_key(percentile) + " <= " + format_plain(max_ms) + " ms";
 }
 

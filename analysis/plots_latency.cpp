@@ -71,8 +71,10 @@ std::string cdf_figure(const std::string& out, const std::string& title, const s
   s << "set output " << q(out) << "\nset title " << q(title) << "\n";
   s << "set xlabel " << q(xlabel) << "\nset ylabel 'share of samples'\nset yrange [0:1]\nset xrange [0:*]\nplot ";
   int lc = 1;
-  for (const auto& [name, file] : lines)
-    s << (lc > 1 ? ", \\\n     " : "") << q(file) << " using 1:2 with steps lw 2 lc " << lc++ << " title " << q(name);
+  for (const auto& [name, file] : lines) {
+    s << (lc > 1 ? ", \\\n     " : "") << q(file) << " using 1:2 with steps lw 2 lc " << lc << " title " << q(name);
+    ++lc;
+  }
   s << "\n";
   return s.str();
 }
@@ -240,9 +242,11 @@ std::vector<Figure> latency_figures(const std::filesystem::path& plots, const Su
       }
       s << "plot ";
       lc = 1;
-      for (const auto& [name, file] : lines)
-        s << (lc > 1 ? ", \\\n     " : "") << q(file) << " using 1:2:3:4 with yerrorlines lw 2 pt 7 lc " << lc++
+      for (const auto& [name, file] : lines) {
+        s << (lc > 1 ? ", \\\n     " : "") << q(file) << " using 1:2:3:4 with yerrorlines lw 2 pt 7 lc " << lc
           << " title " << q(name);
+        ++lc;
+      }
       s << "\n";
       return s.str();
     });

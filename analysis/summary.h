@@ -8,11 +8,11 @@
 //    "scenario": {"name", "file", "seed", ...details},
 //    "environment": {"device", "cpu_model", "n_cores", "commit", "date", "servelab_version"},
 //    "slo": {"ttft_ms", "tpot_ms", "attainment", "itl_ms", "e2e_ms", "percentiles"},
-//    "report": {"percentiles", "window": {..., "description"}},   (the window every run used)
 //    "runs": [{"label", "batching", "kv", "backend", "rate", "n_requests", "n_failed",
 //              "strategy", "mode", ["concurrency",] "n_planned", "config": {...},
 //              "metrics": {... see metrics.h ...},
-//              ["repeats": {"n", "seeds", "labels", "stats": {path: MetricStats}, "runs": [metrics]}]}]}
+//              ["repeats": {"n", "seeds", "labels", "stats": {path: MetricStats}, "runs": [metrics]}]}],
+//    "report": {"percentiles", "window": {..., "description"}}}   (what every run's metrics used)
 //   "rate" is a number only for mode "open"; "max", "closed", "trace" and "unknown" runs write
 //   null and `mode` says which (a summary without "mode" is read by its label: "@c<N>" closed,
 //   "@trace" trace, else a null rate is "max").
