@@ -413,12 +413,20 @@ void validate_report(const Scenario& s, const Checker& c) {
 /// A registry name, or an older unit-less one ("goodput" for goodput_tok_s).
 bool is_gate_metric(const std::string& metric) { return find_gate_metric(metric) != nullptr; }
 
+/// Names a "did you mean" may suggest: the registry's and the older aliases.
+std::vector<std::string> gate_metric_candidates() {
+  std::vector<std::string> v = gate_metric_names();
+  for (const auto& m : gate_metrics())
+    if (!m.alias.empty()) v.push_back(m.alias);
+  return v;
+}
+
 /// Gates name a summary metric, min and/or max, an existing strategy and a rate of the sweep.
 void validate_gate(const Scenario& s, const GateSpec& g, const std::string& p, const Checker& c) {
   if (!g.metric.empty() && !is_gate_metric(g.metric) && !c.diag.failed(p + ".metric")) {
     std::string msg = "must be a summary metric such as goodput_tok_s, request_goodput_rps, output_throughput_tok_s, slo_attainment, "
                       "ttft_p99_ms, tpot_p99_ms, e2e_p99_ms (got '" + g.metric + "')";
-    if (auto d = did_you_mean(g.metric, gate_metric_names()); !d.empty()) msg += "; did you mean '" + d + "'?";
+    if (auto d = did_you_mean(g.metric, gate_metric_candidates()); !d.empty()) msg += "; did you mean '" + d + "'?";
     c.diag.error(p + ".metric", msg);
   }
   if (!g.min && !g.max && !c.diag.failed(p)) c.diag.error_at(p, p + " needs min: or max: (or both)");
@@ -456,7 +464,7 @@ void validate_baseline(const BaselineSpec& b, const Checker& c) {
   for (size_t i = 0; i < b.metrics.size(); ++i)
     if (!is_gate_metric(b.metrics[i])) {
       std::string msg = "is not a summary metric (got '" + b.metrics[i] + "')";
-      if (auto d = did_you_mean(b.metrics[i], gate_metric_names()); !d.empty()) msg += "; did you mean '" + d + "'?";
+      if (auto d = did_you_mean(b.metrics[i], gate_metric_candidates()); !d.empty()) msg += "; did you mean '" + d + "'?";
       c.check(false, "baseline.metrics[" + std::to_string(i) + "]", msg);
     }
 }
