@@ -36,6 +36,7 @@ struct BenchArgs {
   int max_model_len = 0;
   std::string name = "bench";
   std::string out;
+  bool force = false;
   std::vector<std::string> overrides;
   bool quiet = false;
   bool no_plots = false;
@@ -92,7 +93,7 @@ int bench_main(const BenchArgs& a) {
   }
   const std::string dir = a.out.empty() ? scenario.output_dir : a.out;
   std::filesystem::remove(dir + "/replicas.jsonl");  // this run's shares only
-  const int rc = run_scenario(scenario, a.out, a.quiet, a.no_plots);
+  const int rc = run_scenario(scenario, a.out, a.quiet, a.no_plots, a.force);
   if (a.urls.size() > 1) {  // each replica's share of each run
     std::ifstream in(dir + "/replicas.jsonl");
     for (std::string line; std::getline(in, line);) {
@@ -132,6 +133,7 @@ const Registrar reg(
       sub.add_option("--max-model-len", a->max_model_len, "Clip prompt + output to this (default 2048)");
       sub.add_option("--name", a->name, "Run name (output folder results/runs/NAME)");
       sub.add_option("--out,-o", a->out, "Output folder");
+      sub.add_flag("--force", a->force, "Overwrite the output folder when it already holds files");
       sub.add_option("--set", a->overrides, "Override a scenario value: key.path=value (repeatable)");
       sub.add_flag("--quiet,-q", a->quiet, "No progress line and no console summary");
       sub.add_flag("--no-plots", a->no_plots, "Skip gnuplot figures");

@@ -37,13 +37,13 @@ int run_main(const RunArgs& args) {
     for (const auto& m : e.messages) std::cerr << m << "\n";
     return 2;
   }
-  return run_scenario(scenario, args.out, args.quiet, args.no_plots);
+  return run_scenario(scenario, args.out, args.quiet, args.no_plots, args.force);
 }
 
 }  // namespace
 
-int run_scenario(const Scenario& scenario, const std::string& out_dir, bool quiet, bool no_plots) {
-  const RunArgs args{"", out_dir, {}, quiet, no_plots};
+int run_scenario(const Scenario& scenario, const std::string& out_dir, bool quiet, bool no_plots, bool force) {
+  const RunArgs args{"", out_dir, {}, quiet, no_plots, force};
   const std::string dir = args.out.empty() ? scenario.output_dir : args.out;
   // Never overwrite an earlier run's records without being asked to.
   std::error_code ec;

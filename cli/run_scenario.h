@@ -8,6 +8,7 @@ namespace servelab::cli {
 
 /// Runs every point of `scenario` (in-process, or over HTTP with `target:`), writes records and
 /// reports to out_dir (or the scenario's output_dir), prints the summary. Returns the exit code.
-int run_scenario(const Scenario& scenario, const std::string& out_dir, bool quiet, bool no_plots);
+/// An out_dir already holding files is refused (exit 2) unless `force`.
+int run_scenario(const Scenario& scenario, const std::string& out_dir, bool quiet, bool no_plots, bool force = false);
 
 }  // namespace servelab::cli

@@ -10,6 +10,7 @@
 #include "engine/backend/sim_backend.h"
 #include "engine/engine.h"
 #include "engine/model/hf_config.h"
+#include "engine/model/memory_check.h"
 #include "loadgen/records/rate.h"
 #include "loadgen/records/record.h"
 #include "loadgen/scenario.h"
@@ -71,6 +72,14 @@ void check_kv_arenas(const Scenario& sc, Diagnostics& diag) {
     spec.sim_profile = sc.backend.sim_profile;
     const int64_t per_slot = kv_bytes_per_slot(spec);
     const ModelConfig model = resolve_model_config(spec.model);
+    if (spec.kind == BackendKind::cpu) {  // a model the machine cannot hold: say so, not "arena too small"
+      try {
+        check_weights_fit(model, "model");
+      } catch (const std::runtime_error& e) {
+        diag.error_at("model", e.what());
+        return;
+      }
+    }
     for (const StrategySpec& st : sc.strategies) check_kv_arena(engine_config(sc, st), model, per_slot);
   } catch (const std::invalid_argument& e) {
     diag.error_at("engine.kv_cache_bytes", e.what());
