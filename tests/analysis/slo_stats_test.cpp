@@ -12,6 +12,7 @@
 #include "analysis/json_format.h"
 #include "analysis/plots.h"
 #include "analysis/repeats.h"
+#include "analysis/report.h"
 #include "analysis/summary.h"
 
 namespace servelab::analysis {
@@ -267,6 +268,30 @@ TEST(Capacity, HighestRateMeetingTheSloPerStrategy) {
   s.slo.percentiles = {{SloMetric::ttft, 99, 10}};
   s.runs[1].metrics.slo_percentiles = {{s.slo.percentiles[0], 50.0, false}};  // 2 req/s misses its p99
   EXPECT_EQ(strategy_capacities(s)[0].second, 1.0);
+}
+
+}  // namespace
+}  // namespace servelab::analysis
+
+namespace servelab::analysis {
+namespace {
+
+TEST(Reports, SayWindowRepeatsPercentilesAndObjectives) {
+  Summary s = repeated(1.0);
+  s.options.percentiles = {75};
+  s.options.window.skip_first_requests = 1;
+  s.slo.percentiles = {{SloMetric::ttft, 99, 1000}};
+  for (auto& r : s.runs) r.metrics.slo_percentiles = {{s.slo.percentiles[0], 130.0, true}};
+  const std::string md = report_markdown(s, {}, {}, {});
+  EXPECT_NE(md.find("## Repeats"), std::string::npos) << md;
+  EXPECT_NE(md.find(" ± 24.8"), std::string::npos) << md;  // TTFT p50: half-width 4.303 · 10 / √3
+  EXPECT_NE(md.find("## Latency percentiles"), std::string::npos) << md;
+  EXPECT_NE(md.find("TTFT p75 (ms)"), std::string::npos) << md;
+  EXPECT_NE(md.find("TTFT p99 <= 1000 ms"), std::string::npos) << md;
+  EXPECT_NE(md.find("measurement window: dropping the first 1 and last 0 measured requests"), std::string::npos) << md;
+  EXPECT_NE(md.find("each point run 3 times"), std::string::npos) << md;
+  EXPECT_NE(md.find("capacity (highest rate meeting the SLO): continuous-paged 1 req/s"), std::string::npos) << md;
+  EXPECT_NE(results_csv(s).find("request_goodput_rps"), std::string::npos);
 }
 
 }  // namespace
