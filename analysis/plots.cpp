@@ -242,13 +242,13 @@ RateData write_rate_data(const fs::path& plots, const std::vector<StrategyRuns>&
 bool write_timeline_data(const fs::path& plots, const StrategyRuns& g, const std::vector<StepRecord>& steps) {
   std::vector<const StepRecord*> run_steps;
   for (const auto& s : steps)
-    if (s.run == g.highest->info.label) run_steps.push_back(&s);
+    if (s.run == repetition_label(g.highest->info.label, 1, g.highest->info.repeats)) run_steps.push_back(&s);
   if (run_steps.empty()) return false;
   std::stable_sort(run_steps.begin(), run_steps.end(),
                    [](const StepRecord* a, const StepRecord* b) { return a->start_s < b->start_s; });
   const std::size_t stride = (run_steps.size() + 3999) / 4000;  // ≤ 4000 points per line
   std::ostringstream t;
-  t << "# " << g.highest->info.label << "\n# start_s batch_size kv_in_use_pct kv_utilization_pct\n";
+  t << "# " << repetition_label(g.highest->info.label, 1, g.highest->info.repeats) << "\n# start_s batch_size kv_in_use_pct kv_utilization_pct\n";
   for (std::size_t i = 0; i < run_steps.size(); i += stride) {
     const StepRecord& s = *run_steps[i];
     const double used = static_cast<double>(s.kv_stored + s.kv_reserved + s.kv_internal_frag);

@@ -80,8 +80,9 @@ std::string cdf_figure(const std::string& out, const std::string& title, const s
 }
 
 /// The TTFT-at-arrival and queue-length data of one run; false when it has no measured request.
+/// `ttft_max_ms` gets the largest TTFT plotted.
 bool ttft_queue_data(const std::filesystem::path& plots, const std::string& file, const std::string& label,
-                     const std::vector<RequestRecord>& records) {
+                     const std::vector<RequestRecord>& records, double& ttft_max_ms) {
   std::ostringstream t, qd;
   t << "# " << label << "\n# arrival_s ttft_ms (ok, measured requests)\n";
   std::vector<std::pair<double, int>> events;  // +1 at arrival, −1 when admitted to a batch
@@ -92,7 +93,9 @@ bool ttft_queue_data(const std::filesystem::path& plots, const std::string& file
     events.emplace_back(r.arrival_s, +1);
     if (admitted >= 0.0) events.emplace_back(std::max(admitted, r.arrival_s), -1);
     if (r.warmup || r.status != RecordStatus::ok || r.first_token_s < 0.0) continue;
-    t << dat(r.arrival_s) << " " << dat((r.first_token_s - r.arrival_s) * 1000.0) << "\n";
+    const double ttft = (r.first_token_s - r.arrival_s) * 1000.0;
+    t << dat(r.arrival_s) << " " << dat(ttft) << "\n";
+    ttft_max_ms = std::max(ttft_max_ms, ttft);
     any = true;
   }
   if (!any) return false;
@@ -116,9 +119,9 @@ std::string ttft_queue_figure(const std::string& out, const std::string& label, 
   s << "set output " << q(out) << "\nset title " << q("TTFT and queue length over time: " + label) << "\n";
   s << "set xlabel 'time since run start (s)'\nset ylabel 'TTFT (ms)'\nset y2label 'queued requests'\n"
        "set ytics nomirror\nset y2tics\nset yrange [0:*]\nset y2range [0:*]\n";
-  s << "plot " << q("ttft_time_" + file + ".dat") << " using 1:2 with points pt 7 ps 0.4 lc 1 title 'TTFT at arrival' axes x1y1, \\\n"
+  s << "plot " << q("ttft_time_" + file + ".dat") << " using 1:2 with points pt 7 ps 0.6 lc 1 title 'TTFT at arrival' axes x1y1, \\\n"
     << "     " << q("queue_time_" + file + ".dat") << " using 1:2 with steps lw 1.5 lc 2 title 'queue length' axes x1y2";
-  if (std::isfinite(slo_ms))
+  if (std::isfinite(slo_ms))  // only when the data come near it: a far line would flatten the points
     s << ", \\\n     " << dat(slo_ms) << " with lines lc rgb '#cc0000' dt 4 title " << q("TTFT SLO " + format_plain(slo_ms) + " ms")
       << " axes x1y1";
   s << "\n";
@@ -194,9 +197,11 @@ std::vector<Figure> latency_figures(const std::filesystem::path& plots, const Su
     if (!top) continue;
     const std::string label = repetition_label(top->info.label, 1, top->info.repeats);
     const std::string file = slug(name);
-    if (!ttft_queue_data(plots, file, label, records)) continue;
+    double ttft_max = 0.0;
+    if (!ttft_queue_data(plots, file, label, records, ttft_max)) continue;
+    const double slo_line = ttft_max * 5 >= summary.slo.ttft_ms ? summary.slo.ttft_ms : NAN;
     add("ttft_queue_" + file, "TTFT and queue length over time: " + label,
-        [&](const std::string& o) { return ttft_queue_figure(o, label, file, summary.slo.ttft_ms); });
+        [&](const std::string& o) { return ttft_queue_figure(o, label, file, slo_line); });
   }
 
   // Goodput against rate, with each strategy's capacity marked.
@@ -237,7 +242,7 @@ std::vector<Figure> latency_figures(const std::filesystem::path& plots, const Su
         if (std::isfinite(cap))
           s << "set arrow from " << dat(cap) << ", graph 0 to " << dat(cap) << ", graph 1 nohead dt 3 lw 2 lc " << lc
             << "\nset label " << q(name + " capacity " + format_rate(cap)) << " at " << dat(cap) << ", graph "
-            << dat(0.95 - 0.06 * (lc - 1)) << " left offset 0.5,0 tc lt " << lc << "\n";
+            << dat(0.95 - 0.06 * (lc - 1)) << " right offset -0.5,0 tc lt " << lc << "\n";
         ++lc;
       }
       s << "plot ";

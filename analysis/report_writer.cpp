@@ -1,4 +1,5 @@
 // write_reports / render_reports: every file of a run folder besides the raw records.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <stdexcept>
@@ -24,6 +25,11 @@ void validate_input(const ReportInput& in) {
   if (in.baseline) in.baseline->validate();
 }
 
+/// Measured records a run planned: its requests times its repetitions (whichever have records).
+std::size_t planned_records(const RunSummary& r) {
+  return static_cast<std::size_t>(r.info.n_requests) * std::max<std::size_t>(1, r.repetitions.size());
+}
+
 }  // namespace
 
 std::vector<std::string> summary_warnings(const Summary& s) {
@@ -42,9 +48,10 @@ std::vector<std::string> summary_warnings(const Summary& s) {
     if (m.n_failed > 0)
       w.push_back(run + ": " + std::to_string(m.n_failed) + " of " + std::to_string(m.n_requests) +
                   " requests failed (status != ok); they count against SLO attainment, not in latencies");
-    if (r.info.n_requests > 0 && static_cast<std::size_t>(r.info.n_requests) != m.n_requests)
-      w.push_back(run + ": " + std::to_string(m.n_requests) + " measured records for " +
-                  std::to_string(r.info.n_requests) + " planned requests");
+    if (r.info.n_requests > 0 && planned_records(r) != m.n_requests + m.n_window_dropped)
+      w.push_back(run + ": " + std::to_string(m.n_requests + m.n_window_dropped) + " measured records for " +
+                  std::to_string(planned_records(r)) + " planned requests" +
+                  (r.repetitions.empty() ? "" : " (over " + std::to_string(r.repetitions.size()) + " repetitions)"));
   }
   return w;
 }
@@ -88,7 +95,7 @@ ReportOutcome write_reports(const std::string& dir, const ReportInput& input, co
   out.warnings = summary_warnings(out.summary);
   std::size_t n_short = 0;
   for (const auto& r : out.summary.runs)
-    if (r.info.n_requests > 0 && r.metrics.n_requests < static_cast<std::size_t>(r.info.n_requests)) ++n_short;
+    if (r.info.n_requests > 0 && r.metrics.n_requests + r.metrics.n_window_dropped < planned_records(r)) ++n_short;
   if (input.cut_short || n_short > 0)
     out.warnings.insert(out.warnings.begin(),
                         "run cut short: " + std::to_string(n_short) + " of " + std::to_string(out.summary.runs.size()) +
