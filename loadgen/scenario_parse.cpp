@@ -51,8 +51,6 @@ class Walker : public YamlReader {
   void prefix_groups(const YAML::Node& n);
   void rates(const YAML::Node& n);
   void length(const YAML::Node& n, const std::string& path, LengthRole role, LengthSpec& out);
-  void slo(const YAML::Node& n);
-  void report(const YAML::Node& n);
   void gates(const YAML::Node& n);
   void baseline(const YAML::Node& n);
 
@@ -87,8 +85,8 @@ void Walker::root(const YAML::Node& r) {
     d_.error_at("strategies", "missing strategies: list at least one {batching: static|dynamic|continuous, kv: {kind: naive|paged}}");
   }
   if (defined(r["workload"])) workload(r["workload"]);
-  if (defined(r["slo"])) slo(r["slo"]);
-  if (defined(r["report"])) report(r["report"]);
+  if (defined(r["slo"])) parse_slo_section(r["slo"], ov_, s_, d_);  // scenario_parse_slo.cpp
+  if (defined(r["report"])) parse_report_section(r["report"], ov_, s_, d_);
   if (defined(r["gates"])) gates(r["gates"]);
   if (defined(r["baseline"])) baseline(r["baseline"]);
   if (defined(r["target"])) read_target(r["target"], s_, d_);  // loadgen/target.cpp
@@ -498,62 +496,6 @@ void Walker::length(const YAML::Node& n, const std::string& path, LengthRole rol
   if (defined(n["mean"])) read_double(n["mean"], path + ".mean", d.mean);
   if (defined(n["std"])) read_double(n["std"], path + ".std", d.std);
   if (defined(n["sigma"])) read_double(n["sigma"], path + ".sigma", d.sigma);
-}
-
-void Walker::slo(const YAML::Node& n) {
-  if (!section(n, "slo", {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "attainment", "percentiles"})) return;
-  if (defined(n["ttft_ms"])) read_double(n["ttft_ms"], "slo.ttft_ms", s_.slo.ttft_ms);
-  if (defined(n["tpot_ms"])) read_double(n["tpot_ms"], "slo.tpot_ms", s_.slo.tpot_ms);
-  if (defined(n["itl_ms"])) read_double(n["itl_ms"], "slo.itl_ms", s_.slo.itl_ms);
-  if (defined(n["e2e_ms"])) read_double(n["e2e_ms"], "slo.e2e_ms", s_.slo.e2e_ms);
-  if (defined(n["attainment"])) read_double(n["attainment"], "slo.attainment", s_.slo.attainment);
-  if (!defined(n["percentiles"])) return;
-  const YAML::Node& ps = n["percentiles"];
-  note(ps, "slo.percentiles");
-  if (!ps.IsSequence()) {
-    d_.error("slo.percentiles", std::string("must be a list of {metric, percentile, max_ms} (got ") + type_name(ps) + ")");
-    return;
-  }
-  for (size_t i = 0; i < ps.size(); ++i) {
-    const std::string p = index("slo.percentiles", i);
-    PercentileSloSpec e;
-    if (section(ps[i], p, {"metric", "percentile", "max_ms"})) {
-      for (const char* k : {"metric", "percentile", "max_ms"})
-        if (!defined(ps[i][k])) d_.error_at(p, p + " needs " + k + ": (e.g. {metric: ttft, percentile: 99, max_ms: 2000})");
-      if (defined(ps[i]["metric"])) read_string(ps[i]["metric"], p + ".metric", e.metric);
-      if (defined(ps[i]["percentile"])) read_double(ps[i]["percentile"], p + ".percentile", e.percentile);
-      if (defined(ps[i]["max_ms"])) read_double(ps[i]["max_ms"], p + ".max_ms", e.max_ms);
-    }
-    s_.slo.percentiles.push_back(e);
-  }
-}
-
-void Walker::report(const YAML::Node& n) {
-  if (!section(n, "report", {"percentiles", "window", "cdf_rate"})) return;
-  auto& r = s_.report;
-  if (defined(n["cdf_rate"])) read_double(n["cdf_rate"], "report.cdf_rate", r.cdf_rate);
-  if (defined(n["percentiles"])) {
-    const YAML::Node& ps = n["percentiles"];
-    note(ps, "report.percentiles");
-    if (!ps.IsSequence()) {
-      d_.error("report.percentiles", std::string("must be a list of numbers in [0, 100] (got ") + type_name(ps) + ")");
-    } else {
-      for (size_t i = 0; i < ps.size(); ++i) {
-        double q = 0;
-        if (read_double(ps[i], index("report.percentiles", i), q)) r.percentiles.push_back(q);
-      }
-    }
-  }
-  if (defined(n["window"]) &&
-      section(n["window"], "report.window", {"skip_first_s", "skip_last_s", "skip_first_requests", "skip_last_requests"})) {
-    const YAML::Node& w = n["window"];
-    if (defined(w["skip_first_s"])) read_double(w["skip_first_s"], "report.window.skip_first_s", r.skip_first_s);
-    if (defined(w["skip_last_s"])) read_double(w["skip_last_s"], "report.window.skip_last_s", r.skip_last_s);
-    if (defined(w["skip_first_requests"]))
-      read_int(w["skip_first_requests"], "report.window.skip_first_requests", r.skip_first_requests);
-    if (defined(w["skip_last_requests"]))
-      read_int(w["skip_last_requests"], "report.window.skip_last_requests", r.skip_last_requests);
-  }
 }
 
 void Walker::gates(const YAML::Node& n) {

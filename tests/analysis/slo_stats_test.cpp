@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "analysis/capacity.h"
 #include "analysis/compare.h"
 #include "analysis/gates.h"
 #include "analysis/json_format.h"
@@ -268,6 +269,23 @@ TEST(Capacity, HighestRateMeetingTheSloPerStrategy) {
   s.slo.percentiles = {{SloMetric::ttft, 99, 10}};
   s.runs[1].metrics.slo_percentiles = {{s.slo.percentiles[0], 50.0, false}};  // 2 req/s misses its p99
   EXPECT_EQ(strategy_capacities(s)[0].second, 1.0);
+}
+
+TEST(Capacity, BisectionHonoursPercentileObjectives) {
+  // Attainment always 100%, but the run's TTFT p99 objective fails above 30 req/s.
+  auto curve = [](double rate) {
+    RunMetrics m;
+    m.slo_attainment = 1.0;
+    m.slo_percentiles = {{{SloMetric::ttft, 99, 2000}, rate * 60.0, rate * 60.0 <= 2000}};
+    return probe_from_metrics(rate, m, 0.0);
+  };
+  BisectionOptions o;
+  o.rate_lo = 1.0;
+  o.precision = 0.1;
+  o.precision_pct = 0.0;
+  const StrategyCapacity c = find_capacity("s", curve, o);
+  ASSERT_TRUE(c.found) << c.note;
+  EXPECT_NEAR(c.capacity, 2000.0 / 60.0, 0.1);
 }
 
 }  // namespace
