@@ -172,6 +172,7 @@ std::vector<GateResult> evaluate_baseline(const Summary& current, const Summary&
       msg << (&r == &c.runs.front() ? "" : "; ") << r.strategy << " @ " << r.rate_name << ": "
           << format_number(d.base) << " -> " << format_number(d.current) << " ("
           << format_change_pct(d.change_pct) << ")" << (d.regression ? " REGRESSION" : "")
+          << (d.within_noise ? " within noise (95% intervals overlap)" : "")
           << (d.missing ? (spec.allow_missing ? " missing (allowed)" : " MISSING") : "");
     }
     for (const auto& lost : c.only_in_base) {

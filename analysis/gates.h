@@ -50,7 +50,8 @@ struct Gate {
 };
 
 /// Compare with a baseline summary: fail when a metric regresses by more than max_regression_pct
-/// (latency up, throughput down) in any run matched by label and rate.
+/// (latency up, throughput down) in any run matched by label and rate — and, when both runs were
+/// repeated, only when their 95% intervals do not overlap (compare.h).
 struct BaselineSpec {
   std::string path;  ///< summary.json or a run folder holding one
   double max_regression_pct = 10.0;

@@ -35,6 +35,7 @@ TEST(SloStatsScenario, ParsesEveryNewKey) {
                                "  window: {skip_first_requests: 2, skip_last_requests: 1}\n"
                                "  cdf_rate: 4\n");
   EXPECT_EQ(s.workload.repeat, 3);
+  EXPECT_NE(describe(s).find("each point 3 times"), std::string::npos) << describe(s);
   EXPECT_TRUE(std::isinf(s.slo.ttft_ms));
   EXPECT_EQ(s.slo.e2e_ms, 5000);
   EXPECT_EQ(s.slo.itl_ms, 200);
