@@ -21,6 +21,10 @@ struct SplitPolicy {
   /// many positions and the reduce always runs, so a sequence's result depends only on its own
   /// context (batch-invariant mode). Must be a multiple of 16.
   int fixed_split_len = 0;
+  /// Auto mode only: > 0 cuts the contexts for this many blocks per multiprocessor, as given; 0
+  /// (default) aims for 4 and avoids grids of 1-1.6 waves of resident blocks (long tails), as
+  /// chosen from H100 measurements (results/gpu/kernels-*.md). kernel_bench --sweep compares.
+  int blocks_per_sm = 0;
 };
 
 /// One decode step: one query row per sequence.
@@ -80,9 +84,13 @@ struct PrefillAttentionArgs {
   int64_t out_row_stride = 0;
 };
 
-/// Tiled, online-softmax attention on tensor cores (WMMA). Key tiles are aligned to absolute
-/// positions, so a row's result does not depend on the other rows of its tile or batch: chunked
-/// prefill gives the same bits as a full prefill, and the kernel is batch-invariant by design.
+/// Tiled, online-softmax attention on tensor cores (FlashAttention-2 structure, mma.sync, K/V
+/// double-buffered by cp.async, O in registers). Key tiles are aligned to absolute positions, so a
+/// row's result does not depend on the other rows of its tile or batch: chunked prefill gives the
+/// same bits as a full prefill, and the kernel is batch-invariant by design.
 void prefill_attention(const PrefillAttentionArgs& a, cudaStream_t stream);
+/// The first version (WMMA, O in shared memory, no overlap): same contract, slower; kept for
+/// comparison in kernel_bench and the tests.
+void prefill_attention_wmma(const PrefillAttentionArgs& a, cudaStream_t stream);
 
 }  // namespace servelab::kernels

@@ -10,6 +10,8 @@
 // groups are merged through shared memory at the end, then either written out (one split) or
 // stored as partials (normalized output, max and sum in log2 units) for the reduce kernel.
 #include <algorithm>
+#include <tuple>
+#include <utility>
 #include <stdexcept>
 #include <string>
 
@@ -36,13 +38,29 @@ struct DecodeParams {
   void* out;
   int64_t out_row_stride;
   int split_len, max_splits;
+  int bs_shift;  // paged with a power-of-two block size: log2(block_size) (shift and mask); else -1
   bool partial;
   float* ws_o;   // [n_seqs, n_heads, max_splits, HD]
   float* ws_ml;  // [n_seqs, n_heads, max_splits, 2]
 };
 
+/// Arena slot of position t of sequence s (KvAddressing::slot without a division for power-of-two
+/// block sizes; block-table entries read through the read-only path).
+__device__ __forceinline__ int64_t kv_slot(const DecodeParams& p, int s, int t) {
+  if (p.kv.kind == KvLayoutKind::naive) return __ldg(p.kv.base_slots + s) + t;
+  int blk, off;
+  if (p.bs_shift >= 0) {
+    blk = t >> p.bs_shift;
+    off = t & ((1 << p.bs_shift) - 1);
+  } else {
+    blk = t / p.kv.block_size;
+    off = t - blk * p.kv.block_size;
+  }
+  return int64_t(__ldg(p.kv.block_tables + int64_t(s) * p.kv.block_table_stride + blk)) * p.kv.block_size + off;
+}
+
 template <typename T, int HD, int G>
-__global__ void __launch_bounds__(kThreads) decode_split_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(kThreads, G == 1 ? 7 : G <= 4 ? 4 : 2) decode_split_kernel(const DecodeParams p) {
   constexpr int kTpt = HD / 8;            // threads per position (one 16-byte vector each)
   constexpr int kLg = kThreads / kTpt;    // positions per pass
   constexpr int kU = G >= 8 ? 2 : 4;      // passes loaded before use
@@ -83,6 +101,14 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const DecodePara
   const char* vbase = static_cast<const char*>(p.v_cache);
   const int64_t col = (int64_t(kvh) * HD + c * 8) * int64_t(sizeof(T));
 
+  // Slots of the first pass; each pass then looks up the next pass's slots (block-table reads)
+  // while its own K/V loads are in flight, so the table latency is off the critical path.
+  int64_t slot[kU];
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int t = t_begin + u * kLg + lg;
+    slot[u] = t < t_end ? kv_slot(p, s, t) : 0;
+  }
   for (int base = t_begin; base < t_end; base += kLg * kU) {  // uniform trip count: shuffles are safe
     Vec8 kv_k[kU], kv_v[kU];
     bool ok[kU];
@@ -91,12 +117,17 @@ __global__ void __launch_bounds__(kThreads) decode_split_kernel(const DecodePara
       const int t = base + u * kLg + lg;
       ok[u] = t < t_end;
       if (ok[u]) {
-        const int64_t off = p.kv.slot(s, t) * p.kv_row * int64_t(sizeof(T)) + col;
+        const int64_t off = slot[u] * p.kv_row * int64_t(sizeof(T)) + col;
         kv_k[u] = load_stream(kbase + off);
         kv_v[u] = load_stream(vbase + off);
       } else {
         kv_k[u] = kv_v[u] = make_uint4(0, 0, 0, 0);
       }
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int t = base + kLg * kU + u * kLg + lg;
+      slot[u] = t < t_end ? kv_slot(p, s, t) : 0;
     }
     float sc[kU][G];
 #pragma unroll
@@ -237,11 +268,25 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
   }
   const int group = a.n_heads / a.shape.n_kv_heads;
   const int n_base = a.n_seqs * a.shape.n_kv_heads * ceil_div(group, group_bucket(group));
-  const int want = ceil_div(int64_t(n_sms) * 4, n_base);  // about four blocks per multiprocessor
-  const int most = std::min(kMaxAutoSplits, ceil_div(max_ctx, 256));  // at least 256 positions a split
-  const int splits = std::max(1, std::min(want, most));
-  r.split_len = ceil_div(ceil_div(max_ctx, splits), 64) * 64;
-  r.n_splits = ceil_div(max_ctx, r.split_len);
+  // Splits are chosen around waves of resident blocks (the split kernel's launch bounds: 7, 4 or
+  // 2 blocks per SM for group buckets 1, 4, 8). Measured on an H100 (results/gpu/kernels-*.md):
+  // about 4 blocks per SM, at least 64 positions a split, is best when the grid stays within one
+  // wave or spans two or more; a grid of 1-1.6 waves leaves a long tail (0.73-0.87 of SDPA at
+  // batch 32 without GQA, batch 8 at 32k with GQA 4), so it is cut into >= 2.5 waves instead.
+  const int gb = group_bucket(group);
+  const int64_t slots = int64_t(n_sms) * (gb == 1 ? 7 : gb == 4 ? 4 : 2);
+  const int most = std::min(kMaxAutoSplits, ceil_div(max_ctx, 64));
+  auto splits_of = [&](int k) {  // splits after rounding the split length up to 64 positions
+    const int len = ceil_div(ceil_div(max_ctx, k), 64) * 64;
+    return std::pair<int, int>(len, ceil_div(max_ctx, len));
+  };
+  int k = std::max(1, std::min(ceil_div(int64_t(n_sms) * (a.split.blocks_per_sm > 0 ? a.split.blocks_per_sm : 4), n_base), most));
+  if (a.split.blocks_per_sm == 0) {
+    const double waves = double(n_base) * splits_of(k).second / double(slots);
+    if (waves > 1.0 && waves < 1.6)
+      while (k < most && double(n_base) * splits_of(k).second < 2.5 * double(slots)) ++k;
+  }
+  std::tie(r.split_len, r.n_splits) = splits_of(k);
   r.reduce = r.n_splits > 1;
   return r;
 }
@@ -279,6 +324,11 @@ void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
   p.split_len = split.split_len;
   p.max_splits = split.n_splits;
   p.partial = split.reduce;
+  p.bs_shift = -1;
+  if (a.kv.kind == KvLayoutKind::paged) {
+    if (a.kv.block_size < 1) throw std::invalid_argument("decode_attention: block_size must be >= 1");
+    if ((a.kv.block_size & (a.kv.block_size - 1)) == 0) p.bs_shift = __builtin_ctz(unsigned(a.kv.block_size));
+  }
   if (split.reduce) {
     const size_t need = decode_attention_workspace_bytes(a.n_seqs, a.n_heads, hd, split.n_splits);
     if (a.workspace == nullptr || a.workspace_bytes < need)

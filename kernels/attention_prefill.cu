@@ -1,4 +1,6 @@
-// Prefill (and mixed) attention: causal, varlen, online softmax, on tensor cores through WMMA.
+// Prefill (and mixed) attention through WMMA: the first version, FlashAttention-1 structure (O in
+// shared memory, no load/compute overlap). prefill_attention (attention_prefill_mma.cu) replaced
+// it; kept as prefill_attention_wmma, tested against the same reference, for comparison.
 //
 // Grid (query tiles, n_kv_heads). A tile is 64 rows of (token, query head) pairs of one sequence
 // and one KV head: GQA heads are packed into the rows, so each K/V tile read from the cache serves
@@ -242,7 +244,7 @@ void dispatch(int hd, const PrefillParams& p, dim3 grid, cudaStream_t stream) {
 
 }  // namespace
 
-void prefill_attention(const PrefillAttentionArgs& a, cudaStream_t stream) {
+void prefill_attention_wmma(const PrefillAttentionArgs& a, cudaStream_t stream) {
   if (a.n_seqs == 0 || a.n_tokens == 0) return;
   if (a.shape.n_kv_heads <= 0 || a.n_heads % a.shape.n_kv_heads != 0)
     throw std::invalid_argument("prefill_attention: n_heads must be a multiple of n_kv_heads");

@@ -2,7 +2,8 @@
 // CUDA events after warm-up (median of repeats, inputs rotated so repeats do not run from L2),
 // and prints achieved GB/s and TFLOP/s next to ceilings measured in the same run: a large
 // device-to-device copy and a large cuBLASLt bf16 GEMM on random data.
-//   kernel_bench [--json FILE] [--quick] [--commit SHA]
+//   kernel_bench [--json FILE] [--quick] [--sweep] [--commit SHA]
+// --sweep also times decode with 4, 8 and 16 blocks per SM (SplitPolicy::blocks_per_sm).
 // JSON: a list of {name, value, unit, peer_or_ceiling, ratio, shape, device, date, commit}.
 // Exit status: 0 ok, 1 a validation failed, 2 bad usage.
 #include <cuda_bf16.h>
@@ -86,6 +87,45 @@ double time_ms(const std::function<void(int)>& fn, int reps, int warm = 3) {
   }
   CUDA_CHECK(cudaEventDestroy(a));
   CUDA_CHECK(cudaEventDestroy(b));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+/// Median milliseconds per call of fn(i, stream), replayed from one CUDA graph of `per_graph`
+/// calls (i = 0 .. per_graph - 1, so inputs rotate), after a warm-up call and a warm-up replay.
+/// The graph removes host launch gaps, as the engine's decode graphs do; the peer script times
+/// PyTorch the same way.
+double time_graph_ms(const std::function<void(int, cudaStream_t)>& fn, int per_graph, int reps) {
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  fn(0, st);  // lazy initialization (function attributes, workspaces) stays out of the capture
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < per_graph; ++i) fn(i, st);
+  CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_CHECK(cudaGraphLaunch(exec, st));
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int r = 0; r < reps; ++r) {
+    CUDA_CHECK(cudaEventRecord(a, st));
+    CUDA_CHECK(cudaGraphLaunch(exec, st));
+    CUDA_CHECK(cudaEventRecord(b, st));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t / per_graph);
+  }
+  CUDA_CHECK(cudaEventDestroy(a));
+  CUDA_CHECK(cudaEventDestroy(b));
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  CUDA_CHECK(cudaStreamDestroy(st));
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
 }
@@ -242,15 +282,18 @@ bool validate(std::mt19937_64& rng, int n_sms) {
     p.out_row_stride = 8 * 128;
     prefill_attention(p, nullptr);
     const std::vector<float> pqf = to_float_bf16(pq, 300 * 8 * 128), pgot = to_float_bf16(pout, 300 * 8 * 128);
+    CUDA_CHECK(cudaMemset(pout.p, 0xFF, pout.bytes));
+    prefill_attention_wmma(p, nullptr);
+    const std::vector<float> pgot_wmma = to_float_bf16(pout, 300 * 8 * 128);
     std::vector<float> pref(pqf.size());
     r.q = pqf.data();
     r.n_seqs = 1;
     r.query_start = pqs.data();
     r.out = pref.data();
     attention_ref(r);
-    const double pe = rel_err(pgot, pref);
-    std::printf("  validate prefill group %d: rel err %.2e\n", group, pe);
-    ok = ok && pe < 1e-2;
+    const double pe = rel_err(pgot, pref), pe_wmma = rel_err(pgot_wmma, pref);
+    std::printf("  validate prefill group %d: rel err %.2e (wmma %.2e)\n", group, pe, pe_wmma);
+    ok = ok && pe < 1e-2 && pe_wmma < 1e-2;
   }
   return ok;
 }
@@ -260,13 +303,14 @@ bool validate(std::mt19937_64& rng, int n_sms) {
 int main(int argc, char** argv) {
   std::string json_path = "kernel_bench.json";
   std::string commit = "unknown";
-  bool quick = false;
+  bool quick = false, sweep = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--sweep")) sweep = true;
     else {
-      std::fprintf(stderr, "usage: kernel_bench [--json FILE] [--quick] [--commit SHA]\n");
+      std::fprintf(stderr, "usage: kernel_bench [--json FILE] [--quick] [--sweep] [--commit SHA]\n");
       return 2;
     }
   }
@@ -313,13 +357,28 @@ int main(int argc, char** argv) {
           const int64_t kv_bytes = int64_t(batch) * ctx * n_kv * 128 * 4;
           if (kv_bytes > (int64_t(24) << 30)) continue;  // keep the arena well inside GPU memory
           PagedBatch b(batch, ctx, n_heads, n_kv, l2, rng);
-          for (int fixed : {0, 512}) {
-            const double ms = time_ms(
-                [&](int i) { decode_attention(b.decode_args(i, SplitPolicy{fixed}, n_sms), nullptr); }, 20);
+          // The default policy, the batch-invariant one (fixed 512-position splits), and a sweep
+          // of the auto policy's blocks per SM (what the default was chosen from).
+          std::vector<SplitPolicy> policies = {SplitPolicy{0, 0}, SplitPolicy{512, 0}};
+          if (sweep) policies.insert(policies.end(), {SplitPolicy{0, 4}, SplitPolicy{0, 8}, SplitPolicy{0, 16}});
+          for (const SplitPolicy& pol : policies) {
+            const int fixed = pol.fixed_split_len;
+            std::vector<DecodeAttentionArgs> args;  // built (workspace sized) before the capture
+            for (int r = 0; r < b.n_rot; ++r) args.push_back(b.decode_args(r, pol, n_sms));
+            for (auto& a : args) {
+              a.workspace = b.ws->get<float>();
+              a.workspace_bytes = b.ws->bytes;
+            }
+            const double ms = time_graph_ms(
+                [&](int i, cudaStream_t st) { decode_attention(args[i % b.n_rot], st); }, 20, 15);
             const double bytes = double(kv_bytes) + 2.0 * batch * n_heads * 128 * 2;
+            const DecodeSplit used = decode_attention_split(args[0], n_sms);
             const std::string shape = "b" + std::to_string(batch) + " ctx" + std::to_string(ctx) + " gqa" +
                                       std::to_string(group) + (fixed ? " split512" : "");
-            record(fixed ? "paged_decode_attn_invariant" : "paged_decode_attn", shape, bytes / (ms * 1e-3) / 1e9,
+            const std::string name = fixed ? "paged_decode_attn_invariant"
+                                     : pol.blocks_per_sm ? "paged_decode_attn_bps" + std::to_string(pol.blocks_per_sm)
+                                                         : "paged_decode_attn";
+            record(name, shape + " (" + std::to_string(used.n_splits) + " splits)", bytes / (ms * 1e-3) / 1e9,
                    "GB/s", "d2d_copy", copy_gbs);
           }
         }
@@ -349,10 +408,12 @@ int main(int argc, char** argv) {
         p.scale = d.scale;
         p.out = pout.p;
         p.out_row_stride = 32 * 128;
-        const double ms = time_ms([&](int) { prefill_attention(p, nullptr); }, 10);
         const double flops = 4.0 * 0.5 * double(seq) * seq * 128 * 32;  // QKᵀ and PV, causal half
-        record("prefill_attn", "seq" + std::to_string(seq) + " gqa" + std::to_string(group),
-               flops / (ms * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
+        const std::string shape = "seq" + std::to_string(seq) + " gqa" + std::to_string(group);
+        double ms = time_ms([&](int) { prefill_attention(p, nullptr); }, 10);
+        record("prefill_attn", shape, flops / (ms * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
+        ms = time_ms([&](int) { prefill_attention_wmma(p, nullptr); }, 5);
+        record("prefill_attn_wmma", shape, flops / (ms * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
       }
 
     std::printf("element-wise kernels (256 rows, d 4096, ffn 11008):\n");

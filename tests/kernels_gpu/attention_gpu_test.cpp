@@ -85,7 +85,9 @@ std::vector<float> run_decode(const KvBatch& b, SplitPolicy split, DecodeSplit* 
   return testing::download_bf16(d.out, b.q.size());
 }
 
-std::vector<float> run_prefill(const KvBatch& b) {
+using PrefillFn = void (*)(const PrefillAttentionArgs&, cudaStream_t);
+
+std::vector<float> run_prefill(const KvBatch& b, PrefillFn fn = prefill_attention) {
   DeviceBatch d(b);
   PrefillAttentionArgs a;
   a.q = d.q.get();
@@ -102,7 +104,7 @@ std::vector<float> run_prefill(const KvBatch& b) {
   a.scale = 1.0f / std::sqrt(float(b.shape.head_dim));
   a.out = d.out.get();
   a.out_row_stride = a.q_row_stride;
-  prefill_attention(a, nullptr);
+  fn(a, nullptr);
   return testing::download_bf16(d.out, b.q.size());
 }
 
@@ -177,8 +179,11 @@ TEST(AttentionGpu, PrefillMatchesReferenceOnAwkwardShapes) {
           const std::vector<int> ctx = {97, 1, 200, 64, 65, 130, 8};
           const std::vector<int> q = {97, 1, 33, 64, 65, 63, 1};
           const KvBatch b = testing::make_batch({ctx, q, 8, 8 / group, hd, kind, bs}, rng);
-          EXPECT_LT(testing::rel_error(run_prefill(b), reference(b)), testing::kBf16Tolerance)
+          const std::vector<float> ref = reference(b);
+          EXPECT_LT(testing::rel_error(run_prefill(b), ref), testing::kBf16Tolerance)
               << "layout " << int(kind) << " group " << group << " block " << bs << " hd " << hd;
+          EXPECT_LT(testing::rel_error(run_prefill(b, prefill_attention_wmma), ref), testing::kBf16Tolerance)
+              << "wmma: layout " << int(kind) << " group " << group << " block " << bs << " hd " << hd;
         }
       }
 }
@@ -186,8 +191,10 @@ TEST(AttentionGpu, PrefillMatchesReferenceOnAwkwardShapes) {
 TEST(AttentionGpu, PrefillLongPromptMatchesReference) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(std::random_device{}());
-  const KvBatch b = testing::make_batch({{1500}, {1500}, 4, 1, 128, KvLayoutKind::paged, 16}, rng);
-  EXPECT_LT(testing::rel_error(run_prefill(b), reference(b)), testing::kBf16Tolerance);
+  for (int n_kv : {1, 4}) {  // 1500 rows x GQA 4 and GQA 1: many 64-row tiles, 24 key tiles
+    const KvBatch b = testing::make_batch({{1500}, {1500}, 4, n_kv, 128, KvLayoutKind::paged, 16}, rng);
+    EXPECT_LT(testing::rel_error(run_prefill(b), reference(b)), testing::kBf16Tolerance) << n_kv;
+  }
 }
 
 TEST(AttentionGpu, ChunkedPrefillGivesTheSameBitsAsFullPrefill) {

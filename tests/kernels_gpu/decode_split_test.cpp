@@ -39,7 +39,18 @@ TEST(DecodeSplitPolicy, AutoSplitsLongContextsAtSmallBatchOnly) {
   EXPECT_FALSE(big.reduce);
 
   const DecodeSplit short_ctx = decode_attention_split(args(1, 100, 32, 8), 132);
-  EXPECT_EQ(short_ctx.n_splits, 1);  // never below 256 positions a split
+  EXPECT_EQ(short_ctx.n_splits, 2);  // never below 64 positions a split
+  EXPECT_EQ(short_ctx.split_len, 64);
+
+  const DecodeSplit no_gqa = decode_attention_split(args(1, 4096, 32, 32), 132);
+  EXPECT_EQ(no_gqa.n_splits, 16);  // about 4 blocks per SM without GQA: 32 heads x 16 splits
+  DecodeAttentionArgs tuned = args(1, 4096, 32, 32);
+  tuned.split.blocks_per_sm = 16;
+  EXPECT_EQ(decode_attention_split(tuned, 132).n_splits, 64);
+
+  const DecodeSplit mid = decode_attention_split(args(32, 4096, 32, 8), 132);
+  EXPECT_GE(int64_t(mid.n_splits) * 32 * 8, 132 * 8);  // enough blocks for several waves
+  EXPECT_LE(mid.split_len, 1024);
 }
 
 TEST(DecodeSplitPolicy, WorkspaceHoldsOutputsAndSoftmaxStatistics) {

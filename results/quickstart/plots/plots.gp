@@ -77,7 +77,7 @@ set datafile missing 'NaN'
 set grid
 set key below horizontal
 set output 'timeline_static.svg'
-set title 'Batch size and KV use over time: static@32'
+set title 'Batch size and KV use over time: static@128'
 set xlabel 'time since run start (s)'
 set ylabel 'batch size (requests)'
 set y2label 'KV arena (% of capacity)'
@@ -93,7 +93,7 @@ set datafile missing 'NaN'
 set grid
 set key below horizontal
 set output 'timeline_dynamic.svg'
-set title 'Batch size and KV use over time: dynamic@32'
+set title 'Batch size and KV use over time: dynamic@128'
 set xlabel 'time since run start (s)'
 set ylabel 'batch size (requests)'
 set y2label 'KV arena (% of capacity)'
@@ -109,7 +109,7 @@ set datafile missing 'NaN'
 set grid
 set key below horizontal
 set output 'timeline_continuous-naive.svg'
-set title 'Batch size and KV use over time: continuous-naive@32'
+set title 'Batch size and KV use over time: continuous-naive@128'
 set xlabel 'time since run start (s)'
 set ylabel 'batch size (requests)'
 set y2label 'KV arena (% of capacity)'
@@ -125,7 +125,7 @@ set datafile missing 'NaN'
 set grid
 set key below horizontal
 set output 'timeline_continuous-paged.svg'
-set title 'Batch size and KV use over time: continuous-paged@32'
+set title 'Batch size and KV use over time: continuous-paged@128'
 set xlabel 'time since run start (s)'
 set ylabel 'batch size (requests)'
 set y2label 'KV arena (% of capacity)'
@@ -215,7 +215,7 @@ set datafile missing 'NaN'
 set grid
 set key below horizontal
 set output 'timeline_static.png'
-set title 'Batch size and KV use over time: static@32'
+set title 'Batch size and KV use over time: static@128'
 set xlabel 'time since run start (s)'
 set ylabel 'batch size (requests)'
 set y2label 'KV arena (% of capacity)'
@@ -231,7 +231,7 @@ set datafile missing 'NaN'
 set grid
 set key below horizontal
 set output 'timeline_dynamic.png'
-set title 'Batch size and KV use over time: dynamic@32'
+set title 'Batch size and KV use over time: dynamic@128'
 set xlabel 'time since run start (s)'
 set ylabel 'batch size (requests)'
 set y2label 'KV arena (% of capacity)'
@@ -247,7 +247,7 @@ set datafile missing 'NaN'
 set grid
 set key below horizontal
 set output 'timeline_continuous-naive.png'
-set title 'Batch size and KV use over time: continuous-naive@32'
+set title 'Batch size and KV use over time: continuous-naive@128'
 set xlabel 'time since run start (s)'
 set ylabel 'batch size (requests)'
 set y2label 'KV arena (% of capacity)'
@@ -263,7 +263,7 @@ set datafile missing 'NaN'
 set grid
 set key below horizontal
 set output 'timeline_continuous-paged.png'
-set title 'Batch size and KV use over time: continuous-paged@32'
+set title 'Batch size and KV use over time: continuous-paged@128'
 set xlabel 'time since run start (s)'
 set ylabel 'batch size (requests)'
 set y2label 'KV arena (% of capacity)'
@@ -353,7 +353,7 @@ set datafile missing 'NaN'
 set grid
 set key below horizontal
 set output 'timeline_static.png'
-set title 'Batch size and KV use over time: static@32'
+set title 'Batch size and KV use over time: static@128'
 set xlabel 'time since run start (s)'
 set ylabel 'batch size (requests)'
 set y2label 'KV arena (% of capacity)'
@@ -369,7 +369,7 @@ set datafile missing 'NaN'
 set grid
 set key below horizontal
 set output 'timeline_dynamic.png'
-set title 'Batch size and KV use over time: dynamic@32'
+set title 'Batch size and KV use over time: dynamic@128'
 set xlabel 'time since run start (s)'
 set ylabel 'batch size (requests)'
 set y2label 'KV arena (% of capacity)'
@@ -385,7 +385,7 @@ set datafile missing 'NaN'
 set grid
 set key below horizontal
 set output 'timeline_continuous-naive.png'
-set title 'Batch size and KV use over time: continuous-naive@32'
+set title 'Batch size and KV use over time: continuous-naive@128'
 set xlabel 'time since run start (s)'
 set ylabel 'batch size (requests)'
 set y2label 'KV arena (% of capacity)'
@@ -401,7 +401,7 @@ set datafile missing 'NaN'
 set grid
 set key below horizontal
 set output 'timeline_continuous-paged.png'
-set title 'Batch size and KV use over time: continuous-paged@32'
+set title 'Batch size and KV use over time: continuous-paged@128'
 set xlabel 'time since run start (s)'
 set ylabel 'batch size (requests)'
 set y2label 'KV arena (% of capacity)'

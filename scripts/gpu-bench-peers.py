@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""Peers and ceilings for kernel_bench, timed with PyTorch on the GPU machine (issue 8, items 2-3).
+
+  python3 scripts/gpu-bench-peers.py --out peers.json [--quick]
+      times torch's scaled_dot_product_attention (fastest of its flash, cuDNN and memory-efficient
+      backends) on kernel_bench's shapes: decode (one query row per sequence, contiguous KV
+      [batch, kv_heads, ctx, 128], GQA 1 and 4, 32 query heads) and 4k causal prefill; plus a
+      2 GiB device-to-device copy and an 8192^3 bf16 matmul as ceilings.
+  python3 scripts/gpu-bench-peers.py --combine kernel_bench.json peers.json --benchmarks OUT.json
+      joins both into issue 8's list of {name, value, unit, peer_or_ceiling, ratio, shape, device,
+      date, commit}: our figure beside its peer on the same shape.
+
+Timing as kernel_bench does it: one CUDA graph of 20 calls (inputs rotated through enough copies
+that repeats do not run from L2), replayed after warm-up, median of 15 replays, per call. Bytes
+counted the same way for both: K and V read once, Q read, O written. Random normal inputs.
+"""
+import argparse
+import datetime
+import json
+import subprocess
+import sys
+
+BATCHES = [1, 8, 32, 128, 256]
+CTXS = [1024, 4096, 32768]
+QUICK_BATCHES, QUICK_CTXS = [1, 32], [4096]
+N_HEADS, HD = 32, 128
+KV_LIMIT = 24 << 30  # kernel_bench's limit on one arena
+
+
+def time_graph_ms(torch, fn, n_rot, per_graph=20, reps=15):
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for i in range(3):
+            fn(i % n_rot)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(per_graph):
+            fn(i % n_rot)
+    g.replay()
+    torch.cuda.synchronize()
+    ms = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        ms.append(a.elapsed_time(b) / per_graph)
+    ms.sort()
+    del g
+    return ms[len(ms) // 2]
+
+
+def sdpa_best(torch, make_call, n_rot):
+    """Fastest backend: returns (ms, backend name, {backend: ms or error})."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    tried = {}
+    best = (float("inf"), None)
+    for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
+                     ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
+        try:
+            with sdpa_kernel([be]):
+                fn = make_call()
+                ms = time_graph_ms(torch, fn, n_rot)
+            tried[name] = round(ms, 5)
+            if ms < best[0]:
+                best = (ms, name)
+        except Exception as e:  # a backend that does not take this shape
+            tried[name] = "error: " + str(e).splitlines()[0][:120]
+        torch.cuda.synchronize()
+    return best[0], best[1], tried
+
+
+def measure(quick):
+    import torch
+    import torch.nn.functional as F
+    dev = torch.cuda.get_device_properties(0)
+    l2 = getattr(dev, "L2_cache_size", 50 << 20)
+    rows = []
+
+    def rec(name, shape, value, unit, extra=None):
+        r = {"name": name, "shape": shape, "value": value, "unit": unit}
+        if extra:
+            r.update(extra)
+        rows.append(r)
+        print(f"  {name:<24} {shape:<28} {value:10.1f} {unit}  {json.dumps(extra) if extra else ''}", flush=True)
+
+    torch.manual_seed(0)
+    # Ceilings.
+    n = 1 << 30  # 2 GiB of bf16
+    a = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    b = torch.empty_like(a)
+    ms = time_graph_ms(torch, lambda i: b.copy_(a), 1, per_graph=5, reps=10)
+    copy_gbs = 2 * a.numel() * 2 / (ms * 1e-3) / 1e9
+    rec("torch_d2d_copy", "2 GiB", copy_gbs, "GB/s")
+    del a, b
+    n = 8192
+    x = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    y = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+    ms = time_graph_ms(torch, lambda i: torch.matmul(x, w.t(), out=y), 1, per_graph=5, reps=10)
+    gemm = 2 * n ** 3 / (ms * 1e-3) / 1e12
+    rec("torch_gemm_bf16", "8192x8192x8192", gemm, "TFLOP/s")
+    del x, w, y
+
+    # Decode: q [B, 32, 1, 128], K/V [B, kv, ctx, 128] contiguous.
+    for group in (1, 4):
+        n_kv = N_HEADS // group
+        for batch in (QUICK_BATCHES if quick else BATCHES):
+            for ctx in (QUICK_CTXS if quick else CTXS):
+                kv_bytes = batch * ctx * n_kv * HD * 2 * 2
+                if kv_bytes > KV_LIMIT:
+                    continue
+                n_rot = int(min(8, max(1, 4 * l2 // kv_bytes + 1)))
+                ks = [torch.randn(batch, n_kv, ctx, HD, device="cuda", dtype=torch.bfloat16) for _ in range(n_rot)]
+                vs = [torch.randn_like(ks[0]) for _ in range(n_rot)]
+                q = torch.randn(batch, N_HEADS, 1, HD, device="cuda", dtype=torch.bfloat16)
+                gqa = group > 1
+
+                def make_call():
+                    def call(i):
+                        return F.scaled_dot_product_attention(q, ks[i], vs[i], enable_gqa=gqa)
+                    return call
+
+                ms, be, tried = sdpa_best(torch, make_call, n_rot)
+                del ks, vs
+                torch.cuda.empty_cache()
+                if be is None:
+                    print(f"  no SDPA backend for decode b{batch} ctx{ctx} gqa{group}: {tried}", flush=True)
+                    continue
+                by = kv_bytes + 2 * batch * N_HEADS * HD * 2
+                rec("sdpa_decode_attn", f"b{batch} ctx{ctx} gqa{group}", by / (ms * 1e-3) / 1e9, "GB/s",
+                    {"backend": be, "ms": ms, "tried": tried})
+
+    # Prefill: causal, one sequence, 32 query heads.
+    for group in (1, 4):
+        for seq in ([4096] if quick else [1024, 4096]):
+            n_kv = N_HEADS // group
+            q = torch.randn(1, N_HEADS, seq, HD, device="cuda", dtype=torch.bfloat16)
+            k = torch.randn(1, n_kv, seq, HD, device="cuda", dtype=torch.bfloat16)
+            v = torch.randn_like(k)
+
+            def make_call():
+                def call(i):
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=group > 1)
+                return call
+
+            ms, be, tried = sdpa_best(torch, make_call, 1)
+            if be is None:
+                print(f"  no SDPA backend for prefill seq{seq} gqa{group}: {tried}", flush=True)
+                continue
+            flops = 4.0 * 0.5 * seq * seq * HD * N_HEADS
+            rec("sdpa_prefill_attn", f"seq{seq} gqa{group}", flops / (ms * 1e-3) / 1e12, "TFLOP/s",
+                {"backend": be, "ms": ms, "tried": tried})
+    return {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "rows": rows}
+
+
+def combine(kb_path, peers_path, out_path, commit):
+    kb = json.load(open(kb_path))
+    peers = json.load(open(peers_path))
+    device = kb[0]["device"] if kb else peers["device"]
+    date = kb[0]["date"] if kb else datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ")
+    commit = commit or (kb[0]["commit"] if kb else "unknown")
+    prow = {(r["name"], r["shape"]): r for r in peers["rows"]}
+    ceil = {r["name"]: r["value"] for r in peers["rows"] if r["name"].startswith("torch_")}
+    out = []
+
+    def add(name, value, unit, peer, ratio, shape):
+        out.append({"name": name, "value": round(value, 2), "unit": unit, "peer_or_ceiling": peer,
+                    "ratio": round(ratio, 3) if ratio is not None else None, "shape": shape, "device": device,
+                    "date": date, "commit": commit})
+
+    decode = {}  # base shape -> {variant: GB/s}, for the compact table printed below
+    for r in kb:
+        shape = r["shape"]
+        base = shape.split(" (")[0].replace(" split512", "")  # kernel_bench appends "(N splits)"
+        if r["name"].startswith("paged_decode_attn"):
+            decode.setdefault(base, {})[r["name"].replace("paged_decode_attn", "") or "default"] = r["value"]
+        if r["name"] == "paged_decode_attn":
+            p = prow.get(("sdpa_decode_attn", base))
+            if p:
+                add("paged_decode_attn", r["value"], "GB/s", f"torch_sdpa_{p['backend']} {p['value']:.0f} GB/s",
+                    r["value"] / p["value"], shape + " hd128 block16")
+            add("paged_decode_attn_vs_copy", r["value"], "GB/s", r["peer_or_ceiling"], r["ratio"], shape + " hd128 block16")
+        elif r["name"] == "prefill_attn":
+            p = prow.get(("sdpa_prefill_attn", base))
+            if p:
+                add("prefill_attn", r["value"], "TFLOP/s", f"torch_sdpa_{p['backend']} {p['value']:.0f} TFLOP/s",
+                    r["value"] / p["value"], shape + " causal hd128 32 heads")
+            add("prefill_attn_vs_gemm", r["value"], "TFLOP/s", r["peer_or_ceiling"], r["ratio"], shape + " causal")
+        else:
+            add(r["name"], r["value"], r["unit"], r["peer_or_ceiling"], r["ratio"] if r["ratio"] else None, shape)
+    for r in peers["rows"]:
+        if r["name"] == "sdpa_decode_attn":
+            add("sdpa_decode_attn", r["value"], "GB/s", "torch_d2d_copy", r["value"] / ceil["torch_d2d_copy"],
+                r["shape"] + " " + r["backend"])
+        elif r["name"] == "sdpa_prefill_attn":
+            add("sdpa_prefill_attn", r["value"], "TFLOP/s", "torch_gemm_bf16", r["value"] / ceil["torch_gemm_bf16"],
+                r["shape"] + " " + r["backend"])
+        else:
+            add(r["name"], r["value"], r["unit"], "-", None, r["shape"])
+    json.dump(out, open(out_path, "w"), indent=2)
+    copy = next((r["value"] for r in kb if r["name"] == "d2d_copy"), None)
+    print(f"\n== paged decode attention: GB/s, ratio to the best SDPA backend, to copy ({copy:.0f} GB/s) ==")
+    print(f"{'shape':<22} {'ours':>6} {'sdpa':>6} {'x sdpa':>6} {'x copy':>6} | x sdpa for bps4 bps8 bps16 invariant")
+    for base, v in decode.items():
+        p = prow.get(("sdpa_decode_attn", base))
+        if not p or "default" not in v:
+            continue
+        sw = " ".join(f"{v[k] / p['value']:.2f}" if k in v else "  - " for k in ("_bps4", "_bps8", "_bps16", "_invariant"))
+        print(f"{base:<22} {v['default']:6.0f} {p['value']:6.0f} {v['default'] / p['value']:6.2f} "
+              f"{v['default'] / copy:6.2f} | {sw} ({p['backend']})")
+    print(f"\n== other figures ({out_path}) ==")
+    for o in out:
+        if o["name"] in ("prefill_attn", "prefill_attn_vs_gemm", "prefill_attn_wmma",
+                         "d2d_copy", "cublaslt_gemm_bf16", "torch_d2d_copy", "torch_gemm_bf16"):
+            ratio = f"{o['ratio']:.2f} x {o['peer_or_ceiling']}" if o["ratio"] is not None else ""
+            print(f"{o['name']:<26} {o['shape']:<34} {o['value']:>9.1f} {o['unit']:<8} {ratio}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--combine", nargs=2, metavar=("KERNEL_BENCH_JSON", "PEERS_JSON"))
+    ap.add_argument("--benchmarks")
+    ap.add_argument("--commit")
+    a = ap.parse_args()
+    if a.combine:
+        if not a.benchmarks:
+            ap.error("--combine needs --benchmarks")
+        combine(a.combine[0], a.combine[1], a.benchmarks, a.commit)
+        return 0
+    if not a.out:
+        ap.error("--out or --combine")
+    res = measure(a.quick)
+    try:
+        res["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
+                                            "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        pass
+    json.dump(res, open(a.out, "w"), indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
