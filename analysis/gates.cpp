@@ -31,10 +31,12 @@ std::string run_name(const RunSummary& r) { return r.info.strategy_name() + " @ 
 void check_metric_name(const std::string& metric) {
   const auto& names = known_metrics();
   if (std::find(names.begin(), names.end(), metric) != names.end()) return;
-  if (const GateMetric* m = find_gate_metric(metric); m && m->alias == metric) return;  // an older name
+  // An older name, or a configured percentile ("ttft_ms.p75").
+  if (const GateMetric* m = find_gate_metric(metric); m && (m->alias == metric || m->path == metric)) return;
   std::string list;
   for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
-  throw std::invalid_argument("unknown metric '" + metric + "' (expected one of: " + list + ")");
+  throw std::invalid_argument("unknown metric '" + metric + "' (expected one of: " + list +
+                              ", or <latency>_ms.p<q> for a report.percentiles entry, e.g. ttft_ms.p75)");
 }
 
 MetricDirection metric_direction(const std::string& metric) {

@@ -25,7 +25,10 @@ struct GateMetric {
 /// KV figures (utilization, breakdown shares, peak use), batch size, and run counts.
 const std::vector<GateMetric>& gate_metrics();
 
-/// The entry with this summary path, scenario name or alias, or nullptr.
+/// The entry with this summary path, scenario name or alias, or nullptr. A percentile of a
+/// latency beyond the fixed ones (report.percentiles: "ttft_ms.p75", "e2e_ms.p99_99", spelled
+/// "ttft_p75_ms" in scenarios) is accepted too, lower is better; a run that did not compute it
+/// has no value for it.
 const GateMetric* find_gate_metric(const std::string& name);
 
 }  // namespace servelab

@@ -15,6 +15,7 @@
 #include "analysis/repeats.h"
 #include "analysis/report.h"
 #include "analysis/summary.h"
+#include "loadgen/records/gate_metrics.h"
 
 namespace servelab::analysis {
 namespace {
@@ -136,7 +137,20 @@ TEST(Percentiles, ConfiguredOnesAreComputedAndNamed) {
   EXPECT_DOUBLE_EQ(j.get<Distribution>().at(75), 76);
   MetricsOptions o;
   o.percentiles = {75};
-  EXPECT_TRUE(nlohmann::ordered_json(compute_metrics("r", three(), {}, SloSpec{}, o))["e2e_ms"].contains("p75"));
+  RunSummary rs;
+  rs.metrics = compute_metrics("r", three(), {}, SloSpec{}, o);
+  EXPECT_TRUE(nlohmann::ordered_json(rs.metrics)["e2e_ms"].contains("p75"));
+  // Gates and compare may name a configured percentile; lower is better.
+  EXPECT_NO_THROW(check_metric_name("e2e_ms.p75"));
+  EXPECT_EQ(metric_direction("ttft_ms.p99_99"), MetricDirection::lower_is_better);
+  ASSERT_NE(find_gate_metric("e2e_p75_ms"), nullptr);  // the scenario spelling
+  EXPECT_EQ(find_gate_metric("e2e_p75_ms")->path, "e2e_ms.p75");
+  EXPECT_EQ(find_gate_metric("e2e_p75_0_ms")->path, "e2e_ms.p75");   // spelled as summary.json does
+  EXPECT_EQ(find_gate_metric("ttft_p99_9_ms")->path, "ttft_ms.p999");
+  ASSERT_TRUE(run_metric(rs, "e2e_ms.p75").has_value());
+  EXPECT_DOUBLE_EQ(*run_metric(rs, "e2e_ms.p75"), round6(rs.metrics.e2e_ms.at(75)));
+  EXPECT_THROW(check_metric_name("e2e_ms.p101"), std::invalid_argument);
+  EXPECT_THROW(check_metric_name("e2e_ms.pxx"), std::invalid_argument);
 }
 
 TEST(Statistics, StudentTIntervalByHand) {

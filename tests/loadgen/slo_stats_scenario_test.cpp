@@ -33,8 +33,10 @@ TEST(SloStatsScenario, ParsesEveryNewKey) {
                                "report:\n"
                                "  percentiles: [50, 75, 99.9]\n"
                                "  window: {skip_first_requests: 2, skip_last_requests: 1}\n"
-                               "  cdf_rate: 4\n");
+                               "  cdf_rate: 4\n"
+                               "gates: [{metric: ttft_p99_9_ms, max: 5000}, {metric: goodput, min: 1}]\n");
   EXPECT_EQ(s.workload.repeat, 3);
+  EXPECT_EQ(s.gates.size(), 2u);  // a configured percentile and an old unit-less name are gate metrics
   EXPECT_NE(describe(s).find("each point 3 times"), std::string::npos) << describe(s);
   EXPECT_TRUE(std::isinf(s.slo.ttft_ms));
   EXPECT_EQ(s.slo.e2e_ms, 5000);
