@@ -47,6 +47,7 @@ CapacityProbe probe_from_metrics(double rate, const RunMetrics& m, double wall_s
   CapacityProbe p;
   p.rate = rate;
   p.slo_attainment = m.slo_attainment;
+  p.objectives_met = m.slo_percentiles_met();
   p.n_requests = static_cast<int>(m.n_requests);
   p.request_throughput = m.request_throughput;
   p.output_throughput = m.output_throughput;
@@ -71,7 +72,7 @@ StrategyCapacity find_capacity(const std::string& strategy, const std::function<
   auto run = [&](double rate) {
     CapacityProbe p = probe(rate);
     p.rate = rate;
-    p.meets = p.slo_attainment >= o.target;
+    p.meets = p.slo_attainment >= o.target && p.objectives_met;  // per-run percentile objectives too
     c.probes.push_back(p);
     if (p.meets) {
       if (rate > ok) {

@@ -15,7 +15,8 @@ namespace servelab::analysis {
 struct CapacityProbe {
   double rate = 0.0;               ///< offered requests/s
   double slo_attainment = 0.0;     ///< in [0, 1]
-  bool meets = false;              ///< slo_attainment >= target
+  bool meets = false;              ///< slo_attainment >= target and objectives_met
+  bool objectives_met = true;      ///< every slo.percentiles objective held (true when none)
   int n_requests = 0;              ///< measured requests
   double request_throughput = 0.0; ///< ok requests/s
   double output_throughput = 0.0;  ///< output tokens/s

@@ -23,6 +23,15 @@ MetricDelta delta_of(const RunSummary& base, const RunSummary& cur, const std::s
   d.metric = metric;
   d.base = run_metric(base, metric).value_or(kNaN);
   d.current = run_metric(cur, metric).value_or(kNaN);
+  const std::string path = canonical_metric(metric);
+  const MetricStats* bs = base.stat(path);
+  const MetricStats* cs = cur.stat(path);
+  d.base_lo = bs ? bs->ci95_lo : kNaN;
+  d.base_hi = bs ? bs->ci95_hi : kNaN;
+  d.current_lo = cs ? cs->ci95_lo : kNaN;
+  d.current_hi = cs ? cs->ci95_hi : kNaN;
+  d.intervals = std::isfinite(d.base_lo) && std::isfinite(d.base_hi) && std::isfinite(d.current_lo) &&
+                std::isfinite(d.current_hi);
   if (std::isnan(d.base) || std::isnan(d.current)) {
     d.change_pct = kNaN;
     d.missing = !std::isnan(d.base);  // had a value, lost it: the new run measured less
@@ -35,16 +44,18 @@ MetricDelta delta_of(const RunSummary& base, const RunSummary& cur, const std::s
   }
   const double worse_pct =
       metric_direction(metric) == MetricDirection::lower_is_better ? d.change_pct : -d.change_pct;
-  d.regression = worse_pct > threshold_pct;
+  const bool beyond = worse_pct > threshold_pct;
+  const bool overlap = d.intervals && d.base_lo <= d.current_hi && d.current_lo <= d.base_hi;
+  d.regression = beyond && !overlap;
+  d.within_noise = beyond && overlap;
   return d;
 }
 
 }  // namespace
 
 const std::vector<std::string>& default_compare_metrics() {
-  static const std::vector<std::string> metrics = {"ttft_ms.p50",   "ttft_ms.p99",       "tpot_ms.p50",
-                                                   "tpot_ms.p99",   "output_throughput", "goodput",
-                                                   "slo_attainment"};
+  static const std::vector<std::string> metrics = {"ttft_ms.p50", "ttft_ms.p99", "tpot_ms.p50", "tpot_ms.p99",
+                                                   "output_throughput_tok_s", "goodput_tok_s", "slo_attainment"};
   return metrics;
 }
 
@@ -53,6 +64,13 @@ bool Comparison::has_missing() const {
   for (const auto& r : runs)
     for (const auto& d : r.deltas)
       if (d.missing) return true;
+  return false;
+}
+
+bool Comparison::used_intervals() const {
+  for (const auto& r : runs)
+    for (const auto& d : r.deltas)
+      if (d.intervals) return true;
   return false;
 }
 
@@ -99,15 +117,26 @@ Comparison compare_summaries(const Summary& base, const Summary& current, double
   return c;
 }
 
+namespace {
+
+std::string with_interval(double v, double lo, double hi) {
+  if (!std::isfinite(lo) || !std::isfinite(hi)) return format_number(v);
+  return format_number(v) + " [" + format_number(lo) + ", " + format_number(hi) + "]";
+}
+
+}  // namespace
+
 void print_comparison(std::ostream& out, const Comparison& c) {
-  TextTable t({"run", "rate", "metric", "base", "new", "change", ""});
+  TextTable t({"run", "rate", "metric", "base [95% CI]", "new [95% CI]", "change", ""});
+  std::size_t n_noise = 0;
   for (const auto& r : c.runs) {
     bool first = true;
     for (const auto& d : r.deltas) {
-      t.add_row({first ? r.label : "", first ? r.rate_name : "", d.metric, format_number(d.base),
-                 format_number(d.current), format_change_pct(d.change_pct),
-                 d.regression ? "REGRESSION" : d.missing ? "MISSING" : ""});
+      t.add_row({first ? r.label : "", first ? r.rate_name : "", d.metric, with_interval(d.base, d.base_lo, d.base_hi),
+                 with_interval(d.current, d.current_lo, d.current_hi), format_change_pct(d.change_pct),
+                 d.regression ? "REGRESSION" : d.missing ? "MISSING" : d.within_noise ? "within noise" : ""});
       first = false;
+      n_noise += d.within_noise ? 1 : 0;
     }
   }
   t.print(out);
@@ -121,6 +150,12 @@ void print_comparison(std::ostream& out, const Comparison& c) {
     }
   out << (c.exit_code() ? "FAIL: " : "ok: ") << n_reg << " regression(s) beyond "
       << format_plain(c.threshold_pct) << "% over " << c.runs.size() << " matched run(s)";
+  if (c.used_intervals())
+    out << "; with repeated runs a regression must exceed the threshold AND its 95% confidence intervals must not "
+           "overlap ("
+        << n_noise << " change(s) beyond the threshold were within noise)";
+  else
+    out << "; no confidence intervals (runs not repeated: workload.repeat), threshold only";
   if (c.has_missing())
     out << "; " << c.only_in_base.size() << " base run(s) missing from new, " << n_null
         << " metric(s) became null" << (c.allow_missing ? " (allowed by --allow-missing)" : "");

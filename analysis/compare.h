@@ -2,6 +2,9 @@
 // Run-by-run comparison of two summaries (`servelab compare BASE NEW`, baseline gates): runs are
 // matched by label and rate; each metric's change is a percentage of the base value, and a
 // regression is a change in the bad direction (latency up, throughput down) beyond a threshold.
+// When both runs were repeated (workload.repeat) and the metric has 95% confidence intervals in
+// both, a regression must also clear the noise: it is flagged only when the intervals do not
+// overlap; a change beyond the threshold whose intervals overlap is reported as within noise.
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -19,8 +22,12 @@ struct MetricDelta {
   double base = 0.0;        ///< NaN when the base run has no value
   double current = 0.0;     ///< NaN when the new run has no value
   double change_pct = 0.0;  ///< (current − base) / |base| × 100; ±inf when base is 0; NaN if unknown
-  bool regression = false;  ///< worse by more than the threshold
+  bool regression = false;  ///< worse by more than the threshold (and, with intervals, beyond the noise)
   bool missing = false;     ///< the base run has a value, the new run none (null)
+  bool intervals = false;   ///< both runs have a 95% interval for this metric
+  double base_lo = 0.0, base_hi = 0.0;        ///< the base run's 95% interval (NaN without one)
+  double current_lo = 0.0, current_hi = 0.0;  ///< the new run's
+  bool within_noise = false;  ///< worse by more than the threshold, but the intervals overlap
 };
 
 /// One run present in both summaries.
@@ -43,6 +50,8 @@ struct Comparison {
   bool allow_missing = false;
 
   bool has_regression() const;
+  /// Some compared metric had intervals on both sides (repeated runs).
+  bool used_intervals() const;
   /// A base run missing from the new summary, or a MetricDelta::missing.
   bool has_missing() const;
   /// 1 on a regression beyond the threshold, or on has_missing() unless allow_missing; else 0
@@ -56,8 +65,9 @@ Comparison compare_summaries(const Summary& base, const Summary& current, double
                              const std::vector<std::string>& metrics = default_compare_metrics(),
                              bool allow_missing = false);
 
-/// A readable table: per run, each metric's base, new and signed % change, "REGRESSION" and
-/// "MISSING" marks, then unmatched runs and a one-line verdict.
+/// A readable table: per run, each metric's base, new (with 95% intervals when repeated) and signed
+/// % change, "REGRESSION", "within noise" and "MISSING" marks, then unmatched runs and a verdict
+/// saying whether intervals were used.
 void print_comparison(std::ostream& out, const Comparison& c);
 
 }  // namespace servelab::analysis

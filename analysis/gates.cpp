@@ -31,9 +31,12 @@ std::string run_name(const RunSummary& r) { return r.info.strategy_name() + " @ 
 void check_metric_name(const std::string& metric) {
   const auto& names = known_metrics();
   if (std::find(names.begin(), names.end(), metric) != names.end()) return;
+  // An older name, or a configured percentile ("ttft_ms.p75").
+  if (const GateMetric* m = find_gate_metric(metric); m && (m->alias == metric || m->path == metric)) return;
   std::string list;
   for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
-  throw std::invalid_argument("unknown metric '" + metric + "' (expected one of: " + list + ")");
+  throw std::invalid_argument("unknown metric '" + metric + "' (expected one of: " + list +
+                              ", or <latency>_ms.p<q> for a report.percentiles entry, e.g. ttft_ms.p75)");
 }
 
 MetricDirection metric_direction(const std::string& metric) {
@@ -42,8 +45,13 @@ MetricDirection metric_direction(const std::string& metric) {
                                                     : MetricDirection::lower_is_better;
 }
 
-std::optional<double> run_metric(const RunSummary& run, const std::string& metric) {
+std::string canonical_metric(const std::string& metric) {
   check_metric_name(metric);
+  return find_gate_metric(metric)->path;
+}
+
+std::optional<double> run_metric(const RunSummary& run, const std::string& name) {
+  const std::string metric = canonical_metric(name);
   if (metric == "n_failed") return static_cast<double>(run.metrics.n_failed);
   if (metric == "n_requests") return static_cast<double>(run.metrics.n_requests);
   const nlohmann::ordered_json j = run.metrics;
@@ -166,6 +174,7 @@ std::vector<GateResult> evaluate_baseline(const Summary& current, const Summary&
       msg << (&r == &c.runs.front() ? "" : "; ") << r.strategy << " @ " << r.rate_name << ": "
           << format_number(d.base) << " -> " << format_number(d.current) << " ("
           << format_change_pct(d.change_pct) << ")" << (d.regression ? " REGRESSION" : "")
+          << (d.within_noise ? " within noise (95% intervals overlap)" : "")
           << (d.missing ? (spec.allow_missing ? " missing (allowed)" : " MISSING") : "");
     }
     for (const auto& lost : c.only_in_base) {

@@ -17,10 +17,14 @@ namespace servelab::analysis {
 enum class MetricDirection { lower_is_better, higher_is_better };
 
 /// Metric names gates and compare accept: the summary paths of loadgen/records/gate_metrics.h,
-/// a path into a run's "metrics" object with '.' between levels ("ttft_ms.p99", "goodput",
+/// a path into a run's "metrics" object with '.' between levels ("ttft_ms.p99", "goodput_tok_s"
+/// — or its older name "goodput" —,
 /// "kv_utilization.mean", "kv_breakdown.free"), or a run-level count ("n_failed", "n_requests").
 /// Throws std::invalid_argument listing the valid names.
 void check_metric_name(const std::string& metric);
+/// The summary path of a valid metric name: an older unit-less name ("goodput") becomes its
+/// unit-named path ("goodput_tok_s").
+std::string canonical_metric(const std::string& metric);
 /// Direction of a valid metric name.
 MetricDirection metric_direction(const std::string& metric);
 /// The metric's value in one run; nullopt when the run has no value (null: no samples).
@@ -46,7 +50,8 @@ struct Gate {
 };
 
 /// Compare with a baseline summary: fail when a metric regresses by more than max_regression_pct
-/// (latency up, throughput down) in any run matched by label and rate.
+/// (latency up, throughput down) in any run matched by label and rate — and, when both runs were
+/// repeated, only when their 95% intervals do not overlap (compare.h).
 struct BaselineSpec {
   std::string path;  ///< summary.json or a run folder holding one
   double max_regression_pct = 10.0;

@@ -2,13 +2,16 @@
 #include "analysis/metrics.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <unordered_set>
 
 #include "analysis/json_format.h"
+#include "analysis/text_format.h"
 
 namespace servelab::analysis {
 namespace {
@@ -38,13 +41,99 @@ double per_second(double count, double duration_s) { return duration_s > 0.0 ? c
 
 }  // namespace
 
+const char* to_string(SloMetric m) {
+  switch (m) {
+    case SloMetric::ttft: return "ttft";
+    case SloMetric::tpot: return "tpot";
+    case SloMetric::itl: return "itl";
+    case SloMetric::e2e: return "e2e";
+  }
+  return "?";
+}
+
+SloMetric parse_slo_metric(const std::string& s) {
+  for (SloMetric m : {SloMetric::ttft, SloMetric::tpot, SloMetric::itl, SloMetric::e2e})
+    if (s == to_string(m)) return m;
+  throw std::invalid_argument("metric must be ttft, tpot, itl or e2e (got '" + s + "')");
+}
+
+std::string PercentileSlo::name() const {
+  std::string m = to_string(metric);
+  for (char& c : m) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return m + " " + percentile_key(percentile) + " <= " + format_plain(max_ms) + " ms";
+}
+
 void SloSpec::validate() const {
-  if (!(ttft_ms > 0.0 && std::isfinite(ttft_ms)))
-    throw std::invalid_argument("slo.ttft_ms must be > 0 (got " + std::to_string(ttft_ms) + ")");
-  if (!(tpot_ms > 0.0 && std::isfinite(tpot_ms)))
-    throw std::invalid_argument("slo.tpot_ms must be > 0 (got " + std::to_string(tpot_ms) + ")");
+  const std::pair<const char*, double> bounds[] = {
+      {"ttft_ms", ttft_ms}, {"tpot_ms", tpot_ms}, {"itl_ms", itl_ms}, {"e2e_ms", e2e_ms}};
+  for (const auto& [name, v] : bounds)
+    if (!(v > 0.0))
+      throw std::invalid_argument(std::string("slo.") + name + " must be > 0 ms (.inf = no bound) (got " +
+                                  format_plain(v) + ")");
   if (!(attainment > 0.0 && attainment <= 1.0))
     throw std::invalid_argument("slo.attainment must be in (0, 1] (got " + std::to_string(attainment) + ")");
+  for (std::size_t i = 0; i < percentiles.size(); ++i) {
+    const auto& p = percentiles[i];
+    const std::string at = "slo.percentiles[" + std::to_string(i) + "]";
+    if (!(p.percentile > 0.0 && p.percentile <= 100.0))
+      throw std::invalid_argument(at + ".percentile must be in (0, 100] (got " + format_plain(p.percentile) + ")");
+    if (!(p.max_ms > 0.0 && std::isfinite(p.max_ms)))
+      throw std::invalid_argument(at + ".max_ms must be finite and > 0 (got " + format_plain(p.max_ms) + ")");
+  }
+}
+
+std::string SloSpec::describe() const {
+  std::string per_request;
+  const std::pair<const char*, double> bounds[] = {
+      {"TTFT", ttft_ms}, {"TPOT", tpot_ms}, {"ITL", itl_ms}, {"E2E", e2e_ms}};
+  for (const auto& [name, v] : bounds)
+    if (std::isfinite(v)) per_request += (per_request.empty() ? "" : " and ") + std::string(name) + " <= " + format_plain(v) + " ms";
+  std::string out = per_request.empty() ? "no per-request bound" : per_request + " per request";
+  if (!percentiles.empty()) {
+    std::string ps;
+    for (const auto& p : percentiles) ps += (ps.empty() ? "" : " and ") + p.name();
+    out += "; " + ps + " per run";
+  }
+  return out;
+}
+
+void WindowSpec::validate() const {
+  const std::pair<const char*, double> secs[] = {{"skip_first_s", skip_first_s}, {"skip_last_s", skip_last_s}};
+  for (const auto& [name, v] : secs)
+    if (!(v >= 0.0 && std::isfinite(v)))
+      throw std::invalid_argument(std::string("report.window.") + name + " must be finite and >= 0 (got " +
+                                  format_plain(v) + ")");
+  if (skip_first_requests < 0 || skip_last_requests < 0)
+    throw std::invalid_argument("report.window.skip_first_requests and skip_last_requests must be >= 0");
+  if ((skip_first_s > 0 || skip_last_s > 0) && (skip_first_requests > 0 || skip_last_requests > 0))
+    throw std::invalid_argument("report.window: give seconds (skip_first_s, skip_last_s) or requests "
+                                "(skip_first_requests, skip_last_requests), not both");
+}
+
+std::string WindowSpec::describe() const {
+  if (!enabled()) return "all measured requests";
+  if (skip_first_requests > 0 || skip_last_requests > 0)
+    return "dropping the first " + std::to_string(skip_first_requests) + " and last " +
+           std::to_string(skip_last_requests) + " measured requests by arrival";
+  return "dropping requests arriving in the first " + format_plain(skip_first_s) + " s and last " +
+         format_plain(skip_last_s) + " s of the run's arrivals";
+}
+
+void MetricsOptions::validate() const {
+  for (double q : percentiles)
+    if (!(q >= 0.0 && q <= 100.0))
+      throw std::invalid_argument("report.percentiles entries must be in [0, 100] (got " + format_plain(q) + ")");
+  window.validate();
+}
+
+bool RunMetrics::slo_percentiles_met() const {
+  for (const auto& p : slo_percentiles)
+    if (!p.met) return false;
+  return true;
+}
+
+bool RunMetrics::meets_slo(const SloSpec& slo) const {
+  return n_requests > 0 && slo_attainment >= slo.attainment - 1e-12 && slo_percentiles_met();
 }
 
 void itl_gaps(const RequestRecord& r, std::vector<double>& out) {
@@ -156,18 +245,57 @@ KvMetrics compute_kv_metrics(const std::string& label, const std::vector<StepRec
   return kv;
 }
 
+namespace {
+
+/// The measured (non-warm-up) records of `label` that the window keeps, in record order;
+/// `n_dropped` counts the others.
+std::vector<const RequestRecord*> windowed(const std::string& label, const std::vector<RequestRecord>& records,
+                                           const WindowSpec& w, std::size_t& n_warmup, std::size_t& n_dropped) {
+  std::vector<const RequestRecord*> measured;
+  for (const auto& r : records) {
+    if (r.run != label) continue;
+    if (r.warmup) ++n_warmup;
+    else measured.push_back(&r);
+  }
+  n_dropped = 0;
+  if (!w.enabled() || measured.empty()) return measured;
+  std::vector<const RequestRecord*> by_arrival = measured;
+  std::stable_sort(by_arrival.begin(), by_arrival.end(), [](const RequestRecord* a, const RequestRecord* b) {
+    return a->arrival_s != b->arrival_s ? a->arrival_s < b->arrival_s : a->id < b->id;
+  });
+  std::vector<const RequestRecord*> keep;
+  if (w.skip_first_requests > 0 || w.skip_last_requests > 0) {
+    const std::size_t n = by_arrival.size();
+    const auto first = std::min<std::size_t>(static_cast<std::size_t>(w.skip_first_requests), n);
+    const auto last = std::min<std::size_t>(static_cast<std::size_t>(w.skip_last_requests), n - first);
+    keep.assign(by_arrival.begin() + static_cast<std::ptrdiff_t>(first),
+                by_arrival.end() - static_cast<std::ptrdiff_t>(last));
+  } else {
+    const double lo = by_arrival.front()->arrival_s + w.skip_first_s;
+    const double hi = by_arrival.back()->arrival_s - w.skip_last_s;
+    for (const RequestRecord* r : by_arrival)
+      if (r->arrival_s >= lo && r->arrival_s <= hi) keep.push_back(r);
+  }
+  n_dropped = measured.size() - keep.size();
+  // Back to record order, so sums run in the same order as without a window.
+  const std::unordered_set<const RequestRecord*> kept(keep.begin(), keep.end());
+  std::vector<const RequestRecord*> out;
+  for (const RequestRecord* r : measured)
+    if (kept.count(r)) out.push_back(r);
+  return out;
+}
+
+}  // namespace
+
 RunMetrics compute_metrics(const std::string& label, const std::vector<RequestRecord>& records,
-                           const std::vector<StepRecord>& steps, const SloSpec& slo) {
+                           const std::vector<StepRecord>& steps, const SloSpec& slo, const MetricsOptions& options) {
   RunMetrics m;
   std::vector<double> ttft, tpot, itl, e2e, lateness, queue, prefill;
   double first_arrival = std::numeric_limits<double>::infinity();
   double last_finish = -std::numeric_limits<double>::infinity();
-  for (const auto& r : records) {
-    if (r.run != label) continue;
-    if (r.warmup) {
-      ++m.n_warmup;
-      continue;
-    }
+  const auto kept = windowed(label, records, options.window, m.n_warmup, m.n_window_dropped);
+  for (const RequestRecord* rp : kept) {
+    const RequestRecord& r = *rp;
     ++m.n_requests;
     m.n_preemptions += r.preemptions;
     lateness.push_back((r.sent_s - r.arrival_s) * 1000.0);
@@ -196,26 +324,39 @@ RunMetrics compute_metrics(const std::string& label, const std::vector<RequestRe
       queue.push_back((r.scheduled_s - r.arrival_s) * 1000.0);
       prefill.push_back((r.first_token_s - r.scheduled_s) * 1000.0);
     }
-    bool meets = ttft_ms <= slo.ttft_ms + kSloSlackMs;
+    bool meets = ttft_ms <= slo.ttft_ms + kSloSlackMs && e2e_ms <= slo.e2e_ms + kSloSlackMs;
     if (r.output_tokens > 1) {
       const double tpot_ms = (e2e_ms - ttft_ms) / static_cast<double>(r.output_tokens - 1);
       tpot.push_back(tpot_ms);
       meets = meets && tpot_ms <= slo.tpot_ms + kSloSlackMs;
     }
+    const std::size_t gaps_from = itl.size();
     itl_gaps(r, itl);
+    for (std::size_t g = gaps_from; g < itl.size(); ++g) meets = meets && itl[g] <= slo.itl_ms + kSloSlackMs;
     if (meets) {
       ++m.n_slo_met;
       m.goodput += r.output_tokens;  // a token count until divided by the window below
     }
   }
-  m.ttft_ms = summarize(std::move(ttft));
-  m.tpot_ms = summarize(std::move(tpot));
-  m.itl_ms = summarize(std::move(itl));
-  m.e2e_ms = summarize(std::move(e2e));
+  // Percentile objectives need percentiles the distributions may not hold by default.
+  std::vector<double> qs = options.percentiles;
+  for (const auto& p : slo.percentiles) qs.push_back(p.percentile);
+  m.ttft_ms = summarize(std::move(ttft), qs);
+  m.tpot_ms = summarize(std::move(tpot), qs);
+  m.itl_ms = summarize(std::move(itl), qs);
+  m.e2e_ms = summarize(std::move(e2e), qs);
   m.lateness_ms = summarize(std::move(lateness));
   m.queue_ms = summarize(std::move(queue));
   m.prefill_ms = summarize(std::move(prefill));
   m.lateness_warning = !m.lateness_ms.empty() && m.lateness_ms.p99 > 1.0;
+  for (const auto& p : slo.percentiles) {
+    const Distribution& d = p.metric == SloMetric::ttft   ? m.ttft_ms
+                            : p.metric == SloMetric::tpot ? m.tpot_ms
+                            : p.metric == SloMetric::itl  ? m.itl_ms
+                                                          : m.e2e_ms;
+    const double v = d.at(p.percentile);
+    m.slo_percentiles.push_back({p, v, std::isfinite(v) && v <= p.max_ms + kSloSlackMs});
+  }
 
   if (m.n_requests > 0 && last_finish >= first_arrival) {
     m.window_start_s = first_arrival;
@@ -237,18 +378,45 @@ RunMetrics compute_metrics(const std::string& label, const std::vector<RequestRe
   return m;
 }
 
+LatencySamples latency_samples(const std::string& label, const std::vector<RequestRecord>& records,
+                               const WindowSpec& window) {
+  LatencySamples out;
+  std::size_t n_warmup = 0, n_dropped = 0;
+  for (const RequestRecord* r : windowed(label, records, window, n_warmup, n_dropped)) {
+    if (r->status != RecordStatus::ok || r->output_tokens <= 0 || r->first_token_s < 0.0) continue;
+    const double last = last_token_time(*r);
+    if (last < 0.0) continue;
+    const double ttft_ms = (r->first_token_s - r->arrival_s) * 1000.0;
+    const double e2e_ms = (last - r->arrival_s) * 1000.0;
+    out.ttft_ms.push_back(ttft_ms);
+    out.e2e_ms.push_back(e2e_ms);
+    if (r->output_tokens > 1) out.tpot_ms.push_back((e2e_ms - ttft_ms) / static_cast<double>(r->output_tokens - 1));
+    itl_gaps(*r, out.itl_ms);
+  }
+  return out;
+}
+
 void to_json(nlohmann::ordered_json& j, const RunMetrics& m) {
   j = nlohmann::ordered_json::object();
   j["ttft_ms"] = m.ttft_ms;
   j["tpot_ms"] = m.tpot_ms;
   j["itl_ms"] = m.itl_ms;
   j["e2e_ms"] = m.e2e_ms;
-  j["request_throughput"] = json_number(m.request_throughput);
-  j["output_throughput"] = json_number(m.output_throughput);
-  j["total_throughput"] = json_number(m.total_throughput);
-  j["goodput"] = json_number(m.goodput);
-  j["request_goodput"] = json_number(m.request_goodput);
+  j["request_throughput_rps"] = json_number(m.request_throughput);
+  j["output_throughput_tok_s"] = json_number(m.output_throughput);
+  j["total_throughput_tok_s"] = json_number(m.total_throughput);
+  j["goodput_tok_s"] = json_number(m.goodput);
+  j["request_goodput_rps"] = json_number(m.request_goodput);
   j["slo_attainment"] = json_number(m.slo_attainment);
+  if (!m.slo_percentiles.empty()) {
+    auto& a = j["slo_percentiles"] = nlohmann::ordered_json::array();
+    for (const auto& p : m.slo_percentiles)
+      a.push_back({{"metric", to_string(p.slo.metric)},
+                   {"percentile", exact_number(p.slo.percentile)},
+                   {"max_ms", exact_number(p.slo.max_ms)},
+                   {"value_ms", json_number(p.value_ms)},
+                   {"met", p.met}});
+  }
   j["kv_utilization"] = {{"mean", json_number(m.kv.utilization_mean)},
                          {"max", json_number(m.kv.utilization_max)}};
   j["lateness_ms"] = m.lateness_ms;
@@ -267,6 +435,7 @@ void to_json(nlohmann::ordered_json& j, const RunMetrics& m) {
   j["n_steps_kv_used"] = m.kv.n_steps_used;
   j["n_ok"] = m.n_ok;
   j["n_warmup"] = m.n_warmup;
+  if (m.n_window_dropped > 0) j["n_window_dropped"] = m.n_window_dropped;
   j["n_slo_met"] = m.n_slo_met;
   j["n_prompt_tokens"] = m.n_prompt_tokens;
   j["n_output_tokens"] = m.n_output_tokens;
@@ -286,12 +455,28 @@ void from_json(const nlohmann::ordered_json& j, RunMetrics& m) {
   m.lateness_ms = j.contains("lateness_ms") ? j["lateness_ms"].get<Distribution>() : summarize({});
   m.queue_ms = j.contains("queue_ms") ? j["queue_ms"].get<Distribution>() : summarize({});
   m.prefill_ms = j.contains("prefill_ms") ? j["prefill_ms"].get<Distribution>() : summarize({});
-  m.request_throughput = number_or_nan(j, "request_throughput");
-  m.output_throughput = number_or_nan(j, "output_throughput");
-  m.total_throughput = number_or_nan(j, "total_throughput");
-  m.goodput = number_or_nan(j, "goodput");
-  m.request_goodput = number_or_nan(j, "request_goodput");
+  // The unit-named keys, else the names summaries had before units were added.
+  auto rate = [&](const char* key, const char* old_key) {
+    return j.contains(key) ? number_or_nan(j, key) : number_or_nan(j, old_key);
+  };
+  m.request_throughput = rate("request_throughput_rps", "request_throughput");
+  m.output_throughput = rate("output_throughput_tok_s", "output_throughput");
+  m.total_throughput = rate("total_throughput_tok_s", "total_throughput");
+  m.goodput = rate("goodput_tok_s", "goodput");
+  m.request_goodput = rate("request_goodput_rps", "request_goodput");
   m.slo_attainment = number_or_nan(j, "slo_attainment");
+  m.slo_percentiles.clear();
+  if (auto it = j.find("slo_percentiles"); it != j.end() && it->is_array()) {
+    for (const auto& p : *it) {
+      RunMetrics::PercentileSloResult r;
+      r.slo.metric = parse_slo_metric(p.at("metric").get<std::string>());
+      r.slo.percentile = p.at("percentile").get<double>();
+      r.slo.max_ms = p.at("max_ms").get<double>();
+      r.value_ms = number_or_nan(p, "value_ms");
+      r.met = p.value("met", false);
+      m.slo_percentiles.push_back(r);
+    }
+  }
   if (auto it = j.find("kv_utilization"); it != j.end() && it->is_object()) {
     m.kv.utilization_mean = number_or_nan(*it, "mean");
     m.kv.utilization_max = number_or_nan(*it, "max");
@@ -314,6 +499,7 @@ void from_json(const nlohmann::ordered_json& j, RunMetrics& m) {
   m.kv.n_steps_used = j.value("n_steps_kv_used", std::size_t{0});
   m.n_ok = j.value("n_ok", std::size_t{0});
   m.n_warmup = j.value("n_warmup", std::size_t{0});
+  m.n_window_dropped = j.value("n_window_dropped", std::size_t{0});
   m.n_slo_met = j.value("n_slo_met", std::size_t{0});
   m.n_prompt_tokens = json_int_or(j, "n_prompt_tokens", int64_t{0});
   m.n_output_tokens = json_int_or(j, "n_output_tokens", int64_t{0});

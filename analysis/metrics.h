@@ -32,6 +32,7 @@
 //               by that time, so a 50 ms prefill step weighs five times a 10 ms decode step.
 // "Measured" requests are the run's records with warmup == false. Failed requests (status != ok)
 // count in n_failed and in the window, never in latency percentiles or throughput.
+#include <cmath>
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -43,15 +44,71 @@
 
 namespace servelab::analysis {
 
-/// Latency service-level objective. A request meets it when TTFT ≤ ttft_ms and TPOT ≤ tpot_ms;
-/// `attainment` is the target share of requests meeting it (capacity search, gates).
+/// A latency of a request whose SLO threshold or percentile objective may be named.
+enum class SloMetric { ttft, tpot, itl, e2e };
+const char* to_string(SloMetric m);               ///< "ttft", "tpot", "itl", "e2e"
+SloMetric parse_slo_metric(const std::string& s);  ///< throws std::invalid_argument listing them
+
+/// A run-level objective in DistServe's form: the run's `percentile`-th percentile of `metric`
+/// must be <= max_ms ("TTFT p99 <= 2000 ms"). Evaluated over the same samples the run's
+/// distribution of that metric holds (TPOT over requests, ITL over pooled gaps).
+struct PercentileSlo {
+  SloMetric metric = SloMetric::ttft;
+  double percentile = 99.0;  ///< in (0, 100]
+  double max_ms = 0.0;       ///< > 0, finite
+
+  /// "TTFT p99 <= 2000 ms".
+  std::string name() const;
+};
+
+/// Latency service-level objective. Per request (any combination; +inf = no bound on that
+/// latency): TTFT <= ttft_ms, TPOT <= tpot_ms, every inter-token gap <= itl_ms, E2E <= e2e_ms.
+/// Per run: every `percentiles` objective. `attainment` is the target share of requests meeting
+/// the per-request SLO (capacity search, gates); a run "meets the SLO" when its attainment
+/// reaches it and every percentile objective holds.
 struct SloSpec {
   double ttft_ms = 1000.0;
   double tpot_ms = 150.0;
   double attainment = 0.9;  ///< in (0, 1]
+  double itl_ms = HUGE_VAL;  ///< +inf: no bound
+  double e2e_ms = HUGE_VAL;  ///< +inf: no bound
+  std::vector<PercentileSlo> percentiles;
 
-  /// Throws std::invalid_argument naming the field: ttft_ms and tpot_ms > 0, attainment in (0, 1].
+  /// Throws std::invalid_argument naming the field: thresholds > 0 (+inf allowed), attainment in
+  /// (0, 1], each percentile objective's percentile in (0, 100] and max_ms finite > 0.
   void validate() const;
+  /// "TTFT <= 1000 ms and TPOT <= 150 ms per request; TTFT p99 <= 2000 ms per run".
+  std::string describe() const;
+};
+
+/// Which measured requests the metrics use (a steady-state window). Give seconds or requests,
+/// not both: by seconds, requests arriving in the first skip_first_s after the first measured
+/// arrival or the last skip_last_s before the last measured arrival are dropped; by requests, the
+/// first skip_first_requests and last skip_last_requests by arrival (then id). Every metric (counts,
+/// latencies, throughput window, goodput, attainment, KV figures) is then computed over the kept
+/// requests as if they were the whole run.
+struct WindowSpec {
+  double skip_first_s = 0.0;
+  double skip_last_s = 0.0;
+  int skip_first_requests = 0;
+  int skip_last_requests = 0;
+
+  bool enabled() const {
+    return skip_first_s > 0 || skip_last_s > 0 || skip_first_requests > 0 || skip_last_requests > 0;
+  }
+  /// Throws std::invalid_argument: each >= 0 and finite, seconds and requests not mixed.
+  void validate() const;
+  /// "all measured requests", "dropping the first 5 s and last 5 s of arrivals", ...
+  std::string describe() const;
+};
+
+/// How compute_metrics summarises: extra percentiles of every latency distribution (beside the
+/// fixed p50, p90, p95, p99, p99.9) and the measurement window.
+struct MetricsOptions {
+  std::vector<double> percentiles;  ///< each in [0, 100]
+  WindowSpec window;
+
+  void validate() const;  ///< throws std::invalid_argument naming the field
 };
 
 /// Mean shares of the KV arena over a run's steps (each in [0, 1]; they sum to ~1), the vLLM
@@ -95,6 +152,13 @@ struct RunMetrics {
   double goodput = 0.0;             ///< output tokens of SLO-meeting requests / s
   double request_goodput = 0.0;     ///< SLO-meeting requests / s
   double slo_attainment = 0.0;      ///< SLO-meeting / measured requests, in [0, 1]
+  /// One result per SloSpec::percentiles entry: the run's value and whether it met the bound.
+  struct PercentileSloResult {
+    PercentileSlo slo;
+    double value_ms = 0.0;  ///< NaN when the run has no samples of that metric (then not met)
+    bool met = false;
+  };
+  std::vector<PercentileSloResult> slo_percentiles;
   KvMetrics kv;
 
   // Counts and the window.
@@ -102,6 +166,7 @@ struct RunMetrics {
   std::size_t n_ok = 0;
   std::size_t n_failed = 0;  ///< status != ok
   std::size_t n_warmup = 0;  ///< records left out as warm-up
+  std::size_t n_window_dropped = 0;  ///< measured records left out by the window (MetricsOptions)
   std::size_t n_slo_met = 0;
   int64_t n_prompt_tokens = 0;    ///< over ok requests
   int64_t n_output_tokens = 0;    ///< over ok requests
@@ -110,6 +175,11 @@ struct RunMetrics {
   double window_end_s = 0.0;      ///< last finish
   double duration_s = 0.0;        ///< window_end_s − window_start_s
   bool lateness_warning = false;  ///< lateness p99 > 1 ms: the generator could not keep up
+
+  /// Every percentile objective met (true when there are none).
+  bool slo_percentiles_met() const;
+  /// The run meets the SLO: attainment >= target and every percentile objective met.
+  bool meets_slo(const SloSpec& slo) const;
 };
 
 /// The ITL samples (ms) of one ok record, appended to `out`. token_times_s normally holds one
@@ -128,8 +198,18 @@ void itl_gaps(const RequestRecord& r, std::vector<double>& out);
 /// Metrics of one run. `records` and `steps` may hold other runs' lines: only those whose `run`
 /// equals `label` are used. Throws std::invalid_argument("run L, request ID: ...") on an ok record
 /// that lacks the times its metrics need.
+/// `options` adds percentiles and a steady-state window (default: none, every measured request).
 RunMetrics compute_metrics(const std::string& label, const std::vector<RequestRecord>& records,
-                           const std::vector<StepRecord>& steps, const SloSpec& slo);
+                           const std::vector<StepRecord>& steps, const SloSpec& slo,
+                           const MetricsOptions& options = {});
+
+/// The latency samples (ms) compute_metrics summarises for `label` under the same window: TTFT,
+/// TPOT, pooled ITL gaps and E2E of its ok requests with output; for CDF plots.
+struct LatencySamples {
+  std::vector<double> ttft_ms, tpot_ms, itl_ms, e2e_ms;
+};
+LatencySamples latency_samples(const std::string& label, const std::vector<RequestRecord>& records,
+                               const WindowSpec& window = {});
 
 /// KV figures of one run's steps (only those whose `run` equals `label`) over the window
 /// [window_start_s, window_end_s]: a step [start_s, start_s + duration_s] counts with weight equal
@@ -138,15 +218,19 @@ RunMetrics compute_metrics(const std::string& label, const std::vector<RequestRe
 KvMetrics compute_kv_metrics(const std::string& label, const std::vector<StepRecord>& steps,
                              double window_start_s, double window_end_s);
 
-/// DESIGN.md's "metrics" object: "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "request_throughput",
-/// "output_throughput", "total_throughput", "goodput", "request_goodput", "slo_attainment",
+/// DESIGN.md's "metrics" object, with units in every rate's name: "ttft_ms", "tpot_ms",
+/// "itl_ms", "e2e_ms", "request_throughput_rps", "output_throughput_tok_s",
+/// "total_throughput_tok_s", "goodput_tok_s", "request_goodput_rps", "slo_attainment",
+/// "slo_percentiles" (when the SLO has any: [{metric, percentile, max_ms, value_ms, met}]),
 /// "kv_utilization": {mean, max}, "lateness_ms", then extras: "queue_ms", "prefill_ms" (TTFT's
 /// two parts, distributions), "kv_breakdown" {stored, reserved,
 /// internal_frag, external_frag, free}, "kv_peak_use", "batch_size" {mean, max}, "n_steps",
-/// "n_ok", "n_warmup", "n_slo_met", "n_prompt_tokens", "n_output_tokens", "n_preemptions",
+/// "n_ok", "n_warmup", "n_window_dropped", "n_slo_met", "n_prompt_tokens", "n_output_tokens", "n_preemptions",
 /// "window_start_s", "duration_s", "lateness_warning". (n_requests and n_failed sit on the run.)
 void to_json(nlohmann::ordered_json& j, const RunMetrics& m);
-/// Reads the form above (extras optional, so older or foreign summaries load).
+/// Reads the form above (extras optional, so older or foreign summaries load; the rates'
+/// unit-less names of servelab.summary/1 before units were added — "goodput", "request_goodput",
+/// "output_throughput", "request_throughput", "total_throughput" — are read too).
 void from_json(const nlohmann::ordered_json& j, RunMetrics& m);
 
 }  // namespace servelab::analysis

@@ -3,7 +3,10 @@
 // recompute from records.jsonl with numpy.percentile(x, q) and get the same digits.
 #include <cstddef>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace servelab::analysis {
@@ -26,18 +29,30 @@ struct Distribution {
   double p99 = 0.0;
   double p999 = 0.0;  ///< p99.9
   double max = 0.0;
+  /// (q, value) of configured percentiles beyond the fixed ones (report.percentiles), q ascending.
+  std::vector<std::pair<double, double>> extra;
 
   bool empty() const { return n == 0; }
+  /// The q-th percentile if this distribution holds it (a fixed field or an extra; q = 100 is max),
+  /// else NaN.
+  double at(double q) const;
 };
+
+/// A percentile's JSON key: "p50", "p99", "p999" (99.9, the historical spelling), "p99_99" (99.99),
+/// "p12_5" (12.5): the digits of q with '_' for the decimal point, except 99.9.
+std::string percentile_key(double q);
+/// The q a key names ("p75" → 75, "p999" → 99.9, "p99_99" → 99.99); nullopt when it names none.
+std::optional<double> parse_percentile_key(const std::string& key);
 
 /// Sorts `samples` (taken by value) and computes every field. The mean sums in ascending order,
 /// so it does not depend on the order samples were gathered in.
-Distribution summarize(std::vector<double> samples);
+/// `extra_qs`: more percentiles to compute (those equal to a fixed one are skipped).
+Distribution summarize(std::vector<double> samples, const std::vector<double>& extra_qs = {});
 
 /// {"mean", "p50", "p90", "p95", "p99", "p999", "max"} — exactly DESIGN.md's keys (n is not
-/// written: counts live beside the distributions). Values rounded to 6 decimals (see json_format.h).
+/// written: counts live beside the distributions) — then each extra percentile by percentile_key. Values rounded to 6 decimals (see json_format.h).
 void to_json(nlohmann::ordered_json& j, const Distribution& d);
-/// Reads the form above; nulls become NaN. n is set to 1 when any value is present (the count
+/// Reads the form above (extra "p…" keys too); nulls become NaN. n is set to 1 when any value is present (the count
 /// is not stored), 0 otherwise.
 void from_json(const nlohmann::ordered_json& j, Distribution& d);
 

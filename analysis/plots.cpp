@@ -14,6 +14,7 @@
 #include <map>
 #include <sstream>
 
+#include "analysis/plots_internal.h"
 #include "analysis/text_format.h"
 
 namespace servelab::analysis {
@@ -21,22 +22,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kSize = "size 900,540";
-
-/// A number for a gnuplot data file; "NaN" is declared missing in the script.
-std::string dat(double x) {
-  if (!std::isfinite(x)) return "NaN";
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.9g", x);
-  return buf;
-}
-
-/// A gnuplot single-quoted string ('' escapes a quote).
-std::string q(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
-  return out + "'";
-}
+using plot_detail::dat;
+using plot_detail::q;
+using plot_detail::write_file;
+using plot_detail::Figure;
+using plot_detail::kSize;
 
 /// The runs of one strategy: finite rates ascending (for the rate plots) and the highest-rate run.
 struct StrategyRuns {
@@ -72,11 +62,6 @@ std::vector<StrategyRuns> group_runs(const Summary& s) {
     out.push_back(std::move(g));
   }
   return out;
-}
-
-void write_file(const fs::path& p, const std::string& text) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out << text;
 }
 
 /// Where `name` resolves to an executable, or "" when it does not.
@@ -257,13 +242,13 @@ RateData write_rate_data(const fs::path& plots, const std::vector<StrategyRuns>&
 bool write_timeline_data(const fs::path& plots, const StrategyRuns& g, const std::vector<StepRecord>& steps) {
   std::vector<const StepRecord*> run_steps;
   for (const auto& s : steps)
-    if (s.run == g.highest->info.label) run_steps.push_back(&s);
+    if (s.run == repetition_label(g.highest->info.label, 1, g.highest->info.repeats)) run_steps.push_back(&s);
   if (run_steps.empty()) return false;
   std::stable_sort(run_steps.begin(), run_steps.end(),
                    [](const StepRecord* a, const StepRecord* b) { return a->start_s < b->start_s; });
   const std::size_t stride = (run_steps.size() + 3999) / 4000;  // ≤ 4000 points per line
   std::ostringstream t;
-  t << "# " << g.highest->info.label << "\n# start_s batch_size kv_in_use_pct kv_utilization_pct\n";
+  t << "# " << repetition_label(g.highest->info.label, 1, g.highest->info.repeats) << "\n# start_s batch_size kv_in_use_pct kv_utilization_pct\n";
   for (std::size_t i = 0; i < run_steps.size(); i += stride) {
     const StepRecord& s = *run_steps[i];
     const double used = static_cast<double>(s.kv_stored + s.kv_reserved + s.kv_internal_frag);
@@ -299,11 +284,6 @@ bool write_kv_data(const fs::path& plots, const std::vector<StrategyRuns>& group
   return have_bars;
 }
 
-/// One figure, drawn once per output format.
-struct Figure {
-  std::string base, title, body_svg, body_png;
-};
-
 /// plots.gp: every figure as SVG, then as PNG when gnuplot has a PNG terminal.
 std::string gnuplot_script(const std::vector<Figure>& figures) {
   std::ostringstream script;
@@ -322,8 +302,8 @@ std::string gnuplot_script(const std::vector<Figure>& figures) {
 
 }  // namespace
 
-PlotResult write_plots(const std::string& dir, const Summary& summary, const std::vector<StepRecord>& steps,
-                       const PlotOptions& options) {
+PlotResult write_plots(const std::string& dir, const Summary& summary, const std::vector<RequestRecord>& records,
+                       const std::vector<StepRecord>& steps, const PlotOptions& options) {
   PlotResult result;
   const std::string exe = find_executable(options.gnuplot);
   if (exe.empty()) {
@@ -365,6 +345,9 @@ PlotResult write_plots(const std::string& dir, const Summary& summary, const std
   for (const StrategyRuns* g : timelines)
     add("timeline_" + g->file, "Batch size and KV use over time: " + g->highest->info.label,
         [&](const std::string& o) { return timeline_figure(*g, o); });
+  // Latency CDFs at one rate, TTFT and queue length over time, goodput with capacity marked.
+  for (auto& f : plot_detail::latency_figures(plots, summary, records, options.cdf_rate, result.warnings))
+    figures.push_back(std::move(f));
   if (figures.empty()) {
     result.warnings.push_back("no run has data to plot: plots skipped");
     return result;

@@ -6,18 +6,29 @@
 //   throughput_vs_rate  output throughput (solid) and goodput (dashed) vs rate
 //   kv_breakdown   the KV arena's mean shares per strategy at its highest rate, stacked bars
 //   timeline_<strategy>  batch size and KV arena use over time in the strategy's highest-rate run
+//   cdf_{ttft,tpot,itl,e2e}  the latency's CDF, a line per strategy, at one rate (PlotOptions::cdf_rate)
+//   ttft_queue_<strategy>  each request's TTFT at its arrival time and the queue length (arrived, not
+//                  yet admitted) over time, in the strategy's highest-rate run (repetition 1)
+//   goodput_vs_rate  goodput (tokens/s; 95% intervals with repeats) vs rate, each strategy's
+//                  capacity (highest rate meeting the SLO: attainment target and percentile objectives) marked
 // Each as .svg, and .png (pngcairo, else png) when gnuplot has a PNG terminal. Without gnuplot
 // the plots are skipped with a warning: a report never fails for want of a plotter.
+#include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "analysis/summary.h"
+#include "loadgen/records/record.h"
 #include "loadgen/records/step_record.h"
 
 namespace servelab::analysis {
 
 struct PlotOptions {
   std::string gnuplot = "gnuplot";  ///< executable name (searched in PATH) or path
+  /// Rate (req/s) of the latency CDFs; NaN = the highest rate every strategy ran (else each
+  /// strategy's highest-rate run).
+  double cdf_rate = NAN;
 };
 
 /// One figure written under DIR/plots/.
@@ -37,8 +48,13 @@ bool gnuplot_available(const std::string& gnuplot = "gnuplot");
 
 /// Writes DIR/plots/{plots.gp, *.dat} and runs gnuplot there (its output in plots/gnuplot.log).
 /// Never throws for plotting problems: they become warnings.
-PlotResult write_plots(const std::string& dir, const Summary& summary, const std::vector<StepRecord>& steps,
-                       const PlotOptions& options = {});
+/// `records` feed the CDFs and the TTFT/queue timelines (the same window as the summary's).
+PlotResult write_plots(const std::string& dir, const Summary& summary, const std::vector<RequestRecord>& records,
+                       const std::vector<StepRecord>& steps, const PlotOptions& options = {});
+
+/// Each strategy's capacity: the highest rate (req/s, open-loop runs) whose run meets the SLO
+/// (RunMetrics::meets_slo), NaN when none does. In strategy order.
+std::vector<std::pair<std::string, double>> strategy_capacities(const Summary& summary);
 
 /// A file-name-safe form of a strategy name ("continuous-paged" stays, "a b/c" → "a_b_c").
 std::string slug(const std::string& name);

@@ -10,6 +10,7 @@
 //
 // write_reports() is what `servelab run` calls at the end of a run; render_reports() is
 // `servelab report DIR`: load_report_input() + write_reports(), so both paths share every line.
+#include <cmath>
 #include <iosfwd>
 #include <optional>
 #include <string>
@@ -30,6 +31,8 @@ struct ReportInput {
   ScenarioInfo scenario;
   Environment environment;  ///< measured at run time; re-renders keep it (date included)
   SloSpec slo;
+  MetricsOptions options;     ///< report.percentiles and report.window
+  double cdf_rate = NAN;      ///< report.cdf_rate: the rate of the latency-CDF plots; NaN = the highest common rate
   std::vector<RunInfo> runs;  ///< one per label, in sweep order
   std::vector<Gate> gates;
   std::optional<BaselineSpec> baseline;  ///< path resolved against the current directory
@@ -43,7 +46,7 @@ struct ReportInput {
 
 struct ReportOptions {
   bool plots = true;  ///< false: skip gnuplot (report.html then has no figures)
-  PlotOptions plot;
+  PlotOptions plot;   ///< plot.cdf_rate comes from runs.json ("report.cdf_rate") when not set here
 };
 
 /// What write_reports made and found.

@@ -31,6 +31,8 @@ void print_console_summary(std::ostream& out, const Summary& s) {
   out << "rate in req/s; TTFT, queue, prefill, TPOT, ITL, E2E in ms (TTFT = queue + prefill); throughput and goodput in output tokens/s; "
          "SLO TTFT <= "
       << format_plain(s.slo.ttft_ms) << " ms, TPOT <= " << format_plain(s.slo.tpot_ms) << " ms\n";
+  const auto lines = method_lines(s);  // the first restates the SLO said above
+  for (std::size_t i = 1; i < lines.size(); ++i) out << lines[i] << "\n";
 }
 
 void print_gate_results(std::ostream& out, const std::vector<GateResult>& gates) {

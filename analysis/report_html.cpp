@@ -95,8 +95,7 @@ std::string report_html(const std::string& dir, const Summary& s, const std::vec
   h << " · commit <code>" << xml_escape(e.commit.empty() ? "unknown" : e.commit.substr(0, 12))
     << "</code> · servelab " << xml_escape(e.servelab_version) << " · measured " << xml_escape(e.date)
     << "</li>\n";
-  h << "<li>SLO: TTFT ≤ " << format_plain(s.slo.ttft_ms) << " ms and TPOT ≤ " << format_plain(s.slo.tpot_ms)
-    << " ms per request; target attainment " << format_share(s.slo.attainment) << "</li>\n";
+  for (const auto& line : method_lines(s)) h << "<li>" << xml_escape(line) << "</li>\n";
   h << "<li>latencies count from each request's intended send time; throughput over first arrival → "
        "last finish, warm-up excluded</li>\n"
        "<li>TTFT = queue (arrival → first admitted to a batch) + prefill (admitted → first token)</li>\n</ul>\n";
@@ -106,6 +105,12 @@ std::string report_html(const std::string& dir, const Summary& s, const std::vec
   for (const RunSummary* r : order) rows.push_back(run_table_cells(*r));
   h << "<h2>Runs</h2>\n";
   html_table(h, run_table_header(), rows, 1);
+  for (const auto& [title, t] : {std::pair{"Repeats", repeats_table(s)}, std::pair{"Latency percentiles", percentiles_table(s)},
+                                 std::pair{"SLO objectives per run", slo_objectives_table(s)}}) {
+    if (t.empty()) continue;
+    h << "<h2>" << title << "</h2>\n";
+    html_table(h, t.header, t.rows, 2);
+  }
   rows.clear();
   for (const RunSummary* r : order) rows.push_back(kv_table_cells(*r));
   h << "<h2>KV cache</h2>\n<p>Shares of the KV arena, mean over steps where requests hold memory; "

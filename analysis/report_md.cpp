@@ -70,8 +70,7 @@ std::string report_markdown(const Summary& s, const std::vector<GateResult>& gat
   md << " · commit `" << (e.commit.empty() ? "unknown" : e.commit.substr(0, 12)) << "`";
   md << " · servelab " << (e.servelab_version.empty() ? "?" : e.servelab_version);
   md << " · measured " << (e.date.empty() ? "?" : e.date) << "\n";
-  md << "- SLO: TTFT ≤ " << format_plain(s.slo.ttft_ms) << " ms and TPOT ≤ " << format_plain(s.slo.tpot_ms)
-     << " ms per request; target attainment " << format_share(s.slo.attainment) << "\n";
+  for (const auto& line : method_lines(s)) md << "- " << md_escape(line) << "\n";
   md << "- latencies count from each request's intended send time; throughput over first arrival → "
         "last finish, warm-up excluded\n";
   md << "- TTFT = queue (arrival → first admitted to a batch) + prefill (admitted → first token)\n\n";
@@ -81,6 +80,13 @@ std::string report_markdown(const Summary& s, const std::vector<GateResult>& gat
   const auto order = table_order(s);
   for (const RunSummary* r : order) rows.push_back(run_table_cells(*r));
   md_table(md, run_table_header(), rows, 1);
+
+  for (const auto& [title, t] : {std::pair{"Repeats", repeats_table(s)}, std::pair{"Latency percentiles", percentiles_table(s)},
+                                 std::pair{"SLO objectives per run", slo_objectives_table(s)}}) {
+    if (t.empty()) continue;
+    md << "\n## " << title << "\n\n";
+    md_table(md, t.header, t.rows, 2);
+  }
 
   md << "\n## KV cache\n\nShares of the KV arena, mean over steps where requests hold memory; "
         "utilization = stored / (stored + reserved + internal fragmentation).\n\n";
@@ -120,13 +126,13 @@ std::string results_csv(const Summary& s) {
   std::ostringstream csv;
   csv << "label,strategy,batching,kv,backend,rate";
   for (const auto& c : run_columns()) csv << "," << c.csv_key;
-  csv << ",request_throughput,kv_utilization_max,kv_peak_use,mode,concurrency\n";
+  csv << ",request_throughput_rps,request_goodput_rps,kv_utilization_max,kv_peak_use,mode,concurrency\n";
   for (const RunSummary* r : table_order(s)) {
     csv << csv_text(r->info.label) << "," << csv_text(r->info.strategy_name()) << ","
         << csv_text(r->info.batching) << "," << csv_text(r->info.kv) << "," << csv_text(r->info.backend)
         << "," << (std::isinf(r->info.rate) ? std::string("inf") : csv_number(r->info.rate));
     for (const auto& c : run_columns()) csv << "," << csv_number(c.value(*r));
-    csv << "," << csv_number(r->metrics.request_throughput) << ","
+    csv << "," << csv_number(r->metrics.request_throughput) << "," << csv_number(r->metrics.request_goodput) << ","
         << csv_number(r->metrics.kv.utilization_max) << "," << csv_number(r->metrics.kv.peak_use) << ","
         << to_string(r->info.mode) << ","
         << (r->info.mode == RunMode::closed ? std::to_string(r->info.concurrency) : std::string()) << "\n";

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "analysis/plots.h"
 #include "analysis/text_format.h"
 
 namespace servelab::analysis {
@@ -105,6 +106,90 @@ std::vector<std::string> kv_table_cells(const RunSummary& r) {
           format_share(kv.breakdown.free),
           format_share(kv.peak_use),
           std::to_string(kv.n_steps)};
+}
+
+TextRows repeats_table(const Summary& s) {
+  TextRows t;
+  const std::vector<std::pair<std::string, std::string>> cols = {
+      {"ttft_ms.p50", "TTFT p50 (ms)"},          {"ttft_ms.p99", "TTFT p99 (ms)"},
+      {"tpot_ms.p99", "TPOT p99 (ms)"},          {"output_throughput_tok_s", "out tok/s"},
+      {"goodput_tok_s", "goodput tok/s"},        {"slo_attainment", "SLO attain"}};
+  t.header = {"strategy", "rate (req/s)", "repeats"};
+  for (const auto& [_, h] : cols) t.header.push_back(h + " mean ± 95% CI (sd, min)");
+  for (const RunSummary* r : table_order(s)) {
+    if (r->repetitions.empty()) continue;
+    std::vector<std::string> row = {r->info.strategy_name(), format_run_rate(r->info), std::to_string(r->repetitions.size())};
+    for (const auto& [path, _] : cols) {
+      const MetricStats* st = r->stat(path);
+      if (!st || st->n == 0) {
+        row.push_back("-");
+        continue;
+      }
+      std::string c = format_number(st->mean);
+      if (std::isfinite(st->ci95_hi)) c += " ± " + format_number(st->ci95_hi - st->mean);
+      c += " (sd " + format_number(st->std) + ", min " + format_number(st->min) + ")";
+      row.push_back(c);
+    }
+    t.rows.push_back(std::move(row));
+  }
+  return t;
+}
+
+TextRows percentiles_table(const Summary& s) {
+  TextRows t;
+  if (s.options.percentiles.empty()) return t;
+  t.header = {"strategy", "rate (req/s)"};
+  const std::pair<const char*, Distribution RunMetrics::*> ds[] = {
+      {"TTFT", &RunMetrics::ttft_ms}, {"TPOT", &RunMetrics::tpot_ms}, {"ITL", &RunMetrics::itl_ms}, {"E2E", &RunMetrics::e2e_ms}};
+  for (const auto& [name, _] : ds)
+    for (double q : s.options.percentiles) t.header.push_back(std::string(name) + " " + percentile_key(q) + " (ms)");
+  for (const RunSummary* r : table_order(s)) {
+    std::vector<std::string> row = {r->info.strategy_name(), format_run_rate(r->info)};
+    for (const auto& [_, d] : ds)
+      for (double q : s.options.percentiles) row.push_back(format_number((r->metrics.*d).at(q)));
+    t.rows.push_back(std::move(row));
+  }
+  return t;
+}
+
+TextRows slo_objectives_table(const Summary& s) {
+  TextRows t;
+  if (s.slo.percentiles.empty()) return t;
+  t.header = {"strategy", "rate (req/s)"};
+  for (const auto& p : s.slo.percentiles) t.header.push_back(p.name());
+  t.header.push_back("meets SLO");
+  for (const RunSummary* r : table_order(s)) {
+    std::vector<std::string> row = {r->info.strategy_name(), format_run_rate(r->info)};
+    for (std::size_t i = 0; i < s.slo.percentiles.size(); ++i) {
+      if (i >= r->metrics.slo_percentiles.size()) {
+        row.push_back("-");
+        continue;
+      }
+      const auto& p = r->metrics.slo_percentiles[i];
+      row.push_back(format_number(p.value_ms) + (p.met ? " ok" : " MISSED"));
+    }
+    row.push_back(r->metrics.meets_slo(s.slo) ? "yes" : "no");
+    t.rows.push_back(std::move(row));
+  }
+  return t;
+}
+
+std::vector<std::string> method_lines(const Summary& s) {
+  std::vector<std::string> out;
+  out.push_back("SLO: " + s.slo.describe() + "; target attainment " + format_share(s.slo.attainment) +
+                " (goodput_tok_s and request_goodput_rps count the requests meeting the per-request SLO)");
+  out.push_back("measurement window: " + s.options.window.describe() + ", applied to every metric");
+  int n_rep = 1;
+  for (const auto& r : s.runs) n_rep = std::max(n_rep, r.info.repeats);
+  if (n_rep > 1)
+    out.push_back("each point run " + std::to_string(n_rep) +
+                  " times with derived seeds; tables show the mean, summary.json each repetition and 95% "
+                  "Student-t intervals");
+  std::string caps;
+  for (const auto& [name, cap] : strategy_capacities(s))
+    caps += (caps.empty() ? "" : ", ") + name + " " + (std::isnan(cap) ? std::string("none") : format_rate(cap) + " req/s");
+  if (!caps.empty()) out.push_back("capacity (highest rate meeting the SLO): " + caps);
+  return out;
 }
 
 }  // namespace servelab::analysis

@@ -36,4 +36,22 @@ std::vector<std::string> run_table_cells(const RunSummary& r);
 std::vector<std::string> kv_table_header();
 std::vector<std::string> kv_table_cells(const RunSummary& r);
 
+/// A header and rows of a table for humans.
+struct TextRows {
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+  bool empty() const { return rows.empty(); }
+};
+
+/// Repeated runs: per run with repetitions, each key metric as "mean ± half-width of the 95% CI
+/// (sd S, min M)"; empty without repetitions.
+TextRows repeats_table(const Summary& s);
+/// report.percentiles: per run, TTFT/TPOT/ITL/E2E at each configured percentile; empty when none.
+TextRows percentiles_table(const Summary& s);
+/// slo.percentiles: per run, each objective's value and met/MISSED; empty when none.
+TextRows slo_objectives_table(const Summary& s);
+/// Lines saying how the metrics were made: the SLO, the window, repetitions, each strategy's
+/// capacity (highest rate meeting the SLO).
+std::vector<std::string> method_lines(const Summary& s);
+
 }  // namespace servelab::analysis

@@ -1,4 +1,6 @@
 // write_reports / render_reports: every file of a run folder besides the raw records.
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <stdexcept>
 
@@ -17,9 +19,15 @@ std::string in_dir(const std::string& dir, const std::string& name) {
 
 void validate_input(const ReportInput& in) {
   in.slo.validate();
+  in.options.validate();
   for (const auto& r : in.runs) r.validate();
   for (const auto& g : in.gates) g.validate();
   if (in.baseline) in.baseline->validate();
+}
+
+/// Measured records a run planned: its requests times its repetitions (whichever have records).
+std::size_t planned_records(const RunSummary& r) {
+  return static_cast<std::size_t>(r.info.n_requests) * std::max<std::size_t>(1, r.repetitions.size());
 }
 
 }  // namespace
@@ -40,9 +48,10 @@ std::vector<std::string> summary_warnings(const Summary& s) {
     if (m.n_failed > 0)
       w.push_back(run + ": " + std::to_string(m.n_failed) + " of " + std::to_string(m.n_requests) +
                   " requests failed (status != ok); they count against SLO attainment, not in latencies");
-    if (r.info.n_requests > 0 && static_cast<std::size_t>(r.info.n_requests) != m.n_requests)
-      w.push_back(run + ": " + std::to_string(m.n_requests) + " measured records for " +
-                  std::to_string(r.info.n_requests) + " planned requests");
+    if (r.info.n_requests > 0 && planned_records(r) != m.n_requests + m.n_window_dropped)
+      w.push_back(run + ": " + std::to_string(m.n_requests + m.n_window_dropped) + " measured records for " +
+                  std::to_string(planned_records(r)) + " planned requests" +
+                  (r.repetitions.empty() ? "" : " (over " + std::to_string(r.repetitions.size()) + " repetitions)"));
   }
   return w;
 }
@@ -53,6 +62,8 @@ void write_runs_file(const std::string& dir, const ReportInput& input) {
   j["scenario"] = input.scenario;
   j["environment"] = input.environment;
   j["slo"] = input.slo;
+  j["report"] = input.options;
+  if (!std::isnan(input.cdf_rate)) j["report"]["cdf_rate"] = number_keeping_inf(input.cdf_rate);
   j["runs"] = nlohmann::ordered_json::array();
   for (const auto& r : input.runs) j["runs"].push_back(r);
   j["gates"] = nlohmann::ordered_json::array();
@@ -65,7 +76,8 @@ ReportOutcome write_reports(const std::string& dir, const ReportInput& input, co
   validate_input(input);
   ReportOutcome out;
   out.summary =
-      build_summary(input.scenario, input.environment, input.slo, input.runs, input.records, input.steps);
+      build_summary(input.scenario, input.environment, input.slo, input.runs, input.records, input.steps,
+                    input.options);
   write_runs_file(dir, input);
   write_summary(in_dir(dir, "summary.json"), out.summary);
 
@@ -83,7 +95,7 @@ ReportOutcome write_reports(const std::string& dir, const ReportInput& input, co
   out.warnings = summary_warnings(out.summary);
   std::size_t n_short = 0;
   for (const auto& r : out.summary.runs)
-    if (r.info.n_requests > 0 && r.metrics.n_requests < static_cast<std::size_t>(r.info.n_requests)) ++n_short;
+    if (r.info.n_requests > 0 && r.metrics.n_requests + r.metrics.n_window_dropped < planned_records(r)) ++n_short;
   if (input.cut_short || n_short > 0)
     out.warnings.insert(out.warnings.begin(),
                         "run cut short: " + std::to_string(n_short) + " of " + std::to_string(out.summary.runs.size()) +
@@ -91,7 +103,9 @@ ReportOutcome write_reports(const std::string& dir, const ReportInput& input, co
                             (input.cut_short ? " and a partial last line was dropped" : "") +
                             "; only requests that finished are reported");
   if (options.plots) {
-    PlotResult p = write_plots(dir, out.summary, input.steps, options.plot);
+    PlotOptions po = options.plot;
+    if (std::isnan(po.cdf_rate)) po.cdf_rate = input.cdf_rate;
+    PlotResult p = write_plots(dir, out.summary, input.records, input.steps, po);
     out.plots = std::move(p.files);
     out.warnings.insert(out.warnings.end(), p.warnings.begin(), p.warnings.end());
   }
@@ -119,6 +133,10 @@ ReportInput load_report_input(const std::string& dir) {
     if (j.contains("scenario")) in.scenario = j["scenario"].get<ScenarioInfo>();
     if (j.contains("environment")) in.environment = j["environment"].get<Environment>();
     if (j.contains("slo")) in.slo = j["slo"].get<SloSpec>();
+    if (j.contains("report")) {
+      in.options = j["report"].get<MetricsOptions>();
+      if (j["report"].contains("cdf_rate")) in.cdf_rate = read_number_keeping_inf(j["report"]["cdf_rate"]);
+    }
     for (const auto& r : j.at("runs")) in.runs.push_back(r.get<RunInfo>());
     if (j.contains("gates"))
       for (const auto& g : j["gates"]) in.gates.push_back(g.get<Gate>());

@@ -124,6 +124,8 @@ void RunInfo::validate() const {
         throw std::invalid_argument(at + "has no offered rate: rate must be NaN (null), got " + format_rate(rate));
       break;
   }
+  if (repeats < 1 || repeats > 1000)
+    throw std::invalid_argument("run " + label + ": repeats must be in [1, 1000] (got " + std::to_string(repeats) + ")");
   if (n_requests < 0 || n_requests > kMaxRequestsPerRun)
     throw std::invalid_argument("run " + label + ": n_requests must be in [0, " +
                                 std::to_string(kMaxRequestsPerRun) + "] (got " + std::to_string(n_requests) + ")");
@@ -138,20 +140,62 @@ std::vector<std::string> Summary::strategies() const {
   return out;
 }
 
+const MetricStats* RunSummary::stat(const std::string& metric) const {
+  for (const auto& [k, v] : stats)
+    if (k == metric) return &v;
+  return nullptr;
+}
+
+namespace {
+
+/// One point's summary: its metrics, or with repetitions each one's, their mean and statistics.
+RunSummary summarize_run(const RunInfo& info, const std::vector<RequestRecord>& records,
+                         const std::vector<StepRecord>& steps, const SloSpec& slo, const MetricsOptions& options,
+                         const std::set<std::string>& labels_with_records) {
+  RunSummary rs;
+  rs.info = info;
+  if (info.repeats <= 1) {
+    rs.metrics = compute_metrics(info.label, records, steps, slo, options);
+    return rs;
+  }
+  std::vector<int> ks;
+  for (int k = 1; k <= info.repeats; ++k)
+    if (labels_with_records.count(repetition_label(info.label, k, info.repeats))) ks.push_back(k);
+  if (ks.empty())
+    for (int k = 1; k <= info.repeats; ++k) ks.push_back(k);
+  for (int k : ks)
+    rs.repetitions.push_back(compute_metrics(repetition_label(info.label, k, info.repeats), records, steps, slo, options));
+  rs.metrics = mean_metrics(rs.repetitions);
+  std::vector<nlohmann::ordered_json> js(rs.repetitions.begin(), rs.repetitions.end());
+  for (const auto& path : headline_metrics(options.percentiles)) {
+    std::vector<double> values;
+    for (const auto& j : js) values.push_back(metric_at(j, path));
+    rs.stats.emplace_back(path, stats_of(values));
+  }
+  return rs;
+}
+
+}  // namespace
+
 Summary build_summary(const ScenarioInfo& scenario, const Environment& environment, const SloSpec& slo,
                       const std::vector<RunInfo>& infos, const std::vector<RequestRecord>& records,
-                      const std::vector<StepRecord>& steps) {
+                      const std::vector<StepRecord>& steps, const MetricsOptions& options) {
   slo.validate();
+  options.validate();
   Summary s;
   s.scenario = scenario;
   s.environment = environment;
   s.slo = slo;
+  s.options = options;
   std::set<std::string> known;
   for (const auto& info : infos) {
     info.validate();
     if (!known.insert(info.label).second)
       throw std::invalid_argument("run label '" + info.label + "' appears twice");
+    for (int k = 1; info.repeats > 1 && k <= info.repeats; ++k) known.insert(repetition_label(info.label, k, info.repeats));
   }
+  std::set<std::string> with_records;
+  for (const auto& r : records) with_records.insert(r.run);
   std::vector<RunInfo> all = infos;
   std::set<std::string> unknown;
   for (const auto& r : records)
@@ -165,7 +209,7 @@ Summary build_summary(const ScenarioInfo& scenario, const Environment& environme
     info.rate = std::numeric_limits<double>::quiet_NaN();
     all.push_back(info);
   }
-  for (const auto& info : all) s.runs.push_back({info, compute_metrics(info.label, records, steps, slo)});
+  for (const auto& info : all) s.runs.push_back(summarize_run(info, records, steps, slo, options, with_records));
   return s;
 }
 
@@ -180,6 +224,8 @@ void to_json(nlohmann::ordered_json& j, const RunInfo& r) {
   j["rate"] = exact_number(r.rate);
   if (r.mode == RunMode::closed) j["concurrency"] = r.concurrency;
   j["n_requests"] = r.n_requests;
+  if (r.repeats > 1) j["repeats"] = r.repeats;
+  if (!r.seeds.empty()) j["seeds"] = r.seeds;
   j["config"] = r.config.is_null() ? nlohmann::ordered_json::object() : r.config;
 }
 
@@ -191,6 +237,17 @@ void from_json(const nlohmann::ordered_json& j, RunInfo& r) {
   r.backend = j.value("backend", std::string());
   read_mode_and_rate(j, r);
   r.n_requests = request_count(j, "n_requests");
+  // runs.json writes "repeats": N and "seeds"; a summary's run holds them in its "repeats" object.
+  r.repeats = 1;
+  r.seeds.clear();
+  if (auto it = j.find("repeats"); it != j.end() && it->is_number_integer()) {
+    r.repeats = it->get<int>();
+    r.seeds = j.value("seeds", std::vector<uint64_t>{});
+  } else if (it != j.end() && it->is_object()) {
+    if (auto labels = it->find("labels"); labels != it->end() && labels->is_array())
+      r.repeats = static_cast<int>(labels->size());
+    r.seeds = it->value("seeds", std::vector<uint64_t>{});
+  }
   r.config = j.contains("config") ? j["config"] : nlohmann::ordered_json::object();
 }
 
@@ -214,16 +271,60 @@ void from_json(const nlohmann::ordered_json& j, ScenarioInfo& s) {
 }
 
 void to_json(nlohmann::ordered_json& j, const SloSpec& s) {
+  // An unbounded latency is null here ("no bound"); an older summary never has one.
   j = {{"ttft_ms", exact_number(s.ttft_ms)},
        {"tpot_ms", exact_number(s.tpot_ms)},
-       {"attainment", exact_number(s.attainment)}};
+       {"attainment", exact_number(s.attainment)},
+       {"itl_ms", exact_number(s.itl_ms)},
+       {"e2e_ms", exact_number(s.e2e_ms)}};
+  if (!s.percentiles.empty()) {
+    auto& a = j["percentiles"] = nlohmann::ordered_json::array();
+    for (const auto& p : s.percentiles)
+      a.push_back({{"metric", to_string(p.metric)},
+                   {"percentile", exact_number(p.percentile)},
+                   {"max_ms", exact_number(p.max_ms)}});
+  }
 }
 
 void from_json(const nlohmann::ordered_json& j, SloSpec& s) {
   s = SloSpec{};
-  s.ttft_ms = j.value("ttft_ms", s.ttft_ms);
-  s.tpot_ms = j.value("tpot_ms", s.tpot_ms);
+  auto bound = [&](const char* key, double dflt) {
+    auto it = j.find(key);
+    if (it == j.end()) return dflt;
+    return it->is_null() ? HUGE_VAL : it->get<double>();
+  };
+  s.ttft_ms = bound("ttft_ms", s.ttft_ms);
+  s.tpot_ms = bound("tpot_ms", s.tpot_ms);
+  s.itl_ms = bound("itl_ms", s.itl_ms);
+  s.e2e_ms = bound("e2e_ms", s.e2e_ms);
   s.attainment = j.value("attainment", s.attainment);
+  if (auto it = j.find("percentiles"); it != j.end() && it->is_array())
+    for (const auto& p : *it)
+      s.percentiles.push_back({parse_slo_metric(p.at("metric").get<std::string>()), p.at("percentile").get<double>(),
+                               p.at("max_ms").get<double>()});
+}
+
+void to_json(nlohmann::ordered_json& j, const MetricsOptions& o) {
+  const auto& w = o.window;
+  j = nlohmann::ordered_json::object();
+  j["percentiles"] = nlohmann::ordered_json::array();
+  for (double q : o.percentiles) j["percentiles"].push_back(exact_number(q));
+  j["window"] = {{"skip_first_s", exact_number(w.skip_first_s)},
+                 {"skip_last_s", exact_number(w.skip_last_s)},
+                 {"skip_first_requests", w.skip_first_requests},
+                 {"skip_last_requests", w.skip_last_requests},
+                 {"description", w.describe()}};
+}
+
+void from_json(const nlohmann::ordered_json& j, MetricsOptions& o) {
+  o = MetricsOptions{};
+  o.percentiles = j.value("percentiles", std::vector<double>{});
+  if (auto it = j.find("window"); it != j.end() && it->is_object()) {
+    o.window.skip_first_s = it->value("skip_first_s", 0.0);
+    o.window.skip_last_s = it->value("skip_last_s", 0.0);
+    o.window.skip_first_requests = it->value("skip_first_requests", 0);
+    o.window.skip_last_requests = it->value("skip_last_requests", 0);
+  }
 }
 
 void to_json(nlohmann::ordered_json& j, const RunSummary& r) {
@@ -242,6 +343,17 @@ void to_json(nlohmann::ordered_json& j, const RunSummary& r) {
   j["n_planned"] = r.info.n_requests;
   j["config"] = r.info.config.is_null() ? nlohmann::ordered_json::object() : r.info.config;
   j["metrics"] = r.metrics;
+  if (r.info.repeats > 1) {
+    auto& rep = j["repeats"];
+    rep["n"] = r.repetitions.size();
+    rep["seeds"] = r.info.seeds;
+    rep["labels"] = nlohmann::ordered_json::array();
+    for (int k = 1; k <= r.info.repeats; ++k) rep["labels"].push_back(repetition_label(r.info.label, k, r.info.repeats));
+    rep["stats"] = nlohmann::ordered_json::object();
+    for (const auto& [path, st] : r.stats) rep["stats"][path] = st;
+    rep["runs"] = nlohmann::ordered_json::array();
+    for (const auto& m : r.repetitions) rep["runs"].push_back(m);
+  }
 }
 
 void from_json(const nlohmann::ordered_json& j, RunSummary& r) {
@@ -255,6 +367,14 @@ void from_json(const nlohmann::ordered_json& j, RunSummary& r) {
   }
   r.metrics.n_requests = j.value("n_requests", std::size_t{0});
   r.metrics.n_failed = j.value("n_failed", std::size_t{0});
+  r.repetitions.clear();
+  r.stats.clear();
+  if (auto it = j.find("repeats"); it != j.end() && it->is_object()) {
+    if (auto st = it->find("stats"); st != it->end() && st->is_object())
+      for (const auto& [path, v] : st->items()) r.stats.emplace_back(path, v.get<MetricStats>());
+    if (auto runs = it->find("runs"); runs != it->end() && runs->is_array())
+      for (const auto& m : *runs) r.repetitions.push_back(m.get<RunMetrics>());
+  }
 }
 
 void to_json(nlohmann::ordered_json& j, const Summary& s) {
@@ -265,6 +385,7 @@ void to_json(nlohmann::ordered_json& j, const Summary& s) {
   j["slo"] = s.slo;
   j["runs"] = nlohmann::ordered_json::array();
   for (const auto& r : s.runs) j["runs"].push_back(r);
+  j["report"] = s.options;  // after DESIGN.md's keys: the percentiles and window every run used
 }
 
 void from_json(const nlohmann::ordered_json& j, Summary& s) {
@@ -277,6 +398,7 @@ void from_json(const nlohmann::ordered_json& j, Summary& s) {
   if (j.contains("scenario")) s.scenario = j["scenario"].get<ScenarioInfo>();
   if (j.contains("environment")) s.environment = j["environment"].get<Environment>();
   if (j.contains("slo")) s.slo = j["slo"].get<SloSpec>();
+  if (j.contains("report")) s.options = j["report"].get<MetricsOptions>();
   const auto& runs = j.at("runs");
   if (!runs.is_array()) throw std::invalid_argument("\"runs\" must be an array");
   for (const auto& r : runs) s.runs.push_back(r.get<RunSummary>());

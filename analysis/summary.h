@@ -7,10 +7,12 @@
 //   {"schema": "servelab.summary/1",
 //    "scenario": {"name", "file", "seed", ...details},
 //    "environment": {"device", "cpu_model", "n_cores", "commit", "date", "servelab_version"},
-//    "slo": {"ttft_ms", "tpot_ms", "attainment"},
+//    "slo": {"ttft_ms", "tpot_ms", "attainment", "itl_ms", "e2e_ms", "percentiles"},
 //    "runs": [{"label", "batching", "kv", "backend", "rate", "n_requests", "n_failed",
 //              "strategy", "mode", ["concurrency",] "n_planned", "config": {...},
-//              "metrics": {... see metrics.h ...}}]}
+//              "metrics": {... see metrics.h ...},
+//              ["repeats": {"n", "seeds", "labels", "stats": {path: MetricStats}, "runs": [metrics]}]}],
+//    "report": {"percentiles", "window": {..., "description"}}}   (what every run's metrics used)
 //   "rate" is a number only for mode "open"; "max", "closed", "trace" and "unknown" runs write
 //   null and `mode` says which (a summary without "mode" is read by its label: "@c<N>" closed,
 //   "@trace" trace, else a null rate is "max").
@@ -21,6 +23,7 @@
 
 #include "analysis/environment.h"
 #include "analysis/metrics.h"
+#include "analysis/repeats.h"
 #include "loadgen/records/record.h"
 #include "loadgen/records/step_record.h"
 
@@ -50,6 +53,9 @@ struct RunInfo {
   double rate = 0.0;     ///< requests/s offered (mode open); +inf for max; NaN without a rate (JSON null)
   int concurrency = 0;   ///< requests in flight (mode closed), else 0
   int n_requests = 0;    ///< planned measured requests (warm-up excluded); 0 = not known; <= kMaxRequestsPerRun
+  /// Repetitions of this point (workload.repeat); > 1: records carry repetition_label(label, k, n).
+  int repeats = 1;
+  std::vector<uint64_t> seeds;  ///< the plan seed of each repetition (empty: not recorded)
   nlohmann::ordered_json config = nlohmann::ordered_json::object();  ///< free: the strategy's knobs
 
   /// The strategy name reports group by.
@@ -72,10 +78,16 @@ struct ScenarioInfo {
   nlohmann::ordered_json details = nlohmann::ordered_json::object();
 };
 
-/// One run's configuration and metrics.
+/// One run's configuration and metrics. With repetitions, `metrics` is their mean
+/// (mean_metrics) and `stats` holds each headline metric's statistics over them.
 struct RunSummary {
   RunInfo info;
   RunMetrics metrics;
+  std::vector<RunMetrics> repetitions;  ///< each repetition's own metrics (empty when repeats is 1)
+  std::vector<std::pair<std::string, MetricStats>> stats;  ///< by summary path; empty when repeats is 1
+
+  /// The statistics of `metric` (a summary path) over the repetitions, or nullptr.
+  const MetricStats* stat(const std::string& metric) const;
 };
 
 /// The whole summary.json in memory.
@@ -83,6 +95,7 @@ struct Summary {
   ScenarioInfo scenario;
   Environment environment;
   SloSpec slo;
+  MetricsOptions options;  ///< extra percentiles and the measurement window every run used
   std::vector<RunSummary> runs;
 
   /// Strategy names in first-appearance order.
@@ -92,16 +105,24 @@ struct Summary {
 /// Computes every run's metrics. Runs come in the order of `infos`; records or steps whose label
 /// has no RunInfo still get a run (label only, sorted by label, after the others) so nothing
 /// measured is silently dropped. Throws std::invalid_argument on a bad RunInfo, SLO or record.
+/// A RunInfo with repeats > 1 gets one RunMetrics per repetition whose label has records (all of
+/// them when none has), their mean and statistics.
 Summary build_summary(const ScenarioInfo& scenario, const Environment& environment, const SloSpec& slo,
                       const std::vector<RunInfo>& infos, const std::vector<RequestRecord>& records,
-                      const std::vector<StepRecord>& steps);
+                      const std::vector<StepRecord>& steps, const MetricsOptions& options = {});
 
 void to_json(nlohmann::ordered_json& j, const RunInfo& r);  ///< without "n_failed"/"metrics"
 void from_json(const nlohmann::ordered_json& j, RunInfo& r);
 void to_json(nlohmann::ordered_json& j, const ScenarioInfo& s);
 void from_json(const nlohmann::ordered_json& j, ScenarioInfo& s);
+/// {"ttft_ms", "tpot_ms", "attainment", "itl_ms", "e2e_ms" (null: no bound), "percentiles":
+/// [{metric, percentile, max_ms}]}; an older summary's ttft/tpot-only form reads as before.
 void to_json(nlohmann::ordered_json& j, const SloSpec& s);
 void from_json(const nlohmann::ordered_json& j, SloSpec& s);
+/// {"percentiles": [...], "window": {"skip_first_s", "skip_last_s", "skip_first_requests",
+/// "skip_last_requests", "description"}}.
+void to_json(nlohmann::ordered_json& j, const MetricsOptions& o);
+void from_json(const nlohmann::ordered_json& j, MetricsOptions& o);
 void to_json(nlohmann::ordered_json& j, const RunSummary& r);
 void from_json(const nlohmann::ordered_json& j, RunSummary& r);
 void to_json(nlohmann::ordered_json& j, const Summary& s);

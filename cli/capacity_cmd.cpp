@@ -17,6 +17,7 @@
 #include "analysis/capacity.h"
 #include "analysis/environment.h"
 #include "analysis/metrics.h"
+#include "cli/report_input.h"
 #include "cli/command.h"
 #include "loadgen/capacity_probe.h"
 #include "loadgen/scenario.h"
@@ -34,7 +35,7 @@ struct CapacityArgs {
   bool no_plots = false;
 };
 
-analysis::SloSpec slo_of(const Scenario& s) { return {s.slo.ttft_ms, s.slo.tpot_ms, s.slo.attainment}; }
+analysis::SloSpec slo_of(const Scenario& s) { return analysis_slo(s); }
 
 std::string counts_text(const std::optional<CostCounts>& c) {
   if (!c) return "";

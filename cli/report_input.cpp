@@ -20,6 +20,18 @@ std::string current_commit() {
   return analysis::build_info().commit;
 }
 
+analysis::SloSpec analysis_slo(const Scenario& sc) {
+  analysis::SloSpec slo;
+  slo.ttft_ms = sc.slo.ttft_ms;
+  slo.tpot_ms = sc.slo.tpot_ms;
+  slo.attainment = sc.slo.attainment;
+  slo.itl_ms = sc.slo.itl_ms;
+  slo.e2e_ms = sc.slo.e2e_ms;
+  for (const auto& p : sc.slo.percentiles)
+    slo.percentiles.push_back({analysis::parse_slo_metric(p.metric), p.percentile, p.max_ms});
+  return slo;
+}
+
 analysis::ReportInput report_input_for(const Scenario& sc, const std::vector<SweepRun>& runs) {
   analysis::ReportInput in;
   in.scenario.name = sc.name;
@@ -49,13 +61,22 @@ analysis::ReportInput report_input_for(const Scenario& sc, const std::vector<Swe
   const char* commit_override = std::getenv("SERVELAB_COMMIT");
   in.environment.dirty = !(commit_override && *commit_override) && analysis::build_info().dirty;
 
-  in.slo.ttft_ms = sc.slo.ttft_ms;
-  in.slo.tpot_ms = sc.slo.tpot_ms;
-  in.slo.attainment = sc.slo.attainment;
+  in.slo = analysis_slo(sc);
+  in.options.percentiles = sc.report.percentiles;
+  in.options.window = {sc.report.skip_first_s, sc.report.skip_last_s, sc.report.skip_first_requests,
+                       sc.report.skip_last_requests};
+  in.cdf_rate = sc.report.cdf_rate;
 
   for (const SweepRun& r : runs) {
+    if (r.repeat > 1) {  // a later repetition of a point already listed: note its seed
+      for (auto& info : in.runs)
+        if (info.label == r.point) info.seeds.push_back(r.seed);
+      continue;
+    }
     analysis::RunInfo info;
-    info.label = r.label;
+    info.label = r.point.empty() ? r.label : r.point;
+    info.repeats = r.n_repeats;
+    if (r.n_repeats > 1) info.seeds = {r.seed};
     info.strategy = r.strategy;
     info.batching = r.batching;
     info.kv = r.kv;

@@ -10,6 +10,10 @@
 
 namespace servelab::cli {
 
+/// The scenario's SLO as analysis spells it (per-request thresholds, percentile objectives).
+analysis::SloSpec analysis_slo(const Scenario& scenario);
+
+/// One RunInfo per sweep point (repetitions of a point fold into one, with their seeds).
 analysis::ReportInput report_input_for(const Scenario& scenario, const std::vector<SweepRun>& runs);
 
 /// A scenario's gate or baseline metric name as the analysis layer spells it, from the registry

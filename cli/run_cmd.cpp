@@ -91,8 +91,8 @@ int run_scenario(const Scenario& scenario, const std::string& out_dir, bool quie
   const SweepOutcome sweep = run_sweep(planner, opts);
 
   if (sweep.interrupted) {  // report only the runs that started; the rest were never measured
-    std::set<std::string> started;
-    for (const auto& r : sweep.records) started.insert(r.run);
+    std::set<std::string> started;  // points, whichever repetition started
+    for (const auto& r : sweep.records) started.insert(r.run.substr(0, r.run.rfind('#')));
     std::erase_if(input.runs, [&](const analysis::RunInfo& r) { return !started.count(r.label); });
   }
   input.records = sweep.records;

@@ -17,6 +17,7 @@
 #include "analysis/capacity.h"
 #include "analysis/environment.h"
 #include "analysis/metrics.h"
+#include "cli/report_input.h"
 #include "cli/command.h"
 #include "engine/backend/cost_model.h"
 #include "loadgen/capacity_probe.h"
@@ -36,7 +37,7 @@ struct ValidateSimArgs {
   int n_requests = 0;
 };
 
-analysis::SloSpec slo_of(const Scenario& s) { return {s.slo.ttft_ms, s.slo.tpot_ms, s.slo.attainment}; }
+analysis::SloSpec slo_of(const Scenario& s) { return analysis_slo(s); }
 
 struct Figure {
   const char* name;

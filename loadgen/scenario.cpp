@@ -185,6 +185,7 @@ std::string describe(const Scenario& s) {
       break;
   }
   if (!w.prefix_groups.empty()) o << ", " << w.prefix_groups.size() << " prefix groups";
+  if (w.repeat > 1) o << ", each point " << w.repeat << " times";
   o << ", model " << (s.model.path.empty() ? s.model.preset : s.model.path) << " on " << to_string(s.backend.kind);
   if (!s.gates.empty()) o << ", " << s.gates.size() << " gate" << (s.gates.size() == 1 ? "" : "s");
   return o.str();

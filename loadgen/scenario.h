@@ -3,6 +3,7 @@
 // the workload (arrivals, rates, lengths), the SLO and CI gates. Loaded from YAML with every
 // value's line:column kept, so each error reads `FILE:LINE:COL: key.path message`.
 // The schema is documented key by key in scenarios/README.md.
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -168,15 +169,41 @@ struct WorkloadSpec {
   std::vector<PrefixGroupSpec> prefix_groups;  ///< system prompts shared by fractions of the requests
   SessionSpec sessions;
   std::string tokenizer;             ///< resolved path of a tokenizer.json; "" = the model folder's, if any
+  /// Runs of each sweep point, each with its own plan seed (repeat_seed); > 1 adds mean, std, min
+  /// and 95% intervals of every headline metric to the summary.
+  int repeat = 1;
   /// Longest prefix a request may carry before its own tokens (shared + longest group).
   int max_prefix_tokens() const;
 };
 
-/// `slo:` — per request: TTFT ≤ ttft_ms and TPOT ≤ tpot_ms; attainment is the capacity target.
+/// One entry of `slo.percentiles:` — the run's `percentile`-th percentile of `metric` (ttft, tpot,
+/// itl, e2e) must be ≤ max_ms (DistServe's "TTFT p99 ≤ 2 s").
+struct PercentileSloSpec {
+  std::string metric;
+  double percentile = 99.0;
+  double max_ms = 0.0;
+};
+
+/// `slo:` — per request: TTFT ≤ ttft_ms, TPOT ≤ tpot_ms, every token gap ≤ itl_ms, E2E ≤ e2e_ms
+/// (.inf = no bound; itl and e2e unbounded by default); per run: every `percentiles` objective.
+/// attainment is the capacity target.
 struct SloSpec {
   double ttft_ms = 1000.0;
   double tpot_ms = 150.0;
   double attainment = 0.9;
+  double itl_ms = HUGE_VAL;
+  double e2e_ms = HUGE_VAL;
+  std::vector<PercentileSloSpec> percentiles;
+};
+
+/// `report:` — how the metrics are summarised.
+struct ReportSpec {
+  std::vector<double> percentiles;  ///< more latency percentiles, each in [0, 100]
+  double skip_first_s = 0.0;        ///< `window:` steady-state window, by seconds ...
+  double skip_last_s = 0.0;
+  int skip_first_requests = 0;      ///< ... or by requests (not both)
+  int skip_last_requests = 0;
+  double cdf_rate = NAN;            ///< rate of the latency CDF plots; NaN = highest common rate
 };
 
 /// One entry of `gates:`: a summary metric of some runs must stay within [min, max].
@@ -193,7 +220,7 @@ struct GateSpec {
 struct BaselineSpec {
   std::string file;                 ///< resolved path of a summary.json
   double max_regression_pct = 10.0; ///< a metric may be at most this much worse
-  std::vector<std::string> metrics = {"goodput", "output_throughput", "ttft_p99_ms", "tpot_p99_ms"};
+  std::vector<std::string> metrics = {"goodput_tok_s", "output_throughput_tok_s", "ttft_p99_ms", "tpot_p99_ms"};
   bool allow_missing = false;       ///< a lost run or a metric that became null does not fail
 };
 
@@ -210,6 +237,7 @@ struct Scenario {
   std::vector<StrategySpec> strategies;
   WorkloadSpec workload;
   SloSpec slo;
+  ReportSpec report;
   std::vector<GateSpec> gates;
   std::optional<BaselineSpec> baseline;
   std::optional<TargetSpec> target;  ///< set: runs go over HTTP to this server (loadgen/target.h)
@@ -231,6 +259,10 @@ struct Scenario {
   void validate() const;
   void validate(Diagnostics& diag) const;
 };
+
+/// The plan seed of repetition k (1-based) of a sweep point: the scenario's seed for k = 1, so
+/// `repeat: 1` runs exactly what it ran before; a SplitMix64 mix of (seed, k) after.
+uint64_t repeat_seed(uint64_t seed, int k);
 
 /// Metric names a gate may use: the scenario spellings of loadgen/records/gate_metrics.h
 /// (goodput, slo_attainment, n_failed, kv_utilization_mean, ttft_p99_ms, ... → summary.json

@@ -51,7 +51,6 @@ class Walker : public YamlReader {
   void prefix_groups(const YAML::Node& n);
   void rates(const YAML::Node& n);
   void length(const YAML::Node& n, const std::string& path, LengthRole role, LengthSpec& out);
-  void slo(const YAML::Node& n);
   void gates(const YAML::Node& n);
   void baseline(const YAML::Node& n);
 
@@ -64,7 +63,7 @@ void Walker::root(const YAML::Node& r) {
     return;
   }
   if (!check_map(r, "", {"name", "description", "seed", "output_dir", "model", "backend", "engine", "strategies",
-                         "workload", "slo", "gates", "baseline", "target", "capacity"}))
+                         "workload", "slo", "report", "gates", "baseline", "target", "capacity"}))
     return;
   if (defined(r["name"])) read_string(r["name"], "name", s_.name);
   if (defined(r["description"])) read_string(r["description"], "description", s_.description);
@@ -86,7 +85,8 @@ void Walker::root(const YAML::Node& r) {
     d_.error_at("strategies", "missing strategies: list at least one {batching: static|dynamic|continuous, kv: {kind: naive|paged}}");
   }
   if (defined(r["workload"])) workload(r["workload"]);
-  if (defined(r["slo"])) slo(r["slo"]);
+  if (defined(r["slo"])) parse_slo_section(r["slo"], ov_, s_, d_);  // scenario_parse_slo.cpp
+  if (defined(r["report"])) parse_report_section(r["report"], ov_, s_, d_);
   if (defined(r["gates"])) gates(r["gates"]);
   if (defined(r["baseline"])) baseline(r["baseline"]);
   if (defined(r["target"])) read_target(r["target"], s_, d_);  // loadgen/target.cpp
@@ -262,7 +262,7 @@ void Walker::kv(const YAML::Node& n, const std::string& path, KvConfig& out) {
 void Walker::workload(const YAML::Node& n) {
   if (!check_map(n, "workload", {"arrival", "concurrency", "trace", "rates", "n_requests", "duration_s",
                                  "warmup_requests", "prompt_tokens", "output_tokens", "shared_prefix_tokens",
-                                 "prefix_groups", "sessions", "trace_speed", "tokenizer"}))
+                                 "prefix_groups", "sessions", "trace_speed", "tokenizer", "repeat"}))
     return;
   auto& w = s_.workload;
   std::vector<std::string> modes;
@@ -306,6 +306,7 @@ void Walker::workload(const YAML::Node& n) {
     }
   }
   if (defined(n["tokenizer"])) read_path(n["tokenizer"], "workload.tokenizer", w.tokenizer);
+  if (defined(n["repeat"])) read_int(n["repeat"], "workload.repeat", w.repeat);
   if (defined(n["prefix_groups"])) prefix_groups(n["prefix_groups"]);
   if (defined(n["sessions"]) && section(n["sessions"], "workload.sessions", {"turns", "think_time_s"})) {
     const YAML::Node& ss = n["sessions"];
@@ -531,13 +532,6 @@ void Walker::length(const YAML::Node& n, const std::string& path, LengthRole rol
   if (defined(n["mean"])) read_double(n["mean"], path + ".mean", d.mean);
   if (defined(n["std"])) read_double(n["std"], path + ".std", d.std);
   if (defined(n["sigma"])) read_double(n["sigma"], path + ".sigma", d.sigma);
-}
-
-void Walker::slo(const YAML::Node& n) {
-  if (!section(n, "slo", {"ttft_ms", "tpot_ms", "attainment"})) return;
-  if (defined(n["ttft_ms"])) read_double(n["ttft_ms"], "slo.ttft_ms", s_.slo.ttft_ms);
-  if (defined(n["tpot_ms"])) read_double(n["tpot_ms"], "slo.tpot_ms", s_.slo.tpot_ms);
-  if (defined(n["attainment"])) read_double(n["attainment"], "slo.attainment", s_.slo.attainment);
 }
 
 void Walker::gates(const YAML::Node& n) {

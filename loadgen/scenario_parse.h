@@ -15,6 +15,13 @@ namespace servelab {
 void parse_scenario(const YAML::Node& root, const std::vector<AppliedOverride>& overrides, Scenario& out,
                     Diagnostics& diag);
 
+/// `slo:` (thresholds, percentile objectives) and `report:` (percentiles, window, cdf_rate) into
+/// scenario.slo and scenario.report; problems go to `diag` at their file:line:col.
+void parse_slo_section(const YAML::Node& node, const std::vector<AppliedOverride>& overrides, Scenario& scenario,
+                       Diagnostics& diag);
+void parse_report_section(const YAML::Node& node, const std::vector<AppliedOverride>& overrides, Scenario& scenario,
+                          Diagnostics& diag);
+
 /// A relative path looked up beside the scenario file first, then in the current directory;
 /// when neither exists, the path beside the scenario (so the error names where it looked).
 std::string resolve_input_path(const std::string& path, const std::string& scenario_file);

@@ -14,6 +14,7 @@
 #include "loadgen/records/rate.h"
 #include "loadgen/records/record.h"
 #include "loadgen/scenario.h"
+#include "loadgen/records/gate_metrics.h"
 #include "loadgen/sources.h"
 
 namespace servelab {
@@ -378,22 +379,70 @@ void validate_lengths(const Scenario& s, const Checker& c) {
 }
 
 void validate_slo(const SloSpec& slo, const Checker& c) {
-  c.check(slo.ttft_ms > 0 && std::isfinite(slo.ttft_ms), "slo.ttft_ms", "must be > 0 ms" + got(slo.ttft_ms));
-  c.check(slo.tpot_ms > 0 && std::isfinite(slo.tpot_ms), "slo.tpot_ms", "must be > 0 ms" + got(slo.tpot_ms));
+  for (const auto& [key, v] : {std::pair{"slo.ttft_ms", slo.ttft_ms}, std::pair{"slo.tpot_ms", slo.tpot_ms},
+                               std::pair{"slo.itl_ms", slo.itl_ms}, std::pair{"slo.e2e_ms", slo.e2e_ms}})
+    c.check(v > 0, key, "must be > 0 ms (.inf = no bound)" + got(v));
   c.check(slo.attainment > 0 && slo.attainment <= 1, "slo.attainment", "must be in (0, 1]" + got(slo.attainment));
+  for (size_t i = 0; i < slo.percentiles.size(); ++i) {
+    const auto& p = slo.percentiles[i];
+    const std::string at = "slo.percentiles[" + std::to_string(i) + "]";
+    if (!p.metric.empty())
+      c.check(p.metric == "ttft" || p.metric == "tpot" || p.metric == "itl" || p.metric == "e2e", at + ".metric",
+              "must be ttft, tpot, itl or e2e (got '" + p.metric + "')");
+    c.check(p.percentile > 0 && p.percentile <= 100, at + ".percentile", "must be in (0, 100]" + got(p.percentile));
+    c.check(p.max_ms > 0 && std::isfinite(p.max_ms), at + ".max_ms", "must be finite and > 0 ms" + got(p.max_ms));
+  }
 }
 
-bool is_gate_metric(const std::string& metric) {
-  const auto& names = gate_metric_names();
-  return std::find(names.begin(), names.end(), metric) != names.end();
+void validate_report(const Scenario& s, const Checker& c) {
+  const ReportSpec& r = s.report;
+  for (size_t i = 0; i < r.percentiles.size(); ++i)
+    c.check(r.percentiles[i] >= 0 && r.percentiles[i] <= 100, "report.percentiles[" + std::to_string(i) + "]",
+            "must be in [0, 100]" + got(r.percentiles[i]));
+  for (const auto& [key, v] : {std::pair{"report.window.skip_first_s", r.skip_first_s},
+                               std::pair{"report.window.skip_last_s", r.skip_last_s}})
+    c.check(v >= 0 && std::isfinite(v), key, "must be finite and >= 0 s" + got(v));
+  c.check(r.skip_first_requests >= 0, "report.window.skip_first_requests", "must be >= 0" + got(r.skip_first_requests));
+  c.check(r.skip_last_requests >= 0, "report.window.skip_last_requests", "must be >= 0" + got(r.skip_last_requests));
+  if ((r.skip_first_s > 0 || r.skip_last_s > 0) && (r.skip_first_requests > 0 || r.skip_last_requests > 0))
+    c.diag.error_at("report.window", "report.window: give seconds (skip_first_s, skip_last_s) or requests "
+                                     "(skip_first_requests, skip_last_requests), not both");
+  if (s.workload.n_requests > 0 && r.skip_first_requests + int64_t{r.skip_last_requests} >= s.workload.n_requests)
+    c.check(false, "report.window.skip_first_requests",
+            "plus skip_last_requests must leave some of workload.n_requests (" + std::to_string(s.workload.n_requests) +
+                ")" + got(r.skip_first_requests));
+  if (!std::isnan(r.cdf_rate)) {
+    if (s.workload.mode != LoadMode::open_loop) {
+      c.check(false, "report.cdf_rate", "selects a rate of an open-loop sweep: remove it");
+    } else if (!c.diag.failed("workload.rates")) {
+      bool found = false;
+      std::string list;
+      for (double x : s.sweep_rates()) {
+        found |= same_rate(x, r.cdf_rate);
+        list += (list.empty() ? "" : ", ") + num(x);
+      }
+      c.check(found, "report.cdf_rate", "must be one of the sweep's rates: " + list + got(r.cdf_rate));
+    }
+  }
+}
+
+/// A registry name, or an older unit-less one ("goodput" for goodput_tok_s).
+bool is_gate_metric(const std::string& metric) { return find_gate_metric(metric) != nullptr; }
+
+/// Names a "did you mean" may suggest: the registry's and the older aliases.
+std::vector<std::string> gate_metric_candidates() {
+  std::vector<std::string> v = gate_metric_names();
+  for (const auto& m : gate_metrics())
+    if (!m.alias.empty()) v.push_back(m.alias);
+  return v;
 }
 
 /// Gates name a summary metric, min and/or max, an existing strategy and a rate of the sweep.
 void validate_gate(const Scenario& s, const GateSpec& g, const std::string& p, const Checker& c) {
   if (!g.metric.empty() && !is_gate_metric(g.metric) && !c.diag.failed(p + ".metric")) {
-    std::string msg = "must be a summary metric such as goodput, request_goodput, output_throughput, slo_attainment, "
+    std::string msg = "must be a summary metric such as goodput_tok_s, request_goodput_rps, output_throughput_tok_s, slo_attainment, "
                       "ttft_p99_ms, tpot_p99_ms, e2e_p99_ms (got '" + g.metric + "')";
-    if (auto d = did_you_mean(g.metric, gate_metric_names()); !d.empty()) msg += "; did you mean '" + d + "'?";
+    if (auto d = did_you_mean(g.metric, gate_metric_candidates()); !d.empty()) msg += "; did you mean '" + d + "'?";
     c.diag.error(p + ".metric", msg);
   }
   if (!g.min && !g.max && !c.diag.failed(p)) c.diag.error_at(p, p + " needs min: or max: (or both)");
@@ -431,12 +480,20 @@ void validate_baseline(const BaselineSpec& b, const Checker& c) {
   for (size_t i = 0; i < b.metrics.size(); ++i)
     if (!is_gate_metric(b.metrics[i])) {
       std::string msg = "is not a summary metric (got '" + b.metrics[i] + "')";
-      if (auto d = did_you_mean(b.metrics[i], gate_metric_names()); !d.empty()) msg += "; did you mean '" + d + "'?";
+      if (auto d = did_you_mean(b.metrics[i], gate_metric_candidates()); !d.empty()) msg += "; did you mean '" + d + "'?";
       c.check(false, "baseline.metrics[" + std::to_string(i) + "]", msg);
     }
 }
 
 }  // namespace
+
+uint64_t repeat_seed(uint64_t seed, int k) {
+  if (k <= 1) return seed;
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(k);  // SplitMix64 of (seed, k)
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
 
 void Scenario::validate(Diagnostics& diag) const {
   const Checker c{diag};
@@ -446,6 +503,8 @@ void Scenario::validate(Diagnostics& diag) const {
   validate_load(*this, c);
   validate_lengths(*this, c);
   validate_slo(slo, c);
+  validate_report(*this, c);
+  c.check(workload.repeat >= 1 && workload.repeat <= 100, "workload.repeat", "must be in [1, 100]" + got(workload.repeat));
   for (size_t i = 0; i < gates.size(); ++i) validate_gate(*this, gates[i], "gates[" + std::to_string(i) + "]", c);
   if (baseline) validate_baseline(*baseline, c);
   check_kv_arenas(*this, diag);

@@ -1,5 +1,6 @@
 #include "loadgen/sweep.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -144,28 +145,66 @@ class BackendFactory {
 
 std::vector<SweepRun> plan_sweep(const Scenario& scenario) { return plan_sweep(Planner(scenario)); }
 
+namespace {
+
+/// One Planner per repetition: the given one for repetition 1, the scenario re-seeded after.
+class RepeatPlanners {
+ public:
+  explicit RepeatPlanners(const Planner& first) : first_(first) {
+    const Scenario& sc = first.scenario();
+    for (int k = 2; k <= std::max(1, sc.workload.repeat); ++k) {
+      Scenario copy = sc;
+      copy.seed = repeat_seed(sc.seed, k);
+      more_.push_back(std::make_unique<Planner>(copy));
+    }
+  }
+  int size() const { return 1 + static_cast<int>(more_.size()); }
+  const Planner& at(int k) const { return k <= 1 ? first_ : *more_[static_cast<size_t>(k - 2)]; }
+
+ private:
+  const Planner& first_;
+  std::vector<std::unique_ptr<Planner>> more_;
+};
+
+std::string repetition_suffix(int k, int n) {
+  if (n <= 1) return "";
+  std::string s = std::to_string(k);  // (not "#" + ...: GCC 12 warns falsely about that insert)
+  s.insert(s.begin(), '#');
+  return s;
+}
+
+}  // namespace
+
 std::vector<SweepRun> plan_sweep(const Planner& planner) {
   const Scenario& scenario = planner.scenario();
+  const RepeatPlanners planners(planner);
+  const int n_rep = planners.size();
   std::vector<SweepRun> runs;
   for (double rate : scenario.sweep_rates()) {
-    const Plan plan = planner.make(rate);
-    for (size_t i = 0; i < scenario.strategies.size(); ++i) {
-      const StrategySpec& s = scenario.strategies[i];
-      SweepRun r;
-      r.strategy = s.label;
-      r.label = s.label + point_suffix(scenario, rate);
-      r.batching = to_string(s.sched.kind);
-      r.kv = to_string(s.kv.kind);
-      r.backend = to_string(scenario.backend.kind);
-      r.rate = scenario.workload.mode == LoadMode::open_loop ? rate : 0.0;
-      r.n_planned = plan.n_measured();
-      r.n_warmup = plan.n_warmup;
-      r.config = strategy_knobs(s);
-      if (scenario.workload.mode == LoadMode::closed_loop) r.config["concurrency"] = plan.concurrency;
-      if (plan.max_concurrency > 0) r.config["max_concurrency"] = plan.max_concurrency;
-      if (plan.ramp_to > 0) r.config["ramp_to"] = plan.ramp_to;
-      r.strategy_index = i;
-      runs.push_back(std::move(r));
+    for (int k = 1; k <= n_rep; ++k) {
+      const Plan plan = planners.at(k).make(rate);
+      for (size_t i = 0; i < scenario.strategies.size(); ++i) {
+        const StrategySpec& s = scenario.strategies[i];
+        SweepRun r;
+        r.strategy = s.label;
+        r.point = s.label + point_suffix(scenario, rate);
+        r.label = r.point + repetition_suffix(k, n_rep);
+        r.repeat = k;
+        r.n_repeats = n_rep;
+        r.seed = repeat_seed(scenario.seed, k);
+        r.batching = to_string(s.sched.kind);
+        r.kv = to_string(s.kv.kind);
+        r.backend = to_string(scenario.backend.kind);
+        r.rate = scenario.workload.mode == LoadMode::open_loop ? rate : 0.0;
+        r.n_planned = plan.n_measured();
+        r.n_warmup = plan.n_warmup;
+        r.config = strategy_knobs(s);
+        if (scenario.workload.mode == LoadMode::closed_loop) r.config["concurrency"] = plan.concurrency;
+        if (plan.max_concurrency > 0) r.config["max_concurrency"] = plan.max_concurrency;
+        if (plan.ramp_to > 0) r.config["ramp_to"] = plan.ramp_to;
+        r.strategy_index = i;
+        runs.push_back(std::move(r));
+      }
     }
   }
   return runs;
@@ -193,61 +232,64 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
   }
 
   const auto rates = scenario.sweep_rates();
+  const RepeatPlanners planners(planner);
   size_t point = 0;
   for (double rate : rates) {
-    const Plan plan = planner.make(rate);
-    for (size_t i = 0; i < scenario.strategies.size(); ++i, ++point) {
-      if (options.stop && options.stop->load()) {
-        outcome.interrupted = true;
-        return outcome;
-      }
-      const SweepRun& run = outcome.runs[point];
-      if (options.on_run_start) options.on_run_start(run);
-      if (scenario.target) {  // loadgen/http: the same plan and sinks, over HTTP
-        RecordSinks http_sinks;
-        http_sinks.on_record = [&](const RequestRecord& r) {
+    for (int k = 1; k <= planners.size(); ++k) {
+      const Plan plan = planners.at(k).make(rate);
+      for (size_t i = 0; i < scenario.strategies.size(); ++i, ++point) {
+        if (options.stop && options.stop->load()) {
+          outcome.interrupted = true;
+          return outcome;
+        }
+        const SweepRun& run = outcome.runs[point];
+        if (options.on_run_start) options.on_run_start(run);
+        if (scenario.target) {  // loadgen/http: the same plan and sinks, over HTTP
+          RecordSinks http_sinks;
+          http_sinks.on_record = [&](const RequestRecord& r) {
+            records_out.write(record_line(r));
+            outcome.records.push_back(r);
+            if (options.on_record) options.on_record(run, r);
+          };
+          const DriveStats stats = http_load::run_http_point(scenario, plan, run.label, http_sinks, target_tokenizer.get(),
+                                                             options.out_dir, options.stop);
+          if (options.on_run_done) options.on_run_done(run, stats);
+          if (stats.stopped) {
+            outcome.interrupted = true;
+            return outcome;
+          }
+          continue;
+        }
+        std::unique_ptr<Backend> backend = backends->make();
+        EngineConfig engine_cfg = engine_config(scenario, scenario.strategies[i]);
+        if (scenario.engine.gpu_memory_utilization > 0)  // cuda: the arena from what the GPU has left
+          engine_cfg.kv_cache_bytes = kv_bytes_for_gpu_utilization(
+              *backend, scenario.engine.gpu_memory_utilization, max_step_rows(scenario, scenario.strategies[i]),
+              max_step_seqs(scenario.strategies[i]));
+        Engine engine(engine_cfg, std::move(backend));
+        std::unique_ptr<RequestSource> source = make_source(scenario, plan);
+        std::unique_ptr<Clock> clock;
+        if (scenario.backend.kind == BackendKind::sim) clock = std::make_unique<VirtualClock>();
+        else clock = std::make_unique<SteadyClock>();
+
+        RecordSinks sinks;
+        sinks.on_record = [&](const RequestRecord& r) {
           records_out.write(record_line(r));
           outcome.records.push_back(r);
           if (options.on_record) options.on_record(run, r);
         };
-        const DriveStats stats = http_load::run_http_point(scenario, plan, run.label, http_sinks, target_tokenizer.get(),
-                                                           options.out_dir, options.stop);
+        sinks.on_step = [&](const StepRecord& s) {
+          steps_out.write(step_line(s));
+          outcome.steps.push_back(s);
+        };
+        const DriveStats stats = drive_in_process(
+            engine, *source, *clock, run.label, sinks, [&plan](uint64_t id) { return plan.is_warmup(id); },
+            options.stop);
         if (options.on_run_done) options.on_run_done(run, stats);
         if (stats.stopped) {
           outcome.interrupted = true;
           return outcome;
         }
-        continue;
-      }
-      std::unique_ptr<Backend> backend = backends->make();
-      EngineConfig engine_cfg = engine_config(scenario, scenario.strategies[i]);
-      if (scenario.engine.gpu_memory_utilization > 0)  // cuda: the arena from what the GPU has left
-        engine_cfg.kv_cache_bytes = kv_bytes_for_gpu_utilization(
-            *backend, scenario.engine.gpu_memory_utilization, max_step_rows(scenario, scenario.strategies[i]),
-            max_step_seqs(scenario.strategies[i]));
-      Engine engine(engine_cfg, std::move(backend));
-      std::unique_ptr<RequestSource> source = make_source(scenario, plan);
-      std::unique_ptr<Clock> clock;
-      if (scenario.backend.kind == BackendKind::sim) clock = std::make_unique<VirtualClock>();
-      else clock = std::make_unique<SteadyClock>();
-
-      RecordSinks sinks;
-      sinks.on_record = [&](const RequestRecord& r) {
-        records_out.write(record_line(r));
-        outcome.records.push_back(r);
-        if (options.on_record) options.on_record(run, r);
-      };
-      sinks.on_step = [&](const StepRecord& s) {
-        steps_out.write(step_line(s));
-        outcome.steps.push_back(s);
-      };
-      const DriveStats stats = drive_in_process(
-          engine, *source, *clock, run.label, sinks, [&plan](uint64_t id) { return plan.is_warmup(id); },
-          options.stop);
-      if (options.on_run_done) options.on_run_done(run, stats);
-      if (stats.stopped) {
-        outcome.interrupted = true;
-        return outcome;
       }
     }
   }

@@ -29,6 +29,10 @@ struct SweepRun {
   int n_warmup = 0;
   nlohmann::ordered_json config;  ///< the strategy's knobs, for reports
   size_t strategy_index = 0;
+  std::string point;     ///< the sweep point's label (label without the repetition suffix)
+  int repeat = 1;        ///< which repetition of the point (1-based)
+  int n_repeats = 1;     ///< workload.repeat
+  uint64_t seed = 0;     ///< the plan seed of this repetition (repeat_seed)
 };
 
 struct SweepOptions {
@@ -54,7 +58,9 @@ std::vector<SweepRun> plan_sweep(const Planner& planner);
 /// plan_sweep(Planner(scenario)): reads the scenario's dataset or trace.
 std::vector<SweepRun> plan_sweep(const Scenario& scenario);
 
-/// Runs every point: rates in order, every strategy at each rate. The cpu backend's weights are
+/// Runs every point: rates in order, every strategy at each rate; with workload.repeat N, each
+/// rate's strategies N times over, repetition k planned with repeat_seed(seed, k) and labelled
+/// "<point>#k" (the same plan for every strategy within a repetition). The cpu backend's weights are
 /// built once (random from the preset and seed, or loaded) and shared by every run; each run gets
 /// a fresh engine and arena. cpu runs on the steady clock (real time), sim on a virtual clock.
 /// Plans come from `planner` (its scenario is the one run), so the dataset or trace it loaded is

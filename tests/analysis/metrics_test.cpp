@@ -307,8 +307,8 @@ TEST(Metrics, EmptyRunHasNullThroughputGoodputAndAttainment) {
   auto v = example_records();
   for (auto& r : v) r.warmup = r.run == "r";  // only warm-up left
   const nlohmann::ordered_json j = compute_metrics("r", v, {}, SloSpec{});
-  for (const char* k : {"request_throughput", "output_throughput", "total_throughput", "goodput",
-                        "request_goodput", "slo_attainment"})
+  for (const char* k : {"request_throughput_rps", "output_throughput_tok_s", "total_throughput_tok_s",
+                        "goodput_tok_s", "request_goodput_rps", "slo_attainment"})
     EXPECT_TRUE(j[k].is_null()) << k << " = " << j[k];
 }
 
@@ -324,9 +324,10 @@ TEST(Metrics, JsonCarriesDesignKeysInOrderThenExtras) {
   std::vector<std::string> keys;
   for (const auto& [k, v] : j.items()) keys.push_back(k);
   const std::vector<std::string> design = {
-      "ttft_ms",           "tpot_ms",          "itl_ms",  "e2e_ms",          "request_throughput",
-      "output_throughput", "total_throughput", "goodput", "request_goodput", "slo_attainment",
-      "kv_utilization",    "lateness_ms"};
+      "ttft_ms",        "tpot_ms",       "itl_ms",
+      "e2e_ms",         "request_throughput_rps", "output_throughput_tok_s",
+      "total_throughput_tok_s", "goodput_tok_s", "request_goodput_rps",
+      "slo_attainment", "kv_utilization", "lateness_ms"};
   ASSERT_GE(keys.size(), design.size());
   EXPECT_EQ(std::vector<std::string>(keys.begin(), keys.begin() + design.size()), design);
   for (const char* extra : {"kv_breakdown", "kv_peak_use", "n_ok", "n_warmup", "duration_s"})

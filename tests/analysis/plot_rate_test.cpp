@@ -26,7 +26,7 @@ TEST(PlotRate, ClosedLoopRunsArePlottedAtTheirAchievedRate) {
   const std::string dir = (std::filesystem::path(::testing::TempDir()) / "plot_rate").string();
   PlotOptions o;
   o.gnuplot = "/bin/true";  // writes the data files; draws nothing
-  write_plots(dir, s, {}, o);
+  write_plots(dir, s, {}, {}, o);
   std::ifstream in(dir + "/plots/rate_continuous-paged.dat");
   ASSERT_TRUE(in) << "no rate data file";
   std::string line;

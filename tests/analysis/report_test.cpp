@@ -270,15 +270,17 @@ TEST(Report, PlotsAndSelfContainedHtml) {
   const std::string dir = fresh_dir("plots");
   const ReportOutcome out = write_reports(dir, sweep_input(dir, 12));
   for (const char* f : {"ttft_vs_rate.svg", "tpot_vs_rate.svg", "throughput_vs_rate.svg", "kv_breakdown.svg",
-                        "timeline_continuous-paged.svg", "timeline_static-naive.svg"})
+                        "timeline_continuous-paged.svg", "timeline_static-naive.svg", "cdf_ttft.svg",
+                        "cdf_tpot.svg", "cdf_itl.svg", "cdf_e2e.svg", "ttft_queue_continuous-paged.svg",
+                        "ttft_queue_static-naive.svg", "goodput_vs_rate.svg"})
     EXPECT_TRUE(fs::exists(fs::path(dir) / "plots" / f)) << f;
-  EXPECT_EQ(out.plots.size(), 6u);
+  EXPECT_EQ(out.plots.size(), 13u);
   for (const auto& w : out.warnings) EXPECT_EQ(w.find("gnuplot"), std::string::npos) << w;
 
   const std::string html = read_text_file(dir + "/report.html");
   std::size_t n_svg = 0;
   for (auto p = html.find("<svg"); p != std::string::npos; p = html.find("<svg", p + 1)) ++n_svg;
-  EXPECT_EQ(n_svg, 6u);
+  EXPECT_EQ(n_svg, 13u);  // every figure inlined, the CDFs, TTFT/queue timelines and goodput plot too
   EXPECT_EQ(html.find("<?xml"), std::string::npos);
   EXPECT_EQ(html.find("<link"), std::string::npos);
   EXPECT_EQ(html.find("<script"), std::string::npos);

@@ -51,7 +51,7 @@ TEST(Summary, TopLevelAndRunKeysAreDesignMdsContract) {
   const Fixture f = two_runs();
   const Summary s = build_summary(f.scenario, f.env, SloSpec{}, f.infos, f.records, f.steps);
   const auto j = nlohmann::ordered_json::parse(summary_text(s));
-  EXPECT_EQ(keys_of(j), (std::vector<std::string>{"schema", "scenario", "environment", "slo", "runs"}));
+  EXPECT_EQ(keys_of(j), (std::vector<std::string>{"schema", "scenario", "environment", "slo", "runs", "report"}));
   EXPECT_EQ(j["schema"], "servelab.summary/1");
   EXPECT_EQ(keys_of(j["environment"]), (std::vector<std::string>{"device", "cpu_model", "n_cores", "commit",
                                                                  "dirty", "date", "servelab_version"}));
@@ -75,8 +75,8 @@ TEST(Summary, TopLevelAndRunKeysAreDesignMdsContract) {
   for (const char* d : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "lateness_ms"})
     EXPECT_EQ(keys_of(m[d]), (std::vector<std::string>{"mean", "p50", "p90", "p95", "p99", "p999", "max"}))
         << d;
-  for (const char* k : {"request_throughput", "output_throughput", "total_throughput", "goodput",
-                        "request_goodput", "slo_attainment"})
+  for (const char* k : {"request_throughput_rps", "output_throughput_tok_s", "total_throughput_tok_s",
+                        "goodput_tok_s", "request_goodput_rps", "slo_attainment"})
     EXPECT_TRUE(m[k].is_number()) << k;
   EXPECT_EQ(keys_of(m["kv_utilization"]), (std::vector<std::string>{"mean", "max"}));
   EXPECT_TRUE(m["kv_utilization"]["mean"].is_number());

@@ -131,8 +131,8 @@ TEST_F(RunFolder, SummaryFollowsTheResultsContract) {
     for (const char* dist : {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "lateness_ms"})
       for (const char* stat : {"mean", "p50", "p90", "p95", "p99", "p999", "max"})
         EXPECT_TRUE(m.at(dist).contains(stat)) << dist << "." << stat;
-    for (const char* k : {"request_throughput", "output_throughput", "total_throughput", "goodput",
-                          "request_goodput", "slo_attainment"})
+    for (const char* k : {"request_throughput_rps", "output_throughput_tok_s", "total_throughput_tok_s",
+                          "goodput_tok_s", "request_goodput_rps", "slo_attainment"})
       EXPECT_TRUE(m.at(k).is_number()) << k;
     EXPECT_TRUE(m.at("kv_utilization").contains("mean"));
     EXPECT_TRUE(m.at("kv_utilization").contains("max"));
@@ -245,10 +245,11 @@ TEST_F(RunFolder, ScenarioBaselineGatesRegressions) {
 
   // Against a baseline whose goodput was twice as high: every run regressed.
   json better = json::parse(read_text(file("summary.json")));
-  for (json& run : better.at("runs")) run["metrics"]["goodput"] = 2.0 * run["metrics"]["goodput"].get<double>();
+  for (json& run : better.at("runs"))
+    run["metrics"]["goodput_tok_s"] = 2.0 * run["metrics"]["goodput_tok_s"].get<double>();
   write_text(scratch.file("better.json"), better.dump(2));
   r = run_servelab({"run", scenario(), "--out", scratch.file("worse"), "--quiet", "--no-plots", "--set",
-                    "baseline={file: " + scratch.file("better.json") + ", metrics: [goodput, tpot_p99_ms]}"},
+                    "baseline={file: " + scratch.file("better.json") + ", metrics: [goodput, tpot_p99_ms]}"},  // old name still accepted
                    scratch);
   EXPECT_EQ(r.code, 1) << r.output;
   const std::string junit = read_text(scratch.file("worse") + "/junit.xml");

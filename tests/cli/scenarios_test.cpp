@@ -2,7 +2,9 @@
 // this test) validates as written and runs end to end once shrunk with --set: 6 requests, no
 // warm-up, one rate (the highest, so a CPU run spends little wall time waiting for arrivals),
 // gates and baseline removed (a 6-request run is not what they were set for; the full-size
-// validation above still checks them against the strategies and rates).
+// validation above still checks them against the strategies and rates). A repeated scenario
+// (workload.repeat) runs 2 repetitions per point, and a steady-state window is dropped (it would
+// leave nothing of 6 requests).
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -66,6 +68,12 @@ TEST_P(CommittedScenario, ValidatesAndRunsShrunk) {
     const double top = *std::max_element(full.workload.rates.begin(), full.workload.rates.end());
     overrides.push_back("workload.rates=[" + yaml_number(top) + "]");
   }
+  const int repeats = full.workload.repeat > 1 ? 2 : 1;
+  if (repeats > 1) overrides.push_back("workload.repeat=2");
+  if (full.report.skip_first_s > 0 || full.report.skip_last_s > 0 || full.report.skip_first_requests > 0 ||
+      full.report.skip_last_requests > 0)
+    overrides.push_back("report.window=null");
+  if (!std::isnan(full.report.cdf_rate)) overrides.push_back("report.cdf_rate=null");
 
   // A GPU scenario on a machine without a GPU (CI): validated as written above, run on the sim
   // backend (same model, engine and workload), since `backend: cuda` would stop with exit 2 here.
@@ -84,11 +92,12 @@ TEST_P(CommittedScenario, ValidatesAndRunsShrunk) {
   const auto summary = nlohmann::json::parse(read_text(out + "/summary.json"));
   ASSERT_EQ(summary["runs"].size(), full.strategies.size()) << summary.dump(1);
   for (const auto& run : summary["runs"]) {
-    EXPECT_EQ(run["n_requests"].get<int>(), kShrunkRequests) << run["label"];
+    EXPECT_EQ(run["n_requests"].get<int>(), kShrunkRequests * repeats) << run["label"];
     EXPECT_EQ(run["n_failed"].get<int>(), 0) << run["label"];
-    EXPECT_GT(run["metrics"]["output_throughput"].get<double>(), 0.0) << run["label"];
+    EXPECT_GT(run["metrics"]["output_throughput_tok_s"].get<double>(), 0.0) << run["label"];
+    if (repeats > 1) EXPECT_EQ(run["repeats"]["runs"].size(), 2u) << run["label"];
   }
-  EXPECT_EQ(read_lines(out + "/records.jsonl").size(), full.strategies.size() * kShrunkRequests);
+  EXPECT_EQ(read_lines(out + "/records.jsonl").size(), full.strategies.size() * kShrunkRequests * repeats);
   EXPECT_TRUE(fs::exists(out + "/report.md"));
 }
 

@@ -208,8 +208,8 @@ TEST(SimCostModel, RefusesAProfileOfAnotherModelDeviceOrParallelism) {
 }
 
 TEST(SimCostModel, ReadsTheCommittedVersion1CpuProfile) {
-  // results/cpu-profile/ holds servelab.profile/1 files (prefill and decode at two batch sizes).
-  const std::string path = std::string(SERVELAB_SOURCE_DIR) + "/results/cpu-profile/qwen2.5-0.5b.json";
+  // A servelab.profile/1 file (prefill and decode at two batch sizes), as 2026-11-22 builds wrote.
+  const std::string path = std::string(SERVELAB_SOURCE_DIR) + "/tests/data/profiles/qwen2.5-0.5b-profile-v1.json";
   const SimCostModel cost = SimCostModel::from_profile_json(path, preset("qwen2.5-0.5b"));
   // Decode at batch 1, context 130: the measured ~97 ms steps, within their noise.
   EXPECT_NEAR(cost.step_seconds(preset("qwen2.5-0.5b"), decode_shape(1, 130)), 0.097, 0.01);
