@@ -136,6 +136,147 @@ set y2range [0:100]
 plot 'timeline_continuous-paged.dat' using 1:2 with steps lw 2 lc 1 title 'batch size' axes x1y1, \
      'timeline_continuous-paged.dat' using 1:3 with lines lw 1.5 lc 2 title 'KV arena in use (%)' axes x1y2, \
      'timeline_continuous-paged.dat' using 1:4 with lines lw 1.5 lc 3 dt 2 title 'KV utilization (%)' axes x1y2
+reset
+set datafile missing 'NaN'
+set grid
+set key bottom right box opaque
+set output 'cdf_ttft.svg'
+set title 'TTFT CDF at 128 req/s'
+set xlabel 'TTFT (ms)'
+set ylabel 'share of samples'
+set yrange [0:1]
+set xrange [0:*]
+plot 'cdf_ttft_static.dat' using 1:2 with steps lw 2 lc 1 title 'static', \
+     'cdf_ttft_dynamic.dat' using 1:2 with steps lw 2 lc 2 title 'dynamic', \
+     'cdf_ttft_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'continuous-naive', \
+     'cdf_ttft_continuous-paged.dat' using 1:2 with steps lw 2 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set grid
+set key bottom right box opaque
+set output 'cdf_tpot.svg'
+set title 'TPOT CDF at 128 req/s'
+set xlabel 'TPOT (ms)'
+set ylabel 'share of samples'
+set yrange [0:1]
+set xrange [0:*]
+plot 'cdf_tpot_static.dat' using 1:2 with steps lw 2 lc 1 title 'static', \
+     'cdf_tpot_dynamic.dat' using 1:2 with steps lw 2 lc 2 title 'dynamic', \
+     'cdf_tpot_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'continuous-naive', \
+     'cdf_tpot_continuous-paged.dat' using 1:2 with steps lw 2 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set grid
+set key bottom right box opaque
+set output 'cdf_itl.svg'
+set title 'ITL CDF at 128 req/s'
+set xlabel 'ITL (ms)'
+set ylabel 'share of samples'
+set yrange [0:1]
+set xrange [0:*]
+plot 'cdf_itl_static.dat' using 1:2 with steps lw 2 lc 1 title 'static', \
+     'cdf_itl_dynamic.dat' using 1:2 with steps lw 2 lc 2 title 'dynamic', \
+     'cdf_itl_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'continuous-naive', \
+     'cdf_itl_continuous-paged.dat' using 1:2 with steps lw 2 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set grid
+set key bottom right box opaque
+set output 'cdf_e2e.svg'
+set title 'E2E latency CDF at 128 req/s'
+set xlabel 'E2E latency (ms)'
+set ylabel 'share of samples'
+set yrange [0:1]
+set xrange [0:*]
+plot 'cdf_e2e_static.dat' using 1:2 with steps lw 2 lc 1 title 'static', \
+     'cdf_e2e_dynamic.dat' using 1:2 with steps lw 2 lc 2 title 'dynamic', \
+     'cdf_e2e_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'continuous-naive', \
+     'cdf_e2e_continuous-paged.dat' using 1:2 with steps lw 2 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set grid
+set key below horizontal
+set output 'ttft_queue_static.svg'
+set title 'TTFT and queue length over time: static@128'
+set xlabel 'time since run start (s)'
+set ylabel 'TTFT (ms)'
+set y2label 'queued requests'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_static.dat' using 1:2 with points pt 7 ps 0.6 lc 1 title 'TTFT at arrival' axes x1y1, \
+     'queue_time_static.dat' using 1:2 with steps lw 1.5 lc 2 title 'queue length' axes x1y2, \
+     500 with lines lc rgb '#cc0000' dt 4 title 'TTFT SLO 500 ms' axes x1y1
+reset
+set datafile missing 'NaN'
+set grid
+set key below horizontal
+set output 'ttft_queue_dynamic.svg'
+set title 'TTFT and queue length over time: dynamic@128'
+set xlabel 'time since run start (s)'
+set ylabel 'TTFT (ms)'
+set y2label 'queued requests'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_dynamic.dat' using 1:2 with points pt 7 ps 0.6 lc 1 title 'TTFT at arrival' axes x1y1, \
+     'queue_time_dynamic.dat' using 1:2 with steps lw 1.5 lc 2 title 'queue length' axes x1y2, \
+     500 with lines lc rgb '#cc0000' dt 4 title 'TTFT SLO 500 ms' axes x1y1
+reset
+set datafile missing 'NaN'
+set grid
+set key below horizontal
+set output 'ttft_queue_continuous-naive.svg'
+set title 'TTFT and queue length over time: continuous-naive@128'
+set xlabel 'time since run start (s)'
+set ylabel 'TTFT (ms)'
+set y2label 'queued requests'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_continuous-naive.dat' using 1:2 with points pt 7 ps 0.6 lc 1 title 'TTFT at arrival' axes x1y1, \
+     'queue_time_continuous-naive.dat' using 1:2 with steps lw 1.5 lc 2 title 'queue length' axes x1y2, \
+     500 with lines lc rgb '#cc0000' dt 4 title 'TTFT SLO 500 ms' axes x1y1
+reset
+set datafile missing 'NaN'
+set grid
+set key below horizontal
+set output 'ttft_queue_continuous-paged.svg'
+set title 'TTFT and queue length over time: continuous-paged@128'
+set xlabel 'time since run start (s)'
+set ylabel 'TTFT (ms)'
+set y2label 'queued requests'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_continuous-paged.dat' using 1:2 with points pt 7 ps 0.6 lc 1 title 'TTFT at arrival' axes x1y1, \
+     'queue_time_continuous-paged.dat' using 1:2 with steps lw 1.5 lc 2 title 'queue length' axes x1y2, \
+     500 with lines lc rgb '#cc0000' dt 4 title 'TTFT SLO 500 ms' axes x1y1
+reset
+set datafile missing 'NaN'
+set grid
+set key top left box opaque
+set output 'goodput_vs_rate.svg'
+set title 'Goodput vs request rate (bars: 95% CI over repeats; dotted: capacity at 90.0% SLO attainment)'
+set xlabel 'request rate (req/s)'
+set ylabel 'goodput (output tokens/s)'
+set yrange [0:*]
+set arrow from 8, graph 0 to 8, graph 1 nohead dt 3 lw 2 lc 1
+set label 'static capacity 8' at 8, graph 0.95 right offset -0.5,0 tc lt 1
+set arrow from 16, graph 0 to 16, graph 1 nohead dt 3 lw 2 lc 2
+set label 'dynamic capacity 16' at 16, graph 0.89 right offset -0.5,0 tc lt 2
+set arrow from 16, graph 0 to 16, graph 1 nohead dt 3 lw 2 lc 3
+set label 'continuous-naive capacity 16' at 16, graph 0.83 right offset -0.5,0 tc lt 3
+set arrow from 32, graph 0 to 32, graph 1 nohead dt 3 lw 2 lc 4
+set label 'continuous-paged capacity 32' at 32, graph 0.77 right offset -0.5,0 tc lt 4
+plot 'goodput_static.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 1 title 'static', \
+     'goodput_dynamic.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 2 title 'dynamic', \
+     'goodput_continuous-naive.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 3 title 'continuous-naive', \
+     'goodput_continuous-paged.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 4 title 'continuous-paged'
 if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {
 set terminal pngcairo size 900,540 noenhanced font 'Sans,11' background rgb 'white'
 reset
@@ -274,6 +415,147 @@ set y2range [0:100]
 plot 'timeline_continuous-paged.dat' using 1:2 with steps lw 2 lc 1 title 'batch size' axes x1y1, \
      'timeline_continuous-paged.dat' using 1:3 with lines lw 1.5 lc 2 title 'KV arena in use (%)' axes x1y2, \
      'timeline_continuous-paged.dat' using 1:4 with lines lw 1.5 lc 3 dt 2 title 'KV utilization (%)' axes x1y2
+reset
+set datafile missing 'NaN'
+set grid
+set key bottom right box opaque
+set output 'cdf_ttft.png'
+set title 'TTFT CDF at 128 req/s'
+set xlabel 'TTFT (ms)'
+set ylabel 'share of samples'
+set yrange [0:1]
+set xrange [0:*]
+plot 'cdf_ttft_static.dat' using 1:2 with steps lw 2 lc 1 title 'static', \
+     'cdf_ttft_dynamic.dat' using 1:2 with steps lw 2 lc 2 title 'dynamic', \
+     'cdf_ttft_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'continuous-naive', \
+     'cdf_ttft_continuous-paged.dat' using 1:2 with steps lw 2 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set grid
+set key bottom right box opaque
+set output 'cdf_tpot.png'
+set title 'TPOT CDF at 128 req/s'
+set xlabel 'TPOT (ms)'
+set ylabel 'share of samples'
+set yrange [0:1]
+set xrange [0:*]
+plot 'cdf_tpot_static.dat' using 1:2 with steps lw 2 lc 1 title 'static', \
+     'cdf_tpot_dynamic.dat' using 1:2 with steps lw 2 lc 2 title 'dynamic', \
+     'cdf_tpot_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'continuous-naive', \
+     'cdf_tpot_continuous-paged.dat' using 1:2 with steps lw 2 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set grid
+set key bottom right box opaque
+set output 'cdf_itl.png'
+set title 'ITL CDF at 128 req/s'
+set xlabel 'ITL (ms)'
+set ylabel 'share of samples'
+set yrange [0:1]
+set xrange [0:*]
+plot 'cdf_itl_static.dat' using 1:2 with steps lw 2 lc 1 title 'static', \
+     'cdf_itl_dynamic.dat' using 1:2 with steps lw 2 lc 2 title 'dynamic', \
+     'cdf_itl_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'continuous-naive', \
+     'cdf_itl_continuous-paged.dat' using 1:2 with steps lw 2 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set grid
+set key bottom right box opaque
+set output 'cdf_e2e.png'
+set title 'E2E latency CDF at 128 req/s'
+set xlabel 'E2E latency (ms)'
+set ylabel 'share of samples'
+set yrange [0:1]
+set xrange [0:*]
+plot 'cdf_e2e_static.dat' using 1:2 with steps lw 2 lc 1 title 'static', \
+     'cdf_e2e_dynamic.dat' using 1:2 with steps lw 2 lc 2 title 'dynamic', \
+     'cdf_e2e_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'continuous-naive', \
+     'cdf_e2e_continuous-paged.dat' using 1:2 with steps lw 2 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set grid
+set key below horizontal
+set output 'ttft_queue_static.png'
+set title 'TTFT and queue length over time: static@128'
+set xlabel 'time since run start (s)'
+set ylabel 'TTFT (ms)'
+set y2label 'queued requests'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_static.dat' using 1:2 with points pt 7 ps 0.6 lc 1 title 'TTFT at arrival' axes x1y1, \
+     'queue_time_static.dat' using 1:2 with steps lw 1.5 lc 2 title 'queue length' axes x1y2, \
+     500 with lines lc rgb '#cc0000' dt 4 title 'TTFT SLO 500 ms' axes x1y1
+reset
+set datafile missing 'NaN'
+set grid
+set key below horizontal
+set output 'ttft_queue_dynamic.png'
+set title 'TTFT and queue length over time: dynamic@128'
+set xlabel 'time since run start (s)'
+set ylabel 'TTFT (ms)'
+set y2label 'queued requests'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_dynamic.dat' using 1:2 with points pt 7 ps 0.6 lc 1 title 'TTFT at arrival' axes x1y1, \
+     'queue_time_dynamic.dat' using 1:2 with steps lw 1.5 lc 2 title 'queue length' axes x1y2, \
+     500 with lines lc rgb '#cc0000' dt 4 title 'TTFT SLO 500 ms' axes x1y1
+reset
+set datafile missing 'NaN'
+set grid
+set key below horizontal
+set output 'ttft_queue_continuous-naive.png'
+set title 'TTFT and queue length over time: continuous-naive@128'
+set xlabel 'time since run start (s)'
+set ylabel 'TTFT (ms)'
+set y2label 'queued requests'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_continuous-naive.dat' using 1:2 with points pt 7 ps 0.6 lc 1 title 'TTFT at arrival' axes x1y1, \
+     'queue_time_continuous-naive.dat' using 1:2 with steps lw 1.5 lc 2 title 'queue length' axes x1y2, \
+     500 with lines lc rgb '#cc0000' dt 4 title 'TTFT SLO 500 ms' axes x1y1
+reset
+set datafile missing 'NaN'
+set grid
+set key below horizontal
+set output 'ttft_queue_continuous-paged.png'
+set title 'TTFT and queue length over time: continuous-paged@128'
+set xlabel 'time since run start (s)'
+set ylabel 'TTFT (ms)'
+set y2label 'queued requests'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_continuous-paged.dat' using 1:2 with points pt 7 ps 0.6 lc 1 title 'TTFT at arrival' axes x1y1, \
+     'queue_time_continuous-paged.dat' using 1:2 with steps lw 1.5 lc 2 title 'queue length' axes x1y2, \
+     500 with lines lc rgb '#cc0000' dt 4 title 'TTFT SLO 500 ms' axes x1y1
+reset
+set datafile missing 'NaN'
+set grid
+set key top left box opaque
+set output 'goodput_vs_rate.png'
+set title 'Goodput vs request rate (bars: 95% CI over repeats; dotted: capacity at 90.0% SLO attainment)'
+set xlabel 'request rate (req/s)'
+set ylabel 'goodput (output tokens/s)'
+set yrange [0:*]
+set arrow from 8, graph 0 to 8, graph 1 nohead dt 3 lw 2 lc 1
+set label 'static capacity 8' at 8, graph 0.95 right offset -0.5,0 tc lt 1
+set arrow from 16, graph 0 to 16, graph 1 nohead dt 3 lw 2 lc 2
+set label 'dynamic capacity 16' at 16, graph 0.89 right offset -0.5,0 tc lt 2
+set arrow from 16, graph 0 to 16, graph 1 nohead dt 3 lw 2 lc 3
+set label 'continuous-naive capacity 16' at 16, graph 0.83 right offset -0.5,0 tc lt 3
+set arrow from 32, graph 0 to 32, graph 1 nohead dt 3 lw 2 lc 4
+set label 'continuous-paged capacity 32' at 32, graph 0.77 right offset -0.5,0 tc lt 4
+plot 'goodput_static.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 1 title 'static', \
+     'goodput_dynamic.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 2 title 'dynamic', \
+     'goodput_continuous-naive.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 3 title 'continuous-naive', \
+     'goodput_continuous-paged.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 4 title 'continuous-paged'
 } else { if (strstrt(GPVAL_TERMINALS, 'png') > 0) {
 set terminal png size 900,540 noenhanced background rgb 'white'
 reset
@@ -412,5 +694,146 @@ set y2range [0:100]
 plot 'timeline_continuous-paged.dat' using 1:2 with steps lw 2 lc 1 title 'batch size' axes x1y1, \
      'timeline_continuous-paged.dat' using 1:3 with lines lw 1.5 lc 2 title 'KV arena in use (%)' axes x1y2, \
      'timeline_continuous-paged.dat' using 1:4 with lines lw 1.5 lc 3 dt 2 title 'KV utilization (%)' axes x1y2
+reset
+set datafile missing 'NaN'
+set grid
+set key bottom right box opaque
+set output 'cdf_ttft.png'
+set title 'TTFT CDF at 128 req/s'
+set xlabel 'TTFT (ms)'
+set ylabel 'share of samples'
+set yrange [0:1]
+set xrange [0:*]
+plot 'cdf_ttft_static.dat' using 1:2 with steps lw 2 lc 1 title 'static', \
+     'cdf_ttft_dynamic.dat' using 1:2 with steps lw 2 lc 2 title 'dynamic', \
+     'cdf_ttft_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'continuous-naive', \
+     'cdf_ttft_continuous-paged.dat' using 1:2 with steps lw 2 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set grid
+set key bottom right box opaque
+set output 'cdf_tpot.png'
+set title 'TPOT CDF at 128 req/s'
+set xlabel 'TPOT (ms)'
+set ylabel 'share of samples'
+set yrange [0:1]
+set xrange [0:*]
+plot 'cdf_tpot_static.dat' using 1:2 with steps lw 2 lc 1 title 'static', \
+     'cdf_tpot_dynamic.dat' using 1:2 with steps lw 2 lc 2 title 'dynamic', \
+     'cdf_tpot_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'continuous-naive', \
+     'cdf_tpot_continuous-paged.dat' using 1:2 with steps lw 2 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set grid
+set key bottom right box opaque
+set output 'cdf_itl.png'
+set title 'ITL CDF at 128 req/s'
+set xlabel 'ITL (ms)'
+set ylabel 'share of samples'
+set yrange [0:1]
+set xrange [0:*]
+plot 'cdf_itl_static.dat' using 1:2 with steps lw 2 lc 1 title 'static', \
+     'cdf_itl_dynamic.dat' using 1:2 with steps lw 2 lc 2 title 'dynamic', \
+     'cdf_itl_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'continuous-naive', \
+     'cdf_itl_continuous-paged.dat' using 1:2 with steps lw 2 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set grid
+set key bottom right box opaque
+set output 'cdf_e2e.png'
+set title 'E2E latency CDF at 128 req/s'
+set xlabel 'E2E latency (ms)'
+set ylabel 'share of samples'
+set yrange [0:1]
+set xrange [0:*]
+plot 'cdf_e2e_static.dat' using 1:2 with steps lw 2 lc 1 title 'static', \
+     'cdf_e2e_dynamic.dat' using 1:2 with steps lw 2 lc 2 title 'dynamic', \
+     'cdf_e2e_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'continuous-naive', \
+     'cdf_e2e_continuous-paged.dat' using 1:2 with steps lw 2 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set grid
+set key below horizontal
+set output 'ttft_queue_static.png'
+set title 'TTFT and queue length over time: static@128'
+set xlabel 'time since run start (s)'
+set ylabel 'TTFT (ms)'
+set y2label 'queued requests'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_static.dat' using 1:2 with points pt 7 ps 0.6 lc 1 title 'TTFT at arrival' axes x1y1, \
+     'queue_time_static.dat' using 1:2 with steps lw 1.5 lc 2 title 'queue length' axes x1y2, \
+     500 with lines lc rgb '#cc0000' dt 4 title 'TTFT SLO 500 ms' axes x1y1
+reset
+set datafile missing 'NaN'
+set grid
+set key below horizontal
+set output 'ttft_queue_dynamic.png'
+set title 'TTFT and queue length over time: dynamic@128'
+set xlabel 'time since run start (s)'
+set ylabel 'TTFT (ms)'
+set y2label 'queued requests'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_dynamic.dat' using 1:2 with points pt 7 ps 0.6 lc 1 title 'TTFT at arrival' axes x1y1, \
+     'queue_time_dynamic.dat' using 1:2 with steps lw 1.5 lc 2 title 'queue length' axes x1y2, \
+     500 with lines lc rgb '#cc0000' dt 4 title 'TTFT SLO 500 ms' axes x1y1
+reset
+set datafile missing 'NaN'
+set grid
+set key below horizontal
+set output 'ttft_queue_continuous-naive.png'
+set title 'TTFT and queue length over time: continuous-naive@128'
+set xlabel 'time since run start (s)'
+set ylabel 'TTFT (ms)'
+set y2label 'queued requests'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_continuous-naive.dat' using 1:2 with points pt 7 ps 0.6 lc 1 title 'TTFT at arrival' axes x1y1, \
+     'queue_time_continuous-naive.dat' using 1:2 with steps lw 1.5 lc 2 title 'queue length' axes x1y2, \
+     500 with lines lc rgb '#cc0000' dt 4 title 'TTFT SLO 500 ms' axes x1y1
+reset
+set datafile missing 'NaN'
+set grid
+set key below horizontal
+set output 'ttft_queue_continuous-paged.png'
+set title 'TTFT and queue length over time: continuous-paged@128'
+set xlabel 'time since run start (s)'
+set ylabel 'TTFT (ms)'
+set y2label 'queued requests'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_continuous-paged.dat' using 1:2 with points pt 7 ps 0.6 lc 1 title 'TTFT at arrival' axes x1y1, \
+     'queue_time_continuous-paged.dat' using 1:2 with steps lw 1.5 lc 2 title 'queue length' axes x1y2, \
+     500 with lines lc rgb '#cc0000' dt 4 title 'TTFT SLO 500 ms' axes x1y1
+reset
+set datafile missing 'NaN'
+set grid
+set key top left box opaque
+set output 'goodput_vs_rate.png'
+set title 'Goodput vs request rate (bars: 95% CI over repeats; dotted: capacity at 90.0% SLO attainment)'
+set xlabel 'request rate (req/s)'
+set ylabel 'goodput (output tokens/s)'
+set yrange [0:*]
+set arrow from 8, graph 0 to 8, graph 1 nohead dt 3 lw 2 lc 1
+set label 'static capacity 8' at 8, graph 0.95 right offset -0.5,0 tc lt 1
+set arrow from 16, graph 0 to 16, graph 1 nohead dt 3 lw 2 lc 2
+set label 'dynamic capacity 16' at 16, graph 0.89 right offset -0.5,0 tc lt 2
+set arrow from 16, graph 0 to 16, graph 1 nohead dt 3 lw 2 lc 3
+set label 'continuous-naive capacity 16' at 16, graph 0.83 right offset -0.5,0 tc lt 3
+set arrow from 32, graph 0 to 32, graph 1 nohead dt 3 lw 2 lc 4
+set label 'continuous-paged capacity 32' at 32, graph 0.77 right offset -0.5,0 tc lt 4
+plot 'goodput_static.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 1 title 'static', \
+     'goodput_dynamic.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 2 title 'dynamic', \
+     'goodput_continuous-naive.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 3 title 'continuous-naive', \
+     'goodput_continuous-paged.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 4 title 'continuous-paged'
 } }
 unset output
