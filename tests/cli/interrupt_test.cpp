@@ -13,44 +13,10 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/cli/cli_test_util.h"
+#include "tests/cli/spawn_util.h"
 
 namespace servelab::cli_test {
 namespace {
-
-constexpr const char* kSlowScenario = R"(name: slow
-seed: 1
-model: {preset: tiny}
-backend: {kind: cpu, threads: 1}
-engine: {kv_cache_mb: 4, max_model_len: 256}
-strategies:
-  - {label: first, batching: continuous, max_num_seqs: 8, max_num_batched_tokens: 256}
-  - {label: second, batching: dynamic, max_batch_size: 4}
-workload:
-  rates: [2]
-  n_requests: 40
-  prompt_tokens: 16
-  output_tokens: 8
-)";
-
-/// Starts `servelab ARGS...` with stdout and stderr in `log`; returns its pid.
-pid_t spawn_servelab(const std::vector<std::string>& args, const std::string& log) {
-  std::vector<std::string> argv_s = {servelab_exe()};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, STDOUT_FILENO);
-      ::dup2(fd, STDERR_FILENO);
-    }
-    std::vector<char*> argv;
-    for (auto& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  return pid;
-}
 
 /// Polls until `done()` or `timeout`; true when done.
 template <typename F>
@@ -67,7 +33,7 @@ TEST(Interrupt, SigintKeepsRecordsWritesPartialReportAndExits130) {
   SERVELAB_REQUIRE_BINARY();
   TempDir tmp;
   const std::string scenario = tmp.file("slow.yaml"), out = tmp.file("out"), log = tmp.file("log.txt");
-  write_text(scenario, kSlowScenario);
+  write_text(scenario, slow_scenario(1));
   const std::string records = out + "/records.jsonl";
 
   const pid_t pid = spawn_servelab({"run", scenario, "--out", out, "--no-plots"}, log);

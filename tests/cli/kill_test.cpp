@@ -15,43 +15,10 @@
 
 #include "loadgen/records/record.h"
 #include "tests/cli/cli_test_util.h"
+#include "tests/cli/spawn_util.h"
 
 namespace servelab::cli_test {
 namespace {
-
-constexpr const char* kSlowScenario = R"(name: slow
-seed: 3
-model: {preset: tiny}
-backend: {kind: cpu, threads: 1}
-engine: {kv_cache_mb: 4, max_model_len: 256}
-strategies:
-  - {label: first, batching: continuous, max_num_seqs: 8, max_num_batched_tokens: 256}
-  - {label: second, batching: dynamic, max_batch_size: 4}
-workload:
-  rates: [2]
-  n_requests: 40
-  prompt_tokens: 16
-  output_tokens: 8
-)";
-
-pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
-  std::vector<std::string> argv_s = {servelab_exe()};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, STDOUT_FILENO);
-      ::dup2(fd, STDERR_FILENO);
-    }
-    std::vector<char*> argv;
-    for (auto& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  return pid;
-}
 
 /// Complete ('\n'-terminated) lines of a file.
 std::vector<std::string> whole_lines(const std::string& path) {
@@ -69,9 +36,9 @@ void kill_after(size_t k) {
   SCOPED_TRACE("kill after " + std::to_string(k) + " records");
   TempDir tmp;
   const std::string scenario = tmp.file("slow.yaml"), out = tmp.file("out"), log = tmp.file("log.txt");
-  write_text(scenario, kSlowScenario);
+  write_text(scenario, slow_scenario(3));
   const std::string records = out + "/records.jsonl";
-  const pid_t pid = spawn({"run", scenario, "--out", out, "--no-plots", "--quiet"}, log);
+  const pid_t pid = spawn_servelab({"run", scenario, "--out", out, "--no-plots", "--quiet"}, log);
   ASSERT_GT(pid, 0);
   int status = 0;
   bool exited = false;
