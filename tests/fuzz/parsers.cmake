@@ -15,7 +15,9 @@ target_include_directories(fuzz_model_parsers PRIVATE ${CMAKE_SOURCE_DIR})
 target_link_libraries(fuzz_model_parsers PUBLIC nlohmann_json::nlohmann_json Threads::Threads)
 servelab_parser_fuzzer(hf_config)
 servelab_parser_fuzzer(safetensors)
-servelab_parser_fuzzer(dataset ${CMAKE_SOURCE_DIR}/loadgen/dataset.cpp)
+# dataset.cpp counts lengths with a Tokenizer when given one: tokenizer_bytes.cpp holds its vtable.
+servelab_parser_fuzzer(dataset ${CMAKE_SOURCE_DIR}/loadgen/dataset.cpp ${CMAKE_SOURCE_DIR}/engine/model/tokenizer_bytes.cpp
+                       ${CMAKE_SOURCE_DIR}/engine/model/tokenizer_unicode.cpp ${CMAKE_SOURCE_DIR}/engine/model/unicode_tables.cpp)
 servelab_parser_fuzzer(scenario)
 servelab_parser_fuzzer(report)
 target_link_libraries(fuzz_hf_config PRIVATE fuzz_model_parsers)
