@@ -4,7 +4,9 @@
 // under TSan in ServerE2e).
 #include <gtest/gtest.h>
 
-#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <memory>
 #include <thread>
 
@@ -17,27 +19,36 @@ TEST(RequestChannel, SetNotifyNullWaitsForARunningNotifyAndReleasesIt) {
   RequestChannel ch(1);
   auto token = std::make_shared<int>(1);  // stands in for the strand executor the notify captures
   std::weak_ptr<int> weak = token;
-  std::atomic<bool> entered{false}, detached{false};
-  std::atomic<bool> expired_when_detached{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool entered = false, detached = false;
+  bool expired_when_detached = false;
   // The notify stays inside until the session's set_notify(nullptr) has returned (it cannot while
-  // the notify runs), or for a bounded number of yields.
-  ch.set_notify([token, &entered, &detached] {
+  // the notify runs, so with the fix this wait runs out: a bound, not an ordering by time).
+  ch.set_notify([token, &mu, &cv, &entered, &detached] {
+    std::unique_lock lock(mu);
     entered = true;
-    for (int i = 0; i < 200000 && !detached.load(); ++i) std::this_thread::yield();
+    cv.notify_all();
+    cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return detached; });
   });
   token.reset();
   const std::pair<int, TokenId> tok{0, 5};
   std::thread engine([&] { ch.push(std::span(&tok, 1)); });
-  while (!entered.load()) std::this_thread::yield();
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return entered; });
+  }
   std::thread session([&] {
     ch.set_notify(nullptr);
+    std::lock_guard lock(mu);
     expired_when_detached = weak.expired();
     detached = true;
+    cv.notify_all();
   });
   session.join();
   engine.join();
   // Once set_notify(nullptr) returned, no copy of the old notify was left on the engine thread.
-  EXPECT_TRUE(expired_when_detached.load());
+  EXPECT_TRUE(expired_when_detached);
   ChannelBatch b = ch.take();
   ASSERT_EQ(b.tokens.size(), 1u);
   EXPECT_EQ(b.tokens[0].second, 5);
