@@ -2,7 +2,9 @@
 # Runs the tests under the sanitizers (CMakePresets.json):
 #   asan: AddressSanitizer + UBSan (leaks included) over the whole suite, or the folders given
 #   tsan: ThreadSanitizer over the threaded parts: the thread pool, CPU attention and backend,
-#         the engine and the in-process driver (test_backend, test_engine, test_loadgen)
+#         the engine, the in-process and HTTP drivers, the server's io threads, HTTP sessions,
+#         engine thread and aborts, and the threaded checkpoint load and random init
+#         (test_backend, test_engine, test_loadgen, test_server, test_model)
 # Usage:
 #   bash scripts/sanitize.sh                 # asan (whole suite) then tsan
 #   bash scripts/sanitize.sh asan            # whole suite under ASan+UBSan
@@ -37,8 +39,8 @@ run_asan() {
 
 run_tsan() {
   cmake --preset tsan > /dev/null
-  cmake --build build-tsan -j"$jobs" --target test_backend test_engine test_loadgen
-  for t in backend engine loadgen; do
+  cmake --build build-tsan -j"$jobs" --target test_backend test_engine test_loadgen test_server test_model
+  for t in backend engine loadgen server model; do
     echo "== TSan: test_$t"
     build-tsan/test_"$t" --gtest_filter="$filter" --gtest_brief=1
   done

@@ -5,7 +5,10 @@
 
 // The build targets baseline x86-64 (SSE2); cloning the kernels lets them use the wider vectors
 // of the machine they run on without a -march flag that would tie the binary to one CPU.
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+// Not under the sanitizers: gcc instruments the clones' ifunc resolver, which the dynamic loader
+// runs before the sanitizer runtime is up (a TSan build crashed before main).
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__) && \
+    !defined(__SANITIZE_ADDRESS__)
 #define SERVELAB_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define SERVELAB_VECTOR_CLONES

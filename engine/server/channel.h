@@ -25,24 +25,31 @@ class RequestChannel {
   uint64_t request_id() const { return request_id_; }
 
   /// Session side, before submitting: called (on the engine thread) when data arrives and the
-  /// channel was empty; it should post work to the session's executor, never block.
+  /// channel was empty; it should post work to the session's executor, never block. Returns once
+  /// a call of the previous function that was under way has returned; the previous function is
+  /// destroyed here, on the caller's thread. So after set_notify(nullptr) the engine thread
+  /// neither posts to the session's executor nor holds a copy of it (a copy destroyed on the
+  /// engine thread after the io_context was gone was a use of a destroyed mutex under TSan).
   void set_notify(std::function<void()> fn) {
-    std::lock_guard lock(mu_);
-    notify_ = std::move(fn);
+    std::function<void()> old;
+    {
+      std::lock_guard call(call_mu_);
+      old = std::exchange(notify_, std::move(fn));
+    }
   }
   /// Engine side.
   void push(std::span<const std::pair<int, TokenId>> tokens, std::optional<FinishedRequest> finished = {}) {
-    std::function<void()> fn;
+    bool notify = false;
     {
       std::lock_guard lock(mu_);
       pending_.tokens.insert(pending_.tokens.end(), tokens.begin(), tokens.end());
       if (finished) pending_.finished = std::move(finished);
-      if (!notified_) {
-        notified_ = true;
-        fn = notify_;
-      }
+      notify = !std::exchange(notified_, true);
     }
-    if (fn) fn();
+    if (notify) {
+      std::lock_guard call(call_mu_);
+      if (notify_) notify_();
+    }
   }
   /// Session side: everything pushed since the last take.
   ChannelBatch take() {
@@ -53,9 +60,10 @@ class RequestChannel {
 
  private:
   uint64_t request_id_;
-  std::mutex mu_;
+  std::mutex mu_;  ///< guards pending_ and notified_
   ChannelBatch pending_;
   bool notified_ = false;
+  std::mutex call_mu_;  ///< guards notify_, held while it runs (not mu_: take() never waits for a post)
   std::function<void()> notify_;
 };
 

@@ -395,9 +395,11 @@ void Driver::fail_raw(Call& c, RecordStatus status, const std::string& why) {
   c.done = true;
   c.timeout.cancel();
   if (c.conn) {
+    // Close, but keep the connection until the call goes: a read still pending on it (a timeout
+    // or a stop fails the call mid-stream) completes with operation_aborted later and writes to
+    // the connection's buffer then (freeing it here was a heap-use-after-free under TSan/ASan).
     boost::system::error_code ignored;
     c.conn->socket.close(ignored);
-    c.conn.reset();
   }
   RequestRecord& r = c.rec;
   r.end_s = now();

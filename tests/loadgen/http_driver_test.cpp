@@ -132,6 +132,29 @@ TEST(HttpDriver, Timeout) {
   EXPECT_EQ(recs[0].output_tokens, 1);
 }
 
+// Stopping the run while a response streams fails the call with a read still pending on its
+// connection (as a timeout does): under the sanitizers this was a heap-use-after-free of the
+// connection's buffer (scripts/sanitize.sh tsan).
+TEST(HttpDriver, StopWhileStreamingRecordsAnAbort) {
+  std::atomic<bool> stop{false};
+  ScriptedServer srv([&](tcp::socket& s, const std::string&) {
+    write_all(s, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n" + chunk("a"));
+    stop = true;
+    wait_for_close(s);  // never finishes: the stop must end it
+  });
+  OpenLoopSource source(burst_plan(1));
+  HttpDriverOptions o;
+  o.target.urls = {srv.url()};
+  std::vector<RequestRecord> recs;
+  RecordSinks sinks;
+  sinks.on_record = [&](const RequestRecord& r) { recs.push_back(r); };
+  const HttpDriveStats st = drive_http(source, o, "t", sinks, {}, &stop);
+  EXPECT_TRUE(st.stats.stopped);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].status, RecordStatus::aborted);
+  EXPECT_EQ(recs[0].error, "aborted before it finished (run stopped)");
+}
+
 TEST(HttpDriver, TooManyRequestsIsRejected) {
   ScriptedServer srv([](tcp::socket& s, const std::string&) {
     const std::string body = R"({"error":{"message":"queue full","type":"rate_limit_error","param":null,"code":"queue_full"}})";
