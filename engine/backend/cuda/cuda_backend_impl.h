@@ -142,7 +142,9 @@ struct CudaBackend::Impl {
     cudaDeviceProp p{};
     CUDA_CHECK(cudaGetDeviceProperties(&p, options.device));
     n_sms = p.multiProcessorCount;
-    const std::vector<float> inv = k::rope_inv_freq(m.rope_theta, hd);
+    // The model's frequencies, Llama-3 rope_scaling applied (as the CPU backend uses them).
+    std::vector<float> inv;
+    for (double f : servelab::rope_inv_freq(m)) inv.push_back(static_cast<float>(f));
     inv_freq.grow(inv.size() * sizeof(float), "RoPE frequencies");
     CUDA_CHECK(cudaMemcpy(inv_freq.get(), inv.data(), inv.size() * sizeof(float), cudaMemcpyHostToDevice));
     row_bytes = int64_t(m.kv_dim()) * 2;
