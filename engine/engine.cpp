@@ -340,7 +340,7 @@ std::optional<FinishedRequest> Engine::reject_blocked(double now, const std::str
   const uint64_t id = head->request_id;
   RequestState& rs = *state_->requests.at(id);
   for (auto& s : rs.seqs) {
-    scheduler_->drop(s.get());
+    scheduler_->remove(s.get());
     kv_->release(*s);
     s->status = SeqStatus::finished;
   }

@@ -125,11 +125,6 @@ void BatchScheduler::on_finished(Sequence* seq) {
   ++n_finished_rows_;
 }
 
-void BatchScheduler::drop(Sequence* seq) {
-  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
-  members_.erase(std::remove(members_.begin(), members_.end(), seq), members_.end());
-}
-
 void BatchScheduler::clear() {
   waiting_.clear();
   members_.clear();

@@ -34,7 +34,6 @@ class BatchScheduler final : public Scheduler {
   void add_forked(Sequence* child, const Sequence& parent) override;
   ScheduledStep schedule(double now) override;
   void on_finished(Sequence* seq) override;
-  void drop(Sequence* seq) override;
   void clear() override;
   void remove(Sequence* seq) override;
   int n_waiting() const override { return static_cast<int>(waiting_.size()); }

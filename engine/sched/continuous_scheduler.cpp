@@ -254,12 +254,6 @@ void ContinuousScheduler::on_finished(Sequence* seq) {
   running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
 }
 
-void ContinuousScheduler::drop(Sequence* seq) {
-  running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
-  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
-  swapped_.erase(std::remove(swapped_.begin(), swapped_.end(), seq), swapped_.end());
-}
-
 void ContinuousScheduler::clear() {
   waiting_.clear();
   running_.clear();

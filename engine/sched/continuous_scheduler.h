@@ -28,7 +28,6 @@ class ContinuousScheduler final : public Scheduler {
   void add_forked(Sequence* child, const Sequence& parent) override;
   ScheduledStep schedule(double now) override;
   void on_finished(Sequence* seq) override;
-  void drop(Sequence* seq) override;
   void clear() override;
   void remove(Sequence* seq) override;
   /// Share of the arena kept free when admitting next to running sequences (vLLM: 1%).

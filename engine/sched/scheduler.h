@@ -64,11 +64,10 @@ class Scheduler {
   virtual ScheduledStep schedule(double now) = 0;
   /// seq finished and its KV was released: it leaves the policy's queues.
   virtual void on_finished(Sequence* seq) = 0;
-  /// Forgets one sequence wherever it is queued (its request was rejected); the caller releases its KV.
-  virtual void drop(Sequence* seq) = 0;
   /// Forgets every sequence (abort); the caller releases their KV.
   virtual void clear() = 0;
-  /// seq was aborted (a client went away) and its KV released: it leaves every queue now.
+  /// seq's request was aborted (a client went away) or rejected (it can never fit): it leaves
+  /// every queue now and is marked finished; the caller releases its KV.
   virtual void remove(Sequence* seq) = 0;
 
   virtual int n_waiting() const = 0;   ///< queued, preempted or swapped out
