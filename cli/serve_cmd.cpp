@@ -8,6 +8,7 @@
 
 #include "cli/command.h"
 #include "engine/backend/make_backend.h"
+#include "loadgen/backend_spec.h"
 #include "engine/model/tokenizer.h"
 #include "engine/server/echo_service.h"
 #include "engine/server/engine_service.h"
@@ -44,6 +45,8 @@ struct ServeArgs {
   int max_model_len = 0;
   bool chunked_prefill = false;
   std::string sim_device;
+  int device = 0;                       // cuda
+  double gpu_memory_utilization = 0.0;  // cuda: > 0 sizes the KV arena from free GPU memory
 };
 
 /// The engine config from flags (no scenario).
@@ -83,6 +86,7 @@ int serve_main(ServeArgs a) {
   BackendSpec spec;
   EngineConfig econfig;
   bool have_scenario = !a.scenario.empty();
+  int gpu_rows = 0, gpu_seqs = 0;  // a step's activations, with gpu_memory_utilization
   if (have_scenario) {
     Scenario sc;
     try {
@@ -99,17 +103,18 @@ int serve_main(ServeArgs a) {
       return 2;
     }
     econfig = engine_config(sc, *st);
-    spec.kind = sc.backend.kind;
-    spec.model = sc.model.path.empty() ? sc.model.preset : sc.model.path;
-    spec.seed = sc.seed;
-    spec.threads = sc.backend.threads;
-    if (!sc.backend.sim_device.empty()) spec.sim_device = SimDevice::preset(sc.backend.sim_device);
-    spec.sim_profile = sc.backend.sim_profile;
+    spec = backend_spec(sc);
+    if (sc.engine.gpu_memory_utilization > 0) {  // sized once the backend is built (below)
+      a.gpu_memory_utilization = sc.engine.gpu_memory_utilization;
+      gpu_rows = max_step_rows(sc, *st);
+      gpu_seqs = max_step_seqs(*st);
+    }
     if (!sc.model.path.empty()) a.model = sc.model.path;
   } else {
     spec.model = a.model.empty() ? a.preset : a.model;
     spec.seed = a.seed;
     spec.threads = a.threads;
+    spec.device = a.device;
     if (!a.sim_device.empty()) spec.sim_device = SimDevice::preset(a.sim_device);
   }
   const bool echo = a.backend == "echo";
@@ -146,11 +151,22 @@ int serve_main(ServeArgs a) {
     service = std::make_unique<EchoService>(model, metrics);
   } else {
     spec.validate();
-    if (!have_scenario) econfig = flags_engine_config(a, model);
+    if (!have_scenario) {
+      econfig = flags_engine_config(a, model);
+      gpu_rows = econfig.sched.kind == BatchingKind::continuous ? econfig.sched.max_num_batched_tokens
+                                                                 : econfig.sched.batch_size * econfig.kv.max_model_len;
+      gpu_seqs = econfig.sched.kind == BatchingKind::continuous ? econfig.sched.max_num_seqs : econfig.sched.batch_size;
+    }
+    std::unique_ptr<Backend> backend = make_backend(spec);
+    if (a.gpu_memory_utilization > 0) {
+      econfig.kv_cache_bytes = kv_bytes_for_gpu_utilization(*backend, a.gpu_memory_utilization, gpu_rows, gpu_seqs);
+      std::cout << "servelab serve: KV cache " << econfig.kv_cache_bytes / double(1 << 30) << " GiB (gpu_memory_utilization "
+                << a.gpu_memory_utilization << ")" << std::endl;
+    }
     EngineServiceOptions so;
     so.max_waiting = a.max_waiting;
     so.pace_predicted = spec.kind == BackendKind::sim;
-    service = std::make_unique<EngineService>(std::make_unique<Engine>(econfig, make_backend(spec)), metrics, so);
+    service = std::make_unique<EngineService>(std::make_unique<Engine>(econfig, std::move(backend)), metrics, so);
   }
   HttpServer srv(o, *service, *tokenizer, metrics);
   srv.handle_signals = true;
@@ -169,7 +185,11 @@ const Registrar reg(
       auto a = std::make_shared<ServeArgs>();
       auto* model = sub.add_option("--model", a->model, "Hugging Face model folder (config.json, safetensors, tokenizer.json)");
       sub.add_option("--preset", a->preset, "Model preset with random weights (default tiny)")->excludes(model);
-      sub.add_option("--backend", a->backend, "cpu | sim (paced in real time) | echo (no model: answers at once; for load-generator benchmarks)");
+      sub.add_option("--backend", a->backend, "cpu | cuda | sim (paced in real time) | echo (no model: answers at once; for load-generator benchmarks)");
+      sub.add_option("--device", a->device, "cuda: device ordinal (default 0)")->check(CLI::NonNegativeNumber);
+      sub.add_option("--gpu-memory-utilization", a->gpu_memory_utilization,
+                     "cuda: size the KV cache from this share of the GPU's memory (vLLM's rule) instead of --kv-cache-mb")
+          ->check(CLI::Range(0.0, 1.0));
       sub.add_option("--scenario", a->scenario, "Take model, backend and engine settings from a scenario")->check(CLI::ExistingFile);
       sub.add_option("--strategy", a->strategy, "With --scenario: the strategy label to serve (default the first)");
       sub.add_option("--host", a->host, "Address to bind (default 127.0.0.1: loopback only)");

@@ -8,6 +8,7 @@
 #include "engine/clock.h"
 #include "engine/engine.h"
 #include "engine/model/weights.h"
+#include "loadgen/backend_spec.h"
 #include "loadgen/plan.h"
 #include "loadgen/sources.h"
 #include "loadgen/sweep.h"
@@ -48,16 +49,7 @@ class MeasuringBackend final : public Backend {
 
 }  // namespace
 
-PointRunner::PointRunner(const Scenario& scenario) : scenario_(scenario) {
-  spec_.kind = scenario.backend.kind;
-  spec_.model = scenario.model.path.empty() ? scenario.model.preset : scenario.model.path;
-  spec_.seed = scenario.seed;
-  spec_.threads = scenario.backend.threads;
-  if (!scenario.backend.sim_device.empty()) spec_.sim_device = SimDevice::preset(scenario.backend.sim_device);
-  spec_.sim_device_set = !scenario.backend.sim_device.empty();
-  spec_.sim_profile = scenario.backend.sim_profile;
-  if (scenario.capacity) spec_.tensor_parallel = scenario.capacity->tensor_parallel;
-  spec_.validate();
+PointRunner::PointRunner(const Scenario& scenario) : scenario_(scenario), spec_(servelab::backend_spec(scenario)) {
   if (spec_.kind == BackendKind::cpu) {
     ModelWeights w;
     if (!scenario.model.path.empty()) {
@@ -109,6 +101,8 @@ std::optional<KvBudget> PointRunner::kv_budget(size_t strategy) const {
 
 int64_t PointRunner::kv_cache_bytes(size_t strategy) const {
   if (auto b = kv_budget(strategy)) return b->kv_cache_bytes;
+  if (scenario_.engine.gpu_memory_utilization > 0)  // cuda: what the GPU has left beside a backend
+    return kv_cache_bytes_for(scenario_, scenario_.strategies.at(strategy), *make_backend_instance());
   return scenario_.engine.kv_cache_bytes;
 }
 
@@ -121,9 +115,10 @@ PointRun PointRunner::run(size_t strategy, double rate, const PointRunOptions& o
   const Plan plan = Planner(sc).make(rate);
   const StrategySpec& strat = sc.strategies.at(strategy);
   EngineConfig config = engine_config(sc, strat);
-  config.kv_cache_bytes = kv_cache_bytes(strategy);
   PointRun out;
   std::unique_ptr<Backend> backend = make_backend_instance();
+  if (auto b = kv_budget(strategy)) config.kv_cache_bytes = b->kv_cache_bytes;
+  else config.kv_cache_bytes = kv_cache_bytes_for(sc, strat, *backend);
   if (options.predict_with && sc.backend.kind != BackendKind::sim)
     backend = std::make_unique<MeasuringBackend>(std::move(backend), *options.predict_with, out.step_timings);
   Engine engine(config, std::move(backend));

@@ -13,6 +13,7 @@
 #include "engine/clock.h"
 #include "engine/engine.h"
 #include "engine/model/weights.h"
+#include "loadgen/backend_spec.h"
 #include "loadgen/http/http_sweep.h"
 #include "loadgen/plan.h"
 #include "loadgen/sources.h"
@@ -76,44 +77,10 @@ class LineWriter {
   std::ofstream out_;
 };
 
-/// The most rows one step of this strategy runs (sizes the activations gpu_memory_utilization
-/// leaves room for): continuous: max_num_batched_tokens; static and dynamic: a full batch of
-/// max_model_len prompts.
-int max_step_rows(const Scenario& sc, const StrategySpec& st) {
-  const int len = std::max(1, sc.engine.max_model_len);
-  switch (st.sched.kind) {
-    case BatchingKind::continuous: return st.sched.max_num_batched_tokens;
-    case BatchingKind::static_batch: return st.sched.batch_size * len;
-    case BatchingKind::dynamic_batch: return st.sched.max_batch_size * len;
-  }
-  return len;
-}
-int max_step_seqs(const StrategySpec& st) {
-  switch (st.sched.kind) {
-    case BatchingKind::continuous: return st.sched.max_num_seqs;
-    case BatchingKind::static_batch: return st.sched.batch_size;
-    case BatchingKind::dynamic_batch: return st.sched.max_batch_size;
-  }
-  return 1;
-}
-
 /// Builds a fresh backend per run; the cpu backend shares one set of weights.
 class BackendFactory {
  public:
-  explicit BackendFactory(const Scenario& sc) : sc_(sc) {
-    spec_.kind = sc.backend.kind;
-    spec_.model = sc.model.path.empty() ? sc.model.preset : sc.model.path;
-    spec_.seed = sc.seed;
-    spec_.threads = sc.backend.threads;
-    if (!sc.backend.sim_device.empty()) spec_.sim_device = SimDevice::preset(sc.backend.sim_device);
-    spec_.sim_device_set = !sc.backend.sim_device.empty();
-    spec_.sim_profile = sc.backend.sim_profile;
-    spec_.device = sc.backend.device;
-    spec_.fusion = sc.backend.fusion;
-    spec_.batch_invariant = sc.backend.batch_invariant;
-    spec_.cuda_graphs = sc.backend.cuda_graphs;
-    spec_.dtype = sc.model.dtype;
-    spec_.validate();
+  explicit BackendFactory(const Scenario& sc) : sc_(sc), spec_(backend_spec(sc)) {
     if (spec_.kind == BackendKind::cpu) {
       ModelWeights w;
       if (!sc.model.path.empty()) {
@@ -262,10 +229,7 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
         }
         std::unique_ptr<Backend> backend = backends->make();
         EngineConfig engine_cfg = engine_config(scenario, scenario.strategies[i]);
-        if (scenario.engine.gpu_memory_utilization > 0)  // cuda: the arena from what the GPU has left
-          engine_cfg.kv_cache_bytes = kv_bytes_for_gpu_utilization(
-              *backend, scenario.engine.gpu_memory_utilization, max_step_rows(scenario, scenario.strategies[i]),
-              max_step_seqs(scenario.strategies[i]));
+        engine_cfg.kv_cache_bytes = kv_cache_bytes_for(scenario, scenario.strategies[i], *backend);
         Engine engine(engine_cfg, std::move(backend));
         std::unique_ptr<RequestSource> source = make_source(scenario, plan);
         std::unique_ptr<Clock> clock;

@@ -1,0 +1,50 @@
+#include "loadgen/backend_spec.h"
+
+#include <algorithm>
+
+namespace servelab {
+
+BackendSpec backend_spec(const Scenario& sc) {
+  BackendSpec spec;
+  spec.kind = sc.backend.kind;
+  spec.model = sc.model.path.empty() ? sc.model.preset : sc.model.path;
+  spec.seed = sc.seed;
+  spec.threads = sc.backend.threads;
+  if (!sc.backend.sim_device.empty()) spec.sim_device = SimDevice::preset(sc.backend.sim_device);
+  spec.sim_device_set = !sc.backend.sim_device.empty();
+  spec.sim_profile = sc.backend.sim_profile;
+  if (sc.capacity) spec.tensor_parallel = sc.capacity->tensor_parallel;
+  spec.device = sc.backend.device;
+  spec.fusion = sc.backend.fusion;
+  spec.batch_invariant = sc.backend.batch_invariant;
+  spec.cuda_graphs = sc.backend.cuda_graphs;
+  spec.dtype = sc.model.dtype;
+  spec.validate();
+  return spec;
+}
+
+int max_step_rows(const Scenario& sc, const StrategySpec& st) {
+  const int len = std::max(1, sc.engine.max_model_len);
+  switch (st.sched.kind) {
+    case BatchingKind::continuous: return st.sched.max_num_batched_tokens;
+    case BatchingKind::static_batch: return st.sched.batch_size * len;
+    case BatchingKind::dynamic_batch: return st.sched.max_batch_size * len;
+  }
+  return len;
+}
+
+int max_step_seqs(const StrategySpec& st) {
+  switch (st.sched.kind) {
+    case BatchingKind::continuous: return st.sched.max_num_seqs;
+    case BatchingKind::static_batch: return st.sched.batch_size;
+    case BatchingKind::dynamic_batch: return st.sched.max_batch_size;
+  }
+  return 1;
+}
+
+int64_t kv_cache_bytes_for(const Scenario& sc, const StrategySpec& st, const Backend& backend) {
+  if (sc.engine.gpu_memory_utilization <= 0) return sc.engine.kv_cache_bytes;
+  return kv_bytes_for_gpu_utilization(backend, sc.engine.gpu_memory_utilization, max_step_rows(sc, st), max_step_seqs(st));
+}
+
+}  // namespace servelab
