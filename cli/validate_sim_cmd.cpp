@@ -242,7 +242,7 @@ const Registrar reg(
     "validate-sim", "Measure the sim's error: the same plans on a real backend and on the sim calibrated from its profile",
     [](CLI::App& sub) -> CommandMain {
       auto a = std::make_shared<ValidateSimArgs>();
-      sub.add_option("scenario", a->scenario, "Scenario YAML file (backend cpu)")->required()->check(CLI::ExistingFile);
+      sub.add_option("scenario", a->scenario, "Scenario YAML file (a real backend: cpu or cuda)")->required()->check(CLI::ExistingFile);
       sub.add_option("--profile", a->profile, "servelab profile --json output of the same backend and model")
           ->required()
           ->check(CLI::ExistingFile);

@@ -5,7 +5,10 @@
 # `servelab run` of scenarios/gpu-llama2-7b.yaml. Logs, summary.json and records come back under
 # $OUT; a short table is printed last.
 # Environment: OUT (default results/runs/gpu-engine-check), BUILD (default build-gpu),
-#   STEPS (default "build tests hf bench run"; bench: llama2-7b step times in three modes),
+#   STEPS (default "build tests hf bench run"; bench: llama2-7b step times in three modes; also
+#   serve: `servelab serve --backend cuda --gpu-memory-utilization 0.85` driven over HTTP by
+#   `servelab bench` for 20 s; validate: `results/sim-validation/run.sh gpu` (cuda profile of
+#   llama2-7b, then validate-sim against it); http: scripts/bench-http-driver.sh on this machine's CPUs),
 #   DEBS (folder of Debian .debs unpacked into a prefix
 #   when the image lacks OpenBLAS or yaml-cpp: libopenblas0-pthread libopenblas-pthread-dev
 #   libopenblas-dev libopenblas0 libgfortran5 libyaml-cpp0.7 libyaml-cpp-dev, fetched with
@@ -110,12 +113,25 @@ if [ $BUILT = 1 ] && want run; then
   [ -f "$OUT/run/summary.json" ] && cp "$OUT/run/summary.json" "$OUT/summary.json"
 fi
 
+if [ $BUILT = 1 ] && want serve; then
+  step serve 180 env BIN="$BUILD/servelab" OUT="$OUT/serve" bash scripts/gpu-serve-check.sh
+fi
+if [ $BUILT = 1 ] && want validate; then
+  step validate "${VALIDATE_LIMIT:-400}" env BIN="$BUILD/servelab" OUT="$OUT/sim-validation" bash results/sim-validation/run.sh gpu
+fi
+if [ $BUILT = 1 ] && want http; then
+  step http 200 env BIN="$BUILD/servelab" OUT="$OUT/http-driver" bash scripts/bench-http-driver.sh
+fi
+
 echo
 echo "== gpu-engine-check ($(head -1 "$OUT/environment.txt" 2>/dev/null; sed -n 2p "$OUT/environment.txt")) =="
 printf '%s\n' "${TABLE[@]}"
 [ -f "$OUT/hf_summary.txt" ] && cat "$OUT/hf_summary.txt"
 [ -f "$OUT/bench_summary.txt" ] && cat "$OUT/bench_summary.txt"
 [ -f "$OUT/run.log" ] && tail -n 30 "$OUT/run.log"
+[ -f "$OUT/serve.log" ] && grep -E "KV cache|throughput|TTFT|failed" "$OUT/serve.log" | head -8
+[ -f "$OUT/validate.log" ] && tail -n 20 "$OUT/validate.log"
+[ -f "$OUT/http.log" ] && tail -n 14 "$OUT/http.log"
 # The device tool brings back a few files only: everything else travels in one archive.
 if [ "${PACK:-1}" = 1 ]; then
   tar czf /tmp/gpu-engine-check.tgz -C "$OUT" --exclude='*.tgz' . 2>/dev/null &&

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Re-measures the committed sim validation: profile the CPU engine, then run validate-sim right
 # after it, so the profile and the real runs see the same machine load (on a shared VM the load
-# moves step times by several x). Usage: bash results/sim-validation/run.sh [tiny|qwen|all]
+# moves step times by several x). Usage: bash results/sim-validation/run.sh [tiny|qwen|all|gpu]
+# gpu (on the GPU machine, BIN=build-gpu/servelab OUT=folder): profile the cuda backend on
+# llama2-7b, then validate-sim of gpu-llama2-7b.yaml against it; everything is written under OUT.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 what="${1:-all}"
-bin=build/servelab
+bin=${BIN:-build/servelab}
 if [ "$what" = tiny ] || [ "$what" = all ]; then
   "$bin" profile --preset tiny --threads 1 --json results/profiles/tiny-cpu-1thread.json \
     > results/profiles/tiny-cpu-1thread.txt 2>&1
@@ -17,4 +19,13 @@ if [ "$what" = qwen ] || [ "$what" = all ]; then
     > results/profiles/qwen2.5-0.5b-cpu.txt 2>&1
   "$bin" validate-sim results/sim-validation/qwen-cpu.yaml --profile results/profiles/qwen2.5-0.5b-cpu.json \
     --out results/sim-validation/qwen-cpu --n-requests 8
+fi
+if [ "$what" = gpu ]; then
+  out=${OUT:-results/sim-validation/gpu-llama2-7b}
+  mkdir -p "$out"
+  "$bin" profile --backend cuda --preset llama2-7b --seed 1 --prefill-lens 16,64,256,1024,2048 \
+    --batch 1,8,32,64,128 --contexts 128,512,1024,2048 --chunk-lens 256,1024 --prompt-len 256 --max-rows 4096 \
+    --repeats 3 --min-point-s 0.5 --json "$out/profile.json" > "$out/profile.txt" 2>&1
+  "$bin" validate-sim results/sim-validation/gpu-llama2-7b.yaml --profile "$out/profile.json" --out "$out/validation" \
+    --n-requests "${N_REQUESTS:-120}"
 fi
