@@ -8,7 +8,8 @@
 #   STEPS (default "build tests hf bench run"; bench: llama2-7b step times in three modes; also
 #   serve: `servelab serve --backend cuda --gpu-memory-utilization 0.85` driven over HTTP by
 #   `servelab bench` for 20 s; validate: `results/sim-validation/run.sh gpu` (cuda profile of
-#   llama2-7b, then validate-sim against it); http: scripts/bench-http-driver.sh on this machine's CPUs),
+#   llama2-7b, then validate-sim against it); http: scripts/bench-http-driver.sh on this machine's CPUs;
+#   memcheck: compute-sanitizer over the backend's GPU tests),
 #   DEBS (folder of Debian .debs unpacked into a prefix
 #   when the image lacks OpenBLAS or yaml-cpp: libopenblas0-pthread libopenblas-pthread-dev
 #   libopenblas-dev libopenblas0 libgfortran5 libyaml-cpp0.7 libyaml-cpp-dev, fetched with
@@ -86,6 +87,11 @@ if [ $BUILT = 1 ] && want tests; then
   n_pass=$(grep -oE '^\[  PASSED  \] [0-9]+ test' "$OUT/gpu_tests.log" | grep -oE '[0-9]+' | head -1)
   TABLE+=("$(printf '%-16s %s passed, %s skipped' gpu_test_count "${n_pass:-0}" "${n_skip:-0}")")
 fi
+if [ $BUILT = 1 ] && want memcheck; then  # compute-sanitizer over the backend's GPU tests
+  step memcheck 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/test_cuda_backend_gpu" \
+    --gtest_filter='-*Bench*:*Hf*'
+  grep -E "ERROR SUMMARY" "$OUT/memcheck.log" | tail -1 | sed 's/^/  memcheck: /' >"$OUT/memcheck_summary.txt"
+fi
 if [ $BUILT = 1 ] && want hf; then
   W="$BUILD/hf"
   mkdir -p "$W"
@@ -127,6 +133,7 @@ echo
 echo "== gpu-engine-check ($(head -1 "$OUT/environment.txt" 2>/dev/null; sed -n 2p "$OUT/environment.txt")) =="
 printf '%s\n' "${TABLE[@]}"
 [ -f "$OUT/hf_summary.txt" ] && cat "$OUT/hf_summary.txt"
+[ -f "$OUT/memcheck_summary.txt" ] && cat "$OUT/memcheck_summary.txt"
 [ -f "$OUT/bench_summary.txt" ] && cat "$OUT/bench_summary.txt"
 [ -f "$OUT/run.log" ] && tail -n 30 "$OUT/run.log"
 [ -f "$OUT/serve.log" ] && grep -E "KV cache|throughput|TTFT|failed" "$OUT/serve.log" | head -8
