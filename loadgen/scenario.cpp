@@ -186,7 +186,12 @@ std::string describe(const Scenario& s) {
   }
   if (!w.prefix_groups.empty()) o << ", " << w.prefix_groups.size() << " prefix groups";
   if (w.repeat > 1) o << ", each point " << w.repeat << " times";
-  o << ", model " << (s.model.path.empty() ? s.model.preset : s.model.path) << " on " << to_string(s.backend.kind);
+  if (s.target) {  // the engine settings are unused: the server at the URL answers
+    o << ", target " << s.target->urls.front();
+    if (s.target->urls.size() > 1) o << " (+" << s.target->urls.size() - 1 << " replicas)";
+  } else {
+    o << ", model " << (s.model.path.empty() ? s.model.preset : s.model.path) << " on " << to_string(s.backend.kind);
+  }
   if (!s.gates.empty()) o << ", " << s.gates.size() << " gate" << (s.gates.size() == 1 ? "" : "s");
   return o.str();
 }

@@ -26,6 +26,10 @@ TEST(HttpTarget, ParsesAndNeedsNoStrategies) {
   ASSERT_EQ(s.strategies.size(), 1u);
   EXPECT_EQ(s.strategies[0].label, "http");
   EXPECT_EQ(load_scenario_text(kWorkload + "target: http://h:1\n", "t.yaml").target->urls[0], "http://h:1");
+  // The description names the server driven, not the unused engine defaults.
+  const std::string d = describe(load_scenario_text(kWorkload + "target: http://h:1\n", "t.yaml"));
+  EXPECT_NE(d.find("target http://h:1"), std::string::npos) << d;
+  EXPECT_EQ(d.find(" on cpu"), std::string::npos) << d;
 }
 
 TEST(HttpTarget, ErrorsNameTheKeyAndPlace) {
