@@ -11,6 +11,7 @@
 
 #include "analysis/environment.h"
 #include "cli/command.h"
+#include "cli/report_input.h"
 #include "engine/backend/cpu_backend.h"
 #include "engine/backend/cpu_gemm.h"
 #include "engine/backend/make_backend.h"
@@ -108,7 +109,7 @@ int profile_main(const ProfileArgs& a) {
   ProfileReport report = profile_backend(*backend, options, [](const std::string& line) { std::cerr << line << "\n"; });
   report.device = device;
   report.hardware = hardware;
-  report.commit = analysis::git_commit(".");
+  report.commit = current_commit();  // SERVELAB_COMMIT when set (a copy outside its checkout)
   report.date = analysis::utc_now_iso8601();
   std::cout << profile_table(report);
   if (!a.json_path.empty()) {

@@ -192,9 +192,9 @@ ProfileRunner::ProfileRunner(Backend& backend, int64_t n_slots, int max_len, uin
   state_->kv = make_kv_manager(kv_config, n_slots);
   if (!fill_kv) return;
   // Random K/V in [-1, 1] at the arena's element size (2: bf16, 4: fp32): fill_chunk_bytes of slots
-  // drawn here and written through load_slots, then copied slot block by slot block across the
-  // arena with copy_slots (each copy doubles the filled part), so a 60 GB GPU arena fills in a
-  // few device copies instead of 60 GB over the host link.
+  // drawn here and written through load_slots, then repeated across the arena by one copy_slots
+  // call (many runs of that chunk: the cuda backend copies them in one launch of many blocks), so
+  // a 60 GB GPU arena fills by device copies instead of 60 GB over the host link.
   const int64_t slot_bytes = backend.kv_bytes_per_slot();
   const ModelConfig& m = backend.config();
   const int64_t elem = slot_bytes / std::max<int64_t>(1, 2ll * m.n_layers * m.kv_dim());
@@ -216,12 +216,9 @@ ProfileRunner::ProfileRunner(Backend& backend, int64_t n_slots, int max_len, uin
   std::vector<int64_t> slots(static_cast<size_t>(first));
   std::iota(slots.begin(), slots.end(), int64_t(0));
   backend.load_slots(slots, host);
-  for (int64_t filled = first; filled < n_slots;) {
-    const int64_t n = std::min(filled, n_slots - filled);
-    const KvCopy copy{0, filled, n};
-    backend.copy_slots(std::span<const KvCopy>(&copy, 1));
-    filled += n;
-  }
+  std::vector<KvCopy> copies;
+  for (int64_t at = first; at < n_slots; at += first) copies.push_back({0, at, std::min(first, n_slots - at)});
+  if (!copies.empty()) backend.copy_slots(copies);
 }
 
 ProfileRunner::~ProfileRunner() = default;
