@@ -283,7 +283,7 @@ int run(const Args& args) {
       const ProfilePoint p = decode_point(b, kAblationContext);
       const std::string shape = fmt("b%.0f ctx%.0f ", b, kAblationContext) + mode.label;
       if (!fits(p)) {
-        record("ablation_decode", shape + ": skipped, KV over the budget", std::nullopt, "ms", "default");
+        record("ablation_decode", shape + " (skipped: KV over the budget)", std::nullopt, "ms", "default");
         if (is_default) default_decode_s.push_back(0);
         continue;
       }
