@@ -11,7 +11,9 @@
 # Environment: OUT, BUILD (build dir, default build-gpu; configure and build are skipped when it
 #   already holds servelab and kernels/engine_bench), COMMIT (default GPU_COMMIT's content or git
 #   HEAD), QUICK=1 (fewer bench shapes, a smaller profile grid), PROFILE_ARGS (replace the grid),
-#   KV_GB (KV budget for both, default what 90% of the GPU leaves).
+#   KV_GB (KV budget for both, default what 90% of the GPU leaves), NCU=1 (also a per-kernel
+#   ncu breakdown of one eager decode step at each of NCU_POINTS, default "1,512 32,512":
+#   duration and DRAM bytes per kernel, clocks left as found; summary in summary.txt).
 # Exit status: 0 when every step passed, 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -69,21 +71,65 @@ if [ $BUILT = 1 ]; then
   BENCH_ARGS=(--json "$OUT/engine_bench.json" --commit "$COMMIT" "${KV_ARGS[@]}")
   [ "${QUICK:-0}" = 1 ] && BENCH_ARGS+=(--quick)
   step engine_bench 300 "$BUILD/kernels/engine_bench" "${BENCH_ARGS[@]}"
-  # The grid for the simulator: prefills to 4k, decode batches 1-256 x contexts 128-3584, chunks of
-  # 256 and 512 after those contexts, batched prefills of 512-token prompts up to 4096 rows, mixed
-  # steps. Points whose KV does not fit are skipped and listed in the JSON.
+  # The grid for the simulator: prefills of 32-4096 tokens, decode batches 1-256 x contexts 128-3072,
+  # chunks of 128-1024 after those contexts, batched prefills of 512-token prompts up to 8192 rows,
+  # mixed steps. Points whose KV does not fit are skipped and listed in the JSON.
   if [ -n "${PROFILE_ARGS:-}" ]; then
     read -r -a GRID <<<"$PROFILE_ARGS"
   elif [ "${QUICK:-0}" = 1 ]; then
     GRID=(--prefill-lens 512,4096 --batch 1,32 --contexts 128,2048 --chunk-lens 512 --prompt-len 512
           --max-rows 4096 --repeats 3)
   else
-    GRID=(--prefill-lens 128,512,1024,2048,4096 --batch 1,8,32,64,128,256 --contexts 128,512,1024,2048,3584
-          --chunk-lens 256,512 --prompt-len 512 --max-rows 4096 --repeats 5 --min-point-s 0.3)
+    GRID=(--prefill-lens 32,64,128,256,512,1024,2048,3072,4096 --batch 1,2,4,8,16,32,48,64,96,128,192,256
+          --contexts 128,256,512,1024,2048,3072 --chunk-lens 128,256,512,1024 --prompt-len 512 --max-rows 8192
+          --repeats 7 --min-point-s 0.3)
   fi
   step profile 300 "$BUILD/servelab" profile --backend cuda --preset llama2-7b "${GRID[@]}" "${KV_ARGS[@]}" \
     --json "$OUT/$PROFILE.json" &&
     sed -n '/^model /,$p' "$LOGS/profile.log" >"$OUT/$PROFILE.txt"
+fi
+
+# ncu: one eager decode step per point, every kernel's duration and DRAM traffic (clocks as found).
+NCU_BIN=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+if [ $BUILT = 1 ] && [ "${NCU:-0}" = 1 ]; then
+  for pt in ${NCU_POINTS:-1,512 32,512}; do
+    name="ncu_b${pt%,*}_ctx${pt#*,}"
+    step "$name" 240 "$NCU_BIN" --profile-from-start off --clock-control none --csv --page raw \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+      "$BUILD/kernels/engine_bench" --ncu-decode "$pt" &&
+      python3 - "$LOGS/$name.log" >"$LOGS/$name.txt" 2>&1 <<'PY'
+import csv, re, sys
+lines = open(sys.argv[1]).read().splitlines()
+step = next((l for l in lines if "per step" in l), "")
+rows = list(csv.reader([l for l in lines if l.startswith('"')]))
+head, units, data = rows[0], rows[1], rows[2:]
+col = {h: i for i, h in enumerate(head)}
+scale = {"nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0, "byte": 1.0, "Kbyte": 1e3,
+         "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9, "B": 1.0}
+def val(r, key):
+    i = col[key]
+    return float(r[i].replace(",", "")) * scale.get(units[i], 1.0)
+def short(n):
+    n = re.sub(r"\(anonymous namespace\)::", "", n)
+    n = re.sub(r"\(.*", "", n)
+    n = re.sub(r"<.*", "", n)
+    return n.split("::")[-1].replace("void ", "")[:44]
+agg = {}
+for r in data:
+    k = short(r[col["Kernel Name"]])
+    a = agg.setdefault(k, [0, 0.0, 0.0])
+    a[0] += 1
+    a[1] += val(r, "gpu__time_duration.sum")
+    a[2] += val(r, "dram__bytes_read.sum") + val(r, "dram__bytes_write.sum")
+total = sum(a[1] for a in agg.values())
+total_b = sum(a[2] for a in agg.values())
+print(step.strip())
+print(f"{len(data)} kernels, sum of durations {total*1e3:.3f} ms, DRAM {total_b/1e9:.2f} GB, {total_b/total/1e9:.0f} GB/s over the sum")
+print(f"{'kernel':<44} {'calls':>5} {'total_ms':>9} {'share':>6} {'GB/s':>7}")
+for k, (n, t, b) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
+    print(f"{k:<44} {n:>5} {t*1e3:>9.3f} {t/total:>6.1%} {b/t/1e9:>7.0f}")
+PY
+  done
 fi
 
 # benchmarks.json: the committed list with this run's figures replacing entries of the same name.
@@ -112,6 +158,7 @@ for e in json.load(open(sys.argv[1])):
           ("" if r is None else f" {r:6.3f} of {e['peer_or_ceiling']}"))
 PY
   fi
+  for f in "$LOGS"/ncu_*.txt; do [ -f "$f" ] && { echo "-- $(basename "$f" .txt)"; head -n 14 "$f"; }; done
   [ -f "$OUT/$PROFILE.json" ] && python3 - "$OUT/$PROFILE.json" <<'PY'
 import json, sys
 p = json.load(open(sys.argv[1]))

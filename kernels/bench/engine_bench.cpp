@@ -2,6 +2,7 @@
 // bf16 weights drawn on the GPU), beside ceilings measured in the same run: a large
 // device-to-device copy and a large cuBLASLt bf16 GEMM on random data (issue 8, items 1, 3b, 5).
 //   engine_bench [--json FILE] [--commit SHA] [--preset NAME] [--kv-gb G] [--quick]
+//   engine_bench --ncu-decode BATCH,CONTEXT   (one eager decode step for ncu --profile-from-start off)
 // - decode, batch 1, 8, 32, 128, 256 x context 128 and 4096: tokens/s and model-bandwidth
 //   utilization (MBU) = (weight bytes + KV bytes read per step) / step time / copy bandwidth.
 // - prefill of 4096 tokens, one sequence: TFLOP/s against the GEMM.
@@ -14,6 +15,7 @@
 // does not fit the budget (--kv-gb, default what 90% of the GPU leaves) are skipped and named.
 // JSON: a list of {name, value, unit, peer_or_ceiling, ratio, shape, device, date, commit}, as
 // kernel_bench writes. Exit status: 0 ok, 1 a CUDA or backend error, 2 bad usage.
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -164,7 +166,26 @@ struct Args {
   std::string preset = "llama2-7b";
   double kv_gb = 0.0;
   bool quick = false;
+  int ncu_batch = 0, ncu_context = 0;  // --ncu-decode B,CTX
 };
+
+/// --ncu-decode: one eager decode step of `batch` sequences at `context` between
+/// cudaProfilerStart and cudaProfilerStop, after warm-up, for `ncu --profile-from-start off`
+/// (a per-kernel breakdown of the step). Prints the step's time outside the profiler.
+int profile_one_decode_step(const Args& args) {
+  ModelConfig model = preset(args.preset);
+  model.dtype = DType::bf16;
+  std::unique_ptr<CudaBackend> backend = CudaBackend::random(model, 1, CudaBackendOptions{.cuda_graphs = false});
+  const ProfilePoint p = decode_point(args.ncu_batch, args.ncu_context);
+  ProfileRunner runner(*backend, p.n_slots(), args.ncu_context, 7, true);
+  const double s = runner.run(p, 3, 9, 1e9).step_s;
+  std::printf("decode b%d ctx%d eager: %.3f ms per step (median of 9, outside the profiler)\n", args.ncu_batch,
+              args.ncu_context, s * 1e3);
+  CUDA_CHECK(cudaProfilerStart());
+  runner.run(p, 0, 1, 0.0);
+  CUDA_CHECK(cudaProfilerStop());
+  return 0;
+}
 
 int run(const Args& args) {
   cudaDeviceProp prop{};
@@ -326,8 +347,13 @@ int main(int argc, char** argv) {
     else if (a == "--preset" && i + 1 < argc) args.preset = argv[++i];
     else if (a == "--kv-gb" && i + 1 < argc) args.kv_gb = std::atof(argv[++i]);
     else if (a == "--quick") args.quick = true;
+    else if (a == "--ncu-decode" && i + 1 < argc && std::sscanf(argv[i + 1], "%d,%d", &args.ncu_batch, &args.ncu_context) == 2 &&
+             args.ncu_batch > 0 && args.ncu_context > 0)
+      ++i;
     else {
-      std::fprintf(stderr, "usage: engine_bench [--json FILE] [--commit SHA] [--preset NAME] [--kv-gb G] [--quick]\n");
+      std::fprintf(stderr,
+                   "usage: engine_bench [--json FILE] [--commit SHA] [--preset NAME] [--kv-gb G] [--quick]\n"
+                   "       engine_bench --ncu-decode BATCH,CONTEXT [--preset NAME]\n");
       return 2;
     }
   }
@@ -336,7 +362,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "engine_bench: no CUDA device\n");
       return 1;
     }
-    return run(args);
+    return args.ncu_batch > 0 ? profile_one_decode_step(args) : run(args);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "engine_bench: %s\n", e.what());
     return 1;
