@@ -288,5 +288,25 @@ TEST(Profiler, RunnerFillsPastTheFirstChunkByCopies) {
   EXPECT_LT(n_zero, b.size() / 400);
 }
 
+TEST(Profiler, CommittedCudaProfileCalibratesTheSimOnItsDevice) {
+  const std::string path = std::string(SERVELAB_SOURCE_DIR) + "/results/profiles/llama2-7b-cuda-h100.json";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not committed";
+  const ModelConfig model = preset("llama2-7b");
+  const SimCostModel cost = SimCostModel::from_profile_json(path, model);
+  EXPECT_EQ(cost.kind, SimCostModel::Kind::profile);
+  EXPECT_EQ(cost.device.name, "h100");
+  EXPECT_EQ(cost.device.kv_dtype_bytes, 2);
+  // A decode step inside the grid (batch 8, context 1024) is priced between 1 and 100 ms.
+  StepShape s;
+  s.n_tokens = s.n_sampled = s.n_seqs = 8;
+  s.sum_context = 8 * 1025;
+  s.max_context = 1025;
+  s.decode_context = s.attention_pairs = 8 * 1025;
+  const double t = cost.step_seconds(model, s);
+  EXPECT_GT(t, 1e-3);
+  EXPECT_LT(t, 0.1);
+  EXPECT_THROW(SimCostModel::from_profile_json(path, model, SimDevice::preset("h200")), std::runtime_error);
+}
+
 }  // namespace
 }  // namespace servelab
