@@ -104,13 +104,14 @@ step = next((l for l in lines if "per step" in l), "")
 rows = list(csv.reader([l for l in lines if l.startswith('"')]))
 head, units, data = rows[0], rows[1], rows[2:]
 col = {h: i for i, h in enumerate(head)}
-scale = {"nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0, "byte": 1.0, "Kbyte": 1e3,
+scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3,
+         "second": 1.0, "byte": 1.0, "Kbyte": 1e3,
          "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9, "B": 1.0}
 def val(r, key):
     i = col[key]
     return float(r[i].replace(",", "")) * scale.get(units[i], 1.0)
 def short(n):
-    n = re.sub(r"\(anonymous namespace\)::", "", n)
+    n = re.sub(r"\(anonymous namespace\)::|<unnamed>::", "", n)
     n = re.sub(r"\(.*", "", n)
     n = re.sub(r"<.*", "", n)
     return n.split("::")[-1].replace("void ", "")[:44]
