@@ -1,5 +1,6 @@
 // servelab profile: times prefill and decode steps of a backend on random (or loaded) weights,
 // prints tokens/s per batch size, and writes the step samples the sim backend calibrates from.
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -10,6 +11,7 @@
 
 #include "analysis/environment.h"
 #include "cli/command.h"
+#include "cli/report_input.h"
 #include "engine/backend/cpu_backend.h"
 #include "engine/backend/cpu_gemm.h"
 #include "engine/backend/make_backend.h"
@@ -26,8 +28,24 @@ struct ProfileArgs {
   int threads = 0;
   std::string json_path;
   std::string sim_device = "h100";
-  std::string hardware;  // "" = cpu-2core for cpu, the sim device for sim
+  std::string hardware;  // "" = cpu-2core for cpu, the sim device for sim, from the GPU's name for cuda
+  int device = 0;        // cuda: device ordinal
+  double kv_gb = 0.0;    // KV arena cap in GB; 0 = the grid's largest point (cuda: capped by free memory)
+  int warmup = -1;       // untimed runs per point; -1 = 2 on cuda (GEMM choice, graph capture), else 0
 };
+
+/// KV budget of a cuda profile when --kv-gb is not given: what 90% of the GPU leaves after the
+/// weights, this process's buffers and the activations of the grid's largest step.
+int64_t default_cuda_kv_bytes(const Backend& backend, const ProfileOptions& options) {
+  int max_rows = 1, max_seqs = 1;
+  for (const ProfilePoint& p : profile_grid(options)) {
+    int rows = 0;
+    for (const ProfilePoint::Seq& s : p.seqs) rows += s.n_new;
+    max_rows = std::max(max_rows, rows);
+    max_seqs = std::max(max_seqs, static_cast<int>(p.seqs.size()));
+  }
+  return kv_bytes_for_gpu_utilization(backend, 0.9, max_rows, max_seqs);
+}
 
 /// "Intel(R) Xeon(R) ... , 2 threads" from /proc/cpuinfo where it exists.
 std::string cpu_description(int n_threads) {
@@ -49,26 +67,49 @@ int profile_main(const ProfileArgs& a) {
   spec.model = a.model_dir.empty() ? a.preset : a.model_dir;
   spec.seed = a.grid.seed;
   spec.threads = a.threads;
+  spec.device = a.device;
+  const bool cuda = spec.kind == BackendKind::cuda;
+  if (a.device != 0 && !cuda)
+    throw std::invalid_argument("--device applies to --backend cuda (got --backend " + a.backend + ")");
+  if (!(a.kv_gb >= 0.0)) throw std::invalid_argument("--kv-gb must be >= 0 (got " + std::to_string(a.kv_gb) + ")");
   if (spec.kind == BackendKind::sim) spec.sim_device = SimDevice::preset(a.sim_device);
-  const std::string hardware = !a.hardware.empty() ? a.hardware : spec.kind == BackendKind::sim ? a.sim_device : "cpu-2core";
-  SimDevice::preset(hardware);  // a known preset: the roofline beyond the grid is priced on it
+  std::string hardware = !a.hardware.empty() ? a.hardware : spec.kind == BackendKind::sim ? a.sim_device : cuda ? "" : "cpu-2core";
+  if (!hardware.empty()) SimDevice::preset(hardware);  // a known preset: the roofline beyond the grid is priced on it
 
-  const ProfileOptions& options = a.grid;
+  ProfileOptions options = a.grid;
+  options.warmup = a.warmup >= 0 ? a.warmup : cuda ? 2 : 0;
+  options.max_kv_bytes = static_cast<int64_t>(a.kv_gb * 1e9);
+  options.fill_kv = spec.kind != BackendKind::sim;  // the sim would charge the fill as swap traffic
   options.validate();
   options.check_fits(resolve_model_config(spec.model));  // before drawing or loading weights
 
   std::cerr << "building the " << a.backend << " backend for " << spec.model << "...\n";
-  std::unique_ptr<Backend> backend = make_backend(spec);
+  std::unique_ptr<Backend> backend = make_backend(spec);  // without CUDA: the exit-2 message
   std::string device;
-  if (const auto* cpu = dynamic_cast<const CpuBackend*>(backend.get()))
+  if (const auto* cpu = dynamic_cast<const CpuBackend*>(backend.get())) {
     device = cpu_description(cpu->n_threads()) + ", OpenBLAS " + blas_core();
-  else
+  } else if (cuda) {
+    device = cuda_device_name(a.device);
+    if (hardware.empty()) hardware = sim_hardware_for_device(device);
+    if (hardware.empty()) {
+      std::string names;
+      for (const std::string& n : SimDevice::preset_names()) names += (names.empty() ? "" : ", ") + n;
+      throw std::invalid_argument("no sim device preset matches the GPU '" + device + "': pass --hardware (one of " +
+                                  names + ")");
+    }
+    if (options.max_kv_bytes == 0) {
+      options.max_kv_bytes = default_cuda_kv_bytes(*backend, options);
+      std::cerr << "KV budget " << options.max_kv_bytes / 1e9 << " GB (90% of the GPU after weights and "
+                << "activations; --kv-gb sets it)\n";
+    }
+  } else {
     device = "simulated " + a.sim_device + " (predicted step times)";
+  }
 
   ProfileReport report = profile_backend(*backend, options, [](const std::string& line) { std::cerr << line << "\n"; });
   report.device = device;
   report.hardware = hardware;
-  report.commit = analysis::git_commit(".");
+  report.commit = current_commit();  // SERVELAB_COMMIT when set (a copy outside its checkout)
   report.date = analysis::utc_now_iso8601();
   std::cout << profile_table(report);
   if (!a.json_path.empty()) {
@@ -79,6 +120,12 @@ int profile_main(const ProfileArgs& a) {
     std::cout << "wrote " << a.json_path << " (" << report.samples.size() << " grid points, " << report.wall_s
               << " s)\n";
   }
+  if (!report.skipped.empty()) {
+    std::cout << report.skipped.size() << " grid point(s) skipped, their KV over the budget of "
+              << options.max_kv_bytes / 1e9 << " GB:\n";
+    for (const ProfilePoint& p : report.skipped)
+      std::cout << "  " << p.describe() << " (needs " << p.n_slots() * report.kv_bytes_per_slot / 1e9 << " GB)\n";
+  }
   return 0;
 }
 
@@ -86,9 +133,16 @@ const Registrar reg(
     "profile", "Measure a backend's prefill and decode throughput (calibrates the sim backend)",
     [](CLI::App& sub) -> CommandMain {
       auto a = std::make_shared<ProfileArgs>();
-      sub.add_option("--backend", a->backend, "backend to time: cpu (or sim, which reports its predictions)")
+      sub.add_option("--backend", a->backend,
+                     "backend to time: cpu, cuda (servelab built with CUDA), or sim (reports its predictions)")
           ->capture_default_str()
-          ->check(CLI::IsMember({"cpu", "sim"}));
+          ->check(CLI::IsMember({"cpu", "cuda", "sim"}));
+      sub.add_option("--device", a->device, "cuda: device ordinal")->capture_default_str()->check(CLI::NonNegativeNumber);
+      sub.add_option("--kv-gb", a->kv_gb,
+                     "KV arena cap in GB; points needing more are skipped and listed (default: the grid's largest "
+                     "point; on cuda at most what 90% of the GPU leaves)");
+      sub.add_option("--warmup", a->warmup, "untimed runs per point before the repeats (default 2 on cuda, else 0)")
+          ->check(CLI::Range(0, 100));
       auto* preset = sub.add_option("--preset", a->preset, "model preset with random weights")->capture_default_str();
       auto* model = sub.add_option("--model", a->model_dir, "Hugging Face folder (config.json + *.safetensors)")
                         ->check(CLI::ExistingDirectory);
@@ -110,7 +164,8 @@ const Registrar reg(
       sub.add_option("--seed", a->grid.seed, "seed of the random weights and prompts")->capture_default_str();
       sub.add_option("--sim-device", a->sim_device, "sim backend: roofline device")->capture_default_str();
       sub.add_option("--hardware", a->hardware,
-                     "device preset the profile is for (prices steps beyond the grid; default cpu-2core on cpu)");
+                     "device preset the profile is for (prices steps beyond the grid; default cpu-2core on cpu, "
+                     "from the GPU's name on cuda: h100, h200, ...)");
       sub.add_option("--json", a->json_path, "write figures and per-step samples to this JSON file");
       sub.footer(
           "Times real steps over a grid: one-sequence prefills (--prefill-lens), batched prefills\n"
@@ -123,7 +178,9 @@ const Registrar reg(
           "Examples:\n"
           "  servelab profile --preset tiny\n"
           "  servelab profile --preset qwen2.5-0.5b --json results/profiles/qwen2.5-0.5b-cpu.json\n"
-          "  servelab profile --model ./my-llama --threads 2 --batch 1,4,16 --contexts 64,512");
+          "  servelab profile --model ./my-llama --threads 2 --batch 1,4,16 --contexts 64,512\n"
+          "  servelab profile --backend cuda --preset llama2-7b --prefill-lens 512,4096 --batch 1,32,256 \\\n"
+          "      --contexts 128,2048 --kv-gb 40 --json results/profiles/llama2-7b-h100.json");
       return [a] { return profile_main(*a); };
     });
 

@@ -1,21 +1,26 @@
 #include "engine/backend/profiler.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <climits>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <memory>
+#include <numeric>
 #include <random>
+#include <span>
 #include <sstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/kv/kv_manager.h"
+#include "engine/splitmix64.h"
 
 namespace servelab {
 namespace {
-
-constexpr int kBlockSize = 16;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -23,52 +28,24 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/// One grid point: per sequence, the context already cached and the positions computed.
-struct Point {
-  ProfilePhase phase = ProfilePhase::prefill;
-  struct Seq {
-    int context = 0;
-    int n_new = 0;
-  };
-  std::vector<Seq> seqs;
-  int64_t n_slots() const {
-    int64_t n = 0;
-    for (const Seq& s : seqs) n += (s.context + s.n_new + kBlockSize - 1) / kBlockSize * kBlockSize;
-    return n;
-  }
-};
-
-std::vector<Point> grid(const ProfileOptions& o) {
-  std::vector<Point> points;
-  auto add = [&](ProfilePhase phase, std::vector<Point::Seq> seqs) { points.push_back({phase, std::move(seqs)}); };
-  for (int t : o.prefill_lens) add(ProfilePhase::prefill, {{0, t}});
-  for (int b : o.batch_sizes)
-    if (b > 1 && int64_t(b) * o.prompt_len <= o.max_rows) add(ProfilePhase::prefill, std::vector<Point::Seq>(b, {0, o.prompt_len}));
-  for (int b : o.batch_sizes)
-    for (int c : o.contexts) add(ProfilePhase::decode, std::vector<Point::Seq>(b, {c, 1}));
-  for (int t : o.chunk_lens)
-    for (int c : o.contexts) add(ProfilePhase::chunk, {{c, t}});
-  // Mixed: decodes at the middle context plus one chunk, at the middle and the largest batch.
-  std::vector<int> batches = o.batch_sizes;
-  std::sort(batches.begin(), batches.end());
-  batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
-  std::vector<int> mixed_batches = {batches[batches.size() / 2]};
-  if (batches.back() != mixed_batches[0]) mixed_batches.push_back(batches.back());
-  const int c_mid = o.contexts[o.contexts.size() / 2];
-  for (int b : mixed_batches)
-    for (int t : o.chunk_lens) {
-      std::vector<Point::Seq> seqs(b, {c_mid, 1});
-      seqs.push_back({c_mid, t});
-      add(ProfilePhase::mixed, std::move(seqs));
-    }
-  return points;
-}
-
 void check_positive(const std::vector<int>& v, const std::string& name, int max) {
   if (v.empty()) throw std::invalid_argument(name + ": give at least one value");
   for (int x : v)
     if (x < 1 || x > max)
       throw std::invalid_argument(name + " (" + std::to_string(x) + ") must be in [1, " + std::to_string(max) + "]");
+}
+
+std::string gb(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g GB", bytes / 1e9);
+  return buf;
+}
+
+/// bf16 bits of x (round to nearest even), for the K/V fill of 2-byte arenas.
+uint16_t bf16_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
 }  // namespace
@@ -83,6 +60,30 @@ const char* to_string(ProfilePhase p) {
   return "?";
 }
 
+int64_t ProfilePoint::n_slots() const {
+  int64_t n = 0;
+  for (const Seq& s : seqs) n += (int64_t(s.context) + s.n_new + kProfileBlockSize - 1) / kProfileBlockSize * kProfileBlockSize;
+  return n;
+}
+
+int ProfilePoint::max_len() const {
+  int n = 0;
+  for (const Seq& s : seqs) n = std::max(n, s.context + s.n_new);
+  return n;
+}
+
+std::string ProfilePoint::describe() const {
+  int64_t rows = 0, max_context = 0;
+  for (const Seq& s : seqs) {
+    rows += s.n_new;
+    max_context = std::max<int64_t>(max_context, s.context);
+  }
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "%s %zu seqs, %lld rows, context %lld", to_string(phase), seqs.size(),
+                static_cast<long long>(rows), static_cast<long long>(max_context));
+  return buf;
+}
+
 void ProfileOptions::validate() const {
   check_positive(prefill_lens, "prefill lengths", 1 << 20);
   check_positive(batch_sizes, "batch sizes", 4096);
@@ -92,6 +93,9 @@ void ProfileOptions::validate() const {
   if (max_rows < 1) throw std::invalid_argument("max_rows (" + std::to_string(max_rows) + ") must be >= 1");
   if (repeats < 1) throw std::invalid_argument("repeats (" + std::to_string(repeats) + ") must be >= 1");
   if (!(min_point_s >= 0.0)) throw std::invalid_argument("min_point_s must be >= 0");
+  if (warmup < 0 || warmup > 100) throw std::invalid_argument("warmup (" + std::to_string(warmup) + ") must be in [0, 100]");
+  if (max_kv_bytes < 0)
+    throw std::invalid_argument("max_kv_bytes (" + std::to_string(max_kv_bytes) + ") must be >= 0 (0 = no cap)");
 }
 
 void ProfileOptions::check_fits(const ModelConfig& model) const {
@@ -104,79 +108,194 @@ void ProfileOptions::check_fits(const ModelConfig& model) const {
                                 model.name + "'s max length " + std::to_string(model.max_position));
 }
 
+std::vector<ProfilePoint> profile_grid(const ProfileOptions& o) {
+  o.validate();
+  std::vector<ProfilePoint> points;
+  using Seq = ProfilePoint::Seq;
+  auto add = [&](ProfilePhase phase, std::vector<Seq> seqs) { points.push_back({phase, std::move(seqs)}); };
+  for (int t : o.prefill_lens) add(ProfilePhase::prefill, {{0, t}});
+  for (int b : o.batch_sizes)
+    if (b > 1 && int64_t(b) * o.prompt_len <= o.max_rows) add(ProfilePhase::prefill, std::vector<Seq>(b, {0, o.prompt_len}));
+  for (int b : o.batch_sizes)
+    for (int c : o.contexts) add(ProfilePhase::decode, std::vector<Seq>(b, {c, 1}));
+  for (int t : o.chunk_lens)
+    for (int c : o.contexts) add(ProfilePhase::chunk, {{c, t}});
+  // Mixed: decodes at the middle context plus one chunk, at the middle and the largest batch.
+  std::vector<int> batches = o.batch_sizes;
+  std::sort(batches.begin(), batches.end());
+  batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
+  std::vector<int> mixed_batches = {batches[batches.size() / 2]};
+  if (batches.back() != mixed_batches[0]) mixed_batches.push_back(batches.back());
+  const int c_mid = o.contexts[o.contexts.size() / 2];
+  for (int b : mixed_batches)
+    for (int t : o.chunk_lens) {
+      std::vector<Seq> seqs(b, {c_mid, 1});
+      seqs.push_back({c_mid, t});
+      add(ProfilePhase::mixed, std::move(seqs));
+    }
+  return points;
+}
+
+ProfilePlan plan_profile(const ProfileOptions& options, int64_t kv_bytes_per_slot) {
+  if (kv_bytes_per_slot < 1)
+    throw std::invalid_argument("kv_bytes_per_slot (" + std::to_string(kv_bytes_per_slot) + ") must be >= 1");
+  const int64_t max_slots = options.max_kv_bytes > 0 ? options.max_kv_bytes / kv_bytes_per_slot : INT64_MAX;
+  ProfilePlan plan;
+  int64_t smallest = INT64_MAX;
+  for (ProfilePoint& p : profile_grid(options)) {
+    const int64_t need = p.n_slots();
+    smallest = std::min(smallest, need);
+    if (need > max_slots) {
+      plan.skipped.push_back(std::move(p));
+      continue;
+    }
+    plan.n_slots = std::max(plan.n_slots, need);
+    plan.max_len = std::max(plan.max_len, p.max_len());
+    plan.points.push_back(std::move(p));
+  }
+  if (plan.points.empty())
+    throw std::invalid_argument("no profile grid point fits a KV budget of " + gb(double(options.max_kv_bytes)) +
+                                ": the smallest needs " + gb(double(smallest) * double(kv_bytes_per_slot)) +
+                                " (raise the budget, or use smaller batches and contexts)");
+  return plan;
+}
+
+std::string sim_hardware_for_device(const std::string& description) {
+  std::string d = description;
+  std::transform(d.begin(), d.end(), d.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const auto has = [&](const char* s) { return d.find(s) != std::string::npos; };
+  if (has("h200")) return "h200";
+  if (has("h100")) return "h100";  // the preset is the SXM part (80 GB HBM3)
+  if (has("a100") && has("80gb")) return "a100-80gb";
+  if (has("l40s")) return "l40s";
+  return "";
+}
+
+struct ProfileRunner::State {
+  Backend& backend;
+  std::unique_ptr<KvManager> kv;
+  std::mt19937_64 rng;
+  std::uniform_int_distribution<TokenId> token;
+  uint64_t next_id = 1;
+  State(Backend& b, uint64_t seed) : backend(b), rng(seed), token(2, std::max(2, b.config().vocab_size - 1)) {}
+};
+
+ProfileRunner::ProfileRunner(Backend& backend, int64_t n_slots, int max_len, uint64_t seed, bool fill_kv,
+                             int64_t fill_chunk_bytes)
+    : state_(std::make_unique<State>(backend, seed)) {
+  KvConfig kv_config;
+  kv_config.kind = KvKind::paged;
+  kv_config.block_size = kProfileBlockSize;
+  kv_config.prefix_caching = false;  // random prompts share nothing; keep every step honest
+  kv_config.max_model_len = std::max(1, max_len);
+  backend.init_kv(n_slots);
+  state_->kv = make_kv_manager(kv_config, n_slots);
+  if (!fill_kv) return;
+  // Random K/V in [-1, 1] at the arena's element size (2: bf16, 4: fp32): fill_chunk_bytes of slots
+  // drawn here and written through load_slots, then repeated across the arena by one copy_slots
+  // call (many runs of that chunk: the cuda backend copies them in one launch of many blocks), so
+  // a 60 GB GPU arena fills by device copies instead of 60 GB over the host link.
+  const int64_t slot_bytes = backend.kv_bytes_per_slot();
+  const ModelConfig& m = backend.config();
+  const int64_t elem = slot_bytes / std::max<int64_t>(1, 2ll * m.n_layers * m.kv_dim());
+  const int64_t first = std::clamp<int64_t>(fill_chunk_bytes / slot_bytes, 1, n_slots);
+  std::vector<std::byte> host(size_t(first * slot_bytes));
+  uint64_t state = seed ^ 0x6b765f66696c6cull;
+  const auto uniform = [&] { return float(splitmix64_next(state) >> 40) * (2.0f / 16777216.0f) - 1.0f; };
+  if (elem == 4) {
+    for (size_t i = 0; i + 4 <= host.size(); i += 4) {
+      const float x = uniform();
+      std::memcpy(&host[i], &x, 4);
+    }
+  } else {
+    for (size_t i = 0; i + 2 <= host.size(); i += 2) {
+      const uint16_t x = bf16_bits(uniform());
+      std::memcpy(&host[i], &x, 2);
+    }
+  }
+  std::vector<int64_t> slots(static_cast<size_t>(first));
+  std::iota(slots.begin(), slots.end(), int64_t(0));
+  backend.load_slots(slots, host);
+  std::vector<KvCopy> copies;
+  for (int64_t at = first; at < n_slots; at += first) copies.push_back({0, at, std::min(first, n_slots - at)});
+  if (!copies.empty()) backend.copy_slots(copies);
+}
+
+ProfileRunner::~ProfileRunner() = default;
+
+ProfileSample ProfileRunner::run(const ProfilePoint& p, int warmup, int repeats, double min_s) {
+  State& st = *state_;
+  KvManager& kv = *st.kv;
+  std::vector<Sequence> seqs(p.seqs.size());
+  Batch batch;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    Sequence& s = seqs[i];
+    const int n = p.seqs[i].context + p.seqs[i].n_new;
+    s.id = s.request_id = st.next_id++;
+    s.tokens.resize(n);
+    for (TokenId& t : s.tokens) t = st.token(st.rng);
+    s.n_prompt = n;
+    s.sampling.max_tokens = 1;
+    if (!kv.can_allocate(s, n)) {
+      for (size_t j = 0; j < i; ++j) kv.release(seqs[j]);
+      throw std::logic_error("profile: the KV arena is too small for " + p.describe());
+    }
+    kv.allocate(s, n);
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) batch.entries.push_back({&seqs[i], p.seqs[i].n_new, true});
+  ProfileSample sample;
+  sample.phase = p.phase;
+  for (size_t i = 0; i < seqs.size(); ++i) seqs[i].n_computed = p.seqs[i].context;
+  sample.shape = StepShape::of(batch);
+  auto once = [&] {
+    for (size_t i = 0; i < seqs.size(); ++i) seqs[i].n_computed = p.seqs[i].context;
+    const auto t0 = std::chrono::steady_clock::now();
+    const ForwardResult res = st.backend.forward(batch, kv);
+    const auto t1 = std::chrono::steady_clock::now();
+    return res.predicted_s ? *res.predicted_s : std::chrono::duration<double>(t1 - t0).count();
+  };
+  for (int w = 0; w < warmup; ++w) once();
+  double total = 0.0;
+  for (int r = 0; r < repeats && (r == 0 || total < min_s); ++r) {
+    const double t = once();
+    sample.times_s.push_back(t);
+    total += t;
+  }
+  sample.step_s = median(sample.times_s);
+  for (Sequence& s : seqs) kv.release(s);
+  return sample;
+}
+
 ProfileReport profile_backend(Backend& backend, const ProfileOptions& options,
                               const std::function<void(const std::string&)>& progress) {
   options.validate();
   const ModelConfig& model = backend.config();
   options.check_fits(model);
   const auto t_start = std::chrono::steady_clock::now();
-  const std::vector<Point> points = grid(options);
-
-  int64_t n_slots = 0;
-  int max_len = 1;
-  for (const Point& p : points) {
-    n_slots = std::max(n_slots, p.n_slots());
-    for (const Point::Seq& s : p.seqs) max_len = std::max(max_len, s.context + s.n_new);
-  }
-  KvConfig kv_config;
-  kv_config.kind = KvKind::paged;
-  kv_config.block_size = kBlockSize;
-  kv_config.prefix_caching = false;  // random prompts share nothing; keep every step honest
-  kv_config.max_model_len = max_len;
-  backend.init_kv(n_slots);
-  std::unique_ptr<KvManager> kv = make_kv_manager(kv_config, n_slots);
+  const ProfilePlan plan = plan_profile(options, backend.kv_bytes_per_slot());
 
   ProfileReport report;
   report.backend = backend.name();
   report.model = model;
   report.kv_dtype_bytes = static_cast<int>(backend.kv_bytes_per_slot() / (2ll * model.n_layers * model.kv_dim()));
   report.options = options;
+  report.kv_bytes_per_slot = backend.kv_bytes_per_slot();
+  report.kv_arena_bytes = plan.n_slots * report.kv_bytes_per_slot;
+  report.skipped = plan.skipped;
+  if (progress)
+    for (const ProfilePoint& p : plan.skipped)
+      progress("skipped (needs " + gb(double(p.n_slots()) * double(backend.kv_bytes_per_slot())) + " of KV, budget " +
+               gb(double(options.max_kv_bytes)) + "): " + p.describe());
 
-  std::mt19937_64 rng(options.seed);
-  std::uniform_int_distribution<TokenId> token(2, model.vocab_size - 1);
-  uint64_t next_id = 1;
-
-  auto run_point = [&](const Point& p, int repeats, double min_s) {
-    std::vector<Sequence> seqs(p.seqs.size());
-    Batch batch;
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      Sequence& s = seqs[i];
-      const int n = p.seqs[i].context + p.seqs[i].n_new;
-      s.id = s.request_id = next_id++;
-      s.tokens.resize(n);
-      for (TokenId& t : s.tokens) t = token(rng);
-      s.n_prompt = n;
-      s.sampling.max_tokens = 1;
-      if (!kv->can_allocate(s, n)) throw std::logic_error("profile: the KV arena is too small for the grid");
-      kv->allocate(s, n);
-    }
-    for (size_t i = 0; i < seqs.size(); ++i) batch.entries.push_back({&seqs[i], p.seqs[i].n_new, true});
-    ProfileSample sample;
-    sample.phase = p.phase;
-    double total = 0.0;
-    for (int r = 0; r < repeats && (r == 0 || total < min_s); ++r) {
-      for (size_t i = 0; i < seqs.size(); ++i) seqs[i].n_computed = p.seqs[i].context;
-      if (r == 0) sample.shape = StepShape::of(batch);
-      const auto t0 = std::chrono::steady_clock::now();
-      const ForwardResult res = backend.forward(batch, *kv);
-      const auto t1 = std::chrono::steady_clock::now();
-      const double t = res.predicted_s ? *res.predicted_s : std::chrono::duration<double>(t1 - t0).count();
-      sample.times_s.push_back(t);
-      total += t;
-    }
-    sample.step_s = median(sample.times_s);
-    for (Sequence& s : seqs) kv->release(s);
-    return sample;
-  };
-
+  ProfileRunner runner(backend, plan.n_slots, plan.max_len, options.seed, options.fill_kv);
   // Warm-up: first touch of the weights and of the BLAS threads.
-  run_point(Point{ProfilePhase::prefill, {{0, std::min(8, model.max_position)}}}, 1, 0.0);
-  for (size_t i = 0; i < points.size(); ++i) {
-    ProfileSample s = run_point(points[i], options.repeats, options.min_point_s);
+  runner.run(ProfilePoint{ProfilePhase::prefill, {{0, std::min(8, plan.max_len)}}}, 0, 1, 0.0);
+  for (size_t i = 0; i < plan.points.size(); ++i) {
+    ProfileSample s = runner.run(plan.points[i], options.warmup, options.repeats, options.min_point_s);
     if (progress) {
       char line[160];
       std::snprintf(line, sizeof line, "[%zu/%zu] %-7s seqs %4lld rows %5lld context %6lld: %10.3f ms", i + 1,
-                    points.size(), to_string(s.phase), static_cast<long long>(s.shape.n_seqs),
+                    plan.points.size(), to_string(s.phase), static_cast<long long>(s.shape.n_seqs),
                     static_cast<long long>(s.shape.n_rows()), static_cast<long long>(s.shape.max_context),
                     s.step_s * 1e3);
       progress(line);
@@ -228,10 +347,26 @@ std::string profile_json(const ProfileReport& r) {
                 {"intermediate_size", m.intermediate_size},
                 {"vocab_size", m.vocab_size}};
   j["kv_dtype_bytes"] = r.kv_dtype_bytes;
+  j["kv_arena_bytes"] = r.kv_arena_bytes;
   const ProfileOptions& o = r.options;
   j["options"] = {{"prefill_lens", o.prefill_lens}, {"batch_sizes", o.batch_sizes}, {"contexts", o.contexts},
                   {"prompt_len", o.prompt_len},     {"max_rows", o.max_rows},       {"chunk_lens", o.chunk_lens},
-                  {"repeats", o.repeats},           {"min_point_s", o.min_point_s}, {"seed", o.seed}};
+                  {"repeats", o.repeats},           {"min_point_s", o.min_point_s}, {"warmup", o.warmup},
+                  {"max_kv_bytes", o.max_kv_bytes}, {"fill_kv", o.fill_kv},       {"seed", o.seed}};
+  ordered_json skipped = ordered_json::array();
+  for (const ProfilePoint& p : r.skipped) {
+    int64_t n_tokens = 0, max_context = 0;
+    for (const ProfilePoint::Seq& s : p.seqs) {
+      n_tokens += s.n_new;
+      max_context = std::max<int64_t>(max_context, int64_t(s.context) + s.n_new);
+    }
+    skipped.push_back({{"phase", to_string(p.phase)},
+                       {"n_seqs", p.seqs.size()},
+                       {"n_tokens", n_tokens},
+                       {"max_context", max_context},
+                       {"kv_bytes", p.n_slots() * r.kv_bytes_per_slot}});
+  }
+  j["skipped"] = std::move(skipped);
   j["wall_s"] = r.wall_s;
   ordered_json samples = ordered_json::array();
   for (const ProfileSample& s : r.samples) {

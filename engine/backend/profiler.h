@@ -5,6 +5,7 @@
 // profiled cost model (engine/backend/cost_model.h) is fitted to the JSON this writes.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,15 @@ struct ProfileOptions {
   std::vector<int> chunk_lens = {32, 128};                 ///< chunked-prefill and mixed-step chunks
   int repeats = 3;             ///< timed repeats per point (the median is kept) ...
   double min_point_s = 1.0;    ///< ... stopping early once the repeats took this long
-  uint64_t seed = 0;           ///< prompt tokens
+  /// Untimed runs of each point before its repeats: the cuda backend picks GEMM algorithms on a
+  /// shape's first run and captures a decode graph on its second.
+  int warmup = 0;
+  /// KV arena cap in bytes; 0 = no cap (the arena holds the grid's largest point). Points whose
+  /// sequences need more are skipped and listed in the report.
+  int64_t max_kv_bytes = 0;
+  /// Write random K/V into the arena before timing (the cached context is never all zeros).
+  bool fill_kv = true;
+  uint64_t seed = 0;           ///< prompt tokens and K/V fill
   void validate() const;
   /// Throws std::invalid_argument when the longest sequence exceeds model.max_position.
   void check_fits(const ModelConfig& model) const;
@@ -31,6 +40,46 @@ struct ProfileOptions {
 
 enum class ProfilePhase { prefill, decode, chunk, mixed };
 const char* to_string(ProfilePhase p);
+
+/// Paged KV block size of every profiled sequence.
+inline constexpr int kProfileBlockSize = 16;
+
+/// One grid point: the sequences of one step, each with `context` positions already cached and
+/// `n_new` computed by the step (a decode: n_new 1; a prefill: context 0).
+struct ProfilePoint {
+  ProfilePhase phase = ProfilePhase::prefill;
+  struct Seq {
+    int context = 0;
+    int n_new = 0;
+  };
+  std::vector<Seq> seqs;
+  /// KV slots the point holds: every sequence rounded up to whole blocks of kProfileBlockSize.
+  int64_t n_slots() const;
+  /// Longest sequence (context + n_new).
+  int max_len() const;
+  /// "decode 256 seqs x context 4096 (+1)", for logs and the skipped list.
+  std::string describe() const;
+};
+
+/// The grid's points in run order: one-sequence prefills, batched prefills (up to max_rows),
+/// decodes (batch × context), chunks (chunk × context), mixed steps.
+std::vector<ProfilePoint> profile_grid(const ProfileOptions& options);
+
+/// The points to time and the KV arena that holds them.
+struct ProfilePlan {
+  std::vector<ProfilePoint> points;   ///< grid order, each fitting the arena
+  std::vector<ProfilePoint> skipped;  ///< need more than max_kv_bytes
+  int64_t n_slots = 0;                ///< arena: the largest point kept (at most max_kv_bytes)
+  int max_len = 1;                    ///< longest sequence of the points kept
+};
+
+/// Splits the grid by options.max_kv_bytes at `kv_bytes_per_slot` (the backend's). Throws
+/// std::invalid_argument when no point fits, naming the budget and the smallest point's need.
+ProfilePlan plan_profile(const ProfileOptions& options, int64_t kv_bytes_per_slot);
+
+/// The sim device preset for a GPU description such as cuda_device_description's "NVIDIA H100
+/// 80GB HBM3, 79.1 GiB, sm_90, 132 SMs": "h100", "h200", "a100-80gb", "l40s"; "" when none fits.
+std::string sim_hardware_for_device(const std::string& description);
 
 /// One grid point: the step's shape and its median time over the repeats.
 struct ProfileSample {
@@ -50,14 +99,39 @@ struct ProfileReport {
   ModelConfig model;
   int kv_dtype_bytes = 4;   ///< bytes per K/V element in the arena
   ProfileOptions options;
+  int64_t kv_bytes_per_slot = 0;      ///< the backend's K and V of one token, all layers
+  int64_t kv_arena_bytes = 0;         ///< the arena the points ran in
   std::vector<ProfileSample> samples;
+  std::vector<ProfilePoint> skipped;  ///< grid points over options.max_kv_bytes, not timed
   double wall_s = 0.0;      ///< how long the whole profile took
 };
 
-/// Runs the grid on `backend` (init_kv is called here; a fresh backend is expected). Sequences
-/// get paged KV blocks of 16 slots. Context before a decode or a chunk is taken as already
-/// cached (its K/V slots hold whatever the arena holds): step time does not depend on the values,
-/// and the grid costs only its timed steps. `progress`, when set, gets a line per point.
+/// Times points on one backend: owns a paged KV manager (blocks of kProfileBlockSize, no prefix
+/// caching) over the backend's arena. Context before a decode or a chunk is taken as already
+/// cached: its slots hold the random K/V written at construction (or whatever the arena held),
+/// so a point costs only its timed steps. Used by profile_backend and by engine_bench.
+class ProfileRunner {
+ public:
+  /// Calls backend.init_kv(n_slots); with fill_kv, writes seeded random K/V into every slot:
+  /// fill_chunk_bytes of them through load_slots, repeated over the rest by copy_slots.
+  ProfileRunner(Backend& backend, int64_t n_slots, int max_len, uint64_t seed, bool fill_kv,
+                int64_t fill_chunk_bytes = int64_t(256) << 20);
+  ~ProfileRunner();
+  ProfileRunner(const ProfileRunner&) = delete;
+  ProfileRunner& operator=(const ProfileRunner&) = delete;
+  /// `warmup` untimed runs of the point, then timed runs until `repeats` or until they took
+  /// `min_s` (at least one); step_s is their median. Each run is one forward() from the same
+  /// state (the cuda backend synchronizes the device before forward() returns). Throws
+  /// std::logic_error when the point does not fit the arena.
+  ProfileSample run(const ProfilePoint& point, int warmup, int repeats, double min_s);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+/// Runs the grid on `backend` (init_kv is called here; a fresh backend is expected), in an arena
+/// sized by plan_profile. `progress`, when set, gets a line per point and one per skipped point.
 ProfileReport profile_backend(Backend& backend, const ProfileOptions& options,
                               const std::function<void(const std::string&)>& progress = {});
 
@@ -65,7 +139,8 @@ ProfileReport profile_backend(Backend& backend, const ProfileOptions& options,
 std::string profile_table(const ProfileReport& report);
 
 /// {"schema": "servelab.profile/2", "backend", "device", "hardware", "tensor_parallel", "commit",
-///  "date", "model": {name, shape_hash, dims...}, "kv_dtype_bytes", "options": {...},
+///  "date", "model": {name, shape_hash, dims...}, "kv_dtype_bytes", "kv_arena_bytes", "options": {...},
+///  "skipped": [{"phase", "n_seqs", "n_tokens", "max_context", "kv_bytes"}],
 ///  "samples": [{"phase", "n_seqs", "n_tokens", "n_padding_tokens", "n_sampled", "sum_context",
 ///  "max_context", "prefill_pairs", "decode_context", "attention_pairs", "step_s", "times_s"}]}
 std::string profile_json(const ProfileReport& report);

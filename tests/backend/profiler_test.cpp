@@ -1,8 +1,12 @@
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -95,6 +99,213 @@ TEST(Profiler, RejectsOptionsTheModelCannotRun) {
   EXPECT_THROW(o.validate(), std::invalid_argument);
   o.batch_sizes = {};
   EXPECT_THROW(o.validate(), std::invalid_argument);
+}
+
+/// A CpuBackend that counts forward() calls (warm-up runs included).
+class CountingBackend final : public Backend {
+ public:
+  explicit CountingBackend(CpuBackend& inner) : inner_(inner) {}
+  std::string name() const override { return inner_.name(); }
+  const ModelConfig& config() const override { return inner_.config(); }
+  int64_t kv_bytes_per_slot() const override { return inner_.kv_bytes_per_slot(); }
+  void init_kv(int64_t n_slots) override {
+    arena_slots = n_slots;
+    inner_.init_kv(n_slots);
+  }
+  ForwardResult forward(const Batch& batch, const KvManager& kv) override {
+    ++n_forward;
+    return inner_.forward(batch, kv);
+  }
+  void copy_slots(std::span<const KvCopy> copies) override { inner_.copy_slots(copies); }
+  void save_slots(std::span<const int64_t> slots, std::vector<std::byte>& host) override { inner_.save_slots(slots, host); }
+  void load_slots(std::span<const int64_t> slots, const std::vector<std::byte>& host) override {
+    n_loaded += static_cast<int64_t>(slots.size());
+    inner_.load_slots(slots, host);
+  }
+  int n_forward = 0;
+  int64_t n_loaded = 0;
+  int64_t arena_slots = 0;
+
+ private:
+  CpuBackend& inner_;
+};
+
+/// batch {1, 4} x contexts {32, 256}: the grid's two points with batch 4 at context 256 (decode:
+/// 4 x 272 slots; mixed: 5 x 272) are the only ones over 500 slots.
+ProfileOptions budget_options() {
+  ProfileOptions o = small_options();
+  o.batch_sizes = {1, 4};
+  o.contexts = {32, 256};
+  o.repeats = 1;
+  o.min_point_s = 0.0;
+  return o;
+}
+
+TEST(ProfilerPlan, SkipsPointsOverTheKvBudgetAndSizesTheArenaToTheRest) {
+  ProfileOptions o = budget_options();
+  const ProfilePlan all = plan_profile(o, 1000);
+  EXPECT_TRUE(all.skipped.empty());
+  EXPECT_EQ(all.points.size(), profile_grid(o).size());
+  EXPECT_EQ(all.n_slots, 5 * 272);  // the mixed step: 4 decodes + a chunk at context 256
+  EXPECT_EQ(all.max_len, 261);
+
+  o.max_kv_bytes = 500 * 1000;
+  const ProfilePlan capped = plan_profile(o, 1000);
+  ASSERT_EQ(capped.skipped.size(), 2u);
+  EXPECT_EQ(capped.skipped[0].phase, ProfilePhase::decode);
+  EXPECT_EQ(capped.skipped[0].seqs.size(), 4u);
+  EXPECT_EQ(capped.skipped[0].seqs[0].context, 256);
+  EXPECT_EQ(capped.skipped[1].phase, ProfilePhase::mixed);
+  EXPECT_NE(capped.skipped[0].describe().find("decode 4 seqs"), std::string::npos);
+  EXPECT_EQ(capped.points.size() + 2, all.points.size());
+  for (const ProfilePoint& p : capped.points) EXPECT_LE(p.n_slots(), 500);
+  EXPECT_EQ(capped.n_slots, 272);  // decode 1 x 256 and the chunk at 256: 17 blocks
+}
+
+TEST(ProfilerPlan, RefusesABudgetNoPointFits) {
+  ProfileOptions o = budget_options();
+  o.max_kv_bytes = 15 * 1000;  // under one block of 16 slots
+  try {
+    plan_profile(o, 1000);
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("no profile grid point fits"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(plan_profile(budget_options(), 0), std::invalid_argument);
+}
+
+TEST(ProfilerPlan, ValidateNamesWarmupAndBudget) {
+  ProfileOptions o = small_options();
+  o.warmup = -1;
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+  o.warmup = 2;
+  o.validate();
+  o.max_kv_bytes = -1;
+  try {
+    o.validate();
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("max_kv_bytes"), std::string::npos);
+  }
+}
+
+TEST(ProfilerPlan, SimHardwareFromTheGpuName) {
+  EXPECT_EQ(sim_hardware_for_device("NVIDIA H100 80GB HBM3, 79.1 GiB, sm_90, 132 SMs"), "h100");
+  EXPECT_EQ(sim_hardware_for_device("NVIDIA H200, 139.8 GiB, sm_90, 132 SMs"), "h200");
+  EXPECT_EQ(sim_hardware_for_device("NVIDIA A100-SXM4-80GB, 79.2 GiB, sm_80, 108 SMs"), "a100-80gb");
+  EXPECT_EQ(sim_hardware_for_device("NVIDIA A100-SXM4-40GB, 39.4 GiB, sm_80, 108 SMs"), "");
+  EXPECT_EQ(sim_hardware_for_device("NVIDIA L40S, 44.4 GiB, sm_89, 142 SMs"), "l40s");
+  EXPECT_EQ(sim_hardware_for_device("cuda device 0 (servelab built without CUDA)"), "");
+  for (const char* name : {"h100", "h200", "a100-80gb", "l40s"}) EXPECT_NO_THROW(SimDevice::preset(name));
+}
+
+TEST(Profiler, BudgetedRunListsSkippedPointsAndStillCalibrates) {
+  CpuBackend cpu(ModelWeights::random(testing::small_config(2), 3), CpuBackendOptions{.n_threads = 1});
+  CountingBackend backend(cpu);
+  ProfileOptions o = budget_options();
+  o.max_kv_bytes = 500 * backend.kv_bytes_per_slot();
+  o.warmup = 2;
+  ProfileReport r = profile_backend(backend, o);
+  const ProfilePlan plan = plan_profile(o, backend.kv_bytes_per_slot());
+  ASSERT_EQ(r.samples.size(), plan.points.size());
+  ASSERT_EQ(r.skipped.size(), 2u);
+  EXPECT_EQ(backend.arena_slots, 272);
+  EXPECT_EQ(r.kv_arena_bytes, 272 * backend.kv_bytes_per_slot());
+  // One warm-up step for the whole grid, then per point 2 untimed runs and 1 timed.
+  EXPECT_EQ(backend.n_forward, 1 + 3 * static_cast<int>(plan.points.size()));
+  for (const ProfileSample& s : r.samples) EXPECT_EQ(s.times_s.size(), 1u);
+  EXPECT_EQ(backend.n_loaded, 272);  // the fill wrote every slot
+
+  r.hardware = "cpu-2core";
+  const auto j = nlohmann::json::parse(profile_json(r));
+  EXPECT_EQ(j.at("kv_arena_bytes"), r.kv_arena_bytes);
+  EXPECT_EQ(j.at("options").at("warmup"), 2);
+  ASSERT_EQ(j.at("skipped").size(), 2u);
+  EXPECT_EQ(j.at("skipped")[0].at("phase"), "decode");
+  EXPECT_EQ(j.at("skipped")[0].at("n_seqs"), 4);
+  EXPECT_EQ(j.at("skipped")[0].at("max_context"), 257);
+  EXPECT_EQ(j.at("skipped")[0].at("kv_bytes"), 4 * 272 * backend.kv_bytes_per_slot());
+  const auto path = std::filesystem::temp_directory_path() / "servelab_profiler_budget_test.json";
+  std::ofstream(path) << profile_json(r);
+  EXPECT_NO_THROW(SimCostModel::from_profile_json(path.string(), r.model));
+  std::filesystem::remove(path);
+}
+
+TEST(Profiler, RunnerFillsTheArenaWithRandomKv) {
+  for (bool fill : {false, true}) {
+    CpuBackend backend(ModelWeights::random(testing::small_config(2), 4), CpuBackendOptions{.n_threads = 1});
+    ProfileRunner runner(backend, 64, 32, 7, fill);
+    std::vector<std::byte> host;
+    const std::vector<int64_t> slots = {0, 31, 63};
+    backend.save_slots(slots, host);
+    ASSERT_EQ(host.size(), 3 * static_cast<size_t>(backend.kv_bytes_per_slot()));
+    const float* v = reinterpret_cast<const float*>(host.data());
+    const size_t n = host.size() / sizeof(float);
+    size_t n_zero = 0;
+    float lo = 0.0f, hi = 0.0f;
+    for (size_t i = 0; i < n; ++i) {
+      n_zero += v[i] == 0.0f;
+      lo = std::min(lo, v[i]);
+      hi = std::max(hi, v[i]);
+    }
+    if (fill) {
+      EXPECT_LT(n_zero, n / 100) << "filled arena still mostly zeros";
+      EXPECT_GE(lo, -1.0f);
+      EXPECT_LE(hi, 1.0f);
+      EXPECT_LT(lo, -0.5f);
+      EXPECT_GT(hi, 0.5f);
+    } else {
+      EXPECT_EQ(n_zero, n);
+    }
+    // The runner still times a decode over that context.
+    const ProfileSample s = runner.run(ProfilePoint{ProfilePhase::decode, {{20, 1}, {10, 1}}}, 1, 2, 1e9);
+    EXPECT_EQ(s.shape.n_seqs, 2);
+    EXPECT_EQ(s.times_s.size(), 2u);
+    EXPECT_THROW(runner.run(ProfilePoint{ProfilePhase::decode, std::vector<ProfilePoint::Seq>(5, {20, 1})}, 0, 1, 0.0),
+                 std::logic_error);  // 5 x 32 slots > 64
+    EXPECT_NO_THROW(runner.run(ProfilePoint{ProfilePhase::decode, {{20, 1}, {20, 1}}}, 0, 1, 0.0));  // released again
+  }
+}
+
+TEST(Profiler, RunnerFillsPastTheFirstChunkByCopies) {
+  CpuBackend cpu(ModelWeights::random(testing::small_config(2), 5), CpuBackendOptions{.n_threads = 1});
+  CountingBackend backend(cpu);
+  ProfileRunner runner(backend, 64, 32, 9, true, 10 * backend.kv_bytes_per_slot());
+  EXPECT_EQ(backend.n_loaded, 10);  // then copied to 10..19, 20..29, ..., 60..63
+  std::vector<std::byte> a, b, c;
+  const std::vector<int64_t> s3 = {3}, s63 = {63}, s4 = {4};
+  backend.save_slots(s3, a);
+  backend.save_slots(s63, b);  // 63 <- 3
+  backend.save_slots(s4, c);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  size_t n_zero = 0;
+  for (size_t i = 0; i + 4 <= b.size(); i += 4) {
+    float x;
+    std::memcpy(&x, &b[i], 4);
+    n_zero += x == 0.0f;
+  }
+  EXPECT_LT(n_zero, b.size() / 400);
+}
+
+TEST(Profiler, CommittedCudaProfileCalibratesTheSimOnItsDevice) {
+  const std::string path = std::string(SERVELAB_SOURCE_DIR) + "/results/profiles/llama2-7b-cuda-h100.json";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not committed";
+  const ModelConfig model = preset("llama2-7b");
+  const SimCostModel cost = SimCostModel::from_profile_json(path, model);
+  EXPECT_EQ(cost.kind, SimCostModel::Kind::profile);
+  EXPECT_EQ(cost.device.name, "h100");
+  EXPECT_EQ(cost.device.kv_dtype_bytes, 2);
+  // A decode step inside the grid (batch 8, context 1024) is priced between 1 and 100 ms.
+  StepShape s;
+  s.n_tokens = s.n_sampled = s.n_seqs = 8;
+  s.sum_context = 8 * 1025;
+  s.max_context = 1025;
+  s.decode_context = s.attention_pairs = 8 * 1025;
+  const double t = cost.step_seconds(model, s);
+  EXPECT_GT(t, 1e-3);
+  EXPECT_LT(t, 0.1);
+  EXPECT_THROW(SimCostModel::from_profile_json(path, model, SimDevice::preset("h200")), std::runtime_error);
 }
 
 }  // namespace

@@ -1,0 +1,60 @@
+// `servelab profile` option handling that needs no GPU: --backend cuda is accepted and fails with
+// make_backend's message where there is no CUDA build or device, --device needs cuda, --kv-gb
+// caps the arena and lists the grid points it skips.
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "engine/backend/make_backend.h"
+#include "tests/cli/cli_test_util.h"
+
+namespace servelab::cli_test {
+namespace {
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST(ProfileCli, CudaWithoutADeviceFailsWithTheBackendsMessage) {
+  SERVELAB_REQUIRE_BINARY();
+  if (servelab::cuda_devices() > 0) GTEST_SKIP() << "a GPU is present: the profile would run";
+  TempDir dir;
+  const CliResult r = run_servelab({"profile", "--backend", "cuda", "--preset", "tiny"}, dir);
+  EXPECT_EQ(r.code, 2) << r.output;
+  // Without CUDA: "built without CUDA"; with CUDA but no GPU: "no CUDA device is visible".
+  EXPECT_TRUE(has(r.output, "backend cuda: this servelab was built without CUDA") ||
+              has(r.output, "backend cuda: no CUDA device is visible"))
+      << r.output;
+}
+
+TEST(ProfileCli, RejectsDeviceWithoutCudaAndANegativeBudget) {
+  SERVELAB_REQUIRE_BINARY();
+  TempDir dir;
+  CliResult r = run_servelab({"profile", "--preset", "tiny", "--device", "1"}, dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.output, "--device applies to --backend cuda")) << r.output;
+  r = run_servelab({"profile", "--preset", "tiny", "--kv-gb", "-1"}, dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.output, "--kv-gb must be >= 0")) << r.output;
+  r = run_servelab({"profile", "--preset", "tiny", "--warmup", "-1"}, dir);
+  EXPECT_EQ(r.code, 2);
+}
+
+TEST(ProfileCli, KvBudgetSkipsAndListsPointsAndWritesThemToTheJson) {
+  SERVELAB_REQUIRE_BINARY();
+  TempDir dir;
+  const std::string json = dir.file("p.json");
+  // tiny on the cpu: 2 KiB of fp32 K/V per token, so 0.0005 GB holds 244 slots: a decode at
+  // context 256 (17 blocks of 16) does not fit, one at context 8 does.
+  const CliResult r = run_servelab({"profile", "--preset", "tiny", "--threads", "1", "--prefill-lens", "16", "--batch",
+                                    "1,4", "--contexts", "8,256", "--chunk-lens", "8", "--repeats", "1", "--kv-gb",
+                                    "0.0005", "--json", json},
+                                   dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "grid point(s) skipped")) << r.output;
+  EXPECT_TRUE(has(r.output, "decode 4 seqs, 4 rows, context 256")) << r.output;
+  const std::string text = read_text(json);
+  EXPECT_TRUE(has(text, "\"skipped\"")) << text;
+  EXPECT_TRUE(has(text, "\"kv_arena_bytes\"")) << text;
+}
+
+}  // namespace
+}  // namespace servelab::cli_test
