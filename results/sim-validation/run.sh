@@ -27,5 +27,5 @@ if [ "$what" = gpu ]; then
     --batch 1,8,32,64,128 --contexts 128,512,1024,2048 --chunk-lens 256,1024 --prompt-len 256 --max-rows 4096 \
     --repeats 3 --min-point-s 0.5 --json "$out/profile.json" > "$out/profile.txt" 2>&1
   "$bin" validate-sim results/sim-validation/gpu-llama2-7b.yaml --profile "$out/profile.json" --out "$out/validation" \
-    --n-requests "${N_REQUESTS:-120}"
+    --n-requests "${N_REQUESTS:-120}" ${VALIDATE_ARGS:-}
 fi
