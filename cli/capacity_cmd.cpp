@@ -155,7 +155,7 @@ int capacity_main(const CapacityArgs& a) {
   extra["n_requests_per_probe"] = spec.n_requests > 0 ? spec.n_requests : sc.planned_requests();
   extra["cost_counts"] = {{"profile", counts.profile}, {"profile_roofline", counts.profile_roofline}, {"roofline", counts.roofline}};
   nlohmann::ordered_json env;
-  analysis::to_json(env, analysis::detect_environment(to_string(sc.backend.kind), analysis::git_commit("."), SERVELAB_VERSION));
+  analysis::to_json(env, analysis::detect_environment(to_string(sc.backend.kind), current_commit(), SERVELAB_VERSION));
   extra["environment"] = env;
   const std::string json_path = dir + "/capacity.json";
   std::ofstream(json_path) << analysis::capacity_json(results, bo.target, extra).dump(2) << "\n";

@@ -114,7 +114,7 @@ int validate_sim_main(const ValidateSimArgs& a) {
     j["slo"] = {{"ttft_ms", real_sc.slo.ttft_ms}, {"tpot_ms", real_sc.slo.tpot_ms}, {"attainment", real_sc.slo.attainment}};
     nlohmann::ordered_json env;
     const analysis::Environment e =
-        analysis::detect_environment(to_string(real_sc.backend.kind), analysis::git_commit("."), SERVELAB_VERSION);
+        analysis::detect_environment(to_string(real_sc.backend.kind), current_commit(), SERVELAB_VERSION);
     analysis::to_json(env, e);
     j["environment"] = env;
     j["max_abs_relative_error"] = worst;
