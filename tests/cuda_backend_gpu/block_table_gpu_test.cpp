@@ -191,7 +191,7 @@ class CudaBackendGpuBlockTablesEngine : public ::testing::TestWithParam<std::tup
 TEST_P(CudaBackendGpuBlockTablesEngine, TokensIdenticalToFullTablePath) {
   SKIP_WITHOUT_GPU();
   const auto [graphs, preempt] = GetParam();
-  EngineConfig c = paged_config(continuous_sched(8, 64, /*chunked=*/true, preempt), 640ll * 1024, 16);
+  EngineConfig c = paged_config(continuous_sched(8, 64, /*chunked=*/true, preempt), 480ll * 1024, 16);  // 480 slots: 30 blocks
   c.kv.max_model_len = 256;
   CudaBackendOptions o;
   o.cuda_graphs = graphs;
