@@ -1,6 +1,7 @@
 #include "engine/backend/cuda/block_table.h"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -114,6 +115,7 @@ void BlockTableDiff::plan(std::span<const uint64_t> seq_ids, const kernels::Step
     const int nb = (in.context_lens[s] + in.block_size - 1) / in.block_size;
     const int32_t* want = in.block_tables.data() + size_t(s) * in.block_table_stride;
     const int64_t base = int64_t(out.rows[s]) * stride_;
+    if (std::memcmp(mirror_.data() + base, want, sizeof(int32_t) * nb) == 0) continue;  // the usual case
     for (int c = 0; c < nb; ++c) {
       int32_t& have = mirror_[base + c];
       if (have == want[c]) continue;
