@@ -213,69 +213,97 @@ INSTANTIATE_TEST_SUITE_P(Modes, CudaBackendGpuBlockTablesEngine,
                          ::testing::Combine(::testing::Bool(),
                                             ::testing::Values(PreemptMode::recompute, PreemptMode::swap)));
 
-/// 256 sequences x 4k context, decode from CUDA graphs: H2D bytes and step times, persistent
-/// tables against the full table. Prints; asserts only the bytes. SERVELAB_GPU_BENCH=1 only.
+/// 256 sequences x 4k context (blocks of 16 and of 1): H2D bytes and decode step times, persistent tables
+/// against the full table, CUDA graphs on and off. The four backends share the sequences and the
+/// KV manager and run every step in turn (the order rotating), so they time the same work; two
+/// rounds of 40 steps give the spread. Prints; asserts only the bytes. SERVELAB_GPU_BENCH=1 only.
 TEST(CudaBackendGpuBench, BlockTableBytesAt256SequencesOf4k) {
   SKIP_WITHOUT_GPU();
   const char* on = std::getenv("SERVELAB_GPU_BENCH");
   if (!on || std::string(on) != "1") GTEST_SKIP() << "set SERVELAB_GPU_BENCH=1";
-  constexpr int kSeqs = 256, kContext = 4096, kSteps = 48, kBs = 16;
-  const int64_t n_slots = int64_t(kSeqs) * (kContext + kSteps + 2 * kBs);
-  std::printf("256 x 4k decode (%s, model %s, block %d):\n", cuda_device_description(0).c_str(), model().name.c_str(), kBs);
-  std::printf("%-12s %-7s %12s %12s\n", "tables", "graphs", "H2D_bytes", "step_ms_p50");
-  for (bool graphs : {true, false})
-    for (bool persistent : {false, true}) {
-      CudaBackendOptions o;
-      o.cuda_graphs = graphs;
-      o.persistent_block_tables = persistent;
-      auto gpu = CudaBackend::random(model(), 3, o);
-      gpu->init_kv(n_slots);
-      KvConfig kc;
-      kc.kind = KvKind::paged;
-      kc.block_size = kBs;
-      kc.prefix_caching = false;
-      kc.max_model_len = kContext + kSteps + kBs;
-      auto kv = make_kv_manager(kc, n_slots);
-      std::vector<Sequence> seqs(kSeqs);
-      for (int i = 0; i < kSeqs; ++i) {
-        const int n = kContext - kBs + i % kBs;
-        seqs[i] = testing::make_sequence(i + 1, testing::random_tokens(n, 1000, 500 + i));
-        seqs[i].sampling.max_tokens = kSteps + 8;
-        kv->allocate(seqs[i], n);
-      }
-      for (int first = 0; first < kSeqs; first += 16) {  // prefill 16 at a time
-        Batch b;
-        for (int i = first; i < first + 16; ++i) b.entries.push_back({&seqs[i], seqs[i].n_tokens(), true});
-        const ForwardResult r = gpu->forward(b, *kv);
-        for (int i = first; i < first + 16; ++i) {
-          seqs[i].n_computed = seqs[i].n_tokens();
-          seqs[i].tokens.push_back(r.sampled[i - first]);
-        }
-      }
-      std::vector<double> ms;
+  constexpr int kSeqs = 256, kContext = 4096, kWarm = 4, kSteps = 40, kRounds = 2;
+  constexpr int kAll = kWarm + kRounds * kSteps;
+  for (const int kBs : {16, 1}) {
+    const int64_t n_slots = int64_t(kSeqs) * (kContext + kAll + 2 * kBs);
+    struct Config {
+      const char* tables;
+      bool graphs, persistent;
+      std::unique_ptr<CudaBackend> gpu;
+      std::vector<double> ms[kRounds];
       size_t bytes = 0;
-      for (int step = 0; step < kSteps; ++step) {
-        Batch b;
-        for (Sequence& s : seqs) {
-          kv->grow(s, s.n_tokens());
-          b.entries.push_back({&s, 1, true});
-        }
-        const auto t0 = std::chrono::steady_clock::now();
-        const ForwardResult r = gpu->forward(b, *kv);
-        const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        if (step >= 4) {  // warm-up, graph capture
-          ms.push_back(dt);
-          bytes += gpu->last_step_input_bytes();
-        }
-        for (int i = 0; i < kSeqs; ++i) {
-          seqs[i].n_computed += 1;
-          seqs[i].tokens.push_back(r.sampled[i]);
-        }
-      }
-      std::sort(ms.begin(), ms.end());
-      std::printf("%-12s %-7s %12zu %12.3f\n", persistent ? "persistent" : "full", graphs ? "on" : "off",
-                  bytes / ms.size(), ms[ms.size() / 2]);
+    };
+    Config cfg[4] = {{"full", true, false, {}, {}, 0}, {"persistent", true, true, {}, {}, 0},
+                     {"full", false, false, {}, {}, 0}, {"persistent", false, true, {}, {}, 0}};
+    for (Config& c : cfg) {
+      CudaBackendOptions o;
+      o.cuda_graphs = c.graphs;
+      o.persistent_block_tables = c.persistent;
+      c.gpu = CudaBackend::random(model(), 3, o);
+      c.gpu->init_kv(n_slots);
     }
+    KvConfig kc;
+    kc.kind = KvKind::paged;
+    kc.block_size = kBs;
+    kc.prefix_caching = false;
+    kc.max_model_len = kContext + kAll + kBs;
+    auto kv = make_kv_manager(kc, n_slots);
+    std::vector<Sequence> seqs(kSeqs);
+    for (int i = 0; i < kSeqs; ++i) {
+      const int n = kContext - kBs + i % kBs;  // block boundaries on different steps
+      seqs[i] = testing::make_sequence(i + 1, testing::random_tokens(n, 1000, 500 + i));
+      seqs[i].sampling.max_tokens = kAll + 8;
+      kv->allocate(seqs[i], n);
+    }
+    for (int first = 0; first < kSeqs; first += 16) {  // prefill 16 at a time, on every backend
+      Batch b;
+      for (int i = first; i < first + 16; ++i) b.entries.push_back({&seqs[i], seqs[i].n_tokens(), true});
+      std::vector<TokenId> sampled;
+      for (Config& c : cfg) sampled = c.gpu->forward(b, *kv).sampled;
+      for (int i = first; i < first + 16; ++i) {
+        seqs[i].n_computed = seqs[i].n_tokens();
+        seqs[i].tokens.push_back(sampled[i - first]);
+      }
+    }
+    for (int step = 0; step < kAll; ++step) {
+      Batch b;
+      for (Sequence& s : seqs) {
+        kv->grow(s, s.n_tokens());
+        b.entries.push_back({&s, 1, true});
+      }
+      std::vector<TokenId> sampled;
+      for (int k = 0; k < 4; ++k) {
+        Config& c = cfg[(step + k) % 4];
+        const auto t0 = std::chrono::steady_clock::now();
+        const ForwardResult r = c.gpu->forward(b, *kv);
+        const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        if (step >= kWarm) {  // past the warm-up and graph capture
+          c.ms[(step - kWarm) / kSteps].push_back(dt);
+          c.bytes += c.gpu->last_step_input_bytes();
+        }
+        if (&c == &cfg[2]) sampled = r.sampled;
+      }
+      for (int i = 0; i < kSeqs; ++i) {
+        seqs[i].n_computed += 1;
+        seqs[i].tokens.push_back(sampled[i]);
+      }
+    }
+    std::printf("256 x 4k decode (%s; model %s, block %d; %d rounds of %d steps, the 4 configs in turn):\n",
+                cuda_device_description(0).c_str(), model().name.c_str(), kBs, kRounds, kSteps);
+    std::printf("%-11s %-7s %10s %22s %22s\n", "tables", "graphs", "H2D_bytes", "step_ms p50 (r1, r2)",
+                "step_ms p10 (r1, r2)");
+    for (Config& c : cfg) {
+      double p50[kRounds], p10[kRounds];
+      for (int r = 0; r < kRounds; ++r) {
+        std::sort(c.ms[r].begin(), c.ms[r].end());
+        p50[r] = c.ms[r][c.ms[r].size() / 2];
+        p10[r] = c.ms[r][c.ms[r].size() / 10];
+      }
+      std::printf("%-11s %-7s %10zu %10.3f %10.3f  %10.3f %10.3f\n", c.tables, c.graphs ? "on" : "off",
+                  c.bytes / (kRounds * kSteps), p50[0], p50[1], p10[0], p10[1]);
+    }
+    EXPECT_LT(cfg[1].bytes * 10, cfg[0].bytes);
+    EXPECT_LT(cfg[3].bytes * 10, cfg[2].bytes);
+  }
 }
 
 }  // namespace
