@@ -44,9 +44,10 @@ struct DecodeParams {
   float* ws_ml;  // [n_seqs, n_heads, max_splits, 2]
 };
 
-/// Arena slot of position t of sequence s (KvAddressing::slot without a division for power-of-two
-/// block sizes; block-table entries read through the read-only path).
-__device__ __forceinline__ int64_t kv_slot(const DecodeParams& p, int s, int t) {
+/// Arena slot of position t of sequence s, whose block-table row is `row` (KvAddressing::slot
+/// without a division for power-of-two block sizes; block-table entries read through the
+/// read-only path; the row looked up once per CUDA block, see KvAddressing::block_table_rows).
+__device__ __forceinline__ int64_t kv_slot(const DecodeParams& p, int s, int64_t row, int t) {
   if (p.kv.kind == KvLayoutKind::naive) return __ldg(p.kv.base_slots + s) + t;
   int blk, off;
   if (p.bs_shift >= 0) {
@@ -56,7 +57,7 @@ __device__ __forceinline__ int64_t kv_slot(const DecodeParams& p, int s, int t) 
     blk = t / p.kv.block_size;
     off = t - blk * p.kv.block_size;
   }
-  return int64_t(__ldg(p.kv.block_tables + int64_t(s) * p.kv.block_table_stride + blk)) * p.kv.block_size + off;
+  return int64_t(__ldg(p.kv.block_tables + row * p.kv.block_table_stride + blk)) * p.kv.block_size + off;
 }
 
 template <typename T, int HD, int G>
@@ -74,6 +75,7 @@ __global__ void __launch_bounds__(kThreads, G == 1 ? 7 : G <= 4 ? 4 : 2) decode_
   const int t_end = min(ctx, t_begin + p.split_len);
   const int lg = threadIdx.x / kTpt, c = threadIdx.x % kTpt;
   const int row = p.query_start ? p.query_start[s + 1] - 1 : s;
+  const int64_t table_row = p.kv.kind == KvLayoutKind::paged ? p.kv.table_row(s) : int64_t(s);
 
   float qf[G][8];
 #pragma unroll
@@ -107,7 +109,7 @@ __global__ void __launch_bounds__(kThreads, G == 1 ? 7 : G <= 4 ? 4 : 2) decode_
 #pragma unroll
   for (int u = 0; u < kU; ++u) {
     const int t = t_begin + u * kLg + lg;
-    slot[u] = t < t_end ? kv_slot(p, s, t) : 0;
+    slot[u] = t < t_end ? kv_slot(p, s, table_row, t) : 0;
   }
   for (int base = t_begin; base < t_end; base += kLg * kU) {  // uniform trip count: shuffles are safe
     Vec8 kv_k[kU], kv_v[kU];
@@ -127,7 +129,7 @@ __global__ void __launch_bounds__(kThreads, G == 1 ? 7 : G <= 4 ? 4 : 2) decode_
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int t = base + kLg * kU + u * kLg + lg;
-      slot[u] = t < t_end ? kv_slot(p, s, t) : 0;
+      slot[u] = t < t_end ? kv_slot(p, s, table_row, t) : 0;
     }
     float sc[kU][G];
 #pragma unroll
@@ -222,6 +224,7 @@ __global__ void __launch_bounds__(HD) decode_reduce_kernel(const DecodeParams p)
     oo = fmaf(w, p.ws_o[(base + i) * HD + d], oo);
   }
   const int row = p.query_start ? p.query_start[s + 1] - 1 : s;
+  const int64_t table_row = p.kv.kind == KvLayoutKind::paged ? p.kv.table_row(s) : int64_t(s);
   static_cast<T*>(p.out)[row * p.out_row_stride + int64_t(h) * HD + d] = from_float<T>(oo / ll);
 }
 

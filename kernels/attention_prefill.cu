@@ -98,6 +98,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const PrefillParams p
   const int s = sh_seq, tile = sh_tile;
   if (s < 0) return;
   const int q0 = p.query_start[s], q_len = p.query_start[s + 1] - q0, ctx = p.context_lens[s];
+  const int64_t table_row = p.kv.kind == KvLayoutKind::paged ? p.kv.table_row(s) : int64_t(s);
 
   if (tid < kBM) {
     const int rr = tile * kBM + tid, i = rr / p.group;
@@ -132,7 +133,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const PrefillParams p
       const int r = idx / kVecs, c = idx % kVecs, kp = kt * kBN + r;
       Vec8 kv = make_uint4(0, 0, 0, 0), vv = kv;  // zeros past max_pos: 0·V must stay 0
       if (kp <= max_pos) {
-        const int64_t off = (p.kv.slot(s, kp) * p.kv_row + int64_t(kvh) * HD + c * 8) * int64_t(sizeof(T));
+        const int64_t off = (p.kv.slot_in_row(s, table_row, kp) * p.kv_row + int64_t(kvh) * HD + c * 8) * int64_t(sizeof(T));
         kv = load_stream(kbase + off);
         vv = load_stream(vbase + off);
       }

@@ -130,6 +130,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_mma_kernel(const Params p
   const int s = sh_seq, tile = sh_tile;
   if (s < 0) return;
   const int q0 = p.query_start[s], q_len = p.query_start[s + 1] - q0, ctx = p.context_lens[s];
+  const int64_t table_row = p.kv.kind == KvLayoutKind::paged ? p.kv.table_row(s) : int64_t(s);
   if (tid < kBM) {
     const int rr = tile * kBM + tid, i = rr / p.group;
     row_pos[tid] = i < q_len ? ctx - q_len + i : -1;
@@ -151,7 +152,7 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_mma_kernel(const Params p
       const int r = idx / kVecs, c = idx % kVecs, kp = kt * kBN + r;
       const bool valid = kp <= max_pos;
       int64_t off = 0;
-      if (valid) off = (p.kv.slot(s, kp) * p.kv_row + int64_t(kvh) * HD + c * 8) * int64_t(sizeof(T));
+      if (valid) off = (p.kv.slot_in_row(s, table_row, kp) * p.kv_row + int64_t(kvh) * HD + c * 8) * int64_t(sizeof(T));
       cp_async16(kd + r * kLd + c * 8, kbase + off, valid);
       cp_async16(vd + r * kLd + c * 8, vbase + off, valid);
     }

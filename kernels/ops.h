@@ -63,4 +63,12 @@ void gather_blocks(void* const* arenas, int n_arenas, const int32_t* blocks, int
 void scatter_blocks(void* const* arenas, int n_arenas, const int32_t* blocks, int n_blocks, int64_t block_bytes,
                     const void* src, cudaStream_t stream);
 
+/// Applies a step's block-table changes to the persistent device table before attention reads it:
+/// table[updates[i].index] = updates[i].block for i < *count. The count is read on the device,
+/// so a CUDA graph captured once replays with each step's list; the grid is sized for
+/// `grid_updates` entries and strides over any more. Indices must be distinct (BlockTableDiff
+/// emits at most one per entry). Launches nothing when grid_updates <= 0.
+void apply_block_table_updates(int32_t* table, const BlockTableUpdate* updates, const int32_t* count,
+                               int grid_updates, cudaStream_t stream);
+
 }  // namespace servelab::kernels

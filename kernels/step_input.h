@@ -33,13 +33,29 @@ struct KvAddressing {
   int32_t block_table_stride = 0;         ///< paged: entries per row (max blocks per sequence)
   int32_t block_size = 16;                ///< paged: slots per block (any value >= 1)
   const int64_t* base_slots = nullptr;    ///< naive: [n_seqs]
+  /// paged, optional: [n_seqs] row of block_tables that sequence s reads (a persistent table kept
+  /// on the device across steps, rows indexed by sequence, not by the step's order); null: row s.
+  const int32_t* block_table_rows = nullptr;
 
-  /// Arena slot of position p of sequence s.
-  SERVELAB_HD int64_t slot(int s, int p) const {
+  /// Row of block_tables sequence s reads (paged).
+  SERVELAB_HD int64_t table_row(int s) const { return block_table_rows ? int64_t(block_table_rows[s]) : int64_t(s); }
+  /// Arena slot of position p of sequence s whose table row is `row` (= table_row(s), hoisted).
+  SERVELAB_HD int64_t slot_in_row(int s, int64_t row, int p) const {
     if (kind == KvLayoutKind::naive) return base_slots[s] + p;
-    const int32_t block = block_tables[int64_t(s) * block_table_stride + p / block_size];
+    const int32_t block = block_tables[row * block_table_stride + p / block_size];
     return int64_t(block) * block_size + p % block_size;
   }
+  /// Arena slot of position p of sequence s.
+  SERVELAB_HD int64_t slot(int s, int p) const {
+    return slot_in_row(s, kind == KvLayoutKind::paged ? table_row(s) : int64_t(s), p);
+  }
+};
+
+/// One entry of a persistent block table to overwrite: table[index] = block, with
+/// index = row * block_table_stride + col (kernels/ops.h: apply_block_table_updates).
+struct BlockTableUpdate {
+  int32_t index;
+  int32_t block;
 };
 
 /// Shapes of one layer's KV arena: K and V each [n_slots, n_kv_heads, head_dim], row-major.

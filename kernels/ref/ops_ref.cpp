@@ -87,6 +87,10 @@ void block_copy_ref(float* cache, KvShape shape, int block_size, const std::vect
   for (const auto& [src, dst] : src_dst) std::memmove(cache + dst * n, cache + src * n, sizeof(float) * n);
 }
 
+void block_table_update_ref(int32_t* table, const int32_t* index_block_pairs, int n_updates) {
+  for (int i = 0; i < n_updates; ++i) table[index_block_pairs[2 * i]] = index_block_pairs[2 * i + 1];
+}
+
 void gemm_ref(const float* x, const float* w, int m, int n, int k, float* y) {
   for (int i = 0; i < m; ++i)
     for (int j = 0; j < n; ++j) {

@@ -49,6 +49,9 @@ void embedding_ref(const float* table, const int32_t* ids, int n_tokens, int d, 
 /// Copies whole blocks (block_size slots each) inside one arena: dst block <- src block.
 void block_copy_ref(float* cache, KvShape shape, int block_size, const std::vector<std::pair<int32_t, int32_t>>& src_dst);
 
+/// Reference of apply_block_table_updates: table[index] = block for each (index, block) pair, in order.
+void block_table_update_ref(int32_t* table, const int32_t* index_block_pairs, int n_updates);
+
 /// y[M, N] = x[M, K] · w[N, K]ᵀ (weights stored [out, in] as Hugging Face does), double sums.
 void gemm_ref(const float* x, const float* w, int m, int n, int k, float* y);
 

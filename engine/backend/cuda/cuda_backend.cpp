@@ -66,6 +66,7 @@ std::unique_ptr<CudaBackend> CudaBackend::load(const std::string& dir, CudaBacke
 const ModelConfig& CudaBackend::config() const { return impl_->c(); }
 const CudaBackendOptions& CudaBackend::options() const { return impl_->options; }
 int64_t CudaBackend::weight_bytes() const { return impl_->w.bytes; }
+int64_t CudaBackend::last_step_input_bytes() const { return int64_t(impl_->last_upload_bytes); }
 
 int64_t CudaBackend::kv_bytes_per_slot() const { return 2ll * config().n_layers * config().kv_dim() * 2; }
 

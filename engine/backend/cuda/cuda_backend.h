@@ -35,6 +35,10 @@ struct CudaBackendOptions {
   /// graph captured per (batch bucket, context bucket, KV layout) after one eager warm-up run;
   /// false (`cuda_graphs: off`) runs every step eagerly.
   bool cuda_graphs = true;
+  /// Paged KV: block tables live on the device across steps (a row per sequence) and each step
+  /// uploads only the entries that changed; false re-sends every sequence's whole table each step
+  /// (the path it replaces, kept to compare against).
+  bool persistent_block_tables = true;
   void validate() const;
 };
 
@@ -76,6 +80,8 @@ class CudaBackend final : public Backend {
   /// std::invalid_argument when nothing is left, naming the figures.
   int64_t kv_bytes_for_utilization(double utilization, int max_tokens, int max_samples) const;
   const CudaBackendOptions& options() const;
+  /// Bytes of the last step's one host-to-device copy of its packed input (block-table changes included).
+  int64_t last_step_input_bytes() const;
 
  private:
   struct Impl;

@@ -12,6 +12,7 @@
 #include <string>
 #include <tuple>
 
+#include "engine/backend/cuda/block_table.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/cuda_weights.h"
 #include "engine/backend/cuda/device_memory.h"
@@ -36,6 +37,9 @@ constexpr k::ScalarType kBf16 = k::ScalarType::bf16;
 constexpr int kGraphBuckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512};
 /// Longest context a graph serves (its block-table rows and decode grid are sized for it).
 constexpr int kGraphMaxContext = 16384;
+/// Block-table changes a graph step's input has room for (persistent tables); a step with more
+/// (rare: many sequences swapped in at once) runs eagerly.
+constexpr int kGraphMaxTableUpdates = 65536;
 
 inline int graph_bucket(int n_seqs) {
   for (int b : kGraphBuckets)
@@ -58,6 +62,7 @@ struct Geometry {
   const uint8_t* dev = nullptr;  // the packed input on the device
   k::KvLayoutKind kind = k::KvLayoutKind::paged;
   int block_size = 16;
+  bool graph = false;  // captured into / replayed from a CUDA graph
   template <typename T>
   const T* at(size_t offset) const { return reinterpret_cast<const T*>(dev + offset); }
 };
@@ -101,6 +106,13 @@ struct CudaBackend::Impl {
   std::map<GraphKey, GraphEntry> graphs;
   uint64_t epoch = 1;         // bumped whenever a buffer a graph baked in is reallocated
   int n_samples = 0;          // draws of the last step (rows of logits/tokens to read)
+  size_t last_upload_bytes = 0;  // the last step's one host-to-device copy
+  // Persistent block tables (paged KV, options.persistent_block_tables): the device table
+  // [table_diff.n_rows(), table_diff.stride()] int32, its host mirror and the step's changes.
+  cuda::BlockTableDiff table_diff;
+  cuda::BlockTableStep table_step;
+  DeviceBuffer block_table;
+  std::vector<uint64_t> seq_ids;
   DeviceBuffer inv_freq;    // [head_dim / 2] fp32
   DeviceBuffer h, xn, qkv, attn, delta, gate_up, act;  // [rows, ...] bf16
   int rows_capacity = 0;
@@ -199,6 +211,29 @@ struct CudaBackend::Impl {
     ++epoch;
   }
 
+  /// Forgets the persistent block table (host mirror and device copy): the next paged step
+  /// sends its sequences' rows whole. Called when a step fails after its diff was planned.
+  void drop_block_table() {
+    table_diff.reset();
+    block_table.reset();
+    ++epoch;
+  }
+
+  /// Applies table_step's resize to the device table: a zeroed [n_rows, stride] table holding the
+  /// old one in its top-left corner (as BlockTableDiff's mirror).
+  void resize_block_table() {
+    const cuda::BlockTableStep& t = table_step;
+    DeviceBuffer fresh(size_t(t.n_rows) * t.stride * sizeof(int32_t), "the block tables");
+    CUDA_CHECK(cudaMemsetAsync(fresh.get(), 0, fresh.bytes(), stream));
+    if (t.old_rows > 0 && block_table.get())
+      CUDA_CHECK(cudaMemcpy2DAsync(fresh.get(), size_t(t.stride) * sizeof(int32_t), block_table.get(),
+                                   size_t(t.old_stride) * sizeof(int32_t), size_t(t.old_stride) * sizeof(int32_t),
+                                   t.old_rows, cudaMemcpyDeviceToDevice, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));  // before the old table is freed
+    block_table = std::move(fresh);
+    ++epoch;  // graphs baked in the old table's address and stride
+  }
+
   /// Builds and packs the step, then runs it (eagerly, or as a CUDA graph for plain decode steps
   /// when cuda_graphs is on) up to the sampled tokens in `tokens` and their logits in `logits`.
   void run_step(const Batch& batch, const KvManager& kv) {
@@ -211,31 +246,55 @@ struct CudaBackend::Impl {
                                 std::to_string(n_slots) + ")");
     n_samples = in.n_samples();
     if (plan.n_rows() == 0) return;
+    const cuda::BlockTableStep* tables = nullptr;
+    if (options.persistent_block_tables && in.kv_kind == k::KvLayoutKind::paged) {
+      seq_ids.clear();
+      for (const BatchEntry& e : batch.entries) seq_ids.push_back(e.seq->id);
+      table_diff.plan(seq_ids, in, table_step);  // throws before changing the mirror
+      tables = &table_step;
+    }
+    try {
+      if (tables && table_step.resized) resize_block_table();
+      run_planned(tables);
+    } catch (...) {
+      if (tables) drop_block_table();  // the device may not hold what the mirror says
+      throw;
+    }
+  }
+
+  /// run_step after the plan: graph or eager.
+  void run_planned(const cuda::BlockTableStep* tables) {
+    const k::StepInput& in = plan.in;
     Geometry g;
     g.kind = in.kv_kind;
     g.block_size = in.block_size;
     const int bucket = graph_bucket(in.n_seqs());
     const bool paged = in.kv_kind == k::KvLayoutKind::paged;
     if (options.cuda_graphs && !options.batch_invariant && bucket > 0 && in.max_context() <= kGraphMaxContext &&
-        cuda::bucketable(plan)) {
+        cuda::bucketable(plan) && (!tables || tables->updates.size() <= size_t(kGraphMaxTableUpdates))) {
       const int context = context_bucket(in.max_context());
       const int stride = paged ? (context + in.block_size - 1) / in.block_size : 0;
-      g.layout = cuda::bucket_layout(plan, bucket, stride);
+      g.layout = cuda::bucket_layout(plan, bucket, stride, tables);
       g.rows = g.tokens = g.seqs = g.samples = bucket;
       g.max_context = context;
       g.decode = true;
+      g.graph = true;
       ensure_rows(bucket);
       ensure_samples(bucket);
       ensure_decode_workspace(bucket);
-      if (!graph_packed.get()) {  // the largest layout any graph can use: block size 1, longest context
+      if (!graph_packed.get()) {  // the largest layout any graph can use
         cuda::StepPlan probe;
         probe.in.decode_only = true;
         probe.in.kv_kind = k::KvLayoutKind::paged;
-        graph_packed.grow(cuda::bucket_layout(probe, kGraphBuckets[std::size(kGraphBuckets) - 1], kGraphMaxContext).total +
-                              1024,
+        const int largest = kGraphBuckets[std::size(kGraphBuckets) - 1];
+        cuda::BlockTableStep most;  // persistent tables: the most changes a graph step carries
+        most.rows.resize(largest);
+        most.updates.resize(kGraphMaxTableUpdates);
+        // full tables: block size 1, longest context
+        graph_packed.grow(cuda::bucket_layout(probe, largest, kGraphMaxContext, tables ? &most : nullptr).total + 1024,
                           "the graph step input");
       }
-      stage(g, graph_packed);
+      stage(g, graph_packed, tables);
       GraphEntry& entry = graphs[GraphKey{bucket, context, int(in.kv_kind), paged ? in.block_size : 0}];
       if (entry.exec && entry.epoch != epoch) {
         CUDA_CHECK(cudaGraphExecDestroy(entry.exec));
@@ -265,7 +324,7 @@ struct CudaBackend::Impl {
       CUDA_CHECK(cudaGraphLaunch(entry.exec, stream));
       return;
     }
-    g.layout = cuda::compact_layout(plan);
+    g.layout = cuda::compact_layout(plan, tables);
     g.rows = plan.n_rows();
     g.tokens = in.n_tokens();
     g.seqs = in.n_seqs();
@@ -276,15 +335,18 @@ struct CudaBackend::Impl {
     ensure_samples(std::max(g.samples, 1));
     if (g.decode) ensure_decode_workspace(g.seqs);
     packed.grow(g.layout.total, "the step input");
-    stage(g, packed);
+    stage(g, packed, tables);
     enqueue(g);
   }
 
-  /// Packs the plan into the pinned buffer and uploads it in one copy to `dst`.
-  void stage(Geometry& g, DeviceBuffer& dst) {
+  /// Packs the plan (and the block-table changes) into the pinned buffer and uploads it in one
+  /// copy to `dst`.
+  void stage(Geometry& g, DeviceBuffer& dst, const cuda::BlockTableStep* tables) {
+    if (g.layout.total > dst.bytes()) throw std::logic_error("CudaBackend: the step input outgrew its device buffer");
     packed_host.grow(g.layout.total);
-    cuda::pack_step(plan, g.layout, packed_host.get<uint8_t>());
+    cuda::pack_step(plan, g.layout, packed_host.get<uint8_t>(), tables);
     CUDA_CHECK(cudaMemcpyAsync(dst.get(), packed_host.get(), g.layout.total, cudaMemcpyHostToDevice, stream));
+    last_upload_bytes = g.layout.total;
     g.dev = dst.get<uint8_t>();
   }
 

@@ -17,6 +17,16 @@ void CudaBackend::Impl::enqueue(const Geometry& g) {
   addr.block_table_stride = L.table_stride;
   addr.block_size = g.block_size;
   addr.base_slots = g.at<int64_t>(L.base_slots);
+  if (L.persistent_tables) {
+    // The step's block-table changes into the persistent table, then attention reads it through
+    // each sequence's row. A graph launches the update for its bucket (the count is read on the
+    // device); an eager step for its own list.
+    addr.block_tables = block_table.get<int32_t>();
+    addr.block_table_stride = table_diff.stride();
+    addr.block_table_rows = g.at<int32_t>(L.table_rows);
+    k::apply_block_table_updates(block_table.get<int32_t>(), g.at<k::BlockTableUpdate>(L.updates),
+                                 g.at<int32_t>(L.update_count), g.graph ? g.seqs : L.n_updates, stream);
+  }
   const k::KvShape shape{n_slots, m.n_kv_heads, hd};
 
   k::embedding(kBf16, w.embedding, g.at<int32_t>(L.token_ids), h.get(), R, d, stream);

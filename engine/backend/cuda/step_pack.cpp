@@ -10,12 +10,16 @@ namespace {
 
 size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 
-PackedLayout make_layout(int rows, int tokens, int seqs, int stride, bool paged, int samples) {
+PackedLayout make_layout(int rows, int tokens, int seqs, int stride, bool paged, int samples,
+                         const BlockTableStep* tables) {
+  const bool persistent = paged && tables != nullptr;
   PackedLayout l;
+  l.persistent_tables = persistent;
+  l.n_updates = persistent ? static_cast<int>(tables->updates.size()) : 0;
   l.n_rows = rows;
   l.n_tokens = tokens;
   l.n_seqs = seqs;
-  l.table_stride = paged ? stride : 0;
+  l.table_stride = paged && !persistent ? stride : 0;
   l.n_samples = samples;
   size_t at = 0;
   auto take = [&](size_t bytes) {
@@ -28,7 +32,7 @@ PackedLayout make_layout(int rows, int tokens, int seqs, int stride, bool paged,
   l.slot_mapping = take(sizeof(int64_t) * tokens);
   l.query_start = take(sizeof(int32_t) * (seqs + 1));
   l.context_lens = take(sizeof(int32_t) * seqs);
-  l.block_tables = take(paged ? sizeof(int32_t) * size_t(seqs) * stride : 0);
+  l.block_tables = take(paged && !persistent ? sizeof(int32_t) * size_t(seqs) * stride : 0);
   l.base_slots = take(paged ? 0 : sizeof(int64_t) * seqs);
   l.sample_rows = take(sizeof(int32_t) * samples);
   l.temperature = take(sizeof(float) * samples);
@@ -37,6 +41,9 @@ PackedLayout make_layout(int rows, int tokens, int seqs, int stride, bool paged,
   l.seed = take(sizeof(uint64_t) * samples);
   l.seq_key = take(sizeof(uint64_t) * samples);
   l.sample_position = take(sizeof(int32_t) * samples);
+  l.table_rows = take(persistent ? sizeof(int32_t) * seqs : 0);
+  l.update_count = take(persistent ? sizeof(int32_t) : 0);
+  l.updates = take(sizeof(kernels::BlockTableUpdate) * l.n_updates);  // last: a bucket's offsets stay put
   l.total = at;
   return l;
 }
@@ -53,10 +60,10 @@ void put(uint8_t* base, size_t offset, const std::vector<T>& v) {
 
 }  // namespace
 
-PackedLayout compact_layout(const StepPlan& plan) {
+PackedLayout compact_layout(const StepPlan& plan, const BlockTableStep* tables) {
   const kernels::StepInput& in = plan.in;
   return make_layout(plan.n_rows(), in.n_tokens(), in.n_seqs(), in.block_table_stride,
-                     in.kv_kind == kernels::KvLayoutKind::paged, in.n_samples());
+                     in.kv_kind == kernels::KvLayoutKind::paged, in.n_samples(), tables);
 }
 
 bool bucketable(const StepPlan& plan) {
@@ -67,16 +74,16 @@ bool bucketable(const StepPlan& plan) {
   return true;
 }
 
-PackedLayout bucket_layout(const StepPlan& plan, int bucket, int table_stride) {
+PackedLayout bucket_layout(const StepPlan& plan, int bucket, int table_stride, const BlockTableStep* tables) {
   const kernels::StepInput& in = plan.in;
   if (!bucketable(plan)) throw std::logic_error("bucket_layout: the plan is not a plain decode step");
   if (bucket < in.n_seqs()) throw std::logic_error("bucket_layout: bucket smaller than the batch");
   const bool paged = in.kv_kind == kernels::KvLayoutKind::paged;
-  if (paged && table_stride < in.block_table_stride) throw std::logic_error("bucket_layout: stride too small");
-  return make_layout(bucket, bucket, bucket, table_stride, paged, bucket);
+  if (paged && !tables && table_stride < in.block_table_stride) throw std::logic_error("bucket_layout: stride too small");
+  return make_layout(bucket, bucket, bucket, table_stride, paged, bucket, tables);
 }
 
-void pack_step(const StepPlan& plan, const PackedLayout& l, uint8_t* out) {
+void pack_step(const StepPlan& plan, const PackedLayout& l, uint8_t* out, const BlockTableStep* tables) {
   const kernels::StepInput& in = plan.in;
   const int T = in.n_tokens(), S = in.n_seqs(), N = in.n_samples();
   put(out, l.token_ids, in.token_ids);
@@ -89,7 +96,14 @@ void pack_step(const StepPlan& plan, const PackedLayout& l, uint8_t* out) {
   for (int s = S; s < l.n_seqs; ++s) at<int32_t>(out, l.query_start)[s + 1] = at<int32_t>(out, l.query_start)[s] + 1;
   put(out, l.context_lens, in.context_lens);
   std::fill(at<int32_t>(out, l.context_lens) + S, at<int32_t>(out, l.context_lens) + l.n_seqs, 1);
-  if (in.kv_kind == kernels::KvLayoutKind::paged) {
+  if (l.persistent_tables) {
+    if (!tables || tables->rows.size() != size_t(S) || tables->updates.size() != size_t(l.n_updates))
+      throw std::logic_error("pack_step: the block-table step differs from the layout's");
+    put(out, l.table_rows, tables->rows);
+    std::fill(at<int32_t>(out, l.table_rows) + S, at<int32_t>(out, l.table_rows) + l.n_seqs, 0);  // reserved zero row
+    *at<int32_t>(out, l.update_count) = l.n_updates;
+    put(out, l.updates, tables->updates);
+  } else if (in.kv_kind == kernels::KvLayoutKind::paged) {
     int32_t* table = at<int32_t>(out, l.block_tables);
     if (l.table_stride == in.block_table_stride) {
       put(out, l.block_tables, in.block_tables);

@@ -6,9 +6,15 @@
 //   a CUDA graph): the graph's kernels read B rows, so sequences s >= n_seqs are padding rows
 //   (token 0 at position 0, slot -1 = not written, context 1 at block 0 / base slot 0, greedy
 //   sample of their own row), whose results are never copied back.
+// Paged block tables travel either whole ([n_seqs, stride] every step), or, with persistent
+// device tables (block_table.h), as a row per sequence into the device table plus the entries
+// that changed since the last step: `tables` given to the layout and pack functions. The list of
+// changes goes last, so a bucket's offsets do not depend on its length (a CUDA graph reads the
+// count from the buffer).
 #include <cstddef>
 #include <cstdint>
 
+#include "engine/backend/cuda/block_table.h"
 #include "engine/backend/cuda/step_builder.h"
 
 namespace servelab::cuda {
@@ -17,24 +23,28 @@ namespace servelab::cuda {
 struct PackedLayout {
   size_t token_ids = 0, positions = 0, slot_mapping = 0, query_start = 0, context_lens = 0, block_tables = 0,
          base_slots = 0, sample_rows = 0, temperature = 0, top_k = 0, top_p = 0, seed = 0, seq_key = 0,
-         sample_position = 0, total = 0;
+         sample_position = 0, table_rows = 0, update_count = 0, updates = 0, total = 0;
   int n_rows = 0;        ///< token_ids entries (real rows + padding rows)
   int n_tokens = 0;      ///< rows with a position and a slot (attention rows)
   int n_seqs = 0;
   int table_stride = 0;  ///< block-table entries per sequence (paged)
   int n_samples = 0;
+  bool persistent_tables = false;  ///< paged: table_rows + update_count + updates, no block_tables
+  int n_updates = 0;               ///< entries at `updates` (kernels::BlockTableUpdate)
 };
 
-/// Compact layout of `plan` (n_rows = plan.n_rows(), stride = plan's own).
-PackedLayout compact_layout(const StepPlan& plan);
+/// Compact layout of `plan` (n_rows = plan.n_rows(), stride = plan's own; with `tables`, a paged
+/// plan carries tables->rows and tables->updates instead of its block tables).
+PackedLayout compact_layout(const StepPlan& plan, const BlockTableStep* tables = nullptr);
 /// A decode-only plan padded to `bucket` sequences (>= plan.in.n_seqs()) with `table_stride`
-/// block-table entries per sequence (>= plan's stride; paged only). Every sequence samples once.
-PackedLayout bucket_layout(const StepPlan& plan, int bucket, int table_stride);
+/// block-table entries per sequence (>= plan's stride; paged only, ignored with `tables`: padding
+/// sequences then read row 0 of the device table). Every sequence samples once.
+PackedLayout bucket_layout(const StepPlan& plan, int bucket, int table_stride, const BlockTableStep* tables = nullptr);
 /// True when `plan` can be padded to a bucket: decode only, no padding rows, sample k is row k.
 bool bucketable(const StepPlan& plan);
 
 /// Writes the plan's arrays at `layout`'s offsets into out[0, layout.total), padding as the layout
-/// says (padding rows of a compact layout read token 0).
-void pack_step(const StepPlan& plan, const PackedLayout& layout, uint8_t* out);
+/// says (padding rows of a compact layout read token 0). `tables`: the same as given to the layout.
+void pack_step(const StepPlan& plan, const PackedLayout& layout, uint8_t* out, const BlockTableStep* tables = nullptr);
 
 }  // namespace servelab::cuda
