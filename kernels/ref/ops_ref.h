@@ -52,4 +52,9 @@ void block_copy_ref(float* cache, KvShape shape, int block_size, const std::vect
 /// y[M, N] = x[M, K] · w[N, K]ᵀ (weights stored [out, in] as Hugging Face does), double sums.
 void gemm_ref(const float* x, const float* w, int m, int n, int k, float* y);
 
+/// The contract of Gemm::run and run_gemv: y = x · wᵀ, plus y's previous value when accumulate
+/// (added in double), each result rounded by `round` when given (bf16 storage). Double sums.
+void gemm_ref(const float* x, const float* w, int m, int n, int k, float* y, bool accumulate,
+              float (*round)(float) = nullptr);
+
 }  // namespace servelab::kernels
