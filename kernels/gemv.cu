@@ -54,12 +54,13 @@ __device__ __forceinline__ void load_step(StepRegs& r, const T* const (&wr)[2][2
                                           int k) {
 #pragma unroll
   for (int v = 0; v < 2; ++v) {
-    const bool in = !kCheck || kb + lane_k + v * 8 < k;
+    const int kv = kb + gemv::k_offset(0, v);  // wr and xr already hold this lane's k_offset(q, 0)
+    const bool in = !kCheck || kv + lane_k < k;
 #pragma unroll
     for (int t = 0; t < 2; ++t)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) r.w[t][h][v] = in ? load_stream(wr[t][h] + kb + v * 8) : make_uint4(0, 0, 0, 0);
-    r.x[v] = in ? __ldg(reinterpret_cast<const Vec8*>(xr + kb + v * 8)) : make_uint4(0, 0, 0, 0);
+      for (int h = 0; h < 2; ++h) r.w[t][h][v] = in ? load_stream(wr[t][h] + kv) : make_uint4(0, 0, 0, 0);
+    r.x[v] = in ? __ldg(reinterpret_cast<const Vec8*>(xr + kv)) : make_uint4(0, 0, 0, 0);
   }
 }
 

@@ -7,11 +7,12 @@
 // the n = 8 columns). A sum over K may visit K in any order as long as A and B agree, so each lane
 // loads whole 16-byte vectors of 8 consecutive K values and the fragments take them as they come:
 // lane (g = lane / 4, q = lane % 4) loads, in a K step of 64 values starting at kb, the vectors
-// v = 0, 1 at kb + q * 16 + v * 8 of w rows g and g + 8 of a 16-row tile, and of x row g.
+// v = 0, 1 at kb + v * 32 + q * 8 of w rows g and g + 8 of a 16-row tile, and of x row g.
 // mma (v, h) uses values 4h .. 4h + 3 of vector v (its 32-bit registers 2h and 2h + 1): the PTX
 // fragment slots k = 2q, 2q + 1 hold values 4h, 4h + 1 and k = 2q + 8, 2q + 9 hold 4h + 2, 4h + 3,
-// in A (rows g, g + 8) and in B (column g) alike. A quad of lanes covers 64 consecutive K values
-// (128 bytes of a row); 4 mmas cover the step.
+// in A (rows g, g + 8) and in B (column g) alike. One load instruction (fixed v) has each quad
+// read 64 contiguous bytes of a row (two whole 32-byte sectors, so no sector is fetched twice);
+// a quad covers 64 consecutive K values (128 bytes of a row) per step; 4 mmas cover the step.
 #include <algorithm>
 #include <cstdint>
 
@@ -66,7 +67,7 @@ inline Plan make_plan(int n, int k, int n_sms, int blocks_per_sm, int max_split_
 }
 
 /// K offset (within a step) of the 8 values of vector v loaded by a lane of quad position q.
-SERVELAB_HD constexpr int k_offset(int q, int v) { return q * 16 + v * 8; }
+SERVELAB_HD constexpr int k_offset(int q, int v) { return v * 32 + q * 8; }
 
 /// 32-bit register i (0..3) of a 16-byte vector (uint4 on the device: x, y, z, w).
 template <typename V>

@@ -95,6 +95,11 @@ TEST(GemvLayout, QuadCoversEachKOffsetOnce) {
     for (int v = 0; v < 2; ++v)
       for (int e = 0; e < 8; ++e) ++seen[gemv::k_offset(q, v) + e];
   for (int c : seen) EXPECT_EQ(c, 1);
+  for (int q = 0; q < 4; ++q)  // the kernel adds a lane's offset and a vector's offset separately
+    for (int v = 0; v < 2; ++v) EXPECT_EQ(gemv::k_offset(q, v), gemv::k_offset(q, 0) + gemv::k_offset(0, v));
+  // One load instruction (fixed v): each quad reads 64 contiguous bytes.
+  for (int v = 0; v < 2; ++v)
+    for (int q = 1; q < 4; ++q) EXPECT_EQ(gemv::k_offset(q, v), gemv::k_offset(q - 1, v) + 8);
 }
 
 TEST(GemvPlan, Llama2ShapesOnAnH100) {
