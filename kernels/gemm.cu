@@ -55,6 +55,7 @@ Gemm::Gemm(bool batch_invariant, size_t workspace_bytes, bool use_gemv)
   CUDA_CHECK(cudaMalloc(&gemv_partials_, kGemvPartialFloats * sizeof(float)));
   CUDA_CHECK(cudaMalloc(&gemv_counters_, kGemvCounters * sizeof(int32_t)));
   CUDA_CHECK(cudaMemset(gemv_counters_, 0, kGemvCounters * sizeof(int32_t)));
+  CUDA_CHECK(cudaDeviceSynchronize());  // zeroed before any stream (non-blocking ones too) runs gemv
   gemv_blocks_per_sm();  // cached now, so that no run() inside a graph capture is the first to ask
 }
 
