@@ -139,7 +139,7 @@ TEST(GemvGpu, ForcedSplitsAgreeAreDeterministicAndReplayFromAGraph) {
       run_gemv(ScalarType::bf16, dx.get(), dw.get(), dy.get(), m, n, k, true, false, plan, partials.get<float>(),
                counters.get<int32_t>(), nullptr);
       const std::vector<float> got = testing::download<float>(dy, ref.size());
-      EXPECT_LT(testing::rel_error(got, ref), 1e-5);
+      EXPECT_LT(testing::rel_error(got, ref), 1e-4);  // fp32 sums (tensor-core adds may truncate)
       if (rep == 0) first = got;
       else EXPECT_EQ(got, first) << "same inputs, same plan, same bits";
     }
@@ -163,7 +163,7 @@ TEST(GemvGpu, ForcedSplitsAgreeAreDeterministicAndReplayFromAGraph) {
     dy.poison();
     CUDA_CHECK(cudaGraphLaunch(exec, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
-    EXPECT_LT(testing::rel_error(testing::download<float>(dy, ref.size()), ref), 1e-5) << "replay " << rep;
+    EXPECT_LT(testing::rel_error(testing::download<float>(dy, ref.size()), ref), 1e-4) << "replay " << rep;
   }
   CUDA_CHECK(cudaGraphExecDestroy(exec));
   CUDA_CHECK(cudaGraphDestroy(graph));
