@@ -27,7 +27,7 @@ int gemv_blocks_per_sm();
 /// When plan.splits > 1 it needs partials [plan.partial_floats()] and counters [plan.row_blocks]
 /// zeroed ints (left zeroed), used by one stream at a time. Throws std::invalid_argument otherwise.
 void run_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, bool out_fp32, bool accumulate,
-          const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream);
+              const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream);
 
 /// Owns a cuBLASLt handle and workspace, and caches the algorithm chosen per shape.
 /// batch_invariant: split-K is disallowed and one algorithm, chosen for a canonical row count,

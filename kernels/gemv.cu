@@ -191,7 +191,7 @@ int gemv_blocks_per_sm() {
 }
 
 void run_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, bool out_fp32, bool accumulate,
-          const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream) {
+              const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream) {
   if (!gemv_supported(t, x, w, m, n, k))
     throw std::invalid_argument("run_gemv: unsupported product M=" + std::to_string(m) + " N=" + std::to_string(n) +
                                 " K=" + std::to_string(k) + " (needs 1 <= M <= 8, N >= 1, K a multiple of 8, "
