@@ -1,5 +1,6 @@
 // cuBLASLt wrapper: row-major y[M, N] = x[M, K] · w[N, K]ᵀ is column-major yᵀ = w · xᵀ, i.e.
 // A = w (K x N, transposed), B = x (K x M), C = D = y (N x M), all leading dimensions packed.
+// Products of at most gemv::kMaxRows rows go to run_gemv (gemv.cu) unless turned off or batch-invariant.
 #include <stdexcept>
 #include <string>
 
@@ -44,14 +45,33 @@ struct Descs {
 
 }  // namespace
 
-Gemm::Gemm(bool batch_invariant, size_t workspace_bytes) : workspace_bytes_(workspace_bytes), batch_invariant_(batch_invariant) {
+Gemm::Gemm(bool batch_invariant, size_t workspace_bytes, bool use_gemv)
+    : workspace_bytes_(workspace_bytes), batch_invariant_(batch_invariant), use_gemv_(use_gemv) {
   CUBLAS_CHECK(cublasLtCreate(&handle_));
   CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&n_sms_, cudaDevAttrMultiProcessorCount, device));
+  CUDA_CHECK(cudaMalloc(&gemv_partials_, kGemvPartialFloats * sizeof(float)));
+  CUDA_CHECK(cudaMalloc(&gemv_counters_, kGemvCounters * sizeof(int32_t)));
+  CUDA_CHECK(cudaMemset(gemv_counters_, 0, kGemvCounters * sizeof(int32_t)));
+  CUDA_CHECK(cudaDeviceSynchronize());  // zeroed before any stream (non-blocking ones too) runs gemv
+  gemv_blocks_per_sm();  // cached now, so that no run() inside a graph capture is the first to ask
 }
 
 Gemm::~Gemm() {
+  if (gemv_counters_) cudaFree(gemv_counters_);
+  if (gemv_partials_) cudaFree(gemv_partials_);
   if (workspace_) cudaFree(workspace_);
   if (handle_) cublasLtDestroy(handle_);
+}
+
+bool Gemm::uses_gemv(ScalarType t, const void* x, const void* w, int m, int n, int k) const {
+  return use_gemv_ && !batch_invariant_ && gemv_supported(t, x, w, m, n, k);
+}
+
+gemv::Plan Gemm::gemv_plan(int n, int k) const {
+  return gemv::make_plan(n, k, n_sms_, gemv_blocks_per_sm(), kGemvCounters, kGemvPartialFloats);
 }
 
 cublasLtMatmulAlgo_t Gemm::algo_for(ScalarType t, int m, int n, int k, bool out_fp32, bool accumulate) {
@@ -91,6 +111,10 @@ cublasLtMatmulAlgo_t Gemm::algo_for(ScalarType t, int m, int n, int k, bool out_
 void Gemm::run(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, bool out_fp32,
                cudaStream_t stream, bool accumulate) {
   if (m == 0) return;
+  if (uses_gemv(t, x, w, m, n, k)) {
+    run_gemv(t, x, w, y, m, n, k, out_fp32, accumulate, gemv_plan(n, k), gemv_partials_, gemv_counters_, stream);
+    return;
+  }
   const cublasLtMatmulAlgo_t algo = algo_for(t, m, n, k, out_fp32, accumulate);
   Descs d(t, m, n, k, out_fp32);
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;

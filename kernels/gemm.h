@@ -1,6 +1,7 @@
 #pragma once
-// Matrix products through cuBLASLt: y[M, N] = x[M, K] · w[N, K]ᵀ with bf16 (or fp16) operands,
-// fp32 accumulation, and a bf16/fp16 or fp32 output (fp32 for logits).
+// Matrix products y[M, N] = x[M, K] · w[N, K]ᵀ with bf16 (or fp16) operands, fp32 accumulation,
+// and a bf16/fp16 or fp32 output (fp32 for logits): cuBLASLt, and for M ≤ 8 (decode) a skinny
+// tensor-core kernel that streams the weights once (gemv.cu).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -9,15 +10,34 @@
 #include <tuple>
 
 #include "kernels/attention.h"
+#include "kernels/gemv_plan.h"
 
 namespace servelab::kernels {
+
+/// Whether run_gemv() takes this product: bf16 (fp16 only when built), 1 <= m <= gemv::kMaxRows,
+/// n >= 1, k a multiple of 8, x and w 16-byte aligned.
+bool gemv_supported(ScalarType t, const void* x, const void* w, int m, int n, int k);
+
+/// Blocks of gemv's kernel resident per multiprocessor of the current device (for gemv::make_plan).
+int gemv_blocks_per_sm();
+
+/// Skinny product y = x · wᵀ (+ y when accumulate) for gemv_supported shapes: x [m, k], w [n, k],
+/// y [m, n] (float when out_fp32). plan = gemv::make_plan(n, k, ...). Each weight is read once;
+/// fp32 accumulation in a fixed order (deterministic, and a row's result does not depend on m).
+/// When plan.splits > 1 it needs partials [plan.partial_floats()] and counters [plan.row_blocks]
+/// zeroed ints (left zeroed), used by one stream at a time. Throws std::invalid_argument otherwise.
+void run_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, bool out_fp32, bool accumulate,
+              const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream);
 
 /// Owns a cuBLASLt handle and workspace, and caches the algorithm chosen per shape.
 /// batch_invariant: split-K is disallowed and one algorithm, chosen for a canonical row count,
 /// serves every M, so a row's result does not depend on how many rows share the product.
+/// use_gemv: products with m <= gemv::kMaxRows that gemv_supported accepts go to run_gemv() instead of
+/// cuBLASLt (never in batch-invariant mode, which keeps its one algorithm). One stream at a time
+/// per Gemm (the workspaces are shared by its calls).
 class Gemm {
  public:
-  explicit Gemm(bool batch_invariant = false, size_t workspace_bytes = 32u << 20);
+  explicit Gemm(bool batch_invariant = false, size_t workspace_bytes = 32u << 20, bool use_gemv = true);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -26,12 +46,27 @@ class Gemm {
   void run(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, bool out_fp32,
            cudaStream_t stream, bool accumulate = false);
 
+  /// Turns the skinny path on or off (kernel_bench compares both in one run).
+  void set_use_gemv(bool on) { use_gemv_ = on; }
+  /// Whether run() with these arguments takes the skinny path.
+  bool uses_gemv(ScalarType t, const void* x, const void* w, int m, int n, int k) const;
+  /// The decomposition run() gives gemv for this shape.
+  gemv::Plan gemv_plan(int n, int k) const;
+
+  /// Partial sums and row-block counters reserved for gemv's K splits.
+  static constexpr int64_t kGemvPartialFloats = int64_t(1) << 20;
+  static constexpr int kGemvCounters = 8192;
+
  private:
   cublasLtMatmulAlgo_t algo_for(ScalarType t, int m, int n, int k, bool out_fp32, bool accumulate);
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   bool batch_invariant_ = false;
+  bool use_gemv_ = true;
+  int n_sms_ = 0;
+  float* gemv_partials_ = nullptr;
+  int32_t* gemv_counters_ = nullptr;
   std::map<std::tuple<int, int, int, int, bool, bool>, cublasLtMatmulAlgo_t> algos_;
 };
 

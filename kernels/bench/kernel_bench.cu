@@ -4,6 +4,8 @@
 // device-to-device copy and a large cuBLASLt bf16 GEMM on random data.
 //   kernel_bench [--json FILE] [--quick] [--sweep] [--commit SHA]
 // --sweep also times decode with 4, 8 and 16 blocks per SM (SplitPolicy::blocks_per_sm).
+// The decode weight products of llama2-7b (M = 1 and 8) are timed through Gemm with its skinny
+// kernel (gemv.cu) and with cuBLASLt alone, side by side.
 // JSON: a list of {name, value, unit, peer_or_ceiling, ratio, shape, device, date, commit}.
 // Exit status: 0 ok, 1 a validation failed, 2 bad usage.
 #include <cuda_bf16.h>
@@ -298,6 +300,73 @@ bool validate(std::mt19937_64& rng, int n_sms) {
   return ok;
 }
 
+/// The skinny GEMM (Gemm::run at M <= 8) against gemm_ref on a small awkward shape (K splits and
+/// a partial K step on any GPU).
+bool validate_gemv() {
+  const int m = 8, n = 100, k = 4104;
+  Buf x(size_t(m) * k * 2), w(size_t(n) * k * 2), y(size_t(m) * n * 4);
+  fill_random(x.p, int64_t(m) * k, 21);
+  fill_random(w.p, int64_t(n) * k, 22);
+  CUDA_CHECK(cudaMemset(y.p, 0xFF, y.bytes));
+  Gemm gemm(false);
+  gemm.run(ScalarType::bf16, x.p, w.p, y.p, m, n, k, true, nullptr);
+  std::vector<float> got(size_t(m) * n), ref(got.size());
+  CUDA_CHECK(cudaMemcpy(got.data(), y.p, y.bytes, cudaMemcpyDeviceToHost));
+  const std::vector<float> xf = to_float_bf16(x, size_t(m) * k), wf = to_float_bf16(w, size_t(n) * k);
+  gemm_ref(xf.data(), wf.data(), m, n, k, ref.data());
+  const double e = rel_err(got, ref);
+  std::printf("  validate gemv M8 N100 K4104 (%d splits): rel err %.2e\n", gemm.gemv_plan(n, k).splits, e);
+  return e < 1e-3;
+}
+
+/// llama2-7b's decode products (y = x · wᵀ, bf16) at M = 1 and 8 through Gemm, once with the
+/// skinny kernel and once cuBLASLt alone, in CUDA graphs; weights rotated over copies that
+/// outgrow L2 four times. GB/s counts w + x + y once. Also the weight stream of a whole decode
+/// step at M = 1 (32 layers of the four products + the LM head) from the same timings.
+void bench_gemv(int64_t l2, double copy_gbs) {
+  struct Shape {
+    const char* name;
+    int n, k, per_step;  // per_step: times the product runs in a decode step
+  };
+  const Shape shapes[] = {{"qkv", 12288, 4096, 32}, {"o", 4096, 4096, 32}, {"gate_up", 22016, 4096, 32},
+                          {"down", 4096, 11008, 32}, {"lm_head", 32000, 4096, 1}};
+  Gemm gemm(false);
+  for (int m : {1, 8}) {
+    double step_ms[2] = {0, 0}, step_bytes = 0;
+    for (const Shape& sh : shapes) {
+      const int64_t w_elems = int64_t(sh.n) * sh.k;
+      const int n_rot = int(std::min<int64_t>(8, 4 * l2 / (w_elems * 2) + 1));
+      Buf w(size_t(w_elems) * 2 * n_rot), x(size_t(m) * sh.k * 2), y(size_t(m) * sh.n * 4);
+      fill_random(w.p, w_elems * n_rot, 31);
+      fill_random(x.p, int64_t(m) * sh.k, 32);
+      const bool fp32_out = !std::strcmp(sh.name, "lm_head");  // logits are float
+      const double bytes = 2.0 * (double(w_elems) + double(m) * sh.k) + (fp32_out ? 4.0 : 2.0) * m * sh.n;
+      const std::string shape = std::string(sh.name) + " " + std::to_string(sh.n) + "x" + std::to_string(sh.k) +
+                                " M" + std::to_string(m);
+      double gbs[2] = {0, 0};
+      for (int use : {0, 1}) {  // cuBLASLt alone first, then the skinny kernel
+        gemm.set_use_gemv(use == 1);
+        const double ms = time_graph_ms([&](int i, cudaStream_t st) {
+          gemm.run(ScalarType::bf16, x.p, w.get<char>() + size_t(i % n_rot) * w_elems * 2, y.p, m, sh.n, sh.k,
+                   fp32_out, st);
+        }, 20, 15);
+        gbs[use] = bytes / (ms * 1e-3) / 1e9;
+        step_ms[use] += ms * sh.per_step;
+      }
+      step_bytes += bytes * sh.per_step;
+      const gemv::Plan plan = gemm.gemv_plan(sh.n, sh.k);
+      record("cublaslt_skinny_bf16", shape, gbs[0], "GB/s", "d2d_copy", copy_gbs);
+      record("gemv_bf16", shape + " (" + std::to_string(plan.splits) + " splits)", gbs[1], "GB/s", "d2d_copy", copy_gbs);
+      record("gemv_bf16_vs_cublaslt", shape, gbs[1], "GB/s", "cublaslt_skinny_bf16", gbs[0]);
+    }
+    const std::string shape = "llama2-7b decode step M" + std::to_string(m) + " (32 layers + lm_head)";
+    record("decode_products_cublaslt", shape, step_bytes / (step_ms[0] * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
+    record("decode_products_gemv", shape, step_bytes / (step_ms[1] * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
+    std::printf("  decode-step products at M%d: %.3f ms cuBLASLt, %.3f ms gemv (%.2fx)\n", m, step_ms[0], step_ms[1],
+                step_ms[0] / step_ms[1]);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -323,7 +392,8 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(12345);
 
     std::printf("validation against the CPU references:\n");
-    const bool valid = validate(rng, n_sms);
+    const bool valid_attention = validate(rng, n_sms), valid_gemv = validate_gemv();
+    const bool valid = valid_attention && valid_gemv;
     if (!valid) std::printf("VALIDATION FAILED\n");
 
     std::printf("ceilings:\n");
@@ -346,6 +416,9 @@ int main(int argc, char** argv) {
       gemm_tflops = 2.0 * n * n * double(n) / (ms * 1e-3) / 1e12;
       record("cublaslt_gemm_bf16", "8192x8192x8192", gemm_tflops, "TFLOP/s", "-", 0);
     }
+
+    std::printf("decode weight products (llama2-7b, bf16; gemv vs cuBLASLt):\n");
+    bench_gemv(l2, copy_gbs);
 
     std::printf("paged decode attention (block 16, head_dim 128):\n");
     const std::vector<int> batches = quick ? std::vector<int>{1, 32} : std::vector<int>{1, 8, 32, 128, 256};

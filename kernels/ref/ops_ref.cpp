@@ -92,11 +92,17 @@ void block_table_update_ref(int32_t* table, const int32_t* index_block_pairs, in
 }
 
 void gemm_ref(const float* x, const float* w, int m, int n, int k, float* y) {
+  gemm_ref(x, w, m, n, k, y, false, nullptr);
+}
+
+void gemm_ref(const float* x, const float* w, int m, int n, int k, float* y, bool accumulate, float (*round)(float)) {
   for (int i = 0; i < m; ++i)
     for (int j = 0; j < n; ++j) {
       double s = 0.0;
       for (int p = 0; p < k; ++p) s += double(x[int64_t(i) * k + p]) * w[int64_t(j) * k + p];
-      y[int64_t(i) * n + j] = static_cast<float>(s);
+      float& out = y[int64_t(i) * n + j];
+      if (accumulate) s += out;
+      out = round ? round(static_cast<float>(s)) : static_cast<float>(s);
     }
 }
 

@@ -1,0 +1,207 @@
+// Skinny GEMM for decode: y[M, N] = x[M, K] · w[N, K]ᵀ (+ y), M ≤ 8, bf16 in, fp32 accumulate,
+// on mma.sync.m16n8k16 with x as the n = 8 operand (layout and decomposition: gemv_plan.h).
+// A block owns 32 rows of w (two 16-row tiles per warp); its 8 warps take the K steps of its slice
+// in turn, so at any moment the block streams a contiguous run of each row. Per step a lane issues
+// 8 streaming 16-byte loads (ld.global.nc.L1::no_allocate) of w and 2 cached loads of x, two
+// steps before the first use. The warps' fp32 accumulators are summed in shared memory in warp
+// order; with K split over blocks, each slice writes its 256 partial sums and the block that
+// finishes its row block last (a self-resetting counter per row block) adds them in slice order.
+// Every sum has a fixed order, so the result is deterministic and does not depend on M.
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "kernels/common.cuh"
+#include "kernels/gemm.h"
+#include "kernels/gemv_plan.h"
+
+namespace servelab::kernels {
+namespace {
+
+using gemv::kBlockRows;
+using gemv::kStepK;
+using gemv::kThreads;
+using gemv::kUnroll;
+using gemv::kWarps;
+
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+}
+
+/// One warp step's operands: w vectors [tile][row g / g + 8][v] and x vectors [v].
+struct StepRegs {
+  Vec8 w[2][2][2];
+  Vec8 x[2];
+};
+
+/// Loads the step starting at K index kb. kCheck: vectors at or past k read as zeros (the last,
+/// partial step; k is a multiple of 8, so a vector is wholly in or out).
+template <bool kCheck, typename T>
+__device__ __forceinline__ void load_step(StepRegs& r, const T* const (&wr)[2][2], const T* xr, int kb, int lane_k,
+                                          int k) {
+#pragma unroll
+  for (int v = 0; v < 2; ++v) {
+    const int kv = kb + gemv::k_offset(0, v);  // wr and xr already hold this lane's k_offset(q, 0)
+    const bool in = !kCheck || kv + lane_k < k;
+#pragma unroll
+    for (int t = 0; t < 2; ++t)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) r.w[t][h][v] = in ? load_stream(wr[t][h] + kv) : make_uint4(0, 0, 0, 0);
+    r.x[v] = in ? __ldg(reinterpret_cast<const Vec8*>(xr + kv)) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void mma_step(float (&acc)[2][4], const StepRegs& r) {
+#pragma unroll
+  for (int v = 0; v < 2; ++v)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t b[2];
+      gemv::frag_b(r.x[v], h, b);
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        uint32_t a[4];
+        gemv::frag_a(r.w[t][0][v], r.w[t][1][v], h, a);
+        mma16816<T>(acc[t], a, b);
+      }
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ float out_to_float(T v) { return to_float<T>(v); }
+template <>
+__device__ __forceinline__ float out_to_float<float>(float v) { return v; }
+template <typename T>
+__device__ __forceinline__ T out_from_float(float v) { return from_float<T>(v); }
+template <>
+__device__ __forceinline__ float out_from_float<float>(float v) { return v; }
+
+struct Params {
+  const void* x;
+  const void* w;
+  void* y;
+  int m, n, k;
+  bool accumulate;
+  gemv::Plan plan;
+  float* partials;     ///< [row_blocks, splits, kPartialFloats] when splits > 1
+  int32_t* counters;   ///< [row_blocks], zero between launches
+};
+
+template <typename T, typename OutT>
+__global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
+  __shared__ float red[kWarps][gemv::kPartialFloats];  // [warp][m * 32 + row]
+  __shared__ int last_block;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
+  const int n0 = blockIdx.x * kBlockRows, split = blockIdx.y;
+  const int k = p.k, lane_k = gemv::k_offset(q, 0);
+  const T* w = static_cast<const T*>(p.w);
+  const T* wr[2][2];  // this lane's rows (tile t, row g or g + 8); past n clamped to n - 1 (results dropped)
+#pragma unroll
+  for (int t = 0; t < 2; ++t)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) wr[t][h] = w + int64_t(min(n0 + t * 16 + h * 8 + g, p.n - 1)) * k + lane_k;
+  const T* xr = static_cast<const T*>(p.x) + int64_t(min(g, p.m - 1)) * k + lane_k;  // columns >= m dropped
+
+  float acc[2][4] = {};
+  const int end = p.plan.split_begin(split + 1), full = k / kStepK;  // steps < full need no K check
+  int s = p.plan.split_begin(split) + warp;
+  for (; s + kWarps < min(end, full); s += kUnroll * kWarps) {  // two full steps: s and s + kWarps
+    StepRegs r[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) load_step<false>(r[u], wr, xr, (s + u * kWarps) * kStepK, lane_k, k);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) mma_step<T>(acc, r[u]);
+  }
+  for (; s < end; s += kWarps) {  // the rest, one step at a time (the partial last step included)
+    StepRegs r;
+    load_step<true>(r, wr, xr, s * kStepK, lane_k, k);
+    mma_step<T>(acc, r);
+  }
+
+#pragma unroll
+  for (int t = 0; t < 2; ++t)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      red[warp][gemv::acc_col(q, i) * kBlockRows + t * 16 + gemv::acc_row(g, i)] = acc[t][i];
+  __syncthreads();
+  float sum = 0.0f;
+#pragma unroll
+  for (int wi = 0; wi < kWarps; ++wi) sum += red[wi][tid];
+
+  const int splits = p.plan.splits;
+  if (splits > 1) {
+    float* part = p.partials + int64_t(blockIdx.x) * splits * gemv::kPartialFloats;
+    part[split * gemv::kPartialFloats + tid] = sum;
+    __threadfence();  // this block's partials visible device-wide before it is counted
+    __syncthreads();
+    if (tid == 0) last_block = atomicAdd(&p.counters[blockIdx.x], 1) == splits - 1;
+    __syncthreads();
+    if (!last_block) return;
+    __threadfence();
+    sum = 0.0f;
+    for (int j = 0; j < splits; ++j) sum += __ldcg(part + j * gemv::kPartialFloats + tid);  // slice order
+    if (tid == 0) p.counters[blockIdx.x] = 0;  // ready for the next launch (stream order)
+  }
+  const int mm = tid / kBlockRows, nn = n0 + tid % kBlockRows;
+  if (mm < p.m && nn < p.n) {
+    OutT* y = static_cast<OutT*>(p.y) + int64_t(mm) * p.n + nn;
+    *y = out_from_float<OutT>(p.accumulate ? sum + out_to_float<OutT>(*y) : sum);
+  }
+}
+
+template <typename T>
+void launch(const Params& p, bool out_fp32, cudaStream_t stream) {
+  const dim3 grid(p.plan.row_blocks, p.plan.splits);
+  if (out_fp32) gemv_kernel<T, float><<<grid, kThreads, 0, stream>>>(p);
+  else gemv_kernel<T, T><<<grid, kThreads, 0, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool gemv_supported(ScalarType t, const void* x, const void* w, int m, int n, int k) {
+#if !defined(SERVELAB_KERNELS_FP16)
+  if (t != ScalarType::bf16) return false;
+#endif
+  const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  return m >= 1 && m <= gemv::kMaxRows && n >= 1 && k >= 0 && k % 8 == 0 && aligned(x) && aligned(w);
+}
+
+int gemv_blocks_per_sm() {
+  static const int blocks = [] {
+    int b = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, gemv_kernel<__nv_bfloat16, float>, kThreads, 0));
+    return b;
+  }();
+  return blocks;
+}
+
+void run_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, bool out_fp32, bool accumulate,
+              const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream) {
+  if (!gemv_supported(t, x, w, m, n, k))
+    throw std::invalid_argument("run_gemv: unsupported product M=" + std::to_string(m) + " N=" + std::to_string(n) +
+                                " K=" + std::to_string(k) + " (needs 1 <= M <= 8, N >= 1, K a multiple of 8, "
+                                "16-byte aligned x and w)");
+  if (plan.row_blocks != (n + kBlockRows - 1) / kBlockRows || plan.k_steps != (k + kStepK - 1) / kStepK ||
+      plan.splits < 1 || (plan.splits > 1 && (!partials || !counters)))
+    throw std::invalid_argument("run_gemv: plan does not match N=" + std::to_string(n) + " K=" + std::to_string(k) +
+                                " or lacks its workspace");
+  Params p{x, w, y, m, n, k, accumulate, plan, partials, counters};
+  SERVELAB_DISPATCH_16(t, launch<__nv_bfloat16>(p, out_fp32, stream), launch<__half>(p, out_fp32, stream));
+}
+
+}  // namespace servelab::kernels
