@@ -22,7 +22,8 @@ generates exactly its planned output length, as servelab's engine does.
 Times are seconds from t0 = just before the first request is handed to transformers (after the
 model is built and warmed up); every request arrives at 0 (offline). Writes OUT (one servelab
 RequestRecord per finished request, flushed as they finish) and OUT less .jsonl plus .run.json
-(the run's description for `servelab report DIR --add OUT`). With --max-seconds S, no new static
+(the run's description for `servelab report DIR --add OUT`, written before the run starts and
+again at its end, so a killed run still reports as cut short). With --max-seconds S, no new static
 batch is started once the next one would end past S (estimated from the step times so far), and
 continuous batching cancels what is unfinished at S: only completed requests are written, and a
 summary line says how many. The last line printed is a JSON summary.
@@ -92,10 +93,11 @@ def monotone(start, ts):
 def build_model():
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
+    # RoPE theta is Llama's default, 10000 (v5 keeps it under rope_parameters).
     cfg = LlamaConfig(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                       num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096,
-                      rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
-                      bos_token_id=1, eos_token_id=2, pad_token_id=0)
+                      rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                      pad_token_id=0)
     torch.manual_seed(0)
     t = time.perf_counter()
     with torch.device("cuda"):
@@ -265,37 +267,45 @@ def run_continuous(model, reqs, args, label, out):
                        "credit": "min(generated, planned) tokens"}}
 
 
+def write_run_file(path, label, mode, planned, config):
+    """OUT.run.json: the run as `servelab report DIR --add OUT` reads it (a runs.json run entry)."""
+    with open(path + ".tmp", "w") as f:
+        json.dump({"runs": [{"label": label, "strategy": LABELS[mode], "batching": mode,
+                             "kv": "paged" if mode == "continuous" else "", "backend": "hf-transformers",
+                             "mode": "max", "n_requests": planned, "config": config}]}, f, indent=2)
+    os.replace(path + ".tmp", path)
+
+
 def main(argv):
     args = parse_args(argv)
     scenario, reqs = load_plan(args.plan, args.limit)
     label = args.label or LABELS[args.mode] + "@inf"
+    runs_path = (args.out[:-len(".jsonl")] if args.out.endswith(".jsonl") else args.out) + ".run.json"
     import torch
     import transformers
     if not torch.cuda.is_available():
         sys.exit("hf-offline-peer: no CUDA device")
     model, model_info = build_model()
-    tmp = args.out + ".part"
-    with open(tmp, "w") as out:
+    config = {"transformers": transformers.__version__, "torch": torch.__version__,
+              "device": torch.cuda.get_device_name(0), "model": "llama2-7b shape, random weights", **model_info,
+              "plan": os.path.basename(args.plan), "scenario": scenario, "planned": len(reqs),
+              "max_seconds": args.max_seconds, "finished": False}
+    # Written first, so records left by a killed run still report as this run (cut short).
+    write_run_file(runs_path, label, args.mode, len(reqs), config)
+    with open(args.out, "w") as out:
         res = (run_static if args.mode == "static" else run_continuous)(model, reqs, args, label, out)
-    os.replace(tmp, args.out)
     with open(args.out) as f:
         recs = [json.loads(line) for line in f]
     out_tokens = sum(r["output_tokens"] for r in recs)
     window = max((r["end_s"] for r in recs), default=0.0)
-    config = dict(res.pop("config"))
-    config.update({"transformers": transformers.__version__, "torch": torch.__version__,
-                   "device": torch.cuda.get_device_name(0), "model": "llama2-7b shape, random weights", **model_info,
-                   "plan": os.path.basename(args.plan), "scenario": scenario, "planned": len(reqs),
-                   "completed": res["completed"], "cut_by_max_seconds": res["cut"], "max_seconds": args.max_seconds})
+    config.update(res.pop("config"))
+    config.update({"finished": True, "completed": res["completed"], "cut_by_max_seconds": res["cut"],
+                   "wall_s": round(res["wall_s"], 3)})
     for k in ("setup_s", "decode_steps", "batches_run", "rows_not_full_length", "more_tokens_than_planned",
               "fewer_tokens_than_planned"):
         if k in res:
             config[k] = res[k]
-    runs_path = (args.out[:-len(".jsonl")] if args.out.endswith(".jsonl") else args.out) + ".run.json"
-    with open(runs_path, "w") as f:
-        json.dump({"runs": [{"label": label, "strategy": LABELS[args.mode], "batching": args.mode,
-                             "kv": "paged" if args.mode == "continuous" else "", "backend": "hf-transformers",
-                             "mode": "max", "n_requests": len(reqs), "config": config}]}, f, indent=2)
+    write_run_file(runs_path, label, args.mode, len(reqs), config)
     if res["cut"]:
         print(f"{label}: cut by --max-seconds {args.max_seconds:g}: {res['completed']} of {len(reqs)} requests "
               f"completed and written", file=sys.stderr)
@@ -307,7 +317,6 @@ def main(argv):
                "transformers": transformers.__version__, "torch": torch.__version__}
     print(json.dumps(summary), flush=True)
     # The continuous batching thread may still be winding down after a cut: leave without waiting.
-    sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
 
