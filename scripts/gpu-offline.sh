@@ -12,7 +12,10 @@
 #            and report.md of the combined report, table.txt, environment.txt, gpu-offline.log and
 #            gpu-offline.tgz (everything else: records, runs.json, step logs, peers' .run.json)
 #   BUILD    build folder (default build-gpu)
-#   STEPS    default "build servelab static continuous report"
+#   STEPS    default "build servelab static continuous report"; also "profile" (a static decode
+#            step under torch.profiler, scripts/hf-offline-peer.py --profile-steps)
+#   PLAN_JSON  replay this exported plan instead of exporting one (then no build is needed for
+#            the peers alone; the report is made where servelab is built)
 #   TOTAL_S       the whole script's time (default 570, inside the device tool's 10-minute call):
 #                 each later step gets what is left, and the peers' --max-seconds shrink to fit
 #   SERVELAB_MAX_S  limit of `servelab run` (default 260; SIGINT: it keeps its records and reports)
@@ -78,12 +81,16 @@ if want build; then
   fi
 fi
 SL="$BUILD/servelab"
-[ -x "$SL" ] || { echo "no $SL: nothing to run"; FAILED=1; }
+[ -x "$SL" ] || [ -n "${PLAN_JSON:-}" ] || { echo "no $SL: nothing to run"; FAILED=1; }
 
 PLAN="$W/plan.json"
-[ -x "$SL" ] && "$SL" plan "$SCENARIO" >"$W/plan.txt" 2>&1 && "$SL" plan "$SCENARIO" --json >"$PLAN" ||
-  { echo "servelab plan failed" | tee -a "$LOG"; FAILED=1; }
-cat "$W/plan.txt" >>"$LOG" 2>/dev/null
+if [ -n "${PLAN_JSON:-}" ]; then  # a plan exported earlier (the plan is a function of the scenario and seed)
+  cp "$PLAN_JSON" "$PLAN"
+else
+  [ -x "$SL" ] && "$SL" plan "$SCENARIO" >"$W/plan.txt" 2>&1 && "$SL" plan "$SCENARIO" --json >"$PLAN" ||
+    { echo "servelab plan failed" | tee -a "$LOG"; FAILED=1; }
+  cat "$W/plan.txt" >>"$LOG" 2>/dev/null
+fi
 
 if want servelab && [ -x "$SL" ]; then
   step servelab "$(min "${SERVELAB_MAX_S:-260}" $(($(left) - 60)))" \
@@ -98,6 +105,9 @@ if want servelab && [ -x "$SL" ]; then
     fi
 fi
 PEER=(python3 scripts/hf-offline-peer.py "$PLAN" --limit "${PEER_LIMIT:-0}")
+if want profile && [ -s "$PLAN" ]; then  # where a static decode step's time goes (no records)
+  step hf_profile 150 "${PEER[@]}" --mode static --out "$W/unused.jsonl" --profile-steps 24
+fi
 # What is left is shared: static gets at most 40% of it after both peers' set-up, continuous the rest.
 if want static && [ -s "$PLAN" ]; then
   S=$(min "${STATIC_MAX_S:-120}" $((($(left) - 40 - 2 * PEER_SETUP_S) * 2 / 5)))

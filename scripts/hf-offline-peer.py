@@ -48,6 +48,9 @@ def parse_args(argv):
     p.add_argument("--limit", type=int, default=0, help="replay only the first N measured requests (0: all)")
     p.add_argument("--label", default="", help="run label (default hf-static@inf / hf-continuous@inf, as servelab labels a rate-.inf run)")
     p.add_argument("--no-warmup", action="store_true", help="continuous: skip the manager's CUDA-graph warm-up")
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="static: only time N decode steps of the first batch, then profile 4 of them (kernel "
+                        "table on stdout); no records are written")
     a = p.parse_args(argv)
     if a.batch_size < 1:
         p.error("--batch-size must be >= 1")
@@ -151,6 +154,9 @@ def run_static(model, reqs, args, label, out):
         model.generate(input_ids=ids, attention_mask=mask, generation_config=greedy_config(4))
     torch.cuda.synchronize()
 
+    if args.profile_steps > 0:
+        return profile_static(model, reqs[:args.batch_size], args.profile_steps, batch_tensors, StepClock)
+
     batches = [reqs[i:i + args.batch_size] for i in range(0, len(reqs), args.batch_size)]
     done, steps, step_s, cut, mismatched = 0, 0, 0.0, False, 0
     t0 = time.perf_counter()
@@ -186,14 +192,51 @@ def run_static(model, reqs, args, label, out):
                        "eos": "disabled", "decoding": "greedy", "end_s": "when generate returned the batch"}}
 
 
+def profile_static(model, batch, n_steps, batch_tensors, StepClock):
+    """Where a static decode step's time goes: N steps timed plainly, then 4 under torch.profiler."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    ids, mask, width = batch_tensors(batch)
+    clock = StepClock()
+    with torch.inference_mode():
+        model.generate(input_ids=ids, attention_mask=mask, generation_config=greedy_config(n_steps), streamer=clock)
+    torch.cuda.synchronize()
+    gaps = [b - a for a, b in zip(clock.times, clock.times[1:])]
+    per_step = sum(gaps) / max(1, len(gaps))
+    print(f"profile: batch {len(batch)}, padded prompt width {width}, {len(gaps)} decode steps, "
+          f"{per_step * 1e3:.1f} ms/step without the profiler")
+    clock = StepClock()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof, torch.inference_mode():
+        model.generate(input_ids=ids, attention_mask=mask, generation_config=greedy_config(5), streamer=clock)
+        torch.cuda.synchronize()
+    events = prof.key_averages()
+    for key in ("self_device_time_total", "self_cuda_time_total"):
+        try:
+            print(events.table(sort_by=key, row_limit=18))
+            break
+        except Exception:
+            continue
+    return {"profile_ms_per_step": per_step * 1e3}
+
+
 def run_continuous(model, reqs, args, label, out):
     import torch
     from transformers import GenerationConfig
     max_new = max(o for _, _, o in reqs)
     gen = GenerationConfig(do_sample=False, max_new_tokens=max_new, eos_token_id=-1, pad_token_id=0, bos_token_id=1)
     by_id = {str(rid): (rid, p, o) for rid, p, o in reqs}
-    written, over, short = set(), 0, 0
+    written, over, short, failed = set(), 0, 0, 0
     api = "manager.add_request (per-request max_new_tokens)"
+
+    def write_failed(res, t0):
+        nonlocal failed
+        rid, p, o = by_id[res.request_id]
+        failed += 1
+        out.write(json.dumps({"run": label, "id": rid, "arrival_s": 0.0, "sent_s": 0.0, "scheduled_s": None,
+                              "first_token_s": None, "token_times_s": [], "end_s": None, "prompt_tokens": len(p),
+                              "output_tokens": 0, "status": "error", "error": str(res.error)[:300],
+                              "preemptions": 0}) + "\n")
+        written.add(res.request_id)
 
     def write(res, t0):
         nonlocal over, short
@@ -213,8 +256,11 @@ def run_continuous(model, reqs, args, label, out):
     kw = {}
     try:
         from transformers.generation.continuous_batching.utils import WorkloadHints
-        kw["workload_hints"] = WorkloadHints(max_prompt_length=max(len(p) for _, p, _ in reqs),
-                                             max_generated_length=max_new)
+        hint = dict(max_prompt_length=max(len(p) for _, p, _ in reqs), max_generated_length=max_new,
+                    num_requests=len(reqs))
+        if "num_requests" not in inspect.signature(WorkloadHints).parameters:
+            del hint["num_requests"]
+        kw["workload_hints"] = WorkloadHints(**hint)
     except Exception:  # older layouts: let the manager size itself
         pass
     cm_sig = inspect.signature(model.continuous_batching_context_manager).parameters
@@ -224,7 +270,9 @@ def run_continuous(model, reqs, args, label, out):
 
     cut = False
     t_setup = time.perf_counter()
-    with torch.inference_mode(), model.continuous_batching_context_manager(
+    # no_grad, as transformers' own entry points: 5.17's background thread is not in inference mode,
+    # so tensors made in inference mode during the warm-up could not be updated there.
+    with torch.no_grad(), model.continuous_batching_context_manager(
             generation_config=gen, block=True, timeout=30, **kw) as manager:
         setup_s = time.perf_counter() - t_setup
         add_sig = inspect.signature(manager.add_request).parameters
@@ -251,7 +299,13 @@ def run_continuous(model, reqs, args, label, out):
                     cut = True
                     break
                 continue
-            if res.is_finished() and res.request_id not in written:
+            if res.request_id in written:
+                continue
+            status = getattr(getattr(res, "status", None), "name", "")
+            if getattr(res, "error", None) or status == "FAILED":
+                write_failed(res, t0)
+                out.flush()
+            elif res.is_finished():
                 write(res, t0)
                 out.flush()
         wall = time.perf_counter() - t0
@@ -259,7 +313,8 @@ def run_continuous(model, reqs, args, label, out):
             for key in by_id:
                 if key not in written:
                     manager.cancel_request(key)
-    return {"completed": len(written), "cut": cut, "wall_s": wall, "setup_s": round(setup_s, 3),
+    return {"completed": len(written) - failed, "failed": failed, "cut": cut, "wall_s": wall,
+            "setup_s": round(setup_s, 3),
             "more_tokens_than_planned": over, "fewer_tokens_than_planned": short,
             "config": {"api": api, "scheduler": "transformers default (FIFO)", "kv": "paged (PagedAttentionCache)",
                        "attn_implementation": getattr(model.config, "_attn_implementation", "?"),
@@ -290,18 +345,24 @@ def main(argv):
               "device": torch.cuda.get_device_name(0), "model": "llama2-7b shape, random weights", **model_info,
               "plan": os.path.basename(args.plan), "scenario": scenario, "planned": len(reqs),
               "max_seconds": args.max_seconds, "finished": False}
+    if args.profile_steps > 0:
+        if args.mode != "static":
+            sys.exit("--profile-steps is for --mode static")
+        print(json.dumps(run_static(model, reqs, args, label, None)), flush=True)
+        os._exit(0)
     # Written first, so records left by a killed run still report as this run (cut short).
     write_run_file(runs_path, label, args.mode, len(reqs), config)
     with open(args.out, "w") as out:
         res = (run_static if args.mode == "static" else run_continuous)(model, reqs, args, label, out)
     with open(args.out) as f:
         recs = [json.loads(line) for line in f]
-    out_tokens = sum(r["output_tokens"] for r in recs)
-    window = max((r["end_s"] for r in recs), default=0.0)
+    ok = [r for r in recs if r["status"] == "ok"]
+    out_tokens = sum(r["output_tokens"] for r in ok)
+    window = max((r["end_s"] for r in ok), default=0.0)
     config.update(res.pop("config"))
     config.update({"finished": True, "completed": res["completed"], "cut_by_max_seconds": res["cut"],
                    "wall_s": round(res["wall_s"], 3)})
-    for k in ("setup_s", "decode_steps", "batches_run", "rows_not_full_length", "more_tokens_than_planned",
+    for k in ("failed", "setup_s", "decode_steps", "batches_run", "rows_not_full_length", "more_tokens_than_planned",
               "fewer_tokens_than_planned"):
         if k in res:
             config[k] = res[k]
@@ -310,15 +371,16 @@ def main(argv):
         print(f"{label}: cut by --max-seconds {args.max_seconds:g}: {res['completed']} of {len(reqs)} requests "
               f"completed and written", file=sys.stderr)
     summary = {"label": label, "mode": args.mode, "planned": len(reqs), "completed": res["completed"],
+               "failed": res.get("failed", 0),
                "cut": res["cut"], "wall_s": round(res["wall_s"], 3), "window_s": round(window, 3),
                "output_tokens": out_tokens,
                "output_tok_s": round(out_tokens / window, 2) if window > 0 else None,
-               "req_s": round(len(recs) / window, 4) if window > 0 else None,
+               "req_s": round(len(ok) / window, 4) if window > 0 else None,
                "transformers": transformers.__version__, "torch": torch.__version__}
     print(json.dumps(summary), flush=True)
     # The continuous batching thread may still be winding down after a cut: leave without waiting.
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(1 if res.get("failed", 0) or not ok else 0)
 
 
 if __name__ == "__main__":
