@@ -15,9 +15,12 @@ generates exactly its planned output length, as servelab's engine does.
               every step. Its end time is when `generate` returned the batch.
   continuous  transformers' continuous batching manager (the engine behind `generate_batch`):
               every request added at t = 0 with its own max_new_tokens (add_request), paged KV,
-              per-token timestamps (record_timestamps). If add_request takes no max_new_tokens,
-              falls back to generate_batch with the plan's longest output for every request and
-              credits each its own length (said in the summary line and the .run.json).
+              per-token timestamps (record_timestamps), under no_grad as transformers' own entry
+              points (not inference_mode: 5.17's background thread must update the warm-up's
+              tensors). If add_request takes no max_new_tokens, falls back to add_requests with
+              the plan's longest output for every request (generate_batch's behaviour) and credits
+              each its own length (said in the .run.json's config.api). Failed requests are
+              written as status "error" records.
 
 Times are seconds from t0 = just before the first request is handed to transformers (after the
 model is built and warmed up); every request arrives at 0 (offline). Writes OUT (one servelab
