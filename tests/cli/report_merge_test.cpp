@@ -171,5 +171,57 @@ TEST(PeerLabel, RunFromLabelGivesModeAndRate) {
   EXPECT_EQ(s["runs"][1]["n_planned"], 3);
 }
 
+
+// scripts/hf-offline-peer.py's record and .run.json writers (the parts that need no GPU) against
+// servelab's readers: a plan exported by `servelab plan --json`, replayed into records as the peer
+// writes them, joins a run's report.
+TEST(PeerScript, RecordsAndRunFileReadBack) {
+  SERVELAB_REQUIRE_BINARY();
+  if (!on_path("python3")) GTEST_SKIP() << "python3 not on PATH";
+  TempDir tmp;
+  write_text(tmp.file("s.yaml"), kScenario);
+  const std::string run = tmp.file("run");
+  ASSERT_EQ(run_servelab({"run", tmp.file("s.yaml"), "--out", run, "--quiet", "--no-plots"}, tmp).code, 0);
+  CliResult plan = run_servelab({"plan", tmp.file("s.yaml"), "--json"}, tmp);
+  ASSERT_EQ(plan.code, 0) << plan.output;
+  write_text(tmp.file("plan.json"), plan.output);
+  const std::string script = std::string(SERVELAB_SOURCE_DIR) + "/scripts/hf-offline-peer.py";
+  const std::string py =
+      "import importlib.util, sys\n"
+      "spec = importlib.util.spec_from_file_location('peer', sys.argv[1])\n"
+      "peer = importlib.util.module_from_spec(spec); spec.loader.exec_module(peer)\n"
+      "scenario, reqs = peer.load_plan(sys.argv[2], 0)\n"
+      "out = sys.argv[3]\n"
+      "with open(out + '.jsonl', 'w') as f:\n"
+      "    for k, (rid, p, o) in enumerate(reqs[:4]):\n"
+      "        t = peer.monotone(0.1 * k, [0.1 * k + 0.01 * (i + 1) for i in range(o)])\n"
+      "        f.write(peer.record('hf-static@inf', rid, len(p), o, 0.1 * k, t, t[-1] + 0.001))\n"
+      "peer.write_run_file(out + '.run.json', 'hf-static@inf', 'static', len(reqs), {'scenario': scenario})\n";
+  write_text(tmp.file("emit.py"), py);
+  const std::string cmd = "python3 " + shell_quote(tmp.file("emit.py")) + " " + shell_quote(script) + " " +
+                          shell_quote(tmp.file("plan.json")) + " " + shell_quote(tmp.file("peer")) + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const CliResult r = run_servelab(
+      {"report", run, "--add", tmp.file("peer.jsonl"), "--out", tmp.file("o"), "--no-plots", "-q"}, tmp);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto s = nlohmann::json::parse(read_text(tmp.file("o") + "/summary.json"));
+  ASSERT_EQ(s["runs"].size(), 2u);
+  const auto& peer = s["runs"][1];
+  EXPECT_EQ(peer["label"], "hf-static@inf");
+  EXPECT_EQ(peer["backend"], "hf-transformers");
+  EXPECT_EQ(peer["batching"], "static");
+  EXPECT_EQ(peer["n_planned"], 6);  // the plan's requests
+  EXPECT_EQ(peer["n_requests"], 4);
+  EXPECT_EQ(peer["config"]["scenario"], "offline-mini");
+  // The peer's prompt lengths are the plan's: the same as servelab's own records of those ids.
+  int servelab_prompt = 0;
+  for (const auto& line : read_lines(run + "/records.jsonl")) {
+    const auto j = nlohmann::json::parse(line);
+    if (j["id"].get<int>() < 4) servelab_prompt += j["prompt_tokens"].get<int>();
+  }
+  EXPECT_GT(servelab_prompt, 0);
+  EXPECT_EQ(peer["metrics"]["n_prompt_tokens"].get<int>(), servelab_prompt);
+}
+
 }  // namespace
 }  // namespace servelab::cli_test
