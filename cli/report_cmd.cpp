@@ -1,28 +1,61 @@
 // servelab report DIR: re-render summary.json, report.md, results.csv, junit.xml, report.html and
-// plots from the run folder's records.jsonl, steps.jsonl and runs.json.
+// plots from the run folder's records.jsonl, steps.jsonl and runs.json. With --add FILE... --out
+// NEW: the same, with other record files (a peer's, cli/report_merge.h) joined, written to NEW.
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
 #include "analysis/report.h"
 #include "cli/command.h"
+#include "cli/report_merge.h"
 
 namespace servelab::cli {
 namespace {
 
 struct ReportArgs {
   std::string dir;
+  std::vector<std::string> add;  ///< records files joined to DIR's (--add)
+  std::string out;               ///< where the reports go (--out); "" = DIR
+  bool force = false;
   bool no_plots = false;
   bool quiet = false;
   std::string gnuplot = "gnuplot";
   std::string plot_metric = "ttft_ms.p50";
 };
 
+namespace fs = std::filesystem;
+
+bool same_folder(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
+}
+
 int report_main(const ReportArgs& a) {
   analysis::ReportOptions opts;
   opts.plots = !a.no_plots;
   opts.plot.gnuplot = a.gnuplot;
   analysis::check_metric_name(a.plot_metric);
-  const auto outcome = analysis::render_reports(a.dir, opts);
+  if (!a.add.empty() && a.out.empty()) {
+    std::cerr << "servelab report: error: --add needs --out NEW_DIR (the run folder " << a.dir
+              << " is left as it was)\n";
+    return 2;
+  }
+  const bool elsewhere = !a.out.empty() && !same_folder(a.out, a.dir);
+  const std::string dir = elsewhere ? a.out : a.dir;
+  if (!a.add.empty() && !elsewhere) {
+    std::cerr << "servelab report: error: --out must name another folder than " << a.dir << "\n";
+    return 2;
+  }
+  std::error_code ec;
+  if (elsewhere && !a.force && fs::exists(dir, ec) && !(fs::is_directory(dir, ec) && fs::is_empty(dir, ec))) {
+    std::cerr << "servelab report: error: " << dir
+              << " already exists and is not empty: choose another --out, remove it, or pass --force\n";
+    return 2;
+  }
+  analysis::ReportInput input = analysis::load_report_input(a.dir);
+  for (const auto& f : a.add) add_peer_records(input, f);
+  if (elsewhere) write_merged_records(dir, input);
+  const auto outcome = analysis::write_reports(dir, input, opts);
   if (!a.quiet) {
     analysis::print_console_summary(std::cout, outcome.summary);
     std::cout << "\n";
@@ -34,7 +67,8 @@ int report_main(const ReportArgs& a) {
   }
   for (const auto& w : outcome.warnings) std::cerr << "warning: " << w << "\n";
   if (!a.quiet)
-    std::cout << "\nwrote " << a.dir << "/{summary.json, report.md, results.csv, junit.xml, report.html}"
+    std::cout << "\nwrote " << dir << (elsewhere ? "/{records.jsonl, runs.json, " : "/{")
+              << "summary.json, report.md, results.csv, junit.xml, report.html}"
               << (outcome.plots.empty() ? "" : " and " + std::to_string(outcome.plots.size()) + " plots")
               << "\n";
   return outcome.exit_code();
@@ -46,6 +80,15 @@ const Registrar reg("report", "Re-render a run folder's summary, reports and plo
                       sub.add_option("DIR", a->dir, "run folder holding records.jsonl and runs.json")
                           ->required()
                           ->check(CLI::ExistingDirectory);
+                      sub.add_option("--add", a->add,
+                                     "a records.jsonl to join (repeatable): a peer's records of the same plan; "
+                                     "its runs come from FILE.run.json beside it, else from the labels")
+                          ->check(CLI::ExistingFile)
+                          ->allow_extra_args(false);
+                      sub.add_option("--out", a->out,
+                                     "write the records, runs.json and reports here instead of into DIR "
+                                     "(required with --add)");
+                      sub.add_flag("--force", a->force, "overwrite --out when it already holds files");
                       sub.add_flag("--no-plots", a->no_plots, "skip gnuplot figures");
                       sub.add_flag("-q,--quiet", a->quiet, "print only warnings and errors");
                       sub.add_option("--gnuplot", a->gnuplot, "gnuplot executable")->capture_default_str();
@@ -58,7 +101,12 @@ const Registrar reg("report", "Re-render a run folder's summary, reports and plo
                           "2 on a missing or malformed input file.\n\n"
                           "Examples:\n"
                           "  servelab report results/runs/quickstart\n"
-                          "  servelab report results/runs/sweep --plot-metric tpot_ms.p50 --no-plots\n");
+                          "  servelab report results/runs/sweep --plot-metric tpot_ms.p50 --no-plots\n"
+                          "  servelab report results/runs/offline --add hf-static.jsonl --add hf-cb.jsonl \\\n"
+                          "      --out results/runs/offline-vs-hf\n"
+                          "With --add, each FILE.run.json (if present) lists its runs as runs.json does:\n"
+                          "  {\"runs\": [{\"label\": \"hf-static@max\", \"batching\": \"static\", \"mode\": \"max\",\n"
+                          "             \"n_requests\": 1000, \"backend\": \"hf-transformers\", \"config\": {}}]}\n");
                       return [a] { return report_main(*a); };
                     });
 

@@ -77,7 +77,14 @@ TEST_P(CommittedScenario, ValidatesAndRunsShrunk) {
 
   // A GPU scenario on a machine without a GPU (CI): validated as written above, run on the sim
   // backend (same model, engine and workload), since `backend: cuda` would stop with exit 2 here.
-  if (full.backend.kind == BackendKind::cuda && cuda_devices() == 0) overrides.push_back("backend={kind: sim}");
+  // engine.gpu_memory_utilization is cuda-only: the sim run gets a fixed 16 GiB arena instead.
+  if (full.backend.kind == BackendKind::cuda && cuda_devices() == 0) {
+    overrides.push_back("backend={kind: sim}");
+    if (full.engine.gpu_memory_utilization > 0) {
+      overrides.push_back("engine.gpu_memory_utilization=null");
+      overrides.push_back("engine.kv_cache_mb=16384");
+    }
+  }
 
   const std::string out = tmp.file("run");
   std::vector<std::string> args = {"run", path, "--out", out, "--quiet", "--no-plots"};
