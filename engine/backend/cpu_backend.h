@@ -4,6 +4,9 @@
 // included, cut by output columns into single-threaded OpenBLAS calls (cpu_gemm.h); Q/K/V and
 // gate/up are one job each, with bias, RoPE, the K/V store and SwiGLU done per item. Attention
 // runs per (chunk of an entry's tokens, kv head), reading K/V from the arena (cpu_attention.h).
+// A step starts from the same flat input as the cuda backend (build_step_input, step_input.h):
+// K/V slots come from its slot mapping and block tables (paged) or base slots (naive), so the KV
+// manager is asked once per block or sequence, not once per position.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -63,7 +66,8 @@ class CpuBackend final : public Backend {
  private:
   struct Scratch;  // per-step buffers, grown as needed and reused
   using RowBody = std::function<void(int worker, int begin, int end)>;
-  /// Validates the batch, lays out its rows (embeddings, positions, slots) in the scratch.
+  /// Builds the step input (validating the batch), lays out its rows (embeddings, positions,
+  /// slots) and each entry's context slots from the input's addressing in the scratch.
   void plan_rows(const Batch& batch, const KvManager& kv);
   /// Runs body over rows [0, n_rows) on the pool, or inline when the work is too small to split.
   void parallel_rows(int n_rows, int64_t cost_per_row, const RowBody& body);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <span>
@@ -94,6 +95,39 @@ class ScrambledKv final : public KvManager {
   std::vector<int64_t> free_;
   std::map<uint64_t, std::vector<int64_t>> slots_;
   int64_t n_slots_;
+};
+
+/// Forwards to a real manager and counts slot() calls (the per-step lookup cost a backend pays).
+class CountingKv final : public KvManager {
+ public:
+  explicit CountingKv(std::unique_ptr<KvManager> inner) : inner_(std::move(inner)) {}
+  KvManager& inner() { return *inner_; }
+  mutable int64_t n_slot_calls = 0;
+
+  KvKind kind() const override { return inner_->kind(); }
+  int64_t capacity_slots() const override { return inner_->capacity_slots(); }
+  int64_t free_slots() const override { return inner_->free_slots(); }
+  int64_t unit_slots() const override { return inner_->unit_slots(); }
+  int64_t slots_needed(const Sequence& s, int n) const override { return inner_->slots_needed(s, n); }
+  bool can_allocate(const Sequence& s, int n) const override { return inner_->can_allocate(s, n); }
+  void allocate(Sequence& s, int n) override { inner_->allocate(s, n); }
+  bool can_grow(const Sequence& s, int n) const override { return inner_->can_grow(s, n); }
+  void grow(Sequence& s, int n) override { inner_->grow(s, n); }
+  void release(Sequence& s) override { inner_->release(s); }
+  void fork(const Sequence& p, Sequence& c) override { inner_->fork(p, c); }
+  int64_t slot(const Sequence& s, int pos) const override {
+    ++n_slot_calls;
+    return inner_->slot(s, pos);
+  }
+  void on_computed(const Sequence& s) override { inner_->on_computed(s); }
+  std::vector<KvCopy> take_pending_copies() override { return inner_->take_pending_copies(); }
+  KvBreakdown breakdown(std::span<const Sequence* const> live, const Sequence* next) const override {
+    return inner_->breakdown(live, next);
+  }
+  void check_invariants(std::span<const Sequence* const> live) const override { inner_->check_invariants(live); }
+
+ private:
+  std::unique_ptr<KvManager> inner_;
 };
 
 /// Random tokens in [0, vocab).

@@ -1,4 +1,5 @@
-// The CPU backend's arena: slot copies, swap out/in, and the errors a bad batch gets.
+// The CPU backend's arena: slot copies, swap out/in, the errors a bad batch gets, and how often
+// a step asks the KV manager for slots.
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -167,6 +168,72 @@ TEST(CpuBackendSetup, RejectsWeightsThatDoNotMatchTheConfig) {
   EXPECT_THROW(CpuBackend(ModelWeights::random(small_config(2), 1), CpuBackendOptions{.n_threads = -1}),
                std::invalid_argument);
 }
+
+/// The CPU backend reads K/V through the step input: the KV manager is asked once per block
+/// (paged) or once per sequence (naive) each step, not once per cached position, and the logits
+/// are those of a manager asked position by position.
+class CpuBackendKvLookups : public ::testing::TestWithParam<KvKind> {};
+
+TEST_P(CpuBackendKvLookups, SlotCallsPerStepAreOBlocksNotOPositions) {
+  const KvKind kind = GetParam();
+  constexpr int kBlock = 16;
+  KvConfig config;
+  config.kind = kind;
+  config.block_size = kBlock;
+  config.prefix_caching = false;
+  config.reserve = NaiveReserve::max;
+  config.max_model_len = 128;
+  testing::CountingKv kv(make_kv_manager(config, kSlots));
+  auto weights = std::make_shared<const ModelWeights>(ModelWeights::random(small_config(2), 3));
+  CpuBackend backend(weights, CpuBackendOptions{.n_threads = 2});
+  backend.init_kv(kSlots);
+  // Reference run: every position through a scrambled manager asked per position.
+  CpuBackend scrambled_backend(weights, CpuBackendOptions{.n_threads = 2});
+  scrambled_backend.init_kv(kSlots);
+  ScrambledKv scrambled(kSlots, 5);
+
+  Sequence a = make_sequence(1, random_tokens(70, 97, 8));
+  Sequence b = make_sequence(2, random_tokens(37, 97, 9));
+  Sequence a2 = a, b2 = b;
+  a.sampling.max_tokens = b.sampling.max_tokens = 8;
+  kv.allocate(a, 70);
+  kv.allocate(b, 37);
+  scrambled.assign(1, 80);
+  scrambled.assign(2, 48);
+  auto blocks = [&](int n) { return kind == KvKind::paged ? (n + kBlock - 1) / kBlock : 1; };
+
+  Batch prefill{{{&a, 70, true}, {&b, 37, true}}, 0};
+  kv.n_slot_calls = 0;
+  const std::vector<float> got = [&] {
+    auto l = backend.forward_logits(prefill, kv);
+    return std::vector<float>(l.begin(), l.end());
+  }();
+  EXPECT_EQ(kv.n_slot_calls, blocks(70) + blocks(37));  // paged: 5 + 3, naive: 1 + 1 (not 107)
+  Batch prefill2{{{&a2, 70, true}, {&b2, 37, true}}, 0};
+  const auto want = scrambled_backend.forward_logits(prefill2, scrambled);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
+  a.n_computed = a2.n_computed = 70;
+  b.n_computed = b2.n_computed = 37;
+
+  for (int step = 0; step < 5; ++step) {  // decodes: still per block, whatever the context
+    for (Sequence* s : {&a, &b, &a2, &b2}) s->tokens.push_back(static_cast<TokenId>(11 + step));
+    kv.grow(a, a.n_tokens());
+    kv.grow(b, b.n_tokens());
+    kv.n_slot_calls = 0;
+    Batch decode{{{&a, 1, true}, {&b, 1, true}}, 0};
+    const auto l = backend.forward_logits(decode, kv);
+    const std::vector<float> dgot(l.begin(), l.end());
+    EXPECT_EQ(kv.n_slot_calls, blocks(a.n_tokens()) + blocks(b.n_tokens())) << "step " << step;
+    Batch decode2{{{&a2, 1, true}, {&b2, 1, true}}, 0};
+    const auto dwant = scrambled_backend.forward_logits(decode2, scrambled);
+    EXPECT_EQ(0, std::memcmp(dgot.data(), dwant.data(), dgot.size() * sizeof(float))) << "step " << step;
+    for (Sequence* s : {&a, &b, &a2, &b2}) ++s->n_computed;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CpuBackendKvLookups, ::testing::Values(KvKind::paged, KvKind::naive),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
 
 }  // namespace
 }  // namespace servelab
