@@ -465,43 +465,62 @@ void CpuBackend::copy_slots(std::span<const KvCopy> copies) {
   }
 }
 
-void CpuBackend::save_slots(std::span<const int64_t> slots, std::vector<std::byte>& host) {
-  for (int64_t slot : slots) check_slot(slot, "save_slots");
+std::unique_ptr<HostKvPool> CpuBackend::make_host_pool(int64_t n_slots) {
+  if (n_slots <= 0)
+    throw std::invalid_argument("CpuBackend::make_host_pool: n_slots (" + std::to_string(n_slots) + ") must be >= 1");
+  const int64_t bytes = n_slots * kv_bytes_per_slot();
+  // Not zeroed: the pages are committed when a swap first writes them.
+  auto* data = new (std::nothrow) float[static_cast<size_t>(bytes) / sizeof(float)];
+  if (!data)
+    throw std::runtime_error("CpuBackend: cannot allocate " + std::to_string(bytes) + " bytes for the swap pool of " +
+                             std::to_string(n_slots) + " KV slots; lower engine.swap_space");
+  return std::make_unique<HostKvPool>(data, nullptr, n_slots, kv_bytes_per_slot(), false,
+                                      [](void* p) { delete[] static_cast<float*>(p); });
+}
+
+float* CpuBackend::pool_plane(const HostKvPool& pool, int layer, int kind, int kv_head) const {
+  const ModelConfig& c = config();
+  const int64_t plane = (int64_t(layer) * 2 + kind) * c.n_kv_heads + kv_head;
+  return reinterpret_cast<float*>(pool.data()) + plane * pool.n_slots() * c.head_dim();
+}
+
+void CpuBackend::swap_out(std::span<const KvSwap> runs, HostKvPool& pool) {
+  check_pool(pool, "CpuBackend::swap_out");
+  pool.check(runs, n_slots_, "CpuBackend::swap_out");
   const ModelConfig& c = config();
   const int hd = c.head_dim();
-  host.resize(slots.size() * static_cast<size_t>(kv_bytes_per_slot()));
-  auto* out = reinterpret_cast<float*>(host.data());
-  // Host order [layer][K|V][kv_head][i][head_dim], mirroring the arena.
   for (int l = 0; l < c.n_layers; ++l)
     for (int kind : {kKeys, kValues})
       for (int g = 0; g < c.n_kv_heads; ++g) {
         const float* plane = kv_plane(l, kind, g);
-        for (int64_t slot : slots) {
-          std::memcpy(out, plane + slot * hd, sizeof(float) * hd);
-          out += hd;
-        }
+        float* host = pool_plane(pool, l, kind, g);
+        for (const KvSwap& r : runs)
+          if (r.n_slots > 0)
+            std::memcpy(host + r.host_slot * hd, plane + r.device_slot * hd, sizeof(float) * r.n_slots * hd);
       }
 }
 
-void CpuBackend::load_slots(std::span<const int64_t> slots, const std::vector<std::byte>& host) {
-  for (int64_t slot : slots) check_slot(slot, "load_slots");
-  const size_t expected = slots.size() * static_cast<size_t>(kv_bytes_per_slot());
-  if (host.size() != expected)
-    throw std::invalid_argument("CpuBackend::load_slots: host buffer has " + std::to_string(host.size()) +
-                                " bytes, " + std::to_string(slots.size()) + " slots need " +
-                                std::to_string(expected));
+void CpuBackend::swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) {
+  check_pool(pool, "CpuBackend::swap_in");
+  pool.check(runs, n_slots_, "CpuBackend::swap_in");
   const ModelConfig& c = config();
   const int hd = c.head_dim();
-  const auto* in = reinterpret_cast<const float*>(host.data());
   for (int l = 0; l < c.n_layers; ++l)
     for (int kind : {kKeys, kValues})
       for (int g = 0; g < c.n_kv_heads; ++g) {
         float* plane = kv_plane(l, kind, g);
-        for (int64_t slot : slots) {
-          std::memcpy(plane + slot * hd, in, sizeof(float) * hd);
-          in += hd;
-        }
+        const float* host = pool_plane(pool, l, kind, g);
+        for (const KvSwap& r : runs)
+          if (r.n_slots > 0)
+            std::memcpy(plane + r.device_slot * hd, host + r.host_slot * hd, sizeof(float) * r.n_slots * hd);
       }
+}
+
+void CpuBackend::check_pool(const HostKvPool& pool, const char* who) const {
+  if (!pool.data() || pool.bytes_per_slot() != kv_bytes_per_slot())
+    throw std::invalid_argument(std::string(who) + ": the host pool was not made by this backend (" +
+                                std::to_string(pool.bytes_per_slot()) + " bytes per slot, this backend's are " +
+                                std::to_string(kv_bytes_per_slot()) + ")");
 }
 
 }  // namespace servelab

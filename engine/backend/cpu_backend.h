@@ -51,8 +51,11 @@ class CpuBackend final : public Backend {
   /// will take.
   ForwardResult forward(const Batch& batch, const KvManager& kv) override;
   void copy_slots(std::span<const KvCopy> copies) override;
-  void save_slots(std::span<const int64_t> slots, std::vector<std::byte>& host) override;
-  void load_slots(std::span<const int64_t> slots, const std::vector<std::byte>& host) override;
+  /// Plain memory (not zeroed, committed as swaps write it), laid out like the arena:
+  /// [layer][K|V][kv_head][host slot][head_dim], so a run is one memcpy per plane.
+  std::unique_ptr<HostKvPool> make_host_pool(int64_t n_slots) override;
+  void swap_out(std::span<const KvSwap> runs, HostKvPool& pool) override;
+  void swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) override;
 
   /// forward() without sampling: writes K/V like forward() and returns the logits of the
   /// entries with sample == true, [n_sampled, vocab] in entry order. The view stays valid until
@@ -78,6 +81,8 @@ class CpuBackend final : public Backend {
   void gate_up_silu(int layer);                      // gate = silu(xn·W_gateᵀ) ⊙ (xn·W_upᵀ)
   void attention(int layer);
   float* kv_plane(int layer, int kind, int kv_head);
+  float* pool_plane(const HostKvPool& pool, int layer, int kind, int kv_head) const;
+  void check_pool(const HostKvPool& pool, const char* who) const;
   void check_slot(int64_t slot, const char* what) const;
 
   std::shared_ptr<const ModelWeights> weights_;

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "engine/backend/backend.h"
 #include "engine/kv/kv_manager.h"
 #include "engine/model/config.h"
 #include "engine/request.h"
@@ -129,6 +130,16 @@ class CountingKv final : public KvManager {
  private:
   std::unique_ptr<KvManager> inner_;
 };
+
+/// The K/V bytes of `slots`, in order, as the backend swaps them out to a fresh host pool of
+/// slots.size() slots (slot i to host slot i): equal bytes mean equal K/V.
+inline std::vector<std::byte> read_slots(Backend& backend, std::span<const int64_t> slots) {
+  std::unique_ptr<HostKvPool> pool = backend.make_host_pool(static_cast<int64_t>(slots.size()));
+  std::vector<KvSwap> runs;
+  for (size_t i = 0; i < slots.size(); ++i) runs.push_back({slots[i], static_cast<int64_t>(i), 1});
+  backend.swap_out(runs, *pool);
+  return {pool->data(), pool->data() + pool->bytes()};
+}
 
 /// Random tokens in [0, vocab).
 inline std::vector<TokenId> random_tokens(int n, int vocab, uint64_t seed) {
