@@ -19,6 +19,9 @@ void EngineConfig::validate() const {
   kv.validate();
   if (kv_cache_bytes <= 0)
     throw std::invalid_argument("engine.kv_cache_bytes must be > 0 (got " + std::to_string(kv_cache_bytes) + ")");
+  if (swap_space_bytes < 0 || swap_space_bytes > kMaxSwapSpaceBytes)
+    throw std::invalid_argument("engine.swap_space must be in [0, 1024] GiB (got " + std::to_string(swap_space_bytes) +
+                                " bytes)");
 }
 
 namespace {
@@ -88,7 +91,14 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend)
   const int64_t n_slots = check_kv_arena(config_, model, backend_->kv_bytes_per_slot());
   kv_ = make_kv_manager(config_.kv, n_slots);
   backend_->init_kv(n_slots);
-  scheduler_ = make_scheduler(config_.sched, *kv_);
+  if (config_.sched.kind == BatchingKind::continuous && config_.sched.preempt == PreemptMode::swap) {
+    // Host blocks as large as the arena's (paged), or vLLM's default block of 16 (naive).
+    const int block = config_.kv.kind == KvKind::paged ? config_.kv.block_size : 16;
+    const int64_t host_slots = config_.swap_space_bytes / backend_->kv_bytes_per_slot() / block * block;
+    swap_ = std::make_unique<SwapSpace>(host_slots, block);
+    if (host_slots > 0) host_pool_ = backend_->make_host_pool(host_slots);
+  }
+  scheduler_ = make_scheduler(config_.sched, *kv_, swap_.get());
 }
 
 Engine::~Engine() = default;
@@ -176,21 +186,21 @@ std::optional<FinishedRequest> Engine::add(const Request& request, double arriva
 namespace {
 
 /// Carries out the KV moves a schedule asked for, in the only safe order: swap-outs read slots
-/// that were just released (before anything reuses them), copy-on-write copies, then swap-ins.
-void move_kv(const ScheduledStep& plan, KvManager& kv, Backend& backend) {
-  for (const SwapTransfer& t : plan.swap_out) backend.save_slots(t.slots, t.seq->swapped_kv);
+/// that were just released (before anything reuses them), copy-on-write copies, then swap-ins,
+/// whose host blocks go back to the swap space. One swap_out and one swap_in call per step.
+void move_kv(const ScheduledStep& plan, KvManager& kv, Backend& backend, SwapSpace* swap, HostKvPool* pool) {
+  if (!plan.swap_out.empty() || !plan.swap_in.empty()) {
+    if (!swap || !pool) throw std::logic_error("engine: the scheduler swapped without a host swap pool");
+  }
+  std::vector<KvSwap> runs;
+  for (const SwapTransfer& t : plan.swap_out) runs.insert(runs.end(), t.runs.begin(), t.runs.end());
+  if (!runs.empty()) backend.swap_out(runs, *pool);
   const std::vector<KvCopy> copies = kv.take_pending_copies();
   if (!copies.empty()) backend.copy_slots(copies);
-  for (const SwapTransfer& t : plan.swap_in) {
-    // The prefix cache may have handed back shared slots: their bytes must stay exactly as the
-    // other holders see them, so they are put back after the bulk load.
-    const std::span<const int64_t> shared(t.slots.data(), static_cast<size_t>(t.n_shared_prefix));
-    std::vector<std::byte> keep;
-    if (!shared.empty()) backend.save_slots(shared, keep);
-    backend.load_slots(t.slots, t.seq->swapped_kv);
-    if (!shared.empty()) backend.load_slots(shared, keep);
-    std::vector<std::byte>().swap(t.seq->swapped_kv);
-  }
+  runs.clear();
+  for (const SwapTransfer& t : plan.swap_in) runs.insert(runs.end(), t.runs.begin(), t.runs.end());
+  if (!runs.empty()) backend.swap_in(runs, *pool);
+  for (const SwapTransfer& t : plan.swap_in) swap->release(*t.seq);
 }
 
 }  // namespace
@@ -201,7 +211,8 @@ StepOutcome Engine::step(double now) {
   const auto t0 = std::chrono::steady_clock::now();
   ScheduledStep plan = scheduler_->schedule(now);
   for (const Sequence* s : plan.preempted) out.preempted.push_back(s->request_id);
-  move_kv(plan, *kv_, *backend_);
+  for (const Sequence* s : plan.swap_pool_full) out.swap_pool_full.push_back(s->request_id);
+  move_kv(plan, *kv_, *backend_, swap_.get(), host_pool_.get());
 
   if (!plan.empty()) {
     Batch batch;
@@ -319,7 +330,7 @@ void Engine::State::retire(Sequence& seq, FinishReason reason, double end, KvMan
 std::vector<FinishedRequest> Engine::abort_all(double now) {
   std::vector<FinishedRequest> out;
   for (auto& [id, rs] : state_->requests) {
-    for (auto& s : rs->seqs) kv_->release(*s);
+    for (auto& s : rs->seqs) release_kv(*s);
     rs->settle_timeline();
     FinishedRequest rec = std::move(rs->record);
     rec.reason = FinishReason::aborted;
@@ -341,7 +352,7 @@ std::optional<FinishedRequest> Engine::reject_blocked(double now, const std::str
   RequestState& rs = *state_->requests.at(id);
   for (auto& s : rs.seqs) {
     scheduler_->remove(s.get());
-    kv_->release(*s);
+    release_kv(*s);
     s->status = SeqStatus::finished;
   }
   rs.settle_timeline();
@@ -360,7 +371,7 @@ std::optional<FinishedRequest> Engine::abort(uint64_t request_id, double now, co
   RequestState& rs = *it->second;
   for (auto& s : rs.seqs) {
     if (s->status == SeqStatus::finished) continue;
-    kv_->release(*s);
+    release_kv(*s);
     scheduler_->remove(s.get());
   }
   rs.settle_timeline();
@@ -373,10 +384,22 @@ std::optional<FinishedRequest> Engine::abort(uint64_t request_id, double now, co
   return rec;
 }
 
+void Engine::release_kv(Sequence& seq) {
+  kv_->release(seq);
+  if (swap_) swap_->release(seq);  // a swapped-out sequence leaves its host blocks too
+}
+
 bool Engine::has_work() const { return !state_->requests.empty(); }
 
 std::optional<double> Engine::next_wakeup() const { return scheduler_->next_wakeup(); }
 
-void Engine::check_invariants() const { kv_->check_invariants(scheduler_->live()); }
+void Engine::check_invariants() const {
+  kv_->check_invariants(scheduler_->live());
+  if (!swap_) return;
+  std::vector<const Sequence*> all;
+  for (const auto& [id, rs] : state_->requests)
+    for (const auto& s : rs->seqs) all.push_back(s.get());
+  swap_->check_invariants(all);
+}
 
 }  // namespace servelab

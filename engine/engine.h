@@ -9,6 +9,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/kv/kv_manager.h"
+#include "engine/kv/swap_space.h"
 #include "engine/request.h"
 #include "engine/sched/scheduler_config.h"
 
@@ -18,6 +19,12 @@ struct EngineConfig {
   SchedulerConfig sched;
   KvConfig kv;
   int64_t kv_cache_bytes = 64ll << 20;  ///< the arena; n_slots = kv_cache_bytes / backend.kv_bytes_per_slot()
+  /// Host memory for swap preemption (vLLM's swap_space, default 4 GiB): allocated by the backend
+  /// (Backend::make_host_pool) only when the continuous policy preempts by swap. A swap
+  /// preemption whose K/V does not fit what is left recomputes instead (StepOutcome::swap_pool_full);
+  /// 0 makes every one recompute. In [0, kMaxSwapSpaceBytes].
+  int64_t swap_space_bytes = 4ll << 30;
+  static constexpr int64_t kMaxSwapSpaceBytes = 1ll << 40;  ///< 1 TiB
   void validate() const;
 };
 
@@ -74,6 +81,9 @@ struct StepOutcome {
   std::vector<TokenEvent> tokens;
   std::vector<FinishedRequest> finished;
   std::vector<uint64_t> preempted;   ///< request ids preempted in this step
+  /// Of those, the ones preempted under `preemption: swap` that recompute because the host swap
+  /// pool was full.
+  std::vector<uint64_t> swap_pool_full;
   KvBreakdown kv;                ///< after the step
   int n_waiting = 0;
   int n_running = 0;
@@ -118,12 +128,19 @@ class Engine {
 
   const Backend& backend() const { return *backend_; }
   const KvManager& kv() const { return *kv_; }
+  /// The host swap pool's bookkeeping; null unless the policy preempts by swap.
+  const SwapSpace* swap_space() const { return swap_.get(); }
   const EngineConfig& config() const { return config_; }
 
  private:
+  /// Frees seq's arena slots and, when it is swapped out, its host swap blocks.
+  void release_kv(Sequence& seq);
+
   EngineConfig config_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<KvManager> kv_;
+  std::unique_ptr<SwapSpace> swap_;         // swap preemption: which host slots hold what
+  std::unique_ptr<HostKvPool> host_pool_;   // ... and the backend's memory behind them
   std::unique_ptr<Scheduler> scheduler_;
   struct State;
   std::unique_ptr<State> state_;

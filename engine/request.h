@@ -55,7 +55,8 @@ struct Sequence {
   KvHandle kv;
   double arrival_s = 0.0;
   int preemptions = 0;
-  std::vector<std::byte> swapped_kv;  ///< host copy of this sequence's K/V while swapped out
+  /// While swapped out: its blocks of the host swap pool (SwapSpace), positions [0, n_computed).
+  std::vector<int32_t> swap_blocks;
 
   int n_tokens() const { return static_cast<int>(tokens.size()); }
   int n_output() const { return n_tokens() - n_prompt; }

@@ -36,10 +36,9 @@ class MeasuringBackend final : public Backend {
     return r;
   }
   void copy_slots(std::span<const KvCopy> copies) override { inner_->copy_slots(copies); }
-  void save_slots(std::span<const int64_t> slots, std::vector<std::byte>& host) override { inner_->save_slots(slots, host); }
-  void load_slots(std::span<const int64_t> slots, const std::vector<std::byte>& host) override {
-    inner_->load_slots(slots, host);
-  }
+  std::unique_ptr<HostKvPool> make_host_pool(int64_t n_slots) override { return inner_->make_host_pool(n_slots); }
+  void swap_out(std::span<const KvSwap> runs, HostKvPool& pool) override { inner_->swap_out(runs, pool); }
+  void swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) override { inner_->swap_in(runs, pool); }
 
  private:
   std::unique_ptr<Backend> inner_;

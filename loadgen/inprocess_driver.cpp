@@ -54,6 +54,7 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
     st.n_waiting = s.n_waiting;
     st.n_running = s.n_running;
     st.n_preempted = static_cast<int>(s.preempted.size());
+    st.n_swap_pool_full = static_cast<int>(s.swap_pool_full.size());
     st.kv_capacity = s.kv.capacity;
     st.kv_stored = s.kv.stored;
     st.kv_reserved = s.kv.reserved;

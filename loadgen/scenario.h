@@ -110,6 +110,8 @@ struct EngineSpec {
   /// weights, activations and whatever else is in use) instead of kv_cache_bytes.
   double gpu_memory_utilization = 0.0;
   int max_model_len = 0;                ///< prompt + output cap; 0 in YAML = the model's max_position
+  /// `swap_space` GiB (vLLM's --swap-space): host memory for `preemption: swap`, in [0, 1024] GiB.
+  int64_t swap_space_bytes = 4ll << 30;
 };
 
 /// One entry of `strategies:`: a batching policy with its knobs and a KV allocator.

@@ -158,7 +158,8 @@ void Walker::backend(const YAML::Node& n) {
 }
 
 void Walker::engine(const YAML::Node& n) {
-  if (!section(n, "engine", {"kv_cache_bytes", "kv_cache_mb", "gpu_memory_utilization", "max_model_len"})) return;
+  if (!section(n, "engine", {"kv_cache_bytes", "kv_cache_mb", "gpu_memory_utilization", "max_model_len", "swap_space"}))
+    return;
   const bool bytes = defined(n["kv_cache_bytes"]), mb = defined(n["kv_cache_mb"]);
   const bool util = defined(n["gpu_memory_utilization"]);
   if (bytes && mb) {
@@ -185,6 +186,15 @@ void Walker::engine(const YAML::Node& n) {
     }
   }
   if (defined(n["max_model_len"])) read_int(n["max_model_len"], "engine.max_model_len", s_.engine.max_model_len);
+  if (defined(n["swap_space"])) {
+    double gib = 0;
+    if (read_double(n["swap_space"], "engine.swap_space", gib)) {
+      if (!(gib >= 0 && gib <= 1024))
+        d_.error("engine.swap_space", "must be in [0, 1024] GiB (got " + fmt_double(gib) + ")");
+      else
+        s_.engine.swap_space_bytes = static_cast<int64_t>(std::llround(gib * 1073741824.0));
+    }
+  }
 }
 
 void Walker::strategy(const YAML::Node& n, const std::string& path, StrategySpec& out) {

@@ -92,6 +92,7 @@ EngineConfig engine_config(const Scenario& scenario, const StrategySpec& strateg
   c.kv = strategy.kv;
   c.kv.max_model_len = scenario.engine.max_model_len;
   c.kv_cache_bytes = scenario.engine.kv_cache_bytes;
+  c.swap_space_bytes = scenario.engine.swap_space_bytes;
   return c;
 }
 

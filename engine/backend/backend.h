@@ -43,6 +43,43 @@ struct ForwardResult {
   std::optional<double> predicted_s;  ///< sim backend: the step's predicted duration
 };
 
+/// Host memory for swapped-out K/V: n_slots host slots of bytes_per_slot bytes, in the layout of
+/// the backend that made it (only its swap_out/swap_in read it). Allocated once per engine
+/// (`engine.swap_space`) by Backend::make_host_pool: pinned and device-mapped on cuda, plain memory
+/// on cpu, no memory on sim (it stores no K/V). SwapSpace decides which slots hold what.
+class HostKvPool {
+ public:
+  using FreeFn = void (*)(void*);
+  /// Takes ownership of data (freed with free_fn when non-null).
+  HostKvPool(void* data, void* device_view, int64_t n_slots, int64_t bytes_per_slot, bool pinned, FreeFn free_fn)
+      : data_(data), device_view_(device_view), n_slots_(n_slots), bytes_per_slot_(bytes_per_slot), pinned_(pinned),
+        free_(free_fn) {}
+  ~HostKvPool() {
+    if (data_ && free_) free_(data_);
+  }
+  HostKvPool(const HostKvPool&) = delete;
+  HostKvPool& operator=(const HostKvPool&) = delete;
+
+  std::byte* data() const { return static_cast<std::byte*>(data_); }  ///< nullptr on sim
+  /// The pool as the device addresses it (cuda: the mapped pinned memory), else nullptr.
+  void* device_view() const { return device_view_; }
+  int64_t n_slots() const { return n_slots_; }
+  int64_t bytes_per_slot() const { return bytes_per_slot_; }
+  int64_t bytes() const { return n_slots_ * bytes_per_slot_; }
+  bool pinned() const { return pinned_; }
+  /// Throws std::out_of_range naming `who` and the run when a run with n_slots > 0 leaves the
+  /// arena [0, arena_slots) or this pool.
+  void check(std::span<const KvSwap> runs, int64_t arena_slots, const char* who) const;
+
+ private:
+  void* data_;
+  void* device_view_;
+  int64_t n_slots_;
+  int64_t bytes_per_slot_;
+  bool pinned_;
+  FreeFn free_;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -55,9 +92,14 @@ class Backend {
   /// Runs the batch: reads/writes K/V at kv.slot(seq, pos), samples. Does not modify the seqs.
   virtual ForwardResult forward(const Batch& batch, const KvManager& kv) = 0;
   virtual void copy_slots(std::span<const KvCopy> copies) = 0;
-  /// Swap out: copies the given slots' K/V to host bytes. Swap in: writes them back.
-  virtual void save_slots(std::span<const int64_t> slots, std::vector<std::byte>& host) = 0;
-  virtual void load_slots(std::span<const int64_t> slots, const std::vector<std::byte>& host) = 0;
+  /// A host pool of n_slots slots for swap_out/swap_in (see HostKvPool). Throws
+  /// std::runtime_error naming the bytes when the memory cannot be had.
+  virtual std::unique_ptr<HostKvPool> make_host_pool(int64_t n_slots) = 0;
+  /// Swap out: copies every layer's K and V of each run's arena slots into its pool slots.
+  /// Swap in: the reverse. Runs are whole blocks where the KV layout has blocks; both return
+  /// when the copy is done. Throw std::out_of_range for a run outside the arena or the pool.
+  virtual void swap_out(std::span<const KvSwap> runs, HostKvPool& pool) = 0;
+  virtual void swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) = 0;
 };
 
 }  // namespace servelab

@@ -11,6 +11,7 @@
 #include "engine/backend/cpu_attention.h"
 #include "engine/backend/cpu_gemm.h"
 #include "engine/backend/sampler.h"
+#include "engine/backend/step_input.h"
 
 namespace servelab {
 namespace {
@@ -73,10 +74,6 @@ void check_weights(const ModelWeights& w) {
              w.output_matrix(), vocab * d);
 }
 
-std::string entry_name(size_t i, const Sequence* seq) {
-  return "batch entry " + std::to_string(i) + (seq ? " (seq " + std::to_string(seq->id) + ")" : "");
-}
-
 }  // namespace
 
 void CpuBackendOptions::validate() const {
@@ -95,6 +92,7 @@ struct AttentionChunk {
 
 /// Per-step buffers. Real rows come first in entry order, padding rows after them.
 struct CpuBackend::Scratch {
+  StepPlan plan;   // the step's flat input (engine/backend/step_input.h)
   int n_real = 0;  // T: tokens of the entries
   int n_rows = 0;  // R = T + padding
   std::vector<int> row_pos;        // [T] absolute position
@@ -191,14 +189,15 @@ void CpuBackend::ensure_rope(int n_positions) {
 
 void CpuBackend::plan_rows(const Batch& batch, const KvManager& kv) {
   if (n_slots_ == 0) throw std::logic_error("CpuBackend::forward: init_kv() was not called");
-  if (batch.n_padding_tokens < 0)
-    throw std::invalid_argument("batch.n_padding_tokens (" + std::to_string(batch.n_padding_tokens) +
-                                ") must be >= 0");
   Scratch& s = *scratch_;
-  const int vocab = config().vocab_size;
-  const int n_real = batch.n_tokens();
+  // The step's flat input, as every backend reads it: the KV manager is asked once per block
+  // (paged) or once per sequence (naive); K/V slots come from the input's addressing below.
+  build_step_input(batch, kv, config().vocab_size, s.plan);
+  const kernels::StepInput& in = s.plan.in;
+  const kernels::KvAddressing addressing = in.addressing();
+  const int n_real = in.n_tokens();
   s.n_real = n_real;
-  s.n_rows = n_real + batch.n_padding_tokens;
+  s.n_rows = n_real + s.plan.n_padding;
   s.row_pos.resize(n_real);
   s.row_entry.resize(n_real);
   s.row_slot.resize(n_real);
@@ -211,41 +210,27 @@ void CpuBackend::plan_rows(const Batch& batch, const KvManager& kv) {
   const int d = config().hidden_size;
   float* x = ensure(s.x, size_t(s.n_rows) * d);
 
-  int row = 0;
-  for (size_t e = 0; e < batch.entries.size(); ++e) {
-    const BatchEntry& entry = batch.entries[e];
-    const Sequence* seq = entry.seq;
-    if (!seq) throw std::invalid_argument(entry_name(e, seq) + ": seq is null");
-    if (entry.n_new < 1)
-      throw std::invalid_argument(entry_name(e, seq) + ": n_new (" + std::to_string(entry.n_new) +
-                                  ") must be >= 1");
-    const int begin = seq->n_computed, end = seq->n_computed + entry.n_new;
-    if (begin < 0 || end > seq->n_tokens())
-      throw std::invalid_argument(entry_name(e, seq) + ": positions [" + std::to_string(begin) + ", " +
-                                  std::to_string(end) + ") are outside its " +
-                                  std::to_string(seq->n_tokens()) + " tokens");
+  for (int e = 0; e < in.n_seqs(); ++e) {
+    const int end = in.context_lens[e];
+    const int row_begin = in.query_start[e], row_end = in.query_start[e + 1];
     s.ctx_begin[e] = static_cast<int64_t>(s.ctx_slots.size());
     for (int pos = 0; pos < end; ++pos) {
-      const int64_t slot = kv.slot(*seq, pos);
-      check_slot(slot, "kv.slot() returned");
+      const int64_t slot = addressing.slot(e, pos);
+      check_slot(slot, "the step input addresses");
       s.ctx_slots.push_back(slot);
     }
-    for (int pos = begin; pos < end; ++pos, ++row) {
-      const TokenId t = seq->tokens[pos];
-      if (t < 0 || t >= vocab)
-        throw std::invalid_argument(entry_name(e, seq) + ": token " + std::to_string(t) + " at position " +
-                                    std::to_string(pos) + " is outside the vocabulary [0, " +
-                                    std::to_string(vocab) + ")");
+    for (int row = row_begin; row < row_end; ++row) {
+      const int pos = in.positions[row];
       s.row_pos[row] = pos;
-      s.row_entry[row] = static_cast<int>(e);
-      s.row_slot[row] = s.ctx_slots[s.ctx_begin[e] + pos];
-      std::memcpy(x + size_t(row) * d, weights_->embedding.data() + size_t(t) * d, sizeof(float) * d);
+      s.row_entry[row] = e;
+      s.row_slot[row] = in.slot_mapping[row];
+      std::memcpy(x + size_t(row) * d, weights_->embedding.data() + size_t(in.token_ids[row]) * d, sizeof(float) * d);
       s.attention_work += pos + 1;
     }
-    for (int b = row - entry.n_new; b < row; b += kRowsPerChunk)
-      s.chunks.push_back({b, std::min(b + kRowsPerChunk, row)});
+    for (int b = row_begin; b < row_end; b += kRowsPerChunk)
+      s.chunks.push_back({b, std::min(b + kRowsPerChunk, row_end)});
     s.max_ctx = std::max(s.max_ctx, end);
-    if (entry.sample) s.sample_rows.push_back(row - 1);
+    if (batch.entries[e].sample) s.sample_rows.push_back(row_end - 1);
   }
   std::fill(x + size_t(n_real) * d, x + size_t(s.n_rows) * d, 0.0f);
   ensure_rope(s.max_ctx);
@@ -480,43 +465,62 @@ void CpuBackend::copy_slots(std::span<const KvCopy> copies) {
   }
 }
 
-void CpuBackend::save_slots(std::span<const int64_t> slots, std::vector<std::byte>& host) {
-  for (int64_t slot : slots) check_slot(slot, "save_slots");
+std::unique_ptr<HostKvPool> CpuBackend::make_host_pool(int64_t n_slots) {
+  if (n_slots <= 0)
+    throw std::invalid_argument("CpuBackend::make_host_pool: n_slots (" + std::to_string(n_slots) + ") must be >= 1");
+  const int64_t bytes = n_slots * kv_bytes_per_slot();
+  // Not zeroed: the pages are committed when a swap first writes them.
+  auto* data = new (std::nothrow) float[static_cast<size_t>(bytes) / sizeof(float)];
+  if (!data)
+    throw std::runtime_error("CpuBackend: cannot allocate " + std::to_string(bytes) + " bytes for the swap pool of " +
+                             std::to_string(n_slots) + " KV slots; lower engine.swap_space");
+  return std::make_unique<HostKvPool>(data, nullptr, n_slots, kv_bytes_per_slot(), false,
+                                      [](void* p) { delete[] static_cast<float*>(p); });
+}
+
+float* CpuBackend::pool_plane(const HostKvPool& pool, int layer, int kind, int kv_head) const {
+  const ModelConfig& c = config();
+  const int64_t plane = (int64_t(layer) * 2 + kind) * c.n_kv_heads + kv_head;
+  return reinterpret_cast<float*>(pool.data()) + plane * pool.n_slots() * c.head_dim();
+}
+
+void CpuBackend::swap_out(std::span<const KvSwap> runs, HostKvPool& pool) {
+  check_pool(pool, "CpuBackend::swap_out");
+  pool.check(runs, n_slots_, "CpuBackend::swap_out");
   const ModelConfig& c = config();
   const int hd = c.head_dim();
-  host.resize(slots.size() * static_cast<size_t>(kv_bytes_per_slot()));
-  auto* out = reinterpret_cast<float*>(host.data());
-  // Host order [layer][K|V][kv_head][i][head_dim], mirroring the arena.
   for (int l = 0; l < c.n_layers; ++l)
     for (int kind : {kKeys, kValues})
       for (int g = 0; g < c.n_kv_heads; ++g) {
         const float* plane = kv_plane(l, kind, g);
-        for (int64_t slot : slots) {
-          std::memcpy(out, plane + slot * hd, sizeof(float) * hd);
-          out += hd;
-        }
+        float* host = pool_plane(pool, l, kind, g);
+        for (const KvSwap& r : runs)
+          if (r.n_slots > 0)
+            std::memcpy(host + r.host_slot * hd, plane + r.device_slot * hd, sizeof(float) * r.n_slots * hd);
       }
 }
 
-void CpuBackend::load_slots(std::span<const int64_t> slots, const std::vector<std::byte>& host) {
-  for (int64_t slot : slots) check_slot(slot, "load_slots");
-  const size_t expected = slots.size() * static_cast<size_t>(kv_bytes_per_slot());
-  if (host.size() != expected)
-    throw std::invalid_argument("CpuBackend::load_slots: host buffer has " + std::to_string(host.size()) +
-                                " bytes, " + std::to_string(slots.size()) + " slots need " +
-                                std::to_string(expected));
+void CpuBackend::swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) {
+  check_pool(pool, "CpuBackend::swap_in");
+  pool.check(runs, n_slots_, "CpuBackend::swap_in");
   const ModelConfig& c = config();
   const int hd = c.head_dim();
-  const auto* in = reinterpret_cast<const float*>(host.data());
   for (int l = 0; l < c.n_layers; ++l)
     for (int kind : {kKeys, kValues})
       for (int g = 0; g < c.n_kv_heads; ++g) {
         float* plane = kv_plane(l, kind, g);
-        for (int64_t slot : slots) {
-          std::memcpy(plane + slot * hd, in, sizeof(float) * hd);
-          in += hd;
-        }
+        const float* host = pool_plane(pool, l, kind, g);
+        for (const KvSwap& r : runs)
+          if (r.n_slots > 0)
+            std::memcpy(plane + r.device_slot * hd, host + r.host_slot * hd, sizeof(float) * r.n_slots * hd);
       }
+}
+
+void CpuBackend::check_pool(const HostKvPool& pool, const char* who) const {
+  if (!pool.data() || pool.bytes_per_slot() != kv_bytes_per_slot())
+    throw std::invalid_argument(std::string(who) + ": the host pool was not made by this backend (" +
+                                std::to_string(pool.bytes_per_slot()) + " bytes per slot, this backend's are " +
+                                std::to_string(kv_bytes_per_slot()) + ")");
 }
 
 }  // namespace servelab

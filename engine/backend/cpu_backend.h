@@ -4,6 +4,9 @@
 // included, cut by output columns into single-threaded OpenBLAS calls (cpu_gemm.h); Q/K/V and
 // gate/up are one job each, with bias, RoPE, the K/V store and SwiGLU done per item. Attention
 // runs per (chunk of an entry's tokens, kv head), reading K/V from the arena (cpu_attention.h).
+// A step starts from the same flat input as the cuda backend (build_step_input, step_input.h):
+// K/V slots come from its slot mapping and block tables (paged) or base slots (naive), so the KV
+// manager is asked once per block or sequence, not once per position.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -48,8 +51,11 @@ class CpuBackend final : public Backend {
   /// will take.
   ForwardResult forward(const Batch& batch, const KvManager& kv) override;
   void copy_slots(std::span<const KvCopy> copies) override;
-  void save_slots(std::span<const int64_t> slots, std::vector<std::byte>& host) override;
-  void load_slots(std::span<const int64_t> slots, const std::vector<std::byte>& host) override;
+  /// Plain memory (not zeroed, committed as swaps write it), laid out like the arena:
+  /// [layer][K|V][kv_head][host slot][head_dim], so a run is one memcpy per plane.
+  std::unique_ptr<HostKvPool> make_host_pool(int64_t n_slots) override;
+  void swap_out(std::span<const KvSwap> runs, HostKvPool& pool) override;
+  void swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) override;
 
   /// forward() without sampling: writes K/V like forward() and returns the logits of the
   /// entries with sample == true, [n_sampled, vocab] in entry order. The view stays valid until
@@ -63,7 +69,8 @@ class CpuBackend final : public Backend {
  private:
   struct Scratch;  // per-step buffers, grown as needed and reused
   using RowBody = std::function<void(int worker, int begin, int end)>;
-  /// Validates the batch, lays out its rows (embeddings, positions, slots) in the scratch.
+  /// Builds the step input (validating the batch), lays out its rows (embeddings, positions,
+  /// slots) and each entry's context slots from the input's addressing in the scratch.
   void plan_rows(const Batch& batch, const KvManager& kv);
   /// Runs body over rows [0, n_rows) on the pool, or inline when the work is too small to split.
   void parallel_rows(int n_rows, int64_t cost_per_row, const RowBody& body);
@@ -74,6 +81,8 @@ class CpuBackend final : public Backend {
   void gate_up_silu(int layer);                      // gate = silu(xn·W_gateᵀ) ⊙ (xn·W_upᵀ)
   void attention(int layer);
   float* kv_plane(int layer, int kind, int kv_head);
+  float* pool_plane(const HostKvPool& pool, int layer, int kind, int kv_head) const;
+  void check_pool(const HostKvPool& pool, const char* who) const;
   void check_slot(int64_t slot, const char* what) const;
 
   std::shared_ptr<const ModelWeights> weights_;

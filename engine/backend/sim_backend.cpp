@@ -78,13 +78,20 @@ void SimBackend::copy_slots(std::span<const KvCopy> copies) {
   for (const KvCopy& c : copies) pending_copy_bytes_ += c.n_slots * kv_bytes_per_slot();
 }
 
-void SimBackend::save_slots(std::span<const int64_t> slots, std::vector<std::byte>& host) {
-  host.clear();  // nothing is stored; the transfer only costs time
-  pending_swap_bytes_ += static_cast<int64_t>(slots.size()) * kv_bytes_per_slot();
+std::unique_ptr<HostKvPool> SimBackend::make_host_pool(int64_t n_slots) {
+  if (n_slots <= 0)
+    throw std::invalid_argument("SimBackend::make_host_pool: n_slots (" + std::to_string(n_slots) + ") must be >= 1");
+  return std::make_unique<HostKvPool>(nullptr, nullptr, n_slots, kv_bytes_per_slot(), false, nullptr);
 }
 
-void SimBackend::load_slots(std::span<const int64_t> slots, const std::vector<std::byte>& host) {
-  pending_swap_bytes_ += static_cast<int64_t>(slots.size()) * kv_bytes_per_slot();
+void SimBackend::swap_out(std::span<const KvSwap> runs, HostKvPool& pool) {
+  pool.check(runs, n_slots_, "SimBackend::swap_out");
+  for (const KvSwap& r : runs) pending_swap_bytes_ += std::max<int64_t>(0, r.n_slots) * kv_bytes_per_slot();
+}
+
+void SimBackend::swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) {
+  pool.check(runs, n_slots_, "SimBackend::swap_in");
+  for (const KvSwap& r : runs) pending_swap_bytes_ += std::max<int64_t>(0, r.n_slots) * kv_bytes_per_slot();
 }
 
 }  // namespace servelab

@@ -30,8 +30,11 @@ class SimBackend final : public Backend {
   /// with sample set: a pure function of (seed, sample index, position) in [2, vocab).
   ForwardResult forward(const Batch& batch, const KvManager& kv) override;
   void copy_slots(std::span<const KvCopy> copies) override;
-  void save_slots(std::span<const int64_t> slots, std::vector<std::byte>& host) override;
-  void load_slots(std::span<const int64_t> slots, const std::vector<std::byte>& host) override;
+  /// Bookkeeping only: no memory behind it (the sim stores no K/V).
+  std::unique_ptr<HostKvPool> make_host_pool(int64_t n_slots) override;
+  /// Add the runs' bytes to the next step's swap traffic (cost model: host link bandwidth).
+  void swap_out(std::span<const KvSwap> runs, HostKvPool& pool) override;
+  void swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) override;
 
   const SimCostModel& cost() const { return cost_; }
   /// How many steps so far were priced from the profile, beyond its grid, or by the roofline.

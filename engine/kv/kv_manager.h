@@ -36,6 +36,14 @@ struct KvCopy {
   int64_t n_slots = 0;
 };
 
+/// A run of n_slots consecutive slots moved between the KV arena and the host swap pool (swap
+/// out: arena slots -> pool slots; swap in: back). Built by SwapSpace::runs.
+struct KvSwap {
+  int64_t device_slot = 0;  ///< first arena slot
+  int64_t host_slot = 0;    ///< first slot of the host pool (HostKvPool)
+  int64_t n_slots = 0;
+};
+
 enum class KvKind { naive, paged };
 enum class NaiveReserve { max, pow2, oracle };
 const char* to_string(KvKind k);

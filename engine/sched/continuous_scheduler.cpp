@@ -5,8 +5,8 @@
 
 namespace servelab {
 
-ContinuousScheduler::ContinuousScheduler(const SchedulerConfig& config, KvManager& kv)
-    : config_(config), kv_(kv) {
+ContinuousScheduler::ContinuousScheduler(const SchedulerConfig& config, KvManager& kv, SwapSpace* swap)
+    : config_(config), kv_(kv), swap_(swap) {
   // Whole allocation units (blocks), rounded down as vLLM does: a small arena keeps none.
   const int64_t unit = std::max<int64_t>(1, kv.unit_slots());
   watermark_slots_ = static_cast<int64_t>(kWatermark * static_cast<double>(kv.capacity_slots() / unit)) * unit;
@@ -99,16 +99,18 @@ void ContinuousScheduler::preempt(Sequence* victim, Pass& pass) {
   pass.drop_chunk(victim);
   ++victim->preemptions;
   pass.step.preempted.push_back(victim);
-  if (config_.preempt == PreemptMode::swap && victim->n_computed > 0) {
+  const bool swap = config_.preempt == PreemptMode::swap && victim->n_computed > 0;
+  if (swap && swap_ && swap_->can_hold(victim->n_computed)) {
+    swap_->allocate(*victim, victim->n_computed);
     SwapTransfer out;
     out.seq = victim;
-    out.slots.reserve(victim->n_computed);
-    for (int p = 0; p < victim->n_computed; ++p) out.slots.push_back(kv_.slot(*victim, p));
+    swap_->runs(*victim, kv_, 0, victim->n_computed, out.runs);
     pass.step.swap_out.push_back(std::move(out));
     kv_.release(*victim);
     victim->status = SeqStatus::swapped;
     swapped_.push_back(victim);
   } else {
+    if (swap) pass.step.swap_pool_full.push_back(victim);  // the host pool is full: recompute
     // Recompute: everything it has (prompt and output so far) is prefilled again on readmission.
     kv_.release(*victim);
     victim->n_computed = 0;
@@ -148,9 +150,10 @@ void ContinuousScheduler::schedule_swap_ins(Pass& pass) {
     kv_.allocate(*s, n_hold);
     SwapTransfer in;
     in.seq = s;
-    in.n_shared_prefix = std::clamp(s->kv.n_cached_prefix, 0, s->n_computed);
-    in.slots.reserve(s->n_computed);
-    for (int p = 0; p < s->n_computed; ++p) in.slots.push_back(kv_.slot(*s, p));
+    // The prefix cache may have handed back shared blocks: they already hold these tokens' K/V
+    // as the other holders see it, so only the rest comes back from the pool.
+    const int n_shared = std::clamp(s->kv.n_cached_prefix, 0, s->n_computed);
+    swap_->runs(*s, kv_, n_shared, s->n_computed, in.runs);
     pass.step.swap_in.push_back(std::move(in));
     pass.resumed.insert(s);
     s->status = SeqStatus::running;

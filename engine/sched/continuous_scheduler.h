@@ -20,7 +20,8 @@ namespace servelab {
 
 class ContinuousScheduler final : public Scheduler {
  public:
-  ContinuousScheduler(const SchedulerConfig& config, KvManager& kv);
+  /// swap: where `preemption: swap` puts victims' K/V (null: every preemption recomputes).
+  ContinuousScheduler(const SchedulerConfig& config, KvManager& kv, SwapSpace* swap = nullptr);
 
   BatchingKind kind() const override { return BatchingKind::continuous; }
   std::optional<std::string> never_schedulable(const Sequence& seq) const override;
@@ -72,6 +73,7 @@ class ContinuousScheduler final : public Scheduler {
 
   SchedulerConfig config_;
   KvManager& kv_;
+  SwapSpace* swap_ = nullptr;
   std::deque<Sequence*> waiting_;   // FCFS; recompute-preempted sequences go back to the front
   std::vector<Sequence*> running_;  // admission order: oldest first, preemption takes the back
   std::deque<Sequence*> swapped_;   // swapped out, resumed from the front before new admissions

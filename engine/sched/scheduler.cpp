@@ -5,7 +5,7 @@
 
 namespace servelab {
 
-std::unique_ptr<Scheduler> make_scheduler(const SchedulerConfig& config, KvManager& kv) {
+std::unique_ptr<Scheduler> make_scheduler(const SchedulerConfig& config, KvManager& kv, SwapSpace* swap) {
   config.validate();
   BatchPolicy policy;
   policy.kind = config.kind;
@@ -23,7 +23,7 @@ std::unique_ptr<Scheduler> make_scheduler(const SchedulerConfig& config, KvManag
       policy.size_field = "max_batch_size";
       return std::make_unique<BatchScheduler>(policy, kv);
     case BatchingKind::continuous:
-      return std::make_unique<ContinuousScheduler>(config, kv);
+      return std::make_unique<ContinuousScheduler>(config, kv, swap);
   }
   return nullptr;
 }

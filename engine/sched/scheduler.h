@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/kv/kv_manager.h"
+#include "engine/kv/swap_space.h"
 #include "engine/request.h"
 #include "engine/sched/scheduler_config.h"
 
@@ -22,25 +23,26 @@ struct ScheduledChunk {
   int n_new = 0;
 };
 
-/// K/V to move between the arena and host memory (swap preemption), positions [0, n_computed)
-/// of seq in slot order.
+/// K/V to move between the arena and the host swap pool (swap preemption): runs of whole blocks
+/// (SwapSpace::runs). Swap out: positions [0, n_computed). Swap in: the same, less the leading
+/// positions the prefix cache handed back, which other sequences share and already hold.
 struct SwapTransfer {
   Sequence* seq = nullptr;
-  std::vector<int64_t> slots;  ///< [seq->n_computed] arena slots
-  /// Swap in only: the leading slots the prefix cache handed back. They are shared with other
-  /// sequences and already hold these tokens' K/V, so the engine must leave their bytes as they are.
-  int n_shared_prefix = 0;
+  std::vector<KvSwap> runs;
 };
 
-/// What the scheduler decided for one step. The engine applies it in this order: save swap_out
-/// (their slots are already released, but nothing has overwritten them yet), copy-on-write copies,
-/// load swap_in, then run the chunks.
+/// What the scheduler decided for one step. The engine applies it in this order: swap_out (their
+/// slots are already released, but nothing has overwritten them yet), copy-on-write copies,
+/// swap_in (then it returns those sequences' swap blocks to the SwapSpace), then the chunks.
 struct ScheduledStep {
   std::vector<ScheduledChunk> chunks;
   int n_padding_tokens = 0;              ///< static batching: rows computed and thrown away
   std::vector<SwapTransfer> swap_out;
   std::vector<SwapTransfer> swap_in;
   std::vector<Sequence*> preempted;      ///< sent back to waiting (recompute) or swapped out
+  /// Preempted under `preemption: swap` but recomputed: the host swap pool could not hold their
+  /// K/V (each is in `preempted` too).
+  std::vector<Sequence*> swap_pool_full;
   bool empty() const { return chunks.empty(); }
 };
 
@@ -80,7 +82,9 @@ class Scheduler {
   virtual std::optional<double> next_wakeup() const = 0;
 };
 
-/// The policy config.kind names, over `kv`. Throws std::invalid_argument from config.validate().
-std::unique_ptr<Scheduler> make_scheduler(const SchedulerConfig& config, KvManager& kv);
+/// The policy config.kind names, over `kv`. `swap`: the host swap pool's bookkeeping that swap
+/// preemption takes blocks from (null or full: a swap preemption recomputes instead). Throws
+/// std::invalid_argument from config.validate().
+std::unique_ptr<Scheduler> make_scheduler(const SchedulerConfig& config, KvManager& kv, SwapSpace* swap = nullptr);
 
 }  // namespace servelab

@@ -26,6 +26,7 @@ void to_json(nlohmann::json& j, const StepRecord& s) {
                      {"n_waiting", s.n_waiting},
                      {"n_running", s.n_running},
                      {"n_preempted", s.n_preempted},
+                     {"n_swap_pool_full", s.n_swap_pool_full},
                      {"kv", {{"capacity", s.kv_capacity},
                              {"stored", s.kv_stored},
                              {"reserved", s.kv_reserved},
@@ -44,6 +45,7 @@ void from_json(const nlohmann::json& j, StepRecord& s) {
   s.n_waiting = json_int_or(j, "n_waiting", 0);
   s.n_running = json_int_or(j, "n_running", 0);
   s.n_preempted = json_int_or(j, "n_preempted", 0);
+  s.n_swap_pool_full = json_int_or(j, "n_swap_pool_full", 0);
   const auto& kv = j.at("kv");
   s.kv_capacity = json_int<int64_t>(kv.at("capacity"));
   s.kv_stored = json_int<int64_t>(kv.at("stored"));
@@ -69,6 +71,7 @@ void StepRecord::validate() const {
   count("n_waiting", n_waiting);
   count("n_running", n_running);
   count("n_preempted", n_preempted);
+  count("n_swap_pool_full", n_swap_pool_full);
   count("kv.capacity", kv_capacity);
   count("kv.stored", kv_stored);
   count("kv.reserved", kv_reserved);

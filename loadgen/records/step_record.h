@@ -19,6 +19,7 @@ struct StepRecord {
   int n_waiting = 0;
   int n_running = 0;
   int n_preempted = 0;
+  int n_swap_pool_full = 0;  ///< of those, swap preemptions that recomputed: the host swap pool was full
   // KV arena breakdown after the step, in token slots.
   int64_t kv_capacity = 0;
   int64_t kv_stored = 0;

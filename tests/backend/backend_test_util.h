@@ -5,12 +5,14 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <span>
 #include <stdexcept>
 #include <vector>
 
+#include "engine/backend/backend.h"
 #include "engine/kv/kv_manager.h"
 #include "engine/model/config.h"
 #include "engine/request.h"
@@ -95,6 +97,49 @@ class ScrambledKv final : public KvManager {
   std::map<uint64_t, std::vector<int64_t>> slots_;
   int64_t n_slots_;
 };
+
+/// Forwards to a real manager and counts slot() calls (the per-step lookup cost a backend pays).
+class CountingKv final : public KvManager {
+ public:
+  explicit CountingKv(std::unique_ptr<KvManager> inner) : inner_(std::move(inner)) {}
+  KvManager& inner() { return *inner_; }
+  mutable int64_t n_slot_calls = 0;
+
+  KvKind kind() const override { return inner_->kind(); }
+  int64_t capacity_slots() const override { return inner_->capacity_slots(); }
+  int64_t free_slots() const override { return inner_->free_slots(); }
+  int64_t unit_slots() const override { return inner_->unit_slots(); }
+  int64_t slots_needed(const Sequence& s, int n) const override { return inner_->slots_needed(s, n); }
+  bool can_allocate(const Sequence& s, int n) const override { return inner_->can_allocate(s, n); }
+  void allocate(Sequence& s, int n) override { inner_->allocate(s, n); }
+  bool can_grow(const Sequence& s, int n) const override { return inner_->can_grow(s, n); }
+  void grow(Sequence& s, int n) override { inner_->grow(s, n); }
+  void release(Sequence& s) override { inner_->release(s); }
+  void fork(const Sequence& p, Sequence& c) override { inner_->fork(p, c); }
+  int64_t slot(const Sequence& s, int pos) const override {
+    ++n_slot_calls;
+    return inner_->slot(s, pos);
+  }
+  void on_computed(const Sequence& s) override { inner_->on_computed(s); }
+  std::vector<KvCopy> take_pending_copies() override { return inner_->take_pending_copies(); }
+  KvBreakdown breakdown(std::span<const Sequence* const> live, const Sequence* next) const override {
+    return inner_->breakdown(live, next);
+  }
+  void check_invariants(std::span<const Sequence* const> live) const override { inner_->check_invariants(live); }
+
+ private:
+  std::unique_ptr<KvManager> inner_;
+};
+
+/// The K/V bytes of `slots`, in order, as the backend swaps them out to a fresh host pool of
+/// slots.size() slots (slot i to host slot i): equal bytes mean equal K/V.
+inline std::vector<std::byte> read_slots(Backend& backend, std::span<const int64_t> slots) {
+  std::unique_ptr<HostKvPool> pool = backend.make_host_pool(static_cast<int64_t>(slots.size()));
+  std::vector<KvSwap> runs;
+  for (size_t i = 0; i < slots.size(); ++i) runs.push_back({slots[i], static_cast<int64_t>(i), 1});
+  backend.swap_out(runs, *pool);
+  return {pool->data(), pool->data() + pool->bytes()};
+}
 
 /// Random tokens in [0, vocab).
 inline std::vector<TokenId> random_tokens(int n, int vocab, uint64_t seed) {

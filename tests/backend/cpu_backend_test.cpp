@@ -203,9 +203,8 @@ TEST(CpuBackend, SlotContentsMatchBetweenPrefillAndDecode) {
   kv.assign(2, 24);
   backend.forward(Batch{{{&whole, 24, true}}, 0}, kv);
   for (; stepped.n_computed < 24; ++stepped.n_computed) backend.forward(Batch{{{&stepped, 1, true}}, 0}, kv);
-  std::vector<std::byte> a, b;
-  backend.save_slots(kv.slots_of(1), a);
-  backend.save_slots(kv.slots_of(2), b);
+  const std::vector<std::byte> a = testing::read_slots(backend, kv.slots_of(1));
+  const std::vector<std::byte> b = testing::read_slots(backend, kv.slots_of(2));
   ASSERT_EQ(a.size(), b.size());
   const std::span<const float> fa(reinterpret_cast<const float*>(a.data()), a.size() / sizeof(float));
   const std::span<const float> fb(reinterpret_cast<const float*>(b.data()), b.size() / sizeof(float));

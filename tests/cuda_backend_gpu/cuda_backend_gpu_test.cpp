@@ -170,9 +170,13 @@ TEST(CudaBackendGpuKv, SwapOutAndInToOtherSlotsContinuesIdentically) {
   p.step({{&a, 37, true}}, *kv, "prefill");
   std::vector<int64_t> a_slots;
   for (int i = 0; i < 37; ++i) a_slots.push_back(kv->slot(a, i));
-  std::vector<std::byte> host;
-  p.gpu->save_slots(a_slots, host);
+  const std::vector<std::byte> host = testing::read_slots(*p.gpu, a_slots);
   ASSERT_EQ(host.size(), 37u * p.gpu->kv_bytes_per_slot());
+  std::unique_ptr<HostKvPool> pool = p.gpu->make_host_pool(64);
+  ASSERT_TRUE(pool->pinned());
+  std::vector<KvSwap> out_runs;  // host slots 10.. in two groups, to exercise the per-group launches
+  for (int i = 0; i < 37; ++i) out_runs.push_back({a_slots[i], (i < 20 ? 10 : 14) + i, 1});
+  p.gpu->swap_out(out_runs, *pool);
 
   Sequence b = a;  // same tokens, other slots, KV swapped in rather than computed
   b.id = 2;
@@ -180,10 +184,10 @@ TEST(CudaBackendGpuKv, SwapOutAndInToOtherSlotsContinuesIdentically) {
   hold(*kv, b, 37);
   std::vector<int64_t> b_slots;
   for (int i = 0; i < 37; ++i) b_slots.push_back(kv->slot(b, i));
-  p.gpu->load_slots(b_slots, host);
-  std::vector<std::byte> again;
-  p.gpu->save_slots(b_slots, again);
-  EXPECT_TRUE(host == again);
+  std::vector<KvSwap> in_runs;
+  for (int i = 0; i < 37; ++i) in_runs.push_back({b_slots[i], (i < 20 ? 10 : 14) + i, 1});
+  p.gpu->swap_in(in_runs, *pool);
+  EXPECT_TRUE(host == testing::read_slots(*p.gpu, b_slots));
 
   a.tokens.push_back(5);
   b.tokens.push_back(5);

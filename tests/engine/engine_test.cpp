@@ -5,6 +5,7 @@
 #include <limits>
 #include <set>
 #include <stdexcept>
+#include <string>
 
 #include "tests/engine/engine_test_support.h"
 
@@ -278,6 +279,44 @@ TEST(EngineAbort, AbortAllReturnsEverythingInFlight) {
   EXPECT_EQ(aborted[4].n_output, 0);
   EXPECT_FALSE(engine.has_work());
   EXPECT_EQ(engine.step(0.3).kv.used(), 0);
+}
+
+TEST(EngineSwapSpace, SwappedRequestsGiveTheirHostBlocksBackWhenAborted) {
+  // 12 blocks for 8 growing requests: swap preemption holds some of them in the host pool.
+  Engine engine(paged_config(continuous_sched(8, 256, false, PreemptMode::swap), 12 * 16 * 256), sim_backend());
+  const SwapSpace* swap = engine.swap_space();
+  ASSERT_NE(swap, nullptr);
+  EXPECT_EQ(swap->capacity_slots(), (4ll << 30) / 256);  // the 4 GiB default over 256-byte slots
+  for (int i = 0; i < 8; ++i) ASSERT_FALSE(engine.add(make_request(i, 20 + 3 * i, 40), 0.0).has_value());
+  double t = 0.0;
+  for (int step = 0; step < 400 && swap->free_slots() == swap->capacity_slots(); ++step) {
+    t += 0.01;
+    engine.step(t);
+    engine.check_invariants();
+  }
+  ASSERT_LT(swap->free_slots(), swap->capacity_slots()) << "no request was swapped out";
+  const auto aborted = engine.abort_all(t + 1.0);
+  EXPECT_EQ(aborted.size(), 8u);
+  EXPECT_EQ(swap->free_slots(), swap->capacity_slots());
+  engine.check_invariants();
+}
+
+TEST(EngineSwapSpace, OnlyASwappingPolicyGetsAPoolAndItsSizeIsChecked) {
+  Engine recompute(paged_config(continuous_sched(8, 256, false), 1 << 20), sim_backend());
+  EXPECT_EQ(recompute.swap_space(), nullptr);
+  EngineConfig c = paged_config(continuous_sched(8, 256, false, PreemptMode::swap), 1 << 20);
+  c.swap_space_bytes = -1;
+  try {
+    c.validate();
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("engine.swap_space"), std::string::npos) << e.what();
+  }
+  c.swap_space_bytes = EngineConfig::kMaxSwapSpaceBytes + 1;
+  EXPECT_THROW(c.validate(), std::invalid_argument);
+  c.swap_space_bytes = 100;  // less than one block of 16 slots: every swap preemption recomputes
+  Engine tiny(c, sim_backend());
+  EXPECT_EQ(tiny.swap_space()->capacity_slots(), 0);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // preempted (recomputed or swapped) — each request must generate what it generates alone.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -128,6 +129,40 @@ TEST_P(GreedyEquivalence, OutputsEqualRunningEachRequestAlone) {
 
 INSTANTIATE_TEST_SUITE_P(Engine, GreedyEquivalence, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name; });
+
+/// Swap preemption with a host pool too small for every victim: the ones that do not fit are
+/// recomputed (and reported), the others swapped, and every request still generates what it
+/// generates alone. swap_space 0: every preemption recomputes.
+TEST(GreedyEquivalenceSwap, FullHostPoolFallsBackToRecomputeWithTheSameTokens) {
+  for (const int64_t pool_blocks : {int64_t{0}, int64_t{2}}) {
+    SCOPED_TRACE("swap pool of " + std::to_string(pool_blocks) + " blocks");
+    for (bool chunked : {false, true}) {
+      EngineConfig c = with_kv(continuous_sched(8, chunked ? 24 : 128, chunked, PreemptMode::swap), KvKind::paged,
+                               6 * 16 * kSlotBytes);  // 6 blocks: each request fits alone
+      c.swap_space_bytes = pool_blocks * 16 * kSlotBytes;
+      Engine engine(c, cpu_backend());
+      ASSERT_NE(engine.swap_space(), nullptr);
+      EXPECT_EQ(engine.swap_space()->capacity_slots(), pool_blocks * 16);
+      const std::vector<Request> reqs = workload();
+      RunResult r = run_virtual(engine, at_zero(reqs));
+      int pool_full = 0;
+      for (const StepOutcome& s : r.steps) {
+        pool_full += static_cast<int>(s.swap_pool_full.size());
+        for (uint64_t id : s.swap_pool_full)
+          EXPECT_NE(std::find(s.preempted.begin(), s.preempted.end(), id), s.preempted.end());
+      }
+      EXPECT_GT(pool_full, 0) << r.n_preemptions() << " preemptions";
+      if (pool_blocks == 0) EXPECT_EQ(pool_full, r.n_preemptions());
+      else EXPECT_LT(pool_full, r.n_preemptions()) << "some victims fit the pool and were swapped";
+      for (const Request& q : reqs) {
+        const FinishedRequest& f = r.at(q.id);
+        ASSERT_EQ(f.reason, FinishReason::length) << "request " << q.id << ": " << f.error;
+        for (int k = 0; k < q.sampling.n; ++k) EXPECT_EQ(f.outputs[k], alone().at(q.id)) << "request " << q.id;
+      }
+      EXPECT_EQ(engine.swap_space()->free_slots(), engine.swap_space()->capacity_slots());
+    }
+  }
+}
 
 }  // namespace
 }  // namespace servelab

@@ -35,6 +35,7 @@ TEST(Scenario, BaseLoadsWithDefaults) {
   EXPECT_EQ(s.model.preset, "tiny");
   EXPECT_EQ(s.model.vocab_size, preset("tiny").vocab_size);
   EXPECT_EQ(s.engine.max_model_len, preset("tiny").max_position);
+  EXPECT_EQ(s.engine.swap_space_bytes, 4ll << 30);  // vLLM's default swap_space: 4 GiB
   ASSERT_EQ(s.strategies.size(), 1u);
   EXPECT_EQ(s.strategies[0].label, "continuous-paged");
   EXPECT_EQ(s.strategies[0].kv.max_model_len, s.engine.max_model_len);
@@ -55,7 +56,7 @@ TEST(Scenario, FullSchemaMapsOntoEngineConfigs) {
       "seed: 42\n"
       "model: {preset: tiny, dtype: f32}\n"
       "backend: {kind: sim, sim_device: h100}\n"
-      "engine: {kv_cache_mb: 8, max_model_len: 512}\n"
+      "engine: {kv_cache_mb: 8, max_model_len: 512, swap_space: 0.5}\n"
       "strategies:\n"
       "  - {label: st, batching: static, batch_size: 4, max_wait_ms: 20, kv: {kind: naive, reserve: pow2}}\n"
       "  - {batching: dynamic, max_batch_size: 6, max_queue_delay_ms: 2}\n"
@@ -81,6 +82,7 @@ TEST(Scenario, FullSchemaMapsOntoEngineConfigs) {
   EXPECT_EQ(s.model.dtype, DType::f32);
   EXPECT_EQ(s.backend.kind, BackendKind::sim);
   EXPECT_EQ(s.engine.kv_cache_bytes, 8ll << 20);
+  EXPECT_EQ(s.engine.swap_space_bytes, 512ll << 20);
   ASSERT_EQ(s.strategies.size(), 3u);
   EXPECT_EQ(s.strategies[0].label, "st");
   EXPECT_EQ(s.strategies[0].sched.kind, BatchingKind::static_batch);
@@ -233,6 +235,10 @@ TEST(ScenarioErrors, LengthDistributions) {
                        "  rates: [1]\n"
                        "  output_tokens: {dist: fixed, value: 8, min: 2}\n"),
             "scn.yaml:4:42: unknown key 'min' in workload.output_tokens (allowed: dist, value)");
+  EXPECT_EQ(only_error("engine: {swap_space: -1}\n"
+                       "strategies: [{batching: continuous, preemption: swap}]\n"
+                       "workload: {rates: [1]}\n"),
+            "scn.yaml:1:22: engine.swap_space must be in [0, 1024] GiB (got -1)");
   // The smallest request cannot fit.
   EXPECT_EQ(only_error("engine: {max_model_len: 64}\n"
                        "strategies: [{batching: continuous}]\n"

@@ -1,6 +1,8 @@
 #include "engine/backend/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <numeric>
+#include <vector>
 
 #include "engine/backend/cuda/cuda_backend_impl.h"
 
@@ -149,31 +151,86 @@ void CudaBackend::copy_slots(std::span<const KvCopy> copies) {
   CUDA_CHECK(cudaStreamSynchronize(m.stream));
 }
 
-void CudaBackend::save_slots(std::span<const int64_t> slots, std::vector<std::byte>& host) {
-  Impl& m = *impl_;
-  const size_t bytes = slots.size() * size_t(kv_bytes_per_slot());
-  host.resize(bytes);
-  if (slots.empty()) return;
-  const int32_t* idx = m.upload_slots(slots, "save_slots");
-  m.swap_host.grow(bytes);
-  k::gather_blocks(m.arena_ptrs.get<void*>(), 2 * config().n_layers, idx, static_cast<int>(slots.size()), m.row_bytes,
-                   m.swap_host.device_ptr(), m.stream);
-  CUDA_CHECK(cudaStreamSynchronize(m.stream));
-  std::memcpy(host.data(), m.swap_host.get(), bytes);
+std::unique_ptr<HostKvPool> CudaBackend::make_host_pool(int64_t n_slots) {
+  if (n_slots <= 0)
+    throw std::invalid_argument("CudaBackend::make_host_pool: n_slots (" + std::to_string(n_slots) + ") must be >= 1");
+  const size_t bytes = size_t(n_slots) * size_t(kv_bytes_per_slot());
+  void* host = nullptr;
+  const cudaError_t e = cudaHostAlloc(&host, bytes, cudaHostAllocMapped);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw std::runtime_error("CudaBackend: cannot allocate " + std::to_string(bytes) +
+                             " bytes of pinned host memory for the swap pool (" + cudaGetErrorString(e) +
+                             "); lower engine.swap_space");
+  }
+  void* device = nullptr;
+  if (cudaHostGetDevicePointer(&device, host, 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    cudaFreeHost(host);
+    throw std::runtime_error("CudaBackend: the swap pool's pinned memory cannot be mapped into the device");
+  }
+  return std::make_unique<HostKvPool>(host, device, n_slots, kv_bytes_per_slot(), true,
+                                      [](void* p) { cudaFreeHost(p); });
 }
 
-void CudaBackend::load_slots(std::span<const int64_t> slots, const std::vector<std::byte>& host) {
+namespace {
+/// Runs grouped by contiguous host slots: one gather/scatter launch per group, whose device slots
+/// (in host order) start at `first` of the index list.
+struct HostGroup {
+  int64_t host_slot = 0;
+  int64_t n_slots = 0;
+  size_t first = 0;
+};
+
+std::vector<HostGroup> host_groups(std::span<const KvSwap> runs, std::vector<int64_t>& device_slots) {
+  std::vector<KvSwap> sorted;
+  for (const KvSwap& r : runs)
+    if (r.n_slots > 0) sorted.push_back(r);
+  std::sort(sorted.begin(), sorted.end(), [](const KvSwap& a, const KvSwap& b) { return a.host_slot < b.host_slot; });
+  std::vector<HostGroup> groups;
+  device_slots.clear();
+  for (const KvSwap& r : sorted) {
+    if (groups.empty() || groups.back().host_slot + groups.back().n_slots != r.host_slot)
+      groups.push_back({r.host_slot, 0, device_slots.size()});
+    groups.back().n_slots += r.n_slots;
+    for (int64_t i = 0; i < r.n_slots; ++i) device_slots.push_back(r.device_slot + i);
+  }
+  return groups;
+}
+}  // namespace
+
+// Pool layout [host slot][layer][K|V][n_kv_heads * head_dim] bf16 (gather_blocks' order, one slot
+// = 2 * n_layers rows of row_bytes): the kernels read and write the mapped pinned pool directly,
+// one launch per run of contiguous host slots (SwapSpace hands a sequence one region when it can).
+void CudaBackend::swap_out(std::span<const KvSwap> runs, HostKvPool& pool) {
   Impl& m = *impl_;
-  const size_t bytes = slots.size() * size_t(kv_bytes_per_slot());
-  if (host.size() != bytes)
-    throw std::invalid_argument("CudaBackend::load_slots: host buffer has " + std::to_string(host.size()) +
-                                " bytes, " + std::to_string(slots.size()) + " slots need " + std::to_string(bytes));
-  if (slots.empty()) return;
-  const int32_t* idx = m.upload_slots(slots, "load_slots");
-  m.swap_host.grow(bytes);
-  std::memcpy(m.swap_host.get(), host.data(), bytes);
-  k::scatter_blocks(m.arena_ptrs.get<void*>(), 2 * config().n_layers, idx, static_cast<int>(slots.size()), m.row_bytes,
-                    m.swap_host.device_ptr(), m.stream);
+  pool.check(runs, m.n_slots, "CudaBackend::swap_out");
+  if (!pool.device_view() || pool.bytes_per_slot() != kv_bytes_per_slot())
+    throw std::invalid_argument("CudaBackend::swap_out: the host pool was not made by this backend");
+  std::vector<int64_t> slots;
+  const std::vector<HostGroup> groups = host_groups(runs, slots);
+  if (groups.empty()) return;
+  const int32_t* idx = m.upload_slots(slots, "swap_out");
+  auto* dst = static_cast<uint8_t*>(pool.device_view());
+  for (const HostGroup& g : groups)
+    k::gather_blocks(m.arena_ptrs.get<void*>(), 2 * config().n_layers, idx + g.first, static_cast<int>(g.n_slots),
+                     m.row_bytes, dst + g.host_slot * pool.bytes_per_slot(), m.stream);
+  CUDA_CHECK(cudaStreamSynchronize(m.stream));
+}
+
+void CudaBackend::swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) {
+  Impl& m = *impl_;
+  pool.check(runs, m.n_slots, "CudaBackend::swap_in");
+  if (!pool.device_view() || pool.bytes_per_slot() != kv_bytes_per_slot())
+    throw std::invalid_argument("CudaBackend::swap_in: the host pool was not made by this backend");
+  std::vector<int64_t> slots;
+  const std::vector<HostGroup> groups = host_groups(runs, slots);
+  if (groups.empty()) return;
+  const int32_t* idx = m.upload_slots(slots, "swap_in");
+  const auto* src = static_cast<const uint8_t*>(pool.device_view());
+  for (const HostGroup& g : groups)
+    k::scatter_blocks(m.arena_ptrs.get<void*>(), 2 * config().n_layers, idx + g.first, static_cast<int>(g.n_slots),
+                      m.row_bytes, src + g.host_slot * pool.bytes_per_slot(), m.stream);
   CUDA_CHECK(cudaStreamSynchronize(m.stream));
 }
 

@@ -63,10 +63,13 @@ class CudaBackend final : public Backend {
   ForwardResult forward(const Batch& batch, const KvManager& kv) override;
   /// Copy-on-write runs as block pairs of the largest granularity dividing every run, one launch.
   void copy_slots(std::span<const KvCopy> copies) override;
-  /// Host layout [slot i][layer][K|V][n_kv_heads * head_dim] bf16: gathered on the GPU into a
-  /// mapped pinned buffer in one launch, then copied into `host`.
-  void save_slots(std::span<const int64_t> slots, std::vector<std::byte>& host) override;
-  void load_slots(std::span<const int64_t> slots, const std::vector<std::byte>& host) override;
+  /// Pinned host memory mapped into the device (cudaHostAlloc, cudaHostAllocMapped), laid out
+  /// [host slot][layer][K|V][n_kv_heads * head_dim] bf16.
+  std::unique_ptr<HostKvPool> make_host_pool(int64_t n_slots) override;
+  /// The GPU gathers (scatters) the runs' slots straight into (out of) the mapped pool: one launch
+  /// per run of contiguous host slots, then the stream is synchronized.
+  void swap_out(std::span<const KvSwap> runs, HostKvPool& pool) override;
+  void swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) override;
 
   /// forward() without sampling: writes K/V like forward() and returns the fp32 logits of the
   /// entries with sample == true, [n_sampled, vocab] in entry order (as CpuBackend's).

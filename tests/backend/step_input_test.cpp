@@ -1,7 +1,7 @@
 // build_step_input against kv.slot() position by position, for paged (block sizes 1, 4, 16) and
 // naive layouts, chunked prefill, decode, parallel samples and padding; it asks the KV manager
 // once per block, not once per position.
-#include "engine/backend/cuda/step_builder.h"
+#include "engine/backend/step_input.h"
 
 #include <memory>
 #include <stdexcept>
@@ -12,7 +12,7 @@
 #include "engine/kv/kv_manager.h"
 #include "tests/backend/backend_test_util.h"
 
-namespace servelab::cuda {
+namespace servelab {
 namespace {
 
 using testing::make_sequence;
@@ -20,36 +20,7 @@ using testing::random_tokens;
 
 constexpr int kVocab = 50;
 
-/// Forwards to a real manager and counts slot() calls.
-class CountingKv final : public KvManager {
- public:
-  explicit CountingKv(std::unique_ptr<KvManager> inner) : inner_(std::move(inner)) {}
-  KvManager& inner() { return *inner_; }
-  mutable int64_t n_slot_calls = 0;
-
-  KvKind kind() const override { return inner_->kind(); }
-  int64_t capacity_slots() const override { return inner_->capacity_slots(); }
-  int64_t free_slots() const override { return inner_->free_slots(); }
-  int64_t unit_slots() const override { return inner_->unit_slots(); }
-  int64_t slots_needed(const Sequence& s, int n) const override { return inner_->slots_needed(s, n); }
-  bool can_allocate(const Sequence& s, int n) const override { return inner_->can_allocate(s, n); }
-  void allocate(Sequence& s, int n) override { inner_->allocate(s, n); }
-  bool can_grow(const Sequence& s, int n) const override { return inner_->can_grow(s, n); }
-  void grow(Sequence& s, int n) override { inner_->grow(s, n); }
-  void release(Sequence& s) override { inner_->release(s); }
-  void fork(const Sequence& p, Sequence& c) override { inner_->fork(p, c); }
-  int64_t slot(const Sequence& s, int pos) const override {
-    ++n_slot_calls;
-    return inner_->slot(s, pos);
-  }
-  KvBreakdown breakdown(std::span<const Sequence* const> live, const Sequence* next) const override {
-    return inner_->breakdown(live, next);
-  }
-  void check_invariants(std::span<const Sequence* const> live) const override { inner_->check_invariants(live); }
-
- private:
-  std::unique_ptr<KvManager> inner_;
-};
+using testing::CountingKv;
 
 CountingKv make_kv(KvKind kind, int block_size) {
   KvConfig c;
@@ -214,4 +185,4 @@ TEST(StepBuilder, MalformedBatchesNameTheEntry) {
 }
 
 }  // namespace
-}  // namespace servelab::cuda
+}  // namespace servelab

@@ -1,11 +1,11 @@
-#include "engine/backend/cuda/step_builder.h"
+#include "engine/backend/step_input.h"
 
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
-namespace servelab::cuda {
+namespace servelab {
 namespace {
 
 std::string entry_name(size_t i, const Sequence* seq) {
@@ -122,4 +122,4 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, StepPl
   }
 }
 
-}  // namespace servelab::cuda
+}  // namespace servelab
