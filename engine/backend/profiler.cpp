@@ -192,30 +192,32 @@ ProfileRunner::ProfileRunner(Backend& backend, int64_t n_slots, int max_len, uin
   state_->kv = make_kv_manager(kv_config, n_slots);
   if (!fill_kv) return;
   // Random K/V in [-1, 1] at the arena's element size (2: bf16, 4: fp32): fill_chunk_bytes of slots
-  // drawn here and written through load_slots, then repeated across the arena by one copy_slots
+  // drawn here into a host pool and written by swap_in, then repeated across the arena by one copy_slots
   // call (many runs of that chunk: the cuda backend copies them in one launch of many blocks), so
   // a 60 GB GPU arena fills by device copies instead of 60 GB over the host link.
   const int64_t slot_bytes = backend.kv_bytes_per_slot();
   const ModelConfig& m = backend.config();
   const int64_t elem = slot_bytes / std::max<int64_t>(1, 2ll * m.n_layers * m.kv_dim());
   const int64_t first = std::clamp<int64_t>(fill_chunk_bytes / slot_bytes, 1, n_slots);
-  std::vector<std::byte> host(size_t(first * slot_bytes));
+  std::unique_ptr<HostKvPool> pool = backend.make_host_pool(first);
+  std::byte* host = pool->data();  // the backend's own pool layout: random bytes fill any layout
+  if (host == nullptr) return;     // a backend without K/V memory (sim)
+  const size_t n_bytes = size_t(pool->bytes());
   uint64_t state = seed ^ 0x6b765f66696c6cull;
   const auto uniform = [&] { return float(splitmix64_next(state) >> 40) * (2.0f / 16777216.0f) - 1.0f; };
   if (elem == 4) {
-    for (size_t i = 0; i + 4 <= host.size(); i += 4) {
+    for (size_t i = 0; i + 4 <= n_bytes; i += 4) {
       const float x = uniform();
-      std::memcpy(&host[i], &x, 4);
+      std::memcpy(host + i, &x, 4);
     }
   } else {
-    for (size_t i = 0; i + 2 <= host.size(); i += 2) {
+    for (size_t i = 0; i + 2 <= n_bytes; i += 2) {
       const uint16_t x = bf16_bits(uniform());
-      std::memcpy(&host[i], &x, 2);
+      std::memcpy(host + i, &x, 2);
     }
   }
-  std::vector<int64_t> slots(static_cast<size_t>(first));
-  std::iota(slots.begin(), slots.end(), int64_t(0));
-  backend.load_slots(slots, host);
+  const KvSwap run{0, 0, first};
+  backend.swap_in(std::span<const KvSwap>(&run, 1), *pool);
   std::vector<KvCopy> copies;
   for (int64_t at = first; at < n_slots; at += first) copies.push_back({0, at, std::min(first, n_slots - at)});
   if (!copies.empty()) backend.copy_slots(copies);

@@ -113,7 +113,7 @@ struct ProfileReport {
 class ProfileRunner {
  public:
   /// Calls backend.init_kv(n_slots); with fill_kv, writes seeded random K/V into every slot:
-  /// fill_chunk_bytes of them through load_slots, repeated over the rest by copy_slots.
+  /// fill_chunk_bytes of them swapped in from a host pool, repeated over the rest by copy_slots.
   ProfileRunner(Backend& backend, int64_t n_slots, int max_len, uint64_t seed, bool fill_kv,
                 int64_t fill_chunk_bytes = int64_t(256) << 20);
   ~ProfileRunner();

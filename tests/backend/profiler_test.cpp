@@ -117,10 +117,11 @@ class CountingBackend final : public Backend {
     return inner_.forward(batch, kv);
   }
   void copy_slots(std::span<const KvCopy> copies) override { inner_.copy_slots(copies); }
-  void save_slots(std::span<const int64_t> slots, std::vector<std::byte>& host) override { inner_.save_slots(slots, host); }
-  void load_slots(std::span<const int64_t> slots, const std::vector<std::byte>& host) override {
-    n_loaded += static_cast<int64_t>(slots.size());
-    inner_.load_slots(slots, host);
+  std::unique_ptr<HostKvPool> make_host_pool(int64_t n_slots) override { return inner_.make_host_pool(n_slots); }
+  void swap_out(std::span<const KvSwap> runs, HostKvPool& pool) override { inner_.swap_out(runs, pool); }
+  void swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) override {
+    for (const KvSwap& r : runs) n_loaded += r.n_slots;
+    inner_.swap_in(runs, pool);
   }
   int n_forward = 0;
   int64_t n_loaded = 0;
@@ -235,9 +236,8 @@ TEST(Profiler, RunnerFillsTheArenaWithRandomKv) {
   for (bool fill : {false, true}) {
     CpuBackend backend(ModelWeights::random(testing::small_config(2), 4), CpuBackendOptions{.n_threads = 1});
     ProfileRunner runner(backend, 64, 32, 7, fill);
-    std::vector<std::byte> host;
     const std::vector<int64_t> slots = {0, 31, 63};
-    backend.save_slots(slots, host);
+    const std::vector<std::byte> host = testing::read_slots(backend, slots);
     ASSERT_EQ(host.size(), 3 * static_cast<size_t>(backend.kv_bytes_per_slot()));
     const float* v = reinterpret_cast<const float*>(host.data());
     const size_t n = host.size() / sizeof(float);
@@ -272,11 +272,10 @@ TEST(Profiler, RunnerFillsPastTheFirstChunkByCopies) {
   CountingBackend backend(cpu);
   ProfileRunner runner(backend, 64, 32, 9, true, 10 * backend.kv_bytes_per_slot());
   EXPECT_EQ(backend.n_loaded, 10);  // then copied to 10..19, 20..29, ..., 60..63
-  std::vector<std::byte> a, b, c;
   const std::vector<int64_t> s3 = {3}, s63 = {63}, s4 = {4};
-  backend.save_slots(s3, a);
-  backend.save_slots(s63, b);  // 63 <- 3
-  backend.save_slots(s4, c);
+  const std::vector<std::byte> a = testing::read_slots(backend, s3);
+  const std::vector<std::byte> b = testing::read_slots(backend, s63);  // 63 <- 3
+  const std::vector<std::byte> c = testing::read_slots(backend, s4);
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);
   size_t n_zero = 0;

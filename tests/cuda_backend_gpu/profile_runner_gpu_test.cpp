@@ -1,5 +1,5 @@
 // ProfileRunner (engine/backend/profiler.h) on the cuda backend: the random K/V fill (one chunk
-// through load_slots, repeated by copy_slots) reaches every slot of the GPU arena, and a decode
+// swapped in from a host pool, repeated by copy_slots) reaches every slot of the GPU arena, and a decode
 // point is timed after its warm-up runs (the first captures a CUDA graph). Skipped without a GPU.
 #include <cstddef>
 #include <cstdint>
@@ -12,6 +12,7 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/profiler.h"
 #include "engine/model/half.h"
+#include "tests/backend/backend_test_util.h"
 
 namespace servelab {
 namespace {
@@ -21,11 +22,10 @@ TEST(ProfileRunnerGpu, FillsTheArenaByCopiesAndTimesADecode) {
   auto gpu = CudaBackend::random(preset("tiny"), 1);
   const int64_t slot_bytes = gpu->kv_bytes_per_slot();
   ProfileRunner runner(*gpu, 96, 64, 3, true, 10 * slot_bytes);  // 10 slots loaded, copied to 10..95
-  std::vector<std::byte> a, b, c;
   const std::vector<int64_t> s3 = {3}, s93 = {93}, s4 = {4};
-  gpu->save_slots(s3, a);
-  gpu->save_slots(s93, b);  // 93 <- 3
-  gpu->save_slots(s4, c);
+  const std::vector<std::byte> a = testing::read_slots(*gpu, s3);
+  const std::vector<std::byte> b = testing::read_slots(*gpu, s93);  // 93 <- 3
+  const std::vector<std::byte> c = testing::read_slots(*gpu, s4);
   ASSERT_EQ(a.size(), static_cast<size_t>(slot_bytes));
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);
