@@ -45,8 +45,8 @@ struct Descs {
 
 }  // namespace
 
-Gemm::Gemm(bool batch_invariant, size_t workspace_bytes, bool use_gemv)
-    : workspace_bytes_(workspace_bytes), batch_invariant_(batch_invariant), use_gemv_(use_gemv) {
+Gemm::Gemm(bool batch_invariant, size_t workspace_bytes, bool use_gemv, bool gemv_split_k)
+    : workspace_bytes_(workspace_bytes), batch_invariant_(batch_invariant), use_gemv_(use_gemv), gemv_split_k_(gemv_split_k) {
   CUBLAS_CHECK(cublasLtCreate(&handle_));
   CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
   int device = 0;
@@ -112,8 +112,11 @@ void Gemm::run(ScalarType t, const void* x, const void* w, void* y, int m, int n
                cudaStream_t stream, bool accumulate) {
   if (m == 0) return;
   if (uses_gemv(t, x, w, m, n, k)) {
-    run_gemv(t, x, w, y, m, n, k, out_fp32, accumulate, gemv_plan(n, k), gemv_partials_, gemv_counters_, stream);
-    return;
+    const gemv::Plan plan = gemv_plan(n, k);
+    if (gemv_split_k_ || plan.splits == 1) {
+      run_gemv(t, x, w, y, m, n, k, out_fp32, accumulate, plan, gemv_partials_, gemv_counters_, stream);
+      return;
+    }
   }
   const cublasLtMatmulAlgo_t algo = algo_for(t, m, n, k, out_fp32, accumulate);
   Descs d(t, m, n, k, out_fp32);

@@ -33,11 +33,15 @@ void run_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n,
 /// batch_invariant: split-K is disallowed and one algorithm, chosen for a canonical row count,
 /// serves every M, so a row's result does not depend on how many rows share the product.
 /// use_gemv: products with m <= gemv::kMaxRows that gemv_supported accepts go to run_gemv() instead of
-/// cuBLASLt (never in batch-invariant mode, which keeps its one algorithm). One stream at a time
-/// per Gemm (the workspaces are shared by its calls).
+/// cuBLASLt (never in batch-invariant mode, which keeps its one algorithm). gemv_split_k = false
+/// keeps the products whose gemv plan splits K on cuBLASLt: measured on an H100 (kernel_bench,
+/// llama2-7b shapes at M = 1 and 8), gemv beats cuBLASLt by 3-5% where it needs no split (gate|up,
+/// LM head) and trails it by 6-17% where it splits (QKV, O, down); the cuda backend runs with it
+/// false. One stream at a time per Gemm (the workspaces are shared by its calls).
 class Gemm {
  public:
-  explicit Gemm(bool batch_invariant = false, size_t workspace_bytes = 32u << 20, bool use_gemv = true);
+  explicit Gemm(bool batch_invariant = false, size_t workspace_bytes = 32u << 20, bool use_gemv = true,
+                bool gemv_split_k = true);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -48,6 +52,8 @@ class Gemm {
 
   /// Turns the skinny path on or off (kernel_bench compares both in one run).
   void set_use_gemv(bool on) { use_gemv_ = on; }
+  /// Whether products whose gemv plan splits K take gemv (true) or cuBLASLt (false).
+  void set_gemv_split_k(bool on) { gemv_split_k_ = on; }
   /// Whether run() with these arguments takes the skinny path.
   bool uses_gemv(ScalarType t, const void* x, const void* w, int m, int n, int k) const;
   /// The decomposition run() gives gemv for this shape.
@@ -64,6 +70,7 @@ class Gemm {
   size_t workspace_bytes_ = 0;
   bool batch_invariant_ = false;
   bool use_gemv_ = true;
+  bool gemv_split_k_ = true;
   int n_sms_ = 0;
   float* gemv_partials_ = nullptr;
   int32_t* gemv_counters_ = nullptr;

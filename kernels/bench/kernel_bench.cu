@@ -332,7 +332,7 @@ void bench_gemv(int64_t l2, double copy_gbs) {
                           {"down", 4096, 11008, 32}, {"lm_head", 32000, 4096, 1}};
   Gemm gemm(false);
   for (int m : {1, 8}) {
-    double step_ms[2] = {0, 0}, step_bytes = 0;
+    double step_ms[3] = {0, 0, 0}, step_bytes = 0;
     for (const Shape& sh : shapes) {
       const int64_t w_elems = int64_t(sh.n) * sh.k;
       const int n_rot = int(std::min<int64_t>(8, 4 * l2 / (w_elems * 2) + 1));
@@ -343,9 +343,10 @@ void bench_gemv(int64_t l2, double copy_gbs) {
       const double bytes = 2.0 * (double(w_elems) + double(m) * sh.k) + (fp32_out ? 4.0 : 2.0) * m * sh.n;
       const std::string shape = std::string(sh.name) + " " + std::to_string(sh.n) + "x" + std::to_string(sh.k) +
                                 " M" + std::to_string(m);
-      double gbs[2] = {0, 0};
-      for (int use : {0, 1}) {  // cuBLASLt alone first, then the skinny kernel
-        gemm.set_use_gemv(use == 1);
+      double gbs[3] = {0, 0, 0};
+      for (int use : {0, 1, 2}) {  // cuBLASLt alone, the skinny kernel alone, the backend's mix
+        gemm.set_use_gemv(use >= 1);
+        gemm.set_gemv_split_k(use == 1);
         const double ms = time_graph_ms([&](int i, cudaStream_t st) {
           gemm.run(ScalarType::bf16, x.p, w.get<char>() + size_t(i % n_rot) * w_elems * 2, y.p, m, sh.n, sh.k,
                    fp32_out, st);
@@ -362,8 +363,10 @@ void bench_gemv(int64_t l2, double copy_gbs) {
     const std::string shape = "llama2-7b decode step M" + std::to_string(m) + " (32 layers + lm_head)";
     record("decode_products_cublaslt", shape, step_bytes / (step_ms[0] * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
     record("decode_products_gemv", shape, step_bytes / (step_ms[1] * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
-    std::printf("  decode-step products at M%d: %.3f ms cuBLASLt, %.3f ms gemv (%.2fx)\n", m, step_ms[0], step_ms[1],
-                step_ms[0] / step_ms[1]);
+    record("decode_products_mixed", shape + ", gemv where unsplit", step_bytes / (step_ms[2] * 1e-3) / 1e9, "GB/s",
+           "decode_products_cublaslt", step_bytes / (step_ms[0] * 1e-3) / 1e9);
+    std::printf("  decode-step products at M%d: %.3f ms cuBLASLt, %.3f ms gemv (%.2fx), %.3f ms mixed (%.2fx)\n", m,
+                step_ms[0], step_ms[1], step_ms[0] / step_ms[1], step_ms[2], step_ms[0] / step_ms[2]);
   }
 }
 

@@ -150,7 +150,8 @@ struct CudaBackend::Impl {
     if (m.hidden_size % 8 || m.intermediate_size % 8 || m.kv_dim() % 8)
       throw std::invalid_argument("CudaBackend: hidden_size, intermediate_size and kv_dim must be multiples of 8");
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    gemm = std::make_unique<k::Gemm>(options.batch_invariant);
+    // gemv for the skinny products that need no K split, cuBLASLt for the rest (kernels/gemm.h).
+    gemm = std::make_unique<k::Gemm>(options.batch_invariant, size_t(32) << 20, true, /*gemv_split_k=*/false);
     cudaDeviceProp p{};
     CUDA_CHECK(cudaGetDeviceProperties(&p, options.device));
     n_sms = p.multiProcessorCount;
