@@ -28,8 +28,8 @@ run configure 120 cmake -S . -B "$BUILD" "${G[@]}" -DCMAKE_BUILD_TYPE=Release -D
 if [ -x "$BUILD/test_cuda_backend_gpu" ]; then
   run kernels_gpu 120 "$BUILD/test_kernels_gpu" --gtest_brief=1
   run backend_gpu 120 "$BUILD/test_cuda_backend_gpu" --gtest_brief=1 --gtest_filter='-*Bench*:*Hf*'
-  run engine_bench 120 "$BUILD/engine_bench" "${Q[@]}" --json "$OUT/engine_bench.json" --commit "$COMMIT"
-  run kernel_bench 150 "$BUILD/kernel_bench" "${Q[@]}" --json "$OUT/kernel_bench.json" --commit "$COMMIT"
+  run engine_bench 120 "$BUILD/kernels/engine_bench" "${Q[@]}" --json "$OUT/engine_bench.json" --commit "$COMMIT"
+  run kernel_bench 150 "$BUILD/kernels/kernel_bench" "${Q[@]}" --json "$OUT/kernel_bench.json" --commit "$COMMIT"
 fi
 echo
 echo "== gpu-quick-check: $(head -1 "$OUT/environment.txt"), commit $COMMIT =="
