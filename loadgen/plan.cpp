@@ -293,7 +293,7 @@ std::string format_plan_summary(const Plan& plan, const std::string& scenario_na
   if (plan.ramp_to > 0) o << " ramping to " << plan.ramp_to << " req/s over " << plan.ramp_duration_s << " s";
   if (plan.max_concurrency > 0) o << ", at most " << plan.max_concurrency << " in flight";
   else if (plan.mode == LoadMode::closed_loop) o << ", closed loop at concurrency " << plan.concurrency;
-  else o << ", trace replay";
+  else if (plan.mode == LoadMode::trace) o << ", trace replay";
   o << " (seed " << plan.seed << ")\n";
   o << "  requests  " << s.n_requests - s.n_warmup;
   if (s.n_warmup > 0) o << " (+" << s.n_warmup << " warm-up)";

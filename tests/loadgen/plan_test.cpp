@@ -180,6 +180,7 @@ TEST(Plan, SummaryAndJson) {
   const std::string text = format_plan_summary(p, s.name);
   EXPECT_NE(text.find("@ 4 req/s"), std::string::npos) << text;
   EXPECT_NE(text.find("requests  40 (+3 warm-up)"), std::string::npos) << text;
+  EXPECT_EQ(text.find("trace"), std::string::npos) << "an open-loop plan is not a trace replay: " << text;
   const nlohmann::json j = plan_to_json(p);
   EXPECT_EQ(j["requests"].size(), 43u);
   EXPECT_EQ(j["requests"][2]["prompt"].get<std::vector<TokenId>>(), p.requests[2].prompt);
