@@ -207,8 +207,9 @@ void check_devices(const CudaBackendOptions& o, int n_ranks) {
                                 " (rank r runs on device r; got " + std::to_string(o.device) + ")");
   const int have = cuda_device_count();
   if (have < n_ranks)
-    throw std::invalid_argument("tensor_parallel " + std::to_string(n_ranks) + " needs " + std::to_string(n_ranks) +
-                                " CUDA devices; this machine has " + std::to_string(have));
+    throw std::runtime_error("backend cuda: tensor_parallel " + std::to_string(n_ranks) + " needs " +
+                             std::to_string(n_ranks) + " CUDA devices (ranks on devices 0.." +
+                             std::to_string(n_ranks - 1) + "); this machine has " + std::to_string(have));
 }
 
 }  // namespace
