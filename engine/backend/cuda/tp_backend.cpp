@@ -214,6 +214,8 @@ void check_devices(const CudaBackendOptions& o, int n_ranks) {
 
 }  // namespace
 
+bool tp_nccl_available() { return cuda::tp_have_nccl(); }
+
 TpCudaBackend::TpCudaBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TpCudaBackend::~TpCudaBackend() = default;
 

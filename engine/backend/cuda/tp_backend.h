@@ -30,6 +30,9 @@ struct AllReduceTiming {
   double bus_gb_s = 0.0; ///< bus bandwidth, NCCL's convention: bytes / seconds × 2(N−1)/N / 1e9
 };
 
+/// True when servelab was built with NCCL (tensor_parallel > 1 possible on the cuda backend).
+bool tp_nccl_available();
+
 class TpCudaBackend final : public Backend {
  public:
   /// Preset (or any config) with random weights: rank r draws only its shard, each element from
