@@ -76,6 +76,16 @@ void BackendSpec::validate() const {
     throw std::invalid_argument("tensor_parallel must be >= 1 (got " + std::to_string(tensor_parallel) + ")");
 }
 
+std::vector<std::pair<int64_t, double>> measure_all_reduce(Backend& backend, const std::vector<int64_t>& message_bytes) {
+  std::vector<std::pair<int64_t, double>> out;
+#ifdef SERVELAB_HAVE_CUDA_BACKEND
+  if (auto* tp = dynamic_cast<TpCudaBackend*>(&backend))
+    for (const AllReduceTiming& t : tp->time_all_reduce(message_bytes)) out.emplace_back(t.bytes, t.seconds);
+#endif
+  (void)backend, (void)message_bytes;
+  return out;
+}
+
 int tensor_parallel_backend(const Backend& backend) {
 #ifdef SERVELAB_HAVE_CUDA_BACKEND
   if (const auto* tp = dynamic_cast<const TpCudaBackend*>(&backend)) return tp->tensor_parallel();

@@ -4,6 +4,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/backend/backend.h"
 #include "engine/backend/sim_backend.h"
@@ -60,6 +62,10 @@ int64_t kv_bytes_for_gpu_utilization(const Backend& backend, double utilization,
 
 /// GPUs one replica of `backend` runs on: TpCudaBackend's tensor_parallel, else 1.
 int tensor_parallel_backend(const Backend& backend);
+
+/// cuda with tensor_parallel > 1: (bytes, seconds) of one in-place bf16 sum all-reduce over the
+/// ranks for each message size (TpCudaBackend::time_all_reduce). Empty for any other backend.
+std::vector<std::pair<int64_t, double>> measure_all_reduce(Backend& backend, const std::vector<int64_t>& message_bytes);
 
 /// Builds the backend. Throws std::invalid_argument (bad spec, unknown preset) or
 /// std::runtime_error (checkpoint or profile file problems, naming the file).

@@ -385,6 +385,11 @@ std::string profile_json(const ProfileReport& r) {
                        {"times_s", s.times_s}});
   }
   j["samples"] = std::move(samples);
+  if (!r.all_reduce_s.empty()) {
+    ordered_json ar = ordered_json::array();
+    for (const auto& [bytes, s] : r.all_reduce_s) ar.push_back({{"bytes", bytes}, {"seconds", s}});
+    j["all_reduce"] = std::move(ar);
+  }
   return j.dump(2) + "\n";
 }
 

@@ -7,7 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/backend/make_backend.h"
+#include "engine/backend/profiler.h"
 #include "loadgen/backend_spec.h"
 #include "loadgen/scenario.h"
 #include "tests/cli/cli_test_util.h"
@@ -92,6 +95,39 @@ TEST(TpWiring, RunWithoutTheGpusExitsTwo) {
   const cli_test::CliResult r = cli_test::run_servelab({"run", yaml, "--out", dir.file("out"), "--no-plots"}, dir);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_TRUE(has(r.output, "backend cuda:")) << r.output;
+}
+
+TEST(TpWiring, ProfileJsonCarriesTheMeasuredAllReduce) {
+  ProfileReport r;
+  r.backend = "cuda";
+  r.model = preset("tiny");
+  r.tensor_parallel = 2;
+  nlohmann::json none = nlohmann::json::parse(profile_json(r));
+  EXPECT_EQ(none["tensor_parallel"], 2);
+  EXPECT_FALSE(none.contains("all_reduce"));
+  r.all_reduce_s = {{512, 8e-6}, {1 << 20, 3e-5}};
+  const nlohmann::json j = nlohmann::json::parse(profile_json(r));
+  ASSERT_EQ(j["all_reduce"].size(), 2u);
+  EXPECT_EQ(j["all_reduce"][1]["bytes"], 1 << 20);
+  EXPECT_DOUBLE_EQ(j["all_reduce"][1]["seconds"].get<double>(), 3e-5);
+}
+
+TEST(TpWiring, MeasureAllReduceIsEmptyOffTensorParallel) {
+  BackendSpec spec;
+  spec.kind = BackendKind::sim;
+  spec.model = "tiny";
+  spec.tensor_parallel = 2;
+  auto sim = make_backend(spec);
+  EXPECT_TRUE(measure_all_reduce(*sim, {1024, 2048}).empty());
+  EXPECT_EQ(tensor_parallel_backend(*sim), 1);
+}
+
+TEST(TpWiring, ProfileTensorParallelOnCpuExitsTwo) {
+  SERVELAB_REQUIRE_BINARY();
+  cli_test::TempDir dir;
+  const cli_test::CliResult r = cli_test::run_servelab({"profile", "--backend", "cpu", "--tensor-parallel", "2"}, dir);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "--tensor-parallel applies to --backend cuda or sim")) << r.output;
 }
 
 }  // namespace

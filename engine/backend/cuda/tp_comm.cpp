@@ -36,6 +36,7 @@ std::string tp_nccl_version() {
 }
 
 std::string tp_unique_id() {
+  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);  // before NCCL reads its environment at all
   ncclUniqueId id;
   NCCL_CHECK(ncclGetUniqueId(&id));
   return std::string(id.internal, sizeof id.internal);
