@@ -5,7 +5,7 @@
 // shards drawn per rank equal to the one-GPU random weights. Checkpoints: llama3-8b and llama2-13b
 // shapes (hidden, heads, KV heads, FFN, vocabulary as the presets) with 2 layers instead of 32/40,
 // so that synthesizing and loading stay fast. Names contain Gpu; every test skips with fewer than
-// 2 GPUs or without NCCL.
+// 2 GPUs or without NCCL; the tensor_parallel 4 cases also run where 4 GPUs are present.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -69,9 +69,9 @@ struct Pair {
   std::unique_ptr<CudaBackend> one;
   std::unique_ptr<TpCudaBackend> two;
   int vocab = 0;
-  Pair(const std::string& dir, CudaBackendOptions o = {}) {
+  Pair(const std::string& dir, CudaBackendOptions o = {}, int n_ranks = 2) {
     one = CudaBackend::load(dir, o);
-    two = TpCudaBackend::load(dir, 2, o);
+    two = TpCudaBackend::load(dir, n_ranks, o);
     one->init_kv(kSlots);
     two->init_kv(kSlots);
     vocab = one->config().vocab_size;
@@ -94,6 +94,7 @@ struct Case {
   const char* preset;
   bool graphs;
   KvKind kv;
+  int n_ranks = 2;
 };
 
 class TpGpu : public ::testing::TestWithParam<Case> {};
@@ -101,8 +102,9 @@ class TpGpu : public ::testing::TestWithParam<Case> {};
 TEST_P(TpGpu, Tp2LogitsMatchOneGpu) {
   SKIP_WITHOUT_TWO_GPUS();
   const Case c = GetParam();
-  Pair p(synth(two_layers(c.preset)), CudaBackendOptions{.cuda_graphs = c.graphs});
-  EXPECT_EQ(p.two->kv_bytes_per_slot() * 2, p.one->kv_bytes_per_slot());
+  if (cuda_device_count() < c.n_ranks) GTEST_SKIP() << "fewer than " << c.n_ranks << " CUDA devices";
+  Pair p(synth(two_layers(c.preset)), CudaBackendOptions{.cuda_graphs = c.graphs}, c.n_ranks);
+  EXPECT_EQ(p.two->kv_bytes_per_slot() * c.n_ranks, p.one->kv_bytes_per_slot());
   EXPECT_LT(p.two->weight_bytes(), p.one->weight_bytes());
   auto kv = make_kv(c.kv);
   Sequence a = make_sequence(1, random_tokens(97, p.vocab, 1));
@@ -131,7 +133,9 @@ TEST_P(TpGpu, Tp2LogitsMatchOneGpu) {
 INSTANTIATE_TEST_SUITE_P(Shapes, TpGpu,
                          ::testing::Values(Case{"llama3_8b_graphs_paged", "llama3-8b", true, KvKind::paged},
                                            Case{"llama3_8b_eager_naive", "llama3-8b", false, KvKind::naive},
-                                           Case{"llama2_13b_graphs_paged", "llama2-13b", true, KvKind::paged}),
+                                           Case{"llama2_13b_graphs_paged", "llama2-13b", true, KvKind::paged},
+                                           Case{"llama3_8b_tp4_graphs_paged", "llama3-8b", true, KvKind::paged, 4},
+                                           Case{"llama2_13b_tp4_graphs_paged", "llama2-13b", true, KvKind::paged, 4}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(TpGpuTokens, GreedyTokensAgreeWithOneGpuUntilANearTie) {
