@@ -56,6 +56,11 @@ TEST(TpWiring, BadTensorParallelNamesTheKey) {
   EXPECT_TRUE(has(e, "does not divide the model's 2 KV heads")) << e;
   EXPECT_TRUE(has(errors_of("backend: {kind: cuda, tensor_parallel: 3}\nmodel: {preset: llama2-13b}\n" + kRest),
                   "does not divide the model's 40 attention heads"));
+  EXPECT_TRUE(has(errors_of("backend: {kind: sim, tensor_parallel: 2}\nmodel: {preset: llama2-13b}\n"
+                            "capacity: {rate_lo: 1, tensor_parallel: 4}\n" + kRest),
+                  "backend.tensor_parallel conflicts with capacity.tensor_parallel (4)"));
+  EXPECT_EQ(errors_of("backend: {kind: sim, tensor_parallel: 4}\nmodel: {preset: llama2-13b}\n"
+                      "capacity: {rate_lo: 1, tensor_parallel: 4}\n" + kRest), "");
 }
 
 TEST(TpWiring, KvSlotIsOneGpusShare) {
