@@ -112,7 +112,10 @@ struct TpCudaBackend::Impl {
       pool->run([&](int r) {
         cudaSetDevice(r);
         if (r < int(ranks.size())) ranks[r].reset();
-        if (r < int(tps.size()) && tps[r]) cuda::tp_destroy_comm(*tps[r], !broken.empty());
+        if (r < int(tps.size()) && tps[r]) {
+          cuda::tp_destroy_comm(*tps[r], !broken.empty());
+          tps[r].reset();  // its gather buffer, freed with the rank's device current
+        }
       });
     } catch (...) {
     }
