@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -183,6 +184,7 @@ struct Case {
   const char* name;
   bool qwen;
   int n_ranks;
+  friend void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 };
 
 class TpPlanForward : public ::testing::TestWithParam<Case> {};

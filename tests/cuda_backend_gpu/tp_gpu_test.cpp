@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -95,6 +96,7 @@ struct Case {
   bool graphs;
   KvKind kv;
   int n_ranks = 2;
+  friend void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 };
 
 class TpGpu : public ::testing::TestWithParam<Case> {};
