@@ -106,8 +106,9 @@ int64_t kv_bytes_per_slot(const BackendSpec& spec) {
     // The slot size depends on the shapes and the device's K/V element size, not on the profile.
     return SimBackend(config, SimCostModel::roofline(spec.sim_device, spec.tensor_parallel)).kv_bytes_per_slot();
   }
-  if (spec.kind == BackendKind::cuda)  // bf16 K and V of one GPU's KV heads
-    return cuda::TpPlan::make(config, spec.tensor_parallel).kv_bytes_per_slot(2);
+  if (spec.kind == BackendKind::cuda)  // bf16 K and V (of one GPU's KV heads with tensor_parallel)
+    return spec.tensor_parallel == 1 ? 2ll * config.n_layers * config.kv_dim() * 2
+                                     : cuda::TpPlan::make(config, spec.tensor_parallel).kv_bytes_per_slot(2);
   return 2ll * config.n_layers * config.kv_dim() * static_cast<int64_t>(sizeof(float));  // CpuBackend: fp32 K and V
 }
 
