@@ -30,6 +30,7 @@ struct ProfileArgs {
   std::string sim_device = "h100";
   std::string hardware;  // "" = cpu-2core for cpu, the sim device for sim, from the GPU's name for cuda
   int device = 0;        // cuda: device ordinal
+  int tensor_parallel = 1;  // cuda: ranks on devices 0..N-1 over NCCL; sim: the roofline's TP
   double kv_gb = 0.0;    // KV arena cap in GB; 0 = the grid's largest point (cuda: capped by free memory)
   int warmup = -1;       // untimed runs per point; -1 = 2 on cuda (GEMM choice, graph capture), else 0
 };
@@ -68,6 +69,9 @@ int profile_main(const ProfileArgs& a) {
   spec.seed = a.grid.seed;
   spec.threads = a.threads;
   spec.device = a.device;
+  spec.tensor_parallel = a.tensor_parallel;
+  if (a.tensor_parallel != 1 && spec.kind == BackendKind::cpu)
+    throw std::invalid_argument("--tensor-parallel applies to --backend cuda or sim (got --backend cpu)");
   const bool cuda = spec.kind == BackendKind::cuda;
   if (a.device != 0 && !cuda)
     throw std::invalid_argument("--device applies to --backend cuda (got --backend " + a.backend + ")");
@@ -108,6 +112,15 @@ int profile_main(const ProfileArgs& a) {
 
   ProfileReport report = profile_backend(*backend, options, [](const std::string& line) { std::cerr << line << "\n"; });
   report.device = device;
+  report.tensor_parallel = a.tensor_parallel;
+  if (cuda && a.tensor_parallel > 1) {  // the sim's TP term: one all-reduce per message size a step sends
+    std::vector<int64_t> sizes;
+    const int64_t hidden = backend->config().hidden_size;
+    for (int64_t rows = 1; rows <= 16384; rows *= 2) sizes.push_back(rows * hidden * 2);
+    report.all_reduce_s = measure_all_reduce(*backend, sizes);
+    device += ", tensor_parallel " + std::to_string(a.tensor_parallel);
+    report.device = device;
+  }
   report.hardware = hardware;
   report.commit = current_commit();  // SERVELAB_COMMIT when set (a copy outside its checkout)
   report.date = analysis::utc_now_iso8601();
@@ -138,6 +151,11 @@ const Registrar reg(
           ->capture_default_str()
           ->check(CLI::IsMember({"cpu", "cuda", "sim"}));
       sub.add_option("--device", a->device, "cuda: device ordinal")->capture_default_str()->check(CLI::NonNegativeNumber);
+      sub.add_option("--tensor-parallel", a->tensor_parallel,
+                     "cuda: ranks on devices 0..N-1 over NCCL (the profile records N and the measured all-reduce "
+                     "per message size); sim: the roofline's tensor-parallel degree")
+          ->capture_default_str()
+          ->check(CLI::Range(1, 64));
       sub.add_option("--kv-gb", a->kv_gb,
                      "KV arena cap in GB; points needing more are skipped and listed (default: the grid's largest "
                      "point; on cuda at most what 90% of the GPU leaves)");

@@ -14,6 +14,7 @@ BackendSpec backend_spec(const Scenario& sc) {
   spec.sim_device_set = !sc.backend.sim_device.empty();
   spec.sim_profile = sc.backend.sim_profile;
   if (sc.capacity) spec.tensor_parallel = sc.capacity->tensor_parallel;
+  if (sc.backend.tensor_parallel > 1) spec.tensor_parallel = sc.backend.tensor_parallel;
   spec.device = sc.backend.device;
   spec.fusion = sc.backend.fusion;
   spec.batch_invariant = sc.backend.batch_invariant;

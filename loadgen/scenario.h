@@ -101,6 +101,8 @@ struct ScenarioBackend {
   bool fusion = true;           ///< cuda: false runs the unfused kernels (`fusion: off` in YAML)
   bool batch_invariant = false; ///< cuda: every result independent of the batch
   bool cuda_graphs = true;      ///< cuda: decode steps replayed from CUDA graphs
+  /// cuda, sim: GPUs per replica (cuda: a rank per device 0..N-1 over NCCL); 1 = one GPU.
+  int tensor_parallel = 1;
 };
 
 /// `engine:` — shared by every strategy.

@@ -119,7 +119,7 @@ void Walker::backend(const YAML::Node& n) {
     return;
   }
   if (!section(n, "backend", {"kind", "threads", "sim_device", "sim_profile", "device", "fusion", "batch_invariant",
-                              "cuda_graphs"}))
+                              "cuda_graphs", "tensor_parallel"}))
     return;
   bool kind_ok = true;
   if (defined(n["kind"])) kind_ok = read_enum(n["kind"], "backend.kind", b.kind, kinds);
@@ -134,6 +134,16 @@ void Walker::backend(const YAML::Node& n) {
       read_string(n[k], p, b.sim_device);
     } else {
       read_path(n[k], p, b.sim_profile);
+    }
+  }
+  if (defined(n["tensor_parallel"])) {
+    const std::string p = "backend.tensor_parallel";
+    if (kind_ok && b.kind == BackendKind::cpu) {
+      note(n["tensor_parallel"], p);
+      d_.error_at(p, p + " applies to kind: cuda or sim, not cpu");
+    } else if (read_int(n["tensor_parallel"], p, b.tensor_parallel) &&
+               (b.tensor_parallel < 1 || b.tensor_parallel > 64)) {
+      d_.error(p, "must be in [1, 64] (got " + std::to_string(b.tensor_parallel) + ")");
     }
   }
   for (const char* k : {"device", "fusion", "batch_invariant", "cuda_graphs"}) {

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/backend/cuda/tp_plan.h"
+#include "engine/backend/make_backend.h"
 #include "engine/backend/sim_backend.h"
 #include "engine/engine.h"
 #include "engine/model/hf_config.h"
@@ -77,6 +79,7 @@ void check_kv_arenas(const Scenario& sc, Diagnostics& diag) {
     spec.model = sc.model.path.empty() ? sc.model.preset : sc.model.path;
     if (!sc.backend.sim_device.empty()) spec.sim_device = SimDevice::preset(sc.backend.sim_device);
     spec.sim_profile = sc.backend.sim_profile;
+    spec.tensor_parallel = sc.backend.tensor_parallel;  // cuda, sim: one GPU's share of the KV heads
     const int64_t per_slot = kv_bytes_per_slot(spec);
     const ModelConfig model = resolve_model_config(spec.model);
     if (spec.kind == BackendKind::cpu) {  // a model the machine cannot hold: say so, not "arena too small"
@@ -191,6 +194,21 @@ void validate_backend_and_engine(const Scenario& s, const Checker& c) {
       c.diag.error("backend.sim_device", one_of(devices, s.backend.sim_device));
   }
   c.file_exists(s.backend.sim_profile, "backend.sim_profile");
+  if (s.backend.tensor_parallel > 1 && !c.diag.failed("backend.tensor_parallel")) {
+    if (s.capacity && s.capacity->tensor_parallel != 1 && s.capacity->tensor_parallel != s.backend.tensor_parallel)
+      c.diag.error("backend.tensor_parallel", "conflicts with capacity.tensor_parallel (" +
+                                                  std::to_string(s.capacity->tensor_parallel) + "); give one" +
+                                                  got(s.backend.tensor_parallel));
+    else if (s.backend.kind == BackendKind::cuda && !c.diag.failed("model"))
+      try {  // the shards: N must divide the heads, KV heads, FFN and vocabulary
+        cuda::TpPlan::make(resolve_model_config(s.model.path.empty() ? s.model.preset : s.model.path),
+                           s.backend.tensor_parallel);
+      } catch (const std::invalid_argument& e) {
+        c.diag.error("backend.tensor_parallel", e.what());
+      } catch (const std::exception&) {
+        // a model file problem: reported by the model check
+      }
+  }
   c.check(s.engine.kv_cache_bytes > 0, "engine.kv_cache_bytes",
           "must be > 0" + got(static_cast<double>(s.engine.kv_cache_bytes)));
   c.check(s.engine.max_model_len >= 1 || max_pos == 0, "engine.max_model_len", "must be >= 1" + got(s.engine.max_model_len));

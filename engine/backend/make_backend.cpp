@@ -6,7 +6,9 @@
 #include "engine/backend/cpu_backend.h"
 #ifdef SERVELAB_HAVE_CUDA_BACKEND
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/tp_backend.h"
 #endif
+#include "engine/backend/cuda/tp_plan.h"
 #include "engine/model/hf_config.h"
 #include "engine/model/weights.h"
 
@@ -58,6 +60,8 @@ int64_t kv_bytes_for_gpu_utilization(const Backend& backend, double utilization,
 #ifdef SERVELAB_HAVE_CUDA_BACKEND
   if (const auto* cuda = dynamic_cast<const CudaBackend*>(&backend))
     return cuda->kv_bytes_for_utilization(utilization, max_tokens, max_seqs);
+  if (const auto* tp = dynamic_cast<const TpCudaBackend*>(&backend))
+    return tp->kv_bytes_for_utilization(utilization, max_tokens, max_seqs);
 #endif
   (void)utilization, (void)max_tokens, (void)max_seqs;
   throw std::invalid_argument("gpu_memory_utilization applies to backend cuda, not " + backend.name());
@@ -72,6 +76,24 @@ void BackendSpec::validate() const {
     throw std::invalid_argument("tensor_parallel must be >= 1 (got " + std::to_string(tensor_parallel) + ")");
 }
 
+std::vector<std::pair<int64_t, double>> measure_all_reduce(Backend& backend, const std::vector<int64_t>& message_bytes) {
+  std::vector<std::pair<int64_t, double>> out;
+#ifdef SERVELAB_HAVE_CUDA_BACKEND
+  if (auto* tp = dynamic_cast<TpCudaBackend*>(&backend))
+    for (const AllReduceTiming& t : tp->time_all_reduce(message_bytes)) out.emplace_back(t.bytes, t.seconds);
+#endif
+  (void)backend, (void)message_bytes;
+  return out;
+}
+
+int tensor_parallel_backend(const Backend& backend) {
+#ifdef SERVELAB_HAVE_CUDA_BACKEND
+  if (const auto* tp = dynamic_cast<const TpCudaBackend*>(&backend)) return tp->tensor_parallel();
+#endif
+  (void)backend;
+  return 1;
+}
+
 ModelConfig resolve_model_config(const std::string& model) {
   if (is_checkpoint_dir(model)) return read_hf_config((std::filesystem::path(model) / "config.json").string());
   return preset(model);
@@ -84,7 +106,9 @@ int64_t kv_bytes_per_slot(const BackendSpec& spec) {
     // The slot size depends on the shapes and the device's K/V element size, not on the profile.
     return SimBackend(config, SimCostModel::roofline(spec.sim_device, spec.tensor_parallel)).kv_bytes_per_slot();
   }
-  if (spec.kind == BackendKind::cuda) return 2ll * config.n_layers * config.kv_dim() * 2;  // bf16 K and V
+  if (spec.kind == BackendKind::cuda)  // bf16 K and V (of one GPU's KV heads with tensor_parallel)
+    return spec.tensor_parallel == 1 ? 2ll * config.n_layers * config.kv_dim() * 2
+                                     : cuda::TpPlan::make(config, spec.tensor_parallel).kv_bytes_per_slot(2);
   return 2ll * config.n_layers * config.kv_dim() * static_cast<int64_t>(sizeof(float));  // CpuBackend: fp32 K and V
 }
 
@@ -107,6 +131,12 @@ std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
     o.fusion = spec.fusion;
     o.batch_invariant = spec.batch_invariant;
     o.cuda_graphs = spec.cuda_graphs;
+    if (spec.tensor_parallel > 1) {  // tp_backend.h: a rank per GPU, NCCL between them
+      if (is_checkpoint_dir(spec.model)) return TpCudaBackend::load(spec.model, spec.tensor_parallel, o);
+      ModelConfig config = preset(spec.model);
+      if (spec.dtype) config.dtype = *spec.dtype;
+      return TpCudaBackend::random(config, spec.seed, spec.tensor_parallel, o);
+    }
     if (is_checkpoint_dir(spec.model)) return CudaBackend::load(spec.model, o);
     ModelConfig config = preset(spec.model);
     if (spec.dtype) config.dtype = *spec.dtype;

@@ -4,6 +4,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/backend/backend.h"
 #include "engine/backend/sim_backend.h"
@@ -28,7 +30,11 @@ struct BackendSpec {
   /// sim_device was asked for, and a profile of another device is refused.
   bool sim_device_set = false;
   std::string sim_profile;      ///< sim: profile JSON to calibrate the cost model (overrides the roofline)
-  int tensor_parallel = 1;      ///< sim: GPUs per replica (weights, KV heads, FLOPs split; all-reduces added)
+  /// GPUs per replica. sim: weights, KV heads and FLOPs split, all-reduces added to the step's
+  /// price. cuda: > 1 runs TpCudaBackend (cuda/tp_backend.h) on devices 0..N-1 over NCCL (refused
+  /// with a message when servelab was built without NCCL); N must divide the heads, the KV heads,
+  /// the FFN size and the vocabulary. cpu: ignored.
+  int tensor_parallel = 1;
   // cuda (engine/backend/cuda/cuda_backend.h): weights bf16 on the GPU, presets drawn there.
   int device = 0;               ///< cuda: device ordinal
   bool fusion = true;           ///< cuda: false runs the unfused kernels
@@ -53,6 +59,13 @@ std::string cuda_device_name(int device);
 /// of total GPU memory, minus what is in use, minus the activations of a step of max_tokens rows
 /// and max_seqs sampled rows). Throws std::invalid_argument for another backend or nothing left.
 int64_t kv_bytes_for_gpu_utilization(const Backend& backend, double utilization, int max_tokens, int max_seqs);
+
+/// GPUs one replica of `backend` runs on: TpCudaBackend's tensor_parallel, else 1.
+int tensor_parallel_backend(const Backend& backend);
+
+/// cuda with tensor_parallel > 1: (bytes, seconds) of one in-place bf16 sum all-reduce over the
+/// ranks for each message size (TpCudaBackend::time_all_reduce). Empty for any other backend.
+std::vector<std::pair<int64_t, double>> measure_all_reduce(Backend& backend, const std::vector<int64_t>& message_bytes);
 
 /// Builds the backend. Throws std::invalid_argument (bad spec, unknown preset) or
 /// std::runtime_error (checkpoint or profile file problems, naming the file).

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/backend/make_backend.h"
 #include "engine/kv/kv_manager.h"
 #include "engine/splitmix64.h"
 
@@ -195,7 +196,8 @@ ProfileRunner::ProfileRunner(Backend& backend, int64_t n_slots, int max_len, uin
   // drawn here into a host pool and written by swap_in, then repeated across the arena by one copy_slots
   // call (many runs of that chunk: the cuda backend copies them in one launch of many blocks), so
   // a 60 GB GPU arena fills by device copies instead of 60 GB over the host link.
-  const int64_t slot_bytes = backend.kv_bytes_per_slot();
+  // A tensor-parallel backend's slot is one GPU's share; its swap layout holds every rank's.
+  const int64_t slot_bytes = backend.kv_bytes_per_slot() * tensor_parallel_backend(backend);
   const ModelConfig& m = backend.config();
   const int64_t elem = slot_bytes / std::max<int64_t>(1, 2ll * m.n_layers * m.kv_dim());
   const int64_t first = std::clamp<int64_t>(fill_chunk_bytes / slot_bytes, 1, n_slots);
@@ -279,7 +281,9 @@ ProfileReport profile_backend(Backend& backend, const ProfileOptions& options,
   ProfileReport report;
   report.backend = backend.name();
   report.model = model;
-  report.kv_dtype_bytes = static_cast<int>(backend.kv_bytes_per_slot() / (2ll * model.n_layers * model.kv_dim()));
+  report.tensor_parallel = tensor_parallel_backend(backend);
+  report.kv_dtype_bytes = static_cast<int>(backend.kv_bytes_per_slot() * report.tensor_parallel /
+                                           (2ll * model.n_layers * model.kv_dim()));
   report.options = options;
   report.kv_bytes_per_slot = backend.kv_bytes_per_slot();
   report.kv_arena_bytes = plan.n_slots * report.kv_bytes_per_slot;
@@ -387,6 +391,11 @@ std::string profile_json(const ProfileReport& r) {
                        {"times_s", s.times_s}});
   }
   j["samples"] = std::move(samples);
+  if (!r.all_reduce_s.empty()) {
+    ordered_json ar = ordered_json::array();
+    for (const auto& [bytes, s] : r.all_reduce_s) ar.push_back({{"bytes", bytes}, {"seconds", s}});
+    j["all_reduce"] = std::move(ar);
+  }
   return j.dump(2) + "\n";
 }
 

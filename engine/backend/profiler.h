@@ -103,6 +103,9 @@ struct ProfileReport {
   int64_t kv_arena_bytes = 0;         ///< the arena the points ran in
   std::vector<ProfileSample> samples;
   std::vector<ProfilePoint> skipped;  ///< grid points over options.max_kv_bytes, not timed
+  /// cuda with tensor_parallel > 1: the measured in-place bf16 sum all-reduce, (message bytes,
+  /// seconds per all-reduce), for the simulator's tensor-parallel term. Empty otherwise.
+  std::vector<std::pair<int64_t, double>> all_reduce_s;
   double wall_s = 0.0;      ///< how long the whole profile took
 };
 
@@ -142,7 +145,8 @@ std::string profile_table(const ProfileReport& report);
 ///  "date", "model": {name, shape_hash, dims...}, "kv_dtype_bytes", "kv_arena_bytes", "options": {...},
 ///  "skipped": [{"phase", "n_seqs", "n_tokens", "max_context", "kv_bytes"}],
 ///  "samples": [{"phase", "n_seqs", "n_tokens", "n_padding_tokens", "n_sampled", "sum_context",
-///  "max_context", "prefill_pairs", "decode_context", "attention_pairs", "step_s", "times_s"}]}
+///  "max_context", "prefill_pairs", "decode_context", "attention_pairs", "step_s", "times_s"}],
+///  "all_reduce": [{"bytes", "seconds"}] (only when measured)}
 std::string profile_json(const ProfileReport& report);
 
 }  // namespace servelab

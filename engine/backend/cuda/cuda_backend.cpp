@@ -70,7 +70,9 @@ const CudaBackendOptions& CudaBackend::options() const { return impl_->options; 
 int64_t CudaBackend::weight_bytes() const { return impl_->w.bytes; }
 int64_t CudaBackend::last_step_input_bytes() const { return int64_t(impl_->last_upload_bytes); }
 
-int64_t CudaBackend::kv_bytes_per_slot() const { return 2ll * config().n_layers * config().kv_dim() * 2; }
+int64_t CudaBackend::kv_bytes_per_slot() const {
+  return 2ll * config().n_layers * impl_->row_bytes;  // row_bytes: this rank's KV heads (all on one GPU)
+}
 
 void CudaBackend::init_kv(int64_t n_slots) {
   if (n_slots <= 0)

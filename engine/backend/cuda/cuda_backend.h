@@ -57,7 +57,8 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return "cuda"; }
   const ModelConfig& config() const override;
-  /// 2 (K and V) × n_layers × n_kv_heads × head_dim × 2 bytes (bf16).
+  /// 2 (K and V) × n_layers × n_kv_heads × head_dim × 2 bytes (bf16); a tensor-parallel rank's
+  /// share of the KV heads only.
   int64_t kv_bytes_per_slot() const override;
   void init_kv(int64_t n_slots) override;
   ForwardResult forward(const Batch& batch, const KvManager& kv) override;
@@ -87,6 +88,7 @@ class CudaBackend final : public Backend {
   int64_t last_step_input_bytes() const;
 
  private:
+  friend struct TpAccess;  // tp_backend.cpp: one CudaBackend per rank, driven step by step
   struct Impl;
   explicit CudaBackend(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -18,6 +18,7 @@
 #include "engine/backend/cuda/device_memory.h"
 #include "engine/backend/cuda/step_builder.h"
 #include "engine/backend/cuda/step_pack.h"
+#include "engine/backend/cuda/tp_comm.h"
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
 #include "kernels/ops.h"
@@ -120,6 +121,11 @@ struct CudaBackend::Impl {
   int samples_capacity = 0;
   DeviceBuffer decode_ws;
   PinnedBuffer tokens_host;
+  // Tensor parallelism (tp_backend.h): this rank's share of the query heads, KV heads, FFN
+  // columns and LM-head rows (setup() sets the whole model's unless the TP driver set them
+  // first), and its communicator; null on one GPU, where every hook below is skipped.
+  int local_heads = 0, local_kv_heads = 0, local_ffn = 0, local_vocab = 0;
+  cuda::TpRank* tp = nullptr;
   // Swap and copy-on-write lists, and the swap buffer (mapped pinned).
   PinnedBuffer index_host;
   PinnedBuffer swap_host;
@@ -136,18 +142,25 @@ struct CudaBackend::Impl {
   }
 
   const ModelConfig& c() const { return w.config; }
-  int dq() const { return c().n_heads * c().head_dim(); }
-  int qkv_width() const { return dq() + 2 * c().kv_dim(); }
+  int dq() const { return local_heads * c().head_dim(); }
+  int local_kv_dim() const { return local_kv_heads * c().head_dim(); }
+  int qkv_width() const { return dq() + 2 * local_kv_dim(); }
   void* k_arena(int l) const { return arena.get<uint8_t>() + (2 * int64_t(l)) * n_slots * row_bytes; }
   void* v_arena(int l) const { return arena.get<uint8_t>() + (2 * int64_t(l) + 1) * n_slots * row_bytes; }
 
   void setup() {
     const ModelConfig& m = c();
     const int hd = m.head_dim();
+    if (local_heads == 0) {
+      local_heads = m.n_heads;
+      local_kv_heads = m.n_kv_heads;
+      local_ffn = m.intermediate_size;
+      local_vocab = m.vocab_size;
+    }
     if (hd != 32 && hd != 64 && hd != 128)
       throw std::invalid_argument("CudaBackend: head_dim " + std::to_string(hd) +
                                   " is not supported by the attention kernels (32, 64 or 128)");
-    if (m.hidden_size % 8 || m.intermediate_size % 8 || m.kv_dim() % 8)
+    if (m.hidden_size % 8 || local_ffn % 8 || local_kv_dim() % 8)
       throw std::invalid_argument("CudaBackend: hidden_size, intermediate_size and kv_dim must be multiples of 8");
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     // cuBLASLt for every product. Our gemv kernel (kernels/gemv.cu) measured 0.94x cuBLASLt over a
@@ -163,7 +176,7 @@ struct CudaBackend::Impl {
     for (double f : servelab::rope_inv_freq(m)) inv.push_back(static_cast<float>(f));
     inv_freq.grow(inv.size() * sizeof(float), "RoPE frequencies");
     CUDA_CHECK(cudaMemcpy(inv_freq.get(), inv.data(), inv.size() * sizeof(float), cudaMemcpyHostToDevice));
-    row_bytes = int64_t(m.kv_dim()) * 2;
+    row_bytes = int64_t(local_kv_dim()) * 2;
   }
 
   void ensure_rows(int rows) {
@@ -176,8 +189,8 @@ struct CudaBackend::Impl {
     delta.grow(r * m.hidden_size, "activations");
     qkv.grow(r * qkv_width(), "activations");
     attn.grow(r * dq(), "activations");
-    gate_up.grow(r * 2 * size_t(m.intermediate_size), "activations");
-    act.grow(r * m.intermediate_size, "activations");
+    gate_up.grow(r * 2 * size_t(local_ffn), "activations");
+    act.grow(r * local_ffn, "activations");
     ++epoch;
     // Padding rows of attn are never written by attention: keep them finite.
     CUDA_CHECK(cudaMemsetAsync(attn.get(), 0, attn.bytes(), stream));
@@ -194,6 +207,7 @@ struct CudaBackend::Impl {
     logits.grow(size_t(n) * m.vocab_size * sizeof(float), "logits");
     tokens.grow(size_t(n) * sizeof(int32_t), "sampled tokens");
     tokens_host.grow(size_t(n) * sizeof(int32_t));
+    if (tp) cuda::tp_ensure_samples(*tp, n);  // the all-gathered logits (epoch bumped below)
     samples_capacity = n;
     ++epoch;
   }
@@ -201,15 +215,16 @@ struct CudaBackend::Impl {
   /// Activation bytes a step of `rows` rows and `samples` sampled rows allocates.
   int64_t activation_bytes(int rows, int samples) const {
     const ModelConfig& m = c();
-    const int64_t per_row = 2ll * (3 * m.hidden_size + qkv_width() + dq() + 3 * int64_t(m.intermediate_size));
+    const int64_t per_row = 2ll * (3 * m.hidden_size + qkv_width() + dq() + 3 * int64_t(local_ffn));
     const int64_t per_sample = 2ll * 3 * m.hidden_size + 4ll * m.vocab_size + 4;
     return int64_t(rows) * per_row + int64_t(samples) * per_sample +
-           int64_t(k::decode_attention_workspace_bytes(rows, m.n_heads, m.head_dim(), k::kMaxAutoSplits)) +
+           int64_t(k::decode_attention_workspace_bytes(rows, local_heads, m.head_dim(), k::kMaxAutoSplits)) +
+           (tp ? cuda::tp_activation_bytes(*tp, rows, samples) : 0) +
            (32ll << 20);  // cuBLASLt workspace
   }
 
   void ensure_decode_workspace(int n_seqs) {
-    const size_t need = k::decode_attention_workspace_bytes(n_seqs, c().n_heads, c().head_dim(), k::kMaxAutoSplits);
+    const size_t need = k::decode_attention_workspace_bytes(n_seqs, local_heads, c().head_dim(), k::kMaxAutoSplits);
     if (need <= decode_ws.bytes()) return;
     decode_ws.grow(need, "decode workspace");
     ++epoch;
@@ -241,6 +256,15 @@ struct CudaBackend::Impl {
   /// Builds and packs the step, then runs it (eagerly, or as a CUDA graph for plain decode steps
   /// when cuda_graphs is on) up to the sampled tokens in `tokens` and their logits in `logits`.
   void run_step(const Batch& batch, const KvManager& kv) {
+    const cuda::BlockTableStep* tables = plan_step(batch, kv);
+    if (plan.n_rows() == 0) return;
+    run_tables(tables);
+  }
+
+  /// The host half of run_step (no CUDA call): builds `plan` and, with persistent tables, the
+  /// block-table diff into `table_step`; returns it (null without persistent tables). The
+  /// tensor-parallel driver runs it once per step and hands the result to every rank.
+  const cuda::BlockTableStep* plan_step(const Batch& batch, const KvManager& kv) {
     if (n_slots == 0) throw std::logic_error("CudaBackend::forward: init_kv() was not called");
     cuda::build_step_input(batch, kv, c().vocab_size, plan);
     const k::StepInput& in = plan.in;
@@ -249,7 +273,7 @@ struct CudaBackend::Impl {
         throw std::out_of_range("CudaBackend: kv slot " + std::to_string(s) + " is outside the arena [0, " +
                                 std::to_string(n_slots) + ")");
     n_samples = in.n_samples();
-    if (plan.n_rows() == 0) return;
+    if (plan.n_rows() == 0) return nullptr;
     const cuda::BlockTableStep* tables = nullptr;
     if (options.persistent_block_tables && in.kv_kind == k::KvLayoutKind::paged) {
       seq_ids.clear();
@@ -257,6 +281,11 @@ struct CudaBackend::Impl {
       table_diff.plan(seq_ids, in, table_step);  // throws before changing the mirror
       tables = &table_step;
     }
+    return tables;
+  }
+
+  /// The device half of run_step: the planned step (`plan`, `tables` = &table_step or null).
+  void run_tables(const cuda::BlockTableStep* tables) {
     try {
       if (tables && table_step.resized) resize_block_table();
       run_planned(tables);

@@ -7,7 +7,7 @@ namespace servelab {
 
 void CudaBackend::Impl::enqueue(const Geometry& g) {
   const ModelConfig& m = c();
-  const int d = m.hidden_size, hd = m.head_dim(), ffn = m.intermediate_size;
+  const int d = m.hidden_size, hd = m.head_dim(), ffn = local_ffn;  // local_*: this rank's share (all on one GPU)
   const int R = g.rows, T = g.tokens, S = g.seqs, N = g.samples;
   const float eps = m.rms_eps, scale = 1.0f / std::sqrt(float(hd));
   const cuda::PackedLayout& L = g.layout;
@@ -22,12 +22,12 @@ void CudaBackend::Impl::enqueue(const Geometry& g) {
     // each sequence's row. A graph launches the update for its bucket (the count is read on the
     // device); an eager step for its own list.
     addr.block_tables = block_table.get<int32_t>();
-    addr.block_table_stride = table_diff.stride();
+    addr.block_table_stride = table_step.stride;
     addr.block_table_rows = g.at<int32_t>(L.table_rows);
     k::apply_block_table_updates(block_table.get<int32_t>(), g.at<k::BlockTableUpdate>(L.updates),
                                  g.at<int32_t>(L.update_count), g.graph ? g.seqs : L.n_updates, stream);
   }
-  const k::KvShape shape{n_slots, m.n_kv_heads, hd};
+  const k::KvShape shape{n_slots, local_kv_heads, hd};
 
   k::embedding(kBf16, w.embedding, g.at<int32_t>(L.token_ids), h.get(), R, d, stream);
   for (int l = 0; l < m.n_layers; ++l) {
@@ -46,8 +46,8 @@ void CudaBackend::Impl::enqueue(const Geometry& g) {
     qa.qkv = qkv.get();
     qa.qkv_row_stride = qkv_width();
     qa.n_tokens = T;
-    qa.n_heads = m.n_heads;
-    qa.n_kv_heads = m.n_kv_heads;
+    qa.n_heads = local_heads;
+    qa.n_kv_heads = local_kv_heads;
     qa.head_dim = hd;
     qa.bias = W.b_qkv;
     qa.positions = g.at<int32_t>(L.positions);
@@ -70,7 +70,7 @@ void CudaBackend::Impl::enqueue(const Geometry& g) {
       a.k_cache = k_arena(l);
       a.v_cache = v_arena(l);
       a.shape = shape;
-      a.n_heads = m.n_heads;
+      a.n_heads = local_heads;
       a.n_seqs = S;
       a.context_lens = g.at<int32_t>(L.context_lens);
       a.kv = addr;
@@ -88,7 +88,7 @@ void CudaBackend::Impl::enqueue(const Geometry& g) {
       a.k_cache = k_arena(l);
       a.v_cache = v_arena(l);
       a.shape = shape;
-      a.n_heads = m.n_heads;
+      a.n_heads = local_heads;
       a.n_seqs = S;
       a.n_tokens = T;
       a.query_start = g.at<int32_t>(L.query_start);
@@ -100,6 +100,7 @@ void CudaBackend::Impl::enqueue(const Geometry& g) {
       k::prefill_attention(a, stream);
     }
     gemm->run(kBf16, attn.get(), W.w_o, delta.get(), R, d, dq(), false, stream);
+    if (tp) cuda::tp_all_reduce(*tp, delta.get(), int64_t(R) * d, stream);  // row-parallel O: sum the ranks' parts
     if (options.fusion) {
       k::add_rms_norm(kBf16, delta.get(), h.get(), W.ffn_norm, xn.get(), R, d, eps, stream);
     } else {
@@ -112,6 +113,7 @@ void CudaBackend::Impl::enqueue(const Geometry& g) {
     else
       k::silu_then_mul(kBf16, gate_up.get(), act.get(), R, ffn, stream);
     gemm->run(kBf16, act.get(), W.w_down, delta.get(), R, d, ffn, false, stream);
+    if (tp) cuda::tp_all_reduce(*tp, delta.get(), int64_t(R) * d, stream);  // row-parallel down
   }
   if (N == 0) return;
   // The last residual add and the final norm on the sampled rows only, the LM head, sampling.
@@ -124,7 +126,10 @@ void CudaBackend::Impl::enqueue(const Geometry& g) {
     k::residual_add(kBf16, xs_delta.get(), xs_h.get(), int64_t(N) * d, stream);
     k::rms_norm(kBf16, xs_h.get(), w.final_norm, xs.get(), N, d, eps, stream);
   }
-  gemm->run(kBf16, xs.get(), w.lm_head, logits.get(), N, m.vocab_size, d, true, stream);
+  if (tp)  // vocabulary-parallel LM head: this rank's columns, then all-gathered into `logits`
+    cuda::tp_lm_head(*tp, *gemm, xs.get(), w.lm_head, logits.get<float>(), N, d, stream);
+  else
+    gemm->run(kBf16, xs.get(), w.lm_head, logits.get(), N, m.vocab_size, d, true, stream);
   k::SampleArgs sa;
   sa.logits = logits.get<float>();
   sa.n_rows = N;

@@ -59,6 +59,25 @@ __global__ void random_kernel(__nv_bfloat16* out, int64_t n, uint64_t key, float
   }
 }
 
+/// random_kernel's values in a window (tensor-parallel shards): out[i * cols + j] = element
+/// first + i * full_cols + j of the stream, the same arithmetic as random_kernel's pair.
+__global__ void random_window_kernel(__nv_bfloat16* out, int64_t rows, int64_t cols, int64_t first, int64_t full_cols,
+                                     uint64_t key, float scale, float offset, int dtype) {
+  const int64_t n = rows * cols;
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < n; o += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = first + (o / cols) * full_cols + o % cols;
+    const int64_t p = i / 2;
+    const uint64_t r = mix64(key + uint64_t(p) * 0x9e3779b97f4a7c15ull);
+    const float u1 = (float(r >> 40) + 0.5f) * (1.0f / 16777216.0f);
+    const float u2 = float(r & 0xffffffffu) * (1.0f / 4294967296.0f);
+    const float radius = sqrtf(-2.0f * logf(u1));
+    const float angle = 6.28318530717958647692f * u2;
+    float x = (i % 2 == 0) ? offset + scale * radius * cosf(angle) : offset + scale * radius * sinf(angle);
+    if (dtype == 1) x = __half2float(__float2half_rn(x));
+    out[o] = __float2bfloat16_rn(x);
+  }
+}
+
 /// Raw checkpoint values (0 f32, 1 f16, 2 bf16) to bf16.
 __global__ void convert_kernel(const void* in, int dtype, __nv_bfloat16* out, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -151,6 +170,28 @@ std::vector<Placement> lay_out(DeviceWeights& w) {
 }
 
 }  // namespace
+
+void random_window(const TensorSpec& spec, uint64_t seed, DType dtype, int64_t first, int64_t full_cols, int64_t rows,
+                   int64_t cols, void* out) {
+  float scale = 1.0f, offset = 0.0f;  // as DeviceWeights::random
+  switch (spec.role) {
+    case TensorRole::matrix: scale = 1.0f / std::sqrt(static_cast<float>(spec.fan_in())); break;
+    case TensorRole::norm: scale = 0.1f, offset = 1.0f; break;
+    case TensorRole::bias: scale = 0.02f; break;
+  }
+  const int64_t n = rows * cols;
+  if (n == 0) return;
+  random_window_kernel<<<grid_for(n), 256>>>(static_cast<__nv_bfloat16*>(out), rows, cols, first, full_cols,
+                                             stream_key(seed, spec.name), scale, offset, dtype_code(dtype));
+  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void convert_to_bf16(const void* in, DType dtype, void* out, int64_t n) {
+  if (n == 0) return;
+  convert_kernel<<<grid_for(n), 256>>>(in, dtype_code(dtype), static_cast<__nv_bfloat16*>(out), n);
+  CUDA_CHECK_LAUNCH();
+}
 
 DeviceWeights DeviceWeights::random(const ModelConfig& config, uint64_t seed) {
   config.validate();

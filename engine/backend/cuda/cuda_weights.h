@@ -9,6 +9,7 @@
 
 #include "engine/backend/cuda/device_memory.h"
 #include "engine/model/config.h"
+#include "engine/model/tensors.h"
 
 namespace servelab::cuda {
 
@@ -44,5 +45,13 @@ struct DeviceWeights {
   /// tensor.
   static DeviceWeights load(const std::string& dir);
 };
+
+// For tensor-parallel shards (tp_weights.cu), on the current device, synchronous:
+/// DeviceWeights::random's values of `spec` (same stream, scale and rounding) in a window of the
+/// row-major tensor: out[i·cols + j] = element(first + i·full_cols + j), i < rows, j < cols, bf16.
+void random_window(const TensorSpec& spec, uint64_t seed, DType dtype, int64_t first, int64_t full_cols, int64_t rows,
+                   int64_t cols, void* out);
+/// `n` raw checkpoint values (f32, f16 or bf16) already on the device to bf16 at `out`.
+void convert_to_bf16(const void* in, DType dtype, void* out, int64_t n);
 
 }  // namespace servelab::cuda

@@ -1,0 +1,413 @@
+#include "engine/backend/cuda/tp_backend.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "engine/backend/cuda/cuda_backend_impl.h"
+#include "engine/backend/cuda/tp_comm.h"
+#include "engine/backend/cuda/tp_plan.h"
+#include "engine/backend/cuda/tp_weights.h"
+#include "engine/model/hf_config.h"
+
+namespace servelab {
+
+/// The one friend of CudaBackend (cuda_backend.h): reaches a rank's Impl.
+struct TpAccess {
+  using Impl = CudaBackend::Impl;
+  static Impl& impl(const CudaBackend& b) { return *b.impl_; }
+  static std::unique_ptr<CudaBackend> wrap(std::unique_ptr<Impl> impl) {
+    return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(impl)));
+  }
+};
+
+namespace {
+
+/// One host thread per rank. run(task) runs task(r) on rank r's thread for every r, waits for all,
+/// and rethrows the lowest rank's exception.
+class RankPool {
+ public:
+  explicit RankPool(int n) : errors_(n) {
+    for (int r = 0; r < n; ++r) threads_.emplace_back([this, r] { loop(r); });
+  }
+  ~RankPool() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+      ++generation_;
+    }
+    wake_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  RankPool(const RankPool&) = delete;
+  RankPool& operator=(const RankPool&) = delete;
+
+  void run(const std::function<void(int)>& task) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      task_ = &task;
+      std::fill(errors_.begin(), errors_.end(), nullptr);
+      pending_ = static_cast<int>(threads_.size());
+      ++generation_;
+    }
+    wake_.notify_all();
+    std::unique_lock<std::mutex> lk(mu_);
+    done_.wait(lk, [&] { return pending_ == 0; });
+    task_ = nullptr;
+    for (const std::exception_ptr& e : errors_)
+      if (e) std::rethrow_exception(e);
+  }
+
+ private:
+  void loop(int r) {
+    uint64_t seen = 0;
+    for (;;) {
+      const std::function<void(int)>* task = nullptr;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        wake_.wait(lk, [&] { return generation_ != seen; });
+        seen = generation_;
+        if (stop_) return;
+        task = task_;
+      }
+      std::exception_ptr error;
+      try {
+        (*task)(r);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lk(mu_);
+      errors_[r] = error;
+      if (--pending_ == 0) done_.notify_all();
+    }
+  }
+
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable wake_, done_;
+  const std::function<void(int)>* task_ = nullptr;
+  std::vector<std::exception_ptr> errors_;
+  int pending_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+}  // namespace
+
+struct TpCudaBackend::Impl {
+  cuda::TpPlan plan;
+  CudaBackendOptions options;
+  std::vector<std::unique_ptr<cuda::TpRank>> tps;
+  std::vector<std::unique_ptr<CudaBackend>> ranks;
+  std::unique_ptr<RankPool> pool;
+  std::atomic<bool> failed{false};  // a rank failed in this step: the others stop waiting
+  std::string broken;               // why the communicators were aborted (then every call throws)
+
+  ~Impl() {
+    if (!pool) return;
+    try {
+      pool->run([&](int r) {
+        cudaSetDevice(r);
+        if (r < int(ranks.size())) ranks[r].reset();
+        if (r < int(tps.size()) && tps[r]) {
+          cuda::tp_destroy_comm(*tps[r], !broken.empty());
+          tps[r].reset();  // its gather buffer, freed with the rank's device current
+        }
+      });
+    } catch (...) {
+    }
+  }
+
+  TpAccess::Impl& rank(int r) const { return TpAccess::impl(*ranks[r]); }
+  int n() const { return plan.n_ranks; }
+
+  void check_usable() const {
+    if (!broken.empty())
+      throw std::runtime_error("backend cuda (tensor_parallel " + std::to_string(n()) +
+                               "): unusable after a failed step (" + broken + ")");
+  }
+
+  /// Waits for rank r's stream; gives up (throws) when another rank failed, so that no thread
+  /// stays blocked on a collective whose peer never launched.
+  void wait(int r) {
+    cudaStream_t s = rank(r).stream;
+    for (;;) {
+      const cudaError_t e = cudaStreamQuery(s);
+      if (e == cudaSuccess) return;
+      if (e != cudaErrorNotReady) CUDA_CHECK(e);
+      if (failed.load(std::memory_order_relaxed))
+        throw std::runtime_error("rank " + std::to_string(r) + " stopped: another rank failed");
+      std::this_thread::yield();
+    }
+  }
+
+  /// Runs `task` on every rank; a failure aborts the communicators (a collective may be half
+  /// done) and marks the backend unusable.
+  void run_collective(const std::function<void(int)>& task) {
+    check_usable();
+    failed = false;
+    try {
+      pool->run([&](int r) {
+        try {
+          CUDA_CHECK(cudaSetDevice(r));
+          task(r);
+        } catch (...) {
+          failed = true;
+          throw;
+        }
+      });
+    } catch (const std::exception& e) {
+      broken = e.what();
+      try {
+        pool->run([&](int r) { cuda::tp_destroy_comm(*tps[r], /*abort=*/true); });
+      } catch (...) {
+      }
+      throw;
+    }
+  }
+
+  /// One step on every rank: planned once here, then packed, uploaded and run by each rank.
+  /// `after(r)` runs on rank r's thread once its stream is done.
+  void step(const Batch& batch, const KvManager& kv, const std::function<void(int)>& after) {
+    check_usable();
+    TpAccess::Impl& lead = rank(0);
+    const cuda::BlockTableStep* tables = lead.plan_step(batch, kv);  // host only; throws on bad input
+    if (lead.plan.n_rows() == 0) return;
+    const bool with_tables = tables != nullptr;
+    try {
+      run_collective([&](int r) {
+        TpAccess::Impl& m = rank(r);
+        if (r > 0) {  // the plan, not rebuilt: copied from the lead (read-only there meanwhile)
+          m.plan = lead.plan;
+          m.n_samples = lead.n_samples;
+          if (with_tables) m.table_step = lead.table_step;
+        }
+        m.run_tables(with_tables ? &m.table_step : nullptr);
+        after(r);
+      });
+    } catch (...) {
+      if (with_tables) lead.drop_block_table();
+      throw;
+    }
+  }
+};
+
+namespace {
+
+using WeightsFn = std::function<cuda::DeviceWeights(const cuda::TpPlan&, int)>;
+
+void check_devices(const CudaBackendOptions& o, int n_ranks) {
+  o.validate();
+  if (n_ranks > 1 && !cuda::tp_have_nccl())
+    throw std::runtime_error("backend cuda: tensor_parallel " + std::to_string(n_ranks) +
+                             " needs NCCL, and this servelab was built without it (nccl.h / libnccl were not found "
+                             "at configure time, or -DSERVELAB_NCCL=OFF)");
+  if (o.device != 0)
+    throw std::invalid_argument("device must be 0 with tensor_parallel " + std::to_string(n_ranks) +
+                                " (rank r runs on device r; got " + std::to_string(o.device) + ")");
+  const int have = cuda_device_count();
+  if (have < n_ranks)
+    throw std::runtime_error("backend cuda: tensor_parallel " + std::to_string(n_ranks) + " needs " +
+                             std::to_string(n_ranks) + " CUDA devices (ranks on devices 0.." +
+                             std::to_string(n_ranks - 1) + "); this machine has " + std::to_string(have));
+}
+
+}  // namespace
+
+bool tp_nccl_available() { return cuda::tp_have_nccl(); }
+
+TpCudaBackend::TpCudaBackend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TpCudaBackend::~TpCudaBackend() = default;
+
+
+std::unique_ptr<TpCudaBackend> TpCudaBackend::random(const ModelConfig& config, uint64_t seed, int n_ranks,
+                                                     CudaBackendOptions options) {
+  const WeightsFn weights = [seed](const cuda::TpPlan& p, int r) { return cuda::shard_random(p, r, seed); };
+  return std::unique_ptr<TpCudaBackend>(new TpCudaBackend(build(config, n_ranks, options, &weights)));
+}
+
+std::unique_ptr<TpCudaBackend> TpCudaBackend::load(const std::string& dir, int n_ranks, CudaBackendOptions options) {
+  const ModelConfig config = read_hf_config(dir + "/config.json");
+  const WeightsFn weights = [dir](const cuda::TpPlan& p, int r) { return cuda::shard_load(dir, p, r); };
+  return std::unique_ptr<TpCudaBackend>(new TpCudaBackend(build(config, n_ranks, options, &weights)));
+}
+
+std::unique_ptr<TpCudaBackend::Impl> TpCudaBackend::build(const ModelConfig& config, int n_ranks,
+                                                          const CudaBackendOptions& o, const void* weights_fn) {
+  const WeightsFn& weights = *static_cast<const WeightsFn*>(weights_fn);
+  check_devices(o, n_ranks);
+  auto impl = std::make_unique<TpCudaBackend::Impl>();
+  impl->plan = cuda::TpPlan::make(config, n_ranks);
+  impl->options = o;
+  impl->tps.resize(n_ranks);
+  impl->ranks.resize(n_ranks);
+  impl->pool = std::make_unique<RankPool>(n_ranks);
+  const cuda::TpPlan& plan = impl->plan;
+  // Weights and buffers first (a rank that fails here leaves no peer waiting in NCCL init)...
+  impl->pool->run([&](int r) {
+    CUDA_CHECK(cudaSetDevice(r));
+    auto m = std::make_unique<TpAccess::Impl>();
+    m->options = o;
+    m->options.device = r;
+    m->w = weights(plan, r);
+    m->local_heads = plan.heads;
+    m->local_kv_heads = plan.kv_heads;
+    m->local_ffn = plan.ffn;
+    m->local_vocab = plan.vocab;
+    auto tp = std::make_unique<cuda::TpRank>();
+    tp->rank = r;
+    tp->n_ranks = n_ranks;
+    tp->vocab = config.vocab_size;
+    tp->local_vocab = plan.vocab;
+    m->tp = tp.get();
+    m->setup();
+    impl->tps[r] = std::move(tp);
+    impl->ranks[r] = TpAccess::wrap(std::move(m));
+  });
+  // ...then one communicator per rank, each rank's thread calling ncclCommInitRank.
+  const std::string id = cuda::tp_unique_id();
+  impl->pool->run([&](int r) {
+    CUDA_CHECK(cudaSetDevice(r));
+    cuda::tp_init_comm(*impl->tps[r], id);
+  });
+  return impl;
+}
+
+const ModelConfig& TpCudaBackend::config() const { return impl_->plan.model; }
+int TpCudaBackend::tensor_parallel() const { return impl_->n(); }
+int64_t TpCudaBackend::kv_bytes_per_slot() const { return impl_->plan.kv_bytes_per_slot(2); }
+
+int64_t TpCudaBackend::weight_bytes() const {
+  int64_t most = 0;
+  for (const auto& r : impl_->ranks) most = std::max(most, r->weight_bytes());
+  return most;
+}
+
+void TpCudaBackend::init_kv(int64_t n_slots) {
+  impl_->run_collective([&](int r) { impl_->ranks[r]->init_kv(n_slots); });
+}
+
+ForwardResult TpCudaBackend::forward(const Batch& batch, const KvManager& kv) {
+  Impl& m = *impl_;
+  ForwardResult result;
+  m.step(batch, kv, [&](int r) {
+    TpAccess::Impl& x = m.rank(r);
+    const int n = x.n_samples;
+    if (r == 0 && n > 0)  // every rank sampled the same tokens from the same logits: rank 0's
+      CUDA_CHECK(cudaMemcpyAsync(x.tokens_host.get(), x.tokens.get(), n * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                 x.stream));
+    m.wait(r);
+    if (r == 0 && n > 0) result.sampled.assign(x.tokens_host.get<int32_t>(), x.tokens_host.get<int32_t>() + n);
+  });
+  return result;
+}
+
+std::vector<float> TpCudaBackend::forward_logits(const Batch& batch, const KvManager& kv) {
+  Impl& m = *impl_;
+  std::vector<float> out;
+  m.step(batch, kv, [&](int r) {
+    m.wait(r);
+    if (r != 0) return;
+    TpAccess::Impl& x = m.rank(0);
+    const size_t vocab = config().vocab_size;
+    int draw = 0;
+    for (const BatchEntry& e : batch.entries) {
+      if (!e.sample) continue;
+      const size_t at = out.size();
+      out.resize(at + vocab);
+      CUDA_CHECK(cudaMemcpy(out.data() + at, x.logits.get<float>() + size_t(draw) * vocab, vocab * sizeof(float),
+                            cudaMemcpyDeviceToHost));
+      draw += std::max(1, e.n_samples);
+    }
+  });
+  return out;
+}
+
+void TpCudaBackend::copy_slots(std::span<const KvCopy> copies) {
+  impl_->run_collective([&](int r) { impl_->ranks[r]->copy_slots(copies); });
+}
+
+void TpCudaBackend::save_slots(std::span<const int64_t> slots, std::vector<std::byte>& host) {
+  std::vector<std::vector<std::byte>> parts(impl_->n());
+  impl_->run_collective([&](int r) { impl_->ranks[r]->save_slots(slots, parts[r]); });
+  host.clear();
+  for (const auto& p : parts) host.insert(host.end(), p.begin(), p.end());
+}
+
+void TpCudaBackend::load_slots(std::span<const int64_t> slots, const std::vector<std::byte>& host) {
+  const size_t per_rank = slots.size() * size_t(kv_bytes_per_slot());
+  if (host.size() != per_rank * size_t(impl_->n()))
+    throw std::invalid_argument("TpCudaBackend::load_slots: host buffer has " + std::to_string(host.size()) +
+                                " bytes, " + std::to_string(slots.size()) + " slots on " +
+                                std::to_string(impl_->n()) + " ranks need " +
+                                std::to_string(per_rank * impl_->n()));
+  impl_->run_collective([&](int r) {
+    const std::vector<std::byte> part(host.begin() + r * per_rank, host.begin() + (r + 1) * per_rank);
+    impl_->ranks[r]->load_slots(slots, part);
+  });
+}
+
+int64_t TpCudaBackend::kv_bytes_for_utilization(double utilization, int max_tokens, int max_samples) const {
+  std::vector<int64_t> budget(impl_->n());
+  impl_->pool->run([&](int r) {  // cudaMemGetInfo reads the calling thread's device
+    CUDA_CHECK(cudaSetDevice(r));
+    budget[r] = impl_->ranks[r]->kv_bytes_for_utilization(utilization, max_tokens, max_samples);
+  });
+  return *std::min_element(budget.begin(), budget.end());
+}
+
+std::vector<AllReduceTiming> TpCudaBackend::time_all_reduce(std::span<const int64_t> message_bytes, int repeats) {
+  Impl& m = *impl_;
+  repeats = std::max(1, repeats);
+  int64_t largest = 2;
+  for (int64_t b : message_bytes) largest = std::max(largest, b);
+  std::vector<std::vector<double>> seconds(m.n(), std::vector<double>(message_bytes.size()));
+  m.run_collective([&](int r) {
+    cuda::DeviceBuffer buf(size_t(largest), "the all-reduce benchmark buffer");
+    CUDA_CHECK(cudaMemsetAsync(buf.get(), 0, buf.bytes(), m.rank(r).stream));
+    cudaEvent_t start = nullptr, stop = nullptr;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    try {
+      cudaStream_t s = m.rank(r).stream;
+      for (size_t i = 0; i < message_bytes.size(); ++i) {
+        const int64_t n = std::max<int64_t>(1, message_bytes[i] / 2);
+        for (int w = 0; w < 3; ++w) cuda::tp_all_reduce(*m.tps[r], buf.get(), n, s);
+        m.wait(r);
+        CUDA_CHECK(cudaEventRecord(start, s));
+        for (int k = 0; k < repeats; ++k) cuda::tp_all_reduce(*m.tps[r], buf.get(), n, s);
+        CUDA_CHECK(cudaEventRecord(stop, s));
+        m.wait(r);
+        float ms = 0.0f;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+        seconds[r][i] = ms * 1e-3 / repeats;
+      }
+    } catch (...) {
+      cudaEventDestroy(start);
+      cudaEventDestroy(stop);
+      throw;
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  });
+  std::vector<AllReduceTiming> out;
+  const double factor = 2.0 * (m.n() - 1) / m.n();
+  for (size_t i = 0; i < message_bytes.size(); ++i) {
+    AllReduceTiming t;
+    t.bytes = message_bytes[i];
+    for (int r = 0; r < m.n(); ++r) t.seconds = std::max(t.seconds, seconds[r][i]);
+    t.bus_gb_s = t.seconds > 0 ? double(t.bytes) / t.seconds * factor / 1e9 : 0.0;
+    out.push_back(t);
+  }
+  return out;
+}
+
+std::string TpCudaBackend::describe() const {
+  return "NCCL " + cuda::tp_nccl_version() + ", " + std::to_string(impl_->n()) + " ranks on devices 0.." +
+         std::to_string(impl_->n() - 1) + " (" + cuda_device_description(0) + ")";
+}
+
+}  // namespace servelab

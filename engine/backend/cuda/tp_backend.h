@@ -1,0 +1,85 @@
+#pragma once
+// TpCudaBackend: the cuda backend over N GPUs with tensor parallelism (issue 13). Plain C++
+// header (pimpl): it compiles without the CUDA toolkit; the implementation is built with the cuda
+// backend and needs NCCL (SERVELAB_HAVE_NCCL) for N > 1.
+//
+// Rank r runs on device r, on its own host thread, as a CudaBackend (the same forward, the same
+// CUDA graphs) holding its shard of the weights (TpPlan, tp_plan.h: column-parallel Q/K/V and
+// gate|up, row-parallel O and down, KV heads split, vocabulary-parallel LM head) and the KV of its
+// KV heads. A step: the calling thread builds the step input and the block-table diff once
+// (CudaBackend::Impl::plan_step); every rank thread packs it, uploads it to its GPU in one copy
+// and runs the step, with an NCCL all-reduce (bf16 sum) of the O and down products and an NCCL
+// all-gather of the LM head's logits, so every rank samples the same tokens from the same logits;
+// rank 0's tokens are returned. The engine's one scheduler and KV manager decide once per step for
+// all ranks; slots mean the same on every rank (copy-on-write and swap run on every rank).
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/cuda/cuda_backend.h"
+
+namespace servelab {
+
+/// One all-reduce message size and what it cost on every rank.
+struct AllReduceTiming {
+  int64_t bytes = 0;     ///< message size (bf16 elements × 2)
+  double seconds = 0.0;  ///< median over the repeats of the slowest rank's time
+  double bus_gb_s = 0.0; ///< bus bandwidth, NCCL's convention: bytes / seconds × 2(N−1)/N / 1e9
+};
+
+/// True when servelab was built with NCCL (tensor_parallel > 1 possible on the cuda backend).
+bool tp_nccl_available();
+
+class TpCudaBackend final : public Backend {
+ public:
+  /// Preset (or any config) with random weights: rank r draws only its shard, each element from
+  /// the whole tensor's stream, so the ranks hold exactly CudaBackend::random(config, seed).
+  /// Throws std::invalid_argument when N does not divide the model (TpPlan::make) or fewer than
+  /// N devices are visible, std::runtime_error without NCCL.
+  static std::unique_ptr<TpCudaBackend> random(const ModelConfig& config, uint64_t seed, int n_ranks,
+                                               CudaBackendOptions options = {});
+  /// A Hugging Face folder: each rank copies only its shard from the safetensors.
+  static std::unique_ptr<TpCudaBackend> load(const std::string& dir, int n_ranks, CudaBackendOptions options = {});
+  ~TpCudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  const ModelConfig& config() const override;
+  /// One rank's share: 2 × n_layers × (n_kv_heads / N) × head_dim × 2 bytes. KV budgets
+  /// (kv_cache_bytes, gpu_memory_utilization) are per GPU, as in vLLM.
+  int64_t kv_bytes_per_slot() const override;
+  /// The same n_slots on every rank.
+  void init_kv(int64_t n_slots) override;
+  ForwardResult forward(const Batch& batch, const KvManager& kv) override;
+  void copy_slots(std::span<const KvCopy> copies) override;
+  /// Host layout: the ranks' CudaBackend::save_slots layouts one after the other (rank 0 first),
+  /// N × slots × kv_bytes_per_slot() bytes.
+  void save_slots(std::span<const int64_t> slots, std::vector<std::byte>& host) override;
+  void load_slots(std::span<const int64_t> slots, const std::vector<std::byte>& host) override;
+
+  /// forward() without sampling: the whole [n_sampled, vocab] fp32 logits (rank 0's all-gathered copy).
+  std::vector<float> forward_logits(const Batch& batch, const KvManager& kv);
+
+  int tensor_parallel() const;
+  /// GPU bytes the weights take on the rank holding the most.
+  int64_t weight_bytes() const;
+  /// The smallest of the ranks' KV budgets (CudaBackend::kv_bytes_for_utilization on each).
+  int64_t kv_bytes_for_utilization(double utilization, int max_tokens, int max_samples) const;
+  /// Times `repeats` in-place bf16 sum all-reduces of each size on all ranks (after 3 untimed),
+  /// each on its own stream with CUDA events. Outside any step.
+  std::vector<AllReduceTiming> time_all_reduce(std::span<const int64_t> message_bytes, int repeats = 20);
+  /// "NCCL 2.28.3, 2 ranks on devices 0..1" for reports.
+  std::string describe() const;
+
+ private:
+  struct Impl;
+  explicit TpCudaBackend(std::unique_ptr<Impl> impl);
+  /// The ranks, their shards (weights_fn: the rank's DeviceWeights from the plan) and communicators.
+  static std::unique_ptr<Impl> build(const ModelConfig& config, int n_ranks, const CudaBackendOptions& o,
+                                     const void* weights_fn);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace servelab

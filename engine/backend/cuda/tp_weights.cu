@@ -1,0 +1,179 @@
+#include "engine/backend/cuda/tp_weights.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "engine/model/safetensors.h"
+#include "engine/model/weight_map.h"
+
+namespace servelab::cuda {
+namespace {
+
+namespace fs = std::filesystem;
+
+/// A rank's tensor and where it goes in the bf16 storage (element offset).
+struct ShardPlacement {
+  TensorShard shard;
+  int64_t offset = 0;
+};
+
+/// Lays the rank's shards out as cuda_weights.cu's lay_out lays out the whole model (merged Q|K|V
+/// and gate|up rows adjacent, 16-byte aligned) and sets w's pointers. The LM head of a tied model
+/// is the rank's vocabulary rows of the replicated embedding.
+std::vector<ShardPlacement> lay_out_shards(const TpPlan& plan, int rank, DeviceWeights& w) {
+  const ModelConfig& c = plan.model;
+  w.config = c;
+  std::map<std::string, TensorShard> by_name;
+  for (const TensorShard& s : plan.shards(rank)) by_name.emplace(s.spec.name, s);
+  std::vector<ShardPlacement> out;
+  int64_t cursor = 0;
+  auto place = [&](const std::string& name) {
+    const TensorShard& s = by_name.at(name);
+    out.push_back({s, cursor});
+    const int64_t at = cursor;
+    cursor += s.local_numel();
+    return at;
+  };
+  auto align = [&] { cursor = (cursor + 7) / 8 * 8; };
+  struct Offsets {
+    int64_t attn_norm, w_qkv, b_qkv = -1, w_o, ffn_norm, w_gate_up, w_down;
+  };
+  const int64_t emb = place("model.embed_tokens.weight");
+  align();
+  std::vector<Offsets> lo(c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    lo[l].attn_norm = place(p + "input_layernorm.weight");
+    align();
+    lo[l].w_qkv = place(p + "self_attn.q_proj.weight");
+    place(p + "self_attn.k_proj.weight");
+    place(p + "self_attn.v_proj.weight");
+    align();
+    if (c.attention_bias) {
+      lo[l].b_qkv = place(p + "self_attn.q_proj.bias");
+      place(p + "self_attn.k_proj.bias");
+      place(p + "self_attn.v_proj.bias");
+      align();
+    }
+    lo[l].w_o = place(p + "self_attn.o_proj.weight");
+    align();
+    lo[l].ffn_norm = place(p + "post_attention_layernorm.weight");
+    align();
+    lo[l].w_gate_up = place(p + "mlp.gate_proj.weight");
+    place(p + "mlp.up_proj.weight");
+    align();
+    lo[l].w_down = place(p + "mlp.down_proj.weight");
+    align();
+  }
+  const int64_t fnorm = place("model.norm.weight");
+  align();
+  const int64_t head = c.tie_embeddings ? emb + int64_t(rank) * plan.vocab * c.hidden_size : place("lm_head.weight");
+  align();
+
+  w.bytes = cursor * 2;
+  w.storage.grow(static_cast<size_t>(w.bytes), "the model weights (this rank's shard)");
+  auto* base = w.storage.get<uint16_t>();  // bf16 elements
+  w.embedding = base + emb;
+  w.final_norm = base + fnorm;
+  w.lm_head = base + head;
+  w.layers.resize(c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) {
+    DeviceLayer& d = w.layers[l];
+    d.attn_norm = base + lo[l].attn_norm;
+    d.w_qkv = base + lo[l].w_qkv;
+    d.b_qkv = lo[l].b_qkv >= 0 ? base + lo[l].b_qkv : nullptr;
+    d.w_o = base + lo[l].w_o;
+    d.ffn_norm = base + lo[l].ffn_norm;
+    d.w_gate_up = base + lo[l].w_gate_up;
+    d.w_down = base + lo[l].w_down;
+  }
+  return out;
+}
+
+}  // namespace
+
+DeviceWeights shard_random(const TpPlan& plan, int rank, uint64_t seed) {
+  DeviceWeights w;
+  const std::vector<ShardPlacement> places = lay_out_shards(plan, rank, w);
+  auto* base = w.storage.get<uint16_t>();
+  for (const ShardPlacement& p : places) {
+    const TensorShard& s = p.shard;
+    random_window(s.spec, seed, plan.model.dtype, s.first_element(), s.full_cols(), s.local_rows(), s.local_cols(),
+                  base + p.offset);
+  }
+  return w;
+}
+
+DeviceWeights shard_load(const std::string& dir, const TpPlan& plan, int rank) {
+  const fs::path root(dir);
+  const char* kIndex = "model.safetensors.index.json";
+  const char* kSingle = "model.safetensors";
+  const bool sharded = !fs::exists(root / kSingle) && fs::exists(root / kIndex);
+  if (!sharded && !fs::exists(root / kSingle))
+    throw std::runtime_error(dir + ": neither " + std::string(kSingle) + " nor " + kIndex + " found");
+  std::map<std::string, std::string> weight_map;
+  if (sharded) weight_map = read_weight_map((root / kIndex).string());
+  std::map<std::string, SafetensorsFile> files;
+  auto file_for = [&](const std::string& name) -> const SafetensorsFile& {
+    std::string f = kSingle;
+    if (sharded) {
+      auto it = weight_map.find(name);
+      if (it == weight_map.end())
+        throw std::runtime_error((root / kIndex).string() + ": missing tensor " + name + " in weight_map");
+      f = it->second;
+    }
+    auto it = files.find(f);
+    if (it == files.end()) {
+      if (!fs::exists(root / f)) throw std::runtime_error((root / kIndex).string() + ": lists shard " + f + ", which does not exist");
+      it = files.emplace(f, SafetensorsFile((root / f).string())).first;
+    }
+    return it->second;
+  };
+
+  DeviceWeights w;
+  const std::vector<ShardPlacement> places = lay_out_shards(plan, rank, w);
+  // Check every tensor before copying any.
+  std::vector<std::pair<const SafetensorsFile*, const SafetensorsTensor*>> sources;
+  for (const ShardPlacement& p : places) {
+    const TensorSpec& spec = p.shard.spec;
+    const SafetensorsFile& f = file_for(spec.name);
+    const SafetensorsTensor* t = f.find(spec.name);
+    if (!t) throw std::runtime_error(f.path() + ": missing tensor " + spec.name + " (shape " + shape_string(spec.shape) + ")");
+    if (t->shape != spec.shape)
+      throw std::runtime_error(f.path() + ": tensor " + spec.name + " has shape " + shape_string(t->shape) +
+                               ", expected " + shape_string(spec.shape));
+    if (!t->supported)
+      throw std::runtime_error(f.path() + ": tensor " + spec.name + " has dtype " + t->dtype_name +
+                               "; only BF16, F16 and F32 checkpoints are supported");
+    sources.emplace_back(&f, t);
+  }
+
+  // The shard's window, a chunk of whole local rows at a time: mapped file -> staging (a 2-D copy
+  // picks the columns) -> bf16 in place.
+  constexpr int64_t kChunk = 64ll << 20;
+  DeviceBuffer staging(kChunk, "the checkpoint staging buffer");
+  auto* base = w.storage.get<uint16_t>();
+  for (size_t i = 0; i < places.size(); ++i) {
+    const TensorShard& s = places[i].shard;
+    const SafetensorsTensor& t = *sources[i].second;
+    const int64_t esize = static_cast<int64_t>(dtype_size(t.dtype));
+    const int64_t rows = s.local_rows(), cols = s.local_cols();
+    const int64_t per_chunk = std::max<int64_t>(1, kChunk / (cols * esize));
+    if (cols * esize > kChunk) throw std::runtime_error(t.name + ": a row is larger than the staging buffer");
+    const uint8_t* src = sources[i].first->data(t) + s.first_element() * esize;
+    for (int64_t done = 0; done < rows; done += per_chunk) {
+      const int64_t n = std::min(per_chunk, rows - done);
+      CUDA_CHECK(cudaMemcpy2D(staging.get(), size_t(cols * esize), src + done * s.full_cols() * esize,
+                              size_t(s.full_cols() * esize), size_t(cols * esize), size_t(n), cudaMemcpyHostToDevice));
+      convert_to_bf16(staging.get(), t.dtype, base + places[i].offset + done * cols, n * cols);
+    }
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return w;
+}
+
+}  // namespace servelab::cuda
