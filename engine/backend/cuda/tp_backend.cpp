@@ -330,23 +330,55 @@ void TpCudaBackend::copy_slots(std::span<const KvCopy> copies) {
   impl_->run_collective([&](int r) { impl_->ranks[r]->copy_slots(copies); });
 }
 
-void TpCudaBackend::save_slots(std::span<const int64_t> slots, std::vector<std::byte>& host) {
-  std::vector<std::vector<std::byte>> parts(impl_->n());
-  impl_->run_collective([&](int r) { impl_->ranks[r]->save_slots(slots, parts[r]); });
-  host.clear();
-  for (const auto& p : parts) host.insert(host.end(), p.begin(), p.end());
+std::unique_ptr<HostKvPool> TpCudaBackend::make_host_pool(int64_t n_slots) {
+  if (n_slots <= 0)
+    throw std::invalid_argument("TpCudaBackend::make_host_pool: n_slots (" + std::to_string(n_slots) + ") must be >= 1");
+  const int64_t rank_slot = kv_bytes_per_slot();
+  const size_t bytes = size_t(n_slots) * size_t(rank_slot) * size_t(impl_->n());
+  void* host = nullptr;
+  // Portable: every rank's device maps it (unified addressing: the same pointer on each).
+  const cudaError_t e = cudaHostAlloc(&host, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    throw std::runtime_error("TpCudaBackend: cannot allocate " + std::to_string(bytes) +
+                             " bytes of pinned host memory for the swap pool (" + cudaGetErrorString(e) +
+                             "); lower engine.swap_space");
+  }
+  void* device = nullptr;
+  if (cudaHostGetDevicePointer(&device, host, 0) != cudaSuccess || device != host) {
+    (void)cudaGetLastError();
+    cudaFreeHost(host);
+    throw std::runtime_error("TpCudaBackend: the swap pool's pinned memory is not mapped at the same address on the GPUs");
+  }
+  return std::make_unique<HostKvPool>(host, device, n_slots, rank_slot * impl_->n(), true,
+                                      [](void* p) { cudaFreeHost(p); });
 }
 
-void TpCudaBackend::load_slots(std::span<const int64_t> slots, const std::vector<std::byte>& host) {
-  const size_t per_rank = slots.size() * size_t(kv_bytes_per_slot());
-  if (host.size() != per_rank * size_t(impl_->n()))
-    throw std::invalid_argument("TpCudaBackend::load_slots: host buffer has " + std::to_string(host.size()) +
-                                " bytes, " + std::to_string(slots.size()) + " slots on " +
-                                std::to_string(impl_->n()) + " ranks need " +
-                                std::to_string(per_rank * impl_->n()));
+namespace {
+/// Rank r's region of a TpCudaBackend pool as a pool of its own (not owning the memory).
+HostKvPool rank_view(const HostKvPool& pool, int rank, int n_ranks) {
+  const int64_t rank_slot = pool.bytes_per_slot() / n_ranks;
+  const size_t offset = size_t(rank) * size_t(pool.n_slots()) * size_t(rank_slot);
+  return HostKvPool(pool.data() + offset, static_cast<std::byte*>(pool.device_view()) + offset, pool.n_slots(), rank_slot,
+                    pool.pinned(), nullptr);
+}
+}  // namespace
+
+void TpCudaBackend::swap_out(std::span<const KvSwap> runs, HostKvPool& pool) {
+  if (!pool.device_view() || pool.bytes_per_slot() != kv_bytes_per_slot() * impl_->n())
+    throw std::invalid_argument("TpCudaBackend::swap_out: the host pool was not made by this backend");
   impl_->run_collective([&](int r) {
-    const std::vector<std::byte> part(host.begin() + r * per_rank, host.begin() + (r + 1) * per_rank);
-    impl_->ranks[r]->load_slots(slots, part);
+    HostKvPool view = rank_view(pool, r, impl_->n());
+    impl_->ranks[r]->swap_out(runs, view);
+  });
+}
+
+void TpCudaBackend::swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) {
+  if (!pool.device_view() || pool.bytes_per_slot() != kv_bytes_per_slot() * impl_->n())
+    throw std::invalid_argument("TpCudaBackend::swap_in: the host pool was not made by this backend");
+  impl_->run_collective([&](int r) {
+    const HostKvPool view = rank_view(pool, r, impl_->n());
+    impl_->ranks[r]->swap_in(runs, view);
   });
 }
 

@@ -54,10 +54,13 @@ class TpCudaBackend final : public Backend {
   void init_kv(int64_t n_slots) override;
   ForwardResult forward(const Batch& batch, const KvManager& kv) override;
   void copy_slots(std::span<const KvCopy> copies) override;
-  /// Host layout: the ranks' CudaBackend::save_slots layouts one after the other (rank 0 first),
-  /// N × slots × kv_bytes_per_slot() bytes.
-  void save_slots(std::span<const int64_t> slots, std::vector<std::byte>& host) override;
-  void load_slots(std::span<const int64_t> slots, const std::vector<std::byte>& host) override;
+  /// One pinned, device-mapped, portable allocation of N × n_slots × kv_bytes_per_slot() bytes,
+  /// rank-major: rank r's region (n_slots slots in CudaBackend's pool layout) follows rank r-1's.
+  /// The pool's bytes_per_slot() is N × one rank's slot.
+  std::unique_ptr<HostKvPool> make_host_pool(int64_t n_slots) override;
+  /// Every rank copies its KV heads of each run to (or from) its own region of the pool.
+  void swap_out(std::span<const KvSwap> runs, HostKvPool& pool) override;
+  void swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) override;
 
   /// forward() without sampling: the whole [n_sampled, vocab] fp32 logits (rank 0's all-gathered copy).
   std::vector<float> forward_logits(const Batch& batch, const KvManager& kv);
