@@ -7,6 +7,18 @@
 
 namespace servelab::http_load {
 
+namespace fast_json_detail {
+/// Bytes a JSON string may hold as they are: 0x20..0x7F but '"' and '\\'.
+struct PlainTable {
+  bool v[256] = {};
+  constexpr PlainTable() {
+    for (int c = 0x20; c < 0x80; ++c) v[c] = c != '"' && c != '\\';
+  }
+  constexpr bool operator[](unsigned char c) const { return v[c]; }
+};
+inline constexpr PlainTable kPlain{};
+}  // namespace fast_json_detail
+
 class JsonCursor {
  public:
   explicit JsonCursor(std::string_view s) : s_(s) {}
@@ -33,6 +45,9 @@ class JsonCursor {
     if (!eat('"')) return fail(), false;
     const size_t start = i_;
     while (i_ < s_.size()) {
+      // Plain printable ASCII (most of a stream's bytes): one table look-up per byte.
+      while (i_ < s_.size() && fast_json_detail::kPlain[static_cast<unsigned char>(s_[i_])]) ++i_;
+      if (i_ >= s_.size()) break;
       const char c = s_[i_];
       if (c == '"') {
         out = s_.substr(start, i_ - start);

@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <memory>
@@ -235,6 +236,7 @@ void Driver::launch(Request r, double intended) {
   c->rec.arrival_s = intended;
   c->rec.sent_s = now();
   c->rec.prompt_tokens = static_cast<int>(c->request.prompt.size());
+  c->rec.token_times_s.reserve(static_cast<size_t>(std::clamp(c->request.sampling.max_tokens, 0, 4096)));
   c->rec.warmup = is_warmup_ && is_warmup_(c->request.id);
   c->replica = pick_replica();
   ++outstanding_[c->replica];
