@@ -1,12 +1,7 @@
 #include "loadgen/http/http_driver.h"
 
-#include <sched.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstdlib>
 
 #include <algorithm>
 #include <chrono>
@@ -50,32 +45,6 @@ void raise_fd_limit() {
     rl.rlim_cur = rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
   }
-}
-
-/// Asks the kernel for a short time slice for this thread (Linux >= 6.12, EEVDF: a fair task's
-/// sched_attr.sched_runtime is its slice request, 0.1 ms at the least). Same weight, same CPU
-/// share; but a task with a short slice may preempt a CPU-bound neighbour when it wakes instead
-/// of waiting out the neighbour's slice (3-4 ms on a loaded 2-core machine: every request due
-/// in that time would be sent late). Older kernels ignore the field; failures are harmless.
-void request_short_slice() {
-#ifdef SYS_sched_setattr
-  struct SchedAttr {  // struct sched_attr (glibc 2.36 has no wrapper)
-    uint32_t size;
-    uint32_t sched_policy;
-    uint64_t sched_flags;
-    int32_t sched_nice;
-    uint32_t sched_priority;
-    uint64_t sched_runtime, sched_deadline, sched_period;
-  } attr{};
-  attr.size = sizeof attr;
-  attr.sched_policy = SCHED_OTHER;
-  errno = 0;
-  const int nice = getpriority(PRIO_PROCESS, 0);  // keep the thread's nice value
-  if (errno != 0 || sched_getscheduler(0) != SCHED_OTHER) return;
-  attr.sched_nice = nice;
-  attr.sched_runtime = 100'000;  // ns
-  syscall(SYS_sched_setattr, 0, &attr, 0u);
-#endif
 }
 
 /// The message of an OpenAI-style error body, else the body's start.
@@ -154,7 +123,6 @@ class Driver {
 
   HttpDriveStats run() {
     raise_fd_limit();
-    if (!std::getenv("SERVELAB_NO_SHORT_SLICE")) request_short_slice();
     t0_ = Clock::now();
     pump();
     if (stop_) watch_stop();
