@@ -24,8 +24,13 @@ class JsonCursor {
   explicit JsonCursor(std::string_view s) : s_(s) {}
   bool ok() const { return ok_; }
   void fail() { ok_ = false; }
+  // Loops work on locals: a char read may alias i_, so the compiler would store i_ every byte.
   void ws() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;
+    const char* d = s_.data();
+    const size_t n = s_.size();
+    size_t i = i_;
+    while (i < n && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n' || d[i] == '\r')) ++i;
+    i_ = i;
   }
   char peek() {
     ws();
@@ -46,7 +51,13 @@ class JsonCursor {
     const size_t start = i_;
     while (i_ < s_.size()) {
       // Plain printable ASCII (most of a stream's bytes): one table look-up per byte.
-      while (i_ < s_.size() && fast_json_detail::kPlain[static_cast<unsigned char>(s_[i_])]) ++i_;
+      {
+        const char* d = s_.data();
+        const size_t n = s_.size();
+        size_t i = i_;
+        while (i < n && fast_json_detail::kPlain[static_cast<unsigned char>(d[i])]) ++i;
+        i_ = i;
+      }
       if (i_ >= s_.size()) break;
       const char c = s_[i_];
       if (c == '"') {
@@ -190,9 +201,12 @@ class JsonCursor {
     return true;
   }
   bool digits() {
-    const size_t start = i_;
-    while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') ++i_;
-    return i_ > start;
+    const char* d = s_.data();
+    const size_t n = s_.size(), start = i_;
+    size_t i = i_;
+    while (i < n && d[i] >= '0' && d[i] <= '9') ++i;
+    i_ = i;
+    return i > start;
   }
   std::string_view s_;
   size_t i_ = 0;
