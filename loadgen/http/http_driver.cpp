@@ -260,11 +260,22 @@ void Driver::launch(Request r, double intended) {
   const std::string body = request_body(c->request, opt_.target, opt_.tokenizer);
   std::string& w = c->wire;
   w.reserve(body.size() + 256);
-  w += "POST " + ep.prefix + (opt_.target.api == TargetApi::chat ? "/v1/chat/completions" : "/v1/completions") +
-       " HTTP/1.1\r\nHost: " + ep.host + ":" + ep.port +
-       "\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\nContent-Length: " +
-       std::to_string(body.size()) + "\r\n";
-  for (const auto& [k, v] : opt_.target.headers) w += k + ": " + v + "\r\n";
+  w += "POST ";
+  w += ep.prefix;
+  w += opt_.target.api == TargetApi::chat ? "/v1/chat/completions" : "/v1/completions";
+  w += " HTTP/1.1\r\nHost: ";
+  w += ep.host;
+  w += ':';
+  w += ep.port;
+  w += "\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\nContent-Length: ";
+  w += std::to_string(body.size());
+  w += "\r\n";
+  for (const auto& [k, v] : opt_.target.headers) {
+    w += k;
+    w += ": ";
+    w += v;
+    w += "\r\n";
+  }
   w += "\r\n";
   w += body;
 
