@@ -33,6 +33,7 @@ class JsonCursor {
     i_ = i;
   }
   char peek() {
+    if (i_ < s_.size() && static_cast<unsigned char>(s_[i_]) > ' ') return s_[i_];  // no whitespace: most calls
     ws();
     return i_ < s_.size() ? s_[i_] : '\0';
   }

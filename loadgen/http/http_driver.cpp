@@ -132,6 +132,13 @@ class Driver {
   }
 
   double now() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
+  /// Sends what is due now, before the caller's work: the send timer's handler would otherwise
+  /// wait behind every read completion of the same poll (a burst of responses after a stall).
+  void send_due(double t) {
+    if (stopped_) return;
+    const auto next = source_.next_time();
+    if (next && *next <= t) pump();
+  }
 
   // --- the call's steps ---
   void connect(const std::shared_ptr<Call>& c);
@@ -356,6 +363,7 @@ void Driver::read_body(const std::shared_ptr<Call>& c) {
     if (got > 0) {
       if (c->status == 200) {
         c->chunk_time = now();
+        send_due(c->chunk_time);
         c->sse.feed(std::string_view(c->conn->body_buf, got));
         if (c->done) return;  // a malformed or error chunk ended it
         if (c->sse.buffered() > kMaxSseLine) return fail(c, RecordStatus::error, "malformed stream: an event over 16 MiB");
