@@ -2,7 +2,6 @@
 
 #include <sys/resource.h>
 
-
 #include <algorithm>
 #include <chrono>
 #include <deque>
