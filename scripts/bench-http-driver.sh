@@ -7,6 +7,8 @@
 #
 #   bash scripts/bench-http-driver.sh                      # rates 1000..12000, 3 s each, poisson
 #   RATES="2000 5000" DURATION=5 ARRIVAL=constant bash scripts/bench-http-driver.sh
+#   CPUS=0,1 bash scripts/bench-http-driver.sh            # both processes pinned to cores 0,1 (taskset):
+#                                                          # a 2-core machine emulated on a larger one
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build/servelab}
@@ -16,9 +18,12 @@ ARRIVAL=${ARRIVAL:-poisson}
 OUTPUT_TOKENS=${OUTPUT_TOKENS:-64}
 RATES=${RATES:-"1000 2000 3000 4000 5000 6000 7000 8000 10000 12000"}
 OUT=${OUT:-results/runs/bench-http-driver}
+CPUS=${CPUS:-}
 mkdir -p "$OUT"
+PIN=()
+if [ -n "$CPUS" ]; then PIN=(taskset -c "$CPUS"); fi
 
-"$BIN" serve --backend echo --preset tiny --port "$PORT" > "$OUT/serve.log" 2>&1 &
+${PIN[@]+"${PIN[@]}"} "$BIN" serve --backend echo --preset tiny --port "$PORT" > "$OUT/serve.log" 2>&1 &
 SERVER=$!
 trap 'kill -TERM $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true' EXIT
 for _ in $(seq 100); do
@@ -27,7 +32,7 @@ for _ in $(seq 100); do
 done
 
 echo "HTTP driver on-time benchmark: echo responder on 127.0.0.1:$PORT, $OUTPUT_TOKENS streamed tokens per request,"
-echo "$ARRIVAL arrivals, $DURATION s per rate, $(nproc) cores ($(uname -n)); pass = lateness p99 < 1 ms, < 1% late, 0 failed"
+echo "$ARRIVAL arrivals, $DURATION s per rate, $(nproc) cores ($(uname -n))${CPUS:+, both processes on cores $CPUS}; pass = lateness p99 < 1 ms, < 1% late, 0 failed"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine delays both processes)"
 printf "%9s %9s %9s %11s %11s %8s %7s %12s %12s %s\n" rate sent achieved "late p50 ms" "late p99 ms" "% late" failed "drv us/req" "srv us/req" verdict
 best=0
@@ -35,7 +40,7 @@ for R in $RATES; do
   dir="$OUT/r$R"
   rm -rf "$dir"
   srv0=$(awk '{print $14 + $15}' /proc/$SERVER/stat)
-  /usr/bin/time -f "%U %S" -o "$dir.cpu" "$BIN" bench --url "http://127.0.0.1:$PORT" --rate "$R" --duration "$DURATION" --arrival "$ARRIVAL" \
+  /usr/bin/time -f "%U %S" -o "$dir.cpu" ${PIN[@]+"${PIN[@]}"} "$BIN" bench --url "http://127.0.0.1:$PORT" --rate "$R" --duration "$DURATION" --arrival "$ARRIVAL" \
     --prompt-tokens 32 --output-tokens "$OUTPUT_TOKENS" --timeout 30 --name "http-driver-$R" \
     --out "$dir" --quiet --no-plots > "$dir.log" 2>&1 || true
   line=$(python3 - "$dir/records.jsonl" "$R" <<'PY'

@@ -8,13 +8,24 @@ namespace servelab::server {
 
 using nlohmann::json;
 
-std::string json_quote(const std::string& s) {
+void append_json_quoted(std::string& out, std::string_view s) {
   // Fast path for plain ASCII without escapes (most deltas).
   bool plain = true;
   for (unsigned char c : s)
     if (c < 0x20 || c >= 0x80 || c == '"' || c == '\\') { plain = false; break; }
-  if (plain) return "\"" + s + "\"";
-  return json(s).dump(-1, ' ', false, json::error_handler_t::replace);
+  if (plain) {
+    out += '"';
+    out.append(s);
+    out += '"';
+    return;
+  }
+  out += json(std::string(s)).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string json_quote(const std::string& s) {
+  std::string out;
+  append_json_quoted(out, s);
+  return out;
 }
 
 namespace {
@@ -38,6 +49,11 @@ CompletionStream::CompletionStream(const CompletionParams& params, const Tokeniz
     : params_(params), tok_(tokenizer), id_(std::move(id)), model_(std::move(model)), created_(created),
       n_prompt_(n_prompt), prompt_text_(std::move(prompt_text)), choices_(std::max(1, params.n)) {
   for (const auto& s : params_.stop) hold_ = std::max(hold_, s.size() - 1);
+  head_ = "data: {\"id\":\"" + id_ + "\",\"object\":\"";
+  head_ += params_.api == ApiKind::chat ? "chat.completion.chunk" : "text_completion";
+  head_ += "\",\"created\":" + std::to_string(created_) + ",\"model\":";
+  append_json_quoted(head_, model_);
+  head_ += ",\"choices\":";
   if (params_.echo && params_.api == ApiKind::completions)
     for (auto& c : choices_) c.text = prompt_text_;
 }
@@ -50,10 +66,12 @@ void CompletionStream::advance(Choice& c, bool final) {
   if (c.done) return;
   const size_t echo_len = params_.echo && params_.api == ApiKind::completions ? prompt_text_.size() : 0;
   // Byte-level decoders concatenate: decode only the tokens after the last whole character.
-  std::string full = c.stable + tok_.decode(std::span<const TokenId>(c.ids).subspan(c.n_stable), /*skip_special=*/true);
+  std::string& full = full_;  // scratch: keeps its capacity across tokens
+  full.assign(c.stable);
+  full += tok_.decode(std::span<const TokenId>(c.ids).subspan(c.n_stable), /*skip_special=*/true);
   const size_t tail = incomplete_utf8_tail(full);
   if (tail == 0) {
-    c.stable = full;
+    c.stable.assign(full);
     c.n_stable = c.ids.size();
   }
   size_t safe = full.size() - (final ? 0 : tail);
@@ -66,7 +84,8 @@ void CompletionStream::advance(Choice& c, bool final) {
       if (p != std::string::npos) best = std::min(best, p);
     }
     if (best != std::string::npos) {
-      c.text = c.text.substr(0, echo_len) + full.substr(0, best);
+      c.text.resize(echo_len);
+      c.text.append(full, 0, best);
       c.done = true;
       c.finish_reason = "stop";
       c.n_tokens = static_cast<int>(c.ids.size());
@@ -75,28 +94,36 @@ void CompletionStream::advance(Choice& c, bool final) {
     if (!final) safe = safe > hold_ ? std::min(safe, full.size() - hold_) : 0;
   }
   safe = std::max(safe, c.text.size() - echo_len);  // never take back what was released
-  c.text = c.text.substr(0, echo_len) + full.substr(0, safe);
+  c.text.resize(echo_len);
+  c.text.append(full, 0, safe);
   c.n_tokens = static_cast<int>(c.ids.size());
 }
 
-std::string CompletionStream::chunk(int index, const std::string& delta, const std::string* finish_reason,
+void CompletionStream::append_chunk(std::string& s, int index, std::string_view delta, const std::string* finish_reason,
                                     bool role) const {
-  std::string fr = finish_reason ? json_quote(*finish_reason) : "null";
-  std::string s = "data: {\"id\":\"" + id_ + "\",\"object\":\"";
-  s += params_.api == ApiKind::chat ? "chat.completion.chunk" : "text_completion";
-  s += "\",\"created\":" + std::to_string(created_) + ",\"model\":" + json_quote(model_) + ",\"choices\":[{\"index\":" +
-       std::to_string(index) + ",";
+  s += head_;
+  s += "[{\"index\":";
+  s += std::to_string(index);
+  s += ',';
   if (params_.api == ApiKind::chat) {
     s += "\"delta\":{";
-    if (role) s += "\"role\":\"assistant\",\"content\":\"\"";
-    else if (!delta.empty() || !finish_reason) s += "\"content\":" + json_quote(delta);
-    s += "},\"logprobs\":null,\"finish_reason\":" + fr + "}]";
+    if (role) {
+      s += "\"role\":\"assistant\",\"content\":\"\"";
+    } else if (!delta.empty() || !finish_reason) {
+      s += "\"content\":";
+      append_json_quoted(s, delta);
+    }
+    s += "},\"logprobs\":null,\"finish_reason\":";
   } else {
-    s += "\"text\":" + json_quote(delta) + ",\"logprobs\":null,\"finish_reason\":" + fr + "}]";
+    s += "\"text\":";
+    append_json_quoted(s, delta);
+    s += ",\"logprobs\":null,\"finish_reason\":";
   }
+  if (finish_reason) append_json_quoted(s, *finish_reason);
+  else s += "null";
+  s += "}]";
   if (params_.include_usage) s += ",\"usage\":null";
   s += "}\n\n";
-  return s;
 }
 
 std::string CompletionStream::usage_json() const {
@@ -109,10 +136,10 @@ std::string CompletionStream::usage_json() const {
 std::string CompletionStream::stream_start() {
   std::string s;
   if (params_.api == ApiKind::chat)
-    for (size_t i = 0; i < choices_.size(); ++i) s += chunk(static_cast<int>(i), "", nullptr, true);
+    for (size_t i = 0; i < choices_.size(); ++i) append_chunk(s, static_cast<int>(i), "", nullptr, true);
   else if (params_.echo)
     for (size_t i = 0; i < choices_.size(); ++i) {
-      s += chunk(static_cast<int>(i), prompt_text_, nullptr);
+      append_chunk(s, static_cast<int>(i), prompt_text_, nullptr);
       choices_[i].n_sent = prompt_text_.size();
     }
   return s;
@@ -128,9 +155,9 @@ std::string CompletionStream::on_tokens(const std::vector<std::pair<int, TokenId
     c.ids.push_back(t);
     advance(c, false);
     if (!params_.stream) continue;
-    const std::string delta = c.text.substr(std::min(c.n_sent, c.text.size()));
+    const std::string_view delta = std::string_view(c.text).substr(std::min(c.n_sent, c.text.size()));
+    append_chunk(out, i, delta, c.done ? &c.finish_reason : nullptr);
     c.n_sent = c.text.size();
-    out += chunk(i, delta, c.done ? &c.finish_reason : nullptr);
     c.final_sent = c.done;
   }
   return out;
@@ -160,16 +187,16 @@ std::string CompletionStream::on_finished(const std::vector<std::pair<int, Token
     for (size_t i = 0; i < choices_.size(); ++i) {
       Choice& c = choices_[i];
       if (c.final_sent) continue;  // its stop chunk went out with its tokens
-      const std::string delta = c.text.substr(std::min(c.n_sent, c.text.size()));
+      const std::string_view delta = std::string_view(c.text).substr(std::min(c.n_sent, c.text.size()));
+      append_chunk(out, static_cast<int>(i), delta, &c.finish_reason);
       c.n_sent = c.text.size();
-      out += chunk(static_cast<int>(i), delta, &c.finish_reason);
       c.final_sent = true;
     }
     if (params_.include_usage) {
-      out += "data: {\"id\":\"" + id_ + "\",\"object\":\"" +
-             (params_.api == ApiKind::chat ? std::string("chat.completion.chunk") : std::string("text_completion")) +
-             "\",\"created\":" + std::to_string(created_) + ",\"model\":" + json_quote(model_) +
-             ",\"choices\":[],\"usage\":" + usage_json() + "}\n\n";
+      out += head_;
+      out += "[],\"usage\":";
+      out += usage_json();
+      out += "}\n\n";
     }
     out += "data: [DONE]\n\n";
     return out;

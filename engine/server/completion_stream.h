@@ -5,6 +5,7 @@
 // strings (text that could still become a stop string is held back too), counts usage.
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/engine.h"
@@ -45,7 +46,9 @@ class CompletionStream {
   };
   /// Re-decodes the choice's tokens; releases what is safe; matches stop strings.
   void advance(Choice& c, bool final);
-  std::string chunk(int index, const std::string& delta, const std::string* finish_reason, bool role = false) const;
+  /// Appends one SSE event (a chunk of choice `index`) to `out`.
+  void append_chunk(std::string& out, int index, std::string_view delta, const std::string* finish_reason,
+                    bool role = false) const;
   std::string usage_json() const;
 
   CompletionParams params_;
@@ -56,9 +59,13 @@ class CompletionStream {
   std::string prompt_text_;
   std::vector<Choice> choices_;
   size_t hold_ = 0;  ///< longest stop string - 1: bytes that could still turn into a stop
+  std::string head_;  ///< every event's start: `data: {"id":...,"model":...,"choices":`
+  std::string full_;  ///< advance()'s scratch decoding
 };
 
 /// JSON string literal of `s` (quotes included); invalid UTF-8 becomes U+FFFD.
 std::string json_quote(const std::string& s);
+/// json_quote(s) appended to `out`.
+void append_json_quoted(std::string& out, std::string_view s);
 
 }  // namespace servelab::server

@@ -216,7 +216,7 @@ void HttpSession::on_channel() {
     }
     if (!b.tokens.empty() && !b.finished) out += stream_->on_tokens(b.tokens);
     if (b.finished) out += stream_->on_finished(b.tokens, *b.finished);
-    if (!out.empty()) wire += chunk_encoded(out);
+    if (!out.empty()) append_chunk_encoded(wire, out);
     if (b.finished) {
       wire += "0\r\n\r\n";
       end_generation();
@@ -259,14 +259,18 @@ void HttpSession::respond_error(const ApiError& e, const std::string& extra_head
   respond(e.status, error_body(e), "application/json", extra_headers);
 }
 
-std::string HttpSession::chunk_encoded(const std::string& data) {
+void HttpSession::append_chunk_encoded(std::string& wire, const std::string& data) {
   char size[32];
   std::snprintf(size, sizeof size, "%zx\r\n", data.size());
-  return size + data + "\r\n";
+  wire.reserve(wire.size() + data.size() + 32);
+  wire += size;
+  wire += data;
+  wire += "\r\n";
 }
 
 void HttpSession::queue_write(std::string data) {
-  pending_ += data;
+  if (pending_.empty()) pending_ = std::move(data);
+  else pending_ += data;
   do_write();
 }
 

@@ -39,7 +39,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void respond(int status, const std::string& body, const std::string& content_type = "application/json",
                const std::string& extra_headers = "");
   void respond_error(const struct ApiError& e, const std::string& extra_headers = "");
-  static std::string chunk_encoded(const std::string& data);  ///< one chunk of chunked transfer encoding
+  /// Appends `data` to `wire` as one chunk of chunked transfer encoding.
+  static void append_chunk_encoded(std::string& wire, const std::string& data);
   void queue_write(std::string data);
   void do_write();
   void watch();

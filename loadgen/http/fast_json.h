@@ -7,15 +7,33 @@
 
 namespace servelab::http_load {
 
+namespace fast_json_detail {
+/// Bytes a JSON string may hold as they are: 0x20..0x7F but '"' and '\\'.
+struct PlainTable {
+  bool v[256] = {};
+  constexpr PlainTable() {
+    for (int c = 0x20; c < 0x80; ++c) v[c] = c != '"' && c != '\\';
+  }
+  constexpr bool operator[](unsigned char c) const { return v[c]; }
+};
+inline constexpr PlainTable kPlain{};
+}  // namespace fast_json_detail
+
 class JsonCursor {
  public:
   explicit JsonCursor(std::string_view s) : s_(s) {}
   bool ok() const { return ok_; }
   void fail() { ok_ = false; }
+  // Loops work on locals: a char read may alias i_, so the compiler would store i_ every byte.
   void ws() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;
+    const char* d = s_.data();
+    const size_t n = s_.size();
+    size_t i = i_;
+    while (i < n && (d[i] == ' ' || d[i] == '\t' || d[i] == '\n' || d[i] == '\r')) ++i;
+    i_ = i;
   }
   char peek() {
+    if (i_ < s_.size() && static_cast<unsigned char>(s_[i_]) > ' ') return s_[i_];  // no whitespace: most calls
     ws();
     return i_ < s_.size() ? s_[i_] : '\0';
   }
@@ -33,6 +51,15 @@ class JsonCursor {
     if (!eat('"')) return fail(), false;
     const size_t start = i_;
     while (i_ < s_.size()) {
+      // Plain printable ASCII (most of a stream's bytes): one table look-up per byte.
+      {
+        const char* d = s_.data();
+        const size_t n = s_.size();
+        size_t i = i_;
+        while (i < n && fast_json_detail::kPlain[static_cast<unsigned char>(d[i])]) ++i;
+        i_ = i;
+      }
+      if (i_ >= s_.size()) break;
       const char c = s_[i_];
       if (c == '"') {
         out = s_.substr(start, i_ - start);
@@ -175,9 +202,12 @@ class JsonCursor {
     return true;
   }
   bool digits() {
-    const size_t start = i_;
-    while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') ++i_;
-    return i_ > start;
+    const char* d = s_.data();
+    const size_t n = s_.size(), start = i_;
+    size_t i = i_;
+    while (i < n && d[i] >= '0' && d[i] <= '9') ++i;
+    i_ = i;
+    return i > start;
   }
   std::string_view s_;
   size_t i_ = 0;

@@ -2,10 +2,12 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
@@ -64,13 +66,14 @@ struct Conn {
   explicit Conn(asio::io_context& ioc) : socket(ioc) { buffer.reserve(64 * 1024); }  // few, large reads
   tcp::socket socket;
   beast::flat_buffer buffer;  ///< bytes read past one response stay for the next
+  char body_buf[16384];       ///< the response body's bytes, decoded from chunked encoding
 };
 
 class Driver;
 
 /// One request in flight.
 struct Call : std::enable_shared_from_this<Call> {
-  Call(Driver& d, asio::io_context& ioc) : driver(d), timeout(ioc), sse([this](std::string_view e) { on_event(e); }) {}
+  explicit Call(Driver& d) : driver(d), sse([this](std::string_view e) { on_event(e); }) {}
   Driver& driver;
   Request request;
   RequestRecord rec;
@@ -81,9 +84,8 @@ struct Call : std::enable_shared_from_this<Call> {
   bool retried = false;
   bool done = false;
   bool got_response_bytes = false;
-  asio::steady_timer timeout;
+  Clock::time_point deadline;  ///< the per-request timeout
   std::optional<http::response_parser<http::buffer_body>> parser;
-  char body_buf[16384];
   int status = 0;
   std::string error_body;
   SseParser sse;
@@ -101,7 +103,7 @@ class Driver {
   Driver(RequestSource& source, const HttpDriverOptions& opt, const std::string& label, const RecordSinks& sinks,
          const std::function<bool(uint64_t)>& is_warmup, const std::atomic<bool>* stop)
       : source_(source), opt_(opt), label_(label), sinks_(sinks), is_warmup_(is_warmup), stop_(stop),
-        send_timer_(ioc_), stop_timer_(ioc_) {
+        send_timer_(ioc_), stop_timer_(ioc_), timeout_timer_(ioc_) {
     for (const auto& url : opt.target.urls) endpoints_.push_back(parse_endpoint(url));
     if (endpoints_.empty()) throw std::invalid_argument("target.url is required");
     resolved_.resize(endpoints_.size());
@@ -129,6 +131,13 @@ class Driver {
   }
 
   double now() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
+  /// Sends what is due now, before the caller's work: the send timer's handler would otherwise
+  /// wait behind every read completion of the same poll (a burst of responses after a stall).
+  void send_due(double t) {
+    if (stopped_) return;
+    const auto next = source_.next_time();
+    if (next && *next <= t) pump();
+  }
 
   // --- the call's steps ---
   void connect(const std::shared_ptr<Call>& c);
@@ -147,6 +156,8 @@ class Driver {
   void deliver(Call& c);
   void watch_stop();
   void maybe_finish();
+  void arm_timeouts();
+  void on_timeouts();
 
   asio::io_context ioc_{1};
   RequestSource& source_;
@@ -162,8 +173,13 @@ class Driver {
   std::vector<int> outstanding_;
   size_t rr_ = 0;
   asio::steady_timer send_timer_, stop_timer_;
+  /// Calls in launch order, so in deadline order (one timeout for all): one timer at the first
+  /// deadline instead of a timer per call (armed and cancelled per request). A finished call's
+  /// entry is dropped when it reaches the front. Also what a stop aborts.
+  std::deque<std::weak_ptr<Call>> live_;
+  asio::steady_timer timeout_timer_;
+  bool timeout_armed_ = false;
   Clock::time_point t0_;
-  std::vector<std::weak_ptr<Call>> live_;
   int in_flight_ = 0;
   bool stopped_ = false;
   bool timer_armed_ = false;
@@ -228,43 +244,48 @@ void Driver::pump() {
 }
 
 void Driver::launch(Request r, double intended) {
-  auto c = std::make_shared<Call>(*this, ioc_);
+  // Not make_shared: live_ holds weak pointers, which would keep a make_shared call's memory.
+  std::shared_ptr<Call> c(new Call(*this));
   c->request = std::move(r);
   c->rec.run = label_;
   c->rec.id = c->request.id;
   c->rec.arrival_s = intended;
   c->rec.sent_s = now();
   c->rec.prompt_tokens = static_cast<int>(c->request.prompt.size());
+  c->rec.token_times_s.reserve(static_cast<size_t>(std::clamp(c->request.sampling.max_tokens, 0, 4096)));
   c->rec.warmup = is_warmup_ && is_warmup_(c->request.id);
   c->replica = pick_replica();
   ++outstanding_[c->replica];
   ++result_.replicas[c->replica].n_sent;
   ++result_.stats.n_sent;
   ++in_flight_;
+  c->deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt_.target.timeout_s));
   live_.push_back(c);
-  if (live_.size() > 1024 && live_.size() > 4 * static_cast<size_t>(in_flight_))
-    std::erase_if(live_, [](const auto& w) { return w.expired(); });
 
   const Endpoint& ep = endpoints_[c->replica];
   const std::string body = request_body(c->request, opt_.target, opt_.tokenizer);
   std::string& w = c->wire;
   w.reserve(body.size() + 256);
-  w += "POST " + ep.prefix + (opt_.target.api == TargetApi::chat ? "/v1/chat/completions" : "/v1/completions") +
-       " HTTP/1.1\r\nHost: " + ep.host + ":" + ep.port +
-       "\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\nContent-Length: " +
-       std::to_string(body.size()) + "\r\n";
-  for (const auto& [k, v] : opt_.target.headers) w += k + ": " + v + "\r\n";
+  w += "POST ";
+  w += ep.prefix;
+  w += opt_.target.api == TargetApi::chat ? "/v1/chat/completions" : "/v1/completions";
+  w += " HTTP/1.1\r\nHost: ";
+  w += ep.host;
+  w += ':';
+  w += ep.port;
+  w += "\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\nContent-Length: ";
+  w += std::to_string(body.size());
+  w += "\r\n";
+  for (const auto& [k, v] : opt_.target.headers) {
+    w += k;
+    w += ": ";
+    w += v;
+    w += "\r\n";
+  }
   w += "\r\n";
   w += body;
 
-  c->timeout.expires_after(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt_.target.timeout_s)));
-  c->timeout.async_wait([this, c](boost::system::error_code ec) {
-    if (!ec && !c->done) {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "timeout after %g s", opt_.target.timeout_s);
-      fail(c, RecordStatus::error, buf);
-    }
-  });
+  if (!timeout_armed_) arm_timeouts();
   if (!resolve_errors_[c->replica].empty()) return fail(c, RecordStatus::error, resolve_errors_[c->replica]);
   auto& idle = idle_[c->replica];
   if (!idle.empty()) {
@@ -332,20 +353,21 @@ void Driver::read_header(const std::shared_ptr<Call>& c) {
 void Driver::read_body(const std::shared_ptr<Call>& c) {
   if (c->parser->is_done()) return complete(c);
   auto& body = c->parser->get().body();
-  body.data = c->body_buf;
-  body.size = sizeof c->body_buf;
+  body.data = c->conn->body_buf;
+  body.size = sizeof c->conn->body_buf;
   http::async_read_some(c->conn->socket, c->conn->buffer, *c->parser, [this, c](boost::system::error_code ec, size_t) {
     if (c->done) return;
     if (ec == http::error::need_buffer) ec = {};
-    const size_t got = sizeof c->body_buf - c->parser->get().body().size;
+    const size_t got = sizeof c->conn->body_buf - c->parser->get().body().size;
     if (got > 0) {
       if (c->status == 200) {
         c->chunk_time = now();
-        c->sse.feed(std::string_view(c->body_buf, got));
+        send_due(c->chunk_time);
+        c->sse.feed(std::string_view(c->conn->body_buf, got));
         if (c->done) return;  // a malformed or error chunk ended it
         if (c->sse.buffered() > kMaxSseLine) return fail(c, RecordStatus::error, "malformed stream: an event over 16 MiB");
       } else if (c->error_body.size() < kMaxErrorBody) {
-        c->error_body.append(c->body_buf, std::min(got, kMaxErrorBody - c->error_body.size()));
+        c->error_body.append(c->conn->body_buf, std::min(got, kMaxErrorBody - c->error_body.size()));
       }
     }
     if (ec) {
@@ -367,7 +389,6 @@ void Driver::complete(const std::shared_ptr<Call>& c) {
   if (c->done) return;
   if (!c->got_done && !c->finish_reason) return fail(c, RecordStatus::error, "stream ended before [DONE] or a finish_reason");
   c->done = true;
-  c->timeout.cancel();
   RequestRecord& r = c->rec;
   r.end_s = now();
   r.output_tokens = c->usage_completion.value_or(c->n_chunks);
@@ -393,7 +414,6 @@ void Driver::fail(const std::shared_ptr<Call>& c, RecordStatus status, const std
 void Driver::fail_raw(Call& c, RecordStatus status, const std::string& why) {
   if (c.done) return;
   c.done = true;
-  c.timeout.cancel();
   if (c.conn) {
     // Close, but keep the connection until the call goes: a read still pending on it (a timeout
     // or a stop fails the call mid-stream) completes with operation_aborted later and writes to
@@ -411,6 +431,7 @@ void Driver::fail_raw(Call& c, RecordStatus status, const std::string& why) {
 }
 
 void Driver::deliver(Call& c) {
+  while (!live_.empty() && live_.front().expired()) live_.pop_front();  // bounded by the oldest live call
   --outstanding_[c.replica];
   --in_flight_;
   ++result_.stats.n_finished;
@@ -432,7 +453,38 @@ void Driver::maybe_finish() {
   if (in_flight_ == 0 && (stopped_ || source_.exhausted())) {
     send_timer_.cancel();
     stop_timer_.cancel();
+    timeout_timer_.cancel();
   }
+}
+
+void Driver::arm_timeouts() {
+  while (!live_.empty()) {  // finished calls at the front go
+    auto c = live_.front().lock();
+    if (c && !c->done) break;
+    live_.pop_front();
+  }
+  if (live_.empty()) return;
+  timeout_armed_ = true;
+  timeout_timer_.expires_at(live_.front().lock()->deadline);
+  timeout_timer_.async_wait([this](boost::system::error_code ec) {
+    timeout_armed_ = false;
+    if (!ec) on_timeouts();
+  });
+}
+
+void Driver::on_timeouts() {
+  const Clock::time_point t = Clock::now();
+  while (!live_.empty()) {
+    auto c = live_.front().lock();
+    if (c && !c->done) {
+      if (c->deadline > t) break;
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "timeout after %g s", opt_.target.timeout_s);
+      fail(c, RecordStatus::error, buf);
+    }
+    live_.pop_front();
+  }
+  if (!stopped_) arm_timeouts();
 }
 
 void Driver::watch_stop() {
@@ -442,9 +494,10 @@ void Driver::watch_stop() {
     if (stop_->load()) {
       stopped_ = true;
       send_timer_.cancel();
-      for (auto& w : live_)
+      timeout_timer_.cancel();
+      const auto calls = std::exchange(live_, {});  // deliver() trims live_
+      for (auto& w : calls)
         if (auto c = w.lock()) fail(c, RecordStatus::aborted, "aborted before it finished (run stopped)");
-      live_.clear();
       return;
     }
     if (in_flight_ == 0 && source_.exhausted()) return;

@@ -1,5 +1,7 @@
 #include "loadgen/http/openai_chunk.h"
 
+#include <cstring>
+
 #include <nlohmann/json.hpp>
 
 #include "loadgen/http/fast_json.h"
@@ -7,6 +9,12 @@
 namespace servelab::http_load {
 
 namespace {
+
+/// key == lit, compared with a length known at compile time (inlined, not a memcmp call).
+template <size_t N>
+bool is(std::string_view key, const char (&lit)[N]) {
+  return key.size() == N - 1 && std::memcmp(key.data(), lit, N - 1) == 0;
+}
 
 /// {"message": ...} of an error event, decoded (rare: the slow parser is fine).
 std::string error_message(std::string_view data) {
@@ -27,10 +35,10 @@ bool read_usage(JsonCursor& c, ChunkInfo& out) {
   do {
     std::string_view key;
     if (!c.string(key) || !c.eat(':')) return false;
-    if ((key == "prompt_tokens" || key == "completion_tokens") && c.peek() != 'n') {
+    if ((is(key, "prompt_tokens") || is(key, "completion_tokens")) && c.peek() != 'n') {
       int64_t v = -1;
       if (!c.number(&v)) return false;
-      if (v >= 0 && v <= INT32_MAX) (key == "prompt_tokens" ? out.prompt_tokens : out.completion_tokens) = static_cast<int>(v);
+      if (v >= 0 && v <= INT32_MAX) (is(key, "prompt_tokens") ? out.prompt_tokens : out.completion_tokens) = static_cast<int>(v);
     } else if (!c.skip(2)) {
       return false;
     }
@@ -49,28 +57,28 @@ bool read_choice(JsonCursor& c, ChunkInfo& out) {
     do {
       std::string_view key;
       if (!c.string(key) || !c.eat(':')) return false;
-      if (key == "text" && c.peek() == '"') {
+      if (is(key, "text") && c.peek() == '"') {
         std::string_view v;
         if (!c.string(v)) return false;
         has_text = true;
         n += v.size();
-      } else if (key == "finish_reason" && c.peek() == '"') {
+      } else if (is(key, "finish_reason") && c.peek() == '"') {
         std::string_view v;
         if (!c.string(v)) return false;
         finish = v;
-      } else if (key == "delta" && c.peek() == '{') {
+      } else if (is(key, "delta") && c.peek() == '{') {
         c.eat('{');
         if (!c.eat('}')) {
           do {
             std::string_view dk;
             if (!c.string(dk) || !c.eat(':')) return false;
-            if ((dk == "content" || dk == "reasoning_content") && c.peek() == '"') {
+            if ((is(dk, "content") || is(dk, "reasoning_content")) && c.peek() == '"') {
               std::string_view v;
               if (!c.string(v)) return false;
               has_text = true;
               n += v.size();
             } else {
-              if (dk == "role") role = true;
+              if (is(dk, "role")) role = true;
               if (!c.skip(4)) return false;
             }
           } while (c.eat(','));
@@ -110,12 +118,12 @@ ChunkInfo interpret_chunk(std::string_view data) {
         ok = false;
         break;
       }
-      if (key == "error" && c.peek() != 'n') {
+      if (is(key, "error") && c.peek() != 'n') {
         error = true;
         ok = c.skip(1);
-      } else if (key == "usage") {
+      } else if (is(key, "usage")) {
         ok = read_usage(c, out);
-      } else if (key == "choices" && c.peek() == '[') {
+      } else if (is(key, "choices") && c.peek() == '[') {
         c.eat('[');
         if (!c.eat(']')) {
           do {

@@ -22,10 +22,11 @@ class SseParser {
   size_t buffered() const { return line_.size() + data_.size(); }
 
  private:
-  void line_done();
+  /// One line without its terminator (a view into the input or into line_).
+  void line_done(std::string_view line);
 
   OnEvent on_event_;
-  std::string line_;
+  std::string line_;  ///< an unfinished line carried over from the previous feed
   std::string data_;
   bool has_data_ = false;
   bool last_was_cr_ = false;  ///< a '\r' ended the last line: a following '\n' belongs to it

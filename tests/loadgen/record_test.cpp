@@ -1,5 +1,6 @@
 #include <cstdio>
 #include <fstream>
+#include <random>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -75,6 +76,37 @@ TEST(Record, BadLineNamesFileAndLine) {
     EXPECT_NE(std::string(e.what()).find("bad_records.jsonl:2:"), std::string::npos) << e.what();
   }
   std::remove(path.c_str());
+}
+
+TEST(Record, LineIsExactlyNlohmannsDump) {
+  // record_line builds the line by hand (the HTTP driver's hot path): same bytes as the general
+  // serializer, numbers included (shortest round-trip digits, integral values as "2.0").
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> u(0.0, 5000.0);
+  const double specials[] = {0.0, 2.0, 1e-7, 0.1, 1.0 / 3.0, 123456789.125, 1e21, 4.9e-324, -0.5};
+  for (int k = 0; k < 200; ++k) {
+    RequestRecord r;
+    r.run = k % 2 ? "continuous-paged@2000#1" : "x";
+    r.id = k % 3 ? static_cast<uint64_t>(k) : UINT64_MAX - k;
+    r.arrival_s = k < 9 ? specials[k] : u(rng);
+    r.sent_s = r.arrival_s + u(rng) * 1e-6;
+    r.scheduled_s = k % 4 == 0 ? -1.0 : u(rng);
+    r.first_token_s = k % 5 == 0 ? -1.0 : u(rng);
+    for (int i = 0; i < k % 70; ++i) r.token_times_s.push_back(i % 9 == 8 ? specials[i % 9] : u(rng));
+    r.end_s = k % 7 == 0 ? -1.0 : u(rng);
+    r.prompt_tokens = k * 13 - 100;
+    r.output_tokens = k;
+    r.preemptions = k % 3;
+    r.status = static_cast<RecordStatus>(k % 4);
+    r.error = k % 3 == 0 ? "" : "HTTP 500: boom (timeout after 5 s)";
+    r.warmup = k % 6 == 0;
+    ASSERT_EQ(record_line(r), nlohmann::json(r).dump() + "\n") << "record " << k;
+  }
+  RequestRecord e;  // strings to escape take the general path
+  e.run = "r\"1";
+  e.error = "malformed chunk: {\"x\n\xE2\x82\xAC";
+  EXPECT_EQ(record_line(e), nlohmann::json(e).dump() + "\n");
+  EXPECT_EQ(nlohmann::json::parse(record_line(e)).get<RequestRecord>().error, e.error);
 }
 
 }  // namespace

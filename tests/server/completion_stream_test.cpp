@@ -88,5 +88,37 @@ TEST(CompletionStream, NonStreamedBodyHasUsageAndChoices) {
   EXPECT_NE(body.find("\"prompt_tokens\":4"), std::string::npos) << body;
 }
 
+TEST(CompletionStream, StreamedEventsAreExactOpenAiChunks) {
+  // The byte layout clients parse (built without temporaries since the HTTP driver benchmark).
+  ByteIds tok;
+  CompletionParams p;
+  p.stream = true;
+  p.include_usage = true;
+  FinishedRequest f;
+  f.reason = FinishReason::length;
+  {
+    CompletionStream cs(p, tok, "cmpl-3", "m\"x", 7, 2, "");
+    EXPECT_EQ(cs.stream_start(), "");
+    const std::string head = R"(data: {"id":"cmpl-3","object":"text_completion","created":7,"model":"m\"x","choices":)";
+    EXPECT_EQ(cs.on_tokens(toks("a\n")),
+              head + R"([{"index":0,"text":"a","logprobs":null,"finish_reason":null}],"usage":null})" "\n\n" + head +
+                  R"([{"index":0,"text":"\n","logprobs":null,"finish_reason":null}],"usage":null})" "\n\n");
+    EXPECT_EQ(cs.on_finished(toks("b"), f),
+              head + R"([{"index":0,"text":"b","logprobs":null,"finish_reason":"length"}],"usage":null})" "\n\n" + head +
+                  R"([],"usage":{"prompt_tokens":2,"completion_tokens":3,"total_tokens":5}})" "\n\n"
+                  "data: [DONE]\n\n");
+  }
+  p.api = ApiKind::chat;
+  p.include_usage = false;
+  CompletionStream cs(p, tok, "chatcmpl-4", "m", 8, 1, "");
+  const std::string head = R"(data: {"id":"chatcmpl-4","object":"chat.completion.chunk","created":8,"model":"m","choices":)";
+  EXPECT_EQ(cs.stream_start(),
+            head + R"([{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]})" "\n\n");
+  EXPECT_EQ(cs.on_tokens(toks("h")),
+            head + R"([{"index":0,"delta":{"content":"h"},"logprobs":null,"finish_reason":null}]})" "\n\n");
+  EXPECT_EQ(cs.on_finished({}, f),
+            head + R"([{"index":0,"delta":{},"logprobs":null,"finish_reason":"length"}]})" "\n\n" "data: [DONE]\n\n");
+}
+
 }  // namespace
 }  // namespace servelab::server
