@@ -35,6 +35,7 @@ struct ValidateSimArgs {
   std::vector<double> loads = {0.5, 0.85};
   std::vector<double> capacities;  // per selected strategy, req/s; empty = bisection on the sim
   int n_requests = 0;
+  int warmup_requests = 16;  // a discarded real run before the first compared one
 };
 
 analysis::SloSpec slo_of(const Scenario& s) { return analysis_slo(s); }
@@ -110,6 +111,7 @@ int validate_sim_main(const ValidateSimArgs& a) {
     j["backend"] = to_string(real_sc.backend.kind);
     j["model"] = real->backend_spec().model;
     j["profile"] = a.profile;
+    j["warmup_requests"] = a.warmup_requests;
     j["n_requests_per_run"] = n > 0 ? n : real_sc.planned_requests();
     j["slo"] = {{"ttft_ms", real_sc.slo.ttft_ms}, {"tpot_ms", real_sc.slo.tpot_ms}, {"attainment", real_sc.slo.attainment}};
     nlohmann::ordered_json env;
@@ -136,6 +138,7 @@ int validate_sim_main(const ValidateSimArgs& a) {
   std::snprintf(line, sizeof line, "| strategy | load | rate (req/s) | figure | real | sim | error |\n|---|---|---|---|---|---|---|\n");
   table << line;
   double worst = 0.0, worst_p50 = 0.0;
+  bool warmed = a.warmup_requests <= 0;
   for (size_t k = 0; k < which.size(); ++k) {
     const size_t i = which[k];
     const std::string& label = real_sc.strategies[i].label;
@@ -173,6 +176,15 @@ int validate_sim_main(const ValidateSimArgs& a) {
       o.n_requests = n;
       o.keep_token_times = true;
       o.predict_with = &cost;
+      if (!warmed) {  // the process's first steps pay one-off costs (library and kernel loading, first
+                      // calls per shape) that a long-running server has paid long ago: not compared
+        PointRunOptions w;
+        w.n_requests = a.warmup_requests;
+        std::fprintf(stderr, "  warm-up: %d requests of %s at %.4g req/s on the real backend (not compared)\n",
+                     a.warmup_requests, label.c_str(), rate);
+        (void)real->run(i, rate, w);
+        warmed = true;
+      }
       std::fprintf(stderr, "  %s at %.0f%% (%.4g req/s): real run...\n", label.c_str(), load * 100, rate);
       const PointRun r = real->run(i, rate, o);
       const PointRun s = sim->run(i, rate, o);
@@ -253,6 +265,10 @@ const Registrar reg(
       sub.add_option("--capacity", a->capacities, "Capacity per selected strategy (req/s) instead of the sim's bisection")
           ->delimiter(',');
       sub.add_option("--n-requests", a->n_requests, "Measured requests per run (default: the workload's n_requests)");
+      sub.add_option("--warmup-requests", a->warmup_requests,
+                     "Requests of a discarded real run before the first compared one (0 = none)")
+          ->capture_default_str()
+          ->check(CLI::NonNegativeNumber);
       sub.footer(
           "Capacity is searched on the sim (capacity: section, slo: target); the real runs then run\n"
           "at each --loads fraction of it, in real time.\n\n"

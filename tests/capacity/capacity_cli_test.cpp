@@ -73,7 +73,9 @@ TEST(ValidateSimCommand, ComparesTheCpuEngineWithItsCalibratedSim) {
   for (const auto& run : j.at("runs"))
     for (const char* f : {"ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "output_throughput"})
       EXPECT_TRUE(run.at("figures").at(f).at("relative_error").is_number()) << f;
-  EXPECT_EQ(read_lines(out + "/records_real.jsonl").size(), 12u);
+  EXPECT_EQ(read_lines(out + "/records_real.jsonl").size(), 12u);  // the warm-up run is not recorded
+  EXPECT_EQ(j.at("warmup_requests"), 16);
+  EXPECT_NE(r.output.find("warm-up: 16 requests"), std::string::npos) << r.output;
   EXPECT_EQ(read_lines(out + "/records_sim.jsonl").size(), 12u);
 }
 
