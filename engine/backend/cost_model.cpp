@@ -241,6 +241,26 @@ std::string model_shape_hash(const ModelConfig& m) {
   return buf;
 }
 
+SimDevice fit_allreduce(const SimDevice& device, int tensor_parallel,
+                        const std::vector<std::pair<double, double>>& bytes_seconds) {
+  if (tensor_parallel < 2) throw std::invalid_argument("fit_allreduce: tensor_parallel must be >= 2");
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& [x, y] : bytes_seconds) {
+    if (!(x > 0) || !(y > 0)) throw std::invalid_argument("fit_allreduce: bytes and seconds must be > 0");
+    n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
+  }
+  const double var = n * sxx - sx * sx;
+  if (n < 2 || !(var > 0)) throw std::invalid_argument("fit_allreduce: needs two or more distinct message sizes");
+  const double per_byte = (n * sxy - sx * sy) / var;
+  const double latency = (sy - per_byte * sx) / n;
+  if (!(per_byte > 0)) throw std::invalid_argument("fit_allreduce: time does not grow with the message size");
+  const double tp = tensor_parallel;
+  SimDevice d = device;
+  d.allreduce_latency_s = std::max(0.0, latency);
+  d.interconnect_bytes_s = 4.0 * (tp - 1.0) / (tp * per_byte);
+  return d;
+}
+
 SimCostModel SimCostModel::roofline(const SimDevice& device, int tensor_parallel) {
   device.validate();
   if (tensor_parallel < 1)
@@ -340,6 +360,18 @@ SimCostModel SimCostModel::from_profile_json(const std::string& path, const Mode
     throw std::runtime_error(path + ": " + e.what());
   }
   m.tensor_parallel = tensor_parallel;
+  if (tensor_parallel > 1 && j.contains("all_reduce") && j["all_reduce"].is_array()) {
+    std::vector<std::pair<double, double>> points;
+    for (const auto& p : j["all_reduce"])
+      if (p.is_object() && p.contains("bytes") && p.contains("seconds") && p["bytes"].is_number() && p["seconds"].is_number())
+        points.push_back({p["bytes"].get<double>(), p["seconds"].get<double>()});
+    try {
+      m.device = fit_allreduce(m.device, tensor_parallel, points);
+      m.allreduce_measured = true;
+    } catch (const std::invalid_argument& e) {
+      throw std::runtime_error(path + ": \"all_reduce\": " + e.what());
+    }
+  }
 
   std::vector<TimedStep> steps;
   const nlohmann::json& list = j["samples"];
@@ -382,7 +414,7 @@ SimCostModel SimCostModel::from_profile_json(const std::string& path, const Mode
   } catch (const std::invalid_argument& e) {
     throw std::runtime_error(path + ": " + e.what());
   }
-  m.source = path;
+  m.source = path + (m.allreduce_measured ? " (all-reduce measured)" : "");
   return m;
 }
 

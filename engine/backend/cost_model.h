@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/backend/backend.h"
@@ -106,6 +107,14 @@ class ProfiledStepModel {
 /// head_dim, FFN, vocab): a profile is only valid for a model with the same hash.
 std::string model_shape_hash(const ModelConfig& model);
 
+/// Fits seconds = latency + bytes × per_byte to measured all-reduces of a `tensor_parallel`-way
+/// group and returns `device` with allreduce_latency_s = latency and interconnect_bytes_s set so
+/// that roofline_seconds' ring all-reduce term, 2(tp−1)/tp × bytes / (interconnect / 2), costs
+/// per_byte × bytes. Needs two or more distinct sizes and tensor_parallel > 1; throws
+/// std::invalid_argument otherwise, or when the fit is not positive.
+SimDevice fit_allreduce(const SimDevice& device, int tensor_parallel,
+                        const std::vector<std::pair<double, double>>& bytes_seconds);
+
 /// How the sim backend prices a step.
 struct SimCostModel {
   enum class Kind { roofline, profile };
@@ -114,12 +123,19 @@ struct SimCostModel {
   int tensor_parallel = 1;  ///< GPUs per replica: weights, KV heads and FLOPs are split over them
   std::optional<ProfiledStepModel> profiled;  ///< Kind::profile
   std::string source;       ///< "roofline:h100" or the profile path, for reports
+  /// The profile carried measured all-reduce times ("all_reduce": [{bytes, seconds}], written by
+  /// `servelab profile --tensor-parallel N` on cuda): device.allreduce_latency_s and
+  /// interconnect_bytes_s were fitted to them (least squares, seconds = latency + bytes × per_byte)
+  /// instead of the datasheet's, so the TP term of the roofline is the measured one.
+  bool allreduce_measured = false;
 
   static SimCostModel roofline(const SimDevice& device, int tensor_parallel = 1);
 
   /// Reads a `servelab profile --json` file measured for `model` and fits the profiled model.
   /// `device`: the roofline device; it must be the one the profile was measured on ("hardware"),
   /// and when unset that one is used. `tensor_parallel` must equal the profile's.
+  /// Measured all-reduce times in it replace the device's datasheet all-reduce figures (see
+  /// allreduce_measured).
   /// Throws std::runtime_error naming the file: unreadable, bad samples, or a profile of another
   /// model shape, device or tensor-parallel degree ("... was measured on ... ; profile ... with").
   static SimCostModel from_profile_json(const std::string& path, const ModelConfig& model,

@@ -207,6 +207,48 @@ TEST(SimCostModel, RefusesAProfileOfAnotherModelDeviceOrParallelism) {
   EXPECT_EQ(error_of(qwen, SimDevice::preset("cpu-2core"), 1), "");
 }
 
+TEST(SimCostModel, AllReduceFittedFromMeasurementsDrivesTheTpTerm) {
+  // Measured all-reduces on a line: 12 µs + bytes / 150 GB/s (a 2-way group).
+  const double lat = 12e-6, per_byte = 1.0 / 150e9;
+  std::vector<std::pair<double, double>> pts;
+  for (double b : {1e4, 1e5, 1e6, 1e7, 1e8}) pts.push_back({b, lat + b * per_byte});
+  const SimDevice h100 = SimDevice::preset("h100");
+  const SimDevice fitted = fit_allreduce(h100, 2, pts);
+  EXPECT_NEAR(fitted.allreduce_latency_s, lat, 1e-9);
+  // roofline_seconds prices one all-reduce as latency + 2(tp-1)/tp × bytes / (interconnect / 2).
+  const double bytes = 3e6;
+  EXPECT_NEAR(fitted.allreduce_latency_s + 2.0 * 0.5 * bytes / (0.5 * fitted.interconnect_bytes_s), lat + bytes * per_byte,
+              1e-12);
+  EXPECT_NE(fitted.interconnect_bytes_s, h100.interconnect_bytes_s);
+  EXPECT_THROW(fit_allreduce(h100, 1, pts), std::invalid_argument);
+  EXPECT_THROW(fit_allreduce(h100, 2, {{1e6, 1e-5}}), std::invalid_argument);               // one size
+  EXPECT_THROW(fit_allreduce(h100, 2, {{1e6, 1e-5}, {2e6, 5e-6}}), std::invalid_argument);  // shrinking
+
+  // Read from a TP=2 profile: the device's all-reduce figures become the fitted ones.
+  const ModelConfig llama = preset("llama2-7b");
+  nlohmann::json j = nlohmann::json::parse(profile_text(llama, synthetic_profile(), "h100", 2));
+  for (const auto& [b, t] : pts) j["all_reduce"].push_back({{"bytes", b}, {"seconds", t}});
+  TempFile f(j.dump());
+  const SimCostModel cost = SimCostModel::from_profile_json(f.path(), llama, std::nullopt, 2);
+  EXPECT_TRUE(cost.allreduce_measured);
+  EXPECT_NEAR(cost.device.allreduce_latency_s, lat, 1e-9);
+  EXPECT_NE(cost.source.find("all-reduce measured"), std::string::npos) << cost.source;
+  // Without the measurements the datasheet's figures stay.
+  TempFile plain(profile_text(llama, synthetic_profile(), "h100", 2));
+  const SimCostModel datasheet = SimCostModel::from_profile_json(plain.path(), llama, std::nullopt, 2);
+  EXPECT_FALSE(datasheet.allreduce_measured);
+  EXPECT_EQ(datasheet.device.interconnect_bytes_s, h100.interconnect_bytes_s);
+  // A malformed measurement names the file and the field.
+  j["all_reduce"] = nlohmann::json::array({{{"bytes", 1e6}, {"seconds", 1e-5}}});
+  TempFile bad(j.dump());
+  try {
+    SimCostModel::from_profile_json(bad.path(), llama, std::nullopt, 2);
+    FAIL() << "expected a runtime_error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("\"all_reduce\""), std::string::npos) << e.what();
+  }
+}
+
 TEST(SimCostModel, ReadsTheCommittedVersion1CpuProfile) {
   // A servelab.profile/1 file (prefill and decode at two batch sizes), as 2026-11-22 builds wrote.
   const std::string path = std::string(SERVELAB_SOURCE_DIR) + "/tests/data/profiles/qwen2.5-0.5b-profile-v1.json";
