@@ -36,6 +36,7 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/profiler.h"
 #include "engine/splitmix64.h"
+#include "kernels/bench/bench_timing.h"
 #include "kernels/cuda_check.h"
 #include "kernels/gemm.h"
 
@@ -88,29 +89,6 @@ struct RandomBf16 {
   RandomBf16(const RandomBf16&) = delete;
   RandomBf16& operator=(const RandomBf16&) = delete;
 };
-
-/// Median milliseconds of fn() over `reps` calls timed by events, after 3 untimed calls.
-template <typename Fn>
-double time_ms(Fn&& fn, int reps) {
-  for (int i = 0; i < 3; ++i) fn();
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    CUDA_CHECK(cudaEventRecord(a));
-    fn();
-    CUDA_CHECK(cudaEventRecord(b));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 /// Bytes a decode step of `batch` sequences must read, each attending to `context` positions:
 /// every weight matrix once (layers, final norm, LM head; the embedding table only for the batch's
@@ -202,7 +180,7 @@ int run(const Args& args) {
     RandomBf16 a(bytes / 2, 1);
     void* b = nullptr;
     CUDA_CHECK(cudaMalloc(&b, bytes));
-    const double ms = time_ms([&] { CUDA_CHECK(cudaMemcpyAsync(b, a.p, bytes, cudaMemcpyDeviceToDevice)); }, 20);
+    const double ms = kernels::bench::time_ms([&](int) { CUDA_CHECK(cudaMemcpyAsync(b, a.p, bytes, cudaMemcpyDeviceToDevice)); }, 20);
     CUDA_CHECK(cudaFree(b));
     copy_gbs = 2.0 * bytes / (ms * 1e-3) / 1e9;
     record("engine_d2d_copy", "2 GiB cudaMemcpy, bytes read + bytes written", copy_gbs, "GB/s");
@@ -213,7 +191,7 @@ int run(const Args& args) {
     void* y = nullptr;
     CUDA_CHECK(cudaMalloc(&y, size_t(n) * n * 2));
     kernels::Gemm gemm(false);
-    const double ms = time_ms([&] { gemm.run(kernels::ScalarType::bf16, x.p, w.p, y, n, n, n, false, nullptr); }, 10);
+    const double ms = kernels::bench::time_ms([&](int) { gemm.run(kernels::ScalarType::bf16, x.p, w.p, y, n, n, n, false, nullptr); }, 10);
     CUDA_CHECK(cudaFree(y));
     gemm_tflops = 2.0 * n * n * double(n) / (ms * 1e-3) / 1e12;
     record("engine_cublaslt_gemm", "8192x8192x8192 bf16, fp32 accumulate", gemm_tflops, "TFLOP/s");

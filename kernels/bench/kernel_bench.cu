@@ -27,6 +27,8 @@
 
 #include "engine/model/half.h"
 #include "kernels/attention.h"
+#include "kernels/bench/bench_timing.h"
+#include "kernels/bench/bench_util.cuh"
 #include "kernels/common.cuh"
 #include "kernels/gemm.h"
 #include "kernels/ops.h"
@@ -36,131 +38,9 @@
 
 using namespace servelab;
 using namespace servelab::kernels;
+using namespace servelab::kernels::bench;
 
 namespace {
-
-struct Buf {
-  void* p = nullptr;
-  size_t bytes = 0;
-  explicit Buf(size_t b) : bytes(b) { CUDA_CHECK(cudaMalloc(&p, b ? b : 16)); }
-  ~Buf() { cudaFree(p); }
-  Buf(const Buf&) = delete;
-  template <typename T = void>
-  T* get() const { return static_cast<T*>(p); }
-};
-
-__global__ void fill_random_kernel(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    uint64_t h = (uint64_t(i) + seed) * 0x9e3779b97f4a7c15ull;
-    h ^= h >> 31;
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 29;
-    p[i] = __float2bfloat16(((h >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale);
-  }
-}
-__global__ void fill_random_f32_kernel(float* p, int64_t n, uint64_t seed, float scale) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    uint64_t h = (uint64_t(i) + seed) * 0x9e3779b97f4a7c15ull;
-    h ^= h >> 29;
-    h *= 0xbf58476d1ce4e5b9ull;
-    p[i] = ((h >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale;
-  }
-}
-void fill_random(void* p, int64_t n, uint64_t seed, float scale = 1.0f) {
-  fill_random_kernel<<<4096, 256>>>(static_cast<__nv_bfloat16*>(p), n, seed, scale);
-  CUDA_CHECK_LAUNCH();
-}
-
-/// Median milliseconds of fn(i) over `reps` timed calls after `warm` untimed ones.
-double time_ms(const std::function<void(int)>& fn, int reps, int warm = 3) {
-  for (int i = 0; i < warm; ++i) fn(i);
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    CUDA_CHECK(cudaEventRecord(a));
-    fn(warm + i);
-    CUDA_CHECK(cudaEventRecord(b));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
-/// Median milliseconds per call of fn(i, stream), replayed from one CUDA graph of `per_graph`
-/// calls (i = 0 .. per_graph - 1, so inputs rotate), after a warm-up call and a warm-up replay.
-/// The graph removes host launch gaps, as the engine's decode graphs do; the peer script times
-/// PyTorch the same way.
-double time_graph_ms(const std::function<void(int, cudaStream_t)>& fn, int per_graph, int reps) {
-  cudaStream_t st;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  fn(0, st);  // lazy initialization (function attributes, workspaces) stays out of the capture
-  CUDA_CHECK(cudaStreamSynchronize(st));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < per_graph; ++i) fn(i, st);
-  CUDA_CHECK(cudaStreamEndCapture(st, &graph));
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  CUDA_CHECK(cudaGraphLaunch(exec, st));
-  CUDA_CHECK(cudaStreamSynchronize(st));
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int r = 0; r < reps; ++r) {
-    CUDA_CHECK(cudaEventRecord(a, st));
-    CUDA_CHECK(cudaGraphLaunch(exec, st));
-    CUDA_CHECK(cudaEventRecord(b, st));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t / per_graph);
-  }
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaGraphDestroy(graph));
-  CUDA_CHECK(cudaStreamDestroy(st));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
-struct Row {
-  std::string name, shape, unit, ceiling_name;
-  double value, ceiling;
-};
-std::vector<Row> rows;
-void record(const std::string& name, const std::string& shape, double value, const std::string& unit,
-            const std::string& ceiling_name, double ceiling) {
-  rows.push_back({name, shape, unit, ceiling_name, value, ceiling});
-  std::printf("  %-26s %-40s %10.1f %-8s (%.2f of %s)\n", name.c_str(), shape.c_str(), value, unit.c_str(),
-              ceiling > 0 ? value / ceiling : 0.0, ceiling_name.c_str());
-}
-
-std::vector<float> to_float_bf16(const Buf& b, size_t n) {
-  std::vector<uint16_t> h(n);
-  CUDA_CHECK(cudaMemcpy(h.data(), b.p, n * 2, cudaMemcpyDeviceToHost));
-  std::vector<float> f(n);
-  for (size_t i = 0; i < n; ++i) f[i] = bf16_to_f32(h[i]);
-  return f;
-}
-
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i])) return INFINITY;
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / den);
-}
 
 /// A paged batch on the device: n_rot independent copies of every sequence's KV (rotation),
 /// blocks shuffled over one arena.
@@ -298,76 +178,6 @@ bool validate(std::mt19937_64& rng, int n_sms) {
     ok = ok && pe < 1e-2 && pe_wmma < 1e-2;
   }
   return ok;
-}
-
-/// The skinny GEMM (Gemm::run at M <= 8) against gemm_ref on a small awkward shape (K splits and
-/// a partial K step on any GPU).
-bool validate_gemv() {
-  const int m = 8, n = 100, k = 4104;
-  Buf x(size_t(m) * k * 2), w(size_t(n) * k * 2), y(size_t(m) * n * 4);
-  fill_random(x.p, int64_t(m) * k, 21);
-  fill_random(w.p, int64_t(n) * k, 22);
-  CUDA_CHECK(cudaMemset(y.p, 0xFF, y.bytes));
-  Gemm gemm(false);
-  gemm.run(ScalarType::bf16, x.p, w.p, y.p, m, n, k, true, nullptr);
-  std::vector<float> got(size_t(m) * n), ref(got.size());
-  CUDA_CHECK(cudaMemcpy(got.data(), y.p, y.bytes, cudaMemcpyDeviceToHost));
-  const std::vector<float> xf = to_float_bf16(x, size_t(m) * k), wf = to_float_bf16(w, size_t(n) * k);
-  gemm_ref(xf.data(), wf.data(), m, n, k, ref.data());
-  const double e = rel_err(got, ref);
-  std::printf("  validate gemv M8 N100 K4104 (%d splits): rel err %.2e\n", gemm.gemv_plan(n, k).splits, e);
-  return e < 1e-3;
-}
-
-/// llama2-7b's decode products (y = x · wᵀ, bf16) at M = 1 and 8 through Gemm, once with the
-/// skinny kernel and once cuBLASLt alone, in CUDA graphs; weights rotated over copies that
-/// outgrow L2 four times. GB/s counts w + x + y once. Also the weight stream of a whole decode
-/// step at M = 1 (32 layers of the four products + the LM head) from the same timings.
-void bench_gemv(int64_t l2, double copy_gbs) {
-  struct Shape {
-    const char* name;
-    int n, k, per_step;  // per_step: times the product runs in a decode step
-  };
-  const Shape shapes[] = {{"qkv", 12288, 4096, 32}, {"o", 4096, 4096, 32}, {"gate_up", 22016, 4096, 32},
-                          {"down", 4096, 11008, 32}, {"lm_head", 32000, 4096, 1}};
-  Gemm gemm(false);
-  for (int m : {1, 8}) {
-    double step_ms[3] = {0, 0, 0}, step_bytes = 0;
-    for (const Shape& sh : shapes) {
-      const int64_t w_elems = int64_t(sh.n) * sh.k;
-      const int n_rot = int(std::min<int64_t>(8, 4 * l2 / (w_elems * 2) + 1));
-      Buf w(size_t(w_elems) * 2 * n_rot), x(size_t(m) * sh.k * 2), y(size_t(m) * sh.n * 4);
-      fill_random(w.p, w_elems * n_rot, 31);
-      fill_random(x.p, int64_t(m) * sh.k, 32);
-      const bool fp32_out = !std::strcmp(sh.name, "lm_head");  // logits are float
-      const double bytes = 2.0 * (double(w_elems) + double(m) * sh.k) + (fp32_out ? 4.0 : 2.0) * m * sh.n;
-      const std::string shape = std::string(sh.name) + " " + std::to_string(sh.n) + "x" + std::to_string(sh.k) +
-                                " M" + std::to_string(m);
-      double gbs[3] = {0, 0, 0};
-      for (int use : {0, 1, 2}) {  // cuBLASLt alone, the skinny kernel alone, the backend's mix
-        gemm.set_use_gemv(use >= 1);
-        gemm.set_gemv_split_k(use == 1);
-        const double ms = time_graph_ms([&](int i, cudaStream_t st) {
-          gemm.run(ScalarType::bf16, x.p, w.get<char>() + size_t(i % n_rot) * w_elems * 2, y.p, m, sh.n, sh.k,
-                   fp32_out, st);
-        }, 20, 15);
-        gbs[use] = bytes / (ms * 1e-3) / 1e9;
-        step_ms[use] += ms * sh.per_step;
-      }
-      step_bytes += bytes * sh.per_step;
-      const gemv::Plan plan = gemm.gemv_plan(sh.n, sh.k);
-      record("cublaslt_skinny_bf16", shape, gbs[0], "GB/s", "d2d_copy", copy_gbs);
-      record("gemv_bf16", shape + " (" + std::to_string(plan.splits) + " splits)", gbs[1], "GB/s", "d2d_copy", copy_gbs);
-      record("gemv_bf16_vs_cublaslt", shape, gbs[1], "GB/s", "cublaslt_skinny_bf16", gbs[0]);
-    }
-    const std::string shape = "llama2-7b decode step M" + std::to_string(m) + " (32 layers + lm_head)";
-    record("decode_products_cublaslt", shape, step_bytes / (step_ms[0] * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
-    record("decode_products_gemv", shape, step_bytes / (step_ms[1] * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
-    record("decode_products_mixed", shape + ", gemv where unsplit", step_bytes / (step_ms[2] * 1e-3) / 1e9, "GB/s",
-           "decode_products_cublaslt", step_bytes / (step_ms[0] * 1e-3) / 1e9);
-    std::printf("  decode-step products at M%d: %.3f ms cuBLASLt, %.3f ms gemv (%.2fx), %.3f ms mixed (%.2fx)\n", m,
-                step_ms[0], step_ms[1], step_ms[0] / step_ms[1], step_ms[2], step_ms[0] / step_ms[2]);
-  }
 }
 
 }  // namespace

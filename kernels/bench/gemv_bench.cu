@@ -1,0 +1,86 @@
+// kernel_bench's skinny-GEMM part: the gemv kernel (kernels/gemv.cu) validated against gemm_ref,
+// and llama2-7b's decode weight products timed through Gemm with gemv, with cuBLASLt alone and
+// with the mix (gemv where its plan needs no K split), in one run.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/bench/bench_timing.h"
+#include "kernels/bench/bench_util.cuh"
+#include "kernels/gemm.h"
+#include "kernels/ref/ops_ref.h"
+
+namespace servelab::kernels::bench {
+
+/// The skinny GEMM (Gemm::run at M <= 8) against gemm_ref on a small awkward shape (K splits and
+/// a partial K step on any GPU).
+bool validate_gemv() {
+  const int m = 8, n = 100, k = 4104;
+  Buf x(size_t(m) * k * 2), w(size_t(n) * k * 2), y(size_t(m) * n * 4);
+  fill_random(x.p, int64_t(m) * k, 21);
+  fill_random(w.p, int64_t(n) * k, 22);
+  CUDA_CHECK(cudaMemset(y.p, 0xFF, y.bytes));
+  Gemm gemm(false);
+  gemm.run(ScalarType::bf16, x.p, w.p, y.p, m, n, k, true, nullptr);
+  std::vector<float> got(size_t(m) * n), ref(got.size());
+  CUDA_CHECK(cudaMemcpy(got.data(), y.p, y.bytes, cudaMemcpyDeviceToHost));
+  const std::vector<float> xf = to_float_bf16(x, size_t(m) * k), wf = to_float_bf16(w, size_t(n) * k);
+  gemm_ref(xf.data(), wf.data(), m, n, k, ref.data());
+  const double e = rel_err(got, ref);
+  std::printf("  validate gemv M8 N100 K4104 (%d splits): rel err %.2e\n", gemm.gemv_plan(n, k).splits, e);
+  return e < 1e-3;
+}
+
+/// llama2-7b's decode products (y = x · wᵀ, bf16) at M = 1 and 8 through Gemm, once with the
+/// skinny kernel and once cuBLASLt alone, in CUDA graphs; weights rotated over copies that
+/// outgrow L2 four times. GB/s counts w + x + y once. Also the weight stream of a whole decode
+/// step at M = 1 (32 layers of the four products + the LM head) from the same timings.
+void bench_gemv(int64_t l2, double copy_gbs) {
+  struct Shape {
+    const char* name;
+    int n, k, per_step;  // per_step: times the product runs in a decode step
+  };
+  const Shape shapes[] = {{"qkv", 12288, 4096, 32}, {"o", 4096, 4096, 32}, {"gate_up", 22016, 4096, 32},
+                          {"down", 4096, 11008, 32}, {"lm_head", 32000, 4096, 1}};
+  Gemm gemm(false);
+  for (int m : {1, 8}) {
+    double step_ms[3] = {0, 0, 0}, step_bytes = 0;
+    for (const Shape& sh : shapes) {
+      const int64_t w_elems = int64_t(sh.n) * sh.k;
+      const int n_rot = int(std::min<int64_t>(8, 4 * l2 / (w_elems * 2) + 1));
+      Buf w(size_t(w_elems) * 2 * n_rot), x(size_t(m) * sh.k * 2), y(size_t(m) * sh.n * 4);
+      fill_random(w.p, w_elems * n_rot, 31);
+      fill_random(x.p, int64_t(m) * sh.k, 32);
+      const bool fp32_out = !std::strcmp(sh.name, "lm_head");  // logits are float
+      const double bytes = 2.0 * (double(w_elems) + double(m) * sh.k) + (fp32_out ? 4.0 : 2.0) * m * sh.n;
+      const std::string shape = std::string(sh.name) + " " + std::to_string(sh.n) + "x" + std::to_string(sh.k) +
+                                " M" + std::to_string(m);
+      double gbs[3] = {0, 0, 0};
+      for (int use : {0, 1, 2}) {  // cuBLASLt alone, the skinny kernel alone, the backend's mix
+        gemm.set_use_gemv(use >= 1);
+        gemm.set_gemv_split_k(use == 1);
+        const double ms = time_graph_ms([&](int i, cudaStream_t st) {
+          gemm.run(ScalarType::bf16, x.p, w.get<char>() + size_t(i % n_rot) * w_elems * 2, y.p, m, sh.n, sh.k,
+                   fp32_out, st);
+        }, 20, 15);
+        gbs[use] = bytes / (ms * 1e-3) / 1e9;
+        step_ms[use] += ms * sh.per_step;
+      }
+      step_bytes += bytes * sh.per_step;
+      const gemv::Plan plan = gemm.gemv_plan(sh.n, sh.k);
+      record("cublaslt_skinny_bf16", shape, gbs[0], "GB/s", "d2d_copy", copy_gbs);
+      record("gemv_bf16", shape + " (" + std::to_string(plan.splits) + " splits)", gbs[1], "GB/s", "d2d_copy", copy_gbs);
+      record("gemv_bf16_vs_cublaslt", shape, gbs[1], "GB/s", "cublaslt_skinny_bf16", gbs[0]);
+    }
+    const std::string shape = "llama2-7b decode step M" + std::to_string(m) + " (32 layers + lm_head)";
+    record("decode_products_cublaslt", shape, step_bytes / (step_ms[0] * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
+    record("decode_products_gemv", shape, step_bytes / (step_ms[1] * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
+    record("decode_products_mixed", shape + ", gemv where unsplit", step_bytes / (step_ms[2] * 1e-3) / 1e9, "GB/s",
+           "decode_products_cublaslt", step_bytes / (step_ms[0] * 1e-3) / 1e9);
+    std::printf("  decode-step products at M%d: %.3f ms cuBLASLt, %.3f ms gemv (%.2fx), %.3f ms mixed (%.2fx)\n", m,
+                step_ms[0], step_ms[1], step_ms[0] / step_ms[1], step_ms[2], step_ms[0] / step_ms[2]);
+  }
+}
+
+}  // namespace servelab::kernels::bench
