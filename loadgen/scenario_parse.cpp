@@ -51,8 +51,6 @@ class Walker : public YamlReader {
   void prefix_groups(const YAML::Node& n);
   void rates(const YAML::Node& n);
   void length(const YAML::Node& n, const std::string& path, LengthRole role, LengthSpec& out);
-  void gates(const YAML::Node& n);
-  void baseline(const YAML::Node& n);
 
 };
 
@@ -87,8 +85,8 @@ void Walker::root(const YAML::Node& r) {
   if (defined(r["workload"])) workload(r["workload"]);
   if (defined(r["slo"])) parse_slo_section(r["slo"], ov_, s_, d_);  // scenario_parse_slo.cpp
   if (defined(r["report"])) parse_report_section(r["report"], ov_, s_, d_);
-  if (defined(r["gates"])) gates(r["gates"]);
-  if (defined(r["baseline"])) baseline(r["baseline"]);
+  if (defined(r["gates"])) parse_gates_section(r["gates"], ov_, s_, d_);  // scenario_parse_gates.cpp
+  if (defined(r["baseline"])) parse_baseline_section(r["baseline"], ov_, s_, d_);
   if (defined(r["target"])) read_target(r["target"], s_, d_);  // loadgen/target.cpp
   if (defined(r["capacity"])) parse_capacity_section(r["capacity"], ov_, s_, d_);
 }
@@ -552,58 +550,6 @@ void Walker::length(const YAML::Node& n, const std::string& path, LengthRole rol
   if (defined(n["mean"])) read_double(n["mean"], path + ".mean", d.mean);
   if (defined(n["std"])) read_double(n["std"], path + ".std", d.std);
   if (defined(n["sigma"])) read_double(n["sigma"], path + ".sigma", d.sigma);
-}
-
-void Walker::gates(const YAML::Node& n) {
-  note(n, "gates");
-  if (n.IsNull()) return;
-  if (!n.IsSequence()) {
-    d_.error("gates", std::string("must be a list of {metric, min|max, strategy, rate} (got ") + type_name(n) + ")");
-    return;
-  }
-  for (size_t i = 0; i < n.size(); ++i) {
-    const std::string path = index("gates", i);
-    GateSpec g;
-    if (check_map(n[i], path, {"metric", "min", "max", "strategy", "rate", "allow_missing"})) {
-      const YAML::Node& e = n[i];
-      if (defined(e["metric"])) read_string(e["metric"], path + ".metric", g.metric);
-      else d_.error_at(path, path + ".metric is required (e.g. goodput, ttft_p99_ms)");
-      double v = 0;
-      if (defined(e["min"]) && read_double(e["min"], path + ".min", v)) g.min = v;
-      if (defined(e["max"]) && read_double(e["max"], path + ".max", v)) g.max = v;
-      if (defined(e["strategy"])) read_string(e["strategy"], path + ".strategy", g.strategy);
-      if (defined(e["rate"]) && read_double(e["rate"], path + ".rate", v)) g.rate = v;
-      if (defined(e["allow_missing"])) read_bool(e["allow_missing"], path + ".allow_missing", g.allow_missing);
-    }
-    s_.gates.push_back(g);
-  }
-}
-
-void Walker::baseline(const YAML::Node& n) {
-  BaselineSpec b;
-  if (n.IsScalar()) {  // `baseline: FILE`
-    if (read_path(n, "baseline.file", b.file)) s_.baseline = b;
-    return;
-  }
-  if (!check_map(n, "baseline", {"file", "max_regression_pct", "metrics", "allow_missing"})) return;
-  if (defined(n["allow_missing"])) read_bool(n["allow_missing"], "baseline.allow_missing", b.allow_missing);
-  if (defined(n["file"])) read_path(n["file"], "baseline.file", b.file);
-  else d_.error_at("baseline", "baseline.file is required (a summary.json from an earlier run)");
-  if (defined(n["max_regression_pct"])) read_double(n["max_regression_pct"], "baseline.max_regression_pct", b.max_regression_pct);
-  if (defined(n["metrics"])) {
-    const YAML::Node& m = n["metrics"];
-    note(m, "baseline.metrics");
-    if (!m.IsSequence()) {
-      d_.error("baseline.metrics", std::string("must be a list of metric names (got ") + type_name(m) + ")");
-    } else {
-      b.metrics.clear();
-      for (size_t i = 0; i < m.size(); ++i) {
-        std::string name;
-        if (read_string(m[i], index("baseline.metrics", i), name)) b.metrics.push_back(name);
-      }
-    }
-  }
-  s_.baseline = b;
 }
 
 }  // namespace

@@ -22,6 +22,13 @@ void parse_slo_section(const YAML::Node& node, const std::vector<AppliedOverride
 void parse_report_section(const YAML::Node& node, const std::vector<AppliedOverride>& overrides, Scenario& scenario,
                           Diagnostics& diag);
 
+/// `gates:` (CI thresholds) into scenario.gates and `baseline:` (file, max_regression_pct, metrics)
+/// into scenario.baseline; problems go to `diag` at their file:line:col.
+void parse_gates_section(const YAML::Node& node, const std::vector<AppliedOverride>& overrides, Scenario& scenario,
+                         Diagnostics& diag);
+void parse_baseline_section(const YAML::Node& node, const std::vector<AppliedOverride>& overrides, Scenario& scenario,
+                            Diagnostics& diag);
+
 /// A relative path looked up beside the scenario file first, then in the current directory;
 /// when neither exists, the path beside the scenario (so the error names where it looked).
 std::string resolve_input_path(const std::string& path, const std::string& scenario_file);
