@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <stdexcept>
 
@@ -38,47 +39,52 @@ uint64_t stream_key(uint64_t seed, const std::string& name) {
   return (seed ^ (h * 0x9e3779b97f4a7c15ull)) + 0x9e3779b97f4a7c15ull;
 }
 
+/// The two normal draws of pair p of a tensor's stream (fill_random's Box-Muller over splitmix64):
+/// element 2p is a[0], element 2p + 1 is a[1].
+__device__ inline void normal_pair(uint64_t key, int64_t p, float scale, float offset, float a[2]) {
+  const uint64_t r = mix64(key + uint64_t(p) * 0x9e3779b97f4a7c15ull);
+  const float u1 = (float(r >> 40) + 0.5f) * (1.0f / 16777216.0f);
+  const float u2 = float(r & 0xffffffffu) * (1.0f / 4294967296.0f);
+  const float radius = sqrtf(-2.0f * logf(u1));
+  const float angle = 6.28318530717958647692f * u2;
+  a[0] = offset + scale * radius * cosf(angle);
+  a[1] = offset + scale * radius * sinf(angle);
+}
+
+/// A draw rounded through the config's dtype (fp16: 1), stored as bf16.
+__device__ inline __nv_bfloat16 round_to_storage(float x, int dtype) {
+  if (dtype == 1) x = __half2float(__float2half_rn(x));
+  return __float2bfloat16_rn(x);
+}
+
 /// Element i of fill_random's stream for `key`, rounded through dtype (0 f32, 1 f16, 2 bf16),
 /// stored as bf16. One thread per pair (2p, 2p + 1), grid-stride.
 __global__ void random_kernel(__nv_bfloat16* out, int64_t n, uint64_t key, float scale, float offset, int dtype) {
   const int64_t n_pairs = (n + 1) / 2;
   for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < n_pairs; p += int64_t(gridDim.x) * blockDim.x) {
-    const uint64_t r = mix64(key + uint64_t(p) * 0x9e3779b97f4a7c15ull);
-    const float u1 = (float(r >> 40) + 0.5f) * (1.0f / 16777216.0f);
-    const float u2 = float(r & 0xffffffffu) * (1.0f / 4294967296.0f);
-    const float radius = sqrtf(-2.0f * logf(u1));
-    const float angle = 6.28318530717958647692f * u2;
-    float v[2] = {offset + scale * radius * cosf(angle), offset + scale * radius * sinf(angle)};
+    float v[2];
+    normal_pair(key, p, scale, offset, v);
     for (int j = 0; j < 2; ++j) {
       const int64_t i = 2 * p + j;
       if (i >= n) break;
-      float x = v[j];
-      if (dtype == 1) x = __half2float(__float2half_rn(x));
-      out[i] = __float2bfloat16_rn(x);
+      out[i] = round_to_storage(v[j], dtype);
     }
   }
 }
 
 /// random_kernel's values in a window (tensor-parallel shards): out[i * cols + j] = element
-/// first + i * full_cols + j of the stream, the same arithmetic as random_kernel's pair.
+/// first + i * full_cols + j of the stream (the same normal_pair as random_kernel).
 __global__ void random_window_kernel(__nv_bfloat16* out, int64_t rows, int64_t cols, int64_t first, int64_t full_cols,
                                      uint64_t key, float scale, float offset, int dtype) {
   const int64_t n = rows * cols;
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < n; o += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = first + (o / cols) * full_cols + o % cols;
-    const int64_t p = i / 2;
-    const uint64_t r = mix64(key + uint64_t(p) * 0x9e3779b97f4a7c15ull);
-    const float u1 = (float(r >> 40) + 0.5f) * (1.0f / 16777216.0f);
-    const float u2 = float(r & 0xffffffffu) * (1.0f / 4294967296.0f);
-    const float radius = sqrtf(-2.0f * logf(u1));
-    const float angle = 6.28318530717958647692f * u2;
-    float x = (i % 2 == 0) ? offset + scale * radius * cosf(angle) : offset + scale * radius * sinf(angle);
-    if (dtype == 1) x = __half2float(__float2half_rn(x));
-    out[o] = __float2bfloat16_rn(x);
+    float v[2];
+    normal_pair(key, i / 2, scale, offset, v);
+    out[o] = round_to_storage(v[i % 2], dtype);
   }
 }
 
-/// Raw checkpoint values (0 f32, 1 f16, 2 bf16) to bf16.
 __global__ void convert_kernel(const void* in, int dtype, __nv_bfloat16* out, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     if (dtype == 2) out[i] = static_cast<const __nv_bfloat16*>(in)[i];
@@ -97,20 +103,34 @@ struct Placement {
   int64_t offset = 0;
 };
 
-/// Lays out every tensor of the config in one bf16 allocation (merged QKV and gate|up rows
-/// adjacent, each tensor 16-byte aligned) and sets the DeviceWeights pointers.
+/// Every checkpoint tensor of the config in allocate_layout's order, at its element offset.
 std::vector<Placement> lay_out(DeviceWeights& w) {
-  const ModelConfig& c = w.config;
-  const std::vector<TensorSpec> specs = tensor_specs(c);
+  const std::vector<TensorSpec> specs = tensor_specs(w.config);
   std::map<std::string, const TensorSpec*> by_name;
   for (const TensorSpec& s : specs) by_name[s.name] = &s;
   std::vector<Placement> out;
+  const std::vector<int64_t> offsets = allocate_layout(
+      w,
+      [&](const std::string& name) {
+        out.push_back({*by_name.at(name), 0});
+        return out.back().spec.numel();
+      },
+      [](int64_t embedding) { return embedding; }, "the model weights");
+  for (size_t i = 0; i < out.size(); ++i) out[i].offset = offsets[i];
+  return out;
+}
+
+}  // namespace
+
+std::vector<int64_t> allocate_layout(DeviceWeights& w, const std::function<int64_t(const std::string&)>& append,
+                                     const std::function<int64_t(int64_t)>& tied_head, const char* what) {
+  const ModelConfig& c = w.config;
+  std::vector<int64_t> offsets;
   int64_t cursor = 0;
   auto place = [&](const std::string& name) {
-    const TensorSpec& s = *by_name.at(name);
-    out.push_back({s, cursor});
     const int64_t at = cursor;
-    cursor += s.numel();
+    offsets.push_back(at);
+    cursor += append(name);
     return at;
   };
   auto align = [&] { cursor = (cursor + 7) / 8 * 8; };
@@ -146,12 +166,12 @@ std::vector<Placement> lay_out(DeviceWeights& w) {
   }
   const int64_t fnorm = place("model.norm.weight");
   align();
-  const int64_t head = c.tie_embeddings ? emb : place("lm_head.weight");
+  const int64_t head = c.tie_embeddings ? tied_head(emb) : place("lm_head.weight");
   align();
 
   w.bytes = cursor * 2;
-  w.storage.grow(static_cast<size_t>(w.bytes), "the model weights");
-  auto* base = w.storage.get<__nv_bfloat16>();
+  w.storage.grow(static_cast<size_t>(w.bytes), what);
+  auto* base = w.storage.get<uint16_t>();  // bf16 elements
   w.embedding = base + emb;
   w.final_norm = base + fnorm;
   w.lm_head = base + head;
@@ -166,10 +186,8 @@ std::vector<Placement> lay_out(DeviceWeights& w) {
     d.w_gate_up = base + lo[l].w_gate_up;
     d.w_down = base + lo[l].w_down;
   }
-  return out;
+  return offsets;
 }
-
-}  // namespace
 
 void random_window(const TensorSpec& spec, uint64_t seed, DType dtype, int64_t first, int64_t full_cols, int64_t rows,
                    int64_t cols, void* out) {

@@ -4,6 +4,7 @@
 // in HF checkpoints) with its merged bias, and a merged gate|up matrix [2 ffn, d] (gate rows
 // first), so each is one GEMM. Never held as fp32 on the host.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,15 @@ struct DeviceWeights {
 // For tensor-parallel shards (tp_weights.cu), on the current device, synchronous:
 /// DeviceWeights::random's values of `spec` (same stream, scale and rounding) in a window of the
 /// row-major tensor: out[i·cols + j] = element(first + i·full_cols + j), i < rows, j < cols, bf16.
+/// Lays the model's tensors out in one bf16 allocation in the order the forward reads them (Q|K|V
+/// and gate|up rows adjacent, each tensor 16-byte aligned), allocates w.storage (`what` names it
+/// in an out-of-memory error) and sets w's pointers; w.config must be set. `append(name)` is
+/// called once per tensor in that order and returns its element count (the whole tensor, or a
+/// rank's shard); `tied_head(embedding_offset)` gives the LM head's offset when the embeddings are
+/// tied. Returns the element offset of each appended tensor, in call order.
+std::vector<int64_t> allocate_layout(DeviceWeights& w, const std::function<int64_t(const std::string&)>& append,
+                                     const std::function<int64_t(int64_t)>& tied_head, const char* what);
+
 void random_window(const TensorSpec& spec, uint64_t seed, DType dtype, int64_t first, int64_t full_cols, int64_t rows,
                    int64_t cols, void* out);
 /// `n` raw checkpoint values (f32, f16 or bf16) already on the device to bf16 at `out`.

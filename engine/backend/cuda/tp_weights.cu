@@ -30,67 +30,15 @@ std::vector<ShardPlacement> lay_out_shards(const TpPlan& plan, int rank, DeviceW
   std::map<std::string, TensorShard> by_name;
   for (const TensorShard& s : plan.shards(rank)) by_name.emplace(s.spec.name, s);
   std::vector<ShardPlacement> out;
-  int64_t cursor = 0;
-  auto place = [&](const std::string& name) {
-    const TensorShard& s = by_name.at(name);
-    out.push_back({s, cursor});
-    const int64_t at = cursor;
-    cursor += s.local_numel();
-    return at;
-  };
-  auto align = [&] { cursor = (cursor + 7) / 8 * 8; };
-  struct Offsets {
-    int64_t attn_norm, w_qkv, b_qkv = -1, w_o, ffn_norm, w_gate_up, w_down;
-  };
-  const int64_t emb = place("model.embed_tokens.weight");
-  align();
-  std::vector<Offsets> lo(c.n_layers);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    lo[l].attn_norm = place(p + "input_layernorm.weight");
-    align();
-    lo[l].w_qkv = place(p + "self_attn.q_proj.weight");
-    place(p + "self_attn.k_proj.weight");
-    place(p + "self_attn.v_proj.weight");
-    align();
-    if (c.attention_bias) {
-      lo[l].b_qkv = place(p + "self_attn.q_proj.bias");
-      place(p + "self_attn.k_proj.bias");
-      place(p + "self_attn.v_proj.bias");
-      align();
-    }
-    lo[l].w_o = place(p + "self_attn.o_proj.weight");
-    align();
-    lo[l].ffn_norm = place(p + "post_attention_layernorm.weight");
-    align();
-    lo[l].w_gate_up = place(p + "mlp.gate_proj.weight");
-    place(p + "mlp.up_proj.weight");
-    align();
-    lo[l].w_down = place(p + "mlp.down_proj.weight");
-    align();
-  }
-  const int64_t fnorm = place("model.norm.weight");
-  align();
-  const int64_t head = c.tie_embeddings ? emb + int64_t(rank) * plan.vocab * c.hidden_size : place("lm_head.weight");
-  align();
-
-  w.bytes = cursor * 2;
-  w.storage.grow(static_cast<size_t>(w.bytes), "the model weights (this rank's shard)");
-  auto* base = w.storage.get<uint16_t>();  // bf16 elements
-  w.embedding = base + emb;
-  w.final_norm = base + fnorm;
-  w.lm_head = base + head;
-  w.layers.resize(c.n_layers);
-  for (int l = 0; l < c.n_layers; ++l) {
-    DeviceLayer& d = w.layers[l];
-    d.attn_norm = base + lo[l].attn_norm;
-    d.w_qkv = base + lo[l].w_qkv;
-    d.b_qkv = lo[l].b_qkv >= 0 ? base + lo[l].b_qkv : nullptr;
-    d.w_o = base + lo[l].w_o;
-    d.ffn_norm = base + lo[l].ffn_norm;
-    d.w_gate_up = base + lo[l].w_gate_up;
-    d.w_down = base + lo[l].w_down;
-  }
+  const std::vector<int64_t> offsets = allocate_layout(
+      w,
+      [&](const std::string& name) {
+        out.push_back({by_name.at(name), 0});
+        return out.back().shard.local_numel();
+      },
+      [&](int64_t embedding) { return embedding + int64_t(rank) * plan.vocab * c.hidden_size; },
+      "the model weights (this rank's shard)");
+  for (size_t i = 0; i < out.size(); ++i) out[i].offset = offsets[i];
   return out;
 }
 
