@@ -153,9 +153,8 @@ int serve_main(ServeArgs a) {
     spec.validate();
     if (!have_scenario) {
       econfig = flags_engine_config(a, model);
-      gpu_rows = econfig.sched.kind == BatchingKind::continuous ? econfig.sched.max_num_batched_tokens
-                                                                 : econfig.sched.batch_size * econfig.kv.max_model_len;
-      gpu_seqs = econfig.sched.kind == BatchingKind::continuous ? econfig.sched.max_num_seqs : econfig.sched.batch_size;
+      gpu_rows = max_step_rows(econfig.sched, econfig.kv.max_model_len);
+      gpu_seqs = max_step_seqs(econfig.sched);
     }
     std::unique_ptr<Backend> backend = make_backend(spec);
     if (a.gpu_memory_utilization > 0) {

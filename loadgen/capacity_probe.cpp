@@ -84,14 +84,8 @@ std::unique_ptr<Backend> PointRunner::make_backend_instance() const {
 std::optional<KvBudget> PointRunner::kv_budget(size_t strategy) const {
   if (spec_.kind != BackendKind::sim || !scenario_.capacity || !scenario_.capacity->gpu_memory_utilization)
     return std::nullopt;
-  const SchedulerConfig& s = scenario_.strategies.at(strategy).sched;
-  const int max_len = scenario_.engine.max_model_len;
-  int rows = 0, seqs = 0;
-  switch (s.kind) {
-    case BatchingKind::continuous: rows = s.max_num_batched_tokens, seqs = s.max_num_seqs; break;
-    case BatchingKind::static_batch: rows = s.batch_size * max_len, seqs = s.batch_size; break;
-    case BatchingKind::dynamic_batch: rows = s.max_batch_size * max_len, seqs = s.max_batch_size; break;
-  }
+  const StrategySpec& st = scenario_.strategies.at(strategy);
+  const int rows = max_step_rows(scenario_, st), seqs = max_step_seqs(st);
   const ModelConfig model = resolve_model_config(spec_.model);
   SimDevice device = spec_.sim_device;
   if (!spec_.sim_device_set && !spec_.sim_profile.empty()) device = dynamic_cast<const SimBackend&>(*make_backend(spec_)).cost().device;
