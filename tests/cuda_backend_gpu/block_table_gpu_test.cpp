@@ -19,6 +19,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/cuda_backend_gpu/gpu_test_model.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/kv/kv_manager.h"
 #include "kernels/cuda_check.h"
@@ -33,19 +34,7 @@ namespace {
 #define SKIP_WITHOUT_GPU() \
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
-ModelConfig model() {  // head_dim 64, GQA 2: 1 KB of KV a slot
-  ModelConfig c;
-  c.name = "gpu-blocktab";
-  c.hidden_size = 256;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.intermediate_size = 512;
-  c.vocab_size = 1000;
-  c.max_position = 8192;
-  c.dtype = DType::bf16;
-  return c;
-}
+ModelConfig model() { return testing::gpu_test_model("gpu-blocktab", 8192); }
 
 TEST(BlockTableGpu, UpdateKernelMatchesReference) {
   SKIP_WITHOUT_GPU();

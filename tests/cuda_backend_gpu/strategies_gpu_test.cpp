@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/cuda_backend_gpu/gpu_test_model.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "tests/engine/engine_test_support.h"
 
@@ -15,19 +16,7 @@ namespace {
 
 using namespace enginetest;
 
-ModelConfig gpu_model() {  // head_dim 64 (the attention kernels take 32, 64 or 128), GQA 2
-  ModelConfig c;
-  c.name = "gpu-strategies";
-  c.hidden_size = 256;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.intermediate_size = 512;
-  c.vocab_size = 1000;
-  c.max_position = 512;
-  c.dtype = DType::bf16;
-  return c;
-}
+ModelConfig gpu_model() { return testing::gpu_test_model("gpu-strategies", 512); }
 
 std::map<uint64_t, std::vector<std::vector<TokenId>>> run(const EngineConfig& config) {
   CudaBackendOptions o;
