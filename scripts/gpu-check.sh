@@ -32,24 +32,8 @@ LOGS=$(mktemp -d)  # every log; packed into $OUT/logs.tgz at the end (the device
 declare -a TABLE=()
 FAILED=0
 
-# step NAME TIMEOUT_S CMD...: runs CMD with its output in $OUT/NAME.log, records status and time.
-step() {
-  local name=$1 limit=$2
-  shift 2
-  local t0 rc
-  t0=$(date +%s)
-  timeout "$limit" "$@" >"$LOGS/$name.log" 2>&1
-  rc=$?
-  local dt=$(($(date +%s) - t0))
-  if [ $rc -eq 0 ]; then
-    TABLE+=("$(printf '%-22s %-6s %5ss' "$name" ok "$dt")")
-  else
-    TABLE+=("$(printf '%-22s %-6s %5ss  (rc %s, see logs.tgz:%s)' "$name" FAIL "$dt" "$rc" "$name.log")")
-    FAILED=1
-    tail -n 30 "$LOGS/$name.log"
-  fi
-  return $rc
-}
+STEP_DIR=$LOGS STEP_WIDTH=22 STEP_FAIL_HINT=" (see logs.tgz:%s.log)"
+. scripts/lib/step.sh  # step NAME TIMEOUT_S CMD...: output to $LOGS/NAME.log, a row in TABLE
 
 { date -u; nvidia-smi; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.sm --format=csv
   nvcc --version; cmake --version; python3 -c 'import torch; print("torch", torch.__version__)'

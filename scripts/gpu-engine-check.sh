@@ -29,22 +29,8 @@ mkdir -p "$OUT"
 declare -a TABLE=()
 FAILED=0
 
-step() {  # step NAME TIMEOUT_S CMD...: output to $OUT/NAME.log, status and time to the table
-  local name=$1 limit=$2
-  shift 2
-  local t0=$(date +%s) rc
-  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
-  rc=$?
-  local dt=$(($(date +%s) - t0))
-  if [ $rc -eq 0 ]; then
-    TABLE+=("$(printf '%-16s %-5s %5ss' "$name" ok "$dt")")
-  else
-    TABLE+=("$(printf '%-16s %-5s %5ss  rc %s' "$name" FAIL "$dt" "$rc")")
-    FAILED=1
-    tail -n 25 "$OUT/$name.log"
-  fi
-  return $rc
-}
+STEP_DIR=$OUT
+. scripts/lib/step.sh  # step NAME TIMEOUT_S CMD...: output to $OUT/NAME.log, a row in TABLE
 
 # A copy outside its git checkout (the device tool's .gpu/NAME) names its commit in GPU_COMMIT.
 [ -f GPU_COMMIT ] && export SERVELAB_COMMIT=$(cat GPU_COMMIT)

@@ -48,24 +48,8 @@ declare -a TABLE=()
 FAILED=0
 export PYTHONUNBUFFERED=1
 
-step() {  # step NAME TIMEOUT_S CMD...: output to $W/NAME.log (and the log), status and time to the table
-  local name=$1 limit=$2
-  shift 2
-  local t0=$(date +%s) rc
-  echo "== $name: $*" >>"$LOG"
-  timeout -s INT -k 20 "$limit" "$@" >"$W/$name.log" 2>&1
-  rc=$?
-  cat "$W/$name.log" >>"$LOG"
-  local dt=$(($(date +%s) - t0))
-  if [ $rc -eq 0 ]; then
-    TABLE+=("$(printf '%-12s %-5s %5ss' "$name" ok "$dt")")
-  else
-    TABLE+=("$(printf '%-12s %-5s %5ss  rc %s' "$name" FAIL "$dt" "$rc")")
-    FAILED=1
-    tail -n 25 "$W/$name.log"
-  fi
-  return $rc
-}
+STEP_DIR=$W STEP_LOG=$LOG STEP_WIDTH=12 STEP_TIMEOUT_OPTS="-s INT -k 20"
+. scripts/lib/step.sh  # step NAME TIMEOUT_S CMD...: output to $W/NAME.log and the log, a row in TABLE
 
 [ -f GPU_COMMIT ] && export SERVELAB_COMMIT=$(cat GPU_COMMIT)
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nvcc --version | tail -1

@@ -22,22 +22,8 @@ mkdir -p "$OUT"
 declare -a TABLE=()
 FAILED=0
 
-step() {  # step NAME TIMEOUT_S CMD...: output to $OUT/NAME.log, status and time to the table
-  local name=$1 limit=$2
-  shift 2
-  local t0=$(date +%s) rc
-  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
-  rc=$?
-  local dt=$(($(date +%s) - t0))
-  if [ $rc -eq 0 ]; then
-    TABLE+=("$(printf '%-12s %-5s %5ss' "$name" ok "$dt")")
-  else
-    TABLE+=("$(printf '%-12s %-5s %5ss  rc %s' "$name" FAIL "$dt" "$rc")")
-    FAILED=1
-    tail -n 25 "$OUT/$name.log"
-  fi
-  return $rc
-}
+STEP_DIR=$OUT STEP_WIDTH=12
+. scripts/lib/step.sh  # step NAME TIMEOUT_S CMD...: output to $OUT/NAME.log, a row in TABLE
 
 { nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv; nvidia-smi topo -m
   echo "NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"; ls /usr/local/cuda/lib64/libnccl.so* 2>/dev/null
