@@ -91,6 +91,7 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend)
   const int64_t n_slots = check_kv_arena(config_, model, backend_->kv_bytes_per_slot());
   kv_ = make_kv_manager(config_.kv, n_slots);
   backend_->init_kv(n_slots);
+  backend_->reserve_steps(step_limits(config_));
   if (config_.sched.kind == BatchingKind::continuous && config_.sched.preempt == PreemptMode::swap) {
     // Host blocks as large as the arena's (paged), or vLLM's default block of 16 (naive).
     const int block = config_.kv.kind == KvKind::paged ? config_.kv.block_size : 16;
@@ -102,6 +103,15 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend)
 }
 
 Engine::~Engine() = default;
+
+StepLimits step_limits(const EngineConfig& config) {
+  StepLimits limits;
+  limits.max_rows = max_step_rows(config.sched, config.kv.max_model_len);
+  limits.max_seqs = max_step_seqs(config.sched);
+  limits.max_context = config.kv.max_model_len;
+  limits.block_size = config.kv.kind == KvKind::paged ? config.kv.block_size : 0;
+  return limits;
+}
 
 int64_t check_kv_arena(const EngineConfig& config, const ModelConfig& model, int64_t per_slot) {
   if (per_slot <= 0)

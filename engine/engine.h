@@ -35,6 +35,9 @@ struct EngineConfig {
 /// The Engine constructor calls it; scenario validation calls it too, so a bad arena fails at
 /// `servelab validate` rather than after earlier runs finished.
 int64_t check_kv_arena(const EngineConfig& config, const ModelConfig& model, int64_t kv_bytes_per_slot);
+/// The largest step `config`'s scheduler sends (max_step_rows / max_step_seqs, max_model_len, the
+/// paged block size): what the engine asks its backend to reserve (Backend::reserve_steps).
+StepLimits step_limits(const EngineConfig& config);
 
 /// One output token of a request, stamped when the step that made it ended.
 struct TokenEvent {

@@ -24,26 +24,7 @@ BackendSpec backend_spec(const Scenario& sc) {
   return spec;
 }
 
-int max_step_rows(const SchedulerConfig& sched, int max_model_len) {
-  const int len = std::max(1, max_model_len);
-  switch (sched.kind) {
-    case BatchingKind::continuous: return sched.max_num_batched_tokens;
-    case BatchingKind::static_batch: return sched.batch_size * len;
-    case BatchingKind::dynamic_batch: return sched.max_batch_size * len;
-  }
-  return len;
-}
-
 int max_step_rows(const Scenario& sc, const StrategySpec& st) { return max_step_rows(st.sched, sc.engine.max_model_len); }
-
-int max_step_seqs(const SchedulerConfig& sched) {
-  switch (sched.kind) {
-    case BatchingKind::continuous: return sched.max_num_seqs;
-    case BatchingKind::static_batch: return sched.batch_size;
-    case BatchingKind::dynamic_batch: return sched.max_batch_size;
-  }
-  return 1;
-}
 
 int max_step_seqs(const StrategySpec& st) { return max_step_seqs(st.sched); }
 

@@ -15,13 +15,9 @@ namespace servelab {
 /// for the sim, capacity.tensor_parallel. Validated (throws std::invalid_argument naming the field).
 BackendSpec backend_spec(const Scenario& scenario);
 
-/// The most rows one step of `strategy` runs (sizes the activations gpu_memory_utilization leaves
-/// room for): continuous: max_num_batched_tokens; static and dynamic: a full batch of
-/// max_model_len prompts.
-int max_step_rows(const SchedulerConfig& sched, int max_model_len);
+/// max_step_rows / max_step_seqs (engine/sched/scheduler_config.h) of a scenario's strategy: the
+/// largest step, which sizes the activations gpu_memory_utilization leaves room for.
 int max_step_rows(const Scenario& scenario, const StrategySpec& strategy);
-/// The most sequences one step of `strategy` samples: max_num_seqs, or the batch size.
-int max_step_seqs(const SchedulerConfig& sched);
 int max_step_seqs(const StrategySpec& strategy);
 
 /// The KV arena in bytes a strategy runs with on `backend`: engine.kv_cache_bytes, or, when

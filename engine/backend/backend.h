@@ -80,6 +80,15 @@ class HostKvPool {
   FreeFn free_;
 };
 
+/// The largest step an engine sends its backend: rows (tokens), sequences, the longest context,
+/// and the KV block size (0 for the naive layout).
+struct StepLimits {
+  int max_rows = 0;
+  int max_seqs = 0;
+  int max_context = 0;
+  int block_size = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -89,6 +98,11 @@ class Backend {
   virtual int64_t kv_bytes_per_slot() const = 0;
   /// Allocates the arena for n_slots token slots (called once, before any forward).
   virtual void init_kv(int64_t n_slots) = 0;
+  /// Sizes the step buffers for the largest step the scheduler will send (called by the engine
+  /// after init_kv, before any forward), so nothing grows mid-run: on cuda a buffer that grows
+  /// invalidates every captured graph, and the recaptures land in the measured latencies. A
+  /// step larger than `limits` still runs (the buffers grow). Default: nothing to size (cpu, sim).
+  virtual void reserve_steps(const StepLimits& limits) { (void)limits; }
   /// Runs the batch: reads/writes K/V at kv.slot(seq, pos), samples. Does not modify the seqs.
   virtual ForwardResult forward(const Batch& batch, const KvManager& kv) = 0;
   virtual void copy_slots(std::span<const KvCopy> copies) = 0;

@@ -1,5 +1,6 @@
 #include "engine/sched/scheduler_config.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -17,6 +18,25 @@ const char* to_string(BatchingKind b) {
 }
 
 const char* to_string(PreemptMode p) { return p == PreemptMode::recompute ? "recompute" : "swap"; }
+
+int max_step_rows(const SchedulerConfig& sched, int max_model_len) {
+  const int len = std::max(1, max_model_len);
+  switch (sched.kind) {
+    case BatchingKind::continuous: return sched.max_num_batched_tokens;
+    case BatchingKind::static_batch: return sched.batch_size * len;
+    case BatchingKind::dynamic_batch: return sched.max_batch_size * len;
+  }
+  return len;
+}
+
+int max_step_seqs(const SchedulerConfig& sched) {
+  switch (sched.kind) {
+    case BatchingKind::continuous: return sched.max_num_seqs;
+    case BatchingKind::static_batch: return sched.batch_size;
+    case BatchingKind::dynamic_batch: return sched.max_batch_size;
+  }
+  return 1;
+}
 
 void SchedulerConfig::validate() const {
   switch (kind) {

@@ -26,4 +26,10 @@ struct SchedulerConfig {
   void validate() const;
 };
 
+/// The most rows (tokens) one step of the policy runs: continuous: max_num_batched_tokens; static
+/// and dynamic: a full batch of max_model_len prompts. Sizes the activations a backend reserves.
+int max_step_rows(const SchedulerConfig& sched, int max_model_len);
+/// The most sequences one step of the policy holds: max_num_seqs, or the batch size.
+int max_step_seqs(const SchedulerConfig& sched);
+
 }  // namespace servelab

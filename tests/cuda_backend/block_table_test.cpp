@@ -197,6 +197,36 @@ TEST(BlockTableDiff, SteadyDecodeSendsOnlyAppendedBlocks) {
   }
 }
 
+TEST(BlockTableDiff, AReservedTableNeverResizesWithinItsLimits) {
+  constexpr int bs = 16;
+  BlockTableDiff diff;
+  diff.reserve(257, 128);  // 256 sequences (+ row 0) of 2048 tokens
+  FakeDevice dev;
+  std::vector<uint64_t> ids;
+  BlockTableStep t;
+  std::vector<std::pair<uint64_t, std::vector<int32_t>>> seqs = {{7, {3}}};
+  diff.plan(ids, paged_step(seqs, bs, ids), t);
+  dev.apply(t);
+  EXPECT_TRUE(t.resized);  // the first allocation: the reserved size at once
+  EXPECT_EQ(diff.n_rows(), 512);  // powers of two
+  EXPECT_EQ(diff.stride(), 128);
+  for (int i = 0; i < 255; ++i) seqs.push_back({uint64_t(100 + i), std::vector<int32_t>(128, i + 1)});
+  const kernels::StepInput big = paged_step(seqs, bs, ids);
+  diff.plan(ids, big, t);
+  dev.apply(t);
+  EXPECT_FALSE(t.resized) << "256 sequences of 2048 tokens fit the reservation";
+  expect_served(dev, diff, t, big, "full step");
+  diff.reset();
+  seqs.resize(1);
+  diff.plan(ids, paged_step(seqs, bs, ids), t);
+  EXPECT_EQ(diff.n_rows(), 512) << "reset keeps the reservation";
+  BlockTableDiff plain;
+  plain.plan(ids, paged_step(seqs, bs, ids), t);
+  EXPECT_EQ(plain.n_rows(), BlockTableDiff::kMinRows);
+  EXPECT_EQ(plain.stride(), BlockTableDiff::kMinStride);
+  EXPECT_THROW(diff.reserve(-1, 4), std::invalid_argument);
+}
+
 TEST(BlockTableDiff, APausedSequenceKeepsItsRowAndRowsAreRecycled) {
   BlockTableDiff diff;
   FakeDevice dev;

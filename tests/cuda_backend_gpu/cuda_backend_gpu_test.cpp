@@ -309,6 +309,63 @@ TEST(CudaBackendGpuSampling, ParallelSamplesAndSeededDrawsAreReproducible) {
   for (TokenId t : r1.sampled) EXPECT_TRUE(t >= 0 && t < 1000);
 }
 
+// A buffer that grows mid-run (activations for a long prefill, the block table for a longer
+// sequence) invalidates every captured graph; reserve_steps sizes them up front, so a decode
+// shape is captured once however the steps around it vary, with the same logits.
+TEST(CudaBackendGpuGraphs, ReservedStepBuffersAreNotRecapturedAfterALongPrefill) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = synth(shape(false));
+  auto reserved = CudaBackend::load(dir);
+  auto lazy = CudaBackend::load(dir);
+  reserved->init_kv(kSlots);
+  lazy->init_kv(kSlots);
+  reserved->reserve_steps(StepLimits{.max_rows = 1024, .max_seqs = 8, .max_context = 512, .block_size = 16});
+  auto kv = make_kv(KvKind::paged);
+  std::vector<Sequence> seqs;
+  for (int i = 0; i < 4; ++i) {
+    seqs.push_back(make_sequence(i + 1, random_tokens(i < 3 ? 30 + 7 * i : 400, 1000, 70 + i)));
+    seqs.back().sampling.max_tokens = 16;
+  }
+  auto run = [&](Batch& b) {
+    const std::vector<float> x = reserved->forward_logits(b, *kv);
+    const std::vector<float> y = lazy->forward_logits(b, *kv);
+    ASSERT_EQ(x.size(), y.size());
+    EXPECT_LT(rel_error(x, y), 1e-2);
+    for (size_t i = 0; i < b.entries.size(); ++i) {
+      Sequence& s = *b.entries[i].seq;
+      const auto row = std::span(y).subspan(i * 1000, 1000);
+      s.n_computed = s.n_tokens();
+      s.tokens.push_back(static_cast<TokenId>(std::max_element(row.begin(), row.end()) - row.begin()));
+    }
+  };
+  auto decode = [&](int steps) {
+    for (int step = 0; step < steps; ++step) {
+      Batch b;
+      for (int i = 0; i < 3; ++i) {
+        hold(*kv, seqs[i], seqs[i].n_tokens());
+        b.entries.push_back({&seqs[i], seqs[i].n_tokens() - seqs[i].n_computed, true});
+      }
+      run(b);
+    }
+  };
+  Batch first;
+  for (int i = 0; i < 3; ++i) {
+    hold(*kv, seqs[i], seqs[i].n_tokens());
+    first.entries.push_back({&seqs[i], seqs[i].n_tokens(), true});
+  }
+  run(first);
+  decode(3);  // bucket 4: eager, capture, replay
+  EXPECT_EQ(reserved->graph_captures(), 1);
+  EXPECT_EQ(lazy->graph_captures(), 1);
+  Batch longer;  // 400 rows (the lazy backend's activations grow) and 25 blocks (its table grows)
+  hold(*kv, seqs[3], seqs[3].n_tokens());
+  longer.entries.push_back({&seqs[3], seqs[3].n_tokens(), true});
+  run(longer);
+  decode(3);
+  EXPECT_EQ(reserved->graph_captures(), 1) << "the reserved buffers did not move";
+  EXPECT_EQ(lazy->graph_captures(), 2) << "growth invalidated the graph (what reserve_steps avoids)";
+}
+
 }  // namespace
 }  // namespace servelab
 

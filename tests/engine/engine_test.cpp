@@ -319,5 +319,47 @@ TEST(EngineSwapSpace, OnlyASwappingPolicyGetsAPoolAndItsSizeIsChecked) {
   EXPECT_EQ(tiny.swap_space()->capacity_slots(), 0);
 }
 
+/// A SimBackend that records what the engine asked it to reserve.
+class ReservingBackend final : public Backend {
+ public:
+  explicit ReservingBackend(std::vector<StepLimits>& seen) : inner_(sim_backend()), seen_(seen) {}
+  std::string name() const override { return inner_->name(); }
+  const ModelConfig& config() const override { return inner_->config(); }
+  int64_t kv_bytes_per_slot() const override { return inner_->kv_bytes_per_slot(); }
+  void init_kv(int64_t n_slots) override { inner_->init_kv(n_slots); }
+  void reserve_steps(const StepLimits& limits) override { seen_.push_back(limits); }
+  ForwardResult forward(const Batch& batch, const KvManager& kv) override { return inner_->forward(batch, kv); }
+  void copy_slots(std::span<const KvCopy> copies) override { inner_->copy_slots(copies); }
+  std::unique_ptr<HostKvPool> make_host_pool(int64_t n) override { return inner_->make_host_pool(n); }
+  void swap_out(std::span<const KvSwap> runs, HostKvPool& pool) override { inner_->swap_out(runs, pool); }
+  void swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) override { inner_->swap_in(runs, pool); }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  std::vector<StepLimits>& seen_;
+};
+
+TEST(EngineConfig, TheBackendReservesTheLargestStepOnce) {
+  std::vector<StepLimits> seen;
+  EngineConfig paged = paged_config(continuous_sched(48, 1024, true), 4096 * kSlotBytes, 32);
+  paged.kv.max_model_len = 200;  // the micro model's max_position is 256
+  { Engine engine(paged, std::make_unique<ReservingBackend>(seen)); }
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].max_rows, 1024);  // max_num_batched_tokens
+  EXPECT_EQ(seen[0].max_seqs, 48);
+  EXPECT_EQ(seen[0].max_context, 200);
+  EXPECT_EQ(seen[0].block_size, 32);
+
+  EngineConfig naive = paged_config(static_sched(6, 10.0), 4096 * kSlotBytes);
+  naive.kv.kind = KvKind::naive;
+  naive.kv.max_model_len = 1000;  // capped at max_position
+  { Engine engine(naive, std::make_unique<ReservingBackend>(seen)); }
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1].max_rows, 6 * 256);  // a full static batch of the longest prompts
+  EXPECT_EQ(seen[1].max_context, 256);
+  EXPECT_EQ(seen[1].max_seqs, 6);
+  EXPECT_EQ(seen[1].block_size, 0);       // naive: no blocks
+}
+
 }  // namespace
 }  // namespace servelab

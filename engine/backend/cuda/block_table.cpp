@@ -22,7 +22,19 @@ int BlockTableDiff::row_of(uint64_t seq_id) const {
   return it == row_of_.end() ? -1 : it->second;
 }
 
-void BlockTableDiff::reset() { *this = BlockTableDiff(); }
+void BlockTableDiff::reset() {
+  const int rows = min_rows_, stride = min_stride_;
+  *this = BlockTableDiff();
+  reserve(rows, stride);
+}
+
+void BlockTableDiff::reserve(int rows, int stride) {
+  if (rows < 0 || stride < 0)
+    throw std::invalid_argument("BlockTableDiff::reserve: rows and stride must be >= 0 (got " + std::to_string(rows) +
+                                ", " + std::to_string(stride) + ")");
+  min_rows_ = rows;
+  min_stride_ = stride;
+}
 
 void BlockTableDiff::resize(int rows, int stride, BlockTableStep& out) {
   if (int64_t(rows) * stride > (int64_t(1) << 31) - 1)
@@ -68,9 +80,10 @@ void BlockTableDiff::plan(std::span<const uint64_t> seq_ids, const kernels::Step
   out.resized = false;
   out.old_rows = n_rows_;
   out.old_stride = stride_;
-  if (n_rows_ < S + 1 || stride_ < need_stride)
-    resize(n_rows_ < S + 1 ? pow2_at_least(S + 1, kMinRows) : n_rows_,
-           stride_ < need_stride ? pow2_at_least(need_stride, kMinStride) : stride_, out);
+  const int want_rows = std::max(S + 1, min_rows_), want_stride = std::max(need_stride, min_stride_);
+  if (n_rows_ < want_rows || stride_ < want_stride)
+    resize(n_rows_ < want_rows ? pow2_at_least(want_rows, kMinRows) : n_rows_,
+           stride_ < want_stride ? pow2_at_least(want_stride, kMinStride) : stride_, out);
   out.n_rows = n_rows_;
   out.stride = stride_;
 

@@ -41,7 +41,12 @@ class BlockTableDiff {
   /// appears twice or the input is not paged / not consistent (seq_ids.size() != n_seqs).
   void plan(std::span<const uint64_t> seq_ids, const kernels::StepInput& in, BlockTableStep& out);
   /// Forgets every row (the device table is dropped too): the next plan() allocates afresh.
+  /// A reservation stays.
   void reset();
+  /// Every table plan() allocates from now on has at least `rows` rows (row 0 included) and
+  /// `stride` entries per row (each rounded up to a power of two), so steps within them never
+  /// resize the table.
+  void reserve(int rows, int stride);
 
   int n_rows() const { return n_rows_; }
   int stride() const { return stride_; }
@@ -57,6 +62,7 @@ class BlockTableDiff {
   void resize(int rows, int stride, BlockTableStep& out);
 
   int n_rows_ = 0, stride_ = 0;
+  int min_rows_ = 0, min_stride_ = 0;  ///< reserve()
   std::vector<int32_t> mirror_;
   std::vector<uint64_t> owner_;     ///< [n_rows] sequence id of each row
   std::vector<char> owned_;         ///< [n_rows] 1 when owner_ is valid

@@ -61,6 +61,10 @@ class CudaBackend final : public Backend {
   /// share of the KV heads only.
   int64_t kv_bytes_per_slot() const override;
   void init_kv(int64_t n_slots) override;
+  /// Sizes the activations, sampled rows, decode workspace and persistent block table for the
+  /// largest step up front, so no buffer a captured graph baked in is reallocated mid-run (which
+  /// would make every graph be captured again).
+  void reserve_steps(const StepLimits& limits) override;
   ForwardResult forward(const Batch& batch, const KvManager& kv) override;
   /// Copy-on-write runs as block pairs of the largest granularity dividing every run, one launch.
   void copy_slots(std::span<const KvCopy> copies) override;
@@ -86,6 +90,9 @@ class CudaBackend final : public Backend {
   const CudaBackendOptions& options() const;
   /// Bytes of the last step's one host-to-device copy of its packed input (block-table changes included).
   int64_t last_step_input_bytes() const;
+  /// CUDA graphs captured so far (each (batch bucket, context bucket, layout) once, again after a
+  /// buffer a graph baked in was reallocated).
+  int64_t graph_captures() const;
 
  private:
   friend struct TpAccess;  // tp_backend.cpp: one CudaBackend per rank, driven step by step

@@ -106,6 +106,7 @@ struct CudaBackend::Impl {
   DeviceBuffer graph_packed;  // graph steps: fixed address, sized once for the largest bucket
   std::map<GraphKey, GraphEntry> graphs;
   uint64_t epoch = 1;         // bumped whenever a buffer a graph baked in is reallocated
+  int64_t graph_captures = 0; // graphs captured so far (a recapture after an epoch bump counts)
   int n_samples = 0;          // draws of the last step (rows of logits/tokens to read)
   size_t last_upload_bytes = 0;  // the last step's one host-to-device copy
   // Persistent block tables (paged KV, options.persistent_block_tables): the device table
@@ -228,6 +229,20 @@ struct CudaBackend::Impl {
     if (need <= decode_ws.bytes()) return;
     decode_ws.grow(need, "decode workspace");
     ++epoch;
+  }
+
+  /// Sizes every step buffer a graph bakes in for steps up to `limits` (Backend::reserve_steps):
+  /// activations for max_rows rows, sampled rows, the decode workspace and the persistent block
+  /// table for max_seqs sequences (rounded up to their graph bucket) of max_context tokens. Later
+  /// steps within the limits then never bump the epoch, so each graph is captured once.
+  void reserve(const StepLimits& limits) {
+    const int seqs = std::max(1, limits.max_seqs);
+    const int padded = std::max(seqs, graph_bucket(seqs));  // a graph step pads to its bucket
+    ensure_rows(std::max(limits.max_rows, padded));
+    ensure_samples(padded);
+    ensure_decode_workspace(padded);
+    if (options.persistent_block_tables && limits.block_size > 0 && limits.max_context > 0)
+      table_diff.reserve(padded + 1, (limits.max_context + limits.block_size - 1) / limits.block_size);
   }
 
   /// Forgets the persistent block table (host mirror and device copy): the next paged step
@@ -353,6 +368,7 @@ struct CudaBackend::Impl {
         cudaGraphDestroy(graph);
         CUDA_CHECK(e);
         entry.epoch = epoch;
+        ++graph_captures;
       }
       CUDA_CHECK(cudaGraphLaunch(entry.exec, stream));
       return;

@@ -290,6 +290,10 @@ void TpCudaBackend::init_kv(int64_t n_slots) {
   impl_->run_collective([&](int r) { impl_->ranks[r]->init_kv(n_slots); });
 }
 
+void TpCudaBackend::reserve_steps(const StepLimits& limits) {
+  impl_->run_collective([&](int r) { impl_->ranks[r]->reserve_steps(limits); });
+}
+
 ForwardResult TpCudaBackend::forward(const Batch& batch, const KvManager& kv) {
   Impl& m = *impl_;
   ForwardResult result;

@@ -52,6 +52,8 @@ class TpCudaBackend final : public Backend {
   int64_t kv_bytes_per_slot() const override;
   /// The same n_slots on every rank.
   void init_kv(int64_t n_slots) override;
+  /// Every rank reserves for the same limits (CudaBackend::reserve_steps).
+  void reserve_steps(const StepLimits& limits) override;
   ForwardResult forward(const Batch& batch, const KvManager& kv) override;
   void copy_slots(std::span<const KvCopy> copies) override;
   /// One pinned, device-mapped, portable allocation of N × n_slots × kv_bytes_per_slot() bytes,
