@@ -70,8 +70,20 @@ bool Gemm::uses_gemv(ScalarType t, const void* x, const void* w, int m, int n, i
   return use_gemv_ && !batch_invariant_ && gemv_supported(t, x, w, m, n, k);
 }
 
+bool Gemm::fuses_gate_up_silu(ScalarType t, const void* x, const void* w, int m, int ffn, int k) const {
+  return ffn >= 1 && uses_gemv(t, x, w, m, 2 * ffn, k) && (gemv_split_k_ || gemv_plan(2 * ffn, k).splits == 1);
+}
+
+void Gemm::run_gate_up_silu(ScalarType t, const void* x, const void* w, void* act, int m, int ffn, int k,
+                            cudaStream_t stream) {
+  if (m == 0) return;
+  if (!fuses_gate_up_silu(t, x, w, m, ffn, k))
+    throw std::logic_error("Gemm::run_gate_up_silu: this product does not take the fused gemv path");
+  run_gemv_silu_mul(t, x, w, act, m, ffn, k, gemv_plan(2 * ffn, k), gemv_partials_, gemv_counters_, stream);
+}
+
 gemv::Plan Gemm::gemv_plan(int n, int k) const {
-  return gemv::make_plan(n, k, n_sms_, gemv_blocks_per_sm(), kGemvCounters, kGemvPartialFloats);
+  return gemv::make_plan(n, k, n_sms_, gemv_blocks_per_sm(), kGemvCounters, kGemvPartialFloats, gemv_waves_);
 }
 
 cublasLtMatmulAlgo_t Gemm::algo_for(ScalarType t, int m, int n, int k, bool out_fp32, bool accumulate) {

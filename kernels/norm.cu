@@ -1,6 +1,8 @@
 // RMSNorm, plain and fused with the residual add, and the unfused residual add. One block per
 // row, 16-byte vectors; the sum of squares is reduced in a fixed order (per thread, then warp
-// shuffles, then warps in order), so a row's result never depends on the batch.
+// shuffles, then warps in order), so a row's result never depends on the batch. The norms are
+// launched with programmatic dependent launch (launch_pdl, common.cuh): the block first waits for
+// the kernel before it, then lets the next kernel (a GEMM streaming its weights) start.
 #include <stdexcept>
 
 #include "kernels/common.cuh"
@@ -27,6 +29,8 @@ __device__ float block_sum(float v) {
 template <typename T, bool kAdd>
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const T* x, T* residual, const T* weight, T* out, int d,
                                                             float eps) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t base = int64_t(blockIdx.x) * d;
   const T* src = kAdd ? residual + base : x + base;
   float ss = 0.0f;
@@ -77,9 +81,8 @@ void check_width(int d) {
 template <typename T, bool kAdd>
 void launch_norm(const void* x, void* residual, const void* weight, void* out, int n_rows, int d, float eps,
                  cudaStream_t stream) {
-  rms_norm_kernel<T, kAdd><<<n_rows, kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(residual),
-                                                            static_cast<const T*>(weight), static_cast<T*>(out), d, eps);
-  CUDA_CHECK_LAUNCH();
+  launch_pdl(rms_norm_kernel<T, kAdd>, n_rows, kThreads, 0, stream, static_cast<const T*>(x), static_cast<T*>(residual),
+             static_cast<const T*>(weight), static_cast<T*>(out), d, eps);
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // kernels it replaces (rope in place, then KV write) for `fusion: off`.
 // One block per token; the token's cos/sin table (head_dim / 2 angles) is built once in shared
 // memory and shared by all its heads; every head is moved as 16-byte vectors, the rotate-half
-// partner vectors (i, i + head_dim / 2) held by one thread.
+// partner vectors (i, i + head_dim / 2) held by one thread. Launched with programmatic dependent
+// launch (launch_pdl, common.cuh): a block waits for the QKV product at the top.
 #include <stdexcept>
 #include <string>
 
@@ -27,6 +28,8 @@ __device__ __forceinline__ void add_bias(float (&f)[8], const T* bias, int off) 
 template <typename T, int kMode>
 __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const QkvArgs a) {
   extern __shared__ float trig[];  // [half] cos, then [half] sin
+  pdl_wait();
+  pdl_launch_dependents();
   const int t = blockIdx.x, hd = a.head_dim, half = hd / 2, hv = half / 8, dv = hd / 8;
   T* row = static_cast<T*>(a.qkv) + t * a.qkv_row_stride;
   const T* bias = static_cast<const T*>(a.bias);
@@ -95,10 +98,10 @@ void launch(const QkvArgs& a, cudaStream_t stream) {
   if (a.qkv_row_stride % 8 != 0) throw std::invalid_argument("rope/kv write: qkv_row_stride must be a multiple of 8");
   const size_t smem = kMode == kWriteOnly ? 0 : sizeof(float) * a.head_dim;
   if (a.dtype == ScalarType::bf16) {
-    rope_kv_kernel<__nv_bfloat16, kMode><<<a.n_tokens, kThreads, smem, stream>>>(a);
+    launch_pdl(rope_kv_kernel<__nv_bfloat16, kMode>, a.n_tokens, kThreads, smem, stream, a);
   } else {
 #if defined(SERVELAB_KERNELS_FP16)
-    rope_kv_kernel<__half, kMode><<<a.n_tokens, kThreads, smem, stream>>>(a);
+    launch_pdl(rope_kv_kernel<__half, kMode>, a.n_tokens, kThreads, smem, stream, a);
 #else
     throw std::invalid_argument("rope/kv write: fp16 not built (-DSERVELAB_KERNELS_FP16=ON)");
 #endif
