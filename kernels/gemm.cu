@@ -83,7 +83,10 @@ void Gemm::run_gate_up_silu(ScalarType t, const void* x, const void* w, void* ac
 }
 
 gemv::Plan Gemm::gemv_plan(int n, int k) const {
-  return gemv::make_plan(n, k, n_sms_, gemv_blocks_per_sm(), kGemvCounters, kGemvPartialFloats, gemv_waves_);
+  gemv::Plan plan = gemv::make_plan(n, k, n_sms_, gemv_blocks_per_sm(), gemv_waves_ > 0 ? kGemvCounters : 0,
+                                    kGemvPartialFloats, gemv_waves_);
+  plan.variant = gemv_variant_;
+  return plan;
 }
 
 cublasLtMatmulAlgo_t Gemm::algo_for(ScalarType t, int m, int n, int k, bool out_fp32, bool accumulate) {

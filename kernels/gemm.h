@@ -64,7 +64,10 @@ class Gemm {
   /// Whether products whose gemv plan splits K take gemv (true) or cuBLASLt (false).
   void set_gemv_split_k(bool on) { gemv_split_k_ = on; }
   /// Waves of resident blocks below which gemv's plan splits K (gemv::make_plan's `waves`; 2 by default).
-  void set_gemv_waves(int waves) { gemv_waves_ = waves < 1 ? 1 : waves; }
+  /// 0 never splits K.
+  void set_gemv_waves(int waves) { gemv_waves_ = waves < 0 ? 0 : waves; }
+  /// gemv's loop variant (gemv::Plan::variant), the same bits in each.
+  void set_gemv_variant(int variant) { gemv_variant_ = variant & 3; }
   /// Whether run() with these arguments takes the skinny path.
   bool uses_gemv(ScalarType t, const void* x, const void* w, int m, int n, int k) const;
   /// Whether run_gate_up_silu() takes this product: run() would take gemv for the [m, 2 * ffn]
@@ -90,6 +93,7 @@ class Gemm {
   bool use_gemv_ = true;
   bool gemv_split_k_ = true;
   int gemv_waves_ = 2;
+  int gemv_variant_ = 0;
   int n_sms_ = 0;
   float* gemv_partials_ = nullptr;
   int32_t* gemv_counters_ = nullptr;

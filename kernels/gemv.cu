@@ -56,7 +56,22 @@ struct StepRegs {
 
 /// Loads the weights of the step starting at K index kb. kCheck: vectors at or past k read as
 /// zeros (the last, partial step; k is a multiple of 8, so a vector is wholly in or out).
-template <bool kCheck, typename T>
+/// Streaming 16-byte load of weights; kHint: with the L2::256B prefetch-size hint (the L2 fetches
+/// the whole 256-byte block, the next warp's step included).
+template <bool kHint>
+__device__ __forceinline__ Vec8 load_weights(const void* p) {
+  if constexpr (!kHint) {
+    return load_stream(p);
+  } else {
+    Vec8 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+  }
+}
+
+template <bool kCheck, bool kHint = false, typename T>
 __device__ __forceinline__ void load_w(StepRegs& r, const T* const (&wr)[2][2], int kb, int lane_k, int k) {
 #pragma unroll
   for (int v = 0; v < 2; ++v) {
@@ -65,7 +80,7 @@ __device__ __forceinline__ void load_w(StepRegs& r, const T* const (&wr)[2][2], 
 #pragma unroll
     for (int t = 0; t < 2; ++t)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) r.w[t][h][v] = in ? load_stream(wr[t][h] + kv) : make_uint4(0, 0, 0, 0);
+      for (int h = 0; h < 2; ++h) r.w[t][h][v] = in ? load_weights<kHint>(wr[t][h] + kv) : make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -80,10 +95,10 @@ __device__ __forceinline__ void load_x(StepRegs& r, const T* xr, int kb, int lan
   }
 }
 
-template <bool kCheck, typename T>
+template <bool kCheck, bool kHint = false, typename T>
 __device__ __forceinline__ void load_step(StepRegs& r, const T* const (&wr)[2][2], const T* xr, int kb, int lane_k,
                                           int k) {
-  load_w<kCheck>(r, wr, kb, lane_k, k);
+  load_w<kCheck, kHint>(r, wr, kb, lane_k, k);
   load_x<kCheck>(r, xr, kb, lane_k, k);
 }
 
@@ -125,8 +140,13 @@ struct Params {
   int silu_ffn;        ///< > 0: fused SiLU·mul, w = [gate; up] (n = 2 * silu_ffn), y [m, silu_ffn]
 };
 
-template <typename T, typename OutT>
+/// kVariant (gemv::Plan::variant): bit 0 = rolling two-step pipeline (a step's loads are issued
+/// right after the previous use of its registers, so a warp always has one or two steps in
+/// flight, instead of loading two, using two); bit 1 = the L2::256B hint on the weight loads.
+/// The steps are summed in the same order in every variant (same bits).
+template <typename T, typename OutT, int kVariant>
 __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
+  constexpr bool kRolling = kVariant & 1, kHint = (kVariant & 2) != 0;
   __shared__ float red[kWarps][gemv::kPartialFloats];  // [warp][m * 32 + row]
   __shared__ int last_block;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
@@ -148,12 +168,37 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
   float acc[2][4] = {};
   const int end = p.plan.split_begin(split + 1), full = k / kStepK;  // steps < full need no K check
   int s = p.plan.split_begin(split) + warp;
-  {  // the first two steps: weights before waiting for the kernel that writes x (PDL), x after
+  if constexpr (kRolling) {
+    const int lim = min(end, full);  // steps s, s + kWarps, ... below lim need no K check
+    StepRegs a, b;                   // step s, step s + kWarps
+    bool have_a = s < lim, have_b = s + kWarps < lim;
+    if (have_a) load_w<false, kHint>(a, wr, s * kStepK, lane_k, k);  // weights before the PDL wait
+    if (have_b) load_w<false, kHint>(b, wr, (s + kWarps) * kStepK, lane_k, k);
+    pdl_wait();
+    pdl_launch_dependents();
+    if (have_a) load_x<false>(a, xr, s * kStepK, lane_k, k);
+    if (have_b) load_x<false>(b, xr, (s + kWarps) * kStepK, lane_k, k);
+    while (have_a) {
+      mma_step<T>(acc, a);
+      const bool next_a = s + 2 * kWarps < lim;
+      if (next_a) load_step<false, kHint>(a, wr, xr, (s + 2 * kWarps) * kStepK, lane_k, k);
+      if (!have_b) {
+        s += kWarps;
+        break;
+      }
+      mma_step<T>(acc, b);
+      const bool next_b = s + 3 * kWarps < lim;
+      if (next_b) load_step<false, kHint>(b, wr, xr, (s + 3 * kWarps) * kStepK, lane_k, k);
+      s += 2 * kWarps;
+      have_a = next_a;
+      have_b = next_b;
+    }
+  } else {  // the first two steps: weights before waiting for the kernel that writes x (PDL), x after
     StepRegs r[kUnroll];
     const bool first = s + kWarps < min(end, full);
     if (first) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) load_w<false>(r[u], wr, (s + u * kWarps) * kStepK, lane_k, k);
+      for (int u = 0; u < kUnroll; ++u) load_w<false, kHint>(r[u], wr, (s + u * kWarps) * kStepK, lane_k, k);
     }
     pdl_wait();
     pdl_launch_dependents();
@@ -168,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
   for (; s + kWarps < min(end, full); s += kUnroll * kWarps) {  // two full steps: s and s + kWarps
     StepRegs r[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) load_step<false>(r[u], wr, xr, (s + u * kWarps) * kStepK, lane_k, k);
+    for (int u = 0; u < kUnroll; ++u) load_step<false, kHint>(r[u], wr, xr, (s + u * kWarps) * kStepK, lane_k, k);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) mma_step<T>(acc, r[u]);
   }
@@ -221,11 +266,21 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
   }
 }
 
+template <typename T, int kVariant>
+void launch_variant(const Params& p, bool out_fp32, cudaStream_t stream) {
+  const dim3 grid(p.plan.row_blocks, p.plan.splits);
+  if (out_fp32) launch_pdl(gemv_kernel<T, float, kVariant>, grid, kThreads, 0, stream, p);
+  else launch_pdl(gemv_kernel<T, T, kVariant>, grid, kThreads, 0, stream, p);
+}
+
 template <typename T>
 void launch(const Params& p, bool out_fp32, cudaStream_t stream) {
-  const dim3 grid(p.plan.row_blocks, p.plan.splits);
-  if (out_fp32) launch_pdl(gemv_kernel<T, float>, grid, kThreads, 0, stream, p);
-  else launch_pdl(gemv_kernel<T, T>, grid, kThreads, 0, stream, p);
+  switch (p.plan.variant & 3) {
+    case 0: return launch_variant<T, 0>(p, out_fp32, stream);
+    case 1: return launch_variant<T, 1>(p, out_fp32, stream);
+    case 2: return launch_variant<T, 2>(p, out_fp32, stream);
+    default: return launch_variant<T, 3>(p, out_fp32, stream);
+  }
 }
 
 void check_plan(const gemv::Plan& plan, int n, int k, const float* partials, const int32_t* counters) {
@@ -248,7 +303,7 @@ bool gemv_supported(ScalarType t, const void* x, const void* w, int m, int n, in
 int gemv_blocks_per_sm() {
   static const int blocks = [] {
     int b = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, gemv_kernel<__nv_bfloat16, float>, kThreads, 0));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, gemv_kernel<__nv_bfloat16, float, 0>, kThreads, 0));
     return b;
   }();
   return blocks;

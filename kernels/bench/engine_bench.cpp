@@ -2,8 +2,8 @@
 // bf16 weights drawn on the GPU), beside ceilings measured in the same run: a large
 // device-to-device copy and a large cuBLASLt bf16 GEMM on random data (issue 8, items 1, 3b, 5).
 //   engine_bench [--json FILE] [--commit SHA] [--preset NAME] [--kv-gb G] [--quick]
-//   engine_bench --ncu-decode BATCH,CONTEXT [--graphs]   (one decode step, eager or a graph replay,
-//                                                         for ncu --profile-from-start off)
+//   engine_bench --ncu-decode BATCH,CONTEXT [--graphs] [--variants V]   (one decode step, eager or a
+//                                  graph replay, for ncu --profile-from-start off; V: a kMbuVariants name)
 //   engine_bench --mbu [--variants V,V,...]   (decode MBU only, per decode-path variant, see kMbuVariants)
 // - decode, batch 1, 8, 32, 128, 256 x context 128 and 4096: tokens/s and model-bandwidth
 //   utilization (MBU) = (weight bytes + KV bytes read per step) / step time / copy bandwidth.
@@ -30,6 +30,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -150,39 +151,55 @@ struct Args {
   bool ncu_graphs = false;             // --graphs: the ncu step is a graph replay
   bool mbu = false;                    // --mbu
   std::string variants;                // --variants (names of kMbuVariants), empty = all
+  std::string before_label = "cuBLASLt only, no PDL, unfused SiLU";  // --before-label
 };
 
 /// A decode path of the cuda backend, set through its environment switches (cuda_backend_impl.h)
 /// before the backend is built: SERVELAB_GEMV (off | unsplit | all), SERVELAB_PDL (programmatic
-/// dependent launch), SERVELAB_GEMV_SILU (gate|up and SiLU·mul in one gemv launch).
+/// dependent launch), SERVELAB_GEMV_SILU (gate|up and SiLU·mul in one gemv launch),
+/// SERVELAB_GEMV_WAVES (gemv splits K below this many waves of resident blocks; 0 never),
+/// SERVELAB_GEMV_VARIANT (gemv's loop: bit 0 rolling pipeline, bit 1 L2::256B hint).
 struct MbuVariant {
   const char* name;
   const char* gemv;
   bool pdl, silu;
-  int waves = 2;  // SERVELAB_GEMV_WAVES: gemv splits K below this many waves of resident blocks
+  int waves, loop;
 };
 constexpr MbuVariant kMbuVariants[] = {
-    {"before", "off", false, false},             // cuBLASLt for every product, plain launches
-    {"pdl", "off", true, false},                 // + PDL on the small kernels
-    {"unsplit", "unsplit", false, false},        // gemv where it needs no K split
-    {"unsplit_pdl", "unsplit", true, false},
-    {"after", "unsplit", true, true},            // the default: gemv unsplit + PDL + fused SiLU
-    {"all_pdl_silu", "all", true, true},         // gemv for every decode product
-    {"all_1wave", "all", true, true, 1},         // ... with K splits up to one wave of blocks only
-    {"before_again", "off", false, false},       // the first variant again: the run's spread
+    {"before", "off", false, false, 2, 0},       // cuBLASLt for every product, plain launches
+    {"plain", "off", false, false, 2, 0},        // the same, not recorded as decode_step_mbu_before
+    {"pdl", "off", true, false, 2, 0},           // + PDL on the small kernels
+    {"unsplit", "unsplit", true, true, 2, 0},    // gemv where it needs no K split, fused SiLU, PDL
+    {"unsplit_v3", "unsplit", true, true, 2, 3},
+    {"all_w1", "all", true, true, 1, 0},         // gemv for every decode product, K split below 1 wave
+    {"all_w1_v1", "all", true, true, 1, 1},
+    {"all_w1_v2", "all", true, true, 1, 2},
+    {"all_w1_v3", "all", true, true, 1, 3},
+    {"all_w2_v3", "all", true, true, 2, 3},
+    {"all_w0_v3", "all", true, true, 0, 3},      // never split K
+    {"all_w1_v3_nopdl", "all", false, true, 1, 3},
+    {"after", "all", true, true, 1, 3},          // the default (cuda_backend_impl.h)
 };
+
+const MbuVariant& find_variant(const std::string& name) {
+  for (const MbuVariant& v : kMbuVariants)
+    if (name == v.name) return v;
+  throw std::invalid_argument("unknown decode-path variant '" + name + "'");
+}
 
 void set_variant_env(const MbuVariant& v) {
   setenv("SERVELAB_GEMV", v.gemv, 1);
   setenv("SERVELAB_PDL", v.pdl ? "1" : "0", 1);
   setenv("SERVELAB_GEMV_SILU", v.silu ? "1" : "0", 1);
   setenv("SERVELAB_GEMV_WAVES", std::to_string(v.waves).c_str(), 1);
+  setenv("SERVELAB_GEMV_VARIANT", std::to_string(v.loop).c_str(), 1);
 }
 
 /// --ncu-decode: one eager decode step of `batch` sequences at `context` between
 /// cudaProfilerStart and cudaProfilerStop, after warm-up, for `ncu --profile-from-start off`
 /// (a per-kernel breakdown of the step). Prints the step's time outside the profiler.
 int profile_one_decode_step(const Args& args) {
+  if (!args.variants.empty()) set_variant_env(find_variant(args.variants));
   ModelConfig model = preset(args.preset);
   model.dtype = DType::bf16;
   std::unique_ptr<CudaBackend> backend =
@@ -224,9 +241,20 @@ int run_mbu(const Args& args) {
   if (args.quick) points = {{1, 128}, {1, 4096}};
   const int warmup = 3, repeats = args.quick ? 7 : 15;
   std::vector<std::string> summary;
-  for (const MbuVariant& v : kMbuVariants) {
-    if (!args.variants.empty() && ("," + args.variants + ",").find("," + std::string(v.name) + ",") == std::string::npos)
-      continue;
+  std::vector<const MbuVariant*> chosen;
+  if (args.variants.empty()) {
+    for (const MbuVariant& v : kMbuVariants) chosen.push_back(&v);
+  } else {
+    size_t at = 0;
+    while (at <= args.variants.size()) {
+      const size_t comma = std::min(args.variants.find(',', at), args.variants.size());
+      const std::string name = args.variants.substr(at, comma - at);
+      at = comma + 1;
+      chosen.push_back(&find_variant(name));
+    }
+  }
+  for (const MbuVariant* vp : chosen) {
+    const MbuVariant& v = *vp;
     set_variant_env(v);
     std::unique_ptr<CudaBackend> backend = CudaBackend::random(model, 1, CudaBackendOptions{});
     int64_t n_slots = 0;
@@ -248,7 +276,7 @@ int run_mbu(const Args& args) {
         record("decode_step_mbu", shape + detail, gbs, "GB/s", "engine_d2d_copy", gbs / copy_gbs);
         record("decode_step_tokens", shape + fmt(" step %.3f ms", s * 1e3), b / s, "tok/s");
       } else if (std::strcmp(v.name, "before") == 0) {
-        record("decode_step_mbu_before", shape + " (cuBLASLt only, no PDL, unfused SiLU)" + detail, gbs, "GB/s",
+        record("decode_step_mbu_before", shape + " (" + args.before_label + ")" + detail, gbs, "GB/s",
                "engine_d2d_copy", gbs / copy_gbs);
       }
       line += "  " + shape + fmt(" %.3f ms %.3f", s * 1e3, gbs / copy_gbs);
@@ -421,6 +449,7 @@ int main(int argc, char** argv) {
     else if (a == "--graphs") args.ncu_graphs = true;
     else if (a == "--mbu") args.mbu = true;
     else if (a == "--variants" && i + 1 < argc) args.variants = argv[++i];
+    else if (a == "--before-label" && i + 1 < argc) args.before_label = argv[++i];
     else if (a == "--ncu-decode" && i + 1 < argc && std::sscanf(argv[i + 1], "%d,%d", &args.ncu_batch, &args.ncu_context) == 2 &&
              args.ncu_batch > 0 && args.ncu_context > 0)
       ++i;
@@ -428,7 +457,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: engine_bench [--json FILE] [--commit SHA] [--preset NAME] [--kv-gb G] [--quick]\n"
                    "       engine_bench --mbu [--variants V,...] [--json FILE] [--commit SHA] [--quick]\n"
-                   "       engine_bench --ncu-decode BATCH,CONTEXT [--graphs] [--preset NAME]\n");
+                   "       engine_bench --ncu-decode BATCH,CONTEXT [--graphs] [--variants V] [--preset NAME]\n");
       return 2;
     }
   }

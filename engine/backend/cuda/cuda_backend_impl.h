@@ -192,6 +192,7 @@ struct CudaBackend::Impl {
     gemm = std::make_unique<k::Gemm>(options.batch_invariant, size_t(32) << 20, mode != DecodeGemv::off,
                                      mode == DecodeGemv::all);
     if (const char* waves = std::getenv("SERVELAB_GEMV_WAVES"); waves && *waves) gemm->set_gemv_waves(std::atoi(waves));
+    if (const char* v = std::getenv("SERVELAB_GEMV_VARIANT"); v && *v) gemm->set_gemv_variant(std::atoi(v));
     fuse_gate_up_silu = env_flag("SERVELAB_GEMV_SILU", true);
     k::set_pdl_enabled(env_flag("SERVELAB_PDL", true));
     cudaDeviceProp p{};
