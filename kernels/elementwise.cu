@@ -4,7 +4,6 @@
 // embedding are launched with programmatic dependent launch (launch_pdl): they wait for their
 // predecessor at the top and let the next kernel's blocks start at once.
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 
 #include "kernels/common.cuh"
@@ -71,18 +70,18 @@ __global__ void embedding_kernel(const T* table, const int32_t* ids, T* out, int
 
 int grid_for(int64_t n_vec) { return static_cast<int>(std::clamp<int64_t>(ceil_div(n_vec, 256), 1, 8192)); }
 
-std::atomic<bool>& pdl_flag() {
-  static std::atomic<bool> on{[] {
+bool& pdl_flag() {  // per host thread: each tensor-parallel rank's thread sets its own
+  thread_local bool on = [] {
     const char* e = std::getenv("SERVELAB_PDL");
     return !(e && e[0] == '0');
-  }()};
+  }();
   return on;
 }
 
 }  // namespace
 
-bool pdl_enabled() { return pdl_flag().load(std::memory_order_relaxed); }
-void set_pdl_enabled(bool on) { pdl_flag().store(on, std::memory_order_relaxed); }
+bool pdl_enabled() { return pdl_flag(); }
+void set_pdl_enabled(bool on) { pdl_flag() = on; }
 
 void silu_mul(ScalarType t, const void* gate_up, void* out, int n_rows, int ffn, cudaStream_t stream) {
   if (ffn % 8 != 0) throw std::invalid_argument("silu_mul: ffn must be a multiple of 8");

@@ -1,6 +1,7 @@
 // cuBLASLt wrapper: row-major y[M, N] = x[M, K] · w[N, K]ᵀ is column-major yᵀ = w · xᵀ, i.e.
 // A = w (K x N, transposed), B = x (K x M), C = D = y (N x M), all leading dimensions packed.
 // Products of at most gemv::kMaxRows rows go to run_gemv (gemv.cu) unless turned off or batch-invariant.
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -83,8 +84,13 @@ void Gemm::run_gate_up_silu(ScalarType t, const void* x, const void* w, void* ac
 }
 
 gemv::Plan Gemm::gemv_plan(int n, int k) const {
-  gemv::Plan plan = gemv::make_plan(n, k, n_sms_, gemv_blocks_per_sm(), gemv_waves_ > 0 ? kGemvCounters : 0,
-                                    kGemvPartialFloats, gemv_waves_);
+  // waves = 0: split only products of fewer row blocks than half the multiprocessors (a target of
+  // n_sms / 2 blocks: n_sms / 4 "multiprocessors" holding 2 blocks, one wave).
+  const gemv::Plan plan0 = gemv_waves_ > 0 ? gemv::make_plan(n, k, n_sms_, gemv_blocks_per_sm(), kGemvCounters,
+                                                             kGemvPartialFloats, gemv_waves_)
+                                           : gemv::make_plan(n, k, std::max(1, n_sms_ / 4), 2, kGemvCounters,
+                                                             kGemvPartialFloats, 1);
+  gemv::Plan plan = plan0;
   plan.variant = gemv_variant_;
   return plan;
 }

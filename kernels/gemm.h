@@ -63,8 +63,9 @@ class Gemm {
   void set_use_gemv(bool on) { use_gemv_ = on; }
   /// Whether products whose gemv plan splits K take gemv (true) or cuBLASLt (false).
   void set_gemv_split_k(bool on) { gemv_split_k_ = on; }
-  /// Waves of resident blocks below which gemv's plan splits K (gemv::make_plan's `waves`; 2 by default).
-  /// 0 never splits K.
+  /// Waves of resident blocks below which gemv's plan splits K (gemv::make_plan's `waves`; 2 by
+  /// default). 0: only products of fewer row blocks than half the multiprocessors are split (on an
+  /// H100 none of llama2-7b's: the fastest there, measured in results/gpu/README.md).
   void set_gemv_waves(int waves) { gemv_waves_ = waves < 0 ? 0 : waves; }
   /// gemv's loop variant (gemv::Plan::variant), the same bits in each.
   void set_gemv_variant(int variant) { gemv_variant_ = variant & 3; }

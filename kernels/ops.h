@@ -30,7 +30,7 @@ struct QkvArgs {
 
 /// Whether the kernels that support programmatic dependent launch (gemv, norms, silu_mul, RoPE/KV
 /// write, embedding; see launch_pdl in common.cuh) are launched with it, so that each may start
-/// (and stream its weights) while its predecessor drains. Process-wide; read at launch (a CUDA
+/// (and stream its weights) while its predecessor drains. Per host thread; read at launch (a CUDA
 /// graph keeps what was set when it was captured). Default on, unless the environment sets
 /// SERVELAB_PDL=0.
 bool pdl_enabled();

@@ -168,7 +168,8 @@ struct MbuVariant {
 constexpr MbuVariant kMbuVariants[] = {
     {"before", "off", false, false, 2, 0},       // cuBLASLt for every product, plain launches
     {"plain", "off", false, false, 2, 0},        // the same, not recorded as decode_step_mbu_before
-    {"pdl", "off", true, false, 2, 0},           // + PDL on the small kernels
+    {"pdl", "off", true, false, 2, 0},           // PDL beside cuBLASLt (since 2026-11-23 the backend
+                                                 // turns PDL off without gemv: this equals "plain")
     {"unsplit", "unsplit", true, true, 2, 0},    // gemv where it needs no K split, fused SiLU, PDL
     {"unsplit_v3", "unsplit", true, true, 2, 3},
     {"all_w1", "all", true, true, 1, 0},         // gemv for every decode product, K split below 1 wave
@@ -176,9 +177,10 @@ constexpr MbuVariant kMbuVariants[] = {
     {"all_w1_v2", "all", true, true, 1, 2},
     {"all_w1_v3", "all", true, true, 1, 3},
     {"all_w2_v3", "all", true, true, 2, 3},
-    {"all_w0_v3", "all", true, true, 0, 3},      // never split K
+    {"all_w0_v3", "all", true, true, 0, 3},      // K split only below n_sms / 2 blocks (none here)
     {"all_w1_v3_nopdl", "all", false, true, 1, 3},
-    {"after", "all", true, true, 1, 3},          // the default (cuda_backend_impl.h)
+    {"after_nopdl", "all", false, true, 0, 3},   // the default without PDL
+    {"after", "all", true, true, 0, 3},          // the default (cuda_backend_impl.h)
 };
 
 const MbuVariant& find_variant(const std::string& name) {

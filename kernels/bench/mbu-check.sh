@@ -11,7 +11,7 @@
 # Environment: OUT (default results/runs/mbu), BUILD (default build-gpu; base/ builds in BUILD-base),
 #   STEPS (default "build tests mbu ncu"), BUDGET_S (seconds for the whole script, default 285:
 #   every step's timeout is cut to what is left), ROUNDS (default 3), VARIANTS (engine_bench
-#   kMbuVariants names, default every one but "before", which base/ runs), NCU_VARIANT (default after), NCU_POINT (default 1,128),
+#   kMbuVariants names, default plain,unsplit,after_nopdl,after; "before" is base/'s), NCU_VARIANT (default after), NCU_POINT (default 1,128),
 #   MBU_ARGS (extra engine_bench --mbu arguments).
 # Output ($OUT, 5 files): environment.txt, mbu.json (median rows over the rounds), ncu.txt
 # (per-kernel tables), logs.tgz (every log and each round's JSON), summary.txt (printed last).
@@ -66,7 +66,7 @@ BENCH=$BUILD/kernels/engine_bench
 BASE_BENCH=$BUILD-base/kernels/engine_bench
 BASE_COMMIT=$(cat base/GPU_COMMIT 2>/dev/null || echo base)
 if has mbu && [ -x "$BENCH" ]; then
-  VARGS=(--variants "${VARIANTS:-plain,pdl,unsplit,unsplit_v3,all_w1,all_w1_v1,all_w1_v2,all_w2_v3,all_w0_v3,all_w1_v3_nopdl,after}")
+  VARGS=(--variants "${VARIANTS:-plain,unsplit,after_nopdl,after}")
   for r in $(seq 1 "${ROUNDS:-3}"); do
     [ -x "$BASE_BENCH" ] &&
       timed "mbu_base_$r" 60 "$BASE_BENCH" --mbu --variants before --before-label "code of $BASE_COMMIT" \

@@ -137,6 +137,20 @@ TEST(GemvSiluGpu, GemmRoutesTheFusedPath) {
   EXPECT_FALSE(invariant.fuses_gate_up_silu(ScalarType::bf16, dx.get(), dw.get(), 1, ffn, k));
   EXPECT_EQ(unsplit.fuses_gate_up_silu(ScalarType::bf16, dx.get(), dw.get(), 1, ffn, k),
             unsplit.gemv_plan(2 * ffn, k).splits == 1);
+  // waves = 0 (the backend's setting): K split only for fewer row blocks than half the multiprocessors.
+  int device = 0, n_sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, device));
+  Gemm waves0(false);
+  waves0.set_gemv_waves(0);
+  for (int n : {896, 4096, 12288, 22016})
+    for (int kk : {896, 4096, 11008}) {
+      const gemv::Plan p = waves0.gemv_plan(n, kk);
+      if (p.row_blocks >= n_sms / 2) {
+        EXPECT_EQ(p.splits, 1) << n << " x " << kk;
+      }
+      EXPECT_LE(int64_t(p.row_blocks) * (p.splits - 1), n_sms / 2) << n << " x " << kk;
+    }
   DeviceBuffer act(size_t(ffn) * 2);
   EXPECT_THROW(off.run_gate_up_silu(ScalarType::bf16, dx.get(), dw.get(), act.get(), 1, ffn, k, nullptr),
                std::logic_error);

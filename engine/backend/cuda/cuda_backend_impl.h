@@ -44,16 +44,17 @@ constexpr int kGraphMaxContext = 16384;
 constexpr int kGraphMaxTableUpdates = 65536;
 
 /// Which decode products (<= 8 rows) take the skinny gemv kernel instead of cuBLASLt:
-/// off = none, unsplit = those whose gemv plan needs no K split (llama2-7b on an H100: gate|up and
-/// the LM head), all. Chosen by the environment (SERVELAB_GEMV=off|unsplit|all, default unsplit), so
-/// one binary measures each (kernels/bench/engine_bench.cpp --mbu).
+/// off = none, unsplit = those whose gemv plan needs no K split, all (default; measured fastest on
+/// an H100: results/gpu/README.md). Chosen by the environment (SERVELAB_GEMV=off|unsplit|all), with
+/// SERVELAB_GEMV_WAVES, SERVELAB_GEMV_VARIANT, SERVELAB_GEMV_SILU and SERVELAB_PDL (setup()), so one
+/// binary measures each (kernels/bench/engine_bench.cpp --mbu).
 enum class DecodeGemv { off, unsplit, all };
 
 inline DecodeGemv decode_gemv_mode() {
   const char* e = std::getenv("SERVELAB_GEMV");
-  if (e == nullptr || *e == 0 || std::strcmp(e, "unsplit") == 0) return DecodeGemv::unsplit;
+  if (e == nullptr || *e == 0 || std::strcmp(e, "all") == 0) return DecodeGemv::all;
   if (std::strcmp(e, "off") == 0) return DecodeGemv::off;
-  if (std::strcmp(e, "all") == 0) return DecodeGemv::all;
+  if (std::strcmp(e, "unsplit") == 0) return DecodeGemv::unsplit;
   throw std::invalid_argument(std::string("SERVELAB_GEMV must be off, unsplit or all (got '") + e + "')");
 }
 
@@ -62,6 +63,12 @@ inline bool env_flag(const char* name, bool fallback) {
   const char* e = std::getenv(name);
   if (e == nullptr || *e == 0) return fallback;
   return std::strcmp(e, "0") != 0;
+}
+
+/// An integer from the environment: unset or empty = `fallback`.
+inline int env_int(const char* name, int fallback) {
+  const char* e = std::getenv(name);
+  return e == nullptr || *e == 0 ? fallback : std::atoi(e);
 }
 
 inline int graph_bucket(int n_seqs) {
@@ -114,6 +121,7 @@ struct CudaBackend::Impl {
   cudaStream_t stream = nullptr;
   std::unique_ptr<k::Gemm> gemm;
   bool fuse_gate_up_silu = true;  // with fusion on: gate|up and SiLU·mul in one gemv launch where gemv runs
+  bool pdl_small_steps = true;    // launch with PDL in steps of <= gemv::kMaxRows rows (enqueue)
   int n_sms = 0;
 
   // KV arena: 2 * n_layers arenas [n_slots, n_kv_heads, head_dim], K then V per layer.
@@ -191,10 +199,12 @@ struct CudaBackend::Impl {
     const DecodeGemv mode = decode_gemv_mode();
     gemm = std::make_unique<k::Gemm>(options.batch_invariant, size_t(32) << 20, mode != DecodeGemv::off,
                                      mode == DecodeGemv::all);
-    if (const char* waves = std::getenv("SERVELAB_GEMV_WAVES"); waves && *waves) gemm->set_gemv_waves(std::atoi(waves));
-    if (const char* v = std::getenv("SERVELAB_GEMV_VARIANT"); v && *v) gemm->set_gemv_variant(std::atoi(v));
+    gemm->set_gemv_waves(env_int("SERVELAB_GEMV_WAVES", 0));      // split K only for very few row blocks
+    gemm->set_gemv_variant(env_int("SERVELAB_GEMV_VARIANT", 3));  // rolling pipeline + L2::256B hint
     fuse_gate_up_silu = env_flag("SERVELAB_GEMV_SILU", true);
-    k::set_pdl_enabled(env_flag("SERVELAB_PDL", true));
+    // PDL pays between gemv launches (they stream weights while the previous kernel drains); beside
+    // cuBLASLt's products it measured slower (batch 1 and 32), so only steps whose products take gemv.
+    pdl_small_steps = mode != DecodeGemv::off && !options.batch_invariant && env_flag("SERVELAB_PDL", true);
     cudaDeviceProp p{};
     CUDA_CHECK(cudaGetDeviceProperties(&p, options.device));
     n_sms = p.multiProcessorCount;

@@ -11,6 +11,7 @@ void CudaBackend::Impl::enqueue(const Geometry& g) {
   const int R = g.rows, T = g.tokens, S = g.seqs, N = g.samples;
   const float eps = m.rms_eps, scale = 1.0f / std::sqrt(float(hd));
   const cuda::PackedLayout& L = g.layout;
+  k::set_pdl_enabled(pdl_small_steps && R <= k::gemv::kMaxRows);  // this thread's launches (graph capture too)
   k::KvAddressing addr;
   addr.kind = g.kind;
   addr.block_tables = g.at<int32_t>(L.block_tables);
