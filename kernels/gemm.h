@@ -44,9 +44,10 @@ void run_gemv_silu_mul(ScalarType t, const void* x, const void* w, void* act, in
 /// cuBLASLt (never in batch-invariant mode, which keeps its one algorithm). gemv_split_k = false
 /// keeps the products whose gemv plan splits K on cuBLASLt: measured on an H100 (kernel_bench,
 /// llama2-7b shapes at M = 1 and 8), gemv beats cuBLASLt by 3-5% where it needs no split (gate|up,
-/// LM head) and trails it by 6-17% where it splits (QKV, O, down). The cuda backend runs cuBLASLt
-/// alone (use_gemv = false) until the mix is measured in the engine. One stream at a time per Gemm
-/// (the workspaces are shared by its calls).
+/// LM head) and trails it by 6-17% where it splits (QKV, O, down) with its first loop. With the
+/// L2::256B hint, no K split for llama2-7b's shapes and PDL it beats cuBLASLt over the engine's
+/// batch-1 step (5.135 against 5.671 ms, kernels/README.md), so the cuda backend takes gemv for every product of
+/// <= 8 rows. One stream at a time per Gemm (the workspaces are shared by its calls).
 class Gemm {
  public:
   explicit Gemm(bool batch_invariant = false, size_t workspace_bytes = 32u << 20, bool use_gemv = true,

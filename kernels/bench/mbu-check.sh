@@ -171,7 +171,7 @@ fi
 
 tar czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null
 {
-  echo "== mbu-check: $(head -3 "$OUT/environment.txt" | tail -1 | cut -d, -f1), commit $COMMIT, $(($(date +%s) - T0)) s =="
+  echo "== mbu-check: $(sed -n 4p "$OUT/environment.txt" | cut -d, -f1), commit $COMMIT, $(($(date +%s) - T0)) s =="
   printf '%s\n' "${TABLE[@]}"
   for f in kernels_gpu backend_gpu; do grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED" "$LOGS/$f.log" 2>/dev/null | sed "s/^/$f: /"; done
   [ -f "$LOGS/mbu_table.txt" ] && cat "$LOGS/mbu_table.txt"
