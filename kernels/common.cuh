@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <stdexcept>
+#include <utility>
 
 #include "kernels/cuda_check.h"
+#include "kernels/ops.h"
 
 namespace servelab::kernels {
 
@@ -69,6 +71,41 @@ __device__ __forceinline__ Vec8 load_stream(const void* p) {
     BF16_CALL;                                                                             \
   } while (0)
 #endif
+
+/// Programmatic dependent launch (PDL, sm_90): a kernel launched by launch_pdl() may start while
+/// the kernel before it on the stream is still running (inside CUDA graphs too). Rules for such a
+/// kernel: before pdl_wait() it may only read memory no earlier kernel of the step writes (weights)
+/// and write nothing; every block calls pdl_wait() before it exits (so that its completion implies
+/// its predecessor's, and a chain of PDL kernels stays ordered). pdl_launch_dependents() lets the
+/// next PDL kernel's blocks start (after every block of this one has called it or exited).
+/// Both are no-ops in a kernel launched without the attribute.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/// Launches kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-stream-
+/// serialization attribute when pdl_enabled() (the kernel must follow pdl_wait()'s rules).
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
 
 inline int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 

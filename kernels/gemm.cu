@@ -1,6 +1,7 @@
 // cuBLASLt wrapper: row-major y[M, N] = x[M, K] · w[N, K]ᵀ is column-major yᵀ = w · xᵀ, i.e.
 // A = w (K x N, transposed), B = x (K x M), C = D = y (N x M), all leading dimensions packed.
 // Products of at most gemv::kMaxRows rows go to run_gemv (gemv.cu) unless turned off or batch-invariant.
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -70,8 +71,28 @@ bool Gemm::uses_gemv(ScalarType t, const void* x, const void* w, int m, int n, i
   return use_gemv_ && !batch_invariant_ && gemv_supported(t, x, w, m, n, k);
 }
 
+bool Gemm::fuses_gate_up_silu(ScalarType t, const void* x, const void* w, int m, int ffn, int k) const {
+  return ffn >= 1 && uses_gemv(t, x, w, m, 2 * ffn, k) && (gemv_split_k_ || gemv_plan(2 * ffn, k).splits == 1);
+}
+
+void Gemm::run_gate_up_silu(ScalarType t, const void* x, const void* w, void* act, int m, int ffn, int k,
+                            cudaStream_t stream) {
+  if (m == 0) return;
+  if (!fuses_gate_up_silu(t, x, w, m, ffn, k))
+    throw std::logic_error("Gemm::run_gate_up_silu: this product does not take the fused gemv path");
+  run_gemv_silu_mul(t, x, w, act, m, ffn, k, gemv_plan(2 * ffn, k), gemv_partials_, gemv_counters_, stream);
+}
+
 gemv::Plan Gemm::gemv_plan(int n, int k) const {
-  return gemv::make_plan(n, k, n_sms_, gemv_blocks_per_sm(), kGemvCounters, kGemvPartialFloats);
+  // waves = 0: split only products of fewer row blocks than half the multiprocessors (a target of
+  // n_sms / 2 blocks: n_sms / 4 "multiprocessors" holding 2 blocks, one wave).
+  const gemv::Plan plan0 = gemv_waves_ > 0 ? gemv::make_plan(n, k, n_sms_, gemv_blocks_per_sm(), kGemvCounters,
+                                                             kGemvPartialFloats, gemv_waves_)
+                                           : gemv::make_plan(n, k, std::max(1, n_sms_ / 4), 2, kGemvCounters,
+                                                             kGemvPartialFloats, 1);
+  gemv::Plan plan = plan0;
+  plan.variant = gemv_variant_;
+  return plan;
 }
 
 cublasLtMatmulAlgo_t Gemm::algo_for(ScalarType t, int m, int n, int k, bool out_fp32, bool accumulate) {

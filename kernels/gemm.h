@@ -29,6 +29,14 @@ int gemv_blocks_per_sm();
 void run_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, bool out_fp32, bool accumulate,
               const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream);
 
+/// Fused gate|up product and SiLU·mul for gemv_supported shapes (with n = 2 * ffn): w [2 * ffn, k]
+/// is the merged [gate; up] projection, act [m, ffn] = silu(x · gateᵀ) * (x · upᵀ), each half
+/// rounded to the storage type before the activation, so act has the bits of run_gemv into a
+/// [m, 2 * ffn] buffer followed by silu_mul. plan = gemv::make_plan(2 * ffn, k, ...); partials and
+/// counters as run_gemv. Throws std::invalid_argument otherwise.
+void run_gemv_silu_mul(ScalarType t, const void* x, const void* w, void* act, int m, int ffn, int k,
+                       const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream);
+
 /// Owns a cuBLASLt handle and workspace, and caches the algorithm chosen per shape.
 /// batch_invariant: split-K is disallowed and one algorithm, chosen for a canonical row count,
 /// serves every M, so a row's result does not depend on how many rows share the product.
@@ -36,9 +44,10 @@ void run_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n,
 /// cuBLASLt (never in batch-invariant mode, which keeps its one algorithm). gemv_split_k = false
 /// keeps the products whose gemv plan splits K on cuBLASLt: measured on an H100 (kernel_bench,
 /// llama2-7b shapes at M = 1 and 8), gemv beats cuBLASLt by 3-5% where it needs no split (gate|up,
-/// LM head) and trails it by 6-17% where it splits (QKV, O, down). The cuda backend runs cuBLASLt
-/// alone (use_gemv = false) until the mix is measured in the engine. One stream at a time per Gemm
-/// (the workspaces are shared by its calls).
+/// LM head) and trails it by 6-17% where it splits (QKV, O, down) with its first loop. With the
+/// L2::256B hint, no K split for llama2-7b's shapes and PDL it beats cuBLASLt over the engine's
+/// batch-1 step (5.135 against 5.671 ms, kernels/README.md), so the cuda backend takes gemv for every product of
+/// <= 8 rows. One stream at a time per Gemm (the workspaces are shared by its calls).
 class Gemm {
  public:
   explicit Gemm(bool batch_invariant = false, size_t workspace_bytes = 32u << 20, bool use_gemv = true,
@@ -55,8 +64,21 @@ class Gemm {
   void set_use_gemv(bool on) { use_gemv_ = on; }
   /// Whether products whose gemv plan splits K take gemv (true) or cuBLASLt (false).
   void set_gemv_split_k(bool on) { gemv_split_k_ = on; }
+  /// Waves of resident blocks below which gemv's plan splits K (gemv::make_plan's `waves`; 2 by
+  /// default). 0: only products of fewer row blocks than half the multiprocessors are split (on an
+  /// H100 none of llama2-7b's: the fastest there, measured in results/gpu/README.md).
+  void set_gemv_waves(int waves) { gemv_waves_ = waves < 0 ? 0 : waves; }
+  /// gemv's loop variant (gemv::Plan::variant), the same bits in each.
+  void set_gemv_variant(int variant) { gemv_variant_ = variant & 3; }
   /// Whether run() with these arguments takes the skinny path.
   bool uses_gemv(ScalarType t, const void* x, const void* w, int m, int n, int k) const;
+  /// Whether run_gate_up_silu() takes this product: run() would take gemv for the [m, 2 * ffn]
+  /// product (with this Gemm's split-K setting).
+  bool fuses_gate_up_silu(ScalarType t, const void* x, const void* w, int m, int ffn, int k) const;
+  /// act[m, ffn] = silu(x · gateᵀ) * (x · upᵀ) for the merged w = [gate; up] (run_gemv_silu_mul)
+  /// when fuses_gate_up_silu(); throws std::logic_error otherwise (run() then silu_mul instead).
+  void run_gate_up_silu(ScalarType t, const void* x, const void* w, void* act, int m, int ffn, int k,
+                        cudaStream_t stream);
   /// The decomposition run() gives gemv for this shape.
   gemv::Plan gemv_plan(int n, int k) const;
 
@@ -72,6 +94,8 @@ class Gemm {
   bool batch_invariant_ = false;
   bool use_gemv_ = true;
   bool gemv_split_k_ = true;
+  int gemv_waves_ = 2;
+  int gemv_variant_ = 0;
   int n_sms_ = 0;
   float* gemv_partials_ = nullptr;
   int32_t* gemv_counters_ = nullptr;

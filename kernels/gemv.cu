@@ -7,6 +7,13 @@
 // order; with K split over blocks, each slice writes its 256 partial sums and the block that
 // finishes its row block last (a self-resetting counter per row block) adds them in slice order.
 // Every sum has a fixed order, so the result is deterministic and does not depend on M.
+// Launched with programmatic dependent launch (launch_pdl, common.cuh): each warp loads its first
+// two steps of weights, then waits for the kernel that writes x, so the weight stream starts while
+// the previous kernel (a norm, the attention reduce, silu_mul) drains.
+// Fused SiLU·mul (silu_ffn > 0): w is the merged [gate; up] projection of 2 * ffn rows; block b
+// takes gate rows 16b .. 16b + 15 as its first tile and the up rows ffn + 16b .. as its second, so
+// it owns both halves of 16 outputs and writes silu(gate) * up, each half rounded to T first as
+// the stored gate_up would be: the same bits as the product followed by silu_mul.
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -47,21 +54,52 @@ struct StepRegs {
   Vec8 x[2];
 };
 
-/// Loads the step starting at K index kb. kCheck: vectors at or past k read as zeros (the last,
-/// partial step; k is a multiple of 8, so a vector is wholly in or out).
-template <bool kCheck, typename T>
-__device__ __forceinline__ void load_step(StepRegs& r, const T* const (&wr)[2][2], const T* xr, int kb, int lane_k,
-                                          int k) {
+/// Loads the weights of the step starting at K index kb. kCheck: vectors at or past k read as
+/// zeros (the last, partial step; k is a multiple of 8, so a vector is wholly in or out).
+/// Streaming 16-byte load of weights; kHint: with the L2::256B prefetch-size hint (the L2 fetches
+/// the whole 256-byte block, the next warp's step included).
+template <bool kHint>
+__device__ __forceinline__ Vec8 load_weights(const void* p) {
+  if constexpr (!kHint) {
+    return load_stream(p);
+  } else {
+    Vec8 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+  }
+}
+
+template <bool kCheck, bool kHint = false, typename T>
+__device__ __forceinline__ void load_w(StepRegs& r, const T* const (&wr)[2][2], int kb, int lane_k, int k) {
 #pragma unroll
   for (int v = 0; v < 2; ++v) {
-    const int kv = kb + gemv::k_offset(0, v);  // wr and xr already hold this lane's k_offset(q, 0)
+    const int kv = kb + gemv::k_offset(0, v);  // wr already holds this lane's k_offset(q, 0)
     const bool in = !kCheck || kv + lane_k < k;
 #pragma unroll
     for (int t = 0; t < 2; ++t)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) r.w[t][h][v] = in ? load_stream(wr[t][h] + kv) : make_uint4(0, 0, 0, 0);
+      for (int h = 0; h < 2; ++h) r.w[t][h][v] = in ? load_weights<kHint>(wr[t][h] + kv) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+/// Loads the x vectors of the step starting at kb (as load_w).
+template <bool kCheck, typename T>
+__device__ __forceinline__ void load_x(StepRegs& r, const T* xr, int kb, int lane_k, int k) {
+#pragma unroll
+  for (int v = 0; v < 2; ++v) {
+    const int kv = kb + gemv::k_offset(0, v);
+    const bool in = !kCheck || kv + lane_k < k;
     r.x[v] = in ? __ldg(reinterpret_cast<const Vec8*>(xr + kv)) : make_uint4(0, 0, 0, 0);
   }
+}
+
+template <bool kCheck, bool kHint = false, typename T>
+__device__ __forceinline__ void load_step(StepRegs& r, const T* const (&wr)[2][2], const T* xr, int kb, int lane_k,
+                                          int k) {
+  load_w<kCheck, kHint>(r, wr, kb, lane_k, k);
+  load_x<kCheck>(r, xr, kb, lane_k, k);
 }
 
 template <typename T>
@@ -99,30 +137,83 @@ struct Params {
   gemv::Plan plan;
   float* partials;     ///< [row_blocks, splits, kPartialFloats] when splits > 1
   int32_t* counters;   ///< [row_blocks], zero between launches
+  int silu_ffn;        ///< > 0: fused SiLU·mul, w = [gate; up] (n = 2 * silu_ffn), y [m, silu_ffn]
 };
 
-template <typename T, typename OutT>
+/// kVariant (gemv::Plan::variant): bit 0 = rolling two-step pipeline (a step's loads are issued
+/// right after the previous use of its registers, so a warp always has one or two steps in
+/// flight, instead of loading two, using two); bit 1 = the L2::256B hint on the weight loads.
+/// The steps are summed in the same order in every variant (same bits).
+template <typename T, typename OutT, int kVariant>
 __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
+  constexpr bool kRolling = kVariant & 1, kHint = (kVariant & 2) != 0;
   __shared__ float red[kWarps][gemv::kPartialFloats];  // [warp][m * 32 + row]
   __shared__ int last_block;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
   const int n0 = blockIdx.x * kBlockRows, split = blockIdx.y;
   const int k = p.k, lane_k = gemv::k_offset(q, 0);
   const T* w = static_cast<const T*>(p.w);
+  const int ffn = p.silu_ffn;
   const T* wr[2][2];  // this lane's rows (tile t, row g or g + 8); past n clamped to n - 1 (results dropped)
 #pragma unroll
   for (int t = 0; t < 2; ++t)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) wr[t][h] = w + int64_t(min(n0 + t * 16 + h * 8 + g, p.n - 1)) * k + lane_k;
+    for (int h = 0; h < 2; ++h) {
+      const int row = ffn > 0 ? t * ffn + min(blockIdx.x * 16 + h * 8 + g, ffn - 1)  // gate, then up
+                              : min(n0 + t * 16 + h * 8 + g, p.n - 1);
+      wr[t][h] = w + int64_t(row) * k + lane_k;
+    }
   const T* xr = static_cast<const T*>(p.x) + int64_t(min(g, p.m - 1)) * k + lane_k;  // columns >= m dropped
 
   float acc[2][4] = {};
   const int end = p.plan.split_begin(split + 1), full = k / kStepK;  // steps < full need no K check
   int s = p.plan.split_begin(split) + warp;
+  if constexpr (kRolling) {
+    const int lim = min(end, full);  // steps s, s + kWarps, ... below lim need no K check
+    StepRegs a, b;                   // step s, step s + kWarps
+    bool have_a = s < lim, have_b = s + kWarps < lim;
+    if (have_a) load_w<false, kHint>(a, wr, s * kStepK, lane_k, k);  // weights before the PDL wait
+    if (have_b) load_w<false, kHint>(b, wr, (s + kWarps) * kStepK, lane_k, k);
+    pdl_wait();
+    pdl_launch_dependents();
+    if (have_a) load_x<false>(a, xr, s * kStepK, lane_k, k);
+    if (have_b) load_x<false>(b, xr, (s + kWarps) * kStepK, lane_k, k);
+    while (have_a) {
+      mma_step<T>(acc, a);
+      const bool next_a = s + 2 * kWarps < lim;
+      if (next_a) load_step<false, kHint>(a, wr, xr, (s + 2 * kWarps) * kStepK, lane_k, k);
+      if (!have_b) {
+        s += kWarps;
+        break;
+      }
+      mma_step<T>(acc, b);
+      const bool next_b = s + 3 * kWarps < lim;
+      if (next_b) load_step<false, kHint>(b, wr, xr, (s + 3 * kWarps) * kStepK, lane_k, k);
+      s += 2 * kWarps;
+      have_a = next_a;
+      have_b = next_b;
+    }
+  } else {  // the first two steps: weights before waiting for the kernel that writes x (PDL), x after
+    StepRegs r[kUnroll];
+    const bool first = s + kWarps < min(end, full);
+    if (first) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) load_w<false, kHint>(r[u], wr, (s + u * kWarps) * kStepK, lane_k, k);
+    }
+    pdl_wait();
+    pdl_launch_dependents();
+    if (first) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) load_x<false>(r[u], xr, (s + u * kWarps) * kStepK, lane_k, k);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) mma_step<T>(acc, r[u]);
+      s += kUnroll * kWarps;
+    }
+  }
   for (; s + kWarps < min(end, full); s += kUnroll * kWarps) {  // two full steps: s and s + kWarps
     StepRegs r[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) load_step<false>(r[u], wr, xr, (s + u * kWarps) * kStepK, lane_k, k);
+    for (int u = 0; u < kUnroll; ++u) load_step<false, kHint>(r[u], wr, xr, (s + u * kWarps) * kStepK, lane_k, k);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) mma_step<T>(acc, r[u]);
   }
@@ -156,19 +247,47 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
     for (int j = 0; j < splits; ++j) sum += __ldcg(part + j * gemv::kPartialFloats + tid);  // slice order
     if (tid == 0) p.counters[blockIdx.x] = 0;  // ready for the next launch (stream order)
   }
-  const int mm = tid / kBlockRows, nn = n0 + tid % kBlockRows;
+  const int mm = tid / kBlockRows;
+  if (ffn > 0) {  // thread (mm, r < 16) pairs gate row 16b + r with its up row (thread + 16)
+    __syncthreads();  // every warp is done reading red
+    red[0][tid] = sum;
+    __syncthreads();
+    const int r = tid % kBlockRows, col = blockIdx.x * 16 + r;
+    if (r < 16 && mm < p.m && col < ffn) {
+      const float gate = to_float<T>(from_float<T>(sum)), up = to_float<T>(from_float<T>(red[0][tid + 16]));
+      static_cast<OutT*>(p.y)[int64_t(mm) * ffn + col] = out_from_float<OutT>(gate / (1.0f + expf(-gate)) * up);
+    }
+    return;
+  }
+  const int nn = n0 + tid % kBlockRows;
   if (mm < p.m && nn < p.n) {
     OutT* y = static_cast<OutT*>(p.y) + int64_t(mm) * p.n + nn;
     *y = out_from_float<OutT>(p.accumulate ? sum + out_to_float<OutT>(*y) : sum);
   }
 }
 
+template <typename T, int kVariant>
+void launch_variant(const Params& p, bool out_fp32, cudaStream_t stream) {
+  const dim3 grid(p.plan.row_blocks, p.plan.splits);
+  if (out_fp32) launch_pdl(gemv_kernel<T, float, kVariant>, grid, kThreads, 0, stream, p);
+  else launch_pdl(gemv_kernel<T, T, kVariant>, grid, kThreads, 0, stream, p);
+}
+
 template <typename T>
 void launch(const Params& p, bool out_fp32, cudaStream_t stream) {
-  const dim3 grid(p.plan.row_blocks, p.plan.splits);
-  if (out_fp32) gemv_kernel<T, float><<<grid, kThreads, 0, stream>>>(p);
-  else gemv_kernel<T, T><<<grid, kThreads, 0, stream>>>(p);
-  CUDA_CHECK_LAUNCH();
+  switch (p.plan.variant & 3) {
+    case 0: return launch_variant<T, 0>(p, out_fp32, stream);
+    case 1: return launch_variant<T, 1>(p, out_fp32, stream);
+    case 2: return launch_variant<T, 2>(p, out_fp32, stream);
+    default: return launch_variant<T, 3>(p, out_fp32, stream);
+  }
+}
+
+void check_plan(const gemv::Plan& plan, int n, int k, const float* partials, const int32_t* counters) {
+  if (plan.row_blocks != (n + kBlockRows - 1) / kBlockRows || plan.k_steps != (k + kStepK - 1) / kStepK ||
+      plan.splits < 1 || (plan.splits > 1 && (!partials || !counters)))
+    throw std::invalid_argument("run_gemv: plan does not match N=" + std::to_string(n) + " K=" + std::to_string(k) +
+                                " or lacks its workspace");
 }
 
 }  // namespace
@@ -184,7 +303,7 @@ bool gemv_supported(ScalarType t, const void* x, const void* w, int m, int n, in
 int gemv_blocks_per_sm() {
   static const int blocks = [] {
     int b = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, gemv_kernel<__nv_bfloat16, float>, kThreads, 0));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, gemv_kernel<__nv_bfloat16, float, 0>, kThreads, 0));
     return b;
   }();
   return blocks;
@@ -196,12 +315,20 @@ void run_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n,
     throw std::invalid_argument("run_gemv: unsupported product M=" + std::to_string(m) + " N=" + std::to_string(n) +
                                 " K=" + std::to_string(k) + " (needs 1 <= M <= 8, N >= 1, K a multiple of 8, "
                                 "16-byte aligned x and w)");
-  if (plan.row_blocks != (n + kBlockRows - 1) / kBlockRows || plan.k_steps != (k + kStepK - 1) / kStepK ||
-      plan.splits < 1 || (plan.splits > 1 && (!partials || !counters)))
-    throw std::invalid_argument("run_gemv: plan does not match N=" + std::to_string(n) + " K=" + std::to_string(k) +
-                                " or lacks its workspace");
-  Params p{x, w, y, m, n, k, accumulate, plan, partials, counters};
+  check_plan(plan, n, k, partials, counters);
+  Params p{x, w, y, m, n, k, accumulate, plan, partials, counters, 0};
   SERVELAB_DISPATCH_16(t, launch<__nv_bfloat16>(p, out_fp32, stream), launch<__half>(p, out_fp32, stream));
+}
+
+void run_gemv_silu_mul(ScalarType t, const void* x, const void* w, void* act, int m, int ffn, int k,
+                       const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream) {
+  if (ffn < 1 || !gemv_supported(t, x, w, m, 2 * ffn, k))
+    throw std::invalid_argument("run_gemv_silu_mul: unsupported product M=" + std::to_string(m) + " FFN=" +
+                                std::to_string(ffn) + " K=" + std::to_string(k) +
+                                " (needs 1 <= M <= 8, FFN >= 1, K a multiple of 8, 16-byte aligned x and w)");
+  check_plan(plan, 2 * ffn, k, partials, counters);
+  Params p{x, w, act, m, 2 * ffn, k, false, plan, partials, counters, ffn};
+  SERVELAB_DISPATCH_16(t, launch<__nv_bfloat16>(p, false, stream), launch<__half>(p, false, stream));
 }
 
 }  // namespace servelab::kernels

@@ -42,22 +42,23 @@ struct Plan {
   int row_blocks = 0;
   int k_steps = 0;
   int splits = 1;
+  int variant = 0;  ///< the kernel's loop (gemv.cu's kVariant: bit 0 rolling pipeline, bit 1 L2::256B hint)
   SERVELAB_HD int split_begin(int s) const { return int(int64_t(k_steps) * s / splits); }
   int64_t partial_floats() const { return splits > 1 ? int64_t(row_blocks) * splits * kPartialFloats : 0; }
 };
 
 /// The decomposition for n outputs and depth k on a device with n_sms multiprocessors holding
 /// blocks_per_sm blocks each. K is split (each slice's partial sums merged in slice order, so the
-/// result is deterministic) only while there are fewer than two waves of resident blocks, each
+/// result is deterministic) only while there are fewer than `waves` waves of resident blocks, each
 /// warp keeps at least one unrolled iteration, and the partials fit max_partial_floats with at most
 /// max_split_row_blocks row blocks (the counters). Independent of M: a row's result does not
 /// depend on how many rows share the product.
 inline Plan make_plan(int n, int k, int n_sms, int blocks_per_sm, int max_split_row_blocks,
-                      int64_t max_partial_floats) {
+                      int64_t max_partial_floats, int waves = 2) {
   Plan p;
   p.row_blocks = int((int64_t(n) + kBlockRows - 1) / kBlockRows);
   p.k_steps = int((int64_t(k) + kStepK - 1) / kStepK);
-  const int64_t target = int64_t(2) * std::max(1, n_sms) * std::max(1, blocks_per_sm);
+  const int64_t target = int64_t(std::max(1, waves)) * std::max(1, n_sms) * std::max(1, blocks_per_sm);
   if (p.row_blocks == 0 || p.row_blocks >= target || p.row_blocks > max_split_row_blocks) return p;
   int64_t s = (target + p.row_blocks - 1) / p.row_blocks;
   s = std::min<int64_t>({s, p.k_steps / (kUnroll * kWarps), kMaxSplits});

@@ -1,6 +1,8 @@
 // RMSNorm, plain and fused with the residual add, and the unfused residual add. One block per
 // row, 16-byte vectors; the sum of squares is reduced in a fixed order (per thread, then warp
-// shuffles, then warps in order), so a row's result never depends on the batch.
+// shuffles, then warps in order), so a row's result never depends on the batch. The norms are
+// launched with programmatic dependent launch (launch_pdl, common.cuh): the block first waits for
+// the kernel before it, then lets the next kernel (a GEMM streaming its weights) start.
 #include <stdexcept>
 
 #include "kernels/common.cuh"
@@ -23,14 +25,66 @@ __device__ float block_sum(float v) {
   return total;
 }
 
+/// Vectors a thread keeps in registers between the two passes (rows up to 8 * kThreads * kCache
+/// values: 8192); longer rows re-read the row in the second pass.
+constexpr int kCache = 4;
+
 /// kAdd: residual += x first (rounded to T, as stored), then normalize the stored residual.
+/// The weight vectors are loaded before the PDL wait (they are no earlier kernel's output); a
+/// row that fits kCache vectors per thread is normalized from registers (one pass over memory).
 template <typename T, bool kAdd>
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const T* x, T* residual, const T* weight, T* out, int d,
                                                             float eps) {
+  const int nv = d / 8;
+  const bool cached = nv <= kThreads * kCache;
+  Vec8 wv[kCache];
+  if (cached) {
+#pragma unroll
+    for (int i = 0; i < kCache; ++i) {
+      const int v = threadIdx.x + i * kThreads;
+      if (v < nv) wv[i] = *reinterpret_cast<const Vec8*>(weight + v * 8);
+    }
+  }
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t base = int64_t(blockIdx.x) * d;
   const T* src = kAdd ? residual + base : x + base;
   float ss = 0.0f;
-  for (int v = threadIdx.x; v < d / 8; v += kThreads) {
+  if (cached) {
+    float f[kCache][8];
+#pragma unroll
+    for (int i = 0; i < kCache; ++i) {
+      const int v = threadIdx.x + i * kThreads;
+      if (v >= nv) continue;
+      if (kAdd) {
+        float r[8];
+        unpack8<T>(*reinterpret_cast<const Vec8*>(x + base + v * 8), f[i]);
+        unpack8<T>(*reinterpret_cast<const Vec8*>(residual + base + v * 8), r);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) f[i][j] += r[j];
+        const Vec8 packed = pack8<T>(f[i]);
+        *reinterpret_cast<Vec8*>(residual + base + v * 8) = packed;
+        unpack8<T>(packed, f[i]);  // the norm sees the stored (rounded) residual
+      } else {
+        unpack8<T>(*reinterpret_cast<const Vec8*>(src + v * 8), f[i]);
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) ss = fmaf(f[i][j], f[i][j], ss);
+    }
+    const float inv = rsqrtf(block_sum(ss) / d + eps);
+#pragma unroll
+    for (int i = 0; i < kCache; ++i) {
+      const int v = threadIdx.x + i * kThreads;
+      if (v >= nv) continue;
+      float w[8];
+      unpack8<T>(wv[i], w);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) f[i][j] = f[i][j] * inv * w[j];
+      *reinterpret_cast<Vec8*>(out + base + v * 8) = pack8<T>(f[i]);
+    }
+    return;
+  }
+  for (int v = threadIdx.x; v < nv; v += kThreads) {
     float f[8];
     if (kAdd) {
       float r[8];
@@ -48,7 +102,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const T* x, T* resid
     for (int j = 0; j < 8; ++j) ss = fmaf(f[j], f[j], ss);
   }
   const float inv = rsqrtf(block_sum(ss) / d + eps);
-  for (int v = threadIdx.x; v < d / 8; v += kThreads) {  // re-read: same thread wrote it, L1/L2 hit
+  for (int v = threadIdx.x; v < nv; v += kThreads) {  // re-read: same thread wrote it, L1/L2 hit
     float f[8], w[8];
     unpack8<T>(*reinterpret_cast<const Vec8*>(src + v * 8), f);
     unpack8<T>(*reinterpret_cast<const Vec8*>(weight + v * 8), w);
@@ -77,9 +131,8 @@ void check_width(int d) {
 template <typename T, bool kAdd>
 void launch_norm(const void* x, void* residual, const void* weight, void* out, int n_rows, int d, float eps,
                  cudaStream_t stream) {
-  rms_norm_kernel<T, kAdd><<<n_rows, kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<T*>(residual),
-                                                            static_cast<const T*>(weight), static_cast<T*>(out), d, eps);
-  CUDA_CHECK_LAUNCH();
+  launch_pdl(rms_norm_kernel<T, kAdd>, n_rows, kThreads, 0, stream, static_cast<const T*>(x), static_cast<T*>(residual),
+             static_cast<const T*>(weight), static_cast<T*>(out), d, eps);
 }
 
 }  // namespace

@@ -28,6 +28,14 @@ struct QkvArgs {
   void* v_cache = nullptr;
 };
 
+/// Whether the kernels that support programmatic dependent launch (gemv, norms, silu_mul, RoPE/KV
+/// write, embedding; see launch_pdl in common.cuh) are launched with it, so that each may start
+/// (and stream its weights) while its predecessor drains. Per host thread; read at launch (a CUDA
+/// graph keeps what was set when it was captured). Default on, unless the environment sets
+/// SERVELAB_PDL=0.
+bool pdl_enabled();
+void set_pdl_enabled(bool on);
+
 /// Fused: bias, RoPE on Q (in place) and K, K and V written to the cache at slot_mapping.
 void rope_kv_write(const QkvArgs& a, cudaStream_t stream);
 /// Unfused step 1: bias and RoPE on Q and K in place.

@@ -1,8 +1,12 @@
 // RoPE fused with the KV-cache write through the per-step slot mapping, plus the two unfused
 // kernels it replaces (rope in place, then KV write) for `fusion: off`.
-// One block per token; the token's cos/sin table (head_dim / 2 angles) is built once in shared
+// Grid (tokens, chunks): a token's work items (vector pairs to rotate, vectors to copy) are dealt
+// over `chunks` blocks (several when there are few tokens, so a decode step's one token is not
+// one block's serial loop); each block builds the token's cos/sin table (head_dim / 2 angles) is built once in shared
 // memory and shared by all its heads; every head is moved as 16-byte vectors, the rotate-half
-// partner vectors (i, i + head_dim / 2) held by one thread.
+// partner vectors (i, i + head_dim / 2) held by one thread. Launched with programmatic dependent
+// launch (launch_pdl, common.cuh): a block waits for the QKV product at the top.
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -27,6 +31,8 @@ __device__ __forceinline__ void add_bias(float (&f)[8], const T* bias, int off) 
 template <typename T, int kMode>
 __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const QkvArgs a) {
   extern __shared__ float trig[];  // [half] cos, then [half] sin
+  pdl_wait();
+  pdl_launch_dependents();
   const int t = blockIdx.x, hd = a.head_dim, half = hd / 2, hv = half / 8, dv = hd / 8;
   T* row = static_cast<T*>(a.qkv) + t * a.qkv_row_stride;
   const T* bias = static_cast<const T*>(a.bias);
@@ -34,7 +40,7 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const QkvArgs a) {
   const int64_t kv_row = int64_t(a.n_kv_heads) * hd;
   if (kMode == kWriteOnly) {
     if (slot < 0) return;
-    for (int w = threadIdx.x; w < 2 * a.n_kv_heads * dv; w += kThreads) {
+    for (int w = blockIdx.y * kThreads + threadIdx.x; w < 2 * a.n_kv_heads * dv; w += kThreads * gridDim.y) {
       const bool is_v = w >= a.n_kv_heads * dv;
       const int e = (is_v ? w - a.n_kv_heads * dv : w) * 8;  // element within the K (or V) part
       const Vec8 v = *reinterpret_cast<const Vec8*>(row + (a.n_heads + (is_v ? a.n_kv_heads : 0)) * hd + e);
@@ -43,6 +49,7 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const QkvArgs a) {
     return;
   }
   const float pos = static_cast<float>(a.positions[t]);
+  const int first = blockIdx.y * kThreads + threadIdx.x, stride = kThreads * gridDim.y;
   for (int i = threadIdx.x; i < half; i += kThreads) {
     float s, c;
     sincosf(pos * a.inv_freq[i], &s, &c);  // fp32 angle, as transformers computes it
@@ -51,7 +58,7 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const QkvArgs a) {
   }
   __syncthreads();
   const int n_rot = (a.n_heads + a.n_kv_heads) * hv;
-  for (int w = threadIdx.x; w < n_rot + a.n_kv_heads * dv; w += kThreads) {
+  for (int w = first; w < n_rot + a.n_kv_heads * dv; w += stride) {
     if (w < n_rot) {  // a Q or K head: rotate the pair of vectors (i, i + half)
       const int head = w / hv, c = (w % hv) * 8, lo = head * hd + c, hi = lo + half;
       float x[8], y[8];
@@ -94,11 +101,17 @@ void launch(const QkvArgs& a, cudaStream_t stream) {
   if (a.head_dim % 16 != 0) throw std::invalid_argument("rope/kv write: head_dim must be a multiple of 16");
   if (a.qkv_row_stride % 8 != 0) throw std::invalid_argument("rope/kv write: qkv_row_stride must be a multiple of 8");
   const size_t smem = kMode == kWriteOnly ? 0 : sizeof(float) * a.head_dim;
+  // Work items per token; with fewer tokens than kFewTokens, up to kMaxChunks blocks share a token.
+  constexpr int kFewTokens = 64, kMaxChunks = 16;
+  const int dv = a.head_dim / 8, items = kMode == kWriteOnly ? 2 * a.n_kv_heads * dv
+                                                             : (a.n_heads + a.n_kv_heads) * dv / 2 + a.n_kv_heads * dv;
+  const int chunks = a.n_tokens >= kFewTokens ? 1 : std::clamp(ceil_div(items, kThreads), 1, kMaxChunks);
+  const dim3 grid(a.n_tokens, chunks);
   if (a.dtype == ScalarType::bf16) {
-    rope_kv_kernel<__nv_bfloat16, kMode><<<a.n_tokens, kThreads, smem, stream>>>(a);
+    launch_pdl(rope_kv_kernel<__nv_bfloat16, kMode>, grid, kThreads, smem, stream, a);
   } else {
 #if defined(SERVELAB_KERNELS_FP16)
-    rope_kv_kernel<__half, kMode><<<a.n_tokens, kThreads, smem, stream>>>(a);
+    launch_pdl(rope_kv_kernel<__half, kMode>, grid, kThreads, smem, stream, a);
 #else
     throw std::invalid_argument("rope/kv write: fp16 not built (-DSERVELAB_KERNELS_FP16=ON)");
 #endif

@@ -2,7 +2,9 @@
 // bf16 weights drawn on the GPU), beside ceilings measured in the same run: a large
 // device-to-device copy and a large cuBLASLt bf16 GEMM on random data (issue 8, items 1, 3b, 5).
 //   engine_bench [--json FILE] [--commit SHA] [--preset NAME] [--kv-gb G] [--quick]
-//   engine_bench --ncu-decode BATCH,CONTEXT   (one eager decode step for ncu --profile-from-start off)
+//   engine_bench --ncu-decode BATCH,CONTEXT [--graphs] [--variants V]   (one decode step, eager or a
+//                                  graph replay, for ncu --profile-from-start off; V: a kMbuVariants name)
+//   engine_bench --mbu [--variants V,V,...]   (decode MBU only, per decode-path variant, see kMbuVariants)
 // - decode, batch 1, 8, 32, 128, 256 x context 128 and 4096: tokens/s and model-bandwidth
 //   utilization (MBU) = (weight bytes + KV bytes read per step) / step time / copy bandwidth.
 // - prefill of 4096 tokens, one sequence: TFLOP/s against the GEMM.
@@ -28,6 +30,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -145,25 +148,149 @@ struct Args {
   double kv_gb = 0.0;
   bool quick = false;
   int ncu_batch = 0, ncu_context = 0;  // --ncu-decode B,CTX
+  bool ncu_graphs = false;             // --graphs: the ncu step is a graph replay
+  bool mbu = false;                    // --mbu
+  std::string variants;                // --variants (names of kMbuVariants), empty = all
+  std::string before_label = "cuBLASLt only, no PDL, unfused SiLU";  // --before-label
 };
+
+/// A decode path of the cuda backend, set through its environment switches (cuda_backend_impl.h)
+/// before the backend is built: SERVELAB_GEMV (off | unsplit | all), SERVELAB_PDL (programmatic
+/// dependent launch), SERVELAB_GEMV_SILU (gate|up and SiLU·mul in one gemv launch),
+/// SERVELAB_GEMV_WAVES (gemv splits K below this many waves of resident blocks; 0 never),
+/// SERVELAB_GEMV_VARIANT (gemv's loop: bit 0 rolling pipeline, bit 1 L2::256B hint).
+struct MbuVariant {
+  const char* name;
+  const char* gemv;
+  bool pdl, silu;
+  int waves, loop;
+};
+constexpr MbuVariant kMbuVariants[] = {
+    {"before", "off", false, false, 2, 0},       // cuBLASLt for every product, plain launches
+    {"plain", "off", false, false, 2, 0},        // the same, not recorded as decode_step_mbu_before
+    {"pdl", "off", true, false, 2, 0},           // PDL beside cuBLASLt (since 2026-11-23 the backend
+                                                 // turns PDL off without gemv: this equals "plain")
+    {"unsplit", "unsplit", true, true, 2, 0},    // gemv where it needs no K split, fused SiLU, PDL
+    {"unsplit_v3", "unsplit", true, true, 2, 3},
+    {"all_w1", "all", true, true, 1, 0},         // gemv for every decode product, K split below 1 wave
+    {"all_w1_v1", "all", true, true, 1, 1},
+    {"all_w1_v2", "all", true, true, 1, 2},
+    {"all_w1_v3", "all", true, true, 1, 3},
+    {"all_w2_v3", "all", true, true, 2, 3},
+    {"all_w0_v3", "all", true, true, 0, 3},      // K split only below n_sms / 2 blocks (none here)
+    {"all_w1_v3_nopdl", "all", false, true, 1, 3},
+    {"after_nopdl", "all", false, true, 0, 3},   // the default without PDL
+    {"after", "all", true, true, 0, 3},          // the default (cuda_backend_impl.h)
+};
+
+const MbuVariant& find_variant(const std::string& name) {
+  for (const MbuVariant& v : kMbuVariants)
+    if (name == v.name) return v;
+  throw std::invalid_argument("unknown decode-path variant '" + name + "'");
+}
+
+void set_variant_env(const MbuVariant& v) {
+  setenv("SERVELAB_GEMV", v.gemv, 1);
+  setenv("SERVELAB_PDL", v.pdl ? "1" : "0", 1);
+  setenv("SERVELAB_GEMV_SILU", v.silu ? "1" : "0", 1);
+  setenv("SERVELAB_GEMV_WAVES", std::to_string(v.waves).c_str(), 1);
+  setenv("SERVELAB_GEMV_VARIANT", std::to_string(v.loop).c_str(), 1);
+}
 
 /// --ncu-decode: one eager decode step of `batch` sequences at `context` between
 /// cudaProfilerStart and cudaProfilerStop, after warm-up, for `ncu --profile-from-start off`
 /// (a per-kernel breakdown of the step). Prints the step's time outside the profiler.
 int profile_one_decode_step(const Args& args) {
+  if (!args.variants.empty()) set_variant_env(find_variant(args.variants));
   ModelConfig model = preset(args.preset);
   model.dtype = DType::bf16;
-  std::unique_ptr<CudaBackend> backend = CudaBackend::random(model, 1, CudaBackendOptions{.cuda_graphs = false});
+  std::unique_ptr<CudaBackend> backend =
+      CudaBackend::random(model, 1, CudaBackendOptions{.cuda_graphs = args.ncu_graphs});
   const ProfilePoint p = decode_point(args.ncu_batch, args.ncu_context);
   ProfileRunner runner(*backend, p.n_slots(), args.ncu_context, 7, true);
   const double s = runner.run(p, 3, 9, 1e9).step_s;
-  std::printf("decode b%d ctx%d eager: %.3f ms per step (median of 9, outside the profiler)\n", args.ncu_batch,
-              args.ncu_context, s * 1e3);
+  std::printf("decode b%d ctx%d %s: %.3f ms per step (median of 9, outside the profiler)\n", args.ncu_batch,
+              args.ncu_context, args.ncu_graphs ? "graph replay" : "eager", s * 1e3);
   CUDA_CHECK(cudaProfilerStart());
   runner.run(p, 0, 1, 0.0);
   CUDA_CHECK(cudaProfilerStop());
   return 0;
 }
+
+double measure_copy_gbs() {
+  const size_t bytes = size_t(1) << 31;
+  RandomBf16 a(bytes / 2, 1);
+  void* b = nullptr;
+  CUDA_CHECK(cudaMalloc(&b, bytes));
+  const double ms = kernels::bench::time_ms([&](int) { CUDA_CHECK(cudaMemcpyAsync(b, a.p, bytes, cudaMemcpyDeviceToDevice)); }, 20);
+  CUDA_CHECK(cudaFree(b));
+  return 2.0 * bytes / (ms * 1e-3) / 1e9;
+}
+
+/// --mbu: decode_step_mbu for each decode-path variant (kMbuVariants, or --variants), one backend
+/// each, in one process beside one copy measurement: batch 1 at contexts 128 and 4096, batches 8,
+/// 32, 128 at 128 (--quick: batch 1 only). Rows: decode_step_mbu_variant (every variant) and
+/// decode_step_mbu / decode_step_tokens for "after", decode_step_mbu_before for "before".
+int run_mbu(const Args& args) {
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  ModelConfig model = preset(args.preset);
+  model.dtype = DType::bf16;
+  std::printf("engine_bench --mbu: %s on %s\n", model.name.c_str(), cuda_device_description(0).c_str());
+  const double copy_gbs = measure_copy_gbs();
+  record("engine_d2d_copy", "2 GiB cudaMemcpy, bytes read + bytes written", copy_gbs, "GB/s");
+  std::vector<std::pair<int, int>> points = {{1, 128}, {1, 4096}, {8, 128}, {32, 128}, {128, 128}};
+  if (args.quick) points = {{1, 128}, {1, 4096}};
+  const int warmup = 3, repeats = args.quick ? 7 : 15;
+  std::vector<std::string> summary;
+  std::vector<const MbuVariant*> chosen;
+  if (args.variants.empty()) {
+    for (const MbuVariant& v : kMbuVariants) chosen.push_back(&v);
+  } else {
+    size_t at = 0;
+    while (at <= args.variants.size()) {
+      const size_t comma = std::min(args.variants.find(',', at), args.variants.size());
+      const std::string name = args.variants.substr(at, comma - at);
+      at = comma + 1;
+      chosen.push_back(&find_variant(name));
+    }
+  }
+  for (const MbuVariant* vp : chosen) {
+    const MbuVariant& v = *vp;
+    set_variant_env(v);
+    std::unique_ptr<CudaBackend> backend = CudaBackend::random(model, 1, CudaBackendOptions{});
+    int64_t n_slots = 0;
+    for (const auto& [b, c] : points) n_slots = std::max(n_slots, decode_point(b, std::min(c, model.max_position)).n_slots());
+    ProfileRunner runner(*backend, n_slots, model.max_position, 7, true);
+    std::string line = std::string(v.name) + std::string(size_t(std::max(0, 14 - int(std::strlen(v.name)))), ' ');
+    for (const auto& [b, c0] : points) {
+      const int c = std::min(c0, model.max_position);
+      const ProfilePoint p = decode_point(b, c);
+      const double s = runner.run(p, warmup, repeats, 1e9).step_s;
+      const DecodeBytes bytes = decode_bytes(model, b, c);
+      const double gbs = bytes.total() / s / 1e9;
+      const std::string shape = fmt("b%.0f ctx%.0f", b, c);
+      const std::string detail = fmt(" step %.3f ms; weights %.2f GB + KV %.3f GB read per step", s * 1e3,
+                                     bytes.weights / 1e9, bytes.kv / 1e9);
+      record("decode_step_mbu_variant", shape + " [" + v.name + "]" + detail, gbs, "GB/s", "engine_d2d_copy",
+             gbs / copy_gbs);
+      if (std::strcmp(v.name, "after") == 0) {
+        record("decode_step_mbu", shape + detail, gbs, "GB/s", "engine_d2d_copy", gbs / copy_gbs);
+        record("decode_step_tokens", shape + fmt(" step %.3f ms", s * 1e3), b / s, "tok/s");
+      } else if (std::strcmp(v.name, "before") == 0) {
+        record("decode_step_mbu_before", shape + " (" + args.before_label + ")" + detail, gbs, "GB/s",
+               "engine_d2d_copy", gbs / copy_gbs);
+      }
+      line += "  " + shape + fmt(" %.3f ms %.3f", s * 1e3, gbs / copy_gbs);
+    }
+    summary.push_back(line);
+  }
+  std::printf("\nMBU per variant (step ms, ratio of the %.0f GB/s copy):\n", copy_gbs);
+  for (const std::string& l : summary) std::printf("%s\n", l.c_str());
+  return 0;
+}
+
+void write_json(const Args& args, const cudaDeviceProp& prop);
 
 int run(const Args& args) {
   cudaDeviceProp prop{};
@@ -175,16 +302,8 @@ int run(const Args& args) {
 
   std::printf("ceilings (same run):\n");
   double copy_gbs = 0, gemm_tflops = 0;
-  {
-    const size_t bytes = size_t(1) << 31;
-    RandomBf16 a(bytes / 2, 1);
-    void* b = nullptr;
-    CUDA_CHECK(cudaMalloc(&b, bytes));
-    const double ms = kernels::bench::time_ms([&](int) { CUDA_CHECK(cudaMemcpyAsync(b, a.p, bytes, cudaMemcpyDeviceToDevice)); }, 20);
-    CUDA_CHECK(cudaFree(b));
-    copy_gbs = 2.0 * bytes / (ms * 1e-3) / 1e9;
-    record("engine_d2d_copy", "2 GiB cudaMemcpy, bytes read + bytes written", copy_gbs, "GB/s");
-  }
+  copy_gbs = measure_copy_gbs();
+  record("engine_d2d_copy", "2 GiB cudaMemcpy, bytes read + bytes written", copy_gbs, "GB/s");
   {
     const int n = 8192;
     RandomBf16 x(size_t(n) * n, 2), w(size_t(n) * n, 3);
@@ -293,6 +412,11 @@ int run(const Args& args) {
     }
   }
 
+  write_json(args, prop);
+  return 0;
+}
+
+void write_json(const Args& args, const cudaDeviceProp& prop) {
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
@@ -311,7 +435,6 @@ int run(const Args& args) {
   file << out.dump(2) << "\n";
   if (!file) throw std::runtime_error(args.json_path + ": write failed");
   std::printf("wrote %s (%zu figures)\n", args.json_path.c_str(), rows.size());
-  return 0;
 }
 
 }  // namespace
@@ -325,13 +448,18 @@ int main(int argc, char** argv) {
     else if (a == "--preset" && i + 1 < argc) args.preset = argv[++i];
     else if (a == "--kv-gb" && i + 1 < argc) args.kv_gb = std::atof(argv[++i]);
     else if (a == "--quick") args.quick = true;
+    else if (a == "--graphs") args.ncu_graphs = true;
+    else if (a == "--mbu") args.mbu = true;
+    else if (a == "--variants" && i + 1 < argc) args.variants = argv[++i];
+    else if (a == "--before-label" && i + 1 < argc) args.before_label = argv[++i];
     else if (a == "--ncu-decode" && i + 1 < argc && std::sscanf(argv[i + 1], "%d,%d", &args.ncu_batch, &args.ncu_context) == 2 &&
              args.ncu_batch > 0 && args.ncu_context > 0)
       ++i;
     else {
       std::fprintf(stderr,
                    "usage: engine_bench [--json FILE] [--commit SHA] [--preset NAME] [--kv-gb G] [--quick]\n"
-                   "       engine_bench --ncu-decode BATCH,CONTEXT [--preset NAME]\n");
+                   "       engine_bench --mbu [--variants V,...] [--json FILE] [--commit SHA] [--quick]\n"
+                   "       engine_bench --ncu-decode BATCH,CONTEXT [--graphs] [--variants V] [--preset NAME]\n");
       return 2;
     }
   }
@@ -340,7 +468,15 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "engine_bench: no CUDA device\n");
       return 1;
     }
-    return args.ncu_batch > 0 ? profile_one_decode_step(args) : run(args);
+    if (args.ncu_batch > 0) return profile_one_decode_step(args);
+    if (args.mbu) {
+      const int rc = run_mbu(args);
+      cudaDeviceProp prop{};
+      CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+      write_json(args, prop);
+      return rc;
+    }
+    return run(args);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "engine_bench: %s\n", e.what());
     return 1;

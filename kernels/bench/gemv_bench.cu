@@ -44,6 +44,8 @@ void bench_gemv(int64_t l2, double copy_gbs) {
   const Shape shapes[] = {{"qkv", 12288, 4096, 32}, {"o", 4096, 4096, 32}, {"gate_up", 22016, 4096, 32},
                           {"down", 4096, 11008, 32}, {"lm_head", 32000, 4096, 1}};
   Gemm gemm(false);
+  gemm.set_gemv_waves(0);    // the cuda backend's settings (cuda_backend_impl.h): no K split for these
+  gemm.set_gemv_variant(3);  // shapes, rolling pipeline + L2::256B hint (the "mix" then equals gemv)
   for (int m : {1, 8}) {
     double step_ms[3] = {0, 0, 0}, step_bytes = 0;
     for (const Shape& sh : shapes) {

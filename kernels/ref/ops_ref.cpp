@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <numbers>
+#include <vector>
 
 namespace servelab::kernels {
 
@@ -103,6 +104,17 @@ void gemm_ref(const float* x, const float* w, int m, int n, int k, float* y, boo
       float& out = y[int64_t(i) * n + j];
       if (accumulate) s += out;
       out = round ? round(static_cast<float>(s)) : static_cast<float>(s);
+    }
+}
+
+void gate_up_silu_ref(const float* x, const float* w, int m, int ffn, int k, float* act, float (*round)(float)) {
+  std::vector<float> gate_up(size_t(m) * 2 * ffn);
+  gemm_ref(x, w, m, 2 * ffn, k, gate_up.data(), false, round);
+  for (int r = 0; r < m; ++r)
+    for (int i = 0; i < ffn; ++i) {
+      const float g = gate_up[size_t(r) * 2 * ffn + i], u = gate_up[size_t(r) * 2 * ffn + ffn + i];
+      const float a = g / (1.0f + std::exp(-g)) * u;
+      act[size_t(r) * ffn + i] = round ? round(a) : a;
     }
 }
 

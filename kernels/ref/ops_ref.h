@@ -60,4 +60,11 @@ void gemm_ref(const float* x, const float* w, int m, int n, int k, float* y);
 void gemm_ref(const float* x, const float* w, int m, int n, int k, float* y, bool accumulate,
               float (*round)(float) = nullptr);
 
+/// Reference of the fused gate|up product and SiLU·mul (run_gemv_silu_mul): w [2 * ffn, k] is the
+/// merged [gate; up] projection; gate and up are x · wᵀ (double sums) rounded by `round` when given
+/// (as stored in bf16), then act[r, i] = silu(gate) * up (float arithmetic as silu_mul's kernel),
+/// rounded by `round`.
+void gate_up_silu_ref(const float* x, const float* w, int m, int ffn, int k, float* act,
+                      float (*round)(float) = nullptr);
+
 }  // namespace servelab::kernels

@@ -76,6 +76,25 @@ TEST(SiluMulRef, HandComputed) {
   EXPECT_NEAR(out[1], 2.0 / (1.0 + std::exp(-2.0)) * 3.0, 1e-6);
 }
 
+TEST(GateUpSiluRef, HandComputedAndEqualToProductThenSiluMul) {
+  // x = (1, 2); w rows: gate (1, 0), (0, 1); up (2, 1), (-1, 1): gate = (1, 2), up = (4, 1).
+  const std::vector<float> x = {1, 2}, w = {1, 0, 0, 1, 2, 1, -1, 1};
+  std::vector<float> act(2);
+  gate_up_silu_ref(x.data(), w.data(), 1, 2, 2, act.data());
+  EXPECT_NEAR(act[0], 1.0 / (1.0 + std::exp(-1.0)) * 4.0, 1e-6);
+  EXPECT_NEAR(act[1], 2.0 / (1.0 + std::exp(-2.0)) * 1.0, 1e-6);
+  // Awkward sizes with bf16 rounding: the product rounded, then silu_mul_ref, rounded.
+  std::mt19937_64 rng(3);
+  const int m = 3, ffn = 13, k = 24;
+  const std::vector<float> xs = testing::random_bf16(m * k, rng), ws = testing::random_bf16(2 * ffn * k, rng);
+  std::vector<float> gu(m * 2 * ffn), want(m * ffn), got(m * ffn);
+  gemm_ref(xs.data(), ws.data(), m, 2 * ffn, k, gu.data(), false, round_bf16);
+  silu_mul_ref(gu.data(), m, ffn, want.data());
+  for (float& v : want) v = round_bf16(v);
+  gate_up_silu_ref(xs.data(), ws.data(), m, ffn, k, got.data(), round_bf16);
+  for (int i = 0; i < m * ffn; ++i) EXPECT_NEAR(got[i], want[i], 1e-2 * std::abs(want[i]) + 1e-6) << i;
+}
+
 TEST(KvWriteRef, WritesRowsAtSlotsAndSkipsPadding) {
   const KvShape shape{4, 1, 2};
   const std::vector<float> k = {1, 2, 3, 4}, v = {5, 6, 7, 8};

@@ -2,6 +2,8 @@
 // SiLU-and-multiply, embedding, block copies and swaps on the GPU against the references.
 #include <cmath>
 #include <numeric>
+#include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -25,9 +27,13 @@ std::vector<float> slice_heads(const std::vector<float>& qkv, int n_tokens, int 
 TEST(OpsGpu, RopeKvWriteFusedMatchesReferenceAndUnfused) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(std::random_device{}());
+  // (8, 2) heads: one block per token; (32, 8) and (32, 32) at head_dim 128: a token's work dealt
+  // over 4 and 8 blocks (few tokens).
+  for (const auto& [n_heads, n_kv] : {std::pair{8, 2}, std::pair{32, 8}, std::pair{32, 32}})
   for (int hd : {32, 64, 128})
     for (bool with_bias : {false, true}) {
-      const int n_tokens = 17, n_heads = 8, n_kv = 2, stride = (n_heads + 2 * n_kv) * hd;
+      SCOPED_TRACE("heads " + std::to_string(n_heads) + "/" + std::to_string(n_kv) + " hd " + std::to_string(hd));
+      const int n_tokens = 17, stride = (n_heads + 2 * n_kv) * hd;
       const KvShape shape{40, n_kv, hd};
       const std::vector<float> qkv = testing::random_bf16(size_t(n_tokens) * stride, rng);
       const std::vector<float> bias = with_bias ? testing::random_bf16(stride, rng) : std::vector<float>{};

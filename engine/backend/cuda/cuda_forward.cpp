@@ -11,6 +11,7 @@ void CudaBackend::Impl::enqueue(const Geometry& g) {
   const int R = g.rows, T = g.tokens, S = g.seqs, N = g.samples;
   const float eps = m.rms_eps, scale = 1.0f / std::sqrt(float(hd));
   const cuda::PackedLayout& L = g.layout;
+  k::set_pdl_enabled(pdl_small_steps && R <= k::gemv::kMaxRows);  // this thread's launches (graph capture too)
   k::KvAddressing addr;
   addr.kind = g.kind;
   addr.block_tables = g.at<int32_t>(L.block_tables);
@@ -107,11 +108,15 @@ void CudaBackend::Impl::enqueue(const Geometry& g) {
       k::residual_add(kBf16, delta.get(), h.get(), int64_t(R) * d, stream);
       k::rms_norm(kBf16, h.get(), W.ffn_norm, xn.get(), R, d, eps, stream);
     }
-    gemm->run(kBf16, xn.get(), W.w_gate_up, gate_up.get(), R, 2 * ffn, d, false, stream);
-    if (options.fusion)
-      k::silu_mul(kBf16, gate_up.get(), act.get(), R, ffn, stream);
-    else
-      k::silu_then_mul(kBf16, gate_up.get(), act.get(), R, ffn, stream);
+    if (options.fusion && fuse_gate_up_silu && gemm->fuses_gate_up_silu(kBf16, xn.get(), W.w_gate_up, R, ffn, d)) {
+      gemm->run_gate_up_silu(kBf16, xn.get(), W.w_gate_up, act.get(), R, ffn, d, stream);  // one launch
+    } else {
+      gemm->run(kBf16, xn.get(), W.w_gate_up, gate_up.get(), R, 2 * ffn, d, false, stream);
+      if (options.fusion)
+        k::silu_mul(kBf16, gate_up.get(), act.get(), R, ffn, stream);
+      else
+        k::silu_then_mul(kBf16, gate_up.get(), act.get(), R, ffn, stream);
+    }
     gemm->run(kBf16, act.get(), W.w_down, delta.get(), R, d, ffn, false, stream);
     if (tp) cuda::tp_all_reduce(*tp, delta.get(), int64_t(R) * d, stream);  // row-parallel down
   }
