@@ -14,6 +14,7 @@
 // its own online-softmax state (max, sum, output row) in registers; the groups are merged through
 // shared memory at the end.
 #include <algorithm>
+#include <cmath>
 #include <tuple>
 #include <utility>
 #include <stdexcept>
@@ -228,9 +229,10 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
   };
   int k;
   if (r.tensor_cores) {
-    // One wave of resident blocks (each keeps 64 KB of K/V loads in flight a pass): as many
-    // splits as fit, so short contexts at small batch are not cut into more partials than needed.
-    const int bps = a.split.blocks_per_sm > 0 ? a.split.blocks_per_sm : resident;
+    // One block per SM (each keeps 64 KB of K/V loads in flight a pass), as many splits as fit:
+    // fewer partials to merge than two per SM, and no slower at any measured shape (H100, the
+    // bps1/bps2 columns of results/gpu/decode-attn-*).
+    const int bps = a.split.blocks_per_sm > 0 ? a.split.blocks_per_sm : 1;
     k = int(std::max<int64_t>(1, std::min<int64_t>(int64_t(n_sms) * bps / n_base, most)));
   } else {
     // Measured on an H100 (results/gpu/kernels-*.md): about 4 blocks per SM, at least 64
@@ -238,11 +240,13 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
     k = std::max(1, std::min(ceil_div(int64_t(n_sms) * (a.split.blocks_per_sm > 0 ? a.split.blocks_per_sm : 4), n_base), most));
   }
   // A grid of 1-1.6 waves of resident blocks leaves a long tail (0.73-0.87 of SDPA at batch 32
-  // without GQA, batch 8 at 32k with GQA 4, H100): cut it into >= 2.5 waves instead.
+  // without GQA, batch 8 at 32k with GQA 4, H100): cut it into >= 2.5 waves instead, and on until
+  // the last wave is >= 3/4 full or there are >= 6 (batch 32 without GQA: 0.93 of SDPA with 3.3
+  // waves, 0.98 with 8.9).
   if (a.split.blocks_per_sm == 0) {
-    const double waves = double(n_base) * splits_of(k).second / double(slots);
-    if (waves > 1.0 && waves < 1.6)
-      while (k < most && double(n_base) * splits_of(k).second < 2.5 * double(slots)) ++k;
+    auto waves = [&](int kk) { return double(n_base) * splits_of(kk).second / double(slots); };
+    if (waves(k) > 1.0 && waves(k) < 1.6)
+      while (k < most && (waves(k) < 2.5 || (waves(k) < 6.0 && waves(k) - std::floor(waves(k)) < 0.75))) ++k;
   }
   std::tie(r.split_len, r.n_splits) = splits_of(k);
   r.reduce = r.n_splits > 1;

@@ -20,7 +20,7 @@ namespace servelab::kernels::decode {
 
 constexpr int kThreads = 128;
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kMergeChunk = 32;  // splits whose weights sit in shared memory at once (last-block merge)
+constexpr int kMergeChunk = 64;  // splits whose weights sit in shared memory at once (last-block merge)
 
 struct Params {
   const void* q;
@@ -46,7 +46,9 @@ struct Params {
 /// Arena slot of position t of sequence s, whose block-table row is `row` (KvAddressing::slot
 /// without a division for power-of-two block sizes; block-table entries read through the
 /// read-only path; the row looked up once per CUDA block, see KvAddressing::block_table_rows).
-__device__ __forceinline__ int64_t kv_slot(const Params& p, int s, int64_t row, int t) {
+/// With `clamp`, a block index past the table row reads its last entry (a lookup issued before the
+/// context length is known; its slot is used only for positions inside the context).
+__device__ __forceinline__ int64_t kv_slot(const Params& p, int s, int64_t row, int t, bool clamp = false) {
   if (p.kv.kind == KvLayoutKind::naive) return __ldg(p.kv.base_slots + s) + t;
   int blk, off;
   if (p.bs_shift >= 0) {
@@ -56,26 +58,35 @@ __device__ __forceinline__ int64_t kv_slot(const Params& p, int s, int64_t row, 
     blk = t / p.kv.block_size;
     off = t - blk * p.kv.block_size;
   }
+  if (clamp) blk = min(blk, int(p.kv.block_table_stride) - 1);
   return int64_t(__ldg(p.kv.block_tables + row * p.kv.block_table_stride + blk)) * p.kv.block_size + off;
 }
 
 /// The last block of (sequence s, block column blockIdx.x) merges the n split partials of its G
-/// heads in split order: weights l_i * 2^(m_i - max) into shared memory kMergeChunk splits at a
-/// time, then each thread sums float4 columns of the normalized outputs (loads bypass L1: other
-/// blocks wrote them).
+/// heads in split order: each warp turns the (max, sum) of its heads' splits into weights
+/// l_i * 2^(m_i - max) in shared memory, kMergeChunk splits at a time (one pass over the
+/// statistics when n <= kMergeChunk), then each thread sums float4 columns of the normalized
+/// outputs (loads bypass L1: other blocks wrote them).
 template <typename T, int HD, int G>
 __device__ __forceinline__ void merge_splits(const Params& p, int s, int row, int kvh, int sub, int n) {
+  constexpr int kWarps = kThreads / 32, kR = (G + kWarps - 1) / kWarps, kC = kMergeChunk / 32;
   __shared__ float sm_max[G], sm_w[G][kMergeChunk];
   constexpr int kCols = G * HD / 4, kPer = (kCols + kThreads - 1) / kThreads;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   auto base_of = [&](int g) { return (int64_t(s) * p.n_heads + kvh * p.group + sub * G + g) * p.max_splits; };
-  for (int g = warp; g < G; g += kThreads / 32) {
-    float mx = -1e30f;
-    if (sub * G + g < p.group)
-      for (int i = lane; i < n; i += 32) mx = fmaxf(mx, __ldcg(p.ws_ml + (base_of(g) + i) * 2));
+  auto valid = [&](int g) { return g < G && sub * G + g < p.group; };
+  const bool one_chunk = n <= kMergeChunk;
+  if (!one_chunk) {  // the maximum over every split first
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    if (lane == 0) sm_max[g] = mx;
+    for (int r = 0; r < kR; ++r) {
+      const int g = warp + r * kWarps;
+      float mx = -1e30f;
+      if (valid(g))
+        for (int i = lane; i < n; i += 32) mx = fmaxf(mx, __ldcg(p.ws_ml + (base_of(g) + i) * 2));
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      if (lane == 0 && g < G) sm_max[g] = mx;
+    }
   }
   float4 acc[kPer];
   float wsum[kPer];
@@ -86,14 +97,33 @@ __device__ __forceinline__ void merge_splits(const Params& p, int s, int row, in
   }
   for (int c0 = 0; c0 < n; c0 += kMergeChunk) {
     __syncthreads();  // sm_max written; the previous chunk's weights consumed
-    for (int idx = tid; idx < G * kMergeChunk; idx += kThreads) {
-      const int g = idx / kMergeChunk, i = c0 + idx % kMergeChunk;
-      float w = 0.f;
-      if (i < n && sub * G + g < p.group) {
-        const float2 ml = __ldcg(reinterpret_cast<const float2*>(p.ws_ml + (base_of(g) + i) * 2));
-        w = ml.y * exp2f(ml.x - sm_max[g]);
+    float2 ml[kR][kC];
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      const int g = warp + r * kWarps;
+#pragma unroll
+      for (int c = 0; c < kC; ++c) {
+        const int i = c0 + lane + 32 * c;
+        ml[r][c] = valid(g) && i < n ? __ldcg(reinterpret_cast<const float2*>(p.ws_ml + (base_of(g) + i) * 2))
+                                     : make_float2(-1e30f, 0.f);
       }
-      sm_w[g][idx % kMergeChunk] = w;
+    }
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      const int g = warp + r * kWarps;
+      float mx;
+      if (one_chunk) {
+        mx = ml[r][0].x;
+#pragma unroll
+        for (int c = 1; c < kC; ++c) mx = fmaxf(mx, ml[r][c].x);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      } else {
+        mx = g < G ? sm_max[g] : 0.f;
+      }
+      if (g < G)
+#pragma unroll
+        for (int c = 0; c < kC; ++c) sm_w[g][lane + 32 * c] = ml[r][c].y * exp2f(ml[r][c].x - mx);
     }
     __syncthreads();
     const int cn = min(kMergeChunk, n - c0);
@@ -110,7 +140,7 @@ __device__ __forceinline__ void merge_splits(const Params& p, int s, int row, in
 #pragma unroll
       for (int k = 0; k < kPer; ++k) {
         const int col = tid + k * kThreads;
-        if (col < kCols && sub * G + gk[k] < p.group) {
+        if (col < kCols && valid(gk[k])) {
           const float w = sm_w[gk[k]][i];
           const float4 v = __ldcg(src[k] + int64_t(i) * (HD / 4));
           wsum[k] += w;
@@ -127,7 +157,7 @@ __device__ __forceinline__ void merge_splits(const Params& p, int s, int row, in
     const int col = tid + k * kThreads;
     if (col >= kCols) continue;
     const int g = col / (HD / 4), d = (col % (HD / 4)) * 4;
-    if (sub * G + g >= p.group) continue;
+    if (!valid(g)) continue;
     const int h = kvh * p.group + sub * G + g;
     const float inv = 1.0f / wsum[k];
     T* o = static_cast<T*>(p.out) + row * p.out_row_stride + int64_t(h) * HD + d;
@@ -145,19 +175,33 @@ template <typename T, int HD, int G, int NL, int LD>
 __device__ __forceinline__ void finish_block(const Params& p, const float (*sm_m)[G], const float (*sm_l)[G],
                                              const float* sm_o, int s, int row, int kvh, int sub, int split,
                                              int ctx) {
-  for (int idx = threadIdx.x; idx < G * HD; idx += kThreads) {
-    const int g = idx / HD, d = idx % HD;
-    if (sub * G + g >= p.group) continue;
+  __shared__ float sm_scale[NL][G], sm_stat[G][2];
+  if (threadIdx.x < G) {  // per head: the block's max, each part's factor 2^(m_i - max), the sum
+    const int g = threadIdx.x;
     float mm = -1e30f;
 #pragma unroll
     for (int i = 0; i < NL; ++i) mm = fmaxf(mm, sm_m[i][g]);
-    float ll = 0.0f, oo = 0.0f;
+    float ll = 0.0f;
 #pragma unroll
     for (int i = 0; i < NL; ++i) {
       const float w = exp2f(sm_m[i][g] - mm);
+      sm_scale[i][g] = w;
       ll = fmaf(sm_l[i][g], w, ll);
-      oo = fmaf(sm_o[(i * G + g) * LD + d], w, oo);
     }
+    sm_stat[g][0] = mm;
+    sm_stat[g][1] = ll;
+  }
+  __syncthreads();
+  constexpr int kPer = (G * HD + kThreads - 1) / kThreads;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int idx = threadIdx.x + k * kThreads;
+    const int g = idx / HD, d = idx % HD;
+    if (idx >= G * HD || sub * G + g >= p.group) continue;
+    float oo = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NL; ++i) oo = fmaf(sm_o[(i * G + g) * LD + d], sm_scale[i][g], oo);
+    const float mm = sm_stat[g][0], ll = sm_stat[g][1];
     const int h = kvh * p.group + sub * G + g;
     if (p.partial) {
       const int64_t ip = (int64_t(s) * p.n_heads + h) * p.max_splits + split;

@@ -72,12 +72,21 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, i = lane & 3;
   const int kvh = blockIdx.x / p.n_sub, sub = blockIdx.x % p.n_sub, s = blockIdx.y, split = blockIdx.z;
-  const int ctx = p.context_lens[s];
   const int t_begin = split * p.split_len;
+  // Lane l looks up position pos(l) of the pass: step l / 16 of this warp, position l % 16. The
+  // first lookup is issued before the context length arrives (clamped to the table row, used only
+  // inside the context); each later one while the previous pass's loads are in flight.
+  auto pos = [&](int base, int l_) { return base + ((l_ >> 4) * kWarps + warp) * 16 + (l_ & 15); };
+  const int64_t table_row = p.kv.kind == KvLayoutKind::paged ? p.kv.table_row(s) : int64_t(s);
+  int my_slot;
+  {
+    const int t = pos(t_begin, lane);
+    my_slot = (kS == 2 || lane < 16) && t < t_begin + p.split_len ? int(kv_slot(p, s, table_row, t, true)) : 0;
+  }
+  const int ctx = p.context_lens[s];
   if (t_begin >= ctx) return;  // uniform over the block
   const int t_end = min(ctx, t_begin + p.split_len);
   const int row = p.query_start ? p.query_start[s + 1] - 1 : s;
-  const int64_t table_row = p.kv.kind == KvLayoutKind::paged ? p.kv.table_row(s) : int64_t(s);
 
   // Q of head g as the A operand (row g; rows g + 8 are zero).
   uint32_t qa[kKS][2];
@@ -101,14 +110,6 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
   const char* kbase = static_cast<const char*>(p.k_cache) + int64_t(kvh) * HD * int64_t(sizeof(T));
   const char* vbase = static_cast<const char*>(p.v_cache) + int64_t(kvh) * HD * int64_t(sizeof(T));
   const int64_t row_bytes = p.kv_row * int64_t(sizeof(T));
-  // Lane l looks up position pos(l) of the pass: step l / 16 of this warp, position l % 16. The
-  // next pass's slots are looked up while this pass's loads are in flight.
-  auto pos = [&](int base, int l_) { return base + ((l_ >> 4) * kWarps + warp) * 16 + (l_ & 15); };
-  int my_slot;
-  {
-    const int t = pos(t_begin, lane);
-    my_slot = (kS == 2 || lane < 16) && t < t_end ? int(kv_slot(p, s, table_row, t)) : 0;
-  }
   for (int base = t_begin; base < t_end; base += kPass) {  // uniform trip count: shuffles are safe
     Vec8 kr[kS][2][kKV], vr[kS][4][kVV];
 #pragma unroll

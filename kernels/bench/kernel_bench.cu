@@ -2,10 +2,11 @@
 // CUDA events after warm-up (median of repeats, inputs rotated so repeats do not run from L2),
 // and prints achieved GB/s and TFLOP/s next to ceilings measured in the same run: a large
 // device-to-device copy and a large cuBLASLt bf16 GEMM on random data.
-//   kernel_bench [--json FILE] [--quick] [--sweep] [--decode-only] [--commit SHA]
+//   kernel_bench [--json FILE] [--quick] [--sweep] [--decode-only] [--only SHAPE] [--commit SHA]
 // --sweep also times decode with 1, 2, 4 and 8 blocks per SM (SplitPolicy::blocks_per_sm) and, for
 // GQA, the CUDA-core kernel (DecodeAttentionArgs::tensor_cores off). --decode-only: validation,
-// the copy ceiling and paged decode attention only.
+// the copy ceiling and paged decode attention only. --only "b1 ctx1024 gqa4": that decode shape
+// alone (e.g. under ncu).
 // The decode weight products of llama2-7b (M = 1 and 8) are timed through Gemm with its skinny
 // kernel (gemv.cu) and with cuBLASLt alone, side by side.
 // JSON: a list of {name, value, unit, peer_or_ceiling, ratio, shape, device, date, commit}.
@@ -191,7 +192,7 @@ bool validate(std::mt19937_64& rng, int n_sms) {
 
 int main(int argc, char** argv) {
   std::string json_path = "kernel_bench.json";
-  std::string commit = "unknown";
+  std::string commit = "unknown", only;
   bool quick = false, sweep = false, decode_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
@@ -199,8 +200,9 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--sweep")) sweep = true;
     else if (!std::strcmp(argv[i], "--decode-only")) decode_only = true;
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: kernel_bench [--json FILE] [--quick] [--sweep] [--decode-only] [--commit SHA]\n");
+      std::fprintf(stderr, "usage: kernel_bench [--json FILE] [--quick] [--sweep] [--decode-only] [--only SHAPE] [--commit SHA]\n");
       return 2;
     }
   }
@@ -252,6 +254,9 @@ int main(int argc, char** argv) {
           const int n_heads = 32, n_kv = 32 / group;
           const int64_t kv_bytes = int64_t(batch) * ctx * n_kv * 128 * 4;
           if (kv_bytes > (int64_t(24) << 30)) continue;  // keep the arena well inside GPU memory
+          const std::string base_shape =
+              "b" + std::to_string(batch) + " ctx" + std::to_string(ctx) + " gqa" + std::to_string(group);
+          if (!only.empty() && only != base_shape) continue;
           PagedBatch b(batch, ctx, n_heads, n_kv, l2, rng);
           // The default policy, the batch-invariant one (fixed 512-position splits), and a sweep
           // of the auto policy's blocks per SM and of the kernel (what the defaults were chosen from).
@@ -277,8 +282,7 @@ int main(int argc, char** argv) {
                 [&](int i, cudaStream_t st) { decode_attention(args[i % b.n_rot], st); }, 20, 15);
             const double bytes = double(kv_bytes) + 2.0 * batch * n_heads * 128 * 2;
             const DecodeSplit used = decode_attention_split(args[0], n_sms);
-            const std::string shape = "b" + std::to_string(batch) + " ctx" + std::to_string(ctx) + " gqa" +
-                                      std::to_string(group) + (fixed ? " split512" : "");
+            const std::string shape = base_shape + (fixed ? " split512" : "");
             const std::string name = fixed ? "paged_decode_attn_invariant"
                                      : !var.tc ? "paged_decode_attn_cudacore"
                                      : pol.blocks_per_sm ? "paged_decode_attn_bps" + std::to_string(pol.blocks_per_sm)
