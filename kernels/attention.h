@@ -15,15 +15,17 @@ namespace servelab::kernels {
 enum class ScalarType { bf16, f16 };
 
 /// Split policy for decode attention (FlashDecoding): each sequence's context is cut into splits
-/// of split_len positions, each computed by its own blocks, then merged by a reduce kernel.
+/// of split_len positions, each computed by its own blocks; the last block of a (sequence, KV head)
+/// to finish merges the splits in split order, in the same launch.
 struct SplitPolicy {
   /// 0: choose from the batch so the grid fills the GPU (fast). > 0: every split is exactly this
-  /// many positions and the reduce always runs, so a sequence's result depends only on its own
+  /// many positions and the split merge always runs, so a sequence's result depends only on its own
   /// context (batch-invariant mode). Must be a multiple of 16.
   int fixed_split_len = 0;
   /// Auto mode only: > 0 cuts the contexts for this many blocks per multiprocessor, as given; 0
-  /// (default) aims for 4 and avoids grids of 1-1.6 waves of resident blocks (long tails), as
-  /// chosen from H100 measurements (results/gpu/kernels-*.md). kernel_bench --sweep compares.
+  /// (default) aims for one wave of resident blocks on the tensor-core kernel (2 per SM) and 4 per
+  /// SM on the CUDA-core one, and avoids grids of 1-1.6 waves (long tails), as chosen from H100
+  /// measurements (results/gpu/kernels-*.md). kernel_bench --sweep compares.
   int blocks_per_sm = 0;
 };
 
@@ -44,24 +46,33 @@ struct DecodeAttentionArgs {
   float scale = 1.0f;
   void* out = nullptr;            ///< row like q, at out + r * out_row_stride
   int64_t out_row_stride = 0;
-  float* workspace = nullptr;     ///< decode_attention_workspace_bytes() bytes
+  float* workspace = nullptr;     ///< decode_attention_workspace_bytes() bytes, zeroed once (see there)
   size_t workspace_bytes = 0;
   SplitPolicy split;
+  /// GQA (n_heads / n_kv_heads >= 2) at head_dim 64 or 128 runs on tensor cores (mma.sync); false
+  /// keeps every shape on the CUDA-core kernel (comparison in kernel_bench and the tests).
+  bool tensor_cores = true;
 };
 
 /// How decode_attention cuts the contexts for these arguments on a GPU with n_sms multiprocessors.
 struct DecodeSplit {
   int split_len = 0;   ///< positions per split
   int n_splits = 1;    ///< splits of the longest context (the grid's depth)
-  bool reduce = false; ///< partial results go through the workspace and the reduce kernel
+  bool reduce = false; ///< partial results go through the workspace, merged by each column's last block
+  bool tensor_cores = false;  ///< the tensor-core kernel runs (see DecodeAttentionArgs::tensor_cores)
 };
 DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms);
-/// Workspace for the partial results: [n_seqs, n_heads, n_splits, head_dim + 2] floats. In auto
-/// mode n_splits never exceeds kMaxAutoSplits; with a fixed split, ceil(max_context / split_len).
+/// Workspace for the partial results, [n_seqs, n_heads, n_splits, head_dim + 2] floats, and the
+/// split counters: (head_dim + 3) * 4 bytes per (sequence, head, split). In auto mode n_splits never
+/// exceeds kMaxAutoSplits; with a fixed split, ceil(max_context / split_len). The counters are the
+/// last workspace_bytes / (4 (head_dim + 3)) ints of the workspace, whatever the call: they must be
+/// zero before the first call on a fresh workspace (cudaMemset it once after allocating it), and
+/// every call leaves them zero, so one workspace serves any later call (and CUDA graph replay) of
+/// at most n_seqs * n_heads * n_splits (sequence, head, split) triples.
 size_t decode_attention_workspace_bytes(int n_seqs, int n_heads, int head_dim, int n_splits);
 constexpr int kMaxAutoSplits = 64;
-/// Launches the split kernel (and the reduce kernel when needed). Throws std::invalid_argument on
-/// an unsupported head_dim or a workspace smaller than decode_attention_workspace_bytes asks.
+/// One launch (the splits merged by their last block). Throws std::invalid_argument on an
+/// unsupported head_dim or a workspace smaller than decode_attention_workspace_bytes asks.
 void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream);
 
 /// A varlen batch of prefill (or mixed) rows: causal, each sequence attending to its cached prefix

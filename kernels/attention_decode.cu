@@ -1,64 +1,37 @@
-// Decode attention over the paged or naive KV cache, FlashDecoding-style.
+// Decode attention over the paged or naive KV cache, FlashDecoding-style, in one launch.
 //
 // Grid (n_kv_heads * n_sub, n_seqs, n_splits): a block owns one KV head of one sequence over one
 // split of its context and computes all the query heads that share that KV head (up to G at a
-// time), so K and V are read from memory once per KV head, not once per query head.
-// Inside a block, a "lane group" of HD / 8 threads holds one position's K (and V) row as 16-byte
-// vectors, one vector per thread; the block walks kThreads / (HD / 8) positions at once, U deep,
-// loading all U rows before using any (several independent 16-byte loads in flight per thread).
-// Each lane group keeps its own online-softmax state (max, sum, output row) in registers; the
-// groups are merged through shared memory at the end, then either written out (one split) or
-// stored as partials (normalized output, max and sum in log2 units) for the reduce kernel.
+// time), so K and V are read from memory once per KV head, not once per query head. With several
+// splits, each block stores a partial (normalized output, max and sum in log2 units) and the last
+// block of a (sequence, KV head) to finish merges them in split order (attention_decode_common.cuh).
+//
+// Two kernels: GQA (group >= 2) at head_dim 64/128 runs on tensor cores (attention_decode_mma.cuh);
+// otherwise (and with DecodeAttentionArgs::tensor_cores off) this file's CUDA-core kernel: a
+// "lane group" of HD / 8 threads holds one position's K (and V) row as 16-byte vectors, one vector
+// per thread; the block walks kThreads / (HD / 8) positions at once, U deep, loading all U rows
+// before using any (several independent 16-byte loads in flight per thread). Each lane group keeps
+// its own online-softmax state (max, sum, output row) in registers; the groups are merged through
+// shared memory at the end.
 #include <algorithm>
+#include <cmath>
 #include <tuple>
 #include <utility>
 #include <stdexcept>
 #include <string>
 
 #include "kernels/attention.h"
+#include "kernels/attention_decode_common.cuh"
+#include "kernels/attention_decode_mma.cuh"
 #include "kernels/common.cuh"
 
 namespace servelab::kernels {
 namespace {
 
-constexpr int kThreads = 128;
-constexpr float kLog2e = 1.4426950408889634f;
-
-struct DecodeParams {
-  const void* q;
-  int64_t q_row_stride;
-  const int32_t* query_start;
-  const void* k_cache;
-  const void* v_cache;
-  int64_t kv_row;  // n_kv_heads * head_dim
-  int n_heads, group, n_sub;
-  const int32_t* context_lens;
-  KvAddressing kv;
-  float scale_log2;
-  void* out;
-  int64_t out_row_stride;
-  int split_len, max_splits;
-  int bs_shift;  // paged with a power-of-two block size: log2(block_size) (shift and mask); else -1
-  bool partial;
-  float* ws_o;   // [n_seqs, n_heads, max_splits, HD]
-  float* ws_ml;  // [n_seqs, n_heads, max_splits, 2]
-};
-
-/// Arena slot of position t of sequence s, whose block-table row is `row` (KvAddressing::slot
-/// without a division for power-of-two block sizes; block-table entries read through the
-/// read-only path; the row looked up once per CUDA block, see KvAddressing::block_table_rows).
-__device__ __forceinline__ int64_t kv_slot(const DecodeParams& p, int s, int64_t row, int t) {
-  if (p.kv.kind == KvLayoutKind::naive) return __ldg(p.kv.base_slots + s) + t;
-  int blk, off;
-  if (p.bs_shift >= 0) {
-    blk = t >> p.bs_shift;
-    off = t & ((1 << p.bs_shift) - 1);
-  } else {
-    blk = t / p.kv.block_size;
-    off = t - blk * p.kv.block_size;
-  }
-  return int64_t(__ldg(p.kv.block_tables + row * p.kv.block_table_stride + blk)) * p.kv.block_size + off;
-}
+using decode::kLog2e;
+using decode::kThreads;
+using decode::kv_slot;
+using DecodeParams = decode::Params;
 
 template <typename T, int HD, int G>
 __global__ void __launch_bounds__(kThreads, G == 1 ? 7 : G <= 4 ? 4 : 2) decode_split_kernel(const DecodeParams p) {
@@ -184,84 +157,56 @@ __global__ void __launch_bounds__(kThreads, G == 1 ? 7 : G <= 4 ? 4 : 2) decode_
     o[1] = make_float4(acc[g][4], acc[g][5], acc[g][6], acc[g][7]);
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < G * HD; idx += kThreads) {
-    const int g = idx / HD, d = idx % HD;
-    if (sub * G + g >= p.group) continue;
-    float mm = -1e30f;
-    for (int i = 0; i < kLg; ++i) mm = fmaxf(mm, sm_m[i][g]);
-    float ll = 0.0f, oo = 0.0f;
-    for (int i = 0; i < kLg; ++i) {
-      const float w = exp2f(sm_m[i][g] - mm);
-      ll = fmaf(sm_l[i][g], w, ll);
-      oo = fmaf(sm_o[i][g][d], w, oo);
-    }
-    const int h = kvh * p.group + sub * G + g;
-    if (p.partial) {
-      const int64_t ip = (int64_t(s) * p.n_heads + h) * p.max_splits + split;
-      p.ws_o[ip * HD + d] = oo / ll;
-      if (d == 0) {
-        p.ws_ml[ip * 2] = mm;
-        p.ws_ml[ip * 2 + 1] = ll;
-      }
-    } else {
-      static_cast<T*>(p.out)[row * p.out_row_stride + int64_t(h) * HD + d] = from_float<T>(oo / ll);
-    }
-  }
+  decode::finish_block<T, HD, G, kLg, HD>(p, sm_m, sm_l, &sm_o[0][0][0], s, row, kvh, sub, split, ctx);
 }
 
-/// Merges a sequence's split partials in split order (fixed, so the result is reproducible).
+constexpr int kMmaSteps = 2;  // 16-position steps per warp per pass on the tensor-core path
+
 template <typename T, int HD>
-__global__ void __launch_bounds__(HD) decode_reduce_kernel(const DecodeParams p) {
-  const int h = blockIdx.x, s = blockIdx.y, d = threadIdx.x;
-  const int n = (p.context_lens[s] + p.split_len - 1) / p.split_len;
-  const int64_t base = (int64_t(s) * p.n_heads + h) * p.max_splits;
-  float mm = -1e30f;
-  for (int i = 0; i < n; ++i) mm = fmaxf(mm, p.ws_ml[(base + i) * 2]);
-  float ll = 0.0f, oo = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    const float w = p.ws_ml[(base + i) * 2 + 1] * exp2f(p.ws_ml[(base + i) * 2] - mm);
-    ll += w;
-    oo = fmaf(w, p.ws_o[(base + i) * HD + d], oo);
+void launch(const DecodeParams& p, bool mma, int g_bucket, dim3 grid, cudaStream_t stream) {
+  if constexpr (HD % 64 == 0) {
+    if (mma) {
+      decode::decode_mma_kernel<T, HD, kMmaSteps><<<grid, kThreads, 0, stream>>>(p);
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
   }
-  const int row = p.query_start ? p.query_start[s + 1] - 1 : s;
-  const int64_t table_row = p.kv.kind == KvLayoutKind::paged ? p.kv.table_row(s) : int64_t(s);
-  static_cast<T*>(p.out)[row * p.out_row_stride + int64_t(h) * HD + d] = from_float<T>(oo / ll);
-}
-
-template <typename T, int HD, int G>
-void launch_split(const DecodeParams& p, dim3 grid, cudaStream_t stream) {
-  decode_split_kernel<T, HD, G><<<grid, kThreads, 0, stream>>>(p);
+  if (g_bucket == 1) decode_split_kernel<T, HD, 1><<<grid, kThreads, 0, stream>>>(p);
+  else if (g_bucket == 4) decode_split_kernel<T, HD, 4><<<grid, kThreads, 0, stream>>>(p);
+  else decode_split_kernel<T, HD, 8><<<grid, kThreads, 0, stream>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 
-template <typename T, int HD>
-void launch(const DecodeParams& p, int g_bucket, dim3 grid, bool reduce, int n_heads, int n_seqs, cudaStream_t stream) {
-  if (g_bucket == 1) launch_split<T, HD, 1>(p, grid, stream);
-  else if (g_bucket == 4) launch_split<T, HD, 4>(p, grid, stream);
-  else launch_split<T, HD, 8>(p, grid, stream);
-  if (reduce) {
-    decode_reduce_kernel<T, HD><<<dim3(n_heads, n_seqs), HD, 0, stream>>>(p);
-    CUDA_CHECK_LAUNCH();
-  }
-}
-
 template <typename T>
-void dispatch_hd(int hd, const DecodeParams& p, int g_bucket, dim3 grid, bool reduce, int n_heads, int n_seqs,
-                 cudaStream_t stream) {
+void dispatch_hd(int hd, const DecodeParams& p, bool mma, int g_bucket, dim3 grid, cudaStream_t stream) {
   switch (hd) {
-    case 32: return launch<T, 32>(p, g_bucket, grid, reduce, n_heads, n_seqs, stream);
-    case 64: return launch<T, 64>(p, g_bucket, grid, reduce, n_heads, n_seqs, stream);
-    case 128: return launch<T, 128>(p, g_bucket, grid, reduce, n_heads, n_seqs, stream);
+    case 32: return launch<T, 32>(p, mma, g_bucket, grid, stream);
+    case 64: return launch<T, 64>(p, mma, g_bucket, grid, stream);
+    case 128: return launch<T, 128>(p, mma, g_bucket, grid, stream);
     default: throw std::invalid_argument("decode_attention: head_dim " + std::to_string(hd) + " not built (32, 64, 128)");
   }
 }
 
 int group_bucket(int group) { return group == 1 ? 1 : group <= 4 ? 4 : 8; }
 
+bool use_tensor_cores(const DecodeAttentionArgs& a) {
+  const int group = a.shape.n_kv_heads > 0 ? a.n_heads / a.shape.n_kv_heads : 1;
+  return a.tensor_cores && group >= 2 && (a.shape.head_dim == 64 || a.shape.head_dim == 128) &&
+         a.shape.n_slots < (int64_t(1) << 31);
+}
+
+/// Where the counters start in a workspace of `bytes` (the last bytes / (4 (hd + 3)) ints; see
+/// decode_attention_workspace_bytes), and how many there are.
+std::pair<size_t, size_t> counter_region(size_t bytes, int head_dim) {
+  const size_t n = bytes / (4 * size_t(head_dim + 3));
+  return {bytes / 4 - n, n};  // in 4-byte units
+}
+
 }  // namespace
 
 DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
   DecodeSplit r;
+  r.tensor_cores = use_tensor_cores(a);
   const int max_ctx = std::max(1, a.max_context);
   if (a.split.fixed_split_len > 0) {
     r.split_len = a.split.fixed_split_len;
@@ -270,24 +215,38 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
     return r;
   }
   const int group = a.n_heads / a.shape.n_kv_heads;
-  const int n_base = a.n_seqs * a.shape.n_kv_heads * ceil_div(group, group_bucket(group));
-  // Splits are chosen around waves of resident blocks (the split kernel's launch bounds: 7, 4 or
-  // 2 blocks per SM for group buckets 1, 4, 8). Measured on an H100 (results/gpu/kernels-*.md):
-  // about 4 blocks per SM, at least 64 positions a split, is best when the grid stays within one
-  // wave or spans two or more; a grid of 1-1.6 waves leaves a long tail (0.73-0.87 of SDPA at
-  // batch 32 without GQA, batch 8 at 32k with GQA 4), so it is cut into >= 2.5 waves instead.
-  const int gb = group_bucket(group);
-  const int64_t slots = int64_t(n_sms) * (gb == 1 ? 7 : gb == 4 ? 4 : 2);
+  // Blocks per (sequence, KV head), and how many the SM holds at once (launch bounds): the
+  // tensor-core kernel 2 (8 query heads a block), the CUDA-core kernel 7, 4 or 2 for group
+  // buckets 1, 4, 8.
+  const int per_block = r.tensor_cores ? decode::kMmaHeads : group_bucket(group);
+  const int n_base = a.n_seqs * a.shape.n_kv_heads * ceil_div(group, per_block);
+  const int resident = r.tensor_cores ? 2 : per_block == 1 ? 7 : per_block == 4 ? 4 : 2;
+  const int64_t slots = int64_t(n_sms) * resident;
   const int most = std::min(kMaxAutoSplits, ceil_div(max_ctx, 64));
   auto splits_of = [&](int k) {  // splits after rounding the split length up to 64 positions
     const int len = ceil_div(ceil_div(max_ctx, k), 64) * 64;
     return std::pair<int, int>(len, ceil_div(max_ctx, len));
   };
-  int k = std::max(1, std::min(ceil_div(int64_t(n_sms) * (a.split.blocks_per_sm > 0 ? a.split.blocks_per_sm : 4), n_base), most));
+  int k;
+  if (r.tensor_cores) {
+    // One block per SM (each keeps 64 KB of K/V loads in flight a pass), as many splits as fit:
+    // fewer partials to merge than two per SM, and no slower at any measured shape (H100, the
+    // bps1/bps2 columns of results/gpu/decode-attn-*).
+    const int bps = a.split.blocks_per_sm > 0 ? a.split.blocks_per_sm : 1;
+    k = int(std::max<int64_t>(1, std::min<int64_t>(int64_t(n_sms) * bps / n_base, most)));
+  } else {
+    // Measured on an H100 (results/gpu/kernels-*.md): about 4 blocks per SM, at least 64
+    // positions a split.
+    k = std::max(1, std::min(ceil_div(int64_t(n_sms) * (a.split.blocks_per_sm > 0 ? a.split.blocks_per_sm : 4), n_base), most));
+  }
+  // A grid of 1-1.6 waves of resident blocks leaves a long tail (0.73-0.87 of SDPA at batch 32
+  // without GQA, batch 8 at 32k with GQA 4, H100): cut it into >= 2.5 waves instead, and on until
+  // the last wave is >= 3/4 full or there are >= 6 (batch 32 without GQA: 0.93 of SDPA with 3.3
+  // waves, 0.98 with 8.9).
   if (a.split.blocks_per_sm == 0) {
-    const double waves = double(n_base) * splits_of(k).second / double(slots);
-    if (waves > 1.0 && waves < 1.6)
-      while (k < most && double(n_base) * splits_of(k).second < 2.5 * double(slots)) ++k;
+    auto waves = [&](int kk) { return double(n_base) * splits_of(kk).second / double(slots); };
+    if (waves(k) > 1.0 && waves(k) < 1.6)
+      while (k < most && (waves(k) < 2.5 || (waves(k) < 6.0 && waves(k) - std::floor(waves(k)) < 0.75))) ++k;
   }
   std::tie(r.split_len, r.n_splits) = splits_of(k);
   r.reduce = r.n_splits > 1;
@@ -295,7 +254,7 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
 }
 
 size_t decode_attention_workspace_bytes(int n_seqs, int n_heads, int head_dim, int n_splits) {
-  return size_t(n_seqs) * n_heads * n_splits * (head_dim + 2) * sizeof(float);
+  return size_t(n_seqs) * n_heads * n_splits * (head_dim + 3) * sizeof(float);
 }
 
 void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
@@ -318,7 +277,7 @@ void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
   p.kv_row = a.shape.row_elems();
   p.n_heads = a.n_heads;
   p.group = group;
-  p.n_sub = ceil_div(group, gb);
+  p.n_sub = ceil_div(group, split.tensor_cores ? decode::kMmaHeads : gb);
   p.context_lens = a.context_lens;
   p.kv = a.kv;
   p.scale_log2 = a.scale * kLog2e;
@@ -332,20 +291,24 @@ void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
     if (a.kv.block_size < 1) throw std::invalid_argument("decode_attention: block_size must be >= 1");
     if ((a.kv.block_size & (a.kv.block_size - 1)) == 0) p.bs_shift = __builtin_ctz(unsigned(a.kv.block_size));
   }
+  const dim3 grid(a.shape.n_kv_heads * p.n_sub, a.n_seqs, split.n_splits);
   if (split.reduce) {
     const size_t need = decode_attention_workspace_bytes(a.n_seqs, a.n_heads, hd, split.n_splits);
-    if (a.workspace == nullptr || a.workspace_bytes < need)
+    const auto [ctr_at, n_ctr] = counter_region(a.workspace_bytes, hd);
+    const size_t partial_floats = size_t(a.n_seqs) * a.n_heads * split.n_splits * (hd + 2);
+    if (a.workspace == nullptr || a.workspace_bytes < need || partial_floats > ctr_at ||
+        size_t(a.n_seqs) * grid.x > n_ctr)
       throw std::invalid_argument("decode_attention: workspace of " + std::to_string(a.workspace_bytes) +
                                   " bytes, needs " + std::to_string(need));
     p.ws_o = a.workspace;
     p.ws_ml = a.workspace + size_t(a.n_seqs) * a.n_heads * split.n_splits * hd;
+    p.counters = reinterpret_cast<int32_t*>(a.workspace) + ctr_at;
   }
-  const dim3 grid(a.shape.n_kv_heads * p.n_sub, a.n_seqs, split.n_splits);
   if (a.dtype == ScalarType::bf16) {
-    dispatch_hd<__nv_bfloat16>(hd, p, gb, grid, split.reduce, a.n_heads, a.n_seqs, stream);
+    dispatch_hd<__nv_bfloat16>(hd, p, split.tensor_cores, gb, grid, stream);
   } else {
 #if defined(SERVELAB_KERNELS_FP16)
-    dispatch_hd<__half>(hd, p, gb, grid, split.reduce, a.n_heads, a.n_seqs, stream);
+    dispatch_hd<__half>(hd, p, split.tensor_cores, gb, grid, stream);
 #else
     throw std::invalid_argument("decode_attention: fp16 not built (configure with -DSERVELAB_KERNELS_FP16=ON)");
 #endif

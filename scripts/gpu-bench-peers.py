@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Peers and ceilings for kernel_bench, timed with PyTorch on the GPU machine (issue 8, items 2-3).
 
-  python3 scripts/gpu-bench-peers.py --out peers.json [--quick]
+  python3 scripts/gpu-bench-peers.py --out peers.json [--quick] [--decode-only]
       times torch's scaled_dot_product_attention (fastest of its flash, cuDNN and memory-efficient
       backends) on kernel_bench's shapes: decode (one query row per sequence, contiguous KV
       [batch, kv_heads, ctx, 128], GQA 1 and 4, 32 query heads) and 4k causal prefill; plus a
-      2 GiB device-to-device copy and an 8192^3 bf16 matmul as ceilings.
+      2 GiB device-to-device copy and an 8192^3 bf16 matmul as ceilings. --decode-only: the copy and
+      the decode shapes only (as kernel_bench --decode-only).
   python3 scripts/gpu-bench-peers.py --combine kernel_bench.json peers.json --benchmarks OUT.json
       joins both into issue 8's list of {name, value, unit, peer_or_ceiling, ratio, shape, device,
       date, commit}: our figure beside its peer on the same shape.
@@ -74,7 +75,7 @@ def sdpa_best(torch, make_call, n_rot):
     return best[0], best[1], tried
 
 
-def measure(quick):
+def measure(quick, decode_only=False):
     import torch
     import torch.nn.functional as F
     dev = torch.cuda.get_device_properties(0)
@@ -97,14 +98,15 @@ def measure(quick):
     copy_gbs = 2 * a.numel() * 2 / (ms * 1e-3) / 1e9
     rec("torch_d2d_copy", "2 GiB", copy_gbs, "GB/s")
     del a, b
-    n = 8192
-    x = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    y = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
-    ms = time_graph_ms(torch, lambda i: torch.matmul(x, w.t(), out=y), 1, per_graph=5, reps=10)
-    gemm = 2 * n ** 3 / (ms * 1e-3) / 1e12
-    rec("torch_gemm_bf16", "8192x8192x8192", gemm, "TFLOP/s")
-    del x, w, y
+    if not decode_only:
+        n = 8192
+        x = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        y = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+        ms = time_graph_ms(torch, lambda i: torch.matmul(x, w.t(), out=y), 1, per_graph=5, reps=10)
+        gemm = 2 * n ** 3 / (ms * 1e-3) / 1e12
+        rec("torch_gemm_bf16", "8192x8192x8192", gemm, "TFLOP/s")
+        del x, w, y
 
     # Decode: q [B, 32, 1, 128], K/V [B, kv, ctx, 128] contiguous.
     for group in (1, 4):
@@ -136,7 +138,7 @@ def measure(quick):
                     {"backend": be, "ms": ms, "tried": tried})
 
     # Prefill: causal, one sequence, 32 query heads.
-    for group in (1, 4):
+    for group in (() if decode_only else (1, 4)):
         for seq in ([4096] if quick else [1024, 4096]):
             n_kv = N_HEADS // group
             q = torch.randn(1, N_HEADS, seq, HD, device="cuda", dtype=torch.bfloat16)
@@ -205,12 +207,13 @@ def combine(kb_path, peers_path, out_path, commit):
     json.dump(out, open(out_path, "w"), indent=2)
     copy = next((r["value"] for r in kb if r["name"] == "d2d_copy"), None)
     print(f"\n== paged decode attention: GB/s, ratio to the best SDPA backend, to copy ({copy:.0f} GB/s) ==")
-    print(f"{'shape':<22} {'ours':>6} {'sdpa':>6} {'x sdpa':>6} {'x copy':>6} | x sdpa for bps4 bps8 bps16 invariant")
+    print(f"{'shape':<22} {'ours':>6} {'sdpa':>6} {'x sdpa':>6} {'x copy':>6} | x sdpa for bps1 bps2 bps4 bps8 cudacore invariant")
     for base, v in decode.items():
         p = prow.get(("sdpa_decode_attn", base))
         if not p or "default" not in v:
             continue
-        sw = " ".join(f"{v[k] / p['value']:.2f}" if k in v else "  - " for k in ("_bps4", "_bps8", "_bps16", "_invariant"))
+        sw = " ".join(f"{v[k] / p['value']:.2f}" if k in v else "  - "
+                      for k in ("_bps1", "_bps2", "_bps4", "_bps8", "_cudacore", "_invariant"))
         print(f"{base:<22} {v['default']:6.0f} {p['value']:6.0f} {v['default'] / p['value']:6.2f} "
               f"{v['default'] / copy:6.2f} | {sw} ({p['backend']})")
     print(f"\n== other figures ({out_path}) ==")
@@ -225,6 +228,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--decode-only", action="store_true")
     ap.add_argument("--combine", nargs=2, metavar=("KERNEL_BENCH_JSON", "PEERS_JSON"))
     ap.add_argument("--benchmarks")
     ap.add_argument("--commit")
@@ -236,7 +240,7 @@ def main():
         return 0
     if not a.out:
         ap.error("--out or --combine")
-    res = measure(a.quick)
+    res = measure(a.quick, a.decode_only)
     try:
         res["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
                                             "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()

@@ -10,7 +10,8 @@
 # A device call is capped at 10 minutes: STEPS picks steps (default all of
 #   "build tests memcheck bench peers"; "ctest" builds everything and runs ctest -L gpu).
 # Environment: OUT, BUILD (build dir, default build-gpu), QUICK=1 (fewer bench shapes), SWEEP=1
-#   (kernel_bench --sweep: decode split policies), COMMIT,
+#   (kernel_bench --sweep: decode split policies), DECODE_ONLY=1 (kernel_bench and the peers time
+#   decode attention only), COMMIT,
 #   GTEST_FILTER (for the GPU tests and memcheck), DEBS_DIR (a folder of carried Debian .deb files,
 #   unpacked into a prefix when the machine's image lacks the build dependencies; recipe:
 #     mkdir -p shared/debs && cd shared/debs && apt-get download libgtest-dev libyaml-cpp-dev \
@@ -91,12 +92,14 @@ if [ $BUILT = 1 ]; then
     BENCH_ARGS=(--json "$OUT/kernel_bench.json" --commit "$COMMIT")
     [ "${QUICK:-0}" = 1 ] && BENCH_ARGS+=(--quick)
     [ "${SWEEP:-0}" = 1 ] && BENCH_ARGS+=(--sweep)
+    [ "${DECODE_ONLY:-0}" = 1 ] && BENCH_ARGS+=(--decode-only)
     step kernel_bench 400 "$BUILD/kernels/kernel_bench" "${BENCH_ARGS[@]}"
   fi
 fi
 if want peers; then
   PEER_ARGS=(--out "$OUT/peers.json")
   [ "${QUICK:-0}" = 1 ] && PEER_ARGS+=(--quick)
+  [ "${DECODE_ONLY:-0}" = 1 ] && PEER_ARGS+=(--decode-only)
   step peers 400 python3 scripts/gpu-bench-peers.py "${PEER_ARGS[@]}"
   if [ -f "$OUT/kernel_bench.json" ] && [ -f "$OUT/peers.json" ]; then
     python3 scripts/gpu-bench-peers.py --combine "$OUT/kernel_bench.json" "$OUT/peers.json" \

@@ -2,8 +2,11 @@
 // CUDA events after warm-up (median of repeats, inputs rotated so repeats do not run from L2),
 // and prints achieved GB/s and TFLOP/s next to ceilings measured in the same run: a large
 // device-to-device copy and a large cuBLASLt bf16 GEMM on random data.
-//   kernel_bench [--json FILE] [--quick] [--sweep] [--commit SHA]
-// --sweep also times decode with 4, 8 and 16 blocks per SM (SplitPolicy::blocks_per_sm).
+//   kernel_bench [--json FILE] [--quick] [--sweep] [--decode-only] [--only SHAPE] [--commit SHA]
+// --sweep also times decode with 1, 2, 4 and 8 blocks per SM (SplitPolicy::blocks_per_sm) and, for
+// GQA, the CUDA-core kernel (DecodeAttentionArgs::tensor_cores off). --decode-only: validation,
+// the copy ceiling and paged decode attention only. --only "b1 ctx1024 gqa4": that decode shape
+// alone (e.g. under ncu).
 // The decode weight products of llama2-7b (M = 1 and 8) are timed through Gemm with its skinny
 // kernel (gemv.cu) and with cuBLASLt alone, side by side.
 // JSON: a list of {name, value, unit, peer_or_ceiling, ratio, shape, device, date, commit}.
@@ -75,7 +78,7 @@ struct PagedBatch {
     CUDA_CHECK(cudaMemcpy(ctx_lens->p, lens.data(), batch * 4, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(qstart->p, qs.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
   }
-  DecodeAttentionArgs decode_args(int rot, SplitPolicy split, int n_sms) {
+  DecodeAttentionArgs decode_args(int rot, SplitPolicy split, int n_sms, bool tensor_cores = true) {
     DecodeAttentionArgs a;
     a.q = q->p;
     a.q_row_stride = int64_t(n_heads) * hd;
@@ -94,9 +97,13 @@ struct PagedBatch {
     a.out = out->p;
     a.out_row_stride = a.q_row_stride;
     a.split = split;
+    a.tensor_cores = tensor_cores;
     const DecodeSplit s = decode_attention_split(a, n_sms);
     const size_t need = decode_attention_workspace_bytes(batch, n_heads, hd, s.n_splits);
-    if (!ws || ws->bytes < need) ws = std::make_unique<Buf>(need);
+    if (!ws || ws->bytes < need) {
+      ws = std::make_unique<Buf>(need);
+      CUDA_CHECK(cudaMemset(ws->p, 0, need));  // the split counters start at zero
+    }
     a.workspace = ws->get<float>();
     a.workspace_bytes = ws->bytes;
     return a;
@@ -112,6 +119,7 @@ bool validate(std::mt19937_64& rng, int n_sms) {
     a.split.fixed_split_len = 64;  // exercise the split path too
     const size_t need = decode_attention_workspace_bytes(3, 8, 128, 5);
     b.ws = std::make_unique<Buf>(need);
+    CUDA_CHECK(cudaMemset(b.ws->p, 0, need));
     a.workspace = b.ws->get<float>();
     a.workspace_bytes = need;
     CUDA_CHECK(cudaMemset(b.out->p, 0xFF, b.out->bytes));
@@ -184,15 +192,17 @@ bool validate(std::mt19937_64& rng, int n_sms) {
 
 int main(int argc, char** argv) {
   std::string json_path = "kernel_bench.json";
-  std::string commit = "unknown";
-  bool quick = false, sweep = false;
+  std::string commit = "unknown", only;
+  bool quick = false, sweep = false, decode_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--sweep")) sweep = true;
+    else if (!std::strcmp(argv[i], "--decode-only")) decode_only = true;
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: kernel_bench [--json FILE] [--quick] [--sweep] [--commit SHA]\n");
+      std::fprintf(stderr, "usage: kernel_bench [--json FILE] [--quick] [--sweep] [--decode-only] [--only SHAPE] [--commit SHA]\n");
       return 2;
     }
   }
@@ -205,7 +215,7 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(12345);
 
     std::printf("validation against the CPU references:\n");
-    const bool valid_attention = validate(rng, n_sms), valid_gemv = validate_gemv();
+    const bool valid_attention = validate(rng, n_sms), valid_gemv = decode_only || validate_gemv();
     const bool valid = valid_attention && valid_gemv;
     if (!valid) std::printf("VALIDATION FAILED\n");
 
@@ -219,7 +229,7 @@ int main(int argc, char** argv) {
       copy_gbs = 2.0 * bytes / (ms * 1e-3) / 1e9;  // bytes read + bytes written
       record("d2d_copy", "2 GiB", copy_gbs, "GB/s", "-", 0);
     }
-    {
+    if (!decode_only) {
       const int n = 8192;
       Buf x(size_t(n) * n * 2), w(size_t(n) * n * 2), y(size_t(n) * n * 2);
       fill_random(x.p, int64_t(n) * n, 2);
@@ -230,8 +240,10 @@ int main(int argc, char** argv) {
       record("cublaslt_gemm_bf16", "8192x8192x8192", gemm_tflops, "TFLOP/s", "-", 0);
     }
 
-    std::printf("decode weight products (llama2-7b, bf16; gemv vs cuBLASLt):\n");
-    bench_gemv(l2, copy_gbs);
+    if (!decode_only) {
+      std::printf("decode weight products (llama2-7b, bf16; gemv vs cuBLASLt):\n");
+      bench_gemv(l2, copy_gbs);
+    }
 
     std::printf("paged decode attention (block 16, head_dim 128):\n");
     const std::vector<int> batches = quick ? std::vector<int>{1, 32} : std::vector<int>{1, 8, 32, 128, 256};
@@ -242,15 +254,26 @@ int main(int argc, char** argv) {
           const int n_heads = 32, n_kv = 32 / group;
           const int64_t kv_bytes = int64_t(batch) * ctx * n_kv * 128 * 4;
           if (kv_bytes > (int64_t(24) << 30)) continue;  // keep the arena well inside GPU memory
+          const std::string base_shape =
+              "b" + std::to_string(batch) + " ctx" + std::to_string(ctx) + " gqa" + std::to_string(group);
+          if (!only.empty() && only != base_shape) continue;
           PagedBatch b(batch, ctx, n_heads, n_kv, l2, rng);
           // The default policy, the batch-invariant one (fixed 512-position splits), and a sweep
-          // of the auto policy's blocks per SM (what the default was chosen from).
-          std::vector<SplitPolicy> policies = {SplitPolicy{0, 0}, SplitPolicy{512, 0}};
-          if (sweep) policies.insert(policies.end(), {SplitPolicy{0, 4}, SplitPolicy{0, 8}, SplitPolicy{0, 16}});
-          for (const SplitPolicy& pol : policies) {
+          // of the auto policy's blocks per SM and of the kernel (what the defaults were chosen from).
+          struct Variant {
+            SplitPolicy pol;
+            bool tc;
+          };
+          std::vector<Variant> variants = {{SplitPolicy{0, 0}, true}, {SplitPolicy{512, 0}, true}};
+          if (sweep) {
+            for (int bps : {1, 2, 4, 8}) variants.push_back({SplitPolicy{0, bps}, true});
+            if (group > 1) variants.push_back({SplitPolicy{0, 0}, false});
+          }
+          for (const Variant& var : variants) {
+            const SplitPolicy& pol = var.pol;
             const int fixed = pol.fixed_split_len;
             std::vector<DecodeAttentionArgs> args;  // built (workspace sized) before the capture
-            for (int r = 0; r < b.n_rot; ++r) args.push_back(b.decode_args(r, pol, n_sms));
+            for (int r = 0; r < b.n_rot; ++r) args.push_back(b.decode_args(r, pol, n_sms, var.tc));
             for (auto& a : args) {
               a.workspace = b.ws->get<float>();
               a.workspace_bytes = b.ws->bytes;
@@ -259,16 +282,17 @@ int main(int argc, char** argv) {
                 [&](int i, cudaStream_t st) { decode_attention(args[i % b.n_rot], st); }, 20, 15);
             const double bytes = double(kv_bytes) + 2.0 * batch * n_heads * 128 * 2;
             const DecodeSplit used = decode_attention_split(args[0], n_sms);
-            const std::string shape = "b" + std::to_string(batch) + " ctx" + std::to_string(ctx) + " gqa" +
-                                      std::to_string(group) + (fixed ? " split512" : "");
+            const std::string shape = base_shape + (fixed ? " split512" : "");
             const std::string name = fixed ? "paged_decode_attn_invariant"
+                                     : !var.tc ? "paged_decode_attn_cudacore"
                                      : pol.blocks_per_sm ? "paged_decode_attn_bps" + std::to_string(pol.blocks_per_sm)
                                                          : "paged_decode_attn";
-            record(name, shape + " (" + std::to_string(used.n_splits) + " splits)", bytes / (ms * 1e-3) / 1e9,
-                   "GB/s", "d2d_copy", copy_gbs);
+            record(name, shape + " (" + std::to_string(used.n_splits) + " splits" + (used.tensor_cores ? " mma" : "") + ")",
+                   bytes / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
           }
         }
 
+    if (!decode_only) {
     std::printf("prefill attention (causal, head_dim 128, 32 heads):\n");
     for (int group : {1, 4})
       for (int seq : quick ? std::vector<int>{4096} : std::vector<int>{1024, 4096}) {
@@ -392,6 +416,8 @@ int main(int argc, char** argv) {
                "GB/s", "d2d_copy", copy_gbs);
       }
     }
+
+    }  // !decode_only
 
     char date[32];
     const std::time_t now = std::time(nullptr);

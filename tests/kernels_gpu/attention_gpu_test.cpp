@@ -1,7 +1,9 @@
 // Decode and prefill attention on the GPU against attention_ref, on awkward sizes: batch 1 and
 // 17, contexts 1, 97 and 8k, block sizes 1, 16 and 32, GQA ratios 1, 4 and 8, both layouts,
 // chunk boundaries; fresh random inputs and poisoned outputs every time.
+#include <algorithm>
 #include <cmath>
+#include <utility>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -56,8 +58,8 @@ struct DeviceBatch {
   }
 };
 
-std::vector<float> run_decode(const KvBatch& b, SplitPolicy split, DecodeSplit* used = nullptr) {
-  DeviceBatch d(b);
+/// Decode arguments for b on d (workspace not yet set).
+DecodeAttentionArgs decode_args(const KvBatch& b, const DeviceBatch& d, SplitPolicy split, bool tensor_cores) {
   DecodeAttentionArgs a;
   a.q = d.q.get();
   a.q_row_stride = int64_t(b.spec.n_heads) * b.spec.head_dim;
@@ -74,11 +76,30 @@ std::vector<float> run_decode(const KvBatch& b, SplitPolicy split, DecodeSplit* 
   a.out = d.out.get();
   a.out_row_stride = a.q_row_stride;
   a.split = split;
-  int n_sms = 0;
-  CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, 0));
-  const DecodeSplit s = decode_attention_split(a, n_sms);
+  a.tensor_cores = tensor_cores;
+  return a;
+}
+
+int n_sms() {
+  int n = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0));
+  return n;
+}
+
+/// A zeroed workspace (its split counters must start at zero) of decode_attention_workspace_bytes.
+DeviceBuffer zeroed_workspace(size_t bytes) {
+  DeviceBuffer w(bytes);
+  CUDA_CHECK(cudaMemset(w.get(), 0, w.bytes()));
+  return w;
+}
+
+std::vector<float> run_decode(const KvBatch& b, SplitPolicy split, DecodeSplit* used = nullptr,
+                              bool tensor_cores = true) {
+  DeviceBatch d(b);
+  DecodeAttentionArgs a = decode_args(b, d, split, tensor_cores);
+  const DecodeSplit s = decode_attention_split(a, n_sms());
   if (used) *used = s;
-  d.workspace = DeviceBuffer(decode_attention_workspace_bytes(a.n_seqs, a.n_heads, b.shape.head_dim, s.n_splits));
+  d.workspace = zeroed_workspace(decode_attention_workspace_bytes(a.n_seqs, a.n_heads, b.shape.head_dim, s.n_splits));
   a.workspace = d.workspace.get<float>();
   a.workspace_bytes = d.workspace.bytes();
   decode_attention(a, nullptr);
@@ -128,9 +149,13 @@ TEST(AttentionGpu, DecodeMatchesReferenceOnAwkwardShapes) {
           const KvBatch b = testing::make_batch({ctx, std::vector<int>(17, 1), 8, 8 / group, hd, kind, bs}, rng);
           const std::vector<float> ref = reference(b);
           for (SplitPolicy split : {SplitPolicy{0}, SplitPolicy{32}})
-            EXPECT_LT(testing::rel_error(run_decode(b, split), ref), testing::kBf16Tolerance)
-                << "layout " << int(kind) << " group " << group << " block " << bs << " hd " << hd << " split "
-                << split.fixed_split_len;
+            for (bool tc : {true, false}) {
+              if (!tc && group == 1) continue;  // group 1 is on the CUDA-core kernel either way
+              DecodeSplit used;
+              EXPECT_LT(testing::rel_error(run_decode(b, split, &used, tc), ref), testing::kBf16Tolerance)
+                  << "layout " << int(kind) << " group " << group << " block " << bs << " hd " << hd << " split "
+                  << split.fixed_split_len << " tensor cores " << used.tensor_cores;
+            }
         }
       }
 }
@@ -138,7 +163,7 @@ TEST(AttentionGpu, DecodeMatchesReferenceOnAwkwardShapes) {
 TEST(AttentionGpu, DecodeLongContextSplitsAndMatches) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(std::random_device{}());
-  for (int group : {1, 8}) {
+  for (int group : {1, 4, 8}) {
     const KvBatch b = testing::make_batch({{8192}, {1}, 8, 8 / group, 128, KvLayoutKind::paged, 16}, rng);
     DecodeSplit used;
     const std::vector<float> out = run_decode(b, SplitPolicy{}, &used);
@@ -152,7 +177,8 @@ TEST(AttentionGpu, DecodeLongContextSplitsAndMatches) {
 TEST(AttentionGpu, DecodeFixedSplitIsBatchInvariant) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(std::random_device{}());
-  const KvBatch b = testing::make_batch({contexts17(rng), std::vector<int>(17, 1), 8, 2, 128, KvLayoutKind::paged, 16}, rng);
+  for (int n_kv : {2, 8}) {  // GQA 4 (tensor cores) and 1 (CUDA cores)
+  const KvBatch b = testing::make_batch({contexts17(rng), std::vector<int>(17, 1), 8, n_kv, 128, KvLayoutKind::paged, 16}, rng);
   const std::vector<float> all = run_decode(b, SplitPolicy{64});
   const size_t row = 8 * 128;
   for (int s : {0, 1, 16}) {  // the same sequence alone
@@ -163,7 +189,81 @@ TEST(AttentionGpu, DecodeFixedSplitIsBatchInvariant) {
                                b.in.block_tables.begin() + (s + 1) * b.in.block_table_stride);
     one.q.assign(b.q.begin() + s * row, b.q.begin() + (s + 1) * row);
     const std::vector<float> alone = run_decode(one, SplitPolicy{64});
-    EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + s * row)) << s;
+    EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + s * row)) << s << " n_kv " << n_kv;
+  }
+  }
+}
+
+// The split merge counts finished blocks in the workspace: every launch must leave the counters at
+// zero, so one workspace serves calls of other sizes and CUDA graph replays (fresh Q each replay).
+TEST(AttentionGpu, DecodeSplitCountersResetAcrossCallsAndGraphReplays) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  const int hd = 128;
+  const size_t ws_bytes = decode_attention_workspace_bytes(17, 32, hd, kMaxAutoSplits);
+  DeviceBuffer ws = zeroed_workspace(ws_bytes);
+  auto counters_zero = [&] {
+    const size_t n = ws_bytes / (4 * (hd + 3));
+    const std::vector<int32_t> c = testing::download<int32_t>(ws, ws_bytes / 4);
+    return std::all_of(c.end() - n, c.end(), [](int32_t x) { return x == 0; });
+  };
+  // Calls of different shapes on one workspace: batch 1 at 8k, batch 17, GQA 8, 4 and 1.
+  for (int round = 0; round < 2; ++round)
+    for (auto [ctx, n_kv] : std::vector<std::pair<std::vector<int>, int>>{
+             {{8192}, 4}, {contexts17(rng), 8}, {{3000, 1, 97}, 32}, {{4100, 2000}, 8}}) {
+      const KvBatch b = testing::make_batch({ctx, std::vector<int>(ctx.size(), 1), 32, n_kv, hd, KvLayoutKind::paged, 16}, rng);
+      DeviceBatch d(b);
+      DecodeAttentionArgs a = decode_args(b, d, SplitPolicy{}, true);
+      a.workspace = ws.get<float>();
+      a.workspace_bytes = ws.bytes();
+      decode_attention(a, nullptr);
+      EXPECT_LT(testing::rel_error(testing::download_bf16(d.out, b.q.size()), reference(b)), testing::kBf16Tolerance)
+          << "round " << round << " seqs " << ctx.size() << " n_kv " << n_kv;
+      EXPECT_TRUE(counters_zero()) << "round " << round << " seqs " << ctx.size() << " n_kv " << n_kv;
+    }
+
+  // A captured graph replayed with new queries each time.
+  KvBatch b = testing::make_batch({{5000, 700, 1}, {1, 1, 1}, 32, 8, hd, KvLayoutKind::paged, 16}, rng);
+  DeviceBatch d(b);
+  DecodeAttentionArgs a = decode_args(b, d, SplitPolicy{}, true);
+  a.workspace = ws.get<float>();
+  a.workspace_bytes = ws.bytes();
+  ASSERT_TRUE(decode_attention_split(a, n_sms()).reduce);
+  cudaStream_t st;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  decode_attention(a, st);
+  CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 3; ++replay) {
+    b.q = testing::random_bf16(b.q.size(), rng);
+    const DeviceBuffer q = testing::upload_bf16(b.q);
+    CUDA_CHECK(cudaMemcpy(d.q.get(), q.get(), q.bytes(), cudaMemcpyDeviceToDevice));
+    d.out.poison();
+    CUDA_CHECK(cudaGraphLaunch(exec, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    EXPECT_LT(testing::rel_error(testing::download_bf16(d.out, b.q.size()), reference(b)), testing::kBf16Tolerance)
+        << "replay " << replay;
+    EXPECT_TRUE(counters_zero()) << "replay " << replay;
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  CUDA_CHECK(cudaStreamDestroy(st));
+}
+
+// The same inputs give the same bits on every run (the split merge order is fixed), on both kernels.
+TEST(AttentionGpu, DecodeIsDeterministic) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  for (int n_kv : {4, 32}) {
+    const KvBatch b = testing::make_batch({{8192, 33}, {1, 1}, 32, n_kv, 128, KvLayoutKind::paged, 16}, rng);
+    const std::vector<float> first = run_decode(b, SplitPolicy{});
+    for (int i = 0; i < 3; ++i) {
+      const std::vector<float> again = run_decode(b, SplitPolicy{});
+      EXPECT_TRUE(std::equal(first.begin(), first.end(), again.begin())) << n_kv << " run " << i;
+    }
   }
 }
 

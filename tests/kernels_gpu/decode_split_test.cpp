@@ -1,4 +1,6 @@
 // The decode split policy is host code: checked here without a device (runs in CI's unit tests).
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 #include "kernels/attention.h"
@@ -48,13 +50,46 @@ TEST(DecodeSplitPolicy, AutoSplitsLongContextsAtSmallBatchOnly) {
   tuned.split.blocks_per_sm = 16;
   EXPECT_EQ(decode_attention_split(tuned, 132).n_splits, 64);
 
-  const DecodeSplit mid = decode_attention_split(args(32, 4096, 32, 8), 132);
+  DecodeAttentionArgs mid_args = args(32, 4096, 32, 8);
+  mid_args.tensor_cores = false;  // the CUDA-core kernel: 4 blocks per SM resident
+  const DecodeSplit mid = decode_attention_split(mid_args, 132);
+  EXPECT_FALSE(mid.tensor_cores);
   EXPECT_GE(int64_t(mid.n_splits) * 32 * 8, 132 * 8);  // enough blocks for several waves
   EXPECT_LE(mid.split_len, 1024);
+  // Batch 32 without GQA: 1.1 waves of 7 resident blocks per SM at one split; cut until the last
+  // wave is nearly full or there are 6 or more.
+  const DecodeSplit b32 = decode_attention_split(args(32, 4096, 32, 32), 132);
+  const double waves = 32.0 * 32 * b32.n_splits / (132 * 7);
+  EXPECT_TRUE(waves >= 6.0 || waves - std::floor(waves) >= 0.75) << waves;
 }
 
-TEST(DecodeSplitPolicy, WorkspaceHoldsOutputsAndSoftmaxStatistics) {
-  EXPECT_EQ(decode_attention_workspace_bytes(2, 4, 128, 3), size_t(2 * 4 * 3 * 130 * 4));
+TEST(DecodeSplitPolicy, TensorCoresForGqaAimAtOneWave) {
+  // GQA 4 (32 heads, 8 KV heads) at head_dim 128: the tensor-core kernel, one block per SM.
+  const DecodeSplit b1 = decode_attention_split(args(1, 1024, 32, 8), 132);
+  EXPECT_TRUE(b1.tensor_cores);
+  EXPECT_EQ(b1.split_len, 64);  // 8 KV heads x 16 splits: as many as 64-position splits allow
+  EXPECT_EQ(b1.n_splits, 16);
+  const DecodeSplit b1_long = decode_attention_split(args(1, 32768, 32, 8), 132);
+  EXPECT_LE(int64_t(b1_long.n_splits) * 8, 132);  // a block per SM
+  EXPECT_GE(int64_t(b1_long.n_splits) * 8, 120);
+  const DecodeSplit b32 = decode_attention_split(args(32, 1024, 32, 8), 132);
+  EXPECT_EQ(b32.n_splits, 1);  // 256 blocks: one wave of 2 resident blocks per SM
+  EXPECT_FALSE(b32.reduce);
+  const DecodeSplit b8 = decode_attention_split(args(8, 32768, 32, 8), 132);
+  EXPECT_EQ(b8.n_splits, 2);
+  // No GQA, head_dim 32, or turned off: the CUDA-core kernel.
+  EXPECT_FALSE(decode_attention_split(args(1, 1024, 32, 32), 132).tensor_cores);
+  DecodeAttentionArgs hd32 = args(1, 1024, 32, 8);
+  hd32.shape.head_dim = 32;
+  EXPECT_FALSE(decode_attention_split(hd32, 132).tensor_cores);
+  DecodeAttentionArgs off = args(1, 1024, 32, 8);
+  off.tensor_cores = false;
+  EXPECT_FALSE(decode_attention_split(off, 132).tensor_cores);
+}
+
+TEST(DecodeSplitPolicy, WorkspaceHoldsOutputsSoftmaxStatisticsAndCounters) {
+  // head_dim outputs + (max, sum) + one counter per (sequence, head, split).
+  EXPECT_EQ(decode_attention_workspace_bytes(2, 4, 128, 3), size_t(2 * 4 * 3 * 131 * 4));
 }
 
 }  // namespace

@@ -265,6 +265,7 @@ struct CudaBackend::Impl {
     const size_t need = k::decode_attention_workspace_bytes(n_seqs, local_heads, c().head_dim(), k::kMaxAutoSplits);
     if (need <= decode_ws.bytes()) return;
     decode_ws.grow(need, "decode workspace");
+    CUDA_CHECK(cudaMemsetAsync(decode_ws.get(), 0, decode_ws.bytes(), stream));  // split counters start at 0
     ++epoch;
   }
 
