@@ -30,6 +30,7 @@ struct ProfileArgs {
   std::string sim_device = "h100";
   std::string hardware;  // "" = cpu-2core for cpu, the sim device for sim, from the GPU's name for cuda
   int device = 0;        // cuda: device ordinal
+  std::string dtype = "bf16";  // cuda: weights, activations and KV
   int tensor_parallel = 1;  // cuda: ranks on devices 0..N-1 over NCCL; sim: the roofline's TP
   double kv_gb = 0.0;    // KV arena cap in GB; 0 = the grid's largest point (cuda: capped by free memory)
   int warmup = -1;       // untimed runs per point; -1 = 2 on cuda (GEMM choice, graph capture), else 0
@@ -70,6 +71,7 @@ int profile_main(const ProfileArgs& a) {
   spec.threads = a.threads;
   spec.device = a.device;
   spec.tensor_parallel = a.tensor_parallel;
+  spec.storage_dtype = parse_dtype(a.dtype);  // BackendSpec::validate refuses f16 on cpu
   if (a.tensor_parallel != 1 && spec.kind == BackendKind::cpu)
     throw std::invalid_argument("--tensor-parallel applies to --backend cuda or sim (got --backend cpu)");
   const bool cuda = spec.kind == BackendKind::cuda;
@@ -111,6 +113,7 @@ int profile_main(const ProfileArgs& a) {
   }
 
   ProfileReport report = profile_backend(*backend, options, [](const std::string& line) { std::cerr << line << "\n"; });
+  if (cuda) device += ", " + a.dtype;  // what the weights, activations and KV were stored in
   report.device = device;
   report.tensor_parallel = a.tensor_parallel;
   if (cuda && a.tensor_parallel > 1) {  // the sim's TP term: one all-reduce per message size a step sends
@@ -151,6 +154,9 @@ const Registrar reg(
           ->capture_default_str()
           ->check(CLI::IsMember({"cpu", "cuda", "sim"}));
       sub.add_option("--device", a->device, "cuda: device ordinal")->capture_default_str()->check(CLI::NonNegativeNumber);
+      sub.add_option("--dtype", a->dtype, "cuda: weights, activations and KV in bf16 or f16 (sim: accepted, same cost)")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"bf16", "f16"}));
       sub.add_option("--tensor-parallel", a->tensor_parallel,
                      "cuda: ranks on devices 0..N-1 over NCCL (the profile records N and the measured all-reduce "
                      "per message size); sim: the roofline's tensor-parallel degree")

@@ -52,7 +52,8 @@ analysis::ReportInput report_input_for(const Scenario& sc, const std::vector<Swe
     case BackendKind::cpu: device = "cpu (OpenBLAS fp32)"; break;
     case BackendKind::sim: device = "sim (cost model: " + (sc.backend.sim_profile.empty() ? sc.backend.sim_device + " roofline" : sc.backend.sim_profile) + ")"; break;
     case BackendKind::cuda:
-      device = "cuda: " + cuda_device_name(sc.backend.device) + (sc.backend.fusion ? "" : ", fusion off") +
+      device = "cuda: " + cuda_device_name(sc.backend.device) + ", " + to_string(sc.backend.dtype) +
+               (sc.backend.fusion ? "" : ", fusion off") +
                (sc.backend.batch_invariant ? ", batch-invariant" : "") + (sc.backend.cuda_graphs ? "" : ", cuda graphs off");
       break;
     default: device = to_string(sc.backend.kind); break;

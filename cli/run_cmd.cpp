@@ -27,6 +27,7 @@ struct RunArgs {
   bool quiet = false;
   bool no_plots = false;
   bool force = false;
+  std::string dtype;  // cuda: backend.dtype for this run ("" = the scenario's)
 };
 
 int run_main(const RunArgs& args) {
@@ -37,13 +38,21 @@ int run_main(const RunArgs& args) {
     for (const auto& m : e.messages) std::cerr << m << "\n";
     return 2;
   }
+  if (!args.dtype.empty()) {  // as backend.dtype (which `--set` cannot reach under `backend: cuda`)
+    if (scenario.backend.kind == BackendKind::cpu) {
+      std::cerr << "servelab run: --dtype applies to backend cuda or sim; " << args.scenario
+                << " runs backend cpu, which computes in fp32\n";
+      return 2;
+    }
+    scenario.backend.dtype = parse_dtype(args.dtype);
+  }
   return run_scenario(scenario, args.out, args.quiet, args.no_plots, args.force);
 }
 
 }  // namespace
 
 int run_scenario(const Scenario& scenario, const std::string& out_dir, bool quiet, bool no_plots, bool force) {
-  const RunArgs args{"", out_dir, {}, quiet, no_plots, force};
+  const RunArgs args{"", out_dir, {}, quiet, no_plots, force, ""};
   const std::string dir = args.out.empty() ? scenario.output_dir : args.out;
   // Never overwrite an earlier run's records without being asked to.
   std::error_code ec;
@@ -128,6 +137,8 @@ const Registrar reg(
       sub.add_option("scenario", args->scenario, "Scenario YAML file")->required()->check(CLI::ExistingFile);
       sub.add_option("--out,-o", args->out, "Output folder (default: the scenario's output_dir)");
       sub.add_option("--set", args->overrides, "Override a scenario value: key.path=value (repeatable)");
+      sub.add_option("--dtype", args->dtype, "cuda: weights, activations and KV in bf16 or f16 (the scenario's backend.dtype)")
+          ->check(CLI::IsMember({"bf16", "f16"}));
       sub.add_flag("--quiet,-q", args->quiet, "No progress line and no console summary");
       sub.add_flag("--no-plots", args->no_plots, "Skip gnuplot figures");
       sub.add_flag("--force", args->force, "Overwrite the output folder when it already holds files");

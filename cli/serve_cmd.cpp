@@ -46,6 +46,7 @@ struct ServeArgs {
   bool chunked_prefill = false;
   std::string sim_device;
   int device = 0;                       // cuda
+  std::string dtype;                    // cuda: bf16 | f16; "" = the scenario's (default bf16)
   double gpu_memory_utilization = 0.0;  // cuda: > 0 sizes the KV arena from free GPU memory
 };
 
@@ -119,6 +120,7 @@ int serve_main(ServeArgs a) {
   }
   const bool echo = a.backend == "echo";
   if (!echo && !have_scenario) spec.kind = parse_backend_kind(a.backend);
+  if (!a.dtype.empty()) spec.storage_dtype = parse_dtype(a.dtype);  // over the scenario's backend.dtype
   const ModelConfig model = resolve_model_config(spec.model);
 
   std::unique_ptr<Tokenizer> tokenizer;
@@ -186,6 +188,8 @@ const Registrar reg(
       sub.add_option("--preset", a->preset, "Model preset with random weights (default tiny)")->excludes(model);
       sub.add_option("--backend", a->backend, "cpu | cuda | sim (paced in real time) | echo (no model: answers at once; for load-generator benchmarks)");
       sub.add_option("--device", a->device, "cuda: device ordinal (default 0)")->check(CLI::NonNegativeNumber);
+      sub.add_option("--dtype", a->dtype, "cuda: weights, activations and KV in bf16 (default) or f16")
+          ->check(CLI::IsMember({"bf16", "f16"}));
       sub.add_option("--gpu-memory-utilization", a->gpu_memory_utilization,
                      "cuda: size the KV cache from this share of the GPU's memory (vLLM's rule) instead of --kv-cache-mb")
           ->check(CLI::Range(0.0, 1.0));

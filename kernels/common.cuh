@@ -56,8 +56,8 @@ __device__ __forceinline__ Vec8 load_stream(const void* p) {
   return v;
 }
 
-/// Runs BF16_CALL for bf16, F16_CALL for fp16 (compiled only with SERVELAB_KERNELS_FP16, which
-/// keeps the default build to one instantiation per kernel).
+/// Runs BF16_CALL for bf16, F16_CALL for fp16. The fp16 variants are compiled unless the build
+/// turns SERVELAB_KERNELS_FP16 off (kernels/CMakeLists.txt); then fp16 throws, naming the option.
 #if defined(SERVELAB_KERNELS_FP16)
 #define SERVELAB_DISPATCH_16(t, BF16_CALL, F16_CALL) \
   do {                                               \
@@ -65,10 +65,10 @@ __device__ __forceinline__ Vec8 load_stream(const void* p) {
     else F16_CALL;                                   \
   } while (0)
 #else
-#define SERVELAB_DISPATCH_16(t, BF16_CALL, F16_CALL)                                       \
-  do {                                                                                     \
-    if ((t) != ScalarType::bf16) throw std::invalid_argument("fp16 kernels not built");    \
-    BF16_CALL;                                                                             \
+#define SERVELAB_DISPATCH_16(t, BF16_CALL, F16_CALL)                                                     \
+  do {                                                                                                   \
+    if ((t) != ScalarType::bf16) throw std::invalid_argument("fp16 kernels not built (SERVELAB_KERNELS_FP16=OFF)"); \
+    BF16_CALL;                                                                                           \
   } while (0)
 #endif
 

@@ -46,6 +46,14 @@ struct Descs {
 
 }  // namespace
 
+bool fp16_kernels_built() {
+#if defined(SERVELAB_KERNELS_FP16)
+  return true;
+#else
+  return false;
+#endif
+}
+
 Gemm::Gemm(bool batch_invariant, size_t workspace_bytes, bool use_gemv, bool gemv_split_k)
     : workspace_bytes_(workspace_bytes), batch_invariant_(batch_invariant), use_gemv_(use_gemv), gemv_split_k_(gemv_split_k) {
   CUBLAS_CHECK(cublasLtCreate(&handle_));

@@ -1,5 +1,5 @@
 #pragma once
-// Matrix products y[M, N] = x[M, K] · w[N, K]ᵀ with bf16 (or fp16) operands, fp32 accumulation,
+// Matrix products y[M, N] = x[M, K] · w[N, K]ᵀ with bf16 or fp16 operands, fp32 accumulation,
 // and a bf16/fp16 or fp32 output (fp32 for logits): cuBLASLt, and for M ≤ 8 (decode) a skinny
 // tensor-core kernel that streams the weights once (gemv.cu).
 #include <cublasLt.h>
@@ -14,7 +14,11 @@
 
 namespace servelab::kernels {
 
-/// Whether run_gemv() takes this product: bf16 (fp16 only when built), 1 <= m <= gemv::kMaxRows,
+/// Whether the fp16 variants of the kernels were compiled (SERVELAB_KERNELS_FP16, on by default):
+/// without them every kernel throws for ScalarType::f16.
+bool fp16_kernels_built();
+
+/// Whether run_gemv() takes this product: bf16 or fp16 (when built), 1 <= m <= gemv::kMaxRows,
 /// n >= 1, k a multiple of 8, x and w 16-byte aligned.
 bool gemv_supported(ScalarType t, const void* x, const void* w, int m, int n, int k);
 

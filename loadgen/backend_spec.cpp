@@ -20,6 +20,7 @@ BackendSpec backend_spec(const Scenario& sc) {
   spec.batch_invariant = sc.backend.batch_invariant;
   spec.cuda_graphs = sc.backend.cuda_graphs;
   spec.dtype = sc.model.dtype;
+  spec.storage_dtype = sc.backend.dtype;
   spec.validate();
   return spec;
 }

@@ -11,7 +11,8 @@
 namespace servelab {
 
 /// The BackendSpec `scenario` describes: kind, model (folder or preset), seed, CPU threads, sim
-/// device and profile, the cuda settings (device, fusion, batch_invariant, cuda_graphs, dtype) and,
+/// device and profile, the cuda settings (device, fusion, batch_invariant, cuda_graphs, backend.dtype as
+/// storage_dtype, model.dtype as dtype) and,
 /// for the sim, capacity.tensor_parallel. Validated (throws std::invalid_argument naming the field).
 BackendSpec backend_spec(const Scenario& scenario);
 

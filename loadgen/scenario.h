@@ -101,6 +101,9 @@ struct ScenarioBackend {
   bool fusion = true;           ///< cuda: false runs the unfused kernels (`fusion: off` in YAML)
   bool batch_invariant = false; ///< cuda: every result independent of the batch
   bool cuda_graphs = true;      ///< cuda: decode steps replayed from CUDA graphs
+  /// cuda: storage of weights, activations and KV, bf16 or f16 (fp32 accumulation either way).
+  /// sim: accepted so a cuda scenario runs unchanged; both cost 2 bytes an element there.
+  DType dtype = DType::bf16;
   /// cuda, sim: GPUs per replica (cuda: a rank per device 0..N-1 over NCCL); 1 = one GPU.
   int tensor_parallel = 1;
 };

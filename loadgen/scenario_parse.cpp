@@ -117,7 +117,7 @@ void Walker::backend(const YAML::Node& n) {
     return;
   }
   if (!section(n, "backend", {"kind", "threads", "sim_device", "sim_profile", "device", "fusion", "batch_invariant",
-                              "cuda_graphs", "tensor_parallel"}))
+                              "cuda_graphs", "tensor_parallel", "dtype"}))
     return;
   bool kind_ok = true;
   if (defined(n["kind"])) kind_ok = read_enum(n["kind"], "backend.kind", b.kind, kinds);
@@ -142,6 +142,18 @@ void Walker::backend(const YAML::Node& n) {
     } else if (read_int(n["tensor_parallel"], p, b.tensor_parallel) &&
                (b.tensor_parallel < 1 || b.tensor_parallel > 64)) {
       d_.error(p, "must be in [1, 64] (got " + std::to_string(b.tensor_parallel) + ")");
+    }
+  }
+  if (defined(n["dtype"])) {
+    const std::string p = "backend.dtype";
+    if (kind_ok && b.kind == BackendKind::cpu) {
+      note(n["dtype"], p);
+      d_.error_at(p, p + " applies to kind: cuda or sim, not cpu (the cpu backend computes in fp32; model.dtype "
+                         "rounds its random weights)");
+    } else {
+      read_enum(n["dtype"], p, b.dtype,
+                Options<DType>{{"bf16", DType::bf16}, {"f16", DType::f16}, {"bfloat16", DType::bf16},
+                               {"float16", DType::f16}});
     }
   }
   for (const char* k : {"device", "fusion", "batch_invariant", "cuda_graphs"}) {

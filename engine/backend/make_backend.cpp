@@ -74,6 +74,11 @@ void BackendSpec::validate() const {
   if (device < 0) throw std::invalid_argument("device must be >= 0 (got " + std::to_string(device) + ")");
   if (tensor_parallel < 1)
     throw std::invalid_argument("tensor_parallel must be >= 1 (got " + std::to_string(tensor_parallel) + ")");
+  if (storage_dtype != DType::bf16 && storage_dtype != DType::f16)
+    throw std::invalid_argument(std::string("dtype must be bf16 or f16 (got ") + to_string(storage_dtype) + ")");
+  if (kind == BackendKind::cpu && storage_dtype != DType::bf16)
+    throw std::invalid_argument(std::string("dtype ") + to_string(storage_dtype) +
+                                " applies to backend cuda or sim; the cpu backend computes and stores K/V in fp32");
 }
 
 std::vector<std::pair<int64_t, double>> measure_all_reduce(Backend& backend, const std::vector<int64_t>& message_bytes) {
@@ -106,9 +111,11 @@ int64_t kv_bytes_per_slot(const BackendSpec& spec) {
     // The slot size depends on the shapes and the device's K/V element size, not on the profile.
     return SimBackend(config, SimCostModel::roofline(spec.sim_device, spec.tensor_parallel)).kv_bytes_per_slot();
   }
-  if (spec.kind == BackendKind::cuda)  // bf16 K and V (of one GPU's KV heads with tensor_parallel)
-    return spec.tensor_parallel == 1 ? 2ll * config.n_layers * config.kv_dim() * 2
-                                     : cuda::TpPlan::make(config, spec.tensor_parallel).kv_bytes_per_slot(2);
+  if (spec.kind == BackendKind::cuda) {  // bf16 or f16 K and V (of one GPU's KV heads with tensor_parallel)
+    const int64_t element = static_cast<int64_t>(dtype_size(spec.storage_dtype));
+    return spec.tensor_parallel == 1 ? 2ll * config.n_layers * config.kv_dim() * element
+                                     : cuda::TpPlan::make(config, spec.tensor_parallel).kv_bytes_per_slot(int(element));
+  }
   return 2ll * config.n_layers * config.kv_dim() * static_cast<int64_t>(sizeof(float));  // CpuBackend: fp32 K and V
 }
 
@@ -131,6 +138,7 @@ std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
     o.fusion = spec.fusion;
     o.batch_invariant = spec.batch_invariant;
     o.cuda_graphs = spec.cuda_graphs;
+    o.dtype = spec.storage_dtype;
     if (spec.tensor_parallel > 1) {  // tp_backend.h: a rank per GPU, NCCL between them
       if (is_checkpoint_dir(spec.model)) return TpCudaBackend::load(spec.model, spec.tensor_parallel, o);
       ModelConfig config = preset(spec.model);

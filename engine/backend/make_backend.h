@@ -35,12 +35,18 @@ struct BackendSpec {
   /// with a message when servelab was built without NCCL); N must divide the heads, the KV heads,
   /// the FFN size and the vocabulary. cpu: ignored.
   int tensor_parallel = 1;
-  // cuda (engine/backend/cuda/cuda_backend.h): weights bf16 on the GPU, presets drawn there.
+  // cuda (engine/backend/cuda/cuda_backend.h): weights in storage_dtype on the GPU, presets drawn there.
   int device = 0;               ///< cuda: device ordinal
   bool fusion = true;           ///< cuda: false runs the unfused kernels
   bool batch_invariant = false; ///< cuda: results independent of the batch
   bool cuda_graphs = true;      ///< cuda: decode steps replayed from CUDA graphs
-  std::optional<DType> dtype;   ///< cuda, preset: round the random weights through this dtype
+  /// Presets (cpu and cuda): round the random weights through this dtype (the preset's own when
+  /// unset). The cpu backend's arithmetic and KV stay fp32 whatever it says.
+  std::optional<DType> dtype;
+  /// cuda: weights, activations and KV stored in bf16 or f16 (CudaBackendOptions::dtype), fp32
+  /// accumulation. sim: accepted, no effect (K and V cost 2 bytes an element either way). cpu:
+  /// only bf16 (the default) is accepted, since it computes in fp32.
+  DType storage_dtype = DType::bf16;
   void validate() const;
 };
 

@@ -1,6 +1,6 @@
 // CudaBackend against CpuBackend on synthesized checkpoints (both load the same folder): logits
-// within bf16 tolerance for prefill, chunked prefill, decode and mixed steps, paged and naive KV;
-// greedy tokens; swap out/in; copy-on-write; GPU-drawn preset weights; fusion off; batch
+// within bf16 (fp16) tolerance for prefill, chunked prefill, decode and mixed steps, paged and
+// naive KV, in both storage dtypes; greedy tokens in both; swap out/in; copy-on-write; GPU-drawn preset weights; fusion off; batch
 // invariance. Names contain Gpu; every test skips without a CUDA device.
 #include <algorithm>
 #include <cmath>
@@ -30,6 +30,10 @@ using testing::rel_error;
 
 /// bf16 weights, activations and KV against the CPU's fp32 activations: ‖Δ‖/‖ref‖ of the logits.
 constexpr double kTol = 3e-2;
+/// The same in fp16 (3 more mantissa bits, so about 8× less rounding).
+constexpr double kTolF16 = 1e-2;
+double tolerance(DType dt) { return dt == DType::f16 ? kTolF16 : kTol; }
+std::string dtype_name(const ::testing::TestParamInfo<DType>& info) { return to_string(info.param); }
 constexpr int64_t kSlots = 4096;
 
 /// Llama-like: head_dim 64, GQA 2. Qwen-like: attention bias, tied embeddings, head_dim 128, MQA.
@@ -84,7 +88,7 @@ struct Pair {
     const std::vector<float> expected(c.begin(), c.end());
     const std::vector<float> got = gpu->forward_logits(b, kv);
     ASSERT_EQ(got.size(), expected.size()) << what;
-    EXPECT_LT(rel_error(got, expected), kTol) << what;
+    EXPECT_LT(rel_error(got, expected), tolerance(gpu->options().dtype)) << what;
     for (const BatchEntry& e : entries) e.seq->n_computed += e.n_new;
   }
 };
@@ -93,12 +97,12 @@ void hold(KvManager& kv, Sequence& s, int n) {
   if (!s.kv.allocated) kv.allocate(s, n); else kv.grow(s, n);
 }
 
-class CudaBackendGpu : public ::testing::TestWithParam<std::tuple<bool, KvKind>> {};
+class CudaBackendGpu : public ::testing::TestWithParam<std::tuple<bool, KvKind, DType>> {};
 
 TEST_P(CudaBackendGpu, PrefillChunkedPrefillDecodeMatchCpu) {
   SKIP_WITHOUT_GPU();
-  const auto [qwen, kind] = GetParam();
-  Pair p(qwen);
+  const auto [qwen, kind, dt] = GetParam();
+  Pair p(qwen, CudaBackendOptions{.dtype = dt});
   auto kv = make_kv(kind);
   Sequence a = make_sequence(1, random_tokens(97, 1000, 1));
   Sequence b = make_sequence(2, random_tokens(40, 1000, 2));
@@ -127,11 +131,15 @@ TEST_P(CudaBackendGpu, PrefillChunkedPrefillDecodeMatchCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaBackendGpu,
-                         ::testing::Combine(::testing::Bool(), ::testing::Values(KvKind::paged, KvKind::naive)));
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(KvKind::paged, KvKind::naive),
+                                            ::testing::Values(DType::bf16, DType::f16)));
 
-TEST(CudaBackendGpuTokens, GreedyTokensAgreeWithCpuUntilANearTie) {
+class CudaBackendGpuTokens : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CudaBackendGpuTokens, GreedyTokensAgreeWithCpuUntilANearTie) {
   SKIP_WITHOUT_GPU();
-  Pair p(false);
+  const DType dt = GetParam();
+  Pair p(false, CudaBackendOptions{.dtype = dt});
   auto kv = make_kv(KvKind::paged);
   Sequence a = make_sequence(1, random_tokens(30, 1000, 9));
   a.sampling.max_tokens = 24;
@@ -149,8 +157,9 @@ TEST(CudaBackendGpuTokens, GreedyTokensAgreeWithCpuUntilANearTie) {
     std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
     const TokenId cpu_token = static_cast<TokenId>(std::max_element(ref.begin(), ref.end()) - ref.begin());
     if (r.sampled[0] != cpu_token) {
-      // Allowed only where the reference's top-2 gap is within bf16 noise.
-      EXPECT_LT(sorted[0] - sorted[1], 0.05f * std::max(1.0f, std::fabs(sorted[0]))) << "step " << step;
+      // Allowed only where the reference's top-2 gap is within bf16 (fp16) noise.
+      const float noise = dt == DType::f16 ? 0.02f : 0.05f;
+      EXPECT_LT(sorted[0] - sorted[1], noise * std::max(1.0f, std::fabs(sorted[0]))) << "step " << step;
       break;
     }
     ++agreed;
@@ -159,6 +168,8 @@ TEST(CudaBackendGpuTokens, GreedyTokensAgreeWithCpuUntilANearTie) {
   }
   EXPECT_GE(agreed, 4);
 }
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaBackendGpuTokens, ::testing::Values(DType::bf16, DType::f16), dtype_name);
 
 TEST(CudaBackendGpuKv, SwapOutAndInToOtherSlotsContinuesIdentically) {
   SKIP_WITHOUT_GPU();

@@ -1,8 +1,9 @@
 // Batch-invariant mode end to end: the same requests through static, dynamic, continuous+naive
 // and continuous+paged (chunked prefill) batching on the cuda backend give byte-identical greedy
-// tokens, as on the CPU. Skipped without a device.
+// tokens, as on the CPU, in bf16 and in fp16. Skipped without a device.
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -18,9 +19,10 @@ using namespace enginetest;
 
 ModelConfig gpu_model() { return testing::gpu_test_model("gpu-strategies", 512); }
 
-std::map<uint64_t, std::vector<std::vector<TokenId>>> run(const EngineConfig& config) {
+std::map<uint64_t, std::vector<std::vector<TokenId>>> run(const EngineConfig& config, DType dt) {
   CudaBackendOptions o;
   o.batch_invariant = true;
+  o.dtype = dt;
   Engine engine(config, CudaBackend::random(gpu_model(), 5, o));
   std::vector<Request> reqs;
   for (int i = 0; i < 7; ++i) reqs.push_back(make_request(i, 17 + 11 * i, 12));
@@ -33,9 +35,12 @@ std::map<uint64_t, std::vector<std::vector<TokenId>>> run(const EngineConfig& co
   return out;
 }
 
-TEST(CudaBackendGpuStrategies, BatchInvariantGivesIdenticalTokensAcrossStrategies) {
+class CudaBackendGpuStrategies : public ::testing::TestWithParam<DType> {};
+
+TEST_P(CudaBackendGpuStrategies, BatchInvariantGivesIdenticalTokensAcrossStrategies) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  constexpr int64_t kBytes = 8192ll * 2 * 2 * 128 * 2;  // 8192 slots of bf16 K and V, 2 layers
+  const DType dt = GetParam();
+  constexpr int64_t kBytes = 8192ll * 2 * 2 * 128 * 2;  // 8192 slots of 16-bit K and V, 2 layers
   EngineConfig paged = paged_config(continuous_sched(4, 48, /*chunked=*/true), kBytes);
   paged.kv.max_model_len = 256;
   EngineConfig naive = paged_config(continuous_sched(8, 512, false), kBytes);
@@ -45,14 +50,17 @@ TEST(CudaBackendGpuStrategies, BatchInvariantGivesIdenticalTokensAcrossStrategie
   stat.sched = static_sched(3, 0.0);
   EngineConfig dyn = naive;
   dyn.sched = dynamic_sched(5, 0.0);
-  const auto want = run(paged);
+  const auto want = run(paged, dt);
   ASSERT_EQ(want.size(), 7u);
   for (const auto* c : {&naive, &stat, &dyn}) {
-    const auto got = run(*c);
+    const auto got = run(*c, dt);
     ASSERT_EQ(got.size(), want.size());
     for (const auto& [id, outputs] : want) EXPECT_EQ(got.at(id), outputs) << "request " << id;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaBackendGpuStrategies, ::testing::Values(DType::bf16, DType::f16),
+                         [](const ::testing::TestParamInfo<DType>& i) { return std::string(to_string(i.param)); });
 
 }  // namespace
 }  // namespace servelab

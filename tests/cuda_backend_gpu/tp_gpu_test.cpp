@@ -96,6 +96,7 @@ struct Case {
   bool graphs;
   KvKind kv;
   int n_ranks = 2;
+  DType dtype = DType::bf16;  ///< weights, activations, KV; the all-reduce runs in it
   friend void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 };
 
@@ -105,7 +106,7 @@ TEST_P(TpGpu, Tp2LogitsMatchOneGpu) {
   SKIP_WITHOUT_TWO_GPUS();
   const Case c = GetParam();
   if (cuda_device_count() < c.n_ranks) GTEST_SKIP() << "fewer than " << c.n_ranks << " CUDA devices";
-  Pair p(synth(two_layers(c.preset)), CudaBackendOptions{.cuda_graphs = c.graphs}, c.n_ranks);
+  Pair p(synth(two_layers(c.preset)), CudaBackendOptions{.cuda_graphs = c.graphs, .dtype = c.dtype}, c.n_ranks);
   EXPECT_EQ(p.two->kv_bytes_per_slot() * c.n_ranks, p.one->kv_bytes_per_slot());
   EXPECT_LT(p.two->weight_bytes(), p.one->weight_bytes());
   auto kv = make_kv(c.kv);
@@ -136,6 +137,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TpGpu,
                          ::testing::Values(Case{"llama3_8b_graphs_paged", "llama3-8b", true, KvKind::paged},
                                            Case{"llama3_8b_eager_naive", "llama3-8b", false, KvKind::naive},
                                            Case{"llama2_13b_graphs_paged", "llama2-13b", true, KvKind::paged},
+                                           Case{"llama3_8b_f16_graphs_paged", "llama3-8b", true, KvKind::paged, 2, DType::f16},
                                            Case{"llama3_8b_tp4_graphs_paged", "llama3-8b", true, KvKind::paged, 4},
                                            Case{"llama2_13b_tp4_graphs_paged", "llama2-13b", true, KvKind::paged, 4}),
                          [](const auto& info) { return std::string(info.param.name); });

@@ -1,10 +1,10 @@
 // Decode and prefill attention on the GPU against attention_ref, on awkward sizes: batch 1 and
 // 17, contexts 1, 97 and 8k, block sizes 1, 16 and 32, GQA ratios 1, 4 and 8, both layouts,
-// chunk boundaries; fresh random inputs and poisoned outputs every time.
+// chunk boundaries; fresh random inputs and poisoned outputs every time; bf16 and fp16 storage.
 #include <algorithm>
 #include <cmath>
-#include <utility>
 #include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -42,10 +42,10 @@ std::vector<float> reference(const KvBatch& b) {
 struct DeviceBatch {
   DeviceBuffer k, v, q, out, query_start, context_lens, block_tables, base_slots, workspace;
   KvAddressing kv;
-  explicit DeviceBatch(const KvBatch& b)
-      : k(testing::upload_bf16(b.k_cache)),
-        v(testing::upload_bf16(b.v_cache)),
-        q(testing::upload_bf16(b.q)),
+  DeviceBatch(const KvBatch& b, ScalarType t)
+      : k(testing::upload16(t, b.k_cache)),
+        v(testing::upload16(t, b.v_cache)),
+        q(testing::upload16(t, b.q)),
         out(b.q.size() * 2),
         query_start(testing::upload(b.in.query_start)),
         context_lens(testing::upload(b.in.context_lens)),
@@ -59,8 +59,10 @@ struct DeviceBatch {
 };
 
 /// Decode arguments for b on d (workspace not yet set).
-DecodeAttentionArgs decode_args(const KvBatch& b, const DeviceBatch& d, SplitPolicy split, bool tensor_cores) {
+DecodeAttentionArgs decode_args(ScalarType t, const KvBatch& b, const DeviceBatch& d, SplitPolicy split,
+                                bool tensor_cores) {
   DecodeAttentionArgs a;
+  a.dtype = t;
   a.q = d.q.get();
   a.q_row_stride = int64_t(b.spec.n_heads) * b.spec.head_dim;
   a.query_start = d.query_start.get<int32_t>();
@@ -93,24 +95,25 @@ DeviceBuffer zeroed_workspace(size_t bytes) {
   return w;
 }
 
-std::vector<float> run_decode(const KvBatch& b, SplitPolicy split, DecodeSplit* used = nullptr,
+std::vector<float> run_decode(ScalarType t, const KvBatch& b, SplitPolicy split, DecodeSplit* used = nullptr,
                               bool tensor_cores = true) {
-  DeviceBatch d(b);
-  DecodeAttentionArgs a = decode_args(b, d, split, tensor_cores);
+  DeviceBatch d(b, t);
+  DecodeAttentionArgs a = decode_args(t, b, d, split, tensor_cores);
   const DecodeSplit s = decode_attention_split(a, n_sms());
   if (used) *used = s;
   d.workspace = zeroed_workspace(decode_attention_workspace_bytes(a.n_seqs, a.n_heads, b.shape.head_dim, s.n_splits));
   a.workspace = d.workspace.get<float>();
   a.workspace_bytes = d.workspace.bytes();
   decode_attention(a, nullptr);
-  return testing::download_bf16(d.out, b.q.size());
+  return testing::download16(t, d.out, b.q.size());
 }
 
 using PrefillFn = void (*)(const PrefillAttentionArgs&, cudaStream_t);
 
-std::vector<float> run_prefill(const KvBatch& b, PrefillFn fn = prefill_attention) {
-  DeviceBatch d(b);
+std::vector<float> run_prefill(ScalarType t, const KvBatch& b, PrefillFn fn = prefill_attention) {
+  DeviceBatch d(b, t);
   PrefillAttentionArgs a;
+  a.dtype = t;
   a.q = d.q.get();
   a.q_row_stride = int64_t(b.spec.n_heads) * b.spec.head_dim;
   a.k_cache = d.k.get();
@@ -126,8 +129,11 @@ std::vector<float> run_prefill(const KvBatch& b, PrefillFn fn = prefill_attentio
   a.out = d.out.get();
   a.out_row_stride = a.q_row_stride;
   fn(a, nullptr);
-  return testing::download_bf16(d.out, b.q.size());
+  return testing::download16(t, d.out, b.q.size());
 }
+
+/// Every test runs in bf16 and in fp16 storage (names end in /bf16 and /f16).
+class AttentionGpu : public ::testing::TestWithParam<ScalarType> {};
 
 /// 17 sequences: contexts 1, 97 and random lengths up to 300.
 std::vector<int> contexts17(std::mt19937_64& rng) {
@@ -137,8 +143,9 @@ std::vector<int> contexts17(std::mt19937_64& rng) {
   return c;
 }
 
-TEST(AttentionGpu, DecodeMatchesReferenceOnAwkwardShapes) {
+TEST_P(AttentionGpu, DecodeMatchesReferenceOnAwkwardShapes) {
   SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
   for (KvLayoutKind kind : {KvLayoutKind::paged, KvLayoutKind::naive})
     for (int group : {1, 4, 8})
@@ -152,7 +159,7 @@ TEST(AttentionGpu, DecodeMatchesReferenceOnAwkwardShapes) {
             for (bool tc : {true, false}) {
               if (!tc && group == 1) continue;  // group 1 is on the CUDA-core kernel either way
               DecodeSplit used;
-              EXPECT_LT(testing::rel_error(run_decode(b, split, &used, tc), ref), testing::kBf16Tolerance)
+              EXPECT_LT(testing::rel_error(run_decode(t, b, split, &used, tc), ref), testing::tolerance(t))
                   << "layout " << int(kind) << " group " << group << " block " << bs << " hd " << hd << " split "
                   << split.fixed_split_len << " tensor cores " << used.tensor_cores;
             }
@@ -160,44 +167,48 @@ TEST(AttentionGpu, DecodeMatchesReferenceOnAwkwardShapes) {
       }
 }
 
-TEST(AttentionGpu, DecodeLongContextSplitsAndMatches) {
+TEST_P(AttentionGpu, DecodeLongContextSplitsAndMatches) {
   SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
   for (int group : {1, 4, 8}) {
     const KvBatch b = testing::make_batch({{8192}, {1}, 8, 8 / group, 128, KvLayoutKind::paged, 16}, rng);
     DecodeSplit used;
-    const std::vector<float> out = run_decode(b, SplitPolicy{}, &used);
+    const std::vector<float> out = run_decode(t, b, SplitPolicy{}, &used);
     EXPECT_GT(used.n_splits, 1) << "batch 1 at 8k should split the context";
-    EXPECT_LT(testing::rel_error(out, reference(b)), testing::kBf16Tolerance) << group;
+    EXPECT_LT(testing::rel_error(out, reference(b)), testing::tolerance(t)) << group;
   }
   const KvBatch b2 = testing::make_batch({{8192, 97}, {1, 1}, 4, 1, 64, KvLayoutKind::naive, 16}, rng);
-  EXPECT_LT(testing::rel_error(run_decode(b2, SplitPolicy{512}), reference(b2)), testing::kBf16Tolerance);
+  EXPECT_LT(testing::rel_error(run_decode(t, b2, SplitPolicy{512}), reference(b2)), testing::tolerance(t));
 }
 
-TEST(AttentionGpu, DecodeFixedSplitIsBatchInvariant) {
+TEST_P(AttentionGpu, DecodeFixedSplitIsBatchInvariant) {
   SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
   for (int n_kv : {2, 8}) {  // GQA 4 (tensor cores) and 1 (CUDA cores)
-  const KvBatch b = testing::make_batch({contexts17(rng), std::vector<int>(17, 1), 8, n_kv, 128, KvLayoutKind::paged, 16}, rng);
-  const std::vector<float> all = run_decode(b, SplitPolicy{64});
-  const size_t row = 8 * 128;
-  for (int s : {0, 1, 16}) {  // the same sequence alone
-    KvBatch one = b;
-    one.in.query_start = {0, 1};
-    one.in.context_lens = {b.in.context_lens[s]};
-    one.in.block_tables.assign(b.in.block_tables.begin() + s * b.in.block_table_stride,
-                               b.in.block_tables.begin() + (s + 1) * b.in.block_table_stride);
-    one.q.assign(b.q.begin() + s * row, b.q.begin() + (s + 1) * row);
-    const std::vector<float> alone = run_decode(one, SplitPolicy{64});
-    EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + s * row)) << s << " n_kv " << n_kv;
-  }
+    const KvBatch b =
+        testing::make_batch({contexts17(rng), std::vector<int>(17, 1), 8, n_kv, 128, KvLayoutKind::paged, 16}, rng);
+    const std::vector<float> all = run_decode(t, b, SplitPolicy{64});
+    const size_t row = 8 * 128;
+    for (int s : {0, 1, 16}) {  // the same sequence alone
+      KvBatch one = b;
+      one.in.query_start = {0, 1};
+      one.in.context_lens = {b.in.context_lens[s]};
+      one.in.block_tables.assign(b.in.block_tables.begin() + s * b.in.block_table_stride,
+                                 b.in.block_tables.begin() + (s + 1) * b.in.block_table_stride);
+      one.q.assign(b.q.begin() + s * row, b.q.begin() + (s + 1) * row);
+      const std::vector<float> alone = run_decode(t, one, SplitPolicy{64});
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + s * row)) << s << " n_kv " << n_kv;
+    }
   }
 }
 
 // The split merge counts finished blocks in the workspace: every launch must leave the counters at
 // zero, so one workspace serves calls of other sizes and CUDA graph replays (fresh Q each replay).
-TEST(AttentionGpu, DecodeSplitCountersResetAcrossCallsAndGraphReplays) {
+TEST_P(AttentionGpu, DecodeSplitCountersResetAcrossCallsAndGraphReplays) {
   SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
   const int hd = 128;
   const size_t ws_bytes = decode_attention_workspace_bytes(17, 32, hd, kMaxAutoSplits);
@@ -212,20 +223,20 @@ TEST(AttentionGpu, DecodeSplitCountersResetAcrossCallsAndGraphReplays) {
     for (auto [ctx, n_kv] : std::vector<std::pair<std::vector<int>, int>>{
              {{8192}, 4}, {contexts17(rng), 8}, {{3000, 1, 97}, 32}, {{4100, 2000}, 8}}) {
       const KvBatch b = testing::make_batch({ctx, std::vector<int>(ctx.size(), 1), 32, n_kv, hd, KvLayoutKind::paged, 16}, rng);
-      DeviceBatch d(b);
-      DecodeAttentionArgs a = decode_args(b, d, SplitPolicy{}, true);
+      DeviceBatch d(b, t);
+      DecodeAttentionArgs a = decode_args(t, b, d, SplitPolicy{}, true);
       a.workspace = ws.get<float>();
       a.workspace_bytes = ws.bytes();
       decode_attention(a, nullptr);
-      EXPECT_LT(testing::rel_error(testing::download_bf16(d.out, b.q.size()), reference(b)), testing::kBf16Tolerance)
+      EXPECT_LT(testing::rel_error(testing::download16(t, d.out, b.q.size()), reference(b)), testing::tolerance(t))
           << "round " << round << " seqs " << ctx.size() << " n_kv " << n_kv;
       EXPECT_TRUE(counters_zero()) << "round " << round << " seqs " << ctx.size() << " n_kv " << n_kv;
     }
 
   // A captured graph replayed with new queries each time.
   KvBatch b = testing::make_batch({{5000, 700, 1}, {1, 1, 1}, 32, 8, hd, KvLayoutKind::paged, 16}, rng);
-  DeviceBatch d(b);
-  DecodeAttentionArgs a = decode_args(b, d, SplitPolicy{}, true);
+  DeviceBatch d(b, t);
+  DecodeAttentionArgs a = decode_args(t, b, d, SplitPolicy{}, true);
   a.workspace = ws.get<float>();
   a.workspace_bytes = ws.bytes();
   ASSERT_TRUE(decode_attention_split(a, n_sms()).reduce);
@@ -239,12 +250,12 @@ TEST(AttentionGpu, DecodeSplitCountersResetAcrossCallsAndGraphReplays) {
   CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   for (int replay = 0; replay < 3; ++replay) {
     b.q = testing::random_bf16(b.q.size(), rng);
-    const DeviceBuffer q = testing::upload_bf16(b.q);
+    const DeviceBuffer q = testing::upload16(t, b.q);
     CUDA_CHECK(cudaMemcpy(d.q.get(), q.get(), q.bytes(), cudaMemcpyDeviceToDevice));
     d.out.poison();
     CUDA_CHECK(cudaGraphLaunch(exec, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
-    EXPECT_LT(testing::rel_error(testing::download_bf16(d.out, b.q.size()), reference(b)), testing::kBf16Tolerance)
+    EXPECT_LT(testing::rel_error(testing::download16(t, d.out, b.q.size()), reference(b)), testing::tolerance(t))
         << "replay " << replay;
     EXPECT_TRUE(counters_zero()) << "replay " << replay;
   }
@@ -254,21 +265,23 @@ TEST(AttentionGpu, DecodeSplitCountersResetAcrossCallsAndGraphReplays) {
 }
 
 // The same inputs give the same bits on every run (the split merge order is fixed), on both kernels.
-TEST(AttentionGpu, DecodeIsDeterministic) {
+TEST_P(AttentionGpu, DecodeIsDeterministic) {
   SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
   for (int n_kv : {4, 32}) {
     const KvBatch b = testing::make_batch({{8192, 33}, {1, 1}, 32, n_kv, 128, KvLayoutKind::paged, 16}, rng);
-    const std::vector<float> first = run_decode(b, SplitPolicy{});
+    const std::vector<float> first = run_decode(t, b, SplitPolicy{});
     for (int i = 0; i < 3; ++i) {
-      const std::vector<float> again = run_decode(b, SplitPolicy{});
+      const std::vector<float> again = run_decode(t, b, SplitPolicy{});
       EXPECT_TRUE(std::equal(first.begin(), first.end(), again.begin())) << n_kv << " run " << i;
     }
   }
 }
 
-TEST(AttentionGpu, PrefillMatchesReferenceOnAwkwardShapes) {
+TEST_P(AttentionGpu, PrefillMatchesReferenceOnAwkwardShapes) {
   SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
   for (KvLayoutKind kind : {KvLayoutKind::paged, KvLayoutKind::naive})
     for (int group : {1, 4, 8})
@@ -280,29 +293,31 @@ TEST(AttentionGpu, PrefillMatchesReferenceOnAwkwardShapes) {
           const std::vector<int> q = {97, 1, 33, 64, 65, 63, 1};
           const KvBatch b = testing::make_batch({ctx, q, 8, 8 / group, hd, kind, bs}, rng);
           const std::vector<float> ref = reference(b);
-          EXPECT_LT(testing::rel_error(run_prefill(b), ref), testing::kBf16Tolerance)
+          EXPECT_LT(testing::rel_error(run_prefill(t, b), ref), testing::tolerance(t))
               << "layout " << int(kind) << " group " << group << " block " << bs << " hd " << hd;
-          EXPECT_LT(testing::rel_error(run_prefill(b, prefill_attention_wmma), ref), testing::kBf16Tolerance)
+          EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wmma), ref), testing::tolerance(t))
               << "wmma: layout " << int(kind) << " group " << group << " block " << bs << " hd " << hd;
         }
       }
 }
 
-TEST(AttentionGpu, PrefillLongPromptMatchesReference) {
+TEST_P(AttentionGpu, PrefillLongPromptMatchesReference) {
   SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
   for (int n_kv : {1, 4}) {  // 1500 rows x GQA 4 and GQA 1: many 64-row tiles, 24 key tiles
     const KvBatch b = testing::make_batch({{1500}, {1500}, 4, n_kv, 128, KvLayoutKind::paged, 16}, rng);
-    EXPECT_LT(testing::rel_error(run_prefill(b), reference(b)), testing::kBf16Tolerance) << n_kv;
+    EXPECT_LT(testing::rel_error(run_prefill(t, b), reference(b)), testing::tolerance(t)) << n_kv;
   }
 }
 
-TEST(AttentionGpu, ChunkedPrefillGivesTheSameBitsAsFullPrefill) {
+TEST_P(AttentionGpu, ChunkedPrefillGivesTheSameBitsAsFullPrefill) {
   SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
   const int n = 200;
   const KvBatch full = testing::make_batch({{n}, {n}, 8, 2, 128, KvLayoutKind::paged, 16}, rng);
-  const std::vector<float> ref = run_prefill(full);
+  const std::vector<float> ref = run_prefill(t, full);
   const size_t row = 8 * 128;
   for (int chunk : {1, 64, 77}) {
     for (int start = 0; start < n; start += chunk) {
@@ -311,18 +326,21 @@ TEST(AttentionGpu, ChunkedPrefillGivesTheSameBitsAsFullPrefill) {
       c.in.query_start = {0, end - start};
       c.in.context_lens = {end};
       c.q.assign(full.q.begin() + start * row, full.q.begin() + end * row);
-      const std::vector<float> out = run_prefill(c);
+      const std::vector<float> out = run_prefill(t, c);
       ASSERT_TRUE(std::equal(out.begin(), out.end(), ref.begin() + start * row)) << chunk << " " << start;
     }
   }
 }
 
-TEST(AttentionGpu, DecodeAndPrefillAgreeOnDecodeRows) {
+TEST_P(AttentionGpu, DecodeAndPrefillAgreeOnDecodeRows) {
   SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
   const KvBatch b = testing::make_batch({contexts17(rng), std::vector<int>(17, 1), 8, 2, 64, KvLayoutKind::paged, 16}, rng);
-  EXPECT_LT(testing::rel_error(run_decode(b, SplitPolicy{}), run_prefill(b)), testing::kBf16Tolerance);
+  EXPECT_LT(testing::rel_error(run_decode(t, b, SplitPolicy{}), run_prefill(t, b)), testing::tolerance(t));
 }
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, AttentionGpu, ::testing::ValuesIn(testing::kStorageTypes), testing::dtype_name);
 
 }  // namespace
 }  // namespace servelab::kernels

@@ -1,5 +1,5 @@
 // The skinny GEMM (gemv.cu) against gemm_ref: awkward shapes through Gemm::run (which routes
-// M <= 8 to it), bf16 and fp32 outputs, accumulate, outputs poisoned and guarded past the end;
+// M <= 8 to it) in bf16 and fp16, 16-bit and fp32 outputs, accumulate, outputs poisoned and guarded past the end;
 // forced K splits (deterministic, counters left zeroed, replayable from a CUDA graph); a row's
 // bits independent of M; and Gemm's routing (fallbacks to cuBLASLt).
 #include <algorithm>
@@ -20,8 +20,8 @@ namespace {
 
 using testing::DeviceBuffer;
 
-/// n uniform values in [-scale, scale) as bf16 bits (a fast generator: the weights run to 131M values).
-std::vector<uint16_t> random_bits(size_t n, uint64_t seed, float scale) {
+/// n uniform values in [-scale, scale) as bf16 (or fp16) bits (a fast generator: the weights run to 131M values).
+std::vector<uint16_t> random_bits(size_t n, uint64_t seed, float scale, ScalarType t = ScalarType::bf16) {
   std::vector<uint16_t> v(n);
   uint64_t s = seed;
   for (uint16_t& e : v) {
@@ -29,14 +29,17 @@ std::vector<uint16_t> random_bits(size_t n, uint64_t seed, float scale) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     z ^= z >> 31;
-    e = f32_to_bf16(((z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale);
+    const float x = ((z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale;
+    e = t == ScalarType::bf16 ? f32_to_bf16(x) : f32_to_f16(x);
   }
   return v;
 }
 
-std::vector<float> to_float(const std::vector<uint16_t>& b) {
+float bits_to_float(uint16_t b, ScalarType t) { return t == ScalarType::bf16 ? bf16_to_f32(b) : f16_to_f32(b); }
+
+std::vector<float> to_float(const std::vector<uint16_t>& b, ScalarType t = ScalarType::bf16) {
   std::vector<float> f(b.size());
-  for (size_t i = 0; i < b.size(); ++i) f[i] = bf16_to_f32(b[i]);
+  for (size_t i = 0; i < b.size(); ++i) f[i] = bits_to_float(b[i], t);
   return f;
 }
 
@@ -56,24 +59,25 @@ constexpr int kGuard = 64;  // poisoned elements after y: nothing may write ther
 
 /// One product through `gemm` with fresh x (and fresh y when accumulating), checked on `rows`
 /// against gemm_ref, every output written and finite, the guard untouched.
-void check_product(Gemm& gemm, const DeviceBuffer& dw, const std::vector<uint16_t>& w, int m, int n, int k,
-                   bool out_fp32, bool accumulate, const std::vector<int>& rows, std::mt19937_64& rng) {
+void check_product(ScalarType t, Gemm& gemm, const DeviceBuffer& dw, const std::vector<uint16_t>& w, int m, int n,
+                   int k, bool out_fp32, bool accumulate, const std::vector<int>& rows, std::mt19937_64& rng) {
   SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k) +
-               (out_fp32 ? " fp32" : " bf16") + (accumulate ? " accumulate" : ""));
-  ASSERT_TRUE(gemm.uses_gemv(ScalarType::bf16, dw.get(), dw.get(), m, n, k));
-  const std::vector<uint16_t> xb = random_bits(size_t(m) * k, rng(), 1.0f);
-  const std::vector<float> xf = to_float(xb);
+               (t == ScalarType::bf16 ? " bf16" : " f16") + (out_fp32 ? " fp32 out" : "") +
+               (accumulate ? " accumulate" : ""));
+  ASSERT_TRUE(gemm.uses_gemv(t, dw.get(), dw.get(), m, n, k));
+  const std::vector<uint16_t> xb = random_bits(size_t(m) * k, rng(), 1.0f, t);
+  const std::vector<float> xf = to_float(xb, t);
   const size_t out_elems = size_t(m) * n, esize = out_fp32 ? 4 : 2;
   DeviceBuffer dx = testing::upload(xb), dy((out_elems + kGuard) * esize);
   dy.poison();
   std::vector<float> y0(out_elems, 0.0f);
   if (accumulate) {  // a random y, uploaded in the output type
-    const std::vector<uint16_t> yb = random_bits(out_elems, rng(), 4.0f);
-    y0 = to_float(yb);
+    const std::vector<uint16_t> yb = random_bits(out_elems, rng(), 4.0f, t);
+    y0 = to_float(yb, t);
     if (out_fp32) CUDA_CHECK(cudaMemcpy(dy.get(), y0.data(), out_elems * 4, cudaMemcpyHostToDevice));
     else CUDA_CHECK(cudaMemcpy(dy.get(), yb.data(), out_elems * 2, cudaMemcpyHostToDevice));
   }
-  gemm.run(ScalarType::bf16, dx.get(), dw.get(), dy.get(), m, n, k, out_fp32, nullptr, accumulate);
+  gemm.run(t, dx.get(), dw.get(), dy.get(), m, n, k, out_fp32, nullptr, accumulate);
   CUDA_CHECK(cudaGetLastError());
 
   std::vector<float> got(out_elems + kGuard);
@@ -81,7 +85,7 @@ void check_product(Gemm& gemm, const DeviceBuffer& dw, const std::vector<uint16_
     got = testing::download<float>(dy, out_elems + kGuard);
   } else {
     const std::vector<uint16_t> h = testing::download<uint16_t>(dy, out_elems + kGuard);
-    for (size_t i = 0; i < h.size(); ++i) got[i] = bf16_to_f32(h[i]);
+    for (size_t i = 0; i < h.size(); ++i) got[i] = bits_to_float(h[i], t);
   }
   size_t non_finite = 0;
   for (size_t i = 0; i < out_elems; ++i) non_finite += !std::isfinite(got[i]);
@@ -92,32 +96,38 @@ void check_product(Gemm& gemm, const DeviceBuffer& dw, const std::vector<uint16_
   const int nr = static_cast<int>(rows.size());
   std::vector<float> wsub(size_t(nr) * k), ref(size_t(m) * nr), mine(size_t(m) * nr);
   for (int j = 0; j < nr; ++j)
-    for (int p = 0; p < k; ++p) wsub[size_t(j) * k + p] = bf16_to_f32(w[size_t(rows[j]) * k + p]);
+    for (int p = 0; p < k; ++p) wsub[size_t(j) * k + p] = bits_to_float(w[size_t(rows[j]) * k + p], t);
   for (int i = 0; i < m; ++i)
     for (int j = 0; j < nr; ++j) {
       ref[size_t(i) * nr + j] = y0[size_t(i) * n + rows[j]];
       mine[size_t(i) * nr + j] = got[size_t(i) * n + rows[j]];
     }
-  gemm_ref(xf.data(), wsub.data(), m, nr, k, ref.data(), accumulate, out_fp32 ? nullptr : round_bf16);
-  EXPECT_LT(testing::rel_error(mine, ref), out_fp32 ? 1e-3 : testing::kBf16Tolerance);
+  gemm_ref(xf.data(), wsub.data(), m, nr, k, ref.data(), accumulate, out_fp32 ? nullptr : testing::rounding(t));
+  EXPECT_LT(testing::rel_error(mine, ref), out_fp32 ? 1e-3 : testing::tolerance(t));
 }
 
-TEST(GemvGpu, MatchesReferenceOnAwkwardShapes) {
+/// The awkward-shapes check runs in bf16 and in fp16 (names end in /bf16 and /f16).
+class GemvGpuDtype : public ::testing::TestWithParam<ScalarType> {};
+
+TEST_P(GemvGpuDtype, MatchesReferenceOnAwkwardShapes) {
   SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
   Gemm gemm(false);
   const std::vector<std::pair<int, int>> nk = {{1, 8},       {1, 4096},    {1, 11008},   {17, 8},   {17, 1000},
                                                {17, 4096},   {17, 11008},  {100, 4104},  {4096, 8}, {4096, 4096},
                                                {4096, 11008}, {32000, 8}, {32000, 4096}};
   for (const auto& [n, k] : nk) {
-    const std::vector<uint16_t> w = random_bits(size_t(n) * k, rng(), 1.0f);
+    const std::vector<uint16_t> w = random_bits(size_t(n) * k, rng(), 1.0f, t);
     DeviceBuffer dw = testing::upload(w);
     const std::vector<int> rows = rows_to_check(n, rng);
     for (int m : {1, 3, 8})
-      for (int mode = 0; mode < 4; ++mode)  // bf16 / fp32 out, with and without accumulate
-        check_product(gemm, dw, w, m, n, k, mode % 2 == 1, mode / 2 == 1, rows, rng);
+      for (int mode = 0; mode < 4; ++mode)  // 16-bit / fp32 out, with and without accumulate
+        check_product(t, gemm, dw, w, m, n, k, mode % 2 == 1, mode / 2 == 1, rows, rng);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, GemvGpuDtype, ::testing::ValuesIn(testing::kStorageTypes), testing::dtype_name);
 
 TEST(GemvGpu, ForcedSplitsAgreeAreDeterministicAndReplayFromAGraph) {
   SKIP_WITHOUT_GPU();

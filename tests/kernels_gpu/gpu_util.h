@@ -1,15 +1,19 @@
 #pragma once
-// Helpers for the GPU kernel tests: skip without a device, RAII device buffers, bf16 transfers,
-// poisoned outputs (0xFF bytes: NaN in bf16 and fp32, so an unwritten element fails the check).
+// Helpers for the GPU kernel tests: skip without a device, RAII device buffers, bf16 and fp16
+// transfers, poisoned outputs (0xFF bytes: NaN in bf16, fp16 and fp32, so an unwritten element
+// fails the check), and the storage types every kernel test runs in (kStorageTypes).
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "engine/model/half.h"
+#include "kernels/attention.h"
 #include "kernels/cuda_check.h"
+#include "tests/kernels/kv_fixture.h"
 
 namespace servelab::kernels::testing {
 
@@ -77,5 +81,49 @@ inline std::vector<float> download_bf16(const DeviceBuffer& b, size_t n) {
 
 /// bf16 storage of the output: 8 bits of mantissa, so about 4e-3 relative per element.
 constexpr double kBf16Tolerance = 1e-2;
+/// fp16 storage: 11 bits of mantissa, about 5e-4 relative per element.
+constexpr double kF16Tolerance = 5e-3;
+
+/// The storage types the kernel tests run in (value-parameterized suites, see dtype_name).
+inline const ScalarType kStorageTypes[] = {ScalarType::bf16, ScalarType::f16};
+
+/// "bf16" / "f16": the test-name suffix of a value-parameterized suite.
+inline std::string dtype_name(const ::testing::TestParamInfo<ScalarType>& info) {
+  return info.param == ScalarType::bf16 ? "bf16" : "f16";
+}
+
+/// Relative-error bound of one 16-bit storage rounding of the output.
+inline double tolerance(ScalarType t) { return t == ScalarType::bf16 ? kBf16Tolerance : kF16Tolerance; }
+
+/// Rounds through the storage type (the references' `round` argument).
+inline float (*rounding(ScalarType t))(float) { return t == ScalarType::bf16 ? round_bf16 : round_f16; }
+
+/// Rounds every value through the storage type: what a kernel reading `v` in `t` sees.
+inline std::vector<float> rounded(ScalarType t, std::vector<float> v) {
+  for (float& x : v) x = rounding(t)(x);
+  return v;
+}
+
+/// random_bf16's values rounded through `t` too, so a kernel storing in `t` sees exactly these.
+inline std::vector<float> random16(ScalarType t, size_t n, std::mt19937_64& rng, float sigma = 1.0f) {
+  return rounded(t, random_bf16(n, rng, sigma));
+}
+
+/// Uploads floats in the storage type (exact for values from random_bf16 in the normal range).
+inline DeviceBuffer upload16(ScalarType t, const std::vector<float>& v) {
+  if (t == ScalarType::bf16) return upload_bf16(v);
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_f16(v[i]);
+  return upload(h);
+}
+
+/// Downloads n values stored in `t` as floats.
+inline std::vector<float> download16(ScalarType t, const DeviceBuffer& b, size_t n) {
+  if (t == ScalarType::bf16) return download_bf16(b, n);
+  const std::vector<uint16_t> h = download<uint16_t>(b, n);
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = f16_to_f32(h[i]);
+  return v;
+}
 
 }  // namespace servelab::kernels::testing

@@ -1,5 +1,6 @@
 // RoPE + KV write (fused and unfused), RMSNorm (plain and fused with the residual add),
-// SiLU-and-multiply, embedding, block copies and swaps on the GPU against the references.
+// SiLU-and-multiply, embedding, block copies and swaps on the GPU against the references, in bf16
+// and fp16 storage.
 #include <cmath>
 #include <numeric>
 #include <string>
@@ -24,8 +25,12 @@ std::vector<float> slice_heads(const std::vector<float>& qkv, int n_tokens, int 
   return out;
 }
 
-TEST(OpsGpu, RopeKvWriteFusedMatchesReferenceAndUnfused) {
+/// Every test runs in bf16 and in fp16 storage (names end in /bf16 and /f16).
+class OpsGpu : public ::testing::TestWithParam<ScalarType> {};
+
+TEST_P(OpsGpu, RopeKvWriteFusedMatchesReferenceAndUnfused) {
   SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
   // (8, 2) heads: one block per token; (32, 8) and (32, 32) at head_dim 128: a token's work dealt
   // over 4 and 8 blocks (few tokens).
@@ -35,12 +40,12 @@ TEST(OpsGpu, RopeKvWriteFusedMatchesReferenceAndUnfused) {
       SCOPED_TRACE("heads " + std::to_string(n_heads) + "/" + std::to_string(n_kv) + " hd " + std::to_string(hd));
       const int n_tokens = 17, stride = (n_heads + 2 * n_kv) * hd;
       const KvShape shape{40, n_kv, hd};
-      const std::vector<float> qkv = testing::random_bf16(size_t(n_tokens) * stride, rng);
-      const std::vector<float> bias = with_bias ? testing::random_bf16(stride, rng) : std::vector<float>{};
+      const std::vector<float> qkv = testing::random16(t, size_t(n_tokens) * stride, rng);
+      const std::vector<float> bias = with_bias ? testing::random16(t, stride, rng) : std::vector<float>{};
       std::vector<int32_t> pos(n_tokens);
       std::vector<int64_t> slots(n_tokens);
       std::uniform_int_distribution<int> p(0, 8000);
-      for (int t = 0; t < n_tokens; ++t) pos[t] = t == 0 ? 0 : p(rng);
+      for (int tok = 0; tok < n_tokens; ++tok) pos[tok] = tok == 0 ? 0 : p(rng);
       std::iota(slots.begin(), slots.end(), 3);
       slots[5] = -1;  // a padding row: never written
       const std::vector<float> inv = rope_inv_freq(500000.0f, hd);
@@ -48,8 +53,8 @@ TEST(OpsGpu, RopeKvWriteFusedMatchesReferenceAndUnfused) {
       // Reference: bias, rope on q and k, write k and v.
       std::vector<float> r = qkv;
       if (with_bias)
-        for (int t = 0; t < n_tokens; ++t)
-          for (int i = 0; i < stride; ++i) r[size_t(t) * stride + i] = round_bf16(r[size_t(t) * stride + i] + bias[i]);
+        for (int tok = 0; tok < n_tokens; ++tok)
+          for (int i = 0; i < stride; ++i) r[size_t(tok) * stride + i] = testing::rounding(t)(r[size_t(tok) * stride + i] + bias[i]);
       std::vector<float> q = slice_heads(r, n_tokens, stride, 0, n_heads * hd);
       std::vector<float> k = slice_heads(r, n_tokens, stride, n_heads * hd, n_kv * hd);
       const std::vector<float> v = slice_heads(r, n_tokens, stride, (n_heads + n_kv) * hd, n_kv * hd);
@@ -60,12 +65,13 @@ TEST(OpsGpu, RopeKvWriteFusedMatchesReferenceAndUnfused) {
 
       std::vector<std::vector<float>> results;  // fused, unfused: q, k cache, v cache
       for (bool fused : {true, false}) {
-        DeviceBuffer d_qkv = testing::upload_bf16(qkv), d_bias = testing::upload_bf16(bias);
+        DeviceBuffer d_qkv = testing::upload16(t, qkv), d_bias = testing::upload16(t, bias);
         DeviceBuffer d_pos = testing::upload(pos), d_slots = testing::upload(slots), d_inv = testing::upload(inv);
         DeviceBuffer kc(kc_ref.size() * 2), vc(kc_ref.size() * 2);
         CUDA_CHECK(cudaMemset(kc.get(), 0, kc.bytes()));
         CUDA_CHECK(cudaMemset(vc.get(), 0, vc.bytes()));
         QkvArgs a;
+        a.dtype = t;
         a.qkv = d_qkv.get();
         a.qkv_row_stride = stride;
         a.n_tokens = n_tokens;
@@ -84,81 +90,84 @@ TEST(OpsGpu, RopeKvWriteFusedMatchesReferenceAndUnfused) {
           rope_inplace(a, nullptr);
           kv_write(a, nullptr);
         }
-        const std::vector<float> out_qkv = testing::download_bf16(d_qkv, qkv.size());
+        const std::vector<float> out_qkv = testing::download16(t, d_qkv, qkv.size());
         results.push_back(slice_heads(out_qkv, n_tokens, stride, 0, n_heads * hd));
-        results.push_back(testing::download_bf16(kc, kc_ref.size()));
-        results.push_back(testing::download_bf16(vc, kc_ref.size()));
+        results.push_back(testing::download16(t, kc, kc_ref.size()));
+        results.push_back(testing::download16(t, vc, kc_ref.size()));
       }
-      EXPECT_LT(testing::rel_error(results[0], q), testing::kBf16Tolerance) << hd;
-      EXPECT_LT(testing::rel_error(results[1], kc_ref), testing::kBf16Tolerance) << hd;
+      EXPECT_LT(testing::rel_error(results[0], q), testing::tolerance(t)) << hd;
+      EXPECT_LT(testing::rel_error(results[1], kc_ref), testing::tolerance(t)) << hd;
       EXPECT_EQ(results[2], vc_ref) << hd;  // V is only (bias and) a copy
       for (int i = 0; i < 3; ++i) EXPECT_EQ(results[i], results[3 + i]) << "fused vs unfused, part " << i;
     }
 }
 
-TEST(OpsGpu, RmsNormAndFusedAddMatchReference) {
+TEST_P(OpsGpu, RmsNormAndFusedAddMatchReference) {
   SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
   for (int d : {896, 4096, 8200}) {
     const int rows = 17;
-    const std::vector<float> x = testing::random_bf16(size_t(rows) * d, rng), w = testing::random_bf16(d, rng);
-    const std::vector<float> res = testing::random_bf16(size_t(rows) * d, rng);
+    const std::vector<float> x = testing::random16(t, size_t(rows) * d, rng), w = testing::random16(t, d, rng);
+    const std::vector<float> res = testing::random16(t, size_t(rows) * d, rng);
     std::vector<float> y_ref(x.size()), res_ref = res, y2_ref(x.size());
     rms_norm_ref(x.data(), w.data(), rows, d, 1e-5f, y_ref.data());
-    add_rms_norm_ref(x.data(), res_ref.data(), w.data(), rows, d, 1e-5f, y2_ref.data(), round_bf16);
+    add_rms_norm_ref(x.data(), res_ref.data(), w.data(), rows, d, 1e-5f, y2_ref.data(), testing::rounding(t));
 
-    DeviceBuffer dx = testing::upload_bf16(x), dw = testing::upload_bf16(w), out(x.size() * 2);
+    DeviceBuffer dx = testing::upload16(t, x), dw = testing::upload16(t, w), out(x.size() * 2);
     out.poison();
-    rms_norm(ScalarType::bf16, dx.get(), dw.get(), out.get(), rows, d, 1e-5f, nullptr);
-    EXPECT_LT(testing::rel_error(testing::download_bf16(out, x.size()), y_ref), testing::kBf16Tolerance) << d;
+    rms_norm(t, dx.get(), dw.get(), out.get(), rows, d, 1e-5f, nullptr);
+    EXPECT_LT(testing::rel_error(testing::download16(t, out, x.size()), y_ref), testing::tolerance(t)) << d;
 
-    DeviceBuffer dr = testing::upload_bf16(res), fused_out(x.size() * 2);
+    DeviceBuffer dr = testing::upload16(t, res), fused_out(x.size() * 2);
     fused_out.poison();
-    add_rms_norm(ScalarType::bf16, dx.get(), dr.get(), dw.get(), fused_out.get(), rows, d, 1e-5f, nullptr);
-    const std::vector<float> fused_res = testing::download_bf16(dr, x.size());
-    const std::vector<float> fused_y = testing::download_bf16(fused_out, x.size());
-    EXPECT_EQ(fused_res, res_ref) << d;  // bf16(res + x), exactly
-    EXPECT_LT(testing::rel_error(fused_y, y2_ref), testing::kBf16Tolerance) << d;
+    add_rms_norm(t, dx.get(), dr.get(), dw.get(), fused_out.get(), rows, d, 1e-5f, nullptr);
+    const std::vector<float> fused_res = testing::download16(t, dr, x.size());
+    const std::vector<float> fused_y = testing::download16(t, fused_out, x.size());
+    EXPECT_EQ(fused_res, res_ref) << d;  // round(res + x), exactly
+    EXPECT_LT(testing::rel_error(fused_y, y2_ref), testing::tolerance(t)) << d;
 
-    DeviceBuffer dr2 = testing::upload_bf16(res), unfused_out(x.size() * 2);
-    residual_add(ScalarType::bf16, dx.get(), dr2.get(), int64_t(x.size()), nullptr);
-    rms_norm(ScalarType::bf16, dr2.get(), dw.get(), unfused_out.get(), rows, d, 1e-5f, nullptr);
-    EXPECT_EQ(testing::download_bf16(dr2, x.size()), fused_res);
-    EXPECT_EQ(testing::download_bf16(unfused_out, x.size()), fused_y) << "fused and unfused differ";
+    DeviceBuffer dr2 = testing::upload16(t, res), unfused_out(x.size() * 2);
+    residual_add(t, dx.get(), dr2.get(), int64_t(x.size()), nullptr);
+    rms_norm(t, dr2.get(), dw.get(), unfused_out.get(), rows, d, 1e-5f, nullptr);
+    EXPECT_EQ(testing::download16(t, dr2, x.size()), fused_res);
+    EXPECT_EQ(testing::download16(t, unfused_out, x.size()), fused_y) << "fused and unfused differ";
   }
 }
 
-TEST(OpsGpu, SiluMulAndEmbeddingMatchReference) {
+TEST_P(OpsGpu, SiluMulAndEmbeddingMatchReference) {
   SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
   const int rows = 17, ffn = 4864;
-  const std::vector<float> gu = testing::random_bf16(size_t(rows) * 2 * ffn, rng, 3.0f);
+  const std::vector<float> gu = testing::random16(t, size_t(rows) * 2 * ffn, rng, 3.0f);
   std::vector<float> ref(size_t(rows) * ffn);
   silu_mul_ref(gu.data(), rows, ffn, ref.data());
-  DeviceBuffer dgu = testing::upload_bf16(gu), out(ref.size() * 2);
+  DeviceBuffer dgu = testing::upload16(t, gu), out(ref.size() * 2);
   out.poison();
-  silu_mul(ScalarType::bf16, dgu.get(), out.get(), rows, ffn, nullptr);
-  EXPECT_LT(testing::rel_error(testing::download_bf16(out, ref.size()), ref), testing::kBf16Tolerance);
+  silu_mul(t, dgu.get(), out.get(), rows, ffn, nullptr);
+  EXPECT_LT(testing::rel_error(testing::download16(t, out, ref.size()), ref), testing::tolerance(t));
   DeviceBuffer out2(ref.size() * 2);
   out2.poison();
-  silu_then_mul(ScalarType::bf16, dgu.get(), out2.get(), rows, ffn, nullptr);
-  EXPECT_LT(testing::rel_error(testing::download_bf16(out2, ref.size()), ref), testing::kBf16Tolerance) << "unfused";
+  silu_then_mul(t, dgu.get(), out2.get(), rows, ffn, nullptr);
+  EXPECT_LT(testing::rel_error(testing::download16(t, out2, ref.size()), ref), testing::tolerance(t)) << "unfused";
 
   const int vocab = 1000, d = 896;
-  const std::vector<float> table = testing::random_bf16(size_t(vocab) * d, rng);
+  const std::vector<float> table = testing::random16(t, size_t(vocab) * d, rng);
   std::vector<int32_t> ids(rows);
   std::uniform_int_distribution<int> id(0, vocab - 1);
   for (int32_t& i : ids) i = id(rng);
   std::vector<float> eref(size_t(rows) * d);
   embedding_ref(table.data(), ids.data(), rows, d, eref.data());
-  DeviceBuffer dt = testing::upload_bf16(table), di = testing::upload(ids), eout(eref.size() * 2);
+  DeviceBuffer dt = testing::upload16(t, table), di = testing::upload(ids), eout(eref.size() * 2);
   eout.poison();
-  embedding(ScalarType::bf16, dt.get(), di.get<int32_t>(), eout.get(), rows, d, nullptr);
-  EXPECT_EQ(testing::download_bf16(eout, eref.size()), eref);
+  embedding(t, dt.get(), di.get<int32_t>(), eout.get(), rows, d, nullptr);
+  EXPECT_EQ(testing::download16(t, eout, eref.size()), eref);
 }
 
-TEST(OpsGpu, CopyBlocksAndSwapRoundTrip) {
+TEST_P(OpsGpu, CopyBlocksAndSwapRoundTrip) {
   SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
   const KvShape shape{16 * 10, 2, 64};
   const int bs = 16, n_arenas = 3;
@@ -167,8 +176,8 @@ TEST(OpsGpu, CopyBlocksAndSwapRoundTrip) {
   std::vector<DeviceBuffer> dev;
   std::vector<void*> ptrs;
   for (auto& h : host) {
-    h = testing::random_bf16(size_t(shape.n_slots) * shape.row_elems(), rng);
-    dev.push_back(testing::upload_bf16(h));
+    h = testing::random16(t, size_t(shape.n_slots) * shape.row_elems(), rng);
+    dev.push_back(testing::upload16(t, h));
     ptrs.push_back(dev.back().get());
   }
   DeviceBuffer d_ptrs = testing::upload(ptrs);
@@ -180,7 +189,7 @@ TEST(OpsGpu, CopyBlocksAndSwapRoundTrip) {
   copy_blocks(d_ptrs.get<void*>(), n_arenas, d_pairs.get<int32_t>(), 3, block_elems * 2, nullptr);
   for (int a = 0; a < n_arenas; ++a) {
     block_copy_ref(host[a].data(), shape, bs, pairs);
-    EXPECT_EQ(testing::download_bf16(dev[a], host[a].size()), host[a]) << a;
+    EXPECT_EQ(testing::download16(t, dev[a], host[a].size()), host[a]) << a;
   }
   // Swap out blocks 2 and 7 into mapped pinned host memory, clobber them, swap back in.
   const std::vector<int32_t> blocks = {2, 7};
@@ -194,9 +203,11 @@ TEST(OpsGpu, CopyBlocksAndSwapRoundTrip) {
   for (int a = 0; a < n_arenas; ++a)
     for (int32_t b : blocks) CUDA_CHECK(cudaMemset(dev[a].get<char>() + b * block_elems * 2, 0xFF, block_elems * 2));
   scatter_blocks(d_ptrs.get<void*>(), n_arenas, d_blocks.get<int32_t>(), 2, block_elems * 2, pinned_dev, nullptr);
-  for (int a = 0; a < n_arenas; ++a) EXPECT_EQ(testing::download_bf16(dev[a], host[a].size()), host[a]) << a;
+  for (int a = 0; a < n_arenas; ++a) EXPECT_EQ(testing::download16(t, dev[a], host[a].size()), host[a]) << a;
   CUDA_CHECK(cudaFreeHost(pinned));
 }
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, OpsGpu, ::testing::ValuesIn(testing::kStorageTypes), testing::dtype_name);
 
 }  // namespace
 }  // namespace servelab::kernels

@@ -92,30 +92,36 @@ TEST(SamplingGpu, DifferentSeedsGiveDifferentDraws) {
   EXPECT_GT(std::set<int32_t>(t.begin(), t.end()).size(), 20u);
 }
 
-TEST(GemmGpu, MatchesReferenceAndRowsAreBatchInvariant) {
+/// cuBLASLt products in bf16 and in fp16 (names end in /bf16 and /f16).
+class GemmGpu : public ::testing::TestWithParam<ScalarType> {};
+
+TEST_P(GemmGpu, MatchesReferenceAndRowsAreBatchInvariant) {
   SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
   const int n = 896, k = 4864;
   Gemm plain(false), invariant(true);
   for (int m : {1, 17, 300}) {
-    const std::vector<float> x = testing::random_bf16(size_t(m) * k, rng), w = testing::random_bf16(size_t(n) * k, rng, 0.02f);
+    const std::vector<float> x = testing::random16(t, size_t(m) * k, rng), w = testing::random16(t, size_t(n) * k, rng, 0.02f);
     std::vector<float> ref(size_t(m) * n);
     gemm_ref(x.data(), w.data(), m, n, k, ref.data());
-    DeviceBuffer dx = testing::upload_bf16(x), dw = testing::upload_bf16(w), y(ref.size() * 2), yf(ref.size() * 4);
+    DeviceBuffer dx = testing::upload16(t, x), dw = testing::upload16(t, w), y(ref.size() * 2), yf(ref.size() * 4);
     y.poison();
     yf.poison();
-    plain.run(ScalarType::bf16, dx.get(), dw.get(), y.get(), m, n, k, false, nullptr);
-    invariant.run(ScalarType::bf16, dx.get(), dw.get(), yf.get(), m, n, k, true, nullptr);
-    EXPECT_LT(testing::rel_error(testing::download_bf16(y, ref.size()), ref), testing::kBf16Tolerance) << m;
+    plain.run(t, dx.get(), dw.get(), y.get(), m, n, k, false, nullptr);
+    invariant.run(t, dx.get(), dw.get(), yf.get(), m, n, k, true, nullptr);
+    EXPECT_LT(testing::rel_error(testing::download16(t, y, ref.size()), ref), testing::tolerance(t)) << m;
     const std::vector<float> all = testing::download<float>(yf, ref.size());
     EXPECT_LT(testing::rel_error(all, ref), 1e-3) << m;
     // Row 0 alone gives the same bits in invariant mode.
     DeviceBuffer y1(n * 4);
-    invariant.run(ScalarType::bf16, dx.get(), dw.get(), y1.get(), 1, n, k, true, nullptr);
+    invariant.run(t, dx.get(), dw.get(), y1.get(), 1, n, k, true, nullptr);
     const std::vector<float> one = testing::download<float>(y1, n);
     EXPECT_TRUE(std::equal(one.begin(), one.end(), all.begin())) << m;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, GemmGpu, ::testing::ValuesIn(testing::kStorageTypes), testing::dtype_name);
 
 }  // namespace
 }  // namespace servelab::kernels

@@ -10,6 +10,11 @@ namespace servelab {
 
 void CudaBackendOptions::validate() const {
   if (device < 0) throw std::invalid_argument("device must be >= 0 (got " + std::to_string(device) + ")");
+  if (dtype != DType::bf16 && dtype != DType::f16)
+    throw std::invalid_argument(std::string("dtype must be bf16 or f16 on the cuda backend (got ") + to_string(dtype) + ")");
+  if (dtype == DType::f16 && !kernels::fp16_kernels_built())
+    throw std::invalid_argument("dtype f16: this servelab was built without the fp16 kernels "
+                                "(-DSERVELAB_KERNELS_FP16=OFF); rebuild with it ON or use dtype bf16");
 }
 
 int cuda_device_count() {
@@ -51,7 +56,7 @@ std::unique_ptr<CudaBackend> CudaBackend::random(const ModelConfig& config, uint
   select_device(options);
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->w = cuda::DeviceWeights::random(config, seed);
+  impl->w = cuda::DeviceWeights::random(config, seed, options.dtype);
   impl->setup();
   return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(impl)));
 }
@@ -60,7 +65,7 @@ std::unique_ptr<CudaBackend> CudaBackend::load(const std::string& dir, CudaBacke
   select_device(options);
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->w = cuda::DeviceWeights::load(dir);
+  impl->w = cuda::DeviceWeights::load(dir, options.dtype);
   impl->setup();
   return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(impl)));
 }
@@ -203,7 +208,7 @@ std::vector<HostGroup> host_groups(std::span<const KvSwap> runs, std::vector<int
 }
 }  // namespace
 
-// Pool layout [host slot][layer][K|V][n_kv_heads * head_dim] bf16 (gather_blocks' order, one slot
+// Pool layout [host slot][layer][K|V][n_kv_heads * head_dim] in the dtype (gather_blocks' order, one slot
 // = 2 * n_layers rows of row_bytes): the kernels read and write the mapped pinned pool directly,
 // one launch per run of contiguous host slots (SwapSpace hands a sequence one region when it can).
 void CudaBackend::swap_out(std::span<const KvSwap> runs, HostKvPool& pool) {

@@ -1,6 +1,6 @@
 #pragma once
-// CudaBackend: the Llama-family forward on one GPU, in bf16 with fp32 accumulation, on the
-// kernels in kernels/. Plain C++ header (pimpl): it compiles without the CUDA toolkit; the
+// CudaBackend: the Llama-family forward on one GPU, weights, activations and KV in bf16 (or fp16:
+// CudaBackendOptions::dtype) with fp32 accumulation, on the kernels in kernels/. Plain C++ header (pimpl): it compiles without the CUDA toolkit; the
 // implementation is built only when CUDA is on (SERVELAB_HAVE_CUDA_BACKEND).
 //
 // A step: build_step_input (step_builder.h) packs the batch into one pinned buffer, uploaded in
@@ -9,7 +9,7 @@
 // prefill_attention), the O GEMM, add_rms_norm, the merged gate|up GEMM, silu_mul, the down GEMM;
 // the final norm and the LM head on the sampled rows only; sample_tokens; one copy of the token
 // ids back; the device is synchronized before forward() returns, so step times are real.
-// Arena: per layer K and V, each [n_slots, n_kv_heads, head_dim] bf16 (kernels/README.md).
+// Arena: per layer K and V, each [n_slots, n_kv_heads, head_dim] in the dtype (kernels/README.md).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -39,6 +39,12 @@ struct CudaBackendOptions {
   /// uploads only the entries that changed; false re-sends every sequence's whole table each step
   /// (the path it replaces, kept to compare against).
   bool persistent_block_tables = true;
+  /// Storage of the weights, activations and KV arena (`dtype:` in the scenario): bf16 (default)
+  /// or f16; products and reductions accumulate in fp32 either way, logits are fp32. Checkpoints
+  /// (bf16, f16 or f32) are converted on the GPU; presets are drawn there in this dtype.
+  DType dtype = DType::bf16;
+  /// Names the bad field: device < 0, a dtype other than bf16 / f16, or f16 in a build without the
+  /// fp16 kernels.
   void validate() const;
 };
 
@@ -51,13 +57,13 @@ class CudaBackend final : public Backend {
  public:
   /// Preset (or any config) with random weights drawn on the GPU (DeviceWeights::random).
   static std::unique_ptr<CudaBackend> random(const ModelConfig& config, uint64_t seed, CudaBackendOptions options = {});
-  /// A Hugging Face folder loaded straight to the GPU in bf16 (DeviceWeights::load).
+  /// A Hugging Face folder loaded straight to the GPU in options.dtype (DeviceWeights::load).
   static std::unique_ptr<CudaBackend> load(const std::string& dir, CudaBackendOptions options = {});
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda"; }
   const ModelConfig& config() const override;
-  /// 2 (K and V) × n_layers × n_kv_heads × head_dim × 2 bytes (bf16); a tensor-parallel rank's
+  /// 2 (K and V) × n_layers × n_kv_heads × head_dim × 2 bytes (bf16 or f16); a tensor-parallel rank's
   /// share of the KV heads only.
   int64_t kv_bytes_per_slot() const override;
   void init_kv(int64_t n_slots) override;
@@ -69,7 +75,7 @@ class CudaBackend final : public Backend {
   /// Copy-on-write runs as block pairs of the largest granularity dividing every run, one launch.
   void copy_slots(std::span<const KvCopy> copies) override;
   /// Pinned host memory mapped into the device (cudaHostAlloc, cudaHostAllocMapped), laid out
-  /// [host slot][layer][K|V][n_kv_heads * head_dim] bf16.
+  /// [host slot][layer][K|V][n_kv_heads * head_dim] in the dtype.
   std::unique_ptr<HostKvPool> make_host_pool(int64_t n_slots) override;
   /// The GPU gathers (scatters) the runs' slots straight into (out of) the mapped pool: one launch
   /// per run of contiguous host slots, then the stream is synchronized.
@@ -80,7 +86,7 @@ class CudaBackend final : public Backend {
   /// entries with sample == true, [n_sampled, vocab] in entry order (as CpuBackend's).
   std::vector<float> forward_logits(const Batch& batch, const KvManager& kv);
 
-  /// GPU bytes the weights take.
+  /// GPU bytes the weights take (2 per parameter).
   int64_t weight_bytes() const;
   /// KV bytes a `gpu_memory_utilization` share allows (vLLM's rule): utilization × total GPU
   /// memory, minus what is in use now (weights, this backend's buffers, other processes), minus

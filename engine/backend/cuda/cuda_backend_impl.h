@@ -33,8 +33,6 @@ using cuda::DeviceBuffer;
 using cuda::PinnedBuffer;
 namespace k = kernels;
 
-constexpr k::ScalarType kBf16 = k::ScalarType::bf16;
-
 /// Decode batch buckets a CUDA graph is captured for; larger batches run eagerly.
 constexpr int kGraphBuckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512};
 /// Longest context a graph serves (its block-table rows and decode grid are sized for it).
@@ -123,6 +121,7 @@ struct CudaBackend::Impl {
   bool fuse_gate_up_silu = true;  // with fusion on: gate|up and SiLU·mul in one gemv launch where gemv runs
   bool pdl_small_steps = true;    // launch with PDL in steps of <= gemv::kMaxRows rows (enqueue)
   int n_sms = 0;
+  k::ScalarType dt = k::ScalarType::bf16;  // options.dtype: weights, activations and KV (setup() sets it)
 
   // KV arena: 2 * n_layers arenas [n_slots, n_kv_heads, head_dim], K then V per layer.
   DeviceBuffer arena;
@@ -147,7 +146,7 @@ struct CudaBackend::Impl {
   DeviceBuffer block_table;
   std::vector<uint64_t> seq_ids;
   DeviceBuffer inv_freq;    // [head_dim / 2] fp32
-  DeviceBuffer h, xn, qkv, attn, delta, gate_up, act;  // [rows, ...] bf16
+  DeviceBuffer h, xn, qkv, attn, delta, gate_up, act;  // [rows, ...] in dt
   int rows_capacity = 0;
   DeviceBuffer xs_delta, xs_h, xs, logits, tokens;     // sampled rows
   int samples_capacity = 0;
@@ -189,6 +188,10 @@ struct CudaBackend::Impl {
       local_ffn = m.intermediate_size;
       local_vocab = m.vocab_size;
     }
+    if (w.storage_dtype != options.dtype)
+      throw std::logic_error(std::string("CudaBackend: weights stored as ") + to_string(w.storage_dtype) +
+                             ", options.dtype is " + to_string(options.dtype));
+    dt = options.dtype == DType::f16 ? k::ScalarType::f16 : k::ScalarType::bf16;
     if (hd != 32 && hd != 64 && hd != 128)
       throw std::invalid_argument("CudaBackend: head_dim " + std::to_string(hd) +
                                   " is not supported by the attention kernels (32, 64 or 128)");

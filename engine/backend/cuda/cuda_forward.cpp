@@ -30,20 +30,21 @@ void CudaBackend::Impl::enqueue(const Geometry& g) {
   }
   const k::KvShape shape{n_slots, local_kv_heads, hd};
 
-  k::embedding(kBf16, w.embedding, g.at<int32_t>(L.token_ids), h.get(), R, d, stream);
+  k::embedding(dt, w.embedding, g.at<int32_t>(L.token_ids), h.get(), R, d, stream);
   for (int l = 0; l < m.n_layers; ++l) {
     const cuda::DeviceLayer& W = w.layers[l];
     if (l == 0) {
-      k::rms_norm(kBf16, h.get(), W.attn_norm, xn.get(), R, d, eps, stream);
+      k::rms_norm(dt, h.get(), W.attn_norm, xn.get(), R, d, eps, stream);
     } else if (options.fusion) {
-      k::add_rms_norm(kBf16, delta.get(), h.get(), W.attn_norm, xn.get(), R, d, eps, stream);
+      k::add_rms_norm(dt, delta.get(), h.get(), W.attn_norm, xn.get(), R, d, eps, stream);
     } else {
-      k::residual_add(kBf16, delta.get(), h.get(), int64_t(R) * d, stream);
-      k::rms_norm(kBf16, h.get(), W.attn_norm, xn.get(), R, d, eps, stream);
+      k::residual_add(dt, delta.get(), h.get(), int64_t(R) * d, stream);
+      k::rms_norm(dt, h.get(), W.attn_norm, xn.get(), R, d, eps, stream);
     }
-    gemm->run(kBf16, xn.get(), W.w_qkv, qkv.get(), R, qkv_width(), d, false, stream);
+    gemm->run(dt, xn.get(), W.w_qkv, qkv.get(), R, qkv_width(), d, false, stream);
 
     k::QkvArgs qa;
+    qa.dtype = dt;
     qa.qkv = qkv.get();
     qa.qkv_row_stride = qkv_width();
     qa.n_tokens = T;
@@ -65,6 +66,7 @@ void CudaBackend::Impl::enqueue(const Geometry& g) {
 
     if (g.decode) {
       k::DecodeAttentionArgs a;
+      a.dtype = dt;
       a.q = qkv.get();
       a.q_row_stride = qkv_width();
       a.query_start = g.at<int32_t>(L.query_start);
@@ -84,6 +86,7 @@ void CudaBackend::Impl::enqueue(const Geometry& g) {
       k::decode_attention(a, stream);
     } else {
       k::PrefillAttentionArgs a;
+      a.dtype = dt;
       a.q = qkv.get();
       a.q_row_stride = qkv_width();
       a.k_cache = k_arena(l);
@@ -100,41 +103,41 @@ void CudaBackend::Impl::enqueue(const Geometry& g) {
       a.out_row_stride = dq();
       k::prefill_attention(a, stream);
     }
-    gemm->run(kBf16, attn.get(), W.w_o, delta.get(), R, d, dq(), false, stream);
+    gemm->run(dt, attn.get(), W.w_o, delta.get(), R, d, dq(), false, stream);
     if (tp) cuda::tp_all_reduce(*tp, delta.get(), int64_t(R) * d, stream);  // row-parallel O: sum the ranks' parts
     if (options.fusion) {
-      k::add_rms_norm(kBf16, delta.get(), h.get(), W.ffn_norm, xn.get(), R, d, eps, stream);
+      k::add_rms_norm(dt, delta.get(), h.get(), W.ffn_norm, xn.get(), R, d, eps, stream);
     } else {
-      k::residual_add(kBf16, delta.get(), h.get(), int64_t(R) * d, stream);
-      k::rms_norm(kBf16, h.get(), W.ffn_norm, xn.get(), R, d, eps, stream);
+      k::residual_add(dt, delta.get(), h.get(), int64_t(R) * d, stream);
+      k::rms_norm(dt, h.get(), W.ffn_norm, xn.get(), R, d, eps, stream);
     }
-    if (options.fusion && fuse_gate_up_silu && gemm->fuses_gate_up_silu(kBf16, xn.get(), W.w_gate_up, R, ffn, d)) {
-      gemm->run_gate_up_silu(kBf16, xn.get(), W.w_gate_up, act.get(), R, ffn, d, stream);  // one launch
+    if (options.fusion && fuse_gate_up_silu && gemm->fuses_gate_up_silu(dt, xn.get(), W.w_gate_up, R, ffn, d)) {
+      gemm->run_gate_up_silu(dt, xn.get(), W.w_gate_up, act.get(), R, ffn, d, stream);  // one launch
     } else {
-      gemm->run(kBf16, xn.get(), W.w_gate_up, gate_up.get(), R, 2 * ffn, d, false, stream);
+      gemm->run(dt, xn.get(), W.w_gate_up, gate_up.get(), R, 2 * ffn, d, false, stream);
       if (options.fusion)
-        k::silu_mul(kBf16, gate_up.get(), act.get(), R, ffn, stream);
+        k::silu_mul(dt, gate_up.get(), act.get(), R, ffn, stream);
       else
-        k::silu_then_mul(kBf16, gate_up.get(), act.get(), R, ffn, stream);
+        k::silu_then_mul(dt, gate_up.get(), act.get(), R, ffn, stream);
     }
-    gemm->run(kBf16, act.get(), W.w_down, delta.get(), R, d, ffn, false, stream);
+    gemm->run(dt, act.get(), W.w_down, delta.get(), R, d, ffn, false, stream);
     if (tp) cuda::tp_all_reduce(*tp, delta.get(), int64_t(R) * d, stream);  // row-parallel down
   }
   if (N == 0) return;
   // The last residual add and the final norm on the sampled rows only, the LM head, sampling.
   const auto* rows = g.at<int32_t>(L.sample_rows);
-  k::embedding(kBf16, delta.get(), rows, xs_delta.get(), N, d, stream);
-  k::embedding(kBf16, h.get(), rows, xs_h.get(), N, d, stream);
+  k::embedding(dt, delta.get(), rows, xs_delta.get(), N, d, stream);
+  k::embedding(dt, h.get(), rows, xs_h.get(), N, d, stream);
   if (options.fusion) {
-    k::add_rms_norm(kBf16, xs_delta.get(), xs_h.get(), w.final_norm, xs.get(), N, d, eps, stream);
+    k::add_rms_norm(dt, xs_delta.get(), xs_h.get(), w.final_norm, xs.get(), N, d, eps, stream);
   } else {
-    k::residual_add(kBf16, xs_delta.get(), xs_h.get(), int64_t(N) * d, stream);
-    k::rms_norm(kBf16, xs_h.get(), w.final_norm, xs.get(), N, d, eps, stream);
+    k::residual_add(dt, xs_delta.get(), xs_h.get(), int64_t(N) * d, stream);
+    k::rms_norm(dt, xs_h.get(), w.final_norm, xs.get(), N, d, eps, stream);
   }
   if (tp)  // vocabulary-parallel LM head: this rank's columns, then all-gathered into `logits`
     cuda::tp_lm_head(*tp, *gemm, xs.get(), w.lm_head, logits.get<float>(), N, d, stream);
   else
-    gemm->run(kBf16, xs.get(), w.lm_head, logits.get(), N, m.vocab_size, d, true, stream);
+    gemm->run(dt, xs.get(), w.lm_head, logits.get(), N, m.vocab_size, d, true, stream);
   k::SampleArgs sa;
   sa.logits = logits.get<float>();
   sa.n_rows = N;

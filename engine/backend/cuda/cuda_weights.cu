@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <stdexcept>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -51,15 +52,25 @@ __device__ inline void normal_pair(uint64_t key, int64_t p, float scale, float o
   a[1] = offset + scale * radius * sinf(angle);
 }
 
-/// A draw rounded through the config's dtype (fp16: 1), stored as bf16.
-__device__ inline __nv_bfloat16 round_to_storage(float x, int dtype) {
+/// fp32 to the storage type T (__nv_bfloat16 or __half), round to nearest even.
+template <typename T>
+__device__ inline T store_as(float x) {
+  if constexpr (std::is_same_v<T, __half>) return __float2half_rn(x);
+  else return __float2bfloat16_rn(x);
+}
+
+/// A draw rounded through the config's dtype (0 f32, 1 f16, 2 bf16), stored as T.
+template <typename T>
+__device__ inline T round_to_storage(float x, int dtype) {
   if (dtype == 1) x = __half2float(__float2half_rn(x));
-  return __float2bfloat16_rn(x);
+  else if (dtype == 2) x = __bfloat162float(__float2bfloat16_rn(x));
+  return store_as<T>(x);
 }
 
 /// Element i of fill_random's stream for `key`, rounded through dtype (0 f32, 1 f16, 2 bf16),
-/// stored as bf16. One thread per pair (2p, 2p + 1), grid-stride.
-__global__ void random_kernel(__nv_bfloat16* out, int64_t n, uint64_t key, float scale, float offset, int dtype) {
+/// stored as T. One thread per pair (2p, 2p + 1), grid-stride.
+template <typename T>
+__global__ void random_kernel(T* out, int64_t n, uint64_t key, float scale, float offset, int dtype) {
   const int64_t n_pairs = (n + 1) / 2;
   for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < n_pairs; p += int64_t(gridDim.x) * blockDim.x) {
     float v[2];
@@ -67,29 +78,34 @@ __global__ void random_kernel(__nv_bfloat16* out, int64_t n, uint64_t key, float
     for (int j = 0; j < 2; ++j) {
       const int64_t i = 2 * p + j;
       if (i >= n) break;
-      out[i] = round_to_storage(v[j], dtype);
+      out[i] = round_to_storage<T>(v[j], dtype);
     }
   }
 }
 
 /// random_kernel's values in a window (tensor-parallel shards): out[i * cols + j] = element
 /// first + i * full_cols + j of the stream (the same normal_pair as random_kernel).
-__global__ void random_window_kernel(__nv_bfloat16* out, int64_t rows, int64_t cols, int64_t first, int64_t full_cols,
+template <typename T>
+__global__ void random_window_kernel(T* out, int64_t rows, int64_t cols, int64_t first, int64_t full_cols,
                                      uint64_t key, float scale, float offset, int dtype) {
   const int64_t n = rows * cols;
   for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < n; o += int64_t(gridDim.x) * blockDim.x) {
     const int64_t i = first + (o / cols) * full_cols + o % cols;
     float v[2];
     normal_pair(key, i / 2, scale, offset, v);
-    out[o] = round_to_storage(v[i % 2], dtype);
+    out[o] = round_to_storage<T>(v[i % 2], dtype);
   }
 }
 
-__global__ void convert_kernel(const void* in, int dtype, __nv_bfloat16* out, int64_t n) {
+/// Checkpoint values (0 f32, 1 f16, 2 bf16) to the storage type T; a value already in T is copied.
+template <typename T>
+__global__ void convert_kernel(const void* in, int dtype, T* out, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    if (dtype == 2) out[i] = static_cast<const __nv_bfloat16*>(in)[i];
-    else if (dtype == 1) out[i] = __float2bfloat16_rn(__half2float(static_cast<const __half*>(in)[i]));
-    else out[i] = __float2bfloat16_rn(static_cast<const float*>(in)[i]);
+    if (dtype == 2 && std::is_same_v<T, __nv_bfloat16>) out[i] = static_cast<const T*>(in)[i];
+    else if (dtype == 1 && std::is_same_v<T, __half>) out[i] = static_cast<const T*>(in)[i];
+    else if (dtype == 2) out[i] = store_as<T>(__bfloat162float(static_cast<const __nv_bfloat16*>(in)[i]));
+    else if (dtype == 1) out[i] = store_as<T>(__half2float(static_cast<const __half*>(in)[i]));
+    else out[i] = store_as<T>(static_cast<const float*>(in)[i]);
   }
 }
 
@@ -97,7 +113,21 @@ int grid_for(int64_t n) { return static_cast<int>(std::clamp<int64_t>((n + 255) 
 
 int dtype_code(DType d) { return d == DType::f32 ? 0 : d == DType::f16 ? 1 : 2; }
 
-/// Where each checkpoint tensor goes: an element offset into the bf16 storage.
+void check_storage(DType storage) {
+  if (storage != DType::bf16 && storage != DType::f16)
+    throw std::invalid_argument(std::string("device weights: storage dtype must be bf16 or f16 (got ") +
+                                to_string(storage) + ")");
+}
+
+/// Runs f(T{}) with T the storage type of `storage` (__nv_bfloat16 or __half).
+template <typename F>
+void with_storage(DType storage, F&& f) {
+  check_storage(storage);
+  if (storage == DType::f16) f(__half{});
+  else f(__nv_bfloat16{});
+}
+
+/// Where each checkpoint tensor goes: an element offset into the 16-bit storage.
 struct Placement {
   TensorSpec spec;
   int64_t offset = 0;
@@ -171,7 +201,7 @@ std::vector<int64_t> allocate_layout(DeviceWeights& w, const std::function<int64
 
   w.bytes = cursor * 2;
   w.storage.grow(static_cast<size_t>(w.bytes), what);
-  auto* base = w.storage.get<uint16_t>();  // bf16 elements
+  auto* base = w.storage.get<uint16_t>();  // bf16 or fp16 elements
   w.embedding = base + emb;
   w.final_norm = base + fnorm;
   w.lm_head = base + head;
@@ -190,7 +220,7 @@ std::vector<int64_t> allocate_layout(DeviceWeights& w, const std::function<int64
 }
 
 void random_window(const TensorSpec& spec, uint64_t seed, DType dtype, int64_t first, int64_t full_cols, int64_t rows,
-                   int64_t cols, void* out) {
+                   int64_t cols, void* out, DType storage) {
   float scale = 1.0f, offset = 0.0f;  // as DeviceWeights::random
   switch (spec.role) {
     case TensorRole::matrix: scale = 1.0f / std::sqrt(static_cast<float>(spec.fan_in())); break;
@@ -199,24 +229,32 @@ void random_window(const TensorSpec& spec, uint64_t seed, DType dtype, int64_t f
   }
   const int64_t n = rows * cols;
   if (n == 0) return;
-  random_window_kernel<<<grid_for(n), 256>>>(static_cast<__nv_bfloat16*>(out), rows, cols, first, full_cols,
-                                             stream_key(seed, spec.name), scale, offset, dtype_code(dtype));
-  CUDA_CHECK_LAUNCH();
+  with_storage(storage, [&](auto t) {
+    using T = decltype(t);
+    random_window_kernel<T><<<grid_for(n), 256>>>(static_cast<T*>(out), rows, cols, first, full_cols,
+                                                  stream_key(seed, spec.name), scale, offset, dtype_code(dtype));
+    CUDA_CHECK_LAUNCH();
+  });
   CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-void convert_to_bf16(const void* in, DType dtype, void* out, int64_t n) {
+void convert_to_storage(const void* in, DType dtype, void* out, int64_t n, DType storage) {
   if (n == 0) return;
-  convert_kernel<<<grid_for(n), 256>>>(in, dtype_code(dtype), static_cast<__nv_bfloat16*>(out), n);
-  CUDA_CHECK_LAUNCH();
+  with_storage(storage, [&](auto t) {
+    using T = decltype(t);
+    convert_kernel<T><<<grid_for(n), 256>>>(in, dtype_code(dtype), static_cast<T*>(out), n);
+    CUDA_CHECK_LAUNCH();
+  });
 }
 
-DeviceWeights DeviceWeights::random(const ModelConfig& config, uint64_t seed) {
+DeviceWeights DeviceWeights::random(const ModelConfig& config, uint64_t seed, DType storage) {
   config.validate();
+  check_storage(storage);
   DeviceWeights w;
   w.config = config;
+  w.storage_dtype = storage;
   const std::vector<Placement> places = lay_out(w);
-  auto* base = w.storage.get<__nv_bfloat16>();
+  auto* base = w.storage.get<uint16_t>();
   for (const Placement& p : places) {
     float scale = 1.0f, offset = 0.0f;
     switch (p.spec.role) {
@@ -225,18 +263,24 @@ DeviceWeights DeviceWeights::random(const ModelConfig& config, uint64_t seed) {
       case TensorRole::bias: scale = 0.02f; break;
     }
     const int64_t n = p.spec.numel();
-    random_kernel<<<grid_for((n + 1) / 2), 256>>>(base + p.offset, n, stream_key(seed, p.spec.name), scale, offset,
-                                                  dtype_code(config.dtype));
-    CUDA_CHECK_LAUNCH();
+    with_storage(storage, [&](auto t) {
+      using T = decltype(t);
+      random_kernel<T><<<grid_for((n + 1) / 2), 256>>>(reinterpret_cast<T*>(base + p.offset), n,
+                                                       stream_key(seed, p.spec.name), scale, offset,
+                                                       dtype_code(config.dtype));
+      CUDA_CHECK_LAUNCH();
+    });
   }
   CUDA_CHECK(cudaDeviceSynchronize());
   return w;
 }
 
-DeviceWeights DeviceWeights::load(const std::string& dir) {
+DeviceWeights DeviceWeights::load(const std::string& dir, DType storage) {
+  check_storage(storage);
   const fs::path root(dir);
   if (!fs::is_directory(root)) throw std::runtime_error(dir + ": not a directory (expected a Hugging Face model folder)");
   DeviceWeights w;
+  w.storage_dtype = storage;
   w.config = read_hf_config((root / "config.json").string());
   const char* kIndex = "model.safetensors.index.json";
   const char* kSingle = "model.safetensors";
@@ -294,10 +338,10 @@ DeviceWeights DeviceWeights::load(const std::string& dir) {
                                  " (not part of a Llama-family model with this config.json)");
     }
 
-  // Chunked upload: file bytes (pageable, memory-mapped) -> device staging -> bf16 in place.
+  // Chunked upload: file bytes (pageable, memory-mapped) -> device staging -> storage dtype in place.
   constexpr int64_t kChunk = 64ll << 20;
   DeviceBuffer staging(kChunk, "the checkpoint staging buffer");
-  auto* base = w.storage.get<__nv_bfloat16>();
+  auto* base = w.storage.get<uint16_t>();
   for (size_t i = 0; i < places.size(); ++i) {
     const SafetensorsTensor& t = *sources[i].second;
     const int64_t esize = static_cast<int64_t>(dtype_size(t.dtype));
@@ -306,8 +350,7 @@ DeviceWeights DeviceWeights::load(const std::string& dir) {
     for (int64_t done = 0; done < t.numel; done += per_chunk) {
       const int64_t n = std::min(per_chunk, t.numel - done);
       CUDA_CHECK(cudaMemcpy(staging.get(), src + done * esize, size_t(n * esize), cudaMemcpyHostToDevice));
-      convert_kernel<<<grid_for(n), 256>>>(staging.get(), dtype_code(t.dtype), base + places[i].offset + done, n);
-      CUDA_CHECK_LAUNCH();
+      convert_to_storage(staging.get(), t.dtype, base + places[i].offset + done, n, storage);
     }
   }
   CUDA_CHECK(cudaDeviceSynchronize());

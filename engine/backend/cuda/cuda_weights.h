@@ -1,5 +1,5 @@
 #pragma once
-// The model's weights in bf16 on the GPU, in the layouts the kernels expect: per layer a merged
+// The model's weights in bf16 or fp16 (the backend's dtype) on the GPU, in the layouts the kernels expect: per layer a merged
 // QKV matrix [(n_heads + 2 n_kv_heads) * head_dim, d] (Q rows, then K, then V, each [out, in] as
 // in HF checkpoints) with its merged bias, and a merged gate|up matrix [2 ffn, d] (gate rows
 // first), so each is one GEMM. Never held as fp32 on the host.
@@ -33,24 +33,24 @@ struct DeviceWeights {
   const void* embedding = nullptr;   // [vocab, d]
   const void* final_norm = nullptr;  // [d]
   const void* lm_head = nullptr;     // [vocab, d]; the embedding when tied
-  int64_t bytes = 0;                 // bf16 bytes of all tensors
+  int64_t bytes = 0;                 // bytes of all tensors (2 per element)
+  DType storage_dtype = DType::bf16; // bf16 or f16: every tensor above
 
   /// Random weights drawn on the GPU: the same counter-based stream as fill_random (engine/model/
   /// tensors.h: keyed by seed and tensor name, Box-Muller over splitmix64, rounded through
-  /// config.dtype), then stored as bf16, so they equal ModelWeights::random up to the last bit of
-  /// the device's log/cos/sin. A 7B model takes well under a second.
-  static DeviceWeights random(const ModelConfig& config, uint64_t seed);
+  /// config.dtype), then stored in `storage` (bf16 or f16), so they equal ModelWeights::random up
+  /// to the last bit of the device's log/cos/sin and the storage rounding. A 7B model takes well
+  /// under a second.
+  static DeviceWeights random(const ModelConfig& config, uint64_t seed, DType storage = DType::bf16);
   /// A Hugging Face folder (config.json + model.safetensors or an index with shards): each tensor
   /// is checked against the config, copied from the memory-mapped file in chunks through a device
-  /// staging buffer and converted to bf16 on the GPU. Throws std::runtime_error naming the file and
-  /// tensor.
-  static DeviceWeights load(const std::string& dir);
+  /// staging buffer and converted to `storage` (bf16 or f16) on the GPU. Throws std::runtime_error
+  /// naming the file and tensor.
+  static DeviceWeights load(const std::string& dir, DType storage = DType::bf16);
 };
 
-// For tensor-parallel shards (tp_weights.cu), on the current device, synchronous:
-/// DeviceWeights::random's values of `spec` (same stream, scale and rounding) in a window of the
-/// row-major tensor: out[i·cols + j] = element(first + i·full_cols + j), i < rows, j < cols, bf16.
-/// Lays the model's tensors out in one bf16 allocation in the order the forward reads them (Q|K|V
+// For tensor-parallel shards (tp_weights.cu), on the current device:
+/// Lays the model's tensors out in one 16-bit allocation in the order the forward reads them (Q|K|V
 /// and gate|up rows adjacent, each tensor 16-byte aligned), allocates w.storage (`what` names it
 /// in an out-of-memory error) and sets w's pointers; w.config must be set. `append(name)` is
 /// called once per tensor in that order and returns its element count (the whole tensor, or a
@@ -59,9 +59,13 @@ struct DeviceWeights {
 std::vector<int64_t> allocate_layout(DeviceWeights& w, const std::function<int64_t(const std::string&)>& append,
                                      const std::function<int64_t(int64_t)>& tied_head, const char* what);
 
+/// DeviceWeights::random's values of `spec` (same stream, scale and rounding) in a window of the
+/// row-major tensor: out[i·cols + j] = element(first + i·full_cols + j), i < rows, j < cols, in
+/// `storage` (bf16 or f16). Synchronous.
 void random_window(const TensorSpec& spec, uint64_t seed, DType dtype, int64_t first, int64_t full_cols, int64_t rows,
-                   int64_t cols, void* out);
-/// `n` raw checkpoint values (f32, f16 or bf16) already on the device to bf16 at `out`.
-void convert_to_bf16(const void* in, DType dtype, void* out, int64_t n);
+                   int64_t cols, void* out, DType storage);
+/// `n` raw checkpoint values (f32, f16 or bf16) already on the device to `storage` (bf16 or f16)
+/// at `out`, on the default stream.
+void convert_to_storage(const void* in, DType dtype, void* out, int64_t n, DType storage);
 
 }  // namespace servelab::cuda

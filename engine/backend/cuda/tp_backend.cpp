@@ -225,13 +225,17 @@ TpCudaBackend::~TpCudaBackend() = default;
 
 std::unique_ptr<TpCudaBackend> TpCudaBackend::random(const ModelConfig& config, uint64_t seed, int n_ranks,
                                                      CudaBackendOptions options) {
-  const WeightsFn weights = [seed](const cuda::TpPlan& p, int r) { return cuda::shard_random(p, r, seed); };
+  const WeightsFn weights = [seed, dt = options.dtype](const cuda::TpPlan& p, int r) {
+    return cuda::shard_random(p, r, seed, dt);
+  };
   return std::unique_ptr<TpCudaBackend>(new TpCudaBackend(build(config, n_ranks, options, &weights)));
 }
 
 std::unique_ptr<TpCudaBackend> TpCudaBackend::load(const std::string& dir, int n_ranks, CudaBackendOptions options) {
   const ModelConfig config = read_hf_config(dir + "/config.json");
-  const WeightsFn weights = [dir](const cuda::TpPlan& p, int r) { return cuda::shard_load(dir, p, r); };
+  const WeightsFn weights = [dir, dt = options.dtype](const cuda::TpPlan& p, int r) {
+    return cuda::shard_load(dir, p, r, dt);
+  };
   return std::unique_ptr<TpCudaBackend>(new TpCudaBackend(build(config, n_ranks, options, &weights)));
 }
 
@@ -262,6 +266,7 @@ std::unique_ptr<TpCudaBackend::Impl> TpCudaBackend::build(const ModelConfig& con
     tp->n_ranks = n_ranks;
     tp->vocab = config.vocab_size;
     tp->local_vocab = plan.vocab;
+    tp->dtype = o.dtype;
     m->tp = tp.get();
     m->setup();
     impl->tps[r] = std::move(tp);

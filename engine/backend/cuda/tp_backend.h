@@ -8,7 +8,7 @@
 // gate|up, row-parallel O and down, KV heads split, vocabulary-parallel LM head) and the KV of its
 // KV heads. A step: the calling thread builds the step input and the block-table diff once
 // (CudaBackend::Impl::plan_step); every rank thread packs it, uploads it to its GPU in one copy
-// and runs the step, with an NCCL all-reduce (bf16 sum) of the O and down products and an NCCL
+// and runs the step, with an NCCL all-reduce (sum, in the dtype) of the O and down products and an NCCL
 // all-gather of the LM head's logits, so every rank samples the same tokens from the same logits;
 // rank 0's tokens are returned. The engine's one scheduler and KV manager decide once per step for
 // all ranks; slots mean the same on every rank (copy-on-write and swap run on every rank).
@@ -25,7 +25,7 @@ namespace servelab {
 
 /// One all-reduce message size and what it cost on every rank.
 struct AllReduceTiming {
-  int64_t bytes = 0;     ///< message size (bf16 elements × 2)
+  int64_t bytes = 0;     ///< message size (16-bit elements × 2)
   double seconds = 0.0;  ///< median over the repeats of the slowest rank's time
   double bus_gb_s = 0.0; ///< bus bandwidth, NCCL's convention: bytes / seconds × 2(N−1)/N / 1e9
 };
@@ -72,7 +72,7 @@ class TpCudaBackend final : public Backend {
   int64_t weight_bytes() const;
   /// The smallest of the ranks' KV budgets (CudaBackend::kv_bytes_for_utilization on each).
   int64_t kv_bytes_for_utilization(double utilization, int max_tokens, int max_samples) const;
-  /// Times `repeats` in-place bf16 sum all-reduces of each size on all ranks (after 3 untimed),
+  /// Times `repeats` in-place sum all-reduces (of the dtype) of each size on all ranks (after 3 untimed),
   /// each on its own stream with CUDA events. Outside any step.
   std::vector<AllReduceTiming> time_all_reduce(std::span<const int64_t> message_bytes, int repeats = 20);
   /// "NCCL 2.28.3, 2 ranks on devices 0..1" for reports.

@@ -63,8 +63,9 @@ void tp_destroy_comm(TpRank& tp, bool abort) {
   tp.comm = nullptr;
 }
 
-void tp_all_reduce(TpRank& tp, void* bf16, int64_t n, cudaStream_t stream) {
-  NCCL_CHECK(ncclAllReduce(bf16, bf16, size_t(n), ncclBfloat16, ncclSum, comm_of(tp), stream));
+void tp_all_reduce(TpRank& tp, void* x, int64_t n, cudaStream_t stream) {
+  const ncclDataType_t type = tp.dtype == DType::f16 ? ncclFloat16 : ncclBfloat16;
+  NCCL_CHECK(ncclAllReduce(x, x, size_t(n), type, ncclSum, comm_of(tp), stream));
 }
 
 void tp_lm_head(TpRank& tp, kernels::Gemm& gemm, const void* xs, const void* lm_head_rows, float* logits, int n,
@@ -72,7 +73,8 @@ void tp_lm_head(TpRank& tp, kernels::Gemm& gemm, const void* xs, const void* lm_
   if (n > tp.gather_rows) throw std::logic_error("tp_lm_head: the gather buffer was not grown for the step");
   const size_t block = size_t(n) * tp.local_vocab;  // one rank's [n, V/N]
   float* all = tp.gather.get<float>();
-  gemm.run(kernels::ScalarType::bf16, xs, lm_head_rows, all + tp.rank * block, n, tp.local_vocab, d, true, stream);
+  const auto type = tp.dtype == DType::f16 ? kernels::ScalarType::f16 : kernels::ScalarType::bf16;
+  gemm.run(type, xs, lm_head_rows, all + tp.rank * block, n, tp.local_vocab, d, true, stream);
   NCCL_CHECK(ncclAllGather(all + tp.rank * block, all, block, ncclFloat32, comm_of(tp), stream));
   // [rank][row][col] -> [row][rank * V/N + col]
   for (int r = 0; r < tp.n_ranks; ++r)

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "engine/backend/cuda/device_memory.h"
+#include "engine/model/config.h"
 
 namespace servelab::kernels {
 class Gemm;
@@ -27,6 +28,7 @@ struct TpRank {
   int local_vocab = 0;   ///< this rank's LM-head rows (vocab / n_ranks)
   DeviceBuffer gather;   ///< [n_ranks, rows, local_vocab] fp32: the all-gather's output
   int gather_rows = 0;   ///< sampled rows `gather` has room for
+  DType dtype = DType::bf16;  ///< the activations' dtype (bf16 or f16): all-reduces and the LM head
 };
 
 /// True when this servelab was built with NCCL (tensor_parallel > 1 is possible).
@@ -42,15 +44,15 @@ void tp_init_comm(TpRank& tp, const std::string& unique_id);
 /// blocked in a collective).
 void tp_destroy_comm(TpRank& tp, bool abort);
 
-/// In-place sum over the ranks of `n` bf16 values at `bf16` (ncclAllReduce, ncclSum).
-void tp_all_reduce(TpRank& tp, void* bf16, int64_t n, cudaStream_t stream);
+/// In-place sum over the ranks of `n` values in tp.dtype at `x` (ncclAllReduce, ncclSum).
+void tp_all_reduce(TpRank& tp, void* x, int64_t n, cudaStream_t stream);
 /// Grows `gather` for `rows` sampled rows (not while capturing: called from ensure_samples).
 /// Returns true when it reallocated (graphs that baked the old address in must go).
 bool tp_ensure_samples(TpRank& tp, int rows);
 /// Extra activation bytes a step of `rows` rows and `samples` sampled rows needs on a rank.
 int64_t tp_activation_bytes(const TpRank& tp, int rows, int samples);
 /// The vocabulary-parallel LM head: logits of this rank's vocab rows [rank·V/N, (rank+1)·V/N)
-/// for the `n` rows of `xs` [n, d] bf16 against `lm_head_rows` [V/N, d] bf16 into its block of
+/// for the `n` rows of `xs` [n, d] against `lm_head_rows` [V/N, d] (both tp.dtype) into its block of
 /// `gather`, an in-place ncclAllGather, then each rank's block copied to its columns of
 /// `logits` [n, V] fp32, so every rank holds the whole logits and samples identically.
 void tp_lm_head(TpRank& tp, kernels::Gemm& gemm, const void* xs, const void* lm_head_rows, float* logits, int n,

@@ -15,7 +15,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// A rank's tensor and where it goes in the bf16 storage (element offset).
+/// A rank's tensor and where it goes in the 16-bit storage (element offset).
 struct ShardPlacement {
   TensorShard shard;
   int64_t offset = 0;
@@ -44,19 +44,20 @@ std::vector<ShardPlacement> lay_out_shards(const TpPlan& plan, int rank, DeviceW
 
 }  // namespace
 
-DeviceWeights shard_random(const TpPlan& plan, int rank, uint64_t seed) {
+DeviceWeights shard_random(const TpPlan& plan, int rank, uint64_t seed, DType storage) {
   DeviceWeights w;
+  w.storage_dtype = storage;
   const std::vector<ShardPlacement> places = lay_out_shards(plan, rank, w);
   auto* base = w.storage.get<uint16_t>();
   for (const ShardPlacement& p : places) {
     const TensorShard& s = p.shard;
     random_window(s.spec, seed, plan.model.dtype, s.first_element(), s.full_cols(), s.local_rows(), s.local_cols(),
-                  base + p.offset);
+                  base + p.offset, storage);
   }
   return w;
 }
 
-DeviceWeights shard_load(const std::string& dir, const TpPlan& plan, int rank) {
+DeviceWeights shard_load(const std::string& dir, const TpPlan& plan, int rank, DType storage) {
   const fs::path root(dir);
   const char* kIndex = "model.safetensors.index.json";
   const char* kSingle = "model.safetensors";
@@ -83,6 +84,7 @@ DeviceWeights shard_load(const std::string& dir, const TpPlan& plan, int rank) {
   };
 
   DeviceWeights w;
+  w.storage_dtype = storage;
   const std::vector<ShardPlacement> places = lay_out_shards(plan, rank, w);
   // Check every tensor before copying any.
   std::vector<std::pair<const SafetensorsFile*, const SafetensorsTensor*>> sources;
@@ -101,7 +103,7 @@ DeviceWeights shard_load(const std::string& dir, const TpPlan& plan, int rank) {
   }
 
   // The shard's window, a chunk of whole local rows at a time: mapped file -> staging (a 2-D copy
-  // picks the columns) -> bf16 in place.
+  // picks the columns) -> the storage dtype in place.
   constexpr int64_t kChunk = 64ll << 20;
   DeviceBuffer staging(kChunk, "the checkpoint staging buffer");
   auto* base = w.storage.get<uint16_t>();
@@ -117,7 +119,7 @@ DeviceWeights shard_load(const std::string& dir, const TpPlan& plan, int rank) {
       const int64_t n = std::min(per_chunk, rows - done);
       CUDA_CHECK(cudaMemcpy2D(staging.get(), size_t(cols * esize), src + done * s.full_cols() * esize,
                               size_t(s.full_cols() * esize), size_t(cols * esize), size_t(n), cudaMemcpyHostToDevice));
-      convert_to_bf16(staging.get(), t.dtype, base + places[i].offset + done * cols, n * cols);
+      convert_to_storage(staging.get(), t.dtype, base + places[i].offset + done * cols, n * cols, storage);
     }
   }
   CUDA_CHECK(cudaDeviceSynchronize());
