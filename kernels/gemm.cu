@@ -7,6 +7,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/gemm.h"
+#include "kernels/gemm_rows.h"
 
 #define CUBLAS_CHECK(call)                                                                         \
   do {                                                                                             \
@@ -103,11 +104,10 @@ gemv::Plan Gemm::gemv_plan(int n, int k) const {
   return plan;
 }
 
-cublasLtMatmulAlgo_t Gemm::algo_for(ScalarType t, int m, int n, int k, bool out_fp32, bool accumulate) {
-  const auto key = std::make_tuple(int(t), m, n, k, out_fp32, accumulate);
-  if (auto it = algos_.find(key); it != algos_.end()) return it->second;
-  const int m_key = batch_invariant_ ? kCanonicalRows : m;
-  Descs d(t, m_key, n, k, out_fp32);
+cublasLtMatmulAlgo_t Gemm::heuristic(ScalarType t, int m, int n, int k, bool out_fp32) {
+  const auto key = std::make_tuple(int(t), m, n, k, out_fp32, false);
+  if (auto it = heuristics_.find(key); it != heuristics_.end()) return it->second;
+  Descs d(t, m, n, k, out_fp32);
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
@@ -121,20 +121,49 @@ cublasLtMatmulAlgo_t Gemm::algo_for(ScalarType t, int m, int n, int k, bool out_
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, d.op, d.a, d.b, d.c, d.c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
+  ++heuristic_queries_;
   if (st != CUBLAS_STATUS_SUCCESS || found == 0)
-    throw std::runtime_error("Gemm: cuBLASLt has no algorithm for M=" + std::to_string(m_key) + " N=" + std::to_string(n) +
+    throw std::runtime_error("Gemm: cuBLASLt has no algorithm for M=" + std::to_string(m) + " N=" + std::to_string(n) +
                              " K=" + std::to_string(k));
-  if (batch_invariant_ && m != m_key) {  // the canonical algorithm must also run this M
-    Descs actual(t, m, n, k, out_fp32);
-    cublasLtMatmulHeuristicResult_t check{};
-    if (cublasLtMatmulAlgoCheck(handle_, actual.op, actual.a, actual.b, actual.c, actual.c, &result.algo, &check) !=
-        CUBLAS_STATUS_SUCCESS)
+  heuristics_.emplace(key, result.algo);
+  return result.algo;
+}
+
+bool Gemm::accepts(const cublasLtMatmulAlgo_t& algo, ScalarType t, int m, int n, int k, bool out_fp32) const {
+  Descs actual(t, m, n, k, out_fp32);
+  cublasLtMatmulHeuristicResult_t check{};
+  return cublasLtMatmulAlgoCheck(handle_, actual.op, actual.a, actual.b, actual.c, actual.c, &algo, &check) ==
+             CUBLAS_STATUS_SUCCESS &&
+         check.workspaceSize <= workspace_bytes_;
+}
+
+cublasLtMatmulAlgo_t Gemm::algo_for(ScalarType t, int m, int n, int k, bool out_fp32, bool accumulate) {
+  const auto key = std::make_tuple(int(t), m, n, k, out_fp32, accumulate);
+  if (auto it = algos_.find(key); it != algos_.end()) return it->second;
+  // Batch-invariant: one algorithm, chosen for a canonical row count, for every M. Otherwise the
+  // algorithm of m's bucket (gemm_rows.h), or m's own when that one does not take m rows.
+  const int m_key = batch_invariant_ ? kCanonicalRows : gemm_rows_bucket(m);
+  cublasLtMatmulAlgo_t algo = heuristic(t, m_key, n, k, out_fp32);
+  if (m != m_key && !accepts(algo, t, m, n, k, out_fp32)) {
+    if (batch_invariant_)
       throw std::runtime_error("Gemm: batch-invariant algorithm (chosen for M=" + std::to_string(m_key) +
                                ") does not support M=" + std::to_string(m) + " N=" + std::to_string(n) +
                                " K=" + std::to_string(k));
+    algo = heuristic(t, m, n, k, out_fp32);
   }
-  algos_.emplace(key, result.algo);
-  return result.algo;
+  algos_.emplace(key, algo);
+  return algo;
+}
+
+void Gemm::prepare(ScalarType t, int max_m, int n, int k, bool out_fp32) {
+  if (batch_invariant_) {
+    heuristic(t, kCanonicalRows, n, k, out_fp32);
+    return;
+  }
+  // Products gemv takes never ask cuBLASLt (its choice does not depend on the pointers' alignment
+  // beyond what every weight and activation buffer here has: 16 bytes).
+  const bool gemv = uses_gemv(t, workspace_, workspace_, 1, n, k) && (gemv_split_k_ || gemv_plan(n, k).splits == 1);
+  for (int m : gemm_rows_buckets(gemv ? gemv::kMaxRows + 1 : 1, max_m)) heuristic(t, m, n, k, out_fp32);
 }
 
 void Gemm::run(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, bool out_fp32,

@@ -86,12 +86,24 @@ class Gemm {
   /// The decomposition run() gives gemv for this shape.
   gemv::Plan gemv_plan(int n, int k) const;
 
+  /// Asks cuBLASLt now for the algorithm of every row bucket (gemm_rows.h) up to max_m rows of an
+  /// [m, n] x [n, k] product, so that no step later pays the heuristic's host time (the engine's
+  /// reserve_steps calls it for its largest step). Products gemv takes are skipped.
+  void prepare(ScalarType t, int max_m, int n, int k, bool out_fp32);
+  /// Times cuBLASLt's heuristic was asked (each row bucket and shape once; again only for an M its
+  /// bucket's algorithm does not take).
+  int64_t heuristic_queries() const { return heuristic_queries_; }
+
   /// Partial sums and row-block counters reserved for gemv's K splits.
   static constexpr int64_t kGemvPartialFloats = int64_t(1) << 20;
   static constexpr int kGemvCounters = 8192;
 
  private:
   cublasLtMatmulAlgo_t algo_for(ScalarType t, int m, int n, int k, bool out_fp32, bool accumulate);
+  /// cuBLASLt's heuristic choice for exactly m rows (cached).
+  cublasLtMatmulAlgo_t heuristic(ScalarType t, int m, int n, int k, bool out_fp32);
+  /// Whether `algo` runs an m-row product within the workspace.
+  bool accepts(const cublasLtMatmulAlgo_t& algo, ScalarType t, int m, int n, int k, bool out_fp32) const;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
@@ -103,7 +115,9 @@ class Gemm {
   int n_sms_ = 0;
   float* gemv_partials_ = nullptr;
   int32_t* gemv_counters_ = nullptr;
-  std::map<std::tuple<int, int, int, int, bool, bool>, cublasLtMatmulAlgo_t> algos_;
+  std::map<std::tuple<int, int, int, int, bool, bool>, cublasLtMatmulAlgo_t> algos_;       // per actual M
+  std::map<std::tuple<int, int, int, int, bool, bool>, cublasLtMatmulAlgo_t> heuristics_;  // per queried M
+  int64_t heuristic_queries_ = 0;
 };
 
 }  // namespace servelab::kernels

@@ -121,6 +121,29 @@ TEST_P(GemmGpu, MatchesReferenceAndRowsAreBatchInvariant) {
   }
 }
 
+// Gemm::prepare asks cuBLASLt once per row bucket; later products of any row count up to the
+// prepared one take their bucket's algorithm (correct results) without asking again.
+TEST_P(GemmGpu, PreparedRowBucketsServeNewRowCountsWithoutNewQueries) {
+  SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  const int n = 384, k = 512;
+  Gemm g(false);
+  g.prepare(t, 800, n, k, false);
+  const int64_t asked = g.heuristic_queries();
+  EXPECT_GT(asked, 40);  // 9..64 exact, then the buckets up to 800
+  for (int m : {9, 65, 100, 333, 513, 777}) {
+    const std::vector<float> x = testing::random16(t, size_t(m) * k, rng), w = testing::random16(t, size_t(n) * k, rng, 0.02f);
+    std::vector<float> ref(size_t(m) * n);
+    gemm_ref(x.data(), w.data(), m, n, k, ref.data());
+    DeviceBuffer dx = testing::upload16(t, x), dw = testing::upload16(t, w), y(ref.size() * 2);
+    y.poison();
+    g.run(t, dx.get(), dw.get(), y.get(), m, n, k, false, nullptr);
+    EXPECT_LT(testing::rel_error(testing::download16(t, y, ref.size()), ref), testing::tolerance(t)) << m;
+  }
+  EXPECT_EQ(g.heuristic_queries(), asked) << "every row count took its prepared bucket's algorithm";
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, GemmGpu, ::testing::ValuesIn(testing::kStorageTypes), testing::dtype_name);
 
 }  // namespace

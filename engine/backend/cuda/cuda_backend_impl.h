@@ -275,13 +275,23 @@ struct CudaBackend::Impl {
   /// Sizes every step buffer a graph bakes in for steps up to `limits` (Backend::reserve_steps):
   /// activations for max_rows rows, sampled rows, the decode workspace and the persistent block
   /// table for max_seqs sequences (rounded up to their graph bucket) of max_context tokens. Later
-  /// steps within the limits then never bump the epoch, so each graph is captured once.
+  /// steps within the limits then never bump the epoch, so each graph is captured once. Also asks
+  /// cuBLASLt for every product's algorithms up to those rows (Gemm::prepare).
   void reserve(const StepLimits& limits) {
     const int seqs = std::max(1, limits.max_seqs);
     const int padded = std::max(seqs, graph_bucket(seqs));  // a graph step pads to its bucket
-    ensure_rows(std::max(limits.max_rows, padded));
+    const int rows = std::max(limits.max_rows, padded);
+    ensure_rows(rows);
     ensure_samples(padded);
     ensure_decode_workspace(padded);
+    // cuBLASLt's algorithm for every row bucket of the step's products, asked now rather than in
+    // the first step with each new token count (as run in cuda_forward.cpp: n, k).
+    const int d = c().hidden_size;
+    gemm->prepare(dt, rows, qkv_width(), d, false);
+    gemm->prepare(dt, rows, d, dq(), false);
+    gemm->prepare(dt, rows, 2 * local_ffn, d, false);
+    gemm->prepare(dt, rows, d, local_ffn, false);
+    gemm->prepare(dt, padded, tp ? local_vocab : c().vocab_size, d, true);
     if (options.persistent_block_tables && limits.block_size > 0 && limits.max_context > 0)
       table_diff.reserve(padded + 1, (limits.max_context + limits.block_size - 1) / limits.block_size);
   }
