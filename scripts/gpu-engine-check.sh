@@ -35,7 +35,7 @@ STEP_DIR=$OUT
 # A copy outside its git checkout (the device tool's .gpu/NAME) names its commit in GPU_COMMIT.
 [ -f GPU_COMMIT ] && export SERVELAB_COMMIT=$(cat GPU_COMMIT)
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nvcc --version | tail -1; cmake --version | head -1
-  git rev-parse HEAD 2>/dev/null; date -u; } >"$OUT/environment.txt" 2>&1 || true
+  echo "commit ${SERVELAB_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"; date -u; } >"$OUT/environment.txt" 2>&1 || true
 
 # Build dependencies the image may lack: unpack the carried .debs into a prefix.
 CFG=(-S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DSERVELAB_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a)

@@ -25,10 +25,10 @@ FAILED=0
 STEP_DIR=$OUT STEP_WIDTH=12
 . scripts/lib/step.sh  # step NAME TIMEOUT_S CMD...: output to $OUT/NAME.log, a row in TABLE
 
+[ -f GPU_COMMIT ] && export SERVELAB_COMMIT=$(cat GPU_COMMIT)
 { nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv; nvidia-smi topo -m
   echo "NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"; ls /usr/local/cuda/lib64/libnccl.so* 2>/dev/null
-  git rev-parse HEAD 2>/dev/null; date -u; } >"$OUT/environment.txt" 2>&1 || true
-[ -f GPU_COMMIT ] && export SERVELAB_COMMIT=$(cat GPU_COMMIT)
+  echo "commit ${SERVELAB_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"; date -u; } >"$OUT/environment.txt" 2>&1 || true
 
 BUILT=1
 if want build; then
