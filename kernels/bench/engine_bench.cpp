@@ -327,7 +327,8 @@ int run(const Args& args) {
   const Mode modes[] = {{"default", {}},
                         {"fusion_off", {.fusion = false}},
                         {"cuda_graphs_off", {.cuda_graphs = false}},
-                        {"batch_invariant", {.batch_invariant = true}}};
+                        {"batch_invariant", {.batch_invariant = true}},
+                        {"dtype_f16", {.dtype = DType::f16}}};  // weights, activations and KV in fp16
   std::vector<double> default_decode_s;  // per ablation batch, the default mode's step
   double prefill_whole_s = 0;
   for (const Mode& mode : modes) {
