@@ -2,7 +2,8 @@
 # Configures and builds servelab into build/ (Release): everything, or the given targets.
 #   bash scripts/build.sh [--target T]... [cmake configure args]...
 #   bash scripts/build.sh --target servelab       # only the CLI (what the quickstart needs)
-# Uses ccache when it is installed.
+# Uses ccache when it is installed (with the sloppiness that precompiled headers need; CMakeLists.txt
+# also sets it on the targets that use them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=()
@@ -14,6 +15,7 @@ while (($#)); do
   esac
 done
 launcher=()
+export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "${configure[@]}" >/dev/null
 cmake --build build -j"$(nproc)" "${targets[@]}"

@@ -10,7 +10,9 @@
 #   bash scripts/sanitize.sh asan            # whole suite under ASan+UBSan
 #   bash scripts/sanitize.sh asan loadgen model cli   # only test_<folder> for those folders
 #   bash scripts/sanitize.sh tsan
-# Exits non-zero on the first sanitizer report or failing test. GPU tests are left out.
+# Exits non-zero on the first sanitizer report or failing test. GPU tests are left out. Each test
+# binary runs as SANITIZE_JOBS (default 2) GoogleTest shards side by side; a failing shard's log is
+# printed. .ci/run runs `asan` then `tsan` (SERVELAB_CI_SANITIZE=0 skips them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${SANITIZE_JOBS:-2}
@@ -19,20 +21,38 @@ folders=("$@")
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
 filter='-*Gpu*:*GPU*'
+
+# run_tests LABEL BINARY: BINARY's non-GPU tests in $jobs shards at once; fails when any shard does.
+run_tests() {
+  local label=$1 bin=$2 pids=() logs=() rc=0 i
+  echo "== $label: $bin ($jobs shards)"
+  for ((i = 0; i < jobs; i++)); do
+    logs+=("$(mktemp)")
+    GTEST_TOTAL_SHARDS=$jobs GTEST_SHARD_INDEX=$i "$bin" --gtest_filter="$filter" --gtest_brief=1 > "${logs[$i]}" 2>&1 &
+    pids+=($!)
+  done
+  for ((i = 0; i < jobs; i++)); do
+    if ! wait "${pids[$i]}"; then rc=1; echo "-- shard $i of $bin failed:"; cat "${logs[$i]}"; fi
+  done
+  for ((i = 0; i < jobs; i++)); do
+    if [ $rc -eq 0 ]; then grep -hE '^\[  (PASSED|SKIPPED) ' "${logs[$i]}" | sed "s/^/   shard $i: /" || true; fi
+    rm -f "${logs[$i]}"
+  done
+  return $rc
+}
 
 run_asan() {
   cmake --preset asan > /dev/null
   if [ ${#folders[@]} -eq 0 ]; then
     cmake --build build-asan -j"$jobs" --target servelab servelab_tests
-    echo "== ASan+UBSan: servelab_tests"
-    build-asan/servelab_tests --gtest_filter="$filter" --gtest_brief=1
+    run_tests "ASan+UBSan" build-asan/servelab_tests
   else
     targets=(servelab); for f in "${folders[@]}"; do targets+=("test_$f"); done
     cmake --build build-asan -j"$jobs" --target "${targets[@]}"
     for f in "${folders[@]}"; do
-      echo "== ASan+UBSan: test_$f"
-      build-asan/test_"$f" --gtest_filter="$filter" --gtest_brief=1
+      run_tests "ASan+UBSan" build-asan/test_"$f"
     done
   fi
 }
@@ -41,8 +61,7 @@ run_tsan() {
   cmake --preset tsan > /dev/null
   cmake --build build-tsan -j"$jobs" --target test_backend test_engine test_loadgen test_server test_model
   for t in backend engine loadgen server model; do
-    echo "== TSan: test_$t"
-    build-tsan/test_"$t" --gtest_filter="$filter" --gtest_brief=1
+    run_tests "TSan" build-tsan/test_"$t"
   done
 }
 

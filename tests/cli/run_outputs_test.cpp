@@ -12,7 +12,7 @@
 #include "tests/cli/cli_test_util.h"
 
 namespace servelab::cli_test {
-namespace {
+namespace run_outputs_test {  // named, not anonymous: a unity batch shares one translation unit
 
 using nlohmann::json;
 
@@ -277,5 +277,5 @@ TEST_F(RunFolder, BaselineRunMissingFromThisRunFailsUnlessAllowed) {
   EXPECT_EQ(r.code, 0) << r.output;
 }
 
-}  // namespace
+}  // namespace run_outputs_test
 }  // namespace servelab::cli_test

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 namespace servelab::cuda {
-namespace {
+namespace step_pack_test {  // named, not anonymous: a unity batch shares one translation unit
 
 /// Two decode sequences, paged, block size 4, stride 3.
 StepPlan decode_plan() {
@@ -84,5 +84,5 @@ TEST(StepPack, OnlyPlainDecodeStepsAreBucketable) {
   EXPECT_THROW(bucket_layout(decode_plan(), 1, 8), std::logic_error);
 }
 
-}  // namespace
+}  // namespace step_pack_test
 }  // namespace servelab::cuda

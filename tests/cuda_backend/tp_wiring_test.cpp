@@ -16,7 +16,7 @@
 #include "tests/cli/cli_test_util.h"
 
 namespace servelab {
-namespace {
+namespace tp_wiring_test {  // named, not anonymous: a unity batch shares one translation unit
 
 const std::string kRest =
     "strategies: [{batching: continuous}]\n"
@@ -135,5 +135,5 @@ TEST(TpWiring, ProfileTensorParallelOnCpuExitsTwo) {
   EXPECT_TRUE(has(r.output, "--tensor-parallel applies to --backend cuda or sim")) << r.output;
 }
 
-}  // namespace
+}  // namespace tp_wiring_test
 }  // namespace servelab

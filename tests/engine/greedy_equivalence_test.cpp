@@ -12,7 +12,7 @@
 #include "tests/engine/engine_test_support.h"
 
 namespace servelab {
-namespace {
+namespace greedy_equivalence_test {  // named, not anonymous: a unity batch shares one translation unit
 
 using namespace enginetest;
 
@@ -164,5 +164,5 @@ TEST(GreedyEquivalenceSwap, FullHostPoolFallsBackToRecomputeWithTheSameTokens) {
   }
 }
 
-}  // namespace
+}  // namespace greedy_equivalence_test
 }  // namespace servelab

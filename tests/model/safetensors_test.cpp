@@ -12,7 +12,7 @@
 #include "tests/model/temp_dir.h"
 
 namespace servelab {
-namespace {
+namespace safetensors_test {  // named, not anonymous: a unity batch shares one translation unit
 
 using testing_util::TempDir;
 
@@ -139,5 +139,5 @@ TEST(Safetensors, UnsupportedDtypeListedButNotConverted) {
   EXPECT_THROW(f.read_f32("ids"), std::runtime_error);
 }
 
-}  // namespace
+}  // namespace safetensors_test
 }  // namespace servelab
