@@ -9,23 +9,13 @@
 #include "engine/backend/make_backend.h"
 #include "loadgen/scenario.h"
 #include "tests/cli/cli_test_util.h"
+#include "tests/cuda_backend/wiring_test_util.h"
 
 namespace servelab {
 namespace {
 
-const std::string kRest =
-    "model: {preset: tiny}\n"
-    "strategies: [{batching: continuous}]\n"
-    "workload: {arrival: {process: poisson}, rates: [2], n_requests: 4}\n";
-
-std::string errors_of(const std::string& yaml) {
-  try {
-    load_scenario_text(yaml, "t.yaml");
-  } catch (const ScenarioError& e) {
-    return e.what();
-  }
-  return "";
-}
+using wiringtest::errors_of;
+using wiringtest::kRest;
 
 TEST(CudaWiring, BackendKnobsParse) {
   const Scenario a = load_scenario_text("backend: cuda\n" + kRest, "t.yaml");

@@ -11,6 +11,7 @@
 #include "loadgen/backend_spec.h"
 #include "loadgen/scenario.h"
 #include "tests/cli/cli_test_util.h"
+#include "tests/cuda_backend/wiring_test_util.h"
 #ifdef SERVELAB_HAVE_CUDA_BACKEND
 #include "engine/backend/cuda/cuda_backend.h"
 #endif
@@ -18,19 +19,8 @@
 namespace servelab {
 namespace {
 
-const std::string kRest =
-    "model: {preset: tiny}\n"
-    "strategies: [{batching: continuous}]\n"
-    "workload: {arrival: {process: poisson}, rates: [2], n_requests: 4}\n";
-
-std::string errors_of(const std::string& yaml) {
-  try {
-    load_scenario_text(yaml, "t.yaml");
-  } catch (const ScenarioError& e) {
-    return e.what();
-  }
-  return "";
-}
+using wiringtest::errors_of;
+using wiringtest::kRest;
 
 TEST(DtypeWiring, BackendDtypeParsesAndDefaultsToBf16) {
   EXPECT_EQ(load_scenario_text("backend: cuda\n" + kRest, "t.yaml").backend.dtype, DType::bf16);
