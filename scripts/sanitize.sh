@@ -12,7 +12,7 @@
 #   bash scripts/sanitize.sh tsan
 # Exits non-zero on the first sanitizer report or failing test. GPU tests are left out. Each test
 # binary runs as SANITIZE_JOBS (default 2) GoogleTest shards side by side; a failing shard's log is
-# printed. .ci/run runs `asan` then `tsan` (SERVELAB_CI_SANITIZE=0 skips them).
+# printed. .ci/run runs `tsan` (SERVELAB_CI_SANITIZE=all: `asan` then `tsan`; 0: neither).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${SANITIZE_JOBS:-2}
