@@ -17,7 +17,7 @@
 #include "engine/model/hf_config.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/tensors.h"
-#include "engine/model/weight_map.h"
+#include "engine/model/checkpoint_files.h"
 
 namespace servelab::cuda {
 namespace {
@@ -282,46 +282,13 @@ DeviceWeights DeviceWeights::load(const std::string& dir, DType storage) {
   DeviceWeights w;
   w.storage_dtype = storage;
   w.config = read_hf_config((root / "config.json").string());
-  const char* kIndex = "model.safetensors.index.json";
-  const char* kSingle = "model.safetensors";
-  const bool sharded = !fs::exists(root / kSingle) && fs::exists(root / kIndex);
-  std::map<std::string, std::string> weight_map;
-  std::map<std::string, SafetensorsFile> files;
-  if (sharded) {
-    weight_map = read_weight_map((root / kIndex).string());
-  } else if (!fs::exists(root / kSingle)) {
-    throw std::runtime_error(dir + ": neither " + std::string(kSingle) + " nor " + kIndex + " found");
-  }
-  auto file_for = [&](const std::string& name) -> SafetensorsFile& {
-    std::string f = kSingle;
-    if (sharded) {
-      auto it = weight_map.find(name);
-      if (it == weight_map.end())
-        throw std::runtime_error((root / kIndex).string() + ": missing tensor " + name + " in weight_map");
-      f = it->second;
-    }
-    auto it = files.find(f);
-    if (it == files.end()) {
-      if (!fs::exists(root / f)) throw std::runtime_error((root / kIndex).string() + ": lists shard " + f + ", which does not exist");
-      it = files.emplace(f, SafetensorsFile((root / f).string())).first;
-    }
-    return it->second;
-  };
+  CheckpointFiles files(dir);
 
   // Check every tensor before uploading any.
   const std::vector<Placement> places = lay_out(w);
   std::vector<std::pair<const SafetensorsFile*, const SafetensorsTensor*>> sources;
   for (const Placement& p : places) {
-    const SafetensorsFile& f = file_for(p.spec.name);
-    const SafetensorsTensor* t = f.find(p.spec.name);
-    if (!t) throw std::runtime_error(f.path() + ": missing tensor " + p.spec.name + " (shape " + shape_string(p.spec.shape) + ")");
-    if (t->shape != p.spec.shape)
-      throw std::runtime_error(f.path() + ": tensor " + p.spec.name + " has shape " + shape_string(t->shape) +
-                               ", expected " + shape_string(p.spec.shape));
-    if (!t->supported)
-      throw std::runtime_error(f.path() + ": tensor " + p.spec.name + " has dtype " + t->dtype_name +
-                               "; only BF16, F16 and F32 checkpoints are supported");
-    sources.emplace_back(&f, t);
+    sources.push_back(files.checked(p.spec));
   }
 
   // Anything else in the files means the config does not describe this checkpoint (as
@@ -329,7 +296,7 @@ DeviceWeights DeviceWeights::load(const std::string& dir, DType storage) {
   std::map<std::string, bool> expected;
   for (const Placement& p : places) expected[p.spec.name] = true;
   const std::string inv_freq = "rotary_emb.inv_freq";
-  for (const auto& [name, f] : files)
+  for (const auto& [name, f] : files.opened())
     for (const SafetensorsTensor& t : f.tensors()) {
       const bool rope_buffer = t.name.size() > inv_freq.size() &&
                                t.name.compare(t.name.size() - inv_freq.size(), inv_freq.size(), inv_freq) == 0;

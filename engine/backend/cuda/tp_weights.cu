@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "engine/model/safetensors.h"
-#include "engine/model/weight_map.h"
+#include "engine/model/checkpoint_files.h"
 
 namespace servelab::cuda {
 namespace {
@@ -58,30 +58,7 @@ DeviceWeights shard_random(const TpPlan& plan, int rank, uint64_t seed, DType st
 }
 
 DeviceWeights shard_load(const std::string& dir, const TpPlan& plan, int rank, DType storage) {
-  const fs::path root(dir);
-  const char* kIndex = "model.safetensors.index.json";
-  const char* kSingle = "model.safetensors";
-  const bool sharded = !fs::exists(root / kSingle) && fs::exists(root / kIndex);
-  if (!sharded && !fs::exists(root / kSingle))
-    throw std::runtime_error(dir + ": neither " + std::string(kSingle) + " nor " + kIndex + " found");
-  std::map<std::string, std::string> weight_map;
-  if (sharded) weight_map = read_weight_map((root / kIndex).string());
-  std::map<std::string, SafetensorsFile> files;
-  auto file_for = [&](const std::string& name) -> const SafetensorsFile& {
-    std::string f = kSingle;
-    if (sharded) {
-      auto it = weight_map.find(name);
-      if (it == weight_map.end())
-        throw std::runtime_error((root / kIndex).string() + ": missing tensor " + name + " in weight_map");
-      f = it->second;
-    }
-    auto it = files.find(f);
-    if (it == files.end()) {
-      if (!fs::exists(root / f)) throw std::runtime_error((root / kIndex).string() + ": lists shard " + f + ", which does not exist");
-      it = files.emplace(f, SafetensorsFile((root / f).string())).first;
-    }
-    return it->second;
-  };
+  CheckpointFiles files(dir);
 
   DeviceWeights w;
   w.storage_dtype = storage;
@@ -90,16 +67,7 @@ DeviceWeights shard_load(const std::string& dir, const TpPlan& plan, int rank, D
   std::vector<std::pair<const SafetensorsFile*, const SafetensorsTensor*>> sources;
   for (const ShardPlacement& p : places) {
     const TensorSpec& spec = p.shard.spec;
-    const SafetensorsFile& f = file_for(spec.name);
-    const SafetensorsTensor* t = f.find(spec.name);
-    if (!t) throw std::runtime_error(f.path() + ": missing tensor " + spec.name + " (shape " + shape_string(spec.shape) + ")");
-    if (t->shape != spec.shape)
-      throw std::runtime_error(f.path() + ": tensor " + spec.name + " has shape " + shape_string(t->shape) +
-                               ", expected " + shape_string(spec.shape));
-    if (!t->supported)
-      throw std::runtime_error(f.path() + ": tensor " + spec.name + " has dtype " + t->dtype_name +
-                               "; only BF16, F16 and F32 checkpoints are supported");
-    sources.emplace_back(&f, t);
+    sources.push_back(files.checked(spec));
   }
 
   // The shard's window, a chunk of whole local rows at a time: mapped file -> staging (a 2-D copy
