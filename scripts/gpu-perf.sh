@@ -97,39 +97,7 @@ if [ $BUILT = 1 ] && [ "${NCU:-0}" = 1 ]; then
     step "$name" 240 "$NCU_BIN" --profile-from-start off --clock-control none --csv --page raw \
       --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
       "$BUILD/kernels/engine_bench" --ncu-decode "$pt" &&
-      python3 - "$LOGS/$name.log" >"$LOGS/$name.txt" 2>&1 <<'PY'
-import csv, re, sys
-lines = open(sys.argv[1]).read().splitlines()
-step = next((l for l in lines if "per step" in l), "")
-rows = list(csv.reader([l for l in lines if l.startswith('"')]))
-head, units, data = rows[0], rows[1], rows[2:]
-col = {h: i for i, h in enumerate(head)}
-scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3,
-         "second": 1.0, "byte": 1.0, "Kbyte": 1e3,
-         "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9, "B": 1.0}
-def val(r, key):
-    i = col[key]
-    return float(r[i].replace(",", "")) * scale.get(units[i], 1.0)
-def short(n):
-    n = re.sub(r"\(anonymous namespace\)::|<unnamed>::", "", n)
-    n = re.sub(r"\(.*", "", n)
-    n = re.sub(r"<.*", "", n)
-    return n.split("::")[-1].replace("void ", "")[:44]
-agg = {}
-for r in data:
-    k = short(r[col["Kernel Name"]])
-    a = agg.setdefault(k, [0, 0.0, 0.0])
-    a[0] += 1
-    a[1] += val(r, "gpu__time_duration.sum")
-    a[2] += val(r, "dram__bytes_read.sum") + val(r, "dram__bytes_write.sum")
-total = sum(a[1] for a in agg.values())
-total_b = sum(a[2] for a in agg.values())
-print(step.strip())
-print(f"{len(data)} kernels, sum of durations {total*1e3:.3f} ms, DRAM {total_b/1e9:.2f} GB, {total_b/total/1e9:.0f} GB/s over the sum")
-print(f"{'kernel':<44} {'calls':>5} {'total_ms':>9} {'share':>6} {'GB/s':>7}")
-for k, (n, t, b) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
-    print(f"{k:<44} {n:>5} {t*1e3:>9.3f} {t/total:>6.1%} {b/t/1e9:>7.0f}")
-PY
+      python3 scripts/lib/ncu_table.py "$LOGS/$name.log" >"$LOGS/$name.txt" 2>&1
   done
 fi
 

@@ -133,40 +133,7 @@ if has ncu && [ -x "$BENCH" ]; then
     timed "ncu_$v" 100 "$NCU_BIN" --profile-from-start off --graph-profiling node --cache-control none \
       --clock-control none --csv --page raw --metrics gpu__time_duration.sum,dram__bytes_read.sum \
       "$B" --ncu-decode "${NCU_POINT:-1,128}" --graphs "${VA[@]}" &&
-      python3 - "$LOGS/ncu_$v.log" "$v" >>"$OUT/ncu.txt" 2>&1 <<'PY'
-import csv, re, sys
-lines = open(sys.argv[1]).read().splitlines()
-step = next((l for l in lines if "per step" in l), "")
-rows = list(csv.reader([l for l in lines if l.startswith('"')]))
-head, units, data = rows[0], rows[1], rows[2:]
-col = {h: i for i, h in enumerate(head)}
-scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3,
-         "second": 1.0, "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9, "B": 1.0}
-def val(r, key):
-    i = col[key]
-    return float(r[i].replace(",", "")) * scale.get(units[i], 1.0)
-def short(n):
-    n = re.sub(r"\(anonymous namespace\)::|<unnamed>::", "", n)
-    n = re.sub(r"\(.*", "", n)
-    n = re.sub(r"<.*", "", n)
-    return n.split("::")[-1].replace("void ", "")[:44]
-agg = {}
-for r in data:
-    k = short(r[col["Kernel Name"]])
-    a = agg.setdefault(k, [0, 0.0, 0.0])
-    a[0] += 1
-    a[1] += val(r, "gpu__time_duration.sum")
-    a[2] += val(r, "dram__bytes_read.sum")
-total = sum(a[1] for a in agg.values())
-print(f"== ncu {sys.argv[2]}: {step.strip()}")
-# The step printed above was timed inside the ncu process (every launch intercepted): not the
-# step's real time. Compare the sum with engine_bench --mbu's step of the same variant instead (on
-# the H100 the sum exceeded the real step: serialized kernels run at idle-lowered clocks).
-print(f"{len(data)} kernels, sum of durations {total*1e3:.3f} ms")
-print(f"{'kernel':<44} {'calls':>5} {'total_ms':>9} {'share':>6} {'us/call':>8} {'rd GB/s':>8}")
-for k, (n, t, b) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
-    print(f"{k:<44} {n:>5} {t*1e3:>9.3f} {t/total:>6.1%} {t/n*1e6:>8.1f} {b/t/1e9:>8.0f}")
-PY
+      python3 scripts/lib/ncu_table.py "$LOGS/ncu_$v.log" "$v" >>"$OUT/ncu.txt" 2>&1
   done
 fi
 
