@@ -4,6 +4,8 @@
 # moves step times by several x). Usage: bash results/sim-validation/run.sh [tiny|qwen|all|gpu]
 # gpu (on the GPU machine, BIN=build-gpu/servelab OUT=folder): profile the cuda backend on
 # llama2-7b, then validate-sim of gpu-llama2-7b.yaml against it; everything is written under OUT.
+# GPU_RUNS="continuous-paged:1000 continuous-naive:500" runs one validate-sim per strategy with its own
+# request count (validation-LABEL/); otherwise one validate-sim with N_REQUESTS and VALIDATE_ARGS.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 what="${1:-all}"
@@ -26,6 +28,13 @@ if [ "$what" = gpu ]; then
   "$bin" profile --backend cuda --preset llama2-7b --seed 1 --prefill-lens 16,64,256,1024,2048 \
     --batch 1,8,32,64,128 --contexts 128,512,1024,2048 --chunk-lens 256,1024 --prompt-len 256 --max-rows 4096 \
     --repeats 3 --min-point-s 0.5 --json "$out/profile.json" > "$out/profile.txt" 2>&1
-  "$bin" validate-sim results/sim-validation/gpu-llama2-7b.yaml --profile "$out/profile.json" --out "$out/validation" \
-    --n-requests "${N_REQUESTS:-120}" ${VALIDATE_ARGS:-}
+  if [ -z "${GPU_RUNS:-}" ]; then
+    "$bin" validate-sim results/sim-validation/gpu-llama2-7b.yaml --profile "$out/profile.json" --out "$out/validation" \
+      --n-requests "${N_REQUESTS:-120}" ${VALIDATE_ARGS:-}
+  else  # GPU_RUNS="LABEL:N ...": one validate-sim per strategy, N requests a run, each in validation-LABEL/
+    for run in $GPU_RUNS; do
+      "$bin" validate-sim results/sim-validation/gpu-llama2-7b.yaml --profile "$out/profile.json" \
+        --out "$out/validation-${run%%:*}" --strategy "${run%%:*}" --n-requests "${run##*:}" ${VALIDATE_ARGS:-}
+    done
+  fi
 fi
