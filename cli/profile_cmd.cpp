@@ -16,6 +16,7 @@
 #include "engine/backend/cpu_gemm.h"
 #include "engine/backend/make_backend.h"
 #include "engine/backend/profiler.h"
+#include "loadgen/host_overhead_probe.h"
 
 namespace servelab::cli {
 namespace {
@@ -34,6 +35,7 @@ struct ProfileArgs {
   int tensor_parallel = 1;  // cuda: ranks on devices 0..N-1 over NCCL; sim: the roofline's TP
   double kv_gb = 0.0;    // KV arena cap in GB; 0 = the grid's largest point (cuda: capped by free memory)
   int warmup = -1;       // untimed runs per point; -1 = 2 on cuda (GEMM choice, graph capture), else 0
+  bool host_overhead = true;  // also measure the engine's per-step host work (loadgen/host_overhead_probe.h)
 };
 
 /// KV budget of a cuda profile when --kv-gb is not given: what 90% of the GPU leaves after the
@@ -124,6 +126,13 @@ int profile_main(const ProfileArgs& a) {
     device += ", tensor_parallel " + std::to_string(a.tensor_parallel);
     report.device = device;
   }
+  if (a.host_overhead) {  // the engine's work around forward(), on this machine's CPU
+    const HostOverheadProbe probe = measure_host_overhead(backend->config());
+    report.host_overhead = probe.fitted;
+    for (const HostOverheadPoint& p : probe.points) report.host_points.push_back({p.mean_seqs, p.step_s});
+    std::cerr << "engine host overhead per step: " << probe.fitted.per_step_s * 1e6 << " us + "
+              << probe.fitted.per_seq_s * 1e6 << " us per sequence\n";
+  }
   report.hardware = hardware;
   report.commit = current_commit();  // SERVELAB_COMMIT when set (a copy outside its checkout)
   report.date = analysis::utc_now_iso8601();
@@ -165,6 +174,9 @@ const Registrar reg(
       sub.add_option("--kv-gb", a->kv_gb,
                      "KV arena cap in GB; points needing more are skipped and listed (default: the grid's largest "
                      "point; on cuda at most what 90% of the GPU leaves)");
+      sub.add_flag("!--no-host-overhead", a->host_overhead,
+                   "skip measuring the engine's host work per step outside forward() (scheduling, KV "
+                   "bookkeeping, tokens, records), which the sim adds to every step");
       sub.add_option("--warmup", a->warmup, "untimed runs per point before the repeats (default 2 on cuda, else 0)")
           ->check(CLI::Range(0, 100));
       auto* preset = sub.add_option("--preset", a->preset, "model preset with random weights")->capture_default_str();

@@ -373,6 +373,21 @@ SimCostModel SimCostModel::from_profile_json(const std::string& path, const Mode
     }
   }
 
+  if (j.contains("host_overhead")) {
+    const nlohmann::json& h = j["host_overhead"];
+    auto coefficient = [&](const char* key) {
+      if (!h.is_object() || !h.contains(key) || !h[key].is_number())
+        throw std::runtime_error(path + ": \"host_overhead\" needs numbers per_step_s and per_seq_s");
+      const double v = h[key].get<double>();
+      if (!std::isfinite(v) || v < 0 || v > 1.0)
+        throw std::runtime_error(path + ": host_overhead." + key + " must be in [0, 1] seconds (got " +
+                                 std::to_string(v) + ")");
+      return v;
+    };
+    m.host.per_step_s = coefficient("per_step_s");
+    m.host.per_seq_s = coefficient("per_seq_s");
+  }
+
   std::vector<TimedStep> steps;
   const nlohmann::json& list = j["samples"];
   for (size_t i = 0; i < list.size(); ++i) {

@@ -14,6 +14,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/hardware.h"
+#include "engine/backend/host_overhead.h"
 
 namespace servelab {
 
@@ -128,6 +129,11 @@ struct SimCostModel {
   /// interconnect_bytes_s were fitted to them (least squares, seconds = latency + bytes × per_byte)
   /// instead of the datasheet's, so the TP term of the roofline is the measured one.
   bool allreduce_measured = false;
+  /// The engine's host work per step outside forward(), from the profile's "host_overhead"
+  /// ({"per_step_s", "per_seq_s"}, measured by `servelab profile`; zero when absent or for the
+  /// roofline). SimBackend adds it to every step; step_seconds() leaves it out (forward() alone,
+  /// what validate-sim's per-step comparison measures).
+  HostOverhead host;
 
   static SimCostModel roofline(const SimDevice& device, int tensor_parallel = 1);
 

@@ -328,6 +328,11 @@ std::string profile_table(const ProfileReport& r) {
                   s.shape.n_tokens / s.step_s);
     out << line;
   }
+  if (r.host_overhead) {
+    std::snprintf(line, sizeof line, "engine host work per step outside forward(): %.1f us + %.2f us per sequence\n",
+                  r.host_overhead->per_step_s * 1e6, r.host_overhead->per_seq_s * 1e6);
+    out << line;
+  }
   return out.str();
 }
 
@@ -395,6 +400,12 @@ std::string profile_json(const ProfileReport& r) {
     ordered_json ar = ordered_json::array();
     for (const auto& [bytes, s] : r.all_reduce_s) ar.push_back({{"bytes", bytes}, {"seconds", s}});
     j["all_reduce"] = std::move(ar);
+  }
+  if (r.host_overhead) {
+    ordered_json pts = ordered_json::array();
+    for (const auto& [seqs, s] : r.host_points) pts.push_back({{"seqs", seqs}, {"seconds", s}});
+    j["host_overhead"] = {{"per_step_s", r.host_overhead->per_step_s}, {"per_seq_s", r.host_overhead->per_seq_s},
+                          {"points", std::move(pts)}};
   }
   return j.dump(2) + "\n";
 }

@@ -6,10 +6,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/host_overhead.h"
 #include "engine/backend/cost_model.h"
 
 namespace servelab {
@@ -106,6 +108,10 @@ struct ProfileReport {
   /// cuda with tensor_parallel > 1: the measured in-place bf16 sum all-reduce, (message bytes,
   /// seconds per all-reduce), for the simulator's tensor-parallel term. Empty otherwise.
   std::vector<std::pair<int64_t, double>> all_reduce_s;
+  /// The engine's host work per step outside forward() (loadgen/host_overhead_probe.h), and the
+  /// (sequences per step, seconds per step) points it was fitted to; unset when not measured.
+  std::optional<HostOverhead> host_overhead;
+  std::vector<std::pair<double, double>> host_points;
   double wall_s = 0.0;      ///< how long the whole profile took
 };
 
@@ -146,7 +152,8 @@ std::string profile_table(const ProfileReport& report);
 ///  "skipped": [{"phase", "n_seqs", "n_tokens", "max_context", "kv_bytes"}],
 ///  "samples": [{"phase", "n_seqs", "n_tokens", "n_padding_tokens", "n_sampled", "sum_context",
 ///  "max_context", "prefill_pairs", "decode_context", "attention_pairs", "step_s", "times_s"}],
-///  "all_reduce": [{"bytes", "seconds"}] (only when measured)}
+///  "all_reduce": [{"bytes", "seconds"}] (only when measured),
+///  "host_overhead": {"per_step_s", "per_seq_s", "points": [{"seqs", "seconds"}]} (only when measured)}
 std::string profile_json(const ProfileReport& report);
 
 }  // namespace servelab

@@ -25,8 +25,10 @@ fi
 if [ "$what" = gpu ]; then
   out=${OUT:-results/sim-validation/gpu-llama2-7b}
   mkdir -p "$out"
-  "$bin" profile --backend cuda --preset llama2-7b --seed 1 --prefill-lens 16,64,256,1024,2048 \
-    --batch 1,8,32,64,128 --contexts 128,512,1024,2048 --chunk-lens 256,1024 --prompt-len 256 --max-rows 4096 \
+  # Dense in prompt lengths and batch sizes: GEMM time steps with the row count (tile buckets), and
+  # the matrix term is interpolated linearly between the profiled row counts (~85 points, ~10 s).
+  "$bin" profile --backend cuda --preset llama2-7b --seed 1 --prefill-lens 16,32,64,96,128,192,256,384,512,768,1024,1536,2048 \
+    --batch 1,2,4,8,16,32,48,64,96,128 --contexts 128,256,512,1024,2048 --chunk-lens 64,256,1024 --prompt-len 256 --max-rows 4096 \
     --repeats 3 --min-point-s 0.5 --json "$out/profile.json" > "$out/profile.txt" 2>&1
   if [ -z "${GPU_RUNS:-}" ]; then
     "$bin" validate-sim results/sim-validation/gpu-llama2-7b.yaml --profile "$out/profile.json" --out "$out/validation" \

@@ -69,9 +69,15 @@ TEST(Profiler, JsonCalibratesTheSimForItsModelOnly) {
   r.device = "test";
   r.hardware = "cpu-2core";
   r.commit = "abc";
+  EXPECT_FALSE(nlohmann::json::parse(profile_json(r)).contains("host_overhead"));  // not measured
+  r.host_overhead = HostOverhead{2e-6, 3e-7};
+  r.host_points = {{1.0, 2.3e-6}, {8.0, 4.4e-6}};
   const std::string text = profile_json(r);
   const auto j = nlohmann::json::parse(text);
   EXPECT_EQ(j.at("schema"), "servelab.profile/2");
+  EXPECT_DOUBLE_EQ(j.at("host_overhead").at("per_seq_s").get<double>(), 3e-7);
+  EXPECT_EQ(j.at("host_overhead").at("points").size(), 2u);
+  EXPECT_NE(profile_table(r).find("per sequence"), std::string::npos);
   EXPECT_EQ(j.at("samples").size(), r.samples.size());
   EXPECT_EQ(j.at("samples")[0].at("phase"), "prefill");
   EXPECT_EQ(j.at("model").at("n_kv_heads"), 4);
@@ -82,6 +88,7 @@ TEST(Profiler, JsonCalibratesTheSimForItsModelOnly) {
   std::ofstream(path) << text;
   const SimCostModel cost = SimCostModel::from_profile_json(path.string(), r.model);
   EXPECT_EQ(cost.kind, SimCostModel::Kind::profile);
+  EXPECT_DOUBLE_EQ(cost.host.per_step_s, 2e-6);  // read back into the sim
   for (const ProfileSample& s : r.samples) EXPECT_TRUE(cost.profiled->inside(s.shape));
   ModelConfig other = r.model;
   other.intermediate_size += 8;

@@ -77,6 +77,14 @@ TEST(ValidateSimCommand, ComparesTheCpuEngineWithItsCalibratedSim) {
   EXPECT_EQ(j.at("warmup_requests"), 16);
   EXPECT_NE(r.output.find("warm-up: 16 requests"), std::string::npos) << r.output;
   EXPECT_EQ(read_lines(out + "/records_sim.jsonl").size(), 12u);
+  // The profile measured the engine's host work per step and the sim used it; preemptions counted.
+  EXPECT_TRUE(nlohmann::json::parse(read_text(profile)).contains("host_overhead"));
+  EXPECT_TRUE(j.at("host_overhead").at("per_seq_s").is_number());
+  for (const auto& run : j.at("runs")) {
+    EXPECT_TRUE(run.at("preemptions").at("real").is_number_integer());
+    EXPECT_TRUE(run.at("preemptions").at("sim").is_number_integer());
+  }
+  EXPECT_NE(read_text(out + "/validation.md").find("host work per step measured by the profile"), std::string::npos);
 }
 
 }  // namespace
