@@ -35,6 +35,7 @@ struct ProfileArgs {
   int tensor_parallel = 1;  // cuda: ranks on devices 0..N-1 over NCCL; sim: the roofline's TP
   double kv_gb = 0.0;    // KV arena cap in GB; 0 = the grid's largest point (cuda: capped by free memory)
   int warmup = -1;       // untimed runs per point; -1 = 2 on cuda (GEMM choice, graph capture), else 0
+  std::string kv = "paged";    // the timed sequences' KV layout
   bool host_overhead = true;  // also measure the engine's per-step host work (loadgen/host_overhead_probe.h)
 };
 
@@ -88,6 +89,7 @@ int profile_main(const ProfileArgs& a) {
   options.warmup = a.warmup >= 0 ? a.warmup : cuda ? 2 : 0;
   options.max_kv_bytes = static_cast<int64_t>(a.kv_gb * 1e9);
   options.fill_kv = spec.kind != BackendKind::sim;  // the sim would charge the fill as swap traffic
+  options.kv_kind = a.kv == "naive" ? KvKind::naive : KvKind::paged;
   options.validate();
   options.check_fits(resolve_model_config(spec.model));  // before drawing or loading weights
 
@@ -174,6 +176,10 @@ const Registrar reg(
       sub.add_option("--kv-gb", a->kv_gb,
                      "KV arena cap in GB; points needing more are skipped and listed (default: the grid's largest "
                      "point; on cuda at most what 90% of the GPU leaves)");
+      sub.add_option("--kv", a->kv, "how the timed sequences hold K/V: paged (blocks of 16) or naive (one region each); "
+                                    "profile the layout of the strategies the sim will price")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"paged", "naive"}));
       sub.add_flag("!--no-host-overhead", a->host_overhead,
                    "skip measuring the engine's host work per step outside forward() (scheduling, KV "
                    "bookkeeping, tokens, records), which the sim adds to every step");

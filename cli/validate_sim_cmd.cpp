@@ -103,6 +103,7 @@ int validate_sim_main(const ValidateSimArgs& a) {
   write_records(dir + "/records_real.jsonl", {}, false);
   write_records(dir + "/records_sim.jsonl", {}, false);
 
+  std::vector<std::string> layout_notes;  // strategies priced from a profile of the other KV layout
   // Written after every compared run, so an interrupted validation keeps what it measured.
   auto write_summary = [&](const nlohmann::ordered_json& runs, const std::string& table, double worst, double worst_p50) {
     nlohmann::ordered_json j;
@@ -112,6 +113,7 @@ int validate_sim_main(const ValidateSimArgs& a) {
     j["model"] = real->backend_spec().model;
     j["profile"] = a.profile;
     j["host_overhead"] = {{"per_step_s", cost.host.per_step_s}, {"per_seq_s", cost.host.per_seq_s}};
+    j["profile_kv"] = cost.kv_layout;
     j["warmup_requests"] = a.warmup_requests;
     j["n_requests_per_run"] = n > 0 ? n : real_sc.planned_requests();
     j["slo"] = {{"ttft_ms", real_sc.slo.ttft_ms}, {"tpot_ms", real_sc.slo.tpot_ms}, {"attainment", real_sc.slo.attainment}};
@@ -134,8 +136,9 @@ int validate_sim_main(const ValidateSimArgs& a) {
        << "`, the same plans; error = (sim − real) / real. Measured on " << e.cpu_model << " (" << e.n_cores
        << " hardware threads), commit " << e.commit << ", " << e.date << ". The sim adds the engine's host work per "
        << "step measured by the profile: "
-       << host_text
-       << ".\n\n"
+       << host_text << ".";
+    for (const std::string& note : layout_notes) md << " Note: " << note << ".";
+    md << "\n\n"
        << table << "\nWorst |error|: " << worst * 100 << "% (p50 figures: " << worst_p50 * 100 << "%).\n";
     std::ofstream(dir + "/validation.md") << md.str();
     return md.str();
@@ -178,6 +181,13 @@ int validate_sim_main(const ValidateSimArgs& a) {
       search = analysis::capacity_json({c}, bo.target, {})["strategies"][0];
     }
     std::fprintf(stderr, "%s: sim capacity %.4g req/s\n", label.c_str(), capacity);
+    const std::string layout = to_string(real_sc.strategies[i].kv.kind);
+    if (!cost.kv_layout.empty() && cost.kv_layout != layout) {
+      std::fprintf(stderr, "warning: %s keeps %s KV but %s timed %s KV: attention reads them differently; profile with "
+                           "`servelab profile --kv %s`\n",
+                   label.c_str(), layout.c_str(), a.profile.c_str(), cost.kv_layout.c_str(), layout.c_str());
+      layout_notes.push_back(label + " keeps " + layout + " KV, the profile timed " + cost.kv_layout + " KV");
+    }
     for (double load : a.loads) {
       const double rate = load * capacity;
       PointRunOptions o;

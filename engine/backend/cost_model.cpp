@@ -373,6 +373,13 @@ SimCostModel SimCostModel::from_profile_json(const std::string& path, const Mode
     }
   }
 
+  m.kv_layout = "paged";
+  if (j.contains("options") && j["options"].is_object() && j["options"].contains("kv")) {
+    const nlohmann::json& kv = j["options"]["kv"];
+    if (!kv.is_string() || (kv != "paged" && kv != "naive"))
+      throw std::runtime_error(path + ": options.kv must be \"paged\" or \"naive\"");
+    m.kv_layout = kv.get<std::string>();
+  }
   if (j.contains("host_overhead")) {
     const nlohmann::json& h = j["host_overhead"];
     auto coefficient = [&](const char* key) {

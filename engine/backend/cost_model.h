@@ -134,6 +134,9 @@ struct SimCostModel {
   /// roofline). SimBackend adds it to every step; step_seconds() leaves it out (forward() alone,
   /// what validate-sim's per-step comparison measures).
   HostOverhead host;
+  /// The KV layout the profile's steps were timed with ("paged" or "naive"; options.kv, "paged"
+  /// for profiles written before it was recorded); empty for the roofline.
+  std::string kv_layout;
 
   static SimCostModel roofline(const SimDevice& device, int tensor_parallel = 1);
 

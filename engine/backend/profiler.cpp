@@ -182,10 +182,11 @@ struct ProfileRunner::State {
 };
 
 ProfileRunner::ProfileRunner(Backend& backend, int64_t n_slots, int max_len, uint64_t seed, bool fill_kv,
-                             int64_t fill_chunk_bytes)
+                             int64_t fill_chunk_bytes, KvKind kv_kind)
     : state_(std::make_unique<State>(backend, seed)) {
   KvConfig kv_config;
-  kv_config.kind = KvKind::paged;
+  kv_config.kind = kv_kind;
+  kv_config.reserve = NaiveReserve::oracle;  // naive: a region of exactly the sequence's tokens
   kv_config.block_size = kProfileBlockSize;
   kv_config.prefix_caching = false;  // random prompts share nothing; keep every step honest
   kv_config.max_model_len = std::max(1, max_len);
@@ -293,7 +294,8 @@ ProfileReport profile_backend(Backend& backend, const ProfileOptions& options,
       progress("skipped (needs " + gb(double(p.n_slots()) * double(backend.kv_bytes_per_slot())) + " of KV, budget " +
                gb(double(options.max_kv_bytes)) + "): " + p.describe());
 
-  ProfileRunner runner(backend, plan.n_slots, plan.max_len, options.seed, options.fill_kv);
+  ProfileRunner runner(backend, plan.n_slots, plan.max_len, options.seed, options.fill_kv, int64_t(256) << 20,
+                       options.kv_kind);
   // Warm-up: first touch of the weights and of the BLAS threads.
   runner.run(ProfilePoint{ProfilePhase::prefill, {{0, std::min(8, plan.max_len)}}}, 0, 1, 0.0);
   for (size_t i = 0; i < plan.points.size(); ++i) {
@@ -363,7 +365,8 @@ std::string profile_json(const ProfileReport& r) {
   j["options"] = {{"prefill_lens", o.prefill_lens}, {"batch_sizes", o.batch_sizes}, {"contexts", o.contexts},
                   {"prompt_len", o.prompt_len},     {"max_rows", o.max_rows},       {"chunk_lens", o.chunk_lens},
                   {"repeats", o.repeats},           {"min_point_s", o.min_point_s}, {"warmup", o.warmup},
-                  {"max_kv_bytes", o.max_kv_bytes}, {"fill_kv", o.fill_kv},       {"seed", o.seed}};
+                  {"max_kv_bytes", o.max_kv_bytes}, {"fill_kv", o.fill_kv},       {"seed", o.seed},
+                  {"kv", to_string(o.kv_kind)}};
   ordered_json skipped = ordered_json::array();
   for (const ProfilePoint& p : r.skipped) {
     int64_t n_tokens = 0, max_context = 0;

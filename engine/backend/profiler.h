@@ -13,6 +13,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/host_overhead.h"
 #include "engine/backend/cost_model.h"
+#include "engine/kv/kv_manager.h"
 
 namespace servelab {
 
@@ -34,6 +35,10 @@ struct ProfileOptions {
   int64_t max_kv_bytes = 0;
   /// Write random K/V into the arena before timing (the cached context is never all zeros).
   bool fill_kv = true;
+  /// How the timed sequences hold their K/V: paged (blocks of kProfileBlockSize, block tables) or
+  /// naive (one contiguous region each): the backend's attention reads them differently, so a
+  /// strategy is best priced from a profile of its own layout.
+  KvKind kv_kind = KvKind::paged;
   uint64_t seed = 0;           ///< prompt tokens and K/V fill
   void validate() const;
   /// Throws std::invalid_argument when the longest sequence exceeds model.max_position.
@@ -123,8 +128,9 @@ class ProfileRunner {
  public:
   /// Calls backend.init_kv(n_slots); with fill_kv, writes seeded random K/V into every slot:
   /// fill_chunk_bytes of them swapped in from a host pool, repeated over the rest by copy_slots.
+  /// `kv_kind`: paged (blocks of kProfileBlockSize) or naive (a contiguous region per sequence).
   ProfileRunner(Backend& backend, int64_t n_slots, int max_len, uint64_t seed, bool fill_kv,
-                int64_t fill_chunk_bytes = int64_t(256) << 20);
+                int64_t fill_chunk_bytes = int64_t(256) << 20, KvKind kv_kind = KvKind::paged);
   ~ProfileRunner();
   ProfileRunner(const ProfileRunner&) = delete;
   ProfileRunner& operator=(const ProfileRunner&) = delete;
@@ -148,7 +154,7 @@ ProfileReport profile_backend(Backend& backend, const ProfileOptions& options,
 std::string profile_table(const ProfileReport& report);
 
 /// {"schema": "servelab.profile/2", "backend", "device", "hardware", "tensor_parallel", "commit",
-///  "date", "model": {name, shape_hash, dims...}, "kv_dtype_bytes", "kv_arena_bytes", "options": {...},
+///  "date", "model": {name, shape_hash, dims...}, "kv_dtype_bytes", "kv_arena_bytes", "options": {..., "kv"},
 ///  "skipped": [{"phase", "n_seqs", "n_tokens", "max_context", "kv_bytes"}],
 ///  "samples": [{"phase", "n_seqs", "n_tokens", "n_padding_tokens", "n_sampled", "sum_context",
 ///  "max_context", "prefill_pairs", "decode_context", "attention_pairs", "step_s", "times_s"}],

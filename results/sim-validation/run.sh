@@ -27,16 +27,27 @@ if [ "$what" = gpu ]; then
   mkdir -p "$out"
   # Dense in prompt lengths and batch sizes: GEMM time steps with the row count (tile buckets), and
   # the matrix term is interpolated linearly between the profiled row counts (~85 points, ~10 s).
-  "$bin" profile --backend cuda --preset llama2-7b --seed 1 --prefill-lens 16,32,64,96,128,192,256,384,512,768,1024,1536,2048 \
-    --batch 1,2,4,8,16,32,48,64,96,128 --contexts 128,256,512,1024,2048 --chunk-lens 64,256,1024 --prompt-len 256 --max-rows 4096 \
-    --repeats 3 --min-point-s 0.5 --json "$out/profile.json" > "$out/profile.txt" 2>&1
+  # One profile per KV layout (--kv): decode attention reads paged and contiguous K/V differently.
+  profile() {  # profile KV OUTFILE
+    "$bin" profile --backend cuda --preset llama2-7b --seed 1 --kv "$1" \
+      --prefill-lens 16,32,64,96,128,192,256,384,512,768,1024,1536,2048 --batch 1,2,4,8,16,32,48,64,96,128 \
+      --contexts 128,256,512,1024,2048 --chunk-lens 64,256,1024 --prompt-len 256 --max-rows 4096 \
+      --repeats 3 --min-point-s 0.5 --json "$2" > "${2%.json}.txt" 2>&1
+  }
+  profile paged "$out/profile.json"
   if [ -z "${GPU_RUNS:-}" ]; then
     "$bin" validate-sim results/sim-validation/gpu-llama2-7b.yaml --profile "$out/profile.json" --out "$out/validation" \
       --n-requests "${N_REQUESTS:-120}" ${VALIDATE_ARGS:-}
-  else  # GPU_RUNS="LABEL:N ...": one validate-sim per strategy, N requests a run, each in validation-LABEL/
+  else  # GPU_RUNS="LABEL:N ...": one validate-sim per strategy, N requests a run, each in validation-LABEL/,
+        # priced from the profile of its KV layout (naive for continuous-naive and static)
     for run in $GPU_RUNS; do
-      "$bin" validate-sim results/sim-validation/gpu-llama2-7b.yaml --profile "$out/profile.json" \
-        --out "$out/validation-${run%%:*}" --strategy "${run%%:*}" --n-requests "${run##*:}" ${VALIDATE_ARGS:-}
+      label=${run%%:*} prof="$out/profile.json"
+      case $label in *naive* | static*)
+        [ -f "$out/profile-naive.json" ] || profile naive "$out/profile-naive.json"
+        prof="$out/profile-naive.json" ;;
+      esac
+      "$bin" validate-sim results/sim-validation/gpu-llama2-7b.yaml --profile "$prof" \
+        --out "$out/validation-$label" --strategy "$label" --n-requests "${run##*:}" ${VALIDATE_ARGS:-}
     done
   fi
 fi

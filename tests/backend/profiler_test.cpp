@@ -96,6 +96,21 @@ TEST(Profiler, JsonCalibratesTheSimForItsModelOnly) {
   std::filesystem::remove(path);
 }
 
+TEST(Profiler, NaiveKvTimesTheSameGridInContiguousRegions) {
+  CpuBackend backend(ModelWeights::random(testing::small_config(2), 1), CpuBackendOptions{.n_threads = 1});
+  ProfileOptions o = small_options();
+  o.kv_kind = KvKind::naive;
+  ProfileReport r = profile_backend(backend, o);
+  ASSERT_EQ(r.samples.size(), profile_backend(backend, small_options()).samples.size());
+  for (const ProfileSample& s : r.samples) EXPECT_GT(s.step_s, 0.0);
+  r.hardware = "cpu-2core";
+  const auto path = std::filesystem::temp_directory_path() / "servelab_profiler_naive_test.json";
+  std::ofstream(path) << profile_json(r);
+  EXPECT_EQ(nlohmann::json::parse(profile_json(r)).at("options").at("kv"), "naive");
+  EXPECT_EQ(SimCostModel::from_profile_json(path.string(), r.model).kv_layout, "naive");
+  std::filesystem::remove(path);
+}
+
 TEST(Profiler, RejectsOptionsTheModelCannotRun) {
   CpuBackend backend(ModelWeights::random(testing::small_config(2), 1), CpuBackendOptions{.n_threads = 1});
   ProfileOptions o = small_options();

@@ -80,6 +80,8 @@ TEST(ValidateSimCommand, ComparesTheCpuEngineWithItsCalibratedSim) {
   // The profile measured the engine's host work per step and the sim used it; preemptions counted.
   EXPECT_TRUE(nlohmann::json::parse(read_text(profile)).contains("host_overhead"));
   EXPECT_TRUE(j.at("host_overhead").at("per_seq_s").is_number());
+  EXPECT_EQ(j.at("profile_kv"), "paged");  // the strategy's own layout: no warning
+  EXPECT_EQ(r.output.find("warning:"), std::string::npos) << r.output;
   for (const auto& run : j.at("runs")) {
     EXPECT_TRUE(run.at("preemptions").at("real").is_number_integer());
     EXPECT_TRUE(run.at("preemptions").at("sim").is_number_integer());
