@@ -52,6 +52,10 @@ struct DecodeAttentionArgs {
   /// GQA (n_heads / n_kv_heads >= 2) at head_dim 64 or 128 runs on tensor cores (mma.sync); false
   /// keeps every shape on the CUDA-core kernel (comparison in kernel_bench and the tests).
   bool tensor_cores = true;
+  /// Tensor-core kernel with at most kMaxClusterSplits splits (auto split only): the splits of a
+  /// (sequence, KV head) run as one thread-block cluster and merge in distributed shared memory
+  /// (no workspace round trip); false merges them through the workspace (comparison).
+  bool cluster_merge = true;
 };
 
 /// How decode_attention cuts the contexts for these arguments on a GPU with n_sms multiprocessors.
@@ -60,7 +64,9 @@ struct DecodeSplit {
   int n_splits = 1;    ///< splits of the longest context (the grid's depth)
   bool reduce = false; ///< partial results go through the workspace, merged by each column's last block
   bool tensor_cores = false;  ///< the tensor-core kernel runs (see DecodeAttentionArgs::tensor_cores)
+  bool cluster = false;  ///< the splits merge in a thread-block cluster (no workspace; see cluster_merge)
 };
+constexpr int kMaxClusterSplits = 8;  ///< portable cluster size
 DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms);
 /// Workspace for the partial results, [n_seqs, n_heads, n_splits, head_dim + 2] floats, and the
 /// split counters: (head_dim + 3) * 4 bytes per (sequence, head, split). In auto mode n_splits never

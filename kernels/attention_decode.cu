@@ -165,8 +165,24 @@ constexpr int kMmaSteps = 2;  // 16-position steps per warp per pass on the tens
 template <typename T, int HD>
 void launch(const DecodeParams& p, bool mma, int g_bucket, dim3 grid, cudaStream_t stream) {
   if constexpr (HD % 64 == 0) {
+    if (mma && p.cluster) {  // clusters of (1, 1, n_splits): one per (sequence, block column)
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = grid;
+      cfg.blockDim = dim3(kThreads);
+      cfg.stream = stream;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = 1;
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = grid.z;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode::decode_mma_kernel<T, HD, kMmaSteps, true>, p));
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
     if (mma) {
-      decode::decode_mma_kernel<T, HD, kMmaSteps><<<grid, kThreads, 0, stream>>>(p);
+      decode::decode_mma_kernel<T, HD, kMmaSteps, false><<<grid, kThreads, 0, stream>>>(p);
       CUDA_CHECK_LAUNCH();
       return;
     }
@@ -248,8 +264,14 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
     if (waves(k) > 1.0 && waves(k) < 1.6)
       while (k < most && (waves(k) < 2.5 || (waves(k) < 6.0 && waves(k) - std::floor(waves(k)) < 0.75))) ++k;
   }
+  // Few splits, or a short context (at most 4096 positions: at most kMaxClusterSplits splits
+  // then), on tensor cores: merge in a cluster. Measured on an H100: results/gpu/decode-attn-*.
+  if (r.tensor_cores && a.cluster_merge && (splits_of(k).second <= kMaxClusterSplits || max_ctx <= 4096)) {
+    k = std::min(k, kMaxClusterSplits);
+    r.cluster = splits_of(k).second > 1;
+  }
   std::tie(r.split_len, r.n_splits) = splits_of(k);
-  r.reduce = r.n_splits > 1;
+  r.reduce = r.n_splits > 1 && !r.cluster;
   return r;
 }
 
@@ -286,6 +308,7 @@ void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
   p.split_len = split.split_len;
   p.max_splits = split.n_splits;
   p.partial = split.reduce;
+  p.cluster = split.cluster;
   p.bs_shift = -1;
   if (a.kv.kind == KvLayoutKind::paged) {
     if (a.kv.block_size < 1) throw std::invalid_argument("decode_attention: block_size must be >= 1");

@@ -56,8 +56,10 @@ __device__ __forceinline__ uint32_t word(const Vec8& v, int w) {
   return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
 }
 
-/// kS: 16-position steps per warp per pass (all loaded before any is used).
-template <typename T, int HD, int kS>
+/// kS: 16-position steps per warp per pass (all loaded before any is used). kCluster: launched in
+/// clusters of (1, 1, n_splits), the splits merged in distributed shared memory (finish_cluster);
+/// otherwise one split writes the output, several go through the workspace (finish_block).
+template <typename T, int HD, int kS, bool kCluster>
 __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(const Params p) {
   static_assert(HD % 64 == 0, "tensor-core decode needs head_dim 64 or 128");
   constexpr int kWarps = kThreads / 32, kG = kMmaHeads;
@@ -84,7 +86,7 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
     my_slot = (kS == 2 || lane < 16) && t < t_begin + p.split_len ? int(kv_slot(p, s, table_row, t, true)) : 0;
   }
   const int ctx = p.context_lens[s];
-  if (t_begin >= ctx) return;  // uniform over the block
+  if (!kCluster && t_begin >= ctx) return;  // uniform over the block (in a cluster: an empty part)
   const int t_end = min(ctx, t_begin + p.split_len);
   const int row = p.query_start ? p.query_start[s + 1] - 1 : s;
 
@@ -212,7 +214,10 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
     *reinterpret_cast<float2*>(&sm_o[(warp * kG + 2 * i + 1) * kLd + d]) = make_float2(acc[mt][1], acc[mt][3]);
   }
   __syncthreads();
-  finish_block<T, HD, kG, kWarps, kLd>(p, sm_m, sm_l, sm_o, s, row, kvh, sub, split, ctx);
+  if constexpr (kCluster)
+    finish_cluster<T, HD, kG, kWarps, kLd>(p, sm_m, sm_l, sm_o, s, row, kvh, sub);
+  else
+    finish_block<T, HD, kG, kWarps, kLd>(p, sm_m, sm_l, sm_o, s, row, kvh, sub, split, ctx);
 }
 
 }  // namespace servelab::kernels::decode

@@ -4,7 +4,8 @@
 // device-to-device copy and a large cuBLASLt bf16 GEMM on random data.
 //   kernel_bench [--json FILE] [--quick] [--sweep] [--decode-only] [--only SHAPE] [--commit SHA]
 // --sweep also times decode with 1, 2, 4 and 8 blocks per SM (SplitPolicy::blocks_per_sm) and, for
-// GQA, the CUDA-core kernel (DecodeAttentionArgs::tensor_cores off). --decode-only: validation,
+// GQA, the CUDA-core kernel (DecodeAttentionArgs::tensor_cores off) and the workspace split merge
+// instead of the cluster one (cluster_merge off). --decode-only: validation,
 // the copy ceiling and paged decode attention only. --only "b1 ctx1024 gqa4": that decode shape
 // alone (e.g. under ncu).
 // The decode weight products of llama2-7b (M = 1 and 8) are timed through Gemm with its skinny
@@ -78,7 +79,8 @@ struct PagedBatch {
     CUDA_CHECK(cudaMemcpy(ctx_lens->p, lens.data(), batch * 4, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(qstart->p, qs.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
   }
-  DecodeAttentionArgs decode_args(int rot, SplitPolicy split, int n_sms, bool tensor_cores = true) {
+  DecodeAttentionArgs decode_args(int rot, SplitPolicy split, int n_sms, bool tensor_cores = true,
+                                  bool cluster = true) {
     DecodeAttentionArgs a;
     a.q = q->p;
     a.q_row_stride = int64_t(n_heads) * hd;
@@ -98,6 +100,7 @@ struct PagedBatch {
     a.out_row_stride = a.q_row_stride;
     a.split = split;
     a.tensor_cores = tensor_cores;
+    a.cluster_merge = cluster;
     const DecodeSplit s = decode_attention_split(a, n_sms);
     const size_t need = decode_attention_workspace_bytes(batch, n_heads, hd, s.n_splits);
     if (!ws || ws->bytes < need) {
@@ -262,18 +265,21 @@ int main(int argc, char** argv) {
           // of the auto policy's blocks per SM and of the kernel (what the defaults were chosen from).
           struct Variant {
             SplitPolicy pol;
-            bool tc;
+            bool tc, cluster;
           };
-          std::vector<Variant> variants = {{SplitPolicy{0, 0}, true}, {SplitPolicy{512, 0}, true}};
+          std::vector<Variant> variants = {{SplitPolicy{0, 0}, true, true}, {SplitPolicy{512, 0}, true, true}};
           if (sweep) {
-            for (int bps : {1, 2, 4, 8}) variants.push_back({SplitPolicy{0, bps}, true});
-            if (group > 1) variants.push_back({SplitPolicy{0, 0}, false});
+            for (int bps : {1, 2, 4, 8}) variants.push_back({SplitPolicy{0, bps}, true, true});
+            if (group > 1) {
+              variants.push_back({SplitPolicy{0, 0}, false, true});
+              variants.push_back({SplitPolicy{0, 0}, true, false});
+            }
           }
           for (const Variant& var : variants) {
             const SplitPolicy& pol = var.pol;
             const int fixed = pol.fixed_split_len;
             std::vector<DecodeAttentionArgs> args;  // built (workspace sized) before the capture
-            for (int r = 0; r < b.n_rot; ++r) args.push_back(b.decode_args(r, pol, n_sms, var.tc));
+            for (int r = 0; r < b.n_rot; ++r) args.push_back(b.decode_args(r, pol, n_sms, var.tc, var.cluster));
             for (auto& a : args) {
               a.workspace = b.ws->get<float>();
               a.workspace_bytes = b.ws->bytes;
@@ -285,9 +291,11 @@ int main(int argc, char** argv) {
             const std::string shape = base_shape + (fixed ? " split512" : "");
             const std::string name = fixed ? "paged_decode_attn_invariant"
                                      : !var.tc ? "paged_decode_attn_cudacore"
+                                     : !var.cluster ? "paged_decode_attn_nocluster"
                                      : pol.blocks_per_sm ? "paged_decode_attn_bps" + std::to_string(pol.blocks_per_sm)
                                                          : "paged_decode_attn";
-            record(name, shape + " (" + std::to_string(used.n_splits) + " splits" + (used.tensor_cores ? " mma" : "") + ")",
+            record(name, shape + " (" + std::to_string(used.n_splits) + " splits" + (used.tensor_cores ? " mma" : "") +
+                       (used.cluster ? " cluster" : "") + ")",
                    bytes / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
           }
         }

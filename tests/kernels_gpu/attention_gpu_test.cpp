@@ -60,7 +60,7 @@ struct DeviceBatch {
 
 /// Decode arguments for b on d (workspace not yet set).
 DecodeAttentionArgs decode_args(ScalarType t, const KvBatch& b, const DeviceBatch& d, SplitPolicy split,
-                                bool tensor_cores) {
+                                bool tensor_cores, bool cluster = true) {
   DecodeAttentionArgs a;
   a.dtype = t;
   a.q = d.q.get();
@@ -79,6 +79,7 @@ DecodeAttentionArgs decode_args(ScalarType t, const KvBatch& b, const DeviceBatc
   a.out_row_stride = a.q_row_stride;
   a.split = split;
   a.tensor_cores = tensor_cores;
+  a.cluster_merge = cluster;
   return a;
 }
 
@@ -96,9 +97,9 @@ DeviceBuffer zeroed_workspace(size_t bytes) {
 }
 
 std::vector<float> run_decode(ScalarType t, const KvBatch& b, SplitPolicy split, DecodeSplit* used = nullptr,
-                              bool tensor_cores = true) {
+                              bool tensor_cores = true, bool cluster = true) {
   DeviceBatch d(b, t);
-  DecodeAttentionArgs a = decode_args(t, b, d, split, tensor_cores);
+  DecodeAttentionArgs a = decode_args(t, b, d, split, tensor_cores, cluster);
   const DecodeSplit s = decode_attention_split(a, n_sms());
   if (used) *used = s;
   d.workspace = zeroed_workspace(decode_attention_workspace_bytes(a.n_seqs, a.n_heads, b.shape.head_dim, s.n_splits));
@@ -156,12 +157,14 @@ TEST_P(AttentionGpu, DecodeMatchesReferenceOnAwkwardShapes) {
           const KvBatch b = testing::make_batch({ctx, std::vector<int>(17, 1), 8, 8 / group, hd, kind, bs}, rng);
           const std::vector<float> ref = reference(b);
           for (SplitPolicy split : {SplitPolicy{0}, SplitPolicy{32}})
-            for (bool tc : {true, false}) {
-              if (!tc && group == 1) continue;  // group 1 is on the CUDA-core kernel either way
+            for (int kernel = 0; kernel < 3; ++kernel) {  // tensor cores + cluster, tensor cores, CUDA cores
+              if (kernel > 0 && group == 1) continue;  // group 1 is on the CUDA-core kernel either way
               DecodeSplit used;
-              EXPECT_LT(testing::rel_error(run_decode(t, b, split, &used, tc), ref), testing::tolerance(t))
+              EXPECT_LT(testing::rel_error(run_decode(t, b, split, &used, kernel < 2, kernel == 0), ref),
+                        testing::tolerance(t))
                   << "layout " << int(kind) << " group " << group << " block " << bs << " hd " << hd << " split "
-                  << split.fixed_split_len << " tensor cores " << used.tensor_cores;
+                  << split.fixed_split_len << " tensor cores " << used.tensor_cores << " cluster " << used.cluster
+                  << " splits " << used.n_splits;
             }
         }
       }
@@ -233,35 +236,40 @@ TEST_P(AttentionGpu, DecodeSplitCountersResetAcrossCallsAndGraphReplays) {
       EXPECT_TRUE(counters_zero()) << "round " << round << " seqs " << ctx.size() << " n_kv " << n_kv;
     }
 
-  // A captured graph replayed with new queries each time.
-  KvBatch b = testing::make_batch({{5000, 700, 1}, {1, 1, 1}, 32, 8, hd, KvLayoutKind::paged, 16}, rng);
-  DeviceBatch d(b, t);
-  DecodeAttentionArgs a = decode_args(t, b, d, SplitPolicy{}, true);
-  a.workspace = ws.get<float>();
-  a.workspace_bytes = ws.bytes();
-  ASSERT_TRUE(decode_attention_split(a, n_sms()).reduce);
-  cudaStream_t st;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  decode_attention(a, st);
-  CUDA_CHECK(cudaStreamEndCapture(st, &graph));
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int replay = 0; replay < 3; ++replay) {
-    b.q = testing::random_bf16(b.q.size(), rng);
-    const DeviceBuffer q = testing::upload16(t, b.q);
-    CUDA_CHECK(cudaMemcpy(d.q.get(), q.get(), q.bytes(), cudaMemcpyDeviceToDevice));
-    d.out.poison();
-    CUDA_CHECK(cudaGraphLaunch(exec, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    EXPECT_LT(testing::rel_error(testing::download16(t, d.out, b.q.size()), reference(b)), testing::tolerance(t))
-        << "replay " << replay;
-    EXPECT_TRUE(counters_zero()) << "replay " << replay;
+  // A captured graph replayed with new queries each time: splits merged through the workspace
+  // (counters) and in a cluster.
+  for (bool cluster : {false, true}) {
+    KvBatch b = testing::make_batch({{5000, 700, 1}, {1, 1, 1}, 32, 8, hd, KvLayoutKind::paged, 16}, rng);
+    DeviceBatch d(b, t);
+    DecodeAttentionArgs a = decode_args(t, b, d, SplitPolicy{}, true, cluster);
+    a.workspace = ws.get<float>();
+    a.workspace_bytes = ws.bytes();
+    const DecodeSplit used = decode_attention_split(a, n_sms());
+    ASSERT_EQ(used.reduce, !cluster);
+    ASSERT_EQ(used.cluster, cluster);
+    cudaStream_t st;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    decode_attention(a, st);
+    CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int replay = 0; replay < 3; ++replay) {
+      b.q = testing::random_bf16(b.q.size(), rng);
+      const DeviceBuffer q = testing::upload16(t, b.q);
+      CUDA_CHECK(cudaMemcpy(d.q.get(), q.get(), q.bytes(), cudaMemcpyDeviceToDevice));
+      d.out.poison();
+      CUDA_CHECK(cudaGraphLaunch(exec, st));
+      CUDA_CHECK(cudaStreamSynchronize(st));
+      EXPECT_LT(testing::rel_error(testing::download16(t, d.out, b.q.size()), reference(b)), testing::tolerance(t))
+          << "replay " << replay << " cluster " << cluster;
+      EXPECT_TRUE(counters_zero()) << "replay " << replay << " cluster " << cluster;
+    }
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    CUDA_CHECK(cudaStreamDestroy(st));
   }
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaGraphDestroy(graph));
-  CUDA_CHECK(cudaStreamDestroy(st));
 }
 
 // The same inputs give the same bits on every run (the split merge order is fixed), on both kernels.
@@ -269,9 +277,12 @@ TEST_P(AttentionGpu, DecodeIsDeterministic) {
   SKIP_WITHOUT_GPU();
   const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
-  for (int n_kv : {4, 32}) {
-    const KvBatch b = testing::make_batch({{8192, 33}, {1, 1}, 32, n_kv, 128, KvLayoutKind::paged, 16}, rng);
-    const std::vector<float> first = run_decode(t, b, SplitPolicy{});
+  // Workspace merge on tensor cores (GQA 8 at 8k) and CUDA cores (no GQA); cluster merge (GQA 4 at 1k).
+  for (auto [ctx, n_kv] : std::vector<std::pair<int, int>>{{8192, 4}, {8192, 32}, {1000, 8}}) {
+    const KvBatch b = testing::make_batch({{ctx, 33}, {1, 1}, 32, n_kv, 128, KvLayoutKind::paged, 16}, rng);
+    DecodeSplit used;
+    const std::vector<float> first = run_decode(t, b, SplitPolicy{}, &used);
+    EXPECT_GT(used.n_splits, 1);
     for (int i = 0; i < 3; ++i) {
       const std::vector<float> again = run_decode(t, b, SplitPolicy{});
       EXPECT_TRUE(std::equal(first.begin(), first.end(), again.begin())) << n_kv << " run " << i;

@@ -26,6 +26,7 @@ TEST(DecodeSplitPolicy, FixedSplitDependsOnlyOnTheContext) {
     EXPECT_TRUE(s.reduce);  // always, even for one split, so results never depend on the batch
   }
   EXPECT_EQ(decode_attention_split(args(3, 1, 32, 8, 512), 132).n_splits, 1);
+  EXPECT_FALSE(decode_attention_split(args(1, 1024, 32, 8, 512), 132).cluster);  // never with a fixed split
 }
 
 TEST(DecodeSplitPolicy, AutoSplitsLongContextsAtSmallBatchOnly) {
@@ -65,11 +66,23 @@ TEST(DecodeSplitPolicy, AutoSplitsLongContextsAtSmallBatchOnly) {
 
 TEST(DecodeSplitPolicy, TensorCoresForGqaAimAtOneWave) {
   // GQA 4 (32 heads, 8 KV heads) at head_dim 128: the tensor-core kernel, one block per SM.
+  DecodeAttentionArgs no_cluster = args(1, 1024, 32, 8);
+  no_cluster.cluster_merge = false;
+  const DecodeSplit b1w = decode_attention_split(no_cluster, 132);
+  EXPECT_TRUE(b1w.tensor_cores);
+  EXPECT_EQ(b1w.split_len, 64);  // 8 KV heads x 16 splits: as many as 64-position splits allow
+  EXPECT_EQ(b1w.n_splits, 16);
+  EXPECT_TRUE(b1w.reduce);
+  EXPECT_FALSE(b1w.cluster);
+  // A short context: at most kMaxClusterSplits splits, merged in a cluster (no workspace).
   const DecodeSplit b1 = decode_attention_split(args(1, 1024, 32, 8), 132);
-  EXPECT_TRUE(b1.tensor_cores);
-  EXPECT_EQ(b1.split_len, 64);  // 8 KV heads x 16 splits: as many as 64-position splits allow
-  EXPECT_EQ(b1.n_splits, 16);
+  EXPECT_EQ(b1.n_splits, kMaxClusterSplits);
+  EXPECT_EQ(b1.split_len, 128);
+  EXPECT_TRUE(b1.cluster);
+  EXPECT_FALSE(b1.reduce);
   const DecodeSplit b1_long = decode_attention_split(args(1, 32768, 32, 8), 132);
+  EXPECT_FALSE(b1_long.cluster);  // 16 splits: through the workspace
+  EXPECT_TRUE(b1_long.reduce);
   EXPECT_LE(int64_t(b1_long.n_splits) * 8, 132);  // a block per SM
   EXPECT_GE(int64_t(b1_long.n_splits) * 8, 120);
   const DecodeSplit b32 = decode_attention_split(args(32, 1024, 32, 8), 132);
@@ -77,6 +90,7 @@ TEST(DecodeSplitPolicy, TensorCoresForGqaAimAtOneWave) {
   EXPECT_FALSE(b32.reduce);
   const DecodeSplit b8 = decode_attention_split(args(8, 32768, 32, 8), 132);
   EXPECT_EQ(b8.n_splits, 2);
+  EXPECT_TRUE(b8.cluster);
   // No GQA, head_dim 32, or turned off: the CUDA-core kernel.
   EXPECT_FALSE(decode_attention_split(args(1, 1024, 32, 32), 132).tensor_cores);
   DecodeAttentionArgs hd32 = args(1, 1024, 32, 8);
