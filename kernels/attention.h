@@ -14,6 +14,9 @@ namespace servelab::kernels {
 
 enum class ScalarType { bf16, f16 };
 
+/// Largest thread-block cluster of splits (non-portable above 8: Hopper takes 16).
+constexpr int kMaxClusterSplits = 16;
+
 /// Split policy for decode attention (FlashDecoding): each sequence's context is cut into splits
 /// of split_len positions, each computed by its own blocks; the last block of a (sequence, KV head)
 /// to finish merges the splits in split order, in the same launch.
@@ -52,10 +55,15 @@ struct DecodeAttentionArgs {
   /// GQA (n_heads / n_kv_heads >= 2) at head_dim 64 or 128 runs on tensor cores (mma.sync); false
   /// keeps every shape on the CUDA-core kernel (comparison in kernel_bench and the tests).
   bool tensor_cores = true;
-  /// Tensor-core kernel with at most kMaxClusterSplits splits (auto split only): the splits of a
+  /// Tensor-core kernel, auto split only: when a context is cut into at most this many splits
+  /// (2..16; above 8 where the device takes non-portable cluster sizes), the splits of a
   /// (sequence, KV head) run as one thread-block cluster and merge in distributed shared memory
-  /// (no workspace round trip); false merges them through the workspace (comparison).
-  bool cluster_merge = true;
+  /// (no workspace round trip). 0 or 1 merges them through the workspace (comparison).
+  int max_cluster_splits = kMaxClusterSplits;
+  /// Tensor-core kernel: each pass's K loads for the next pass are issued right after its Q·Kᵀ and
+  /// each V step's right after its P·V (loads overlap the softmax and the products); false loads a
+  /// pass only when the previous one is done (comparison).
+  bool pipeline = true;
 };
 
 /// How decode_attention cuts the contexts for these arguments on a GPU with n_sms multiprocessors.
@@ -64,9 +72,8 @@ struct DecodeSplit {
   int n_splits = 1;    ///< splits of the longest context (the grid's depth)
   bool reduce = false; ///< partial results go through the workspace, merged by each column's last block
   bool tensor_cores = false;  ///< the tensor-core kernel runs (see DecodeAttentionArgs::tensor_cores)
-  bool cluster = false;  ///< the splits merge in a thread-block cluster (no workspace; see cluster_merge)
+  bool cluster = false;  ///< the splits merge in a thread-block cluster (no workspace; see max_cluster_splits)
 };
-constexpr int kMaxClusterSplits = 8;  ///< portable cluster size
 DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms);
 /// Workspace for the partial results, [n_seqs, n_heads, n_splits, head_dim + 2] floats, and the
 /// split counters: (head_dim + 3) * 4 bytes per (sequence, head, split). In auto mode n_splits never

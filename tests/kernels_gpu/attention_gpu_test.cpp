@@ -59,8 +59,9 @@ struct DeviceBatch {
 };
 
 /// Decode arguments for b on d (workspace not yet set).
+/// max_cluster: DecodeAttentionArgs::max_cluster_splits (0: splits merge through the workspace).
 DecodeAttentionArgs decode_args(ScalarType t, const KvBatch& b, const DeviceBatch& d, SplitPolicy split,
-                                bool tensor_cores, bool cluster = true) {
+                                bool tensor_cores, int max_cluster = kMaxClusterSplits, bool pipeline = true) {
   DecodeAttentionArgs a;
   a.dtype = t;
   a.q = d.q.get();
@@ -79,7 +80,8 @@ DecodeAttentionArgs decode_args(ScalarType t, const KvBatch& b, const DeviceBatc
   a.out_row_stride = a.q_row_stride;
   a.split = split;
   a.tensor_cores = tensor_cores;
-  a.cluster_merge = cluster;
+  a.max_cluster_splits = max_cluster;
+  a.pipeline = pipeline;
   return a;
 }
 
@@ -97,9 +99,9 @@ DeviceBuffer zeroed_workspace(size_t bytes) {
 }
 
 std::vector<float> run_decode(ScalarType t, const KvBatch& b, SplitPolicy split, DecodeSplit* used = nullptr,
-                              bool tensor_cores = true, bool cluster = true) {
+                              bool tensor_cores = true, int max_cluster = kMaxClusterSplits, bool pipeline = true) {
   DeviceBatch d(b, t);
-  DecodeAttentionArgs a = decode_args(t, b, d, split, tensor_cores, cluster);
+  DecodeAttentionArgs a = decode_args(t, b, d, split, tensor_cores, max_cluster, pipeline);
   const DecodeSplit s = decode_attention_split(a, n_sms());
   if (used) *used = s;
   d.workspace = zeroed_workspace(decode_attention_workspace_bytes(a.n_seqs, a.n_heads, b.shape.head_dim, s.n_splits));
@@ -157,14 +159,18 @@ TEST_P(AttentionGpu, DecodeMatchesReferenceOnAwkwardShapes) {
           const KvBatch b = testing::make_batch({ctx, std::vector<int>(17, 1), 8, 8 / group, hd, kind, bs}, rng);
           const std::vector<float> ref = reference(b);
           for (SplitPolicy split : {SplitPolicy{0}, SplitPolicy{32}})
-            for (int kernel = 0; kernel < 3; ++kernel) {  // tensor cores + cluster, tensor cores, CUDA cores
+            // Tensor cores: cluster merge + load pipeline, workspace merge + pipeline, cluster merge
+            // without the pipeline; then CUDA cores.
+            for (int kernel = 0; kernel < 4; ++kernel) {
               if (kernel > 0 && group == 1) continue;  // group 1 is on the CUDA-core kernel either way
               DecodeSplit used;
-              EXPECT_LT(testing::rel_error(run_decode(t, b, split, &used, kernel < 2, kernel == 0), ref),
+              EXPECT_LT(testing::rel_error(run_decode(t, b, split, &used, kernel < 3, kernel == 1 ? 0 : kMaxClusterSplits,
+                                                      kernel != 2),
+                                           ref),
                         testing::tolerance(t))
                   << "layout " << int(kind) << " group " << group << " block " << bs << " hd " << hd << " split "
-                  << split.fixed_split_len << " tensor cores " << used.tensor_cores << " cluster " << used.cluster
-                  << " splits " << used.n_splits;
+                  << split.fixed_split_len << " kernel " << kernel << " tensor cores " << used.tensor_cores
+                  << " cluster " << used.cluster << " splits " << used.n_splits;
             }
         }
       }
@@ -183,6 +189,30 @@ TEST_P(AttentionGpu, DecodeLongContextSplitsAndMatches) {
   }
   const KvBatch b2 = testing::make_batch({{8192, 97}, {1, 1}, 4, 1, 64, KvLayoutKind::naive, 16}, rng);
   EXPECT_LT(testing::rel_error(run_decode(t, b2, SplitPolicy{512}), reference(b2)), testing::tolerance(t));
+}
+
+// Clusters of 16 (non-portable) and of 8, the workspace merge, with and without the load
+// pipeline; a cluster whose short sequence leaves most of its blocks empty; head_dim 64 and 128.
+TEST_P(AttentionGpu, DecodeClusterSizesAndPipelineMatchReference) {
+  SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  for (int hd : {64, 128})
+    for (auto [ctx, n_kv] : std::vector<std::pair<std::vector<int>, int>>{{{4096}, 8}, {{3000, 70}, 4}, {{1000}, 8}}) {
+      const KvBatch b = testing::make_batch({ctx, std::vector<int>(ctx.size(), 1), 32, n_kv, hd, KvLayoutKind::paged, 16}, rng);
+      const std::vector<float> ref = reference(b);
+      for (int mc : {kMaxClusterSplits, 8, 0})
+        for (bool pipe : {true, false}) {
+          DecodeSplit used;
+          EXPECT_LT(testing::rel_error(run_decode(t, b, SplitPolicy{}, &used, true, mc, pipe), ref), testing::tolerance(t))
+              << "hd " << hd << " seqs " << ctx.size() << " max cluster " << mc << " pipeline " << pipe;
+          EXPECT_TRUE(used.tensor_cores);
+          EXPECT_EQ(used.cluster, mc > 0) << "hd " << hd << " seqs " << ctx.size() << " max cluster " << mc;
+          if (mc > 0) {
+            EXPECT_EQ(used.n_splits, mc) << "hd " << hd << " seqs " << ctx.size();
+          }
+        }
+    }
 }
 
 TEST_P(AttentionGpu, DecodeFixedSplitIsBatchInvariant) {
@@ -241,7 +271,7 @@ TEST_P(AttentionGpu, DecodeSplitCountersResetAcrossCallsAndGraphReplays) {
   for (bool cluster : {false, true}) {
     KvBatch b = testing::make_batch({{5000, 700, 1}, {1, 1, 1}, 32, 8, hd, KvLayoutKind::paged, 16}, rng);
     DeviceBatch d(b, t);
-    DecodeAttentionArgs a = decode_args(t, b, d, SplitPolicy{}, true, cluster);
+    DecodeAttentionArgs a = decode_args(t, b, d, SplitPolicy{}, true, cluster ? kMaxClusterSplits : 0);
     a.workspace = ws.get<float>();
     a.workspace_bytes = ws.bytes();
     const DecodeSplit used = decode_attention_split(a, n_sms());
@@ -277,14 +307,20 @@ TEST_P(AttentionGpu, DecodeIsDeterministic) {
   SKIP_WITHOUT_GPU();
   const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
-  // Workspace merge on tensor cores (GQA 8 at 8k) and CUDA cores (no GQA); cluster merge (GQA 4 at 1k).
-  for (auto [ctx, n_kv] : std::vector<std::pair<int, int>>{{8192, 4}, {8192, 32}, {1000, 8}}) {
-    const KvBatch b = testing::make_batch({{ctx, 33}, {1, 1}, 32, n_kv, 128, KvLayoutKind::paged, 16}, rng);
+  // Tensor cores (GQA 8 at 8k: 16 splits) merging in a cluster of 16 and through the workspace;
+  // CUDA cores (no GQA, workspace); a cluster of 8 at 1k (GQA 4, batch 2).
+  struct Case {
+    int ctx, n_kv, max_cluster;
+  };
+  for (Case c : std::vector<Case>{{8192, 4, kMaxClusterSplits}, {8192, 4, 0}, {8192, 32, 0}, {1000, 8, kMaxClusterSplits}}) {
+    const KvBatch b = testing::make_batch({{c.ctx, 33}, {1, 1}, 32, c.n_kv, 128, KvLayoutKind::paged, 16}, rng);
+    const int n_kv = c.n_kv;
     DecodeSplit used;
-    const std::vector<float> first = run_decode(t, b, SplitPolicy{}, &used);
+    const std::vector<float> first = run_decode(t, b, SplitPolicy{}, &used, true, c.max_cluster);
     EXPECT_GT(used.n_splits, 1);
+    EXPECT_EQ(used.cluster, c.max_cluster > 0 && n_kv < 32) << n_kv;
     for (int i = 0; i < 3; ++i) {
-      const std::vector<float> again = run_decode(t, b, SplitPolicy{});
+      const std::vector<float> again = run_decode(t, b, SplitPolicy{}, nullptr, true, c.max_cluster);
       EXPECT_TRUE(std::equal(first.begin(), first.end(), again.begin())) << n_kv << " run " << i;
     }
   }

@@ -33,7 +33,7 @@ TEST(DecodeSplitPolicy, AutoSplitsLongContextsAtSmallBatchOnly) {
   const DecodeSplit small = decode_attention_split(args(1, 32768, 32, 8), 132);
   EXPECT_GT(small.n_splits, 8);
   EXPECT_LE(small.n_splits, kMaxAutoSplits);
-  EXPECT_TRUE(small.reduce);
+  EXPECT_TRUE(small.reduce != small.cluster);  // merged through the workspace or in a cluster
   EXPECT_EQ(small.split_len % 64, 0);
   EXPECT_GE(int64_t(small.split_len) * small.n_splits, 32768);
 
@@ -67,24 +67,44 @@ TEST(DecodeSplitPolicy, AutoSplitsLongContextsAtSmallBatchOnly) {
 TEST(DecodeSplitPolicy, TensorCoresForGqaAimAtOneWave) {
   // GQA 4 (32 heads, 8 KV heads) at head_dim 128: the tensor-core kernel, one block per SM.
   DecodeAttentionArgs no_cluster = args(1, 1024, 32, 8);
-  no_cluster.cluster_merge = false;
+  no_cluster.max_cluster_splits = 0;
   const DecodeSplit b1w = decode_attention_split(no_cluster, 132);
   EXPECT_TRUE(b1w.tensor_cores);
   EXPECT_EQ(b1w.split_len, 64);  // 8 KV heads x 16 splits: as many as 64-position splits allow
   EXPECT_EQ(b1w.n_splits, 16);
   EXPECT_TRUE(b1w.reduce);
   EXPECT_FALSE(b1w.cluster);
-  // A short context: at most kMaxClusterSplits splits, merged in a cluster (no workspace).
+  // The same cut merged in a cluster of 16 (no workspace).
   const DecodeSplit b1 = decode_attention_split(args(1, 1024, 32, 8), 132);
-  EXPECT_EQ(b1.n_splits, kMaxClusterSplits);
-  EXPECT_EQ(b1.split_len, 128);
+  EXPECT_EQ(b1.n_splits, 16);
+  EXPECT_EQ(b1.split_len, 64);
   EXPECT_TRUE(b1.cluster);
   EXPECT_FALSE(b1.reduce);
+  // Clusters of at most 8: a short context takes 8 splits and still merges in a cluster ...
+  DecodeAttentionArgs c8 = args(1, 1024, 32, 8);
+  c8.max_cluster_splits = 8;
+  const DecodeSplit b1c8 = decode_attention_split(c8, 132);
+  EXPECT_EQ(b1c8.n_splits, 8);
+  EXPECT_EQ(b1c8.split_len, 128);
+  EXPECT_TRUE(b1c8.cluster);
+  // ... a long one keeps its 16 splits and merges through the workspace.
+  c8.max_context = 32768;
+  const DecodeSplit b1c8_long = decode_attention_split(c8, 132);
+  EXPECT_EQ(b1c8_long.n_splits, 16);
+  EXPECT_FALSE(b1c8_long.cluster);
+  EXPECT_TRUE(b1c8_long.reduce);
   const DecodeSplit b1_long = decode_attention_split(args(1, 32768, 32, 8), 132);
-  EXPECT_FALSE(b1_long.cluster);  // 16 splits: through the workspace
-  EXPECT_TRUE(b1_long.reduce);
+  EXPECT_TRUE(b1_long.cluster);  // 16 splits: one cluster of 16
+  EXPECT_FALSE(b1_long.reduce);
   EXPECT_LE(int64_t(b1_long.n_splits) * 8, 132);  // a block per SM
   EXPECT_GE(int64_t(b1_long.n_splits) * 8, 120);
+  // 4 KV heads at batch 1: 32 splits at 32k (workspace), capped to a cluster of 16 at 4k.
+  const DecodeSplit kv4_long = decode_attention_split(args(1, 32768, 16, 4), 132);
+  EXPECT_EQ(kv4_long.n_splits, 32);
+  EXPECT_TRUE(kv4_long.reduce);
+  const DecodeSplit kv4 = decode_attention_split(args(1, 4096, 16, 4), 132);
+  EXPECT_EQ(kv4.n_splits, 16);
+  EXPECT_TRUE(kv4.cluster);
   const DecodeSplit b32 = decode_attention_split(args(32, 1024, 32, 8), 132);
   EXPECT_EQ(b32.n_splits, 1);  // 256 blocks: one wave of 2 resident blocks per SM
   EXPECT_FALSE(b32.reduce);
