@@ -14,7 +14,8 @@ namespace servelab::kernels {
 
 enum class ScalarType { bf16, f16 };
 
-/// Largest thread-block cluster of splits (non-portable above 8: Hopper takes 16).
+/// Largest thread-block cluster of splits DecodeAttentionArgs::max_cluster_splits takes
+/// (non-portable above 8: Hopper places 16).
 constexpr int kMaxClusterSplits = 16;
 
 /// Split policy for decode attention (FlashDecoding): each sequence's context is cut into splits
@@ -55,14 +56,16 @@ struct DecodeAttentionArgs {
   /// GQA (n_heads / n_kv_heads >= 2) at head_dim 64 or 128 runs on tensor cores (mma.sync); false
   /// keeps every shape on the CUDA-core kernel (comparison in kernel_bench and the tests).
   bool tensor_cores = true;
-  /// Tensor-core kernel, auto split only: when a context is cut into at most this many splits
-  /// (2..16; above 8 where the device takes non-portable cluster sizes), the splits of a
-  /// (sequence, KV head) run as one thread-block cluster and merge in distributed shared memory
-  /// (no workspace round trip). 0 or 1 merges them through the workspace (comparison).
-  int max_cluster_splits = kMaxClusterSplits;
-  /// Tensor-core kernel: each pass's K loads for the next pass are issued right after its Q·Kᵀ and
-  /// each V step's right after its P·V (loads overlap the softmax and the products); false loads a
-  /// pass only when the previous one is done (comparison).
+  /// Tensor-core kernel, auto split only: when a context is cut into 2..max_cluster_splits splits
+  /// and the grid has at most one block per SM, the splits of a (sequence, KV head) run as one
+  /// thread-block cluster and merge in distributed shared memory (no workspace round trip).
+  /// Up to kMaxClusterSplits (above 8 where the device places such clusters; else the workspace
+  /// merge); 0 or 1 always merges through the workspace (comparison). Default 8: clusters of 16
+  /// were slower than the workspace merge (H100, kernels/README.md).
+  int max_cluster_splits = 8;
+  /// Tensor-core kernel with at most one block per SM: each pass's K loads for the next pass are
+  /// issued right after its Q·Kᵀ and each V step's right after its P·V (loads overlap the softmax
+  /// and the products); false loads a pass only when the previous one is done (comparison).
   bool pipeline = true;
 };
 
@@ -73,6 +76,7 @@ struct DecodeSplit {
   bool reduce = false; ///< partial results go through the workspace, merged by each column's last block
   bool tensor_cores = false;  ///< the tensor-core kernel runs (see DecodeAttentionArgs::tensor_cores)
   bool cluster = false;  ///< the splits merge in a thread-block cluster (no workspace; see max_cluster_splits)
+  bool pipeline = false; ///< the tensor-core kernel's load pipeline runs (see DecodeAttentionArgs::pipeline)
 };
 DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms);
 /// Workspace for the partial results, [n_seqs, n_heads, n_splits, head_dim + 2] floats, and the

@@ -265,21 +265,30 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
   DecodeSplit r;
   r.tensor_cores = use_tensor_cores(a);
   const int max_ctx = std::max(1, a.max_context);
-  if (a.split.fixed_split_len > 0) {
-    r.split_len = a.split.fixed_split_len;
-    r.n_splits = ceil_div(max_ctx, r.split_len);
-    r.reduce = true;
-    return r;
-  }
   const int group = a.n_heads / a.shape.n_kv_heads;
   // Blocks per (sequence, KV head), and how many the SM holds at once (launch bounds): the
   // tensor-core kernel 2 (8 query heads a block), the CUDA-core kernel 7, 4 or 2 for group
   // buckets 1, 4, 8.
   const int per_block = r.tensor_cores ? decode::kMmaHeads : group_bucket(group);
   const int n_base = a.n_seqs * a.shape.n_kv_heads * ceil_div(group, per_block);
+  // The tensor-core kernel's load pipeline pays where a block has its SM to itself (at most one
+  // block per SM): b8 x GQA 4 0.90-0.96 -> 0.91-0.97 of SDPA; with two blocks per SM (b32-b256)
+  // it cost ~1% (H100, the nopipe column of results/gpu/decode-attn-2026-11-24-*).
+  auto pipeline_for = [&](int n_splits) {
+    return r.tensor_cores && a.pipeline && int64_t(n_base) * n_splits <= n_sms;
+  };
+  if (a.split.fixed_split_len > 0) {
+    r.split_len = a.split.fixed_split_len;
+    r.n_splits = ceil_div(max_ctx, r.split_len);
+    r.reduce = true;
+    r.pipeline = pipeline_for(r.n_splits);
+    return r;
+  }
   const int resident = r.tensor_cores ? 2 : per_block == 1 ? 7 : per_block == 4 ? 4 : 2;
   const int64_t slots = int64_t(n_sms) * resident;
-  const int most = std::min(kMaxAutoSplits, ceil_div(max_ctx, 64));
+  // At least 64 positions a split, 128 (one pass of the kernel) on tensor cores: b1 x 1k x GQA 4
+  // took 9.2 us in 16 splits of 64 and 7.9 us in 8 of 128 (H100, results/gpu/decode-attn-2026-11-24-*).
+  const int most = std::min(kMaxAutoSplits, ceil_div(max_ctx, r.tensor_cores ? 128 : 64));
   auto splits_of = [&](int k) {  // splits after rounding the split length up to 64 positions
     const int len = ceil_div(ceil_div(max_ctx, k), 64) * 64;
     return std::pair<int, int>(len, ceil_div(max_ctx, len));
@@ -305,15 +314,15 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
     if (waves(k) > 1.0 && waves(k) < 1.6)
       while (k < most && (waves(k) < 2.5 || (waves(k) < 6.0 && waves(k) - std::floor(waves(k)) < 0.75))) ++k;
   }
-  // Few splits, or a short context (at most 4096 positions: at most max_cluster_splits splits
-  // then), on tensor cores: merge in a cluster. Measured on an H100: results/gpu/decode-attn-*.
-  const int mc = std::min(a.max_cluster_splits, kMaxClusterSplits);
-  if (r.tensor_cores && mc >= 2 && (splits_of(k).second <= mc || max_ctx <= 4096)) {
-    k = std::min(k, mc);
-    r.cluster = splits_of(k).second > 1;
-  }
   std::tie(r.split_len, r.n_splits) = splits_of(k);
+  // 2..max_cluster_splits splits on tensor cores, one block per SM at most: merge in a cluster.
+  // Not more blocks than SMs: clusters of 4 over 256 blocks (two per SM) ran at 0.71-0.84 of
+  // SDPA where the workspace merge ran at 0.90-0.96 (b8 x GQA 4, bps2 columns, H100); clusters of
+  // 16 were 2-3% slower than the workspace merge of the same 16 splits (b1 x 4k / 32k x GQA 4).
+  const int mc = std::min(a.max_cluster_splits, kMaxClusterSplits);
+  r.cluster = r.tensor_cores && r.n_splits >= 2 && r.n_splits <= mc && int64_t(n_base) * r.n_splits <= n_sms;
   r.reduce = r.n_splits > 1 && !r.cluster;
+  r.pipeline = pipeline_for(r.n_splits);
   return r;
 }
 
@@ -359,9 +368,9 @@ void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
   const dim3 grid(a.shape.n_kv_heads * p.n_sub, a.n_seqs, split.n_splits);
   if (split.cluster) {  // a device that cannot place the cluster merges through the workspace
     bool fits = true;
-    if (a.dtype == ScalarType::bf16) fits = cluster_fits<__nv_bfloat16>(hd, p, a.pipeline, grid);
+    if (a.dtype == ScalarType::bf16) fits = cluster_fits<__nv_bfloat16>(hd, p, split.pipeline, grid);
 #if defined(SERVELAB_KERNELS_FP16)
-    else fits = cluster_fits<__half>(hd, p, a.pipeline, grid);
+    else fits = cluster_fits<__half>(hd, p, split.pipeline, grid);
 #endif
     if (!fits) {
       split.cluster = false;
@@ -383,10 +392,10 @@ void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
     p.counters = reinterpret_cast<int32_t*>(a.workspace) + ctr_at;
   }
   if (a.dtype == ScalarType::bf16) {
-    dispatch_hd<__nv_bfloat16>(hd, p, split.tensor_cores, a.pipeline, gb, grid, stream);
+    dispatch_hd<__nv_bfloat16>(hd, p, split.tensor_cores, split.pipeline, gb, grid, stream);
   } else {
 #if defined(SERVELAB_KERNELS_FP16)
-    dispatch_hd<__half>(hd, p, split.tensor_cores, a.pipeline, gb, grid, stream);
+    dispatch_hd<__half>(hd, p, split.tensor_cores, split.pipeline, gb, grid, stream);
 #else
     throw std::invalid_argument("decode_attention: fp16 not built (configure with -DSERVELAB_KERNELS_FP16=ON)");
 #endif

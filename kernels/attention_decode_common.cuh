@@ -138,7 +138,9 @@ __device__ __forceinline__ void merge_splits(const Params& p, int s, int row, in
       gk[k] = g;
       src[k] = reinterpret_cast<const float4*>(p.ws_o + (base_of(g) + c0) * HD) + col % (HD / 4);
     }
-#pragma unroll 8
+    // All of a chunk's loads in flight at once where registers allow (16 splits: one round trip
+    // instead of two at G >= 4; the CUDA-core kernel with G = 1 has a 72-register cap).
+#pragma unroll(G >= 4 ? 16 : 8)
     for (int i = 0; i < cn; ++i) {
 #pragma unroll
       for (int k = 0; k < kPer; ++k) {

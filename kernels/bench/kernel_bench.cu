@@ -5,7 +5,7 @@
 //   kernel_bench [--json FILE] [--quick] [--sweep] [--decode-only] [--only SHAPE] [--commit SHA]
 // --sweep also times decode with 1, 2, 4 and 8 blocks per SM (SplitPolicy::blocks_per_sm) and, for
 // GQA, the CUDA-core kernel (DecodeAttentionArgs::tensor_cores off), the workspace split merge
-// instead of the cluster one (max_cluster_splits 0: nocluster), clusters of at most 8 (cluster8)
+// instead of the cluster one (max_cluster_splits 0: nocluster), clusters of up to 16 (cluster16)
 // and the tensor-core kernel without its load pipeline (pipeline off: nopipe). --decode-only: validation,
 // the copy ceiling and paged decode attention only. --only "b1 ctx1024 gqa4": that decode shape
 // alone (e.g. under ncu).
@@ -81,7 +81,7 @@ struct PagedBatch {
     CUDA_CHECK(cudaMemcpy(qstart->p, qs.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
   }
   DecodeAttentionArgs decode_args(int rot, SplitPolicy split, int n_sms, bool tensor_cores = true,
-                                  int max_cluster = kMaxClusterSplits, bool pipeline = true) {
+                                  int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true) {
     DecodeAttentionArgs a;
     a.q = q->p;
     a.q_row_stride = int64_t(n_heads) * hd;
@@ -268,19 +268,20 @@ int main(int argc, char** argv) {
           struct Variant {
             SplitPolicy pol;
             bool tc = true;
-            int max_cluster = kMaxClusterSplits;
+            int max_cluster = DecodeAttentionArgs{}.max_cluster_splits;
             bool pipe = true;
             const char* tag = "";  // name suffix
           };
-          std::vector<Variant> variants = {{SplitPolicy{0, 0}}, {SplitPolicy{512, 0}, true, kMaxClusterSplits, true, "_invariant"}};
+          const int mc = DecodeAttentionArgs{}.max_cluster_splits;
+          std::vector<Variant> variants = {{SplitPolicy{0, 0}}, {SplitPolicy{512, 0}, true, mc, true, "_invariant"}};
           if (sweep) {
             for (int bps : {1, 2, 4, 8})
-              variants.push_back({SplitPolicy{0, bps}, true, kMaxClusterSplits, true, bps == 1 ? "_bps1" : bps == 2 ? "_bps2" : bps == 4 ? "_bps4" : "_bps8"});
+              variants.push_back({SplitPolicy{0, bps}, true, mc, true, bps == 1 ? "_bps1" : bps == 2 ? "_bps2" : bps == 4 ? "_bps4" : "_bps8"});
             if (group > 1) {
-              variants.push_back({SplitPolicy{0, 0}, false, kMaxClusterSplits, true, "_cudacore"});
+              variants.push_back({SplitPolicy{0, 0}, false, mc, true, "_cudacore"});
               variants.push_back({SplitPolicy{0, 0}, true, 0, true, "_nocluster"});
-              variants.push_back({SplitPolicy{0, 0}, true, 8, true, "_cluster8"});
-              variants.push_back({SplitPolicy{0, 0}, true, kMaxClusterSplits, false, "_nopipe"});
+              variants.push_back({SplitPolicy{0, 0}, true, kMaxClusterSplits, true, "_cluster16"});
+              variants.push_back({SplitPolicy{0, 0}, true, mc, false, "_nopipe"});
             }
           }
           for (const Variant& var : variants) {
@@ -299,7 +300,7 @@ int main(int argc, char** argv) {
             const std::string shape = base_shape + (fixed ? " split512" : "");
             const std::string name = std::string("paged_decode_attn") + var.tag;
             record(name, shape + " (" + std::to_string(used.n_splits) + " splits" + (used.tensor_cores ? " mma" : "") +
-                       (used.cluster ? " cluster" : "") + ")",
+                       (used.cluster ? " cluster" : "") + (used.pipeline ? " pipe" : "") + ")",
                    bytes / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
           }
         }
