@@ -27,9 +27,9 @@ struct SplitPolicy {
   /// context (batch-invariant mode). Must be a multiple of 16.
   int fixed_split_len = 0;
   /// Auto mode only: > 0 cuts the contexts for this many blocks per multiprocessor, as given; 0
-  /// (default) aims for one wave of resident blocks on the tensor-core kernel (2 per SM) and 4 per
-  /// SM on the CUDA-core one, and avoids grids of 1-1.6 waves (long tails), as chosen from H100
-  /// measurements (results/gpu/kernels-*.md). kernel_bench --sweep compares.
+  /// (default) aims for one block per SM on the tensor-core kernel (splits of >= 128 positions)
+  /// and 4 per SM on the CUDA-core one (>= 64), and avoids grids of 1-1.6 waves (long tails), as
+  /// chosen from H100 measurements (results/gpu/, kernels/README.md). kernel_bench --sweep compares.
   int blocks_per_sm = 0;
 };
 
