@@ -65,7 +65,9 @@ struct DecodeAttentionArgs {
   int max_cluster_splits = 8;
   /// Tensor-core kernel with at most one block per SM: each pass's K loads for the next pass are
   /// issued right after its Q·Kᵀ and each V step's right after its P·V (loads overlap the softmax
-  /// and the products); false loads a pass only when the previous one is done (comparison).
+  /// and the products); false loads a pass only when the previous one is done (comparison). The
+  /// arithmetic and its order are the same either way, so the bits are too (the batch-invariance
+  /// test compares a pipelined sequence alone with the same sequence in an unpipelined batch).
   bool pipeline = true;
 };
 

@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(kThreads, G == 1 ? 7 : G <= 4 ? 4 : 2) decode_
 constexpr int kMmaSteps = 2;  // 16-position steps per warp per pass on the tensor-core path
 
 /// The tensor-core kernel launched in clusters of (1, 1, grid.z): one per (sequence, block column).
-/// Sizes above 8 are non-portable: the attribute is set once per kernel; when the device cannot
+/// Sizes above 8 are non-portable: the attribute is set once per kernel and device; when it cannot
 /// place such a cluster (cudaOccupancyMaxActiveClusters says 0) this returns false and launches
 /// nothing.
 template <typename T, int HD, bool kPipe>
