@@ -14,6 +14,10 @@ namespace servelab::kernels {
 
 enum class ScalarType { bf16, f16 };
 
+/// Largest thread-block cluster of splits DecodeAttentionArgs::max_cluster_splits takes
+/// (non-portable above 8: Hopper places 16).
+constexpr int kMaxClusterSplits = 16;
+
 /// Split policy for decode attention (FlashDecoding): each sequence's context is cut into splits
 /// of split_len positions, each computed by its own blocks; the last block of a (sequence, KV head)
 /// to finish merges the splits in split order, in the same launch.
@@ -23,9 +27,9 @@ struct SplitPolicy {
   /// context (batch-invariant mode). Must be a multiple of 16.
   int fixed_split_len = 0;
   /// Auto mode only: > 0 cuts the contexts for this many blocks per multiprocessor, as given; 0
-  /// (default) aims for one wave of resident blocks on the tensor-core kernel (2 per SM) and 4 per
-  /// SM on the CUDA-core one, and avoids grids of 1-1.6 waves (long tails), as chosen from H100
-  /// measurements (results/gpu/kernels-*.md). kernel_bench --sweep compares.
+  /// (default) aims for one block per SM on the tensor-core kernel (splits of >= 128 positions)
+  /// and 4 per SM on the CUDA-core one (>= 64), and avoids grids of 1-1.6 waves (long tails), as
+  /// chosen from H100 measurements (results/gpu/, kernels/README.md). kernel_bench --sweep compares.
   int blocks_per_sm = 0;
 };
 
@@ -52,6 +56,19 @@ struct DecodeAttentionArgs {
   /// GQA (n_heads / n_kv_heads >= 2) at head_dim 64 or 128 runs on tensor cores (mma.sync); false
   /// keeps every shape on the CUDA-core kernel (comparison in kernel_bench and the tests).
   bool tensor_cores = true;
+  /// Tensor-core kernel, auto split only: when a context is cut into 2..max_cluster_splits splits
+  /// and the grid has at most one block per SM, the splits of a (sequence, KV head) run as one
+  /// thread-block cluster and merge in distributed shared memory (no workspace round trip).
+  /// Up to kMaxClusterSplits (above 8 where the device places such clusters; else the workspace
+  /// merge); 0 or 1 always merges through the workspace (comparison). Default 8: clusters of 16
+  /// were slower than the workspace merge (H100, kernels/README.md).
+  int max_cluster_splits = 8;
+  /// Tensor-core kernel with at most one block per SM: each pass's K loads for the next pass are
+  /// issued right after its Q·Kᵀ and each V step's right after its P·V (loads overlap the softmax
+  /// and the products); false loads a pass only when the previous one is done (comparison). The
+  /// arithmetic and its order are the same either way, so the bits are too (the batch-invariance
+  /// test compares a pipelined sequence alone with the same sequence in an unpipelined batch).
+  bool pipeline = true;
 };
 
 /// How decode_attention cuts the contexts for these arguments on a GPU with n_sms multiprocessors.
@@ -60,6 +77,8 @@ struct DecodeSplit {
   int n_splits = 1;    ///< splits of the longest context (the grid's depth)
   bool reduce = false; ///< partial results go through the workspace, merged by each column's last block
   bool tensor_cores = false;  ///< the tensor-core kernel runs (see DecodeAttentionArgs::tensor_cores)
+  bool cluster = false;  ///< the splits merge in a thread-block cluster (no workspace; see max_cluster_splits)
+  bool pipeline = false; ///< the tensor-core kernel's load pipeline runs (see DecodeAttentionArgs::pipeline)
 };
 DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms);
 /// Workspace for the partial results, [n_seqs, n_heads, n_splits, head_dim + 2] floats, and the

@@ -14,6 +14,8 @@
 // its own online-softmax state (max, sum, output row) in registers; the groups are merged through
 // shared memory at the end.
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <cmath>
 #include <tuple>
 #include <utility>
@@ -162,11 +164,58 @@ __global__ void __launch_bounds__(kThreads, G == 1 ? 7 : G <= 4 ? 4 : 2) decode_
 
 constexpr int kMmaSteps = 2;  // 16-position steps per warp per pass on the tensor-core path
 
+/// The tensor-core kernel launched in clusters of (1, 1, grid.z): one per (sequence, block column).
+/// Sizes above 8 are non-portable: the attribute is set once per kernel and device; when it cannot
+/// place such a cluster (cudaOccupancyMaxActiveClusters says 0) this returns false and launches
+/// nothing.
+template <typename T, int HD, bool kPipe>
+bool launch_cluster(const DecodeParams& p, dim3 grid, cudaStream_t stream, bool probe_only = false) {
+  auto kernel = decode::decode_mma_kernel<T, HD, kMmaSteps, true, kPipe>;
+  static std::atomic<uint64_t> attr_set{0};        // devices (bit = ordinal) whose attribute is set
+  static std::atomic<int> fits[kMaxClusterSplits + 1];  // 0 unknown, 1 yes, 2 no (same GPU kind assumed)
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  const uint64_t bit = uint64_t(1) << (dev & 63);
+  if (!(attr_set.load(std::memory_order_acquire) & bit)) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    attr_set.fetch_or(bit, std::memory_order_acq_rel);
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = grid.z;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const int cs = int(grid.z);
+  if (cs > 8 && fits[cs].load(std::memory_order_relaxed) == 0) {
+    int n = 0;
+    const cudaError_t e = cudaOccupancyMaxActiveClusters(&n, kernel, &cfg);
+    if (e != cudaSuccess) (void)cudaGetLastError();  // a size the device refuses: counted as 0
+    fits[cs].store(e == cudaSuccess && n > 0 ? 1 : 2, std::memory_order_relaxed);
+  }
+  if (cs > 8 && fits[cs].load(std::memory_order_relaxed) != 1) return false;
+  if (probe_only) return true;
+  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+  CUDA_CHECK_LAUNCH();
+  return true;
+}
+
 template <typename T, int HD>
-void launch(const DecodeParams& p, bool mma, int g_bucket, dim3 grid, cudaStream_t stream) {
+void launch(const DecodeParams& p, bool mma, bool pipe, int g_bucket, dim3 grid, cudaStream_t stream) {
   if constexpr (HD % 64 == 0) {
+    if (mma && p.cluster) {
+      if (pipe) launch_cluster<T, HD, true>(p, grid, stream);
+      else launch_cluster<T, HD, false>(p, grid, stream);
+      return;
+    }
     if (mma) {
-      decode::decode_mma_kernel<T, HD, kMmaSteps><<<grid, kThreads, 0, stream>>>(p);
+      if (pipe) decode::decode_mma_kernel<T, HD, kMmaSteps, false, true><<<grid, kThreads, 0, stream>>>(p);
+      else decode::decode_mma_kernel<T, HD, kMmaSteps, false, false><<<grid, kThreads, 0, stream>>>(p);
       CUDA_CHECK_LAUNCH();
       return;
     }
@@ -177,12 +226,20 @@ void launch(const DecodeParams& p, bool mma, int g_bucket, dim3 grid, cudaStream
   CUDA_CHECK_LAUNCH();
 }
 
+/// Whether the device places clusters of grid.z blocks of the tensor-core kernel (always for <= 8).
 template <typename T>
-void dispatch_hd(int hd, const DecodeParams& p, bool mma, int g_bucket, dim3 grid, cudaStream_t stream) {
+bool cluster_fits(int hd, const DecodeParams& p, bool pipe, dim3 grid) {
+  if (grid.z <= 8) return true;
+  if (hd == 64) return pipe ? launch_cluster<T, 64, true>(p, grid, nullptr, true) : launch_cluster<T, 64, false>(p, grid, nullptr, true);
+  return pipe ? launch_cluster<T, 128, true>(p, grid, nullptr, true) : launch_cluster<T, 128, false>(p, grid, nullptr, true);
+}
+
+template <typename T>
+void dispatch_hd(int hd, const DecodeParams& p, bool mma, bool pipe, int g_bucket, dim3 grid, cudaStream_t stream) {
   switch (hd) {
-    case 32: return launch<T, 32>(p, mma, g_bucket, grid, stream);
-    case 64: return launch<T, 64>(p, mma, g_bucket, grid, stream);
-    case 128: return launch<T, 128>(p, mma, g_bucket, grid, stream);
+    case 32: return launch<T, 32>(p, mma, pipe, g_bucket, grid, stream);
+    case 64: return launch<T, 64>(p, mma, pipe, g_bucket, grid, stream);
+    case 128: return launch<T, 128>(p, mma, pipe, g_bucket, grid, stream);
     default: throw std::invalid_argument("decode_attention: head_dim " + std::to_string(hd) + " not built (32, 64, 128)");
   }
 }
@@ -208,21 +265,30 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
   DecodeSplit r;
   r.tensor_cores = use_tensor_cores(a);
   const int max_ctx = std::max(1, a.max_context);
-  if (a.split.fixed_split_len > 0) {
-    r.split_len = a.split.fixed_split_len;
-    r.n_splits = ceil_div(max_ctx, r.split_len);
-    r.reduce = true;
-    return r;
-  }
   const int group = a.n_heads / a.shape.n_kv_heads;
   // Blocks per (sequence, KV head), and how many the SM holds at once (launch bounds): the
   // tensor-core kernel 2 (8 query heads a block), the CUDA-core kernel 7, 4 or 2 for group
   // buckets 1, 4, 8.
   const int per_block = r.tensor_cores ? decode::kMmaHeads : group_bucket(group);
   const int n_base = a.n_seqs * a.shape.n_kv_heads * ceil_div(group, per_block);
+  // The tensor-core kernel's load pipeline pays where a block has its SM to itself (at most one
+  // block per SM): b8 x GQA 4 0.90-0.96 -> 0.91-0.97 of SDPA; with two blocks per SM (b32-b256)
+  // it cost ~1% (H100, the nopipe column of results/gpu/decode-attn-2026-11-24-*).
+  auto pipeline_for = [&](int n_splits) {
+    return r.tensor_cores && a.pipeline && int64_t(n_base) * n_splits <= n_sms;
+  };
+  if (a.split.fixed_split_len > 0) {
+    r.split_len = a.split.fixed_split_len;
+    r.n_splits = ceil_div(max_ctx, r.split_len);
+    r.reduce = true;
+    r.pipeline = pipeline_for(r.n_splits);
+    return r;
+  }
   const int resident = r.tensor_cores ? 2 : per_block == 1 ? 7 : per_block == 4 ? 4 : 2;
   const int64_t slots = int64_t(n_sms) * resident;
-  const int most = std::min(kMaxAutoSplits, ceil_div(max_ctx, 64));
+  // At least 64 positions a split, 128 (one pass of the kernel) on tensor cores: b1 x 1k x GQA 4
+  // took 9.2 us in 16 splits of 64 and 7.9 us in 8 of 128 (H100, results/gpu/decode-attn-2026-11-24-*).
+  const int most = std::min(kMaxAutoSplits, ceil_div(max_ctx, r.tensor_cores ? 128 : 64));
   auto splits_of = [&](int k) {  // splits after rounding the split length up to 64 positions
     const int len = ceil_div(ceil_div(max_ctx, k), 64) * 64;
     return std::pair<int, int>(len, ceil_div(max_ctx, len));
@@ -249,7 +315,14 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
       while (k < most && (waves(k) < 2.5 || (waves(k) < 6.0 && waves(k) - std::floor(waves(k)) < 0.75))) ++k;
   }
   std::tie(r.split_len, r.n_splits) = splits_of(k);
-  r.reduce = r.n_splits > 1;
+  // 2..max_cluster_splits splits on tensor cores, one block per SM at most: merge in a cluster.
+  // Not more blocks than SMs: clusters of 4 over 256 blocks (two per SM) ran at 0.71-0.84 of
+  // SDPA where the workspace merge ran at 0.90-0.96 (b8 x GQA 4, bps2 columns, H100); clusters of
+  // 16 were 2-3% slower than the workspace merge of the same 16 splits (b1 x 4k / 32k x GQA 4).
+  const int mc = std::min(a.max_cluster_splits, kMaxClusterSplits);
+  r.cluster = r.tensor_cores && r.n_splits >= 2 && r.n_splits <= mc && int64_t(n_base) * r.n_splits <= n_sms;
+  r.reduce = r.n_splits > 1 && !r.cluster;
+  r.pipeline = pipeline_for(r.n_splits);
   return r;
 }
 
@@ -266,7 +339,7 @@ void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
   int device = 0, n_sms = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, device));
-  const DecodeSplit split = decode_attention_split(a, n_sms);
+  DecodeSplit split = decode_attention_split(a, n_sms);
   const int hd = a.shape.head_dim, group = a.n_heads / a.shape.n_kv_heads, gb = group_bucket(group);
   DecodeParams p{};
   p.q = a.q;
@@ -286,12 +359,26 @@ void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
   p.split_len = split.split_len;
   p.max_splits = split.n_splits;
   p.partial = split.reduce;
+  p.cluster = split.cluster;
   p.bs_shift = -1;
   if (a.kv.kind == KvLayoutKind::paged) {
     if (a.kv.block_size < 1) throw std::invalid_argument("decode_attention: block_size must be >= 1");
     if ((a.kv.block_size & (a.kv.block_size - 1)) == 0) p.bs_shift = __builtin_ctz(unsigned(a.kv.block_size));
   }
   const dim3 grid(a.shape.n_kv_heads * p.n_sub, a.n_seqs, split.n_splits);
+  if (split.cluster) {  // a device that cannot place the cluster merges through the workspace
+    bool fits = true;
+    if (a.dtype == ScalarType::bf16) fits = cluster_fits<__nv_bfloat16>(hd, p, split.pipeline, grid);
+#if defined(SERVELAB_KERNELS_FP16)
+    else fits = cluster_fits<__half>(hd, p, split.pipeline, grid);
+#endif
+    if (!fits) {
+      split.cluster = false;
+      split.reduce = true;
+      p.cluster = false;
+      p.partial = true;
+    }
+  }
   if (split.reduce) {
     const size_t need = decode_attention_workspace_bytes(a.n_seqs, a.n_heads, hd, split.n_splits);
     const auto [ctr_at, n_ctr] = counter_region(a.workspace_bytes, hd);
@@ -305,10 +392,10 @@ void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
     p.counters = reinterpret_cast<int32_t*>(a.workspace) + ctr_at;
   }
   if (a.dtype == ScalarType::bf16) {
-    dispatch_hd<__nv_bfloat16>(hd, p, split.tensor_cores, gb, grid, stream);
+    dispatch_hd<__nv_bfloat16>(hd, p, split.tensor_cores, split.pipeline, gb, grid, stream);
   } else {
 #if defined(SERVELAB_KERNELS_FP16)
-    dispatch_hd<__half>(hd, p, split.tensor_cores, gb, grid, stream);
+    dispatch_hd<__half>(hd, p, split.tensor_cores, split.pipeline, gb, grid, stream);
 #else
     throw std::invalid_argument("decode_attention: fp16 not built (configure with -DSERVELAB_KERNELS_FP16=ON)");
 #endif

@@ -11,6 +11,8 @@
 // the batch) and sets the counter back to 0, so the next launch (or a CUDA graph replay) finds it
 // zero. The counters live at the end of the workspace (decode_workspace_layout) and must be zero
 // before the first launch on a fresh workspace.
+#include <cooperative_groups.h>
+
 #include <cstdint>
 
 #include "kernels/common.cuh"
@@ -37,7 +39,8 @@ struct Params {
   int64_t out_row_stride;
   int split_len, max_splits;
   int bs_shift;  // paged with a power-of-two block size: log2(block_size) (shift and mask); else -1
-  bool partial;
+  bool partial;  // splits merged through the workspace by their last block
+  bool cluster;  // splits merged through distributed shared memory: one thread-block cluster per column
   float* ws_o;       // [n_seqs, n_heads, max_splits, HD]
   float* ws_ml;      // [n_seqs, n_heads, max_splits, 2]
   int32_t* counters; // [n_seqs, gridDim.x], zero between launches
@@ -135,7 +138,9 @@ __device__ __forceinline__ void merge_splits(const Params& p, int s, int row, in
       gk[k] = g;
       src[k] = reinterpret_cast<const float4*>(p.ws_o + (base_of(g) + c0) * HD) + col % (HD / 4);
     }
-#pragma unroll 8
+    // All of a chunk's loads in flight at once where registers allow (16 splits: one round trip
+    // instead of two at G >= 4; the CUDA-core kernel with G = 1 has a 72-register cap).
+#pragma unroll(G >= 4 ? 16 : 8)
     for (int i = 0; i < cn; ++i) {
 #pragma unroll
       for (int k = 0; k < kPer; ++k) {
@@ -168,15 +173,12 @@ __device__ __forceinline__ void merge_splits(const Params& p, int s, int row, in
   }
 }
 
-/// The end of a block: merges its NL partial softmax states per head (sm_m/sm_l [NL][G], sm_o
-/// [NL][G][LD], written before a __syncthreads), then writes the output (one split) or the
-/// split's partial; the last block of a split (sequence, block column) merges the splits.
-template <typename T, int HD, int G, int NL, int LD>
-__device__ __forceinline__ void finish_block(const Params& p, const float (*sm_m)[G], const float (*sm_l)[G],
-                                             const float* sm_o, int s, int row, int kvh, int sub, int split,
-                                             int ctx) {
-  __shared__ float sm_scale[NL][G], sm_stat[G][2];
-  if (threadIdx.x < G) {  // per head: the block's max, each part's factor 2^(m_i - max), the sum
+/// The block's merged softmax state per head: sm_scale[i][g] = 2^(m_i - max), sm_stat[g] = (max,
+/// sum), from its NL parts (sm_m/sm_l [NL][G], written before a __syncthreads). Ends synchronized.
+template <int G, int NL>
+__device__ __forceinline__ void block_stats(const float (*sm_m)[G], const float (*sm_l)[G], float (*sm_scale)[G],
+                                            float (*sm_stat)[2]) {
+  if (threadIdx.x < G) {
     const int g = threadIdx.x;
     float mm = -1e30f;
 #pragma unroll
@@ -192,6 +194,64 @@ __device__ __forceinline__ void finish_block(const Params& p, const float (*sm_m
     sm_stat[g][1] = ll;
   }
   __syncthreads();
+}
+
+/// The end of a block in a cluster of the splits of one (sequence, block column): each block
+/// keeps its normalized part and (max, sum) in shared memory; after a cluster barrier, block r
+/// of the cluster merges its share of the outputs over every block's part, in rank (split) order,
+/// reading them through distributed shared memory; a second barrier keeps every block's shared
+/// memory alive until all reads are done. Blocks past a sequence's context contribute weight 0.
+template <typename T, int HD, int G, int NL, int LD>
+__device__ __forceinline__ void finish_cluster(const Params& p, const float (*sm_m)[G], const float (*sm_l)[G],
+                                               const float* sm_o, int s, int row, int kvh, int sub) {
+  namespace cg = cooperative_groups;
+  __shared__ float sm_scale[NL][G], sm_stat[G][2];
+  __shared__ __align__(16) float sm_part[G * HD];
+  block_stats<G, NL>(sm_m, sm_l, sm_scale, sm_stat);
+  constexpr int kPer = (G * HD + kThreads - 1) / kThreads;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int idx = threadIdx.x + k * kThreads;
+    if (idx >= G * HD) continue;
+    const int g = idx / HD, d = idx % HD;
+    float oo = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NL; ++i) oo = fmaf(sm_o[(i * G + g) * LD + d], sm_scale[i][g], oo);
+    const float ll = sm_stat[g][1];
+    sm_part[idx] = ll > 0.0f ? oo / ll : 0.0f;
+  }
+  cg::cluster_group cl = cg::this_cluster();
+  cl.sync();
+  const int cs = int(cl.num_blocks()), r = int(cl.block_rank());
+  const int per = (G * HD + cs - 1) / cs;
+  for (int e = r * per + int(threadIdx.x); e < min((r + 1) * per, G * HD); e += kThreads) {
+    const int g = e / HD, d = e % HD;
+    if (sub * G + g >= p.group) continue;
+    float mm = -1e30f;
+    for (int q = 0; q < cs; ++q) mm = fmaxf(mm, cl.map_shared_rank(&sm_stat[0][0], q)[g * 2]);
+    float ll = 0.0f, oo = 0.0f;
+#pragma unroll 8
+    for (int q = 0; q < cs; ++q) {
+      const float* st = cl.map_shared_rank(&sm_stat[0][0], q);
+      const float w = st[g * 2 + 1] * exp2f(st[g * 2] - mm);
+      ll += w;
+      oo = fmaf(w, cl.map_shared_rank(sm_part, q)[e], oo);
+    }
+    const int h = kvh * p.group + sub * G + g;
+    static_cast<T*>(p.out)[row * p.out_row_stride + int64_t(h) * HD + d] = from_float<T>(oo / ll);
+  }
+  cl.sync();
+}
+
+/// The end of a block: merges its NL partial softmax states per head (sm_m/sm_l [NL][G], sm_o
+/// [NL][G][LD], written before a __syncthreads), then writes the output (one split) or the
+/// split's partial; the last block of a split (sequence, block column) merges the splits.
+template <typename T, int HD, int G, int NL, int LD>
+__device__ __forceinline__ void finish_block(const Params& p, const float (*sm_m)[G], const float (*sm_l)[G],
+                                             const float* sm_o, int s, int row, int kvh, int sub, int split,
+                                             int ctx) {
+  __shared__ float sm_scale[NL][G], sm_stat[G][2];
+  block_stats<G, NL>(sm_m, sm_l, sm_scale, sm_stat);
   constexpr int kPer = (G * HD + kThreads - 1) / kThreads;
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {

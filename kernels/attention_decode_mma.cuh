@@ -56,8 +56,13 @@ __device__ __forceinline__ uint32_t word(const Vec8& v, int w) {
   return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
 }
 
-/// kS: 16-position steps per warp per pass (all loaded before any is used).
-template <typename T, int HD, int kS>
+/// kS: 16-position steps per warp per pass (all loaded before any is used). kCluster: launched in
+/// clusters of (1, 1, n_splits), the splits merged in distributed shared memory (finish_cluster);
+/// otherwise one split writes the output, several go through the workspace (finish_block).
+/// kPipe: the next pass's K loads are issued right after this pass's Q·Kᵀ (the K registers are
+/// free then) and each step's V loads right after its P·V, so a pass's loads are in flight while
+/// the previous pass computes, in the same registers; the block-table lookup runs a pass ahead.
+template <typename T, int HD, int kS, bool kCluster, bool kPipe>
 __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(const Params p) {
   static_assert(HD % 64 == 0, "tensor-core decode needs head_dim 64 or 128");
   constexpr int kWarps = kThreads / 32, kG = kMmaHeads;
@@ -75,18 +80,16 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
   const int t_begin = split * p.split_len;
   // Lane l looks up position pos(l) of the pass: step l / 16 of this warp, position l % 16. The
   // first lookup is issued before the context length arrives (clamped to the table row, used only
-  // inside the context); each later one while the previous pass's loads are in flight.
+  // inside the context); each later one while an earlier pass's loads are in flight. The query
+  // row and Q are read before the context length is known too (none depends on it).
   auto pos = [&](int base, int l_) { return base + ((l_ >> 4) * kWarps + warp) * 16 + (l_ & 15); };
   const int64_t table_row = p.kv.kind == KvLayoutKind::paged ? p.kv.table_row(s) : int64_t(s);
   int my_slot;
   {
     const int t = pos(t_begin, lane);
-    my_slot = (kS == 2 || lane < 16) && t < t_begin + p.split_len ? int(kv_slot(p, s, table_row, t, true)) : 0;
+    my_slot = (lane >> 4) < kS && t < t_begin + p.split_len ? int(kv_slot(p, s, table_row, t, true)) : 0;
   }
-  const int ctx = p.context_lens[s];
-  if (t_begin >= ctx) return;  // uniform over the block
-  const int t_end = min(ctx, t_begin + p.split_len);
-  const int row = p.query_start ? p.query_start[s + 1] - 1 : s;
+  const int row = p.query_start ? __ldg(p.query_start + s + 1) - 1 : s;
 
   // Q of head g as the A operand (row g; rows g + 8 are zero).
   uint32_t qa[kKS][2];
@@ -102,6 +105,10 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
       qa[2 * v + 1][1] = x.w;
     }
   }
+  const int ctx = p.context_lens[s];
+  if (!kCluster && t_begin >= ctx) return;  // uniform over the block (in a cluster: an empty part)
+  const int t_end = min(ctx, t_begin + p.split_len);
+
   float m = -1e30f, l = 0.0f;  // head g: running max (log2 units; same in the 4 lanes of a quad), lane's sum
   float acc[kMT][4];           // Oᵀ: [m-tile][c0..c3] = dims (g | g+8 rows) × heads 2i, 2i+1
 #pragma unroll
@@ -110,32 +117,55 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
   const char* kbase = static_cast<const char*>(p.k_cache) + int64_t(kvh) * HD * int64_t(sizeof(T));
   const char* vbase = static_cast<const char*>(p.v_cache) + int64_t(kvh) * HD * int64_t(sizeof(T));
   const int64_t row_bytes = p.kv_row * int64_t(sizeof(T));
-  for (int base = t_begin; base < t_end; base += kPass) {  // uniform trip count: shuffles are safe
-    Vec8 kr[kS][2][kKV], vr[kS][4][kVV];
+  Vec8 kr[kS][2][kKV], vr[kS][4][kVV];
+  // Step u of the pass at `b`, slots from lane-held `sl` (whole warp, uniform).
+  auto load_k = [&](int u, int b, int sl) {
+#pragma unroll
+    for (int tt = 0; tt < 2; ++tt) {  // K rows: positions g and 8 + g of the step
+      const int src = u * 16 + tt * 8 + g;
+      const int slot = __shfl_sync(0xffffffffu, sl, src);
+      const bool ok = pos(b, src) < t_end;
+      const char* kp = kbase + int64_t(slot) * row_bytes + i * 16;
+#pragma unroll
+      for (int v = 0; v < kKV; ++v) kr[u][tt][v] = ok ? load_stream(kp + v * 64) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  auto load_v = [&](int u, int b, int sl) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {  // V rows: positions 2i, 2i+1, 8+2i, 9+2i of the step
+      const int src = u * 16 + (r >> 1) * 8 + 2 * i + (r & 1);
+      const int slot = __shfl_sync(0xffffffffu, sl, src);
+      const bool ok = pos(b, src) < t_end;
+      const char* vp = vbase + int64_t(slot) * row_bytes + g * 16;
+#pragma unroll
+      for (int v = 0; v < kVV; ++v) vr[u][r][v] = ok ? load_stream(vp + v * 128) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  auto lookup = [&](int b) {
+    const int t = pos(b, lane);
+    return (lane >> 4) < kS && t < t_end ? int(kv_slot(p, s, table_row, t)) : 0;
+  };
+  if constexpr (kPipe) {
 #pragma unroll
     for (int u = 0; u < kS; ++u) {
-#pragma unroll
-      for (int tt = 0; tt < 2; ++tt) {  // K rows: positions g and 8 + g of the step
-        const int src = u * 16 + tt * 8 + g;
-        const int slot = __shfl_sync(0xffffffffu, my_slot, src);
-        const bool ok = pos(base, src) < t_end;
-        const char* kp = kbase + int64_t(slot) * row_bytes + i * 16;
-#pragma unroll
-        for (int v = 0; v < kKV; ++v) kr[u][tt][v] = ok ? load_stream(kp + v * 64) : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {  // V rows: positions 2i, 2i+1, 8+2i, 9+2i of the step
-        const int src = u * 16 + (r >> 1) * 8 + 2 * i + (r & 1);
-        const int slot = __shfl_sync(0xffffffffu, my_slot, src);
-        const bool ok = pos(base, src) < t_end;
-        const char* vp = vbase + int64_t(slot) * row_bytes + g * 16;
-#pragma unroll
-        for (int v = 0; v < kVV; ++v) vr[u][r][v] = ok ? load_stream(vp + v * 128) : make_uint4(0, 0, 0, 0);
-      }
+      load_k(u, t_begin, my_slot);
+      load_v(u, t_begin, my_slot);
     }
-    {
-      const int t = pos(base + kPass, lane);
-      my_slot = (kS == 2 || lane < 16) && t < t_end ? int(kv_slot(p, s, table_row, t)) : 0;
+    my_slot = lookup(t_begin + kPass);
+  }
+  for (int base = t_begin; base < t_end; base += kPass) {  // uniform trip count: shuffles are safe
+    const int nb = base + kPass;
+    const bool more = kPipe && nb < t_end;  // uniform
+    int slot_after = 0;
+    if constexpr (!kPipe) {
+#pragma unroll
+      for (int u = 0; u < kS; ++u) {
+        load_k(u, base, my_slot);
+        load_v(u, base, my_slot);
+      }
+      my_slot = lookup(nb);
+    } else {
+      slot_after = lookup(nb + kPass);
     }
     // S = Q·Kᵀ: sc[u][tt][0..1] = head g × positions 2i, 2i+1 of tile tt (c2, c3: the zero rows).
     float sc[kS][2][4];
@@ -149,6 +179,10 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
           mma_16816<T>(sc[u][tt], qa[j][0], 0u, qa[j][1], 0u, word(kr[u][tt][j / 2], (j % 2) * 2),
                        word(kr[u][tt][j / 2], (j % 2) * 2 + 1));
       }
+    if (more) {
+#pragma unroll
+      for (int u = 0; u < kS; ++u) load_k(u, nb, my_slot);
+    }
     float mx = -INFINITY;
 #pragma unroll
     for (int u = 0; u < kS; ++u)
@@ -195,7 +229,9 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
         mma_16816<T>(acc[mt], __byte_perm(x0, x1, 0x5410), __byte_perm(x0, x1, 0x7632), __byte_perm(x2, x3, 0x5410),
                      __byte_perm(x2, x3, 0x7632), b0, b1);
       }
+      if (more) load_v(u, nb, my_slot);
     }
+    if constexpr (kPipe) my_slot = slot_after;
   }
 
   l += __shfl_xor_sync(0xffffffffu, l, 1);
@@ -212,7 +248,10 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
     *reinterpret_cast<float2*>(&sm_o[(warp * kG + 2 * i + 1) * kLd + d]) = make_float2(acc[mt][1], acc[mt][3]);
   }
   __syncthreads();
-  finish_block<T, HD, kG, kWarps, kLd>(p, sm_m, sm_l, sm_o, s, row, kvh, sub, split, ctx);
+  if constexpr (kCluster)
+    finish_cluster<T, HD, kG, kWarps, kLd>(p, sm_m, sm_l, sm_o, s, row, kvh, sub);
+  else
+    finish_block<T, HD, kG, kWarps, kLd>(p, sm_m, sm_l, sm_o, s, row, kvh, sub, split, ctx);
 }
 
 }  // namespace servelab::kernels::decode

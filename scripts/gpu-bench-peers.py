@@ -181,6 +181,9 @@ def combine(kb_path, peers_path, out_path, commit):
         base = shape.split(" (")[0].replace(" split512", "")  # kernel_bench appends "(N splits)"
         if r["name"].startswith("paged_decode_attn"):
             decode.setdefault(base, {})[r["name"].replace("paged_decode_attn", "") or "default"] = r["value"]
+            if r["name"] == "paged_decode_attn" and " (" in shape:  # "(16 splits mma cluster)" -> "16 mma cl"
+                cut = shape.split(" (")[1].rstrip(")").replace(" splits", "").replace("cluster", "cl").replace("pipe", "p")
+                decode[base]["cut"] = cut
         if r["name"] == "paged_decode_attn":
             p = prow.get(("sdpa_decode_attn", base))
             if p:
@@ -207,14 +210,15 @@ def combine(kb_path, peers_path, out_path, commit):
     json.dump(out, open(out_path, "w"), indent=2)
     copy = next((r["value"] for r in kb if r["name"] == "d2d_copy"), None)
     print(f"\n== paged decode attention: GB/s, ratio to the best SDPA backend, to copy ({copy:.0f} GB/s) ==")
-    print(f"{'shape':<22} {'ours':>6} {'sdpa':>6} {'x sdpa':>6} {'x copy':>6} | x sdpa for bps1 bps2 bps4 bps8 cudacore invariant")
+    cols = ("_bps1", "_bps2", "_bps4", "_bps8", "_cudacore", "_nocluster", "_cluster16", "_nopipe", "_invariant")
+    print(f"{'shape':<19} {'cut':<12} {'ours':>5} {'sdpa':>5} {'x sdpa':>6} {'x copy':>6} | x sdpa for "
+          + " ".join(c[1:] for c in cols))
     for base, v in decode.items():
         p = prow.get(("sdpa_decode_attn", base))
         if not p or "default" not in v:
             continue
-        sw = " ".join(f"{v[k] / p['value']:.2f}" if k in v else "  - "
-                      for k in ("_bps1", "_bps2", "_bps4", "_bps8", "_cudacore", "_invariant"))
-        print(f"{base:<22} {v['default']:6.0f} {p['value']:6.0f} {v['default'] / p['value']:6.2f} "
+        sw = " ".join(f"{v[k] / p['value']:.2f}" if k in v else "  - " for k in cols)
+        print(f"{base:<19} {v.get('cut', ''):<12} {v['default']:5.0f} {p['value']:5.0f} {v['default'] / p['value']:6.2f} "
               f"{v['default'] / copy:6.2f} | {sw} ({p['backend']})")
     print(f"\n== other figures ({out_path}) ==")
     for o in out:

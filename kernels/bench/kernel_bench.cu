@@ -4,7 +4,9 @@
 // device-to-device copy and a large cuBLASLt bf16 GEMM on random data.
 //   kernel_bench [--json FILE] [--quick] [--sweep] [--decode-only] [--only SHAPE] [--commit SHA]
 // --sweep also times decode with 1, 2, 4 and 8 blocks per SM (SplitPolicy::blocks_per_sm) and, for
-// GQA, the CUDA-core kernel (DecodeAttentionArgs::tensor_cores off). --decode-only: validation,
+// GQA, the CUDA-core kernel (DecodeAttentionArgs::tensor_cores off), the workspace split merge
+// instead of the cluster one (max_cluster_splits 0: nocluster), clusters of up to 16 (cluster16)
+// and the tensor-core kernel without its load pipeline (pipeline off: nopipe). --decode-only: validation,
 // the copy ceiling and paged decode attention only. --only "b1 ctx1024 gqa4": that decode shape
 // alone (e.g. under ncu).
 // The decode weight products of llama2-7b (M = 1 and 8) are timed through Gemm with its skinny
@@ -78,7 +80,8 @@ struct PagedBatch {
     CUDA_CHECK(cudaMemcpy(ctx_lens->p, lens.data(), batch * 4, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(qstart->p, qs.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
   }
-  DecodeAttentionArgs decode_args(int rot, SplitPolicy split, int n_sms, bool tensor_cores = true) {
+  DecodeAttentionArgs decode_args(int rot, SplitPolicy split, int n_sms, bool tensor_cores = true,
+                                  int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true) {
     DecodeAttentionArgs a;
     a.q = q->p;
     a.q_row_stride = int64_t(n_heads) * hd;
@@ -98,6 +101,8 @@ struct PagedBatch {
     a.out_row_stride = a.q_row_stride;
     a.split = split;
     a.tensor_cores = tensor_cores;
+    a.max_cluster_splits = max_cluster;
+    a.pipeline = pipeline;
     const DecodeSplit s = decode_attention_split(a, n_sms);
     const size_t need = decode_attention_workspace_bytes(batch, n_heads, hd, s.n_splits);
     if (!ws || ws->bytes < need) {
@@ -262,18 +267,28 @@ int main(int argc, char** argv) {
           // of the auto policy's blocks per SM and of the kernel (what the defaults were chosen from).
           struct Variant {
             SplitPolicy pol;
-            bool tc;
+            bool tc = true;
+            int max_cluster = DecodeAttentionArgs{}.max_cluster_splits;
+            bool pipe = true;
+            const char* tag = "";  // name suffix
           };
-          std::vector<Variant> variants = {{SplitPolicy{0, 0}, true}, {SplitPolicy{512, 0}, true}};
+          const int mc = DecodeAttentionArgs{}.max_cluster_splits;
+          std::vector<Variant> variants = {{SplitPolicy{0, 0}}, {SplitPolicy{512, 0}, true, mc, true, "_invariant"}};
           if (sweep) {
-            for (int bps : {1, 2, 4, 8}) variants.push_back({SplitPolicy{0, bps}, true});
-            if (group > 1) variants.push_back({SplitPolicy{0, 0}, false});
+            for (int bps : {1, 2, 4, 8})
+              variants.push_back({SplitPolicy{0, bps}, true, mc, true, bps == 1 ? "_bps1" : bps == 2 ? "_bps2" : bps == 4 ? "_bps4" : "_bps8"});
+            if (group > 1) {
+              variants.push_back({SplitPolicy{0, 0}, false, mc, true, "_cudacore"});
+              variants.push_back({SplitPolicy{0, 0}, true, 0, true, "_nocluster"});
+              variants.push_back({SplitPolicy{0, 0}, true, kMaxClusterSplits, true, "_cluster16"});
+              variants.push_back({SplitPolicy{0, 0}, true, mc, false, "_nopipe"});
+            }
           }
           for (const Variant& var : variants) {
             const SplitPolicy& pol = var.pol;
             const int fixed = pol.fixed_split_len;
             std::vector<DecodeAttentionArgs> args;  // built (workspace sized) before the capture
-            for (int r = 0; r < b.n_rot; ++r) args.push_back(b.decode_args(r, pol, n_sms, var.tc));
+            for (int r = 0; r < b.n_rot; ++r) args.push_back(b.decode_args(r, pol, n_sms, var.tc, var.max_cluster, var.pipe));
             for (auto& a : args) {
               a.workspace = b.ws->get<float>();
               a.workspace_bytes = b.ws->bytes;
@@ -283,11 +298,9 @@ int main(int argc, char** argv) {
             const double bytes = double(kv_bytes) + 2.0 * batch * n_heads * 128 * 2;
             const DecodeSplit used = decode_attention_split(args[0], n_sms);
             const std::string shape = base_shape + (fixed ? " split512" : "");
-            const std::string name = fixed ? "paged_decode_attn_invariant"
-                                     : !var.tc ? "paged_decode_attn_cudacore"
-                                     : pol.blocks_per_sm ? "paged_decode_attn_bps" + std::to_string(pol.blocks_per_sm)
-                                                         : "paged_decode_attn";
-            record(name, shape + " (" + std::to_string(used.n_splits) + " splits" + (used.tensor_cores ? " mma" : "") + ")",
+            const std::string name = std::string("paged_decode_attn") + var.tag;
+            record(name, shape + " (" + std::to_string(used.n_splits) + " splits" + (used.tensor_cores ? " mma" : "") +
+                       (used.cluster ? " cluster" : "") + (used.pipeline ? " pipe" : "") + ")",
                    bytes / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
           }
         }

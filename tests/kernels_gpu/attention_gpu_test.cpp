@@ -59,8 +59,9 @@ struct DeviceBatch {
 };
 
 /// Decode arguments for b on d (workspace not yet set).
+/// max_cluster: DecodeAttentionArgs::max_cluster_splits (0: splits merge through the workspace).
 DecodeAttentionArgs decode_args(ScalarType t, const KvBatch& b, const DeviceBatch& d, SplitPolicy split,
-                                bool tensor_cores) {
+                                bool tensor_cores, int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true) {
   DecodeAttentionArgs a;
   a.dtype = t;
   a.q = d.q.get();
@@ -79,6 +80,8 @@ DecodeAttentionArgs decode_args(ScalarType t, const KvBatch& b, const DeviceBatc
   a.out_row_stride = a.q_row_stride;
   a.split = split;
   a.tensor_cores = tensor_cores;
+  a.max_cluster_splits = max_cluster;
+  a.pipeline = pipeline;
   return a;
 }
 
@@ -96,9 +99,9 @@ DeviceBuffer zeroed_workspace(size_t bytes) {
 }
 
 std::vector<float> run_decode(ScalarType t, const KvBatch& b, SplitPolicy split, DecodeSplit* used = nullptr,
-                              bool tensor_cores = true) {
+                              bool tensor_cores = true, int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true) {
   DeviceBatch d(b, t);
-  DecodeAttentionArgs a = decode_args(t, b, d, split, tensor_cores);
+  DecodeAttentionArgs a = decode_args(t, b, d, split, tensor_cores, max_cluster, pipeline);
   const DecodeSplit s = decode_attention_split(a, n_sms());
   if (used) *used = s;
   d.workspace = zeroed_workspace(decode_attention_workspace_bytes(a.n_seqs, a.n_heads, b.shape.head_dim, s.n_splits));
@@ -156,12 +159,18 @@ TEST_P(AttentionGpu, DecodeMatchesReferenceOnAwkwardShapes) {
           const KvBatch b = testing::make_batch({ctx, std::vector<int>(17, 1), 8, 8 / group, hd, kind, bs}, rng);
           const std::vector<float> ref = reference(b);
           for (SplitPolicy split : {SplitPolicy{0}, SplitPolicy{32}})
-            for (bool tc : {true, false}) {
-              if (!tc && group == 1) continue;  // group 1 is on the CUDA-core kernel either way
+            // Tensor cores: cluster merge + load pipeline, workspace merge + pipeline, cluster merge
+            // without the pipeline; then CUDA cores.
+            for (int kernel = 0; kernel < 4; ++kernel) {
+              if (kernel > 0 && group == 1) continue;  // group 1 is on the CUDA-core kernel either way
               DecodeSplit used;
-              EXPECT_LT(testing::rel_error(run_decode(t, b, split, &used, tc), ref), testing::tolerance(t))
+              EXPECT_LT(testing::rel_error(run_decode(t, b, split, &used, kernel < 3, kernel == 1 ? 0 : kMaxClusterSplits,
+                                                      kernel != 2),
+                                           ref),
+                        testing::tolerance(t))
                   << "layout " << int(kind) << " group " << group << " block " << bs << " hd " << hd << " split "
-                  << split.fixed_split_len << " tensor cores " << used.tensor_cores;
+                  << split.fixed_split_len << " kernel " << kernel << " tensor cores " << used.tensor_cores
+                  << " cluster " << used.cluster << " splits " << used.n_splits;
             }
         }
       }
@@ -180,6 +189,34 @@ TEST_P(AttentionGpu, DecodeLongContextSplitsAndMatches) {
   }
   const KvBatch b2 = testing::make_batch({{8192, 97}, {1, 1}, 4, 1, 64, KvLayoutKind::naive, 16}, rng);
   EXPECT_LT(testing::rel_error(run_decode(t, b2, SplitPolicy{512}), reference(b2)), testing::tolerance(t));
+}
+
+// Clusters of 16 (non-portable) and of 8, the workspace merge, with and without the load
+// pipeline; a cluster whose short sequence leaves most of its blocks empty; head_dim 64 and 128.
+TEST_P(AttentionGpu, DecodeClusterSizesAndPipelineMatchReference) {
+  SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  bool saw_16 = false, saw_small = false, saw_workspace = false;
+  for (int hd : {64, 128})
+    for (auto [ctx, n_kv] : std::vector<std::pair<std::vector<int>, int>>{{{4096}, 8}, {{3000, 70}, 4}, {{1000}, 8}}) {
+      const KvBatch b = testing::make_batch({ctx, std::vector<int>(ctx.size(), 1), 32, n_kv, hd, KvLayoutKind::paged, 16}, rng);
+      const std::vector<float> ref = reference(b);
+      for (int mc : {kMaxClusterSplits, 8, 0})
+        for (bool pipe : {true, false}) {
+          DecodeSplit used;
+          EXPECT_LT(testing::rel_error(run_decode(t, b, SplitPolicy{}, &used, true, mc, pipe), ref), testing::tolerance(t))
+              << "hd " << hd << " seqs " << ctx.size() << " max cluster " << mc << " pipeline " << pipe;
+          EXPECT_TRUE(used.tensor_cores);
+          EXPECT_EQ(used.pipeline, pipe);
+          EXPECT_GT(used.n_splits, 1);
+          EXPECT_EQ(used.cluster, used.n_splits <= mc) << "hd " << hd << " seqs " << ctx.size() << " max cluster " << mc;
+          saw_16 |= used.cluster && used.n_splits == 16;
+          saw_small |= used.cluster && used.n_splits <= 8;
+          saw_workspace |= used.reduce;
+        }
+    }
+  EXPECT_TRUE(saw_16 && saw_small && saw_workspace);
 }
 
 TEST_P(AttentionGpu, DecodeFixedSplitIsBatchInvariant) {
@@ -233,35 +270,40 @@ TEST_P(AttentionGpu, DecodeSplitCountersResetAcrossCallsAndGraphReplays) {
       EXPECT_TRUE(counters_zero()) << "round " << round << " seqs " << ctx.size() << " n_kv " << n_kv;
     }
 
-  // A captured graph replayed with new queries each time.
-  KvBatch b = testing::make_batch({{5000, 700, 1}, {1, 1, 1}, 32, 8, hd, KvLayoutKind::paged, 16}, rng);
-  DeviceBatch d(b, t);
-  DecodeAttentionArgs a = decode_args(t, b, d, SplitPolicy{}, true);
-  a.workspace = ws.get<float>();
-  a.workspace_bytes = ws.bytes();
-  ASSERT_TRUE(decode_attention_split(a, n_sms()).reduce);
-  cudaStream_t st;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  decode_attention(a, st);
-  CUDA_CHECK(cudaStreamEndCapture(st, &graph));
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int replay = 0; replay < 3; ++replay) {
-    b.q = testing::random_bf16(b.q.size(), rng);
-    const DeviceBuffer q = testing::upload16(t, b.q);
-    CUDA_CHECK(cudaMemcpy(d.q.get(), q.get(), q.bytes(), cudaMemcpyDeviceToDevice));
-    d.out.poison();
-    CUDA_CHECK(cudaGraphLaunch(exec, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    EXPECT_LT(testing::rel_error(testing::download16(t, d.out, b.q.size()), reference(b)), testing::tolerance(t))
-        << "replay " << replay;
-    EXPECT_TRUE(counters_zero()) << "replay " << replay;
+  // A captured graph replayed with new queries each time: splits merged through the workspace
+  // (counters) and in a cluster.
+  for (bool cluster : {false, true}) {
+    KvBatch b = testing::make_batch({{5000, 700, 1}, {1, 1, 1}, 32, 8, hd, KvLayoutKind::paged, 16}, rng);
+    DeviceBatch d(b, t);
+    DecodeAttentionArgs a = decode_args(t, b, d, SplitPolicy{}, true, cluster ? kMaxClusterSplits : 0);
+    a.workspace = ws.get<float>();
+    a.workspace_bytes = ws.bytes();
+    const DecodeSplit used = decode_attention_split(a, n_sms());
+    ASSERT_EQ(used.reduce, !cluster);
+    ASSERT_EQ(used.cluster, cluster);
+    cudaStream_t st;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    decode_attention(a, st);
+    CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int replay = 0; replay < 3; ++replay) {
+      b.q = testing::random_bf16(b.q.size(), rng);
+      const DeviceBuffer q = testing::upload16(t, b.q);
+      CUDA_CHECK(cudaMemcpy(d.q.get(), q.get(), q.bytes(), cudaMemcpyDeviceToDevice));
+      d.out.poison();
+      CUDA_CHECK(cudaGraphLaunch(exec, st));
+      CUDA_CHECK(cudaStreamSynchronize(st));
+      EXPECT_LT(testing::rel_error(testing::download16(t, d.out, b.q.size()), reference(b)), testing::tolerance(t))
+          << "replay " << replay << " cluster " << cluster;
+      EXPECT_TRUE(counters_zero()) << "replay " << replay << " cluster " << cluster;
+    }
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    CUDA_CHECK(cudaStreamDestroy(st));
   }
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaGraphDestroy(graph));
-  CUDA_CHECK(cudaStreamDestroy(st));
 }
 
 // The same inputs give the same bits on every run (the split merge order is fixed), on both kernels.
@@ -269,11 +311,20 @@ TEST_P(AttentionGpu, DecodeIsDeterministic) {
   SKIP_WITHOUT_GPU();
   const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
-  for (int n_kv : {4, 32}) {
-    const KvBatch b = testing::make_batch({{8192, 33}, {1, 1}, 32, n_kv, 128, KvLayoutKind::paged, 16}, rng);
-    const std::vector<float> first = run_decode(t, b, SplitPolicy{});
+  // Tensor cores (GQA 8 at 8k: 16 splits) merging in a cluster of 16 and through the workspace;
+  // CUDA cores (no GQA, workspace); a cluster of 8 at 1k (GQA 4, batch 2).
+  struct Case {
+    int ctx, n_kv, max_cluster;
+  };
+  for (Case c : std::vector<Case>{{8192, 4, kMaxClusterSplits}, {8192, 4, 0}, {8192, 32, 0}, {1000, 8, 8}}) {
+    const KvBatch b = testing::make_batch({{c.ctx, 33}, {1, 1}, 32, c.n_kv, 128, KvLayoutKind::paged, 16}, rng);
+    const int n_kv = c.n_kv;
+    DecodeSplit used;
+    const std::vector<float> first = run_decode(t, b, SplitPolicy{}, &used, true, c.max_cluster);
+    EXPECT_GT(used.n_splits, 1);
+    EXPECT_EQ(used.cluster, c.max_cluster > 0 && n_kv < 32) << n_kv;
     for (int i = 0; i < 3; ++i) {
-      const std::vector<float> again = run_decode(t, b, SplitPolicy{});
+      const std::vector<float> again = run_decode(t, b, SplitPolicy{}, nullptr, true, c.max_cluster);
       EXPECT_TRUE(std::equal(first.begin(), first.end(), again.begin())) << n_kv << " run " << i;
     }
   }

@@ -26,13 +26,14 @@ TEST(DecodeSplitPolicy, FixedSplitDependsOnlyOnTheContext) {
     EXPECT_TRUE(s.reduce);  // always, even for one split, so results never depend on the batch
   }
   EXPECT_EQ(decode_attention_split(args(3, 1, 32, 8, 512), 132).n_splits, 1);
+  EXPECT_FALSE(decode_attention_split(args(1, 1024, 32, 8, 512), 132).cluster);  // never with a fixed split
 }
 
 TEST(DecodeSplitPolicy, AutoSplitsLongContextsAtSmallBatchOnly) {
   const DecodeSplit small = decode_attention_split(args(1, 32768, 32, 8), 132);
   EXPECT_GT(small.n_splits, 8);
   EXPECT_LE(small.n_splits, kMaxAutoSplits);
-  EXPECT_TRUE(small.reduce);
+  EXPECT_TRUE(small.reduce != small.cluster);  // merged through the workspace or in a cluster
   EXPECT_EQ(small.split_len % 64, 0);
   EXPECT_GE(int64_t(small.split_len) * small.n_splits, 32768);
 
@@ -40,9 +41,13 @@ TEST(DecodeSplitPolicy, AutoSplitsLongContextsAtSmallBatchOnly) {
   EXPECT_EQ(big.n_splits, 1);  // 8192 blocks already fill the GPU
   EXPECT_FALSE(big.reduce);
 
-  const DecodeSplit short_ctx = decode_attention_split(args(1, 100, 32, 8), 132);
-  EXPECT_EQ(short_ctx.n_splits, 2);  // never below 64 positions a split
+  const DecodeSplit short_ctx = decode_attention_split(args(1, 100, 32, 32), 132);
+  EXPECT_EQ(short_ctx.n_splits, 2);  // never below 64 positions a split (CUDA cores) ...
   EXPECT_EQ(short_ctx.split_len, 64);
+  const DecodeSplit short_tc = decode_attention_split(args(1, 200, 32, 8), 132);
+  EXPECT_TRUE(short_tc.tensor_cores);
+  EXPECT_EQ(short_tc.n_splits, 2);  // ... nor below 128 (a pass) on tensor cores
+  EXPECT_EQ(short_tc.split_len, 128);
 
   const DecodeSplit no_gqa = decode_attention_split(args(1, 4096, 32, 32), 132);
   EXPECT_EQ(no_gqa.n_splits, 16);  // about 4 blocks per SM without GQA: 32 heads x 16 splits
@@ -65,18 +70,49 @@ TEST(DecodeSplitPolicy, AutoSplitsLongContextsAtSmallBatchOnly) {
 
 TEST(DecodeSplitPolicy, TensorCoresForGqaAimAtOneWave) {
   // GQA 4 (32 heads, 8 KV heads) at head_dim 128: the tensor-core kernel, one block per SM.
+  DecodeAttentionArgs no_cluster = args(1, 1024, 32, 8);
+  no_cluster.max_cluster_splits = 0;
+  const DecodeSplit b1w = decode_attention_split(no_cluster, 132);
+  EXPECT_TRUE(b1w.tensor_cores);
+  EXPECT_EQ(b1w.split_len, 128);  // 8 KV heads x 8 splits: as many as 128-position splits allow
+  EXPECT_EQ(b1w.n_splits, 8);
+  EXPECT_TRUE(b1w.reduce);
+  EXPECT_FALSE(b1w.cluster);
+  EXPECT_TRUE(b1w.pipeline);  // 64 blocks: one per SM at most
+  // The same cut merged in a cluster of 8 (no workspace).
   const DecodeSplit b1 = decode_attention_split(args(1, 1024, 32, 8), 132);
-  EXPECT_TRUE(b1.tensor_cores);
-  EXPECT_EQ(b1.split_len, 64);  // 8 KV heads x 16 splits: as many as 64-position splits allow
-  EXPECT_EQ(b1.n_splits, 16);
+  EXPECT_EQ(b1.n_splits, 8);
+  EXPECT_EQ(b1.split_len, 128);
+  EXPECT_TRUE(b1.cluster);
+  EXPECT_FALSE(b1.reduce);
+  // 16 splits: through the workspace by default, in a cluster of 16 when allowed.
   const DecodeSplit b1_long = decode_attention_split(args(1, 32768, 32, 8), 132);
+  EXPECT_EQ(b1_long.n_splits, 16);
+  EXPECT_FALSE(b1_long.cluster);
+  EXPECT_TRUE(b1_long.reduce);
   EXPECT_LE(int64_t(b1_long.n_splits) * 8, 132);  // a block per SM
   EXPECT_GE(int64_t(b1_long.n_splits) * 8, 120);
+  DecodeAttentionArgs c16 = args(1, 32768, 32, 8);
+  c16.max_cluster_splits = kMaxClusterSplits;
+  const DecodeSplit b1c16 = decode_attention_split(c16, 132);
+  EXPECT_EQ(b1c16.n_splits, 16);
+  EXPECT_TRUE(b1c16.cluster);
+  EXPECT_FALSE(b1c16.reduce);
+  // More blocks than SMs (two blocks per SM asked for): never a cluster, no load pipeline.
+  DecodeAttentionArgs bps2 = args(8, 4096, 32, 8);
+  bps2.split.blocks_per_sm = 2;
+  const DecodeSplit b8bps2 = decode_attention_split(bps2, 132);
+  EXPECT_EQ(b8bps2.n_splits, 4);
+  EXPECT_FALSE(b8bps2.cluster);
+  EXPECT_TRUE(b8bps2.reduce);
+  EXPECT_FALSE(b8bps2.pipeline);
   const DecodeSplit b32 = decode_attention_split(args(32, 1024, 32, 8), 132);
   EXPECT_EQ(b32.n_splits, 1);  // 256 blocks: one wave of 2 resident blocks per SM
   EXPECT_FALSE(b32.reduce);
+  EXPECT_FALSE(b32.pipeline);
   const DecodeSplit b8 = decode_attention_split(args(8, 32768, 32, 8), 132);
   EXPECT_EQ(b8.n_splits, 2);
+  EXPECT_TRUE(b8.cluster);
   // No GQA, head_dim 32, or turned off: the CUDA-core kernel.
   EXPECT_FALSE(decode_attention_split(args(1, 1024, 32, 32), 132).tensor_cores);
   DecodeAttentionArgs hd32 = args(1, 1024, 32, 8);
