@@ -13,7 +13,7 @@
 #   (kernel_bench --sweep: decode split policies), DECODE_ONLY=1 (kernel_bench and the peers time
 #   decode attention only), PREFILL_ONLY=1 (kernel_bench and the peers time the ceilings and
 #   prefill attention only; the prefill kernel's SASS instruction counts go to the logs), COMMIT,
-#   GTEST_FILTER (for the GPU tests and memcheck), DEBS_DIR (a folder of carried Debian .deb files,
+#   GTEST_FILTER (for the GPU tests and memcheck), MEMCHECK_FILTER (memcheck's own, default GTEST_FILTER), DEBS_DIR (a folder of carried Debian .deb files,
 #   unpacked into a prefix when the machine's image lacks the build dependencies; recipe:
 #     mkdir -p shared/debs && cd shared/debs && apt-get download libgtest-dev libyaml-cpp-dev \
 #       libyaml-cpp0.7 libcli11-dev nlohmann-json3-dev libboost-dev libopenblas-dev \
@@ -87,8 +87,9 @@ if [ $BUILT = 1 ]; then
   want ctest && step ctest_gpu 300 ctest --test-dir "$BUILD" -L gpu --output-on-failure
   if want memcheck; then
     if command -v compute-sanitizer >/dev/null; then
+      MC_FILTER=${MEMCHECK_FILTER:-${GTEST_FILTER:-}}
       step memcheck 200 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 "$BUILD/test_kernels_gpu" \
-        ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER}
+        ${MC_FILTER:+--gtest_filter=$MC_FILTER}
       grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) " "$LOGS/memcheck.log" | head -5
     else
       TABLE+=("$(printf '%-22s %-6s' memcheck 'n/a (no compute-sanitizer)')")
