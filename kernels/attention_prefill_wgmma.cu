@@ -134,30 +134,37 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const Params
   const uint32_t sw = (lc / 8) * L::kHalf + uint32_t(((lc % 8) ^ (lr % 8)) * 16);
   const char* kbase = static_cast<const char*>(p.k_cache);
   const char* vbase = static_cast<const char*>(p.v_cache);
-  auto load_kv = [&](int kt) {  // K/V tile kt into stage kt % kStages; zeros past max_pos
-    const uint32_t st = uint32_t(kt % kStages) * L::kTile;
-    const uint32_t kd = sbase + L::kK + st + sw, vd = sbase + L::kV + st + sw;
+  // One K or V tile (t: its key tile) into its ring's stage t % kStages; zeros past max_pos.
+  auto load_tile = [&](const char* base, uint32_t ring, int t) {
+    const uint32_t d = sbase + ring + uint32_t(t % kStages) * L::kTile + sw;
 #pragma unroll
     for (int j = 0; j < kBN / 16; ++j) {
-      const int r = lr + 16 * j, kp = kt * kBN + r;
+      const int r = lr + 16 * j, kp = t * kBN + r;
       const bool valid = kp <= max_pos;
       int64_t off = 0;
       if (valid) off = (p.kv.slot_in_row(s, table_row, kp) * p.kv_row + int64_t(kvh) * kHD + lc * 8) * int64_t(sizeof(T));
-      cp_async16(kd + r * 128, kbase + off, valid);
-      cp_async16(vd + r * 128, vbase + off, valid);
+      cp_async16(d + r * 128, base + off, valid);
     }
   };
 #pragma unroll
-  for (int j = 0; j < kBM / 16; ++j) {  // Q tile (zeros in padding rows), with K/V tile 0
+  for (int j = 0; j < kBM / 16; ++j) {  // Q tile (zeros in padding rows)
     const int r = lr + 16 * j;
     const bool valid = row_pos[r] >= 0;
     const T* src = static_cast<const T*>(p.q);
     if (valid) src += row_tok[r] * p.q_row_stride + int64_t(row_head[r]) * kHD + lc * 8;
     cp_async16(sbase + L::kQ + sw + r * 128, src, valid);
   }
-  load_kv(0);
+  // cp.async groups: {Q, K0, V0}, {K1, V1}, {K2}, then per iteration kt {K kt+3, V kt+2}; at the
+  // top of iteration kt, K kt+1 and V kt (two groups back) must have landed.
+  load_tile(kbase, L::kK, 0);
+  load_tile(vbase, L::kV, 0);
   cp_async_commit();
-  if (n_key_tiles > 1) load_kv(1);
+  if (n_key_tiles > 1) {
+    load_tile(kbase, L::kK, 1);
+    load_tile(vbase, L::kV, 1);
+  }
+  cp_async_commit();
+  if (n_key_tiles > 2) load_tile(kbase, L::kK, 2);
   cp_async_commit();
 
   // This thread's two rows (accumulator layout: warp w of the warpgroup owns rows 16w..16w+15).
@@ -167,25 +174,18 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const Params
   const int wg_last = min(wg * 64 + 63, n_rows - 1);
   const int wg_min = row_pos[wg * 64], wg_max = wg_last >= wg * 64 ? row_pos[wg_last] : -1;
   const float sl2 = p.scale_log2;
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
-  float o[64];
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f, corr0 = 1.0f, corr1 = 1.0f;
+  float o[64], sc[64];
+  uint32_t pf[kBN / 16][4];  // P of the current tile as A fragments, one per 16 keys
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.0f;
 
-  for (int kt = 0; kt < n_key_tiles; ++kt) {
-    cp_async_wait<1>();  // tile kt has landed (only tile kt + 1 may still be in flight)
-    wgmma::fence_proxy_async();
-    __syncthreads();     // ... for every thread; and every warpgroup is done with stage (kt + 2) % 3
-    if (kt + 2 < n_key_tiles) load_kv(kt + 2);
-    cp_async_commit();
-    if (kt * kBN > wg_max) continue;  // every row of this warpgroup masks the whole tile
-    const uint32_t st = uint32_t(kt % kStages) * L::kTile;
-
-    // S = Q · Kᵀ: 64 rows x 128 keys, 8 k-steps of 16 over head_dim (32 bytes into a half's rows).
-    float sc[64];
+  // S = Q · Kᵀ of key tile t: 64 rows x 128 keys, 8 k-steps of 16 over head_dim (32 bytes into
+  // a half's rows); issued, not waited for.
+  auto issue_s = [&](int t) {
 #pragma unroll
     for (int i = 0; i < 64; ++i) sc[i] = 0.0f;
-    wgmma::fence();
+    const uint32_t st = uint32_t(t % kStages) * L::kTile;
 #pragma unroll
     for (int k = 0; k < kHD / 16; ++k) {
       const uint32_t koff = (k / 4) * L::kHalf + (k % 4) * 32;
@@ -193,18 +193,17 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const Params
       const uint64_t db = wgmma::desc_sw128(sbase + L::kK + st + koff, 16, 1024);
       wgmma::mma_ss<T>(sc, da, db, 1);
     }
-    wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::pin(sc);
-
-    // Causal mask where a key passes the warpgroup's first row; online softmax on rows g, g + 8
-    // (sc[4j + e]: row g, key 8j + c2 + e; sc[4j + 2 + e]: row g + 8).
-    if (kt * kBN + kBN - 1 > wg_min) {
+  };
+  // Causal mask where a key passes the warpgroup's first row, then the online softmax of tile t
+  // on rows g, g + 8 (sc[4j + e]: row g, key 8j + c2 + e; sc[4j + 2 + e]: row g + 8): sc becomes
+  // P (fp32), m and l advance, corr0/corr1 are the factors O still has to take.
+  auto softmax = [&](int t) {
+    if (t * kBN + kBN - 1 > wg_min) {
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int kp = kt * kBN + j * 8 + c2 + e;
+          const int kp = t * kBN + j * 8 + c2 + e;
           if (kp > pos0) sc[4 * j + e] = -INFINITY;
           if (kp > pos1) sc[4 * j + 2 + e] = -INFINITY;
         }
@@ -222,22 +221,25 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const Params
     }
     const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
     const float ms0 = mn0 == -INFINITY ? 0.0f : mn0 * sl2, ms1 = mn1 == -INFINITY ? 0.0f : mn1 * sl2;
-    const float corr0 = ex2(m0 * sl2 - ms0), corr1 = ex2(m1 * sl2 - ms1);
+    corr0 = ex2(m0 * sl2 - ms0);
+    corr1 = ex2(m1 * sl2 - ms1);
     m0 = mn0;
     m1 = mn1;
     float sum0 = 0.0f, sum1 = 0.0f;
-    uint32_t pf[kBN / 16][4];  // P as A fragments, one per 16 keys
 #pragma unroll
     for (int j = 0; j < kBN / 8; ++j) {
-      const float p0 = ex2(fmaf(sc[4 * j], sl2, -ms0)), p1 = ex2(fmaf(sc[4 * j + 1], sl2, -ms0));
-      const float p2 = ex2(fmaf(sc[4 * j + 2], sl2, -ms1)), p3 = ex2(fmaf(sc[4 * j + 3], sl2, -ms1));
-      sum0 += p0 + p1;
-      sum1 += p2 + p3;
-      pf[j / 2][(j % 2) * 2] = pack2<T>(p0, p1);
-      pf[j / 2][(j % 2) * 2 + 1] = pack2<T>(p2, p3);
+      sc[4 * j] = ex2(fmaf(sc[4 * j], sl2, -ms0));
+      sc[4 * j + 1] = ex2(fmaf(sc[4 * j + 1], sl2, -ms0));
+      sc[4 * j + 2] = ex2(fmaf(sc[4 * j + 2], sl2, -ms1));
+      sc[4 * j + 3] = ex2(fmaf(sc[4 * j + 3], sl2, -ms1));
+      sum0 += sc[4 * j] + sc[4 * j + 1];
+      sum1 += sc[4 * j + 2] + sc[4 * j + 3];
     }
     l0 = l0 * corr0 + sum0;
     l1 = l1 * corr1 + sum1;
+  };
+  // O *= corr (after the P · V in flight has landed), and P into A fragments.
+  auto rescale_and_pack = [&] {
 #pragma unroll
     for (int j = 0; j < kHD / 8; ++j) {
       o[4 * j] *= corr0;
@@ -245,16 +247,57 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const Params
       o[4 * j + 2] *= corr1;
       o[4 * j + 3] *= corr1;
     }
-
-    // O += P · V: 8 k-steps of 16 keys; V rows are keys (MN-major B): 64-column halves kHalf
-    // apart, 8-key groups 1024 bytes apart.
-    wgmma::fence();
 #pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk)
-      wgmma::mma_rs<T>(o, pf[kk], wgmma::desc_sw128(sbase + L::kV + st + kk * 2048, L::kHalf, 1024));
+    for (int j = 0; j < kBN / 8; ++j) {
+      pf[j / 2][(j % 2) * 2] = pack2<T>(sc[4 * j], sc[4 * j + 1]);
+      pf[j / 2][(j % 2) * 2 + 1] = pack2<T>(sc[4 * j + 2], sc[4 * j + 3]);
+    }
+  };
+
+  // Tile 0: S and softmax before the loop.
+  cp_async_wait<2>();  // {Q, K0, V0}
+  wgmma::fence_proxy_async();
+  __syncthreads();
+  if (wg_max >= 0) {
+    wgmma::fence();
+    issue_s(0);
     wgmma::commit();
     wgmma::wait<0>();
+    wgmma::pin(sc);
+    softmax(0);
+    rescale_and_pack();
+  }
+  // Iteration kt: S of tile kt + 1 and O += P·V of tile kt on the tensor cores together, the loads
+  // two tiles ahead issued behind them, then the softmax of tile kt + 1 while P·V still runs.
+  // A tile every row of this warpgroup masks is skipped (it would add exact zeros).
+  for (int kt = 0; kt < n_key_tiles; ++kt) {
+    cp_async_wait<1>();  // K kt+1 and V kt have landed (for this thread)
+    wgmma::fence_proxy_async();
+    __syncthreads();     // ... for all; and every warpgroup is done with K kt and V kt-1
+    const bool act = kt * kBN <= wg_max, act_next = kt + 1 < n_key_tiles && (kt + 1) * kBN <= wg_max;
+    wgmma::fence();
+    if (act_next) issue_s(kt + 1);
+    wgmma::commit();
+    if (act) {
+      const uint32_t st = uint32_t(kt % kStages) * L::kTile;
+      // V rows are keys (MN-major B): 64-column halves kHalf apart, 8-key groups 1024 bytes apart.
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk)
+        wgmma::mma_rs<T>(o, pf[kk], wgmma::desc_sw128(sbase + L::kV + st + kk * 2048, L::kHalf, 1024));
+    }
+    wgmma::commit();
+    if (kt + 3 < n_key_tiles) load_tile(kbase, L::kK, kt + 3);
+    if (kt + 2 < n_key_tiles) load_tile(vbase, L::kV, kt + 2);
+    cp_async_commit();
+    if (act_next) {
+      wgmma::wait<1>();  // S of tile kt + 1 (P · V of tile kt may still run)
+      wgmma::pin(sc);
+      softmax(kt + 1);
+    }
+    wgmma::wait<0>();
     wgmma::pin(o);
+    wgmma::pin_u32(pf);
+    if (act_next) rescale_and_pack();
   }
 
   // Full row sums (the four lanes of a row), normalize, store rows lr0 and lr1.
