@@ -13,8 +13,10 @@
 // causal mask only where a key passes the warpgroup's first row; online softmax in registers
 // (exp2 with the scale folded into one FMA); P stays in registers as the A operand of
 // O += P · V (8 wgmma, V as B in MN-major order, the transpose bit); O in registers (fp32).
-// Key tiles sit at absolute positions and rows never mix; a tile every row of a warpgroup masks
-// is skipped (it would add exact zeros), so a row's bits do not depend on its tile or batch.
+// Per iteration, S of the next key tile and P·V of this one run on the tensor cores together and
+// the softmax of the next overlaps P·V; loads go two tiles ahead, issued behind the MMAs.
+// Key tiles sit at absolute positions and rows never mix; a key tile a row masks whole adds exact
+// zeros to it, so a row's bits do not depend on its tile or batch.
 // Built for sm_90a only (SERVELAB_HAS_SM90A from kernels/CMakeLists.txt); elsewhere
 // prefill_attention keeps the mma.sync kernel.
 #include <stdexcept>
@@ -134,17 +136,21 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const Params
   const uint32_t sw = (lc / 8) * L::kHalf + uint32_t(((lc % 8) ^ (lr % 8)) * 16);
   const char* kbase = static_cast<const char*>(p.k_cache);
   const char* vbase = static_cast<const char*>(p.v_cache);
-  // One K or V tile (t: its key tile) into its ring's stage t % kStages; zeros past max_pos.
-  auto load_tile = [&](const char* base, uint32_t ring, int t) {
-    const uint32_t d = sbase + ring + uint32_t(t % kStages) * L::kTile + sw;
+  // Byte offsets of this thread's rows of key tile t in the arenas (-1: past max_pos).
+  auto tile_offsets = [&](int t, int64_t (&off)[kBN / 16]) {
 #pragma unroll
     for (int j = 0; j < kBN / 16; ++j) {
-      const int r = lr + 16 * j, kp = t * kBN + r;
-      const bool valid = kp <= max_pos;
-      int64_t off = 0;
-      if (valid) off = (p.kv.slot_in_row(s, table_row, kp) * p.kv_row + int64_t(kvh) * kHD + lc * 8) * int64_t(sizeof(T));
-      cp_async16(d + r * 128, base + off, valid);
+      const int kp = t * kBN + lr + 16 * j;
+      off[j] = kp <= max_pos
+                   ? (p.kv.slot_in_row(s, table_row, kp) * p.kv_row + int64_t(kvh) * kHD + lc * 8) * int64_t(sizeof(T))
+                   : -1;
     }
+  };
+  // One K or V tile (t: its key tile) into its ring's stage t % kStages; zeros past max_pos.
+  auto load_tile = [&](const char* base, uint32_t ring, int t, const int64_t (&off)[kBN / 16]) {
+    const uint32_t d = sbase + ring + uint32_t(t % kStages) * L::kTile + sw;
+#pragma unroll
+    for (int j = 0; j < kBN / 16; ++j) cp_async16(d + (lr + 16 * j) * 128, base + (off[j] < 0 ? 0 : off[j]), off[j] >= 0);
   };
 #pragma unroll
   for (int j = 0; j < kBM / 16; ++j) {  // Q tile (zeros in padding rows)
@@ -155,24 +161,30 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const Params
     cp_async16(sbase + L::kQ + sw + r * 128, src, valid);
   }
   // cp.async groups: {Q, K0, V0}, {K1, V1}, {K2}, then per iteration kt {K kt+3, V kt+2}; at the
-  // top of iteration kt, K kt+1 and V kt (two groups back) must have landed.
-  load_tile(kbase, L::kK, 0);
-  load_tile(vbase, L::kV, 0);
+  // top of iteration kt, K kt+1 and V kt (two groups back) must have landed. A tile's offsets
+  // are computed once: with its K, kept for its V an iteration later (off_v).
+  int64_t off[kBN / 16], off_v[kBN / 16];
+  tile_offsets(0, off);
+  load_tile(kbase, L::kK, 0, off);
+  load_tile(vbase, L::kV, 0, off);
   cp_async_commit();
   if (n_key_tiles > 1) {
-    load_tile(kbase, L::kK, 1);
-    load_tile(vbase, L::kV, 1);
+    tile_offsets(1, off);
+    load_tile(kbase, L::kK, 1, off);
+    load_tile(vbase, L::kV, 1, off);
   }
   cp_async_commit();
-  if (n_key_tiles > 2) load_tile(kbase, L::kK, 2);
+  if (n_key_tiles > 2) {
+    tile_offsets(2, off_v);
+    load_tile(kbase, L::kK, 2, off_v);
+  }
   cp_async_commit();
 
   // This thread's two rows (accumulator layout: warp w of the warpgroup owns rows 16w..16w+15).
   const int wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, c2 = (lane % 4) * 2;
   const int lr0 = wg * 64 + warp * 16 + g, lr1 = lr0 + 8;
   const int pos0 = row_pos[lr0], pos1 = row_pos[lr1];
-  const int wg_last = min(wg * 64 + 63, n_rows - 1);
-  const int wg_min = row_pos[wg * 64], wg_max = wg_last >= wg * 64 ? row_pos[wg_last] : -1;
+  const int wg_min = row_pos[wg * 64];  // -1: no valid row in this warpgroup (masked everywhere)
   const float sl2 = p.scale_log2;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f, corr0 = 1.0f, corr1 = 1.0f;
   float o[64], sc[64];
@@ -183,15 +195,13 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const Params
   // S = Q · Kᵀ of key tile t: 64 rows x 128 keys, 8 k-steps of 16 over head_dim (32 bytes into
   // a half's rows); issued, not waited for.
   auto issue_s = [&](int t) {
-#pragma unroll
-    for (int i = 0; i < 64; ++i) sc[i] = 0.0f;
     const uint32_t st = uint32_t(t % kStages) * L::kTile;
 #pragma unroll
     for (int k = 0; k < kHD / 16; ++k) {
       const uint32_t koff = (k / 4) * L::kHalf + (k % 4) * 32;
       const uint64_t da = wgmma::desc_sw128(sbase + L::kQ + koff + wg * 64 * 128, 16, 1024);
       const uint64_t db = wgmma::desc_sw128(sbase + L::kK + st + koff, 16, 1024);
-      wgmma::mma_ss<T>(sc, da, db, 1);
+      wgmma::mma_ss<T>(sc, da, db, k > 0);  // the first k-step overwrites sc
     }
   };
   // Causal mask where a key passes the warpgroup's first row, then the online softmax of tile t
@@ -254,51 +264,60 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const Params
     }
   };
 
-  // Tile 0: S and softmax before the loop.
+  // P · V of key tile t (V rows are keys, MN-major B: 64-column halves kHalf apart, 8-key groups
+  // 1024 bytes apart); issued, not waited for.
+  auto issue_pv = [&](int t) {
+    const uint32_t st = uint32_t(t % kStages) * L::kTile;
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk)
+      wgmma::mma_rs<T>(o, pf[kk], wgmma::desc_sw128(sbase + L::kV + st + kk * 2048, L::kHalf, 1024));
+  };
+
+  // Tile 0: S and softmax before the loop. No wgmma sits under a condition (ptxas would serialize
+  // them all): a warpgroup whose rows mask a whole tile still runs it (exact zeros, P = 0).
   cp_async_wait<2>();  // {Q, K0, V0}
   wgmma::fence_proxy_async();
   __syncthreads();
-  if (wg_max >= 0) {
-    wgmma::fence();
-    issue_s(0);
-    wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::pin(sc);
-    softmax(0);
-    rescale_and_pack();
-  }
+  wgmma::fence();
+  issue_s(0);
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::pin(sc);
+  softmax(0);
+  rescale_and_pack();
   // Iteration kt: S of tile kt + 1 and O += P·V of tile kt on the tensor cores together, the loads
   // two tiles ahead issued behind them, then the softmax of tile kt + 1 while P·V still runs.
-  // A tile every row of this warpgroup masks is skipped (it would add exact zeros).
-  for (int kt = 0; kt < n_key_tiles; ++kt) {
+  for (int kt = 0; kt + 1 < n_key_tiles; ++kt) {
     cp_async_wait<1>();  // K kt+1 and V kt have landed (for this thread)
     wgmma::fence_proxy_async();
     __syncthreads();     // ... for all; and every warpgroup is done with K kt and V kt-1
-    const bool act = kt * kBN <= wg_max, act_next = kt + 1 < n_key_tiles && (kt + 1) * kBN <= wg_max;
     wgmma::fence();
-    if (act_next) issue_s(kt + 1);
+    issue_s(kt + 1);
     wgmma::commit();
-    if (act) {
-      const uint32_t st = uint32_t(kt % kStages) * L::kTile;
-      // V rows are keys (MN-major B): 64-column halves kHalf apart, 8-key groups 1024 bytes apart.
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk)
-        wgmma::mma_rs<T>(o, pf[kk], wgmma::desc_sw128(sbase + L::kV + st + kk * 2048, L::kHalf, 1024));
+    issue_pv(kt);
+    wgmma::commit();
+    if (kt + 2 < n_key_tiles) load_tile(vbase, L::kV, kt + 2, off_v);
+    if (kt + 3 < n_key_tiles) {
+      tile_offsets(kt + 3, off_v);
+      load_tile(kbase, L::kK, kt + 3, off_v);
     }
-    wgmma::commit();
-    if (kt + 3 < n_key_tiles) load_tile(kbase, L::kK, kt + 3);
-    if (kt + 2 < n_key_tiles) load_tile(vbase, L::kV, kt + 2);
     cp_async_commit();
-    if (act_next) {
-      wgmma::wait<1>();  // S of tile kt + 1 (P · V of tile kt may still run)
-      wgmma::pin(sc);
-      softmax(kt + 1);
-    }
+    wgmma::wait<1>();  // S of tile kt + 1 (P · V of tile kt may still run)
+    wgmma::pin(sc);
+    softmax(kt + 1);
     wgmma::wait<0>();
     wgmma::pin(o);
     wgmma::pin_u32(pf);
-    if (act_next) rescale_and_pack();
+    rescale_and_pack();
   }
+  cp_async_wait<0>();  // V of the last tile
+  wgmma::fence_proxy_async();
+  __syncthreads();
+  wgmma::fence();
+  issue_pv(n_key_tiles - 1);
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::pin(o);
 
   // Full row sums (the four lanes of a row), normalize, store rows lr0 and lr1.
 #pragma unroll
