@@ -50,6 +50,7 @@ struct Params {
   const int32_t* query_start;
   const int32_t* context_lens;
   KvAddressing kv;
+  int block_shift;  ///< log2(kv.block_size) when a power of two, else -1
   float scale_log2;
   void* out;
   int64_t out_row_stride;
@@ -136,14 +137,22 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const Params
   const uint32_t sw = (lc / 8) * L::kHalf + uint32_t(((lc % 8) ^ (lr % 8)) * 16);
   const char* kbase = static_cast<const char*>(p.k_cache);
   const char* vbase = static_cast<const char*>(p.v_cache);
-  // Byte offsets of this thread's rows of key tile t in the arenas (-1: past max_pos).
+  // Byte offsets of this thread's rows of key tile t in the arenas (-1: past max_pos). The slot
+  // rule of KvAddressing, with the sequence's table row hoisted and shifts for power-of-two blocks.
+  const bool paged = p.kv.kind == KvLayoutKind::paged;
+  const int32_t* trow = paged ? p.kv.block_tables + table_row * p.kv.block_table_stride : nullptr;
+  const int64_t base_slot = paged ? 0 : p.kv.base_slots[s];
+  const int bs = p.kv.block_size, bs_shift = p.block_shift;
+  const int64_t col = int64_t(kvh) * kHD + lc * 8;
   auto tile_offsets = [&](int t, int64_t (&off)[kBN / 16]) {
 #pragma unroll
     for (int j = 0; j < kBN / 16; ++j) {
       const int kp = t * kBN + lr + 16 * j;
-      off[j] = kp <= max_pos
-                   ? (p.kv.slot_in_row(s, table_row, kp) * p.kv_row + int64_t(kvh) * kHD + lc * 8) * int64_t(sizeof(T))
-                   : -1;
+      int64_t slot;
+      if (!paged) slot = base_slot + kp;
+      else if (bs_shift >= 0) slot = (int64_t(trow[kp >> bs_shift]) << bs_shift) + (kp & (bs - 1));
+      else slot = int64_t(trow[kp / bs]) * bs + kp % bs;
+      off[j] = kp <= max_pos ? (slot * p.kv_row + col) * int64_t(sizeof(T)) : -1;
     }
   };
   // One K or V tile (t: its key tile) into its ring's stage t % kStages; zeros past max_pos.
@@ -192,6 +201,11 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const Params
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.0f;
 
+  // Descriptors of the tiles' first rows; a k-step or stage adds its byte offset >> 4 to the
+  // start-address field (shared addresses stay below 2^18, so the field never carries over).
+  const uint64_t desc_q = wgmma::desc_sw128(sbase + L::kQ + wg * 64 * 128, 16, 1024);
+  const uint64_t desc_k = wgmma::desc_sw128(sbase + L::kK, 16, 1024);
+  const uint64_t desc_v = wgmma::desc_sw128(sbase + L::kV, L::kHalf, 1024);
   // S = Q · Kᵀ of key tile t: 64 rows x 128 keys, 8 k-steps of 16 over head_dim (32 bytes into
   // a half's rows); issued, not waited for.
   auto issue_s = [&](int t) {
@@ -199,8 +213,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const Params
 #pragma unroll
     for (int k = 0; k < kHD / 16; ++k) {
       const uint32_t koff = (k / 4) * L::kHalf + (k % 4) * 32;
-      const uint64_t da = wgmma::desc_sw128(sbase + L::kQ + koff + wg * 64 * 128, 16, 1024);
-      const uint64_t db = wgmma::desc_sw128(sbase + L::kK + st + koff, 16, 1024);
+      const uint64_t da = desc_q + (koff >> 4), db = desc_k + ((st + koff) >> 4);
       wgmma::mma_ss<T>(sc, da, db, k > 0);  // the first k-step overwrites sc
     }
   };
@@ -218,35 +231,43 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const Params
           if (kp > pos1) sc[4 * j + 2 + e] = -INFINITY;
         }
     }
-    float mx0 = -INFINITY, mx1 = -INFINITY;
+    float mx0 = -INFINITY, mx1 = -INFINITY, mx0b = -INFINITY, mx1b = -INFINITY;  // two chains a row
 #pragma unroll
     for (int j = 0; j < kBN / 8; ++j) {
-      mx0 = fmaxf(mx0, fmaxf(sc[4 * j], sc[4 * j + 1]));
-      mx1 = fmaxf(mx1, fmaxf(sc[4 * j + 2], sc[4 * j + 3]));
+      mx0 = fmaxf(mx0, sc[4 * j]);
+      mx0b = fmaxf(mx0b, sc[4 * j + 1]);
+      mx1 = fmaxf(mx1, sc[4 * j + 2]);
+      mx1b = fmaxf(mx1b, sc[4 * j + 3]);
     }
+    mx0 = fmaxf(mx0, mx0b);
+    mx1 = fmaxf(mx1, mx1b);
 #pragma unroll
     for (int x = 1; x <= 2; x <<= 1) {
       mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
     }
     const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    const float ms0 = mn0 == -INFINITY ? 0.0f : mn0 * sl2, ms1 = mn1 == -INFINITY ? 0.0f : mn1 * sl2;
-    corr0 = ex2(m0 * sl2 - ms0);
-    corr1 = ex2(m1 * sl2 - ms1);
+    // An unchanged maximum gives exactly 1 (a tile the row masks whole must be an exact no-op;
+    // m0 * sl2 - ms0 contracted into an FMA would leave the rounding error of ms0, not 0).
+    const float ms0 = mn0 == -INFINITY ? 0.0f : __fmul_rn(mn0, sl2), ms1 = mn1 == -INFINITY ? 0.0f : __fmul_rn(mn1, sl2);
+    corr0 = mn0 == m0 ? 1.0f : ex2(__fsub_rn(__fmul_rn(m0, sl2), ms0));
+    corr1 = mn1 == m1 ? 1.0f : ex2(__fsub_rn(__fmul_rn(m1, sl2), ms1));
     m0 = mn0;
     m1 = mn1;
-    float sum0 = 0.0f, sum1 = 0.0f;
+    float sum0 = 0.0f, sum1 = 0.0f, sum0b = 0.0f, sum1b = 0.0f;  // two chains a row, fixed order
 #pragma unroll
     for (int j = 0; j < kBN / 8; ++j) {
       sc[4 * j] = ex2(fmaf(sc[4 * j], sl2, -ms0));
       sc[4 * j + 1] = ex2(fmaf(sc[4 * j + 1], sl2, -ms0));
       sc[4 * j + 2] = ex2(fmaf(sc[4 * j + 2], sl2, -ms1));
       sc[4 * j + 3] = ex2(fmaf(sc[4 * j + 3], sl2, -ms1));
-      sum0 += sc[4 * j] + sc[4 * j + 1];
-      sum1 += sc[4 * j + 2] + sc[4 * j + 3];
+      sum0 += sc[4 * j];
+      sum0b += sc[4 * j + 1];
+      sum1 += sc[4 * j + 2];
+      sum1b += sc[4 * j + 3];
     }
-    l0 = l0 * corr0 + sum0;
-    l1 = l1 * corr1 + sum1;
+    l0 = l0 * corr0 + (sum0 + sum0b);
+    l1 = l1 * corr1 + (sum1 + sum1b);
   };
   // O *= corr (after the P · V in flight has landed), and P into A fragments.
   auto rescale_and_pack = [&] {
@@ -270,7 +291,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const Params
     const uint32_t st = uint32_t(t % kStages) * L::kTile;
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk)
-      wgmma::mma_rs<T>(o, pf[kk], wgmma::desc_sw128(sbase + L::kV + st + kk * 2048, L::kHalf, 1024));
+      wgmma::mma_rs<T>(o, pf[kk], desc_v + ((st + kk * 2048) >> 4));
   };
 
   // Tile 0: S and softmax before the loop. No wgmma sits under a condition (ptxas would serialize
@@ -384,6 +405,9 @@ void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream)
   p.query_start = a.query_start;
   p.context_lens = a.context_lens;
   p.kv = a.kv;
+  p.block_shift = -1;
+  for (int sh = 0; sh < 31; ++sh)
+    if ((1 << sh) == a.kv.block_size) p.block_shift = sh;
   p.scale_log2 = a.scale * kLog2e;
   p.out = a.out;
   p.out_row_stride = a.out_row_stride;
