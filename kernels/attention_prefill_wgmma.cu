@@ -147,11 +147,11 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const Params
   auto tile_offsets = [&](int t, int64_t (&off)[kBN / 16]) {
 #pragma unroll
     for (int j = 0; j < kBN / 16; ++j) {
-      const int kp = t * kBN + lr + 16 * j;
+      const int kp = t * kBN + lr + 16 * j, kq = min(kp, max_pos);  // kq: never past the table
       int64_t slot;
-      if (!paged) slot = base_slot + kp;
-      else if (bs_shift >= 0) slot = (int64_t(trow[kp >> bs_shift]) << bs_shift) + (kp & (bs - 1));
-      else slot = int64_t(trow[kp / bs]) * bs + kp % bs;
+      if (!paged) slot = base_slot + kq;
+      else if (bs_shift >= 0) slot = (int64_t(trow[kq >> bs_shift]) << bs_shift) + (kq & (bs - 1));
+      else slot = int64_t(trow[kq / bs]) * bs + kq % bs;
       off[j] = kp <= max_pos ? (slot * p.kv_row + col) * int64_t(sizeof(T)) : -1;
     }
   };
