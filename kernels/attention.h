@@ -114,11 +114,22 @@ struct PrefillAttentionArgs {
   int64_t out_row_stride = 0;
 };
 
-/// Tiled, online-softmax attention on tensor cores (FlashAttention-2 structure, mma.sync, K/V
-/// double-buffered by cp.async, O in registers). Key tiles are aligned to absolute positions, so a
-/// row's result does not depend on the other rows of its tile or batch: chunked prefill gives the
-/// same bits as a full prefill, and the kernel is batch-invariant by design.
+/// Tiled, online-softmax attention on tensor cores. Runs prefill_attention_wgmma where
+/// prefill_wgmma_supported(head_dim) (an sm_90a build on a compute 9.0 device, head_dim 128), else
+/// prefill_attention_mma: the choice depends only on the device and the head dim, never on the
+/// batch. In both, key tiles are aligned to absolute positions, so a row's result does not depend
+/// on the other rows of its tile or batch: chunked prefill gives the same bits as a full prefill,
+/// and the kernel is batch-invariant by design.
 void prefill_attention(const PrefillAttentionArgs& a, cudaStream_t stream);
+/// FlashAttention-2 structure on mma.sync (64-row tiles, K/V double-buffered by cp.async, O in
+/// registers); any architecture the library is built for; head_dim 32, 64, 128.
+void prefill_attention_mma(const PrefillAttentionArgs& a, cudaStream_t stream);
+/// FlashAttention-3 structure on wgmma (sm_90a): 128-row tiles over 2 warpgroups, 128-position
+/// key tiles in 3 cp.async stages, P in registers. Throws std::invalid_argument where
+/// prefill_wgmma_supported(head_dim) is false.
+void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream);
+/// True when this build has sm_90a code, the current device is compute 9.0 and head_dim is 128.
+bool prefill_wgmma_supported(int head_dim);
 /// The first version (WMMA, O in shared memory, no overlap): same contract, slower; kept for
 /// comparison in kernel_bench and the tests.
 void prefill_attention_wmma(const PrefillAttentionArgs& a, cudaStream_t stream);

@@ -314,6 +314,11 @@ void dispatch(int hd, const Params& p, dim3 grid, cudaStream_t stream) {
 }  // namespace
 
 void prefill_attention(const PrefillAttentionArgs& a, cudaStream_t stream) {
+  if (prefill_wgmma_supported(a.shape.head_dim)) return prefill_attention_wgmma(a, stream);
+  prefill_attention_mma(a, stream);
+}
+
+void prefill_attention_mma(const PrefillAttentionArgs& a, cudaStream_t stream) {
   if (a.n_seqs == 0 || a.n_tokens == 0) return;
   if (a.shape.n_kv_heads <= 0 || a.n_heads % a.shape.n_kv_heads != 0)
     throw std::invalid_argument("prefill_attention: n_heads must be a multiple of n_kv_heads");

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Peers and ceilings for kernel_bench, timed with PyTorch on the GPU machine (issue 8, items 2-3).
 
-  python3 scripts/gpu-bench-peers.py --out peers.json [--quick] [--decode-only]
+  python3 scripts/gpu-bench-peers.py --out peers.json [--quick] [--decode-only | --prefill-only]
       times torch's scaled_dot_product_attention (fastest of its flash, cuDNN and memory-efficient
       backends) on kernel_bench's shapes: decode (one query row per sequence, contiguous KV
       [batch, kv_heads, ctx, 128], GQA 1 and 4, 32 query heads) and 4k causal prefill; plus a
       2 GiB device-to-device copy and an 8192^3 bf16 matmul as ceilings. --decode-only: the copy and
-      the decode shapes only (as kernel_bench --decode-only).
+      the decode shapes only (as kernel_bench --decode-only); --prefill-only: the ceilings and the
+      prefill shapes only (as kernel_bench --prefill-only).
   python3 scripts/gpu-bench-peers.py --combine kernel_bench.json peers.json --benchmarks OUT.json
       joins both into issue 8's list of {name, value, unit, peer_or_ceiling, ratio, shape, device,
       date, commit}: our figure beside its peer on the same shape.
@@ -75,7 +76,7 @@ def sdpa_best(torch, make_call, n_rot):
     return best[0], best[1], tried
 
 
-def measure(quick, decode_only=False):
+def measure(quick, decode_only=False, prefill_only=False):
     import torch
     import torch.nn.functional as F
     dev = torch.cuda.get_device_properties(0)
@@ -109,7 +110,7 @@ def measure(quick, decode_only=False):
         del x, w, y
 
     # Decode: q [B, 32, 1, 128], K/V [B, kv, ctx, 128] contiguous.
-    for group in (1, 4):
+    for group in (() if prefill_only else (1, 4)):
         n_kv = N_HEADS // group
         for batch in (QUICK_BATCHES if quick else BATCHES):
             for ctx in (QUICK_CTXS if quick else CTXS):
@@ -190,12 +191,13 @@ def combine(kb_path, peers_path, out_path, commit):
                 add("paged_decode_attn", r["value"], "GB/s", f"torch_sdpa_{p['backend']} {p['value']:.0f} GB/s",
                     r["value"] / p["value"], shape + " hd128 block16")
             add("paged_decode_attn_vs_copy", r["value"], "GB/s", r["peer_or_ceiling"], r["ratio"], shape + " hd128 block16")
-        elif r["name"] == "prefill_attn":
+        elif r["name"] in ("prefill_attn", "prefill_attn_mma", "prefill_attn_wmma"):  # default, then the others
             p = prow.get(("sdpa_prefill_attn", base))
             if p:
-                add("prefill_attn", r["value"], "TFLOP/s", f"torch_sdpa_{p['backend']} {p['value']:.0f} TFLOP/s",
+                add(r["name"], r["value"], "TFLOP/s", f"torch_sdpa_{p['backend']} {p['value']:.0f} TFLOP/s",
                     r["value"] / p["value"], shape + " causal hd128 32 heads")
-            add("prefill_attn_vs_gemm", r["value"], "TFLOP/s", r["peer_or_ceiling"], r["ratio"], shape + " causal")
+            if r["name"] == "prefill_attn":
+                add("prefill_attn_vs_gemm", r["value"], "TFLOP/s", r["peer_or_ceiling"], r["ratio"], shape + " causal")
         else:
             add(r["name"], r["value"], r["unit"], r["peer_or_ceiling"], r["ratio"] if r["ratio"] else None, shape)
     for r in peers["rows"]:
@@ -222,7 +224,7 @@ def combine(kb_path, peers_path, out_path, commit):
               f"{v['default'] / copy:6.2f} | {sw} ({p['backend']})")
     print(f"\n== other figures ({out_path}) ==")
     for o in out:
-        if o["name"] in ("prefill_attn", "prefill_attn_vs_gemm", "prefill_attn_wmma",
+        if o["name"] in ("prefill_attn", "prefill_attn_vs_gemm", "prefill_attn_mma", "prefill_attn_wmma", "sdpa_prefill_attn",
                          "d2d_copy", "cublaslt_gemm_bf16", "torch_d2d_copy", "torch_gemm_bf16"):
             ratio = f"{o['ratio']:.2f} x {o['peer_or_ceiling']}" if o["ratio"] is not None else ""
             print(f"{o['name']:<26} {o['shape']:<34} {o['value']:>9.1f} {o['unit']:<8} {ratio}")
@@ -233,6 +235,7 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--decode-only", action="store_true")
+    ap.add_argument("--prefill-only", action="store_true")
     ap.add_argument("--combine", nargs=2, metavar=("KERNEL_BENCH_JSON", "PEERS_JSON"))
     ap.add_argument("--benchmarks")
     ap.add_argument("--commit")
@@ -244,7 +247,7 @@ def main():
         return 0
     if not a.out:
         ap.error("--out or --combine")
-    res = measure(a.quick, a.decode_only)
+    res = measure(a.quick, a.decode_only, a.prefill_only)
     try:
         res["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
                                             "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()

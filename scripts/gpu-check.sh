@@ -11,8 +11,9 @@
 #   "build tests memcheck bench peers"; "ctest" builds everything and runs ctest -L gpu).
 # Environment: OUT, BUILD (build dir, default build-gpu), QUICK=1 (fewer bench shapes), SWEEP=1
 #   (kernel_bench --sweep: decode split policies), DECODE_ONLY=1 (kernel_bench and the peers time
-#   decode attention only), COMMIT,
-#   GTEST_FILTER (for the GPU tests and memcheck), DEBS_DIR (a folder of carried Debian .deb files,
+#   decode attention only), PREFILL_ONLY=1 (kernel_bench and the peers time the ceilings and
+#   prefill attention only; the prefill kernel's SASS instruction counts go to the logs), COMMIT,
+#   GTEST_FILTER (for the GPU tests and memcheck), MEMCHECK_FILTER (memcheck's own, default GTEST_FILTER), DEBS_DIR (a folder of carried Debian .deb files,
 #   unpacked into a prefix when the machine's image lacks the build dependencies; recipe:
 #     mkdir -p shared/debs && cd shared/debs && apt-get download libgtest-dev libyaml-cpp-dev \
 #       libyaml-cpp0.7 libcli11-dev nlohmann-json3-dev libboost-dev libopenblas-dev \
@@ -65,6 +66,11 @@ if want build; then
   [ $BUILT = 1 ] && { step build_kernels 500 cmake --build "$BUILD" -j"$JOBS" --target test_kernels test_kernels_gpu kernel_bench &&
     { ! want ctest || step build_all 400 cmake --build "$BUILD" -j"$JOBS"; } || BUILT=0; }
   grep -E "ptxas info|spill|Compiling entry" "$LOGS/build_kernels.log" >"$LOGS/ptxas.txt" 2>/dev/null || true
+  obj=$(find "$BUILD" -name 'attention_prefill_wgmma.cu.o' | head -1)
+  if [ -n "$obj" ] && command -v cuobjdump >/dev/null; then  # wgmma shows as HGMMA; mma.sync as HMMA
+    cuobjdump -sass "$obj" >"$LOGS/sass_prefill_wgmma.txt" 2>&1
+    echo "prefill wgmma SASS: $(grep -c HGMMA "$LOGS/sass_prefill_wgmma.txt") HGMMA, $(grep -c 'HMMA' "$LOGS/sass_prefill_wgmma.txt") HMMA, $(grep -cE 'LDL|STL' "$LOGS/sass_prefill_wgmma.txt") LDL/STL"
+  fi
 fi
 if [ $BUILT = 1 ]; then
   if want tests; then
@@ -81,8 +87,9 @@ if [ $BUILT = 1 ]; then
   want ctest && step ctest_gpu 300 ctest --test-dir "$BUILD" -L gpu --output-on-failure
   if want memcheck; then
     if command -v compute-sanitizer >/dev/null; then
+      MC_FILTER=${MEMCHECK_FILTER:-${GTEST_FILTER:-}}
       step memcheck 200 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 "$BUILD/test_kernels_gpu" \
-        ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER}
+        ${MC_FILTER:+--gtest_filter=$MC_FILTER}
       grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) " "$LOGS/memcheck.log" | head -5
     else
       TABLE+=("$(printf '%-22s %-6s' memcheck 'n/a (no compute-sanitizer)')")
@@ -93,6 +100,7 @@ if [ $BUILT = 1 ]; then
     [ "${QUICK:-0}" = 1 ] && BENCH_ARGS+=(--quick)
     [ "${SWEEP:-0}" = 1 ] && BENCH_ARGS+=(--sweep)
     [ "${DECODE_ONLY:-0}" = 1 ] && BENCH_ARGS+=(--decode-only)
+    [ "${PREFILL_ONLY:-0}" = 1 ] && BENCH_ARGS+=(--prefill-only)
     step kernel_bench 400 "$BUILD/kernels/kernel_bench" "${BENCH_ARGS[@]}"
   fi
 fi
@@ -100,6 +108,7 @@ if want peers; then
   PEER_ARGS=(--out "$OUT/peers.json")
   [ "${QUICK:-0}" = 1 ] && PEER_ARGS+=(--quick)
   [ "${DECODE_ONLY:-0}" = 1 ] && PEER_ARGS+=(--decode-only)
+  [ "${PREFILL_ONLY:-0}" = 1 ] && PEER_ARGS+=(--prefill-only)
   step peers 400 python3 scripts/gpu-bench-peers.py "${PEER_ARGS[@]}"
   if [ -f "$OUT/kernel_bench.json" ] && [ -f "$OUT/peers.json" ]; then
     python3 scripts/gpu-bench-peers.py --combine "$OUT/kernel_bench.json" "$OUT/peers.json" \

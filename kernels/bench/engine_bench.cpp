@@ -1,7 +1,7 @@
 // engine_bench: the cuda backend's whole steps on a real model shape (default llama2-7b, random
 // bf16 weights drawn on the GPU), beside ceilings measured in the same run: a large
 // device-to-device copy and a large cuBLASLt bf16 GEMM on random data (issue 8, items 1, 3b, 5).
-//   engine_bench [--json FILE] [--commit SHA] [--preset NAME] [--kv-gb G] [--quick]
+//   engine_bench [--json FILE] [--commit SHA] [--preset NAME] [--kv-gb G] [--quick] [--prefill-only]
 //   engine_bench --ncu-decode BATCH,CONTEXT [--graphs] [--variants V]   (one decode step, eager or a
 //                                  graph replay, for ncu --profile-from-start off; V: a kMbuVariants name)
 //   engine_bench --mbu [--variants V,V,...]   (decode MBU only, per decode-path variant, see kMbuVariants)
@@ -147,6 +147,7 @@ struct Args {
   std::string preset = "llama2-7b";
   double kv_gb = 0.0;
   bool quick = false;
+  bool prefill_only = false;           // --prefill-only: the ceilings and the whole-model prefill only
   int ncu_batch = 0, ncu_context = 0;  // --ncu-decode B,CTX
   bool ncu_graphs = false;             // --graphs: the ncu step is a graph replay
   bool mbu = false;                    // --mbu
@@ -333,16 +334,18 @@ int run(const Args& args) {
   double prefill_whole_s = 0;
   for (const Mode& mode : modes) {
     const bool is_default = &mode == &modes[0];
+    if (args.prefill_only && !is_default) break;
     std::unique_ptr<CudaBackend> backend = CudaBackend::random(model, 1, mode.options);
     const int64_t slot_bytes = backend->kv_bytes_per_slot();
     const int64_t budget = args.kv_gb > 0 ? int64_t(args.kv_gb * 1e9)
                                           : backend->kv_bytes_for_utilization(0.9, prefill_len, batches.back());
     // The points this mode times, and the arena that holds the largest that fits.
     std::vector<ProfilePoint> points;
-    if (is_default)
+    if (is_default && !args.prefill_only)
       for (int c : contexts)
         for (int b : batches) points.push_back(decode_point(b, std::min(c, model.max_position)));
-    for (int b : ablation_batches) points.push_back(decode_point(b, kAblationContext));
+    if (!args.prefill_only)
+      for (int b : ablation_batches) points.push_back(decode_point(b, kAblationContext));
     if (is_default) points.push_back(ProfilePoint{ProfilePhase::prefill, {{0, prefill_len}}});
     int64_t n_slots = 0;
     for (const ProfilePoint& p : points)
@@ -357,7 +360,7 @@ int run(const Args& args) {
     auto time_s = [&](const ProfilePoint& p) { return runner.run(p, warmup, repeats, 1e9).step_s; };
 
     if (is_default) {
-      for (int c : contexts)
+      for (int c : args.prefill_only ? std::vector<int>{} : contexts)
         for (int b : batches) {
           const ProfilePoint p = decode_point(b, std::min(c, model.max_position));
           const std::string shape = fmt("b%.0f ctx%.0f", b, c);
@@ -397,7 +400,7 @@ int run(const Args& args) {
                chunked_s * 1e3, "ms", "prefill whole", chunked_s / prefill_whole_s);
       }
     }
-    for (size_t i = 0; i < ablation_batches.size(); ++i) {
+    for (size_t i = 0; i < (args.prefill_only ? 0 : ablation_batches.size()); ++i) {
       const int b = ablation_batches[i];
       const ProfilePoint p = decode_point(b, kAblationContext);
       const std::string shape = fmt("b%.0f ctx%.0f ", b, kAblationContext) + mode.label;
@@ -449,6 +452,7 @@ int main(int argc, char** argv) {
     else if (a == "--preset" && i + 1 < argc) args.preset = argv[++i];
     else if (a == "--kv-gb" && i + 1 < argc) args.kv_gb = std::atof(argv[++i]);
     else if (a == "--quick") args.quick = true;
+    else if (a == "--prefill-only") args.prefill_only = true;
     else if (a == "--graphs") args.ncu_graphs = true;
     else if (a == "--mbu") args.mbu = true;
     else if (a == "--variants" && i + 1 < argc) args.variants = argv[++i];
@@ -458,7 +462,7 @@ int main(int argc, char** argv) {
       ++i;
     else {
       std::fprintf(stderr,
-                   "usage: engine_bench [--json FILE] [--commit SHA] [--preset NAME] [--kv-gb G] [--quick]\n"
+                   "usage: engine_bench [--json FILE] [--commit SHA] [--preset NAME] [--kv-gb G] [--quick] [--prefill-only]\n"
                    "       engine_bench --mbu [--variants V,...] [--json FILE] [--commit SHA] [--quick]\n"
                    "       engine_bench --ncu-decode BATCH,CONTEXT [--graphs] [--variants V] [--preset NAME]\n");
       return 2;

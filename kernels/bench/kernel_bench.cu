@@ -2,7 +2,7 @@
 // CUDA events after warm-up (median of repeats, inputs rotated so repeats do not run from L2),
 // and prints achieved GB/s and TFLOP/s next to ceilings measured in the same run: a large
 // device-to-device copy and a large cuBLASLt bf16 GEMM on random data.
-//   kernel_bench [--json FILE] [--quick] [--sweep] [--decode-only] [--only SHAPE] [--commit SHA]
+//   kernel_bench [--json FILE] [--quick] [--sweep] [--decode-only | --prefill-only] [--only SHAPE] [--commit SHA]
 // --sweep also times decode with 1, 2, 4 and 8 blocks per SM (SplitPolicy::blocks_per_sm) and, for
 // GQA, the CUDA-core kernel (DecodeAttentionArgs::tensor_cores off), the workspace split merge
 // instead of the cluster one (max_cluster_splits 0: nocluster), clusters of up to 16 (cluster16)
@@ -180,15 +180,19 @@ bool validate(std::mt19937_64& rng, int n_sms) {
     CUDA_CHECK(cudaMemset(pout.p, 0xFF, pout.bytes));
     prefill_attention_wmma(p, nullptr);
     const std::vector<float> pgot_wmma = to_float_bf16(pout, 300 * 8 * 128);
+    CUDA_CHECK(cudaMemset(pout.p, 0xFF, pout.bytes));
+    prefill_attention_mma(p, nullptr);
+    const std::vector<float> pgot_mma = to_float_bf16(pout, 300 * 8 * 128);
     std::vector<float> pref(pqf.size());
     r.q = pqf.data();
     r.n_seqs = 1;
     r.query_start = pqs.data();
     r.out = pref.data();
     attention_ref(r);
-    const double pe = rel_err(pgot, pref), pe_wmma = rel_err(pgot_wmma, pref);
-    std::printf("  validate prefill group %d: rel err %.2e (wmma %.2e)\n", group, pe, pe_wmma);
-    ok = ok && pe < 1e-2 && pe_wmma < 1e-2;
+    const double pe = rel_err(pgot, pref), pe_wmma = rel_err(pgot_wmma, pref), pe_mma = rel_err(pgot_mma, pref);
+    std::printf("  validate prefill group %d (%s): rel err %.2e (mma %.2e, wmma %.2e)\n", group,
+                prefill_wgmma_supported(128) ? "wgmma" : "mma", pe, pe_mma, pe_wmma);
+    ok = ok && pe < 1e-2 && pe_wmma < 1e-2 && pe_mma < 1e-2;
   }
   return ok;
 }
@@ -198,13 +202,14 @@ bool validate(std::mt19937_64& rng, int n_sms) {
 int main(int argc, char** argv) {
   std::string json_path = "kernel_bench.json";
   std::string commit = "unknown", only;
-  bool quick = false, sweep = false, decode_only = false;
+  bool quick = false, sweep = false, decode_only = false, prefill_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--sweep")) sweep = true;
     else if (!std::strcmp(argv[i], "--decode-only")) decode_only = true;
+    else if (!std::strcmp(argv[i], "--prefill-only")) prefill_only = true;
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else {
       std::fprintf(stderr, "usage: kernel_bench [--json FILE] [--quick] [--sweep] [--decode-only] [--only SHAPE] [--commit SHA]\n");
@@ -220,7 +225,7 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(12345);
 
     std::printf("validation against the CPU references:\n");
-    const bool valid_attention = validate(rng, n_sms), valid_gemv = decode_only || validate_gemv();
+    const bool valid_attention = validate(rng, n_sms), valid_gemv = decode_only || prefill_only || validate_gemv();
     const bool valid = valid_attention && valid_gemv;
     if (!valid) std::printf("VALIDATION FAILED\n");
 
@@ -245,16 +250,16 @@ int main(int argc, char** argv) {
       record("cublaslt_gemm_bf16", "8192x8192x8192", gemm_tflops, "TFLOP/s", "-", 0);
     }
 
-    if (!decode_only) {
+    if (!decode_only && !prefill_only) {
       std::printf("decode weight products (llama2-7b, bf16; gemv vs cuBLASLt):\n");
       bench_gemv(l2, copy_gbs);
     }
 
-    std::printf("paged decode attention (block 16, head_dim 128):\n");
+    if (!prefill_only) std::printf("paged decode attention (block 16, head_dim 128):\n");
     const std::vector<int> batches = quick ? std::vector<int>{1, 32} : std::vector<int>{1, 8, 32, 128, 256};
     const std::vector<int> ctxs = quick ? std::vector<int>{4096} : std::vector<int>{1024, 4096, 32768};
     for (int group : {1, 4})
-      for (int batch : batches)
+      for (int batch : prefill_only ? std::vector<int>{} : batches)
         for (int ctx : ctxs) {
           const int n_heads = 32, n_kv = 32 / group;
           const int64_t kv_bytes = int64_t(batch) * ctx * n_kv * 128 * 4;
@@ -306,7 +311,8 @@ int main(int argc, char** argv) {
         }
 
     if (!decode_only) {
-    std::printf("prefill attention (causal, head_dim 128, 32 heads):\n");
+    std::printf("prefill attention (causal, head_dim 128, 32 heads; prefill_attn runs %s):\n",
+                prefill_wgmma_supported(128) ? "the wgmma kernel" : "the mma kernel");
     for (int group : {1, 4})
       for (int seq : quick ? std::vector<int>{4096} : std::vector<int>{1024, 4096}) {
         PagedBatch b(1, seq, 32, 32 / group, 0, rng);
@@ -335,12 +341,14 @@ int main(int argc, char** argv) {
         const std::string shape = "seq" + std::to_string(seq) + " gqa" + std::to_string(group);
         double ms = time_ms([&](int) { prefill_attention(p, nullptr); }, 10);
         record("prefill_attn", shape, flops / (ms * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
+        ms = time_ms([&](int) { prefill_attention_mma(p, nullptr); }, 10);
+        record("prefill_attn_mma", shape, flops / (ms * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
         ms = time_ms([&](int) { prefill_attention_wmma(p, nullptr); }, 5);
         record("prefill_attn_wmma", shape, flops / (ms * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
       }
 
-    std::printf("element-wise kernels (256 rows, d 4096, ffn 11008):\n");
-    {
+    if (!prefill_only) std::printf("element-wise kernels (256 rows, d 4096, ffn 11008):\n");
+    if (!prefill_only) {
       const int r = 256, d = 4096, ffn = 11008, n_rot = 8;
       Buf x(size_t(n_rot) * r * d * 2), res(size_t(r) * d * 2), w(d * 2), out(size_t(r) * d * 2);
       fill_random(x.p, int64_t(n_rot) * r * d, 4);
@@ -362,7 +370,7 @@ int main(int argc, char** argv) {
       ms = time_ms([&](int i) { silu_then_mul(ScalarType::bf16, gu.get<char>() + size_t(i % n_rot) * r * 2 * ffn * 2, act.p, r, ffn, nullptr); }, 50);
       record("silu_mul_unfused", "256x11008 (same bytes counted)", 3.0 * r * ffn * 2 / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
     }
-    {
+    if (!prefill_only) {
       const int t = 256, nh = 32, nkv = 8, hd = 128, stride = (nh + 2 * nkv) * hd;
       Buf qkv(size_t(t) * stride * 2), kc(size_t(t) * nkv * hd * 2), vc(size_t(t) * nkv * hd * 2);
       fill_random(qkv.p, int64_t(t) * stride, 8);
@@ -397,7 +405,7 @@ int main(int argc, char** argv) {
       }, 50);
       record("rope_kv_write_unfused", "256 tokens 32/8 heads", bytes / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
     }
-    {
+    if (!prefill_only) {
       const int n = 256, vocab = 128256;
       Buf logits(size_t(n) * vocab * 4), temp(n * 4), topk(n * 4), topp(n * 4), seed(n * 8), key(n * 8), pos(n * 4),
           tok(n * 4);

@@ -1,6 +1,7 @@
 // Decode and prefill attention on the GPU against attention_ref, on awkward sizes: batch 1 and
 // 17, contexts 1, 97 and 8k, block sizes 1, 16 and 32, GQA ratios 1, 4 and 8, both layouts,
 // chunk boundaries; fresh random inputs and poisoned outputs every time; bf16 and fp16 storage.
+// Prefill runs through prefill_attention (wgmma on sm_90a at head_dim 128) and each kernel by name.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -346,6 +347,8 @@ TEST_P(AttentionGpu, PrefillMatchesReferenceOnAwkwardShapes) {
           const std::vector<float> ref = reference(b);
           EXPECT_LT(testing::rel_error(run_prefill(t, b), ref), testing::tolerance(t))
               << "layout " << int(kind) << " group " << group << " block " << bs << " hd " << hd;
+          EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_mma), ref), testing::tolerance(t))
+              << "mma: layout " << int(kind) << " group " << group << " block " << bs << " hd " << hd;
           EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wmma), ref), testing::tolerance(t))
               << "wmma: layout " << int(kind) << " group " << group << " block " << bs << " hd " << hd;
         }
@@ -379,6 +382,73 @@ TEST_P(AttentionGpu, ChunkedPrefillGivesTheSameBitsAsFullPrefill) {
       c.q.assign(full.q.begin() + start * row, full.q.begin() + end * row);
       const std::vector<float> out = run_prefill(t, c);
       ASSERT_TRUE(std::equal(out.begin(), out.end(), ref.begin() + start * row)) << chunk << " " << start;
+    }
+  }
+}
+
+#define SKIP_WITHOUT_WGMMA()                                                    \
+  SKIP_WITHOUT_GPU();                                                           \
+  if (!prefill_wgmma_supported(128)) GTEST_SKIP() << "no sm_90a build or not a compute 9.0 device"
+
+// The wgmma kernel (128-row tiles, 128-position key tiles) on shapes around its tile edges:
+// query lengths 1, 17, 129; chunks after cached prefixes (one ending on a tile edge, one not);
+// GQA 1, 4, 8; block sizes 1, 16, 32 and the naive layout. The mma kernel runs beside it.
+TEST_P(AttentionGpu, PrefillWgmmaMatchesReferenceOnAwkwardShapes) {
+  SKIP_WITHOUT_WGMMA();
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  for (KvLayoutKind kind : {KvLayoutKind::paged, KvLayoutKind::naive})
+    for (int group : {1, 4, 8})
+      for (int bs : {1, 16, 32}) {
+        if (kind == KvLayoutKind::naive && bs != 16) continue;
+        const std::vector<int> ctx = {1, 17, 129, 300, 256, 140, 5};
+        const std::vector<int> q = {1, 17, 129, 171, 128, 1, 5};
+        const KvBatch b = testing::make_batch({ctx, q, 8, 8 / group, 128, kind, bs}, rng);
+        const std::vector<float> ref = reference(b);
+        EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wgmma), ref), testing::tolerance(t))
+            << "layout " << int(kind) << " group " << group << " block " << bs;
+        EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_mma), ref), testing::tolerance(t))
+            << "mma: layout " << int(kind) << " group " << group << " block " << bs;
+      }
+}
+
+// A 4096-token prompt (32 row tiles at GQA 1 and 4: rows of a tile span 128 or 32 positions).
+TEST_P(AttentionGpu, PrefillWgmma4kPromptMatchesReference) {
+  SKIP_WITHOUT_WGMMA();
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  for (int n_kv : {1, 4}) {
+    const KvBatch b = testing::make_batch({{4096}, {4096}, 4, n_kv, 128, KvLayoutKind::paged, 16}, rng);
+    EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wgmma), reference(b)), testing::tolerance(t)) << n_kv;
+  }
+}
+
+// A sequence's rows give the same bits alone and inside a mixed batch (other prompts, a chunk
+// after a prefix, decode rows), through prefill_attention's own choice of kernel.
+TEST_P(AttentionGpu, PrefillRowsDoNotDependOnTheBatch) {
+  SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  for (KvLayoutKind kind : {KvLayoutKind::paged, KvLayoutKind::naive}) {
+    const std::vector<int> ctx = {40, 1, 333, 700, 9};
+    const std::vector<int> q = {40, 1, 150, 700, 1};
+    const KvBatch b = testing::make_batch({ctx, q, 8, 2, 128, kind, 16}, rng);
+    const std::vector<float> all = run_prefill(t, b);
+    const size_t row = 8 * 128;
+    for (int s : {2, 3}) {
+      KvBatch one = b;
+      one.in.query_start = {0, q[s]};
+      one.in.context_lens = {ctx[s]};
+      if (kind == KvLayoutKind::paged) {
+        const auto first = b.in.block_tables.begin() + size_t(s) * b.in.block_table_stride;
+        one.in.block_tables.assign(first, first + b.in.block_table_stride);
+      } else {
+        one.in.base_slots = {b.in.base_slots[s]};
+      }
+      const size_t r0 = size_t(b.in.query_start[s]) * row;
+      one.q.assign(b.q.begin() + r0, b.q.begin() + r0 + size_t(q[s]) * row);
+      const std::vector<float> alone = run_prefill(t, one);
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + r0)) << "layout " << int(kind) << " seq " << s;
     }
   }
 }

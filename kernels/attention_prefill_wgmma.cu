@@ -1,0 +1,420 @@
+// Prefill (and mixed) attention on Hopper's warpgroup MMA (wgmma, sm_90a), FlashAttention-3
+// structure without warp specialization. Same contract as the mma.sync kernel
+// (attention_prefill_mma.cu): varlen causal, cached prefix + chunk, paged or naive KV gathered
+// through KvAddressing, GQA heads packed into the rows.
+//
+// Grid: one block per (128-row tile, KV head), tiles longest first across all heads. A tile is
+// 128 rows of (token, query head of the group) pairs of one sequence; 2 warpgroups of 64 rows.
+// Q (128 x 128) and 3 stages of K and V tiles (128 positions each) sit in shared memory in the
+// 128-byte-swizzled layout wgmma reads through descriptors (each tile as two 64-column halves
+// of 128-byte rows; the 16-byte chunk c of row r at chunk c ^ (r % 8)); every thread gathers its
+// rows by cp.async through the slot mapping, two tiles ahead of the one computed. Per key tile
+// and warpgroup: S = Q · Kᵀ by 8 wgmma m64n128k16 (A and B from shared memory, both K-major);
+// causal mask only where a key passes the warpgroup's first row; online softmax in registers
+// (exp2 with the scale folded into one FMA); P stays in registers as the A operand of
+// O += P · V (8 wgmma, V as B in MN-major order, the transpose bit); O in registers (fp32).
+// Per iteration, S of the next key tile and P·V of this one run on the tensor cores together and
+// the softmax of the next overlaps P·V; loads go two tiles ahead, issued behind the MMAs.
+// Key tiles sit at absolute positions and rows never mix; a key tile a row masks whole adds exact
+// zeros to it, so a row's bits do not depend on its tile or batch.
+// Built for sm_90a only (SERVELAB_HAS_SM90A from kernels/CMakeLists.txt); elsewhere
+// prefill_attention keeps the mma.sync kernel.
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "kernels/attention.h"
+#include "kernels/attention_prefill_wgmma.cuh"
+#include "kernels/common.cuh"
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SERVELAB_WGMMA_DEVICE 1
+#else
+#define SERVELAB_WGMMA_DEVICE 0
+#endif
+
+namespace servelab::kernels {
+namespace {
+
+constexpr int kThreads = 256, kBM = 128, kBN = 128, kHD = 128, kStages = 3;
+constexpr float kLog2e = 1.4426950408889634f;
+static_assert(kBM == kBN, "Q and K/V tiles share one layout");
+
+struct Params {
+  const void* q;
+  int64_t q_row_stride;
+  const void* k_cache;
+  const void* v_cache;
+  int64_t kv_row;
+  int n_heads, n_kv, group, n_seqs;
+  const int32_t* query_start;
+  const int32_t* context_lens;
+  KvAddressing kv;
+  int block_shift;  ///< log2(kv.block_size) when a power of two, else -1
+  float scale_log2;
+  void* out;
+  int64_t out_row_stride;
+};
+
+/// Shared memory, in bytes from a 1024-aligned base. A tile (Q, or one stage of K or V) is two
+/// halves of 128 rows x 128 bytes (head_dim 0-63, 64-127), 16 KB each.
+struct Layout {
+  static constexpr uint32_t kHalf = kBM * 128, kTile = 2 * kHalf;
+  static constexpr uint32_t kQ = 0, kK = kTile, kV = kK + kStages * kTile, kRows = kV + kStages * kTile;
+  static constexpr uint32_t kBytes = kRows + (3 * kBM + 2) * sizeof(int);
+  static constexpr size_t kAlloc = kBytes + 1024;  // room to round the base up to 1024
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const Params p) {
+#if SERVELAB_WGMMA_DEVICE
+  using L = Layout;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  const uint32_t sbase = smem_u32(smem);
+  int* row_pos = reinterpret_cast<int*>(smem + L::kRows);
+  int* row_tok = row_pos + kBM;
+  int* row_head = row_tok + kBM;
+  int* sh = row_head + kBM;  // sequence, tile
+
+  const int tid = threadIdx.x, kvh = blockIdx.x % p.n_kv;
+  if (tid == 0) {  // tiles in reverse order across all heads: the longest tiles start first
+    int tile = int(gridDim.x) / p.n_kv - 1 - int(blockIdx.x) / p.n_kv, seq = -1;
+    for (int s = 0; s < p.n_seqs; ++s) {
+      const int n_tiles = ((p.query_start[s + 1] - p.query_start[s]) * p.group + kBM - 1) / kBM;
+      if (tile < n_tiles) {
+        seq = s;
+        break;
+      }
+      tile -= n_tiles;
+    }
+    sh[0] = seq;
+    sh[1] = tile;
+  }
+  __syncthreads();
+  const int s = sh[0], tile = sh[1];
+  if (s < 0) return;
+  const int q0 = p.query_start[s], q_len = p.query_start[s + 1] - q0, ctx = p.context_lens[s];
+  const int64_t table_row = p.kv.kind == KvLayoutKind::paged ? p.kv.table_row(s) : int64_t(s);
+  if (tid < kBM) {
+    const int rr = tile * kBM + tid, i = rr / p.group;
+    row_pos[tid] = i < q_len ? ctx - q_len + i : -1;
+    row_tok[tid] = q0 + i;
+    row_head[tid] = kvh * p.group + rr % p.group;
+  }
+  __syncthreads();
+  const int n_rows = min(kBM, q_len * p.group - tile * kBM);
+  const int max_pos = ctx - q_len + (tile * kBM + n_rows - 1) / p.group;
+  const int n_key_tiles = max_pos / kBN + 1;
+
+  // Loads: thread tid moves 16-byte chunk lc of rows lr, lr + 16, ..., into the swizzled layout.
+  const int lc = tid % 16, lr = tid / 16;
+  const uint32_t sw = (lc / 8) * L::kHalf + uint32_t(((lc % 8) ^ (lr % 8)) * 16);
+  const char* kbase = static_cast<const char*>(p.k_cache);
+  const char* vbase = static_cast<const char*>(p.v_cache);
+  // Byte offsets of this thread's rows of key tile t in the arenas (-1: past max_pos). The slot
+  // rule of KvAddressing, with the sequence's table row hoisted and shifts for power-of-two blocks.
+  const bool paged = p.kv.kind == KvLayoutKind::paged;
+  const int32_t* trow = paged ? p.kv.block_tables + table_row * p.kv.block_table_stride : nullptr;
+  const int64_t base_slot = paged ? 0 : p.kv.base_slots[s];
+  const int bs = p.kv.block_size, bs_shift = p.block_shift;
+  const int64_t col = int64_t(kvh) * kHD + lc * 8;
+  auto tile_offsets = [&](int t, int64_t (&off)[kBN / 16]) {
+#pragma unroll
+    for (int j = 0; j < kBN / 16; ++j) {
+      const int kp = t * kBN + lr + 16 * j, kq = min(kp, max_pos);  // kq: never past the table
+      int64_t slot;
+      if (!paged) slot = base_slot + kq;
+      else if (bs_shift >= 0) slot = (int64_t(trow[kq >> bs_shift]) << bs_shift) + (kq & (bs - 1));
+      else slot = int64_t(trow[kq / bs]) * bs + kq % bs;
+      off[j] = kp <= max_pos ? (slot * p.kv_row + col) * int64_t(sizeof(T)) : -1;
+    }
+  };
+  // One K or V tile (t: its key tile) into its ring's stage t % kStages; zeros past max_pos.
+  auto load_tile = [&](const char* base, uint32_t ring, int t, const int64_t (&off)[kBN / 16]) {
+    const uint32_t d = sbase + ring + uint32_t(t % kStages) * L::kTile + sw;
+#pragma unroll
+    for (int j = 0; j < kBN / 16; ++j) cp_async16(d + (lr + 16 * j) * 128, base + (off[j] < 0 ? 0 : off[j]), off[j] >= 0);
+  };
+#pragma unroll
+  for (int j = 0; j < kBM / 16; ++j) {  // Q tile (zeros in padding rows)
+    const int r = lr + 16 * j;
+    const bool valid = row_pos[r] >= 0;
+    const T* src = static_cast<const T*>(p.q);
+    if (valid) src += row_tok[r] * p.q_row_stride + int64_t(row_head[r]) * kHD + lc * 8;
+    cp_async16(sbase + L::kQ + sw + r * 128, src, valid);
+  }
+  // cp.async groups: {Q, K0, V0}, {K1, V1}, {K2}, then per iteration kt {K kt+3, V kt+2}; at the
+  // top of iteration kt, K kt+1 and V kt (two groups back) must have landed. A tile's offsets
+  // are computed once: with its K, kept for its V an iteration later (off_v).
+  int64_t off[kBN / 16], off_v[kBN / 16];
+  tile_offsets(0, off);
+  load_tile(kbase, L::kK, 0, off);
+  load_tile(vbase, L::kV, 0, off);
+  cp_async_commit();
+  if (n_key_tiles > 1) {
+    tile_offsets(1, off);
+    load_tile(kbase, L::kK, 1, off);
+    load_tile(vbase, L::kV, 1, off);
+  }
+  cp_async_commit();
+  if (n_key_tiles > 2) {
+    tile_offsets(2, off_v);
+    load_tile(kbase, L::kK, 2, off_v);
+  }
+  cp_async_commit();
+
+  // This thread's two rows (accumulator layout: warp w of the warpgroup owns rows 16w..16w+15).
+  const int wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, c2 = (lane % 4) * 2;
+  const int lr0 = wg * 64 + warp * 16 + g, lr1 = lr0 + 8;
+  const int pos0 = row_pos[lr0], pos1 = row_pos[lr1];
+  const int wg_min = row_pos[wg * 64];  // -1: no valid row in this warpgroup (masked everywhere)
+  const float sl2 = p.scale_log2;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f, corr0 = 1.0f, corr1 = 1.0f;
+  float o[64], sc[64];
+  uint32_t pf[kBN / 16][4];  // P of the current tile as A fragments, one per 16 keys
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+
+  // Descriptors of the tiles' first rows; a k-step or stage adds its byte offset >> 4 to the
+  // start-address field (shared addresses stay below 2^18, so the field never carries over).
+  const uint64_t desc_q = wgmma::desc_sw128(sbase + L::kQ + wg * 64 * 128, 16, 1024);
+  const uint64_t desc_k = wgmma::desc_sw128(sbase + L::kK, 16, 1024);
+  const uint64_t desc_v = wgmma::desc_sw128(sbase + L::kV, L::kHalf, 1024);
+  // S = Q · Kᵀ of key tile t: 64 rows x 128 keys, 8 k-steps of 16 over head_dim (32 bytes into
+  // a half's rows); issued, not waited for.
+  auto issue_s = [&](int t) {
+    const uint32_t st = uint32_t(t % kStages) * L::kTile;
+#pragma unroll
+    for (int k = 0; k < kHD / 16; ++k) {
+      const uint32_t koff = (k / 4) * L::kHalf + (k % 4) * 32;
+      const uint64_t da = desc_q + (koff >> 4), db = desc_k + ((st + koff) >> 4);
+      wgmma::mma_ss<T>(sc, da, db, k > 0);  // the first k-step overwrites sc
+    }
+  };
+  // Causal mask where a key passes the warpgroup's first row, then the online softmax of tile t
+  // on rows g, g + 8 (sc[4j + e]: row g, key 8j + c2 + e; sc[4j + 2 + e]: row g + 8): sc becomes
+  // P (fp32), m and l advance, corr0/corr1 are the factors O still has to take.
+  auto softmax = [&](int t) {
+    if (t * kBN + kBN - 1 > wg_min) {
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int kp = t * kBN + j * 8 + c2 + e;
+          if (kp > pos0) sc[4 * j + e] = -INFINITY;
+          if (kp > pos1) sc[4 * j + 2 + e] = -INFINITY;
+        }
+    }
+    float mx0 = -INFINITY, mx1 = -INFINITY, mx0b = -INFINITY, mx1b = -INFINITY;  // two chains a row
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      mx0 = fmaxf(mx0, sc[4 * j]);
+      mx0b = fmaxf(mx0b, sc[4 * j + 1]);
+      mx1 = fmaxf(mx1, sc[4 * j + 2]);
+      mx1b = fmaxf(mx1b, sc[4 * j + 3]);
+    }
+    mx0 = fmaxf(mx0, mx0b);
+    mx1 = fmaxf(mx1, mx1b);
+#pragma unroll
+    for (int x = 1; x <= 2; x <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
+    }
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    // An unchanged maximum gives exactly 1 (a tile the row masks whole must be an exact no-op;
+    // m0 * sl2 - ms0 contracted into an FMA would leave the rounding error of ms0, not 0).
+    const float ms0 = mn0 == -INFINITY ? 0.0f : __fmul_rn(mn0, sl2), ms1 = mn1 == -INFINITY ? 0.0f : __fmul_rn(mn1, sl2);
+    corr0 = mn0 == m0 ? 1.0f : ex2(__fsub_rn(__fmul_rn(m0, sl2), ms0));
+    corr1 = mn1 == m1 ? 1.0f : ex2(__fsub_rn(__fmul_rn(m1, sl2), ms1));
+    m0 = mn0;
+    m1 = mn1;
+    float sum0 = 0.0f, sum1 = 0.0f, sum0b = 0.0f, sum1b = 0.0f;  // two chains a row, fixed order
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      sc[4 * j] = ex2(fmaf(sc[4 * j], sl2, -ms0));
+      sc[4 * j + 1] = ex2(fmaf(sc[4 * j + 1], sl2, -ms0));
+      sc[4 * j + 2] = ex2(fmaf(sc[4 * j + 2], sl2, -ms1));
+      sc[4 * j + 3] = ex2(fmaf(sc[4 * j + 3], sl2, -ms1));
+      sum0 += sc[4 * j];
+      sum0b += sc[4 * j + 1];
+      sum1 += sc[4 * j + 2];
+      sum1b += sc[4 * j + 3];
+    }
+    l0 = l0 * corr0 + (sum0 + sum0b);
+    l1 = l1 * corr1 + (sum1 + sum1b);
+  };
+  // O *= corr (after the P · V in flight has landed), and P into A fragments.
+  auto rescale_and_pack = [&] {
+#pragma unroll
+    for (int j = 0; j < kHD / 8; ++j) {
+      o[4 * j] *= corr0;
+      o[4 * j + 1] *= corr0;
+      o[4 * j + 2] *= corr1;
+      o[4 * j + 3] *= corr1;
+    }
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      pf[j / 2][(j % 2) * 2] = pack2<T>(sc[4 * j], sc[4 * j + 1]);
+      pf[j / 2][(j % 2) * 2 + 1] = pack2<T>(sc[4 * j + 2], sc[4 * j + 3]);
+    }
+  };
+
+  // P · V of key tile t (V rows are keys, MN-major B: 64-column halves kHalf apart, 8-key groups
+  // 1024 bytes apart); issued, not waited for.
+  auto issue_pv = [&](int t) {
+    const uint32_t st = uint32_t(t % kStages) * L::kTile;
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk)
+      wgmma::mma_rs<T>(o, pf[kk], desc_v + ((st + kk * 2048) >> 4));
+  };
+
+  // Tile 0: S and softmax before the loop. No wgmma sits under a condition (ptxas would serialize
+  // them all): a warpgroup whose rows mask a whole tile still runs it (exact zeros, P = 0).
+  cp_async_wait<2>();  // {Q, K0, V0}
+  wgmma::fence_proxy_async();
+  __syncthreads();
+  wgmma::fence();
+  issue_s(0);
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::pin(sc);
+  softmax(0);
+  rescale_and_pack();
+  // Iteration kt: S of tile kt + 1 and O += P·V of tile kt on the tensor cores together, the loads
+  // two tiles ahead issued behind them, then the softmax of tile kt + 1 while P·V still runs.
+  for (int kt = 0; kt + 1 < n_key_tiles; ++kt) {
+    cp_async_wait<1>();  // K kt+1 and V kt have landed (for this thread)
+    wgmma::fence_proxy_async();
+    __syncthreads();     // ... for all; and every warpgroup is done with K kt and V kt-1
+    wgmma::fence();
+    issue_s(kt + 1);
+    wgmma::commit();
+    issue_pv(kt);
+    wgmma::commit();
+    if (kt + 2 < n_key_tiles) load_tile(vbase, L::kV, kt + 2, off_v);
+    if (kt + 3 < n_key_tiles) {
+      tile_offsets(kt + 3, off_v);
+      load_tile(kbase, L::kK, kt + 3, off_v);
+    }
+    cp_async_commit();
+    wgmma::wait<1>();  // S of tile kt + 1 (P · V of tile kt may still run)
+    wgmma::pin(sc);
+    softmax(kt + 1);
+    wgmma::wait<0>();
+    wgmma::pin(o);
+    wgmma::pin_u32(pf);
+    rescale_and_pack();
+  }
+  cp_async_wait<0>();  // V of the last tile
+  wgmma::fence_proxy_async();
+  __syncthreads();
+  wgmma::fence();
+  issue_pv(n_key_tiles - 1);
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::pin(o);
+
+  // Full row sums (the four lanes of a row), normalize, store rows lr0 and lr1.
+#pragma unroll
+  for (int x = 1; x <= 2; x <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, x);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, x);
+  }
+  const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+  T* out = static_cast<T*>(p.out);
+  T* out0 = out + row_tok[lr0] * p.out_row_stride + int64_t(row_head[lr0]) * kHD + c2;
+  T* out1 = out + row_tok[lr1] * p.out_row_stride + int64_t(row_head[lr1]) * kHD + c2;
+#pragma unroll
+  for (int j = 0; j < kHD / 8; ++j) {
+    if (pos0 >= 0) *reinterpret_cast<uint32_t*>(out0 + j * 8) = pack2<T>(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+    if (pos1 >= 0) *reinterpret_cast<uint32_t*>(out1 + j * 8) = pack2<T>(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+  }
+#endif
+}
+
+template <typename T>
+void launch(const Params& p, int grid, cudaStream_t stream) {
+  static const bool raised = [] {  // above 48 KB a kernel must opt in, once per process
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Layout::kAlloc)));
+    return true;
+  }();
+  (void)raised;
+  prefill_wgmma_kernel<T><<<grid, kThreads, Layout::kAlloc, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool prefill_wgmma_supported(int head_dim) {
+#if defined(SERVELAB_HAS_SM90A)
+  if (head_dim != kHD) return false;
+  int dev = 0, major = 0, minor = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  return major == 9 && minor == 0;
+#else
+  (void)head_dim;
+  return false;
+#endif
+}
+
+void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) {
+  if (a.n_seqs == 0 || a.n_tokens == 0) return;
+  if (a.shape.n_kv_heads <= 0 || a.n_heads % a.shape.n_kv_heads != 0)
+    throw std::invalid_argument("prefill_attention_wgmma: n_heads must be a multiple of n_kv_heads");
+  if (!prefill_wgmma_supported(a.shape.head_dim))
+    throw std::invalid_argument("prefill_attention_wgmma: needs an sm_90a build on a compute 9.0 device and head_dim 128 (got " +
+                                std::to_string(a.shape.head_dim) + ")");
+  Params p{};
+  p.q = a.q;
+  p.q_row_stride = a.q_row_stride;
+  p.k_cache = a.k_cache;
+  p.v_cache = a.v_cache;
+  p.kv_row = a.shape.row_elems();
+  p.n_heads = a.n_heads;
+  p.n_kv = a.shape.n_kv_heads;
+  p.group = a.n_heads / a.shape.n_kv_heads;
+  p.n_seqs = a.n_seqs;
+  p.query_start = a.query_start;
+  p.context_lens = a.context_lens;
+  p.kv = a.kv;
+  p.block_shift = -1;
+  for (int sh = 0; sh < 31; ++sh)
+    if ((1 << sh) == a.kv.block_size) p.block_shift = sh;
+  p.scale_log2 = a.scale * kLog2e;
+  p.out = a.out;
+  p.out_row_stride = a.out_row_stride;
+  // Upper bound of Σ ceil(q_len · group / 128) per KV head; blocks past the real count return.
+  const int64_t grid = int64_t(ceil_div(int64_t(a.n_tokens) * p.group, kBM) + a.n_seqs) * p.n_kv;
+  if (grid > 0x7fffffff) throw std::invalid_argument("prefill_attention_wgmma: batch too large for one grid");
+  SERVELAB_DISPATCH_16(a.dtype, launch<__nv_bfloat16>(p, int(grid), stream), launch<__half>(p, int(grid), stream));
+}
+
+}  // namespace servelab::kernels
