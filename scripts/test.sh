@@ -12,8 +12,8 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 source scripts/lib/sanitizer-env.sh
 cmake --preset asan "${servelab_preset_args[@]}" > /dev/null
-targets=(servelab servelab_tests)
-[ -d build-asan/kernels ] && targets+=(kernel_bench engine_bench)  # configured when nvcc is there
-cmake --build build-asan -j"$(nproc)" --target "${targets[@]}"
+# Everything: the CLI, every test_<folder> (what ctest runs), servelab_tests (all tests in one
+# binary) and, when nvcc is there, the CUDA kernels, backend and benchmarks.
+cmake --build build-asan -j"$(nproc)"
 servelab_asan_cuda build-asan
 ctest --test-dir build-asan --output-on-failure -LE gpu -j"$(nproc)" "$@"
