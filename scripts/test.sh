@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite, under AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer:
-# installs dependencies, builds the asan preset (CMakePresets.json: gcc, libraries and CLI at -O1,
-# test objects at -O0, into build-asan/) with the CUDA kernels, backend and benchmarks when nvcc is
+# installs dependencies, builds the asan preset (CMakePresets.json: gcc, the engine's libraries at
+# -O1, the tests, CLI, loadgen, server and analysis at -O0, into build-asan/) with the CUDA
+# kernels, backend and benchmarks when nvcc is
 # there (compiled only: their GPU tests skip without a device), then runs every non-GPU test case
-# (one ctest test per GoogleTest case, spread over the cores; test_cli's cases spawn the ASan
-# build-asan/servelab). A sanitizer report (memory error, undefined behaviour, leak) fails its case.
+# (one ctest test per GoogleTest case, from its folder's test_<folder>, spread over the cores; the
+# CLI tests spawn the ASan build-asan/servelab). A sanitizer report (memory error, undefined
+# behaviour, leak) fails its case. ASan/UBSan options: scripts/lib/sanitizer-env.sh.
 # Extra args go to ctest (e.g. -R Scenario). The Release build (build/, scripts/build.sh) is the
 # one scripts/setup.sh, the benchmarks and the GPU scripts use.
 set -euo pipefail
