@@ -1,27 +1,25 @@
 #!/usr/bin/env bash
 # Runs the tests under the sanitizers (CMakePresets.json):
-#   asan: AddressSanitizer + UBSan (leaks included) over the whole suite, or the folders given
+#   asan: AddressSanitizer + UBSan + LeakSanitizer over the whole suite (that is scripts/test.sh, the
+#         README's test command, which .ci/run runs), or test_<folder> for the folders given
 #   tsan: ThreadSanitizer over the threaded parts: the thread pool, CPU attention and backend,
 #         the engine, the in-process and HTTP drivers, the server's io threads, HTTP sessions,
 #         engine thread and aborts, and the threaded checkpoint load and random init
 #         (test_backend, test_engine, test_loadgen, test_server, test_model)
 # Usage:
 #   bash scripts/sanitize.sh                 # asan (whole suite) then tsan
-#   bash scripts/sanitize.sh asan            # whole suite under ASan+UBSan
+#   bash scripts/sanitize.sh asan            # whole suite under ASan+UBSan: bash scripts/test.sh
 #   bash scripts/sanitize.sh asan loadgen model cli   # only test_<folder> for those folders
 #   bash scripts/sanitize.sh tsan
-# Exits non-zero on the first sanitizer report or failing test. GPU tests are left out. Each test
-# binary runs as SANITIZE_JOBS (default 2) GoogleTest shards side by side; a failing shard's log is
-# printed. .ci/run runs `tsan` (SERVELAB_CI_SANITIZE=all: `asan` then `tsan`; 0: neither).
+# Exits non-zero on the first sanitizer report or failing test. GPU tests are left out. Each
+# test_<folder> binary runs as SANITIZE_JOBS (default 2) GoogleTest shards side by side; a failing
+# shard's log is printed. .ci/run runs scripts/test.sh then `tsan` (SERVELAB_CI_SANITIZE=0: no TSan).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=${SANITIZE_JOBS:-2}
 which=${1:-all}; [ $# -gt 0 ] && shift
 folders=("$@")
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
-export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
+source scripts/lib/sanitizer-env.sh
 filter='-*Gpu*:*GPU*'
 
 # run_tests LABEL BINARY: BINARY's non-GPU tests in $jobs shards at once; fails when any shard does.
@@ -44,21 +42,21 @@ run_tests() {
 }
 
 run_asan() {
-  cmake --preset asan > /dev/null
   if [ ${#folders[@]} -eq 0 ]; then
-    cmake --build build-asan -j"$jobs" --target servelab servelab_tests
-    run_tests "ASan+UBSan" build-asan/servelab_tests
-  else
-    targets=(servelab); for f in "${folders[@]}"; do targets+=("test_$f"); done
-    cmake --build build-asan -j"$jobs" --target "${targets[@]}"
-    for f in "${folders[@]}"; do
-      run_tests "ASan+UBSan" build-asan/test_"$f"
-    done
+    bash scripts/test.sh
+    return
   fi
+  cmake --preset asan "${servelab_preset_args[@]}" > /dev/null
+  targets=(servelab); for f in "${folders[@]}"; do targets+=("test_$f"); done
+  cmake --build build-asan -j"$jobs" --target "${targets[@]}"
+  servelab_asan_cuda build-asan
+  for f in "${folders[@]}"; do
+    run_tests "ASan+UBSan" build-asan/test_"$f"
+  done
 }
 
 run_tsan() {
-  cmake --preset tsan > /dev/null
+  cmake --preset tsan "${servelab_preset_args[@]}" > /dev/null
   cmake --build build-tsan -j"$jobs" --target test_backend test_engine test_loadgen test_server test_model
   for t in backend engine loadgen server model; do
     run_tests "TSan" build-tsan/test_"$t"

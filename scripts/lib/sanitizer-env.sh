@@ -1,0 +1,19 @@
+# Sourced by scripts/test.sh and scripts/sanitize.sh: the sanitizer runtime options (a value already
+# in the environment wins) and the ccache settings the presets (CMakePresets.json) need.
+#   ASan: leaks (LSan) at every exit, abort on the first report, stack use after return.
+#   servelab_asan_cuda BUILD_DIR: adds protect_shadow_gap=0 when BUILD_DIR links the CUDA runtime
+#   (cudart maps memory inside ASan's shadow gap; without it a GPU test aborts instead of running or
+#   skipping).
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
+# The presets name ccache as the compiler launcher; without ccache installed, configure with none.
+servelab_preset_args=()
+command -v ccache > /dev/null || servelab_preset_args=(-DCMAKE_CXX_COMPILER_LAUNCHER=)
+
+servelab_asan_cuda() {
+  if grep -q '^CMAKE_CUDA_COMPILER:[A-Z]*=/' "$1/CMakeCache.txt" 2> /dev/null; then
+    case ":$ASAN_OPTIONS:" in *:protect_shadow_gap=*) ;; *) export ASAN_OPTIONS=$ASAN_OPTIONS:protect_shadow_gap=0 ;; esac
+  fi
+}
