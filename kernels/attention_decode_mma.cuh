@@ -17,40 +17,11 @@
 #include <type_traits>
 
 #include "kernels/attention_decode_common.cuh"
+#include "kernels/mma_util.cuh"
 
 namespace servelab::kernels::decode {
 
 constexpr int kMmaHeads = 8;  // query heads per block on the tensor-core path
-
-/// d += a · b, m16n8k16, fp32 accumulators.
-template <typename T>
-__device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                          uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-}
-
-template <typename T>
-__device__ __forceinline__ uint32_t pack2_t(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  } else {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  }
-}
 
 __device__ __forceinline__ uint32_t word(const Vec8& v, int w) {
   return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
@@ -220,7 +191,7 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
           pr[tt][e] = exp2f(sc[u][tt][e] - m);
           l += pr[tt][e];
         }
-      const uint32_t b0 = pack2_t<T>(pr[0][0], pr[0][1]), b1 = pack2_t<T>(pr[1][0], pr[1][1]);
+      const uint32_t b0 = pack2<T>(pr[0][0], pr[0][1]), b1 = pack2<T>(pr[1][0], pr[1][1]);
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
         const int v = mt / 4, w = mt % 4;

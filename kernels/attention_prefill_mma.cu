@@ -16,6 +16,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/common.cuh"
+#include "kernels/mma_util.cuh"
 
 namespace servelab::kernels {
 namespace {
@@ -46,58 +47,17 @@ struct Smem {
   static constexpr size_t kBytes = kRows + size_t(kBM) * 3 * sizeof(int);
 };
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
+               : "r"(smem_u32(p)));
 }
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
+               : "r"(smem_u32(p)));
 }
 
-/// d += a · b, m16n8k16, fp32 accumulators.
-template <typename T>
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-/// Two floats as one register of two 16-bit values (lo in the low half).
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  } else {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  }
-}
 
 template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads, 2) prefill_mma_kernel(const Params p) {
@@ -205,8 +165,8 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_mma_kernel(const Params p
       for (int j = 0; j < kBN / 8; j += 2) {
         uint32_t kb[4];  // b0, b1 of n-tile j, then of n-tile j + 1
         ldmatrix_x4(kb, kt_s + (j * 8 + (lane % 8) + 8 * (lane / 16)) * kLd + k * 16 + 8 * ((lane / 8) % 2));
-        mma16816<T>(sc[j], qf[k], kb[0], kb[1]);
-        mma16816<T>(sc[j + 1], qf[k], kb[2], kb[3]);
+        mma_16816<T>(sc[j], qf[k], kb[0], kb[1]);
+        mma_16816<T>(sc[j + 1], qf[k], kb[2], kb[3]);
       }
     }
 
@@ -262,8 +222,8 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_mma_kernel(const Params p
       for (int j = 0; j < HD / 8; j += 2) {
         uint32_t vb[4];  // b0, b1 of dim tile j, then of dim tile j + 1
         ldmatrix_x4_trans(vb, vt_s + (kk * 16 + (lane % 8) + 8 * ((lane / 8) % 2)) * kLd + j * 8 + 8 * (lane / 16));
-        mma16816<T>(o[j], pf[kk], vb[0], vb[1]);
-        mma16816<T>(o[j + 1], pf[kk], vb[2], vb[3]);
+        mma_16816<T>(o[j], pf[kk], vb[0], vb[1]);
+        mma_16816<T>(o[j + 1], pf[kk], vb[2], vb[3]);
       }
     }
     __syncthreads();  // every warp done with buffer b before the next iteration loads into it
