@@ -1,9 +1,12 @@
 // servelab validate-sim SCENARIO --profile P: how wrong is the sim? Runs the same plans on the
 // scenario's real backend and on the sim calibrated from that backend's profile, at fractions of
 // the capacity the sim finds (default 50% and 85%), and reports the relative error of p50/p99
-// TTFT and TPOT and of output throughput. Writes validation.json, validation.md and both runs'
-// records.
+// TTFT and TPOT and of output throughput. Writes validation.json, validation.md, both runs'
+// records and every real step priced by the cost model (steps_real.jsonl). With --real-repeats N
+// the real run of each point is repeated (same plan) and the run-to-run spread of each figure is
+// printed beside the sim's error: the noise floor no sim can beat on that machine.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -21,6 +24,7 @@
 #include "cli/command.h"
 #include "engine/backend/cost_model.h"
 #include "loadgen/capacity_probe.h"
+#include "loadgen/step_error.h"
 #include "loadgen/scenario.h"
 
 namespace servelab::cli {
@@ -36,6 +40,7 @@ struct ValidateSimArgs {
   std::vector<double> capacities;  // per selected strategy, req/s; empty = bisection on the sim
   int n_requests = 0;
   int warmup_requests = 16;  // a discarded real run before the first compared one
+  int real_repeats = 1;      // real runs per point: their mean is compared, their spread printed
 };
 
 analysis::SloSpec slo_of(const Scenario& s) { return analysis_slo(s); }
@@ -43,13 +48,48 @@ analysis::SloSpec slo_of(const Scenario& s) { return analysis_slo(s); }
 struct Figure {
   const char* name;
   double real = 0.0, sim = 0.0;
+  std::vector<double> reals;  ///< each real run's value (one per --real-repeats)
   double error() const { return real != 0.0 ? (sim - real) / real : NAN; }
+  /// (max − min) / mean over the real runs; NaN with one run.
+  double spread() const {
+    if (reals.size() < 2 || real == 0.0) return NAN;
+    const auto [lo, hi] = std::minmax_element(reals.begin(), reals.end());
+    return (*hi - *lo) / std::abs(real);
+  }
 };
 
-std::vector<Figure> figures_of(const analysis::RunMetrics& real, const analysis::RunMetrics& sim) {
-  return {{"ttft_p50_ms", real.ttft_ms.p50, sim.ttft_ms.p50},     {"ttft_p99_ms", real.ttft_ms.p99, sim.ttft_ms.p99},
-          {"tpot_p50_ms", real.tpot_ms.p50, sim.tpot_ms.p50},     {"tpot_p99_ms", real.tpot_ms.p99, sim.tpot_ms.p99},
-          {"output_throughput", real.output_throughput, sim.output_throughput}};
+constexpr const char* kFigureNames[] = {"ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "output_throughput"};
+
+std::array<double, 5> figure_values(const analysis::RunMetrics& m) {
+  return {m.ttft_ms.p50, m.ttft_ms.p99, m.tpot_ms.p50, m.tpot_ms.p99, m.output_throughput};
+}
+
+/// The sim's figures against the mean of the real runs' (each real run's value kept).
+std::vector<Figure> figures_of(const std::vector<analysis::RunMetrics>& reals, const analysis::RunMetrics& sim) {
+  const std::array<double, 5> s = figure_values(sim);
+  std::vector<Figure> out;
+  for (size_t f = 0; f < s.size(); ++f) {
+    Figure fig;
+    fig.name = kFigureNames[f];
+    fig.sim = s[f];
+    for (const analysis::RunMetrics& r : reals) fig.reals.push_back(figure_values(r)[f]);
+    for (double v : fig.reals) fig.real += v / double(fig.reals.size());
+    out.push_back(std::move(fig));
+  }
+  return out;
+}
+
+std::string percent_or_dash(double x) {
+  if (std::isnan(x)) return "–";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f%%", x * 100);
+  return b;
+}
+
+int64_t preemptions(const std::vector<RequestRecord>& records) {
+  int64_t n = 0;
+  for (const RequestRecord& rec : records) n += rec.preemptions;
+  return n;
 }
 
 void write_records(const std::string& path, const std::vector<RequestRecord>& records, bool append) {
@@ -102,7 +142,9 @@ int validate_sim_main(const ValidateSimArgs& a) {
   std::filesystem::create_directories(dir);
   write_records(dir + "/records_real.jsonl", {}, false);
   write_records(dir + "/records_sim.jsonl", {}, false);
+  std::ofstream(dir + "/steps_real.jsonl", std::ios::trunc);
 
+  std::ostringstream step_table;  // step error by class, every run
   std::vector<std::string> layout_notes;  // strategies priced from a profile of the other KV layout
   // Written after every compared run, so an interrupted validation keeps what it measured.
   auto write_summary = [&](const nlohmann::ordered_json& runs, const std::string& table, double worst, double worst_p50) {
@@ -115,6 +157,7 @@ int validate_sim_main(const ValidateSimArgs& a) {
     j["host_overhead"] = {{"per_step_s", cost.host.per_step_s}, {"per_seq_s", cost.host.per_seq_s}};
     j["profile_kv"] = cost.kv_layout;
     j["warmup_requests"] = a.warmup_requests;
+    j["real_repeats"] = a.real_repeats;
     j["n_requests_per_run"] = n > 0 ? n : real_sc.planned_requests();
     j["slo"] = {{"ttft_ms", real_sc.slo.ttft_ms}, {"tpot_ms", real_sc.slo.tpot_ms}, {"attainment", real_sc.slo.attainment}};
     nlohmann::ordered_json env;
@@ -138,16 +181,25 @@ int validate_sim_main(const ValidateSimArgs& a) {
        << "step measured by the profile: "
        << host_text << ".";
     for (const std::string& note : layout_notes) md << " Note: " << note << ".";
+    if (a.real_repeats > 1)
+      md << " Each point ran " << a.real_repeats << " times on the real backend (the same plan): \"real\" is their "
+         << "mean, \"real spread\" their (max − min) / mean, the machine's own run-to-run noise.";
     md << "\n\n"
-       << table << "\nWorst |error|: " << worst * 100 << "% (p50 figures: " << worst_p50 * 100 << "%).\n";
+       << table << "\nWorst |error|: " << worst * 100 << "% (p50 figures: " << worst_p50 * 100 << "%).\n\n"
+       << "Where the steps' error comes from (every real step priced by the profile; error = (Σ predicted − Σ "
+       << "measured) / Σ measured; steps_real.jsonl has each step):\n\n"
+       << step_table.str();
     std::ofstream(dir + "/validation.md") << md.str();
     return md.str();
   };
   nlohmann::ordered_json runs = nlohmann::ordered_json::array();
   std::ostringstream table;
   char line[256];
-  std::snprintf(line, sizeof line, "| strategy | load | rate (req/s) | figure | real | sim | error |\n|---|---|---|---|---|---|---|\n");
+  std::snprintf(line, sizeof line,
+                "| strategy | load | rate (req/s) | figure | real | sim | error | real spread |\n|---|---|---|---|---|---|---|---|\n");
   table << line;
+  step_table << "| strategy | load | steps | class | Σ measured (s) | Σ predicted (s) | error | median measured/predicted |\n"
+             << "|---|---|---|---|---|---|---|---|\n";
   double worst = 0.0, worst_p50 = 0.0;
   bool warmed = a.warmup_requests <= 0;
   for (size_t k = 0; k < which.size(); ++k) {
@@ -203,25 +255,44 @@ int validate_sim_main(const ValidateSimArgs& a) {
         (void)real->run(i, rate, w);
         warmed = true;
       }
-      std::fprintf(stderr, "  %s at %.0f%% (%.4g req/s): real run...\n", label.c_str(), load * 100, rate);
-      const PointRun r = real->run(i, rate, o);
+      std::vector<analysis::RunMetrics> mrs;
+      std::vector<StepTiming> timings;  // every real run's steps
+      int64_t pre_real = 0;
+      double real_wall = 0.0;
+      for (int rep = 0; rep < a.real_repeats; ++rep) {
+        std::fprintf(stderr, "  %s at %.0f%% (%.4g req/s): real run%s...\n", label.c_str(), load * 100, rate,
+                     a.real_repeats > 1 ? (" " + std::to_string(rep + 1) + "/" + std::to_string(a.real_repeats)).c_str() : "");
+        PointRun r = real->run(i, rate, o);
+        if (rep > 0) {  // the same plan again: its records under their own run label
+          r.label += "#" + std::to_string(rep + 1);
+          for (RequestRecord& rec : r.records) rec.run = r.label;
+        }
+        write_records(dir + "/records_real.jsonl", r.records, true);
+        {
+          std::ofstream steps(dir + "/steps_real.jsonl", std::ios::app);
+          for (const StepTiming& t : r.step_timings) steps << step_timing_line(r.label, t);
+        }
+        mrs.push_back(analysis::compute_metrics(r.label, r.records, {}, slo_of(real_sc)));
+        timings.insert(timings.end(), r.step_timings.begin(), r.step_timings.end());
+        pre_real += preemptions(r.records);
+        real_wall += r.wall_s;
+      }
       const PointRun s = sim->run(i, rate, o);
-      write_records(dir + "/records_real.jsonl", r.records, true);
       write_records(dir + "/records_sim.jsonl", s.records, true);
-      const analysis::RunMetrics mr = analysis::compute_metrics(r.label, r.records, {}, slo_of(real_sc));
+      const analysis::RunMetrics& mr = mrs.front();
       const analysis::RunMetrics ms = analysis::compute_metrics(s.label, s.records, {}, slo_of(sim_sc));
       nlohmann::ordered_json run;
       run["strategy"] = label;
       run["load"] = load;
       run["rate"] = rate;
       run["n_requests"] = mr.n_requests;
-      run["real_wall_s"] = r.wall_s;
+      run["real_wall_s"] = real_wall;
       // Step level: each real step's measured time over what the profile predicts for its shape.
       // Apart from queueing, this is the cost model's own error, and on a shared machine it also
       // shows how much slower (load) the steps ran than when the profile was measured.
       std::vector<double> ratio;
       double sum_measured = 0.0, sum_predicted = 0.0;
-      for (const StepTiming& t : r.step_timings) {
+      for (const StepTiming& t : timings) {
         ratio.push_back(t.measured_s / t.predicted_s);
         sum_measured += t.measured_s;
         sum_predicted += t.predicted_s;
@@ -235,40 +306,51 @@ int validate_sim_main(const ValidateSimArgs& a) {
                       {"total_measured_s", sum_measured},
                       {"total_predicted_s", sum_predicted},
                       {"total_error", sum_measured > 0 ? (sum_predicted - sum_measured) / sum_measured : NAN}};
-      std::snprintf(line, sizeof line, "| %s | %.0f%% | %.4g | steps: sim/real total time (%zu steps) | %.4g s | %.4g s | %+.1f%% |\n",
+      std::snprintf(line, sizeof line, "| %s | %.0f%% | %.4g | steps: sim/real total time (%zu steps) | %.4g s | %.4g s | %+.1f%% | |\n",
                     label.c_str(), load * 100, rate, ratio.size(), sum_measured, sum_predicted,
                     sum_measured > 0 ? (sum_predicted - sum_measured) / sum_measured * 100 : NAN);
       table << line;
+      nlohmann::ordered_json classes = nlohmann::ordered_json::array();
+      for (const StepClassError& c : step_class_errors(timings)) {
+        classes.push_back({{"class", c.name}, {"n_steps", c.n_steps}, {"total_measured_s", c.measured_s},
+                           {"total_predicted_s", c.predicted_s}, {"total_error", c.error()},
+                           {"measured_over_predicted_p50", c.ratio_p50}});
+        std::snprintf(line, sizeof line, "| %s | %.0f%% | %lld | %s | %.4g | %.4g | %+.1f%% | %.3f |\n", label.c_str(),
+                      load * 100, static_cast<long long>(c.n_steps), c.name.c_str(), c.measured_s, c.predicted_s,
+                      c.error() * 100, c.ratio_p50);
+        step_table << line;
+      }
+      run["steps"]["classes"] = classes;
       run["sim_wall_s"] = s.wall_s;
       if (s.cost_counts)
         run["sim_cost_counts"] = {{"profile", s.cost_counts->profile},
                                   {"profile_roofline", s.cost_counts->profile_roofline},
                                   {"roofline", s.cost_counts->roofline}};
       nlohmann::ordered_json figs;
-      for (const Figure& f : figures_of(mr, ms)) {
+      for (const Figure& f : figures_of(mrs, ms)) {
         figs[f.name] = {{"real", f.real}, {"sim", f.sim}, {"relative_error", f.error()}};
+        if (f.reals.size() > 1) {
+          figs[f.name]["real_runs"] = f.reals;
+          figs[f.name]["real_spread"] = f.spread();
+        }
         worst = std::max(worst, std::abs(f.error()));
         if (std::string(f.name).find("p50") != std::string::npos) worst_p50 = std::max(worst_p50, std::abs(f.error()));
-        std::snprintf(line, sizeof line, "| %s | %.0f%% | %.4g | %s | %.4g | %.4g | %+.1f%% |\n", label.c_str(), load * 100,
-                      rate, f.name, f.real, f.sim, f.error() * 100);
+        std::snprintf(line, sizeof line, "| %s | %.0f%% | %.4g | %s | %.4g | %.4g | %+.1f%% | %s |\n", label.c_str(),
+                      load * 100, rate, f.name, f.real, f.sim, f.error() * 100, percent_or_dash(f.spread()).c_str());
         table << line;
       }
       run["figures"] = figs;
-      // Recompute preemptions (KV full): near the KV cliff they decide the TTFT tail, and a small
-      // step-time error moves when the arena fills, so the counts are shown beside the figures.
-      auto preemptions = [](const std::vector<RequestRecord>& recs) {
-        int64_t n = 0;
-        for (const RequestRecord& rec : recs) n += rec.preemptions;
-        return n;
-      };
-      const int64_t pre_real = preemptions(r.records), pre_sim = preemptions(s.records);
+      // Preemptions (KV full): near the KV cliff they decide the TTFT tail, and a small step-time
+      // error moves when the arena fills, so the counts are shown beside the figures (real: summed
+      // over the repeats).
+      const int64_t pre_sim = preemptions(s.records);
       run["preemptions"] = {{"real", pre_real}, {"sim", pre_sim}};
       if (pre_real > 0 || pre_sim > 0) {
-        std::snprintf(line, sizeof line, "| %s | %.0f%% | %.4g | preemptions (count, not an error figure) | %lld | %lld | |\n",
+        std::snprintf(line, sizeof line, "| %s | %.0f%% | %.4g | preemptions (count, not an error figure) | %lld | %lld | | |\n",
                       label.c_str(), load * 100, rate, static_cast<long long>(pre_real), static_cast<long long>(pre_sim));
         table << line;
       }
-      std::fprintf(stderr, "  done: real %.1f s wall; worst error so far %.1f%%\n", r.wall_s, worst * 100);
+      std::fprintf(stderr, "  done: real %.1f s wall; worst error so far %.1f%%\n", real_wall, worst * 100);
       runs.push_back(run);
       write_summary(runs, table.str(), worst, worst_p50);
     }
@@ -301,6 +383,10 @@ const Registrar reg(
                      "Requests of a discarded real run before the first compared one (0 = none)")
           ->capture_default_str()
           ->check(CLI::NonNegativeNumber);
+      sub.add_option("--real-repeats", a->real_repeats,
+                     "Real runs per point (same plan): their mean is compared and their spread printed")
+          ->capture_default_str()
+          ->check(CLI::Range(1, 100));
       sub.footer(
           "Capacity is searched on the sim (capacity: section, slo: target); the real runs then run\n"
           "at each --loads fraction of it, in real time.\n\n"

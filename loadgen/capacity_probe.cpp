@@ -32,7 +32,7 @@ class MeasuringBackend final : public Backend {
     const auto t0 = std::chrono::steady_clock::now();
     ForwardResult r = inner_->forward(batch, kv);
     const double measured = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    out_.push_back({measured, cost_.step_seconds(inner_->config(), shape)});
+    out_.push_back({measured, cost_.step_seconds(inner_->config(), shape), shape});
     return r;
   }
   void copy_slots(std::span<const KvCopy> copies) override { inner_->copy_slots(copies); }

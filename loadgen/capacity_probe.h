@@ -36,6 +36,7 @@ struct PointRunOptions {
 struct StepTiming {
   double measured_s = 0.0;
   double predicted_s = 0.0;
+  StepShape shape;  ///< what was priced
 };
 
 /// The result of one point.

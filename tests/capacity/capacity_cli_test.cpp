@@ -65,7 +65,8 @@ TEST(ValidateSimCommand, ComparesTheCpuEngineWithItsCalibratedSim) {
              "           output_tokens: {dist: uniform, min: 4, max: 12}}\n"
              "slo: {ttft_ms: 200, tpot_ms: 50}\n");
   const std::string out = tmp.file("val");
-  r = run_servelab({"validate-sim", scenario, "--profile", profile, "--capacity", "20", "--out", out}, tmp);
+  r = run_servelab({"validate-sim", scenario, "--profile", profile, "--capacity", "20", "--out", out, "--real-repeats", "2"},
+                   tmp);
   ASSERT_EQ(r.code, 0) << r.output;
   const auto j = nlohmann::json::parse(read_text(out + "/validation.json"));
   ASSERT_EQ(j.at("runs").size(), 2u);  // 50% and 85%
@@ -73,7 +74,7 @@ TEST(ValidateSimCommand, ComparesTheCpuEngineWithItsCalibratedSim) {
   for (const auto& run : j.at("runs"))
     for (const char* f : {"ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "output_throughput"})
       EXPECT_TRUE(run.at("figures").at(f).at("relative_error").is_number()) << f;
-  EXPECT_EQ(read_lines(out + "/records_real.jsonl").size(), 12u);  // the warm-up run is not recorded
+  EXPECT_EQ(read_lines(out + "/records_real.jsonl").size(), 24u);  // 2 repeats; the warm-up run is not recorded
   EXPECT_EQ(j.at("warmup_requests"), 16);
   EXPECT_NE(r.output.find("warm-up: 16 requests"), std::string::npos) << r.output;
   EXPECT_EQ(read_lines(out + "/records_sim.jsonl").size(), 12u);
@@ -87,6 +88,26 @@ TEST(ValidateSimCommand, ComparesTheCpuEngineWithItsCalibratedSim) {
     EXPECT_TRUE(run.at("preemptions").at("sim").is_number_integer());
   }
   EXPECT_NE(read_text(out + "/validation.md").find("host work per step measured by the profile"), std::string::npos);
+  // --real-repeats 2: each figure is the mean of two real runs, their spread beside it; the
+  // repeat's records carry their own run label; every real step is written and classed.
+  EXPECT_EQ(j.at("real_repeats"), 2);
+  size_t n_steps = 0;
+  for (const auto& run : j.at("runs")) {
+    const auto& f = run.at("figures").at("output_throughput");
+    ASSERT_EQ(f.at("real_runs").size(), 2u);
+    EXPECT_DOUBLE_EQ(f.at("real").get<double>(),
+                     (f.at("real_runs")[0].get<double>() + f.at("real_runs")[1].get<double>()) / 2);
+    EXPECT_GE(f.at("real_spread").get<double>(), 0.0);
+    int64_t in_classes = 0;
+    for (const auto& c : run.at("steps").at("classes")) in_classes += c.at("n_steps").get<int64_t>();
+    EXPECT_EQ(in_classes, run.at("steps").at("n_steps").get<int64_t>());
+    EXPECT_GT(in_classes, 0);
+    n_steps += size_t(in_classes);
+  }
+  EXPECT_EQ(read_lines(out + "/steps_real.jsonl").size(), n_steps);
+  EXPECT_NE(read_text(out + "/records_real.jsonl").find("@10#2\""), std::string::npos);
+  EXPECT_NE(read_text(out + "/validation.md").find("| real spread |"), std::string::npos);
+  EXPECT_NE(read_text(out + "/validation.md").find("decode, 1-4 seqs"), std::string::npos);
 }
 
 }  // namespace
