@@ -36,6 +36,7 @@ struct ProfileArgs {
   double kv_gb = 0.0;    // KV arena cap in GB; 0 = the grid's largest point (cuda: capped by free memory)
   int warmup = -1;       // untimed runs per point; -1 = 2 on cuda (GEMM choice, graph capture), else 0
   std::string kv = "paged";    // the timed sequences' KV layout
+  bool kv_spread = false;      // spread them over the --kv-gb arena
   bool host_overhead = true;  // also measure the engine's per-step host work (loadgen/host_overhead_probe.h)
 };
 
@@ -90,6 +91,9 @@ int profile_main(const ProfileArgs& a) {
   options.max_kv_bytes = static_cast<int64_t>(a.kv_gb * 1e9);
   options.fill_kv = spec.kind != BackendKind::sim;  // the sim would charge the fill as swap traffic
   options.kv_kind = a.kv == "naive" ? KvKind::naive : KvKind::paged;
+  options.kv_spread = a.kv_spread;
+  if (a.kv_spread && a.kv_gb <= 0.0)
+    throw std::invalid_argument("--kv-spread needs --kv-gb: the arena the sequences spread over (the runs' KV size)");
   options.validate();
   options.check_fits(resolve_model_config(spec.model));  // before drawing or loading weights
 
@@ -180,6 +184,9 @@ const Registrar reg(
                                     "profile the layout of the strategies the sim will price")
           ->capture_default_str()
           ->check(CLI::IsMember({"paged", "naive"}));
+      sub.add_flag("--kv-spread", a->kv_spread,
+                   "naive KV: spread each point's regions evenly over the --kv-gb arena (as a serving engine's arena "
+                   "holds them), instead of packing them at its start");
       sub.add_flag("!--no-host-overhead", a->host_overhead,
                    "skip measuring the engine's host work per step outside forward() (scheduling, KV "
                    "bookkeeping, tokens, records), which the sim adds to every step");

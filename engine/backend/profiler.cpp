@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -97,6 +98,10 @@ void ProfileOptions::validate() const {
   if (warmup < 0 || warmup > 100) throw std::invalid_argument("warmup (" + std::to_string(warmup) + ") must be in [0, 100]");
   if (max_kv_bytes < 0)
     throw std::invalid_argument("max_kv_bytes (" + std::to_string(max_kv_bytes) + ") must be >= 0 (0 = no cap)");
+  if (kv_spread && max_kv_bytes == 0)
+    throw std::invalid_argument("kv_spread needs max_kv_bytes: the arena the sequences spread over (--kv-gb)");
+  if (kv_spread && kv_kind != KvKind::naive)
+    throw std::invalid_argument("kv_spread applies to naive KV (paged blocks are placed by the manager's free list)");
 }
 
 void ProfileOptions::check_fits(const ModelConfig& model) const {
@@ -158,6 +163,7 @@ ProfilePlan plan_profile(const ProfileOptions& options, int64_t kv_bytes_per_slo
     throw std::invalid_argument("no profile grid point fits a KV budget of " + gb(double(options.max_kv_bytes)) +
                                 ": the smallest needs " + gb(double(smallest) * double(kv_bytes_per_slot)) +
                                 " (raise the budget, or use smaller batches and contexts)");
+  if (options.kv_spread) plan.n_slots = max_slots;  // the whole budget, as the runs' arena
   return plan;
 }
 
@@ -178,12 +184,14 @@ struct ProfileRunner::State {
   std::mt19937_64 rng;
   std::uniform_int_distribution<TokenId> token;
   uint64_t next_id = 1;
+  bool spread = false;
   State(Backend& b, uint64_t seed) : backend(b), rng(seed), token(2, std::max(2, b.config().vocab_size - 1)) {}
 };
 
 ProfileRunner::ProfileRunner(Backend& backend, int64_t n_slots, int max_len, uint64_t seed, bool fill_kv,
-                             int64_t fill_chunk_bytes, KvKind kv_kind)
+                             int64_t fill_chunk_bytes, KvKind kv_kind, bool spread)
     : state_(std::make_unique<State>(backend, seed)) {
+  state_->spread = spread;
   KvConfig kv_config;
   kv_config.kind = kv_kind;
   kv_config.reserve = NaiveReserve::oracle;  // naive: a region of exactly the sequence's tokens
@@ -232,6 +240,13 @@ ProfileSample ProfileRunner::run(const ProfilePoint& p, int warmup, int repeats,
   State& st = *state_;
   KvManager& kv = *st.kv;
   std::vector<Sequence> seqs(p.seqs.size());
+  std::vector<Sequence> spacers;  // spread: untimed allocations that push the next sequence on
+  spacers.reserve(seqs.size());
+  const int64_t stride = st.spread ? kv.capacity_slots() / int64_t(seqs.size()) : 0;
+  auto release_all = [&](size_t n_seqs) {
+    for (size_t j = 0; j < n_seqs; ++j) kv.release(seqs[j]);
+    for (Sequence& s : spacers) kv.release(s);
+  };
   Batch batch;
   for (size_t i = 0; i < seqs.size(); ++i) {
     Sequence& s = seqs[i];
@@ -242,10 +257,21 @@ ProfileSample ProfileRunner::run(const ProfilePoint& p, int warmup, int repeats,
     s.n_prompt = n;
     s.sampling.max_tokens = 1;
     if (!kv.can_allocate(s, n)) {
-      for (size_t j = 0; j < i; ++j) kv.release(seqs[j]);
+      release_all(i);
       throw std::logic_error("profile: the KV arena is too small for " + p.describe());
     }
+    const int64_t free_before = kv.free_slots();
     kv.allocate(s, n);
+    const int64_t gap = stride - (free_before - kv.free_slots());
+    if (gap > 0 && i + 1 < seqs.size() && gap <= std::numeric_limits<int>::max()) {
+      Sequence& sp = spacers.emplace_back();
+      sp.id = sp.request_id = st.next_id++;
+      sp.tokens.assign(size_t(gap), 2);
+      sp.n_prompt = static_cast<int>(gap);
+      sp.sampling.max_tokens = 1;
+      if (kv.can_allocate(sp, static_cast<int>(gap))) kv.allocate(sp, static_cast<int>(gap));
+      else spacers.pop_back();
+    }
   }
   for (size_t i = 0; i < seqs.size(); ++i) batch.entries.push_back({&seqs[i], p.seqs[i].n_new, true});
   ProfileSample sample;
@@ -267,7 +293,7 @@ ProfileSample ProfileRunner::run(const ProfilePoint& p, int warmup, int repeats,
     total += t;
   }
   sample.step_s = median(sample.times_s);
-  for (Sequence& s : seqs) kv.release(s);
+  release_all(seqs.size());
   return sample;
 }
 
@@ -295,7 +321,7 @@ ProfileReport profile_backend(Backend& backend, const ProfileOptions& options,
                gb(double(options.max_kv_bytes)) + "): " + p.describe());
 
   ProfileRunner runner(backend, plan.n_slots, plan.max_len, options.seed, options.fill_kv, int64_t(256) << 20,
-                       options.kv_kind);
+                       options.kv_kind, options.kv_spread);
   // Warm-up: first touch of the weights and of the BLAS threads.
   runner.run(ProfilePoint{ProfilePhase::prefill, {{0, std::min(8, plan.max_len)}}}, 0, 1, 0.0);
   for (size_t i = 0; i < plan.points.size(); ++i) {
@@ -366,7 +392,7 @@ std::string profile_json(const ProfileReport& r) {
                   {"prompt_len", o.prompt_len},     {"max_rows", o.max_rows},       {"chunk_lens", o.chunk_lens},
                   {"repeats", o.repeats},           {"min_point_s", o.min_point_s}, {"warmup", o.warmup},
                   {"max_kv_bytes", o.max_kv_bytes}, {"fill_kv", o.fill_kv},       {"seed", o.seed},
-                  {"kv", to_string(o.kv_kind)}};
+                  {"kv", to_string(o.kv_kind)},     {"kv_spread", o.kv_spread}};
   ordered_json skipped = ordered_json::array();
   for (const ProfilePoint& p : r.skipped) {
     int64_t n_tokens = 0, max_context = 0;

@@ -39,6 +39,11 @@ struct ProfileOptions {
   /// naive (one contiguous region each): the backend's attention reads them differently, so a
   /// strategy is best priced from a profile of its own layout.
   KvKind kv_kind = KvKind::paged;
+  /// Naive KV: spread each point's regions evenly over an arena of max_kv_bytes (set it to the
+  /// runs' kv_cache size), as a serving engine's arena holds them after churn, instead of packing
+  /// them at the start of an arena just big enough. Needs max_kv_bytes. (Paged blocks need no
+  /// option: the manager recycles freed blocks first, in the profile as in a run.)
+  bool kv_spread = false;
   uint64_t seed = 0;           ///< prompt tokens and K/V fill
   void validate() const;
   /// Throws std::invalid_argument when the longest sequence exceeds model.max_position.
@@ -76,7 +81,7 @@ std::vector<ProfilePoint> profile_grid(const ProfileOptions& options);
 struct ProfilePlan {
   std::vector<ProfilePoint> points;   ///< grid order, each fitting the arena
   std::vector<ProfilePoint> skipped;  ///< need more than max_kv_bytes
-  int64_t n_slots = 0;                ///< arena: the largest point kept (at most max_kv_bytes)
+  int64_t n_slots = 0;                ///< arena: the largest point kept (at most max_kv_bytes; all of it with kv_spread)
   int max_len = 1;                    ///< longest sequence of the points kept
 };
 
@@ -129,8 +134,10 @@ class ProfileRunner {
   /// Calls backend.init_kv(n_slots); with fill_kv, writes seeded random K/V into every slot:
   /// fill_chunk_bytes of them swapped in from a host pool, repeated over the rest by copy_slots.
   /// `kv_kind`: paged (blocks of kProfileBlockSize) or naive (a contiguous region per sequence).
+  /// `spread`: a point's sequences start n_slots / n_seqs slots apart (spacer allocations between
+  /// them), not packed at the arena's start.
   ProfileRunner(Backend& backend, int64_t n_slots, int max_len, uint64_t seed, bool fill_kv,
-                int64_t fill_chunk_bytes = int64_t(256) << 20, KvKind kv_kind = KvKind::paged);
+                int64_t fill_chunk_bytes = int64_t(256) << 20, KvKind kv_kind = KvKind::paged, bool spread = false);
   ~ProfileRunner();
   ProfileRunner(const ProfileRunner&) = delete;
   ProfileRunner& operator=(const ProfileRunner&) = delete;

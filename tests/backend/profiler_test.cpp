@@ -153,6 +153,63 @@ class CountingBackend final : public Backend {
   CpuBackend& inner_;
 };
 
+/// A CpuBackend that records the first KV slot of every sequence it computes.
+class SlotRecordingBackend final : public Backend {
+ public:
+  explicit SlotRecordingBackend(CpuBackend& inner) : inner_(inner) {}
+  std::string name() const override { return inner_.name(); }
+  const ModelConfig& config() const override { return inner_.config(); }
+  int64_t kv_bytes_per_slot() const override { return inner_.kv_bytes_per_slot(); }
+  void init_kv(int64_t n_slots) override { inner_.init_kv(n_slots); }
+  ForwardResult forward(const Batch& batch, const KvManager& kv) override {
+    first_slots.clear();
+    for (const BatchEntry& e : batch.entries) first_slots.push_back(kv.slot(*e.seq, 0));
+    return inner_.forward(batch, kv);
+  }
+  void copy_slots(std::span<const KvCopy> copies) override { inner_.copy_slots(copies); }
+  std::unique_ptr<HostKvPool> make_host_pool(int64_t n_slots) override { return inner_.make_host_pool(n_slots); }
+  void swap_out(std::span<const KvSwap> runs, HostKvPool& pool) override { inner_.swap_out(runs, pool); }
+  void swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) override { inner_.swap_in(runs, pool); }
+  std::vector<int64_t> first_slots;
+
+ private:
+  CpuBackend& inner_;
+};
+
+TEST(ProfileRunner, SpreadPlacesNaiveRegionsAcrossTheWholeArena) {
+  CpuBackend cpu(ModelWeights::random(testing::small_config(2), 1), CpuBackendOptions{.n_threads = 1});
+  const ProfilePoint decode4{ProfilePhase::decode, std::vector<ProfilePoint::Seq>(4, {32, 1})};
+  SlotRecordingBackend b(cpu);
+  {
+    ProfileRunner packed(b, 4000, 64, 1, false, int64_t(1) << 20, KvKind::naive, false);
+    packed.run(decode4, 0, 1, 0.0);
+    EXPECT_EQ(b.first_slots, (std::vector<int64_t>{0, 33, 66, 99}));  // regions of exactly 33 slots, packed
+  }
+  ProfileRunner spread(b, 4000, 64, 1, false, int64_t(1) << 20, KvKind::naive, true);
+  for (int round = 0; round < 2; ++round) {  // the spacers are released with the point: same places again
+    spread.run(decode4, 0, 1, 0.0);
+    EXPECT_EQ(b.first_slots, (std::vector<int64_t>{0, 1000, 2000, 3000})) << "round " << round;
+  }
+}
+
+TEST(Profiler, SpreadNeedsAnArenaSizeAndIsRecordedInTheProfile) {
+  ProfileOptions o = small_options();
+  o.kv_spread = true;
+  o.kv_kind = KvKind::naive;
+  EXPECT_THROW(o.validate(), std::invalid_argument);  // no arena size
+  o.kv_kind = KvKind::paged;
+  o.max_kv_bytes = int64_t(64) << 20;
+  EXPECT_THROW(o.validate(), std::invalid_argument);  // paged
+  o.kv_kind = KvKind::naive;
+  o.max_kv_bytes = int64_t(64) << 20;
+  o.validate();
+  CpuBackend backend(ModelWeights::random(testing::small_config(2), 1), CpuBackendOptions{.n_threads = 1});
+  const ProfilePlan plan = plan_profile(o, backend.kv_bytes_per_slot());
+  EXPECT_EQ(plan.n_slots, o.max_kv_bytes / backend.kv_bytes_per_slot());  // the whole budget
+  const ProfileReport r = profile_backend(backend, o);
+  EXPECT_EQ(nlohmann::json::parse(profile_json(r)).at("options").at("kv_spread"), true);
+}
+
 /// batch {1, 4} x contexts {32, 256}: the grid's two points with batch 4 at context 256 (decode:
 /// 4 x 272 slots; mixed: 5 x 272) are the only ones over 500 slots.
 ProfileOptions budget_options() {
