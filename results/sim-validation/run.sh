@@ -22,7 +22,7 @@ if [ "$what" = qwen ] || [ "$what" = all ]; then
   "$bin" profile --preset qwen2.5-0.5b --json results/profiles/qwen2.5-0.5b-cpu.json \
     > results/profiles/qwen2.5-0.5b-cpu.txt 2>&1
   "$bin" validate-sim results/sim-validation/qwen-cpu.yaml --profile results/profiles/qwen2.5-0.5b-cpu.json \
-    --out results/sim-validation/qwen-cpu --n-requests 8
+    --out "${QWEN_OUT:-results/sim-validation/qwen-cpu}" --n-requests "${N_REQUESTS:-8}" --real-repeats "${REAL_REPEATS:-1}"
 fi
 if [ "$what" = gpu ]; then
   out=${OUT:-results/sim-validation/gpu-llama2-7b}
