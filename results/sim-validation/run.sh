@@ -2,6 +2,8 @@
 # Re-measures the committed sim validation: profile the CPU engine, then run validate-sim right
 # after it, so the profile and the real runs see the same machine load (on a shared VM the load
 # moves step times by several x). Usage: bash results/sim-validation/run.sh [tiny|qwen|all|gpu]
+# qwen: N_REQUESTS a run (default 8), REAL_REPEATS real runs a point (default 1; 2+ prints the
+# machine's run-to-run spread beside every error), QWEN_OUT the folder.
 # gpu (on the GPU machine, BIN=build-gpu/servelab OUT=folder): profile the cuda backend on
 # llama2-7b, then validate-sim of gpu-llama2-7b.yaml against it; everything is written under OUT.
 # GPU_RUNS="continuous-paged:1000 continuous-naive:500" runs one validate-sim per strategy with its own
