@@ -324,8 +324,27 @@ ProfileReport profile_backend(Backend& backend, const ProfileOptions& options,
                        options.kv_kind, options.kv_spread);
   // Warm-up: first touch of the weights and of the BLAS threads.
   runner.run(ProfilePoint{ProfilePhase::prefill, {{0, std::min(8, plan.max_len)}}}, 0, 1, 0.0);
+  std::vector<ProfileSample> timed;
+  if (options.interleave) {
+    for (int w = 0; w < options.warmup; ++w)
+      for (const ProfilePoint& p : plan.points) runner.run(p, 0, 1, 0.0);
+    std::vector<size_t> order(plan.points.size());
+    std::iota(order.begin(), order.end(), size_t(0));
+    std::mt19937_64 shuffle(options.seed ^ 0x696e746c76ull);
+    timed.resize(plan.points.size());
+    for (int r = 0; r < options.repeats; ++r) {
+      std::shuffle(order.begin(), order.end(), shuffle);
+      for (size_t i : order) {
+        ProfileSample one = runner.run(plan.points[i], 0, 1, 0.0);
+        if (timed[i].times_s.empty()) timed[i] = std::move(one);
+        else timed[i].times_s.push_back(one.times_s.front());
+      }
+    }
+    for (ProfileSample& s : timed) s.step_s = median(s.times_s);
+  }
   for (size_t i = 0; i < plan.points.size(); ++i) {
-    ProfileSample s = runner.run(plan.points[i], options.warmup, options.repeats, options.min_point_s);
+    ProfileSample s = options.interleave ? std::move(timed[i])
+                                         : runner.run(plan.points[i], options.warmup, options.repeats, options.min_point_s);
     if (progress) {
       char line[160];
       std::snprintf(line, sizeof line, "[%zu/%zu] %-7s seqs %4lld rows %5lld context %6lld: %10.3f ms", i + 1,
@@ -392,7 +411,8 @@ std::string profile_json(const ProfileReport& r) {
                   {"prompt_len", o.prompt_len},     {"max_rows", o.max_rows},       {"chunk_lens", o.chunk_lens},
                   {"repeats", o.repeats},           {"min_point_s", o.min_point_s}, {"warmup", o.warmup},
                   {"max_kv_bytes", o.max_kv_bytes}, {"fill_kv", o.fill_kv},       {"seed", o.seed},
-                  {"kv", to_string(o.kv_kind)},     {"kv_spread", o.kv_spread}};
+                  {"kv", to_string(o.kv_kind)},     {"kv_spread", o.kv_spread},
+                  {"interleave", o.interleave}};
   ordered_json skipped = ordered_json::array();
   for (const ProfilePoint& p : r.skipped) {
     int64_t n_tokens = 0, max_context = 0;

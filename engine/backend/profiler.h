@@ -44,6 +44,12 @@ struct ProfileOptions {
   /// them at the start of an arena just big enough. Needs max_kv_bytes. (Paged blocks need no
   /// option: the manager recycles freed blocks first, in the profile as in a run.)
   bool kv_spread = false;
+  /// Time the points in rounds (warm-up rounds, then `repeats` timed rounds, each over every
+  /// point in a seeded shuffled order; min_point_s is not used) instead of each point's runs back
+  /// to back: each timed step then follows other work, as a step does in serving (a GPU running
+  /// the same compute-bound step back to back is held at its power limit; a lone prefill among
+  /// decodes is not).
+  bool interleave = false;
   uint64_t seed = 0;           ///< prompt tokens and K/V fill
   void validate() const;
   /// Throws std::invalid_argument when the longest sequence exceeds model.max_position.

@@ -10,6 +10,7 @@
 # request count (validation-LABEL/); otherwise one validate-sim with N_REQUESTS and VALIDATE_ARGS.
 # NAIVE_SPREAD=1: naive strategies are priced from a profile whose regions spread over the runs'
 # 16 GiB arena (profile --kv-spread, profile-naive-spread.json); the packed one is taken too.
+# PROFILE_ARGS: more `servelab profile` options for every gpu profile (e.g. --interleave).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 what="${1:-all}"
@@ -37,7 +38,7 @@ if [ "$what" = gpu ]; then
     "$bin" profile --backend cuda --preset llama2-7b --seed 1 --kv "$kv" "$@" \
       --prefill-lens 16,32,64,96,128,192,256,384,512,768,1024,1536,2048 --batch 1,2,4,8,16,32,48,64,96,128 \
       --contexts 128,256,512,1024,2048 --chunk-lens 64,256,1024 --prompt-len 256 --max-rows 4096 \
-      --repeats 3 --min-point-s 0.5 --json "$file" > "${file%.json}.txt" 2>&1
+      --repeats 3 --min-point-s 0.5 ${PROFILE_ARGS:-} --json "$file" > "${file%.json}.txt" 2>&1
   }
   profile paged "$out/profile.json"
   if [ -z "${GPU_RUNS:-}" ]; then

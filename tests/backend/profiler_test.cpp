@@ -164,6 +164,7 @@ class SlotRecordingBackend final : public Backend {
   ForwardResult forward(const Batch& batch, const KvManager& kv) override {
     first_slots.clear();
     for (const BatchEntry& e : batch.entries) first_slots.push_back(kv.slot(*e.seq, 0));
+    shapes.push_back(StepShape::of(batch).n_rows() * 100000 + StepShape::of(batch).sum_context);
     return inner_.forward(batch, kv);
   }
   void copy_slots(std::span<const KvCopy> copies) override { inner_.copy_slots(copies); }
@@ -171,6 +172,7 @@ class SlotRecordingBackend final : public Backend {
   void swap_out(std::span<const KvSwap> runs, HostKvPool& pool) override { inner_.swap_out(runs, pool); }
   void swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) override { inner_.swap_in(runs, pool); }
   std::vector<int64_t> first_slots;
+  std::vector<int64_t> shapes;  ///< rows and context of every forward(), in order
 
  private:
   CpuBackend& inner_;
@@ -190,6 +192,44 @@ TEST(ProfileRunner, SpreadPlacesNaiveRegionsAcrossTheWholeArena) {
     spread.run(decode4, 0, 1, 0.0);
     EXPECT_EQ(b.first_slots, (std::vector<int64_t>{0, 1000, 2000, 3000})) << "round " << round;
   }
+}
+
+TEST(Profiler, InterleaveTimesEveryPointInShuffledRounds) {
+  CpuBackend cpu(ModelWeights::random(testing::small_config(2), 1), CpuBackendOptions{.n_threads = 1});
+  SlotRecordingBackend b(cpu);
+  ProfileOptions o = small_options();
+  o.repeats = 3;
+  o.warmup = 1;
+  o.interleave = true;
+  const ProfileReport r = profile_backend(b, o);
+  const size_t n = profile_grid(o).size();
+  ASSERT_EQ(r.samples.size(), n);
+  EXPECT_EQ(b.shapes.size(), 1 + (1 + 3) * n);  // the first-touch step, a warm-up round, 3 timed rounds
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(r.samples[i].times_s.size(), 3u);
+    std::vector<double> t = r.samples[i].times_s;
+    std::sort(t.begin(), t.end());
+    EXPECT_EQ(r.samples[i].step_s, t[1]);
+  }
+  // Each timed round is a permutation of the grid, and not the grid's order.
+  const std::vector<int64_t> warm(b.shapes.begin() + 1, b.shapes.begin() + 1 + n);
+  for (int round = 0; round < 3; ++round) {
+    const auto first = b.shapes.begin() + 1 + (1 + round) * n;
+    std::vector<int64_t> got(first, first + n), want = warm;
+    EXPECT_NE(got, warm) << "round " << round;
+    std::sort(got.begin(), got.end());
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(got, want) << "round " << round;
+  }
+  EXPECT_EQ(nlohmann::json::parse(profile_json(r)).at("options").at("interleave"), true);
+  // Without it, each point's runs are back to back.
+  b.shapes.clear();
+  o.interleave = false;
+  o.min_point_s = 1e9;
+  profile_backend(b, o);
+  ASSERT_EQ(b.shapes.size(), 1 + 4 * n);
+  for (size_t i = 0; i < n; ++i)
+    for (size_t k = 1; k < 4; ++k) EXPECT_EQ(b.shapes[1 + 4 * i + k], b.shapes[1 + 4 * i]);
 }
 
 TEST(Profiler, SpreadNeedsAnArenaSizeAndIsRecordedInTheProfile) {
