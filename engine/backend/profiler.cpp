@@ -242,7 +242,10 @@ ProfileSample ProfileRunner::run(const ProfilePoint& p, int warmup, int repeats,
   std::vector<Sequence> seqs(p.seqs.size());
   std::vector<Sequence> spacers;  // spread: untimed allocations that push the next sequence on
   spacers.reserve(seqs.size());
-  const int64_t stride = st.spread ? kv.capacity_slots() / int64_t(seqs.size()) : 0;
+  // Spread: the arena's free room shared evenly, one gap after each region but the last.
+  int64_t point_slots = 0;
+  for (const ProfilePoint::Seq& q : p.seqs) point_slots += q.context + q.n_new;
+  const int64_t gap = st.spread ? std::max<int64_t>(0, kv.free_slots() - point_slots) / int64_t(seqs.size()) : 0;
   auto release_all = [&](size_t n_seqs) {
     for (size_t j = 0; j < n_seqs; ++j) kv.release(seqs[j]);
     for (Sequence& s : spacers) kv.release(s);
@@ -260,9 +263,7 @@ ProfileSample ProfileRunner::run(const ProfilePoint& p, int warmup, int repeats,
       release_all(i);
       throw std::logic_error("profile: the KV arena is too small for " + p.describe());
     }
-    const int64_t free_before = kv.free_slots();
     kv.allocate(s, n);
-    const int64_t gap = stride - (free_before - kv.free_slots());
     if (gap > 0 && i + 1 < seqs.size() && gap <= std::numeric_limits<int>::max()) {
       Sequence& sp = spacers.emplace_back();
       sp.id = sp.request_id = st.next_id++;

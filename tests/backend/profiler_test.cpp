@@ -190,8 +190,12 @@ TEST(ProfileRunner, SpreadPlacesNaiveRegionsAcrossTheWholeArena) {
   ProfileRunner spread(b, 4000, 64, 1, false, int64_t(1) << 20, KvKind::naive, true);
   for (int round = 0; round < 2; ++round) {  // the spacers are released with the point: same places again
     spread.run(decode4, 0, 1, 0.0);
-    EXPECT_EQ(b.first_slots, (std::vector<int64_t>{0, 1000, 2000, 3000})) << "round " << round;
+    EXPECT_EQ(b.first_slots, (std::vector<int64_t>{0, 1000, 2000, 3000})) << "round " << round;  // gaps of 967
   }
+  // Uneven regions still fit: the free room is shared, not the arena.
+  const ProfilePoint mixed{ProfilePhase::mixed, {{32, 1}, {32, 1}, {32, 1}, {32, 1}, {32, 2000}}};
+  spread.run(mixed, 0, 1, 0.0);
+  EXPECT_EQ(b.first_slots, (std::vector<int64_t>{0, 400, 800, 1200, 1600}));  // (4000 - 2164) / 5 = 367 apart
 }
 
 TEST(Profiler, InterleaveTimesEveryPointInShuffledRounds) {
