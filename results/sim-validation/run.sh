@@ -8,9 +8,10 @@
 # llama2-7b, then validate-sim of gpu-llama2-7b.yaml against it; everything is written under OUT.
 # GPU_RUNS="continuous-paged:1000 continuous-naive:500" runs one validate-sim per strategy with its own
 # request count (validation-LABEL/); otherwise one validate-sim with N_REQUESTS and VALIDATE_ARGS.
-# NAIVE_SPREAD=1: naive strategies are priced from a profile whose regions spread over the runs'
-# 16 GiB arena (profile --kv-spread, profile-naive-spread.json); the packed one is taken too.
-# PROFILE_ARGS: more `servelab profile` options for every gpu profile (e.g. --interleave).
+# NAIVE_SPREAD=1 (default): naive strategies are priced from a profile whose regions spread over the
+# runs' 16 GiB arena (profile --kv-spread, profile-naive-spread.json); the packed one is taken too.
+# PROFILE_ARGS: `servelab profile` options for every gpu profile (default --interleave: points timed
+# in shuffled rounds, as steps follow each other in serving; PROFILE_ARGS= times them back to back).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 what="${1:-all}"
@@ -38,7 +39,7 @@ if [ "$what" = gpu ]; then
     "$bin" profile --backend cuda --preset llama2-7b --seed 1 --kv "$kv" "$@" \
       --prefill-lens 16,32,64,96,128,192,256,384,512,768,1024,1536,2048 --batch 1,2,4,8,16,32,48,64,96,128 \
       --contexts 128,256,512,1024,2048 --chunk-lens 64,256,1024 --prompt-len 256 --max-rows 4096 \
-      --repeats 3 --min-point-s 0.5 ${PROFILE_ARGS:-} --json "$file" > "${file%.json}.txt" 2>&1
+      --repeats 3 --min-point-s 0.5 ${PROFILE_ARGS---interleave} --json "$file" > "${file%.json}.txt" 2>&1
   }
   profile paged "$out/profile.json"
   if [ -z "${GPU_RUNS:-}" ]; then
@@ -51,7 +52,7 @@ if [ "$what" = gpu ]; then
       case $label in *naive* | static*)
         [ -f "$out/profile-naive.json" ] || profile naive "$out/profile-naive.json"
         prof="$out/profile-naive.json"
-        if [ "${NAIVE_SPREAD:-0}" = 1 ]; then  # the scenario's engine.kv_cache_mb: 16384 MiB
+        if [ "${NAIVE_SPREAD:-1}" = 1 ]; then  # the scenario's engine.kv_cache_mb: 16384 MiB
           [ -f "$out/profile-naive-spread.json" ] ||
             profile naive "$out/profile-naive-spread.json" --kv-spread --kv-gb 17.179869184
           prof="$out/profile-naive-spread.json"
