@@ -123,7 +123,7 @@ TEST(Profiler, RejectsOptionsTheModelCannotRun) {
   EXPECT_THROW(o.validate(), std::invalid_argument);
 }
 
-/// A CpuBackend that counts forward() calls (warm-up runs included).
+/// A CpuBackend that counts forward() calls (warm-up runs included) and records what each saw.
 class CountingBackend final : public Backend {
  public:
   explicit CountingBackend(CpuBackend& inner) : inner_(inner) {}
@@ -136,6 +136,10 @@ class CountingBackend final : public Backend {
   }
   ForwardResult forward(const Batch& batch, const KvManager& kv) override {
     ++n_forward;
+    first_slots.clear();
+    for (const BatchEntry& e : batch.entries) first_slots.push_back(kv.slot(*e.seq, 0));
+    const StepShape shape = StepShape::of(batch);
+    shapes.push_back(shape.n_rows() * 100000 + shape.sum_context);
     return inner_.forward(batch, kv);
   }
   void copy_slots(std::span<const KvCopy> copies) override { inner_.copy_slots(copies); }
@@ -148,31 +152,8 @@ class CountingBackend final : public Backend {
   int n_forward = 0;
   int64_t n_loaded = 0;
   int64_t arena_slots = 0;
-
- private:
-  CpuBackend& inner_;
-};
-
-/// A CpuBackend that records the first KV slot of every sequence it computes.
-class SlotRecordingBackend final : public Backend {
- public:
-  explicit SlotRecordingBackend(CpuBackend& inner) : inner_(inner) {}
-  std::string name() const override { return inner_.name(); }
-  const ModelConfig& config() const override { return inner_.config(); }
-  int64_t kv_bytes_per_slot() const override { return inner_.kv_bytes_per_slot(); }
-  void init_kv(int64_t n_slots) override { inner_.init_kv(n_slots); }
-  ForwardResult forward(const Batch& batch, const KvManager& kv) override {
-    first_slots.clear();
-    for (const BatchEntry& e : batch.entries) first_slots.push_back(kv.slot(*e.seq, 0));
-    shapes.push_back(StepShape::of(batch).n_rows() * 100000 + StepShape::of(batch).sum_context);
-    return inner_.forward(batch, kv);
-  }
-  void copy_slots(std::span<const KvCopy> copies) override { inner_.copy_slots(copies); }
-  std::unique_ptr<HostKvPool> make_host_pool(int64_t n_slots) override { return inner_.make_host_pool(n_slots); }
-  void swap_out(std::span<const KvSwap> runs, HostKvPool& pool) override { inner_.swap_out(runs, pool); }
-  void swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) override { inner_.swap_in(runs, pool); }
-  std::vector<int64_t> first_slots;
-  std::vector<int64_t> shapes;  ///< rows and context of every forward(), in order
+  std::vector<int64_t> first_slots;  ///< of the last forward(): each sequence's slot of position 0
+  std::vector<int64_t> shapes;       ///< rows and context of every forward(), in order
 
  private:
   CpuBackend& inner_;
@@ -181,7 +162,7 @@ class SlotRecordingBackend final : public Backend {
 TEST(ProfileRunner, SpreadPlacesNaiveRegionsAcrossTheWholeArena) {
   CpuBackend cpu(ModelWeights::random(testing::small_config(2), 1), CpuBackendOptions{.n_threads = 1});
   const ProfilePoint decode4{ProfilePhase::decode, std::vector<ProfilePoint::Seq>(4, {32, 1})};
-  SlotRecordingBackend b(cpu);
+  CountingBackend b(cpu);
   {
     ProfileRunner packed(b, 4000, 64, 1, false, int64_t(1) << 20, KvKind::naive, false);
     packed.run(decode4, 0, 1, 0.0);
@@ -200,7 +181,7 @@ TEST(ProfileRunner, SpreadPlacesNaiveRegionsAcrossTheWholeArena) {
 
 TEST(Profiler, InterleaveTimesEveryPointInShuffledRounds) {
   CpuBackend cpu(ModelWeights::random(testing::small_config(2), 1), CpuBackendOptions{.n_threads = 1});
-  SlotRecordingBackend b(cpu);
+  CountingBackend b(cpu);
   ProfileOptions o = small_options();
   o.repeats = 3;
   o.warmup = 1;
