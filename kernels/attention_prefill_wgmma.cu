@@ -364,7 +364,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const Params
 // mbarrier before refilling it; warpgroups 1 and 2 run the same MMA/softmax schedule as
 // prefill_wgmma_kernel, waiting on "full" and releasing a stage (one arrive per warp) once the
 // wgmma that read it has completed. No block-wide barrier per key tile; setmaxnreg gives the
-// producer 40 registers and the consumers 232.
+// producer 56 registers and the consumers 224 (v5.1: 16 slots kept per tile; 40 and 48 spilled).
 constexpr int kThreadsWs = 384;
 struct LayoutWs {
   static constexpr uint32_t kBars = Layout::kBytes;  // 8-aligned (kRows + 1544)
@@ -448,7 +448,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
   const int n_key_tiles = max_pos / kBN + 1;
 
   if (tid < 128) {  // ---------------- producer warpgroup ----------------
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
     // Thread tid moves 16-byte chunk lc of rows lr, lr + 8, ..., lr + 120 (r % 8 == lr: one swizzle).
     const int lc = tid % 16, lr = tid / 16;
     const uint32_t sw = (lc / 8) * L::kHalf + uint32_t(((lc % 8) ^ lr) * 16) + uint32_t(lr * 128);
@@ -460,14 +460,38 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
     const int64_t base_slot = paged ? 0 : p.kv.base_slots[s];
     const int bs = p.kv.block_size, bs_shift = p.block_shift;
     const int64_t col = int64_t(kvh) * kHD + lc * 8;
-    // Byte offset of key position kp's row for this thread's chunk (-1: past max_pos).
-    auto offset = [&](int kp) -> int64_t {
-      const int kq = min(kp, max_pos);  // never past the table
-      int64_t slot;
-      if (!paged) slot = base_slot + kq;
-      else if (bs_shift >= 0) slot = (int64_t(trow[kq >> bs_shift]) << bs_shift) + (kq & (bs - 1));
-      else slot = int64_t(trow[kq / bs]) * bs + kq % bs;
-      return kp <= max_pos ? (slot * p.kv_row + col) * int64_t(sizeof(T)) : -1;
+    // Slots of this thread's 16 rows of key tile t (row lr + 8j), for its K and its V. The layout
+    // test sits outside the unrolled loops, so the 16 table reads are independent and in flight
+    // together (v5 branched per row: 32 serialized table reads per tile, the producer was the
+    // bottleneck). Slots fit in int32 (2^31 slots of >= 256 bytes would be 512 GB).
+    int32_t slot[kBN / 8];
+    auto tile_slots = [&](int t) {
+      const int k0 = t * kBN + lr;
+      if (!paged) {
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j) slot[j] = int32_t(base_slot + min(k0 + 8 * j, max_pos));
+      } else if (bs_shift >= 0) {
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j) {
+          const int kq = min(k0 + 8 * j, max_pos);  // never past the table
+          slot[j] = (trow[kq >> bs_shift] << bs_shift) + (kq & (bs - 1));
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j) {
+          const int kq = min(k0 + 8 * j, max_pos);
+          slot[j] = trow[kq / bs] * bs + kq % bs;
+        }
+      }
+    };
+    // One K or V tile from the slots into stage st of ring; zeros past max_pos.
+    auto issue_tile = [&](const char* base, uint32_t ring, int t, uint32_t soff) {
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+        const bool valid = t * kBN + lr + 8 * j <= max_pos;
+        const char* src = base + (valid ? (int64_t(slot[j]) * p.kv_row + col) * int64_t(sizeof(T)) : 0);
+        cp_async16(sbase + ring + soff + j * 1024, src, valid);
+      }
     };
     const T* qsrc = static_cast<const T*>(p.q);
 #pragma unroll 4
@@ -481,24 +505,17 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
     for (int t = 0; t < n_key_tiles; ++t) {
       const int st = t % kStages, n = t / kStages;
       const uint32_t soff = uint32_t(st) * L::kTile + sw;
+      tile_slots(t);  // the table reads overlap the wait for the stage
       if (n > 0) mbar_wait(sbase + LW::kEmptyK + 8 * st, (n - 1) & 1);
-#pragma unroll 4
-      for (int j = 0; j < kBN / 8; ++j) {
-        const int64_t o = offset(t * kBN + lr + 8 * j);
-        cp_async16(sbase + L::kK + soff + j * 1024, kbase + (o < 0 ? 0 : o), o >= 0);
-      }
+      issue_tile(kbase, L::kK, t, soff);
       cp_async_arrive_noinc(sbase + LW::kFullK + 8 * st);
       if (n > 0) mbar_wait(sbase + LW::kEmptyV + 8 * st, (n - 1) & 1);
-#pragma unroll 4
-      for (int j = 0; j < kBN / 8; ++j) {
-        const int64_t o = offset(t * kBN + lr + 8 * j);
-        cp_async16(sbase + L::kV + soff + j * 1024, vbase + (o < 0 ? 0 : o), o >= 0);
-      }
+      issue_tile(vbase, L::kV, t, soff);
       cp_async_arrive_noinc(sbase + LW::kFullV + 8 * st);
     }
     cp_async_wait<0>();
   } else {  // ---------------- consumer warpgroups ----------------
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
     // This thread's two rows (accumulator layout: warp w of the warpgroup owns rows 16w..16w+15).
     const int wg = tid / 128 - 1, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, c2 = (lane % 4) * 2;
     const int lr0 = wg * 64 + warp * 16 + g, lr1 = lr0 + 8;
@@ -745,7 +762,9 @@ void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v) {
 }
 }  // namespace
 
-void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::pingpong); }
+// v4.1 (sync) stays the one dispatched: v5 (ws, pingpong) measured 200 / 214 TFLOP/s at 4k against
+// v4.1's 309 / 327 in the same call (f54de55; kernels/notes-prefill.md).
+void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::sync); }
 void prefill_attention_wgmma_pingpong(const PrefillAttentionArgs& a, cudaStream_t stream) {
   run_wgmma(a, stream, Variant::pingpong);
 }
