@@ -72,9 +72,9 @@ if want build; then
   [ $BUILT = 1 ] && { step build_kernels 500 cmake --build "$BUILD" -j"$JOBS" --target "${TARGETS[@]}" &&
     { ! want ctest || step build_all 400 cmake --build "$BUILD" -j"$JOBS"; } || BUILT=0; }
   grep -E "ptxas info|spill|Compiling entry" "$LOGS/build_kernels.log" >"$LOGS/ptxas.txt" 2>/dev/null || true
-  obj=$(find "$BUILD" -name 'attention_prefill_wgmma.cu.o' | head -1)
+  obj=$(find "$BUILD" -name 'attention_prefill_wgmma*.cu.o' | sort)
   if [ -n "$obj" ] && command -v cuobjdump >/dev/null; then  # wgmma shows as HGMMA; mma.sync as HMMA
-    cuobjdump -sass "$obj" >"$LOGS/sass_prefill_wgmma.txt" 2>&1
+    for o in $obj; do cuobjdump -sass "$o"; done >"$LOGS/sass_prefill_wgmma.txt" 2>&1
     echo "prefill wgmma SASS: $(grep -c HGMMA "$LOGS/sass_prefill_wgmma.txt") HGMMA, $(grep -c 'HMMA' "$LOGS/sass_prefill_wgmma.txt") HMMA, $(grep -cE 'LDL|STL' "$LOGS/sass_prefill_wgmma.txt") LDL/STL"
   fi
 fi
