@@ -18,7 +18,8 @@
 // Key tiles sit at absolute positions and rows never mix; a key tile a row masks whole adds exact
 // zeros to it, so a row's bits do not depend on its tile or batch.
 // Built for sm_90a only (SERVELAB_HAS_SM90A from kernels/CMakeLists.txt); elsewhere
-// prefill_attention keeps the mma.sync kernel.
+// prefill_attention keeps the mma.sync kernel. This is v4.1, the one prefill_attention_wgmma runs;
+// the warp-specialized v5 is in attention_prefill_wgmma_ws.cu (by name only, see notes-prefill.md).
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -28,49 +29,9 @@
 #include "kernels/common.cuh"
 #include "kernels/mma_util.cuh"
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define SERVELAB_WGMMA_DEVICE 1
-#else
-#define SERVELAB_WGMMA_DEVICE 0
-#endif
-
 namespace servelab::kernels {
 namespace {
-
-constexpr int kThreads = 256, kBM = 128, kBN = 128, kHD = 128, kStages = 3;
-constexpr float kLog2e = 1.4426950408889634f;
-static_assert(kBM == kBN, "Q and K/V tiles share one layout");
-
-struct Params {
-  const void* q;
-  int64_t q_row_stride;
-  const void* k_cache;
-  const void* v_cache;
-  int64_t kv_row;
-  int n_heads, n_kv, group, n_seqs;
-  const int32_t* query_start;
-  const int32_t* context_lens;
-  KvAddressing kv;
-  int block_shift;  ///< log2(kv.block_size) when a power of two, else -1
-  float scale_log2;
-  void* out;
-  int64_t out_row_stride;
-};
-
-/// Shared memory, in bytes from a 1024-aligned base. A tile (Q, or one stage of K or V) is two
-/// halves of 128 rows x 128 bytes (head_dim 0-63, 64-127), 16 KB each.
-struct Layout {
-  static constexpr uint32_t kHalf = kBM * 128, kTile = 2 * kHalf;
-  static constexpr uint32_t kQ = 0, kK = kTile, kV = kK + kStages * kTile, kRows = kV + kStages * kTile;
-  static constexpr uint32_t kBytes = kRows + (3 * kBM + 2) * sizeof(int);
-  static constexpr size_t kAlloc = kBytes + 1024;  // room to round the base up to 1024
-};
-
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
+using namespace prefill_wgmma;  // NOLINT: the shared tile constants and helpers
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const Params p) {
@@ -367,7 +328,10 @@ bool prefill_wgmma_supported(int head_dim) {
 #endif
 }
 
-void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) {
+namespace {
+enum class Variant { sync, ws, pingpong };
+/// The wgmma kernels: checks, Params, grid; v picks v4.1 (sync), v5 (ws) or v5 with ping-pong.
+void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v) {
   if (a.n_seqs == 0 || a.n_tokens == 0) return;
   if (a.shape.n_kv_heads <= 0 || a.n_heads % a.shape.n_kv_heads != 0)
     throw std::invalid_argument("prefill_attention_wgmma: n_heads must be a multiple of n_kv_heads");
@@ -396,7 +360,18 @@ void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream)
   // Upper bound of Σ ceil(q_len · group / 128) per KV head; blocks past the real count return.
   const int64_t grid = int64_t(ceil_div(int64_t(a.n_tokens) * p.group, kBM) + a.n_seqs) * p.n_kv;
   if (grid > 0x7fffffff) throw std::invalid_argument("prefill_attention_wgmma: batch too large for one grid");
-  SERVELAB_DISPATCH_16(a.dtype, launch<__nv_bfloat16>(p, int(grid), stream), launch<__half>(p, int(grid), stream));
+  if (v != Variant::sync) prefill_wgmma::launch_ws(p, int(grid), v == Variant::pingpong, a.dtype, stream);
+  else SERVELAB_DISPATCH_16(a.dtype, launch<__nv_bfloat16>(p, int(grid), stream), launch<__half>(p, int(grid), stream));
 }
+}  // namespace
+
+// v4.1 (sync) stays the one dispatched: v5 (ws, pingpong) measured 200 / 214 TFLOP/s at 4k against
+// v4.1's 309 / 327 in the same call (f54de55; kernels/notes-prefill.md).
+void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::sync); }
+void prefill_attention_wgmma_pingpong(const PrefillAttentionArgs& a, cudaStream_t stream) {
+  run_wgmma(a, stream, Variant::pingpong);
+}
+void prefill_attention_wgmma_ws(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::ws); }
+void prefill_attention_wgmma_sync(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::sync); }
 
 }  // namespace servelab::kernels

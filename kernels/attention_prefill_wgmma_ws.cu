@@ -1,0 +1,357 @@
+// Prefill attention on wgmma, v5: the warp-specialized kernel (see the comment below and
+// kernels/notes-prefill.md); shares Params, Layout and the helpers with attention_prefill_wgmma.cu
+// through attention_prefill_wgmma.cuh. Selectable by name (prefill_attention_wgmma_ws / _pingpong);
+// prefill_attention runs v4.1 until this one measures faster.
+#include "kernels/attention.h"
+#include "kernels/attention_prefill_wgmma.cuh"
+#include "kernels/common.cuh"
+
+namespace servelab::kernels::prefill_wgmma {
+
+// mbarrier helpers (outside the anonymous namespace: no unused warnings where sm_90a is not built).
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
+  asm volatile(
+      "{\n.reg .pred P1;\nLAB_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+      "@P1 bra DONE;\nbra LAB_WAIT;\nDONE:\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/// Arrives on bar once every cp.async this thread issued before has completed.
+__device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+namespace {
+// ---- v5: warp-specialized (a producer warpgroup, two consumers), per-stage mbarriers ----------
+// Warpgroup 0 gathers Q and the K/V tiles by cp.async (each thread's copies complete on the
+// stage's "full" mbarrier: cp.async.mbarrier.arrive.noinc) and waits on the stage's "empty"
+// mbarrier before refilling it; warpgroups 1 and 2 run the same MMA/softmax schedule as
+// prefill_wgmma_kernel, waiting on "full" and releasing a stage (one arrive per warp) once the
+// wgmma that read it has completed. No block-wide barrier per key tile; setmaxnreg gives the
+// producer 56 registers and the consumers 224 (v5.1: 16 slots kept per tile; 40 and 48 spilled).
+constexpr int kThreadsWs = 384;
+struct LayoutWs {
+  static constexpr uint32_t kBars = Layout::kBytes;  // 8-aligned (kRows + 1544)
+  // full_q, full_k[3], full_v[3], empty_k[3], empty_v[3]
+  static constexpr uint32_t kFullQ = kBars, kFullK = kFullQ + 8, kFullV = kFullK + 8 * kStages,
+                            kEmptyK = kFullV + 8 * kStages, kEmptyV = kEmptyK + 8 * kStages;
+  static constexpr uint32_t kBytes = kEmptyV + 8 * kStages;
+  static constexpr size_t kAlloc = kBytes + 1024;
+};
+static_assert(Layout::kBytes % 8 == 0, "mbarriers need 8-byte alignment");
+
+/// kPingPong: the two consumer warpgroups take turns issuing their GEMMs (named barriers 1 and 2,
+/// FA3's schedule), so one's softmax runs while the other's GEMMs hold the tensor cores.
+template <typename T, bool kPingPong>
+__global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const Params p) {
+#if SERVELAB_WGMMA_DEVICE
+  using L = Layout;
+  using LW = LayoutWs;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+  const uint32_t sbase = smem_u32(smem);
+  int* row_pos = reinterpret_cast<int*>(smem + L::kRows);
+  int* row_tok = row_pos + kBM;
+  int* row_head = row_tok + kBM;
+  int* sh = row_head + kBM;  // sequence, tile
+
+  const int tid = threadIdx.x, kvh = blockIdx.x % p.n_kv;
+  if (tid == 0) {  // tiles in reverse order across all heads: the longest tiles start first
+    int tile = int(gridDim.x) / p.n_kv - 1 - int(blockIdx.x) / p.n_kv, seq = -1;
+    for (int s = 0; s < p.n_seqs; ++s) {
+      const int n_tiles = ((p.query_start[s + 1] - p.query_start[s]) * p.group + kBM - 1) / kBM;
+      if (tile < n_tiles) {
+        seq = s;
+        break;
+      }
+      tile -= n_tiles;
+    }
+    sh[0] = seq;
+    sh[1] = tile;
+    mbar_init(sbase + LW::kFullQ, 128);
+    for (int i = 0; i < kStages; ++i) {
+      mbar_init(sbase + LW::kFullK + 8 * i, 128);  // one noinc arrive per producer thread
+      mbar_init(sbase + LW::kFullV + 8 * i, 128);
+      mbar_init(sbase + LW::kEmptyK + 8 * i, 8);  // one arrive per consumer warp
+      mbar_init(sbase + LW::kEmptyV + 8 * i, 8);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const int s = sh[0], tile = sh[1];
+  if (s < 0) return;
+  const int q0 = p.query_start[s], q_len = p.query_start[s + 1] - q0, ctx = p.context_lens[s];
+  if (tid < kBM) {
+    const int rr = tile * kBM + tid, i = rr / p.group;
+    row_pos[tid] = i < q_len ? ctx - q_len + i : -1;
+    row_tok[tid] = q0 + i;
+    row_head[tid] = kvh * p.group + rr % p.group;
+  }
+  __syncthreads();
+  const int n_rows = min(kBM, q_len * p.group - tile * kBM);
+  const int max_pos = ctx - q_len + (tile * kBM + n_rows - 1) / p.group;
+  const int n_key_tiles = max_pos / kBN + 1;
+
+  if (tid < 128) {  // ---------------- producer warpgroup ----------------
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
+    // Thread tid moves 16-byte chunk lc of rows lr, lr + 8, ..., lr + 120 (r % 8 == lr: one swizzle).
+    const int lc = tid % 16, lr = tid / 16;
+    const uint32_t sw = (lc / 8) * L::kHalf + uint32_t(((lc % 8) ^ lr) * 16) + uint32_t(lr * 128);
+    const char* kbase = static_cast<const char*>(p.k_cache);
+    const char* vbase = static_cast<const char*>(p.v_cache);
+    const bool paged = p.kv.kind == KvLayoutKind::paged;
+    const int64_t table_row = paged ? p.kv.table_row(s) : int64_t(s);
+    const int32_t* trow = paged ? p.kv.block_tables + table_row * p.kv.block_table_stride : nullptr;
+    const int64_t base_slot = paged ? 0 : p.kv.base_slots[s];
+    const int bs = p.kv.block_size, bs_shift = p.block_shift;
+    const int64_t col = int64_t(kvh) * kHD + lc * 8;
+    // Slots of this thread's 16 rows of key tile t (row lr + 8j), for its K and its V. The layout
+    // test sits outside the unrolled loops, so the 16 table reads are independent and in flight
+    // together (v5 branched per row: 32 serialized table reads per tile, the producer was the
+    // bottleneck). Slots fit in int32 (2^31 slots of >= 256 bytes would be 512 GB).
+    int32_t slot[kBN / 8];
+    auto tile_slots = [&](int t) {
+      const int k0 = t * kBN + lr;
+      if (!paged) {
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j) slot[j] = int32_t(base_slot + min(k0 + 8 * j, max_pos));
+      } else if (bs_shift >= 0) {
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j) {
+          const int kq = min(k0 + 8 * j, max_pos);  // never past the table
+          slot[j] = (trow[kq >> bs_shift] << bs_shift) + (kq & (bs - 1));
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j) {
+          const int kq = min(k0 + 8 * j, max_pos);
+          slot[j] = trow[kq / bs] * bs + kq % bs;
+        }
+      }
+    };
+    // One K or V tile from the slots into stage st of ring; zeros past max_pos.
+    auto issue_tile = [&](const char* base, uint32_t ring, int t, uint32_t soff) {
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+        const bool valid = t * kBN + lr + 8 * j <= max_pos;
+        const char* src = base + (valid ? (int64_t(slot[j]) * p.kv_row + col) * int64_t(sizeof(T)) : 0);
+        cp_async16(sbase + ring + soff + j * 1024, src, valid);
+      }
+    };
+    const T* qsrc = static_cast<const T*>(p.q);
+#pragma unroll 4
+    for (int j = 0; j < kBM / 8; ++j) {  // Q tile (zeros in padding rows)
+      const int r = lr + 8 * j;
+      const bool valid = row_pos[r] >= 0;
+      const T* src = valid ? qsrc + row_tok[r] * p.q_row_stride + int64_t(row_head[r]) * kHD + lc * 8 : qsrc;
+      cp_async16(sbase + L::kQ + sw + j * 1024, src, valid);
+    }
+    cp_async_arrive_noinc(sbase + LW::kFullQ);
+    for (int t = 0; t < n_key_tiles; ++t) {
+      const int st = t % kStages, n = t / kStages;
+      const uint32_t soff = uint32_t(st) * L::kTile + sw;
+      tile_slots(t);  // the table reads overlap the wait for the stage
+      if (n > 0) mbar_wait(sbase + LW::kEmptyK + 8 * st, (n - 1) & 1);
+      issue_tile(kbase, L::kK, t, soff);
+      cp_async_arrive_noinc(sbase + LW::kFullK + 8 * st);
+      if (n > 0) mbar_wait(sbase + LW::kEmptyV + 8 * st, (n - 1) & 1);
+      issue_tile(vbase, L::kV, t, soff);
+      cp_async_arrive_noinc(sbase + LW::kFullV + 8 * st);
+    }
+    cp_async_wait<0>();
+  } else {  // ---------------- consumer warpgroups ----------------
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
+    // This thread's two rows (accumulator layout: warp w of the warpgroup owns rows 16w..16w+15).
+    const int wg = tid / 128 - 1, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, c2 = (lane % 4) * 2;
+    const int lr0 = wg * 64 + warp * 16 + g, lr1 = lr0 + 8;
+    const int pos0 = row_pos[lr0], pos1 = row_pos[lr1];
+    const int wg_min = row_pos[wg * 64];  // -1: no valid row in this warpgroup (masked everywhere)
+    const float sl2 = p.scale_log2;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f, corr0 = 1.0f, corr1 = 1.0f;
+    float o[64], sc[64];
+    uint32_t pf[kBN / 16][4];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+    const uint64_t desc_q = wgmma::desc_sw128(sbase + L::kQ + wg * 64 * 128, 16, 1024);
+    const uint64_t desc_k = wgmma::desc_sw128(sbase + L::kK, 16, 1024);
+    const uint64_t desc_v = wgmma::desc_sw128(sbase + L::kV, L::kHalf, 1024);
+    auto issue_s = [&](int t) {
+      const uint32_t st = uint32_t(t % kStages) * L::kTile;
+#pragma unroll
+      for (int k = 0; k < kHD / 16; ++k) {
+        const uint32_t koff = (k / 4) * L::kHalf + (k % 4) * 32;
+        wgmma::mma_ss<T>(sc, desc_q + (koff >> 4), desc_k + ((st + koff) >> 4), k > 0);
+      }
+    };
+    auto softmax = [&](int t) {
+      if (t * kBN + kBN - 1 > wg_min) {
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int kp = t * kBN + j * 8 + c2 + e;
+            if (kp > pos0) sc[4 * j + e] = -INFINITY;
+            if (kp > pos1) sc[4 * j + 2 + e] = -INFINITY;
+          }
+      }
+      float mx0 = -INFINITY, mx1 = -INFINITY, mx0b = -INFINITY, mx1b = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+        mx0 = fmaxf(mx0, sc[4 * j]);
+        mx0b = fmaxf(mx0b, sc[4 * j + 1]);
+        mx1 = fmaxf(mx1, sc[4 * j + 2]);
+        mx1b = fmaxf(mx1b, sc[4 * j + 3]);
+      }
+      mx0 = fmaxf(mx0, mx0b);
+      mx1 = fmaxf(mx1, mx1b);
+#pragma unroll
+      for (int x = 1; x <= 2; x <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
+      }
+      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+      // An unchanged maximum gives exactly 1 (a tile the row masks whole is an exact no-op).
+      const float ms0 = mn0 == -INFINITY ? 0.0f : __fmul_rn(mn0, sl2), ms1 = mn1 == -INFINITY ? 0.0f : __fmul_rn(mn1, sl2);
+      corr0 = mn0 == m0 ? 1.0f : ex2(__fsub_rn(__fmul_rn(m0, sl2), ms0));
+      corr1 = mn1 == m1 ? 1.0f : ex2(__fsub_rn(__fmul_rn(m1, sl2), ms1));
+      m0 = mn0;
+      m1 = mn1;
+      float sum0 = 0.0f, sum1 = 0.0f, sum0b = 0.0f, sum1b = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+        sc[4 * j] = ex2(fmaf(sc[4 * j], sl2, -ms0));
+        sc[4 * j + 1] = ex2(fmaf(sc[4 * j + 1], sl2, -ms0));
+        sc[4 * j + 2] = ex2(fmaf(sc[4 * j + 2], sl2, -ms1));
+        sc[4 * j + 3] = ex2(fmaf(sc[4 * j + 3], sl2, -ms1));
+        sum0 += sc[4 * j];
+        sum0b += sc[4 * j + 1];
+        sum1 += sc[4 * j + 2];
+        sum1b += sc[4 * j + 3];
+      }
+      l0 = l0 * corr0 + (sum0 + sum0b);
+      l1 = l1 * corr1 + (sum1 + sum1b);
+    };
+    auto rescale_and_pack = [&] {
+#pragma unroll
+      for (int j = 0; j < kHD / 8; ++j) {
+        o[4 * j] *= corr0;
+        o[4 * j + 1] *= corr0;
+        o[4 * j + 2] *= corr1;
+        o[4 * j + 3] *= corr1;
+      }
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+        pf[j / 2][(j % 2) * 2] = pack2<T>(sc[4 * j], sc[4 * j + 1]);
+        pf[j / 2][(j % 2) * 2 + 1] = pack2<T>(sc[4 * j + 2], sc[4 * j + 3]);
+      }
+    };
+    auto issue_pv = [&](int t) {
+      const uint32_t st = uint32_t(t % kStages) * L::kTile;
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) wgmma::mma_rs<T>(o, pf[kk], desc_v + ((st + kk * 2048) >> 4));
+    };
+    auto release = [&](uint32_t bar) {
+      if (lane == 0) mbar_arrive(bar);
+    };
+    // Turns: warpgroup w waits on barrier 1 + w before issuing and then passes the turn (arrive
+    // on 2 - w); warpgroup 1 gives warpgroup 0 the first turn and skips its last pass, so every
+    // bar.sync meets exactly one set of arrivals.
+    auto turn_wait = [&] {
+      if constexpr (kPingPong) asm volatile("bar.sync %0, 256;\n" ::"r"(1 + wg) : "memory");
+    };
+    auto turn_pass = [&] {
+      if constexpr (kPingPong) asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - wg) : "memory");
+    };
+    if (wg == 1) turn_pass();
+
+    mbar_wait(sbase + LW::kFullQ, 0);
+    mbar_wait(sbase + LW::kFullK, 0);
+    wgmma::fence_proxy_async();
+    turn_wait();
+    wgmma::fence();
+    issue_s(0);
+    wgmma::commit();
+    turn_pass();
+    wgmma::wait<0>();
+    wgmma::pin(sc);
+    release(sbase + LW::kEmptyK);
+    softmax(0);
+    rescale_and_pack();
+    for (int kt = 0; kt + 1 < n_key_tiles; ++kt) {
+      const int t1 = kt + 1, s1 = t1 % kStages, s0 = kt % kStages;
+      mbar_wait(sbase + LW::kFullK + 8 * s1, (t1 / kStages) & 1);
+      mbar_wait(sbase + LW::kFullV + 8 * s0, (kt / kStages) & 1);
+      wgmma::fence_proxy_async();
+      turn_wait();
+      wgmma::fence();
+      issue_s(t1);
+      wgmma::commit();
+      issue_pv(kt);
+      wgmma::commit();
+      turn_pass();
+      wgmma::wait<1>();  // S of tile kt + 1 (P · V of tile kt may still run)
+      wgmma::pin(sc);
+      release(sbase + LW::kEmptyK + 8 * s1);
+      softmax(t1);
+      wgmma::wait<0>();
+      wgmma::pin(o);
+      wgmma::pin_u32(pf);
+      release(sbase + LW::kEmptyV + 8 * s0);
+      rescale_and_pack();
+    }
+    const int tl = n_key_tiles - 1;
+    mbar_wait(sbase + LW::kFullV + 8 * (tl % kStages), (tl / kStages) & 1);
+    wgmma::fence_proxy_async();
+    turn_wait();
+    wgmma::fence();
+    issue_pv(tl);
+    wgmma::commit();
+    if (wg == 0) turn_pass();
+    wgmma::wait<0>();
+    wgmma::pin(o);
+
+#pragma unroll
+    for (int x = 1; x <= 2; x <<= 1) {
+      l0 += __shfl_xor_sync(0xffffffffu, l0, x);
+      l1 += __shfl_xor_sync(0xffffffffu, l1, x);
+    }
+    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+    T* out = static_cast<T*>(p.out);
+    T* out0 = out + row_tok[lr0] * p.out_row_stride + int64_t(row_head[lr0]) * kHD + c2;
+    T* out1 = out + row_tok[lr1] * p.out_row_stride + int64_t(row_head[lr1]) * kHD + c2;
+#pragma unroll
+    for (int j = 0; j < kHD / 8; ++j) {
+      if (pos0 >= 0) *reinterpret_cast<uint32_t*>(out0 + j * 8) = pack2<T>(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+      if (pos1 >= 0) *reinterpret_cast<uint32_t*>(out1 + j * 8) = pack2<T>(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+    }
+  }
+#endif
+}
+
+template <typename T, bool kPingPong>
+void launch_ws_t(const Params& p, int grid, cudaStream_t stream) {
+  static const bool raised = [] {
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_ws_kernel<T, kPingPong>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(LayoutWs::kAlloc)));
+    return true;
+  }();
+  (void)raised;
+  prefill_wgmma_ws_kernel<T, kPingPong><<<grid, kThreadsWs, LayoutWs::kAlloc, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_ws(const Params& p, int grid, bool pingpong, ScalarType dtype, cudaStream_t stream) {
+  if (pingpong) SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true>(p, grid, stream)), (launch_ws_t<__half, true>(p, grid, stream)));
+  else SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, false>(p, grid, stream)), (launch_ws_t<__half, false>(p, grid, stream)));
+}
+
+}  // namespace servelab::kernels::prefill_wgmma
