@@ -18,8 +18,8 @@
 // Key tiles sit at absolute positions and rows never mix; a key tile a row masks whole adds exact
 // zeros to it, so a row's bits do not depend on its tile or batch.
 // Built for sm_90a only (SERVELAB_HAS_SM90A from kernels/CMakeLists.txt); elsewhere
-// prefill_attention keeps the mma.sync kernel. This is v4.1, the one prefill_attention_wgmma runs;
-// the warp-specialized v5 is in attention_prefill_wgmma_ws.cu (by name only, see notes-prefill.md).
+// prefill_attention keeps the mma.sync kernel. This is v4.1 (prefill_attention_wgmma_sync); the one
+// prefill_attention_wgmma runs is v6 in attention_prefill_wgmma_ws.cu (see notes-prefill.md).
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -329,8 +329,8 @@ bool prefill_wgmma_supported(int head_dim) {
 }
 
 namespace {
-enum class Variant { sync, ws, pingpong };
-/// The wgmma kernels: checks, Params, grid; v picks v4.1 (sync), v5 (ws) or v5 with ping-pong.
+enum class Variant { sync, ws, pingpong, tma };
+/// The wgmma kernels: checks, Params, grid; v picks v4.1 (sync), v5.1 (ws), v5.1 with ping-pong or v6 (tma).
 void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v) {
   if (a.n_seqs == 0 || a.n_tokens == 0) return;
   if (a.shape.n_kv_heads <= 0 || a.n_heads % a.shape.n_kv_heads != 0)
@@ -357,21 +357,23 @@ void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v) {
   p.scale_log2 = a.scale * kLog2e;
   p.out = a.out;
   p.out_row_stride = a.out_row_stride;
+  p.n_slots = a.shape.n_slots;
   // Upper bound of Σ ceil(q_len · group / 128) per KV head; blocks past the real count return.
   const int64_t grid = int64_t(ceil_div(int64_t(a.n_tokens) * p.group, kBM) + a.n_seqs) * p.n_kv;
   if (grid > 0x7fffffff) throw std::invalid_argument("prefill_attention_wgmma: batch too large for one grid");
-  if (v != Variant::sync) prefill_wgmma::launch_ws(p, int(grid), v == Variant::pingpong, a.dtype, stream);
+  if (v != Variant::sync) prefill_wgmma::launch_ws(p, int(grid), v == Variant::pingpong, v == Variant::tma, a.dtype, stream);
   else SERVELAB_DISPATCH_16(a.dtype, launch<__nv_bfloat16>(p, int(grid), stream), launch<__half>(p, int(grid), stream));
 }
 }  // namespace
 
-// v4.1 (sync) stays the one dispatched: v5 (ws, pingpong) measured 200 / 214 TFLOP/s at 4k against
-// v4.1's 309 / 327 in the same call (f54de55; kernels/notes-prefill.md).
-void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::sync); }
+// v6 (tma) is the one dispatched (kernels/notes-prefill.md: v5.1 ping-pong measured 463 / 463
+// TFLOP/s at 4k against v4.1's 320 / 320 in one call, 86e770c).
+void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::tma); }
 void prefill_attention_wgmma_pingpong(const PrefillAttentionArgs& a, cudaStream_t stream) {
   run_wgmma(a, stream, Variant::pingpong);
 }
 void prefill_attention_wgmma_ws(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::ws); }
+void prefill_attention_wgmma_tma(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::tma); }
 void prefill_attention_wgmma_sync(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::sync); }
 
 }  // namespace servelab::kernels

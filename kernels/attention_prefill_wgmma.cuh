@@ -139,6 +139,7 @@ struct Params {
   float scale_log2;
   void* out;
   int64_t out_row_stride;
+  int64_t n_slots;  ///< slots in each arena (v6's tensor maps)
 };
 
 /// Shared memory, in bytes from a 1024-aligned base. A tile (Q, or one stage of K or V) is two
@@ -157,7 +158,8 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 /// Launches the warp-specialized kernel (attention_prefill_wgmma_ws.cu) on grid blocks; pingpong:
-/// the consumer warpgroups take turns issuing their GEMMs.
-void launch_ws(const Params& p, int grid, bool pingpong, ScalarType dtype, cudaStream_t stream);
+/// the consumer warpgroups take turns issuing their GEMMs; tma: v6 (ping-pong, whole key tiles by
+/// TMA) where the layout allows (naive, or paged blocks of 2^k >= 16 slots), else v5.1 ping-pong.
+void launch_ws(const Params& p, int grid, bool pingpong, bool tma, ScalarType dtype, cudaStream_t stream);
 
 }  // namespace servelab::kernels::prefill_wgmma

@@ -2,6 +2,11 @@
 // kernels/notes-prefill.md); shares Params, Layout and the helpers with attention_prefill_wgmma.cu
 // through attention_prefill_wgmma.cuh. Selectable by name (prefill_attention_wgmma_ws / _pingpong);
 // prefill_attention runs v4.1 until this one measures faster.
+#include <cuda.h>  // CUtensorMap (the encoder comes through the runtime: no libcuda link)
+#include <cudaTypedefs.h>
+
+#include <stdexcept>
+
 #include "kernels/attention.h"
 #include "kernels/attention_prefill_wgmma.cuh"
 #include "kernels/common.cuh"
@@ -27,6 +32,30 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 __device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
+/// The same without .noinc: the pending count goes up now and down when the copies land, so the
+/// phase still needs its counted arrivals (v6's partial tile: thread 0 arrives after a barrier).
+__device__ __forceinline__ void cp_async_arrive_inc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+/// Arrives on bar and adds tx bytes the phase waits for (the TMA copies complete them).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t tx) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(tx) : "memory");
+}
+/// TMA: the box of map at (c0, c1, c2) into shared dst, completing tx bytes on bar.
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+
+/// v6: K and V arenas as 3-D tensor maps (head_dim, kv heads, slots; box 64 x 1 x rows,
+/// 128-byte swizzle: the layout the wgmma descriptors read), rows = 128 (naive layout, or paged
+/// blocks of >= 128 slots) or the block size (16, 32, 64).
+struct TmaMaps {
+  CUtensorMap k, v;
+  int rows;
+};
 
 namespace {
 // ---- v5: warp-specialized (a producer warpgroup, two consumers), per-stage mbarriers ----------
@@ -49,8 +78,12 @@ static_assert(Layout::kBytes % 8 == 0, "mbarriers need 8-byte alignment");
 
 /// kPingPong: the two consumer warpgroups take turns issuing their GEMMs (named barriers 1 and 2,
 /// FA3's schedule), so one's softmax runs while the other's GEMMs hold the tensor cores.
-template <typename T, bool kPingPong>
-__global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const Params p) {
+/// kTma (v6): thread 0 of the producer loads every whole key tile (all 128 keys <= max_pos) by
+/// TMA, one box per KV block (or per 128 keys) and head_dim half, completing on the stage's
+/// "full" mbarrier (count 1, expect_tx); the tile that max_pos cuts (zeros past it) goes the
+/// cp.async way, all 128 producer threads. Same smem bits as v5.1, so the same results.
+template <typename T, bool kPingPong, bool kTma>
+__global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const Params p, const __grid_constant__ TmaMaps maps) {
 #if SERVELAB_WGMMA_DEVICE
   using L = Layout;
   using LW = LayoutWs;
@@ -77,8 +110,8 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
     sh[1] = tile;
     mbar_init(sbase + LW::kFullQ, 128);
     for (int i = 0; i < kStages; ++i) {
-      mbar_init(sbase + LW::kFullK + 8 * i, 128);  // one noinc arrive per producer thread
-      mbar_init(sbase + LW::kFullV + 8 * i, 128);
+      mbar_init(sbase + LW::kFullK + 8 * i, kTma ? 1 : 128);  // v5.1: one noinc arrive per producer thread
+      mbar_init(sbase + LW::kFullV + 8 * i, kTma ? 1 : 128);
       mbar_init(sbase + LW::kEmptyK + 8 * i, 8);  // one arrive per consumer warp
       mbar_init(sbase + LW::kEmptyV + 8 * i, 8);
     }
@@ -154,16 +187,65 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
       cp_async16(sbase + L::kQ + sw + j * 1024, src, valid);
     }
     cp_async_arrive_noinc(sbase + LW::kFullQ);
-    for (int t = 0; t < n_key_tiles; ++t) {
+    int t_first = 0;  // the first tile loaded by cp.async
+    if constexpr (kTma) {
+      const int n_full = (max_pos + 1) / kBN, rows = maps.rows, nb = kBN / rows;
+      if (tid == 0) {
+        for (int t = 0; t < n_full; ++t) {
+          const int st = t % kStages, n = t / kStages;
+          int32_t start[8];  // first slot of each box (nb <= 8: rows >= 16)
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const int kq = t * kBN + j * rows;
+            start[j] = 0;
+            if (j < nb) start[j] = !paged ? int32_t(base_slot + kq) : (trow[kq >> bs_shift] << bs_shift) + (kq & (bs - 1));
+          }
+          const uint32_t dk = sbase + L::kK + uint32_t(st) * L::kTile, dv = sbase + L::kV + uint32_t(st) * L::kTile;
+          if (n > 0) mbar_wait(sbase + LW::kEmptyK + 8 * st, (n - 1) & 1);
+          mbar_arrive_expect_tx(sbase + LW::kFullK + 8 * st, L::kTile);
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+            if (j < nb)
+#pragma unroll
+              for (int h = 0; h < 2; ++h)
+                tma_load_3d(dk + h * L::kHalf + j * rows * 128, &maps.k, h * 64, kvh, start[j], sbase + LW::kFullK + 8 * st);
+          if (n > 0) mbar_wait(sbase + LW::kEmptyV + 8 * st, (n - 1) & 1);
+          mbar_arrive_expect_tx(sbase + LW::kFullV + 8 * st, L::kTile);
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+            if (j < nb)
+#pragma unroll
+              for (int h = 0; h < 2; ++h)
+                tma_load_3d(dv + h * L::kHalf + j * rows * 128, &maps.v, h * 64, kvh, start[j], sbase + LW::kFullV + 8 * st);
+        }
+      }
+      // The other producer threads wait here for thread 0 (a parity wait must not run more than
+      // one phase ahead), then all 128 load the cut tile, if any.
+      asm volatile("barrier.sync 3, 128;\n" ::: "memory");  // not .aligned: warp 0 may arrive diverged
+      t_first = n_full;
+    }
+    for (int t = t_first; t < n_key_tiles; ++t) {
       const int st = t % kStages, n = t / kStages;
       const uint32_t soff = uint32_t(st) * L::kTile + sw;
       tile_slots(t);  // the table reads overlap the wait for the stage
       if (n > 0) mbar_wait(sbase + LW::kEmptyK + 8 * st, (n - 1) & 1);
       issue_tile(kbase, L::kK, t, soff);
-      cp_async_arrive_noinc(sbase + LW::kFullK + 8 * st);
+      if constexpr (kTma) {  // count 1: every thread's copies counted, then one arrive
+        cp_async_arrive_inc(sbase + LW::kFullK + 8 * st);
+        asm volatile("barrier.sync 3, 128;\n" ::: "memory");  // not .aligned: warp 0 may arrive diverged
+        if (tid == 0) mbar_arrive(sbase + LW::kFullK + 8 * st);
+      } else {
+        cp_async_arrive_noinc(sbase + LW::kFullK + 8 * st);
+      }
       if (n > 0) mbar_wait(sbase + LW::kEmptyV + 8 * st, (n - 1) & 1);
       issue_tile(vbase, L::kV, t, soff);
-      cp_async_arrive_noinc(sbase + LW::kFullV + 8 * st);
+      if constexpr (kTma) {
+        cp_async_arrive_inc(sbase + LW::kFullV + 8 * st);
+        asm volatile("barrier.sync 3, 128;\n" ::: "memory");  // not .aligned: warp 0 may arrive diverged
+        if (tid == 0) mbar_arrive(sbase + LW::kFullV + 8 * st);
+      } else {
+        cp_async_arrive_noinc(sbase + LW::kFullV + 8 * st);
+      }
     }
     cp_async_wait<0>();
   } else {  // ---------------- consumer warpgroups ----------------
@@ -335,23 +417,65 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
 #endif
 }
 
-template <typename T, bool kPingPong>
+/// The encoder of tensor maps, from the driver through the runtime (once).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
+    if (q != cudaDriverEntryPointSuccess || !f) throw std::runtime_error("prefill_attention_wgmma: no cuTensorMapEncodeTiled in the driver");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+/// Box rows of v6's tensor maps for this layout, 0 where TMA does not apply (paged blocks of
+/// fewer than 16 slots or not a power of two: those take the cp.async producer, v5.1).
+int tma_rows(const Params& p) {
+  if (p.kv.kind == KvLayoutKind::naive) return kBN;
+  return p.block_shift >= 4 ? std::min(p.kv.block_size, kBN) : 0;
+}
+
+template <typename T>
+CUtensorMap encode_kv_map(const void* arena, const Params& p, int rows) {
+  CUtensorMap m;
+  const cuuint64_t dims[3] = {cuuint64_t(kHD), cuuint64_t(p.n_kv), cuuint64_t(p.n_slots)};
+  const cuuint64_t strides[2] = {cuuint64_t(kHD) * sizeof(T), cuuint64_t(p.kv_row) * sizeof(T)};  // bytes, dims 1 and 2
+  const cuuint32_t box[3] = {64, 1, cuuint32_t(rows)}, elem_strides[3] = {1, 1, 1};
+  const CUresult r = tensor_map_encoder()(&m, std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                                          3, const_cast<void*>(arena), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) throw std::runtime_error("prefill_attention_wgmma: cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ")");
+  return m;
+}
+
+template <typename T, bool kPingPong, bool kTma>
 void launch_ws_t(const Params& p, int grid, cudaStream_t stream) {
   static const bool raised = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_ws_kernel<T, kPingPong>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_ws_kernel<T, kPingPong, kTma>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(LayoutWs::kAlloc)));
     return true;
   }();
   (void)raised;
-  prefill_wgmma_ws_kernel<T, kPingPong><<<grid, kThreadsWs, LayoutWs::kAlloc, stream>>>(p);
+  TmaMaps maps{};
+  if constexpr (kTma) {
+    maps.rows = tma_rows(p);
+    maps.k = encode_kv_map<T>(p.k_cache, p, maps.rows);
+    maps.v = encode_kv_map<T>(p.v_cache, p, maps.rows);
+  }
+  prefill_wgmma_ws_kernel<T, kPingPong, kTma><<<grid, kThreadsWs, LayoutWs::kAlloc, stream>>>(p, maps);
   CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void launch_ws(const Params& p, int grid, bool pingpong, ScalarType dtype, cudaStream_t stream) {
-  if (pingpong) SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true>(p, grid, stream)), (launch_ws_t<__half, true>(p, grid, stream)));
-  else SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, false>(p, grid, stream)), (launch_ws_t<__half, false>(p, grid, stream)));
+void launch_ws(const Params& p, int grid, bool pingpong, bool tma, ScalarType dtype, cudaStream_t stream) {
+  if (tma && tma_rows(p) > 0 && p.n_slots > 0)  // v6 (with ping-pong); other layouts take v5.1's producer
+    SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, true>(p, grid, stream)), (launch_ws_t<__half, true, true>(p, grid, stream)));
+  else if (pingpong || tma)
+    SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, false>(p, grid, stream)), (launch_ws_t<__half, true, false>(p, grid, stream)));
+  else
+    SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, false, false>(p, grid, stream)), (launch_ws_t<__half, false, false>(p, grid, stream)));
 }
 
 }  // namespace servelab::kernels::prefill_wgmma

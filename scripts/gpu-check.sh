@@ -17,7 +17,7 @@
 #   BACKEND_GPU=1 (also build test_cuda_backend_gpu and run it, filter BACKEND_FILTER, default
 #   '-*Bench*:*Hf*', beside the kernel GPU tests: the engine path runs the dispatched kernels),
 #   NCU_KERNEL (a regex: ncu on kernel_bench --prefill-only --quick, NCU_SKIP / NCU_COUNT launches,
-#   NCU_TIMEOUT), TESTS_TIMEOUT / MEMCHECK_TIMEOUT (seconds, default 300 / 200; a timed-out test step, e.g. a
+#   NCU_TIMEOUT, NCU_ARGS: more ncu arguments), TESTS_TIMEOUT / MEMCHECK_TIMEOUT (seconds, default 300 / 200; a timed-out test step, e.g. a
 #   hung kernel, skips memcheck and the benchmarks so the logs still come back), DEBS_DIR (a folder of carried Debian .deb files,
 #   unpacked into a prefix when the machine's image lacks the build dependencies; recipe:
 #     mkdir -p shared/debs && cd shared/debs && apt-get download libgtest-dev libyaml-cpp-dev \
@@ -133,7 +133,7 @@ if [ $BUILT = 1 ]; then
   if [ -n "${NCU_KERNEL:-}" ] && command -v ncu >/dev/null; then  # one launch of the named kernel(s), after the validation ones
     step ncu "${NCU_TIMEOUT:-120}" ncu --kernel-name "regex:$NCU_KERNEL" --launch-skip "${NCU_SKIP:-2}" --launch-count "${NCU_COUNT:-1}" \
       --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats \
-      --section InstructionStats --section ComputeWorkloadAnalysis "$BUILD/kernels/kernel_bench" --prefill-only --quick
+      --section InstructionStats --section ComputeWorkloadAnalysis ${NCU_ARGS:-} "$BUILD/kernels/kernel_bench" --prefill-only --quick
   fi
 fi
 if want peers; then
