@@ -329,8 +329,8 @@ bool prefill_wgmma_supported(int head_dim) {
 }
 
 namespace {
-enum class Variant { sync, ws, pingpong, tma };
-/// The wgmma kernels: checks, Params, grid; v picks v4.1 (sync), v5.1 (ws), v5.1 with ping-pong or v6 (tma).
+enum class Variant { sync, ws, pingpong, tma, lean };
+/// The wgmma kernels: checks, Params, grid; v picks v4.1 (sync), v5.1 (ws), v5.1 with ping-pong, v6 (tma) or v6.1 (lean).
 void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v) {
   if (a.n_seqs == 0 || a.n_tokens == 0) return;
   if (a.shape.n_kv_heads <= 0 || a.n_heads % a.shape.n_kv_heads != 0)
@@ -361,19 +361,24 @@ void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v) {
   // Upper bound of Σ ceil(q_len · group / 128) per KV head; blocks past the real count return.
   const int64_t grid = int64_t(ceil_div(int64_t(a.n_tokens) * p.group, kBM) + a.n_seqs) * p.n_kv;
   if (grid > 0x7fffffff) throw std::invalid_argument("prefill_attention_wgmma: batch too large for one grid");
-  if (v != Variant::sync) prefill_wgmma::launch_ws(p, int(grid), v == Variant::pingpong, v == Variant::tma, a.dtype, stream);
+  using prefill_wgmma::WsVariant;
+  if (v != Variant::sync)
+    prefill_wgmma::launch_ws(p, int(grid),
+                             v == Variant::ws ? WsVariant::ws : v == Variant::pingpong ? WsVariant::pingpong : v == Variant::tma ? WsVariant::tma : WsVariant::lean,
+                             a.dtype, stream);
   else SERVELAB_DISPATCH_16(a.dtype, launch<__nv_bfloat16>(p, int(grid), stream), launch<__half>(p, int(grid), stream));
 }
 }  // namespace
 
-// v6 (tma) is the one dispatched (kernels/notes-prefill.md: v5.1 ping-pong measured 463 / 463
-// TFLOP/s at 4k against v4.1's 320 / 320 in one call, 86e770c).
-void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::tma); }
+// v6.1 (lean) is the one dispatched (kernels/notes-prefill.md: v5.1 ping-pong measured 452 / 473
+// TFLOP/s at 4k against v4.1's 316 / 326 in one call, bc32963; v6 with TMA 363 / 381).
+void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::lean); }
 void prefill_attention_wgmma_pingpong(const PrefillAttentionArgs& a, cudaStream_t stream) {
   run_wgmma(a, stream, Variant::pingpong);
 }
 void prefill_attention_wgmma_ws(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::ws); }
 void prefill_attention_wgmma_tma(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::tma); }
+void prefill_attention_wgmma_lean(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::lean); }
 void prefill_attention_wgmma_sync(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::sync); }
 
 }  // namespace servelab::kernels

@@ -157,9 +157,12 @@ __device__ __forceinline__ float ex2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
-/// Launches the warp-specialized kernel (attention_prefill_wgmma_ws.cu) on grid blocks; pingpong:
-/// the consumer warpgroups take turns issuing their GEMMs; tma: v6 (ping-pong, whole key tiles by
-/// TMA) where the layout allows (naive, or paged blocks of 2^k >= 16 slots), else v5.1 ping-pong.
-void launch_ws(const Params& p, int grid, bool pingpong, bool tma, ScalarType dtype, cudaStream_t stream);
+/// The warp-specialized kernels (attention_prefill_wgmma_ws.cu): ws v5.1; pingpong v5.1 with the
+/// consumer warpgroups taking turns issuing their GEMMs; tma v6 (ping-pong, whole key tiles by TMA
+/// where the layout allows: naive, or paged blocks of 2^k >= 16 slots; else v5.1 ping-pong); lean
+/// v6.1 (ping-pong, fewer producer instructions, O rescale skipped where a warp's maxima held).
+enum class WsVariant { ws, pingpong, tma, lean };
+/// Launches the warp-specialized kernel v on grid blocks.
+void launch_ws(const Params& p, int grid, WsVariant v, ScalarType dtype, cudaStream_t stream);
 
 }  // namespace servelab::kernels::prefill_wgmma

@@ -78,12 +78,17 @@ static_assert(Layout::kBytes % 8 == 0, "mbarriers need 8-byte alignment");
 
 /// kPingPong: the two consumer warpgroups take turns issuing their GEMMs (named barriers 1 and 2,
 /// FA3's schedule), so one's softmax runs while the other's GEMMs hold the tensor cores.
-/// kTma (v6): thread 0 of the producer loads every whole key tile (all 128 keys <= max_pos) by
-/// TMA, one box per KV block (or per 128 keys) and head_dim half, completing on the stage's
-/// "full" mbarrier (count 1, expect_tx); the tile that max_pos cuts (zeros past it) goes the
-/// cp.async way, all 128 producer threads. Same smem bits as v5.1, so the same results.
-template <typename T, bool kPingPong, bool kTma>
+/// kProd picks the producer. 0 (v5.1): cp.async, 16 slots a thread per tile. 1 (v6, kTma):
+/// thread 0 loads every whole key tile (all 128 keys <= max_pos) by TMA, one box per KV block (or
+/// per 128 keys) and head_dim half, completing on the stage's "full" mbarrier (count 1,
+/// expect_tx); the tile max_pos cuts (zeros past it) goes the cp.async way. 2 (v6.1, kLean):
+/// cp.async with fewer instructions on whole tiles (8 table reads a thread for blocks of 2^k >= 16
+/// slots, a 32x32->64-bit multiply per row, no validity tests), and the consumers skip the O
+/// rescale where no row of the warp changed its maximum (a multiply by exactly 1). Every producer
+/// writes the same smem bytes, so all give the same bits.
+template <typename T, bool kPingPong, int kProd>
 __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const Params p, const __grid_constant__ TmaMaps maps) {
+  constexpr bool kTma = kProd == 1, kLean = kProd == 2;
 #if SERVELAB_WGMMA_DEVICE
   using L = Layout;
   using LW = LayoutWs;
@@ -169,6 +174,30 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
         }
       }
     };
+    // v6.1: the slots of whole tile t (every key <= max_pos) for the naive layout or blocks of
+    // 2^k >= 16 slots: rows lr + 16i and lr + 16i + 8 lie in one block (lr < 8), 8 table reads.
+    const bool lean_layout = !paged || bs_shift >= 4;
+    auto lean_slots = [&](int t) {
+      const int k0 = t * kBN + lr;
+      if (!paged) {
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j) slot[j] = int32_t(base_slot) + k0 + 8 * j;
+      } else {
+#pragma unroll
+        for (int i = 0; i < kBN / 16; ++i) {
+          const int kq = k0 + 16 * i;
+          slot[2 * i] = (trow[kq >> bs_shift] << bs_shift) + (kq & (bs - 1));
+          slot[2 * i + 1] = slot[2 * i] + 8;
+        }
+      }
+    };
+    const int row_bytes = int(p.kv_row * int64_t(sizeof(T)));  // < 2^31: n_kv * 256
+    const char* kcol = kbase + col * int64_t(sizeof(T));
+    const char* vcol = vbase + col * int64_t(sizeof(T));
+    auto lean_issue = [&](const char* base_col, uint32_t ring, uint32_t soff) {
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) cp_async16(sbase + ring + soff + j * 1024, base_col + int64_t(slot[j]) * row_bytes, true);
+    };
     // One K or V tile from the slots into stage st of ring; zeros past max_pos.
     auto issue_tile = [&](const char* base, uint32_t ring, int t, uint32_t soff) {
 #pragma unroll
@@ -227,9 +256,12 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
     for (int t = t_first; t < n_key_tiles; ++t) {
       const int st = t % kStages, n = t / kStages;
       const uint32_t soff = uint32_t(st) * L::kTile + sw;
-      tile_slots(t);  // the table reads overlap the wait for the stage
+      const bool lean = kLean && lean_layout && t * kBN + kBN - 1 <= max_pos;
+      if (lean) lean_slots(t);
+      else tile_slots(t);  // the table reads overlap the wait for the stage
       if (n > 0) mbar_wait(sbase + LW::kEmptyK + 8 * st, (n - 1) & 1);
-      issue_tile(kbase, L::kK, t, soff);
+      if (lean) lean_issue(kcol, L::kK, soff);
+      else issue_tile(kbase, L::kK, t, soff);
       if constexpr (kTma) {  // count 1: every thread's copies counted, then one arrive
         cp_async_arrive_inc(sbase + LW::kFullK + 8 * st);
         asm volatile("barrier.sync 3, 128;\n" ::: "memory");  // not .aligned: warp 0 may arrive diverged
@@ -238,7 +270,8 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
         cp_async_arrive_noinc(sbase + LW::kFullK + 8 * st);
       }
       if (n > 0) mbar_wait(sbase + LW::kEmptyV + 8 * st, (n - 1) & 1);
-      issue_tile(vbase, L::kV, t, soff);
+      if (lean) lean_issue(vcol, L::kV, soff);
+      else issue_tile(vbase, L::kV, t, soff);
       if constexpr (kTma) {
         cp_async_arrive_inc(sbase + LW::kFullV + 8 * st);
         asm volatile("barrier.sync 3, 128;\n" ::: "memory");  // not .aligned: warp 0 may arrive diverged
@@ -321,12 +354,14 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
       l1 = l1 * corr1 + (sum1 + sum1b);
     };
     auto rescale_and_pack = [&] {
+      if (!kLean || __any_sync(0xffffffffu, corr0 != 1.0f || corr1 != 1.0f)) {
 #pragma unroll
-      for (int j = 0; j < kHD / 8; ++j) {
-        o[4 * j] *= corr0;
-        o[4 * j + 1] *= corr0;
-        o[4 * j + 2] *= corr1;
-        o[4 * j + 3] *= corr1;
+        for (int j = 0; j < kHD / 8; ++j) {
+          o[4 * j] *= corr0;
+          o[4 * j + 1] *= corr0;
+          o[4 * j + 2] *= corr1;
+          o[4 * j + 3] *= corr1;
+        }
       }
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j) {
@@ -449,33 +484,42 @@ CUtensorMap encode_kv_map(const void* arena, const Params& p, int rows) {
   return m;
 }
 
-template <typename T, bool kPingPong, bool kTma>
+template <typename T, bool kPingPong, int kProd>
 void launch_ws_t(const Params& p, int grid, cudaStream_t stream) {
   static const bool raised = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_ws_kernel<T, kPingPong, kTma>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_ws_kernel<T, kPingPong, kProd>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(LayoutWs::kAlloc)));
     return true;
   }();
   (void)raised;
   TmaMaps maps{};
-  if constexpr (kTma) {
+  if constexpr (kProd == 1) {
     maps.rows = tma_rows(p);
     maps.k = encode_kv_map<T>(p.k_cache, p, maps.rows);
     maps.v = encode_kv_map<T>(p.v_cache, p, maps.rows);
   }
-  prefill_wgmma_ws_kernel<T, kPingPong, kTma><<<grid, kThreadsWs, LayoutWs::kAlloc, stream>>>(p, maps);
+  prefill_wgmma_ws_kernel<T, kPingPong, kProd><<<grid, kThreadsWs, LayoutWs::kAlloc, stream>>>(p, maps);
   CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void launch_ws(const Params& p, int grid, bool pingpong, bool tma, ScalarType dtype, cudaStream_t stream) {
-  if (tma && tma_rows(p) > 0 && p.n_slots > 0)  // v6 (with ping-pong); other layouts take v5.1's producer
-    SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, true>(p, grid, stream)), (launch_ws_t<__half, true, true>(p, grid, stream)));
-  else if (pingpong || tma)
-    SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, false>(p, grid, stream)), (launch_ws_t<__half, true, false>(p, grid, stream)));
-  else
-    SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, false, false>(p, grid, stream)), (launch_ws_t<__half, false, false>(p, grid, stream)));
+void launch_ws(const Params& p, int grid, WsVariant v, ScalarType dtype, cudaStream_t stream) {
+  if (v == WsVariant::tma && !(tma_rows(p) > 0 && p.n_slots > 0)) v = WsVariant::pingpong;  // other layouts: v5.1
+  switch (v) {
+    case WsVariant::ws:
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, false, 0>(p, grid, stream)), (launch_ws_t<__half, false, 0>(p, grid, stream)));
+      break;
+    case WsVariant::pingpong:
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 0>(p, grid, stream)), (launch_ws_t<__half, true, 0>(p, grid, stream)));
+      break;
+    case WsVariant::tma:
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 1>(p, grid, stream)), (launch_ws_t<__half, true, 1>(p, grid, stream)));
+      break;
+    case WsVariant::lean:
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 2>(p, grid, stream)), (launch_ws_t<__half, true, 2>(p, grid, stream)));
+      break;
+  }
 }
 
 }  // namespace servelab::kernels::prefill_wgmma
