@@ -124,10 +124,29 @@ void prefill_attention(const PrefillAttentionArgs& a, cudaStream_t stream);
 /// FlashAttention-2 structure on mma.sync (64-row tiles, K/V double-buffered by cp.async, O in
 /// registers); any architecture the library is built for; head_dim 32, 64, 128.
 void prefill_attention_mma(const PrefillAttentionArgs& a, cudaStream_t stream);
-/// FlashAttention-3 structure on wgmma (sm_90a): 128-row tiles over 2 warpgroups, 128-position
-/// key tiles in 3 cp.async stages, P in registers. Throws std::invalid_argument where
-/// prefill_wgmma_supported(head_dim) is false.
+/// FlashAttention-3 structure on wgmma (sm_90a): 128-row tiles over 2 consumer warpgroups,
+/// 128-position key tiles in 3 smem stages, P in registers. Runs one of the kernels below
+/// (always the same one: prefill_attention_wgmma_lean). Throws std::invalid_argument where prefill_wgmma_supported(head_dim)
+/// is false.
 void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream);
+/// v5: warp-specialized (a producer warpgroup gathers K/V by cp.async onto per-stage mbarriers;
+/// no block-wide barrier per key tile). Same contract and bits per row as the others.
+void prefill_attention_wgmma_ws(const PrefillAttentionArgs& a, cudaStream_t stream);
+/// v5 with ping-pong: the two consumer warpgroups take turns issuing their GEMMs (named barriers),
+/// so one's softmax overlaps the other's GEMMs (v5.1: the producer's table reads independent).
+void prefill_attention_wgmma_pingpong(const PrefillAttentionArgs& a, cudaStream_t stream);
+/// v6: v5.1 ping-pong whose producer loads whole key tiles by TMA (one thread; tensor maps over
+/// the arenas, one box per KV block and head_dim half) for the naive layout and paged blocks of
+/// 2^k >= 16 slots, the tile max_pos cuts by cp.async; other block sizes run v5.1's producer.
+/// The same smem contents, so the same bits as the ws and ping-pong kernels. Slower than v5.1 at
+/// block size 16 (kernels/notes-prefill.md): selectable in tests and kernel_bench only.
+void prefill_attention_wgmma_tma(const PrefillAttentionArgs& a, cudaStream_t stream);
+/// v6.1: v5.1 ping-pong with a leaner producer on whole key tiles (8 table reads a thread for blocks
+/// of 2^k >= 16 slots, no validity tests) and the O rescale skipped where no row of a warp changed
+/// its maximum. The same bits as v5.1. prefill_attention_wgmma runs this one.
+void prefill_attention_wgmma_lean(const PrefillAttentionArgs& a, cudaStream_t stream);
+/// v4.1: every thread loads, one __syncthreads per key tile.
+void prefill_attention_wgmma_sync(const PrefillAttentionArgs& a, cudaStream_t stream);
 /// True when this build has sm_90a code, the current device is compute 9.0 and head_dim is 128.
 bool prefill_wgmma_supported(int head_dim);
 /// The first version (WMMA, O in shared memory, no overlap): same contract, slower; kept for

@@ -18,7 +18,8 @@
 // Key tiles sit at absolute positions and rows never mix; a key tile a row masks whole adds exact
 // zeros to it, so a row's bits do not depend on its tile or batch.
 // Built for sm_90a only (SERVELAB_HAS_SM90A from kernels/CMakeLists.txt); elsewhere
-// prefill_attention keeps the mma.sync kernel.
+// prefill_attention keeps the mma.sync kernel. This is v4.1 (prefill_attention_wgmma_sync); the one
+// prefill_attention_wgmma runs is v6 in attention_prefill_wgmma_ws.cu (see notes-prefill.md).
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -28,49 +29,9 @@
 #include "kernels/common.cuh"
 #include "kernels/mma_util.cuh"
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define SERVELAB_WGMMA_DEVICE 1
-#else
-#define SERVELAB_WGMMA_DEVICE 0
-#endif
-
 namespace servelab::kernels {
 namespace {
-
-constexpr int kThreads = 256, kBM = 128, kBN = 128, kHD = 128, kStages = 3;
-constexpr float kLog2e = 1.4426950408889634f;
-static_assert(kBM == kBN, "Q and K/V tiles share one layout");
-
-struct Params {
-  const void* q;
-  int64_t q_row_stride;
-  const void* k_cache;
-  const void* v_cache;
-  int64_t kv_row;
-  int n_heads, n_kv, group, n_seqs;
-  const int32_t* query_start;
-  const int32_t* context_lens;
-  KvAddressing kv;
-  int block_shift;  ///< log2(kv.block_size) when a power of two, else -1
-  float scale_log2;
-  void* out;
-  int64_t out_row_stride;
-};
-
-/// Shared memory, in bytes from a 1024-aligned base. A tile (Q, or one stage of K or V) is two
-/// halves of 128 rows x 128 bytes (head_dim 0-63, 64-127), 16 KB each.
-struct Layout {
-  static constexpr uint32_t kHalf = kBM * 128, kTile = 2 * kHalf;
-  static constexpr uint32_t kQ = 0, kK = kTile, kV = kK + kStages * kTile, kRows = kV + kStages * kTile;
-  static constexpr uint32_t kBytes = kRows + (3 * kBM + 2) * sizeof(int);
-  static constexpr size_t kAlloc = kBytes + 1024;  // room to round the base up to 1024
-};
-
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
+using namespace prefill_wgmma;  // NOLINT: the shared tile constants and helpers
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const Params p) {
@@ -367,7 +328,10 @@ bool prefill_wgmma_supported(int head_dim) {
 #endif
 }
 
-void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) {
+namespace {
+enum class Variant { sync, ws, pingpong, tma, lean };
+/// The wgmma kernels: checks, Params, grid; v picks v4.1 (sync), v5.1 (ws), v5.1 with ping-pong, v6 (tma) or v6.1 (lean).
+void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v) {
   if (a.n_seqs == 0 || a.n_tokens == 0) return;
   if (a.shape.n_kv_heads <= 0 || a.n_heads % a.shape.n_kv_heads != 0)
     throw std::invalid_argument("prefill_attention_wgmma: n_heads must be a multiple of n_kv_heads");
@@ -393,10 +357,28 @@ void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream)
   p.scale_log2 = a.scale * kLog2e;
   p.out = a.out;
   p.out_row_stride = a.out_row_stride;
+  p.n_slots = a.shape.n_slots;
   // Upper bound of Σ ceil(q_len · group / 128) per KV head; blocks past the real count return.
   const int64_t grid = int64_t(ceil_div(int64_t(a.n_tokens) * p.group, kBM) + a.n_seqs) * p.n_kv;
   if (grid > 0x7fffffff) throw std::invalid_argument("prefill_attention_wgmma: batch too large for one grid");
-  SERVELAB_DISPATCH_16(a.dtype, launch<__nv_bfloat16>(p, int(grid), stream), launch<__half>(p, int(grid), stream));
+  using prefill_wgmma::WsVariant;
+  if (v != Variant::sync)
+    prefill_wgmma::launch_ws(p, int(grid),
+                             v == Variant::ws ? WsVariant::ws : v == Variant::pingpong ? WsVariant::pingpong : v == Variant::tma ? WsVariant::tma : WsVariant::lean,
+                             a.dtype, stream);
+  else SERVELAB_DISPATCH_16(a.dtype, launch<__nv_bfloat16>(p, int(grid), stream), launch<__half>(p, int(grid), stream));
 }
+}  // namespace
+
+// v6.1 (lean) is the one dispatched (kernels/notes-prefill.md: v5.1 ping-pong measured 452 / 473
+// TFLOP/s at 4k against v4.1's 316 / 326 in one call, bc32963; v6 with TMA 363 / 381).
+void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::lean); }
+void prefill_attention_wgmma_pingpong(const PrefillAttentionArgs& a, cudaStream_t stream) {
+  run_wgmma(a, stream, Variant::pingpong);
+}
+void prefill_attention_wgmma_ws(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::ws); }
+void prefill_attention_wgmma_tma(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::tma); }
+void prefill_attention_wgmma_lean(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::lean); }
+void prefill_attention_wgmma_sync(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::sync); }
 
 }  // namespace servelab::kernels

@@ -1,13 +1,19 @@
 #pragma once
-// Hopper warpgroup MMA (wgmma, sm_90a only) wrappers for the prefill attention kernel
-// (attention_prefill_wgmma.cu): shared-memory matrix descriptors, the fences, and
-// m64n128k16 with fp32 accumulators in bf16 and fp16, A from shared memory or from registers.
-// Call only from code compiled for sm_90a (the instructions exist there alone).
+// Hopper warpgroup MMA (wgmma, sm_90a only) wrappers for the prefill attention kernels
+// (attention_prefill_wgmma.cu: v4.1; attention_prefill_wgmma_ws.cu: v5): shared-memory matrix
+// descriptors, the fences, and m64n128k16 with fp32 accumulators in bf16 and fp16, A from shared
+// memory or from registers; then what both kernels share (tile constants, Params, the shared
+// memory layout, cp.async and conversion helpers). Call the device parts only from code compiled
+// for sm_90a (the instructions exist there alone).
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
 #include <type_traits>
+
+#include "kernels/attention.h"
+#include "kernels/mma_util.cuh"
 
 namespace servelab::kernels::wgmma {
 
@@ -104,3 +110,59 @@ __device__ __forceinline__ void mma_rs(float (&d)[64], const uint32_t (&a)[4], u
 }
 
 }  // namespace servelab::kernels::wgmma
+
+// ---- shared by the prefill wgmma kernels (attention_prefill_wgmma.cu: v4.1; _ws.cu: v5) ----
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SERVELAB_WGMMA_DEVICE 1
+#else
+#define SERVELAB_WGMMA_DEVICE 0
+#endif
+
+namespace servelab::kernels::prefill_wgmma {
+
+constexpr int kThreads = 256, kBM = 128, kBN = 128, kHD = 128, kStages = 3;
+constexpr float kLog2e = 1.4426950408889634f;
+static_assert(kBM == kBN, "Q and K/V tiles share one layout");
+
+struct Params {
+  const void* q;
+  int64_t q_row_stride;
+  const void* k_cache;
+  const void* v_cache;
+  int64_t kv_row;
+  int n_heads, n_kv, group, n_seqs;
+  const int32_t* query_start;
+  const int32_t* context_lens;
+  KvAddressing kv;
+  int block_shift;  ///< log2(kv.block_size) when a power of two, else -1
+  float scale_log2;
+  void* out;
+  int64_t out_row_stride;
+  int64_t n_slots;  ///< slots in each arena (v6's tensor maps)
+};
+
+/// Shared memory, in bytes from a 1024-aligned base. A tile (Q, or one stage of K or V) is two
+/// halves of 128 rows x 128 bytes (head_dim 0-63, 64-127), 16 KB each.
+struct Layout {
+  static constexpr uint32_t kHalf = kBM * 128, kTile = 2 * kHalf;
+  static constexpr uint32_t kQ = 0, kK = kTile, kV = kK + kStages * kTile, kRows = kV + kStages * kTile;
+  static constexpr uint32_t kBytes = kRows + (3 * kBM + 2) * sizeof(int);
+  static constexpr size_t kAlloc = kBytes + 1024;  // room to round the base up to 1024
+};
+
+// smem_u32, cp_async16, cp_async_commit/wait and pack2 come from kernels/mma_util.cuh.
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+/// The warp-specialized kernels (attention_prefill_wgmma_ws.cu): ws v5.1; pingpong v5.1 with the
+/// consumer warpgroups taking turns issuing their GEMMs; tma v6 (ping-pong, whole key tiles by TMA
+/// where the layout allows: naive, or paged blocks of 2^k >= 16 slots; else v5.1 ping-pong); lean
+/// v6.1 (ping-pong, fewer producer instructions, O rescale skipped where a warp's maxima held).
+enum class WsVariant { ws, pingpong, tma, lean };
+/// Launches the warp-specialized kernel v on grid blocks.
+void launch_ws(const Params& p, int grid, WsVariant v, ScalarType dtype, cudaStream_t stream);
+
+}  // namespace servelab::kernels::prefill_wgmma

@@ -191,7 +191,8 @@ def combine(kb_path, peers_path, out_path, commit):
                 add("paged_decode_attn", r["value"], "GB/s", f"torch_sdpa_{p['backend']} {p['value']:.0f} GB/s",
                     r["value"] / p["value"], shape + " hd128 block16")
             add("paged_decode_attn_vs_copy", r["value"], "GB/s", r["peer_or_ceiling"], r["ratio"], shape + " hd128 block16")
-        elif r["name"] in ("prefill_attn", "prefill_attn_mma", "prefill_attn_wmma"):  # default, then the others
+        elif r["name"] in ("prefill_attn", "prefill_attn_mma", "prefill_attn_wmma") or r["name"].startswith("prefill_attn_wgmma"):
+            # the default, then the others (each wgmma version by name) against the same SDPA row
             p = prow.get(("sdpa_prefill_attn", base))
             if p:
                 add(r["name"], r["value"], "TFLOP/s", f"torch_sdpa_{p['backend']} {p['value']:.0f} TFLOP/s",
@@ -225,7 +226,7 @@ def combine(kb_path, peers_path, out_path, commit):
     print(f"\n== other figures ({out_path}) ==")
     for o in out:
         if o["name"] in ("prefill_attn", "prefill_attn_vs_gemm", "prefill_attn_mma", "prefill_attn_wmma", "sdpa_prefill_attn",
-                         "d2d_copy", "cublaslt_gemm_bf16", "torch_d2d_copy", "torch_gemm_bf16"):
+                         "d2d_copy", "cublaslt_gemm_bf16", "torch_d2d_copy", "torch_gemm_bf16") or o["name"].startswith("prefill_attn_wgmma"):
             ratio = f"{o['ratio']:.2f} x {o['peer_or_ceiling']}" if o["ratio"] is not None else ""
             print(f"{o['name']:<26} {o['shape']:<34} {o['value']:>9.1f} {o['unit']:<8} {ratio}")
 

@@ -13,7 +13,12 @@
 #   (kernel_bench --sweep: decode split policies), DECODE_ONLY=1 (kernel_bench and the peers time
 #   decode attention only), PREFILL_ONLY=1 (kernel_bench and the peers time the ceilings and
 #   prefill attention only; the prefill kernel's SASS instruction counts go to the logs), COMMIT,
-#   GTEST_FILTER (for the GPU tests and memcheck), MEMCHECK_FILTER (memcheck's own, default GTEST_FILTER), DEBS_DIR (a folder of carried Debian .deb files,
+#   GTEST_FILTER (for the GPU tests and memcheck), MEMCHECK_FILTER (memcheck's own, default GTEST_FILTER),
+#   BACKEND_GPU=1 (also build test_cuda_backend_gpu and run it, filter BACKEND_FILTER, default
+#   '-*Bench*:*Hf*', beside the kernel GPU tests: the engine path runs the dispatched kernels),
+#   NCU_KERNEL (a regex: ncu on kernel_bench --prefill-only --quick, NCU_SKIP / NCU_COUNT launches,
+#   NCU_TIMEOUT, NCU_ARGS: more ncu arguments), TESTS_TIMEOUT / MEMCHECK_TIMEOUT (seconds, default 300 / 200; a timed-out test step, e.g. a
+#   hung kernel, skips memcheck and the benchmarks so the logs still come back), DEBS_DIR (a folder of carried Debian .deb files,
 #   unpacked into a prefix when the machine's image lacks the build dependencies; recipe:
 #     mkdir -p shared/debs && cd shared/debs && apt-get download libgtest-dev libyaml-cpp-dev \
 #       libyaml-cpp0.7 libcli11-dev nlohmann-json3-dev libboost-dev libopenblas-dev \
@@ -63,20 +68,38 @@ if want build; then
     rm -rf "$BUILD"
     step configure_kernels_only 300 cmake "${CFG[@]}" -DSERVELAB_KERNELS_ONLY=ON || BUILT=0
   fi
-  [ $BUILT = 1 ] && { step build_kernels 500 cmake --build "$BUILD" -j"$JOBS" --target test_kernels test_kernels_gpu kernel_bench &&
+  TARGETS=(test_kernels test_kernels_gpu kernel_bench)
+  [ "${BACKEND_GPU:-0}" = 1 ] && TARGETS+=(test_cuda_backend_gpu)
+  [ $BUILT = 1 ] && { step build_kernels 500 cmake --build "$BUILD" -j"$JOBS" --target "${TARGETS[@]}" &&
     { ! want ctest || step build_all 400 cmake --build "$BUILD" -j"$JOBS"; } || BUILT=0; }
   grep -E "ptxas info|spill|Compiling entry" "$LOGS/build_kernels.log" >"$LOGS/ptxas.txt" 2>/dev/null || true
-  obj=$(find "$BUILD" -name 'attention_prefill_wgmma.cu.o' | head -1)
+  obj=$(find "$BUILD" -name 'attention_prefill_wgmma*.cu.o' | sort)
   if [ -n "$obj" ] && command -v cuobjdump >/dev/null; then  # wgmma shows as HGMMA; mma.sync as HMMA
-    cuobjdump -sass "$obj" >"$LOGS/sass_prefill_wgmma.txt" 2>&1
+    for o in $obj; do cuobjdump -sass "$o"; done >"$LOGS/sass_prefill_wgmma.txt" 2>&1
     echo "prefill wgmma SASS: $(grep -c HGMMA "$LOGS/sass_prefill_wgmma.txt") HGMMA, $(grep -c 'HMMA' "$LOGS/sass_prefill_wgmma.txt") HMMA, $(grep -cE 'LDL|STL' "$LOGS/sass_prefill_wgmma.txt") LDL/STL"
   fi
 fi
 if [ $BUILT = 1 ]; then
+  HUNG=0
   if want tests; then
     step cpu_ref_tests 120 "$BUILD/test_kernels"
-    step gpu_kernel_tests 300 "$BUILD/test_kernels_gpu" --gtest_print_time=1 ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} \
+    BACKEND_PID=
+    if [ "${BACKEND_GPU:-0}" = 1 ]; then  # beside the kernel tests (their CPU references take the time)
+      timeout "${TESTS_TIMEOUT:-300}" "$BUILD/test_cuda_backend_gpu" --gtest_filter="${BACKEND_FILTER:--*Bench*:*Hf*}" \
+        >"$LOGS/backend_gpu_tests.log" 2>&1 &
+      BACKEND_PID=$!
+    fi
+    step gpu_kernel_tests "${TESTS_TIMEOUT:-300}" "$BUILD/test_kernels_gpu" --gtest_print_time=1 ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} \
       --gtest_output="json:$OUT/gpu_kernel_tests.json"
+    [ $? = 124 ] && HUNG=1
+    if [ -n "$BACKEND_PID" ]; then
+      wait "$BACKEND_PID"
+      rc=$?
+      [ $rc = 124 ] && HUNG=1
+      summ=$(grep -E "^\[  (PASSED|FAILED) " "$LOGS/backend_gpu_tests.log" | tr '\n' ' ')
+      TABLE+=("$(printf '%-22s %-5s %s' backend_gpu_tests "$([ $rc = 0 ] && echo ok || echo FAIL)" "rc $rc $summ")")
+      [ $rc = 0 ] || { FAILED=1; tail -n 25 "$LOGS/backend_gpu_tests.log"; }
+    fi
     grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|rel|Expected|Which is" "$LOGS/gpu_kernel_tests.log" | head -40
     n_skip=$(grep -oE '^\[  SKIPPED \] [0-9]+ test' "$LOGS/gpu_kernel_tests.log" | grep -oE '[0-9]+' | head -1)
     if [ "${n_skip:-0}" -gt 0 ]; then  # skipping means no device was seen: not a pass on a GPU machine
@@ -85,10 +108,14 @@ if [ $BUILT = 1 ]; then
     fi
   fi
   want ctest && step ctest_gpu 300 ctest --test-dir "$BUILD" -L gpu --output-on-failure
+  if [ $HUNG = 1 ]; then
+    TABLE+=("$(printf '%-22s %-6s' skipped 'memcheck and bench: a test step timed out')")
+    STEPS=" "
+  fi
   if want memcheck; then
     if command -v compute-sanitizer >/dev/null; then
       MC_FILTER=${MEMCHECK_FILTER:-${GTEST_FILTER:-}}
-      step memcheck 200 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 "$BUILD/test_kernels_gpu" \
+      step memcheck "${MEMCHECK_TIMEOUT:-200}" compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 20 "$BUILD/test_kernels_gpu" \
         ${MC_FILTER:+--gtest_filter=$MC_FILTER}
       grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) " "$LOGS/memcheck.log" | head -5
     else
@@ -102,6 +129,11 @@ if [ $BUILT = 1 ]; then
     [ "${DECODE_ONLY:-0}" = 1 ] && BENCH_ARGS+=(--decode-only)
     [ "${PREFILL_ONLY:-0}" = 1 ] && BENCH_ARGS+=(--prefill-only)
     step kernel_bench 400 "$BUILD/kernels/kernel_bench" "${BENCH_ARGS[@]}"
+  fi
+  if [ -n "${NCU_KERNEL:-}" ] && command -v ncu >/dev/null; then  # one launch of the named kernel(s), after the validation ones
+    step ncu "${NCU_TIMEOUT:-120}" ncu --kernel-name "regex:$NCU_KERNEL" --launch-skip "${NCU_SKIP:-2}" --launch-count "${NCU_COUNT:-1}" \
+      --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats \
+      --section InstructionStats --section ComputeWorkloadAnalysis ${NCU_ARGS:-} "$BUILD/kernels/kernel_bench" --prefill-only --quick
   fi
 fi
 if want peers; then

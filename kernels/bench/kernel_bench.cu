@@ -183,16 +183,23 @@ bool validate(std::mt19937_64& rng, int n_sms) {
     CUDA_CHECK(cudaMemset(pout.p, 0xFF, pout.bytes));
     prefill_attention_mma(p, nullptr);
     const std::vector<float> pgot_mma = to_float_bf16(pout, 300 * 8 * 128);
+    std::vector<float> pgot_sync = pgot_mma;  // the v4.1 wgmma kernel where it runs
+    if (prefill_wgmma_supported(128)) {
+      CUDA_CHECK(cudaMemset(pout.p, 0xFF, pout.bytes));
+      prefill_attention_wgmma_sync(p, nullptr);
+      pgot_sync = to_float_bf16(pout, 300 * 8 * 128);
+    }
     std::vector<float> pref(pqf.size());
     r.q = pqf.data();
     r.n_seqs = 1;
     r.query_start = pqs.data();
     r.out = pref.data();
     attention_ref(r);
-    const double pe = rel_err(pgot, pref), pe_wmma = rel_err(pgot_wmma, pref), pe_mma = rel_err(pgot_mma, pref);
-    std::printf("  validate prefill group %d (%s): rel err %.2e (mma %.2e, wmma %.2e)\n", group,
-                prefill_wgmma_supported(128) ? "wgmma" : "mma", pe, pe_mma, pe_wmma);
-    ok = ok && pe < 1e-2 && pe_wmma < 1e-2 && pe_mma < 1e-2;
+    const double pe = rel_err(pgot, pref), pe_wmma = rel_err(pgot_wmma, pref), pe_mma = rel_err(pgot_mma, pref),
+                 pe_sync = rel_err(pgot_sync, pref);
+    std::printf("  validate prefill group %d (%s): rel err %.2e (mma %.2e, wmma %.2e, wgmma_sync %.2e)\n", group,
+                prefill_wgmma_supported(128) ? "wgmma" : "mma", pe, pe_mma, pe_wmma, pe_sync);
+    ok = ok && pe < 1e-2 && pe_wmma < 1e-2 && pe_mma < 1e-2 && pe_sync < 1e-2;
   }
   return ok;
 }
@@ -341,6 +348,18 @@ int main(int argc, char** argv) {
         const std::string shape = "seq" + std::to_string(seq) + " gqa" + std::to_string(group);
         double ms = time_ms([&](int) { prefill_attention(p, nullptr); }, 10);
         record("prefill_attn", shape, flops / (ms * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
+        if (prefill_wgmma_supported(128)) {  // each wgmma kernel by name (v6.1 lean, v6 TMA, v5.1 ping-pong, v5.1 warp-specialized, v4.1 barrier per tile)
+          ms = time_ms([&](int) { prefill_attention_wgmma_lean(p, nullptr); }, 10);
+          record("prefill_attn_wgmma_lean", shape, flops / (ms * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
+          ms = time_ms([&](int) { prefill_attention_wgmma_tma(p, nullptr); }, 10);
+          record("prefill_attn_wgmma_tma", shape, flops / (ms * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
+          ms = time_ms([&](int) { prefill_attention_wgmma_pingpong(p, nullptr); }, 10);
+          record("prefill_attn_wgmma_pingpong", shape, flops / (ms * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
+          ms = time_ms([&](int) { prefill_attention_wgmma_ws(p, nullptr); }, 10);
+          record("prefill_attn_wgmma_ws", shape, flops / (ms * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
+          ms = time_ms([&](int) { prefill_attention_wgmma_sync(p, nullptr); }, 10);
+          record("prefill_attn_wgmma_sync", shape, flops / (ms * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
+        }
         ms = time_ms([&](int) { prefill_attention_mma(p, nullptr); }, 10);
         record("prefill_attn_mma", shape, flops / (ms * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
         ms = time_ms([&](int) { prefill_attention_wmma(p, nullptr); }, 5);

@@ -392,21 +392,34 @@ TEST_P(AttentionGpu, ChunkedPrefillGivesTheSameBitsAsFullPrefill) {
 
 // The wgmma kernel (128-row tiles, 128-position key tiles) on shapes around its tile edges:
 // query lengths 1, 17, 129; chunks after cached prefixes (one ending on a tile edge, one not);
-// GQA 1, 4, 8; block sizes 1, 16, 32 and the naive layout. The mma kernel runs beside it.
+// GQA 1, 4, 8; block sizes 1, 16, 32, 64, 256 and the naive layout. The wgmma kernels (warp-
+// specialized v5.1 with and without ping-pong, v6 with TMA boxes of 16, 32, 64 or 128 rows and
+// cp.async for block size 1, v6.1's lean producer, the barrier-per-tile v4.1) and the mma kernel
+// run side by side.
 TEST_P(AttentionGpu, PrefillWgmmaMatchesReferenceOnAwkwardShapes) {
   SKIP_WITHOUT_WGMMA();
   const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
   for (KvLayoutKind kind : {KvLayoutKind::paged, KvLayoutKind::naive})
     for (int group : {1, 4, 8})
-      for (int bs : {1, 16, 32}) {
+      for (int bs : {1, 16, 32, 64, 256}) {
         if (kind == KvLayoutKind::naive && bs != 16) continue;
         const std::vector<int> ctx = {1, 17, 129, 300, 256, 140, 5};
         const std::vector<int> q = {1, 17, 129, 171, 128, 1, 5};
         const KvBatch b = testing::make_batch({ctx, q, 8, 8 / group, 128, kind, bs}, rng);
         const std::vector<float> ref = reference(b);
-        EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wgmma), ref), testing::tolerance(t))
-            << "layout " << int(kind) << " group " << group << " block " << bs;
+        const std::vector<float> ws = run_prefill(t, b, prefill_attention_wgmma_ws);
+        EXPECT_LT(testing::rel_error(ws, ref), testing::tolerance(t)) << "layout " << int(kind) << " group " << group << " block " << bs;
+        EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wgmma_sync), ref), testing::tolerance(t))
+            << "sync: layout " << int(kind) << " group " << group << " block " << bs;
+        // Ping-pong changes only when each warpgroup issues, never the arithmetic: the same bits.
+        EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, prefill_attention_wgmma_pingpong).begin()))
+            << "pingpong differs from ws: layout " << int(kind) << " group " << group << " block " << bs;
+        // TMA or cp.async fill the same shared memory: the same bits again.
+        EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, prefill_attention_wgmma_tma).begin()))
+            << "tma differs from ws: layout " << int(kind) << " group " << group << " block " << bs;
+        EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, prefill_attention_wgmma_lean).begin()))
+            << "lean differs from ws: layout " << int(kind) << " group " << group << " block " << bs;
         EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_mma), ref), testing::tolerance(t))
             << "mma: layout " << int(kind) << " group " << group << " block " << bs;
       }
@@ -419,7 +432,15 @@ TEST_P(AttentionGpu, PrefillWgmma4kPromptMatchesReference) {
   std::mt19937_64 rng(std::random_device{}());
   for (int n_kv : {1, 4}) {
     const KvBatch b = testing::make_batch({{4096}, {4096}, 4, n_kv, 128, KvLayoutKind::paged, 16}, rng);
-    EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wgmma), reference(b)), testing::tolerance(t)) << n_kv;
+    const std::vector<float> ref = reference(b);
+    const std::vector<float> lean = run_prefill(t, b, prefill_attention_wgmma_lean);
+    EXPECT_LT(testing::rel_error(lean, ref), testing::tolerance(t)) << "lean " << n_kv;
+    const std::vector<float> tma = run_prefill(t, b, prefill_attention_wgmma_tma);
+    EXPECT_LT(testing::rel_error(tma, ref), testing::tolerance(t)) << "tma " << n_kv;
+    EXPECT_TRUE(std::equal(lean.begin(), lean.end(), tma.begin())) << "lean and tma differ " << n_kv;
+    EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wgmma_pingpong), ref), testing::tolerance(t)) << n_kv;
+    EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wgmma_ws), ref), testing::tolerance(t)) << "ws " << n_kv;
+    EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wgmma_sync), ref), testing::tolerance(t)) << "sync " << n_kv;
   }
 }
 
