@@ -288,7 +288,8 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
   const int64_t slots = int64_t(n_sms) * resident;
   // At least 64 positions a split, 128 (one pass of the kernel) on tensor cores: b1 x 1k x GQA 4
   // took 9.2 us in 16 splits of 64 and 7.9 us in 8 of 128 (H100, results/gpu/decode-attn-2026-11-24-*).
-  const int most = std::min(kMaxAutoSplits, ceil_div(max_ctx, r.tensor_cores ? 128 : 64));
+  const int min_len = a.split.min_split_len > 0 ? a.split.min_split_len : r.tensor_cores ? 128 : 64;
+  const int most = std::min(kMaxAutoSplits, ceil_div(max_ctx, min_len));
   auto splits_of = [&](int k) {  // splits after rounding the split length up to 64 positions
     const int len = ceil_div(ceil_div(max_ctx, k), 64) * 64;
     return std::pair<int, int>(len, ceil_div(max_ctx, len));
@@ -336,6 +337,8 @@ void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
     throw std::invalid_argument("decode_attention: n_heads must be a multiple of n_kv_heads");
   if (a.split.fixed_split_len < 0 || a.split.fixed_split_len % 16 != 0)
     throw std::invalid_argument("decode_attention: fixed_split_len must be a multiple of 16");
+  if (a.split.min_split_len < 0 || a.split.blocks_per_sm < 0)
+    throw std::invalid_argument("decode_attention: min_split_len and blocks_per_sm must be >= 0");
   int device = 0, n_sms = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, device));
@@ -360,6 +363,7 @@ void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
   p.max_splits = split.n_splits;
   p.partial = split.reduce;
   p.cluster = split.cluster;
+  p.push = a.cluster_push;
   p.bs_shift = -1;
   if (a.kv.kind == KvLayoutKind::paged) {
     if (a.kv.block_size < 1) throw std::invalid_argument("decode_attention: block_size must be >= 1");

@@ -6,7 +6,9 @@
 // --sweep also times decode with 1, 2, 4 and 8 blocks per SM (SplitPolicy::blocks_per_sm) and, for
 // GQA, the CUDA-core kernel (DecodeAttentionArgs::tensor_cores off), the workspace split merge
 // instead of the cluster one (max_cluster_splits 0: nocluster), clusters of up to 16 (cluster16)
-// and the tensor-core kernel without its load pipeline (pipeline off: nopipe). --decode-only: validation,
+// and the tensor-core kernel without its load pipeline (pipeline off: nopipe), the cluster merge by
+// remote loads (cluster_push off: pull), and splits of >= 64 positions in clusters of up to 16
+// (min64c16). --decode-only: validation,
 // the copy ceiling and paged decode attention only. --only "b1 ctx1024 gqa4": that decode shape
 // alone (e.g. under ncu).
 // The decode weight products of llama2-7b (M = 1 and 8) are timed through Gemm with its skinny
@@ -81,7 +83,8 @@ struct PagedBatch {
     CUDA_CHECK(cudaMemcpy(qstart->p, qs.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
   }
   DecodeAttentionArgs decode_args(int rot, SplitPolicy split, int n_sms, bool tensor_cores = true,
-                                  int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true) {
+                                  int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true,
+                                  bool cluster_push = true) {
     DecodeAttentionArgs a;
     a.q = q->p;
     a.q_row_stride = int64_t(n_heads) * hd;
@@ -103,6 +106,7 @@ struct PagedBatch {
     a.tensor_cores = tensor_cores;
     a.max_cluster_splits = max_cluster;
     a.pipeline = pipeline;
+    a.cluster_push = cluster_push;
     const DecodeSplit s = decode_attention_split(a, n_sms);
     const size_t need = decode_attention_workspace_bytes(batch, n_heads, hd, s.n_splits);
     if (!ws || ws->bytes < need) {
@@ -276,6 +280,7 @@ int main(int argc, char** argv) {
             int max_cluster = DecodeAttentionArgs{}.max_cluster_splits;
             bool pipe = true;
             const char* tag = "";  // name suffix
+            bool push = true;
           };
           const int mc = DecodeAttentionArgs{}.max_cluster_splits;
           std::vector<Variant> variants = {{SplitPolicy{0, 0}}, {SplitPolicy{512, 0}, true, mc, true, "_invariant"}};
@@ -287,13 +292,15 @@ int main(int argc, char** argv) {
               variants.push_back({SplitPolicy{0, 0}, true, 0, true, "_nocluster"});
               variants.push_back({SplitPolicy{0, 0}, true, kMaxClusterSplits, true, "_cluster16"});
               variants.push_back({SplitPolicy{0, 0}, true, mc, false, "_nopipe"});
+              variants.push_back({SplitPolicy{0, 0}, true, mc, true, "_pull", false});
+              variants.push_back({SplitPolicy{0, 0, 64}, true, kMaxClusterSplits, true, "_min64c16"});
             }
           }
           for (const Variant& var : variants) {
             const SplitPolicy& pol = var.pol;
             const int fixed = pol.fixed_split_len;
             std::vector<DecodeAttentionArgs> args;  // built (workspace sized) before the capture
-            for (int r = 0; r < b.n_rot; ++r) args.push_back(b.decode_args(r, pol, n_sms, var.tc, var.max_cluster, var.pipe));
+            for (int r = 0; r < b.n_rot; ++r) args.push_back(b.decode_args(r, pol, n_sms, var.tc, var.max_cluster, var.pipe, var.push));
             for (auto& a : args) {
               a.workspace = b.ws->get<float>();
               a.workspace_bytes = b.ws->bytes;

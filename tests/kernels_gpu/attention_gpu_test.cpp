@@ -62,7 +62,8 @@ struct DeviceBatch {
 /// Decode arguments for b on d (workspace not yet set).
 /// max_cluster: DecodeAttentionArgs::max_cluster_splits (0: splits merge through the workspace).
 DecodeAttentionArgs decode_args(ScalarType t, const KvBatch& b, const DeviceBatch& d, SplitPolicy split,
-                                bool tensor_cores, int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true) {
+                                bool tensor_cores, int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true,
+                                bool cluster_push = true) {
   DecodeAttentionArgs a;
   a.dtype = t;
   a.q = d.q.get();
@@ -83,6 +84,7 @@ DecodeAttentionArgs decode_args(ScalarType t, const KvBatch& b, const DeviceBatc
   a.tensor_cores = tensor_cores;
   a.max_cluster_splits = max_cluster;
   a.pipeline = pipeline;
+  a.cluster_push = cluster_push;
   return a;
 }
 
@@ -100,9 +102,10 @@ DeviceBuffer zeroed_workspace(size_t bytes) {
 }
 
 std::vector<float> run_decode(ScalarType t, const KvBatch& b, SplitPolicy split, DecodeSplit* used = nullptr,
-                              bool tensor_cores = true, int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true) {
+                              bool tensor_cores = true, int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true,
+                              bool cluster_push = true) {
   DeviceBatch d(b, t);
-  DecodeAttentionArgs a = decode_args(t, b, d, split, tensor_cores, max_cluster, pipeline);
+  DecodeAttentionArgs a = decode_args(t, b, d, split, tensor_cores, max_cluster, pipeline, cluster_push);
   const DecodeSplit s = decode_attention_split(a, n_sms());
   if (used) *used = s;
   d.workspace = zeroed_workspace(decode_attention_workspace_bytes(a.n_seqs, a.n_heads, b.shape.head_dim, s.n_splits));
@@ -218,6 +221,31 @@ TEST_P(AttentionGpu, DecodeClusterSizesAndPipelineMatchReference) {
         }
     }
   EXPECT_TRUE(saw_16 && saw_small && saw_workspace);
+}
+
+// The cluster merge by remote stores (default) against the one by remote loads: clusters of 2 to
+// 16, sizes that do not divide the 8 x head_dim outputs (3, 5, 6, 12), blocks past a short
+// sequence's context, head_dim 64 and 128: the same arithmetic in the same order, so the same bits,
+// and both match the reference.
+TEST_P(AttentionGpu, DecodeClusterPushMergeMatchesPullBitForBit) {
+  SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<int> sizes;
+  for (int hd : {64, 128})
+    for (std::vector<int> ctx : std::vector<std::vector<int>>{{200}, {300}, {600}, {700, 9}, {1500}, {1500, 5, 130}, {4096}}) {
+      const KvBatch b = testing::make_batch({ctx, std::vector<int>(ctx.size(), 1), 32, 8, hd, KvLayoutKind::paged, 16}, rng);
+      const std::vector<float> ref = reference(b);
+      DecodeSplit used;
+      const std::vector<float> push = run_decode(t, b, SplitPolicy{}, &used, true, kMaxClusterSplits, true, true);
+      const std::vector<float> pull = run_decode(t, b, SplitPolicy{}, nullptr, true, kMaxClusterSplits, true, false);
+      ASSERT_TRUE(used.cluster) << "hd " << hd << " ctx " << ctx[0] << " splits " << used.n_splits;
+      sizes.push_back(used.n_splits);
+      EXPECT_LT(testing::rel_error(push, ref), testing::tolerance(t)) << "hd " << hd << " splits " << used.n_splits;
+      EXPECT_TRUE(std::equal(push.begin(), push.end(), pull.begin())) << "hd " << hd << " splits " << used.n_splits;
+    }
+  if (n_sms() >= 132)  // the cuts above assume an H100/H200's multiprocessors
+    for (int n : {2, 3, 5, 6, 12, 16}) EXPECT_NE(std::find(sizes.begin(), sizes.end(), n), sizes.end()) << n;
 }
 
 TEST_P(AttentionGpu, DecodeFixedSplitIsBatchInvariant) {
