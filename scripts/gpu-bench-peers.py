@@ -213,7 +213,7 @@ def combine(kb_path, peers_path, out_path, commit):
     copy = next((r["value"] for r in kb if r["name"] == "d2d_copy"), None)
     print(f"\n== paged decode attention: GB/s, ratio to the best SDPA backend, to copy ({copy:.0f} GB/s) ==")
     cols = ("_bps1", "_bps2", "_bps4", "_bps8", "_cudacore", "_nocluster", "_cluster16", "_nopipe", "_pull", "_min64c16",
-            "_invariant")
+            "_hottable", "_invariant")
     print(f"{'shape':<19} {'cut':<12} {'ours':>5} {'sdpa':>5} {'x sdpa':>6} {'x copy':>6} | x sdpa for "
           + " ".join(c[1:] for c in cols))
     for base, v in decode.items():
