@@ -33,7 +33,7 @@ struct SplitPolicy {
   int blocks_per_sm = 0;
   /// Auto mode only: > 0 the fewest positions a split holds (rounded up to 64 like every auto
   /// split); 0 (default) 128 on the tensor-core kernel (one pass), 64 on the CUDA-core one.
-  /// kernel_bench --sweep compares (min64c16: 64 with clusters of up to 16).
+  /// kernel_bench --sweep compares (min512, min4096).
   int min_split_len = 0;
 };
 
@@ -67,7 +67,8 @@ struct DecodeAttentionArgs {
   /// merge); 0 or 1 always merges through the workspace (comparison). Default 8: clusters of 16
   /// were slower than the workspace merge (H100, kernels/README.md).
   int max_cluster_splits = 8;
-  /// Tensor-core kernel with at most one block per SM: each pass's K loads for the next pass are
+  /// Tensor-core kernel with at most one block per SM and splits of more than one pass (128
+  /// positions): each pass's K loads for the next pass are
   /// issued right after its Q·Kᵀ and each V step's right after its P·V (loads overlap the softmax
   /// and the products); false loads a pass only when the previous one is done (comparison). The
   /// arithmetic and its order are the same either way, so the bits are too (the batch-invariance

@@ -273,15 +273,18 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
   const int n_base = a.n_seqs * a.shape.n_kv_heads * ceil_div(group, per_block);
   // The tensor-core kernel's load pipeline pays where a block has its SM to itself (at most one
   // block per SM): b8 x GQA 4 0.90-0.96 -> 0.91-0.97 of SDPA; with two blocks per SM (b32-b256)
-  // it cost ~1% (H100, the nopipe column of results/gpu/decode-attn-2026-11-24-*).
-  auto pipeline_for = [&](int n_splits) {
-    return r.tensor_cores && a.pipeline && int64_t(n_base) * n_splits <= n_sms;
+  // it cost ~1% (H100, the nopipe column of results/gpu/decode-attn-2026-11-24-*). A split of one
+  // pass (<= 128 positions) has nothing to overlap: b1 x 1k x GQA 4 (8 splits of 128, cluster
+  // merge by remote stores) 7.8 us with the pipeline, 7.3 without (H100, cce42e8).
+  constexpr int kPass = (decode::kThreads / 32) * kMmaSteps * 16;
+  auto pipeline_for = [&](int n_splits, int split_len) {
+    return r.tensor_cores && a.pipeline && int64_t(n_base) * n_splits <= n_sms && split_len > kPass;
   };
   if (a.split.fixed_split_len > 0) {
     r.split_len = a.split.fixed_split_len;
     r.n_splits = ceil_div(max_ctx, r.split_len);
     r.reduce = true;
-    r.pipeline = pipeline_for(r.n_splits);
+    r.pipeline = pipeline_for(r.n_splits, r.split_len);
     return r;
   }
   const int resident = r.tensor_cores ? 2 : per_block == 1 ? 7 : per_block == 4 ? 4 : 2;
@@ -323,7 +326,7 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
   const int mc = std::min(a.max_cluster_splits, kMaxClusterSplits);
   r.cluster = r.tensor_cores && r.n_splits >= 2 && r.n_splits <= mc && int64_t(n_base) * r.n_splits <= n_sms;
   r.reduce = r.n_splits > 1 && !r.cluster;
-  r.pipeline = pipeline_for(r.n_splits);
+  r.pipeline = pipeline_for(r.n_splits, r.split_len);
   return r;
 }
 

@@ -7,9 +7,10 @@
 // GQA, the CUDA-core kernel (DecodeAttentionArgs::tensor_cores off), the workspace split merge
 // instead of the cluster one (max_cluster_splits 0: nocluster), clusters of up to 16 (cluster16)
 // and the tensor-core kernel without its load pipeline (pipeline off: nopipe), the cluster merge by
-// remote loads (cluster_push off: pull), splits of >= 64 positions in clusters of up to 16
-// (min64c16), and the default kernel with one block table for every input rotation (hottable: the
-// table stays in L2, as in the engine's steps). --decode-only: validation,
+// remote loads (cluster_push off: pull), splits of >= 512 and >= 4096 positions (min512,
+// min4096: fewer splits, clusters of <= 8 where they fit; SplitPolicy::min_split_len), the default kernel with one block table for every input rotation (hottable: the table
+// stays in L2, as in the engine's steps), and the default again, timed last (again: the spread
+// of one configuration over the run). --decode-only: validation,
 // the copy ceiling and paged decode attention only. --only "b1 ctx1024 gqa4": that decode shape
 // alone (e.g. under ncu).
 // The decode weight products of llama2-7b (M = 1 and 8) are timed through Gemm with its skinny
@@ -311,8 +312,10 @@ int main(int argc, char** argv) {
               variants.push_back({SplitPolicy{0, 0}, true, kMaxClusterSplits, true, "_cluster16"});
               variants.push_back({SplitPolicy{0, 0}, true, mc, false, "_nopipe"});
               variants.push_back({SplitPolicy{0, 0}, true, mc, true, "_pull", false});
-              variants.push_back({SplitPolicy{0, 0, 64}, true, kMaxClusterSplits, true, "_min64c16"});
+              variants.push_back({SplitPolicy{0, 0, 512}, true, mc, true, "_min512"});
+              variants.push_back({SplitPolicy{0, 0, 4096}, true, mc, true, "_min4096"});
             }
+            variants.push_back({SplitPolicy{0, 0}, true, mc, true, "_again"});  // the default once more, last
           }
           for (const Variant& var : variants) {
             const SplitPolicy& pol = var.pol;
