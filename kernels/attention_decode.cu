@@ -274,8 +274,9 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
   // The tensor-core kernel's load pipeline pays where a block has its SM to itself (at most one
   // block per SM): b8 x GQA 4 0.90-0.96 -> 0.91-0.97 of SDPA; with two blocks per SM (b32-b256)
   // it cost ~1% (H100, the nopipe column of results/gpu/decode-attn-2026-11-24-*). A split of one
-  // pass (<= 128 positions) has nothing to overlap: b1 x 1k x GQA 4 (8 splits of 128, cluster
-  // merge by remote stores) 7.8 us with the pipeline, 7.3 without (H100, cce42e8).
+  // pass (<= 128 positions) has nothing to overlap, so it runs without (b1 x 1k x GQA 4 measured
+  // 7.8 us with, 7.3 without in the cce42e8 sweep; the 0cc21cf sweep then timed one configuration
+  // at 7.8 us first and 7.2 us last in its run: at that shape the difference is within the noise).
   constexpr int kPass = (decode::kThreads / 32) * kMmaSteps * 16;
   auto pipeline_for = [&](int n_splits, int split_len) {
     return r.tensor_cores && a.pipeline && int64_t(n_base) * n_splits <= n_sms && split_len > kPass;
