@@ -266,6 +266,7 @@ __device__ __forceinline__ void finish_cluster_push(const Params& p, const float
                                                     const float* sm_o, int row, int kvh, int sub) {
   namespace cg = cooperative_groups;
   constexpr int kCs = kMaxClusterSplits;
+  static_assert(kCs * G <= kThreads, "one thread per (rank, head) statistics store");
   __shared__ float sm_scale[NL][G], sm_stat[G][2];
   __shared__ __align__(16) float rx_stat[kCs][G][2];
   __shared__ float rx_part[G * HD + kCs];
@@ -274,7 +275,7 @@ __device__ __forceinline__ void finish_cluster_push(const Params& p, const float
   const int cs = int(cl.num_blocks()), r = int(cl.block_rank());
   const int per = (G * HD + cs - 1) / cs;
   cluster_wait();  // the kernel's first arrive: every block of the cluster has started
-  if (int(threadIdx.x) < cs * G) {  // cs * G <= 16 * 8 = kThreads
+  if (int(threadIdx.x) < cs * G) {
     const int q = threadIdx.x / G, g = threadIdx.x % G;
     float* dst = cl.map_shared_rank(&rx_stat[0][0][0], q);
     *reinterpret_cast<float2*>(dst + (r * G + g) * 2) = make_float2(sm_stat[g][0], sm_stat[g][1]);
