@@ -31,6 +31,10 @@ struct SplitPolicy {
   /// and 4 per SM on the CUDA-core one (>= 64), and avoids grids of 1-1.6 waves (long tails), as
   /// chosen from H100 measurements (results/gpu/, kernels/README.md). kernel_bench --sweep compares.
   int blocks_per_sm = 0;
+  /// Auto mode only: > 0 the fewest positions a split holds (rounded up to 64 like every auto
+  /// split); 0 (default) 128 on the tensor-core kernel (one pass), 64 on the CUDA-core one.
+  /// kernel_bench --sweep compares (min512, min4096).
+  int min_split_len = 0;
 };
 
 /// One decode step: one query row per sequence.
@@ -63,12 +67,20 @@ struct DecodeAttentionArgs {
   /// merge); 0 or 1 always merges through the workspace (comparison). Default 8: clusters of 16
   /// were slower than the workspace merge (H100, kernels/README.md).
   int max_cluster_splits = 8;
-  /// Tensor-core kernel with at most one block per SM: each pass's K loads for the next pass are
+  /// Tensor-core kernel with at most one block per SM and splits of more than one pass (128
+  /// positions): each pass's K loads for the next pass are
   /// issued right after its Q·Kᵀ and each V step's right after its P·V (loads overlap the softmax
   /// and the products); false loads a pass only when the previous one is done (comparison). The
   /// arithmetic and its order are the same either way, so the bits are too (the batch-invariance
   /// test compares a pipelined sequence alone with the same sequence in an unpipelined batch).
   bool pipeline = true;
+  /// Cluster merge: each block stores its normalized part and (max, sum) straight into the shared
+  /// memory of the block that merges those output columns, then one cluster barrier, then every
+  /// block merges its columns from its own shared memory (stores need no round trip; the barrier
+  /// is the only wait). false: each block reads every other block's part through distributed
+  /// shared memory between two cluster barriers (comparison). Same arithmetic in the same order,
+  /// so the same bits.
+  bool cluster_push = true;
 };
 
 /// How decode_attention cuts the contexts for these arguments on a GPU with n_sms multiprocessors.

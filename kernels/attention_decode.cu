@@ -273,22 +273,27 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
   const int n_base = a.n_seqs * a.shape.n_kv_heads * ceil_div(group, per_block);
   // The tensor-core kernel's load pipeline pays where a block has its SM to itself (at most one
   // block per SM): b8 x GQA 4 0.90-0.96 -> 0.91-0.97 of SDPA; with two blocks per SM (b32-b256)
-  // it cost ~1% (H100, the nopipe column of results/gpu/decode-attn-2026-11-24-*).
-  auto pipeline_for = [&](int n_splits) {
-    return r.tensor_cores && a.pipeline && int64_t(n_base) * n_splits <= n_sms;
+  // it cost ~1% (H100, the nopipe column of results/gpu/decode-attn-2026-11-24-*). A split of one
+  // pass (<= 128 positions) has nothing to overlap, so it runs without (b1 x 1k x GQA 4 measured
+  // 7.8 us with, 7.3 without in the cce42e8 sweep; the 0cc21cf sweep then timed one configuration
+  // at 7.8 us first and 7.2 us last in its run: at that shape the difference is within the noise).
+  constexpr int kPass = (decode::kThreads / 32) * kMmaSteps * 16;
+  auto pipeline_for = [&](int n_splits, int split_len) {
+    return r.tensor_cores && a.pipeline && int64_t(n_base) * n_splits <= n_sms && split_len > kPass;
   };
   if (a.split.fixed_split_len > 0) {
     r.split_len = a.split.fixed_split_len;
     r.n_splits = ceil_div(max_ctx, r.split_len);
     r.reduce = true;
-    r.pipeline = pipeline_for(r.n_splits);
+    r.pipeline = pipeline_for(r.n_splits, r.split_len);
     return r;
   }
   const int resident = r.tensor_cores ? 2 : per_block == 1 ? 7 : per_block == 4 ? 4 : 2;
   const int64_t slots = int64_t(n_sms) * resident;
   // At least 64 positions a split, 128 (one pass of the kernel) on tensor cores: b1 x 1k x GQA 4
   // took 9.2 us in 16 splits of 64 and 7.9 us in 8 of 128 (H100, results/gpu/decode-attn-2026-11-24-*).
-  const int most = std::min(kMaxAutoSplits, ceil_div(max_ctx, r.tensor_cores ? 128 : 64));
+  const int min_len = a.split.min_split_len > 0 ? a.split.min_split_len : r.tensor_cores ? 128 : 64;
+  const int most = std::min(kMaxAutoSplits, ceil_div(max_ctx, min_len));
   auto splits_of = [&](int k) {  // splits after rounding the split length up to 64 positions
     const int len = ceil_div(ceil_div(max_ctx, k), 64) * 64;
     return std::pair<int, int>(len, ceil_div(max_ctx, len));
@@ -322,7 +327,7 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
   const int mc = std::min(a.max_cluster_splits, kMaxClusterSplits);
   r.cluster = r.tensor_cores && r.n_splits >= 2 && r.n_splits <= mc && int64_t(n_base) * r.n_splits <= n_sms;
   r.reduce = r.n_splits > 1 && !r.cluster;
-  r.pipeline = pipeline_for(r.n_splits);
+  r.pipeline = pipeline_for(r.n_splits, r.split_len);
   return r;
 }
 
@@ -336,6 +341,8 @@ void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
     throw std::invalid_argument("decode_attention: n_heads must be a multiple of n_kv_heads");
   if (a.split.fixed_split_len < 0 || a.split.fixed_split_len % 16 != 0)
     throw std::invalid_argument("decode_attention: fixed_split_len must be a multiple of 16");
+  if (a.split.min_split_len < 0 || a.split.blocks_per_sm < 0)
+    throw std::invalid_argument("decode_attention: min_split_len and blocks_per_sm must be >= 0");
   int device = 0, n_sms = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, device));
@@ -360,6 +367,7 @@ void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
   p.max_splits = split.n_splits;
   p.partial = split.reduce;
   p.cluster = split.cluster;
+  p.push = a.cluster_push;
   p.bs_shift = -1;
   if (a.kv.kind == KvLayoutKind::paged) {
     if (a.kv.block_size < 1) throw std::invalid_argument("decode_attention: block_size must be >= 1");

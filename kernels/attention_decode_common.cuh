@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "kernels/attention.h"
 #include "kernels/common.cuh"
 #include "kernels/step_input.h"
 
@@ -41,6 +42,7 @@ struct Params {
   int bs_shift;  // paged with a power-of-two block size: log2(block_size) (shift and mask); else -1
   bool partial;  // splits merged through the workspace by their last block
   bool cluster;  // splits merged through distributed shared memory: one thread-block cluster per column
+  bool push;     // cluster merge by remote stores (finish_cluster_push); else remote loads (finish_cluster)
   float* ws_o;       // [n_seqs, n_heads, max_splits, HD]
   float* ws_ml;      // [n_seqs, n_heads, max_splits, 2]
   int32_t* counters; // [n_seqs, gridDim.x], zero between launches
@@ -241,6 +243,73 @@ __device__ __forceinline__ void finish_cluster(const Params& p, const float (*sm
     static_cast<T*>(p.out)[row * p.out_row_stride + int64_t(h) * HD + d] = from_float<T>(oo / ll);
   }
   cl.sync();
+}
+
+/// Cluster barrier halves (PTX barrier.cluster, sm_90): every thread of every block of the cluster
+/// arrives, then waits for all. The relaxed arrive orders no memory (the kernel's first arrive: it
+/// only tells the others that this block runs, so its shared memory may be written); the release
+/// arrive and acquire wait order this thread's earlier shared-memory stores, remote ones included,
+/// before the other blocks' later loads.
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
+
+/// finish_cluster by remote stores: the output's G * HD values are dealt in runs of
+/// per = ceil(G * HD / cs) to the cs blocks (rank r merges run r). Each block stores its
+/// normalized part of run q into block q's rx_part[r] and its (max, sum) into every block's
+/// rx_stat[r], then one cluster barrier; each block then merges its run from its own shared
+/// memory, in rank (split) order, with finish_cluster's arithmetic (same bits). Nothing is read
+/// remotely, so no block waits on another after the barrier. The kernel must have called
+/// cluster_arrive_relaxed() once at its start (before any early exit: none in a cluster).
+template <typename T, int HD, int G, int NL, int LD>
+__device__ __forceinline__ void finish_cluster_push(const Params& p, const float (*sm_m)[G], const float (*sm_l)[G],
+                                                    const float* sm_o, int row, int kvh, int sub) {
+  namespace cg = cooperative_groups;
+  constexpr int kCs = kMaxClusterSplits;
+  static_assert(kCs * G <= kThreads, "one thread per (rank, head) statistics store");
+  __shared__ float sm_scale[NL][G], sm_stat[G][2];
+  __shared__ __align__(16) float rx_stat[kCs][G][2];
+  __shared__ float rx_part[G * HD + kCs];
+  block_stats<G, NL>(sm_m, sm_l, sm_scale, sm_stat);
+  cg::cluster_group cl = cg::this_cluster();
+  const int cs = int(cl.num_blocks()), r = int(cl.block_rank());
+  const int per = (G * HD + cs - 1) / cs;
+  cluster_wait();  // the kernel's first arrive: every block of the cluster has started
+  if (int(threadIdx.x) < cs * G) {
+    const int q = threadIdx.x / G, g = threadIdx.x % G;
+    float* dst = cl.map_shared_rank(&rx_stat[0][0][0], q);
+    *reinterpret_cast<float2*>(dst + (r * G + g) * 2) = make_float2(sm_stat[g][0], sm_stat[g][1]);
+  }
+  constexpr int kPer = (G * HD + kThreads - 1) / kThreads;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int idx = threadIdx.x + k * kThreads;
+    if (idx >= G * HD) continue;
+    const int g = idx / HD, d = idx % HD;
+    float oo = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NL; ++i) oo = fmaf(sm_o[(i * G + g) * LD + d], sm_scale[i][g], oo);
+    const float ll = sm_stat[g][1];
+    const int q = idx / per;
+    cl.map_shared_rank(rx_part, q)[r * per + idx - q * per] = ll > 0.0f ? oo / ll : 0.0f;
+  }
+  cluster_arrive();
+  cluster_wait();
+  for (int e = r * per + int(threadIdx.x); e < min((r + 1) * per, G * HD); e += kThreads) {
+    const int g = e / HD, d = e % HD;
+    if (sub * G + g >= p.group) continue;
+    float mm = -1e30f;
+    for (int q = 0; q < cs; ++q) mm = fmaxf(mm, rx_stat[q][g][0]);
+    float ll = 0.0f, oo = 0.0f;
+#pragma unroll 8
+    for (int q = 0; q < cs; ++q) {
+      const float w = rx_stat[q][g][1] * exp2f(rx_stat[q][g][0] - mm);
+      ll += w;
+      oo = fmaf(w, rx_part[q * per + e - r * per], oo);
+    }
+    const int h = kvh * p.group + sub * G + g;
+    static_cast<T*>(p.out)[row * p.out_row_stride + int64_t(h) * HD + d] = from_float<T>(oo / ll);
+  }
 }
 
 /// The end of a block: merges its NL partial softmax states per head (sm_m/sm_l [NL][G], sm_o

@@ -213,7 +213,8 @@ def combine(kb_path, peers_path, out_path, commit):
     json.dump(out, open(out_path, "w"), indent=2)
     copy = next((r["value"] for r in kb if r["name"] == "d2d_copy"), None)
     print(f"\n== paged decode attention: GB/s, ratio to the best SDPA backend, to copy ({copy:.0f} GB/s) ==")
-    cols = ("_bps1", "_bps2", "_bps4", "_bps8", "_cudacore", "_nocluster", "_cluster16", "_nopipe", "_invariant")
+    cols = ("_bps1", "_bps2", "_bps4", "_bps8", "_cudacore", "_nocluster", "_cluster16", "_nopipe", "_pull",
+            "_min512", "_min4096", "_hottable", "_again", "_invariant")
     print(f"{'shape':<19} {'cut':<12} {'ours':>5} {'sdpa':>5} {'x sdpa':>6} {'x copy':>6} | x sdpa for "
           + " ".join(c[1:] for c in cols))
     for base, v in decode.items():

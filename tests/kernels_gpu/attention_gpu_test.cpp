@@ -62,7 +62,8 @@ struct DeviceBatch {
 /// Decode arguments for b on d (workspace not yet set).
 /// max_cluster: DecodeAttentionArgs::max_cluster_splits (0: splits merge through the workspace).
 DecodeAttentionArgs decode_args(ScalarType t, const KvBatch& b, const DeviceBatch& d, SplitPolicy split,
-                                bool tensor_cores, int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true) {
+                                bool tensor_cores, int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true,
+                                bool cluster_push = true) {
   DecodeAttentionArgs a;
   a.dtype = t;
   a.q = d.q.get();
@@ -83,6 +84,7 @@ DecodeAttentionArgs decode_args(ScalarType t, const KvBatch& b, const DeviceBatc
   a.tensor_cores = tensor_cores;
   a.max_cluster_splits = max_cluster;
   a.pipeline = pipeline;
+  a.cluster_push = cluster_push;
   return a;
 }
 
@@ -100,9 +102,10 @@ DeviceBuffer zeroed_workspace(size_t bytes) {
 }
 
 std::vector<float> run_decode(ScalarType t, const KvBatch& b, SplitPolicy split, DecodeSplit* used = nullptr,
-                              bool tensor_cores = true, int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true) {
+                              bool tensor_cores = true, int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true,
+                              bool cluster_push = true) {
   DeviceBatch d(b, t);
-  DecodeAttentionArgs a = decode_args(t, b, d, split, tensor_cores, max_cluster, pipeline);
+  DecodeAttentionArgs a = decode_args(t, b, d, split, tensor_cores, max_cluster, pipeline, cluster_push);
   const DecodeSplit s = decode_attention_split(a, n_sms());
   if (used) *used = s;
   d.workspace = zeroed_workspace(decode_attention_workspace_bytes(a.n_seqs, a.n_heads, b.shape.head_dim, s.n_splits));
@@ -209,7 +212,7 @@ TEST_P(AttentionGpu, DecodeClusterSizesAndPipelineMatchReference) {
           EXPECT_LT(testing::rel_error(run_decode(t, b, SplitPolicy{}, &used, true, mc, pipe), ref), testing::tolerance(t))
               << "hd " << hd << " seqs " << ctx.size() << " max cluster " << mc << " pipeline " << pipe;
           EXPECT_TRUE(used.tensor_cores);
-          EXPECT_EQ(used.pipeline, pipe);
+          EXPECT_EQ(used.pipeline, pipe && used.split_len > 128);  // splits of one pass: never
           EXPECT_GT(used.n_splits, 1);
           EXPECT_EQ(used.cluster, used.n_splits <= mc) << "hd " << hd << " seqs " << ctx.size() << " max cluster " << mc;
           saw_16 |= used.cluster && used.n_splits == 16;
@@ -220,14 +223,42 @@ TEST_P(AttentionGpu, DecodeClusterSizesAndPipelineMatchReference) {
   EXPECT_TRUE(saw_16 && saw_small && saw_workspace);
 }
 
+// The cluster merge by remote stores (default) against the one by remote loads: clusters of 2 to
+// 16, sizes that do not divide the 8 x head_dim outputs (3, 5, 6, 12), blocks past a short
+// sequence's context, head_dim 64 and 128: the same arithmetic in the same order, so the same bits,
+// and both match the reference.
+TEST_P(AttentionGpu, DecodeClusterPushMergeMatchesPullBitForBit) {
+  SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<int> sizes;
+  for (int hd : {64, 128})
+    for (std::vector<int> ctx : std::vector<std::vector<int>>{{200}, {300}, {600}, {700, 9}, {1500}, {1500, 5, 130}, {4096}}) {
+      const KvBatch b = testing::make_batch({ctx, std::vector<int>(ctx.size(), 1), 32, 8, hd, KvLayoutKind::paged, 16}, rng);
+      const std::vector<float> ref = reference(b);
+      DecodeSplit used;
+      const std::vector<float> push = run_decode(t, b, SplitPolicy{}, &used, true, kMaxClusterSplits, true, true);
+      const std::vector<float> pull = run_decode(t, b, SplitPolicy{}, nullptr, true, kMaxClusterSplits, true, false);
+      ASSERT_TRUE(used.cluster) << "hd " << hd << " ctx " << ctx[0] << " splits " << used.n_splits;
+      sizes.push_back(used.n_splits);
+      EXPECT_LT(testing::rel_error(push, ref), testing::tolerance(t)) << "hd " << hd << " splits " << used.n_splits;
+      EXPECT_TRUE(std::equal(push.begin(), push.end(), pull.begin())) << "hd " << hd << " splits " << used.n_splits;
+    }
+  if (n_sms() >= 132)  // the cuts above assume an H100/H200's multiprocessors
+    for (int n : {2, 3, 5, 6, 12, 16}) EXPECT_NE(std::find(sizes.begin(), sizes.end(), n), sizes.end()) << n;
+}
+
 TEST_P(AttentionGpu, DecodeFixedSplitIsBatchInvariant) {
   SKIP_WITHOUT_GPU();
   const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
-  for (int n_kv : {2, 8}) {  // GQA 4 (tensor cores) and 1 (CUDA cores)
-    const KvBatch b =
-        testing::make_batch({contexts17(rng), std::vector<int>(17, 1), 8, n_kv, 128, KvLayoutKind::paged, 16}, rng);
-    const std::vector<float> all = run_decode(t, b, SplitPolicy{64});
+  // Splits of 256 positions (two passes): sequence 0 (2000 positions) alone runs the tensor-core
+  // kernel's load pipeline, the batch of 17 does not (more blocks than SMs).
+  for (auto [n_kv, split] : std::vector<std::pair<int, int>>{{2, 64}, {2, 256}, {8, 64}}) {  // GQA 4 (tensor cores), 1
+    std::vector<int> ctx = contexts17(rng);
+    ctx[0] = 2000;
+    const KvBatch b = testing::make_batch({ctx, std::vector<int>(17, 1), 8, n_kv, 128, KvLayoutKind::paged, 16}, rng);
+    const std::vector<float> all = run_decode(t, b, SplitPolicy{split});
     const size_t row = 8 * 128;
     for (int s : {0, 1, 16}) {  // the same sequence alone
       KvBatch one = b;
@@ -236,8 +267,10 @@ TEST_P(AttentionGpu, DecodeFixedSplitIsBatchInvariant) {
       one.in.block_tables.assign(b.in.block_tables.begin() + s * b.in.block_table_stride,
                                  b.in.block_tables.begin() + (s + 1) * b.in.block_table_stride);
       one.q.assign(b.q.begin() + s * row, b.q.begin() + (s + 1) * row);
-      const std::vector<float> alone = run_decode(t, one, SplitPolicy{64});
-      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + s * row)) << s << " n_kv " << n_kv;
+      DecodeSplit used;
+      const std::vector<float> alone = run_decode(t, one, SplitPolicy{split}, &used);
+      if (s == 0 && split == 256) EXPECT_TRUE(used.pipeline);
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + s * row)) << s << " n_kv " << n_kv << " split " << split;
     }
   }
 }

@@ -78,7 +78,7 @@ TEST(DecodeSplitPolicy, TensorCoresForGqaAimAtOneWave) {
   EXPECT_EQ(b1w.n_splits, 8);
   EXPECT_TRUE(b1w.reduce);
   EXPECT_FALSE(b1w.cluster);
-  EXPECT_TRUE(b1w.pipeline);  // 64 blocks: one per SM at most
+  EXPECT_FALSE(b1w.pipeline);  // 64 blocks, one per SM, but one pass a split: nothing to overlap
   // The same cut merged in a cluster of 8 (no workspace).
   const DecodeSplit b1 = decode_attention_split(args(1, 1024, 32, 8), 132);
   EXPECT_EQ(b1.n_splits, 8);
@@ -90,6 +90,7 @@ TEST(DecodeSplitPolicy, TensorCoresForGqaAimAtOneWave) {
   EXPECT_EQ(b1_long.n_splits, 16);
   EXPECT_FALSE(b1_long.cluster);
   EXPECT_TRUE(b1_long.reduce);
+  EXPECT_TRUE(b1_long.pipeline);  // 128 blocks of 16 passes
   EXPECT_LE(int64_t(b1_long.n_splits) * 8, 132);  // a block per SM
   EXPECT_GE(int64_t(b1_long.n_splits) * 8, 120);
   DecodeAttentionArgs c16 = args(1, 32768, 32, 8);
@@ -113,6 +114,16 @@ TEST(DecodeSplitPolicy, TensorCoresForGqaAimAtOneWave) {
   const DecodeSplit b8 = decode_attention_split(args(8, 32768, 32, 8), 132);
   EXPECT_EQ(b8.n_splits, 2);
   EXPECT_TRUE(b8.cluster);
+  // A smaller least split length: b1 x 1k in 16 splits of 64 (a cluster only where 16 are allowed).
+  DecodeAttentionArgs min64 = args(1, 1024, 32, 8);
+  min64.split.min_split_len = 64;
+  EXPECT_EQ(decode_attention_split(min64, 132).n_splits, 16);
+  EXPECT_EQ(decode_attention_split(min64, 132).split_len, 64);
+  EXPECT_FALSE(decode_attention_split(min64, 132).cluster);
+  min64.max_cluster_splits = kMaxClusterSplits;
+  EXPECT_TRUE(decode_attention_split(min64, 132).cluster);
+  min64.split.min_split_len = 512;  // and a larger one: 2 splits
+  EXPECT_EQ(decode_attention_split(min64, 132).n_splits, 2);
   // No GQA, head_dim 32, or turned off: the CUDA-core kernel.
   EXPECT_FALSE(decode_attention_split(args(1, 1024, 32, 32), 132).tensor_cores);
   DecodeAttentionArgs hd32 = args(1, 1024, 32, 8);
