@@ -372,9 +372,10 @@ void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v, in
 }
 }  // namespace
 
-// v7 (persist: v6.1 on a persistent grid) is the one dispatched (kernels/notes-prefill.md: v6.1
-// lean 447 / 463 TFLOP/s at 4k, ecd5542; v5.1 ping-pong as fast; v6 with TMA 363 / 381).
-void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::persist); }
+// v6.1 (lean) is the one dispatched (kernels/notes-prefill.md: 447 / 463 TFLOP/s at 4k, ecd5542;
+// v5.1 ping-pong as fast; v6 with TMA 363 / 381; v7 persist 412 / 468 against v6.1's 410 / 466 in
+// one call, d0a0851: no measurable gain, so v6.1 stays).
+void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::lean); }
 void prefill_attention_wgmma_pingpong(const PrefillAttentionArgs& a, cudaStream_t stream) {
   run_wgmma(a, stream, Variant::pingpong);
 }
