@@ -157,6 +157,12 @@ void prefill_attention_wgmma_tma(const PrefillAttentionArgs& a, cudaStream_t str
 /// of 2^k >= 16 slots, no validity tests) and the O rescale skipped where no row of a warp changed
 /// its maximum. The same bits as v5.1. prefill_attention_wgmma runs this one.
 void prefill_attention_wgmma_lean(const PrefillAttentionArgs& a, cudaStream_t stream);
+/// v7: v6.1 on a persistent grid (at most one block per SM, or max_blocks where > 0): each block
+/// takes (row tile, KV head) items in a snake over the longest-first order, and its producer loads
+/// the next item's Q and K/V while the consumers finish this one. Each row's arithmetic is v6.1's:
+/// the same bits. As fast as v6.1 (kernels/notes-prefill.md): selectable in tests and kernel_bench
+/// only. Throws std::invalid_argument for max_blocks < 0.
+void prefill_attention_wgmma_persist(const PrefillAttentionArgs& a, cudaStream_t stream, int max_blocks = 0);
 /// v4.1: every thread loads, one __syncthreads per key tile.
 void prefill_attention_wgmma_sync(const PrefillAttentionArgs& a, cudaStream_t stream);
 /// True when this build has sm_90a code, the current device is compute 9.0 and head_dim is 128.

@@ -329,9 +329,10 @@ bool prefill_wgmma_supported(int head_dim) {
 }
 
 namespace {
-enum class Variant { sync, ws, pingpong, tma, lean };
-/// The wgmma kernels: checks, Params, grid; v picks v4.1 (sync), v5.1 (ws), v5.1 with ping-pong, v6 (tma) or v6.1 (lean).
-void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v) {
+enum class Variant { sync, ws, pingpong, tma, lean, persist };
+/// The wgmma kernels: checks, Params, grid; v picks v4.1 (sync), v5.1 (ws), v5.1 with ping-pong, v6 (tma), v6.1 (lean) or
+/// v7 (persist, on at most max_blocks blocks where > 0).
+void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v, int max_blocks = 0) {
   if (a.n_seqs == 0 || a.n_tokens == 0) return;
   if (a.shape.n_kv_heads <= 0 || a.n_heads % a.shape.n_kv_heads != 0)
     throw std::invalid_argument("prefill_attention_wgmma: n_heads must be a multiple of n_kv_heads");
@@ -362,7 +363,8 @@ void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v) {
   const int64_t grid = int64_t(ceil_div(int64_t(a.n_tokens) * p.group, kBM) + a.n_seqs) * p.n_kv;
   if (grid > 0x7fffffff) throw std::invalid_argument("prefill_attention_wgmma: batch too large for one grid");
   using prefill_wgmma::WsVariant;
-  if (v != Variant::sync)
+  if (v == Variant::persist) prefill_wgmma::launch_persist(p, int(grid), max_blocks, a.dtype, stream);
+  else if (v != Variant::sync)
     prefill_wgmma::launch_ws(p, int(grid),
                              v == Variant::ws ? WsVariant::ws : v == Variant::pingpong ? WsVariant::pingpong : v == Variant::tma ? WsVariant::tma : WsVariant::lean,
                              a.dtype, stream);
@@ -370,8 +372,9 @@ void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v) {
 }
 }  // namespace
 
-// v6.1 (lean) is the one dispatched (kernels/notes-prefill.md: v5.1 ping-pong measured 452 / 473
-// TFLOP/s at 4k against v4.1's 316 / 326 in one call, bc32963; v6 with TMA 363 / 381).
+// v6.1 (lean) is the one dispatched (kernels/notes-prefill.md: 447 / 463 TFLOP/s at 4k, ecd5542;
+// v5.1 ping-pong as fast; v6 with TMA 363 / 381; v7 persist 412 / 468 against v6.1's 410 / 466 in
+// one call, d0a0851: no measurable gain, so v6.1 stays).
 void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::lean); }
 void prefill_attention_wgmma_pingpong(const PrefillAttentionArgs& a, cudaStream_t stream) {
   run_wgmma(a, stream, Variant::pingpong);
@@ -380,5 +383,9 @@ void prefill_attention_wgmma_ws(const PrefillAttentionArgs& a, cudaStream_t stre
 void prefill_attention_wgmma_tma(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::tma); }
 void prefill_attention_wgmma_lean(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::lean); }
 void prefill_attention_wgmma_sync(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::sync); }
+void prefill_attention_wgmma_persist(const PrefillAttentionArgs& a, cudaStream_t stream, int max_blocks) {
+  if (max_blocks < 0) throw std::invalid_argument("prefill_attention_wgmma_persist: max_blocks must be >= 0 (got " + std::to_string(max_blocks) + ")");
+  run_wgmma(a, stream, Variant::persist, max_blocks);
+}
 
 }  // namespace servelab::kernels

@@ -160,9 +160,14 @@ __device__ __forceinline__ float ex2(float x) {
 /// The warp-specialized kernels (attention_prefill_wgmma_ws.cu): ws v5.1; pingpong v5.1 with the
 /// consumer warpgroups taking turns issuing their GEMMs; tma v6 (ping-pong, whole key tiles by TMA
 /// where the layout allows: naive, or paged blocks of 2^k >= 16 slots; else v5.1 ping-pong); lean
-/// v6.1 (ping-pong, fewer producer instructions, O rescale skipped where a warp's maxima held).
-enum class WsVariant { ws, pingpong, tma, lean };
-/// Launches the warp-specialized kernel v on grid blocks.
+/// v6.1 (ping-pong, fewer producer instructions, O rescale skipped where a warp's maxima held);
+/// persist v7 (attention_prefill_wgmma_persist.cu: v6.1 on a persistent grid, snake order).
+enum class WsVariant { ws, pingpong, tma, lean, persist };
+/// Launches the warp-specialized kernel v on grid blocks (persist: at most one block per SM, grid
+/// items).
 void launch_ws(const Params& p, int grid, WsVariant v, ScalarType dtype, cudaStream_t stream);
+/// v7: the persistent kernel over max_items work items (an upper bound; the kernel counts the
+/// real ones) on min(max_items, SMs, max_blocks if > 0) blocks.
+void launch_persist(const Params& p, int max_items, int max_blocks, ScalarType dtype, cudaStream_t stream);
 
 }  // namespace servelab::kernels::prefill_wgmma

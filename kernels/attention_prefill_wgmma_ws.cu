@@ -519,6 +519,9 @@ void launch_ws(const Params& p, int grid, WsVariant v, ScalarType dtype, cudaStr
     case WsVariant::lean:
       SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 2>(p, grid, stream)), (launch_ws_t<__half, true, 2>(p, grid, stream)));
       break;
+    case WsVariant::persist:
+      launch_persist(p, grid, 0, dtype, stream);
+      break;
   }
 }
 

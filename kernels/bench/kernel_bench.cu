@@ -376,7 +376,9 @@ int main(int argc, char** argv) {
         const std::string shape = "seq" + std::to_string(seq) + " gqa" + std::to_string(group);
         double ms = time_ms([&](int) { prefill_attention(p, nullptr); }, 10);
         record("prefill_attn", shape, flops / (ms * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
-        if (prefill_wgmma_supported(128)) {  // each wgmma kernel by name (v6.1 lean, v6 TMA, v5.1 ping-pong, v5.1 warp-specialized, v4.1 barrier per tile)
+        if (prefill_wgmma_supported(128)) {  // each wgmma kernel by name (v7 persistent, v6.1 lean, v6 TMA, v5.1 ping-pong, v5.1 warp-specialized, v4.1 barrier per tile)
+          ms = time_ms([&](int) { prefill_attention_wgmma_persist(p, nullptr); }, 10);
+          record("prefill_attn_wgmma_persist", shape, flops / (ms * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
           ms = time_ms([&](int) { prefill_attention_wgmma_lean(p, nullptr); }, 10);
           record("prefill_attn_wgmma_lean", shape, flops / (ms * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
           ms = time_ms([&](int) { prefill_attention_wgmma_tma(p, nullptr); }, 10);

@@ -453,6 +453,10 @@ TEST_P(AttentionGpu, PrefillWgmmaMatchesReferenceOnAwkwardShapes) {
             << "tma differs from ws: layout " << int(kind) << " group " << group << " block " << bs;
         EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, prefill_attention_wgmma_lean).begin()))
             << "lean differs from ws: layout " << int(kind) << " group " << group << " block " << bs;
+        EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, [](const PrefillAttentionArgs& a, cudaStream_t st) {
+                                 prefill_attention_wgmma_persist(a, st);
+                               }).begin()))
+            << "persist differs from ws: layout " << int(kind) << " group " << group << " block " << bs;
         EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_mma), ref), testing::tolerance(t))
             << "mma: layout " << int(kind) << " group " << group << " block " << bs;
       }
@@ -471,10 +475,48 @@ TEST_P(AttentionGpu, PrefillWgmma4kPromptMatchesReference) {
     const std::vector<float> tma = run_prefill(t, b, prefill_attention_wgmma_tma);
     EXPECT_LT(testing::rel_error(tma, ref), testing::tolerance(t)) << "tma " << n_kv;
     EXPECT_TRUE(std::equal(lean.begin(), lean.end(), tma.begin())) << "lean and tma differ " << n_kv;
+    const std::vector<float> persist =
+        run_prefill(t, b, [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_persist(a, st); });
+    EXPECT_TRUE(std::equal(lean.begin(), lean.end(), persist.begin())) << "lean and persist differ " << n_kv;
     EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wgmma_pingpong), ref), testing::tolerance(t)) << n_kv;
     EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wgmma_ws), ref), testing::tolerance(t)) << "ws " << n_kv;
     EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wgmma_sync), ref), testing::tolerance(t)) << "sync " << n_kv;
   }
+}
+
+// v7's persistent grid on fewer blocks than items (1, 2, 3, 7 blocks: many items per block, the
+// snake's reversed rounds, a last round that leaves blocks idle): each block carries its rings'
+// stages, Q and the ping-pong turns across items, and every row keeps v6.1's bits. 17 sequences
+// (cached prefixes, single tokens), paged blocks of 16 and 1 and the naive layout, GQA 1 and 4.
+TEST_P(AttentionGpu, PrefillWgmmaPersistentGridMatchesLeanOnFewBlocks) {
+  SKIP_WITHOUT_WGMMA();
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  const std::vector<int> ctx = contexts17(rng);
+  std::vector<int> q(ctx.size());
+  std::uniform_int_distribution<int> frac(1, 100);
+  for (size_t i = 0; i < ctx.size(); ++i) q[i] = std::max(1, ctx[i] * frac(rng) / 100);
+  for (KvLayoutKind kind : {KvLayoutKind::paged, KvLayoutKind::naive})
+    for (int group : {1, 4})
+      for (int bs : {1, 16}) {
+        if (kind == KvLayoutKind::naive && bs != 16) continue;
+        const KvBatch b = testing::make_batch({ctx, q, 8, 8 / group, 128, kind, bs}, rng);
+        const std::vector<float> lean = run_prefill(t, b, prefill_attention_wgmma_lean);
+        EXPECT_LT(testing::rel_error(lean, reference(b)), testing::tolerance(t)) << int(kind) << " " << group << " " << bs;
+        const PrefillFn few[] = {
+            [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_persist(a, st, 1); },
+            [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_persist(a, st, 2); },
+            [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_persist(a, st, 3); },
+            [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_persist(a, st, 7); }};
+        for (int i = 0; i < 4; ++i) {
+          const std::vector<float> out = run_prefill(t, b, few[i]);
+          EXPECT_TRUE(std::equal(lean.begin(), lean.end(), out.begin()))
+              << "persist (" << i << ") differs from lean: layout " << int(kind) << " group " << group << " block " << bs;
+        }
+      }
+  const KvBatch b = testing::make_batch({{5}, {5}, 8, 8, 128, KvLayoutKind::paged, 16}, rng);
+  EXPECT_THROW(run_prefill(t, b, [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_persist(a, st, -1); }),
+               std::invalid_argument);
 }
 
 // A sequence's rows give the same bits alone and inside a mixed batch (other prompts, a chunk
