@@ -19,7 +19,7 @@
 // zeros to it, so a row's bits do not depend on its tile or batch.
 // Built for sm_90a only (SERVELAB_HAS_SM90A from kernels/CMakeLists.txt); elsewhere
 // prefill_attention keeps the mma.sync kernel. This is v4.1 (prefill_attention_wgmma_sync); the one
-// prefill_attention_wgmma runs is v6 in attention_prefill_wgmma_ws.cu (see notes-prefill.md).
+// prefill_attention_wgmma runs is v5.1 ping-pong in attention_prefill_wgmma_ws.cu (see notes-prefill.md).
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -375,7 +375,9 @@ void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v, in
 // v6.1 (lean) is the one dispatched (kernels/notes-prefill.md: 447 / 463 TFLOP/s at 4k, ecd5542;
 // v5.1 ping-pong as fast; v6 with TMA 363 / 381; v7 persist 412 / 468 against v6.1's 410 / 466 in
 // one call, d0a0851: no measurable gain, so v6.1 stays).
-void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::lean); }
+void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) {
+  run_wgmma(a, stream, Variant::pingpong);  // ahead of v6.1 lean by 2-7% in three calls (notes-prefill.md)
+}
 void prefill_attention_wgmma_pingpong(const PrefillAttentionArgs& a, cudaStream_t stream) {
   run_wgmma(a, stream, Variant::pingpong);
 }
