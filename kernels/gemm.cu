@@ -1,11 +1,13 @@
 // cuBLASLt wrapper: row-major y[M, N] = x[M, K] · w[N, K]ᵀ is column-major yᵀ = w · xᵀ, i.e.
 // A = w (K x N, transposed), B = x (K x M), C = D = y (N x M), all leading dimensions packed.
 // Products of at most gemv::kMaxRows rows go to run_gemv (gemv.cu) unless turned off or batch-invariant.
+// cuBLASLt is called through cublaslt() (cublaslt_lib.h): loaded when the first Gemm is made.
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 
 #include "kernels/common.cuh"
+#include "kernels/cublaslt_lib.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_rows.h"
 
@@ -29,19 +31,19 @@ struct Descs {
   Descs(ScalarType t, int m, int n, int k, bool out_fp32) {
     const cudaDataType_t in = t == ScalarType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
     const cudaDataType_t out = out_fp32 ? CUDA_R_32F : in;
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(cublaslt().matmul_desc_create(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, in, k, n, k));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, in, k, m, k));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c, out, n, m, n));
+    CUBLAS_CHECK(cublaslt().matmul_desc_set_attribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
+    CUBLAS_CHECK(cublaslt().matmul_desc_set_attribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
+    CUBLAS_CHECK(cublaslt().matrix_layout_create(&a, in, k, n, k));
+    CUBLAS_CHECK(cublaslt().matrix_layout_create(&b, in, k, m, k));
+    CUBLAS_CHECK(cublaslt().matrix_layout_create(&c, out, n, m, n));
   }
   ~Descs() {
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
+    if (c) cublaslt().matrix_layout_destroy(c);
+    if (b) cublaslt().matrix_layout_destroy(b);
+    if (a) cublaslt().matrix_layout_destroy(a);
+    if (op) cublaslt().matmul_desc_destroy(op);
   }
 };
 
@@ -57,7 +59,7 @@ bool fp16_kernels_built() {
 
 Gemm::Gemm(bool batch_invariant, size_t workspace_bytes, bool use_gemv, bool gemv_split_k)
     : workspace_bytes_(workspace_bytes), batch_invariant_(batch_invariant), use_gemv_(use_gemv), gemv_split_k_(gemv_split_k) {
-  CUBLAS_CHECK(cublasLtCreate(&handle_));
+  CUBLAS_CHECK(cublaslt().create(&handle_));
   CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
@@ -73,7 +75,7 @@ Gemm::~Gemm() {
   if (gemv_counters_) cudaFree(gemv_counters_);
   if (gemv_partials_) cudaFree(gemv_partials_);
   if (workspace_) cudaFree(workspace_);
-  if (handle_) cublasLtDestroy(handle_);
+  if (handle_) cublaslt().destroy(handle_);
 }
 
 bool Gemm::uses_gemv(ScalarType t, const void* x, const void* w, int m, int n, int k) const {
@@ -109,18 +111,18 @@ cublasLtMatmulAlgo_t Gemm::heuristic(ScalarType t, int m, int n, int k, bool out
   if (auto it = heuristics_.find(key); it != heuristics_.end()) return it->second;
   Descs d(t, m, n, k, out_fp32);
   cublasLtMatmulPreference_t pref = nullptr;
-  CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
+  CUBLAS_CHECK(cublaslt().preference_create(&pref));
+  CUBLAS_CHECK(cublaslt().preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
                                                     sizeof(workspace_bytes_)));
   if (batch_invariant_) {  // no split-K: every output sums its K products in one fixed order
     const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &scheme,
+    CUBLAS_CHECK(cublaslt().preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &scheme,
                                                       sizeof(scheme)));
   }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, d.op, d.a, d.b, d.c, d.c, pref, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
+  const cublasStatus_t st = cublaslt().algo_get_heuristic(handle_, d.op, d.a, d.b, d.c, d.c, pref, 1, &result, &found);
+  cublaslt().preference_destroy(pref);
   ++heuristic_queries_;
   if (st != CUBLAS_STATUS_SUCCESS || found == 0)
     throw std::runtime_error("Gemm: cuBLASLt has no algorithm for M=" + std::to_string(m) + " N=" + std::to_string(n) +
@@ -132,7 +134,7 @@ cublasLtMatmulAlgo_t Gemm::heuristic(ScalarType t, int m, int n, int k, bool out
 bool Gemm::accepts(const cublasLtMatmulAlgo_t& algo, ScalarType t, int m, int n, int k, bool out_fp32) const {
   Descs actual(t, m, n, k, out_fp32);
   cublasLtMatmulHeuristicResult_t check{};
-  return cublasLtMatmulAlgoCheck(handle_, actual.op, actual.a, actual.b, actual.c, actual.c, &algo, &check) ==
+  return cublaslt().algo_check(handle_, actual.op, actual.a, actual.b, actual.c, actual.c, &algo, &check) ==
              CUBLAS_STATUS_SUCCESS &&
          check.workspaceSize <= workspace_bytes_;
 }
@@ -179,7 +181,7 @@ void Gemm::run(ScalarType t, const void* x, const void* w, void* y, int m, int n
   const cublasLtMatmulAlgo_t algo = algo_for(t, m, n, k, out_fp32, accumulate);
   Descs d(t, m, n, k, out_fp32);
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  CUBLAS_CHECK(cublasLtMatmul(handle_, d.op, &alpha, w, d.a, x, d.b, &beta, y, d.c, y, d.c, &algo, workspace_,
+  CUBLAS_CHECK(cublaslt().matmul(handle_, d.op, &alpha, w, d.a, x, d.b, &beta, y, d.c, y, d.c, &algo, workspace_,
                               workspace_bytes_, stream));
 }
 

@@ -29,7 +29,7 @@
 #include "tests/engine/engine_test_support.h"
 
 namespace servelab {
-namespace {
+namespace block_table_gpu_test {  // named, not anonymous: a unity batch shares one translation unit
 
 #define SKIP_WITHOUT_GPU() \
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
@@ -295,5 +295,5 @@ TEST(CudaBackendGpuBench, BlockTableBytesAt256SequencesOf4k) {
   }
 }
 
-}  // namespace
+}  // namespace block_table_gpu_test
 }  // namespace servelab

@@ -19,7 +19,7 @@
 #include "tests/backend/backend_test_util.h"
 
 namespace servelab {
-namespace {
+namespace cuda_backend_gpu_test {  // named, not anonymous: a unity batch shares one translation unit
 
 using testing::make_sequence;
 using testing::random_tokens;
@@ -377,11 +377,11 @@ TEST(CudaBackendGpuGraphs, ReservedStepBuffersAreNotRecapturedAfterALongPrefill)
   EXPECT_EQ(lazy->graph_captures(), 2) << "growth invalidated the graph (what reserve_steps avoids)";
 }
 
-}  // namespace
+}  // namespace cuda_backend_gpu_test
 }  // namespace servelab
 
 namespace servelab {
-namespace {
+namespace cuda_backend_gpu_test {
 
 TEST(CudaBackendGpuGraphs, DecodeReplayedFromGraphsMatchesEager) {
   SKIP_WITHOUT_GPU();
@@ -431,11 +431,11 @@ TEST(CudaBackendGpuGraphs, DecodeReplayedFromGraphsMatchesEager) {
   }
 }
 
-}  // namespace
+}  // namespace cuda_backend_gpu_test
 }  // namespace servelab
 
 namespace servelab {
-namespace {
+namespace cuda_backend_gpu_test {
 
 TEST(CudaBackendGpuBudget, GpuMemoryUtilizationLeavesTheRestForKv) {
   SKIP_WITHOUT_GPU();
@@ -450,5 +450,5 @@ TEST(CudaBackendGpuBudget, GpuMemoryUtilizationLeavesTheRestForKv) {
   gpu->init_kv(std::min<int64_t>(half / gpu->kv_bytes_per_slot(), (int64_t(1) << 31) - 1));
 }
 
-}  // namespace
+}  // namespace cuda_backend_gpu_test
 }  // namespace servelab

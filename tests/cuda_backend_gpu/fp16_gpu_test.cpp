@@ -20,7 +20,7 @@
 #include "tests/cuda_backend_gpu/gpu_test_model.h"
 
 namespace servelab {
-namespace {
+namespace fp16_gpu_test {  // named, not anonymous: a unity batch shares one translation unit
 
 using testing::make_sequence;
 using testing::random_tokens;
@@ -92,5 +92,5 @@ TEST(CudaBackendF16Gpu, PresetDrawnInF16MatchesCpuRandomWeights) {
   EXPECT_LT(rel_error(prefill_logits(*gpu), prefill_logits(cpu)), kTolF16);
 }
 
-}  // namespace
+}  // namespace fp16_gpu_test
 }  // namespace servelab

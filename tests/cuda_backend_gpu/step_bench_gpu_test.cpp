@@ -17,7 +17,7 @@
 #include "tests/backend/backend_test_util.h"
 
 namespace servelab {
-namespace {
+namespace step_bench_gpu_test {  // named, not anonymous: a unity batch shares one translation unit
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -89,5 +89,5 @@ TEST(CudaBackendGpuBench, PrefillAndDecodeStepTimes) {
   }
 }
 
-}  // namespace
+}  // namespace step_bench_gpu_test
 }  // namespace servelab

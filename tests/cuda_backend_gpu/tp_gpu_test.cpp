@@ -23,7 +23,7 @@
 #include "tests/backend/backend_test_util.h"
 
 namespace servelab {
-namespace {
+namespace tp_gpu_test {  // named, not anonymous: a unity batch shares one translation unit
 
 using testing::make_sequence;
 using testing::random_tokens;
@@ -236,5 +236,5 @@ TEST(TpGpuWeights, ShardsDrawnPerRankAreTheOneGpuWeights) {
   EXPECT_LT(rel_error(got, want), kTol);
 }
 
-}  // namespace
+}  // namespace tp_gpu_test
 }  // namespace servelab

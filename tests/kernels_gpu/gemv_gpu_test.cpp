@@ -16,7 +16,7 @@
 #include "tests/kernels_gpu/gpu_util.h"
 
 namespace servelab::kernels {
-namespace {
+namespace gemv_gpu_test {  // named, not anonymous: a unity batch shares one translation unit
 
 using testing::DeviceBuffer;
 
@@ -224,5 +224,5 @@ TEST(GemvGpu, GemmRoutesSkinnyProductsAndFallsBack) {
   }
 }
 
-}  // namespace
+}  // namespace gemv_gpu_test
 }  // namespace servelab::kernels

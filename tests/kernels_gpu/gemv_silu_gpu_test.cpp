@@ -18,7 +18,7 @@
 #include "tests/kernels_gpu/gpu_util.h"
 
 namespace servelab::kernels {
-namespace {
+namespace gemv_silu_gpu_test {  // named, not anonymous: a unity batch shares one translation unit
 
 using testing::DeviceBuffer;
 
@@ -226,5 +226,5 @@ TEST(PdlGpu, ChainGivesTheSameBitsWithAndWithoutPdlEagerAndInAGraph) {
   EXPECT_EQ(non_finite, 0u);
 }
 
-}  // namespace
+}  // namespace gemv_silu_gpu_test
 }  // namespace servelab::kernels
