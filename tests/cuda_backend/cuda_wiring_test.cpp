@@ -55,7 +55,7 @@ TEST(CudaWiring, KvSlotIsBf16WithoutTouchingAGpu) {
   EXPECT_STREQ(to_string(BackendKind::cuda), "cuda");
 }
 
-TEST(CudaWiring, NoGpuIsAClearError) {
+TEST(CudaWiring, WithoutADeviceMakeBackendIsAClearError) {
   if (cuda_devices() > 0) GTEST_SKIP() << "this machine has a GPU";
   BackendSpec spec;
   spec.kind = BackendKind::cuda;
@@ -68,7 +68,7 @@ TEST(CudaWiring, NoGpuIsAClearError) {
   }
 }
 
-TEST(CudaWiring, RunWithoutGpuExitsTwo) {
+TEST(CudaWiring, RunWithoutADeviceExitsTwo) {
   SERVELAB_REQUIRE_BINARY();
   if (cuda_devices() > 0) GTEST_SKIP() << "this machine has a GPU";
   cli_test::TempDir dir;

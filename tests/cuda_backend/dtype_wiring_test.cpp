@@ -129,7 +129,7 @@ TEST(DtypeWiring, CudaOptionsAcceptBf16AndF16Only) {
 }
 #endif
 
-TEST(DtypeWiring, NoGpuIsTheSameClearErrorInF16) {
+TEST(DtypeWiring, WithoutADeviceF16IsTheSameClearError) {
   if (cuda_devices() > 0) GTEST_SKIP() << "this machine has a GPU";
   BackendSpec spec;
   spec.kind = BackendKind::cuda;
