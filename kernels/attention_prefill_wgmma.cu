@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const Params
   const int pos0 = row_pos[lr0], pos1 = row_pos[lr1];
   const int wg_min = row_pos[wg * 64];  // -1: no valid row in this warpgroup (masked everywhere)
   const float sl2 = p.scale_log2;
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f, corr0 = 1.0f, corr1 = 1.0f;
+  RowPairSoftmax sm;
   float o[64], sc[64];
   uint32_t pf[kBN / 16][4];  // P of the current tile as A fragments, one per 16 keys
 #pragma unroll
@@ -163,70 +163,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const Params
   // Causal mask where a key passes the warpgroup's first row, then the online softmax of tile t
   // on rows g, g + 8 (sc[4j + e]: row g, key 8j + c2 + e; sc[4j + 2 + e]: row g + 8): sc becomes
   // P (fp32), m and l advance, corr0/corr1 are the factors O still has to take.
-  auto softmax = [&](int t) {
-    if (t * kBN + kBN - 1 > wg_min) {
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int kp = t * kBN + j * 8 + c2 + e;
-          if (kp > pos0) sc[4 * j + e] = -INFINITY;
-          if (kp > pos1) sc[4 * j + 2 + e] = -INFINITY;
-        }
-    }
-    float mx0 = -INFINITY, mx1 = -INFINITY, mx0b = -INFINITY, mx1b = -INFINITY;  // two chains a row
-#pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
-      mx0 = fmaxf(mx0, sc[4 * j]);
-      mx0b = fmaxf(mx0b, sc[4 * j + 1]);
-      mx1 = fmaxf(mx1, sc[4 * j + 2]);
-      mx1b = fmaxf(mx1b, sc[4 * j + 3]);
-    }
-    mx0 = fmaxf(mx0, mx0b);
-    mx1 = fmaxf(mx1, mx1b);
-#pragma unroll
-    for (int x = 1; x <= 2; x <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
-    }
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    // An unchanged maximum gives exactly 1 (a tile the row masks whole must be an exact no-op;
-    // m0 * sl2 - ms0 contracted into an FMA would leave the rounding error of ms0, not 0).
-    const float ms0 = mn0 == -INFINITY ? 0.0f : __fmul_rn(mn0, sl2), ms1 = mn1 == -INFINITY ? 0.0f : __fmul_rn(mn1, sl2);
-    corr0 = mn0 == m0 ? 1.0f : ex2(__fsub_rn(__fmul_rn(m0, sl2), ms0));
-    corr1 = mn1 == m1 ? 1.0f : ex2(__fsub_rn(__fmul_rn(m1, sl2), ms1));
-    m0 = mn0;
-    m1 = mn1;
-    float sum0 = 0.0f, sum1 = 0.0f, sum0b = 0.0f, sum1b = 0.0f;  // two chains a row, fixed order
-#pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
-      sc[4 * j] = ex2(fmaf(sc[4 * j], sl2, -ms0));
-      sc[4 * j + 1] = ex2(fmaf(sc[4 * j + 1], sl2, -ms0));
-      sc[4 * j + 2] = ex2(fmaf(sc[4 * j + 2], sl2, -ms1));
-      sc[4 * j + 3] = ex2(fmaf(sc[4 * j + 3], sl2, -ms1));
-      sum0 += sc[4 * j];
-      sum0b += sc[4 * j + 1];
-      sum1 += sc[4 * j + 2];
-      sum1b += sc[4 * j + 3];
-    }
-    l0 = l0 * corr0 + (sum0 + sum0b);
-    l1 = l1 * corr1 + (sum1 + sum1b);
-  };
-  // O *= corr (after the P · V in flight has landed), and P into A fragments.
-  auto rescale_and_pack = [&] {
-#pragma unroll
-    for (int j = 0; j < kHD / 8; ++j) {
-      o[4 * j] *= corr0;
-      o[4 * j + 1] *= corr0;
-      o[4 * j + 2] *= corr1;
-      o[4 * j + 3] *= corr1;
-    }
-#pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
-      pf[j / 2][(j % 2) * 2] = pack2<T>(sc[4 * j], sc[4 * j + 1]);
-      pf[j / 2][(j % 2) * 2 + 1] = pack2<T>(sc[4 * j + 2], sc[4 * j + 3]);
-    }
-  };
+  auto softmax = [&](int t) { sm.tile(sc, t, wg_min, pos0, pos1, c2, sl2); };
+  auto rescale_and_pack = [&] { sm.rescale_and_pack<T, false>(o, sc, pf); };
 
   // P · V of key tile t (V rows are keys, MN-major B: 64-column halves kHalf apart, 8-key groups
   // 1024 bytes apart); issued, not waited for.
@@ -286,10 +224,10 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const Params
   // Full row sums (the four lanes of a row), normalize, store rows lr0 and lr1.
 #pragma unroll
   for (int x = 1; x <= 2; x <<= 1) {
-    l0 += __shfl_xor_sync(0xffffffffu, l0, x);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, x);
+    sm.l0 += __shfl_xor_sync(0xffffffffu, sm.l0, x);
+    sm.l1 += __shfl_xor_sync(0xffffffffu, sm.l1, x);
   }
-  const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+  const float inv0 = 1.0f / sm.l0, inv1 = 1.0f / sm.l1;
   T* out = static_cast<T*>(p.out);
   T* out0 = out + row_tok[lr0] * p.out_row_stride + int64_t(row_head[lr0]) * kHD + c2;
   T* out1 = out + row_tok[lr1] * p.out_row_stride + int64_t(row_head[lr1]) * kHD + c2;

@@ -157,6 +157,106 @@ __device__ __forceinline__ float ex2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+/// mbarrier helpers of the warp-specialized kernels (ws, persist): one copy, inlined where used.
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
+  asm volatile(
+      "{\n.reg .pred P1;\nLAB_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+      "@P1 bra DONE;\nbra LAB_WAIT;\nDONE:\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/// Arrives on bar once every cp.async this thread issued before has completed.
+__device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+/// A consumer thread's online softmax over its two rows (pos0, pos1) of a 64-row warpgroup tile,
+/// shared by every wgmma prefill kernel. sc: the S accumulators of one key tile (wgmma order:
+/// sc[4j], sc[4j+1] row 0 and sc[4j+2], sc[4j+3] row 1 at keys 8j + c2 + {0, 1}); m: running
+/// maximum, l: running sum (two chains a row, fixed order), corr: the last tile's rescale factor,
+/// exactly 1 where the maximum did not move, so a tile a row masks whole is an exact no-op.
+struct RowPairSoftmax {
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f, corr0 = 1.0f, corr1 = 1.0f;
+
+  /// Key tile t's scores into probabilities (exp2 of scale_log2-scaled logits): the causal mask
+  /// where the tile passes wg_min (the warpgroup's first row position), then max, corr and sum.
+  __device__ __forceinline__ void tile(float (&sc)[64], int t, int wg_min, int pos0, int pos1, int c2, float sl2) {
+    if (t * kBN + kBN - 1 > wg_min) {
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int kp = t * kBN + j * 8 + c2 + e;
+          if (kp > pos0) sc[4 * j + e] = -INFINITY;
+          if (kp > pos1) sc[4 * j + 2 + e] = -INFINITY;
+        }
+    }
+    float mx0 = -INFINITY, mx1 = -INFINITY, mx0b = -INFINITY, mx1b = -INFINITY;  // two chains a row
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      mx0 = fmaxf(mx0, sc[4 * j]);
+      mx0b = fmaxf(mx0b, sc[4 * j + 1]);
+      mx1 = fmaxf(mx1, sc[4 * j + 2]);
+      mx1b = fmaxf(mx1b, sc[4 * j + 3]);
+    }
+    mx0 = fmaxf(mx0, mx0b);
+    mx1 = fmaxf(mx1, mx1b);
+#pragma unroll
+    for (int x = 1; x <= 2; x <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
+    }
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    // An unchanged maximum gives exactly 1 (m0 * sl2 - ms0 contracted into an FMA would leave the
+    // rounding error of ms0, not 0).
+    const float ms0 = mn0 == -INFINITY ? 0.0f : __fmul_rn(mn0, sl2), ms1 = mn1 == -INFINITY ? 0.0f : __fmul_rn(mn1, sl2);
+    corr0 = mn0 == m0 ? 1.0f : ex2(__fsub_rn(__fmul_rn(m0, sl2), ms0));
+    corr1 = mn1 == m1 ? 1.0f : ex2(__fsub_rn(__fmul_rn(m1, sl2), ms1));
+    m0 = mn0;
+    m1 = mn1;
+    float sum0 = 0.0f, sum1 = 0.0f, sum0b = 0.0f, sum1b = 0.0f;  // two chains a row, fixed order
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      sc[4 * j] = ex2(fmaf(sc[4 * j], sl2, -ms0));
+      sc[4 * j + 1] = ex2(fmaf(sc[4 * j + 1], sl2, -ms0));
+      sc[4 * j + 2] = ex2(fmaf(sc[4 * j + 2], sl2, -ms1));
+      sc[4 * j + 3] = ex2(fmaf(sc[4 * j + 3], sl2, -ms1));
+      sum0 += sc[4 * j];
+      sum0b += sc[4 * j + 1];
+      sum1 += sc[4 * j + 2];
+      sum1b += sc[4 * j + 3];
+    }
+    l0 = l0 * corr0 + (sum0 + sum0b);
+    l1 = l1 * corr1 + (sum1 + sum1b);
+  }
+
+  /// O *= corr (after the P · V in flight has landed; kSkipHeld: not where no row of the warp
+  /// moved its maximum, a multiply by exactly 1), then P into wgmma A fragments.
+  template <class T, bool kSkipHeld>
+  __device__ __forceinline__ void rescale_and_pack(float (&o)[64], const float (&sc)[64], uint32_t (&pf)[kBN / 16][4]) const {
+    if (!kSkipHeld || __any_sync(0xffffffffu, corr0 != 1.0f || corr1 != 1.0f)) {
+#pragma unroll
+      for (int j = 0; j < kHD / 8; ++j) {
+        o[4 * j] *= corr0;
+        o[4 * j + 1] *= corr0;
+        o[4 * j + 2] *= corr1;
+        o[4 * j + 3] *= corr1;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      pf[j / 2][(j % 2) * 2] = pack2<T>(sc[4 * j], sc[4 * j + 1]);
+      pf[j / 2][(j % 2) * 2 + 1] = pack2<T>(sc[4 * j + 2], sc[4 * j + 3]);
+    }
+  }
+};
+
 /// The warp-specialized kernels (attention_prefill_wgmma_ws.cu): ws v5.1; pingpong v5.1 with the
 /// consumer warpgroups taking turns issuing their GEMMs; tma v6 (ping-pong, whole key tiles by TMA
 /// where the layout allows: naive, or paged blocks of 2^k >= 16 slots; else v5.1 ping-pong); lean

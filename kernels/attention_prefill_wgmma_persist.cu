@@ -18,24 +18,7 @@
 
 namespace servelab::kernels::prefill_wgmma {
 
-// Device helpers outside the anonymous namespace: no unused warnings where sm_90a is not built.
-__device__ __forceinline__ void pbar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void pbar_wait(uint32_t bar, int parity) {
-  asm volatile(
-      "{\n.reg .pred P1;\nLAB_WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
-      "@P1 bra DONE;\nbra LAB_WAIT;\nDONE:\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void pbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void pcp_async_arrive_noinc(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
+// mbar_init, mbar_wait, mbar_arrive and cp_async_arrive_noinc come from attention_prefill_wgmma.cuh.
 
 namespace {
 constexpr int kThreadsP = 384;
@@ -87,13 +70,13 @@ __global__ void __launch_bounds__(kThreadsP, 1) prefill_wgmma_persist_kernel(con
     int total = 0;
     for (int s = 0; s < p.n_seqs; ++s) total += ((p.query_start[s + 1] - p.query_start[s]) * p.group + kBM - 1) / kBM;
     *total_sh = total;
-    pbar_init(sbase + LP::kFullQ, 128);  // one noinc arrive per producer thread
-    pbar_init(sbase + LP::kEmptyQ, 8);   // one arrive per consumer warp
+    mbar_init(sbase + LP::kFullQ, 128);  // one noinc arrive per producer thread
+    mbar_init(sbase + LP::kEmptyQ, 8);   // one arrive per consumer warp
     for (int i = 0; i < kStages; ++i) {
-      pbar_init(sbase + LP::kFullK + 8 * i, 128);
-      pbar_init(sbase + LP::kFullV + 8 * i, 128);
-      pbar_init(sbase + LP::kEmptyK + 8 * i, 8);
-      pbar_init(sbase + LP::kEmptyV + 8 * i, 8);
+      mbar_init(sbase + LP::kFullK + 8 * i, 128);
+      mbar_init(sbase + LP::kFullV + 8 * i, 128);
+      mbar_init(sbase + LP::kEmptyK + 8 * i, 8);
+      mbar_init(sbase + LP::kEmptyV + 8 * i, 8);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -142,7 +125,7 @@ __global__ void __launch_bounds__(kThreadsP, 1) prefill_wgmma_persist_kernel(con
       const char* vcol = vbase + col * int64_t(sizeof(T));
       // Q tile of this item (zeros in padding rows), once the consumers' last S GEMM of the
       // previous item has read Q.
-      if (round > 0) pbar_wait(sbase + LP::kEmptyQ, (round - 1) & 1);
+      if (round > 0) mbar_wait(sbase + LP::kEmptyQ, (round - 1) & 1);
 #pragma unroll 4
       for (int j = 0; j < kBM / 8; ++j) {
         const int rr = item.tile * kBM + lr + 8 * j, i = rr / p.group;
@@ -150,7 +133,7 @@ __global__ void __launch_bounds__(kThreadsP, 1) prefill_wgmma_persist_kernel(con
         const T* src = valid ? qsrc + (rw.q0 + i) * p.q_row_stride + int64_t(item.kvh * p.group + rr % p.group) * kHD + lc * 8 : qsrc;
         cp_async16(sbase + L::kQ + sw + j * 1024, src, valid);
       }
-      pcp_async_arrive_noinc(sbase + LP::kFullQ);
+      cp_async_arrive_noinc(sbase + LP::kFullQ);
       int32_t slot[kBN / 8];
       for (int t = 0; t < rw.n_key_tiles; ++t, ++c) {
         const int st = c % kStages, n = c / kStages;
@@ -193,12 +176,12 @@ __global__ void __launch_bounds__(kThreadsP, 1) prefill_wgmma_persist_kernel(con
             cp_async16(sbase + ring + soff + j * 1024, valid ? base_col + int64_t(slot[j]) * row_bytes : base_col, valid);
           }
         };
-        if (n > 0) pbar_wait(sbase + LP::kEmptyK + 8 * st, (n - 1) & 1);
+        if (n > 0) mbar_wait(sbase + LP::kEmptyK + 8 * st, (n - 1) & 1);
         issue(kcol, L::kK);
-        pcp_async_arrive_noinc(sbase + LP::kFullK + 8 * st);
-        if (n > 0) pbar_wait(sbase + LP::kEmptyV + 8 * st, (n - 1) & 1);
+        cp_async_arrive_noinc(sbase + LP::kFullK + 8 * st);
+        if (n > 0) mbar_wait(sbase + LP::kEmptyV + 8 * st, (n - 1) & 1);
         issue(vcol, L::kV);
-        pcp_async_arrive_noinc(sbase + LP::kFullV + 8 * st);
+        cp_async_arrive_noinc(sbase + LP::kFullV + 8 * st);
       }
     }
     cp_async_wait<0>();
@@ -226,7 +209,7 @@ __global__ void __launch_bounds__(kThreadsP, 1) prefill_wgmma_persist_kernel(con
       for (int kk = 0; kk < kBN / 16; ++kk) wgmma::mma_rs<T>(o, pf[kk], desc_v + ((st + kk * 2048) >> 4));
     };
     auto release = [&](uint32_t bar) {
-      if (lane == 0) pbar_arrive(bar);
+      if (lane == 0) mbar_arrive(bar);
     };
     // Turns as in v5.1's ping-pong, continued across items: warpgroup 1 gives the first turn and
     // skips only its very last pass, so every bar.sync meets exactly one set of arrivals.
@@ -248,76 +231,14 @@ __global__ void __launch_bounds__(kThreadsP, 1) prefill_wgmma_persist_kernel(con
       };
       const int pos0 = row_pos(lr0), pos1 = row_pos(lr1);
       const int wg_min = row_pos(wg * 64);  // -1: no valid row in this warpgroup (masked everywhere)
-      float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f, corr0 = 1.0f, corr1 = 1.0f;
+      RowPairSoftmax sm;
 #pragma unroll
       for (int i = 0; i < 64; ++i) o[i] = 0.0f;
-      auto softmax = [&](int t) {
-        if (t * kBN + kBN - 1 > wg_min) {
-#pragma unroll
-          for (int j = 0; j < kBN / 8; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int kp = t * kBN + j * 8 + c2 + e;
-              if (kp > pos0) sc[4 * j + e] = -INFINITY;
-              if (kp > pos1) sc[4 * j + 2 + e] = -INFINITY;
-            }
-        }
-        float mx0 = -INFINITY, mx1 = -INFINITY, mx0b = -INFINITY, mx1b = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < kBN / 8; ++j) {
-          mx0 = fmaxf(mx0, sc[4 * j]);
-          mx0b = fmaxf(mx0b, sc[4 * j + 1]);
-          mx1 = fmaxf(mx1, sc[4 * j + 2]);
-          mx1b = fmaxf(mx1b, sc[4 * j + 3]);
-        }
-        mx0 = fmaxf(mx0, mx0b);
-        mx1 = fmaxf(mx1, mx1b);
-#pragma unroll
-        for (int x = 1; x <= 2; x <<= 1) {
-          mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
-          mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
-        }
-        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-        // An unchanged maximum gives exactly 1 (a tile the row masks whole is an exact no-op).
-        const float ms0 = mn0 == -INFINITY ? 0.0f : __fmul_rn(mn0, sl2), ms1 = mn1 == -INFINITY ? 0.0f : __fmul_rn(mn1, sl2);
-        corr0 = mn0 == m0 ? 1.0f : ex2(__fsub_rn(__fmul_rn(m0, sl2), ms0));
-        corr1 = mn1 == m1 ? 1.0f : ex2(__fsub_rn(__fmul_rn(m1, sl2), ms1));
-        m0 = mn0;
-        m1 = mn1;
-        float sum0 = 0.0f, sum1 = 0.0f, sum0b = 0.0f, sum1b = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kBN / 8; ++j) {
-          sc[4 * j] = ex2(fmaf(sc[4 * j], sl2, -ms0));
-          sc[4 * j + 1] = ex2(fmaf(sc[4 * j + 1], sl2, -ms0));
-          sc[4 * j + 2] = ex2(fmaf(sc[4 * j + 2], sl2, -ms1));
-          sc[4 * j + 3] = ex2(fmaf(sc[4 * j + 3], sl2, -ms1));
-          sum0 += sc[4 * j];
-          sum0b += sc[4 * j + 1];
-          sum1 += sc[4 * j + 2];
-          sum1b += sc[4 * j + 3];
-        }
-        l0 = l0 * corr0 + (sum0 + sum0b);
-        l1 = l1 * corr1 + (sum1 + sum1b);
-      };
-      auto rescale_and_pack = [&] {
-        if (__any_sync(0xffffffffu, corr0 != 1.0f || corr1 != 1.0f)) {
-#pragma unroll
-          for (int j = 0; j < kHD / 8; ++j) {
-            o[4 * j] *= corr0;
-            o[4 * j + 1] *= corr0;
-            o[4 * j + 2] *= corr1;
-            o[4 * j + 3] *= corr1;
-          }
-        }
-#pragma unroll
-        for (int j = 0; j < kBN / 8; ++j) {
-          pf[j / 2][(j % 2) * 2] = pack2<T>(sc[4 * j], sc[4 * j + 1]);
-          pf[j / 2][(j % 2) * 2 + 1] = pack2<T>(sc[4 * j + 2], sc[4 * j + 3]);
-        }
-      };
+      auto softmax = [&](int t) { sm.tile(sc, t, wg_min, pos0, pos1, c2, sl2); };
+      auto rescale_and_pack = [&] { sm.rescale_and_pack<T, true>(o, sc, pf); };
 
-      pbar_wait(sbase + LP::kFullQ, round & 1);
-      pbar_wait(sbase + LP::kFullK + 8 * (c % kStages), (c / kStages) & 1);
+      mbar_wait(sbase + LP::kFullQ, round & 1);
+      mbar_wait(sbase + LP::kFullK + 8 * (c % kStages), (c / kStages) & 1);
       wgmma::fence_proxy_async();
       turn_wait();
       wgmma::fence();
@@ -332,8 +253,8 @@ __global__ void __launch_bounds__(kThreadsP, 1) prefill_wgmma_persist_kernel(con
       rescale_and_pack();
       for (int kt = 0; kt + 1 < n_key_tiles; ++kt) {
         const int c0 = c + kt, c1 = c0 + 1, s1 = c1 % kStages, s0 = c0 % kStages;
-        pbar_wait(sbase + LP::kFullK + 8 * s1, (c1 / kStages) & 1);
-        pbar_wait(sbase + LP::kFullV + 8 * s0, (c0 / kStages) & 1);
+        mbar_wait(sbase + LP::kFullK + 8 * s1, (c1 / kStages) & 1);
+        mbar_wait(sbase + LP::kFullV + 8 * s0, (c0 / kStages) & 1);
         wgmma::fence_proxy_async();
         turn_wait();
         wgmma::fence();
@@ -354,7 +275,7 @@ __global__ void __launch_bounds__(kThreadsP, 1) prefill_wgmma_persist_kernel(con
         rescale_and_pack();
       }
       const int cl = c + n_key_tiles - 1;
-      pbar_wait(sbase + LP::kFullV + 8 * (cl % kStages), (cl / kStages) & 1);
+      mbar_wait(sbase + LP::kFullV + 8 * (cl % kStages), (cl / kStages) & 1);
       wgmma::fence_proxy_async();
       turn_wait();
       wgmma::fence();
@@ -368,10 +289,10 @@ __global__ void __launch_bounds__(kThreadsP, 1) prefill_wgmma_persist_kernel(con
 
 #pragma unroll
       for (int x = 1; x <= 2; x <<= 1) {
-        l0 += __shfl_xor_sync(0xffffffffu, l0, x);
-        l1 += __shfl_xor_sync(0xffffffffu, l1, x);
+        sm.l0 += __shfl_xor_sync(0xffffffffu, sm.l0, x);
+        sm.l1 += __shfl_xor_sync(0xffffffffu, sm.l1, x);
       }
-      const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+      const float inv0 = 1.0f / sm.l0, inv1 = 1.0f / sm.l1;
       T* out = static_cast<T*>(p.out);
       const int rr0 = item.tile * kBM + lr0, rr1 = item.tile * kBM + lr1;
       T* out0 = out + (rw.q0 + rr0 / p.group) * p.out_row_stride + int64_t(item.kvh * p.group + rr0 % p.group) * kHD + c2;

@@ -13,25 +13,7 @@
 
 namespace servelab::kernels::prefill_wgmma {
 
-// mbarrier helpers (outside the anonymous namespace: no unused warnings where sm_90a is not built).
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity) {
-  asm volatile(
-      "{\n.reg .pred P1;\nLAB_WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
-      "@P1 bra DONE;\nbra LAB_WAIT;\nDONE:\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-/// Arrives on bar once every cp.async this thread issued before has completed.
-__device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
+// mbar_init, mbar_wait, mbar_arrive and cp_async_arrive_noinc come from attention_prefill_wgmma.cuh.
 /// The same without .noinc: the pending count goes up now and down when the copies land, so the
 /// phase still needs its counted arrivals (v6's partial tile: thread 0 arrives after a barrier).
 __device__ __forceinline__ void cp_async_arrive_inc(uint32_t bar) {
@@ -289,7 +271,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
     const int pos0 = row_pos[lr0], pos1 = row_pos[lr1];
     const int wg_min = row_pos[wg * 64];  // -1: no valid row in this warpgroup (masked everywhere)
     const float sl2 = p.scale_log2;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f, corr0 = 1.0f, corr1 = 1.0f;
+    RowPairSoftmax sm;
     float o[64], sc[64];
     uint32_t pf[kBN / 16][4];
 #pragma unroll
@@ -305,70 +287,8 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
         wgmma::mma_ss<T>(sc, desc_q + (koff >> 4), desc_k + ((st + koff) >> 4), k > 0);
       }
     };
-    auto softmax = [&](int t) {
-      if (t * kBN + kBN - 1 > wg_min) {
-#pragma unroll
-        for (int j = 0; j < kBN / 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int kp = t * kBN + j * 8 + c2 + e;
-            if (kp > pos0) sc[4 * j + e] = -INFINITY;
-            if (kp > pos1) sc[4 * j + 2 + e] = -INFINITY;
-          }
-      }
-      float mx0 = -INFINITY, mx1 = -INFINITY, mx0b = -INFINITY, mx1b = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) {
-        mx0 = fmaxf(mx0, sc[4 * j]);
-        mx0b = fmaxf(mx0b, sc[4 * j + 1]);
-        mx1 = fmaxf(mx1, sc[4 * j + 2]);
-        mx1b = fmaxf(mx1b, sc[4 * j + 3]);
-      }
-      mx0 = fmaxf(mx0, mx0b);
-      mx1 = fmaxf(mx1, mx1b);
-#pragma unroll
-      for (int x = 1; x <= 2; x <<= 1) {
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
-      }
-      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-      // An unchanged maximum gives exactly 1 (a tile the row masks whole is an exact no-op).
-      const float ms0 = mn0 == -INFINITY ? 0.0f : __fmul_rn(mn0, sl2), ms1 = mn1 == -INFINITY ? 0.0f : __fmul_rn(mn1, sl2);
-      corr0 = mn0 == m0 ? 1.0f : ex2(__fsub_rn(__fmul_rn(m0, sl2), ms0));
-      corr1 = mn1 == m1 ? 1.0f : ex2(__fsub_rn(__fmul_rn(m1, sl2), ms1));
-      m0 = mn0;
-      m1 = mn1;
-      float sum0 = 0.0f, sum1 = 0.0f, sum0b = 0.0f, sum1b = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) {
-        sc[4 * j] = ex2(fmaf(sc[4 * j], sl2, -ms0));
-        sc[4 * j + 1] = ex2(fmaf(sc[4 * j + 1], sl2, -ms0));
-        sc[4 * j + 2] = ex2(fmaf(sc[4 * j + 2], sl2, -ms1));
-        sc[4 * j + 3] = ex2(fmaf(sc[4 * j + 3], sl2, -ms1));
-        sum0 += sc[4 * j];
-        sum0b += sc[4 * j + 1];
-        sum1 += sc[4 * j + 2];
-        sum1b += sc[4 * j + 3];
-      }
-      l0 = l0 * corr0 + (sum0 + sum0b);
-      l1 = l1 * corr1 + (sum1 + sum1b);
-    };
-    auto rescale_and_pack = [&] {
-      if (!kLean || __any_sync(0xffffffffu, corr0 != 1.0f || corr1 != 1.0f)) {
-#pragma unroll
-        for (int j = 0; j < kHD / 8; ++j) {
-          o[4 * j] *= corr0;
-          o[4 * j + 1] *= corr0;
-          o[4 * j + 2] *= corr1;
-          o[4 * j + 3] *= corr1;
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) {
-        pf[j / 2][(j % 2) * 2] = pack2<T>(sc[4 * j], sc[4 * j + 1]);
-        pf[j / 2][(j % 2) * 2 + 1] = pack2<T>(sc[4 * j + 2], sc[4 * j + 3]);
-      }
-    };
+    auto softmax = [&](int t) { sm.tile(sc, t, wg_min, pos0, pos1, c2, sl2); };
+    auto rescale_and_pack = [&] { sm.rescale_and_pack<T, kLean>(o, sc, pf); };
     auto issue_pv = [&](int t) {
       const uint32_t st = uint32_t(t % kStages) * L::kTile;
 #pragma unroll
@@ -436,10 +356,10 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
 
 #pragma unroll
     for (int x = 1; x <= 2; x <<= 1) {
-      l0 += __shfl_xor_sync(0xffffffffu, l0, x);
-      l1 += __shfl_xor_sync(0xffffffffu, l1, x);
+      sm.l0 += __shfl_xor_sync(0xffffffffu, sm.l0, x);
+      sm.l1 += __shfl_xor_sync(0xffffffffu, sm.l1, x);
     }
-    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+    const float inv0 = 1.0f / sm.l0, inv1 = 1.0f / sm.l1;
     T* out = static_cast<T*>(p.out);
     T* out0 = out + row_tok[lr0] * p.out_row_stride + int64_t(row_head[lr0]) * kHD + c2;
     T* out1 = out + row_tok[lr1] * p.out_row_stride + int64_t(row_head[lr1]) * kHD + c2;
