@@ -47,15 +47,8 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const Params
 
   const int tid = threadIdx.x, kvh = blockIdx.x % p.n_kv;
   if (tid == 0) {  // tiles in reverse order across all heads: the longest tiles start first
-    int tile = int(gridDim.x) / p.n_kv - 1 - int(blockIdx.x) / p.n_kv, seq = -1;
-    for (int s = 0; s < p.n_seqs; ++s) {
-      const int n_tiles = ((p.query_start[s + 1] - p.query_start[s]) * p.group + kBM - 1) / kBM;
-      if (tile < n_tiles) {
-        seq = s;
-        break;
-      }
-      tile -= n_tiles;
-    }
+    int tile = int(gridDim.x) / p.n_kv - 1 - int(blockIdx.x) / p.n_kv;
+    const int seq = find_row_tile(p, tile);
     sh[0] = seq;
     sh[1] = tile;
   }
@@ -151,15 +144,7 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const Params
   const uint64_t desc_v = wgmma::desc_sw128(sbase + L::kV, L::kHalf, 1024);
   // S = Q · Kᵀ of key tile t: 64 rows x 128 keys, 8 k-steps of 16 over head_dim (32 bytes into
   // a half's rows); issued, not waited for.
-  auto issue_s = [&](int t) {
-    const uint32_t st = uint32_t(t % kStages) * L::kTile;
-#pragma unroll
-    for (int k = 0; k < kHD / 16; ++k) {
-      const uint32_t koff = (k / 4) * L::kHalf + (k % 4) * 32;
-      const uint64_t da = desc_q + (koff >> 4), db = desc_k + ((st + koff) >> 4);
-      wgmma::mma_ss<T>(sc, da, db, k > 0);  // the first k-step overwrites sc
-    }
-  };
+  auto issue_s = [&](int t) { issue_qk<T>(sc, desc_q, desc_k, uint32_t(t % kStages) * L::kTile); };
   // Causal mask where a key passes the warpgroup's first row, then the online softmax of tile t
   // on rows g, g + 8 (sc[4j + e]: row g, key 8j + c2 + e; sc[4j + 2 + e]: row g + 8): sc becomes
   // P (fp32), m and l advance, corr0/corr1 are the factors O still has to take.

@@ -176,6 +176,32 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 __device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
+/// Row tiles (kBM rows of (token, query head) pairs) of sequence s.
+__device__ __forceinline__ int seq_row_tiles(const Params& p, int s) {
+  return ((p.query_start[s + 1] - p.query_start[s]) * p.group + kBM - 1) / kBM;
+}
+/// The sequence holding row tile `tile`, counted over all sequences in order (-1 past the last);
+/// `tile` becomes its index within that sequence.
+__device__ __forceinline__ int find_row_tile(const Params& p, int& tile) {
+  for (int s = 0; s < p.n_seqs; ++s) {
+    const int n_tiles = seq_row_tiles(p, s);
+    if (tile < n_tiles) return s;
+    tile -= n_tiles;
+  }
+  return -1;
+}
+/// Issues S = Q · Kᵀ of one key tile (64 rows x 128 keys, 8 k-steps of 16 over head_dim, 32 bytes
+/// into a half's rows) from the K stage at byte offset st; not waited for. The first k-step
+/// overwrites sc.
+template <class T>
+__device__ __forceinline__ void issue_qk(float (&sc)[64], uint64_t desc_q, uint64_t desc_k, uint32_t st) {
+#pragma unroll
+  for (int k = 0; k < kHD / 16; ++k) {
+    const uint32_t koff = (k / 4) * Layout::kHalf + (k % 4) * 32;
+    wgmma::mma_ss<T>(sc, desc_q + (koff >> 4), desc_k + ((st + koff) >> 4), k > 0);
+  }
+}
+
 /// A consumer thread's online softmax over its two rows (pos0, pos1) of a 64-row warpgroup tile,
 /// shared by every wgmma prefill kernel. sc: the S accumulators of one key tile (wgmma order:
 /// sc[4j], sc[4j+1] row 0 and sc[4j+2], sc[4j+3] row 1 at keys 8j + c2 + {0, 1}); m: running

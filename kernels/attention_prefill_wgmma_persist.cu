@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kThreadsP, 1) prefill_wgmma_persist_kernel(con
   const int tid = threadIdx.x;
   if (tid == 0) {
     int total = 0;
-    for (int s = 0; s < p.n_seqs; ++s) total += ((p.query_start[s + 1] - p.query_start[s]) * p.group + kBM - 1) / kBM;
+    for (int s = 0; s < p.n_seqs; ++s) total += seq_row_tiles(p, s);
     *total_sh = total;
     mbar_init(sbase + LP::kFullQ, 128);  // one noinc arrive per producer thread
     mbar_init(sbase + LP::kEmptyQ, 8);   // one arrive per consumer warp
@@ -195,14 +195,7 @@ __global__ void __launch_bounds__(kThreadsP, 1) prefill_wgmma_persist_kernel(con
     const uint64_t desc_q = wgmma::desc_sw128(sbase + L::kQ + wg * 64 * 128, 16, 1024);
     const uint64_t desc_k = wgmma::desc_sw128(sbase + L::kK, 16, 1024);
     const uint64_t desc_v = wgmma::desc_sw128(sbase + L::kV, L::kHalf, 1024);
-    auto issue_s = [&](int c) {
-      const uint32_t st = uint32_t(c % kStages) * L::kTile;
-#pragma unroll
-      for (int k = 0; k < kHD / 16; ++k) {
-        const uint32_t koff = (k / 4) * L::kHalf + (k % 4) * 32;
-        wgmma::mma_ss<T>(sc, desc_q + (koff >> 4), desc_k + ((st + koff) >> 4), k > 0);
-      }
-    };
+    auto issue_s = [&](int c) { issue_qk<T>(sc, desc_q, desc_k, uint32_t(c % kStages) * L::kTile); };
     auto issue_pv = [&](int c) {
       const uint32_t st = uint32_t(c % kStages) * L::kTile;
 #pragma unroll

@@ -84,15 +84,8 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
 
   const int tid = threadIdx.x, kvh = blockIdx.x % p.n_kv;
   if (tid == 0) {  // tiles in reverse order across all heads: the longest tiles start first
-    int tile = int(gridDim.x) / p.n_kv - 1 - int(blockIdx.x) / p.n_kv, seq = -1;
-    for (int s = 0; s < p.n_seqs; ++s) {
-      const int n_tiles = ((p.query_start[s + 1] - p.query_start[s]) * p.group + kBM - 1) / kBM;
-      if (tile < n_tiles) {
-        seq = s;
-        break;
-      }
-      tile -= n_tiles;
-    }
+    int tile = int(gridDim.x) / p.n_kv - 1 - int(blockIdx.x) / p.n_kv;
+    const int seq = find_row_tile(p, tile);
     sh[0] = seq;
     sh[1] = tile;
     mbar_init(sbase + LW::kFullQ, 128);
@@ -279,14 +272,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
     const uint64_t desc_q = wgmma::desc_sw128(sbase + L::kQ + wg * 64 * 128, 16, 1024);
     const uint64_t desc_k = wgmma::desc_sw128(sbase + L::kK, 16, 1024);
     const uint64_t desc_v = wgmma::desc_sw128(sbase + L::kV, L::kHalf, 1024);
-    auto issue_s = [&](int t) {
-      const uint32_t st = uint32_t(t % kStages) * L::kTile;
-#pragma unroll
-      for (int k = 0; k < kHD / 16; ++k) {
-        const uint32_t koff = (k / 4) * L::kHalf + (k % 4) * 32;
-        wgmma::mma_ss<T>(sc, desc_q + (koff >> 4), desc_k + ((st + koff) >> 4), k > 0);
-      }
-    };
+    auto issue_s = [&](int t) { issue_qk<T>(sc, desc_q, desc_k, uint32_t(t % kStages) * L::kTile); };
     auto softmax = [&](int t) { sm.tile(sc, t, wg_min, pos0, pos1, c2, sl2); };
     auto rescale_and_pack = [&] { sm.rescale_and_pack<T, kLean>(o, sc, pf); };
     auto issue_pv = [&](int t) {
