@@ -201,7 +201,8 @@ const Registrar reg(
       sub.add_option("--batch", g.batch_sizes, "decode batch sizes (and batched prefills)")->delimiter(',')->capture_default_str();
       sub.add_option("--contexts", g.contexts, "decode contexts; chunked prefills start at them")->delimiter(',')->capture_default_str();
       sub.add_option("--chunk-lens", g.chunk_lens, "chunked-prefill and mixed-step chunk lengths")->delimiter(',')->capture_default_str();
-      sub.add_option("--prompt-len", g.prompt_len, "tokens per sequence in batched prefills")
+      sub.add_option("--prompt-len", g.prompt_lens, "tokens per sequence in batched prefills (a list: one family each)")
+          ->delimiter(',')
           ->capture_default_str()
           ->check(CLI::PositiveNumber);
       sub.add_option("--max-rows", g.max_rows, "skip batched prefills of more rows")->capture_default_str()->check(CLI::PositiveNumber);

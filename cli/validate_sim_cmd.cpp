@@ -4,7 +4,10 @@
 // TTFT and TPOT and of output throughput. Writes validation.json, validation.md, both runs'
 // records and every real step priced by the cost model (steps_real.jsonl). With --real-repeats N
 // the real run of each point is repeated (same plan) and the run-to-run spread of each figure is
-// printed beside the sim's error: the noise floor no sim can beat on that machine.
+// printed beside the sim's error: the noise floor no sim can beat on that machine. --sensitivity D
+// runs the sim again with every step D% dearer and D% cheaper and prints how much each figure moves
+// per 1% of step cost: queueing near capacity (static batching above all) amplifies a step error,
+// so a figure with sensitivity 6 misses by 6% when the steps are priced 1% off.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -41,6 +44,7 @@ struct ValidateSimArgs {
   int n_requests = 0;
   int warmup_requests = 16;  // a discarded real run before the first compared one
   int real_repeats = 1;      // real runs per point: their mean is compared, their spread printed
+  double sensitivity_pct = 2.0;  // sim runs at 1 ± this/100 of every step's cost; 0 = none
 };
 
 analysis::SloSpec slo_of(const Scenario& s) { return analysis_slo(s); }
@@ -49,6 +53,8 @@ struct Figure {
   const char* name;
   double real = 0.0, sim = 0.0;
   std::vector<double> reals;  ///< each real run's value (one per --real-repeats)
+  /// % change of the sim's figure per 1% change of every step's cost (sim at 1 ± δ); NaN = not run.
+  double sensitivity = NAN;
   double error() const { return real != 0.0 ? (sim - real) / real : NAN; }
   /// (max − min) / mean over the real runs; NaN with one run.
   double spread() const {
@@ -83,6 +89,20 @@ std::string percent_or_dash(double x) {
   if (std::isnan(x)) return "–";
   char b[32];
   std::snprintf(b, sizeof b, "%.1f%%", x * 100);
+  return b;
+}
+
+/// (f(1 + δ) − f(1 − δ)) / (2δ · f): the elasticity of each figure to the step cost.
+void set_sensitivity(std::vector<Figure>& figs, const analysis::RunMetrics& lo, const analysis::RunMetrics& hi, double delta) {
+  const std::array<double, 5> a = figure_values(lo), b = figure_values(hi);
+  for (size_t f = 0; f < figs.size(); ++f)
+    figs[f].sensitivity = figs[f].sim != 0.0 ? (b[f] - a[f]) / (2.0 * delta * figs[f].sim) : NAN;
+}
+
+std::string times_or_dash(double x) {
+  if (std::isnan(x)) return "–";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", x);
   return b;
 }
 
@@ -126,9 +146,17 @@ int validate_sim_main(const ValidateSimArgs& a) {
     std::cerr << "give --capacity once per selected strategy (" << which.size() << "), or not at all\n";
     return 2;
   }
-  std::unique_ptr<PointRunner> sim, real;
+  const double delta = a.sensitivity_pct / 100.0;
+  std::unique_ptr<PointRunner> sim, sim_lo, sim_hi, real;
   try {
     sim = std::make_unique<PointRunner>(sim_sc);
+    if (delta > 0) {
+      Scenario lo = sim_sc, hi = sim_sc;
+      lo.backend.sim_cost_scale = 1.0 - delta;
+      hi.backend.sim_cost_scale = 1.0 + delta;
+      sim_lo = std::make_unique<PointRunner>(lo);
+      sim_hi = std::make_unique<PointRunner>(hi);
+    }
     std::cerr << "building the " << to_string(real_sc.backend.kind) << " backend...\n";
     real = std::make_unique<PointRunner>(real_sc);
   } catch (const std::exception& e) {
@@ -158,6 +186,7 @@ int validate_sim_main(const ValidateSimArgs& a) {
     j["profile_kv"] = cost.kv_layout;
     j["warmup_requests"] = a.warmup_requests;
     j["real_repeats"] = a.real_repeats;
+    j["sensitivity_pct"] = a.sensitivity_pct;
     j["n_requests_per_run"] = n > 0 ? n : real_sc.planned_requests();
     j["slo"] = {{"ttft_ms", real_sc.slo.ttft_ms}, {"tpot_ms", real_sc.slo.tpot_ms}, {"attainment", real_sc.slo.attainment}};
     nlohmann::ordered_json env;
@@ -184,6 +213,10 @@ int validate_sim_main(const ValidateSimArgs& a) {
     if (a.real_repeats > 1)
       md << " Each point ran " << a.real_repeats << " times on the real backend (the same plan): \"real\" is their "
          << "mean, \"real spread\" their (max − min) / mean, the machine's own run-to-run noise.";
+    if (delta > 0)
+      md << " \"sensitivity\": the % the sim's figure moves per 1% of every step's cost (the sim rerun with each step "
+         << a.sensitivity_pct << "% dearer and cheaper); \"from steps\" = sensitivity × the steps' total error, the "
+         << "part of the figure's error the step prices alone explain (queueing amplifies a step error near capacity).";
     md << "\n\n"
        << table << "\nWorst |error|: " << worst * 100 << "% (p50 figures: " << worst_p50 * 100 << "%).\n\n"
        << "Where the steps' error comes from (every real step priced by the profile; error = (Σ predicted − Σ "
@@ -196,7 +229,8 @@ int validate_sim_main(const ValidateSimArgs& a) {
   std::ostringstream table;
   char line[256];
   std::snprintf(line, sizeof line,
-                "| strategy | load | rate (req/s) | figure | real | sim | error | real spread |\n|---|---|---|---|---|---|---|---|\n");
+                "| strategy | load | rate (req/s) | figure | real | sim | error | real spread | sensitivity | from steps "
+                "|\n|---|---|---|---|---|---|---|---|---|---|\n");
   table << line;
   step_table << "| strategy | load | steps | class | Σ measured (s) | Σ predicted (s) | error | median measured/predicted |\n"
              << "|---|---|---|---|---|---|---|---|\n";
@@ -306,7 +340,7 @@ int validate_sim_main(const ValidateSimArgs& a) {
                       {"total_measured_s", sum_measured},
                       {"total_predicted_s", sum_predicted},
                       {"total_error", sum_measured > 0 ? (sum_predicted - sum_measured) / sum_measured : NAN}};
-      std::snprintf(line, sizeof line, "| %s | %.0f%% | %.4g | steps: sim/real total time (%zu steps) | %.4g s | %.4g s | %+.1f%% | |\n",
+      std::snprintf(line, sizeof line, "| %s | %.0f%% | %.4g | steps: sim/real total time (%zu steps) | %.4g s | %.4g s | %+.1f%% | | | |\n",
                     label.c_str(), load * 100, rate, ratio.size(), sum_measured, sum_predicted,
                     sum_measured > 0 ? (sum_predicted - sum_measured) / sum_measured * 100 : NAN);
       table << line;
@@ -326,17 +360,30 @@ int validate_sim_main(const ValidateSimArgs& a) {
         run["sim_cost_counts"] = {{"profile", s.cost_counts->profile},
                                   {"profile_roofline", s.cost_counts->profile_roofline},
                                   {"roofline", s.cost_counts->roofline}};
+      const double steps_error = sum_measured > 0 ? (sum_predicted - sum_measured) / sum_measured : NAN;
+      std::vector<Figure> figures = figures_of(mrs, ms);
+      if (delta > 0) {
+        const PointRun lo = sim_lo->run(i, rate, o), hi = sim_hi->run(i, rate, o);
+        set_sensitivity(figures, analysis::compute_metrics(lo.label, lo.records, {}, slo_of(sim_sc)),
+                        analysis::compute_metrics(hi.label, hi.records, {}, slo_of(sim_sc)), delta);
+      }
       nlohmann::ordered_json figs;
-      for (const Figure& f : figures_of(mrs, ms)) {
+      for (const Figure& f : figures) {
         figs[f.name] = {{"real", f.real}, {"sim", f.sim}, {"relative_error", f.error()}};
+        if (!std::isnan(f.sensitivity)) {
+          figs[f.name]["sensitivity"] = f.sensitivity;
+          figs[f.name]["error_from_steps"] = f.sensitivity * steps_error;
+        }
         if (f.reals.size() > 1) {
           figs[f.name]["real_runs"] = f.reals;
           figs[f.name]["real_spread"] = f.spread();
         }
         worst = std::max(worst, std::abs(f.error()));
         if (std::string(f.name).find("p50") != std::string::npos) worst_p50 = std::max(worst_p50, std::abs(f.error()));
-        std::snprintf(line, sizeof line, "| %s | %.0f%% | %.4g | %s | %.4g | %.4g | %+.1f%% | %s |\n", label.c_str(),
-                      load * 100, rate, f.name, f.real, f.sim, f.error() * 100, percent_or_dash(f.spread()).c_str());
+        std::snprintf(line, sizeof line, "| %s | %.0f%% | %.4g | %s | %.4g | %.4g | %+.1f%% | %s | %s | %s |\n",
+                      label.c_str(), load * 100, rate, f.name, f.real, f.sim, f.error() * 100,
+                      percent_or_dash(f.spread()).c_str(), times_or_dash(f.sensitivity).c_str(),
+                      percent_or_dash(f.sensitivity * steps_error).c_str());
         table << line;
       }
       run["figures"] = figs;
@@ -346,7 +393,7 @@ int validate_sim_main(const ValidateSimArgs& a) {
       const int64_t pre_sim = preemptions(s.records);
       run["preemptions"] = {{"real", pre_real}, {"sim", pre_sim}};
       if (pre_real > 0 || pre_sim > 0) {
-        std::snprintf(line, sizeof line, "| %s | %.0f%% | %.4g | preemptions (count, not an error figure) | %lld | %lld | | |\n",
+        std::snprintf(line, sizeof line, "| %s | %.0f%% | %.4g | preemptions (count, not an error figure) | %lld | %lld | | | | |\n",
                       label.c_str(), load * 100, rate, static_cast<long long>(pre_real), static_cast<long long>(pre_sim));
         table << line;
       }
@@ -387,6 +434,11 @@ const Registrar reg(
                      "Real runs per point (same plan): their mean is compared and their spread printed")
           ->capture_default_str()
           ->check(CLI::Range(1, 100));
+      sub.add_option("--sensitivity", a->sensitivity_pct,
+                     "Rerun the sim with every step this % dearer and cheaper and print each figure's change per 1% "
+                     "of step cost (0 = skip)")
+          ->capture_default_str()
+          ->check(CLI::Range(0.0, 50.0));
       sub.footer(
           "Capacity is searched on the sim (capacity: section, slo: target); the real runs then run\n"
           "at each --loads fraction of it, in real time.\n\n"

@@ -97,6 +97,7 @@ struct ScenarioBackend {
   int threads = 0;          ///< CPU threads; 0 = all cores
   std::string sim_device;   ///< sim: roofline device preset (SimDevice::preset_names()); "" = h100
   std::string sim_profile;  ///< sim: resolved path of a `servelab profile` JSON (overrides the roofline)
+  double sim_cost_scale = 1.0;  ///< sim: every step's predicted time times this (0.9: 10% faster steps)
   int device = 0;               ///< cuda: device ordinal
   bool fusion = true;           ///< cuda: false runs the unfused kernels (`fusion: off` in YAML)
   bool batch_invariant = false; ///< cuda: every result independent of the batch

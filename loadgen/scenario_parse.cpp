@@ -116,7 +116,7 @@ void Walker::backend(const YAML::Node& n) {
     read_enum(n, "backend", b.kind, kinds);
     return;
   }
-  if (!section(n, "backend", {"kind", "threads", "sim_device", "sim_profile", "device", "fusion", "batch_invariant",
+  if (!section(n, "backend", {"kind", "threads", "sim_device", "sim_profile", "sim_cost_scale", "device", "fusion", "batch_invariant",
                               "cuda_graphs", "tensor_parallel", "dtype"}))
     return;
   bool kind_ok = true;
@@ -132,6 +132,16 @@ void Walker::backend(const YAML::Node& n) {
       read_string(n[k], p, b.sim_device);
     } else {
       read_path(n[k], p, b.sim_profile);
+    }
+  }
+  if (defined(n["sim_cost_scale"])) {
+    const std::string p = "backend.sim_cost_scale";
+    if (kind_ok && b.kind != BackendKind::sim) {
+      note(n["sim_cost_scale"], p);
+      d_.error_at(p, p + " applies to kind: sim, not " + to_string(b.kind));
+    } else if (read_double(n["sim_cost_scale"], p, b.sim_cost_scale) &&
+               (!(b.sim_cost_scale > 0.0) || b.sim_cost_scale > 1000.0)) {
+      d_.error(p, "must be in (0, 1000] (got " + fmt_double(b.sim_cost_scale) + ")");
     }
   }
   if (defined(n["tensor_parallel"])) {

@@ -441,6 +441,10 @@ SimCostModel SimCostModel::from_profile_json(const std::string& path, const Mode
 }
 
 double SimCostModel::step_seconds(const ModelConfig& model, const StepShape& s, CostSource* used) const {
+  return scale * unscaled_step_seconds(model, s, used);
+}
+
+double SimCostModel::unscaled_step_seconds(const ModelConfig& model, const StepShape& s, CostSource* used) const {
   if (kind == Kind::roofline || !profiled) {
     if (used) *used = CostSource::roofline;
     return roofline_seconds(model, device, tensor_parallel, s);

@@ -137,6 +137,9 @@ struct SimCostModel {
   /// The KV layout the profile's steps were timed with ("paged" or "naive"; options.kv, "paged"
   /// for profiles written before it was recorded); empty for the roofline.
   std::string kv_layout;
+  /// Every step's price (step_seconds) times this: 0.9 asks "what if each step ran 10% faster"
+  /// (what-if planning); validate-sim's sensitivity runs use 1 ± δ. Host overhead is not scaled.
+  double scale = 1.0;
 
   static SimCostModel roofline(const SimDevice& device, int tensor_parallel = 1);
 
@@ -153,6 +156,9 @@ struct SimCostModel {
 
   /// Predicted seconds for a step of `shape` on `model`; `used` (when given) says how.
   double step_seconds(const ModelConfig& model, const StepShape& shape, CostSource* used = nullptr) const;
+
+ private:
+  double unscaled_step_seconds(const ModelConfig& model, const StepShape& shape, CostSource* used) const;
 };
 
 }  // namespace servelab

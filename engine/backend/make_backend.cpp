@@ -1,5 +1,6 @@
 #include "engine/backend/make_backend.h"
 
+#include <cmath>
 #include <filesystem>
 #include <stdexcept>
 
@@ -71,6 +72,8 @@ void BackendSpec::validate() const {
   if (model.empty()) throw std::invalid_argument("model must name a preset or a checkpoint folder (got '')");
   if (threads < 0) throw std::invalid_argument("threads must be >= 0 (got " + std::to_string(threads) + ")");
   if (kind == BackendKind::sim) sim_device.validate();
+  if (!(sim_cost_scale > 0.0) || !std::isfinite(sim_cost_scale))
+    throw std::invalid_argument("sim_cost_scale must be a finite number > 0 (got " + std::to_string(sim_cost_scale) + ")");
   if (device < 0) throw std::invalid_argument("device must be >= 0 (got " + std::to_string(device) + ")");
   if (tensor_parallel < 1)
     throw std::invalid_argument("tensor_parallel must be >= 1 (got " + std::to_string(tensor_parallel) + ")");
@@ -123,12 +126,13 @@ std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
   spec.validate();
   if (spec.kind == BackendKind::sim) {
     const ModelConfig config = resolve_model_config(spec.model);
-    const SimCostModel cost =
+    SimCostModel cost =
         spec.sim_profile.empty()
             ? SimCostModel::roofline(spec.sim_device, spec.tensor_parallel)
             : SimCostModel::from_profile_json(spec.sim_profile, config,
                                               spec.sim_device_set ? std::optional<SimDevice>(spec.sim_device) : std::nullopt,
                                               spec.tensor_parallel);
+    cost.scale = spec.sim_cost_scale;
     return std::make_unique<SimBackend>(config, cost);
   }
   if (spec.kind == BackendKind::cuda) {

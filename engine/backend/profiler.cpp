@@ -91,7 +91,7 @@ void ProfileOptions::validate() const {
   check_positive(batch_sizes, "batch sizes", 4096);
   check_positive(contexts, "contexts", 1 << 20);
   check_positive(chunk_lens, "chunk lengths", 1 << 20);
-  if (prompt_len < 1) throw std::invalid_argument("prompt_len (" + std::to_string(prompt_len) + ") must be >= 1");
+  check_positive(prompt_lens, "prompt lengths", 1 << 20);
   if (max_rows < 1) throw std::invalid_argument("max_rows (" + std::to_string(max_rows) + ") must be >= 1");
   if (repeats < 1) throw std::invalid_argument("repeats (" + std::to_string(repeats) + ") must be >= 1");
   if (!(min_point_s >= 0.0)) throw std::invalid_argument("min_point_s must be >= 0");
@@ -105,7 +105,7 @@ void ProfileOptions::validate() const {
 }
 
 void ProfileOptions::check_fits(const ModelConfig& model) const {
-  int longest = prompt_len;
+  int longest = *std::max_element(prompt_lens.begin(), prompt_lens.end());
   for (int t : prefill_lens) longest = std::max(longest, t);
   const int c_max = *std::max_element(contexts.begin(), contexts.end());
   longest = std::max(longest, c_max + std::max(1, *std::max_element(chunk_lens.begin(), chunk_lens.end())));
@@ -120,8 +120,9 @@ std::vector<ProfilePoint> profile_grid(const ProfileOptions& o) {
   using Seq = ProfilePoint::Seq;
   auto add = [&](ProfilePhase phase, std::vector<Seq> seqs) { points.push_back({phase, std::move(seqs)}); };
   for (int t : o.prefill_lens) add(ProfilePhase::prefill, {{0, t}});
-  for (int b : o.batch_sizes)
-    if (b > 1 && int64_t(b) * o.prompt_len <= o.max_rows) add(ProfilePhase::prefill, std::vector<Seq>(b, {0, o.prompt_len}));
+  for (int p : o.prompt_lens)
+    for (int b : o.batch_sizes)
+      if (b > 1 && int64_t(b) * p <= o.max_rows) add(ProfilePhase::prefill, std::vector<Seq>(b, {0, p}));
   for (int b : o.batch_sizes)
     for (int c : o.contexts) add(ProfilePhase::decode, std::vector<Seq>(b, {c, 1}));
   for (int t : o.chunk_lens)
@@ -409,7 +410,7 @@ std::string profile_json(const ProfileReport& r) {
   j["kv_arena_bytes"] = r.kv_arena_bytes;
   const ProfileOptions& o = r.options;
   j["options"] = {{"prefill_lens", o.prefill_lens}, {"batch_sizes", o.batch_sizes}, {"contexts", o.contexts},
-                  {"prompt_len", o.prompt_len},     {"max_rows", o.max_rows},       {"chunk_lens", o.chunk_lens},
+                  {"prompt_lens", o.prompt_lens},     {"max_rows", o.max_rows},       {"chunk_lens", o.chunk_lens},
                   {"repeats", o.repeats},           {"min_point_s", o.min_point_s}, {"warmup", o.warmup},
                   {"max_kv_bytes", o.max_kv_bytes}, {"fill_kv", o.fill_kv},       {"seed", o.seed},
                   {"kv", to_string(o.kv_kind)},     {"kv_spread", o.kv_spread},

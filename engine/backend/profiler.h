@@ -22,7 +22,9 @@ struct ProfileOptions {
   std::vector<int> prefill_lens = {16, 32, 64, 128, 256};  ///< one sequence's prompt, from context 0
   std::vector<int> batch_sizes = {1, 2, 4, 8, 16};         ///< decode batch sizes (and batched prefills)
   std::vector<int> contexts = {32, 128, 256};              ///< decode contexts; chunked prefills start there
-  int prompt_len = 128;        ///< per sequence in batched prefills (batch × prompt_len rows)
+  /// Per sequence in batched prefills: batch × each length rows (several lengths: static batching's
+  /// padded prefills reach batch × the longest prompt rows, beyond what short prompts cover).
+  std::vector<int> prompt_lens = {128};
   int max_rows = 1024;         ///< batched prefills above this many rows are skipped
   std::vector<int> chunk_lens = {32, 128};                 ///< chunked-prefill and mixed-step chunks
   int repeats = 3;             ///< timed repeats per point (the median is kept) ...

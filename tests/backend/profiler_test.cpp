@@ -24,7 +24,7 @@ ProfileOptions small_options() {
   o.prefill_lens = {4, 8};
   o.batch_sizes = {1, 3};
   o.contexts = {6, 12};
-  o.prompt_len = 6;
+  o.prompt_lens = {6};
   o.chunk_lens = {5};
   o.repeats = 2;
   o.min_point_s = 1e9;  // always both repeats
@@ -265,6 +265,25 @@ TEST(ProfilerPlan, SkipsPointsOverTheKvBudgetAndSizesTheArenaToTheRest) {
   EXPECT_EQ(capped.points.size() + 2, all.points.size());
   for (const ProfilePoint& p : capped.points) EXPECT_LE(p.n_slots(), 500);
   EXPECT_EQ(capped.n_slots, 272);  // decode 1 x 256 and the chunk at 256: 17 blocks
+}
+
+TEST(ProfilerPlan, BatchedPrefillsForEveryPromptLengthUpToMaxRows) {
+  ProfileOptions o;
+  o.prefill_lens = {8};
+  o.batch_sizes = {1, 2, 4, 16};
+  o.contexts = {32};
+  o.chunk_lens = {8};
+  o.prompt_lens = {16, 64};
+  o.max_rows = 256;  // 16 x 16 fits, 4 x 64 fits, 16 x 64 does not
+  std::vector<std::pair<size_t, int>> batched;  // (sequences, tokens each)
+  for (const ProfilePoint& p : profile_grid(o))
+    if (p.phase == ProfilePhase::prefill && p.seqs.size() > 1) batched.emplace_back(p.seqs.size(), p.seqs[0].n_new);
+  const std::vector<std::pair<size_t, int>> want = {{2, 16}, {4, 16}, {16, 16}, {2, 64}, {4, 64}};
+  EXPECT_EQ(batched, want);
+  o.prompt_lens = {16, 0};
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+  o.prompt_lens.clear();
+  EXPECT_THROW(o.validate(), std::invalid_argument);
 }
 
 TEST(ProfilerPlan, RefusesABudgetNoPointFits) {

@@ -108,6 +108,17 @@ TEST(ValidateSimCommand, ComparesTheCpuEngineWithItsCalibratedSim) {
   EXPECT_NE(read_text(out + "/records_real.jsonl").find("@10#2\""), std::string::npos);
   EXPECT_NE(read_text(out + "/validation.md").find("| real spread |"), std::string::npos);
   EXPECT_NE(read_text(out + "/validation.md").find("decode, 1-4 seqs"), std::string::npos);
+  // --sensitivity (default 2%): the sim rerun at 0.98 and 1.02 of every step's cost. TPOT is step
+  // time plus the unscaled host work: it moves by a little under 1% per 1% of step cost.
+  EXPECT_EQ(j.at("sensitivity_pct"), 2.0);
+  for (const auto& run : j.at("runs")) {
+    const auto& tpot = run.at("figures").at("tpot_p50_ms");
+    EXPECT_GT(tpot.at("sensitivity").get<double>(), 0.5) << run.dump();
+    EXPECT_LT(tpot.at("sensitivity").get<double>(), 1.05) << run.dump();
+    EXPECT_DOUBLE_EQ(tpot.at("error_from_steps").get<double>(),
+                     tpot.at("sensitivity").get<double>() * run.at("steps").at("total_error").get<double>());
+  }
+  EXPECT_NE(read_text(out + "/validation.md").find("| sensitivity | from steps |"), std::string::npos);
 }
 
 }  // namespace

@@ -184,6 +184,31 @@ TEST(SimCostModel, ProfileInsideTheGridAndRooflineBeyondIt) {
   EXPECT_GT(t, cost.profiled->predict_clamped(big));
 }
 
+TEST(SimCostModel, ScaleMultipliesEveryStepInsideAndBeyondTheGrid) {
+  const ModelConfig m = preset("qwen2.5-0.5b");
+  TempFile f(profile_text(m, synthetic_profile()));
+  SimCostModel cost = SimCostModel::from_profile_json(f.path(), m);
+  const StepShape inside = decode_shape(4, 128), big = decode_shape(64, 128);
+  const double t_in = cost.step_seconds(m, inside), t_big = cost.step_seconds(m, big);
+  cost.scale = 1.25;
+  EXPECT_NEAR(cost.step_seconds(m, inside), 1.25 * t_in, 1e-15);
+  EXPECT_NEAR(cost.step_seconds(m, big), 1.25 * t_big, 1e-15);
+  SimCostModel roof = SimCostModel::roofline(SimDevice::preset("h100"));
+  const double r = roof.step_seconds(m, big);
+  roof.scale = 0.5;
+  EXPECT_NEAR(roof.step_seconds(m, big), 0.5 * r, 1e-15);
+  // Through the backend spec: the sim backend prices with the scaled model; a bad scale is refused.
+  BackendSpec spec;
+  spec.kind = BackendKind::sim;
+  spec.model = "qwen2.5-0.5b";
+  spec.sim_profile = f.path();
+  spec.sim_cost_scale = 1.25;
+  auto sim = make_backend(spec);
+  EXPECT_DOUBLE_EQ(dynamic_cast<const SimBackend&>(*sim).cost().scale, 1.25);
+  spec.sim_cost_scale = 0.0;
+  EXPECT_THROW(make_backend(spec), std::invalid_argument);
+}
+
 TEST(SimCostModel, RefusesAProfileOfAnotherModelDeviceOrParallelism) {
   const ModelConfig qwen = preset("qwen2.5-0.5b");
   TempFile f(profile_text(qwen, synthetic_profile()));

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include "loadgen_test_util.h"
+#include "loadgen/backend_spec.h"
 #include "loadgen/scenario.h"
 
 namespace servelab {
@@ -122,6 +123,19 @@ TEST(ScenarioErrors, OutOfRangeValueAtItsLineAndColumn) {
                        "    process: poisson\n"
                        "    rate: -3\n"),
             "scn.yaml:6:11: workload.arrival.rate must be > 0 requests/s (got -3)");
+}
+
+TEST(ScenarioErrors, SimCostScaleOnlyForTheSimAndPositive) {
+  const Scenario s = load_yaml("backend: {kind: sim, sim_cost_scale: 0.9}\nstrategies: [{batching: continuous}]\n"
+                               "workload: {rates: [1], n_requests: 4}\n");
+  EXPECT_DOUBLE_EQ(s.backend.sim_cost_scale, 0.9);
+  EXPECT_DOUBLE_EQ(backend_spec(s).sim_cost_scale, 0.9);
+  EXPECT_EQ(only_error("backend: {kind: cpu, sim_cost_scale: 0.9}\nstrategies: [{batching: continuous}]\n"
+                       "workload: {rates: [1], n_requests: 4}\n"),
+            "scn.yaml:1:38: backend.sim_cost_scale applies to kind: sim, not cpu");
+  EXPECT_EQ(only_error("backend: {kind: sim, sim_cost_scale: -1}\nstrategies: [{batching: continuous}]\n"
+                       "workload: {rates: [1], n_requests: 4}\n"),
+            "scn.yaml:1:38: backend.sim_cost_scale must be in (0, 1000] (got -1)");
 }
 
 TEST(ScenarioErrors, WrongType) {
