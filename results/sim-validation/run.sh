@@ -8,8 +8,10 @@
 # llama2-7b, then validate-sim of gpu-llama2-7b.yaml against it; everything is written under OUT.
 # GPU_RUNS="continuous-paged:1000 continuous-naive:500" runs one validate-sim per strategy with its own
 # request count (validation-LABEL/); otherwise one validate-sim with N_REQUESTS and VALIDATE_ARGS.
+# The label `static` runs gpu-llama2-7b-static.yaml (static batching, relaxed TTFT SLO) instead.
 # NAIVE_SPREAD=1 (default): naive strategies are priced from a profile whose regions spread over the
-# runs' 16 GiB arena (profile --kv-spread, profile-naive-spread.json); the packed one is taken too.
+# runs' 16 GiB arena (profile --kv-spread, profile-naive-spread.json); NAIVE_PACKED=1 takes the
+# packed one too (for comparison; NAIVE_SPREAD=0 prices from it).
 # PROFILE_ARGS: `servelab profile` options for every gpu profile (default --interleave: points timed
 # in shuffled rounds, as steps follow each other in serving; PROFILE_ARGS= times them back to back).
 set -euo pipefail
@@ -32,17 +34,20 @@ if [ "$what" = gpu ]; then
   out=${OUT:-results/sim-validation/gpu-llama2-7b}
   mkdir -p "$out"
   # Dense in prompt lengths and batch sizes: GEMM time steps with the row count (tile buckets), and
-  # the matrix term is interpolated linearly between the profiled row counts (~85 points, ~10 s).
+  # the matrix term is interpolated linearly between the profiled row counts (~90 points, ~15 s).
+  # Batched prefills of 256- and 1024-token prompts reach 16 x 1024 rows: static batching's padded
+  # prefills (16 prompts padded to the longest) run that many, and per row they cost ~6% less than
+  # at 4096 rows, which a grid ending at 4096 rows cannot know (the roofline scales linearly).
   # One profile per KV layout (--kv): decode attention reads paged and contiguous K/V differently.
   profile() {  # profile KV OUTFILE [extra profile options]
     local kv=$1 file=$2; shift 2
     "$bin" profile --backend cuda --preset llama2-7b --seed 1 --kv "$kv" "$@" \
       --prefill-lens 16,32,64,96,128,192,256,384,512,768,1024,1536,2048 --batch 1,2,4,8,16,32,48,64,96,128 \
-      --contexts 128,256,512,1024,2048 --chunk-lens 64,256,1024 --prompt-len 256 --max-rows 4096 \
+      --contexts 128,256,512,1024,2048 --chunk-lens 64,256,1024 --prompt-len 256,1024 --max-rows 16384 \
       --repeats 3 --min-point-s 0.5 ${PROFILE_ARGS---interleave} --json "$file" > "${file%.json}.txt" 2>&1
   }
-  profile paged "$out/profile.json"
   if [ -z "${GPU_RUNS:-}" ]; then
+    profile paged "$out/profile.json"
     "$bin" validate-sim results/sim-validation/gpu-llama2-7b.yaml --profile "$out/profile.json" --out "$out/validation" \
       --n-requests "${N_REQUESTS:-120}" ${VALIDATE_ARGS:-}
   else  # GPU_RUNS="LABEL:N ...": one validate-sim per strategy, N requests a run, each in validation-LABEL/,
@@ -50,15 +55,20 @@ if [ "$what" = gpu ]; then
     for run in $GPU_RUNS; do
       label=${run%%:*} prof="$out/profile.json"
       case $label in *naive* | static*)
-        [ -f "$out/profile-naive.json" ] || profile naive "$out/profile-naive.json"
-        prof="$out/profile-naive.json"
+        if [ "${NAIVE_SPREAD:-1}" != 1 ] || [ "${NAIVE_PACKED:-0}" = 1 ]; then
+          [ -f "$out/profile-naive.json" ] || profile naive "$out/profile-naive.json"
+          prof="$out/profile-naive.json"
+        fi
         if [ "${NAIVE_SPREAD:-1}" = 1 ]; then  # the scenario's engine.kv_cache_mb: 16384 MiB
           [ -f "$out/profile-naive-spread.json" ] ||
             profile naive "$out/profile-naive-spread.json" --kv-spread --kv-gb 17.179869184
           prof="$out/profile-naive-spread.json"
         fi ;;
       esac
-      "$bin" validate-sim results/sim-validation/gpu-llama2-7b.yaml --profile "$prof" \
+      [ -f "$prof" ] || profile paged "$prof"
+      scenario=results/sim-validation/gpu-llama2-7b.yaml
+      [ "$label" = static ] && scenario=results/sim-validation/gpu-llama2-7b-static.yaml
+      "$bin" validate-sim "$scenario" --profile "$prof" \
         --out "$out/validation-$label" --strategy "$label" --n-requests "${run##*:}" ${VALIDATE_ARGS:-}
     done
   fi
