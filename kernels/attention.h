@@ -81,6 +81,14 @@ struct DecodeAttentionArgs {
   /// shared memory between two cluster barriers (comparison). Same arithmetic in the same order,
   /// so the same bits.
   bool cluster_push = true;
+  /// Tensor-core kernel: K/V loads carry the L2::256B prefetch-size hint, so a miss fetches a KV
+  /// head's whole 256-byte row (head_dim 128) where each load instruction asks for 64 or 128 bytes
+  /// of it. false: plain loads (comparison; built for bf16 only, fp16 keeps the default).
+  bool l2_hint = true;
+  /// Tensor-core kernel with the load pipeline: each pass also prefetches into L2 the K and V rows
+  /// two passes ahead (cp.async.bulk.prefetch, one per row and lane; no registers), so the next
+  /// pass's register loads hit the L2 (comparison, bf16 only). Loads only: the same bits.
+  bool l2_prefetch = false;
 };
 
 /// How decode_attention cuts the contexts for these arguments on a GPU with n_sms multiprocessors.

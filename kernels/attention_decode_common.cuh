@@ -43,10 +43,41 @@ struct Params {
   bool partial;  // splits merged through the workspace by their last block
   bool cluster;  // splits merged through distributed shared memory: one thread-block cluster per column
   bool push;     // cluster merge by remote stores (finish_cluster_push); else remote loads (finish_cluster)
+  int load_mode; // tensor-core kernel's K/V loads (kLoadPlain, kLoadHint, kLoadPrefetch; the template picks)
   float* ws_o;       // [n_seqs, n_heads, max_splits, HD]
   float* ws_ml;      // [n_seqs, n_heads, max_splits, 2]
   int32_t* counters; // [n_seqs, gridDim.x], zero between launches
 };
+
+/// How the tensor-core kernel loads K/V (DecodeAttentionArgs::l2_hint, l2_prefetch).
+constexpr int kLoadPlain = 0;     // ld.global.nc, no L1 allocation
+constexpr int kLoadHint = 1;      // the same with the L2::256B prefetch-size hint: a miss fetches the whole 256-byte run
+constexpr int kLoadPrefetch = 2;  // the hint, and (pipelined splits) each pass puts the rows two passes ahead into L2
+
+/// Read-only 16-byte load, no L1 allocation; kLoad >= kLoadHint adds the L2::256B prefetch-size
+/// hint (the L2 fetches the aligned 256 bytes around the address from memory on a miss: a KV
+/// head's whole row at head_dim 128, of which one instruction reads 64 or 128 bytes).
+template <int kLoad>
+__device__ __forceinline__ Vec8 load_kv(const void* p) {
+  if constexpr (kLoad == kLoadPlain) {
+    return load_stream(p);
+  } else {
+    Vec8 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+  }
+}
+
+/// Asks the L2 to fetch `bytes` (a multiple of 16, 16-byte aligned) at p; nothing waits for it.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+  for (uint32_t o = 0; o < bytes; o += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(p) + o));
+#endif
+}
 
 /// Arena slot of position t of sequence s, whose block-table row is `row` (KvAddressing::slot
 /// without a division for power-of-two block sizes; block-table entries read through the

@@ -34,7 +34,10 @@ __device__ __forceinline__ uint32_t word(const Vec8& v, int w) {
 /// kPipe: the next pass's K loads are issued right after this pass's Q·Kᵀ (the K registers are
 /// free then) and each step's V loads right after its P·V, so a pass's loads are in flight while
 /// the previous pass computes, in the same registers; the block-table lookup runs a pass ahead.
-template <typename T, int HD, int kS, bool kCluster, bool kPipe>
+/// kLoad (kLoadPlain, kLoadHint, kLoadPrefetch): how K/V are loaded (load_kv); with kLoadPrefetch
+/// and kPipe, each pass also asks the L2 for its lanes' K and V rows two passes ahead (one bulk
+/// prefetch per row, no registers), so the register loads of the next pass hit the L2.
+template <typename T, int HD, int kS, bool kCluster, bool kPipe, int kLoad = kLoadHint>
 __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(const Params p) {
   static_assert(HD % 64 == 0, "tensor-core decode needs head_dim 64 or 128");
   constexpr int kWarps = kThreads / 32, kG = kMmaHeads;
@@ -102,7 +105,7 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
       const bool ok = pos(b, src) < t_end;
       const char* kp = kbase + int64_t(slot) * row_bytes + i * 16;
 #pragma unroll
-      for (int v = 0; v < kKV; ++v) kr[u][tt][v] = ok ? load_stream(kp + v * 64) : make_uint4(0, 0, 0, 0);
+      for (int v = 0; v < kKV; ++v) kr[u][tt][v] = ok ? load_kv<kLoad>(kp + v * 64) : make_uint4(0, 0, 0, 0);
     }
   };
   auto load_v = [&](int u, int b, int sl) {
@@ -113,12 +116,20 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
       const bool ok = pos(b, src) < t_end;
       const char* vp = vbase + int64_t(slot) * row_bytes + g * 16;
 #pragma unroll
-      for (int v = 0; v < kVV; ++v) vr[u][r][v] = ok ? load_stream(vp + v * 128) : make_uint4(0, 0, 0, 0);
+      for (int v = 0; v < kVV; ++v) vr[u][r][v] = ok ? load_kv<kLoad>(vp + v * 128) : make_uint4(0, 0, 0, 0);
     }
   };
   auto lookup = [&](int b) {
     const int t = pos(b, lane);
     return (lane >> 4) < kS && t < t_end ? int(kv_slot(p, s, table_row, t)) : 0;
+  };
+  constexpr bool kPrefetch = kPipe && kLoad == kLoadPrefetch;
+  // This lane's K and V rows of the pass at b (slot sl) into L2.
+  auto prefetch = [&](int b, int sl) {
+    if ((lane >> 4) < kS && pos(b, lane) < t_end) {
+      prefetch_l2(kbase + int64_t(sl) * row_bytes, HD * sizeof(T));
+      prefetch_l2(vbase + int64_t(sl) * row_bytes, HD * sizeof(T));
+    }
   };
   if constexpr (kPipe) {
 #pragma unroll
@@ -127,6 +138,7 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
       load_v(u, t_begin, my_slot);
     }
     my_slot = lookup(t_begin + kPass);
+    if constexpr (kPrefetch) prefetch(t_begin + kPass, my_slot);
   }
   for (int base = t_begin; base < t_end; base += kPass) {  // uniform trip count: shuffles are safe
     const int nb = base + kPass;
@@ -206,6 +218,7 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
       }
       if (more) load_v(u, nb, my_slot);
     }
+    if constexpr (kPrefetch) prefetch(nb + kPass, slot_after);
     if constexpr (kPipe) my_slot = slot_after;
   }
 

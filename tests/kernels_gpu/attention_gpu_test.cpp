@@ -248,6 +248,42 @@ TEST_P(AttentionGpu, DecodeClusterPushMergeMatchesPullBitForBit) {
     for (int n : {2, 3, 5, 6, 12, 16}) EXPECT_NE(std::find(sizes.begin(), sizes.end(), n), sizes.end()) << n;
 }
 
+// The tensor-core kernel's load modes (plain loads, the L2::256B hint, the hint and the L2 prefetch
+// two passes ahead) change only how K/V reach the registers: the same bits, pipelined or not, in a
+// cluster or through the workspace, head_dim 64 and 128 (the comparison modes are built for bf16;
+// fp16 runs the hint whatever the flags say, so its three outputs are equal trivially).
+TEST_P(AttentionGpu, DecodeLoadModesGiveTheSameBits) {
+  SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  bool saw_pipe_cluster = false, saw_pipe_workspace = false;
+  for (int hd : {64, 128})
+    for (std::vector<int> ctx : std::vector<std::vector<int>>{{4096}, {1500, 700, 33}, {20000}}) {
+      const KvBatch b = testing::make_batch({ctx, std::vector<int>(ctx.size(), 1), 32, 8, hd, KvLayoutKind::paged, 16}, rng);
+      const std::vector<float> ref = reference(b);
+      std::vector<std::vector<float>> outs;
+      for (auto [hint, prefetch] : std::vector<std::pair<bool, bool>>{{true, false}, {false, false}, {true, true}}) {
+        DeviceBatch d(b, t);
+        DecodeAttentionArgs a = decode_args(t, b, d, SplitPolicy{}, true);
+        a.l2_hint = hint;
+        a.l2_prefetch = prefetch;
+        const DecodeSplit s = decode_attention_split(a, n_sms());
+        ASSERT_TRUE(s.tensor_cores);
+        saw_pipe_cluster |= s.pipeline && s.cluster;
+        saw_pipe_workspace |= s.pipeline && s.reduce;
+        d.workspace = zeroed_workspace(decode_attention_workspace_bytes(a.n_seqs, a.n_heads, hd, s.n_splits));
+        a.workspace = d.workspace.get<float>();
+        a.workspace_bytes = d.workspace.bytes();
+        decode_attention(a, nullptr);
+        outs.push_back(testing::download16(t, d.out, b.q.size()));
+        EXPECT_LT(testing::rel_error(outs.back(), ref), testing::tolerance(t)) << "hd " << hd << " hint " << hint << " prefetch " << prefetch;
+      }
+      for (size_t k = 1; k < outs.size(); ++k)
+        EXPECT_TRUE(std::equal(outs[0].begin(), outs[0].end(), outs[k].begin())) << "hd " << hd << " ctx " << ctx[0] << " mode " << k;
+    }
+  EXPECT_TRUE(saw_pipe_cluster && saw_pipe_workspace);
+}
+
 TEST_P(AttentionGpu, DecodeFixedSplitIsBatchInvariant) {
   SKIP_WITHOUT_GPU();
   const ScalarType t = GetParam();
