@@ -74,21 +74,11 @@ struct DecodeAttentionArgs {
   /// arithmetic and its order are the same either way, so the bits are too (the batch-invariance
   /// test compares a pipelined sequence alone with the same sequence in an unpipelined batch).
   bool pipeline = true;
-  /// Cluster merge: each block stores its normalized part and (max, sum) straight into the shared
-  /// memory of the block that merges those output columns, then one cluster barrier, then every
-  /// block merges its columns from its own shared memory (stores need no round trip; the barrier
-  /// is the only wait). false: each block reads every other block's part through distributed
-  /// shared memory between two cluster barriers (comparison). Same arithmetic in the same order,
-  /// so the same bits.
-  bool cluster_push = true;
-  /// Tensor-core kernel: K/V loads carry the L2::256B prefetch-size hint, so a miss fetches a KV
-  /// head's whole 256-byte row (head_dim 128) where each load instruction asks for 64 or 128 bytes
-  /// of it. false: plain loads (comparison; built for bf16 only, fp16 keeps the default).
-  bool l2_hint = true;
-  /// Tensor-core kernel with the load pipeline: each pass also prefetches into L2 the K and V rows
-  /// two passes ahead (cp.async.bulk.prefetch, one per row and lane; no registers), so the next
-  /// pass's register loads hit the L2 (comparison, bf16 only). Loads only: the same bits.
-  bool l2_prefetch = false;
+  /// With the load pipeline: stage the loads through a shared-memory ring 3 passes deep (each
+  /// thread cp.asyncs its own vectors and reads them back when their pass comes; 192 KB of dynamic
+  /// shared memory at head_dim 128, so one block per SM) instead of registers 1 pass ahead. The
+  /// same arithmetic in the same order: the same bits. false: the register pipeline (comparison).
+  bool ring = true;
 };
 
 /// How decode_attention cuts the contexts for these arguments on a GPU with n_sms multiprocessors.
@@ -99,6 +89,7 @@ struct DecodeSplit {
   bool tensor_cores = false;  ///< the tensor-core kernel runs (see DecodeAttentionArgs::tensor_cores)
   bool cluster = false;  ///< the splits merge in a thread-block cluster (no workspace; see max_cluster_splits)
   bool pipeline = false; ///< the tensor-core kernel's load pipeline runs (see DecodeAttentionArgs::pipeline)
+  bool ring = false;     ///< that pipeline stages through the shared-memory ring (DecodeAttentionArgs::ring)
 };
 DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms);
 /// Workspace for the partial results, [n_seqs, n_heads, n_splits, head_dim + 2] floats, and the

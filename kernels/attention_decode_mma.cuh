@@ -14,6 +14,12 @@
 //     paired over two positions with one byte permute.
 // Oᵀ's accumulators give lane (g, i) heads 2i, 2i+1; their softmax rescaling comes from the lanes
 // that own those heads' scores (two shuffles a pass). fp32 accumulation; P rounded to T for P·V.
+// With the shared-memory ring (kRing), the same vectors go through shared memory first: each
+// thread cp.asyncs the 16-byte vectors it will use into its own slots of a kRingStages-pass ring
+// ([stage][vector][thread], 16 bytes apart across a warp: no bank conflicts) and reads them back
+// with ld.shared when their pass comes; no thread reads another's slots, so only cp.async groups
+// order it (no barrier). Loads in flight per block: up to kRingStages passes (192 KB at head_dim
+// 128) against one with the register pipeline (kPipe).
 #include <type_traits>
 
 #include "kernels/attention_decode_common.cuh"
@@ -22,24 +28,31 @@
 namespace servelab::kernels::decode {
 
 constexpr int kMmaHeads = 8;  // query heads per block on the tensor-core path
+constexpr int kRingStages = 3;  // passes in the shared-memory ring (kRing)
+
+/// Dynamic shared memory of the ring: kRingStages passes of every thread's 16-byte vectors.
+constexpr int ring_bytes(int hd, int steps) { return kRingStages * steps * (2 * (hd / 32) + 4 * (hd / 64)) * kThreads * 16; }
 
 __device__ __forceinline__ uint32_t word(const Vec8& v, int w) {
   return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
 }
 
 /// kS: 16-position steps per warp per pass (all loaded before any is used). kCluster: launched in
-/// clusters of (1, 1, n_splits), the splits merged in distributed shared memory (finish_cluster_push,
-/// or finish_cluster with Params::push off);
-/// otherwise one split writes the output, several go through the workspace (finish_block).
+/// clusters of (1, 1, n_splits), the splits merged in distributed shared memory
+/// (finish_cluster_push); otherwise one split writes the output, several go through the workspace
+/// (finish_block).
 /// kPipe: the next pass's K loads are issued right after this pass's Q·Kᵀ (the K registers are
 /// free then) and each step's V loads right after its P·V, so a pass's loads are in flight while
 /// the previous pass computes, in the same registers; the block-table lookup runs a pass ahead.
-/// kLoad (kLoadPlain, kLoadHint, kLoadPrefetch): how K/V are loaded (load_kv); with kLoadPrefetch
-/// and kPipe, each pass also asks the L2 for its lanes' K and V rows two passes ahead (one bulk
-/// prefetch per row, no registers), so the register loads of the next pass hit the L2.
-template <typename T, int HD, int kS, bool kCluster, bool kPipe, int kLoad = kLoadHint>
+/// kRing (instead of kPipe): the loads go through the shared-memory ring kRingStages passes ahead
+/// (ring_bytes of dynamic shared memory); a pass reads its stage into the same registers, and the
+/// stage is refilled for the pass kRingStages later (K after Q·Kᵀ, V after each P·V step).
+/// Every variant computes the same arithmetic in the same order: the same bits.
+/// K/V loads carry the L2::256B prefetch-size hint (load_kv; measured neutral, kernels/README.md).
+template <typename T, int HD, int kS, bool kCluster, bool kPipe, bool kRing = false>
 __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(const Params p) {
   static_assert(HD % 64 == 0, "tensor-core decode needs head_dim 64 or 128");
+  static_assert(!(kPipe && kRing), "one pipeline at a time");
   constexpr int kWarps = kThreads / 32, kG = kMmaHeads;
   constexpr int kKV = HD / 32;  // K vectors per row per lane
   constexpr int kVV = HD / 64;  // V vectors per row per lane
@@ -50,9 +63,7 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
   __shared__ float sm_m[kWarps][kG], sm_l[kWarps][kG];
   __shared__ __align__(16) float sm_o[kWarps * kG * kLd];
 
-  if constexpr (kCluster) {
-    if (p.push) cluster_arrive_relaxed();  // this block runs: the others may store into its shared memory
-  }
+  if constexpr (kCluster) cluster_arrive_relaxed();  // this block runs: the others may store into its shared memory
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, i = lane & 3;
   const int kvh = blockIdx.x / p.n_sub, sub = blockIdx.x % p.n_sub, s = blockIdx.y, split = blockIdx.z;
   const int t_begin = split * p.split_len;
@@ -105,7 +116,7 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
       const bool ok = pos(b, src) < t_end;
       const char* kp = kbase + int64_t(slot) * row_bytes + i * 16;
 #pragma unroll
-      for (int v = 0; v < kKV; ++v) kr[u][tt][v] = ok ? load_kv<kLoad>(kp + v * 64) : make_uint4(0, 0, 0, 0);
+      for (int v = 0; v < kKV; ++v) kr[u][tt][v] = ok ? load_kv(kp + v * 64) : make_uint4(0, 0, 0, 0);
     }
   };
   auto load_v = [&](int u, int b, int sl) {
@@ -116,20 +127,12 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
       const bool ok = pos(b, src) < t_end;
       const char* vp = vbase + int64_t(slot) * row_bytes + g * 16;
 #pragma unroll
-      for (int v = 0; v < kVV; ++v) vr[u][r][v] = ok ? load_kv<kLoad>(vp + v * 128) : make_uint4(0, 0, 0, 0);
+      for (int v = 0; v < kVV; ++v) vr[u][r][v] = ok ? load_kv(vp + v * 128) : make_uint4(0, 0, 0, 0);
     }
   };
   auto lookup = [&](int b) {
     const int t = pos(b, lane);
     return (lane >> 4) < kS && t < t_end ? int(kv_slot(p, s, table_row, t)) : 0;
-  };
-  constexpr bool kPrefetch = kPipe && kLoad == kLoadPrefetch;
-  // This lane's K and V rows of the pass at b (slot sl) into L2.
-  auto prefetch = [&](int b, int sl) {
-    if ((lane >> 4) < kS && pos(b, lane) < t_end) {
-      prefetch_l2(kbase + int64_t(sl) * row_bytes, HD * sizeof(T));
-      prefetch_l2(vbase + int64_t(sl) * row_bytes, HD * sizeof(T));
-    }
   };
   if constexpr (kPipe) {
 #pragma unroll
@@ -138,13 +141,86 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
       load_v(u, t_begin, my_slot);
     }
     my_slot = lookup(t_begin + kPass);
-    if constexpr (kPrefetch) prefetch(t_begin + kPass, my_slot);
   }
+  // The ring: vector j of stage st of this thread at ring + (st * kVec + j) * kThreads + tid.
+  // K of step u, tile tt, vector v: j = (u * 2 + tt) * kKV + v; V of step u, row r, vector v:
+  // j = kS * 2 * kKV + (u * 4 + r) * kVV + v.
+  constexpr int kVec = kS * (2 * kKV + 4 * kVV);
+  extern __shared__ __align__(16) Vec8 ring[];
+  auto ring_at = [&](int st, int j) { return smem_u32(&ring[(st * kVec + j) * kThreads + threadIdx.x]); };
+  auto fill_k = [&](int st, int u, int b, int sl) {
+#pragma unroll
+    for (int tt = 0; tt < 2; ++tt) {
+      const int src = u * 16 + tt * 8 + g;
+      const int slot = __shfl_sync(0xffffffffu, sl, src);
+      const char* kp = kbase + int64_t(slot) * row_bytes + i * 16;
+      const bool ok = pos(b, src) < t_end;
+#pragma unroll
+      for (int v = 0; v < kKV; ++v) cp_async16(ring_at(st, (u * 2 + tt) * kKV + v), kp + v * 64, ok);
+    }
+  };
+  auto fill_v = [&](int st, int u, int b, int sl) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int src = u * 16 + (r >> 1) * 8 + 2 * i + (r & 1);
+      const int slot = __shfl_sync(0xffffffffu, sl, src);
+      const char* vp = vbase + int64_t(slot) * row_bytes + g * 16;
+      const bool ok = pos(b, src) < t_end;
+#pragma unroll
+      for (int v = 0; v < kVV; ++v) cp_async16(ring_at(st, kS * 2 * kKV + (u * 4 + r) * kVV + v), vp + v * 128, ok);
+    }
+  };
+  auto read_stage = [&](int st) {
+#pragma unroll
+    for (int u = 0; u < kS; ++u) {
+#pragma unroll
+      for (int tt = 0; tt < 2; ++tt)
+#pragma unroll
+        for (int v = 0; v < kKV; ++v)
+          asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                       : "=r"(kr[u][tt][v].x), "=r"(kr[u][tt][v].y), "=r"(kr[u][tt][v].z), "=r"(kr[u][tt][v].w)
+                       : "r"(ring_at(st, (u * 2 + tt) * kKV + v)));
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int v = 0; v < kVV; ++v)
+          asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                       : "=r"(vr[u][r][v].x), "=r"(vr[u][r][v].y), "=r"(vr[u][r][v].z), "=r"(vr[u][r][v].w)
+                       : "r"(ring_at(st, kS * 2 * kKV + (u * 4 + r) * kVV + v)));
+    }
+  };
+  int ring_slot = 0;  // kRing: slots of the pass kRingStages ahead of the current one
+  if constexpr (kRing) {
+    int sl[kRingStages];
+    sl[0] = my_slot;
+#pragma unroll
+    for (int st = 1; st < kRingStages; ++st) sl[st] = lookup(t_begin + st * kPass);
+#pragma unroll
+    for (int st = 0; st < kRingStages; ++st) {
+      const int b = t_begin + st * kPass;
+      if (b < t_end) {  // uniform
+#pragma unroll
+        for (int u = 0; u < kS; ++u) {
+          fill_k(st, u, b, sl[st]);
+          fill_v(st, u, b, sl[st]);
+        }
+      }
+      cp_async_commit();  // one group a pass (empty past the split), so the counts stay uniform
+    }
+    ring_slot = lookup(t_begin + kRingStages * kPass);
+  }
+  int stage = 0;
   for (int base = t_begin; base < t_end; base += kPass) {  // uniform trip count: shuffles are safe
     const int nb = base + kPass;
     const bool more = kPipe && nb < t_end;  // uniform
     int slot_after = 0;
-    if constexpr (!kPipe) {
+    const int rb = base + kRingStages * kPass;  // kRing: the pass this stage is refilled for
+    const bool refill = kRing && rb < t_end;    // uniform
+    if constexpr (kRing) {
+      cp_async_wait<kRingStages - 1>();  // this pass's group has landed (this thread's own copies)
+      read_stage(stage);
+      slot_after = lookup(rb + kPass);
+    } else if constexpr (!kPipe) {
 #pragma unroll
       for (int u = 0; u < kS; ++u) {
         load_k(u, base, my_slot);
@@ -169,6 +245,10 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
     if (more) {
 #pragma unroll
       for (int u = 0; u < kS; ++u) load_k(u, nb, my_slot);
+    }
+    if (refill) {  // the K registers are consumed: their ld.shared have read the stage
+#pragma unroll
+      for (int u = 0; u < kS; ++u) fill_k(stage, u, rb, ring_slot);
     }
     float mx = -INFINITY;
 #pragma unroll
@@ -217,9 +297,14 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
                      __byte_perm(x2, x3, 0x7632), b0, b1);
       }
       if (more) load_v(u, nb, my_slot);
+      if (refill) fill_v(stage, u, rb, ring_slot);
     }
-    if constexpr (kPrefetch) prefetch(nb + kPass, slot_after);
     if constexpr (kPipe) my_slot = slot_after;
+    if constexpr (kRing) {
+      cp_async_commit();
+      ring_slot = slot_after;
+      stage = stage + 1 == kRingStages ? 0 : stage + 1;
+    }
   }
 
   l += __shfl_xor_sync(0xffffffffu, l, 1);
@@ -236,10 +321,9 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
     *reinterpret_cast<float2*>(&sm_o[(warp * kG + 2 * i + 1) * kLd + d]) = make_float2(acc[mt][1], acc[mt][3]);
   }
   __syncthreads();
-  if constexpr (kCluster) {
-    if (p.push) finish_cluster_push<T, HD, kG, kWarps, kLd>(p, sm_m, sm_l, sm_o, row, kvh, sub);
-    else finish_cluster<T, HD, kG, kWarps, kLd>(p, sm_m, sm_l, sm_o, s, row, kvh, sub);
-  } else
+  if constexpr (kCluster)
+    finish_cluster_push<T, HD, kG, kWarps, kLd>(p, sm_m, sm_l, sm_o, row, kvh, sub);
+  else
     finish_block<T, HD, kG, kWarps, kLd>(p, sm_m, sm_l, sm_o, s, row, kvh, sub, split, ctx);
 }
 

@@ -6,10 +6,9 @@
 // --sweep also times, for GQA decode shapes: 2 blocks per SM (SplitPolicy::blocks_per_sm: bps2), the
 // CUDA-core kernel (DecodeAttentionArgs::tensor_cores off: cudacore), the workspace split merge
 // instead of the cluster one (max_cluster_splits 0: nocluster), the tensor-core kernel without its
-// load pipeline (pipeline off: nopipe), the cluster merge by remote loads (cluster_push off: pull),
-// plain K/V loads without the L2::256B hint (l2_hint off: nohint), the L2 prefetch two passes
-// ahead (l2_prefetch: prefetch), splits of >= 64 positions in clusters of up to 16 (c16s64: b1 x 1k
-// in 16 splits of 64 merged in one cluster), and the default again (again: the spread of one configuration).
+// load pipeline (pipeline off: nopipe), the load pipeline in registers one pass ahead instead of
+// the shared-memory ring (ring off: regpipe), and the default again (again: the spread of one
+// configuration).
 // A shape's variants are timed in interleaved rounds (bench_timing.h: time_rounds).
 // --decode-only: validation, the copy ceiling and paged decode attention only. --only "b1 ctx1024
 // gqa4": that decode shape alone (e.g. under ncu; its first decode_mma_kernel launch after the
@@ -87,7 +86,7 @@ struct PagedBatch {
   }
   DecodeAttentionArgs decode_args(int rot, SplitPolicy split, int n_sms, bool tensor_cores = true,
                                   int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true,
-                                  bool cluster_push = true) {
+                                  bool ring = DecodeAttentionArgs{}.ring) {
     DecodeAttentionArgs a;
     a.q = q->p;
     a.q_row_stride = int64_t(n_heads) * hd;
@@ -109,7 +108,7 @@ struct PagedBatch {
     a.tensor_cores = tensor_cores;
     a.max_cluster_splits = max_cluster;
     a.pipeline = pipeline;
-    a.cluster_push = cluster_push;
+    a.ring = ring;
     const DecodeSplit s = decode_attention_split(a, n_sms);
     const size_t need = decode_attention_workspace_bytes(batch, n_heads, hd, s.n_splits);
     if (!ws || ws->bytes < need) {
@@ -291,9 +290,7 @@ int main(int argc, char** argv) {
             bool tc = true;
             int max_cluster = DecodeAttentionArgs{}.max_cluster_splits;
             bool pipe = true;
-            bool push = true;
-            bool hint = DecodeAttentionArgs{}.l2_hint;
-            bool prefetch = DecodeAttentionArgs{}.l2_prefetch;
+            bool ring = DecodeAttentionArgs{}.ring;
           };
           std::vector<Variant> variants = {{SplitPolicy{0, 0}}, {SplitPolicy{512, 0}, "_invariant"}};
           if (sweep && group > 1) {
@@ -309,18 +306,8 @@ int main(int argc, char** argv) {
             v = {SplitPolicy{0, 0}, "_nopipe"};
             v.pipe = false;
             variants.push_back(v);
-            v = {SplitPolicy{0, 0}, "_pull"};
-            v.push = false;
-            variants.push_back(v);
-            v = {SplitPolicy{0, 0}, "_nohint"};
-            v.hint = false;
-            v.prefetch = false;
-            variants.push_back(v);
-            v = {SplitPolicy{0, 0}, "_prefetch"};
-            v.hint = v.prefetch = true;
-            variants.push_back(v);
-            v = {SplitPolicy{0, 0, 64}, "_c16s64"};  // splits of >= 64 positions in clusters of up to 16
-            v.max_cluster = kMaxClusterSplits;
+            v = {SplitPolicy{0, 0}, "_regpipe"};  // the load pipeline in registers, one pass ahead
+            v.ring = false;
             variants.push_back(v);
             variants.push_back({SplitPolicy{0, 0}, "_again"});
           }
@@ -330,10 +317,7 @@ int main(int argc, char** argv) {
           for (size_t k = 0; k < variants.size(); ++k) {
             const Variant& var = variants[k];
             for (int r = 0; r < b.n_rot; ++r) {
-              DecodeAttentionArgs a = b.decode_args(r, var.pol, n_sms, var.tc, var.max_cluster, var.pipe, var.push);
-              a.l2_hint = var.hint;
-              a.l2_prefetch = var.prefetch;
-              args[k].push_back(a);
+              args[k].push_back(b.decode_args(r, var.pol, n_sms, var.tc, var.max_cluster, var.pipe, var.ring));
             }
           }
           for (auto& list : args)
@@ -358,7 +342,7 @@ int main(int argc, char** argv) {
             const std::string shape = base_shape + (fixed ? " split512" : "");
             const std::string name = std::string("paged_decode_attn") + variants[k].tag;
             record(name, shape + " (" + std::to_string(used.n_splits) + " splits" + (used.tensor_cores ? " mma" : "") +
-                       (used.cluster ? " cluster" : "") + (used.pipeline ? " pipe" : "") + ")",
+                       (used.cluster ? " cluster" : "") + (used.ring ? " ring" : used.pipeline ? " pipe" : "") + ")",
                    bytes / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
           }
         }

@@ -63,7 +63,7 @@ struct DeviceBatch {
 /// max_cluster: DecodeAttentionArgs::max_cluster_splits (0: splits merge through the workspace).
 DecodeAttentionArgs decode_args(ScalarType t, const KvBatch& b, const DeviceBatch& d, SplitPolicy split,
                                 bool tensor_cores, int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true,
-                                bool cluster_push = true) {
+                                bool ring = true) {
   DecodeAttentionArgs a;
   a.dtype = t;
   a.q = d.q.get();
@@ -84,7 +84,7 @@ DecodeAttentionArgs decode_args(ScalarType t, const KvBatch& b, const DeviceBatc
   a.tensor_cores = tensor_cores;
   a.max_cluster_splits = max_cluster;
   a.pipeline = pipeline;
-  a.cluster_push = cluster_push;
+  a.ring = ring;
   return a;
 }
 
@@ -103,9 +103,9 @@ DeviceBuffer zeroed_workspace(size_t bytes) {
 
 std::vector<float> run_decode(ScalarType t, const KvBatch& b, SplitPolicy split, DecodeSplit* used = nullptr,
                               bool tensor_cores = true, int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true,
-                              bool cluster_push = true) {
+                              bool ring = true) {
   DeviceBatch d(b, t);
-  DecodeAttentionArgs a = decode_args(t, b, d, split, tensor_cores, max_cluster, pipeline, cluster_push);
+  DecodeAttentionArgs a = decode_args(t, b, d, split, tensor_cores, max_cluster, pipeline, ring);
   const DecodeSplit s = decode_attention_split(a, n_sms());
   if (used) *used = s;
   d.workspace = zeroed_workspace(decode_attention_workspace_bytes(a.n_seqs, a.n_heads, b.shape.head_dim, s.n_splits));
@@ -207,12 +207,14 @@ TEST_P(AttentionGpu, DecodeClusterSizesAndPipelineMatchReference) {
       const KvBatch b = testing::make_batch({ctx, std::vector<int>(ctx.size(), 1), 32, n_kv, hd, KvLayoutKind::paged, 16}, rng);
       const std::vector<float> ref = reference(b);
       for (int mc : {kMaxClusterSplits, 8, 0})
-        for (bool pipe : {true, false}) {
+        for (int pipe = 0; pipe < 3; ++pipe) {  // the shared-memory ring, the register pipeline, none
           DecodeSplit used;
-          EXPECT_LT(testing::rel_error(run_decode(t, b, SplitPolicy{}, &used, true, mc, pipe), ref), testing::tolerance(t))
+          EXPECT_LT(testing::rel_error(run_decode(t, b, SplitPolicy{}, &used, true, mc, pipe < 2, pipe == 0), ref),
+                    testing::tolerance(t))
               << "hd " << hd << " seqs " << ctx.size() << " max cluster " << mc << " pipeline " << pipe;
           EXPECT_TRUE(used.tensor_cores);
-          EXPECT_EQ(used.pipeline, pipe && used.split_len > 128);  // splits of one pass: never
+          EXPECT_EQ(used.pipeline, pipe < 2 && used.split_len > 128);  // splits of one pass: never
+          EXPECT_EQ(used.ring, used.pipeline && pipe == 0);
           EXPECT_GT(used.n_splits, 1);
           EXPECT_EQ(used.cluster, used.n_splits <= mc) << "hd " << hd << " seqs " << ctx.size() << " max cluster " << mc;
           saw_16 |= used.cluster && used.n_splits == 16;
@@ -223,11 +225,10 @@ TEST_P(AttentionGpu, DecodeClusterSizesAndPipelineMatchReference) {
   EXPECT_TRUE(saw_16 && saw_small && saw_workspace);
 }
 
-// The cluster merge by remote stores (default) against the one by remote loads: clusters of 2 to
-// 16, sizes that do not divide the 8 x head_dim outputs (3, 5, 6, 12), blocks past a short
-// sequence's context, head_dim 64 and 128: the same arithmetic in the same order, so the same bits,
-// and both match the reference.
-TEST_P(AttentionGpu, DecodeClusterPushMergeMatchesPullBitForBit) {
+// The cluster merge (remote stores into the merging block's shared memory): clusters of 2 to 16,
+// sizes that do not divide the 8 x head_dim outputs (3, 5, 6, 12), blocks past a short sequence's
+// context, head_dim 64 and 128, with and without the shared-memory ring: all match the reference.
+TEST_P(AttentionGpu, DecodeClusterMergeSizesMatchReference) {
   SKIP_WITHOUT_GPU();
   const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
@@ -236,52 +237,43 @@ TEST_P(AttentionGpu, DecodeClusterPushMergeMatchesPullBitForBit) {
     for (std::vector<int> ctx : std::vector<std::vector<int>>{{200}, {300}, {600}, {700, 9}, {1500}, {1500, 5, 130}, {4096}}) {
       const KvBatch b = testing::make_batch({ctx, std::vector<int>(ctx.size(), 1), 32, 8, hd, KvLayoutKind::paged, 16}, rng);
       const std::vector<float> ref = reference(b);
-      DecodeSplit used;
-      const std::vector<float> push = run_decode(t, b, SplitPolicy{}, &used, true, kMaxClusterSplits, true, true);
-      const std::vector<float> pull = run_decode(t, b, SplitPolicy{}, nullptr, true, kMaxClusterSplits, true, false);
-      ASSERT_TRUE(used.cluster) << "hd " << hd << " ctx " << ctx[0] << " splits " << used.n_splits;
-      sizes.push_back(used.n_splits);
-      EXPECT_LT(testing::rel_error(push, ref), testing::tolerance(t)) << "hd " << hd << " splits " << used.n_splits;
-      EXPECT_TRUE(std::equal(push.begin(), push.end(), pull.begin())) << "hd " << hd << " splits " << used.n_splits;
+      for (bool ring : {true, false}) {
+        DecodeSplit used;
+        const std::vector<float> out = run_decode(t, b, SplitPolicy{}, &used, true, kMaxClusterSplits, true, ring);
+        ASSERT_TRUE(used.cluster) << "hd " << hd << " ctx " << ctx[0] << " splits " << used.n_splits;
+        sizes.push_back(used.n_splits);
+        EXPECT_LT(testing::rel_error(out, ref), testing::tolerance(t)) << "hd " << hd << " splits " << used.n_splits << " ring " << ring;
+      }
     }
   if (n_sms() >= 132)  // the cuts above assume an H100/H200's multiprocessors
     for (int n : {2, 3, 5, 6, 12, 16}) EXPECT_NE(std::find(sizes.begin(), sizes.end(), n), sizes.end()) << n;
 }
 
-// The tensor-core kernel's load modes (plain loads, the L2::256B hint, the hint and the L2 prefetch
-// two passes ahead) change only how K/V reach the registers: the same bits, pipelined or not, in a
-// cluster or through the workspace, head_dim 64 and 128 (the comparison modes are built for bf16;
-// fp16 runs the hint whatever the flags say, so its three outputs are equal trivially).
-TEST_P(AttentionGpu, DecodeLoadModesGiveTheSameBits) {
+// The tensor-core kernel's loads through the shared-memory ring (3 passes ahead), in registers one
+// pass ahead, or not pipelined change only how K/V reach the registers: the same bits, in a cluster
+// or through the workspace, head_dim 64 and 128, splits of 2 to 10 passes.
+TEST_P(AttentionGpu, DecodeRingPipelineGivesTheSameBits) {
   SKIP_WITHOUT_GPU();
   const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
-  bool saw_pipe_cluster = false, saw_pipe_workspace = false;
+  bool saw_ring_cluster = false, saw_ring_workspace = false;
   for (int hd : {64, 128})
-    for (std::vector<int> ctx : std::vector<std::vector<int>>{{4096}, {1500, 700, 33}, {20000}}) {
+    for (std::vector<int> ctx : std::vector<std::vector<int>>{{4096}, {1500, 700, 33}, {20000}, {2000, 1999, 5, 300}}) {
       const KvBatch b = testing::make_batch({ctx, std::vector<int>(ctx.size(), 1), 32, 8, hd, KvLayoutKind::paged, 16}, rng);
       const std::vector<float> ref = reference(b);
       std::vector<std::vector<float>> outs;
-      for (auto [hint, prefetch] : std::vector<std::pair<bool, bool>>{{true, false}, {false, false}, {true, true}}) {
-        DeviceBatch d(b, t);
-        DecodeAttentionArgs a = decode_args(t, b, d, SplitPolicy{}, true);
-        a.l2_hint = hint;
-        a.l2_prefetch = prefetch;
-        const DecodeSplit s = decode_attention_split(a, n_sms());
-        ASSERT_TRUE(s.tensor_cores);
-        saw_pipe_cluster |= s.pipeline && s.cluster;
-        saw_pipe_workspace |= s.pipeline && s.reduce;
-        d.workspace = zeroed_workspace(decode_attention_workspace_bytes(a.n_seqs, a.n_heads, hd, s.n_splits));
-        a.workspace = d.workspace.get<float>();
-        a.workspace_bytes = d.workspace.bytes();
-        decode_attention(a, nullptr);
-        outs.push_back(testing::download16(t, d.out, b.q.size()));
-        EXPECT_LT(testing::rel_error(outs.back(), ref), testing::tolerance(t)) << "hd " << hd << " hint " << hint << " prefetch " << prefetch;
+      for (int pipe = 0; pipe < 3; ++pipe) {  // ring, registers, none
+        DecodeSplit used;
+        outs.push_back(run_decode(t, b, SplitPolicy{}, &used, true, DecodeAttentionArgs{}.max_cluster_splits, pipe < 2, pipe == 0));
+        EXPECT_EQ(used.ring, pipe == 0) << "hd " << hd << " ctx " << ctx[0];
+        saw_ring_cluster |= used.ring && used.cluster;
+        saw_ring_workspace |= used.ring && used.reduce;
+        EXPECT_LT(testing::rel_error(outs.back(), ref), testing::tolerance(t)) << "hd " << hd << " pipeline " << pipe;
       }
       for (size_t k = 1; k < outs.size(); ++k)
-        EXPECT_TRUE(std::equal(outs[0].begin(), outs[0].end(), outs[k].begin())) << "hd " << hd << " ctx " << ctx[0] << " mode " << k;
+        EXPECT_TRUE(std::equal(outs[0].begin(), outs[0].end(), outs[k].begin())) << "hd " << hd << " ctx " << ctx[0] << " pipeline " << k;
     }
-  EXPECT_TRUE(saw_pipe_cluster && saw_pipe_workspace);
+  EXPECT_TRUE(saw_ring_cluster && saw_ring_workspace);
 }
 
 TEST_P(AttentionGpu, DecodeFixedSplitIsBatchInvariant) {
