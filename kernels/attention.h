@@ -74,11 +74,6 @@ struct DecodeAttentionArgs {
   /// arithmetic and its order are the same either way, so the bits are too (the batch-invariance
   /// test compares a pipelined sequence alone with the same sequence in an unpipelined batch).
   bool pipeline = true;
-  /// With the load pipeline: stage the loads through a shared-memory ring 3 passes deep (each
-  /// thread cp.asyncs its own vectors and reads them back when their pass comes; 192 KB of dynamic
-  /// shared memory at head_dim 128, so one block per SM) instead of registers 1 pass ahead. The
-  /// same arithmetic in the same order: the same bits. false: the register pipeline (comparison).
-  bool ring = true;
 };
 
 /// How decode_attention cuts the contexts for these arguments on a GPU with n_sms multiprocessors.
@@ -89,7 +84,6 @@ struct DecodeSplit {
   bool tensor_cores = false;  ///< the tensor-core kernel runs (see DecodeAttentionArgs::tensor_cores)
   bool cluster = false;  ///< the splits merge in a thread-block cluster (no workspace; see max_cluster_splits)
   bool pipeline = false; ///< the tensor-core kernel's load pipeline runs (see DecodeAttentionArgs::pipeline)
-  bool ring = false;     ///< that pipeline stages through the shared-memory ring (DecodeAttentionArgs::ring)
 };
 DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms);
 /// Workspace for the partial results, [n_seqs, n_heads, n_splits, head_dim + 2] floats, and the

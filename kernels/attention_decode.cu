@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <cmath>
 #include <tuple>
-#include <type_traits>
 #include <utility>
 #include <stdexcept>
 #include <string>
@@ -165,34 +164,13 @@ __global__ void __launch_bounds__(kThreads, G == 1 ? 7 : G <= 4 ? 4 : 2) decode_
 
 constexpr int kMmaSteps = 2;  // 16-position steps per warp per pass on the tensor-core path
 
-/// Dynamic shared memory of a kernel variant (the ring's), raised above 48 KB once per kernel and
-/// device where needed. Returns the bytes to launch with.
-template <typename T, int HD, bool kCluster, bool kPipe, bool kRing>
-size_t kernel_smem() {
-  if constexpr (!kRing) {
-    return 0;
-  } else {
-    constexpr size_t bytes = decode::ring_bytes(HD, kMmaSteps);
-    static std::atomic<uint64_t> set{0};  // devices (bit = ordinal) whose attribute is set
-    int dev = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    const uint64_t bit = uint64_t(1) << (dev & 63);
-    if (!(set.load(std::memory_order_acquire) & bit)) {
-      CUDA_CHECK(cudaFuncSetAttribute(decode::decode_mma_kernel<T, HD, kMmaSteps, kCluster, kPipe, kRing>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-      set.fetch_or(bit, std::memory_order_acq_rel);
-    }
-    return bytes;
-  }
-}
-
 /// The tensor-core kernel launched in clusters of (1, 1, grid.z): one per (sequence, block column).
 /// Sizes above 8 are non-portable: the attribute is set once per kernel and device; when it cannot
 /// place such a cluster (cudaOccupancyMaxActiveClusters says 0) this returns false and launches
 /// nothing.
-template <typename T, int HD, bool kPipe, bool kRing>
+template <typename T, int HD, bool kPipe>
 bool launch_cluster(const DecodeParams& p, dim3 grid, cudaStream_t stream, bool probe_only) {
-  auto kernel = decode::decode_mma_kernel<T, HD, kMmaSteps, true, kPipe, kRing>;
+  auto kernel = decode::decode_mma_kernel<T, HD, kMmaSteps, true, kPipe>;
   static std::atomic<uint64_t> attr_set{0};        // devices (bit = ordinal) whose attribute is set
   static std::atomic<int> fits[kMaxClusterSplits + 1];  // 0 unknown, 1 yes, 2 no (same GPU kind assumed)
   int dev = 0;
@@ -205,7 +183,6 @@ bool launch_cluster(const DecodeParams& p, dim3 grid, cudaStream_t stream, bool 
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = kernel_smem<T, HD, true, kPipe, kRing>();
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -215,46 +192,37 @@ bool launch_cluster(const DecodeParams& p, dim3 grid, cudaStream_t stream, bool 
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   const int cs = int(grid.z);
-  // Sizes above 8, and any size with the ring's shared memory (one block per SM): asked once.
-  if ((cs > 8 || kRing) && fits[cs].load(std::memory_order_relaxed) == 0) {
+  if (cs > 8 && fits[cs].load(std::memory_order_relaxed) == 0) {
     int n = 0;
     const cudaError_t e = cudaOccupancyMaxActiveClusters(&n, kernel, &cfg);
     if (e != cudaSuccess) (void)cudaGetLastError();  // a size the device refuses: counted as 0
     fits[cs].store(e == cudaSuccess && n > 0 ? 1 : 2, std::memory_order_relaxed);
   }
-  if ((cs > 8 || kRing) && fits[cs].load(std::memory_order_relaxed) != 1) return false;
+  if (cs > 8 && fits[cs].load(std::memory_order_relaxed) != 1) return false;
   if (probe_only) return true;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
   CUDA_CHECK_LAUNCH();
   return true;
 }
 
-/// The tensor-core kernel: the register pipeline (pipe), the shared-memory ring (ring) or neither;
-/// in clusters where p.cluster (false: the device cannot place them), else plainly.
+/// The tensor-core kernel, with or without the load pipeline; in clusters where p.cluster (false:
+/// the device cannot place them), else plainly.
 template <typename T, int HD>
-bool run_mma(const DecodeParams& p, bool pipe, bool ring, dim3 grid, cudaStream_t stream, bool probe_only = false) {
-  if (p.cluster) {
-    if (ring) return launch_cluster<T, HD, false, true>(p, grid, stream, probe_only);
-    return pipe ? launch_cluster<T, HD, true, false>(p, grid, stream, probe_only)
-                : launch_cluster<T, HD, false, false>(p, grid, stream, probe_only);
-  }
+bool run_mma(const DecodeParams& p, bool pipe, dim3 grid, cudaStream_t stream, bool probe_only = false) {
+  if (p.cluster)
+    return pipe ? launch_cluster<T, HD, true>(p, grid, stream, probe_only) : launch_cluster<T, HD, false>(p, grid, stream, probe_only);
   if (probe_only) return true;
-  if (ring)
-    decode::decode_mma_kernel<T, HD, kMmaSteps, false, false, true>
-        <<<grid, kThreads, kernel_smem<T, HD, false, false, true>(), stream>>>(p);
-  else if (pipe)
-    decode::decode_mma_kernel<T, HD, kMmaSteps, false, true, false><<<grid, kThreads, 0, stream>>>(p);
-  else
-    decode::decode_mma_kernel<T, HD, kMmaSteps, false, false, false><<<grid, kThreads, 0, stream>>>(p);
+  if (pipe) decode::decode_mma_kernel<T, HD, kMmaSteps, false, true><<<grid, kThreads, 0, stream>>>(p);
+  else decode::decode_mma_kernel<T, HD, kMmaSteps, false, false><<<grid, kThreads, 0, stream>>>(p);
   CUDA_CHECK_LAUNCH();
   return true;
 }
 
 template <typename T, int HD>
-void launch(const DecodeParams& p, bool mma, bool pipe, bool ring, int g_bucket, dim3 grid, cudaStream_t stream) {
+void launch(const DecodeParams& p, bool mma, bool pipe, int g_bucket, dim3 grid, cudaStream_t stream) {
   if constexpr (HD % 64 == 0) {
     if (mma) {
-      run_mma<T, HD>(p, pipe, ring, grid, stream);
+      run_mma<T, HD>(p, pipe, grid, stream);
       return;
     }
   }
@@ -264,21 +232,20 @@ void launch(const DecodeParams& p, bool mma, bool pipe, bool ring, int g_bucket,
   CUDA_CHECK_LAUNCH();
 }
 
-/// Whether the device places clusters of grid.z blocks of the tensor-core kernel (sizes above 8,
-/// or the ring's shared memory: asked of the device once per size).
+/// Whether the device places clusters of grid.z blocks of the tensor-core kernel (always for <= 8).
 template <typename T>
-bool cluster_fits(int hd, const DecodeParams& p, bool pipe, bool ring, dim3 grid) {
-  if (grid.z <= 8 && !ring) return true;
-  if (hd == 64) return run_mma<T, 64>(p, pipe, ring, grid, nullptr, true);
-  return run_mma<T, 128>(p, pipe, ring, grid, nullptr, true);
+bool cluster_fits(int hd, const DecodeParams& p, bool pipe, dim3 grid) {
+  if (grid.z <= 8) return true;
+  if (hd == 64) return run_mma<T, 64>(p, pipe, grid, nullptr, true);
+  return run_mma<T, 128>(p, pipe, grid, nullptr, true);
 }
 
 template <typename T>
-void dispatch_hd(int hd, const DecodeParams& p, bool mma, bool pipe, bool ring, int g_bucket, dim3 grid, cudaStream_t stream) {
+void dispatch_hd(int hd, const DecodeParams& p, bool mma, bool pipe, int g_bucket, dim3 grid, cudaStream_t stream) {
   switch (hd) {
-    case 32: return launch<T, 32>(p, mma, pipe, ring, g_bucket, grid, stream);
-    case 64: return launch<T, 64>(p, mma, pipe, ring, g_bucket, grid, stream);
-    case 128: return launch<T, 128>(p, mma, pipe, ring, g_bucket, grid, stream);
+    case 32: return launch<T, 32>(p, mma, pipe, g_bucket, grid, stream);
+    case 64: return launch<T, 64>(p, mma, pipe, g_bucket, grid, stream);
+    case 128: return launch<T, 128>(p, mma, pipe, g_bucket, grid, stream);
     default: throw std::invalid_argument("decode_attention: head_dim " + std::to_string(hd) + " not built (32, 64, 128)");
   }
 }
@@ -325,7 +292,6 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
     r.n_splits = ceil_div(max_ctx, r.split_len);
     r.reduce = true;
     r.pipeline = pipeline_for(r.n_splits, r.split_len);
-    r.ring = r.pipeline && a.ring;
     return r;
   }
   const int resident = r.tensor_cores ? 2 : per_block == 1 ? 7 : per_block == 4 ? 4 : 2;
@@ -368,7 +334,6 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
   r.cluster = r.tensor_cores && r.n_splits >= 2 && r.n_splits <= mc && int64_t(n_base) * r.n_splits <= n_sms;
   r.reduce = r.n_splits > 1 && !r.cluster;
   r.pipeline = pipeline_for(r.n_splits, r.split_len);
-  r.ring = r.pipeline && a.ring;
   return r;
 }
 
@@ -416,9 +381,9 @@ void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
   const dim3 grid(a.shape.n_kv_heads * p.n_sub, a.n_seqs, split.n_splits);
   if (split.cluster) {  // a device that cannot place the cluster merges through the workspace
     bool fits = true;
-    if (a.dtype == ScalarType::bf16) fits = cluster_fits<__nv_bfloat16>(hd, p, split.pipeline, split.ring, grid);
+    if (a.dtype == ScalarType::bf16) fits = cluster_fits<__nv_bfloat16>(hd, p, split.pipeline, grid);
 #if defined(SERVELAB_KERNELS_FP16)
-    else fits = cluster_fits<__half>(hd, p, split.pipeline, split.ring, grid);
+    else fits = cluster_fits<__half>(hd, p, split.pipeline, grid);
 #endif
     if (!fits) {
       split.cluster = false;
@@ -440,10 +405,10 @@ void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
     p.counters = reinterpret_cast<int32_t*>(a.workspace) + ctr_at;
   }
   if (a.dtype == ScalarType::bf16) {
-    dispatch_hd<__nv_bfloat16>(hd, p, split.tensor_cores, split.pipeline, split.ring, gb, grid, stream);
+    dispatch_hd<__nv_bfloat16>(hd, p, split.tensor_cores, split.pipeline, gb, grid, stream);
   } else {
 #if defined(SERVELAB_KERNELS_FP16)
-    dispatch_hd<__half>(hd, p, split.tensor_cores, split.pipeline, split.ring, gb, grid, stream);
+    dispatch_hd<__half>(hd, p, split.tensor_cores, split.pipeline, gb, grid, stream);
 #else
     throw std::invalid_argument("decode_attention: fp16 not built (configure with -DSERVELAB_KERNELS_FP16=ON)");
 #endif

@@ -14,12 +14,6 @@
 //     paired over two positions with one byte permute.
 // Oᵀ's accumulators give lane (g, i) heads 2i, 2i+1; their softmax rescaling comes from the lanes
 // that own those heads' scores (two shuffles a pass). fp32 accumulation; P rounded to T for P·V.
-// With the shared-memory ring (kRing), the same vectors go through shared memory first: each
-// thread cp.asyncs the 16-byte vectors it will use into its own slots of a kRingStages-pass ring
-// ([stage][vector][thread], 16 bytes apart across a warp: no bank conflicts) and reads them back
-// with ld.shared when their pass comes; no thread reads another's slots, so only cp.async groups
-// order it (no barrier). Loads in flight per block: up to kRingStages passes (192 KB at head_dim
-// 128) against one with the register pipeline (kPipe).
 #include <type_traits>
 
 #include "kernels/attention_decode_common.cuh"
@@ -28,10 +22,6 @@
 namespace servelab::kernels::decode {
 
 constexpr int kMmaHeads = 8;  // query heads per block on the tensor-core path
-constexpr int kRingStages = 3;  // passes in the shared-memory ring (kRing)
-
-/// Dynamic shared memory of the ring: kRingStages passes of every thread's 16-byte vectors.
-constexpr int ring_bytes(int hd, int steps) { return kRingStages * steps * (2 * (hd / 32) + 4 * (hd / 64)) * kThreads * 16; }
 
 __device__ __forceinline__ uint32_t word(const Vec8& v, int w) {
   return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
@@ -44,15 +34,11 @@ __device__ __forceinline__ uint32_t word(const Vec8& v, int w) {
 /// kPipe: the next pass's K loads are issued right after this pass's Q·Kᵀ (the K registers are
 /// free then) and each step's V loads right after its P·V, so a pass's loads are in flight while
 /// the previous pass computes, in the same registers; the block-table lookup runs a pass ahead.
-/// kRing (instead of kPipe): the loads go through the shared-memory ring kRingStages passes ahead
-/// (ring_bytes of dynamic shared memory); a pass reads its stage into the same registers, and the
-/// stage is refilled for the pass kRingStages later (K after Q·Kᵀ, V after each P·V step).
-/// Every variant computes the same arithmetic in the same order: the same bits.
+/// Either way the same arithmetic in the same order: the same bits.
 /// K/V loads carry the L2::256B prefetch-size hint (load_kv; measured neutral, kernels/README.md).
-template <typename T, int HD, int kS, bool kCluster, bool kPipe, bool kRing = false>
+template <typename T, int HD, int kS, bool kCluster, bool kPipe>
 __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(const Params p) {
   static_assert(HD % 64 == 0, "tensor-core decode needs head_dim 64 or 128");
-  static_assert(!(kPipe && kRing), "one pipeline at a time");
   constexpr int kWarps = kThreads / 32, kG = kMmaHeads;
   constexpr int kKV = HD / 32;  // K vectors per row per lane
   constexpr int kVV = HD / 64;  // V vectors per row per lane
@@ -142,85 +128,11 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
     }
     my_slot = lookup(t_begin + kPass);
   }
-  // The ring: vector j of stage st of this thread at ring + (st * kVec + j) * kThreads + tid.
-  // K of step u, tile tt, vector v: j = (u * 2 + tt) * kKV + v; V of step u, row r, vector v:
-  // j = kS * 2 * kKV + (u * 4 + r) * kVV + v.
-  constexpr int kVec = kS * (2 * kKV + 4 * kVV);
-  extern __shared__ __align__(16) Vec8 ring[];
-  auto ring_at = [&](int st, int j) { return smem_u32(&ring[(st * kVec + j) * kThreads + threadIdx.x]); };
-  auto fill_k = [&](int st, int u, int b, int sl) {
-#pragma unroll
-    for (int tt = 0; tt < 2; ++tt) {
-      const int src = u * 16 + tt * 8 + g;
-      const int slot = __shfl_sync(0xffffffffu, sl, src);
-      const char* kp = kbase + int64_t(slot) * row_bytes + i * 16;
-      const bool ok = pos(b, src) < t_end;
-#pragma unroll
-      for (int v = 0; v < kKV; ++v) cp_async16(ring_at(st, (u * 2 + tt) * kKV + v), kp + v * 64, ok);
-    }
-  };
-  auto fill_v = [&](int st, int u, int b, int sl) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int src = u * 16 + (r >> 1) * 8 + 2 * i + (r & 1);
-      const int slot = __shfl_sync(0xffffffffu, sl, src);
-      const char* vp = vbase + int64_t(slot) * row_bytes + g * 16;
-      const bool ok = pos(b, src) < t_end;
-#pragma unroll
-      for (int v = 0; v < kVV; ++v) cp_async16(ring_at(st, kS * 2 * kKV + (u * 4 + r) * kVV + v), vp + v * 128, ok);
-    }
-  };
-  auto read_stage = [&](int st) {
-#pragma unroll
-    for (int u = 0; u < kS; ++u) {
-#pragma unroll
-      for (int tt = 0; tt < 2; ++tt)
-#pragma unroll
-        for (int v = 0; v < kKV; ++v)
-          asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                       : "=r"(kr[u][tt][v].x), "=r"(kr[u][tt][v].y), "=r"(kr[u][tt][v].z), "=r"(kr[u][tt][v].w)
-                       : "r"(ring_at(st, (u * 2 + tt) * kKV + v)));
-#pragma unroll
-      for (int r = 0; r < 4; ++r)
-#pragma unroll
-        for (int v = 0; v < kVV; ++v)
-          asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                       : "=r"(vr[u][r][v].x), "=r"(vr[u][r][v].y), "=r"(vr[u][r][v].z), "=r"(vr[u][r][v].w)
-                       : "r"(ring_at(st, kS * 2 * kKV + (u * 4 + r) * kVV + v)));
-    }
-  };
-  int ring_slot = 0;  // kRing: slots of the pass kRingStages ahead of the current one
-  if constexpr (kRing) {
-    int sl[kRingStages];
-    sl[0] = my_slot;
-#pragma unroll
-    for (int st = 1; st < kRingStages; ++st) sl[st] = lookup(t_begin + st * kPass);
-#pragma unroll
-    for (int st = 0; st < kRingStages; ++st) {
-      const int b = t_begin + st * kPass;
-      if (b < t_end) {  // uniform
-#pragma unroll
-        for (int u = 0; u < kS; ++u) {
-          fill_k(st, u, b, sl[st]);
-          fill_v(st, u, b, sl[st]);
-        }
-      }
-      cp_async_commit();  // one group a pass (empty past the split), so the counts stay uniform
-    }
-    ring_slot = lookup(t_begin + kRingStages * kPass);
-  }
-  int stage = 0;
   for (int base = t_begin; base < t_end; base += kPass) {  // uniform trip count: shuffles are safe
     const int nb = base + kPass;
     const bool more = kPipe && nb < t_end;  // uniform
     int slot_after = 0;
-    const int rb = base + kRingStages * kPass;  // kRing: the pass this stage is refilled for
-    const bool refill = kRing && rb < t_end;    // uniform
-    if constexpr (kRing) {
-      cp_async_wait<kRingStages - 1>();  // this pass's group has landed (this thread's own copies)
-      read_stage(stage);
-      slot_after = lookup(rb + kPass);
-    } else if constexpr (!kPipe) {
+    if constexpr (!kPipe) {
 #pragma unroll
       for (int u = 0; u < kS; ++u) {
         load_k(u, base, my_slot);
@@ -245,10 +157,6 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
     if (more) {
 #pragma unroll
       for (int u = 0; u < kS; ++u) load_k(u, nb, my_slot);
-    }
-    if (refill) {  // the K registers are consumed: their ld.shared have read the stage
-#pragma unroll
-      for (int u = 0; u < kS; ++u) fill_k(stage, u, rb, ring_slot);
     }
     float mx = -INFINITY;
 #pragma unroll
@@ -297,14 +205,8 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
                      __byte_perm(x2, x3, 0x7632), b0, b1);
       }
       if (more) load_v(u, nb, my_slot);
-      if (refill) fill_v(stage, u, rb, ring_slot);
     }
     if constexpr (kPipe) my_slot = slot_after;
-    if constexpr (kRing) {
-      cp_async_commit();
-      ring_slot = slot_after;
-      stage = stage + 1 == kRingStages ? 0 : stage + 1;
-    }
   }
 
   l += __shfl_xor_sync(0xffffffffu, l, 1);

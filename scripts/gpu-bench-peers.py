@@ -290,7 +290,7 @@ def combine(kb_path, peers_path, out_path, commit):
         if r["name"].startswith("paged_decode_attn"):
             decode.setdefault(base, {})[r["name"].replace("paged_decode_attn", "") or "default"] = r["value"]
             if r["name"] == "paged_decode_attn" and " (" in shape:  # "(16 splits mma cluster)" -> "16 mma cl"
-                cut = shape.split(" (")[1].rstrip(")").replace(" splits", "").replace("cluster", "cl").replace("pipe", "p").replace("ring", "r")
+                cut = shape.split(" (")[1].rstrip(")").replace(" splits", "").replace("cluster", "cl").replace("pipe", "p")
                 decode[base]["cut"] = cut
         if r["name"] == "paged_decode_attn":
             p = prow.get(("sdpa_decode_attn", base))
@@ -320,7 +320,7 @@ def combine(kb_path, peers_path, out_path, commit):
     json.dump(out, open(out_path, "w"), indent=2)
     copy = next((r["value"] for r in kb if r["name"] == "d2d_copy"), None)
     print(f"\n== paged decode attention: GB/s, ratio to the best SDPA backend, to copy ({copy:.0f} GB/s) ==")
-    cols = ("_bps2", "_cudacore", "_nocluster", "_nopipe", "_regpipe", "_again", "_invariant")
+    cols = ("_bps2", "_cudacore", "_nocluster", "_nopipe", "_again", "_invariant")
     print(f"{'shape':<19} {'cut':<12} {'ours':>5} {'sdpa':>5} {'x sdpa':>6} {'x copy':>6} | x sdpa for "
           + " ".join(c[1:] for c in cols))
     for base, v in decode.items():

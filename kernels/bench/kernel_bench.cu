@@ -6,8 +6,7 @@
 // --sweep also times, for GQA decode shapes: 2 blocks per SM (SplitPolicy::blocks_per_sm: bps2), the
 // CUDA-core kernel (DecodeAttentionArgs::tensor_cores off: cudacore), the workspace split merge
 // instead of the cluster one (max_cluster_splits 0: nocluster), the tensor-core kernel without its
-// load pipeline (pipeline off: nopipe), the load pipeline in registers one pass ahead instead of
-// the shared-memory ring (ring off: regpipe), and the default again (again: the spread of one
+// load pipeline (pipeline off: nopipe), and the default again (again: the spread of one
 // configuration).
 // A shape's variants are timed in interleaved rounds (bench_timing.h: time_rounds).
 // --decode-only: validation, the copy ceiling and paged decode attention only. --only "b1 ctx1024
@@ -85,8 +84,7 @@ struct PagedBatch {
     CUDA_CHECK(cudaMemcpy(qstart->p, qs.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
   }
   DecodeAttentionArgs decode_args(int rot, SplitPolicy split, int n_sms, bool tensor_cores = true,
-                                  int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true,
-                                  bool ring = DecodeAttentionArgs{}.ring) {
+                                  int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true) {
     DecodeAttentionArgs a;
     a.q = q->p;
     a.q_row_stride = int64_t(n_heads) * hd;
@@ -108,7 +106,6 @@ struct PagedBatch {
     a.tensor_cores = tensor_cores;
     a.max_cluster_splits = max_cluster;
     a.pipeline = pipeline;
-    a.ring = ring;
     const DecodeSplit s = decode_attention_split(a, n_sms);
     const size_t need = decode_attention_workspace_bytes(batch, n_heads, hd, s.n_splits);
     if (!ws || ws->bytes < need) {
@@ -290,7 +287,6 @@ int main(int argc, char** argv) {
             bool tc = true;
             int max_cluster = DecodeAttentionArgs{}.max_cluster_splits;
             bool pipe = true;
-            bool ring = DecodeAttentionArgs{}.ring;
           };
           std::vector<Variant> variants = {{SplitPolicy{0, 0}}, {SplitPolicy{512, 0}, "_invariant"}};
           if (sweep && group > 1) {
@@ -306,9 +302,6 @@ int main(int argc, char** argv) {
             v = {SplitPolicy{0, 0}, "_nopipe"};
             v.pipe = false;
             variants.push_back(v);
-            v = {SplitPolicy{0, 0}, "_regpipe"};  // the load pipeline in registers, one pass ahead
-            v.ring = false;
-            variants.push_back(v);
             variants.push_back({SplitPolicy{0, 0}, "_again"});
           }
           // Every variant's arguments first (the workspace grows to the largest need), then one
@@ -317,7 +310,7 @@ int main(int argc, char** argv) {
           for (size_t k = 0; k < variants.size(); ++k) {
             const Variant& var = variants[k];
             for (int r = 0; r < b.n_rot; ++r) {
-              args[k].push_back(b.decode_args(r, var.pol, n_sms, var.tc, var.max_cluster, var.pipe, var.ring));
+              args[k].push_back(b.decode_args(r, var.pol, n_sms, var.tc, var.max_cluster, var.pipe));
             }
           }
           for (auto& list : args)
@@ -342,7 +335,7 @@ int main(int argc, char** argv) {
             const std::string shape = base_shape + (fixed ? " split512" : "");
             const std::string name = std::string("paged_decode_attn") + variants[k].tag;
             record(name, shape + " (" + std::to_string(used.n_splits) + " splits" + (used.tensor_cores ? " mma" : "") +
-                       (used.cluster ? " cluster" : "") + (used.ring ? " ring" : used.pipeline ? " pipe" : "") + ")",
+                       (used.cluster ? " cluster" : "") + (used.pipeline ? " pipe" : "") + ")",
                    bytes / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
           }
         }

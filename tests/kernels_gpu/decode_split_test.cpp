@@ -91,12 +91,6 @@ TEST(DecodeSplitPolicy, TensorCoresForGqaAimAtOneWave) {
   EXPECT_FALSE(b1_long.cluster);
   EXPECT_TRUE(b1_long.reduce);
   EXPECT_TRUE(b1_long.pipeline);  // 128 blocks of 16 passes
-  EXPECT_TRUE(b1_long.ring);      // through the shared-memory ring by default ...
-  DecodeAttentionArgs regs = args(1, 32768, 32, 8);
-  regs.ring = false;
-  EXPECT_TRUE(decode_attention_split(regs, 132).pipeline);
-  EXPECT_FALSE(decode_attention_split(regs, 132).ring);  // ... in registers when asked
-  EXPECT_FALSE(b1.ring);  // one pass a split: no pipeline, no ring
   EXPECT_LE(int64_t(b1_long.n_splits) * 8, 132);  // a block per SM
   EXPECT_GE(int64_t(b1_long.n_splits) * 8, 120);
   DecodeAttentionArgs c16 = args(1, 32768, 32, 8);
