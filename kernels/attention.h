@@ -74,13 +74,6 @@ struct DecodeAttentionArgs {
   /// arithmetic and its order are the same either way, so the bits are too (the batch-invariance
   /// test compares a pipelined sequence alone with the same sequence in an unpipelined batch).
   bool pipeline = true;
-  /// Cluster merge: each block stores its normalized part and (max, sum) straight into the shared
-  /// memory of the block that merges those output columns, then one cluster barrier, then every
-  /// block merges its columns from its own shared memory (stores need no round trip; the barrier
-  /// is the only wait). false: each block reads every other block's part through distributed
-  /// shared memory between two cluster barriers (comparison). Same arithmetic in the same order,
-  /// so the same bits.
-  bool cluster_push = true;
 };
 
 /// How decode_attention cuts the contexts for these arguments on a GPU with n_sms multiprocessors.

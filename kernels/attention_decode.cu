@@ -169,7 +169,7 @@ constexpr int kMmaSteps = 2;  // 16-position steps per warp per pass on the tens
 /// place such a cluster (cudaOccupancyMaxActiveClusters says 0) this returns false and launches
 /// nothing.
 template <typename T, int HD, bool kPipe>
-bool launch_cluster(const DecodeParams& p, dim3 grid, cudaStream_t stream, bool probe_only = false) {
+bool launch_cluster(const DecodeParams& p, dim3 grid, cudaStream_t stream, bool probe_only) {
   auto kernel = decode::decode_mma_kernel<T, HD, kMmaSteps, true, kPipe>;
   static std::atomic<uint64_t> attr_set{0};        // devices (bit = ordinal) whose attribute is set
   static std::atomic<int> fits[kMaxClusterSplits + 1];  // 0 unknown, 1 yes, 2 no (same GPU kind assumed)
@@ -205,18 +205,24 @@ bool launch_cluster(const DecodeParams& p, dim3 grid, cudaStream_t stream, bool 
   return true;
 }
 
+/// The tensor-core kernel, with or without the load pipeline; in clusters where p.cluster (false:
+/// the device cannot place them), else plainly.
+template <typename T, int HD>
+bool run_mma(const DecodeParams& p, bool pipe, dim3 grid, cudaStream_t stream, bool probe_only = false) {
+  if (p.cluster)
+    return pipe ? launch_cluster<T, HD, true>(p, grid, stream, probe_only) : launch_cluster<T, HD, false>(p, grid, stream, probe_only);
+  if (probe_only) return true;
+  if (pipe) decode::decode_mma_kernel<T, HD, kMmaSteps, false, true><<<grid, kThreads, 0, stream>>>(p);
+  else decode::decode_mma_kernel<T, HD, kMmaSteps, false, false><<<grid, kThreads, 0, stream>>>(p);
+  CUDA_CHECK_LAUNCH();
+  return true;
+}
+
 template <typename T, int HD>
 void launch(const DecodeParams& p, bool mma, bool pipe, int g_bucket, dim3 grid, cudaStream_t stream) {
   if constexpr (HD % 64 == 0) {
-    if (mma && p.cluster) {
-      if (pipe) launch_cluster<T, HD, true>(p, grid, stream);
-      else launch_cluster<T, HD, false>(p, grid, stream);
-      return;
-    }
     if (mma) {
-      if (pipe) decode::decode_mma_kernel<T, HD, kMmaSteps, false, true><<<grid, kThreads, 0, stream>>>(p);
-      else decode::decode_mma_kernel<T, HD, kMmaSteps, false, false><<<grid, kThreads, 0, stream>>>(p);
-      CUDA_CHECK_LAUNCH();
+      run_mma<T, HD>(p, pipe, grid, stream);
       return;
     }
   }
@@ -230,8 +236,8 @@ void launch(const DecodeParams& p, bool mma, bool pipe, int g_bucket, dim3 grid,
 template <typename T>
 bool cluster_fits(int hd, const DecodeParams& p, bool pipe, dim3 grid) {
   if (grid.z <= 8) return true;
-  if (hd == 64) return pipe ? launch_cluster<T, 64, true>(p, grid, nullptr, true) : launch_cluster<T, 64, false>(p, grid, nullptr, true);
-  return pipe ? launch_cluster<T, 128, true>(p, grid, nullptr, true) : launch_cluster<T, 128, false>(p, grid, nullptr, true);
+  if (hd == 64) return run_mma<T, 64>(p, pipe, grid, nullptr, true);
+  return run_mma<T, 128>(p, pipe, grid, nullptr, true);
 }
 
 template <typename T>
@@ -367,7 +373,6 @@ void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
   p.max_splits = split.n_splits;
   p.partial = split.reduce;
   p.cluster = split.cluster;
-  p.push = a.cluster_push;
   p.bs_shift = -1;
   if (a.kv.kind == KvLayoutKind::paged) {
     if (a.kv.block_size < 1) throw std::invalid_argument("decode_attention: block_size must be >= 1");

@@ -42,11 +42,22 @@ struct Params {
   int bs_shift;  // paged with a power-of-two block size: log2(block_size) (shift and mask); else -1
   bool partial;  // splits merged through the workspace by their last block
   bool cluster;  // splits merged through distributed shared memory: one thread-block cluster per column
-  bool push;     // cluster merge by remote stores (finish_cluster_push); else remote loads (finish_cluster)
   float* ws_o;       // [n_seqs, n_heads, max_splits, HD]
   float* ws_ml;      // [n_seqs, n_heads, max_splits, 2]
   int32_t* counters; // [n_seqs, gridDim.x], zero between launches
 };
+
+/// Read-only 16-byte load of K/V, no L1 allocation, with the L2::256B prefetch-size hint (a miss
+/// fetches the aligned 256 bytes around the address: a KV head's whole row at head_dim 128, of
+/// which one instruction reads 64 or 128 bytes). Measured neutral against plain loads (H100,
+/// results/gpu/decode-attn-2026-11-24-h100-6c54dd2/: the nohint column), kept as the default.
+__device__ __forceinline__ Vec8 load_kv(const void* p) {
+  Vec8 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
 
 /// Arena slot of position t of sequence s, whose block-table row is `row` (KvAddressing::slot
 /// without a division for power-of-two block sizes; block-table entries read through the
@@ -198,53 +209,6 @@ __device__ __forceinline__ void block_stats(const float (*sm_m)[G], const float 
   __syncthreads();
 }
 
-/// The end of a block in a cluster of the splits of one (sequence, block column): each block
-/// keeps its normalized part and (max, sum) in shared memory; after a cluster barrier, block r
-/// of the cluster merges its share of the outputs over every block's part, in rank (split) order,
-/// reading them through distributed shared memory; a second barrier keeps every block's shared
-/// memory alive until all reads are done. Blocks past a sequence's context contribute weight 0.
-template <typename T, int HD, int G, int NL, int LD>
-__device__ __forceinline__ void finish_cluster(const Params& p, const float (*sm_m)[G], const float (*sm_l)[G],
-                                               const float* sm_o, int s, int row, int kvh, int sub) {
-  namespace cg = cooperative_groups;
-  __shared__ float sm_scale[NL][G], sm_stat[G][2];
-  __shared__ __align__(16) float sm_part[G * HD];
-  block_stats<G, NL>(sm_m, sm_l, sm_scale, sm_stat);
-  constexpr int kPer = (G * HD + kThreads - 1) / kThreads;
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    const int idx = threadIdx.x + k * kThreads;
-    if (idx >= G * HD) continue;
-    const int g = idx / HD, d = idx % HD;
-    float oo = 0.0f;
-#pragma unroll
-    for (int i = 0; i < NL; ++i) oo = fmaf(sm_o[(i * G + g) * LD + d], sm_scale[i][g], oo);
-    const float ll = sm_stat[g][1];
-    sm_part[idx] = ll > 0.0f ? oo / ll : 0.0f;
-  }
-  cg::cluster_group cl = cg::this_cluster();
-  cl.sync();
-  const int cs = int(cl.num_blocks()), r = int(cl.block_rank());
-  const int per = (G * HD + cs - 1) / cs;
-  for (int e = r * per + int(threadIdx.x); e < min((r + 1) * per, G * HD); e += kThreads) {
-    const int g = e / HD, d = e % HD;
-    if (sub * G + g >= p.group) continue;
-    float mm = -1e30f;
-    for (int q = 0; q < cs; ++q) mm = fmaxf(mm, cl.map_shared_rank(&sm_stat[0][0], q)[g * 2]);
-    float ll = 0.0f, oo = 0.0f;
-#pragma unroll 8
-    for (int q = 0; q < cs; ++q) {
-      const float* st = cl.map_shared_rank(&sm_stat[0][0], q);
-      const float w = st[g * 2 + 1] * exp2f(st[g * 2] - mm);
-      ll += w;
-      oo = fmaf(w, cl.map_shared_rank(sm_part, q)[e], oo);
-    }
-    const int h = kvh * p.group + sub * G + g;
-    static_cast<T*>(p.out)[row * p.out_row_stride + int64_t(h) * HD + d] = from_float<T>(oo / ll);
-  }
-  cl.sync();
-}
-
 /// Cluster barrier halves (PTX barrier.cluster, sm_90): every thread of every block of the cluster
 /// arrives, then waits for all. The relaxed arrive orders no memory (the kernel's first arrive: it
 /// only tells the others that this block runs, so its shared memory may be written); the release
@@ -254,12 +218,15 @@ __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
 
-/// finish_cluster by remote stores: the output's G * HD values are dealt in runs of
+/// The end of a block in a cluster of the splits of one (sequence, block column), merged by
+/// remote stores: the output's G * HD values are dealt in runs of
 /// per = ceil(G * HD / cs) to the cs blocks (rank r merges run r). Each block stores its
 /// normalized part of run q into block q's rx_part[r] and its (max, sum) into every block's
 /// rx_stat[r], then one cluster barrier; each block then merges its run from its own shared
-/// memory, in rank (split) order, with finish_cluster's arithmetic (same bits). Nothing is read
-/// remotely, so no block waits on another after the barrier. The kernel must have called
+/// memory, in rank (split) order. Nothing is read remotely, so no block waits on another after the
+/// barrier; blocks past a sequence's context contribute weight 0. (A merge by remote loads between
+/// two barriers gave the same bits and was up to 2% slower at b8 x 1k x GQA 4 in three H100 runs:
+/// removed.) The kernel must have called
 /// cluster_arrive_relaxed() once at its start (before any early exit: none in a cluster).
 template <typename T, int HD, int G, int NL, int LD>
 __device__ __forceinline__ void finish_cluster_push(const Params& p, const float (*sm_m)[G], const float (*sm_l)[G],

@@ -28,12 +28,14 @@ __device__ __forceinline__ uint32_t word(const Vec8& v, int w) {
 }
 
 /// kS: 16-position steps per warp per pass (all loaded before any is used). kCluster: launched in
-/// clusters of (1, 1, n_splits), the splits merged in distributed shared memory (finish_cluster_push,
-/// or finish_cluster with Params::push off);
-/// otherwise one split writes the output, several go through the workspace (finish_block).
+/// clusters of (1, 1, n_splits), the splits merged in distributed shared memory
+/// (finish_cluster_push); otherwise one split writes the output, several go through the workspace
+/// (finish_block).
 /// kPipe: the next pass's K loads are issued right after this pass's Q·Kᵀ (the K registers are
 /// free then) and each step's V loads right after its P·V, so a pass's loads are in flight while
 /// the previous pass computes, in the same registers; the block-table lookup runs a pass ahead.
+/// Either way the same arithmetic in the same order: the same bits.
+/// K/V loads carry the L2::256B prefetch-size hint (load_kv; measured neutral, kernels/README.md).
 template <typename T, int HD, int kS, bool kCluster, bool kPipe>
 __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(const Params p) {
   static_assert(HD % 64 == 0, "tensor-core decode needs head_dim 64 or 128");
@@ -47,9 +49,7 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
   __shared__ float sm_m[kWarps][kG], sm_l[kWarps][kG];
   __shared__ __align__(16) float sm_o[kWarps * kG * kLd];
 
-  if constexpr (kCluster) {
-    if (p.push) cluster_arrive_relaxed();  // this block runs: the others may store into its shared memory
-  }
+  if constexpr (kCluster) cluster_arrive_relaxed();  // this block runs: the others may store into its shared memory
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, i = lane & 3;
   const int kvh = blockIdx.x / p.n_sub, sub = blockIdx.x % p.n_sub, s = blockIdx.y, split = blockIdx.z;
   const int t_begin = split * p.split_len;
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
       const bool ok = pos(b, src) < t_end;
       const char* kp = kbase + int64_t(slot) * row_bytes + i * 16;
 #pragma unroll
-      for (int v = 0; v < kKV; ++v) kr[u][tt][v] = ok ? load_stream(kp + v * 64) : make_uint4(0, 0, 0, 0);
+      for (int v = 0; v < kKV; ++v) kr[u][tt][v] = ok ? load_kv(kp + v * 64) : make_uint4(0, 0, 0, 0);
     }
   };
   auto load_v = [&](int u, int b, int sl) {
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
       const bool ok = pos(b, src) < t_end;
       const char* vp = vbase + int64_t(slot) * row_bytes + g * 16;
 #pragma unroll
-      for (int v = 0; v < kVV; ++v) vr[u][r][v] = ok ? load_stream(vp + v * 128) : make_uint4(0, 0, 0, 0);
+      for (int v = 0; v < kVV; ++v) vr[u][r][v] = ok ? load_kv(vp + v * 128) : make_uint4(0, 0, 0, 0);
     }
   };
   auto lookup = [&](int b) {
@@ -223,10 +223,9 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
     *reinterpret_cast<float2*>(&sm_o[(warp * kG + 2 * i + 1) * kLd + d]) = make_float2(acc[mt][1], acc[mt][3]);
   }
   __syncthreads();
-  if constexpr (kCluster) {
-    if (p.push) finish_cluster_push<T, HD, kG, kWarps, kLd>(p, sm_m, sm_l, sm_o, row, kvh, sub);
-    else finish_cluster<T, HD, kG, kWarps, kLd>(p, sm_m, sm_l, sm_o, s, row, kvh, sub);
-  } else
+  if constexpr (kCluster)
+    finish_cluster_push<T, HD, kG, kWarps, kLd>(p, sm_m, sm_l, sm_o, row, kvh, sub);
+  else
     finish_block<T, HD, kG, kWarps, kLd>(p, sm_m, sm_l, sm_o, s, row, kvh, sub, split, ctx);
 }
 

@@ -12,7 +12,11 @@
       joins both into issue 8's list of {name, value, unit, peer_or_ceiling, ratio, shape, device,
       date, commit}: our figure beside its peer on the same shape.
 
-Timing as kernel_bench does it: one CUDA graph of 20 calls (inputs rotated through enough copies
+  python3 scripts/gpu-bench-peers.py --profile-decode "b1 ctx1024 gqa4" ... [--backend cudnn]
+      SDPA on those decode shapes, 3 eager calls each, nothing else on the GPU (for ncu).
+
+Decode as kernel_bench times it: one CUDA graph of 20 calls per backend, the backends timed in
+interleaved rounds (warm-up, then 15 rounds of one replay each, median). Prefill: one CUDA graph of 20 calls (inputs rotated through enough copies
 that repeats do not run from L2), replayed after warm-up, median of 15 replays, per call. Bytes
 counted the same way for both: K and V read once, Q read, O written. Random normal inputs.
 """
@@ -61,6 +65,102 @@ def time_graph_ms(torch, fn, n_rot, per_graph=20, reps=15):
     ms.sort()
     del g
     return ms[len(ms) // 2]
+
+
+class GraphTimer:
+    """One CUDA graph of per_graph calls of fn(i % n_rot), built once (3 eager calls first);
+    replay_ms() times one replay, ms per call. kernel_bench's GraphTimer, the same method."""
+
+    def __init__(self, torch, fn, n_rot, per_graph=20):
+        self.torch, self.per_graph = torch, per_graph
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for i in range(3):
+                fn(i % n_rot)
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        self.g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.g):
+            for i in range(per_graph):
+                fn(i % n_rot)
+
+    def replay_ms(self):
+        a, b = self.torch.cuda.Event(enable_timing=True), self.torch.cuda.Event(enable_timing=True)
+        a.record()
+        self.g.replay()
+        b.record()
+        b.synchronize()
+        return a.elapsed_time(b) / self.per_graph
+
+    def warm(self, gpu_ms=25.0):
+        first = self.replay_ms() * self.per_graph
+        for _ in range(min(2000, max(1, int(gpu_ms / max(first, 1e-3))))):
+            self.g.replay()
+        self.torch.cuda.synchronize()
+
+
+def time_rounds(timers, rounds=15):
+    """kernel_bench's time_rounds: warm each, then rounds of one replay each (round r starts at
+    timer r mod n); each timer's median ms per call."""
+    for t in timers:
+        t.warm()
+    ms = [[] for _ in timers]
+    n = len(timers)
+    for r in range(rounds):
+        for k in range(n):
+            j = (k + r) % n
+            ms[j].append(timers[j].replay_ms())
+    return [sorted(m)[len(m) // 2] for m in ms]
+
+
+DECODE_BACKENDS = ("flash", "cudnn", "efficient")
+
+
+def sdpa_decode_best(torch, make_call, n_rot):
+    """Decode: each SDPA backend's graph built, then timed in interleaved rounds as kernel_bench
+    times its variants. Returns (ms, backend name, {backend: ms or error})."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    enums = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+             "efficient": SDPBackend.EFFICIENT_ATTENTION}
+    tried, timers, names = {}, [], []
+    for name in DECODE_BACKENDS:
+        try:
+            with sdpa_kernel([enums[name]]):
+                timers.append(GraphTimer(torch, make_call(), n_rot))
+            names.append(name)
+        except Exception as e:  # a backend that does not take this shape
+            tried[name] = "error: " + str(e).splitlines()[0][:120]
+        torch.cuda.synchronize()
+    best = (float("inf"), None)
+    for name, ms in zip(names, time_rounds(timers) if timers else []):
+        tried[name] = round(ms, 5)
+        if ms < best[0]:
+            best = (ms, name)
+    del timers
+    return best[0], best[1], tried
+
+
+def profile_decode(shapes, backend):
+    """For ncu: SDPA (one backend) on decode shapes "bB ctxC gqaG", three eager calls each, inputs
+    made on the host and copied (so the only kernels are SDPA's)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    be = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+          "efficient": SDPBackend.EFFICIENT_ATTENTION}[backend]
+    for shape in shapes:
+        b, c, g = (int("".join(ch for ch in x if ch.isdigit())) for x in shape.split())
+        n_kv = N_HEADS // g
+        k = torch.randn(b, n_kv, c, HD, dtype=torch.bfloat16).cuda()
+        v = torch.randn(b, n_kv, c, HD, dtype=torch.bfloat16).cuda()
+        q = torch.randn(b, N_HEADS, 1, HD, dtype=torch.bfloat16).cuda()
+        torch.cuda.synchronize()
+        with sdpa_kernel([be]):
+            for _ in range(3):
+                F.scaled_dot_product_attention(q, k, v, enable_gqa=g > 1)
+        torch.cuda.synchronize()
+        print(f"profiled {backend} {shape}", flush=True)
 
 
 def sdpa_best(torch, make_call, n_rot):
@@ -135,7 +235,7 @@ def measure(quick, decode_only=False, prefill_only=False):
                         return F.scaled_dot_product_attention(q, ks[i], vs[i], enable_gqa=gqa)
                     return call
 
-                ms, be, tried = sdpa_best(torch, make_call, n_rot)
+                ms, be, tried = sdpa_decode_best(torch, make_call, n_rot)
                 del ks, vs
                 torch.cuda.empty_cache()
                 if be is None:
@@ -220,8 +320,7 @@ def combine(kb_path, peers_path, out_path, commit):
     json.dump(out, open(out_path, "w"), indent=2)
     copy = next((r["value"] for r in kb if r["name"] == "d2d_copy"), None)
     print(f"\n== paged decode attention: GB/s, ratio to the best SDPA backend, to copy ({copy:.0f} GB/s) ==")
-    cols = ("_bps1", "_bps2", "_bps4", "_bps8", "_cudacore", "_nocluster", "_cluster16", "_nopipe", "_pull",
-            "_min512", "_min4096", "_hottable", "_again", "_invariant")
+    cols = ("_bps2", "_cudacore", "_nocluster", "_nopipe", "_again", "_invariant")
     print(f"{'shape':<19} {'cut':<12} {'ours':>5} {'sdpa':>5} {'x sdpa':>6} {'x copy':>6} | x sdpa for "
           + " ".join(c[1:] for c in cols))
     for base, v in decode.items():
@@ -247,8 +346,14 @@ def main():
     ap.add_argument("--prefill-only", action="store_true")
     ap.add_argument("--combine", nargs=2, metavar=("KERNEL_BENCH_JSON", "PEERS_JSON"))
     ap.add_argument("--benchmarks")
+    ap.add_argument("--profile-decode", nargs="+", metavar="SHAPE",
+                    help='for ncu: SDPA on these decode shapes ("b1 ctx1024 gqa4"), 3 calls each')
+    ap.add_argument("--backend", default="cudnn", choices=DECODE_BACKENDS)
     ap.add_argument("--commit")
     a = ap.parse_args()
+    if a.profile_decode:
+        profile_decode(a.profile_decode, a.backend)
+        return 0
     if a.combine:
         if not a.benchmarks:
             ap.error("--combine needs --benchmarks")

@@ -84,4 +84,77 @@ inline double time_graph_ms(const std::function<void(int, cudaStream_t)>& fn, in
   return ms[ms.size() / 2];
 }
 
+/// One CUDA graph of `per_graph` calls of fn(i, stream) (i = 0 .. per_graph - 1), built once (an
+/// eager call first, so lazy initialization stays out of the capture); replay_ms() times one replay
+/// and returns milliseconds per call. time_rounds() replays several in turn, so that every
+/// configuration of a shape is timed in the same GPU state: kernel_bench's decode variants (and the
+/// peer script's SDPA backends, the same way) are timed so, after a single configuration timed
+/// first in its shape read 7-8% slower than the same one timed last (H100, b1 x 1k decode).
+class GraphTimer {
+ public:
+  GraphTimer(const std::function<void(int, cudaStream_t)>& fn, int per_graph) : per_graph_(per_graph) {
+    CUDA_CHECK(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking));
+    fn(0, st_);
+    CUDA_CHECK(cudaStreamSynchronize(st_));
+    cudaGraph_t graph;
+    CUDA_CHECK(cudaStreamBeginCapture(st_, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < per_graph; ++i) fn(i, st_);
+    CUDA_CHECK(cudaStreamEndCapture(st_, &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&exec_, graph, 0));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    CUDA_CHECK(cudaEventCreate(&a_));
+    CUDA_CHECK(cudaEventCreate(&b_));
+  }
+  GraphTimer(const GraphTimer&) = delete;
+  GraphTimer& operator=(const GraphTimer&) = delete;
+  ~GraphTimer() {
+    cudaEventDestroy(a_);
+    cudaEventDestroy(b_);
+    cudaGraphExecDestroy(exec_);
+    cudaStreamDestroy(st_);
+  }
+  /// Replays until about gpu_ms of GPU time has passed.
+  void warm(float gpu_ms = kGraphWarmMs) {
+    const double first = replay_ms() * per_graph_;
+    const int n = std::clamp(int(gpu_ms / std::max(first, 1e-3)), 1, 2000);
+    for (int w = 0; w < n; ++w) CUDA_CHECK(cudaGraphLaunch(exec_, st_));
+    CUDA_CHECK(cudaStreamSynchronize(st_));
+  }
+  /// One timed replay: milliseconds per call.
+  double replay_ms() {
+    CUDA_CHECK(cudaEventRecord(a_, st_));
+    CUDA_CHECK(cudaGraphLaunch(exec_, st_));
+    CUDA_CHECK(cudaEventRecord(b_, st_));
+    CUDA_CHECK(cudaEventSynchronize(b_));
+    float t = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&t, a_, b_));
+    return double(t) / per_graph_;
+  }
+
+ private:
+  int per_graph_;
+  cudaStream_t st_{};
+  cudaGraphExec_t exec_{};
+  cudaEvent_t a_{}, b_{};
+};
+
+/// Warms every timer, then `rounds` rounds of one replay of each (round r starts at timer r mod n,
+/// so no timer is always first); returns each timer's median milliseconds per call.
+inline std::vector<double> time_rounds(const std::vector<GraphTimer*>& timers, int rounds) {
+  const size_t n = timers.size();
+  for (GraphTimer* t : timers) t->warm();
+  std::vector<std::vector<double>> ms(n);
+  for (int r = 0; r < rounds; ++r)
+    for (size_t k = 0; k < n; ++k) {
+      const size_t j = (k + size_t(r)) % n;
+      ms[j].push_back(timers[j]->replay_ms());
+    }
+  std::vector<double> med(n);
+  for (size_t j = 0; j < n; ++j) {
+    std::sort(ms[j].begin(), ms[j].end());
+    med[j] = ms[j][ms[j].size() / 2];
+  }
+  return med;
+}
+
 }  // namespace servelab::kernels::bench

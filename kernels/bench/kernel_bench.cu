@@ -3,16 +3,15 @@
 // and prints achieved GB/s and TFLOP/s next to ceilings measured in the same run: a large
 // device-to-device copy and a large cuBLASLt bf16 GEMM on random data.
 //   kernel_bench [--json FILE] [--quick] [--sweep] [--decode-only | --prefill-only] [--only SHAPE] [--commit SHA]
-// --sweep also times decode with 1, 2, 4 and 8 blocks per SM (SplitPolicy::blocks_per_sm) and, for
-// GQA, the CUDA-core kernel (DecodeAttentionArgs::tensor_cores off), the workspace split merge
-// instead of the cluster one (max_cluster_splits 0: nocluster), clusters of up to 16 (cluster16)
-// and the tensor-core kernel without its load pipeline (pipeline off: nopipe), the cluster merge by
-// remote loads (cluster_push off: pull), splits of >= 512 and >= 4096 positions (min512,
-// min4096: fewer splits, clusters of <= 8 where they fit; SplitPolicy::min_split_len), the default kernel with one block table for every input rotation (hottable: the table
-// stays in L2, as in the engine's steps), and the default again, timed last (again: the spread
-// of one configuration over the run). --decode-only: validation,
-// the copy ceiling and paged decode attention only. --only "b1 ctx1024 gqa4": that decode shape
-// alone (e.g. under ncu).
+// --sweep also times, for GQA decode shapes: 2 blocks per SM (SplitPolicy::blocks_per_sm: bps2), the
+// CUDA-core kernel (DecodeAttentionArgs::tensor_cores off: cudacore), the workspace split merge
+// instead of the cluster one (max_cluster_splits 0: nocluster), the tensor-core kernel without its
+// load pipeline (pipeline off: nopipe), and the default again (again: the spread of one
+// configuration).
+// A shape's variants are timed in interleaved rounds (bench_timing.h: time_rounds).
+// --decode-only: validation, the copy ceiling and paged decode attention only. --only "b1 ctx1024
+// gqa4": that decode shape alone (e.g. under ncu; its first decode_mma_kernel launch after the
+// validation's is the default variant's eager call).
 // The decode weight products of llama2-7b (M = 1 and 8) are timed through Gemm with its skinny
 // kernel (gemv.cu) and with cuBLASLt alone, side by side.
 // JSON: a list of {name, value, unit, peer_or_ceiling, ratio, shape, device, date, commit}.
@@ -56,7 +55,7 @@ namespace {
 struct PagedBatch {
   int batch, ctx, n_heads, n_kv, hd = 128, bs = 16, n_rot = 1;
   int64_t n_slots = 0;
-  std::unique_ptr<Buf> k, v, q, out, ctx_lens, qstart, tables, hot_tables, ws;
+  std::unique_ptr<Buf> k, v, q, out, ctx_lens, qstart, tables, ws;
   int blocks_per_seq = 0;
   PagedBatch(int batch_, int ctx_, int n_heads_, int n_kv_, int64_t l2_bytes, std::mt19937_64& rng)
       : batch(batch_), ctx(ctx_), n_heads(n_heads_), n_kv(n_kv_) {
@@ -74,15 +73,6 @@ struct PagedBatch {
     std::shuffle(perm.begin(), perm.end(), rng);
     tables = std::make_unique<Buf>(perm.size() * 4);  // rotation r uses rows [r * batch, (r+1) * batch)
     CUDA_CHECK(cudaMemcpy(tables->p, perm.data(), perm.size() * 4, cudaMemcpyHostToDevice));
-    // The hot-table layout (sweep column hottable): one table for every rotation, its blocks a
-    // shuffle of one rotation's share of the arena; rotation r moves the K/V base pointers by r
-    // shares instead. The table then stays in L2 across launches, as in the engine, where every
-    // layer of a step reads the same table; the KV bytes rotate as in the default layout.
-    std::vector<int32_t> hot(size_t(blocks_per_seq) * batch);
-    std::iota(hot.begin(), hot.end(), 0);
-    std::shuffle(hot.begin(), hot.end(), rng);
-    hot_tables = std::make_unique<Buf>(hot.size() * 4);
-    CUDA_CHECK(cudaMemcpy(hot_tables->p, hot.data(), hot.size() * 4, cudaMemcpyHostToDevice));
     q = std::make_unique<Buf>(size_t(batch) * n_heads * hd * 2);
     fill_random(q->p, int64_t(batch) * n_heads * hd, rng());
     out = std::make_unique<Buf>(size_t(batch) * n_heads * hd * 2);
@@ -94,8 +84,7 @@ struct PagedBatch {
     CUDA_CHECK(cudaMemcpy(qstart->p, qs.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
   }
   DecodeAttentionArgs decode_args(int rot, SplitPolicy split, int n_sms, bool tensor_cores = true,
-                                  int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true,
-                                  bool cluster_push = true, bool hot_table = false) {
+                                  int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true) {
     DecodeAttentionArgs a;
     a.q = q->p;
     a.q_row_stride = int64_t(n_heads) * hd;
@@ -117,13 +106,6 @@ struct PagedBatch {
     a.tensor_cores = tensor_cores;
     a.max_cluster_splits = max_cluster;
     a.pipeline = pipeline;
-    a.cluster_push = cluster_push;
-    if (hot_table) {
-      const int64_t share = int64_t(rot % n_rot) * blocks_per_seq * batch * bs * n_kv * hd * 2;  // bytes
-      a.k_cache = k->get<char>() + share;
-      a.v_cache = v->get<char>() + share;
-      a.kv.block_tables = hot_tables->get<int32_t>();
-    }
     const DecodeSplit s = decode_attention_split(a, n_sms);
     const size_t need = decode_attention_workspace_bytes(batch, n_heads, hd, s.n_splits);
     if (!ws || ws->bytes < need) {
@@ -296,49 +278,62 @@ int main(int argc, char** argv) {
               "b" + std::to_string(batch) + " ctx" + std::to_string(ctx) + " gqa" + std::to_string(group);
           if (!only.empty() && only != base_shape) continue;
           PagedBatch b(batch, ctx, n_heads, n_kv, l2, rng);
-          // The default policy, the batch-invariant one (fixed 512-position splits), and a sweep
-          // of the auto policy's blocks per SM and of the kernel (what the defaults were chosen from).
+          // The default policy, the batch-invariant one (fixed 512-position splits), and with
+          // --sweep the comparisons the defaults were chosen from (GQA only: GQA 1 runs the
+          // CUDA-core kernel, whose rules are settled), then the default again (the spread).
           struct Variant {
             SplitPolicy pol;
+            const char* tag = "";  // name suffix
             bool tc = true;
             int max_cluster = DecodeAttentionArgs{}.max_cluster_splits;
             bool pipe = true;
-            const char* tag = "";  // name suffix
-            bool push = true;
-            bool hot = false;
           };
-          const int mc = DecodeAttentionArgs{}.max_cluster_splits;
-          std::vector<Variant> variants = {{SplitPolicy{0, 0}}, {SplitPolicy{512, 0}, true, mc, true, "_invariant"}};
-          if (sweep) {
-            for (int bps : {1, 2, 4, 8})
-              variants.push_back({SplitPolicy{0, bps}, true, mc, true, bps == 1 ? "_bps1" : bps == 2 ? "_bps2" : bps == 4 ? "_bps4" : "_bps8"});
-            variants.push_back({SplitPolicy{0, 0}, true, mc, true, "_hottable", true, true});
-            if (group > 1) {
-              variants.push_back({SplitPolicy{0, 0}, false, mc, true, "_cudacore"});
-              variants.push_back({SplitPolicy{0, 0}, true, 0, true, "_nocluster"});
-              variants.push_back({SplitPolicy{0, 0}, true, kMaxClusterSplits, true, "_cluster16"});
-              variants.push_back({SplitPolicy{0, 0}, true, mc, false, "_nopipe"});
-              variants.push_back({SplitPolicy{0, 0}, true, mc, true, "_pull", false});
-              variants.push_back({SplitPolicy{0, 0, 512}, true, mc, true, "_min512"});
-              variants.push_back({SplitPolicy{0, 0, 4096}, true, mc, true, "_min4096"});
-            }
-            variants.push_back({SplitPolicy{0, 0}, true, mc, true, "_again"});  // the default once more, last
+          std::vector<Variant> variants = {{SplitPolicy{0, 0}}, {SplitPolicy{512, 0}, "_invariant"}};
+          if (sweep && group > 1) {
+            Variant v;
+            v = {SplitPolicy{0, 2}, "_bps2"};
+            variants.push_back(v);
+            v = {SplitPolicy{0, 0}, "_cudacore"};
+            v.tc = false;
+            variants.push_back(v);
+            v = {SplitPolicy{0, 0}, "_nocluster"};
+            v.max_cluster = 0;
+            variants.push_back(v);
+            v = {SplitPolicy{0, 0}, "_nopipe"};
+            v.pipe = false;
+            variants.push_back(v);
+            variants.push_back({SplitPolicy{0, 0}, "_again"});
           }
-          for (const Variant& var : variants) {
-            const SplitPolicy& pol = var.pol;
-            const int fixed = pol.fixed_split_len;
-            std::vector<DecodeAttentionArgs> args;  // built (workspace sized) before the capture
-            for (int r = 0; r < b.n_rot; ++r) args.push_back(b.decode_args(r, pol, n_sms, var.tc, var.max_cluster, var.pipe, var.push, var.hot));
-            for (auto& a : args) {
+          // Every variant's arguments first (the workspace grows to the largest need), then one
+          // graph each, then interleaved rounds (time_rounds): no variant is always timed first.
+          std::vector<std::vector<DecodeAttentionArgs>> args(variants.size());
+          for (size_t k = 0; k < variants.size(); ++k) {
+            const Variant& var = variants[k];
+            for (int r = 0; r < b.n_rot; ++r) {
+              args[k].push_back(b.decode_args(r, var.pol, n_sms, var.tc, var.max_cluster, var.pipe));
+            }
+          }
+          for (auto& list : args)
+            for (auto& a : list) {
               a.workspace = b.ws->get<float>();
               a.workspace_bytes = b.ws->bytes;
             }
-            const double ms = time_graph_ms(
-                [&](int i, cudaStream_t st) { decode_attention(args[i % b.n_rot], st); }, 20, 15);
+          std::vector<std::unique_ptr<GraphTimer>> timers;
+          std::vector<GraphTimer*> tp;
+          for (size_t k = 0; k < variants.size(); ++k) {
+            auto& list = args[k];
+            timers.push_back(std::make_unique<GraphTimer>(
+                [&list, n_rot = b.n_rot](int i, cudaStream_t st) { decode_attention(list[i % n_rot], st); }, 20));
+            tp.push_back(timers.back().get());
+          }
+          const std::vector<double> med = time_rounds(tp, 15);
+          for (size_t k = 0; k < variants.size(); ++k) {
+            const double ms = med[k];
+            const int fixed = variants[k].pol.fixed_split_len;
             const double bytes = double(kv_bytes) + 2.0 * batch * n_heads * 128 * 2;
-            const DecodeSplit used = decode_attention_split(args[0], n_sms);
+            const DecodeSplit used = decode_attention_split(args[k][0], n_sms);
             const std::string shape = base_shape + (fixed ? " split512" : "");
-            const std::string name = std::string("paged_decode_attn") + var.tag;
+            const std::string name = std::string("paged_decode_attn") + variants[k].tag;
             record(name, shape + " (" + std::to_string(used.n_splits) + " splits" + (used.tensor_cores ? " mma" : "") +
                        (used.cluster ? " cluster" : "") + (used.pipeline ? " pipe" : "") + ")",
                    bytes / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);

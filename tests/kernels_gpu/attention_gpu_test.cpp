@@ -62,8 +62,7 @@ struct DeviceBatch {
 /// Decode arguments for b on d (workspace not yet set).
 /// max_cluster: DecodeAttentionArgs::max_cluster_splits (0: splits merge through the workspace).
 DecodeAttentionArgs decode_args(ScalarType t, const KvBatch& b, const DeviceBatch& d, SplitPolicy split,
-                                bool tensor_cores, int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true,
-                                bool cluster_push = true) {
+                                bool tensor_cores, int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true) {
   DecodeAttentionArgs a;
   a.dtype = t;
   a.q = d.q.get();
@@ -84,7 +83,6 @@ DecodeAttentionArgs decode_args(ScalarType t, const KvBatch& b, const DeviceBatc
   a.tensor_cores = tensor_cores;
   a.max_cluster_splits = max_cluster;
   a.pipeline = pipeline;
-  a.cluster_push = cluster_push;
   return a;
 }
 
@@ -102,10 +100,9 @@ DeviceBuffer zeroed_workspace(size_t bytes) {
 }
 
 std::vector<float> run_decode(ScalarType t, const KvBatch& b, SplitPolicy split, DecodeSplit* used = nullptr,
-                              bool tensor_cores = true, int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true,
-                              bool cluster_push = true) {
+                              bool tensor_cores = true, int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true) {
   DeviceBatch d(b, t);
-  DecodeAttentionArgs a = decode_args(t, b, d, split, tensor_cores, max_cluster, pipeline, cluster_push);
+  DecodeAttentionArgs a = decode_args(t, b, d, split, tensor_cores, max_cluster, pipeline);
   const DecodeSplit s = decode_attention_split(a, n_sms());
   if (used) *used = s;
   d.workspace = zeroed_workspace(decode_attention_workspace_bytes(a.n_seqs, a.n_heads, b.shape.head_dim, s.n_splits));
@@ -223,11 +220,10 @@ TEST_P(AttentionGpu, DecodeClusterSizesAndPipelineMatchReference) {
   EXPECT_TRUE(saw_16 && saw_small && saw_workspace);
 }
 
-// The cluster merge by remote stores (default) against the one by remote loads: clusters of 2 to
-// 16, sizes that do not divide the 8 x head_dim outputs (3, 5, 6, 12), blocks past a short
-// sequence's context, head_dim 64 and 128: the same arithmetic in the same order, so the same bits,
-// and both match the reference.
-TEST_P(AttentionGpu, DecodeClusterPushMergeMatchesPullBitForBit) {
+// The cluster merge (remote stores into the merging block's shared memory): clusters of 2 to 16,
+// sizes that do not divide the 8 x head_dim outputs (3, 5, 6, 12), blocks past a short sequence's
+// context, head_dim 64 and 128, with and without the load pipeline: all match the reference.
+TEST_P(AttentionGpu, DecodeClusterMergeSizesMatchReference) {
   SKIP_WITHOUT_GPU();
   const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
@@ -236,16 +232,41 @@ TEST_P(AttentionGpu, DecodeClusterPushMergeMatchesPullBitForBit) {
     for (std::vector<int> ctx : std::vector<std::vector<int>>{{200}, {300}, {600}, {700, 9}, {1500}, {1500, 5, 130}, {4096}}) {
       const KvBatch b = testing::make_batch({ctx, std::vector<int>(ctx.size(), 1), 32, 8, hd, KvLayoutKind::paged, 16}, rng);
       const std::vector<float> ref = reference(b);
-      DecodeSplit used;
-      const std::vector<float> push = run_decode(t, b, SplitPolicy{}, &used, true, kMaxClusterSplits, true, true);
-      const std::vector<float> pull = run_decode(t, b, SplitPolicy{}, nullptr, true, kMaxClusterSplits, true, false);
-      ASSERT_TRUE(used.cluster) << "hd " << hd << " ctx " << ctx[0] << " splits " << used.n_splits;
-      sizes.push_back(used.n_splits);
-      EXPECT_LT(testing::rel_error(push, ref), testing::tolerance(t)) << "hd " << hd << " splits " << used.n_splits;
-      EXPECT_TRUE(std::equal(push.begin(), push.end(), pull.begin())) << "hd " << hd << " splits " << used.n_splits;
+      for (bool pipe : {true, false}) {
+        DecodeSplit used;
+        const std::vector<float> out = run_decode(t, b, SplitPolicy{}, &used, true, kMaxClusterSplits, pipe);
+        ASSERT_TRUE(used.cluster) << "hd " << hd << " ctx " << ctx[0] << " splits " << used.n_splits;
+        sizes.push_back(used.n_splits);
+        EXPECT_LT(testing::rel_error(out, ref), testing::tolerance(t)) << "hd " << hd << " splits " << used.n_splits << " pipeline " << pipe;
+      }
     }
   if (n_sms() >= 132)  // the cuts above assume an H100/H200's multiprocessors
     for (int n : {2, 3, 5, 6, 12, 16}) EXPECT_NE(std::find(sizes.begin(), sizes.end(), n), sizes.end()) << n;
+}
+
+// The tensor-core kernel with its load pipeline (registers, one pass ahead) and without: the same
+// bits, in a cluster or through the workspace, head_dim 64 and 128, splits of 2 to 10 passes.
+TEST_P(AttentionGpu, DecodePipelineGivesTheSameBits) {
+  SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  bool saw_pipe_cluster = false, saw_pipe_workspace = false;
+  for (int hd : {64, 128})
+    for (std::vector<int> ctx : std::vector<std::vector<int>>{{4096}, {1500, 700, 33}, {20000}, {2000, 1999, 5, 300}}) {
+      const KvBatch b = testing::make_batch({ctx, std::vector<int>(ctx.size(), 1), 32, 8, hd, KvLayoutKind::paged, 16}, rng);
+      const std::vector<float> ref = reference(b);
+      std::vector<std::vector<float>> outs;
+      for (bool pipe : {true, false}) {
+        DecodeSplit used;
+        outs.push_back(run_decode(t, b, SplitPolicy{}, &used, true, DecodeAttentionArgs{}.max_cluster_splits, pipe));
+        EXPECT_EQ(used.pipeline, pipe) << "hd " << hd << " ctx " << ctx[0];
+        saw_pipe_cluster |= used.pipeline && used.cluster;
+        saw_pipe_workspace |= used.pipeline && used.reduce;
+        EXPECT_LT(testing::rel_error(outs.back(), ref), testing::tolerance(t)) << "hd " << hd << " pipeline " << pipe;
+      }
+      EXPECT_TRUE(std::equal(outs[0].begin(), outs[0].end(), outs[1].begin())) << "hd " << hd << " ctx " << ctx[0];
+    }
+  EXPECT_TRUE(saw_pipe_cluster && saw_pipe_workspace);
 }
 
 TEST_P(AttentionGpu, DecodeFixedSplitIsBatchInvariant) {
