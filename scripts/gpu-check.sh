@@ -160,10 +160,14 @@ if [ $BUILT = 1 ] && [ -n "${NCU_KERNEL:-}" ] && command -v ncu >/dev/null; then
     if [ -f "$LOGS/ncu_source.ncu-rep" ]; then
       ncu -i "$LOGS/ncu_source.ncu-rep" --page details >"$LOGS/ncu_details.txt" 2>&1
       ncu -i "$LOGS/ncu_source.ncu-rep" --page source --csv --print-source sass >"$LOGS/ncu_source_sass.csv" 2>&1
-      NCU_PY=$(dirname "$(readlink -f "$(command -v ncu)")")/extras/python
-      PYTHONPATH="$NCU_PY:${PYTHONPATH:-}" python3 scripts/ncu-source-stalls.py "$LOGS/ncu_source.ncu-rep" \
-        --src "${NCU_SRC:-kernels/attention_prefill_wgmma_ws.cu}" --json "$LOGS/ncu_stalls.json" >"$OUT/ncu_stalls.txt" 2>&1
-      tail -n 60 "$OUT/ncu_stalls.txt"
+      python3 scripts/ncu-source-stalls.py --csv "$LOGS/ncu_source_sass.csv" >"$OUT/ncu_stalls.txt" 2>&1
+      tail -n 45 "$OUT/ncu_stalls.txt"
+      # With source lines too, where ncu's Python interface (extras/python/ncu_report.py) is found.
+      NCU_PY=$(find /opt /usr/local -name ncu_report.py -path '*extras/python*' 2>/dev/null | head -1)
+      if [ -n "$NCU_PY" ]; then
+        PYTHONPATH="$(dirname "$NCU_PY"):${PYTHONPATH:-}" python3 scripts/ncu-source-stalls.py "$LOGS/ncu_source.ncu-rep" \
+          --src "${NCU_SRC:-kernels/attention_prefill_wgmma_ws.cu}" --json "$LOGS/ncu_stalls.json" >>"$OUT/ncu_stalls.txt" 2>&1
+      fi
       [ "$(stat -c %s "$LOGS/ncu_source.ncu-rep")" -gt 12000000 ] && rm -f "$LOGS/ncu_source.ncu-rep"  # logs.tgz must come back
     fi
   else

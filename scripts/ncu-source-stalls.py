@@ -3,6 +3,9 @@
 
   PYTHONPATH=<nsight-compute>/extras/python python3 scripts/ncu-source-stalls.py REPORT.ncu-rep \
       [--src kernels/attention_prefill_wgmma_ws.cu] [--json OUT.json] [--top 30]
+  python3 scripts/ncu-source-stalls.py --csv SOURCE.csv [--top 30]
+      SOURCE.csv: `ncu -i REPORT --page source --csv --print-source sass` (no source lines: the
+      regions come from the SASS alone, see csv_main)
 
 Reads the first profiled kernel of the report (ncu --set full --import-source yes, a -lineinfo
 build) through ncu's Python interface: the per-instruction metrics smsp__pcsamp_warps_issue_stalled_*
@@ -23,7 +26,7 @@ import sys
 
 PREFIX = "smsp__pcsamp_warps_issue_stalled_"
 MARKERS = (("producer", "---- producer"), ("consumer", "---- consumer"),
-           ("consumer loop", "for (int kt = 0; kt + 1 < n_key_tiles"), ("consumer tail", "const int tl = n_key_tiles - 1"))
+           ("consumer loop", "for (int kt = 0;"), ("consumer tail", "const int tl = n_key_tiles - 1"))
 
 
 def line_regions(src_path):
@@ -50,13 +53,87 @@ def line_regions(src_path):
     return region, at
 
 
+def csv_main(path, top):
+    """The same tables from the source page's CSV (per SASS line: address, SASS, stall_* sample
+    columns, Instructions Executed). Regions from the SASS of a warp-specialized kernel: "setup"
+    up to the consumers' setmaxnreg (USETMAXREG.TRY_ALLOC), "consumer" up to the producer's
+    (USETMAXREG.DEALLOC), "producer" up to the first instruction after it that no warp executed
+    followed by the out-of-line mbarrier retry loops ("out-of-line waits"); each branch's widest
+    backward branch marks its loop (" loop")."""
+    import csv
+    import re
+    rows = list(csv.reader(open(path)))
+    hi = next(i for i, r in enumerate(rows) if "Address" in r)
+    hdr, data = rows[hi], [r for r in rows[hi + 1:] if len(r) == len(rows[hi])]
+    ia, isrc = hdr.index("Address"), hdr.index("Source")
+    iex = hdr.index("Instructions Executed")
+    cols = [(i, h[len("stall_"):]) for i, h in enumerate(hdr) if h.startswith("stall_") and "Not Issued" not in h]
+    base = int(data[0][ia], 16)
+    recs = []
+    for r in data:
+        st = {n: float(r[i] or 0) for i, n in cols}
+        recs.append({"off": int(r[ia], 16) - base, "sass": r[isrc].strip(), "ex": float(r[iex] or 0),
+                     "samples": sum(st.values()), "stalls": st})
+    cons = next((x["off"] for x in recs if "USETMAXREG.TRY_ALLOC" in x["sass"]), None)
+    prod = next((x["off"] for x in recs if "USETMAXREG.DEALLOC" in x["sass"]), None)
+    if cons is None or prod is None:
+        print("no setmaxnreg in the SASS: one region")
+        cons = prod = 10 ** 12
+    first, second = ("consumer", "producer") if cons < prod else ("producer", "consumer")
+    lo, mid = min(cons, prod), max(cons, prod)
+    for x in recs:
+        x["region"] = "setup" if x["off"] < lo else first if x["off"] < mid else second
+    # The out-of-line retry loops after the second branch: from the last EXIT on.
+    exits = [x["off"] for x in recs if re.search(r"\bEXIT\b", x["sass"])]
+    if exits:
+        for x in recs:
+            if x["off"] > exits[-1]:
+                x["region"] = "out-of-line waits"
+    widest = {}
+    for x in recs:
+        m = re.search(r"\bBRA\b[^0-9a-fA-Fx]*(0x[0-9a-fA-F]+)", x["sass"])
+        if not m or x["region"] not in ("consumer", "producer"):
+            continue
+        t = int(m.group(1), 16) - base
+        if 0 <= t < x["off"]:
+            w = widest.get(x["region"])
+            if w is None or x["off"] - t > w[1] - w[0]:
+                widest[x["region"]] = (t, x["off"])
+    for x in recs:
+        w = widest.get(x["region"])
+        if w and w[0] <= x["off"] <= w[1]:
+            x["region"] += " loop"
+    print("loops (widest backward branch): " + ", ".join(f"{k} {v[0]:#x}-{v[1]:#x}" for k, v in widest.items()))
+    total = sum(x["samples"] for x in recs) or 1.0
+    print(f"total samples {total:.0f}, instructions executed {sum(x['ex'] for x in recs):.4g}")
+    print("\n== per region: samples (share), SASS lines, instructions executed, top stall reasons (share of the region) ==")
+    reg = {}
+    for x in recs:
+        g = reg.setdefault(x["region"], {"s": 0.0, "n": 0, "ex": 0.0, "st": collections.Counter()})
+        g["s"] += x["samples"]
+        g["n"] += 1
+        g["ex"] += x["ex"]
+        g["st"].update(x["stalls"])
+    for k, g in reg.items():
+        reasons = ", ".join(f"{a} {b / (g['s'] or 1):.0%}" for a, b in g["st"].most_common(7) if b)
+        print(f"{k:<17} {g['s']:8.0f} ({g['s'] / total:5.1%}) {g['n']:5d} SASS {g['ex'] / 1e6:8.2f} M | {reasons}")
+    print(f"\n== hottest {top} SASS lines: offset, region, samples (share of all), top reasons, SASS ==")
+    for x in sorted(recs, key=lambda x: -x["samples"])[:top]:
+        t3 = ", ".join(f"{a} {b / (x['samples'] or 1):.0%}" for a, b in sorted(x["stalls"].items(), key=lambda kv: -kv[1])[:2] if b)
+        print(f"{x['off']:#07x} {x['region']:<15} {x['samples']:7.0f} ({x['samples'] / total:4.1%}) {t3:<32} {x['sass'][:72]}")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("report")
+    ap.add_argument("report", nargs="?")
+    ap.add_argument("--csv", help="the source page as CSV instead of the report (no ncu_report module needed)")
     ap.add_argument("--src", default="kernels/attention_prefill_wgmma_ws.cu")
     ap.add_argument("--json")
     ap.add_argument("--top", type=int, default=30)
     a = ap.parse_args()
+    if a.csv:
+        return csv_main(a.csv, a.top)
     import ncu_report  # from <nsight-compute>/extras/python
     ctx = ncu_report.load_report(a.report)
     act = ctx.range_by_idx(0).action_by_idx(0)

@@ -388,6 +388,10 @@ int main(int argc, char** argv) {
         std::vector<Timed> timed = {{"prefill_attn", [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention(a, st); }, {}}};
         if (prefill_wgmma_supported(128)) {  // each wgmma kernel by name
           timed.push_back({"prefill_attn_wgmma_pingpong", prefill_attention_wgmma_pingpong, {}});
+          timed.push_back({"prefill_attn_wgmma_fa5", prefill_attention_wgmma_fa5, {}});
+          timed.push_back({"prefill_attn_wgmma_fa5_packafter", [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 1); }, {}});
+          timed.push_back({"prefill_attn_wgmma_fa5_uniform", [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 2); }, {}});
+          timed.push_back({"prefill_attn_wgmma_fa5_lean", [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 3); }, {}});
           timed.push_back({"prefill_attn_wgmma_lean", prefill_attention_wgmma_lean, {}});
           timed.push_back({"prefill_attn_wgmma_ws", prefill_attention_wgmma_ws, {}});
           timed.push_back({"prefill_attn_wgmma_persist", [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_persist(a, st); }, {}});
@@ -400,7 +404,7 @@ int main(int argc, char** argv) {
         for (auto& k : timed) {
           std::vector<double> sorted = k.ms;
           std::sort(sorted.begin(), sorted.end());
-          std::printf("    %-28s %s rounds:", k.name, shape.c_str());
+          std::printf("    %-34s %s rounds:", k.name, shape.c_str());
           for (double m : k.ms) std::printf(" %.1f", flops / (m * 1e-3) / 1e12);
           std::printf(" TFLOP/s\n");
           record(k.name, shape, flops / (sorted[sorted.size() / 2] * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
