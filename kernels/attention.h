@@ -168,13 +168,15 @@ void prefill_attention_wgmma_persist(const PrefillAttentionArgs& a, cudaStream_t
 void prefill_attention_wgmma_sync(const PrefillAttentionArgs& a, cudaStream_t stream);
 /// fa5: v5.1 ping-pong whose consumers let the softmax run under P·V (kernels/notes-prefill.md,
 /// fifth pass): the warpgroup index warp-uniform (descriptors on the uniform datapath), the O
-/// rescale issued between the next S GEMM and its P·V (FlashAttention-3's order), P packed before
-/// the P·V wait. The same arithmetic per row: the same bits as v5.1.
+/// rescale issued between the next S GEMM and its P·V (FlashAttention-3's order), and the P·V
+/// wait kept below the softmax by a control-flow boundary (the wait for the next V stage). The
+/// same arithmetic per row: the same bits as v5.1.
 void prefill_attention_wgmma_fa5(const PrefillAttentionArgs& a, cudaStream_t stream);
-/// fa5's parts, for the tests and kernel_bench: part 0 = fa5; 1 = P packed after the P·V wait
-/// (FlashAttention-3's); 2 = the uniform warpgroup index alone (v5.1's order); 3 = fa5 on v6.1's
-/// lean producer and skipped rescale. All the same bits. Throws std::invalid_argument for a part
-/// outside 0..3.
+/// fa5's parts, for the tests and kernel_bench: part 0 = fa5; 1 = the second call's fa5 (P packed
+/// before the P·V wait, no boundary); 2 = no boundary, P packed after the wait (FlashAttention-3's
+/// order); 3 = the uniform warpgroup index alone (v5.1's order); 4 = the uniform index and the
+/// boundary in v5.1's order; 5 = fa5 without ping-pong's turns. All the same bits. Throws
+/// std::invalid_argument for a part outside 0..5.
 void prefill_attention_wgmma_fa5_part(const PrefillAttentionArgs& a, cudaStream_t stream, int part);
 /// True when this build has sm_90a code, the current device is compute 9.0 and head_dim is 128.
 bool prefill_wgmma_supported(int head_dim);

@@ -252,7 +252,7 @@ bool prefill_wgmma_supported(int head_dim) {
 }
 
 namespace {
-enum class Variant { sync, ws, pingpong, tma, lean, persist, fa5, fa5_pack_after, fa5_uniform, fa5_lean };
+enum class Variant { sync, ws, pingpong, tma, lean, persist, fa5, fa5_pack_early, fa5_pack_after, fa5_uniform, fa5_v51_order, fa5_no_turns };
 /// The wgmma kernels: checks, Params, grid; v picks v4.1 (sync), v5.1 (ws), v5.1 with ping-pong, v6 (tma), v6.1 (lean) or
 /// v7 (persist, on at most max_blocks blocks where > 0).
 void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v, int max_blocks = 0) {
@@ -295,7 +295,9 @@ void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v, in
                              : v == Variant::fa5            ? WsVariant::fa5
                              : v == Variant::fa5_pack_after ? WsVariant::fa5_pack_after
                              : v == Variant::fa5_uniform    ? WsVariant::fa5_uniform
-                             : v == Variant::fa5_lean       ? WsVariant::fa5_lean
+                             : v == Variant::fa5_pack_early ? WsVariant::fa5_pack_early
+                             : v == Variant::fa5_v51_order  ? WsVariant::fa5_v51_order
+                             : v == Variant::fa5_no_turns   ? WsVariant::fa5_no_turns
                                                             : WsVariant::lean,
                              a.dtype, stream);
   else SERVELAB_DISPATCH_16(a.dtype, launch<__nv_bfloat16>(p, int(grid), stream), launch<__half>(p, int(grid), stream));
@@ -317,8 +319,9 @@ void prefill_attention_wgmma_lean(const PrefillAttentionArgs& a, cudaStream_t st
 void prefill_attention_wgmma_sync(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::sync); }
 void prefill_attention_wgmma_fa5(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::fa5); }
 void prefill_attention_wgmma_fa5_part(const PrefillAttentionArgs& a, cudaStream_t stream, int part) {
-  static constexpr Variant kParts[] = {Variant::fa5, Variant::fa5_pack_after, Variant::fa5_uniform, Variant::fa5_lean};
-  if (part < 0 || part > 3) throw std::invalid_argument("prefill_attention_wgmma_fa5_part: part must be in 0..3 (got " + std::to_string(part) + ")");
+  static constexpr Variant kParts[] = {Variant::fa5, Variant::fa5_pack_early, Variant::fa5_pack_after, Variant::fa5_uniform, Variant::fa5_v51_order,
+                                       Variant::fa5_no_turns};
+  if (part < 0 || part > 5) throw std::invalid_argument("prefill_attention_wgmma_fa5_part: part must be in 0..5 (got " + std::to_string(part) + ")");
   run_wgmma(a, stream, kParts[part]);
 }
 void prefill_attention_wgmma_persist(const PrefillAttentionArgs& a, cudaStream_t stream, int max_blocks) {

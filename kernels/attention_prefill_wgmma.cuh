@@ -313,11 +313,13 @@ struct RowPairSoftmax {
 /// v6.1 (ping-pong, fewer producer instructions, O rescale skipped where a warp's maxima held);
 /// persist v7 (attention_prefill_wgmma_persist.cu: v6.1 on a persistent grid, snake order); fa5
 /// (v5.1 ping-pong's producer; consumers with warp-uniform descriptors, the O rescale under the
-/// next S GEMM and P packed before the P·V wait, so that the softmax overlaps P·V: see
-/// notes-prefill.md, fifth pass) and its parts for comparison: fa5_pack_after (P packed after the
-/// wait, FlashAttention-3's order), fa5_uniform (the uniform descriptors alone, v5.1's order),
-/// fa5_lean (fa5 on v6.1's producer and skipped rescale).
-enum class WsVariant { ws, pingpong, tma, lean, persist, fa5, fa5_pack_after, fa5_uniform, fa5_lean };
+/// next S GEMM, and the P·V wait kept below the softmax by a control-flow boundary, so that the
+/// softmax overlaps P·V: see notes-prefill.md, fifth pass) and its parts for comparison:
+/// fa5_pack_early (the second call's fa5: P packed before the P·V wait, no boundary),
+/// fa5_pack_after (no boundary, P packed after the wait: FlashAttention-3's order), fa5_uniform
+/// (the uniform descriptors alone, v5.1's order), fa5_v51_order (uniform descriptors and the
+/// boundary in v5.1's order), fa5_no_turns (fa5 without ping-pong's turns).
+enum class WsVariant { ws, pingpong, tma, lean, persist, fa5, fa5_pack_early, fa5_pack_after, fa5_uniform, fa5_v51_order, fa5_no_turns };
 /// Launches the warp-specialized kernel v on grid blocks (persist: at most one block per SM, grid
 /// items).
 void launch_ws(const Params& p, int grid, WsVariant v, ScalarType dtype, cudaStream_t stream);

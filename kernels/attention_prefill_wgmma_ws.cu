@@ -77,11 +77,16 @@ static_assert(Layout::kBytes % 8 == 0, "mbarriers need 8-byte alignment");
 /// after the next S GEMM and before its P·V (FlashAttention-3's order: nothing that needs P·V's
 /// registers is left to interleave with the softmax), P packed into fresh registers before the
 /// P·V wait and copied after it. 2: as 1, P packed after the wait (FlashAttention-3's). 3: the
-/// uniform warpgroup index alone, v5.1's order.
+/// uniform warpgroup index alone, v5.1's order. In call 2, ptxas hoisted the P·V wait above the
+/// softmax again in 1 and 2 (it coalesced 1's copy into the packs). 4 (fa5 since): as 2, and between
+/// the softmax and the P·V wait the wait for tile t+1's V stage ("full", needed by the next P·V
+/// anyway): its try_wait loop is a control-flow boundary, which ptxas's scheduler does not move the
+/// WARPGROUP.DEPBAR across. 5: that boundary in v5.1's order.
 template <typename T, bool kPingPong, int kProd, int kSched = 0>
 __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const Params p, const __grid_constant__ TmaMaps maps) {
   constexpr bool kTma = kProd == 1, kLean = kProd == 2;
-  constexpr bool kFa3Order = kSched == 1 || kSched == 2, kPackEarly = kSched == 1;
+  constexpr bool kFa3Order = kSched == 1 || kSched == 2 || kSched == 4, kPackEarly = kSched == 1;
+  constexpr bool kFenceBlock = kSched == 4 || kSched == 5;  // the P·V wait behind a control-flow boundary
 #if SERVELAB_WGMMA_DEVICE
   using L = Layout;
   using LW = LayoutWs;
@@ -345,6 +350,10 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
         sm.pack<T>(sc, pk);
         wgmma::pin_u32(pk);  // packed before the wait below
       }
+      if constexpr (kFenceBlock) {  // the softmax done, then a loop (the mbarrier wait) before the P·V wait
+        wgmma::pin(sc);
+        mbar_wait(sbase + LW::kFullV + 8 * s1, (t1 / kStages) & 1);
+      }
       wgmma::wait<0>();
       wgmma::pin(o);
       wgmma::pin_u32(pf);
@@ -374,6 +383,10 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
       wgmma::pin(sc);
       release(sbase + LW::kEmptyK + 8 * s1);
       softmax(t1);
+      if constexpr (kFenceBlock) {
+        wgmma::pin(sc);
+        mbar_wait(sbase + LW::kFullV + 8 * s1, (t1 / kStages) & 1);
+      }
       wgmma::wait<0>();
       wgmma::pin(o);
       wgmma::pin_u32(pf);
@@ -481,7 +494,16 @@ void launch_ws(const Params& p, int grid, WsVariant v, ScalarType dtype, cudaStr
       launch_persist(p, grid, 0, dtype, stream);
       break;
     case WsVariant::fa5:
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 0, 4>(p, grid, stream)), (launch_ws_t<__half, true, 0, 4>(p, grid, stream)));
+      break;
+    case WsVariant::fa5_pack_early:
       SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 0, 1>(p, grid, stream)), (launch_ws_t<__half, true, 0, 1>(p, grid, stream)));
+      break;
+    case WsVariant::fa5_no_turns:
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, false, 0, 4>(p, grid, stream)), (launch_ws_t<__half, false, 0, 4>(p, grid, stream)));
+      break;
+    case WsVariant::fa5_v51_order:
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 0, 5>(p, grid, stream)), (launch_ws_t<__half, true, 0, 5>(p, grid, stream)));
       break;
     case WsVariant::fa5_pack_after:
       SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 0, 2>(p, grid, stream)), (launch_ws_t<__half, true, 0, 2>(p, grid, stream)));
@@ -489,9 +511,7 @@ void launch_ws(const Params& p, int grid, WsVariant v, ScalarType dtype, cudaStr
     case WsVariant::fa5_uniform:
       SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 0, 3>(p, grid, stream)), (launch_ws_t<__half, true, 0, 3>(p, grid, stream)));
       break;
-    case WsVariant::fa5_lean:
-      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 2, 1>(p, grid, stream)), (launch_ws_t<__half, true, 2, 1>(p, grid, stream)));
-      break;
+
   }
 }
 

@@ -389,9 +389,11 @@ int main(int argc, char** argv) {
         if (prefill_wgmma_supported(128)) {  // each wgmma kernel by name
           timed.push_back({"prefill_attn_wgmma_pingpong", prefill_attention_wgmma_pingpong, {}});
           timed.push_back({"prefill_attn_wgmma_fa5", prefill_attention_wgmma_fa5, {}});
-          timed.push_back({"prefill_attn_wgmma_fa5_packafter", [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 1); }, {}});
-          timed.push_back({"prefill_attn_wgmma_fa5_uniform", [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 2); }, {}});
-          timed.push_back({"prefill_attn_wgmma_fa5_lean", [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 3); }, {}});
+          timed.push_back({"prefill_attn_wgmma_fa5_packearly", [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 1); }, {}});
+          timed.push_back({"prefill_attn_wgmma_fa5_packafter", [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 2); }, {}});
+          timed.push_back({"prefill_attn_wgmma_fa5_uniform", [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 3); }, {}});
+          timed.push_back({"prefill_attn_wgmma_fa5_v51order", [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 4); }, {}});
+          timed.push_back({"prefill_attn_wgmma_fa5_noturns", [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 5); }, {}});
           timed.push_back({"prefill_attn_wgmma_lean", prefill_attention_wgmma_lean, {}});
           timed.push_back({"prefill_attn_wgmma_ws", prefill_attention_wgmma_ws, {}});
           timed.push_back({"prefill_attn_wgmma_persist", [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_persist(a, st); }, {}});

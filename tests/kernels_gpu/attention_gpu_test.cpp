@@ -419,12 +419,14 @@ TEST_P(AttentionGpu, ChunkedPrefillGivesTheSameBitsAsFullPrefill) {
   }
 }
 
-// fa5's parts (prefill_attention_wgmma_fa5_part 0..3) as PrefillFn.
+// fa5's parts (prefill_attention_wgmma_fa5_part 0..5) as PrefillFn.
 const PrefillFn kFa5Parts[] = {
     [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 0); },
     [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 1); },
     [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 2); },
-    [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 3); }};
+    [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 3); },
+    [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 4); },
+    [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 5); }};
 
 #define SKIP_WITHOUT_WGMMA()                                                    \
   SKIP_WITHOUT_GPU();                                                           \
@@ -465,7 +467,7 @@ TEST_P(AttentionGpu, PrefillWgmmaMatchesReferenceOnAwkwardShapes) {
                                }).begin()))
             << "persist differs from ws: layout " << int(kind) << " group " << group << " block " << bs;
         // fa5 and its parts change only the consumers' instruction order: the same bits.
-        for (int part = 0; part < 4; ++part) {
+        for (int part = 0; part < 6; ++part) {
           EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, kFa5Parts[part]).begin()))
               << "fa5 part " << part << " differs from ws: layout " << int(kind) << " group " << group << " block " << bs;
         }
@@ -492,7 +494,7 @@ TEST_P(AttentionGpu, PrefillWgmma4kPromptMatchesReference) {
     const std::vector<float> persist =
         run_prefill(t, b, [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_persist(a, st); });
     EXPECT_TRUE(std::equal(lean.begin(), lean.end(), persist.begin())) << "lean and persist differ " << n_kv;
-    for (int part = 0; part < 4; ++part) {  // fa5 (part 0) and its parts: v5.1's (= lean's) bits
+    for (int part = 0; part < 6; ++part) {  // fa5 (part 0) and its parts: v5.1's (= lean's) bits
       const std::vector<float> fa5 = run_prefill(t, b, kFa5Parts[part]);
       EXPECT_TRUE(std::equal(lean.begin(), lean.end(), fa5.begin())) << "lean and fa5 part " << part << " differ " << n_kv;
     }
@@ -535,7 +537,7 @@ TEST_P(AttentionGpu, PrefillWgmmaPersistentGridMatchesLeanOnFewBlocks) {
   const KvBatch b = testing::make_batch({{5}, {5}, 8, 8, 128, KvLayoutKind::paged, 16}, rng);
   EXPECT_THROW(run_prefill(t, b, [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_persist(a, st, -1); }),
                std::invalid_argument);
-  EXPECT_THROW(run_prefill(t, b, [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 4); }),
+  EXPECT_THROW(run_prefill(t, b, [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 6); }),
                std::invalid_argument);
 }
 
