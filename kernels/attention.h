@@ -138,7 +138,7 @@ void prefill_attention(const PrefillAttentionArgs& a, cudaStream_t stream);
 void prefill_attention_mma(const PrefillAttentionArgs& a, cudaStream_t stream);
 /// FlashAttention-3 structure on wgmma (sm_90a): 128-row tiles over 2 consumer warpgroups,
 /// 128-position key tiles in 3 smem stages, P in registers. Runs one of the kernels below
-/// (always the same one: prefill_attention_wgmma_pingpong, v5.1). Throws std::invalid_argument where prefill_wgmma_supported(head_dim)
+/// (always the same one: prefill_attention_wgmma_fa5). Throws std::invalid_argument where prefill_wgmma_supported(head_dim)
 /// is false.
 void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream);
 /// v5: warp-specialized (a producer warpgroup gathers K/V by cp.async onto per-stage mbarriers;
@@ -146,7 +146,7 @@ void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream)
 void prefill_attention_wgmma_ws(const PrefillAttentionArgs& a, cudaStream_t stream);
 /// v5 with ping-pong: the two consumer warpgroups take turns issuing their GEMMs (named barriers),
 /// so one's softmax overlaps the other's GEMMs (v5.1: the producer's table reads independent).
-/// prefill_attention_wgmma runs this one.
+/// prefill_attention_wgmma ran this one until fa5.
 void prefill_attention_wgmma_pingpong(const PrefillAttentionArgs& a, cudaStream_t stream);
 /// v6: v5.1 ping-pong whose producer loads whole key tiles by TMA (one thread; tensor maps over
 /// the arenas, one box per KV block and head_dim half) for the naive layout and paged blocks of

@@ -19,7 +19,7 @@
 // zeros to it, so a row's bits do not depend on its tile or batch.
 // Built for sm_90a only (SERVELAB_HAS_SM90A from kernels/CMakeLists.txt); elsewhere
 // prefill_attention keeps the mma.sync kernel. This is v4.1 (prefill_attention_wgmma_sync); the one
-// prefill_attention_wgmma runs is v5.1 ping-pong in attention_prefill_wgmma_ws.cu (see notes-prefill.md).
+// prefill_attention_wgmma runs is fa5 in attention_prefill_wgmma_ws.cu (see notes-prefill.md).
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -304,11 +304,10 @@ void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v, in
 }
 }  // namespace
 
-// v6.1 (lean) is the one dispatched (kernels/notes-prefill.md: 447 / 463 TFLOP/s at 4k, ecd5542;
-// v5.1 ping-pong as fast; v6 with TMA 363 / 381; v7 persist 412 / 468 against v6.1's 410 / 466 in
-// one call, d0a0851: no measurable gain, so v6.1 stays).
+// fa5 is the one dispatched (kernels/notes-prefill.md, fifth pass: 428 / 448 TFLOP/s at 4k against
+// v5.1 ping-pong's 404 / 438 in one call, e2eef2f, the same bits; before it v5.1 ping-pong, v6.1).
 void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) {
-  run_wgmma(a, stream, Variant::fa5);  // fifth pass: the softmax under P·V (notes-prefill.md)
+  run_wgmma(a, stream, Variant::fa5);  // fifth pass: the softmax under P·V, +2-6% (notes-prefill.md)
 }
 void prefill_attention_wgmma_pingpong(const PrefillAttentionArgs& a, cudaStream_t stream) {
   run_wgmma(a, stream, Variant::pingpong);
