@@ -131,7 +131,7 @@ void prefill_attention(const PrefillAttentionArgs& a, cudaStream_t stream);
 void prefill_attention_mma(const PrefillAttentionArgs& a, cudaStream_t stream);
 /// FlashAttention-3 structure on wgmma (sm_90a): 128-row tiles over 2 consumer warpgroups,
 /// 128-position key tiles in 3 smem stages, P in registers. Runs one of the kernels below
-/// (always the same one: prefill_attention_wgmma_pingpong, v5.1). Throws std::invalid_argument where prefill_wgmma_supported(head_dim)
+/// (always the same one: prefill_attention_wgmma_fa5). Throws std::invalid_argument where prefill_wgmma_supported(head_dim)
 /// is false.
 void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream);
 /// v5: warp-specialized (a producer warpgroup gathers K/V by cp.async onto per-stage mbarriers;
@@ -139,7 +139,7 @@ void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream)
 void prefill_attention_wgmma_ws(const PrefillAttentionArgs& a, cudaStream_t stream);
 /// v5 with ping-pong: the two consumer warpgroups take turns issuing their GEMMs (named barriers),
 /// so one's softmax overlaps the other's GEMMs (v5.1: the producer's table reads independent).
-/// prefill_attention_wgmma runs this one.
+/// prefill_attention_wgmma ran this one until fa5.
 void prefill_attention_wgmma_pingpong(const PrefillAttentionArgs& a, cudaStream_t stream);
 /// v6: v5.1 ping-pong whose producer loads whole key tiles by TMA (one thread; tensor maps over
 /// the arenas, one box per KV block and head_dim half) for the naive layout and paged blocks of
@@ -159,6 +159,18 @@ void prefill_attention_wgmma_lean(const PrefillAttentionArgs& a, cudaStream_t st
 void prefill_attention_wgmma_persist(const PrefillAttentionArgs& a, cudaStream_t stream, int max_blocks = 0);
 /// v4.1: every thread loads, one __syncthreads per key tile.
 void prefill_attention_wgmma_sync(const PrefillAttentionArgs& a, cudaStream_t stream);
+/// fa5: v5.1 ping-pong whose consumers let the softmax run under P·V (kernels/notes-prefill.md,
+/// fifth pass): the warpgroup index warp-uniform (descriptors on the uniform datapath), the O
+/// rescale issued between the next S GEMM and its P·V (FlashAttention-3's order), and the P·V
+/// wait kept below the softmax by a control-flow boundary (the wait for the next V stage). The
+/// same arithmetic per row: the same bits as v5.1.
+void prefill_attention_wgmma_fa5(const PrefillAttentionArgs& a, cudaStream_t stream);
+/// fa5's parts, for the tests and kernel_bench: part 0 = fa5; 1 = the second call's fa5 (P packed
+/// before the P·V wait, no boundary); 2 = no boundary, P packed after the wait (FlashAttention-3's
+/// order); 3 = the uniform warpgroup index alone (v5.1's order); 4 = the uniform index and the
+/// boundary in v5.1's order; 5 = fa5 without ping-pong's turns. All the same bits. Throws
+/// std::invalid_argument for a part outside 0..5.
+void prefill_attention_wgmma_fa5_part(const PrefillAttentionArgs& a, cudaStream_t stream, int part);
 /// True when this build has sm_90a code, the current device is compute 9.0 and head_dim is 128.
 bool prefill_wgmma_supported(int head_dim);
 /// The first version (WMMA, O in shared memory, no overlap): same contract, slower; kept for

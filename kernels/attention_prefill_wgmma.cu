@@ -19,7 +19,7 @@
 // zeros to it, so a row's bits do not depend on its tile or batch.
 // Built for sm_90a only (SERVELAB_HAS_SM90A from kernels/CMakeLists.txt); elsewhere
 // prefill_attention keeps the mma.sync kernel. This is v4.1 (prefill_attention_wgmma_sync); the one
-// prefill_attention_wgmma runs is v5.1 ping-pong in attention_prefill_wgmma_ws.cu (see notes-prefill.md).
+// prefill_attention_wgmma runs is fa5 in attention_prefill_wgmma_ws.cu (see notes-prefill.md).
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -252,7 +252,7 @@ bool prefill_wgmma_supported(int head_dim) {
 }
 
 namespace {
-enum class Variant { sync, ws, pingpong, tma, lean, persist };
+enum class Variant { sync, ws, pingpong, tma, lean, persist, fa5, fa5_pack_early, fa5_pack_after, fa5_uniform, fa5_v51_order, fa5_no_turns };
 /// The wgmma kernels: checks, Params, grid; v picks v4.1 (sync), v5.1 (ws), v5.1 with ping-pong, v6 (tma), v6.1 (lean) or
 /// v7 (persist, on at most max_blocks blocks where > 0).
 void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v, int max_blocks = 0) {
@@ -289,17 +289,25 @@ void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v, in
   if (v == Variant::persist) prefill_wgmma::launch_persist(p, int(grid), max_blocks, a.dtype, stream);
   else if (v != Variant::sync)
     prefill_wgmma::launch_ws(p, int(grid),
-                             v == Variant::ws ? WsVariant::ws : v == Variant::pingpong ? WsVariant::pingpong : v == Variant::tma ? WsVariant::tma : WsVariant::lean,
+                             v == Variant::ws               ? WsVariant::ws
+                             : v == Variant::pingpong       ? WsVariant::pingpong
+                             : v == Variant::tma            ? WsVariant::tma
+                             : v == Variant::fa5            ? WsVariant::fa5
+                             : v == Variant::fa5_pack_after ? WsVariant::fa5_pack_after
+                             : v == Variant::fa5_uniform    ? WsVariant::fa5_uniform
+                             : v == Variant::fa5_pack_early ? WsVariant::fa5_pack_early
+                             : v == Variant::fa5_v51_order  ? WsVariant::fa5_v51_order
+                             : v == Variant::fa5_no_turns   ? WsVariant::fa5_no_turns
+                                                            : WsVariant::lean,
                              a.dtype, stream);
   else SERVELAB_DISPATCH_16(a.dtype, launch<__nv_bfloat16>(p, int(grid), stream), launch<__half>(p, int(grid), stream));
 }
 }  // namespace
 
-// v6.1 (lean) is the one dispatched (kernels/notes-prefill.md: 447 / 463 TFLOP/s at 4k, ecd5542;
-// v5.1 ping-pong as fast; v6 with TMA 363 / 381; v7 persist 412 / 468 against v6.1's 410 / 466 in
-// one call, d0a0851: no measurable gain, so v6.1 stays).
+// fa5 is the one dispatched (kernels/notes-prefill.md, fifth pass: 428 / 448 TFLOP/s at 4k against
+// v5.1 ping-pong's 404 / 438 in one call, e2eef2f, the same bits; before it v5.1 ping-pong, v6.1).
 void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) {
-  run_wgmma(a, stream, Variant::pingpong);  // ahead of v6.1 lean by 2-7% in three calls (notes-prefill.md)
+  run_wgmma(a, stream, Variant::fa5);  // fifth pass: the softmax under P·V, +2-6% (notes-prefill.md)
 }
 void prefill_attention_wgmma_pingpong(const PrefillAttentionArgs& a, cudaStream_t stream) {
   run_wgmma(a, stream, Variant::pingpong);
@@ -308,6 +316,13 @@ void prefill_attention_wgmma_ws(const PrefillAttentionArgs& a, cudaStream_t stre
 void prefill_attention_wgmma_tma(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::tma); }
 void prefill_attention_wgmma_lean(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::lean); }
 void prefill_attention_wgmma_sync(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::sync); }
+void prefill_attention_wgmma_fa5(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::fa5); }
+void prefill_attention_wgmma_fa5_part(const PrefillAttentionArgs& a, cudaStream_t stream, int part) {
+  static constexpr Variant kParts[] = {Variant::fa5, Variant::fa5_pack_early, Variant::fa5_pack_after, Variant::fa5_uniform, Variant::fa5_v51_order,
+                                       Variant::fa5_no_turns};
+  if (part < 0 || part > 5) throw std::invalid_argument("prefill_attention_wgmma_fa5_part: part must be in 0..5 (got " + std::to_string(part) + ")");
+  run_wgmma(a, stream, kParts[part]);
+}
 void prefill_attention_wgmma_persist(const PrefillAttentionArgs& a, cudaStream_t stream, int max_blocks) {
   if (max_blocks < 0) throw std::invalid_argument("prefill_attention_wgmma_persist: max_blocks must be >= 0 (got " + std::to_string(max_blocks) + ")");
   run_wgmma(a, stream, Variant::persist, max_blocks);

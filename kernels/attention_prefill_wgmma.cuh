@@ -281,14 +281,45 @@ struct RowPairSoftmax {
       pf[j / 2][(j % 2) * 2 + 1] = pack2<T>(sc[4 * j + 2], sc[4 * j + 3]);
     }
   }
+
+  /// The two halves of rescale_and_pack, for fa5's order (the O rescale issued under the next S
+  /// GEMM, FlashAttention-3's): O *= corr (kSkipHeld as above) ...
+  template <bool kSkipHeld>
+  __device__ __forceinline__ void rescale(float (&o)[64]) const {
+    if (!kSkipHeld || __any_sync(0xffffffffu, corr0 != 1.0f || corr1 != 1.0f)) {
+#pragma unroll
+      for (int j = 0; j < kHD / 8; ++j) {
+        o[4 * j] *= corr0;
+        o[4 * j + 1] *= corr0;
+        o[4 * j + 2] *= corr1;
+        o[4 * j + 3] *= corr1;
+      }
+    }
+  }
+  /// ... and P into wgmma A fragments.
+  template <class T>
+  __device__ __forceinline__ static void pack(const float (&sc)[64], uint32_t (&pf)[kBN / 16][4]) {
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      pf[j / 2][(j % 2) * 2] = pack2<T>(sc[4 * j], sc[4 * j + 1]);
+      pf[j / 2][(j % 2) * 2 + 1] = pack2<T>(sc[4 * j + 2], sc[4 * j + 3]);
+    }
+  }
 };
 
 /// The warp-specialized kernels (attention_prefill_wgmma_ws.cu): ws v5.1; pingpong v5.1 with the
 /// consumer warpgroups taking turns issuing their GEMMs; tma v6 (ping-pong, whole key tiles by TMA
 /// where the layout allows: naive, or paged blocks of 2^k >= 16 slots; else v5.1 ping-pong); lean
 /// v6.1 (ping-pong, fewer producer instructions, O rescale skipped where a warp's maxima held);
-/// persist v7 (attention_prefill_wgmma_persist.cu: v6.1 on a persistent grid, snake order).
-enum class WsVariant { ws, pingpong, tma, lean, persist };
+/// persist v7 (attention_prefill_wgmma_persist.cu: v6.1 on a persistent grid, snake order); fa5
+/// (v5.1 ping-pong's producer; consumers with warp-uniform descriptors, the O rescale under the
+/// next S GEMM, and the P·V wait kept below the softmax by a control-flow boundary, so that the
+/// softmax overlaps P·V: see notes-prefill.md, fifth pass) and its parts for comparison:
+/// fa5_pack_early (the second call's fa5: P packed before the P·V wait, no boundary),
+/// fa5_pack_after (no boundary, P packed after the wait: FlashAttention-3's order), fa5_uniform
+/// (the uniform descriptors alone, v5.1's order), fa5_v51_order (uniform descriptors and the
+/// boundary in v5.1's order), fa5_no_turns (fa5 without ping-pong's turns).
+enum class WsVariant { ws, pingpong, tma, lean, persist, fa5, fa5_pack_early, fa5_pack_after, fa5_uniform, fa5_v51_order, fa5_no_turns };
 /// Launches the warp-specialized kernel v on grid blocks (persist: at most one block per SM, grid
 /// items).
 void launch_ws(const Params& p, int grid, WsVariant v, ScalarType dtype, cudaStream_t stream);

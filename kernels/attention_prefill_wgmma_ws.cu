@@ -1,7 +1,7 @@
 // Prefill attention on wgmma, v5: the warp-specialized kernel (see the comment below and
 // kernels/notes-prefill.md); shares Params, Layout and the helpers with attention_prefill_wgmma.cu
-// through attention_prefill_wgmma.cuh. Selectable by name (prefill_attention_wgmma_ws / _pingpong);
-// prefill_attention runs v4.1 until this one measures faster.
+// through attention_prefill_wgmma.cuh. Selectable by name (prefill_attention_wgmma_ws, _pingpong,
+// _tma, _lean, _fa5, _fa5_part); prefill_attention runs fa5 (kSched 4 below) on Hopper at hd 128.
 #include <cuda.h>  // CUtensorMap (the encoder comes through the runtime: no libcuda link)
 #include <cudaTypedefs.h>
 
@@ -68,9 +68,25 @@ static_assert(Layout::kBytes % 8 == 0, "mbarriers need 8-byte alignment");
 /// slots, a 32x32->64-bit multiply per row, no validity tests), and the consumers skip the O
 /// rescale where no row of the warp changed its maximum (a multiply by exactly 1). Every producer
 /// writes the same smem bytes, so all give the same bits.
-template <typename T, bool kPingPong, int kProd>
+/// kSched picks the consumers' schedule (the same arithmetic, so the same bits). 0: v5.1's. fa5
+/// (notes-prefill.md, fifth pass): ptxas placed v5.1's P·V wait (WARPGROUP.DEPBAR) above the
+/// softmax, to interleave the O rescale and the P packing with the exponentials, so the softmax
+/// never ran under P·V; and the Q descriptor (warpgroup-dependent) was rebuilt in vector registers
+/// and moved to uniform ones (R2UR) before every S wgmma. 1 (fa5): the warpgroup index made
+/// warp-uniform (__shfl_sync: the descriptors stay on the uniform datapath), the O rescale issued
+/// after the next S GEMM and before its P·V (FlashAttention-3's order: nothing that needs P·V's
+/// registers is left to interleave with the softmax), P packed into fresh registers before the
+/// P·V wait and copied after it. 2: as 1, P packed after the wait (FlashAttention-3's). 3: the
+/// uniform warpgroup index alone, v5.1's order. In call 2, ptxas hoisted the P·V wait above the
+/// softmax again in 1 and 2 (it coalesced 1's copy into the packs). 4 (fa5 since): as 2, and between
+/// the softmax and the P·V wait the wait for tile t+1's V stage ("full", needed by the next P·V
+/// anyway): its try_wait loop is a control-flow boundary, which ptxas's scheduler does not move the
+/// WARPGROUP.DEPBAR across. 5: that boundary in v5.1's order.
+template <typename T, bool kPingPong, int kProd, int kSched = 0>
 __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const Params p, const __grid_constant__ TmaMaps maps) {
   constexpr bool kTma = kProd == 1, kLean = kProd == 2;
+  constexpr bool kFa3Order = kSched == 1 || kSched == 2 || kSched == 4, kPackEarly = kSched == 1;
+  constexpr bool kFenceBlock = kSched == 4 || kSched == 5;  // the P·V wait behind a control-flow boundary
 #if SERVELAB_WGMMA_DEVICE
   using L = Layout;
   using LW = LayoutWs;
@@ -259,14 +275,16 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
   } else {  // ---------------- consumer warpgroups ----------------
     asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
     // This thread's two rows (accumulator layout: warp w of the warpgroup owns rows 16w..16w+15).
-    const int wg = tid / 128 - 1, warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, c2 = (lane % 4) * 2;
+    // fa5: the same value, known warp-uniform to the compiler (CUTLASS's canonical_warp_group_idx).
+    const int wg = (kSched > 0 ? __shfl_sync(0xffffffffu, tid / 128, 0) : tid / 128) - 1;
+    const int warp = (tid % 128) / 32, lane = tid % 32, g = lane / 4, c2 = (lane % 4) * 2;
     const int lr0 = wg * 64 + warp * 16 + g, lr1 = lr0 + 8;
     const int pos0 = row_pos[lr0], pos1 = row_pos[lr1];
     const int wg_min = row_pos[wg * 64];  // -1: no valid row in this warpgroup (masked everywhere)
     const float sl2 = p.scale_log2;
     RowPairSoftmax sm;
     float o[64], sc[64];
-    uint32_t pf[kBN / 16][4];
+    uint32_t pf[kBN / 16][4], pk[kBN / 16][4];  // pk: fa5's P, packed before the P·V wait
 #pragma unroll
     for (int i = 0; i < 64; ++i) o[i] = 0.0f;
     const uint64_t desc_q = wgmma::desc_sw128(sbase + L::kQ + wg * 64 * 128, 16, 1024);
@@ -306,8 +324,50 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
     wgmma::pin(sc);
     release(sbase + LW::kEmptyK);
     softmax(0);
-    rescale_and_pack();
-    for (int kt = 0; kt + 1 < n_key_tiles; ++kt) {
+    if constexpr (kFa3Order) sm.pack<T>(sc, pf);  // O (zeros) rescaled by corr(0) before P·V(0), in the loop
+    else rescale_and_pack();
+    for (int kt = 0; kFa3Order && kt + 1 < n_key_tiles; ++kt) {  // fa5: O rescale under the S GEMM
+      const int t1 = kt + 1, s1 = t1 % kStages, s0 = kt % kStages;
+      mbar_wait(sbase + LW::kFullK + 8 * s1, (t1 / kStages) & 1);
+      mbar_wait(sbase + LW::kFullV + 8 * s0, (kt / kStages) & 1);
+      wgmma::fence_proxy_async();
+      turn_wait();
+      wgmma::fence();
+      issue_s(t1);
+      wgmma::commit();
+      wgmma::pin(o);  // the rescale after the S issue
+      sm.rescale<kLean>(o);
+      wgmma::pin(o);
+      wgmma::fence();  // o written by the rescale, read by P·V
+      issue_pv(kt);
+      wgmma::commit();
+      turn_pass();
+      wgmma::wait<1>();  // S of tile kt + 1 (P · V of tile kt may still run)
+      wgmma::pin(sc);
+      release(sbase + LW::kEmptyK + 8 * s1);
+      softmax(t1);
+      if constexpr (kPackEarly) {
+        sm.pack<T>(sc, pk);
+        wgmma::pin_u32(pk);  // packed before the wait below
+      }
+      if constexpr (kFenceBlock) {  // the softmax done, then a loop (the mbarrier wait) before the P·V wait
+        wgmma::pin(sc);
+        mbar_wait(sbase + LW::kFullV + 8 * s1, (t1 / kStages) & 1);
+      }
+      wgmma::wait<0>();
+      wgmma::pin(o);
+      wgmma::pin_u32(pf);
+      release(sbase + LW::kEmptyV + 8 * s0);
+      if constexpr (kPackEarly) {
+#pragma unroll
+        for (int i = 0; i < kBN / 16; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) pf[i][j] = pk[i][j];
+      } else {
+        sm.pack<T>(sc, pf);
+      }
+    }
+    for (int kt = 0; !kFa3Order && kt + 1 < n_key_tiles; ++kt) {
       const int t1 = kt + 1, s1 = t1 % kStages, s0 = kt % kStages;
       mbar_wait(sbase + LW::kFullK + 8 * s1, (t1 / kStages) & 1);
       mbar_wait(sbase + LW::kFullV + 8 * s0, (kt / kStages) & 1);
@@ -323,6 +383,10 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
       wgmma::pin(sc);
       release(sbase + LW::kEmptyK + 8 * s1);
       softmax(t1);
+      if constexpr (kFenceBlock) {
+        wgmma::pin(sc);
+        mbar_wait(sbase + LW::kFullV + 8 * s1, (t1 / kStages) & 1);
+      }
       wgmma::wait<0>();
       wgmma::pin(o);
       wgmma::pin_u32(pf);
@@ -333,6 +397,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
     mbar_wait(sbase + LW::kFullV + 8 * (tl % kStages), (tl / kStages) & 1);
     wgmma::fence_proxy_async();
     turn_wait();
+    if constexpr (kFa3Order) sm.rescale<kLean>(o);  // by corr(tl)
     wgmma::fence();
     issue_pv(tl);
     wgmma::commit();
@@ -390,10 +455,10 @@ CUtensorMap encode_kv_map(const void* arena, const Params& p, int rows) {
   return m;
 }
 
-template <typename T, bool kPingPong, int kProd>
+template <typename T, bool kPingPong, int kProd, int kSched = 0>
 void launch_ws_t(const Params& p, int grid, cudaStream_t stream) {
   static const bool raised = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_ws_kernel<T, kPingPong, kProd>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_ws_kernel<T, kPingPong, kProd, kSched>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(LayoutWs::kAlloc)));
     return true;
   }();
@@ -404,7 +469,7 @@ void launch_ws_t(const Params& p, int grid, cudaStream_t stream) {
     maps.k = encode_kv_map<T>(p.k_cache, p, maps.rows);
     maps.v = encode_kv_map<T>(p.v_cache, p, maps.rows);
   }
-  prefill_wgmma_ws_kernel<T, kPingPong, kProd><<<grid, kThreadsWs, LayoutWs::kAlloc, stream>>>(p, maps);
+  prefill_wgmma_ws_kernel<T, kPingPong, kProd, kSched><<<grid, kThreadsWs, LayoutWs::kAlloc, stream>>>(p, maps);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -428,6 +493,25 @@ void launch_ws(const Params& p, int grid, WsVariant v, ScalarType dtype, cudaStr
     case WsVariant::persist:
       launch_persist(p, grid, 0, dtype, stream);
       break;
+    case WsVariant::fa5:
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 0, 4>(p, grid, stream)), (launch_ws_t<__half, true, 0, 4>(p, grid, stream)));
+      break;
+    case WsVariant::fa5_pack_early:
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 0, 1>(p, grid, stream)), (launch_ws_t<__half, true, 0, 1>(p, grid, stream)));
+      break;
+    case WsVariant::fa5_no_turns:
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, false, 0, 4>(p, grid, stream)), (launch_ws_t<__half, false, 0, 4>(p, grid, stream)));
+      break;
+    case WsVariant::fa5_v51_order:
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 0, 5>(p, grid, stream)), (launch_ws_t<__half, true, 0, 5>(p, grid, stream)));
+      break;
+    case WsVariant::fa5_pack_after:
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 0, 2>(p, grid, stream)), (launch_ws_t<__half, true, 0, 2>(p, grid, stream)));
+      break;
+    case WsVariant::fa5_uniform:
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 0, 3>(p, grid, stream)), (launch_ws_t<__half, true, 0, 3>(p, grid, stream)));
+      break;
+
   }
 }
 

@@ -8,8 +8,9 @@
       2 GiB device-to-device copy and an 8192^3 bf16 matmul as ceilings. --decode-only: the copy and
       the decode shapes only (as kernel_bench --decode-only); --prefill-only: the ceilings and the
       prefill shapes only (as kernel_bench --prefill-only).
-  python3 scripts/gpu-bench-peers.py --combine kernel_bench.json peers.json --benchmarks OUT.json
-      joins both into issue 8's list of {name, value, unit, peer_or_ceiling, ratio, shape, device,
+  python3 scripts/gpu-bench-peers.py --combine kernel_bench.json peers.json [--peers-before P.json] --benchmarks OUT.json
+      joins both (with --peers-before, a peers run before kernel_bench: prefill rows read against the
+      mean of the SDPA figures before and after) into issue 8's list of {name, value, unit, peer_or_ceiling, ratio, shape, device,
       date, commit}: our figure beside its peer on the same shape.
 
   python3 scripts/gpu-bench-peers.py --profile-decode "b1 ctx1024 gqa4" ... [--backend cudnn]
@@ -268,9 +269,14 @@ def measure(quick, decode_only=False, prefill_only=False):
     return {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "rows": rows}
 
 
-def combine(kb_path, peers_path, out_path, commit):
+def combine(kb_path, peers_path, out_path, commit, before_path=None):
     kb = json.load(open(kb_path))
     peers = json.load(open(peers_path))
+    # --peers-before: the SDPA prefill peer also timed before kernel_bench (its figure moved 476-535
+    # between calls); each prefill row is then read against the mean of the two adjacent runs.
+    before = {}
+    if before_path:
+        before = {(r["name"], r["shape"]): r for r in json.load(open(before_path))["rows"]}
     device = kb[0]["device"] if kb else peers["device"]
     date = kb[0]["date"] if kb else datetime.datetime.utcnow().strftime("%Y-%m-%dT%H:%M:%SZ")
     commit = commit or (kb[0]["commit"] if kb else "unknown")
@@ -301,7 +307,13 @@ def combine(kb_path, peers_path, out_path, commit):
         elif r["name"] in ("prefill_attn", "prefill_attn_mma", "prefill_attn_wmma") or r["name"].startswith("prefill_attn_wgmma"):
             # the default, then the others (each wgmma version by name) against the same SDPA row
             p = prow.get(("sdpa_prefill_attn", base))
-            if p:
+            pb = before.get(("sdpa_prefill_attn", base))
+            if p and pb:
+                mean = 0.5 * (p["value"] + pb["value"])
+                add(r["name"], r["value"], "TFLOP/s",
+                    f"torch_sdpa_{p['backend']} {mean:.0f} TFLOP/s (mean of {pb['value']:.0f} before, {p['value']:.0f} after)",
+                    r["value"] / mean, shape + " causal hd128 32 heads")
+            elif p:
                 add(r["name"], r["value"], "TFLOP/s", f"torch_sdpa_{p['backend']} {p['value']:.0f} TFLOP/s",
                     r["value"] / p["value"], shape + " causal hd128 32 heads")
             if r["name"] == "prefill_attn":
@@ -315,6 +327,10 @@ def combine(kb_path, peers_path, out_path, commit):
         elif r["name"] == "sdpa_prefill_attn":
             add("sdpa_prefill_attn", r["value"], "TFLOP/s", "torch_gemm_bf16", r["value"] / ceil["torch_gemm_bf16"],
                 r["shape"] + " " + r["backend"])
+            pb = before.get(("sdpa_prefill_attn", r["shape"]))
+            if pb:
+                add("sdpa_prefill_attn_before", pb["value"], "TFLOP/s", "sdpa_prefill_attn (after kernel_bench)",
+                    pb["value"] / r["value"], r["shape"] + " " + pb["backend"])
         else:
             add(r["name"], r["value"], r["unit"], "-", None, r["shape"])
     json.dump(out, open(out_path, "w"), indent=2)
@@ -333,7 +349,8 @@ def combine(kb_path, peers_path, out_path, commit):
     print(f"\n== other figures ({out_path}) ==")
     for o in out:
         if o["name"] in ("prefill_attn", "prefill_attn_vs_gemm", "prefill_attn_mma", "prefill_attn_wmma", "sdpa_prefill_attn",
-                         "d2d_copy", "cublaslt_gemm_bf16", "torch_d2d_copy", "torch_gemm_bf16") or o["name"].startswith("prefill_attn_wgmma"):
+                         "d2d_copy", "cublaslt_gemm_bf16", "torch_d2d_copy", "torch_gemm_bf16",
+                         "sdpa_prefill_attn_before") or o["name"].startswith("prefill_attn_wgmma"):
             ratio = f"{o['ratio']:.2f} x {o['peer_or_ceiling']}" if o["ratio"] is not None else ""
             print(f"{o['name']:<26} {o['shape']:<34} {o['value']:>9.1f} {o['unit']:<8} {ratio}")
 
@@ -349,6 +366,7 @@ def main():
     ap.add_argument("--profile-decode", nargs="+", metavar="SHAPE",
                     help='for ncu: SDPA on these decode shapes ("b1 ctx1024 gqa4"), 3 calls each')
     ap.add_argument("--backend", default="cudnn", choices=DECODE_BACKENDS)
+    ap.add_argument("--peers-before", help="with --combine: peers.json of a run before kernel_bench (prefill rows read against the mean)")
     ap.add_argument("--commit")
     a = ap.parse_args()
     if a.profile_decode:
@@ -357,7 +375,7 @@ def main():
     if a.combine:
         if not a.benchmarks:
             ap.error("--combine needs --benchmarks")
-        combine(a.combine[0], a.combine[1], a.benchmarks, a.commit)
+        combine(a.combine[0], a.combine[1], a.benchmarks, a.commit, a.peers_before)
         return 0
     if not a.out:
         ap.error("--out or --combine")

@@ -5,8 +5,9 @@
 #   targets, run the CPU reference tests, the GPU tests (test_kernels_gpu, verbose), compute-sanitizer
 #   memcheck over them, kernel_bench, and the PyTorch peers (scripts/gpu-bench-peers.py), joined
 #   into benchmarks.json. A short table is printed last.
-# Output: $OUT (default results/runs/gpu-check) gets at most 6 files: logs.tgz (every log),
-#   kernel_bench.json, peers.json, benchmarks.json, gpu_kernel_tests.json, summary.txt.
+# Output: $OUT (default results/runs/gpu-check) gets at most 8 files: logs.tgz (every log),
+#   kernel_bench.json, peers.json, benchmarks.json, gpu_kernel_tests.json, summary.txt (and with
+#   PEERS_AROUND=1 peers_before.json, with NCU_SOURCE=1 ncu_stalls.txt).
 # A device call is capped at 10 minutes: STEPS picks steps (default all of
 #   "build tests memcheck bench peers"; "ctest" builds everything and runs ctest -L gpu).
 # Environment: OUT, BUILD (build dir, default build-gpu), QUICK=1 (fewer bench shapes), SWEEP=1
@@ -17,7 +18,11 @@
 #   BACKEND_GPU=1 (also build test_cuda_backend_gpu and run it, filter BACKEND_FILTER, default
 #   '-*Bench*:*Hf*', beside the kernel GPU tests: the engine path runs the dispatched kernels),
 #   NCU_KERNEL (a regex: ncu on kernel_bench --prefill-only --quick, NCU_SKIP / NCU_COUNT launches,
-#   NCU_TIMEOUT, NCU_ARGS: more ncu arguments), TESTS_TIMEOUT / MEMCHECK_TIMEOUT (seconds, default 300 / 200; a timed-out test step, e.g. a
+#   NCU_TIMEOUT, NCU_ARGS: more ncu arguments; runs after the peers), NCU_SOURCE=1 (that ncu run with --set full
+#   --import-source yes and PC sampling every 2^(5+NCU_SAMPLING) cycles (default 3), saved as a report; the per-SASS-line
+#   stall profile is condensed by scripts/ncu-source-stalls.py into ncu_stalls.txt, regions from NCU_SRC, default
+#   kernels/attention_prefill_wgmma_ws.cu), PEERS_AROUND=1 (the peers also run before kernel_bench: peers_before.json;
+#   the prefill rows are then read against the mean of the SDPA runs before and after), TESTS_TIMEOUT / MEMCHECK_TIMEOUT (seconds, default 300 / 200; a timed-out test step, e.g. a
 #   hung kernel, skips memcheck and the benchmarks so the logs still come back), DEBS_DIR (a folder of carried Debian .deb files,
 #   unpacked into a prefix when the machine's image lacks the build dependencies; recipe:
 #     mkdir -p shared/debs && cd shared/debs && apt-get download libgtest-dev libyaml-cpp-dev \
@@ -79,6 +84,10 @@ if want build; then
     echo "prefill wgmma SASS: $(grep -c HGMMA "$LOGS/sass_prefill_wgmma.txt") HGMMA, $(grep -c 'HMMA' "$LOGS/sass_prefill_wgmma.txt") HMMA, $(grep -cE 'LDL|STL' "$LOGS/sass_prefill_wgmma.txt") LDL/STL"
   fi
 fi
+PEER_ARGS=()
+[ "${QUICK:-0}" = 1 ] && PEER_ARGS+=(--quick)
+[ "${DECODE_ONLY:-0}" = 1 ] && PEER_ARGS+=(--decode-only)
+[ "${PREFILL_ONLY:-0}" = 1 ] && PEER_ARGS+=(--prefill-only)
 if [ $BUILT = 1 ]; then
   HUNG=0
   if want tests; then
@@ -122,6 +131,9 @@ if [ $BUILT = 1 ]; then
       TABLE+=("$(printf '%-22s %-6s' memcheck 'n/a (no compute-sanitizer)')")
     fi
   fi
+  if want bench && want peers && [ "${PEERS_AROUND:-0}" = 1 ]; then  # the SDPA peer's figure moves between runs
+    step peers_before 400 python3 scripts/gpu-bench-peers.py --out "$OUT/peers_before.json" "${PEER_ARGS[@]}"
+  fi
   if want bench; then
     BENCH_ARGS=(--json "$OUT/kernel_bench.json" --commit "$COMMIT")
     [ "${QUICK:-0}" = 1 ] && BENCH_ARGS+=(--quick)
@@ -130,21 +142,38 @@ if [ $BUILT = 1 ]; then
     [ "${PREFILL_ONLY:-0}" = 1 ] && BENCH_ARGS+=(--prefill-only)
     step kernel_bench 400 "$BUILD/kernels/kernel_bench" "${BENCH_ARGS[@]}"
   fi
-  if [ -n "${NCU_KERNEL:-}" ] && command -v ncu >/dev/null; then  # one launch of the named kernel(s), after the validation ones
+fi
+if want peers; then
+  step peers 400 python3 scripts/gpu-bench-peers.py --out "$OUT/peers.json" "${PEER_ARGS[@]}"
+  if [ -f "$OUT/kernel_bench.json" ] && [ -f "$OUT/peers.json" ]; then
+    BEFORE=()
+    [ -f "$OUT/peers_before.json" ] && BEFORE=(--peers-before "$OUT/peers_before.json")
+    python3 scripts/gpu-bench-peers.py --combine "$OUT/kernel_bench.json" "$OUT/peers.json" "${BEFORE[@]}" \
+      --benchmarks "$OUT/benchmarks.json" --commit "$COMMIT" >"$LOGS/combine.log" 2>&1 || FAILED=1
+  fi
+fi
+if [ $BUILT = 1 ] && [ -n "${NCU_KERNEL:-}" ] && command -v ncu >/dev/null; then  # one launch of the named kernel(s), after the validation ones
+  if [ "${NCU_SOURCE:-0}" = 1 ]; then  # where the warps stall, per SASS line (the build has -lineinfo)
+    step ncu "${NCU_TIMEOUT:-180}" ncu --kernel-name "regex:$NCU_KERNEL" --launch-skip "${NCU_SKIP:-2}" --launch-count 1 \
+      --set full --import-source yes --warp-sampling-interval "${NCU_SAMPLING:-3}" -f -o "$LOGS/ncu_source" ${NCU_ARGS:-} \
+      "$BUILD/kernels/kernel_bench" --prefill-only --quick
+    if [ -f "$LOGS/ncu_source.ncu-rep" ]; then
+      ncu -i "$LOGS/ncu_source.ncu-rep" --page details >"$LOGS/ncu_details.txt" 2>&1
+      ncu -i "$LOGS/ncu_source.ncu-rep" --page source --csv --print-source sass >"$LOGS/ncu_source_sass.csv" 2>&1
+      python3 scripts/ncu-source-stalls.py --csv "$LOGS/ncu_source_sass.csv" >"$OUT/ncu_stalls.txt" 2>&1
+      tail -n 45 "$OUT/ncu_stalls.txt"
+      # With source lines too, where ncu's Python interface (extras/python/ncu_report.py) is found.
+      NCU_PY=$(find /opt /usr/local -name ncu_report.py -path '*extras/python*' 2>/dev/null | head -1)
+      if [ -n "$NCU_PY" ]; then
+        PYTHONPATH="$(dirname "$NCU_PY"):${PYTHONPATH:-}" python3 scripts/ncu-source-stalls.py "$LOGS/ncu_source.ncu-rep" \
+          --src "${NCU_SRC:-kernels/attention_prefill_wgmma_ws.cu}" --json "$LOGS/ncu_stalls.json" >>"$OUT/ncu_stalls.txt" 2>&1
+      fi
+      [ "$(stat -c %s "$LOGS/ncu_source.ncu-rep")" -gt 12000000 ] && rm -f "$LOGS/ncu_source.ncu-rep"  # logs.tgz must come back
+    fi
+  else
     step ncu "${NCU_TIMEOUT:-120}" ncu --kernel-name "regex:$NCU_KERNEL" --launch-skip "${NCU_SKIP:-2}" --launch-count "${NCU_COUNT:-1}" \
       --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats \
       --section InstructionStats --section ComputeWorkloadAnalysis ${NCU_ARGS:-} "$BUILD/kernels/kernel_bench" --prefill-only --quick
-  fi
-fi
-if want peers; then
-  PEER_ARGS=(--out "$OUT/peers.json")
-  [ "${QUICK:-0}" = 1 ] && PEER_ARGS+=(--quick)
-  [ "${DECODE_ONLY:-0}" = 1 ] && PEER_ARGS+=(--decode-only)
-  [ "${PREFILL_ONLY:-0}" = 1 ] && PEER_ARGS+=(--prefill-only)
-  step peers 400 python3 scripts/gpu-bench-peers.py "${PEER_ARGS[@]}"
-  if [ -f "$OUT/kernel_bench.json" ] && [ -f "$OUT/peers.json" ]; then
-    python3 scripts/gpu-bench-peers.py --combine "$OUT/kernel_bench.json" "$OUT/peers.json" \
-      --benchmarks "$OUT/benchmarks.json" --commit "$COMMIT" >"$LOGS/combine.log" 2>&1 || FAILED=1
   fi
 fi
 

@@ -440,6 +440,15 @@ TEST_P(AttentionGpu, ChunkedPrefillGivesTheSameBitsAsFullPrefill) {
   }
 }
 
+// fa5's parts (prefill_attention_wgmma_fa5_part 0..5) as PrefillFn.
+const PrefillFn kFa5Parts[] = {
+    [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 0); },
+    [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 1); },
+    [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 2); },
+    [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 3); },
+    [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 4); },
+    [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 5); }};
+
 #define SKIP_WITHOUT_WGMMA()                                                    \
   SKIP_WITHOUT_GPU();                                                           \
   if (!prefill_wgmma_supported(128)) GTEST_SKIP() << "no sm_90a build or not a compute 9.0 device"
@@ -448,8 +457,8 @@ TEST_P(AttentionGpu, ChunkedPrefillGivesTheSameBitsAsFullPrefill) {
 // query lengths 1, 17, 129; chunks after cached prefixes (one ending on a tile edge, one not);
 // GQA 1, 4, 8; block sizes 1, 16, 32, 64, 256 and the naive layout. The wgmma kernels (warp-
 // specialized v5.1 with and without ping-pong, v6 with TMA boxes of 16, 32, 64 or 128 rows and
-// cp.async for block size 1, v6.1's lean producer, the barrier-per-tile v4.1) and the mma kernel
-// run side by side.
+// cp.async for block size 1, v6.1's lean producer, v7, fa5 and its parts, the barrier-per-tile
+// v4.1) and the mma kernel run side by side.
 TEST_P(AttentionGpu, PrefillWgmmaMatchesReferenceOnAwkwardShapes) {
   SKIP_WITHOUT_WGMMA();
   const ScalarType t = GetParam();
@@ -478,6 +487,13 @@ TEST_P(AttentionGpu, PrefillWgmmaMatchesReferenceOnAwkwardShapes) {
                                  prefill_attention_wgmma_persist(a, st);
                                }).begin()))
             << "persist differs from ws: layout " << int(kind) << " group " << group << " block " << bs;
+        // fa5 and its parts change only the consumers' instruction order: the same bits.
+        for (int part = 0; part < 6; ++part) {
+          EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, kFa5Parts[part]).begin()))
+              << "fa5 part " << part << " differs from ws: layout " << int(kind) << " group " << group << " block " << bs;
+        }
+        EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, prefill_attention_wgmma_fa5).begin()))
+            << "fa5 differs from ws: layout " << int(kind) << " group " << group << " block " << bs;
         EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_mma), ref), testing::tolerance(t))
             << "mma: layout " << int(kind) << " group " << group << " block " << bs;
       }
@@ -499,6 +515,10 @@ TEST_P(AttentionGpu, PrefillWgmma4kPromptMatchesReference) {
     const std::vector<float> persist =
         run_prefill(t, b, [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_persist(a, st); });
     EXPECT_TRUE(std::equal(lean.begin(), lean.end(), persist.begin())) << "lean and persist differ " << n_kv;
+    for (int part = 0; part < 6; ++part) {  // fa5 (part 0) and its parts: v5.1's (= lean's) bits
+      const std::vector<float> fa5 = run_prefill(t, b, kFa5Parts[part]);
+      EXPECT_TRUE(std::equal(lean.begin(), lean.end(), fa5.begin())) << "lean and fa5 part " << part << " differ " << n_kv;
+    }
     EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wgmma_pingpong), ref), testing::tolerance(t)) << n_kv;
     EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wgmma_ws), ref), testing::tolerance(t)) << "ws " << n_kv;
     EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wgmma_sync), ref), testing::tolerance(t)) << "sync " << n_kv;
@@ -537,6 +557,8 @@ TEST_P(AttentionGpu, PrefillWgmmaPersistentGridMatchesLeanOnFewBlocks) {
       }
   const KvBatch b = testing::make_batch({{5}, {5}, 8, 8, 128, KvLayoutKind::paged, 16}, rng);
   EXPECT_THROW(run_prefill(t, b, [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_persist(a, st, -1); }),
+               std::invalid_argument);
+  EXPECT_THROW(run_prefill(t, b, [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 6); }),
                std::invalid_argument);
 }
 
