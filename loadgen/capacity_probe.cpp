@@ -9,44 +9,12 @@
 #include "engine/engine.h"
 #include "engine/model/weights.h"
 #include "loadgen/backend_spec.h"
+#include "loadgen/measuring_backend.h"
 #include "loadgen/plan.h"
 #include "loadgen/sources.h"
 #include "loadgen/sweep.h"
 
 namespace servelab {
-
-namespace {
-
-/// Runs a real backend and, for every step, records its wall time beside what `cost` predicts
-/// for the same shape (the time is measured exactly as the profiler measures it: forward() only).
-class MeasuringBackend final : public Backend {
- public:
-  MeasuringBackend(std::unique_ptr<Backend> inner, const SimCostModel& cost, std::vector<StepTiming>& out)
-      : inner_(std::move(inner)), cost_(cost), out_(out) {}
-  std::string name() const override { return inner_->name(); }
-  const ModelConfig& config() const override { return inner_->config(); }
-  int64_t kv_bytes_per_slot() const override { return inner_->kv_bytes_per_slot(); }
-  void init_kv(int64_t n_slots) override { inner_->init_kv(n_slots); }
-  ForwardResult forward(const Batch& batch, const KvManager& kv) override {
-    const StepShape shape = StepShape::of(batch);
-    const auto t0 = std::chrono::steady_clock::now();
-    ForwardResult r = inner_->forward(batch, kv);
-    const double measured = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    out_.push_back({measured, cost_.step_seconds(inner_->config(), shape), shape});
-    return r;
-  }
-  void copy_slots(std::span<const KvCopy> copies) override { inner_->copy_slots(copies); }
-  std::unique_ptr<HostKvPool> make_host_pool(int64_t n_slots) override { return inner_->make_host_pool(n_slots); }
-  void swap_out(std::span<const KvSwap> runs, HostKvPool& pool) override { inner_->swap_out(runs, pool); }
-  void swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) override { inner_->swap_in(runs, pool); }
-
- private:
-  std::unique_ptr<Backend> inner_;
-  const SimCostModel& cost_;
-  std::vector<StepTiming>& out_;
-};
-
-}  // namespace
 
 PointRunner::PointRunner(const Scenario& scenario) : scenario_(scenario), spec_(servelab::backend_spec(scenario)) {
   if (spec_.kind == BackendKind::cpu) {
@@ -113,7 +81,7 @@ PointRun PointRunner::run(size_t strategy, double rate, const PointRunOptions& o
   if (auto b = kv_budget(strategy)) config.kv_cache_bytes = b->kv_cache_bytes;
   else config.kv_cache_bytes = kv_cache_bytes_for(sc, strat, *backend);
   if (options.predict_with && sc.backend.kind != BackendKind::sim)
-    backend = std::make_unique<MeasuringBackend>(std::move(backend), *options.predict_with, out.step_timings);
+    backend = measuring_backend(std::move(backend), *options.predict_with, out.step_timings);
   Engine engine(config, std::move(backend));
   std::unique_ptr<RequestSource> source = make_source(sc, plan);
   std::unique_ptr<Clock> clock;

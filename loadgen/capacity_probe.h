@@ -13,6 +13,7 @@
 #include "engine/backend/hardware.h"
 #include "engine/backend/make_backend.h"
 #include "loadgen/inprocess_driver.h"
+#include "loadgen/measuring_backend.h"
 #include "loadgen/records/record.h"
 #include "loadgen/records/step_record.h"
 #include "loadgen/scenario.h"
@@ -32,12 +33,6 @@ struct PointRunOptions {
   const SimCostModel* predict_with = nullptr;
 };
 
-/// One real step next to the cost model's price for its shape.
-struct StepTiming {
-  double measured_s = 0.0;
-  double predicted_s = 0.0;
-  StepShape shape;  ///< what was priced
-};
 
 /// The result of one point.
 struct PointRun {

@@ -103,6 +103,11 @@ class Backend {
   /// invalidates every captured graph, and the recaptures land in the measured latencies. A
   /// step larger than `limits` still runs (the buffers grow). Default: nothing to size (cpu, sim).
   virtual void reserve_steps(const StepLimits& limits) { (void)limits; }
+  /// Batch sizes a decode-only step is padded up to before it runs (cuda: the CUDA graph
+  /// buckets, a step of 9 sequences runs as 16), ascending; empty when steps run as they come
+  /// (cpu, sim, cuda without graphs or in batch-invariant mode). The profile records them, so the
+  /// sim prices a decode step at the size that actually runs.
+  virtual std::vector<int> decode_row_buckets() const { return {}; }
   /// Runs the batch: reads/writes K/V at kv.slot(seq, pos), samples. Does not modify the seqs.
   virtual ForwardResult forward(const Batch& batch, const KvManager& kv) = 0;
   virtual void copy_slots(std::span<const KvCopy> copies) = 0;

@@ -316,6 +316,7 @@ ProfileReport profile_backend(Backend& backend, const ProfileOptions& options,
   report.options = options;
   report.kv_bytes_per_slot = backend.kv_bytes_per_slot();
   report.kv_arena_bytes = plan.n_slots * report.kv_bytes_per_slot;
+  report.decode_row_buckets = backend.decode_row_buckets();
   report.skipped = plan.skipped;
   if (progress)
     for (const ProfilePoint& p : plan.skipped)
@@ -408,6 +409,7 @@ std::string profile_json(const ProfileReport& r) {
                 {"vocab_size", m.vocab_size}};
   j["kv_dtype_bytes"] = r.kv_dtype_bytes;
   j["kv_arena_bytes"] = r.kv_arena_bytes;
+  if (!r.decode_row_buckets.empty()) j["decode_row_buckets"] = r.decode_row_buckets;
   const ProfileOptions& o = r.options;
   j["options"] = {{"prefill_lens", o.prefill_lens}, {"batch_sizes", o.batch_sizes}, {"contexts", o.contexts},
                   {"prompt_lens", o.prompt_lens},     {"max_rows", o.max_rows},       {"chunk_lens", o.chunk_lens},

@@ -121,6 +121,9 @@ struct ProfileReport {
   ProfileOptions options;
   int64_t kv_bytes_per_slot = 0;      ///< the backend's K and V of one token, all layers
   int64_t kv_arena_bytes = 0;         ///< the arena the points ran in
+  /// Backend::decode_row_buckets() of the profiled backend: the sim prices a decode step at its
+  /// bucket's size (SimCostModel::as_executed). Empty: steps ran as they came.
+  std::vector<int> decode_row_buckets;
   std::vector<ProfileSample> samples;
   std::vector<ProfilePoint> skipped;  ///< grid points over options.max_kv_bytes, not timed
   /// cuda with tensor_parallel > 1: the measured in-place bf16 sum all-reduce, (message bytes,
@@ -173,6 +176,7 @@ std::string profile_table(const ProfileReport& report);
 ///  "skipped": [{"phase", "n_seqs", "n_tokens", "max_context", "kv_bytes"}],
 ///  "samples": [{"phase", "n_seqs", "n_tokens", "n_padding_tokens", "n_sampled", "sum_context",
 ///  "max_context", "prefill_pairs", "decode_context", "attention_pairs", "step_s", "times_s"}],
+///  "decode_row_buckets": [1, 2, 4, ...] (only when the backend pads decode steps),
 ///  "all_reduce": [{"bytes", "seconds"}] (only when measured),
 ///  "host_overhead": {"per_step_s", "per_seq_s", "points": [{"seqs", "seconds"}]} (only when measured)}
 std::string profile_json(const ProfileReport& report);

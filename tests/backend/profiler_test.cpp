@@ -149,8 +149,10 @@ class CountingBackend final : public Backend {
     for (const KvSwap& r : runs) n_loaded += r.n_slots;
     inner_.swap_in(runs, pool);
   }
+  std::vector<int> decode_row_buckets() const override { return buckets; }
   int n_forward = 0;
   int64_t n_loaded = 0;
+  std::vector<int> buckets;  ///< what decode_row_buckets() reports
   int64_t arena_slots = 0;
   std::vector<int64_t> first_slots;  ///< of the last forward(): each sequence's slot of position 0
   std::vector<int64_t> shapes;       ///< rows and context of every forward(), in order
@@ -177,6 +179,21 @@ TEST(ProfileRunner, SpreadPlacesNaiveRegionsAcrossTheWholeArena) {
   const ProfilePoint mixed{ProfilePhase::mixed, {{32, 1}, {32, 1}, {32, 1}, {32, 1}, {32, 2000}}};
   spread.run(mixed, 0, 1, 0.0);
   EXPECT_EQ(b.first_slots, (std::vector<int64_t>{0, 400, 800, 1200, 1600}));  // (4000 - 2164) / 5 = 367 apart
+}
+
+TEST(Profiler, RecordsTheBackendsDecodeBucketsForTheSim) {
+  CpuBackend cpu(ModelWeights::random(testing::small_config(2), 1), CpuBackendOptions{.n_threads = 1});
+  CountingBackend b(cpu);
+  b.buckets = {1, 4, 8};
+  ProfileOptions o = small_options();
+  o.repeats = 1;
+  const ProfileReport r = profile_backend(b, o);
+  EXPECT_EQ(r.decode_row_buckets, (std::vector<int>{1, 4, 8}));
+  const nlohmann::json j = nlohmann::json::parse(profile_json(r));
+  EXPECT_EQ(j.at("decode_row_buckets"), nlohmann::json({1, 4, 8}));
+  // A backend without buckets writes no key.
+  b.buckets.clear();
+  EXPECT_FALSE(nlohmann::json::parse(profile_json(profile_backend(b, o))).contains("decode_row_buckets"));
 }
 
 TEST(Profiler, InterleaveTimesEveryPointInShuffledRounds) {

@@ -76,6 +76,10 @@ int64_t CudaBackend::weight_bytes() const { return impl_->w.bytes; }
 int64_t CudaBackend::last_step_input_bytes() const { return int64_t(impl_->last_upload_bytes); }
 int64_t CudaBackend::graph_captures() const { return impl_->graph_captures; }
 void CudaBackend::reserve_steps(const StepLimits& limits) { impl_->reserve(limits); }
+std::vector<int> CudaBackend::decode_row_buckets() const {
+  if (!impl_->options.cuda_graphs || impl_->options.batch_invariant) return {};
+  return {std::begin(cuda_impl::kGraphBuckets), std::end(cuda_impl::kGraphBuckets)};
+}
 
 int64_t CudaBackend::kv_bytes_per_slot() const {
   return 2ll * config().n_layers * impl_->row_bytes;  // row_bytes: this rank's KV heads (all on one GPU)

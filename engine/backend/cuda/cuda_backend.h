@@ -71,6 +71,9 @@ class CudaBackend final : public Backend {
   /// largest step up front, so no buffer a captured graph baked in is reallocated mid-run (which
   /// would make every graph be captured again).
   void reserve_steps(const StepLimits& limits) override;
+  /// The CUDA graph batch buckets (a decode step of n sequences replays the graph of the smallest
+  /// bucket >= n) when graphs are on and not batch-invariant; empty otherwise.
+  std::vector<int> decode_row_buckets() const override;
   ForwardResult forward(const Batch& batch, const KvManager& kv) override;
   /// Copy-on-write runs as block pairs of the largest granularity dividing every run, one launch.
   void copy_slots(std::span<const KvCopy> copies) override;

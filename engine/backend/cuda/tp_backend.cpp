@@ -295,6 +295,8 @@ void TpCudaBackend::init_kv(int64_t n_slots) {
   impl_->run_collective([&](int r) { impl_->ranks[r]->init_kv(n_slots); });
 }
 
+std::vector<int> TpCudaBackend::decode_row_buckets() const { return impl_->ranks.at(0)->decode_row_buckets(); }
+
 void TpCudaBackend::reserve_steps(const StepLimits& limits) {
   impl_->run_collective([&](int r) { impl_->ranks[r]->reserve_steps(limits); });
 }

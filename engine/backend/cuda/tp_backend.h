@@ -54,6 +54,7 @@ class TpCudaBackend final : public Backend {
   void init_kv(int64_t n_slots) override;
   /// Every rank reserves for the same limits (CudaBackend::reserve_steps).
   void reserve_steps(const StepLimits& limits) override;
+  std::vector<int> decode_row_buckets() const override;  ///< every rank's (they run the same steps)
   ForwardResult forward(const Batch& batch, const KvManager& kv) override;
   void copy_slots(std::span<const KvCopy> copies) override;
   /// One pinned, device-mapped, portable allocation of N × n_slots × kv_bytes_per_slot() bytes,

@@ -1,0 +1,59 @@
+// measuring_backend: validate-sim's wrapper runs the real backend exactly as unwrapped (start-up
+// sizing and decode buckets pass through) and records every step beside the cost model's price.
+#include <gtest/gtest.h>
+
+#include "engine/engine.h"
+#include "loadgen/measuring_backend.h"
+#include "tests/engine/engine_test_support.h"
+
+namespace servelab {
+namespace {
+
+using namespace enginetest;
+
+/// The sim backend with what the engine asked it to reserve recorded, and decode buckets to report.
+class RecordingBackend final : public Backend {
+ public:
+  explicit RecordingBackend(std::vector<StepLimits>& seen) : inner_(sim_backend()), seen_(seen) {}
+  std::string name() const override { return inner_->name(); }
+  const ModelConfig& config() const override { return inner_->config(); }
+  int64_t kv_bytes_per_slot() const override { return inner_->kv_bytes_per_slot(); }
+  void init_kv(int64_t n_slots) override { inner_->init_kv(n_slots); }
+  void reserve_steps(const StepLimits& limits) override { seen_.push_back(limits); }
+  std::vector<int> decode_row_buckets() const override { return {1, 2, 4, 8}; }
+  ForwardResult forward(const Batch& batch, const KvManager& kv) override { return inner_->forward(batch, kv); }
+  void copy_slots(std::span<const KvCopy> copies) override { inner_->copy_slots(copies); }
+  std::unique_ptr<HostKvPool> make_host_pool(int64_t n) override { return inner_->make_host_pool(n); }
+  void swap_out(std::span<const KvSwap> runs, HostKvPool& pool) override { inner_->swap_out(runs, pool); }
+  void swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) override { inner_->swap_in(runs, pool); }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  std::vector<StepLimits>& seen_;
+};
+
+TEST(MeasuringBackend, PassesStartUpSizingThroughAndPricesEveryStep) {
+  std::vector<StepLimits> seen;
+  std::vector<StepTiming> timings;
+  const SimCostModel cost = SimCostModel::roofline(SimDevice::preset("h100"));
+  std::unique_ptr<Backend> wrapped = measuring_backend(std::make_unique<RecordingBackend>(seen), cost, timings);
+  EXPECT_EQ(wrapped->decode_row_buckets(), (std::vector<int>{1, 2, 4, 8}));
+  EngineConfig config = paged_config(continuous_sched(8, 256, true), 64 << 20);
+  config.kv.max_model_len = 128;
+  Engine engine(config, std::move(wrapped));
+  ASSERT_EQ(seen.size(), 1u);  // the engine sized the real backend through the wrapper
+  EXPECT_EQ(seen[0].max_seqs, 8);
+  std::vector<Timed> items;
+  for (uint64_t id = 0; id < 5; ++id) items.push_back({0.001 * double(id), make_request(id, 20 + int(id), 6, id)});
+  const RunResult r = run_virtual(engine, items);
+  ASSERT_EQ(r.finished.size(), 5u);
+  ASSERT_EQ(timings.size(), r.steps.size());
+  for (const StepTiming& t : timings) {
+    EXPECT_GE(t.measured_s, 0.0);
+    EXPECT_DOUBLE_EQ(t.predicted_s, cost.step_seconds(micro_model(), t.shape));
+    EXPECT_GE(t.shape.n_tokens, 1);
+  }
+}
+
+}  // namespace
+}  // namespace servelab
