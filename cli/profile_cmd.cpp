@@ -208,6 +208,9 @@ const Registrar reg(
       sub.add_option("--max-rows", g.max_rows, "skip batched prefills of more rows")->capture_default_str()->check(CLI::PositiveNumber);
       sub.add_option("--repeats", g.repeats, "timed repeats per point (median kept)")->capture_default_str()->check(CLI::PositiveNumber);
       sub.add_option("--min-point-s", g.min_point_s, "stop repeating a point once its repeats took this long")->capture_default_str();
+      sub.add_flag("!--no-bucket-edges", g.bucket_edges,
+                   "do not add decodes of b + 1 sequences past each batch bucket b the backend pads decode steps to "
+                   "(cuda's CUDA graphs)");
       sub.add_flag("--interleave", g.interleave,
                    "time the points in shuffled rounds (each timed step follows other work, as in serving) instead of "
                    "each point's runs back to back; --min-point-s is not used");

@@ -395,19 +395,6 @@ SimCostModel SimCostModel::from_profile_json(const std::string& path, const Mode
     m.host.per_seq_s = coefficient("per_seq_s");
   }
 
-  if (j.contains("decode_row_buckets")) {
-    const nlohmann::json& jb = j["decode_row_buckets"];
-    bool ok = jb.is_array();
-    for (const auto& v : ok ? jb : nlohmann::json::array()) {
-      if (!v.is_number_integer() || v.get<int>() < 1 || (!m.decode_row_buckets.empty() && v.get<int>() <= m.decode_row_buckets.back())) {
-        ok = false;
-        break;
-      }
-      m.decode_row_buckets.push_back(v.get<int>());
-    }
-    if (!ok) throw std::runtime_error(path + ": decode_row_buckets must be an ascending list of batch sizes >= 1");
-  }
-
   std::vector<TimedStep> steps;
   const nlohmann::json& list = j["samples"];
   for (size_t i = 0; i < list.size(); ++i) {
@@ -442,7 +429,6 @@ SimCostModel SimCostModel::from_profile_json(const std::string& path, const Mode
     }
     if (t.shape.n_tokens < 1 || t.shape.sum_context < 0 || !(t.step_s > 0) || !std::isfinite(t.step_s))
       throw std::runtime_error(where + ": needs n_tokens >= 1, sum_context >= 0 and step_s > 0");
-    t.shape = m.as_executed(t.shape);  // fitted at the size that ran (profile grids sit on buckets anyway)
     steps.push_back(t);
   }
   try {
@@ -455,17 +441,7 @@ SimCostModel SimCostModel::from_profile_json(const std::string& path, const Mode
 }
 
 double SimCostModel::step_seconds(const ModelConfig& model, const StepShape& s, CostSource* used) const {
-  return scale * unscaled_step_seconds(model, as_executed(s), used);
-}
-
-StepShape SimCostModel::as_executed(const StepShape& s) const {
-  const bool decode_only = s.n_seqs > 0 && s.n_tokens == s.n_seqs && s.n_padding_tokens == 0 && s.n_sampled == s.n_seqs &&
-                           s.prefill_pairs == 0.0;
-  if (!decode_only || decode_row_buckets.empty() || s.n_seqs > decode_row_buckets.back()) return s;
-  const int64_t b = *std::lower_bound(decode_row_buckets.begin(), decode_row_buckets.end(), s.n_seqs);
-  StepShape e = s;
-  e.n_tokens = e.n_seqs = e.n_sampled = b;
-  return e;
+  return scale * unscaled_step_seconds(model, s, used);
 }
 
 double SimCostModel::unscaled_step_seconds(const ModelConfig& model, const StepShape& s, CostSource* used) const {

@@ -140,9 +140,6 @@ struct SimCostModel {
   /// Every step's price (step_seconds) times this: 0.9 asks "what if each step ran 10% faster"
   /// (what-if planning); validate-sim's sensitivity runs use 1 ± δ. Host overhead is not scaled.
   double scale = 1.0;
-  /// The profiled backend's decode_row_buckets() (the profile's "decode_row_buckets"): a
-  /// decode-only step is priced at its bucket's size (see as_executed). Empty: as it comes.
-  std::vector<int> decode_row_buckets;
 
   static SimCostModel roofline(const SimDevice& device, int tensor_parallel = 1);
 
@@ -159,11 +156,6 @@ struct SimCostModel {
 
   /// Predicted seconds for a step of `shape` on `model`; `used` (when given) says how.
   double step_seconds(const ModelConfig& model, const StepShape& shape, CostSource* used = nullptr) const;
-  /// `shape` as the profiled backend runs it: a decode-only step (one new token per sequence, no
-  /// padding rows, every row sampled) of n sequences, n <= the largest bucket, becomes one of
-  /// the smallest bucket b >= n sequences (rows and sampled rows b; the padding sequences read no
-  /// context). Other steps, and every step without buckets, are returned unchanged.
-  StepShape as_executed(const StepShape& shape) const;
 
  private:
   double unscaled_step_seconds(const ModelConfig& model, const StepShape& shape, CostSource* used) const;

@@ -89,6 +89,7 @@ std::string ProfilePoint::describe() const {
 void ProfileOptions::validate() const {
   check_positive(prefill_lens, "prefill lengths", 1 << 20);
   check_positive(batch_sizes, "batch sizes", 4096);
+  if (!extra_decode_batches.empty()) check_positive(extra_decode_batches, "extra decode batch sizes", 4096);
   check_positive(contexts, "contexts", 1 << 20);
   check_positive(chunk_lens, "chunk lengths", 1 << 20);
   check_positive(prompt_lens, "prompt lengths", 1 << 20);
@@ -124,6 +125,8 @@ std::vector<ProfilePoint> profile_grid(const ProfileOptions& o) {
     for (int b : o.batch_sizes)
       if (b > 1 && int64_t(b) * p <= o.max_rows) add(ProfilePhase::prefill, std::vector<Seq>(b, {0, p}));
   for (int b : o.batch_sizes)
+    for (int c : o.contexts) add(ProfilePhase::decode, std::vector<Seq>(b, {c, 1}));
+  for (int b : o.extra_decode_batches)
     for (int c : o.contexts) add(ProfilePhase::decode, std::vector<Seq>(b, {c, 1}));
   for (int t : o.chunk_lens)
     for (int c : o.contexts) add(ProfilePhase::chunk, {{c, t}});
@@ -299,9 +302,26 @@ ProfileSample ProfileRunner::run(const ProfilePoint& p, int warmup, int repeats,
   return sample;
 }
 
-ProfileReport profile_backend(Backend& backend, const ProfileOptions& options,
+std::vector<int> bucket_edge_batches(const std::vector<int>& batch_sizes, const std::vector<int>& buckets) {
+  std::vector<int> out;
+  if (batch_sizes.empty()) return out;
+  const int largest = *std::max_element(batch_sizes.begin(), batch_sizes.end());
+  for (int b : batch_sizes) {
+    const bool bucket = std::find(buckets.begin(), buckets.end(), b) != buckets.end();
+    const bool listed = std::find(batch_sizes.begin(), batch_sizes.end(), b + 1) != batch_sizes.end() ||
+                        std::find(out.begin(), out.end(), b + 1) != out.end();
+    if (bucket && b < largest && !listed) out.push_back(b + 1);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+ProfileReport profile_backend(Backend& backend, const ProfileOptions& asked,
                               const std::function<void(const std::string&)>& progress) {
-  options.validate();
+  asked.validate();
+  ProfileOptions options = asked;
+  const std::vector<int> buckets = backend.decode_row_buckets();
+  if (options.bucket_edges) options.extra_decode_batches = bucket_edge_batches(options.batch_sizes, buckets);
   const ModelConfig& model = backend.config();
   options.check_fits(model);
   const auto t_start = std::chrono::steady_clock::now();
@@ -316,7 +336,7 @@ ProfileReport profile_backend(Backend& backend, const ProfileOptions& options,
   report.options = options;
   report.kv_bytes_per_slot = backend.kv_bytes_per_slot();
   report.kv_arena_bytes = plan.n_slots * report.kv_bytes_per_slot;
-  report.decode_row_buckets = backend.decode_row_buckets();
+  report.decode_row_buckets = buckets;
   report.skipped = plan.skipped;
   if (progress)
     for (const ProfilePoint& p : plan.skipped)
@@ -412,7 +432,7 @@ std::string profile_json(const ProfileReport& r) {
   if (!r.decode_row_buckets.empty()) j["decode_row_buckets"] = r.decode_row_buckets;
   const ProfileOptions& o = r.options;
   j["options"] = {{"prefill_lens", o.prefill_lens}, {"batch_sizes", o.batch_sizes}, {"contexts", o.contexts},
-                  {"prompt_lens", o.prompt_lens},     {"max_rows", o.max_rows},       {"chunk_lens", o.chunk_lens},
+                  {"prompt_lens", o.prompt_lens}, {"extra_decode_batches", o.extra_decode_batches},     {"max_rows", o.max_rows},       {"chunk_lens", o.chunk_lens},
                   {"repeats", o.repeats},           {"min_point_s", o.min_point_s}, {"warmup", o.warmup},
                   {"max_kv_bytes", o.max_kv_bytes}, {"fill_kv", o.fill_kv},       {"seed", o.seed},
                   {"kv", to_string(o.kv_kind)},     {"kv_spread", o.kv_spread},

@@ -52,6 +52,14 @@ struct ProfileOptions {
   /// the same compute-bound step back to back is held at its power limit; a lone prefill among
   /// decodes is not).
   bool interleave = false;
+  /// Backends that pad a decode step up to a batch bucket (Backend::decode_row_buckets: cuda's
+  /// CUDA graphs run 9 sequences as 16) cost a step then jumps past each bucket: with this on,
+  /// profile_backend also times decodes of b + 1 sequences for each --batch size b that is a
+  /// bucket (below the largest --batch), so the grid has a knot on each side of the jump.
+  bool bucket_edges = true;
+  /// Decode batch sizes timed besides batch_sizes (decodes only; profile_backend fills it from
+  /// the backend's buckets when bucket_edges is on).
+  std::vector<int> extra_decode_batches;
   uint64_t seed = 0;           ///< prompt tokens and K/V fill
   void validate() const;
   /// Throws std::invalid_argument when the longest sequence exceeds model.max_position.
@@ -163,8 +171,13 @@ class ProfileRunner {
   std::unique_ptr<State> state_;
 };
 
+/// The decode batch sizes bucket_edges adds: b + 1 for each b of `batch_sizes` that is one of
+/// `buckets` and below the largest batch size, unless listed already; ascending.
+std::vector<int> bucket_edge_batches(const std::vector<int>& batch_sizes, const std::vector<int>& buckets);
+
 /// Runs the grid on `backend` (init_kv is called here; a fresh backend is expected), in an arena
 /// sized by plan_profile. `progress`, when set, gets a line per point and one per skipped point.
+/// With options.bucket_edges, the report's options carry the extra decode batches it added.
 ProfileReport profile_backend(Backend& backend, const ProfileOptions& options,
                               const std::function<void(const std::string&)>& progress = {});
 

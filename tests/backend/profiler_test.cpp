@@ -191,9 +191,27 @@ TEST(Profiler, RecordsTheBackendsDecodeBucketsForTheSim) {
   EXPECT_EQ(r.decode_row_buckets, (std::vector<int>{1, 4, 8}));
   const nlohmann::json j = nlohmann::json::parse(profile_json(r));
   EXPECT_EQ(j.at("decode_row_buckets"), nlohmann::json({1, 4, 8}));
-  // A backend without buckets writes no key.
+  // Batch 1 is a bucket below the largest --batch (3): decodes of 2 are timed too, at every context.
+  EXPECT_EQ(r.options.extra_decode_batches, (std::vector<int>{2}));
+  int twos = 0;
+  for (const ProfileSample& s : r.samples) twos += s.phase == ProfilePhase::decode && s.shape.n_seqs == 2;
+  EXPECT_EQ(twos, int(o.contexts.size()));
+  EXPECT_EQ(r.samples.size(), profile_grid(o).size() + o.contexts.size());
+  // A backend without buckets adds nothing and writes no key; --no-bucket-edges adds nothing.
   b.buckets.clear();
-  EXPECT_FALSE(nlohmann::json::parse(profile_json(profile_backend(b, o))).contains("decode_row_buckets"));
+  const ProfileReport plain = profile_backend(b, o);
+  EXPECT_TRUE(plain.options.extra_decode_batches.empty());
+  EXPECT_FALSE(nlohmann::json::parse(profile_json(plain)).contains("decode_row_buckets"));
+  b.buckets = {1, 4, 8};
+  o.bucket_edges = false;
+  EXPECT_EQ(profile_backend(b, o).samples.size(), profile_grid(o).size());
+}
+
+TEST(ProfilerPlan, BucketEdgesArePastEachBucketBelowTheLargestBatch) {
+  const std::vector<int> cuda = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128};
+  EXPECT_EQ(bucket_edge_batches({1, 2, 4, 8, 16, 32, 48, 64, 96, 128}, cuda), (std::vector<int>{3, 5, 9, 17, 33, 49, 65, 97}));
+  EXPECT_EQ(bucket_edge_batches({1, 3, 4}, cuda), (std::vector<int>{2}));  // 3 is no bucket; 4 is the largest
+  EXPECT_TRUE(bucket_edge_batches({1, 2, 4}, {}).empty());
 }
 
 TEST(Profiler, InterleaveTimesEveryPointInShuffledRounds) {

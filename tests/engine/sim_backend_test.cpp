@@ -209,43 +209,6 @@ TEST(SimCostModel, ScaleMultipliesEveryStepInsideAndBeyondTheGrid) {
   EXPECT_THROW(make_backend(spec), std::invalid_argument);
 }
 
-TEST(SimCostModel, DecodeStepsArePricedAtTheBackendsGraphBucket) {
-  const ModelConfig m = preset("qwen2.5-0.5b");
-  nlohmann::json j = nlohmann::json::parse(profile_text(m, synthetic_profile()));
-  j["decode_row_buckets"] = {1, 2, 4, 8, 16};
-  TempFile f(j.dump());
-  const SimCostModel cost = SimCostModel::from_profile_json(f.path(), m);
-  ASSERT_EQ(cost.decode_row_buckets, (std::vector<int>{1, 2, 4, 8, 16}));
-  // 9 decodes run as 16 (the padding sequences read no context): priced as 16 rows, 16 sampled.
-  const StepShape nine = decode_shape(9, 128);
-  const StepShape run = cost.as_executed(nine);
-  EXPECT_EQ(run.n_seqs, 16);
-  EXPECT_EQ(run.n_tokens, 16);
-  EXPECT_EQ(run.n_sampled, 16);
-  EXPECT_DOUBLE_EQ(run.decode_context, nine.decode_context);
-  EXPECT_DOUBLE_EQ(cost.step_seconds(m, nine), cost.profiled->predict_clamped(run));
-  EXPECT_GT(cost.step_seconds(m, nine), cost.profiled->predict_clamped(nine));
-  EXPECT_EQ(cost.as_executed(decode_shape(8, 128)).n_seqs, 8);  // on a bucket: as it is
-  // Unchanged: prefills, decodes with padding rows (run eagerly), more than the largest bucket.
-  EXPECT_EQ(cost.as_executed(prefill_shape(9, 0)).n_tokens, 9);
-  StepShape padded = nine;
-  padded.n_padding_tokens = 3;
-  EXPECT_EQ(cost.as_executed(padded).n_seqs, 9);
-  EXPECT_EQ(cost.as_executed(decode_shape(17, 128)).n_seqs, 17);
-  // Without buckets (cpu, or cuda without graphs) nothing changes.
-  TempFile plain(profile_text(m, synthetic_profile()));
-  EXPECT_EQ(SimCostModel::from_profile_json(plain.path(), m).as_executed(nine).n_seqs, 9);
-  // A list that is not ascending positive sizes is refused, naming the key.
-  j["decode_row_buckets"] = {4, 2};
-  TempFile bad(j.dump());
-  try {
-    (void)SimCostModel::from_profile_json(bad.path(), m);
-    ADD_FAILURE() << "accepted descending buckets";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("decode_row_buckets must be an ascending list"), std::string::npos) << e.what();
-  }
-}
-
 TEST(SimCostModel, RefusesAProfileOfAnotherModelDeviceOrParallelism) {
   const ModelConfig qwen = preset("qwen2.5-0.5b");
   TempFile f(profile_text(qwen, synthetic_profile()));
