@@ -265,6 +265,17 @@ std::pair<size_t, size_t> counter_region(size_t bytes, int head_dim) {
   return {bytes / 4 - n, n};  // in 4-byte units
 }
 
+/// Auto split, tensor-core kernel: whether this shape runs two blocks per SM with the load
+/// pipeline (instead of one block per SM, pipelined). Shape only: batch, context, group, device
+/// (n_base = sequences x KV heads x head subgroups). Not yet measured: never (kernels/README.md,
+/// decode notes, fourth pass).
+bool two_per_sm_pipelined(const DecodeAttentionArgs& a, int n_base, int n_sms) {
+  (void)a;
+  (void)n_base;
+  (void)n_sms;
+  return false;
+}
+
 }  // namespace
 
 DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
@@ -283,9 +294,15 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
   // pass (<= 128 positions) has nothing to overlap, so it runs without (b1 x 1k x GQA 4 measured
   // 7.8 us with, 7.3 without in the cce42e8 sweep; the 0cc21cf sweep then timed one configuration
   // at 7.8 us first and 7.2 us last in its run: at that shape the difference is within the noise).
+  // With pipeline_blocks_per_sm 2 (or the auto rule, two_per_sm_pipelined) the pipeline also runs
+  // at two blocks per SM: the pipelined kernel's 252 registers (HD 128) round to 256 a thread,
+  // 32K a block of 128 threads, so two blocks fill an SM's 64K.
   constexpr int kPass = (decode::kThreads / 32) * kMmaSteps * 16;
+  const bool auto_two = r.tensor_cores && a.split.fixed_split_len == 0 && a.split.blocks_per_sm == 0 &&
+                        two_per_sm_pipelined(a, n_base, n_sms);
+  const int pipe_bps = a.pipeline_blocks_per_sm > 0 ? std::min(a.pipeline_blocks_per_sm, 2) : auto_two ? 2 : 1;
   auto pipeline_for = [&](int n_splits, int split_len) {
-    return r.tensor_cores && a.pipeline && int64_t(n_base) * n_splits <= n_sms && split_len > kPass;
+    return r.tensor_cores && a.pipeline && int64_t(n_base) * n_splits <= int64_t(n_sms) * pipe_bps && split_len > kPass;
   };
   if (a.split.fixed_split_len > 0) {
     r.split_len = a.split.fixed_split_len;
@@ -309,11 +326,13 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
     // One block per SM (each keeps 64 KB of K/V loads in flight a pass), as many splits as fit:
     // fewer partials to merge than two per SM, and no slower at any measured shape (H100, the
     // bps1/bps2 columns of results/gpu/decode-attn-*).
-    const int bps = a.split.blocks_per_sm > 0 ? a.split.blocks_per_sm : 1;
+    const int bps = a.split.blocks_per_sm > 0 ? a.split.blocks_per_sm : auto_two ? 2 : 1;
+    r.blocks_per_sm = bps;
     k = int(std::max<int64_t>(1, std::min<int64_t>(int64_t(n_sms) * bps / n_base, most)));
   } else {
     // Measured on an H100 (results/gpu/kernels-*.md): about 4 blocks per SM, at least 64
     // positions a split.
+    r.blocks_per_sm = a.split.blocks_per_sm > 0 ? a.split.blocks_per_sm : 4;
     k = std::max(1, std::min(ceil_div(int64_t(n_sms) * (a.split.blocks_per_sm > 0 ? a.split.blocks_per_sm : 4), n_base), most));
   }
   // A grid of 1-1.6 waves of resident blocks leaves a long tail (0.73-0.87 of SDPA at batch 32
@@ -337,6 +356,30 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
   return r;
 }
 
+int decode_mma_resident_blocks(ScalarType dtype, int head_dim, bool pipeline) {
+  if (head_dim != 64 && head_dim != 128)
+    throw std::invalid_argument("decode_mma_resident_blocks: head_dim " + std::to_string(head_dim) + " (64 or 128)");
+  int n = 0;
+  auto count = [&](auto kernel) { CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, 0)); };
+  auto pick = [&](auto tag) {
+    using T = decltype(tag);
+    if (head_dim == 64) pipeline ? count(decode::decode_mma_kernel<T, 64, kMmaSteps, false, true>)
+                                 : count(decode::decode_mma_kernel<T, 64, kMmaSteps, false, false>);
+    else pipeline ? count(decode::decode_mma_kernel<T, 128, kMmaSteps, false, true>)
+                  : count(decode::decode_mma_kernel<T, 128, kMmaSteps, false, false>);
+  };
+  if (dtype == ScalarType::bf16) {
+    pick(__nv_bfloat16{});
+  } else {
+#if defined(SERVELAB_KERNELS_FP16)
+    pick(__half{});
+#else
+    throw std::invalid_argument("decode_mma_resident_blocks: fp16 not built");
+#endif
+  }
+  return n;
+}
+
 size_t decode_attention_workspace_bytes(int n_seqs, int n_heads, int head_dim, int n_splits) {
   return size_t(n_seqs) * n_heads * n_splits * (head_dim + 3) * sizeof(float);
 }
@@ -349,6 +392,9 @@ void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
     throw std::invalid_argument("decode_attention: fixed_split_len must be a multiple of 16");
   if (a.split.min_split_len < 0 || a.split.blocks_per_sm < 0)
     throw std::invalid_argument("decode_attention: min_split_len and blocks_per_sm must be >= 0");
+  if (a.pipeline_blocks_per_sm < 0 || a.pipeline_blocks_per_sm > 2)
+    throw std::invalid_argument("decode_attention: pipeline_blocks_per_sm must be 0, 1 or 2 (got " +
+                                std::to_string(a.pipeline_blocks_per_sm) + ")");
   int device = 0, n_sms = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, device));
