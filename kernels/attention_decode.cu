@@ -265,17 +265,6 @@ std::pair<size_t, size_t> counter_region(size_t bytes, int head_dim) {
   return {bytes / 4 - n, n};  // in 4-byte units
 }
 
-/// Auto split, tensor-core kernel: whether this shape runs two blocks per SM with the load
-/// pipeline (instead of one block per SM, pipelined). Shape only: batch, context, group, device
-/// (n_base = sequences x KV heads x head subgroups). Not yet measured: never (kernels/README.md,
-/// decode notes, fourth pass).
-bool two_per_sm_pipelined(const DecodeAttentionArgs& a, int n_base, int n_sms) {
-  (void)a;
-  (void)n_base;
-  (void)n_sms;
-  return false;
-}
-
 }  // namespace
 
 DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
@@ -294,13 +283,11 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
   // pass (<= 128 positions) has nothing to overlap, so it runs without (b1 x 1k x GQA 4 measured
   // 7.8 us with, 7.3 without in the cce42e8 sweep; the 0cc21cf sweep then timed one configuration
   // at 7.8 us first and 7.2 us last in its run: at that shape the difference is within the noise).
-  // With pipeline_blocks_per_sm 2 (or the auto rule, two_per_sm_pipelined) the pipeline also runs
-  // at two blocks per SM: the pipelined kernel's 252 registers (HD 128) round to 256 a thread,
-  // 32K a block of 128 threads, so two blocks fill an SM's 64K.
+  // With pipeline_blocks_per_sm 2 (or the auto rule below, auto_two) the pipeline also runs at
+  // two blocks per SM: the pipelined kernel's 252 registers (HD 128) round to 256 a thread, 32K a
+  // block of 128 threads, so two blocks fill an SM's 64K.
   constexpr int kPass = (decode::kThreads / 32) * kMmaSteps * 16;
-  const bool auto_two = r.tensor_cores && a.split.fixed_split_len == 0 && a.split.blocks_per_sm == 0 &&
-                        two_per_sm_pipelined(a, n_base, n_sms);
-  const int pipe_bps = a.pipeline_blocks_per_sm > 0 ? std::min(a.pipeline_blocks_per_sm, 2) : auto_two ? 2 : 1;
+  int pipe_bps = a.pipeline_blocks_per_sm > 0 ? std::min(a.pipeline_blocks_per_sm, 2) : 1;
   auto pipeline_for = [&](int n_splits, int split_len) {
     return r.tensor_cores && a.pipeline && int64_t(n_base) * n_splits <= int64_t(n_sms) * pipe_bps && split_len > kPass;
   };
@@ -321,11 +308,26 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
     const int len = ceil_div(ceil_div(max_ctx, k), 64) * 64;
     return std::pair<int, int>(len, ceil_div(max_ctx, len));
   };
+  // Two blocks per SM with the load pipeline (auto), a rule on the shape alone (sequences x KV
+  // heads x head subgroups, context, SMs): where one block per SM fits exactly 2 splits per
+  // (sequence, KV head) (45-66 of them on 132 SMs; merged in a cluster of 2) and two blocks per SM
+  // cut splits of exactly 2 passes (129-256 positions). Measured at b8 x 1k x GQA 4 only (H100,
+  // results/gpu/decode-attn-2026-11-24-h100-0054682: 1723 GB/s against 1710-1712 for one block
+  // per SM, three columns of it in the same interleaved rounds); at splits of 8 or more passes
+  // (b1 x 32k, b8 x 4k) two blocks per SM were 0.3-0.9% slower and at 64 passes (b8 x 32k) equal,
+  // so they keep one block per SM.
+  bool auto_two = false;
+  if (r.tensor_cores && a.split.blocks_per_sm == 0) {
+    auto fit = [&](int bps) { return int(std::max<int64_t>(1, std::min<int64_t>(int64_t(n_sms) * bps / n_base, most))); };
+    const int len2 = splits_of(fit(2)).first;
+    auto_two = splits_of(fit(1)).second == 2 && len2 > kPass && len2 <= 2 * kPass;
+    if (auto_two && a.pipeline_blocks_per_sm == 0) pipe_bps = 2;
+  }
   int k;
   if (r.tensor_cores) {
     // One block per SM (each keeps 64 KB of K/V loads in flight a pass), as many splits as fit:
-    // fewer partials to merge than two per SM, and no slower at any measured shape (H100, the
-    // bps1/bps2 columns of results/gpu/decode-attn-*).
+    // fewer partials to merge than two per SM, and no slower at any measured shape but the auto_two
+    // class above (H100, the bps1/bps2/bps2pipe columns of results/gpu/decode-attn-*).
     const int bps = a.split.blocks_per_sm > 0 ? a.split.blocks_per_sm : auto_two ? 2 : 1;
     r.blocks_per_sm = bps;
     k = int(std::max<int64_t>(1, std::min<int64_t>(int64_t(n_sms) * bps / n_base, most)));

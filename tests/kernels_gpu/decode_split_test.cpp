@@ -135,7 +135,31 @@ TEST(DecodeSplitPolicy, TensorCoresForGqaAimAtOneWave) {
   EXPECT_FALSE(decode_attention_split(b1k4, 132).pipeline);
   bps2.pipeline_blocks_per_sm = 1;  // one block per SM asked for the pipeline: none at two
   EXPECT_FALSE(decode_attention_split(bps2, 132).pipeline);
-  EXPECT_EQ(decode_attention_split(args(8, 1024, 32, 8), 132).blocks_per_sm, 1);  // the default cut
+  // The default at b8 x 1k x GQA 4 (the auto rule's class: one block per SM would cut 2 splits,
+  // two per SM cut splits of 2 passes): the two-per-SM pipelined cut; one block per SM asked for
+  // gives the cut before the fourth pass.
+  const DecodeSplit b8k1auto = decode_attention_split(args(8, 1024, 32, 8), 132);
+  EXPECT_EQ(b8k1auto.blocks_per_sm, 2);
+  EXPECT_EQ(b8k1auto.n_splits, 4);
+  EXPECT_EQ(b8k1auto.split_len, 256);
+  EXPECT_TRUE(b8k1auto.pipeline);
+  EXPECT_TRUE(b8k1auto.reduce);
+  EXPECT_FALSE(b8k1auto.cluster);
+  DecodeAttentionArgs b8k1one = args(8, 1024, 32, 8);
+  b8k1one.split.blocks_per_sm = 1;
+  const DecodeSplit b8k1bps1 = decode_attention_split(b8k1one, 132);
+  EXPECT_EQ(b8k1bps1.n_splits, 2);
+  EXPECT_TRUE(b8k1bps1.cluster);
+  EXPECT_TRUE(b8k1bps1.pipeline);
+  EXPECT_EQ(b8k1bps1.blocks_per_sm, 1);
+  // Outside the class, one block per SM: splits of 8+ passes (b8 x 4k, b1 x 32k), b1 x 8k (16
+  // splits at one per SM), b1 x 1k (8 splits of one pass), b16 x 1k (1 split at one per SM).
+  EXPECT_EQ(decode_attention_split(args(8, 4096, 32, 8), 132).blocks_per_sm, 1);
+  EXPECT_EQ(decode_attention_split(args(1, 32768, 32, 8), 132).blocks_per_sm, 1);
+  EXPECT_EQ(decode_attention_split(args(1, 8192, 32, 8), 132).blocks_per_sm, 1);
+  EXPECT_EQ(decode_attention_split(args(1, 1024, 32, 8), 132).blocks_per_sm, 1);
+  EXPECT_EQ(decode_attention_split(args(16, 1024, 32, 8), 132).blocks_per_sm, 1);
+  EXPECT_EQ(decode_attention_split(args(8, 1024, 32, 8, 512), 132).blocks_per_sm, 1);  // fixed split: never
   const DecodeSplit b32 = decode_attention_split(args(32, 1024, 32, 8), 132);
   EXPECT_EQ(b32.n_splits, 1);  // 256 blocks: one wave of 2 resident blocks per SM
   EXPECT_FALSE(b32.reduce);

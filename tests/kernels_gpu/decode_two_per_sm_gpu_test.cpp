@@ -1,8 +1,8 @@
 // Decode attention on tensor cores at two blocks per SM with the load pipeline
 // (DecodeAttentionArgs::pipeline_blocks_per_sm = 2, SplitPolicy::blocks_per_sm = 2): the same bits
 // as the same cut without the pipeline, the reference's result, both KV layouts, head_dim 64 and
-// 128, bf16 and fp16, through a CUDA graph replayed with fresh queries; and the SM holds two
-// blocks of the pipelined kernel.
+// 128, bf16 and fp16, through a CUDA graph replayed with fresh queries; the default policy at
+// b8 x 1k x GQA 4 runs it; and the SM holds two blocks of the pipelined kernel.
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -39,13 +39,13 @@ std::vector<float> ref_of(const KvBatch& b) {
   return out;
 }
 
-/// The batch on the device with decode arguments for two blocks per SM (pipeline on or off) and a
-/// zeroed workspace.
+/// The batch on the device with decode arguments for two blocks per SM (pipeline on or off; with
+/// auto_policy the default policy instead) and a zeroed workspace.
 struct OnDevice {
   DeviceBuffer k, v, q, out, query_start, context_lens, block_tables, base_slots, ws;
   DecodeAttentionArgs a;
   DecodeSplit used;
-  OnDevice(const KvBatch& b, ScalarType t, bool pipeline)
+  OnDevice(const KvBatch& b, ScalarType t, bool pipeline, bool auto_policy = false)
       : k(testing::upload16(t, b.k_cache)),
         v(testing::upload16(t, b.v_cache)),
         q(testing::upload16(t, b.q)),
@@ -71,9 +71,11 @@ struct OnDevice {
     a.scale = 1.0f / std::sqrt(float(b.shape.head_dim));
     a.out = out.get();
     a.out_row_stride = a.q_row_stride;
-    a.split.blocks_per_sm = 2;
-    a.pipeline = pipeline;
-    a.pipeline_blocks_per_sm = 2;
+    if (!auto_policy) {
+      a.split.blocks_per_sm = 2;
+      a.pipeline = pipeline;
+      a.pipeline_blocks_per_sm = 2;
+    }
     int n_sms = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, 0));
     used = decode_attention_split(a, n_sms);
@@ -129,6 +131,14 @@ TEST_P(DecodeTwoPerSmGpu, PipelineGivesTheSameBitsAsNoneAndMatchesReference) {
         EXPECT_TRUE(d.counters_zero());
       }
       EXPECT_TRUE(std::equal(outs[0].begin(), outs[0].end(), outs[1].begin())) << "hd " << hd << " ctx " << c.ctx[0];
+      if (c.ctx.size() == 8 && n_sms == 132) {  // b8 x 1k x GQA 4: the default policy runs this cut
+        OnDevice d(b, t, true, true);
+        EXPECT_EQ(d.used.blocks_per_sm, 2);
+        EXPECT_TRUE(d.used.pipeline);
+        decode_attention(d.a, nullptr);
+        const std::vector<float> out = testing::download16(t, d.out, b.q.size());
+        EXPECT_TRUE(std::equal(out.begin(), out.end(), outs[0].begin())) << "hd " << hd << " default policy";
+      }
     }
 }
 
