@@ -74,6 +74,12 @@ struct DecodeAttentionArgs {
   /// arithmetic and its order are the same either way, so the bits are too (the batch-invariance
   /// test compares a pipelined sequence alone with the same sequence in an unpipelined batch).
   bool pipeline = true;
+  /// Tensor-core kernel: the load pipeline runs where the grid has at most this many blocks per
+  /// SM (1 or 2; the pipelined kernel's 252 registers at head_dim 128 round to 256 a thread, so two
+  /// blocks of 128 threads fill the 64K registers of an SM). 0 (default): chosen with the split
+  /// (decode_attention_split: 2 where the auto split runs two blocks per SM with the pipeline,
+  /// else 1). The bits do not depend on it (same arithmetic, same order).
+  int pipeline_blocks_per_sm = 0;
 };
 
 /// How decode_attention cuts the contexts for these arguments on a GPU with n_sms multiprocessors.
@@ -84,6 +90,7 @@ struct DecodeSplit {
   bool tensor_cores = false;  ///< the tensor-core kernel runs (see DecodeAttentionArgs::tensor_cores)
   bool cluster = false;  ///< the splits merge in a thread-block cluster (no workspace; see max_cluster_splits)
   bool pipeline = false; ///< the tensor-core kernel's load pipeline runs (see DecodeAttentionArgs::pipeline)
+  int blocks_per_sm = 1; ///< blocks per SM the cut aims at (auto split; 1 with a fixed split)
 };
 DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms);
 /// Workspace for the partial results, [n_seqs, n_heads, n_splits, head_dim + 2] floats, and the
@@ -95,6 +102,10 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms);
 /// at most n_seqs * n_heads * n_splits (sequence, head, split) triples.
 size_t decode_attention_workspace_bytes(int n_seqs, int n_heads, int head_dim, int n_splits);
 constexpr int kMaxAutoSplits = 64;
+/// Blocks of the tensor-core decode kernel (128 threads) one SM of the current device holds at
+/// once (cudaOccupancyMaxActiveBlocksPerMultiprocessor), with or without the load pipeline;
+/// head_dim 64 or 128, else throws std::invalid_argument.
+int decode_mma_resident_blocks(ScalarType dtype, int head_dim, bool pipeline);
 /// One launch (the splits merged by their last block). Throws std::invalid_argument on an
 /// unsupported head_dim or a workspace smaller than decode_attention_workspace_bytes asks.
 void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream);

@@ -283,9 +283,13 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
   // pass (<= 128 positions) has nothing to overlap, so it runs without (b1 x 1k x GQA 4 measured
   // 7.8 us with, 7.3 without in the cce42e8 sweep; the 0cc21cf sweep then timed one configuration
   // at 7.8 us first and 7.2 us last in its run: at that shape the difference is within the noise).
+  // With pipeline_blocks_per_sm 2 (or the auto rule below, auto_two) the pipeline also runs at
+  // two blocks per SM: the pipelined kernel's 252 registers (HD 128) round to 256 a thread, 32K a
+  // block of 128 threads, so two blocks fill an SM's 64K.
   constexpr int kPass = (decode::kThreads / 32) * kMmaSteps * 16;
+  int pipe_bps = a.pipeline_blocks_per_sm > 0 ? std::min(a.pipeline_blocks_per_sm, 2) : 1;
   auto pipeline_for = [&](int n_splits, int split_len) {
-    return r.tensor_cores && a.pipeline && int64_t(n_base) * n_splits <= n_sms && split_len > kPass;
+    return r.tensor_cores && a.pipeline && int64_t(n_base) * n_splits <= int64_t(n_sms) * pipe_bps && split_len > kPass;
   };
   if (a.split.fixed_split_len > 0) {
     r.split_len = a.split.fixed_split_len;
@@ -304,16 +308,33 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
     const int len = ceil_div(ceil_div(max_ctx, k), 64) * 64;
     return std::pair<int, int>(len, ceil_div(max_ctx, len));
   };
+  // Two blocks per SM with the load pipeline (auto), a rule on the shape alone (sequences x KV
+  // heads x head subgroups, context, SMs): where one block per SM fits exactly 2 splits per
+  // (sequence, KV head) (45-66 of them on 132 SMs; merged in a cluster of 2) and two blocks per SM
+  // cut splits of exactly 2 passes (129-256 positions). Measured at b8 x 1k x GQA 4 only (H100,
+  // results/gpu/decode-attn-2026-11-24-h100-0054682: 1723 GB/s against 1710-1712 for one block
+  // per SM, three columns of it in the same interleaved rounds); at splits of 8 or more passes
+  // (b1 x 32k, b8 x 4k) two blocks per SM were 0.3-0.9% slower and at 64 passes (b8 x 32k) equal,
+  // so they keep one block per SM.
+  bool auto_two = false;
+  if (r.tensor_cores && a.split.blocks_per_sm == 0) {
+    auto fit = [&](int bps) { return int(std::max<int64_t>(1, std::min<int64_t>(int64_t(n_sms) * bps / n_base, most))); };
+    const int len2 = splits_of(fit(2)).first;
+    auto_two = splits_of(fit(1)).second == 2 && len2 > kPass && len2 <= 2 * kPass;
+    if (auto_two && a.pipeline_blocks_per_sm == 0) pipe_bps = 2;
+  }
   int k;
   if (r.tensor_cores) {
     // One block per SM (each keeps 64 KB of K/V loads in flight a pass), as many splits as fit:
-    // fewer partials to merge than two per SM, and no slower at any measured shape (H100, the
-    // bps1/bps2 columns of results/gpu/decode-attn-*).
-    const int bps = a.split.blocks_per_sm > 0 ? a.split.blocks_per_sm : 1;
+    // fewer partials to merge than two per SM, and no slower at any measured shape but the auto_two
+    // class above (H100, the bps1/bps2/bps2pipe columns of results/gpu/decode-attn-*).
+    const int bps = a.split.blocks_per_sm > 0 ? a.split.blocks_per_sm : auto_two ? 2 : 1;
+    r.blocks_per_sm = bps;
     k = int(std::max<int64_t>(1, std::min<int64_t>(int64_t(n_sms) * bps / n_base, most)));
   } else {
     // Measured on an H100 (results/gpu/kernels-*.md): about 4 blocks per SM, at least 64
     // positions a split.
+    r.blocks_per_sm = a.split.blocks_per_sm > 0 ? a.split.blocks_per_sm : 4;
     k = std::max(1, std::min(ceil_div(int64_t(n_sms) * (a.split.blocks_per_sm > 0 ? a.split.blocks_per_sm : 4), n_base), most));
   }
   // A grid of 1-1.6 waves of resident blocks leaves a long tail (0.73-0.87 of SDPA at batch 32
@@ -337,6 +358,30 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
   return r;
 }
 
+int decode_mma_resident_blocks(ScalarType dtype, int head_dim, bool pipeline) {
+  if (head_dim != 64 && head_dim != 128)
+    throw std::invalid_argument("decode_mma_resident_blocks: head_dim " + std::to_string(head_dim) + " (64 or 128)");
+  int n = 0;
+  auto count = [&](auto kernel) { CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, 0)); };
+  auto pick = [&](auto tag) {
+    using T = decltype(tag);
+    if (head_dim == 64) pipeline ? count(decode::decode_mma_kernel<T, 64, kMmaSteps, false, true>)
+                                 : count(decode::decode_mma_kernel<T, 64, kMmaSteps, false, false>);
+    else pipeline ? count(decode::decode_mma_kernel<T, 128, kMmaSteps, false, true>)
+                  : count(decode::decode_mma_kernel<T, 128, kMmaSteps, false, false>);
+  };
+  if (dtype == ScalarType::bf16) {
+    pick(__nv_bfloat16{});
+  } else {
+#if defined(SERVELAB_KERNELS_FP16)
+    pick(__half{});
+#else
+    throw std::invalid_argument("decode_mma_resident_blocks: fp16 not built");
+#endif
+  }
+  return n;
+}
+
 size_t decode_attention_workspace_bytes(int n_seqs, int n_heads, int head_dim, int n_splits) {
   return size_t(n_seqs) * n_heads * n_splits * (head_dim + 3) * sizeof(float);
 }
@@ -349,6 +394,9 @@ void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
     throw std::invalid_argument("decode_attention: fixed_split_len must be a multiple of 16");
   if (a.split.min_split_len < 0 || a.split.blocks_per_sm < 0)
     throw std::invalid_argument("decode_attention: min_split_len and blocks_per_sm must be >= 0");
+  if (a.pipeline_blocks_per_sm < 0 || a.pipeline_blocks_per_sm > 2)
+    throw std::invalid_argument("decode_attention: pipeline_blocks_per_sm must be 0, 1 or 2 (got " +
+                                std::to_string(a.pipeline_blocks_per_sm) + ")");
   int device = 0, n_sms = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, device));

@@ -16,6 +16,9 @@
   python3 scripts/gpu-bench-peers.py --profile-decode "b1 ctx1024 gqa4" ... [--backend cudnn]
       SDPA on those decode shapes, 3 eager calls each, nothing else on the GPU (for ncu).
 
+DECODE_SHAPES (environment, ';'-separated "b8 ctx1024 gqa4;b1 ctx32768 gqa4"): only those decode
+shapes, as kernel_bench reads it.
+
 Decode as kernel_bench times it: one CUDA graph of 20 calls per backend, the backends timed in
 interleaved rounds (warm-up, then 15 rounds of one replay each, median). Prefill: one CUDA graph of 20 calls (inputs rotated through enough copies
 that repeats do not run from L2), replayed after warm-up, median of 15 replays, per call. Bytes
@@ -24,6 +27,7 @@ counted the same way for both: K and V read once, Q read, O written. Random norm
 import argparse
 import datetime
 import json
+import os
 import subprocess
 import sys
 
@@ -218,12 +222,13 @@ def measure(quick, decode_only=False, prefill_only=False):
         del x, w, y
 
     # Decode: q [B, 32, 1, 128], K/V [B, kv, ctx, 128] contiguous.
+    only = {x.strip() for x in os.environ.get("DECODE_SHAPES", "").split(";") if x.strip()}
     for group in (() if prefill_only else (1, 4)):
         n_kv = N_HEADS // group
         for batch in (QUICK_BATCHES if quick else BATCHES):
             for ctx in (QUICK_CTXS if quick else CTXS):
                 kv_bytes = batch * ctx * n_kv * HD * 2 * 2
-                if kv_bytes > KV_LIMIT:
+                if kv_bytes > KV_LIMIT or (only and f"b{batch} ctx{ctx} gqa{group}" not in only):
                     continue
                 n_rot = int(min(8, max(1, 4 * l2 // kv_bytes + 1)))
                 ks = [torch.randn(batch, n_kv, ctx, HD, device="cuda", dtype=torch.bfloat16) for _ in range(n_rot)]
@@ -336,7 +341,7 @@ def combine(kb_path, peers_path, out_path, commit, before_path=None):
     json.dump(out, open(out_path, "w"), indent=2)
     copy = next((r["value"] for r in kb if r["name"] == "d2d_copy"), None)
     print(f"\n== paged decode attention: GB/s, ratio to the best SDPA backend, to copy ({copy:.0f} GB/s) ==")
-    cols = ("_bps2", "_cudacore", "_nocluster", "_nopipe", "_again", "_invariant")
+    cols = ("_bps2", "_cudacore", "_nocluster", "_nopipe", "_bps2pipe", "_bps1", "_again", "_invariant")
     print(f"{'shape':<19} {'cut':<12} {'ours':>5} {'sdpa':>5} {'x sdpa':>6} {'x copy':>6} | x sdpa for "
           + " ".join(c[1:] for c in cols))
     for base, v in decode.items():

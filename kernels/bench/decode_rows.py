@@ -13,6 +13,8 @@ its cut (e.g. "ring": a default the final code no longer has), take paged_decode
 paged_decode_attn_vs_copy from the kernel_bench column paged_decode_attn_VARIANT of the same run
 instead (the final code's configuration, measured in the same binary), and leave the target's
 paged_decode_attn_invariant row of that shape alone when its cut shows CUT_WORD too.
+--default-from VARIANT --for-shapes "b8 ctx1024 gqa4;...": the same, on the listed base shapes
+(where the final code's default is a rule change measured as that variant's column).
 Prints the rows written.
 """
 import argparse
@@ -33,7 +35,11 @@ def main():
     ap.add_argument("target")
     ap.add_argument("--default-from")
     ap.add_argument("--where")
+    ap.add_argument("--for-shapes", help="';'-separated base shapes whose default comes from --default-from")
     a = ap.parse_args()
+    for_shapes = {x.strip() for x in (a.for_shapes or "").split(";") if x.strip()}
+    if (a.where or for_shapes) and not a.default_from:
+        ap.error("--where / --for-shapes need --default-from")
     run = json.load(open(os.path.join(a.run_dir, "benchmarks.json")))
     kb = json.load(open(os.path.join(a.run_dir, "kernel_bench.json")))
     copy = next(r["value"] for r in kb if r["name"] == "d2d_copy")
@@ -50,7 +56,7 @@ def main():
             continue
         cut = r["shape"].split(" (")[1].split(")")[0] if " (" in r["shape"] else ""
         base = base_of(r["name"], r["shape"])
-        if a.where and a.where in cut.split():
+        if (a.where and a.where in cut.split()) or (base in for_shapes and r["name"] != "sdpa_decode_attn"):
             if r["name"] == "paged_decode_attn_invariant":
                 continue  # not measured in the final configuration: the target keeps its row
             v = variant[base]

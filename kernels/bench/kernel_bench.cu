@@ -6,8 +6,12 @@
 // --sweep also times, for GQA decode shapes: 2 blocks per SM (SplitPolicy::blocks_per_sm: bps2), the
 // CUDA-core kernel (DecodeAttentionArgs::tensor_cores off: cudacore), the workspace split merge
 // instead of the cluster one (max_cluster_splits 0: nocluster), the tensor-core kernel without its
-// load pipeline (pipeline off: nopipe), and the default again (again: the spread of one
+// load pipeline (pipeline off: nopipe), two blocks per SM with the load pipeline
+// (DecodeAttentionArgs::pipeline_blocks_per_sm 2: bps2pipe), one block per SM with the pipeline
+// as before the fourth pass (bps1), and the default again (again: the spread of one
 // configuration).
+// DECODE_SHAPES (environment, ';'-separated "b8 ctx1024 gqa4;b1 ctx32768 gqa4"): only those
+// decode shapes (as scripts/gpu-bench-peers.py reads it too).
 // A shape's variants are timed in interleaved rounds (bench_timing.h: time_rounds).
 // --decode-only: validation, the copy ceiling and paged decode attention only. --only "b1 ctx1024
 // gqa4": that decode shape alone (e.g. under ncu; its first decode_mma_kernel launch after the
@@ -20,6 +24,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -84,7 +89,8 @@ struct PagedBatch {
     CUDA_CHECK(cudaMemcpy(qstart->p, qs.data(), (batch + 1) * 4, cudaMemcpyHostToDevice));
   }
   DecodeAttentionArgs decode_args(int rot, SplitPolicy split, int n_sms, bool tensor_cores = true,
-                                  int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true) {
+                                  int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true,
+                                  int pipe_bps = 0) {
     DecodeAttentionArgs a;
     a.q = q->p;
     a.q_row_stride = int64_t(n_heads) * hd;
@@ -106,6 +112,7 @@ struct PagedBatch {
     a.tensor_cores = tensor_cores;
     a.max_cluster_splits = max_cluster;
     a.pipeline = pipeline;
+    a.pipeline_blocks_per_sm = pipe_bps;
     const DecodeSplit s = decode_attention_split(a, n_sms);
     const size_t need = decode_attention_workspace_bytes(batch, n_heads, hd, s.n_splits);
     if (!ws || ws->bytes < need) {
@@ -265,7 +272,14 @@ int main(int argc, char** argv) {
       bench_gemv(l2, copy_gbs);
     }
 
-    if (!prefill_only) std::printf("paged decode attention (block 16, head_dim 128):\n");
+    std::string decode_shapes = std::getenv("DECODE_SHAPES") ? std::getenv("DECODE_SHAPES") : "";
+    if (!decode_shapes.empty()) decode_shapes = ";" + decode_shapes + ";";
+    if (!prefill_only) {
+      std::printf("paged decode attention (block 16, head_dim 128):\n");
+      std::printf("  tensor-core decode kernel, HD 128, resident blocks per SM: %d pipelined, %d not\n",
+                  decode_mma_resident_blocks(ScalarType::bf16, 128, true), decode_mma_resident_blocks(ScalarType::bf16, 128, false));
+      if (!decode_shapes.empty()) std::printf("  DECODE_SHAPES: %s\n", decode_shapes.c_str());
+    }
     const std::vector<int> batches = quick ? std::vector<int>{1, 32} : std::vector<int>{1, 8, 32, 128, 256};
     const std::vector<int> ctxs = quick ? std::vector<int>{4096} : std::vector<int>{1024, 4096, 32768};
     for (int group : {1, 4})
@@ -277,6 +291,7 @@ int main(int argc, char** argv) {
           const std::string base_shape =
               "b" + std::to_string(batch) + " ctx" + std::to_string(ctx) + " gqa" + std::to_string(group);
           if (!only.empty() && only != base_shape) continue;
+          if (!decode_shapes.empty() && decode_shapes.find(";" + base_shape + ";") == std::string::npos) continue;
           PagedBatch b(batch, ctx, n_heads, n_kv, l2, rng);
           // The default policy, the batch-invariant one (fixed 512-position splits), and with
           // --sweep the comparisons the defaults were chosen from (GQA only: GQA 1 runs the
@@ -287,6 +302,7 @@ int main(int argc, char** argv) {
             bool tc = true;
             int max_cluster = DecodeAttentionArgs{}.max_cluster_splits;
             bool pipe = true;
+            int pipe_bps = 0;  // DecodeAttentionArgs::pipeline_blocks_per_sm
           };
           std::vector<Variant> variants = {{SplitPolicy{0, 0}}, {SplitPolicy{512, 0}, "_invariant"}};
           if (sweep && group > 1) {
@@ -302,6 +318,12 @@ int main(int argc, char** argv) {
             v = {SplitPolicy{0, 0}, "_nopipe"};
             v.pipe = false;
             variants.push_back(v);
+            v = {SplitPolicy{0, 2}, "_bps2pipe"};
+            v.pipe_bps = 2;
+            variants.push_back(v);
+            v = {SplitPolicy{0, 1}, "_bps1"};
+            v.pipe_bps = 1;
+            variants.push_back(v);
             variants.push_back({SplitPolicy{0, 0}, "_again"});
           }
           // Every variant's arguments first (the workspace grows to the largest need), then one
@@ -310,7 +332,7 @@ int main(int argc, char** argv) {
           for (size_t k = 0; k < variants.size(); ++k) {
             const Variant& var = variants[k];
             for (int r = 0; r < b.n_rot; ++r) {
-              args[k].push_back(b.decode_args(r, var.pol, n_sms, var.tc, var.max_cluster, var.pipe));
+              args[k].push_back(b.decode_args(r, var.pol, n_sms, var.tc, var.max_cluster, var.pipe, var.pipe_bps));
             }
           }
           for (auto& list : args)
@@ -335,7 +357,8 @@ int main(int argc, char** argv) {
             const std::string shape = base_shape + (fixed ? " split512" : "");
             const std::string name = std::string("paged_decode_attn") + variants[k].tag;
             record(name, shape + " (" + std::to_string(used.n_splits) + " splits" + (used.tensor_cores ? " mma" : "") +
-                       (used.cluster ? " cluster" : "") + (used.pipeline ? " pipe" : "") + ")",
+                       (used.cluster ? " cluster" : "") + (used.pipeline ? " pipe" : "") +
+                       (used.tensor_cores && used.blocks_per_sm == 2 && !fixed ? " bps2" : "") + ")",
                    bytes / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
           }
         }

@@ -1,5 +1,6 @@
 // The decode split policy is host code: checked here without a device (runs in CI's unit tests).
 #include <cmath>
+#include <stdexcept>
 
 #include <gtest/gtest.h>
 
@@ -107,6 +108,58 @@ TEST(DecodeSplitPolicy, TensorCoresForGqaAimAtOneWave) {
   EXPECT_FALSE(b8bps2.cluster);
   EXPECT_TRUE(b8bps2.reduce);
   EXPECT_FALSE(b8bps2.pipeline);
+  // Two blocks per SM with the load pipeline allowed there (pipeline_blocks_per_sm 2): the same
+  // cut, pipelined where a split has more than one pass.
+  bps2.pipeline_blocks_per_sm = 2;
+  const DecodeSplit b8bps2pipe = decode_attention_split(bps2, 132);
+  EXPECT_EQ(b8bps2pipe.n_splits, 4);
+  EXPECT_EQ(b8bps2pipe.blocks_per_sm, 2);
+  EXPECT_TRUE(b8bps2pipe.reduce);
+  EXPECT_FALSE(b8bps2pipe.cluster);
+  EXPECT_TRUE(b8bps2pipe.pipeline);
+  DecodeAttentionArgs b8k1 = args(8, 1024, 32, 8);
+  b8k1.split.blocks_per_sm = 2;
+  b8k1.pipeline_blocks_per_sm = 2;
+  EXPECT_EQ(decode_attention_split(b8k1, 132).split_len, 256);  // 4 splits of 2 passes, 256 blocks
+  EXPECT_TRUE(decode_attention_split(b8k1, 132).pipeline);
+  DecodeAttentionArgs b1long = args(1, 32768, 32, 8);
+  b1long.split.blocks_per_sm = 2;
+  b1long.pipeline_blocks_per_sm = 2;
+  const DecodeSplit b1bps2pipe = decode_attention_split(b1long, 132);
+  EXPECT_EQ(b1bps2pipe.n_splits, 32);  // 33 fit; 1024-position splits (rounded to 64) make 32
+  EXPECT_EQ(b1bps2pipe.split_len, 1024);
+  EXPECT_TRUE(b1bps2pipe.pipeline);
+  DecodeAttentionArgs b1k4 = args(1, 4096, 32, 8);  // 32 splits of one pass: nothing to overlap
+  b1k4.split.blocks_per_sm = 2;
+  b1k4.pipeline_blocks_per_sm = 2;
+  EXPECT_FALSE(decode_attention_split(b1k4, 132).pipeline);
+  bps2.pipeline_blocks_per_sm = 1;  // one block per SM asked for the pipeline: none at two
+  EXPECT_FALSE(decode_attention_split(bps2, 132).pipeline);
+  // The default at b8 x 1k x GQA 4 (the auto rule's class: one block per SM would cut 2 splits,
+  // two per SM cut splits of 2 passes): the two-per-SM pipelined cut; one block per SM asked for
+  // gives the cut before the fourth pass.
+  const DecodeSplit b8k1auto = decode_attention_split(args(8, 1024, 32, 8), 132);
+  EXPECT_EQ(b8k1auto.blocks_per_sm, 2);
+  EXPECT_EQ(b8k1auto.n_splits, 4);
+  EXPECT_EQ(b8k1auto.split_len, 256);
+  EXPECT_TRUE(b8k1auto.pipeline);
+  EXPECT_TRUE(b8k1auto.reduce);
+  EXPECT_FALSE(b8k1auto.cluster);
+  DecodeAttentionArgs b8k1one = args(8, 1024, 32, 8);
+  b8k1one.split.blocks_per_sm = 1;
+  const DecodeSplit b8k1bps1 = decode_attention_split(b8k1one, 132);
+  EXPECT_EQ(b8k1bps1.n_splits, 2);
+  EXPECT_TRUE(b8k1bps1.cluster);
+  EXPECT_TRUE(b8k1bps1.pipeline);
+  EXPECT_EQ(b8k1bps1.blocks_per_sm, 1);
+  // Outside the class, one block per SM: splits of 8+ passes (b8 x 4k, b1 x 32k), b1 x 8k (16
+  // splits at one per SM), b1 x 1k (8 splits of one pass), b16 x 1k (1 split at one per SM).
+  EXPECT_EQ(decode_attention_split(args(8, 4096, 32, 8), 132).blocks_per_sm, 1);
+  EXPECT_EQ(decode_attention_split(args(1, 32768, 32, 8), 132).blocks_per_sm, 1);
+  EXPECT_EQ(decode_attention_split(args(1, 8192, 32, 8), 132).blocks_per_sm, 1);
+  EXPECT_EQ(decode_attention_split(args(1, 1024, 32, 8), 132).blocks_per_sm, 1);
+  EXPECT_EQ(decode_attention_split(args(16, 1024, 32, 8), 132).blocks_per_sm, 1);
+  EXPECT_EQ(decode_attention_split(args(8, 1024, 32, 8, 512), 132).blocks_per_sm, 1);  // fixed split: never
   const DecodeSplit b32 = decode_attention_split(args(32, 1024, 32, 8), 132);
   EXPECT_EQ(b32.n_splits, 1);  // 256 blocks: one wave of 2 resident blocks per SM
   EXPECT_FALSE(b32.reduce);
@@ -132,6 +185,14 @@ TEST(DecodeSplitPolicy, TensorCoresForGqaAimAtOneWave) {
   DecodeAttentionArgs off = args(1, 1024, 32, 8);
   off.tensor_cores = false;
   EXPECT_FALSE(decode_attention_split(off, 132).tensor_cores);
+}
+
+TEST(DecodeSplitPolicy, PipelineBlocksPerSmOutsideZeroToTwoIsRefused) {
+  for (int bad : {-1, 3}) {
+    DecodeAttentionArgs a = args(1, 1024, 32, 8);
+    a.pipeline_blocks_per_sm = bad;
+    EXPECT_THROW(decode_attention(a, nullptr), std::invalid_argument) << bad;  // before any device call
+  }
 }
 
 TEST(DecodeSplitPolicy, WorkspaceHoldsOutputsSoftmaxStatisticsAndCounters) {
