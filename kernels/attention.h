@@ -131,7 +131,7 @@ void prefill_attention(const PrefillAttentionArgs& a, cudaStream_t stream);
 void prefill_attention_mma(const PrefillAttentionArgs& a, cudaStream_t stream);
 /// FlashAttention-3 structure on wgmma (sm_90a): 128-row tiles over 2 consumer warpgroups,
 /// 128-position key tiles in 3 smem stages, P in registers. Runs one of the kernels below
-/// (always the same one: prefill_attention_wgmma_fa6). Throws std::invalid_argument where prefill_wgmma_supported(head_dim)
+/// (always the same one: prefill_attention_wgmma_fa5). Throws std::invalid_argument where prefill_wgmma_supported(head_dim)
 /// is false.
 void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream);
 /// v5: warp-specialized (a producer warpgroup gathers K/V by cp.async onto per-stage mbarriers;
@@ -167,7 +167,8 @@ void prefill_attention_wgmma_sync(const PrefillAttentionArgs& a, cudaStream_t st
 void prefill_attention_wgmma_fa5(const PrefillAttentionArgs& a, cudaStream_t stream);
 /// fa6 (kernels/notes-prefill.md, sixth pass): fa5 with the softmax's row maxima as pairwise trees
 /// (depth 5 instead of chains of 16) and the offset / correction factor computed without branches.
-/// Max is exact and order-free and the values are unchanged: the same bits as fa5 and v5.1.
+/// Max is exact and order-free and the values are unchanged: the same bits as fa5 and v5.1. As
+/// fast as fa5 in its one call (kernels/notes-prefill.md): selectable in tests and kernel_bench.
 void prefill_attention_wgmma_fa6(const PrefillAttentionArgs& a, cudaStream_t stream);
 /// fa5's parts, for the tests and kernel_bench: part 0 = fa5; 1 = the second call's fa5 (P packed
 /// before the P·V wait, no boundary); 2 = no boundary, P packed after the wait (FlashAttention-3's

@@ -306,10 +306,12 @@ void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v, in
 }
 }  // namespace
 
-// fa6 is dispatched for the sixth pass's call (kernels/notes-prefill.md); fa5 before it (428 / 448
-// TFLOP/s at 4k against v5.1 ping-pong's 404 / 438 in one call, e2eef2f); all the same bits.
+// fa5 is the one dispatched (kernels/notes-prefill.md, fifth pass: 428 / 448 TFLOP/s at 4k against
+// v5.1 ping-pong's 404 / 438 in one call, e2eef2f, the same bits; before it v5.1 ping-pong, v6.1).
+// fa6 (sixth pass, 868f3be) was not faster at GQA 1 in its call (421.0 against fa5's 423.2; +3.8%
+// at GQA 4): selectable by name, the same bits.
 void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) {
-  run_wgmma(a, stream, Variant::fa6);  // sixth pass: tree row maxima, ms / corr without branches
+  run_wgmma(a, stream, Variant::fa5);  // fifth pass: the softmax under P·V, +2-6% (notes-prefill.md)
 }
 void prefill_attention_wgmma_pingpong(const PrefillAttentionArgs& a, cudaStream_t stream) {
   run_wgmma(a, stream, Variant::pingpong);
