@@ -176,11 +176,16 @@ void prefill_attention_wgmma_sync(const PrefillAttentionArgs& a, cudaStream_t st
 /// wait kept below the softmax by a control-flow boundary (the wait for the next V stage). The
 /// same arithmetic per row: the same bits as v5.1.
 void prefill_attention_wgmma_fa5(const PrefillAttentionArgs& a, cudaStream_t stream);
+/// fa6 (kernels/notes-prefill.md, sixth pass): fa5 with the softmax's row maxima as pairwise trees
+/// (depth 5 instead of chains of 16) and the offset / correction factor computed without branches.
+/// Max is exact and order-free and the values are unchanged: the same bits as fa5 and v5.1. As
+/// fast as fa5 in its one call (kernels/notes-prefill.md): selectable in tests and kernel_bench.
+void prefill_attention_wgmma_fa6(const PrefillAttentionArgs& a, cudaStream_t stream);
 /// fa5's parts, for the tests and kernel_bench: part 0 = fa5; 1 = the second call's fa5 (P packed
 /// before the P·V wait, no boundary); 2 = no boundary, P packed after the wait (FlashAttention-3's
 /// order); 3 = the uniform warpgroup index alone (v5.1's order); 4 = the uniform index and the
-/// boundary in v5.1's order; 5 = fa5 without ping-pong's turns. All the same bits. Throws
-/// std::invalid_argument for a part outside 0..5.
+/// boundary in v5.1's order; 5 = fa5 without ping-pong's turns; 6 = fa6; 7 = fa6's tree maxima
+/// alone (fa5 otherwise). All the same bits. Throws std::invalid_argument for a part outside 0..7.
 void prefill_attention_wgmma_fa5_part(const PrefillAttentionArgs& a, cudaStream_t stream, int part);
 /// True when this build has sm_90a code, the current device is compute 9.0 and head_dim is 128.
 bool prefill_wgmma_supported(int head_dim);

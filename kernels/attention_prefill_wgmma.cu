@@ -252,7 +252,7 @@ bool prefill_wgmma_supported(int head_dim) {
 }
 
 namespace {
-enum class Variant { sync, ws, pingpong, tma, lean, persist, fa5, fa5_pack_early, fa5_pack_after, fa5_uniform, fa5_v51_order, fa5_no_turns };
+enum class Variant { sync, ws, pingpong, tma, lean, persist, fa5, fa5_pack_early, fa5_pack_after, fa5_uniform, fa5_v51_order, fa5_no_turns, fa6, fa6_tree };
 /// The wgmma kernels: checks, Params, grid; v picks v4.1 (sync), v5.1 (ws), v5.1 with ping-pong, v6 (tma), v6.1 (lean) or
 /// v7 (persist, on at most max_blocks blocks where > 0).
 void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v, int max_blocks = 0) {
@@ -298,6 +298,8 @@ void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v, in
                              : v == Variant::fa5_pack_early ? WsVariant::fa5_pack_early
                              : v == Variant::fa5_v51_order  ? WsVariant::fa5_v51_order
                              : v == Variant::fa5_no_turns   ? WsVariant::fa5_no_turns
+                             : v == Variant::fa6            ? WsVariant::fa6
+                             : v == Variant::fa6_tree       ? WsVariant::fa6_tree
                                                             : WsVariant::lean,
                              a.dtype, stream);
   else SERVELAB_DISPATCH_16(a.dtype, launch<__nv_bfloat16>(p, int(grid), stream), launch<__half>(p, int(grid), stream));
@@ -306,6 +308,8 @@ void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v, in
 
 // fa5 is the one dispatched (kernels/notes-prefill.md, fifth pass: 428 / 448 TFLOP/s at 4k against
 // v5.1 ping-pong's 404 / 438 in one call, e2eef2f, the same bits; before it v5.1 ping-pong, v6.1).
+// fa6 (sixth pass, 868f3be) was not faster at GQA 1 in its call (421.0 against fa5's 423.2; +3.8%
+// at GQA 4): selectable by name, the same bits.
 void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) {
   run_wgmma(a, stream, Variant::fa5);  // fifth pass: the softmax under P·V, +2-6% (notes-prefill.md)
 }
@@ -317,10 +321,11 @@ void prefill_attention_wgmma_tma(const PrefillAttentionArgs& a, cudaStream_t str
 void prefill_attention_wgmma_lean(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::lean); }
 void prefill_attention_wgmma_sync(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::sync); }
 void prefill_attention_wgmma_fa5(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::fa5); }
+void prefill_attention_wgmma_fa6(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::fa6); }
 void prefill_attention_wgmma_fa5_part(const PrefillAttentionArgs& a, cudaStream_t stream, int part) {
   static constexpr Variant kParts[] = {Variant::fa5, Variant::fa5_pack_early, Variant::fa5_pack_after, Variant::fa5_uniform, Variant::fa5_v51_order,
-                                       Variant::fa5_no_turns};
-  if (part < 0 || part > 5) throw std::invalid_argument("prefill_attention_wgmma_fa5_part: part must be in 0..5 (got " + std::to_string(part) + ")");
+                                       Variant::fa5_no_turns, Variant::fa6, Variant::fa6_tree};
+  if (part < 0 || part > 7) throw std::invalid_argument("prefill_attention_wgmma_fa5_part: part must be in 0..7 (got " + std::to_string(part) + ")");
   run_wgmma(a, stream, kParts[part]);
 }
 void prefill_attention_wgmma_persist(const PrefillAttentionArgs& a, cudaStream_t stream, int max_blocks) {

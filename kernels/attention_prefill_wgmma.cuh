@@ -208,10 +208,25 @@ __device__ __forceinline__ void issue_qk(float (&sc)[64], uint64_t desc_q, uint6
 /// maximum, l: running sum (two chains a row, fixed order), corr: the last tile's rescale factor,
 /// exactly 1 where the maximum did not move, so a tile a row masks whole is an exact no-op.
 struct RowPairSoftmax {
+  /// a[j] = max(a[j], a[j + W]) for j < W, in both rows' arrays (one level of fa6's max trees).
+  template <int W>
+  __device__ __forceinline__ static void max_halves(float (&a)[kBN / 8], float (&b)[kBN / 8]) {
+#pragma unroll
+    for (int j = 0; j < W; ++j) {
+      a[j] = fmaxf(a[j], a[j + W]);
+      b[j] = fmaxf(b[j], b[j + W]);
+    }
+  }
+
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f, corr0 = 1.0f, corr1 = 1.0f;
 
   /// Key tile t's scores into probabilities (exp2 of scale_log2-scaled logits): the causal mask
   /// where the tile passes wg_min (the warpgroup's first row position), then max, corr and sum.
+  /// kFa6 (sixth pass, notes-prefill.md): the thread's row maxima as trees (pairwise, depth 5,
+  /// instead of two chains of 16 a row: max is exact and order-free, so the same bits), and the
+  /// offset ms and the correction computed without branches (v5.1's conditionals became
+  /// predicated constant reloads of scale_log2 in the SASS, on the critical path); the same values.
+  template <bool kTree = false, bool kFlat = false>
   __device__ __forceinline__ void tile(float (&sc)[64], int t, int wg_min, int pos0, int pos1, int c2, float sl2) {
     if (t * kBN + kBN - 1 > wg_min) {
 #pragma unroll
@@ -223,16 +238,32 @@ struct RowPairSoftmax {
           if (kp > pos1) sc[4 * j + 2 + e] = -INFINITY;
         }
     }
-    float mx0 = -INFINITY, mx1 = -INFINITY, mx0b = -INFINITY, mx1b = -INFINITY;  // two chains a row
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+    if constexpr (kTree) {  // 16 independent maxima a row, then 8, 4, 2, 1
+      float t0[kBN / 8], t1[kBN / 8];
 #pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
-      mx0 = fmaxf(mx0, sc[4 * j]);
-      mx0b = fmaxf(mx0b, sc[4 * j + 1]);
-      mx1 = fmaxf(mx1, sc[4 * j + 2]);
-      mx1b = fmaxf(mx1b, sc[4 * j + 3]);
+      for (int j = 0; j < kBN / 8; ++j) {
+        t0[j] = fmaxf(sc[4 * j], sc[4 * j + 1]);
+        t1[j] = fmaxf(sc[4 * j + 2], sc[4 * j + 3]);
+      }
+      max_halves<8>(t0, t1);  // constant widths: the arrays stay in registers
+      max_halves<4>(t0, t1);
+      max_halves<2>(t0, t1);
+      max_halves<1>(t0, t1);
+      mx0 = t0[0];  // NaN only if all 32 are NaN; fmaxf(m0, NaN) = m0 below, as the chains' -inf
+      mx1 = t1[0];
+    } else {
+      float mx0b = -INFINITY, mx1b = -INFINITY;  // two chains a row
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+        mx0 = fmaxf(mx0, sc[4 * j]);
+        mx0b = fmaxf(mx0b, sc[4 * j + 1]);
+        mx1 = fmaxf(mx1, sc[4 * j + 2]);
+        mx1b = fmaxf(mx1b, sc[4 * j + 3]);
+      }
+      mx0 = fmaxf(mx0, mx0b);
+      mx1 = fmaxf(mx1, mx1b);
     }
-    mx0 = fmaxf(mx0, mx0b);
-    mx1 = fmaxf(mx1, mx1b);
 #pragma unroll
     for (int x = 1; x <= 2; x <<= 1) {
       mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
@@ -241,9 +272,19 @@ struct RowPairSoftmax {
     const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
     // An unchanged maximum gives exactly 1 (m0 * sl2 - ms0 contracted into an FMA would leave the
     // rounding error of ms0, not 0).
-    const float ms0 = mn0 == -INFINITY ? 0.0f : __fmul_rn(mn0, sl2), ms1 = mn1 == -INFINITY ? 0.0f : __fmul_rn(mn1, sl2);
-    corr0 = mn0 == m0 ? 1.0f : ex2(__fsub_rn(__fmul_rn(m0, sl2), ms0));
-    corr1 = mn1 == m1 ? 1.0f : ex2(__fsub_rn(__fmul_rn(m1, sl2), ms1));
+    float ms0, ms1;
+    if constexpr (kFlat) {  // 0 · sl2 = +0 (sl2 > 0, finite): v5.1's 0.0f; ex2(-inf - ms) = 0 where m was -inf
+      ms0 = __fmul_rn(mn0 == -INFINITY ? 0.0f : mn0, sl2);
+      ms1 = __fmul_rn(mn1 == -INFINITY ? 0.0f : mn1, sl2);
+      const float c0 = ex2(__fsub_rn(__fmul_rn(m0, sl2), ms0)), c1 = ex2(__fsub_rn(__fmul_rn(m1, sl2), ms1));
+      corr0 = mn0 == m0 ? 1.0f : c0;
+      corr1 = mn1 == m1 ? 1.0f : c1;
+    } else {
+      ms0 = mn0 == -INFINITY ? 0.0f : __fmul_rn(mn0, sl2);
+      ms1 = mn1 == -INFINITY ? 0.0f : __fmul_rn(mn1, sl2);
+      corr0 = mn0 == m0 ? 1.0f : ex2(__fsub_rn(__fmul_rn(m0, sl2), ms0));
+      corr1 = mn1 == m1 ? 1.0f : ex2(__fsub_rn(__fmul_rn(m1, sl2), ms1));
+    }
     m0 = mn0;
     m1 = mn1;
     float sum0 = 0.0f, sum1 = 0.0f, sum0b = 0.0f, sum1b = 0.0f;  // two chains a row, fixed order
@@ -319,7 +360,9 @@ struct RowPairSoftmax {
 /// fa5_pack_after (no boundary, P packed after the wait: FlashAttention-3's order), fa5_uniform
 /// (the uniform descriptors alone, v5.1's order), fa5_v51_order (uniform descriptors and the
 /// boundary in v5.1's order), fa5_no_turns (fa5 without ping-pong's turns).
-enum class WsVariant { ws, pingpong, tma, lean, persist, fa5, fa5_pack_early, fa5_pack_after, fa5_uniform, fa5_v51_order, fa5_no_turns };
+/// fa6 (sixth pass): fa5 with the row maxima as trees and ms / corr without branches (the same
+/// bits); fa6_tree: the trees alone.
+enum class WsVariant { ws, pingpong, tma, lean, persist, fa5, fa5_pack_early, fa5_pack_after, fa5_uniform, fa5_v51_order, fa5_no_turns, fa6, fa6_tree };
 /// Launches the warp-specialized kernel v on grid blocks (persist: at most one block per SM, grid
 /// items).
 void launch_ws(const Params& p, int grid, WsVariant v, ScalarType dtype, cudaStream_t stream);

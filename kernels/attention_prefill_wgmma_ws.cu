@@ -1,7 +1,7 @@
 // Prefill attention on wgmma, v5: the warp-specialized kernel (see the comment below and
 // kernels/notes-prefill.md); shares Params, Layout and the helpers with attention_prefill_wgmma.cu
 // through attention_prefill_wgmma.cuh. Selectable by name (prefill_attention_wgmma_ws, _pingpong,
-// _tma, _lean, _fa5, _fa5_part); prefill_attention runs fa5 (kSched 4 below) on Hopper at hd 128.
+// _tma, _lean, _fa5, _fa6, _fa5_part); prefill_attention runs fa5 (kSched 4 below) on Hopper at hd 128.
 #include <cuda.h>  // CUtensorMap (the encoder comes through the runtime: no libcuda link)
 #include <cudaTypedefs.h>
 
@@ -85,8 +85,10 @@ static_assert(Layout::kBytes % 8 == 0, "mbarriers need 8-byte alignment");
 template <typename T, bool kPingPong, int kProd, int kSched = 0>
 __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const Params p, const __grid_constant__ TmaMaps maps) {
   constexpr bool kTma = kProd == 1, kLean = kProd == 2;
-  constexpr bool kFa3Order = kSched == 1 || kSched == 2 || kSched == 4, kPackEarly = kSched == 1;
-  constexpr bool kFenceBlock = kSched == 4 || kSched == 5;  // the P·V wait behind a control-flow boundary
+  // 6 (fa6) and 7: 4 with the softmax's row maxima as trees; 6 also ms / corr without branches.
+  constexpr bool kFa3Order = kSched == 1 || kSched == 2 || kSched == 4 || kSched >= 6, kPackEarly = kSched == 1;
+  constexpr bool kFenceBlock = kSched == 4 || kSched == 5 || kSched >= 6;  // the P·V wait behind a control-flow boundary
+  constexpr bool kTreeMax = kSched >= 6, kFlatMs = kSched == 6;
 #if SERVELAB_WGMMA_DEVICE
   using L = Layout;
   using LW = LayoutWs;
@@ -291,7 +293,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
     const uint64_t desc_k = wgmma::desc_sw128(sbase + L::kK, 16, 1024);
     const uint64_t desc_v = wgmma::desc_sw128(sbase + L::kV, L::kHalf, 1024);
     auto issue_s = [&](int t) { issue_qk<T>(sc, desc_q, desc_k, uint32_t(t % kStages) * L::kTile); };
-    auto softmax = [&](int t) { sm.tile(sc, t, wg_min, pos0, pos1, c2, sl2); };
+    auto softmax = [&](int t) { sm.tile<kTreeMax, kFlatMs>(sc, t, wg_min, pos0, pos1, c2, sl2); };
     auto rescale_and_pack = [&] { sm.rescale_and_pack<T, kLean>(o, sc, pf); };
     auto issue_pv = [&](int t) {
       const uint32_t st = uint32_t(t % kStages) * L::kTile;
@@ -510,6 +512,12 @@ void launch_ws(const Params& p, int grid, WsVariant v, ScalarType dtype, cudaStr
       break;
     case WsVariant::fa5_uniform:
       SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 0, 3>(p, grid, stream)), (launch_ws_t<__half, true, 0, 3>(p, grid, stream)));
+      break;
+    case WsVariant::fa6:
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 0, 6>(p, grid, stream)), (launch_ws_t<__half, true, 0, 6>(p, grid, stream)));
+      break;
+    case WsVariant::fa6_tree:
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 0, 7>(p, grid, stream)), (launch_ws_t<__half, true, 0, 7>(p, grid, stream)));
       break;
 
   }

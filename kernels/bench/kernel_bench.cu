@@ -407,6 +407,8 @@ int main(int argc, char** argv) {
         if (prefill_wgmma_supported(128)) {  // each wgmma kernel by name
           timed.push_back({"prefill_attn_wgmma_pingpong", prefill_attention_wgmma_pingpong, {}});
           timed.push_back({"prefill_attn_wgmma_fa5", prefill_attention_wgmma_fa5, {}});
+          timed.push_back({"prefill_attn_wgmma_fa6", prefill_attention_wgmma_fa6, {}});
+          timed.push_back({"prefill_attn_wgmma_fa6_tree", [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 7); }, {}});
           timed.push_back({"prefill_attn_wgmma_fa5_packearly", [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 1); }, {}});
           timed.push_back({"prefill_attn_wgmma_fa5_packafter", [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 2); }, {}});
           timed.push_back({"prefill_attn_wgmma_fa5_uniform", [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 3); }, {}});

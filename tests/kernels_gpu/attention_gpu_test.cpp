@@ -4,6 +4,7 @@
 // Prefill runs through prefill_attention (wgmma on sm_90a at head_dim 128) and each kernel by name.
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <string>
 #include <utility>
 
@@ -440,14 +441,17 @@ TEST_P(AttentionGpu, ChunkedPrefillGivesTheSameBitsAsFullPrefill) {
   }
 }
 
-// fa5's parts (prefill_attention_wgmma_fa5_part 0..5) as PrefillFn.
+// fa5's parts (prefill_attention_wgmma_fa5_part 0..7: 6 is fa6, 7 fa6's tree maxima alone) as PrefillFn.
 const PrefillFn kFa5Parts[] = {
     [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 0); },
     [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 1); },
     [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 2); },
     [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 3); },
     [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 4); },
-    [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 5); }};
+    [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 5); },
+    [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 6); },
+    [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 7); }};
+constexpr int kNumFa5Parts = int(std::size(kFa5Parts));
 
 #define SKIP_WITHOUT_WGMMA()                                                    \
   SKIP_WITHOUT_GPU();                                                           \
@@ -487,13 +491,16 @@ TEST_P(AttentionGpu, PrefillWgmmaMatchesReferenceOnAwkwardShapes) {
                                  prefill_attention_wgmma_persist(a, st);
                                }).begin()))
             << "persist differs from ws: layout " << int(kind) << " group " << group << " block " << bs;
-        // fa5 and its parts change only the consumers' instruction order: the same bits.
-        for (int part = 0; part < 6; ++part) {
+        // fa5 and its parts change only the consumers' instruction order, fa6 the order of an exact
+        // max and how equal values are computed: the same bits.
+        for (int part = 0; part < kNumFa5Parts; ++part) {
           EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, kFa5Parts[part]).begin()))
               << "fa5 part " << part << " differs from ws: layout " << int(kind) << " group " << group << " block " << bs;
         }
         EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, prefill_attention_wgmma_fa5).begin()))
             << "fa5 differs from ws: layout " << int(kind) << " group " << group << " block " << bs;
+        EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, prefill_attention_wgmma_fa6).begin()))
+            << "fa6 differs from ws: layout " << int(kind) << " group " << group << " block " << bs;
         EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_mma), ref), testing::tolerance(t))
             << "mma: layout " << int(kind) << " group " << group << " block " << bs;
       }
@@ -515,7 +522,7 @@ TEST_P(AttentionGpu, PrefillWgmma4kPromptMatchesReference) {
     const std::vector<float> persist =
         run_prefill(t, b, [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_persist(a, st); });
     EXPECT_TRUE(std::equal(lean.begin(), lean.end(), persist.begin())) << "lean and persist differ " << n_kv;
-    for (int part = 0; part < 6; ++part) {  // fa5 (part 0) and its parts: v5.1's (= lean's) bits
+    for (int part = 0; part < kNumFa5Parts; ++part) {  // fa5 (part 0), its parts and fa6 (6, 7): v5.1's (= lean's) bits
       const std::vector<float> fa5 = run_prefill(t, b, kFa5Parts[part]);
       EXPECT_TRUE(std::equal(lean.begin(), lean.end(), fa5.begin())) << "lean and fa5 part " << part << " differ " << n_kv;
     }
@@ -558,7 +565,7 @@ TEST_P(AttentionGpu, PrefillWgmmaPersistentGridMatchesLeanOnFewBlocks) {
   const KvBatch b = testing::make_batch({{5}, {5}, 8, 8, 128, KvLayoutKind::paged, 16}, rng);
   EXPECT_THROW(run_prefill(t, b, [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_persist(a, st, -1); }),
                std::invalid_argument);
-  EXPECT_THROW(run_prefill(t, b, [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 6); }),
+  EXPECT_THROW(run_prefill(t, b, [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 8); }),
                std::invalid_argument);
 }
 
