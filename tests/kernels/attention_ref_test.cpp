@@ -9,23 +9,7 @@ namespace {
 using testing::BatchSpec;
 using testing::KvBatch;
 
-std::vector<float> run_ref(const KvBatch& b) {
-  std::vector<float> out(b.q.size(), NAN);
-  AttentionRefArgs a;
-  a.q = b.q.data();
-  a.k_cache = b.k_cache.data();
-  a.v_cache = b.v_cache.data();
-  a.shape = b.shape;
-  a.n_heads = b.spec.n_heads;
-  a.n_seqs = b.in.n_seqs();
-  a.query_start = b.in.query_start.data();
-  a.context_lens = b.in.context_lens.data();
-  a.kv = b.in.addressing();
-  a.scale = 1.0f / std::sqrt(float(b.shape.head_dim));
-  a.out = out.data();
-  attention_ref(a);
-  return out;
-}
+std::vector<float> run_ref(const KvBatch& b) { return testing::reference_attention(b, NAN); }
 
 /// Copies a batch's KV into a fresh arena in the other layout (same positions, other slots).
 KvBatch relayout(const KvBatch& src, KvLayoutKind kind, int block_size, std::mt19937_64& rng) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/model/half.h"
+#include "kernels/ref/attention_ref.h"
 #include "kernels/step_input.h"
 
 namespace servelab::kernels::testing {
@@ -107,6 +108,26 @@ inline KvBatch make_batch(const BatchSpec& spec, std::mt19937_64& rng) {
   b.v_cache = random_bf16(cache_elems, rng);
   b.q = random_bf16(size_t(b.n_tokens()) * spec.n_heads * spec.head_dim, rng);
   return b;
+}
+
+/// attention_ref over the batch (scale 1/sqrt(head_dim)): the output every kernel is checked
+/// against, one row per query token and head; rows the reference does not write keep `fill`.
+inline std::vector<float> reference_attention(const KvBatch& b, float fill = 0.0f) {
+  std::vector<float> out(b.q.size(), fill);
+  AttentionRefArgs a;
+  a.q = b.q.data();
+  a.k_cache = b.k_cache.data();
+  a.v_cache = b.v_cache.data();
+  a.shape = b.shape;
+  a.n_heads = b.spec.n_heads;
+  a.n_seqs = b.in.n_seqs();
+  a.query_start = b.in.query_start.data();
+  a.context_lens = b.in.context_lens.data();
+  a.kv = b.in.addressing();
+  a.scale = 1.0f / std::sqrt(float(b.shape.head_dim));
+  a.out = out.data();
+  attention_ref(a);
+  return out;
 }
 
 }  // namespace servelab::kernels::testing

@@ -21,23 +21,7 @@ namespace decode_two_per_sm_test {  // named: the GPU test folder builds as a un
 using testing::DeviceBuffer;
 using testing::KvBatch;
 
-std::vector<float> ref_of(const KvBatch& b) {
-  std::vector<float> out(b.q.size());
-  AttentionRefArgs a;
-  a.q = b.q.data();
-  a.k_cache = b.k_cache.data();
-  a.v_cache = b.v_cache.data();
-  a.shape = b.shape;
-  a.n_heads = b.spec.n_heads;
-  a.n_seqs = b.in.n_seqs();
-  a.query_start = b.in.query_start.data();
-  a.context_lens = b.in.context_lens.data();
-  a.kv = b.in.addressing();
-  a.scale = 1.0f / std::sqrt(float(b.shape.head_dim));
-  a.out = out.data();
-  attention_ref(a);
-  return out;
-}
+std::vector<float> ref_of(const KvBatch& b) { return testing::reference_attention(b); }
 
 /// The batch on the device with decode arguments for two blocks per SM (pipeline on or off; with
 /// auto_policy the default policy instead) and a zeroed workspace.

@@ -11,32 +11,12 @@ namespace {
 
 using namespace enginetest;
 
-/// The sim backend with what the engine asked it to reserve recorded, and decode buckets to report.
-class RecordingBackend final : public Backend {
- public:
-  explicit RecordingBackend(std::vector<StepLimits>& seen) : inner_(sim_backend()), seen_(seen) {}
-  std::string name() const override { return inner_->name(); }
-  const ModelConfig& config() const override { return inner_->config(); }
-  int64_t kv_bytes_per_slot() const override { return inner_->kv_bytes_per_slot(); }
-  void init_kv(int64_t n_slots) override { inner_->init_kv(n_slots); }
-  void reserve_steps(const StepLimits& limits) override { seen_.push_back(limits); }
-  std::vector<int> decode_row_buckets() const override { return {1, 2, 4, 8}; }
-  ForwardResult forward(const Batch& batch, const KvManager& kv) override { return inner_->forward(batch, kv); }
-  void copy_slots(std::span<const KvCopy> copies) override { inner_->copy_slots(copies); }
-  std::unique_ptr<HostKvPool> make_host_pool(int64_t n) override { return inner_->make_host_pool(n); }
-  void swap_out(std::span<const KvSwap> runs, HostKvPool& pool) override { inner_->swap_out(runs, pool); }
-  void swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) override { inner_->swap_in(runs, pool); }
-
- private:
-  std::unique_ptr<Backend> inner_;
-  std::vector<StepLimits>& seen_;
-};
-
 TEST(MeasuringBackend, PassesStartUpSizingThroughAndPricesEveryStep) {
   std::vector<StepLimits> seen;
   std::vector<StepTiming> timings;
   const SimCostModel cost = SimCostModel::roofline(SimDevice::preset("h100"));
-  std::unique_ptr<Backend> wrapped = measuring_backend(std::make_unique<RecordingBackend>(seen), cost, timings);
+  std::unique_ptr<Backend> wrapped =
+      measuring_backend(std::make_unique<ReservingBackend>(seen, std::vector<int>{1, 2, 4, 8}), cost, timings);
   EXPECT_EQ(wrapped->decode_row_buckets(), (std::vector<int>{1, 2, 4, 8}));
   EngineConfig config = paged_config(continuous_sched(8, 256, true), 64 << 20);
   config.kv.max_model_len = 128;
