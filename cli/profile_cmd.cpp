@@ -211,6 +211,9 @@ const Registrar reg(
       sub.add_flag("!--no-bucket-edges", g.bucket_edges,
                    "do not add decodes of b + 1 sequences past each batch bucket b the backend pads decode steps to "
                    "(cuda's CUDA graphs)");
+      sub.add_flag("!--no-padded-decodes", g.padded_decodes,
+                   "do not time decodes with padding rows (static batching's steps once some sequences finished; the "
+                   "sim prices those from them)");
       sub.add_flag("--interleave", g.interleave,
                    "time the points in shuffled rounds (each timed step follows other work, as in serving) instead of "
                    "each point's runs back to back; --min-point-s is not used");

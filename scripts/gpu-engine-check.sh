@@ -8,7 +8,9 @@
 #   STEPS (default "build tests hf bench run"; bench: llama2-7b step times in three modes; also
 #   serve: `servelab serve --backend cuda --gpu-memory-utilization 0.85` driven over HTTP by
 #   `servelab bench` for 20 s; validate: `results/sim-validation/run.sh gpu` (cuda profile of
-#   llama2-7b, then validate-sim against it); http: scripts/bench-http-driver.sh on this machine's CPUs;
+#   llama2-7b, then validate-sim against it); qwen: `results/sim-validation/run.sh qwen` on this
+#   machine's CPUs (the cpu backend's profile and validate-sim, N_REQUESTS 16, REAL_REPEATS 2, under
+#   $OUT/qwen-cpu; QWEN_LIMIT seconds, default 240); http: scripts/bench-http-driver.sh on this machine's CPUs;
 #   memcheck: compute-sanitizer over the backend's GPU tests),
 #   DEBS (folder of Debian .debs unpacked into a prefix
 #   when the image lacks OpenBLAS or yaml-cpp: libopenblas0-pthread libopenblas-pthread-dev
@@ -107,6 +109,10 @@ fi
 
 if [ $BUILT = 1 ] && want serve; then
   step serve 180 env BIN="$BUILD/servelab" OUT="$OUT/serve" bash scripts/gpu-serve-check.sh
+fi
+if [ $BUILT = 1 ] && want qwen; then
+  step qwen "${QWEN_LIMIT:-240}" env BIN="$BUILD/servelab" QWEN_OUT="$OUT/qwen-cpu" QWEN_PROFILE="$OUT/qwen-cpu/profile.json" \
+    N_REQUESTS="${QWEN_REQUESTS:-16}" REAL_REPEATS=2 bash results/sim-validation/run.sh qwen
 fi
 if [ $BUILT = 1 ] && want validate; then
   step validate "${VALIDATE_LIMIT:-400}" env BIN="$BUILD/servelab" OUT="$OUT/sim-validation" bash results/sim-validation/run.sh gpu

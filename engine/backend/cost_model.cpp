@@ -141,33 +141,45 @@ double roofline_seconds(const ModelConfig& model, const SimDevice& device, int t
 ProfiledStepModel ProfiledStepModel::fit(std::span<const TimedStep> samples) {
   if (samples.empty()) throw std::invalid_argument("a profile needs at least one step sample");
   ProfiledStepModel m;
+  auto sorted_unique = [](std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+  };
   for (size_t i = 0; i < samples.size(); ++i) {
     const TimedStep& t = samples[i];
     if (!(t.step_s > 0) || !std::isfinite(t.step_s) || t.shape.n_rows() < 1)
       throw std::invalid_argument("step sample " + std::to_string(i) + " needs rows >= 1 and step_s > 0");
-    m.knots_.push_back(static_cast<double>(t.shape.n_rows()));
+    (t.shape.padded_decode() ? m.pad_knots_ : m.knots_).push_back(static_cast<double>(t.shape.n_rows()));
     m.max_sampled_ = std::max(m.max_sampled_, t.shape.n_sampled);
     m.max_sum_context_ = std::max(m.max_sum_context_, t.shape.sum_context);
     m.max_context_ = std::max(m.max_context_, t.shape.max_context);
     m.max_prefill_pairs_ = std::max(m.max_prefill_pairs_, t.shape.prefill_pairs);
     m.max_decode_context_ = std::max(m.max_decode_context_, t.shape.decode_context);
   }
-  std::sort(m.knots_.begin(), m.knots_.end());
-  m.knots_.erase(std::unique(m.knots_.begin(), m.knots_.end()), m.knots_.end());
-  const size_t n_knots = m.knots_.size(), n_cols = n_knots + kScalarCols;
+  if (m.knots_.empty())
+    throw std::invalid_argument("a profile needs at least one step without padding rows (all " +
+                                std::to_string(samples.size()) + " samples are padded decodes)");
+  sorted_unique(m.knots_);
+  sorted_unique(m.pad_knots_);
+  // Columns: M's knots, P's knots, then the scalar terms.
+  const size_t n_knots = m.knots_.size(), n_pad = m.pad_knots_.size(), first_scalar = n_knots + n_pad;
+  const size_t n_cols = first_scalar + kScalarCols;
 
   std::vector<std::vector<double>> a(samples.size(), std::vector<double>(n_cols, 0.0));
   std::vector<double> b(samples.size()), w(samples.size());
   for (size_t r = 0; r < samples.size(); ++r) {
     const StepShape& s = samples[r].shape;
+    const bool padded = s.padded_decode();
+    const std::vector<double>& knots = padded ? m.pad_knots_ : m.knots_;
+    const size_t offset = padded ? n_knots : 0;
     size_t i = 0;
     double u = 0.0;
-    knot_weights(m.knots_, static_cast<double>(s.n_rows()), i, u);
-    a[r][i] += 1.0 - u;
-    if (n_knots > 1) a[r][i + 1] += u;
-    a[r][n_knots + 0] = static_cast<double>(s.n_sampled);
-    a[r][n_knots + 1] = s.prefill_pairs;
-    a[r][n_knots + 2] = s.decode_context;
+    knot_weights(knots, static_cast<double>(s.n_rows()), i, u);
+    a[r][offset + i] += 1.0 - u;
+    if (knots.size() > 1) a[r][offset + i + 1] += u;
+    a[r][first_scalar + 0] = static_cast<double>(s.n_sampled);
+    a[r][first_scalar + 1] = s.prefill_pairs;
+    a[r][first_scalar + 2] = s.decode_context;
     b[r] = samples[r].step_s;
     w[r] = 1.0 / samples[r].step_s;
   }
@@ -177,16 +189,22 @@ ProfiledStepModel ProfiledStepModel::fit(std::span<const TimedStep> samples) {
   for (int round = 0; round <= kScalarCols; ++round) {
     x = weighted_least_squares(a, b, w, active);
     size_t worst = n_cols;
-    for (size_t c = n_knots; c < n_cols; ++c)
+    for (size_t c = first_scalar; c < n_cols; ++c)
       if (active[c] && x[c] < 0 && (worst == n_cols || x[c] < x[worst])) worst = c;
     if (worst == n_cols) break;
     active[worst] = false;
   }
   m.knot_s_.assign(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n_knots));
-  m.s_per_sampled_ = x[n_knots + 0];
-  m.s_per_prefill_pair_ = x[n_knots + 1];
-  m.s_per_decode_context_ = x[n_knots + 2];
+  m.pad_knot_s_.assign(x.begin() + static_cast<std::ptrdiff_t>(n_knots), x.begin() + static_cast<std::ptrdiff_t>(first_scalar));
+  m.s_per_sampled_ = x[first_scalar + 0];
+  m.s_per_prefill_pair_ = x[first_scalar + 1];
+  m.s_per_decode_context_ = x[first_scalar + 2];
   return m;
+}
+
+bool ProfiledStepModel::use_padded(const StepShape& s) const {
+  const double rows = static_cast<double>(s.n_rows());
+  return s.padded_decode() && !pad_knots_.empty() && rows >= pad_knots_.front() && rows <= pad_knots_.back();
 }
 
 bool ProfiledStepModel::inside(const StepShape& s) const {
@@ -200,6 +218,10 @@ StepShape ProfiledStepModel::clamp(const StepShape& s) const {
   StepShape c;
   c.n_tokens = std::clamp<int64_t>(s.n_rows(), static_cast<int64_t>(knots_.front()), static_cast<int64_t>(knots_.back()));
   c.n_padding_tokens = 0;
+  if (use_padded(s)) {  // keep the padding: the clamped shape is still priced with P
+    c.n_tokens = s.n_tokens;
+    c.n_padding_tokens = s.n_padding_tokens;
+  }
   c.n_sampled = std::min(s.n_sampled, max_sampled_);
   c.n_seqs = s.n_seqs;
   c.sum_context = std::min(s.sum_context, max_sum_context_);
@@ -212,10 +234,13 @@ StepShape ProfiledStepModel::clamp(const StepShape& s) const {
 
 double ProfiledStepModel::predict_clamped(const StepShape& shape) const {
   const StepShape s = clamp(shape);
+  const bool padded = use_padded(s);
+  const std::vector<double>& knots = padded ? pad_knots_ : knots_;
+  const std::vector<double>& values = padded ? pad_knot_s_ : knot_s_;
   size_t i = 0;
   double u = 0.0;
-  knot_weights(knots_, static_cast<double>(s.n_rows()), i, u);
-  double t = (1.0 - u) * knot_s_[i] + (knots_.size() > 1 ? u * knot_s_[i + 1] : 0.0);
+  knot_weights(knots, static_cast<double>(s.n_rows()), i, u);
+  double t = (1.0 - u) * values[i] + (knots.size() > 1 ? u * values[i + 1] : 0.0);
   t += s_per_sampled_ * static_cast<double>(s.n_sampled) + s_per_prefill_pair_ * s.prefill_pairs +
        s_per_decode_context_ * s.decode_context;
   return std::max(t, 0.0);

@@ -32,6 +32,10 @@ struct StepShape {
   int64_t swap_bytes = 0;        ///< swapped out or in before the step
 
   int64_t n_rows() const { return n_tokens + n_padding_tokens; }
+  /// A decode step that carries padding rows (static batching once some of its sequences have
+  /// finished): backends run these differently (cuda: eagerly, outside its decode graphs; cpu: the
+  /// padding rows skip attention and the LM head), so a profile prices them as their own class.
+  bool padded_decode() const { return n_padding_tokens > 0 && prefill_pairs == 0.0; }
   /// The shape of a batch (positions read from each entry's sequence).
   static StepShape of(const Batch& batch);
 };
@@ -73,6 +77,9 @@ double roofline_seconds(const ModelConfig& model, const SimDevice& device, int t
 /// M is piecewise linear over the profiled row counts (its knots; it holds the fixed per-step
 /// cost too), the others are non-negative coefficients. Fitted by least squares weighted by
 /// 1/step_s (relative error), so a profile the model can represent exactly is reproduced exactly.
+/// When the profile holds padded decode steps (StepShape::padded_decode), those steps get their
+/// own row function P(rows) over their own knots in place of M (the scalar terms are shared), and
+/// a padded decode whose rows lie within P's knots is priced with P; otherwise with M.
 class ProfiledStepModel {
  public:
   /// Throws std::invalid_argument when there are no samples or one has step_s <= 0.
@@ -87,6 +94,9 @@ class ProfiledStepModel {
 
   const std::vector<double>& knots() const { return knots_; }
   const std::vector<double>& knot_seconds() const { return knot_s_; }
+  /// P's knots and values (empty when the profile has no padded decode steps).
+  const std::vector<double>& padded_knots() const { return pad_knots_; }
+  const std::vector<double>& padded_knot_seconds() const { return pad_knot_s_; }
   double s_per_sampled() const { return s_per_sampled_; }
   double s_per_prefill_pair() const { return s_per_prefill_pair_; }
   double s_per_decode_context() const { return s_per_decode_context_; }
@@ -96,6 +106,9 @@ class ProfiledStepModel {
  private:
   std::vector<double> knots_;   // row counts, ascending
   std::vector<double> knot_s_;  // M at each knot
+  std::vector<double> pad_knots_, pad_knot_s_;  // P: padded decode steps' rows and values
+  /// Whether `s` is priced with P.
+  bool use_padded(const StepShape& s) const;
   double s_per_sampled_ = 0.0;
   double s_per_prefill_pair_ = 0.0;
   double s_per_decode_context_ = 0.0;

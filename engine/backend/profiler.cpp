@@ -80,10 +80,12 @@ std::string ProfilePoint::describe() const {
     rows += s.n_new;
     max_context = std::max<int64_t>(max_context, s.context);
   }
-  char buf[128];
+  char buf[160];
   std::snprintf(buf, sizeof buf, "%s %zu seqs, %lld rows, context %lld", to_string(phase), seqs.size(),
                 static_cast<long long>(rows), static_cast<long long>(max_context));
-  return buf;
+  std::string out = buf;
+  if (n_padding > 0) out += " + " + std::to_string(n_padding) + " padding rows";
+  return out;
 }
 
 void ProfileOptions::validate() const {
@@ -128,15 +130,21 @@ std::vector<ProfilePoint> profile_grid(const ProfileOptions& o) {
     for (int c : o.contexts) add(ProfilePhase::decode, std::vector<Seq>(b, {c, 1}));
   for (int b : o.extra_decode_batches)
     for (int c : o.contexts) add(ProfilePhase::decode, std::vector<Seq>(b, {c, 1}));
-  for (int t : o.chunk_lens)
-    for (int c : o.contexts) add(ProfilePhase::chunk, {{c, t}});
-  // Mixed: decodes at the middle context plus one chunk, at the middle and the largest batch.
   std::vector<int> batches = o.batch_sizes;
   std::sort(batches.begin(), batches.end());
   batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
+  const int c_mid = o.contexts[o.contexts.size() / 2];
+  if (o.padded_decodes)  // static batching's decodes once some sequences finished
+    for (int b : batches)
+      if (b >= 2) {
+        const int real = (b + 1) / 2;
+        points.push_back({ProfilePhase::decode, std::vector<Seq>(real, {c_mid, 1}), b - real});
+      }
+  for (int t : o.chunk_lens)
+    for (int c : o.contexts) add(ProfilePhase::chunk, {{c, t}});
+  // Mixed: decodes at the middle context plus one chunk, at the middle and the largest batch.
   std::vector<int> mixed_batches = {batches[batches.size() / 2]};
   if (batches.back() != mixed_batches[0]) mixed_batches.push_back(batches.back());
-  const int c_mid = o.contexts[o.contexts.size() / 2];
   for (int b : mixed_batches)
     for (int t : o.chunk_lens) {
       std::vector<Seq> seqs(b, {c_mid, 1});
@@ -279,6 +287,7 @@ ProfileSample ProfileRunner::run(const ProfilePoint& p, int warmup, int repeats,
     }
   }
   for (size_t i = 0; i < seqs.size(); ++i) batch.entries.push_back({&seqs[i], p.seqs[i].n_new, true});
+  batch.n_padding_tokens = p.n_padding;
   ProfileSample sample;
   sample.phase = p.phase;
   for (size_t i = 0; i < seqs.size(); ++i) seqs[i].n_computed = p.seqs[i].context;
@@ -436,7 +445,7 @@ std::string profile_json(const ProfileReport& r) {
                   {"repeats", o.repeats},           {"min_point_s", o.min_point_s}, {"warmup", o.warmup},
                   {"max_kv_bytes", o.max_kv_bytes}, {"fill_kv", o.fill_kv},       {"seed", o.seed},
                   {"kv", to_string(o.kv_kind)},     {"kv_spread", o.kv_spread},
-                  {"interleave", o.interleave}};
+                  {"interleave", o.interleave},     {"padded_decodes", o.padded_decodes}};
   ordered_json skipped = ordered_json::array();
   for (const ProfilePoint& p : r.skipped) {
     int64_t n_tokens = 0, max_context = 0;
@@ -447,6 +456,7 @@ std::string profile_json(const ProfileReport& r) {
     skipped.push_back({{"phase", to_string(p.phase)},
                        {"n_seqs", p.seqs.size()},
                        {"n_tokens", n_tokens},
+                       {"n_padding_tokens", p.n_padding},
                        {"max_context", max_context},
                        {"kv_bytes", p.n_slots() * r.kv_bytes_per_slot}});
   }

@@ -20,7 +20,10 @@ namespace servelab {
 /// The grid. validate() names the bad field.
 struct ProfileOptions {
   std::vector<int> prefill_lens = {16, 32, 64, 128, 256};  ///< one sequence's prompt, from context 0
-  std::vector<int> batch_sizes = {1, 2, 4, 8, 16};         ///< decode batch sizes (and batched prefills)
+  /// Decode batch sizes (and batched prefills). Every size up to 16: a step's cost need not be
+  /// monotone in its rows (the cpu backend's BLAS: 3 rows cost more than 4, 11 more than 12), so
+  /// interpolating between powers of two misprices the sizes between them.
+  std::vector<int> batch_sizes = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
   std::vector<int> contexts = {32, 128, 256};              ///< decode contexts; chunked prefills start there
   /// Per sequence in batched prefills: batch × each length rows (several lengths: static batching's
   /// padded prefills reach batch × the longest prompt rows, beyond what short prompts cover).
@@ -57,6 +60,12 @@ struct ProfileOptions {
   /// profile_backend also times decodes of b + 1 sequences for each --batch size b that is a
   /// bucket (below the largest --batch), so the grid has a knot on each side of the jump.
   bool bucket_edges = true;
+  /// Also time decodes with padding rows, as static batching runs them once some of its
+  /// sequences have finished (StepShape::padded_decode): for each batch size b >= 2, b / 2
+  /// sequences (rounded up) plus the rest as padding rows, at the middle context. The sim prices
+  /// padded decodes from these (cuda runs them outside its decode graphs; cpu skips attention and
+  /// the LM head for padding rows).
+  bool padded_decodes = true;
   /// Decode batch sizes timed besides batch_sizes (decodes only; profile_backend fills it from
   /// the backend's buckets when bucket_edges is on).
   std::vector<int> extra_decode_batches;
@@ -81,6 +90,7 @@ struct ProfilePoint {
     int n_new = 0;
   };
   std::vector<Seq> seqs;
+  int n_padding = 0;  ///< padding rows (computed and thrown away) besides the sequences' rows
   /// KV slots the point holds: every sequence rounded up to whole blocks of kProfileBlockSize.
   int64_t n_slots() const;
   /// Longest sequence (context + n_new).
@@ -129,8 +139,8 @@ struct ProfileReport {
   ProfileOptions options;
   int64_t kv_bytes_per_slot = 0;      ///< the backend's K and V of one token, all layers
   int64_t kv_arena_bytes = 0;         ///< the arena the points ran in
-  /// Backend::decode_row_buckets() of the profiled backend: the sim prices a decode step at its
-  /// bucket's size (SimCostModel::as_executed). Empty: steps ran as they came.
+  /// Backend::decode_row_buckets() of the profiled backend (a record of how its decodes ran; the
+  /// grid gets knots past each bucket, see ProfileOptions::bucket_edges). Empty: steps ran as they came.
   std::vector<int> decode_row_buckets;
   std::vector<ProfileSample> samples;
   std::vector<ProfilePoint> skipped;  ///< grid points over options.max_kv_bytes, not timed

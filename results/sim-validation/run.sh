@@ -3,7 +3,8 @@
 # after it, so the profile and the real runs see the same machine load (on a shared VM the load
 # moves step times by several x). Usage: bash results/sim-validation/run.sh [tiny|qwen|all|gpu]
 # qwen: N_REQUESTS a run (default 8), REAL_REPEATS real runs a point (default 1; 2+ prints the
-# machine's run-to-run spread beside every error), QWEN_OUT the folder, PROFILE_ARGS as for gpu.
+# machine's run-to-run spread beside every error), QWEN_OUT the folder, QWEN_PROFILE the profile's path
+# (default results/profiles/qwen2.5-0.5b-cpu.json), PROFILE_ARGS as for gpu.
 # gpu (on the GPU machine, BIN=build-gpu/servelab OUT=folder): profile the cuda backend on
 # llama2-7b, then validate-sim of gpu-llama2-7b.yaml against it; everything is written under OUT.
 # GPU_RUNS="continuous-paged:1000 continuous-naive:500" runs one validate-sim per strategy with its own
@@ -25,9 +26,10 @@ if [ "$what" = tiny ] || [ "$what" = all ]; then
     --out results/sim-validation/tiny-cpu
 fi
 if [ "$what" = qwen ] || [ "$what" = all ]; then
-  "$bin" profile --preset qwen2.5-0.5b ${PROFILE_ARGS---interleave} --json results/profiles/qwen2.5-0.5b-cpu.json \
-    > results/profiles/qwen2.5-0.5b-cpu.txt 2>&1
-  "$bin" validate-sim results/sim-validation/qwen-cpu.yaml --profile results/profiles/qwen2.5-0.5b-cpu.json \
+  qprof=${QWEN_PROFILE:-results/profiles/qwen2.5-0.5b-cpu.json}
+  mkdir -p "$(dirname "$qprof")"
+  "$bin" profile --preset qwen2.5-0.5b ${PROFILE_ARGS---interleave} --json "$qprof" > "${qprof%.json}.txt" 2>&1
+  "$bin" validate-sim results/sim-validation/qwen-cpu.yaml --profile "$qprof" \
     --out "${QWEN_OUT:-results/sim-validation/qwen-cpu}" --n-requests "${N_REQUESTS:-8}" --real-repeats "${REAL_REPEATS:-1}"
 fi
 if [ "$what" = gpu ]; then

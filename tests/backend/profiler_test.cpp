@@ -36,8 +36,9 @@ TEST(Profiler, TimesEveryPointOfTheGrid) {
   const ProfileReport r = profile_backend(backend, small_options());
   EXPECT_EQ(r.backend, "cpu");
   EXPECT_EQ(r.kv_dtype_bytes, 4);
-  // prefill 4, 8; batched prefill 3 × 6; decode {1,3} × {6,12}; chunk 5 at {6,12}; mixed at batch 3 (and 1? no: middle = 3 = max)
-  ASSERT_EQ(r.samples.size(), 2u + 1u + 4u + 2u + 1u);
+  // prefill 4, 8; batched prefill 3 × 6; decode {1,3} × {6,12}; a padded decode (batch 3: 2 sequences
+  // + 1 padding row at context 12); chunk 5 at {6,12}; mixed at batch 3 (and 1? no: middle = 3 = max)
+  ASSERT_EQ(r.samples.size(), 2u + 1u + 4u + 1u + 2u + 1u);
   EXPECT_EQ(r.samples[0].phase, ProfilePhase::prefill);
   EXPECT_EQ(r.samples[0].shape.n_tokens, 4);
   EXPECT_DOUBLE_EQ(r.samples[0].shape.prefill_pairs, 10.0);  // 1 + 2 + 3 + 4
@@ -49,7 +50,15 @@ TEST(Profiler, TimesEveryPointOfTheGrid) {
   EXPECT_EQ(d.shape.n_sampled, 3);
   EXPECT_EQ(d.shape.max_context, 13);
   EXPECT_DOUBLE_EQ(d.shape.decode_context, 39.0);
-  const ProfileSample& c = r.samples[7];  // chunk of 5 after 6 cached
+  const ProfileSample& p = r.samples[7];  // padded decode
+  EXPECT_EQ(p.phase, ProfilePhase::decode);
+  EXPECT_TRUE(p.shape.padded_decode());
+  EXPECT_EQ(p.shape.n_seqs, 2);
+  EXPECT_EQ(p.shape.n_sampled, 2);
+  EXPECT_EQ(p.shape.n_padding_tokens, 1);
+  EXPECT_EQ(p.shape.n_rows(), 3);
+  EXPECT_DOUBLE_EQ(p.shape.decode_context, 26.0);
+  const ProfileSample& c = r.samples[8];  // chunk of 5 after 6 cached
   EXPECT_EQ(c.phase, ProfilePhase::chunk);
   EXPECT_DOUBLE_EQ(c.shape.prefill_pairs, 5.0 * 6 + 15);
   const ProfileSample& m = r.samples.back();
@@ -194,7 +203,8 @@ TEST(Profiler, RecordsTheBackendsDecodeBucketsForTheSim) {
   // Batch 1 is a bucket below the largest --batch (3): decodes of 2 are timed too, at every context.
   EXPECT_EQ(r.options.extra_decode_batches, (std::vector<int>{2}));
   int twos = 0;
-  for (const ProfileSample& s : r.samples) twos += s.phase == ProfilePhase::decode && s.shape.n_seqs == 2;
+  for (const ProfileSample& s : r.samples)  // (the padded decode of batch 3 has 2 sequences too)
+    twos += s.phase == ProfilePhase::decode && s.shape.n_seqs == 2 && s.shape.n_padding_tokens == 0;
   EXPECT_EQ(twos, int(o.contexts.size()));
   EXPECT_EQ(r.samples.size(), profile_grid(o).size() + o.contexts.size());
   // A backend without buckets adds nothing and writes no key; --no-bucket-edges adds nothing.
@@ -291,13 +301,15 @@ TEST(ProfilerPlan, SkipsPointsOverTheKvBudgetAndSizesTheArenaToTheRest) {
 
   o.max_kv_bytes = 500 * 1000;
   const ProfilePlan capped = plan_profile(o, 1000);
-  ASSERT_EQ(capped.skipped.size(), 2u);
+  ASSERT_EQ(capped.skipped.size(), 3u);
   EXPECT_EQ(capped.skipped[0].phase, ProfilePhase::decode);
   EXPECT_EQ(capped.skipped[0].seqs.size(), 4u);
   EXPECT_EQ(capped.skipped[0].seqs[0].context, 256);
-  EXPECT_EQ(capped.skipped[1].phase, ProfilePhase::mixed);
+  EXPECT_EQ(capped.skipped[1].n_padding, 2);  // the padded decode of batch 4: 2 sequences at 256
+  EXPECT_NE(capped.skipped[1].describe().find("+ 2 padding rows"), std::string::npos);
+  EXPECT_EQ(capped.skipped[2].phase, ProfilePhase::mixed);
   EXPECT_NE(capped.skipped[0].describe().find("decode 4 seqs"), std::string::npos);
-  EXPECT_EQ(capped.points.size() + 2, all.points.size());
+  EXPECT_EQ(capped.points.size() + 3, all.points.size());
   for (const ProfilePoint& p : capped.points) EXPECT_LE(p.n_slots(), 500);
   EXPECT_EQ(capped.n_slots, 272);  // decode 1 x 256 and the chunk at 256: 17 blocks
 }
@@ -319,6 +331,50 @@ TEST(ProfilerPlan, BatchedPrefillsForEveryPromptLengthUpToMaxRows) {
   EXPECT_THROW(o.validate(), std::invalid_argument);
   o.prompt_lens.clear();
   EXPECT_THROW(o.validate(), std::invalid_argument);
+}
+
+TEST(ProfilerPlan, PaddedDecodesHalfRealAtTheMiddleContextUnlessTurnedOff) {
+  ProfileOptions o = small_options();
+  o.batch_sizes = {1, 2, 5, 8};
+  o.contexts = {6, 12, 24};
+  auto padded = [](const std::vector<ProfilePoint>& points) {
+    std::vector<std::pair<int, int>> out;  // (sequences, padding rows)
+    for (const ProfilePoint& p : points)
+      if (p.n_padding > 0) {
+        EXPECT_EQ(p.phase, ProfilePhase::decode);
+        for (const ProfilePoint::Seq& q : p.seqs) EXPECT_EQ(q.context, 12);
+        out.emplace_back(int(p.seqs.size()), p.n_padding);
+      }
+    return out;
+  };
+  EXPECT_EQ(padded(profile_grid(o)), (std::vector<std::pair<int, int>>{{1, 1}, {3, 2}, {4, 4}}));
+  EXPECT_NE(profile_grid(o)[0].describe().find("context"), std::string::npos);
+  o.padded_decodes = false;
+  EXPECT_TRUE(padded(profile_grid(o)).empty());
+  // The default grid times every decode batch up to 16 (costs need not be monotone in the rows).
+  EXPECT_EQ(ProfileOptions{}.batch_sizes.size(), 16u);
+}
+
+TEST(Profiler, PaddedDecodeSamplesCalibrateTheSimsPaddedSteps) {
+  CpuBackend backend(ModelWeights::random(testing::small_config(2), 3), CpuBackendOptions{.n_threads = 1});
+  ProfileOptions o = small_options();
+  o.batch_sizes = {1, 4, 8};
+  o.repeats = 1;
+  ProfileReport r = profile_backend(backend, o);
+  r.hardware = "cpu-2core";
+  const auto path = std::filesystem::temp_directory_path() / "servelab_profiler_padded.json";
+  std::ofstream(path) << profile_json(r);
+  const SimCostModel cost = SimCostModel::from_profile_json(path.string(), r.model);
+  std::filesystem::remove(path);
+  ASSERT_TRUE(cost.profiled);
+  EXPECT_EQ(cost.profiled->padded_knots(), (std::vector<double>{4, 8}));
+  int n_padded = 0;
+  for (const ProfileSample& s : r.samples)  // one sample per padded knot: the fit reproduces each
+    if (s.shape.padded_decode()) {
+      ++n_padded;
+      EXPECT_NEAR(cost.step_seconds(r.model, s.shape), s.step_s, 1e-6 * s.step_s) << s.shape.n_rows() << " rows";
+    }
+  EXPECT_EQ(n_padded, 2);
 }
 
 TEST(ProfilerPlan, RefusesABudgetNoPointFits) {
@@ -367,7 +423,7 @@ TEST(Profiler, BudgetedRunListsSkippedPointsAndStillCalibrates) {
   ProfileReport r = profile_backend(backend, o);
   const ProfilePlan plan = plan_profile(o, backend.kv_bytes_per_slot());
   ASSERT_EQ(r.samples.size(), plan.points.size());
-  ASSERT_EQ(r.skipped.size(), 2u);
+  ASSERT_EQ(r.skipped.size(), 3u);
   EXPECT_EQ(backend.arena_slots, 272);
   EXPECT_EQ(r.kv_arena_bytes, 272 * backend.kv_bytes_per_slot());
   // One warm-up step for the whole grid, then per point 2 untimed runs and 1 timed.
@@ -379,7 +435,8 @@ TEST(Profiler, BudgetedRunListsSkippedPointsAndStillCalibrates) {
   const auto j = nlohmann::json::parse(profile_json(r));
   EXPECT_EQ(j.at("kv_arena_bytes"), r.kv_arena_bytes);
   EXPECT_EQ(j.at("options").at("warmup"), 2);
-  ASSERT_EQ(j.at("skipped").size(), 2u);
+  ASSERT_EQ(j.at("skipped").size(), 3u);
+  EXPECT_EQ(j.at("skipped")[1].at("n_padding_tokens"), 2);
   EXPECT_EQ(j.at("skipped")[0].at("phase"), "decode");
   EXPECT_EQ(j.at("skipped")[0].at("n_seqs"), 4);
   EXPECT_EQ(j.at("skipped")[0].at("max_context"), 257);

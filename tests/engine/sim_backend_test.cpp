@@ -160,6 +160,59 @@ TEST(ProfiledStepModel, ReproducesASyntheticProfileExactlyAtItsGridPoints) {
   EXPECT_NEAR(m.predict_clamped(mid), 0.5 * (lo + hi) + 5e-4 * 12 + 7e-7 * 12 * 128, 1e-9);
 }
 
+/// `real` sequences decoding at `context` plus `padding` rows (static batching's finished slots).
+StepShape padded_decode_shape(int real, int padding, int context) {
+  StepShape s = decode_shape(real, context);
+  s.n_padding_tokens = padding;
+  s.attention_pairs += double(padding) * context;
+  return s;
+}
+
+TEST(ProfiledStepModel, PaddedDecodesArePricedByTheirOwnRowFunction) {
+  // Padded decodes cost 1.5x the matrix term of unpadded steps of the same rows, plus 1 ms (a
+  // backend that runs them another way: eagerly, outside its graphs); the scalar terms are shared.
+  auto matrix = [](double rows) { return 0.004 + 2e-4 * rows + 3e-3 * std::sqrt(rows); };
+  auto padded_matrix = [&](double rows) { return 1.5 * matrix(rows) + 0.001; };
+  auto scalars = [](const StepShape& s) { return 5e-4 * s.n_sampled + 2e-8 * s.prefill_pairs + 7e-7 * s.decode_context; };
+  std::vector<TimedStep> steps = synthetic_profile();
+  for (int b : {2, 4, 8, 16}) {
+    const StepShape s = padded_decode_shape((b + 1) / 2, b - (b + 1) / 2, 128);
+    ASSERT_TRUE(s.padded_decode());
+    steps.push_back({s, padded_matrix(b) + scalars(s)});
+  }
+  const ProfiledStepModel m = ProfiledStepModel::fit(steps);
+  EXPECT_EQ(m.padded_knots(), (std::vector<double>{2, 4, 8, 16}));
+  for (const TimedStep& t : steps)
+    EXPECT_NEAR(m.predict_clamped(t.shape), t.step_s, 1e-9 * t.step_s)
+        << t.shape.n_rows() << " rows, " << t.shape.n_padding_tokens << " padding";
+  EXPECT_NEAR(m.s_per_sampled(), 5e-4, 1e-9);
+  EXPECT_NEAR(m.s_per_decode_context(), 7e-7, 1e-12);
+  // Between padded knots: P interpolated, the sampled rows and context priced by the shared terms.
+  const StepShape mid = padded_decode_shape(3, 9, 200);
+  EXPECT_NEAR(m.predict_clamped(mid), 0.5 * (padded_matrix(8) + padded_matrix(16)) + scalars(mid), 1e-9);
+  // An unpadded decode of the same rows is still priced by M.
+  const StepShape plain = decode_shape(12, 200);
+  EXPECT_NEAR(m.predict_clamped(plain), 0.5 * (matrix(8) + matrix(16)) + scalars(plain), 1e-9);
+  // A padded prefill (static's padded prompts) is not a padded decode: M prices it.
+  StepShape prefill = prefill_shape(64, 0);
+  prefill.n_padding_tokens = 64;
+  EXPECT_FALSE(prefill.padded_decode());
+  EXPECT_NEAR(m.predict_clamped(prefill), matrix(128) + scalars(prefill), 1e-9);
+  // Padded rows beyond P's knots fall back to M.
+  const StepShape wide = padded_decode_shape(2, 30, 128);
+  EXPECT_NEAR(m.predict_clamped(wide), matrix(32) + scalars(wide), 1e-9);
+}
+
+TEST(ProfiledStepModel, WithoutPaddedSamplesPaddedDecodesUseTheRowFunction) {
+  const ProfiledStepModel m = ProfiledStepModel::fit(synthetic_profile());
+  EXPECT_TRUE(m.padded_knots().empty());
+  const StepShape padded = padded_decode_shape(3, 5, 128), plain = decode_shape(8, 128);
+  // 8 rows either way; the padded step samples 3 rows and reads 3 contexts, not 8.
+  EXPECT_NEAR(m.predict_clamped(plain) - m.predict_clamped(padded), 5 * (5e-4 + 7e-7 * 128), 1e-9);
+  std::vector<TimedStep> only_padded = {{padded, 0.01}};
+  EXPECT_THROW(ProfiledStepModel::fit(only_padded), std::invalid_argument);
+}
+
 TEST(SimCostModel, ProfileInsideTheGridAndRooflineBeyondIt) {
   const ModelConfig m = preset("qwen2.5-0.5b");
   TempFile f(profile_text(m, synthetic_profile()));
