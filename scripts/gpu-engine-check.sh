@@ -110,12 +110,12 @@ fi
 if [ $BUILT = 1 ] && want serve; then
   step serve 180 env BIN="$BUILD/servelab" OUT="$OUT/serve" bash scripts/gpu-serve-check.sh
 fi
+if [ $BUILT = 1 ] && want validate; then
+  step validate "${VALIDATE_LIMIT:-400}" env BIN="$BUILD/servelab" OUT="$OUT/sim-validation" bash results/sim-validation/run.sh gpu
+fi
 if [ $BUILT = 1 ] && want qwen; then
   step qwen "${QWEN_LIMIT:-240}" env BIN="$BUILD/servelab" QWEN_OUT="$OUT/qwen-cpu" QWEN_PROFILE="$OUT/qwen-cpu/profile.json" \
     N_REQUESTS="${QWEN_REQUESTS:-16}" REAL_REPEATS=2 bash results/sim-validation/run.sh qwen
-fi
-if [ $BUILT = 1 ] && want validate; then
-  step validate "${VALIDATE_LIMIT:-400}" env BIN="$BUILD/servelab" OUT="$OUT/sim-validation" bash results/sim-validation/run.sh gpu
 fi
 if [ $BUILT = 1 ] && want http; then
   step http 200 env BIN="$BUILD/servelab" OUT="$OUT/http-driver" bash scripts/bench-http-driver.sh
