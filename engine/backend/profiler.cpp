@@ -134,12 +134,19 @@ std::vector<ProfilePoint> profile_grid(const ProfileOptions& o) {
   std::sort(batches.begin(), batches.end());
   batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
   const int c_mid = o.contexts[o.contexts.size() / 2];
-  if (o.padded_decodes)  // static batching's decodes once some sequences finished
-    for (int b : batches)
+  if (o.padded_decodes) {  // static batching's decodes once some sequences finished
+    // At the bucket edges too: a padded step runs outside the decode graphs, but its GEMMs still
+    // change algorithm per row bucket (cuda: 9 rows cost ~12% more than 8).
+    std::vector<int> padded = batches;
+    padded.insert(padded.end(), o.extra_decode_batches.begin(), o.extra_decode_batches.end());
+    std::sort(padded.begin(), padded.end());
+    padded.erase(std::unique(padded.begin(), padded.end()), padded.end());
+    for (int b : padded)
       if (b >= 2) {
         const int real = (b + 1) / 2;
         points.push_back({ProfilePhase::decode, std::vector<Seq>(real, {c_mid, 1}), b - real});
       }
+  }
   for (int t : o.chunk_lens)
     for (int c : o.contexts) add(ProfilePhase::chunk, {{c, t}});
   // Mixed: decodes at the middle context plus one chunk, at the middle and the largest batch.

@@ -61,8 +61,9 @@ struct ProfileOptions {
   /// bucket (below the largest --batch), so the grid has a knot on each side of the jump.
   bool bucket_edges = true;
   /// Also time decodes with padding rows, as static batching runs them once some of its
-  /// sequences have finished (StepShape::padded_decode): for each batch size b >= 2, b / 2
-  /// sequences (rounded up) plus the rest as padding rows, at the middle context. The sim prices
+  /// sequences have finished (StepShape::padded_decode): for each batch size b >= 2 (and each of
+  /// extra_decode_batches), b / 2 sequences (rounded up) plus the rest as padding rows, at the
+  /// middle context. The sim prices
   /// padded decodes from these (cuda runs them outside its decode graphs; cpu skips attention and
   /// the LM head for padding rows).
   bool padded_decodes = true;

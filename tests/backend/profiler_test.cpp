@@ -206,7 +206,7 @@ TEST(Profiler, RecordsTheBackendsDecodeBucketsForTheSim) {
   for (const ProfileSample& s : r.samples)  // (the padded decode of batch 3 has 2 sequences too)
     twos += s.phase == ProfilePhase::decode && s.shape.n_seqs == 2 && s.shape.n_padding_tokens == 0;
   EXPECT_EQ(twos, int(o.contexts.size()));
-  EXPECT_EQ(r.samples.size(), profile_grid(o).size() + o.contexts.size());
+  EXPECT_EQ(r.samples.size(), profile_grid(o).size() + o.contexts.size() + 1);  // + a padded decode of 2
   // A backend without buckets adds nothing and writes no key; --no-bucket-edges adds nothing.
   b.buckets.clear();
   const ProfileReport plain = profile_backend(b, o);
@@ -348,6 +348,8 @@ TEST(ProfilerPlan, PaddedDecodesHalfRealAtTheMiddleContextUnlessTurnedOff) {
     return out;
   };
   EXPECT_EQ(padded(profile_grid(o)), (std::vector<std::pair<int, int>>{{1, 1}, {3, 2}, {4, 4}}));
+  o.extra_decode_batches = {3, 9};  // bucket edges get padded decodes too
+  EXPECT_EQ(padded(profile_grid(o)), (std::vector<std::pair<int, int>>{{1, 1}, {2, 1}, {3, 2}, {4, 4}, {5, 4}}));
   EXPECT_NE(profile_grid(o)[0].describe().find("context"), std::string::npos);
   o.padded_decodes = false;
   EXPECT_TRUE(padded(profile_grid(o)).empty());
