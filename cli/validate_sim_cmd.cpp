@@ -7,7 +7,9 @@
 // printed beside the sim's error: the noise floor no sim can beat on that machine. --sensitivity D
 // runs the sim again with every step D% dearer and D% cheaper and prints how much each figure moves
 // per 1% of step cost: queueing near capacity (static batching above all) amplifies a step error,
-// so a figure with sensitivity 6 misses by 6% when the steps are priced 1% off.
+// so a figure with sensitivity 6 misses by 6% when the steps are priced 1% off. Every figure also
+// gets its sampling noise: the half-width of a bootstrap 95% interval over the real run's requests
+// (analysis/bootstrap.h), how far a p50 of 400 requests moves by which requests were in the run.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -20,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "analysis/bootstrap.h"
 #include "analysis/capacity.h"
 #include "analysis/environment.h"
 #include "analysis/metrics.h"
@@ -55,6 +58,8 @@ struct Figure {
   std::vector<double> reals;  ///< each real run's value (one per --real-repeats)
   /// % change of the sim's figure per 1% change of every step's cost (sim at 1 ± δ); NaN = not run.
   double sensitivity = NAN;
+  /// Bootstrap 95% half-width of the first real run's figure over its requests, relative; NaN = none.
+  double noise = NAN;
   double error() const { return real != 0.0 ? (sim - real) / real : NAN; }
   /// (max − min) / mean over the real runs; NaN with one run.
   double spread() const {
@@ -83,6 +88,17 @@ std::vector<Figure> figures_of(const std::vector<analysis::RunMetrics>& reals, c
     out.push_back(std::move(fig));
   }
   return out;
+}
+
+/// Each figure's sampling noise over the requests of one real run (throughput excluded: it is a
+/// total over the run, not a statistic of its requests).
+void set_noise(std::vector<Figure>& figs, const std::vector<RequestRecord>& records, const analysis::SloSpec& slo) {
+  if (records.empty()) return;
+  const std::vector<double> h = analysis::bootstrap_relative_halfwidths(records, [&](const std::vector<RequestRecord>& r) {
+    const analysis::RunMetrics m = analysis::compute_metrics(r.front().run, r, {}, slo);
+    return std::vector<double>{m.ttft_ms.p50, m.ttft_ms.p99, m.tpot_ms.p50, m.tpot_ms.p99};
+  });
+  for (size_t f = 0; f < figs.size() && f < h.size(); ++f) figs[f].noise = h[f];
 }
 
 std::string percent_or_dash(double x) {
@@ -213,6 +229,10 @@ int validate_sim_main(const ValidateSimArgs& a) {
     if (a.real_repeats > 1)
       md << " Each point ran " << a.real_repeats << " times on the real backend (the same plan): \"real\" is their "
          << "mean, \"real spread\" their (max − min) / mean, the machine's own run-to-run noise.";
+    md << " \"sampling noise\": the half-width of the real figure's bootstrap 95% interval over the first real run's "
+       << "requests (resampled 200 times), relative: how far that percentile moves by which requests happened to be in "
+       << "a run of this many; the requests of a run queue behind each other, so the true run-to-run noise is larger. "
+       << "An error within it is not resolved by this many requests.";
     if (delta > 0)
       md << " \"sensitivity\": the % the sim's figure moves per 1% of every step's cost (the sim rerun with each step "
          << a.sensitivity_pct << "% dearer and cheaper); \"from steps\" = sensitivity × the steps' total error, the "
@@ -229,8 +249,8 @@ int validate_sim_main(const ValidateSimArgs& a) {
   std::ostringstream table;
   char line[256];
   std::snprintf(line, sizeof line,
-                "| strategy | load | rate (req/s) | figure | real | sim | error | real spread | sensitivity | from steps "
-                "|\n|---|---|---|---|---|---|---|---|---|---|\n");
+                "| strategy | load | rate (req/s) | figure | real | sim | error | real spread | sampling noise | sensitivity "
+                "| from steps |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
   table << line;
   step_table << "| strategy | load | steps | class | Σ measured (s) | Σ predicted (s) | error | median measured/predicted |\n"
              << "|---|---|---|---|---|---|---|---|\n";
@@ -291,6 +311,7 @@ int validate_sim_main(const ValidateSimArgs& a) {
       }
       std::vector<analysis::RunMetrics> mrs;
       std::vector<StepTiming> timings;  // every real run's steps
+      std::vector<RequestRecord> first_records;  // the first real run's: its sampling noise
       int64_t pre_real = 0;
       double real_wall = 0.0;
       for (int rep = 0; rep < a.real_repeats; ++rep) {
@@ -307,6 +328,7 @@ int validate_sim_main(const ValidateSimArgs& a) {
           for (const StepTiming& t : r.step_timings) steps << step_timing_line(r.label, t);
         }
         mrs.push_back(analysis::compute_metrics(r.label, r.records, {}, slo_of(real_sc)));
+        if (rep == 0) first_records = r.records;
         timings.insert(timings.end(), r.step_timings.begin(), r.step_timings.end());
         pre_real += preemptions(r.records);
         real_wall += r.wall_s;
@@ -340,7 +362,7 @@ int validate_sim_main(const ValidateSimArgs& a) {
                       {"total_measured_s", sum_measured},
                       {"total_predicted_s", sum_predicted},
                       {"total_error", sum_measured > 0 ? (sum_predicted - sum_measured) / sum_measured : NAN}};
-      std::snprintf(line, sizeof line, "| %s | %.0f%% | %.4g | steps: sim/real total time (%zu steps) | %.4g s | %.4g s | %+.1f%% | | | |\n",
+      std::snprintf(line, sizeof line, "| %s | %.0f%% | %.4g | steps: sim/real total time (%zu steps) | %.4g s | %.4g s | %+.1f%% | | | | |\n",
                     label.c_str(), load * 100, rate, ratio.size(), sum_measured, sum_predicted,
                     sum_measured > 0 ? (sum_predicted - sum_measured) / sum_measured * 100 : NAN);
       table << line;
@@ -362,6 +384,7 @@ int validate_sim_main(const ValidateSimArgs& a) {
                                   {"roofline", s.cost_counts->roofline}};
       const double steps_error = sum_measured > 0 ? (sum_predicted - sum_measured) / sum_measured : NAN;
       std::vector<Figure> figures = figures_of(mrs, ms);
+      set_noise(figures, first_records, slo_of(real_sc));
       if (delta > 0) {
         const PointRun lo = sim_lo->run(i, rate, o), hi = sim_hi->run(i, rate, o);
         set_sensitivity(figures, analysis::compute_metrics(lo.label, lo.records, {}, slo_of(sim_sc)),
@@ -374,15 +397,17 @@ int validate_sim_main(const ValidateSimArgs& a) {
           figs[f.name]["sensitivity"] = f.sensitivity;
           figs[f.name]["error_from_steps"] = f.sensitivity * steps_error;
         }
+        if (!std::isnan(f.noise)) figs[f.name]["real_sampling_noise"] = f.noise;
         if (f.reals.size() > 1) {
           figs[f.name]["real_runs"] = f.reals;
           figs[f.name]["real_spread"] = f.spread();
         }
         worst = std::max(worst, std::abs(f.error()));
         if (std::string(f.name).find("p50") != std::string::npos) worst_p50 = std::max(worst_p50, std::abs(f.error()));
-        std::snprintf(line, sizeof line, "| %s | %.0f%% | %.4g | %s | %.4g | %.4g | %+.1f%% | %s | %s | %s |\n",
+        std::snprintf(line, sizeof line, "| %s | %.0f%% | %.4g | %s | %.4g | %.4g | %+.1f%% | %s | %s | %s | %s |\n",
                       label.c_str(), load * 100, rate, f.name, f.real, f.sim, f.error() * 100,
-                      percent_or_dash(f.spread()).c_str(), times_or_dash(f.sensitivity).c_str(),
+                      percent_or_dash(f.spread()).c_str(), percent_or_dash(f.noise).c_str(),
+                      times_or_dash(f.sensitivity).c_str(),
                       percent_or_dash(f.sensitivity * steps_error).c_str());
         table << line;
       }
@@ -393,7 +418,7 @@ int validate_sim_main(const ValidateSimArgs& a) {
       const int64_t pre_sim = preemptions(s.records);
       run["preemptions"] = {{"real", pre_real}, {"sim", pre_sim}};
       if (pre_real > 0 || pre_sim > 0) {
-        std::snprintf(line, sizeof line, "| %s | %.0f%% | %.4g | preemptions (count, not an error figure) | %lld | %lld | | | | |\n",
+        std::snprintf(line, sizeof line, "| %s | %.0f%% | %.4g | preemptions (count, not an error figure) | %lld | %lld | | | | | |\n",
                       label.c_str(), load * 100, rate, static_cast<long long>(pre_real), static_cast<long long>(pre_sim));
         table << line;
       }

@@ -118,7 +118,18 @@ TEST(ValidateSimCommand, ComparesTheCpuEngineWithItsCalibratedSim) {
     EXPECT_DOUBLE_EQ(tpot.at("error_from_steps").get<double>(),
                      tpot.at("sensitivity").get<double>() * run.at("steps").at("total_error").get<double>());
   }
-  EXPECT_NE(read_text(out + "/validation.md").find("| sensitivity | from steps |"), std::string::npos);
+  EXPECT_NE(read_text(out + "/validation.md").find("| sampling noise | sensitivity | from steps |"), std::string::npos);
+  // Sampling noise: a bootstrap half-width over the first real run's requests, for the four
+  // percentiles (not throughput, a total over the run).
+  for (const auto& run : j.at("runs")) {
+    const auto& figs = run.at("figures");
+    for (const char* name : {"ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms"}) {
+      ASSERT_TRUE(figs.at(name).contains("real_sampling_noise")) << name;
+      EXPECT_GE(figs.at(name).at("real_sampling_noise").get<double>(), 0.0);
+      EXPECT_LT(figs.at(name).at("real_sampling_noise").get<double>(), 1.0);
+    }
+    EXPECT_FALSE(figs.at("output_throughput").contains("real_sampling_noise"));
+  }
 }
 
 }  // namespace
