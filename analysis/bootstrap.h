@@ -17,7 +17,8 @@ using RecordStatistics = std::function<std::vector<double>(const std::vector<Req
 /// bootstrap resamples of `records` (drawn with replacement, splitmix64 seeded by `seed`),
 /// divided by |the statistic on `records` itself| (NaN where that is 0 or not finite). The
 /// requests of one run are not independent (they queue behind each other), so this is a lower
-/// bound on the run-to-run noise. Throws std::invalid_argument on no records, n_resamples < 10
+/// bound on the run-to-run noise, and for a percentile near the maximum of few records (a p99 of
+/// 400) the resamples rarely reach past the largest record, so it understates that too. Throws std::invalid_argument on no records, n_resamples < 10
 /// or level outside (0, 1).
 std::vector<double> bootstrap_relative_halfwidths(const std::vector<RequestRecord>& records,
                                                   const RecordStatistics& statistics, int n_resamples = 200,

@@ -232,7 +232,8 @@ int validate_sim_main(const ValidateSimArgs& a) {
     md << " \"sampling noise\": the half-width of the real figure's bootstrap 95% interval over the first real run's "
        << "requests (resampled 200 times), relative: how far that percentile moves by which requests happened to be in "
        << "a run of this many; the requests of a run queue behind each other, so the true run-to-run noise is larger. "
-       << "An error within it is not resolved by this many requests.";
+       << "An error within it is not resolved by this many requests (for a p99 of a few hundred requests, near the "
+       << "maximum, the bootstrap understates it).";
     if (delta > 0)
       md << " \"sensitivity\": the % the sim's figure moves per 1% of every step's cost (the sim rerun with each step "
          << a.sensitivity_pct << "% dearer and cheaper); \"from steps\" = sensitivity × the steps' total error, the "
