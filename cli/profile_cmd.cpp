@@ -217,6 +217,11 @@ const Registrar reg(
       sub.add_flag("--interleave", g.interleave,
                    "time the points in shuffled rounds (each timed step follows other work, as in serving) instead of "
                    "each point's runs back to back; --min-point-s is not used");
+      sub.add_option("--lead-in", g.lead_in,
+                     "with --interleave: untimed decode steps before each timed step (the grid's middle batch at its "
+                     "middle context), so each timed step follows decode work as in serving")
+          ->capture_default_str()
+          ->check(CLI::Range(0, 100));
       sub.add_option("--threads", a->threads, "attention and BLAS threads (0 = all cores)")
           ->capture_default_str()
           ->check(CLI::NonNegativeNumber);

@@ -99,6 +99,8 @@ void ProfileOptions::validate() const {
   if (repeats < 1) throw std::invalid_argument("repeats (" + std::to_string(repeats) + ") must be >= 1");
   if (!(min_point_s >= 0.0)) throw std::invalid_argument("min_point_s must be >= 0");
   if (warmup < 0 || warmup > 100) throw std::invalid_argument("warmup (" + std::to_string(warmup) + ") must be in [0, 100]");
+  if (lead_in < 0 || lead_in > 100) throw std::invalid_argument("lead_in (" + std::to_string(lead_in) + ") must be in [0, 100]");
+  if (lead_in > 0 && !interleave) throw std::invalid_argument("lead_in needs interleave (decodes before each timed step of a round)");
   if (max_kv_bytes < 0)
     throw std::invalid_argument("max_kv_bytes (" + std::to_string(max_kv_bytes) + ") must be >= 0 (0 = no cap)");
   if (kv_spread && max_kv_bytes == 0)
@@ -332,6 +334,21 @@ std::vector<int> bucket_edge_batches(const std::vector<int>& batch_sizes, const 
   return out;
 }
 
+/// The lead-in step: the decode of the grid's middle batch size at its middle context, or the first
+/// unpadded decode kept when that one is over the KV budget; null when no decode is kept.
+const ProfilePoint* lead_in_point(const std::vector<ProfilePoint>& points, const ProfileOptions& o) {
+  std::vector<int> batches = o.batch_sizes;
+  std::sort(batches.begin(), batches.end());
+  const int b_mid = batches[batches.size() / 2], c_mid = o.contexts[o.contexts.size() / 2];
+  const ProfilePoint* any = nullptr;
+  for (const ProfilePoint& p : points) {
+    if (p.phase != ProfilePhase::decode || p.n_padding > 0) continue;
+    if (int(p.seqs.size()) == b_mid && p.seqs[0].context == c_mid) return &p;
+    if (!any) any = &p;
+  }
+  return any;
+}
+
 ProfileReport profile_backend(Backend& backend, const ProfileOptions& asked,
                               const std::function<void(const std::string&)>& progress) {
   asked.validate();
@@ -371,9 +388,12 @@ ProfileReport profile_backend(Backend& backend, const ProfileOptions& asked,
     std::iota(order.begin(), order.end(), size_t(0));
     std::mt19937_64 shuffle(options.seed ^ 0x696e746c76ull);
     timed.resize(plan.points.size());
+    const ProfilePoint* lead = options.lead_in > 0 ? lead_in_point(plan.points, options) : nullptr;
     for (int r = 0; r < options.repeats; ++r) {
       std::shuffle(order.begin(), order.end(), shuffle);
       for (size_t i : order) {
+        if (lead)
+          for (int k = 0; k < options.lead_in; ++k) runner.run(*lead, 0, 1, 0.0);
         ProfileSample one = runner.run(plan.points[i], 0, 1, 0.0);
         if (timed[i].times_s.empty()) timed[i] = std::move(one);
         else timed[i].times_s.push_back(one.times_s.front());
@@ -452,7 +472,8 @@ std::string profile_json(const ProfileReport& r) {
                   {"repeats", o.repeats},           {"min_point_s", o.min_point_s}, {"warmup", o.warmup},
                   {"max_kv_bytes", o.max_kv_bytes}, {"fill_kv", o.fill_kv},       {"seed", o.seed},
                   {"kv", to_string(o.kv_kind)},     {"kv_spread", o.kv_spread},
-                  {"interleave", o.interleave},     {"padded_decodes", o.padded_decodes}};
+                  {"interleave", o.interleave},     {"lead_in", o.lead_in},
+                  {"padded_decodes", o.padded_decodes}};
   ordered_json skipped = ordered_json::array();
   for (const ProfilePoint& p : r.skipped) {
     int64_t n_tokens = 0, max_context = 0;

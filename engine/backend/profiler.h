@@ -55,6 +55,10 @@ struct ProfileOptions {
   /// the same compute-bound step back to back is held at its power limit; a lone prefill among
   /// decodes is not).
   bool interleave = false;
+  /// With interleave: untimed decode steps (the grid's middle batch size at its middle context) run
+  /// right before each timed step, so every timed step follows decode work, as most steps do in
+  /// serving (a static batch's prefill follows seconds of its decodes). 0 = none.
+  int lead_in = 0;
   /// Backends that pad a decode step up to a batch bucket (Backend::decode_row_buckets: cuda's
   /// CUDA graphs run 9 sequences as 16) cost a step then jumps past each bucket: with this on,
   /// profile_backend also times decodes of b + 1 sequences for each --batch size b that is a

@@ -262,6 +262,27 @@ TEST(Profiler, InterleaveTimesEveryPointInShuffledRounds) {
     for (size_t k = 1; k < 4; ++k) EXPECT_EQ(b.shapes[1 + 4 * i + k], b.shapes[1 + 4 * i]);
 }
 
+TEST(Profiler, LeadInRunsDecodesBeforeEachTimedStep) {
+  CpuBackend cpu(ModelWeights::random(testing::small_config(2), 1), CpuBackendOptions{.n_threads = 1});
+  CountingBackend b(cpu);
+  ProfileOptions o = small_options();
+  o.repeats = 2;
+  o.interleave = true;
+  o.lead_in = 2;
+  const ProfileReport r = profile_backend(b, o);
+  const size_t n = profile_grid(o).size();
+  ASSERT_EQ(r.samples.size(), n);
+  ASSERT_EQ(b.shapes.size(), 1 + 2 * n * 3);  // the first-touch step, then per timed step 2 lead-in decodes
+  // The lead-in is the decode of the middle batch (3 of {1, 3}) at the middle context (12 of {6, 12}).
+  for (size_t k = 0; k < 2 * n; ++k) {
+    EXPECT_EQ(b.shapes[1 + 3 * k], b.shapes[2 + 3 * k]);  // two lead-in steps of the same shape ...
+    EXPECT_EQ(b.shapes[1 + 3 * k], 3 * 100000 + 3 * 13) << k;  // ... 3 rows at context 12 (+1)
+  }
+  EXPECT_EQ(nlohmann::json::parse(profile_json(r)).at("options").at("lead_in"), 2);
+  o.interleave = false;
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+}
+
 TEST(Profiler, SpreadNeedsAnArenaSizeAndIsRecordedInTheProfile) {
   ProfileOptions o = small_options();
   o.kv_spread = true;
