@@ -181,6 +181,15 @@ void prefill_attention_wgmma_fa5(const PrefillAttentionArgs& a, cudaStream_t str
 /// Max is exact and order-free and the values are unchanged: the same bits as fa5 and v5.1. As
 /// fast as fa5 in its one call (kernels/notes-prefill.md): selectable in tests and kernel_bench.
 void prefill_attention_wgmma_fa6(const PrefillAttentionArgs& a, cudaStream_t stream);
+/// fa7 (kernels/notes-prefill.md, seventh pass): fa6 with fma_share (16, 24 or 32) of each
+/// thread's 64 exponentials a key tile computed on the FMA pipe (FlashAttention-4's degree-3
+/// polynomial, kernels/ref/exp2_poly.h) instead of the MUFU. Other bits than fa5 / fa6 (P within
+/// 8.8e-5 relative before its 16-bit rounding), but the same contract: a row's bits do not depend on
+/// the batch, the chunking or the KV layout. Throws std::invalid_argument for another fma_share.
+void prefill_attention_wgmma_fa7(const PrefillAttentionArgs& a, cudaStream_t stream, int fma_share);
+/// y[i] = fa7's FMA-pipe exp2 of x[i] (device pointers, n floats): the kernels' bits, for the test
+/// against exp2_poly::exp2_poly3. Throws std::invalid_argument for n < 0.
+void prefill_exp2_poly(const float* x, float* y, int64_t n, cudaStream_t stream);
 /// fa5's parts, for the tests and kernel_bench: part 0 = fa5; 1 = the second call's fa5 (P packed
 /// before the P·V wait, no boundary); 2 = no boundary, P packed after the wait (FlashAttention-3's
 /// order); 3 = the uniform warpgroup index alone (v5.1's order); 4 = the uniform index and the

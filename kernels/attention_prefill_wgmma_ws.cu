@@ -1,7 +1,7 @@
 // Prefill attention on wgmma, v5: the warp-specialized kernel (see the comment below and
 // kernels/notes-prefill.md); shares Params, Layout and the helpers with attention_prefill_wgmma.cu
 // through attention_prefill_wgmma.cuh. Selectable by name (prefill_attention_wgmma_ws, _pingpong,
-// _tma, _lean, _fa5, _fa6, _fa5_part); prefill_attention runs fa5 (kSched 4 below) on Hopper at hd 128.
+// _tma, _lean, _fa5, _fa6, _fa7, _fa5_part); prefill_attention runs fa5 (kSched 4 below) on Hopper at hd 128.
 #include <cuda.h>  // CUtensorMap (the encoder comes through the runtime: no libcuda link)
 #include <cudaTypedefs.h>
 
@@ -82,7 +82,9 @@ static_assert(Layout::kBytes % 8 == 0, "mbarriers need 8-byte alignment");
 /// the softmax and the P·V wait the wait for tile t+1's V stage ("full", needed by the next P·V
 /// anyway): its try_wait loop is a control-flow boundary, which ptxas's scheduler does not move the
 /// WARPGROUP.DEPBAR across. 5: that boundary in v5.1's order.
-template <typename T, bool kPingPong, int kProd, int kSched = 0>
+/// kPoly (fa7, seventh pass): that many of each thread's 64 exponentials a tile on the FMA pipe
+/// (RowPairSoftmax::tile's kPoly), with kSched 6: fa6 otherwise.
+template <typename T, bool kPingPong, int kProd, int kSched = 0, int kPoly = 0>
 __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const Params p, const __grid_constant__ TmaMaps maps) {
   constexpr bool kTma = kProd == 1, kLean = kProd == 2;
   // 6 (fa6) and 7: 4 with the softmax's row maxima as trees; 6 also ms / corr without branches.
@@ -293,7 +295,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
     const uint64_t desc_k = wgmma::desc_sw128(sbase + L::kK, 16, 1024);
     const uint64_t desc_v = wgmma::desc_sw128(sbase + L::kV, L::kHalf, 1024);
     auto issue_s = [&](int t) { issue_qk<T>(sc, desc_q, desc_k, uint32_t(t % kStages) * L::kTile); };
-    auto softmax = [&](int t) { sm.tile<kTreeMax, kFlatMs>(sc, t, wg_min, pos0, pos1, c2, sl2); };
+    auto softmax = [&](int t) { sm.tile<kTreeMax, kFlatMs, kPoly>(sc, t, wg_min, pos0, pos1, c2, sl2); };
     auto rescale_and_pack = [&] { sm.rescale_and_pack<T, kLean>(o, sc, pf); };
     auto issue_pv = [&](int t) {
       const uint32_t st = uint32_t(t % kStages) * L::kTile;
@@ -457,10 +459,10 @@ CUtensorMap encode_kv_map(const void* arena, const Params& p, int rows) {
   return m;
 }
 
-template <typename T, bool kPingPong, int kProd, int kSched = 0>
+template <typename T, bool kPingPong, int kProd, int kSched = 0, int kPoly = 0>
 void launch_ws_t(const Params& p, int grid, cudaStream_t stream) {
   static const bool raised = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_ws_kernel<T, kPingPong, kProd, kSched>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_ws_kernel<T, kPingPong, kProd, kSched, kPoly>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(LayoutWs::kAlloc)));
     return true;
   }();
@@ -471,7 +473,7 @@ void launch_ws_t(const Params& p, int grid, cudaStream_t stream) {
     maps.k = encode_kv_map<T>(p.k_cache, p, maps.rows);
     maps.v = encode_kv_map<T>(p.v_cache, p, maps.rows);
   }
-  prefill_wgmma_ws_kernel<T, kPingPong, kProd, kSched><<<grid, kThreadsWs, LayoutWs::kAlloc, stream>>>(p, maps);
+  prefill_wgmma_ws_kernel<T, kPingPong, kProd, kSched, kPoly><<<grid, kThreadsWs, LayoutWs::kAlloc, stream>>>(p, maps);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -518,6 +520,15 @@ void launch_ws(const Params& p, int grid, WsVariant v, ScalarType dtype, cudaStr
       break;
     case WsVariant::fa6_tree:
       SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 0, 7>(p, grid, stream)), (launch_ws_t<__half, true, 0, 7>(p, grid, stream)));
+      break;
+    case WsVariant::fa7_p16:
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 0, 6, 16>(p, grid, stream)), (launch_ws_t<__half, true, 0, 6, 16>(p, grid, stream)));
+      break;
+    case WsVariant::fa7_p24:
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 0, 6, 24>(p, grid, stream)), (launch_ws_t<__half, true, 0, 6, 24>(p, grid, stream)));
+      break;
+    case WsVariant::fa7_p32:
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 0, 6, 32>(p, grid, stream)), (launch_ws_t<__half, true, 0, 6, 32>(p, grid, stream)));
       break;
 
   }
