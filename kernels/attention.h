@@ -187,6 +187,13 @@ void prefill_attention_wgmma_fa6(const PrefillAttentionArgs& a, cudaStream_t str
 /// 8.8e-5 relative before its 16-bit rounding), but the same contract: a row's bits do not depend on
 /// the batch, the chunking or the KV layout. Throws std::invalid_argument for another fma_share.
 void prefill_attention_wgmma_fa7(const PrefillAttentionArgs& a, cudaStream_t stream, int fma_share);
+/// fa8 (kernels/notes-prefill.md, seventh pass, second call), part 0: fa6 with FlashAttention-4's
+/// conditional rescaling: a row's kept maximum moves only where a tile's maximum passes it by more
+/// than 8 in the exp2 domain (P <= 2^8), so the O rescale (64 FMUL a thread and tile) is skipped
+/// warp by warp on almost every tile. Other bits than fa6, the same contract (a row's bits do not
+/// depend on the batch, the chunking or the KV layout). Part 1: fa8 on v6.1's lean producer; part
+/// 2: fa6's consumers on the lean producer (fa6's bits). Throws std::invalid_argument for another part.
+void prefill_attention_wgmma_fa8(const PrefillAttentionArgs& a, cudaStream_t stream, int part = 0);
 /// y[i] = fa7's FMA-pipe exp2 of x[i] (device pointers, n floats): the kernels' bits, for the test
 /// against exp2_poly::exp2_poly3. Throws std::invalid_argument for n < 0.
 void prefill_exp2_poly(const float* x, float* y, int64_t n, cudaStream_t stream);

@@ -267,7 +267,7 @@ bool prefill_wgmma_supported(int head_dim) {
 namespace {
 enum class Variant {
   sync, ws, pingpong, tma, lean, persist, fa5, fa5_pack_early, fa5_pack_after, fa5_uniform, fa5_v51_order, fa5_no_turns, fa6, fa6_tree,
-  fa7_p16, fa7_p24, fa7_p32
+  fa7_p16, fa7_p24, fa7_p32, fa8, fa8_lean, fa6_lean
 };
 /// The wgmma kernels: checks, Params, grid; v picks v4.1 (sync), v5.1 (ws), v5.1 with ping-pong, v6 (tma), v6.1 (lean) or
 /// v7 (persist, on at most max_blocks blocks where > 0).
@@ -319,6 +319,9 @@ void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v, in
                              : v == Variant::fa7_p16        ? WsVariant::fa7_p16
                              : v == Variant::fa7_p24        ? WsVariant::fa7_p24
                              : v == Variant::fa7_p32        ? WsVariant::fa7_p32
+                             : v == Variant::fa8            ? WsVariant::fa8
+                             : v == Variant::fa8_lean       ? WsVariant::fa8_lean
+                             : v == Variant::fa6_lean       ? WsVariant::fa6_lean
                                                             : WsVariant::lean,
                              a.dtype, stream);
   else SERVELAB_DISPATCH_16(a.dtype, launch<__nv_bfloat16>(p, int(grid), stream), launch<__half>(p, int(grid), stream));
@@ -330,8 +333,9 @@ void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v, in
 // fa6 (sixth pass, 868f3be) was not faster at GQA 1 in its call (421.0 against fa5's 423.2; +3.8%
 // at GQA 4): selectable by name, the same bits.
 // fa7 (seventh pass, 55dbe5a) was 5-12% slower than fa5 in its call at every FMA share: selectable by name.
+// Seventh pass, call 2: fa8 dispatched for the call (engine path, chunked and batch tests on it).
 void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) {
-  run_wgmma(a, stream, Variant::fa5);  // fifth pass: the softmax under P·V, +2-6% (notes-prefill.md)
+  run_wgmma(a, stream, Variant::fa8);
 }
 void prefill_attention_wgmma_pingpong(const PrefillAttentionArgs& a, cudaStream_t stream) {
   run_wgmma(a, stream, Variant::pingpong);
@@ -346,6 +350,10 @@ void prefill_attention_wgmma_fa7(const PrefillAttentionArgs& a, cudaStream_t str
   if (fma_share != 16 && fma_share != 24 && fma_share != 32)
     throw std::invalid_argument("prefill_attention_wgmma_fa7: fma_share must be 16, 24 or 32 (got " + std::to_string(fma_share) + ")");
   run_wgmma(a, stream, fma_share == 16 ? Variant::fa7_p16 : fma_share == 24 ? Variant::fa7_p24 : Variant::fa7_p32);
+}
+void prefill_attention_wgmma_fa8(const PrefillAttentionArgs& a, cudaStream_t stream, int part) {
+  if (part < 0 || part > 2) throw std::invalid_argument("prefill_attention_wgmma_fa8: part must be in 0..2 (got " + std::to_string(part) + ")");
+  run_wgmma(a, stream, part == 0 ? Variant::fa8 : part == 1 ? Variant::fa8_lean : Variant::fa6_lean);
 }
 void prefill_attention_wgmma_fa5_part(const PrefillAttentionArgs& a, cudaStream_t stream, int part) {
   static constexpr Variant kParts[] = {Variant::fa5, Variant::fa5_pack_early, Variant::fa5_pack_after, Variant::fa5_uniform, Variant::fa5_v51_order,

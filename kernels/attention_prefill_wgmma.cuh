@@ -224,6 +224,7 @@ __device__ __forceinline__ void issue_qk(float (&sc)[64], uint64_t desc_q, uint6
 /// maximum, l: running sum (two chains a row, fixed order), corr: the last tile's rescale factor,
 /// exactly 1 where the maximum did not move, so a tile a row masks whole is an exact no-op.
 struct RowPairSoftmax {
+  static constexpr float kLazyLog2 = 8.0f;  ///< fa8: P <= 2^8 (FlashAttention-4's threshold)
   /// a[j] = max(a[j], a[j + W]) for j < W, in both rows' arrays (one level of fa6's max trees).
   template <int W>
   __device__ __forceinline__ static void max_halves(float (&a)[kBN / 8], float (&b)[kBN / 8]) {
@@ -244,7 +245,12 @@ struct RowPairSoftmax {
   /// predicated constant reloads of scale_log2 in the SASS, on the critical path); the same values.
   /// kPoly (fa7): that many of the thread's 64 exponentials (kPoly / 2 a row, spread by on_fma)
   /// on the FMA pipe (ex2_poly), the rest on the MUFU; the same positions in every tile and row.
-  template <bool kTree = false, bool kFlat = false, int kPoly = 0>
+  /// kLazy (fa8, FlashAttention-4's conditional rescaling): the running maximum a row keeps moves
+  /// only where the tile's maximum passes it by more than kLazyLog2 in the exp2 domain (or where it
+  /// was -inf), so P may reach 2^kLazyLog2 and corr is exactly 1 on almost every tile after the
+  /// first (the O rescale then skipped warp by warp). The same softmax in exact arithmetic, other
+  /// bits; a masked tile is still an exact no-op.
+  template <bool kTree = false, bool kFlat = false, int kPoly = 0, bool kLazy = false>
   __device__ __forceinline__ void tile(float (&sc)[64], int t, int wg_min, int pos0, int pos1, int c2, float sl2) {
     if (t * kBN + kBN - 1 > wg_min) {
 #pragma unroll
@@ -287,7 +293,11 @@ struct RowPairSoftmax {
       mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
     }
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    if constexpr (kLazy) {  // keep m where it is finite and the new maximum is within 2^kLazyLog2 of it
+      if (m0 != -INFINITY && __fmul_rn(__fsub_rn(mn0, m0), sl2) <= kLazyLog2) mn0 = m0;
+      if (m1 != -INFINITY && __fmul_rn(__fsub_rn(mn1, m1), sl2) <= kLazyLog2) mn1 = m1;
+    }
     // An unchanged maximum gives exactly 1 (m0 * sl2 - ms0 contracted into an FMA would leave the
     // rounding error of ms0, not 0).
     float ms0, ms1;
@@ -385,9 +395,13 @@ struct RowPairSoftmax {
 /// fa7_p16 / _p24 / _p32 (seventh pass): fa6 with 16, 24 or 32 of each thread's 64 exponentials a
 /// tile on the FMA pipe (ex2_poly): other bits than fa6 (P within 8.8e-5), the same bits as
 /// themselves whatever the batch, chunking or KV layout.
+/// fa8 (seventh pass, second call): fa6 with FlashAttention-4's conditional rescaling (the kept
+/// maximum moves only by more than 2^8, the O rescale skipped where no row of a warp moved it):
+/// other bits than fa6, invariant as every kernel here. fa8_lean: fa8 on v6.1's lean producer.
+/// fa6_lean: fa6's consumers (no skip) on v6.1's lean producer: fa6's bits.
 enum class WsVariant {
   ws, pingpong, tma, lean, persist, fa5, fa5_pack_early, fa5_pack_after, fa5_uniform, fa5_v51_order, fa5_no_turns, fa6, fa6_tree,
-  fa7_p16, fa7_p24, fa7_p32
+  fa7_p16, fa7_p24, fa7_p32, fa8, fa8_lean, fa6_lean
 };
 /// Launches the warp-specialized kernel v on grid blocks (persist: at most one block per SM, grid
 /// items).

@@ -404,6 +404,11 @@ const PrefillFn kFa7[] = {[](const PrefillAttentionArgs& a, cudaStream_t st) { p
                           [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa7(a, st, 24); },
                           [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa7(a, st, 32); }};
 constexpr int kFa7Shares[] = {16, 24, 32};
+// fa8 (part 0; FlashAttention-4's conditional rescaling, other bits, the same checks as fa7), fa8
+// on the lean producer (part 1: fa8's bits) and fa6's consumers on it (part 2: fa6's bits).
+const PrefillFn kFa8[] = {[](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 0); },
+                          [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 1); },
+                          [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 2); }};
 
 #define SKIP_WITHOUT_WGMMA()                                                    \
   SKIP_WITHOUT_GPU();                                                           \
@@ -458,6 +463,11 @@ TEST_P(AttentionGpu, PrefillWgmmaMatchesReferenceOnAwkwardShapes) {
           EXPECT_LT(testing::rel_error(fa7, ref), testing::tolerance(t)) << "fa7 " << kFa7Shares[i] << " layout " << int(kind) << " group " << group << " block " << bs;
           EXPECT_LT(testing::rel_error(fa7, ws), 0.25 * testing::tolerance(t)) << "fa7 " << kFa7Shares[i] << " against fa6's bits, block " << bs;
         }
+        const std::vector<float> fa8 = run_prefill(t, b, kFa8[0]);
+        EXPECT_LT(testing::rel_error(fa8, ref), testing::tolerance(t)) << "fa8 layout " << int(kind) << " group " << group << " block " << bs;
+        EXPECT_LT(testing::rel_error(fa8, ws), 0.25 * testing::tolerance(t)) << "fa8 against fa6's bits, block " << bs;
+        EXPECT_TRUE(std::equal(fa8.begin(), fa8.end(), run_prefill(t, b, kFa8[1]).begin())) << "fa8_lean differs from fa8, block " << bs;
+        EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, kFa8[2]).begin())) << "fa6_lean differs from ws, block " << bs;
         EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_mma), ref), testing::tolerance(t))
             << "mma: layout " << int(kind) << " group " << group << " block " << bs;
       }
@@ -492,7 +502,13 @@ TEST_P(AttentionGpu, PrefillWgmma4kPromptMatchesReference) {
       EXPECT_LT(e, testing::tolerance(t)) << "fa7 " << kFa7Shares[i] << " " << n_kv;
       EXPECT_LT(d, 0.25 * testing::tolerance(t)) << "fa7 " << kFa7Shares[i] << " against fa6's bits " << n_kv;
     }
-    std::printf("\n");
+    const std::vector<float> fa8 = run_prefill(t, b, kFa8[0]);
+    const double e8 = testing::rel_error(fa8, ref), d8 = testing::rel_error(fa8, lean);
+    std::printf(", fa8 %.3e (%.3e from fa6)\n", e8, d8);
+    EXPECT_LT(e8, testing::tolerance(t)) << "fa8 " << n_kv;
+    EXPECT_LT(d8, 0.25 * testing::tolerance(t)) << "fa8 against fa6's bits " << n_kv;
+    EXPECT_TRUE(std::equal(fa8.begin(), fa8.end(), run_prefill(t, b, kFa8[1]).begin())) << "fa8_lean differs from fa8 " << n_kv;
+    EXPECT_TRUE(std::equal(lean.begin(), lean.end(), run_prefill(t, b, kFa8[2]).begin())) << "fa6_lean differs from lean " << n_kv;
     EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wgmma_pingpong), ref), testing::tolerance(t)) << n_kv;
     EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wgmma_ws), ref), testing::tolerance(t)) << "ws " << n_kv;
     EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wgmma_sync), ref), testing::tolerance(t)) << "sync " << n_kv;

@@ -28,12 +28,15 @@ using testing::KvBatch;
 using testing::PrefillFn;
 using testing::run_prefill;
 
-// fa7 at its three FMA shares, then fa5 (the dispatched kernel on main) as the control.
+// fa7 at its three FMA shares, fa8 (conditional rescaling, other bits too) and fa8 on the lean
+// producer, then fa5 (the dispatched kernel on main) as the control.
 const PrefillFn kKernels[] = {[](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa7(a, st, 16); },
                               [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa7(a, st, 24); },
                               [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa7(a, st, 32); },
+                              [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 0); },
+                              [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 1); },
                               prefill_attention_wgmma_fa5};
-const char* const kNames[] = {"fa7_p16", "fa7_p24", "fa7_p32", "fa5"};
+const char* const kNames[] = {"fa7_p16", "fa7_p24", "fa7_p32", "fa8", "fa8_lean", "fa5"};
 
 /// b's K, V and Q laid out as `kind` with blocks of bs slots (the arena shuffled anew): every
 /// (sequence, position) row holds what it holds in b.
@@ -106,8 +109,10 @@ TEST_P(PrefillFa7Gpu, SameBitsAcrossKvLayoutsChunksAndBatches) {
       }
     }
   }
-  EXPECT_THROW(run_prefill(t, testing::make_batch({{5}, {5}, 8, 8, 128, KvLayoutKind::paged, 16}, rng),
-                           [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa7(a, st, 20); }),
+  const KvBatch small = testing::make_batch({{5}, {5}, 8, 8, 128, KvLayoutKind::paged, 16}, rng);
+  EXPECT_THROW(run_prefill(t, small, [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa7(a, st, 20); }),
+               std::invalid_argument);
+  EXPECT_THROW(run_prefill(t, small, [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 3); }),
                std::invalid_argument);
 }
 
