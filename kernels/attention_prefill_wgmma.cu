@@ -19,7 +19,7 @@
 // zeros to it, so a row's bits do not depend on its tile or batch.
 // Built for sm_90a only (SERVELAB_HAS_SM90A from kernels/CMakeLists.txt); elsewhere
 // prefill_attention keeps the mma.sync kernel. This is v4.1 (prefill_attention_wgmma_sync); the one
-// prefill_attention_wgmma runs is fa5 in attention_prefill_wgmma_ws.cu (see notes-prefill.md).
+// prefill_attention_wgmma runs is fa8 in attention_prefill_wgmma_ws.cu (see notes-prefill.md).
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -332,10 +332,11 @@ void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v, in
 // v5.1 ping-pong's 404 / 438 in one call, e2eef2f, the same bits; before it v5.1 ping-pong, v6.1).
 // fa6 (sixth pass, 868f3be) was not faster at GQA 1 in its call (421.0 against fa5's 423.2; +3.8%
 // at GQA 4): selectable by name, the same bits.
-// fa7 (seventh pass, 55dbe5a) was 5-12% slower than fa5 in its call at every FMA share: selectable by name.
-// Seventh pass, call 2: fa8 dispatched for the call (engine path, chunked and batch tests on it).
+// fa8 is the one dispatched since the seventh pass (0af7ad7: 425.8 / 450.9 TFLOP/s at 4k against fa5's
+// 415.1 / 436.4 in the same call, its tests and the engine path on fa8). fa7 (55dbe5a) was 5-12% slower
+// than fa5 at every FMA share: selectable by name, as fa5 and fa6 (notes-prefill.md, seventh pass).
 void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) {
-  run_wgmma(a, stream, Variant::fa8);
+  run_wgmma(a, stream, Variant::fa8);  // conditional rescaling: the O rescale skipped on most tiles
 }
 void prefill_attention_wgmma_pingpong(const PrefillAttentionArgs& a, cudaStream_t stream) {
   run_wgmma(a, stream, Variant::pingpong);
