@@ -142,7 +142,7 @@ void prefill_attention(const PrefillAttentionArgs& a, cudaStream_t stream);
 void prefill_attention_mma(const PrefillAttentionArgs& a, cudaStream_t stream);
 /// FlashAttention-3 structure on wgmma (sm_90a): 128-row tiles over 2 consumer warpgroups,
 /// 128-position key tiles in 3 smem stages, P in registers. Runs one of the kernels below
-/// (always the same one: prefill_attention_wgmma_fa5). Throws std::invalid_argument where prefill_wgmma_supported(head_dim)
+/// (always the same one: prefill_attention_wgmma_fa8, part 0). Throws std::invalid_argument where prefill_wgmma_supported(head_dim)
 /// is false.
 void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream);
 /// v5: warp-specialized (a producer warpgroup gathers K/V by cp.async onto per-stage mbarriers;
@@ -181,6 +181,22 @@ void prefill_attention_wgmma_fa5(const PrefillAttentionArgs& a, cudaStream_t str
 /// Max is exact and order-free and the values are unchanged: the same bits as fa5 and v5.1. As
 /// fast as fa5 in its one call (kernels/notes-prefill.md): selectable in tests and kernel_bench.
 void prefill_attention_wgmma_fa6(const PrefillAttentionArgs& a, cudaStream_t stream);
+/// fa7 (kernels/notes-prefill.md, seventh pass): fa6 with fma_share (16, 24 or 32) of each
+/// thread's 64 exponentials a key tile computed on the FMA pipe (FlashAttention-4's degree-3
+/// polynomial, kernels/ref/exp2_poly.h) instead of the MUFU. Other bits than fa5 / fa6 (P within
+/// 8.8e-5 relative before its 16-bit rounding), but the same contract: a row's bits do not depend on
+/// the batch, the chunking or the KV layout. Throws std::invalid_argument for another fma_share.
+void prefill_attention_wgmma_fa7(const PrefillAttentionArgs& a, cudaStream_t stream, int fma_share);
+/// fa8 (kernels/notes-prefill.md, seventh pass, second call), part 0: fa6 with FlashAttention-4's
+/// conditional rescaling: a row's kept maximum moves only where a tile's maximum passes it by more
+/// than 8 in the exp2 domain (P <= 2^8), so the O rescale (64 FMUL a thread and tile) is skipped
+/// warp by warp on almost every tile. Other bits than fa6, the same contract (a row's bits do not
+/// depend on the batch, the chunking or the KV layout). Part 1: fa8 on v6.1's lean producer; part
+/// 2: fa6's consumers on the lean producer (fa6's bits). Throws std::invalid_argument for another part.
+void prefill_attention_wgmma_fa8(const PrefillAttentionArgs& a, cudaStream_t stream, int part = 0);
+/// y[i] = fa7's FMA-pipe exp2 of x[i] (device pointers, n floats): the kernels' bits, for the test
+/// against exp2_poly::exp2_poly3. Throws std::invalid_argument for n < 0.
+void prefill_exp2_poly(const float* x, float* y, int64_t n, cudaStream_t stream);
 /// fa5's parts, for the tests and kernel_bench: part 0 = fa5; 1 = the second call's fa5 (P packed
 /// before the P·V wait, no boundary); 2 = no boundary, P packed after the wait (FlashAttention-3's
 /// order); 3 = the uniform warpgroup index alone (v5.1's order); 4 = the uniform index and the

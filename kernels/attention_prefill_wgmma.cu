@@ -19,7 +19,8 @@
 // zeros to it, so a row's bits do not depend on its tile or batch.
 // Built for sm_90a only (SERVELAB_HAS_SM90A from kernels/CMakeLists.txt); elsewhere
 // prefill_attention keeps the mma.sync kernel. This is v4.1 (prefill_attention_wgmma_sync); the one
-// prefill_attention_wgmma runs is fa5 in attention_prefill_wgmma_ws.cu (see notes-prefill.md).
+// prefill_attention_wgmma runs is fa8 in attention_prefill_wgmma_ws.cu (see notes-prefill.md).
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -235,7 +236,19 @@ void launch(const Params& p, int grid, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH();
 }
 
+/// y[i] = ex2_poly(x[i]): fa7's FMA-pipe exp2 alone, for the test against its C++ reference.
+__global__ void exp2_poly_kernel(const float* x, float* y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) y[i] = ex2_poly(x[i]);
+}
+
 }  // namespace
+
+void prefill_exp2_poly(const float* x, float* y, int64_t n, cudaStream_t stream) {
+  if (n < 0) throw std::invalid_argument("prefill_exp2_poly: n must be >= 0 (got " + std::to_string(n) + ")");
+  if (n == 0) return;
+  exp2_poly_kernel<<<int(std::min<int64_t>(ceil_div(n, int64_t(256)), 1024)), 256, 0, stream>>>(x, y, n);
+  CUDA_CHECK_LAUNCH();
+}
 
 bool prefill_wgmma_supported(int head_dim) {
 #if defined(SERVELAB_HAS_SM90A)
@@ -252,7 +265,10 @@ bool prefill_wgmma_supported(int head_dim) {
 }
 
 namespace {
-enum class Variant { sync, ws, pingpong, tma, lean, persist, fa5, fa5_pack_early, fa5_pack_after, fa5_uniform, fa5_v51_order, fa5_no_turns, fa6, fa6_tree };
+enum class Variant {
+  sync, ws, pingpong, tma, lean, persist, fa5, fa5_pack_early, fa5_pack_after, fa5_uniform, fa5_v51_order, fa5_no_turns, fa6, fa6_tree,
+  fa7_p16, fa7_p24, fa7_p32, fa8, fa8_lean, fa6_lean
+};
 /// The wgmma kernels: checks, Params, grid; v picks v4.1 (sync), v5.1 (ws), v5.1 with ping-pong, v6 (tma), v6.1 (lean) or
 /// v7 (persist, on at most max_blocks blocks where > 0).
 void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v, int max_blocks = 0) {
@@ -300,6 +316,12 @@ void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v, in
                              : v == Variant::fa5_no_turns   ? WsVariant::fa5_no_turns
                              : v == Variant::fa6            ? WsVariant::fa6
                              : v == Variant::fa6_tree       ? WsVariant::fa6_tree
+                             : v == Variant::fa7_p16        ? WsVariant::fa7_p16
+                             : v == Variant::fa7_p24        ? WsVariant::fa7_p24
+                             : v == Variant::fa7_p32        ? WsVariant::fa7_p32
+                             : v == Variant::fa8            ? WsVariant::fa8
+                             : v == Variant::fa8_lean       ? WsVariant::fa8_lean
+                             : v == Variant::fa6_lean       ? WsVariant::fa6_lean
                                                             : WsVariant::lean,
                              a.dtype, stream);
   else SERVELAB_DISPATCH_16(a.dtype, launch<__nv_bfloat16>(p, int(grid), stream), launch<__half>(p, int(grid), stream));
@@ -310,8 +332,11 @@ void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v, in
 // v5.1 ping-pong's 404 / 438 in one call, e2eef2f, the same bits; before it v5.1 ping-pong, v6.1).
 // fa6 (sixth pass, 868f3be) was not faster at GQA 1 in its call (421.0 against fa5's 423.2; +3.8%
 // at GQA 4): selectable by name, the same bits.
+// fa8 is the one dispatched since the seventh pass (0af7ad7: 425.8 / 450.9 TFLOP/s at 4k against fa5's
+// 415.1 / 436.4 in the same call, its tests and the engine path on fa8). fa7 (55dbe5a) was 5-12% slower
+// than fa5 at every FMA share: selectable by name, as fa5 and fa6 (notes-prefill.md, seventh pass).
 void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) {
-  run_wgmma(a, stream, Variant::fa5);  // fifth pass: the softmax under P·V, +2-6% (notes-prefill.md)
+  run_wgmma(a, stream, Variant::fa8);  // conditional rescaling: the O rescale skipped on most tiles
 }
 void prefill_attention_wgmma_pingpong(const PrefillAttentionArgs& a, cudaStream_t stream) {
   run_wgmma(a, stream, Variant::pingpong);
@@ -322,6 +347,15 @@ void prefill_attention_wgmma_lean(const PrefillAttentionArgs& a, cudaStream_t st
 void prefill_attention_wgmma_sync(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::sync); }
 void prefill_attention_wgmma_fa5(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::fa5); }
 void prefill_attention_wgmma_fa6(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::fa6); }
+void prefill_attention_wgmma_fa7(const PrefillAttentionArgs& a, cudaStream_t stream, int fma_share) {
+  if (fma_share != 16 && fma_share != 24 && fma_share != 32)
+    throw std::invalid_argument("prefill_attention_wgmma_fa7: fma_share must be 16, 24 or 32 (got " + std::to_string(fma_share) + ")");
+  run_wgmma(a, stream, fma_share == 16 ? Variant::fa7_p16 : fma_share == 24 ? Variant::fa7_p24 : Variant::fa7_p32);
+}
+void prefill_attention_wgmma_fa8(const PrefillAttentionArgs& a, cudaStream_t stream, int part) {
+  if (part < 0 || part > 2) throw std::invalid_argument("prefill_attention_wgmma_fa8: part must be in 0..2 (got " + std::to_string(part) + ")");
+  run_wgmma(a, stream, part == 0 ? Variant::fa8 : part == 1 ? Variant::fa8_lean : Variant::fa6_lean);
+}
 void prefill_attention_wgmma_fa5_part(const PrefillAttentionArgs& a, cudaStream_t stream, int part) {
   static constexpr Variant kParts[] = {Variant::fa5, Variant::fa5_pack_early, Variant::fa5_pack_after, Variant::fa5_uniform, Variant::fa5_v51_order,
                                        Variant::fa5_no_turns, Variant::fa6, Variant::fa6_tree};

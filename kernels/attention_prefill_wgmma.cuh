@@ -14,6 +14,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/mma_util.cuh"
+#include "kernels/ref/exp2_poly.h"
 
 namespace servelab::kernels::wgmma {
 
@@ -157,6 +158,21 @@ __device__ __forceinline__ float ex2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+/// fa7 (seventh pass): exp2 on the FMA pipe, FlashAttention-4's Cody-Waite split and degree-3
+/// polynomial (kernels/ref/exp2_poly.h: coefficients, error bounds, and exp2_poly3, the C++
+/// reference of these bits): clamp, floor by a round-down add, the fraction, 3 Horner FFMAs, the
+/// integer part shifted into the exponent bits. 8 FMA/ALU instructions instead of one MUFU.EX2;
+/// -inf gives exactly +0 and 0 exactly 1, as ex2.approx.ftz does.
+__device__ __forceinline__ float ex2_poly(float x) {
+  x = fmaxf(x, exp2_poly::kMin);
+  const float r = __fadd_rd(x, exp2_poly::kRound);  // kRound + floor(x), exactly
+  const float f = __fsub_rn(x, __fsub_rn(r, exp2_poly::kRound));
+  const float p = __fmaf_rn(__fmaf_rn(__fmaf_rn(exp2_poly::kC3, f, exp2_poly::kC2), f, exp2_poly::kC1), f, exp2_poly::kC0);
+  return __int_as_float(__float_as_int(p) + (__float_as_int(r) << 23));
+}
+/// fa7's share: of a row's 32 values per thread (index 2j + e, key 8j + c2 + e), those with
+/// on_fma(i, n) true (n of 32, spread evenly) take ex2_poly, the others the MUFU.
+__host__ __device__ constexpr bool on_fma(int i, int n) { return (i + 1) * n / 32 != i * n / 32; }
 /// mbarrier helpers of the warp-specialized kernels (ws, persist): one copy, inlined where used.
 __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -208,6 +224,7 @@ __device__ __forceinline__ void issue_qk(float (&sc)[64], uint64_t desc_q, uint6
 /// maximum, l: running sum (two chains a row, fixed order), corr: the last tile's rescale factor,
 /// exactly 1 where the maximum did not move, so a tile a row masks whole is an exact no-op.
 struct RowPairSoftmax {
+  static constexpr float kLazyLog2 = 8.0f;  ///< fa8: P <= 2^8 (FlashAttention-4's threshold)
   /// a[j] = max(a[j], a[j + W]) for j < W, in both rows' arrays (one level of fa6's max trees).
   template <int W>
   __device__ __forceinline__ static void max_halves(float (&a)[kBN / 8], float (&b)[kBN / 8]) {
@@ -226,7 +243,14 @@ struct RowPairSoftmax {
   /// instead of two chains of 16 a row: max is exact and order-free, so the same bits), and the
   /// offset ms and the correction computed without branches (v5.1's conditionals became
   /// predicated constant reloads of scale_log2 in the SASS, on the critical path); the same values.
-  template <bool kTree = false, bool kFlat = false>
+  /// kPoly (fa7): that many of the thread's 64 exponentials (kPoly / 2 a row, spread by on_fma)
+  /// on the FMA pipe (ex2_poly), the rest on the MUFU; the same positions in every tile and row.
+  /// kLazy (fa8, FlashAttention-4's conditional rescaling): the running maximum a row keeps moves
+  /// only where the tile's maximum passes it by more than kLazyLog2 in the exp2 domain (or where it
+  /// was -inf), so P may reach 2^kLazyLog2 and corr is exactly 1 on almost every tile after the
+  /// first (the O rescale then skipped warp by warp). The same softmax in exact arithmetic, other
+  /// bits; a masked tile is still an exact no-op.
+  template <bool kTree = false, bool kFlat = false, int kPoly = 0, bool kLazy = false>
   __device__ __forceinline__ void tile(float (&sc)[64], int t, int wg_min, int pos0, int pos1, int c2, float sl2) {
     if (t * kBN + kBN - 1 > wg_min) {
 #pragma unroll
@@ -269,7 +293,11 @@ struct RowPairSoftmax {
       mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
     }
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    if constexpr (kLazy) {  // keep m where it is finite and the new maximum is within 2^kLazyLog2 of it
+      if (m0 != -INFINITY && __fmul_rn(__fsub_rn(mn0, m0), sl2) <= kLazyLog2) mn0 = m0;
+      if (m1 != -INFINITY && __fmul_rn(__fsub_rn(mn1, m1), sl2) <= kLazyLog2) mn1 = m1;
+    }
     // An unchanged maximum gives exactly 1 (m0 * sl2 - ms0 contracted into an FMA would leave the
     // rounding error of ms0, not 0).
     float ms0, ms1;
@@ -288,12 +316,14 @@ struct RowPairSoftmax {
     m0 = mn0;
     m1 = mn1;
     float sum0 = 0.0f, sum1 = 0.0f, sum0b = 0.0f, sum1b = 0.0f;  // two chains a row, fixed order
+    static_assert(kPoly >= 0 && kPoly <= 64 && kPoly % 2 == 0, "kPoly: an even share of 64");
+    auto exp2_at = [](int i, float x) { return on_fma(i, kPoly / 2) ? ex2_poly(x) : ex2(x); };  // i: constant once unrolled
 #pragma unroll
     for (int j = 0; j < kBN / 8; ++j) {
-      sc[4 * j] = ex2(fmaf(sc[4 * j], sl2, -ms0));
-      sc[4 * j + 1] = ex2(fmaf(sc[4 * j + 1], sl2, -ms0));
-      sc[4 * j + 2] = ex2(fmaf(sc[4 * j + 2], sl2, -ms1));
-      sc[4 * j + 3] = ex2(fmaf(sc[4 * j + 3], sl2, -ms1));
+      sc[4 * j] = exp2_at(2 * j, fmaf(sc[4 * j], sl2, -ms0));
+      sc[4 * j + 1] = exp2_at(2 * j + 1, fmaf(sc[4 * j + 1], sl2, -ms0));
+      sc[4 * j + 2] = exp2_at(2 * j, fmaf(sc[4 * j + 2], sl2, -ms1));
+      sc[4 * j + 3] = exp2_at(2 * j + 1, fmaf(sc[4 * j + 3], sl2, -ms1));
       sum0 += sc[4 * j];
       sum0b += sc[4 * j + 1];
       sum1 += sc[4 * j + 2];
@@ -362,7 +392,17 @@ struct RowPairSoftmax {
 /// boundary in v5.1's order), fa5_no_turns (fa5 without ping-pong's turns).
 /// fa6 (sixth pass): fa5 with the row maxima as trees and ms / corr without branches (the same
 /// bits); fa6_tree: the trees alone.
-enum class WsVariant { ws, pingpong, tma, lean, persist, fa5, fa5_pack_early, fa5_pack_after, fa5_uniform, fa5_v51_order, fa5_no_turns, fa6, fa6_tree };
+/// fa7_p16 / _p24 / _p32 (seventh pass): fa6 with 16, 24 or 32 of each thread's 64 exponentials a
+/// tile on the FMA pipe (ex2_poly): other bits than fa6 (P within 8.8e-5), the same bits as
+/// themselves whatever the batch, chunking or KV layout.
+/// fa8 (seventh pass, second call): fa6 with FlashAttention-4's conditional rescaling (the kept
+/// maximum moves only by more than 2^8, the O rescale skipped where no row of a warp moved it):
+/// other bits than fa6, invariant as every kernel here. fa8_lean: fa8 on v6.1's lean producer.
+/// fa6_lean: fa6's consumers (no skip) on v6.1's lean producer: fa6's bits.
+enum class WsVariant {
+  ws, pingpong, tma, lean, persist, fa5, fa5_pack_early, fa5_pack_after, fa5_uniform, fa5_v51_order, fa5_no_turns, fa6, fa6_tree,
+  fa7_p16, fa7_p24, fa7_p32, fa8, fa8_lean, fa6_lean
+};
 /// Launches the warp-specialized kernel v on grid blocks (persist: at most one block per SM, grid
 /// items).
 void launch_ws(const Params& p, int grid, WsVariant v, ScalarType dtype, cudaStream_t stream);

@@ -1,7 +1,8 @@
 // Prefill attention on wgmma, v5: the warp-specialized kernel (see the comment below and
 // kernels/notes-prefill.md); shares Params, Layout and the helpers with attention_prefill_wgmma.cu
 // through attention_prefill_wgmma.cuh. Selectable by name (prefill_attention_wgmma_ws, _pingpong,
-// _tma, _lean, _fa5, _fa6, _fa5_part); prefill_attention runs fa5 (kSched 4 below) on Hopper at hd 128.
+// _tma, _lean, _fa5, _fa6, _fa7, _fa8, _fa5_part); prefill_attention runs fa8 (kSched 6, kCons 2 below) on
+// Hopper at hd 128.
 #include <cuda.h>  // CUtensorMap (the encoder comes through the runtime: no libcuda link)
 #include <cudaTypedefs.h>
 
@@ -82,9 +83,14 @@ static_assert(Layout::kBytes % 8 == 0, "mbarriers need 8-byte alignment");
 /// the softmax and the P·V wait the wait for tile t+1's V stage ("full", needed by the next P·V
 /// anyway): its try_wait loop is a control-flow boundary, which ptxas's scheduler does not move the
 /// WARPGROUP.DEPBAR across. 5: that boundary in v5.1's order.
-template <typename T, bool kPingPong, int kProd, int kSched = 0>
+/// kPoly (fa7, seventh pass): that many of each thread's 64 exponentials a tile on the FMA pipe
+/// (RowPairSoftmax::tile's kPoly), with kSched 6: fa6 otherwise. kCons (seventh pass): -1 skips
+/// the O rescale where a warp's maxima held iff kProd is 2 (v6.1 as before), 0 never, 1 always;
+/// 2 (fa8) FlashAttention-4's conditional rescaling (tile's kLazy) with that skip.
+template <typename T, bool kPingPong, int kProd, int kSched = 0, int kPoly = 0, int kCons = -1>
 __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const Params p, const __grid_constant__ TmaMaps maps) {
   constexpr bool kTma = kProd == 1, kLean = kProd == 2;
+  constexpr bool kLazy = kCons == 2, kSkipHeld = kCons < 0 ? kLean : kCons > 0;
   // 6 (fa6) and 7: 4 with the softmax's row maxima as trees; 6 also ms / corr without branches.
   constexpr bool kFa3Order = kSched == 1 || kSched == 2 || kSched == 4 || kSched >= 6, kPackEarly = kSched == 1;
   constexpr bool kFenceBlock = kSched == 4 || kSched == 5 || kSched >= 6;  // the P·V wait behind a control-flow boundary
@@ -293,8 +299,8 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
     const uint64_t desc_k = wgmma::desc_sw128(sbase + L::kK, 16, 1024);
     const uint64_t desc_v = wgmma::desc_sw128(sbase + L::kV, L::kHalf, 1024);
     auto issue_s = [&](int t) { issue_qk<T>(sc, desc_q, desc_k, uint32_t(t % kStages) * L::kTile); };
-    auto softmax = [&](int t) { sm.tile<kTreeMax, kFlatMs>(sc, t, wg_min, pos0, pos1, c2, sl2); };
-    auto rescale_and_pack = [&] { sm.rescale_and_pack<T, kLean>(o, sc, pf); };
+    auto softmax = [&](int t) { sm.tile<kTreeMax, kFlatMs, kPoly, kLazy>(sc, t, wg_min, pos0, pos1, c2, sl2); };
+    auto rescale_and_pack = [&] { sm.rescale_and_pack<T, kSkipHeld>(o, sc, pf); };
     auto issue_pv = [&](int t) {
       const uint32_t st = uint32_t(t % kStages) * L::kTile;
 #pragma unroll
@@ -338,7 +344,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
       issue_s(t1);
       wgmma::commit();
       wgmma::pin(o);  // the rescale after the S issue
-      sm.rescale<kLean>(o);
+      sm.rescale<kSkipHeld>(o);
       wgmma::pin(o);
       wgmma::fence();  // o written by the rescale, read by P·V
       issue_pv(kt);
@@ -399,7 +405,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
     mbar_wait(sbase + LW::kFullV + 8 * (tl % kStages), (tl / kStages) & 1);
     wgmma::fence_proxy_async();
     turn_wait();
-    if constexpr (kFa3Order) sm.rescale<kLean>(o);  // by corr(tl)
+    if constexpr (kFa3Order) sm.rescale<kSkipHeld>(o);  // by corr(tl)
     wgmma::fence();
     issue_pv(tl);
     wgmma::commit();
@@ -457,10 +463,10 @@ CUtensorMap encode_kv_map(const void* arena, const Params& p, int rows) {
   return m;
 }
 
-template <typename T, bool kPingPong, int kProd, int kSched = 0>
+template <typename T, bool kPingPong, int kProd, int kSched = 0, int kPoly = 0, int kCons = -1>
 void launch_ws_t(const Params& p, int grid, cudaStream_t stream) {
   static const bool raised = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_ws_kernel<T, kPingPong, kProd, kSched>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_ws_kernel<T, kPingPong, kProd, kSched, kPoly, kCons>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(LayoutWs::kAlloc)));
     return true;
   }();
@@ -471,7 +477,7 @@ void launch_ws_t(const Params& p, int grid, cudaStream_t stream) {
     maps.k = encode_kv_map<T>(p.k_cache, p, maps.rows);
     maps.v = encode_kv_map<T>(p.v_cache, p, maps.rows);
   }
-  prefill_wgmma_ws_kernel<T, kPingPong, kProd, kSched><<<grid, kThreadsWs, LayoutWs::kAlloc, stream>>>(p, maps);
+  prefill_wgmma_ws_kernel<T, kPingPong, kProd, kSched, kPoly, kCons><<<grid, kThreadsWs, LayoutWs::kAlloc, stream>>>(p, maps);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -518,6 +524,24 @@ void launch_ws(const Params& p, int grid, WsVariant v, ScalarType dtype, cudaStr
       break;
     case WsVariant::fa6_tree:
       SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 0, 7>(p, grid, stream)), (launch_ws_t<__half, true, 0, 7>(p, grid, stream)));
+      break;
+    case WsVariant::fa7_p16:
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 0, 6, 16>(p, grid, stream)), (launch_ws_t<__half, true, 0, 6, 16>(p, grid, stream)));
+      break;
+    case WsVariant::fa7_p24:
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 0, 6, 24>(p, grid, stream)), (launch_ws_t<__half, true, 0, 6, 24>(p, grid, stream)));
+      break;
+    case WsVariant::fa7_p32:
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 0, 6, 32>(p, grid, stream)), (launch_ws_t<__half, true, 0, 6, 32>(p, grid, stream)));
+      break;
+    case WsVariant::fa8:
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 0, 6, 0, 2>(p, grid, stream)), (launch_ws_t<__half, true, 0, 6, 0, 2>(p, grid, stream)));
+      break;
+    case WsVariant::fa8_lean:
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 2, 6, 0, 2>(p, grid, stream)), (launch_ws_t<__half, true, 2, 6, 0, 2>(p, grid, stream)));
+      break;
+    case WsVariant::fa6_lean:
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 2, 6, 0, 0>(p, grid, stream)), (launch_ws_t<__half, true, 2, 6, 0, 0>(p, grid, stream)));
       break;
 
   }

@@ -4,6 +4,7 @@
 // Prefill runs through prefill_attention (wgmma on sm_90a at head_dim 128) and each kernel by name.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <iterator>
 #include <string>
 #include <utility>
@@ -13,6 +14,7 @@
 #include "kernels/attention.h"
 #include "kernels/ref/attention_ref.h"
 #include "tests/kernels/kv_fixture.h"
+#include "tests/kernels_gpu/attention_gpu_util.h"
 #include "tests/kernels_gpu/gpu_util.h"
 
 namespace servelab::kernels {
@@ -20,29 +22,12 @@ namespace {
 
 using testing::BatchSpec;
 using testing::DeviceBuffer;
+using testing::DeviceBatch;
 using testing::KvBatch;
+using testing::PrefillFn;
+using testing::run_prefill;
 
 std::vector<float> reference(const KvBatch& b) { return testing::reference_attention(b); }
-
-/// The batch on the device, and the addressing that points there.
-struct DeviceBatch {
-  DeviceBuffer k, v, q, out, query_start, context_lens, block_tables, base_slots, workspace;
-  KvAddressing kv;
-  DeviceBatch(const KvBatch& b, ScalarType t)
-      : k(testing::upload16(t, b.k_cache)),
-        v(testing::upload16(t, b.v_cache)),
-        q(testing::upload16(t, b.q)),
-        out(b.q.size() * 2),
-        query_start(testing::upload(b.in.query_start)),
-        context_lens(testing::upload(b.in.context_lens)),
-        block_tables(testing::upload(b.in.block_tables)),
-        base_slots(testing::upload(b.in.base_slots)) {
-    kv = b.in.addressing();
-    kv.block_tables = block_tables.get<int32_t>();
-    kv.base_slots = base_slots.get<int64_t>();
-    out.poison();
-  }
-};
 
 /// Decode arguments for b on d (workspace not yet set).
 /// max_cluster: DecodeAttentionArgs::max_cluster_splits (0: splits merge through the workspace).
@@ -94,30 +79,6 @@ std::vector<float> run_decode(ScalarType t, const KvBatch& b, SplitPolicy split,
   a.workspace = d.workspace.get<float>();
   a.workspace_bytes = d.workspace.bytes();
   decode_attention(a, nullptr);
-  return testing::download16(t, d.out, b.q.size());
-}
-
-using PrefillFn = void (*)(const PrefillAttentionArgs&, cudaStream_t);
-
-std::vector<float> run_prefill(ScalarType t, const KvBatch& b, PrefillFn fn = prefill_attention) {
-  DeviceBatch d(b, t);
-  PrefillAttentionArgs a;
-  a.dtype = t;
-  a.q = d.q.get();
-  a.q_row_stride = int64_t(b.spec.n_heads) * b.spec.head_dim;
-  a.k_cache = d.k.get();
-  a.v_cache = d.v.get();
-  a.shape = b.shape;
-  a.n_heads = b.spec.n_heads;
-  a.n_seqs = b.in.n_seqs();
-  a.n_tokens = b.n_tokens();
-  a.query_start = d.query_start.get<int32_t>();
-  a.context_lens = d.context_lens.get<int32_t>();
-  a.kv = d.kv;
-  a.scale = 1.0f / std::sqrt(float(b.shape.head_dim));
-  a.out = d.out.get();
-  a.out_row_stride = a.q_row_stride;
-  fn(a, nullptr);
   return testing::download16(t, d.out, b.q.size());
 }
 
@@ -436,6 +397,18 @@ const PrefillFn kFa5Parts[] = {
     [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 6); },
     [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa5_part(a, st, 7); }};
 constexpr int kNumFa5Parts = int(std::size(kFa5Parts));
+// fa7 at FMA shares 16, 24, 32 (seventh pass). Its exp2 polynomial moves P by <= 8.8e-5 before
+// the 16-bit rounding: other bits than fa6, checked against the reference with the kernels'
+// tolerance (1e-2 bf16, 5e-3 f16) and against fa6's bits (= v5.1 ws / lean) within a quarter of it.
+const PrefillFn kFa7[] = {[](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa7(a, st, 16); },
+                          [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa7(a, st, 24); },
+                          [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa7(a, st, 32); }};
+constexpr int kFa7Shares[] = {16, 24, 32};
+// fa8 (part 0; FlashAttention-4's conditional rescaling, other bits, the same checks as fa7), fa8
+// on the lean producer (part 1: fa8's bits) and fa6's consumers on it (part 2: fa6's bits).
+const PrefillFn kFa8[] = {[](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 0); },
+                          [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 1); },
+                          [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 2); }};
 
 #define SKIP_WITHOUT_WGMMA()                                                    \
   SKIP_WITHOUT_GPU();                                                           \
@@ -485,6 +458,16 @@ TEST_P(AttentionGpu, PrefillWgmmaMatchesReferenceOnAwkwardShapes) {
             << "fa5 differs from ws: layout " << int(kind) << " group " << group << " block " << bs;
         EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, prefill_attention_wgmma_fa6).begin()))
             << "fa6 differs from ws: layout " << int(kind) << " group " << group << " block " << bs;
+        for (int i = 0; i < 3; ++i) {
+          const std::vector<float> fa7 = run_prefill(t, b, kFa7[i]);
+          EXPECT_LT(testing::rel_error(fa7, ref), testing::tolerance(t)) << "fa7 " << kFa7Shares[i] << " layout " << int(kind) << " group " << group << " block " << bs;
+          EXPECT_LT(testing::rel_error(fa7, ws), 0.25 * testing::tolerance(t)) << "fa7 " << kFa7Shares[i] << " against fa6's bits, block " << bs;
+        }
+        const std::vector<float> fa8 = run_prefill(t, b, kFa8[0]);
+        EXPECT_LT(testing::rel_error(fa8, ref), testing::tolerance(t)) << "fa8 layout " << int(kind) << " group " << group << " block " << bs;
+        EXPECT_LT(testing::rel_error(fa8, ws), 0.25 * testing::tolerance(t)) << "fa8 against fa6's bits, block " << bs;
+        EXPECT_TRUE(std::equal(fa8.begin(), fa8.end(), run_prefill(t, b, kFa8[1]).begin())) << "fa8_lean differs from fa8, block " << bs;
+        EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, kFa8[2]).begin())) << "fa6_lean differs from ws, block " << bs;
         EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_mma), ref), testing::tolerance(t))
             << "mma: layout " << int(kind) << " group " << group << " block " << bs;
       }
@@ -510,6 +493,22 @@ TEST_P(AttentionGpu, PrefillWgmma4kPromptMatchesReference) {
       const std::vector<float> fa5 = run_prefill(t, b, kFa5Parts[part]);
       EXPECT_TRUE(std::equal(lean.begin(), lean.end(), fa5.begin())) << "lean and fa5 part " << part << " differ " << n_kv;
     }
+    const double e_fa6 = testing::rel_error(lean, ref);
+    std::printf("    4k prompt n_kv %d: rel err against the reference: fa6 %.3e", n_kv, e_fa6);
+    for (int i = 0; i < 3; ++i) {
+      const std::vector<float> fa7 = run_prefill(t, b, kFa7[i]);
+      const double e = testing::rel_error(fa7, ref), d = testing::rel_error(fa7, lean);
+      std::printf(", fa7_p%d %.3e (%.3e from fa6)", kFa7Shares[i], e, d);
+      EXPECT_LT(e, testing::tolerance(t)) << "fa7 " << kFa7Shares[i] << " " << n_kv;
+      EXPECT_LT(d, 0.25 * testing::tolerance(t)) << "fa7 " << kFa7Shares[i] << " against fa6's bits " << n_kv;
+    }
+    const std::vector<float> fa8 = run_prefill(t, b, kFa8[0]);
+    const double e8 = testing::rel_error(fa8, ref), d8 = testing::rel_error(fa8, lean);
+    std::printf(", fa8 %.3e (%.3e from fa6)\n", e8, d8);
+    EXPECT_LT(e8, testing::tolerance(t)) << "fa8 " << n_kv;
+    EXPECT_LT(d8, 0.25 * testing::tolerance(t)) << "fa8 against fa6's bits " << n_kv;
+    EXPECT_TRUE(std::equal(fa8.begin(), fa8.end(), run_prefill(t, b, kFa8[1]).begin())) << "fa8_lean differs from fa8 " << n_kv;
+    EXPECT_TRUE(std::equal(lean.begin(), lean.end(), run_prefill(t, b, kFa8[2]).begin())) << "fa6_lean differs from lean " << n_kv;
     EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wgmma_pingpong), ref), testing::tolerance(t)) << n_kv;
     EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wgmma_ws), ref), testing::tolerance(t)) << "ws " << n_kv;
     EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wgmma_sync), ref), testing::tolerance(t)) << "sync " << n_kv;

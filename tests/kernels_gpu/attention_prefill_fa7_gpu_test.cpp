@@ -1,0 +1,146 @@
+// fa7 (the prefill wgmma kernel with a share of each row's exp2 on the FMA pipe, seventh pass of
+// kernels/notes-prefill.md): its exp2 against the C++ reference bit for bit, and the invariance
+// contract kept exactly, the kernel against itself: the same bits whatever the KV layout (naive,
+// paged blocks of 1 to 256 slots), the chunking of a prompt, or the other sequences of the batch.
+// Its error against the reference and against fa6 is checked in attention_gpu_test.cpp beside the
+// other wgmma kernels. fa5 runs the same invariance checks here as the control.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/attention.h"
+#include "kernels/ref/exp2_poly.h"
+#include "tests/kernels/kv_fixture.h"
+#include "tests/kernels_gpu/attention_gpu_util.h"
+#include "tests/kernels_gpu/gpu_util.h"
+
+namespace servelab::kernels {
+namespace fa7_test {  // named: the unity build compiles this file with attention_gpu_test.cpp
+
+using testing::BatchSpec;
+using testing::KvBatch;
+using testing::PrefillFn;
+using testing::run_prefill;
+
+// fa7 at its three FMA shares, fa8 (conditional rescaling, other bits too) and fa8 on the lean
+// producer, then fa5 (the dispatched kernel on main) as the control.
+const PrefillFn kKernels[] = {[](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa7(a, st, 16); },
+                              [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa7(a, st, 24); },
+                              [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa7(a, st, 32); },
+                              [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 0); },
+                              [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 1); },
+                              prefill_attention_wgmma_fa5};
+const char* const kNames[] = {"fa7_p16", "fa7_p24", "fa7_p32", "fa8", "fa8_lean", "fa5"};
+
+/// b's K, V and Q laid out as `kind` with blocks of bs slots (the arena shuffled anew): every
+/// (sequence, position) row holds what it holds in b.
+KvBatch relayout(const KvBatch& b, KvLayoutKind kind, int bs, std::mt19937_64& rng) {
+  BatchSpec spec = b.spec;
+  spec.kind = kind;
+  spec.block_size = bs;
+  KvBatch o = testing::make_batch(spec, rng);
+  o.q = b.q;
+  const KvAddressing from = b.in.addressing(), to = o.in.addressing();
+  const int64_t row = b.shape.row_elems();
+  for (int s = 0; s < b.in.n_seqs(); ++s)
+    for (int p = 0; p < b.in.context_lens[s]; ++p) {
+      std::copy_n(b.k_cache.begin() + from.slot(s, p) * row, row, o.k_cache.begin() + to.slot(s, p) * row);
+      std::copy_n(b.v_cache.begin() + from.slot(s, p) * row, row, o.v_cache.begin() + to.slot(s, p) * row);
+    }
+  return o;
+}
+
+/// Query rows [r0, r1) of sequence s of b (its KV as in b), as a batch of one sequence.
+KvBatch rows_of(const KvBatch& b, int s, int r0, int r1) {
+  KvBatch one = b;
+  const int q_len = b.in.query_start[s + 1] - b.in.query_start[s];
+  one.in.query_start = {0, r1 - r0};
+  one.in.context_lens = {b.in.context_lens[s] - q_len + r1};
+  if (b.spec.kind == KvLayoutKind::paged) {
+    const auto first = b.in.block_tables.begin() + size_t(s) * b.in.block_table_stride;
+    one.in.block_tables.assign(first, first + b.in.block_table_stride);
+  } else {
+    one.in.base_slots = {b.in.base_slots[s]};
+  }
+  const size_t row = size_t(b.spec.n_heads) * b.spec.head_dim, q0 = size_t(b.in.query_start[s]) + r0;
+  one.q.assign(b.q.begin() + q0 * row, b.q.begin() + (q0 + (r1 - r0)) * row);
+  return one;
+}
+
+class PrefillFa7Gpu : public ::testing::TestWithParam<ScalarType> {};
+
+TEST_P(PrefillFa7Gpu, SameBitsAcrossKvLayoutsChunksAndBatches) {
+  SKIP_WITHOUT_GPU();
+  if (!prefill_wgmma_supported(128)) GTEST_SKIP() << "no sm_90a build or not a compute 9.0 device";
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  const std::vector<int> ctx = {300, 129, 17, 1, 256, 140};
+  const std::vector<int> q = {171, 129, 17, 1, 128, 1};
+  for (int group : {1, 4}) {
+    const KvBatch b = testing::make_batch({ctx, q, 8, 8 / group, 128, KvLayoutKind::naive, 16}, rng);
+    std::vector<KvBatch> paged;
+    for (int bs : {1, 16, 32, 64, 256}) paged.push_back(relayout(b, KvLayoutKind::paged, bs, rng));
+    const size_t row = size_t(b.spec.n_heads) * b.spec.head_dim;
+    for (int k = 0; k < int(std::size(kKernels)); ++k) {
+      const std::vector<float> all = run_prefill(t, b, kKernels[k]);
+      ASSERT_FALSE(std::any_of(all.begin(), all.end(), [](float x) { return std::isnan(x); })) << kNames[k];
+      for (const KvBatch& p : paged)  // layout: paged blocks of 1-256 slots against naive
+        EXPECT_TRUE(std::equal(all.begin(), all.end(), run_prefill(t, p, kKernels[k]).begin()))
+            << kNames[k] << " group " << group << " block " << p.spec.block_size;
+      for (int s : {0, 4}) {  // batch: a sequence alone, then its prompt in chunks (a tile edge, odd sizes, single rows)
+        const int q_len = q[s];
+        const size_t r0 = size_t(b.in.query_start[s]) * row;
+        const std::vector<float> alone = run_prefill(t, rows_of(b, s, 0, q_len), kKernels[k]);
+        EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + r0)) << kNames[k] << " group " << group << " seq " << s;
+        for (int chunk : {1, 64, 77}) {
+          for (int start = 0; start < q_len; start += chunk) {
+            const int end = std::min(q_len, start + chunk);
+            const std::vector<float> part = run_prefill(t, rows_of(b, s, start, end), kKernels[k]);
+            ASSERT_TRUE(std::equal(part.begin(), part.end(), all.begin() + r0 + size_t(start) * row))
+                << kNames[k] << " group " << group << " seq " << s << " chunk " << chunk << " start " << start;
+          }
+        }
+      }
+    }
+  }
+  const KvBatch small = testing::make_batch({{5}, {5}, 8, 8, 128, KvLayoutKind::paged, 16}, rng);
+  EXPECT_THROW(run_prefill(t, small, [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa7(a, st, 20); }),
+               std::invalid_argument);
+  EXPECT_THROW(run_prefill(t, small, [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 3); }),
+               std::invalid_argument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, PrefillFa7Gpu, ::testing::ValuesIn(testing::kStorageTypes), testing::dtype_name);
+
+// The kernels' exp2 (prefill_exp2_poly runs the same device function) against exp2_poly3: every
+// x = k / 1024 in [-130, 1], random floats, and the special values.
+TEST(PrefillExp2PolyGpu, MatchesItsCppReferenceBitForBit) {
+  SKIP_WITHOUT_GPU();
+  std::vector<float> x;
+  for (int k = -130 * 1024; k <= 1024; ++k) x.push_back(float(k) / 1024.0f);
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<float> d(-140.0f, 1.0f);
+  for (int i = 0; i < (1 << 18); ++i) x.push_back(d(rng));
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float v : {-inf, -0.0f, 0.0f, -126.0f, -127.0f, -1e30f, std::numeric_limits<float>::quiet_NaN()}) x.push_back(v);
+  const testing::DeviceBuffer dx = testing::upload(x);
+  testing::DeviceBuffer dy(x.size() * sizeof(float));
+  dy.poison();
+  prefill_exp2_poly(dx.get<float>(), dy.get<float>(), int64_t(x.size()), nullptr);
+  const std::vector<float> y = testing::download<float>(dy, x.size());
+  int bad = 0;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (std::bit_cast<uint32_t>(y[i]) != std::bit_cast<uint32_t>(exp2_poly::exp2_poly3(x[i])) && ++bad <= 5)
+      ADD_FAILURE() << "x " << x[i] << ": device " << y[i] << ", reference " << exp2_poly::exp2_poly3(x[i]);
+  EXPECT_EQ(bad, 0);
+  EXPECT_THROW(prefill_exp2_poly(dx.get<float>(), dy.get<float>(), -1, nullptr), std::invalid_argument);
+}
+
+}  // namespace fa7_test
+}  // namespace servelab::kernels
