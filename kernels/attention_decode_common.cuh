@@ -42,6 +42,8 @@ struct Params {
   int bs_shift;  // paged with a power-of-two block size: log2(block_size) (shift and mask); else -1
   bool partial;  // splits merged through the workspace by their last block
   bool cluster;  // splits merged through distributed shared memory: one thread-block cluster per column
+  int lock_cluster;  // > 1: launched in clusters of (lock_cluster, 1, 1) KV-head blocks whose passes are held together
+  int lock_mode;     // DecodeAttentionArgs::lock_heads (the kernel's kLock where lock_cluster > 1)
   float* ws_o;       // [n_seqs, n_heads, max_splits, HD]
   float* ws_ml;      // [n_seqs, n_heads, max_splits, 2]
   int32_t* counters; // [n_seqs, gridDim.x], zero between launches
