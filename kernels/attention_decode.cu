@@ -168,9 +168,9 @@ constexpr int kMmaSteps = 2;  // 16-position steps per warp per pass on the tens
 /// Sizes above 8 are non-portable: the attribute is set once per kernel and device; when it cannot
 /// place such a cluster (cudaOccupancyMaxActiveClusters says 0) this returns false and launches
 /// nothing.
-template <typename T, int HD, bool kPipe>
+template <typename T, int HD, bool kPipe, bool kTouch = false>
 bool launch_cluster(const DecodeParams& p, dim3 grid, cudaStream_t stream, bool probe_only) {
-  auto kernel = decode::decode_mma_kernel<T, HD, kMmaSteps, true, kPipe>;
+  auto kernel = decode::decode_mma_kernel<T, HD, kMmaSteps, true, kPipe, 0, kTouch>;
   static std::atomic<uint64_t> attr_set{0};        // devices (bit = ordinal) whose attribute is set
   static std::atomic<int> fits[kMaxClusterSplits + 1];  // 0 unknown, 1 yes, 2 no (same GPU kind assumed)
   int dev = 0;
@@ -229,14 +229,18 @@ void launch_lock(const DecodeParams& p, int lock, dim3 grid, cudaStream_t stream
 /// the device cannot place them), else plainly (in head clusters where p.lock_cluster > 1).
 template <typename T, int HD>
 bool run_mma(const DecodeParams& p, bool pipe, dim3 grid, cudaStream_t stream, bool probe_only = false) {
-  if (p.cluster)
-    return pipe ? launch_cluster<T, HD, true>(p, grid, stream, probe_only) : launch_cluster<T, HD, false>(p, grid, stream, probe_only);
+  if (p.cluster) {
+    if (!pipe) return launch_cluster<T, HD, false>(p, grid, stream, probe_only);
+    return p.touch_ahead ? launch_cluster<T, HD, true, true>(p, grid, stream, probe_only)
+                         : launch_cluster<T, HD, true>(p, grid, stream, probe_only);
+  }
   if (probe_only) return true;
   if (pipe && p.lock_cluster > 1) {
     launch_lock<T, HD>(p, p.lock_mode, grid, stream);
     return true;
   }
-  if (pipe) decode::decode_mma_kernel<T, HD, kMmaSteps, false, true><<<grid, kThreads, 0, stream>>>(p);
+  if (pipe && p.touch_ahead) decode::decode_mma_kernel<T, HD, kMmaSteps, false, true, 0, true><<<grid, kThreads, 0, stream>>>(p);
+  else if (pipe) decode::decode_mma_kernel<T, HD, kMmaSteps, false, true><<<grid, kThreads, 0, stream>>>(p);
   else decode::decode_mma_kernel<T, HD, kMmaSteps, false, false><<<grid, kThreads, 0, stream>>>(p);
   CUDA_CHECK_LAUNCH();
   return true;
@@ -462,6 +466,7 @@ void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
   p.cluster = split.cluster;
   p.lock_cluster = split.lock_heads ? lock_cluster_size(a.shape.n_kv_heads * p.n_sub) : 1;
   p.lock_mode = a.lock_heads;
+  p.touch_ahead = a.touch_ahead;
   p.bs_shift = -1;
   if (a.kv.kind == KvLayoutKind::paged) {
     if (a.kv.block_size < 1) throw std::invalid_argument("decode_attention: block_size must be >= 1");

@@ -44,7 +44,9 @@ __device__ __forceinline__ uint32_t word(const Vec8& v, int w) {
 /// split (wait for every block's previous arrive, i.e. all issued this pass's K loads; arrive
 /// after issuing the next: the blocks stay within a pass), kLock 2 whole (arrive and wait: all
 /// issue the next pass's K loads at once). Same arithmetic in the same order: the same bits.
-template <typename T, int HD, int kS, bool kCluster, bool kPipe, int kLock = 0>
+/// kTouch (with kPipe; DecodeAttentionArgs::touch_ahead): an L2 prefetch of one sector of the K and
+/// V rows of each of the warp's table blocks two passes ahead (loads nothing: the same bits).
+template <typename T, int HD, int kS, bool kCluster, bool kPipe, int kLock = 0, bool kTouch = false>
 __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(const Params p) {
   static_assert(HD % 64 == 0, "tensor-core decode needs head_dim 64 or 128");
   static_assert(kLock == 0 || (kPipe && !kCluster), "kLock: pipelined, workspace or single-split merge");
@@ -220,7 +222,16 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
       }
       if (more) load_v(u, nb, my_slot);
     }
-    if constexpr (kPipe) my_slot = slot_after;
+    if constexpr (kPipe) {
+      // touch_ahead: lanes 0 and 16 hold the first slot of each of this warp's steps two passes
+      // ahead (one 16-slot table block each): one sector of its K and V rows into L2, off the
+      // critical path (the table read has returned by now).
+      if (kTouch && (lane & 15) == 0 && (lane >> 4) < kS && pos(nb + kPass, lane) < t_end) {
+        prefetch_l2(kbase + int64_t(slot_after) * row_bytes);
+        prefetch_l2(vbase + int64_t(slot_after) * row_bytes);
+      }
+      my_slot = slot_after;
+    }
   }
   if constexpr (kLock == 1) cluster_wait();  // the last arrive's phase
 

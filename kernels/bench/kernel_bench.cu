@@ -12,8 +12,10 @@
 // each other or issuing each pass together (DecodeAttentionArgs::lock_heads 1 / 2: headlock /
 // headlock2), the layout columns (the same bytes on
 // other arenas: blocks in order (ident), no block table (naive), one KV head per slot row
-// (onehead, onehead_ident, onehead_naive); PagedBatch), and the default again (again: the spread
-// of one configuration).
+// (onehead, onehead_ident, onehead_naive), shuffled within 2 MB windows (win2m), shuffled blocks
+// of 64 / 256 slots (bs64, bs256); PagedBatch), an L2 prefetch of each table block two passes
+// ahead (DecodeAttentionArgs::touch_ahead: touch), and the default again (again: the spread of
+// one configuration).
 // DECODE_SHAPES (environment, ';'-separated "b8 ctx1024 gqa4;b1 ctx32768 gqa4"): only those
 // decode shapes (as scripts/gpu-bench-peers.py reads it too).
 // A shape's variants are timed in interleaved rounds (bench_timing.h: time_rounds).
@@ -63,7 +65,8 @@ namespace {
 /// table as a long-running paged cache leaves it), identity (the table's blocks in arena order, so
 /// a sequence's slots are one contiguous run) or naive (the same contiguous runs addressed by
 /// KvAddressing::base_slots, no block table).
-enum class ArenaOrder { shuffled, identity, naive };
+/// window: shuffled within aligned groups of 64 blocks (2 MB of K rows at 8 KV heads, block 16).
+enum class ArenaOrder { shuffled, identity, naive, window };
 
 /// A paged batch on the device: n_rot independent copies of every sequence's KV (rotation),
 /// blocks shuffled over one arena (or in order: ArenaOrder).
@@ -74,8 +77,8 @@ struct PagedBatch {
   std::unique_ptr<Buf> k, v, q, out, ctx_lens, qstart, tables, bases, ws;
   int blocks_per_seq = 0;
   PagedBatch(int batch_, int ctx_, int n_heads_, int n_kv_, int64_t l2_bytes, std::mt19937_64& rng,
-             ArenaOrder order_ = ArenaOrder::shuffled)
-      : batch(batch_), ctx(ctx_), n_heads(n_heads_), n_kv(n_kv_), order(order_) {
+             ArenaOrder order_ = ArenaOrder::shuffled, int block_size = 16)
+      : batch(batch_), ctx(ctx_), n_heads(n_heads_), n_kv(n_kv_), bs(block_size), order(order_) {
     const int64_t kv_bytes = int64_t(batch) * ctx * n_kv * hd * 2 * 2;
     n_rot = int(std::min<int64_t>(8, std::max<int64_t>(1, 4 * l2_bytes / kv_bytes + 1)));
     blocks_per_seq = (ctx + bs - 1) / bs;
@@ -88,6 +91,8 @@ struct PagedBatch {
     std::vector<int32_t> perm(n_blocks);
     std::iota(perm.begin(), perm.end(), 0);
     if (order == ArenaOrder::shuffled) std::shuffle(perm.begin(), perm.end(), rng);
+    if (order == ArenaOrder::window)
+      for (size_t w = 0; w < perm.size(); w += 64) std::shuffle(perm.begin() + w, perm.begin() + std::min(perm.size(), w + 64), rng);
     tables = std::make_unique<Buf>(perm.size() * 4);  // rotation r uses rows [r * batch, (r+1) * batch)
     CUDA_CHECK(cudaMemcpy(tables->p, perm.data(), perm.size() * 4, cudaMemcpyHostToDevice));
     std::vector<int64_t> base(size_t(batch) * n_rot);  // naive: sequence i of all rotations at slot i * blocks * bs
@@ -106,7 +111,7 @@ struct PagedBatch {
   }
   DecodeAttentionArgs decode_args(int rot, SplitPolicy split, int n_sms, bool tensor_cores = true,
                                   int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true,
-                                  int pipe_bps = 0, int lock_heads = 0) {
+                                  int pipe_bps = 0, int lock_heads = 0, bool touch_ahead = false) {
     DecodeAttentionArgs a;
     a.q = q->p;
     a.q_row_stride = int64_t(n_heads) * hd;
@@ -134,6 +139,7 @@ struct PagedBatch {
     a.pipeline = pipeline;
     a.pipeline_blocks_per_sm = pipe_bps;
     a.lock_heads = lock_heads;
+    a.touch_ahead = touch_ahead;
     const DecodeSplit s = decode_attention_split(a, n_sms);
     const size_t need = decode_attention_workspace_bytes(batch, n_heads, hd, s.n_splits);
     if (!ws || ws->bytes < need) {
@@ -333,6 +339,7 @@ int main(int argc, char** argv) {
             bool pipe = true;
             int pipe_bps = 0;  // DecodeAttentionArgs::pipeline_blocks_per_sm
             int lock = 0;      // DecodeAttentionArgs::lock_heads
+            bool touch = false;  // DecodeAttentionArgs::touch_ahead
             int arena = 0;     // index into batches
           };
           std::vector<Variant> variants = {{SplitPolicy{0, 0}}, {SplitPolicy{512, 0}, "_invariant"}};
@@ -361,16 +368,21 @@ int main(int argc, char** argv) {
             v = {SplitPolicy{0, 0}, "_headlock2"};
             v.lock = 2;
             variants.push_back(v);
+            v = {SplitPolicy{0, 0}, "_touch"};
+            v.touch = true;
+            variants.push_back(v);
             const struct {
               const char* tag;
               bool one_head;
               ArenaOrder order;
+              int bs = 16;
             } layouts[] = {{"_ident", false, ArenaOrder::identity},   {"_naive", false, ArenaOrder::naive},
                            {"_onehead", true, ArenaOrder::shuffled},  {"_onehead_ident", true, ArenaOrder::identity},
-                           {"_onehead_naive", true, ArenaOrder::naive}};
+                           {"_onehead_naive", true, ArenaOrder::naive}, {"_win2m", false, ArenaOrder::window},
+                           {"_bs64", false, ArenaOrder::shuffled, 64}, {"_bs256", false, ArenaOrder::shuffled, 256}};
             for (const auto& l : layouts) {
-              batches.push_back(l.one_head ? std::make_unique<PagedBatch>(batch * n_kv, ctx, group, 1, l2, rng, l.order)
-                                           : std::make_unique<PagedBatch>(batch, ctx, n_heads, n_kv, l2, rng, l.order));
+              batches.push_back(l.one_head ? std::make_unique<PagedBatch>(batch * n_kv, ctx, group, 1, l2, rng, l.order, l.bs)
+                                           : std::make_unique<PagedBatch>(batch, ctx, n_heads, n_kv, l2, rng, l.order, l.bs));
               v = {SplitPolicy{0, 0}, l.tag};
               v.arena = int(batches.size()) - 1;
               variants.push_back(v);
@@ -384,7 +396,7 @@ int main(int argc, char** argv) {
             const Variant& var = variants[k];
             PagedBatch& bb = *batches[var.arena];
             for (int r = 0; r < bb.n_rot; ++r) {
-              args[k].push_back(bb.decode_args(r, var.pol, n_sms, var.tc, var.max_cluster, var.pipe, var.pipe_bps, var.lock));
+              args[k].push_back(bb.decode_args(r, var.pol, n_sms, var.tc, var.max_cluster, var.pipe, var.pipe_bps, var.lock, var.touch));
             }
           }
           for (size_t k = 0; k < variants.size(); ++k)

@@ -3,7 +3,8 @@
 // with a cluster barrier a pass): the same bits as the same cut without the lock (workspace merge), the
 // reference's result, both KV layouts, head_dim 64 and 128, clusters of 8, 6 and 4 (two head
 // subgroups), auto and fixed splits, bf16 and fp16, through a CUDA graph replayed with fresh
-// queries; where the pipeline does not run, the lock does not either.
+// queries; where the pipeline does not run, the lock does not either. And touch_ahead (an L2
+// prefetch of each table block two passes ahead): the same bits as without.
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -28,7 +29,7 @@ struct OnDevice {
   DeviceBuffer k, v, q, out, query_start, context_lens, block_tables, base_slots, ws;
   DecodeAttentionArgs a;
   DecodeSplit used;
-  OnDevice(const KvBatch& b, ScalarType t, int lock, int fixed_split = 0)
+  OnDevice(const KvBatch& b, ScalarType t, int lock, int fixed_split = 0, bool touch = false)
       : k(testing::upload16(t, b.k_cache)),
         v(testing::upload16(t, b.v_cache)),
         q(testing::upload16(t, b.q)),
@@ -57,6 +58,7 @@ struct OnDevice {
     a.split.fixed_split_len = fixed_split;
     a.max_cluster_splits = 0;
     a.lock_heads = lock;
+    a.touch_ahead = touch;
     int n_sms = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, 0));
     used = decode_attention_split(a, n_sms);
@@ -167,6 +169,41 @@ TEST_P(DecodeLockHeadsGpu, GraphReplaysMatchReference) {
   CUDA_CHECK(cudaGraphDestroy(graph));
   CUDA_CHECK(cudaStreamDestroy(st));
 }
+
+// DecodeAttentionArgs::touch_ahead (an L2 prefetch of each table block two passes ahead) loads
+// nothing into registers: the same bits as without, on the pipelined cut of both layouts, block
+// sizes 16 and 7, a long context and ragged ones (prefetches only inside the context: memcheck).
+class DecodeTouchAheadGpu : public ::testing::TestWithParam<ScalarType> {};
+
+TEST_P(DecodeTouchAheadGpu, SameBitsAsWithoutAndMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  struct Case {
+    std::vector<int> ctx;
+    KvLayoutKind kind;
+    int block_size;
+  };
+  const std::vector<Case> cases = {{{16384}, KvLayoutKind::paged, 16},
+                                   {{5000, 4093, 7, 2500}, KvLayoutKind::paged, 7},
+                                   {{3000, 1500}, KvLayoutKind::naive, 16}};
+  for (int hd : {64, 128})
+    for (const Case& c : cases) {
+      const KvBatch b = testing::make_batch({c.ctx, std::vector<int>(c.ctx.size(), 1), 32, 8, hd, c.kind, c.block_size}, rng);
+      std::vector<std::vector<float>> outs;
+      for (bool touch : {true, false}) {
+        OnDevice d(b, t, 0, 0, touch);
+        EXPECT_TRUE(d.used.pipeline) << "hd " << hd << " ctx " << c.ctx[0];
+        decode_attention(d.a, nullptr);
+        outs.push_back(testing::download16(t, d.out, b.q.size()));
+        EXPECT_TRUE(d.counters_zero());
+      }
+      EXPECT_LT(testing::rel_error(outs[0], testing::reference_attention(b)), testing::tolerance(t)) << "hd " << hd;
+      EXPECT_TRUE(std::equal(outs[0].begin(), outs[0].end(), outs[1].begin())) << "hd " << hd << " ctx " << c.ctx[0];
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, DecodeTouchAheadGpu, ::testing::ValuesIn(testing::kStorageTypes), testing::dtype_name);
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, DecodeLockHeadsGpu, ::testing::ValuesIn(testing::kStorageTypes), testing::dtype_name);
 
