@@ -80,21 +80,6 @@ struct DecodeAttentionArgs {
   /// (decode_attention_split: 2 where the auto split runs two blocks per SM with the pipeline,
   /// else 1). The bits do not depend on it (same arithmetic, same order).
   int pipeline_blocks_per_sm = 0;
-  /// Tensor-core kernel where the load pipeline runs, 1 or 2 (0: off): the blocks of the KV heads
-  /// of one (sequence, split) run as one thread-block cluster (up to 8, consecutive heads) with a
-  /// cluster barrier a pass before the next pass's K loads, so the 256-byte pieces of the same
-  /// slot rows that their heads read reach memory close together, as one block reading whole rows
-  /// would (kernels/README.md, decode notes, fifth pass): 1 split barrier (the blocks stay within
-  /// a pass of each other), 2 whole barrier (all issue each pass's loads at once). The splits then
-  /// merge through the workspace, never in a split cluster. The same arithmetic in the same
-  /// order: the same bits as the workspace merge. Throws std::invalid_argument outside 0..2.
-  int lock_heads = 0;
-  /// Tensor-core kernel where the load pipeline runs: each warp prefetches into L2 one sector of
-  /// the K and V rows of each of its table blocks two passes ahead (`prefetch.global.L2`, 4 a warp
-  /// a pass), so the address translation and the DRAM row of a block are taken before its loads
-  /// (fifth pass: blocks in arena order ran 2-4% faster than the same bytes through a shuffled
-  /// table). Loads nothing into registers: the same bits.
-  bool touch_ahead = false;
 };
 
 /// How decode_attention cuts the contexts for these arguments on a GPU with n_sms multiprocessors.
@@ -106,7 +91,6 @@ struct DecodeSplit {
   bool cluster = false;  ///< the splits merge in a thread-block cluster (no workspace; see max_cluster_splits)
   bool pipeline = false; ///< the tensor-core kernel's load pipeline runs (see DecodeAttentionArgs::pipeline)
   int blocks_per_sm = 1; ///< blocks per SM the cut aims at (auto split; 1 with a fixed split)
-  bool lock_heads = false; ///< the KV heads of a split run in a cluster held within a pass (see DecodeAttentionArgs::lock_heads)
 };
 DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms);
 /// Workspace for the partial results, [n_seqs, n_heads, n_splits, head_dim + 2] floats, and the

@@ -168,9 +168,9 @@ constexpr int kMmaSteps = 2;  // 16-position steps per warp per pass on the tens
 /// Sizes above 8 are non-portable: the attribute is set once per kernel and device; when it cannot
 /// place such a cluster (cudaOccupancyMaxActiveClusters says 0) this returns false and launches
 /// nothing.
-template <typename T, int HD, bool kPipe, bool kTouch = false>
+template <typename T, int HD, bool kPipe>
 bool launch_cluster(const DecodeParams& p, dim3 grid, cudaStream_t stream, bool probe_only) {
-  auto kernel = decode::decode_mma_kernel<T, HD, kMmaSteps, true, kPipe, 0, kTouch>;
+  auto kernel = decode::decode_mma_kernel<T, HD, kMmaSteps, true, kPipe>;
   static std::atomic<uint64_t> attr_set{0};        // devices (bit = ordinal) whose attribute is set
   static std::atomic<int> fits[kMaxClusterSplits + 1];  // 0 unknown, 1 yes, 2 no (same GPU kind assumed)
   int dev = 0;
@@ -205,42 +205,14 @@ bool launch_cluster(const DecodeParams& p, dim3 grid, cudaStream_t stream, bool 
   return true;
 }
 
-/// The pipelined tensor-core kernel with its KV heads' passes held together (kLock = lock, 1 or
-/// 2): clusters of (p.lock_cluster, 1, 1) blocks, consecutive KV heads of one (sequence, split).
-template <typename T, int HD>
-void launch_lock(const DecodeParams& p, int lock, dim3 grid, cudaStream_t stream) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(p.lock_cluster);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (lock == 2) CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode::decode_mma_kernel<T, HD, kMmaSteps, false, true, 2>, p));
-  else CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode::decode_mma_kernel<T, HD, kMmaSteps, false, true, 1>, p));
-  CUDA_CHECK_LAUNCH();
-}
-
 /// The tensor-core kernel, with or without the load pipeline; in clusters where p.cluster (false:
-/// the device cannot place them), else plainly (in head clusters where p.lock_cluster > 1).
+/// the device cannot place them), else plainly.
 template <typename T, int HD>
 bool run_mma(const DecodeParams& p, bool pipe, dim3 grid, cudaStream_t stream, bool probe_only = false) {
-  if (p.cluster) {
-    if (!pipe) return launch_cluster<T, HD, false>(p, grid, stream, probe_only);
-    return p.touch_ahead ? launch_cluster<T, HD, true, true>(p, grid, stream, probe_only)
-                         : launch_cluster<T, HD, true>(p, grid, stream, probe_only);
-  }
+  if (p.cluster)
+    return pipe ? launch_cluster<T, HD, true>(p, grid, stream, probe_only) : launch_cluster<T, HD, false>(p, grid, stream, probe_only);
   if (probe_only) return true;
-  if (pipe && p.lock_cluster > 1) {
-    launch_lock<T, HD>(p, p.lock_mode, grid, stream);
-    return true;
-  }
-  if (pipe && p.touch_ahead) decode::decode_mma_kernel<T, HD, kMmaSteps, false, true, 0, true><<<grid, kThreads, 0, stream>>>(p);
-  else if (pipe) decode::decode_mma_kernel<T, HD, kMmaSteps, false, true><<<grid, kThreads, 0, stream>>>(p);
+  if (pipe) decode::decode_mma_kernel<T, HD, kMmaSteps, false, true><<<grid, kThreads, 0, stream>>>(p);
   else decode::decode_mma_kernel<T, HD, kMmaSteps, false, false><<<grid, kThreads, 0, stream>>>(p);
   CUDA_CHECK_LAUNCH();
   return true;
@@ -286,14 +258,6 @@ bool use_tensor_cores(const DecodeAttentionArgs& a) {
          a.shape.n_slots < (int64_t(1) << 31);
 }
 
-/// Blocks a head cluster (DecodeAttentionArgs::lock_heads) holds: the largest divisor of the
-/// grid's width (KV heads x head subgroups) up to 8, the portable cluster size.
-int lock_cluster_size(int grid_x) {
-  for (int c = std::min(grid_x, 8); c > 1; --c)
-    if (grid_x % c == 0) return c;
-  return 1;
-}
-
 /// Where the counters start in a workspace of `bytes` (the last bytes / (4 (hd + 3)) ints; see
 /// decode_attention_workspace_bytes), and how many there are.
 std::pair<size_t, size_t> counter_region(size_t bytes, int head_dim) {
@@ -327,14 +291,11 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
   auto pipeline_for = [&](int n_splits, int split_len) {
     return r.tensor_cores && a.pipeline && int64_t(n_base) * n_splits <= int64_t(n_sms) * pipe_bps && split_len > kPass;
   };
-  // lock_heads: where the pipeline runs and the grid's width holds a cluster of >= 2 blocks.
-  auto lock_for = [&]() { return a.lock_heads > 0 && r.pipeline && lock_cluster_size(a.shape.n_kv_heads * ceil_div(group, per_block)) > 1; };
   if (a.split.fixed_split_len > 0) {
     r.split_len = a.split.fixed_split_len;
     r.n_splits = ceil_div(max_ctx, r.split_len);
     r.reduce = true;
     r.pipeline = pipeline_for(r.n_splits, r.split_len);
-    r.lock_heads = lock_for();
     return r;
   }
   const int resident = r.tensor_cores ? 2 : per_block == 1 ? 7 : per_block == 4 ? 4 : 2;
@@ -392,10 +353,8 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
   // 16 were 2-3% slower than the workspace merge of the same 16 splits (b1 x 4k / 32k x GQA 4).
   const int mc = std::min(a.max_cluster_splits, kMaxClusterSplits);
   r.cluster = r.tensor_cores && r.n_splits >= 2 && r.n_splits <= mc && int64_t(n_base) * r.n_splits <= n_sms;
-  r.pipeline = pipeline_for(r.n_splits, r.split_len);
-  r.lock_heads = lock_for();
-  if (r.lock_heads) r.cluster = false;  // one cluster shape a launch: the heads', so the workspace merge
   r.reduce = r.n_splits > 1 && !r.cluster;
+  r.pipeline = pipeline_for(r.n_splits, r.split_len);
   return r;
 }
 
@@ -435,8 +394,6 @@ void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
     throw std::invalid_argument("decode_attention: fixed_split_len must be a multiple of 16");
   if (a.split.min_split_len < 0 || a.split.blocks_per_sm < 0)
     throw std::invalid_argument("decode_attention: min_split_len and blocks_per_sm must be >= 0");
-  if (a.lock_heads < 0 || a.lock_heads > 2)
-    throw std::invalid_argument("decode_attention: lock_heads must be 0, 1 or 2 (got " + std::to_string(a.lock_heads) + ")");
   if (a.pipeline_blocks_per_sm < 0 || a.pipeline_blocks_per_sm > 2)
     throw std::invalid_argument("decode_attention: pipeline_blocks_per_sm must be 0, 1 or 2 (got " +
                                 std::to_string(a.pipeline_blocks_per_sm) + ")");
@@ -464,9 +421,6 @@ void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
   p.max_splits = split.n_splits;
   p.partial = split.reduce;
   p.cluster = split.cluster;
-  p.lock_cluster = split.lock_heads ? lock_cluster_size(a.shape.n_kv_heads * p.n_sub) : 1;
-  p.lock_mode = a.lock_heads;
-  p.touch_ahead = a.touch_ahead;
   p.bs_shift = -1;
   if (a.kv.kind == KvLayoutKind::paged) {
     if (a.kv.block_size < 1) throw std::invalid_argument("decode_attention: block_size must be >= 1");

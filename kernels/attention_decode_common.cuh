@@ -42,9 +42,6 @@ struct Params {
   int bs_shift;  // paged with a power-of-two block size: log2(block_size) (shift and mask); else -1
   bool partial;  // splits merged through the workspace by their last block
   bool cluster;  // splits merged through distributed shared memory: one thread-block cluster per column
-  int lock_cluster;  // > 1: launched in clusters of (lock_cluster, 1, 1) KV-head blocks whose passes are held together
-  int lock_mode;     // DecodeAttentionArgs::lock_heads (the kernel's kLock where lock_cluster > 1)
-  bool touch_ahead;  // DecodeAttentionArgs::touch_ahead: the kernel with kTouch (pipelined only)
   float* ws_o;       // [n_seqs, n_heads, max_splits, HD]
   float* ws_ml;      // [n_seqs, n_heads, max_splits, 2]
   int32_t* counters; // [n_seqs, gridDim.x], zero between launches
@@ -61,10 +58,6 @@ __device__ __forceinline__ Vec8 load_kv(const void* p) {
                : "l"(p));
   return v;
 }
-
-/// L2 prefetch of the 32-byte sector at p (no register written): its address translation and DRAM
-/// row are taken ahead of the loads that follow (DecodeAttentionArgs::touch_ahead).
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 /// Arena slot of position t of sequence s, whose block-table row is `row` (KvAddressing::slot
 /// without a division for power-of-two block sizes; block-table entries read through the

@@ -36,20 +36,9 @@ __device__ __forceinline__ uint32_t word(const Vec8& v, int w) {
 /// the previous pass computes, in the same registers; the block-table lookup runs a pass ahead.
 /// Either way the same arithmetic in the same order: the same bits.
 /// K/V loads carry the L2::256B prefetch-size hint (load_kv; measured neutral, kernels/README.md).
-/// kLock 1 or 2 (with kPipe, without kCluster; launched in clusters of (c, 1, 1): c blocks of one
-/// (sequence, split), consecutive KV heads): the blocks issue each pass's loads together, so the
-/// 256-byte pieces of the same 2 KB slot rows that their KV heads read reach the memory
-/// controllers close in time, as if one block read whole rows (fifth pass, DecodeAttentionArgs::
-/// lock_heads). One cluster barrier a pass before the next pass's K loads are issued: kLock 1
-/// split (wait for every block's previous arrive, i.e. all issued this pass's K loads; arrive
-/// after issuing the next: the blocks stay within a pass), kLock 2 whole (arrive and wait: all
-/// issue the next pass's K loads at once). Same arithmetic in the same order: the same bits.
-/// kTouch (with kPipe; DecodeAttentionArgs::touch_ahead): an L2 prefetch of one sector of the K and
-/// V rows of each of the warp's table blocks two passes ahead (loads nothing: the same bits).
-template <typename T, int HD, int kS, bool kCluster, bool kPipe, int kLock = 0, bool kTouch = false>
+template <typename T, int HD, int kS, bool kCluster, bool kPipe>
 __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(const Params p) {
   static_assert(HD % 64 == 0, "tensor-core decode needs head_dim 64 or 128");
-  static_assert(kLock == 0 || (kPipe && !kCluster), "kLock: pipelined, workspace or single-split merge");
   constexpr int kWarps = kThreads / 32, kG = kMmaHeads;
   constexpr int kKV = HD / 32;  // K vectors per row per lane
   constexpr int kVV = HD / 64;  // V vectors per row per lane
@@ -138,7 +127,6 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
       load_v(u, t_begin, my_slot);
     }
     my_slot = lookup(t_begin + kPass);
-    if constexpr (kLock == 1) cluster_arrive_relaxed();
   }
   for (int base = t_begin; base < t_end; base += kPass) {  // uniform trip count: shuffles are safe
     const int nb = base + kPass;
@@ -166,14 +154,10 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
           mma_16816<T>(sc[u][tt], qa[j][0], 0u, qa[j][1], 0u, word(kr[u][tt][j / 2], (j % 2) * 2),
                        word(kr[u][tt][j / 2], (j % 2) * 2 + 1));
       }
-    // Uniform: a cluster's blocks share (sequence, split), so their trip counts.
-    if constexpr (kLock == 2) cluster_arrive_relaxed();
-    if constexpr (kLock != 0) cluster_wait();
     if (more) {
 #pragma unroll
       for (int u = 0; u < kS; ++u) load_k(u, nb, my_slot);
     }
-    if constexpr (kLock == 1) cluster_arrive_relaxed();
     float mx = -INFINITY;
 #pragma unroll
     for (int u = 0; u < kS; ++u)
@@ -222,18 +206,8 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
       }
       if (more) load_v(u, nb, my_slot);
     }
-    if constexpr (kPipe) {
-      // touch_ahead: lanes 0 and 16 hold the first slot of each of this warp's steps two passes
-      // ahead (one 16-slot table block each): one sector of its K and V rows into L2, off the
-      // critical path (the table read has returned by now).
-      if (kTouch && (lane & 15) == 0 && (lane >> 4) < kS && pos(nb + kPass, lane) < t_end) {
-        prefetch_l2(kbase + int64_t(slot_after) * row_bytes);
-        prefetch_l2(vbase + int64_t(slot_after) * row_bytes);
-      }
-      my_slot = slot_after;
-    }
+    if constexpr (kPipe) my_slot = slot_after;
   }
-  if constexpr (kLock == 1) cluster_wait();  // the last arrive's phase
 
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);

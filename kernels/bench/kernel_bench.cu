@@ -8,14 +8,12 @@
 // instead of the cluster one (max_cluster_splits 0: nocluster), the tensor-core kernel without its
 // load pipeline (pipeline off: nopipe), two blocks per SM with the load pipeline
 // (DecodeAttentionArgs::pipeline_blocks_per_sm 2: bps2pipe), one block per SM with the pipeline
-// as before the fourth pass (bps1), the KV heads of a split in one cluster kept within a pass of
-// each other or issuing each pass together (DecodeAttentionArgs::lock_heads 1 / 2: headlock /
-// headlock2), the layout columns (the same bytes on
-// other arenas: blocks in order (ident), no block table (naive), one KV head per slot row
-// (onehead, onehead_ident, onehead_naive), shuffled within 2 MB windows (win2m), shuffled blocks
-// of 64 / 256 slots (bs64, bs256); PagedBatch), an L2 prefetch of each table block two passes
-// ahead (DecodeAttentionArgs::touch_ahead: touch), and the default again (again: the spread of
-// one configuration).
+// as before the fourth pass (bps1), the layout columns (the same bytes on other arenas, fifth
+// pass: blocks in order (ident), no block table (naive), one KV head per slot row (onehead,
+// onehead_ident, onehead_naive), shuffled within 2 MB windows (win2m), shuffled blocks of 64 / 256
+// slots (bs64, bs256); PagedBatch), and the default again (again: the spread of one
+// configuration). (The fifth pass's headlock / headlock2 / touch columns timed kernel variants
+// since removed: kernels/README.md.)
 // DECODE_SHAPES (environment, ';'-separated "b8 ctx1024 gqa4;b1 ctx32768 gqa4"): only those
 // decode shapes (as scripts/gpu-bench-peers.py reads it too).
 // A shape's variants are timed in interleaved rounds (bench_timing.h: time_rounds).
@@ -111,7 +109,7 @@ struct PagedBatch {
   }
   DecodeAttentionArgs decode_args(int rot, SplitPolicy split, int n_sms, bool tensor_cores = true,
                                   int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true,
-                                  int pipe_bps = 0, int lock_heads = 0, bool touch_ahead = false) {
+                                  int pipe_bps = 0) {
     DecodeAttentionArgs a;
     a.q = q->p;
     a.q_row_stride = int64_t(n_heads) * hd;
@@ -138,8 +136,6 @@ struct PagedBatch {
     a.max_cluster_splits = max_cluster;
     a.pipeline = pipeline;
     a.pipeline_blocks_per_sm = pipe_bps;
-    a.lock_heads = lock_heads;
-    a.touch_ahead = touch_ahead;
     const DecodeSplit s = decode_attention_split(a, n_sms);
     const size_t need = decode_attention_workspace_bytes(batch, n_heads, hd, s.n_splits);
     if (!ws || ws->bytes < need) {
@@ -338,8 +334,6 @@ int main(int argc, char** argv) {
             int max_cluster = DecodeAttentionArgs{}.max_cluster_splits;
             bool pipe = true;
             int pipe_bps = 0;  // DecodeAttentionArgs::pipeline_blocks_per_sm
-            int lock = 0;      // DecodeAttentionArgs::lock_heads
-            bool touch = false;  // DecodeAttentionArgs::touch_ahead
             int arena = 0;     // index into batches
           };
           std::vector<Variant> variants = {{SplitPolicy{0, 0}}, {SplitPolicy{512, 0}, "_invariant"}};
@@ -361,15 +355,6 @@ int main(int argc, char** argv) {
             variants.push_back(v);
             v = {SplitPolicy{0, 1}, "_bps1"};
             v.pipe_bps = 1;
-            variants.push_back(v);
-            v = {SplitPolicy{0, 0}, "_headlock"};
-            v.lock = 1;
-            variants.push_back(v);
-            v = {SplitPolicy{0, 0}, "_headlock2"};
-            v.lock = 2;
-            variants.push_back(v);
-            v = {SplitPolicy{0, 0}, "_touch"};
-            v.touch = true;
             variants.push_back(v);
             const struct {
               const char* tag;
@@ -396,7 +381,7 @@ int main(int argc, char** argv) {
             const Variant& var = variants[k];
             PagedBatch& bb = *batches[var.arena];
             for (int r = 0; r < bb.n_rot; ++r) {
-              args[k].push_back(bb.decode_args(r, var.pol, n_sms, var.tc, var.max_cluster, var.pipe, var.pipe_bps, var.lock, var.touch));
+              args[k].push_back(bb.decode_args(r, var.pol, n_sms, var.tc, var.max_cluster, var.pipe, var.pipe_bps));
             }
           }
           for (size_t k = 0; k < variants.size(); ++k)
@@ -423,8 +408,7 @@ int main(int argc, char** argv) {
             const std::string name = std::string("paged_decode_attn") + variants[k].tag;
             record(name, shape + " (" + std::to_string(used.n_splits) + " splits" + (used.tensor_cores ? " mma" : "") +
                        (used.cluster ? " cluster" : "") + (used.pipeline ? " pipe" : "") +
-                       (used.tensor_cores && used.blocks_per_sm == 2 && !fixed ? " bps2" : "") +
-                       (used.lock_heads ? " lock" + std::to_string(args[k][0].lock_heads) : std::string()) + ")",
+                       (used.tensor_cores && used.blocks_per_sm == 2 && !fixed ? " bps2" : "") + ")",
                    bytes / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
           }
         }
