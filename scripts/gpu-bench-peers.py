@@ -341,7 +341,9 @@ def combine(kb_path, peers_path, out_path, commit, before_path=None):
     json.dump(out, open(out_path, "w"), indent=2)
     copy = next((r["value"] for r in kb if r["name"] == "d2d_copy"), None)
     print(f"\n== paged decode attention: GB/s, ratio to the best SDPA backend, to copy ({copy:.0f} GB/s) ==")
-    cols = ("_bps2", "_cudacore", "_nocluster", "_nopipe", "_bps2pipe", "_bps1", "_again", "_invariant")
+    cols = ["_bps2", "_cudacore", "_nocluster", "_nopipe", "_bps2pipe", "_bps1", "_again", "_invariant"]
+    for v in decode.values():  # later sweep columns (headlock, the layout columns ident, naive, onehead...)
+        cols += [k for k in v if k.startswith("_") and k not in cols]
     print(f"{'shape':<19} {'cut':<12} {'ours':>5} {'sdpa':>5} {'x sdpa':>6} {'x copy':>6} | x sdpa for "
           + " ".join(c[1:] for c in cols))
     for base, v in decode.items():

@@ -8,8 +8,12 @@
 // instead of the cluster one (max_cluster_splits 0: nocluster), the tensor-core kernel without its
 // load pipeline (pipeline off: nopipe), two blocks per SM with the load pipeline
 // (DecodeAttentionArgs::pipeline_blocks_per_sm 2: bps2pipe), one block per SM with the pipeline
-// as before the fourth pass (bps1), and the default again (again: the spread of one
-// configuration).
+// as before the fourth pass (bps1), the layout columns (the same bytes on other arenas, fifth
+// pass: blocks in order (ident), no block table (naive), one KV head per slot row (onehead,
+// onehead_ident, onehead_naive), shuffled within 2 MB windows (win2m), shuffled blocks of 64 / 256
+// slots (bs64, bs256); PagedBatch), and the default again (again: the spread of one
+// configuration). (The fifth pass's headlock / headlock2 / touch columns timed kernel variants
+// since removed: kernels/README.md.)
 // DECODE_SHAPES (environment, ';'-separated "b8 ctx1024 gqa4;b1 ctx32768 gqa4"): only those
 // decode shapes (as scripts/gpu-bench-peers.py reads it too).
 // A shape's variants are timed in interleaved rounds (bench_timing.h: time_rounds).
@@ -55,15 +59,24 @@ using namespace servelab::kernels::bench;
 
 namespace {
 
+/// How a PagedBatch lays its sequences' blocks over the arena: shuffled (the default: a block
+/// table as a long-running paged cache leaves it), identity (the table's blocks in arena order, so
+/// a sequence's slots are one contiguous run) or naive (the same contiguous runs addressed by
+/// KvAddressing::base_slots, no block table).
+/// window: shuffled within aligned groups of 64 blocks (2 MB of K rows at 8 KV heads, block 16).
+enum class ArenaOrder { shuffled, identity, naive, window };
+
 /// A paged batch on the device: n_rot independent copies of every sequence's KV (rotation),
-/// blocks shuffled over one arena.
+/// blocks shuffled over one arena (or in order: ArenaOrder).
 struct PagedBatch {
   int batch, ctx, n_heads, n_kv, hd = 128, bs = 16, n_rot = 1;
+  ArenaOrder order = ArenaOrder::shuffled;
   int64_t n_slots = 0;
-  std::unique_ptr<Buf> k, v, q, out, ctx_lens, qstart, tables, ws;
+  std::unique_ptr<Buf> k, v, q, out, ctx_lens, qstart, tables, bases, ws;
   int blocks_per_seq = 0;
-  PagedBatch(int batch_, int ctx_, int n_heads_, int n_kv_, int64_t l2_bytes, std::mt19937_64& rng)
-      : batch(batch_), ctx(ctx_), n_heads(n_heads_), n_kv(n_kv_) {
+  PagedBatch(int batch_, int ctx_, int n_heads_, int n_kv_, int64_t l2_bytes, std::mt19937_64& rng,
+             ArenaOrder order_ = ArenaOrder::shuffled, int block_size = 16)
+      : batch(batch_), ctx(ctx_), n_heads(n_heads_), n_kv(n_kv_), bs(block_size), order(order_) {
     const int64_t kv_bytes = int64_t(batch) * ctx * n_kv * hd * 2 * 2;
     n_rot = int(std::min<int64_t>(8, std::max<int64_t>(1, 4 * l2_bytes / kv_bytes + 1)));
     blocks_per_seq = (ctx + bs - 1) / bs;
@@ -75,9 +88,15 @@ struct PagedBatch {
     fill_random(v->p, n_slots * n_kv * hd, rng());
     std::vector<int32_t> perm(n_blocks);
     std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng);
+    if (order == ArenaOrder::shuffled) std::shuffle(perm.begin(), perm.end(), rng);
+    if (order == ArenaOrder::window)
+      for (size_t w = 0; w < perm.size(); w += 64) std::shuffle(perm.begin() + w, perm.begin() + std::min(perm.size(), w + 64), rng);
     tables = std::make_unique<Buf>(perm.size() * 4);  // rotation r uses rows [r * batch, (r+1) * batch)
     CUDA_CHECK(cudaMemcpy(tables->p, perm.data(), perm.size() * 4, cudaMemcpyHostToDevice));
+    std::vector<int64_t> base(size_t(batch) * n_rot);  // naive: sequence i of all rotations at slot i * blocks * bs
+    for (size_t i = 0; i < base.size(); ++i) base[i] = int64_t(i) * blocks_per_seq * bs;
+    bases = std::make_unique<Buf>(base.size() * 8);
+    CUDA_CHECK(cudaMemcpy(bases->p, base.data(), base.size() * 8, cudaMemcpyHostToDevice));
     q = std::make_unique<Buf>(size_t(batch) * n_heads * hd * 2);
     fill_random(q->p, int64_t(batch) * n_heads * hd, rng());
     out = std::make_unique<Buf>(size_t(batch) * n_heads * hd * 2);
@@ -104,6 +123,10 @@ struct PagedBatch {
     a.kv.block_size = bs;
     a.kv.block_table_stride = blocks_per_seq;
     a.kv.block_tables = tables->get<int32_t>() + size_t(rot % n_rot) * batch * blocks_per_seq;
+    if (order == ArenaOrder::naive) {
+      a.kv.kind = KvLayoutKind::naive;
+      a.kv.base_slots = bases->get<int64_t>() + size_t(rot % n_rot) * batch;
+    }
     a.max_context = ctx;
     a.scale = 1.0f / std::sqrt(float(hd));
     a.out = out->p;
@@ -292,7 +315,15 @@ int main(int argc, char** argv) {
               "b" + std::to_string(batch) + " ctx" + std::to_string(ctx) + " gqa" + std::to_string(group);
           if (!only.empty() && only != base_shape) continue;
           if (!decode_shapes.empty() && decode_shapes.find(";" + base_shape + ";") == std::string::npos) continue;
-          PagedBatch b(batch, ctx, n_heads, n_kv, l2, rng);
+          // batches[0]: the shape on a shuffled arena; with --sweep at GQA, the same bytes laid out
+          // otherwise (the layout columns, fifth pass): the same shape with its blocks in arena
+          // order (ident) or addressed without a block table (naive), and the equivalent shape with
+          // one KV head per slot row (batch x n_kv sequences of one KV head and `group` query heads:
+          // the same grid, cut and bytes, each head's K/V a run of 16-slot blocks of 4 KB, or one
+          // contiguous [ctx, 128] stream per head as SDPA reads it with onehead_ident / onehead_naive).
+          std::vector<std::unique_ptr<PagedBatch>> batches;
+          batches.push_back(std::make_unique<PagedBatch>(batch, ctx, n_heads, n_kv, l2, rng));
+          PagedBatch& b = *batches[0];
           // The default policy, the batch-invariant one (fixed 512-position splits), and with
           // --sweep the comparisons the defaults were chosen from (GQA only: GQA 1 runs the
           // CUDA-core kernel, whose rules are settled), then the default again (the spread).
@@ -303,6 +334,7 @@ int main(int argc, char** argv) {
             int max_cluster = DecodeAttentionArgs{}.max_cluster_splits;
             bool pipe = true;
             int pipe_bps = 0;  // DecodeAttentionArgs::pipeline_blocks_per_sm
+            int arena = 0;     // index into batches
           };
           std::vector<Variant> variants = {{SplitPolicy{0, 0}}, {SplitPolicy{512, 0}, "_invariant"}};
           if (sweep && group > 1) {
@@ -324,6 +356,22 @@ int main(int argc, char** argv) {
             v = {SplitPolicy{0, 1}, "_bps1"};
             v.pipe_bps = 1;
             variants.push_back(v);
+            const struct {
+              const char* tag;
+              bool one_head;
+              ArenaOrder order;
+              int bs = 16;
+            } layouts[] = {{"_ident", false, ArenaOrder::identity},   {"_naive", false, ArenaOrder::naive},
+                           {"_onehead", true, ArenaOrder::shuffled},  {"_onehead_ident", true, ArenaOrder::identity},
+                           {"_onehead_naive", true, ArenaOrder::naive}, {"_win2m", false, ArenaOrder::window},
+                           {"_bs64", false, ArenaOrder::shuffled, 64}, {"_bs256", false, ArenaOrder::shuffled, 256}};
+            for (const auto& l : layouts) {
+              batches.push_back(l.one_head ? std::make_unique<PagedBatch>(batch * n_kv, ctx, group, 1, l2, rng, l.order, l.bs)
+                                           : std::make_unique<PagedBatch>(batch, ctx, n_heads, n_kv, l2, rng, l.order, l.bs));
+              v = {SplitPolicy{0, 0}, l.tag};
+              v.arena = int(batches.size()) - 1;
+              variants.push_back(v);
+            }
             variants.push_back({SplitPolicy{0, 0}, "_again"});
           }
           // Every variant's arguments first (the workspace grows to the largest need), then one
@@ -331,21 +379,23 @@ int main(int argc, char** argv) {
           std::vector<std::vector<DecodeAttentionArgs>> args(variants.size());
           for (size_t k = 0; k < variants.size(); ++k) {
             const Variant& var = variants[k];
-            for (int r = 0; r < b.n_rot; ++r) {
-              args[k].push_back(b.decode_args(r, var.pol, n_sms, var.tc, var.max_cluster, var.pipe, var.pipe_bps));
+            PagedBatch& bb = *batches[var.arena];
+            for (int r = 0; r < bb.n_rot; ++r) {
+              args[k].push_back(bb.decode_args(r, var.pol, n_sms, var.tc, var.max_cluster, var.pipe, var.pipe_bps));
             }
           }
-          for (auto& list : args)
-            for (auto& a : list) {
-              a.workspace = b.ws->get<float>();
-              a.workspace_bytes = b.ws->bytes;
+          for (size_t k = 0; k < variants.size(); ++k)
+            for (auto& a : args[k]) {
+              const PagedBatch& bb = *batches[variants[k].arena];
+              a.workspace = bb.ws->get<float>();
+              a.workspace_bytes = bb.ws->bytes;
             }
           std::vector<std::unique_ptr<GraphTimer>> timers;
           std::vector<GraphTimer*> tp;
           for (size_t k = 0; k < variants.size(); ++k) {
             auto& list = args[k];
             timers.push_back(std::make_unique<GraphTimer>(
-                [&list, n_rot = b.n_rot](int i, cudaStream_t st) { decode_attention(list[i % n_rot], st); }, 20));
+                [&list, n_rot = batches[variants[k].arena]->n_rot](int i, cudaStream_t st) { decode_attention(list[i % n_rot], st); }, 20));
             tp.push_back(timers.back().get());
           }
           const std::vector<double> med = time_rounds(tp, 15);
