@@ -123,29 +123,31 @@ void run_fa8(const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention
 
 // fa9 (eighth pass): l from the tensor core, the sum of the 16-bit P that P·V multiplies (fa8 sums
 // the fp32 P): other bits, within the kernels' tolerance of the reference and a quarter of it of
-// fa8, on the awkward shapes (tile edges, cached prefixes, GQA 1 / 4 / 8, paged blocks of 1-256
-// and naive), on a batch whose late keys are 8x larger (the kept maximum moves mid-row: the O and
-// l rescale runs, so a wrong factor on l shows) and on 4k prompts.
-TEST_P(PrefillFa7Gpu, Fa9RowSumsOnTheTensorCoreMatchReferenceAndFa8) {
+// fa8. Returns {fa9's error, fa8's error, fa9 from fa8}.
+std::array<double, 3> check_fa9(ScalarType t, const KvBatch& b, const std::string& what) {
+  const std::vector<float> ref = testing::reference_attention(b);
+  const std::vector<float> fa8 = run_prefill(t, b, run_fa8), fa9 = run_prefill(t, b, prefill_attention_wgmma_fa9);
+  const double e9 = testing::rel_error(fa9, ref), e8 = testing::rel_error(fa8, ref), d = testing::rel_error(fa9, fa8);
+  EXPECT_LT(e9, testing::tolerance(t)) << "fa9 " << what;
+  EXPECT_LT(d, 0.25 * testing::tolerance(t)) << "fa9 against fa8 " << what;
+  return {e9, e8, d};
+}
+
+// The awkward shapes (tile edges, cached prefixes, GQA 1 / 4 / 8, paged blocks of 1-256 and
+// naive), and a batch whose late keys are 8x larger: the kept maximum moves mid-row, so the O and
+// l rescale runs and a wrong factor on l shows.
+TEST_P(PrefillFa7Gpu, Fa9MatchesReferenceAndFa8OnAwkwardShapes) {
   SKIP_WITHOUT_GPU();
   if (!prefill_wgmma_supported(128)) GTEST_SKIP() << "no sm_90a build or not a compute 9.0 device";
   const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
-  auto check = [&](const KvBatch& b, const std::string& what) {
-    const std::vector<float> ref = testing::reference_attention(b);
-    const std::vector<float> fa8 = run_prefill(t, b, run_fa8), fa9 = run_prefill(t, b, prefill_attention_wgmma_fa9);
-    const double e9 = testing::rel_error(fa9, ref), e8 = testing::rel_error(fa8, ref), d = testing::rel_error(fa9, fa8);
-    EXPECT_LT(e9, testing::tolerance(t)) << "fa9 " << what;
-    EXPECT_LT(d, 0.25 * testing::tolerance(t)) << "fa9 against fa8 " << what;
-    return std::array<double, 3>{e9, e8, d};
-  };
   for (KvLayoutKind kind : {KvLayoutKind::paged, KvLayoutKind::naive})
     for (int group : {1, 4, 8})
       for (int bs : {1, 16, 32, 64, 256}) {
         if (kind == KvLayoutKind::naive && bs != 16) continue;
         const std::vector<int> ctx = {1, 17, 129, 300, 256, 140, 5}, q = {1, 17, 129, 171, 128, 1, 5};
-        check(testing::make_batch({ctx, q, 8, 8 / group, 128, kind, bs}, rng),
-              "layout " + std::to_string(int(kind)) + " group " + std::to_string(group) + " block " + std::to_string(bs));
+        check_fa9(t, testing::make_batch({ctx, q, 8, 8 / group, 128, kind, bs}, rng),
+                  "layout " + std::to_string(int(kind)) + " group " + std::to_string(group) + " block " + std::to_string(bs));
       }
   KvBatch big = testing::make_batch({{300, 700}, {300, 700}, 8, 2, 128, KvLayoutKind::paged, 16}, rng);
   const KvAddressing kv = big.in.addressing();
@@ -154,11 +156,20 @@ TEST_P(PrefillFa7Gpu, Fa9RowSumsOnTheTensorCoreMatchReferenceAndFa8) {
     for (int pos : {150, 201, 290, 600})  // x8 (exact in bf16 / f16): scores of sd 8, maxima jump mid-row
       if (pos < big.in.context_lens[s])
         for (int64_t i = 0; i < row; ++i) big.k_cache[size_t(kv.slot(s, pos) * row + i)] *= 8.0f;
-  const auto e_big = check(big, "large late keys");
-  std::printf("    large late keys: rel err fa9 %.3e, fa8 %.3e, fa9 from fa8 %.3e\n", e_big[0], e_big[1], e_big[2]);
+  const auto e = check_fa9(t, big, "large late keys");
+  std::printf("    large late keys: rel err fa9 %.3e, fa8 %.3e, fa9 from fa8 %.3e\n", e[0], e[1], e[2]);
+}
+
+// A 2048-token prompt at GQA 1 and 4 (16 key tiles a row tile at most: the sums carried and
+// rescaled over many tiles).
+TEST_P(PrefillFa7Gpu, Fa9LongPromptMatchesReferenceAndFa8) {
+  SKIP_WITHOUT_GPU();
+  if (!prefill_wgmma_supported(128)) GTEST_SKIP() << "no sm_90a build or not a compute 9.0 device";
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
   for (int n_kv : {1, 4}) {
-    const auto e = check(testing::make_batch({{4096}, {4096}, 4, n_kv, 128, KvLayoutKind::paged, 16}, rng), "4k n_kv " + std::to_string(n_kv));
-    std::printf("    4k prompt n_kv %d: rel err fa9 %.3e, fa8 %.3e, fa9 from fa8 %.3e\n", n_kv, e[0], e[1], e[2]);
+    const auto e = check_fa9(t, testing::make_batch({{2048}, {2048}, 4, n_kv, 128, KvLayoutKind::paged, 16}, rng), "2k n_kv " + std::to_string(n_kv));
+    std::printf("    2k prompt n_kv %d: rel err fa9 %.3e, fa8 %.3e, fa9 from fa8 %.3e\n", n_kv, e[0], e[1], e[2]);
   }
 }
 
