@@ -142,7 +142,7 @@ void prefill_attention(const PrefillAttentionArgs& a, cudaStream_t stream);
 void prefill_attention_mma(const PrefillAttentionArgs& a, cudaStream_t stream);
 /// FlashAttention-3 structure on wgmma (sm_90a): 128-row tiles over 2 consumer warpgroups,
 /// 128-position key tiles in 3 smem stages, P in registers. Runs one of the kernels below
-/// (always the same one: prefill_attention_wgmma_fa9). Throws std::invalid_argument where prefill_wgmma_supported(head_dim)
+/// (always the same one: prefill_attention_wgmma_fa8, part 0). Throws std::invalid_argument where prefill_wgmma_supported(head_dim)
 /// is false.
 void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream);
 /// v5: warp-specialized (a producer warpgroup gathers K/V by cp.async onto per-stage mbarriers;

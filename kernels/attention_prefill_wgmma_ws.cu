@@ -1,7 +1,7 @@
 // Prefill attention on wgmma, v5: the warp-specialized kernel (see the comment below and
 // kernels/notes-prefill.md); shares Params, Layout and the helpers with attention_prefill_wgmma.cu
 // through attention_prefill_wgmma.cuh. Selectable by name (prefill_attention_wgmma_ws, _pingpong,
-// _tma, _lean, _fa5, _fa6, _fa7, _fa8, _fa9, _fa5_part); prefill_attention runs fa9 (kSched 6, kCons 2, kSumMma) on
+// _tma, _lean, _fa5, _fa6, _fa7, _fa8, _fa9, _fa5_part); prefill_attention runs fa8 (kSched 6, kCons 2 below) on
 // Hopper at hd 128.
 #include <cuda.h>  // CUtensorMap (the encoder comes through the runtime: no libcuda link)
 #include <cudaTypedefs.h>
