@@ -194,6 +194,12 @@ void prefill_attention_wgmma_fa7(const PrefillAttentionArgs& a, cudaStream_t str
 /// depend on the batch, the chunking or the KV layout). Part 1: fa8 on v6.1's lean producer; part
 /// 2: fa6's consumers on the lean producer (fa6's bits). Throws std::invalid_argument for another part.
 void prefill_attention_wgmma_fa8(const PrefillAttentionArgs& a, cudaStream_t stream, int part = 0);
+/// fa9 (kernels/notes-prefill.md, eighth pass): fa8 with each row's sum l taken from the tensor
+/// core: the P fragments of every P·V also multiply a 16 x 8 ones matrix (8 m64n8k16 a key tile,
+/// 4 more accumulators rescaled with O), instead of 64 FADDs a thread and tile and the final
+/// shuffles. l is then the sum of the 16-bit P that P·V uses. Other bits than fa8, the same
+/// contract (a row's bits do not depend on the batch, the chunking or the KV layout).
+void prefill_attention_wgmma_fa9(const PrefillAttentionArgs& a, cudaStream_t stream);
 /// y[i] = fa7's FMA-pipe exp2 of x[i] (device pointers, n floats): the kernels' bits, for the test
 /// against exp2_poly::exp2_poly3. Throws std::invalid_argument for n < 0.
 void prefill_exp2_poly(const float* x, float* y, int64_t n, cudaStream_t stream);

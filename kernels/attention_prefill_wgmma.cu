@@ -267,7 +267,7 @@ bool prefill_wgmma_supported(int head_dim) {
 namespace {
 enum class Variant {
   sync, ws, pingpong, tma, lean, persist, fa5, fa5_pack_early, fa5_pack_after, fa5_uniform, fa5_v51_order, fa5_no_turns, fa6, fa6_tree,
-  fa7_p16, fa7_p24, fa7_p32, fa8, fa8_lean, fa6_lean
+  fa7_p16, fa7_p24, fa7_p32, fa8, fa8_lean, fa6_lean, fa9
 };
 /// The wgmma kernels: checks, Params, grid; v picks v4.1 (sync), v5.1 (ws), v5.1 with ping-pong, v6 (tma), v6.1 (lean) or
 /// v7 (persist, on at most max_blocks blocks where > 0).
@@ -322,6 +322,7 @@ void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v, in
                              : v == Variant::fa8            ? WsVariant::fa8
                              : v == Variant::fa8_lean       ? WsVariant::fa8_lean
                              : v == Variant::fa6_lean       ? WsVariant::fa6_lean
+                             : v == Variant::fa9            ? WsVariant::fa9
                                                             : WsVariant::lean,
                              a.dtype, stream);
   else SERVELAB_DISPATCH_16(a.dtype, launch<__nv_bfloat16>(p, int(grid), stream), launch<__half>(p, int(grid), stream));
@@ -335,6 +336,9 @@ void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v, in
 // fa8 is the one dispatched since the seventh pass (0af7ad7: 425.8 / 450.9 TFLOP/s at 4k against fa5's
 // 415.1 / 436.4 in the same call, its tests and the engine path on fa8). fa7 (55dbe5a) was 5-12% slower
 // than fa5 at every FMA share: selectable by name, as fa5 and fa6 (notes-prefill.md, seventh pass).
+// fa9 (eighth pass, 29d7fa6) ran dispatched in its call: correct (engine path, chunked / batch,
+// invariance), but the call's test step timed out before kernel_bench, so it is unmeasured and fa8
+// stays dispatched; fa9 is selectable by name (notes-prefill.md, eighth pass).
 void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) {
   run_wgmma(a, stream, Variant::fa8);  // conditional rescaling: the O rescale skipped on most tiles
 }
@@ -356,6 +360,7 @@ void prefill_attention_wgmma_fa8(const PrefillAttentionArgs& a, cudaStream_t str
   if (part < 0 || part > 2) throw std::invalid_argument("prefill_attention_wgmma_fa8: part must be in 0..2 (got " + std::to_string(part) + ")");
   run_wgmma(a, stream, part == 0 ? Variant::fa8 : part == 1 ? Variant::fa8_lean : Variant::fa6_lean);
 }
+void prefill_attention_wgmma_fa9(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::fa9); }
 void prefill_attention_wgmma_fa5_part(const PrefillAttentionArgs& a, cudaStream_t stream, int part) {
   static constexpr Variant kParts[] = {Variant::fa5, Variant::fa5_pack_early, Variant::fa5_pack_after, Variant::fa5_uniform, Variant::fa5_v51_order,
                                        Variant::fa5_no_turns, Variant::fa6, Variant::fa6_tree};

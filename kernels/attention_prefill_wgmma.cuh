@@ -88,6 +88,19 @@ __device__ __forceinline__ void pin_u32(uint32_t (&a)[N][4]) {
                  : SERVELAB_WGMMA_D64(d)                                                       \
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));               \
   }
+// m64n8k16, A from registers, B K-major from shared memory by descriptor, d += A · B (fa9: the
+// row sums of P against a ones matrix; d[0], d[1] row 16w + g, d[2], d[3] row 16w + g + 8).
+#define SERVELAB_WGMMA_RS_N8(NAME, TY)                                                                     \
+  __device__ __forceinline__ void NAME(float (&d)[4], const uint32_t (&a)[4], uint64_t db) {              \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"                                              \
+                 "wgmma.mma_async.sync.aligned.m64n8k16.f32." TY "." TY " "                                \
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"                               \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                          \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));                           \
+  }
+SERVELAB_WGMMA_RS_N8(wgmma_rs_n8_bf16, "bf16")
+SERVELAB_WGMMA_RS_N8(wgmma_rs_n8_f16, "f16")
+#undef SERVELAB_WGMMA_RS_N8
 SERVELAB_WGMMA_SS(wgmma_ss_bf16, "bf16")
 SERVELAB_WGMMA_RS(wgmma_rs_bf16, "bf16")
 SERVELAB_WGMMA_SS(wgmma_ss_f16, "f16")
@@ -108,6 +121,18 @@ template <typename T>
 __device__ __forceinline__ void mma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) wgmma_rs_bf16(d, a, db);
   else wgmma_rs_f16(d, a, db);
+}
+
+/// d (64 x 8) += A (64 x 16, registers) · B (16 x 8, K-major in shared memory, no swizzle).
+template <typename T>
+__device__ __forceinline__ void mma_rs_n8(float (&d)[4], const uint32_t (&a)[4], uint64_t db) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) wgmma_rs_n8_bf16(d, a, db);
+  else wgmma_rs_n8_f16(d, a, db);
+}
+/// Shared-memory matrix descriptor without swizzle (layout type 0): core matrices of 8 rows x 16
+/// bytes, lbo / sbo bytes apart along K / along M or N (fa9's ones matrix: every byte read is 1.0).
+__device__ __forceinline__ uint64_t desc_none(uint32_t smem_addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((smem_addr & 0x3FFFF) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32);
 }
 
 }  // namespace servelab::kernels::wgmma
@@ -250,7 +275,9 @@ struct RowPairSoftmax {
   /// was -inf), so P may reach 2^kLazyLog2 and corr is exactly 1 on almost every tile after the
   /// first (the O rescale then skipped warp by warp). The same softmax in exact arithmetic, other
   /// bits; a masked tile is still an exact no-op.
-  template <bool kTree = false, bool kFlat = false, int kPoly = 0, bool kLazy = false>
+  /// kNoSum (fa9): no row sums here (64 FADDs and the l update a thread): the caller takes them
+  /// from the tensor core (P against a ones matrix beside P·V, rescaled with O), so l0 / l1 stay 0.
+  template <bool kTree = false, bool kFlat = false, int kPoly = 0, bool kLazy = false, bool kNoSum = false>
   __device__ __forceinline__ void tile(float (&sc)[64], int t, int wg_min, int pos0, int pos1, int c2, float sl2) {
     if (t * kBN + kBN - 1 > wg_min) {
 #pragma unroll
@@ -324,13 +351,16 @@ struct RowPairSoftmax {
       sc[4 * j + 1] = exp2_at(2 * j + 1, fmaf(sc[4 * j + 1], sl2, -ms0));
       sc[4 * j + 2] = exp2_at(2 * j, fmaf(sc[4 * j + 2], sl2, -ms1));
       sc[4 * j + 3] = exp2_at(2 * j + 1, fmaf(sc[4 * j + 3], sl2, -ms1));
+      if constexpr (kNoSum) continue;
       sum0 += sc[4 * j];
       sum0b += sc[4 * j + 1];
       sum1 += sc[4 * j + 2];
       sum1b += sc[4 * j + 3];
     }
-    l0 = l0 * corr0 + (sum0 + sum0b);
-    l1 = l1 * corr1 + (sum1 + sum1b);
+    if constexpr (!kNoSum) {
+      l0 = l0 * corr0 + (sum0 + sum0b);
+      l1 = l1 * corr1 + (sum1 + sum1b);
+    }
   }
 
   /// O *= corr (after the P · V in flight has landed; kSkipHeld: not where no row of the warp
@@ -367,6 +397,24 @@ struct RowPairSoftmax {
       }
     }
   }
+  /// fa9: rescale with the tensor core's row sums ls (m64n8 accumulators: ls[0], ls[1] row 0,
+  /// ls[2], ls[3] row 1), under the same skip, so l and O always carry the same factors.
+  template <bool kSkipHeld>
+  __device__ __forceinline__ void rescale(float (&o)[64], float (&ls)[4]) const {
+    if (!kSkipHeld || __any_sync(0xffffffffu, corr0 != 1.0f || corr1 != 1.0f)) {
+#pragma unroll
+      for (int j = 0; j < kHD / 8; ++j) {
+        o[4 * j] *= corr0;
+        o[4 * j + 1] *= corr0;
+        o[4 * j + 2] *= corr1;
+        o[4 * j + 3] *= corr1;
+      }
+      ls[0] *= corr0;
+      ls[1] *= corr0;
+      ls[2] *= corr1;
+      ls[3] *= corr1;
+    }
+  }
   /// ... and P into wgmma A fragments.
   template <class T>
   __device__ __forceinline__ static void pack(const float (&sc)[64], uint32_t (&pf)[kBN / 16][4]) {
@@ -399,9 +447,11 @@ struct RowPairSoftmax {
 /// maximum moves only by more than 2^8, the O rescale skipped where no row of a warp moved it):
 /// other bits than fa6, invariant as every kernel here. fa8_lean: fa8 on v6.1's lean producer.
 /// fa6_lean: fa6's consumers (no skip) on v6.1's lean producer: fa6's bits.
+/// fa9 (eighth pass): fa8 with the row sums on the tensor core (P against a ones matrix, 8
+/// m64n8k16 beside each P·V, rescaled with O): other bits than fa8, invariant as every kernel here.
 enum class WsVariant {
   ws, pingpong, tma, lean, persist, fa5, fa5_pack_early, fa5_pack_after, fa5_uniform, fa5_v51_order, fa5_no_turns, fa6, fa6_tree,
-  fa7_p16, fa7_p24, fa7_p32, fa8, fa8_lean, fa6_lean
+  fa7_p16, fa7_p24, fa7_p32, fa8, fa8_lean, fa6_lean, fa9
 };
 /// Launches the warp-specialized kernel v on grid blocks (persist: at most one block per SM, grid
 /// items).

@@ -1,7 +1,7 @@
 // Prefill attention on wgmma, v5: the warp-specialized kernel (see the comment below and
 // kernels/notes-prefill.md); shares Params, Layout and the helpers with attention_prefill_wgmma.cu
 // through attention_prefill_wgmma.cuh. Selectable by name (prefill_attention_wgmma_ws, _pingpong,
-// _tma, _lean, _fa5, _fa6, _fa7, _fa8, _fa5_part); prefill_attention runs fa8 (kSched 6, kCons 2 below) on
+// _tma, _lean, _fa5, _fa6, _fa7, _fa8, _fa9, _fa5_part); prefill_attention runs fa8 (kSched 6, kCons 2 below) on
 // Hopper at hd 128.
 #include <cuda.h>  // CUtensorMap (the encoder comes through the runtime: no libcuda link)
 #include <cudaTypedefs.h>
@@ -56,7 +56,11 @@ struct LayoutWs {
                             kEmptyK = kFullV + 8 * kStages, kEmptyV = kEmptyK + 8 * kStages;
   static constexpr uint32_t kBytes = kEmptyV + 8 * kStages;
   static constexpr size_t kAlloc = kBytes + 1024;
+  /// fa9: a 16 x 8 ones matrix (two no-swizzle core matrices, 256 bytes), P·1 = the row sums.
+  static constexpr uint32_t kOnes = (kBytes + 15) & ~15u, kOnesBytes = 256;
+  static constexpr size_t kAllocOnes = kOnes + kOnesBytes + 1024;
 };
+static_assert(LayoutWs::kAllocOnes <= 227 * 1024, "fa9's shared memory exceeds the sm_90 block limit");
 static_assert(Layout::kBytes % 8 == 0, "mbarriers need 8-byte alignment");
 
 /// kPingPong: the two consumer warpgroups take turns issuing their GEMMs (named barriers 1 and 2,
@@ -87,7 +91,13 @@ static_assert(Layout::kBytes % 8 == 0, "mbarriers need 8-byte alignment");
 /// (RowPairSoftmax::tile's kPoly), with kSched 6: fa6 otherwise. kCons (seventh pass): -1 skips
 /// the O rescale where a warp's maxima held iff kProd is 2 (v6.1 as before), 0 never, 1 always;
 /// 2 (fa8) FlashAttention-4's conditional rescaling (tile's kLazy) with that skip.
-template <typename T, bool kPingPong, int kProd, int kSched = 0, int kPoly = 0, int kCons = -1>
+/// kSumMma (fa9, eighth pass): the row sums l on the tensor core: after each P·V's 8 m64n128k16,
+/// 8 m64n8k16 of the same P fragments against a 16 x 8 ones matrix in shared memory (LayoutWs::kOnes)
+/// into 4 more accumulators (every column = the row's sum over the tile's 128 keys of the bf16 /
+/// f16 P that P·V uses), rescaled with O; the softmax drops its 64 FADDs a thread and the l update,
+/// the end its 4 shuffles. Other bits than fa8 (the sum of rounded P, in the tensor core's order),
+/// still a function of the row alone. fa5's order (kSched 4 or 6) only.
+template <typename T, bool kPingPong, int kProd, int kSched = 0, int kPoly = 0, int kCons = -1, bool kSumMma = false>
 __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const Params p, const __grid_constant__ TmaMaps maps) {
   constexpr bool kTma = kProd == 1, kLean = kProd == 2;
   constexpr bool kLazy = kCons == 2, kSkipHeld = kCons < 0 ? kLean : kCons > 0;
@@ -95,6 +105,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
   constexpr bool kFa3Order = kSched == 1 || kSched == 2 || kSched == 4 || kSched >= 6, kPackEarly = kSched == 1;
   constexpr bool kFenceBlock = kSched == 4 || kSched == 5 || kSched >= 6;  // the P·V wait behind a control-flow boundary
   constexpr bool kTreeMax = kSched >= 6, kFlatMs = kSched == 6;
+  static_assert(!kSumMma || kFa3Order, "fa9's row sums: fa5's order only");
 #if SERVELAB_WGMMA_DEVICE
   using L = Layout;
   using LW = LayoutWs;
@@ -120,6 +131,11 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
       mbar_init(sbase + LW::kEmptyV + 8 * i, 8);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  if (kSumMma && tid >= 128 && tid < 128 + int(LW::kOnesBytes / 16)) {  // the ones matrix, read by wgmma (async proxy)
+    const uint32_t one2 = std::is_same_v<T, __nv_bfloat16> ? 0x3F803F80u : 0x3C003C00u;
+    *reinterpret_cast<uint4*>(smem + LW::kOnes + (tid - 128) * 16) = make_uint4(one2, one2, one2, one2);
+    wgmma::fence_proxy_async();
   }
   __syncthreads();
   const int s = sh[0], tile = sh[1];
@@ -291,20 +307,34 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
     const int wg_min = row_pos[wg * 64];  // -1: no valid row in this warpgroup (masked everywhere)
     const float sl2 = p.scale_log2;
     RowPairSoftmax sm;
-    float o[64], sc[64];
+    float o[64], sc[64], ls[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // ls: fa9's row sums (m64n8 accumulators)
     uint32_t pf[kBN / 16][4], pk[kBN / 16][4];  // pk: fa5's P, packed before the P·V wait
 #pragma unroll
     for (int i = 0; i < 64; ++i) o[i] = 0.0f;
     const uint64_t desc_q = wgmma::desc_sw128(sbase + L::kQ + wg * 64 * 128, 16, 1024);
     const uint64_t desc_k = wgmma::desc_sw128(sbase + L::kK, 16, 1024);
     const uint64_t desc_v = wgmma::desc_sw128(sbase + L::kV, L::kHalf, 1024);
+    const uint64_t desc_ones = wgmma::desc_none(sbase + LW::kOnes, 128, 128);  // every address it reads holds 1.0
     auto issue_s = [&](int t) { issue_qk<T>(sc, desc_q, desc_k, uint32_t(t % kStages) * L::kTile); };
-    auto softmax = [&](int t) { sm.tile<kTreeMax, kFlatMs, kPoly, kLazy>(sc, t, wg_min, pos0, pos1, c2, sl2); };
+    auto softmax = [&](int t) { sm.tile<kTreeMax, kFlatMs, kPoly, kLazy, kSumMma>(sc, t, wg_min, pos0, pos1, c2, sl2); };
+    auto rescale_o = [&] {  // O (and fa9's row sums) by corr, under the same skip
+      if constexpr (kSumMma) {
+        wgmma::pin(ls);
+        sm.rescale<kSkipHeld>(o, ls);
+        wgmma::pin(ls);
+      } else {
+        sm.rescale<kSkipHeld>(o);
+      }
+    };
     auto rescale_and_pack = [&] { sm.rescale_and_pack<T, kSkipHeld>(o, sc, pf); };
     auto issue_pv = [&](int t) {
       const uint32_t st = uint32_t(t % kStages) * L::kTile;
 #pragma unroll
       for (int kk = 0; kk < kBN / 16; ++kk) wgmma::mma_rs<T>(o, pf[kk], desc_v + ((st + kk * 2048) >> 4));
+      if constexpr (kSumMma) {
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk) wgmma::mma_rs_n8<T>(ls, pf[kk], desc_ones);
+      }
     };
     auto release = [&](uint32_t bar) {
       if (lane == 0) mbar_arrive(bar);
@@ -344,7 +374,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
       issue_s(t1);
       wgmma::commit();
       wgmma::pin(o);  // the rescale after the S issue
-      sm.rescale<kSkipHeld>(o);
+      rescale_o();
       wgmma::pin(o);
       wgmma::fence();  // o written by the rescale, read by P·V
       issue_pv(kt);
@@ -364,6 +394,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
       }
       wgmma::wait<0>();
       wgmma::pin(o);
+      if constexpr (kSumMma) wgmma::pin(ls);
       wgmma::pin_u32(pf);
       release(sbase + LW::kEmptyV + 8 * s0);
       if constexpr (kPackEarly) {
@@ -405,18 +436,23 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
     mbar_wait(sbase + LW::kFullV + 8 * (tl % kStages), (tl / kStages) & 1);
     wgmma::fence_proxy_async();
     turn_wait();
-    if constexpr (kFa3Order) sm.rescale<kSkipHeld>(o);  // by corr(tl)
+    if constexpr (kFa3Order) rescale_o();  // by corr(tl)
     wgmma::fence();
     issue_pv(tl);
     wgmma::commit();
     if (wg == 0) turn_pass();
     wgmma::wait<0>();
     wgmma::pin(o);
-
+    if constexpr (kSumMma) {  // every column of a row holds its sum: no shuffles
+      wgmma::pin(ls);
+      sm.l0 = ls[0];
+      sm.l1 = ls[2];
+    } else {
 #pragma unroll
-    for (int x = 1; x <= 2; x <<= 1) {
-      sm.l0 += __shfl_xor_sync(0xffffffffu, sm.l0, x);
-      sm.l1 += __shfl_xor_sync(0xffffffffu, sm.l1, x);
+      for (int x = 1; x <= 2; x <<= 1) {
+        sm.l0 += __shfl_xor_sync(0xffffffffu, sm.l0, x);
+        sm.l1 += __shfl_xor_sync(0xffffffffu, sm.l1, x);
+      }
     }
     const float inv0 = 1.0f / sm.l0, inv1 = 1.0f / sm.l1;
     T* out = static_cast<T*>(p.out);
@@ -463,11 +499,12 @@ CUtensorMap encode_kv_map(const void* arena, const Params& p, int rows) {
   return m;
 }
 
-template <typename T, bool kPingPong, int kProd, int kSched = 0, int kPoly = 0, int kCons = -1>
+template <typename T, bool kPingPong, int kProd, int kSched = 0, int kPoly = 0, int kCons = -1, bool kSumMma = false>
 void launch_ws_t(const Params& p, int grid, cudaStream_t stream) {
+  constexpr size_t kAlloc = kSumMma ? LayoutWs::kAllocOnes : LayoutWs::kAlloc;
   static const bool raised = [] {
-    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_ws_kernel<T, kPingPong, kProd, kSched, kPoly, kCons>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(LayoutWs::kAlloc)));
+    CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_ws_kernel<T, kPingPong, kProd, kSched, kPoly, kCons, kSumMma>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(kAlloc)));
     return true;
   }();
   (void)raised;
@@ -477,7 +514,7 @@ void launch_ws_t(const Params& p, int grid, cudaStream_t stream) {
     maps.k = encode_kv_map<T>(p.k_cache, p, maps.rows);
     maps.v = encode_kv_map<T>(p.v_cache, p, maps.rows);
   }
-  prefill_wgmma_ws_kernel<T, kPingPong, kProd, kSched, kPoly, kCons><<<grid, kThreadsWs, LayoutWs::kAlloc, stream>>>(p, maps);
+  prefill_wgmma_ws_kernel<T, kPingPong, kProd, kSched, kPoly, kCons, kSumMma><<<grid, kThreadsWs, kAlloc, stream>>>(p, maps);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -542,6 +579,10 @@ void launch_ws(const Params& p, int grid, WsVariant v, ScalarType dtype, cudaStr
       break;
     case WsVariant::fa6_lean:
       SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 2, 6, 0, 0>(p, grid, stream)), (launch_ws_t<__half, true, 2, 6, 0, 0>(p, grid, stream)));
+      break;
+    case WsVariant::fa9:
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 0, 6, 0, 2, true>(p, grid, stream)),
+                           (launch_ws_t<__half, true, 0, 6, 0, 2, true>(p, grid, stream)));
       break;
 
   }

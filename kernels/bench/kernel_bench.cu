@@ -455,21 +455,22 @@ int main(int argc, char** argv) {
         };
         std::vector<Timed> timed = {{"prefill_attn", [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention(a, st); }, {}}};
         if (prefill_wgmma_supported(128)) {  // each wgmma kernel by name
-          // Seventh pass: fa7's FMA-pipe exp2 (share 16; 24 and 32 were slower in call 1), fa8 and the
-          // lean producer beside fa5 (dispatched on main), fa6 and v5.1 ping-pong; the older variants
-          // (fa5's parts, lean, ws, persist, tma, sync) are no longer timed here (their figures:
-          // kernels/notes-prefill.md), so that 5 rounds fit the call.
-          timed.push_back({"prefill_attn_wgmma_pingpong", prefill_attention_wgmma_pingpong, {}});
+          // Eighth pass: fa9 (fa8 with the row sums on the tensor core) against fa8 (dispatched on
+          // main), with fa5 and fa6 as links to earlier calls; fa7, the lean producers, v5.1
+          // ping-pong and the older variants are no longer timed here (their figures:
+          // kernels/notes-prefill.md), so that 7 rounds fit the call.
           timed.push_back({"prefill_attn_wgmma_fa5", prefill_attention_wgmma_fa5, {}});
           timed.push_back({"prefill_attn_wgmma_fa6", prefill_attention_wgmma_fa6, {}});
-          timed.push_back({"prefill_attn_wgmma_fa7_p16", [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa7(a, st, 16); }, {}});
           timed.push_back({"prefill_attn_wgmma_fa8", [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 0); }, {}});
-          timed.push_back({"prefill_attn_wgmma_fa8_lean", [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 1); }, {}});
-          timed.push_back({"prefill_attn_wgmma_fa6_lean", [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 2); }, {}});
+          timed.push_back({"prefill_attn_wgmma_fa9", prefill_attention_wgmma_fa9, {}});
         }
-        constexpr int kPrefillRounds = 5;
+        // Odd rounds run the list backwards (eighth pass), so that no kernel always follows the same one.
+        constexpr int kPrefillRounds = 7;
         for (int round = 0; round < kPrefillRounds; ++round)
-          for (auto& k : timed) k.ms.push_back(time_graph_ms([&](int, cudaStream_t st) { k.fn(p, st); }, 20, 15));
+          for (size_t i = 0; i < timed.size(); ++i) {
+            Timed& k = timed[round % 2 == 0 ? i : timed.size() - 1 - i];
+            k.ms.push_back(time_graph_ms([&](int, cudaStream_t st) { k.fn(p, st); }, 20, 15));
+          }
         for (auto& k : timed) {
           std::vector<double> sorted = k.ms;
           std::sort(sorted.begin(), sorted.end());

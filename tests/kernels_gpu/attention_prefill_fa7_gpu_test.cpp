@@ -5,11 +5,13 @@
 // Its error against the reference and against fa6 is checked in attention_gpu_test.cpp beside the
 // other wgmma kernels. fa5 runs the same invariance checks here as the control.
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -28,15 +30,15 @@ using testing::KvBatch;
 using testing::PrefillFn;
 using testing::run_prefill;
 
-// fa7 at its three FMA shares, fa8 (conditional rescaling, other bits too) and fa8 on the lean
-// producer, then fa5 (the dispatched kernel on main) as the control.
+// fa7 at its three FMA shares, fa8 (conditional rescaling, other bits too), fa8 on the lean
+// producer and fa9 (fa8 with the row sums on the tensor core), then fa5 as the control.
 const PrefillFn kKernels[] = {[](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa7(a, st, 16); },
                               [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa7(a, st, 24); },
                               [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa7(a, st, 32); },
                               [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 0); },
                               [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 1); },
-                              prefill_attention_wgmma_fa5};
-const char* const kNames[] = {"fa7_p16", "fa7_p24", "fa7_p32", "fa8", "fa8_lean", "fa5"};
+                              prefill_attention_wgmma_fa9, prefill_attention_wgmma_fa5};
+const char* const kNames[] = {"fa7_p16", "fa7_p24", "fa7_p32", "fa8", "fa8_lean", "fa9", "fa5"};
 
 /// b's K, V and Q laid out as `kind` with blocks of bs slots (the arena shuffled anew): every
 /// (sequence, position) row holds what it holds in b.
@@ -114,6 +116,61 @@ TEST_P(PrefillFa7Gpu, SameBitsAcrossKvLayoutsChunksAndBatches) {
                std::invalid_argument);
   EXPECT_THROW(run_prefill(t, small, [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 3); }),
                std::invalid_argument);
+}
+
+/// fa8's output (part 0).
+void run_fa8(const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 0); }
+
+// fa9 (eighth pass): l from the tensor core, the sum of the 16-bit P that P·V multiplies (fa8 sums
+// the fp32 P): other bits, within the kernels' tolerance of the reference and a quarter of it of
+// fa8. Returns {fa9's error, fa8's error, fa9 from fa8}.
+std::array<double, 3> check_fa9(ScalarType t, const KvBatch& b, const std::string& what) {
+  const std::vector<float> ref = testing::reference_attention(b);
+  const std::vector<float> fa8 = run_prefill(t, b, run_fa8), fa9 = run_prefill(t, b, prefill_attention_wgmma_fa9);
+  const double e9 = testing::rel_error(fa9, ref), e8 = testing::rel_error(fa8, ref), d = testing::rel_error(fa9, fa8);
+  EXPECT_LT(e9, testing::tolerance(t)) << "fa9 " << what;
+  EXPECT_LT(d, 0.25 * testing::tolerance(t)) << "fa9 against fa8 " << what;
+  return {e9, e8, d};
+}
+
+// The awkward shapes (tile edges, cached prefixes, GQA 1 / 4 / 8, paged blocks of 1-256 and
+// naive), and a batch whose late keys are 8x larger: the kept maximum moves mid-row, so the O and
+// l rescale runs and a wrong factor on l shows.
+TEST_P(PrefillFa7Gpu, Fa9MatchesReferenceAndFa8OnAwkwardShapes) {
+  SKIP_WITHOUT_GPU();
+  if (!prefill_wgmma_supported(128)) GTEST_SKIP() << "no sm_90a build or not a compute 9.0 device";
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  for (KvLayoutKind kind : {KvLayoutKind::paged, KvLayoutKind::naive})
+    for (int group : {1, 4, 8})
+      for (int bs : {1, 16, 32, 64, 256}) {
+        if (kind == KvLayoutKind::naive && bs != 16) continue;
+        const std::vector<int> ctx = {1, 17, 129, 300, 256, 140, 5}, q = {1, 17, 129, 171, 128, 1, 5};
+        check_fa9(t, testing::make_batch({ctx, q, 8, 8 / group, 128, kind, bs}, rng),
+                  "layout " + std::to_string(int(kind)) + " group " + std::to_string(group) + " block " + std::to_string(bs));
+      }
+  KvBatch big = testing::make_batch({{300, 700}, {300, 700}, 8, 2, 128, KvLayoutKind::paged, 16}, rng);
+  const KvAddressing kv = big.in.addressing();
+  const int64_t row = big.shape.row_elems();
+  for (int s = 0; s < 2; ++s)
+    for (int pos : {150, 201, 290, 600})  // x8 (exact in bf16 / f16): scores of sd 8, maxima jump mid-row
+      if (pos < big.in.context_lens[s])
+        for (int64_t i = 0; i < row; ++i) big.k_cache[size_t(kv.slot(s, pos) * row + i)] *= 8.0f;
+  const auto e = check_fa9(t, big, "large late keys");
+  std::printf("    large late keys: rel err fa9 %.3e, fa8 %.3e, fa9 from fa8 %.3e\n", e[0], e[1], e[2]);
+}
+
+// A 2048-token prompt at GQA 1 and 4 (16 key tiles a row tile at most: the sums carried and
+// rescaled over many tiles).
+TEST_P(PrefillFa7Gpu, Fa9LongPromptMatchesReferenceAndFa8) {
+  SKIP_WITHOUT_GPU();
+  if (!prefill_wgmma_supported(128)) GTEST_SKIP() << "no sm_90a build or not a compute 9.0 device";
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  for (int n_kv : {1, 4}) {
+    const auto e = check_fa9(t, testing::make_batch({{2048}, {2048}, 4, n_kv, 128, KvLayoutKind::paged, 16}, rng), "2k n_kv " + std::to_string(n_kv));
+    std::printf("    2k prompt n_kv %d: rel err fa9 %.3e, fa8 %.3e, fa9 from fa8 %.3e\n", n_kv, e[0], e[1], e[2]);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, PrefillFa7Gpu, ::testing::ValuesIn(testing::kStorageTypes), testing::dtype_name);
