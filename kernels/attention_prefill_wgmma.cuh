@@ -363,19 +363,22 @@ struct RowPairSoftmax {
     }
   }
 
+  /// O *= corr: the thread's fragment holds 2 rows (corr0, corr1) of kHD / 8 column pairs.
+  __device__ __forceinline__ void scale_o(float (&o)[64]) const {
+#pragma unroll
+    for (int j = 0; j < kHD / 8; ++j) {
+      o[4 * j] *= corr0;
+      o[4 * j + 1] *= corr0;
+      o[4 * j + 2] *= corr1;
+      o[4 * j + 3] *= corr1;
+    }
+  }
+
   /// O *= corr (after the P · V in flight has landed; kSkipHeld: not where no row of the warp
   /// moved its maximum, a multiply by exactly 1), then P into wgmma A fragments.
   template <class T, bool kSkipHeld>
   __device__ __forceinline__ void rescale_and_pack(float (&o)[64], const float (&sc)[64], uint32_t (&pf)[kBN / 16][4]) const {
-    if (!kSkipHeld || __any_sync(0xffffffffu, corr0 != 1.0f || corr1 != 1.0f)) {
-#pragma unroll
-      for (int j = 0; j < kHD / 8; ++j) {
-        o[4 * j] *= corr0;
-        o[4 * j + 1] *= corr0;
-        o[4 * j + 2] *= corr1;
-        o[4 * j + 3] *= corr1;
-      }
-    }
+    rescale<kSkipHeld>(o);
 #pragma unroll
     for (int j = 0; j < kBN / 8; ++j) {
       pf[j / 2][(j % 2) * 2] = pack2<T>(sc[4 * j], sc[4 * j + 1]);
@@ -387,28 +390,14 @@ struct RowPairSoftmax {
   /// GEMM, FlashAttention-3's): O *= corr (kSkipHeld as above) ...
   template <bool kSkipHeld>
   __device__ __forceinline__ void rescale(float (&o)[64]) const {
-    if (!kSkipHeld || __any_sync(0xffffffffu, corr0 != 1.0f || corr1 != 1.0f)) {
-#pragma unroll
-      for (int j = 0; j < kHD / 8; ++j) {
-        o[4 * j] *= corr0;
-        o[4 * j + 1] *= corr0;
-        o[4 * j + 2] *= corr1;
-        o[4 * j + 3] *= corr1;
-      }
-    }
+    if (!kSkipHeld || __any_sync(0xffffffffu, corr0 != 1.0f || corr1 != 1.0f)) scale_o(o);
   }
   /// fa9: rescale with the tensor core's row sums ls (m64n8 accumulators: ls[0], ls[1] row 0,
   /// ls[2], ls[3] row 1), under the same skip, so l and O always carry the same factors.
   template <bool kSkipHeld>
   __device__ __forceinline__ void rescale(float (&o)[64], float (&ls)[4]) const {
     if (!kSkipHeld || __any_sync(0xffffffffu, corr0 != 1.0f || corr1 != 1.0f)) {
-#pragma unroll
-      for (int j = 0; j < kHD / 8; ++j) {
-        o[4 * j] *= corr0;
-        o[4 * j + 1] *= corr0;
-        o[4 * j + 2] *= corr1;
-        o[4 * j + 3] *= corr1;
-      }
+      scale_o(o);
       ls[0] *= corr0;
       ls[1] *= corr0;
       ls[2] *= corr1;

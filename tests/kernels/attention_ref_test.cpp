@@ -11,23 +11,6 @@ using testing::KvBatch;
 
 std::vector<float> run_ref(const KvBatch& b) { return testing::reference_attention(b, NAN); }
 
-/// Copies a batch's KV into a fresh arena in the other layout (same positions, other slots).
-KvBatch relayout(const KvBatch& src, KvLayoutKind kind, int block_size, std::mt19937_64& rng) {
-  BatchSpec spec = src.spec;
-  spec.kind = kind;
-  spec.block_size = block_size;
-  KvBatch dst = testing::make_batch(spec, rng);
-  dst.q = src.q;
-  const int64_t row = src.shape.row_elems();
-  const KvAddressing a = src.in.addressing(), b = dst.in.addressing();
-  for (int s = 0; s < src.in.n_seqs(); ++s)
-    for (int p = 0; p < src.in.context_lens[s]; ++p) {
-      std::copy_n(src.k_cache.begin() + a.slot(s, p) * row, row, dst.k_cache.begin() + b.slot(s, p) * row);
-      std::copy_n(src.v_cache.begin() + a.slot(s, p) * row, row, dst.v_cache.begin() + b.slot(s, p) * row);
-    }
-  return dst;
-}
-
 TEST(AttentionRef, SingleKeyReturnsItsValue) {
   std::mt19937_64 rng(1);
   const KvBatch b = testing::make_batch({{1}, {1}, 4, 2, 8, KvLayoutKind::paged, 1}, rng);
@@ -58,7 +41,7 @@ TEST(AttentionRef, PagedEqualsContiguousForEveryBlockSizeAndGqa) {
     for (int bs : {1, 16, 32}) {
       const BatchSpec spec{{1, 97, 40, 5}, {1, 3, 40, 1}, 8, 8 / group, 16, KvLayoutKind::naive, 16};
       const KvBatch naive = testing::make_batch(spec, rng);
-      const KvBatch paged = relayout(naive, KvLayoutKind::paged, bs, rng);
+      const KvBatch paged = testing::relayout(naive, KvLayoutKind::paged, bs, rng);
       ASSERT_NO_THROW(paged.in.validate());
       EXPECT_EQ(run_ref(naive), run_ref(paged)) << "group " << group << " block " << bs;
     }

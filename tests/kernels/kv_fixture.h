@@ -110,6 +110,24 @@ inline KvBatch make_batch(const BatchSpec& spec, std::mt19937_64& rng) {
   return b;
 }
 
+/// src's K, V and Q in a fresh arena laid out as `kind` with blocks of `block_size` slots (the
+/// arena shuffled anew): every (sequence, position) row holds what it holds in src.
+inline KvBatch relayout(const KvBatch& src, KvLayoutKind kind, int block_size, std::mt19937_64& rng) {
+  BatchSpec spec = src.spec;
+  spec.kind = kind;
+  spec.block_size = block_size;
+  KvBatch dst = make_batch(spec, rng);
+  dst.q = src.q;
+  const int64_t row = src.shape.row_elems();
+  const KvAddressing a = src.in.addressing(), b = dst.in.addressing();
+  for (int s = 0; s < src.in.n_seqs(); ++s)
+    for (int p = 0; p < src.in.context_lens[s]; ++p) {
+      std::copy_n(src.k_cache.begin() + a.slot(s, p) * row, row, dst.k_cache.begin() + b.slot(s, p) * row);
+      std::copy_n(src.v_cache.begin() + a.slot(s, p) * row, row, dst.v_cache.begin() + b.slot(s, p) * row);
+    }
+  return dst;
+}
+
 /// attention_ref over the batch (scale 1/sqrt(head_dim)): the output every kernel is checked
 /// against, one row per query token and head; rows the reference does not write keep `fill`.
 inline std::vector<float> reference_attention(const KvBatch& b, float fill = 0.0f) {

@@ -424,53 +424,47 @@ TEST_P(AttentionGpu, PrefillWgmmaMatchesReferenceOnAwkwardShapes) {
   SKIP_WITHOUT_WGMMA();
   const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
-  for (KvLayoutKind kind : {KvLayoutKind::paged, KvLayoutKind::naive})
-    for (int group : {1, 4, 8})
-      for (int bs : {1, 16, 32, 64, 256}) {
-        if (kind == KvLayoutKind::naive && bs != 16) continue;
-        const std::vector<int> ctx = {1, 17, 129, 300, 256, 140, 5};
-        const std::vector<int> q = {1, 17, 129, 171, 128, 1, 5};
-        const KvBatch b = testing::make_batch({ctx, q, 8, 8 / group, 128, kind, bs}, rng);
-        const std::vector<float> ref = reference(b);
-        const std::vector<float> ws = run_prefill(t, b, prefill_attention_wgmma_ws);
-        EXPECT_LT(testing::rel_error(ws, ref), testing::tolerance(t)) << "layout " << int(kind) << " group " << group << " block " << bs;
-        EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wgmma_sync), ref), testing::tolerance(t))
-            << "sync: layout " << int(kind) << " group " << group << " block " << bs;
-        // Ping-pong changes only when each warpgroup issues, never the arithmetic: the same bits.
-        EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, prefill_attention_wgmma_pingpong).begin()))
-            << "pingpong differs from ws: layout " << int(kind) << " group " << group << " block " << bs;
-        // TMA or cp.async fill the same shared memory: the same bits again.
-        EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, prefill_attention_wgmma_tma).begin()))
-            << "tma differs from ws: layout " << int(kind) << " group " << group << " block " << bs;
-        EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, prefill_attention_wgmma_lean).begin()))
-            << "lean differs from ws: layout " << int(kind) << " group " << group << " block " << bs;
-        EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, [](const PrefillAttentionArgs& a, cudaStream_t st) {
-                                 prefill_attention_wgmma_persist(a, st);
-                               }).begin()))
-            << "persist differs from ws: layout " << int(kind) << " group " << group << " block " << bs;
-        // fa5 and its parts change only the consumers' instruction order, fa6 the order of an exact
-        // max and how equal values are computed: the same bits.
-        for (int part = 0; part < kNumFa5Parts; ++part) {
-          EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, kFa5Parts[part]).begin()))
-              << "fa5 part " << part << " differs from ws: layout " << int(kind) << " group " << group << " block " << bs;
-        }
-        EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, prefill_attention_wgmma_fa5).begin()))
-            << "fa5 differs from ws: layout " << int(kind) << " group " << group << " block " << bs;
-        EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, prefill_attention_wgmma_fa6).begin()))
-            << "fa6 differs from ws: layout " << int(kind) << " group " << group << " block " << bs;
-        for (int i = 0; i < 3; ++i) {
-          const std::vector<float> fa7 = run_prefill(t, b, kFa7[i]);
-          EXPECT_LT(testing::rel_error(fa7, ref), testing::tolerance(t)) << "fa7 " << kFa7Shares[i] << " layout " << int(kind) << " group " << group << " block " << bs;
-          EXPECT_LT(testing::rel_error(fa7, ws), 0.25 * testing::tolerance(t)) << "fa7 " << kFa7Shares[i] << " against fa6's bits, block " << bs;
-        }
-        const std::vector<float> fa8 = run_prefill(t, b, kFa8[0]);
-        EXPECT_LT(testing::rel_error(fa8, ref), testing::tolerance(t)) << "fa8 layout " << int(kind) << " group " << group << " block " << bs;
-        EXPECT_LT(testing::rel_error(fa8, ws), 0.25 * testing::tolerance(t)) << "fa8 against fa6's bits, block " << bs;
-        EXPECT_TRUE(std::equal(fa8.begin(), fa8.end(), run_prefill(t, b, kFa8[1]).begin())) << "fa8_lean differs from fa8, block " << bs;
-        EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, kFa8[2]).begin())) << "fa6_lean differs from ws, block " << bs;
-        EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_mma), ref), testing::tolerance(t))
-            << "mma: layout " << int(kind) << " group " << group << " block " << bs;
-      }
+  testing::for_each_awkward_prefill(rng, [&](const KvBatch& b, const std::string& where) {
+    const std::vector<float> ref = reference(b);
+    const std::vector<float> ws = run_prefill(t, b, prefill_attention_wgmma_ws);
+    EXPECT_LT(testing::rel_error(ws, ref), testing::tolerance(t)) << where;
+    EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wgmma_sync), ref), testing::tolerance(t))
+        << "sync: " << where;
+    // Ping-pong changes only when each warpgroup issues, never the arithmetic: the same bits.
+    EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, prefill_attention_wgmma_pingpong).begin()))
+        << "pingpong differs from ws: " << where;
+    // TMA or cp.async fill the same shared memory: the same bits again.
+    EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, prefill_attention_wgmma_tma).begin()))
+        << "tma differs from ws: " << where;
+    EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, prefill_attention_wgmma_lean).begin()))
+        << "lean differs from ws: " << where;
+    EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, [](const PrefillAttentionArgs& a, cudaStream_t st) {
+                             prefill_attention_wgmma_persist(a, st);
+                           }).begin()))
+        << "persist differs from ws: " << where;
+    // fa5 and its parts change only the consumers' instruction order, fa6 the order of an exact
+    // max and how equal values are computed: the same bits.
+    for (int part = 0; part < kNumFa5Parts; ++part) {
+      EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, kFa5Parts[part]).begin()))
+          << "fa5 part " << part << " differs from ws: " << where;
+    }
+    EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, prefill_attention_wgmma_fa5).begin()))
+        << "fa5 differs from ws: " << where;
+    EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, prefill_attention_wgmma_fa6).begin()))
+        << "fa6 differs from ws: " << where;
+    for (int i = 0; i < 3; ++i) {
+      const std::vector<float> fa7 = run_prefill(t, b, kFa7[i]);
+      EXPECT_LT(testing::rel_error(fa7, ref), testing::tolerance(t)) << "fa7 " << kFa7Shares[i] << " " << where;
+      EXPECT_LT(testing::rel_error(fa7, ws), 0.25 * testing::tolerance(t)) << "fa7 " << kFa7Shares[i] << " against fa6's bits, " << where;
+    }
+    const std::vector<float> fa8 = run_prefill(t, b, kFa8[0]);
+    EXPECT_LT(testing::rel_error(fa8, ref), testing::tolerance(t)) << "fa8 " << where;
+    EXPECT_LT(testing::rel_error(fa8, ws), 0.25 * testing::tolerance(t)) << "fa8 against fa6's bits, " << where;
+    EXPECT_TRUE(std::equal(fa8.begin(), fa8.end(), run_prefill(t, b, kFa8[1]).begin())) << "fa8_lean differs from fa8, " << where;
+    EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, kFa8[2]).begin())) << "fa6_lean differs from ws, " << where;
+    EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_mma), ref), testing::tolerance(t))
+        << "mma: " << where;
+  });
 }
 
 // A 4096-token prompt (32 row tiles at GQA 1 and 4: rows of a tile span 128 or 32 positions).

@@ -2,6 +2,8 @@
 // What the attention GPU tests share (attention_gpu_test.cpp, attention_prefill_fa7_gpu_test.cpp):
 // a KvBatch on the device (poisoned output) and one prefill launch through a chosen kernel.
 #include <cmath>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/attention.h"
@@ -29,6 +31,21 @@ struct DeviceBatch {
     out.poison();
   }
 };
+
+/// The awkward prefill shapes every wgmma kernel is checked on: seven sequences at tile edges with
+/// cached prefixes, GQA 1, 4 and 8 over 8 heads (head_dim 128), paged blocks of 1, 16, 32, 64 and
+/// 256 slots and naive; fn(batch, "layout L group G block B") for each.
+template <class Fn>
+void for_each_awkward_prefill(std::mt19937_64& rng, Fn&& fn) {
+  for (KvLayoutKind kind : {KvLayoutKind::paged, KvLayoutKind::naive})
+    for (int group : {1, 4, 8})
+      for (int bs : {1, 16, 32, 64, 256}) {
+        if (kind == KvLayoutKind::naive && bs != 16) continue;
+        const std::vector<int> ctx = {1, 17, 129, 300, 256, 140, 5}, q = {1, 17, 129, 171, 128, 1, 5};
+        fn(make_batch({ctx, q, 8, 8 / group, 128, kind, bs}, rng),
+           "layout " + std::to_string(int(kind)) + " group " + std::to_string(group) + " block " + std::to_string(bs));
+      }
+}
 
 /// A prefill kernel entry point (prefill_attention or one by name).
 using PrefillFn = void (*)(const PrefillAttentionArgs&, cudaStream_t);

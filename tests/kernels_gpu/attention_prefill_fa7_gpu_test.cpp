@@ -40,24 +40,6 @@ const PrefillFn kKernels[] = {[](const PrefillAttentionArgs& a, cudaStream_t st)
                               prefill_attention_wgmma_fa9, prefill_attention_wgmma_fa5};
 const char* const kNames[] = {"fa7_p16", "fa7_p24", "fa7_p32", "fa8", "fa8_lean", "fa9", "fa5"};
 
-/// b's K, V and Q laid out as `kind` with blocks of bs slots (the arena shuffled anew): every
-/// (sequence, position) row holds what it holds in b.
-KvBatch relayout(const KvBatch& b, KvLayoutKind kind, int bs, std::mt19937_64& rng) {
-  BatchSpec spec = b.spec;
-  spec.kind = kind;
-  spec.block_size = bs;
-  KvBatch o = testing::make_batch(spec, rng);
-  o.q = b.q;
-  const KvAddressing from = b.in.addressing(), to = o.in.addressing();
-  const int64_t row = b.shape.row_elems();
-  for (int s = 0; s < b.in.n_seqs(); ++s)
-    for (int p = 0; p < b.in.context_lens[s]; ++p) {
-      std::copy_n(b.k_cache.begin() + from.slot(s, p) * row, row, o.k_cache.begin() + to.slot(s, p) * row);
-      std::copy_n(b.v_cache.begin() + from.slot(s, p) * row, row, o.v_cache.begin() + to.slot(s, p) * row);
-    }
-  return o;
-}
-
 /// Query rows [r0, r1) of sequence s of b (its KV as in b), as a batch of one sequence.
 KvBatch rows_of(const KvBatch& b, int s, int r0, int r1) {
   KvBatch one = b;
@@ -87,7 +69,7 @@ TEST_P(PrefillFa7Gpu, SameBitsAcrossKvLayoutsChunksAndBatches) {
   for (int group : {1, 4}) {
     const KvBatch b = testing::make_batch({ctx, q, 8, 8 / group, 128, KvLayoutKind::naive, 16}, rng);
     std::vector<KvBatch> paged;
-    for (int bs : {1, 16, 32, 64, 256}) paged.push_back(relayout(b, KvLayoutKind::paged, bs, rng));
+    for (int bs : {1, 16, 32, 64, 256}) paged.push_back(testing::relayout(b, KvLayoutKind::paged, bs, rng));
     const size_t row = size_t(b.spec.n_heads) * b.spec.head_dim;
     for (int k = 0; k < int(std::size(kKernels)); ++k) {
       const std::vector<float> all = run_prefill(t, b, kKernels[k]);
@@ -141,14 +123,7 @@ TEST_P(PrefillFa7Gpu, Fa9MatchesReferenceAndFa8OnAwkwardShapes) {
   if (!prefill_wgmma_supported(128)) GTEST_SKIP() << "no sm_90a build or not a compute 9.0 device";
   const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
-  for (KvLayoutKind kind : {KvLayoutKind::paged, KvLayoutKind::naive})
-    for (int group : {1, 4, 8})
-      for (int bs : {1, 16, 32, 64, 256}) {
-        if (kind == KvLayoutKind::naive && bs != 16) continue;
-        const std::vector<int> ctx = {1, 17, 129, 300, 256, 140, 5}, q = {1, 17, 129, 171, 128, 1, 5};
-        check_fa9(t, testing::make_batch({ctx, q, 8, 8 / group, 128, kind, bs}, rng),
-                  "layout " + std::to_string(int(kind)) + " group " + std::to_string(group) + " block " + std::to_string(bs));
-      }
+  testing::for_each_awkward_prefill(rng, [&](const KvBatch& b, const std::string& where) { check_fa9(t, b, where); });
   KvBatch big = testing::make_batch({{300, 700}, {300, 700}, 8, 2, 128, KvLayoutKind::paged, 16}, rng);
   const KvAddressing kv = big.in.addressing();
   const int64_t row = big.shape.row_elems();

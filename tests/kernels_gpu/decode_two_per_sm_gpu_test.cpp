@@ -13,6 +13,7 @@
 #include "kernels/attention.h"
 #include "kernels/ref/attention_ref.h"
 #include "tests/kernels/kv_fixture.h"
+#include "tests/kernels_gpu/attention_gpu_util.h"
 #include "tests/kernels_gpu/gpu_util.h"
 
 namespace servelab::kernels {
@@ -25,19 +26,11 @@ std::vector<float> ref_of(const KvBatch& b) { return testing::reference_attentio
 
 /// The batch on the device with decode arguments for two blocks per SM (pipeline on or off; with
 /// auto_policy the default policy instead) and a zeroed workspace.
-struct OnDevice {
-  DeviceBuffer k, v, q, out, query_start, context_lens, block_tables, base_slots, ws;
+struct OnDevice : testing::DeviceBatch {
+  DeviceBuffer ws;
   DecodeAttentionArgs a;
   DecodeSplit used;
-  OnDevice(const KvBatch& b, ScalarType t, bool pipeline, bool auto_policy = false)
-      : k(testing::upload16(t, b.k_cache)),
-        v(testing::upload16(t, b.v_cache)),
-        q(testing::upload16(t, b.q)),
-        out(b.q.size() * 2),
-        query_start(testing::upload(b.in.query_start)),
-        context_lens(testing::upload(b.in.context_lens)),
-        block_tables(testing::upload(b.in.block_tables)),
-        base_slots(testing::upload(b.in.base_slots)) {
+  OnDevice(const KvBatch& b, ScalarType t, bool pipeline, bool auto_policy = false) : DeviceBatch(b, t) {
     a.dtype = t;
     a.q = q.get();
     a.q_row_stride = int64_t(b.spec.n_heads) * b.shape.head_dim;
@@ -48,9 +41,7 @@ struct OnDevice {
     a.n_heads = b.spec.n_heads;
     a.n_seqs = b.in.n_seqs();
     a.context_lens = context_lens.get<int32_t>();
-    a.kv = b.in.addressing();
-    a.kv.block_tables = block_tables.get<int32_t>();
-    a.kv.base_slots = base_slots.get<int64_t>();
+    a.kv = kv;
     a.max_context = b.in.max_context();
     a.scale = 1.0f / std::sqrt(float(b.shape.head_dim));
     a.out = out.get();
@@ -67,7 +58,6 @@ struct OnDevice {
     CUDA_CHECK(cudaMemset(ws.get(), 0, ws.bytes()));
     a.workspace = ws.get<float>();
     a.workspace_bytes = ws.bytes();
-    out.poison();
   }
   bool counters_zero() const {
     const size_t n = ws.bytes() / (4 * size_t(a.shape.head_dim + 3));
