@@ -336,7 +336,7 @@ std::vector<int> bucket_edge_batches(const std::vector<int>& batch_sizes, const 
 
 /// The lead-in step: the decode of the grid's middle batch size at its middle context, or the first
 /// unpadded decode kept when that one is over the KV budget; null when no decode is kept.
-const ProfilePoint* lead_in_point(const std::vector<ProfilePoint>& points, const ProfileOptions& o) {
+static const ProfilePoint* lead_in_point(const std::vector<ProfilePoint>& points, const ProfileOptions& o) {
   std::vector<int> batches = o.batch_sizes;
   std::sort(batches.begin(), batches.end());
   const int b_mid = batches[batches.size() / 2], c_mid = o.contexts[o.contexts.size() / 2];
