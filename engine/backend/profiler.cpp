@@ -119,6 +119,14 @@ void ProfileOptions::check_fits(const ModelConfig& model) const {
                                 model.name + "'s max length " + std::to_string(model.max_position));
 }
 
+/// The grid's batch sizes, ascending, each once (the middle one sets the mixed steps and the lead-in).
+static std::vector<int> sorted_batches(const ProfileOptions& o) {
+  std::vector<int> batches = o.batch_sizes;
+  std::sort(batches.begin(), batches.end());
+  batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
+  return batches;
+}
+
 std::vector<ProfilePoint> profile_grid(const ProfileOptions& o) {
   o.validate();
   std::vector<ProfilePoint> points;
@@ -132,9 +140,7 @@ std::vector<ProfilePoint> profile_grid(const ProfileOptions& o) {
     for (int c : o.contexts) add(ProfilePhase::decode, std::vector<Seq>(b, {c, 1}));
   for (int b : o.extra_decode_batches)
     for (int c : o.contexts) add(ProfilePhase::decode, std::vector<Seq>(b, {c, 1}));
-  std::vector<int> batches = o.batch_sizes;
-  std::sort(batches.begin(), batches.end());
-  batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
+  const std::vector<int> batches = sorted_batches(o);
   const int c_mid = o.contexts[o.contexts.size() / 2];
   if (o.padded_decodes) {  // static batching's decodes once some sequences finished
     // At the bucket edges too: a padded step runs outside the decode graphs, but its GEMMs still
@@ -337,8 +343,7 @@ std::vector<int> bucket_edge_batches(const std::vector<int>& batch_sizes, const 
 /// The lead-in step: the decode of the grid's middle batch size at its middle context, or the first
 /// unpadded decode kept when that one is over the KV budget; null when no decode is kept.
 static const ProfilePoint* lead_in_point(const std::vector<ProfilePoint>& points, const ProfileOptions& o) {
-  std::vector<int> batches = o.batch_sizes;
-  std::sort(batches.begin(), batches.end());
+  const std::vector<int> batches = sorted_batches(o);
   const int b_mid = batches[batches.size() / 2], c_mid = o.contexts[o.contexts.size() / 2];
   const ProfilePoint* any = nullptr;
   for (const ProfilePoint& p : points) {

@@ -282,28 +282,17 @@ TEST_P(AttentionGpu, DecodeSplitCountersResetAcrossCallsAndGraphReplays) {
     const DecodeSplit used = decode_attention_split(a, n_sms());
     ASSERT_EQ(used.reduce, !cluster);
     ASSERT_EQ(used.cluster, cluster);
-    cudaStream_t st;
-    CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    decode_attention(a, st);
-    CUDA_CHECK(cudaStreamEndCapture(st, &graph));
-    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    testing::CapturedGraph graph([&](cudaStream_t st) { decode_attention(a, st); });
     for (int replay = 0; replay < 3; ++replay) {
       b.q = testing::random_bf16(b.q.size(), rng);
       const DeviceBuffer q = testing::upload16(t, b.q);
       CUDA_CHECK(cudaMemcpy(d.q.get(), q.get(), q.bytes(), cudaMemcpyDeviceToDevice));
       d.out.poison();
-      CUDA_CHECK(cudaGraphLaunch(exec, st));
-      CUDA_CHECK(cudaStreamSynchronize(st));
+      graph.replay();
       EXPECT_LT(testing::rel_error(testing::download16(t, d.out, b.q.size()), reference(b)), testing::tolerance(t))
           << "replay " << replay << " cluster " << cluster;
       EXPECT_TRUE(counters_zero()) << "replay " << replay << " cluster " << cluster;
     }
-    CUDA_CHECK(cudaGraphExecDestroy(exec));
-    CUDA_CHECK(cudaGraphDestroy(graph));
-    CUDA_CHECK(cudaStreamDestroy(st));
   }
 }
 

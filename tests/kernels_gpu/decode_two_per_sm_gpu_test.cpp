@@ -125,27 +125,16 @@ TEST_P(DecodeTwoPerSmGpu, GraphReplaysMatchReference) {
   KvBatch b = testing::make_batch({{4096, 700, 1}, {1, 1, 1}, 32, 8, 128, KvLayoutKind::paged, 16}, rng);
   OnDevice d(b, t, true);
   ASSERT_TRUE(d.used.pipeline);
-  cudaStream_t st;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  decode_attention(d.a, st);
-  CUDA_CHECK(cudaStreamEndCapture(st, &graph));
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  testing::CapturedGraph graph([&](cudaStream_t st) { decode_attention(d.a, st); });
   for (int replay = 0; replay < 3; ++replay) {
     b.q = testing::random_bf16(b.q.size(), rng);
     const DeviceBuffer q = testing::upload16(t, b.q);
     CUDA_CHECK(cudaMemcpy(d.q.get(), q.get(), q.bytes(), cudaMemcpyDeviceToDevice));
     d.out.poison();
-    CUDA_CHECK(cudaGraphLaunch(exec, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
+    graph.replay();
     EXPECT_LT(testing::rel_error(testing::download16(t, d.out, b.q.size()), ref_of(b)), testing::tolerance(t)) << replay;
     EXPECT_TRUE(d.counters_zero()) << replay;
   }
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaGraphDestroy(graph));
-  CUDA_CHECK(cudaStreamDestroy(st));
 }
 
 // The occupancy calculator's count: two blocks of the pipelined kernel fit an SM (252 registers

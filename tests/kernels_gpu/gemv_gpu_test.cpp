@@ -160,24 +160,15 @@ TEST(GemvGpu, ForcedSplitsAgreeAreDeterministicAndReplayFromAGraph) {
   // Captured once, replayed three times: the counters reset themselves between replays.
   gemv::Plan plan = gemv::make_plan(n, k, 1, 1, 0, 0);
   plan.splits = 4;
-  cudaStream_t st;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  run_gemv(ScalarType::bf16, dx.get(), dw.get(), dy.get(), m, n, k, true, false, plan, partials.get<float>(),
-           counters.get<int32_t>(), st);
-  CUDA_CHECK(cudaStreamEndCapture(st, &graph));
-  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  testing::CapturedGraph graph([&](cudaStream_t st) {
+    run_gemv(ScalarType::bf16, dx.get(), dw.get(), dy.get(), m, n, k, true, false, plan, partials.get<float>(),
+             counters.get<int32_t>(), st);
+  });
   for (int rep = 0; rep < 3; ++rep) {
     dy.poison();
-    CUDA_CHECK(cudaGraphLaunch(exec, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
+    graph.replay();
     EXPECT_LT(testing::rel_error(testing::download<float>(dy, ref.size()), ref), 1e-4) << "replay " << rep;
   }
-  CUDA_CHECK(cudaGraphExecDestroy(exec));
-  CUDA_CHECK(cudaGraphDestroy(graph));
-  CUDA_CHECK(cudaStreamDestroy(st));
 }
 
 TEST(GemvGpu, RowResultDoesNotDependOnM) {

@@ -25,6 +25,36 @@ inline bool gpu_available() {
 #define SKIP_WITHOUT_GPU() \
   if (!::servelab::kernels::testing::gpu_available()) GTEST_SKIP() << "no CUDA device"
 
+/// Work captured once into a CUDA graph on its own non-blocking stream; replay() launches the
+/// graph and waits for it. The graph and the stream go with the object.
+class CapturedGraph {
+ public:
+  template <class Enqueue>  // enqueue(cudaStream_t): the launches to capture
+  explicit CapturedGraph(Enqueue&& enqueue) {
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    enqueue(stream_);
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph_));
+    CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
+  }
+  ~CapturedGraph() {
+    cudaGraphExecDestroy(exec_);
+    cudaGraphDestroy(graph_);
+    cudaStreamDestroy(stream_);
+  }
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  void replay() {
+    CUDA_CHECK(cudaGraphLaunch(exec_, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 /// Device memory owned by the test.
 class DeviceBuffer {
  public:
