@@ -31,7 +31,7 @@ void require_allocated(const Sequence& seq, bool a) { kv_checks::require_allocat
 }  // namespace
 
 PagedKvManager::PagedKvManager(const KvConfig& config, int64_t n_slots)
-    : config_(config), block_size_(config.block_size) {
+    : config_(config), block_size_(config.block_size), runs_(0) {
   config_.validate();
   if (n_slots < block_size_)
     throw std::invalid_argument("paged KV arena of " + std::to_string(n_slots) +
@@ -42,7 +42,10 @@ PagedKvManager::PagedKvManager(const KvConfig& config, int64_t n_slots)
     throw std::invalid_argument("paged KV arena of " + std::to_string(n_slots) + " slots has more than 2^31 blocks; "
                                 "raise kv.block_size");
   blocks_.resize(static_cast<size_t>(n_blocks));
-  for (int32_t b = 0; b < static_cast<int32_t>(n_blocks); ++b) push_free_back(b);
+  runs_ = BlockRuns(static_cast<int32_t>(n_blocks));
+  for (Block& blk : blocks_) blk.in_free = true;
+  runs_.add_all();
+  n_free_ = static_cast<int32_t>(n_blocks);
   seen_epoch_.assign(blocks_.size(), 0);
   seen_stored_.assign(blocks_.size(), 0);
   seen_fill_.assign(blocks_.size(), 0);
@@ -53,17 +56,7 @@ void PagedKvManager::throw_bad_position(const Sequence& seq, int pos) {
                           std::to_string(seq.kv.blocks.size()) + " block(s)");
 }
 
-// ---- free list ----
-
-void PagedKvManager::push_free_front(int32_t b) {
-  Block& blk = blocks_[b];
-  blk.prev = kNone;
-  blk.next = free_head_;
-  if (free_head_ != kNone) blocks_[free_head_].prev = b; else free_tail_ = b;
-  free_head_ = b;
-  blk.in_free = true;
-  ++n_free_;
-}
+// ---- free blocks ----
 
 void PagedKvManager::push_free_back(int32_t b) {
   Block& blk = blocks_[b];
@@ -92,15 +85,52 @@ void PagedKvManager::forget_hash(Block& blk, int32_t b) {
   blk.tokens.clear();
 }
 
-int32_t PagedKvManager::take_fresh(uint64_t owner) {
-  const int32_t b = free_head_;
-  if (b == kNone) throw std::logic_error("paged KV: out of free blocks; call can_allocate/can_grow first");
-  unlink_free(b);
+int32_t PagedKvManager::take_fresh(uint64_t owner, int32_t prev, int want, bool tail) {
+  // The block after prev caches a prefix no one holds: the run goes on through it (and the
+  // cached free blocks after it) rather than starting again elsewhere.
+  if (prev != kNone && cached_free(prev + 1)) {
+    evict(prev + 1);
+    evict_run(prev + 1, prev + 1, want, false);
+  }
+  int32_t b = runs_.take(owner, prev, want, tail, free_head_ == kNone);
+  if (b == kNone) {  // no free block left outside the prefix cache (or only others' reservations)
+    if (free_head_ == kNone) throw std::logic_error("paged KV: out of free blocks; call can_allocate/can_grow first");
+    // The least recently freed block, with the ones freed with it that lie beside it (a released
+    // sequence's blocks sit on the list tail first, so its run comes back in one piece).
+    int32_t lo = free_head_, hi = free_head_;
+    evict(free_head_);
+    while (hi - lo + 1 < std::min(want, kMaxEvictRun) && free_head_ != kNone && (free_head_ == lo - 1 || free_head_ == hi + 1)) {
+      if (free_head_ == lo - 1) --lo; else ++hi;
+      evict(free_head_);
+    }
+    evict_run(lo, hi, want, true);
+    b = runs_.take(owner, prev, want, tail, false);  // the run just freed, not a reservation
+  }
   Block& blk = blocks_[b];
-  forget_hash(blk, b);  // evict whatever prefix it still cached
+  blk.in_free = false;
+  --n_free_;
+  forget_hash(blk, b);
   blk.ref = 1;
   blk.owner = owner;
   return b;
+}
+
+void PagedKvManager::evict(int32_t b) {
+  unlink_free(b);
+  Block& blk = blocks_[b];
+  forget_hash(blk, b);
+  blk.in_free = true;  // still free, now in runs_
+  ++n_free_;
+}
+
+void PagedKvManager::evict_run(int32_t lo, int32_t hi, int want, bool both_ways) {
+  const int n = std::min(want, kMaxEvictRun);
+  while (hi - lo + 1 < n) {
+    if (cached_free(hi + 1)) evict(++hi);
+    else if (both_ways && cached_free(lo - 1)) evict(--lo);
+    else break;
+  }
+  runs_.add_range(lo, hi + 1);
 }
 
 void PagedKvManager::unref(int32_t b) {
@@ -112,7 +142,9 @@ void PagedKvManager::unref(int32_t b) {
     push_free_back(b);  // still a cached prefix: evicted only after blocks freed before it
   } else {
     forget_hash(blk, b);
-    push_free_front(b);  // nothing worth keeping: reuse first
+    blk.in_free = true;  // nothing worth keeping: reused before any cached block
+    ++n_free_;
+    runs_.add(b);
   }
 }
 
@@ -188,7 +220,7 @@ void PagedKvManager::allocate(Sequence& seq, int n_tokens) {
     ++blk.ref;
     seq.kv.blocks.push_back(b);
   }
-  while (static_cast<int>(seq.kv.blocks.size()) < blocks_for(n_tokens)) seq.kv.blocks.push_back(take_fresh(seq.id));
+  append_fresh(seq, n_tokens);
   seq.kv.n_cached_prefix = static_cast<int>(hits.size()) * block_size_;
   seq.kv.allocated = true;
 }
@@ -200,10 +232,12 @@ void PagedKvManager::grow(Sequence& seq, int n_tokens) {
   auto& table = seq.kv.blocks;
   if (n_tokens > seq.n_computed) {  // copy-on-write every shared block about to be written
     const int end = std::min(static_cast<int>(table.size()), blocks_for(n_tokens));
+    const int n_final = final_blocks(seq, n_tokens);
     for (int i = std::max(0, seq.n_computed / block_size_); i < end; ++i) {
       const int32_t old = table[i];
       if (blocks_[old].ref <= 1) continue;
-      const int32_t fresh = take_fresh(seq.id);
+      const bool last = i + 1 == static_cast<int>(table.size());
+      const int32_t fresh = take_fresh(seq.id, i > 0 ? table[i - 1] : kNone, n_final - i, last);
       const int64_t filled = std::clamp<int64_t>(seq.n_computed - int64_t{i} * block_size_, 0, block_size_);
       if (filled > 0) pending_copies_.push_back({int64_t{old} * block_size_, int64_t{fresh} * block_size_, filled});
       Block& shared = blocks_[old];
@@ -212,7 +246,16 @@ void PagedKvManager::grow(Sequence& seq, int n_tokens) {
       table[i] = fresh;
     }
   }
-  while (static_cast<int>(table.size()) < blocks_for(n_tokens)) table.push_back(take_fresh(seq.id));
+  append_fresh(seq, n_tokens);
+}
+
+void PagedKvManager::append_fresh(Sequence& seq, int n_tokens) {
+  auto& table = seq.kv.blocks;
+  const int n_final = final_blocks(seq, n_tokens);
+  while (static_cast<int>(table.size()) < blocks_for(n_tokens)) {
+    const int i = static_cast<int>(table.size());
+    table.push_back(take_fresh(seq.id, table.empty() ? kNone : table.back(), n_final - i, true));
+  }
 }
 
 void PagedKvManager::release(Sequence& seq) {
@@ -226,6 +269,7 @@ void PagedKvManager::release(Sequence& seq) {
     if (blocks_[b].owner == seq.id) blocks_[b].owner = kNoSeq;
     unref(b);
   }
+  runs_.drop(seq.id);
   seq.kv = KvHandle{};
 }
 
@@ -346,19 +390,29 @@ void PagedKvManager::check_invariants(std::span<const Sequence* const> live) con
     if (blk.hashed && static_cast<int>(blk.tokens.size()) != block_size_) fail("cached block " + str(b) + " lacks its token ids");
   }
   std::vector<char> on_list(blocks_.size(), 0);
+  if (const std::string e = runs_.check(on_list); !e.empty()) fail("free runs: " + e);
+  int64_t n_in_runs = 0;
+  for (int32_t b = 0; b < n_blocks(); ++b) {
+    if (!on_list[b]) continue;
+    ++n_in_runs;
+    if (blocks_[b].ref != 0) fail("free runs hold block " + str(b) + " with ref " + str(blocks_[b].ref));
+    if (blocks_[b].hashed) fail("free runs hold block " + str(b) + ", which caches a prefix");
+  }
   int64_t n_listed = 0;
   int32_t prev = kNone;
   for (int32_t b = free_head_; b != kNone; prev = b, b = blocks_[b].next) {
     if (b < 0 || b >= n_blocks()) fail("free list links to block " + str(b) + " outside the pool");
-    if (on_list[b]) fail("block " + str(b) + " is on the free list twice");
+    if (on_list[b]) fail("block " + str(b) + " is twice on the cached free list, or also in the free runs");
     on_list[b] = 1;
     if (blocks_[b].ref != 0) fail("free list holds block " + str(b) + " with ref " + str(blocks_[b].ref));
+    if (!blocks_[b].hashed) fail("cached free list holds block " + str(b) + ", which caches nothing");
     if (blocks_[b].prev != prev) fail("free list back link of block " + str(b) + " is broken");
     ++n_listed;
   }
   if (prev != free_tail_) fail("free list tail is " + str(free_tail_) + ", walk ends at " + str(prev));
-  if (n_listed != n_free_ || n_listed != n_unreferenced)
-    fail("free list has " + str(n_listed) + " blocks, count says " + str(n_free_) + ", unreferenced blocks " + str(n_unreferenced));
+  if (n_listed + n_in_runs != n_free_ || n_free_ != n_unreferenced)
+    fail("free list has " + str(n_listed) + " cached and " + str(n_in_runs) + " other blocks, count says " + str(n_free_) +
+         ", unreferenced blocks " + str(n_unreferenced));
   for (const auto& [h, b] : by_hash_)
     if (b < 0 || b >= n_blocks() || !blocks_[b].hashed || blocks_[b].hash != h)
       fail("prefix cache entry points to block " + str(b) + " that does not carry its hash");

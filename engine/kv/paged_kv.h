@@ -4,15 +4,25 @@
 // blocks[p / block_size]. Blocks are reference-counted so sequences can share them:
 //  - prefix caching: a full, computed block is registered under a chained hash of
 //    (parent block's hash, its token ids); a later sequence whose prompt starts with the same
-//    tokens reuses those blocks instead of recomputing them. Freed blocks keep their hash until
-//    the free list hands them out for other content (least recently freed first).
+//    tokens reuses those blocks instead of recomputing them. Freed blocks keep their hash while
+//    free blocks that cache nothing are left (others' reservations below excepted); then the
+//    least recently freed go first, a run at a time: the oldest with the cached free blocks beside
+//    it (up to kMaxEvictRun), or the cached free block right after a growing sequence's last one.
+//  - runs: a sequence's blocks are placed in physical order where free blocks allow, so the
+//    decode kernel streams them (kernels/README.md, "KV layout"): the block after its last one;
+//    a reservation of the blocks it will still take (n_kv_final), free for admission; a new run
+//    in the smallest free extent that holds them (BlockRuns). Placement never changes how many
+//    blocks are free, so admission and capacity are those of any placement; which prefixes stay
+//    cached can differ from a strict least-recently-freed order by up to a run evicted early.
 //  - fork (parallel sampling): the child shares every parent block; a write into a shared block
 //    first copies it (copy-on-write), queued as a KvCopy for the backend.
+#include <algorithm>
 #include <cstdint>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "engine/kv/block_runs.h"
 #include "engine/kv/kv_manager.h"
 
 namespace servelab {
@@ -61,10 +71,14 @@ class PagedKvManager final : public KvManager {
   int ref_count(int32_t b) const { return blocks_.at(static_cast<size_t>(b)).ref; }
   /// Blocks registered in the prefix cache (live or free).
   size_t n_cached_blocks() const { return by_hash_.size(); }
+  /// Free blocks reserved for seq id's next blocks (counted in free_slots()).
+  int32_t reserved_blocks(uint64_t seq_id) const { return runs_.reserved(seq_id); }
 
  private:
   static constexpr int32_t kNone = -1;
   static constexpr uint64_t kNoSeq = ~uint64_t{0};
+  /// Most cached blocks evicted at once to start a run (512 KB of K at 2 KB slot rows, block 16).
+  static constexpr int kMaxEvictRun = 32;
 
   struct Block {
     int ref = 0;
@@ -72,8 +86,8 @@ class PagedKvManager final : public KvManager {
     uint64_t hash = 0;             ///< chained hash of the prefix ending with this block
     std::vector<TokenId> tokens;   ///< its token ids (to confirm a hash match), when hashed
     uint64_t owner = kNoSeq;       ///< seq that took it from the free list (sharing bookkeeping)
-    int32_t prev = kNone, next = kNone;  ///< free-list links
-    bool in_free = false;
+    int32_t prev = kNone, next = kNone;  ///< links of the cached free list
+    bool in_free = false;          ///< ref == 0: on the cached free list (hashed) or in runs_
   };
 
   /// Blocks at the start of seq's prompt found in the prefix cache (never the block holding the
@@ -83,13 +97,31 @@ class PagedKvManager final : public KvManager {
   int count_copies(const Sequence& seq, int n_tokens) const;
   int blocks_for(int n_tokens) const { return (n_tokens + block_size_ - 1) / block_size_; }
 
-  // Free list: a doubly linked list threaded through blocks_, so a cached block can leave it
-  // from the middle in O(1). Fresh blocks are taken from the head.
-  void push_free_front(int32_t b);
+  /// Blocks seq will hold at its largest (n_kv_final() positions, or n_tokens when more).
+  int final_blocks(const Sequence& seq, int n_tokens) const {
+    return std::max(blocks_for(seq.n_kv_final()), blocks_for(n_tokens));
+  }
+
+  // Free blocks: the ones without a cached prefix in runs_ (BlockRuns), the cached ones on a
+  // doubly linked list threaded through blocks_ in the order they were freed, so a prefix hit
+  // takes one from the middle in O(1) and eviction takes the least recently freed (the head).
   void push_free_back(int32_t b);
   void unlink_free(int32_t b);
-  /// Takes the head of the free list for new content (dropping any cached hash); ref becomes 1.
-  int32_t take_fresh(uint64_t owner);
+  /// Takes a free block for new content, to follow block prev in owner's table (kNone: first),
+  /// owner taking `want` blocks from here on; tail: it becomes owner's last block (BlockRuns::take).
+  /// A cached block is evicted (its hash dropped) only when runs_ is empty. ref becomes 1.
+  int32_t take_fresh(uint64_t owner, int32_t prev, int want, bool tail);
+  /// Free and caching a prefix (on the cached free list).
+  bool cached_free(int32_t b) const {
+    return b >= 0 && b < n_blocks() && blocks_[static_cast<size_t>(b)].in_free && blocks_[static_cast<size_t>(b)].hashed;
+  }
+  /// Moves cached free block b into runs_' bookkeeping: its prefix is forgotten, it stays free.
+  void evict(int32_t b);
+  /// [lo, hi] evicted already: evicts the cached free blocks after hi (and before lo when
+  /// both_ways) while they extend it to min(want, kMaxEvictRun) blocks; hands it to runs_.
+  void evict_run(int32_t lo, int32_t hi, int want, bool both_ways);
+  /// Appends fresh blocks to seq's table until it holds n_tokens positions.
+  void append_fresh(Sequence& seq, int n_tokens);
   /// Drops one reference; a block reaching 0 goes back to the free list.
   void unref(int32_t b);
   void forget_hash(Block& blk, int32_t b);
@@ -99,8 +131,9 @@ class PagedKvManager final : public KvManager {
   KvConfig config_;
   int block_size_;
   std::vector<Block> blocks_;
-  int32_t free_head_ = kNone, free_tail_ = kNone;
-  int32_t n_free_ = 0;
+  BlockRuns runs_;
+  int32_t free_head_ = kNone, free_tail_ = kNone;  ///< the cached free list
+  int32_t n_free_ = 0;                             ///< runs_ and the cached free list
   std::unordered_map<uint64_t, int32_t> by_hash_;  ///< prefix cache: chained hash -> block
   /// Seqs that may hold a block with ref > 1 (every holder of a shared block is here); breakdown
   /// walks only these block tables and counts the others in O(1).

@@ -28,6 +28,15 @@ inline std::vector<TokenId> iota_tokens(int n, TokenId first = 1) {
   return t;
 }
 
+/// A paged KV configuration (blocks of block_size slots; prefix caching on unless said).
+inline KvConfig paged_config(int block_size = 16, bool prefix_caching = true) {
+  KvConfig c;
+  c.kind = KvKind::paged;
+  c.block_size = block_size;
+  c.prefix_caching = prefix_caching;
+  return c;
+}
+
 inline std::vector<const Sequence*> live_of(std::initializer_list<const Sequence*> seqs) { return seqs; }
 
 /// The K/V at position p depends on every token up to p: model it by a chained fingerprint.

@@ -13,13 +13,7 @@ namespace {
 using kvtest::live_of;
 using kvtest::make_seq;
 
-KvConfig paged(int block_size = 16, bool prefix_caching = true) {
-  KvConfig c;
-  c.kind = KvKind::paged;
-  c.block_size = block_size;
-  c.prefix_caching = prefix_caching;
-  return c;
-}
+using kvtest::paged_config;
 
 std::string message_of(const KvConfig& c, int64_t n_slots) {
   try {
@@ -31,7 +25,7 @@ std::string message_of(const KvConfig& c, int64_t n_slots) {
 }
 
 TEST(PagedKv, BlockTablesMapPositionsToSlots) {
-  PagedKvManager kv(paged(), 160);  // 10 blocks
+  PagedKvManager kv(paged_config(), 160);  // 10 blocks
   Sequence a = make_seq(1, kvtest::iota_tokens(20), 30);
   ASSERT_EQ(kv.slots_needed(a, 20), 32);
   kv.allocate(a, 20);
@@ -58,7 +52,7 @@ TEST(PagedKv, BlockTablesMapPositionsToSlots) {
 }
 
 TEST(PagedKv, InternalFragmentationIsTheTailPastTheFinalLength) {
-  PagedKvManager kv(paged(), 160);
+  PagedKvManager kv(paged_config(), 160);
   Sequence a = make_seq(1, kvtest::iota_tokens(10), 10);  // final 20, fills 19 -> 2 blocks, 13 slots past it
   kv.allocate(a, 20);
   a.n_computed = 10;
@@ -69,7 +63,7 @@ TEST(PagedKv, InternalFragmentationIsTheTailPastTheFinalLength) {
 }
 
 TEST(PagedKv, SharesPromptPrefixBlocksByHash) {
-  PagedKvManager kv(paged(), 160);  // 10 blocks
+  PagedKvManager kv(paged_config(), 160);  // 10 blocks
   std::vector<TokenId> prompt = kvtest::iota_tokens(40);
   Sequence a = make_seq(1, prompt, 8);
   kv.allocate(a, 40);
@@ -113,7 +107,7 @@ TEST(PagedKv, SharesPromptPrefixBlocksByHash) {
 }
 
 TEST(PagedKv, NeverReusesTheBlockHoldingTheLastPromptToken) {
-  PagedKvManager kv(paged(), 160);
+  PagedKvManager kv(paged_config(), 160);
   Sequence a = make_seq(1, kvtest::iota_tokens(32), 4);
   kv.allocate(a, 32);
   a.n_computed = 32;
@@ -124,7 +118,7 @@ TEST(PagedKv, NeverReusesTheBlockHoldingTheLastPromptToken) {
 }
 
 TEST(PagedKv, HashChainsThroughEarlierBlocks) {
-  PagedKvManager kv(paged(), 160);
+  PagedKvManager kv(paged_config(), 160);
   Sequence a = make_seq(1, kvtest::iota_tokens(40), 4);
   kv.allocate(a, 40);
   a.n_computed = 40;
@@ -137,7 +131,7 @@ TEST(PagedKv, HashChainsThroughEarlierBlocks) {
 }
 
 TEST(PagedKv, PrefixCachingOffSharesNothing) {
-  PagedKvManager kv(paged(16, false), 160);
+  PagedKvManager kv(paged_config(16, false), 160);
   Sequence a = make_seq(1, kvtest::iota_tokens(40), 4);
   kv.allocate(a, 40);
   a.n_computed = 40;
@@ -149,7 +143,7 @@ TEST(PagedKv, PrefixCachingOffSharesNothing) {
 }
 
 TEST(PagedKv, CachedBlocksAreEvictedAfterUncachedFreeBlocks) {
-  PagedKvManager kv(paged(), 160);  // 10 blocks
+  PagedKvManager kv(paged_config(), 160);  // 10 blocks
   Sequence a = make_seq(1, kvtest::iota_tokens(40), 4);
   kv.allocate(a, 40);
   a.n_computed = 40;
@@ -175,7 +169,7 @@ TEST(PagedKv, CachedBlocksAreEvictedAfterUncachedFreeBlocks) {
 }
 
 TEST(PagedKv, ForkThenGrowCopiesTheSharedLastBlockOnce) {
-  PagedKvManager kv(paged(), 160);
+  PagedKvManager kv(paged_config(), 160);
   Sequence parent = make_seq(1, kvtest::iota_tokens(20), 10);
   kv.allocate(parent, 20);
   parent.n_computed = 20;
@@ -224,7 +218,7 @@ TEST(PagedKv, ForkThenGrowCopiesTheSharedLastBlockOnce) {
 }
 
 TEST(PagedKv, CanGrowCountsTheCopyOnWriteBlock) {
-  PagedKvManager kv(paged(), 32);  // exactly 2 blocks
+  PagedKvManager kv(paged_config(), 32);  // exactly 2 blocks
   Sequence parent = make_seq(1, kvtest::iota_tokens(20), 10);
   kv.allocate(parent, 20);
   parent.n_computed = 20;
@@ -240,7 +234,7 @@ TEST(PagedKv, CanGrowCountsTheCopyOnWriteBlock) {
 }
 
 TEST(PagedKv, InvariantCheckCatchesDoubleOwnership) {
-  PagedKvManager kv(paged(), 160);
+  PagedKvManager kv(paged_config(), 160);
   Sequence a = make_seq(1, kvtest::iota_tokens(20), 4);
   Sequence b = make_seq(2, kvtest::iota_tokens(20), 4);
   kv.allocate(a, 20);
@@ -251,14 +245,14 @@ TEST(PagedKv, InvariantCheckCatchesDoubleOwnership) {
 }
 
 TEST(PagedKv, ConfigErrorsNameTheField) {
-  KvConfig zero = paged(0);
+  KvConfig zero = paged_config(0);
   EXPECT_NE(message_of(zero, 1024).find("kv.block_size"), std::string::npos);
   EXPECT_THROW(zero.validate(), std::invalid_argument);
-  const std::string small = message_of(paged(16), 15);
+  const std::string small = message_of(paged_config(16), 15);
   EXPECT_NE(small.find("smaller than one block"), std::string::npos) << small;
   EXPECT_NE(small.find("kv.block_size"), std::string::npos) << small;
-  EXPECT_EQ(message_of(paged(16), 16), "");
-  EXPECT_EQ(make_kv_manager(paged(16), 100)->capacity_slots(), 96);  // whole blocks only
+  EXPECT_EQ(message_of(paged_config(16), 16), "");
+  EXPECT_EQ(make_kv_manager(paged_config(16), 100)->capacity_slots(), 96);  // whole blocks only
 }
 
 }  // namespace

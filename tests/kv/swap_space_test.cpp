@@ -68,15 +68,16 @@ TEST(SwapSpace, PagedRunsAreWholeBlocksMergedWhereBothSidesAreContiguous) {
     config.block_size = bs;
     config.prefix_caching = false;
     PagedKvManager kv(config, 64 * bs);
-    // Interleaved allocation scatters a's blocks: a, filler, a, ...
-    Sequence a = make_seq(1, kvtest::iota_tokens(5 * bs), 4);
+    // Every other arena block held: a's blocks can only lie in holes of one block each.
     std::vector<Sequence> fillers;
-    for (int i = 0; i < 5; ++i) fillers.push_back(make_seq(10 + i, kvtest::iota_tokens(bs), 4));
-    kv.allocate(a, bs);
-    for (int i = 1; i <= 4; ++i) {
-      kv.allocate(fillers[i], bs);
-      kv.grow(a, (i + 1) * bs);
+    for (int i = 0; i < 64; ++i) {
+      fillers.push_back(make_seq(10 + i, kvtest::iota_tokens(bs), 1));  // one block, nothing reserved
+      kv.allocate(fillers.back(), bs);
     }
+    for (int i = 0; i < 64; i += 2) kv.release(fillers[static_cast<size_t>(i)]);
+    Sequence a = make_seq(1, kvtest::iota_tokens(5 * bs), 4);
+    kv.allocate(a, bs);
+    for (int i = 1; i <= 4; ++i) kv.grow(a, (i + 1) * bs);
     const int n = 5 * bs - (bs > 1 ? 1 : 0);  // a partial last block
     SwapSpace sp(1024, bs);
     Sequence other = make_seq(2, kvtest::iota_tokens(bs), 4);
