@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
+#include <vector>
+
+#include "engine/backend/cpu_small_gemm.h"
 
 namespace servelab {
 namespace {
@@ -60,13 +63,29 @@ int blas_threads() { return openblas_get_num_threads(); }
 void gemm_nt(const float* in, int rows, int n_in, const float* w, int n_cols, float* out, int ldo,
              bool accumulate) {
   if (rows <= 0 || n_cols <= 0) return;
+  if (small_rows_gemm_nt(in, rows, n_in, w, n_cols, out, ldo, accumulate)) return;
   const float beta = accumulate ? 1.0f : 0.0f;
   if (rows == 1) {
     cblas_sgemv(CblasRowMajor, CblasNoTrans, n_cols, n_in, 1.0f, w, n_in, in, 1, beta, out, 1);
     return;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n_cols, n_in, 1.0f, in, n_in, w, n_in, beta, out,
-              ldo);
+  if (rows % 4 != 3 || small_gemm_disabled()) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n_cols, n_in, 1.0f, in, n_in, w, n_in, beta, out,
+                ldo);
+    return;
+  }
+  // OpenBLAS's sgemm takes the rows four at a time and pays more for a remainder of three than
+  // for a fourth row (15 rows cost 1.15-1.18x 16 on the VM): run on a zero row more, in scratch.
+  const int padded = rows + 1;
+  thread_local std::vector<float> pin, pout;
+  pin.assign(size_t(padded) * n_in, 0.0f);
+  std::copy(in, in + size_t(rows) * n_in, pin.begin());
+  pout.resize(size_t(padded) * n_cols);
+  if (accumulate)
+    for (int r = 0; r < rows; ++r) std::copy(out + size_t(r) * ldo, out + size_t(r) * ldo + n_cols, &pout[size_t(r) * n_cols]);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, padded, n_cols, n_in, 1.0f, pin.data(), n_in, w, n_in, beta,
+              pout.data(), n_cols);
+  for (int r = 0; r < rows; ++r) std::copy(&pout[size_t(r) * n_cols], &pout[size_t(r) * n_cols] + n_cols, out + size_t(r) * ldo);
 }
 
 GemmTiling GemmTiling::make(int rows, int n_in, int n_out, int col_align, int n_threads) {

@@ -31,7 +31,9 @@ int blas_threads();
 
 /// out[r, j] = Σ_i in[r, i] · w[j, i] (+ out[r, j] when accumulate) for r < rows, j < n_cols.
 /// in: [rows, n_in]; w: n_cols rows of a row-major [*, n_in] weight; out: row stride ldo.
-/// One sgemm, or sgemv for a lone row (it streams the weight once, where gemm would pack it).
+/// Up to kSmallGemmMaxRows rows: the small-rows SIMD loop (cpu_small_gemm.h) where the CPU has
+/// AVX-512 or AVX2; otherwise one sgemm (on a zero row more where rows % 4 == 3), or sgemv for a
+/// lone row (it streams the weight once, where gemm would pack it).
 void gemm_nt(const float* in, int rows, int n_in, const float* w, int n_cols, float* out, int ldo,
              bool accumulate);
 

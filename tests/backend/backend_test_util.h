@@ -35,6 +35,15 @@ inline ModelConfig small_config(int n_kv_heads, bool attention_bias = false) {
   return c;
 }
 
+/// n standard-normal floats from seed (test operands).
+inline std::vector<float> normal_floats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist;
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
 /// ‖a − b‖ / ‖b‖.
 inline double rel_error(std::span<const float> a, std::span<const float> b) {
   if (a.size() != b.size()) return INFINITY;

@@ -15,14 +15,6 @@
 namespace servelab {
 namespace {
 
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist;
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
 TEST(GemmTiling, ItemsCoverEveryOutputOnceInAlignedColumnBlocks) {
   for (int rows : {1, 7, 128, 300})
     for (int n_out : {16, 96, 1000})
@@ -48,9 +40,9 @@ TEST(ParallelGemm, EqualsAPlainLoopOnAwkwardSizes) {
   for (int rows : {1, 17, 300})
     for (int n_out : {97, 1000}) {
       const int n_in = 67;
-      const std::vector<float> in = random_floats(size_t(rows) * n_in, 1);
-      const std::vector<float> w = random_floats(size_t(n_out) * n_in, 2);
-      const std::vector<float> init = random_floats(size_t(rows) * n_out, 3);
+      const std::vector<float> in = testing::normal_floats(size_t(rows) * n_in, 1);
+      const std::vector<float> w = testing::normal_floats(size_t(n_out) * n_in, 2);
+      const std::vector<float> init = testing::normal_floats(size_t(rows) * n_out, 3);
       for (bool accumulate : {false, true}) {
         std::vector<float> out = init;
         parallel_gemm_nt(pool, in.data(), rows, n_in, w.data(), n_out, out.data(), accumulate);
@@ -71,8 +63,9 @@ TEST(ParallelGemm, BackendLeavesOpenBlasSingleThreadedOnKernelsForThisCpu) {
   EXPECT_EQ(blas_threads(), 1) << "OpenBLAS threads would spin beside the pool";
 #if defined(__GNUC__) && defined(__x86_64__)
   // Prescott (SSE3) is what OpenBLAS falls back to on CPUs it does not know.
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !std::getenv("OPENBLAS_CORETYPE"))
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !std::getenv("OPENBLAS_CORETYPE")) {
     EXPECT_NE(blas_core(), "Prescott");
+  }
 #endif
 }
 
