@@ -80,6 +80,15 @@ struct DecodeAttentionArgs {
   /// (decode_attention_split: 2 where the auto split runs two blocks per SM with the pipeline,
   /// else 1). The bits do not depend on it (same arithmetic, same order).
   int pipeline_blocks_per_sm = 0;
+  /// Split merge through the workspace (DecodeSplit::reduce): how a block counts its arrival.
+  /// true (default since the seventh pass): a block barrier, then one thread's
+  /// `atom.add.acq_rel.gpu` on the split counter (the release covers the block's stores, which
+  /// the barrier ordered before it; the acquire, followed by a barrier, the other blocks'
+  /// partials), no fence.sc; +0.1 to +4% on every shape that merges through the workspace
+  /// (kernels/README.md). false: every thread `__threadfence()`s (fence.sc.gpu) after storing its
+  /// part of the partial, then one thread adds to the counter, and the last block fences again
+  /// before reading the partials. The same arithmetic in the same order: the same bits.
+  bool release_arrive = true;
 };
 
 /// How decode_attention cuts the contexts for these arguments on a GPU with n_sms multiprocessors.
@@ -132,7 +141,8 @@ struct PrefillAttentionArgs {
 
 /// Tiled, online-softmax attention on tensor cores. Runs prefill_attention_wgmma where
 /// prefill_wgmma_supported(head_dim) (an sm_90a build on a compute 9.0 device, head_dim 128), else
-/// prefill_attention_mma: the choice depends only on the device and the head dim, never on the
+/// prefill_attention_mma: the choice depends only on the device and the head dim (and, within
+/// prefill_attention_wgmma, on the KV layout, between two kernels with the same bits), never on the
 /// batch. In both, key tiles are aligned to absolute positions, so a row's result does not depend
 /// on the other rows of its tile or batch: chunked prefill gives the same bits as a full prefill,
 /// and the kernel is batch-invariant by design.
@@ -142,8 +152,9 @@ void prefill_attention(const PrefillAttentionArgs& a, cudaStream_t stream);
 void prefill_attention_mma(const PrefillAttentionArgs& a, cudaStream_t stream);
 /// FlashAttention-3 structure on wgmma (sm_90a): 128-row tiles over 2 consumer warpgroups,
 /// 128-position key tiles in 3 smem stages, P in registers. Runs one of the kernels below
-/// (always the same one: prefill_attention_wgmma_fa8, part 0). Throws std::invalid_argument where prefill_wgmma_supported(head_dim)
-/// is false.
+/// (by KV layout alone, never the batch: prefill_attention_wgmma_fa10 for the naive layout and paged
+/// blocks of 2^k >= 128 slots, prefill_attention_wgmma_fa8 part 0 otherwise; the two give the same
+/// bits). Throws std::invalid_argument where prefill_wgmma_supported(head_dim) is false.
 void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream);
 /// v5: warp-specialized (a producer warpgroup gathers K/V by cp.async onto per-stage mbarriers;
 /// no block-wide barrier per key tile). Same contract and bits per row as the others.
@@ -200,6 +211,24 @@ void prefill_attention_wgmma_fa8(const PrefillAttentionArgs& a, cudaStream_t str
 /// shuffles. l is then the sum of the 16-bit P that P·V uses. Other bits than fa8, the same
 /// contract (a row's bits do not depend on the batch, the chunking or the KV layout).
 void prefill_attention_wgmma_fa9(const PrefillAttentionArgs& a, cudaStream_t stream);
+/// fa10 (kernels/notes-prefill.md, ninth pass): fa8's consumers fed by v6's TMA producer (one
+/// thread loads whole key tiles by cp.async.bulk.tensor: a 128-row box a head_dim half for the
+/// naive layout and paged blocks of >= 128 slots, a box a block for blocks of 16-64 slots; the
+/// tile max_pos cuts by cp.async); other block sizes run fa8. The same shared memory as fa8, so
+/// fa8's bits on every layout.
+void prefill_attention_wgmma_fa10(const PrefillAttentionArgs& a, cudaStream_t stream);
+/// fa11 (kernels/notes-prefill.md, tenth pass): fa8's consumers; the producer decides per key tile:
+/// where the tile is whole and its 128 slots are consecutive in the arena (the naive layout, a block
+/// of >= 128 slots, or blocks the table holds in one physical run, any block size), thread 0 loads
+/// it as two 128-row boxes by cp.async.bulk.tensor; else the producer warpgroup gathers it by
+/// cp.async as fa8 does. The same shared memory as fa8, so fa8's bits on every layout and table.
+/// Each producer warp learns which tiles are TMA tiles 32 at a time (one ballot over its lanes'
+/// table checks). Selectable by name (kernels/notes-prefill.md, tenth pass: +9-10% over fa8 on the
+/// engine's run tables, 2-5% behind it on shuffled ones).
+void prefill_attention_wgmma_fa11(const PrefillAttentionArgs& a, cudaStream_t stream);
+/// fa11 deciding per key tile by a shuffle and a vote of each producer warp (the tenth pass's call
+/// 1: 5-7% slower than fa8 where every tile is gathered). fa8's bits.
+void prefill_attention_wgmma_fa11_vote(const PrefillAttentionArgs& a, cudaStream_t stream);
 /// y[i] = fa7's FMA-pipe exp2 of x[i] (device pointers, n floats): the kernels' bits, for the test
 /// against exp2_poly::exp2_poly3. Throws std::invalid_argument for n < 0.
 void prefill_exp2_poly(const float* x, float* y, int64_t n, cudaStream_t stream);

@@ -421,6 +421,7 @@ void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
   p.max_splits = split.n_splits;
   p.partial = split.reduce;
   p.cluster = split.cluster;
+  p.release_arrive = a.release_arrive;
   p.bs_shift = -1;
   if (a.kv.kind == KvLayoutKind::paged) {
     if (a.kv.block_size < 1) throw std::invalid_argument("decode_attention: block_size must be >= 1");

@@ -6,7 +6,7 @@
 //
 // Split merge in one launch: each block of a split context writes its normalized output and
 // (max, sum) to the workspace, then __threadfence + atomicAdd on a counter per (sequence, block
-// column). The block that brings the counter to the sequence's split count merges the partials in
+// column) (with Params::release_arrive: a block barrier and one acq_rel atomic). The block that brings the counter to the sequence's split count merges the partials in
 // split order (fixed, so the result is reproducible and, with a fixed split length, independent of
 // the batch) and sets the counter back to 0, so the next launch (or a CUDA graph replay) finds it
 // zero. The counters live at the end of the workspace (decode_workspace_layout) and must be zero
@@ -45,6 +45,7 @@ struct Params {
   float* ws_o;       // [n_seqs, n_heads, max_splits, HD]
   float* ws_ml;      // [n_seqs, n_heads, max_splits, 2]
   int32_t* counters; // [n_seqs, gridDim.x], zero between launches
+  bool release_arrive;  // DecodeAttentionArgs::release_arrive: one acq_rel atomic instead of the fences
 };
 
 /// Read-only 16-byte load of K/V, no L1 allocation, with the L2::256B prefetch-size hint (a miss
@@ -310,16 +311,31 @@ __device__ __forceinline__ void finish_block(const Params& p, const float (*sm_m
   if (!p.partial) return;
   __shared__ int last;
   const int n = (ctx + p.split_len - 1) / p.split_len;
-  __threadfence();  // this block's partial is visible before its arrival is counted
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int32_t* c = p.counters + int64_t(s) * gridDim.x + blockIdx.x;
-    last = atomicAdd(c, 1) == n - 1;
-    if (last) atomicExch(c, 0);  // every block of this column has arrived: ready for the next launch
+  int32_t* c = p.counters + int64_t(s) * gridDim.x + blockIdx.x;
+  if (p.release_arrive) {  // uniform over the grid
+    // The barrier orders every thread's partial stores before thread 0's release (cumulative in
+    // the PTX memory model); its acquire, then the barrier, orders the other blocks' partials
+    // before this block's loads of them (the pattern of CUTLASS's generic barrier).
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int old;
+      asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;\n" : "=r"(old) : "l"(c) : "memory");
+      last = old == n - 1;
+      if (last) asm volatile("st.relaxed.gpu.global.s32 [%0], 0;\n" ::"l"(c) : "memory");  // ready for the next launch
+    }
+    __syncthreads();
+    if (!last) return;
+  } else {
+    __threadfence();  // this block's partial is visible before its arrival is counted
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      last = atomicAdd(c, 1) == n - 1;
+      if (last) atomicExch(c, 0);  // every block of this column has arrived: ready for the next launch
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
   }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
   merge_splits<T, HD, G>(p, s, row, kvh, sub, n);
 }
 

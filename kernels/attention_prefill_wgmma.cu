@@ -19,7 +19,7 @@
 // zeros to it, so a row's bits do not depend on its tile or batch.
 // Built for sm_90a only (SERVELAB_HAS_SM90A from kernels/CMakeLists.txt); elsewhere
 // prefill_attention keeps the mma.sync kernel. This is v4.1 (prefill_attention_wgmma_sync); the one
-// prefill_attention_wgmma runs is fa8 in attention_prefill_wgmma_ws.cu (see notes-prefill.md).
+// prefill_attention_wgmma runs is fa8 or fa10 (by KV layout) in attention_prefill_wgmma_ws.cu (see notes-prefill.md).
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -267,7 +267,7 @@ bool prefill_wgmma_supported(int head_dim) {
 namespace {
 enum class Variant {
   sync, ws, pingpong, tma, lean, persist, fa5, fa5_pack_early, fa5_pack_after, fa5_uniform, fa5_v51_order, fa5_no_turns, fa6, fa6_tree,
-  fa7_p16, fa7_p24, fa7_p32, fa8, fa8_lean, fa6_lean, fa9
+  fa7_p16, fa7_p24, fa7_p32, fa8, fa8_lean, fa6_lean, fa9, fa10, fa11, fa11_vote
 };
 /// The wgmma kernels: checks, Params, grid; v picks v4.1 (sync), v5.1 (ws), v5.1 with ping-pong, v6 (tma), v6.1 (lean) or
 /// v7 (persist, on at most max_blocks blocks where > 0).
@@ -323,6 +323,9 @@ void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v, in
                              : v == Variant::fa8_lean       ? WsVariant::fa8_lean
                              : v == Variant::fa6_lean       ? WsVariant::fa6_lean
                              : v == Variant::fa9            ? WsVariant::fa9
+                             : v == Variant::fa10           ? WsVariant::fa10
+                             : v == Variant::fa11           ? WsVariant::fa11
+                             : v == Variant::fa11_vote      ? WsVariant::fa11_vote
                                                             : WsVariant::lean,
                              a.dtype, stream);
   else SERVELAB_DISPATCH_16(a.dtype, launch<__nv_bfloat16>(p, int(grid), stream), launch<__half>(p, int(grid), stream));
@@ -339,8 +342,26 @@ void run_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream, Variant v, in
 // fa9 (eighth pass, 29d7fa6) ran dispatched in its call: correct (engine path, chunked / batch,
 // invariance), but the call's test step timed out before kernel_bench, so it is unmeasured and fa8
 // stays dispatched; fa9 is selectable by name (notes-prefill.md, eighth pass).
+// Ninth pass (notes-prefill.md): fa10 (fa8's consumers on the TMA producer, fa8's bits) where a key
+// tile is two 128-row boxes a head_dim half: the naive layout and paged blocks of 2^k >= 128 slots
+// (c9af63d: +5.7% / +7.9% over fa8 on the naive arena, +10.6% / +10.8% on blocks of 256 at 4k GQA 1 /
+// 4, ahead in every round); fa8 elsewhere (fa10's 16-row boxes on blocks of 16 were 11% slower).
+// Both give the same bits, so a row's result still does not depend on the layout.
+// Tenth pass (notes-prefill.md): fa11 (fa8's consumers; per key tile two 128-row TMA boxes where the
+// tile's slots are consecutive, as the engine's physical runs mostly leave them, else fa8's gather)
+// was +9-10% over fa8 on the engine's own tables at 4k but 1.9% / 4.8% behind it on a shuffled
+// table at GQA 1 / 4 (c0b203b), past the -2% its brief allowed. The lead dispatched it anyway for
+// blocks < 128: PagedKvManager places a sequence's blocks in physical runs (engine/kv/block_runs.h),
+// so the engine's own tables are the case that counts (+9-10%), and a table shuffled block by block
+// is the worst case, not the usual one (fa11 there does fa8's gather on every tile). The merged
+// tree's quick check runs the GPU tests and the engine on it. Same bits as fa8 and fa10.
+namespace {
+bool whole_tile_boxes(const KvAddressing& kv) {
+  return kv.kind == KvLayoutKind::naive || (kv.block_size >= kBN && (kv.block_size & (kv.block_size - 1)) == 0);
+}
+}  // namespace
 void prefill_attention_wgmma(const PrefillAttentionArgs& a, cudaStream_t stream) {
-  run_wgmma(a, stream, Variant::fa8);  // conditional rescaling: the O rescale skipped on most tiles
+  run_wgmma(a, stream, whole_tile_boxes(a.kv) ? Variant::fa10 : Variant::fa11);
 }
 void prefill_attention_wgmma_pingpong(const PrefillAttentionArgs& a, cudaStream_t stream) {
   run_wgmma(a, stream, Variant::pingpong);
@@ -361,6 +382,9 @@ void prefill_attention_wgmma_fa8(const PrefillAttentionArgs& a, cudaStream_t str
   run_wgmma(a, stream, part == 0 ? Variant::fa8 : part == 1 ? Variant::fa8_lean : Variant::fa6_lean);
 }
 void prefill_attention_wgmma_fa9(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::fa9); }
+void prefill_attention_wgmma_fa10(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::fa10); }
+void prefill_attention_wgmma_fa11(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::fa11); }
+void prefill_attention_wgmma_fa11_vote(const PrefillAttentionArgs& a, cudaStream_t stream) { run_wgmma(a, stream, Variant::fa11_vote); }
 void prefill_attention_wgmma_fa5_part(const PrefillAttentionArgs& a, cudaStream_t stream, int part) {
   static constexpr Variant kParts[] = {Variant::fa5, Variant::fa5_pack_early, Variant::fa5_pack_after, Variant::fa5_uniform, Variant::fa5_v51_order,
                                        Variant::fa5_no_turns, Variant::fa6, Variant::fa6_tree};

@@ -177,6 +177,30 @@ struct Layout {
   static constexpr size_t kAlloc = kBytes + 1024;  // room to round the base up to 1024
 };
 
+// ---- v5: warp-specialized (a producer warpgroup, two consumers), per-stage mbarriers ----------
+// Warpgroup 0 gathers Q and the K/V tiles by cp.async (each thread's copies complete on the
+// stage's "full" mbarrier: cp.async.mbarrier.arrive.noinc) and waits on the stage's "empty"
+// mbarrier before refilling it; warpgroups 1 and 2 run the same MMA/softmax schedule as
+// prefill_wgmma_kernel, waiting on "full" and releasing a stage (one arrive per warp) once the
+// wgmma that read it has completed. No block-wide barrier per key tile; setmaxnreg gives the
+// producer 56 registers and the consumers 224 (v5.1: 16 slots kept per tile; 40 and 48 spilled).
+/// The warp-specialized kernels' (attention_prefill_wgmma_ws.cu) threads and shared memory: Layout,
+/// then the stages' mbarriers.
+constexpr int kThreadsWs = 384;
+struct LayoutWs {
+  static constexpr uint32_t kBars = Layout::kBytes;  // 8-aligned (kRows + 1544)
+  // full_q, full_k[3], full_v[3], empty_k[3], empty_v[3]
+  static constexpr uint32_t kFullQ = kBars, kFullK = kFullQ + 8, kFullV = kFullK + 8 * kStages,
+                            kEmptyK = kFullV + 8 * kStages, kEmptyV = kEmptyK + 8 * kStages;
+  static constexpr uint32_t kBytes = kEmptyV + 8 * kStages;
+  static constexpr size_t kAlloc = kBytes + 1024;
+  /// fa9: a 16 x 8 ones matrix (two no-swizzle core matrices, 256 bytes), P·1 = the row sums.
+  static constexpr uint32_t kOnes = (kBytes + 15) & ~15u, kOnesBytes = 256;
+  static constexpr size_t kAllocOnes = kOnes + kOnesBytes + 1024;
+};
+static_assert(LayoutWs::kAllocOnes <= 227 * 1024, "fa9's shared memory exceeds the sm_90 block limit");
+static_assert(Layout::kBytes % 8 == 0, "mbarriers need 8-byte alignment");
+
 // smem_u32, cp_async16, cp_async_commit/wait and pack2 come from kernels/mma_util.cuh.
 __device__ __forceinline__ float ex2(float x) {
   float y;
@@ -438,9 +462,15 @@ struct RowPairSoftmax {
 /// fa6_lean: fa6's consumers (no skip) on v6.1's lean producer: fa6's bits.
 /// fa9 (eighth pass): fa8 with the row sums on the tensor core (P against a ones matrix, 8
 /// m64n8k16 beside each P·V, rescaled with O): other bits than fa8, invariant as every kernel here.
+/// fa10 (ninth pass): fa8's consumers fed by v6's TMA producer (whole key tiles by
+/// cp.async.bulk.tensor: one 128-row box a head_dim half for the naive layout and paged blocks of
+/// >= 128 slots, one a block for 16-64; other block sizes run fa8): fa8's bits (the same smem).
+/// fa11 (tenth pass): fa8's consumers, the producer deciding per key tile: two 128-row TMA boxes
+/// where the tile's 128 slots are consecutive in the arena, else fa8's cp.async gather: fa8's bits.
+/// fa11_vote: the same, decided per tile by a vote of each producer warp (call 1 of the pass).
 enum class WsVariant {
   ws, pingpong, tma, lean, persist, fa5, fa5_pack_early, fa5_pack_after, fa5_uniform, fa5_v51_order, fa5_no_turns, fa6, fa6_tree,
-  fa7_p16, fa7_p24, fa7_p32, fa8, fa8_lean, fa6_lean, fa9
+  fa7_p16, fa7_p24, fa7_p32, fa8, fa8_lean, fa6_lean, fa9, fa10, fa11, fa11_vote
 };
 /// Launches the warp-specialized kernel v on grid blocks (persist: at most one block per SM, grid
 /// items).

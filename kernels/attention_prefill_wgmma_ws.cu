@@ -1,68 +1,21 @@
 // Prefill attention on wgmma, v5: the warp-specialized kernel (see the comment below and
 // kernels/notes-prefill.md); shares Params, Layout and the helpers with attention_prefill_wgmma.cu
 // through attention_prefill_wgmma.cuh. Selectable by name (prefill_attention_wgmma_ws, _pingpong,
-// _tma, _lean, _fa5, _fa6, _fa7, _fa8, _fa9, _fa5_part); prefill_attention runs fa8 (kSched 6, kCons 2 below) on
-// Hopper at hd 128.
-#include <cuda.h>  // CUtensorMap (the encoder comes through the runtime: no libcuda link)
-#include <cudaTypedefs.h>
-
+// _tma, _lean, _fa5, _fa6, _fa7, _fa8, _fa9, _fa10, _fa11, _fa11_vote, _fa5_part); prefill_attention runs
+// fa10 or fa8 (kProd 1 or 0, kSched 6, kCons 2 below) on Hopper at hd 128, by KV layout.
 #include <stdexcept>
 
 #include "kernels/attention.h"
 #include "kernels/attention_prefill_wgmma.cuh"
+#include "kernels/attention_prefill_wgmma_tma.cuh"
 #include "kernels/common.cuh"
 
 namespace servelab::kernels::prefill_wgmma {
 
-// mbar_init, mbar_wait, mbar_arrive and cp_async_arrive_noinc come from attention_prefill_wgmma.cuh.
-/// The same without .noinc: the pending count goes up now and down when the copies land, so the
-/// phase still needs its counted arrivals (v6's partial tile: thread 0 arrives after a barrier).
-__device__ __forceinline__ void cp_async_arrive_inc(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-/// Arrives on bar and adds tx bytes the phase waits for (the TMA copies complete them).
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t tx) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(tx) : "memory");
-}
-/// TMA: the box of map at (c0, c1, c2) into shared dst, completing tx bytes on bar.
-__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-      : "memory");
-}
-
-/// v6: K and V arenas as 3-D tensor maps (head_dim, kv heads, slots; box 64 x 1 x rows,
-/// 128-byte swizzle: the layout the wgmma descriptors read), rows = 128 (naive layout, or paged
-/// blocks of >= 128 slots) or the block size (16, 32, 64).
-struct TmaMaps {
-  CUtensorMap k, v;
-  int rows;
-};
+// mbar_init, mbar_wait, mbar_arrive, cp_async_arrive_noinc, kThreadsWs, LayoutWs and v5's design
+// (below: kProd 0) come from attention_prefill_wgmma.cuh; the TMA helpers from attention_prefill_wgmma_tma.cuh.
 
 namespace {
-// ---- v5: warp-specialized (a producer warpgroup, two consumers), per-stage mbarriers ----------
-// Warpgroup 0 gathers Q and the K/V tiles by cp.async (each thread's copies complete on the
-// stage's "full" mbarrier: cp.async.mbarrier.arrive.noinc) and waits on the stage's "empty"
-// mbarrier before refilling it; warpgroups 1 and 2 run the same MMA/softmax schedule as
-// prefill_wgmma_kernel, waiting on "full" and releasing a stage (one arrive per warp) once the
-// wgmma that read it has completed. No block-wide barrier per key tile; setmaxnreg gives the
-// producer 56 registers and the consumers 224 (v5.1: 16 slots kept per tile; 40 and 48 spilled).
-constexpr int kThreadsWs = 384;
-struct LayoutWs {
-  static constexpr uint32_t kBars = Layout::kBytes;  // 8-aligned (kRows + 1544)
-  // full_q, full_k[3], full_v[3], empty_k[3], empty_v[3]
-  static constexpr uint32_t kFullQ = kBars, kFullK = kFullQ + 8, kFullV = kFullK + 8 * kStages,
-                            kEmptyK = kFullV + 8 * kStages, kEmptyV = kEmptyK + 8 * kStages;
-  static constexpr uint32_t kBytes = kEmptyV + 8 * kStages;
-  static constexpr size_t kAlloc = kBytes + 1024;
-  /// fa9: a 16 x 8 ones matrix (two no-swizzle core matrices, 256 bytes), P·1 = the row sums.
-  static constexpr uint32_t kOnes = (kBytes + 15) & ~15u, kOnesBytes = 256;
-  static constexpr size_t kAllocOnes = kOnes + kOnesBytes + 1024;
-};
-static_assert(LayoutWs::kAllocOnes <= 227 * 1024, "fa9's shared memory exceeds the sm_90 block limit");
-static_assert(Layout::kBytes % 8 == 0, "mbarriers need 8-byte alignment");
-
 /// kPingPong: the two consumer warpgroups take turns issuing their GEMMs (named barriers 1 and 2,
 /// FA3's schedule), so one's softmax runs while the other's GEMMs hold the tensor cores.
 /// kProd picks the producer. 0 (v5.1): cp.async, 16 slots a thread per tile. 1 (v6, kTma):
@@ -71,8 +24,11 @@ static_assert(Layout::kBytes % 8 == 0, "mbarriers need 8-byte alignment");
 /// expect_tx); the tile max_pos cuts (zeros past it) goes the cp.async way. 2 (v6.1, kLean):
 /// cp.async with fewer instructions on whole tiles (8 table reads a thread for blocks of 2^k >= 16
 /// slots, a 32x32->64-bit multiply per row, no validity tests), and the consumers skip the O
-/// rescale where no row of the warp changed its maximum (a multiply by exactly 1). Every producer
-/// writes the same smem bytes, so all give the same bits.
+/// rescale where no row of the warp changed its maximum (a multiply by exactly 1). 3 (fa11): per
+/// key tile, two 128-row TMA boxes by thread 0 where the tile's 128 slots are consecutive (naive,
+/// blocks >= 128, blocks in one physical run), else 0's gather; "full" counts 128 arrivals either
+/// way (thread 0's arrive.expect_tx and 127 plain ones, or each thread's noinc arrive). 4
+/// (fa11_vote): the same, decided per tile by a vote. Every producer writes the same smem bytes.
 /// kSched picks the consumers' schedule (the same arithmetic, so the same bits). 0: v5.1's. fa5
 /// (notes-prefill.md, fifth pass): ptxas placed v5.1's P·V wait (WARPGROUP.DEPBAR) above the
 /// softmax, to interleave the O rescale and the P packing with the exponentials, so the softmax
@@ -99,7 +55,7 @@ static_assert(Layout::kBytes % 8 == 0, "mbarriers need 8-byte alignment");
 /// still a function of the row alone. fa5's order (kSched 4 or 6) only.
 template <typename T, bool kPingPong, int kProd, int kSched = 0, int kPoly = 0, int kCons = -1, bool kSumMma = false>
 __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const Params p, const __grid_constant__ TmaMaps maps) {
-  constexpr bool kTma = kProd == 1, kLean = kProd == 2;
+  constexpr bool kTma = kProd == 1, kLean = kProd == 2, kRuns = kProd == 3 || kProd == 4;
   constexpr bool kLazy = kCons == 2, kSkipHeld = kCons < 0 ? kLean : kCons > 0;
   // 6 (fa6) and 7: 4 with the softmax's row maxima as trees; 6 also ms / corr without branches.
   constexpr bool kFa3Order = kSched == 1 || kSched == 2 || kSched == 4 || kSched >= 6, kPackEarly = kSched == 1;
@@ -125,7 +81,7 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
     sh[1] = tile;
     mbar_init(sbase + LW::kFullQ, 128);
     for (int i = 0; i < kStages; ++i) {
-      mbar_init(sbase + LW::kFullK + 8 * i, kTma ? 1 : 128);  // v5.1: one noinc arrive per producer thread
+      mbar_init(sbase + LW::kFullK + 8 * i, kTma ? 1 : 128);  // v5.1, fa11: one arrive per producer thread
       mbar_init(sbase + LW::kFullV + 8 * i, kTma ? 1 : 128);
       mbar_init(sbase + LW::kEmptyK + 8 * i, 8);  // one arrive per consumer warp
       mbar_init(sbase + LW::kEmptyV + 8 * i, 8);
@@ -206,6 +162,49 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
         }
       }
     };
+    // fa11: bit t - run_base of run_mask: tile t is whole and its 128 slots are consecutive. Each
+    // warp finds it 32 tiles at a time (lane i checks tile run_base + i's blocks, one ballot).
+    const int lane = tid % 32;
+    uint32_t run_mask = 0;
+    int run_base = -64;
+    auto tile_run = [&](int t) -> bool {
+      if (t >= run_base + 32) {  // t is warp-uniform
+        run_base = t;
+        const int u = t + lane, k0 = u * kBN, k1 = k0 + kBN - 1;
+        bool run = u < n_key_tiles && k1 <= max_pos;  // the cut tile: zeros past max_pos
+        if (run && paged) {
+          const int b0 = bs_shift >= 0 ? k0 >> bs_shift : k0 / bs, b1 = bs_shift >= 0 ? k1 >> bs_shift : k1 / bs;
+          const int32_t first = trow[b0];
+#pragma unroll 8
+          for (int b = b0 + 1; b <= b1; ++b) run &= trow[b] == first + (b - b0);
+        }
+        run_mask = __ballot_sync(0xffffffffu, run);
+      }
+      return (run_mask >> (t - run_base)) & 1u;
+    };
+    auto tile_start = [&](int t) -> int32_t {
+      const int k0 = t * kBN;
+      if (!paged) return int32_t(base_slot) + k0;
+      const int b0 = bs_shift >= 0 ? k0 >> bs_shift : k0 / bs;
+      return trow[b0] * bs + (k0 - b0 * bs);
+    };
+    // fa11_vote: tile t's first slot where its slots are consecutive, else -1, per tile: lane i
+    // reads the entry of the tile's block i (32 a round), a shuffle of lane 0's, one vote a round.
+    auto tile_box = [&](int t) -> int32_t {
+      const int k0 = t * kBN, k1 = k0 + kBN - 1;
+      if (k1 > max_pos) return -1;  // the cut tile: zeros past max_pos
+      if (!paged) return int32_t(base_slot) + k0;
+      const int b0 = bs_shift >= 0 ? k0 >> bs_shift : k0 / bs, nbt = (bs_shift >= 0 ? k1 >> bs_shift : k1 / bs) - b0 + 1;
+      int32_t first = 0;
+      bool run = true;
+      for (int c = 0; c < nbt; c += 32) {
+        const int i = c + lane;
+        const int32_t blk = i < nbt ? trow[b0 + i] : 0;
+        if (c == 0) first = __shfl_sync(0xffffffffu, blk, 0);
+        run = __all_sync(0xffffffffu, i >= nbt || blk == first + i) && run;
+      }
+      return run ? first * bs + (k0 - b0 * bs) : -1;
+    };
     const int row_bytes = int(p.kv_row * int64_t(sizeof(T)));  // < 2^31: n_kv * 256
     const char* kcol = kbase + col * int64_t(sizeof(T));
     const char* vcol = vbase + col * int64_t(sizeof(T));
@@ -271,6 +270,31 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
     for (int t = t_first; t < n_key_tiles; ++t) {
       const int st = t % kStages, n = t / kStages;
       const uint32_t soff = uint32_t(st) * L::kTile + sw;
+      if constexpr (kRuns) {
+        int32_t box = -1;
+        if (kProd == 3 ? tile_run(t) : (box = tile_box(t)) >= 0) {  // two 128-row boxes a K or V tile: thread 0 counts the bytes, the others arrive
+          if (kProd == 3 && tid == 0) box = tile_start(t);
+          const uint32_t dk = sbase + L::kK + uint32_t(st) * L::kTile, dv = sbase + L::kV + uint32_t(st) * L::kTile;
+          const uint32_t fk = sbase + LW::kFullK + 8 * st, fv = sbase + LW::kFullV + 8 * st;
+          if (n > 0) mbar_wait(sbase + LW::kEmptyK + 8 * st, (n - 1) & 1);  // all wait: no arrive runs a phase ahead
+          if (tid == 0) {
+            mbar_arrive_expect_tx(fk, L::kTile);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) tma_load_3d(dk + h * L::kHalf, &maps.k, h * 64, kvh, box, fk);
+          } else {
+            mbar_arrive(fk);
+          }
+          if (n > 0) mbar_wait(sbase + LW::kEmptyV + 8 * st, (n - 1) & 1);
+          if (tid == 0) {
+            mbar_arrive_expect_tx(fv, L::kTile);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) tma_load_3d(dv + h * L::kHalf, &maps.v, h * 64, kvh, box, fv);
+          } else {
+            mbar_arrive(fv);
+          }
+          continue;
+        }
+      }
       const bool lean = kLean && lean_layout && t * kBN + kBN - 1 <= max_pos;
       if (lean) lean_slots(t);
       else tile_slots(t);  // the table reads overlap the wait for the stage
@@ -467,38 +491,6 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
 #endif
 }
 
-/// The encoder of tensor maps, from the driver through the runtime (once).
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
-    if (q != cudaDriverEntryPointSuccess || !f) throw std::runtime_error("prefill_attention_wgmma: no cuTensorMapEncodeTiled in the driver");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-/// Box rows of v6's tensor maps for this layout, 0 where TMA does not apply (paged blocks of
-/// fewer than 16 slots or not a power of two: those take the cp.async producer, v5.1).
-int tma_rows(const Params& p) {
-  if (p.kv.kind == KvLayoutKind::naive) return kBN;
-  return p.block_shift >= 4 ? std::min(p.kv.block_size, kBN) : 0;
-}
-
-template <typename T>
-CUtensorMap encode_kv_map(const void* arena, const Params& p, int rows) {
-  CUtensorMap m;
-  const cuuint64_t dims[3] = {cuuint64_t(kHD), cuuint64_t(p.n_kv), cuuint64_t(p.n_slots)};
-  const cuuint64_t strides[2] = {cuuint64_t(kHD) * sizeof(T), cuuint64_t(p.kv_row) * sizeof(T)};  // bytes, dims 1 and 2
-  const cuuint32_t box[3] = {64, 1, cuuint32_t(rows)}, elem_strides[3] = {1, 1, 1};
-  const CUresult r = tensor_map_encoder()(&m, std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                                          3, const_cast<void*>(arena), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                          CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) throw std::runtime_error("prefill_attention_wgmma: cuTensorMapEncodeTiled failed (" + std::to_string(int(r)) + ")");
-  return m;
-}
-
 template <typename T, bool kPingPong, int kProd, int kSched = 0, int kPoly = 0, int kCons = -1, bool kSumMma = false>
 void launch_ws_t(const Params& p, int grid, cudaStream_t stream) {
   constexpr size_t kAlloc = kSumMma ? LayoutWs::kAllocOnes : LayoutWs::kAlloc;
@@ -509,6 +501,11 @@ void launch_ws_t(const Params& p, int grid, cudaStream_t stream) {
   }();
   (void)raised;
   TmaMaps maps{};
+  if constexpr (kProd == 3 || kProd == 4) {  // fa11: 128-row boxes over the slots, any layout
+    maps.rows = kBN;
+    maps.k = encode_kv_map<T>(p.k_cache, p, kBN);
+    maps.v = encode_kv_map<T>(p.v_cache, p, kBN);
+  }
   if constexpr (kProd == 1) {
     maps.rows = tma_rows(p);
     maps.k = encode_kv_map<T>(p.k_cache, p, maps.rows);
@@ -522,6 +519,8 @@ void launch_ws_t(const Params& p, int grid, cudaStream_t stream) {
 
 void launch_ws(const Params& p, int grid, WsVariant v, ScalarType dtype, cudaStream_t stream) {
   if (v == WsVariant::tma && !(tma_rows(p) > 0 && p.n_slots > 0)) v = WsVariant::pingpong;  // other layouts: v5.1
+  if (v == WsVariant::fa10 && !(tma_rows(p) > 0 && p.n_slots > 0)) v = WsVariant::fa8;       // other layouts: fa8
+  if ((v == WsVariant::fa11 || v == WsVariant::fa11_vote) && p.n_slots < kBN) v = WsVariant::fa8;  // no 128 consecutive slots (no 128-row map)
   switch (v) {
     case WsVariant::ws:
       SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, false, 0>(p, grid, stream)), (launch_ws_t<__half, false, 0>(p, grid, stream)));
@@ -583,6 +582,15 @@ void launch_ws(const Params& p, int grid, WsVariant v, ScalarType dtype, cudaStr
     case WsVariant::fa9:
       SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 0, 6, 0, 2, true>(p, grid, stream)),
                            (launch_ws_t<__half, true, 0, 6, 0, 2, true>(p, grid, stream)));
+      break;
+    case WsVariant::fa10:  // fa8's consumers, v6's TMA producer
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 1, 6, 0, 2>(p, grid, stream)), (launch_ws_t<__half, true, 1, 6, 0, 2>(p, grid, stream)));
+      break;
+    case WsVariant::fa11:  // fa8's consumers; per tile TMA (consecutive slots) or fa8's gather
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 3, 6, 0, 2>(p, grid, stream)), (launch_ws_t<__half, true, 3, 6, 0, 2>(p, grid, stream)));
+      break;
+    case WsVariant::fa11_vote:  // the same, decided per tile by a vote (call 1)
+      SERVELAB_DISPATCH_16(dtype, (launch_ws_t<__nv_bfloat16, true, 4, 6, 0, 2>(p, grid, stream)), (launch_ws_t<__half, true, 4, 6, 0, 2>(p, grid, stream)));
       break;
 
   }

@@ -295,24 +295,33 @@ def combine(kb_path, peers_path, out_path, commit, before_path=None):
                     "date": date, "commit": commit})
 
     decode = {}  # base shape -> {variant: GB/s}, for the compact table printed below
+
+    def decode_shape(shape):  # "b1 ctx1024 gqa4 (16 splits mma); engine blocks: ..." -> "... (16 splits mma) hd128 block16; engine ..."
+        i = shape.find(")")
+        return shape[:i + 1] + " hd128 block16" + shape[i + 1:] if i >= 0 else shape + " hd128 block16"
+
     for r in kb:
         shape = r["shape"]
         base = shape.split(" (")[0].replace(" split512", "")  # kernel_bench appends "(N splits)"
         if r["name"].startswith("paged_decode_attn"):
             decode.setdefault(base, {})[r["name"].replace("paged_decode_attn", "") or "default"] = r["value"]
             if r["name"] == "paged_decode_attn" and " (" in shape:  # "(16 splits mma cluster)" -> "16 mma cl"
-                cut = shape.split(" (")[1].rstrip(")").replace(" splits", "").replace("cluster", "cl").replace("pipe", "p")
+                cut = shape.split(" (")[1].split(")")[0].replace(" splits", "").replace("cluster", "cl").replace("pipe", "p")
                 decode[base]["cut"] = cut
-        if r["name"] == "paged_decode_attn":
+        if r["name"] in ("paged_decode_attn", "paged_decode_attn_shuffled"):
+            # the default (the engine's layout since the seventh pass) and the shuffled table beside it
             p = prow.get(("sdpa_decode_attn", base))
             if p:
-                add("paged_decode_attn", r["value"], "GB/s", f"torch_sdpa_{p['backend']} {p['value']:.0f} GB/s",
-                    r["value"] / p["value"], shape + " hd128 block16")
-            add("paged_decode_attn_vs_copy", r["value"], "GB/s", r["peer_or_ceiling"], r["ratio"], shape + " hd128 block16")
+                add(r["name"], r["value"], "GB/s", f"torch_sdpa_{p['backend']} {p['value']:.0f} GB/s",
+                    r["value"] / p["value"], decode_shape(shape))
+            if r["name"] == "paged_decode_attn":
+                add("paged_decode_attn_vs_copy", r["value"], "GB/s", r["peer_or_ceiling"], r["ratio"], decode_shape(shape))
         elif r["name"] in ("prefill_attn", "prefill_attn_mma", "prefill_attn_wmma") or r["name"].startswith("prefill_attn_wgmma"):
-            # the default, then the others (each wgmma version by name) against the same SDPA row
-            p = prow.get(("sdpa_prefill_attn", base))
-            pb = before.get(("sdpa_prefill_attn", base))
+            # the default, then the others (each wgmma version by name) against the same SDPA row;
+            # the KV layout after "seqN gqaG" (" naive", " block256", " engine") is ours: SDPA reads contiguous K/V
+            pbase = " ".join(base.split()[:2])
+            p = prow.get(("sdpa_prefill_attn", pbase))
+            pb = before.get(("sdpa_prefill_attn", pbase))
             if p and pb:
                 mean = 0.5 * (p["value"] + pb["value"])
                 add(r["name"], r["value"], "TFLOP/s",

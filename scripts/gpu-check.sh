@@ -21,7 +21,7 @@
 #   NCU_TIMEOUT, NCU_ARGS: more ncu arguments; runs after the peers), NCU_SOURCE=1 (that ncu run with --set full
 #   --import-source yes and PC sampling every 2^(5+NCU_SAMPLING) cycles (default 3), saved as a report; the per-SASS-line
 #   stall profile is condensed by scripts/ncu-source-stalls.py into ncu_stalls.txt, regions from NCU_SRC, default
-#   kernels/attention_prefill_wgmma_ws.cu), PEERS_AROUND=1 (the peers also run before kernel_bench: peers_before.json;
+#   kernels/attention_prefill_wgmma_ws.cu; NCU_KERNEL2 / NCU_SKIP2 / NCU_ARGS2: a second such profile, ncu_stalls2.txt), PEERS_AROUND=1 (the peers also run before kernel_bench: peers_before.json;
 #   the prefill rows are then read against the mean of the SDPA runs before and after), TESTS_TIMEOUT / MEMCHECK_TIMEOUT (seconds, default 300 / 200; a timed-out test step, e.g. a
 #   hung kernel, skips memcheck and the benchmarks so the logs still come back), DEBS_DIR (a folder of carried Debian .deb files,
 #   unpacked into a prefix when the machine's image lacks the build dependencies; recipe:
@@ -152,24 +152,33 @@ if want peers; then
       --benchmarks "$OUT/benchmarks.json" --commit "$COMMIT" >"$LOGS/combine.log" 2>&1 || FAILED=1
   fi
 fi
+# ncu_source TAG KERNEL_REGEX SKIP EXTRA_ARGS: one launch, --set full with source (the build has -lineinfo), PC sampling;
+# the per-SASS-line stall profile condensed by scripts/ncu-source-stalls.py into $OUT/ncu_stalls$TAG.txt.
+ncu_source() {
+  local tag=$1 kernel=$2 skip=$3 extra=$4
+  step "ncu$tag" "${NCU_TIMEOUT:-180}" ncu --kernel-name "regex:$kernel" --launch-skip "$skip" --launch-count 1 \
+    --set full --import-source yes --warp-sampling-interval "${NCU_SAMPLING:-3}" -f -o "$LOGS/ncu_source$tag" $extra \
+    "$BUILD/kernels/kernel_bench" --prefill-only --quick
+  [ -f "$LOGS/ncu_source$tag.ncu-rep" ] || return 0
+  ncu -i "$LOGS/ncu_source$tag.ncu-rep" --page details >"$LOGS/ncu_details$tag.txt" 2>&1
+  ncu -i "$LOGS/ncu_source$tag.ncu-rep" --page source --csv --print-source sass >"$LOGS/ncu_source_sass$tag.csv" 2>&1
+  python3 scripts/ncu-source-stalls.py --csv "$LOGS/ncu_source_sass$tag.csv" >"$OUT/ncu_stalls$tag.txt" 2>&1
+  tail -n 45 "$OUT/ncu_stalls$tag.txt"
+  # With source lines too, where ncu's Python interface (extras/python/ncu_report.py) is found.
+  NCU_PY=$(find /opt /usr/local -name ncu_report.py -path '*extras/python*' 2>/dev/null | head -1)
+  if [ -n "$NCU_PY" ]; then
+    PYTHONPATH="$(dirname "$NCU_PY"):${PYTHONPATH:-}" python3 scripts/ncu-source-stalls.py "$LOGS/ncu_source$tag.ncu-rep" \
+      --src "${NCU_SRC:-kernels/attention_prefill_wgmma_ws.cu}" --json "$LOGS/ncu_stalls$tag.json" >>"$OUT/ncu_stalls$tag.txt" 2>&1
+  fi
+  [ "$(stat -c %s "$LOGS/ncu_source$tag.ncu-rep")" -gt 12000000 ] && rm -f "$LOGS/ncu_source$tag.ncu-rep"  # logs.tgz must come back
+  return 0
+}
 if [ $BUILT = 1 ] && [ -n "${NCU_KERNEL:-}" ] && command -v ncu >/dev/null; then  # one launch of the named kernel(s), after the validation ones
-  if [ "${NCU_SOURCE:-0}" = 1 ]; then  # where the warps stall, per SASS line (the build has -lineinfo)
-    step ncu "${NCU_TIMEOUT:-180}" ncu --kernel-name "regex:$NCU_KERNEL" --launch-skip "${NCU_SKIP:-2}" --launch-count 1 \
-      --set full --import-source yes --warp-sampling-interval "${NCU_SAMPLING:-3}" -f -o "$LOGS/ncu_source" ${NCU_ARGS:-} \
-      "$BUILD/kernels/kernel_bench" --prefill-only --quick
-    if [ -f "$LOGS/ncu_source.ncu-rep" ]; then
-      ncu -i "$LOGS/ncu_source.ncu-rep" --page details >"$LOGS/ncu_details.txt" 2>&1
-      ncu -i "$LOGS/ncu_source.ncu-rep" --page source --csv --print-source sass >"$LOGS/ncu_source_sass.csv" 2>&1
-      python3 scripts/ncu-source-stalls.py --csv "$LOGS/ncu_source_sass.csv" >"$OUT/ncu_stalls.txt" 2>&1
-      tail -n 45 "$OUT/ncu_stalls.txt"
-      # With source lines too, where ncu's Python interface (extras/python/ncu_report.py) is found.
-      NCU_PY=$(find /opt /usr/local -name ncu_report.py -path '*extras/python*' 2>/dev/null | head -1)
-      if [ -n "$NCU_PY" ]; then
-        PYTHONPATH="$(dirname "$NCU_PY"):${PYTHONPATH:-}" python3 scripts/ncu-source-stalls.py "$LOGS/ncu_source.ncu-rep" \
-          --src "${NCU_SRC:-kernels/attention_prefill_wgmma_ws.cu}" --json "$LOGS/ncu_stalls.json" >>"$OUT/ncu_stalls.txt" 2>&1
-      fi
-      [ "$(stat -c %s "$LOGS/ncu_source.ncu-rep")" -gt 12000000 ] && rm -f "$LOGS/ncu_source.ncu-rep"  # logs.tgz must come back
-    fi
+  if [ "${NCU_SOURCE:-0}" = 1 ]; then  # where the warps stall, per SASS line
+    ncu_source "" "$NCU_KERNEL" "${NCU_SKIP:-2}" "${NCU_ARGS:-}"
+    # NCU_KERNEL2 / NCU_SKIP2 / NCU_ARGS2 (ninth pass): a second profile the same way (ncu_stalls2.txt), e.g. one
+    # instance of the ws kernel picked by its template arguments with NCU_ARGS2='--kernel-name-base demangled'.
+    [ -n "${NCU_KERNEL2:-}" ] && ncu_source 2 "$NCU_KERNEL2" "${NCU_SKIP2:-2}" "${NCU_ARGS2:-}"
   else
     step ncu "${NCU_TIMEOUT:-120}" ncu --kernel-name "regex:$NCU_KERNEL" --launch-skip "${NCU_SKIP:-2}" --launch-count "${NCU_COUNT:-1}" \
       --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats \

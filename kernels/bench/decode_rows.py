@@ -4,9 +4,12 @@
   python3 kernels/bench/decode_rows.py RUN_DIR results/gpu/benchmarks.json [--default-from VARIANT --where CUT_WORD]
 
 RUN_DIR holds the run's benchmarks.json, kernel_bench.json and peers.json (scripts/gpu-check.sh).
-The rows paged_decode_attn, paged_decode_attn_vs_copy, paged_decode_attn_invariant and
-sdpa_decode_attn of the run replace those of the same name and base shape ("b1 ctx4096 gqa4",
-"... split512") in the target; the others stay.
+The rows paged_decode_attn, paged_decode_attn_vs_copy, paged_decode_attn_invariant,
+paged_decode_attn_shuffled and sdpa_decode_attn of the run replace those of the same name and base
+shape ("b1 ctx4096 gqa4", "... split512") in the target (rows the target lacks are added at its
+end); the others stay. Since the seventh pass the default rows read the engine's own layout (their
+shape says "engine blocks: PagedKvManager after a seeded churn") and paged_decode_attn_shuffled
+is the same shape on the shuffled 16-slot table, against the same SDPA row.
 
 --default-from VARIANT --where CUT_WORD: where the run's default configuration shows CUT_WORD in
 its cut (e.g. "ring": a default the final code no longer has), take paged_decode_attn and
@@ -49,20 +52,23 @@ def main():
         for r in kb:
             if r["name"] == "paged_decode_attn_" + a.default_from:
                 variant[r["shape"].split(" (")[0]] = r
-    wanted = ("paged_decode_attn", "paged_decode_attn_vs_copy", "paged_decode_attn_invariant", "sdpa_decode_attn")
+    wanted = ("paged_decode_attn", "paged_decode_attn_vs_copy", "paged_decode_attn_invariant", "paged_decode_attn_shuffled",
+              "sdpa_decode_attn")
     new = []
     for r in run:
         if r["name"] not in wanted:
             continue
         cut = r["shape"].split(" (")[1].split(")")[0] if " (" in r["shape"] else ""
         base = base_of(r["name"], r["shape"])
-        if (a.where and a.where in cut.split()) or (base in for_shapes and r["name"] != "sdpa_decode_attn"):
+        ours = r["name"] in ("paged_decode_attn", "paged_decode_attn_vs_copy", "paged_decode_attn_invariant")
+        if ours and ((a.where and a.where in cut.split()) or base in for_shapes):
             if r["name"] == "paged_decode_attn_invariant":
                 continue  # not measured in the final configuration: the target keeps its row
             v = variant[base]
             r = dict(r)
             r["value"] = round(v["value"], 2)
-            r["shape"] = base + " (" + v["shape"].split(" (")[1] + " hd128 block16"
+            vs = v["shape"]  # "base (cut)[; layout]" -> "base (cut) hd128 block16[; layout]"
+            r["shape"] = vs[:vs.find(")") + 1] + " hd128 block16" + vs[vs.find(")") + 1:]
             if r["name"] == "paged_decode_attn":
                 r["ratio"] = round(v["value"] / sdpa[base], 3)
             else:
@@ -79,7 +85,7 @@ def main():
     json.dump(out, open(a.target, "w"), indent=2)
     open(a.target, "a").write("\n")
     for r in new:
-        if r["name"] in ("paged_decode_attn", "paged_decode_attn_vs_copy"):
+        if r["name"] in ("paged_decode_attn", "paged_decode_attn_vs_copy", "paged_decode_attn_shuffled"):
             print(f"{r['name']:<26} {r['shape']:<52} {r['value']:8.1f} {r['ratio']:.3f} {r['peer_or_ceiling']}")
     print(f"{len(new)} rows from {a.run_dir} into {a.target} ({len(out)} rows)")
 

@@ -11,9 +11,17 @@
 // as before the fourth pass (bps1), the layout columns (the same bytes on other arenas, fifth
 // pass: blocks in order (ident), no block table (naive), one KV head per slot row (onehead,
 // onehead_ident, onehead_naive), shuffled within 2 MB windows (win2m), shuffled blocks of 64 / 256
-// slots (bs64, bs256); PagedBatch), and the default again (again: the spread of one
-// configuration). (The fifth pass's headlock / headlock2 / touch columns timed kernel variants
+// slots (bs64, bs256); PagedBatch; ident also at GQA 1), the split merge's arrival by every
+// thread's fence.sc (DecodeAttentionArgs::release_arrive false: fenced, the default before the
+// seventh pass; every shape), and the default again (again: the spread of one configuration).
+// DECODE_VARIANTS="shuffled,invariant,fenced,again"
+// (environment) keeps only the listed columns (and the default). (The fifth pass's headlock / headlock2 / touch columns timed kernel variants
 // since removed: kernels/README.md.)
+// Decode's default column (paged_decode_attn, seventh pass) reads the engine's own layout: the block
+// tables a real PagedKvManager gives the batch's sequences after a seeded serving churn
+// (engine/kv/paged_churn.h, ArenaOrder::engine; the shape names it and its blocks per physical run);
+// `shuffled` (always timed) is the same shape on a shuffled 16-slot block table, the default column
+// of every pass before (the sixth pass's `engine` column is now the default).
 // DECODE_SHAPES (environment, ';'-separated "b8 ctx1024 gqa4;b1 ctx32768 gqa4"): only those
 // decode shapes (as scripts/gpu-bench-peers.py reads it too).
 // A shape's variants are timed in interleaved rounds (bench_timing.h: time_rounds).
@@ -42,6 +50,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/kv/paged_churn.h"
 #include "engine/model/half.h"
 #include "kernels/attention.h"
 #include "kernels/bench/bench_timing.h"
@@ -59,12 +68,26 @@ using namespace servelab::kernels::bench;
 
 namespace {
 
+/// DECODE_VARIANTS (environment): comma-separated decode column tags without the leading '_'
+/// ("shuffled,fenced,again"); unset or empty: every column. The default column is always timed.
+bool variant_wanted(const char* tag) {
+  static const std::string list = [] {
+    const char* e = std::getenv("DECODE_VARIANTS");
+    return e && *e ? "," + std::string(e) + "," : std::string();
+  }();
+  if (list.empty() || !*tag) return true;
+  return list.find("," + std::string(tag + (*tag == '_')) + ",") != std::string::npos;
+}
+
 /// How a PagedBatch lays its sequences' blocks over the arena: shuffled (the default: a block
 /// table as a long-running paged cache leaves it), identity (the table's blocks in arena order, so
 /// a sequence's slots are one contiguous run) or naive (the same contiguous runs addressed by
 /// KvAddressing::base_slots, no block table).
 /// window: shuffled within aligned groups of 64 blocks (2 MB of K rows at 8 KV heads, block 16).
-enum class ArenaOrder { shuffled, identity, naive, window };
+/// engine: the tables the engine's PagedKvManager gives the batch's sequences after a seeded
+/// serving churn (engine/kv/paged_churn.h: background requests come and go while these prefill a
+/// share of ctx and decode to it), in an arena 1.5x their blocks.
+enum class ArenaOrder { shuffled, identity, naive, window, engine };
 
 /// A paged batch on the device: n_rot independent copies of every sequence's KV (rotation),
 /// blocks shuffled over one arena (or in order: ArenaOrder).
@@ -74,20 +97,33 @@ struct PagedBatch {
   int64_t n_slots = 0;
   std::unique_ptr<Buf> k, v, q, out, ctx_lens, qstart, tables, bases, ws;
   int blocks_per_seq = 0;
+  double mean_run_blocks = 0;  ///< engine: blocks per physical run of the batch's tables
   PagedBatch(int batch_, int ctx_, int n_heads_, int n_kv_, int64_t l2_bytes, std::mt19937_64& rng,
              ArenaOrder order_ = ArenaOrder::shuffled, int block_size = 16)
       : batch(batch_), ctx(ctx_), n_heads(n_heads_), n_kv(n_kv_), bs(block_size), order(order_) {
     const int64_t kv_bytes = int64_t(batch) * ctx * n_kv * hd * 2 * 2;
     n_rot = int(std::min<int64_t>(8, std::max<int64_t>(1, 4 * l2_bytes / kv_bytes + 1)));
     blocks_per_seq = (ctx + bs - 1) / bs;
-    const int n_blocks = blocks_per_seq * batch * n_rot;
-    n_slots = int64_t(n_blocks) * bs;
+    int64_t n_blocks = int64_t(blocks_per_seq) * batch * n_rot;
+    std::vector<int32_t> perm(n_blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    if (order == ArenaOrder::engine) {  // every rotation's sequences are targets of one churn
+      PagedChurnConfig churn;
+      churn.block_size = bs;
+      churn.n_targets = batch * n_rot;
+      churn.ctx = ctx;
+      const PagedChurnResult r = run_paged_churn(churn);
+      n_blocks = r.n_blocks;
+      for (size_t i = 0; i < r.tables.size(); ++i) std::copy(r.tables[i].begin(), r.tables[i].end(), perm.begin() + i * blocks_per_seq);
+      mean_run_blocks = r.mean_run_blocks();
+      std::printf("  engine layout, %d x ctx %d: %lld-block arena after %lld steps, %lld background requests: %.1f blocks per run\n",
+                  churn.n_targets, ctx, (long long)r.n_blocks, (long long)r.n_steps, (long long)r.n_background, mean_run_blocks);
+    }
+    n_slots = n_blocks * bs;
     k = std::make_unique<Buf>(n_slots * n_kv * hd * 2);
     v = std::make_unique<Buf>(n_slots * n_kv * hd * 2);
     fill_random(k->p, n_slots * n_kv * hd, rng());
     fill_random(v->p, n_slots * n_kv * hd, rng());
-    std::vector<int32_t> perm(n_blocks);
-    std::iota(perm.begin(), perm.end(), 0);
     if (order == ArenaOrder::shuffled) std::shuffle(perm.begin(), perm.end(), rng);
     if (order == ArenaOrder::window)
       for (size_t w = 0; w < perm.size(); w += 64) std::shuffle(perm.begin() + w, perm.begin() + std::min(perm.size(), w + 64), rng);
@@ -315,18 +351,21 @@ int main(int argc, char** argv) {
               "b" + std::to_string(batch) + " ctx" + std::to_string(ctx) + " gqa" + std::to_string(group);
           if (!only.empty() && only != base_shape) continue;
           if (!decode_shapes.empty() && decode_shapes.find(";" + base_shape + ";") == std::string::npos) continue;
-          // batches[0]: the shape on a shuffled arena; with --sweep at GQA, the same bytes laid out
-          // otherwise (the layout columns, fifth pass): the same shape with its blocks in arena
+          // batches[0]: the shape on the engine's layout, batches[1] on a shuffled arena (below); with
+          // --sweep, the same bytes laid out otherwise (the layout columns, fifth pass): the same shape with its blocks in arena
           // order (ident) or addressed without a block table (naive), and the equivalent shape with
           // one KV head per slot row (batch x n_kv sequences of one KV head and `group` query heads:
           // the same grid, cut and bytes, each head's K/V a run of 16-slot blocks of 4 KB, or one
           // contiguous [ctx, 128] stream per head as SDPA reads it with onehead_ident / onehead_naive).
+          // The default column's layout is the engine's own since the seventh pass; `shuffled` is the
+          // 16-slot table every earlier pass timed as the default (unless DECODE_VARIANTS leaves it out).
           std::vector<std::unique_ptr<PagedBatch>> batches;
-          batches.push_back(std::make_unique<PagedBatch>(batch, ctx, n_heads, n_kv, l2, rng));
-          PagedBatch& b = *batches[0];
+          batches.push_back(std::make_unique<PagedBatch>(batch, ctx, n_heads, n_kv, l2, rng, ArenaOrder::engine));
+          if (variant_wanted("_shuffled")) batches.push_back(std::make_unique<PagedBatch>(batch, ctx, n_heads, n_kv, l2, rng));
           // The default policy, the batch-invariant one (fixed 512-position splits), and with
           // --sweep the comparisons the defaults were chosen from (GQA only: GQA 1 runs the
-          // CUDA-core kernel, whose rules are settled), then the default again (the spread).
+          // CUDA-core kernel, whose rules are settled), the layouts, then the default again (the
+          // spread). DECODE_VARIANTS (environment, e.g. "shuffled,fenced,again") keeps only those.
           struct Variant {
             SplitPolicy pol;
             const char* tag = "";  // name suffix
@@ -335,8 +374,14 @@ int main(int argc, char** argv) {
             bool pipe = true;
             int pipe_bps = 0;  // DecodeAttentionArgs::pipeline_blocks_per_sm
             int arena = 0;     // index into batches
+            bool release = true;  // DecodeAttentionArgs::release_arrive
           };
           std::vector<Variant> variants = {{SplitPolicy{0, 0}}, {SplitPolicy{512, 0}, "_invariant"}};
+          if (batches.size() > 1) {
+            Variant v{SplitPolicy{0, 0}, "_shuffled"};
+            v.arena = 1;
+            variants.push_back(v);
+          }
           if (sweep && group > 1) {
             Variant v;
             v = {SplitPolicy{0, 2}, "_bps2"};
@@ -356,24 +401,35 @@ int main(int argc, char** argv) {
             v = {SplitPolicy{0, 1}, "_bps1"};
             v.pipe_bps = 1;
             variants.push_back(v);
+          }
+          // The layout columns (fifth pass; at GQA 1 `ident` since the sixth).
+          if (sweep) {
+            Variant v;
             const struct {
               const char* tag;
               bool one_head;
               ArenaOrder order;
               int bs = 16;
-            } layouts[] = {{"_ident", false, ArenaOrder::identity},   {"_naive", false, ArenaOrder::naive},
-                           {"_onehead", true, ArenaOrder::shuffled},  {"_onehead_ident", true, ArenaOrder::identity},
-                           {"_onehead_naive", true, ArenaOrder::naive}, {"_win2m", false, ArenaOrder::window},
-                           {"_bs64", false, ArenaOrder::shuffled, 64}, {"_bs256", false, ArenaOrder::shuffled, 256}};
+              bool gqa_only = true;
+            } layouts[] = {{"_ident", false, ArenaOrder::identity, 16, false},
+                           {"_naive", false, ArenaOrder::naive},   {"_onehead", true, ArenaOrder::shuffled},
+                           {"_onehead_ident", true, ArenaOrder::identity}, {"_onehead_naive", true, ArenaOrder::naive},
+                           {"_win2m", false, ArenaOrder::window},  {"_bs64", false, ArenaOrder::shuffled, 64},
+                           {"_bs256", false, ArenaOrder::shuffled, 256}};
             for (const auto& l : layouts) {
+              if ((l.gqa_only && group == 1) || !variant_wanted(l.tag)) continue;  // no arena for a column left out
               batches.push_back(l.one_head ? std::make_unique<PagedBatch>(batch * n_kv, ctx, group, 1, l2, rng, l.order, l.bs)
                                            : std::make_unique<PagedBatch>(batch, ctx, n_heads, n_kv, l2, rng, l.order, l.bs));
               v = {SplitPolicy{0, 0}, l.tag};
               v.arena = int(batches.size()) - 1;
               variants.push_back(v);
             }
+            v = {SplitPolicy{0, 0}, "_fenced"};  // the split merge's arrival by every thread's fence.sc (the
+            v.release = false;                   // default before release_arrive, seventh pass)
+            variants.push_back(v);
             variants.push_back({SplitPolicy{0, 0}, "_again"});
           }
+          std::erase_if(variants, [](const Variant& var) { return *var.tag && !variant_wanted(var.tag); });
           // Every variant's arguments first (the workspace grows to the largest need), then one
           // graph each, then interleaved rounds (time_rounds): no variant is always timed first.
           std::vector<std::vector<DecodeAttentionArgs>> args(variants.size());
@@ -382,6 +438,7 @@ int main(int argc, char** argv) {
             PagedBatch& bb = *batches[var.arena];
             for (int r = 0; r < bb.n_rot; ++r) {
               args[k].push_back(bb.decode_args(r, var.pol, n_sms, var.tc, var.max_cluster, var.pipe, var.pipe_bps));
+              args[k].back().release_arrive = var.release;
             }
           }
           for (size_t k = 0; k < variants.size(); ++k)
@@ -406,9 +463,18 @@ int main(int argc, char** argv) {
             const DecodeSplit used = decode_attention_split(args[k][0], n_sms);
             const std::string shape = base_shape + (fixed ? " split512" : "");
             const std::string name = std::string("paged_decode_attn") + variants[k].tag;
+            // After the cut: the layout of the engine and shuffled arenas (the other layout columns'
+            // names say theirs).
+            const PagedBatch& bb = *batches[variants[k].arena];
+            char runs[32];
+            std::snprintf(runs, sizeof runs, "%.1f", bb.mean_run_blocks);
+            const std::string layout = bb.order == ArenaOrder::engine
+                                           ? std::string("; engine blocks: PagedKvManager after a seeded churn, ") + runs + " blocks a run"
+                                       : bb.order == ArenaOrder::shuffled && bb.n_kv == n_kv && bb.bs == 16 ? "; shuffled blocks"
+                                                                                                            : "";
             record(name, shape + " (" + std::to_string(used.n_splits) + " splits" + (used.tensor_cores ? " mma" : "") +
                        (used.cluster ? " cluster" : "") + (used.pipeline ? " pipe" : "") +
-                       (used.tensor_cores && used.blocks_per_sm == 2 && !fixed ? " bps2" : "") + ")",
+                       (used.tensor_cores && used.blocks_per_sm == 2 && !fixed ? " bps2" : "") + ")" + layout,
                    bytes / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
           }
         }
@@ -416,69 +482,103 @@ int main(int argc, char** argv) {
     if (!decode_only) {
     std::printf("prefill attention (causal, head_dim 128, 32 heads; prefill_attn runs %s):\n",
                 prefill_wgmma_supported(128) ? "the wgmma kernel" : "the mma kernel");
+    const auto shape_of = [](int seq, int group) { return "seq" + std::to_string(seq) + " gqa" + std::to_string(group); };
     for (int group : {1, 4})
       for (int seq : quick ? std::vector<int>{4096} : std::vector<int>{1024, 4096}) {
-        PagedBatch b(1, seq, 32, 32 / group, 0, rng);
-        Buf pq(size_t(seq) * 32 * 128 * 2), pout(size_t(seq) * 32 * 128 * 2);
+        // Four KV layouts: paged blocks of 16, shuffled (rows "seqN gqaG"), the contiguous arena SDPA
+        // reads (" naive"), paged blocks of 256, shuffled (" block256"; ninth pass), and blocks of 16 as
+        // the engine's PagedKvManager lays them after a seeded churn (" engine", tenth pass: physical
+        // runs, most 128-key tiles on consecutive blocks).
+        struct PrefillLayout { const char* suffix; ArenaOrder order; int block; };
+        const PrefillLayout layouts[] = {{"", ArenaOrder::shuffled, 16}, {" naive", ArenaOrder::naive, 16}, {" block256", ArenaOrder::shuffled, 256},
+                                         {" engine", ArenaOrder::engine, 16}};
+        Buf pq(size_t(seq) * 32 * 128 * 2), pout(size_t(seq) * 32 * 128 * 2), dqs(8);
         fill_random(pq.p, int64_t(seq) * 32 * 128, rng());
-        std::vector<int32_t> qs = {0, seq};
-        Buf dqs(8);
-        CUDA_CHECK(cudaMemcpy(dqs.p, qs.data(), 8, cudaMemcpyHostToDevice));
-        DecodeAttentionArgs d = b.decode_args(0, SplitPolicy{}, n_sms);
-        PrefillAttentionArgs p;
-        p.q = pq.p;
-        p.q_row_stride = 32 * 128;
-        p.k_cache = b.k->p;
-        p.v_cache = b.v->p;
-        p.shape = d.shape;
-        p.n_heads = 32;
-        p.n_seqs = 1;
-        p.n_tokens = seq;
-        p.query_start = dqs.get<int32_t>();
-        p.context_lens = b.ctx_lens->get<int32_t>();
-        p.kv = d.kv;
-        p.scale = d.scale;
-        p.out = pout.p;
-        p.out_row_stride = 32 * 128;
-        const double flops = 4.0 * 0.5 * double(seq) * seq * 128 * 32;  // QKᵀ and PV, causal half
-        const std::string shape = "seq" + std::to_string(seq) + " gqa" + std::to_string(group);
-        // Timed as the peer script times SDPA: one CUDA graph of 20 calls, >= 25 ms of warm-up
-        // replays, median of 15 replays. The wgmma kernels are timed in kPrefillRounds interleaved
-        // rounds (each round times every kernel once, in order) and each row is the median of its
-        // rounds, so that a clock or thermal drift during the run touches every kernel alike; the
-        // rounds are printed (spread of one kernel within the run).
-        using PrefillFn = void (*)(const PrefillAttentionArgs&, cudaStream_t);
-        struct Timed {
-          const char* name;
-          PrefillFn fn;
-          std::vector<double> ms;
-        };
-        std::vector<Timed> timed = {{"prefill_attn", [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention(a, st); }, {}}};
-        if (prefill_wgmma_supported(128)) {  // each wgmma kernel by name
-          // Eighth pass: fa9 (fa8 with the row sums on the tensor core) against fa8 (dispatched on
-          // main), with fa5 and fa6 as links to earlier calls; fa7, the lean producers, v5.1
-          // ping-pong and the older variants are no longer timed here (their figures:
-          // kernels/notes-prefill.md), so that 7 rounds fit the call.
-          timed.push_back({"prefill_attn_wgmma_fa5", prefill_attention_wgmma_fa5, {}});
-          timed.push_back({"prefill_attn_wgmma_fa6", prefill_attention_wgmma_fa6, {}});
-          timed.push_back({"prefill_attn_wgmma_fa8", [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 0); }, {}});
-          timed.push_back({"prefill_attn_wgmma_fa9", prefill_attention_wgmma_fa9, {}});
+        const int32_t qs[2] = {0, seq};
+        CUDA_CHECK(cudaMemcpy(dqs.p, qs, 8, cudaMemcpyHostToDevice));
+        std::vector<std::unique_ptr<PagedBatch>> batches;
+        std::vector<PrefillAttentionArgs> args;
+        for (const PrefillLayout& l : layouts) {
+          PagedBatch& b = *batches.emplace_back(std::make_unique<PagedBatch>(1, seq, 32, 32 / group, 0, rng, l.order, l.block));
+          const DecodeAttentionArgs d = b.decode_args(0, SplitPolicy{}, n_sms);
+          PrefillAttentionArgs& p = args.emplace_back();
+          p.q = pq.p;
+          p.q_row_stride = p.out_row_stride = 32 * 128;
+          p.k_cache = b.k->p, p.v_cache = b.v->p, p.shape = d.shape;
+          p.n_heads = 32, p.n_seqs = 1, p.n_tokens = seq;
+          p.query_start = dqs.get<int32_t>();
+          p.context_lens = b.ctx_lens->get<int32_t>();
+          p.kv = d.kv;
+          p.scale = d.scale;
+          p.out = pout.p;
+          if (l.order == ArenaOrder::engine) {  // the tiles fa11 loads by TMA: whole, on consecutive blocks
+            std::vector<int32_t> tbl(size_t(b.blocks_per_seq));
+            CUDA_CHECK(cudaMemcpy(tbl.data(), p.kv.block_tables, tbl.size() * 4, cudaMemcpyDeviceToHost));
+            const int per_tile = 128 / l.block;
+            int whole = 0, runs = 0;
+            for (int t = 0; (t + 1) * 128 <= seq; ++t, ++whole) {
+              bool run = true;
+              for (int i = 1; i < per_tile; ++i) run = run && tbl[size_t(t * per_tile + i)] == tbl[size_t(t * per_tile)] + i;
+              runs += run;
+            }
+            std::printf("    engine table, seq %d: %d of %d whole key tiles on consecutive blocks (%.1f blocks per run)\n", seq, runs, whole,
+                        b.mean_run_blocks);
+          }
         }
-        // Odd rounds run the list backwards (eighth pass), so that no kernel always follows the same one.
+        const double flops = 4.0 * 0.5 * double(seq) * seq * 128 * 32;  // QKᵀ and PV, causal half
+        const std::string shape = shape_of(seq, group);
+        // Timed as the peer script times SDPA: a CUDA graph of 20 calls, >= 25 ms of warm-up replays,
+        // median of 15 replays; in kPrefillRounds interleaved rounds (every (kernel, layout) once a
+        // round, odd rounds backwards), each row the median of its rounds (all printed), so that a
+        // clock or thermal drift touches every kernel alike.
+        using PrefillFn = void (*)(const PrefillAttentionArgs&, cudaStream_t);
+        struct Timed { const char* name; PrefillFn fn; int layout; std::vector<double> ms; };
+        const PrefillFn dispatched = [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention(a, st); };
+        std::vector<Timed> timed = {{"prefill_attn", dispatched, 0, {}}};  // then by name, on each layout
+        if (prefill_wgmma_supported(128)) {  // each wgmma kernel by name
+          // fa8, fa10 (fa8's consumers on v6's TMA producer) and fa11 (TMA per tile where its slots
+          // are consecutive, else fa8's gather) on the shuffled, naive and engine layouts, fa11_vote
+          // (call 1's fa11) on the shuffled and engine ones; prefill_attn on all four. fa5, fa6, fa9 and older kernels: kernels/notes-prefill.md.
+          const PrefillFn fa8 = [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 0); },
+                          fa10 = prefill_attention_wgmma_fa10, fa11 = prefill_attention_wgmma_fa11, fa11v = prefill_attention_wgmma_fa11_vote;
+          const char *n8 = "prefill_attn_wgmma_fa8", *n10 = "prefill_attn_wgmma_fa10", *n11 = "prefill_attn_wgmma_fa11",
+                     *n11v = "prefill_attn_wgmma_fa11_vote";
+          timed.insert(timed.end(), {{n8, fa8, 0, {}}, {n11, fa11, 0, {}}, {n11v, fa11v, 0, {}}, {n10, fa10, 0, {}},
+                                     {"prefill_attn", dispatched, 3, {}}, {n8, fa8, 3, {}}, {n11, fa11, 3, {}}, {n11v, fa11v, 3, {}},
+                                     {n10, fa10, 3, {}}, {"prefill_attn", dispatched, 1, {}}, {n8, fa8, 1, {}}, {n11, fa11, 1, {}},
+                                     {n10, fa10, 1, {}}, {"prefill_attn", dispatched, 2, {}}});
+          // fa11 and fa8 fill the same shared memory: the same output bytes on every layout (checked here
+          // on the engine's own tables too, which the tests do not build).
+          for (size_t li = 0; li < args.size(); ++li) {
+            const size_t bytes = size_t(seq) * 32 * 128 * 2;
+            std::vector<uint16_t> o8(bytes / 2), o11(bytes / 2);
+            fa8(args[li], nullptr);
+            CUDA_CHECK(cudaMemcpy(o8.data(), pout.p, bytes, cudaMemcpyDeviceToHost));
+            CUDA_CHECK(cudaMemset(pout.p, 0xff, bytes));
+            fa11(args[li], nullptr);
+            CUDA_CHECK(cudaMemcpy(o11.data(), pout.p, bytes, cudaMemcpyDeviceToHost));
+            std::printf("    fa11 %s fa8 bit for bit on %s\n", o8 == o11 ? "==" : "!= (MISMATCH)", (shape_of(seq, group) + layouts[li].suffix).c_str());
+          }
+        } else {
+          timed.push_back({"prefill_attn", dispatched, 1, {}});
+        }
         constexpr int kPrefillRounds = 7;
         for (int round = 0; round < kPrefillRounds; ++round)
           for (size_t i = 0; i < timed.size(); ++i) {
             Timed& k = timed[round % 2 == 0 ? i : timed.size() - 1 - i];
+            const PrefillAttentionArgs& p = args[size_t(k.layout)];
             k.ms.push_back(time_graph_ms([&](int, cudaStream_t st) { k.fn(p, st); }, 20, 15));
           }
         for (auto& k : timed) {
           std::vector<double> sorted = k.ms;
           std::sort(sorted.begin(), sorted.end());
-          std::printf("    %-34s %s rounds:", k.name, shape.c_str());
+          const std::string kshape = shape + layouts[k.layout].suffix;
+          std::printf("    %-34s %-20s rounds:", k.name, kshape.c_str());
           for (double m : k.ms) std::printf(" %.1f", flops / (m * 1e-3) / 1e12);
           std::printf(" TFLOP/s\n");
-          record(k.name, shape, flops / (sorted[sorted.size() / 2] * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
+          record(k.name, kshape, flops / (sorted[sorted.size() / 2] * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
         }
+        const PrefillAttentionArgs& p = args[0];
         double ms = time_graph_ms([&](int, cudaStream_t st) { prefill_attention_mma(p, st); }, 20, 15);
         record("prefill_attn_mma", shape, flops / (ms * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
         ms = time_graph_ms([&](int, cudaStream_t st) { prefill_attention_wmma(p, st); }, 5, 5);

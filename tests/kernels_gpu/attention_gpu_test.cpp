@@ -33,22 +33,7 @@ std::vector<float> reference(const KvBatch& b) { return testing::reference_atten
 /// max_cluster: DecodeAttentionArgs::max_cluster_splits (0: splits merge through the workspace).
 DecodeAttentionArgs decode_args(ScalarType t, const KvBatch& b, const DeviceBatch& d, SplitPolicy split,
                                 bool tensor_cores, int max_cluster = DecodeAttentionArgs{}.max_cluster_splits, bool pipeline = true) {
-  DecodeAttentionArgs a;
-  a.dtype = t;
-  a.q = d.q.get();
-  a.q_row_stride = int64_t(b.spec.n_heads) * b.spec.head_dim;
-  a.query_start = d.query_start.get<int32_t>();
-  a.k_cache = d.k.get();
-  a.v_cache = d.v.get();
-  a.shape = b.shape;
-  a.n_heads = b.spec.n_heads;
-  a.n_seqs = b.in.n_seqs();
-  a.context_lens = d.context_lens.get<int32_t>();
-  a.kv = d.kv;
-  a.max_context = b.in.max_context();
-  a.scale = 1.0f / std::sqrt(float(b.shape.head_dim));
-  a.out = d.out.get();
-  a.out_row_stride = a.q_row_stride;
+  DecodeAttentionArgs a = d.decode_args(b, t);
   a.split = split;
   a.tensor_cores = tensor_cores;
   a.max_cluster_splits = max_cluster;
@@ -251,11 +236,7 @@ TEST_P(AttentionGpu, DecodeSplitCountersResetAcrossCallsAndGraphReplays) {
   const int hd = 128;
   const size_t ws_bytes = decode_attention_workspace_bytes(17, 32, hd, kMaxAutoSplits);
   DeviceBuffer ws = zeroed_workspace(ws_bytes);
-  auto counters_zero = [&] {
-    const size_t n = ws_bytes / (4 * (hd + 3));
-    const std::vector<int32_t> c = testing::download<int32_t>(ws, ws_bytes / 4);
-    return std::all_of(c.end() - n, c.end(), [](int32_t x) { return x == 0; });
-  };
+  auto counters_zero = [&] { return testing::split_counters_zero(ws, hd); };
   // Calls of different shapes on one workspace: batch 1 at 8k, batch 17, GQA 8, 4 and 1.
   for (int round = 0; round < 2; ++round)
     for (auto [ctx, n_kv] : std::vector<std::pair<std::vector<int>, int>>{
@@ -451,6 +432,10 @@ TEST_P(AttentionGpu, PrefillWgmmaMatchesReferenceOnAwkwardShapes) {
     EXPECT_LT(testing::rel_error(fa8, ws), 0.25 * testing::tolerance(t)) << "fa8 against fa6's bits, " << where;
     EXPECT_TRUE(std::equal(fa8.begin(), fa8.end(), run_prefill(t, b, kFa8[1]).begin())) << "fa8_lean differs from fa8, " << where;
     EXPECT_TRUE(std::equal(ws.begin(), ws.end(), run_prefill(t, b, kFa8[2]).begin())) << "fa6_lean differs from ws, " << where;
+    // fa10: fa8's consumers on the TMA producer (boxes of 16-128 rows, cp.async for block size 1).
+    EXPECT_TRUE(std::equal(fa8.begin(), fa8.end(), run_prefill(t, b, prefill_attention_wgmma_fa10).begin())) << "fa10 differs from fa8, " << where;
+    // fa11: per tile, two 128-row boxes where the slots are consecutive (naive, block 256), else fa8's gather.
+    EXPECT_TRUE(std::equal(fa8.begin(), fa8.end(), run_prefill(t, b, prefill_attention_wgmma_fa11).begin())) << "fa11 differs from fa8, " << where;
     EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_mma), ref), testing::tolerance(t))
         << "mma: " << where;
   });
@@ -492,6 +477,15 @@ TEST_P(AttentionGpu, PrefillWgmma4kPromptMatchesReference) {
     EXPECT_LT(d8, 0.25 * testing::tolerance(t)) << "fa8 against fa6's bits " << n_kv;
     EXPECT_TRUE(std::equal(fa8.begin(), fa8.end(), run_prefill(t, b, kFa8[1]).begin())) << "fa8_lean differs from fa8 " << n_kv;
     EXPECT_TRUE(std::equal(lean.begin(), lean.end(), run_prefill(t, b, kFa8[2]).begin())) << "fa6_lean differs from lean " << n_kv;
+    // fa10 on 16-row boxes here, and on 128-row boxes (the naive layout, paged blocks of 256): fa8's bits.
+    EXPECT_TRUE(std::equal(fa8.begin(), fa8.end(), run_prefill(t, b, prefill_attention_wgmma_fa10).begin())) << "fa10 block 16 " << n_kv;
+    for (auto [kind, bs] : {std::pair{KvLayoutKind::naive, 16}, std::pair{KvLayoutKind::paged, 256}}) {
+      const KvBatch other = testing::relayout(b, kind, bs, rng);
+      EXPECT_TRUE(std::equal(fa8.begin(), fa8.end(), run_prefill(t, other, prefill_attention_wgmma_fa10).begin()))
+          << "fa10 layout " << int(kind) << " block " << bs << " " << n_kv;
+      EXPECT_TRUE(std::equal(fa8.begin(), fa8.end(), run_prefill(t, other, prefill_attention).begin()))
+          << "prefill_attention layout " << int(kind) << " block " << bs << " " << n_kv;
+    }
     EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wgmma_pingpong), ref), testing::tolerance(t)) << n_kv;
     EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wgmma_ws), ref), testing::tolerance(t)) << "ws " << n_kv;
     EXPECT_LT(testing::rel_error(run_prefill(t, b, prefill_attention_wgmma_sync), ref), testing::tolerance(t)) << "sync " << n_kv;

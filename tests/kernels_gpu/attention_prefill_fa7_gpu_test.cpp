@@ -28,34 +28,24 @@ namespace fa7_test {  // named: the unity build compiles this file with attentio
 using testing::BatchSpec;
 using testing::KvBatch;
 using testing::PrefillFn;
+using testing::rows_of;
 using testing::run_prefill;
 
 // fa7 at its three FMA shares, fa8 (conditional rescaling, other bits too), fa8 on the lean
-// producer and fa9 (fa8 with the row sums on the tensor core), then fa5 as the control.
+// producer, fa9 (fa8 with the row sums on the tensor core), fa10 (fa8 on the TMA producer: whole
+// key tiles in 128-row boxes on the naive layout and blocks of 256, a box a block for 16-64, fa8's
+// cp.async for blocks of 1), fa11 (fa8 with TMA per tile where its slots are consecutive: the naive
+// layout, blocks of 256, tiles of blocks that happen to be adjacent), the dispatched prefill_attention (whichever kernel each layout gets:
+// one row's bits must not depend on the layout either), then fa5 as the control.
 const PrefillFn kKernels[] = {[](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa7(a, st, 16); },
                               [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa7(a, st, 24); },
                               [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa7(a, st, 32); },
                               [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 0); },
                               [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 1); },
-                              prefill_attention_wgmma_fa9, prefill_attention_wgmma_fa5};
-const char* const kNames[] = {"fa7_p16", "fa7_p24", "fa7_p32", "fa8", "fa8_lean", "fa9", "fa5"};
-
-/// Query rows [r0, r1) of sequence s of b (its KV as in b), as a batch of one sequence.
-KvBatch rows_of(const KvBatch& b, int s, int r0, int r1) {
-  KvBatch one = b;
-  const int q_len = b.in.query_start[s + 1] - b.in.query_start[s];
-  one.in.query_start = {0, r1 - r0};
-  one.in.context_lens = {b.in.context_lens[s] - q_len + r1};
-  if (b.spec.kind == KvLayoutKind::paged) {
-    const auto first = b.in.block_tables.begin() + size_t(s) * b.in.block_table_stride;
-    one.in.block_tables.assign(first, first + b.in.block_table_stride);
-  } else {
-    one.in.base_slots = {b.in.base_slots[s]};
-  }
-  const size_t row = size_t(b.spec.n_heads) * b.spec.head_dim, q0 = size_t(b.in.query_start[s]) + r0;
-  one.q.assign(b.q.begin() + q0 * row, b.q.begin() + (q0 + (r1 - r0)) * row);
-  return one;
-}
+                              prefill_attention_wgmma_fa9, prefill_attention_wgmma_fa10, prefill_attention_wgmma_fa11,
+                              [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention(a, st); }, prefill_attention_wgmma_fa5};
+const char* const kNames[] = {"fa7_p16", "fa7_p24", "fa7_p32", "fa8", "fa8_lean", "fa9", "fa10", "fa11", "prefill_attention", "fa5"};
+static_assert(std::size(kKernels) == std::size(kNames));
 
 class PrefillFa7Gpu : public ::testing::TestWithParam<ScalarType> {};
 

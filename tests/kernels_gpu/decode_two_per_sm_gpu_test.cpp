@@ -31,39 +31,15 @@ struct OnDevice : testing::DeviceBatch {
   DecodeAttentionArgs a;
   DecodeSplit used;
   OnDevice(const KvBatch& b, ScalarType t, bool pipeline, bool auto_policy = false) : DeviceBatch(b, t) {
-    a.dtype = t;
-    a.q = q.get();
-    a.q_row_stride = int64_t(b.spec.n_heads) * b.shape.head_dim;
-    a.query_start = query_start.get<int32_t>();
-    a.k_cache = k.get();
-    a.v_cache = v.get();
-    a.shape = b.shape;
-    a.n_heads = b.spec.n_heads;
-    a.n_seqs = b.in.n_seqs();
-    a.context_lens = context_lens.get<int32_t>();
-    a.kv = kv;
-    a.max_context = b.in.max_context();
-    a.scale = 1.0f / std::sqrt(float(b.shape.head_dim));
-    a.out = out.get();
-    a.out_row_stride = a.q_row_stride;
+    a = decode_args(b, t);
     if (!auto_policy) {
       a.split.blocks_per_sm = 2;
       a.pipeline = pipeline;
       a.pipeline_blocks_per_sm = 2;
     }
-    int n_sms = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, 0));
-    used = decode_attention_split(a, n_sms);
-    ws = DeviceBuffer(decode_attention_workspace_bytes(a.n_seqs, a.n_heads, b.shape.head_dim, used.n_splits));
-    CUDA_CHECK(cudaMemset(ws.get(), 0, ws.bytes()));
-    a.workspace = ws.get<float>();
-    a.workspace_bytes = ws.bytes();
+    used = testing::attach_zeroed_workspace(a, ws);
   }
-  bool counters_zero() const {
-    const size_t n = ws.bytes() / (4 * size_t(a.shape.head_dim + 3));
-    const std::vector<int32_t> c = testing::download<int32_t>(ws, ws.bytes() / 4);
-    return std::all_of(c.end() - n, c.end(), [](int32_t x) { return x == 0; });
-  }
+  bool counters_zero() const { return testing::split_counters_zero(ws, a.shape.head_dim); }
 };
 
 class DecodeTwoPerSmGpu : public ::testing::TestWithParam<ScalarType> {};

@@ -44,7 +44,12 @@ class CapturedGraph {
   }
   CapturedGraph(const CapturedGraph&) = delete;
   CapturedGraph& operator=(const CapturedGraph&) = delete;
+  /// Launches after everything queued before it on any stream (the tests' cudaMemcpy / memset on
+  /// the legacy stream return before a device-to-device copy lands, and this non-blocking stream
+  /// does not wait for them: run beside other GPU work, a replay read the previous queries), then
+  /// waits for the replay.
   void replay() {
+    CUDA_CHECK(cudaDeviceSynchronize());
     CUDA_CHECK(cudaGraphLaunch(exec_, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
