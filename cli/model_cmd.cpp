@@ -125,8 +125,11 @@ TokenizerPlan plan_tokenizer(const std::string& path) {
   if (fs::exists(beside)) {
     // Read the pair as the server will: through a folder holding both.
     p.config_path = beside.string();
-    const fs::path dir = fs::temp_directory_path() / ("servelab_tok_" + std::to_string(::getpid()));
-    fs::create_directories(dir);
+    // A fresh folder of its own (mkdtemp): a name made from the pid alone can meet a folder left
+    // by another process of that pid, in another PID namespace or before a crash.
+    std::string pattern = (fs::temp_directory_path() / "servelab_tok_XXXXXX").string();
+    if (!::mkdtemp(pattern.data())) throw std::runtime_error("cannot make a folder under " + fs::temp_directory_path().string());
+    const fs::path dir = pattern;
     fs::copy_file(path, dir / "tokenizer.json", fs::copy_options::overwrite_existing);
     fs::copy_file(beside, dir / "tokenizer_config.json", fs::copy_options::overwrite_existing);
     try {

@@ -1,4 +1,6 @@
 // The capacity and validate-sim commands end to end on the built binary (skipped without it).
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -109,12 +111,14 @@ TEST(ValidateSimCommand, ComparesTheCpuEngineWithItsCalibratedSim) {
   EXPECT_NE(read_text(out + "/validation.md").find("| real spread |"), std::string::npos);
   EXPECT_NE(read_text(out + "/validation.md").find("decode, 1-4 seqs"), std::string::npos);
   // --sensitivity (default 2%): the sim rerun at 0.98 and 1.02 of every step's cost. TPOT is step
-  // time plus the unscaled host work: it moves by a little under 1% per 1% of step cost.
+  // time plus the unscaled host work: dearer steps make it longer. Not asserted tighter: the
+  // profile is measured, and over 6 requests the dearer steps can regroup the batches, so the p50
+  // moves by more than the steps (1.47% per 1% at 85% load seen in a clean-clone CI run).
   EXPECT_EQ(j.at("sensitivity_pct"), 2.0);
   for (const auto& run : j.at("runs")) {
     const auto& tpot = run.at("figures").at("tpot_p50_ms");
-    EXPECT_GT(tpot.at("sensitivity").get<double>(), 0.5) << run.dump();
-    EXPECT_LT(tpot.at("sensitivity").get<double>(), 1.05) << run.dump();
+    EXPECT_GT(tpot.at("sensitivity").get<double>(), 0.0) << run.dump();
+    EXPECT_TRUE(std::isfinite(tpot.at("sensitivity").get<double>())) << run.dump();
     EXPECT_DOUBLE_EQ(tpot.at("error_from_steps").get<double>(),
                      tpot.at("sensitivity").get<double>() * run.at("steps").at("total_error").get<double>());
   }
@@ -125,8 +129,12 @@ TEST(ValidateSimCommand, ComparesTheCpuEngineWithItsCalibratedSim) {
     const auto& figs = run.at("figures");
     for (const char* name : {"ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms"}) {
       ASSERT_TRUE(figs.at(name).contains("real_sampling_noise")) << name;
-      EXPECT_GE(figs.at(name).at("real_sampling_noise").get<double>(), 0.0);
-      EXPECT_LT(figs.at(name).at("real_sampling_noise").get<double>(), 1.0);
+      // Relative to the figure and measured: over 12 requests on a loaded machine a p99's
+      // half-width can pass the figure itself (1.0-1.4 seen), so only its sign and finiteness are
+      // asserted here; Bootstrap.* checks the interval's arithmetic.
+      const double noise = figs.at(name).at("real_sampling_noise").get<double>();
+      EXPECT_GE(noise, 0.0) << name;
+      EXPECT_TRUE(std::isfinite(noise)) << name;
     }
     EXPECT_FALSE(figs.at("output_throughput").contains("real_sampling_noise"));
   }

@@ -246,7 +246,7 @@ TEST(BpeTokenizer, ModelSynthWritesTokenizer) {
   EXPECT_NE(out.find("vocab_size 5000"), std::string::npos) << out;  // raised from tiny's 2048
   ModelConfig c = read_hf_config(dir.file("m1/config.json"));
   EXPECT_EQ(c.vocab_size, 5000);
-  EXPECT_EQ(c.eos_token, -1);  // no config beside it and no known eos name
+  EXPECT_EQ(c.eos_token, -1) << out;  // no config beside it and no known eos name
   auto tok = load_tokenizer_from_dir(dir.file("m1"));
   ASSERT_NE(tok, nullptr);
   EXPECT_EQ(tok->vocab_size(), 5000);
@@ -255,18 +255,18 @@ TEST(BpeTokenizer, ModelSynthWritesTokenizer) {
   std::tie(code, out) = run("model synth --preset tiny --out " + dir.file("m2") + " --tokenizer " + src);
   ASSERT_EQ(code, 0) << out;
   c = read_hf_config(dir.file("m2/config.json"));
-  EXPECT_EQ(c.eos_token, 300);
+  EXPECT_EQ(c.eos_token, 300) << out;
   tok = load_tokenizer_from_dir(dir.file("m2"));
   EXPECT_EQ(tok->eos_id(), 300);
   EXPECT_EQ(detect_chat_format(tok->chat_template()), ChatFormat::llama3);
 
   write(dir, "src/tokenizer_config.json", {{"eos_token", "<|missing|>"}});
   std::tie(code, out) = run("model synth --preset tiny --out " + dir.file("m3") + " --tokenizer " + src);
-  EXPECT_EQ(code, 2);
+  EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("<|missing|>"), std::string::npos) << out;
   EXPECT_FALSE(std::filesystem::exists(dir.file("m3/config.json")));  // checked before writing weights
   std::tie(code, out) = run("model synth --preset tiny --out " + dir.file("m4") + " --tokenizer " + dir.file("nope.json"));
-  EXPECT_EQ(code, 2);
+  EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("nope.json: no such file"), std::string::npos) << out;
 }
 
