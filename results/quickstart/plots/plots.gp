@@ -26,7 +26,7 @@ set output 'tpot_vs_rate.svg'
 set title 'TPOT vs request rate (solid: p50, dashed: p99)'
 set xlabel 'request rate (req/s)'
 set ylabel 'time per output token (ms)'
-set yrange [0:*]
+set logscale y
 plot 'rate_static.dat' using 1:4 with linespoints lc 1 lw 2 pt 7 dt 1 title 'static p50', \
      'rate_static.dat' using 1:5 with linespoints lc 1 lw 2 pt 6 dt 2 title 'static p99', \
      'rate_dynamic.dat' using 1:4 with linespoints lc 2 lw 2 pt 7 dt 1 title 'dynamic p50', \
@@ -265,14 +265,14 @@ set title 'Goodput vs request rate (bars: 95% CI over repeats; dotted: capacity 
 set xlabel 'request rate (req/s)'
 set ylabel 'goodput (output tokens/s)'
 set yrange [0:*]
-set arrow from 8, graph 0 to 8, graph 1 nohead dt 3 lw 2 lc 1
-set label 'static capacity 8' at 8, graph 0.95 right offset -0.5,0 tc lt 1
-set arrow from 16, graph 0 to 16, graph 1 nohead dt 3 lw 2 lc 2
-set label 'dynamic capacity 16' at 16, graph 0.89 right offset -0.5,0 tc lt 2
-set arrow from 16, graph 0 to 16, graph 1 nohead dt 3 lw 2 lc 3
-set label 'continuous-naive capacity 16' at 16, graph 0.83 right offset -0.5,0 tc lt 3
-set arrow from 32, graph 0 to 32, graph 1 nohead dt 3 lw 2 lc 4
-set label 'continuous-paged capacity 32' at 32, graph 0.77 right offset -0.5,0 tc lt 4
+set arrow from 32, graph 0 to 32, graph 1 nohead dt 3 lw 2 lc 1
+set label 'static capacity 32' at 32, graph 0.95 right offset -0.5,0 tc lt 1
+set arrow from 32, graph 0 to 32, graph 1 nohead dt 3 lw 2 lc 2
+set label 'dynamic capacity 32' at 32, graph 0.89 right offset -0.5,0 tc lt 2
+set arrow from 32, graph 0 to 32, graph 1 nohead dt 3 lw 2 lc 3
+set label 'continuous-naive capacity 32' at 32, graph 0.83 right offset -0.5,0 tc lt 3
+set arrow from 64, graph 0 to 64, graph 1 nohead dt 3 lw 2 lc 4
+set label 'continuous-paged capacity 64' at 64, graph 0.77 right offset -0.5,0 tc lt 4
 plot 'goodput_static.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 1 title 'static', \
      'goodput_dynamic.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 2 title 'dynamic', \
      'goodput_continuous-naive.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 3 title 'continuous-naive', \
@@ -305,7 +305,7 @@ set output 'tpot_vs_rate.png'
 set title 'TPOT vs request rate (solid: p50, dashed: p99)'
 set xlabel 'request rate (req/s)'
 set ylabel 'time per output token (ms)'
-set yrange [0:*]
+set logscale y
 plot 'rate_static.dat' using 1:4 with linespoints lc 1 lw 2 pt 7 dt 1 title 'static p50', \
      'rate_static.dat' using 1:5 with linespoints lc 1 lw 2 pt 6 dt 2 title 'static p99', \
      'rate_dynamic.dat' using 1:4 with linespoints lc 2 lw 2 pt 7 dt 1 title 'dynamic p50', \
@@ -544,14 +544,14 @@ set title 'Goodput vs request rate (bars: 95% CI over repeats; dotted: capacity 
 set xlabel 'request rate (req/s)'
 set ylabel 'goodput (output tokens/s)'
 set yrange [0:*]
-set arrow from 8, graph 0 to 8, graph 1 nohead dt 3 lw 2 lc 1
-set label 'static capacity 8' at 8, graph 0.95 right offset -0.5,0 tc lt 1
-set arrow from 16, graph 0 to 16, graph 1 nohead dt 3 lw 2 lc 2
-set label 'dynamic capacity 16' at 16, graph 0.89 right offset -0.5,0 tc lt 2
-set arrow from 16, graph 0 to 16, graph 1 nohead dt 3 lw 2 lc 3
-set label 'continuous-naive capacity 16' at 16, graph 0.83 right offset -0.5,0 tc lt 3
-set arrow from 32, graph 0 to 32, graph 1 nohead dt 3 lw 2 lc 4
-set label 'continuous-paged capacity 32' at 32, graph 0.77 right offset -0.5,0 tc lt 4
+set arrow from 32, graph 0 to 32, graph 1 nohead dt 3 lw 2 lc 1
+set label 'static capacity 32' at 32, graph 0.95 right offset -0.5,0 tc lt 1
+set arrow from 32, graph 0 to 32, graph 1 nohead dt 3 lw 2 lc 2
+set label 'dynamic capacity 32' at 32, graph 0.89 right offset -0.5,0 tc lt 2
+set arrow from 32, graph 0 to 32, graph 1 nohead dt 3 lw 2 lc 3
+set label 'continuous-naive capacity 32' at 32, graph 0.83 right offset -0.5,0 tc lt 3
+set arrow from 64, graph 0 to 64, graph 1 nohead dt 3 lw 2 lc 4
+set label 'continuous-paged capacity 64' at 64, graph 0.77 right offset -0.5,0 tc lt 4
 plot 'goodput_static.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 1 title 'static', \
      'goodput_dynamic.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 2 title 'dynamic', \
      'goodput_continuous-naive.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 3 title 'continuous-naive', \
@@ -584,7 +584,7 @@ set output 'tpot_vs_rate.png'
 set title 'TPOT vs request rate (solid: p50, dashed: p99)'
 set xlabel 'request rate (req/s)'
 set ylabel 'time per output token (ms)'
-set yrange [0:*]
+set logscale y
 plot 'rate_static.dat' using 1:4 with linespoints lc 1 lw 2 pt 7 dt 1 title 'static p50', \
      'rate_static.dat' using 1:5 with linespoints lc 1 lw 2 pt 6 dt 2 title 'static p99', \
      'rate_dynamic.dat' using 1:4 with linespoints lc 2 lw 2 pt 7 dt 1 title 'dynamic p50', \
@@ -823,14 +823,14 @@ set title 'Goodput vs request rate (bars: 95% CI over repeats; dotted: capacity 
 set xlabel 'request rate (req/s)'
 set ylabel 'goodput (output tokens/s)'
 set yrange [0:*]
-set arrow from 8, graph 0 to 8, graph 1 nohead dt 3 lw 2 lc 1
-set label 'static capacity 8' at 8, graph 0.95 right offset -0.5,0 tc lt 1
-set arrow from 16, graph 0 to 16, graph 1 nohead dt 3 lw 2 lc 2
-set label 'dynamic capacity 16' at 16, graph 0.89 right offset -0.5,0 tc lt 2
-set arrow from 16, graph 0 to 16, graph 1 nohead dt 3 lw 2 lc 3
-set label 'continuous-naive capacity 16' at 16, graph 0.83 right offset -0.5,0 tc lt 3
-set arrow from 32, graph 0 to 32, graph 1 nohead dt 3 lw 2 lc 4
-set label 'continuous-paged capacity 32' at 32, graph 0.77 right offset -0.5,0 tc lt 4
+set arrow from 32, graph 0 to 32, graph 1 nohead dt 3 lw 2 lc 1
+set label 'static capacity 32' at 32, graph 0.95 right offset -0.5,0 tc lt 1
+set arrow from 32, graph 0 to 32, graph 1 nohead dt 3 lw 2 lc 2
+set label 'dynamic capacity 32' at 32, graph 0.89 right offset -0.5,0 tc lt 2
+set arrow from 32, graph 0 to 32, graph 1 nohead dt 3 lw 2 lc 3
+set label 'continuous-naive capacity 32' at 32, graph 0.83 right offset -0.5,0 tc lt 3
+set arrow from 64, graph 0 to 64, graph 1 nohead dt 3 lw 2 lc 4
+set label 'continuous-paged capacity 64' at 64, graph 0.77 right offset -0.5,0 tc lt 4
 plot 'goodput_static.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 1 title 'static', \
      'goodput_dynamic.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 2 title 'dynamic', \
      'goodput_continuous-naive.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 3 title 'continuous-naive', \
