@@ -1,5 +1,6 @@
 #pragma once
-// kernel_bench's helpers, shared by its translation units (kernel_bench.cu, gemv_bench.cu): device
+// kernel_bench's helpers, shared by its translation units (kernel_bench.cu, gemv_bench.cu,
+// decode_attn_bench.cu, prefill_attn_bench.cu): device
 // buffers, random bf16 fills, the figure table, bf16 download and relative error.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -7,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -81,5 +83,15 @@ inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) 
 bool validate_gemv();
 /// llama2-7b's decode products at M = 1 and 8: gemv, cuBLASLt and the mix (gemv_bench.cu).
 void bench_gemv(int64_t l2, double copy_gbs);
+
+struct DecodeBenchOptions {
+  bool quick = false;  ///< batches 1 and 32 at context 4k only
+  bool sweep = false;  ///< the comparison columns (decode_attn_bench.cu)
+  std::string only;    ///< one shape, e.g. "b1 ctx1024 gqa4"; "" every shape
+};
+/// Paged decode attention over the shape grid beside the copy ceiling (decode_attn_bench.cu).
+void bench_decode_attention(const DecodeBenchOptions& opt, std::mt19937_64& rng, int n_sms, int64_t l2, double copy_gbs);
+/// 1k / 4k causal prefill attention on four KV layouts beside the GEMM ceiling (prefill_attn_bench.cu).
+void bench_prefill_attention(bool quick, std::mt19937_64& rng, int n_sms, double gemm_tflops);
 
 }  // namespace servelab::kernels::bench
