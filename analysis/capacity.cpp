@@ -61,6 +61,16 @@ CapacityProbe probe_from_metrics(double rate, const RunMetrics& m, double wall_s
   return p;
 }
 
+CapacityProbe probe_from_runs(double rate, const std::vector<RunMetrics>& runs, double wall_s) {
+  if (runs.empty()) throw std::invalid_argument("probe_from_runs: no runs");
+  if (runs.size() == 1) return probe_from_metrics(rate, runs[0], wall_s);
+  CapacityProbe p = probe_from_metrics(rate, mean_metrics(runs), wall_s);
+  p.repeats = static_cast<int>(runs.size());
+  for (const RunMetrics& m : runs) p.attainment_runs.push_back(m.slo_attainment);
+  p.attainment_stats = stats_of(p.attainment_runs);
+  return p;
+}
+
 double BisectionOptions::tolerance(double lo) const { return std::max(precision, precision_pct / 100.0 * lo); }
 
 StrategyCapacity find_capacity(const std::string& strategy, const std::function<CapacityProbe(double)>& probe,
@@ -176,17 +186,28 @@ std::string capacity_table(const std::vector<StrategyCapacity>& results, double 
     }
     if (!c.note.empty() && c.found) out << c.strategy << ": note: " << c.note << "\n";
   }
-  out << "\nprobes (in order):\n";
-  std::snprintf(line, sizeof line, "%-22s %4s %10s %8s %5s %10s %10s %10s %9s %9s\n", "strategy", "#", "rate",
+  // With workload.repeat, each probe's runs and the range of their attainments (min-max).
+  bool repeated = false;
+  for (const StrategyCapacity& c : results)
+    for (const CapacityProbe& p : c.probes) repeated = repeated || p.repeats > 1;
+  out << "\nprobes (in order" << (repeated ? "; attain = the mean over the probe's runs" : "") << "):\n";
+  std::snprintf(line, sizeof line, "%-22s %4s %10s %8s %5s %10s %10s %10s %9s %9s", "strategy", "#", "rate",
                 "attain", "meets", "out_tok/s", "ttft_p50", "ttft_p99", "tpot_p99", "wall_s");
-  out << line;
+  out << line << (repeated ? "  runs  attain_range\n" : "\n");
   for (const StrategyCapacity& c : results)
     for (size_t i = 0; i < c.probes.size(); ++i) {
       const CapacityProbe& p = c.probes[i];
-      std::snprintf(line, sizeof line, "%-22s %4zu %10.4g %7.1f%% %5s %10.1f %10.1f %10.1f %9.1f %9.2f\n",
+      std::snprintf(line, sizeof line, "%-22s %4zu %10.4g %7.1f%% %5s %10.1f %10.1f %10.1f %9.1f %9.2f",
                     c.strategy.c_str(), i + 1, p.rate, p.slo_attainment * 100.0, p.meets ? "yes" : "no",
                     p.output_throughput, p.ttft_p50_ms, p.ttft_p99_ms, p.tpot_p99_ms, p.wall_s);
       out << line;
+      if (repeated && p.repeats > 1) {
+        std::snprintf(line, sizeof line, "  %4d  %.1f-%.1f%%\n", p.repeats, p.attainment_stats.min * 100.0,
+                      p.attainment_stats.max * 100.0);
+        out << line;
+      } else {
+        out << (repeated ? "     1\n" : "\n");
+      }
     }
   return out.str();
 }
@@ -207,7 +228,10 @@ nlohmann::ordered_json probe_json(const CapacityProbe& p) {
           {"tpot_p50_ms", num(p.tpot_p50_ms)},
           {"tpot_p99_ms", num(p.tpot_p99_ms)},
           {"run_s", num(p.run_s)},
-          {"wall_s", num(p.wall_s)}};
+          {"wall_s", num(p.wall_s)},
+          {"repeats", p.repeats},
+          {"attainment_runs", p.repeats > 1 ? nlohmann::ordered_json(p.attainment_runs) : nlohmann::ordered_json(nullptr)},
+          {"attainment_stats", p.repeats > 1 ? nlohmann::ordered_json(p.attainment_stats) : nlohmann::ordered_json(nullptr)}};
 }
 
 }  // namespace

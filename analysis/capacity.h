@@ -9,9 +9,13 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "analysis/repeats.h"
+
 namespace servelab::analysis {
 
-/// One run at one rate, as the capacity search scores it.
+/// One probe at one rate, as the capacity search scores it: one run, or with `workload.repeat: N`
+/// the mean of N runs, each planned from its own seed (repeat_seed), as `servelab run` averages a
+/// repeated point.
 struct CapacityProbe {
   double rate = 0.0;               ///< offered requests/s
   double slo_attainment = 0.0;     ///< in [0, 1]
@@ -23,13 +27,20 @@ struct CapacityProbe {
   double goodput = 0.0;            ///< output tokens/s of SLO-meeting requests
   double ttft_p50_ms = 0.0, ttft_p99_ms = 0.0, tpot_p50_ms = 0.0, tpot_p99_ms = 0.0;
   double run_s = 0.0;              ///< the run's duration on its clock (virtual for sim)
-  double wall_s = 0.0;             ///< wall time the probe took
+  double wall_s = 0.0;             ///< wall time the probe took (all its runs)
+  int repeats = 1;                 ///< runs averaged into this probe
+  std::vector<double> attainment_runs;  ///< with repeats > 1: each run's attainment, in seed order
+  MetricStats attainment_stats;    ///< with repeats > 1: their mean, spread and 95% interval of the mean
 };
 
 struct RunMetrics;
 
 /// A probe's figures from a run's metrics (meets is left for find_capacity to set).
 CapacityProbe probe_from_metrics(double rate, const RunMetrics& m, double wall_s);
+/// A probe of several runs at one rate: the figures of their mean (mean_metrics: percentile
+/// objectives judged on the means), each run's attainment and their statistics. One run gives
+/// probe_from_metrics's probe. Throws std::invalid_argument for none.
+CapacityProbe probe_from_runs(double rate, const std::vector<RunMetrics>& runs, double wall_s);
 
 /// How to search. validate() names the bad field.
 struct BisectionOptions {

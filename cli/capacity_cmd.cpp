@@ -117,20 +117,35 @@ int capacity_main(const CapacityArgs& a) {
   std::vector<analysis::StrategyCapacity> results;
   CostCounts counts;
   for (size_t i : which) {
+    // workload.repeat N: each probe is N runs, run k planned from repeat_seed(seed, k) (k = 1: the
+    // scenario's seed, so repeat 1 probes what it always did), scored on their mean.
+    const int n_runs = std::max(1, sc.workload.repeat);
     auto probe = [&](double rate) {
-      PointRunOptions o;
-      o.n_requests = spec.n_requests;
-      const PointRun run = runner->run(i, rate, o);
-      if (run.cost_counts) {
-        counts.profile += run.cost_counts->profile;
-        counts.profile_roofline += run.cost_counts->profile_roofline;
-        counts.roofline += run.cost_counts->roofline;
+      std::vector<analysis::RunMetrics> runs;
+      double wall_s = 0.0;
+      std::string label;
+      for (int k = 1; k <= n_runs; ++k) {
+        PointRunOptions o;
+        o.n_requests = spec.n_requests;
+        o.seed = repeat_seed(sc.seed, k);
+        const PointRun run = runner->run(i, rate, o);
+        if (run.cost_counts) {
+          counts.profile += run.cost_counts->profile;
+          counts.profile_roofline += run.cost_counts->profile_roofline;
+          counts.roofline += run.cost_counts->roofline;
+        }
+        runs.push_back(analysis::compute_metrics(run.label, run.records, {}, slo_of(sc)));
+        wall_s += run.wall_s;
+        label = run.label;
       }
-      const analysis::RunMetrics m = analysis::compute_metrics(run.label, run.records, {}, slo_of(sc));
-      analysis::CapacityProbe p = analysis::probe_from_metrics(rate, m, run.wall_s);
-      if (!a.quiet)
-        std::fprintf(stderr, "  %s: attainment %.1f%%, %.1f out tok/s (%.2f s wall)\n", run.label.c_str(),
-                     p.slo_attainment * 100, p.output_throughput, run.wall_s);
+      analysis::CapacityProbe p = analysis::probe_from_runs(rate, runs, wall_s);
+      if (!a.quiet) {
+        std::fprintf(stderr, "  %s: attainment %.1f%%", label.c_str(), p.slo_attainment * 100);
+        if (p.repeats > 1)
+          std::fprintf(stderr, " (mean of %d runs, %.1f-%.1f%%)", p.repeats, p.attainment_stats.min * 100,
+                       p.attainment_stats.max * 100);
+        std::fprintf(stderr, ", %.1f out tok/s (%.2f s wall)\n", p.output_throughput, wall_s);
+      }
       return p;
     };
     analysis::StrategyCapacity c = analysis::find_capacity(sc.strategies[i].label, probe, bo);

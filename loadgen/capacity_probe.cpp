@@ -73,6 +73,7 @@ PointRun PointRunner::run(size_t strategy, double rate, const PointRunOptions& o
     sc.workload.n_requests = options.n_requests;
     sc.workload.duration_s = 0.0;
   }
+  if (options.seed) sc.seed = *options.seed;
   const Plan plan = Planner(sc).make(rate);
   const StrategySpec& strat = sc.strategies.at(strategy);
   EngineConfig config = engine_config(sc, strat);

@@ -31,6 +31,8 @@ struct PointRunOptions {
   /// Real backends: also price every step's shape with this cost model and keep (measured,
   /// predicted) per step: the sim's step-level error, apart from queueing.
   const SimCostModel* predict_with = nullptr;
+  /// The plan's seed instead of the scenario's (a repetition's: repeat_seed); weights keep theirs.
+  std::optional<uint64_t> seed;
 };
 
 

@@ -37,6 +37,57 @@ TEST(CapacityCommand, WritesTheTableJsonAndPlotForCapacityYaml) {
   if (on_path("gnuplot")) EXPECT_TRUE(fs::exists(out + "/plots/capacity.svg"));
 }
 
+// workload.repeat N: each probe runs N times, run k planned from repeat_seed(seed, k); the probe is
+// scored on their mean. Run 1 is the scenario's own seed: it equals the unrepeated search's probe.
+TEST(CapacityCommand, RepeatedProbesAverageRunsOfTheirOwnSeeds) {
+  SERVELAB_REQUIRE_BINARY();
+  TempDir tmp;
+  // A small engine (8 sequences) on the simulated H100: 60 requests reach its knee, where the
+  // attainment differs from seed to seed (4 req/s: 92-100%; 8 req/s: 38-48%).
+  const std::string scenario = tmp.file("c.yaml");
+  write_text(scenario,
+             "seed: 3\nmodel: {preset: llama2-7b}\nbackend: {kind: sim, sim_device: h100}\n"
+             "engine: {kv_cache_mb: 4096, max_model_len: 2048}\n"
+             "strategies: [{label: small, batching: continuous, max_num_seqs: 8, max_num_batched_tokens: 2048, kv: {kind: paged}}]\n"
+             "workload: {arrival: {process: poisson}, rates: [1], n_requests: 60, warmup_requests: 0,\n"
+             "           prompt_tokens: {dist: sharegpt}, output_tokens: {dist: sharegpt}}\n"
+             "slo: {ttft_ms: 1000, tpot_ms: 100, attainment: 0.9}\ncapacity: {rate_lo: 2, max_probes: 3}\n");
+  const auto search = [&](const std::string& dir, int repeat) {
+    const CliResult r = run_servelab({"capacity", scenario, "--out", tmp.file(dir), "--no-plots", "--set",
+                                      "workload.repeat=" + std::to_string(repeat)},
+                                     tmp);
+    EXPECT_EQ(r.code, 0) << r.output;
+    return std::pair{nlohmann::json::parse(read_text(tmp.file(dir) + "/capacity.json")), r.output};
+  };
+  const auto [one, one_out] = search("one", 1);
+  const auto [three, three_out] = search("three", 3);
+  const auto& p1 = one.at("strategies").at(0).at("probes");
+  const auto& p3 = three.at("strategies").at(0).at("probes");
+  ASSERT_EQ(p1.size(), 3u);
+  EXPECT_TRUE(p1[0].at("attainment_runs").is_null());
+  EXPECT_EQ(p1[0].at("repeats"), 1);
+  bool runs_differ = false;
+  for (size_t i = 0; i < std::min(p1.size(), p3.size()); ++i) {
+    if (p1[i].at("rate") != p3[i].at("rate")) break;  // the searches part where their verdicts do
+    const auto& runs = p3[i].at("attainment_runs");
+    ASSERT_EQ(runs.size(), 3u) << p3[i].dump();
+    EXPECT_EQ(p3[i].at("repeats"), 3);
+    EXPECT_DOUBLE_EQ(runs[0].get<double>(), p1[i].at("slo_attainment").get<double>()) << i;  // run 1: the same seed
+    const double mean = (runs[0].get<double>() + runs[1].get<double>() + runs[2].get<double>()) / 3.0;
+    EXPECT_NEAR(p3[i].at("slo_attainment").get<double>(), mean, 1e-6) << i;  // JSON keeps 6 digits
+    const auto& st = p3[i].at("attainment_stats");
+    EXPECT_EQ(st.at("n"), 3);
+    EXPECT_LE(st.at("min").get<double>(), mean);
+    EXPECT_GE(st.at("max").get<double>(), mean);
+    EXPECT_EQ(p3[i].at("meets").get<bool>(), mean >= three.at("target_attainment").get<double>()) << i;
+    EXPECT_EQ(p3[i].at("n_requests"), 3 * p1[i].at("n_requests").get<int>());
+    runs_differ = runs_differ || runs[1] != runs[0] || runs[2] != runs[0];
+  }
+  EXPECT_TRUE(runs_differ) << three.dump(1);  // the other seeds plan other requests
+  EXPECT_NE(three_out.find("runs  attain_range"), std::string::npos) << three_out;
+  EXPECT_EQ(one_out.find("attain_range"), std::string::npos) << one_out;
+}
+
 TEST(CapacityCommand, RefusesAProfileOfAnotherModel) {
   SERVELAB_REQUIRE_BINARY();
   TempDir tmp;
@@ -110,14 +161,14 @@ TEST(ValidateSimCommand, ComparesTheCpuEngineWithItsCalibratedSim) {
   EXPECT_NE(read_text(out + "/records_real.jsonl").find("@10#2\""), std::string::npos);
   EXPECT_NE(read_text(out + "/validation.md").find("| real spread |"), std::string::npos);
   EXPECT_NE(read_text(out + "/validation.md").find("decode, 1-4 seqs"), std::string::npos);
-  // --sensitivity (default 2%): the sim rerun at 0.98 and 1.02 of every step's cost. TPOT is step
-  // time plus the unscaled host work: dearer steps make it longer. Not asserted tighter: the
-  // profile is measured, and over 6 requests the dearer steps can regroup the batches, so the p50
-  // moves by more than the steps (1.47% per 1% at 85% load seen in a clean-clone CI run).
+  // --sensitivity (default 2%): the sim rerun at 0.98 and 1.02 of every step's cost. Only its
+  // finiteness and the identity below are asserted: the profile is measured, and over 6 requests
+  // the dearer steps can regroup the batches, so the p50 moves by more than the steps or even the
+  // other way (1.47% per 1% at 85% load in a clean-clone CI run, -0.12 with the suite run 4x
+  // oversubscribed).
   EXPECT_EQ(j.at("sensitivity_pct"), 2.0);
   for (const auto& run : j.at("runs")) {
     const auto& tpot = run.at("figures").at("tpot_p50_ms");
-    EXPECT_GT(tpot.at("sensitivity").get<double>(), 0.0) << run.dump();
     EXPECT_TRUE(std::isfinite(tpot.at("sensitivity").get<double>())) << run.dump();
     EXPECT_DOUBLE_EQ(tpot.at("error_from_steps").get<double>(),
                      tpot.at("sensitivity").get<double>() * run.at("steps").at("total_error").get<double>());

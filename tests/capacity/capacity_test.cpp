@@ -151,6 +151,48 @@ TEST(FindCapacity, FindsTheKnownCapacityOfASimWithAnExactCostModel) {
   EXPECT_LE(c.failing_rate - c.capacity, 0.01);
 }
 
+// workload.repeat: a probe of several runs is scored on their mean; each run's attainment and
+// their spread are kept; one run is probe_from_metrics's probe; none is an error.
+TEST(ProbeFromRuns, MeanOfTheRunsWithTheirSpread) {
+  std::vector<analysis::RunMetrics> runs(3);
+  const double att[] = {1.0, 0.8, 0.6};
+  for (int k = 0; k < 3; ++k) {
+    runs[k].slo_attainment = att[k];
+    runs[k].n_requests = 100;
+    runs[k].output_throughput = 1000.0 * (k + 1);
+    runs[k].ttft_ms.p99 = 10.0 * (k + 1);
+  }
+  const CapacityProbe p = analysis::probe_from_runs(4.0, runs, 1.5);
+  EXPECT_EQ(p.repeats, 3);
+  EXPECT_DOUBLE_EQ(p.rate, 4.0);
+  EXPECT_NEAR(p.slo_attainment, 0.8, 1e-12);
+  EXPECT_NEAR(p.output_throughput, 2000.0, 1e-9);
+  EXPECT_NEAR(p.ttft_p99_ms, 20.0, 1e-9);
+  EXPECT_EQ(p.n_requests, 300);  // counts summed
+  EXPECT_EQ(p.attainment_runs, (std::vector<double>{1.0, 0.8, 0.6}));
+  EXPECT_EQ(p.attainment_stats.n, 3u);
+  EXPECT_DOUBLE_EQ(p.attainment_stats.min, 0.6);
+  EXPECT_DOUBLE_EQ(p.attainment_stats.max, 1.0);
+  EXPECT_NEAR(p.attainment_stats.std, 0.2, 1e-12);
+  EXPECT_LT(p.attainment_stats.ci95_lo, 0.8);
+  EXPECT_GT(p.attainment_stats.ci95_hi, 0.8);
+  EXPECT_DOUBLE_EQ(p.wall_s, 1.5);
+
+  const CapacityProbe one = analysis::probe_from_runs(4.0, {runs[1]}, 0.5);
+  EXPECT_EQ(one.repeats, 1);
+  EXPECT_DOUBLE_EQ(one.slo_attainment, 0.8);
+  EXPECT_TRUE(one.attainment_runs.empty());
+  EXPECT_THROW(analysis::probe_from_runs(4.0, {}, 0.0), std::invalid_argument);
+
+  // The table shows the runs and their range only when some probe repeated.
+  analysis::StrategyCapacity c;
+  c.strategy = "s";
+  c.probes = {p};
+  EXPECT_NE(analysis::capacity_table({c}, 0.9).find("60.0-100.0%"), std::string::npos);
+  c.probes = {one};
+  EXPECT_EQ(analysis::capacity_table({c}, 0.9).find("attain_range"), std::string::npos);
+}
+
 TEST(PointRunner, SameSeedGivesByteIdenticalRecordsAndCapacitySummary) {
   const Scenario sc = exact_sim_scenario();
   auto summary = [&] {
