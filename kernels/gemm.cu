@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/common.cuh"
 #include "kernels/cublaslt_lib.h"
@@ -106,7 +107,56 @@ gemv::Plan Gemm::gemv_plan(int n, int k) const {
   return plan;
 }
 
-cublasLtMatmulAlgo_t Gemm::heuristic(ScalarType t, int m, int n, int k, bool out_fp32) {
+int Gemm::fastest(ScalarType t, int m, int n, int k, bool out_fp32, const cublasLtMatmulAlgo_t* algos, int count,
+                  double* first_over_best) {
+  const size_t xb = size_t(m) * k * 2, wb = size_t(n) * k * 2, yb = size_t(m) * n * (out_fp32 ? 4 : 2);
+  size_t free_b = 0, total_b = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  if (xb + wb + yb + (size_t(256) << 20) > free_b) return -1;  // leave 256 MB to the rest
+  char* buf = nullptr;
+  CUDA_CHECK(cudaMalloc(&buf, xb + wb + yb));
+  CUDA_CHECK(cudaMemset(buf, 0x11, xb + wb));  // small normal numbers, no NaN or denormal paths
+  cudaStream_t st = nullptr;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  Descs d(t, m, n, k, out_fp32);
+  const float alpha = 1.0f, beta = 0.0f;
+  auto launch = [&](int i) {
+    return cublaslt().matmul(handle_, d.op, &alpha, buf + xb, d.a, buf, d.b, &beta, buf + xb + wb, d.c, buf + xb + wb,
+                             d.c, &algos[i], workspace_, workspace_bytes_, st);
+  };
+  constexpr int kRounds = 3, kCalls = 5;
+  std::vector<double> best(size_t(count), 1e30);
+  std::vector<bool> ok(size_t(count), true);
+  for (int i = 0; i < count; ++i) ok[size_t(i)] = launch(i) == CUBLAS_STATUS_SUCCESS;  // warm-up
+  for (int r = 0; r < kRounds; ++r)
+    for (int j = 0; j < count; ++j) {
+      const int i = r % 2 ? count - 1 - j : j;  // odd rounds backwards: no candidate always first
+      if (!ok[size_t(i)]) continue;
+      CUDA_CHECK(cudaEventRecord(e0, st));
+      for (int c = 0; c < kCalls; ++c) ok[size_t(i)] = ok[size_t(i)] && launch(i) == CUBLAS_STATUS_SUCCESS;
+      CUDA_CHECK(cudaEventRecord(e1, st));
+      CUDA_CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      best[size_t(i)] = std::min(best[size_t(i)], double(ms));
+    }
+  CUDA_CHECK(cudaStreamSynchronize(st));
+  cudaEventDestroy(e1);
+  cudaEventDestroy(e0);
+  cudaStreamDestroy(st);
+  cudaFree(buf);
+  int pick = 0;
+  for (int i = 1; i < count; ++i)
+    if (ok[size_t(i)] && best[size_t(i)] < best[size_t(pick)]) pick = i;
+  if (!ok[0]) return pick;  // the first failed: whatever ran
+  *first_over_best = best[0] / best[size_t(pick)];
+  return pick;
+}
+
+cublasLtMatmulAlgo_t Gemm::heuristic(ScalarType t, int m, int n, int k, bool out_fp32, bool tune) {
   const auto key = std::make_tuple(int(t), m, n, k, out_fp32, false);
   if (auto it = heuristics_.find(key); it != heuristics_.end()) return it->second;
   Descs d(t, m, n, k, out_fp32);
@@ -119,16 +169,33 @@ cublasLtMatmulAlgo_t Gemm::heuristic(ScalarType t, int m, int n, int k, bool out
     CUBLAS_CHECK(cublaslt().preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &scheme,
                                                       sizeof(scheme)));
   }
-  cublasLtMatmulHeuristicResult_t result{};
+  const bool autotune = tune && !batch_invariant_ && m <= autotune_max_m_;
+  cublasLtMatmulHeuristicResult_t results[kAutotuneCandidates]{};
   int found = 0;
-  const cublasStatus_t st = cublaslt().algo_get_heuristic(handle_, d.op, d.a, d.b, d.c, d.c, pref, 1, &result, &found);
+  const cublasStatus_t st = cublaslt().algo_get_heuristic(handle_, d.op, d.a, d.b, d.c, d.c, pref,
+                                                          autotune ? kAutotuneCandidates : 1, results, &found);
   cublaslt().preference_destroy(pref);
   ++heuristic_queries_;
   if (st != CUBLAS_STATUS_SUCCESS || found == 0)
     throw std::runtime_error("Gemm: cuBLASLt has no algorithm for M=" + std::to_string(m) + " N=" + std::to_string(n) +
                              " K=" + std::to_string(k));
-  heuristics_.emplace(key, result.algo);
-  return result.algo;
+  cublasLtMatmulAlgo_t algo = results[0].algo;
+  if (autotune && found > 1) {
+    cublasLtMatmulAlgo_t algos[kAutotuneCandidates];
+    for (int i = 0; i < found; ++i) algos[i] = results[i].algo;
+    double gain = 1.0;
+    const int pick = fastest(t, m, n, k, out_fp32, algos, found, &gain);
+    if (pick < 0) {
+      ++autotune_stats_.skipped;
+    } else {
+      algo = algos[pick];
+      ++autotune_stats_.tuned;
+      autotune_stats_.changed += pick != 0;
+      autotune_stats_.gain_sum += gain;
+    }
+  }
+  heuristics_.emplace(key, algo);
+  return algo;
 }
 
 bool Gemm::accepts(const cublasLtMatmulAlgo_t& algo, ScalarType t, int m, int n, int k, bool out_fp32) const {
@@ -165,7 +232,7 @@ void Gemm::prepare(ScalarType t, int max_m, int n, int k, bool out_fp32) {
   // Products gemv takes never ask cuBLASLt (its choice does not depend on the pointers' alignment
   // beyond what every weight and activation buffer here has: 16 bytes).
   const bool gemv = uses_gemv(t, workspace_, workspace_, 1, n, k) && (gemv_split_k_ || gemv_plan(n, k).splits == 1);
-  for (int m : gemm_rows_buckets(gemv ? gemv::kMaxRows + 1 : 1, max_m)) heuristic(t, m, n, k, out_fp32);
+  for (int m : gemm_rows_buckets(gemv ? gemv::kMaxRows + 1 : 1, max_m)) heuristic(t, m, n, k, out_fp32, true);
 }
 
 void Gemm::run(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, bool out_fp32,

@@ -94,14 +94,33 @@ class Gemm {
   /// bucket's algorithm does not take).
   int64_t heuristic_queries() const { return heuristic_queries_; }
 
+  /// Autotuning (off by default; never in batch-invariant mode): prepare() asks cuBLASLt for up to
+  /// kAutotuneCandidates algorithms for each row bucket of at most max_m rows, times each on
+  /// scratch operands of the shape (interleaved rounds, each candidate's fastest round) and keeps
+  /// the fastest instead of the heuristic's first. Skipped for a shape whose scratch does not fit in
+  /// the free device memory. 0 turns it off.
+  void set_autotune(int max_m) { autotune_max_m_ = max_m < 0 ? 0 : max_m; }
+  struct AutotuneStats {
+    int64_t tuned = 0;     ///< buckets timed
+    int64_t changed = 0;   ///< of those, where the fastest was not the heuristic's first
+    int64_t skipped = 0;   ///< buckets left on the heuristic's first for want of memory
+    double gain_sum = 0;   ///< sum over tuned buckets of (first's time / fastest's time)
+  };
+  const AutotuneStats& autotune_stats() const { return autotune_stats_; }
+  static constexpr int kAutotuneCandidates = 8;
+
   /// Partial sums and row-block counters reserved for gemv's K splits.
   static constexpr int64_t kGemvPartialFloats = int64_t(1) << 20;
   static constexpr int kGemvCounters = 8192;
 
  private:
   cublasLtMatmulAlgo_t algo_for(ScalarType t, int m, int n, int k, bool out_fp32, bool accumulate);
-  /// cuBLASLt's heuristic choice for exactly m rows (cached).
-  cublasLtMatmulAlgo_t heuristic(ScalarType t, int m, int n, int k, bool out_fp32);
+  /// cuBLASLt's heuristic choice for exactly m rows (cached); with tune (from prepare) and
+  /// autotuning on for m rows, the fastest of its candidates.
+  cublasLtMatmulAlgo_t heuristic(ScalarType t, int m, int n, int k, bool out_fp32, bool tune = false);
+  /// Index of the fastest of `algos` on scratch [m, k] x [n, k] operands; -1 when they do not fit.
+  int fastest(ScalarType t, int m, int n, int k, bool out_fp32, const cublasLtMatmulAlgo_t* algos, int count,
+              double* first_over_best);
   /// Whether `algo` runs an m-row product within the workspace.
   bool accepts(const cublasLtMatmulAlgo_t& algo, ScalarType t, int m, int n, int k, bool out_fp32) const;
   cublasLtHandle_t handle_ = nullptr;
@@ -118,6 +137,8 @@ class Gemm {
   std::map<std::tuple<int, int, int, int, bool, bool>, cublasLtMatmulAlgo_t> algos_;       // per actual M
   std::map<std::tuple<int, int, int, int, bool, bool>, cublasLtMatmulAlgo_t> heuristics_;  // per queried M
   int64_t heuristic_queries_ = 0;
+  int autotune_max_m_ = 0;
+  AutotuneStats autotune_stats_;
 };
 
 }  // namespace servelab::kernels

@@ -144,6 +144,32 @@ TEST_P(GemmGpu, PreparedRowBucketsServeNewRowCountsWithoutNewQueries) {
   EXPECT_EQ(g.heuristic_queries(), asked) << "every row count took its prepared bucket's algorithm";
 }
 
+// Autotuning (Gemm::set_autotune): prepare() times cuBLASLt's candidates for the buckets up to the
+// limit (and only those); whichever it keeps computes the product.
+TEST_P(GemmGpu, AutotunedBucketsComputeTheProduct) {
+  SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  const int n = 1024, k = 2048;
+  Gemm g(false);
+  g.set_autotune(40);
+  g.prepare(t, 100, n, k, false);
+  const Gemm::AutotuneStats& a = g.autotune_stats();
+  EXPECT_EQ(a.tuned + a.skipped, 40 - 8);  // buckets 9..40 (gemv takes <= 8 rows); 41..100 untimed
+  EXPECT_EQ(a.skipped, 0);
+  EXPECT_LE(a.changed, a.tuned);
+  EXPECT_GE(a.gain_sum, double(a.tuned) * (1.0 - 1e-9));  // the fastest is never slower than the first
+  for (int m : {9, 32, 40, 64}) {
+    const std::vector<float> x = testing::random16(t, size_t(m) * k, rng), w = testing::random16(t, size_t(n) * k, rng, 0.02f);
+    std::vector<float> ref(size_t(m) * n);
+    gemm_ref(x.data(), w.data(), m, n, k, ref.data());
+    DeviceBuffer dx = testing::upload16(t, x), dw = testing::upload16(t, w), y(ref.size() * 2);
+    y.poison();
+    g.run(t, dx.get(), dw.get(), y.get(), m, n, k, false, nullptr);
+    EXPECT_LT(testing::rel_error(testing::download16(t, y, ref.size()), ref), testing::tolerance(t)) << m;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, GemmGpu, ::testing::ValuesIn(testing::kStorageTypes), testing::dtype_name);
 
 }  // namespace

@@ -39,6 +39,10 @@ struct CudaBackendOptions {
   /// uploads only the entries that changed; false re-sends every sequence's whole table each step
   /// (the path it replaces, kept to compare against).
   bool persistent_block_tables = true;
+  /// Row buckets of at most this many rows (decode batches) time up to 8 of cuBLASLt's candidate
+  /// algorithms per product when steps are reserved and keep the fastest (Gemm::set_autotune);
+  /// 0 (default) takes the heuristic's first. An experiment: engine_bench's `gemm_autotune` mode.
+  int gemm_autotune_rows = 0;
   /// Storage of the weights, activations and KV arena (`dtype:` in the scenario): bf16 (default)
   /// or f16; products and reductions accumulate in fp32 either way, logits are fp32. Checkpoints
   /// (bf16, f16 or f32) are converted on the GPU; presets are drawn there in this dtype.

@@ -205,6 +205,7 @@ struct CudaBackend::Impl {
                                      mode == DecodeGemv::all);
     gemm->set_gemv_waves(env_int("SERVELAB_GEMV_WAVES", 0));      // split K only for very few row blocks
     gemm->set_gemv_variant(env_int("SERVELAB_GEMV_VARIANT", 3));  // rolling pipeline + L2::256B hint
+    gemm->set_autotune(options.gemm_autotune_rows);
     fuse_gate_up_silu = env_flag("SERVELAB_GEMV_SILU", true);
     // PDL pays between gemv launches (they stream weights while the previous kernel drains); beside
     // cuBLASLt's products it measured slower (batch 1 and 32), so only steps whose products take gemv.
@@ -292,6 +293,12 @@ struct CudaBackend::Impl {
     gemm->prepare(dt, rows, 2 * local_ffn, d, false);
     gemm->prepare(dt, rows, d, local_ffn, false);
     gemm->prepare(dt, padded, tp ? local_vocab : c().vocab_size, d, true);
+    if (options.gemm_autotune_rows > 0) {
+      const k::Gemm::AutotuneStats& a = gemm->autotune_stats();
+      std::fprintf(stderr, "gemm autotune (<= %d rows): %lld buckets timed, %lld not on the heuristic's first, %lld skipped"
+                   " (memory); heuristic's first / fastest %.3fx on average\n", options.gemm_autotune_rows,
+                   (long long)a.tuned, (long long)a.changed, (long long)a.skipped, a.tuned ? a.gain_sum / a.tuned : 1.0);
+    }
     if (options.persistent_block_tables && limits.block_size > 0 && limits.max_context > 0)
       table_diff.reserve(padded + 1, (limits.max_context + limits.block_size - 1) / limits.block_size);
   }
