@@ -357,6 +357,10 @@ int run(const Args& args) {
                 mode.options.batch_invariant ? "on" : "off", backend->weight_bytes() / 1e9, n_slots * slot_bytes / 1e9,
                 budget / 1e9);
     ProfileRunner runner(*backend, n_slots, model.max_position, 7, true);
+    // The engine reserves its steps before the first (Engine's constructor: reserve_steps, where
+    // Gemm::prepare asks cuBLASLt for every row bucket and, with gemm_autotune, times its
+    // candidates); the profile runner does not, so this mode reserves here as the engine would.
+    if (mode.options.gemm_autotune_rows > 0) backend->reserve_steps(StepLimits{256, 256, model.max_position, 16});
     auto fits = [&](const ProfilePoint& p) { return p.n_slots() <= n_slots; };
     auto time_s = [&](const ProfilePoint& p) { return runner.run(p, warmup, repeats, 1e9).step_s; };
 
