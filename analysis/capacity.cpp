@@ -82,7 +82,8 @@ StrategyCapacity find_capacity(const std::string& strategy, const std::function<
   auto run = [&](double rate) {
     CapacityProbe p = probe(rate);
     p.rate = rate;
-    p.meets = p.slo_attainment >= o.target && p.objectives_met;  // per-run percentile objectives too
+    const double judged = o.decide_on_ci95_lo && p.repeats > 1 ? p.attainment_stats.ci95_lo : p.slo_attainment;
+    p.meets = judged >= o.target && p.objectives_met;  // per-run percentile objectives too
     c.probes.push_back(p);
     if (p.meets) {
       if (rate > ok) {

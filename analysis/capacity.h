@@ -50,6 +50,10 @@ struct BisectionOptions {
   double precision = 0.0;      ///< stop when hi − lo <= max(precision, precision_pct% of lo) ...
   double precision_pct = 2.0;
   int max_probes = 40;         ///< ... or after this many probes
+  /// A probe meets the target on the lower end of its attainment's 95% interval (a repeated
+  /// probe's attainment_stats.ci95_lo) instead of its mean; a probe of one run has no interval and
+  /// is judged on its attainment.
+  bool decide_on_ci95_lo = false;
   void validate() const;
   /// The bracket width at which bisection stops for a lower end `lo`.
   double tolerance(double lo) const;

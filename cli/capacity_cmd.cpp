@@ -37,6 +37,9 @@ struct CapacityArgs {
 
 analysis::SloSpec slo_of(const Scenario& s) { return analysis_slo(s); }
 
+/// Runs per capacity probe: workload.repeat.
+int n_runs_of(const Scenario& s) { return std::max(1, s.workload.repeat); }
+
 std::string counts_text(const std::optional<CostCounts>& c) {
   if (!c) return "";
   char buf[160];
@@ -114,12 +117,13 @@ int capacity_main(const CapacityArgs& a) {
   bo.precision = spec.precision;
   bo.precision_pct = spec.precision_pct;
   bo.max_probes = spec.max_probes;
+  bo.decide_on_ci95_lo = spec.decide == CapacityDecide::ci95_lo;
   std::vector<analysis::StrategyCapacity> results;
   CostCounts counts;
   for (size_t i : which) {
     // workload.repeat N: each probe is N runs, run k planned from repeat_seed(seed, k) (k = 1: the
     // scenario's seed, so repeat 1 probes what it always did), scored on their mean.
-    const int n_runs = std::max(1, sc.workload.repeat);
+    const int n_runs = n_runs_of(sc);
     auto probe = [&](double rate) {
       std::vector<analysis::RunMetrics> runs;
       double wall_s = 0.0;
@@ -154,6 +158,9 @@ int capacity_main(const CapacityArgs& a) {
   }
 
   std::cout << analysis::capacity_table(results, bo.target);
+  if (bo.decide_on_ci95_lo)
+    std::cout << "verdicts on the lower end of each probe's 95% interval over its " << n_runs_of(sc)
+              << " runs (capacity.decide: ci95_lo)\n";
   if (sc.backend.kind == BackendKind::sim) std::cout << counts_text(counts) << "\n";
   const std::string dir = a.out.empty() ? sc.output_dir : a.out;
   std::filesystem::create_directories(dir);
@@ -166,7 +173,9 @@ int capacity_main(const CapacityArgs& a) {
                                                            : "profile:" + sc.backend.sim_profile;
   extra["tensor_parallel"] = spec.tensor_parallel;
   extra["slo"] = {{"ttft_ms", sc.slo.ttft_ms}, {"tpot_ms", sc.slo.tpot_ms}};
-  extra["bisection"] = {{"precision", bo.precision}, {"precision_pct", bo.precision_pct}, {"max_probes", bo.max_probes}};
+  extra["bisection"] = {{"precision", bo.precision}, {"precision_pct", bo.precision_pct}, {"max_probes", bo.max_probes},
+                        {"runs_per_probe", n_runs_of(sc)},
+                        {"decide", bo.decide_on_ci95_lo ? "ci95_lo" : "mean"}};
   extra["n_requests_per_probe"] = spec.n_requests > 0 ? spec.n_requests : sc.planned_requests();
   extra["cost_counts"] = {{"profile", counts.profile}, {"profile_roofline", counts.profile_roofline}, {"roofline", counts.roofline}};
   nlohmann::ordered_json env;

@@ -16,7 +16,7 @@ class CapacityWalker : public YamlReader {
     CapacitySpec c;
     if (!section(n, "capacity",
                  {"rate_lo", "rate_hi", "precision", "precision_pct", "max_probes", "n_requests", "target_rate",
-                  "gpu_hour_usd", "tensor_parallel", "gpu_memory_utilization"})) {
+                  "gpu_hour_usd", "tensor_parallel", "gpu_memory_utilization", "decide"})) {
       s_.capacity = c;
       return;
     }
@@ -48,6 +48,9 @@ class CapacityWalker : public YamlReader {
       number("gpu_memory_utilization", u, 0, true, 1, "in (0, 1]");
       c.gpu_memory_utilization = u;
     }
+    if (defined(n["decide"]))
+      read_enum(n["decide"], "capacity.decide", c.decide,
+                Options<CapacityDecide>{{"mean", CapacityDecide::mean}, {"ci95_lo", CapacityDecide::ci95_lo}});
     if (c.rate_hi > 0 && c.rate_hi <= c.rate_lo && !d_.failed("capacity.rate_hi"))
       d_.error("capacity.rate_hi", "must be above capacity.rate_lo (got " + fmt_double(c.rate_hi) + " <= " +
                                        fmt_double(c.rate_lo) + ")");

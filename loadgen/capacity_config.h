@@ -16,6 +16,13 @@ struct Scenario;
 class Diagnostics;
 struct AppliedOverride;
 
+/// What a probe's verdict is decided on (`capacity.decide`).
+enum class CapacityDecide {
+  mean,     ///< the attainment (with workload.repeat, the mean over the probe's runs)
+  ci95_lo,  ///< the lower end of the 95% interval of that mean (needs workload.repeat >= 2): a
+            ///< rate counts as meeting the target only when its runs leave little doubt
+};
+
 /// `capacity:` — every key optional.
 struct CapacitySpec {
   double rate_lo = 0.0;         ///< first probe, req/s; 0 = rate_hi / 8, or 1
@@ -30,6 +37,7 @@ struct CapacitySpec {
   /// sim: when set, engine.kv_cache_bytes is replaced by what one GPU has left after the weights
   /// and activations at this share of its memory (vLLM's gpu_memory_utilization).
   std::optional<double> gpu_memory_utilization;
+  CapacityDecide decide = CapacityDecide::mean;
 };
 
 /// Reads `node` (the value of `capacity:`) into scenario.capacity, with range checks; problems

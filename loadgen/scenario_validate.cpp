@@ -523,6 +523,9 @@ void Scenario::validate(Diagnostics& diag) const {
   validate_slo(slo, c);
   validate_report(*this, c);
   c.check(workload.repeat >= 1 && workload.repeat <= 100, "workload.repeat", "must be in [1, 100]" + got(workload.repeat));
+  if (capacity && capacity->decide == CapacityDecide::ci95_lo)
+    c.check(workload.repeat >= 2, "capacity.decide",
+            "ci95_lo needs workload.repeat >= 2: one run's attainment has no interval" + got(workload.repeat));
   for (size_t i = 0; i < gates.size(); ++i) validate_gate(*this, gates[i], "gates[" + std::to_string(i) + "]", c);
   if (baseline) validate_baseline(*baseline, c);
   check_kv_arenas(*this, diag);

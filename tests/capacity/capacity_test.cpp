@@ -243,6 +243,55 @@ TEST(CapacityConfig, ParsesTheSectionAndReportsBadValuesWhereTheyAre) {
   }
 }
 
+// capacity.decide: ci95_lo needs repeated probes; bad values are named where they are.
+TEST(CapacityConfig, DecideOnTheIntervalNeedsRepeats) {
+  const std::string base =
+      "strategies: [{batching: continuous, kv: {kind: paged}}]\n"
+      "workload: {rates: [1], n_requests: 10, prompt_tokens: 8, output_tokens: 8, repeat: 3}\n";
+  EXPECT_EQ(load_scenario_text(base + "capacity: {decide: ci95_lo}\n", "c.yaml").capacity->decide, CapacityDecide::ci95_lo);
+  EXPECT_EQ(load_scenario_text(base + "capacity: {rate_lo: 2}\n", "c.yaml").capacity->decide, CapacityDecide::mean);
+  const auto errors = [&](const std::string& text) {
+    try {
+      load_scenario_text(text, "c.yaml");
+    } catch (const ScenarioError& e) {
+      std::string all;
+      for (const auto& m : e.messages) all += m + "\n";
+      return all;
+    }
+    return std::string();
+  };
+  std::string all = errors(base + "capacity: {decide: lower}\n");
+  EXPECT_NE(all.find("c.yaml:3:20: capacity.decide must be one of mean, ci95_lo (got 'lower')"), std::string::npos) << all;
+  std::string one = base;
+  one.replace(one.find("repeat: 3"), 9, "repeat: 1");
+  all = errors(one + "capacity: {decide: ci95_lo}\n");
+  EXPECT_NE(all.find("capacity.decide ci95_lo needs workload.repeat >= 2"), std::string::npos) << all;
+}
+
+// decide_on_ci95_lo: a repeated probe meets only when the lower end of its interval does; a probe
+// of one run is judged on its attainment.
+TEST(FindCapacity, DecidingOnTheIntervalIsMoreCautious) {
+  // Mean attainment falls from 100% at 40 req/s to 0 at 60; the runs spread +-4 points around it.
+  auto probe = [](double rate) {
+    const double mean = std::clamp(1.0 - (rate - 40.0) / 20.0, 0.0, 1.0);
+    std::vector<analysis::RunMetrics> runs(3);
+    const double spread[] = {-0.04, 0.0, 0.04};
+    for (int k = 0; k < 3; ++k) runs[k].slo_attainment = mean + spread[k];
+    return analysis::probe_from_runs(rate, runs, 0.0);
+  };
+  BisectionOptions o;
+  o.rate_lo = 1.0;
+  o.precision = 0.01;
+  o.precision_pct = 0.0;
+  const analysis::StrategyCapacity on_mean = analysis::find_capacity("s", probe, o);
+  o.decide_on_ci95_lo = true;
+  const analysis::StrategyCapacity on_lo = analysis::find_capacity("s", probe, o);
+  EXPECT_NEAR(on_mean.capacity, 42.0, 0.01);
+  // ci95_lo = mean - t(0.975, 2) * 0.04 / sqrt(3) = mean - 0.0994: meets where mean >= 0.9994.
+  EXPECT_NEAR(on_lo.capacity, 40.0 + 0.0006 * 20.0, 0.02);
+  for (const CapacityProbe& p : on_lo.probes) EXPECT_EQ(p.meets, p.attainment_stats.ci95_lo >= 0.9) << p.rate;
+}
+
 TEST(PointRunner, SizesTheKvArenaFromGpuMemory) {
   const Scenario s = load_scenario_text(
       "model: {preset: llama2-7b}\nbackend: {kind: sim, sim_device: h100}\n"
