@@ -166,9 +166,10 @@ int capacity_main(const CapacityArgs& a) {
   std::filesystem::create_directories(dir);
   nlohmann::ordered_json extra;
   extra["scenario"] = sc.name;
-  extra["backend"] = to_string(sc.backend.kind);
-  extra["model"] = runner->backend_spec().model;
-  extra["cost_model"] = sc.backend.kind != BackendKind::sim ? "measured"
+  extra["backend"] = sc.target ? "http" : to_string(sc.backend.kind);
+  if (sc.target) extra["target"] = {{"urls", sc.target->urls}, {"model", sc.target->model}, {"api", to_string(sc.target->api)}};
+  extra["model"] = sc.target ? sc.target->model : runner->backend_spec().model;
+  extra["cost_model"] = sc.target || sc.backend.kind != BackendKind::sim ? "measured"
                         : sc.backend.sim_profile.empty()   ? "roofline:" + runner->backend_spec().sim_device.name
                                                            : "profile:" + sc.backend.sim_profile;
   extra["tensor_parallel"] = spec.tensor_parallel;

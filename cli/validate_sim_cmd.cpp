@@ -141,6 +141,11 @@ int validate_sim_main(const ValidateSimArgs& a) {
     for (const auto& m : e.messages) std::cerr << m << "\n";
     return 2;
   }
+  if (real_sc.target) {
+    std::cerr << a.scenario << ": validate-sim runs the real engine in process (its step times are what the sim is "
+                 "checked against): a scenario with target: (a server over HTTP) cannot be validated\n";
+    return 2;
+  }
   if (real_sc.backend.kind == BackendKind::sim) {
     std::cerr << a.scenario << ": validate-sim compares a real backend with the sim: backend.kind must not be sim\n";
     return 2;

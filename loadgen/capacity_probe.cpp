@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "engine/model/weights.h"
 #include "loadgen/backend_spec.h"
+#include "loadgen/http/http_sweep.h"
 #include "loadgen/measuring_backend.h"
 #include "loadgen/plan.h"
 #include "loadgen/sources.h"
@@ -17,6 +18,10 @@
 namespace servelab {
 
 PointRunner::PointRunner(const Scenario& scenario) : scenario_(scenario), spec_(servelab::backend_spec(scenario)) {
+  if (scenario.target) {  // a server does the work: no engine here
+    if (!scenario.target->tokenizer.empty()) target_tokenizer_ = load_tokenizer_from_dir(scenario.target->tokenizer);
+    return;
+  }
   if (spec_.kind == BackendKind::cpu) {
     ModelWeights w;
     if (!scenario.model.path.empty()) {
@@ -50,6 +55,7 @@ std::unique_ptr<Backend> PointRunner::make_backend_instance() const {
 }
 
 std::optional<KvBudget> PointRunner::kv_budget(size_t strategy) const {
+  if (scenario_.target) return std::nullopt;
   if (spec_.kind != BackendKind::sim || !scenario_.capacity || !scenario_.capacity->gpu_memory_utilization)
     return std::nullopt;
   const StrategySpec& st = scenario_.strategies.at(strategy);
@@ -76,6 +82,20 @@ PointRun PointRunner::run(size_t strategy, double rate, const PointRunOptions& o
   if (options.seed) sc.seed = *options.seed;
   const Plan plan = Planner(sc).make(rate);
   const StrategySpec& strat = sc.strategies.at(strategy);
+  if (sc.target) {  // the same plan over HTTP (loadgen/http/http_sweep.h)
+    PointRun out;
+    out.label = strat.label + "@" + format_rate(rate);
+    out.records.reserve(plan.requests.size());
+    RecordSinks sinks;
+    sinks.on_record = [&](const RequestRecord& r) {
+      out.records.push_back(r);
+      if (!options.keep_token_times) std::vector<double>().swap(out.records.back().token_times_s);
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    out.stats = http_load::run_http_point(sc, plan, out.label, sinks, target_tokenizer_.get(), "", nullptr);
+    out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return out;
+  }
   EngineConfig config = engine_config(sc, strat);
   PointRun out;
   std::unique_ptr<Backend> backend = make_backend_instance();

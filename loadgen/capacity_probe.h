@@ -12,6 +12,7 @@
 #include "engine/backend/cost_model.h"
 #include "engine/backend/hardware.h"
 #include "engine/backend/make_backend.h"
+#include "engine/model/tokenizer.h"
 #include "loadgen/inprocess_driver.h"
 #include "loadgen/measuring_backend.h"
 #include "loadgen/records/record.h"
@@ -48,7 +49,9 @@ struct PointRun {
 };
 
 /// Builds backends once per scenario (cpu weights are drawn or loaded once and shared) and runs
-/// points on them: sim on a virtual clock, cpu on the steady clock.
+/// points on them: sim on a virtual clock, cpu on the steady clock. A scenario with `target:` runs
+/// its points over HTTP against that server instead (loadgen/http, as `servelab run` does; no
+/// engine is built, steps and step timings stay empty).
 class PointRunner {
  public:
   /// Throws std::runtime_error / std::invalid_argument on a model or profile that cannot load,
@@ -70,6 +73,7 @@ class PointRunner {
   Scenario scenario_;
   BackendSpec spec_;
   std::shared_ptr<const ModelWeights> weights_;
+  std::unique_ptr<Tokenizer> target_tokenizer_;  ///< target.tokenizer, loaded once
 };
 
 }  // namespace servelab

@@ -101,6 +101,20 @@ TEST(CapacityCommand, RefusesAProfileOfAnotherModel) {
   EXPECT_NE(r.output.find("simulates llama2-7b"), std::string::npos) << r.output;
 }
 
+// validate-sim checks the sim against the engine's own steps: a server over HTTP has none to give.
+TEST(ValidateSimCommand, RefusesAnHttpTarget) {
+  SERVELAB_REQUIRE_BINARY();
+  TempDir tmp;
+  const std::string scenario = tmp.file("t.yaml");
+  write_text(scenario,
+             "target: {url: \"http://127.0.0.1:1\"}\n"
+             "workload: {arrival: {process: poisson}, rates: [1], n_requests: 4, prompt_tokens: 8, output_tokens: 4}\n");
+  write_text(tmp.file("p.json"), "{}");  // never read: the scenario is refused first
+  const CliResult r = run_servelab({"validate-sim", scenario, "--profile", tmp.file("p.json")}, tmp);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("cannot be validated"), std::string::npos) << r.output;
+}
+
 TEST(ValidateSimCommand, ComparesTheCpuEngineWithItsCalibratedSim) {
   SERVELAB_REQUIRE_BINARY();
   TempDir tmp;
