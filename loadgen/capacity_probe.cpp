@@ -73,6 +73,23 @@ int64_t PointRunner::kv_cache_bytes(size_t strategy) const {
   return scenario_.engine.kv_cache_bytes;
 }
 
+namespace {
+
+/// Labels `out` and returns sinks that keep its records (token times only when asked: without them
+/// E2E falls back to end_s).
+RecordSinks keep_records(PointRun& out, std::string label, const Plan& plan, const PointRunOptions& options) {
+  out.label = std::move(label);
+  out.records.reserve(plan.requests.size());
+  RecordSinks sinks;
+  sinks.on_record = [&out, keep = options.keep_token_times](const RequestRecord& r) {
+    out.records.push_back(r);
+    if (!keep) std::vector<double>().swap(out.records.back().token_times_s);
+  };
+  return sinks;
+}
+
+}  // namespace
+
 PointRun PointRunner::run(size_t strategy, double rate, const PointRunOptions& options) const {
   Scenario sc = scenario_;
   if (options.n_requests > 0) {
@@ -84,13 +101,7 @@ PointRun PointRunner::run(size_t strategy, double rate, const PointRunOptions& o
   const StrategySpec& strat = sc.strategies.at(strategy);
   if (sc.target) {  // the same plan over HTTP (loadgen/http/http_sweep.h)
     PointRun out;
-    out.label = strat.label + "@" + format_rate(rate);
-    out.records.reserve(plan.requests.size());
-    RecordSinks sinks;
-    sinks.on_record = [&](const RequestRecord& r) {
-      out.records.push_back(r);
-      if (!options.keep_token_times) std::vector<double>().swap(out.records.back().token_times_s);
-    };
+    const RecordSinks sinks = keep_records(out, strat.label + "@" + format_rate(rate), plan, options);
     const auto t0 = std::chrono::steady_clock::now();
     out.stats = http_load::run_http_point(sc, plan, out.label, sinks, target_tokenizer_.get(), "", nullptr);
     out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -109,15 +120,7 @@ PointRun PointRunner::run(size_t strategy, double rate, const PointRunOptions& o
   if (sc.backend.kind == BackendKind::sim) clock = std::make_unique<VirtualClock>();
   else clock = std::make_unique<SteadyClock>();
 
-  out.label = strat.label + "@" + format_rate(rate);
-  out.records.reserve(plan.requests.size());
-  RecordSinks sinks;
-  sinks.on_record = [&](const RequestRecord& r) {
-    out.records.push_back(r);
-    if (!options.keep_token_times) {
-      std::vector<double>().swap(out.records.back().token_times_s);  // E2E falls back to end_s
-    }
-  };
+  RecordSinks sinks = keep_records(out, strat.label + "@" + format_rate(rate), plan, options);
   if (options.keep_steps) sinks.on_step = [&](const StepRecord& s) { out.steps.push_back(s); };
   const auto t0 = std::chrono::steady_clock::now();
   out.stats = drive_in_process(engine, *source, *clock, out.label, sinks,

@@ -1,5 +1,6 @@
 // The capacity and validate-sim commands end to end on the built binary (skipped without it).
 #include <cmath>
+#include <sstream>
 
 #include <gtest/gtest.h>
 
@@ -53,7 +54,7 @@ TEST(CapacityCommand, RepeatedProbesAverageRunsOfTheirOwnSeeds) {
              "           prompt_tokens: {dist: sharegpt}, output_tokens: {dist: sharegpt}}\n"
              "slo: {ttft_ms: 1000, tpot_ms: 100, attainment: 0.9}\ncapacity: {rate_lo: 2, max_probes: 3}\n");
   const auto search = [&](const std::string& dir, int repeat) {
-    const CliResult r = run_servelab({"capacity", scenario, "--out", tmp.file(dir), "--no-plots", "--set",
+    const CliResult r = run_servelab({"capacity", scenario, "--out", tmp.file(dir), "--set",
                                       "workload.repeat=" + std::to_string(repeat)},
                                      tmp);
     EXPECT_EQ(r.code, 0) << r.output;
@@ -86,6 +87,18 @@ TEST(CapacityCommand, RepeatedProbesAverageRunsOfTheirOwnSeeds) {
   EXPECT_TRUE(runs_differ) << three.dump(1);  // the other seeds plan other requests
   EXPECT_NE(three_out.find("runs  attain_range"), std::string::npos) << three_out;
   EXPECT_EQ(one_out.find("attain_range"), std::string::npos) << one_out;
+  // The plot draws each repeated probe's runs as error bars (min-max), only when there are runs.
+  if (on_path("gnuplot")) {
+    EXPECT_NE(read_text(tmp.file("three/plots/capacity.gp")).find("yerrorbars"), std::string::npos);
+    EXPECT_EQ(read_text(tmp.file("one/plots/capacity.gp")).find("yerrorbars"), std::string::npos);
+    const auto rows = read_lines(tmp.file("three/plots/capacity_small.dat"));
+    ASSERT_EQ(rows.size(), 1 + p3.size());  // header + one row a probe
+    std::istringstream last(rows.back());
+    double rate = 0, mean = 0, lo = 0, hi = 0;
+    last >> rate >> mean >> lo >> hi;
+    EXPECT_LE(lo, mean);
+    EXPECT_GE(hi, mean);
+  }
 }
 
 TEST(CapacityCommand, RefusesAProfileOfAnotherModel) {
