@@ -92,6 +92,17 @@ TEST(SamplingGpu, DifferentSeedsGiveDifferentDraws) {
   EXPECT_GT(std::set<int32_t>(t.begin(), t.end()).size(), 20u);
 }
 
+/// g's [m, k] x [n, k]ᵀ product of random operands against gemm_ref, within the dtype's tolerance.
+void expect_product(Gemm& g, ScalarType t, int m, int n, int k, std::mt19937_64& rng) {
+    const std::vector<float> x = testing::random16(t, size_t(m) * k, rng), w = testing::random16(t, size_t(n) * k, rng, 0.02f);
+    std::vector<float> ref(size_t(m) * n);
+    gemm_ref(x.data(), w.data(), m, n, k, ref.data());
+    DeviceBuffer dx = testing::upload16(t, x), dw = testing::upload16(t, w), y(ref.size() * 2);
+    y.poison();
+    g.run(t, dx.get(), dw.get(), y.get(), m, n, k, false, nullptr);
+    EXPECT_LT(testing::rel_error(testing::download16(t, y, ref.size()), ref), testing::tolerance(t)) << m;
+}
+
 /// cuBLASLt products in bf16 and in fp16 (names end in /bf16 and /f16).
 class GemmGpu : public ::testing::TestWithParam<ScalarType> {};
 
@@ -132,15 +143,7 @@ TEST_P(GemmGpu, PreparedRowBucketsServeNewRowCountsWithoutNewQueries) {
   g.prepare(t, 800, n, k, false);
   const int64_t asked = g.heuristic_queries();
   EXPECT_GT(asked, 40);  // 9..64 exact, then the buckets up to 800
-  for (int m : {9, 65, 100, 333, 513, 777}) {
-    const std::vector<float> x = testing::random16(t, size_t(m) * k, rng), w = testing::random16(t, size_t(n) * k, rng, 0.02f);
-    std::vector<float> ref(size_t(m) * n);
-    gemm_ref(x.data(), w.data(), m, n, k, ref.data());
-    DeviceBuffer dx = testing::upload16(t, x), dw = testing::upload16(t, w), y(ref.size() * 2);
-    y.poison();
-    g.run(t, dx.get(), dw.get(), y.get(), m, n, k, false, nullptr);
-    EXPECT_LT(testing::rel_error(testing::download16(t, y, ref.size()), ref), testing::tolerance(t)) << m;
-  }
+  for (int m : {9, 65, 100, 333, 513, 777}) expect_product(g, t, m, n, k, rng);
   EXPECT_EQ(g.heuristic_queries(), asked) << "every row count took its prepared bucket's algorithm";
 }
 
@@ -159,15 +162,7 @@ TEST_P(GemmGpu, AutotunedBucketsComputeTheProduct) {
   EXPECT_EQ(a.skipped, 0);
   EXPECT_LE(a.changed, a.tuned);
   EXPECT_GE(a.gain_sum, double(a.tuned) * (1.0 - 1e-9));  // the fastest is never slower than the first
-  for (int m : {9, 32, 40, 64}) {
-    const std::vector<float> x = testing::random16(t, size_t(m) * k, rng), w = testing::random16(t, size_t(n) * k, rng, 0.02f);
-    std::vector<float> ref(size_t(m) * n);
-    gemm_ref(x.data(), w.data(), m, n, k, ref.data());
-    DeviceBuffer dx = testing::upload16(t, x), dw = testing::upload16(t, w), y(ref.size() * 2);
-    y.poison();
-    g.run(t, dx.get(), dw.get(), y.get(), m, n, k, false, nullptr);
-    EXPECT_LT(testing::rel_error(testing::download16(t, y, ref.size()), ref), testing::tolerance(t)) << m;
-  }
+  for (int m : {9, 32, 40, 64}) expect_product(g, t, m, n, k, rng);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, GemmGpu, ::testing::ValuesIn(testing::kStorageTypes), testing::dtype_name);
