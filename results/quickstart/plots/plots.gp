@@ -265,12 +265,12 @@ set title 'Goodput vs request rate (bars: 95% CI over repeats; dotted: capacity 
 set xlabel 'request rate (req/s)'
 set ylabel 'goodput (output tokens/s)'
 set yrange [0:*]
-set arrow from 32, graph 0 to 32, graph 1 nohead dt 3 lw 2 lc 1
-set label 'static capacity 32' at 32, graph 0.95 right offset -0.5,0 tc lt 1
+set arrow from 16, graph 0 to 16, graph 1 nohead dt 3 lw 2 lc 1
+set label 'static capacity 16' at 16, graph 0.95 right offset -0.5,0 tc lt 1
 set arrow from 32, graph 0 to 32, graph 1 nohead dt 3 lw 2 lc 2
 set label 'dynamic capacity 32' at 32, graph 0.89 right offset -0.5,0 tc lt 2
-set arrow from 32, graph 0 to 32, graph 1 nohead dt 3 lw 2 lc 3
-set label 'continuous-naive capacity 32' at 32, graph 0.83 right offset -0.5,0 tc lt 3
+set arrow from 16, graph 0 to 16, graph 1 nohead dt 3 lw 2 lc 3
+set label 'continuous-naive capacity 16' at 16, graph 0.83 right offset -0.5,0 tc lt 3
 set arrow from 64, graph 0 to 64, graph 1 nohead dt 3 lw 2 lc 4
 set label 'continuous-paged capacity 64' at 64, graph 0.77 right offset -0.5,0 tc lt 4
 plot 'goodput_static.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 1 title 'static', \
@@ -544,12 +544,12 @@ set title 'Goodput vs request rate (bars: 95% CI over repeats; dotted: capacity 
 set xlabel 'request rate (req/s)'
 set ylabel 'goodput (output tokens/s)'
 set yrange [0:*]
-set arrow from 32, graph 0 to 32, graph 1 nohead dt 3 lw 2 lc 1
-set label 'static capacity 32' at 32, graph 0.95 right offset -0.5,0 tc lt 1
+set arrow from 16, graph 0 to 16, graph 1 nohead dt 3 lw 2 lc 1
+set label 'static capacity 16' at 16, graph 0.95 right offset -0.5,0 tc lt 1
 set arrow from 32, graph 0 to 32, graph 1 nohead dt 3 lw 2 lc 2
 set label 'dynamic capacity 32' at 32, graph 0.89 right offset -0.5,0 tc lt 2
-set arrow from 32, graph 0 to 32, graph 1 nohead dt 3 lw 2 lc 3
-set label 'continuous-naive capacity 32' at 32, graph 0.83 right offset -0.5,0 tc lt 3
+set arrow from 16, graph 0 to 16, graph 1 nohead dt 3 lw 2 lc 3
+set label 'continuous-naive capacity 16' at 16, graph 0.83 right offset -0.5,0 tc lt 3
 set arrow from 64, graph 0 to 64, graph 1 nohead dt 3 lw 2 lc 4
 set label 'continuous-paged capacity 64' at 64, graph 0.77 right offset -0.5,0 tc lt 4
 plot 'goodput_static.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 1 title 'static', \
@@ -823,12 +823,12 @@ set title 'Goodput vs request rate (bars: 95% CI over repeats; dotted: capacity 
 set xlabel 'request rate (req/s)'
 set ylabel 'goodput (output tokens/s)'
 set yrange [0:*]
-set arrow from 32, graph 0 to 32, graph 1 nohead dt 3 lw 2 lc 1
-set label 'static capacity 32' at 32, graph 0.95 right offset -0.5,0 tc lt 1
+set arrow from 16, graph 0 to 16, graph 1 nohead dt 3 lw 2 lc 1
+set label 'static capacity 16' at 16, graph 0.95 right offset -0.5,0 tc lt 1
 set arrow from 32, graph 0 to 32, graph 1 nohead dt 3 lw 2 lc 2
 set label 'dynamic capacity 32' at 32, graph 0.89 right offset -0.5,0 tc lt 2
-set arrow from 32, graph 0 to 32, graph 1 nohead dt 3 lw 2 lc 3
-set label 'continuous-naive capacity 32' at 32, graph 0.83 right offset -0.5,0 tc lt 3
+set arrow from 16, graph 0 to 16, graph 1 nohead dt 3 lw 2 lc 3
+set label 'continuous-naive capacity 16' at 16, graph 0.83 right offset -0.5,0 tc lt 3
 set arrow from 64, graph 0 to 64, graph 1 nohead dt 3 lw 2 lc 4
 set label 'continuous-paged capacity 64' at 64, graph 0.77 right offset -0.5,0 tc lt 4
 plot 'goodput_static.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 1 title 'static', \
