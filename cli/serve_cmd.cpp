@@ -1,4 +1,4 @@
-// servelab serve: the reference engine behind an OpenAI-compatible HTTP API (engine/server/).
+// servelab serve: the reference engine behind an OpenAI-compatible HTTP API (server/).
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -10,9 +10,9 @@
 #include "engine/backend/make_backend.h"
 #include "loadgen/backend_spec.h"
 #include "engine/model/tokenizer.h"
-#include "engine/server/echo_service.h"
-#include "engine/server/engine_service.h"
-#include "engine/server/http_server.h"
+#include "server/echo_service.h"
+#include "server/engine_service.h"
+#include "server/http_server.h"
 #include "loadgen/scenario.h"
 #include "loadgen/sources.h"
 

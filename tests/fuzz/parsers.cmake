@@ -26,7 +26,7 @@ target_link_libraries(fuzz_dataset PRIVATE nlohmann_json::nlohmann_json)
 target_link_libraries(fuzz_scenario PRIVATE servelab_loadgen)
 target_link_libraries(fuzz_report PRIVATE servelab_analysis)
 # The server's request-body parser and the HTTP driver's SSE / OpenAI chunk reader.
-servelab_parser_fuzzer(request_parse ${CMAKE_SOURCE_DIR}/engine/server/request_parse.cpp)
+servelab_parser_fuzzer(request_parse ${CMAKE_SOURCE_DIR}/server/request_parse.cpp)
 servelab_parser_fuzzer(stream_chunk ${CMAKE_SOURCE_DIR}/loadgen/http/sse_parser.cpp
                        ${CMAKE_SOURCE_DIR}/loadgen/http/openai_chunk.cpp)
 target_link_libraries(fuzz_request_parse PRIVATE nlohmann_json::nlohmann_json)

@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "engine/server/api_error.h"
-#include "engine/server/request_parse.h"
+#include "server/api_error.h"
+#include "server/request_parse.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace servelab::server;

@@ -10,7 +10,7 @@
 #include <memory>
 #include <thread>
 
-#include "engine/server/channel.h"
+#include "server/channel.h"
 
 namespace servelab::server::test {
 namespace {

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "engine/server/completion_stream.h"
+#include "server/completion_stream.h"
 
 namespace servelab::server {
 namespace {

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "engine/server/api_error.h"
-#include "engine/server/request_parse.h"
+#include "server/api_error.h"
+#include "server/request_parse.h"
 
 namespace servelab::server {
 namespace {

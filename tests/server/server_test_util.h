@@ -14,8 +14,8 @@
 
 #include "engine/backend/make_backend.h"
 #include "engine/model/tokenizer.h"
-#include "engine/server/engine_service.h"
-#include "engine/server/http_server.h"
+#include "server/engine_service.h"
+#include "server/http_server.h"
 
 namespace servelab::server::test {
 

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "engine/model/config.h"
-#include "engine/server/channel.h"
-#include "engine/server/metrics.h"
+#include "server/channel.h"
+#include "server/metrics.h"
 
 namespace servelab::server {
 

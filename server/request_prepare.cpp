@@ -1,6 +1,6 @@
-#include "engine/server/request_prepare.h"
+#include "server/request_prepare.h"
 
-#include "engine/server/api_error.h"
+#include "server/api_error.h"
 
 namespace servelab::server {
 

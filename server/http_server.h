@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "engine/model/tokenizer.h"
-#include "engine/server/metrics.h"
-#include "engine/server/request_parse.h"
-#include "engine/server/request_prepare.h"
-#include "engine/server/service.h"
+#include "server/metrics.h"
+#include "server/request_parse.h"
+#include "server/request_prepare.h"
+#include "server/service.h"
 
 namespace servelab::server {
 

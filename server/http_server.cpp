@@ -1,4 +1,4 @@
-#include "engine/server/http_server.h"
+#include "server/http_server.h"
 
 #include <csignal>
 #include <mutex>
@@ -10,7 +10,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 
-#include "engine/server/http_session.h"
+#include "server/http_session.h"
 
 namespace servelab::server {
 

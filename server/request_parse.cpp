@@ -1,11 +1,11 @@
-#include "engine/server/request_parse.h"
+#include "server/request_parse.h"
 
 #include <cmath>
 #include <limits>
 
 #include <nlohmann/json.hpp>
 
-#include "engine/server/api_error.h"
+#include "server/api_error.h"
 
 namespace servelab::server {
 

@@ -10,7 +10,7 @@
 
 #include "engine/engine.h"
 #include "engine/model/tokenizer.h"
-#include "engine/server/request_parse.h"
+#include "server/request_parse.h"
 
 namespace servelab::server {
 

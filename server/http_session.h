@@ -1,5 +1,5 @@
 #pragma once
-// One keep-alive connection of HttpServer (internal to engine/server).
+// One keep-alive connection of HttpServer (internal to server).
 #include <memory>
 #include <optional>
 #include <string>
@@ -9,9 +9,9 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
 
-#include "engine/server/channel.h"
-#include "engine/server/completion_stream.h"
-#include "engine/server/http_server.h"
+#include "server/channel.h"
+#include "server/completion_stream.h"
+#include "server/http_server.h"
 
 namespace servelab::server {
 

@@ -1,9 +1,9 @@
-#include "engine/server/engine_service.h"
+#include "server/engine_service.h"
 
 #include <stdexcept>
 #include <string>
 
-#include "engine/server/api_error.h"
+#include "server/api_error.h"
 
 namespace servelab::server {
 

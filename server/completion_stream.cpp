@@ -1,4 +1,4 @@
-#include "engine/server/completion_stream.h"
+#include "server/completion_stream.h"
 
 #include <algorithm>
 

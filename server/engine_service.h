@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "engine/server/service.h"
+#include "server/service.h"
 
 namespace servelab::server {
 

@@ -1,6 +1,6 @@
-#include "engine/server/echo_service.h"
+#include "server/echo_service.h"
 
-#include "engine/server/api_error.h"
+#include "server/api_error.h"
 
 namespace servelab::server {
 

@@ -2,7 +2,7 @@
 // EchoService: a fast responder with no model. Every request is answered at once with exactly
 // max_tokens tokens (ids 'a'..'z' in turn, so byte tokenizers show letters). It exists to measure
 // the HTTP load generator (scripts/bench-http-driver.sh): the server side costs next to nothing.
-#include "engine/server/service.h"
+#include "server/service.h"
 
 namespace servelab::server {
 

@@ -7,7 +7,7 @@
 
 #include "engine/model/tokenizer.h"
 #include "engine/request.h"
-#include "engine/server/request_parse.h"
+#include "server/request_parse.h"
 
 namespace servelab::server {
 

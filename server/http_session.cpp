@@ -1,4 +1,4 @@
-#include "engine/server/http_session.h"
+#include "server/http_session.h"
 
 #include <ctime>
 
@@ -8,8 +8,8 @@
 #include <boost/beast/http/read.hpp>
 #include <nlohmann/json.hpp>
 
-#include "engine/server/api_error.h"
-#include "engine/server/request_prepare.h"
+#include "server/api_error.h"
+#include "server/request_prepare.h"
 
 namespace servelab::server {
 
