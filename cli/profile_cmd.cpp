@@ -53,20 +53,6 @@ int64_t default_cuda_kv_bytes(const Backend& backend, const ProfileOptions& opti
   return kv_bytes_for_gpu_utilization(backend, 0.9, max_rows, max_seqs);
 }
 
-/// "Intel(R) Xeon(R) ... , 2 threads" from /proc/cpuinfo where it exists.
-std::string cpu_description(int n_threads) {
-  std::string name = "unknown CPU";
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) name = line.substr(line.find_first_not_of(' ', colon + 1));
-      break;
-    }
-  return name + ", " + std::to_string(n_threads) + " threads of " +
-         std::to_string(std::thread::hardware_concurrency());
-}
-
 int profile_main(const ProfileArgs& a) {
   BackendSpec spec;
   spec.kind = parse_backend_kind(a.backend);
@@ -99,11 +85,8 @@ int profile_main(const ProfileArgs& a) {
 
   std::cerr << "building the " << a.backend << " backend for " << spec.model << "...\n";
   std::unique_ptr<Backend> backend = make_backend(spec);  // without CUDA: the exit-2 message
-  std::string device;
-  if (const auto* cpu = dynamic_cast<const CpuBackend*>(backend.get())) {
-    device = cpu_description(cpu->n_threads()) + ", OpenBLAS " + blas_core();
-  } else if (cuda) {
-    device = cuda_device_name(a.device);
+  std::string device = backend->device_description();
+  if (cuda) {
     if (hardware.empty()) hardware = sim_hardware_for_device(device);
     if (hardware.empty()) {
       std::string names;
@@ -116,8 +99,6 @@ int profile_main(const ProfileArgs& a) {
       std::cerr << "KV budget " << options.max_kv_bytes / 1e9 << " GB (90% of the GPU after weights and "
                 << "activations; --kv-gb sets it)\n";
     }
-  } else {
-    device = "simulated " + a.sim_device + " (predicted step times)";
   }
 
   ProfileReport report = profile_backend(*backend, options, [](const std::string& line) { std::cerr << line << "\n"; });
@@ -128,7 +109,7 @@ int profile_main(const ProfileArgs& a) {
     std::vector<int64_t> sizes;
     const int64_t hidden = backend->config().hidden_size;
     for (int64_t rows = 1; rows <= 16384; rows *= 2) sizes.push_back(rows * hidden * 2);
-    report.all_reduce_s = measure_all_reduce(*backend, sizes);
+    report.all_reduce_s = backend->time_all_reduce(sizes);
     device += ", tensor_parallel " + std::to_string(a.tensor_parallel);
     report.device = device;
   }

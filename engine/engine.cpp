@@ -1,6 +1,7 @@
-// Engine::step reads like nano-vllm's: schedule -> move KV (swaps, copy-on-write) -> run the
-// backend (which samples; a request's n parallel samples all draw from its prefill's logits) ->
-// append tokens and stamp times -> fork parallel samples -> retire.
+// Engine::step reads like nano-vllm's: propose drafts -> schedule -> move KV (swaps,
+// copy-on-write) -> build the step (masks of constrained draws) -> run the backend (which draws;
+// a request's n parallel samples all draw from its prefill's logits) -> accept drafts, append
+// tokens and stamp times -> give back rejected drafts' KV -> fork parallel samples -> retire.
 #include "engine/engine.h"
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "engine/backend/step_input.h"
 #include "engine/sched/scheduler.h"
 
 namespace servelab {
@@ -66,6 +68,9 @@ std::string slots_text(int64_t n_slots, int64_t per_slot) {
 struct Engine::State {
   std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests;
   uint64_t next_seq_id = 1;
+  Batch batch;  // reused each step
+  Step step;    // ... and its flat input
+  std::vector<uint32_t> mask_scratch;
 
   RequestState& of(const Sequence& s) { return *requests.at(s.request_id); }
   /// Appends a sampled token to s, stamps it, and queues s in `done` when it is finished.
@@ -180,6 +185,8 @@ std::optional<FinishedRequest> Engine::add(const Request& request, double arriva
   seq->n_prompt = n_prompt;
   seq->sampling = sp;
   seq->arrival_s = arrival;
+  seq->cache_salt = request.cache_salt;
+  if (request.constraint && sp.n > 1) return reject("structured output needs n = 1 (got n = " + std::to_string(sp.n) + ")");
   if (auto why = scheduler_->never_schedulable(*seq)) return reject(*why);
 
   rs->record.request_id = request.id;
@@ -215,35 +222,96 @@ void move_kv(const ScheduledStep& plan, KvManager& kv, Backend& backend, SwapSpa
 
 }  // namespace
 
+void Engine::set_proposer(std::unique_ptr<Proposer> proposer, int num_speculative_tokens) {
+  if (proposer && config_.sched.kind != BatchingKind::continuous)
+    throw std::invalid_argument(std::string("speculative decoding needs continuous batching (got ") +
+                                to_string(config_.sched.kind) + ")");
+  if (proposer && num_speculative_tokens < 1)
+    throw std::invalid_argument("num_speculative_tokens must be >= 1 (got " + std::to_string(num_speculative_tokens) + ")");
+  proposer_ = std::move(proposer);
+  num_speculative_tokens_ = proposer_ ? num_speculative_tokens : 0;
+}
+
+namespace {
+
+/// Drops the drafts from the first one the constraint does not allow after the ones before it.
+void trim_to_constraint(Sequence& s, TokenConstraint& constraint, std::vector<uint32_t>& words, int vocab) {
+  words.resize(size_t(vocab + 31) / 32);
+  for (size_t j = 0; j < s.spec_tokens.size(); ++j) {
+    constraint.fill_mask(std::span<const TokenId>(s.spec_tokens.data(), j), words.data());
+    const TokenId t = s.spec_tokens[j];
+    if (t < 0 || t >= vocab || !((words[size_t(t) / 32] >> (t % 32)) & 1u)) {
+      s.spec_tokens.resize(j);
+      return;
+    }
+  }
+}
+
+/// Token masks of the entry's draws (structured output): one per drawn row, after the accepted
+/// tokens and the drafts before that row.
+void add_masks(Batch& batch, BatchEntry& entry, TokenConstraint& constraint, int words) {
+  const Sequence& s = *entry.seq;
+  const int rows = s.spec_tokens.empty() ? 1 : static_cast<int>(s.spec_tokens.size()) + 1;
+  batch.mask_words_per_row = words;
+  entry.first_mask = static_cast<int>(batch.mask_words.size() / size_t(words));
+  for (int j = 0; j < rows; ++j) {
+    batch.mask_words.resize(batch.mask_words.size() + size_t(words));
+    constraint.fill_mask(std::span<const TokenId>(s.spec_tokens.data(), size_t(j)),
+                         batch.mask_words.data() + batch.mask_words.size() - size_t(words));
+  }
+}
+
+}  // namespace
+
 StepOutcome Engine::step(double now) {
   StepOutcome out;
   out.start_s = now;
   const auto t0 = std::chrono::steady_clock::now();
+  if (proposer_) {  // drafts for every running sequence about to draw
+    for (auto& [id, rs] : state_->requests) {
+      if (rs->request.sampling.n > 1) continue;
+      for (auto& seq : rs->seqs) {
+        Sequence& s = *seq;
+        if (s.status != SeqStatus::running || s.n_computed != s.n_tokens() - 1 || !s.spec_tokens.empty()) continue;
+        const int room = s.n_final() - s.n_tokens() - 1;  // the bonus token must still fit
+        if (room < 1) continue;
+        proposer_->propose(s, std::min(num_speculative_tokens_, room), s.spec_tokens);
+        if (static_cast<int>(s.spec_tokens.size()) > room) s.spec_tokens.resize(size_t(room));
+        if (rs->request.constraint) trim_to_constraint(s, *rs->request.constraint, state_->mask_scratch,
+                                                       backend_->config().vocab_size);
+      }
+    }
+  }
   ScheduledStep plan = scheduler_->schedule(now);
   for (const Sequence* s : plan.preempted) out.preempted.push_back(s->request_id);
   for (const Sequence* s : plan.swap_pool_full) out.swap_pool_full.push_back(s->request_id);
   move_kv(plan, *kv_, *backend_, swap_.get(), host_pool_.get());
 
   if (!plan.empty()) {
-    Batch batch;
+    Batch& batch = state_->batch;
+    batch.entries.clear();
+    batch.mask_words.clear();
+    batch.mask_words_per_row = 0;
     batch.n_padding_tokens = plan.n_padding_tokens;
-    size_t n_sample = 0;
+    const int mask_words = (backend_->config().vocab_size + 31) / 32;
     for (const ScheduledChunk& c : plan.chunks) {
       RequestState& rs = state_->of(*c.seq);
-      const bool sample = c.seq->n_computed + c.n_new == c.seq->n_tokens();
+      const bool sample = c.seq->n_computed + c.n_new == c.seq->n_with_spec();
       // Sample 0's first draw also draws the first token of every other parallel sample.
       const bool draws_all = sample && c.seq->sample_index == 0 && !rs.forked;
       const int n_samples = draws_all ? std::max(1, rs.request.sampling.n) : 1;
-      batch.entries.push_back({c.seq, c.n_new, sample, n_samples});
-      n_sample += sample ? static_cast<size_t>(n_samples) : 0;
+      BatchEntry& e = batch.entries.emplace_back(BatchEntry{c.seq, c.n_new, sample, n_samples, -1});
+      if (sample && rs.request.constraint) add_masks(batch, e, *rs.request.constraint, mask_words);
       if (rs.record.scheduled_s < 0) rs.record.scheduled_s = now;
     }
-    ForwardResult result = backend_->forward(batch, *kv_);
+    Step& step = state_->step;
+    build_step_input(batch, *kv_, backend_->config().vocab_size, step);
+    const StepOutput result = backend_->execute(step);
     const double measured = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     out.duration_s = result.predicted_s.value_or(measured);
-    if (result.sampled.size() != n_sample)
-      throw std::logic_error("backend " + backend_->name() + " returned " + std::to_string(result.sampled.size()) +
-                             " tokens for " + std::to_string(n_sample) + " sampled draws");
+    if (result.tokens.size() != size_t(step.in.n_samples()))
+      throw std::logic_error("backend " + backend_->name() + " returned " + std::to_string(result.tokens.size()) +
+                             " tokens for " + std::to_string(step.in.n_samples()) + " draws");
     const double end = now + out.duration_s;
     const int eos = backend_->config().eos_token;
 
@@ -252,13 +320,38 @@ StepOutcome Engine::step(double now) {
     for (const BatchEntry& e : batch.entries) {
       Sequence& s = *e.seq;
       s.n_computed += e.n_new;
-      kv_->on_computed(s);
-      if (!e.sample) continue;
-      const std::span<const TokenId> draws(result.sampled.data() + k, static_cast<size_t>(e.n_samples));
+      if (!e.sample) {
+        kv_->on_computed(s);
+        continue;
+      }
+      if (s.spec_tokens.empty()) {
+        const std::span<const TokenId> draws(result.tokens.data() + k, static_cast<size_t>(e.n_samples));
+        k += draws.size();
+        state_->emit(s, draws[0], end, eos, out, done);
+        kv_->on_computed(s);
+        if (e.n_samples > 1) state_->fork_samples(s, draws, end, eos, *kv_, *scheduler_, out, done);
+        continue;
+      }
+      // Verification: draw j scored the position after draft j - 1. Drafts are accepted while
+      // the draw equals them; the first draw that differs (or the one after the last draft) is
+      // the step's own token. Only positions up to the last accepted draft keep their K/V.
+      const size_t n_spec = s.spec_tokens.size();
+      const std::span<const TokenId> draws(result.tokens.data() + k, n_spec + 1);
       k += draws.size();
-      state_->emit(s, draws[0], end, eos, out, done);
-      if (e.n_samples > 1)
-        state_->fork_samples(s, draws, end, eos, *kv_, *scheduler_, out, done);
+      const int before = s.n_tokens();
+      size_t accepted = 0;
+      while (accepted < n_spec && draws[accepted] == s.spec_tokens[accepted]) ++accepted;
+      ++out.spec_drafts;
+      out.spec_draft_tokens += static_cast<int>(n_spec);
+      out.spec_accepted_tokens += static_cast<int>(accepted);
+      if (out.spec_accepted_per_pos.size() < n_spec) out.spec_accepted_per_pos.resize(n_spec, 0);
+      for (size_t j = 0; j < accepted; ++j) ++out.spec_accepted_per_pos[j];
+      s.spec_tokens.clear();
+      s.n_computed = before + static_cast<int>(accepted);
+      const size_t n_done = done.size();
+      for (size_t j = 0; j <= accepted && done.size() == n_done; ++j) state_->emit(s, draws[j], end, eos, out, done);
+      if (done.size() == n_done) kv_->truncate(s, s.n_computed);  // rejected drafts' slots back
+      kv_->on_computed(s);
     }
     for (auto& [s, reason] : done) state_->retire(*s, reason, end, *kv_, *scheduler_, out);
 
@@ -277,6 +370,7 @@ void Engine::State::emit(Sequence& s, TokenId tok, double end, int eos, StepOutc
                          std::vector<std::pair<Sequence*, FinishReason>>& done) {
   s.tokens.push_back(tok);
   RequestState& rs = of(s);
+  if (rs.request.constraint) rs.request.constraint->accept(tok);
   rs.record.outputs[s.sample_index].push_back(tok);
   rs.token_times[s.sample_index].push_back(end);
   out.tokens.push_back({s.request_id, s.sample_index, tok, end});

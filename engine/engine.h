@@ -1,6 +1,7 @@
 #pragma once
-// Engine: a synchronous state machine. add() queues a request; step(now) schedules a batch,
-// allocates KV, runs the backend, samples, stamps times and retires finished requests.
+// Engine: a synchronous state machine. add() queues a request; step(now) proposes drafts,
+// schedules a batch, allocates KV, builds the step, runs the backend, accepts the draws, stamps
+// times and retires finished requests.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -12,6 +13,7 @@
 #include "engine/kv/swap_space.h"
 #include "engine/request.h"
 #include "engine/sched/scheduler_config.h"
+#include "engine/spec/proposer.h"
 
 namespace servelab {
 
@@ -87,6 +89,12 @@ struct StepOutcome {
   /// Of those, the ones preempted under `preemption: swap` that recompute because the host swap
   /// pool was full.
   std::vector<uint64_t> swap_pool_full;
+  /// Speculative decoding in this step (vLLM's spec_decode counters): sequences that verified
+  /// drafts, the drafts, the ones accepted, and accepted per draft position (index 0 = first).
+  int spec_drafts = 0;
+  int spec_draft_tokens = 0;
+  int spec_accepted_tokens = 0;
+  std::vector<int> spec_accepted_per_pos;
   KvBreakdown kv;                ///< after the step
   int n_waiting = 0;
   int n_running = 0;
@@ -120,6 +128,12 @@ class Engine {
   /// samples. nullopt when nothing waits. Everything else stays in flight.
   std::optional<FinishedRequest> reject_blocked(double now, const std::string& why);
 
+  /// Speculative decoding (continuous batching only): before each step, every running sequence
+  /// about to draw gets up to num_speculative_tokens drafts from `proposer` (never past its
+  /// max_tokens), verified in that step. Null turns it off. Throws std::invalid_argument for
+  /// another batching policy, n > 1 requests being unsupported then (they draw without drafts).
+  void set_proposer(std::unique_ptr<Proposer> proposer, int num_speculative_tokens);
+
   bool has_work() const;
   /// When nothing is runnable now but a policy timer will fire (static max_wait_ms, dynamic
   /// max_queue_delay_ms), the time to call step() again.
@@ -145,6 +159,8 @@ class Engine {
   std::unique_ptr<SwapSpace> swap_;         // swap preemption: which host slots hold what
   std::unique_ptr<HostKvPool> host_pool_;   // ... and the backend's memory behind them
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<Proposer> proposer_;
+  int num_speculative_tokens_ = 0;
   struct State;
   std::unique_ptr<State> state_;
 };

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,11 +23,31 @@ struct SamplingParams {
   int n = 1;              ///< parallel samples sharing one prompt (copy-on-write KV)
 };
 
+/// Which next tokens a request may take (structured output): the engine asks it for a bitmask
+/// before every draw and tells it every token the request emits. One per request; called from
+/// the engine's thread only.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  /// Sets bit t of words[t / 32] (bit t % 32) when token t may come next, after the tokens
+  /// accepted so far followed by `draft` (speculative tokens not yet verified; empty otherwise).
+  /// Clears every other bit; words holds (vocab + 31) / 32 entries.
+  virtual void fill_mask(std::span<const TokenId> draft, uint32_t* words) = 0;
+  /// The request emitted token t (it was allowed by the last mask filled without a draft, or
+  /// with the draft it follows).
+  virtual void accept(TokenId t) = 0;
+};
+
 /// One request handed to Engine::add.
 struct Request {
   uint64_t id = 0;
   std::vector<TokenId> prompt;
   SamplingParams sampling;
+  /// Extra key of the prefix cache: K/V computed under one salt is never reused under another
+  /// (a LoRA adapter's id; 0 = the base model).
+  uint64_t cache_salt = 0;
+  /// Structured output: the tokens each draw may take (null = any). Only with n == 1.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 enum class FinishReason { none, length, eos, rejected, aborted };
@@ -47,9 +69,17 @@ struct Sequence {
   uint64_t id = 0;          ///< unique per sequence (a request with n > 1 has n of them)
   uint64_t request_id = 0;
   int sample_index = 0;     ///< 0..n-1 within its request
-  std::vector<TokenId> tokens;  ///< prompt followed by generated tokens
+  std::vector<TokenId> tokens;  ///< prompt followed by accepted generated tokens
+  /// Proposed tokens after `tokens`, not yet verified (speculative decoding): the next step
+  /// computes them with the last token and draws one token per position; the engine keeps the
+  /// drafts the draws confirm and gives back the KV slots of the rest.
+  std::vector<TokenId> spec_tokens;
   int n_prompt = 0;
-  int n_computed = 0;       ///< leading tokens whose K/V are in the cache
+  /// Leading positions whose K/V are in the cache. Catches up to n_with_spec() one step at a
+  /// time (a prefill chunk, a decode, a verification); after a step it is at most n_tokens() - 1
+  /// once the sequence has sampled (the last accepted token is computed by the next step).
+  int n_computed = 0;
+  uint64_t cache_salt = 0;  ///< the request's prefix-cache salt (Request::cache_salt)
   SamplingParams sampling;
   SeqStatus status = SeqStatus::waiting;
   KvHandle kv;
@@ -59,6 +89,12 @@ struct Sequence {
   std::vector<int32_t> swap_blocks;
 
   int n_tokens() const { return static_cast<int>(tokens.size()); }
+  /// Accepted tokens plus the speculative ones: what the cache catches up to.
+  int n_with_spec() const { return n_tokens() + static_cast<int>(spec_tokens.size()); }
+  /// Token at position pos < n_with_spec() (a speculative one past n_tokens()).
+  TokenId token_at(int pos) const {
+    return pos < n_tokens() ? tokens[size_t(pos)] : spec_tokens[size_t(pos - n_tokens())];
+  }
   int n_output() const { return n_tokens() - n_prompt; }
   /// Length when done (prompt + max_tokens); exact with ignore_eos, an upper bound otherwise.
   int n_final() const { return n_prompt + sampling.max_tokens; }

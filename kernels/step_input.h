@@ -66,37 +66,105 @@ struct KvShape {
   SERVELAB_HD int64_t row_elems() const { return int64_t(n_kv_heads) * head_dim; }
 };
 
-/// The per-step input on the host. Arrays are sized as their comments say; validate() checks.
+/// Which count an array of the step input is sized by.
+enum class StepExtent : int32_t {
+  rows,        ///< one per query row (the packed copy adds the padding rows)
+  tokens,      ///< one per query row that attends and writes K/V
+  seqs,        ///< one per sequence
+  seq_bounds,  ///< n_seqs + 1 (cu_seqlens)
+  table,       ///< paged only: n_seqs * block_table_stride; naive: none
+  naive_seqs,  ///< naive only: one per sequence; paged: none
+  samples,     ///< one per sampled draw
+  masks,       ///< mask_words_per_row words per token mask
+};
+
+/// Where an array goes on a device backend: packed into the one per-step upload, kept on the host
+/// (read while planning the step), or uploaded on its own only when present (token masks: large,
+/// and most steps carry none).
+enum class StepTravel : int32_t { packed, host, separate };
+
+/// How a packed array is padded past the host's entries (CUDA-graph buckets, padding rows).
+enum class StepPad : int32_t {
+  value,    ///< the table's pad value
+  running,  ///< previous entry + 1 (query_start: one row per padding sequence)
+  iota,     ///< the entry's own index (sample_rows: a padding sequence samples its own row)
+  table,    ///< block tables: rows re-strided, padding rows read block 0
+};
+
+// THE TABLE of per-step arrays: X(name, element type, extent, travel, pad kind, pad value).
+// It drives StepInput's members, clear(), the size checks of validate(), the CUDA backend's packed
+// layout and its padding (engine/backend/cuda/step_pack.cpp): a new per-row or per-sample array
+// (an adapter index, draft positions, KV scales) is one line here plus the code that fills and
+// reads it.
+#define SERVELAB_STEP_FIELDS(X)                                                                        \
+  X(token_ids, int32_t, rows, packed, value, 0)             /* embedding rows to gather */              \
+  X(positions, int32_t, tokens, packed, value, 0)           /* RoPE position of each row */             \
+  X(slot_mapping, int64_t, tokens, packed, value, -1)       /* arena slot each row's K/V goes to */     \
+  X(query_start, int32_t, seq_bounds, packed, running, 0)   /* first row of each sequence */            \
+  X(context_lens, int32_t, seqs, packed, value, 1)          /* tokens cached after this step */         \
+  X(seq_ids, uint64_t, seqs, host, value, 0)                /* the engine's sequence id (tables) */      \
+  X(block_tables, int32_t, table, packed, table, 0)         /* paged: [n_seqs, stride] */               \
+  X(base_slots, int64_t, naive_seqs, packed, value, 0)      /* naive: first slot of each sequence */    \
+  X(sample_rows, int32_t, samples, packed, iota, 0)         /* query row whose logits are sampled */    \
+  X(temperature, float, samples, packed, value, 0)          /* 0 = greedy */                            \
+  X(top_k, int32_t, samples, packed, value, 0)              /* 0 = off */                               \
+  X(top_p, float, samples, packed, value, 1)                /* 1 = off */                               \
+  X(seed, uint64_t, samples, packed, value, 0)              /* per-request seed */                      \
+  X(seq_key, uint64_t, samples, packed, value, 0)           /* sample index within its request */       \
+  X(sample_position, int32_t, samples, packed, value, 1)    /* index the sampled token takes */         \
+  X(mask_index, int32_t, samples, packed, value, -1)        /* token mask of the draw, -1 = none */     \
+  X(mask_words, uint32_t, masks, separate, value, 0)        /* bit t of mask m: token t allowed */
+
+/// The per-step input on the host: the arrays of SERVELAB_STEP_FIELDS plus the scalars below.
+/// Rows: a step runs n_tokens query rows, grouped by sequence (see the top of this file). Draws:
+/// each draw samples one row's logits; a row may be drawn several times (n parallel samples share
+/// their prefill's last row) and a sequence may have several drawn rows (verifying speculative
+/// tokens: k + 1 consecutive rows). A draw with mask_index m >= 0 samples only among the tokens
+/// whose bit is set in mask m (words [m * mask_words_per_row, (m + 1) * mask_words_per_row)).
 struct StepInput {
-  // Per query row [n_tokens].
-  std::vector<int32_t> token_ids;     ///< embedding rows to gather
-  std::vector<int32_t> positions;     ///< RoPE position of each row
-  std::vector<int64_t> slot_mapping;  ///< arena slot each row's K/V is written to
-  // Per sequence [n_seqs] (query_start has n_seqs + 1 entries, cu_seqlens).
-  std::vector<int32_t> query_start;   ///< first row of each sequence; back() == n_tokens
-  std::vector<int32_t> context_lens;  ///< tokens in the cache after this step's write
+#define SERVELAB_STEP_MEMBER(name, type, extent, travel, pad, pad_value) std::vector<type> name;
+  SERVELAB_STEP_FIELDS(SERVELAB_STEP_MEMBER)
+#undef SERVELAB_STEP_MEMBER
   KvLayoutKind kv_kind = KvLayoutKind::paged;
   int32_t block_size = 16;
-  int32_t block_table_stride = 0;     ///< paged: entries per block-table row
-  std::vector<int32_t> block_tables;  ///< paged: [n_seqs, block_table_stride]
-  std::vector<int64_t> base_slots;    ///< naive: [n_seqs]
-  // Per sampled row [n_samples]: sampling parameters as arrays (structure of arrays).
-  std::vector<int32_t> sample_rows;   ///< query row whose logits are sampled
-  std::vector<float> temperature;     ///< 0 = greedy
-  std::vector<int32_t> top_k;         ///< 0 = off
-  std::vector<float> top_p;           ///< 1 = off
-  std::vector<uint64_t> seed;         ///< per-request seed
-  std::vector<uint64_t> seq_key;      ///< sample index of the sequence within its request
-  std::vector<int32_t> sample_position;  ///< index the sampled token takes in its sequence
-  bool decode_only = false;           ///< every sequence has exactly one query row
+  int32_t block_table_stride = 0;  ///< paged: entries per block-table row
+  int32_t mask_words_per_row = 0;  ///< (vocab + 31) / 32 when the step carries masks, else 0
+  bool decode_only = false;        ///< every sequence has exactly one query row
 
   int n_tokens() const { return static_cast<int>(token_ids.size()); }
   int n_seqs() const { return static_cast<int>(context_lens.size()); }
   int n_samples() const { return static_cast<int>(sample_rows.size()); }
+  int n_masks() const { return mask_words_per_row > 0 ? static_cast<int>(mask_words.size() / mask_words_per_row) : 0; }
+  bool has_masks() const { return !mask_words.empty(); }
   int max_context() const {
     int m = 0;
     for (int32_t c : context_lens) m = c > m ? c : m;
     return m;
+  }
+  /// Entries an array of `extent` holds on the host for this step's counts.
+  size_t host_count(StepExtent extent) const {
+    const size_t t = token_ids.size(), s = context_lens.size();
+    const bool paged = kv_kind == KvLayoutKind::paged;
+    switch (extent) {
+      case StepExtent::rows:
+      case StepExtent::tokens: return t;
+      case StepExtent::seqs: return s;
+      case StepExtent::seq_bounds: return s + 1;
+      case StepExtent::table: return paged ? s * size_t(block_table_stride) : 0;
+      case StepExtent::naive_seqs: return paged ? 0 : s;
+      case StepExtent::samples: return sample_rows.size();
+      case StepExtent::masks: return mask_words.size();
+    }
+    return 0;
+  }
+  /// Empties every array (keeping their capacity) and resets the scalars.
+  void clear() {
+#define SERVELAB_STEP_CLEAR(name, type, extent, travel, pad, pad_value) name.clear();
+    SERVELAB_STEP_FIELDS(SERVELAB_STEP_CLEAR)
+#undef SERVELAB_STEP_CLEAR
+    block_table_stride = 0;
+    mask_words_per_row = 0;
+    decode_only = false;
   }
   /// Addressing view over this host struct's arrays.
   KvAddressing addressing() const {
@@ -111,9 +179,16 @@ struct StepInput {
   /// Throws std::invalid_argument naming the first inconsistent field.
   void validate() const {
     auto bad = [](const std::string& m) { throw std::invalid_argument("StepInput: " + m); };
+    if (mask_words_per_row < 0 || (mask_words_per_row > 0 && mask_words.size() % size_t(mask_words_per_row) != 0) ||
+        (mask_words_per_row == 0 && !mask_words.empty()))
+      bad("mask_words must hold whole masks of mask_words_per_row words");
+#define SERVELAB_STEP_SIZE(name, type, extent, travel, pad, pad_value)                                    \
+    if (StepExtent::extent != StepExtent::masks && name.size() != host_count(StepExtent::extent))                     \
+      bad(std::string(#name) + " has " + std::to_string(name.size()) + " entries, its extent (" #extent ") needs " + \
+          std::to_string(host_count(StepExtent::extent)));
+    SERVELAB_STEP_FIELDS(SERVELAB_STEP_SIZE)
+#undef SERVELAB_STEP_SIZE
     const size_t t = token_ids.size(), s = context_lens.size(), n = sample_rows.size();
-    if (positions.size() != t || slot_mapping.size() != t) bad("positions and slot_mapping need n_tokens entries");
-    if (query_start.size() != s + 1) bad("query_start needs n_seqs + 1 entries");
     if (query_start.front() != 0 || size_t(query_start.back()) != t) bad("query_start must run from 0 to n_tokens");
     for (size_t i = 0; i < s; ++i) {
       const int q = query_start[i + 1] - query_start[i];
@@ -123,17 +198,14 @@ struct StepInput {
     }
     if (kv_kind == KvLayoutKind::paged) {
       if (block_size < 1) bad("block_size must be >= 1");
-      if (block_tables.size() != s * size_t(block_table_stride)) bad("block_tables needs n_seqs * block_table_stride entries");
       for (size_t i = 0; i < s; ++i)
         if ((context_lens[i] + block_size - 1) / block_size > block_table_stride) bad("block_table_stride too small for context_lens[" + std::to_string(i) + "]");
-    } else if (base_slots.size() != s) {
-      bad("base_slots needs n_seqs entries");
     }
-    if (temperature.size() != n || top_k.size() != n || top_p.size() != n || seed.size() != n ||
-        seq_key.size() != n || sample_position.size() != n)
-      bad("every sampling array needs n_samples entries");
-    for (size_t i = 0; i < n; ++i)
+    const int masks = n_masks();
+    for (size_t i = 0; i < n; ++i) {
       if (sample_rows[i] < 0 || size_t(sample_rows[i]) >= t) bad("sample_rows[" + std::to_string(i) + "] out of range");
+      if (mask_index[i] < -1 || mask_index[i] >= masks) bad("mask_index[" + std::to_string(i) + "] names no mask");
+    }
   }
 };
 

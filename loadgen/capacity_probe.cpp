@@ -3,11 +3,9 @@
 #include <chrono>
 #include <stdexcept>
 
-#include "engine/backend/cpu_backend.h"
 #include "engine/backend/sim_backend.h"
 #include "engine/clock.h"
 #include "engine/engine.h"
-#include "engine/model/weights.h"
 #include "loadgen/backend_spec.h"
 #include "loadgen/http/http_sweep.h"
 #include "loadgen/measuring_backend.h"
@@ -22,17 +20,8 @@ PointRunner::PointRunner(const Scenario& scenario) : scenario_(scenario), spec_(
     if (!scenario.target->tokenizer.empty()) target_tokenizer_ = load_tokenizer_from_dir(scenario.target->tokenizer);
     return;
   }
-  if (spec_.kind == BackendKind::cpu) {
-    ModelWeights w;
-    if (!scenario.model.path.empty()) {
-      w = ModelWeights::load(scenario.model.path);
-    } else {
-      ModelConfig cfg = preset(scenario.model.preset);
-      if (scenario.model.dtype) cfg.dtype = *scenario.model.dtype;
-      w = ModelWeights::random(cfg, scenario.seed);
-    }
-    weights_ = std::make_shared<const ModelWeights>(std::move(w));
-  } else {
+  backends_ = std::make_unique<BackendFactory>(spec_);  // cpu: the weights, once
+  if (spec_.kind != BackendKind::cpu) {
     make_backend_instance();  // a bad profile or device fails here, before any probe
     for (size_t i = 0; i < scenario_.strategies.size(); ++i)
       if (auto b = kv_budget(i); b && b->kv_cache_bytes <= 0)
@@ -45,14 +34,7 @@ PointRunner::PointRunner(const Scenario& scenario) : scenario_(scenario), spec_(
 
 PointRunner::~PointRunner() = default;
 
-std::unique_ptr<Backend> PointRunner::make_backend_instance() const {
-  if (weights_) {
-    CpuBackendOptions o;
-    o.n_threads = scenario_.backend.threads;
-    return std::make_unique<CpuBackend>(weights_, o);
-  }
-  return make_backend(spec_);
-}
+std::unique_ptr<Backend> PointRunner::make_backend_instance() const { return backends_->make(); }
 
 std::optional<KvBudget> PointRunner::kv_budget(size_t strategy) const {
   if (scenario_.target) return std::nullopt;
@@ -61,8 +43,7 @@ std::optional<KvBudget> PointRunner::kv_budget(size_t strategy) const {
   const StrategySpec& st = scenario_.strategies.at(strategy);
   const int rows = max_step_rows(scenario_, st), seqs = max_step_seqs(st);
   const ModelConfig model = resolve_model_config(spec_.model);
-  SimDevice device = spec_.sim_device;
-  if (!spec_.sim_device_set && !spec_.sim_profile.empty()) device = dynamic_cast<const SimBackend&>(*make_backend(spec_)).cost().device;
+  const SimDevice device = sim_device_for(spec_);
   return servelab::kv_budget(model, device, spec_.tensor_parallel, *scenario_.capacity->gpu_memory_utilization, rows, seqs);
 }
 
@@ -126,7 +107,7 @@ PointRun PointRunner::run(size_t strategy, double rate, const PointRunOptions& o
   out.stats = drive_in_process(engine, *source, *clock, out.label, sinks,
                                [&plan](uint64_t id) { return plan.is_warmup(id); });
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (const auto* sim = dynamic_cast<const SimBackend*>(&engine.backend())) out.cost_counts = sim->cost_counts();
+  out.cost_counts = engine.backend().priced_steps();
   return out;
 }
 

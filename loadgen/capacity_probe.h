@@ -21,7 +21,6 @@
 
 namespace servelab {
 
-struct ModelWeights;
 
 /// What to keep of a point run.
 struct PointRunOptions {
@@ -72,7 +71,7 @@ class PointRunner {
   std::unique_ptr<Backend> make_backend_instance() const;
   Scenario scenario_;
   BackendSpec spec_;
-  std::shared_ptr<const ModelWeights> weights_;
+  std::unique_ptr<BackendFactory> backends_;
   std::unique_ptr<Tokenizer> target_tokenizer_;  ///< target.tokenizer, loaded once
 };
 

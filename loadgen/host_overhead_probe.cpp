@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "engine/backend/cost_model.h"
+#include "engine/backend/forwarding_backend.h"
 #include "engine/backend/sim_backend.h"
 #include "engine/clock.h"
 #include "engine/engine.h"
@@ -42,29 +43,18 @@ class BurstSource final : public RequestSource {
   size_t next_ = 0;
 };
 
-/// The sim backend, with the wall time spent inside forward() summed: the probe counts only
-/// what lies outside it (a real backend's own host work is inside its measured forward()).
-class ForwardTimer final : public Backend {
+/// The sim backend, with the wall time spent inside execute() summed: the probe counts only
+/// what lies outside it (a real backend's own host work is inside its measured execute()).
+class ForwardTimer final : public ForwardingBackend {
  public:
-  explicit ForwardTimer(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
-  std::string name() const override { return inner_->name(); }
-  const ModelConfig& config() const override { return inner_->config(); }
-  int64_t kv_bytes_per_slot() const override { return inner_->kv_bytes_per_slot(); }
-  void init_kv(int64_t n_slots) override { inner_->init_kv(n_slots); }
-  ForwardResult forward(const Batch& batch, const KvManager& kv) override {
+  explicit ForwardTimer(std::unique_ptr<Backend> inner) : ForwardingBackend(std::move(inner)) {}
+  StepOutput execute(const Step& step) override {
     const auto t0 = std::chrono::steady_clock::now();
-    ForwardResult r = inner_->forward(batch, kv);
+    StepOutput r = inner().execute(step);
     forward_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
   }
-  void copy_slots(std::span<const KvCopy> copies) override { inner_->copy_slots(copies); }
-  std::unique_ptr<HostKvPool> make_host_pool(int64_t n_slots) override { return inner_->make_host_pool(n_slots); }
-  void swap_out(std::span<const KvSwap> runs, HostKvPool& pool) override { inner_->swap_out(runs, pool); }
-  void swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) override { inner_->swap_in(runs, pool); }
   double forward_s = 0.0;
-
- private:
-  std::unique_ptr<Backend> inner_;
 };
 
 HostOverheadPoint run_once(const ModelConfig& model, int cap) {

@@ -13,7 +13,7 @@ namespace servelab {
 struct HostOverheadPoint {
   int max_num_seqs = 0;      ///< the burst's batch cap
   double mean_seqs = 0.0;    ///< sequences per step, averaged over the run's steps
-  double step_s = 0.0;       ///< wall seconds per step outside forward() (the fastest of the repeats)
+  double step_s = 0.0;       ///< wall seconds per step outside execute() (the fastest of the repeats)
   int n_steps = 0;
 };
 

@@ -77,36 +77,6 @@ class LineWriter {
   std::ofstream out_;
 };
 
-/// Builds a fresh backend per run; the cpu backend shares one set of weights.
-class BackendFactory {
- public:
-  explicit BackendFactory(const Scenario& sc) : sc_(sc), spec_(backend_spec(sc)) {
-    if (spec_.kind == BackendKind::cpu) {
-      ModelWeights w;
-      if (!sc.model.path.empty()) {
-        w = ModelWeights::load(sc.model.path);
-      } else {
-        ModelConfig cfg = preset(sc.model.preset);
-        if (sc.model.dtype) cfg.dtype = *sc.model.dtype;
-        w = ModelWeights::random(cfg, sc.seed);
-      }
-      weights_ = std::make_shared<const ModelWeights>(std::move(w));
-    }
-  }
-  std::unique_ptr<Backend> make() const {
-    if (weights_) {
-      CpuBackendOptions o;
-      o.n_threads = sc_.backend.threads;
-      return std::make_unique<CpuBackend>(weights_, o);
-    }
-    return make_backend(spec_);
-  }
-
- private:
-  const Scenario& sc_;
-  BackendSpec spec_;
-  std::shared_ptr<const ModelWeights> weights_;
-};
 
 }  // namespace
 
@@ -191,7 +161,7 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
   SweepOutcome outcome;
   outcome.runs = plan_sweep(planner);
   std::optional<BackendFactory> backends;  // no engine when the runs go to a server (target:)
-  if (!scenario.target) backends.emplace(scenario);
+  if (!scenario.target) backends.emplace(backend_spec(scenario));
   std::unique_ptr<Tokenizer> target_tokenizer;
   if (scenario.target && !scenario.target->tokenizer.empty()) {
     if (!options.load_tokenizer) throw std::runtime_error("target.tokenizer is set but no tokenizer loader was given");

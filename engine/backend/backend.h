@@ -1,46 +1,52 @@
 #pragma once
-// Backend: runs one batched forward step over the KV arena and samples the next tokens.
+// Backend: runs one batched forward step (Step) over its KV arena and draws the next tokens.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "engine/kv/kv_manager.h"
+#include "engine/backend/cost_counts.h"
+#include "engine/kv/kv_moves.h"
 #include "engine/model/config.h"
 #include "engine/request.h"
+#include "kernels/step_input.h"
 
 namespace servelab {
 
-/// One sequence's share of a step: positions [seq->n_computed, seq->n_computed + n_new) are run
-/// through the model and their K/V written to the arena. When `sample` is set (the chunk ends at
-/// the last known token) the last position's logits give the next token: n_samples draws from
-/// that one row (a request with n > 1 parallel samples draws all n first tokens from its
-/// prefill's logits, as vLLM does). Draw k uses the sampler's seq_key seq->sample_index + k and
-/// the position n_computed + n_new, so it equals what sample k would draw from the same row.
-struct BatchEntry {
-  Sequence* seq = nullptr;
-  int n_new = 0;
-  bool sample = false;
-  int n_samples = 1;  ///< draws from the sampled row (>= 1; read only when sample is set)
+/// One step as every backend runs it: the flat per-step arrays (kernels/step_input.h: rows,
+/// KV addressing, one entry per draw with its sampling parameters and optional token mask) and
+/// the padding rows static batching computes and throws away (token 0, never written to the
+/// cache, never attended to, never sampled). The engine builds it once per step
+/// (engine/backend/step_input.h); backends never see a Sequence or the KvManager.
+struct Step {
+  kernels::StepInput in;
+  int n_padding = 0;
+  bool want_logprobs = false;  ///< fill StepOutput::logprobs (backends whose caps().logprobs)
+  int n_rows() const { return in.n_tokens() + n_padding; }
 };
 
-/// A step's work. n_padding_tokens are rows computed and thrown away (static batching pads
-/// prompts to the longest and keeps finished slots in the batch): they cost real compute.
-struct Batch {
-  std::vector<BatchEntry> entries;
-  int n_padding_tokens = 0;
-  int n_tokens() const;  ///< Σ n_new (padding excluded)
-  bool empty() const { return entries.empty(); }
-};
-
-struct ForwardResult {
-  /// n_samples tokens per entry with sample == true, in entry order (an entry's draws adjacent,
-  /// k = 0 first).
-  std::vector<TokenId> sampled;
+/// What a step produced: one token per draw, in the step's draw order. Draw i samples row
+/// in.sample_rows[i] with its own parameters and key (seed, seq_key, sample_position), so the
+/// same draw gives the same token whatever else is in the batch. Acceptance of speculative
+/// tokens and emission happen in the engine.
+struct StepOutput {
+  std::vector<TokenId> tokens;
+  std::vector<float> logprobs;        ///< when asked: log-probability of each drawn token (raw logits)
   std::optional<double> predicted_s;  ///< sim backend: the step's predicted duration
+};
+
+/// Storage element types a backend offers for weights and the KV cache.
+struct BackendCaps {
+  int tensor_parallel = 1;            ///< GPUs one replica runs on
+  bool device_memory = false;         ///< has a device memory budget (kv_bytes_for_memory_share works)
+  bool logprobs = false;              ///< fills StepOutput::logprobs when asked
+  bool token_masks = true;            ///< honours mask_index / mask_words
+  std::vector<DType> weight_dtypes;   ///< storage types of the weights
+  std::vector<DType> kv_dtypes;       ///< storage types of the KV cache
 };
 
 /// Host memory for swapped-out K/V: n_slots host slots of bytes_per_slot bytes, in the layout of
@@ -94,12 +100,16 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;  ///< "cpu", "cuda", "sim"
   virtual const ModelConfig& config() const = 0;
+  /// What this backend can do (interface, not casts): see BackendCaps.
+  virtual BackendCaps caps() const = 0;
+  /// The device this backend runs on, for reports ("cpu (…), OpenBLAS …", "NVIDIA H100 …", "sim: …").
+  virtual std::string device_description() const = 0;
   /// Bytes one token's K and V take over all layers in this backend's arena.
   virtual int64_t kv_bytes_per_slot() const = 0;
-  /// Allocates the arena for n_slots token slots (called once, before any forward).
+  /// Allocates the arena for n_slots token slots (called once, before any step).
   virtual void init_kv(int64_t n_slots) = 0;
   /// Sizes the step buffers for the largest step the scheduler will send (called by the engine
-  /// after init_kv, before any forward), so nothing grows mid-run: on cuda a buffer that grows
+  /// after init_kv, before any step), so nothing grows mid-run: on cuda a buffer that grows
   /// invalidates every captured graph, and the recaptures land in the measured latencies. A
   /// step larger than `limits` still runs (the buffers grow). Default: nothing to size (cpu, sim).
   virtual void reserve_steps(const StepLimits& limits) { (void)limits; }
@@ -108,8 +118,9 @@ class Backend {
   /// (cpu, sim, cuda without graphs or in batch-invariant mode). The profile records them, so the
   /// sim prices a decode step at the size that actually runs.
   virtual std::vector<int> decode_row_buckets() const { return {}; }
-  /// Runs the batch: reads/writes K/V at kv.slot(seq, pos), samples. Does not modify the seqs.
-  virtual ForwardResult forward(const Batch& batch, const KvManager& kv) = 0;
+  /// Runs the step: writes each row's K/V to its slot, attends, and draws one token per draw.
+  /// Throws std::invalid_argument naming the field for a malformed step.
+  virtual StepOutput execute(const Step& step) = 0;
   virtual void copy_slots(std::span<const KvCopy> copies) = 0;
   /// A host pool of n_slots slots for swap_out/swap_in (see HostKvPool). Throws
   /// std::runtime_error naming the bytes when the memory cannot be had.
@@ -119,6 +130,20 @@ class Backend {
   /// when the copy is done. Throw std::out_of_range for a run outside the arena or the pool.
   virtual void swap_out(std::span<const KvSwap> runs, HostKvPool& pool) = 0;
   virtual void swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) = 0;
+
+  // Capabilities some backends have (see caps()); the defaults say "not here".
+  /// The KV budget a `gpu_memory_utilization` share leaves (vLLM's rule), when caps().device_memory.
+  virtual std::optional<int64_t> kv_bytes_for_memory_share(double utilization, int max_tokens, int max_seqs) const {
+    (void)utilization, (void)max_tokens, (void)max_seqs;
+    return std::nullopt;
+  }
+  /// A simulated backend: how its steps so far were priced (profile, beyond it, roofline).
+  virtual std::optional<CostCounts> priced_steps() const { return std::nullopt; }
+  /// Tensor parallel: seconds of one in-place bf16 sum all-reduce over the ranks per message size.
+  virtual std::vector<std::pair<int64_t, double>> time_all_reduce(const std::vector<int64_t>& message_bytes) {
+    (void)message_bytes;
+    return {};
+  }
 };
 
 }  // namespace servelab

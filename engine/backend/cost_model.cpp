@@ -96,12 +96,12 @@ void CostCounts::add(CostSource s) {
   }
 }
 
-StepShape StepShape::of(const Batch& batch) {
+StepShape StepShape::of(const Step& step) {
+  const kernels::StepInput& in = step.in;
   StepShape s;
-  for (const BatchEntry& e : batch.entries) {
-    const int64_t begin = e.seq->n_computed, n = e.n_new, end = begin + n;
+  for (int q = 0; q < in.n_seqs(); ++q) {
+    const int64_t n = in.query_start[q + 1] - in.query_start[q], end = in.context_lens[q], begin = end - n;
     s.n_tokens += n;
-    s.n_sampled += e.sample ? 1 : 0;
     s.sum_context += end;
     // positions begin..end-1 attend to begin+1 .. end keys
     const double pairs = static_cast<double>(n) * static_cast<double>(begin) + 0.5 * n * (n + 1.0);
@@ -110,9 +110,12 @@ StepShape StepShape::of(const Batch& batch) {
     else s.prefill_pairs += pairs;
     s.max_context = std::max(s.max_context, end);
   }
-  s.n_seqs = static_cast<int64_t>(batch.entries.size());
-  s.n_padding_tokens = batch.n_padding_tokens;
-  s.attention_pairs += static_cast<double>(batch.n_padding_tokens) * static_cast<double>(s.max_context);
+  // Rows through the LM head: distinct drawn rows (n parallel samples share theirs).
+  for (int i = 0; i < in.n_samples(); ++i)
+    if (i == 0 || in.sample_rows[i] != in.sample_rows[i - 1]) ++s.n_sampled;
+  s.n_seqs = in.n_seqs();
+  s.n_padding_tokens = step.n_padding;
+  s.attention_pairs += static_cast<double>(step.n_padding) * static_cast<double>(s.max_context);
   return s;
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/cost_counts.h"
 #include "engine/backend/hardware.h"
 #include "engine/backend/host_overhead.h"
 
@@ -36,31 +37,14 @@ struct StepShape {
   /// finished): backends run these differently (cuda: eagerly, outside its decode graphs; cpu: the
   /// padding rows skip attention and the LM head), so a profile prices them as their own class.
   bool padded_decode() const { return n_padding_tokens > 0 && prefill_pairs == 0.0; }
-  /// The shape of a batch (positions read from each entry's sequence).
-  static StepShape of(const Batch& batch);
+  /// The shape of a step (from its query rows, contexts and draws).
+  static StepShape of(const Step& step);
 };
 
 /// A step with its measured duration: what a profile holds and the profiled model is fitted to.
 struct TimedStep {
   StepShape shape;
   double step_s = 0.0;
-};
-
-/// How a step was priced.
-enum class CostSource {
-  profile,          ///< inside the profiled grid: interpolated
-  profile_roofline, ///< outside the grid: the grid's edge scaled by the roofline
-  roofline,         ///< no profile: the roofline alone
-};
-const char* to_string(CostSource s);
-
-/// Steps priced by each source (SimBackend keeps these; reports print them).
-struct CostCounts {
-  int64_t profile = 0;
-  int64_t profile_roofline = 0;
-  int64_t roofline = 0;
-  int64_t total() const { return profile + profile_roofline + roofline; }
-  void add(CostSource s);
 };
 
 /// The roofline: max(FLOPs / (peak · tp), bytes / (bandwidth · tp)) + step overhead + two

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -92,7 +93,7 @@ struct AttentionChunk {
 
 /// Per-step buffers. Real rows come first in entry order, padding rows after them.
 struct CpuBackend::Scratch {
-  StepPlan plan;   // the step's flat input (engine/backend/step_input.h)
+  const Step* step = nullptr;  // the step being run (its flat input)
   int n_real = 0;  // T: tokens of the entries
   int n_rows = 0;  // R = T + padding
   std::vector<int> row_pos;        // [T] absolute position
@@ -100,7 +101,9 @@ struct CpuBackend::Scratch {
   std::vector<int64_t> row_slot;   // [T] arena slot of the row's own position
   std::vector<int64_t> ctx_begin;  // [n_entries] offset into ctx_slots
   std::vector<int64_t> ctx_slots;  // per entry: slots of positions [0, n_computed + n_new)
-  std::vector<int> sample_rows;    // [S] last row of each entry with sample == true
+  std::vector<int> sample_rows;    // [R] distinct rows drawn from, in order of first draw
+  std::vector<int> draw_logit_row; // [n_draws] index into sample_rows of each draw
+  std::vector<float> masked;       // one masked logits row
   int max_ctx = 0;
   int64_t attention_work = 0;      // Σ (pos + 1) over rows: sizes the thread split
 
@@ -187,21 +190,30 @@ void CpuBackend::ensure_rope(int n_positions) {
   }
 }
 
-void CpuBackend::plan_rows(const Batch& batch, const KvManager& kv) {
-  if (n_slots_ == 0) throw std::logic_error("CpuBackend::forward: init_kv() was not called");
+void CpuBackend::plan_rows(const Step& step) {
+  if (n_slots_ == 0) throw std::logic_error("CpuBackend::execute: init_kv() was not called");
+  if (step.n_padding < 0)
+    throw std::invalid_argument("step.n_padding (" + std::to_string(step.n_padding) + ") must be >= 0");
+  step.in.validate();
   Scratch& s = *scratch_;
-  // The step's flat input, as every backend reads it: the KV manager is asked once per block
-  // (paged) or once per sequence (naive); K/V slots come from the input's addressing below.
-  build_step_input(batch, kv, config().vocab_size, s.plan);
-  const kernels::StepInput& in = s.plan.in;
+  s.step = &step;
+  const kernels::StepInput& in = step.in;
+  const int vocab = config().vocab_size;
+  for (int i = 0; i < in.n_tokens(); ++i)
+    if (in.token_ids[i] < 0 || in.token_ids[i] >= vocab)
+      throw std::invalid_argument("step row " + std::to_string(i) + ": token " + std::to_string(in.token_ids[i]) +
+                                  " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  if (in.has_masks() && in.mask_words_per_row != (vocab + 31) / 32)
+    throw std::invalid_argument("step.in.mask_words_per_row (" + std::to_string(in.mask_words_per_row) +
+                                ") must be (vocab + 31) / 32 = " + std::to_string((vocab + 31) / 32));
   const kernels::KvAddressing addressing = in.addressing();
   const int n_real = in.n_tokens();
   s.n_real = n_real;
-  s.n_rows = n_real + s.plan.n_padding;
+  s.n_rows = n_real + step.n_padding;
   s.row_pos.resize(n_real);
   s.row_entry.resize(n_real);
   s.row_slot.resize(n_real);
-  s.ctx_begin.resize(batch.entries.size());
+  s.ctx_begin.resize(in.n_seqs());
   s.ctx_slots.clear();
   s.sample_rows.clear();
   s.chunks.clear();
@@ -230,7 +242,13 @@ void CpuBackend::plan_rows(const Batch& batch, const KvManager& kv) {
     for (int b = row_begin; b < row_end; b += kRowsPerChunk)
       s.chunks.push_back({b, std::min(b + kRowsPerChunk, row_end)});
     s.max_ctx = std::max(s.max_ctx, end);
-    if (batch.entries[e].sample) s.sample_rows.push_back(row_end - 1);
+  }
+  // Logits once per distinct drawn row (n parallel samples share theirs).
+  s.draw_logit_row.clear();
+  for (int i = 0; i < in.n_samples(); ++i) {
+    const int row = in.sample_rows[i];
+    if (s.sample_rows.empty() || s.sample_rows.back() != row) s.sample_rows.push_back(row);
+    s.draw_logit_row.push_back(static_cast<int>(s.sample_rows.size()) - 1);
   }
   std::fill(x + size_t(n_real) * d, x + size_t(s.n_rows) * d, 0.0f);
   ensure_rope(s.max_ctx);
@@ -412,8 +430,8 @@ void CpuBackend::run_layer(int layer) {
   parallel_gemm_nt(pool_, s.gate.data(), s.n_rows, ffn, L.w_down.data(), d, s.x.data(), true);
 }
 
-std::span<const float> CpuBackend::forward_logits(const Batch& batch, const KvManager& kv) {
-  plan_rows(batch, kv);
+std::span<const float> CpuBackend::logits(const Step& step) {
+  plan_rows(step);
   Scratch& s = *scratch_;
   const ModelConfig& c = config();
   if (s.n_rows == 0) return {};
@@ -431,20 +449,27 @@ std::span<const float> CpuBackend::forward_logits(const Batch& batch, const KvMa
   return {logits, size_t(n_sampled) * vocab};
 }
 
-ForwardResult CpuBackend::forward(const Batch& batch, const KvManager& kv) {
-  const std::span<const float> logits = forward_logits(batch, kv);
+StepOutput CpuBackend::execute(const Step& step) {
+  const std::span<const float> all = logits(step);
+  const kernels::StepInput& in = step.in;
   const size_t vocab = config().vocab_size;
-  ForwardResult result;
-  size_t i = 0;
-  for (const BatchEntry& e : batch.entries) {
-    if (!e.sample) continue;
-    const Sequence& seq = *e.seq;
-    for (int k = 0; k < std::max(1, e.n_samples); ++k)  // parallel samples share the row
-      result.sampled.push_back(sample_token(logits.subspan(i * vocab, vocab), seq.sampling,
-                                            static_cast<uint64_t>(seq.sample_index + k), seq.n_computed + e.n_new));
-    ++i;
+  Scratch& s = *scratch_;
+  StepOutput out;
+  for (int i = 0; i < in.n_samples(); ++i) {
+    std::span<const float> row = all.subspan(size_t(s.draw_logit_row[i]) * vocab, vocab);
+    if (in.mask_index[i] >= 0) {
+      row = apply_token_mask(row, in.mask_words.data() + size_t(in.mask_index[i]) * in.mask_words_per_row, s.masked);
+    }
+    SamplingParams p;
+    p.temperature = in.temperature[i];
+    p.top_k = in.top_k[i];
+    p.top_p = in.top_p[i];
+    p.seed = in.seed[i];
+    const TokenId t = sample_token(row, p, in.seq_key[i], in.sample_position[i]);
+    out.tokens.push_back(t);
+    if (step.want_logprobs) out.logprobs.push_back(token_logprob(all.subspan(size_t(s.draw_logit_row[i]) * vocab, vocab), t));
   }
-  return result;
+  return out;
 }
 
 void CpuBackend::copy_slots(std::span<const KvCopy> copies) {
@@ -521,6 +546,27 @@ void CpuBackend::check_pool(const HostKvPool& pool, const char* who) const {
     throw std::invalid_argument(std::string(who) + ": the host pool was not made by this backend (" +
                                 std::to_string(pool.bytes_per_slot()) + " bytes per slot, this backend's are " +
                                 std::to_string(kv_bytes_per_slot()) + ")");
+}
+
+BackendCaps CpuBackend::caps() const {
+  BackendCaps c;
+  c.logprobs = true;
+  c.weight_dtypes = {DType::f32};
+  c.kv_dtypes = {DType::f32};
+  return c;
+}
+
+std::string CpuBackend::device_description() const {
+  std::string name = "unknown CPU";
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) name = line.substr(line.find_first_not_of(' ', colon + 1));
+      break;
+    }
+  return name + ", " + std::to_string(n_threads()) + " threads of " +
+         std::to_string(std::thread::hardware_concurrency()) + ", OpenBLAS " + blas_core();
 }
 
 }  // namespace servelab

@@ -4,7 +4,7 @@
 // included, cut by output columns into single-threaded OpenBLAS calls (cpu_gemm.h); Q/K/V and
 // gate/up are one job each, with bias, RoPE, the K/V store and SwiGLU done per item. Attention
 // runs per (chunk of an entry's tokens, kv head), reading K/V from the arena (cpu_attention.h).
-// A step starts from the same flat input as the cuda backend (build_step_input, step_input.h):
+// A step is the same flat input the cuda backend runs (Step, backend.h; built by step_input.h):
 // K/V slots come from its slot mapping and block tables (paged) or base slots (naive), so the KV
 // manager is asked once per block or sequence, not once per position.
 #include <cstddef>
@@ -46,10 +46,11 @@ class CpuBackend final : public Backend {
   /// 2 (K and V) × n_layers × n_kv_heads × head_dim × 4 bytes.
   int64_t kv_bytes_per_slot() const override;
   void init_kv(int64_t n_slots) override;
-  /// Samples each entry with sample == true n_samples times, draw k by sample_token(logits,
-  /// seq.sampling, seq.sample_index + k, seq.n_computed + n_new): the position the new token
-  /// will take.
-  ForwardResult forward(const Batch& batch, const KvManager& kv) override;
+  BackendCaps caps() const override;
+  std::string device_description() const override;
+  /// Draw i by sample_token(logits of in.sample_rows[i], masked by its token mask, its sampling
+  /// parameters, in.seq_key[i], in.sample_position[i]).
+  StepOutput execute(const Step& step) override;
   void copy_slots(std::span<const KvCopy> copies) override;
   /// Plain memory (not zeroed, committed as swaps write it), laid out like the arena:
   /// [layer][K|V][kv_head][host slot][head_dim], so a run is one memcpy per plane.
@@ -57,10 +58,11 @@ class CpuBackend final : public Backend {
   void swap_out(std::span<const KvSwap> runs, HostKvPool& pool) override;
   void swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) override;
 
-  /// forward() without sampling: writes K/V like forward() and returns the logits of the
-  /// entries with sample == true, [n_sampled, vocab] in entry order. The view stays valid until
-  /// the next call. Throws std::invalid_argument for a malformed batch (entry, field, value).
-  std::span<const float> forward_logits(const Batch& batch, const KvManager& kv);
+  /// execute() without drawing: writes K/V like execute() and returns the logits of each
+  /// distinct drawn row, [n_rows_drawn, vocab] in order of first draw (n parallel samples of one
+  /// row share it). The view stays valid until the next call. Throws std::invalid_argument for a
+  /// malformed step (field, value).
+  std::span<const float> logits(const Step& step);
 
   int n_threads() const { return pool_.n_threads(); }
   int64_t n_slots() const { return n_slots_; }
@@ -69,9 +71,9 @@ class CpuBackend final : public Backend {
  private:
   struct Scratch;  // per-step buffers, grown as needed and reused
   using RowBody = std::function<void(int worker, int begin, int end)>;
-  /// Builds the step input (validating the batch), lays out its rows (embeddings, positions,
-  /// slots) and each entry's context slots from the input's addressing in the scratch.
-  void plan_rows(const Batch& batch, const KvManager& kv);
+  /// Validates the step, lays out its rows (embeddings, positions, slots) and each sequence's
+  /// context slots from the input's addressing in the scratch.
+  void plan_rows(const Step& step);
   /// Runs body over rows [0, n_rows) on the pool, or inline when the work is too small to split.
   void parallel_rows(int n_rows, int64_t cost_per_row, const RowBody& body);
   void ensure_rope(int n_positions);

@@ -1,7 +1,7 @@
 #pragma once
-// The engine's own work per step, outside Backend::forward(): scheduling, KV bookkeeping,
+// The engine's own work per step, outside Backend::execute(): scheduling, KV bookkeeping,
 // emitting tokens, retiring requests and the driver's records. A real run pays it between and
-// around its forward passes; a profile's grid times forward() alone, so the sim adds this to every
+// around its forward passes; a profile's grid times execute() alone, so the sim adds this to every
 // predicted step. `servelab profile` measures it on the machine it profiles
 // (loadgen/host_overhead_probe.h) and writes it into the profile beside the samples.
 #include <cstdint>
@@ -10,7 +10,7 @@
 
 namespace servelab {
 
-/// Host seconds a step costs beyond forward(): per_step_s + per_seq_s × sequences in the batch.
+/// Host seconds a step costs beyond execute(): per_step_s + per_seq_s × sequences in the batch.
 struct HostOverhead {
   double per_step_s = 0.0;
   double per_seq_s = 0.0;

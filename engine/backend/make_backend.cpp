@@ -58,13 +58,7 @@ std::string cuda_device_name(int device) {
 }
 
 int64_t kv_bytes_for_gpu_utilization(const Backend& backend, double utilization, int max_tokens, int max_seqs) {
-#ifdef SERVELAB_HAVE_CUDA_BACKEND
-  if (const auto* cuda = dynamic_cast<const CudaBackend*>(&backend))
-    return cuda->kv_bytes_for_utilization(utilization, max_tokens, max_seqs);
-  if (const auto* tp = dynamic_cast<const TpCudaBackend*>(&backend))
-    return tp->kv_bytes_for_utilization(utilization, max_tokens, max_seqs);
-#endif
-  (void)utilization, (void)max_tokens, (void)max_seqs;
+  if (auto bytes = backend.kv_bytes_for_memory_share(utilization, max_tokens, max_seqs)) return *bytes;
   throw std::invalid_argument("gpu_memory_utilization applies to backend cuda, not " + backend.name());
 }
 
@@ -84,23 +78,6 @@ void BackendSpec::validate() const {
                                 " applies to backend cuda or sim; the cpu backend computes and stores K/V in fp32");
 }
 
-std::vector<std::pair<int64_t, double>> measure_all_reduce(Backend& backend, const std::vector<int64_t>& message_bytes) {
-  std::vector<std::pair<int64_t, double>> out;
-#ifdef SERVELAB_HAVE_CUDA_BACKEND
-  if (auto* tp = dynamic_cast<TpCudaBackend*>(&backend))
-    for (const AllReduceTiming& t : tp->time_all_reduce(message_bytes)) out.emplace_back(t.bytes, t.seconds);
-#endif
-  (void)backend, (void)message_bytes;
-  return out;
-}
-
-int tensor_parallel_backend(const Backend& backend) {
-#ifdef SERVELAB_HAVE_CUDA_BACKEND
-  if (const auto* tp = dynamic_cast<const TpCudaBackend*>(&backend)) return tp->tensor_parallel();
-#endif
-  (void)backend;
-  return 1;
-}
 
 ModelConfig resolve_model_config(const std::string& model) {
   if (is_checkpoint_dir(model)) return read_hf_config((std::filesystem::path(model) / "config.json").string());
@@ -122,18 +99,28 @@ int64_t kv_bytes_per_slot(const BackendSpec& spec) {
   return 2ll * config.n_layers * config.kv_dim() * static_cast<int64_t>(sizeof(float));  // CpuBackend: fp32 K and V
 }
 
+SimCostModel sim_cost_model(const BackendSpec& spec, const ModelConfig& config) {
+  SimCostModel cost =
+      spec.sim_profile.empty()
+          ? SimCostModel::roofline(spec.sim_device, spec.tensor_parallel)
+          : SimCostModel::from_profile_json(spec.sim_profile, config,
+                                            spec.sim_device_set ? std::optional<SimDevice>(spec.sim_device) : std::nullopt,
+                                            spec.tensor_parallel);
+  cost.scale = spec.sim_cost_scale;
+  return cost;
+}
+
+SimDevice sim_device_for(const BackendSpec& spec) {
+  spec.validate();
+  if (spec.kind != BackendKind::sim || spec.sim_device_set || spec.sim_profile.empty()) return spec.sim_device;
+  return sim_cost_model(spec, resolve_model_config(spec.model)).device;
+}
+
 std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
   spec.validate();
   if (spec.kind == BackendKind::sim) {
     const ModelConfig config = resolve_model_config(spec.model);
-    SimCostModel cost =
-        spec.sim_profile.empty()
-            ? SimCostModel::roofline(spec.sim_device, spec.tensor_parallel)
-            : SimCostModel::from_profile_json(spec.sim_profile, config,
-                                              spec.sim_device_set ? std::optional<SimDevice>(spec.sim_device) : std::nullopt,
-                                              spec.tensor_parallel);
-    cost.scale = spec.sim_cost_scale;
-    return std::make_unique<SimBackend>(config, cost);
+    return std::make_unique<SimBackend>(config, sim_cost_model(spec, config));
   }
   if (spec.kind == BackendKind::cuda) {
 #ifdef SERVELAB_HAVE_CUDA_BACKEND
@@ -159,10 +146,28 @@ std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
                              "backend cpu or sim");
 #endif
   }
+  return BackendFactory(spec).make();
+}
+
+BackendFactory::BackendFactory(const BackendSpec& spec) : spec_(spec) {
+  spec_.validate();
+  if (spec_.kind != BackendKind::cpu) return;
+  if (is_checkpoint_dir(spec_.model)) {
+    weights_ = std::make_shared<const ModelWeights>(ModelWeights::load(spec_.model));
+    return;
+  }
+  ModelConfig config = preset(spec_.model);
+  if (spec_.dtype) config.dtype = *spec_.dtype;
+  weights_ = std::make_shared<const ModelWeights>(ModelWeights::random(config, spec_.seed));
+}
+
+BackendFactory::~BackendFactory() = default;
+
+std::unique_ptr<Backend> BackendFactory::make() const {
+  if (!weights_) return make_backend(spec_);
   CpuBackendOptions options;
-  options.n_threads = spec.threads;
-  if (is_checkpoint_dir(spec.model)) return std::make_unique<CpuBackend>(ModelWeights::load(spec.model), options);
-  return std::make_unique<CpuBackend>(ModelWeights::random(preset(spec.model), spec.seed), options);
+  options.n_threads = spec_.threads;
+  return std::make_unique<CpuBackend>(weights_, options);
 }
 
 }  // namespace servelab

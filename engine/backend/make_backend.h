@@ -64,18 +64,35 @@ int cuda_devices();
 std::string cuda_device_name(int device);
 /// The KV budget a `gpu_memory_utilization` share leaves on a cuda backend (vLLM's rule: the share
 /// of total GPU memory, minus what is in use, minus the activations of a step of max_tokens rows
-/// and max_seqs sampled rows). Throws std::invalid_argument for another backend or nothing left.
+/// and max_seqs sampled rows; Backend::kv_bytes_for_memory_share). Throws std::invalid_argument
+/// for a backend without device memory or nothing left.
 int64_t kv_bytes_for_gpu_utilization(const Backend& backend, double utilization, int max_tokens, int max_seqs);
 
-/// GPUs one replica of `backend` runs on: TpCudaBackend's tensor_parallel, else 1.
-int tensor_parallel_backend(const Backend& backend);
 
-/// cuda with tensor_parallel > 1: (bytes, seconds) of one in-place bf16 sum all-reduce over the
-/// ranks for each message size (TpCudaBackend::time_all_reduce). Empty for any other backend.
-std::vector<std::pair<int64_t, double>> measure_all_reduce(Backend& backend, const std::vector<int64_t>& message_bytes);
+/// The sim's cost model for `spec` (its profile or the roofline of spec.sim_device, scaled).
+SimCostModel sim_cost_model(const BackendSpec& spec, const ModelConfig& config);
+/// The device a sim backend built from `spec` prices with: the profile's, unless spec names one.
+SimDevice sim_device_for(const BackendSpec& spec);
 
 /// Builds the backend. Throws std::invalid_argument (bad spec, unknown preset) or
 /// std::runtime_error (checkpoint or profile file problems, naming the file).
 std::unique_ptr<Backend> make_backend(const BackendSpec& spec);
+
+struct ModelWeights;
+
+/// Builds fresh backends of one spec, run after run (sweeps, capacity probes): the cpu backend's
+/// weights are loaded or drawn once, in the constructor, and shared by every backend made; the
+/// other kinds are built by make_backend each time. The one place engines' backends are made.
+class BackendFactory {
+ public:
+  explicit BackendFactory(const BackendSpec& spec);
+  ~BackendFactory();
+  std::unique_ptr<Backend> make() const;
+  const BackendSpec& spec() const { return spec_; }
+
+ private:
+  BackendSpec spec_;
+  std::shared_ptr<const ModelWeights> weights_;  // cpu only
+};
 
 }  // namespace servelab

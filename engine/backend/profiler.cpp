@@ -1,5 +1,7 @@
 #include "engine/backend/profiler.h"
 
+#include "engine/backend/step_input.h"
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -18,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/backend/make_backend.h"
+#include "engine/backend/step_input.h"
 #include "engine/kv/kv_manager.h"
 #include "engine/splitmix64.h"
 
@@ -233,7 +236,7 @@ ProfileRunner::ProfileRunner(Backend& backend, int64_t n_slots, int max_len, uin
   // call (many runs of that chunk: the cuda backend copies them in one launch of many blocks), so
   // a 60 GB GPU arena fills by device copies instead of 60 GB over the host link.
   // A tensor-parallel backend's slot is one GPU's share; its swap layout holds every rank's.
-  const int64_t slot_bytes = backend.kv_bytes_per_slot() * tensor_parallel_backend(backend);
+  const int64_t slot_bytes = backend.kv_bytes_per_slot() * backend.caps().tensor_parallel;
   const ModelConfig& m = backend.config();
   const int64_t elem = slot_bytes / std::max<int64_t>(1, 2ll * m.n_layers * m.kv_dim());
   const int64_t first = std::clamp<int64_t>(fill_chunk_bytes / slot_bytes, 1, n_slots);
@@ -306,11 +309,12 @@ ProfileSample ProfileRunner::run(const ProfilePoint& p, int warmup, int repeats,
   ProfileSample sample;
   sample.phase = p.phase;
   for (size_t i = 0; i < seqs.size(); ++i) seqs[i].n_computed = p.seqs[i].context;
-  sample.shape = StepShape::of(batch);
+  Step step;  // built once: the engine builds a step outside the backend's time too
+  build_step_input(batch, kv, st.backend.config().vocab_size, step);
+  sample.shape = StepShape::of(step);
   auto once = [&] {
-    for (size_t i = 0; i < seqs.size(); ++i) seqs[i].n_computed = p.seqs[i].context;
     const auto t0 = std::chrono::steady_clock::now();
-    const ForwardResult res = st.backend.forward(batch, kv);
+    const StepOutput res = st.backend.execute(step);
     const auto t1 = std::chrono::steady_clock::now();
     return res.predicted_s ? *res.predicted_s : std::chrono::duration<double>(t1 - t0).count();
   };
@@ -368,7 +372,7 @@ ProfileReport profile_backend(Backend& backend, const ProfileOptions& asked,
   ProfileReport report;
   report.backend = backend.name();
   report.model = model;
-  report.tensor_parallel = tensor_parallel_backend(backend);
+  report.tensor_parallel = backend.caps().tensor_parallel;
   report.kv_dtype_bytes = static_cast<int>(backend.kv_bytes_per_slot() * report.tensor_parallel /
                                            (2ll * model.n_layers * model.kv_dim()));
   report.options = options;
@@ -440,7 +444,7 @@ std::string profile_table(const ProfileReport& r) {
     out << line;
   }
   if (r.host_overhead) {
-    std::snprintf(line, sizeof line, "engine host work per step outside forward(): %.1f us + %.2f us per sequence\n",
+    std::snprintf(line, sizeof line, "engine host work per step outside execute(): %.1f us + %.2f us per sequence\n",
                   r.host_overhead->per_step_s * 1e6, r.host_overhead->per_seq_s * 1e6);
     out << line;
   }

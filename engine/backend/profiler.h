@@ -129,7 +129,7 @@ struct ProfileSample {
   ProfilePhase phase = ProfilePhase::prefill;
   StepShape shape;
   double step_s = 0.0;          ///< median of times_s
-  std::vector<double> times_s;  ///< every repeat: wall time of forward(), or the backend's predicted_s
+  std::vector<double> times_s;  ///< every repeat: wall time of execute(), or the backend's predicted_s
 };
 
 struct ProfileReport {
@@ -152,7 +152,7 @@ struct ProfileReport {
   /// cuda with tensor_parallel > 1: the measured in-place bf16 sum all-reduce, (message bytes,
   /// seconds per all-reduce), for the simulator's tensor-parallel term. Empty otherwise.
   std::vector<std::pair<int64_t, double>> all_reduce_s;
-  /// The engine's host work per step outside forward() (loadgen/host_overhead_probe.h), and the
+  /// The engine's host work per step outside execute() (loadgen/host_overhead_probe.h), and the
   /// (sequences per step, seconds per step) points it was fitted to; unset when not measured.
   std::optional<HostOverhead> host_overhead;
   std::vector<std::pair<double, double>> host_points;
@@ -176,8 +176,8 @@ class ProfileRunner {
   ProfileRunner(const ProfileRunner&) = delete;
   ProfileRunner& operator=(const ProfileRunner&) = delete;
   /// `warmup` untimed runs of the point, then timed runs until `repeats` or until they took
-  /// `min_s` (at least one); step_s is their median. Each run is one forward() from the same
-  /// state (the cuda backend synchronizes the device before forward() returns). Throws
+  /// `min_s` (at least one); step_s is their median. Each run is one execute() of the same
+  /// state (the cuda backend synchronizes the device before execute() returns). Throws
   /// std::logic_error when the point does not fit the arena.
   ProfileSample run(const ProfilePoint& point, int warmup, int repeats, double min_s);
 

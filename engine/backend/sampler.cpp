@@ -111,4 +111,23 @@ TokenId sample_token(std::span<const float> logits, const SamplingParams& p, uin
   return cands.front().index;
 }
 
+std::span<const float> apply_token_mask(std::span<const float> logits, const uint32_t* words, std::vector<float>& scratch) {
+  scratch.assign(logits.begin(), logits.end());
+  bool any = false;
+  for (size_t t = 0; t < scratch.size(); ++t) {
+    if ((words[t / 32] >> (t % 32)) & 1u) any = true;
+    else scratch[t] = -INFINITY;
+  }
+  if (!any) throw std::invalid_argument("token mask allows no token of the " + std::to_string(logits.size()) + "-token vocabulary");
+  return scratch;
+}
+
+float token_logprob(std::span<const float> logits, TokenId token) {
+  float m = -INFINITY;
+  for (float x : logits) m = std::max(m, x);
+  double sum = 0.0;
+  for (float x : logits) sum += std::exp(double(x) - m);
+  return static_cast<float>(double(logits[size_t(token)]) - m - std::log(sum));
+}
+
 }  // namespace servelab

@@ -4,6 +4,7 @@
 // whatever batch it runs in and in whatever order the batch lists it.
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "engine/request.h"
 #include "engine/splitmix64.h"
@@ -26,5 +27,13 @@ TokenId sample_token(std::span<const float> logits, const SamplingParams& sampli
 
 /// Index of the largest logit, lowest index on ties, NaN ignored (0 when all are NaN).
 TokenId argmax_token(std::span<const float> logits);
+
+/// logits with every token whose bit is clear in `words` (bit t of words[t / 32]) set to -inf,
+/// written into `scratch`; returns the masked row. Throws std::invalid_argument when the mask
+/// allows no token (a constraint that can never be met).
+std::span<const float> apply_token_mask(std::span<const float> logits, const uint32_t* words, std::vector<float>& scratch);
+
+/// log softmax(logits)[token]: the token's log-probability under the raw logits.
+float token_logprob(std::span<const float> logits, TokenId token);
 
 }  // namespace servelab

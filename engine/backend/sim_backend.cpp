@@ -27,52 +27,55 @@ void SimBackend::init_kv(int64_t n_slots) {
   n_slots_ = n_slots;
 }
 
-ForwardResult SimBackend::forward(const Batch& batch, const KvManager& kv) {
-  if (n_slots_ == 0) throw std::logic_error("sim backend: forward before init_kv");
-  ForwardResult out;
-  for (size_t i = 0; i < batch.entries.size(); ++i) {
-    const BatchEntry& e = batch.entries[i];
-    auto where = [&] { return "sim backend: batch entry " + std::to_string(i); };  // built only on error
-    if (!e.seq) throw std::invalid_argument(where() + " has no sequence");
-    const Sequence& s = *e.seq;
-    const int end = s.n_computed + e.n_new;
-    if (e.n_new < 1 || s.n_computed < 0 || end > s.n_tokens())
-      throw std::invalid_argument(where() + " (sequence " + std::to_string(s.id) + "): positions [" +
-                                  std::to_string(s.n_computed) + ", " + std::to_string(end) + ") outside its " +
-                                  std::to_string(s.n_tokens()) + " tokens");
-    // The last position's slot (O(1); KvManager::slots_needed walks the block table).
-    bool holds = s.kv.allocated;
-    if (holds) {
-      try {
-        holds = kv.slot(s, end - 1) >= 0;
-      } catch (const std::out_of_range&) {
-        holds = false;
+StepOutput SimBackend::execute(const Step& step) {
+  if (n_slots_ == 0) throw std::logic_error("sim backend: execute before init_kv");
+  if (step.n_padding < 0) throw std::invalid_argument("sim backend: step.n_padding must be >= 0");
+  const kernels::StepInput& in = step.in;
+  in.validate();
+  for (int r = 0; r < in.n_tokens(); ++r)
+    if (in.slot_mapping[r] < 0 || in.slot_mapping[r] >= n_slots_)
+      throw std::invalid_argument("sim backend: step row " + std::to_string(r) + " (position " +
+                                  std::to_string(in.positions[r]) + ") writes slot " + std::to_string(in.slot_mapping[r]) +
+                                  ", outside the arena [0, " + std::to_string(n_slots_) + ")");
+  StepOutput out;
+  const int64_t span = std::max(1, model_.vocab_size - 2);
+  for (int i = 0; i < in.n_samples(); ++i) {
+    const uint64_t h = splitmix64(splitmix64(in.seed[i] ^ splitmix64(in.seq_key[i])) +
+                                  static_cast<uint64_t>(in.sample_position[i]));
+    TokenId t = static_cast<TokenId>(std::min<int64_t>(model_.vocab_size - 1, 2 + static_cast<int64_t>(h % span)));
+    if (in.mask_index[i] >= 0) {
+      const uint32_t* words = in.mask_words.data() + size_t(in.mask_index[i]) * in.mask_words_per_row;
+      int tried = 0;
+      while (!((words[t / 32] >> (t % 32)) & 1u)) {
+        if (++tried > model_.vocab_size) throw std::invalid_argument("sim backend: a token mask allows no token");
+        t = (t + 1) % model_.vocab_size;
       }
     }
-    if (!holds)
-      throw std::invalid_argument(where() + " (sequence " + std::to_string(s.id) + ") holds no KV slots up to position " +
-                                  std::to_string(end));
-    if (e.sample != (end == s.n_tokens()))
-      throw std::invalid_argument(where() + " (sequence " + std::to_string(s.id) + "): sample must be set exactly when the chunk ends at the last token");
-    if (!e.sample) continue;
-    for (int k = 0; k < std::max(1, e.n_samples); ++k) {  // draw k as sample sample_index + k would
-      const uint64_t h = splitmix64(splitmix64(s.sampling.seed ^ splitmix64(static_cast<uint64_t>(s.sample_index + k))) +
-                               static_cast<uint64_t>(end));
-      const int64_t span = std::max(1, model_.vocab_size - 2);
-      out.sampled.push_back(static_cast<TokenId>(std::min<int64_t>(model_.vocab_size - 1, 2 + static_cast<int64_t>(h % span))));
-    }
+    out.tokens.push_back(t);
   }
-  StepShape shape = StepShape::of(batch);
+  StepShape shape = StepShape::of(step);
   shape.swap_bytes = pending_swap_bytes_;
   CostSource used = CostSource::roofline;
   double t = cost_.step_seconds(model_, shape, &used);
   counts_.add(used);
-  t += cost_.host.seconds(shape.n_seqs);  // the engine's own work around forward() (profiled)
+  t += cost_.host.seconds(shape.n_seqs);  // the engine's own work around the step (profiled)
   t += 2.0 * static_cast<double>(pending_copy_bytes_) / cost_.device.mem_bw_bytes_s;  // copy-on-write
   pending_swap_bytes_ = 0;
   pending_copy_bytes_ = 0;
   out.predicted_s = t;
   return out;
+}
+
+BackendCaps SimBackend::caps() const {
+  BackendCaps c;
+  c.tensor_parallel = cost_.tensor_parallel;
+  c.weight_dtypes = {DType::bf16, DType::f16};
+  c.kv_dtypes = {DType::bf16, DType::f16};
+  return c;
+}
+
+std::string SimBackend::device_description() const {
+  return "simulated " + cost_.device.name + " (predicted step times)";
 }
 
 void SimBackend::copy_slots(std::span<const KvCopy> copies) {

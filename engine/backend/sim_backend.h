@@ -26,9 +26,13 @@ class SimBackend final : public Backend {
   /// the arena is one GPU's, holding its share of the KV heads.
   int64_t kv_bytes_per_slot() const override;
   void init_kv(int64_t n_slots) override;
-  /// Checks every entry holds its slots, predicts the step, and samples a token for each entry
-  /// with sample set: a pure function of (seed, sample index, position) in [2, vocab).
-  ForwardResult forward(const Batch& batch, const KvManager& kv) override;
+  BackendCaps caps() const override;
+  std::string device_description() const override;
+  /// Checks the step's slots lie in the arena, predicts the step, and draws a token per draw: a
+  /// pure function of (seed, seq_key, position) in [2, vocab), or with a token mask the first
+  /// allowed token from there on (cyclically).
+  StepOutput execute(const Step& step) override;
+  std::optional<CostCounts> priced_steps() const override { return counts_; }
   void copy_slots(std::span<const KvCopy> copies) override;
   /// Bookkeeping only: no memory behind it (the sim stores no K/V).
   std::unique_ptr<HostKvPool> make_host_pool(int64_t n_slots) override;

@@ -27,27 +27,27 @@ void check_sampling(size_t e, const Sequence& seq) {
 
 }  // namespace
 
-void build_step_input(const Batch& batch, const KvManager& kv, int vocab, StepPlan& plan) {
+void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& step) {
   using kernels::KvLayoutKind;
   if (batch.n_padding_tokens < 0)
     throw std::invalid_argument("batch.n_padding_tokens (" + std::to_string(batch.n_padding_tokens) +
                                 ") must be >= 0");
-  kernels::StepInput& in = plan.in;
-  plan.n_padding = batch.n_padding_tokens;
+  kernels::StepInput& in = step.in;
+  step.n_padding = batch.n_padding_tokens;
+  in.clear();
   const bool paged = kv.kind() == KvKind::paged;
   const int block_size = paged ? static_cast<int>(kv.unit_slots()) : 1;
   if (block_size < 1) throw std::logic_error("KvManager::unit_slots() must be >= 1");
   in.kv_kind = paged ? KvLayoutKind::paged : KvLayoutKind::naive;
   in.block_size = paged ? block_size : 16;
-  for (auto* v : {&in.token_ids, &in.positions, &in.query_start, &in.context_lens, &in.block_tables,
-                  &in.sample_rows, &in.top_k, &in.sample_position})
-    v->clear();
-  in.slot_mapping.clear();
-  in.base_slots.clear();
-  in.temperature.clear();
-  in.top_p.clear();
-  in.seed.clear();
-  in.seq_key.clear();
+  const int words = batch.mask_words_per_row;
+  const int n_masks = words > 0 ? static_cast<int>(batch.mask_words.size() / size_t(words)) : 0;
+  if (words < 0 || (words > 0 && batch.mask_words.size() % size_t(words) != 0) || (words == 0 && !batch.mask_words.empty()))
+    throw std::invalid_argument("batch.mask_words (" + std::to_string(batch.mask_words.size()) +
+                                " words) must hold whole masks of mask_words_per_row (" + std::to_string(words) + ")");
+  if (words > 0 && words != (vocab + 31) / 32)
+    throw std::invalid_argument("batch.mask_words_per_row (" + std::to_string(words) + ") must be (vocab + 31) / 32 = " +
+                                std::to_string((vocab + 31) / 32));
 
   // Pass 1: check the entries, size the block table.
   int stride = 0;
@@ -59,11 +59,22 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, StepPl
     if (entry.n_new < 1)
       throw std::invalid_argument(entry_name(e, seq) + ": n_new (" + std::to_string(entry.n_new) + ") must be >= 1");
     const int begin = seq->n_computed, end = seq->n_computed + entry.n_new;
-    if (begin < 0 || end > seq->n_tokens())
+    if (begin < 0 || end > seq->n_with_spec())
       throw std::invalid_argument(entry_name(e, seq) + ": positions [" + std::to_string(begin) + ", " +
-                                  std::to_string(end) + ") are outside its " + std::to_string(seq->n_tokens()) +
+                                  std::to_string(end) + ") are outside its " + std::to_string(seq->n_with_spec()) +
                                   " tokens");
-    if (entry.sample) check_sampling(e, *seq);
+    if (entry.sample) {
+      check_sampling(e, *seq);
+      if (!seq->spec_tokens.empty() && (end != seq->n_with_spec() || begin > seq->n_tokens() - 1 || entry.n_samples > 1))
+        throw std::invalid_argument(entry_name(e, seq) + ": verifying speculative tokens needs the chunk to cover "
+                                    "positions " + std::to_string(seq->n_tokens() - 1) + " to " +
+                                    std::to_string(seq->n_with_spec()) + " and n_samples 1");
+      const int rows = seq->spec_tokens.empty() ? 1 : static_cast<int>(seq->spec_tokens.size()) + 1;
+      if (entry.first_mask < -1 || (entry.first_mask >= 0 && entry.first_mask + rows > n_masks))
+        throw std::invalid_argument(entry_name(e, seq) + ": first_mask " + std::to_string(entry.first_mask) +
+                                    " (+ " + std::to_string(rows) + " rows) names masks past the batch's " +
+                                    std::to_string(n_masks));
+    }
     stride = std::max(stride, (end + block_size - 1) / block_size);
     decode_only = decode_only && entry.n_new == 1;
   }
@@ -95,7 +106,7 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, StepPl
       in.base_slots.push_back(base);
     }
     for (int pos = begin; pos < end; ++pos, ++row) {
-      const TokenId t = seq.tokens[pos];
+      const TokenId t = seq.token_at(pos);
       if (t < 0 || t >= vocab)
         throw std::invalid_argument(entry_name(e, &seq) + ": token " + std::to_string(t) + " at position " +
                                     std::to_string(pos) + " is outside the vocabulary [0, " + std::to_string(vocab) +
@@ -107,19 +118,50 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, StepPl
     }
     in.query_start.push_back(row);
     in.context_lens.push_back(end);
+    in.seq_ids.push_back(seq.id);
     if (!entry.sample) continue;
     const SamplingParams& p = seq.sampling;
     const bool greedy = p.temperature == 0.0f || p.top_k == 1;
-    for (int k = 0; k < std::max(1, entry.n_samples); ++k) {  // as CpuBackend: n_samples < 1 draws once
-      in.sample_rows.push_back(row - 1);
+    auto draw = [&](int row_index, uint64_t key, int position, int mask) {
+      in.sample_rows.push_back(row_index);
       in.temperature.push_back(greedy ? 0.0f : p.temperature);
       in.top_k.push_back(greedy ? 0 : p.top_k);
       in.top_p.push_back(greedy ? 1.0f : p.top_p);
       in.seed.push_back(p.seed);
-      in.seq_key.push_back(static_cast<uint64_t>(seq.sample_index + k));
-      in.sample_position.push_back(end);
+      in.seq_key.push_back(key);
+      in.sample_position.push_back(position);
+      in.mask_index.push_back(mask);
+    };
+    if (seq.spec_tokens.empty()) {
+      for (int k = 0; k < std::max(1, entry.n_samples); ++k)  // as CpuBackend: n_samples < 1 draws once
+        draw(row - 1, static_cast<uint64_t>(seq.sample_index + k), end, entry.first_mask);
+    } else {  // verification: one draw per row from the last accepted token on
+      const int first = seq.n_tokens() - 1;
+      for (int pos = first; pos < end; ++pos)
+        draw(row - (end - pos), static_cast<uint64_t>(seq.sample_index), pos + 1,
+             entry.first_mask < 0 ? -1 : entry.first_mask + (pos - first));
     }
   }
+  if (n_masks > 0) {
+    in.mask_words = batch.mask_words;
+    in.mask_words_per_row = words;
+  }
+}
+
+Step make_step(const Backend& backend, const Batch& batch, const KvManager& kv) {
+  Step step;
+  build_step_input(batch, kv, backend.config().vocab_size, step);
+  return step;
+}
+
+StepOutput run_batch(Backend& backend, const Batch& batch, const KvManager& kv) {
+  return backend.execute(make_step(backend, batch, kv));
+}
+
+int Batch::n_tokens() const {
+  int n = 0;
+  for (const auto& e : entries) n += e.n_new;
+  return n;
 }
 
 }  // namespace servelab

@@ -1,38 +1,69 @@
 #pragma once
-// Builds the flat per-step input (kernels::StepInput) from the engine's Batch and KvManager: what
-// every backend reads a step from (the CPU backend directly, the CUDA backend packed and uploaded
-// in one copy). The KV layout is read with O(blocks) kv.slot() calls per sequence (paged: one per
-// block; naive: one per sequence), not one per position; backends address K/V through the
-// StepInput's slot mapping, block tables or base slots afterwards.
+// Builds the flat per-step input every backend runs (Step, backend.h) from the engine's Batch and
+// KvManager, once per step. The KV layout is read with O(blocks) kv.slot() calls per sequence
+// (paged: one per block; naive: one per sequence), not one per position; backends address K/V
+// through the step's slot mapping, block tables or base slots afterwards.
 #include <cstdint>
+#include <vector>
 
 #include "engine/backend/backend.h"
 #include "engine/kv/kv_manager.h"
-#include "kernels/step_input.h"
+#include "engine/request.h"
 
 namespace servelab {
 
-/// One step's rows: the StepInput plus the padding rows static batching computes and discards.
-struct StepPlan {
-  kernels::StepInput in;
-  /// Rows after the real ones that run through the dense layers only (token 0, never written
-  /// to the cache, never attended to, never sampled): batch.n_padding_tokens.
-  int n_padding = 0;
-  int n_rows() const { return in.n_tokens() + n_padding; }
+/// One sequence's share of a step: positions [seq->n_computed, seq->n_computed + n_new) run
+/// through the model (speculative tokens included: Sequence::token_at) and their K/V are written
+/// to the arena. When `sample` is set the chunk draws (the engine sets it when the chunk ends at
+/// seq->n_with_spec(); tests and the profiler may draw from any chunk's last row):
+/// - without speculative tokens: n_samples draws of the last row (a request with n > 1 parallel
+///   samples draws all n first tokens from its prefill's logits, as vLLM does), draw k keyed by
+///   seq_key seq->sample_index + k;
+/// - verifying k speculative tokens: one draw from each of the k + 1 rows at positions
+///   n_tokens() - 1 .. n_with_spec() - 1 (n_samples must be 1).
+/// Every draw's sample_position is the index its token takes (row position + 1), so a draw equals
+/// what the non-speculative step at that position would draw.
+struct BatchEntry {
+  Sequence* seq = nullptr;
+  int n_new = 0;
+  bool sample = false;
+  int n_samples = 1;    ///< draws from the sampled row (>= 1; read only when sample is set)
+  /// Token masks (Batch::mask_words): the first drawn row's mask index, later rows the next ones
+  /// (parallel samples share it); -1 = unconstrained.
+  int first_mask = -1;
 };
 
-/// Fills `plan` (reusing its vectors) for `batch` over `kv`:
-/// - rows in entry order, positions [seq->n_computed, + n_new), token ids from seq->tokens;
+/// A step's work as the engine sees it. n_padding_tokens are rows computed and thrown away
+/// (static batching pads prompts to the longest and keeps finished slots in the batch): they
+/// cost real compute.
+struct Batch {
+  std::vector<BatchEntry> entries;
+  int n_padding_tokens = 0;
+  std::vector<uint32_t> mask_words;  ///< token masks, mask_words_per_row words each
+  int mask_words_per_row = 0;
+  int n_tokens() const;  ///< Σ n_new (padding excluded)
+  bool empty() const { return entries.empty(); }
+};
+
+/// Fills `step` (reusing its vectors) for `batch` over `kv`:
+/// - rows in entry order, positions [seq->n_computed, + n_new), token ids Sequence::token_at;
 /// - paged (kv.kind() == paged): block b of a sequence is kv.slot(seq, b * block_size) /
 ///   block_size with block_size = kv.unit_slots(); block_table_stride = the most blocks any
 ///   sequence of the step holds; naive: base_slots[s] = kv.slot(seq, 0);
 /// - slot_mapping from those, as kernels::KvAddressing::slot computes it;
-/// - per entry with sample set, max(1, n_samples) draws of its last row: temperature (0 for greedy or
-///   top_k == 1), top_k, top_p and seed from seq->sampling, seq_key = seq->sample_index + k,
-///   sample_position = n_computed + n_new (the index the new token takes), as CpuBackend does;
+/// - the draws of each entry with sample set (see BatchEntry): temperature (0 for greedy or
+///   top_k == 1), top_k, top_p and seed from seq->sampling, seq_key, sample_position, mask_index;
 /// - decode_only when every entry has n_new == 1.
 /// Throws std::invalid_argument naming the entry and field for a malformed batch (null seq,
-/// n_new < 1, positions outside the tokens, a token outside [0, vocab), bad sampling values).
-void build_step_input(const Batch& batch, const KvManager& kv, int vocab, StepPlan& plan);
+/// n_new < 1, positions outside the tokens, a token outside [0, vocab), bad sampling values,
+/// a mask index outside the batch's masks).
+void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& step);
+
+/// The step for `batch` over `kv` on `backend`'s model (build_step_input).
+Step make_step(const Backend& backend, const Batch& batch, const KvManager& kv);
+
+/// Builds the step for `batch` and runs it on `backend`: what the engine does each step, for the
+/// profiler, benchmarks and tests that drive a backend directly.
+StepOutput run_batch(Backend& backend, const Batch& batch, const KvManager& kv);
 
 }  // namespace servelab

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/kv/kv_moves.h"
 #include "engine/request.h"
 
 namespace servelab {
@@ -27,21 +28,6 @@ struct KvBreakdown {
   /// Share of memory taken by requests that holds token states: stored / (stored+reserved+internal).
   double utilization() const;
   int64_t used() const { return stored + reserved + internal_frag; }
-};
-
-/// A run of slots to copy (copy-on-write of a shared block).
-struct KvCopy {
-  int64_t src_slot = 0;
-  int64_t dst_slot = 0;
-  int64_t n_slots = 0;
-};
-
-/// A run of n_slots consecutive slots moved between the KV arena and the host swap pool (swap
-/// out: arena slots -> pool slots; swap in: back). Built by SwapSpace::runs.
-struct KvSwap {
-  int64_t device_slot = 0;  ///< first arena slot
-  int64_t host_slot = 0;    ///< first slot of the host pool (HostKvPool)
-  int64_t n_slots = 0;
 };
 
 enum class KvKind { naive, paged };
@@ -85,12 +71,21 @@ class KvManager {
   virtual void grow(Sequence& seq, int n_tokens) = 0;
   /// Frees (or drops references to) everything seq holds. Idempotent on an unallocated seq.
   virtual void release(Sequence& seq) = 0;
+  /// Gives back what seq holds past its first n_keep positions (n_keep >= seq.n_computed):
+  /// rejected speculative tokens' slots. Paged: whole blocks past n_keep are freed (a shared one
+  /// loses only seq's reference); naive: the reservation stays (default: nothing to give back).
+  virtual void truncate(Sequence& seq, int n_keep) { (void)seq, (void)n_keep; }
+  /// vLLM's allocate_slots: makes seq (allocated or not) hold n_computed + n_new positions plus
+  /// n_lookahead more (speculative tokens about to be proposed), copying shared blocks about to be
+  /// written. False, changing nothing, when the arena cannot.
+  bool allocate_slots(Sequence& seq, int n_new, int n_lookahead = 0);
   /// child shares parent's K/V (ref counts up); writing into a shared block later copies it.
   virtual void fork(const Sequence& parent, Sequence& child) = 0;
 
   /// Arena slot of position pos of seq (pos < what it holds).
   virtual int64_t slot(const Sequence& seq, int pos) const = 0;
-  /// Called after a step wrote seq's K/V up to seq.n_computed: registers full blocks for reuse.
+  /// Called after a step wrote seq's K/V up to seq.n_computed and the engine settled which
+  /// tokens were accepted: registers full blocks of accepted tokens (below n_tokens()) for reuse.
   virtual void on_computed(const Sequence& seq) {}
   /// Copies the backend must make before the next forward (copy-on-write); clears the list.
   virtual std::vector<KvCopy> take_pending_copies() { return {}; }

@@ -8,6 +8,19 @@
 
 namespace servelab {
 
+bool KvManager::allocate_slots(Sequence& seq, int n_new, int n_lookahead) {
+  const int n = seq.n_computed + n_new + n_lookahead;
+  if (!seq.kv.allocated) {
+    if (!can_allocate(seq, n)) return false;
+    allocate(seq, n);
+    return true;
+  }
+  if (slots_needed(seq, n) == 0) return true;  // held already (slots_needed counts copy-on-write too)
+  if (!can_grow(seq, n)) return false;
+  grow(seq, n);
+  return true;
+}
+
 std::unique_ptr<KvManager> make_kv_manager(const KvConfig& config, int64_t n_slots) {
   config.validate();
   switch (config.kind) {

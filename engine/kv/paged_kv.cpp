@@ -15,6 +15,10 @@ namespace {
 
 constexpr uint64_t kRootHash = 0x6a09e667f3bcc908ull;  // parent hash of a sequence's first block
 
+/// Parent hash of a sequence's first block: the salt (a LoRA adapter's id) keys the whole chain,
+/// so K/V computed under one salt is never found under another.
+uint64_t root_hash(uint64_t salt) { return salt == 0 ? kRootHash : splitmix64(kRootHash ^ splitmix64(salt)); }
+
 /// Chained block hash: depends on every token of the prefix through `parent`.
 uint64_t block_hash(uint64_t parent, const TokenId* tokens, int n) {
   uint64_t h = splitmix64(parent);
@@ -155,7 +159,7 @@ std::vector<int32_t> PagedKvManager::match_prefix(const Sequence& seq) const {
   if (!config_.prefix_caching) return hits;
   const int n_prompt = std::min(seq.n_prompt, seq.n_tokens());
   const int n_full = n_prompt > 0 ? (n_prompt - 1) / block_size_ : 0;  // blocks ending before the last prompt token
-  uint64_t parent = kRootHash;
+  uint64_t parent = root_hash(seq.cache_salt);
   for (int i = 0; i < n_full; ++i) {
     const TokenId* t = seq.tokens.data() + static_cast<size_t>(i) * block_size_;
     const uint64_t h = block_hash(parent, t, block_size_);
@@ -273,6 +277,21 @@ void PagedKvManager::release(Sequence& seq) {
   seq.kv = KvHandle{};
 }
 
+void PagedKvManager::truncate(Sequence& seq, int n_keep) {
+  require_allocated(seq, true);
+  if (n_keep < seq.n_computed)
+    throw std::logic_error(label(seq) + ": truncate to " + std::to_string(n_keep) + " positions would drop " +
+                           std::to_string(seq.n_computed) + " computed ones");
+  auto& table = seq.kv.blocks;
+  const int keep = blocks_for(n_keep);
+  while (static_cast<int>(table.size()) > keep) {  // tail first, as release
+    const int32_t b = table.back();
+    if (blocks_[b].owner == seq.id) blocks_[b].owner = kNoSeq;
+    unref(b);
+    table.pop_back();
+  }
+}
+
 void PagedKvManager::fork(const Sequence& parent, Sequence& child) {
   require_allocated(parent, true);
   require_allocated(child, false);
@@ -294,7 +313,7 @@ void PagedKvManager::on_computed(const Sequence& seq) {
   // registered one: walking back from the end touches only the newly completed blocks.
   int i = n_full;
   while (i > 0 && !blocks_[table[i - 1]].hashed) --i;
-  uint64_t parent = i > 0 ? blocks_[table[i - 1]].hash : kRootHash;
+  uint64_t parent = i > 0 ? blocks_[table[i - 1]].hash : root_hash(seq.cache_salt);
   for (; i < n_full; ++i) {
     const TokenId* t = seq.tokens.data() + static_cast<size_t>(i) * block_size_;
     Block& blk = blocks_[table[i]];

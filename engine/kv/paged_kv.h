@@ -2,8 +2,8 @@
 // Paged KV manager (vLLM / nano-vllm style): the arena is cut into fixed blocks of block_size
 // slots; each sequence owns a block table (seq.kv.blocks) mapping position p to block
 // blocks[p / block_size]. Blocks are reference-counted so sequences can share them:
-//  - prefix caching: a full, computed block is registered under a chained hash of
-//    (parent block's hash, its token ids); a later sequence whose prompt starts with the same
+//  - prefix caching: a full, computed block of accepted tokens is registered under a chained hash
+//    of (parent block's hash, its token ids), the chain rooted in the sequence's cache salt; a later sequence whose prompt starts with the same
 //    tokens reuses those blocks instead of recomputing them. Freed blocks keep their hash while
 //    free blocks that cache nothing are left (others' reservations below excepted); then the
 //    least recently freed go first, a run at a time: the oldest with the cached free blocks beside
@@ -52,6 +52,8 @@ class PagedKvManager final : public KvManager {
   bool can_grow(const Sequence& seq, int n_tokens) const override;
   void grow(Sequence& seq, int n_tokens) override;
   void release(Sequence& seq) override;
+  /// Drops the blocks wholly past n_keep (tail first; a shared one loses only seq's reference).
+  void truncate(Sequence& seq, int n_keep) override;
   void fork(const Sequence& parent, Sequence& child) override;
 
   int64_t slot(const Sequence& seq, int pos) const override {

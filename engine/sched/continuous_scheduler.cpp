@@ -73,10 +73,7 @@ std::vector<const Sequence*> ContinuousScheduler::live() const {
 }
 
 bool ContinuousScheduler::hold(Sequence& seq, int n_tokens) {
-  if (kv_.slots_needed(seq, n_tokens) == 0) return true;
-  if (!kv_.can_grow(seq, n_tokens)) return false;
-  kv_.grow(seq, n_tokens);
-  return true;
+  return kv_.allocate_slots(seq, n_tokens - seq.n_computed);
 }
 
 int ContinuousScheduler::fit_chunk(Sequence& seq, int want) {
@@ -97,6 +94,7 @@ int ContinuousScheduler::fit_chunk(Sequence& seq, int want) {
 void ContinuousScheduler::preempt(Sequence* victim, Pass& pass) {
   running_.erase(std::remove(running_.begin(), running_.end(), victim), running_.end());
   pass.drop_chunk(victim);
+  victim->spec_tokens.clear();  // drafts are proposed again once it runs
   ++victim->preemptions;
   pass.step.preempted.push_back(victim);
   const bool swap = config_.preempt == PreemptMode::swap && victim->n_computed > 0;
@@ -120,22 +118,30 @@ void ContinuousScheduler::preempt(Sequence* victim, Pass& pass) {
   }
 }
 
+bool ContinuousScheduler::catch_up_drawing(Sequence* s, Pass& pass) {
+  // Its last accepted token and any drafts: 1 + k rows, all in this step or none. Short of budget
+  // or KV, drafts go first (the step still makes its one token); then the newest sequences are
+  // preempted, as a plain decode would.
+  if (n_pending(*s) > pass.budget) s->spec_tokens.resize(static_cast<size_t>(std::max(0, pass.budget - 1)));
+  while (!hold(*s, s->n_with_spec())) {
+    if (!s->spec_tokens.empty()) {
+      s->spec_tokens.clear();
+      continue;
+    }
+    Sequence* victim = running_.back();  // newest first; it has not been scheduled yet
+    preempt(victim, pass);
+    if (victim == s) return false;
+  }
+  pass.add_chunk(s, n_pending(*s));
+  return true;
+}
+
 void ContinuousScheduler::schedule_decodes(Pass& pass) {
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence* s = running_[i];
-    if (n_pending(*s) != 1 || pass.scheduled(s)) continue;
+    if (!drawing(*s) || pass.scheduled(s)) continue;
     if (pass.budget < 1) break;
-    bool self_preempted = false;
-    while (!hold(*s, s->n_tokens())) {
-      Sequence* victim = running_.back();  // newest first; it has not been scheduled yet
-      preempt(victim, pass);
-      if (victim == s) {
-        self_preempted = true;
-        break;
-      }
-    }
-    if (self_preempted) break;  // s was the newest: nothing behind it is left
-    pass.add_chunk(s, 1);
+    if (!catch_up_drawing(s, pass)) break;  // s was the newest: nothing behind it is left
   }
 }
 
@@ -143,9 +149,9 @@ void ContinuousScheduler::schedule_swap_ins(Pass& pass) {
   while (!swapped_.empty()) {
     Sequence* s = swapped_.front();
     if (static_cast<int>(running_.size()) + 1 > config_.max_num_seqs) break;
-    const bool decoding = n_pending(*s) == 1;
+    const bool decoding = drawing(*s);
     if (decoding && pass.budget < 1) break;
-    const int n_hold = decoding ? s->n_tokens() : s->n_computed;
+    const int n_hold = decoding ? s->n_with_spec() : s->n_computed;
     if (!kv_.can_allocate(*s, n_hold)) break;
     kv_.allocate(*s, n_hold);
     SwapTransfer in;
@@ -159,16 +165,14 @@ void ContinuousScheduler::schedule_swap_ins(Pass& pass) {
     s->status = SeqStatus::running;
     running_.push_back(s);
     swapped_.pop_front();
-    if (decoding) {
-      pass.add_chunk(s, 1);
-    }
+    if (decoding) pass.add_chunk(s, n_pending(*s));
   }
 }
 
 void ContinuousScheduler::schedule_running_prefills(Pass& pass) {
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence* s = running_[i];
-    if (n_pending(*s) <= 1 || pass.scheduled(s)) continue;
+    if (drawing(*s) || pass.scheduled(s)) continue;
     if (pass.budget < 1) break;
     const int want = std::min(n_pending(*s), pass.budget);
     int n = fit_chunk(*s, want);
@@ -178,7 +182,7 @@ void ContinuousScheduler::schedule_running_prefills(Pass& pass) {
       Sequence* victim = nullptr;
       for (size_t j = running_.size(); j-- > i + 1;) {
         Sequence* c = running_[j];
-        if (n_pending(*c) > 1 && !pass.scheduled(c) && !pass.resumed.count(c)) {
+        if (!drawing(*c) && !pass.scheduled(c) && !pass.resumed.count(c)) {
           victim = c;
           break;
         }

@@ -3,10 +3,14 @@
 // finished sequences and admits waiting ones within max_num_seqs and a max_num_batched_tokens
 // budget; when KV runs out the newest running sequence is preempted (recompute or swap).
 //
-// Without chunked prefill (vLLM v0): a step is either prefill-only (admissions, whole prompts
-// that fit the budget) or decode-only (every running sequence, one token each).
-// With chunked prefill (Sarathi-Serve, vLLM v1): decodes first, then the rest of the budget goes
-// to prefill chunks, partially prefilled sequences before new ones, all in one batch.
+// There is no prefill or decode phase (vLLM v1): each sequence's computed count catches up to its
+// tokens, speculative ones included (n_pending), within the step's token budget. A sequence that
+// draws this step (its last accepted token, plus k drafts to verify: 1 + k rows) is a "drawing"
+// one; any other is catching up on its prompt (or on everything, after a recompute preemption).
+// Without chunked prefill (vLLM v0's shape): a step is either catch-up only (admissions, whole
+// prompts that fit the budget) or drawing only.
+// With chunked prefill (Sarathi-Serve, vLLM v1): drawing sequences first, then the rest of the
+// budget goes to catch-up chunks, partially prefilled sequences before new ones, all in one batch.
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -64,6 +68,11 @@ class ContinuousScheduler final : public Scheduler {
   int fit_chunk(Sequence& seq, int want);
 
   void preempt(Sequence* victim, Pass& pass);
+  /// The sequence draws this step: everything but its last accepted token is computed.
+  static bool drawing(const Sequence& s) { return s.n_computed >= s.n_tokens() - 1; }
+  /// Schedules drawing sequence s's 1 + k rows (drafts trimmed to the budget, dropped before
+  /// anyone is preempted for KV); false when s itself had to be preempted.
+  bool catch_up_drawing(Sequence* s, Pass& pass);
   void schedule_decodes(Pass& pass);
   void schedule_swap_ins(Pass& pass);
   void schedule_running_prefills(Pass& pass);

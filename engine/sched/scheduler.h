@@ -46,8 +46,9 @@ struct ScheduledStep {
   bool empty() const { return chunks.empty(); }
 };
 
-/// Positions of seq still to compute before it can sample (1 for a decoding sequence).
-inline int n_pending(const Sequence& seq) { return seq.n_tokens() - seq.n_computed; }
+/// Positions of seq still to compute, speculative tokens included: 1 for a plain decode, 1 + k when
+/// verifying k drafts, more while its prompt is being prefilled.
+inline int n_pending(const Sequence& seq) { return seq.n_with_spec() - seq.n_computed; }
 
 class Scheduler {
  public:

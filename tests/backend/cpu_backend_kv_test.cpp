@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/backend/step_input.h"
 #include "engine/backend/cpu_backend.h"
 #include "engine/backend/reference.h"
 #include "engine/backend/sim_backend.h"
@@ -42,7 +43,7 @@ class CpuBackendSlots : public ::testing::Test {
   std::vector<float> run(std::vector<BatchEntry> entries) {
     Batch batch;
     batch.entries = std::move(entries);
-    const auto logits = backend_.forward_logits(batch, kv_);
+    const auto logits = backend_.logits(make_step(backend_, batch, kv_));
     std::vector<float> out(logits.begin(), logits.end());
     for (const BatchEntry& e : batch.entries) e.seq->n_computed += e.n_new;
     return out;
@@ -136,8 +137,8 @@ TEST_F(CpuBackendSlots, ForwardLeavesSequencesUntouched) {
   const Sequence before = a;
   Batch batch;
   batch.entries = {{&a, 7, true}};
-  const ForwardResult r = backend_.forward(batch, kv_);
-  ASSERT_EQ(r.sampled.size(), 1u);
+  const StepOutput r = run_batch(backend_, batch, kv_);
+  ASSERT_EQ(r.tokens.size(), 1u);
   EXPECT_FALSE(r.predicted_s.has_value());
   EXPECT_EQ(a.tokens, before.tokens);
   EXPECT_EQ(a.n_computed, before.n_computed);
@@ -145,8 +146,8 @@ TEST_F(CpuBackendSlots, ForwardLeavesSequencesUntouched) {
 }
 
 TEST_F(CpuBackendSlots, EmptyAndPaddingOnlyBatchesSampleNothing) {
-  EXPECT_TRUE(backend_.forward(Batch{}, kv_).sampled.empty());
-  EXPECT_TRUE(backend_.forward(Batch{{}, 4}, kv_).sampled.empty());
+  EXPECT_TRUE(run_batch(backend_, Batch{}, kv_).tokens.empty());
+  EXPECT_TRUE(run_batch(backend_, Batch{{}, 4}, kv_).tokens.empty());
 }
 
 TEST_F(CpuBackendSlots, RejectsMalformedBatchesWithTheirReason) {
@@ -154,7 +155,7 @@ TEST_F(CpuBackendSlots, RejectsMalformedBatchesWithTheirReason) {
   kv_.assign(1, 8);
   auto error_of = [&](Batch batch) -> std::string {
     try {
-      backend_.forward(batch, kv_);
+      run_batch(backend_, batch, kv_);
     } catch (const std::exception& e) {
       return e.what();
     }
@@ -190,7 +191,7 @@ TEST(CpuBackendSetup, ForwardBeforeInitKvIsAnError) {
   ScrambledKv kv(16, 1);
   Sequence a = make_sequence(1, {1, 2, 3});
   kv.assign(1, 3);
-  EXPECT_THROW(backend.forward(Batch{{{&a, 3, true}}, 0}, kv), std::logic_error);
+  EXPECT_THROW(run_batch(backend, Batch{{{&a, 3, true}}, 0}, kv), std::logic_error);
   EXPECT_THROW(backend.init_kv(0), std::invalid_argument);
 }
 
@@ -243,12 +244,12 @@ TEST_P(CpuBackendKvLookups, SlotCallsPerStepAreOBlocksNotOPositions) {
   Batch prefill{{{&a, 70, true}, {&b, 37, true}}, 0};
   kv.n_slot_calls = 0;
   const std::vector<float> got = [&] {
-    auto l = backend.forward_logits(prefill, kv);
+    auto l = backend.logits(make_step(backend, prefill, kv));
     return std::vector<float>(l.begin(), l.end());
   }();
   EXPECT_EQ(kv.n_slot_calls, blocks(70) + blocks(37));  // paged: 5 + 3, naive: 1 + 1 (not 107)
   Batch prefill2{{{&a2, 70, true}, {&b2, 37, true}}, 0};
-  const auto want = scrambled_backend.forward_logits(prefill2, scrambled);
+  const auto want = scrambled_backend.logits(make_step(scrambled_backend, prefill2, scrambled));
   ASSERT_EQ(got.size(), want.size());
   EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
   a.n_computed = a2.n_computed = 70;
@@ -260,11 +261,11 @@ TEST_P(CpuBackendKvLookups, SlotCallsPerStepAreOBlocksNotOPositions) {
     kv.grow(b, b.n_tokens());
     kv.n_slot_calls = 0;
     Batch decode{{{&a, 1, true}, {&b, 1, true}}, 0};
-    const auto l = backend.forward_logits(decode, kv);
+    const auto l = backend.logits(make_step(backend, decode, kv));
     const std::vector<float> dgot(l.begin(), l.end());
     EXPECT_EQ(kv.n_slot_calls, blocks(a.n_tokens()) + blocks(b.n_tokens())) << "step " << step;
     Batch decode2{{{&a2, 1, true}, {&b2, 1, true}}, 0};
-    const auto dwant = scrambled_backend.forward_logits(decode2, scrambled);
+    const auto dwant = scrambled_backend.logits(make_step(scrambled_backend, decode2, scrambled));
     EXPECT_EQ(0, std::memcmp(dgot.data(), dwant.data(), dgot.size() * sizeof(float))) << "step " << step;
     for (Sequence* s : {&a, &b, &a2, &b2}) ++s->n_computed;
   }

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/backend/step_input.h"
 #include "engine/backend/cpu_backend.h"
 #include "engine/backend/reference.h"
 #include "engine/backend/sampler.h"
@@ -51,7 +52,7 @@ class CpuBackendVsReference : public ::testing::TestWithParam<Shape> {
     Batch batch;
     batch.entries = entries;
     batch.n_padding_tokens = n_padding;
-    const std::span<const float> logits = backend_->forward_logits(batch, kv_);
+    const std::span<const float> logits = backend_->logits(make_step(*backend_, batch, kv_));
     std::vector<std::vector<float>> out;
     for (size_t i = 0; i * vocab() < logits.size(); ++i)
       out.emplace_back(logits.begin() + i * vocab(), logits.begin() + (i + 1) * vocab());
@@ -155,12 +156,12 @@ TEST_P(CpuBackendVsReference, GreedyTokensDoNotDependOnBatchComposition) {
                       {&twin, twin.n_tokens() - twin.n_computed, true},
                       {&other2, other2.n_tokens() - other2.n_computed, true}};
       many.n_padding_tokens = 3;
-      const TokenId t_solo = backend_->forward(solo, kv_).sampled.at(0);
-      const ForwardResult r_many = crowded.forward(many, kv_);
-      ASSERT_EQ(r_many.sampled.size(), 3u);
-      EXPECT_EQ(t_solo, r_many.sampled[1]) << "step " << i << " temperature " << params.temperature;
+      const TokenId t_solo = run_batch(*backend_, solo, kv_).tokens.at(0);
+      const StepOutput r_many = run_batch(crowded, many, kv_);
+      ASSERT_EQ(r_many.tokens.size(), 3u);
+      EXPECT_EQ(t_solo, r_many.tokens[1]) << "step " << i << " temperature " << params.temperature;
       const std::vector<std::pair<Sequence*, TokenId>> next = {
-          {&alone, t_solo}, {&other1, r_many.sampled[0]}, {&twin, r_many.sampled[1]}, {&other2, r_many.sampled[2]}};
+          {&alone, t_solo}, {&other1, r_many.tokens[0]}, {&twin, r_many.tokens[1]}, {&other2, r_many.tokens[2]}};
       for (auto [s, t] : next) {
         s->n_computed = s->n_tokens();
         s->tokens.push_back(t);
@@ -185,7 +186,7 @@ TEST(CpuBackend, ThreadedAttentionOverLongPromptMatchesReference) {
   kv.assign(1, 80);
   Batch batch;
   batch.entries = {{&s, 70, true}};
-  const std::span<const float> logits = backend.forward_logits(batch, kv);
+  const std::span<const float> logits = backend.logits(make_step(backend, batch, kv));
   EXPECT_LT(rel_error(logits, reference_logits(*weights, s.tokens)), kTolerance);
 }
 
@@ -201,8 +202,8 @@ TEST(CpuBackend, SlotContentsMatchBetweenPrefillAndDecode) {
   stepped.id = 2;
   kv.assign(1, 24);
   kv.assign(2, 24);
-  backend.forward(Batch{{{&whole, 24, true}}, 0}, kv);
-  for (; stepped.n_computed < 24; ++stepped.n_computed) backend.forward(Batch{{{&stepped, 1, true}}, 0}, kv);
+  run_batch(backend, Batch{{{&whole, 24, true}}, 0}, kv);
+  for (; stepped.n_computed < 24; ++stepped.n_computed) run_batch(backend, Batch{{{&stepped, 1, true}}, 0}, kv);
   const std::vector<std::byte> a = testing::read_slots(backend, kv.slots_of(1));
   const std::vector<std::byte> b = testing::read_slots(backend, kv.slots_of(2));
   ASSERT_EQ(a.size(), b.size());
@@ -226,14 +227,14 @@ TEST(CpuBackend, Llama3RopeScalingMatchesReference) {
   ScrambledKv kv(256, 4);
   Sequence s = make_sequence(1, random_tokens(40, 97, 12));
   kv.assign(1, 48);
-  const std::span<const float> prefill = backend.forward_logits(Batch{{{&s, 40, true}}, 0}, kv);
+  const std::span<const float> prefill = backend.logits(make_step(backend, Batch{{{&s, 40, true}}, 0}, kv));
   const std::vector<float> expected = reference_logits(*weights, s.tokens);
   EXPECT_LT(rel_error(prefill, expected), kTolerance);
   EXPECT_GT(rel_error(reference_logits(unscaled, s.tokens), expected), 1e-3) << "the scaling must matter here";
   s.n_computed = 40;
   for (int i = 0; i < 4; ++i) {  // decode steps read the scaled keys back from the arena
     s.tokens.push_back(argmax_token(reference_logits(*weights, s.tokens)));
-    const std::span<const float> logits = backend.forward_logits(Batch{{{&s, 1, true}}, 0}, kv);
+    const std::span<const float> logits = backend.logits(make_step(backend, Batch{{{&s, 1, true}}, 0}, kv));
     EXPECT_LT(rel_error(logits, reference_logits(*weights, s.tokens)), kTolerance) << "decode step " << i;
     ++s.n_computed;
   }

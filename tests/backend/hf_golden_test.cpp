@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/backend/step_input.h"
 #include "engine/backend/cpu_backend.h"
 #include "engine/backend/reference.h"
 #include "engine/model/hf_config.h"
@@ -64,7 +65,7 @@ TEST_P(HfGolden, ReferenceAndCpuBackendMatchTransformers) {
     s.n_prompt = pos + 1;
     Batch batch;
     batch.entries = {{&s, pos + 1, true}};
-    const std::span<const float> out = backend.forward_logits(batch, kv);
+    const std::span<const float> out = backend.logits(make_step(backend, batch, kv));
     EXPECT_LT(testing::rel_error(out, hf), 1e-4) << name << " cpu backend, position " << pos;
   }
 }

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/backend/step_input.h"
 #include "engine/backend/cpu_backend.h"
 #include "engine/backend/profiler.h"
 #include "engine/backend/sim_backend.h"
@@ -132,7 +133,7 @@ TEST(Profiler, RejectsOptionsTheModelCannotRun) {
   EXPECT_THROW(o.validate(), std::invalid_argument);
 }
 
-/// A CpuBackend that counts forward() calls (warm-up runs included) and records what each saw.
+/// A CpuBackend that counts execute() calls (warm-up runs included) and records what each saw.
 class CountingBackend final : public Backend {
  public:
   explicit CountingBackend(CpuBackend& inner) : inner_(inner) {}
@@ -143,13 +144,15 @@ class CountingBackend final : public Backend {
     arena_slots = n_slots;
     inner_.init_kv(n_slots);
   }
-  ForwardResult forward(const Batch& batch, const KvManager& kv) override {
+  BackendCaps caps() const override { return inner_.caps(); }
+  std::string device_description() const override { return inner_.device_description(); }
+  StepOutput execute(const Step& step) override {
     ++n_forward;
     first_slots.clear();
-    for (const BatchEntry& e : batch.entries) first_slots.push_back(kv.slot(*e.seq, 0));
-    const StepShape shape = StepShape::of(batch);
+    for (int s = 0; s < step.in.n_seqs(); ++s) first_slots.push_back(step.in.addressing().slot(s, 0));
+    const StepShape shape = StepShape::of(step);
     shapes.push_back(shape.n_rows() * 100000 + shape.sum_context);
-    return inner_.forward(batch, kv);
+    return inner_.execute(step);
   }
   void copy_slots(std::span<const KvCopy> copies) override { inner_.copy_slots(copies); }
   std::unique_ptr<HostKvPool> make_host_pool(int64_t n_slots) override { return inner_.make_host_pool(n_slots); }

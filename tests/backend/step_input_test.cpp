@@ -32,7 +32,7 @@ CountingKv make_kv(KvKind kind, int block_size) {
 }
 
 /// Every row's slot and every cached position's addressed slot equal kv.slot().
-void expect_matches_kv(const StepPlan& plan, const Batch& batch, const KvManager& kv) {
+void expect_matches_kv(const Step& plan, const Batch& batch, const KvManager& kv) {
   const kernels::StepInput& in = plan.in;
   ASSERT_NO_THROW(in.validate());
   ASSERT_EQ(in.n_seqs(), static_cast<int>(batch.entries.size()));
@@ -67,7 +67,7 @@ TEST_P(StepBuilderLayouts, ChunkedPrefillThenDecodeMatchKvSlotPerPosition) {
   kv.allocate(a, 10);
   kv.release(filler);
   kv.allocate(b, 9);
-  StepPlan plan;
+  Step plan;
 
   // Step 1: a's first chunk (10 of 23), b's whole prompt (sampled).
   Batch s1;
@@ -128,7 +128,7 @@ TEST(StepBuilder, ParallelSamplesDrawFromOneRowWithConsecutiveSeqKeys) {
   Batch batch;
   batch.entries = {{&a, 6, true, 3}};
   batch.n_padding_tokens = 2;
-  StepPlan plan;
+  Step plan;
   build_step_input(batch, kv, kVocab, plan);
   expect_matches_kv(plan, batch, kv);
   EXPECT_EQ(plan.n_padding, 2);
@@ -150,7 +150,7 @@ TEST(StepBuilder, TopKOneIsGreedy) {
   kv.allocate(a, 3);
   Batch batch;
   batch.entries = {{&a, 3, true}};
-  StepPlan plan;
+  Step plan;
   build_step_input(batch, kv, kVocab, plan);
   EXPECT_EQ(plan.in.temperature, (std::vector<float>{0.0f}));
 }
@@ -159,7 +159,7 @@ TEST(StepBuilder, MalformedBatchesNameTheEntry) {
   CountingKv kv = make_kv(KvKind::paged, 4);
   Sequence a = make_sequence(7, {1, 2, kVocab + 3});
   kv.allocate(a, 3);
-  StepPlan plan;
+  Step plan;
   Batch bad_token;
   bad_token.entries = {{&a, 3, true}};
   try {

@@ -4,6 +4,7 @@
 // into new blocks), copy-on-write and id reuse; steady decode sends only the appended blocks;
 // rows are recycled; the packed input carries rows and changes; and the H2D bytes of a
 // 256 sequences x 4k context decode step, full table against changes, on a real paged manager.
+#include "engine/backend/step_input.h"
 #include "engine/backend/cuda/block_table.h"
 
 #include <algorithm>
@@ -18,7 +19,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/backend/cuda/step_builder.h"
+#include "engine/backend/backend.h"
 #include "engine/backend/cuda/step_pack.h"
 #include "engine/kv/kv_manager.h"
 #include "kernels/ref/ops_ref.h"
@@ -69,6 +70,7 @@ kernels::StepInput paged_step(const std::vector<std::pair<uint64_t, std::vector<
     ids.push_back(seqs[s].first);
     std::copy(seqs[s].second.begin(), seqs[s].second.end(), in.block_tables.begin() + s * stride);
     in.context_lens.push_back(contexts.empty() ? int(seqs[s].second.size()) * bs : contexts[s]);
+    in.seq_ids.push_back(seqs[s].first);
   }
   return in;
 }
@@ -279,7 +281,7 @@ std::vector<T> read(const std::vector<uint8_t>& buf, size_t offset, int n) {
 }
 
 TEST(BlockTableDiff, PackedInputCarriesRowsAndChangesInsteadOfTheTable) {
-  StepPlan plan;
+  Step plan;
   std::vector<uint64_t> ids;
   plan.in = paged_step({{7, {3, 4}}, {9, {5}}}, 4, ids);
   plan.in.context_lens = {6, 3};
@@ -296,6 +298,7 @@ TEST(BlockTableDiff, PackedInputCarriesRowsAndChangesInsteadOfTheTable) {
     plan.in.seed.push_back(0);
     plan.in.seq_key.push_back(0);
     plan.in.sample_position.push_back(plan.in.context_lens[i]);
+    plan.in.mask_index.push_back(-1);
   }
   BlockTableDiff diff;
   BlockTableStep t;
@@ -344,7 +347,7 @@ TEST(BlockTableDiff, DecodeStepBytesAt256SequencesOf4kContext) {
     seqs[i].n_computed = n - 1;
   }
   BlockTableDiff diff;
-  StepPlan plan;
+  Step plan;
   BlockTableStep t;
   std::vector<uint64_t> ids;
   size_t full_compact = 0, full_bucket = 0, diff_compact = 0, diff_bucket = 0, n_updates = 0;

@@ -10,8 +10,8 @@ namespace servelab::cuda {
 namespace step_pack_test {  // named, not anonymous: a unity batch shares one translation unit
 
 /// Two decode sequences, paged, block size 4, stride 3.
-StepPlan decode_plan() {
-  StepPlan p;
+Step decode_plan() {
+  Step p;
   kernels::StepInput& in = p.in;
   in.token_ids = {5, 6};
   in.positions = {9, 3};
@@ -28,6 +28,8 @@ StepPlan decode_plan() {
   in.seed = {11, 12};
   in.seq_key = {0, 1};
   in.sample_position = {10, 4};
+  in.mask_index = {-1, -1};
+  in.seq_ids = {1, 2};
   in.decode_only = true;
   return p;
 }
@@ -39,7 +41,7 @@ std::vector<T> read(const std::vector<uint8_t>& buf, size_t offset, int n) {
 }
 
 TEST(StepPack, CompactLayoutCarriesThePlan) {
-  StepPlan p = decode_plan();
+  Step p = decode_plan();
   p.n_padding = 1;
   const PackedLayout l = compact_layout(p);
   std::vector<uint8_t> buf(l.total, 0xAB);
@@ -54,7 +56,7 @@ TEST(StepPack, CompactLayoutCarriesThePlan) {
 }
 
 TEST(StepPack, BucketLayoutPadsWithRowsThatWriteNothing) {
-  const StepPlan p = decode_plan();
+  const Step p = decode_plan();
   ASSERT_TRUE(bucketable(p));
   const PackedLayout l = bucket_layout(p, 4, 8);
   std::vector<uint8_t> buf(l.total, 0xAB);
@@ -72,7 +74,7 @@ TEST(StepPack, BucketLayoutPadsWithRowsThatWriteNothing) {
 }
 
 TEST(StepPack, OnlyPlainDecodeStepsAreBucketable) {
-  StepPlan p = decode_plan();
+  Step p = decode_plan();
   p.n_padding = 1;
   EXPECT_FALSE(bucketable(p));
   p = decode_plan();

@@ -19,6 +19,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/backend/step_input.h"
 #include "tests/cuda_backend_gpu/gpu_test_model.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/kv/kv_manager.h"
@@ -247,7 +248,7 @@ TEST(CudaBackendGpuBench, BlockTableBytesAt256SequencesOf4k) {
       Batch b;
       for (int i = first; i < first + 16; ++i) b.entries.push_back({&seqs[i], seqs[i].n_tokens(), true});
       std::vector<TokenId> sampled;
-      for (Config& c : cfg) sampled = c.gpu->forward(b, *kv).sampled;
+      for (Config& c : cfg) sampled = run_batch(*c.gpu, b, *kv).tokens;
       for (int i = first; i < first + 16; ++i) {
         seqs[i].n_computed = seqs[i].n_tokens();
         seqs[i].tokens.push_back(sampled[i - first]);
@@ -263,13 +264,13 @@ TEST(CudaBackendGpuBench, BlockTableBytesAt256SequencesOf4k) {
       for (int k = 0; k < 4; ++k) {
         Config& c = cfg[(step + k) % 4];
         const auto t0 = std::chrono::steady_clock::now();
-        const ForwardResult r = c.gpu->forward(b, *kv);
+        const StepOutput r = run_batch(*c.gpu, b, *kv);
         const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         if (step >= kWarm) {  // past the warm-up and graph capture
           c.ms[(step - kWarm) / kSteps].push_back(dt);
           c.bytes += c.gpu->last_step_input_bytes();
         }
-        if (&c == &cfg[2]) sampled = r.sampled;
+        if (&c == &cfg[2]) sampled = r.tokens;
       }
       for (int i = 0; i < kSeqs; ++i) {
         seqs[i].n_computed += 1;

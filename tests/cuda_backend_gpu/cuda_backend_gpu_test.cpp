@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/backend/step_input.h"
 #include "engine/backend/cpu_backend.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/kv/kv_manager.h"
@@ -84,9 +85,9 @@ struct Pair {
   void step(const std::vector<BatchEntry>& entries, const KvManager& kv, const char* what) {
     Batch b;
     b.entries = entries;
-    const auto c = cpu->forward_logits(b, kv);
+    const auto c = cpu->logits(make_step(*cpu, b, kv));
     const std::vector<float> expected(c.begin(), c.end());
-    const std::vector<float> got = gpu->forward_logits(b, kv);
+    const std::vector<float> got = gpu->logits(make_step(*gpu, b, kv));
     ASSERT_EQ(got.size(), expected.size()) << what;
     EXPECT_LT(rel_error(got, expected), tolerance(gpu->options().dtype)) << what;
     for (const BatchEntry& e : entries) e.seq->n_computed += e.n_new;
@@ -149,14 +150,14 @@ TEST_P(CudaBackendGpuTokens, GreedyTokensAgreeWithCpuUntilANearTie) {
     hold(*kv, a, a.n_tokens());
     Batch b;
     b.entries = {{&a, n_new, true}};
-    const auto c = p.cpu->forward_logits(b, *kv);
+    const auto c = p.cpu->logits(make_step(*p.cpu, b, *kv));
     std::vector<float> ref(c.begin(), c.end());
-    const ForwardResult r = p.gpu->forward(b, *kv);
-    ASSERT_EQ(r.sampled.size(), 1u);
+    const StepOutput r = run_batch(*p.gpu, b, *kv);
+    ASSERT_EQ(r.tokens.size(), 1u);
     std::vector<float> sorted = ref;
     std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
     const TokenId cpu_token = static_cast<TokenId>(std::max_element(ref.begin(), ref.end()) - ref.begin());
-    if (r.sampled[0] != cpu_token) {
+    if (r.tokens[0] != cpu_token) {
       // Allowed only where the reference's top-2 gap is within bf16 (fp16) noise.
       const float noise = dt == DType::f16 ? 0.02f : 0.05f;
       EXPECT_LT(sorted[0] - sorted[1], noise * std::max(1.0f, std::fabs(sorted[0]))) << "step " << step;
@@ -206,7 +207,7 @@ TEST(CudaBackendGpuKv, SwapOutAndInToOtherSlotsContinuesIdentically) {
   hold(*kv, b, 38);
   Batch batch;
   batch.entries = {{&a, 1, true}, {&b, 1, true}};
-  const std::vector<float> l = p.gpu->forward_logits(batch, *kv);
+  const std::vector<float> l = p.gpu->logits(make_step(*p.gpu, batch, *kv));
   const size_t vocab = 1000;
   EXPECT_LT(rel_error(std::span(l).subspan(vocab, vocab), std::span(l).first(vocab)), 1e-3);
 }
@@ -248,8 +249,8 @@ TEST(CudaBackendGpuWeights, PresetDrawnOnTheGpuMatchesCpuRandomWeights) {
   hold(*kv, a, 33);
   Batch b;
   b.entries = {{&a, 33, true}};
-  const auto ref = cpu.forward_logits(b, *kv);
-  const std::vector<float> got = gpu->forward_logits(b, *kv);
+  const auto ref = cpu.logits(make_step(cpu, b, *kv));
+  const std::vector<float> got = gpu->logits(make_step(*gpu, b, *kv));
   EXPECT_LT(rel_error(got, std::vector<float>(ref.begin(), ref.end())), kTol);
 }
 
@@ -266,8 +267,8 @@ TEST(CudaBackendGpuModes, FusionOffMatchesFusionOn) {
   hold(*kv, a, 45);
   Batch b;
   b.entries = {{&a, 45, true}};
-  const std::vector<float> x = fused->forward_logits(b, *kv);
-  const std::vector<float> y = unfused->forward_logits(b, *kv);
+  const std::vector<float> x = fused->logits(make_step(*fused, b, *kv));
+  const std::vector<float> y = unfused->logits(make_step(*unfused, b, *kv));
   // The unfused path rounds SiLU's output to bf16 before the multiply: same function, other
   // rounding (measured 7.7e-3 on an H100).
   EXPECT_LT(rel_error(y, x), kTol);
@@ -286,7 +287,7 @@ TEST(CudaBackendGpuModes, BatchInvariantRowAloneEqualsRowInBatch) {
   hold(*kv, a, 29);
   Batch alone;
   alone.entries = {{&a, 29, true}};
-  const std::vector<float> x = gpu->forward_logits(alone, *kv);
+  const std::vector<float> x = gpu->logits(make_step(*gpu, alone, *kv));
   Batch batch;
   for (int i = 0; i < 5; ++i) {
     others[i] = make_sequence(10 + i, random_tokens(10 + 7 * i, 1000, 20 + i));
@@ -295,7 +296,7 @@ TEST(CudaBackendGpuModes, BatchInvariantRowAloneEqualsRowInBatch) {
     batch.entries.push_back({&others[i], others[i].n_tokens(), true});
   }
   batch.entries.insert(batch.entries.begin() + 2, {&a, 29, true});
-  const std::vector<float> y = gpu->forward_logits(batch, *kv);
+  const std::vector<float> y = gpu->logits(make_step(*gpu, batch, *kv));
   ASSERT_EQ(y.size(), 6u * 1000);
   EXPECT_TRUE(std::equal(x.begin(), x.end(), y.begin() + 2 * 1000)) << "row 2 of the batch differs from the row alone";
 }
@@ -313,11 +314,11 @@ TEST(CudaBackendGpuSampling, ParallelSamplesAndSeededDrawsAreReproducible) {
   hold(*kv, a, 16);
   Batch b;
   b.entries = {{&a, 16, true, 4}};
-  const ForwardResult r1 = gpu->forward(b, *kv);
-  const ForwardResult r2 = gpu->forward(b, *kv);
-  ASSERT_EQ(r1.sampled.size(), 4u);
-  EXPECT_EQ(r1.sampled, r2.sampled);
-  for (TokenId t : r1.sampled) EXPECT_TRUE(t >= 0 && t < 1000);
+  const StepOutput r1 = run_batch(*gpu, b, *kv);
+  const StepOutput r2 = run_batch(*gpu, b, *kv);
+  ASSERT_EQ(r1.tokens.size(), 4u);
+  EXPECT_EQ(r1.tokens, r2.tokens);
+  for (TokenId t : r1.tokens) EXPECT_TRUE(t >= 0 && t < 1000);
 }
 
 // A buffer that grows mid-run (activations for a long prefill, the block table for a longer
@@ -338,8 +339,8 @@ TEST(CudaBackendGpuGraphs, ReservedStepBuffersAreNotRecapturedAfterALongPrefill)
     seqs.back().sampling.max_tokens = 16;
   }
   auto run = [&](Batch& b) {
-    const std::vector<float> x = reserved->forward_logits(b, *kv);
-    const std::vector<float> y = lazy->forward_logits(b, *kv);
+    const std::vector<float> x = reserved->logits(make_step(*reserved, b, *kv));
+    const std::vector<float> y = lazy->logits(make_step(*lazy, b, *kv));
     ASSERT_EQ(x.size(), y.size());
     EXPECT_LT(rel_error(x, y), 1e-2);
     for (size_t i = 0; i < b.entries.size(); ++i) {
@@ -402,12 +403,12 @@ TEST(CudaBackendGpuGraphs, DecodeReplayedFromGraphsMatchesEager) {
       hold(*kv, s, s.n_tokens());
       prefill.entries.push_back({&s, s.n_tokens(), true});
     }
-    const ForwardResult a = graphs->forward(prefill, *kv);
-    const ForwardResult b = eager->forward(prefill, *kv);
-    ASSERT_EQ(a.sampled, b.sampled);
+    const StepOutput a = run_batch(*graphs, prefill, *kv);
+    const StepOutput b = run_batch(*eager, prefill, *kv);
+    ASSERT_EQ(a.tokens, b.tokens);
     for (size_t i = 0; i < seqs.size(); ++i) {
       seqs[i].n_computed = seqs[i].n_tokens();
-      seqs[i].tokens.push_back(a.sampled[i]);
+      seqs[i].tokens.push_back(a.tokens[i]);
     }
     // Decode: 3 sequences (bucket 4) for 4 steps (eager warm-up, capture, replays), then all 5
     // (bucket 8).
@@ -418,8 +419,8 @@ TEST(CudaBackendGpuGraphs, DecodeReplayedFromGraphsMatchesEager) {
         hold(*kv, seqs[i], seqs[i].n_tokens());
         batch.entries.push_back({&seqs[i], seqs[i].n_tokens() - seqs[i].n_computed, true});
       }
-      const std::vector<float> x = graphs->forward_logits(batch, *kv);
-      const std::vector<float> y = eager->forward_logits(batch, *kv);
+      const std::vector<float> x = graphs->logits(make_step(*graphs, batch, *kv));
+      const std::vector<float> y = eager->logits(make_step(*eager, batch, *kv));
       ASSERT_EQ(x.size(), y.size());
       EXPECT_LT(rel_error(x, y), 1e-2) << "step " << step;
       for (size_t i = 0; i < n; ++i) {

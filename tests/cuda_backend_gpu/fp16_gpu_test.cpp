@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/backend/step_input.h"
 #include "engine/backend/cpu_backend.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/kv/kv_manager.h"
@@ -48,7 +49,7 @@ std::vector<float> prefill_logits(Backend& backend) {
   kv->allocate(a, 41);
   Batch b;
   b.entries = {{&a, 41, true}};
-  if (auto* cuda = dynamic_cast<CudaBackend*>(&backend)) return cuda->forward_logits(b, *kv);
+  if (auto* cuda = dynamic_cast<CudaBackend*>(&backend)) return cuda->logits(make_step(*cuda, b, *kv));
   const auto l = dynamic_cast<CpuBackend&>(backend).forward_logits(b, *kv);
   return std::vector<float>(l.begin(), l.end());
 }

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/backend/step_input.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/kv/kv_manager.h"
 #include "tests/backend/backend_test_util.h"
@@ -50,7 +51,7 @@ TEST(CudaBackendGpuHf, LogitsMatchTransformers) {
     kv->allocate(s, n);
     Batch prefill;
     prefill.entries = {{&s, n, true}};
-    const std::vector<float> a = gpu->forward_logits(prefill, *kv);
+    const std::vector<float> a = gpu->logits(make_step(*gpu, prefill, *kv));
     const double e0 = testing::rel_error(a, rows[0]);
     EXPECT_LT(e0, 3e-2) << file << ": prefill";
     s.n_computed = n;
@@ -58,7 +59,7 @@ TEST(CudaBackendGpuHf, LogitsMatchTransformers) {
     kv->grow(s, n + 1);
     Batch decode;
     decode.entries = {{&s, 1, true}};
-    const std::vector<float> b = gpu->forward_logits(decode, *kv);
+    const std::vector<float> b = gpu->logits(make_step(*gpu, decode, *kv));
     const double e1 = testing::rel_error(b, rows[1]);
     EXPECT_LT(e1, 3e-2) << file << ": decode";
     std::printf("%s (%s): rel error vs transformers fp32: prefill %.2e, decode %.2e\n", dir.c_str(),

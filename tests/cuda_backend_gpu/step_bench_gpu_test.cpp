@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/backend/step_input.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/kv/kv_manager.h"
 #include "tests/backend/backend_test_util.h"
@@ -60,13 +61,13 @@ TEST(CudaBackendGpuBench, PrefillAndDecodeStepTimes) {
         kv->allocate(seqs[i], kPrompt);
         prefill.entries.push_back({&seqs[i], kPrompt, true});
       }
-      gpu->forward(prefill, *kv);  // warm-up (GEMM algorithm choice), then timed
+      run_batch(*gpu, prefill, *kv);  // warm-up (GEMM algorithm choice), then timed
       const auto t0 = std::chrono::steady_clock::now();
-      ForwardResult r = gpu->forward(prefill, *kv);
+      StepOutput r = run_batch(*gpu, prefill, *kv);
       const double prefill_s = seconds_since(t0);
       for (int i = 0; i < batch; ++i) {
         seqs[i].n_computed = kPrompt;
-        seqs[i].tokens.push_back(r.sampled[i]);
+        seqs[i].tokens.push_back(r.tokens[i]);
       }
       double decode_s = 0.0;
       for (int step = 0; step < kDecode; ++step) {
@@ -76,11 +77,11 @@ TEST(CudaBackendGpuBench, PrefillAndDecodeStepTimes) {
           b.entries.push_back({&s, 1, true});
         }
         const auto t1 = std::chrono::steady_clock::now();
-        r = gpu->forward(b, *kv);
+        r = run_batch(*gpu, b, *kv);
         if (step >= 2) decode_s += seconds_since(t1);  // first steps warm the decode GEMM shapes
         for (int i = 0; i < batch; ++i) {
           seqs[i].n_computed += 1;
-          seqs[i].tokens.push_back(r.sampled[i]);
+          seqs[i].tokens.push_back(r.tokens[i]);
         }
       }
       std::printf("%-16s %6d %12.2f %14.0f %12.3f\n", mode.label, batch, prefill_s * 1e3,

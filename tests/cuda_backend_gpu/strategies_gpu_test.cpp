@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/backend/step_input.h"
 #include "tests/cuda_backend_gpu/gpu_test_model.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "tests/engine/engine_test_support.h"

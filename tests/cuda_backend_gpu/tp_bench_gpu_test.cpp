@@ -18,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/backend/step_input.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/tp_backend.h"
 #include "engine/kv/kv_manager.h"
@@ -79,10 +80,10 @@ double decode_step_s(B& backend, int batch, int vocab) {
   for (int first = 0; first < batch; first += kChunk) {  // prefill, kChunk sequences a step
     Batch prefill;
     for (int i = first; i < std::min(batch, first + kChunk); ++i) prefill.entries.push_back({&seqs[i], kPrompt, true});
-    const ForwardResult r = backend.forward(prefill, *kv);
+    const StepOutput r = run_batch(backend, prefill, *kv);
     for (size_t k = 0; k < prefill.entries.size(); ++k) {
       seqs[first + k].n_computed = kPrompt;
-      seqs[first + k].tokens.push_back(r.sampled[k]);
+      seqs[first + k].tokens.push_back(r.tokens[k]);
     }
   }
   double total = 0.0;
@@ -93,11 +94,11 @@ double decode_step_s(B& backend, int batch, int vocab) {
       b.entries.push_back({&s, 1, true});
     }
     const auto t0 = std::chrono::steady_clock::now();
-    const ForwardResult r = backend.forward(b, *kv);
+    const StepOutput r = run_batch(backend, b, *kv);
     if (step >= 3) total += seconds_since(t0);  // eager warm-up, capture, first replay
     for (int i = 0; i < batch; ++i) {
       seqs[i].n_computed += 1;
-      seqs[i].tokens.push_back(r.sampled[i]);
+      seqs[i].tokens.push_back(r.tokens[i]);
     }
   }
   return total / (kDecode - 3);

@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/backend/step_input.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/tp_backend.h"
 #include "engine/kv/kv_manager.h"
@@ -80,8 +81,8 @@ struct Pair {
   void step(const std::vector<BatchEntry>& entries, const KvManager& kv, const std::string& what) {
     Batch b;
     b.entries = entries;
-    const std::vector<float> want = one->forward_logits(b, kv);
-    const std::vector<float> got = two->forward_logits(b, kv);
+    const std::vector<float> want = one->logits(make_step(*one, b, kv));
+    const std::vector<float> got = two->logits(make_step(*two, b, kv));
     ASSERT_EQ(got.size(), want.size()) << what;
     const double e = rel_error(got, want);
     EXPECT_LT(e, kTol) << what;
@@ -158,13 +159,13 @@ TEST(TpGpuTokens, GreedyTokensAgreeWithOneGpuUntilANearTie) {
       Batch one, two;
       one.entries = {{&a, n_new, true}};
       two.entries = {{&b, n_new, true}};
-      const std::vector<float> ref = p.one->forward_logits(one, *kv);
-      const ForwardResult r = p.two->forward(two, *kv);
-      ASSERT_EQ(r.sampled.size(), 1u);
+      const std::vector<float> ref = p.one->logits(make_step(*p.one, one, *kv));
+      const StepOutput r = run_batch(*p.two, two, *kv);
+      ASSERT_EQ(r.tokens.size(), 1u);
       std::vector<float> sorted = ref;
       std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
       const TokenId want = static_cast<TokenId>(std::max_element(ref.begin(), ref.end()) - ref.begin());
-      if (r.sampled[0] != want) {  // allowed only where the top-2 gap is within bf16 noise
+      if (r.tokens[0] != want) {  // allowed only where the top-2 gap is within bf16 noise
         EXPECT_LT(sorted[0] - sorted[1], 0.05f * std::max(1.0f, std::fabs(sorted[0]))) << name << " step " << step;
         break;
       }
@@ -214,7 +215,7 @@ TEST(TpGpuKv, SwapOutAndInOnEveryRankContinuesIdentically) {
   hold(*kv, b, 38);
   Batch batch;
   batch.entries = {{&a, 1, true}, {&b, 1, true}};
-  const std::vector<float> l = p.two->forward_logits(batch, *kv);
+  const std::vector<float> l = p.two->logits(make_step(*p.two, batch, *kv));
   const size_t v = p.vocab;
   EXPECT_LT(rel_error(std::span(l).subspan(v, v), std::span(l).first(v)), 1e-3);
 }
@@ -231,8 +232,8 @@ TEST(TpGpuWeights, ShardsDrawnPerRankAreTheOneGpuWeights) {
   hold(*kv, a, 64);
   Batch b;
   b.entries = {{&a, 64, true}};
-  const std::vector<float> want = one->forward_logits(b, *kv);
-  const std::vector<float> got = two->forward_logits(b, *kv);
+  const std::vector<float> want = one->logits(make_step(*one, b, *kv));
+  const std::vector<float> got = two->logits(make_step(*two, b, *kv));
   EXPECT_LT(rel_error(got, want), kTol);
 }
 

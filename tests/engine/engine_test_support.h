@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/backend/forwarding_backend.h"
 #include "engine/backend/sim_backend.h"
 #include "engine/clock.h"
 #include "engine/engine.h"
@@ -132,24 +133,14 @@ inline std::unique_ptr<Backend> sim_backend(const ModelConfig& model = micro_mod
 
 /// A SimBackend that records what the engine asked it to reserve and reports `buckets` as its
 /// decode row buckets.
-class ReservingBackend final : public Backend {
+class ReservingBackend final : public ForwardingBackend {
  public:
   explicit ReservingBackend(std::vector<StepLimits>& seen, std::vector<int> buckets = {})
-      : inner_(sim_backend()), seen_(seen), buckets_(std::move(buckets)) {}
-  std::string name() const override { return inner_->name(); }
-  const ModelConfig& config() const override { return inner_->config(); }
-  int64_t kv_bytes_per_slot() const override { return inner_->kv_bytes_per_slot(); }
-  void init_kv(int64_t n_slots) override { inner_->init_kv(n_slots); }
+      : ForwardingBackend(sim_backend()), seen_(seen), buckets_(std::move(buckets)) {}
   void reserve_steps(const StepLimits& limits) override { seen_.push_back(limits); }
   std::vector<int> decode_row_buckets() const override { return buckets_; }
-  ForwardResult forward(const Batch& batch, const KvManager& kv) override { return inner_->forward(batch, kv); }
-  void copy_slots(std::span<const KvCopy> copies) override { inner_->copy_slots(copies); }
-  std::unique_ptr<HostKvPool> make_host_pool(int64_t n) override { return inner_->make_host_pool(n); }
-  void swap_out(std::span<const KvSwap> runs, HostKvPool& pool) override { inner_->swap_out(runs, pool); }
-  void swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) override { inner_->swap_in(runs, pool); }
 
  private:
-  std::unique_ptr<Backend> inner_;
   std::vector<StepLimits>& seen_;
   std::vector<int> buckets_;
 };

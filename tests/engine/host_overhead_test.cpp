@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/backend/step_input.h"
 #include "engine/backend/host_overhead.h"
 #include "engine/backend/sim_backend.h"
 #include "engine/kv/kv_manager.h"
@@ -104,7 +105,7 @@ TEST(HostOverhead, AProfileCarriesItIntoEverySimStep) {
       kv->allocate(seqs[i], 8);
     }
     for (Sequence& s : seqs) batch.entries.push_back({&s, 8, true});
-    return *backend.forward(batch, *kv).predicted_s;
+    return *run_batch(backend, batch, *kv).predicted_s;
   };
   EXPECT_NEAR(predict(a) - predict(b), 4e-5 + 3 * 1e-6, 1e-12);
   // step_seconds (forward() alone, what validate-sim compares per step) leaves it out.

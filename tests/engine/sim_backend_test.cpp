@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/backend/step_input.h"
 #include "engine/backend/hardware.h"
 #include "engine/backend/make_backend.h"
 #include "engine/backend/sim_backend.h"
@@ -410,7 +411,7 @@ TEST(SimBackend, TokensArePureFunctionsOfSeedSampleAndPosition) {
   EXPECT_NE(ra.at(0).outputs, ra.at(1).outputs);  // different seeds
 }
 
-TEST(SimBackend, ForwardRejectsAnEntryWithoutSlots) {
+TEST(SimBackend, RejectsAnEntryWithoutSlotsAndAStepOutsideItsArena) {
   SimBackend b(micro_model(), SimCostModel::roofline(SimDevice::preset("h100")));
   b.init_kv(64);
   KvConfig kc;
@@ -421,14 +422,17 @@ TEST(SimBackend, ForwardRejectsAnEntryWithoutSlots) {
   s.n_prompt = 20;
   Batch batch;
   batch.entries.push_back({&s, 20, true});
-  EXPECT_THROW(b.forward(batch, *kv), std::invalid_argument);
+  EXPECT_THROW(run_batch(b, batch, *kv), std::out_of_range);  // the step builder asks the KV manager
   kv->allocate(s, 20);
-  const ForwardResult r = b.forward(batch, *kv);
-  ASSERT_EQ(r.sampled.size(), 1u);
+  Step step = make_step(b, batch, *kv);
+  const StepOutput r = b.execute(step);
+  ASSERT_EQ(r.tokens.size(), 1u);
   ASSERT_TRUE(r.predicted_s.has_value());
   EXPECT_GT(*r.predicted_s, 0.0);
   EXPECT_EQ(b.cost_counts().roofline, 1);
   EXPECT_EQ(b.cost_counts().total(), 1);
+  step.in.slot_mapping[3] = 64;  // past the 64-slot arena
+  EXPECT_THROW(b.execute(step), std::invalid_argument);
 }
 
 TEST(SimDevice, PresetsAndValidation) {

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/backend/step_input.h"
 #include "engine/model/half.h"
 #include "kernels/ref/attention_ref.h"
 #include "kernels/step_input.h"
@@ -65,6 +66,7 @@ inline KvBatch make_batch(const BatchSpec& spec, std::mt19937_64& rng) {
   for (int s = 0; s < n_seqs; ++s) {
     in.query_start.push_back(in.query_start.back() + spec.q_lens[s]);
     in.context_lens.push_back(spec.context_lens[s]);
+    in.seq_ids.push_back(static_cast<uint64_t>(s + 1));
   }
   const int bs = spec.block_size;
   if (spec.kind == KvLayoutKind::paged) {

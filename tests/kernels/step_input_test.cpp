@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "engine/backend/step_input.h"
 #include "kernels/step_input.h"
 #include "tests/kernels/kv_fixture.h"
 

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/backend/step_input.h"
 #include "kernels/attention.h"
 #include "kernels/ref/attention_ref.h"
 #include "tests/kernels/kv_fixture.h"

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/step_input.h"
 #include "kernels/attention.h"
 #include "tests/kernels/kv_fixture.h"
 #include "tests/kernels_gpu/gpu_util.h"

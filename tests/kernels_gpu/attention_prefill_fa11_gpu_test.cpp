@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/backend/step_input.h"
 #include "kernels/attention.h"
 #include "tests/kernels/kv_fixture.h"
 #include "tests/kernels_gpu/attention_gpu_util.h"

@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/backend/step_input.h"
 #include "kernels/attention.h"
 #include "kernels/ref/exp2_poly.h"
 #include "tests/kernels/kv_fixture.h"

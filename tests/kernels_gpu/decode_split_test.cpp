@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/backend/step_input.h"
 #include "kernels/attention.h"
 
 namespace servelab::kernels {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 
+#include "engine/backend/step_input.h"
 #include "tests/engine/engine_test_support.h"
 
 namespace servelab {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <thread>
 
+#include "engine/backend/step_input.h"
 #include "server/channel.h"
 
 namespace servelab::server::test {

@@ -17,7 +17,7 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/cuda_weights.h"
 #include "engine/backend/cuda/device_memory.h"
-#include "engine/backend/cuda/step_builder.h"
+#include "engine/backend/backend.h"
 #include "engine/backend/cuda/step_pack.h"
 #include "engine/backend/cuda/tp_comm.h"
 #include "kernels/attention.h"
@@ -130,7 +130,7 @@ struct CudaBackend::Impl {
   int64_t row_bytes = 0;    // one slot of one arena
 
   // The step.
-  cuda::StepPlan plan;
+  cuda::Step plan;
   PinnedBuffer packed_host;
   DeviceBuffer packed;        // eager steps
   DeviceBuffer graph_packed;  // graph steps: fixed address, sized once for the largest bucket
@@ -389,7 +389,7 @@ struct CudaBackend::Impl {
       ensure_samples(bucket);
       ensure_decode_workspace(bucket);
       if (!graph_packed.get()) {  // the largest layout any graph can use
-        cuda::StepPlan probe;
+        cuda::Step probe;
         probe.in.decode_only = true;
         probe.in.kv_kind = k::KvLayoutKind::paged;
         const int largest = kGraphBuckets[std::size(kGraphBuckets) - 1];

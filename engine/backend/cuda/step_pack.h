@@ -1,5 +1,5 @@
 #pragma once
-// Packs a StepPlan into the one host buffer the CUDA backend uploads per step. Plain C++ (tested
+// Packs a Step into the one host buffer the CUDA backend uploads per step. Plain C++ (tested
 // on the CPU). Two shapes:
 // - compact: exactly the plan's rows, sequences and samples (eager steps);
 // - padded to a bucket of B sequences with a fixed block-table stride (decode steps replayed from
@@ -15,36 +15,42 @@
 #include <cstdint>
 
 #include "engine/backend/cuda/block_table.h"
-#include "engine/backend/cuda/step_builder.h"
+#include "engine/backend/backend.h"
 
 namespace servelab::cuda {
 
-/// Byte offsets of each array in the packed buffer (16-byte aligned), and the sizes packed.
+/// Byte offsets of each packed array in the buffer (16-byte aligned; one per row of
+/// SERVELAB_STEP_FIELDS, 0 for the arrays that do not travel packed), and the sizes packed.
 struct PackedLayout {
-  size_t token_ids = 0, positions = 0, slot_mapping = 0, query_start = 0, context_lens = 0, block_tables = 0,
-         base_slots = 0, sample_rows = 0, temperature = 0, top_k = 0, top_p = 0, seed = 0, seq_key = 0,
-         sample_position = 0, table_rows = 0, update_count = 0, updates = 0, total = 0;
+#define SERVELAB_PACKED_OFFSET(name, type, extent, travel, pad, pad_value) size_t name = 0;
+  SERVELAB_STEP_FIELDS(SERVELAB_PACKED_OFFSET)
+#undef SERVELAB_PACKED_OFFSET
+  size_t table_rows = 0, update_count = 0, updates = 0, total = 0;
   int n_rows = 0;        ///< token_ids entries (real rows + padding rows)
   int n_tokens = 0;      ///< rows with a position and a slot (attention rows)
   int n_seqs = 0;
   int table_stride = 0;  ///< block-table entries per sequence (paged)
   int n_samples = 0;
+  bool paged = false;
   bool persistent_tables = false;  ///< paged: table_rows + update_count + updates, no block_tables
   int n_updates = 0;               ///< entries at `updates` (kernels::BlockTableUpdate)
+  /// Entries a packed array of `extent` holds in this layout.
+  size_t count(kernels::StepExtent extent) const;
 };
 
 /// Compact layout of `plan` (n_rows = plan.n_rows(), stride = plan's own; with `tables`, a paged
 /// plan carries tables->rows and tables->updates instead of its block tables).
-PackedLayout compact_layout(const StepPlan& plan, const BlockTableStep* tables = nullptr);
+PackedLayout compact_layout(const Step& plan, const BlockTableStep* tables = nullptr);
 /// A decode-only plan padded to `bucket` sequences (>= plan.in.n_seqs()) with `table_stride`
 /// block-table entries per sequence (>= plan's stride; paged only, ignored with `tables`: padding
 /// sequences then read row 0 of the device table). Every sequence samples once.
-PackedLayout bucket_layout(const StepPlan& plan, int bucket, int table_stride, const BlockTableStep* tables = nullptr);
-/// True when `plan` can be padded to a bucket: decode only, no padding rows, sample k is row k.
-bool bucketable(const StepPlan& plan);
+PackedLayout bucket_layout(const Step& plan, int bucket, int table_stride, const BlockTableStep* tables = nullptr);
+/// True when `plan` can be padded to a bucket: decode only, no padding rows, sample k is row k,
+/// no token masks (a masked step runs eagerly: its masks upload on their own).
+bool bucketable(const Step& plan);
 
 /// Writes the plan's arrays at `layout`'s offsets into out[0, layout.total), padding as the layout
 /// says (padding rows of a compact layout read token 0). `tables`: the same as given to the layout.
-void pack_step(const StepPlan& plan, const PackedLayout& layout, uint8_t* out, const BlockTableStep* tables = nullptr);
+void pack_step(const Step& plan, const PackedLayout& layout, uint8_t* out, const BlockTableStep* tables = nullptr);
 
 }  // namespace servelab::cuda

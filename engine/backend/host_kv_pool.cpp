@@ -5,12 +5,6 @@
 
 namespace servelab {
 
-int Batch::n_tokens() const {
-  int n = 0;
-  for (const auto& e : entries) n += e.n_new;
-  return n;
-}
-
 void HostKvPool::check(std::span<const KvSwap> runs, int64_t arena_slots, const char* who) const {
   for (const KvSwap& r : runs) {
     if (r.n_slots <= 0) continue;

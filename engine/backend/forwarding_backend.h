@@ -1,0 +1,42 @@
+#pragma once
+// ForwardingBackend: a Backend that hands every call to an inner one. Wrappers that observe steps
+// (timing, recording) derive from it and override execute() alone.
+#include <memory>
+#include <utility>
+
+#include "engine/backend/backend.h"
+
+namespace servelab {
+
+class ForwardingBackend : public Backend {
+ public:
+  explicit ForwardingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return inner_->name(); }
+  const ModelConfig& config() const override { return inner_->config(); }
+  BackendCaps caps() const override { return inner_->caps(); }
+  std::string device_description() const override { return inner_->device_description(); }
+  int64_t kv_bytes_per_slot() const override { return inner_->kv_bytes_per_slot(); }
+  void init_kv(int64_t n_slots) override { inner_->init_kv(n_slots); }
+  void reserve_steps(const StepLimits& limits) override { inner_->reserve_steps(limits); }
+  std::vector<int> decode_row_buckets() const override { return inner_->decode_row_buckets(); }
+  StepOutput execute(const Step& step) override { return inner_->execute(step); }
+  void copy_slots(std::span<const KvCopy> copies) override { inner_->copy_slots(copies); }
+  std::unique_ptr<HostKvPool> make_host_pool(int64_t n_slots) override { return inner_->make_host_pool(n_slots); }
+  void swap_out(std::span<const KvSwap> runs, HostKvPool& pool) override { inner_->swap_out(runs, pool); }
+  void swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) override { inner_->swap_in(runs, pool); }
+  std::optional<int64_t> kv_bytes_for_memory_share(double utilization, int max_tokens, int max_seqs) const override {
+    return inner_->kv_bytes_for_memory_share(utilization, max_tokens, max_seqs);
+  }
+  std::optional<CostCounts> priced_steps() const override { return inner_->priced_steps(); }
+  std::vector<std::pair<int64_t, double>> time_all_reduce(const std::vector<int64_t>& message_bytes) override {
+    return inner_->time_all_reduce(message_bytes);
+  }
+
+ protected:
+  Backend& inner() { return *inner_; }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+};
+
+}  // namespace servelab
