@@ -87,7 +87,7 @@ if want diag && [ -x "$BUILD-tp/tp_init_repro" ]; then
   TABLE+=("$(cat "$OUT/repro_summary.txt" 2>/dev/null)")
 fi
 if want allreduce && [ -x "$BUILD-tp/allreduce_bench" ]; then
-  run_watched allreduce 240 200 "$BUILD-tp/allreduce_bench" --init "${AR_INIT:-threads_nb}" --json "$OUT/allreduce.json"
+  run_watched allreduce 120 110 "$BUILD-tp/allreduce_bench" --init "${AR_INIT:-threads_nb}" --json "$OUT/allreduce.json"
   grep -E "^ *[0-9]+ |allreduce_bench" "$OUT/allreduce.log" >"$OUT/allreduce.txt"
 fi
 if [ -n "${BUILD_PID:-}" ]; then
@@ -104,9 +104,9 @@ if [ $BUILT = 1 ] && want gpu; then
   # The watchdog first (each must end in its error within seconds), then one TP test with NCCL's
   # set-up log (stacks dumped if it still runs after 40 s), then the rest, each suite under a timeout.
   run_watched gpu_watchdog 90 80 "$G" --gtest_filter='TpGpuWatchdog*'
-  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P run_watched gpu_first 120 40 "$G" \
+  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P run_watched gpu_first 100 40 "$G" \
     --gtest_filter='Shapes/TpGpu.Tp2LogitsMatchOneGpu/llama3_8b_eager_naive'
-  run_watched gpu_tests 300 240 "$G" --gtest_filter="${GPU_FILTER:-*TpGpu*:-*Bench*:*TpGpuWatchdog*}" \
+  run_watched gpu_tests 150 140 "$G" --gtest_filter="${GPU_FILTER:-*TpGpu*:-*Bench*:*TpGpuWatchdog*}" \
     --gtest_output="json:$OUT/gpu_tests.json"
   n_skip=$(grep -oE '^\[  SKIPPED \] [0-9]+ test' "$OUT/gpu_tests.log" | grep -oE '[0-9]+' | head -1)
   n_pass=$(grep -oE '^\[  PASSED  \] [0-9]+ test' "$OUT/gpu_tests.log" | grep -oE '[0-9]+' | head -1)
