@@ -87,7 +87,11 @@ if want diag && [ -x "$BUILD-tp/tp_init_repro" ]; then
   TABLE+=("$(cat "$OUT/repro_summary.txt" 2>/dev/null)")
 fi
 if want allreduce && [ -x "$BUILD-tp/allreduce_bench" ]; then
-  run_watched allreduce 120 110 "$BUILD-tp/allreduce_bench" --init "${AR_INIT:-threads_nb}" --json "$OUT/allreduce.json"
+  AR_INIT=${AR_INIT:-threads_nb}
+  if [ -s "$OUT/repro_summary.txt" ] && ! grep -q "^$AR_INIT ok" "$OUT/repro_summary.txt"; then
+    for m in threads_nb group initall threads; do grep -q "^$m ok" "$OUT/repro_summary.txt" && { AR_INIT=$m; break; }; done
+  fi
+  run_watched allreduce 120 110 "$BUILD-tp/allreduce_bench" --init "$AR_INIT" --json "$OUT/allreduce.json"
   grep -E "^ *[0-9]+ |allreduce_bench" "$OUT/allreduce.log" >"$OUT/allreduce.txt"
 fi
 if [ -n "${BUILD_PID:-}" ]; then
