@@ -7,13 +7,14 @@
 # share; optionally (STEPS=... profile) `servelab profile --backend cuda --tensor-parallel 2`.
 # NVLink multicast stays off: NCCL_NVLS_ENABLE=0 (and PyTorch's / NVSHMEM's) exported here.
 # A short table is printed last; logs and the figures come back under $OUT.
-# Issue 25 steps: `diag` builds kernels/bench/tp_init_repro.cpp with nvcc and runs its NCCL set-up
+# Issue 25 steps: `repro` builds kernels/bench/tp_init_repro.cpp with nvcc and runs its NCCL set-up
 # modes side by side (each under a timeout; the stacks of a mode still running after 15 s are
-# dumped with cuda-gdb), `allreduce` builds kernels/bench/allreduce_bench.cu (NCCL against our
+# dumped with cuda-gdb); `diag` runs the TpGpuDiag tests (the pre-fix blocking set-up after a
+# rank's set-up, in a process each, stacks dumped if it hangs); `allreduce` builds kernels/bench/allreduce_bench.cu (NCCL against our
 # one-shot peer-memory all-reduce, bit-checked, 4 KiB .. 64 MiB) and writes $OUT/allreduce.json.
 # Every test and binary runs under `timeout`; the GPU tests run suite by suite.
 # Environment: OUT (default results/gpu/tp/check), BUILD (default build-gpu), STEPS (default
-#   "build cpu gpu bench"; add "diag", "allreduce", "profile"), DEBS (as gpu-engine-check.sh),
+#   "build cpu gpu bench"; add "repro", "diag", "allreduce", "profile"), BENCH_LIMIT, DEBS (as gpu-engine-check.sh),
 #   PROFILE_PRESET (default llama2-13b), AR_INIT (the bench's NCCL set-up, default threads_nb),
 #   GPU_FILTER (gtest filter of the GPU step, default '*TpGpu*:-*Bench*').
 # Run it: the device tool, kind nvidia-h200-x2: `bash scripts/gpu-tp-check.sh` (OUT=$OUT/tp).
@@ -39,7 +40,7 @@ STEP_DIR=$OUT STEP_WIDTH=12
 BUILT=1
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 NVFLAGS=(-O3 -std=c++20 -arch=sm_90a -I. -lnccl -lpthread)
-if want diag || want allreduce; then  # the standalone programs build beside the CMake build
+if want repro || want allreduce; then  # the standalone programs build beside the CMake build
   mkdir -p "$BUILD-tp"
   ( "$NVCC" "${NVFLAGS[@]}" -o "$BUILD-tp/tp_init_repro" kernels/bench/tp_init_repro.cpp >"$OUT/nvcc_repro.log" 2>&1
     "$NVCC" "${NVFLAGS[@]}" -o "$BUILD-tp/allreduce_bench" kernels/bench/allreduce_bench.cu kernels/custom_allreduce.cu \
@@ -75,7 +76,7 @@ run_watched() {  # NAME LIMIT DUMP_AT CMD...
   return $rc
 }
 
-if want diag && [ -x "$BUILD-tp/tp_init_repro" ]; then
+if want repro && [ -x "$BUILD-tp/tp_init_repro" ]; then
   export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P
   for m in threads threads_cuda threads_nb group initall; do
     run_watched "repro_$m" 45 15 "$BUILD-tp/tp_init_repro" "$m" 2 &
@@ -91,7 +92,7 @@ if want allreduce && [ -x "$BUILD-tp/allreduce_bench" ]; then
   if [ -s "$OUT/repro_summary.txt" ] && ! grep -q "^$AR_INIT ok" "$OUT/repro_summary.txt"; then
     for m in threads_nb group initall threads; do grep -q "^$m ok" "$OUT/repro_summary.txt" && { AR_INIT=$m; break; }; done
   fi
-  run_watched allreduce 120 110 "$BUILD-tp/allreduce_bench" --init "$AR_INIT" --json "$OUT/allreduce.json"
+  NCCL_DEBUG=WARN run_watched allreduce 120 110 "$BUILD-tp/allreduce_bench" --init "$AR_INIT" --json "$OUT/allreduce.json"
   grep -E "^ *[0-9]+ |allreduce_bench" "$OUT/allreduce.log" >"$OUT/allreduce.txt"
 fi
 if [ -n "${BUILD_PID:-}" ]; then
@@ -107,18 +108,29 @@ if [ $BUILT = 1 ] && want gpu; then
   G=$BUILD/test_cuda_backend_gpu
   # The watchdog first (each must end in its error within seconds), then one TP test with NCCL's
   # set-up log (stacks dumped if it still runs after 40 s), then the rest, each suite under a timeout.
-  run_watched gpu_watchdog 90 80 "$G" --gtest_filter='TpGpuWatchdog*'
-  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P run_watched gpu_first 100 40 "$G" \
+  run_watched gpu_watchdog 60 50 "$G" --gtest_filter='TpGpuWatchdog*'
+  if want diag; then  # issue 25's hang reproduced on purpose: pre-fix blocking set-up, stacks after 15 s
+    for t in BlockingInitPlainThreads BlockingInitAfterRankSetup BlockingInitAfterRankSetupBesideOneGpu; do
+      NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT run_watched "diag_$t" 30 15 "$G" --gtest_also_run_disabled_tests \
+        --gtest_filter="TpGpuDiag.DISABLED_$t" &
+      sleep 1
+    done
+    wait
+    for t in "$OUT"/diag_*.log; do echo "$(basename "$t" .log): $(grep -cE '^rank [01]: done' "$t") of 2 ranks done, $(grep -c 'OK \]' "$t") ok"; done >"$OUT/diag_summary.txt"
+    TABLE+=("$(cat "$OUT/diag_summary.txt")")
+  fi
+  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P run_watched gpu_first 60 40 "$G" \
     --gtest_filter='Shapes/TpGpu.Tp2LogitsMatchOneGpu/llama3_8b_eager_naive'
-  run_watched gpu_tests 150 140 "$G" --gtest_filter="${GPU_FILTER:-*TpGpu*:-*Bench*:*TpGpuWatchdog*}" \
+  run_watched gpu_tests 120 110 "$G" --gtest_filter="${GPU_FILTER:-*TpGpu*:-*Bench*:*TpGpuWatchdog*}" \
     --gtest_output="json:$OUT/gpu_tests.json"
+  GPU_OK=$?
   n_skip=$(grep -oE '^\[  SKIPPED \] [0-9]+ test' "$OUT/gpu_tests.log" | grep -oE '[0-9]+' | head -1)
   n_pass=$(grep -oE '^\[  PASSED  \] [0-9]+ test' "$OUT/gpu_tests.log" | grep -oE '[0-9]+' | head -1)
   TABLE+=("$(printf '%-12s %s passed, %s skipped' gpu_count "${n_pass:-0}" "${n_skip:-0}")")
   grep -hE "rel error|greedy tokens agreed|after [0-9.]+ s:|aborted;|FAILED|OK \]" "$OUT"/gpu_*.log >"$OUT/gpu_summary.txt" 2>/dev/null
 fi
-if [ $BUILT = 1 ] && want bench; then
-  SERVELAB_GPU_BENCH=1 step bench 420 "$BUILD/test_cuda_backend_gpu" --gtest_filter='TpGpuBench*'
+if [ $BUILT = 1 ] && want bench && [ "${GPU_OK:-0}" = 0 ]; then
+  SERVELAB_GPU_BENCH=1 step bench ${BENCH_LIMIT:-420} "$BUILD/test_cuda_backend_gpu" --gtest_filter='TpGpuBench*'
   grep -E "^tp-allreduce|NCCL" "$OUT/bench.log" | head -20 >"$OUT/tp_bench_allreduce.txt"
   grep -E "^tp-decode|^llama" "$OUT/bench.log" >"$OUT/decode.txt"
 fi

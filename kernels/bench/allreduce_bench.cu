@@ -51,6 +51,7 @@ int n_ranks = 2;
 std::vector<ncclComm_t> comms;
 std::vector<cudaStream_t> streams;
 std::vector<uint16_t*> ins, outs;
+CustomAllReduce* g_car = nullptr;  // created after NCCL's first all-reduce (see main)
 
 void wait_comms() {
   for (ncclComm_t c : comms) {
@@ -98,20 +99,20 @@ void init_nccl(const std::string& mode) {
 
 enum class Impl { nccl, push, pull };
 
-void enqueue(Impl impl, const CustomAllReduce& car, int64_t n, int r) {
+void enqueue(Impl impl, int64_t n, int r) {
   if (impl == Impl::nccl)
     NK(ncclAllReduce(ins[r], outs[r], size_t(n), ncclBfloat16, ncclSum, comms[r], streams[r]));
   else
-    car.run(r, ins[r], outs[r], n, streams[r], impl == Impl::push ? CustomAllReduce::Variant::push
+    g_car->run(r, ins[r], outs[r], n, streams[r], impl == Impl::push ? CustomAllReduce::Variant::push
                                                                    : CustomAllReduce::Variant::pull);
 }
 
 /// One call on every rank (NCCL in a group: one thread drives every device).
-void once(Impl impl, const CustomAllReduce& car, int64_t n) {
+void once(Impl impl, int64_t n) {
   if (impl == Impl::nccl) NK(ncclGroupStart());
   for (int r = 0; r < n_ranks; ++r) {
     CK(cudaSetDevice(r));
-    enqueue(impl, car, n, r);
+    enqueue(impl, n, r);
   }
   if (impl == Impl::nccl) {
     NK(ncclGroupEnd());
@@ -128,7 +129,7 @@ void sync_all() {
 
 /// Fresh random inputs (no zeros), poisoned outputs, one call, every rank's output against the
 /// reference: returns the number of mismatching elements over all ranks (0 = bit-exact).
-int64_t check(Impl impl, const CustomAllReduce& car, int64_t n, uint32_t seed) {
+int64_t check(Impl impl, int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> d(-4.0f, 4.0f);
   std::vector<std::vector<uint16_t>> h(n_ranks, std::vector<uint16_t>(n));
@@ -144,7 +145,7 @@ int64_t check(Impl impl, const CustomAllReduce& car, int64_t n, uint32_t seed) {
     CK(cudaMemcpy(ins[r], h[r].data(), n * 2, cudaMemcpyHostToDevice));
     CK(cudaMemset(outs[r], 0xff, n * 2));  // NaN poison
   }
-  once(impl, car, n);
+  once(impl, n);
   sync_all();
   int64_t bad = 0;
   std::vector<uint16_t> got(n);
@@ -157,7 +158,7 @@ int64_t check(Impl impl, const CustomAllReduce& car, int64_t n, uint32_t seed) {
 }
 
 /// Median over 5 measurements of the per-call time (slowest rank), calls as graphs of `ops`.
-double time_graph(Impl impl, const CustomAllReduce& car, int64_t n, int ops, int reps) {
+double time_graph(Impl impl, int64_t n, int ops, int reps) {
   std::vector<cudaGraphExec_t> execs(n_ranks);
   // Capture every rank's stream at once (NCCL needs its group's streams captured together).
   for (int r = 0; r < n_ranks; ++r) {
@@ -168,7 +169,7 @@ double time_graph(Impl impl, const CustomAllReduce& car, int64_t n, int ops, int
     if (impl == Impl::nccl) NK(ncclGroupStart());
     for (int r = 0; r < n_ranks; ++r) {
       CK(cudaSetDevice(r));
-      enqueue(impl, car, n, r);
+      enqueue(impl, n, r);
     }
     if (impl == Impl::nccl) NK(ncclGroupEnd());
   }
@@ -225,14 +226,14 @@ double time_graph(Impl impl, const CustomAllReduce& car, int64_t n, int ops, int
 }
 
 /// NCCL eagerly: `ops` grouped calls back to back, events around them; median of 5.
-double time_eager_nccl(const CustomAllReduce& car, int64_t n, int ops) {
+double time_eager_nccl(int64_t n, int ops) {
   std::vector<cudaEvent_t> a(n_ranks), b(n_ranks);
   for (int r = 0; r < n_ranks; ++r) {
     CK(cudaSetDevice(r));
     CK(cudaEventCreate(&a[r]));
     CK(cudaEventCreate(&b[r]));
   }
-  for (int w = 0; w < 5; ++w) once(Impl::nccl, car, n);
+  for (int w = 0; w < 5; ++w) once(Impl::nccl, n);
   sync_all();
   std::vector<double> samples;
   for (int m = 0; m < 5; ++m) {
@@ -240,7 +241,7 @@ double time_eager_nccl(const CustomAllReduce& car, int64_t n, int ops) {
       CK(cudaSetDevice(r));
       CK(cudaEventRecord(a[r], streams[r]));
     }
-    for (int k = 0; k < ops; ++k) once(Impl::nccl, car, n);
+    for (int k = 0; k < ops; ++k) once(Impl::nccl, n);
     for (int r = 0; r < n_ranks; ++r) {
       CK(cudaSetDevice(r));
       CK(cudaEventRecord(b[r], streams[r]));
@@ -303,7 +304,10 @@ int main(int argc, char** argv) {
   }
   std::vector<int> devs(n_ranks);
   for (int r = 0; r < n_ranks; ++r) devs[r] = r;
+  // NCCL connects lazily at its first collective: let it do so before our peer mappings exist.
+  check(Impl::nccl, 4096, 7);
   CustomAllReduce car(devs, max_bytes);
+  g_car = &car;
   std::printf("allreduce_bench: %d x %s, NCCL %d, init %s\n", n_ranks, prop.name, ver, init.c_str());
   std::printf("%10s %12s %12s %12s %12s %10s %8s %s\n", "bytes", "nccl_eager", "nccl_graph", "push_graph", "pull_graph",
               "busbw_nccl", "speedup", "bit-exact(nccl,push,pull)");
@@ -313,13 +317,13 @@ int main(int argc, char** argv) {
     const int64_t n = bytes / 2;
     const int ops = bytes <= (1 << 20) ? 50 : bytes <= (16 << 20) ? 10 : 4;
     const int reps = bytes <= (1 << 20) ? 20 : 5;
-    const int64_t bad_nccl = check(Impl::nccl, car, n, uint32_t(bytes) * 3 + 1);
-    const int64_t bad_push = check(Impl::push, car, n, uint32_t(bytes) * 3 + 2);
-    const int64_t bad_pull = check(Impl::pull, car, n, uint32_t(bytes) * 3 + 3);
-    const double eager = time_eager_nccl(car, n, ops);
-    const double g_nccl = time_graph(Impl::nccl, car, n, ops, reps);
-    const double g_push = time_graph(Impl::push, car, n, ops, reps);
-    const double g_pull = time_graph(Impl::pull, car, n, ops, reps);
+    const int64_t bad_nccl = check(Impl::nccl, n, uint32_t(bytes) * 3 + 1);
+    const int64_t bad_push = check(Impl::push, n, uint32_t(bytes) * 3 + 2);
+    const int64_t bad_pull = check(Impl::pull, n, uint32_t(bytes) * 3 + 3);
+    const double eager = time_eager_nccl(n, ops);
+    const double g_nccl = time_graph(Impl::nccl, n, ops, reps);
+    const double g_push = time_graph(Impl::push, n, ops, reps);
+    const double g_pull = time_graph(Impl::pull, n, ops, reps);
     const double best_custom = std::min(g_push, g_pull);
     const double busbw = double(bytes) / (g_nccl * 1e-6) * factor / 1e9;
     std::printf("%10lld %10.2fus %10.2fus %10.2fus %10.2fus %8.1fGB/s %7.2fx %lld,%lld,%lld\n", (long long)bytes, eager,

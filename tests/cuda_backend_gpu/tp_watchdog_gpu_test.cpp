@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <memory>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -113,6 +114,51 @@ TEST(TpGpuWatchdog, CollectiveEndsWithAnErrorWhenAPeerNeverLaunchesIt) {
     cudaStreamDestroy(s);
   }
 }
+
+}  // namespace tp_watchdog_gpu_test
+}  // namespace servelab
+
+namespace servelab {
+namespace tp_watchdog_gpu_test {
+
+/// Issue 25's hang on purpose: the pre-fix blocking ncclCommInitRank, one thread per rank, after
+/// `setup` ran on that thread. DISABLED_: only scripts/gpu-tp-check.sh's diag step runs these, each
+/// in its own process under a timeout that dumps its stacks when it hangs.
+void blocking_init_on_threads(bool build_rank, bool one_gpu_beside) {
+  if (cuda_device_count() < 2) GTEST_SKIP() << "fewer than 2 CUDA devices";
+  if (!tp_nccl_available()) GTEST_SKIP() << "servelab was built without NCCL";
+  std::unique_ptr<CudaBackend> one;
+  if (one_gpu_beside) one = CudaBackend::random(preset("tiny"), 1);  // as the tests' Pair does
+  const std::string id = cuda::tp_unique_id();
+  cuda::TpRank tps[2] = {make_rank(0, 2, nullptr), make_rank(1, 2, nullptr)};
+  std::unique_ptr<CudaBackend> ranks[2];
+  std::string error[2];
+  std::thread t[2];
+  for (int r = 0; r < 2; ++r)
+    t[r] = std::thread([&, r] {
+      try {
+        CUDA_CHECK(cudaSetDevice(r));
+        if (build_rank) ranks[r] = CudaBackend::random(preset("tiny"), 1, CudaBackendOptions{.device = r});
+        tps[r].blocking_init = true;
+        std::fprintf(stderr, "rank %d: blocking ncclCommInitRank\n", r);
+        cuda::tp_init_comm(tps[r], id);
+        std::fprintf(stderr, "rank %d: done\n", r);
+      } catch (const std::exception& e) {
+        error[r] = e.what();
+      }
+    });
+  for (auto& x : t) x.join();
+  EXPECT_TRUE(error[0].empty() && error[1].empty()) << error[0] << " | " << error[1];
+  for (int r = 0; r < 2; ++r) {
+    cudaSetDevice(r);
+    cuda::tp_destroy_comm(tps[r], false);
+    ranks[r].reset();
+  }
+}
+
+TEST(TpGpuDiag, DISABLED_BlockingInitPlainThreads) { blocking_init_on_threads(false, false); }
+TEST(TpGpuDiag, DISABLED_BlockingInitAfterRankSetup) { blocking_init_on_threads(true, false); }
+TEST(TpGpuDiag, DISABLED_BlockingInitAfterRankSetupBesideOneGpu) { blocking_init_on_threads(true, true); }
 
 }  // namespace tp_watchdog_gpu_test
 }  // namespace servelab

@@ -72,8 +72,21 @@ class RankPool {
       done_.wait(lk, [&] { return pending_ == 0; });
     }
     task_ = nullptr;
-    for (const std::exception_ptr& e : errors_)
-      if (e) std::rethrow_exception(e);
+    // The lowest rank's own failure; a rank that only gave up because another failed
+    // (cuda::TpPeerFailed) is reported only when no rank has anything else to say.
+    std::exception_ptr first;
+    for (const std::exception_ptr& e : errors_) {
+      if (!e) continue;
+      try {
+        std::rethrow_exception(e);
+      } catch (const cuda::TpPeerFailed&) {
+        if (!first) first = e;
+        continue;
+      } catch (...) {
+      }
+      std::rethrow_exception(e);
+    }
+    if (first) std::rethrow_exception(first);
   }
 
  private:

@@ -71,7 +71,7 @@ void nccl_poll(const TpRank& tp, ncclComm_t comm, const char* what, bool idle) {
     if (state == ncclSuccess) return;
     if (state != ncclInProgress) nccl_check(state, what);
     if (tp.peer_failed && tp.peer_failed->load(std::memory_order_relaxed))
-      throw TpTimeout(std::string("NCCL: ") + what + " on " + who(tp) + " given up: another rank failed");
+      throw TpPeerFailed(std::string("NCCL: ") + what + " on " + who(tp) + " given up: another rank failed");
     if (Clock::now() > deadline)
       throw TpTimeout(std::string("NCCL: ") + what + " on " + who(tp) + " did not finish within " +
                       seconds_str(tp.timeout_s) + " s (a rank never joined, or it is stuck); communicators aborted");
@@ -116,6 +116,12 @@ void tp_init_comm(TpRank& tp, const std::string& unique_id) {
   ncclUniqueId id;
   if (unique_id.size() != sizeof id.internal) throw std::logic_error("tp_init_comm: malformed NCCL unique id");
   std::copy(unique_id.begin(), unique_id.end(), id.internal);
+  if (tp.blocking_init) {  // the pre-fix path, kept to reproduce issue 25 (TpGpuDiag)
+    ncclComm_t comm = nullptr;
+    NCCL_CHECK(ncclCommInitRank(&comm, tp.n_ranks, id, tp.rank));
+    tp.comm = comm;
+    return;
+  }
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // set-up runs in NCCL's own thread; we poll it under the deadline
   ncclComm_t comm = nullptr;
@@ -153,7 +159,7 @@ void tp_wait_stream(const TpRank& tp, cudaStream_t stream, const char* what) {
     if (e == cudaSuccess) return;
     if (e != cudaErrorNotReady) CUDA_CHECK(e);
     if (tp.peer_failed && tp.peer_failed->load(std::memory_order_relaxed))
-      throw TpTimeout(std::string(what) + " on " + who(tp) + " given up: another rank failed");
+      throw TpPeerFailed(std::string(what) + " on " + who(tp) + " given up: another rank failed");
     if ((i & 255) == 255) {
       if (tp.comm) {  // an NCCL error raised in the background (a broken connection) ends the wait too
         ncclResult_t state = ncclSuccess;

@@ -37,11 +37,19 @@ struct TpRank {
   /// Set by any rank that failed (shared by the ranks of one backend): the others stop waiting on
   /// a peer that will never come. May be null (then only the deadline ends a wait).
   const std::atomic<bool>* peer_failed = nullptr;
+  /// Diagnosis only (issue 25's GPU test TpGpuDiag): the blocking ncclCommInitRank of the code
+  /// before the fix, on the calling thread, with no watchdog.
+  bool blocking_init = false;
 };
 
 /// What a rank's watchdog saw: the wait ended by the deadline, another rank's failure, or NCCL.
 struct TpTimeout : std::runtime_error {
   using std::runtime_error::runtime_error;
+};
+/// A rank's wait given up because another rank failed: a consequence, not the cause (RankPool
+/// reports the failing rank's own error rather than this one).
+struct TpPeerFailed : TpTimeout {
+  using TpTimeout::TpTimeout;
 };
 
 /// True when this servelab was built with NCCL (tensor_parallel > 1 is possible).
