@@ -171,9 +171,11 @@ double time_graph(Impl impl, int64_t n, int ops, int reps) {
       CK(cudaSetDevice(r));
       enqueue(impl, n, r);
     }
-    if (impl == Impl::nccl) NK(ncclGroupEnd());
+    if (impl == Impl::nccl) {
+      NK(ncclGroupEnd());
+      wait_comms();  // a non-blocking communicator takes no new call while one is in progress
+    }
   }
-  if (impl == Impl::nccl) wait_comms();
   for (int r = 0; r < n_ranks; ++r) {
     CK(cudaSetDevice(r));
     cudaGraph_t g;

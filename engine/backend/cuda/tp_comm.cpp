@@ -142,7 +142,11 @@ void tp_destroy_comm(TpRank& tp, bool abort) {
   tp.comm = nullptr;
   if (!abort) {
     try {  // finalize flushes outstanding work (non-blocking: poll it), then destroy frees
-      nccl_call(tp, ncclCommFinalize(comm), "ncclCommFinalize");
+      const ncclResult_t r = ncclCommFinalize(comm);
+      if (r == ncclInProgress)
+        nccl_poll(tp, comm, "ncclCommFinalize", true);
+      else
+        nccl_check(r, "ncclCommFinalize");
       NCCL_CHECK(ncclCommDestroy(comm));
       return;
     } catch (const std::exception& e) {
