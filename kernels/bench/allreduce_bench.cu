@@ -176,12 +176,15 @@ double time_graph(Impl impl, int64_t n, int ops, int reps) {
       wait_comms();  // a non-blocking communicator takes no new call while one is in progress
     }
   }
+  std::vector<cudaGraph_t> graphs(n_ranks);
+  for (int r = 0; r < n_ranks; ++r) {  // end every capture before instantiating (not allowed mid-capture)
+    CK(cudaSetDevice(r));
+    CK(cudaStreamEndCapture(streams[r], &graphs[r]));
+  }
   for (int r = 0; r < n_ranks; ++r) {
     CK(cudaSetDevice(r));
-    cudaGraph_t g;
-    CK(cudaStreamEndCapture(streams[r], &g));
-    CK(cudaGraphInstantiate(&execs[r], g, 0));
-    CK(cudaGraphDestroy(g));
+    CK(cudaGraphInstantiate(&execs[r], graphs[r], 0));
+    CK(cudaGraphDestroy(graphs[r]));
   }
   std::vector<cudaEvent_t> a(n_ranks), b(n_ranks);
   for (int r = 0; r < n_ranks; ++r) {
