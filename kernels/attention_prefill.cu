@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/per_device.h"
 #include "kernels/attention.h"
 #include "kernels/common.cuh"
 
@@ -224,11 +225,10 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(const PrefillParams p
 template <typename T, int HD>
 void launch(const PrefillParams& p, dim3 grid, cudaStream_t stream) {
   constexpr size_t bytes = Layout<T, HD>::kBytes;
-  static const bool raised = [] {  // above 48 KB a kernel must opt in, once per process
+  static std::atomic<uint64_t> raised{0};  // per device: kernels/per_device.h
+  servelab::kernels::once_per_device(raised, [] {
     CUDA_CHECK(cudaFuncSetAttribute(prefill_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    return true;
-  }();
-  (void)raised;
+  });
   prefill_kernel<T, HD><<<grid, kThreads, bytes, stream>>>(p);
   CUDA_CHECK_LAUNCH();
 }

@@ -14,6 +14,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/per_device.h"
 #include "kernels/attention.h"
 #include "kernels/common.cuh"
 #include "kernels/mma_util.cuh"
@@ -252,11 +253,10 @@ __global__ void __launch_bounds__(kThreads, 2) prefill_mma_kernel(const Params p
 template <typename T, int HD>
 void launch(const Params& p, dim3 grid, cudaStream_t stream) {
   constexpr size_t bytes = Smem<HD>::kBytes;
-  static const bool raised = [] {  // above 48 KB a kernel must opt in, once per process
+  static std::atomic<uint64_t> raised{0};  // per device: kernels/per_device.h
+  servelab::kernels::once_per_device(raised, [] {
     CUDA_CHECK(cudaFuncSetAttribute(prefill_mma_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    return true;
-  }();
-  (void)raised;
+  });
   prefill_mma_kernel<T, HD><<<grid, kThreads, bytes, stream>>>(p);
   CUDA_CHECK_LAUNCH();
 }

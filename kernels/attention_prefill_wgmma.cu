@@ -25,6 +25,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/per_device.h"
 #include "kernels/attention.h"
 #include "kernels/attention_prefill_wgmma.cuh"
 #include "kernels/common.cuh"
@@ -227,11 +228,10 @@ __global__ void __launch_bounds__(kThreads, 1) prefill_wgmma_kernel(const Params
 
 template <typename T>
 void launch(const Params& p, int grid, cudaStream_t stream) {
-  static const bool raised = [] {  // above 48 KB a kernel must opt in, once per process
+  static std::atomic<uint64_t> raised{0};  // per device: kernels/per_device.h
+  servelab::kernels::once_per_device(raised, [] {
     CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Layout::kAlloc)));
-    return true;
-  }();
-  (void)raised;
+  });
   prefill_wgmma_kernel<T><<<grid, kThreads, Layout::kAlloc, stream>>>(p);
   CUDA_CHECK_LAUNCH();
 }

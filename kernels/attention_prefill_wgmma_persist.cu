@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "kernels/per_device.h"
 #include "kernels/attention.h"
 #include "kernels/attention_prefill_wgmma.cuh"
 #include "kernels/common.cuh"
@@ -302,11 +303,10 @@ __global__ void __launch_bounds__(kThreadsP, 1) prefill_wgmma_persist_kernel(con
 
 template <typename T>
 void launch_persist_t(const Params& p, int blocks, cudaStream_t stream) {
-  static const bool raised = [] {
+  static std::atomic<uint64_t> raised{0};  // per device: kernels/per_device.h
+  servelab::kernels::once_per_device(raised, [] {
     CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_persist_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(LayoutP::kAlloc)));
-    return true;
-  }();
-  (void)raised;
+  });
   prefill_wgmma_persist_kernel<T><<<blocks, kThreadsP, LayoutP::kAlloc, stream>>>(p);
   CUDA_CHECK_LAUNCH();
 }

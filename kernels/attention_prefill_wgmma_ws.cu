@@ -5,6 +5,7 @@
 // fa10 or fa8 (kProd 1 or 0, kSched 6, kCons 2 below) on Hopper at hd 128, by KV layout.
 #include <stdexcept>
 
+#include "kernels/per_device.h"
 #include "kernels/attention.h"
 #include "kernels/attention_prefill_wgmma.cuh"
 #include "kernels/attention_prefill_wgmma_tma.cuh"
@@ -494,12 +495,11 @@ __global__ void __launch_bounds__(kThreadsWs, 1) prefill_wgmma_ws_kernel(const P
 template <typename T, bool kPingPong, int kProd, int kSched = 0, int kPoly = 0, int kCons = -1, bool kSumMma = false>
 void launch_ws_t(const Params& p, int grid, cudaStream_t stream) {
   constexpr size_t kAlloc = kSumMma ? LayoutWs::kAllocOnes : LayoutWs::kAlloc;
-  static const bool raised = [] {
+  static std::atomic<uint64_t> raised{0};  // per device: kernels/per_device.h
+  servelab::kernels::once_per_device(raised, [] {
     CUDA_CHECK(cudaFuncSetAttribute(prefill_wgmma_ws_kernel<T, kPingPong, kProd, kSched, kPoly, kCons, kSumMma>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(kAlloc)));
-    return true;
-  }();
-  (void)raised;
+  });
   TmaMaps maps{};
   if constexpr (kProd == 3 || kProd == 4) {  // fa11: 128-row boxes over the slots, any layout
     maps.rows = kBN;

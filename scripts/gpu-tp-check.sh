@@ -7,9 +7,16 @@
 # share; optionally (STEPS=... profile) `servelab profile --backend cuda --tensor-parallel 2`.
 # NVLink multicast stays off: NCCL_NVLS_ENABLE=0 (and PyTorch's / NVSHMEM's) exported here.
 # A short table is printed last; logs and the figures come back under $OUT.
+# Issue 25 steps: `repro` builds kernels/bench/tp_init_repro.cpp with nvcc and runs its NCCL set-up
+# modes side by side (each under a timeout; the stacks of a mode still running after 15 s are
+# dumped with cuda-gdb); `diag` runs the TpGpuDiag tests (the pre-fix blocking set-up after a
+# rank's set-up, in a process each, stacks dumped if it hangs); `allreduce` builds kernels/bench/allreduce_bench.cu (NCCL against our
+# one-shot peer-memory all-reduce, bit-checked, 4 KiB .. 64 MiB) and writes $OUT/allreduce.json.
+# Every test and binary runs under `timeout`; the GPU tests run suite by suite.
 # Environment: OUT (default results/gpu/tp/check), BUILD (default build-gpu), STEPS (default
-#   "build cpu gpu bench"; add "profile"), DEBS (as gpu-engine-check.sh), PROFILE_PRESET (default
-#   llama2-13b).
+#   "build cpu gpu bench"; add "repro", "diag", "allreduce", "profile"), BENCH_LIMIT, DEBS (as gpu-engine-check.sh),
+#   PROFILE_PRESET (default llama2-13b), AR_INIT (the bench's NCCL set-up, default threads_nb),
+#   GPU_FILTER (gtest filter of the GPU step, default '*TpGpu*:-*Bench*').
 # Run it: the device tool, kind nvidia-h200-x2: `bash scripts/gpu-tp-check.sh` (OUT=$OUT/tp).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,9 +38,66 @@ STEP_DIR=$OUT STEP_WIDTH=12
   echo "commit ${SERVELAB_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"; date -u; } >"$OUT/environment.txt" 2>&1 || true
 
 BUILT=1
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+NVFLAGS=(-O3 -std=c++20 -arch=sm_90a -I. -lnccl -lpthread)
+if want repro || want allreduce; then  # the standalone programs build beside the CMake build
+  mkdir -p "$BUILD-tp"
+  ( "$NVCC" "${NVFLAGS[@]}" -o "$BUILD-tp/tp_init_repro" kernels/bench/tp_init_repro.cpp >"$OUT/nvcc_repro.log" 2>&1
+    "$NVCC" "${NVFLAGS[@]}" -o "$BUILD-tp/allreduce_bench" kernels/bench/allreduce_bench.cu kernels/custom_allreduce.cu \
+      kernels/ref/allreduce_ref.cpp >"$OUT/nvcc_allreduce.log" 2>&1 ) &
+  NVCC_PID=$!
+fi
 if want build; then
-  step build 480 env OUT="$OUT/build" BUILD="$BUILD" STEPS=build PACK=0 \
-    BUILD_TARGETS="servelab test_cuda_backend test_cuda_backend_gpu" bash scripts/gpu-engine-check.sh || BUILT=0
+  ( env OUT="$OUT/build" BUILD="$BUILD" STEPS=build PACK=0 \
+    BUILD_TARGETS="${BUILD_TARGETS:-test_cuda_backend test_cuda_backend_gpu}" bash scripts/gpu-engine-check.sh \
+    >"$OUT/build_outer.log" 2>&1; echo $? >"$OUT/build.rc" ) &
+  BUILD_PID=$!
+fi
+[ -n "${NVCC_PID:-}" ] && wait "$NVCC_PID"
+
+# Stacks of a process still running: its threads' kernel wait channels, then cuda-gdb's backtraces.
+dump_stacks() {  # PID FILE
+  { for t in /proc/$1/task/*; do echo "$(basename "$t") $(cat "$t/comm") wchan=$(cat "$t/wchan" 2>/dev/null)"; done
+    timeout 60 cuda-gdb -p "$1" -batch -ex "set pagination off" -ex "thread apply all bt 30" 2>&1 | grep -v "^\[New Thread" | head -400
+  } >"$2" 2>&1
+}
+# Runs CMD under `timeout LIMIT`; if it still runs after DUMP_AT seconds, dumps its stacks to FILE.
+run_watched() {  # NAME LIMIT DUMP_AT CMD...
+  local name=$1 limit=$2 at=$3; shift 3
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1 &
+  local pid=$! t=0
+  while kill -0 $pid 2>/dev/null && [ $t -lt "$at" ]; do sleep 1; t=$((t + 1)); done
+  if kill -0 $pid 2>/dev/null; then
+    local child; child=$(pgrep -P $pid | head -1)
+    dump_stacks "${child:-$pid}" "$OUT/$name.stacks.txt"
+  fi
+  wait $pid; local rc=$?
+  TABLE+=("$(printf '%-22s rc %s' "$name" "$rc")")
+  return $rc
+}
+
+if want repro && [ -x "$BUILD-tp/tp_init_repro" ]; then
+  export NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P
+  for m in threads threads_cuda threads_nb group initall; do
+    run_watched "repro_$m" 45 15 "$BUILD-tp/tp_init_repro" "$m" 2 &
+    sleep 1
+  done
+  wait
+  unset NCCL_DEBUG NCCL_DEBUG_SUBSYS
+  grep -h " ok init_s" "$OUT"/repro_*.log >"$OUT/repro_summary.txt" 2>/dev/null
+  TABLE+=("$(cat "$OUT/repro_summary.txt" 2>/dev/null)")
+fi
+if want allreduce && [ -x "$BUILD-tp/allreduce_bench" ]; then
+  AR_INIT=${AR_INIT:-threads_nb}
+  if [ -s "$OUT/repro_summary.txt" ] && ! grep -q "^$AR_INIT ok" "$OUT/repro_summary.txt"; then
+    for m in threads_nb group initall threads; do grep -q "^$m ok" "$OUT/repro_summary.txt" && { AR_INIT=$m; break; }; done
+  fi
+  NCCL_DEBUG=WARN run_watched allreduce 120 110 "$BUILD-tp/allreduce_bench" --init "$AR_INIT" --json "$OUT/allreduce.json"
+  grep -E "^ *[0-9]+ |allreduce_bench" "$OUT/allreduce.log" >"$OUT/allreduce.txt"
+fi
+if [ -n "${BUILD_PID:-}" ]; then
+  wait "$BUILD_PID"
+  [ "$(cat "$OUT/build.rc" 2>/dev/null)" = 0 ] || { BUILT=0; TABLE+=("build FAIL (see build_outer.log)"); tail -30 "$OUT/build_outer.log"; }
   grep -q "NCCL ON" "$OUT/build/configure.log" 2>/dev/null || TABLE+=("configure: NCCL not found, TP tests will skip")
 fi
 [ -x "$BUILD/test_cuda_backend_gpu" ] || BUILT=0
@@ -41,16 +105,33 @@ if [ $BUILT = 1 ] && want cpu; then
   step cpu_tests 120 "$BUILD/test_cuda_backend" --gtest_filter='Tp*:*TpPlan*'
 fi
 if [ $BUILT = 1 ] && want gpu; then
-  step gpu_tests 300 "$BUILD/test_cuda_backend_gpu" --gtest_filter='*TpGpu*:-*Bench*' \
+  G=$BUILD/test_cuda_backend_gpu
+  # The watchdog first (each must end in its error within seconds), then one TP test with NCCL's
+  # set-up log (stacks dumped if it still runs after 40 s), then the rest, each suite under a timeout.
+  run_watched gpu_watchdog 60 50 "$G" --gtest_filter='TpGpuWatchdog*'
+  if want diag; then  # issue 25's hang reproduced on purpose: pre-fix blocking set-up, stacks after 15 s
+    for t in BlockingInitPlainThreads BlockingInitAfterRankSetup BlockingInitAfterRankSetupBesideOneGpu; do
+      NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT run_watched "diag_$t" 30 15 "$G" --gtest_also_run_disabled_tests \
+        --gtest_filter="TpGpuDiag.DISABLED_$t" &
+      sleep 1
+    done
+    wait
+    for t in "$OUT"/diag_*.log; do echo "$(basename "$t" .log): $(grep -cE '^rank [01]: done' "$t") of 2 ranks done, $(grep -c 'OK \]' "$t") ok"; done >"$OUT/diag_summary.txt"
+    TABLE+=("$(cat "$OUT/diag_summary.txt")")
+  fi
+  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P run_watched gpu_first 60 40 "$G" \
+    --gtest_filter='Shapes/TpGpu.Tp2LogitsMatchOneGpu/llama3_8b_eager_naive'
+  run_watched gpu_tests 120 110 "$G" --gtest_filter="${GPU_FILTER:-*TpGpu*:-*Bench*:*TpGpuWatchdog*}" \
     --gtest_output="json:$OUT/gpu_tests.json"
+  GPU_OK=$?
   n_skip=$(grep -oE '^\[  SKIPPED \] [0-9]+ test' "$OUT/gpu_tests.log" | grep -oE '[0-9]+' | head -1)
   n_pass=$(grep -oE '^\[  PASSED  \] [0-9]+ test' "$OUT/gpu_tests.log" | grep -oE '[0-9]+' | head -1)
   TABLE+=("$(printf '%-12s %s passed, %s skipped' gpu_count "${n_pass:-0}" "${n_skip:-0}")")
-  grep -E "rel error|greedy tokens agreed" "$OUT/gpu_tests.log" >"$OUT/gpu_summary.txt" 2>/dev/null
+  grep -hE "rel error|greedy tokens agreed|after [0-9.]+ s:|aborted;|FAILED|OK \]" "$OUT"/gpu_*.log >"$OUT/gpu_summary.txt" 2>/dev/null
 fi
-if [ $BUILT = 1 ] && want bench; then
-  SERVELAB_GPU_BENCH=1 step bench 420 "$BUILD/test_cuda_backend_gpu" --gtest_filter='TpGpuBench*'
-  grep -E "^tp-allreduce|NCCL" "$OUT/bench.log" | head -20 >"$OUT/allreduce.txt"
+if [ $BUILT = 1 ] && want bench && [ "${GPU_OK:-0}" = 0 ]; then
+  SERVELAB_GPU_BENCH=1 step bench ${BENCH_LIMIT:-420} "$BUILD/test_cuda_backend_gpu" --gtest_filter='TpGpuBench*'
+  grep -E "^tp-allreduce|NCCL" "$OUT/bench.log" | head -20 >"$OUT/tp_bench_allreduce.txt"
   grep -E "^tp-decode|^llama" "$OUT/bench.log" >"$OUT/decode.txt"
 fi
 if [ $BUILT = 1 ] && want profile; then
@@ -58,10 +139,20 @@ if [ $BUILT = 1 ] && want profile; then
     --tensor-parallel 2 --batch 1,32,128 --json "$OUT/profile-tp2.json"
 fi
 
+{
 echo
 echo "== gpu-tp-check ($(sed -n 2p "$OUT/environment.txt" 2>/dev/null)) =="
 printf '%s\n' "${TABLE[@]}"
 [ -f "$OUT/gpu_summary.txt" ] && cat "$OUT/gpu_summary.txt"
+[ -f "$OUT/tp_bench_allreduce.txt" ] && cat "$OUT/tp_bench_allreduce.txt"
 [ -f "$OUT/allreduce.txt" ] && cat "$OUT/allreduce.txt"
 [ -f "$OUT/decode.txt" ] && cat "$OUT/decode.txt"
+} | tee "$OUT/summary.txt"
+# The device tool brings back at most 8 files: everything but the summaries goes into logs.tgz.
+if [ "${PACK:-1}" = 1 ]; then
+  ( cd "$OUT" && find . -type f ! -name summary.txt ! -name allreduce.json ! -name allreduce.txt ! -name gpu_summary.txt \
+      ! -name gpu_tests.json ! -name environment.txt ! -name logs.tgz -size -8M -print0 | tar --null -czf logs.tgz -T - \
+    && find . -mindepth 1 ! -name summary.txt ! -name allreduce.json ! -name allreduce.txt ! -name gpu_summary.txt \
+      ! -name gpu_tests.json ! -name environment.txt ! -name logs.tgz -delete 2>/dev/null )
+fi
 exit $FAILED

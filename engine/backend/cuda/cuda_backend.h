@@ -47,7 +47,11 @@ struct CudaBackendOptions {
   /// or f16; products and reductions accumulate in fp32 either way, logits are fp32. Checkpoints
   /// (bf16, f16 or f32) are converted on the GPU; presets are drawn there in this dtype.
   DType dtype = DType::bf16;
-  /// Names the bad field: device < 0, a dtype other than bf16 / f16, or f16 in a build without the
+  /// Tensor parallelism's watchdog (TpCudaBackend; unused on one GPU): NCCL communicator set-up
+  /// and every wait on a step's collectives end in an error, the communicators aborted, when they
+  /// have not finished after this many seconds (a rank that failed or never joined), never a hang.
+  double tp_timeout_s = 60.0;
+  /// Names the bad field: device < 0, tp_timeout_s <= 0, a dtype other than bf16 / f16, or f16 in a build without the
   /// fp16 kernels.
   void validate() const;
 };

@@ -1,7 +1,10 @@
 #include "engine/backend/cuda/tp_backend.h"
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -27,7 +30,9 @@ struct TpAccess {
 namespace {
 
 /// One host thread per rank. run(task) runs task(r) on rank r's thread for every r, waits for all,
-/// and rethrows the lowest rank's exception.
+/// and rethrows the lowest rank's exception. With a hard deadline (seconds > 0), a rank whose task
+/// has not returned by then (stuck where no watchdog reaches: inside a driver call) ends the
+/// process with a message rather than hanging it; the ranks' own watchdogs (tp_comm.h) fire first.
 class RankPool {
  public:
   explicit RankPool(int n) : errors_(n) {
@@ -45,7 +50,7 @@ class RankPool {
   RankPool(const RankPool&) = delete;
   RankPool& operator=(const RankPool&) = delete;
 
-  void run(const std::function<void(int)>& task) {
+  void run(const std::function<void(int)>& task, double hard_deadline_s = 0.0) {
     {
       std::lock_guard<std::mutex> lk(mu_);
       task_ = &task;
@@ -55,10 +60,33 @@ class RankPool {
     }
     wake_.notify_all();
     std::unique_lock<std::mutex> lk(mu_);
-    done_.wait(lk, [&] { return pending_ == 0; });
+    if (hard_deadline_s > 0.0) {
+      if (!done_.wait_for(lk, std::chrono::duration<double>(hard_deadline_s), [&] { return pending_ == 0; })) {
+        std::fprintf(stderr,
+                     "servelab: backend cuda (tensor parallel): %d rank thread(s) still inside a step or set-up "
+                     "%g s after it began, past every watchdog; ending the process instead of hanging\n",
+                     pending_, hard_deadline_s);
+        std::abort();
+      }
+    } else {
+      done_.wait(lk, [&] { return pending_ == 0; });
+    }
     task_ = nullptr;
-    for (const std::exception_ptr& e : errors_)
-      if (e) std::rethrow_exception(e);
+    // The lowest rank's own failure; a rank that only gave up because another failed
+    // (cuda::TpPeerFailed) is reported only when no rank has anything else to say.
+    std::exception_ptr first;
+    for (const std::exception_ptr& e : errors_) {
+      if (!e) continue;
+      try {
+        std::rethrow_exception(e);
+      } catch (const cuda::TpPeerFailed&) {
+        if (!first) first = e;
+        continue;
+      } catch (...) {
+      }
+      std::rethrow_exception(e);
+    }
+    if (first) std::rethrow_exception(first);
   }
 
  private:
@@ -130,19 +158,13 @@ struct TpCudaBackend::Impl {
                                "): unusable after a failed step (" + broken + ")");
   }
 
-  /// Waits for rank r's stream; gives up (throws) when another rank failed, so that no thread
-  /// stays blocked on a collective whose peer never launched.
-  void wait(int r) {
-    cudaStream_t s = rank(r).stream;
-    for (;;) {
-      const cudaError_t e = cudaStreamQuery(s);
-      if (e == cudaSuccess) return;
-      if (e != cudaErrorNotReady) CUDA_CHECK(e);
-      if (failed.load(std::memory_order_relaxed))
-        throw std::runtime_error("rank " + std::to_string(r) + " stopped: another rank failed");
-      std::this_thread::yield();
-    }
-  }
+  /// Waits for rank r's stream under the watchdog (cuda::tp_wait_stream): gives up (throws) when
+  /// another rank failed or options.tp_timeout_s passes, so that no thread stays blocked on a
+  /// collective whose peer never launched; run_collective then aborts the communicators.
+  void wait(int r) { cuda::tp_wait_stream(*tps[r], rank(r).stream, "the step"); }
+
+  /// The last resort of RankPool::run for collective work: well past every rank's own watchdog.
+  double hard_deadline_s() const { return 3.0 * options.tp_timeout_s + 30.0; }
 
   /// Runs `task` on every rank; a failure aborts the communicators (a collective may be half
   /// done) and marks the backend unusable.
@@ -150,15 +172,17 @@ struct TpCudaBackend::Impl {
     check_usable();
     failed = false;
     try {
-      pool->run([&](int r) {
-        try {
-          CUDA_CHECK(cudaSetDevice(r));
-          task(r);
-        } catch (...) {
-          failed = true;
-          throw;
-        }
-      });
+      pool->run(
+          [&](int r) {
+            try {
+              CUDA_CHECK(cudaSetDevice(r));
+              task(r);
+            } catch (...) {
+              failed = true;
+              throw;
+            }
+          },
+          hard_deadline_s());
     } catch (const std::exception& e) {
       broken = e.what();
       try {
@@ -267,17 +291,33 @@ std::unique_ptr<TpCudaBackend::Impl> TpCudaBackend::build(const ModelConfig& con
     tp->vocab = config.vocab_size;
     tp->local_vocab = plan.vocab;
     tp->dtype = o.dtype;
+    tp->timeout_s = o.tp_timeout_s;
+    tp->peer_failed = &impl->failed;
     m->tp = tp.get();
     m->setup();
     impl->tps[r] = std::move(tp);
     impl->ranks[r] = TpAccess::wrap(std::move(m));
   });
-  // ...then one communicator per rank, each rank's thread calling ncclCommInitRank.
+  // ...then one communicator per rank: non-blocking set-up on every rank thread at once, each
+  // polled under the watchdog (a rank that fails or never joins ends set-up everywhere with an error).
   const std::string id = cuda::tp_unique_id();
-  impl->pool->run([&](int r) {
-    CUDA_CHECK(cudaSetDevice(r));
-    cuda::tp_init_comm(*impl->tps[r], id);
-  });
+  impl->failed = false;
+  try {
+    impl->pool->run(
+        [&](int r) {
+          try {
+            CUDA_CHECK(cudaSetDevice(r));
+            cuda::tp_init_comm(*impl->tps[r], id);
+          } catch (...) {
+            impl->failed = true;
+            throw;
+          }
+        },
+        impl->hard_deadline_s());
+  } catch (const std::exception& e) {
+    impl->broken = e.what();  // ~Impl aborts the communicators that did come up
+    throw;
+  }
   return impl;
 }
 

@@ -1,8 +1,13 @@
 #include "engine/backend/cuda/tp_comm.h"
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <future>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #ifdef SERVELAB_HAVE_NCCL
 #include <nccl.h>
@@ -23,6 +28,68 @@ void nccl_check(ncclResult_t r, const char* call) {
 #define NCCL_CHECK(call) nccl_check((call), #call)
 
 ncclComm_t comm_of(const TpRank& tp) { return static_cast<ncclComm_t>(tp.comm); }
+
+using Clock = std::chrono::steady_clock;
+
+Clock::time_point deadline_of(const TpRank& tp) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(tp.timeout_s));
+}
+
+std::string who(const TpRank& tp) {
+  return "rank " + std::to_string(tp.rank) + " of " + std::to_string(tp.n_ranks);
+}
+
+std::string seconds_str(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+/// ncclCommAbort, bounded: on its own thread, waited for at most `seconds`. An abort stuck inside
+/// the driver is left behind (the communicator leaks) rather than hanging the caller.
+void bounded_abort(ncclComm_t comm, double seconds, const std::string& what) {
+  if (!comm) return;
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> f = done->get_future();
+  std::thread([comm, done] {
+    ncclCommAbort(comm);
+    done->set_value();
+  }).detach();
+  if (f.wait_for(std::chrono::duration<double>(seconds)) != std::future_status::ready)
+    std::fprintf(stderr, "servelab: ncclCommAbort of %s did not return within %g s; the communicator is left behind\n",
+                 what.c_str(), seconds);
+}
+
+/// Polls the (non-blocking) communicator until the operation in flight is done: ncclSuccess
+/// returns, an NCCL error throws std::runtime_error, the deadline or a peer's failure TpTimeout.
+/// `idle`: sleep between polls (set-up, which takes ~0.1-1 s) rather than yield (enqueues).
+void nccl_poll(const TpRank& tp, ncclComm_t comm, const char* what, bool idle) {
+  const Clock::time_point deadline = deadline_of(tp);
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    nccl_check(ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError");
+    if (state == ncclSuccess) return;
+    if (state != ncclInProgress) nccl_check(state, what);
+    if (tp.peer_failed && tp.peer_failed->load(std::memory_order_relaxed))
+      throw TpPeerFailed(std::string("NCCL: ") + what + " on " + who(tp) + " given up: another rank failed");
+    if (Clock::now() > deadline)
+      throw TpTimeout(std::string("NCCL: ") + what + " on " + who(tp) + " did not finish within " +
+                      seconds_str(tp.timeout_s) + " s (a rank never joined, or it is stuck); communicators aborted");
+    if (idle)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    else
+      std::this_thread::yield();
+  }
+}
+
+/// A call on the non-blocking communicator: ncclInProgress means NCCL is still working on it in the
+/// background (set-up, a lazy connection): poll it to the end under the watchdog.
+void nccl_call(const TpRank& tp, ncclResult_t r, const char* what) {
+  if (r == ncclInProgress)
+    nccl_poll(tp, comm_of(tp), what, false);
+  else
+    nccl_check(r, what);
+}
 
 }  // namespace
 
@@ -49,23 +116,71 @@ void tp_init_comm(TpRank& tp, const std::string& unique_id) {
   ncclUniqueId id;
   if (unique_id.size() != sizeof id.internal) throw std::logic_error("tp_init_comm: malformed NCCL unique id");
   std::copy(unique_id.begin(), unique_id.end(), id.internal);
+  if (tp.blocking_init) {  // the pre-fix path, kept to reproduce issue 25 (TpGpuDiag)
+    ncclComm_t comm = nullptr;
+    NCCL_CHECK(ncclCommInitRank(&comm, tp.n_ranks, id, tp.rank));
+    tp.comm = comm;
+    return;
+  }
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // set-up runs in NCCL's own thread; we poll it under the deadline
   ncclComm_t comm = nullptr;
-  NCCL_CHECK(ncclCommInitRank(&comm, tp.n_ranks, id, tp.rank));
+  const ncclResult_t r = ncclCommInitRankConfig(&comm, tp.n_ranks, id, tp.rank, &config);
+  try {
+    if (r != ncclInProgress) nccl_check(r, "ncclCommInitRankConfig");
+    nccl_poll(tp, comm, "communicator set-up (ncclCommInitRankConfig)", true);
+  } catch (...) {
+    bounded_abort(comm, tp.timeout_s, who(tp));
+    throw;
+  }
   tp.comm = comm;
 }
 
 void tp_destroy_comm(TpRank& tp, bool abort) {
   if (!tp.comm) return;
-  if (abort)
-    ncclCommAbort(comm_of(tp));
-  else
-    ncclCommDestroy(comm_of(tp));
+  ncclComm_t comm = comm_of(tp);
   tp.comm = nullptr;
+  if (!abort) {
+    try {  // finalize flushes outstanding work (non-blocking: poll it), then destroy frees
+      const ncclResult_t r = ncclCommFinalize(comm);
+      if (r == ncclInProgress)
+        nccl_poll(tp, comm, "ncclCommFinalize", true);
+      else
+        nccl_check(r, "ncclCommFinalize");
+      NCCL_CHECK(ncclCommDestroy(comm));
+      return;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "servelab: %s; aborting the communicator\n", e.what());
+    }
+  }
+  bounded_abort(comm, tp.timeout_s, who(tp));
+}
+
+void tp_wait_stream(const TpRank& tp, cudaStream_t stream, const char* what) {
+  const Clock::time_point deadline = deadline_of(tp);
+  for (unsigned i = 0;; ++i) {
+    const cudaError_t e = cudaStreamQuery(stream);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) CUDA_CHECK(e);
+    if (tp.peer_failed && tp.peer_failed->load(std::memory_order_relaxed))
+      throw TpPeerFailed(std::string(what) + " on " + who(tp) + " given up: another rank failed");
+    if ((i & 255) == 255) {
+      if (tp.comm) {  // an NCCL error raised in the background (a broken connection) ends the wait too
+        ncclResult_t state = ncclSuccess;
+        if (ncclCommGetAsyncError(comm_of(tp), &state) == ncclSuccess && state != ncclSuccess && state != ncclInProgress)
+          nccl_check(state, what);
+      }
+      if (Clock::now() > deadline)
+        throw TpTimeout(std::string(what) + " on " + who(tp) + " did not finish within " + seconds_str(tp.timeout_s) +
+                        " s: a collective is stuck (a peer rank failed or never launched it)");
+    }
+    std::this_thread::yield();
+  }
 }
 
 void tp_all_reduce(TpRank& tp, void* x, int64_t n, cudaStream_t stream) {
   const ncclDataType_t type = tp.dtype == DType::f16 ? ncclFloat16 : ncclBfloat16;
-  NCCL_CHECK(ncclAllReduce(x, x, size_t(n), type, ncclSum, comm_of(tp), stream));
+  nccl_call(tp, ncclAllReduce(x, x, size_t(n), type, ncclSum, comm_of(tp), stream), "ncclAllReduce");
 }
 
 void tp_lm_head(TpRank& tp, kernels::Gemm& gemm, const void* xs, const void* lm_head_rows, float* logits, int n,
@@ -75,7 +190,7 @@ void tp_lm_head(TpRank& tp, kernels::Gemm& gemm, const void* xs, const void* lm_
   float* all = tp.gather.get<float>();
   const auto type = tp.dtype == DType::f16 ? kernels::ScalarType::f16 : kernels::ScalarType::bf16;
   gemm.run(type, xs, lm_head_rows, all + tp.rank * block, n, tp.local_vocab, d, true, stream);
-  NCCL_CHECK(ncclAllGather(all + tp.rank * block, all, block, ncclFloat32, comm_of(tp), stream));
+  nccl_call(tp, ncclAllGather(all + tp.rank * block, all, block, ncclFloat32, comm_of(tp), stream), "ncclAllGather");
   // [rank][row][col] -> [row][rank * V/N + col]
   for (int r = 0; r < tp.n_ranks; ++r)
     CUDA_CHECK(cudaMemcpy2DAsync(logits + size_t(r) * tp.local_vocab, size_t(tp.vocab) * sizeof(float),
@@ -97,6 +212,7 @@ std::string tp_nccl_version() { return "none (built without NCCL)"; }
 std::string tp_unique_id() { no_nccl(); }
 void tp_init_comm(TpRank&, const std::string&) { no_nccl(); }
 void tp_destroy_comm(TpRank& tp, bool) { tp.comm = nullptr; }
+void tp_wait_stream(const TpRank&, cudaStream_t stream, const char*) { CUDA_CHECK(cudaStreamSynchronize(stream)); }
 void tp_all_reduce(TpRank&, void*, int64_t, cudaStream_t) { no_nccl(); }
 void tp_lm_head(TpRank&, kernels::Gemm&, const void*, const void*, float*, int, int, cudaStream_t) { no_nccl(); }
 

@@ -7,6 +7,8 @@
 // SERVELAB_HAVE_NCCL (without it, creating a communicator throws).
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <stdexcept>
 #include <cstdint>
 #include <string>
 
@@ -29,6 +31,25 @@ struct TpRank {
   DeviceBuffer gather;   ///< [n_ranks, rows, local_vocab] fp32: the all-gather's output
   int gather_rows = 0;   ///< sampled rows `gather` has room for
   DType dtype = DType::bf16;  ///< the activations' dtype (bf16 or f16): all-reduces and the LM head
+  /// The watchdog: communicator set-up, every NCCL call that reports ncclInProgress and every wait
+  /// on the rank's stream give up after this many seconds (CudaBackendOptions::tp_timeout_s).
+  double timeout_s = 60.0;
+  /// Set by any rank that failed (shared by the ranks of one backend): the others stop waiting on
+  /// a peer that will never come. May be null (then only the deadline ends a wait).
+  const std::atomic<bool>* peer_failed = nullptr;
+  /// Diagnosis only (issue 25's GPU test TpGpuDiag): the blocking ncclCommInitRank of the code
+  /// before the fix, on the calling thread, with no watchdog.
+  bool blocking_init = false;
+};
+
+/// What a rank's watchdog saw: the wait ended by the deadline, another rank's failure, or NCCL.
+struct TpTimeout : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+/// A rank's wait given up because another rank failed: a consequence, not the cause (RankPool
+/// reports the failing rank's own error rather than this one).
+struct TpPeerFailed : TpTimeout {
+  using TpTimeout::TpTimeout;
 };
 
 /// True when this servelab was built with NCCL (tensor_parallel > 1 is possible).
@@ -37,12 +58,20 @@ bool tp_have_nccl();
 std::string tp_nccl_version();
 /// A fresh unique id for ncclCommInitRank (128 bytes), from rank 0's thread.
 std::string tp_unique_id();
-/// ncclCommInitRank on the calling thread (its current device is the rank's). Sets
-/// NCCL_NVLS_ENABLE=0 in the environment first when it is unset (NVLink multicast stays off).
+/// Non-blocking ncclCommInitRankConfig (config.blocking = 0) for the calling thread's current
+/// device, then polls ncclCommGetAsyncError until the communicator is ready. Throws TpTimeout (after
+/// ncclCommAbort) when set-up has not finished within tp.timeout_s (a rank never joined) or another
+/// rank failed meanwhile, std::runtime_error when NCCL reports an error. Sets NCCL_NVLS_ENABLE=0 in
+/// the environment first when it is unset (NVLink multicast stays off).
 void tp_init_comm(TpRank& tp, const std::string& unique_id);
-/// ncclCommDestroy (or ncclCommAbort when `abort`: a rank failed mid-step and the others may be
-/// blocked in a collective).
+/// ncclCommFinalize + ncclCommDestroy, bounded by tp.timeout_s (then ncclCommAbort); straight
+/// ncclCommAbort when `abort` (a rank failed mid-step and a collective may never finish).
 void tp_destroy_comm(TpRank& tp, bool abort);
+/// Waits until `stream` has drained: cudaStreamQuery in a loop that also polls the communicator's
+/// asynchronous error. Throws TpTimeout when tp.timeout_s passes first (a collective whose peer
+/// never launched it) or another rank failed; std::runtime_error on a CUDA or NCCL error. The
+/// caller then aborts the communicators (the stuck kernel ends once its communicator is aborted).
+void tp_wait_stream(const TpRank& tp, cudaStream_t stream, const char* what);
 
 /// In-place sum over the ranks of `n` values in tp.dtype at `x` (ncclAllReduce, ncclSum).
 void tp_all_reduce(TpRank& tp, void* x, int64_t n, cudaStream_t stream);

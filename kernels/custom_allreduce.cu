@@ -1,0 +1,198 @@
+#include "kernels/custom_allreduce.h"
+
+#include <cuda_bf16.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda_check.h"
+
+namespace servelab::kernels {
+
+namespace {
+
+struct Peers {
+  void* staging[CustomAllReduce::kMaxRanks];
+  uint32_t* flags[CustomAllReduce::kMaxRanks];
+};
+
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ void store_release_sys(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+/// 16 bytes, bypassing L1 (the line may hold an older call's data of the same staging half).
+__device__ __forceinline__ uint4 load_cg(const void* p) { return __ldcg(static_cast<const uint4*>(p)); }
+
+__device__ __forceinline__ void add8(float (&acc)[8], uint4 v) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    acc[2 * i] += f.x;
+    acc[2 * i + 1] += f.y;
+  }
+}
+__device__ __forceinline__ void set8(float (&acc)[8], uint4 v) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    acc[2 * i] = f.x;
+    acc[2 * i + 1] = f.y;
+  }
+}
+__device__ __forceinline__ uint4 pack8(const float (&acc)[8]) {
+  uint4 v;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
+  return v;
+}
+
+/// Block b of every rank meets here: thread t < n tells rank t that this rank's block b reached
+/// call `cnt` (its stores before this barrier made visible system-wide first), then waits until
+/// rank t's block b said the same. Traps after timeout_ns (a peer that never arrives).
+__device__ __forceinline__ void barrier(const Peers& p, uint32_t* my_flags, int rank, int n, uint32_t cnt,
+                                        uint64_t timeout_ns) {
+  __syncthreads();
+  const int t = threadIdx.x;
+  if (t < n) {
+    __threadfence_system();
+    store_release_sys(p.flags[t] + blockIdx.x * n + rank, cnt);
+    const uint32_t* mine = my_flags + blockIdx.x * n + t;
+    const uint64_t t0 = global_ns();
+    while (int32_t(load_acquire_sys(mine) - cnt) < 0) {
+      if (global_ns() - t0 > timeout_ns) {
+        printf("custom all-reduce: rank %d block %d: rank %d did not arrive within %llu ns\n", rank, blockIdx.x, t,
+               (unsigned long long)timeout_ns);
+        __trap();
+      }
+    }
+  }
+  __syncthreads();
+}
+
+template <bool kPush>
+__global__ void __launch_bounds__(512) one_shot(Peers p, uint32_t* my_flags, uint32_t* counters, const uint4* in,
+                                                uint4* out, int64_t n_vec, int64_t slot_vec, int rank, int n,
+                                                uint64_t timeout_ns) {
+  __shared__ uint32_t s_cnt;
+  if (threadIdx.x == 0) {
+    s_cnt = counters[blockIdx.x] + 1;
+    counters[blockIdx.x] = s_cnt;
+  }
+  __syncthreads();
+  const uint32_t cnt = s_cnt;
+  const int64_t half = int64_t(cnt & 1) * n * slot_vec;  // this call's half of every staging buffer
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (kPush) {
+    for (int64_t v = first; v < n_vec; v += stride) {
+      const uint4 x = in[v];
+      for (int r = 0; r < n; ++r) static_cast<uint4*>(p.staging[r])[half + rank * slot_vec + v] = x;
+    }
+  } else {
+    uint4* mine = static_cast<uint4*>(p.staging[rank]) + half;
+    for (int64_t v = first; v < n_vec; v += stride) mine[v] = in[v];
+  }
+  barrier(p, my_flags, rank, n, cnt, timeout_ns);
+  for (int64_t v = first; v < n_vec; v += stride) {
+    float acc[8];
+    if (kPush) {
+      const uint4* mine = static_cast<const uint4*>(p.staging[rank]) + half;
+      set8(acc, load_cg(mine + v));
+      for (int r = 1; r < n; ++r) add8(acc, load_cg(mine + r * slot_vec + v));
+    } else {
+      set8(acc, load_cg(static_cast<const uint4*>(p.staging[0]) + half + v));
+      for (int r = 1; r < n; ++r) add8(acc, load_cg(static_cast<const uint4*>(p.staging[r]) + half + v));
+    }
+    out[v] = pack8(acc);
+  }
+}
+
+}  // namespace
+
+CustomAllReduce::CustomAllReduce(const std::vector<int>& devices, int64_t max_bytes, int blocks, int threads)
+    : n_(int(devices.size())), blocks_(blocks), threads_(threads), max_bytes_((max_bytes + 15) / 16 * 16),
+      devices_(devices) {
+  if (n_ < 1 || n_ > kMaxRanks) throw std::invalid_argument("CustomAllReduce: 1..8 ranks");
+  if (threads_ < n_ || threads_ > 512 || blocks_ < 1) throw std::invalid_argument("CustomAllReduce: bad launch shape");
+  int prev = 0;
+  CUDA_CHECK(cudaGetDevice(&prev));
+  staging_.assign(n_, nullptr);
+  flags_.assign(n_, nullptr);
+  counters_.assign(n_, nullptr);
+  for (int r = 0; r < n_; ++r) {
+    CUDA_CHECK(cudaSetDevice(devices_[r]));
+    for (int q = 0; q < n_; ++q) {
+      if (q == r) continue;
+      int can = 0;
+      CUDA_CHECK(cudaDeviceCanAccessPeer(&can, devices_[r], devices_[q]));
+      if (!can)
+        throw std::runtime_error("CustomAllReduce: device " + std::to_string(devices_[r]) + " cannot access device " +
+                                 std::to_string(devices_[q]) + "'s memory (no P2P)");
+      const cudaError_t e = cudaDeviceEnablePeerAccess(devices_[q], 0);
+      if (e == cudaErrorPeerAccessAlreadyEnabled)
+        (void)cudaGetLastError();
+      else
+        CUDA_CHECK(e);
+    }
+    CUDA_CHECK(cudaMalloc(&staging_[r], size_t(2) * n_ * max_bytes_));
+    CUDA_CHECK(cudaMalloc(&flags_[r], size_t(blocks_) * n_ * sizeof(uint32_t)));
+    CUDA_CHECK(cudaMemset(flags_[r], 0, size_t(blocks_) * n_ * sizeof(uint32_t)));
+    CUDA_CHECK(cudaMalloc(&counters_[r], size_t(blocks_) * sizeof(uint32_t)));
+    CUDA_CHECK(cudaMemset(counters_[r], 0, size_t(blocks_) * sizeof(uint32_t)));
+  }
+  for (int r = 0; r < n_; ++r) {
+    CUDA_CHECK(cudaSetDevice(devices_[r]));
+    CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  CUDA_CHECK(cudaSetDevice(prev));
+}
+
+CustomAllReduce::~CustomAllReduce() {
+  int prev = 0;
+  cudaGetDevice(&prev);
+  for (int r = 0; r < n_; ++r) {
+    cudaSetDevice(devices_[r]);
+    if (staging_[r]) cudaFree(staging_[r]);
+    if (flags_[r]) cudaFree(flags_[r]);
+    if (counters_[r]) cudaFree(counters_[r]);
+  }
+  cudaSetDevice(prev);
+}
+
+void CustomAllReduce::run(int rank, const void* in, void* out, int64_t n, cudaStream_t stream, Variant v) const {
+  if (rank < 0 || rank >= n_) throw std::invalid_argument("CustomAllReduce::run: bad rank");
+  if (n % 8 || n * 2 > max_bytes_)
+    throw std::invalid_argument("CustomAllReduce::run: n must be a multiple of 8 and fit max_bytes (n = " +
+                                std::to_string(n) + ")");
+  if ((reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out)) & 15)
+    throw std::invalid_argument("CustomAllReduce::run: pointers must be 16-byte aligned");
+  Peers p{};
+  for (int r = 0; r < n_; ++r) {
+    p.staging[r] = staging_[r];
+    p.flags[r] = flags_[r];
+  }
+  const int64_t n_vec = n / 8, slot_vec = max_bytes_ / 16;
+  if (v == Variant::push)
+    one_shot<true><<<blocks_, threads_, 0, stream>>>(p, flags_[rank], counters_[rank], static_cast<const uint4*>(in),
+                                                     static_cast<uint4*>(out), n_vec, slot_vec, rank, n_,
+                                                     spin_timeout_ns_);
+  else
+    one_shot<false><<<blocks_, threads_, 0, stream>>>(p, flags_[rank], counters_[rank], static_cast<const uint4*>(in),
+                                                      static_cast<uint4*>(out), n_vec, slot_vec, rank, n_,
+                                                      spin_timeout_ns_);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace servelab::kernels
