@@ -189,7 +189,14 @@ int capacity_main(const CapacityArgs& a) {
     for (const auto& w : analysis::write_capacity_plot(dir, results, bo.target)) std::cout << "warning: " << w << "\n";
     if (std::filesystem::exists(dir + "/plots/capacity.svg")) std::cout << "plot: " << dir << "/plots/capacity.svg\n";
   }
-  return 0;
+  // No invented figure: a strategy whose probes never bracketed the target has no capacity.
+  int rc = 0;
+  for (const auto& c : results)
+    if (!c.found) {
+      std::cerr << "servelab capacity: " << c.strategy << ": no capacity: " << c.note << "\n";
+      rc = 1;
+    }
+  return rc;
 }
 
 const Registrar reg(
@@ -213,7 +220,8 @@ const Registrar reg(
           "  servelab capacity scenarios/capacity.yaml\n"
           "  servelab capacity scenarios/capacity.yaml --set capacity.target_rate=400 --set capacity.gpu_hour_usd=2.5\n"
           "  servelab capacity scenarios/capacity.yaml --rate 27 --set capacity.n_requests=100000   # benchmark\n"
-          "Exit codes: 0 ok, 2 invalid scenario or input.");
+          "Exit codes: 0 ok, 1 a strategy's capacity was not bracketed (every probe met the target: a lower\n"
+          "bound only; or none did), 2 invalid scenario or input.");
       return [a] { return capacity_main(*a); };
     });
 
