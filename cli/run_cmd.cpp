@@ -51,6 +51,15 @@ int run_main(const RunArgs& args) {
 
 }  // namespace
 
+void remove_run_outputs(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const char* f : {"runs.json", "records.jsonl", "steps.jsonl", "replicas.jsonl", "server_metrics.jsonl",
+                        "summary.json", "report.md", "report.html", "results.csv", "junit.xml", "server.json"})
+    fs::remove(fs::path(dir) / f, ec);
+  fs::remove_all(fs::path(dir) / "plots", ec);
+}
+
 int run_scenario(const Scenario& scenario, const std::string& out_dir, bool quiet, bool no_plots, bool force) {
   const RunArgs args{"", out_dir, {}, quiet, no_plots, force, ""};
   const std::string dir = args.out.empty() ? scenario.output_dir : args.out;
@@ -63,7 +72,24 @@ int run_scenario(const Scenario& scenario, const std::string& out_dir, bool quie
                  "or pass --force to overwrite it\n";
     return 2;
   }
+  const bool created = !std::filesystem::exists(dir, ec);
+  // --force: the previous run's outputs go (its plots would otherwise sit beside this run's);
+  // only servelab's own files, so `--out . --force` never empties a user's folder.
+  if (args.force) remove_run_outputs(dir);
   std::filesystem::create_directories(dir);
+  // A run that fails before its first request (a model that does not load, a server that does
+  // not answer) leaves nothing behind: no folder of empty records blocking the retry.
+  struct Cleanup {
+    std::string dir;
+    bool created;
+    bool armed = true;
+    ~Cleanup() {
+      if (!armed) return;
+      std::error_code ec;
+      if (created) std::filesystem::remove_all(dir, ec);
+      else remove_run_outputs(dir);
+    }
+  } cleanup{dir, created};
 
   // One Planner for the whole run: a dataset or trace is read once.
   const Planner planner(scenario);
@@ -89,6 +115,7 @@ int run_scenario(const Scenario& scenario, const std::string& out_dir, bool quie
     progress->draw(true);
   };
   opts.on_record = [&](const SweepRun&, const RequestRecord& rec) {
+    cleanup.armed = false;  // a request finished: whatever happens now is kept and reported
     progress->on_finished(rec.end_s, rec.output_tokens);
   };
   opts.on_run_done = [&](const SweepRun& r, const DriveStats& st) {
@@ -98,6 +125,7 @@ int run_scenario(const Scenario& scenario, const std::string& out_dir, bool quie
           << st.end_s << " s\n";
   };
   const SweepOutcome sweep = run_sweep(planner, opts);
+  cleanup.armed = false;
 
   if (sweep.interrupted) {  // report only the runs that started; the rest were never measured
     std::set<std::string> started;  // points, whichever repetition started

@@ -58,6 +58,13 @@ std::vector<SweepRun> plan_sweep(const Planner& planner);
 /// plan_sweep(Planner(scenario)): reads the scenario's dataset or trace.
 std::vector<SweepRun> plan_sweep(const Scenario& scenario);
 
+/// Every check a run makes before its first request, without running: in-process, the backend is
+/// built (weights loaded and checked, a sim profile read and matched to the model, a CUDA device
+/// found) and every strategy's engine with its KV arena (which must fit this machine's memory on
+/// the CPU backend); with `target:`, the tokenizer folder. Throws std::exception with the
+/// message the run would have stopped with.
+void check_runnable(const Scenario& scenario);
+
 /// Runs every point: rates in order, every strategy at each rate; with workload.repeat N, each
 /// rate's strategies N times over, repetition k planned with repeat_seed(seed, k) and labelled
 /// "<point>#k" (the same plan for every strategy within a repetition). The cpu backend's weights are

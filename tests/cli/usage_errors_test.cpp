@@ -61,18 +61,6 @@ TEST(UsageErrors, ServeBannerNamesBatchingAndKv) {
   EXPECT_NE(text.find("naive KV ("), std::string::npos) << text;
 }
 
-TEST(UsageErrors, CompareTakesTheGatesMetricNames) {
-  SERVELAB_REQUIRE_BINARY();
-  TempDir tmp;
-  // scenarios/quick.yaml, cited by the docs and --help, exists and runs (sim: about a second).
-  const std::string out = tmp.file("quick");
-  CliResult r = run_servelab({"run", "scenarios/quick.yaml", "--out", out, "--no-plots", "-q"}, tmp);
-  ASSERT_EQ(r.code, 0) << r.output;
-  r = run_servelab({"compare", out, out, "--metric", "ttft_p99_ms"}, tmp);
-  EXPECT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("ttft_ms.p99"), std::string::npos) << r.output;
-}
-
 TEST(CapacityCli, NotBracketedSaysSoAndExitsNonZero) {
   SERVELAB_REQUIRE_BINARY();
   TempDir tmp;
