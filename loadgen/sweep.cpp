@@ -53,6 +53,15 @@ nlohmann::ordered_json strategy_knobs(const StrategySpec& s) {
   return j;
 }
 
+/// What an HTTP run's reports say about its target, in place of engine knobs it does not have.
+nlohmann::ordered_json target_knobs(const TargetSpec& t) {
+  nlohmann::ordered_json j;
+  j["urls"] = t.urls;
+  j["api"] = to_string(t.api);
+  if (!t.model.empty()) j["model"] = t.model;
+  return j;
+}
+
 std::string point_suffix(const Scenario& sc, double rate) {
   switch (sc.workload.mode) {
     case LoadMode::open_loop: return "@" + format_rate(rate);
@@ -195,13 +204,17 @@ std::vector<SweepRun> plan_sweep(const Planner& planner) {
         r.repeat = k;
         r.n_repeats = n_rep;
         r.seed = repeat_seed(scenario.seed, k);
-        r.batching = to_string(s.sched.kind);
-        r.kv = to_string(s.kv.kind);
-        r.backend = to_string(scenario.backend.kind);
+        if (scenario.target) {  // the server under test: its batching and KV are not ours to name
+          r.backend = "http";
+        } else {
+          r.batching = to_string(s.sched.kind);
+          r.kv = to_string(s.kv.kind);
+          r.backend = to_string(scenario.backend.kind);
+        }
         r.rate = scenario.workload.mode == LoadMode::open_loop ? rate : 0.0;
         r.n_planned = plan.n_measured();
         r.n_warmup = plan.n_warmup;
-        r.config = strategy_knobs(s);
+        r.config = scenario.target ? target_knobs(*scenario.target) : strategy_knobs(s);
         if (scenario.workload.mode == LoadMode::closed_loop) r.config["concurrency"] = plan.concurrency;
         if (plan.max_concurrency > 0) r.config["max_concurrency"] = plan.max_concurrency;
         if (plan.ramp_to > 0) r.config["ramp_to"] = plan.ramp_to;
@@ -255,7 +268,7 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
             if (options.on_record) options.on_record(run, r);
           };
           const DriveStats stats = http_load::run_http_point(scenario, plan, run.label, http_sinks, target_tokenizer.get(),
-                                                             options.out_dir, options.stop);
+                                                             options.out_dir, options.stop, options.scrape_server_metrics);
           if (options.on_run_done) options.on_run_done(run, stats);
           if (stats.stopped) {
             outcome.interrupted = true;

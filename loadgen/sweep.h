@@ -43,6 +43,8 @@ struct SweepOptions {
   std::function<void(const SweepRun&, const DriveStats&)> on_run_done;
   /// Loads target.tokenizer (a model folder) for scenarios with `target:` (HTTP runs).
   std::function<std::unique_ptr<Tokenizer>(const std::string& dir)> load_tokenizer;
+  /// HTTP runs: scrape the server's /metrics into out_dir/server_metrics.jsonl during each run.
+  bool scrape_server_metrics = false;
 };
 
 struct SweepOutcome {
