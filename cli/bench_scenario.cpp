@@ -30,7 +30,6 @@ const FlagOf kFlags[] = {{"workload.rates", "--rate"},
                          {"workload.warmup_requests", "--warmup"},
                          {"workload.prompt_tokens", "--prompt-tokens"},
                          {"workload.output_tokens", "--output-tokens"},
-                         {"workload", "--dataset"},
                          {"engine.max_model_len", "--max-model-len"},
                          {"target.urls", "--url"},
                          {"target.url", "--url"},
@@ -143,7 +142,7 @@ void add_bench_flags(CLI::App& sub, BenchArgs& a) {
   sub.add_option("--goodput", a.goodput, "vLLM: SLOs of goodput, ttft:MS tpot:MS e2el:MS (the scenario's slo)");
   sub.add_option("--percentile-metrics", a.percentile_metrics, "vLLM: metrics of the result JSON's percentiles, e.g. ttft,tpot,itl");
   sub.add_option("--metric-percentiles", a.metric_percentiles, "vLLM: percentiles reported, e.g. 50,90,99");
-  sub.add_flag("--ignore-eos", "vLLM: outputs run to the planned length (the default here)");
+  sub.add_flag("--ignore-eos", a.ignore_eos, "vLLM: outputs run to the planned length (the default here)");
   sub.add_flag("--no-ignore-eos", a.no_ignore_eos, "Let the server stop at its end-of-sequence token");
   sub.add_option("--extra-body", a.extra_body, "JSON object merged into every request body, e.g. '{\"top_k\": 20}'");
   sub.add_option("--max-error-rate", a.max_error_rate,

@@ -41,6 +41,7 @@ struct BenchArgs {
   std::vector<std::string> goodput;  ///< --goodput ttft:MS tpot:MS e2el:MS
   std::string percentile_metrics;    ///< --percentile-metrics ttft,tpot,itl,e2el (vLLM result keys)
   std::string metric_percentiles;    ///< --metric-percentiles 50,90,99
+  bool ignore_eos = true;            ///< --ignore-eos: accepted as vLLM users type it (the default)
   bool no_ignore_eos = false;        ///< --no-ignore-eos: let the server stop at EOS
   std::string extra_body;            ///< JSON object merged into every request body
   double max_error_rate = 0.05;

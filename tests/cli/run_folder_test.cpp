@@ -6,7 +6,7 @@
 namespace servelab::cli_test {
 namespace {
 
-TEST(RunFolder, QuickScenarioReportNeedsStepsCompareTakesGateNames) {
+TEST(QuickRunFolder, ReportNeedsStepsForceClearsPlotsCompareTakesGateNames) {
   SERVELAB_REQUIRE_BINARY();
   TempDir tmp;
   const std::string out = tmp.file("quick");

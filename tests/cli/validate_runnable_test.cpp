@@ -7,7 +7,8 @@
 namespace servelab::cli_test {
 namespace {
 
-const std::string kWorkload = "workload: {rates: [1], n_requests: 2, prompt_tokens: 8, output_tokens: 4}\n";
+const std::string kWorkload =
+    "strategies: [{batching: continuous}]\nworkload: {rates: [1], n_requests: 2, prompt_tokens: 8, output_tokens: 4}\n";
 
 /// A model folder with tiny's config.json and `safetensors` bytes as its weights ("" = none).
 std::string model_folder(const TempDir& tmp, const std::string& safetensors) {
