@@ -30,6 +30,13 @@ void require(bool ok, const std::string& field, const std::string& rule, double 
   }
 }
 
+/// "8", "0.0625", "4.4e+12": the rate as a reader wants it (6 significant digits).
+std::string format_rate_text(double rate) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", rate);
+  return buf;
+}
+
 }  // namespace
 
 void BisectionOptions::validate() const {
@@ -100,11 +107,16 @@ StrategyCapacity find_capacity(const std::string& strategy, const std::function<
   double r = o.rate_lo > 0 ? o.rate_lo : (o.rate_hi > 0 ? o.rate_hi / 8.0 : 1.0);
   if (run(r)) {
     if (o.rate_hi > 0 && budget_left()) run(o.rate_hi);
-    for (r = std::max(r, ok); bad == 0.0 && budget_left();) run(r *= 2.0);  // double until one misses
-    if (bad == 0.0) c.note = "every probed rate up to " + std::to_string(ok) + " req/s met the target";
+    // Double until one misses, up to kMaxProbeRate: a rate no server reaches means the probes
+    // are too short to load it (every request done before the next is due), not a capacity.
+    for (r = std::max(r, ok); bad == 0.0 && budget_left() && r < kMaxProbeRate;) run(r *= 2.0);
+    if (bad == 0.0)
+      c.note = "not bracketed: >= " + format_rate_text(ok) + " req/s (every probed rate met the target; raise "
+               "capacity.rate_hi, capacity.max_probes or capacity.n_requests)";
   } else {
     for (; ok == 0.0 && budget_left() && r > 1e-6;) run(r /= 2.0);  // halve until one meets
-    if (ok == 0.0) c.note = "no probed rate down to " + std::to_string(r) + " req/s met the target";
+    if (ok == 0.0)
+      c.note = "below the lowest probe: < " + format_rate_text(r) + " req/s (no probed rate met the target)";
   }
   while (ok > 0.0 && bad > 0.0 && bad - ok > o.tolerance(ok) && budget_left()) {
     // A probe that contradicts monotonicity (a lower rate missing) can leave bad below ok.
@@ -121,8 +133,11 @@ StrategyCapacity find_capacity(const std::string& strategy, const std::function<
   }
   if (ok > 0.0 && bad > 0.0 && bad - ok > o.tolerance(ok) && c.note.empty())
     c.note = "stopped after " + std::to_string(o.max_probes) + " probes";
-  c.found = ok > 0.0;
-  c.capacity = ok;
+  // A capacity needs both ends: the highest rate meeting the target below a rate missing it.
+  // Without a missing rate, ok is only a lower bound; reported as such, never as the capacity.
+  c.found = ok > 0.0 && bad > 0.0;
+  c.lower_bound = bad == 0.0 ? ok : 0.0;
+  c.capacity = c.found ? ok : 0.0;
   c.failing_rate = bad;
   c.precision = (ok > 0.0 && bad > ok) ? bad - ok : 0.0;
   return c;
@@ -249,7 +264,8 @@ nlohmann::ordered_json capacity_json(const std::vector<StrategyCapacity>& result
     nlohmann::ordered_json s;
     s["strategy"] = c.strategy;
     s["found"] = c.found;
-    s["capacity_rps"] = c.capacity;
+    s["capacity_rps"] = c.found ? nlohmann::ordered_json(c.capacity) : nlohmann::ordered_json(nullptr);
+    s["lower_bound_rps"] = c.lower_bound > 0 ? nlohmann::ordered_json(c.lower_bound) : nlohmann::ordered_json(nullptr);
     s["failing_rps"] = c.failing_rate > 0 ? nlohmann::ordered_json(c.failing_rate) : nlohmann::ordered_json(nullptr);
     s["precision_rps"] = c.precision;
     s["note"] = c.note;

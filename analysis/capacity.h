@@ -63,8 +63,9 @@ struct BisectionOptions {
 struct StrategyCapacity {
   std::string strategy;
   std::vector<CapacityProbe> probes;  ///< every probe, in the order it ran
-  bool found = false;           ///< some probed rate met the target
-  double capacity = 0.0;        ///< highest probed rate meeting the target (0 when none did)
+  bool found = false;           ///< bracketed: a probed rate met the target and a higher one missed it
+  double capacity = 0.0;        ///< highest probed rate meeting the target below a missing one (0 unless found)
+  double lower_bound = 0.0;     ///< not bracketed: every probe met the target up to this rate (0 otherwise)
   double failing_rate = 0.0;    ///< lowest probed rate above it that missed (0 when none did)
   double precision = 0.0;       ///< failing_rate − capacity when both are known
   std::string note;             ///< why the search stopped early, if it did
@@ -81,9 +82,14 @@ struct StrategyCapacity {
   double fleet_usd_per_hour = 0.0;       ///< gpus × gpu_hour_usd
 };
 
+/// The highest rate the search doubles to: beyond it the probes cannot load the target.
+inline constexpr double kMaxProbeRate = 1e6;
+
 /// Bisection: probes rate_lo (halving while it misses, doubling while it meets when no rate_hi
 /// was given), then halves the bracket [highest meeting, lowest missing] until it is within the
-/// tolerance. Assumes attainment falls as the rate rises; a probe that contradicts a bracket
+/// tolerance. Without a missing rate (every probe met the target) there is no capacity: found is
+/// false, lower_bound the highest rate probed and the note says "not bracketed: >= X req/s"; with
+/// no meeting rate, "below the lowest probe". Assumes attainment falls as the rate rises; a probe that contradicts a bracket
 /// is kept and the bracket still narrows. `probe(rate)` runs one point; its `meets` is set here.
 StrategyCapacity find_capacity(const std::string& strategy, const std::function<CapacityProbe(double)>& probe,
                                const BisectionOptions& options);

@@ -298,7 +298,7 @@ RunMetrics compute_metrics(const std::string& label, const std::vector<RequestRe
     const RequestRecord& r = *rp;
     ++m.n_requests;
     m.n_preemptions += r.preemptions;
-    lateness.push_back((r.sent_s - r.arrival_s) * 1000.0);
+    lateness.push_back(r.lateness_s() * 1000.0);  // a max-concurrency cap's wait is not lateness
     first_arrival = std::min(first_arrival, r.arrival_s);
     const double fin = finish_time(r);
     if (fin >= 0.0) last_finish = std::max(last_finish, fin);

@@ -36,6 +36,9 @@ struct ReportInput {
   std::vector<RunInfo> runs;  ///< one per label, in sweep order
   std::vector<Gate> gates;
   std::optional<BaselineSpec> baseline;  ///< path resolved against the current directory
+  /// HTTP runs (target.max_error_rate): a run whose failed share passes this, or whose every
+  /// request failed, fails as a gate naming the reasons. runs.json: "max_error_rate".
+  std::optional<double> max_error_rate;
   std::vector<RequestRecord> records;
   std::vector<StepRecord> steps;
   /// records.jsonl or steps.jsonl ended in a partial line (dropped): the run was killed mid-write.
@@ -99,5 +102,18 @@ void print_terminal_plot(std::ostream& out, const Summary& s, const std::string&
 void print_gate_results(std::ostream& out, const std::vector<GateResult>& gates);
 /// Warnings from metrics: lateness p99 > 1 ms, failed requests, fewer records than planned.
 std::vector<std::string> summary_warnings(const Summary& s);
+
+/// Why a run's measured requests failed, most frequent first: {reason, count}. Reasons are the
+/// records' error texts with request-specific numbers kept (HTTP status, seconds).
+std::vector<std::pair<std::string, std::size_t>> failure_reasons(const std::string& run,
+                                                                  const std::vector<RequestRecord>& records);
+
+/// "5 × connect: Connection refused; 2 × HTTP 429: queue full" (at most `max_reasons`, then "...").
+std::string format_failure_reasons(const std::vector<std::pair<std::string, std::size_t>>& reasons,
+                                   std::size_t max_reasons = 3);
+
+/// One gate per run: failed share <= max_error_rate, and not every request failed.
+std::vector<GateResult> error_rate_gates(const Summary& s, const std::vector<RequestRecord>& records,
+                                         double max_error_rate);
 
 }  // namespace servelab::analysis

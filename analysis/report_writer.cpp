@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <stdexcept>
 
 #include "analysis/json_format.h"
@@ -56,6 +57,52 @@ std::vector<std::string> summary_warnings(const Summary& s) {
   return w;
 }
 
+std::vector<std::pair<std::string, std::size_t>> failure_reasons(const std::string& run,
+                                                                  const std::vector<RequestRecord>& records) {
+  std::map<std::string, std::size_t> counts;
+  for (const auto& r : records)
+    if (r.run == run && !r.warmup && r.status != RecordStatus::ok)
+      ++counts[r.error.empty() ? std::string(to_string(r.status)) : r.error];
+  std::vector<std::pair<std::string, std::size_t>> out(counts.begin(), counts.end());
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
+}
+
+std::string format_failure_reasons(const std::vector<std::pair<std::string, std::size_t>>& reasons,
+                                   std::size_t max_reasons) {
+  std::string s;
+  for (std::size_t i = 0; i < reasons.size() && i < max_reasons; ++i)
+    s += (i ? "; " : "") + std::to_string(reasons[i].second) + " x " + reasons[i].first;
+  if (reasons.size() > max_reasons) s += "; and " + std::to_string(reasons.size() - max_reasons) + " other reasons";
+  return s;
+}
+
+std::vector<GateResult> error_rate_gates(const Summary& s, const std::vector<RequestRecord>& records,
+                                         double max_error_rate) {
+  std::vector<GateResult> out;
+  for (const auto& r : s.runs) {
+    const auto& m = r.metrics;
+    GateResult g;
+    g.name = "error rate of " + r.info.label + " <= " + format_number(100.0 * max_error_rate) + "%";
+    const double share = m.n_requests ? static_cast<double>(m.n_failed) / static_cast<double>(m.n_requests) : 0.0;
+    const bool all_failed = m.n_requests > 0 && m.n_failed == m.n_requests;
+    g.passed = !all_failed && share <= max_error_rate;
+    g.message = std::to_string(m.n_failed) + " of " + std::to_string(m.n_requests) + " requests failed (" +
+                format_number(100.0 * share) + "%)";
+    if (m.n_failed > 0) {
+      std::vector<RequestRecord> mine;  // a repeated point's records carry "<label>#k"
+      for (const auto& rec : records)
+        if (rec.run == r.info.label || rec.run.rfind(r.info.label + "#", 0) == 0) {
+          mine.push_back(rec);
+          mine.back().run = r.info.label;
+        }
+      g.message += ": " + format_failure_reasons(failure_reasons(r.info.label, mine));
+    }
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
 void write_runs_file(const std::string& dir, const ReportInput& input) {
   nlohmann::ordered_json j;
   j["schema"] = kRunsSchema;
@@ -69,6 +116,7 @@ void write_runs_file(const std::string& dir, const ReportInput& input) {
   j["gates"] = nlohmann::ordered_json::array();
   for (const auto& g : input.gates) j["gates"].push_back(g);
   if (input.baseline) j["baseline"] = *input.baseline;
+  if (input.max_error_rate) j["max_error_rate"] = *input.max_error_rate;
   write_text_file(in_dir(dir, "runs.json"), j.dump(2) + "\n");
 }
 
@@ -82,6 +130,10 @@ ReportOutcome write_reports(const std::string& dir, const ReportInput& input, co
   write_summary(in_dir(dir, "summary.json"), out.summary);
 
   out.gates = evaluate_gates(out.summary, input.gates);
+  if (input.max_error_rate) {
+    const auto e = error_rate_gates(out.summary, input.records, *input.max_error_rate);
+    out.gates.insert(out.gates.begin(), e.begin(), e.end());
+  }
   if (input.baseline) {
     try {
       const Summary base = read_summary_or_dir(input.baseline->path);
@@ -93,6 +145,12 @@ ReportOutcome write_reports(const std::string& dir, const ReportInput& input, co
     }
   }
   out.warnings = summary_warnings(out.summary);
+  for (auto& w : out.warnings)  // "N of M requests failed": and why, counted
+    for (const auto& r : out.summary.runs)
+      if (w.rfind("run " + r.info.label + ": ", 0) == 0 && w.find(" requests failed") != std::string::npos) {
+        const auto reasons = failure_reasons(r.info.label, input.records);
+        if (!reasons.empty()) w += ": " + format_failure_reasons(reasons);
+      }
   std::size_t n_short = 0;
   for (const auto& r : out.summary.runs)
     if (r.info.n_requests > 0 && r.metrics.n_requests + r.metrics.n_window_dropped < planned_records(r)) ++n_short;
@@ -141,6 +199,7 @@ ReportInput load_report_input(const std::string& dir) {
     if (j.contains("gates"))
       for (const auto& g : j["gates"]) in.gates.push_back(g.get<Gate>());
     if (j.contains("baseline") && !j["baseline"].is_null()) in.baseline = j["baseline"].get<BaselineSpec>();
+    if (j.contains("max_error_rate") && j["max_error_rate"].is_number()) in.max_error_rate = j["max_error_rate"].get<double>();
   } catch (const std::runtime_error&) {
     throw;
   } catch (const std::exception& e) {

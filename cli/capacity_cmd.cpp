@@ -18,6 +18,7 @@
 #include "analysis/environment.h"
 #include "analysis/metrics.h"
 #include "cli/report_input.h"
+#include "cli/bench_scenario.h"
 #include "cli/command.h"
 #include "loadgen/capacity_probe.h"
 #include "loadgen/scenario.h"
@@ -27,6 +28,11 @@ namespace {
 
 struct CapacityArgs {
   std::string scenario;
+  std::vector<std::string> urls;  ///< --url: a server, no YAML (bench's scenario with these flags)
+  std::string model;
+  std::string api;
+  int prompt_tokens = 128;
+  int output_tokens = 64;
   std::string out;
   std::vector<std::string> overrides;
   std::vector<std::string> strategies;
@@ -75,7 +81,19 @@ int one_probe(const Scenario& sc, const PointRunner& runner, const std::vector<s
 int capacity_main(const CapacityArgs& a) {
   Scenario sc;
   try {
-    sc = load_scenario(a.scenario, a.overrides);
+    if (!a.urls.empty()) {  // the server alone: bench's scenario, probed at rates the search picks
+      BenchArgs b;
+      b.urls = a.urls;
+      b.model = a.model;
+      b.api = a.api;
+      b.prompt_tokens = a.prompt_tokens;
+      b.output_tokens = a.output_tokens;
+      b.name = "capacity-" + timestamp_now();
+      b.overrides = a.overrides;
+      sc = bench_scenario(b);
+    } else {
+      sc = load_scenario(a.scenario, a.overrides);
+    }
   } catch (const ScenarioError& e) {
     for (const auto& m : e.messages) std::cerr << m << "\n";
     return 2;
@@ -186,17 +204,35 @@ int capacity_main(const CapacityArgs& a) {
   std::ofstream(json_path) << analysis::capacity_json(results, bo.target, extra).dump(2) << "\n";
   std::cout << "wrote " << json_path << "\n";
   if (!a.no_plots) {
-    for (const auto& w : analysis::write_capacity_plot(dir, results, bo.target)) std::cout << "warning: " << w << "\n";
+    const auto warnings = analysis::write_capacity_plot(dir, results, bo.target);
+    if (!a.quiet)  // -q: gnuplot's problems stay in plots/capacity.log
+      for (const auto& w : warnings) std::cout << "warning: " << w << "\n";
     if (std::filesystem::exists(dir + "/plots/capacity.svg")) std::cout << "plot: " << dir << "/plots/capacity.svg\n";
   }
-  return 0;
+  // No invented figure: a strategy whose probes never bracketed the target has no capacity.
+  int rc = 0;
+  for (const auto& c : results)
+    if (!c.found) {
+      std::cerr << "servelab capacity: " << c.strategy << ": no capacity: " << c.note << "\n";
+      rc = 1;
+    }
+  return rc;
 }
 
 const Registrar reg(
     "capacity", "Find each strategy's highest request rate under the SLO (bisection), replicas and cost",
     [](CLI::App& sub) -> CommandMain {
       auto a = std::make_shared<CapacityArgs>();
-      sub.add_option("scenario", a->scenario, "Scenario YAML file")->required()->check(CLI::ExistingFile);
+      auto* scenario = sub.add_option("scenario", a->scenario, "Scenario YAML file")->check(CLI::ExistingFile);
+      auto* url = sub.add_option("--url", a->urls, "Probe this OpenAI-compatible server, without a YAML (bench's flags below; the rest by --set)");
+      url->excludes(scenario);
+      sub.add_option("--model", a->model, "With --url: model name to send");
+      sub.add_option("--api", a->api, "With --url: completions | chat")->check(CLI::IsMember({"completions", "chat"}));
+      sub.add_option("--prompt-tokens", a->prompt_tokens, "With --url: prompt length (default 128)")->check(CLI::PositiveNumber);
+      sub.add_option("--output-tokens", a->output_tokens, "With --url: output length (default 64)")->check(CLI::PositiveNumber);
+      sub.callback([a] {
+        if (a->scenario.empty() && a->urls.empty()) throw CLI::RequiredError("scenario (or --url)");
+      });
       sub.add_option("--out,-o", a->out, "Output folder for capacity.json and plots/ (default: the scenario's output_dir)");
       sub.add_option("--set", a->overrides, "Override a scenario value: key.path=value (repeatable)");
       sub.add_option("--strategy", a->strategies, "Only these strategy labels (repeatable)");
@@ -213,7 +249,9 @@ const Registrar reg(
           "  servelab capacity scenarios/capacity.yaml\n"
           "  servelab capacity scenarios/capacity.yaml --set capacity.target_rate=400 --set capacity.gpu_hour_usd=2.5\n"
           "  servelab capacity scenarios/capacity.yaml --rate 27 --set capacity.n_requests=100000   # benchmark\n"
-          "Exit codes: 0 ok, 2 invalid scenario or input.");
+          "  servelab capacity --url http://127.0.0.1:8000 --set slo.ttft_ms=500 --set capacity.n_requests=200\n"
+          "Exit codes: 0 ok, 1 a strategy's capacity was not bracketed (every probe met the target: a lower\n"
+          "bound only; or none did), 2 invalid scenario or input.");
       return [a] { return capacity_main(*a); };
     });
 

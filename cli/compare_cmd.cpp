@@ -6,6 +6,7 @@
 #include "analysis/compare.h"
 #include "analysis/summary.h"
 #include "cli/command.h"
+#include "cli/report_input.h"
 
 namespace servelab::cli {
 namespace {
@@ -21,7 +22,10 @@ struct CompareArgs {
 int compare_main(const CompareArgs& a) {
   const auto base = analysis::read_summary_or_dir(a.base);
   const auto current = analysis::read_summary_or_dir(a.current);
-  const auto& metrics = a.metrics.empty() ? analysis::default_compare_metrics() : a.metrics;
+  // Either spelling: the summary path (ttft_ms.p99) or the gates' flat name (ttft_p99_ms).
+  std::vector<std::string> metrics;
+  for (const auto& m : a.metrics) metrics.push_back(analysis_metric_name(m));
+  if (metrics.empty()) metrics = analysis::default_compare_metrics();
   const auto c = analysis::compare_summaries(base, current, a.threshold_pct, metrics, a.allow_missing);
   std::cout << "base: " << a.base << "\nnew:  " << a.current << "\n\n";
   analysis::print_comparison(std::cout, c);
@@ -42,7 +46,7 @@ const Registrar reg("compare", "Compare two summaries run by run; exit 1 on a re
                           ->capture_default_str()
                           ->check(CLI::NonNegativeNumber);
                       sub.add_option("--metric", a->metrics,
-                                     "metric to compare (repeatable), e.g. ttft_ms.p99, goodput; "
+                                     "metric to compare (repeatable), e.g. ttft_ms.p99 or ttft_p99_ms (the gates' name), goodput; "
                                      "default: p50/p99 TTFT and TPOT, output_throughput, goodput, "
                                      "slo_attainment");
                       sub.add_flag("--allow-missing", a->allow_missing,

@@ -3,6 +3,7 @@
 #include <exception>
 #include <iostream>
 #include <map>
+#include <string>
 
 #include "cli/command.h"
 
@@ -24,6 +25,17 @@ int main(int argc, char** argv) {
   for (auto& c : list) {
     CLI::App* sub = app.add_subcommand(c.name, c.description);
     mains[sub] = c.setup(*sub);
+  }
+  // CLI11 alone answers an unknown first word with "A subcommand is required": name it instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string word = argv[1];
+    const bool known = std::any_of(list.begin(), list.end(), [&](const auto& c) { return c.name == word; });
+    if (!known) {
+      std::cerr << "servelab: unknown command '" << word << "' (commands:";
+      for (const auto& c : list) std::cerr << " " << c.name;
+      std::cerr << "); see servelab --help\n";
+      return 2;
+    }
   }
   try {
     app.parse(argc, argv);

@@ -30,6 +30,18 @@ bool same_folder(const std::string& a, const std::string& b) {
   return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
 }
 
+/// In-process runs (cpu, sim, cuda) take their KV and batch figures from steps.jsonl: without it,
+/// re-rendering would rewrite them to null. Returns why the folder cannot be re-rendered, or "".
+std::string missing_steps(const std::string& dir, const analysis::ReportInput& in) {
+  std::error_code ec;
+  if (fs::exists(fs::path(dir) / "steps.jsonl", ec)) return "";
+  for (const auto& r : in.runs)
+    if (r.backend == "cpu" || r.backend == "sim" || r.backend == "cuda")
+      return (fs::path(dir) / "steps.jsonl").string() + ": missing: run " + r.label + " ran in-process (" + r.backend +
+             ") and its KV and batch figures come from this file; restore it (nothing was rewritten)";
+  return "";
+}
+
 int report_main(const ReportArgs& a) {
   analysis::ReportOptions opts;
   opts.plots = !a.no_plots;
@@ -53,6 +65,10 @@ int report_main(const ReportArgs& a) {
     return 2;
   }
   analysis::ReportInput input = analysis::load_report_input(a.dir);
+  if (const std::string why = missing_steps(a.dir, input); !why.empty()) {
+    std::cerr << "servelab report: error: " << why << "\n";
+    return 2;
+  }
   for (const auto& f : a.add) add_peer_records(input, f);
   if (elsewhere) write_merged_records(dir, input);
   const auto outcome = analysis::write_reports(dir, input, opts);
@@ -77,7 +93,7 @@ int report_main(const ReportArgs& a) {
 const Registrar reg("report", "Re-render a run folder's summary, reports and plots from its records",
                     [](CLI::App& sub) -> CommandMain {
                       auto a = std::make_shared<ReportArgs>();
-                      sub.add_option("DIR", a->dir, "run folder holding records.jsonl and runs.json")
+                      sub.add_option("DIR", a->dir, "run folder: runs.json and records.jsonl, plus steps.jsonl for in-process runs")
                           ->required()
                           ->check(CLI::ExistingDirectory);
                       sub.add_option("--add", a->add,
@@ -96,6 +112,9 @@ const Registrar reg("report", "Re-render a run folder's summary, reports and plo
                                      "metric of the terminal chart, e.g. tpot_ms.p50")
                           ->capture_default_str();
                       sub.footer(
+                          "DIR needs runs.json and records.jsonl; in-process runs (cpu, sim, cuda) also\n"
+                          "steps.jsonl, the source of their KV and batch figures (refused without it, so\n"
+                          "summary.json never loses them); HTTP runs have none.\n"
                           "Writes summary.json (byte-identical to the run's), report.md, results.csv,\n"
                           "junit.xml, report.html and plots/ into DIR. Exit 1 when a gate fails,\n"
                           "2 on a missing or malformed input file.\n\n"

@@ -39,30 +39,45 @@ analysis::ReportInput report_input_for(const Scenario& sc, const std::vector<Swe
   in.scenario.seed = sc.seed;
   auto& d = in.scenario.details;
   if (!sc.description.empty()) d["description"] = sc.description;
-  d["model"] = sc.model.path.empty() ? sc.model.preset : sc.model.path;
-  d["backend"] = to_string(sc.backend.kind);
-  d["workload"] = describe(sc);
-  if (sc.engine.gpu_memory_utilization > 0) d["gpu_memory_utilization"] = sc.engine.gpu_memory_utilization;
-  else d["kv_cache_bytes"] = sc.engine.kv_cache_bytes;
-  d["max_model_len"] = sc.engine.max_model_len;
+  if (sc.target) {  // the server under test, not this process's unused engine settings
+    d["model"] = sc.target->model.empty() ? "(the server's only model)" : sc.target->model;
+    d["backend"] = "http";
+    d["target"] = sc.target->urls.size() == 1 ? nlohmann::ordered_json(sc.target->urls[0]) : nlohmann::ordered_json(sc.target->urls);
+    d["api"] = to_string(sc.target->api);
+    d["workload"] = describe(sc);
+    d["max_model_len"] = sc.engine.max_model_len;  // bounds the planned lengths only
+  } else {
+    d["model"] = sc.model.path.empty() ? sc.model.preset : sc.model.path;
+    d["backend"] = to_string(sc.backend.kind);
+    d["workload"] = describe(sc);
+    if (sc.engine.gpu_memory_utilization > 0) d["gpu_memory_utilization"] = sc.engine.gpu_memory_utilization;
+    else d["kv_cache_bytes"] = sc.engine.kv_cache_bytes;
+    d["max_model_len"] = sc.engine.max_model_len;
+  }
   d["length_counting"] = length_counting(sc);
 
   std::string device;
-  switch (sc.backend.kind) {
-    case BackendKind::cpu: device = "cpu (OpenBLAS fp32)"; break;
-    case BackendKind::sim: device = "sim (cost model: " + (sc.backend.sim_profile.empty() ? sc.backend.sim_device + " roofline" : sc.backend.sim_profile) + ")"; break;
-    case BackendKind::cuda:
-      device = "cuda: " + cuda_device_name(sc.backend.device) + ", " + to_string(sc.backend.dtype) +
-               (sc.backend.fusion ? "" : ", fusion off") +
-               (sc.backend.batch_invariant ? ", batch-invariant" : "") + (sc.backend.cuda_graphs ? "" : ", cuda graphs off");
-      break;
-    default: device = to_string(sc.backend.kind); break;
+  if (sc.target) {
+    device = "server at ";
+    for (size_t i = 0; i < sc.target->urls.size(); ++i) device += (i ? ", " : "") + sc.target->urls[i];
+  } else {
+    switch (sc.backend.kind) {
+      case BackendKind::cpu: device = "cpu (OpenBLAS fp32)"; break;
+      case BackendKind::sim: device = "sim (cost model: " + (sc.backend.sim_profile.empty() ? sc.backend.sim_device + " roofline" : sc.backend.sim_profile) + ")"; break;
+      case BackendKind::cuda:
+        device = "cuda: " + cuda_device_name(sc.backend.device) + ", " + to_string(sc.backend.dtype) +
+                 (sc.backend.fusion ? "" : ", fusion off") +
+                 (sc.backend.batch_invariant ? ", batch-invariant" : "") + (sc.backend.cuda_graphs ? "" : ", cuda graphs off");
+        break;
+      default: device = to_string(sc.backend.kind); break;
+    }
   }
   in.environment = analysis::detect_environment(device, current_commit(), SERVELAB_VERSION);
   const char* commit_override = std::getenv("SERVELAB_COMMIT");
   in.environment.dirty = !(commit_override && *commit_override) && analysis::build_info().dirty;
 
   in.slo = analysis_slo(sc);
+  if (sc.target) in.max_error_rate = sc.target->max_error_rate;
   in.options.percentiles = sc.report.percentiles;
   in.options.window = {sc.report.skip_first_s, sc.report.skip_last_s, sc.report.skip_first_requests,
                        sc.report.skip_last_requests};

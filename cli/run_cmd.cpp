@@ -1,4 +1,5 @@
 // servelab run SCENARIO: plan → drive the engine for every strategy × rate → records → reports.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -13,7 +14,10 @@
 #include "cli/report_input.h"
 #include "cli/run_scenario.h"
 #include "engine/model/tokenizer.h"
+#include "loadgen/http/request_body.h"
+#include "loadgen/http/server_probe.h"
 #include "loadgen/plan.h"
+#include "loadgen/sources.h"
 #include "loadgen/sweep.h"
 #include "loadgen/scenario.h"
 
@@ -51,6 +55,31 @@ int run_main(const RunArgs& args) {
 
 }  // namespace
 
+namespace {
+
+/// The first planned request as the pre-flight sends it: the run's own body (model, API,
+/// headers, extra body), at most 16 output tokens.
+std::string preflight_body(const Scenario& sc, const Planner& planner) {
+  const Plan plan = planner.make(sc.sweep_rates().front());
+  if (plan.requests.empty()) return "{}";
+  Request r = to_request(plan.requests.front(), plan.seed);
+  r.sampling.max_tokens = std::min(r.sampling.max_tokens, 16);
+  std::unique_ptr<Tokenizer> tok;
+  if (!sc.target->tokenizer.empty()) tok = load_tokenizer_from_dir(sc.target->tokenizer);
+  return http_load::request_body(r, *sc.target, tok.get());
+}
+
+}  // namespace
+
+void remove_run_outputs(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const char* f : {"runs.json", "records.jsonl", "steps.jsonl", "replicas.jsonl", "server_metrics.jsonl",
+                        "summary.json", "report.md", "report.html", "results.csv", "junit.xml", "server.json"})
+    fs::remove(fs::path(dir) / f, ec);
+  fs::remove_all(fs::path(dir) / "plots", ec);
+}
+
 int run_scenario(const Scenario& scenario, const std::string& out_dir, bool quiet, bool no_plots, bool force) {
   const RunArgs args{"", out_dir, {}, quiet, no_plots, force, ""};
   const std::string dir = args.out.empty() ? scenario.output_dir : args.out;
@@ -63,12 +92,50 @@ int run_scenario(const Scenario& scenario, const std::string& out_dir, bool quie
                  "or pass --force to overwrite it\n";
     return 2;
   }
-  std::filesystem::create_directories(dir);
-
   // One Planner for the whole run: a dataset or trace is read once.
   const Planner planner(scenario);
+  // A server that does not answer (nothing listening, a wrong path, a bad key, an unknown model)
+  // stops the run here with its answer, before a folder of N identical failures is written.
+  http_load::ServerInfo server;
+  if (scenario.target) {
+    if (scenario.target->preflight) {
+      const std::string why = http_load::preflight(*scenario.target, preflight_body(scenario, planner));
+      if (!why.empty()) {
+        std::cerr << "servelab run: error: the server failed the pre-flight request (one request before the load): "
+                  << why << "\n  (target.preflight: false, or bench --no-preflight, skips this check)\n";
+        return 2;
+      }
+    }
+    server = http_load::describe_server(*scenario.target);
+  }
+  const bool created = !std::filesystem::exists(dir, ec);
+  // --force: the previous run's outputs go (its plots would otherwise sit beside this run's);
+  // only servelab's own files, so `--out . --force` never empties a user's folder.
+  if (args.force) remove_run_outputs(dir);
+  std::filesystem::create_directories(dir);
+  // A run that fails before its first request (a model that does not load, a server that does
+  // not answer) leaves nothing behind: no folder of empty records blocking the retry.
+  struct Cleanup {
+    std::string dir;
+    bool created;
+    bool armed = true;
+    ~Cleanup() {
+      if (!armed) return;
+      std::error_code ec;
+      if (created) std::filesystem::remove_all(dir, ec);
+      else remove_run_outputs(dir);
+    }
+  } cleanup{dir, created};
+
   // runs.json first: a run that dies half-way can still be reported from its records.
   analysis::ReportInput input = report_input_for(scenario, plan_sweep(planner));
+  if (scenario.target) {  // the server under test, as it names itself
+    const std::string who = http_load::server_description(server, *scenario.target);
+    input.scenario.details["server"] = who;
+    if (!server.models.empty()) input.scenario.details["server_models"] = server.models;
+    if (!server.engine.empty()) input.scenario.details["server_engine"] = server.engine;
+    input.environment.device = "server: " + who;
+  }
   analysis::write_runs_file(dir, input);
 
   std::ostream& out = std::cout;
@@ -79,6 +146,7 @@ int run_scenario(const Scenario& scenario, const std::string& out_dir, bool quie
   SweepOptions opts;
   opts.out_dir = dir;
   opts.stop = &install_stop_handler();
+  opts.scrape_server_metrics = server.has_metrics && !server.engine.empty();
   opts.load_tokenizer = [](const std::string& dir) {
     auto t = load_tokenizer_from_dir(dir);
     if (!t) throw std::runtime_error(dir + ": no tokenizer.json (target.tokenizer)");
@@ -89,6 +157,7 @@ int run_scenario(const Scenario& scenario, const std::string& out_dir, bool quie
     progress->draw(true);
   };
   opts.on_record = [&](const SweepRun&, const RequestRecord& rec) {
+    cleanup.armed = false;  // a request finished: whatever happens now is kept and reported
     progress->on_finished(rec.end_s, rec.output_tokens);
   };
   opts.on_run_done = [&](const SweepRun& r, const DriveStats& st) {
@@ -98,6 +167,7 @@ int run_scenario(const Scenario& scenario, const std::string& out_dir, bool quie
           << st.end_s << " s\n";
   };
   const SweepOutcome sweep = run_sweep(planner, opts);
+  cleanup.armed = false;
 
   if (sweep.interrupted) {  // report only the runs that started; the rest were never measured
     std::set<std::string> started;  // points, whichever repetition started

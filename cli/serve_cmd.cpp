@@ -3,6 +3,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -82,8 +83,69 @@ std::string read_chat_template(const std::string& dir) {
   return it != j.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
-int serve_main(ServeArgs a) {
+/// One knob of a batching policy or KV allocator, given on the command line.
+struct PolicyKnob {
+  const char* flag;
+  const char* applies_to;  ///< the --batching or --kv value it belongs to
+  bool kv;                 ///< a --kv knob (else a --batching one)
+};
+
+/// Refuses what a scenario refuses: a knob of a policy that is not the one served
+/// (`--batching static --chunked-prefill`, `--kv naive --block-size 32`), and engine flags beside
+/// --scenario (its strategy sets them). Returns the message, or "" when the flags agree.
+std::string check_serve_flags(const ServeArgs& a, const CLI::App& sub) {
+  auto given = [&](const char* flag) { return sub.get_option(flag)->count() > 0; };
+  if (!a.scenario.empty()) {
+    for (const char* f : {"--batching", "--kv", "--max-num-seqs", "--max-num-batched-tokens", "--chunked-prefill",
+                          "--batch-size", "--block-size", "--kv-cache-mb", "--max-model-len"})
+      if (given(f)) return std::string(f) + " conflicts with --scenario (its strategy sets the engine; edit the scenario or drop " + f + ")";
+    return "";
+  }
+  static const PolicyKnob knobs[] = {{"--max-num-seqs", "continuous", false},
+                                     {"--max-num-batched-tokens", "continuous", false},
+                                     {"--chunked-prefill", "continuous", false},
+                                     {"--block-size", "paged", true}};
+  for (const PolicyKnob& k : knobs) {
+    const std::string& chosen = k.kv ? a.kv : a.batching;
+    if (given(k.flag) && chosen != k.applies_to)
+      return std::string(k.flag) + " applies to " + (k.kv ? "--kv " : "--batching ") + k.applies_to + ", not " +
+             (k.kv ? "--kv " : "--batching ") + chosen;
+  }
+  if (given("--batch-size") && a.batching == "continuous")
+    return "--batch-size applies to --batching static or dynamic, not --batching continuous (use --max-num-seqs)";
+  if (!a.model.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(a.model, ec))
+      return "--model " + a.model + ": no such folder (a Hugging Face model folder with config.json, "
+             "*.safetensors and tokenizer.json; for random weights use --preset NAME)";
+  }
+  return "";
+}
+
+/// "continuous batching (max_num_seqs 64, max_num_batched_tokens 2048), paged KV (block 16, 64 MiB)"
+std::string describe_engine(const EngineConfig& c) {
+  std::ostringstream o;
+  o << to_string(c.sched.kind) << " batching (";
+  switch (c.sched.kind) {
+    case BatchingKind::continuous:
+      o << "max_num_seqs " << c.sched.max_num_seqs << ", max_num_batched_tokens " << c.sched.max_num_batched_tokens
+        << (c.sched.chunked_prefill ? ", chunked prefill" : "");
+      break;
+    case BatchingKind::static_batch: o << "batch_size " << c.sched.batch_size; break;
+    case BatchingKind::dynamic_batch: o << "max_batch_size " << c.sched.max_batch_size; break;
+  }
+  o << "), " << to_string(c.kv.kind) << " KV (";
+  if (c.kv.kind == KvKind::paged) o << "block " << c.kv.block_size << ", ";
+  o << c.kv_cache_bytes / double(1 << 20) << " MiB, max_model_len " << c.kv.max_model_len << ")";
+  return o.str();
+}
+
+int serve_main(ServeArgs a, const CLI::App& sub) {
   using namespace server;
+  if (const std::string bad = check_serve_flags(a, sub); !bad.empty()) {
+    std::cerr << "servelab serve: error: " << bad << "\n";
+    return 2;
+  }
   BackendSpec spec;
   EngineConfig econfig;
   bool have_scenario = !a.scenario.empty();
@@ -173,7 +235,7 @@ int serve_main(ServeArgs a) {
   srv.handle_signals = true;
   srv.start();
   std::cout << "servelab serve: " << o.model_name << " (" << (echo ? "echo responder" : to_string(spec.kind))
-            << ", tokenizer " << tokenizer->name() << ") on http://" << o.host << ":" << srv.port()
+            << (echo ? "" : ", " + describe_engine(econfig)) << ", tokenizer " << tokenizer->name() << ") on http://" << o.host << ":" << srv.port()
             << "  (SIGTERM/Ctrl-C drains and exits)" << std::endl;
   srv.wait();
   std::cout << "servelab serve: drained, exiting" << std::endl;
@@ -221,7 +283,8 @@ const Registrar reg(
           "  servelab serve --scenario scenarios/quickstart.yaml --strategy continuous-paged\n"
           "  servelab serve --backend echo --port 9000      # fast responder for bench-http-driver.sh\n"
           "Then: curl localhost:8000/v1/completions -d '{\"prompt\": \"hi\", \"max_tokens\": 8, \"stream\": true}'");
-      return [a] { return serve_main(*a); };
+      const CLI::App* app = &sub;  // outlives the run: main() owns it
+      return [a, app] { return serve_main(*a, *app); };
     });
 
 }  // namespace

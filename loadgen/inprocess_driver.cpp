@@ -26,6 +26,7 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
   struct Sent {
     double intended_s;
     double sent_s;
+    double released_s;  ///< when a max-concurrency cap let it go; -1 when not held
   };
   std::unordered_map<uint64_t, Sent> sent;
   DriveStats stats;
@@ -36,9 +37,11 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
     // busy, else when it woke for it: that is when the request was sent.
     sent_s = std::max(intended_s, sent_s);
     // Held by the source (a max-concurrency cap): sent when a slot freed, and its latency still
-    // counts from intended_s, so the wait shows in lateness and TTFT (no coordinated omission).
-    if (const auto held = source.held_until()) sent_s = std::max(sent_s, *held);
-    sent[r.id] = {intended_s, sent_s};
+    // counts from intended_s, so the wait shows in TTFT (no coordinated omission); released_s
+    // keeps it out of lateness, which measures only the generator falling behind.
+    const auto held = source.held_until();
+    if (held) sent_s = std::max(sent_s, *held);
+    sent[r.id] = {intended_s, sent_s, held ? std::max(*held, intended_s) : -1.0};
     ++stats.n_sent;
   };
   cb.on_step = [&](const StepOutcome& s) {
@@ -70,6 +73,7 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
     auto it = sent.find(f.request_id);
     rec.arrival_s = it != sent.end() ? it->second.intended_s : f.arrival_s;
     rec.sent_s = it != sent.end() ? it->second.sent_s : f.arrival_s;
+    rec.released_s = it != sent.end() ? it->second.released_s : -1.0;
     rec.scheduled_s = f.scheduled_s;
     rec.first_token_s = f.first_token_s;
     rec.token_times_s = f.token_times_s;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include "engine/backend/make_backend.h"
 #include "engine/clock.h"
 #include "engine/engine.h"
+#include "engine/model/memory_check.h"
 #include "engine/model/weights.h"
 #include "loadgen/backend_spec.h"
 #include "loadgen/http/http_sweep.h"
@@ -51,6 +53,15 @@ nlohmann::ordered_json strategy_knobs(const StrategySpec& s) {
   return j;
 }
 
+/// What an HTTP run's reports say about its target, in place of engine knobs it does not have.
+nlohmann::ordered_json target_knobs(const TargetSpec& t) {
+  nlohmann::ordered_json j;
+  j["urls"] = t.urls;
+  j["api"] = to_string(t.api);
+  if (!t.model.empty()) j["model"] = t.model;
+  return j;
+}
+
 std::string point_suffix(const Scenario& sc, double rate) {
   switch (sc.workload.mode) {
     case LoadMode::open_loop: return "@" + format_rate(rate);
@@ -78,7 +89,41 @@ class LineWriter {
 };
 
 
+/// The engine of one run, as every run builds it. The CPU backend keeps the KV arena in this
+/// machine's memory beside its fp32 weights: an arena that cannot fit is refused here with the
+/// figures, not by the allocator (or the OOM killer) mid-run.
+std::unique_ptr<Engine> make_engine(const Scenario& sc, const StrategySpec& strategy, const BackendFactory& backends) {
+  std::unique_ptr<Backend> backend = backends.make();
+  EngineConfig cfg = engine_config(sc, strategy);
+  cfg.kv_cache_bytes = kv_cache_bytes_for(sc, strategy, *backend);
+  if (sc.backend.kind == BackendKind::cpu) {
+    const int64_t memory = physical_memory_bytes();
+    const double weights = fp32_weight_bytes(resolve_model_config(sc.model.path.empty() ? sc.model.preset : sc.model.path));
+    if (memory > 0 && static_cast<double>(cfg.kv_cache_bytes) + weights > static_cast<double>(memory)) {
+      char buf[320];
+      std::snprintf(buf, sizeof buf,
+                    "engine.kv_cache_bytes: strategy %s: a KV arena of %.1f GiB beside %.1f GiB of fp32 weights "
+                    "exceeds this machine's %.1f GiB of memory",
+                    strategy.label.c_str(), cfg.kv_cache_bytes / 1073741824.0, weights / 1073741824.0,
+                    memory / 1073741824.0);
+      throw std::runtime_error(buf);
+    }
+  }
+  return std::make_unique<Engine>(cfg, std::move(backend));
+}
+
 }  // namespace
+
+void check_runnable(const Scenario& scenario) {
+  if (scenario.target) {
+    if (!scenario.target->tokenizer.empty() &&
+        !std::filesystem::exists(std::filesystem::path(scenario.target->tokenizer) / "tokenizer.json"))
+      throw std::runtime_error("target.tokenizer: " + scenario.target->tokenizer + " holds no tokenizer.json");
+    return;
+  }
+  const BackendFactory backends(scenario);  // loads the weights (cpu), the profile (sim), the device (cuda)
+  for (const StrategySpec& st : scenario.strategies) make_engine(scenario, st, backends);
+}
 
 std::vector<SweepRun> plan_sweep(const Scenario& scenario) { return plan_sweep(Planner(scenario)); }
 
@@ -129,13 +174,17 @@ std::vector<SweepRun> plan_sweep(const Planner& planner) {
         r.repeat = k;
         r.n_repeats = n_rep;
         r.seed = repeat_seed(scenario.seed, k);
-        r.batching = to_string(s.sched.kind);
-        r.kv = to_string(s.kv.kind);
-        r.backend = to_string(scenario.backend.kind);
+        if (scenario.target) {  // the server under test: its batching and KV are not ours to name
+          r.backend = "http";
+        } else {
+          r.batching = to_string(s.sched.kind);
+          r.kv = to_string(s.kv.kind);
+          r.backend = to_string(scenario.backend.kind);
+        }
         r.rate = scenario.workload.mode == LoadMode::open_loop ? rate : 0.0;
         r.n_planned = plan.n_measured();
         r.n_warmup = plan.n_warmup;
-        r.config = strategy_knobs(s);
+        r.config = scenario.target ? target_knobs(*scenario.target) : strategy_knobs(s);
         if (scenario.workload.mode == LoadMode::closed_loop) r.config["concurrency"] = plan.concurrency;
         if (plan.max_concurrency > 0) r.config["max_concurrency"] = plan.max_concurrency;
         if (plan.ramp_to > 0) r.config["ramp_to"] = plan.ramp_to;
@@ -189,7 +238,7 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
             if (options.on_record) options.on_record(run, r);
           };
           const DriveStats stats = http_load::run_http_point(scenario, plan, run.label, http_sinks, target_tokenizer.get(),
-                                                             options.out_dir, options.stop);
+                                                             options.out_dir, options.stop, options.scrape_server_metrics);
           if (options.on_run_done) options.on_run_done(run, stats);
           if (stats.stopped) {
             outcome.interrupted = true;
@@ -197,10 +246,8 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
           }
           continue;
         }
-        std::unique_ptr<Backend> backend = backends->make();
-        EngineConfig engine_cfg = engine_config(scenario, scenario.strategies[i]);
-        engine_cfg.kv_cache_bytes = kv_cache_bytes_for(scenario, scenario.strategies[i], *backend);
-        Engine engine(engine_cfg, std::move(backend));
+        const std::unique_ptr<Engine> engine_ptr = make_engine(scenario, scenario.strategies[i], *backends);
+        Engine& engine = *engine_ptr;
         std::unique_ptr<RequestSource> source = make_source(scenario, plan);
         std::unique_ptr<Clock> clock;
         if (scenario.backend.kind == BackendKind::sim) clock = std::make_unique<VirtualClock>();

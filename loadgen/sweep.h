@@ -43,6 +43,8 @@ struct SweepOptions {
   std::function<void(const SweepRun&, const DriveStats&)> on_run_done;
   /// Loads target.tokenizer (a model folder) for scenarios with `target:` (HTTP runs).
   std::function<std::unique_ptr<Tokenizer>(const std::string& dir)> load_tokenizer;
+  /// HTTP runs: scrape the server's /metrics into out_dir/server_metrics.jsonl during each run.
+  bool scrape_server_metrics = false;
 };
 
 struct SweepOutcome {
@@ -57,6 +59,13 @@ struct SweepOutcome {
 std::vector<SweepRun> plan_sweep(const Planner& planner);
 /// plan_sweep(Planner(scenario)): reads the scenario's dataset or trace.
 std::vector<SweepRun> plan_sweep(const Scenario& scenario);
+
+/// Every check a run makes before its first request, without running: in-process, the backend is
+/// built (weights loaded and checked, a sim profile read and matched to the model, a CUDA device
+/// found) and every strategy's engine with its KV arena (which must fit this machine's memory on
+/// the CPU backend); with `target:`, the tokenizer folder. Throws std::exception with the
+/// message the run would have stopped with.
+void check_runnable(const Scenario& scenario);
 
 /// Runs every point: rates in order, every strategy at each rate; with workload.repeat N, each
 /// rate's strategies N times over, repetition k planned with repeat_seed(seed, k) and labelled

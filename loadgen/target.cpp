@@ -1,7 +1,9 @@
 #include "loadgen/target.h"
 
 #include <stdexcept>
+#include <string_view>
 
+#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
 #include "loadgen/scenario.h"
@@ -23,7 +25,14 @@ Endpoint parse_endpoint(const std::string& url) {
   std::string hostport = rest.substr(0, slash);
   if (slash != std::string::npos) e.prefix = rest.substr(slash);
   while (!e.prefix.empty() && e.prefix.back() == '/') e.prefix.pop_back();
-  if (e.prefix.size() >= 3 && e.prefix.compare(e.prefix.size() - 3, 3, "/v1") == 0) e.prefix.resize(e.prefix.size() - 3);
+  auto strip = [&](std::string_view tail) {
+    if (e.prefix.size() < tail.size() || e.prefix.compare(e.prefix.size() - tail.size(), tail.size(), tail) != 0) return false;
+    e.prefix.resize(e.prefix.size() - tail.size());
+    return true;
+  };
+  if (strip("/v1/chat/completions")) e.api = TargetApi::chat;
+  else if (strip("/v1/completions")) e.api = TargetApi::completions;
+  else strip("/v1");
   if (!hostport.empty() && hostport[0] == '[') {  // [::1]:8000
     const size_t close = hostport.find(']');
     if (close == std::string::npos) throw std::invalid_argument("unclosed [ in host (got '" + url + "')");
@@ -54,11 +63,51 @@ void TargetSpec::validate(Diagnostics& diag) const {
       if (!diag.failed(path)) diag.error(path, e.what());
     }
   }
+  for (size_t i = 0; i < urls.size(); ++i) {  // an endpoint URL against `api:`
+    const std::string path = urls.size() == 1 ? "target.url" : "target.urls[" + std::to_string(i) + "]";
+    try {
+      const Endpoint e = parse_endpoint(urls[i]);
+      if (e.api && api_given && *e.api != api && !diag.failed(path))
+        diag.error(path, std::string("names the ") + to_string(*e.api) + " endpoint but target.api is " + to_string(api) +
+                             " (give one)");
+    } catch (const std::invalid_argument&) {
+    }
+  }
+  if (!(max_error_rate >= 0 && max_error_rate <= 1) && !diag.failed("target.max_error_rate"))
+    diag.error("target.max_error_rate", "must be in [0, 1] (got " + std::to_string(max_error_rate) + ")");
+  if (!extra_body.empty() && !diag.failed("target.extra_body")) {
+    const auto j = nlohmann::json::parse(extra_body, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) diag.error("target.extra_body", "must be a JSON object (got " + extra_body + ")");
+  }
   if (!(timeout_s > 0) && !diag.failed("target.timeout_s"))
     diag.error("target.timeout_s", "must be > 0 (got " + std::to_string(timeout_s) + ")");
 }
 
 namespace {
+
+/// A YAML map or scalar as JSON text (numbers, booleans and null kept as such).
+nlohmann::json yaml_to_json(const YAML::Node& n) {
+  if (n.IsMap()) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& kv : n) j[kv.first.as<std::string>()] = yaml_to_json(kv.second);
+    return j;
+  }
+  if (n.IsSequence()) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& e : n) j.push_back(yaml_to_json(e));
+    return j;
+  }
+  if (!n.IsDefined() || n.IsNull()) return nullptr;
+  const std::string& t = n.Scalar();
+  if (n.Tag() != "!") {  // plain scalars may be numbers or booleans; quoted ones stay strings
+    if (t == "true" || t == "false") return t == "true";
+    const auto num = nlohmann::json::parse(t, nullptr, false);
+    if (!num.is_discarded() && num.is_number()) return num;
+  }
+  return t;
+}
+
+std::string yaml_to_json_text(const YAML::Node& n) { return yaml_to_json(n).dump(); }
 
 void note(Scenario& s, const YAML::Node& n, const std::string& path) {
   SourceLoc loc;
@@ -111,6 +160,7 @@ void read_target(const YAML::Node& n, Scenario& s, Diagnostics& d) {
         read_scalar(s, d, v, path, t.model);
       } else if (key == "api") {
         if (!read_scalar(s, d, v, path, text)) continue;
+        t.api_given = true;
         if (text == "completions") t.api = TargetApi::completions;
         else if (text == "chat") t.api = TargetApi::chat;
         else d.error(path, "must be completions or chat (got '" + text + "')");
@@ -137,13 +187,47 @@ void read_target(const YAML::Node& n, Scenario& s, Diagnostics& d) {
         } catch (const YAML::Exception&) {
           d.error(path, "must be a number of seconds");
         }
+      } else if (key == "max_error_rate") {
+        note(s, v, path);
+        try {
+          t.max_error_rate = v.as<double>();
+        } catch (const YAML::Exception&) {
+          d.error(path, "must be a share in [0, 1]");
+        }
+      } else if (key == "ignore_eos" || key == "preflight") {
+        note(s, v, path);
+        try {
+          (key == "ignore_eos" ? t.ignore_eos : t.preflight) = v.as<bool>();
+        } catch (const YAML::Exception&) {
+          d.error(path, "must be true or false");
+        }
+      } else if (key == "extra_body") {
+        note(s, v, path);
+        if (v.IsScalar()) {
+          t.extra_body = v.Scalar();
+        } else if (v.IsMap()) {
+          t.extra_body = yaml_to_json_text(v);
+        } else {
+          d.error(path, "must be a map (or JSON object text) merged into every request body");
+        }
       } else {
         note(s, kv.first, path);
         d.error_at(path, "unknown key target." + key +
-                             " (allowed: url, urls, model, api, headers, tokenizer, timeout_s, balance)");
+                             " (allowed: url, urls, model, api, headers, tokenizer, timeout_s, balance, ignore_eos, "
+                             "extra_body, max_error_rate, preflight)");
       }
     }
     s.target = std::move(t);
+  }
+  // A URL naming the chat endpoint chooses the chat API when `api:` does not say.
+  if (!s.target->api_given) {
+    for (const auto& u : s.target->urls) {
+      try {
+        if (const auto api = parse_endpoint(u).api) s.target->api = *api;
+      } catch (const std::invalid_argument&) {
+        // reported by validate()
+      }
+    }
   }
   s.target->validate(d);
   if (s.strategies.empty()) {

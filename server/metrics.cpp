@@ -1,16 +1,19 @@
 #include "server/metrics.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 
 namespace servelab::server {
 
 namespace {
 
+/// The shortest text that reads back as `v` (0.005, not %.17g's 0.0050000000000000001): bucket
+/// labels are matched as strings by PromQL (le="0.005"), so they must read as written.
 std::string num(double v) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
 }
 
 std::string escape_label(const std::string& v) {

@@ -150,7 +150,7 @@ class Driver {
 
  private:
   void pump();
-  void launch(Request r, double intended);
+  void launch(Request r, double intended, double released);
   size_t pick_replica();
   bool retry(const std::shared_ptr<Call>& c, const boost::system::error_code& ec);
   void deliver(Call& c);
@@ -227,7 +227,9 @@ void Driver::pump() {
   const double t = now();
   for (auto next = source_.next_time(); next && *next <= t; next = source_.next_time()) {
     const double intended = *next;
-    launch(source_.take(), intended);
+    Request r = source_.take();
+    const auto held = source_.held_until();  // a max-concurrency cap's own wait, not lateness
+    launch(std::move(r), intended, held ? std::max(*held, intended) : -1.0);
     if (stopped_) return;
   }
   if (auto next = source_.next_time()) {
@@ -243,14 +245,15 @@ void Driver::pump() {
   }
 }
 
-void Driver::launch(Request r, double intended) {
+void Driver::launch(Request r, double intended, double released) {
   // Not make_shared: live_ holds weak pointers, which would keep a make_shared call's memory.
   std::shared_ptr<Call> c(new Call(*this));
   c->request = std::move(r);
   c->rec.run = label_;
   c->rec.id = c->request.id;
   c->rec.arrival_s = intended;
-  c->rec.sent_s = now();
+  c->rec.released_s = released;
+  c->rec.sent_s = std::max(now(), released);
   c->rec.prompt_tokens = static_cast<int>(c->request.prompt.size());
   c->rec.token_times_s.reserve(static_cast<size_t>(std::clamp(c->request.sampling.max_tokens, 0, 4096)));
   c->rec.warmup = is_warmup_ && is_warmup_(c->request.id);

@@ -12,9 +12,10 @@ namespace servelab::http_load {
 
 /// Drives `plan` against scenario.target with the scenario's load mode (open loop, closed loop,
 /// trace). With several replicas, appends {"run", "replicas": [{"url", "n_sent", "n_ok",
-/// "n_failed", "share"}]} to out_dir/replicas.jsonl and prints nothing.
+/// "n_failed", "share"}]} to out_dir/replicas.jsonl and prints nothing. With scrape_metrics, the
+/// server's /metrics are scraped every 250 ms into out_dir/server_metrics.jsonl meanwhile.
 DriveStats run_http_point(const Scenario& scenario, const Plan& plan, const std::string& run_label,
                           const RecordSinks& sinks, const Tokenizer* tokenizer, const std::string& out_dir,
-                          const std::atomic<bool>* stop);
+                          const std::atomic<bool>* stop, bool scrape_metrics = false);
 
 }  // namespace servelab::http_load

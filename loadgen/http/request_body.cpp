@@ -65,7 +65,7 @@ std::string request_body(const Request& r, const TargetSpec& t, const Tokenizer*
   std::string s;
   s.reserve(160 + 8 * r.prompt.size());
   s += "{\"ignore_eos\":";
-  s += sp.ignore_eos ? "true" : "false";
+  s += sp.ignore_eos && t.ignore_eos ? "true" : "false";
   s += ",\"max_tokens\":" + std::to_string(sp.max_tokens);
   if (t.api == TargetApi::chat) {
     s += ",\"messages\":[{\"content\":";
@@ -98,6 +98,11 @@ std::string request_body(const Request& r, const TargetSpec& t, const Tokenizer*
     append_float(s, sp.top_p);
   }
   s += '}';
+  if (!t.extra_body.empty()) {  // --extra-body: the user's fields over ours (rare: parsed per request)
+    nlohmann::json j = nlohmann::json::parse(s);
+    j.merge_patch(nlohmann::json::parse(t.extra_body));
+    return j.dump();
+  }
   return s;
 }
 

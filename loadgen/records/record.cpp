@@ -45,6 +45,7 @@ void to_json(nlohmann::json& j, const RequestRecord& r) {
                      {"error", r.error.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.error)},
                      {"preemptions", r.preemptions}};
   if (r.warmup) j["warmup"] = true;
+  if (r.released_s >= 0) j["released_s"] = r.released_s;
 }
 
 namespace {
@@ -71,6 +72,7 @@ void from_json(const nlohmann::json& j, RequestRecord& r) {
   r.error = (e == j.end() || e->is_null()) ? std::string() : e->get<std::string>();
   r.preemptions = json_int_or(j, "preemptions", 0);
   r.warmup = j.value("warmup", false);
+  r.released_s = time_or_missing(j, "released_s");
 }
 
 namespace {
@@ -97,6 +99,9 @@ void RequestRecord::validate() const {
     throw std::invalid_argument("arrival_s must be a finite time >= 0 s (got " + num(arrival_s) + ")");
   if (!std::isfinite(sent_s) || sent_s < 0.0)
     throw std::invalid_argument("sent_s must be a finite time >= 0 s (got " + num(sent_s) + ")");
+  check_time("released_s", released_s, "arrival_s", arrival_s);
+  if (released_s >= 0 && sent_s < released_s)
+    throw std::invalid_argument("sent_s (" + num(sent_s) + ") is before released_s (" + num(released_s) + ")");
   check_time("scheduled_s", scheduled_s, "arrival_s", arrival_s);
   check_time("first_token_s", first_token_s, scheduled_s >= 0 ? "scheduled_s" : "arrival_s",
              scheduled_s >= 0 ? scheduled_s : arrival_s);
@@ -181,6 +186,10 @@ std::string record_line(const RequestRecord& r) {
   s += ",\"output_tokens\":" + std::to_string(r.output_tokens);
   s += ",\"preemptions\":" + std::to_string(r.preemptions);
   s += ",\"prompt_tokens\":" + std::to_string(r.prompt_tokens);
+  if (r.released_s >= 0) {
+    s += ",\"released_s\":";
+    append_double(s, r.released_s);
+  }
   s += ",\"run\":\"";
   s += r.run;
   s += "\",\"scheduled_s\":";

@@ -1,6 +1,7 @@
 #pragma once
 // RequestRecord: one request's timings as the load generator saw them; one JSON line each in
 // records.jsonl. Analysis reads only these (it never includes engine headers).
+#include <algorithm>
 #include <cstdint>
 #include <iosfwd>
 #include <string>
@@ -20,6 +21,9 @@ struct RequestRecord {
   uint64_t id = 0;
   double arrival_s = 0.0;             ///< intended send time (coordinated-omission safe)
   double sent_s = 0.0;                ///< actual send time
+  /// A max-concurrency cap held it: when a slot freed (the cap's wait, arrival_s to here, is the
+  /// workload's, not the generator falling behind); -1 when not held. JSON: left out when -1.
+  double released_s = -1.0;
   /// First admitted to a batch by the engine; -1 when never scheduled or unknown (HTTP runs,
   /// records written before the field existed). TTFT = (scheduled − arrival) queueing +
   /// (first token − scheduled) prefill.
@@ -34,7 +38,10 @@ struct RequestRecord {
   int preemptions = 0;
   bool warmup = false;                ///< left out of metrics
 
-  double lateness_s() const { return sent_s - arrival_s; }
+  /// The generator's own delay: sent after it was due, or after the cap let it go.
+  double lateness_s() const { return sent_s - std::max(arrival_s, released_s); }
+  /// The wait a max-concurrency cap imposed (0 when not held).
+  double cap_wait_s() const { return released_s > arrival_s ? released_s - arrival_s : 0.0; }
 
   /// Checks what any real record satisfies: every time finite and >= 0 (seconds from the run's
   /// start); arrival <= scheduled <= first token <= each token time (ascending) <= end; arrival

@@ -1,4 +1,5 @@
 #include "analysis/metrics.h"
+#include "loadgen/records/record.h"
 
 #include <gtest/gtest.h>
 
@@ -116,6 +117,23 @@ TEST(Metrics, LatenessOverEverySentRequestAndItsWarning) {
   auto on_time = example_records();
   for (auto& r : on_time) r.sent_s = r.arrival_s;
   EXPECT_FALSE(compute_metrics("r", on_time, {}, SloSpec{}).lateness_warning);
+}
+
+TEST(Metrics, MaxConcurrencyWaitIsNotLateness) {
+  // Every request held 2 s by a max-concurrency cap, then sent on time: the workload's wait (it
+  // still counts in TTFT, from arrival), not the generator falling behind schedule.
+  auto held = example_records();
+  for (auto& r : held) {
+    r.released_s = std::min(r.arrival_s + 0.002, r.first_token_s >= 0 ? r.first_token_s : r.arrival_s + 0.002);
+    r.sent_s = r.released_s;
+  }
+  const RunMetrics m = compute_metrics("r", held, {}, SloSpec{});
+  EXPECT_EQ(m.lateness_ms.max, 0.0);
+  EXPECT_FALSE(m.lateness_warning);
+  // The record keeps released_s through its JSON line.
+  const RequestRecord back = nlohmann::json::parse(record_line(held[0])).get<RequestRecord>();
+  EXPECT_EQ(back.released_s, held[0].released_s);
+  EXPECT_EQ(back.lateness_s(), 0.0);
 }
 
 TEST(Metrics, CountsWindowAndThroughputByHand) {

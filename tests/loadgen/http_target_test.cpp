@@ -46,3 +46,18 @@ TEST(HttpTarget, ErrorsNameTheKeyAndPlace) {
 
 }  // namespace
 }  // namespace servelab
+
+namespace servelab {
+namespace {
+
+TEST(HttpTarget, ModelNamedForItsLengthLimitIsNotCheckedAsLoaded) {
+  // scenarios/http/vllm-chat.yaml: its model only bounds the lengths; llama3-70b's 280 GB of fp32 weights
+  // must not be checked against this machine's memory (nothing is loaded for a remote server).
+  const Scenario s = load_scenario_text(kWorkload + "model: {preset: llama3-70b}\nengine: {max_model_len: 4096}\n"
+                                        "target: http://h:1\n", "t.yaml");
+  EXPECT_EQ(s.engine.max_model_len, 4096);
+  EXPECT_NO_THROW(load_scenario(std::string(SERVELAB_SOURCE_DIR) + "/scenarios/http/vllm-chat.yaml"));
+}
+
+}  // namespace
+}  // namespace servelab

