@@ -177,4 +177,31 @@ void sample_tokens(const SampleArgs& a, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+
+/// One thread per (row, 32 tokens): reads the row's mask word once, clears the logits it rules out.
+__global__ void apply_token_masks_kernel(float* logits, int vocab, const int32_t* mask_index, const uint32_t* words,
+                                         int words_per_row) {
+  const int row = blockIdx.y;
+  const int m = mask_index[row];
+  const int w = blockIdx.x * blockDim.x + threadIdx.x;
+  if (m < 0 || w >= words_per_row) return;
+  const uint32_t bits = words[size_t(m) * words_per_row + w];
+  if (bits == 0xffffffffu) return;
+  float* out = logits + size_t(row) * vocab + size_t(w) * 32;
+  const int n = min(32, vocab - w * 32);
+  for (int i = 0; i < n; ++i)
+    if (!((bits >> i) & 1u)) out[i] = -INFINITY;
+}
+
+}  // namespace
+
+void apply_token_masks(float* logits, int n_rows, int vocab, const int32_t* mask_index, const uint32_t* words,
+                       int words_per_row, cudaStream_t stream) {
+  if (n_rows <= 0) return;
+  const dim3 grid((words_per_row + 127) / 128, n_rows);
+  apply_token_masks_kernel<<<grid, 128, 0, stream>>>(logits, vocab, mask_index, words, words_per_row);
+  CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace servelab::kernels

@@ -24,4 +24,10 @@ struct SampleArgs {
 
 void sample_tokens(const SampleArgs& a, cudaStream_t stream);
 
+/// Structured output: logits[r, t] = -inf for every token t whose bit is clear in mask
+/// mask_index[r] (bit t of words[mask_index[r] * words_per_row + t / 32]); rows with
+/// mask_index -1 are left alone. Reference: apply_token_masks_ref (kernels/ref/sampling_ref.h).
+void apply_token_masks(float* logits, int n_rows, int vocab, const int32_t* mask_index, const uint32_t* words,
+                       int words_per_row, cudaStream_t stream);
+
 }  // namespace servelab::kernels

@@ -87,4 +87,14 @@ int32_t sample_ref(std::span<const float> logits, const SampleParams& p) {
   return best < 0 ? argmax_ref(logits) : best;
 }
 
+void apply_token_masks_ref(std::span<float> logits, int n_rows, int vocab, std::span<const int32_t> mask_index,
+                           std::span<const uint32_t> words, int words_per_row) {
+  for (int r = 0; r < n_rows; ++r) {
+    const int m = mask_index[size_t(r)];
+    if (m < 0) continue;
+    for (int t = 0; t < vocab; ++t)
+      if (!((words[size_t(m) * words_per_row + t / 32] >> (t % 32)) & 1u)) logits[size_t(r) * vocab + t] = -INFINITY;
+  }
+}
+
 }  // namespace servelab::kernels

@@ -42,6 +42,11 @@ SERVELAB_HD uint64_t fixed_weight(float w) { return static_cast<uint64_t>(static
 /// Greedy argmax: lowest index among equal maxima, NaN ignored, 0 when every logit is NaN.
 int32_t argmax_ref(std::span<const float> logits);
 
+/// apply_token_masks on the host: -inf for every token of row r whose bit is clear in mask
+/// mask_index[r] (rows with -1 untouched).
+void apply_token_masks_ref(std::span<float> logits, int n_rows, int vocab, std::span<const int32_t> mask_index,
+                           std::span<const uint32_t> words, int words_per_row);
+
 /// Samples one token from logits [vocab] with the kernel's algorithm.
 int32_t sample_ref(std::span<const float> logits, const SampleParams& p);
 

@@ -136,7 +136,7 @@ TEST(CudaBackendGpuBlockTables, LogitsIdenticalToFullTablePathStepByStep) {
       for (int gr = 0; gr < 2; ++gr)
         for (int pe = 0; pe < 2; ++pe) {
           if (!copies.empty()) b[gr][pe]->copy_slots(copies);
-          logits[gr][pe] = b[gr][pe]->forward_logits(batch, *kv);
+          logits[gr][pe] = b[gr][pe]->logits(make_step(*b[gr][pe], batch, *kv));
           bytes[gr][pe] += b[gr][pe]->last_step_input_bytes();
         }
       for (int gr = 0; gr < 2; ++gr) {

@@ -50,7 +50,7 @@ std::vector<float> prefill_logits(Backend& backend) {
   Batch b;
   b.entries = {{&a, 41, true}};
   if (auto* cuda = dynamic_cast<CudaBackend*>(&backend)) return cuda->logits(make_step(*cuda, b, *kv));
-  const auto l = dynamic_cast<CpuBackend&>(backend).forward_logits(b, *kv);
+  const auto l = dynamic_cast<CpuBackend&>(backend).logits(make_step(backend, b, *kv));
   return std::vector<float>(l.begin(), l.end());
 }
 

@@ -51,7 +51,7 @@ TEST(TpGpuBench, AllReduceBusBandwidth) {
   std::vector<int64_t> sizes;
   for (int b : {1, 2, 4, 8, 16, 32, 64, 128, 256}) sizes.push_back(int64_t(b) * hidden * 2);
   for (int64_t mb : {64, 256, 1024}) sizes.push_back(mb << 20);
-  const std::vector<AllReduceTiming> t = tp->time_all_reduce(sizes, 20);
+  const std::vector<AllReduceTiming> t = tp->all_reduce_timings(sizes, 20);
   double best = 0.0;
   for (const AllReduceTiming& x : t) best = std::max(best, x.bus_gb_s);
   std::printf("%s\n", tp->describe().c_str());
@@ -121,7 +121,7 @@ TEST(TpGpuBench, DecodeStepTp2VsTp1) {
     for (int b : batches) two_s.push_back(decode_step_s(*two, b, config.vocab_size));
     std::vector<int64_t> sizes;
     for (int b : batches) sizes.push_back(int64_t(b) * config.hidden_size * 2);
-    ar = two->time_all_reduce(sizes, 20);
+    ar = two->all_reduce_timings(sizes, 20);
   }
   std::printf("tp-decode %6s %10s %10s %8s %12s %10s\n", "batch", "tp1_ms", "tp2_ms", "speedup", "comm_ms", "comm_share");
   for (size_t i = 0; i < std::size(batches); ++i) {

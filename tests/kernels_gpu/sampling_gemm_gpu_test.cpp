@@ -76,6 +76,30 @@ TEST(SamplingGpu, MatchesReferenceTokenForToken) {
   EXPECT_EQ(run_sampler(logits, vocab, ps), gpu) << "same seeds, same tokens";
 }
 
+TEST(SamplingGpu, TokenMasksMatchTheReferenceAndOnlyAllowedTokensAreDrawn) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(7);
+  const int vocab = 1000, n = 6, words = (vocab + 31) / 32;  // 1000 = 31 words + 8 bits: an awkward tail
+  std::vector<float> logits = testing::random_bf16(size_t(n) * vocab, rng, 3.0f);
+  std::vector<uint32_t> masks(size_t(2) * words, 0);
+  for (int t = 0; t < vocab; t += 7) masks[t / 32] |= 1u << (t % 32);   // mask 0: every 7th token
+  masks[size_t(words) + 999 / 32] |= 1u << (999 % 32);                   // mask 1: only the last token
+  const std::vector<int32_t> index = {0, -1, 1, 0, -1, 1};
+  DeviceBuffer dl = testing::upload(logits), dm = testing::upload(masks), di = testing::upload(index);
+  apply_token_masks(dl.get<float>(), n, vocab, di.get<int32_t>(), dm.get<uint32_t>(), words, nullptr);
+  const std::vector<float> got = testing::download<float>(dl, size_t(n) * vocab);
+  std::vector<float> want = logits;
+  apply_token_masks_ref(want, n, vocab, index, masks, words);
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "logit " << i;
+  std::vector<SampleParams> ps(n);
+  for (int i = 0; i < n; ++i) ps[i] = {i < 3 ? 0.0f : 1.0f, 0, 1.0f, uint64_t(i), 0, i};
+  const std::vector<int32_t> tokens = run_sampler(got, vocab, ps);
+  for (int i = 0; i < n; ++i) {
+    if (index[i] == 0) EXPECT_EQ(tokens[i] % 7, 0) << "row " << i;
+    if (index[i] == 1) EXPECT_EQ(tokens[i], 999) << "row " << i;
+  }
+}
+
 TEST(SamplingGpu, DifferentSeedsGiveDifferentDraws) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(std::random_device{}());

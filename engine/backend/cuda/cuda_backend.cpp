@@ -110,35 +110,49 @@ void CudaBackend::init_kv(int64_t n_slots) {
   CUDA_CHECK(cudaMemcpy(m.arena_ptrs.get(), ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice));
 }
 
-ForwardResult CudaBackend::forward(const Batch& batch, const KvManager& kv) {
+StepOutput CudaBackend::execute(const Step& step) {
+  if (step.want_logprobs) throw std::invalid_argument("CudaBackend: logprobs are not supported (caps().logprobs)");
   Impl& m = *impl_;
-  m.run_step(batch, kv);
-  ForwardResult result;
-  const int n = m.plan.n_rows() > 0 ? m.n_samples : 0;
+  m.run_step(step);
+  StepOutput result;
+  const int n = step.n_rows() > 0 ? m.n_samples : 0;
   if (n > 0)
     CUDA_CHECK(cudaMemcpyAsync(m.tokens_host.get(), m.tokens.get(), n * sizeof(int32_t), cudaMemcpyDeviceToHost,
                                m.stream));
   CUDA_CHECK(cudaStreamSynchronize(m.stream));
-  if (n > 0) result.sampled.assign(m.tokens_host.get<int32_t>(), m.tokens_host.get<int32_t>() + n);
+  if (n > 0) result.tokens.assign(m.tokens_host.get<int32_t>(), m.tokens_host.get<int32_t>() + n);
   return result;
 }
 
-std::vector<float> CudaBackend::forward_logits(const Batch& batch, const KvManager& kv) {
+std::vector<float> CudaBackend::logits(const Step& step) {
   Impl& m = *impl_;
-  m.run_step(batch, kv);
+  m.run_step(step);
   CUDA_CHECK(cudaStreamSynchronize(m.stream));
   const size_t vocab = config().vocab_size;
+  const std::vector<int32_t>& rows = step.in.sample_rows;
   std::vector<float> out;
-  int draw = 0;
-  for (const BatchEntry& e : batch.entries) {
-    if (!e.sample) continue;
+  for (size_t draw = 0; draw < rows.size(); ++draw) {
+    if (draw > 0 && rows[draw] == rows[draw - 1]) continue;  // n parallel samples share their row
     const size_t at = out.size();
     out.resize(at + vocab);
-    CUDA_CHECK(cudaMemcpy(out.data() + at, m.logits.get<float>() + size_t(draw) * vocab, vocab * sizeof(float),
+    CUDA_CHECK(cudaMemcpy(out.data() + at, m.logits.get<float>() + draw * vocab, vocab * sizeof(float),
                           cudaMemcpyDeviceToHost));
-    draw += std::max(1, e.n_samples);
   }
   return out;
+}
+
+BackendCaps CudaBackend::caps() const {
+  BackendCaps c;
+  c.device_memory = true;
+  c.weight_dtypes = {DType::bf16, DType::f16};
+  c.kv_dtypes = {DType::bf16, DType::f16};
+  return c;
+}
+
+std::string CudaBackend::device_description() const { return cuda_device_description(impl_->options.device); }
+
+std::optional<int64_t> CudaBackend::kv_bytes_for_memory_share(double utilization, int max_tokens, int max_seqs) const {
+  return kv_bytes_for_utilization(utilization, max_tokens, max_seqs);
 }
 
 void CudaBackend::copy_slots(std::span<const KvCopy> copies) {

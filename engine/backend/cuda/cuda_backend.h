@@ -8,7 +8,7 @@
 // rope_kv_write, attention (decode_attention when every sequence has one row, else
 // prefill_attention), the O GEMM, add_rms_norm, the merged gate|up GEMM, silu_mul, the down GEMM;
 // the final norm and the LM head on the sampled rows only; sample_tokens; one copy of the token
-// ids back; the device is synchronized before forward() returns, so step times are real.
+// ids back; the device is synchronized before execute() returns, so step times are real.
 // Arena: per layer K and V, each [n_slots, n_kv_heads, head_dim] in the dtype (kernels/README.md).
 #include <cstddef>
 #include <cstdint>
@@ -82,7 +82,12 @@ class CudaBackend final : public Backend {
   /// The CUDA graph batch buckets (a decode step of n sequences replays the graph of the smallest
   /// bucket >= n) when graphs are on and not batch-invariant; empty otherwise.
   std::vector<int> decode_row_buckets() const override;
-  ForwardResult forward(const Batch& batch, const KvManager& kv) override;
+  BackendCaps caps() const override;
+  std::string device_description() const override;
+  /// Runs the step (a CUDA graph for plain decode steps when graphs are on; token masks run
+  /// eagerly) and returns one token per draw.
+  StepOutput execute(const Step& step) override;
+  std::optional<int64_t> kv_bytes_for_memory_share(double utilization, int max_tokens, int max_seqs) const override;
   /// Copy-on-write runs as block pairs of the largest granularity dividing every run, one launch.
   void copy_slots(std::span<const KvCopy> copies) override;
   /// Pinned host memory mapped into the device (cudaHostAlloc, cudaHostAllocMapped), laid out
@@ -93,9 +98,9 @@ class CudaBackend final : public Backend {
   void swap_out(std::span<const KvSwap> runs, HostKvPool& pool) override;
   void swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) override;
 
-  /// forward() without sampling: writes K/V like forward() and returns the fp32 logits of the
-  /// entries with sample == true, [n_sampled, vocab] in entry order (as CpuBackend's).
-  std::vector<float> forward_logits(const Batch& batch, const KvManager& kv);
+  /// execute() without drawing: writes K/V like execute() and returns the fp32 logits of each
+  /// distinct drawn row, [n_rows_drawn, vocab] in order of first draw (as CpuBackend::logits).
+  std::vector<float> logits(const Step& step);
 
   /// GPU bytes the weights take (2 per parameter).
   int64_t weight_bytes() const;

@@ -91,6 +91,8 @@ struct Geometry {
   k::KvLayoutKind kind = k::KvLayoutKind::paged;
   int block_size = 16;
   bool graph = false;  // captured into / replayed from a CUDA graph
+  const uint32_t* masks = nullptr;  // the step's token masks on the device (eager steps only)
+  int mask_words_per_row = 0;
   template <typename T>
   const T* at(size_t offset) const { return reinterpret_cast<const T*>(dev + offset); }
 };
@@ -129,8 +131,10 @@ struct CudaBackend::Impl {
   int64_t n_slots = 0;
   int64_t row_bytes = 0;    // one slot of one arena
 
-  // The step.
-  cuda::Step plan;
+  // The step (the engine's, valid during execute()).
+  const Step* plan = nullptr;
+  DeviceBuffer mask_words;    // token masks of the step's constrained draws (uploaded when present)
+  PinnedBuffer mask_host;
   PinnedBuffer packed_host;
   DeviceBuffer packed;        // eager steps
   DeviceBuffer graph_packed;  // graph steps: fixed address, sized once for the largest bucket
@@ -328,30 +332,37 @@ struct CudaBackend::Impl {
 
   /// Builds and packs the step, then runs it (eagerly, or as a CUDA graph for plain decode steps
   /// when cuda_graphs is on) up to the sampled tokens in `tokens` and their logits in `logits`.
-  void run_step(const Batch& batch, const KvManager& kv) {
-    const cuda::BlockTableStep* tables = plan_step(batch, kv);
-    if (plan.n_rows() == 0) return;
+  void run_step(const Step& step) {
+    const cuda::BlockTableStep* tables = plan_step(step);
+    if (plan->n_rows() == 0) return;
     run_tables(tables);
   }
 
-  /// The host half of run_step (no CUDA call): builds `plan` and, with persistent tables, the
-  /// block-table diff into `table_step`; returns it (null without persistent tables). The
-  /// tensor-parallel driver runs it once per step and hands the result to every rank.
-  const cuda::BlockTableStep* plan_step(const Batch& batch, const KvManager& kv) {
-    if (n_slots == 0) throw std::logic_error("CudaBackend::forward: init_kv() was not called");
-    cuda::build_step_input(batch, kv, c().vocab_size, plan);
-    const k::StepInput& in = plan.in;
+  /// The host half of run_step (no CUDA call): checks the step, points `plan` at it and, with
+  /// persistent tables, plans the block-table diff into `table_step`; returns it (null without
+  /// persistent tables). The tensor-parallel driver runs it once per step and hands the result to
+  /// every rank.
+  const cuda::BlockTableStep* plan_step(const Step& step) {
+    if (n_slots == 0) throw std::logic_error("CudaBackend::execute: init_kv() was not called");
+    if (step.n_padding < 0) throw std::invalid_argument("CudaBackend: step.n_padding must be >= 0");
+    step.in.validate();
+    plan = &step;
+    const k::StepInput& in = step.in;
+    for (int32_t t : in.token_ids)
+      if (t < 0 || t >= c().vocab_size)
+        throw std::invalid_argument("CudaBackend: token " + std::to_string(t) + " is outside the vocabulary [0, " +
+                                    std::to_string(c().vocab_size) + ")");
+    if (in.has_masks() && in.mask_words_per_row != (c().vocab_size + 31) / 32)
+      throw std::invalid_argument("CudaBackend: step.in.mask_words_per_row must be (vocab + 31) / 32");
     for (int64_t s : in.slot_mapping)
       if (s < 0 || s >= n_slots)
         throw std::out_of_range("CudaBackend: kv slot " + std::to_string(s) + " is outside the arena [0, " +
                                 std::to_string(n_slots) + ")");
     n_samples = in.n_samples();
-    if (plan.n_rows() == 0) return nullptr;
+    if (step.n_rows() == 0) return nullptr;
     const cuda::BlockTableStep* tables = nullptr;
     if (options.persistent_block_tables && in.kv_kind == k::KvLayoutKind::paged) {
-      seq_ids.clear();
-      for (const BatchEntry& e : batch.entries) seq_ids.push_back(e.seq->id);
-      table_diff.plan(seq_ids, in, table_step);  // throws before changing the mirror
+      table_diff.plan(in.seq_ids, in, table_step);  // throws before changing the mirror
       tables = &table_step;
     }
     return tables;
@@ -370,17 +381,17 @@ struct CudaBackend::Impl {
 
   /// run_step after the plan: graph or eager.
   void run_planned(const cuda::BlockTableStep* tables) {
-    const k::StepInput& in = plan.in;
+    const k::StepInput& in = plan->in;
     Geometry g;
     g.kind = in.kv_kind;
     g.block_size = in.block_size;
     const int bucket = graph_bucket(in.n_seqs());
     const bool paged = in.kv_kind == k::KvLayoutKind::paged;
     if (options.cuda_graphs && !options.batch_invariant && bucket > 0 && in.max_context() <= kGraphMaxContext &&
-        cuda::bucketable(plan) && (!tables || tables->updates.size() <= size_t(kGraphMaxTableUpdates))) {
+        cuda::bucketable(*plan) && (!tables || tables->updates.size() <= size_t(kGraphMaxTableUpdates))) {
       const int context = context_bucket(in.max_context());
       const int stride = paged ? (context + in.block_size - 1) / in.block_size : 0;
-      g.layout = cuda::bucket_layout(plan, bucket, stride, tables);
+      g.layout = cuda::bucket_layout(*plan, bucket, stride, tables);
       g.rows = g.tokens = g.seqs = g.samples = bucket;
       g.max_context = context;
       g.decode = true;
@@ -389,7 +400,7 @@ struct CudaBackend::Impl {
       ensure_samples(bucket);
       ensure_decode_workspace(bucket);
       if (!graph_packed.get()) {  // the largest layout any graph can use
-        cuda::Step probe;
+        Step probe;
         probe.in.decode_only = true;
         probe.in.kv_kind = k::KvLayoutKind::paged;
         const int largest = kGraphBuckets[std::size(kGraphBuckets) - 1];
@@ -431,8 +442,8 @@ struct CudaBackend::Impl {
       CUDA_CHECK(cudaGraphLaunch(entry.exec, stream));
       return;
     }
-    g.layout = cuda::compact_layout(plan, tables);
-    g.rows = plan.n_rows();
+    g.layout = cuda::compact_layout(*plan, tables);
+    g.rows = plan->n_rows();
     g.tokens = in.n_tokens();
     g.seqs = in.n_seqs();
     g.samples = in.n_samples();
@@ -451,10 +462,23 @@ struct CudaBackend::Impl {
   void stage(Geometry& g, DeviceBuffer& dst, const cuda::BlockTableStep* tables) {
     if (g.layout.total > dst.bytes()) throw std::logic_error("CudaBackend: the step input outgrew its device buffer");
     packed_host.grow(g.layout.total);
-    cuda::pack_step(plan, g.layout, packed_host.get<uint8_t>(), tables);
+    cuda::pack_step(*plan, g.layout, packed_host.get<uint8_t>(), tables);
     CUDA_CHECK(cudaMemcpyAsync(dst.get(), packed_host.get(), g.layout.total, cudaMemcpyHostToDevice, stream));
     last_upload_bytes = g.layout.total;
     g.dev = dst.get<uint8_t>();
+    const k::StepInput& in = plan->in;
+    g.masks = nullptr;
+    if (in.has_masks()) {  // an eager step (bucketable() keeps masked steps out of graphs)
+      const size_t bytes = in.mask_words.size() * sizeof(uint32_t);
+      if (bytes > mask_words.bytes()) mask_words.grow(bytes, "the token masks");
+      CUDA_CHECK(cudaStreamSynchronize(stream));  // the last step's mask upload may still read mask_host
+      mask_host.grow(bytes);
+      std::memcpy(mask_host.get(), in.mask_words.data(), bytes);
+      CUDA_CHECK(cudaMemcpyAsync(mask_words.get(), mask_host.get(), bytes, cudaMemcpyHostToDevice, stream));
+      last_upload_bytes += bytes;
+      g.masks = mask_words.get<uint32_t>();
+      g.mask_words_per_row = in.mask_words_per_row;
+    }
   }
 
   /// Every kernel of the step, on `stream`: capturable (no allocation, no synchronization).

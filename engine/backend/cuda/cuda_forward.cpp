@@ -138,6 +138,9 @@ void CudaBackend::Impl::enqueue(const Geometry& g) {
     cuda::tp_lm_head(*tp, *gemm, xs.get(), w.lm_head, logits.get<float>(), N, d, stream);
   else
     gemm->run(dt, xs.get(), w.lm_head, logits.get(), N, m.vocab_size, d, true, stream);
+  if (g.masks)  // structured output: the draws' token masks (eager steps; graphs carry none)
+    k::apply_token_masks(logits.get<float>(), N, m.vocab_size, g.at<int32_t>(L.mask_index), g.masks,
+                         g.mask_words_per_row, stream);
   k::SampleArgs sa;
   sa.logits = logits.get<float>();
   sa.n_rows = N;

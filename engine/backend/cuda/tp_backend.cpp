@@ -195,11 +195,11 @@ struct TpCudaBackend::Impl {
 
   /// One step on every rank: planned once here, then packed, uploaded and run by each rank.
   /// `after(r)` runs on rank r's thread once its stream is done.
-  void step(const Batch& batch, const KvManager& kv, const std::function<void(int)>& after) {
+  void step(const Step& planned, const std::function<void(int)>& after) {
     check_usable();
     TpAccess::Impl& lead = rank(0);
-    const cuda::BlockTableStep* tables = lead.plan_step(batch, kv);  // host only; throws on bad input
-    if (lead.plan.n_rows() == 0) return;
+    const cuda::BlockTableStep* tables = lead.plan_step(planned);  // host only; throws on bad input
+    if (planned.n_rows() == 0) return;
     const bool with_tables = tables != nullptr;
     try {
       run_collective([&](int r) {
@@ -322,7 +322,6 @@ std::unique_ptr<TpCudaBackend::Impl> TpCudaBackend::build(const ModelConfig& con
 }
 
 const ModelConfig& TpCudaBackend::config() const { return impl_->plan.model; }
-int TpCudaBackend::tensor_parallel() const { return impl_->n(); }
 int64_t TpCudaBackend::kv_bytes_per_slot() const { return impl_->plan.kv_bytes_per_slot(2); }
 
 int64_t TpCudaBackend::weight_bytes() const {
@@ -341,39 +340,62 @@ void TpCudaBackend::reserve_steps(const StepLimits& limits) {
   impl_->run_collective([&](int r) { impl_->ranks[r]->reserve_steps(limits); });
 }
 
-ForwardResult TpCudaBackend::forward(const Batch& batch, const KvManager& kv) {
+StepOutput TpCudaBackend::execute(const Step& step) {
+  if (step.want_logprobs) throw std::invalid_argument("TpCudaBackend: logprobs are not supported (caps().logprobs)");
   Impl& m = *impl_;
-  ForwardResult result;
-  m.step(batch, kv, [&](int r) {
+  StepOutput result;
+  m.step(step, [&](int r) {
     TpAccess::Impl& x = m.rank(r);
     const int n = x.n_samples;
     if (r == 0 && n > 0)  // every rank sampled the same tokens from the same logits: rank 0's
       CUDA_CHECK(cudaMemcpyAsync(x.tokens_host.get(), x.tokens.get(), n * sizeof(int32_t), cudaMemcpyDeviceToHost,
                                  x.stream));
     m.wait(r);
-    if (r == 0 && n > 0) result.sampled.assign(x.tokens_host.get<int32_t>(), x.tokens_host.get<int32_t>() + n);
+    if (r == 0 && n > 0) result.tokens.assign(x.tokens_host.get<int32_t>(), x.tokens_host.get<int32_t>() + n);
   });
   return result;
 }
 
-std::vector<float> TpCudaBackend::forward_logits(const Batch& batch, const KvManager& kv) {
+std::vector<float> TpCudaBackend::logits(const Step& step) {
   Impl& m = *impl_;
   std::vector<float> out;
-  m.step(batch, kv, [&](int r) {
+  m.step(step, [&](int r) {
     m.wait(r);
     if (r != 0) return;
     TpAccess::Impl& x = m.rank(0);
     const size_t vocab = config().vocab_size;
-    int draw = 0;
-    for (const BatchEntry& e : batch.entries) {
-      if (!e.sample) continue;
+    const std::vector<int32_t>& rows = step.in.sample_rows;
+    for (size_t draw = 0; draw < rows.size(); ++draw) {
+      if (draw > 0 && rows[draw] == rows[draw - 1]) continue;  // n parallel samples share their row
       const size_t at = out.size();
       out.resize(at + vocab);
-      CUDA_CHECK(cudaMemcpy(out.data() + at, x.logits.get<float>() + size_t(draw) * vocab, vocab * sizeof(float),
+      CUDA_CHECK(cudaMemcpy(out.data() + at, x.logits.get<float>() + draw * vocab, vocab * sizeof(float),
                             cudaMemcpyDeviceToHost));
-      draw += std::max(1, e.n_samples);
     }
   });
+  return out;
+}
+
+BackendCaps TpCudaBackend::caps() const {
+  BackendCaps c;
+  c.tensor_parallel = impl_->n();
+  c.device_memory = true;
+  c.weight_dtypes = {DType::bf16, DType::f16};
+  c.kv_dtypes = {DType::bf16, DType::f16};
+  return c;
+}
+
+std::string TpCudaBackend::device_description() const {
+  return impl_->ranks.at(0)->device_description() + ", tensor_parallel " + std::to_string(impl_->n());
+}
+
+std::optional<int64_t> TpCudaBackend::kv_bytes_for_memory_share(double utilization, int max_tokens, int max_seqs) const {
+  return kv_bytes_for_utilization(utilization, max_tokens, max_seqs);
+}
+
+std::vector<std::pair<int64_t, double>> TpCudaBackend::time_all_reduce(const std::vector<int64_t>& message_bytes) {
+  std::vector<std::pair<int64_t, double>> out;
+  for (const AllReduceTiming& t : all_reduce_timings(message_bytes)) out.emplace_back(t.bytes, t.seconds);
   return out;
 }
 
@@ -442,7 +464,7 @@ int64_t TpCudaBackend::kv_bytes_for_utilization(double utilization, int max_toke
   return *std::min_element(budget.begin(), budget.end());
 }
 
-std::vector<AllReduceTiming> TpCudaBackend::time_all_reduce(std::span<const int64_t> message_bytes, int repeats) {
+std::vector<AllReduceTiming> TpCudaBackend::all_reduce_timings(std::span<const int64_t> message_bytes, int repeats) {
   Impl& m = *impl_;
   repeats = std::max(1, repeats);
   int64_t largest = 2;

@@ -55,7 +55,13 @@ class TpCudaBackend final : public Backend {
   /// Every rank reserves for the same limits (CudaBackend::reserve_steps).
   void reserve_steps(const StepLimits& limits) override;
   std::vector<int> decode_row_buckets() const override;  ///< every rank's (they run the same steps)
-  ForwardResult forward(const Batch& batch, const KvManager& kv) override;
+  BackendCaps caps() const override;  ///< tensor_parallel N
+  std::string device_description() const override;
+  StepOutput execute(const Step& step) override;
+  /// The smallest of the ranks' KV budgets (kv_bytes_for_utilization).
+  std::optional<int64_t> kv_bytes_for_memory_share(double utilization, int max_tokens, int max_seqs) const override;
+  /// (bytes, seconds) of one all-reduce per size (all_reduce_timings, 20 repeats).
+  std::vector<std::pair<int64_t, double>> time_all_reduce(const std::vector<int64_t>& message_bytes) override;
   void copy_slots(std::span<const KvCopy> copies) override;
   /// One pinned, device-mapped, portable allocation of N × n_slots × kv_bytes_per_slot() bytes,
   /// rank-major: rank r's region (n_slots slots in CudaBackend's pool layout) follows rank r-1's.
@@ -65,17 +71,17 @@ class TpCudaBackend final : public Backend {
   void swap_out(std::span<const KvSwap> runs, HostKvPool& pool) override;
   void swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) override;
 
-  /// forward() without sampling: the whole [n_sampled, vocab] fp32 logits (rank 0's all-gathered copy).
-  std::vector<float> forward_logits(const Batch& batch, const KvManager& kv);
+  /// execute() without drawing: the whole fp32 logits of each distinct drawn row (rank 0's
+  /// all-gathered copy), as CudaBackend::logits.
+  std::vector<float> logits(const Step& step);
 
-  int tensor_parallel() const;
   /// GPU bytes the weights take on the rank holding the most.
   int64_t weight_bytes() const;
   /// The smallest of the ranks' KV budgets (CudaBackend::kv_bytes_for_utilization on each).
   int64_t kv_bytes_for_utilization(double utilization, int max_tokens, int max_samples) const;
   /// Times `repeats` in-place sum all-reduces (of the dtype) of each size on all ranks (after 3 untimed),
   /// each on its own stream with CUDA events. Outside any step.
-  std::vector<AllReduceTiming> time_all_reduce(std::span<const int64_t> message_bytes, int repeats = 20);
+  std::vector<AllReduceTiming> all_reduce_timings(std::span<const int64_t> message_bytes, int repeats = 20);
   /// "NCCL 2.28.3, 2 ranks on devices 0..1" for reports.
   std::string describe() const;
 
