@@ -1,6 +1,7 @@
 // Batch-invariant mode end to end: the same requests through static, dynamic, continuous+naive
 // and continuous+paged (chunked prefill) batching on the cuda backend give byte-identical greedy
 // tokens, as on the CPU, in bf16 and in fp16. Skipped without a device.
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
@@ -8,7 +9,6 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/backend/step_input.h"
 #include "tests/cuda_backend_gpu/gpu_test_model.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "tests/engine/engine_test_support.h"
@@ -53,6 +53,12 @@ TEST_P(CudaBackendGpuStrategies, BatchInvariantGivesIdenticalTokensAcrossStrateg
   dyn.sched = dynamic_sched(5, 0.0);
   const auto want = run(paged, dt);
   ASSERT_EQ(want.size(), 7u);
+  // A digest of every token, printed so two trees' runs can be compared (scripts/gpu-compare.sh).
+  uint64_t digest = 1469598103934665603ull;
+  for (const auto& [id, outputs] : want)
+    for (const auto& sample : outputs)
+      for (TokenId t : sample) digest = (digest ^ uint64_t(uint32_t(t))) * 1099511628211ull;
+  std::printf("TOKENS %s %016llx\n", to_string(dt), static_cast<unsigned long long>(digest));
   for (const auto* c : {&naive, &stat, &dyn}) {
     const auto got = run(*c, dt);
     ASSERT_EQ(got.size(), want.size());
