@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Per-kernel table of an `ncu --csv --page raw` log of one engine_bench --ncu-decode step.
 
 usage: python3 scripts/lib/ncu_table.py LOG [TITLE]
