@@ -121,7 +121,7 @@ void check_runnable(const Scenario& scenario) {
       throw std::runtime_error("target.tokenizer: " + scenario.target->tokenizer + " holds no tokenizer.json");
     return;
   }
-  const BackendFactory backends(scenario);  // loads the weights (cpu), the profile (sim), the device (cuda)
+  const BackendFactory backends(backend_spec(scenario));  // loads the weights (cpu), the profile (sim), the device (cuda)
   for (const StrategySpec& st : scenario.strategies) make_engine(scenario, st, backends);
 }
 

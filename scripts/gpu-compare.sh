@@ -8,6 +8,7 @@
 #   STEPS          default "build tests tokens bench"; a second call with STEPS="tokens bench"
 #                  reuses the build folders while the machine is warm
 #   OUT            where logs and JSON go (default results/runs/gpu-compare)
+#   RUNS           engine_bench runs per tree (default 2)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OLD=${OLD:-.old-tree}
@@ -28,8 +29,8 @@ build() {  # build TREE TARGETS...
 }
 if want build; then
   t0=$SECONDS
-  build . test_kernels_gpu test_cuda_backend_gpu engine_bench >"$OUT/build-new.log" 2>&1 & pn=$!
-  build "$OLD" test_cuda_backend_gpu engine_bench >"$OUT/build-old.log" 2>&1 & po=$!
+  build . ${NEW_TARGETS:-test_kernels_gpu test_cuda_backend_gpu engine_bench} >"$OUT/build-new.log" 2>&1 & pn=$!
+  build "$OLD" ${OLD_TARGETS:-test_cuda_backend_gpu engine_bench} >"$OUT/build-old.log" 2>&1 & po=$!
   wait $pn; rn=$?; wait $po; ro=$?
   row "build new / old" "rc $rn / $ro ($((SECONDS - t0)) s)"
   tail -5 "$OUT/build-new.log"; tail -5 "$OUT/build-old.log"
@@ -52,7 +53,7 @@ if want tokens; then
   else row "greedy tokens old vs new" "DIFFER"; fi
 fi
 if want bench; then
-  for i in 1 2; do
+  for i in $(seq 1 "${RUNS:-2}"); do
     for t in old new; do
       dir=build-gpu; [ $t = old ] && dir=$OLD/build-gpu
       timeout 200 $dir/kernels/engine_bench --json "$OUT/bench-$t-$i.json" >"$OUT/bench-$t-$i.log" 2>&1
