@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/backend/cost_counts.h"
+#include "engine/backend/kv_cache_spec.h"
 #include "engine/kv/kv_moves.h"
 #include "engine/model/config.h"
 #include "engine/request.h"
@@ -104,8 +105,10 @@ class Backend {
   virtual BackendCaps caps() const = 0;
   /// The device this backend runs on, for reports ("cpu (…), OpenBLAS …", "NVIDIA H100 …", "sim: …").
   virtual std::string device_description() const = 0;
+  /// The format of one token slot of this backend's KV arena (dtype, scales, this rank's heads).
+  virtual KvCacheSpec kv_cache_spec() const = 0;
   /// Bytes one token's K and V take over all layers in this backend's arena.
-  virtual int64_t kv_bytes_per_slot() const = 0;
+  int64_t kv_bytes_per_slot() const { return kv_cache_spec().bytes_per_slot(); }
   /// Allocates the arena for n_slots token slots (called once, before any step).
   virtual void init_kv(int64_t n_slots) = 0;
   /// Sizes the step buffers for the largest step the scheduler will send (called by the engine

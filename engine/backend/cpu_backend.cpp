@@ -140,11 +140,6 @@ CpuBackend::CpuBackend(ModelWeights&& weights, CpuBackendOptions options)
 
 CpuBackend::~CpuBackend() = default;
 
-int64_t CpuBackend::kv_bytes_per_slot() const {
-  const ModelConfig& c = config();
-  return 2ll * c.n_layers * c.kv_dim() * static_cast<int64_t>(sizeof(float));
-}
-
 void CpuBackend::init_kv(int64_t n_slots) {
   if (n_slots <= 0)
     throw std::invalid_argument("CpuBackend::init_kv: n_slots (" + std::to_string(n_slots) + ") must be >= 1");

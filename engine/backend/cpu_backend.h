@@ -43,8 +43,8 @@ class CpuBackend final : public Backend {
 
   std::string name() const override { return "cpu"; }
   const ModelConfig& config() const override { return weights_->config; }
-  /// 2 (K and V) × n_layers × n_kv_heads × head_dim × 4 bytes.
-  int64_t kv_bytes_per_slot() const override;
+  /// fp32 K and V: 2 × n_layers × n_kv_heads × head_dim × 4 bytes a slot.
+  KvCacheSpec kv_cache_spec() const override { return KvCacheSpec::of(config(), DType::f32); }
   void init_kv(int64_t n_slots) override;
   BackendCaps caps() const override;
   std::string device_description() const override;

@@ -15,7 +15,7 @@ class ForwardingBackend : public Backend {
   const ModelConfig& config() const override { return inner_->config(); }
   BackendCaps caps() const override { return inner_->caps(); }
   std::string device_description() const override { return inner_->device_description(); }
-  int64_t kv_bytes_per_slot() const override { return inner_->kv_bytes_per_slot(); }
+  KvCacheSpec kv_cache_spec() const override { return inner_->kv_cache_spec(); }
   void init_kv(int64_t n_slots) override { inner_->init_kv(n_slots); }
   void reserve_steps(const StepLimits& limits) override { inner_->reserve_steps(limits); }
   std::vector<int> decode_row_buckets() const override { return inner_->decode_row_buckets(); }

@@ -373,8 +373,7 @@ ProfileReport profile_backend(Backend& backend, const ProfileOptions& asked,
   report.backend = backend.name();
   report.model = model;
   report.tensor_parallel = backend.caps().tensor_parallel;
-  report.kv_dtype_bytes = static_cast<int>(backend.kv_bytes_per_slot() * report.tensor_parallel /
-                                           (2ll * model.n_layers * model.kv_dim()));
+  report.kv_dtype_bytes = KvCacheSpec::element_bytes(backend.kv_cache_spec().dtype);
   report.options = options;
   report.kv_bytes_per_slot = backend.kv_bytes_per_slot();
   report.kv_arena_bytes = plan.n_slots * report.kv_bytes_per_slot;

@@ -18,8 +18,8 @@ SimBackend::SimBackend(const ModelConfig& model, const SimCostModel& cost) : mod
                                 " KV heads");
 }
 
-int64_t SimBackend::kv_bytes_per_slot() const {
-  return 2ll * model_.n_layers * (model_.kv_dim() / cost_.tensor_parallel) * cost_.device.kv_dtype_bytes;
+KvCacheSpec SimBackend::kv_cache_spec() const {
+  return KvCacheSpec::of(model_, cost_.device.kv_dtype_bytes == 4 ? DType::f32 : DType::bf16, cost_.tensor_parallel);
 }
 
 void SimBackend::init_kv(int64_t n_slots) {

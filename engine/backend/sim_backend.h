@@ -24,7 +24,7 @@ class SimBackend final : public Backend {
   const ModelConfig& config() const override { return model_; }
   /// 2 (K and V) × n_layers × n_kv_heads × head_dim × device.kv_dtype_bytes / tensor_parallel:
   /// the arena is one GPU's, holding its share of the KV heads.
-  int64_t kv_bytes_per_slot() const override;
+  KvCacheSpec kv_cache_spec() const override;
   void init_kv(int64_t n_slots) override;
   BackendCaps caps() const override;
   std::string device_description() const override;

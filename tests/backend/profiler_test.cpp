@@ -139,7 +139,7 @@ class CountingBackend final : public Backend {
   explicit CountingBackend(CpuBackend& inner) : inner_(inner) {}
   std::string name() const override { return inner_.name(); }
   const ModelConfig& config() const override { return inner_.config(); }
-  int64_t kv_bytes_per_slot() const override { return inner_.kv_bytes_per_slot(); }
+  KvCacheSpec kv_cache_spec() const override { return inner_.kv_cache_spec(); }
   void init_kv(int64_t n_slots) override {
     arena_slots = n_slots;
     inner_.init_kv(n_slots);

@@ -83,8 +83,10 @@ std::vector<int> CudaBackend::decode_row_buckets() const {
   return {std::begin(cuda_impl::kGraphBuckets), std::end(cuda_impl::kGraphBuckets)};
 }
 
-int64_t CudaBackend::kv_bytes_per_slot() const {
-  return 2ll * config().n_layers * impl_->row_bytes;  // row_bytes: this rank's KV heads (all on one GPU)
+KvCacheSpec CudaBackend::kv_cache_spec() const {
+  KvCacheSpec s = KvCacheSpec::of(config(), impl_->options.dtype);
+  s.n_kv_heads = impl_->local_kv_heads;  // this rank's (all of them on one GPU)
+  return s;
 }
 
 void CudaBackend::init_kv(int64_t n_slots) {

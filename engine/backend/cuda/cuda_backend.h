@@ -73,7 +73,7 @@ class CudaBackend final : public Backend {
   const ModelConfig& config() const override;
   /// 2 (K and V) × n_layers × n_kv_heads × head_dim × 2 bytes (bf16 or f16); a tensor-parallel rank's
   /// share of the KV heads only.
-  int64_t kv_bytes_per_slot() const override;
+  KvCacheSpec kv_cache_spec() const override;
   void init_kv(int64_t n_slots) override;
   /// Sizes the activations, sampled rows, decode workspace and persistent block table for the
   /// largest step up front, so no buffer a captured graph baked in is reallocated mid-run (which

@@ -322,7 +322,7 @@ std::unique_ptr<TpCudaBackend::Impl> TpCudaBackend::build(const ModelConfig& con
 }
 
 const ModelConfig& TpCudaBackend::config() const { return impl_->plan.model; }
-int64_t TpCudaBackend::kv_bytes_per_slot() const { return impl_->plan.kv_bytes_per_slot(2); }
+KvCacheSpec TpCudaBackend::kv_cache_spec() const { return impl_->ranks.at(0)->kv_cache_spec(); }
 
 int64_t TpCudaBackend::weight_bytes() const {
   int64_t most = 0;

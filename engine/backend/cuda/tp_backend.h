@@ -49,7 +49,7 @@ class TpCudaBackend final : public Backend {
   const ModelConfig& config() const override;
   /// One rank's share: 2 × n_layers × (n_kv_heads / N) × head_dim × 2 bytes. KV budgets
   /// (kv_cache_bytes, gpu_memory_utilization) are per GPU, as in vLLM.
-  int64_t kv_bytes_per_slot() const override;
+  KvCacheSpec kv_cache_spec() const override;
   /// The same n_slots on every rank.
   void init_kv(int64_t n_slots) override;
   /// Every rank reserves for the same limits (CudaBackend::reserve_steps).

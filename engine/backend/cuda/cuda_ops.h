@@ -1,0 +1,168 @@
+#pragma once
+// The ops the CUDA forward is written over (cuda_forward.cpp), so the model is written once:
+// fusion and tensor parallelism are properties of the ops, not branches in the forward.
+// - Linear: y = x · Wᵀ, split across tensor-parallel ranks by output features (column: nothing
+//   to communicate) or input features (row: partial sums, all-reduced inside the op). Quantized
+//   weight formats and a LoRA hook plug in here.
+// - GateUpSilu: the gated MLP's first half, one fused launch where the product kernel can.
+// - ResidualNorm: h += delta, then xn = rms_norm(h) · w (one kernel fused, two otherwise).
+// - Attention: RoPE and the K/V write into a KvCacheSpec arena (fused or not), then decode or
+//   prefill attention over the step's KV addressing.
+#include <cmath>
+#include <cstdint>
+
+#include "engine/backend/cuda/tp_comm.h"
+#include "kernels/attention.h"
+#include "kernels/gemm.h"
+#include "kernels/ops.h"
+
+namespace servelab::cuda {
+
+/// What every op of one forward shares.
+struct OpContext {
+  kernels::Gemm* gemm = nullptr;
+  kernels::ScalarType dt = kernels::ScalarType::bf16;
+  cudaStream_t stream = nullptr;
+  bool fusion = true;              ///< fused kernels (RoPE+KV write, residual+norm, SiLU·mul)
+  bool fuse_gate_up_silu = true;   ///< ... and the gate/up product with SiLU·mul, where it can
+  TpRank* tp = nullptr;            ///< tensor parallel: this rank's communicator; null on one GPU
+};
+
+struct Linear {
+  enum class Split { none, column, row };
+  const void* weight = nullptr;  ///< [out, in] row-major (this rank's share)
+  int out = 0, in = 0;
+  Split split = Split::none;
+  void operator()(const OpContext& c, const void* x, void* y, int rows) const {
+    c.gemm->run(c.dt, x, weight, y, rows, out, in, false, c.stream);
+    if (split == Split::row && c.tp) tp_all_reduce(*c.tp, y, int64_t(rows) * out, c.stream);
+  }
+};
+
+struct GateUpSilu {
+  const void* weight = nullptr;  ///< [2 · ffn, in]: gate rows then up rows (column-parallel)
+  int ffn = 0, in = 0;
+  /// act[rows, ffn] from x[rows, in]; gate_up[rows, 2 · ffn] is scratch for the unfused path.
+  void operator()(const OpContext& c, const void* x, void* gate_up, void* act, int rows) const {
+    if (c.fusion && c.fuse_gate_up_silu && c.gemm->fuses_gate_up_silu(c.dt, x, weight, rows, ffn, in)) {
+      c.gemm->run_gate_up_silu(c.dt, x, weight, act, rows, ffn, in, c.stream);
+      return;
+    }
+    c.gemm->run(c.dt, x, weight, gate_up, rows, 2 * ffn, in, false, c.stream);
+    if (c.fusion) kernels::silu_mul(c.dt, gate_up, act, rows, ffn, c.stream);
+    else kernels::silu_then_mul(c.dt, gate_up, act, rows, ffn, c.stream);
+  }
+};
+
+struct ResidualNorm {
+  const void* weight = nullptr;  ///< [d]
+  int d = 0;
+  float eps = 1e-5f;
+  void operator()(const OpContext& c, const void* delta, void* h, void* xn, int rows) const {
+    if (c.fusion) {
+      kernels::add_rms_norm(c.dt, delta, h, weight, xn, rows, d, eps, c.stream);
+    } else {
+      kernels::residual_add(c.dt, delta, h, int64_t(rows) * d, c.stream);
+      kernels::rms_norm(c.dt, h, weight, xn, rows, d, eps, c.stream);
+    }
+  }
+};
+
+/// The LM head: fp32 logits[rows, vocab] = x · W_lmᵀ; vocabulary-parallel under tensor
+/// parallelism (each rank its columns, all-gathered into the whole row inside the op).
+struct LmHead {
+  const void* weight = nullptr;  ///< [vocab or this rank's share, d]
+  int vocab = 0, d = 0;
+  void operator()(const OpContext& c, const void* x, float* logits, int rows) const {
+    if (c.tp) tp_lm_head(*c.tp, *c.gemm, x, weight, logits, rows, d, c.stream);
+    else c.gemm->run(c.dt, x, weight, logits, rows, vocab, d, true, c.stream);
+  }
+};
+
+/// One step's rows as attention sees them (from the packed step input on the device).
+struct AttentionStep {
+  kernels::KvAddressing kv;
+  kernels::KvShape shape;          ///< the arena: slots, this rank's KV heads, head_dim
+  const int32_t* positions = nullptr;
+  const int64_t* slot_mapping = nullptr;
+  const int32_t* query_start = nullptr;
+  const int32_t* context_lens = nullptr;
+  const float* inv_freq = nullptr;
+  int n_tokens = 0, n_seqs = 0, max_context = 0;
+  bool decode = false;             ///< one query row per sequence: the decode kernels
+  float* workspace = nullptr;      ///< decode split scratch
+  size_t workspace_bytes = 0;
+};
+
+struct Attention {
+  int n_heads = 0;                 ///< this rank's query heads
+  const void* bias = nullptr;      ///< Q/K/V bias (Qwen2) or null
+  /// qkv[rows, q | k | v] (row stride qkv_width): RoPE on q and k, K/V into the layer's arena,
+  /// then attention into out[rows, n_heads · head_dim].
+  void operator()(const OpContext& c, const AttentionStep& st, void* qkv, int qkv_width, void* k_cache, void* v_cache,
+                  void* out) const {
+    const int hd = st.shape.head_dim;
+    kernels::QkvArgs qa;
+    qa.dtype = c.dt;
+    qa.qkv = qkv;
+    qa.qkv_row_stride = qkv_width;
+    qa.n_tokens = st.n_tokens;
+    qa.n_heads = n_heads;
+    qa.n_kv_heads = st.shape.n_kv_heads;
+    qa.head_dim = hd;
+    qa.bias = bias;
+    qa.positions = st.positions;
+    qa.inv_freq = st.inv_freq;
+    qa.slot_mapping = st.slot_mapping;
+    qa.k_cache = k_cache;
+    qa.v_cache = v_cache;
+    if (c.fusion) {
+      kernels::rope_kv_write(qa, c.stream);
+    } else {
+      kernels::rope_inplace(qa, c.stream);
+      kernels::kv_write(qa, c.stream);
+    }
+    const float scale = 1.0f / std::sqrt(float(hd));
+    if (st.decode) {
+      kernels::DecodeAttentionArgs a;
+      a.dtype = c.dt;
+      a.q = qkv;
+      a.q_row_stride = qkv_width;
+      a.query_start = st.query_start;
+      a.k_cache = k_cache;
+      a.v_cache = v_cache;
+      a.shape = st.shape;
+      a.n_heads = n_heads;
+      a.n_seqs = st.n_seqs;
+      a.context_lens = st.context_lens;
+      a.kv = st.kv;
+      a.max_context = st.max_context;
+      a.scale = scale;
+      a.out = out;
+      a.out_row_stride = n_heads * hd;
+      a.workspace = st.workspace;
+      a.workspace_bytes = st.workspace_bytes;
+      kernels::decode_attention(a, c.stream);
+    } else {
+      kernels::PrefillAttentionArgs a;
+      a.dtype = c.dt;
+      a.q = qkv;
+      a.q_row_stride = qkv_width;
+      a.k_cache = k_cache;
+      a.v_cache = v_cache;
+      a.shape = st.shape;
+      a.n_heads = n_heads;
+      a.n_seqs = st.n_seqs;
+      a.n_tokens = st.n_tokens;
+      a.query_start = st.query_start;
+      a.context_lens = st.context_lens;
+      a.kv = st.kv;
+      a.scale = scale;
+      a.out = out;
+      a.out_row_stride = n_heads * hd;
+      kernels::prefill_attention(a, c.stream);
+    }
+  }
+};
+
+}  // namespace servelab::cuda
