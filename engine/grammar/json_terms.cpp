@@ -1,7 +1,6 @@
 // The JSON building blocks as grammar rules.
 #include "engine/grammar/json_terms.h"
 
-#include <functional>
 
 #include "engine/grammar/codepoints.h"
 #include "engine/grammar/grammar_error.h"
@@ -46,7 +45,7 @@ int JsonTerms::sp() { return g_.opt(g_.byte(' ')); }
 int JsonTerms::comma() { return g_.seq({g_.byte(','), sp()}); }
 int JsonTerms::colon() { return g_.seq({g_.byte(':'), sp()}); }
 
-int JsonTerms::json_char() {
+int JsonTerms::json_char(bool u_escapes) {
   CodepointSet raw;  // >= 0x20 except '"' and '\'
   raw.add(0x20, '"' - 1);
   raw.add('"' + 1, '\\' - 1);
@@ -62,7 +61,7 @@ int JsonTerms::json_char() {
                                         hex1, hex1})})});
   ByteSet simple;
   for (char c : std::string_view("\"\\/bfnrt")) simple.set(static_cast<unsigned char>(c));
-  const int escape = g_.seq({g_.byte('\\'), g_.alt({g_.bytes(simple), u})});
+  const int escape = g_.seq({g_.byte('\\'), u_escapes ? g_.alt({g_.bytes(simple), u}) : g_.bytes(simple)});
   return g_.alt({utf8_expr(g_, raw), escape});
 }
 
@@ -79,7 +78,32 @@ int JsonTerms::string_length(int min, int max, const std::string& where) {
   if (max >= 0 && max < min) throw GrammarError("json_schema: maxLength < minLength at " + where);
   const std::string key = "json:string{" + std::to_string(min) + "," + std::to_string(max) + "}";
   if (const int r = rule(key, "json_string_" + std::to_string(min) + "_" + std::to_string(max)); r >= 0)
-    g_.define_rule(r, g_.seq({g_.byte('"'), g_.repeat(json_char(), min, max), g_.byte('"')}));
+    g_.define_rule(r, g_.seq({g_.byte('"'), string_tail(max, min)}));
+  return called(key);
+}
+
+// The rest of a bounded string: at most `left` more characters (-1: any number), at least `need`,
+// then the closing quote. One small rule per (left, need), shared by every bound that reaches it
+// (maxLength 64 and 32 share their last 32 positions), so each position is walked once per
+// tokenizer instead of once per character sub-state per bound.
+int JsonTerms::string_tail(int left, int need) {
+  const std::string key = "json:string_tail{" + std::to_string(left) + "," + std::to_string(need) + "}";
+  if (rules_.count(key)) return called(key);
+  if (left < 0 && need == 0) {
+    const int r = rule(key, "json_string_tail");
+    g_.define_rule(r, g_.seq({g_.star(json_char()), g_.byte('"')}));
+    return called(key);
+  }
+  // Build the callee first (depth of recursion <= kJsonMaxStringBound).
+  const int rest = left == 0 ? -1 : string_tail(left < 0 ? -1 : left - 1, need > 0 ? need - 1 : 0);
+  const int r = rule(key, "json_string_tail");
+  std::vector<int> options;
+  if (need == 0) options.push_back(g_.byte('"'));
+  // The character is inline, not a call: a stack resting at the start of a one-character rule
+  // would leave almost every token "uncertain" (checked at run time), since the frame completes
+  // after one character.
+  if (rest >= 0) options.push_back(g_.seq({json_char(/*u_escapes=*/false), rest}));
+  g_.define_rule(r, g_.alt(std::move(options)));
   return called(key);
 }
 
@@ -137,12 +161,17 @@ int JsonTerms::digits_between(const std::string& lo, const std::string& hi) {
   if (lo.size() == 1) return g_.bytes(range_set(lo[0], hi[0]));
   const std::string lo_rest = lo.substr(1), hi_rest = hi.substr(1);
   if (lo[0] == hi[0]) return g_.seq({g_.byte(static_cast<unsigned char>(lo[0])), digits_between(lo_rest, hi_rest)});
+  // lo[0] followed by >= lo_rest, the digits strictly between followed by anything, hi[0]
+  // followed by <= hi_rest; a first digit whose rest is unconstrained joins the middle, so each
+  // level recurses at most once per side (linear, not exponential, in the length).
+  const bool lo_free = lo_rest.find_first_not_of('0') == std::string::npos;
+  const bool hi_free = hi_rest.find_first_not_of('9') == std::string::npos;
+  const char a = lo_free ? lo[0] : static_cast<char>(lo[0] + 1), b = hi_free ? hi[0] : static_cast<char>(hi[0] - 1);
+  const int n = static_cast<int>(lo_rest.size());
   std::vector<int> options;
-  options.push_back(g_.seq({g_.byte(static_cast<unsigned char>(lo[0])), digits_between(lo_rest, std::string(lo_rest.size(), '9'))}));
-  if (lo[0] + 1 <= hi[0] - 1)
-    options.push_back(g_.seq({g_.bytes(range_set(static_cast<char>(lo[0] + 1), static_cast<char>(hi[0] - 1))),
-                              g_.repeat(g_.bytes(range_set('0', '9')), static_cast<int>(lo_rest.size()), static_cast<int>(lo_rest.size()))}));
-  options.push_back(g_.seq({g_.byte(static_cast<unsigned char>(hi[0])), digits_between(std::string(hi_rest.size(), '0'), hi_rest)}));
+  if (!lo_free) options.push_back(g_.seq({g_.byte(static_cast<unsigned char>(lo[0])), digits_between(lo_rest, std::string(lo_rest.size(), '9'))}));
+  if (a <= b) options.push_back(g_.seq({g_.bytes(range_set(a, b)), g_.repeat(g_.bytes(range_set('0', '9')), n, n)}));
+  if (!hi_free) options.push_back(g_.seq({g_.byte(static_cast<unsigned char>(hi[0])), digits_between(std::string(hi_rest.size(), '0'), hi_rest)}));
   return g_.alt(std::move(options));
 }
 
@@ -226,37 +255,37 @@ int JsonTerms::array() {
 }
 
 int JsonTerms::key_except(const std::vector<std::string>& keys, const std::string& where) {
-  for (const std::string& k : keys)
+  ByteSet first;  // the first bytes of the listed keys
+  bool empty_listed = false;
+  for (const std::string& k : keys) {
     for (char c : k)
       if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x80 || c == '"' || c == '\\')
         throw GrammarError("json_schema: additionalProperties beside a property name with non-ASCII or escaped characters is not supported at " + where);
+    if (k.empty()) empty_listed = true;
+    else first.set(static_cast<unsigned char>(k[0]));
+  }
   ByteSet key_ascii = range_set(0x20, 0x7F);
   key_ascii.reset('"');
   key_ascii.reset('\\');
   CodepointSet high;
   high.add(0x80, kMaxCodepoint);
-  const int any_high = utf8_expr(g_, high);
-  const int key_char = g_.alt({g_.bytes(key_ascii), any_high});
-  // Ex(prefix): the rest of a key starting with prefix that is not a listed key.
-  std::function<int(const std::string&)> rest = [&](const std::string& prefix) -> int {
-    ByteSet next;
-    bool complete = false;
-    for (const std::string& k : keys) {
-      if (k.compare(0, prefix.size(), prefix) != 0) continue;
-      if (k.size() == prefix.size()) complete = true;
-      else next.set(static_cast<unsigned char>(k[prefix.size()]));
-    }
-    std::vector<int> options;
-    if (!complete) options.push_back(g_.empty());
-    for (int c = 0; c < 256; ++c)
-      if (next.test(static_cast<size_t>(c))) options.push_back(g_.seq({g_.byte(static_cast<unsigned char>(c)), rest(prefix + static_cast<char>(c))}));
-    std::vector<int> diverge;
-    if ((key_ascii & ~next).any()) diverge.push_back(g_.bytes(key_ascii & ~next));
-    diverge.push_back(any_high);
-    options.push_back(g_.seq({g_.alt(std::move(diverge)), g_.star(key_char)}));
-    return g_.alt(std::move(options));
-  };
-  return g_.seq({g_.byte('"'), rest(""), g_.byte('"')});
+  // The rest of a key after its first character: the same rule in every grammar.
+  if (const int r = rule("json:key_rest", "json_key_rest"); r >= 0)
+    g_.define_rule(r, g_.seq({g_.star(g_.alt({g_.bytes(key_ascii), utf8_expr(g_, high)})), g_.byte('"')}));
+  // A new key starts with a character no listed key starts with, so it can never spell (or
+  // escape its way to) a listed key; written without escapes.
+  std::string key = "json:key_first_not:";
+  for (int c = 0; c < 256; ++c)
+    if (first.test(static_cast<size_t>(c))) key += static_cast<char>(c);
+  if (empty_listed) key += ":nonempty";
+  if (const int r = rule(key, "json_key"); r >= 0) {
+    std::vector<int> after_quote;
+    if ((key_ascii & ~first).any()) after_quote.push_back(g_.seq({g_.bytes(key_ascii & ~first), called("json:key_rest")}));
+    after_quote.push_back(g_.seq({utf8_expr(g_, high), called("json:key_rest")}));
+    if (!empty_listed) after_quote.push_back(g_.byte('"'));
+    g_.define_rule(r, g_.seq({g_.byte('"'), g_.alt(std::move(after_quote))}));
+  }
+  return called(key);
 }
 
 int JsonTerms::literal(const nlohmann::ordered_json& value) { return g_.literal(value.dump()); }

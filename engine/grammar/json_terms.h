@@ -45,8 +45,9 @@ class JsonTerms {
   int value();   ///< any JSON value
   int object();  ///< any JSON object
   int array();   ///< any JSON array
-  /// A quoted key that is none of `keys` (ASCII keys without characters that need escaping; the
-  /// key is written without escapes so it cannot spell a listed key another way).
+  /// A quoted key that is none of `keys` (which must be ASCII without characters that need
+  /// escaping): it starts with a character none of them starts with and has no escapes, so it
+  /// can never spell a listed key. Sound, not complete: "name2" beside "name" cannot be written.
   int key_except(const std::vector<std::string>& keys, const std::string& where);
   /// The value written compactly (nlohmann's dump), as a literal.
   int literal(const nlohmann::ordered_json& value);
@@ -54,7 +55,10 @@ class JsonTerms {
  private:
   int rule(const std::string& key, const std::string& name);  // -1 when made already
   int called(const std::string& key) { return g_.call(rules_.at(key)); }
-  int json_char();
+  /// One character of a JSON string's content; u_escapes: also \uXXXX (bounded strings leave
+  /// them out: fewer sub-states to precompute, and every string is still reachable).
+  int json_char(bool u_escapes = true);
+  int string_tail(int left, int need);
   int nonneg_range(int64_t lo, int64_t hi);
   int digits_between(const std::string& lo, const std::string& hi);
 

@@ -34,6 +34,12 @@ class ListTokenizer : public Tokenizer {
   std::vector<std::string> t_;
 };
 
+// A token that only closes things: '"', '}' or ']' first, then only those, ',' and ' '.
+bool closes(std::string_view b) {
+  if (b.empty() || std::string_view("\"}]").find(b[0]) == std::string_view::npos) return false;
+  return b.find_first_not_of("\"}], ") == std::string_view::npos;
+}
+
 }  // namespace
 
 std::unique_ptr<Tokenizer> make_list_tokenizer(std::vector<std::string> tokens) {
@@ -110,8 +116,7 @@ std::string generate(GrammarMatcher& m, std::mt19937_64& rng, int max_tokens, bo
         const int32_t id = static_cast<int32_t>(w * 32 + static_cast<size_t>(__builtin_ctz(bits)));
         allowed.push_back(id);
         const std::string_view b = tt.bytes(id);
-        if ((tt.eos() && id == *tt.eos()) || (!b.empty() && std::string_view("\"{}[],:").find(b[0]) != std::string_view::npos))
-          preferred.push_back(id);
+        if ((tt.eos() && id == *tt.eos()) || closes(b)) preferred.push_back(id);
       }
     }
     if (allowed.empty()) return out;  // a dead end would be a bug: the caller checks *finished

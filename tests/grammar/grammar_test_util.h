@@ -32,7 +32,8 @@ bool under_ci();
 std::string brute_force_mismatch(GrammarMatcher& m, const std::vector<int32_t>& ids = {});
 
 /// One random generation: at each step a random allowed token (with probability `structural`
-/// among those whose first byte is one of "\"{}[],:" or eos, so strings and arrays end), until
+/// among eos and the tokens that only close things, '"' '}' ']' first, so strings, objects and
+/// arrays end), until
 /// eos or max_tokens. Returns the bytes; *finished says whether eos was reached. Each mask time
 /// in microseconds goes to mask_us when given.
 std::string generate(GrammarMatcher& m, std::mt19937_64& rng, int max_tokens, bool* finished,
