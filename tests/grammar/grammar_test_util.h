@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/grammar/compiled_grammar.h"
+#include "engine/grammar/grammar.h"
 #include "engine/grammar/matcher.h"
 #include "engine/model/tokenizer.h"
 
@@ -26,6 +27,11 @@ const Tokenizer* qwen_tokenizer();
 std::shared_ptr<TokenTable> qwen_table();
 /// True when the environment variable CI is set (missing test inputs then fail).
 bool under_ci();
+
+/// The byte tokenizer's table, built once per process.
+std::shared_ptr<TokenTable> bytes_table();
+/// Whether the grammar matches text exactly (fed byte by byte, then complete).
+bool full_match(const Grammar& g, std::string_view text);
 
 /// Compares the matcher's mask with accept_token on a copy for each id in `ids` (all ids when
 /// empty); returns "" or a description of the first difference.
