@@ -134,7 +134,8 @@ Automaton build_automaton(const Grammar& g) {
   std::vector<PendingCall> pending;
   for (size_t r = 0; r < rules.size(); ++r) {
     NfaBuilder nb(g, &nfa_budget);
-    auto [start, end] = nb.build(rules[r].expr);
+    const std::pair<int, int> ends = nb.build(rules[r].expr);
+    const int start = ends.first, end = ends.second;  // not a structured binding: lambdas capture end
     std::vector<NfaState>& nfa = nb.states;
 
     // Byte classes: bytes no byte set of this rule tells apart.
