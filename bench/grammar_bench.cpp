@@ -1,8 +1,10 @@
 // grammar_bench: the structured-output engine on a real tokenizer (Qwen3's, 151k tokens) over the
 // generated schema corpus, on one CPU thread: compile times (cold: in corpus order, the
 // tokenizer's shared cache filling as it goes; warm: the same schemas again), per-token mask
-// times while generating under the mask (random allowed tokens, half of the picks among
-// structural ones so strings and arrays end), and the share of outputs valid against their schema
+// times while generating under the mask (random allowed tokens; a quarter of the picks among eos
+// and the tokens that only close things, so strings and containers end, a quarter among the
+// one-byte tokens, so literal characters such as '@' turn up), and the
+// share of outputs valid against their schema
 // (the independent validator of tests/grammar). Prints a table; --json PATH writes the figures.
 //   build/grammar_bench --schemas 1000 --outputs 10 --json results/grammar/grammar-bench.json
 #include <algorithm>

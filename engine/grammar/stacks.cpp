@@ -28,6 +28,7 @@ void StackSet::add(int32_t base, std::span<const int32_t> frames) {
 
 void Stepper::begin(StackSet& out) {
   seen_.clear();
+  if (!seen_index_.empty()) seen_index_.clear();
   seen_pool_.clear();
   (void)out;
 }
@@ -36,13 +37,24 @@ bool Stepper::seen(int32_t base, std::span<const int32_t> frames) {
   uint64_t h = mix(0, static_cast<uint64_t>(static_cast<uint32_t>(base)));
   for (int32_t f : frames) h = mix(h, static_cast<uint32_t>(f));
   h = mix(h, frames.size());
-  auto [lo, hi] = seen_.equal_range(h);
-  for (auto it = lo; it != hi; ++it) {
-    if (it->second.first != base) continue;
-    const int32_t* p = seen_pool_.data() + it->second.second;
-    if (static_cast<size_t>(p[0]) == frames.size() && std::equal(frames.begin(), frames.end(), p + 1)) return true;
+  auto same = [&](const Seen& e) {
+    if (e.hash != h || e.base != base) return false;
+    const int32_t* p = seen_pool_.data() + e.at;
+    return static_cast<size_t>(p[0]) == frames.size() && std::equal(frames.begin(), frames.end(), p + 1);
+  };
+  constexpr size_t kLinear = 32;
+  if (seen_.size() <= kLinear) {
+    for (const Seen& e : seen_)
+      if (same(e)) return true;
+  } else {
+    if (seen_index_.empty())
+      for (uint32_t i = 0; i < seen_.size(); ++i) seen_index_.emplace(seen_[i].hash, i);
+    auto [lo, hi] = seen_index_.equal_range(h);
+    for (auto it = lo; it != hi; ++it)
+      if (same(seen_[it->second])) return true;
   }
-  seen_.emplace(h, std::pair<int32_t, uint32_t>{base, static_cast<uint32_t>(seen_pool_.size())});
+  seen_.push_back({h, base, static_cast<uint32_t>(seen_pool_.size())});
+  if (!seen_index_.empty()) seen_index_.emplace(h, static_cast<uint32_t>(seen_.size() - 1));
   seen_pool_.push_back(static_cast<int32_t>(frames.size()));
   seen_pool_.insert(seen_pool_.end(), frames.begin(), frames.end());
   return false;

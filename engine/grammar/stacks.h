@@ -69,7 +69,15 @@ class Stepper {
   const NodeArena* arena_;
   std::vector<int32_t> work_pool_, tmp_, cur_;
   std::vector<std::pair<int32_t, uint32_t>> work_;  // (base, length) of frames at the pool's end
-  std::unordered_multimap<uint64_t, std::pair<int32_t, uint32_t>> seen_;  // hash -> (base, index in seen_pool_)
+  // The stacks met in this step: (hash, base, index in seen_pool_). Scanned linearly while few
+  // (the usual case, and clearing costs nothing); indexed by hash once there are many.
+  struct Seen {
+    uint64_t hash;
+    int32_t base;
+    uint32_t at;
+  };
+  std::vector<Seen> seen_;
+  std::unordered_multimap<uint64_t, uint32_t> seen_index_;  // hash -> index in seen_
   std::vector<int32_t> seen_pool_;
 };
 

@@ -113,7 +113,7 @@ std::string generate(GrammarMatcher& m, std::mt19937_64& rng, int max_tokens, bo
                      std::vector<double>* mask_us, double structural) {
   const TokenTable& tt = m.grammar().tokens();
   std::vector<uint32_t> words(static_cast<size_t>(m.n_words()));
-  std::vector<int32_t> allowed, preferred;
+  std::vector<int32_t> allowed, closing, short_ones;
   std::string out;
   *finished = false;
   std::uniform_real_distribution<double> coin(0, 1);
@@ -122,17 +122,27 @@ std::string generate(GrammarMatcher& m, std::mt19937_64& rng, int max_tokens, bo
     m.fill_next_token_bitmask(words.data());
     if (mask_us) mask_us->push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     allowed.clear();
-    preferred.clear();
+    closing.clear();
+    short_ones.clear();
     for (size_t w = 0; w < words.size(); ++w) {
       for (uint32_t bits = words[w]; bits; bits &= bits - 1) {
         const int32_t id = static_cast<int32_t>(w * 32 + static_cast<size_t>(__builtin_ctz(bits)));
         allowed.push_back(id);
         const std::string_view b = tt.bytes(id);
-        if ((tt.eos() && id == *tt.eos()) || closes(b)) preferred.push_back(id);
+        if ((tt.eos() && id == *tt.eos()) || closes(b)) closing.push_back(id);
+        if (b.size() == 1) short_ones.push_back(id);
       }
     }
     if (allowed.empty()) return out;  // a dead end would be a bug: the caller checks *finished
-    const std::vector<int32_t>& pool = !preferred.empty() && coin(rng) < structural ? preferred : allowed;
+    // Inside a string a closing '"' ends it; ']' and '}' may be string content there (a uri).
+    std::vector<int32_t> quoted;
+    for (int32_t id : closing)
+      if (tt.bytes(id).size() > 0 && tt.bytes(id)[0] == '"') quoted.push_back(id);
+    if (!quoted.empty()) closing.swap(quoted);
+    const double c = coin(rng);
+    const std::vector<int32_t>& pool = c < structural / 2 && !closing.empty()  ? closing
+                                       : c < structural && !short_ones.empty() ? short_ones
+                                                                               : allowed;
     const int32_t id = pool[std::uniform_int_distribution<size_t>(0, pool.size() - 1)(rng)];
     if (!m.accept_token(id)) return out;
     if (tt.eos() && id == *tt.eos()) {

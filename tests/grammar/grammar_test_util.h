@@ -37,9 +37,10 @@ bool full_match(const Grammar& g, std::string_view text);
 /// empty); returns "" or a description of the first difference.
 std::string brute_force_mismatch(GrammarMatcher& m, const std::vector<int32_t>& ids = {});
 
-/// One random generation: at each step a random allowed token (with probability `structural`
-/// among eos and the tokens that only close things, '"' '}' ']' first, so strings, objects and
-/// arrays end), until
+/// One random generation: at each step a random allowed token; with probability structural / 2
+/// among eos and the tokens that only close things ('"' '}' ']' first), so strings, objects and
+/// arrays end, and with probability structural / 2 among the one-byte tokens, so literal
+/// characters such as '@' turn up; until
 /// eos or max_tokens. Returns the bytes; *finished says whether eos was reached. Each mask time
 /// in microseconds goes to mask_us when given.
 std::string generate(GrammarMatcher& m, std::mt19937_64& rng, int max_tokens, bool* finished,
