@@ -75,7 +75,7 @@ struct GrammarLimits {
   static constexpr int max_repeat = 2'000;  ///< {m,n}, minItems/maxItems, maxLength
   static constexpr int max_nesting = 200;   ///< parentheses, schema depth
   static constexpr size_t max_nfa_states = 2'000'000;
-  static constexpr size_t max_dfa_states = 50'000;
+  static constexpr size_t max_dfa_states = 20'000;
 };
 
 /// A grammar matching exactly one of the strings (vLLM's guided_choice). Throws GrammarError

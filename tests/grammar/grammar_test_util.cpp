@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <mutex>
 
 #include "engine/grammar/token_table.h"
@@ -109,41 +110,76 @@ std::string brute_force_mismatch(GrammarMatcher& m, const std::vector<int32_t>& 
   return "";
 }
 
+namespace {
+
+// The ids generation may prefer, per vocabulary: eos and the closing tokens ('"'-first ones apart),
+// and the one-byte tokens. Computed once per table; filtered by the mask at each step.
+struct Candidates {
+  std::vector<int32_t> quoted, closing, one_byte;
+};
+
+const Candidates& candidates(const TokenTable& tt) {
+  static std::mutex mu;
+  static std::map<const TokenTable*, Candidates> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto [it, fresh] = cache.try_emplace(&tt);
+  if (fresh) {
+    for (int32_t id = 0; id < tt.n_vocab(); ++id) {
+      const std::string_view b = tt.bytes(id);
+      if ((tt.eos() && id == *tt.eos()) || closes(b)) (b.size() > 0 && b[0] == '"' ? it->second.quoted : it->second.closing).push_back(id);
+      if (b.size() == 1) it->second.one_byte.push_back(id);
+    }
+  }
+  return it->second;
+}
+
+bool has(const std::vector<uint32_t>& words, int32_t id) { return (words[static_cast<size_t>(id) >> 5] >> (id & 31)) & 1; }
+
+}  // namespace
+
 std::string generate(GrammarMatcher& m, std::mt19937_64& rng, int max_tokens, bool* finished,
                      std::vector<double>* mask_us, double structural) {
   const TokenTable& tt = m.grammar().tokens();
+  const Candidates& cand = candidates(tt);
   std::vector<uint32_t> words(static_cast<size_t>(m.n_words()));
-  std::vector<int32_t> allowed, closing, short_ones;
+  std::vector<int32_t> pool;
   std::string out;
   *finished = false;
   std::uniform_real_distribution<double> coin(0, 1);
+  auto allowed_of = [&](const std::vector<int32_t>& ids) {
+    pool.clear();
+    for (int32_t id : ids)
+      if (has(words, id)) pool.push_back(id);
+    return !pool.empty();
+  };
   for (int step = 0; step < max_tokens; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     m.fill_next_token_bitmask(words.data());
     if (mask_us) mask_us->push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-    allowed.clear();
-    closing.clear();
-    short_ones.clear();
-    for (size_t w = 0; w < words.size(); ++w) {
-      for (uint32_t bits = words[w]; bits; bits &= bits - 1) {
-        const int32_t id = static_cast<int32_t>(w * 32 + static_cast<size_t>(__builtin_ctz(bits)));
-        allowed.push_back(id);
-        const std::string_view b = tt.bytes(id);
-        if ((tt.eos() && id == *tt.eos()) || closes(b)) closing.push_back(id);
-        if (b.size() == 1) short_ones.push_back(id);
+    size_t n_allowed = 0;
+    for (uint32_t w : words) n_allowed += static_cast<size_t>(__builtin_popcount(w));
+    if (n_allowed == 0) return out;  // a dead end would be a bug: the caller checks *finished
+    // Inside a string a closing '"' ends it; ']' and '}' may be string content there (a uri).
+    const double c = coin(rng);
+    int32_t id = -1;
+    if (c < structural / 2 && (allowed_of(cand.quoted) || allowed_of(cand.closing))) {
+      id = pool[std::uniform_int_distribution<size_t>(0, pool.size() - 1)(rng)];
+    } else if (c < structural && allowed_of(cand.one_byte)) {
+      id = pool[std::uniform_int_distribution<size_t>(0, pool.size() - 1)(rng)];
+    } else {  // uniform over all allowed: the k-th set bit
+      size_t k = std::uniform_int_distribution<size_t>(0, n_allowed - 1)(rng);
+      for (size_t w = 0; w < words.size(); ++w) {
+        const size_t n = static_cast<size_t>(__builtin_popcount(words[w]));
+        if (k >= n) {
+          k -= n;
+          continue;
+        }
+        uint32_t bits = words[w];
+        for (; k > 0; --k) bits &= bits - 1;
+        id = static_cast<int32_t>(w * 32 + static_cast<size_t>(__builtin_ctz(bits)));
+        break;
       }
     }
-    if (allowed.empty()) return out;  // a dead end would be a bug: the caller checks *finished
-    // Inside a string a closing '"' ends it; ']' and '}' may be string content there (a uri).
-    std::vector<int32_t> quoted;
-    for (int32_t id : closing)
-      if (tt.bytes(id).size() > 0 && tt.bytes(id)[0] == '"') quoted.push_back(id);
-    if (!quoted.empty()) closing.swap(quoted);
-    const double c = coin(rng);
-    const std::vector<int32_t>& pool = c < structural / 2 && !closing.empty()  ? closing
-                                       : c < structural && !short_ones.empty() ? short_ones
-                                                                               : allowed;
-    const int32_t id = pool[std::uniform_int_distribution<size_t>(0, pool.size() - 1)(rng)];
     if (!m.accept_token(id)) return out;
     if (tt.eos() && id == *tt.eos()) {
       *finished = true;
