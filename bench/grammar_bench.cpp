@@ -3,7 +3,8 @@
 // tokenizer's shared cache filling as it goes; warm: the same schemas again), per-token mask
 // times while generating under the mask (random allowed tokens; a quarter of the picks among eos
 // and the tokens that only close things, so strings and containers end, a quarter among the
-// one-byte tokens, so literal characters such as '@' turn up), and the
+// one-byte tokens, so literal characters such as '@' turn up; past a quarter of --max-tokens, nine in
+// ten close things), and the
 // share of outputs valid against their schema
 // (the independent validator of tests/grammar). Prints a table; --json PATH writes the figures.
 //   build/grammar_bench --schemas 1000 --outputs 10 --json results/grammar/grammar-bench.json

@@ -160,11 +160,13 @@ std::string generate(GrammarMatcher& m, std::mt19937_64& rng, int max_tokens, bo
     for (uint32_t w : words) n_allowed += static_cast<size_t>(__builtin_popcount(w));
     if (n_allowed == 0) return out;  // a dead end would be a bug: the caller checks *finished
     // Inside a string a closing '"' ends it; ']' and '}' may be string content there (a uri).
-    const double c = coin(rng);
+    // Past a quarter of the budget, close things nine times in ten (recursive schemas otherwise
+    // grow a rare tree past any budget).
+    const double c = coin(rng), close_p = step < max_tokens / 4 ? structural / 2 : 0.9;
     int32_t id = -1;
-    if (c < structural / 2 && (allowed_of(cand.quoted) || allowed_of(cand.closing))) {
+    if (c < close_p && (allowed_of(cand.quoted) || allowed_of(cand.closing))) {
       id = pool[std::uniform_int_distribution<size_t>(0, pool.size() - 1)(rng)];
-    } else if (c < structural && allowed_of(cand.one_byte)) {
+    } else if (c < close_p + structural / 2 && allowed_of(cand.one_byte)) {
       id = pool[std::uniform_int_distribution<size_t>(0, pool.size() - 1)(rng)];
     } else {  // uniform over all allowed: the k-th set bit
       size_t k = std::uniform_int_distribution<size_t>(0, n_allowed - 1)(rng);
