@@ -69,7 +69,7 @@ TEST_F(GrammarQwen, OutputsAlwaysValidate) {
            R"({"$defs":{"n":{"type":"object","properties":{"v":{"type":"integer","minimum":-9,"maximum":99},
                "kids":{"type":"array","items":{"$ref":"#/$defs/n"},"maxItems":2}},"required":["v"]}},"$ref":"#/$defs/n"})"})
     corpus.push_back(nlohmann::ordered_json::parse(s));
-  generate_and_validate(corpus, testing::qwen_table(), 3, 2000, 5);
+  generate_and_validate(corpus, testing::qwen_table(), 2, 2000, 5);
 }
 
 TEST_F(GrammarQwen, MaskIsExactOnSampledTokens) {
@@ -83,7 +83,7 @@ TEST_F(GrammarQwen, MaskIsExactOnSampledTokens) {
   };
   for (const Grammar& g : grammars) {
     GrammarMatcher m(CompiledGrammar::compile(g, table));
-    for (int step = 0; step < 12; ++step) {
+    for (int step = 0; step < 8; ++step) {
       // Every allowed token and a random sample of the others.
       std::vector<uint32_t> words(static_cast<size_t>(m.n_words()));
       m.fill_next_token_bitmask(words.data());
