@@ -31,3 +31,9 @@ servelab_parser_fuzzer(stream_chunk ${CMAKE_SOURCE_DIR}/loadgen/http/sse_parser.
                        ${CMAKE_SOURCE_DIR}/loadgen/http/openai_chunk.cpp)
 target_link_libraries(fuzz_request_parse PRIVATE nlohmann_json::nlohmann_json)
 target_link_libraries(fuzz_stream_chunk PRIVATE nlohmann_json::nlohmann_json)
+# The grammar engine's front ends (JSON Schema, regex, GBNF, request constraints) and its matcher.
+file(GLOB grammar_srcs ${CMAKE_SOURCE_DIR}/engine/grammar/*.cpp)
+# tokenizer_bytes.cpp holds the Tokenizer vtable the harness's small tokenizer needs.
+servelab_parser_fuzzer(grammar ${grammar_srcs} ${CMAKE_SOURCE_DIR}/engine/model/tokenizer_bytes.cpp
+                       ${CMAKE_SOURCE_DIR}/engine/model/tokenizer_unicode.cpp ${CMAKE_SOURCE_DIR}/engine/model/unicode_tables.cpp)
+target_link_libraries(fuzz_grammar PRIVATE nlohmann_json::nlohmann_json Threads::Threads)

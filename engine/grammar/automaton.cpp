@@ -1,0 +1,363 @@
+// Grammar -> per-rule DFAs: Thompson NFA per rule, subset construction over byte classes and call
+// symbols, then the whole-grammar checks (productive rules, left recursion) and FOLLOW sets.
+#include "engine/grammar/automaton.h"
+
+#include <algorithm>
+#include <array>
+#include <unordered_map>
+
+#include "engine/grammar/grammar_error.h"
+
+namespace servelab::grammar {
+namespace {
+
+struct NfaState {
+  std::vector<int> eps;
+  std::vector<std::pair<const ByteSet*, int>> bytes;
+  std::vector<std::pair<int, int>> calls;  // (symbol, target)
+};
+
+// One rule's Thompson NFA. Call symbols are numbered by the callee's first appearance in the
+// expression, so the same expression gives the same DFA numbering in any grammar (share keys
+// rely on it).
+class NfaBuilder {
+ public:
+  NfaBuilder(const Grammar& g, size_t* budget) : g_(g), budget_(budget) {}
+
+  std::vector<NfaState> states;
+  std::vector<int> callees;  // symbol -> rule
+
+  int add() {
+    if (*budget_ == 0) throw GrammarError("grammar too large (over " + std::to_string(GrammarLimits::max_nfa_states) + " automaton states)");
+    --*budget_;
+    states.emplace_back();
+    return static_cast<int>(states.size()) - 1;
+  }
+
+  // Adds expr between two new states; returns (start, end).
+  std::pair<int, int> build(int id) {
+    const Expr& e = g_.expr(id);
+    switch (e.kind) {
+      case ExprKind::bytes: {
+        const int s = add(), t = add();
+        states[static_cast<size_t>(s)].bytes.push_back({&e.bytes, t});
+        return {s, t};
+      }
+      case ExprKind::call: {
+        const int s = add(), t = add();
+        states[static_cast<size_t>(s)].calls.push_back({symbol(e.rule), t});
+        return {s, t};
+      }
+      case ExprKind::seq: {
+        const int s = add();
+        int cur = s;
+        for (int c : e.children) {
+          auto [a, b] = build(c);
+          states[static_cast<size_t>(cur)].eps.push_back(a);
+          cur = b;
+        }
+        return {s, cur};
+      }
+      case ExprKind::alt: {
+        const int s = add(), t = add();
+        for (int c : e.children) {
+          auto [a, b] = build(c);
+          states[static_cast<size_t>(s)].eps.push_back(a);
+          states[static_cast<size_t>(b)].eps.push_back(t);
+        }
+        return {s, t};
+      }
+      case ExprKind::repeat: {
+        const int s = add(), t = add();
+        int cur = s;
+        for (int i = 0; i < e.min; ++i) {
+          auto [a, b] = build(e.children[0]);
+          states[static_cast<size_t>(cur)].eps.push_back(a);
+          cur = b;
+        }
+        if (e.max < 0) {
+          auto [a, b] = build(e.children[0]);
+          states[static_cast<size_t>(cur)].eps.push_back(a);
+          states[static_cast<size_t>(b)].eps.push_back(cur);
+          states[static_cast<size_t>(cur)].eps.push_back(t);
+        } else {
+          for (int i = e.min; i < e.max; ++i) {  // x{0,k} as (x (x ...)?)?
+            auto [a, b] = build(e.children[0]);
+            states[static_cast<size_t>(cur)].eps.push_back(a);
+            states[static_cast<size_t>(cur)].eps.push_back(t);
+            cur = b;
+          }
+          states[static_cast<size_t>(cur)].eps.push_back(t);
+        }
+        return {s, t};
+      }
+    }
+    return {add(), add()};
+  }
+
+ private:
+  int symbol(int rule) {
+    for (size_t i = 0; i < callees.size(); ++i)
+      if (callees[i] == rule) return static_cast<int>(i);
+    callees.push_back(rule);
+    return static_cast<int>(callees.size()) - 1;
+  }
+  const Grammar& g_;
+  size_t* budget_;
+};
+
+struct VecHash {
+  size_t operator()(const std::vector<int>& v) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int x : v) h = (h ^ static_cast<uint64_t>(x)) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
+
+}  // namespace
+
+Automaton build_automaton(const Grammar& g) {
+  const std::vector<Rule>& rules = g.rules();
+  if (g.root() < 0 || g.root() >= static_cast<int>(rules.size())) throw GrammarError("grammar has no root rule");
+  for (const Rule& r : rules)
+    if (r.expr < 0) throw GrammarError("rule \"" + r.name + "\" is used but not defined");
+
+  Automaton a;
+  a.root_ = g.root();
+  size_t nfa_budget = GrammarLimits::max_nfa_states;
+  // Per rule: the DFA's call edges name callee rules; starts are resolved once all rules exist.
+  struct PendingCall {
+    int32_t state;
+    int rule;
+    int32_t next;
+  };
+  std::vector<PendingCall> pending;
+  for (size_t r = 0; r < rules.size(); ++r) {
+    NfaBuilder nb(g, &nfa_budget);
+    const std::pair<int, int> ends = nb.build(rules[r].expr);
+    const int start = ends.first, end = ends.second;  // not a structured binding: lambdas capture end
+    std::vector<NfaState>& nfa = nb.states;
+
+    // Byte classes: bytes no byte set of this rule tells apart.
+    std::array<int, 256> cls{};
+    int n_cls = 1;
+    {
+      std::vector<const ByteSet*> sets;
+      for (const NfaState& s : nfa)
+        for (auto& [set, t] : s.bytes) sets.push_back(set);
+      std::sort(sets.begin(), sets.end());
+      sets.erase(std::unique(sets.begin(), sets.end()), sets.end());
+      for (const ByteSet* set : sets) {
+        std::unordered_map<int, int> split;  // (old class * 2 + in set) -> new class
+        int n = 0;
+        std::array<int, 256> next{};
+        for (int b = 0; b < 256; ++b) {
+          const int key = cls[static_cast<size_t>(b)] * 2 + (set->test(static_cast<size_t>(b)) ? 1 : 0);
+          auto [it, fresh] = split.try_emplace(key, n);
+          if (fresh) ++n;
+          next[static_cast<size_t>(b)] = it->second;
+        }
+        cls = next;
+        n_cls = n;
+      }
+    }
+    std::vector<int> rep(static_cast<size_t>(n_cls), -1);
+    for (int b = 255; b >= 0; --b) rep[static_cast<size_t>(cls[static_cast<size_t>(b)])] = b;
+
+    std::vector<char> seen(nfa.size(), 0);
+    auto closure = [&](std::vector<int> set) {
+      std::vector<int> stack = set, out;
+      for (int s : set) seen[static_cast<size_t>(s)] = 1;
+      while (!stack.empty()) {
+        const int s = stack.back();
+        stack.pop_back();
+        out.push_back(s);
+        for (int t : nfa[static_cast<size_t>(s)].eps)
+          if (!seen[static_cast<size_t>(t)]) {
+            seen[static_cast<size_t>(t)] = 1;
+            stack.push_back(t);
+          }
+      }
+      for (int s : out) seen[static_cast<size_t>(s)] = 0;
+      std::sort(out.begin(), out.end());
+      return out;
+    };
+
+    const int32_t first = static_cast<int32_t>(a.final_.size());
+    a.rule_first_.push_back(first);
+    std::unordered_map<std::vector<int>, int32_t, VecHash> ids;
+    std::vector<std::vector<int>> work;
+    auto intern = [&](std::vector<int> set) -> int32_t {
+      auto it = ids.find(set);
+      if (it != ids.end()) return it->second;
+      if (a.final_.size() >= GrammarLimits::max_dfa_states)
+        throw GrammarError("grammar too large (over " + std::to_string(GrammarLimits::max_dfa_states) +
+                           " automaton states; rule \"" + rules[r].name + "\")");
+      const int32_t id = static_cast<int32_t>(a.final_.size());
+      a.final_.push_back(std::binary_search(set.begin(), set.end(), end) ? 1 : 0);
+      a.has_bytes_.push_back(0);
+      a.state_rule_.push_back(static_cast<int32_t>(r));
+      a.next_.resize(a.next_.size() + 256, -1);
+      ids.emplace(set, id);
+      work.push_back(std::move(set));
+      return id;
+    };
+    a.rule_start_.push_back(intern(closure({start})));
+    std::vector<std::vector<int>> per_call;
+    for (size_t k = 0; k < work.size(); ++k) {
+      const int32_t id = first + static_cast<int32_t>(k);
+      const std::vector<int> set = work[k];  // copy: work grows
+      for (int c = 0; c < n_cls; ++c) {
+        std::vector<int> targets;
+        const size_t b = static_cast<size_t>(rep[static_cast<size_t>(c)]);
+        for (int s : set)
+          for (auto& [bs, t] : nfa[static_cast<size_t>(s)].bytes)
+            if (bs->test(b)) targets.push_back(t);
+        if (targets.empty()) continue;
+        std::sort(targets.begin(), targets.end());
+        targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+        const int32_t to = intern(closure(std::move(targets)));
+        for (int x = 0; x < 256; ++x)
+          if (cls[static_cast<size_t>(x)] == c) a.next_[static_cast<size_t>(id) * 256 + static_cast<size_t>(x)] = to;
+      }
+      per_call.assign(nb.callees.size(), {});
+      for (int s : set)
+        for (auto& [sym, t] : nfa[static_cast<size_t>(s)].calls) per_call[static_cast<size_t>(sym)].push_back(t);
+      for (size_t sym = 0; sym < per_call.size(); ++sym) {
+        if (per_call[sym].empty()) continue;
+        std::sort(per_call[sym].begin(), per_call[sym].end());
+        per_call[sym].erase(std::unique(per_call[sym].begin(), per_call[sym].end()), per_call[sym].end());
+        pending.push_back({id, nb.callees[sym], intern(closure(per_call[sym]))});
+      }
+    }
+    a.names_.push_back(rules[r].name);
+    a.share_keys_.push_back(rules[r].share_key);
+  }
+  const size_t n = a.final_.size();
+  a.rule_first_.push_back(static_cast<int32_t>(n));
+
+  // Call edges per state, in the order they were made (the same for the same expression).
+  std::vector<std::vector<Call>> calls(n);
+  for (const PendingCall& p : pending) calls[static_cast<size_t>(p.state)].push_back({a.rule_start_[static_cast<size_t>(p.rule)], p.next});
+
+  // Productive states: can reach a final state of their rule through bytes and calls of
+  // productive rules. Iterated to a fixpoint (rules depend on each other).
+  std::vector<char> prod(n, 0);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = n; i-- > 0;) {
+      if (prod[i]) continue;
+      bool p = a.final_[i] != 0;
+      for (int b = 0; b < 256 && !p; ++b) {
+        const int32_t t = a.next_[i * 256 + static_cast<size_t>(b)];
+        p = t >= 0 && prod[static_cast<size_t>(t)];
+      }
+      for (const Call& c : calls[i])
+        if (!p) p = prod[static_cast<size_t>(c.callee_start)] && prod[static_cast<size_t>(c.next)];
+      if (p) prod[i] = changed = 1;
+    }
+  }
+  if (!prod[static_cast<size_t>(a.root_start())])
+    throw GrammarError("grammar matches no string (rule \"" + rules[static_cast<size_t>(a.root_)].name + "\")");
+  a.call_begin_.assign(n + 1, 0);
+  for (size_t i = 0; i < n; ++i) {
+    for (int b = 0; b < 256; ++b) {
+      int32_t& t = a.next_[i * 256 + static_cast<size_t>(b)];
+      if (t >= 0 && !prod[static_cast<size_t>(t)]) t = -1;
+      if (t >= 0) a.has_bytes_[i] = 1;
+    }
+    a.call_begin_[i] = static_cast<uint32_t>(a.calls_.size());
+    if (!prod[i]) continue;
+    for (const Call& c : calls[i])
+      if (prod[static_cast<size_t>(c.callee_start)] && prod[static_cast<size_t>(c.next)]) a.calls_.push_back(c);
+  }
+  a.call_begin_[n] = static_cast<uint32_t>(a.calls_.size());
+
+  // Nullable completion: from s the rule can complete through calls of nullable rules only.
+  const int n_rules = a.n_rules();
+  std::vector<char> nz(n, 0);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = n; i-- > 0;) {
+      if (nz[i]) continue;
+      bool z = a.final_[i] != 0;
+      for (const Call& c : a.calls(static_cast<int32_t>(i)))
+        if (!z) z = nz[static_cast<size_t>(c.callee_start)] && nz[static_cast<size_t>(c.next)];
+      if (z) nz[i] = changed = 1;
+    }
+  }
+  // Left recursion: the rules a rule can call before consuming a byte must not lead back to it.
+  std::vector<std::vector<int>> left(static_cast<size_t>(n_rules));
+  for (int r = 0; r < n_rules; ++r) {
+    std::vector<int32_t> stack = {a.rule_start(r)};
+    std::vector<int32_t> visited = stack;
+    while (!stack.empty()) {
+      const int32_t s = stack.back();
+      stack.pop_back();
+      for (const Call& c : a.calls(s)) {
+        left[static_cast<size_t>(r)].push_back(a.rule_of(c.callee_start));
+        if (nz[static_cast<size_t>(c.callee_start)] && std::find(visited.begin(), visited.end(), c.next) == visited.end()) {
+          visited.push_back(c.next);
+          stack.push_back(c.next);
+        }
+      }
+    }
+  }
+  {
+    std::vector<char> color(static_cast<size_t>(n_rules), 0);  // 0 new, 1 on the path, 2 done
+    std::vector<std::pair<int, size_t>> path;
+    for (int r0 = 0; r0 < n_rules; ++r0) {
+      if (color[static_cast<size_t>(r0)]) continue;
+      path.push_back({r0, 0});
+      color[static_cast<size_t>(r0)] = 1;
+      while (!path.empty()) {
+        auto& [r, i] = path.back();
+        if (i == left[static_cast<size_t>(r)].size()) {
+          color[static_cast<size_t>(r)] = 2;
+          path.pop_back();
+          continue;
+        }
+        const int x = left[static_cast<size_t>(r)][i++];
+        if (color[static_cast<size_t>(x)] == 1)
+          throw GrammarError("left recursion: rule \"" + a.names_[static_cast<size_t>(x)] +
+                             "\" can reach itself without consuming input");
+        if (color[static_cast<size_t>(x)] == 0) {
+          color[static_cast<size_t>(x)] = 1;
+          path.push_back({x, 0});
+        }
+      }
+    }
+  }
+
+  // FIRST of each state, then FOLLOW of each rule.
+  std::vector<ByteSet> first(n);
+  for (size_t i = 0; i < n; ++i)
+    for (int b = 0; b < 256; ++b)
+      if (a.next_[i * 256 + static_cast<size_t>(b)] >= 0) first[i].set(static_cast<size_t>(b));
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = n; i-- > 0;) {
+      ByteSet f = first[i];
+      for (const Call& c : a.calls(static_cast<int32_t>(i))) {
+        f |= first[static_cast<size_t>(c.callee_start)];
+        if (nz[static_cast<size_t>(c.callee_start)]) f |= first[static_cast<size_t>(c.next)];
+      }
+      if (f != first[i]) first[i] = f, changed = true;
+    }
+  }
+  a.follow_.assign(static_cast<size_t>(n_rules), ByteSet());
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < n; ++i) {
+      for (const Call& c : a.calls(static_cast<int32_t>(i))) {
+        ByteSet& f = a.follow_[static_cast<size_t>(a.rule_of(c.callee_start))];
+        ByteSet add = first[static_cast<size_t>(c.next)];
+        if (nz[static_cast<size_t>(c.next)]) add |= a.follow_[static_cast<size_t>(a.state_rule_[i])];
+        if ((f | add) != f) f |= add, changed = true;
+      }
+    }
+  }
+  return a;
+}
+
+}  // namespace servelab::grammar

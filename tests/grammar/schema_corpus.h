@@ -1,0 +1,16 @@
+#pragma once
+// A deterministic corpus of real-world-like JSON schemas (JSONSchemaBench-like shapes: API
+// payloads, tool-call arguments, configs, nested objects, enums, arrays, formats, patterns,
+// ranges, nullable unions, $defs with $ref, recursive trees), generated from a seed. Used by the
+// property tests and bench/grammar_bench.cpp.
+#include <cstdint>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace servelab::grammar::testing {
+
+/// n schemas; the same seed gives the same schemas.
+std::vector<nlohmann::ordered_json> make_schema_corpus(int n, uint64_t seed);
+
+}  // namespace servelab::grammar::testing
