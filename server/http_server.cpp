@@ -76,6 +76,7 @@ struct HttpServer::Impl {
 HttpServer::HttpServer(ServerOptions options, GenerationService& service, const Tokenizer& tokenizer,
                        ServerMetrics& metrics)
     : ctx_(new ServerContext{std::move(options), service, tokenizer, metrics}), impl_(std::make_unique<Impl>()) {
+  ctx_->constraints = std::make_unique<grammar::ConstraintCompiler>(tokenizer, service.model().vocab_size);
   ctx_->options.validate();
 }
 

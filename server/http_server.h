@@ -12,6 +12,7 @@
 
 #include "engine/model/tokenizer.h"
 #include "server/metrics.h"
+#include "engine/grammar/grammar_constraint.h"
 #include "server/request_parse.h"
 #include "server/request_prepare.h"
 #include "server/service.h"
@@ -41,6 +42,8 @@ struct ServerContext {
   std::atomic<int> n_sessions{0};
   std::atomic<int> n_busy{0};  ///< sessions between reading a request and finishing its response
   std::atomic<bool> draining{false};
+  /// Structured output: each constrained request's grammar, compiled against the tokenizer.
+  std::unique_ptr<grammar::ConstraintCompiler> constraints;
 };
 
 class HttpServer {

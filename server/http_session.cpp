@@ -163,6 +163,7 @@ void HttpSession::start_completion(Request& req, ApiKind api) {
     lim.model_name = ctx_.options.model_name;
     lim.chat_template = ctx_.options.chat_template;
     lim.render_chat = ctx_.options.render_chat;
+    lim.constraints = ctx_.constraints.get();
     prepared = prepare_request(params, id, ctx_.tokenizer, lim);
   } catch (const ApiError& e) {
     ctx_.metrics.on_rejected(e.code == "context_length_exceeded" ? "too_long" : "invalid");

@@ -1,5 +1,7 @@
 #include "server/request_parse.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <limits>
 
@@ -199,6 +201,17 @@ CompletionParams parse_completion_request(std::string_view body, ApiKind api, co
     auto u = v->find("include_usage");
     if (u != v->end() && !u->is_null()) out.include_usage = get_bool(*u, "stream_options.include_usage");
     if (!out.stream) throw bad_field("stream_options", "is only allowed when stream is true");
+  }
+  // Structured output, read from the body again in its own key order (a schema's properties are
+  // generated in the order written); only when the body names a constraint field.
+  static const char* const kConstraintFields[] = {"response_format", "structured_outputs", "guided_json", "guided_regex",
+                                                  "guided_choice", "guided_grammar"};
+  if (std::any_of(std::begin(kConstraintFields), std::end(kConstraintFields), [&](const char* f) { return field(f); })) {
+    try {
+      out.constraint = grammar::parse_request_constraint(nlohmann::ordered_json::parse(body.begin(), body.end()));
+    } catch (const grammar::GrammarError& e) {
+      throw ApiError(400, "invalid_request_error", "", "unsupported_constraint", e.what());
+    }
   }
   return out;
 }

@@ -9,6 +9,9 @@
 #include "engine/model/tokenizer.h"
 #include "engine/request.h"
 
+#include "engine/grammar/grammar_error.h"
+#include "engine/grammar/request_constraint.h"
+
 namespace servelab::server {
 
 enum class ApiKind { completions, chat };
@@ -39,6 +42,8 @@ struct CompletionParams {
   bool stream = false;
   bool include_usage = false;      ///< stream_options.include_usage: a last chunk with usage
   bool echo = false;               ///< completions: prepend the prompt text to the output
+  /// Structured output: response_format, structured_outputs or guided_* (one at most).
+  std::optional<grammar::ConstraintSpec> constraint;
 };
 
 /// Parses a JSON body. Throws ApiError (400) naming the field: "max_tokens: must be an integer

@@ -48,6 +48,17 @@ PreparedRequest prepare_request(const CompletionParams& p, uint64_t id, const To
   sp.max_tokens = max_tokens;
   sp.ignore_eos = p.ignore_eos;
   sp.n = p.n;
+  if (p.constraint) {
+    const std::string field = p.constraint->field;
+    if (p.n > 1) throw bad_field("n", "structured output (" + field + ") needs n = 1 (got " + std::to_string(p.n) + ")");
+    if (!lim.constraints)
+      throw ApiError(400, "invalid_request_error", field, "unsupported", "this server does not offer structured output");
+    try {
+      r.constraint = lim.constraints->make(*p.constraint);
+    } catch (const grammar::GrammarError& e) {
+      throw ApiError(400, "invalid_request_error", field, "unsupported_constraint", e.what());
+    }
+  }
   return out;
 }
 

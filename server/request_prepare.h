@@ -5,6 +5,7 @@
 #include <span>
 #include <string>
 
+#include "engine/grammar/grammar_constraint.h"
 #include "engine/model/tokenizer.h"
 #include "engine/request.h"
 #include "server/request_parse.h"
@@ -22,6 +23,8 @@ struct ModelLimits {
   std::string model_name;
   std::string chat_template;
   ChatRenderer render_chat;  ///< empty: chat requests get 400
+  /// Compiles structured-output constraints; null: constrained requests get 400.
+  grammar::ConstraintCompiler* constraints = nullptr;
 };
 
 struct PreparedRequest {
@@ -30,7 +33,8 @@ struct PreparedRequest {
 };
 
 /// Throws ApiError: 404 unknown model, 400 bad prompt ids / empty prompt, 400
-/// context_length_exceeded (prompt + max_tokens beyond max_model_len).
+/// context_length_exceeded (prompt + max_tokens beyond max_model_len), 400 for a structured-output
+/// constraint the grammar engine does not support (naming the construct) or with n > 1.
 PreparedRequest prepare_request(const CompletionParams& params, uint64_t id, const Tokenizer& tokenizer,
                                 const ModelLimits& limits);
 
