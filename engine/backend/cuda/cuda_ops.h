@@ -122,44 +122,34 @@ struct Attention {
       kernels::rope_inplace(qa, c.stream);
       kernels::kv_write(qa, c.stream);
     }
-    const float scale = 1.0f / std::sqrt(float(hd));
-    if (st.decode) {
-      kernels::DecodeAttentionArgs a;
+    // The fields decode and prefill attention share.
+    auto common = [&](auto& a) {
       a.dtype = c.dt;
       a.q = qkv;
       a.q_row_stride = qkv_width;
-      a.query_start = st.query_start;
       a.k_cache = k_cache;
       a.v_cache = v_cache;
       a.shape = st.shape;
       a.n_heads = n_heads;
       a.n_seqs = st.n_seqs;
+      a.query_start = st.query_start;
       a.context_lens = st.context_lens;
       a.kv = st.kv;
-      a.max_context = st.max_context;
-      a.scale = scale;
+      a.scale = 1.0f / std::sqrt(float(hd));
       a.out = out;
       a.out_row_stride = n_heads * hd;
+    };
+    if (st.decode) {
+      kernels::DecodeAttentionArgs a;
+      common(a);
+      a.max_context = st.max_context;
       a.workspace = st.workspace;
       a.workspace_bytes = st.workspace_bytes;
       kernels::decode_attention(a, c.stream);
     } else {
       kernels::PrefillAttentionArgs a;
-      a.dtype = c.dt;
-      a.q = qkv;
-      a.q_row_stride = qkv_width;
-      a.k_cache = k_cache;
-      a.v_cache = v_cache;
-      a.shape = st.shape;
-      a.n_heads = n_heads;
-      a.n_seqs = st.n_seqs;
+      common(a);
       a.n_tokens = st.n_tokens;
-      a.query_start = st.query_start;
-      a.context_lens = st.context_lens;
-      a.kv = st.kv;
-      a.scale = scale;
-      a.out = out;
-      a.out_row_stride = n_heads * hd;
       kernels::prefill_attention(a, c.stream);
     }
   }
