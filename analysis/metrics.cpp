@@ -217,6 +217,9 @@ KvMetrics compute_kv_metrics(const std::string& label, const std::vector<StepRec
     if (hi < lo || (hi == lo && !(s.start_s >= window_start_s && s.start_s < window_end_s))) continue;
     const double w = hi - lo;
     ++kv.n_steps;
+    kv.spec_num_drafts += s.spec_drafts;
+    kv.spec_num_draft_tokens += s.spec_draft_tokens;
+    kv.spec_num_accepted_tokens += s.spec_accepted_tokens;
     batch.add(s.batch_size, w);
     kv.batch_size_max = std::max(kv.batch_size_max, s.batch_size);
     const int64_t used = s.kv_stored + s.kv_reserved + s.kv_internal_frag;
@@ -433,6 +436,16 @@ void to_json(nlohmann::ordered_json& j, const RunMetrics& m) {
   j["batch_size"] = {{"mean", json_number(m.kv.batch_size_mean)}, {"max", m.kv.batch_size_max}};
   j["n_steps"] = m.kv.n_steps;
   j["n_steps_kv_used"] = m.kv.n_steps_used;
+  if (m.kv.spec_num_drafts > 0) {
+    const double drafts = static_cast<double>(m.kv.spec_num_drafts);
+    const double drafted = static_cast<double>(m.kv.spec_num_draft_tokens);
+    const double accepted = static_cast<double>(m.kv.spec_num_accepted_tokens);
+    j["spec_decode"] = {{"num_drafts", m.kv.spec_num_drafts},
+                        {"num_draft_tokens", m.kv.spec_num_draft_tokens},
+                        {"num_accepted_tokens", m.kv.spec_num_accepted_tokens},
+                        {"acceptance_rate", json_number(drafted > 0 ? accepted / drafted : kNaN)},
+                        {"mean_acceptance_length", json_number(1.0 + accepted / drafts)}};
+  }
   j["n_ok"] = m.n_ok;
   j["n_warmup"] = m.n_warmup;
   if (m.n_window_dropped > 0) j["n_window_dropped"] = m.n_window_dropped;
@@ -497,6 +510,11 @@ void from_json(const nlohmann::ordered_json& j, RunMetrics& m) {
   }
   m.kv.n_steps = j.value("n_steps", std::size_t{0});
   m.kv.n_steps_used = j.value("n_steps_kv_used", std::size_t{0});
+  if (auto it = j.find("spec_decode"); it != j.end() && it->is_object()) {
+    m.kv.spec_num_drafts = json_int_or(*it, "num_drafts", int64_t{0});
+    m.kv.spec_num_draft_tokens = json_int_or(*it, "num_draft_tokens", int64_t{0});
+    m.kv.spec_num_accepted_tokens = json_int_or(*it, "num_accepted_tokens", int64_t{0});
+  }
   m.n_ok = j.value("n_ok", std::size_t{0});
   m.n_warmup = j.value("n_warmup", std::size_t{0});
   m.n_window_dropped = j.value("n_window_dropped", std::size_t{0});

@@ -134,6 +134,12 @@ struct KvMetrics {
   double peak_use = 0.0;         ///< max over the window's steps of (stored+reserved+internal)/capacity
   double batch_size_mean = 0.0;  ///< time-weighted mean StepRecord::batch_size over the window's steps
   int batch_size_max = 0;
+  /// Speculative decoding over the window's steps (vLLM's spec_decode_* counters): verifications,
+  /// drafted tokens, accepted ones. Acceptance rate = accepted / drafted; mean acceptance length
+  /// = 1 + accepted / drafts (tokens a verification step yields).
+  int64_t spec_num_drafts = 0;
+  int64_t spec_num_draft_tokens = 0;
+  int64_t spec_num_accepted_tokens = 0;
 };
 
 /// Everything analysis reports for one run. Latency distributions are in milliseconds,

@@ -58,6 +58,9 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
     st.n_running = s.n_running;
     st.n_preempted = static_cast<int>(s.preempted.size());
     st.n_swap_pool_full = static_cast<int>(s.swap_pool_full.size());
+    st.spec_drafts = s.spec_drafts;
+    st.spec_draft_tokens = s.spec_draft_tokens;
+    st.spec_accepted_tokens = s.spec_accepted_tokens;
     st.kv_capacity = s.kv.capacity;
     st.kv_stored = s.kv.stored;
     st.kv_reserved = s.kv.reserved;

@@ -15,6 +15,7 @@
 #include "engine/kv/kv_manager.h"
 #include "engine/model/config.h"
 #include "engine/sched/scheduler_config.h"
+#include "engine/spec/spec_config.h"
 #include "loadgen/arrivals.h"
 #include "loadgen/capacity_config.h"
 #include "loadgen/dataset.h"
@@ -125,6 +126,9 @@ struct StrategySpec {
   std::string label;      ///< default "<batching>-<kv>", e.g. "continuous-paged"; unique
   SchedulerConfig sched;  ///< `batching:` + that policy's knobs (`preemption:` → sched.preempt)
   KvConfig kv;            ///< `kv:`; kv.max_model_len = engine.max_model_len
+  /// `speculative: {method: ngram, num_speculative_tokens, prompt_lookup_min, prompt_lookup_max}`
+  /// (continuous batching only): drafts proposed and verified each step (engine/spec/).
+  std::optional<SpeculativeConfig> speculative;
 };
 
 /// How requests are issued.

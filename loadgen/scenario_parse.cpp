@@ -46,6 +46,7 @@ class Walker : public YamlReader {
   void engine(const YAML::Node& n);
   void strategy(const YAML::Node& n, const std::string& path, StrategySpec& out);
   void kv(const YAML::Node& n, const std::string& path, KvConfig& out);
+  void speculative(const YAML::Node& n, const std::string& path, const StrategySpec& st, SpeculativeConfig& out);
   void workload(const YAML::Node& n);
   void arrival(const YAML::Node& n, bool& rate_given);
   void prefix_groups(const YAML::Node& n);
@@ -228,7 +229,7 @@ void Walker::engine(const YAML::Node& n) {
 }
 
 void Walker::strategy(const YAML::Node& n, const std::string& path, StrategySpec& out) {
-  std::vector<std::string> allowed = {"label", "batching", "kv"};
+  std::vector<std::string> allowed = {"label", "batching", "kv", "speculative"};
   for (const auto* knobs : {&kStaticKnobs, &kDynamicKnobs, &kContinuousKnobs})
     allowed.insert(allowed.end(), knobs->begin(), knobs->end());
   if (!check_map(n, path, allowed)) return;
@@ -273,6 +274,40 @@ void Walker::strategy(const YAML::Node& n, const std::string& path, StrategySpec
     read_enum(n["preemption"], join(path, "preemption"), c.preempt,
               Options<PreemptMode>{{"recompute", PreemptMode::recompute}, {"swap", PreemptMode::swap}});
   if (defined(n["kv"])) kv(n["kv"], join(path, "kv"), out.kv);
+  if (defined(n["speculative"])) {
+    out.speculative.emplace();
+    speculative(n["speculative"], join(path, "speculative"), out, *out.speculative);
+  }
+}
+
+void Walker::speculative(const YAML::Node& n, const std::string& path, const StrategySpec& st, SpeculativeConfig& out) {
+  if (!section(n, path, {"method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max"})) return;
+  if (st.sched.kind != BatchingKind::continuous) {
+    note(n, path);
+    d_.error_at(path, path + " needs batching: continuous (got " + to_string(st.sched.kind) + ")");
+  }
+  if (defined(n["method"])) {
+    std::string m;
+    read_string(n["method"], join(path, "method"), m);
+    if (m == "draft_model" || m == "self") {
+      note(n["method"], join(path, "method"));
+      d_.error_at(join(path, "method"), join(path, "method") + ": " + m + " is not built yet (ngram is)");
+    } else if (m != "ngram") {
+      note(n["method"], join(path, "method"));
+      d_.error_at(join(path, "method"), join(path, "method") + " must be ngram (got '" + m + "')");
+    }
+  }
+  const std::pair<const char*, int*> ints[] = {{"num_speculative_tokens", &out.num_speculative_tokens},
+                                               {"prompt_lookup_min", &out.prompt_lookup_min},
+                                               {"prompt_lookup_max", &out.prompt_lookup_max}};
+  for (const auto& [k, v] : ints)
+    if (defined(n[k])) read_int(n[k], join(path, k), *v);
+  try {
+    out.validate();
+  } catch (const std::invalid_argument& e) {
+    note(n, path);
+    d_.error_at(path, path + ": " + e.what());
+  }
 }
 
 void Walker::kv(const YAML::Node& n, const std::string& path, KvConfig& out) {

@@ -86,6 +86,11 @@ std::unique_ptr<RequestSource> make_source(const Scenario& scenario, Plan plan) 
   return std::make_unique<OpenLoopSource>(std::move(plan), cap);
 }
 
+void apply_strategy(Engine& engine, const StrategySpec& strategy) {
+  if (strategy.speculative)
+    engine.set_proposer(make_proposer(*strategy.speculative), strategy.speculative->num_speculative_tokens);
+}
+
 EngineConfig engine_config(const Scenario& scenario, const StrategySpec& strategy) {
   EngineConfig c;
   c.sched = strategy.sched;

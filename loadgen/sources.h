@@ -75,5 +75,7 @@ std::unique_ptr<RequestSource> make_source(const Scenario& scenario, Plan plan);
 /// EngineConfig of one strategy: its scheduler and KV settings, the scenario's arena size, and
 /// kv.max_model_len = engine.max_model_len. (Not validated here: call config.validate().)
 EngineConfig engine_config(const Scenario& scenario, const StrategySpec& strategy);
+/// What a strategy sets on its engine beyond the config: its speculative proposer.
+void apply_strategy(Engine& engine, const StrategySpec& strategy);
 
 }  // namespace servelab

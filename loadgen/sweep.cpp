@@ -109,7 +109,9 @@ std::unique_ptr<Engine> make_engine(const Scenario& sc, const StrategySpec& stra
       throw std::runtime_error(buf);
     }
   }
-  return std::make_unique<Engine>(cfg, std::move(backend));
+  auto engine = std::make_unique<Engine>(cfg, std::move(backend));
+  apply_strategy(*engine, strategy);
+  return engine;
 }
 
 }  // namespace

@@ -33,6 +33,10 @@ void to_json(nlohmann::json& j, const StepRecord& s) {
                              {"internal_frag", s.kv_internal_frag},
                              {"external_frag", s.kv_external_frag},
                              {"free", s.kv_free}}}};
+  if (s.spec_drafts > 0)
+    j["spec_decode"] = {{"num_drafts", s.spec_drafts},
+                        {"num_draft_tokens", s.spec_draft_tokens},
+                        {"num_accepted_tokens", s.spec_accepted_tokens}};
 }
 
 void from_json(const nlohmann::json& j, StepRecord& s) {
@@ -46,6 +50,11 @@ void from_json(const nlohmann::json& j, StepRecord& s) {
   s.n_running = json_int_or(j, "n_running", 0);
   s.n_preempted = json_int_or(j, "n_preempted", 0);
   s.n_swap_pool_full = json_int_or(j, "n_swap_pool_full", 0);
+  if (auto sd = j.find("spec_decode"); sd != j.end() && sd->is_object()) {
+    s.spec_drafts = json_int_or(*sd, "num_drafts", 0);
+    s.spec_draft_tokens = json_int_or(*sd, "num_draft_tokens", 0);
+    s.spec_accepted_tokens = json_int_or(*sd, "num_accepted_tokens", 0);
+  }
   const auto& kv = j.at("kv");
   s.kv_capacity = json_int<int64_t>(kv.at("capacity"));
   s.kv_stored = json_int<int64_t>(kv.at("stored"));
@@ -68,6 +77,9 @@ void StepRecord::validate() const {
   count("batch_size", batch_size);
   count("n_tokens", n_tokens);
   count("n_padding_tokens", n_padding_tokens);
+  count("spec_decode.num_drafts", spec_drafts);
+  count("spec_decode.num_draft_tokens", spec_draft_tokens);
+  count("spec_decode.num_accepted_tokens", spec_accepted_tokens);
   count("n_waiting", n_waiting);
   count("n_running", n_running);
   count("n_preempted", n_preempted);

@@ -20,6 +20,11 @@ struct StepRecord {
   int n_running = 0;
   int n_preempted = 0;
   int n_swap_pool_full = 0;  ///< of those, swap preemptions that recomputed: the host swap pool was full
+  // Speculative decoding (vLLM's spec_decode counters, this step): sequences that verified
+  // drafts, the drafts, and the ones accepted.
+  int spec_drafts = 0;
+  int spec_draft_tokens = 0;
+  int spec_accepted_tokens = 0;
   // KV arena breakdown after the step, in token slots.
   int64_t kv_capacity = 0;
   int64_t kv_stored = 0;

@@ -206,6 +206,33 @@ TEST(ScenarioErrors, KnobOfAnotherPolicy) {
             "scn.yaml:2:58: strategies[0].kv.block_size applies to kind: paged, not naive (its keys: reserve)");
 }
 
+TEST(ScenarioErrors, SpeculativeNeedsContinuousBatchingAndABuiltMethod) {
+  EXPECT_EQ(only_error("strategies:\n"
+                       "  - batching: static\n"
+                       "    speculative: {num_speculative_tokens: 2}\n"
+                       "workload: {rates: [1]}\n"),
+            "scn.yaml:3:18: strategies[0].speculative needs batching: continuous (got static)");
+  EXPECT_NE(only_error("strategies:\n"
+                       "  - batching: continuous\n"
+                       "    speculative: {method: draft_model}\n"
+                       "workload: {rates: [1]}\n")
+                .find("draft_model is not built yet"),
+            std::string::npos);
+  EXPECT_NE(only_error("strategies:\n"
+                       "  - batching: continuous\n"
+                       "    speculative: {num_speculative_tokens: 0}\n"
+                       "workload: {rates: [1]}\n")
+                .find("num_speculative_tokens must be in [1, 16]"),
+            std::string::npos);
+  const Scenario sc = load_yaml("strategies:\n"
+                                "  - batching: continuous\n"
+                                "    speculative: {num_speculative_tokens: 4, prompt_lookup_max: 5}\n"
+                                "workload: {rates: [1]}\n");
+  ASSERT_TRUE(sc.strategies.at(0).speculative.has_value());
+  EXPECT_EQ(sc.strategies[0].speculative->num_speculative_tokens, 4);
+  EXPECT_EQ(sc.strategies[0].speculative->prompt_lookup_max, 5);
+}
+
 TEST(ScenarioErrors, MissingRequiredField) {
   EXPECT_EQ(only_error("strategies:\n"
                        "  - kv: {kind: paged}\n"
