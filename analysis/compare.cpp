@@ -13,7 +13,6 @@
 namespace servelab::analysis {
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 std::string run_key(const RunSummary& r) { return r.info.label + " @ " + format_run_rate(r.info); }
 

@@ -16,7 +16,6 @@
 namespace servelab::analysis {
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 /// Slack for SLO comparisons, so a TTFT of exactly the SLO computed as (1.3 − 1.0) × 1000 =
 /// 300.00000000000006 still meets a 300 ms SLO. 1 ns: far below any clock's resolution.
 constexpr double kSloSlackMs = 1e-6;

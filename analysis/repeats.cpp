@@ -8,11 +8,11 @@
 #include <stdexcept>
 
 #include "analysis/json_format.h"
+#include "analysis/text_format.h"
 
 namespace servelab::analysis {
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 /// Folds the same key of several metrics objects into one (see mean_metrics).
 nlohmann::ordered_json fold(const std::string& key, const std::vector<const nlohmann::ordered_json*>& xs) {

@@ -1,12 +1,16 @@
 #pragma once
 // Number formatting and an aligned text table for the console, compare and report.md.
 #include <iosfwd>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "loadgen/records/rate.h"
 
 namespace servelab::analysis {
+
+/// "No value" in the metrics, compare and report tables (printed as "-").
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 /// A number for humans: "-" for NaN (no value), "inf", else 0–3 decimals by magnitude
 /// (1234 → "1234", 123.4 → "123.4", 12.34 → "12.34", 0.1234 → "0.123").

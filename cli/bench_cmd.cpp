@@ -92,7 +92,7 @@ int bench_main(const BenchArgs& a) {
   return rc;
 }
 
-const Registrar reg(
+const Registrar register_bench(
     "bench", "Load-test an OpenAI-compatible server (vLLM, SGLang, TGI, llama.cpp, servelab serve) over HTTP",
     [](CLI::App& sub) -> CommandMain {
       auto a = std::make_shared<BenchArgs>();

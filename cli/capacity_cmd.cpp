@@ -219,7 +219,7 @@ int capacity_main(const CapacityArgs& a) {
   return rc;
 }
 
-const Registrar reg(
+const Registrar register_capacity(
     "capacity", "Find each strategy's highest request rate under the SLO (bisection), replicas and cost",
     [](CLI::App& sub) -> CommandMain {
       auto a = std::make_shared<CapacityArgs>();

@@ -36,7 +36,7 @@ int compare_main(const CompareArgs& a) {
   return c.exit_code();
 }
 
-const Registrar reg("compare", "Compare two summaries run by run; exit 1 on a regression",
+const Registrar register_compare("compare", "Compare two summaries run by run; exit 1 on a regression",
                     [](CLI::App& sub) -> CommandMain {
                       auto a = std::make_shared<CompareArgs>();
                       sub.add_option("BASE", a->base, "baseline summary.json or run folder")->required();

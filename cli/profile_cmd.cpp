@@ -141,7 +141,7 @@ int profile_main(const ProfileArgs& a) {
   return 0;
 }
 
-const Registrar reg(
+const Registrar register_profile(
     "profile", "Measure a backend's prefill and decode throughput (calibrates the sim backend)",
     [](CLI::App& sub) -> CommandMain {
       auto a = std::make_shared<ProfileArgs>();

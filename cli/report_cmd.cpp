@@ -90,7 +90,7 @@ int report_main(const ReportArgs& a) {
   return outcome.exit_code();
 }
 
-const Registrar reg("report", "Re-render a run folder's summary, reports and plots from its records",
+const Registrar register_report("report", "Re-render a run folder's summary, reports and plots from its records",
                     [](CLI::App& sub) -> CommandMain {
                       auto a = std::make_shared<ReportArgs>();
                       sub.add_option("DIR", a->dir, "run folder: runs.json and records.jsonl, plus steps.jsonl for in-process runs")

@@ -200,7 +200,7 @@ int run_scenario(const Scenario& scenario, const std::string& out_dir, bool quie
 
 namespace {
 
-const Registrar reg(
+const Registrar register_run(
     "run", "Run a scenario: every strategy at every request rate, then write the reports",
     [](CLI::App& sub) -> CommandMain {
       auto args = std::make_shared<RunArgs>();

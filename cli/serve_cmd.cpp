@@ -242,7 +242,7 @@ int serve_main(ServeArgs a, const CLI::App& sub) {
   return 0;
 }
 
-const Registrar reg(
+const Registrar register_serve(
     "serve", "Serve the engine over an OpenAI-compatible HTTP API (completions, chat, SSE, /metrics)",
     [](CLI::App& sub) -> CommandMain {
       auto a = std::make_shared<ServeArgs>();

@@ -442,7 +442,7 @@ int validate_sim_main(const ValidateSimArgs& a) {
   return 0;
 }
 
-const Registrar reg(
+const Registrar register_validate_sim(
     "validate-sim", "Measure the sim's error: the same plans on a real backend and on the sim calibrated from its profile",
     [](CLI::App& sub) -> CommandMain {
       auto a = std::make_shared<ValidateSimArgs>();

@@ -56,7 +56,8 @@ if want bench; then
   for i in $(seq 1 "${RUNS:-2}"); do
     for t in old new; do
       dir=build-gpu; [ $t = old ] && dir=$OLD/build-gpu
-      timeout 200 $dir/kernels/engine_bench --json "$OUT/bench-$t-$i.json" >"$OUT/bench-$t-$i.log" 2>&1
+      eb=$dir/engine_bench; [ -x "$eb" ] || eb=$dir/kernels/engine_bench  # the old tree built it under kernels/
+      timeout 200 $eb --json "$OUT/bench-$t-$i.json" >"$OUT/bench-$t-$i.log" 2>&1
       row "engine_bench $t run $i" "rc $?"
     done
   done

@@ -9,7 +9,7 @@
 # bench's figures replacing entries of the same name), PROFILE.json and PROFILE.txt (the profile,
 # named llama2-7b-cuda-<gpu>), logs.tgz (every log), summary.txt. A short table is printed last.
 # Environment: OUT, BUILD (build dir, default build-gpu; configure and build are skipped when it
-#   already holds servelab and kernels/engine_bench), COMMIT (default GPU_COMMIT's content or git
+#   already holds servelab and engine_bench), COMMIT (default GPU_COMMIT's content or git
 #   HEAD), QUICK=1 (fewer bench shapes, a smaller profile grid), PROFILE_ARGS (replace the grid),
 #   KV_GB (KV budget for both, default what 90% of the GPU leaves), NCU=1 (also a per-kernel
 #   ncu breakdown of one eager decode step at each of NCU_POINTS, default "1,512 32,512":
@@ -56,7 +56,7 @@ PROFILE=llama2-7b-cuda-${HW:-gpu}
   nvcc --version | tail -1; cmake --version | head -1; nproc; } >"$OUT/environment.txt" 2>&1
 
 BUILT=1
-if [ -x "$BUILD/servelab" ] && [ -x "$BUILD/kernels/engine_bench" ]; then
+if [ -x "$BUILD/servelab" ] && [ -x "$BUILD/engine_bench" ]; then
   TABLE+=("$(printf '%-14s %-5s' build "skipped ($BUILD holds the binaries)")")
 else
   CFG=(-S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DSERVELAB_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a)
@@ -70,7 +70,7 @@ KV_ARGS=()
 if [ $BUILT = 1 ]; then
   BENCH_ARGS=(--json "$OUT/engine_bench.json" --commit "$COMMIT" "${KV_ARGS[@]}")
   [ "${QUICK:-0}" = 1 ] && BENCH_ARGS+=(--quick)
-  step engine_bench 300 "$BUILD/kernels/engine_bench" "${BENCH_ARGS[@]}"
+  step engine_bench 300 "$BUILD/engine_bench" "${BENCH_ARGS[@]}"
   # The grid for the simulator: prefills of 32-4096 tokens, decode batches 1-256 x contexts 128-3072,
   # chunks of 128-1024 after those contexts, batched prefills of 512-token prompts up to 8192 rows,
   # mixed steps. Points whose KV does not fit are skipped and listed in the JSON.
@@ -96,7 +96,7 @@ if [ $BUILT = 1 ] && [ "${NCU:-0}" = 1 ]; then
     name="ncu_b${pt%,*}_ctx${pt#*,}"
     step "$name" 240 "$NCU_BIN" --profile-from-start off --clock-control none --csv --page raw \
       --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-      "$BUILD/kernels/engine_bench" --ncu-decode "$pt" &&
+      "$BUILD/engine_bench" --ncu-decode "$pt" &&
       python3 scripts/lib/ncu_table.py "$LOGS/$name.log" >"$LOGS/$name.txt" 2>&1
   done
 fi

@@ -21,4 +21,14 @@ inline void require_allocated(const char* manager, const Sequence& seq, bool all
     throw std::logic_error(label(manager, seq) + (allocated ? " is not allocated" : " is already allocated"));
 }
 
+/// The three checks bound to one manager's name (a constant per manager file).
+struct Checks {
+  const char* manager;
+  std::string label(const Sequence& seq) const { return kv_checks::label(manager, seq); }
+  void require_tokens(const Sequence& seq, int n_tokens) const { kv_checks::require_tokens(manager, seq, n_tokens); }
+  void require_allocated(const Sequence& seq, bool allocated) const {
+    kv_checks::require_allocated(manager, seq, allocated);
+  }
+};
+
 }  // namespace servelab::kv_checks

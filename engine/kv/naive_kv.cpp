@@ -13,11 +13,7 @@
 namespace servelab {
 namespace {
 
-constexpr const char* kName = "naive";
-std::string label(const Sequence& seq) { return kv_checks::label(kName, seq); }
-
-void require_tokens(const Sequence& seq, int n) { kv_checks::require_tokens(kName, seq, n); }
-void require_allocated(const Sequence& seq, bool a) { kv_checks::require_allocated(kName, seq, a); }
+constexpr kv_checks::Checks kNaive{"naive"};  // messages name the manager
 
 }  // namespace
 
@@ -83,24 +79,24 @@ void NaiveKvManager::give_back(int64_t begin, int64_t n) {
 }
 
 int64_t NaiveKvManager::slots_needed(const Sequence& seq, int n_tokens) const {
-  require_tokens(seq, n_tokens);
+  kNaive.require_tokens(seq, n_tokens);
   if (!seq.kv.allocated) return reservation_slots(seq);
   return std::max<int64_t>(0, n_tokens - seq.kv.region_slots);
 }
 
 bool NaiveKvManager::can_allocate(const Sequence& seq, int n_tokens) const {
-  require_tokens(seq, n_tokens);
-  require_allocated(seq, false);
+  kNaive.require_tokens(seq, n_tokens);
+  kNaive.require_allocated(seq, false);
   const int64_t n = reservation_slots(seq);
   return n_tokens <= n && first_fit(n) != extents_.end();
 }
 
 void NaiveKvManager::allocate(Sequence& seq, int n_tokens) {
-  require_tokens(seq, n_tokens);
-  require_allocated(seq, false);
+  kNaive.require_tokens(seq, n_tokens);
+  kNaive.require_allocated(seq, false);
   const int64_t n = reservation_slots(seq);
   if (n_tokens > n)
-    throw std::logic_error(label(seq) + ": " + std::to_string(n_tokens) + " tokens exceed its reservation of " +
+    throw std::logic_error(kNaive.label(seq) + ": " + std::to_string(n_tokens) + " tokens exceed its reservation of " +
                            std::to_string(n) + " slots");
   seq.kv = KvHandle{};
   seq.kv.region_begin = take(n);
@@ -109,14 +105,14 @@ void NaiveKvManager::allocate(Sequence& seq, int n_tokens) {
 }
 
 bool NaiveKvManager::can_grow(const Sequence& seq, int n_tokens) const {
-  require_tokens(seq, n_tokens);
-  require_allocated(seq, true);
+  kNaive.require_tokens(seq, n_tokens);
+  kNaive.require_allocated(seq, true);
   return n_tokens <= seq.kv.region_slots;
 }
 
 void NaiveKvManager::grow(Sequence& seq, int n_tokens) {
   if (!can_grow(seq, n_tokens))
-    throw std::logic_error(label(seq) + ": cannot grow to " + std::to_string(n_tokens) +
+    throw std::logic_error(kNaive.label(seq) + ": cannot grow to " + std::to_string(n_tokens) +
                            " tokens beyond its region of " + std::to_string(seq.kv.region_slots) + " slots");
 }
 
@@ -124,15 +120,15 @@ void NaiveKvManager::release(Sequence& seq) {
   if (!seq.kv.allocated) return;
   auto it = regions_.find(seq.kv.region_begin);
   if (it == regions_.end() || it->second != seq.kv.region_slots)
-    throw std::logic_error(label(seq) + ": region [" + std::to_string(seq.kv.region_begin) + ", +" +
+    throw std::logic_error(kNaive.label(seq) + ": region [" + std::to_string(seq.kv.region_begin) + ", +" +
                            std::to_string(seq.kv.region_slots) + ") is not held by this manager");
   give_back(seq.kv.region_begin, seq.kv.region_slots);
   seq.kv = KvHandle{};
 }
 
 void NaiveKvManager::fork(const Sequence& parent, Sequence& child) {
-  require_allocated(parent, true);
-  require_allocated(child, false);
+  kNaive.require_allocated(parent, true);
+  kNaive.require_allocated(child, false);
   const int n_copy = static_cast<int>(std::min<int64_t>(parent.n_computed, reservation_slots(child)));
   allocate(child, n_copy);
   if (n_copy > 0) pending_copies_.push_back({parent.kv.region_begin, child.kv.region_begin, n_copy});
@@ -140,7 +136,7 @@ void NaiveKvManager::fork(const Sequence& parent, Sequence& child) {
 
 int64_t NaiveKvManager::slot(const Sequence& seq, int pos) const {
   if (pos < 0 || pos >= seq.kv.region_slots)
-    throw std::out_of_range(label(seq) + ": position " + std::to_string(pos) + " outside its region of " +
+    throw std::out_of_range(kNaive.label(seq) + ": position " + std::to_string(pos) + " outside its region of " +
                             std::to_string(seq.kv.region_slots) + " slots");
   return seq.kv.region_begin + pos;
 }

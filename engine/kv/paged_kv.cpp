@@ -26,11 +26,7 @@ uint64_t block_hash(uint64_t parent, const TokenId* tokens, int n) {
   return h;
 }
 
-constexpr const char* kName = "paged";
-std::string label(const Sequence& seq) { return kv_checks::label(kName, seq); }
-
-void require_tokens(const Sequence& seq, int n) { kv_checks::require_tokens(kName, seq, n); }
-void require_allocated(const Sequence& seq, bool a) { kv_checks::require_allocated(kName, seq, a); }
+constexpr kv_checks::Checks kPaged{"paged"};  // messages name the manager
 
 }  // namespace
 
@@ -56,7 +52,7 @@ PagedKvManager::PagedKvManager(const KvConfig& config, int64_t n_slots)
 }
 
 void PagedKvManager::throw_bad_position(const Sequence& seq, int pos) {
-  throw std::out_of_range(label(seq) + ": position " + std::to_string(pos) + " outside its " +
+  throw std::out_of_range(kPaged.label(seq) + ": position " + std::to_string(pos) + " outside its " +
                           std::to_string(seq.kv.blocks.size()) + " block(s)");
 }
 
@@ -182,7 +178,7 @@ int PagedKvManager::count_copies(const Sequence& seq, int n_tokens) const {
 }
 
 int64_t PagedKvManager::slots_needed(const Sequence& seq, int n_tokens) const {
-  require_tokens(seq, n_tokens);
+  kPaged.require_tokens(seq, n_tokens);
   if (seq.kv.allocated) {
     const int n_new = std::max(0, blocks_for(n_tokens) - static_cast<int>(seq.kv.blocks.size()));
     return int64_t{n_new + count_copies(seq, n_tokens)} * block_size_;
@@ -194,12 +190,12 @@ int64_t PagedKvManager::slots_needed(const Sequence& seq, int n_tokens) const {
 }
 
 bool PagedKvManager::can_allocate(const Sequence& seq, int n_tokens) const {
-  require_allocated(seq, false);
+  kPaged.require_allocated(seq, false);
   return slots_needed(seq, n_tokens) <= free_slots();
 }
 
 bool PagedKvManager::can_grow(const Sequence& seq, int n_tokens) const {
-  require_allocated(seq, true);
+  kPaged.require_allocated(seq, true);
   return slots_needed(seq, n_tokens) <= free_slots();
 }
 
@@ -207,7 +203,7 @@ bool PagedKvManager::can_grow(const Sequence& seq, int n_tokens) const {
 
 void PagedKvManager::allocate(Sequence& seq, int n_tokens) {
   if (!can_allocate(seq, n_tokens))
-    throw std::logic_error(label(seq) + ": not enough free blocks for " + std::to_string(n_tokens) +
+    throw std::logic_error(kPaged.label(seq) + ": not enough free blocks for " + std::to_string(n_tokens) +
                            " tokens; call can_allocate first");
   const std::vector<int32_t> hits = match_prefix(seq);
   seq.kv = KvHandle{};
@@ -231,7 +227,7 @@ void PagedKvManager::allocate(Sequence& seq, int n_tokens) {
 
 void PagedKvManager::grow(Sequence& seq, int n_tokens) {
   if (!can_grow(seq, n_tokens))
-    throw std::logic_error(label(seq) + ": not enough free blocks to grow to " + std::to_string(n_tokens) +
+    throw std::logic_error(kPaged.label(seq) + ": not enough free blocks to grow to " + std::to_string(n_tokens) +
                            " tokens; call can_grow first");
   auto& table = seq.kv.blocks;
   if (n_tokens > seq.n_computed) {  // copy-on-write every shared block about to be written
@@ -269,7 +265,7 @@ void PagedKvManager::release(Sequence& seq) {
   for (auto it = seq.kv.blocks.rbegin(); it != seq.kv.blocks.rend(); ++it) {
     const int32_t b = *it;
     if (b < 0 || b >= n_blocks() || blocks_[b].ref <= 0)
-      throw std::logic_error(label(seq) + ": releasing block " + std::to_string(b) + " it does not hold");
+      throw std::logic_error(kPaged.label(seq) + ": releasing block " + std::to_string(b) + " it does not hold");
     if (blocks_[b].owner == seq.id) blocks_[b].owner = kNoSeq;
     unref(b);
   }
@@ -278,9 +274,9 @@ void PagedKvManager::release(Sequence& seq) {
 }
 
 void PagedKvManager::truncate(Sequence& seq, int n_keep) {
-  require_allocated(seq, true);
+  kPaged.require_allocated(seq, true);
   if (n_keep < seq.n_computed)
-    throw std::logic_error(label(seq) + ": truncate to " + std::to_string(n_keep) + " positions would drop " +
+    throw std::logic_error(kPaged.label(seq) + ": truncate to " + std::to_string(n_keep) + " positions would drop " +
                            std::to_string(seq.n_computed) + " computed ones");
   auto& table = seq.kv.blocks;
   const int keep = blocks_for(n_keep);
@@ -293,8 +289,8 @@ void PagedKvManager::truncate(Sequence& seq, int n_keep) {
 }
 
 void PagedKvManager::fork(const Sequence& parent, Sequence& child) {
-  require_allocated(parent, true);
-  require_allocated(child, false);
+  kPaged.require_allocated(parent, true);
+  kPaged.require_allocated(child, false);
   child.kv = KvHandle{};
   child.kv.blocks = parent.kv.blocks;
   for (int32_t b : child.kv.blocks) ++blocks_[b].ref;

@@ -6,7 +6,7 @@
 # engine_bench.cpp) as "before"; medians over the rounds. Then an ncu breakdown of one
 # graph-replayed decode step of base/ and of the new default (kernel durations, caches and clocks
 # as found; under ncu the step's gaps are not representative, the per-kernel rates are).
-#   prepare: git archive BASE | tar x -C TREE/base; cp kernels/bench/engine_bench.cpp TREE/base/kernels/bench/
+#   prepare: git archive BASE | tar x -C TREE/base; cp bench/engine_bench.cpp TREE/base/bench/
 #   from the device tool: cd .gpu/NAME && OUT=$OUT bash kernels/bench/mbu-check.sh
 # Environment: OUT (default results/runs/mbu), BUILD (default build-gpu; base/ builds in BUILD-base),
 #   STEPS (default "build tests mbu ncu"), BUDGET_S (seconds for the whole script, default 285:
@@ -62,7 +62,7 @@ if has tests && [ -x "$BUILD/test_cuda_backend_gpu" ]; then
   timed kernels_gpu 90 "$BUILD/test_kernels_gpu" --gtest_brief=1
   timed backend_gpu 120 "$BUILD/test_cuda_backend_gpu" --gtest_brief=1 --gtest_filter='-*Bench*:*Hf*'
 fi
-BENCH=$BUILD/kernels/engine_bench
+BENCH=$BUILD/engine_bench
 BASE_BENCH=$BUILD-base/kernels/engine_bench
 BASE_COMMIT=$(cat base/GPU_COMMIT 2>/dev/null || echo base)
 if has mbu && [ -x "$BENCH" ]; then

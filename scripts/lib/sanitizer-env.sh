@@ -11,6 +11,13 @@ export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_fi
 # The presets name ccache as the compiler launcher; without ccache installed, configure with none.
 servelab_preset_args=()
 command -v ccache > /dev/null || servelab_preset_args=(-DCMAKE_CXX_COMPILER_LAUNCHER=)
+# Without a GPU (CI), the GPU test binaries and the CUDA benchmarks would only be compiled, and every
+# test in them would skip: leave them out (the CUDA library and backend still compile with nvcc).
+# SERVELAB_GPU_TESTS=ON|OFF overrides.
+if [ -z "${SERVELAB_GPU_TESTS:-}" ]; then
+  if nvidia-smi -L > /dev/null 2>&1; then SERVELAB_GPU_TESTS=ON; else SERVELAB_GPU_TESTS=OFF; fi
+fi
+servelab_preset_args+=(-DSERVELAB_GPU_TESTS="$SERVELAB_GPU_TESTS")
 
 servelab_asan_cuda() {
   if grep -q '^CMAKE_CUDA_COMPILER:[A-Z]*=/' "$1/CMakeCache.txt" 2> /dev/null; then

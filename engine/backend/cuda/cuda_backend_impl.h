@@ -45,7 +45,7 @@ constexpr int kGraphMaxTableUpdates = 65536;
 /// off = none, unsplit = those whose gemv plan needs no K split, all (default; measured fastest on
 /// an H100: results/gpu/README.md). Chosen by the environment (SERVELAB_GEMV=off|unsplit|all), with
 /// SERVELAB_GEMV_WAVES, SERVELAB_GEMV_VARIANT, SERVELAB_GEMV_SILU and SERVELAB_PDL (setup()), so one
-/// binary measures each (kernels/bench/engine_bench.cpp --mbu).
+/// binary measures each (bench/engine_bench.cpp --mbu).
 enum class DecodeGemv { off, unsplit, all };
 
 inline DecodeGemv decode_gemv_mode() {
