@@ -155,11 +155,10 @@ struct Args {
   std::string before_label = "cuBLASLt only, no PDL, unfused SiLU";  // --before-label
 };
 
-/// A decode path of the cuda backend, set through its environment switches (cuda_backend_impl.h)
-/// before the backend is built: SERVELAB_GEMV (off | unsplit | all), SERVELAB_PDL (programmatic
-/// dependent launch), SERVELAB_GEMV_SILU (gate|up and SiLU·mul in one gemv launch),
-/// SERVELAB_GEMV_WAVES (gemv splits K below this many waves of resident blocks; 0 never),
-/// SERVELAB_GEMV_VARIANT (gemv's loop: bit 0 rolling pipeline, bit 1 L2::256B hint).
+/// A decode path of the cuda backend (CudaBackendOptions::decode, cuda_backend.h): gemv (off |
+/// unsplit | all), PDL (programmatic dependent launch), SiLU (gate|up and SiLU·mul in one gemv
+/// launch), waves (gemv splits K below this many waves of resident blocks; 0 never), loop (gemv's
+/// loop: bit 0 rolling pipeline, bit 1 L2::256B hint).
 struct MbuVariant {
   const char* name;
   const char* gemv;
@@ -190,23 +189,26 @@ const MbuVariant& find_variant(const std::string& name) {
   throw std::invalid_argument("unknown decode-path variant '" + name + "'");
 }
 
-void set_variant_env(const MbuVariant& v) {
-  setenv("SERVELAB_GEMV", v.gemv, 1);
-  setenv("SERVELAB_PDL", v.pdl ? "1" : "0", 1);
-  setenv("SERVELAB_GEMV_SILU", v.silu ? "1" : "0", 1);
-  setenv("SERVELAB_GEMV_WAVES", std::to_string(v.waves).c_str(), 1);
-  setenv("SERVELAB_GEMV_VARIANT", std::to_string(v.loop).c_str(), 1);
+DecodePathOptions decode_path(const MbuVariant& v) {
+  using Gemv = DecodePathOptions::Gemv;
+  const std::string g = v.gemv;
+  return DecodePathOptions{.gemv = g == "off" ? Gemv::off : g == "unsplit" ? Gemv::unsplit : Gemv::all,
+                           .gemv_waves = v.waves,
+                           .gemv_loop = v.loop,
+                           .fuse_gate_up_silu = v.silu,
+                           .pdl = v.pdl};
 }
 
 /// --ncu-decode: one eager decode step of `batch` sequences at `context` between
 /// cudaProfilerStart and cudaProfilerStop, after warm-up, for `ncu --profile-from-start off`
 /// (a per-kernel breakdown of the step). Prints the step's time outside the profiler.
 int profile_one_decode_step(const Args& args) {
-  if (!args.variants.empty()) set_variant_env(find_variant(args.variants));
   ModelConfig model = preset(args.preset);
   model.dtype = DType::bf16;
   std::unique_ptr<CudaBackend> backend =
-      CudaBackend::random(model, 1, CudaBackendOptions{.cuda_graphs = args.ncu_graphs});
+      CudaBackend::random(model, 1, CudaBackendOptions{.cuda_graphs = args.ncu_graphs,
+                                                       .decode = args.variants.empty() ? DecodePathOptions{}
+                                                                                       : decode_path(find_variant(args.variants))});
   const ProfilePoint p = decode_point(args.ncu_batch, args.ncu_context);
   ProfileRunner runner(*backend, p.n_slots(), args.ncu_context, 7, true);
   const double s = runner.run(p, 3, 9, 1e9).step_s;
@@ -258,8 +260,7 @@ int run_mbu(const Args& args) {
   }
   for (const MbuVariant* vp : chosen) {
     const MbuVariant& v = *vp;
-    set_variant_env(v);
-    std::unique_ptr<CudaBackend> backend = CudaBackend::random(model, 1, CudaBackendOptions{});
+    std::unique_ptr<CudaBackend> backend = CudaBackend::random(model, 1, CudaBackendOptions{.decode = decode_path(v)});
     int64_t n_slots = 0;
     for (const auto& [b, c] : points) n_slots = std::max(n_slots, decode_point(b, std::min(c, model.max_position)).n_slots());
     ProfileRunner runner(*backend, n_slots, model.max_position, 7, true);

@@ -71,10 +71,7 @@ __global__ void embedding_kernel(const T* table, const int32_t* ids, T* out, int
 int grid_for(int64_t n_vec) { return static_cast<int>(std::clamp<int64_t>(ceil_div(n_vec, 256), 1, 8192)); }
 
 bool& pdl_flag() {  // per host thread: each tensor-parallel rank's thread sets its own
-  thread_local bool on = [] {
-    const char* e = std::getenv("SERVELAB_PDL");
-    return !(e && e[0] == '0');
-  }();
+  thread_local bool on = true;
   return on;
 }
 

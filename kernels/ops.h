@@ -31,8 +31,8 @@ struct QkvArgs {
 /// Whether the kernels that support programmatic dependent launch (gemv, norms, silu_mul, RoPE/KV
 /// write, embedding; see launch_pdl in common.cuh) are launched with it, so that each may start
 /// (and stream its weights) while its predecessor drains. Per host thread; read at launch (a CUDA
-/// graph keeps what was set when it was captured). Default on, unless the environment sets
-/// SERVELAB_PDL=0.
+/// graph keeps what was set when it was captured). Default on; the cuda backend sets it per step
+/// from CudaBackendOptions::decode.
 bool pdl_enabled();
 void set_pdl_enabled(bool on);
 

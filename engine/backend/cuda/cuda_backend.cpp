@@ -12,6 +12,10 @@ void CudaBackendOptions::validate() const {
   if (device < 0) throw std::invalid_argument("device must be >= 0 (got " + std::to_string(device) + ")");
   if (!(tp_timeout_s > 0.0))
     throw std::invalid_argument("tp_timeout_s must be > 0 seconds (got " + std::to_string(tp_timeout_s) + ")");
+  if (decode.gemv_waves < 0)
+    throw std::invalid_argument("decode.gemv_waves must be >= 0 (got " + std::to_string(decode.gemv_waves) + ")");
+  if (decode.gemv_loop < 0 || decode.gemv_loop > 3)
+    throw std::invalid_argument("decode.gemv_loop must be 0..3 (got " + std::to_string(decode.gemv_loop) + ")");
   if (dtype != DType::bf16 && dtype != DType::f16)
     throw std::invalid_argument(std::string("dtype must be bf16 or f16 on the cuda backend (got ") + to_string(dtype) + ")");
   if (dtype == DType::f16 && !kernels::fp16_kernels_built())

@@ -22,6 +22,22 @@
 namespace servelab {
 
 /// Settings of the CUDA backend. validate() names the bad field.
+/// How decode products (at most 8 rows) run. The defaults are the measured fastest on an H100 and
+/// an H200 (kernels/README.md); the other settings exist to measure against them (engine_bench
+/// --mbu runs one backend per setting).
+struct DecodePathOptions {
+  enum class Gemv { off, unsplit, all };
+  /// Which decode products take the skinny gemv kernel (kernels/gemv.cu) instead of cuBLASLt: none,
+  /// those whose gemv plan needs no K split, or all.
+  Gemv gemv = Gemv::all;
+  int gemv_waves = 0;             ///< gemv splits K when fewer than this many waves of blocks run; 0 never
+  int gemv_loop = 3;              ///< gemv's loop: bit 0 rolling pipeline, bit 1 L2::256B load hint
+  bool fuse_gate_up_silu = true;  ///< the gate|up product and SiLU·mul in one gemv launch
+  /// Programmatic dependent launch between the kernels of a step whose products take gemv (beside
+  /// cuBLASLt's products it measured slower, so never there); off in batch-invariant mode.
+  bool pdl = true;
+};
+
 struct CudaBackendOptions {
   int device = 0;                ///< CUDA device ordinal (`device:` in the scenario)
   /// false (`fusion: off`): the unfused sequence (residual_add + rms_norm, rope_inplace +
@@ -51,7 +67,8 @@ struct CudaBackendOptions {
   /// and every wait on a step's collectives end in an error, the communicators aborted, when they
   /// have not finished after this many seconds (a rank that failed or never joined), never a hang.
   double tp_timeout_s = 60.0;
-  /// Names the bad field: device < 0, tp_timeout_s <= 0, a dtype other than bf16 / f16, or f16 in a build without the
+  DecodePathOptions decode;  ///< decode products: gemv or cuBLASLt, PDL, fused SiLU
+  /// Names the bad field: device < 0, tp_timeout_s <= 0, decode.gemv_waves < 0, decode.gemv_loop outside 0..3, a dtype other than bf16 / f16, or f16 in a build without the
   /// fp16 kernels.
   void validate() const;
 };

@@ -41,34 +41,6 @@ constexpr int kGraphMaxContext = 16384;
 /// (rare: many sequences swapped in at once) runs eagerly.
 constexpr int kGraphMaxTableUpdates = 65536;
 
-/// Which decode products (<= 8 rows) take the skinny gemv kernel instead of cuBLASLt:
-/// off = none, unsplit = those whose gemv plan needs no K split, all (default; measured fastest on
-/// an H100: results/gpu/README.md). Chosen by the environment (SERVELAB_GEMV=off|unsplit|all), with
-/// SERVELAB_GEMV_WAVES, SERVELAB_GEMV_VARIANT, SERVELAB_GEMV_SILU and SERVELAB_PDL (setup()), so one
-/// binary measures each (bench/engine_bench.cpp --mbu).
-enum class DecodeGemv { off, unsplit, all };
-
-inline DecodeGemv decode_gemv_mode() {
-  const char* e = std::getenv("SERVELAB_GEMV");
-  if (e == nullptr || *e == 0 || std::strcmp(e, "all") == 0) return DecodeGemv::all;
-  if (std::strcmp(e, "off") == 0) return DecodeGemv::off;
-  if (std::strcmp(e, "unsplit") == 0) return DecodeGemv::unsplit;
-  throw std::invalid_argument(std::string("SERVELAB_GEMV must be off, unsplit or all (got '") + e + "')");
-}
-
-/// An on/off switch from the environment: unset or empty = `fallback`, "0" = off, else on.
-inline bool env_flag(const char* name, bool fallback) {
-  const char* e = std::getenv(name);
-  if (e == nullptr || *e == 0) return fallback;
-  return std::strcmp(e, "0") != 0;
-}
-
-/// An integer from the environment: unset or empty = `fallback`.
-inline int env_int(const char* name, int fallback) {
-  const char* e = std::getenv(name);
-  return e == nullptr || *e == 0 ? fallback : std::atoi(e);
-}
-
 inline int graph_bucket(int n_seqs) {
   for (int b : kGraphBuckets)
     if (b >= n_seqs) return b;
@@ -202,18 +174,19 @@ struct CudaBackend::Impl {
     if (m.hidden_size % 8 || local_ffn % 8 || local_kv_dim() % 8)
       throw std::invalid_argument("CudaBackend: hidden_size, intermediate_size and kv_dim must be multiples of 8");
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    // Products of <= 8 rows (decode): decode_gemv_mode() (kernels/gemv.cu, measured in
-    // results/gpu/README.md), with programmatic dependent launch unless SERVELAB_PDL=0.
-    const DecodeGemv mode = decode_gemv_mode();
-    gemm = std::make_unique<k::Gemm>(options.batch_invariant, size_t(32) << 20, mode != DecodeGemv::off,
-                                     mode == DecodeGemv::all);
-    gemm->set_gemv_waves(env_int("SERVELAB_GEMV_WAVES", 0));      // split K only for very few row blocks
-    gemm->set_gemv_variant(env_int("SERVELAB_GEMV_VARIANT", 3));  // rolling pipeline + L2::256B hint
+    // Products of <= 8 rows (decode): options.decode (kernels/gemv.cu, measured in
+    // results/gpu/README.md).
+    const DecodePathOptions& dp = options.decode;
+    using Gemv = DecodePathOptions::Gemv;
+    gemm = std::make_unique<k::Gemm>(options.batch_invariant, size_t(32) << 20, dp.gemv != Gemv::off,
+                                     dp.gemv == Gemv::all);
+    gemm->set_gemv_waves(dp.gemv_waves);
+    gemm->set_gemv_variant(dp.gemv_loop);
     gemm->set_autotune(options.gemm_autotune_rows);
-    fuse_gate_up_silu = env_flag("SERVELAB_GEMV_SILU", true);
+    fuse_gate_up_silu = dp.fuse_gate_up_silu;
     // PDL pays between gemv launches (they stream weights while the previous kernel drains); beside
     // cuBLASLt's products it measured slower (batch 1 and 32), so only steps whose products take gemv.
-    pdl_small_steps = mode != DecodeGemv::off && !options.batch_invariant && env_flag("SERVELAB_PDL", true);
+    pdl_small_steps = dp.gemv != Gemv::off && !options.batch_invariant && dp.pdl;
     cudaDeviceProp p{};
     CUDA_CHECK(cudaGetDeviceProperties(&p, options.device));
     n_sms = p.multiProcessorCount;
