@@ -192,7 +192,8 @@ TEST(ValidateSimCommand, ComparesTheCpuEngineWithItsCalibratedSim) {
   // finiteness and the identity below are asserted: the profile is measured, and over 6 requests
   // the dearer steps can regroup the batches, so the p50 moves by more than the steps or even the
   // other way (1.47% per 1% at 85% load in a clean-clone CI run, -0.12 with the suite run 4x
-  // oversubscribed).
+  // oversubscribed). PointRunner.SimCostScaleSensitivityIsOneAloneAndGrowsNearCapacity checks the
+  // figure where it is known by hand (the exact sim: 1 alone, far above 1 near capacity).
   EXPECT_EQ(j.at("sensitivity_pct"), 2.0);
   for (const auto& run : j.at("runs")) {
     const auto& tpot = run.at("figures").at("tpot_p50_ms");

@@ -193,6 +193,30 @@ TEST(ProbeFromRuns, MeanOfTheRunsWithTheirSpread) {
   EXPECT_EQ(analysis::capacity_table({c}, 0.9).find("attain_range"), std::string::npos);
 }
 
+// validate-sim's "sensitivity": the sim rerun with every step 2% cheaper and dearer, (f(1.02) −
+// f(0.98)) / (0.04 · f(1)). On the exact sim it is known by hand: at half its capacity each request
+// runs alone, every TTFT and TPOT is a step time, so both move exactly with the steps
+// (elasticity 1); at 99% load a 2% dearer step is past capacity (102 ms a request against 101 ms
+// between arrivals), the queue grows with every request and TTFT p99 moves many times more.
+// (ValidateSimCommand's CLI test runs it on a measured profile, where only its finiteness is fixed.)
+TEST(PointRunner, SimCostScaleSensitivityIsOneAloneAndGrowsNearCapacity) {
+  const Scenario sc = exact_sim_scenario();
+  auto metrics_at = [&](double scale, double rate) {
+    Scenario s = sc;
+    s.backend.sim_cost_scale = scale;
+    const PointRun run = PointRunner(s).run(0, rate);
+    return analysis::compute_metrics(run.label, run.records, {}, analysis::SloSpec{});
+  };
+  auto elasticity = [](double lo, double mid, double hi) { return (hi - lo) / (0.04 * mid); };
+  const analysis::RunMetrics lo = metrics_at(0.98, 5), mid = metrics_at(1.0, 5), hi = metrics_at(1.02, 5);
+  EXPECT_NEAR(mid.tpot_ms.p50, 10.0, 1e-9);
+  EXPECT_NEAR(elasticity(lo.tpot_ms.p50, mid.tpot_ms.p50, hi.tpot_ms.p50), 1.0, 1e-9);
+  EXPECT_NEAR(elasticity(lo.ttft_ms.p99, mid.ttft_ms.p99, hi.ttft_ms.p99), 1.0, 1e-9);
+  const analysis::RunMetrics lo99 = metrics_at(0.98, 9.9), mid99 = metrics_at(1.0, 9.9), hi99 = metrics_at(1.02, 9.9);
+  EXPECT_NEAR(elasticity(lo99.tpot_ms.p50, mid99.tpot_ms.p50, hi99.tpot_ms.p50), 1.0, 1e-9);
+  EXPECT_GT(elasticity(lo99.ttft_ms.p99, mid99.ttft_ms.p99, hi99.ttft_ms.p99), 10.0);
+}
+
 TEST(PointRunner, SameSeedGivesByteIdenticalRecordsAndCapacitySummary) {
   const Scenario sc = exact_sim_scenario();
   auto summary = [&] {
