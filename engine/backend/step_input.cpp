@@ -93,7 +93,7 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& 
     int64_t base = 0;
     if (paged) {
       const int n_blocks = (end + block_size - 1) / block_size;
-      for (int b = 0; b < n_blocks; ++b) {
+      for (int b = kv.block_ids(seq, n_blocks, table) ? n_blocks : 0; b < n_blocks; ++b) {
         const int64_t first = kv.slot(seq, b * block_size);
         if (first < 0 || first % block_size != 0)
           throw std::logic_error(entry_name(e, &seq) + ": kv.slot() of position " + std::to_string(b * block_size) +

@@ -84,6 +84,13 @@ class KvManager {
 
   /// Arena slot of position pos of seq (pos < what it holds).
   virtual int64_t slot(const Sequence& seq, int pos) const = 0;
+  /// A block layout's row of a step's block table: the ids of seq's first n_blocks blocks into
+  /// out[0, n_blocks), one call a sequence where slot() would be one a block (bench/sim_bench).
+  /// False, writing nothing, for a contiguous layout.
+  virtual bool block_ids(const Sequence& seq, int n_blocks, int32_t* out) const {
+    (void)seq, (void)n_blocks, (void)out;
+    return false;
+  }
   /// Called after a step wrote seq's K/V up to seq.n_computed and the engine settled which
   /// tokens were accepted: registers full blocks of accepted tokens (below n_tokens()) for reuse.
   virtual void on_computed(const Sequence& seq) {}

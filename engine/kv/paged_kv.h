@@ -61,6 +61,12 @@ class PagedKvManager final : public KvManager {
     if (pos < 0 || b >= seq.kv.blocks.size()) throw_bad_position(seq, pos);
     return int64_t{seq.kv.blocks[b]} * block_size_ + pos % block_size_;
   }
+  bool block_ids(const Sequence& seq, int n_blocks, int32_t* out) const override {
+    if (n_blocks < 0 || static_cast<size_t>(n_blocks) > seq.kv.blocks.size())
+      throw_bad_position(seq, n_blocks * block_size_ - 1);
+    std::copy_n(seq.kv.blocks.data(), n_blocks, out);
+    return true;
+  }
   void on_computed(const Sequence& seq) override;
   std::vector<KvCopy> take_pending_copies() override;
 
