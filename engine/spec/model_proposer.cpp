@@ -79,40 +79,37 @@ Sequence& ModelProposer::sync(const Sequence& target) {
 }
 
 void ModelProposer::propose_batch(std::span<const DraftTask> tasks) {
-  std::vector<const DraftTask*> live;
+  std::vector<Work> live;
   for (const DraftTask& t : tasks) {
     if (t.max_k < 1 || t.seq->n_tokens() < 1 || t.seq->n_tokens() + t.max_k > max_len_) continue;
-    live.push_back(&t);
+    live.push_back({&t, &sync(*t.seq)});
   }
   // Step 0 catches each copy up to its last accepted token and drafts one token; step j drafts
-  // the (j + 1)-th for the tasks that want that many.
+  // the (j + 1)-th for the tasks that want that many. A copy the arena cannot hold stops drafting.
   for (int j = 0; !live.empty(); ++j) {
-    std::vector<const DraftTask*> next;
-    for (const DraftTask* t : live)
-      if (t->max_k > j) next.push_back(t);
-    live.swap(next);
-    if (live.empty()) break;
-    draft_step(live);
+    std::erase_if(live, [&](const Work& w) { return w.task->max_k <= j; });
+    if (!live.empty()) draft_step(live);
   }
 }
 
-void ModelProposer::draft_step(std::span<const DraftTask* const> tasks) {
+void ModelProposer::draft_step(std::vector<Work>& live) {
   batch_.entries.clear();
-  std::vector<const DraftTask*> ran;
-  for (const DraftTask* t : tasks) {
-    Sequence& c = t->tokens->empty() ? sync(*t->seq) : *copies_.at(t->seq->id);
+  std::vector<Work> ran;
+  for (const Work& w : live) {
+    Sequence& c = *w.copy;
     const int n_new = c.n_tokens() - c.n_computed;
-    if (!kv_->allocate_slots(c, n_new)) continue;  // the draft's arena is full: no (more) drafts this step
+    if (!kv_->allocate_slots(c, n_new)) continue;  // the draft's arena is full
     batch_.entries.push_back(BatchEntry{&c, n_new, true, 1, -1});
-    ran.push_back(t);
+    ran.push_back(w);
   }
+  live = ran;
   if (ran.empty()) return;
   build_step_input(batch_, *kv_, backend_->config().vocab_size, step_);
   const std::span<const float> logits = backend_->logits(step_);
   const size_t vocab = size_t(backend_->config().vocab_size);
   for (size_t i = 0; i < ran.size(); ++i) {
-    const DraftTask& t = *ran[i];
-    Sequence& c = *batch_.entries[i].seq;
+    const DraftTask& t = *ran[i].task;
+    Sequence& c = *ran[i].copy;
     c.n_computed += batch_.entries[i].n_new;
     const std::span<const float> row = logits.subspan(i * vocab, vocab);
     const int position = c.n_tokens();  // the index the draft takes

@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "engine/backend/cpu_backend.h"
 #include "engine/backend/step_input.h"
@@ -49,8 +50,14 @@ class ModelProposer final : public Proposer {
  private:
   /// Rolls seq's copy back to its common prefix with `target` and gives it target's tokens.
   Sequence& sync(const Sequence& target);
-  /// Runs the batch and appends one draft per entry to its task (in entry order).
-  void draft_step(std::span<const DraftTask* const> tasks);
+  /// A task and its sequence's copy.
+  struct Work {
+    const DraftTask* task;
+    Sequence* copy;
+  };
+  /// One batched step over the copies in `live`: each computes its pending positions and draws one
+  /// draft for its task. Drops from `live` the copies the arena could not grow.
+  void draft_step(std::vector<Work>& live);
 
   std::string method_;
   int max_len_ = 0;

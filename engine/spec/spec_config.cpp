@@ -59,7 +59,7 @@ std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& c, const Propos
   std::error_code ec;
   auto w = std::make_shared<const ModelWeights>(std::filesystem::is_directory(c.model, ec)
                                                     ? ModelWeights::load(c.model)
-                                                    : ModelWeights::random(preset(c.model), target.seed));
+                                                    : ModelWeights::random(preset(c.model), target.seed + 1));
   return std::make_unique<ModelProposer>("draft_model", std::move(w), vocab, o);
 }
 

@@ -31,7 +31,8 @@ struct SpeculativeConfig {
 
 /// What a model proposer needs of the run: the target's weights (the cpu backend's; null on
 /// the other backends, where self and draft_model are refused), the longest sequence, and the
-/// seed a preset draft's random weights are drawn with.
+/// run's seed (a preset draft's random weights are drawn with seed + 1: another model than a
+/// target of the same preset).
 struct ProposerTarget {
   std::shared_ptr<const ModelWeights> weights;
   int vocab_size = 0;
