@@ -206,7 +206,7 @@ double chi_square_two_sample(const std::vector<int>& a, const std::vector<int>& 
 }
 
 TEST(SpecDecode, SampledOutputKeepsTheTargetDistributionWithModelDrafts) {
-  // A 16-token model so that 1500 seeds fill every bin; its second layer damped, so that the
+  // A 16-token model so that 1000 seeds fill every bin; its second layer damped, so that the
   // first layer (self) agrees with it often but not always: both rejection paths run.
   ModelConfig c = micro_model();
   c.vocab_size = 16;
@@ -214,7 +214,7 @@ TEST(SpecDecode, SampledOutputKeepsTheTargetDistributionWithModelDrafts) {
   ModelWeights w = ModelWeights::random(c, 21);
   scale_residual_branches(w, 1, 0.5f);
   const auto target = std::make_shared<const ModelWeights>(std::move(w));
-  const int n = 1500;
+  const int n = 1000;
   const std::vector<Request> reqs = many_seeds(n, 4, 1.0f, 16);
   auto histograms = [&](bool speculate, int* accepted, int* drafted) {
     EngineConfig ec = paged_config(continuous_sched(64, 512, true), 4 << 20);
