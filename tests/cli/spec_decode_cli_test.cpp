@@ -63,9 +63,9 @@ strategies:
     speculative: {method: self, num_layers: 2, num_speculative_tokens: 3, adaptive: false}
 workload:
   rates: [50]
-  n_requests: 4
-  prompt_tokens: {dist: fixed, value: 12}
-  output_tokens: {dist: fixed, value: 12}
+  n_requests: 2
+  prompt_tokens: {dist: fixed, value: 8}
+  output_tokens: {dist: fixed, value: 8}
 )");
   const CliResult r = run_servelab({"run", tmp.file("self.yaml"), "--out", tmp.file("out"), "-q"}, tmp);
   ASSERT_EQ(r.code, 0) << r.output;
