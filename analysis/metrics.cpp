@@ -219,6 +219,9 @@ KvMetrics compute_kv_metrics(const std::string& label, const std::vector<StepRec
     kv.spec_num_drafts += s.spec_drafts;
     kv.spec_num_draft_tokens += s.spec_draft_tokens;
     kv.spec_num_accepted_tokens += s.spec_accepted_tokens;
+    if (kv.spec_num_accepted_tokens_per_pos.size() < s.spec_accepted_per_pos.size())
+      kv.spec_num_accepted_tokens_per_pos.resize(s.spec_accepted_per_pos.size(), 0);
+    for (size_t p = 0; p < s.spec_accepted_per_pos.size(); ++p) kv.spec_num_accepted_tokens_per_pos[p] += s.spec_accepted_per_pos[p];
     batch.add(s.batch_size, w);
     kv.batch_size_max = std::max(kv.batch_size_max, s.batch_size);
     const int64_t used = s.kv_stored + s.kv_reserved + s.kv_internal_frag;
@@ -443,7 +446,8 @@ void to_json(nlohmann::ordered_json& j, const RunMetrics& m) {
                         {"num_draft_tokens", m.kv.spec_num_draft_tokens},
                         {"num_accepted_tokens", m.kv.spec_num_accepted_tokens},
                         {"acceptance_rate", json_number(drafted > 0 ? accepted / drafted : kNaN)},
-                        {"mean_acceptance_length", json_number(1.0 + accepted / drafts)}};
+                        {"mean_acceptance_length", json_number(1.0 + accepted / drafts)},
+                        {"num_accepted_tokens_per_pos", m.kv.spec_num_accepted_tokens_per_pos}};
   }
   j["n_ok"] = m.n_ok;
   j["n_warmup"] = m.n_warmup;
@@ -513,6 +517,8 @@ void from_json(const nlohmann::ordered_json& j, RunMetrics& m) {
     m.kv.spec_num_drafts = json_int_or(*it, "num_drafts", int64_t{0});
     m.kv.spec_num_draft_tokens = json_int_or(*it, "num_draft_tokens", int64_t{0});
     m.kv.spec_num_accepted_tokens = json_int_or(*it, "num_accepted_tokens", int64_t{0});
+    if (auto pp = it->find("num_accepted_tokens_per_pos"); pp != it->end() && pp->is_array())
+      for (const auto& v : *pp) m.kv.spec_num_accepted_tokens_per_pos.push_back(json_int<int64_t>(v));
   }
   m.n_ok = j.value("n_ok", std::size_t{0});
   m.n_warmup = j.value("n_warmup", std::size_t{0});

@@ -140,6 +140,7 @@ struct KvMetrics {
   int64_t spec_num_drafts = 0;
   int64_t spec_num_draft_tokens = 0;
   int64_t spec_num_accepted_tokens = 0;
+  std::vector<int64_t> spec_num_accepted_tokens_per_pos;  ///< accepted drafts by position (0 = first)
 };
 
 /// Everything analysis reports for one run. Latency distributions are in milliseconds,

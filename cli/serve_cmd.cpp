@@ -3,6 +3,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -149,6 +150,7 @@ int serve_main(ServeArgs a, const CLI::App& sub) {
   BackendSpec spec;
   EngineConfig econfig;
   bool have_scenario = !a.scenario.empty();
+  std::optional<StrategySpec> strategy;  // the scenario's: its speculative block applies too
   int gpu_rows = 0, gpu_seqs = 0;  // a step's activations, with gpu_memory_utilization
   if (have_scenario) {
     Scenario sc;
@@ -166,6 +168,7 @@ int serve_main(ServeArgs a, const CLI::App& sub) {
       return 2;
     }
     econfig = engine_config(sc, *st);
+    strategy = *st;
     spec = backend_spec(sc);
     if (sc.engine.gpu_memory_utilization > 0) {  // sized once the backend is built (below)
       a.gpu_memory_utilization = sc.engine.gpu_memory_utilization;
@@ -220,7 +223,8 @@ int serve_main(ServeArgs a, const CLI::App& sub) {
       gpu_rows = max_step_rows(econfig.sched, econfig.kv.max_model_len);
       gpu_seqs = max_step_seqs(econfig.sched);
     }
-    std::unique_ptr<Backend> backend = make_backend(spec);
+    const BackendFactory backends(spec);
+    std::unique_ptr<Backend> backend = backends.make();
     if (a.gpu_memory_utilization > 0) {
       econfig.kv_cache_bytes = kv_bytes_for_gpu_utilization(*backend, a.gpu_memory_utilization, gpu_rows, gpu_seqs);
       std::cout << "servelab serve: KV cache " << econfig.kv_cache_bytes / double(1 << 30) << " GiB (gpu_memory_utilization "
@@ -229,7 +233,9 @@ int serve_main(ServeArgs a, const CLI::App& sub) {
     EngineServiceOptions so;
     so.max_waiting = a.max_waiting;
     so.pace_predicted = spec.kind == BackendKind::sim;
-    service = std::make_unique<EngineService>(std::make_unique<Engine>(econfig, std::move(backend)), metrics, so);
+    auto engine = std::make_unique<Engine>(econfig, std::move(backend));
+    if (strategy) apply_strategy(*engine, *strategy, backends);
+    service = std::make_unique<EngineService>(std::move(engine), metrics, so);
   }
   HttpServer srv(o, *service, *tokenizer, metrics);
   srv.handle_signals = true;

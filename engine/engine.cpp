@@ -71,6 +71,15 @@ struct Engine::State {
   Batch batch;  // reused each step
   Step step;    // ... and its flat input
   std::vector<uint32_t> mask_scratch;
+  /// Per drawing sequence: its k and its acceptance so far (adaptive speculation).
+  struct SpecStats {
+    int k = 0;
+    int64_t drafted = 0, accepted = 0;
+    /// Acceptance rate with a prior of one accepted draft in two.
+    double alpha() const { return (double(accepted) + 1.0) / (double(drafted) + 2.0); }
+  };
+  std::unordered_map<uint64_t, SpecStats> spec_stats;  // by sequence id
+  Proposer* proposer = nullptr;
 
   RequestState& of(const Sequence& s) { return *requests.at(s.request_id); }
   /// Appends a sampled token to s, stamps it, and queues s in `done` when it is finished.
@@ -80,6 +89,11 @@ struct Engine::State {
   /// 1..n-1 start at n_prompt with their own first token, sharing the parent's prompt K/V.
   void fork_samples(Sequence& parent, std::span<const TokenId> firsts, double end, int eos, KvManager& kv,
                     Scheduler& scheduler, StepOutcome& out, std::vector<std::pair<Sequence*, FinishReason>>& done);
+  /// seq left the engine: the proposer and the adaptive rule drop what they kept for it.
+  void forget(const Sequence& seq) {
+    if (proposer) proposer->forget(seq.id);
+    spec_stats.erase(seq.id);
+  }
   /// seq is done: frees its KV; when its request has no sample left, the record goes to `out`.
   void retire(Sequence& seq, FinishReason reason, double end, KvManager& kv, Scheduler& scheduler,
               StepOutcome& out);
@@ -223,13 +237,23 @@ void move_kv(const ScheduledStep& plan, KvManager& kv, Backend& backend, SwapSpa
 }  // namespace
 
 void Engine::set_proposer(std::unique_ptr<Proposer> proposer, int num_speculative_tokens) {
+  SpecPolicy policy;
+  policy.num_speculative_tokens = num_speculative_tokens;
+  policy.adaptive = false;
+  set_proposer(std::move(proposer), std::move(policy));
+}
+
+void Engine::set_proposer(std::unique_ptr<Proposer> proposer, SpecPolicy policy) {
   if (proposer && config_.sched.kind != BatchingKind::continuous)
     throw std::invalid_argument(std::string("speculative decoding needs continuous batching (got ") +
                                 to_string(config_.sched.kind) + ")");
-  if (proposer && num_speculative_tokens < 1)
-    throw std::invalid_argument("num_speculative_tokens must be >= 1 (got " + std::to_string(num_speculative_tokens) + ")");
+  if (proposer && policy.num_speculative_tokens < 1)
+    throw std::invalid_argument("num_speculative_tokens must be >= 1 (got " +
+                                std::to_string(policy.num_speculative_tokens) + ")");
   proposer_ = std::move(proposer);
-  num_speculative_tokens_ = proposer_ ? num_speculative_tokens : 0;
+  spec_ = std::move(policy);
+  state_->proposer = proposer_.get();
+  state_->spec_stats.clear();
 }
 
 namespace {
@@ -263,25 +287,56 @@ void add_masks(Batch& batch, BatchEntry& entry, TokenConstraint& constraint, int
 
 }  // namespace
 
+void Engine::propose_drafts(StepOutcome& out) {
+  struct Candidate {
+    Sequence* seq;
+    RequestState* rs;
+    int k;
+  };
+  std::vector<Candidate> cands;
+  std::vector<DrawingSeq> priced;
+  for (auto& [id, rs] : state_->requests) {
+    if (rs->request.sampling.n > 1) continue;
+    for (auto& seq : rs->seqs) {
+      Sequence& s = *seq;
+      if (s.status != SeqStatus::running || s.n_computed != s.n_tokens() - 1 || !s.spec_tokens.empty()) continue;
+      const int room = s.n_final() - s.n_tokens() - 1;  // the bonus token must still fit
+      if (room < 1) continue;
+      State::SpecStats& st = state_->spec_stats[s.id];
+      if (st.k == 0 || !spec_.adaptive) st.k = spec_.num_speculative_tokens;
+      const int k = std::min(st.k, room);
+      cands.push_back({&s, rs.get(), k});
+      priced.push_back({s.n_tokens(), k, st.alpha()});
+    }
+  }
+  if (cands.empty()) return;
+  if (spec_.pricing && !price_speculation(*spec_.pricing, priced).speculate()) {
+    out.spec_off = true;
+    return;
+  }
+  // Requests iterate in hash order; draft in sequence-id order so a batched proposer sees one.
+  std::sort(cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) { return a.seq->id < b.seq->id; });
+  std::vector<DraftTask> tasks;
+  for (Candidate& c : cands) {
+    c.seq->spec_probs.clear();
+    tasks.push_back({c.seq, c.k, &c.seq->spec_tokens, &c.seq->spec_probs});
+  }
+  proposer_->propose_batch(tasks);
+  const bool with_q = backend_->caps().draft_probs;
+  const int vocab = backend_->config().vocab_size;
+  for (const Candidate& c : cands) {
+    Sequence& s = *c.seq;
+    if (static_cast<int>(s.spec_tokens.size()) > c.k) s.spec_tokens.resize(size_t(c.k));
+    if (c.rs->request.constraint) trim_to_constraint(s, *c.rs->request.constraint, state_->mask_scratch, vocab);
+    if (!with_q || s.spec_probs.size() < s.spec_tokens.size() * size_t(vocab)) s.spec_probs.clear();
+  }
+}
+
 StepOutcome Engine::step(double now) {
   StepOutcome out;
   out.start_s = now;
   const auto t0 = std::chrono::steady_clock::now();
-  if (proposer_) {  // drafts for every running sequence about to draw
-    for (auto& [id, rs] : state_->requests) {
-      if (rs->request.sampling.n > 1) continue;
-      for (auto& seq : rs->seqs) {
-        Sequence& s = *seq;
-        if (s.status != SeqStatus::running || s.n_computed != s.n_tokens() - 1 || !s.spec_tokens.empty()) continue;
-        const int room = s.n_final() - s.n_tokens() - 1;  // the bonus token must still fit
-        if (room < 1) continue;
-        proposer_->propose(s, std::min(num_speculative_tokens_, room), s.spec_tokens);
-        if (static_cast<int>(s.spec_tokens.size()) > room) s.spec_tokens.resize(size_t(room));
-        if (rs->request.constraint) trim_to_constraint(s, *rs->request.constraint, state_->mask_scratch,
-                                                       backend_->config().vocab_size);
-      }
-    }
-  }
+  if (proposer_) propose_drafts(out);
   ScheduledStep plan = scheduler_->schedule(now);
   for (const Sequence* s : plan.preempted) out.preempted.push_back(s->request_id);
   for (const Sequence* s : plan.swap_pool_full) out.swap_pool_full.push_back(s->request_id);
@@ -347,6 +402,14 @@ StepOutcome Engine::step(double now) {
       if (out.spec_accepted_per_pos.size() < n_spec) out.spec_accepted_per_pos.resize(n_spec, 0);
       for (size_t j = 0; j < accepted; ++j) ++out.spec_accepted_per_pos[j];
       s.spec_tokens.clear();
+      s.spec_probs.clear();
+      if (auto st = state_->spec_stats.find(s.id); st != state_->spec_stats.end()) {
+        st->second.drafted += static_cast<int64_t>(n_spec);
+        st->second.accepted += static_cast<int64_t>(accepted);
+        if (spec_.adaptive)
+          st->second.k = next_num_drafts(st->second.k, static_cast<int>(n_spec), static_cast<int>(accepted),
+                                         spec_.num_speculative_tokens);
+      }
       s.n_computed = before + static_cast<int>(accepted);
       const size_t n_done = done.size();
       for (size_t j = 0; j <= accepted && done.size() == n_done; ++j) state_->emit(s, draws[j], end, eos, out, done);
@@ -420,6 +483,7 @@ void Engine::State::retire(Sequence& seq, FinishReason reason, double end, KvMan
   kv.release(seq);
   scheduler.on_finished(&seq);
   seq.status = SeqStatus::finished;
+  forget(seq);
   RequestState& rs = of(seq);
   if (seq.sample_index == 0) rs.record.reason = reason;
   if (!rs.complete()) return;
@@ -489,6 +553,7 @@ std::optional<FinishedRequest> Engine::abort(uint64_t request_id, double now, co
 }
 
 void Engine::release_kv(Sequence& seq) {
+  state_->forget(seq);
   kv_->release(seq);
   if (swap_) swap_->release(seq);  // a swapped-out sequence leaves its host blocks too
 }

@@ -13,6 +13,7 @@
 #include "engine/kv/swap_space.h"
 #include "engine/request.h"
 #include "engine/sched/scheduler_config.h"
+#include "engine/spec/adaptive.h"
 #include "engine/spec/proposer.h"
 
 namespace servelab {
@@ -95,6 +96,9 @@ struct StepOutcome {
   int spec_draft_tokens = 0;
   int spec_accepted_tokens = 0;
   std::vector<int> spec_accepted_per_pos;
+  /// A proposer is set but the per-step rule (SpecPolicy::pricing) found drafts a loss at this
+  /// batch, so none were proposed.
+  bool spec_off = false;
   KvBreakdown kv;                ///< after the step
   int n_waiting = 0;
   int n_running = 0;
@@ -102,6 +106,14 @@ struct StepOutcome {
 };
 
 class Scheduler;
+
+/// How an engine speculates beyond its proposer (engine/spec/adaptive.h).
+struct SpecPolicy {
+  int num_speculative_tokens = 3;  ///< k_max, >= 1
+  bool adaptive = true;            ///< per-sequence k from its acceptance; false: always k_max
+  /// Set: drafts are proposed in a step only when the cost model says they pay at its batch.
+  std::optional<SpecPricing> pricing;
+};
 
 class Engine {
  public:
@@ -133,6 +145,9 @@ class Engine {
   /// max_tokens), verified in that step. Null turns it off. Throws std::invalid_argument for
   /// another batching policy, n > 1 requests being unsupported then (they draw without drafts).
   void set_proposer(std::unique_ptr<Proposer> proposer, int num_speculative_tokens);
+  /// The same with the adaptive rules (SpecPolicy). Throws std::invalid_argument as above.
+  void set_proposer(std::unique_ptr<Proposer> proposer, SpecPolicy policy);
+  const Proposer* proposer() const { return proposer_.get(); }
 
   bool has_work() const;
   /// When nothing is runnable now but a policy timer will fire (static max_wait_ms, dynamic
@@ -152,6 +167,8 @@ class Engine {
  private:
   /// Frees seq's arena slots and, when it is swapped out, its host swap blocks.
   void release_kv(Sequence& seq);
+  /// Drafts for the running sequences about to draw, unless the policy finds them a loss.
+  void propose_drafts(StepOutcome& out);
 
   EngineConfig config_;
   std::unique_ptr<Backend> backend_;
@@ -160,7 +177,7 @@ class Engine {
   std::unique_ptr<HostKvPool> host_pool_;   // ... and the backend's memory behind them
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Proposer> proposer_;
-  int num_speculative_tokens_ = 0;
+  SpecPolicy spec_;
   struct State;
   std::unique_ptr<State> state_;
 };

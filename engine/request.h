@@ -74,6 +74,10 @@ struct Sequence {
   /// computes them with the last token and draws one token per position; the engine keeps the
   /// drafts the draws confirm and gives back the KV slots of the rest.
   std::vector<TokenId> spec_tokens;
+  /// The proposer's distribution of each draft, [spec_tokens.size(), vocab] (rows past
+  /// spec_tokens.size() ignored), for rejection sampling; empty when the drafts are point masses
+  /// (n-gram lookup, greedy drafting, a backend without caps().draft_probs).
+  std::vector<float> spec_probs;
   int n_prompt = 0;
   /// Leading positions whose K/V are in the cache. Catches up to n_with_spec() one step at a
   /// time (a prefill chunk, a decode, a verification); after a step it is at most n_tokens() - 1

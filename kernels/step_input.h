@@ -76,6 +76,7 @@ enum class StepExtent : int32_t {
   naive_seqs,  ///< naive only: one per sequence; paged: none
   samples,     ///< one per sampled draw
   masks,       ///< mask_words_per_row words per token mask
+  dists,       ///< vocab floats per draft distribution (speculative rejection sampling)
 };
 
 /// Where an array goes on a device backend: packed into the one per-step upload, kept on the host
@@ -113,7 +114,10 @@ enum class StepPad : int32_t {
   X(seq_key, uint64_t, samples, packed, value, 0)           /* sample index within its request */       \
   X(sample_position, int32_t, samples, packed, value, 1)    /* index the sampled token takes */         \
   X(mask_index, int32_t, samples, packed, value, -1)        /* token mask of the draw, -1 = none */     \
-  X(mask_words, uint32_t, masks, separate, value, 0)        /* bit t of mask m: token t allowed */
+  X(mask_words, uint32_t, masks, separate, value, 0)        /* bit t of mask m: token t allowed */  \
+  X(draft_token, int32_t, samples, packed, value, -1)       /* draft the draw verifies, -1 = none */ \
+  X(draft_dist, int32_t, samples, packed, value, -1)        /* its q in draft_probs, -1 = none */   \
+  X(draft_probs, float, dists, separate, value, 0)          /* [n_dists, vocab] drafts' q */
 
 /// The per-step input on the host: the arrays of SERVELAB_STEP_FIELDS plus the scalars below.
 /// Rows: a step runs n_tokens query rows, grouped by sequence (see the top of this file). Draws:
@@ -121,6 +125,10 @@ enum class StepPad : int32_t {
 /// their prefill's last row) and a sequence may have several drawn rows (verifying speculative
 /// tokens: k + 1 consecutive rows). A draw with mask_index m >= 0 samples only among the tokens
 /// whose bit is set in mask m (words [m * mask_words_per_row, (m + 1) * mask_words_per_row)).
+/// A draw with draft_dist d >= 0 verifies draft_token x drawn from the proposer's distribution q
+/// = draft_probs[d * vocab, (d + 1) * vocab) by rejection sampling (Leviathan et al.): it yields x
+/// with probability min(1, p(x) / q(x)), else a token from norm(max(0, p - q)); any other draw
+/// samples p (a point-mass draft is accepted exactly when that draw equals it).
 struct StepInput {
 #define SERVELAB_STEP_MEMBER(name, type, extent, travel, pad, pad_value) std::vector<type> name;
   SERVELAB_STEP_FIELDS(SERVELAB_STEP_MEMBER)
@@ -154,6 +162,7 @@ struct StepInput {
       case StepExtent::naive_seqs: return paged ? 0 : s;
       case StepExtent::samples: return sample_rows.size();
       case StepExtent::masks: return mask_words.size();
+      case StepExtent::dists: return draft_probs.size();
     }
     return 0;
   }
@@ -183,7 +192,7 @@ struct StepInput {
         (mask_words_per_row == 0 && !mask_words.empty()))
       bad("mask_words must hold whole masks of mask_words_per_row words");
 #define SERVELAB_STEP_SIZE(name, type, extent, travel, pad, pad_value)                                    \
-    if (StepExtent::extent != StepExtent::masks && name.size() != host_count(StepExtent::extent))                     \
+    if (StepExtent::extent != StepExtent::masks && StepExtent::extent != StepExtent::dists && name.size() != host_count(StepExtent::extent))                     \
       bad(std::string(#name) + " has " + std::to_string(name.size()) + " entries, its extent (" #extent ") needs " + \
           std::to_string(host_count(StepExtent::extent)));
     SERVELAB_STEP_FIELDS(SERVELAB_STEP_SIZE)
@@ -205,6 +214,8 @@ struct StepInput {
     for (size_t i = 0; i < n; ++i) {
       if (sample_rows[i] < 0 || size_t(sample_rows[i]) >= t) bad("sample_rows[" + std::to_string(i) + "] out of range");
       if (mask_index[i] < -1 || mask_index[i] >= masks) bad("mask_index[" + std::to_string(i) + "] names no mask");
+      if (draft_dist[i] < -1 || (draft_dist[i] >= 0 && draft_token[i] < 0))
+        bad("draft_dist[" + std::to_string(i) + "] needs a draft_token");
     }
   }
 };

@@ -61,6 +61,7 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
     st.spec_drafts = s.spec_drafts;
     st.spec_draft_tokens = s.spec_draft_tokens;
     st.spec_accepted_tokens = s.spec_accepted_tokens;
+    st.spec_accepted_per_pos = s.spec_accepted_per_pos;
     st.kv_capacity = s.kv.capacity;
     st.kv_stored = s.kv.stored;
     st.kv_reserved = s.kv.reserved;

@@ -513,8 +513,40 @@ uint64_t repeat_seed(uint64_t seed, int k) {
   return z ^ (z >> 31);
 }
 
+/// A model proposer's draft against the scenario's target: self must skip some layers, a draft
+/// model must resolve and share the target's vocabulary.
+void validate_speculative(const Scenario& s, const Checker& c) {
+  if (c.diag.failed("model")) return;
+  for (size_t i = 0; i < s.strategies.size(); ++i) {
+    const auto& spec = s.strategies[i].speculative;
+    const std::string path = "strategies[" + std::to_string(i) + "].speculative";
+    if (!spec || spec->method == SpecMethod::ngram || c.diag.failed(path)) continue;
+    try {
+      const ModelConfig target = resolve_model_config(s.model.path.empty() ? s.model.preset : s.model.path);
+      if (spec->method == SpecMethod::self) {
+        c.check(spec->num_layers < target.n_layers, path + ".num_layers",
+                "must be below the target's " + std::to_string(target.n_layers) + " layers" + got(spec->num_layers));
+        continue;
+      }
+      ModelConfig draft;
+      try {
+        draft = resolve_model_config(spec->model);
+      } catch (const std::exception& e) {
+        c.check(false, path + ".model", std::string("names no preset or model folder: ") + e.what());
+        continue;
+      }
+      c.check(draft.vocab_size == target.vocab_size, path + ".model",
+              "names a draft (" + draft.name + ") of " + std::to_string(draft.vocab_size) +
+                  " tokens; it must share the target's vocabulary of " + std::to_string(target.vocab_size));
+    } catch (const std::exception&) {
+      // a model file problem: reported by the model check
+    }
+  }
+}
+
 void Scenario::validate(Diagnostics& diag) const {
   const Checker c{diag};
+  validate_speculative(*this, c);
   c.check(safe_name(name), "name", "must use only letters, digits and . _ - + (got '" + name + "')");
   validate_backend_and_engine(*this, c);
   validate_strategies(*this, c);

@@ -86,9 +86,29 @@ std::unique_ptr<RequestSource> make_source(const Scenario& scenario, Plan plan) 
   return std::make_unique<OpenLoopSource>(std::move(plan), cap);
 }
 
-void apply_strategy(Engine& engine, const StrategySpec& strategy) {
-  if (strategy.speculative)
-    engine.set_proposer(make_proposer(*strategy.speculative), strategy.speculative->num_speculative_tokens);
+void apply_strategy(Engine& engine, const StrategySpec& strategy, const BackendFactory& backends) {
+  if (!strategy.speculative) return;
+  const SpeculativeConfig& sc = *strategy.speculative;
+  const ModelConfig& model = engine.backend().config();
+  ProposerTarget target;
+  target.weights = backends.weights();
+  target.vocab_size = model.vocab_size;
+  target.max_model_len = engine.config().kv.max_model_len;
+  target.seed = backends.spec().seed;
+  SpecPolicy policy;
+  policy.num_speculative_tokens = sc.num_speculative_tokens;
+  policy.adaptive = sc.adaptive;
+  if (sc.adaptive) {
+    SpecPricing pricing{sim_cost_model(backends.spec(), model), model, std::nullopt};
+    if (sc.method == SpecMethod::self) {
+      pricing.draft = model;
+      pricing.draft->n_layers = sc.num_layers;
+    } else if (sc.method == SpecMethod::draft_model) {
+      pricing.draft = resolve_model_config(sc.model);
+    }
+    policy.pricing = std::move(pricing);
+  }
+  engine.set_proposer(make_proposer(sc, target), std::move(policy));
 }
 
 EngineConfig engine_config(const Scenario& scenario, const StrategySpec& strategy) {

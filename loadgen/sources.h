@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 
+#include "engine/backend/make_backend.h"
 #include "engine/engine.h"
 #include "engine/runner.h"
 #include "loadgen/plan.h"
@@ -75,7 +76,9 @@ std::unique_ptr<RequestSource> make_source(const Scenario& scenario, Plan plan);
 /// EngineConfig of one strategy: its scheduler and KV settings, the scenario's arena size, and
 /// kv.max_model_len = engine.max_model_len. (Not validated here: call config.validate().)
 EngineConfig engine_config(const Scenario& scenario, const StrategySpec& strategy);
-/// What a strategy sets on its engine beyond the config: its speculative proposer.
-void apply_strategy(Engine& engine, const StrategySpec& strategy);
+/// What a strategy sets on its engine beyond the config: its speculative proposer (a model
+/// proposer cut from or beside `backends`' cpu weights) and its policy (adaptive k, and the
+/// per-step rule priced by the scenario's sim cost model: its profile or sim_device).
+void apply_strategy(Engine& engine, const StrategySpec& strategy, const BackendFactory& backends);
 
 }  // namespace servelab

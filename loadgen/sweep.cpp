@@ -110,7 +110,7 @@ std::unique_ptr<Engine> make_engine(const Scenario& sc, const StrategySpec& stra
     }
   }
   auto engine = std::make_unique<Engine>(cfg, std::move(backend));
-  apply_strategy(*engine, strategy);
+  apply_strategy(*engine, strategy, backends);
   return engine;
 }
 

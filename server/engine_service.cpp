@@ -130,6 +130,8 @@ void EngineService::deliver(const StepOutcome& out) {
     else finish(f);
   }
   if (!out.preempted.empty()) metrics_.add_preemptions(out.preempted.size());
+  if (out.spec_drafts > 0)
+    metrics_.add_spec_decode(out.spec_drafts, out.spec_draft_tokens, out.spec_accepted_tokens, out.spec_accepted_per_pos);
 }
 
 void EngineService::loop() {

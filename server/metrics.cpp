@@ -70,6 +70,15 @@ void ServerMetrics::add_preemptions(uint64_t n) {
   s_.n_preemptions += n;
 }
 
+void ServerMetrics::add_spec_decode(int drafts, int draft_tokens, int accepted, const std::vector<int>& per_pos) {
+  std::lock_guard lock(mu_);
+  s_.spec_num_drafts += uint64_t(drafts);
+  s_.spec_num_draft_tokens += uint64_t(draft_tokens);
+  s_.spec_num_accepted_tokens += uint64_t(accepted);
+  if (s_.spec_num_accepted_tokens_per_pos.size() < per_pos.size()) s_.spec_num_accepted_tokens_per_pos.resize(per_pos.size(), 0);
+  for (size_t p = 0; p < per_pos.size(); ++p) s_.spec_num_accepted_tokens_per_pos[p] += uint64_t(per_pos[p]);
+}
+
 void ServerMetrics::on_finished(const FinishedTimings& t) {
   std::lock_guard lock(mu_);
   s_.n_prompt_tokens += t.n_prompt;
@@ -126,6 +135,18 @@ std::string ServerMetrics::render() const {
     auto it = s_.rejected.find(r);
     line("servelab:request_rejected_total", std::string(",reason=\"") + r + "\"",
          std::to_string(it == s_.rejected.end() ? 0 : it->second));
+  }
+  if (s_.spec_num_drafts > 0) {  // vLLM exposes these only with a speculative config, too
+    head("servelab:spec_decode_num_drafts_total", "counter", "Verifications of drafted tokens (one per sequence and step).");
+    line("servelab:spec_decode_num_drafts_total", "", std::to_string(s_.spec_num_drafts));
+    head("servelab:spec_decode_num_draft_tokens_total", "counter", "Drafted tokens verified.");
+    line("servelab:spec_decode_num_draft_tokens_total", "", std::to_string(s_.spec_num_draft_tokens));
+    head("servelab:spec_decode_num_accepted_tokens_total", "counter", "Drafted tokens accepted.");
+    line("servelab:spec_decode_num_accepted_tokens_total", "", std::to_string(s_.spec_num_accepted_tokens));
+    head("servelab:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Drafted tokens accepted, by draft position.");
+    for (size_t p = 0; p < s_.spec_num_accepted_tokens_per_pos.size(); ++p)
+      line("servelab:spec_decode_num_accepted_tokens_per_pos_total", ",position=\"" + std::to_string(p) + "\"",
+           std::to_string(s_.spec_num_accepted_tokens_per_pos[p]));
   }
   head("servelab:time_to_first_token_seconds", "histogram", "Time to first token.");
   ttft_.render(o, "servelab:time_to_first_token_seconds", labels_);

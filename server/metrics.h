@@ -49,6 +49,10 @@ struct MetricsSnapshot {
   std::map<std::string, uint64_t> finished;     ///< by finished_reason
   std::map<std::string, uint64_t> rejected;     ///< by reason: queue_full, invalid, too_long, unauthorized, body_too_large, draining
   uint64_t n_ttft = 0, n_e2e = 0;               ///< histogram counts
+  /// Speculative decoding (vLLM's spec_decode_* counters): verifications, drafted tokens,
+  /// accepted ones, and accepted by draft position (index 0 = first draft).
+  uint64_t spec_num_drafts = 0, spec_num_draft_tokens = 0, spec_num_accepted_tokens = 0;
+  std::vector<uint64_t> spec_num_accepted_tokens_per_pos;
 };
 
 class ServerMetrics {
@@ -56,6 +60,8 @@ class ServerMetrics {
   explicit ServerMetrics(std::string model_name);
   void set_gauges(int n_running, int n_waiting, double kv_usage);
   void add_preemptions(uint64_t n);
+  /// One engine step's speculative counters (StepOutcome::spec_*).
+  void add_spec_decode(int drafts, int draft_tokens, int accepted, const std::vector<int>& accepted_per_pos);
   void on_finished(const FinishedTimings& t);
   void on_rejected(const std::string& reason);
   /// The Prometheus text exposition (version 0.0.4).

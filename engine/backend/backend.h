@@ -46,6 +46,9 @@ struct BackendCaps {
   bool device_memory = false;         ///< has a device memory budget (kv_bytes_for_memory_share works)
   bool logprobs = false;              ///< fills StepOutput::logprobs when asked
   bool token_masks = true;            ///< honours mask_index / mask_words
+  /// Verifies drafts against their proposer's distribution (draft_token / draft_dist /
+  /// draft_probs, rejection sampling); without it the engine sends drafts as point masses.
+  bool draft_probs = false;
   std::vector<DType> weight_dtypes;   ///< storage types of the weights
   std::vector<DType> kv_dtypes;       ///< storage types of the KV cache
 };

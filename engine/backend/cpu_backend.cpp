@@ -460,7 +460,13 @@ StepOutput CpuBackend::execute(const Step& step) {
     p.top_k = in.top_k[i];
     p.top_p = in.top_p[i];
     p.seed = in.seed[i];
-    const TokenId t = sample_token(row, p, in.seq_key[i], in.sample_position[i]);
+    const int d = in.draft_dist[i];
+    if (d >= 0 && (size_t(d) + 1) * vocab > in.draft_probs.size())
+      throw std::invalid_argument("step.in.draft_dist[" + std::to_string(i) + "] = " + std::to_string(d) +
+                                  " is past draft_probs' " + std::to_string(in.draft_probs.size() / vocab) + " rows");
+    const TokenId t = d < 0 ? sample_token(row, p, in.seq_key[i], in.sample_position[i])
+                            : verify_draft(row, p, in.seq_key[i], in.sample_position[i], in.draft_token[i],
+                                           std::span<const float>(in.draft_probs).subspan(size_t(d) * vocab, vocab));
     out.tokens.push_back(t);
     if (step.want_logprobs) out.logprobs.push_back(token_logprob(all.subspan(size_t(s.draw_logit_row[i]) * vocab, vocab), t));
   }
@@ -546,6 +552,7 @@ void CpuBackend::check_pool(const HostKvPool& pool, const char* who) const {
 BackendCaps CpuBackend::caps() const {
   BackendCaps c;
   c.logprobs = true;
+  c.draft_probs = true;
   c.weight_dtypes = {DType::f32};
   c.kv_dtypes = {DType::f32};
   return c;

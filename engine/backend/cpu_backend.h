@@ -49,7 +49,8 @@ class CpuBackend final : public Backend {
   BackendCaps caps() const override;
   std::string device_description() const override;
   /// Draw i by sample_token(logits of in.sample_rows[i], masked by its token mask, its sampling
-  /// parameters, in.seq_key[i], in.sample_position[i]).
+  /// parameters, in.seq_key[i], in.sample_position[i]), or verify_draft when it verifies a draft
+  /// with its distribution (in.draft_dist[i] >= 0).
   StepOutput execute(const Step& step) override;
   void copy_slots(std::span<const KvCopy> copies) override;
   /// Plain memory (not zeroed, committed as swaps write it), laid out like the arena:

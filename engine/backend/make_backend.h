@@ -89,6 +89,8 @@ class BackendFactory {
   ~BackendFactory();
   std::unique_ptr<Backend> make() const;
   const BackendSpec& spec() const { return spec_; }
+  /// The cpu backend's weights (what a self-speculative draft is cut from); null for other kinds.
+  std::shared_ptr<const ModelWeights> weights() const { return weights_; }
 
  private:
   BackendSpec spec_;

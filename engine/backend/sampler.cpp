@@ -33,11 +33,12 @@ void validate(std::span<const float> logits, const SamplingParams& p) {
 
 }  // namespace
 
-double uniform_draw(uint64_t seed, uint64_t seq_key, int position) {
+double uniform_draw(uint64_t seed, uint64_t seq_key, int position, uint64_t stream) {
   // Chained so that swapping seq_key and position (or seed) gives unrelated streams.
   uint64_t h = splitmix64(seed);
   h = splitmix64(h ^ seq_key);
   h = splitmix64(h ^ static_cast<uint64_t>(static_cast<uint32_t>(position)));
+  if (stream != 0) h = splitmix64(h ^ splitmix64(stream));
   return static_cast<double>(h >> 11) * 0x1.0p-53;
 }
 
@@ -57,17 +58,26 @@ TokenId argmax_token(std::span<const float> logits) {
   return best;
 }
 
-TokenId sample_token(std::span<const float> logits, const SamplingParams& p, uint64_t seq_key,
-                     int position) {
-  validate(logits, p);
-  if (p.temperature == 0.0f || p.top_k == 1) return argmax_token(logits);
+namespace {
 
-  const float inv_t = 1.0f / p.temperature;
+/// The tokens sample_token may draw, each with its unnormalized probability (in the order the
+/// draw walks them), and their total; empty when the draw is greedy.
+struct Kept {
   std::vector<Candidate> cands;
+  double total = 0.0;
+};
+
+/// softmax(logits / temperature) cut to top_k, then to top_p (see sample_token). Empty when
+/// every logit is NaN or -inf (callers fall back to argmax).
+void keep_candidates(std::span<const float> logits, const SamplingParams& p, Kept& kept) {
+  std::vector<Candidate>& cands = kept.cands;
+  cands.clear();
+  kept.total = 0.0;
+  const float inv_t = 1.0f / p.temperature;
   cands.reserve(logits.size());
   for (size_t i = 0; i < logits.size(); ++i)
     if (!std::isnan(logits[i])) cands.push_back({logits[i] * inv_t, static_cast<TokenId>(i)});
-  if (cands.empty()) return 0;
+  if (cands.empty()) return;
 
   const bool cut_k = p.top_k > 0 && static_cast<size_t>(p.top_k) < cands.size();
   const bool cut_p = p.top_p < 1.0f;
@@ -79,7 +89,10 @@ TokenId sample_token(std::span<const float> logits, const SamplingParams& p, uin
 
   float max_value = -INFINITY;
   for (const Candidate& c : cands) max_value = std::max(max_value, c.value);
-  if (max_value == -INFINITY) return argmax_token(logits);  // every logit is -inf
+  if (max_value == -INFINITY) {  // every logit is -inf
+    cands.clear();
+    return;
+  }
   double total = 0.0;
   for (Candidate& c : cands) {
     c.value = std::exp(c.value - max_value);
@@ -98,17 +111,90 @@ TokenId sample_token(std::span<const float> logits, const SamplingParams& p, uin
     cands.resize(keep);
     total = cum;
   }
+  kept.total = total;
+}
 
-  const double u = uniform_draw(p.seed, seq_key, position) * total;
+/// Inverse CDF of the kept candidates at u in [0, 1).
+TokenId draw_kept(const Kept& kept, double u01) {
+  const double u = u01 * kept.total;
   double cum = 0.0;
-  for (const Candidate& c : cands) {
+  for (const Candidate& c : kept.cands) {
     cum += c.value;
     if (u < cum) return c.index;
   }
   // Rounding left u at or past the last boundary: the last token with nonzero weight.
-  for (size_t i = cands.size(); i-- > 0;)
-    if (cands[i].value > 0.0f) return cands[i].index;
-  return cands.front().index;
+  for (size_t i = kept.cands.size(); i-- > 0;)
+    if (kept.cands[i].value > 0.0f) return kept.cands[i].index;
+  return kept.cands.front().index;
+}
+
+bool greedy(const SamplingParams& p) { return p.temperature == 0.0f || p.top_k == 1; }
+
+}  // namespace
+
+TokenId sample_token(std::span<const float> logits, const SamplingParams& p, uint64_t seq_key,
+                     int position) {
+  validate(logits, p);
+  if (greedy(p)) return argmax_token(logits);
+  thread_local Kept kept;
+  keep_candidates(logits, p, kept);
+  if (kept.cands.empty()) return argmax_token(logits);
+  return draw_kept(kept, uniform_draw(p.seed, seq_key, position));
+}
+
+void sampling_distribution(std::span<const float> logits, const SamplingParams& p, std::vector<float>& probs) {
+  validate(logits, p);
+  probs.assign(logits.size(), 0.0f);
+  thread_local Kept kept;
+  if (!greedy(p)) keep_candidates(logits, p, kept);
+  if (greedy(p) || kept.cands.empty()) {
+    probs[size_t(argmax_token(logits))] = 1.0f;
+    return;
+  }
+  for (const Candidate& c : kept.cands) probs[size_t(c.index)] = static_cast<float>(c.value / kept.total);
+}
+
+TokenId draw_from(std::span<const float> probs, double u) {
+  if (probs.empty()) throw std::invalid_argument("draw_from: empty distribution");
+  double total = 0.0;
+  for (float x : probs) total += std::max(0.0f, x);
+  if (!(total > 0.0)) throw std::invalid_argument("draw_from: a distribution without mass");
+  const double target = u * total;
+  double cum = 0.0;
+  TokenId last = 0;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    if (!(probs[i] > 0.0f)) continue;
+    cum += probs[i];
+    last = static_cast<TokenId>(i);
+    if (target < cum) return last;
+  }
+  return last;
+}
+
+TokenId verify_draft(std::span<const float> logits, const SamplingParams& p, uint64_t seq_key, int position,
+                     TokenId draft, std::span<const float> q) {
+  validate(logits, p);
+  if (q.size() != logits.size())
+    throw std::invalid_argument("verify_draft: q has " + std::to_string(q.size()) + " entries for a vocabulary of " +
+                                std::to_string(logits.size()));
+  if (draft < 0 || size_t(draft) >= logits.size())
+    throw std::invalid_argument("verify_draft: draft token " + std::to_string(draft) + " is outside the vocabulary");
+  if (greedy(p)) return argmax_token(logits);  // exact: the draft stands only if it is the argmax
+  thread_local std::vector<float> target;
+  sampling_distribution(logits, p, target);
+  const double px = target[size_t(draft)], qx = q[size_t(draft)];
+  // Accept with probability min(1, p(x) / q(x)); u * q(x) < p(x) avoids dividing by a tiny q.
+  if (uniform_draw(p.seed, seq_key, position) * qx < px) return draft;
+  // Rejected (so p(x) < q(x)): the residual max(0, p - q), renormalized by draw_from.
+  double mass = 0.0;
+  for (size_t t = 0; t < target.size(); ++t) {
+    target[t] = std::max(0.0f, target[t] - q[t]);
+    mass += target[t];
+  }
+  target[size_t(draft)] = 0.0f;  // exactly zero in exact arithmetic; rounding must not revive it
+  const double u = uniform_draw(p.seed, seq_key, position, kStreamResidual);
+  if (!(mass > 1e-12)) return sample_token(logits, p, seq_key, position);  // p == q up to rounding
+  return draw_from(target, u);
 }
 
 std::span<const float> apply_token_mask(std::span<const float> logits, const uint32_t* words, std::vector<float>& scratch) {

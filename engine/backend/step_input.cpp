@@ -122,7 +122,7 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& 
     if (!entry.sample) continue;
     const SamplingParams& p = seq.sampling;
     const bool greedy = p.temperature == 0.0f || p.top_k == 1;
-    auto draw = [&](int row_index, uint64_t key, int position, int mask) {
+    auto draw = [&](int row_index, uint64_t key, int position, int mask, TokenId draft = -1, int dist = -1) {
       in.sample_rows.push_back(row_index);
       in.temperature.push_back(greedy ? 0.0f : p.temperature);
       in.top_k.push_back(greedy ? 0 : p.top_k);
@@ -131,15 +131,27 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& 
       in.seq_key.push_back(key);
       in.sample_position.push_back(position);
       in.mask_index.push_back(mask);
+      in.draft_token.push_back(draft);
+      in.draft_dist.push_back(dist);
     };
     if (seq.spec_tokens.empty()) {
       for (int k = 0; k < std::max(1, entry.n_samples); ++k)  // as CpuBackend: n_samples < 1 draws once
         draw(row - 1, static_cast<uint64_t>(seq.sample_index + k), end, entry.first_mask);
     } else {  // verification: one draw per row from the last accepted token on
       const int first = seq.n_tokens() - 1;
-      for (int pos = first; pos < end; ++pos)
+      const size_t n_spec = seq.spec_tokens.size();
+      const bool with_q = !greedy && seq.spec_probs.size() >= n_spec * size_t(vocab);
+      for (int pos = first; pos < end; ++pos) {
+        const size_t j = size_t(pos - first);  // draft j is the token at pos + 1
+        int dist = -1;
+        if (with_q && j < n_spec) {
+          dist = static_cast<int>(in.draft_probs.size() / size_t(vocab));
+          const float* q = seq.spec_probs.data() + j * size_t(vocab);
+          in.draft_probs.insert(in.draft_probs.end(), q, q + vocab);
+        }
         draw(row - (end - pos), static_cast<uint64_t>(seq.sample_index), pos + 1,
-             entry.first_mask < 0 ? -1 : entry.first_mask + (pos - first));
+             entry.first_mask < 0 ? -1 : entry.first_mask + (pos - first), dist >= 0 ? seq.spec_tokens[j] : -1, dist);
+      }
     }
   }
   if (n_masks > 0) {

@@ -20,7 +20,9 @@ namespace servelab {
 ///   samples draws all n first tokens from its prefill's logits, as vLLM does), draw k keyed by
 ///   seq_key seq->sample_index + k;
 /// - verifying k speculative tokens: one draw from each of the k + 1 rows at positions
-///   n_tokens() - 1 .. n_with_spec() - 1 (n_samples must be 1).
+///   n_tokens() - 1 .. n_with_spec() - 1 (n_samples must be 1); when the sequence carries its
+///   drafts' distributions (Sequence::spec_probs) and does not draw greedily, draw j < k verifies
+///   draft j against its row of q (draft_token, draft_dist, draft_probs: rejection sampling).
 /// Every draw's sample_position is the index its token takes (row position + 1), so a draw equals
 /// what the non-speculative step at that position would draw.
 struct BatchEntry {

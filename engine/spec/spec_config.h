@@ -1,25 +1,47 @@
 #pragma once
 // SpeculativeConfig: a strategy's `speculative:` block (the scenario's, or serve's flags) and the
 // proposer it builds.
+#include <cstdint>
 #include <memory>
 #include <string>
 
+#include "engine/model/weights.h"
 #include "engine/spec/proposer.h"
 
 namespace servelab {
 
-enum class SpecMethod { ngram };
-const char* to_string(SpecMethod m);  ///< "ngram"
+/// ngram: prompt lookup, no model. self: the target's first num_layers layers and its LM head.
+/// draft_model: a smaller preset or checkpoint (`model`) with the target's vocabulary.
+enum class SpecMethod { ngram, self, draft_model };
+const char* to_string(SpecMethod m);  ///< "ngram", "self", "draft_model"
 
 struct SpeculativeConfig {
   SpecMethod method = SpecMethod::ngram;
-  int num_speculative_tokens = 3;  ///< drafts per step and sequence, >= 1
+  int num_speculative_tokens = 3;  ///< the most drafts per step and sequence, in [1, 16]
   int prompt_lookup_min = 1;       ///< ngram: shortest suffix matched
   int prompt_lookup_max = 3;       ///< ngram: longest suffix matched
+  int num_layers = 0;              ///< self: layers the draft runs, >= 1 (< the target's, checked at build)
+  std::string model;               ///< draft_model: a preset name or a checkpoint folder
+  /// Adaptive k: each sequence drafts k in [1, num_speculative_tokens], moved by its acceptance
+  /// (engine/spec/adaptive.h); false keeps k = num_speculative_tokens.
+  bool adaptive = true;
   /// Throws std::invalid_argument naming the field.
   void validate() const;
 };
 
-std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& config);
+/// What a model proposer needs of the run: the target's weights (the cpu backend's; null on
+/// the other backends, where self and draft_model are refused), the longest sequence, and the
+/// run's seed (a preset draft's random weights are drawn with seed + 1: another model than a
+/// target of the same preset).
+struct ProposerTarget {
+  std::shared_ptr<const ModelWeights> weights;
+  int vocab_size = 0;
+  int max_model_len = 2048;
+  uint64_t seed = 0;
+};
+
+/// Builds the configured proposer. ngram needs nothing of the target; self and draft_model
+/// throw std::invalid_argument without target weights, or for a draft of another vocabulary.
+std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& config, const ProposerTarget& target = {});
 
 }  // namespace servelab

@@ -56,6 +56,11 @@ ServerSample parse_server_metrics(const std::string& text) {
     add_if(name, v, {"servelab:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_sum",
                      "sglang:time_to_first_token_seconds_sum"},
            s.ttft_sum_s);
+    add_if(name, v, {"servelab:spec_decode_num_drafts_total", "vllm:spec_decode_num_drafts_total"}, s.spec_drafts);
+    add_if(name, v, {"servelab:spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_draft_tokens_total"},
+           s.spec_draft_tokens);
+    add_if(name, v, {"servelab:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens_total"},
+           s.spec_accepted_tokens);
   }
   return s;
 }
@@ -75,6 +80,9 @@ std::string server_sample_line(const std::string& run, const std::string& url, d
   put("preemptions", s.preemptions);
   put("ttft_count", s.ttft_count);
   put("ttft_sum_s", s.ttft_sum_s);
+  put("spec_drafts", s.spec_drafts);
+  put("spec_draft_tokens", s.spec_draft_tokens);
+  put("spec_accepted_tokens", s.spec_accepted_tokens);
   return j.dump() + "\n";
 }
 

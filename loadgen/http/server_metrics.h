@@ -3,7 +3,9 @@
 // scraped every 250 ms into DIR/server_metrics.jsonl, on the run's time axis (seconds from the
 // run's start, as records.jsonl), one line per scrape and replica:
 //   {"run", "url", "t_s", "engine", "running", "waiting", "kv_usage", "preemptions",
-//    "ttft_count", "ttft_sum_s"}   (a figure the server does not export is left out)
+//    "ttft_count", "ttft_sum_s", "spec_drafts", "spec_draft_tokens", "spec_accepted_tokens"}
+//   (a figure the server does not export is left out; the spec_decode counters are cumulative, so
+//   a run's drafts are its last scrape's minus its first, as `vllm bench serve` reads them)
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -25,13 +27,16 @@ struct ServerSample {
   std::optional<double> preemptions;   ///< cumulative
   std::optional<double> ttft_count;    ///< the server's TTFT histogram: observations ...
   std::optional<double> ttft_sum_s;    ///< ... and their sum
+  /// Speculative decoding, cumulative (vLLM's spec_decode_num_drafts / _num_draft_tokens /
+  /// _num_accepted_tokens counters).
+  std::optional<double> spec_drafts, spec_draft_tokens, spec_accepted_tokens;
 };
 
 /// Reads a Prometheus text exposition by the names servelab and vLLM use (SGLang's and TGI's
 /// where they differ): *:num_requests_running, sglang:num_running_reqs, tgi_batch_current_size;
 /// *:num_requests_waiting, sglang:num_queue_reqs, tgi_queue_size; *:kv_cache_usage_perc,
 /// vllm:gpu_cache_usage_perc, sglang:token_usage; *:num_preemptions_total;
-/// *:time_to_first_token_seconds_{count,sum}.
+/// *:time_to_first_token_seconds_{count,sum}; *:spec_decode_num_{drafts,draft_tokens,accepted_tokens}_total.
 ServerSample parse_server_metrics(const std::string& text);
 
 /// The JSON line of one sample (with '\n').

@@ -36,7 +36,8 @@ void to_json(nlohmann::json& j, const StepRecord& s) {
   if (s.spec_drafts > 0)
     j["spec_decode"] = {{"num_drafts", s.spec_drafts},
                         {"num_draft_tokens", s.spec_draft_tokens},
-                        {"num_accepted_tokens", s.spec_accepted_tokens}};
+                        {"num_accepted_tokens", s.spec_accepted_tokens},
+                        {"num_accepted_tokens_per_pos", s.spec_accepted_per_pos}};
 }
 
 void from_json(const nlohmann::json& j, StepRecord& s) {
@@ -54,6 +55,8 @@ void from_json(const nlohmann::json& j, StepRecord& s) {
     s.spec_drafts = json_int_or(*sd, "num_drafts", 0);
     s.spec_draft_tokens = json_int_or(*sd, "num_draft_tokens", 0);
     s.spec_accepted_tokens = json_int_or(*sd, "num_accepted_tokens", 0);
+    if (auto pp = sd->find("num_accepted_tokens_per_pos"); pp != sd->end() && pp->is_array())
+      for (const auto& v : *pp) s.spec_accepted_per_pos.push_back(json_int<int>(v));
   }
   const auto& kv = j.at("kv");
   s.kv_capacity = json_int<int64_t>(kv.at("capacity"));
@@ -80,6 +83,7 @@ void StepRecord::validate() const {
   count("spec_decode.num_drafts", spec_drafts);
   count("spec_decode.num_draft_tokens", spec_draft_tokens);
   count("spec_decode.num_accepted_tokens", spec_accepted_tokens);
+  for (int v : spec_accepted_per_pos) count("spec_decode.num_accepted_tokens_per_pos[]", v);
   count("n_waiting", n_waiting);
   count("n_running", n_running);
   count("n_preempted", n_preempted);

@@ -25,6 +25,7 @@ struct StepRecord {
   int spec_drafts = 0;
   int spec_draft_tokens = 0;
   int spec_accepted_tokens = 0;
+  std::vector<int> spec_accepted_per_pos;  ///< accepted drafts by position (index 0 = first draft)
   // KV arena breakdown after the step, in token slots.
   int64_t kv_capacity = 0;
   int64_t kv_stored = 0;

@@ -47,5 +47,40 @@ workload:
   EXPECT_NE(read_text(tmp.file("out/steps.jsonl")).find("\"spec_decode\""), std::string::npos);
 }
 
+TEST(SpecDecodeCli, SelfSpeculationOnTheCpuGeneratesTheSameGreedyTokens) {
+  if (!fs::exists(servelab_exe())) GTEST_SKIP() << servelab_exe() << " not built";
+  TempDir tmp;
+  write_text(tmp.file("self.yaml"), R"(name: self
+seed: 3
+model: {preset: tiny}
+backend: {kind: cpu, threads: 1}
+engine: {kv_cache_mb: 8, max_model_len: 128}
+strategies:
+  - {label: plain, batching: continuous, max_num_seqs: 4}
+  - label: self
+    batching: continuous
+    max_num_seqs: 4
+    speculative: {method: self, num_layers: 2, num_speculative_tokens: 3, adaptive: false}
+workload:
+  rates: [50]
+  n_requests: 2
+  prompt_tokens: {dist: fixed, value: 8}
+  output_tokens: {dist: fixed, value: 8}
+)");
+  const CliResult r = run_servelab({"run", tmp.file("self.yaml"), "--out", tmp.file("out"), "-q"}, tmp);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const json s = json::parse(read_text(tmp.file("out/summary.json")));
+  ASSERT_EQ(s.at("runs").size(), 2u);
+  const json& sd = s.at("runs")[1].at("metrics").at("spec_decode");
+  const int64_t drafts = sd.at("num_drafts"), accepted = sd.at("num_accepted_tokens");
+  EXPECT_GT(drafts, 0);
+  const json& per_pos = sd.at("num_accepted_tokens_per_pos");
+  ASSERT_TRUE(per_pos.is_array());
+  int64_t sum = 0;
+  for (const auto& v : per_pos) sum += v.get<int64_t>();
+  EXPECT_EQ(sum, accepted);
+  EXPECT_EQ(s.at("runs")[0].at("metrics").at("n_output_tokens"), s.at("runs")[1].at("metrics").at("n_output_tokens"));
+}
+
 }  // namespace spec_decode_cli_test
 }  // namespace servelab::cli_test

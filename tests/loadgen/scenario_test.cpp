@@ -212,11 +212,16 @@ TEST(ScenarioErrors, SpeculativeNeedsContinuousBatchingAndABuiltMethod) {
                        "    speculative: {num_speculative_tokens: 2}\n"
                        "workload: {rates: [1]}\n"),
             "scn.yaml:3:18: strategies[0].speculative needs batching: continuous (got static)");
+  EXPECT_EQ(only_error("strategies:\n"
+                       "  - batching: continuous\n"
+                       "    speculative: {method: eagle}\n"
+                       "workload: {rates: [1]}\n"),
+            "scn.yaml:3:27: strategies[0].speculative.method must be one of ngram, self, draft_model (got 'eagle')");
   EXPECT_NE(only_error("strategies:\n"
                        "  - batching: continuous\n"
                        "    speculative: {method: draft_model}\n"
                        "workload: {rates: [1]}\n")
-                .find("draft_model is not built yet"),
+                .find("speculative.model must name a preset or a checkpoint folder"),
             std::string::npos);
   EXPECT_NE(only_error("strategies:\n"
                        "  - batching: continuous\n"
@@ -231,6 +236,53 @@ TEST(ScenarioErrors, SpeculativeNeedsContinuousBatchingAndABuiltMethod) {
   ASSERT_TRUE(sc.strategies.at(0).speculative.has_value());
   EXPECT_EQ(sc.strategies[0].speculative->num_speculative_tokens, 4);
   EXPECT_EQ(sc.strategies[0].speculative->prompt_lookup_max, 5);
+}
+
+TEST(ScenarioErrors, SpeculativeModelProposersNameTheirDraft) {
+  // self and draft_model run a draft model on the cpu backend.
+  EXPECT_EQ(only_error("backend: {kind: sim}\n"
+                       "strategies:\n"
+                       "  - batching: continuous\n"
+                       "    speculative: {method: self, num_layers: 2}\n"
+                       "workload: {rates: [1]}\n"),
+            "scn.yaml:4:27: strategies[0].speculative.method: self runs a draft model on the cpu backend (got "
+            "backend sim; ngram runs anywhere)");
+  EXPECT_NE(only_error("strategies:\n"
+                       "  - batching: continuous\n"
+                       "    speculative: {method: self}\n"
+                       "workload: {rates: [1]}\n")
+                .find("scn.yaml:3:18: strategies[0].speculative: speculative.num_layers must be >= 1 for method self"),
+            std::string::npos);
+  EXPECT_NE(only_error("strategies:\n"
+                       "  - batching: continuous\n"
+                       "    speculative: {method: ngram, num_layers: 2}\n"
+                       "workload: {rates: [1]}\n")
+                .find("num_layers is for method self (got method ngram)"),
+            std::string::npos);
+  // The tiny preset has 4 layers: self must skip at least one.
+  EXPECT_EQ(only_error("model: {preset: tiny}\n"
+                       "strategies:\n"
+                       "  - batching: continuous\n"
+                       "    speculative: {method: self, num_layers: 4}\n"
+                       "workload: {rates: [1]}\n"),
+            "scn.yaml:4:45: strategies[0].speculative.num_layers must be below the target's 4 layers (got 4)");
+  // A draft of another vocabulary (qwen2.5-0.5b's 151936 tokens against tiny's).
+  EXPECT_NE(only_error("model: {preset: tiny}\n"
+                       "strategies:\n"
+                       "  - batching: continuous\n"
+                       "    speculative: {method: draft_model, model: qwen2.5-0.5b}\n"
+                       "workload: {rates: [1]}\n")
+                .find("strategies[0].speculative.model names a draft (qwen2.5-0.5b) of 151936 tokens; it must share the "
+                      "target's vocabulary of 2048"),
+            std::string::npos);
+  const Scenario sc = load_yaml("strategies:\n"
+                                "  - batching: continuous\n"
+                                "    speculative: {method: self, num_layers: 1, num_speculative_tokens: 5, adaptive: false}\n"
+                                "workload: {rates: [1]}\n");
+  ASSERT_TRUE(sc.strategies.at(0).speculative.has_value());
+  EXPECT_EQ(sc.strategies[0].speculative->method, SpecMethod::self);
+  EXPECT_EQ(sc.strategies[0].speculative->num_layers, 1);
+  EXPECT_FALSE(sc.strategies[0].speculative->adaptive);
 }
 
 TEST(ScenarioErrors, MissingRequiredField) {

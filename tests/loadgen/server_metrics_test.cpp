@@ -22,7 +22,11 @@ TEST(ServerMetrics, VllmNamesSummedOverModels) {
       "vllm:num_preemptions_total{model_name=\"a\"} 4\n"
       "vllm:time_to_first_token_seconds_bucket{le=\"0.005\",model_name=\"a\"} 1\n"
       "vllm:time_to_first_token_seconds_count{model_name=\"a\"} 10\n"
-      "vllm:time_to_first_token_seconds_sum{model_name=\"a\"} 1.5\n";
+      "vllm:time_to_first_token_seconds_sum{model_name=\"a\"} 1.5\n"
+      "vllm:spec_decode_num_drafts_total{model_name=\"a\"} 12\n"
+      "vllm:spec_decode_num_draft_tokens_total{model_name=\"a\"} 36\n"
+      "vllm:spec_decode_num_accepted_tokens_total{model_name=\"a\"} 20\n"
+      "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"a\",position=\"0\"} 10\n";
   const ServerSample s = parse_server_metrics(text);
   EXPECT_EQ(s.engine, "vLLM");
   EXPECT_EQ(s.running, 5.0);
@@ -31,6 +35,9 @@ TEST(ServerMetrics, VllmNamesSummedOverModels) {
   EXPECT_EQ(s.preemptions, 4.0);
   EXPECT_EQ(s.ttft_count, 10.0);
   EXPECT_EQ(s.ttft_sum_s, 1.5);
+  EXPECT_EQ(s.spec_drafts, 12.0);
+  EXPECT_EQ(s.spec_draft_tokens, 36.0);
+  EXPECT_EQ(s.spec_accepted_tokens, 20.0);  // the per-position counter is not summed into it
   const auto j = nlohmann::json::parse(server_sample_line("http@4", "http://h:1", 0.25, s));
   EXPECT_EQ(j["running"], 5.0);
   EXPECT_EQ(j["engine"], "vLLM");

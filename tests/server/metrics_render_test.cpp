@@ -26,5 +26,21 @@ TEST(MetricsRender, ServerTtftHistogramUsesVllmBounds) {
   EXPECT_NE(out.find("servelab:kv_cache_usage_perc{model_name=\"tiny\"} 0\n"), std::string::npos);
 }
 
+TEST(MetricsRender, SpecDecodeCountersSumStepsUnderVllmNames) {
+  ServerMetrics m("tiny");
+  EXPECT_EQ(m.render().find("spec_decode"), std::string::npos);  // none before a draft
+  m.add_spec_decode(2, 6, 4, {2, 1, 1});
+  m.add_spec_decode(1, 2, 1, {1, 0});
+  const std::string out = m.render();
+  EXPECT_NE(out.find("servelab:spec_decode_num_drafts_total{model_name=\"tiny\"} 3\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("servelab:spec_decode_num_draft_tokens_total{model_name=\"tiny\"} 8\n"), std::string::npos);
+  EXPECT_NE(out.find("servelab:spec_decode_num_accepted_tokens_total{model_name=\"tiny\"} 5\n"), std::string::npos);
+  EXPECT_NE(out.find("servelab:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"tiny\",position=\"0\"} 3\n"),
+            std::string::npos);
+  EXPECT_NE(out.find("servelab:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"tiny\",position=\"2\"} 1\n"),
+            std::string::npos);
+  EXPECT_EQ(m.snapshot().spec_num_accepted_tokens_per_pos, (std::vector<uint64_t>{3, 1, 1}));
+}
+
 }  // namespace
 }  // namespace servelab::server

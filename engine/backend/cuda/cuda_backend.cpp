@@ -118,6 +118,8 @@ void CudaBackend::init_kv(int64_t n_slots) {
 
 StepOutput CudaBackend::execute(const Step& step) {
   if (step.want_logprobs) throw std::invalid_argument("CudaBackend: logprobs are not supported (caps().logprobs)");
+  if (!step.in.draft_probs.empty())
+    throw std::invalid_argument("CudaBackend: draft distributions (rejection sampling) are not supported (caps().draft_probs)");
   Impl& m = *impl_;
   m.run_step(step);
   StepOutput result;

@@ -342,6 +342,8 @@ void TpCudaBackend::reserve_steps(const StepLimits& limits) {
 
 StepOutput TpCudaBackend::execute(const Step& step) {
   if (step.want_logprobs) throw std::invalid_argument("TpCudaBackend: logprobs are not supported (caps().logprobs)");
+  if (!step.in.draft_probs.empty())
+    throw std::invalid_argument("TpCudaBackend: draft distributions (rejection sampling) are not supported (caps().draft_probs)");
   Impl& m = *impl_;
   StepOutput result;
   m.step(step, [&](int r) {

@@ -1,0 +1,59 @@
+#include "engine/spec/adaptive.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace servelab {
+
+int next_num_drafts(int k, int n_drafted, int n_accepted, int k_max) {
+  const int next = n_accepted >= n_drafted ? k + 2 : k - 1;
+  return std::clamp(next, 1, std::max(1, k_max));
+}
+
+double expected_tokens(double alpha, int k) {
+  alpha = std::clamp(alpha, 0.0, 1.0);
+  double sum = 0.0, term = 1.0;
+  for (int j = 0; j <= k; ++j, term *= alpha) sum += term;
+  return sum;
+}
+
+namespace {
+
+/// A step in which sequence s computes rows[s] positions ending at context[s] and draws each.
+StepShape shape_of(std::span<const DrawingSeq> seqs, bool with_drafts) {
+  StepShape s;
+  for (const DrawingSeq& q : seqs) {
+    const int rows = 1 + (with_drafts ? q.k : 0);
+    const int end = q.context + (with_drafts ? q.k : 0);
+    s.n_tokens += rows;
+    s.n_sampled += rows;
+    s.n_seqs += 1;
+    s.sum_context += end;
+    s.max_context = std::max<int64_t>(s.max_context, end);
+    double pairs = 0.0;
+    for (int r = 0; r < rows; ++r) pairs += end - rows + r + 1;
+    s.attention_pairs += pairs;
+    if (rows > 1) s.prefill_pairs += pairs;  // a multi-row chunk prices as a prefill
+    else s.decode_context += end;
+  }
+  return s;
+}
+
+}  // namespace
+
+SpecVerdict price_speculation(const SpecPricing& p, std::span<const DrawingSeq> seqs) {
+  SpecVerdict v;
+  if (seqs.empty()) return v;
+  v.decode_s = p.cost.step_seconds(p.target, shape_of(seqs, false));
+  v.verify_s = p.cost.step_seconds(p.target, shape_of(seqs, true));
+  int k_max = 0;
+  for (const DrawingSeq& q : seqs) {
+    v.tokens_plain += 1.0;
+    v.tokens_spec += expected_tokens(q.alpha, q.k);
+    k_max = std::max(k_max, q.k);
+  }
+  if (p.draft) v.draft_s = k_max * p.cost.step_seconds(*p.draft, shape_of(seqs, false));
+  return v;
+}
+
+}  // namespace servelab

@@ -1,0 +1,129 @@
+#include "engine/spec/model_proposer.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "engine/backend/sampler.h"
+
+namespace servelab {
+
+void ModelProposerOptions::validate() const {
+  if (kv_cache_bytes <= 0)
+    throw std::invalid_argument("draft kv_cache_bytes must be > 0 (got " + std::to_string(kv_cache_bytes) + ")");
+  if (max_model_len < 2) throw std::invalid_argument("draft max_model_len must be >= 2 (got " + std::to_string(max_model_len) + ")");
+  if (block_size < 1) throw std::invalid_argument("draft block_size must be >= 1 (got " + std::to_string(block_size) + ")");
+  if (n_threads < 0) throw std::invalid_argument("draft n_threads must be >= 0 (got " + std::to_string(n_threads) + ")");
+}
+
+ModelProposer::ModelProposer(std::string method, std::shared_ptr<const ModelWeights> draft, int target_vocab,
+                             ModelProposerOptions options)
+    : method_(std::move(method)) {
+  options.validate();
+  if (!draft) throw std::invalid_argument(method_ + " proposer: no draft weights");
+  if (draft->config.vocab_size != target_vocab)
+    throw std::invalid_argument(method_ + " proposer: the draft " + draft->config.name + " has a vocabulary of " +
+                                std::to_string(draft->config.vocab_size) + " tokens, the target " +
+                                std::to_string(target_vocab) + "; they must be the same");
+  CpuBackendOptions o;
+  o.n_threads = options.n_threads;
+  backend_ = std::make_unique<CpuBackend>(std::move(draft), o);
+  KvConfig kc;
+  kc.kind = KvKind::paged;
+  kc.block_size = options.block_size;
+  kc.prefix_caching = false;  // its copies are rolled back and forth; nothing to share
+  kc.max_model_len = std::min(options.max_model_len, backend_->config().max_position);
+  max_len_ = kc.max_model_len;
+  const int64_t n_slots = options.kv_cache_bytes / backend_->kv_bytes_per_slot();
+  if (n_slots < options.block_size)
+    throw std::invalid_argument(method_ + " proposer: its kv_cache_bytes (" + std::to_string(options.kv_cache_bytes) +
+                                ") hold less than one block of the draft's K/V");
+  kv_ = make_kv_manager(kc, n_slots);
+  backend_->init_kv(n_slots);
+}
+
+ModelProposer::~ModelProposer() = default;
+
+void ModelProposer::propose(const Sequence& seq, int max_k, std::vector<TokenId>& draft) {
+  const DraftTask task{&seq, max_k, &draft, nullptr};
+  propose_batch(std::span<const DraftTask>(&task, 1));
+}
+
+void ModelProposer::forget(uint64_t seq_id) {
+  auto it = copies_.find(seq_id);
+  if (it == copies_.end()) return;
+  kv_->release(*it->second);
+  copies_.erase(it);
+}
+
+Sequence& ModelProposer::sync(const Sequence& target) {
+  auto& slot = copies_[target.id];
+  if (!slot) {
+    slot = std::make_unique<Sequence>();
+    slot->id = target.id;
+    slot->request_id = target.request_id;
+  }
+  Sequence& c = *slot;
+  const size_t common = static_cast<size_t>(
+      std::mismatch(c.tokens.begin(), c.tokens.end(), target.tokens.begin(), target.tokens.end()).first - c.tokens.begin());
+  // Keep the K/V of the common prefix, less the last accepted token (its row draws the first draft).
+  c.n_computed = std::min({c.n_computed, static_cast<int>(common), target.n_tokens() - 1});
+  if (c.kv.allocated) kv_->truncate(c, c.n_computed);
+  c.tokens = target.tokens;
+  c.spec_tokens.clear();
+  c.n_prompt = target.n_prompt;
+  c.sampling = target.sampling;
+  c.sample_index = target.sample_index;
+  c.status = SeqStatus::running;
+  return c;
+}
+
+void ModelProposer::propose_batch(std::span<const DraftTask> tasks) {
+  std::vector<Work> live;
+  for (const DraftTask& t : tasks) {
+    if (t.max_k < 1 || t.seq->n_tokens() < 1 || t.seq->n_tokens() + t.max_k > max_len_) continue;
+    live.push_back({&t, &sync(*t.seq)});
+  }
+  // Step 0 catches each copy up to its last accepted token and drafts one token; step j drafts
+  // the (j + 1)-th for the tasks that want that many. A copy the arena cannot hold stops drafting.
+  for (int j = 0; !live.empty(); ++j) {
+    std::erase_if(live, [&](const Work& w) { return w.task->max_k <= j; });
+    if (!live.empty()) draft_step(live);
+  }
+}
+
+void ModelProposer::draft_step(std::vector<Work>& live) {
+  batch_.entries.clear();
+  std::vector<Work> ran;
+  for (const Work& w : live) {
+    Sequence& c = *w.copy;
+    const int n_new = c.n_tokens() - c.n_computed;
+    if (!kv_->allocate_slots(c, n_new)) continue;  // the draft's arena is full
+    batch_.entries.push_back(BatchEntry{&c, n_new, true, 1, -1});
+    ran.push_back(w);
+  }
+  live = ran;
+  if (ran.empty()) return;
+  build_step_input(batch_, *kv_, backend_->config().vocab_size, step_);
+  const std::span<const float> logits = backend_->logits(step_);
+  const size_t vocab = size_t(backend_->config().vocab_size);
+  for (size_t i = 0; i < ran.size(); ++i) {
+    const DraftTask& t = *ran[i].task;
+    Sequence& c = *ran[i].copy;
+    c.n_computed += batch_.entries[i].n_new;
+    const std::span<const float> row = logits.subspan(i * vocab, vocab);
+    const int position = c.n_tokens();  // the index the draft takes
+    TokenId x;
+    if (c.sampling.temperature == 0.0f || c.sampling.top_k == 1) {
+      x = argmax_token(row);
+    } else {
+      sampling_distribution(row, c.sampling, q_);
+      x = draw_from(q_, uniform_draw(c.sampling.seed, uint64_t(c.sample_index), position, kStreamDraft));
+      if (t.probs) t.probs->insert(t.probs->end(), q_.begin(), q_.end());
+    }
+    t.tokens->push_back(x);
+    c.tokens.push_back(x);
+  }
+}
+
+}  // namespace servelab

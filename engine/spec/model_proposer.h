@@ -1,0 +1,72 @@
+#pragma once
+// ModelProposer: drafts by running a model — a smaller one with the target's vocabulary
+// (`draft_model`) or the target's own first L' layers and LM head (`self`, layer-skip
+// self-speculation). It keeps its own copy of each sequence (the accepted tokens plus its last
+// drafts) with its own paged K/V in its own arena, on its own CPU backend: each call rolls a
+// copy back to the tokens the target accepted (rejected drafts' blocks freed), catches its K/V
+// up in one batched step, then drafts one position per step for every sequence together.
+// Greedy requests draft the argmax; sampled ones draw from q = the draft's sampling distribution
+// at the request's temperature, top-k and top-p (their own uniform stream) and hand q over for
+// rejection sampling. A CUDA draft would take the same shape over a backend that returns logits.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/backend/cpu_backend.h"
+#include "engine/backend/step_input.h"
+#include "engine/kv/kv_manager.h"
+#include "engine/spec/proposer.h"
+
+namespace servelab {
+
+/// The draft's own arena and threads. validate() names the bad field.
+struct ModelProposerOptions {
+  int64_t kv_cache_bytes = 16ll << 20;  ///< the draft's K/V arena (a sequence that does not fit gets no drafts)
+  int max_model_len = 2048;             ///< longest sequence it drafts for
+  int block_size = 16;
+  int n_threads = 1;                    ///< its CPU backend's pool
+  void validate() const;
+};
+
+class ModelProposer final : public Proposer {
+ public:
+  /// `method` is what name() reports ("self", "draft_model"). Throws std::invalid_argument when
+  /// the draft's vocabulary is not target_vocab.
+  ModelProposer(std::string method, std::shared_ptr<const ModelWeights> draft, int target_vocab,
+                ModelProposerOptions options = {});
+  ~ModelProposer() override;
+  const char* name() const override { return method_.c_str(); }
+  /// One task, its distributions dropped (point masses).
+  void propose(const Sequence& seq, int max_k, std::vector<TokenId>& draft) override;
+  void propose_batch(std::span<const DraftTask> tasks) override;
+  void forget(uint64_t seq_id) override;
+
+  const ModelConfig& draft_config() const { return backend_->config(); }
+  const KvManager& kv() const { return *kv_; }
+  int n_sequences() const { return static_cast<int>(copies_.size()); }  ///< sequences it holds K/V for
+
+ private:
+  /// Rolls seq's copy back to its common prefix with `target` and gives it target's tokens.
+  Sequence& sync(const Sequence& target);
+  /// A task and its sequence's copy.
+  struct Work {
+    const DraftTask* task;
+    Sequence* copy;
+  };
+  /// One batched step over the copies in `live`: each computes its pending positions and draws one
+  /// draft for its task. Drops from `live` the copies the arena could not grow.
+  void draft_step(std::vector<Work>& live);
+
+  std::string method_;
+  int max_len_ = 0;
+  std::unique_ptr<CpuBackend> backend_;
+  std::unique_ptr<KvManager> kv_;
+  std::unordered_map<uint64_t, std::unique_ptr<Sequence>> copies_;  // by target sequence id
+  Batch batch_;
+  Step step_;
+  std::vector<float> q_;
+};
+
+}  // namespace servelab
