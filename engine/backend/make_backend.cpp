@@ -115,7 +115,7 @@ SimCostModel sim_cost_model(const BackendSpec& spec, const ModelConfig& config) 
                                             spec.sim_device_set ? std::optional<SimDevice>(spec.sim_device) : std::nullopt,
                                             spec.tensor_parallel);
   cost.scale = spec.sim_cost_scale;
-  cost.formats.quant = QuantScheme::for_method(spec.quantization, spec.fp8_per_channel);
+  cost.formats.quant = scheme_for_model(spec.quantization, config, spec.fp8_per_channel);
   cost.formats.kv_cache_dtype = spec.kv_cache_dtype;
   return cost;
 }
@@ -193,7 +193,7 @@ std::unique_ptr<Backend> BackendFactory::make(Quantization quantization, KvCache
     auto& q = quantized_[quantization];
     if (!q)
       q = std::make_shared<const ModelWeights>(
-          quantize_weights(*weights_, QuantScheme::for_method(quantization, spec_.fp8_per_channel)));
+          quantize_weights(*weights_, scheme_for_model(quantization, weights_->config, spec_.fp8_per_channel)));
     weights = q;
   }
   CpuBackendOptions options;

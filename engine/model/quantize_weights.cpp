@@ -35,6 +35,20 @@ ModelWeights quantize_weights(const ModelWeights& w, const QuantScheme& scheme) 
   return q;
 }
 
+int int4_group_size(const ModelConfig& c) {
+  int group = 128;
+  while (group > 1 && (c.hidden_size % group != 0 || c.intermediate_size % group != 0 ||
+                       (int64_t(c.n_heads) * c.head_dim()) % group != 0))
+    group /= 2;
+  return group;
+}
+
+QuantScheme scheme_for_model(Quantization method, const ModelConfig& config, bool fp8_per_channel) {
+  QuantScheme s = QuantScheme::for_method(method, fp8_per_channel);
+  if (method == Quantization::int4_awq || method == Quantization::int4_gptq) s.group_size = int4_group_size(config);
+  return s;
+}
+
 double bytes_per_linear_weight(Quantization method, int64_t in, int group_size) {
   const double group = group_size > 0 ? group_size : static_cast<double>(in);
   switch (method) {

@@ -14,6 +14,13 @@ namespace servelab {
 /// matrix's input size is not a multiple of the group size.
 ModelWeights quantize_weights(const ModelWeights& w, const QuantScheme& scheme);
 
+/// The INT4 group size quantize-on-load uses for `config`: 128, or the largest power of two
+/// below it that divides every Linear's input size (the `tiny` preset's FFN of 704 takes 64).
+int int4_group_size(const ModelConfig& config);
+
+/// QuantScheme::for_method with the group size int4_group_size(config).
+QuantScheme scheme_for_model(Quantization method, const ModelConfig& config, bool fp8_per_channel = false);
+
 /// Bytes of the decoder layers' Linear weights of `config` under `scheme` (codes, scales, zeros),
 /// and the same for the unquantized bf16 model: what a step streams from memory for them.
 int64_t linear_weight_bytes(const ModelConfig& config, const QuantScheme& scheme);

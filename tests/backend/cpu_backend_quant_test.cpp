@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/backend/cpu_backend.h"
+#include "engine/backend/quant_check.h"
 #include "engine/backend/reference.h"
 #include "engine/backend/step_input.h"
 #include "engine/model/quantize_weights.h"
@@ -110,6 +111,56 @@ TEST(CpuBackendQuant, Fp8KvCacheStoresOneBytePlusScalesAndDecodesClose) {
     EXPECT_GT(err, 1e-6) << "decode " << i;
     ++s.n_computed;
   }
+}
+
+}  // namespace
+}  // namespace servelab
+
+namespace servelab {
+namespace {
+
+TEST(QuantCheck, IdentityIsExactAndFormatsAreRankedByTheirError) {
+  const ModelWeights w = ModelWeights::random(testing::small_config(2), 12);
+  QuantCheckOptions o;
+  o.n_positions = 48;
+  o.n_sequences = 4;
+  o.n_threads = 2;
+  QuantScheme int4 = scheme_for_model(Quantization::int4_awq, w.config);
+  const std::vector<QuantVariant> variants = {
+      {"same", QuantScheme{}, KvCacheDType::auto_dtype},
+      {"fp8", QuantScheme::for_method(Quantization::fp8, true), KvCacheDType::auto_dtype},
+      {"int4", int4, KvCacheDType::auto_dtype},
+      {"kvfp8", QuantScheme{}, KvCacheDType::fp8},
+  };
+  const std::vector<QuantAccuracy> r = quant_check(w, variants, o);
+  ASSERT_EQ(r.size(), 4u);
+  EXPECT_EQ(r[0].n_positions, 48);
+  EXPECT_EQ(r[0].top1_agreement, 1.0);
+  EXPECT_EQ(r[0].max_logit_error, 0.0);
+  EXPECT_EQ(r[0].mean_kl, 0.0);
+  for (size_t i = 1; i < r.size(); ++i) {
+    EXPECT_GT(r[i].mean_kl, 0.0) << r[i].variant.label;
+    EXPECT_GT(r[i].max_logit_error, 0.0) << r[i].variant.label;
+  }
+  EXPECT_LT(r[1].rel_logit_error, r[2].rel_logit_error);  // 8 bits beat 4
+  EXPECT_NEAR(r[1].linear_bytes_per_weight, 1.0, 0.1);
+  EXPECT_NEAR(r[2].linear_bytes_per_weight, 0.5 + 2.5 / int4.group_size, 1e-3);
+  EXPECT_THROW(quant_check(quantize_weights(w, int4), variants, o), std::invalid_argument);
+}
+
+TEST(QuantCheck, OutlierChannelsScaleTheNormWeights) {
+  ModelWeights w = ModelWeights::random(testing::small_config(2), 12);
+  const ModelWeights before = w;
+  add_outlier_channels(w, 3, 100.0f, 1);
+  int changed = 0;
+  for (size_t c = 0; c < w.layers[0].attn_norm.size(); ++c)
+    if (w.layers[0].attn_norm[c] != before.layers[0].attn_norm[c]) {
+      ++changed;
+      EXPECT_FLOAT_EQ(w.layers[0].attn_norm[c], 100.0f * before.layers[0].attn_norm[c]);
+      EXPECT_FLOAT_EQ(w.layers[1].ffn_norm[c], 100.0f * before.layers[1].ffn_norm[c]);
+    }
+  EXPECT_EQ(changed, 3);
+  EXPECT_THROW(add_outlier_channels(w, 65, 10.0f, 1), std::invalid_argument);
 }
 
 }  // namespace
