@@ -16,7 +16,7 @@ float fp8_e4m3_value(uint8_t b) {
 void quant_gemv_ref(bool int4, const float* x, int64_t x_stride, const uint8_t* w, const float* scales,
                     const float* zeros, int n_scales, int group_size, float* y, int m, int n, int k, bool accumulate) {
   for (int j = 0; j < n; ++j) {
-    std::vector<double> row(size_t(k));
+    std::vector<double> row(static_cast<size_t>(k));
     for (int i = 0; i < k; ++i) {
       if (!int4) {
         row[size_t(i)] = double(fp8_e4m3_value(w[size_t(j) * k + i])) * scales[n_scales == 1 ? 0 : j];

@@ -216,7 +216,7 @@ TEST(ScenarioErrors, QuantizationAndKvCacheDtypePerStrategy) {
   const std::string bad_kv = only_error("strategies:\n"
                                         "  - {batching: continuous, kv_cache_dtype: fp16}\n"
                                         "workload: {rates: [1]}\n");
-  EXPECT_EQ(bad_kv.rfind("scn.yaml:2:45: strategies[0].kv_cache_dtype", 0), 0u) << bad_kv;
+  EXPECT_EQ(bad_kv.rfind("scn.yaml:2:44: strategies[0].kv_cache_dtype", 0), 0u) << bad_kv;
   const std::string on_cuda = only_error("backend: cuda\n"
                                          "strategies:\n"
                                          "  - {batching: continuous, quantization: fp8}\n"
