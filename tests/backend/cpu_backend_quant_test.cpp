@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/backend/cost_model.h"
 #include "engine/backend/cpu_backend.h"
+#include "engine/backend/sim_backend.h"
 #include "engine/backend/quant_check.h"
 #include "engine/backend/reference.h"
 #include "engine/backend/step_input.h"
@@ -161,6 +163,41 @@ TEST(QuantCheck, OutlierChannelsScaleTheNormWeights) {
     }
   EXPECT_EQ(changed, 3);
   EXPECT_THROW(add_outlier_channels(w, 65, 10.0f, 1), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace servelab
+
+namespace servelab {
+namespace {
+
+TEST(SimQuant, RooflinePricesEachFormatFromItsBytesAndFlops) {
+  const ModelConfig m = preset("llama2-7b");
+  const SimDevice h100 = SimDevice::preset("h100");
+  StepShape decode;  // one sequence, one token, no context yet: the weights dominate
+  decode.n_tokens = decode.n_sampled = decode.n_seqs = 1;
+  StepShape prefill;  // 4,096 rows: the matmuls dominate
+  prefill.n_tokens = 4096;
+  prefill.n_sampled = prefill.n_seqs = 1;
+  StorageFormats fp8, int4, fp8_weight_only;
+  fp8.quant = scheme_for_model(Quantization::fp8, m);
+  int4.quant = scheme_for_model(Quantization::int4_awq, m);
+  fp8_weight_only.quant = fp8.quant;
+  fp8_weight_only.quant.activations = ActivationQuant::none;
+  const double bf16_decode = roofline_seconds(m, h100, 1, decode);
+  EXPECT_NEAR(roofline_seconds(m, h100, 1, decode, fp8) / bf16_decode, 0.55, 0.05);
+  EXPECT_NEAR(roofline_seconds(m, h100, 1, decode, int4) / bf16_decode, 0.31, 0.05);
+  // Prefill: W8A8 runs the products at the FP8 peak; weight-only FP8 does not.
+  const double bf16_prefill = roofline_seconds(m, h100, 1, prefill);
+  EXPECT_LT(roofline_seconds(m, h100, 1, prefill, fp8), 0.6 * bf16_prefill);
+  EXPECT_NEAR(roofline_seconds(m, h100, 1, prefill, fp8_weight_only) / bf16_prefill, 1.0, 0.01);
+  EXPECT_NEAR(roofline_seconds(m, SimDevice::preset("a100-80gb"), 1, prefill, fp8) /
+                  roofline_seconds(m, SimDevice::preset("a100-80gb"), 1, prefill), 1.0, 0.01);  // no FP8 tensor cores
+  // An FP8 KV cache: 1 byte an element plus a 4-byte scale per row, in the sim's arena too.
+  SimCostModel cost = SimCostModel::roofline(h100);
+  cost.formats.kv_cache_dtype = KvCacheDType::fp8;
+  EXPECT_EQ(SimBackend(m, cost).kv_bytes_per_slot(), 2 * 32 * 32 * (128 + 4));
+  EXPECT_EQ(SimBackend(m, SimCostModel::roofline(h100)).kv_bytes_per_slot(), 2 * 32 * 32 * 128 * 2);
 }
 
 }  // namespace
