@@ -32,6 +32,8 @@ struct ProfileArgs {
   std::string hardware;  // "" = cpu-2core for cpu, the sim device for sim, from the GPU's name for cuda
   int device = 0;        // cuda: device ordinal
   std::string dtype = "bf16";  // cuda: weights, activations and KV
+  std::string quantization;    // cpu, sim: none | fp8 | int4_awq | int4_gptq ("" = none)
+  std::string kv_cache_dtype;  // cpu, sim: auto | fp8 ("" = auto)
   int tensor_parallel = 1;  // cuda: ranks on devices 0..N-1 over NCCL; sim: the roofline's TP
   double kv_gb = 0.0;    // KV arena cap in GB; 0 = the grid's largest point (cuda: capped by free memory)
   int warmup = -1;       // untimed runs per point; -1 = 2 on cuda (GEMM choice, graph capture), else 0
@@ -62,6 +64,8 @@ int profile_main(const ProfileArgs& a) {
   spec.device = a.device;
   spec.tensor_parallel = a.tensor_parallel;
   spec.storage_dtype = parse_dtype(a.dtype);  // BackendSpec::validate refuses f16 on cpu
+  if (!a.quantization.empty()) spec.quantization = parse_quantization(a.quantization);
+  if (!a.kv_cache_dtype.empty()) spec.kv_cache_dtype = parse_kv_cache_dtype(a.kv_cache_dtype);
   if (a.tensor_parallel != 1 && spec.kind == BackendKind::cpu)
     throw std::invalid_argument("--tensor-parallel applies to --backend cuda or sim (got --backend cpu)");
   const bool cuda = spec.kind == BackendKind::cuda;
@@ -153,6 +157,10 @@ const Registrar register_profile(
       sub.add_option("--dtype", a->dtype, "cuda: weights, activations and KV in bf16 or f16 (sim: accepted, same cost)")
           ->capture_default_str()
           ->check(CLI::IsMember({"bf16", "f16"}));
+      sub.add_option("--quantization", a->quantization, "cpu, sim: weight format (quantized on load from bf16)")
+          ->check(CLI::IsMember({"none", "fp8", "int4_awq", "int4_gptq"}));
+      sub.add_option("--kv-cache-dtype", a->kv_cache_dtype, "cpu, sim: KV element type, auto or fp8")
+          ->check(CLI::IsMember({"auto", "fp8"}));
       sub.add_option("--tensor-parallel", a->tensor_parallel,
                      "cuda: ranks on devices 0..N-1 over NCCL (the profile records N and the measured all-reduce "
                      "per message size); sim: the roofline's tensor-parallel degree")

@@ -32,6 +32,8 @@ struct RunArgs {
   bool no_plots = false;
   bool force = false;
   std::string dtype;  // cuda: backend.dtype for this run ("" = the scenario's)
+  std::string quantization;    // every strategy without its own `quantization:` ("" = none)
+  std::string kv_cache_dtype;  // every strategy without its own `kv_cache_dtype:` ("" = auto)
 };
 
 int run_main(const RunArgs& args) {
@@ -49,6 +51,15 @@ int run_main(const RunArgs& args) {
       return 2;
     }
     scenario.backend.dtype = parse_dtype(args.dtype);
+  }
+  if (!args.quantization.empty() || !args.kv_cache_dtype.empty()) {
+    if (scenario.backend.kind == BackendKind::cuda) {
+      std::cerr << "servelab run: --quantization and --kv-cache-dtype apply to backend cpu or sim; the cuda backend's "
+                   "quantized kernels are not wired in yet\n";
+      return 2;
+    }
+    if (!args.quantization.empty()) scenario.backend.quantization = parse_quantization(args.quantization);
+    if (!args.kv_cache_dtype.empty()) scenario.backend.kv_cache_dtype = parse_kv_cache_dtype(args.kv_cache_dtype);
   }
   return run_scenario(scenario, args.out, args.quiet, args.no_plots, args.force);
 }
@@ -209,6 +220,12 @@ const Registrar register_run(
       sub.add_option("--set", args->overrides, "Override a scenario value: key.path=value (repeatable)");
       sub.add_option("--dtype", args->dtype, "cuda: weights, activations and KV in bf16 or f16 (the scenario's backend.dtype)")
           ->check(CLI::IsMember({"bf16", "f16"}));
+      sub.add_option("--quantization", args->quantization,
+                     "Weight format of every strategy without its own quantization: (cpu, sim)")
+          ->check(CLI::IsMember({"none", "fp8", "int4_awq", "int4_gptq"}));
+      sub.add_option("--kv-cache-dtype", args->kv_cache_dtype,
+                     "KV element type of every strategy without its own kv_cache_dtype: (cpu, sim)")
+          ->check(CLI::IsMember({"auto", "fp8"}));
       sub.add_flag("--quiet,-q", args->quiet, "No progress line and no console summary");
       sub.add_flag("--no-plots", args->no_plots, "Skip gnuplot figures");
       sub.add_flag("--force", args->force, "Overwrite the output folder when it already holds files");

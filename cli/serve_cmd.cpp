@@ -49,6 +49,8 @@ struct ServeArgs {
   std::string sim_device;
   int device = 0;                       // cuda
   std::string dtype;                    // cuda: bf16 | f16; "" = the scenario's (default bf16)
+  std::string quantization;             // none | fp8 | int4_awq | int4_gptq; "" = the scenario's (none)
+  std::string kv_cache_dtype;           // auto | fp8; "" = the scenario's (auto)
   double gpu_memory_utilization = 0.0;  // cuda: > 0 sizes the KV arena from free GPU memory
 };
 
@@ -170,6 +172,8 @@ int serve_main(ServeArgs a, const CLI::App& sub) {
     econfig = engine_config(sc, *st);
     strategy = *st;
     spec = backend_spec(sc);
+    spec.quantization = strategy_quantization(sc, *st);
+    spec.kv_cache_dtype = strategy_kv_cache_dtype(sc, *st);
     if (sc.engine.gpu_memory_utilization > 0) {  // sized once the backend is built (below)
       a.gpu_memory_utilization = sc.engine.gpu_memory_utilization;
       gpu_rows = max_step_rows(sc, *st);
@@ -186,6 +190,8 @@ int serve_main(ServeArgs a, const CLI::App& sub) {
   const bool echo = a.backend == "echo";
   if (!echo && !have_scenario) spec.kind = parse_backend_kind(a.backend);
   if (!a.dtype.empty()) spec.storage_dtype = parse_dtype(a.dtype);  // over the scenario's backend.dtype
+  if (!a.quantization.empty()) spec.quantization = parse_quantization(a.quantization);
+  if (!a.kv_cache_dtype.empty()) spec.kv_cache_dtype = parse_kv_cache_dtype(a.kv_cache_dtype);
   const ModelConfig model = resolve_model_config(spec.model);
 
   std::unique_ptr<Tokenizer> tokenizer;
@@ -261,6 +267,10 @@ const Registrar register_serve(
       sub.add_option("--gpu-memory-utilization", a->gpu_memory_utilization,
                      "cuda: size the KV cache from this share of the GPU's memory (vLLM's rule) instead of --kv-cache-mb")
           ->check(CLI::Range(0.0, 1.0));
+      sub.add_option("--quantization", a->quantization, "cpu, sim: weight format (quantized on load from bf16)")
+          ->check(CLI::IsMember({"none", "fp8", "int4_awq", "int4_gptq"}));
+      sub.add_option("--kv-cache-dtype", a->kv_cache_dtype, "cpu, sim: KV element type, auto or fp8 (E4M3 + scales)")
+          ->check(CLI::IsMember({"auto", "fp8"}));
       sub.add_option("--scenario", a->scenario, "Take model, backend and engine settings from a scenario")->check(CLI::ExistingFile);
       sub.add_option("--strategy", a->strategy, "With --scenario: the strategy label to serve (default the first)");
       sub.add_option("--host", a->host, "Address to bind (default 127.0.0.1: loopback only)");

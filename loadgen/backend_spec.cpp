@@ -22,8 +22,18 @@ BackendSpec backend_spec(const Scenario& sc) {
   spec.cuda_graphs = sc.backend.cuda_graphs;
   spec.dtype = sc.model.dtype;
   spec.storage_dtype = sc.backend.dtype;
+  spec.quantization = sc.backend.quantization;
+  spec.kv_cache_dtype = sc.backend.kv_cache_dtype;
   spec.validate();
   return spec;
+}
+
+Quantization strategy_quantization(const Scenario& sc, const StrategySpec& st) {
+  return st.quantization.value_or(sc.backend.quantization);
+}
+
+KvCacheDType strategy_kv_cache_dtype(const Scenario& sc, const StrategySpec& st) {
+  return st.kv_cache_dtype.value_or(sc.backend.kv_cache_dtype);
 }
 
 int max_step_rows(const Scenario& sc, const StrategySpec& st) { return max_step_rows(st.sched, sc.engine.max_model_len); }

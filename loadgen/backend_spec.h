@@ -16,6 +16,11 @@ namespace servelab {
 /// for the sim, capacity.tensor_parallel. Validated (throws std::invalid_argument naming the field).
 BackendSpec backend_spec(const Scenario& scenario);
 
+/// The weight format and KV element type `strategy` runs with: its own `quantization:` /
+/// `kv_cache_dtype:`, else the scenario's backend defaults (the --quantization / --kv-cache-dtype flags).
+Quantization strategy_quantization(const Scenario& scenario, const StrategySpec& strategy);
+KvCacheDType strategy_kv_cache_dtype(const Scenario& scenario, const StrategySpec& strategy);
+
 /// max_step_rows / max_step_seqs (engine/sched/scheduler_config.h) of a scenario's strategy: the
 /// largest step, which sizes the activations gpu_memory_utilization leaves room for.
 int max_step_rows(const Scenario& scenario, const StrategySpec& strategy);

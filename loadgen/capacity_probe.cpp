@@ -5,6 +5,7 @@
 
 #include "engine/backend/sim_backend.h"
 #include "engine/clock.h"
+#include "engine/model/quantize_weights.h"
 #include "engine/engine.h"
 #include "loadgen/backend_spec.h"
 #include "loadgen/http/http_sweep.h"
@@ -34,7 +35,10 @@ PointRunner::PointRunner(const Scenario& scenario) : scenario_(scenario), spec_(
 
 PointRunner::~PointRunner() = default;
 
-std::unique_ptr<Backend> PointRunner::make_backend_instance() const { return backends_->make(); }
+std::unique_ptr<Backend> PointRunner::make_backend_instance(size_t strategy) const {
+  const StrategySpec& st = scenario_.strategies.at(strategy);
+  return backends_->make(strategy_quantization(scenario_, st), strategy_kv_cache_dtype(scenario_, st));
+}
 
 std::optional<KvBudget> PointRunner::kv_budget(size_t strategy) const {
   if (scenario_.target) return std::nullopt;
@@ -44,13 +48,28 @@ std::optional<KvBudget> PointRunner::kv_budget(size_t strategy) const {
   const int rows = max_step_rows(scenario_, st), seqs = max_step_seqs(st);
   const ModelConfig model = resolve_model_config(spec_.model);
   const SimDevice device = sim_device_for(spec_);
-  return servelab::kv_budget(model, device, spec_.tensor_parallel, *scenario_.capacity->gpu_memory_utilization, rows, seqs);
+  KvBudget b =
+      servelab::kv_budget(model, device, spec_.tensor_parallel, *scenario_.capacity->gpu_memory_utilization, rows, seqs);
+  // The strategy's formats: quantized Linears leave their saved bytes to the KV arena; an fp8 KV
+  // slot is 1 byte an element plus its scales.
+  const QuantScheme scheme = scheme_for_model(strategy_quantization(scenario_, st), model, spec_.fp8_per_channel);
+  if (scheme.quantized()) {
+    const double tp = spec_.tensor_parallel;
+    const double saved = (double(linear_weight_bytes(model, QuantScheme{})) / 2.0 * device.weight_dtype_bytes -
+                          double(linear_weight_bytes(model, scheme))) / tp;
+    b.weight_bytes -= saved;
+    b.kv_cache_bytes = static_cast<int64_t>(b.usable_bytes - b.weight_bytes - b.activation_bytes);
+  }
+  if (strategy_kv_cache_dtype(scenario_, st) == KvCacheDType::fp8)
+    b.kv_bytes_per_token =
+        KvCacheSpec::of(model, DType::bf16, spec_.tensor_parallel, KvCacheDType::fp8).bytes_per_slot();
+  return b;
 }
 
 int64_t PointRunner::kv_cache_bytes(size_t strategy) const {
   if (auto b = kv_budget(strategy)) return b->kv_cache_bytes;
   if (scenario_.engine.gpu_memory_utilization > 0)  // cuda: what the GPU has left beside a backend
-    return kv_cache_bytes_for(scenario_, scenario_.strategies.at(strategy), *make_backend_instance());
+    return kv_cache_bytes_for(scenario_, scenario_.strategies.at(strategy), *make_backend_instance(strategy));
   return scenario_.engine.kv_cache_bytes;
 }
 
@@ -90,7 +109,7 @@ PointRun PointRunner::run(size_t strategy, double rate, const PointRunOptions& o
   }
   EngineConfig config = engine_config(sc, strat);
   PointRun out;
-  std::unique_ptr<Backend> backend = make_backend_instance();
+  std::unique_ptr<Backend> backend = make_backend_instance(strategy);
   if (auto b = kv_budget(strategy)) config.kv_cache_bytes = b->kv_cache_bytes;
   else config.kv_cache_bytes = kv_cache_bytes_for(sc, strat, *backend);
   if (options.predict_with && sc.backend.kind != BackendKind::sim)

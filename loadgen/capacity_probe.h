@@ -68,7 +68,8 @@ class PointRunner {
   const BackendSpec& backend_spec() const { return spec_; }
 
  private:
-  std::unique_ptr<Backend> make_backend_instance() const;
+  /// A backend in strategy `strategy`'s storage formats.
+  std::unique_ptr<Backend> make_backend_instance(size_t strategy = 0) const;
   Scenario scenario_;
   BackendSpec spec_;
   std::unique_ptr<BackendFactory> backends_;

@@ -108,6 +108,10 @@ struct ScenarioBackend {
   DType dtype = DType::bf16;
   /// cuda, sim: GPUs per replica (cuda: a rank per device 0..N-1 over NCCL); 1 = one GPU.
   int tensor_parallel = 1;
+  /// Every strategy's weight format and KV element type unless it names its own (set by
+  /// `--quantization` / `--kv-cache-dtype`; BackendSpec::quantization, kv_cache_dtype).
+  Quantization quantization = Quantization::none;
+  KvCacheDType kv_cache_dtype = KvCacheDType::auto_dtype;
 };
 
 /// `engine:` — shared by every strategy.
@@ -129,6 +133,10 @@ struct StrategySpec {
   /// `speculative: {method: ngram, num_speculative_tokens, prompt_lookup_min, prompt_lookup_max}`
   /// (continuous batching only): drafts proposed and verified each step (engine/spec/).
   std::optional<SpeculativeConfig> speculative;
+  /// `quantization: none | fp8 | int4_awq | int4_gptq` and `kv_cache_dtype: auto | fp8` (cpu and
+  /// sim backends): this strategy's weight format and KV element type; unset = the backend's.
+  std::optional<Quantization> quantization;
+  std::optional<KvCacheDType> kv_cache_dtype;
 };
 
 /// How requests are issued.

@@ -229,7 +229,7 @@ void Walker::engine(const YAML::Node& n) {
 }
 
 void Walker::strategy(const YAML::Node& n, const std::string& path, StrategySpec& out) {
-  std::vector<std::string> allowed = {"label", "batching", "kv", "speculative"};
+  std::vector<std::string> allowed = {"label", "batching", "kv", "speculative", "quantization", "kv_cache_dtype"};
   for (const auto* knobs : {&kStaticKnobs, &kDynamicKnobs, &kContinuousKnobs})
     allowed.insert(allowed.end(), knobs->begin(), knobs->end());
   if (!check_map(n, path, allowed)) return;
@@ -277,6 +277,21 @@ void Walker::strategy(const YAML::Node& n, const std::string& path, StrategySpec
   if (defined(n["speculative"])) {
     out.speculative.emplace();
     speculative(n["speculative"], join(path, "speculative"), out, *out.speculative);
+  }
+  if (defined(n["quantization"])) {
+    Quantization q = Quantization::none;
+    if (read_enum(n["quantization"], join(path, "quantization"), q,
+                  Options<Quantization>{{"none", Quantization::none},
+                                        {"fp8", Quantization::fp8},
+                                        {"int4_awq", Quantization::int4_awq},
+                                        {"int4_gptq", Quantization::int4_gptq}}))
+      out.quantization = q;
+  }
+  if (defined(n["kv_cache_dtype"])) {
+    KvCacheDType d = KvCacheDType::auto_dtype;
+    if (read_enum(n["kv_cache_dtype"], join(path, "kv_cache_dtype"), d,
+                  Options<KvCacheDType>{{"auto", KvCacheDType::auto_dtype}, {"fp8", KvCacheDType::fp8}}))
+      out.kv_cache_dtype = d;
   }
 }
 

@@ -80,7 +80,6 @@ void check_kv_arenas(const Scenario& sc, Diagnostics& diag) {
     if (!sc.backend.sim_device.empty()) spec.sim_device = SimDevice::preset(sc.backend.sim_device);
     spec.sim_profile = sc.backend.sim_profile;
     spec.tensor_parallel = sc.backend.tensor_parallel;  // cuda, sim: one GPU's share of the KV heads
-    const int64_t per_slot = kv_bytes_per_slot(spec);
     const ModelConfig model = resolve_model_config(spec.model);
     if (spec.kind == BackendKind::cpu) {  // a model the machine cannot hold: say so, not "arena too small"
       try {
@@ -90,7 +89,10 @@ void check_kv_arenas(const Scenario& sc, Diagnostics& diag) {
         return;
       }
     }
-    for (const StrategySpec& st : sc.strategies) check_kv_arena(engine_config(sc, st), model, per_slot);
+    for (const StrategySpec& st : sc.strategies) {
+      if (spec.kind != BackendKind::cuda) spec.kv_cache_dtype = st.kv_cache_dtype.value_or(sc.backend.kv_cache_dtype);
+      check_kv_arena(engine_config(sc, st), model, kv_bytes_per_slot(spec));
+    }
   } catch (const std::invalid_argument& e) {
     diag.error_at("engine.kv_cache_bytes", e.what());
   } catch (const std::exception&) {
@@ -147,7 +149,11 @@ void Scenario::resolve(Diagnostics& diag) {
   if (engine.max_model_len == 0) engine.max_model_len = model.max_position;
 
   for (auto& st : strategies) {
-    if (st.label.empty()) st.label = std::string(to_string(st.sched.kind)) + "-" + to_string(st.kv.kind);
+    if (st.label.empty()) {
+      st.label = std::string(to_string(st.sched.kind)) + "-" + to_string(st.kv.kind);
+      if (st.quantization && *st.quantization != Quantization::none) st.label += std::string("-") + to_string(*st.quantization);
+      if (st.kv_cache_dtype == KvCacheDType::fp8) st.label += "-kvfp8";
+    }
     st.kv.max_model_len = engine.max_model_len;
   }
 }
@@ -257,6 +263,14 @@ void validate_strategies(const Scenario& s, const Checker& c) {
         c.diag.error_at(p + ".label", p + " has the label '" + st.label + "' of strategies[" + std::to_string(j) +
                                           "]; give each strategy a distinct label:");
     validate_engine_configs(st, p, c);
+    if (s.backend.kind == BackendKind::cuda && !s.target) {  // formats the cuda backend does not run yet
+      if (st.quantization && *st.quantization != Quantization::none)
+        c.check(false, p + ".quantization",
+                std::string("applies to backend cpu or sim; the cuda backend's quantized kernels are not wired in yet (got ") +
+                    to_string(*st.quantization) + ")");
+      if (st.kv_cache_dtype == KvCacheDType::fp8)
+        c.check(false, p + ".kv_cache_dtype", "fp8 applies to backend cpu or sim; the cuda backend stores bf16/f16 K/V");
+    }
     if (st.sched.kind == BatchingKind::continuous && !st.sched.chunked_prefill && st.sched.max_num_batched_tokens >= 1 &&
         st.sched.max_num_batched_tokens < longest_seq)
       c.check(false, p + ".max_num_batched_tokens",

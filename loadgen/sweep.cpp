@@ -93,7 +93,8 @@ class LineWriter {
 /// machine's memory beside its fp32 weights: an arena that cannot fit is refused here with the
 /// figures, not by the allocator (or the OOM killer) mid-run.
 std::unique_ptr<Engine> make_engine(const Scenario& sc, const StrategySpec& strategy, const BackendFactory& backends) {
-  std::unique_ptr<Backend> backend = backends.make();
+  std::unique_ptr<Backend> backend =
+      backends.make(strategy_quantization(sc, strategy), strategy_kv_cache_dtype(sc, strategy));
   EngineConfig cfg = engine_config(sc, strategy);
   cfg.kv_cache_bytes = kv_cache_bytes_for(sc, strategy, *backend);
   if (sc.backend.kind == BackendKind::cpu) {

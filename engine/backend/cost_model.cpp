@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/model/quantize_weights.h"
+
 namespace servelab {
 
 namespace {
@@ -120,16 +122,28 @@ StepShape StepShape::of(const Step& step) {
 }
 
 double roofline_seconds(const ModelConfig& model, const SimDevice& device, int tensor_parallel,
-                        const StepShape& s) {
+                        const StepShape& s, const StorageFormats& formats) {
   const double tp = std::max(1, tensor_parallel);
   const double d = model.hidden_size, vocab = model.vocab_size;
   const double rows = static_cast<double>(s.n_rows());
-  const double kv_slot_bytes = 2.0 * model.n_layers * model.kv_dim() * device.kv_dtype_bytes;
-  const double flops = 2.0 * layer_params(model) * rows + 2.0 * d * vocab * s.n_sampled +
-                       4.0 * model.n_layers * model.n_heads * model.head_dim() * s.attention_pairs;
-  const double weight_bytes = (layer_params(model) + (s.n_sampled > 0 ? d * vocab : 0.0)) * device.weight_dtype_bytes;
+  const bool fp8_kv = formats.kv_cache_dtype == KvCacheDType::fp8;
+  const double kv_slot_bytes =
+      fp8_kv ? 2.0 * model.n_layers * model.n_kv_heads * (model.head_dim() + 4.0)
+             : 2.0 * model.n_layers * model.kv_dim() * device.kv_dtype_bytes;
+  // The decoder Linears (all of layer_params but the norms) in their format.
+  const double linear_params = static_cast<double>(linear_weight_bytes(model, QuantScheme{})) / 2.0;
+  const double linear_bytes = formats.quant.quantized() ? static_cast<double>(linear_weight_bytes(model, formats.quant))
+                                                        : linear_params * device.weight_dtype_bytes;
+  const bool w8a8 = formats.quant.method == Quantization::fp8 && formats.quant.activations != ActivationQuant::none &&
+                    device.fp8_peak_flops > 0;
+  const double linear_flops = 2.0 * linear_params * rows;
+  const double other_flops = 2.0 * (layer_params(model) - linear_params) * rows + 2.0 * d * vocab * s.n_sampled +
+                             4.0 * model.n_layers * model.n_heads * model.head_dim() * s.attention_pairs;
+  const double weight_bytes =
+      (layer_params(model) - linear_params + (s.n_sampled > 0 ? d * vocab : 0.0)) * device.weight_dtype_bytes + linear_bytes;
   const double kv_bytes = kv_slot_bytes * static_cast<double>(s.sum_context + s.n_tokens);  // read + write
-  const double compute_s = flops / (device.peak_flops * tp);
+  const double compute_s =
+      (linear_flops / (w8a8 ? device.fp8_peak_flops : device.peak_flops) + other_flops / device.peak_flops) / tp;
   const double memory_s = (weight_bytes + kv_bytes) / (device.mem_bw_bytes_s * tp);
   double allreduce_s = 0.0;
   if (tensor_parallel > 1) {
@@ -475,20 +489,25 @@ double SimCostModel::step_seconds(const ModelConfig& model, const StepShape& s, 
 double SimCostModel::unscaled_step_seconds(const ModelConfig& model, const StepShape& s, CostSource* used) const {
   if (kind == Kind::roofline || !profiled) {
     if (used) *used = CostSource::roofline;
-    return roofline_seconds(model, device, tensor_parallel, s);
+    return roofline_seconds(model, device, tensor_parallel, s, formats);
   }
   const double swap_s = static_cast<double>(s.swap_bytes) / device.host_link_bytes_s;
   StepShape no_swap = s;
   no_swap.swap_bytes = 0;
+  // The profile measured the backend's own formats; other formats scale it by the roofline.
+  const bool reformatted = formats.quant.quantized() || formats.kv_cache_dtype != KvCacheDType::auto_dtype;
+  const double format_ratio = reformatted ? roofline_seconds(model, device, tensor_parallel, no_swap, formats) /
+                                                roofline_seconds(model, device, tensor_parallel, no_swap)
+                                          : 1.0;
   if (profiled->inside(no_swap)) {
     if (used) *used = CostSource::profile;
-    return profiled->predict_clamped(no_swap) + swap_s;
+    return profiled->predict_clamped(no_swap) * format_ratio + swap_s;
   }
   if (used) *used = CostSource::profile_roofline;
   const double edge = profiled->predict_clamped(no_swap);
   const double ratio = roofline_seconds(model, device, tensor_parallel, no_swap) /
                        roofline_seconds(model, device, tensor_parallel, profiled->clamp(no_swap));
-  return edge * ratio + swap_s;
+  return edge * ratio * format_ratio + swap_s;
 }
 
 }  // namespace servelab

@@ -16,6 +16,8 @@
 #include "engine/backend/cost_counts.h"
 #include "engine/backend/hardware.h"
 #include "engine/backend/host_overhead.h"
+#include "engine/backend/kv_cache_spec.h"
+#include "engine/model/quant.h"
 
 namespace servelab {
 
@@ -53,8 +55,16 @@ struct TimedStep {
 /// FLOPs: 2 · layer parameters per row, 2 · d · vocab per sampled row, 4 · n_heads · head_dim per
 /// attention pair and layer. Bytes: layer weights (+ the LM head when anything is sampled) and the
 /// K/V read and written.
+/// With `formats`, the decoder Linears' weight bytes are their quantized bytes
+/// (linear_weight_bytes: codes, scales, zeros), W8A8 FP8 products run at device.fp8_peak_flops
+/// (when the device has FP8 tensor cores) and an fp8 KV cache reads and writes 1 byte an
+/// element plus a 4-byte scale per (layer, K|V, kv head) row.
+struct StorageFormats {
+  QuantScheme quant;
+  KvCacheDType kv_cache_dtype = KvCacheDType::auto_dtype;
+};
 double roofline_seconds(const ModelConfig& model, const SimDevice& device, int tensor_parallel,
-                        const StepShape& shape);
+                        const StepShape& shape, const StorageFormats& formats = {});
 
 /// Step time from a profile, per operation class:
 ///   t = M(rows) + s_sampled · n_sampled + a_prefill · prefill_pairs + a_decode · decode_context
@@ -137,6 +147,10 @@ struct SimCostModel {
   /// Every step's price (step_seconds) times this: 0.9 asks "what if each step ran 10% faster"
   /// (what-if planning); validate-sim's sensitivity runs use 1 ± δ. Host overhead is not scaled.
   double scale = 1.0;
+  /// The weight format and KV element type priced (roofline_seconds). A profile is measured in
+  /// the backend's own formats (bf16 weights and KV on cuda): priced for other formats, its
+  /// prediction is scaled by the roofline's ratio, formats over the profile's own.
+  StorageFormats formats;
 
   static SimCostModel roofline(const SimDevice& device, int tensor_parallel = 1);
 

@@ -13,6 +13,7 @@
 #include "engine/backend/cpu_gemm.h"
 #include "engine/backend/sampler.h"
 #include "engine/backend/step_input.h"
+#include "engine/model/fp8.h"
 
 namespace servelab {
 namespace {
@@ -119,20 +120,25 @@ struct CpuBackend::Scratch {
   std::vector<AttentionChunk> chunks;  // attention work: runs of one entry's rows
   std::vector<std::vector<float>> scores;  // per worker: [heads per kv head, max_ctx]
   std::vector<std::vector<float>> keys_t;  // per worker: [head_dim, max_ctx] gathered keys
+  std::vector<std::vector<float>> kv_deq;  // per worker, fp8 cache: [2, max_ctx, head_dim] K and V read back
+  std::vector<int64_t> iota;               // fp8 cache: 0, 1, ... max_ctx - 1 (slots of kv_deq)
 };
 
 CpuBackend::CpuBackend(std::shared_ptr<const ModelWeights> weights, CpuBackendOptions options)
     : weights_((options.validate(), std::move(weights))),
       pool_(options.n_threads > 0 ? options.n_threads
                                   : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))),
+      kv_cache_dtype_(options.kv_cache_dtype),
       scratch_(std::make_unique<Scratch>()) {
   if (!weights_) throw std::invalid_argument("CpuBackend: no weights");
   check_weights(*weights_);
+  row_bytes_ = kv_cache_spec().row_bytes();
   // One pool does all the work: OpenBLAS runs single-threaded inside its items. (Process-wide:
   // other backends in the process split their own work the same way.)
   configure_openblas();
   scratch_->scores.resize(pool_.n_threads());
   scratch_->keys_t.resize(pool_.n_threads());
+  scratch_->kv_deq.resize(pool_.n_threads());
 }
 
 CpuBackend::CpuBackend(ModelWeights&& weights, CpuBackendOptions options)
@@ -143,22 +149,63 @@ CpuBackend::~CpuBackend() = default;
 void CpuBackend::init_kv(int64_t n_slots) {
   if (n_slots <= 0)
     throw std::invalid_argument("CpuBackend::init_kv: n_slots (" + std::to_string(n_slots) + ") must be >= 1");
-  const int64_t n_floats = n_slots * (kv_bytes_per_slot() / static_cast<int64_t>(sizeof(float)));
+  const int64_t n_bytes = n_slots * kv_bytes_per_slot();
   try {
-    arena_.assign(static_cast<size_t>(n_floats), 0.0f);
+    arena_.assign(static_cast<size_t>(n_bytes), 0);
     arena_.shrink_to_fit();
   } catch (const std::bad_alloc&) {
-    throw std::runtime_error("CpuBackend::init_kv: cannot allocate " +
-                             std::to_string(n_floats * int64_t(sizeof(float))) + " bytes for " +
+    throw std::runtime_error("CpuBackend::init_kv: cannot allocate " + std::to_string(n_bytes) + " bytes for " +
                              std::to_string(n_slots) + " KV slots; lower kv_cache_bytes");
   }
   n_slots_ = n_slots;
 }
 
+uint8_t* CpuBackend::plane_bytes(int layer, int kind, int kv_head) {
+  const int64_t plane = (int64_t(layer) * 2 + kind) * config().n_kv_heads + kv_head;
+  return arena_.data() + plane * n_slots_ * row_bytes_;
+}
+
 float* CpuBackend::kv_plane(int layer, int kind, int kv_head) {
-  const ModelConfig& c = config();
-  const int64_t plane = (int64_t(layer) * 2 + kind) * c.n_kv_heads + kv_head;
-  return arena_.data() + plane * n_slots_ * c.head_dim();
+  return reinterpret_cast<float*>(plane_bytes(layer, kind, kv_head));
+}
+
+void CpuBackend::store_kv(int layer, int kind, int kv_head, int64_t slot, const float* row) {
+  const int hd = config().head_dim();
+  uint8_t* dst = plane_bytes(layer, kind, kv_head) + slot * row_bytes_;
+  if (kv_cache_dtype_ != KvCacheDType::fp8) {
+    std::memcpy(dst, row, sizeof(float) * hd);
+    return;
+  }
+  float amax = 0.0f;
+  for (int i = 0; i < hd; ++i) amax = std::max(amax, std::fabs(row[i]));
+  const float scale = amax > 0.0f ? amax / kFp8E4m3Max : 1.0f, inv = 1.0f / scale;
+  for (int i = 0; i < hd; ++i) dst[i] = f32_to_fp8_e4m3(row[i] * inv);
+  std::memcpy(dst + hd, &scale, sizeof scale);
+}
+
+namespace {
+/// out[p] = the fp8 row of slots[p], dequantized: [n, head_dim].
+void read_fp8_rows(const uint8_t* plane, const int64_t* slots, int n, int head_dim, int64_t row_bytes, float* out) {
+  for (int p = 0; p < n; ++p) {
+    const uint8_t* row = plane + slots[p] * row_bytes;
+    float scale;
+    std::memcpy(&scale, row + head_dim, sizeof scale);
+    for (int i = 0; i < head_dim; ++i) out[size_t(p) * head_dim + i] = fp8_e4m3_to_f32(row[i]) * scale;
+  }
+}
+}  // namespace
+
+void CpuBackend::quantize_activations(float* x, int cols, int input, int layer) {
+  const QuantScheme& q = weights_->quant;
+  if (q.activations == ActivationQuant::none) return;
+  const float scale = q.activations == ActivationQuant::fp8_static ? q.input_scales.at(size_t(layer))[size_t(input)] : 0.0f;
+  Scratch& s = *scratch_;
+  if (q.activations == ActivationQuant::fp8_per_token)
+    parallel_rows(s.n_rows, cols, [&](int, int b, int e) {
+      fake_quant_fp8_rows(x + size_t(b) * cols, e - b, cols, ActivationQuant::fp8_per_token);
+    });
+  else
+    fake_quant_fp8_rows(x, s.n_rows, cols, q.activations, scale);
 }
 
 void CpuBackend::check_slot(int64_t slot, const char* what) const {
@@ -260,6 +307,10 @@ void CpuBackend::plan_rows(const Step& step) {
   const int group = config().n_heads / config().n_kv_heads;
   for (auto& sc : s.scores) ensure(sc, size_t(group) * s.max_ctx);
   for (auto& kt : s.keys_t) ensure(kt, size_t(config().head_dim()) * s.max_ctx);
+  if (kv_cache_dtype_ == KvCacheDType::fp8) {
+    for (auto& kv : s.kv_deq) ensure(kv, 2 * size_t(config().head_dim()) * s.max_ctx);
+    for (int64_t i = int64_t(s.iota.size()); i < s.max_ctx; ++i) s.iota.push_back(i);
+  }
 }
 
 void CpuBackend::parallel_rows(int n_rows, int64_t cost_per_row, const RowBody& body) {
@@ -290,14 +341,21 @@ void CpuBackend::attention(int layer) {
     const int n_gathered = s.row_pos[chunk.row_end - 1] + 1;
     const int64_t* slots = s.ctx_slots.data() + s.ctx_begin[s.row_entry[chunk.row_begin]];
     AttentionGroupArgs a;
-    a.keys = kv_plane(layer, kKeys, g);
+    if (kv_cache_dtype_ == KvCacheDType::fp8) {  // dequantize the chunk's context, then attend over it in order
+      float* deq = s.kv_deq[worker].data();
+      read_fp8_rows(plane_bytes(layer, kKeys, g), slots, n_gathered, hd, row_bytes_, deq);
+      read_fp8_rows(plane_bytes(layer, kValues, g), slots, n_gathered, hd, row_bytes_, deq + size_t(n_gathered) * hd);
+      slots = s.iota.data();
+    }
+    a.keys = kv_cache_dtype_ == KvCacheDType::fp8 ? s.kv_deq[worker].data() : kv_plane(layer, kKeys, g);
     if (chunk.row_end - chunk.row_begin > 1) {  // several rows share one gather; a lone row reads in place
       float* kt = s.keys_t[worker].data();
       gather_keys_transposed(a.keys, slots, n_gathered, hd, kt);
       a.kt = kt;
       a.kt_stride = n_gathered;
     }
-    a.values = kv_plane(layer, kValues, g);
+    a.values = kv_cache_dtype_ == KvCacheDType::fp8 ? s.kv_deq[worker].data() + size_t(n_gathered) * hd
+                                                     : kv_plane(layer, kValues, g);
     a.slots = slots;
     a.group = group;
     a.head_dim = hd;
@@ -379,9 +437,7 @@ void CpuBackend::qkv_rope_store(int layer) {
             head[i] = a * cs[i] - b * sn[i];
             head[i + half] = b * cs[i] + a * sn[i];
           }
-        if (kind != kQ)
-          std::memcpy(kv_plane(layer, kind == kK ? kKeys : kValues, h0 / hd) + s.row_slot[r] * hd, head,
-                      sizeof(float) * hd);
+        if (kind != kQ) store_kv(layer, kind == kK ? kKeys : kValues, h0 / hd, s.row_slot[r], head);
       }
     }
   });
@@ -417,11 +473,15 @@ void CpuBackend::run_layer(int layer) {
   const LayerWeights& L = weights_->layers[layer];
   const int d = c.hidden_size, dq = c.n_heads * c.head_dim(), ffn = c.intermediate_size;
   norm_rows(L.attn_norm);
+  quantize_activations(s.xn.data(), d, kInputQkv, layer);  // FP8 W8A8: each Linear's input (no-op otherwise)
   qkv_rope_store(layer);
   attention(layer);
+  quantize_activations(s.attn.data(), dq, kInputO, layer);
   parallel_gemm_nt(pool_, s.attn.data(), s.n_rows, dq, L.wo.data(), d, s.x.data(), true);
   norm_rows(L.ffn_norm);
+  quantize_activations(s.xn.data(), d, kInputGateUp, layer);
   gate_up_silu(layer);
+  quantize_activations(s.gate.data(), ffn, kInputDown, layer);
   parallel_gemm_nt(pool_, s.gate.data(), s.n_rows, ffn, L.w_down.data(), d, s.x.data(), true);
 }
 
@@ -475,7 +535,6 @@ StepOutput CpuBackend::execute(const Step& step) {
 
 void CpuBackend::copy_slots(std::span<const KvCopy> copies) {
   const ModelConfig& c = config();
-  const int hd = c.head_dim();
   for (const KvCopy& cp : copies) {
     if (cp.n_slots <= 0) continue;
     check_slot(cp.src_slot, "copy source");
@@ -485,8 +544,8 @@ void CpuBackend::copy_slots(std::span<const KvCopy> copies) {
     for (int l = 0; l < c.n_layers; ++l)
       for (int kind : {kKeys, kValues})
         for (int g = 0; g < c.n_kv_heads; ++g) {
-          float* plane = kv_plane(l, kind, g);
-          std::memmove(plane + cp.dst_slot * hd, plane + cp.src_slot * hd, sizeof(float) * cp.n_slots * hd);
+          uint8_t* plane = plane_bytes(l, kind, g);
+          std::memmove(plane + cp.dst_slot * row_bytes_, plane + cp.src_slot * row_bytes_, size_t(cp.n_slots * row_bytes_));
         }
   }
 }
@@ -496,33 +555,31 @@ std::unique_ptr<HostKvPool> CpuBackend::make_host_pool(int64_t n_slots) {
     throw std::invalid_argument("CpuBackend::make_host_pool: n_slots (" + std::to_string(n_slots) + ") must be >= 1");
   const int64_t bytes = n_slots * kv_bytes_per_slot();
   // Not zeroed: the pages are committed when a swap first writes them.
-  auto* data = new (std::nothrow) float[static_cast<size_t>(bytes) / sizeof(float)];
+  auto* data = new (std::nothrow) uint8_t[static_cast<size_t>(bytes)];
   if (!data)
     throw std::runtime_error("CpuBackend: cannot allocate " + std::to_string(bytes) + " bytes for the swap pool of " +
                              std::to_string(n_slots) + " KV slots; lower engine.swap_space");
   return std::make_unique<HostKvPool>(data, nullptr, n_slots, kv_bytes_per_slot(), false,
-                                      [](void* p) { delete[] static_cast<float*>(p); });
+                                      [](void* p) { delete[] static_cast<uint8_t*>(p); });
 }
 
-float* CpuBackend::pool_plane(const HostKvPool& pool, int layer, int kind, int kv_head) const {
-  const ModelConfig& c = config();
-  const int64_t plane = (int64_t(layer) * 2 + kind) * c.n_kv_heads + kv_head;
-  return reinterpret_cast<float*>(pool.data()) + plane * pool.n_slots() * c.head_dim();
+uint8_t* CpuBackend::pool_plane(const HostKvPool& pool, int layer, int kind, int kv_head) const {
+  const int64_t plane = (int64_t(layer) * 2 + kind) * config().n_kv_heads + kv_head;
+  return reinterpret_cast<uint8_t*>(pool.data()) + plane * pool.n_slots() * row_bytes_;
 }
 
 void CpuBackend::swap_out(std::span<const KvSwap> runs, HostKvPool& pool) {
   check_pool(pool, "CpuBackend::swap_out");
   pool.check(runs, n_slots_, "CpuBackend::swap_out");
   const ModelConfig& c = config();
-  const int hd = c.head_dim();
+  const int64_t rb = row_bytes_;
   for (int l = 0; l < c.n_layers; ++l)
     for (int kind : {kKeys, kValues})
       for (int g = 0; g < c.n_kv_heads; ++g) {
-        const float* plane = kv_plane(l, kind, g);
-        float* host = pool_plane(pool, l, kind, g);
+        const uint8_t* plane = plane_bytes(l, kind, g);
+        uint8_t* host = pool_plane(pool, l, kind, g);
         for (const KvSwap& r : runs)
-          if (r.n_slots > 0)
-            std::memcpy(host + r.host_slot * hd, plane + r.device_slot * hd, sizeof(float) * r.n_slots * hd);
+          if (r.n_slots > 0) std::memcpy(host + r.host_slot * rb, plane + r.device_slot * rb, size_t(r.n_slots * rb));
       }
 }
 
@@ -530,15 +587,14 @@ void CpuBackend::swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) {
   check_pool(pool, "CpuBackend::swap_in");
   pool.check(runs, n_slots_, "CpuBackend::swap_in");
   const ModelConfig& c = config();
-  const int hd = c.head_dim();
+  const int64_t rb = row_bytes_;
   for (int l = 0; l < c.n_layers; ++l)
     for (int kind : {kKeys, kValues})
       for (int g = 0; g < c.n_kv_heads; ++g) {
-        float* plane = kv_plane(l, kind, g);
-        const float* host = pool_plane(pool, l, kind, g);
+        uint8_t* plane = plane_bytes(l, kind, g);
+        const uint8_t* host = pool_plane(pool, l, kind, g);
         for (const KvSwap& r : runs)
-          if (r.n_slots > 0)
-            std::memcpy(plane + r.device_slot * hd, host + r.host_slot * hd, sizeof(float) * r.n_slots * hd);
+          if (r.n_slots > 0) std::memcpy(plane + r.device_slot * rb, host + r.host_slot * rb, size_t(r.n_slots * rb));
       }
 }
 

@@ -17,6 +17,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/thread_pool.h"
+#include "engine/backend/kv_cache_spec.h"
 #include "engine/model/weights.h"
 
 namespace servelab {
@@ -27,12 +28,19 @@ struct CpuBackendOptions {
   /// (openblas_set_num_threads(1), process-wide): the pool splits the GEMMs itself.
   /// 0 = std::thread::hardware_concurrency().
   int n_threads = 0;
+  /// auto: fp32 K and V. fp8: E4M3 codes with a per-(token, head) fp32 scale, quantized on write
+  /// and dequantized on read (KvCacheSpec::of(.., fp8)).
+  KvCacheDType kv_cache_dtype = KvCacheDType::auto_dtype;
   void validate() const;
 };
 
-/// Arena layout: one fp32 buffer [layer][K|V][kv_head][slot][head_dim], so that one head's keys
+/// Arena layout: one buffer [layer][K|V][kv_head][slot][row], a row being head_dim fp32 values
+/// (or, with an fp8 cache, head_dim E4M3 codes and their fp32 scale), so that one head's keys
 /// for consecutive slots are contiguous (attention streams them) and a run of slots is one
-/// memmove per (layer, K|V, kv_head) plane.
+/// memmove per (layer, K|V, kv_head) plane. Quantized weights (ModelWeights::quant) arrive
+/// dequantized; with FP8 activations the inputs of every Linear are quantized and dequantized
+/// (per tensor, per token or with the static scale) before the product, so the CPU backend is
+/// the numerical reference of each format.
 class CpuBackend final : public Backend {
  public:
   /// Checks every tensor's size against weights->config; throws std::invalid_argument naming
@@ -43,8 +51,9 @@ class CpuBackend final : public Backend {
 
   std::string name() const override { return "cpu"; }
   const ModelConfig& config() const override { return weights_->config; }
-  /// fp32 K and V: 2 × n_layers × n_kv_heads × head_dim × 4 bytes a slot.
-  KvCacheSpec kv_cache_spec() const override { return KvCacheSpec::of(config(), DType::f32); }
+  /// fp32 K and V: 2 × n_layers × n_kv_heads × head_dim × 4 bytes a slot; fp8: 1 byte an
+  /// element plus a 4-byte scale per (layer, K|V, kv head).
+  KvCacheSpec kv_cache_spec() const override { return KvCacheSpec::of(config(), DType::f32, 1, kv_cache_dtype_); }
   void init_kv(int64_t n_slots) override;
   BackendCaps caps() const override;
   std::string device_description() const override;
@@ -83,14 +92,20 @@ class CpuBackend final : public Backend {
   void qkv_rope_store(int layer);                    // q, k, v from xn; K/V into the arena
   void gate_up_silu(int layer);                      // gate = silu(xn·W_gateᵀ) ⊙ (xn·W_upᵀ)
   void attention(int layer);
-  float* kv_plane(int layer, int kind, int kv_head);
-  float* pool_plane(const HostKvPool& pool, int layer, int kind, int kv_head) const;
+  uint8_t* plane_bytes(int layer, int kind, int kv_head);
+  float* kv_plane(int layer, int kind, int kv_head);  // fp32 cache only
+  /// Writes one row (head_dim values) of K or V into `slot`, quantizing for an fp8 cache.
+  void store_kv(int layer, int kind, int kv_head, int64_t slot, const float* row);
+  void quantize_activations(float* x, int cols, int input, int layer);
+  uint8_t* pool_plane(const HostKvPool& pool, int layer, int kind, int kv_head) const;
   void check_pool(const HostKvPool& pool, const char* who) const;
   void check_slot(int64_t slot, const char* what) const;
 
   std::shared_ptr<const ModelWeights> weights_;
   ThreadPool pool_;
-  std::vector<float> arena_;  // [n_layers][2][n_kv_heads][n_slots][head_dim]
+  KvCacheDType kv_cache_dtype_ = KvCacheDType::auto_dtype;
+  int64_t row_bytes_ = 0;         // bytes of one (layer, K|V, kv head) row of a slot
+  std::vector<uint8_t> arena_;  // [n_layers][2][n_kv_heads][n_slots][row_bytes_]
   int64_t n_slots_ = 0;
   std::vector<float> rope_cos_, rope_sin_;  // [max_position][head_dim/2]
   std::unique_ptr<Scratch> scratch_;

@@ -36,6 +36,7 @@ SimDevice SimDevice::preset(const std::string& name) {
   }
   if (name == "a100-80gb") {  // A100 SXM 80GB: 312 TFLOP/s dense BF16, 2,039 GB/s HBM2e, NVLink 3 600 GB/s
     d.peak_flops = 312e12;
+    d.fp8_peak_flops = 0;  // Ampere: no FP8 tensor cores
     d.mem_bw_bytes_s = 2.039e12;
     d.memory_bytes = 80e9;
     d.interconnect_bytes_s = 600e9;
@@ -44,6 +45,7 @@ SimDevice SimDevice::preset(const std::string& name) {
   }
   if (name == "l40s") {  // L40S: 362 TFLOP/s dense BF16, 864 GB/s GDDR6, 48 GB, no NVLink (PCIe Gen4 x16 64 GB/s)
     d.peak_flops = 362e12;
+    d.fp8_peak_flops = 733e12;  // Ada FP8 tensor cores, dense
     d.mem_bw_bytes_s = 864e9;
     d.memory_bytes = 48e9;
     d.interconnect_bytes_s = 64e9;
@@ -53,6 +55,7 @@ SimDevice SimDevice::preset(const std::string& name) {
   }
   if (name == "cpu-2core") {  // 2 AVX2 cores in fp32 (as the cpu backend computes), DDR4
     d.peak_flops = 100e9;
+    d.fp8_peak_flops = 0;
     d.mem_bw_bytes_s = 15e9;
     d.memory_bytes = 16e9;
     d.interconnect_bytes_s = 10e9;

@@ -14,6 +14,9 @@ namespace servelab {
 struct SimDevice {
   std::string name = "h100";
   double peak_flops = 989e12;          ///< dense matmul FLOP/s at the weight dtype (bf16 on GPUs)
+  /// Dense FP8 matmul FLOP/s (FP8 tensor cores: Hopper, Ada); 0 when the device has none, and
+  /// W8A8 products then run at peak_flops (weight-only FP8, as vLLM's Marlin fallback).
+  double fp8_peak_flops = 1979e12;
   double mem_bw_bytes_s = 3.35e12;     ///< device memory bandwidth
   double memory_bytes = 80e9;          ///< device memory (datasheet GB = 1e9 bytes)
   /// GPU-to-GPU bandwidth for tensor parallelism, the datasheet's total (both directions), e.g.

@@ -5,17 +5,31 @@
 // bytes_per_slot(), the profiler records it, and the simulator prices KV traffic with it.
 // Quantized caches (an FP8 element with per-head or per-token scales) are one more value here.
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 #include "engine/model/config.h"
 
 namespace servelab {
 
-/// Where a quantized cache keeps its dequantization scales. Unquantized: none.
-enum class KvScaleLayout { none };
+/// `kv_cache_dtype:` as vLLM names it: auto = the backend's own element type, fp8 = FP8 E4M3.
+enum class KvCacheDType { auto_dtype, fp8 };
+inline const char* to_string(KvCacheDType d) { return d == KvCacheDType::fp8 ? "fp8" : "auto"; }
+/// "auto" or "fp8" ("fp8_e4m3" too); throws std::invalid_argument listing them.
+inline KvCacheDType parse_kv_cache_dtype(const std::string& s) {
+  if (s == "auto") return KvCacheDType::auto_dtype;
+  if (s == "fp8" || s == "fp8_e4m3") return KvCacheDType::fp8;
+  throw std::invalid_argument("kv_cache_dtype must be auto or fp8 (got '" + s + "')");
+}
+
+/// Where a quantized cache keeps its dequantization scales. Unquantized: none. per_token_head:
+/// one fp32 scale (amax / 448) after each (slot, layer, K|V, kv head) row of head_dim E4M3 codes,
+/// so a slot's K/V stay self-contained (copies, swaps and prefix sharing move whole rows).
+enum class KvScaleLayout { none, per_token_head };
 
 struct KvCacheSpec {
-  DType dtype = DType::bf16;        ///< element type of K and V
+  DType dtype = DType::bf16;        ///< the backend's element type of K and V (auto)
+  KvCacheDType cache_dtype = KvCacheDType::auto_dtype;  ///< fp8: E4M3 elements whatever dtype says
   KvScaleLayout scales = KvScaleLayout::none;
   int block_size = 0;               ///< paged block size in slots (0: naive, contiguous)
   int n_layers = 0;
@@ -23,15 +37,23 @@ struct KvCacheSpec {
   int head_dim = 0;
 
   static int element_bytes(DType d) { return d == DType::f32 ? 4 : 2; }
-  /// K and V of every layer for one token: 2 × n_layers × n_kv_heads × head_dim × element, plus
-  /// the scales the layout keeps per slot (none yet).
-  int64_t bytes_per_slot() const {
-    return 2ll * n_layers * n_kv_heads * head_dim * element_bytes(dtype);
+  /// Bytes of one stored K or V element: 1 for fp8, else element_bytes(dtype).
+  int stored_element_bytes() const { return cache_dtype == KvCacheDType::fp8 ? 1 : element_bytes(dtype); }
+  /// Bytes of one (layer, K|V, kv head) row of a slot: head_dim elements plus its scale.
+  int64_t row_bytes() const {
+    return int64_t(head_dim) * stored_element_bytes() + (scales == KvScaleLayout::per_token_head ? 4 : 0);
   }
-  /// The spec of `model` split over `tensor_parallel` ranks (KV heads divided).
-  static KvCacheSpec of(const ModelConfig& model, DType dtype, int tensor_parallel = 1) {
+  /// K and V of every layer for one token: 2 × n_layers × n_kv_heads × row_bytes() (head_dim ×
+  /// element, plus a 4-byte scale per row for fp8).
+  int64_t bytes_per_slot() const { return 2ll * n_layers * n_kv_heads * row_bytes(); }
+  /// The spec of `model` split over `tensor_parallel` ranks (KV heads divided); fp8 caches keep
+  /// per-(token, head) scales.
+  static KvCacheSpec of(const ModelConfig& model, DType dtype, int tensor_parallel = 1,
+                        KvCacheDType cache_dtype = KvCacheDType::auto_dtype) {
     KvCacheSpec s;
     s.dtype = dtype;
+    s.cache_dtype = cache_dtype;
+    if (cache_dtype == KvCacheDType::fp8) s.scales = KvScaleLayout::per_token_head;
     s.n_layers = model.n_layers;
     s.n_kv_heads = model.n_kv_heads / (tensor_parallel > 0 ? tensor_parallel : 1);
     s.head_dim = model.head_dim();

@@ -11,6 +11,7 @@
 #endif
 #include "engine/backend/cuda/tp_plan.h"
 #include "engine/model/hf_config.h"
+#include "engine/model/quantize_weights.h"
 #include "engine/model/weights.h"
 
 namespace servelab {
@@ -73,6 +74,11 @@ void BackendSpec::validate() const {
     throw std::invalid_argument("tensor_parallel must be >= 1 (got " + std::to_string(tensor_parallel) + ")");
   if (storage_dtype != DType::bf16 && storage_dtype != DType::f16)
     throw std::invalid_argument(std::string("dtype must be bf16 or f16 (got ") + to_string(storage_dtype) + ")");
+  if (kind == BackendKind::cuda && (quantization != Quantization::none || kv_cache_dtype != KvCacheDType::auto_dtype))
+    throw std::invalid_argument(std::string("quantization ") + to_string(quantization) + " / kv_cache_dtype " +
+                                to_string(kv_cache_dtype) +
+                                ": the cuda backend runs bf16/f16 weights and KV only so far; quantized formats run "
+                                "on backend cpu (the reference) and sim (priced)");
   if (kind == BackendKind::cpu && storage_dtype != DType::bf16)
     throw std::invalid_argument(std::string("dtype ") + to_string(storage_dtype) +
                                 " applies to backend cuda or sim; the cpu backend computes and stores K/V in fp32");
@@ -89,14 +95,16 @@ int64_t kv_bytes_per_slot(const BackendSpec& spec) {
   const ModelConfig config = resolve_model_config(spec.model);
   if (spec.kind == BackendKind::sim) {  // cheap to build: shapes and a cost model only
     // The slot size depends on the shapes and the device's K/V element size, not on the profile.
-    return SimBackend(config, SimCostModel::roofline(spec.sim_device, spec.tensor_parallel)).kv_bytes_per_slot();
+    SimCostModel roofline = SimCostModel::roofline(spec.sim_device, spec.tensor_parallel);
+    roofline.formats.kv_cache_dtype = spec.kv_cache_dtype;
+    return SimBackend(config, roofline).kv_bytes_per_slot();
   }
   if (spec.kind == BackendKind::cuda) {  // bf16 or f16 K and V (of one GPU's KV heads with tensor_parallel)
     const int64_t element = static_cast<int64_t>(dtype_size(spec.storage_dtype));
     return spec.tensor_parallel == 1 ? 2ll * config.n_layers * config.kv_dim() * element
                                      : cuda::TpPlan::make(config, spec.tensor_parallel).kv_bytes_per_slot(int(element));
   }
-  return 2ll * config.n_layers * config.kv_dim() * static_cast<int64_t>(sizeof(float));  // CpuBackend: fp32 K and V
+  return KvCacheSpec::of(config, DType::f32, 1, spec.kv_cache_dtype).bytes_per_slot();  // CpuBackend: fp32 or fp8 K and V
 }
 
 SimCostModel sim_cost_model(const BackendSpec& spec, const ModelConfig& config) {
@@ -107,6 +115,8 @@ SimCostModel sim_cost_model(const BackendSpec& spec, const ModelConfig& config) 
                                             spec.sim_device_set ? std::optional<SimDevice>(spec.sim_device) : std::nullopt,
                                             spec.tensor_parallel);
   cost.scale = spec.sim_cost_scale;
+  cost.formats.quant = scheme_for_model(spec.quantization, config, spec.fp8_per_channel);
+  cost.formats.kv_cache_dtype = spec.kv_cache_dtype;
   return cost;
 }
 
@@ -154,20 +164,42 @@ BackendFactory::BackendFactory(const BackendSpec& spec) : spec_(spec) {
   if (spec_.kind != BackendKind::cpu) return;
   if (is_checkpoint_dir(spec_.model)) {
     weights_ = std::make_shared<const ModelWeights>(ModelWeights::load(spec_.model));
-    return;
+  } else {
+    ModelConfig config = preset(spec_.model);
+    if (spec_.dtype) config.dtype = *spec_.dtype;
+    weights_ = std::make_shared<const ModelWeights>(ModelWeights::random(config, spec_.seed));
   }
-  ModelConfig config = preset(spec_.model);
-  if (spec_.dtype) config.dtype = *spec_.dtype;
-  weights_ = std::make_shared<const ModelWeights>(ModelWeights::random(config, spec_.seed));
+  (void)make(spec_.quantization, spec_.kv_cache_dtype);  // a format the weights cannot take fails here
 }
 
 BackendFactory::~BackendFactory() = default;
 
-std::unique_ptr<Backend> BackendFactory::make() const {
-  if (!weights_) return make_backend(spec_);
+std::unique_ptr<Backend> BackendFactory::make() const { return make(spec_.quantization, spec_.kv_cache_dtype); }
+
+std::unique_ptr<Backend> BackendFactory::make(Quantization quantization, KvCacheDType kv_cache_dtype) const {
+  if (!weights_) {
+    BackendSpec spec = spec_;
+    spec.quantization = quantization;
+    spec.kv_cache_dtype = kv_cache_dtype;
+    return make_backend(spec);
+  }
+  std::shared_ptr<const ModelWeights> weights = weights_;
+  if (weights_->quant.quantized()) {  // a quantized checkpoint runs in its own format
+    if (quantization != Quantization::none && quantization != weights_->quant.method)
+      throw std::invalid_argument(std::string("quantization ") + to_string(quantization) + ": " + spec_.model +
+                                  " is a " + weights_->quant.describe() + " checkpoint");
+  } else if (quantization != Quantization::none) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& q = quantized_[quantization];
+    if (!q)
+      q = std::make_shared<const ModelWeights>(
+          quantize_weights(*weights_, scheme_for_model(quantization, weights_->config, spec_.fp8_per_channel)));
+    weights = q;
+  }
   CpuBackendOptions options;
   options.n_threads = spec_.threads;
-  return std::make_unique<CpuBackend>(weights_, options);
+  options.kv_cache_dtype = kv_cache_dtype;
+  return std::make_unique<CpuBackend>(weights, options);
 }
 
 }  // namespace servelab

@@ -1,7 +1,9 @@
 #pragma once
 // make_backend: builds the backend a scenario names, from a model preset or a checkpoint folder.
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -48,6 +50,17 @@ struct BackendSpec {
   /// accumulation. sim: accepted, no effect (K and V cost 2 bytes an element either way). cpu:
   /// only bf16 (the default) is accepted, since it computes in fp32.
   DType storage_dtype = DType::bf16;
+  /// The decoder Linears' weight format (`quantization:`, `--quantization`). cpu: a quantized
+  /// checkpoint runs as it is (its method must match, or be none here); otherwise the weights are
+  /// quantized on load (quantize_weights.h), dequantized for the fp32 forward. sim: priced from
+  /// the format's bytes and FLOPs. cuda: none only (its quantized kernels are not wired in yet).
+  Quantization quantization = Quantization::none;
+  /// fp8: FP8 weights with per-channel scales and per-token activations (compressed-tensors'
+  /// FP8-Dynamic); false: vLLM's dynamic FP8 (per-tensor weights and activations).
+  bool fp8_per_channel = false;
+  /// `kv_cache_dtype:` auto (the backend's element) or fp8 (E4M3 + per-(token, head) scales):
+  /// stored for real on cpu, priced and sized on sim; cuda: auto only.
+  KvCacheDType kv_cache_dtype = KvCacheDType::auto_dtype;
   void validate() const;
 };
 
@@ -88,13 +101,18 @@ class BackendFactory {
   explicit BackendFactory(const BackendSpec& spec);
   ~BackendFactory();
   std::unique_ptr<Backend> make() const;
+  /// A backend of this spec in other storage formats (a strategy's `quantization:` and
+  /// `kv_cache_dtype:`). cpu: the weights quantized once per format and shared.
+  std::unique_ptr<Backend> make(Quantization quantization, KvCacheDType kv_cache_dtype) const;
   const BackendSpec& spec() const { return spec_; }
   /// The cpu backend's weights (what a self-speculative draft is cut from); null for other kinds.
   std::shared_ptr<const ModelWeights> weights() const { return weights_; }
 
  private:
   BackendSpec spec_;
-  std::shared_ptr<const ModelWeights> weights_;  // cpu only
+  std::shared_ptr<const ModelWeights> weights_;  // cpu only: as loaded or drawn
+  mutable std::mutex mu_;
+  mutable std::map<Quantization, std::shared_ptr<const ModelWeights>> quantized_;  // cpu: per format
 };
 
 }  // namespace servelab

@@ -373,7 +373,7 @@ ProfileReport profile_backend(Backend& backend, const ProfileOptions& asked,
   report.backend = backend.name();
   report.model = model;
   report.tensor_parallel = backend.caps().tensor_parallel;
-  report.kv_dtype_bytes = KvCacheSpec::element_bytes(backend.kv_cache_spec().dtype);
+  report.kv_dtype_bytes = backend.kv_cache_spec().stored_element_bytes();
   report.options = options;
   report.kv_bytes_per_slot = backend.kv_bytes_per_slot();
   report.kv_arena_bytes = plan.n_slots * report.kv_bytes_per_slot;

@@ -19,7 +19,8 @@ SimBackend::SimBackend(const ModelConfig& model, const SimCostModel& cost) : mod
 }
 
 KvCacheSpec SimBackend::kv_cache_spec() const {
-  return KvCacheSpec::of(model_, cost_.device.kv_dtype_bytes == 4 ? DType::f32 : DType::bf16, cost_.tensor_parallel);
+  return KvCacheSpec::of(model_, cost_.device.kv_dtype_bytes == 4 ? DType::f32 : DType::bf16, cost_.tensor_parallel,
+                         cost_.formats.kv_cache_dtype);
 }
 
 void SimBackend::init_kv(int64_t n_slots) {

@@ -34,8 +34,10 @@ const char* safetensors_dtype_name(DType d) {
   return "?";
 }
 
+}  // namespace
+
 // Element size of every dtype the format defines, so unsupported tensors are still validated.
-int64_t element_size(const std::string& dtype) {
+int64_t safetensors_element_size(const std::string& dtype) {
   if (dtype == "BOOL" || dtype == "U8" || dtype == "I8" || dtype == "F8_E4M3" || dtype == "F8_E5M2")
     return 1;
   if (dtype == "F16" || dtype == "BF16" || dtype == "I16" || dtype == "U16") return 2;
@@ -44,6 +46,8 @@ int64_t element_size(const std::string& dtype) {
   return 0;
 }
 
+namespace {
+
 SafetensorsTensor parse_entry(const std::string& path, const std::string& name, const nlohmann::json& e) {
   auto bad = [&](const std::string& what) { return file_error(path, "tensor " + name + ": " + what); };
   if (!e.is_object()) throw bad("header entry is not an object");
@@ -51,7 +55,7 @@ SafetensorsTensor parse_entry(const std::string& path, const std::string& name, 
   t.name = name;
   if (!e.contains("dtype") || !e["dtype"].is_string()) throw bad("missing string \"dtype\"");
   t.dtype_name = e["dtype"].get<std::string>();
-  const int64_t esize = element_size(t.dtype_name);
+  const int64_t esize = safetensors_element_size(t.dtype_name);
   if (esize == 0) throw bad("unknown dtype \"" + t.dtype_name + "\"");
   if (t.dtype_name == "F32" || t.dtype_name == "F16" || t.dtype_name == "BF16") {
     t.supported = true;

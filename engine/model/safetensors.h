@@ -103,3 +103,24 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsEnt
                        const std::vector<const float*>& values);
 
 }  // namespace servelab
+
+namespace servelab {
+
+/// A tensor given as raw little-endian bytes in any safetensors dtype ("F8_E4M3", "I32", "F16",
+/// ...): what quantized checkpoints hold and the fp32 writer above cannot produce.
+struct RawTensor {
+  std::string name;
+  std::string dtype_name;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> bytes;  ///< numel × the dtype's size
+};
+
+/// Write raw tensors in the given order, header as SafetensorsWriter writes it. Throws
+/// std::invalid_argument when a tensor's bytes do not match its shape and dtype,
+/// std::runtime_error on I/O errors.
+void write_safetensors_raw(const std::string& path, const std::vector<RawTensor>& tensors);
+
+/// The element size of a safetensors dtype name, 0 when unknown.
+int64_t safetensors_element_size(const std::string& dtype_name);
+
+}  // namespace servelab

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "engine/model/config.h"
+#include "engine/model/quant.h"
 
 namespace servelab {
 
@@ -23,9 +24,12 @@ struct LayerWeights {
   std::vector<float> w_down;     // [d, ffn]
 };
 
-/// All weights of a model, fp32 in memory whatever the checkpoint's dtype.
+/// All weights of a model, fp32 in memory whatever the checkpoint's dtype. A quantized model's
+/// Linear matrices hold their dequantized values (what the CPU backend, the reference, runs) and
+/// `quant` says how they were quantized and how activations entering them are.
 struct ModelWeights {
   ModelConfig config;
+  QuantScheme quant;
   std::vector<float> embedding;   // [vocab, d]
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;  // [d]
@@ -37,7 +41,9 @@ struct ModelWeights {
   /// through config.dtype so they equal what a synthesized checkpoint of that dtype loads as.
   static ModelWeights random(const ModelConfig& config, uint64_t seed);
   /// Load a Hugging Face folder: config.json plus model.safetensors, or shards listed in
-  /// model.safetensors.index.json. Throws std::runtime_error naming the file and tensor.
+  /// model.safetensors.index.json. A config.json with a quantization_config (compressed-tensors
+  /// or vLLM fp8, AWQ, GPTQ: quant_checkpoint.h) loads the quantized Linears dequantized.
+  /// Throws std::runtime_error naming the file and tensor.
   static ModelWeights load(const std::string& dir);
 };
 

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -15,6 +16,7 @@
 
 #include "engine/model/hf_config.h"
 #include "engine/model/memory_check.h"
+#include "engine/model/quant_checkpoint.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/tensors.h"
 #include "engine/model/weights.h"
@@ -96,6 +98,9 @@ ModelWeights ModelWeights::load(const std::string& dir) {
   };
 
   // Locate and check every expected tensor before reading any.
+  const std::string config_path = (root / "config.json").string();
+  const std::optional<QuantScheme> scheme = read_quant_scheme(config_path);
+  if (scheme) w.quant = *scheme;
   const std::vector<TensorSpec> specs = tensor_specs(w.config);
   struct Job {
     const SafetensorsFile* file;
@@ -103,18 +108,40 @@ ModelWeights ModelWeights::load(const std::string& dir) {
     float* out;
   };
   std::vector<Job> jobs;
-  for (const TensorSpec& s : specs) {
+  auto locate = [&](const std::string& name) -> TensorRef {
     const SafetensorsFile* file = nullptr;
     if (sharded) {
-      auto it = weight_map.find(s.name);
-      if (it == weight_map.end())
-        throw std::runtime_error((root / kIndexName).string() + ": missing tensor " + s.name + " (shape " +
-                                 shape_string(s.shape) + ") in weight_map");
+      auto it = weight_map.find(name);
+      if (it == weight_map.end()) return {};
       file = &files[file_index(it->second)];
     } else {
       file = &files[0];
     }
-    const SafetensorsTensor* t = file->find(s.name);
+    const SafetensorsTensor* t = file->find(name);
+    return t ? TensorRef{file, t} : TensorRef{file, nullptr};
+  };
+  std::map<std::string, bool> expected;
+  struct QuantJob {
+    std::string prefix;
+    int64_t out, in;
+    float* dst;
+  };
+  std::vector<QuantJob> quant_jobs;
+  for (const TensorSpec& s : specs) {
+    std::string prefix;
+    if (scheme && is_quantized_linear(s.name, &prefix)) {  // read below, from the format's tensors
+      std::vector<float>& storage = tensor_storage(w, s.name);
+      storage.resize(static_cast<size_t>(s.numel()));
+      quant_jobs.push_back({prefix, s.shape[0], s.shape[1], storage.data()});
+      continue;
+    }
+    expected[s.name] = true;
+    if (sharded && !weight_map.count(s.name))
+      throw std::runtime_error((root / kIndexName).string() + ": missing tensor " + s.name + " (shape " +
+                               shape_string(s.shape) + ") in weight_map");
+    const TensorRef ref = locate(s.name);
+    const SafetensorsFile* file = ref.file;
+    const SafetensorsTensor* t = ref.tensor;
     if (!t) {
       throw std::runtime_error(file->path() + ": missing tensor " + s.name + " (shape " + shape_string(s.shape) +
                                (sharded ? "; listed in " + std::string(kIndexName) + ", not in this shard)" : ")"));
@@ -124,19 +151,52 @@ ModelWeights ModelWeights::load(const std::string& dir) {
                                ", expected " + shape_string(s.shape));
     if (!t->supported)
       throw std::runtime_error(file->path() + ": tensor " + s.name + " has dtype " + t->dtype_name +
-                               "; only BF16, F16 and F32 checkpoints are supported");
+                               "; only BF16, F16 and F32 checkpoints are supported" +
+                               (t->dtype_name == "F8_E4M3" ? " (an FP8 checkpoint needs its quantization_config in config.json)" : ""));
     std::vector<float>& storage = tensor_storage(w, s.name);
     storage.resize(static_cast<size_t>(s.numel()));
     jobs.push_back({file, t, storage.data()});
   }
+  // Quantized Linears: their tensors read and dequantized in parallel; static input scales kept.
+  std::vector<std::vector<std::string>> consumed(quant_jobs.size());
+  std::vector<float> input_scales(quant_jobs.size(), 0.0f);
+  parallel_for(quant_jobs.size(), [&](size_t i) {
+    const QuantJob& q = quant_jobs[i];
+    QuantLinear ql;
+    try {
+      ql = read_quant_linear(locate, q.prefix, *scheme, q.out, q.in, consumed[i]);
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(dir + ": " + e.what());
+    }
+    const std::vector<float> values = dequantize(ql);
+    std::copy(values.begin(), values.end(), q.dst);
+    input_scales[i] = ql.input_scale;
+    if (i == 0 && ql.kind == QuantLinear::Kind::fp8_e4m3)
+      w.quant.fp8_scales = ql.scales.size() == 1 ? Fp8WeightScales::per_tensor : Fp8WeightScales::per_channel;
+  });
+  for (const auto& names : consumed)
+    for (const std::string& n : names) expected[n] = true;
+  if (scheme && scheme->activations == ActivationQuant::fp8_static) {
+    // Q/K/V share one input, gate/up another: the larger of their scales covers both (as vLLM).
+    w.quant.input_scales.assign(size_t(w.config.n_layers), {0.0f, 0.0f, 0.0f, 0.0f});
+    for (size_t i = 0; i < quant_jobs.size(); ++i) {
+      const std::string& p = quant_jobs[i].prefix;
+      const size_t layer = std::stoul(p.substr(13, p.find('.', 13) - 13));
+      const int input = p.find("o_proj") != std::string::npos      ? kInputO
+                        : p.find("down_proj") != std::string::npos ? kInputDown
+                        : p.find("mlp.") != std::string::npos      ? kInputGateUp
+                                                                   : kInputQkv;
+      float& s = w.quant.input_scales[layer][input];
+      s = std::max(s, input_scales[i]);
+    }
+  }
   // Anything else in the files means the config does not describe this checkpoint.
-  std::map<std::string, bool> expected;
-  for (const TensorSpec& s : specs) expected[s.name] = true;
   for (const SafetensorsFile& f : files)
     for (const SafetensorsTensor& t : f.tensors())
       if (!expected.count(t.name) && !ignorable(t.name, w.config))
         throw std::runtime_error(f.path() + ": unexpected tensor " + t.name + " " + shape_string(t.shape) +
-                                 " (not part of a Llama-family model with this config.json)");
+                                 " (not part of a Llama-family model with this config.json" +
+                                 (scheme ? " quantized as " + w.quant.describe() : "") + ")");
 
   // Largest tensors first, so threads finish together.
   std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.tensor->nbytes > b.tensor->nbytes; });

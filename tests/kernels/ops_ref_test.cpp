@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/model/fp8.h"
+#include "engine/model/quant.h"
 #include "kernels/ref/ops_ref.h"
+#include "kernels/ref/quant_gemv_ref.h"
 #include "tests/kernels/kv_fixture.h"
 
 namespace servelab::kernels {
@@ -121,6 +124,35 @@ TEST(EmbeddingAndGemmRef, HandComputed) {
   std::vector<float> y(6);
   gemm_ref(e.data(), table.data(), 2, 3, 2, y.data());  // y = e · tableᵀ
   EXPECT_EQ(y, (std::vector<float>{17, 39, 61, 5, 11, 17}));
+}
+
+
+// quant_gemv_ref against the engine's own quantization math: the same E4M3 values and the same
+// dequantized product, so the GPU kernel checked against it is checked against the CPU backend.
+TEST(QuantGemvRef, AgreesWithTheEngineDequantization) {
+  for (int b = 0; b < 256; ++b) {
+    const float a = fp8_e4m3_value(uint8_t(b)), e = fp8_e4m3_to_f32(uint8_t(b));
+    if (std::isnan(e)) EXPECT_TRUE(std::isnan(a)) << b;
+    else EXPECT_EQ(a, e) << b;
+  }
+  const int m = 3, n = 24, k = 64;
+  std::vector<float> w(size_t(n) * k), x(size_t(m) * k);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = std::sin(0.37f * float(i)) * (1.0f + float(i % 7));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.11f * float(i));
+  for (bool int4 : {false, true}) {
+    const QuantLinear q = int4 ? quantize_int4(w.data(), n, k, 16, false) : quantize_fp8(w.data(), n, k, Fp8WeightScales::per_channel);
+    const std::vector<float> deq = dequantize(q);
+    std::vector<float> zeros(q.zeros.begin(), q.zeros.end()), y(size_t(m) * n);
+    const std::vector<uint8_t> packed = int4 ? pack_int4_rows(q.codes, n, k) : q.codes;
+    quant_gemv_ref(int4, x.data(), k, packed.data(), q.scales.data(), zeros.data(), int(q.scales.size()), 16, y.data(), m,
+                   n, k, false);
+    for (int r = 0; r < m; ++r)
+      for (int j = 0; j < n; ++j) {
+        double s = 0;
+        for (int i = 0; i < k; ++i) s += double(x[size_t(r) * k + i]) * deq[size_t(j) * k + i];
+        EXPECT_NEAR(y[size_t(r) * n + j], s, 1e-4 * (1 + std::fabs(s))) << (int4 ? "int4" : "fp8");
+      }
+  }
 }
 
 }  // namespace

@@ -206,6 +206,32 @@ TEST(ScenarioErrors, KnobOfAnotherPolicy) {
             "scn.yaml:2:58: strategies[0].kv.block_size applies to kind: paged, not naive (its keys: reserve)");
 }
 
+TEST(ScenarioErrors, QuantizationAndKvCacheDtypePerStrategy) {
+  const std::string bad_q = only_error("strategies:\n"
+                                       "  - batching: continuous\n"
+                                       "    quantization: int8\n"
+                                       "workload: {rates: [1]}\n");
+  EXPECT_EQ(bad_q.rfind("scn.yaml:3:19: strategies[0].quantization", 0), 0u) << bad_q;
+  EXPECT_NE(bad_q.find("int4_awq"), std::string::npos) << bad_q;
+  const std::string bad_kv = only_error("strategies:\n"
+                                        "  - {batching: continuous, kv_cache_dtype: fp16}\n"
+                                        "workload: {rates: [1]}\n");
+  EXPECT_EQ(bad_kv.rfind("scn.yaml:2:44: strategies[0].kv_cache_dtype", 0), 0u) << bad_kv;
+  const std::string on_cuda = only_error("backend: cuda\n"
+                                         "strategies:\n"
+                                         "  - {batching: continuous, quantization: fp8}\n"
+                                         "workload: {rates: [1]}\n");
+  EXPECT_NE(on_cuda.find("strategies[0].quantization applies to backend cpu or sim"), std::string::npos) << on_cuda;
+  const Scenario sc = load_yaml("strategies:\n"
+                                "  - {batching: continuous}\n"
+                                "  - {batching: continuous, quantization: int4_gptq, kv_cache_dtype: fp8}\n"
+                                "workload: {rates: [1]}\n");
+  EXPECT_FALSE(sc.strategies[0].quantization.has_value());
+  EXPECT_EQ(sc.strategies[1].quantization, Quantization::int4_gptq);
+  EXPECT_EQ(sc.strategies[1].kv_cache_dtype, KvCacheDType::fp8);
+  EXPECT_EQ(sc.strategies[1].label, "continuous-paged-int4_gptq-kvfp8");  // distinct default labels
+}
+
 TEST(ScenarioErrors, SpeculativeNeedsContinuousBatchingAndABuiltMethod) {
   EXPECT_EQ(only_error("strategies:\n"
                        "  - batching: static\n"

@@ -1,0 +1,154 @@
+// write_quantized_checkpoint: small folders in the real layouts (compressed-tensors / vLLM fp8,
+// AutoAWQ, GPTQ), so the loader is tested against files laid out as the quantizers write them.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/model/half.h"
+#include "engine/model/hf_config.h"
+#include "engine/model/quant_checkpoint.h"
+#include "engine/model/quant_pack.h"
+#include "engine/model/tensors.h"
+
+namespace servelab {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+template <typename T>
+std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
+  std::vector<uint8_t> b(v.size() * sizeof(T));
+  if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+std::vector<uint8_t> f16_bytes(const std::vector<float>& v) {
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_f16(v[i]);
+  return bytes_of(h);
+}
+
+std::vector<uint8_t> bf16_bytes(const float* v, int64_t n) {
+  std::vector<uint16_t> h(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) h[size_t(i)] = f32_to_bf16(v[i]);
+  return bytes_of(h);
+}
+
+ojson quantization_config(const QuantWriteOptions& o) {
+  switch (o.format) {
+    case QuantCheckpointFormat::compressed_tensors_fp8: {
+      ojson weights = {{"num_bits", 8}, {"type", "float"}, {"symmetric", true}, {"dynamic", false},
+                       {"strategy", o.fp8_scales == Fp8WeightScales::per_channel ? "channel" : "tensor"}};
+      ojson acts = {{"num_bits", 8}, {"type", "float"}, {"symmetric", true}, {"dynamic", o.static_input_scale <= 0},
+                    {"strategy", o.static_input_scale > 0 || o.fp8_scales == Fp8WeightScales::per_tensor ? "tensor" : "token"}};
+      return {{"quant_method", "compressed-tensors"}, {"format", "float-quantized"}, {"quantization_status", "compressed"},
+              {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", acts}}}}},
+              {"ignore", {"lm_head"}}};
+    }
+    case QuantCheckpointFormat::vllm_fp8:
+      return {{"quant_method", "fp8"}, {"activation_scheme", o.static_input_scale > 0 ? "static" : "dynamic"}};
+    case QuantCheckpointFormat::awq:
+      return {{"quant_method", "awq"}, {"bits", 4}, {"group_size", o.group_size}, {"zero_point", true}, {"version", "gemm"}};
+    case QuantCheckpointFormat::gptq:
+      return {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", o.group_size}, {"desc_act", o.act_order},
+              {"sym", true}, {"checkpoint_format", o.gptq_v1 ? "gptq" : "gptq_v2"}};
+  }
+  return {};
+}
+
+// GPTQ's act order puts channels into groups by decreasing Hessian diagonal (activation energy);
+// without calibration data the writer uses the weight's column norms, a stand-in with the same
+// effect on the layout: g_idx is a permutation, not k / group_size.
+std::vector<int32_t> act_order_g_idx(const float* w, int64_t out, int64_t in, int group) {
+  std::vector<double> norm(size_t(in), 0.0);
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t k = 0; k < in; ++k) norm[size_t(k)] += double(w[o * in + k]) * w[o * in + k];
+  std::vector<int64_t> order(static_cast<size_t>(in));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return norm[size_t(a)] > norm[size_t(b)]; });
+  std::vector<int32_t> g_idx(static_cast<size_t>(in));
+  for (int64_t i = 0; i < in; ++i) g_idx[size_t(order[size_t(i)])] = static_cast<int32_t>(i / group);
+  return g_idx;
+}
+
+void append_linear(std::vector<RawTensor>& out, const std::string& prefix, const float* w, int64_t rows, int64_t cols,
+                   const QuantWriteOptions& o) {
+  auto bad_shape = [&](const std::string& why) {
+    return std::invalid_argument(prefix + " [" + std::to_string(rows) + ", " + std::to_string(cols) + "]: " + why);
+  };
+  switch (o.format) {
+    case QuantCheckpointFormat::compressed_tensors_fp8:
+    case QuantCheckpointFormat::vllm_fp8: {
+      if (o.format == QuantCheckpointFormat::vllm_fp8 && o.fp8_scales != Fp8WeightScales::per_tensor)
+        throw std::invalid_argument("the vLLM fp8 layout has per-tensor weight scales; use compressed-tensors for per-channel");
+      const QuantLinear q = quantize_fp8(w, rows, cols, o.fp8_scales);
+      out.push_back({prefix + ".weight", "F8_E4M3", {rows, cols}, q.codes});
+      std::vector<int64_t> scale_shape = o.fp8_scales == Fp8WeightScales::per_channel ? std::vector<int64_t>{rows, 1}
+                                         : o.format == QuantCheckpointFormat::vllm_fp8 ? std::vector<int64_t>{}
+                                                                                       : std::vector<int64_t>{1};
+      out.push_back({prefix + ".weight_scale", "F32", scale_shape, bytes_of(q.scales)});
+      if (o.static_input_scale > 0)
+        out.push_back({prefix + ".input_scale", "F32", {1}, bytes_of(std::vector<float>{o.static_input_scale})});
+      return;
+    }
+    case QuantCheckpointFormat::awq: {
+      if (cols % o.group_size != 0) throw bad_shape("in_features must be a multiple of group_size " + std::to_string(o.group_size));
+      if (rows % 8 != 0) throw bad_shape("out_features must be a multiple of 8");
+      const AwqTensors a = pack_awq(quantize_int4(w, rows, cols, o.group_size, false));
+      const int64_t ng = cols / o.group_size;
+      out.push_back({prefix + ".qweight", "I32", {cols, rows / 8}, bytes_of(a.qweight)});
+      out.push_back({prefix + ".qzeros", "I32", {ng, rows / 8}, bytes_of(a.qzeros)});
+      out.push_back({prefix + ".scales", "F16", {ng, rows}, f16_bytes(a.scales)});
+      return;
+    }
+    case QuantCheckpointFormat::gptq: {
+      if (cols % o.group_size != 0) throw bad_shape("in_features must be a multiple of group_size " + std::to_string(o.group_size));
+      if (rows % 8 != 0 || cols % 8 != 0) throw bad_shape("in and out features must be multiples of 8");
+      const std::vector<int32_t> g_idx = o.act_order ? act_order_g_idx(w, rows, cols, o.group_size) : std::vector<int32_t>{};
+      const GptqTensors g = pack_gptq(quantize_int4(w, rows, cols, o.group_size, true, g_idx), o.gptq_v1);
+      const int64_t ng = cols / o.group_size;
+      out.push_back({prefix + ".qweight", "I32", {cols / 8, rows}, bytes_of(g.qweight)});
+      out.push_back({prefix + ".qzeros", "I32", {ng, rows / 8}, bytes_of(g.qzeros)});
+      out.push_back({prefix + ".scales", "F16", {ng, rows}, f16_bytes(g.scales)});
+      out.push_back({prefix + ".g_idx", "I32", {cols}, bytes_of(g.g_idx)});
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+void write_quantized_checkpoint(const ModelWeights& w, const std::string& dir, const QuantWriteOptions& o) {
+  namespace fs = std::filesystem;
+  w.config.validate();
+  if (o.group_size < 1) throw std::invalid_argument("group_size must be >= 1 (got " + std::to_string(o.group_size) + ")");
+  std::vector<RawTensor> tensors;
+  for (const TensorSpec& s : tensor_specs(w.config)) {
+    const std::vector<float>& v = tensor_storage(w, s.name);
+    std::string prefix;
+    if (is_quantized_linear(s.name, &prefix)) append_linear(tensors, prefix, v.data(), s.shape[0], s.shape[1], o);
+    else tensors.push_back({s.name, "BF16", s.shape, bf16_bytes(v.data(), s.numel())});
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (!fs::is_directory(dir)) throw std::runtime_error(dir + ": cannot create directory: " + ec.message());
+  for (const char* old : {"model.safetensors.index.json"}) fs::remove(fs::path(dir) / old, ec);
+  ModelConfig config = w.config;
+  config.dtype = DType::bf16;
+  ojson j = ojson::parse(hf_config_json(config));
+  j["quantization_config"] = quantization_config(o);
+  const fs::path cfg = fs::path(dir) / "config.json";
+  std::ofstream out(cfg, std::ios::binary | std::ios::trunc);
+  out << j.dump(2) << "\n";
+  out.close();
+  if (!out) throw std::runtime_error(cfg.string() + ": write failed");
+  write_safetensors_raw((fs::path(dir) / "model.safetensors").string(), tensors);
+}
+
+}  // namespace servelab

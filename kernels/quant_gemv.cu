@@ -1,0 +1,119 @@
+// quant_gemv (quant_gemv.h): a warp per output row n. Lane l takes k = 16 l, 16 l + 512, ...: one
+// 16-byte (FP8) or 8-byte (INT4) load of the row's codes per step, dequantized in registers with
+// the row's (group's) scale, then multiplied into M accumulators against x's 16 values of each
+// row (x is small and shared by every warp: it stays in L1/L2). The M partial sums are reduced
+// across the warp in a fixed order, so results are deterministic.
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "kernels/quant_gemv.h"
+
+namespace servelab::kernels {
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+constexpr int kLaneK = 16;  // consecutive k per lane and step
+
+__device__ __forceinline__ float fp8_to_float(uint8_t b) {
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(b), __NV_E4M3);
+  return __half2float(__half(h));
+}
+
+template <int M, bool kInt4>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_gemv_kernel(QuantGemvArgs a) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n = blockIdx.x * kWarpsPerBlock + warp;
+  if (n >= a.n) return;
+  const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(a.x);
+  float acc[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+  const float channel_scale = kInt4 ? 0.0f : a.scales[a.n_scales == 1 ? 0 : n];
+  for (int k0 = lane * kLaneK; k0 < a.k; k0 += 32 * kLaneK) {
+    float w[kLaneK];
+    if constexpr (!kInt4) {
+      const uint4 raw = __ldg(reinterpret_cast<const uint4*>(a.w + size_t(n) * a.k + k0));
+      const uint8_t* b = reinterpret_cast<const uint8_t*>(&raw);
+#pragma unroll
+      for (int i = 0; i < kLaneK; ++i) w[i] = fp8_to_float(b[i]) * channel_scale;
+    } else {
+      const uint2 raw = __ldg(reinterpret_cast<const uint2*>(a.w + size_t(n) * (a.k / 2) + k0 / 2));
+      const uint8_t* b = reinterpret_cast<const uint8_t*>(&raw);
+      const size_t g = size_t(k0 / a.group_size) * a.n + n;
+      const float s = __ldg(a.scales + g), z = __ldg(a.zeros + g);
+#pragma unroll
+      for (int i = 0; i < kLaneK / 2; ++i) {
+        w[2 * i] = (float(b[i] & 0xf) - z) * s;
+        w[2 * i + 1] = (float(b[i] >> 4) - z) * s;
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const uint4* xr = reinterpret_cast<const uint4*>(x + m * a.x_stride + k0);
+      const uint4 lo = xr[0], hi = xr[1];
+      const __nv_bfloat162* p0 = reinterpret_cast<const __nv_bfloat162*>(&lo);
+      const __nv_bfloat162* p1 = reinterpret_cast<const __nv_bfloat162*>(&hi);
+      float s = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 f0 = __bfloat1622float2(p0[i]), f1 = __bfloat1622float2(p1[i]);
+        s += w[2 * i] * f0.x + w[2 * i + 1] * f0.y + w[8 + 2 * i] * f1.x + w[8 + 2 * i + 1] * f1.y;
+      }
+      acc[m] += s;
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    float v = acc[m];
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+    if (lane == 0) {
+      float* out = a.y + size_t(m) * a.n + n;
+      *out = a.accumulate ? *out + v : v;
+    }
+  }
+}
+
+template <bool kInt4>
+void launch(const QuantGemvArgs& a, cudaStream_t stream) {
+  const dim3 grid((a.n + kWarpsPerBlock - 1) / kWarpsPerBlock), block(kWarpsPerBlock * 32);
+  switch (a.m) {
+#define SERVELAB_QUANT_GEMV_CASE(M) \
+  case M: quant_gemv_kernel<M, kInt4><<<grid, block, 0, stream>>>(a); break;
+    SERVELAB_QUANT_GEMV_CASE(1) SERVELAB_QUANT_GEMV_CASE(2) SERVELAB_QUANT_GEMV_CASE(3) SERVELAB_QUANT_GEMV_CASE(4)
+    SERVELAB_QUANT_GEMV_CASE(5) SERVELAB_QUANT_GEMV_CASE(6) SERVELAB_QUANT_GEMV_CASE(7) SERVELAB_QUANT_GEMV_CASE(8)
+    SERVELAB_QUANT_GEMV_CASE(9) SERVELAB_QUANT_GEMV_CASE(10) SERVELAB_QUANT_GEMV_CASE(11) SERVELAB_QUANT_GEMV_CASE(12)
+    SERVELAB_QUANT_GEMV_CASE(13) SERVELAB_QUANT_GEMV_CASE(14) SERVELAB_QUANT_GEMV_CASE(15) SERVELAB_QUANT_GEMV_CASE(16)
+#undef SERVELAB_QUANT_GEMV_CASE
+    default: throw std::invalid_argument("quant_gemv: m must be in [1, 16]");
+  }
+}
+
+}  // namespace
+
+void validate(const QuantGemvArgs& a) {
+  auto bad = [](const std::string& what) { return std::invalid_argument("quant_gemv: " + what); };
+  if (a.m < 1 || a.m > 16) throw bad("m (" + std::to_string(a.m) + ") must be in [1, 16]");
+  if (a.n < 1) throw bad("n must be >= 1");
+  if (a.k < 16 || a.k % 16 != 0) throw bad("k (" + std::to_string(a.k) + ") must be a positive multiple of 16");
+  if (a.x_stride < a.k || a.x_stride % 8 != 0) throw bad("x_stride must be >= k and a multiple of 8");
+  if (!a.x || !a.w || !a.scales || !a.y) throw bad("x, w, scales and y must be set");
+  if (a.kind == QuantWeightKind::fp8_e4m3 && a.n_scales != 1 && a.n_scales != a.n)
+    throw bad("fp8 n_scales must be 1 or n");
+  if (a.kind == QuantWeightKind::int4) {
+    if (!a.zeros) throw bad("int4 needs zeros");
+    if (a.group_size < 16 || a.group_size % 16 != 0 || a.k % a.group_size != 0)
+      throw bad("group_size must be a multiple of 16 dividing k");
+  }
+}
+
+void quant_gemv(const QuantGemvArgs& a, cudaStream_t stream) {
+  validate(a);
+  if (a.kind == QuantWeightKind::int4) launch<true>(a, stream);
+  else launch<false>(a, stream);
+}
+
+}  // namespace servelab::kernels

@@ -1,0 +1,39 @@
+#pragma once
+// Skinny products over quantized weights for decode (M = 1–16 rows): y[M, N] = x[M, K] ·
+// dequant(w)[N, K]ᵀ (+ y), x bf16, fp32 accumulate and output, the weights dequantized in
+// registers as they stream in (W8A16 FP8 and W4A16 INT4: the decode win is fewer weight bytes).
+// Kernel layouts (a loader repacks checkpoint layouts into these once):
+//   fp8:  codes uint8 [N, K] E4M3; scales fp32 [N] (per channel) or [1] (per tensor).
+//   int4: codes uint8 [N, K/2], byte j of a row = k 2j (low nibble) and 2j+1 (high nibble);
+//         scales and zeros fp32 [K / group_size, N] (w = (q − zero) · scale). GPTQ act order is
+//         applied by permuting K of w and x beforehand (as Marlin and exllama reorder), not here.
+// Requirements: K a multiple of 16, group_size a multiple of 16, x_stride a multiple of 8.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace servelab::kernels {
+
+enum class QuantWeightKind { fp8_e4m3, int4 };
+
+struct QuantGemvArgs {
+  QuantWeightKind kind = QuantWeightKind::fp8_e4m3;
+  const void* x = nullptr;        ///< bf16 [m, x_stride]
+  int64_t x_stride = 0;           ///< elements between rows of x (>= k)
+  const uint8_t* w = nullptr;     ///< codes (layouts above)
+  const float* scales = nullptr;
+  const float* zeros = nullptr;   ///< int4 only
+  int n_scales = 0;               ///< fp8: 1 (per tensor) or n (per channel)
+  int group_size = 128;           ///< int4
+  float* y = nullptr;             ///< fp32 [m, n]
+  int m = 0, n = 0, k = 0;
+  bool accumulate = false;        ///< y += product
+};
+
+/// Throws std::invalid_argument naming the field when the arguments break the requirements.
+void validate(const QuantGemvArgs& a);
+
+/// Runs the product (m in [1, 16]); one warp per output row, 8 rows a block.
+void quant_gemv(const QuantGemvArgs& a, cudaStream_t stream);
+
+}  // namespace servelab::kernels

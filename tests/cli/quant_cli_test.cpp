@@ -1,0 +1,70 @@
+// Quantization from the command line: strategies in different weight and KV formats side by side
+// on the sim, and `servelab quant-check`'s accuracy figures.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/cli/cli_test_util.h"
+
+namespace servelab::cli_test {
+namespace quant_cli_test {  // named, not anonymous: a unity batch shares one translation unit
+
+using nlohmann::json;
+
+TEST(QuantCli, FormatsSideBySideOnTheSimDecodeFasterWithFewerBytes) {
+  if (!fs::exists(servelab_exe())) GTEST_SKIP() << servelab_exe() << " not built";
+  TempDir tmp;
+  write_text(tmp.file("quant.yaml"), R"(name: quant
+seed: 3
+model: {preset: llama2-7b}
+backend: {kind: sim, sim_device: h100}
+engine: {kv_cache_mb: 8192, max_model_len: 1024}
+strategies:
+  - {label: bf16, batching: continuous, max_num_seqs: 8}
+  - {label: fp8, batching: continuous, max_num_seqs: 8, quantization: fp8}
+  - {label: int4, batching: continuous, max_num_seqs: 8, quantization: int4_awq, kv_cache_dtype: fp8}
+workload:
+  rates: [2]
+  n_requests: 6
+  prompt_tokens: {dist: fixed, value: 64}
+  output_tokens: {dist: fixed, value: 32}
+)");
+  const CliResult r = run_servelab({"run", tmp.file("quant.yaml"), "--out", tmp.file("out"), "-q"}, tmp);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const json s = json::parse(read_text(tmp.file("out/summary.json")));
+  ASSERT_EQ(s.at("runs").size(), 3u);
+  auto tpot = [&](int i) { return s.at("runs")[i].at("metrics").at("tpot_ms").at("p50").get<double>(); };
+  // Decode streams the weights: 2 bytes, ~1 byte, ~0.52 bytes a weight (plus the step's fixed cost).
+  EXPECT_LT(tpot(1), 0.7 * tpot(0));
+  EXPECT_LT(tpot(2), 0.8 * tpot(1));
+  // --quantization on a cuda scenario is refused with the reason.
+  write_text(tmp.file("cuda.yaml"), "backend: cuda\nstrategies: [{batching: continuous}]\nworkload: {rates: [1]}\n");
+  const CliResult c = run_servelab({"run", tmp.file("cuda.yaml"), "--quantization", "fp8", "-q"}, tmp);
+  EXPECT_EQ(c.code, 2) << c.output;
+  EXPECT_NE(c.output.find("backend cpu or sim"), std::string::npos) << c.output;
+}
+
+TEST(QuantCli, QuantCheckReportsEveryFormat) {
+  if (!fs::exists(servelab_exe())) GTEST_SKIP() << servelab_exe() << " not built";
+  TempDir tmp;
+  const CliResult r = run_servelab({"quant-check", "--positions", "24", "--sequences", "4", "--threads", "2", "--json",
+                                    tmp.file("q.json")},
+                                   tmp);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const json j = json::parse(read_text(tmp.file("q.json")));
+  EXPECT_EQ(j.at("positions"), 24);
+  ASSERT_EQ(j.at("formats").size(), 8u);
+  double fp8_err = 0, int4_err = 0;
+  for (const json& f : j.at("formats")) {
+    EXPECT_GT(f.at("top1_agreement").get<double>(), 0.1) << f.dump();  // far above chance (1/2048); random weights are flat
+    EXPECT_LE(f.at("top1_agreement").get<double>(), 1.0);
+    EXPECT_GT(f.at("mean_kl").get<double>(), 0.0) << f.dump();
+    if (f.at("label") == "fp8-channel-token") fp8_err = f.at("rel_logit_error");
+    if (f.at("label") == "int4_awq-g64") int4_err = f.at("rel_logit_error");
+  }
+  EXPECT_GT(int4_err, fp8_err);
+  EXPECT_GT(fp8_err, 0.0);
+}
+
+}  // namespace quant_cli_test
+}  // namespace servelab::cli_test
