@@ -231,8 +231,39 @@ bool ContinuousScheduler::admit(Sequence* seq, Pass& pass) {
   return true;
 }
 
+bool ContinuousScheduler::adapter_fits(const Sequence& seq) const {
+  if (config_.max_loras <= 0 || seq.lora_id == 0) return true;
+  std::unordered_set<uint64_t> ids;
+  for (const Sequence* r : running_) if (r->lora_id) ids.insert(r->lora_id);
+  for (const Sequence* r : swapped_) if (r->lora_id) ids.insert(r->lora_id);
+  return ids.count(seq.lora_id) > 0 || static_cast<int>(ids.size()) < config_.max_loras;
+}
+
 void ContinuousScheduler::schedule_admissions(Pass& pass) {
-  while (!waiting_.empty() && admit(waiting_.front(), pass)) waiting_.pop_front();
+  if (config_.max_loras <= 0) {
+    while (!waiting_.empty() && admit(waiting_.front(), pass)) waiting_.pop_front();
+    return;
+  }
+  // The adapter bound and its overtaking rule (continuous_scheduler.h).
+  const Sequence* held = nullptr;
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    Sequence* seq = *it;
+    if (!adapter_fits(*seq)) {  // held back; the first one held is the one overtakes count against
+      if (!held) {
+        held = seq;
+        if (lora_blocked_id_ != seq->id) {
+          lora_blocked_id_ = seq->id;
+          lora_overtakes_ = 0;
+        }
+      }
+      ++it;
+      continue;
+    }
+    if (held && lora_overtakes_ >= config_.max_num_seqs) break;
+    if (!admit(seq, pass)) break;
+    if (held) ++lora_overtakes_;
+    it = waiting_.erase(it);
+  }
 }
 
 ScheduledStep ContinuousScheduler::schedule(double now) {
