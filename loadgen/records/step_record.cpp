@@ -37,6 +37,7 @@ void to_json(nlohmann::json& j, const StepRecord& s) {
     j["spec_decode"] = {{"num_drafts", s.spec_drafts},
                         {"num_draft_tokens", s.spec_draft_tokens},
                         {"num_accepted_tokens", s.spec_accepted_tokens}};
+  if (s.n_loras > 0) j["lora"] = {{"n_loras", s.n_loras}, {"n_loads", s.n_lora_loads}};
 }
 
 void from_json(const nlohmann::json& j, StepRecord& s) {
@@ -54,6 +55,10 @@ void from_json(const nlohmann::json& j, StepRecord& s) {
     s.spec_drafts = json_int_or(*sd, "num_drafts", 0);
     s.spec_draft_tokens = json_int_or(*sd, "num_draft_tokens", 0);
     s.spec_accepted_tokens = json_int_or(*sd, "num_accepted_tokens", 0);
+  }
+  if (auto l = j.find("lora"); l != j.end() && l->is_object()) {
+    s.n_loras = json_int_or(*l, "n_loras", 0);
+    s.n_lora_loads = json_int_or(*l, "n_loads", 0);
   }
   const auto& kv = j.at("kv");
   s.kv_capacity = json_int<int64_t>(kv.at("capacity"));
@@ -84,6 +89,8 @@ void StepRecord::validate() const {
   count("n_running", n_running);
   count("n_preempted", n_preempted);
   count("n_swap_pool_full", n_swap_pool_full);
+  count("lora.n_loras", n_loras);
+  count("lora.n_loads", n_lora_loads);
   count("kv.capacity", kv_capacity);
   count("kv.stored", kv_stored);
   count("kv.reserved", kv_reserved);

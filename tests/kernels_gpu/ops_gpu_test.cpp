@@ -257,9 +257,10 @@ TEST_P(OpsGpu, LoraShrinkExpandMatchReferenceForMixedAdapters) {
     EXPECT_LT(testing::rel_error(xa, xa_ref), 1e-3) << "shrink, replay " << replay;
     const std::vector<float> y = testing::download16(t, dy, y_ref.size());
     EXPECT_LT(testing::rel_error(y, y_ref), testing::tolerance(t)) << "expand, replay " << replay;
-    for (int r = 0; r < rows; ++r)  // rows without an adapter are untouched, bit for bit
-      if (slot[size_t(r)] < 0)
-        for (int c = 0; c < ld_y; ++c) ASSERT_EQ(y[size_t(r) * ld_y + c], y0[size_t(r) * ld_y + c]);
+    for (int r = 0; r < rows; ++r) {  // rows without an adapter are untouched, bit for bit
+      if (slot[size_t(r)] >= 0) continue;
+      for (int c = 0; c < ld_y; ++c) ASSERT_EQ(y[size_t(r) * ld_y + c], y0[size_t(r) * ld_y + c]);
+    }
   }
   EXPECT_THROW(lora_shrink(t, dx.get(), dslot.get<int32_t>(), rows, LoraPool{}, dxa.get<float>(), nullptr),
                std::invalid_argument);
