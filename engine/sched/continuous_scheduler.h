@@ -87,9 +87,9 @@ class ContinuousScheduler final : public Scheduler {
   void schedule_admissions(Pass& pass);
   /// Admits the head of waiting; false when it does not fit (FCFS: nothing behind it goes either).
   bool admit(Sequence* seq, Pass& pass);
-  /// The adapter bound admits seq: no bound, no adapter, its adapter already running or swapped,
-  /// or fewer than max_loras adapters there.
-  bool adapter_fits(const Sequence& seq) const;
+  /// The adapter bound admits seq: no bound, no adapter, its adapter among `held` (the adapters
+  /// of running and swapped sequences), or fewer than max_loras adapters there.
+  bool adapter_fits(const Sequence& seq, const std::unordered_set<uint64_t>& held) const;
 
   SchedulerConfig config_;
   KvManager& kv_;
