@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -154,6 +155,16 @@ RunSummary summarize_run(const RunInfo& info, const std::vector<RequestRecord>& 
                          const std::set<std::string>& labels_with_records) {
   RunSummary rs;
   rs.info = info;
+  // Per adapter: the run's records split by the adapter they named (steps are the run's, shared).
+  std::map<std::string, std::vector<RequestRecord>> by_lora;
+  bool any_lora = false;
+  for (const RequestRecord& r : records)
+    if (r.run == info.label) any_lora |= !r.lora.empty();  // repeated points: not split (yet)
+  if (any_lora) {
+    for (const RequestRecord& r : records)
+      if (r.run == info.label) by_lora[r.lora].push_back(r);
+    for (const auto& [name, recs] : by_lora) rs.by_lora.emplace_back(name, compute_metrics(info.label, recs, {}, slo, options));
+  }
   if (info.repeats <= 1) {
     rs.metrics = compute_metrics(info.label, records, steps, slo, options);
     return rs;
@@ -354,6 +365,12 @@ void to_json(nlohmann::ordered_json& j, const RunSummary& r) {
     rep["runs"] = nlohmann::ordered_json::array();
     for (const auto& m : r.repetitions) rep["runs"].push_back(m);
   }
+  if (!r.by_lora.empty()) {
+    auto& lora = j["lora"];
+    lora = nlohmann::ordered_json::object();
+    for (const auto& [name, m] : r.by_lora)
+      lora[name.empty() ? "(base)" : name] = {{"n_requests", m.n_requests}, {"n_failed", m.n_failed}, {"metrics", m}};
+  }
 }
 
 void from_json(const nlohmann::ordered_json& j, RunSummary& r) {
@@ -367,6 +384,14 @@ void from_json(const nlohmann::ordered_json& j, RunSummary& r) {
   }
   r.metrics.n_requests = j.value("n_requests", std::size_t{0});
   r.metrics.n_failed = j.value("n_failed", std::size_t{0});
+  r.by_lora.clear();
+  if (auto it = j.find("lora"); it != j.end() && it->is_object())
+    for (const auto& [name, v] : it->items()) {
+      RunMetrics m = v.at("metrics").get<RunMetrics>();
+      m.n_requests = v.value("n_requests", std::size_t{0});
+      m.n_failed = v.value("n_failed", std::size_t{0});
+      r.by_lora.emplace_back(name == "(base)" ? "" : name, std::move(m));
+    }
   r.repetitions.clear();
   r.stats.clear();
   if (auto it = j.find("repeats"); it != j.end() && it->is_object()) {

@@ -85,6 +85,9 @@ struct RunSummary {
   RunMetrics metrics;
   std::vector<RunMetrics> repetitions;  ///< each repetition's own metrics (empty when repeats is 1)
   std::vector<std::pair<std::string, MetricStats>> stats;  ///< by summary path; empty when repeats is 1
+  /// Multi-LoRA runs (records naming adapters): each adapter's metrics over its own requests, by
+  /// name ("" = the base model's requests), sorted; empty when no record names one. JSON: "lora".
+  std::vector<std::pair<std::string, RunMetrics>> by_lora;
 
   /// The statistics of `metric` (a summary path) over the repetitions, or nullptr.
   const MetricStats* stat(const std::string& metric) const;

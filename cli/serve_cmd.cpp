@@ -52,7 +52,33 @@ struct ServeArgs {
   std::string quantization;             // none | fp8 | int4_awq | int4_gptq; "" = the scenario's (none)
   std::string kv_cache_dtype;           // auto | fp8; "" = the scenario's (auto)
   double gpu_memory_utilization = 0.0;  // cuda: > 0 sizes the KV arena from free GPU memory
+  // multi-LoRA (vLLM's flags)
+  bool enable_lora = false;
+  std::vector<std::string> lora_modules;  // name=path, or {"name": ..., "path": ...}
+  int max_loras = 1;
+  int max_lora_rank = 16;
+  int max_cpu_loras = 0;
 };
+
+/// --lora-modules entries as (name, path): `name=path` or vLLM's JSON form {"name", "path"}.
+std::vector<std::pair<std::string, std::string>> parse_lora_modules(const std::vector<std::string>& modules) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string& m : modules) {
+    if (!m.empty() && m.front() == '{') {
+      const auto j = nlohmann::json::parse(m, nullptr, false);
+      if (j.is_discarded() || !j.is_object() || !j.contains("name") || !j.contains("path") || !j["name"].is_string() ||
+          !j["path"].is_string())
+        throw std::invalid_argument("--lora-modules " + m + ": the JSON form needs string \"name\" and \"path\"");
+      out.emplace_back(j["name"].get<std::string>(), j["path"].get<std::string>());
+      continue;
+    }
+    const auto eq = m.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == m.size())
+      throw std::invalid_argument("--lora-modules " + m + ": expected name=path");
+    out.emplace_back(m.substr(0, eq), m.substr(eq + 1));
+  }
+  return out;
+}
 
 /// The engine config from flags (no scenario).
 EngineConfig flags_engine_config(const ServeArgs& a, const ModelConfig& model) {
@@ -114,6 +140,10 @@ std::string check_serve_flags(const ServeArgs& a, const CLI::App& sub) {
       return std::string(k.flag) + " applies to " + (k.kv ? "--kv " : "--batching ") + k.applies_to + ", not " +
              (k.kv ? "--kv " : "--batching ") + chosen;
   }
+  if (!a.enable_lora)
+    for (const char* f : {"--lora-modules", "--max-loras", "--max-lora-rank", "--max-cpu-loras"})
+      if (given(f)) return std::string(f) + " needs --enable-lora";
+  if (a.enable_lora && a.backend == "echo") return "--enable-lora needs an engine backend (cpu, cuda or sim), not echo";
   if (given("--batch-size") && a.batching == "continuous")
     return "--batch-size applies to --batching static or dynamic, not --batching continuous (use --max-num-seqs)";
   if (!a.model.empty()) {
@@ -236,6 +266,20 @@ int serve_main(ServeArgs a, const CLI::App& sub) {
       std::cout << "servelab serve: KV cache " << econfig.kv_cache_bytes / double(1 << 30) << " GiB (gpu_memory_utilization "
                 << a.gpu_memory_utilization << ")" << std::endl;
     }
+    if (a.enable_lora) {  // the adapters are read now: a bad one stops the start, naming its folder
+      econfig.lora.enabled = true;
+      econfig.lora.max_loras = a.max_loras;
+      econfig.lora.max_lora_rank = a.max_lora_rank;
+      econfig.lora.max_cpu_loras = a.max_cpu_loras;
+      try {
+        econfig.validate();
+        o.loras = std::make_shared<LoraRegistry>(model, econfig.lora);
+        for (const auto& [name, path] : parse_lora_modules(a.lora_modules)) o.loras->add(name, path);
+      } catch (const std::exception& e) {
+        std::cerr << "servelab serve: error: " << e.what() << "\n";
+        return 2;
+      }
+    }
     EngineServiceOptions so;
     so.max_waiting = a.max_waiting;
     so.pace_predicted = spec.kind == BackendKind::sim;
@@ -247,7 +291,12 @@ int serve_main(ServeArgs a, const CLI::App& sub) {
   srv.handle_signals = true;
   srv.start();
   std::cout << "servelab serve: " << o.model_name << " (" << (echo ? "echo responder" : to_string(spec.kind))
-            << (echo ? "" : ", " + describe_engine(econfig)) << ", tokenizer " << tokenizer->name() << ") on http://" << o.host << ":" << srv.port()
+            << (echo ? "" : ", " + describe_engine(econfig))
+            << (o.loras ? ", LoRA (max_loras " + std::to_string(econfig.lora.max_loras) + ", max_lora_rank " +
+                              std::to_string(econfig.lora.max_lora_rank) + ", " + std::to_string(o.loras->list().size()) +
+                              " adapters)"
+                        : std::string())
+            << ", tokenizer " << tokenizer->name() << ") on http://" << o.host << ":" << srv.port()
             << "  (SIGTERM/Ctrl-C drains and exits)" << std::endl;
   srv.wait();
   std::cout << "servelab serve: drained, exiting" << std::endl;
@@ -292,12 +341,21 @@ const Registrar register_serve(
       sub.add_option("--kv-cache-mb", a->kv_cache_mb, "KV arena in MiB (default 64)");
       sub.add_option("--max-model-len", a->max_model_len, "Prompt + output cap (default the model's)");
       sub.add_option("--sim-device", a->sim_device, "sim: roofline device preset");
+      sub.add_flag("--enable-lora", a->enable_lora, "Serve LoRA adapters: a request's `model` names one (continuous batching)");
+      sub.add_option("--lora-modules", a->lora_modules,
+                     "Adapters to load at start, name=path (a PEFT folder) or '{\"name\": ..., \"path\": ...}'")
+          ->expected(1, -1);
+      sub.add_option("--max-loras", a->max_loras, "Adapters running at once (backend slots; default 1)")->check(CLI::Range(1, 4096));
+      sub.add_option("--max-lora-rank", a->max_lora_rank, "Largest adapter rank accepted (default 16)")->check(CLI::Range(1, 1024));
+      sub.add_option("--max-cpu-loras", a->max_cpu_loras, "Adapters kept in host memory (default --max-loras)")
+          ->check(CLI::NonNegativeNumber);
       sub.footer(
           "Examples:\n"
           "  servelab serve --preset tiny --port 8000\n"
           "  servelab serve --model models/qwen3 --backend cpu --api-key secret\n"
           "  servelab serve --scenario scenarios/quickstart.yaml --strategy continuous-paged\n"
           "  servelab serve --backend echo --port 9000      # fast responder for bench-http-driver.sh\n"
+          "  servelab serve --preset tiny --enable-lora --max-loras 4 --lora-modules sql=adapters/sql chat=adapters/chat\n"
           "Then: curl localhost:8000/v1/completions -d '{\"prompt\": \"hi\", \"max_tokens\": 8, \"stream\": true}'");
       const CLI::App* app = &sub;  // outlives the run: main() owns it
       return [a, app] { return serve_main(*a, *app); };

@@ -12,6 +12,8 @@
 #include <unordered_map>
 
 #include "engine/backend/step_input.h"
+#include "engine/lora/lora_adapter.h"
+#include "engine/lora/lora_slots.h"
 #include "engine/sched/scheduler.h"
 
 namespace servelab {
@@ -21,6 +23,11 @@ void EngineConfig::validate() const {
   kv.validate();
   if (kv_cache_bytes <= 0)
     throw std::invalid_argument("engine.kv_cache_bytes must be > 0 (got " + std::to_string(kv_cache_bytes) + ")");
+  if (lora.enabled) {
+    lora.validate();
+    if (sched.kind != BatchingKind::continuous)
+      throw std::invalid_argument(std::string("LoRA adapters need continuous batching (got ") + to_string(sched.kind) + ")");
+  }
   if (swap_space_bytes < 0 || swap_space_bytes > kMaxSwapSpaceBytes)
     throw std::invalid_argument("engine.swap_space must be in [0, 1024] GiB (got " + std::to_string(swap_space_bytes) +
                                 " bytes)");
@@ -118,7 +125,13 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend)
     swap_ = std::make_unique<SwapSpace>(host_slots, block);
     if (host_slots > 0) host_pool_ = backend_->make_host_pool(host_slots);
   }
-  scheduler_ = make_scheduler(config_.sched, *kv_, swap_.get());
+  SchedulerConfig sched = config_.sched;
+  sched.max_loras = config_.lora.enabled ? config_.lora.max_loras : 0;
+  if (config_.lora.enabled) {
+    if (!backend_->caps().lora) throw std::invalid_argument("backend " + backend_->name() + " does not run LoRA adapters");
+    lora_slots_ = std::make_unique<LoraSlots>(config_.lora.max_loras);
+  }
+  scheduler_ = make_scheduler(sched, *kv_, swap_.get());
 }
 
 Engine::~Engine() = default;
@@ -200,6 +213,15 @@ std::optional<FinishedRequest> Engine::add(const Request& request, double arriva
   seq->sampling = sp;
   seq->arrival_s = arrival;
   seq->cache_salt = request.cache_salt;
+  if (request.lora) {
+    if (!config_.lora.enabled) return reject("request names LoRA adapter '" + request.lora->name + "' but LoRA is off");
+    if (request.lora->id == 0) return reject("LoRA adapter '" + request.lora->name + "' has no id (register it first)");
+    if (request.lora->rank > config_.lora.max_lora_rank)
+      return reject("LoRA adapter '" + request.lora->name + "' has rank " + std::to_string(request.lora->rank) +
+                    " > max_lora_rank " + std::to_string(config_.lora.max_lora_rank));
+    seq->lora = request.lora;
+    seq->lora_id = request.lora->id;
+  }
   if (request.constraint && sp.n > 1) return reject("structured output needs n = 1 (got n = " + std::to_string(sp.n) + ")");
   if (auto why = scheduler_->never_schedulable(*seq)) return reject(*why);
 
@@ -355,9 +377,21 @@ StepOutcome Engine::step(double now) {
       // Sample 0's first draw also draws the first token of every other parallel sample.
       const bool draws_all = sample && c.seq->sample_index == 0 && !rs.forked;
       const int n_samples = draws_all ? std::max(1, rs.request.sampling.n) : 1;
-      BatchEntry& e = batch.entries.emplace_back(BatchEntry{c.seq, c.n_new, sample, n_samples, -1});
+      BatchEntry& e = batch.entries.emplace_back(BatchEntry{c.seq, c.n_new, sample, n_samples, -1, -1});
+      if (c.seq->lora) {
+        const int64_t loads = lora_slots_->n_loads();
+        e.lora_slot = lora_slots_->acquire(c.seq->lora, n_steps_ + 1, *backend_);
+        out.n_lora_loads += static_cast<int>(lora_slots_->n_loads() - loads);
+      }
       if (sample && rs.request.constraint) add_masks(batch, e, *rs.request.constraint, mask_words);
       if (rs.record.scheduled_s < 0) rs.record.scheduled_s = now;
+    }
+    ++n_steps_;
+    for (size_t i = 0; lora_slots_ && i < batch.entries.size(); ++i) {  // distinct adapters: one slot each
+      const int slot = batch.entries[i].lora_slot;
+      bool first = slot >= 0;
+      for (size_t j = 0; j < i && first; ++j) first = batch.entries[j].lora_slot != slot;
+      out.n_loras += first ? 1 : 0;
     }
     Step& step = state_->step;
     build_step_input(batch, *kv_, backend_->config().vocab_size, step);
@@ -460,6 +494,9 @@ void Engine::State::fork_samples(Sequence& parent, std::span<const TokenId> firs
     child.n_prompt = parent.n_prompt;
     child.sampling = parent.sampling;
     child.arrival_s = parent.arrival_s;
+    child.cache_salt = parent.cache_salt;  // its blocks join the prefix cache under the parent's keys
+    child.lora = parent.lora;
+    child.lora_id = parent.lora_id;
     rs.seqs.push_back(std::move(owned));
     const size_t n_done = done.size();
     emit(child, firsts[static_cast<size_t>(i)], end, eos, out, done);

@@ -11,6 +11,7 @@
 #include "engine/backend/backend.h"
 #include "engine/kv/kv_manager.h"
 #include "engine/kv/swap_space.h"
+#include "engine/lora/lora_config.h"
 #include "engine/request.h"
 #include "engine/sched/scheduler_config.h"
 #include "engine/spec/adaptive.h"
@@ -28,6 +29,9 @@ struct EngineConfig {
   /// 0 makes every one recompute. In [0, kMaxSwapSpaceBytes].
   int64_t swap_space_bytes = 4ll << 30;
   static constexpr int64_t kMaxSwapSpaceBytes = 1ll << 40;  ///< 1 TiB
+  /// Multi-LoRA (continuous batching only): requests may name an adapter (Request::lora); at most
+  /// lora.max_loras distinct adapters run at once (the backend's slots, the scheduler's bound).
+  LoraConfig lora;
   void validate() const;
 };
 
@@ -102,10 +106,13 @@ struct StepOutcome {
   KvBreakdown kv;                ///< after the step
   int n_waiting = 0;
   int n_running = 0;
+  int n_loras = 0;        ///< distinct LoRA adapters in the step
+  int n_lora_loads = 0;   ///< adapters loaded into the backend's slots for it (misses)
   bool idle() const { return batch_size == 0; }
 };
 
 class Scheduler;
+class LoraSlots;
 
 /// How an engine speculates beyond its proposer (engine/spec/adaptive.h).
 struct SpecPolicy {
@@ -177,6 +184,8 @@ class Engine {
   std::unique_ptr<HostKvPool> host_pool_;   // ... and the backend's memory behind them
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Proposer> proposer_;
+  std::unique_ptr<LoraSlots> lora_slots_;  // enabled LoRA: which adapter sits in which backend slot
+  uint64_t n_steps_ = 0;
   SpecPolicy spec_;
   struct State;
   std::unique_ptr<State> state_;

@@ -11,6 +11,7 @@
 namespace servelab {
 
 using TokenId = int32_t;
+struct LoraAdapter;  // engine/lora/lora_adapter.h
 
 /// How to pick each output token. temperature 0 means greedy (argmax).
 struct SamplingParams {
@@ -48,6 +49,9 @@ struct Request {
   uint64_t cache_salt = 0;
   /// Structured output: the tokens each draw may take (null = any). Only with n == 1.
   std::shared_ptr<TokenConstraint> constraint;
+  /// The LoRA adapter the request runs with (null = the base model); its id is a second root of
+  /// the prefix cache's hash, beside cache_salt.
+  std::shared_ptr<const LoraAdapter> lora;
 };
 
 enum class FinishReason { none, length, eos, rejected, aborted };
@@ -84,6 +88,8 @@ struct Sequence {
   /// once the sequence has sampled (the last accepted token is computed by the next step).
   int n_computed = 0;
   uint64_t cache_salt = 0;  ///< the request's prefix-cache salt (Request::cache_salt)
+  std::shared_ptr<const LoraAdapter> lora;  ///< Request::lora
+  uint64_t lora_id = 0;     ///< lora's LoraAdapter::id (0 = base model): the scheduler's and cache's key
   SamplingParams sampling;
   SeqStatus status = SeqStatus::waiting;
   KvHandle kv;

@@ -69,6 +69,7 @@ struct KvShape {
 /// Which count an array of the step input is sized by.
 enum class StepExtent : int32_t {
   rows,        ///< one per query row (the packed copy adds the padding rows)
+  opt_rows,    ///< one per query row, or none at all (every row then takes the pad value)
   tokens,      ///< one per query row that attends and writes K/V
   seqs,        ///< one per sequence
   seq_bounds,  ///< n_seqs + 1 (cu_seqlens)
@@ -114,6 +115,7 @@ enum class StepPad : int32_t {
   X(seq_key, uint64_t, samples, packed, value, 0)           /* sample index within its request */       \
   X(sample_position, int32_t, samples, packed, value, 1)    /* index the sampled token takes */         \
   X(mask_index, int32_t, samples, packed, value, -1)        /* token mask of the draw, -1 = none */     \
+  X(lora_slot, int32_t, opt_rows, packed, value, -1)        /* LoRA adapter slot of each row, -1 none */ \
   X(mask_words, uint32_t, masks, separate, value, 0)        /* bit t of mask m: token t allowed */  \
   X(draft_token, int32_t, samples, packed, value, -1)       /* draft the draw verifies, -1 = none */ \
   X(draft_dist, int32_t, samples, packed, value, -1)        /* its q in draft_probs, -1 = none */   \
@@ -155,6 +157,7 @@ struct StepInput {
     const bool paged = kv_kind == KvLayoutKind::paged;
     switch (extent) {
       case StepExtent::rows:
+      case StepExtent::opt_rows:
       case StepExtent::tokens: return t;
       case StepExtent::seqs: return s;
       case StepExtent::seq_bounds: return s + 1;
@@ -192,7 +195,9 @@ struct StepInput {
         (mask_words_per_row == 0 && !mask_words.empty()))
       bad("mask_words must hold whole masks of mask_words_per_row words");
 #define SERVELAB_STEP_SIZE(name, type, extent, travel, pad, pad_value)                                    \
-    if (StepExtent::extent != StepExtent::masks && StepExtent::extent != StepExtent::dists && name.size() != host_count(StepExtent::extent))                     \
+    if (StepExtent::extent != StepExtent::masks && StepExtent::extent != StepExtent::dists &&                       \
+        !(StepExtent::extent == StepExtent::opt_rows && name.empty()) &&                                          \
+        name.size() != host_count(StepExtent::extent))                                                              \
       bad(std::string(#name) + " has " + std::to_string(name.size()) + " entries, its extent (" #extent ") needs " + \
           std::to_string(host_count(StepExtent::extent)));
     SERVELAB_STEP_FIELDS(SERVELAB_STEP_SIZE)
@@ -217,6 +222,8 @@ struct StepInput {
       if (draft_dist[i] < -1 || (draft_dist[i] >= 0 && draft_token[i] < 0))
         bad("draft_dist[" + std::to_string(i) + "] needs a draft_token");
     }
+    for (size_t i = 0; i < lora_slot.size(); ++i)
+      if (lora_slot[i] < -1) bad("lora_slot[" + std::to_string(i) + "] must be >= -1");
   }
 };
 

@@ -116,7 +116,7 @@ PointRun PointRunner::run(size_t strategy, double rate, const PointRunOptions& o
     backend = measuring_backend(std::move(backend), *options.predict_with, out.step_timings);
   Engine engine(config, std::move(backend));
   apply_strategy(engine, strat, *backends_);
-  std::unique_ptr<RequestSource> source = make_source(sc, plan);
+  std::unique_ptr<RequestSource> source = make_source(sc, plan, run_adapters(sc, sc.backend.kind != BackendKind::sim));
   std::unique_ptr<Clock> clock;
   if (sc.backend.kind == BackendKind::sim) clock = std::make_unique<VirtualClock>();
   else clock = std::make_unique<SteadyClock>();

@@ -1,5 +1,7 @@
 #include "loadgen/inprocess_driver.h"
 
+#include "engine/lora/lora_adapter.h"
+
 #include <algorithm>
 
 namespace servelab {
@@ -27,6 +29,7 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
     double intended_s;
     double sent_s;
     double released_s;  ///< when a max-concurrency cap let it go; -1 when not held
+    std::string lora;   ///< its adapter's name
   };
   std::unordered_map<uint64_t, Sent> sent;
   DriveStats stats;
@@ -41,7 +44,7 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
     // keeps it out of lateness, which measures only the generator falling behind.
     const auto held = source.held_until();
     if (held) sent_s = std::max(sent_s, *held);
-    sent[r.id] = {intended_s, sent_s, held ? std::max(*held, intended_s) : -1.0};
+    sent[r.id] = {intended_s, sent_s, held ? std::max(*held, intended_s) : -1.0, r.lora ? r.lora->name : ""};
     ++stats.n_sent;
   };
   cb.on_step = [&](const StepOutcome& s) {
@@ -62,6 +65,8 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
     st.spec_draft_tokens = s.spec_draft_tokens;
     st.spec_accepted_tokens = s.spec_accepted_tokens;
     st.spec_accepted_per_pos = s.spec_accepted_per_pos;
+    st.n_loras = s.n_loras;
+    st.n_lora_loads = s.n_lora_loads;
     st.kv_capacity = s.kv.capacity;
     st.kv_stored = s.kv.stored;
     st.kv_reserved = s.kv.reserved;
@@ -78,6 +83,7 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
     rec.arrival_s = it != sent.end() ? it->second.intended_s : f.arrival_s;
     rec.sent_s = it != sent.end() ? it->second.sent_s : f.arrival_s;
     rec.released_s = it != sent.end() ? it->second.released_s : -1.0;
+    if (it != sent.end()) rec.lora = it->second.lora;
     rec.scheduled_s = f.scheduled_s;
     rec.first_token_s = f.first_token_s;
     rec.token_times_s = f.token_times_s;

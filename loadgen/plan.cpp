@@ -12,6 +12,7 @@
 
 #include "engine/model/tokenizer.h"
 #include "loadgen/arrivals.h"
+#include "loadgen/lora_workload.h"
 #include "loadgen/rng.h"
 
 namespace servelab {
@@ -220,6 +221,10 @@ Plan Planner::make(double rate) const {
     r.session = it.session;
     r.turn = it.turn;
     r.think_time_s = it.session >= 0 && it.turn > 0 ? w.sessions.think_time_s : 0.0;
+    if (w.lora.enabled()) {  // a session keeps one adapter over its turns
+      Rng lora_rng = Rng::stream(scenario_.seed, RngStream::lora_choice, it.session >= 0 ? uint64_t(it.session) : i);
+      r.lora = LoraChooser(w.lora).choose(lora_rng);
+    }
     plan.n_warmup += r.warmup;
   }
   return plan;
@@ -331,6 +336,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
                         {"warmup", r.warmup},
                         {"prompt", r.prompt}};
     if (r.prefix_group >= 0) j["prefix_group"] = r.prefix_group;
+    if (!r.lora.empty()) j["lora"] = r.lora;
     if (r.session >= 0) {
       j["session"] = r.session;
       j["turn"] = r.turn;

@@ -30,6 +30,7 @@ struct PlannedRequest {
   int session = -1;               ///< −1 = not part of a session
   int turn = 0;
   double think_time_s = 0.0;
+  std::string lora;               ///< workload.lora: the adapter it names ("" = the base model)
 };
 
 /// All requests of one run, in send order (warm-up first).

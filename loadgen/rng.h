@@ -20,6 +20,7 @@ enum class RngStream : uint64_t {
   prefix_groups = 7,   ///< indexed by group: group g's system-prompt token ids
   prefix_group_choice = 8,  ///< one draw per request: which prefix group it belongs to
   sessions = 9,        ///< one draw per session: its number of turns
+  lora_choice = 10,    ///< indexed by request (or session): which LoRA adapter it names
 };
 
 /// xoshiro256**: small, fast, statistically strong, fully specified.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/backend/make_backend.h"
+#include "loadgen/lora_workload.h"
 #include "engine/kv/kv_manager.h"
 #include "engine/model/config.h"
 #include "engine/sched/scheduler_config.h"
@@ -188,6 +189,7 @@ struct WorkloadSpec {
   int shared_prefix_tokens = 0;      ///< one prefix every prompt starts with (prefix caching)
   std::vector<PrefixGroupSpec> prefix_groups;  ///< system prompts shared by fractions of the requests
   SessionSpec sessions;
+  LoraWorkloadSpec lora;             ///< adapters named per request (loadgen/lora_workload.h)
   std::string tokenizer;             ///< resolved path of a tokenizer.json; "" = the model folder's, if any
   /// Runs of each sweep point, each with its own plan seed (repeat_seed); > 1 adds mean, std, min
   /// and 95% intervals of every headline metric to the summary.

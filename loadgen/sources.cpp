@@ -3,6 +3,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "loadgen/backend_spec.h"
+#include "loadgen/lora_source.h"
 #include "loadgen/sessions.h"
 
 namespace servelab {
@@ -86,6 +88,18 @@ std::unique_ptr<RequestSource> make_source(const Scenario& scenario, Plan plan) 
   return std::make_unique<OpenLoopSource>(std::move(plan), cap);
 }
 
+std::unique_ptr<RequestSource> make_source(const Scenario& scenario, Plan plan, const LoraAdapters& loras) {
+  if (!scenario.workload.lora.enabled()) return make_source(scenario, std::move(plan));
+  const Plan copy = plan;  // the adapter names by request id
+  return std::make_unique<LoraSource>(make_source(scenario, std::move(plan)), copy, loras);
+}
+
+LoraAdapters run_adapters(const Scenario& scenario, bool with_weights) {
+  const LoraWorkloadSpec& spec = scenario.workload.lora;
+  if (!spec.enabled()) return {};
+  return make_workload_adapters(spec, resolve_model_config(backend_spec(scenario).model), scenario.seed, with_weights);
+}
+
 void apply_strategy(Engine& engine, const StrategySpec& strategy, const BackendFactory& backends) {
   if (!strategy.speculative) return;
   const SpeculativeConfig& sc = *strategy.speculative;
@@ -118,6 +132,7 @@ EngineConfig engine_config(const Scenario& scenario, const StrategySpec& strateg
   c.kv.max_model_len = scenario.engine.max_model_len;
   c.kv_cache_bytes = scenario.engine.kv_cache_bytes;
   c.swap_space_bytes = scenario.engine.swap_space_bytes;
+  c.lora = scenario.workload.lora.engine_config();
   return c;
 }
 

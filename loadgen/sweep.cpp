@@ -251,7 +251,8 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
         }
         const std::unique_ptr<Engine> engine_ptr = make_engine(scenario, scenario.strategies[i], *backends);
         Engine& engine = *engine_ptr;
-        std::unique_ptr<RequestSource> source = make_source(scenario, plan);
+        std::unique_ptr<RequestSource> source =
+            make_source(scenario, plan, run_adapters(scenario, scenario.backend.kind != BackendKind::sim));
         std::unique_ptr<Clock> clock;
         if (scenario.backend.kind == BackendKind::sim) clock = std::make_unique<VirtualClock>();
         else clock = std::make_unique<SteadyClock>();

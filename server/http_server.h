@@ -3,6 +3,7 @@
 // `io_threads` threads parse requests, submit them to a GenerationService and stream tokens back
 // as SSE. Every error is caught once, at the session, and answered as OpenAI-style error JSON.
 //   POST /v1/completions, /v1/chat/completions · GET /v1/models, /health, /metrics
+//   POST /v1/load_lora_adapter, /v1/unload_lora_adapter (with LoRA on: server/lora_routes.h)
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -10,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/lora/lora_registry.h"
 #include "engine/model/tokenizer.h"
 #include "server/metrics.h"
 #include "engine/grammar/grammar_constraint.h"
@@ -29,6 +31,8 @@ struct ServerOptions {
   std::string chat_template;        ///< the model's template (tokenizer_config.json); "" = ChatML
   ChatRenderer render_chat;         ///< chat messages -> prompt text
   ParseLimits limits;
+  /// Multi-LoRA (serve --enable-lora): the adapters a request's `model` may name; null = off.
+  std::shared_ptr<LoraRegistry> loras;
   void validate() const;
 };
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/api_error.h"
+#include "server/lora_routes.h"
 #include "server/request_prepare.h"
 
 namespace servelab::server {
@@ -142,7 +143,18 @@ void HttpSession::route(Request& req) {
     nlohmann::json m = {{"id", ctx_.options.model_name}, {"object", "model"}, {"created", 0},
                         {"owned_by", "servelab"}, {"max_model_len", ctx_.service.max_model_len()}};
     nlohmann::json j = {{"object", "list"}, {"data", nlohmann::json::array({m})}};
+    if (ctx_.options.loras)
+      for (auto& card : lora_model_cards(*ctx_.options.loras, ctx_.options.model_name, ctx_.service.max_model_len()))
+        j["data"].push_back(std::move(card));
     return respond(200, j.dump());
+  }
+  if (target == "/v1/load_lora_adapter" || target == "/v1/unload_lora_adapter") {
+    if (!post) throw wrong_method("POST");
+    const std::string body(req.body());
+    return respond(200, target == "/v1/load_lora_adapter"
+                            ? load_lora_adapter(ctx_.options.loras.get(), ctx_.options.model_name, body)
+                            : unload_lora_adapter(ctx_.options.loras.get(), body),
+                   "text/plain");
   }
   if (target == "/v1/completions" || target == "/v1/chat/completions") {
     if (!post) throw wrong_method("POST");
@@ -164,6 +176,7 @@ void HttpSession::start_completion(Request& req, ApiKind api) {
     lim.chat_template = ctx_.options.chat_template;
     lim.render_chat = ctx_.options.render_chat;
     lim.constraints = ctx_.constraints.get();
+    lim.loras = ctx_.options.loras.get();
     prepared = prepare_request(params, id, ctx_.tokenizer, lim);
   } catch (const ApiError& e) {
     ctx_.metrics.on_rejected(e.code == "context_length_exceeded" ? "too_long" : "invalid");
@@ -171,7 +184,8 @@ void HttpSession::start_completion(Request& req, ApiKind api) {
   }
   stream_ = std::make_unique<CompletionStream>(params, ctx_.tokenizer,
                                                (api == ApiKind::chat ? "chatcmpl-" : "cmpl-") + std::to_string(id),
-                                               ctx_.options.model_name, static_cast<int64_t>(std::time(nullptr)),
+                                               prepared.request.lora ? params.model : ctx_.options.model_name,
+                                               static_cast<int64_t>(std::time(nullptr)),
                                                static_cast<int>(prepared.request.prompt.size()), prepared.prompt_text);
   channel_ = std::make_shared<RequestChannel>(id);
   std::weak_ptr<HttpSession> weak = shared_from_this();

@@ -5,12 +5,20 @@
 namespace servelab::server {
 
 PreparedRequest prepare_request(const CompletionParams& p, uint64_t id, const Tokenizer& tok, const ModelLimits& lim) {
-  if (!p.model.empty() && p.model != lim.model_name)
-    throw ApiError(404, "invalid_request_error", "model", "model_not_found",
-                   "The model `" + p.model + "` does not exist (this server serves `" + lim.model_name + "`)");
   PreparedRequest out;
   Request& r = out.request;
   r.id = id;
+  if (!p.model.empty() && p.model != lim.model_name) {
+    try {
+      if (lim.loras) r.lora = lim.loras->get(p.model);
+    } catch (const std::exception& e) {  // it left host memory and its folder no longer reads
+      throw ApiError(400, "invalid_request_error", "model", "invalid_lora_adapter", e.what());
+    }
+    if (!r.lora)
+      throw ApiError(404, "invalid_request_error", "model", "model_not_found",
+                     "The model `" + p.model + "` does not exist (this server serves `" + lim.model_name + "`" +
+                         (lim.loras ? " and its LoRA adapters" : "") + ")");
+  }
   if (p.prompt_ids) {
     r.prompt = *p.prompt_ids;
     for (size_t i = 0; i < r.prompt.size(); ++i)

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/grammar/grammar_constraint.h"
+#include "engine/lora/lora_registry.h"
 #include "engine/model/tokenizer.h"
 #include "engine/request.h"
 #include "server/request_parse.h"
@@ -25,6 +26,8 @@ struct ModelLimits {
   ChatRenderer render_chat;  ///< empty: chat requests get 400
   /// Compiles structured-output constraints; null: constrained requests get 400.
   grammar::ConstraintCompiler* constraints = nullptr;
+  /// Multi-LoRA: a `model` naming one of these runs with that adapter; null: only model_name.
+  LoraRegistry* loras = nullptr;
 };
 
 struct PreparedRequest {
@@ -32,7 +35,8 @@ struct PreparedRequest {
   std::string prompt_text;  ///< for echo
 };
 
-/// Throws ApiError: 404 unknown model, 400 bad prompt ids / empty prompt, 400
+/// `model` empty or the base model's name: the base model; an adapter's name: Request::lora.
+/// Throws ApiError: 404 unknown model (neither), 400 an adapter whose folder cannot be read again, 400 bad prompt ids / empty prompt, 400
 /// context_length_exceeded (prompt + max_tokens beyond max_model_len), 400 for a structured-output
 /// constraint the grammar engine does not support (naming the construct) or with n > 1.
 PreparedRequest prepare_request(const CompletionParams& params, uint64_t id, const Tokenizer& tokenizer,

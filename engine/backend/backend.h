@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +18,8 @@
 #include "kernels/step_input.h"
 
 namespace servelab {
+
+struct LoraAdapter;
 
 /// One step as every backend runs it: the flat per-step arrays (kernels/step_input.h: rows,
 /// KV addressing, one entry per draw with its sampling parameters and optional token mask) and
@@ -49,6 +52,7 @@ struct BackendCaps {
   /// Verifies drafts against their proposer's distribution (draft_token / draft_dist /
   /// draft_probs, rejection sampling); without it the engine sends drafts as point masses.
   bool draft_probs = false;
+  bool lora = false;                  ///< runs LoRA adapters (load_lora, the step's lora_slot)
   std::vector<DType> weight_dtypes;   ///< storage types of the weights
   std::vector<DType> kv_dtypes;       ///< storage types of the KV cache
 };
@@ -138,6 +142,14 @@ class Backend {
   virtual void swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) = 0;
 
   // Capabilities some backends have (see caps()); the defaults say "not here".
+  /// Multi-LoRA (caps().lora): slot `slot` (>= 0) holds `adapter` from now on (null empties it);
+  /// rows whose step lora_slot is that slot run each adapted linear as W + scale · B · A. The
+  /// engine (LoraSlots) decides which adapter sits in which slot. Throws std::invalid_argument on a
+  /// backend without LoRA, or for an adapter whose shapes do not fit the model.
+  virtual void load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter) {
+    (void)slot, (void)adapter;
+    throw std::invalid_argument("backend " + name() + " does not run LoRA adapters");
+  }
   /// The KV budget a `gpu_memory_utilization` share leaves (vLLM's rule), when caps().device_memory.
   virtual std::optional<int64_t> kv_bytes_for_memory_share(double utilization, int max_tokens, int max_seqs) const {
     (void)utilization, (void)max_tokens, (void)max_seqs;

@@ -412,6 +412,9 @@ void CpuBackend::qkv_rope_store(int layer) {
       {&L.wk, &L.bk, s.k.data(), dkv, GemmTiling::make(R, d, dkv, hd, pool_.n_threads())},
       {&L.wv, &L.bv, s.v.data(), dkv, GemmTiling::make(R, d, dkv, hd, pool_.n_threads())},
   };
+  const LoraTarget lora_target[3] = {LoraTarget::q, LoraTarget::k, LoraTarget::v};
+  if (lora_.active())
+    for (LoraTarget t : lora_target) lora_.shrink(layer, t, s.xn.data());
   const int64_t n_q = parts[kQ].tiling.n_items(), n_k = parts[kK].tiling.n_items();
   const int64_t n_items = n_q + n_k + parts[kV].tiling.n_items();
   run_items(pool_, n_items, int64_t(R) * d * (dq + 2 * dkv), [&](int, int64_t item) {
@@ -422,6 +425,7 @@ void CpuBackend::qkv_rope_store(int layer) {
     float* out = part.out + size_t(r0) * part.width + c0;
     gemm_nt(s.xn.data() + size_t(r0) * d, r1 - r0, d, part.w->data() + size_t(c0) * d, c1 - c0, out,
             part.width, false);
+    if (lora_.active()) lora_.expand(layer, lora_target[kind], r0, r1, c0, c1, part.out, part.width);
     for (int r = r0; r < r1; ++r) {
       float* row = part.out + size_t(r) * part.width;
       if (!part.bias->empty())
@@ -451,6 +455,8 @@ void CpuBackend::gate_up_silu(int layer) {
   // Gate and up as one job: each item projects the same columns of both, then applies SwiGLU to
   // them while they are in cache.
   const GemmTiling t = GemmTiling::make(R, d, ffn, 16, pool_.n_threads());
+  if (lora_.active())
+    for (LoraTarget lt : {LoraTarget::gate, LoraTarget::up}) lora_.shrink(layer, lt, s.xn.data());
   run_items(pool_, t.n_items(), 2 * int64_t(R) * d * ffn, [&](int, int64_t item) {
     int r0, r1, c0, c1;
     t.item(item, r0, r1, c0, c1);
@@ -459,6 +465,10 @@ void CpuBackend::gate_up_silu(int layer) {
     float* up = s.up.data() + size_t(r0) * ffn + c0;
     gemm_nt(in, r1 - r0, d, L.w_gate.data() + size_t(c0) * d, c1 - c0, gate, ffn, false);
     gemm_nt(in, r1 - r0, d, L.w_up.data() + size_t(c0) * d, c1 - c0, up, ffn, false);
+    if (lora_.active()) {
+      lora_.expand(layer, LoraTarget::gate, r0, r1, c0, c1, s.gate.data(), ffn);
+      lora_.expand(layer, LoraTarget::up, r0, r1, c0, c1, s.up.data(), ffn);
+    }
     for (int r = 0; r < r1 - r0; ++r)
       for (int j = 0; j < c1 - c0; ++j) {
         const float g = gate[size_t(r) * ffn + j];
@@ -478,15 +488,24 @@ void CpuBackend::run_layer(int layer) {
   attention(layer);
   quantize_activations(s.attn.data(), dq, kInputO, layer);
   parallel_gemm_nt(pool_, s.attn.data(), s.n_rows, dq, L.wo.data(), d, s.x.data(), true);
+  if (lora_.active()) {  // the residual takes the adapter's delta of o_proj (and of down_proj below)
+    lora_.shrink(layer, LoraTarget::o, s.attn.data());
+    lora_.expand(layer, LoraTarget::o, 0, s.n_real, 0, d, s.x.data(), d);
+  }
   norm_rows(L.ffn_norm);
   quantize_activations(s.xn.data(), d, kInputGateUp, layer);
   gate_up_silu(layer);
   quantize_activations(s.gate.data(), ffn, kInputDown, layer);
   parallel_gemm_nt(pool_, s.gate.data(), s.n_rows, ffn, L.w_down.data(), d, s.x.data(), true);
+  if (lora_.active()) {
+    lora_.shrink(layer, LoraTarget::down, s.gate.data());
+    lora_.expand(layer, LoraTarget::down, 0, s.n_real, 0, d, s.x.data(), d);
+  }
 }
 
 std::span<const float> CpuBackend::logits(const Step& step) {
   plan_rows(step);
+  lora_.plan(step.in);
   Scratch& s = *scratch_;
   const ModelConfig& c = config();
   if (s.n_rows == 0) return {};
@@ -605,10 +624,15 @@ void CpuBackend::check_pool(const HostKvPool& pool, const char* who) const {
                                 std::to_string(kv_bytes_per_slot()) + ")");
 }
 
+void CpuBackend::load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter) {
+  lora_.load(slot, std::move(adapter), config());
+}
+
 BackendCaps CpuBackend::caps() const {
   BackendCaps c;
   c.logprobs = true;
   c.draft_probs = true;
+  c.lora = true;
   c.weight_dtypes = {DType::f32};
   c.kv_dtypes = {DType::f32};
   return c;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/cpu_lora.h"
 #include "engine/backend/thread_pool.h"
 #include "engine/backend/kv_cache_spec.h"
 #include "engine/model/weights.h"
@@ -67,6 +68,8 @@ class CpuBackend final : public Backend {
   std::unique_ptr<HostKvPool> make_host_pool(int64_t n_slots) override;
   void swap_out(std::span<const KvSwap> runs, HostKvPool& pool) override;
   void swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) override;
+  /// Any number of slots; adapters run by the plain formula (cpu_lora.h).
+  void load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter) override;
 
   /// execute() without drawing: writes K/V like execute() and returns the logits of each
   /// distinct drawn row, [n_rows_drawn, vocab] in order of first draw (n parallel samples of one
@@ -109,6 +112,7 @@ class CpuBackend final : public Backend {
   int64_t n_slots_ = 0;
   std::vector<float> rope_cos_, rope_sin_;  // [max_position][head_dim/2]
   std::unique_ptr<Scratch> scratch_;
+  CpuLora lora_;
 };
 
 }  // namespace servelab

@@ -27,6 +27,9 @@ class ForwardingBackend : public Backend {
   std::optional<int64_t> kv_bytes_for_memory_share(double utilization, int max_tokens, int max_seqs) const override {
     return inner_->kv_bytes_for_memory_share(utilization, max_tokens, max_seqs);
   }
+  void load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter) override {
+    inner_->load_lora(slot, std::move(adapter));
+  }
   std::optional<CostCounts> priced_steps() const override { return inner_->priced_steps(); }
   std::vector<std::pair<int64_t, double>> time_all_reduce(const std::vector<int64_t>& message_bytes) override {
     return inner_->time_all_reduce(message_bytes);

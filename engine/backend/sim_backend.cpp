@@ -70,6 +70,7 @@ StepOutput SimBackend::execute(const Step& step) {
 BackendCaps SimBackend::caps() const {
   BackendCaps c;
   c.tensor_parallel = cost_.tensor_parallel;
+  c.lora = true;  // bookkeeping only: adapters are not priced
   c.weight_dtypes = {DType::bf16, DType::f16};
   c.kv_dtypes = {DType::bf16, DType::f16};
   return c;

@@ -33,6 +33,9 @@ class SimBackend final : public Backend {
   /// allowed token from there on (cyclically).
   StepOutput execute(const Step& step) override;
   std::optional<CostCounts> priced_steps() const override { return counts_; }
+  /// Takes any adapter into any slot. Not priced yet: a step with adapters costs what the same
+  /// step without them does (docs/lora.md).
+  void load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter) override { (void)slot, (void)adapter; }
   void copy_slots(std::span<const KvCopy> copies) override;
   /// Bookkeeping only: no memory behind it (the sim stores no K/V).
   std::unique_ptr<HostKvPool> make_host_pool(int64_t n_slots) override;

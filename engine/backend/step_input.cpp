@@ -83,6 +83,7 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& 
   if (paged) in.block_tables.assign(batch.entries.size() * size_t(stride), 0);
 
   // Pass 2: rows, addressing, sampling arrays.
+  const bool any_lora = std::any_of(batch.entries.begin(), batch.entries.end(), [](const BatchEntry& e) { return e.lora_slot >= 0; });
   in.query_start.push_back(0);
   int row = 0;
   for (size_t e = 0; e < batch.entries.size(); ++e) {
@@ -113,6 +114,7 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& 
                                     ")");
       in.token_ids.push_back(t);
       in.positions.push_back(pos);
+      if (any_lora) in.lora_slot.push_back(entry.lora_slot < 0 ? -1 : entry.lora_slot);
       in.slot_mapping.push_back(paged ? int64_t(table[pos / block_size]) * block_size + pos % block_size
                                       : base + pos);
     }

@@ -33,6 +33,7 @@ struct BatchEntry {
   /// Token masks (Batch::mask_words): the first drawn row's mask index, later rows the next ones
   /// (parallel samples share it); -1 = unconstrained.
   int first_mask = -1;
+  int lora_slot = -1;   ///< the backend's LoRA slot its rows run with (-1 = the base model)
 };
 
 /// A step's work as the engine sees it. n_padding_tokens are rows computed and thrown away
@@ -55,6 +56,7 @@ struct Batch {
 /// - slot_mapping from those, as kernels::KvAddressing::slot computes it;
 /// - the draws of each entry with sample set (see BatchEntry): temperature (0 for greedy or
 ///   top_k == 1), top_k, top_p and seed from seq->sampling, seq_key, sample_position, mask_index;
+/// - lora_slot per row from its entry's, only when some entry has one (else empty: no adapters);
 /// - decode_only when every entry has n_new == 1.
 /// Throws std::invalid_argument naming the entry and field for a malformed batch (null seq,
 /// n_new < 1, positions outside the tokens, a token outside [0, vocab), bad sampling values,

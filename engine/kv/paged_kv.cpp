@@ -17,7 +17,12 @@ constexpr uint64_t kRootHash = 0x6a09e667f3bcc908ull;  // parent hash of a seque
 
 /// Parent hash of a sequence's first block: the salt (a LoRA adapter's id) keys the whole chain,
 /// so K/V computed under one salt is never found under another.
-uint64_t root_hash(uint64_t salt) { return salt == 0 ? kRootHash : splitmix64(kRootHash ^ splitmix64(salt)); }
+/// Root of a sequence's hash chain: the cache salt and then the LoRA adapter id mixed in, so K/V
+/// computed under one (salt, adapter) is never reused under another; (0, 0) is the plain root.
+uint64_t root_hash(uint64_t salt, uint64_t lora_id) {
+  uint64_t h = salt == 0 ? kRootHash : splitmix64(kRootHash ^ splitmix64(salt));
+  return lora_id == 0 ? h : splitmix64(h ^ splitmix64(lora_id ^ 0x4c6f5241ull));
+}
 
 /// Chained block hash: depends on every token of the prefix through `parent`.
 uint64_t block_hash(uint64_t parent, const TokenId* tokens, int n) {
@@ -155,7 +160,7 @@ std::vector<int32_t> PagedKvManager::match_prefix(const Sequence& seq) const {
   if (!config_.prefix_caching) return hits;
   const int n_prompt = std::min(seq.n_prompt, seq.n_tokens());
   const int n_full = n_prompt > 0 ? (n_prompt - 1) / block_size_ : 0;  // blocks ending before the last prompt token
-  uint64_t parent = root_hash(seq.cache_salt);
+  uint64_t parent = root_hash(seq.cache_salt, seq.lora_id);
   for (int i = 0; i < n_full; ++i) {
     const TokenId* t = seq.tokens.data() + static_cast<size_t>(i) * block_size_;
     const uint64_t h = block_hash(parent, t, block_size_);
@@ -309,7 +314,7 @@ void PagedKvManager::on_computed(const Sequence& seq) {
   // registered one: walking back from the end touches only the newly completed blocks.
   int i = n_full;
   while (i > 0 && !blocks_[table[i - 1]].hashed) --i;
-  uint64_t parent = i > 0 ? blocks_[table[i - 1]].hash : root_hash(seq.cache_salt);
+  uint64_t parent = i > 0 ? blocks_[table[i - 1]].hash : root_hash(seq.cache_salt, seq.lora_id);
   for (; i < n_full; ++i) {
     const TokenId* t = seq.tokens.data() + static_cast<size_t>(i) * block_size_;
     Block& blk = blocks_[table[i]];

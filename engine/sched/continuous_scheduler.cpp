@@ -231,8 +231,42 @@ bool ContinuousScheduler::admit(Sequence* seq, Pass& pass) {
   return true;
 }
 
+bool ContinuousScheduler::adapter_fits(const Sequence& seq, const std::unordered_set<uint64_t>& held) const {
+  if (config_.max_loras <= 0 || seq.lora_id == 0) return true;
+  return held.count(seq.lora_id) > 0 || static_cast<int>(held.size()) < config_.max_loras;
+}
+
 void ContinuousScheduler::schedule_admissions(Pass& pass) {
-  while (!waiting_.empty() && admit(waiting_.front(), pass)) waiting_.pop_front();
+  if (config_.max_loras <= 0) {
+    while (!waiting_.empty() && admit(waiting_.front(), pass)) waiting_.pop_front();
+    return;
+  }
+  // The adapter bound and its overtaking rule (continuous_scheduler.h).
+  std::unordered_set<uint64_t> adapters;  // of running and swapped sequences
+  for (const Sequence* r : running_)
+    if (r->lora_id) adapters.insert(r->lora_id);
+  for (const Sequence* r : swapped_)
+    if (r->lora_id) adapters.insert(r->lora_id);
+  const Sequence* held = nullptr;
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    Sequence* seq = *it;
+    if (!adapter_fits(*seq, adapters)) {  // held back; the first one held is the one overtakes count against
+      if (!held) {
+        held = seq;
+        if (lora_blocked_id_ != seq->id) {
+          lora_blocked_id_ = seq->id;
+          lora_overtakes_ = 0;
+        }
+      }
+      ++it;
+      continue;
+    }
+    if (held && lora_overtakes_ >= config_.max_num_seqs) break;
+    if (!admit(seq, pass)) break;
+    if (seq->lora_id) adapters.insert(seq->lora_id);
+    if (held) ++lora_overtakes_;
+    it = waiting_.erase(it);
+  }
 }
 
 ScheduledStep ContinuousScheduler::schedule(double now) {

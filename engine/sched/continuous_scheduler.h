@@ -11,6 +11,14 @@
 // prompts that fit the budget) or drawing only.
 // With chunked prefill (Sarathi-Serve, vLLM v1): drawing sequences first, then the rest of the
 // budget goes to catch-up chunks, partially prefilled sequences before new ones, all in one batch.
+//
+// LoRA adapters (max_loras > 0): running and swapped sequences together hold at most max_loras
+// distinct adapters (the base model is none), so every step fits the backend's adapter slots. A
+// waiting sequence whose adapter would exceed that is held back; requests behind it whose
+// adapter is already running (or that use the base model) may overtake it, at most max_num_seqs
+// of them per held-back sequence (kept as vLLM keeps admitting popular adapters, bounded so that
+// a popular adapter cannot starve a rare one); after that admission waits for it. It then gets in
+// once every running sequence of some adapter has finished, which bounded outputs guarantee.
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -79,6 +87,9 @@ class ContinuousScheduler final : public Scheduler {
   void schedule_admissions(Pass& pass);
   /// Admits the head of waiting; false when it does not fit (FCFS: nothing behind it goes either).
   bool admit(Sequence* seq, Pass& pass);
+  /// The adapter bound admits seq: no bound, no adapter, its adapter among `held` (the adapters
+  /// of running and swapped sequences), or fewer than max_loras adapters there.
+  bool adapter_fits(const Sequence& seq, const std::unordered_set<uint64_t>& held) const;
 
   SchedulerConfig config_;
   KvManager& kv_;
@@ -87,6 +98,8 @@ class ContinuousScheduler final : public Scheduler {
   std::vector<Sequence*> running_;  // admission order: oldest first, preemption takes the back
   std::deque<Sequence*> swapped_;   // swapped out, resumed from the front before new admissions
   int64_t watermark_slots_ = 0;
+  uint64_t lora_blocked_id_ = 0;  // the sequence the adapter bound holds back (0 = none yet)
+  int lora_overtakes_ = 0;        // requests admitted past it so far
 };
 
 }  // namespace servelab

@@ -23,6 +23,9 @@ struct SchedulerConfig {
   int max_num_batched_tokens = 2048;
   bool chunked_prefill = false;
   PreemptMode preempt = PreemptMode::recompute;
+  /// Most distinct LoRA adapters among running and swapped sequences (0 = no bound): the engine
+  /// sets it from EngineConfig::lora. The admission rule is in continuous_scheduler.h.
+  int max_loras = 0;
   void validate() const;
 };
 

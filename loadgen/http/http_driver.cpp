@@ -1,5 +1,7 @@
 #include "loadgen/http/http_driver.h"
 
+#include "engine/lora/lora_adapter.h"
+
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -251,6 +253,7 @@ void Driver::launch(Request r, double intended, double released) {
   c->request = std::move(r);
   c->rec.run = label_;
   c->rec.id = c->request.id;
+  if (c->request.lora) c->rec.lora = c->request.lora->name;
   c->rec.arrival_s = intended;
   c->rec.released_s = released;
   c->rec.sent_s = std::max(now(), released);

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/lora/lora_adapter.h"
+
 namespace servelab::http_load {
 
 namespace {
@@ -72,9 +74,10 @@ std::string request_body(const Request& r, const TargetSpec& t, const Tokenizer*
     append_string(s, prompt_text(r.prompt, tokenizer));
     s += ",\"role\":\"user\"}]";
   }
-  if (!t.model.empty()) {
+  const std::string& model = r.lora ? r.lora->name : t.model;  // a LoRA workload names the adapter
+  if (!model.empty()) {
     s += ",\"model\":";
-    append_string(s, t.model);
+    append_string(s, model);
   }
   if (t.api != TargetApi::chat) {
     s += ",\"prompt\":";

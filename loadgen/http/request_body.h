@@ -14,7 +14,8 @@ std::string prompt_text(const std::vector<TokenId>& ids, const Tokenizer* tokeni
 
 /// completions: {"prompt": [ids] (or text with a tokenizer), ...}; chat: {"messages": [{"role":
 /// "user", "content": text}], ...}; both with max_tokens, ignore_eos, temperature, top_p, top_k,
-/// seed, stream: true, stream_options.include_usage: true, and model when the target names one.
+/// seed, stream: true, stream_options.include_usage: true, and model: the request's LoRA adapter
+/// (Request::lora's name) when it has one, else the target's model when it names one.
 std::string request_body(const Request& request, const TargetSpec& target, const Tokenizer* tokenizer);
 
 }  // namespace servelab::http_load

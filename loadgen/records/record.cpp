@@ -46,6 +46,7 @@ void to_json(nlohmann::json& j, const RequestRecord& r) {
                      {"preemptions", r.preemptions}};
   if (r.warmup) j["warmup"] = true;
   if (r.released_s >= 0) j["released_s"] = r.released_s;
+  if (!r.lora.empty()) j["lora"] = r.lora;
 }
 
 namespace {
@@ -72,6 +73,7 @@ void from_json(const nlohmann::json& j, RequestRecord& r) {
   r.error = (e == j.end() || e->is_null()) ? std::string() : e->get<std::string>();
   r.preemptions = json_int_or(j, "preemptions", 0);
   r.warmup = j.value("warmup", false);
+  r.lora = j.value("lora", std::string());
   r.released_s = time_or_missing(j, "released_s");
 }
 
@@ -183,6 +185,7 @@ std::string record_line(const RequestRecord& r) {
   s += ",\"first_token_s\":";
   append_time_or_null(s, r.first_token_s);
   s += ",\"id\":" + std::to_string(r.id);
+  if (!r.lora.empty()) s += ",\"lora\":" + nlohmann::json(r.lora).dump();
   s += ",\"output_tokens\":" + std::to_string(r.output_tokens);
   s += ",\"preemptions\":" + std::to_string(r.preemptions);
   s += ",\"prompt_tokens\":" + std::to_string(r.prompt_tokens);

@@ -37,6 +37,7 @@ struct RequestRecord {
   std::string error;                  ///< empty = null in JSON
   int preemptions = 0;
   bool warmup = false;                ///< left out of metrics
+  std::string lora;                   ///< the LoRA adapter it named ("" = the base model; JSON: left out)
 
   /// The generator's own delay: sent after it was due, or after the cap let it go.
   double lateness_s() const { return sent_s - std::max(arrival_s, released_s); }

@@ -38,6 +38,7 @@ void to_json(nlohmann::json& j, const StepRecord& s) {
                         {"num_draft_tokens", s.spec_draft_tokens},
                         {"num_accepted_tokens", s.spec_accepted_tokens},
                         {"num_accepted_tokens_per_pos", s.spec_accepted_per_pos}};
+  if (s.n_loras > 0) j["lora"] = {{"n_loras", s.n_loras}, {"n_loads", s.n_lora_loads}};
 }
 
 void from_json(const nlohmann::json& j, StepRecord& s) {
@@ -57,6 +58,10 @@ void from_json(const nlohmann::json& j, StepRecord& s) {
     s.spec_accepted_tokens = json_int_or(*sd, "num_accepted_tokens", 0);
     if (auto pp = sd->find("num_accepted_tokens_per_pos"); pp != sd->end() && pp->is_array())
       for (const auto& v : *pp) s.spec_accepted_per_pos.push_back(json_int<int>(v));
+  }
+  if (auto l = j.find("lora"); l != j.end() && l->is_object()) {
+    s.n_loras = json_int_or(*l, "n_loras", 0);
+    s.n_lora_loads = json_int_or(*l, "n_loads", 0);
   }
   const auto& kv = j.at("kv");
   s.kv_capacity = json_int<int64_t>(kv.at("capacity"));
@@ -88,6 +93,8 @@ void StepRecord::validate() const {
   count("n_running", n_running);
   count("n_preempted", n_preempted);
   count("n_swap_pool_full", n_swap_pool_full);
+  count("lora.n_loras", n_loras);
+  count("lora.n_loads", n_lora_loads);
   count("kv.capacity", kv_capacity);
   count("kv.stored", kv_stored);
   count("kv.reserved", kv_reserved);

@@ -26,6 +26,10 @@ struct StepRecord {
   int spec_draft_tokens = 0;
   int spec_accepted_tokens = 0;
   std::vector<int> spec_accepted_per_pos;  ///< accepted drafts by position (index 0 = first draft)
+  // Multi-LoRA (JSON "lora", when the step ran any adapter): distinct adapters in the step, and
+  // adapters loaded into the backend's slots for it (misses).
+  int n_loras = 0;
+  int n_lora_loads = 0;
   // KV arena breakdown after the step, in token slots.
   int64_t kv_capacity = 0;
   int64_t kv_stored = 0;

@@ -103,6 +103,26 @@ TEST(Summary, DoesNotDependOnRecordOrder) {
   EXPECT_EQ(a, b);
 }
 
+TEST(Summary, LoraRunsGetPerAdapterCountsAndLatencies) {
+  Fixture f = two_runs();
+  for (RequestRecord& r : f.records)
+    if (r.run == f.infos[0].label) r.lora = r.id % 3 == 0 ? "" : r.id % 3 == 1 ? "sql" : "chat";
+  const Summary s = build_summary(f.scenario, f.env, SloSpec{}, f.infos, f.records, f.steps);
+  ASSERT_EQ(s.runs[0].by_lora.size(), 3u);
+  EXPECT_TRUE(s.runs[1].by_lora.empty());  // no record of it names an adapter
+  size_t n = 0;
+  for (const auto& [name, m] : s.runs[0].by_lora) n += m.n_requests;
+  EXPECT_EQ(n, s.runs[0].metrics.n_requests);
+  const nlohmann::ordered_json j = nlohmann::ordered_json::parse(summary_text(s));
+  const auto& lora = j["runs"][0]["lora"];
+  EXPECT_EQ(keys_of(lora), (std::vector<std::string>{"(base)", "chat", "sql"}));
+  EXPECT_TRUE(lora["sql"]["metrics"].contains("ttft_ms"));
+  // 20 records, id 0 a warm-up: ids 1, 4, ..., 19 name sql (7 of them).
+  EXPECT_EQ(lora["sql"]["n_requests"], 7);
+  EXPECT_FALSE(j["runs"][1].contains("lora"));
+  EXPECT_EQ(summary_text(j.get<Summary>()), summary_text(s));  // read back as written
+}
+
 TEST(Summary, RecordsOfAnUnlistedRunStillGetARun) {
   Fixture f = two_runs();
   RequestRecord r;

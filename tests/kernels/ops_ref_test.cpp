@@ -5,6 +5,7 @@
 
 #include "engine/model/fp8.h"
 #include "engine/model/quant.h"
+#include "kernels/ref/lora_ref.h"
 #include "kernels/ref/ops_ref.h"
 #include "kernels/ref/quant_gemv_ref.h"
 #include "tests/kernels/kv_fixture.h"
@@ -152,6 +153,39 @@ TEST(QuantGemvRef, AgreesWithTheEngineDequantization) {
         for (int i = 0; i < k; ++i) s += double(x[size_t(r) * k + i]) * deq[size_t(j) * k + i];
         EXPECT_NEAR(y[size_t(r) * n + j], s, 1e-4 * (1 + std::fabs(s))) << (int4 ? "int4" : "fp8");
       }
+  }
+}
+
+TEST(LoraRef, MixedAdapterRowsEqualEachRowsMergedWeights) {
+  // The batched shrink/expand over rows of different slots (and none) equals, row by row, the
+  // dense product with W_s = scale_s · B_s · A_s: y_r = x_r · W_sᵀ.
+  std::mt19937_64 rng(5);
+  const int rows = 7, n_in = 24, n_out = 9, max_rank = 4, n_slots = 2;
+  const std::vector<int32_t> slot = {0, -1, 1, 1, 0, -1, 1};
+  const std::vector<float> x = testing::random_bf16(size_t(rows) * n_in, rng);
+  const std::vector<float> a = testing::random_bf16(size_t(n_slots) * max_rank * n_in, rng);
+  const std::vector<float> b = testing::random_bf16(size_t(n_slots) * n_out * max_rank, rng);
+  const std::vector<float> scale = {0.5f, 3.0f};
+  std::vector<float> xa(size_t(rows) * max_rank, -1.0f), y(size_t(rows) * (n_out + 2), 1.0f);
+  lora_shrink_ref(x.data(), slot.data(), rows, a.data(), scale.data(), n_in, max_rank, xa.data());
+  lora_expand_ref(xa.data(), slot.data(), rows, b.data(), n_out, max_rank, y.data(), n_out + 2, 1);
+  for (int r = 0; r < rows; ++r) {
+    const int s = slot[size_t(r)];
+    for (int c = 0; c < n_out + 2; ++c) {
+      double want = 1.0;
+      if (s >= 0 && c >= 1 && c <= n_out)
+        for (int i = 0; i < n_in; ++i) {
+          double w = 0.0;  // merged weight W_s[c - 1, i]
+          for (int k = 0; k < max_rank; ++k)
+            w += double(b[(size_t(s) * n_out + size_t(c - 1)) * max_rank + size_t(k)]) *
+                 a[(size_t(s) * max_rank + size_t(k)) * n_in + size_t(i)];
+          want += scale[size_t(s)] * w * x[size_t(r) * n_in + size_t(i)];
+        }
+      EXPECT_NEAR(y[size_t(r) * (n_out + 2) + size_t(c)], want, 1e-4 * (1 + std::abs(want))) << r << "," << c;
+    }
+    if (s < 0) {
+      for (int k = 0; k < max_rank; ++k) EXPECT_EQ(xa[size_t(r) * max_rank + size_t(k)], 0.0f);
+    }
   }
 }
 

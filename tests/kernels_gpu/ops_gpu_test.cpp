@@ -8,7 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/lora.h"
 #include "kernels/ops.h"
+#include "kernels/ref/lora_ref.h"
 #include "kernels/ref/ops_ref.h"
 #include "tests/kernels/kv_fixture.h"
 #include "tests/kernels_gpu/gpu_util.h"
@@ -205,6 +207,63 @@ TEST_P(OpsGpu, CopyBlocksAndSwapRoundTrip) {
   scatter_blocks(d_ptrs.get<void*>(), n_arenas, d_blocks.get<int32_t>(), 2, block_elems * 2, pinned_dev, nullptr);
   for (int a = 0; a < n_arenas; ++a) EXPECT_EQ(testing::download16(t, dev[a], host[a].size()), host[a]) << a;
   CUDA_CHECK(cudaFreeHost(pinned));
+}
+
+TEST_P(OpsGpu, LoraShrinkExpandMatchReferenceForMixedAdapters) {
+  SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  // 17 rows over 3 slots and no adapter (-1, padding rows too), rank 16 padded to 24 in slot 1's
+  // pool by zeros, an output block at column 40 of a wider y; then replayed from a CUDA graph.
+  const int rows = 17, n_in = 896, n_out = 600, max_rank = 24, n_slots = 3, c0 = 40, ld_y = 704;
+  std::vector<int32_t> slot(rows);
+  for (int r = 0; r < rows; ++r) slot[size_t(r)] = int32_t(r % 4) - 1;
+  const std::vector<float> x = testing::random16(t, size_t(rows) * n_in, rng);
+  std::vector<float> a = testing::random16(t, size_t(n_slots) * max_rank * n_in, rng, 0.05f);
+  const std::vector<float> b = testing::random16(t, size_t(n_slots) * n_out * max_rank, rng, 0.2f);
+  for (int k = 16; k < max_rank; ++k)
+    std::fill_n(a.begin() + (int64_t(1) * max_rank + k) * n_in, n_in, 0.0f);
+  const std::vector<float> scale = {2.0f, 0.5f, 1.0f};
+  const std::vector<float> y0 = testing::random16(t, size_t(rows) * ld_y, rng);
+  std::vector<float> xa_ref(size_t(rows) * max_rank), y_ref = y0;
+  lora_shrink_ref(x.data(), slot.data(), rows, a.data(), scale.data(), n_in, max_rank, xa_ref.data());
+  lora_expand_ref(xa_ref.data(), slot.data(), rows, b.data(), n_out, max_rank, y_ref.data(), ld_y, c0);
+
+  DeviceBuffer dx = testing::upload16(t, x), da = testing::upload16(t, a), db = testing::upload16(t, b);
+  DeviceBuffer ds = testing::upload(scale), dslot = testing::upload(slot), dxa(xa_ref.size() * 4);
+  LoraPool pool;
+  pool.a = da.get();
+  pool.b = db.get();
+  pool.scale = ds.get<float>();
+  pool.n_slots = n_slots;
+  pool.n_in = n_in;
+  pool.n_out = n_out;
+  pool.max_rank = max_rank;
+  for (int replay = 0; replay < 2; ++replay) {
+    DeviceBuffer dy = testing::upload16(t, y0);
+    dxa.poison();
+    auto enqueue = [&](cudaStream_t s) {
+      lora_shrink(t, dx.get(), dslot.get<int32_t>(), rows, pool, dxa.get<float>(), s);
+      lora_expand(t, dxa.get<float>(), dslot.get<int32_t>(), rows, pool, dy.get(), ld_y, c0, s);
+    };
+    if (replay == 0) {
+      enqueue(nullptr);
+      CUDA_CHECK(cudaDeviceSynchronize());
+    } else {
+      testing::CapturedGraph g(enqueue);
+      g.replay();
+    }
+    const std::vector<float> xa = testing::download<float>(dxa, xa_ref.size());
+    EXPECT_LT(testing::rel_error(xa, xa_ref), 1e-3) << "shrink, replay " << replay;
+    const std::vector<float> y = testing::download16(t, dy, y_ref.size());
+    EXPECT_LT(testing::rel_error(y, y_ref), testing::tolerance(t)) << "expand, replay " << replay;
+    for (int r = 0; r < rows; ++r) {  // rows without an adapter are untouched, bit for bit
+      if (slot[size_t(r)] >= 0) continue;
+      for (int c = 0; c < ld_y; ++c) ASSERT_EQ(y[size_t(r) * ld_y + c], y0[size_t(r) * ld_y + c]);
+    }
+  }
+  EXPECT_THROW(lora_shrink(t, dx.get(), dslot.get<int32_t>(), rows, LoraPool{}, dxa.get<float>(), nullptr),
+               std::invalid_argument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, OpsGpu, ::testing::ValuesIn(testing::kStorageTypes), testing::dtype_name);

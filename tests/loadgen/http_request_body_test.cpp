@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/lora/lora_adapter.h"
 #include "loadgen/http/request_body.h"
 
 namespace servelab::http_load {
@@ -44,6 +45,20 @@ TEST(HttpRequestBody, SameBytesAsTheJsonObject) {
     r.prompt.push_back(k * 7);
     EXPECT_EQ(request_body(r, t, nullptr), reference_body(r, t, nullptr)) << "case " << k;
   }
+}
+
+TEST(HttpRequestBody, ALoraRequestNamesItsAdapterAsTheModel) {
+  Request r;
+  r.prompt = {5, 6};
+  TargetSpec t;
+  t.model = "meta-llama/Llama-2-7b-hf";
+  auto a = std::make_shared<LoraAdapter>();
+  a->name = "sql-lora";
+  EXPECT_EQ(nlohmann::json::parse(request_body(r, t, nullptr))["model"], "meta-llama/Llama-2-7b-hf");
+  r.lora = a;
+  EXPECT_EQ(nlohmann::json::parse(request_body(r, t, nullptr))["model"], "sql-lora");
+  t.model.clear();
+  EXPECT_EQ(nlohmann::json::parse(request_body(r, t, nullptr))["model"], "sql-lora");
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Plans: seeded and reproducible, with independent streams for times, lengths and token ids.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <nlohmann/json.hpp>
 
 #include "loadgen/plan.h"
@@ -185,6 +187,51 @@ TEST(Plan, SummaryAndJson) {
   EXPECT_EQ(j["requests"].size(), 43u);
   EXPECT_EQ(j["requests"][2]["prompt"].get<std::vector<TokenId>>(), p.requests[2].prompt);
   EXPECT_EQ(j["mode"], "open_loop");
+}
+
+TEST(PlanLora, ZipfPopularityIsSeededAndSessionsKeepTheirAdapter) {
+  const std::string base =
+      "seed: 9\n"
+      "engine: {max_model_len: 512}\n"
+      "strategies: [{batching: continuous}]\n"
+      "workload:\n"
+      "  rates: [4]\n"
+      "  n_requests: 2000\n"
+      "  prompt_tokens: {dist: fixed, value: 8}\n"
+      "  output_tokens: {dist: fixed, value: 4}\n";
+  const Scenario sc = load_yaml(base + "  lora: {count: 4, distribution: zipf, zipf_s: 1.0, base_fraction: 0.2}\n");
+  const Plan a = make_plan(sc, 4.0), b = make_plan(sc, 8.0);
+  std::map<std::string, int> n;
+  for (size_t i = 0; i < a.requests.size(); ++i) {
+    ++n[a.requests[i].lora];
+    EXPECT_EQ(a.requests[i].lora, b.requests[i].lora) << i;  // the rate moves times only
+  }
+  // Zipf s = 1 over 4: 1, 1/2, 1/3, 1/4 of 25/12, times 0.8 (the rest is the base model).
+  const double expect[4] = {0.384, 0.192, 0.128, 0.096};
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(n["lora-" + std::to_string(i)] / 2000.0, expect[i], 0.03) << i;
+  EXPECT_NEAR(n[""] / 2000.0, 0.2, 0.03);
+  EXPECT_EQ(plan_to_json(a)["requests"][0].value("lora", std::string("(base)")),
+            a.requests[0].lora.empty() ? "(base)" : a.requests[0].lora);
+
+  const Scenario ss = load_yaml(base + "  sessions: {turns: 3}\n  lora: {adapters: [sql, chat]}\n");
+  const Plan p = make_plan(ss, 4.0);
+  std::map<int, std::string> of_session;
+  for (const PlannedRequest& r : p.requests) {
+    EXPECT_TRUE(r.lora == "sql" || r.lora == "chat") << r.lora;
+    auto [it, fresh] = of_session.emplace(r.session, r.lora);
+    EXPECT_EQ(it->second, r.lora) << "session " << r.session;
+  }
+
+  using testing_util::scenario_errors;
+  auto first = [&](const std::string& lora) {
+    const auto e = scenario_errors(base + "  lora: " + lora + "\n");
+    return e.empty() ? std::string() : e.front();
+  };
+  EXPECT_NE(first("{adapters: [a], count: 2}").find("needs adapters: [names] or count: N (one of them)"), std::string::npos);
+  EXPECT_NE(first("{count: 2, zipf_s: 2}").find("workload.lora.zipf_s applies to distribution: zipf"), std::string::npos);
+  EXPECT_NE(first("{adapters: [a, a]}").find("names 'a' twice"), std::string::npos);
+  EXPECT_NE(first("{count: 2, max_loras: 4, max_cpu_loras: 2}").find("must be 0 or >= max_loras (4)"), std::string::npos);
+  EXPECT_NE(first("{count: 2, distribution: pareto}").find("workload.lora.distribution"), std::string::npos);
 }
 
 }  // namespace

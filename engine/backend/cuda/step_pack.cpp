@@ -74,7 +74,8 @@ void pack_array(uint8_t* dst, const std::vector<T>& v, size_t count, kernels::St
 size_t PackedLayout::count(kernels::StepExtent extent) const {
   using kernels::StepExtent;
   switch (extent) {
-    case StepExtent::rows: return size_t(n_rows);
+    case StepExtent::rows:
+    case StepExtent::opt_rows: return size_t(n_rows);
     case StepExtent::tokens: return size_t(n_tokens);
     case StepExtent::seqs: return size_t(n_seqs);
     case StepExtent::seq_bounds: return size_t(n_seqs) + 1;

@@ -1,0 +1,32 @@
+#pragma once
+// Multi-LoRA settings, as vLLM names them (`--enable-lora`, `--max-loras`, `--max-cpu-loras`,
+// `--max-lora-rank`). validate() names the bad field.
+#include <stdexcept>
+#include <string>
+
+namespace servelab {
+
+struct LoraConfig {
+  bool enabled = false;
+  /// Adapters resident in the backend at once: the device slots, and the most distinct adapters
+  /// the scheduler lets into the running set (so into one step). vLLM's default 1.
+  int max_loras = 1;
+  /// Adapters kept in host memory (the rest are read again from their folder when asked for);
+  /// 0 = max_loras, as vLLM. Must be >= max_loras.
+  int max_cpu_loras = 0;
+  /// Largest rank an adapter may have (vLLM's default 16).
+  int max_lora_rank = 16;
+
+  int cpu_loras() const { return max_cpu_loras > 0 ? max_cpu_loras : max_loras; }
+  void validate() const {
+    if (max_loras < 1 || max_loras > 4096)
+      throw std::invalid_argument("lora.max_loras must be in [1, 4096] (got " + std::to_string(max_loras) + ")");
+    if (max_cpu_loras < 0 || (max_cpu_loras > 0 && max_cpu_loras < max_loras))
+      throw std::invalid_argument("lora.max_cpu_loras must be 0 or >= max_loras = " + std::to_string(max_loras) +
+                                  " (got " + std::to_string(max_cpu_loras) + ")");
+    if (max_lora_rank < 1 || max_lora_rank > 1024)
+      throw std::invalid_argument("lora.max_lora_rank must be in [1, 1024] (got " + std::to_string(max_lora_rank) + ")");
+  }
+};
+
+}  // namespace servelab

@@ -1,0 +1,35 @@
+#include "kernels/ref/lora_ref.h"
+
+namespace servelab::kernels {
+
+void lora_shrink_ref(const float* x, const int32_t* row_slot, int n_rows, const float* a, const float* scale,
+                     int n_in, int max_rank, float* xa) {
+  for (int r = 0; r < n_rows; ++r) {
+    const int s = row_slot[r];
+    for (int k = 0; k < max_rank; ++k) {
+      double acc = 0.0;
+      if (s >= 0) {
+        const float* ak = a + (int64_t(s) * max_rank + k) * n_in;
+        for (int i = 0; i < n_in; ++i) acc += double(x[int64_t(r) * n_in + i]) * ak[i];
+        acc *= scale[s];
+      }
+      xa[int64_t(r) * max_rank + k] = static_cast<float>(acc);
+    }
+  }
+}
+
+void lora_expand_ref(const float* xa, const int32_t* row_slot, int n_rows, const float* b, int n_out, int max_rank,
+                     float* y, int ld_y, int c0) {
+  for (int r = 0; r < n_rows; ++r) {
+    const int s = row_slot[r];
+    if (s < 0) continue;
+    for (int c = 0; c < n_out; ++c) {
+      const float* bc = b + (int64_t(s) * n_out + c) * max_rank;
+      double acc = 0.0;
+      for (int k = 0; k < max_rank; ++k) acc += double(xa[int64_t(r) * max_rank + k]) * bc[k];
+      y[int64_t(r) * ld_y + c0 + c] += static_cast<float>(acc);
+    }
+  }
+}
+
+}  // namespace servelab::kernels

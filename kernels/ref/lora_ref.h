@@ -1,0 +1,17 @@
+#pragma once
+// Plain C++ reference of the batched LoRA shrink/expand (kernels/lora.h): float in and out,
+// double accumulation, the same stacked slot pool layout.
+#include <cstdint>
+
+namespace servelab::kernels {
+
+/// xa[r, k] = scale[s] · Σ_i x[r, i] · a[s, k, i] with s = row_slot[r] (0 when s < 0).
+/// a: [n_slots, max_rank, n_in]; xa: [n_rows, max_rank].
+void lora_shrink_ref(const float* x, const int32_t* row_slot, int n_rows, const float* a, const float* scale,
+                     int n_in, int max_rank, float* xa);
+/// y[r, c0 + c] += Σ_k xa[r, k] · b[s, c, k] for c < n_out, rows with s = row_slot[r] >= 0.
+/// b: [n_slots, n_out, max_rank]; y row stride ld_y.
+void lora_expand_ref(const float* xa, const int32_t* row_slot, int n_rows, const float* b, int n_out, int max_rank,
+                     float* y, int ld_y, int c0);
+
+}  // namespace servelab::kernels

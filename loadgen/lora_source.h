@@ -1,0 +1,31 @@
+#pragma once
+// LoraSource: hands out an inner source's requests with the adapter their plan names
+// (PlannedRequest::lora) attached as Request::lora, for the in-process engine (which runs it) and
+// the HTTP driver (which sends its name as the request's `model`).
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/runner.h"
+#include "loadgen/plan.h"
+
+namespace servelab {
+
+class LoraSource final : public RequestSource {
+ public:
+  /// adapters: by name, every name the plan uses (std::invalid_argument naming a missing one).
+  LoraSource(std::unique_ptr<RequestSource> inner, const Plan& plan,
+             const std::vector<std::shared_ptr<const LoraAdapter>>& adapters);
+  std::optional<double> next_time() const override { return inner_->next_time(); }
+  Request take() override;
+  bool exhausted() const override { return inner_->exhausted(); }
+  void on_finished(const FinishedRequest& r, double now) override { inner_->on_finished(r, now); }
+  std::optional<double> held_until() const override { return inner_->held_until(); }
+
+ private:
+  std::unique_ptr<RequestSource> inner_;
+  std::vector<std::shared_ptr<const LoraAdapter>> by_id_;  // request id -> its adapter (null: base)
+};
+
+}  // namespace servelab

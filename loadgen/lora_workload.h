@@ -1,0 +1,65 @@
+#pragma once
+// Multi-LoRA workloads: which adapter each planned request names (`workload.lora`), drawn from a
+// popularity distribution with its own seeded stream, and the adapters an in-process engine runs.
+//
+//   workload:
+//     lora:
+//       adapters: [sql, chat, math]   # or count: 64 (named lora-0 .. lora-63)
+//       distribution: zipf            # uniform (default) | zipf: P(i) ∝ 1 / (i + 1)^zipf_s
+//       zipf_s: 1.0
+//       base_fraction: 0.1            # share of requests naming no adapter (the base model)
+//       rank: 16                      # in-process: random adapters of this rank (q, k, v, o, gate, up, down)
+//       max_loras: 4                  # in-process engine: adapters running at once (default 1)
+//       max_cpu_loras: 0              # in-process engine: adapters kept in host memory (0 = max_loras)
+// Over HTTP (`bench`, `target:`) each request's adapter goes out as its `model` field, so the same
+// scenario measures vLLM's LoRA path (serve the adapters under these names there).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/lora/lora_adapter.h"
+#include "engine/lora/lora_config.h"
+
+namespace servelab {
+
+class Rng;
+
+enum class LoraPopularity { uniform, zipf };
+
+struct LoraWorkloadSpec {
+  std::vector<std::string> adapters;  ///< names; from count when given as count: N
+  LoraPopularity distribution = LoraPopularity::uniform;
+  double zipf_s = 1.0;
+  double base_fraction = 0.0;         ///< in [0, 1]
+  int rank = 16;
+  int max_loras = 1;
+  int max_cpu_loras = 0;
+  bool enabled() const { return !adapters.empty(); }
+  /// "lora-0" .. "lora-{count-1}".
+  static std::vector<std::string> numbered(int count);
+  /// The engine's LoRA settings for an in-process run (max_lora_rank = rank).
+  LoraConfig engine_config() const;
+};
+
+/// Picks each request's adapter: weights from the distribution, one uniform draw per request.
+class LoraChooser {
+ public:
+  explicit LoraChooser(const LoraWorkloadSpec& spec);
+  /// The adapter of one request ("" = the base model), from one uniform draw of rng.
+  std::string choose(Rng& rng) const;
+  /// The probability of adapter i (excluding base_fraction), for tests and docs.
+  double probability(size_t i) const;
+
+ private:
+  const LoraWorkloadSpec* spec_;
+  std::vector<double> cumulative_;  // ascending, ends at 1
+};
+
+/// The adapters an in-process run serves: one random adapter of `model`'s shapes per name (rank
+/// spec.rank, every target, alpha = rank), seeded by (seed, index), ids 1..N. Without
+/// `with_weights` (the sim backend, which never reads them) only name, id, rank and targets.
+std::vector<std::shared_ptr<const LoraAdapter>> make_workload_adapters(const LoraWorkloadSpec& spec, const ModelConfig& model,
+                                                                       uint64_t seed, bool with_weights);
+
+}  // namespace servelab

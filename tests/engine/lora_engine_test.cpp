@@ -1,0 +1,256 @@
+// Multi-LoRA on the engine: logits of rows with adapter A equal the base model with A merged into
+// its weights, in one step mixing adapters and no adapter (prefill and cached decode rows); greedy
+// tokens through the engine agree with the merged models'; the scheduler's adapter bound holds
+// without starving a rare adapter; the prefix cache never shares K/V across adapters.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "engine/backend/cpu_backend.h"
+#include "engine/lora/lora_slots.h"
+#include "engine/lora/peft.h"
+#include "engine/model/weights.h"
+#include "tests/engine/engine_test_support.h"
+
+namespace servelab::enginetest {
+namespace lora_engine_test {  // named, not anonymous: a unity batch shares one translation unit
+
+double rel_err(std::span<const float> a, std::span<const float> b) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / den);
+}
+
+/// Adapters of the micro model: A on q/v (rank 4), B on every linear (rank 8), C on o/gate/down
+/// (rank 2, rsLoRA), each written as a PEFT folder in bf16 and read back, as a server gets them.
+std::vector<std::shared_ptr<const LoraAdapter>> micro_adapters(const ModelConfig& c) {
+  using T = LoraTarget;
+  std::vector<LoraAdapter> made = {
+      random_lora(c, "A", 4, 8.0f, {T::q, T::v}, 11),
+      random_lora(c, "B", 8, 8.0f, {T::q, T::k, T::v, T::o, T::gate, T::up, T::down}, 12),
+      random_lora(c, "C", 2, 2.0f, {T::o, T::gate, T::down}, 13),
+  };
+  made[2].use_rslora = true;
+  std::vector<std::shared_ptr<const LoraAdapter>> out;
+  for (size_t i = 0; i < made.size(); ++i) {
+    const std::string dir = (std::filesystem::temp_directory_path() / ("micro_lora_" + made[i].name)).string();
+    write_peft_adapter(dir, made[i], DType::bf16);
+    auto a = std::make_shared<LoraAdapter>(read_peft_adapter(dir, made[i].name, c, 16));
+    a->id = i + 1;
+    out.push_back(a);
+  }
+  return out;
+}
+
+std::shared_ptr<const ModelWeights> merged(const ModelWeights& base, const LoraAdapter* a) {
+  auto w = std::make_shared<ModelWeights>(base);
+  if (a) merge_lora(*w, *a);
+  return w;
+}
+
+/// One step over sequences s (naive layout, base slot 64 · s): rows [start_s, start_s + n_s) of
+/// tokens[s], drawing each sequence's last row greedily; lora_slot per sequence (-1 = none).
+Step step_of(const std::vector<std::vector<TokenId>>& tokens, const std::vector<int>& start,
+             const std::vector<int>& lora_slot) {
+  Step st;
+  kernels::StepInput& in = st.in;
+  in.kv_kind = kernels::KvLayoutKind::naive;
+  in.query_start.push_back(0);
+  for (size_t s = 0; s < tokens.size(); ++s) {
+    for (int p = start[s]; p < int(tokens[s].size()); ++p) {
+      in.token_ids.push_back(tokens[s][size_t(p)]);
+      in.positions.push_back(p);
+      in.slot_mapping.push_back(int64_t(64 * s) + p);
+      in.lora_slot.push_back(lora_slot[s]);
+    }
+    in.query_start.push_back(in.n_tokens());
+    in.context_lens.push_back(int(tokens[s].size()));
+    in.seq_ids.push_back(s + 1);
+    in.base_slots.push_back(int64_t(64 * s));
+    in.sample_rows.push_back(in.n_tokens() - 1);
+    in.temperature.push_back(0.0f);
+    in.top_k.push_back(0);
+    in.top_p.push_back(1.0f);
+    in.seed.push_back(0);
+    in.seq_key.push_back(0);
+    in.sample_position.push_back(int(tokens[s].size()));
+    in.mask_index.push_back(-1);
+  }
+  return st;
+}
+
+TEST(LoraEngine, MixedBatchLogitsEqualTheMergedModels) {
+  const ModelConfig c = micro_model();
+  const ModelWeights base = ModelWeights::random(c, 5);
+  const auto adapters = micro_adapters(c);
+  // Sequences: A, none, B, C, A again (two runs of one adapter), prompts of awkward lengths.
+  const std::vector<int> which = {0, -1, 1, 2, 0};
+  std::vector<std::vector<TokenId>> tokens;
+  for (size_t s = 0; s < which.size(); ++s) tokens.push_back(prompt_tokens(5 + 3 * int(s), 40 + s));
+  CpuBackendOptions opts;
+  opts.n_threads = 2;
+  CpuBackend mixed(std::make_shared<const ModelWeights>(base), opts);
+  mixed.init_kv(64 * int64_t(which.size()));
+  // Slots in another order than the adapters', so a slot/adapter mix-up shows.
+  const std::vector<int> slot_of = {2, 0, 1};
+  for (int i = 0; i < 3; ++i) mixed.load_lora(slot_of[size_t(i)], adapters[size_t(i)]);
+  std::vector<int> row_slot;
+  for (int w : which) row_slot.push_back(w < 0 ? -1 : slot_of[size_t(w)]);
+
+  // Each merged model runs the same step without adapters; its rows of its own adapter must agree.
+  std::vector<std::unique_ptr<CpuBackend>> refs;
+  for (int i = -1; i < 3; ++i) {
+    refs.push_back(std::make_unique<CpuBackend>(merged(base, i < 0 ? nullptr : adapters[size_t(i)].get()), opts));
+    refs.back()->init_kv(64 * int64_t(which.size()));
+  }
+  const std::vector<int> none(which.size(), -1);
+  for (int phase = 0; phase < 2; ++phase) {  // prefill, then one decode row over the cached K/V
+    std::vector<int> start(which.size(), 0);
+    if (phase == 1)
+      for (size_t s = 0; s < tokens.size(); ++s) {
+        start[s] = int(tokens[s].size());
+        tokens[s].push_back(TokenId(7 + s));
+      }
+    const std::span<const float> g_all = mixed.logits(step_of(tokens, start, row_slot));
+    const std::vector<float> got(g_all.begin(), g_all.end());
+    std::vector<std::vector<float>> want;
+    for (auto& r : refs) {
+      const std::span<const float> w_all = r->logits(step_of(tokens, start, none));
+      want.emplace_back(w_all.begin(), w_all.end());
+    }
+    for (size_t s = 0; s < which.size(); ++s) {
+      const size_t V = size_t(c.vocab_size);
+      const std::span<const float> g(got.data() + s * V, V), w(want[size_t(which[s] + 1)].data() + s * V, V);
+      EXPECT_LT(rel_err(g, w), 1e-5) << "sequence " << s << " phase " << phase;
+      // ... and the adapter matters: the base model's logits differ.
+      if (which[s] >= 0) EXPECT_GT(rel_err(g, std::span<const float>(want[0].data() + s * V, V)), 1e-2);
+    }
+  }
+  EXPECT_THROW(mixed.logits(step_of(tokens, std::vector<int>(which.size(), 0), std::vector<int>(which.size(), 5))),
+               std::invalid_argument);  // a slot holding no adapter
+}
+
+TEST(LoraEngine, GreedyTokensAgreeWithMergedModelsThroughTheEngine) {
+  const ModelConfig c = micro_model();
+  const ModelWeights base = ModelWeights::random(c, 6);
+  const auto adapters = micro_adapters(c);
+  EngineConfig cfg = paged_config(continuous_sched(8, 256, true), 4 << 20, 4);
+  cfg.lora.enabled = true;
+  cfg.lora.max_loras = 2;  // three adapters over two slots: slots are swapped mid-run
+  CpuBackendOptions opts;
+  opts.n_threads = 2;
+  Engine engine(cfg, std::make_unique<CpuBackend>(std::make_shared<const ModelWeights>(base), opts));
+  std::vector<Timed> items;
+  std::map<uint64_t, int> which;
+  for (uint64_t id = 0; id < 8; ++id) {
+    Request r = make_request(id, 6 + int(id), 6);
+    const int w = int(id % 4) - 1;  // none, A, B, C, none, ...
+    if (w >= 0) r.lora = adapters[size_t(w)];
+    which[id] = w;
+    items.push_back({0.001 * double(id), r});
+  }
+  const RunResult got = run_virtual(engine, items);
+  for (const StepOutcome& s : got.steps) EXPECT_LE(s.n_loras, 2);
+  ASSERT_EQ(got.finished.size(), 8u);
+  for (int w = -1; w < 3; ++w) {
+    EngineConfig plain = paged_config(continuous_sched(8, 256, true), 4 << 20, 4);
+    Engine ref(plain, std::make_unique<CpuBackend>(merged(base, w < 0 ? nullptr : adapters[size_t(w)].get()), opts));
+    std::vector<Timed> mine;
+    for (const Timed& t : items)
+      if (which[t.request.id] == w) {
+        mine.push_back(t);
+        mine.back().request.lora = nullptr;
+      }
+    const RunResult want = run_virtual(ref, mine);
+    for (const Timed& t : mine)
+      EXPECT_EQ(got.at(t.request.id).outputs, want.at(t.request.id).outputs) << "request " << t.request.id;
+  }
+}
+
+TEST(LoraEngine, AdapterBoundHoldsAndARareAdapterIsNotStarved) {
+  auto popular = std::make_shared<LoraAdapter>(random_lora(micro_model(), "popular", 2, 2.0f, {LoraTarget::q}, 1));
+  auto rare = std::make_shared<LoraAdapter>(random_lora(micro_model(), "rare", 2, 2.0f, {LoraTarget::q}, 2));
+  popular->id = 1;
+  rare->id = 2;
+  EngineConfig cfg = paged_config(continuous_sched(4, 512, true), 8 << 20);
+  cfg.lora.enabled = true;
+  cfg.lora.max_loras = 1;
+  Engine engine(cfg, sim_backend());
+  std::vector<Timed> items;
+  for (uint64_t id = 0; id < 40; ++id) {
+    Request r = make_request(id, 8, 16);
+    r.lora = popular;
+    items.push_back({0.0, r});
+    if (id == 2) {  // the rare one arrives third in line
+      Request q = make_request(100, 8, 16);
+      q.lora = rare;
+      items.push_back({0.0, q});
+    }
+  }
+  const RunResult got = run_virtual(engine, items);
+  ASSERT_EQ(got.finished.size(), 41u);
+  int n_lora_loads = 0;
+  for (const StepOutcome& s : got.steps) {
+    EXPECT_LE(s.n_loras, 1);
+    n_lora_loads += s.n_lora_loads;
+  }
+  EXPECT_EQ(n_lora_loads, 3);  // popular, rare, popular again: one swap each way
+  // Three popular requests were ahead of it; at most max_num_seqs = 4 more may overtake it.
+  const double rare_start = got.at(100).scheduled_s;
+  int before = 0;
+  for (uint64_t id = 0; id < 40; ++id) before += got.at(id).scheduled_s < rare_start ? 1 : 0;
+  EXPECT_LE(before, 3 + 4);
+  EXPECT_GE(before, 3);
+}
+
+TEST(LoraEngine, PrefixCacheIsKeyedByAdapter) {
+  auto a = std::make_shared<LoraAdapter>(random_lora(micro_model(), "a", 2, 2.0f, {LoraTarget::k}, 1));
+  auto b = std::make_shared<LoraAdapter>(random_lora(micro_model(), "b", 2, 2.0f, {LoraTarget::k}, 2));
+  a->id = 1;
+  b->id = 2;
+  EngineConfig cfg = paged_config(continuous_sched(4, 512, false), 8 << 20, 4);
+  cfg.lora.enabled = true;
+  cfg.lora.max_loras = 2;
+  Engine engine(cfg, sim_backend());
+  // One 33-token prompt, sent one after another: with a, with a again, with b, with no adapter.
+  std::vector<Timed> items;
+  const std::vector<std::shared_ptr<const LoraAdapter>> order = {a, a, b, nullptr, nullptr};
+  for (size_t i = 0; i < order.size(); ++i) {
+    Request r = make_request(i, 33, 1, /*salt=*/77);
+    r.lora = order[i];
+    items.push_back({10.0 * double(i), r});
+  }
+  const RunResult got = run_virtual(engine, items);
+  std::vector<int> prefill_tokens;
+  for (const StepOutcome& s : got.steps)
+    if (!s.idle()) prefill_tokens.push_back(s.n_tokens);
+  // Cached: 8 full blocks of 4 for the second a and the second base request; none across adapters.
+  EXPECT_EQ(prefill_tokens, (std::vector<int>{33, 1, 33, 33, 1}));
+}
+
+TEST(LoraEngine, RequestsWithAdaptersNeedLoraEnabledAndAFittingRank) {
+  auto a = std::make_shared<LoraAdapter>(random_lora(micro_model(), "big", 32, 32.0f, {LoraTarget::q}, 1));
+  a->id = 1;
+  Engine off(paged_config(continuous_sched(4, 512, false), 8 << 20), sim_backend());
+  Request r = make_request(1, 8, 4);
+  r.lora = a;
+  auto rejected = off.add(r, 0.0);
+  ASSERT_TRUE(rejected);
+  EXPECT_NE(rejected->error.find("LoRA is off"), std::string::npos);
+  EngineConfig cfg = paged_config(continuous_sched(4, 512, false), 8 << 20);
+  cfg.lora.enabled = true;
+  Engine on(cfg, sim_backend());
+  rejected = on.add(r, 0.0);
+  ASSERT_TRUE(rejected);
+  EXPECT_NE(rejected->error.find("rank 32 > max_lora_rank 16"), std::string::npos) << rejected->error;
+  cfg.sched = static_sched(4, 1.0);
+  EXPECT_THROW(Engine(cfg, sim_backend()), std::invalid_argument);
+}
+
+}  // namespace lora_engine_test
+}  // namespace servelab::enginetest
