@@ -20,6 +20,7 @@
 #include "loadgen/capacity_config.h"
 #include "loadgen/dataset.h"
 #include "loadgen/lengths.h"
+#include "loadgen/structured_output.h"
 #include "loadgen/target.h"
 
 namespace servelab {
@@ -180,6 +181,8 @@ struct WorkloadSpec {
   int shared_prefix_tokens = 0;      ///< one prefix every prompt starts with (prefix caching)
   std::vector<PrefixGroupSpec> prefix_groups;  ///< system prompts shared by fractions of the requests
   SessionSpec sessions;
+  /// A schema set sent with a share of the requests (loadgen/structured_output.h).
+  StructuredOutputSpec structured_output;
   std::string tokenizer;             ///< resolved path of a tokenizer.json; "" = the model folder's, if any
   /// Runs of each sweep point, each with its own plan seed (repeat_seed); > 1 adds mean, std, min
   /// and 95% intervals of every headline metric to the summary.

@@ -29,6 +29,11 @@ void parse_gates_section(const YAML::Node& node, const std::vector<AppliedOverri
 void parse_baseline_section(const YAML::Node& node, const std::vector<AppliedOverride>& overrides, Scenario& scenario,
                             Diagnostics& diag);
 
+/// `workload.structured_output:` (kind, schemas, n_schemas, fraction) into
+/// scenario.workload.structured_output (scenario_parse_structured.cpp).
+void parse_structured_output_section(const YAML::Node& node, const std::vector<AppliedOverride>& overrides,
+                                     Scenario& scenario, Diagnostics& diag);
+
 /// A relative path looked up beside the scenario file first, then in the current directory;
 /// when neither exists, the path beside the scenario (so the error names where it looked).
 std::string resolve_input_path(const std::string& path, const std::string& scenario_file);
