@@ -161,32 +161,32 @@ TEST(StructuredOutput, InProcessRunConstrainsAndRecordsOutputs) {
   const Scenario s = load_yaml(
       "name: so\nseed: 3\nmodel: {preset: tiny}\nbackend: {kind: cpu, threads: 1}\n"
       "strategies:\n  - batching: continuous\n"
-      "workload:\n  rates: [50]\n  n_requests: 6\n  prompt_tokens: 8\n  output_tokens: 48\n"
-      "  structured_output: {n_schemas: 3, fraction: 0.5}\n");
+      "workload:\n  rates: [200]\n  n_requests: 4\n  prompt_tokens: 4\n  output_tokens: 24\n"
+      "  structured_output: {n_schemas: 2, fraction: 0.5}\n");
   SweepOptions o;
   o.out_dir = dir.string();
   const SweepOutcome out = run_sweep(s, o);
-  ASSERT_EQ(out.records.size(), 6u);
+  ASSERT_EQ(out.records.size(), 4u);
   int n_constrained = 0;
   for (const auto& r : out.records) {
     ASSERT_EQ(r.status, RecordStatus::ok) << r.error;
     if (r.schema < 0) {
-      EXPECT_EQ(r.output_tokens, 48);  // unconstrained: the fixed length (ignore_eos)
+      EXPECT_EQ(r.output_tokens, 24);  // unconstrained: the fixed length (ignore_eos)
       continue;
     }
     ++n_constrained;
-    EXPECT_LT(r.schema, 3);
+    EXPECT_LT(r.schema, 2);
     ASSERT_FALSE(r.output_text.empty());
     // The grammar, not the random weights, chose the bytes: a JSON value starts the text.
     EXPECT_NE(std::string("{[\"-0123456789tfn").find(r.output_text.front()), std::string::npos) << r.output_text;
   }
   EXPECT_GT(n_constrained, 0);
-  EXPECT_LT(n_constrained, 6);
+  EXPECT_LT(n_constrained, 4);
   std::ifstream schemas(o.out_dir + "/schemas.jsonl");
   std::string line;
   int n_lines = 0;
   while (std::getline(schemas, line)) n_lines += !line.empty();
-  EXPECT_EQ(n_lines, 3);
+  EXPECT_EQ(n_lines, 2);
 }
 
 }  // namespace structured_output_test

@@ -156,6 +156,7 @@ TEST(StructuredOutput, SchemaSetBenchmarkOverHttpReportsValidity) {
   }
   EXPECT_GT(n_constrained, 0u);
   EXPECT_LT(n_constrained, 8u);
+  EXPECT_GT(n_ended, 0u);  // (eos used to reach the text as byte 0x01: no ended output parsed)
   // The report's figures: every output that ended is among the valid ones.
   const auto st = analysis::structured_stats({out.records[0].run}, out.records, schemas);
   ASSERT_TRUE(st.has_value());
