@@ -164,6 +164,7 @@ TEST(ImportResults, ReportHoldsImportedRunsAndReRendersThem) {
   const std::string md = read_text_file((dir / "report.md").string());
   EXPECT_NE(md.find("| vllm-bench | 4 |"), std::string::npos) << md;
   EXPECT_NE(md.find("imported from"), std::string::npos);
+  EXPECT_EQ(md.find("vllm-bench none"), std::string::npos);  // no capacity claimed for another tool's run
   // runs.json keeps them: `servelab report DIR` gives the same summary.json, byte for byte.
   const std::string first = read_text_file((dir / "summary.json").string());
   render_reports(dir.string(), o);
