@@ -215,7 +215,8 @@ std::vector<std::string> method_lines(const Summary& s) {
   for (const auto& [name, cap] : strategy_capacities(s)) {
     bool measured = false;  // another tool's runs have no per-request SLO figures: no capacity
     for (const auto& r : s.runs)
-      measured = measured || (r.info.strategy_name() == name && !(r.info.config.is_object() && r.info.config.contains("imported_from")));
+      measured = measured || (r.info.strategy_name() == name &&
+                              !(r.info.config.is_object() && r.info.config.contains("imported_from")));
     if (!measured) continue;
     caps += (caps.empty() ? "" : ", ") + name + " " + (std::isnan(cap) ? std::string("none") : format_rate(cap) + " req/s");
   }
