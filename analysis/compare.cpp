@@ -8,11 +8,20 @@
 #include <stdexcept>
 
 #include "analysis/gates.h"
+#include "analysis/import_results.h"
 #include "analysis/text_format.h"
 
 namespace servelab::analysis {
 namespace {
 
+
+/// The same offered load: the same mode and rate (open) or concurrency (closed).
+bool same_load(const RunInfo& a, const RunInfo& b) {
+  if (a.mode != b.mode) return false;
+  if (a.mode == RunMode::open) return same_rate(a.rate, b.rate);
+  if (a.mode == RunMode::closed) return a.concurrency == b.concurrency;
+  return a.mode == RunMode::max;
+}
 
 std::string run_key(const RunSummary& r) { return r.info.label + " @ " + format_run_rate(r.info); }
 
@@ -99,12 +108,20 @@ Comparison compare_summaries(const Summary& base, const Summary& current, double
         break;
       }
     }
+    // Another tool's run (imported) has its tool's label: it pairs with a run at the same load.
+    for (std::size_t i = 0; !match && i < base.runs.size(); ++i) {
+      const auto& b = base.runs[i];
+      if (!base_matched[i] && (is_imported(b) || is_imported(cur)) && same_load(b.info, cur.info)) {
+        match = &b;
+        base_matched[i] = true;
+      }
+    }
     if (!match) {
       c.only_in_new.push_back(run_key(cur));
       continue;
     }
     RunComparison rc;
-    rc.label = cur.info.label;
+    rc.label = match->info.label == cur.info.label ? cur.info.label : match->info.label + " vs " + cur.info.label;
     rc.strategy = cur.info.strategy_name();
     rc.rate = cur.info.rate;
     rc.rate_name = format_run_rate(cur.info);

@@ -1,7 +1,9 @@
 #pragma once
 // Run-by-run comparison of two summaries (`servelab compare BASE NEW`, baseline gates): runs are
-// matched by label and rate; each metric's change is a percentage of the base value, and a
-// regression is a change in the bad direction (latency up, throughput down) beyond a threshold.
+// matched by label and rate (a run imported from another tool's result, import_results.h, by its
+// load alone: the same rate, concurrency or "max", and labelled "BASE-LABEL vs NEW-LABEL"); each
+// metric's change is a percentage of the base value, and a regression is a change in the bad
+// direction (latency up, throughput down) beyond a threshold.
 // When both runs were repeated (workload.repeat) and the metric has 95% confidence intervals in
 // both, a regression must also clear the noise: it is flagged only when the intervals do not
 // overlap; a change beyond the threshold whose intervals overlap is reported as within noise.

@@ -303,7 +303,8 @@ std::string gnuplot_script(const std::vector<Figure>& figures) {
 }  // namespace
 
 PlotResult write_plots(const std::string& dir, const Summary& summary, const std::vector<RequestRecord>& records,
-                       const std::vector<StepRecord>& steps, const PlotOptions& options) {
+                       const std::vector<StepRecord>& steps, const PlotOptions& options,
+                       const std::vector<ServerSample>& server) {
   PlotResult result;
   const std::string exe = find_executable(options.gnuplot);
   if (exe.empty()) {
@@ -347,6 +348,8 @@ PlotResult write_plots(const std::string& dir, const Summary& summary, const std
         [&](const std::string& o) { return timeline_figure(*g, o); });
   // Latency CDFs at one rate, TTFT and queue length over time, goodput with capacity marked.
   for (auto& f : plot_detail::latency_figures(plots, summary, records, options.cdf_rate, result.warnings))
+    figures.push_back(std::move(f));
+  for (auto& f : plot_detail::server_state_figures(plots, summary, records, steps, server))
     figures.push_back(std::move(f));
   if (figures.empty()) {
     result.warnings.push_back("no run has data to plot: plots skipped");

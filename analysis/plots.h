@@ -9,6 +9,9 @@
 //   cdf_{ttft,tpot,itl,e2e}  the latency's CDF, a line per strategy, at one rate (PlotOptions::cdf_rate)
 //   ttft_queue_<strategy>  each request's TTFT at its arrival time and the queue length (arrived, not
 //                  yet admitted) over time, in the strategy's highest-rate run (repetition 1)
+//   server_state_<strategy>  above: the client's TTFT at arrival and requests waiting for a first
+//                  token; below: the server's running and waiting requests, KV use and preemptions
+//                  (server_metrics.jsonl for HTTP runs, steps.jsonl in-process), one time axis
 //   goodput_vs_rate  goodput (tokens/s; 95% intervals with repeats) vs rate, each strategy's
 //                  capacity (highest rate meeting the SLO: attainment target and percentile objectives) marked
 // Each as .svg, and .png (pngcairo, else png) when gnuplot has a PNG terminal. Without gnuplot
@@ -18,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "analysis/server_state.h"
 #include "analysis/summary.h"
 #include "loadgen/records/record.h"
 #include "loadgen/records/step_record.h"
@@ -48,9 +52,11 @@ bool gnuplot_available(const std::string& gnuplot = "gnuplot");
 
 /// Writes DIR/plots/{plots.gp, *.dat} and runs gnuplot there (its output in plots/gnuplot.log).
 /// Never throws for plotting problems: they become warnings.
-/// `records` feed the CDFs and the TTFT/queue timelines (the same window as the summary's).
+/// `records` feed the CDFs and the TTFT/queue timelines (the same window as the summary's);
+/// `server` (server_metrics.jsonl) the server-state figures of HTTP runs, `steps` those of the others.
 PlotResult write_plots(const std::string& dir, const Summary& summary, const std::vector<RequestRecord>& records,
-                       const std::vector<StepRecord>& steps, const PlotOptions& options = {});
+                       const std::vector<StepRecord>& steps, const PlotOptions& options = {},
+                       const std::vector<ServerSample>& server = {});
 
 /// Each strategy's capacity: the highest rate (req/s, open-loop runs) whose run meets the SLO
 /// (RunMetrics::meets_slo), NaN when none does. In strategy order.

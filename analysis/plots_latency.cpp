@@ -25,6 +25,38 @@ std::vector<std::pair<std::string, double>> strategy_capacities(const Summary& s
 }
 
 namespace plot_detail {
+
+bool ttft_queue_data(const std::filesystem::path& plots, const std::string& file, const std::string& label,
+                     const std::vector<RequestRecord>& records, double& ttft_max_ms) {
+  std::ostringstream t, qd;
+  t << "# " << label << "\n# arrival_s ttft_ms (ok, measured requests)\n";
+  std::vector<std::pair<double, int>> events;  // +1 at arrival, −1 when admitted to a batch
+  bool any = false;
+  for (const auto& r : records) {
+    if (r.run != label) continue;
+    const double admitted = r.scheduled_s >= 0.0 ? r.scheduled_s : r.first_token_s >= 0.0 ? r.first_token_s : r.end_s;
+    events.emplace_back(r.arrival_s, +1);
+    if (admitted >= 0.0) events.emplace_back(std::max(admitted, r.arrival_s), -1);
+    if (r.warmup || r.status != RecordStatus::ok || r.first_token_s < 0.0) continue;
+    const double ttft = (r.first_token_s - r.arrival_s) * 1000.0;
+    t << dat(r.arrival_s) << " " << dat(ttft) << "\n";
+    ttft_max_ms = std::max(ttft_max_ms, ttft);
+    any = true;
+  }
+  if (!any) return false;
+  std::sort(events.begin(), events.end());
+  qd << "# " << label << "\n# time_s queued_requests (arrived, not yet admitted)\n";
+  int depth = 0;
+  const std::size_t stride = std::max<std::size_t>(1, (events.size() + 3999) / 4000);
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    depth += events[i].second;
+    if (i % stride == 0 || i + 1 == events.size()) qd << dat(events[i].first) << " " << depth << "\n";
+  }
+  write_file(plots / ("ttft_time_" + file + ".dat"), t.str());
+  write_file(plots / ("queue_time_" + file + ".dat"), qd.str());
+  return true;
+}
+
 namespace {
 
 /// The records' labels of a run: its own, or every repetition's.
@@ -77,39 +109,6 @@ std::string cdf_figure(const std::string& out, const std::string& title, const s
   }
   s << "\n";
   return s.str();
-}
-
-/// The TTFT-at-arrival and queue-length data of one run; false when it has no measured request.
-/// `ttft_max_ms` gets the largest TTFT plotted.
-bool ttft_queue_data(const std::filesystem::path& plots, const std::string& file, const std::string& label,
-                     const std::vector<RequestRecord>& records, double& ttft_max_ms) {
-  std::ostringstream t, qd;
-  t << "# " << label << "\n# arrival_s ttft_ms (ok, measured requests)\n";
-  std::vector<std::pair<double, int>> events;  // +1 at arrival, −1 when admitted to a batch
-  bool any = false;
-  for (const auto& r : records) {
-    if (r.run != label) continue;
-    const double admitted = r.scheduled_s >= 0.0 ? r.scheduled_s : r.first_token_s >= 0.0 ? r.first_token_s : r.end_s;
-    events.emplace_back(r.arrival_s, +1);
-    if (admitted >= 0.0) events.emplace_back(std::max(admitted, r.arrival_s), -1);
-    if (r.warmup || r.status != RecordStatus::ok || r.first_token_s < 0.0) continue;
-    const double ttft = (r.first_token_s - r.arrival_s) * 1000.0;
-    t << dat(r.arrival_s) << " " << dat(ttft) << "\n";
-    ttft_max_ms = std::max(ttft_max_ms, ttft);
-    any = true;
-  }
-  if (!any) return false;
-  std::sort(events.begin(), events.end());
-  qd << "# " << label << "\n# time_s queued_requests (arrived, not yet admitted)\n";
-  int depth = 0;
-  const std::size_t stride = std::max<std::size_t>(1, (events.size() + 3999) / 4000);
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    depth += events[i].second;
-    if (i % stride == 0 || i + 1 == events.size()) qd << dat(events[i].first) << " " << depth << "\n";
-  }
-  write_file(plots / ("ttft_time_" + file + ".dat"), t.str());
-  write_file(plots / ("queue_time_" + file + ".dat"), qd.str());
-  return true;
 }
 
 std::string ttft_queue_figure(const std::string& out, const std::string& label, const std::string& file,

@@ -3,6 +3,8 @@
 //
 //   DIR/records.jsonl  RequestRecords (written by the driver as requests finish)
 //   DIR/steps.jsonl    StepRecords (in-process runs; optional)
+//   DIR/server_metrics.jsonl  the target's /metrics during HTTP runs (optional; server_state.h)
+//   DIR/schemas.jsonl  workload.structured_output's schemas, one a line (optional; structured_stats.h)
 //   DIR/runs.json      ReportInput less the records: scenario, environment, SLO, RunInfo per label,
 //                      gates, baseline — what `servelab report DIR` needs besides the records
 //   DIR/summary.json   results contract (summary.h), byte-identical when re-rendered
@@ -18,6 +20,7 @@
 
 #include "analysis/gates.h"
 #include "analysis/plots.h"
+#include "analysis/server_state.h"
 #include "analysis/summary.h"
 #include "loadgen/records/record.h"
 #include "loadgen/records/step_record.h"
@@ -41,6 +44,15 @@ struct ReportInput {
   std::optional<double> max_error_rate;
   std::vector<RequestRecord> records;
   std::vector<StepRecord> steps;
+  /// HTTP runs: the target's /metrics scraped during the run (DIR/server_metrics.jsonl), drawn
+  /// under the client's latencies (plots server_state_<strategy>).
+  std::vector<ServerSample> server_samples;
+  /// Runs imported from other tools' result files (import_results.h): reported after the
+  /// measured runs, with only the figures their tools gave. runs.json: "imported".
+  std::vector<RunSummary> imported;
+  /// Structured output: the schemas of DIR/schemas.jsonl (a record's "schema" indexes them),
+  /// against which each constrained output is validated.
+  std::vector<std::string> schemas;
   /// records.jsonl or steps.jsonl ended in a partial line (dropped): the run was killed mid-write.
   /// Reports then say "run cut short" first among their warnings, as they do when a run has fewer
   /// records than it planned.
@@ -73,7 +85,7 @@ ReportOutcome write_reports(const std::string& dir, const ReportInput& input,
 /// half-way can still be reported from the records it left).
 void write_runs_file(const std::string& dir, const ReportInput& input);
 
-/// Reads DIR/runs.json, DIR/records.jsonl and DIR/steps.jsonl (when present). Throws
+/// Reads DIR/runs.json, DIR/records.jsonl, DIR/steps.jsonl and DIR/server_metrics.jsonl (when present). Throws
 /// std::runtime_error("file[:line]: message") on a missing or malformed file.
 ReportInput load_report_input(const std::string& dir);
 

@@ -33,6 +33,18 @@ void print_console_summary(std::ostream& out, const Summary& s) {
       << format_plain(s.slo.ttft_ms) << " ms, TPOT <= " << format_plain(s.slo.tpot_ms) << " ms\n";
   const auto lines = method_lines(s);  // the first restates the SLO said above
   for (std::size_t i = 1; i < lines.size(); ++i) out << lines[i] << "\n";
+  for (const RunSummary* r : table_order(s)) {  // structured output: validity and cost, one line a run
+    if (!r->structured) continue;
+    const StructuredStats& st = *r->structured;
+    out << "structured output " << r->info.label << ": " << st.n_valid << " of " << st.n_constrained
+        << " outputs valid against their schema (" << format_share(st.validity_rate) << ")";
+    if (st.n_failed) out << ", " << st.n_failed << " constrained requests failed";
+    out << "; TPOT p50 " << format_number(st.constrained.tpot_p50_ms) << " ms constrained vs "
+        << format_number(st.unconstrained.tpot_p50_ms) << " ms not";
+    if (std::isfinite(st.tpot_cost_pct)) out << " (" << format_change_pct(st.tpot_cost_pct) << ")";
+    if (!st.invalid_reasons.empty()) out << "; most frequent invalid: " << st.invalid_reasons.front().first;
+    out << "\n";
+  }
 }
 
 void print_gate_results(std::ostream& out, const std::vector<GateResult>& gates) {

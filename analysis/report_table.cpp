@@ -174,11 +174,37 @@ TextRows slo_objectives_table(const Summary& s) {
   return t;
 }
 
+TextRows structured_output_table(const Summary& s) {
+  TextRows t;
+  t.header = {"strategy", "rate (req/s)", "constrained", "valid", "validity", "TTFT p50 (ms) constrained / not",
+              "TPOT p50 (ms) constrained / not", "TPOT cost", "decode tok/s constrained / not", "most frequent invalid"};
+  auto pair = [](double a, double b) { return format_number(a) + " / " + format_number(b); };
+  for (const RunSummary* r : table_order(s)) {
+    if (!r->structured) continue;
+    const StructuredStats& st = *r->structured;
+    t.rows.push_back({r->info.strategy_name(), format_run_rate(r->info), std::to_string(st.n_constrained),
+                      std::to_string(st.n_valid), format_share(st.validity_rate),
+                      pair(st.constrained.ttft_p50_ms, st.unconstrained.ttft_p50_ms),
+                      pair(st.constrained.tpot_p50_ms, st.unconstrained.tpot_p50_ms), format_change_pct(st.tpot_cost_pct),
+                      pair(st.constrained.decode_tok_s_mean, st.unconstrained.decode_tok_s_mean),
+                      st.invalid_reasons.empty() ? "-"
+                                                 : st.invalid_reasons.front().first + " (" +
+                                                       std::to_string(st.invalid_reasons.front().second) + ")"});
+  }
+  return t;
+}
+
 std::vector<std::string> method_lines(const Summary& s) {
   std::vector<std::string> out;
   out.push_back("SLO: " + s.slo.describe() + "; target attainment " + format_share(s.slo.attainment) +
                 " (goodput_tok_s and request_goodput_rps count the requests meeting the per-request SLO)");
   out.push_back("measurement window: " + s.options.window.describe() + ", applied to every metric");
+  for (const auto& r : s.runs)
+    if (r.info.config.is_object() && r.info.config.contains("imported_from"))
+      out.push_back("run " + r.info.label + " imported from " + r.info.config["imported_from"].get<std::string>() +
+                    " (" + r.info.config.value("tool", std::string("?")) +
+                    "): only the figures that tool reported; its TPOT is its per-request mean gap after the first "
+                    "token (docs/importing-results.md)");
   int n_rep = 1;
   for (const auto& r : s.runs) n_rep = std::max(n_rep, r.info.repeats);
   if (n_rep > 1)
@@ -186,8 +212,14 @@ std::vector<std::string> method_lines(const Summary& s) {
                   " times with derived seeds; tables show the mean, summary.json each repetition and 95% "
                   "Student-t intervals");
   std::string caps;
-  for (const auto& [name, cap] : strategy_capacities(s))
+  for (const auto& [name, cap] : strategy_capacities(s)) {
+    bool measured = false;  // another tool's runs have no per-request SLO figures: no capacity
+    for (const auto& r : s.runs)
+      measured = measured || (r.info.strategy_name() == name &&
+                              !(r.info.config.is_object() && r.info.config.contains("imported_from")));
+    if (!measured) continue;
     caps += (caps.empty() ? "" : ", ") + name + " " + (std::isnan(cap) ? std::string("none") : format_rate(cap) + " req/s");
+  }
   if (!caps.empty()) out.push_back("capacity (highest rate meeting the SLO): " + caps);
   return out;
 }

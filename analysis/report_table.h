@@ -50,6 +50,10 @@ TextRows repeats_table(const Summary& s);
 TextRows percentiles_table(const Summary& s);
 /// slo.percentiles: per run, each objective's value and met/MISSED; empty when none.
 TextRows slo_objectives_table(const Summary& s);
+/// Structured output (workload.structured_output): per run with constrained requests, how many,
+/// the share valid against their schema, TTFT/TPOT p50 and decode speed constrained vs not, the
+/// TPOT cost and the most frequent invalid reason; empty when no run had any.
+TextRows structured_output_table(const Summary& s);
 /// Lines saying how the metrics were made: the SLO, the window, repetitions, each strategy's
 /// capacity (highest rate meeting the SLO).
 std::vector<std::string> method_lines(const Summary& s);

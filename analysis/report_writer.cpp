@@ -5,6 +5,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "analysis/import_results.h"
 #include "analysis/json_format.h"
 #include "analysis/report.h"
 #include "analysis/text_format.h"
@@ -36,6 +37,7 @@ std::size_t planned_records(const RunSummary& r) {
 std::vector<std::string> summary_warnings(const Summary& s) {
   std::vector<std::string> w;
   for (const auto& r : s.runs) {
+    if (is_imported(r)) continue;  // another tool's figures: nothing of ours to warn about
     const auto& m = r.metrics;
     const std::string run = "run " + r.info.label;
     if (m.n_requests == 0) {
@@ -117,6 +119,10 @@ void write_runs_file(const std::string& dir, const ReportInput& input) {
   for (const auto& g : input.gates) j["gates"].push_back(g);
   if (input.baseline) j["baseline"] = *input.baseline;
   if (input.max_error_rate) j["max_error_rate"] = *input.max_error_rate;
+  if (!input.imported.empty()) {
+    j["imported"] = nlohmann::ordered_json::array();
+    for (const auto& r : input.imported) j["imported"].push_back(r);
+  }
   write_text_file(in_dir(dir, "runs.json"), j.dump(2) + "\n");
 }
 
@@ -126,6 +132,12 @@ ReportOutcome write_reports(const std::string& dir, const ReportInput& input, co
   out.summary =
       build_summary(input.scenario, input.environment, input.slo, input.runs, input.records, input.steps,
                     input.options);
+  for (auto& r : out.summary.runs) {  // structured output: validity and cost beside latency
+    std::vector<std::string> labels;
+    for (int k = 1; k <= r.info.repeats; ++k) labels.push_back(repetition_label(r.info.label, k, r.info.repeats));
+    r.structured = structured_stats(labels, input.records, input.schemas);
+  }
+  out.summary.runs.insert(out.summary.runs.end(), input.imported.begin(), input.imported.end());
   write_runs_file(dir, input);
   write_summary(in_dir(dir, "summary.json"), out.summary);
 
@@ -163,7 +175,7 @@ ReportOutcome write_reports(const std::string& dir, const ReportInput& input, co
   if (options.plots) {
     PlotOptions po = options.plot;
     if (std::isnan(po.cdf_rate)) po.cdf_rate = input.cdf_rate;
-    PlotResult p = write_plots(dir, out.summary, input.records, input.steps, po);
+    PlotResult p = write_plots(dir, out.summary, input.records, input.steps, po, input.server_samples);
     out.plots = std::move(p.files);
     out.warnings.insert(out.warnings.end(), p.warnings.begin(), p.warnings.end());
   }
@@ -200,6 +212,8 @@ ReportInput load_report_input(const std::string& dir) {
       for (const auto& g : j["gates"]) in.gates.push_back(g.get<Gate>());
     if (j.contains("baseline") && !j["baseline"].is_null()) in.baseline = j["baseline"].get<BaselineSpec>();
     if (j.contains("max_error_rate") && j["max_error_rate"].is_number()) in.max_error_rate = j["max_error_rate"].get<double>();
+    if (j.contains("imported"))
+      for (const auto& r : j["imported"]) in.imported.push_back(r.get<RunSummary>());
   } catch (const std::runtime_error&) {
     throw;
   } catch (const std::exception& e) {
@@ -212,6 +226,10 @@ ReportInput load_report_input(const std::string& dir) {
   else cut_records = true;
   const std::string steps_path = in_dir(dir, "steps.jsonl");
   if (fs::exists(steps_path)) in.steps = read_steps(steps_path, &cut_steps);
+  const std::string server_path = in_dir(dir, "server_metrics.jsonl");
+  if (fs::exists(server_path)) in.server_samples = read_server_samples(server_path);
+  const std::string schemas_path = in_dir(dir, "schemas.jsonl");
+  if (fs::exists(schemas_path)) in.schemas = read_schemas_file(schemas_path);
   in.cut_short = cut_records || cut_steps;
   return in;
 }

@@ -354,6 +354,7 @@ void to_json(nlohmann::ordered_json& j, const RunSummary& r) {
   j["n_planned"] = r.info.n_requests;
   j["config"] = r.info.config.is_null() ? nlohmann::ordered_json::object() : r.info.config;
   j["metrics"] = r.metrics;
+  if (r.structured) j["structured_output"] = *r.structured;
   if (r.info.repeats > 1) {
     auto& rep = j["repeats"];
     rep["n"] = r.repetitions.size();
@@ -392,6 +393,9 @@ void from_json(const nlohmann::ordered_json& j, RunSummary& r) {
       m.n_failed = v.value("n_failed", std::size_t{0});
       r.by_lora.emplace_back(name == "(base)" ? "" : name, std::move(m));
     }
+  r.structured.reset();
+  if (j.contains("structured_output") && !j["structured_output"].is_null())
+    r.structured = j["structured_output"].get<StructuredStats>();
   r.repetitions.clear();
   r.stats.clear();
   if (auto it = j.find("repeats"); it != j.end() && it->is_object()) {

@@ -10,7 +10,7 @@
 //    "slo": {"ttft_ms", "tpot_ms", "attainment", "itl_ms", "e2e_ms", "percentiles"},
 //    "runs": [{"label", "batching", "kv", "backend", "rate", "n_requests", "n_failed",
 //              "strategy", "mode", ["concurrency",] "n_planned", "config": {...},
-//              "metrics": {... see metrics.h ...},
+//              "metrics": {... see metrics.h ...}, ["structured_output": {... structured_stats.h ...},]
 //              ["repeats": {"n", "seeds", "labels", "stats": {path: MetricStats}, "runs": [metrics]}]}],
 //    "report": {"percentiles", "window": {..., "description"}}}   (what every run's metrics used)
 //   "rate" is a number only for mode "open"; "max", "closed", "trace" and "unknown" runs write
@@ -18,12 +18,14 @@
 //   "@trace" trace, else a null rate is "max").
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "analysis/environment.h"
 #include "analysis/metrics.h"
 #include "analysis/repeats.h"
+#include "analysis/structured_stats.h"
 #include "loadgen/records/record.h"
 #include "loadgen/records/step_record.h"
 
@@ -88,6 +90,9 @@ struct RunSummary {
   /// Multi-LoRA runs (records naming adapters): each adapter's metrics over its own requests, by
   /// name ("" = the base model's requests), sorted; empty when no record names one. JSON: "lora".
   std::vector<std::pair<std::string, RunMetrics>> by_lora;
+  /// Runs with structured-output requests: validity and cost (structured_stats.h); JSON
+  /// "structured_output" after "metrics", absent otherwise.
+  std::optional<StructuredStats> structured;
 
   /// The statistics of `metric` (a summary path) over the repetitions, or nullptr.
   const MetricStats* stat(const std::string& metric) const;

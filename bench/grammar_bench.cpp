@@ -25,8 +25,8 @@
 #include "engine/grammar/matcher.h"
 #include "engine/model/tokenizer.h"
 #include "tests/grammar/grammar_test_util.h"
-#include "tests/grammar/json_validator.h"
-#include "tests/grammar/schema_corpus.h"
+#include "analysis/json_schema_check.h"
+#include "engine/grammar/schema_corpus.h"
 
 namespace {
 
@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
   std::printf("tokenizer %s: %d tokens, loaded in %.0f ms; token table (trie of %zu nodes) in %.0f ms\n", tok->name().c_str(),
               table->n_vocab(), load_ms, table->n_nodes(), table_ms);
 
-  const auto corpus = testing::make_schema_corpus(n_schemas, seed);
+  const auto corpus = make_schema_corpus(n_schemas, seed);
   std::vector<std::shared_ptr<const CompiledGrammar>> compiled(corpus.size());
   std::vector<double> compile_cold, compile_warm, front_ms;
   int n_refused = 0;
@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
         if (++n_unfinished <= 3) std::printf("unfinished after %d tokens (schema %zu): %.200s...\n", max_tokens, i, out.c_str());
         continue;
       }
-      const std::string why = testing::validate_json_text(out, corpus[i]);
+      const std::string why = analysis::validate_json_text(out, corpus[i]);
       if (why.empty()) {
         ++n_valid;
       } else if (++n_invalid <= 5) {

@@ -30,6 +30,8 @@ const FlagOf kFlags[] = {{"workload.rates", "--rate"},
                          {"workload.warmup_requests", "--warmup"},
                          {"workload.prompt_tokens", "--prompt-tokens"},
                          {"workload.output_tokens", "--output-tokens"},
+                         {"workload.structured_output.fraction", "--structured-fraction"},
+                         {"workload.structured_output", "--structured-output"},
                          {"engine.max_model_len", "--max-model-len"},
                          {"target.urls", "--url"},
                          {"target.url", "--url"},
@@ -145,6 +147,11 @@ void add_bench_flags(CLI::App& sub, BenchArgs& a) {
   sub.add_flag("--ignore-eos", a.ignore_eos, "vLLM: outputs run to the planned length (the default here)");
   sub.add_flag("--no-ignore-eos", a.no_ignore_eos, "Let the server stop at its end-of-sequence token");
   sub.add_option("--extra-body", a.extra_body, "JSON object merged into every request body, e.g. '{\"top_k\": 20}'");
+  sub.add_option("--structured-output", a.structured_output,
+                 "Send JSON schemas as response_format: builtin (100 generated schemas) or FILE (a JSON array of "
+                 "schemas, or one a line); the report gives the valid-output rate and the cost");
+  sub.add_option("--structured-fraction", a.structured_fraction,
+                 "Share of requests that carry a schema (default 1; below 1, constrained and unconstrained side by side)");
   sub.add_option("--max-error-rate", a.max_error_rate,
                  "Fail (exit 1) when more than this share of a run's requests fail (default 0.05); all failing always fails")
       ->check(CLI::Range(0.0, 1.0));
@@ -238,6 +245,10 @@ Scenario bench_scenario(const BenchArgs& a) {
     w["prompt_tokens"] = length(a.prompt_tokens, a.range_ratio);
     w["output_tokens"] = length(a.output_tokens, a.range_ratio);
   }
+  if (!a.structured_output.empty())
+    w["structured_output"] = {{"schemas", a.structured_output}, {"fraction", a.structured_fraction}};
+  else if (a.structured_fraction != 1.0)
+    throw ScenarioError({"--structured-fraction: needs --structured-output builtin|FILE"});
   s["workload"] = w;
   for (const auto& g : a.goodput) {
     const auto [key, ms] = parse_goodput(g);

@@ -44,6 +44,8 @@ struct BenchArgs {
   bool ignore_eos = true;            ///< --ignore-eos: accepted as vLLM users type it (the default)
   bool no_ignore_eos = false;        ///< --no-ignore-eos: let the server stop at EOS
   std::string extra_body;            ///< JSON object merged into every request body
+  std::string structured_output;     ///< --structured-output builtin | FILE: JSON schemas sent as response_format
+  double structured_fraction = 1.0;  ///< --structured-fraction: share of requests carrying a schema
   double max_error_rate = 0.05;
   bool no_preflight = false;
   std::string name;                  ///< "" = bench-YYYYmmdd-HHMMSS

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "analysis/compare.h"
+#include "analysis/import_results.h"
 #include "analysis/summary.h"
 #include "cli/command.h"
 #include "cli/report_input.h"
@@ -20,8 +21,9 @@ struct CompareArgs {
 };
 
 int compare_main(const CompareArgs& a) {
-  const auto base = analysis::read_summary_or_dir(a.base);
-  const auto current = analysis::read_summary_or_dir(a.current);
+  // Either may be another tool's result file (vLLM, GenAI-Perf, guidellm, LLMPerf).
+  const auto base = analysis::read_any_summary(a.base);
+  const auto current = analysis::read_any_summary(a.current);
   // Either spelling: the summary path (ttft_ms.p99) or the gates' flat name (ttft_p99_ms).
   std::vector<std::string> metrics;
   for (const auto& m : a.metrics) metrics.push_back(analysis_metric_name(m));
@@ -39,8 +41,8 @@ int compare_main(const CompareArgs& a) {
 const Registrar register_compare("compare", "Compare two summaries run by run; exit 1 on a regression",
                     [](CLI::App& sub) -> CommandMain {
                       auto a = std::make_shared<CompareArgs>();
-                      sub.add_option("BASE", a->base, "baseline summary.json or run folder")->required();
-                      sub.add_option("NEW", a->current, "new summary.json or run folder")->required();
+                      sub.add_option("BASE", a->base, "baseline summary.json or run folder, or another tool's result JSON")->required();
+                      sub.add_option("NEW", a->current, "new summary.json or run folder, or another tool's result JSON")->required();
                       sub.add_option("--threshold-pct", a->threshold_pct,
                                      "largest tolerated regression, percent of the base value")
                           ->capture_default_str()
@@ -57,6 +59,10 @@ const Registrar register_compare("compare", "Compare two summaries run by run; e
                           "throughput/goodput/attainment down by more than the threshold. A run\n"
                           "of BASE missing from NEW, or a metric that became null, also fails\n"
                           "unless --allow-missing.\n"
+                          "BASE or NEW may be a vLLM `bench serve --save-result` JSON, GenAI-Perf's\n"
+                          "profile_export_genai_perf.json, guidellm's benchmarks JSON or LLMPerf's\n"
+                          "*_summary.json: its runs pair with ours at the same rate or concurrency\n"
+                          "(docs/importing-results.md).\n"
                           "Exit 0 no regression, 1 regression or missing, 2 bad input.\n\n"
                           "Examples:\n"
                           "  servelab compare results/baselines/ci.json results/runs/ci\n"

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <memory>
 
+#include "analysis/import_results.h"
 #include "analysis/report.h"
 #include "cli/command.h"
 #include "cli/report_merge.h"
@@ -15,6 +16,7 @@ namespace {
 struct ReportArgs {
   std::string dir;
   std::vector<std::string> add;  ///< records files joined to DIR's (--add)
+  std::vector<std::string> imports;  ///< other tools' result files (--import)
   std::string out;               ///< where the reports go (--out); "" = DIR
   bool force = false;
   bool no_plots = false;
@@ -47,14 +49,23 @@ int report_main(const ReportArgs& a) {
   opts.plots = !a.no_plots;
   opts.plot.gnuplot = a.gnuplot;
   analysis::check_metric_name(a.plot_metric);
+  if (a.dir.empty() && (a.imports.empty() || a.out.empty())) {
+    std::cerr << "servelab report: error: DIR is required (without it, give --import FILE... and --out NEW_DIR)\n";
+    return 2;
+  }
+  if (!a.imports.empty() && a.out.empty()) {
+    std::cerr << "servelab report: error: --import needs --out NEW_DIR (the run folder " << a.dir
+              << " is left as it was)\n";
+    return 2;
+  }
   if (!a.add.empty() && a.out.empty()) {
     std::cerr << "servelab report: error: --add needs --out NEW_DIR (the run folder " << a.dir
               << " is left as it was)\n";
     return 2;
   }
-  const bool elsewhere = !a.out.empty() && !same_folder(a.out, a.dir);
+  const bool elsewhere = !a.out.empty() && (a.dir.empty() || !same_folder(a.out, a.dir));
   const std::string dir = elsewhere ? a.out : a.dir;
-  if (!a.add.empty() && !elsewhere) {
+  if ((!a.add.empty() || !a.imports.empty()) && !elsewhere) {
     std::cerr << "servelab report: error: --out must name another folder than " << a.dir << "\n";
     return 2;
   }
@@ -64,10 +75,22 @@ int report_main(const ReportArgs& a) {
               << " already exists and is not empty: choose another --out, remove it, or pass --force\n";
     return 2;
   }
-  analysis::ReportInput input = analysis::load_report_input(a.dir);
-  if (const std::string why = missing_steps(a.dir, input); !why.empty()) {
-    std::cerr << "servelab report: error: " << why << "\n";
-    return 2;
+  analysis::ReportInput input;
+  if (a.dir.empty()) {
+    input.scenario.name = "imported";
+  } else {
+    input = analysis::load_report_input(a.dir);
+    if (const std::string why = missing_steps(a.dir, input); !why.empty()) {
+      std::cerr << "servelab report: error: " << why << "\n";
+      return 2;
+    }
+  }
+  for (const auto& f : a.imports) {
+    for (auto& r : analysis::import_result_file(f)) {
+      for (const auto& have : input.imported)
+        if (have.info.label == r.info.label) r.info.label += "#" + std::to_string(input.imported.size() + 1);
+      input.imported.push_back(std::move(r));
+    }
   }
   for (const auto& f : a.add) add_peer_records(input, f);
   if (elsewhere) write_merged_records(dir, input);
@@ -94,8 +117,13 @@ const Registrar register_report("report", "Re-render a run folder's summary, rep
                     [](CLI::App& sub) -> CommandMain {
                       auto a = std::make_shared<ReportArgs>();
                       sub.add_option("DIR", a->dir, "run folder: runs.json and records.jsonl, plus steps.jsonl for in-process runs")
-                          ->required()
                           ->check(CLI::ExistingDirectory);
+                      sub.add_option("--import", a->imports,
+                                     "another tool's result file to report beside the runs (repeatable): vLLM "
+                                     "bench serve --save-result JSON, GenAI-Perf profile_export_genai_perf.json, "
+                                     "guidellm benchmarks JSON, LLMPerf *_summary.json (needs --out)")
+                          ->check(CLI::ExistingFile)
+                          ->allow_extra_args(false);
                       sub.add_option("--add", a->add,
                                      "a records.jsonl to join (repeatable): a peer's records of the same plan; "
                                      "its runs come from FILE.run.json beside it, else from the labels")
@@ -123,6 +151,8 @@ const Registrar register_report("report", "Re-render a run folder's summary, rep
                           "  servelab report results/runs/sweep --plot-metric tpot_ms.p50 --no-plots\n"
                           "  servelab report results/runs/offline --add hf-static.jsonl --add hf-cb.jsonl \\\n"
                           "      --out results/runs/offline-vs-hf\n"
+                          "  servelab report results/runs/sweep --import vllm-bench.json --out results/runs/vs-vllm\n"
+                          "  servelab report --import vllm.json --import genai.json --out cmp   (no DIR)\n"
                           "With --add, each FILE.run.json (if present) lists its runs as runs.json does:\n"
                           "  {\"runs\": [{\"label\": \"hf-static@max\", \"batching\": \"static\", \"mode\": \"max\",\n"
                           "             \"n_requests\": 1000, \"backend\": \"hf-transformers\", \"config\": {}}]}\n");

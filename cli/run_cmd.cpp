@@ -85,7 +85,7 @@ std::string preflight_body(const Scenario& sc, const Planner& planner) {
 void remove_run_outputs(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  for (const char* f : {"runs.json", "records.jsonl", "steps.jsonl", "replicas.jsonl", "server_metrics.jsonl",
+  for (const char* f : {"runs.json", "records.jsonl", "steps.jsonl", "replicas.jsonl", "server_metrics.jsonl", "schemas.jsonl",
                         "summary.json", "report.md", "report.html", "results.csv", "junit.xml", "server.json"})
     fs::remove(fs::path(dir) / f, ec);
   fs::remove_all(fs::path(dir) / "plots", ec);
@@ -187,6 +187,10 @@ int run_scenario(const Scenario& scenario, const std::string& out_dir, bool quie
   }
   input.records = sweep.records;
   input.steps = sweep.steps;
+  if (const auto sm = std::filesystem::path(dir) / "server_metrics.jsonl"; std::filesystem::exists(sm, ec))
+    input.server_samples = analysis::read_server_samples(sm.string());
+  if (const auto sj = std::filesystem::path(dir) / "schemas.jsonl"; std::filesystem::exists(sj, ec))
+    input.schemas = analysis::read_schemas_file(sj.string());
   analysis::ReportOptions ropts;
   ropts.plots = !args.no_plots;
   const analysis::ReportOutcome report = analysis::write_reports(dir, input, ropts);

@@ -97,6 +97,7 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
     if (it != sent.end()) sent.erase(it);
     ++stats.n_finished;
     stats.end_s = std::max(stats.end_s, f.end_s);
+    if (sinks.annotate) sinks.annotate(f, rec);
     if (sinks.on_record) sinks.on_record(rec);
   };
 

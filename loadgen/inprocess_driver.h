@@ -18,6 +18,9 @@ namespace servelab {
 struct RecordSinks {
   std::function<void(const RequestRecord&)> on_record;
   std::function<void(const StepRecord&)> on_step;
+  /// In-process runs: called with each finished request and its record before on_record (adds
+  /// what only the engine's result holds, e.g. structured output's text); optional.
+  std::function<void(const FinishedRequest&, RequestRecord&)> annotate;
 };
 
 struct DriveStats {

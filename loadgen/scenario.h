@@ -21,6 +21,7 @@
 #include "loadgen/capacity_config.h"
 #include "loadgen/dataset.h"
 #include "loadgen/lengths.h"
+#include "loadgen/structured_output.h"
 #include "loadgen/target.h"
 
 namespace servelab {
@@ -190,6 +191,8 @@ struct WorkloadSpec {
   std::vector<PrefixGroupSpec> prefix_groups;  ///< system prompts shared by fractions of the requests
   SessionSpec sessions;
   LoraWorkloadSpec lora;             ///< adapters named per request (loadgen/lora_workload.h)
+  /// A schema set sent with a share of the requests (loadgen/structured_output.h).
+  StructuredOutputSpec structured_output;
   std::string tokenizer;             ///< resolved path of a tokenizer.json; "" = the model folder's, if any
   /// Runs of each sweep point, each with its own plan seed (repeat_seed); > 1 adds mean, std, min
   /// and 95% intervals of every headline metric to the summary.

@@ -357,7 +357,8 @@ void Walker::kv(const YAML::Node& n, const std::string& path, KvConfig& out) {
 void Walker::workload(const YAML::Node& n) {
   if (!check_map(n, "workload", {"arrival", "concurrency", "trace", "rates", "n_requests", "duration_s",
                                  "warmup_requests", "prompt_tokens", "output_tokens", "shared_prefix_tokens",
-                                 "prefix_groups", "sessions", "trace_speed", "tokenizer", "repeat", "lora"}))
+                                 "prefix_groups", "sessions", "trace_speed", "tokenizer", "repeat", "lora",
+                                 "structured_output"}))
     return;
   auto& w = s_.workload;
   std::vector<std::string> modes;
@@ -404,6 +405,8 @@ void Walker::workload(const YAML::Node& n) {
   if (defined(n["repeat"])) read_int(n["repeat"], "workload.repeat", w.repeat);
   if (defined(n["prefix_groups"])) prefix_groups(n["prefix_groups"]);
   if (defined(n["lora"])) parse_lora_section(n["lora"], ov_, s_, d_);  // scenario_parse_lora.cpp
+  if (defined(n["structured_output"]))  // scenario_parse_structured.cpp
+    parse_structured_output_section(n["structured_output"], ov_, s_, d_);
   if (defined(n["sessions"]) && section(n["sessions"], "workload.sessions", {"turns", "think_time_s"})) {
     const YAML::Node& ss = n["sessions"];
     if (defined(ss["turns"])) read_int(ss["turns"], "workload.sessions.turns", w.sessions.turns);

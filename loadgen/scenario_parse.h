@@ -33,6 +33,10 @@ void parse_baseline_section(const YAML::Node& node, const std::vector<AppliedOve
 /// max_cpu_loras) into scenario.workload.lora; problems go to `diag` at their file:line:col.
 void parse_lora_section(const YAML::Node& node, const std::vector<AppliedOverride>& overrides, Scenario& scenario,
                         Diagnostics& diag);
+/// `workload.structured_output:` (kind, schemas, n_schemas, fraction) into
+/// scenario.workload.structured_output (scenario_parse_structured.cpp).
+void parse_structured_output_section(const YAML::Node& node, const std::vector<AppliedOverride>& overrides,
+                                     Scenario& scenario, Diagnostics& diag);
 
 /// A relative path looked up beside the scenario file first, then in the current directory;
 /// when neither exists, the path beside the scenario (so the error names where it looked).

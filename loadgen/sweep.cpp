@@ -14,11 +14,13 @@
 #include "engine/clock.h"
 #include "engine/engine.h"
 #include "engine/model/memory_check.h"
+#include "engine/model/tokenizer.h"
 #include "engine/model/weights.h"
 #include "loadgen/backend_spec.h"
 #include "loadgen/http/http_sweep.h"
 #include "loadgen/plan.h"
 #include "loadgen/sources.h"
+#include "loadgen/structured_source.h"
 
 namespace servelab {
 
@@ -199,6 +201,18 @@ std::vector<SweepRun> plan_sweep(const Planner& planner) {
   return runs;
 }
 
+/// The tokenizer in-process constraints compile against: workload.tokenizer, else the model
+/// folder's, else bytes (as `servelab serve` without one).
+static std::unique_ptr<Tokenizer> structured_tokenizer(const Scenario& scenario) {
+  if (!scenario.workload.tokenizer.empty()) return load_bpe_tokenizer(scenario.workload.tokenizer);
+  if (!scenario.model.path.empty())
+    if (auto t = load_tokenizer_from_dir(scenario.model.path)) return t;
+  const ModelConfig model = resolve_model_config(scenario.model.path.empty() ? scenario.model.preset : scenario.model.path);
+  std::optional<TokenId> eos;
+  if (model.eos_token >= 0) eos = model.eos_token;
+  return make_byte_tokenizer(std::max(model.vocab_size, 256), eos);
+}
+
 SweepOutcome run_sweep(const Scenario& scenario, const SweepOptions& options) {
   return run_sweep(Planner(scenario), options);
 }
@@ -220,12 +234,32 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
     target_tokenizer = options.load_tokenizer(scenario.target->tokenizer);
   }
 
+  // Structured output: one schema set for the whole sweep, written beside the records (a record's
+  // "schema" indexes schemas.jsonl); in-process, compiled once against the model's tokenizer.
+  const StructuredOutputSpec& so = scenario.workload.structured_output;
+  std::shared_ptr<const SchemaSet> schemas;
+  std::unique_ptr<Tokenizer> schema_tokenizer;
+  std::unique_ptr<SchemaCompiler> schema_compiler;
+  if (so.enabled) {
+    schemas = std::make_shared<const SchemaSet>(load_schema_set(so));
+    LineWriter schemas_out(options.out_dir + "/schemas.jsonl");
+    for (const auto& t : schemas->texts) schemas_out.write(t + "\n");
+    if (!scenario.target) {
+      schema_tokenizer = structured_tokenizer(scenario);
+      const ModelConfig model =
+          resolve_model_config(scenario.model.path.empty() ? scenario.model.preset : scenario.model.path);
+      schema_compiler = std::make_unique<SchemaCompiler>(schemas, *schema_tokenizer, model.vocab_size);
+    }
+  }
+
   const auto rates = scenario.sweep_rates();
   const RepeatPlanners planners(planner);
   size_t point = 0;
   for (double rate : rates) {
     for (int k = 1; k <= planners.size(); ++k) {
       const Plan plan = planners.at(k).make(rate);
+      std::optional<StructuredRequests> structured;
+      if (schemas) structured.emplace(so, schemas, plan.seed);
       for (size_t i = 0; i < scenario.strategies.size(); ++i, ++point) {
         if (options.stop && options.stop->load()) {
           outcome.interrupted = true;
@@ -241,7 +275,8 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
             if (options.on_record) options.on_record(run, r);
           };
           const DriveStats stats = http_load::run_http_point(scenario, plan, run.label, http_sinks, target_tokenizer.get(),
-                                                             options.out_dir, options.stop, options.scrape_server_metrics);
+                                                             options.out_dir, options.stop, options.scrape_server_metrics,
+                                                             structured ? &*structured : nullptr);
           if (options.on_run_done) options.on_run_done(run, stats);
           if (stats.stopped) {
             outcome.interrupted = true;
@@ -253,6 +288,12 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
         Engine& engine = *engine_ptr;
         std::unique_ptr<RequestSource> source =
             make_source(scenario, plan, run_adapters(scenario, scenario.backend.kind != BackendKind::sim));
+        StructuredSource* constrained = nullptr;
+        if (structured) {
+          auto wrapped = std::make_unique<StructuredSource>(std::move(source), *structured, *schema_compiler);
+          constrained = wrapped.get();
+          source = std::move(wrapped);
+        }
         std::unique_ptr<Clock> clock;
         if (scenario.backend.kind == BackendKind::sim) clock = std::make_unique<VirtualClock>();
         else clock = std::make_unique<SteadyClock>();
@@ -267,6 +308,8 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
           steps_out.write(step_line(s));
           outcome.steps.push_back(s);
         };
+        if (constrained)
+          sinks.annotate = [constrained](const FinishedRequest& f, RequestRecord& r) { constrained->annotate(f, r); };
         const DriveStats stats = drive_in_process(
             engine, *source, *clock, run.label, sinks, [&plan](uint64_t id) { return plan.is_warmup(id); },
             options.stop);

@@ -55,6 +55,7 @@ class ByteTokenizer final : public Tokenizer {
 
   // Ids above 255 have no text of their own (a random-weight model samples them freely); they
   // read as "<|id|>" so output stays visible, and count as special (skip_special drops them).
+  // So does eos when the model's is a byte id (tiny's is 1): a stream must not end in "\x01".
   std::string decode(std::span<const TokenId> ids, bool skip_special) const override {
     std::string bytes, out;
     const auto flush = [&] {
@@ -62,7 +63,7 @@ class ByteTokenizer final : public Tokenizer {
       bytes.clear();
     };
     for (const TokenId id : ids) {
-      if (id >= 0 && id < 256) {
+      if (id >= 0 && id < 256 && !is_eos(id)) {
         bytes += static_cast<char>(id);
         continue;
       }
@@ -75,7 +76,7 @@ class ByteTokenizer final : public Tokenizer {
   }
 
   std::string token_bytes(TokenId id, bool skip_special) const override {
-    if (id >= 0 && id < 256) return std::string(1, static_cast<char>(id));
+    if (id >= 0 && id < 256 && !is_eos(id)) return std::string(1, static_cast<char>(id));
     return skip_special ? "" : "<|" + std::to_string(id) + "|>";
   }
 
@@ -87,6 +88,7 @@ class ByteTokenizer final : public Tokenizer {
   }
 
   std::optional<TokenId> eos_id() const override { return eos_; }
+  bool is_eos(TokenId id) const { return eos_ && id == *eos_; }
   std::optional<TokenId> bos_id() const override { return std::nullopt; }
 
  private:

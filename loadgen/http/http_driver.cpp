@@ -96,6 +96,8 @@ struct Call : std::enable_shared_from_this<Call> {
   std::optional<std::string> finish_reason;
   std::optional<int> usage_prompt, usage_completion;
   int n_chunks = 0;
+  bool keep_text = false;  ///< structured output: the output is validated, so it is kept
+  std::string raw_text;    ///< its JSON string contents as streamed (escapes kept)
 
   void on_event(std::string_view data);
 };
@@ -190,7 +192,7 @@ class Driver {
 
 void Call::on_event(std::string_view data) {
   if (done) return;
-  const ChunkInfo info = interpret_chunk(data);
+  const ChunkInfo info = interpret_chunk(data, keep_text ? &raw_text : nullptr);
   if (info.malformed) {
     std::string shown(data.substr(0, 80));
     return driver.fail_raw(*this, RecordStatus::error, "malformed chunk: " + shown);
@@ -269,7 +271,16 @@ void Driver::launch(Request r, double intended, double released) {
   live_.push_back(c);
 
   const Endpoint& ep = endpoints_[c->replica];
-  const std::string body = request_body(c->request, opt_.target, opt_.tokenizer);
+  std::string response_format;
+  if (opt_.structured) {
+    if (const std::string* schema = opt_.structured->schema_text(c->request.id)) {
+      c->rec.schema = opt_.structured->schema_of(c->request.id);
+      c->keep_text = true;
+      response_format = response_format_json(c->rec.schema, *schema);
+    }
+  }
+  const std::string body = request_body(c->request, opt_.target, opt_.tokenizer,
+                                        response_format.empty() ? nullptr : &response_format);
   std::string& w = c->wire;
   w.reserve(body.size() + 256);
   w += "POST ";
@@ -407,6 +418,7 @@ void Driver::complete(const std::shared_ptr<Call>& c) {
     if (!r.token_times_s.empty()) r.token_times_s.back() = last;
   }
   r.status = RecordStatus::ok;
+  if (c->keep_text) r.output_text = decode_json_string_contents(c->raw_text);
   if (c->parser->keep_alive()) idle_[c->replica].push_back(std::move(c->conn));
   c->conn.reset();
   ++result_.replicas[c->replica].n_ok;

@@ -12,6 +12,7 @@
 #include "engine/model/tokenizer.h"
 #include "engine/runner.h"
 #include "loadgen/inprocess_driver.h"
+#include "loadgen/structured_output.h"
 #include "loadgen/target.h"
 
 namespace servelab::http_load {
@@ -19,6 +20,9 @@ namespace servelab::http_load {
 struct HttpDriverOptions {
   TargetSpec target;
   const Tokenizer* tokenizer = nullptr;  ///< text prompts (target.tokenizer loaded); nullptr = ids / words
+  /// Structured output: the schema each request carries (response_format), whose output text the
+  /// record then keeps; nullptr = none.
+  const StructuredRequests* structured = nullptr;
 };
 
 /// How much of the run each replica took.

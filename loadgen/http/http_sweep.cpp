@@ -14,12 +14,14 @@ namespace servelab::http_load {
 
 DriveStats run_http_point(const Scenario& scenario, const Plan& plan, const std::string& run_label,
                           const RecordSinks& sinks, const Tokenizer* tokenizer, const std::string& out_dir,
-                          const std::atomic<bool>* stop, bool scrape_metrics) {
+                          const std::atomic<bool>* stop, bool scrape_metrics,
+                          const StructuredRequests* structured) {
   // Adapters by name only: each request's goes out as its `model` (request_body).
   std::unique_ptr<RequestSource> source = make_source(scenario, plan, run_adapters(scenario, false));
   HttpDriverOptions o;
   o.target = *scenario.target;
   o.tokenizer = tokenizer;
+  o.structured = structured;
   // The server's own state on the run's time axis (the driver's clock starts right after this).
   std::unique_ptr<MetricsScraper> scraper;
   if (scrape_metrics && !out_dir.empty())

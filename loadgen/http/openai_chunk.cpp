@@ -47,7 +47,7 @@ bool read_usage(JsonCursor& c, ChunkInfo& out) {
 }
 
 /// One element of "choices".
-bool read_choice(JsonCursor& c, ChunkInfo& out) {
+bool read_choice(JsonCursor& c, ChunkInfo& out, std::string* text) {
   if (c.peek() != '{') return c.skip(2);
   c.eat('{');
   bool has_text = false, role = false;
@@ -62,6 +62,7 @@ bool read_choice(JsonCursor& c, ChunkInfo& out) {
         if (!c.string(v)) return false;
         has_text = true;
         n += v.size();
+        if (text) text->append(v);
       } else if (is(key, "finish_reason") && c.peek() == '"') {
         std::string_view v;
         if (!c.string(v)) return false;
@@ -77,6 +78,7 @@ bool read_choice(JsonCursor& c, ChunkInfo& out) {
               if (!c.string(v)) return false;
               has_text = true;
               n += v.size();
+              if (text && is(dk, "content")) text->append(v);
             } else {
               if (is(dk, "role")) role = true;
               if (!c.skip(4)) return false;
@@ -99,7 +101,7 @@ bool read_choice(JsonCursor& c, ChunkInfo& out) {
 
 }  // namespace
 
-ChunkInfo interpret_chunk(std::string_view data) {
+ChunkInfo interpret_chunk(std::string_view data, std::string* text) {
   ChunkInfo out;
   std::string_view d = data;
   while (!d.empty() && (d.back() == ' ' || d.back() == '\r' || d.back() == '\n')) d.remove_suffix(1);
@@ -127,7 +129,7 @@ ChunkInfo interpret_chunk(std::string_view data) {
         c.eat('[');
         if (!c.eat(']')) {
           do {
-            if (!read_choice(c, out)) {
+            if (!read_choice(c, out, text)) {
               ok = false;
               break;
             }
@@ -151,6 +153,12 @@ ChunkInfo interpret_chunk(std::string_view data) {
     return e;
   }
   return out;
+}
+
+std::string decode_json_string_contents(const std::string& raw) {
+  const auto j = nlohmann::json::parse("\"" + raw + "\"", nullptr, false);
+  if (j.is_string()) return j.get<std::string>();
+  return raw;  // a server's broken escape: the bytes as they came
 }
 
 }  // namespace servelab::http_load

@@ -22,6 +22,12 @@ struct ChunkInfo {
 /// Reads one event's data. A chunk counts as a token when a choice has a text/content field
 /// and either some text or no finish_reason yet (an empty delta still marks a token the server
 /// decoded to nothing yet); a role-only opening delta and a bare finish marker do not count.
-ChunkInfo interpret_chunk(std::string_view data);
+/// With `text`, each choice's text/content is appended to it as the JSON string's raw contents
+/// (escapes kept; decode the whole with decode_json_string_contents once the stream ends).
+ChunkInfo interpret_chunk(std::string_view data, std::string* text = nullptr);
+
+/// The text of JSON string contents (escapes decoded): what interpret_chunk gathered. Invalid
+/// escapes or bytes are replaced, never thrown.
+std::string decode_json_string_contents(const std::string& raw);
 
 }  // namespace servelab::http_load

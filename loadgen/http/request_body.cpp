@@ -60,14 +60,15 @@ void append_float(std::string& out, float v) {
 
 }  // namespace
 
-std::string request_body(const Request& r, const TargetSpec& t, const Tokenizer* tokenizer) {
+std::string request_body(const Request& r, const TargetSpec& t, const Tokenizer* tokenizer,
+                         const std::string* response_format) {
   // Written directly, one per request at thousands a second: the bytes nlohmann::json would dump
   // for the same fields (keys in its sorted order), without building the object.
   const SamplingParams& sp = r.sampling;
   std::string s;
   s.reserve(160 + 8 * r.prompt.size());
   s += "{\"ignore_eos\":";
-  s += sp.ignore_eos && t.ignore_eos ? "true" : "false";
+  s += sp.ignore_eos && t.ignore_eos && !response_format ? "true" : "false";
   s += ",\"max_tokens\":" + std::to_string(sp.max_tokens);
   if (t.api == TargetApi::chat) {
     s += ",\"messages\":[{\"content\":";
@@ -91,6 +92,10 @@ std::string request_body(const Request& r, const TargetSpec& t, const Tokenizer*
       }
       s += ']';
     }
+  }
+  if (response_format) {
+    s += ",\"response_format\":";
+    s += *response_format;
   }
   s += ",\"seed\":" + std::to_string(sp.seed & 0x7fffffffffffffffull);
   s += ",\"stream\":true,\"stream_options\":{\"include_usage\":true},\"temperature\":";

@@ -16,6 +16,9 @@ std::string prompt_text(const std::vector<TokenId>& ids, const Tokenizer* tokeni
 /// "user", "content": text}], ...}; both with max_tokens, ignore_eos, temperature, top_p, top_k,
 /// seed, stream: true, stream_options.include_usage: true, and model: the request's LoRA adapter
 /// (Request::lora's name) when it has one, else the target's model when it names one.
-std::string request_body(const Request& request, const TargetSpec& target, const Tokenizer* tokenizer);
+/// `response_format` (structured output: response_format_json, loadgen/structured_output.h), when
+/// given, goes in as is and the request stops at its end: ignore_eos false.
+std::string request_body(const Request& request, const TargetSpec& target, const Tokenizer* tokenizer,
+                         const std::string* response_format = nullptr);
 
 }  // namespace servelab::http_load

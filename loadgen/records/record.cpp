@@ -47,6 +47,10 @@ void to_json(nlohmann::json& j, const RequestRecord& r) {
   if (r.warmup) j["warmup"] = true;
   if (r.released_s >= 0) j["released_s"] = r.released_s;
   if (!r.lora.empty()) j["lora"] = r.lora;
+  if (r.schema >= 0) {
+    j["schema"] = r.schema;
+    j["output_text"] = r.output_text;
+  }
 }
 
 namespace {
@@ -75,6 +79,8 @@ void from_json(const nlohmann::json& j, RequestRecord& r) {
   r.warmup = j.value("warmup", false);
   r.lora = j.value("lora", std::string());
   r.released_s = time_or_missing(j, "released_s");
+  r.schema = json_int_or(j, "schema", -1);
+  r.output_text = j.value("output_text", std::string());
 }
 
 namespace {
@@ -121,6 +127,7 @@ void RequestRecord::validate() const {
   if (prompt_tokens < 0) throw std::invalid_argument("prompt_tokens must be >= 0 (got " + std::to_string(prompt_tokens) + ")");
   if (output_tokens < 0) throw std::invalid_argument("output_tokens must be >= 0 (got " + std::to_string(output_tokens) + ")");
   if (preemptions < 0) throw std::invalid_argument("preemptions must be >= 0 (got " + std::to_string(preemptions) + ")");
+  if (schema < -1) throw std::invalid_argument("schema must be >= 0, or absent (got " + std::to_string(schema) + ")");
   if (token_times_s.size() > static_cast<std::size_t>(output_tokens))
     throw std::invalid_argument("token_times_s has " + std::to_string(token_times_s.size()) +
                                 " entries but output_tokens is " + std::to_string(output_tokens));
@@ -167,7 +174,8 @@ std::string record_line(const RequestRecord& r) {
   // The HTTP driver writes one line per request at thousands of requests a second: build the
   // line directly, byte for byte what nlohmann::json(r).dump() gives (keys in std::map order).
   // Strings that would need escaping take the general path.
-  if (!plain_ascii(r.run) || !plain_ascii(r.error)) return nlohmann::json(r).dump() + "\n";
+  if (!plain_ascii(r.run) || !plain_ascii(r.error) || r.schema >= 0)  // outputs may hold any text
+    return nlohmann::json(r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   std::string s;
   s.reserve(256 + 20 * r.token_times_s.size());
   s += "{\"arrival_s\":";

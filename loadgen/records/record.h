@@ -38,6 +38,11 @@ struct RequestRecord {
   int preemptions = 0;
   bool warmup = false;                ///< left out of metrics
   std::string lora;                   ///< the LoRA adapter it named ("" = the base model; JSON: left out)
+  /// Structured output (workload.structured_output): the index of the schema the request carried
+  /// in the run folder's schemas.jsonl, -1 when unconstrained; and what it generated, which the
+  /// report validates against that schema. JSON: both left out when -1.
+  int schema = -1;
+  std::string output_text;
 
   /// The generator's own delay: sent after it was due, or after the cap let it go.
   double lateness_s() const { return sent_s - std::max(arrival_s, released_s); }

@@ -272,15 +272,16 @@ TEST(Report, PlotsAndSelfContainedHtml) {
   for (const char* f : {"ttft_vs_rate.svg", "tpot_vs_rate.svg", "throughput_vs_rate.svg", "kv_breakdown.svg",
                         "timeline_continuous-paged.svg", "timeline_static-naive.svg", "cdf_ttft.svg",
                         "cdf_tpot.svg", "cdf_itl.svg", "cdf_e2e.svg", "ttft_queue_continuous-paged.svg",
-                        "ttft_queue_static-naive.svg", "goodput_vs_rate.svg"})
+                        "ttft_queue_static-naive.svg", "goodput_vs_rate.svg", "server_state_continuous-paged.svg",
+                        "server_state_static-naive.svg"})
     EXPECT_TRUE(fs::exists(fs::path(dir) / "plots" / f)) << f;
-  EXPECT_EQ(out.plots.size(), 13u);
+  EXPECT_EQ(out.plots.size(), 15u);
   for (const auto& w : out.warnings) EXPECT_EQ(w.find("gnuplot"), std::string::npos) << w;
 
   const std::string html = read_text_file(dir + "/report.html");
   std::size_t n_svg = 0;
   for (auto p = html.find("<svg"); p != std::string::npos; p = html.find("<svg", p + 1)) ++n_svg;
-  EXPECT_EQ(n_svg, 13u);  // every figure inlined, the CDFs, TTFT/queue timelines and goodput plot too
+  EXPECT_EQ(n_svg, 15u);  // every figure inlined, the CDFs, TTFT/queue timelines, goodput and server-state plots too
   EXPECT_EQ(html.find("<?xml"), std::string::npos);
   EXPECT_EQ(html.find("<link"), std::string::npos);
   EXPECT_EQ(html.find("<script"), std::string::npos);
@@ -302,6 +303,71 @@ TEST(Report, MissingGnuplotOnlyWarns) {
   ASSERT_FALSE(out.warnings.empty());
   EXPECT_NE(out.warnings.back().find("gnuplot not found"), std::string::npos);
   EXPECT_TRUE(fs::exists(dir + "/report.html"));
+}
+
+}  // namespace
+}  // namespace servelab::analysis
+
+namespace servelab::analysis {
+namespace {
+
+/// Structured output: each constrained output validated against its schema (schemas.jsonl), the
+/// validity rate and the constrained-vs-unconstrained cost in summary.json, the report and on a
+/// re-render.
+TEST(Report, StructuredOutputValidityAndCost) {
+  const std::string dir = fresh_dir("structured");
+  ReportInput in;
+  in.runs.push_back(testing_data::run_info("continuous", "paged", 4, 12));
+  std::vector<StepRecord> steps;
+  testing_data::append_run({in.runs.back(), 0.05, 0.02}, 12, 21, in.records, steps);
+  in.schemas = {R"({"type":"object","properties":{"n":{"type":"integer","minimum":0}},"required":["n"],"additionalProperties":false})",
+                R"({"type":"string","enum":["low","high"]})"};
+  // Constrained requests decode at half the speed: their gaps doubled after the first token.
+  const char* outputs[] = {R"({"n": 3})", R"("high")", R"({"n": -1})", R"({"n": 1)", R"("low")"};
+  int k = 0;
+  for (auto& r : in.records) {
+    if (r.warmup || r.status != RecordStatus::ok || r.id % 2 == 0) continue;
+    r.schema = k % 5 == 1 || k % 5 == 4 ? 1 : 0;
+    r.output_text = outputs[k % 5];
+    for (std::size_t i = 1; i < r.token_times_s.size(); ++i)
+      r.token_times_s[i] = r.first_token_s + 2 * (r.token_times_s[i] - r.first_token_s);
+    r.end_s = std::max(r.end_s, r.token_times_s.back());
+    ++k;
+  }
+  std::ofstream rec(fs::path(dir) / "records.jsonl");
+  for (const auto& r : in.records) rec << record_line(r);
+  rec.close();
+  std::ofstream sch(fs::path(dir) / "schemas.jsonl");
+  for (const auto& s : in.schemas) sch << s << "\n";
+  sch.close();
+  const ReportOutcome out = write_reports(dir, in, no_plots());
+  ASSERT_TRUE(out.summary.runs[0].structured.has_value());
+  const StructuredStats& st = *out.summary.runs[0].structured;
+  std::size_t n_constrained = 0, n_valid = 0;  // outputs 0, 1, 4 of each 5 are valid
+  for (int i = 0; i < k; ++i) {
+    ++n_constrained;
+    n_valid += i % 5 == 0 || i % 5 == 1 || i % 5 == 4;
+  }
+  EXPECT_EQ(st.n_constrained, n_constrained);
+  EXPECT_EQ(st.n_valid, n_valid);
+  EXPECT_DOUBLE_EQ(st.validity_rate, double(n_valid) / double(n_constrained));
+  ASSERT_FALSE(st.invalid_reasons.empty());
+  EXPECT_GT(st.constrained.n, 0u);
+  EXPECT_GT(st.unconstrained.n, 0u);
+  EXPECT_GT(st.tpot_cost_pct, 50.0);  // about +100%: the gaps were doubled
+  EXPECT_LT(st.constrained.decode_tok_s_mean, st.unconstrained.decode_tok_s_mean);
+
+  const std::string summary = read_text_file(dir + "/summary.json");
+  EXPECT_NE(summary.find("\"structured_output\""), std::string::npos);
+  EXPECT_NE(summary.find("\"validity_rate\""), std::string::npos);
+  EXPECT_NE(read_text_file(dir + "/report.md").find("## Structured output"), std::string::npos);
+  std::ostringstream console;
+  print_console_summary(console, out.summary);
+  EXPECT_NE(console.str().find("outputs valid against their schema"), std::string::npos) << console.str();
+  // The folder alone (runs.json, records.jsonl, schemas.jsonl) gives the same figures again.
+  write_runs_file(dir, in);
+  render_reports(dir, no_plots());
+  EXPECT_EQ(read_text_file(dir + "/summary.json"), summary);
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 #include "engine/grammar/grammar_error.h"
 #include "engine/grammar/json_schema.h"
 #include "tests/grammar/grammar_test_util.h"
-#include "tests/grammar/json_validator.h"
+#include "analysis/json_schema_check.h"
 
 namespace servelab::grammar {
 namespace {

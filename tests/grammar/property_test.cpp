@@ -10,8 +10,8 @@
 #include "engine/grammar/matcher.h"
 #include "engine/grammar/regex.h"
 #include "tests/grammar/grammar_test_util.h"
-#include "tests/grammar/json_validator.h"
-#include "tests/grammar/schema_corpus.h"
+#include "analysis/json_schema_check.h"
+#include "engine/grammar/schema_corpus.h"
 
 namespace servelab::grammar {
 namespace {
@@ -29,7 +29,7 @@ void generate_and_validate(const std::vector<nlohmann::ordered_json>& corpus, co
       const std::string out = testing::generate(m, rng, max_tokens, &finished);
       ASSERT_TRUE(finished) << "schema " << i << " did not finish in " << max_tokens << " tokens: " << out.substr(0, 300)
                             << "\nschema: " << corpus[i].dump();
-      const std::string why = testing::validate_json_text(out, corpus[i]);
+      const std::string why = analysis::validate_json_text(out, corpus[i]);
       ASSERT_EQ(why, "") << "schema " << i << ": " << out << "\nschema: " << corpus[i].dump();
       ++n_valid;
     }
@@ -39,12 +39,12 @@ void generate_and_validate(const std::vector<nlohmann::ordered_json>& corpus, co
 
 TEST(GrammarProperty, ByteTokenizerOutputsAlwaysValidate) {
   // 40 schemas x 2 here (fast under ASan); bench/grammar_bench runs the 1,000 x 10.
-  const auto corpus = testing::make_schema_corpus(40, 7);
+  const auto corpus = make_schema_corpus(40, 7);
   generate_and_validate(corpus, testing::bytes_table(), 2, 4000, 11);
 }
 
 TEST(GrammarProperty, CorpusCompilesWithoutRefusals) {
-  for (const auto& s : testing::make_schema_corpus(200, 1)) EXPECT_NO_THROW(grammar_from_json_schema(s)) << s.dump();
+  for (const auto& s : make_schema_corpus(200, 1)) EXPECT_NO_THROW(grammar_from_json_schema(s)) << s.dump();
 }
 
 class GrammarQwen : public ::testing::Test {

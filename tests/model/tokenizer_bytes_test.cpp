@@ -40,6 +40,16 @@ TEST(ByteTokenizer, DecodesSplitBytesAndForeignIds) {
   EXPECT_EQ(tok->decode(foreign, /*skip_special=*/true), "ab");
 }
 
+// A model whose eos is a byte id (tiny's is 1): eos is special, so a finished stream's text does not
+// end in that byte (structured outputs would not parse).
+TEST(ByteTokenizer, EosInTheByteRangeIsSpecial) {
+  const auto tok = make_byte_tokenizer(300, 1);
+  const std::vector<TokenId> ids = {'{', '}', 1};
+  EXPECT_EQ(tok->decode(ids, /*skip_special=*/true), "{}");
+  EXPECT_EQ(tok->decode(ids, /*skip_special=*/false), "{}<|1|>");
+  EXPECT_EQ(tok->token_bytes(1, /*skip_special=*/true), "");
+}
+
 TEST(ByteTokenizer, RejectsSmallVocab) {
   EXPECT_THROW(make_byte_tokenizer(255, std::nullopt), std::invalid_argument);
   EXPECT_THROW(make_byte_tokenizer(256, 256), std::invalid_argument);

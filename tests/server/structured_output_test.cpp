@@ -9,7 +9,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+
+#include "analysis/json_schema_check.h"
+#include "analysis/structured_stats.h"
 #include "engine/backend/make_backend.h"
+#include "loadgen/scenario.h"
+#include "loadgen/sweep.h"
+#include "tests/server/server_test_util.h"
 #include "engine/engine.h"
 #include "engine/model/tokenizer.h"
 #include "server/api_error.h"
@@ -102,6 +109,60 @@ TEST(StructuredOutput, UnsupportedConstructsAndParallelSamplesAre400s) {
   auto [s4, m4] = status_of(R"({"prompt":"x","guided_choice":["a"]})");
   EXPECT_EQ(s4, 400) << m4;
   EXPECT_EQ(status_of(R"({"prompt":"x","response_format":{"type":"text"}})").first, 200);
+}
+
+/// The load generator's structured-output benchmark against our server over loopback (issue 30
+/// item 5): half the requests carry a built-in schema as response_format; every constrained
+/// output that ended before max_tokens is valid (the grammar guarantees it), the report counts
+/// them, and unconstrained requests keep their fixed length.
+TEST(StructuredOutput, SchemaSetBenchmarkOverHttpReportsValidity) {
+  ServerMetrics metrics("tiny");
+  auto engine = std::make_unique<Engine>(test::tiny_engine_config(), test::tiny_backend());
+  const auto tokenizer = make_byte_tokenizer(std::max(engine->backend().config().vocab_size, 256),
+                                             engine->backend().config().eos_token);
+  EngineService service(std::move(engine), metrics, {});
+  ServerOptions o;
+  o.port = 0;
+  o.model_name = "tiny";
+  HttpServer server(o, service, *tokenizer, metrics);
+  server.start();
+  const std::string yaml = "name: so\nseed: 5\nmodel: {preset: tiny}\n"
+                           "strategies:\n  - {label: http, batching: continuous}\n"
+                           "workload:\n  rates: [20]\n  n_requests: 8\n  prompt_tokens: 8\n  output_tokens: 96\n"
+                           "  structured_output: {n_schemas: 4, fraction: 0.5}\n"
+                           "target: {url: http://127.0.0.1:" + std::to_string(server.port()) + ", timeout_s: 60}\n";
+  const Scenario sc = load_scenario_text(yaml, "so.yaml");
+  const std::string dir = ::testing::TempDir() + "/servelab_so_http";
+  std::filesystem::remove_all(dir);
+  SweepOptions opts;
+  opts.out_dir = dir;
+  const SweepOutcome out = run_sweep(sc, opts);
+  ASSERT_EQ(out.records.size(), 8u);
+  const std::vector<std::string> schemas = analysis::read_schemas_file(dir + "/schemas.jsonl");
+  ASSERT_EQ(schemas.size(), 4u);
+  std::size_t n_constrained = 0, n_ended = 0;
+  for (const auto& r : out.records) {
+    ASSERT_EQ(r.status, RecordStatus::ok) << r.error;
+    if (r.schema < 0) {
+      EXPECT_EQ(r.output_tokens, 96);
+      continue;
+    }
+    ++n_constrained;
+    if (r.output_tokens < 96) {  // it ended: its schema's end, not the length cap
+      ++n_ended;
+      EXPECT_EQ(analysis::validate_json_text(r.output_text, nlohmann::ordered_json::parse(schemas.at(r.schema))), "")
+          << r.output_text;
+    }
+  }
+  EXPECT_GT(n_constrained, 0u);
+  EXPECT_LT(n_constrained, 8u);
+  EXPECT_GT(n_ended, 0u);  // (eos used to reach the text as byte 0x01: no ended output parsed)
+  // The report's figures: every output that ended is among the valid ones.
+  const auto st = analysis::structured_stats({out.records[0].run}, out.records, schemas);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->n_constrained, n_constrained);
+  EXPECT_GE(st->n_valid, n_ended);
+  EXPECT_EQ(st->unconstrained.n, 8u - n_constrained);
 }
 
 }  // namespace structured_output_test

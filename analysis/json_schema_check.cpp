@@ -1,11 +1,11 @@
 // The tests' JSON Schema validator.
-#include "tests/grammar/json_validator.h"
+#include "analysis/json_schema_check.h"
 
 #include <cmath>
 #include <map>
 #include <regex>
 
-namespace servelab::grammar::testing {
+namespace servelab::analysis {
 namespace {
 
 using json = nlohmann::json;
@@ -168,4 +168,4 @@ std::string validate_json_text(std::string_view text, const nlohmann::ordered_js
   return Validator(schema).check(v, schema, "");
 }
 
-}  // namespace servelab::grammar::testing
+}  // namespace servelab::analysis

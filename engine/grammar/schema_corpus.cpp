@@ -1,11 +1,11 @@
 // The schema corpus generator.
-#include "tests/grammar/schema_corpus.h"
+#include "engine/grammar/schema_corpus.h"
 
 #include <algorithm>
 #include <random>
 #include <string>
 
-namespace servelab::grammar::testing {
+namespace servelab::grammar {
 namespace {
 
 using ojson = nlohmann::ordered_json;
@@ -158,4 +158,4 @@ std::vector<nlohmann::ordered_json> make_schema_corpus(int n, uint64_t seed) {
   return out;
 }
 
-}  // namespace servelab::grammar::testing
+}  // namespace servelab::grammar
