@@ -80,6 +80,8 @@ Step step_of(const std::vector<std::vector<TokenId>>& tokens, const std::vector<
     in.seq_key.push_back(0);
     in.sample_position.push_back(int(tokens[s].size()));
     in.mask_index.push_back(-1);
+    in.draft_token.push_back(-1);  // no speculative draft to verify
+    in.draft_dist.push_back(-1);
   }
   return st;
 }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <fstream>
 
 #include "analysis/json_schema_check.h"
 #include "analysis/structured_stats.h"
@@ -126,10 +127,21 @@ TEST(StructuredOutput, SchemaSetBenchmarkOverHttpReportsValidity) {
   o.model_name = "tiny";
   HttpServer server(o, service, *tokenizer, metrics);
   server.start();
+  // Short schemas (an enum, a boolean, a small object with enums): whatever the random weights
+  // draw, the grammar reaches their end within the 96 tokens (the built-in set's open strings need
+  // not), so outputs that ended are certain and each must validate.
+  const std::string schema_file = ::testing::TempDir() + "/servelab_so_schemas.jsonl";
+  {
+    std::ofstream f(schema_file);
+    f << R"({"enum": ["red", "green", "blue"]})" << "\n"
+      << R"({"type": "boolean"})" << "\n"
+      << R"({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": false})" << "\n"
+      << R"({"type": "object", "properties": {"size": {"enum": ["s", "m", "l"]}}, "required": ["size"], "additionalProperties": false})" << "\n";
+  }
   const std::string yaml = "name: so\nseed: 5\nmodel: {preset: tiny}\n"
                            "strategies:\n  - {label: http, batching: continuous}\n"
                            "workload:\n  rates: [20]\n  n_requests: 8\n  prompt_tokens: 8\n  output_tokens: 96\n"
-                           "  structured_output: {n_schemas: 4, fraction: 0.5}\n"
+                           "  structured_output: {schemas: " + schema_file + ", fraction: 0.5}\n"
                            "target: {url: http://127.0.0.1:" + std::to_string(server.port()) + ", timeout_s: 60}\n";
   const Scenario sc = load_scenario_text(yaml, "so.yaml");
   const std::string dir = ::testing::TempDir() + "/servelab_so_http";
