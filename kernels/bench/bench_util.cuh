@@ -83,6 +83,8 @@ inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) 
 bool validate_gemv();
 /// llama2-7b's decode products at M = 1 and 8: gemv, cuBLASLt and the mix (gemv_bench.cu).
 void bench_gemv(int64_t l2, double copy_gbs);
+/// llama2-7b's decode products over FP8 and INT4 weights (quant_gemv) beside bf16 through Gemm.
+void bench_quant_gemv(int64_t l2, double copy_gbs);
 
 struct DecodeBenchOptions {
   bool quick = false;  ///< batches 1 and 32 at context 4k only

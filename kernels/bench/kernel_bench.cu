@@ -192,6 +192,8 @@ int main(int argc, char** argv) {
     if (!decode_only && !prefill_only) {
       std::printf("decode weight products (llama2-7b, bf16; gemv vs cuBLASLt):\n");
       bench_gemv(l2, copy_gbs);
+      std::printf("decode weight products over quantized weights (llama2-7b; quant_gemv vs bf16):\n");
+      bench_quant_gemv(l2, copy_gbs);
     }
 
     if (!prefill_only) bench_decode_attention({quick, sweep, only}, rng, n_sms, l2, copy_gbs);
