@@ -46,7 +46,6 @@ class Walker : public YamlReader {
   void engine(const YAML::Node& n);
   void strategy(const YAML::Node& n, const std::string& path, StrategySpec& out);
   void kv(const YAML::Node& n, const std::string& path, KvConfig& out);
-  void speculative(const YAML::Node& n, const std::string& path, const StrategySpec& st, SpeculativeConfig& out);
   void workload(const YAML::Node& n);
   void arrival(const YAML::Node& n, bool& rate_given);
   void prefix_groups(const YAML::Node& n);
@@ -276,7 +275,7 @@ void Walker::strategy(const YAML::Node& n, const std::string& path, StrategySpec
   if (defined(n["kv"])) kv(n["kv"], join(path, "kv"), out.kv);
   if (defined(n["speculative"])) {
     out.speculative.emplace();
-    speculative(n["speculative"], join(path, "speculative"), out, *out.speculative);
+    parse_speculative_section(n["speculative"], join(path, "speculative"), out, ov_, s_, d_);  // scenario_parse_speculative.cpp
   }
   if (defined(n["quantization"])) {
     Quantization q = Quantization::none;
@@ -292,41 +291,6 @@ void Walker::strategy(const YAML::Node& n, const std::string& path, StrategySpec
     if (read_enum(n["kv_cache_dtype"], join(path, "kv_cache_dtype"), d,
                   Options<KvCacheDType>{{"auto", KvCacheDType::auto_dtype}, {"fp8", KvCacheDType::fp8}}))
       out.kv_cache_dtype = d;
-  }
-}
-
-void Walker::speculative(const YAML::Node& n, const std::string& path, const StrategySpec& st, SpeculativeConfig& out) {
-  if (!section(n, path, {"method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max", "num_layers",
-                         "model", "adaptive"}))
-    return;
-  if (st.sched.kind != BatchingKind::continuous) {
-    note(n, path);
-    d_.error_at(path, path + " needs batching: continuous (got " + to_string(st.sched.kind) + ")");
-  }
-  if (defined(n["method"])) {
-    read_enum(n["method"], join(path, "method"), out.method,
-              Options<SpecMethod>{{"ngram", SpecMethod::ngram}, {"self", SpecMethod::self},
-                                  {"draft_model", SpecMethod::draft_model}});
-    if (out.method != SpecMethod::ngram && s_.backend.kind != BackendKind::cpu) {
-      note(n["method"], join(path, "method"));
-      d_.error_at(join(path, "method"), join(path, "method") + ": " + to_string(out.method) +
-                                            " runs a draft model on the cpu backend (got backend " +
-                                            to_string(s_.backend.kind) + "; ngram runs anywhere)");
-    }
-  }
-  if (defined(n["model"])) read_string(n["model"], join(path, "model"), out.model);
-  if (defined(n["adaptive"])) read_bool(n["adaptive"], join(path, "adaptive"), out.adaptive);
-  const std::pair<const char*, int*> ints[] = {{"num_speculative_tokens", &out.num_speculative_tokens},
-                                               {"prompt_lookup_min", &out.prompt_lookup_min},
-                                               {"prompt_lookup_max", &out.prompt_lookup_max},
-                                               {"num_layers", &out.num_layers}};
-  for (const auto& [k, v] : ints)
-    if (defined(n[k])) read_int(n[k], join(path, k), *v);
-  try {
-    out.validate();
-  } catch (const std::invalid_argument& e) {
-    note(n, path);
-    d_.error_at(path, path + ": " + e.what());
   }
 }
 

@@ -33,6 +33,10 @@ void parse_baseline_section(const YAML::Node& node, const std::vector<AppliedOve
 /// max_cpu_loras) into scenario.workload.lora; problems go to `diag` at their file:line:col.
 void parse_lora_section(const YAML::Node& node, const std::vector<AppliedOverride>& overrides, Scenario& scenario,
                         Diagnostics& diag);
+/// A strategy's `speculative:` at `path` into strategy.speculative (engaged by the caller)
+/// (scenario_parse_speculative.cpp).
+void parse_speculative_section(const YAML::Node& node, const std::string& path, StrategySpec& strategy,
+                               const std::vector<AppliedOverride>& overrides, Scenario& scenario, Diagnostics& diag);
 /// `workload.structured_output:` (kind, schemas, n_schemas, fraction) into
 /// scenario.workload.structured_output (scenario_parse_structured.cpp).
 void parse_structured_output_section(const YAML::Node& node, const std::vector<AppliedOverride>& overrides,
