@@ -39,7 +39,7 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/profiler.h"
 #include "engine/splitmix64.h"
-#include "kernels/bench/bench_timing.h"
+#include "bench/kernels/bench_timing.h"
 #include "kernels/cuda_check.h"
 #include "kernels/gemm.h"
 

@@ -27,6 +27,7 @@ struct ProfileArgs {
   std::string model_dir;
   ProfileOptions grid;
   int threads = 0;
+  std::string cpu_gemm = "tuned";
   std::string json_path;
   std::string sim_device = "h100";
   std::string hardware;  // "" = cpu-2core for cpu, the sim device for sim, from the GPU's name for cuda
@@ -61,6 +62,7 @@ int profile_main(const ProfileArgs& a) {
   spec.model = a.model_dir.empty() ? a.preset : a.model_dir;
   spec.seed = a.grid.seed;
   spec.threads = a.threads;
+  spec.cpu_gemm = a.cpu_gemm == "openblas" ? CpuGemmPath::openblas : CpuGemmPath::tuned;
   spec.device = a.device;
   spec.tensor_parallel = a.tensor_parallel;
   spec.storage_dtype = parse_dtype(a.dtype);  // BackendSpec::validate refuses f16 on cpu
@@ -214,6 +216,11 @@ const Registrar register_profile(
       sub.add_option("--threads", a->threads, "attention and BLAS threads (0 = all cores)")
           ->capture_default_str()
           ->check(CLI::NonNegativeNumber);
+      sub.add_option("--cpu-gemm", a->cpu_gemm,
+                     "cpu backend: the dense products of a few rows through our small-rows loop (tuned) or plain "
+                     "OpenBLAS (openblas; scripts/cpu-gemm-bench.sh compares the two)")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"tuned", "openblas"}));
       sub.add_option("--seed", a->grid.seed, "seed of the random weights and prompts")->capture_default_str();
       sub.add_option("--sim-device", a->sim_device, "sim backend: roofline device")->capture_default_str();
       sub.add_option("--hardware", a->hardware,

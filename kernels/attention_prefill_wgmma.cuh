@@ -472,11 +472,14 @@ enum class WsVariant {
   ws, pingpong, tma, lean, persist, fa5, fa5_pack_early, fa5_pack_after, fa5_uniform, fa5_v51_order, fa5_no_turns, fa6, fa6_tree,
   fa7_p16, fa7_p24, fa7_p32, fa8, fa8_lean, fa6_lean, fa9, fa10, fa11, fa11_vote
 };
-/// Launches the warp-specialized kernel v on grid blocks (persist: at most one block per SM, grid
-/// items).
+/// Launches the warp-specialized kernel v on grid blocks: fa8, fa10 and fa11 (the production
+/// kernels, attention_prefill_wgmma_ws.cu); any other variant throws std::invalid_argument (those
+/// are kernels/scratch/'s launch_ws_scratch).
 void launch_ws(const Params& p, int grid, WsVariant v, ScalarType dtype, cudaStream_t stream);
-/// v7: the persistent kernel over max_items work items (an upper bound; the kernel counts the
-/// real ones) on min(max_items, SMs, max_blocks if > 0) blocks.
-void launch_persist(const Params& p, int max_items, int max_blocks, ScalarType dtype, cudaStream_t stream);
+/// The checks (GQA grouping, prefill_wgmma_supported) and the kernel parameters of a, with the grid
+/// (an upper bound of the 128-row tiles, per KV head); throws std::invalid_argument.
+Params make_params(const PrefillAttentionArgs& a, int64_t& grid);
+/// make_params then launch_ws; nothing for an empty batch.
+void run_ws(const PrefillAttentionArgs& a, WsVariant v, cudaStream_t stream);
 
 }  // namespace servelab::kernels::prefill_wgmma

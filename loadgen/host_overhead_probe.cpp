@@ -7,9 +7,8 @@
 #include <string>
 #include <utility>
 
-#include "engine/backend/cost_model.h"
 #include "engine/backend/forwarding_backend.h"
-#include "engine/backend/sim_backend.h"
+#include "engine/backend/make_backend.h"
 #include "engine/clock.h"
 #include "engine/engine.h"
 #include "loadgen/inprocess_driver.h"
@@ -66,8 +65,11 @@ HostOverheadPoint run_once(const ModelConfig& model, int cap) {
   config.kv.block_size = 16;
   config.kv.prefix_caching = false;
   config.kv.max_model_len = kPrompt + kOutput;
-  const SimCostModel cost = SimCostModel::roofline(SimDevice::preset("h100"));
-  auto backend = std::make_unique<ForwardTimer>(std::make_unique<SimBackend>(model, cost));
+  BackendSpec spec;  // the sim on the H100's roofline: cheap forwards, the engine's work is what counts
+  spec.kind = BackendKind::sim;
+  spec.sim_model_config = model;
+  spec.sim_device = SimDevice::preset("h100");
+  auto backend = std::make_unique<ForwardTimer>(make_backend(spec));
   config.kv_cache_bytes = backend->kv_bytes_per_slot() * int64_t(cap) * (kPrompt + kOutput + 32);
   const ForwardTimer& timer = *backend;
   Engine engine(config, std::move(backend));

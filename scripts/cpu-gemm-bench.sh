@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CPU backend's decode step with the small-rows GEMM loop (engine/backend/cpu_small_gemm.h)
-# and gemm_nt's padding against plain OpenBLAS (SERVELAB_SMALL_GEMM=0), qwen2.5-0.5b shapes with
+# and gemm_nt's padding against plain OpenBLAS (`profile --cpu-gemm openblas`), qwen2.5-0.5b shapes with
 # random weights, decode batches 1-16 at context 128, both timed in alternating rounds (ABAB) in
 # one run. Prints each batch's fastest round per side (the VM is shared: other work only ever
 # adds time, so the minimum over rounds is the figure least touched by it) and the ratio; writes the raw profiles and the table to
@@ -12,14 +12,14 @@ rounds=${1:-2}
 preset=${2:-qwen2.5-0.5b}
 out=results/cpu-profile/small-gemm
 mkdir -p "$out"
-run() {  # $1 label, $2 SERVELAB_SMALL_GEMM value ("" = default)
-  SERVELAB_SMALL_GEMM=$2 ./build/servelab profile --preset "$preset" --batch 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 \
+run() {  # $1 label, $2 --cpu-gemm path
+  ./build/servelab profile --cpu-gemm "$2" --preset "$preset" --batch 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 \
     --contexts 128 --prefill-lens 16 --chunk-lens 32 --max-rows 16 --no-bucket-edges --no-padded-decodes \
     --no-host-overhead --repeats 3 > "$out/$1.txt" 2>&1
 }
 for r in $(seq 1 "$rounds"); do
-  run "openblas-$r" 0
-  run "loop-$r" ""
+  run "openblas-$r" openblas
+  run "loop-$r" tuned
 done
 python3 - "$out" "$rounds" "$preset" <<'PY'
 import re, subprocess, sys, platform, datetime

@@ -21,7 +21,7 @@
 #   NCU_TIMEOUT, NCU_ARGS: more ncu arguments; runs after the peers), NCU_SOURCE=1 (that ncu run with --set full
 #   --import-source yes and PC sampling every 2^(5+NCU_SAMPLING) cycles (default 3), saved as a report; the per-SASS-line
 #   stall profile is condensed by scripts/ncu-source-stalls.py into ncu_stalls.txt, regions from NCU_SRC, default
-#   kernels/attention_prefill_wgmma_ws.cu; NCU_KERNEL2 / NCU_SKIP2 / NCU_ARGS2: a second such profile, ncu_stalls2.txt), PEERS_AROUND=1 (the peers also run before kernel_bench: peers_before.json;
+#   kernels/attention_prefill_wgmma_ws.cuh; NCU_KERNEL2 / NCU_SKIP2 / NCU_ARGS2: a second such profile, ncu_stalls2.txt), PEERS_AROUND=1 (the peers also run before kernel_bench: peers_before.json;
 #   the prefill rows are then read against the mean of the SDPA runs before and after), TESTS_TIMEOUT / MEMCHECK_TIMEOUT (seconds, default 300 / 200; a timed-out test step, e.g. a
 #   hung kernel, skips memcheck and the benchmarks so the logs still come back), DEBS_DIR (a folder of carried Debian .deb files,
 #   unpacked into a prefix when the machine's image lacks the build dependencies; recipe:
@@ -140,7 +140,7 @@ if [ $BUILT = 1 ]; then
     [ "${SWEEP:-0}" = 1 ] && BENCH_ARGS+=(--sweep)
     [ "${DECODE_ONLY:-0}" = 1 ] && BENCH_ARGS+=(--decode-only)
     [ "${PREFILL_ONLY:-0}" = 1 ] && BENCH_ARGS+=(--prefill-only)
-    step kernel_bench 400 "$BUILD/kernels/kernel_bench" "${BENCH_ARGS[@]}"
+    step kernel_bench 400 "$BUILD/kernel_bench" "${BENCH_ARGS[@]}"
   fi
 fi
 if want peers; then
@@ -158,7 +158,7 @@ ncu_source() {
   local tag=$1 kernel=$2 skip=$3 extra=$4
   step "ncu$tag" "${NCU_TIMEOUT:-180}" ncu --kernel-name "regex:$kernel" --launch-skip "$skip" --launch-count 1 \
     --set full --import-source yes --warp-sampling-interval "${NCU_SAMPLING:-3}" -f -o "$LOGS/ncu_source$tag" $extra \
-    "$BUILD/kernels/kernel_bench" --prefill-only --quick
+    "$BUILD/kernel_bench" --prefill-only --quick
   [ -f "$LOGS/ncu_source$tag.ncu-rep" ] || return 0
   ncu -i "$LOGS/ncu_source$tag.ncu-rep" --page details >"$LOGS/ncu_details$tag.txt" 2>&1
   ncu -i "$LOGS/ncu_source$tag.ncu-rep" --page source --csv --print-source sass >"$LOGS/ncu_source_sass$tag.csv" 2>&1
@@ -168,7 +168,7 @@ ncu_source() {
   NCU_PY=$(find /opt /usr/local -name ncu_report.py -path '*extras/python*' 2>/dev/null | head -1)
   if [ -n "$NCU_PY" ]; then
     PYTHONPATH="$(dirname "$NCU_PY"):${PYTHONPATH:-}" python3 scripts/ncu-source-stalls.py "$LOGS/ncu_source$tag.ncu-rep" \
-      --src "${NCU_SRC:-kernels/attention_prefill_wgmma_ws.cu}" --json "$LOGS/ncu_stalls$tag.json" >>"$OUT/ncu_stalls$tag.txt" 2>&1
+      --src "${NCU_SRC:-kernels/attention_prefill_wgmma_ws.cuh}" --json "$LOGS/ncu_stalls$tag.json" >>"$OUT/ncu_stalls$tag.txt" 2>&1
   fi
   [ "$(stat -c %s "$LOGS/ncu_source$tag.ncu-rep")" -gt 12000000 ] && rm -f "$LOGS/ncu_source$tag.ncu-rep"  # logs.tgz must come back
   return 0
@@ -182,7 +182,7 @@ if [ $BUILT = 1 ] && [ -n "${NCU_KERNEL:-}" ] && command -v ncu >/dev/null; then
   else
     step ncu "${NCU_TIMEOUT:-120}" ncu --kernel-name "regex:$NCU_KERNEL" --launch-skip "${NCU_SKIP:-2}" --launch-count "${NCU_COUNT:-1}" \
       --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats --section SchedulerStats \
-      --section InstructionStats --section ComputeWorkloadAnalysis ${NCU_ARGS:-} "$BUILD/kernels/kernel_bench" --prefill-only --quick
+      --section InstructionStats --section ComputeWorkloadAnalysis ${NCU_ARGS:-} "$BUILD/kernel_bench" --prefill-only --quick
   fi
 fi
 

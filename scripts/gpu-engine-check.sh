@@ -5,7 +5,7 @@
 # `servelab run` of scenarios/gpu-llama2-7b.yaml. Logs, summary.json and records come back under
 # $OUT; a short table is printed last.
 # Environment: OUT (default results/runs/gpu-engine-check), BUILD (default build-gpu),
-#   STEPS (default "build tests hf bench run"; bench: llama2-7b step times in three modes; also
+#   STEPS (default "build tests hf bench run"; bench: engine_bench --quick (llama2-7b steps); also
 #   serve: `servelab serve --backend cuda --gpu-memory-utilization 0.85` driven over HTTP by
 #   `servelab bench` for 20 s; validate: `results/sim-validation/run.sh gpu` (cuda profile of
 #   llama2-7b, then validate-sim against it); qwen: `results/sim-validation/run.sh qwen` on this
@@ -64,7 +64,7 @@ fi
 BUILT=1
 if want build; then
   step configure 200 cmake "${CFG[@]}" &&
-    step build 420 cmake --build "$BUILD" -j"$JOBS" --target ${BUILD_TARGETS:-servelab test_cuda_backend test_cuda_backend_gpu} ||
+    step build 420 cmake --build "$BUILD" -j"$JOBS" --target ${BUILD_TARGETS:-servelab test_cuda_backend test_cuda_backend_gpu engine_bench} ||
     BUILT=0
 fi
 if [ $BUILT = 1 ] && want tests; then
@@ -93,8 +93,8 @@ if [ $BUILT = 1 ] && want hf; then
   grep "rel error" "$OUT/hf_match.log" 2>/dev/null | sed 's/^/  /' >"$OUT/hf_summary.txt"
 fi
 if [ $BUILT = 1 ] && want bench; then
-  SERVELAB_GPU_BENCH=1 step bench 240 "$BUILD/test_cuda_backend_gpu" --gtest_filter='*Bench*'
-  sed -n '/ on /,/^\[/p' "$OUT/bench.log" | grep -v '^\[' >"$OUT/bench_summary.txt"
+  step bench 240 "$BUILD/engine_bench" --quick --json "$OUT/engine_bench.json"
+  grep -E "decode|prefill" "$OUT/bench.log" | head -40 >"$OUT/bench_summary.txt"
 fi
 if [ $BUILT = 1 ] && want run; then
   RUN_ARGS=(${RUN_SET:-})

@@ -42,7 +42,7 @@ if [ -x "$BUILD/test_cuda_backend_gpu" ]; then
   [ $krc = 0 ] || grep -hE "FAILED|Failure" "$OUT"/kernels_gpu_shard*.log | head -30
   [ $brc = 0 ] || tail -n 30 "$OUT/backend_gpu.log"
   run engine_bench 120 "$BUILD/engine_bench" "${Q[@]}" --json "$OUT/engine_bench.json" --commit "$COMMIT"
-  run kernel_bench 200 "$BUILD/kernels/kernel_bench" "${Q[@]}" --json "$OUT/kernel_bench.json" --commit "$COMMIT"
+  run kernel_bench 200 "$BUILD/kernel_bench" "${Q[@]}" --json "$OUT/kernel_bench.json" --commit "$COMMIT"
 fi
 echo
 echo "== gpu-quick-check: $(head -1 "$OUT/environment.txt"), commit $COMMIT =="

@@ -7,10 +7,10 @@
 # share; optionally (STEPS=... profile) `servelab profile --backend cuda --tensor-parallel 2`.
 # NVLink multicast stays off: NCCL_NVLS_ENABLE=0 (and PyTorch's / NVSHMEM's) exported here.
 # A short table is printed last; logs and the figures come back under $OUT.
-# Issue 25 steps: `repro` builds kernels/bench/tp_init_repro.cpp with nvcc and runs its NCCL set-up
+# Issue 25 steps: `repro` builds bench/kernels/tp_init_repro.cpp with nvcc and runs its NCCL set-up
 # modes side by side (each under a timeout; the stacks of a mode still running after 15 s are
 # dumped with cuda-gdb); `diag` runs the TpGpuDiag tests (the pre-fix blocking set-up after a
-# rank's set-up, in a process each, stacks dumped if it hangs); `allreduce` builds kernels/bench/allreduce_bench.cu (NCCL against our
+# rank's set-up, in a process each, stacks dumped if it hangs); `allreduce` builds bench/kernels/allreduce_bench.cu (NCCL against our
 # one-shot peer-memory all-reduce, bit-checked, 4 KiB .. 64 MiB) and writes $OUT/allreduce.json.
 # Every test and binary runs under `timeout`; the GPU tests run suite by suite.
 # Environment: OUT (default results/gpu/tp/check), BUILD (default build-gpu), STEPS (default
@@ -42,14 +42,14 @@ NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 NVFLAGS=(-O3 -std=c++20 -arch=sm_90a -I. -lnccl -lpthread)
 if want repro || want allreduce; then  # the standalone programs build beside the CMake build
   mkdir -p "$BUILD-tp"
-  ( "$NVCC" "${NVFLAGS[@]}" -o "$BUILD-tp/tp_init_repro" kernels/bench/tp_init_repro.cpp >"$OUT/nvcc_repro.log" 2>&1
-    "$NVCC" "${NVFLAGS[@]}" -o "$BUILD-tp/allreduce_bench" kernels/bench/allreduce_bench.cu kernels/custom_allreduce.cu \
+  ( "$NVCC" "${NVFLAGS[@]}" -o "$BUILD-tp/tp_init_repro" bench/kernels/tp_init_repro.cpp >"$OUT/nvcc_repro.log" 2>&1
+    "$NVCC" "${NVFLAGS[@]}" -o "$BUILD-tp/allreduce_bench" bench/kernels/allreduce_bench.cu kernels/custom_allreduce.cu \
       kernels/ref/allreduce_ref.cpp >"$OUT/nvcc_allreduce.log" 2>&1 ) &
   NVCC_PID=$!
 fi
 if want build; then
   ( env OUT="$OUT/build" BUILD="$BUILD" STEPS=build PACK=0 \
-    BUILD_TARGETS="${BUILD_TARGETS:-test_cuda_backend test_cuda_backend_gpu}" bash scripts/gpu-engine-check.sh \
+    BUILD_TARGETS="${BUILD_TARGETS:-test_cuda_backend test_cuda_backend_gpu tp_bench}" bash scripts/gpu-engine-check.sh \
     >"$OUT/build_outer.log" 2>&1; echo $? >"$OUT/build.rc" ) &
   BUILD_PID=$!
 fi
@@ -130,7 +130,7 @@ if [ $BUILT = 1 ] && want gpu; then
   grep -hE "rel error|greedy tokens agreed|after [0-9.]+ s:|aborted;|FAILED|OK \]" "$OUT"/gpu_*.log >"$OUT/gpu_summary.txt" 2>/dev/null
 fi
 if [ $BUILT = 1 ] && want bench && [ "${GPU_OK:-0}" = 0 ]; then
-  SERVELAB_GPU_BENCH=1 step bench ${BENCH_LIMIT:-420} "$BUILD/test_cuda_backend_gpu" --gtest_filter='TpGpuBench*'
+  step bench ${BENCH_LIMIT:-420} "$BUILD/tp_bench"
   grep -E "^tp-allreduce|NCCL" "$OUT/bench.log" | head -20 >"$OUT/tp_bench_allreduce.txt"
   grep -E "^tp-decode|^llama" "$OUT/bench.log" >"$OUT/decode.txt"
 fi

@@ -2,7 +2,7 @@
 """Condenses an ncu report's PC-sampling stall profile per SASS line (issue 8 item 3a, prefill attention).
 
   PYTHONPATH=<nsight-compute>/extras/python python3 scripts/ncu-source-stalls.py REPORT.ncu-rep \
-      [--src kernels/attention_prefill_wgmma_ws.cu] [--json OUT.json] [--top 30]
+      [--src kernels/attention_prefill_wgmma_ws.cuh] [--json OUT.json] [--top 30]
   python3 scripts/ncu-source-stalls.py --csv SOURCE.csv [--top 30]
       SOURCE.csv: `ncu -i REPORT --page source --csv --print-source sass` (no source lines: the
       regions come from the SASS alone, see csv_main)
@@ -128,7 +128,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("report", nargs="?")
     ap.add_argument("--csv", help="the source page as CSV instead of the report (no ncu_report module needed)")
-    ap.add_argument("--src", default="kernels/attention_prefill_wgmma_ws.cu")
+    ap.add_argument("--src", default="kernels/attention_prefill_wgmma_ws.cuh")
     ap.add_argument("--json")
     ap.add_argument("--top", type=int, default=30)
     a = ap.parse_args()

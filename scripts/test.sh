@@ -14,8 +14,8 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 source scripts/lib/sanitizer-env.sh
 cmake --preset asan "${servelab_preset_args[@]}" > /dev/null
-# Everything: the CLI, every test_<folder> (what ctest runs), servelab_tests (all tests in one
-# binary) and, when nvcc is there, the CUDA kernels, backend and benchmarks.
-cmake --build build-asan -j"$(nproc)"
+# What ctest runs: the CLI and every test_<folder> (with the CUDA kernels and backend when nvcc is
+# there); not the all-in-one servelab_tests (`cmake --build build-asan` builds it too).
+cmake --build build-asan -j"$(nproc)" --target servelab_test_binaries
 servelab_asan_cuda build-asan
 ctest --test-dir build-asan --output-on-failure -LE gpu -j"$(nproc)" "$@"

@@ -128,6 +128,7 @@ CpuBackend::CpuBackend(std::shared_ptr<const ModelWeights> weights, CpuBackendOp
     : weights_((options.validate(), std::move(weights))),
       pool_(options.n_threads > 0 ? options.n_threads
                                   : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))),
+      gemm_path_(options.gemm),
       kv_cache_dtype_(options.kv_cache_dtype),
       scratch_(std::make_unique<Scratch>()) {
   if (!weights_) throw std::invalid_argument("CpuBackend: no weights");
@@ -424,7 +425,7 @@ void CpuBackend::qkv_rope_store(int layer) {
     part.tiling.item(item - (kind == kQ ? 0 : kind == kK ? n_q : n_q + n_k), r0, r1, c0, c1);
     float* out = part.out + size_t(r0) * part.width + c0;
     gemm_nt(s.xn.data() + size_t(r0) * d, r1 - r0, d, part.w->data() + size_t(c0) * d, c1 - c0, out,
-            part.width, false);
+            part.width, false, gemm_path_);
     if (lora_.active()) lora_.expand(layer, lora_target[kind], r0, r1, c0, c1, part.out, part.width);
     for (int r = r0; r < r1; ++r) {
       float* row = part.out + size_t(r) * part.width;
@@ -463,8 +464,8 @@ void CpuBackend::gate_up_silu(int layer) {
     const float* in = s.xn.data() + size_t(r0) * d;
     float* gate = s.gate.data() + size_t(r0) * ffn + c0;
     float* up = s.up.data() + size_t(r0) * ffn + c0;
-    gemm_nt(in, r1 - r0, d, L.w_gate.data() + size_t(c0) * d, c1 - c0, gate, ffn, false);
-    gemm_nt(in, r1 - r0, d, L.w_up.data() + size_t(c0) * d, c1 - c0, up, ffn, false);
+    gemm_nt(in, r1 - r0, d, L.w_gate.data() + size_t(c0) * d, c1 - c0, gate, ffn, false, gemm_path_);
+    gemm_nt(in, r1 - r0, d, L.w_up.data() + size_t(c0) * d, c1 - c0, up, ffn, false, gemm_path_);
     if (lora_.active()) {
       lora_.expand(layer, LoraTarget::gate, r0, r1, c0, c1, s.gate.data(), ffn);
       lora_.expand(layer, LoraTarget::up, r0, r1, c0, c1, s.up.data(), ffn);
@@ -487,7 +488,7 @@ void CpuBackend::run_layer(int layer) {
   qkv_rope_store(layer);
   attention(layer);
   quantize_activations(s.attn.data(), dq, kInputO, layer);
-  parallel_gemm_nt(pool_, s.attn.data(), s.n_rows, dq, L.wo.data(), d, s.x.data(), true);
+  parallel_gemm_nt(pool_, s.attn.data(), s.n_rows, dq, L.wo.data(), d, s.x.data(), true, gemm_path_);
   if (lora_.active()) {  // the residual takes the adapter's delta of o_proj (and of down_proj below)
     lora_.shrink(layer, LoraTarget::o, s.attn.data());
     lora_.expand(layer, LoraTarget::o, 0, s.n_real, 0, d, s.x.data(), d);
@@ -496,7 +497,7 @@ void CpuBackend::run_layer(int layer) {
   quantize_activations(s.xn.data(), d, kInputGateUp, layer);
   gate_up_silu(layer);
   quantize_activations(s.gate.data(), ffn, kInputDown, layer);
-  parallel_gemm_nt(pool_, s.gate.data(), s.n_rows, ffn, L.w_down.data(), d, s.x.data(), true);
+  parallel_gemm_nt(pool_, s.gate.data(), s.n_rows, ffn, L.w_down.data(), d, s.x.data(), true, gemm_path_);
   if (lora_.active()) {
     lora_.shrink(layer, LoraTarget::down, s.gate.data());
     lora_.expand(layer, LoraTarget::down, 0, s.n_real, 0, d, s.x.data(), d);
@@ -519,7 +520,7 @@ std::span<const float> CpuBackend::logits(const Step& step) {
   for (int i = 0; i < n_sampled; ++i)
     rms_norm_row(s.x.data() + size_t(s.sample_rows[i]) * d, weights_->final_norm.data(), d, c.rms_eps,
                  xs + size_t(i) * d);
-  parallel_gemm_nt(pool_, xs, n_sampled, d, weights_->output_matrix().data(), vocab, logits, false);
+  parallel_gemm_nt(pool_, xs, n_sampled, d, weights_->output_matrix().data(), vocab, logits, false, gemm_path_);
   return {logits, size_t(n_sampled) * vocab};
 }
 

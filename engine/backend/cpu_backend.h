@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/cpu_gemm.h"
 #include "engine/backend/cpu_lora.h"
 #include "engine/backend/thread_pool.h"
 #include "engine/backend/kv_cache_spec.h"
@@ -32,6 +33,9 @@ struct CpuBackendOptions {
   /// auto: fp32 K and V. fp8: E4M3 codes with a per-(token, head) fp32 scale, quantized on write
   /// and dequantized on read (KvCacheSpec::of(.., fp8)).
   KvCacheDType kv_cache_dtype = KvCacheDType::auto_dtype;
+  /// The dense products' path for a few rows (cpu_gemm.h): our small-rows loop, or plain OpenBLAS
+  /// (what scripts/cpu-gemm-bench.sh compares it with).
+  CpuGemmPath gemm = CpuGemmPath::tuned;
   void validate() const;
 };
 
@@ -106,6 +110,7 @@ class CpuBackend final : public Backend {
 
   std::shared_ptr<const ModelWeights> weights_;
   ThreadPool pool_;
+  CpuGemmPath gemm_path_ = CpuGemmPath::tuned;
   KvCacheDType kv_cache_dtype_ = KvCacheDType::auto_dtype;
   int64_t row_bytes_ = 0;         // bytes of one (layer, K|V, kv head) row of a slot
   std::vector<uint8_t> arena_;  // [n_layers][2][n_kv_heads][n_slots][row_bytes_]

@@ -61,15 +61,16 @@ std::string blas_core() {
 int blas_threads() { return openblas_get_num_threads(); }
 
 void gemm_nt(const float* in, int rows, int n_in, const float* w, int n_cols, float* out, int ldo,
-             bool accumulate) {
+             bool accumulate, CpuGemmPath path) {
   if (rows <= 0 || n_cols <= 0) return;
-  if (small_rows_gemm_nt(in, rows, n_in, w, n_cols, out, ldo, accumulate)) return;
+  const bool tuned = path == CpuGemmPath::tuned;
+  if (tuned && small_rows_gemm_nt(in, rows, n_in, w, n_cols, out, ldo, accumulate)) return;
   const float beta = accumulate ? 1.0f : 0.0f;
   if (rows == 1) {
     cblas_sgemv(CblasRowMajor, CblasNoTrans, n_cols, n_in, 1.0f, w, n_in, in, 1, beta, out, 1);
     return;
   }
-  if (rows % 4 != 3 || small_gemm_disabled()) {
+  if (rows % 4 != 3 || !tuned) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n_cols, n_in, 1.0f, in, n_in, w, n_in, beta, out,
                 ldo);
     return;
@@ -123,10 +124,10 @@ void run_items(ThreadPool& pool, int64_t n_items, int64_t work, const std::funct
 }
 
 void parallel_gemm_nt(ThreadPool& pool, const float* in, int rows, int n_in, const float* w, int n_out,
-                      float* out, bool accumulate) {
+                      float* out, bool accumulate, CpuGemmPath path) {
   const int64_t work = int64_t(rows) * n_in * n_out;
   if (pool.n_threads() == 1 || work < kMinParallelMacs) {
-    gemm_nt(in, rows, n_in, w, n_out, out, n_out, accumulate);
+    gemm_nt(in, rows, n_in, w, n_out, out, n_out, accumulate, path);
     return;
   }
   const GemmTiling t = GemmTiling::make(rows, n_in, n_out, 16, pool.n_threads());
@@ -134,7 +135,7 @@ void parallel_gemm_nt(ThreadPool& pool, const float* in, int rows, int n_in, con
     int r0, r1, c0, c1;
     t.item(i, r0, r1, c0, c1);
     gemm_nt(in + size_t(r0) * n_in, r1 - r0, n_in, w + size_t(c0) * n_in, c1 - c0, out + size_t(r0) * n_out + c0,
-            n_out, accumulate);
+            n_out, accumulate, path);
   });
 }
 

@@ -29,13 +29,18 @@ std::string blas_core();
 /// OpenBLAS's own thread count (1 once configure_openblas ran).
 int blas_threads();
 
+/// How gemm_nt multiplies a few rows. tuned: the small-rows SIMD loop and the padding below.
+/// openblas: plain OpenBLAS (sgemv for one row, sgemm otherwise), the comparison
+/// scripts/cpu-gemm-bench.sh makes (CpuBackendOptions::gemm, `servelab profile --cpu-gemm`).
+enum class CpuGemmPath { tuned, openblas };
+
 /// out[r, j] = Σ_i in[r, i] · w[j, i] (+ out[r, j] when accumulate) for r < rows, j < n_cols.
 /// in: [rows, n_in]; w: n_cols rows of a row-major [*, n_in] weight; out: row stride ldo.
-/// Up to kSmallGemmMaxRows rows: the small-rows SIMD loop (cpu_small_gemm.h) where the CPU has
-/// AVX-512 or AVX2; otherwise one sgemm (on a zero row more where rows % 4 == 3), or sgemv for a
-/// lone row (it streams the weight once, where gemm would pack it).
+/// tuned: up to kSmallGemmMaxRows rows the small-rows SIMD loop (cpu_small_gemm.h) where the CPU
+/// has AVX-512 or AVX2; otherwise one sgemm (on a zero row more where rows % 4 == 3), or sgemv for
+/// a lone row (it streams the weight once, where gemm would pack it).
 void gemm_nt(const float* in, int rows, int n_in, const float* w, int n_cols, float* out, int ldo,
-             bool accumulate);
+             bool accumulate, CpuGemmPath path = CpuGemmPath::tuned);
 
 /// How a [rows, n_out] output is cut into items: row blocks × column blocks, row-block major.
 struct GemmTiling {
@@ -58,6 +63,6 @@ void run_items(ThreadPool& pool, int64_t n_items, int64_t work, const std::funct
 
 /// out[rows, n_out] (+)= in[rows, n_in] · W[n_out, n_in]ᵀ, split by run_items over GemmTiling::make.
 void parallel_gemm_nt(ThreadPool& pool, const float* in, int rows, int n_in, const float* w, int n_out,
-                      float* out, bool accumulate);
+                      float* out, bool accumulate, CpuGemmPath path = CpuGemmPath::tuned);
 
 }  // namespace servelab

@@ -1,13 +1,10 @@
 #include "engine/backend/cpu_small_gemm.h"
 
-#include <cstdlib>
-#include <cstring>
 
 namespace servelab {
 namespace {
 
 std::string detect_isa() {
-  if (small_gemm_disabled()) return "";
 #if defined(__GNUC__) && defined(__x86_64__)
   if (__builtin_cpu_supports("avx512f")) return "avx512";
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "avx2";
@@ -16,14 +13,6 @@ std::string detect_isa() {
 }
 
 }  // namespace
-
-bool small_gemm_disabled() {
-  static const bool off = [] {
-    const char* env = std::getenv("SERVELAB_SMALL_GEMM");
-    return env && std::strcmp(env, "0") == 0;
-  }();
-  return off;
-}
 
 const std::string& small_gemm_isa() {
   static const std::string isa = detect_isa();

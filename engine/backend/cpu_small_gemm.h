@@ -15,12 +15,8 @@ namespace servelab {
 /// faster (crossover at 12 rows on the VM).
 inline constexpr int kSmallGemmMaxRows = 11;
 
-/// True when SERVELAB_SMALL_GEMM=0: every product goes to plain OpenBLAS, as before this loop
-/// and gemm_nt's padding existed (the comparison scripts/cpu-gemm-bench.sh makes).
-bool small_gemm_disabled();
-
 /// The instruction set the small-rows loop runs on this CPU: "avx512", "avx2", or "" where it
-/// has neither (AVX-512F; AVX2 with FMA) or small_gemm_disabled().
+/// has neither (AVX-512F; AVX2 with FMA).
 const std::string& small_gemm_isa();
 
 /// out[r, j] = Σ_i in[r, i] · w[j, i] (+ out[r, j] when accumulate), r < rows, j < n_cols; in is

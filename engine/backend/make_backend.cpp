@@ -67,6 +67,8 @@ void BackendSpec::validate() const {
   if (model.empty()) throw std::invalid_argument("model must name a preset or a checkpoint folder (got '')");
   if (threads < 0) throw std::invalid_argument("threads must be >= 0 (got " + std::to_string(threads) + ")");
   if (kind == BackendKind::sim) sim_device.validate();
+  if (sim_model_config && kind != BackendKind::sim)
+    throw std::invalid_argument("sim_model_config is for backend sim only (the other backends load `model`)");
   if (!(sim_cost_scale > 0.0) || !std::isfinite(sim_cost_scale))
     throw std::invalid_argument("sim_cost_scale must be a finite number > 0 (got " + std::to_string(sim_cost_scale) + ")");
   if (device < 0) throw std::invalid_argument("device must be >= 0 (got " + std::to_string(device) + ")");
@@ -90,9 +92,13 @@ ModelConfig resolve_model_config(const std::string& model) {
   return preset(model);
 }
 
+ModelConfig spec_model_config(const BackendSpec& spec) {
+  return spec.sim_model_config ? *spec.sim_model_config : resolve_model_config(spec.model);
+}
+
 int64_t kv_bytes_per_slot(const BackendSpec& spec) {
   spec.validate();
-  const ModelConfig config = resolve_model_config(spec.model);
+  const ModelConfig config = spec_model_config(spec);
   if (spec.kind == BackendKind::sim) {  // cheap to build: shapes and a cost model only
     // The slot size depends on the shapes and the device's K/V element size, not on the profile.
     SimCostModel roofline = SimCostModel::roofline(spec.sim_device, spec.tensor_parallel);
@@ -123,13 +129,13 @@ SimCostModel sim_cost_model(const BackendSpec& spec, const ModelConfig& config) 
 SimDevice sim_device_for(const BackendSpec& spec) {
   spec.validate();
   if (spec.kind != BackendKind::sim || spec.sim_device_set || spec.sim_profile.empty()) return spec.sim_device;
-  return sim_cost_model(spec, resolve_model_config(spec.model)).device;
+  return sim_cost_model(spec, spec_model_config(spec)).device;
 }
 
 std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
   spec.validate();
   if (spec.kind == BackendKind::sim) {
-    const ModelConfig config = resolve_model_config(spec.model);
+    const ModelConfig config = spec_model_config(spec);
     return std::make_unique<SimBackend>(config, sim_cost_model(spec, config));
   }
   if (spec.kind == BackendKind::cuda) {
@@ -198,6 +204,7 @@ std::unique_ptr<Backend> BackendFactory::make(Quantization quantization, KvCache
   }
   CpuBackendOptions options;
   options.n_threads = spec_.threads;
+  options.gemm = spec_.cpu_gemm;
   options.kv_cache_dtype = kv_cache_dtype;
   return std::make_unique<CpuBackend>(weights, options);
 }

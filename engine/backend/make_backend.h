@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/cpu_gemm.h"
 #include "engine/backend/sim_backend.h"
 
 namespace servelab {
@@ -25,8 +26,12 @@ struct BackendSpec {
   /// cpu: random weights of the preset drawn with `seed`, or the folder's weights.
   /// sim: only the shapes are needed (the folder's config.json; weights are never read).
   std::string model = "tiny";
+  /// sim only: the shapes themselves, in place of `model` (for callers that hold a config rather
+  /// than a name: the host-overhead probe of `servelab profile`, tests).
+  std::optional<ModelConfig> sim_model_config;
   uint64_t seed = 0;
   int threads = 0;              ///< cpu: attention and BLAS threads, 0 = all cores
+  CpuGemmPath cpu_gemm = CpuGemmPath::tuned;  ///< cpu: small-rows products (CpuBackendOptions::gemm)
   SimDevice sim_device = SimDevice::preset("h100");  ///< sim: roofline device
   /// sim with a profile: false = price beyond the grid on the device the profile names; true =
   /// sim_device was asked for, and a profile of another device is refused.
@@ -66,6 +71,8 @@ struct BackendSpec {
 
 /// The model shapes `model` names (preset, or the folder's config.json).
 ModelConfig resolve_model_config(const std::string& model);
+/// The spec's model shapes: sim_model_config where set, else resolve_model_config(model).
+ModelConfig spec_model_config(const BackendSpec& spec);
 
 /// Bytes one token slot of the K/V arena takes in the backend `spec` builds, without drawing or
 /// loading weights (scenario validation sizes the arena with it). Throws like make_backend.

@@ -3,7 +3,7 @@
 // (the layout the decode kernel reads): background requests arrive, prefill, decode one token a
 // step and leave, keeping the arena busy; then n_targets sequences arrive one after another, each
 // prefills a random share of ctx tokens and decodes to ctx, beside the background that goes on.
-// Used by the layout test (tests/kv) and by kernel_bench's `engine` arena (kernels/bench). Plain
+// Used by the layout test (tests/kv) and by kernel_bench's `engine` arena (bench/kernels). Plain
 // C++ with a small header, so a .cu file can include it.
 #include <cstdint>
 #include <vector>

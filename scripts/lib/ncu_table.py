@@ -8,7 +8,7 @@ dram__bytes_write.sum; prints the step line engine_bench wrote, the kernel count
 their durations and DRAM bytes, then one row per kernel name (calls, total ms, share, µs a call,
 GB/s). Under ncu every launch is serialized at whatever clocks the GPU has between them, so the
 sum is not the step's real time: compare it with engine_bench's own timing of the same point.
-Used by scripts/gpu-perf.sh and kernels/bench/mbu-check.sh.
+Used by scripts/gpu-perf.sh and bench/kernels/mbu-check.sh.
 """
 import csv
 import re

@@ -98,12 +98,12 @@ std::vector<Pattern> patterns(int block_size) {
           {"descending", {2 * tb}, 2}};
 }
 
-const PrefillFn kFa8 = [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 0); };
+const PrefillFn kFa8 = [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st); };
 
 class PrefillFa11Gpu : public ::testing::TestWithParam<ScalarType> {};
 
 // Awkward shapes (single tokens, tile edges, a cached prefix, a 1000-token prompt) at GQA 1 and 4,
-// every run pattern at block sizes 1-256: fa11, fa11_vote and the dispatched prefill_attention give fa8's bits
+// every run pattern at block sizes 1-256: fa11 and the dispatched prefill_attention give fa8's bits
 // (fa8 on the naive layout: its bits do not depend on the layout, attention_prefill_fa7_gpu_test.cpp).
 TEST_P(PrefillFa11Gpu, SameBitsAsFa8OnRunTablesBrokenAtAwkwardPlaces) {
   SKIP_WITHOUT_GPU();
@@ -121,7 +121,6 @@ TEST_P(PrefillFa11Gpu, SameBitsAsFa8OnRunTablesBrokenAtAwkwardPlaces) {
         const KvBatch r = with_runs(b, bs, pat.lens, pat.reverse_every, rng);
         const std::string where = std::string(pat.name) + " block " + std::to_string(bs) + " group " + std::to_string(group);
         EXPECT_TRUE(std::equal(fa8.begin(), fa8.end(), run_prefill(t, r, prefill_attention_wgmma_fa11).begin())) << "fa11 " << where;
-        EXPECT_TRUE(std::equal(fa8.begin(), fa8.end(), run_prefill(t, r, prefill_attention_wgmma_fa11_vote).begin())) << "fa11_vote " << where;
         EXPECT_TRUE(std::equal(fa8.begin(), fa8.end(), run_prefill(t, r, prefill_attention).begin())) << "prefill_attention " << where;
       }
   }
@@ -170,7 +169,6 @@ TEST_P(PrefillFa11Gpu, LongPromptOnRunTablesGivesFa8Bits) {
     for (const Pattern& pat : {Pattern{"engine-like", {23, 47, 5, 31, 8, 1, 40}, 3}, Pattern{"one run", {256}, 0}}) {
       const KvBatch r = with_runs(b, 16, pat.lens, pat.reverse_every, rng);
       EXPECT_TRUE(std::equal(fa8.begin(), fa8.end(), run_prefill(t, r, prefill_attention_wgmma_fa11).begin())) << pat.name << " " << n_kv;
-      EXPECT_TRUE(std::equal(fa8.begin(), fa8.end(), run_prefill(t, r, prefill_attention_wgmma_fa11_vote).begin())) << "vote " << pat.name << " " << n_kv;
     }
   }
 }

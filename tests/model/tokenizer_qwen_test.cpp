@@ -188,26 +188,5 @@ TEST_F(QwenTokenizer, ConcurrentEncodeGivesTheSameIds) {
   EXPECT_EQ(wrong.load(), 0);
 }
 
-// A figure, not an assertion: encode speed on the corpus (all of it, and its ASCII lines alone,
-// closer to an English chat dataset), one thread, the word cache warming as it goes.
-TEST_F(QwenTokenizer, EncodeThroughputFigure) {
-  std::string all, ascii;
-  for (const RefRow& r : read_refs()) {
-    all += r.text + "\n";
-    if (std::all_of(r.text.begin(), r.text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; }))
-      ascii += r.text + "\n";
-  }
-  for (const auto& [label, text] : {std::pair{"corpus", all}, {"ascii lines", ascii}}) {
-    std::string big;
-    while (big.size() < 4'000'000) big += text;
-    const auto t0 = std::chrono::steady_clock::now();
-    const size_t n = tok_->encode(big).size();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("[ qwen3 ] encode %s: %.1f MB -> %zu tokens in %.3f s: %.2f M tokens/s, %.1f MB/s\n", label,
-                big.size() / 1e6, n, s, n / s / 1e6, big.size() / s / 1e6);
-    EXPECT_GT(n, 0u);
-  }
-}
-
 }  // namespace
 }  // namespace servelab

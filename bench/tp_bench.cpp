@@ -1,22 +1,21 @@
-// Tensor-parallel benchmarks (issue 13, item 3), run only with SERVELAB_GPU_BENCH=1 on a machine
-// with 2 GPUs and NCCL; they print figures and assert nothing about time.
-// - TpGpuBench.AllReduceBusBandwidth: the in-place bf16 sum all-reduce of a step's messages
-//   (batch × hidden × 2 bytes for llama2-13b's hidden 5120, batch 1..256) and of large messages
-//   (64 MB .. 1 GB, the best large-message figure NCCL reaches in the same run), time per
-//   all-reduce (mean of 20 back to back, slowest rank) and bus bandwidth.
-// - TpGpuBench.DecodeStepTp2VsTp1: llama2-13b (40 layers, random weights) decode step time at
-//   batch 1, 32 and 128 (256-token prompts, CUDA graphs), one GPU against tensor_parallel 2, and
-//   the communication share: 2 × 40 all-reduces of the step's message, timed alone, over the TP=2
-//   step time (the LM head's logits all-gather is left out: one per step, batch × 32000 × 4 bytes).
+// Tensor-parallel benchmarks on 2 GPUs (issue 25): figures, no assertions.
+// - all-reduce: the in-place bf16 sum all-reduce of a step's messages (batch × hidden × 2 bytes
+//   for llama2-13b's hidden 5120, batch 1..256) and of large messages (64 MB .. 1 GB, the best
+//   large-message figure NCCL reaches in the same run), time per all-reduce (mean of 20 back to
+//   back, slowest rank) and bus bandwidth.
+// - decode: a preset (default llama2-13b, random weights) decode step time at batch 1, 32 and 128
+//   (256-token prompts, CUDA graphs), one GPU against tensor_parallel 2, and the communication
+//   share: 2 × n_layers all-reduces of the step's message, timed alone, over the TP=2 step time
+//   (the LM head's logits all-gather is left out: one per step, batch × vocab × 4 bytes).
 // Lines start with "tp-allreduce" / "tp-decode" so scripts/gpu-tp-check.sh can tabulate them.
+//   cmake --build build-gpu --target tp_bench && build-gpu/tp_bench [--model PRESET] [--only allreduce|decode]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "engine/backend/step_input.h"
 #include "engine/backend/cuda/cuda_backend.h"
@@ -25,17 +24,7 @@
 #include "tests/backend/backend_test_util.h"
 
 namespace servelab {
-namespace tp_bench_gpu_test {  // named, not anonymous: a unity batch shares one translation unit
-
-bool bench_on() {
-  const char* on = std::getenv("SERVELAB_GPU_BENCH");
-  return on && std::string(on) == "1";
-}
-
-#define SKIP_UNLESS_TP_BENCH()                                                        \
-  if (cuda_device_count() < 2) GTEST_SKIP() << "fewer than 2 CUDA devices";           \
-  if (!tp_nccl_available()) GTEST_SKIP() << "servelab was built without NCCL";        \
-  if (!bench_on()) GTEST_SKIP() << "set SERVELAB_GPU_BENCH=1 to time tensor parallelism"
+namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -44,8 +33,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 /// A small model on 2 ranks: enough for the communicators (the benchmark buffers are its own).
 std::unique_ptr<TpCudaBackend> small_tp2() { return TpCudaBackend::random(preset("tiny"), 1, 2); }
 
-TEST(TpGpuBench, AllReduceBusBandwidth) {
-  SKIP_UNLESS_TP_BENCH();
+void all_reduce_bus_bandwidth() {
   auto tp = small_tp2();
   const int64_t hidden = preset("llama2-13b").hidden_size;
   std::vector<int64_t> sizes;
@@ -104,10 +92,8 @@ double decode_step_s(B& backend, int batch, int vocab) {
   return total / (kDecode - 3);
 }
 
-TEST(TpGpuBench, DecodeStepTp2VsTp1) {
-  SKIP_UNLESS_TP_BENCH();
-  const char* name = std::getenv("SERVELAB_GPU_BENCH_MODEL");
-  const ModelConfig config = preset(name ? name : "llama2-13b");
+void decode_step_tp2_vs_tp1(const std::string& model) {
+  const ModelConfig config = preset(model);
   const int batches[] = {1, 32, 128};
   std::vector<double> one_s, two_s;
   {
@@ -131,5 +117,28 @@ TEST(TpGpuBench, DecodeStepTp2VsTp1) {
   }
 }
 
-}  // namespace tp_bench_gpu_test
+}  // namespace
 }  // namespace servelab
+
+int main(int argc, char** argv) {
+  std::string model = "llama2-13b", only;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: tp_bench [--model PRESET] [--only allreduce|decode]\n");
+      return 2;
+    }
+  }
+  if (servelab::cuda_device_count() < 2) {
+    std::fprintf(stderr, "tp_bench: needs 2 CUDA devices\n");
+    return 1;
+  }
+  if (!servelab::tp_nccl_available()) {
+    std::fprintf(stderr, "tp_bench: servelab was built without NCCL\n");
+    return 1;
+  }
+  if (only.empty() || only == "allreduce") servelab::all_reduce_bus_bandwidth();
+  if (only.empty() || only == "decode") servelab::decode_step_tp2_vs_tp1(model);
+  return 0;
+}

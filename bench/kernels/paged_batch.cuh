@@ -13,7 +13,7 @@
 
 #include "engine/kv/paged_churn.h"
 #include "kernels/attention.h"
-#include "kernels/bench/bench_util.cuh"
+#include "bench/kernels/bench_util.cuh"
 
 namespace servelab::kernels::bench {
 

@@ -4,7 +4,7 @@ results/gpu/benchmarks.json: its decode_step_mbu, decode_step_tokens and decode_
 rows replace the rows of the same name and point (batch, context); other points (e.g. batch 256)
 stay. Each replaced row's peer_or_ceiling names the copy of its own run.
 
-  python3 kernels/bench/mbu_merge.py MBU_JSON BENCHMARKS_JSON OUT_JSON [--after SPEC]
+  python3 bench/kernels/mbu_merge.py MBU_JSON BENCHMARKS_JSON OUT_JSON [--after SPEC]
 
 --after SPEC builds the decode_step_mbu / decode_step_tokens rows from decode_step_mbu_variant rows
 instead of the "after" variant's, SPEC = "VARIANT=POINT,POINT;VARIANT=POINT,..." with POINT as

@@ -25,7 +25,7 @@ IFS=';' read -r -a shapes <<<"$SHAPES"
 i=0
 for sh in "${shapes[@]}"; do
   timeout "$T" ncu --clock-control none -f -o "$W/ours_$i" --kernel-name regex:decode_mma_kernel --launch-skip 1 \
-    --launch-count 1 "${SECTIONS[@]}" "$BUILD/kernels/kernel_bench" --decode-only --only "$sh" --json "$W/kb_$i.json" \
+    --launch-count 1 "${SECTIONS[@]}" "$BUILD/kernel_bench" --decode-only --only "$sh" --json "$W/kb_$i.json" \
     >"$W/ours_$i.log" 2>&1 || echo "ncu ours '$sh': rc $?"
   i=$((i + 1))
 done

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "kernels/attention.h"
-#include "kernels/bench/bench_timing.h"
-#include "kernels/bench/bench_util.cuh"
-#include "kernels/bench/paged_batch.cuh"
+#include "bench/kernels/bench_timing.h"
+#include "bench/kernels/bench_util.cuh"
+#include "bench/kernels/paged_batch.cuh"
 
 namespace servelab::kernels::bench {
 
@@ -74,14 +74,12 @@ void bench_prefill_attention(bool quick, std::mt19937_64& rng, int n_sms, double
       std::vector<Timed> timed = {{"prefill_attn", dispatched, 0, {}}};  // then by name, on each layout
       if (prefill_wgmma_supported(128)) {  // each wgmma kernel by name
         // fa8, fa10 (fa8's consumers on v6's TMA producer) and fa11 (TMA per tile where its slots
-        // are consecutive, else fa8's gather) on the shuffled, naive and engine layouts, fa11_vote
-        // (call 1's fa11) on the shuffled and engine ones; prefill_attn on all four. fa5, fa6, fa9 and older kernels: kernels/notes-prefill.md.
-        const PrefillFn fa8 = [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 0); },
-                        fa10 = prefill_attention_wgmma_fa10, fa11 = prefill_attention_wgmma_fa11, fa11v = prefill_attention_wgmma_fa11_vote;
-        const char *n8 = "prefill_attn_wgmma_fa8", *n10 = "prefill_attn_wgmma_fa10", *n11 = "prefill_attn_wgmma_fa11",
-                   *n11v = "prefill_attn_wgmma_fa11_vote";
-        timed.insert(timed.end(), {{n8, fa8, 0, {}}, {n11, fa11, 0, {}}, {n11v, fa11v, 0, {}}, {n10, fa10, 0, {}},
-                                   {"prefill_attn", dispatched, 3, {}}, {n8, fa8, 3, {}}, {n11, fa11, 3, {}}, {n11v, fa11v, 3, {}},
+        // are consecutive, else fa8's gather) on the shuffled, naive and engine layouts;
+        // prefill_attn on all four. The superseded kernels: kernels/scratch/, kernels/notes-prefill.md.
+        const PrefillFn fa8 = prefill_attention_wgmma_fa8, fa10 = prefill_attention_wgmma_fa10, fa11 = prefill_attention_wgmma_fa11;
+        const char *n8 = "prefill_attn_wgmma_fa8", *n10 = "prefill_attn_wgmma_fa10", *n11 = "prefill_attn_wgmma_fa11";
+        timed.insert(timed.end(), {{n8, fa8, 0, {}}, {n11, fa11, 0, {}}, {n10, fa10, 0, {}},
+                                   {"prefill_attn", dispatched, 3, {}}, {n8, fa8, 3, {}}, {n11, fa11, 3, {}},
                                    {n10, fa10, 3, {}}, {"prefill_attn", dispatched, 1, {}}, {n8, fa8, 1, {}}, {n11, fa11, 1, {}},
                                    {n10, fa10, 1, {}}, {"prefill_attn", dispatched, 2, {}}});
         // fa11 and fa8 fill the same shared memory: the same output bytes on every layout (checked here
@@ -116,10 +114,8 @@ void bench_prefill_attention(bool quick, std::mt19937_64& rng, int n_sms, double
         record(k.name, kshape, flops / (sorted[sorted.size() / 2] * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
       }
       const PrefillAttentionArgs& p = args[0];
-      double ms = time_graph_ms([&](int, cudaStream_t st) { prefill_attention_mma(p, st); }, 20, 15);
+      const double ms = time_graph_ms([&](int, cudaStream_t st) { prefill_attention_mma(p, st); }, 20, 15);
       record("prefill_attn_mma", shape, flops / (ms * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
-      ms = time_graph_ms([&](int, cudaStream_t st) { prefill_attention_wmma(p, st); }, 5, 5);
-      record("prefill_attn_wmma", shape, flops / (ms * 1e-3) / 1e12, "TFLOP/s", "cublaslt_gemm_bf16", gemm_tflops);
     }
 }
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/bench/bench_timing.h"
-#include "kernels/bench/bench_util.cuh"
+#include "bench/kernels/bench_timing.h"
+#include "bench/kernels/bench_util.cuh"
 #include "kernels/gemm.h"
 #include "kernels/quant_gemv.h"
 #include "kernels/ref/ops_ref.h"

@@ -35,9 +35,9 @@
 #include <vector>
 
 #include "kernels/attention.h"
-#include "kernels/bench/bench_timing.h"
-#include "kernels/bench/bench_util.cuh"
-#include "kernels/bench/paged_batch.cuh"
+#include "bench/kernels/bench_timing.h"
+#include "bench/kernels/bench_util.cuh"
+#include "bench/kernels/paged_batch.cuh"
 
 namespace servelab::kernels::bench {
 

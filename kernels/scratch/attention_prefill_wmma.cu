@@ -19,7 +19,7 @@
 #include <string>
 
 #include "kernels/per_device.h"
-#include "kernels/attention.h"
+#include "kernels/scratch/attention_prefill_scratch.h"
 #include "kernels/common.cuh"
 
 namespace servelab::kernels {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Joins one gpu-check run's paged decode attention rows into results/gpu/benchmarks.json.
 
-  python3 kernels/bench/decode_rows.py RUN_DIR results/gpu/benchmarks.json [--default-from VARIANT --where CUT_WORD]
+  python3 bench/kernels/decode_rows.py RUN_DIR results/gpu/benchmarks.json [--default-from VARIANT --where CUT_WORD]
 
 RUN_DIR holds the run's benchmarks.json, kernel_bench.json and peers.json (scripts/gpu-check.sh).
 The rows paged_decode_attn, paged_decode_attn_vs_copy, paged_decode_attn_invariant,

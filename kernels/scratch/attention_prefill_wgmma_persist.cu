@@ -1,4 +1,4 @@
-// Prefill attention on wgmma, v7 "persist": v6.1 lean (attention_prefill_wgmma_ws.cu) on a
+// Prefill attention on wgmma, v7 "persist": v6.1 lean (attention_prefill_wgmma_variants.cu) on a
 // persistent grid. At most one block per SM; block b takes work items (128-row tile, KV head)
 // b, 2G - 1 - b, 2G + b, 4G - 1 - b, ... of the longest-first order (G blocks; "snake" rounds,
 // so the long and short items of each round even out across the blocks). The producer warpgroup
@@ -14,7 +14,7 @@
 
 #include "kernels/per_device.h"
 #include "kernels/attention.h"
-#include "kernels/attention_prefill_wgmma.cuh"
+#include "kernels/scratch/attention_prefill_scratch.cuh"
 #include "kernels/common.cuh"
 
 namespace servelab::kernels::prefill_wgmma {

@@ -2,8 +2,8 @@
 // kernels/notes-prefill.md): its exp2 against the C++ reference bit for bit, and the invariance
 // contract kept exactly, the kernel against itself: the same bits whatever the KV layout (naive,
 // paged blocks of 1 to 256 slots), the chunking of a prompt, or the other sequences of the batch.
-// Its error against the reference and against fa6 is checked in attention_gpu_test.cpp beside the
-// other wgmma kernels. fa5 runs the same invariance checks here as the control.
+// Its error against the reference and against fa6 is checked in attention_scratch_gpu_test.cpp
+// beside the other superseded wgmma kernels. fa5 runs the same invariance checks here as the control.
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -16,9 +16,9 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/backend/step_input.h"
 #include "kernels/attention.h"
 #include "kernels/ref/exp2_poly.h"
+#include "kernels/scratch/attention_prefill_scratch.h"
 #include "tests/kernels/kv_fixture.h"
 #include "tests/kernels_gpu/attention_gpu_util.h"
 #include "tests/kernels_gpu/gpu_util.h"
@@ -41,11 +41,11 @@ using testing::run_prefill;
 const PrefillFn kKernels[] = {[](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa7(a, st, 16); },
                               [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa7(a, st, 24); },
                               [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa7(a, st, 32); },
-                              [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 0); },
-                              [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 1); },
-                              prefill_attention_wgmma_fa9, prefill_attention_wgmma_fa10, prefill_attention_wgmma_fa11,
+                              [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8_part(a, st, 0); },
+                              [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8_part(a, st, 1); },
+                              prefill_attention_wgmma_fa9, prefill_attention_wgmma_fa10, prefill_attention_wgmma_fa11, prefill_attention_wgmma_fa11_vote,
                               [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention(a, st); }, prefill_attention_wgmma_fa5};
-const char* const kNames[] = {"fa7_p16", "fa7_p24", "fa7_p32", "fa8", "fa8_lean", "fa9", "fa10", "fa11", "prefill_attention", "fa5"};
+const char* const kNames[] = {"fa7_p16", "fa7_p24", "fa7_p32", "fa8", "fa8_lean", "fa9", "fa10", "fa11", "fa11_vote", "prefill_attention", "fa5"};
 static_assert(std::size(kKernels) == std::size(kNames));
 
 class PrefillFa7Gpu : public ::testing::TestWithParam<ScalarType> {};
@@ -87,12 +87,12 @@ TEST_P(PrefillFa7Gpu, SameBitsAcrossKvLayoutsChunksAndBatches) {
   const KvBatch small = testing::make_batch({{5}, {5}, 8, 8, 128, KvLayoutKind::paged, 16}, rng);
   EXPECT_THROW(run_prefill(t, small, [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa7(a, st, 20); }),
                std::invalid_argument);
-  EXPECT_THROW(run_prefill(t, small, [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 3); }),
+  EXPECT_THROW(run_prefill(t, small, [](const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8_part(a, st, 3); }),
                std::invalid_argument);
 }
 
 /// fa8's output (part 0).
-void run_fa8(const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st, 0); }
+void run_fa8(const PrefillAttentionArgs& a, cudaStream_t st) { prefill_attention_wgmma_fa8(a, st); }
 
 // fa9 (eighth pass): l from the tensor core, the sum of the 16-bit P that P·V multiplies (fa8 sums
 // the fp32 P): other bits, within the kernels' tolerance of the reference and a quarter of it of

@@ -7,7 +7,7 @@
 # graph-replayed decode step of base/ and of the new default (kernel durations, caches and clocks
 # as found; under ncu the step's gaps are not representative, the per-kernel rates are).
 #   prepare: git archive BASE | tar x -C TREE/base; cp bench/engine_bench.cpp TREE/base/bench/
-#   from the device tool: cd .gpu/NAME && OUT=$OUT bash kernels/bench/mbu-check.sh
+#   from the device tool: cd .gpu/NAME && OUT=$OUT bash bench/kernels/mbu-check.sh
 # Environment: OUT (default results/runs/mbu), BUILD (default build-gpu; base/ builds in BUILD-base),
 #   STEPS (default "build tests mbu ncu"), BUDGET_S (seconds for the whole script, default 285:
 #   every step's timeout is cut to what is left), ROUNDS (default 3), VARIANTS (engine_bench
