@@ -15,12 +15,13 @@ ContinuousScheduler::ContinuousScheduler(const SchedulerConfig& config, KvManage
 
 void ContinuousScheduler::Pass::add_chunk(Sequence* s, int n_new) {
   step.chunks.push_back({s, n_new});
-  in_step.insert(s);
+  s->sched_pass = id;
   budget -= n_new;
 }
 
-void ContinuousScheduler::Pass::drop_chunk(const Sequence* s) {
-  if (!in_step.erase(s)) return;
+void ContinuousScheduler::Pass::drop_chunk(Sequence* s) {
+  if (s->sched_pass != id) return;
+  s->sched_pass = 0;
   for (auto it = step.chunks.begin(); it != step.chunks.end(); ++it)
     if (it->seq == s) {
       budget += it->n_new;
@@ -271,6 +272,7 @@ void ContinuousScheduler::schedule_admissions(Pass& pass) {
 
 ScheduledStep ContinuousScheduler::schedule(double now) {
   Pass pass;
+  pass.id = ++n_passes_;
   pass.budget = config_.max_num_batched_tokens;
   if (!config_.chunked_prefill) {
     // Prefill-only step when there is prefill work: sequences mid-recompute, then admissions

@@ -60,12 +60,14 @@ class ContinuousScheduler final : public Scheduler {
   struct Pass {
     ScheduledStep step;
     int budget = 0;  ///< tokens left under max_num_batched_tokens
-    std::unordered_set<const Sequence*> in_step;  ///< sequences with a chunk in step
+    /// This pass's number: a sequence with a chunk in step carries it in Sequence::sched_pass
+    /// (a mark on the sequence, not a set rebuilt every step: O(1) and allocation-free).
+    uint64_t id = 0;
     std::unordered_set<const Sequence*> resumed;  ///< swapped in this step: not to be preempted again
-    bool scheduled(const Sequence* s) const { return in_step.count(s) > 0; }
+    bool scheduled(const Sequence* s) const { return s->sched_pass == id; }
     void add_chunk(Sequence* s, int n_new);
     /// Takes s's chunk back out (s was preempted after being picked), returning its tokens.
-    void drop_chunk(const Sequence* s);
+    void drop_chunk(Sequence* s);
   };
 
   /// Seats in running a waiting sequence takes (a fresh request brings its n samples).
@@ -100,6 +102,7 @@ class ContinuousScheduler final : public Scheduler {
   int64_t watermark_slots_ = 0;
   uint64_t lora_blocked_id_ = 0;  // the sequence the adapter bound holds back (0 = none yet)
   int lora_overtakes_ = 0;        // requests admitted past it so far
+  uint64_t n_passes_ = 0;         // schedule() calls so far: the next Pass::id is one more
 };
 
 }  // namespace servelab
