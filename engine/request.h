@@ -97,9 +97,6 @@ struct Sequence {
   int preemptions = 0;
   /// While swapped out: its blocks of the host swap pool (SwapSpace), positions [0, n_computed).
   std::vector<int32_t> swap_blocks;
-  /// ContinuousScheduler's mark: the schedule() pass that gave it a chunk (0: none yet). Kept on
-  /// the sequence so that "is it in this step?" costs no per-step set.
-  uint64_t sched_pass = 0;
 
   int n_tokens() const { return static_cast<int>(tokens.size()); }
   /// Accepted tokens plus the speculative ones: what the cache catches up to.
