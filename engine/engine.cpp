@@ -77,6 +77,8 @@ struct Engine::State {
   uint64_t next_seq_id = 1;
   Batch batch;  // reused each step
   Step step;    // ... and its flat input
+  std::vector<RequestState*> entry_requests;  // batch.entries[i]'s request, looked up once a step
+  std::vector<std::pair<Sequence*, FinishReason>> done;  // the step's finished samples (reused)
   std::vector<uint32_t> mask_scratch;
   /// Per drawing sequence: its k and its acceptance so far (adaptive speculation).
   struct SpecStats {
@@ -89,8 +91,9 @@ struct Engine::State {
   Proposer* proposer = nullptr;
 
   RequestState& of(const Sequence& s) { return *requests.at(s.request_id); }
-  /// Appends a sampled token to s, stamps it, and queues s in `done` when it is finished.
-  void emit(Sequence& s, TokenId tok, double end, int eos, StepOutcome& out,
+  /// Appends a sampled token to s (of request rs), stamps it, and queues s in `done` when it is
+  /// finished.
+  void emit(Sequence& s, RequestState& rs, TokenId tok, double end, int eos, StepOutcome& out,
             std::vector<std::pair<Sequence*, FinishReason>>& done);
   /// Sample 0's prefill drew every sample's first token (`firsts`, sample 0's included): samples
   /// 1..n-1 start at n_prompt with their own first token, sharing the parent's prompt K/V.
@@ -367,12 +370,14 @@ StepOutcome Engine::step(double now) {
   if (!plan.empty()) {
     Batch& batch = state_->batch;
     batch.entries.clear();
+    state_->entry_requests.clear();
     batch.mask_words.clear();
     batch.mask_words_per_row = 0;
     batch.n_padding_tokens = plan.n_padding_tokens;
     const int mask_words = (backend_->config().vocab_size + 31) / 32;
     for (const ScheduledChunk& c : plan.chunks) {
       RequestState& rs = state_->of(*c.seq);
+      state_->entry_requests.push_back(&rs);
       const bool sample = c.seq->n_computed + c.n_new == c.seq->n_with_spec();
       // Sample 0's first draw also draws the first token of every other parallel sample.
       const bool draws_all = sample && c.seq->sample_index == 0 && !rs.forked;
@@ -404,9 +409,13 @@ StepOutcome Engine::step(double now) {
     const double end = now + out.duration_s;
     const int eos = backend_->config().eos_token;
 
-    std::vector<std::pair<Sequence*, FinishReason>> done;
+    std::vector<std::pair<Sequence*, FinishReason>>& done = state_->done;
+    done.clear();
+    out.tokens.reserve(result.tokens.size());
     size_t k = 0;
-    for (const BatchEntry& e : batch.entries) {
+    for (size_t entry = 0; entry < batch.entries.size(); ++entry) {
+      const BatchEntry& e = batch.entries[entry];
+      RequestState& rs = *state_->entry_requests[entry];
       Sequence& s = *e.seq;
       s.n_computed += e.n_new;
       if (!e.sample) {
@@ -416,7 +425,7 @@ StepOutcome Engine::step(double now) {
       if (s.spec_tokens.empty()) {
         const std::span<const TokenId> draws(result.tokens.data() + k, static_cast<size_t>(e.n_samples));
         k += draws.size();
-        state_->emit(s, draws[0], end, eos, out, done);
+        state_->emit(s, rs, draws[0], end, eos, out, done);
         kv_->on_computed(s);
         if (e.n_samples > 1) state_->fork_samples(s, draws, end, eos, *kv_, *scheduler_, out, done);
         continue;
@@ -446,7 +455,7 @@ StepOutcome Engine::step(double now) {
       }
       s.n_computed = before + static_cast<int>(accepted);
       const size_t n_done = done.size();
-      for (size_t j = 0; j <= accepted && done.size() == n_done; ++j) state_->emit(s, draws[j], end, eos, out, done);
+      for (size_t j = 0; j <= accepted && done.size() == n_done; ++j) state_->emit(s, rs, draws[j], end, eos, out, done);
       if (done.size() == n_done) kv_->truncate(s, s.n_computed);  // rejected drafts' slots back
       kv_->on_computed(s);
     }
@@ -463,10 +472,9 @@ StepOutcome Engine::step(double now) {
   return out;
 }
 
-void Engine::State::emit(Sequence& s, TokenId tok, double end, int eos, StepOutcome& out,
+void Engine::State::emit(Sequence& s, RequestState& rs, TokenId tok, double end, int eos, StepOutcome& out,
                          std::vector<std::pair<Sequence*, FinishReason>>& done) {
   s.tokens.push_back(tok);
-  RequestState& rs = of(s);
   if (rs.request.constraint) rs.request.constraint->accept(tok);
   rs.record.outputs[s.sample_index].push_back(tok);
   rs.token_times[s.sample_index].push_back(end);
@@ -499,7 +507,7 @@ void Engine::State::fork_samples(Sequence& parent, std::span<const TokenId> firs
     child.lora_id = parent.lora_id;
     rs.seqs.push_back(std::move(owned));
     const size_t n_done = done.size();
-    emit(child, firsts[static_cast<size_t>(i)], end, eos, out, done);
+    emit(child, rs, firsts[static_cast<size_t>(i)], end, eos, out, done);
     if (done.size() > n_done) continue;  // its first token was its last: it never runs
     // The child's K/V up to n_prompt is the parent's prompt K/V; its own first token is computed
     // by its first decode (a write into a shared block copies it first). A naive manager cannot

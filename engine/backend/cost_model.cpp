@@ -121,8 +121,30 @@ StepShape StepShape::of(const Step& step) {
   return s;
 }
 
+RooflineTerms RooflineTerms::of(const ModelConfig& model, const SimDevice& device, int tensor_parallel,
+                                const StorageFormats& formats) {
+  RooflineTerms t;
+  t.model = &model;
+  t.device = &device;
+  t.tensor_parallel = tensor_parallel;
+  t.formats = formats;
+  t.n_layer_params = layer_params(model);
+  t.n_linear_params = static_cast<double>(linear_weight_bytes(model, QuantScheme{})) / 2.0;
+  t.linear_bytes = formats.quant.quantized() ? static_cast<double>(linear_weight_bytes(model, formats.quant))
+                                             : t.n_linear_params * device.weight_dtype_bytes;
+  return t;
+}
+
 double roofline_seconds(const ModelConfig& model, const SimDevice& device, int tensor_parallel,
                         const StepShape& s, const StorageFormats& formats) {
+  return roofline_seconds(RooflineTerms::of(model, device, tensor_parallel, formats), s);
+}
+
+double roofline_seconds(const RooflineTerms& terms, const StepShape& s) {
+  const ModelConfig& model = *terms.model;
+  const SimDevice& device = *terms.device;
+  const int tensor_parallel = terms.tensor_parallel;
+  const StorageFormats& formats = terms.formats;
   const double tp = std::max(1, tensor_parallel);
   const double d = model.hidden_size, vocab = model.vocab_size;
   const double rows = static_cast<double>(s.n_rows());
@@ -131,16 +153,15 @@ double roofline_seconds(const ModelConfig& model, const SimDevice& device, int t
       fp8_kv ? 2.0 * model.n_layers * model.n_kv_heads * (model.head_dim() + 4.0)
              : 2.0 * model.n_layers * model.kv_dim() * device.kv_dtype_bytes;
   // The decoder Linears (all of layer_params but the norms) in their format.
-  const double linear_params = static_cast<double>(linear_weight_bytes(model, QuantScheme{})) / 2.0;
-  const double linear_bytes = formats.quant.quantized() ? static_cast<double>(linear_weight_bytes(model, formats.quant))
-                                                        : linear_params * device.weight_dtype_bytes;
+  const double linear_params = terms.n_linear_params;
+  const double linear_bytes = terms.linear_bytes;
   const bool w8a8 = formats.quant.method == Quantization::fp8 && formats.quant.activations != ActivationQuant::none &&
                     device.fp8_peak_flops > 0;
   const double linear_flops = 2.0 * linear_params * rows;
-  const double other_flops = 2.0 * (layer_params(model) - linear_params) * rows + 2.0 * d * vocab * s.n_sampled +
+  const double other_flops = 2.0 * (terms.n_layer_params - linear_params) * rows + 2.0 * d * vocab * s.n_sampled +
                              4.0 * model.n_layers * model.n_heads * model.head_dim() * s.attention_pairs;
   const double weight_bytes =
-      (layer_params(model) - linear_params + (s.n_sampled > 0 ? d * vocab : 0.0)) * device.weight_dtype_bytes + linear_bytes;
+      (terms.n_layer_params - linear_params + (s.n_sampled > 0 ? d * vocab : 0.0)) * device.weight_dtype_bytes + linear_bytes;
   const double kv_bytes = kv_slot_bytes * static_cast<double>(s.sum_context + s.n_tokens);  // read + write
   const double compute_s =
       (linear_flops / (w8a8 ? device.fp8_peak_flops : device.peak_flops) + other_flops / device.peak_flops) / tp;
@@ -483,30 +504,36 @@ SimCostModel SimCostModel::from_profile_json(const std::string& path, const Mode
 }
 
 double SimCostModel::step_seconds(const ModelConfig& model, const StepShape& s, CostSource* used) const {
-  return scale * unscaled_step_seconds(model, s, used);
+  return StepPricer(*this, model).seconds(s, used);
 }
 
-double SimCostModel::unscaled_step_seconds(const ModelConfig& model, const StepShape& s, CostSource* used) const {
-  if (kind == Kind::roofline || !profiled) {
+StepPricer::StepPricer(const SimCostModel& cost, const ModelConfig& model)
+    : cost_(cost),
+      native_(RooflineTerms::of(model, cost.device, cost.tensor_parallel)),
+      formatted_(RooflineTerms::of(model, cost.device, cost.tensor_parallel, cost.formats)) {}
+
+double StepPricer::seconds(const StepShape& s, CostSource* used) const { return cost_.scale * unscaled(s, used); }
+
+double StepPricer::unscaled(const StepShape& s, CostSource* used) const {
+  const SimCostModel& c = cost_;
+  if (c.kind == SimCostModel::Kind::roofline || !c.profiled) {
     if (used) *used = CostSource::roofline;
-    return roofline_seconds(model, device, tensor_parallel, s, formats);
+    return roofline_seconds(formatted_, s);
   }
-  const double swap_s = static_cast<double>(s.swap_bytes) / device.host_link_bytes_s;
+  const double swap_s = static_cast<double>(s.swap_bytes) / c.device.host_link_bytes_s;
   StepShape no_swap = s;
   no_swap.swap_bytes = 0;
   // The profile measured the backend's own formats; other formats scale it by the roofline.
-  const bool reformatted = formats.quant.quantized() || formats.kv_cache_dtype != KvCacheDType::auto_dtype;
-  const double format_ratio = reformatted ? roofline_seconds(model, device, tensor_parallel, no_swap, formats) /
-                                                roofline_seconds(model, device, tensor_parallel, no_swap)
-                                          : 1.0;
-  if (profiled->inside(no_swap)) {
+  const bool reformatted = c.formats.quant.quantized() || c.formats.kv_cache_dtype != KvCacheDType::auto_dtype;
+  const double format_ratio =
+      reformatted ? roofline_seconds(formatted_, no_swap) / roofline_seconds(native_, no_swap) : 1.0;
+  if (c.profiled->inside(no_swap)) {
     if (used) *used = CostSource::profile;
-    return profiled->predict_clamped(no_swap) * format_ratio + swap_s;
+    return c.profiled->predict_clamped(no_swap) * format_ratio + swap_s;
   }
   if (used) *used = CostSource::profile_roofline;
-  const double edge = profiled->predict_clamped(no_swap);
-  const double ratio = roofline_seconds(model, device, tensor_parallel, no_swap) /
-                       roofline_seconds(model, device, tensor_parallel, profiled->clamp(no_swap));
+  const double edge = c.profiled->predict_clamped(no_swap);
+  const double ratio = roofline_seconds(native_, no_swap) / roofline_seconds(native_, c.profiled->clamp(no_swap));
   return edge * ratio * format_ratio + swap_s;
 }
 

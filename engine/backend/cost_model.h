@@ -66,6 +66,24 @@ struct StorageFormats {
 double roofline_seconds(const ModelConfig& model, const SimDevice& device, int tensor_parallel,
                         const StepShape& shape, const StorageFormats& formats = {});
 
+/// The parts of roofline_seconds that do not depend on the step: the model's layer and Linear
+/// parameter counts and the Linears' bytes in their format. Counting them walks the model's
+/// tensor list (linear_weight_bytes), far dearer than pricing a step, so whatever prices every
+/// step builds them once (StepPricer). Holds pointers to `model` and `device`: they must outlive it.
+struct RooflineTerms {
+  const ModelConfig* model = nullptr;
+  const SimDevice* device = nullptr;
+  int tensor_parallel = 1;
+  StorageFormats formats;
+  double n_layer_params = 0.0;   ///< parameters every row multiplies through (not embedding, LM head)
+  double n_linear_params = 0.0;  ///< of those, the decoder Linears'
+  double linear_bytes = 0.0;   ///< the Linears' weight bytes in formats.quant
+  static RooflineTerms of(const ModelConfig& model, const SimDevice& device, int tensor_parallel,
+                          const StorageFormats& formats = {});
+};
+/// roofline_seconds over precomputed terms: the same arithmetic, so the same bits.
+double roofline_seconds(const RooflineTerms& terms, const StepShape& shape);
+
 /// Step time from a profile, per operation class:
 ///   t = M(rows) + s_sampled · n_sampled + a_prefill · prefill_pairs + a_decode · decode_context
 /// M is piecewise linear over the profiled row counts (its knots; it holds the fixed per-step
@@ -166,10 +184,24 @@ struct SimCostModel {
                                         int tensor_parallel = 1);
 
   /// Predicted seconds for a step of `shape` on `model`; `used` (when given) says how.
+  /// Builds a StepPricer each call: whatever prices many steps of one model keeps one instead.
   double step_seconds(const ModelConfig& model, const StepShape& shape, CostSource* used = nullptr) const;
+};
+
+/// SimCostModel::step_seconds for one model with the step-independent roofline terms computed
+/// once (the sim backend prices every step with it). Holds references to `cost` and `model`:
+/// they must outlive it and stay unchanged.
+class StepPricer {
+ public:
+  StepPricer(const SimCostModel& cost, const ModelConfig& model);
+  /// Predicted seconds for a step of `shape`; `used` (when given) says how.
+  double seconds(const StepShape& shape, CostSource* used = nullptr) const;
 
  private:
-  double unscaled_step_seconds(const ModelConfig& model, const StepShape& shape, CostSource* used) const;
+  double unscaled(const StepShape& shape, CostSource* used) const;
+  const SimCostModel& cost_;
+  RooflineTerms native_;     ///< the backend's own formats (what a profile measured)
+  RooflineTerms formatted_;  ///< cost.formats
 };
 
 }  // namespace servelab

@@ -16,6 +16,7 @@ SimBackend::SimBackend(const ModelConfig& model, const SimCostModel& cost) : mod
     throw std::invalid_argument("sim backend: tensor_parallel (" + std::to_string(cost_.tensor_parallel) +
                                 ") must divide " + model_.name + "'s " + std::to_string(model_.n_kv_heads) +
                                 " KV heads");
+  pricer_.emplace(cost_, model_);
 }
 
 KvCacheSpec SimBackend::kv_cache_spec() const {
@@ -39,6 +40,7 @@ StepOutput SimBackend::execute(const Step& step) {
                                   std::to_string(in.positions[r]) + ") writes slot " + std::to_string(in.slot_mapping[r]) +
                                   ", outside the arena [0, " + std::to_string(n_slots_) + ")");
   StepOutput out;
+  out.tokens.reserve(static_cast<size_t>(in.n_samples()));
   const int64_t span = std::max(1, model_.vocab_size - 2);
   for (int i = 0; i < in.n_samples(); ++i) {
     const uint64_t h = splitmix64(splitmix64(in.seed[i] ^ splitmix64(in.seq_key[i])) +
@@ -57,7 +59,7 @@ StepOutput SimBackend::execute(const Step& step) {
   StepShape shape = StepShape::of(step);
   shape.swap_bytes = pending_swap_bytes_;
   CostSource used = CostSource::roofline;
-  double t = cost_.step_seconds(model_, shape, &used);
+  double t = pricer_->seconds(shape, &used);
   counts_.add(used);
   t += cost_.host.seconds(shape.n_seqs);  // the engine's own work around the step (profiled)
   t += 2.0 * static_cast<double>(pending_copy_bytes_) / cost_.device.mem_bw_bytes_s;  // copy-on-write

@@ -19,6 +19,8 @@ namespace servelab {
 class SimBackend final : public Backend {
  public:
   SimBackend(const ModelConfig& model, const SimCostModel& cost);
+  SimBackend(const SimBackend&) = delete;  // pricer_ points into model_ and cost_
+  SimBackend& operator=(const SimBackend&) = delete;
 
   std::string name() const override { return "sim"; }
   const ModelConfig& config() const override { return model_; }
@@ -50,6 +52,8 @@ class SimBackend final : public Backend {
  private:
   ModelConfig model_;
   SimCostModel cost_;
+  /// Over model_ and cost_, built once they are validated: pricing a step is then arithmetic.
+  std::optional<StepPricer> pricer_;
   CostCounts counts_;
   int64_t n_slots_ = 0;
   int64_t pending_swap_bytes_ = 0;

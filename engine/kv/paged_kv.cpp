@@ -51,6 +51,7 @@ PagedKvManager::PagedKvManager(const KvConfig& config, int64_t n_slots)
   for (Block& blk : blocks_) blk.in_free = true;
   runs_.add_all();
   n_free_ = static_cast<int32_t>(n_blocks);
+  by_hash_.reserve(blocks_.size());  // at most one entry a block: never rehashed while running
   seen_epoch_.assign(blocks_.size(), 0);
   seen_stored_.assign(blocks_.size(), 0);
   seen_fill_.assign(blocks_.size(), 0);

@@ -15,12 +15,12 @@ ContinuousScheduler::ContinuousScheduler(const SchedulerConfig& config, KvManage
 
 void ContinuousScheduler::Pass::add_chunk(Sequence* s, int n_new) {
   step.chunks.push_back({s, n_new});
-  in_step.insert(s);
+  in_step->insert(s);
   budget -= n_new;
 }
 
 void ContinuousScheduler::Pass::drop_chunk(const Sequence* s) {
-  if (!in_step.erase(s)) return;
+  if (!in_step->erase(s)) return;
   for (auto it = step.chunks.begin(); it != step.chunks.end(); ++it)
     if (it->seq == s) {
       budget += it->n_new;
@@ -270,7 +270,9 @@ void ContinuousScheduler::schedule_admissions(Pass& pass) {
 }
 
 ScheduledStep ContinuousScheduler::schedule(double now) {
+  in_step_.clear();
   Pass pass;
+  pass.in_step = &in_step_;
   pass.budget = config_.max_num_batched_tokens;
   if (!config_.chunked_prefill) {
     // Prefill-only step when there is prefill work: sequences mid-recompute, then admissions

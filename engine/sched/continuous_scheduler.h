@@ -26,6 +26,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "engine/sched/pass_set.h"
 #include "engine/sched/scheduler.h"
 
 namespace servelab {
@@ -60,9 +61,11 @@ class ContinuousScheduler final : public Scheduler {
   struct Pass {
     ScheduledStep step;
     int budget = 0;  ///< tokens left under max_num_batched_tokens
-    std::unordered_set<const Sequence*> in_step;  ///< sequences with a chunk in step
+    /// Sequences with a chunk in step: the scheduler's in_step_, emptied for each pass (no
+    /// per-step allocation).
+    PassSet<Sequence>* in_step = nullptr;
     std::unordered_set<const Sequence*> resumed;  ///< swapped in this step: not to be preempted again
-    bool scheduled(const Sequence* s) const { return in_step.count(s) > 0; }
+    bool scheduled(const Sequence* s) const { return in_step->contains(s); }
     void add_chunk(Sequence* s, int n_new);
     /// Takes s's chunk back out (s was preempted after being picked), returning its tokens.
     void drop_chunk(const Sequence* s);
@@ -100,6 +103,7 @@ class ContinuousScheduler final : public Scheduler {
   int64_t watermark_slots_ = 0;
   uint64_t lora_blocked_id_ = 0;  // the sequence the adapter bound holds back (0 = none yet)
   int lora_overtakes_ = 0;        // requests admitted past it so far
+  PassSet<Sequence> in_step_;     // Pass::in_step, reused by every pass
 };
 
 }  // namespace servelab

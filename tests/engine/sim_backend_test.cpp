@@ -435,6 +435,39 @@ TEST(SimBackend, RejectsAnEntryWithoutSlotsAndAStepOutsideItsArena) {
   EXPECT_THROW(b.execute(step), std::invalid_argument);
 }
 
+TEST(SimBackend, PricesWithItsOwnCopiesOfTheModelAndCostModel) {
+  // SimBackend prices with terms computed once (StepPricer): they must point into the backend,
+  // not into the arguments it was built from, and give what step_seconds gives, to the bit.
+  SimCostModel cost = SimCostModel::roofline(SimDevice::preset("h100"), 2);
+  cost.formats.kv_cache_dtype = KvCacheDType::fp8;
+  cost.scale = 1.25;
+  auto model = std::make_unique<ModelConfig>(preset("llama2-7b"));
+  auto b = std::make_unique<SimBackend>(*model, cost);
+  const SimCostModel kept = cost;
+  const ModelConfig kept_model = *model;
+  cost.device.mem_bw_bytes_s *= 10.0;  // the backend holds its own copies: these do not reach it
+  model->n_layers = 1;
+  model.reset();
+  b->init_kv(4096);
+  KvConfig kc;
+  auto kv = make_kv_manager(kc, 4096);
+  std::vector<Sequence> seqs(3);
+  Batch batch;
+  for (int i = 0; i < 3; ++i) {
+    seqs[i].id = uint64_t(i) + 1;
+    seqs[i].tokens = prompt_tokens(17 + 40 * i, uint64_t(i));
+    seqs[i].n_prompt = seqs[i].n_tokens();
+    kv->allocate(seqs[i], seqs[i].n_tokens());
+    batch.entries.push_back({&seqs[i], seqs[i].n_tokens(), true});
+  }
+  for (int round = 0; round < 2; ++round) {  // the second prices with the same pricer again
+    const Step step = make_step(*b, batch, *kv);
+    const StepOutput r = b->execute(step);
+    ASSERT_TRUE(r.predicted_s.has_value());
+    EXPECT_EQ(*r.predicted_s, kept.step_seconds(kept_model, StepShape::of(step)));
+  }
+}
+
 TEST(SimDevice, PresetsAndValidation) {
   for (const auto& name : SimDevice::preset_names()) EXPECT_NO_THROW(SimDevice::preset(name).validate());
   try {
