@@ -132,7 +132,7 @@ TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsEagerAndGraphs) {
   // Each step: every backend's logits; each sequence's row against its reference; the adapter's
   // row also far from the base model's; then the adapter backend's greedy token, which the
   // merged model must agree with (or be within a near tie of).
-  auto step = [&](const std::vector<int>& which, bool prefill, const std::string& what) {
+  auto step = [&](const std::vector<int>& which, const std::string& what) {
     Batch b, plain;
     for (int i : which) {
       Sequence& s = seqs[size_t(i)];
@@ -142,7 +142,6 @@ TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsEagerAndGraphs) {
       b.entries.push_back({&s, n_new, true, 1, -1, a >= 0 ? slot_of[a] : -1});
       plain.entries.push_back({&s, n_new, true});
     }
-    (void)prefill;
     const std::vector<float> got = lora->logits(make_step(*lora, b, *kv));
     std::vector<std::vector<float>> want;
     for (auto& r : refs) want.push_back(r->logits(make_step(*r, plain, *kv)));
@@ -152,8 +151,9 @@ TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsEagerAndGraphs) {
       const auto row = std::span(got).subspan(k * kVocab, kVocab);
       const auto ref = std::span(want[size_t(a + 1)]).subspan(k * kVocab, kVocab);
       EXPECT_LT(rel_error(row, ref), kTol) << what << ", sequence " << i << ", adapter " << a;
-      if (a >= 0)  // the adapter moved the logits well beyond the tolerance
+      if (a >= 0) {  // the adapter moved the logits well beyond the tolerance
         EXPECT_GT(rel_error(row, std::span(want[0]).subspan(k * kVocab, kVocab)), 5 * kTol) << what << ", sequence " << i;
+      }
       const size_t tok = argmax(row);
       EXPECT_GE(ref[tok], ref[argmax(ref)] - 0.05f) << what << ", sequence " << i << ": greedy token " << tok
                                                      << " is not the merged model's (" << argmax(ref) << ")";
@@ -162,15 +162,15 @@ TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsEagerAndGraphs) {
       s.tokens.push_back(static_cast<TokenId>(tok));
     }
   };
-  step({0, 1, 2, 3, 4, 5, 6}, true, "prefill");
+  step({0, 1, 2, 3, 4, 5, 6}, "prefill");
   // Decodes of all seven (bucket 8): the eager warm-up, the capture, replays; then five of them
   // (the same bucket: the graph replays with another mix of slots in its rows), then three.
-  for (int n = 0; n < 4; ++n) step({0, 1, 2, 3, 4, 5, 6}, false, "decode " + std::to_string(n));
-  for (int n = 0; n < 2; ++n) step({1, 3, 4, 5, 6}, false, "decode of five " + std::to_string(n));
-  for (int n = 0; n < 3; ++n) step({2, 0, 5}, false, "decode of three " + std::to_string(n));
+  for (int n = 0; n < 4; ++n) step({0, 1, 2, 3, 4, 5, 6}, "decode " + std::to_string(n));
+  for (int n = 0; n < 2; ++n) step({1, 3, 4, 5, 6}, "decode of five " + std::to_string(n));
+  for (int n = 0; n < 3; ++n) step({2, 0, 5}, "decode of three " + std::to_string(n));
   EXPECT_GE(lora->graph_captures(), 2);  // decodes with adapters ran from graphs
   // A step with no adapter row on the adapter backend equals the base model (no LoRA launch).
-  step({3, 5}, false, "no adapter rows");
+  step({3, 5}, "no adapter rows");
 }
 
 TEST(CudaBackendGpuLora, EagerOnlyMatchesGraphsAndRefusesBadInput) {
