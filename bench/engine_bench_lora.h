@@ -1,6 +1,7 @@
 #pragma once
 // engine_bench --lora (bench/engine_bench_lora.cpp): what multi-LoRA costs the cuda backend on a
 // real model shape, against the same backend's steps without adapters (issue 31).
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>

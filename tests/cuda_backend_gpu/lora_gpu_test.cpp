@@ -5,6 +5,7 @@
 // model's, and greedy tokens agree with the merged models'; bad slots and adapters are refused.
 // Names contain Gpu; every test skips without a CUDA device.
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -37,9 +38,12 @@ using testing::rel_error;
 
 constexpr int64_t kSlots = 4096;
 constexpr int kVocab = 1000;
-/// bf16 weights either way; the merged model rounds W + scale · B · A once, the adapter path rounds
-/// W and adds the delta in fp32 before rounding each product: ‖Δ‖/‖ref‖ of a row's logits.
-constexpr double kTol = 3e-2;
+/// ‖Δ‖/‖ref‖ of a row's logits. Two bf16 computations, each within the backend's 3e-2 of the
+/// fp32 logits (cuda_backend_gpu_test.cpp): the merged model rounds W + scale · B · A once, the
+/// adapter path rounds W · x into y and then y + delta again; so they may differ by their sum.
+constexpr double kTol = 6e-2;
+/// An adapter's row must differ from the base model's by more than this (the hook ran).
+constexpr double kAdapterMoves = 0.15;
 
 std::string temp_dir(const std::string& name) { return (std::filesystem::path(::testing::TempDir()) / name).string(); }
 
@@ -75,7 +79,7 @@ struct Fixture {
     if (!std::filesystem::exists(base_dir + "/config.json")) synthesize_checkpoint(config, base_dir, 11);
     const ModelWeights base = ModelWeights::load(base_dir);
     std::vector<LoraAdapter> made = {
-        random_lora(config, "all7", 8, 16.0f, {T::q, T::k, T::v, T::o, T::gate, T::up, T::down}, 21),
+        random_lora(config, "all7", 8, 8.0f, {T::q, T::k, T::v, T::o, T::gate, T::up, T::down}, 21),
         random_lora(config, "qv16", 16, 16.0f, {T::q, T::v}, 22),
         random_lora(config, "ogd4", 4, 2.0f, {T::o, T::gate, T::down}, 23),
     };
@@ -132,6 +136,7 @@ TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsEagerAndGraphs) {
   // Each step: every backend's logits; each sequence's row against its reference; the adapter's
   // row also far from the base model's; then the adapter backend's greedy token, which the
   // merged model must agree with (or be within a near tie of).
+  double worst[2] = {0, 0};  // the largest error of rows without / with an adapter (printed)
   auto step = [&](const std::vector<int>& which, const std::string& what) {
     Batch b, plain;
     for (int i : which) {
@@ -150,9 +155,11 @@ TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsEagerAndGraphs) {
       const int i = which[k], a = adapter_of[i];
       const auto row = std::span(got).subspan(k * kVocab, kVocab);
       const auto ref = std::span(want[size_t(a + 1)]).subspan(k * kVocab, kVocab);
-      EXPECT_LT(rel_error(row, ref), kTol) << what << ", sequence " << i << ", adapter " << a;
+      const double err = rel_error(row, ref);
+      EXPECT_LT(err, kTol) << what << ", sequence " << i << ", adapter " << a;
+      worst[a >= 0] = std::max(worst[a >= 0], err);
       if (a >= 0) {  // the adapter moved the logits well beyond the tolerance
-        EXPECT_GT(rel_error(row, std::span(want[0]).subspan(k * kVocab, kVocab)), 5 * kTol) << what << ", sequence " << i;
+        EXPECT_GT(rel_error(row, std::span(want[0]).subspan(k * kVocab, kVocab)), kAdapterMoves) << what << ", sequence " << i;
       }
       const size_t tok = argmax(row);
       EXPECT_GE(ref[tok], ref[argmax(ref)] - 0.05f) << what << ", sequence " << i << ": greedy token " << tok
@@ -169,6 +176,8 @@ TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsEagerAndGraphs) {
   for (int n = 0; n < 2; ++n) step({1, 3, 4, 5, 6}, "decode of five " + std::to_string(n));
   for (int n = 0; n < 3; ++n) step({2, 0, 5}, "decode of three " + std::to_string(n));
   EXPECT_GE(lora->graph_captures(), 2);  // decodes with adapters ran from graphs
+  std::printf("largest rel. error against the reference: rows without an adapter %.4f, with one %.4f\n", worst[0],
+              worst[1]);
   // A step with no adapter row on the adapter backend equals the base model (no LoRA launch).
   step({3, 5}, "no adapter rows");
 }
