@@ -5,17 +5,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/model/half.h"
 #include "kernels/cuda_check.h"
 
 namespace servelab::cuda {
-namespace cuda_lora_detail {  // named: the backend's files may share a unity batch
-
-uint16_t to_16bit(float v, kernels::ScalarType dt) {
-  return dt == kernels::ScalarType::f16 ? f32_to_f16(v) : f32_to_bf16(v);
-}
-
-}  // namespace cuda_lora_detail
 
 void DeviceLoraPool::reserve(const ModelConfig& c, int n_slots, int max_rank, kernels::ScalarType dt) {
   if (n_slots < 1) throw std::invalid_argument("CudaBackend::reserve_loras: max_loras must be >= 1 (got " +
@@ -29,26 +21,12 @@ void DeviceLoraPool::reserve(const ModelConfig& c, int n_slots, int max_rank, ke
     throw std::invalid_argument("CudaBackend::reserve_loras: the adapter pool is already reserved (" +
                                 std::to_string(n_slots_) + " slots of rank " + std::to_string(max_rank_) + ")");
   }
-  using T = LoraTarget;
   config_ = c;
   n_layers_ = c.n_layers;
   max_rank_ = max_rank;
-  rank_ = (max_rank + 7) / 8 * 8;
+  rank_ = lora_pool_rank(max_rank);
   dt_ = dt;
-  const auto make = [&](std::initializer_list<T> ts) {
-    Group g;
-    g.in = lora_in_dim(c, *ts.begin());
-    for (T t : ts) {
-      g.targets[g.n_seg] = t;
-      g.out += lora_out_dim(c, t);
-      g.seg_end[g.n_seg++] = g.out;
-    }
-    return g;
-  };
-  groups_[int(LoraGroup::qkv)] = make({T::q, T::k, T::v});
-  groups_[int(LoraGroup::o)] = make({T::o});
-  groups_[int(LoraGroup::gate_up)] = make({T::gate, T::up});
-  groups_[int(LoraGroup::down)] = make({T::down});
+  groups_ = lora_group_shapes(c);
   // Offsets: per (layer, group) A of every slot then B of every slot, 16-byte aligned (every
   // block is a multiple of 8 elements: rank_ is).
   a_at_.assign(size_t(n_layers_) * kLoraGroups, 0);
@@ -56,8 +34,8 @@ void DeviceLoraPool::reserve(const ModelConfig& c, int n_slots, int max_rank, ke
   int64_t at = 0, per_slot = 0;
   for (int l = 0; l < n_layers_; ++l)
     for (int gi = 0; gi < kLoraGroups; ++gi) {
-      const Group& g = groups_[gi];
-      const int64_t a = int64_t(g.n_seg) * rank_ * g.in, b = int64_t(g.out) * rank_;
+      const LoraGroupShape& g = groups_[size_t(gi)];
+      const int64_t a = g.a_elems(rank_), b = g.b_elems(rank_);
       a_at_[size_t(l) * kLoraGroups + gi] = at;
       at += a * n_slots;
       b_at_[size_t(l) * kLoraGroups + gi] = at;
@@ -76,7 +54,7 @@ void DeviceLoraPool::reserve(const ModelConfig& c, int n_slots, int max_rank, ke
 }
 
 kernels::LoraPool DeviceLoraPool::pool(int layer, LoraGroup gi) const {
-  const Group& g = groups_[int(gi)];
+  const LoraGroupShape& g = groups_[size_t(gi)];
   const size_t i = size_t(layer) * kLoraGroups + size_t(gi);
   const auto* base = device_.get<uint16_t>();
   kernels::LoraPool p;
@@ -108,37 +86,16 @@ void DeviceLoraPool::load(int slot, const LoraAdapter* adapter, cudaStream_t str
     return;
   }
   adapter->validate(config_, max_rank_);
-  const int r = adapter->rank;
-  // The slot's image in staging: per (layer, group) A [n_seg · rank_, in] then B [out, rank_].
   auto* img = staging_.get<uint16_t>();
-  std::memset(img, 0, size_t(slot_bytes_));
+  pack_lora_image(config_, rank_, *adapter, dt_ == kernels::ScalarType::f16, img);
+  // Copy each block into the slot's place in its (layer, group) pool.
+  auto* dev = device_.get<uint16_t>();
   int64_t at = 0;
   for (int l = 0; l < n_layers_; ++l)
     for (int gi = 0; gi < kLoraGroups; ++gi) {
-      const Group& g = groups_[gi];
-      uint16_t* a = img + at;
-      uint16_t* b = a + int64_t(g.n_seg) * rank_ * g.in;
-      for (int m = 0; m < g.n_seg; ++m) {
-        const LoraPair& p = adapter->layers[size_t(l)][size_t(g.targets[m])];
-        if (!p.present()) continue;  // the linear keeps its zeros
-        for (int k = 0; k < r; ++k)  // A [r, in] -> rows m · rank_ + k
-          for (int i = 0; i < g.in; ++i)
-            a[(int64_t(m) * rank_ + k) * g.in + i] = cuda_lora_detail::to_16bit(p.a[size_t(k) * g.in + i], dt_);
-        const int first = m > 0 ? g.seg_end[m - 1] : 0, n = g.seg_end[m] - first;
-        for (int c = 0; c < n; ++c)  // B [n, r] -> columns first + c, ranks 0..r-1
-          for (int k = 0; k < r; ++k)
-            b[int64_t(first + c) * rank_ + k] = cuda_lora_detail::to_16bit(p.b[size_t(c) * r + k], dt_);
-      }
-      at += int64_t(g.n_seg) * rank_ * g.in + int64_t(g.out) * rank_;
-    }
-  // Copy each block into the slot's place in its (layer, group) pool.
-  auto* dev = device_.get<uint16_t>();
-  at = 0;
-  for (int l = 0; l < n_layers_; ++l)
-    for (int gi = 0; gi < kLoraGroups; ++gi) {
-      const Group& g = groups_[gi];
+      const LoraGroupShape& g = groups_[size_t(gi)];
       const size_t i = size_t(l) * kLoraGroups + size_t(gi);
-      const int64_t a = int64_t(g.n_seg) * rank_ * g.in, b = int64_t(g.out) * rank_;
+      const int64_t a = g.a_elems(rank_), b = g.b_elems(rank_);
       CUDA_CHECK(cudaMemcpyAsync(dev + a_at_[i] + a * slot, img + at, size_t(a) * 2, cudaMemcpyHostToDevice, stream));
       CUDA_CHECK(cudaMemcpyAsync(dev + b_at_[i] + b * slot, img + at + a, size_t(b) * 2, cudaMemcpyHostToDevice, stream));
       at += a + b;

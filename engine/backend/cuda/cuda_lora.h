@@ -2,27 +2,25 @@
 // The cuda backend's LoRA adapters (Backend::load_lora): a device pool of max_loras slots made
 // once (Backend::reserve_loras), so CUDA graphs bake in fixed addresses and a slot's new adapter
 // needs no recapture. Per layer, the adapted linears are grouped as the forward fuses them
-// (q|k|v, o, gate|up, down); each group's pool is kernels::LoraPool's layout for every slot:
+// (q|k|v, o, gate|up, down: lora_pack.h); each group's pool is kernels::LoraPool's layout for
+// every slot:
 //   A [n_slots, n_seg · rank, in]   (the segments' ranks stacked: one shrink per group)
 //   B [n_slots, out, rank]          (the fused weight's output columns: one expand per group)
 // rank = max_lora_rank rounded up to 8 (16-byte loads), smaller adapters padded with zeros, a
 // linear the adapter leaves alone all zeros. One scale per slot (alpha / r, PEFT's).
-// A load packs the adapter's fp32 pairs into a pinned host image of one slot (bf16 or fp16) and
-// copies it into the slot's places on the backend's stream: the "adapter miss".
+// A load packs the adapter's fp32 pairs into a pinned host image of one slot (pack_lora_image)
+// and copies it into the slot's places on the backend's stream: the "adapter miss".
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <vector>
 
 #include "engine/backend/cuda/device_memory.h"
+#include "engine/backend/cuda/lora_pack.h"
 #include "engine/lora/lora_adapter.h"
 #include "kernels/lora.h"
 
 namespace servelab::cuda {
-
-/// The adapted linears of a layer as the forward fuses them.
-enum class LoraGroup : int { qkv = 0, o, gate_up, down };
-inline constexpr int kLoraGroups = 4;
 
 class DeviceLoraPool {
  public:
@@ -47,12 +45,7 @@ class DeviceLoraPool {
   int64_t slot_bytes() const { return slot_bytes_; }
 
  private:
-  struct Group {
-    LoraTarget targets[kernels::kLoraMaxSegments];
-    int n_seg = 0, in = 0, out = 0;
-    int seg_end[kernels::kLoraMaxSegments] = {};  // output column ends (the last is out)
-  };
-  Group groups_[kLoraGroups];
+  std::array<LoraGroupShape, kLoraGroups> groups_{};
   int n_layers_ = 0, n_slots_ = 0, max_rank_ = 0, rank_ = 0;
   kernels::ScalarType dt_ = kernels::ScalarType::bf16;
   ModelConfig config_;
@@ -60,7 +53,7 @@ class DeviceLoraPool {
   std::vector<int64_t> a_at_, b_at_;  // element offsets of (layer, group)'s A and B
   int64_t scale_at_ = 0;      // byte offset of the scales
   int64_t slot_bytes_ = 0;
-  PinnedBuffer staging_;      // one slot's image: per (layer, group) A then B
+  PinnedBuffer staging_;      // one slot's image (pack_lora_image)
   std::vector<bool> loaded_;
   std::vector<float> scales_;
 };
