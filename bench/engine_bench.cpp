@@ -5,6 +5,7 @@
 //   engine_bench --ncu-decode BATCH,CONTEXT [--graphs] [--variants V]   (one decode step, eager or a
 //                                  graph replay, for ncu --profile-from-start off; V: a kMbuVariants name)
 //   engine_bench --mbu [--variants V,V,...]   (decode MBU only, per decode-path variant, see kMbuVariants)
+//   engine_bench --lora [--quick]   (multi-LoRA against no adapter: bench/engine_bench_lora.h)
 // - decode, batch 1, 8, 32, 128, 256 x context 128 and 4096: tokens/s and model-bandwidth
 //   utilization (MBU) = (weight bytes + KV bytes read per step) / step time / copy bandwidth.
 // - prefill of 4096 tokens, one sequence: TFLOP/s against the GEMM.
@@ -36,6 +37,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/engine_bench_lora.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/profiler.h"
 #include "engine/splitmix64.h"
@@ -151,6 +153,7 @@ struct Args {
   int ncu_batch = 0, ncu_context = 0;  // --ncu-decode B,CTX
   bool ncu_graphs = false;             // --graphs: the ncu step is a graph replay
   bool mbu = false;                    // --mbu
+  bool lora = false;                   // --lora
   std::string variants;                // --variants (names of kMbuVariants), empty = all
   std::string before_label = "cuBLASLt only, no PDL, unfused SiLU";  // --before-label
 };
@@ -461,6 +464,7 @@ int main(int argc, char** argv) {
     else if (a == "--prefill-only") args.prefill_only = true;
     else if (a == "--graphs") args.ncu_graphs = true;
     else if (a == "--mbu") args.mbu = true;
+    else if (a == "--lora") args.lora = true;
     else if (a == "--variants" && i + 1 < argc) args.variants = argv[++i];
     else if (a == "--before-label" && i + 1 < argc) args.before_label = argv[++i];
     else if (a == "--ncu-decode" && i + 1 < argc && std::sscanf(argv[i + 1], "%d,%d", &args.ncu_batch, &args.ncu_context) == 2 &&
@@ -470,6 +474,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: engine_bench [--json FILE] [--commit SHA] [--preset NAME] [--kv-gb G] [--quick] [--prefill-only]\n"
                    "       engine_bench --mbu [--variants V,...] [--json FILE] [--commit SHA] [--quick]\n"
+                   "       engine_bench --lora [--json FILE] [--commit SHA] [--preset NAME] [--quick]\n"
                    "       engine_bench --ncu-decode BATCH,CONTEXT [--graphs] [--variants V] [--preset NAME]\n");
       return 2;
     }
@@ -480,6 +485,17 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (args.ncu_batch > 0) return profile_one_decode_step(args);
+    if (args.lora) {
+      bench::LoraBenchOptions lo;
+      lo.preset = args.preset;
+      lo.quick = args.quick;
+      for (const bench::LoraFigure& f : bench::run_lora_bench(lo))
+        rows.push_back({f.name, f.shape, f.unit, f.peer, f.value, f.ratio});
+      cudaDeviceProp prop{};
+      CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+      write_json(args, prop);
+      return 0;
+    }
     if (args.mbu) {
       const int rc = run_mbu(args);
       cudaDeviceProp prop{};

@@ -131,7 +131,10 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend)
   SchedulerConfig sched = config_.sched;
   sched.max_loras = config_.lora.enabled ? config_.lora.max_loras : 0;
   if (config_.lora.enabled) {
-    if (!backend_->caps().lora) throw std::invalid_argument("backend " + backend_->name() + " does not run LoRA adapters");
+    if (!backend_->caps().lora)  // the device names tensor parallelism, which cuda refuses LoRA under
+      throw std::invalid_argument("backend " + backend_->name() + " (" + backend_->device_description() +
+                                  ") does not run LoRA adapters");
+    backend_->reserve_loras(config_.lora.max_loras, config_.lora.max_lora_rank);
     lora_slots_ = std::make_unique<LoraSlots>(config_.lora.max_loras);
   }
   scheduler_ = make_scheduler(sched, *kv_, swap_.get());

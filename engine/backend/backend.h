@@ -150,6 +150,11 @@ class Backend {
     (void)slot, (void)adapter;
     throw std::invalid_argument("backend " + name() + " does not run LoRA adapters");
   }
+  /// Multi-LoRA (caps().lora): room for `max_loras` slots of adapters of rank <= `max_lora_rank`,
+  /// asked once before the first load_lora (the engine does when lora.enabled). A device backend
+  /// allocates its adapter pool here, so CUDA graphs bake in fixed addresses. Default: nothing to
+  /// size (cpu and sim take any slot). Throws std::invalid_argument naming a limit it cannot meet.
+  virtual void reserve_loras(int max_loras, int max_lora_rank) { (void)max_loras, (void)max_lora_rank; }
   /// The KV budget a `gpu_memory_utilization` share leaves (vLLM's rule), when caps().device_memory.
   virtual std::optional<int64_t> kv_bytes_for_memory_share(double utilization, int max_tokens, int max_seqs) const {
     (void)utilization, (void)max_tokens, (void)max_seqs;

@@ -32,4 +32,21 @@ void lora_expand_ref(const float* xa, const int32_t* row_slot, int n_rows, const
   }
 }
 
+void lora_expand_segments_ref(const float* xa, const int32_t* row_slot, int n_rows, const float* b, int n_out,
+                              int max_rank, int n_seg, const int* seg_end, float* y, int ld_y, int c0) {
+  const int total = n_seg * max_rank;
+  for (int r = 0; r < n_rows; ++r) {
+    const int s = row_slot[r];
+    if (s < 0) continue;
+    for (int c = 0; c < n_out; ++c) {
+      int m = 0;
+      while (m + 1 < n_seg && c >= seg_end[m]) ++m;
+      const float* bc = b + (int64_t(s) * n_out + c) * max_rank;
+      double acc = 0.0;
+      for (int k = 0; k < max_rank; ++k) acc += double(xa[int64_t(r) * total + m * max_rank + k]) * bc[k];
+      y[int64_t(r) * ld_y + c0 + c] += static_cast<float>(acc);
+    }
+  }
+}
+
 }  // namespace servelab::kernels

@@ -13,5 +13,11 @@ void lora_shrink_ref(const float* x, const int32_t* row_slot, int n_rows, const 
 /// b: [n_slots, n_out, max_rank]; y row stride ld_y.
 void lora_expand_ref(const float* xa, const int32_t* row_slot, int n_rows, const float* b, int n_out, int max_rank,
                      float* y, int ld_y, int c0);
+/// The fused form (kernels/lora.h's segments): y[r, c0 + c] += Σ_k xa[r, m · max_rank + k] ·
+/// b[s, c, k], m the segment of column c (the first with c < seg_end[m]; seg_end[n_seg - 1] =
+/// n_out); xa [n_rows, n_seg · max_rank] as lora_shrink_ref gives it for A
+/// [n_slots, n_seg · max_rank, n_in].
+void lora_expand_segments_ref(const float* xa, const int32_t* row_slot, int n_rows, const float* b, int n_out,
+                              int max_rank, int n_seg, const int* seg_end, float* y, int ld_y, int c0);
 
 }  // namespace servelab::kernels

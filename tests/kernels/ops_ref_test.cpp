@@ -189,5 +189,43 @@ TEST(LoraRef, MixedAdapterRowsEqualEachRowsMergedWeights) {
   }
 }
 
+TEST(LoraRef, FusedSegmentsEqualEachLinearOnItsOwn) {
+  // Three linears fused (q|k|v): A stacked by ranks, B by output columns. The shrink over the
+  // stacked A and the segmented expand equal each linear's own shrink and expand into its columns.
+  std::mt19937_64 rng(9);
+  const int rows = 5, n_in = 16, max_rank = 3, n_slots = 2, n_seg = 3;
+  const int outs[n_seg] = {6, 4, 5}, seg_end[n_seg] = {6, 10, 15}, n_out = 15;
+  const std::vector<int32_t> slot = {1, -1, 0, 1, 0};
+  const std::vector<float> x = testing::random_bf16(size_t(rows) * n_in, rng);
+  const std::vector<float> scale = {0.5f, 2.0f};
+  std::vector<std::vector<float>> a(n_seg), b(n_seg);
+  for (int m = 0; m < n_seg; ++m) {
+    a[size_t(m)] = testing::random_bf16(size_t(n_slots) * max_rank * n_in, rng);
+    b[size_t(m)] = testing::random_bf16(size_t(n_slots) * outs[m] * max_rank, rng);
+  }
+  // The fused pool: A [slots, n_seg · r, in], B [slots, n_out, r].
+  std::vector<float> fa(size_t(n_slots) * n_seg * max_rank * n_in), fb(size_t(n_slots) * n_out * max_rank);
+  for (int s = 0; s < n_slots; ++s)
+    for (int m = 0; m < n_seg; ++m) {
+      std::copy_n(a[size_t(m)].begin() + size_t(s) * max_rank * n_in, size_t(max_rank) * n_in,
+                  fa.begin() + (size_t(s) * n_seg + size_t(m)) * max_rank * n_in);
+      const int first = m > 0 ? seg_end[m - 1] : 0;
+      std::copy_n(b[size_t(m)].begin() + size_t(s) * outs[m] * max_rank, size_t(outs[m]) * max_rank,
+                  fb.begin() + (size_t(s) * n_out + size_t(first)) * max_rank);
+    }
+  const int ld = n_out + 1;
+  std::vector<float> xa(size_t(rows) * n_seg * max_rank), y(size_t(rows) * ld, 1.0f), want = y;
+  lora_shrink_ref(x.data(), slot.data(), rows, fa.data(), scale.data(), n_in, n_seg * max_rank, xa.data());
+  lora_expand_segments_ref(xa.data(), slot.data(), rows, fb.data(), n_out, max_rank, n_seg, seg_end, y.data(), ld, 1);
+  for (int m = 0; m < n_seg; ++m) {
+    std::vector<float> xm(size_t(rows) * max_rank);
+    lora_shrink_ref(x.data(), slot.data(), rows, a[size_t(m)].data(), scale.data(), n_in, max_rank, xm.data());
+    lora_expand_ref(xm.data(), slot.data(), rows, b[size_t(m)].data(), outs[m], max_rank, want.data(), ld,
+                    1 + (m > 0 ? seg_end[m - 1] : 0));
+  }
+  for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], want[i], 1e-5 * (1 + std::abs(want[i]))) << i;
+  EXPECT_NE(y, std::vector<float>(y.size(), 1.0f));  // the rows with adapters moved
+}
+
 }  // namespace
 }  // namespace servelab::kernels

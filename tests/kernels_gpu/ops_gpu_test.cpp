@@ -266,6 +266,63 @@ TEST_P(OpsGpu, LoraShrinkExpandMatchReferenceForMixedAdapters) {
                std::invalid_argument);
 }
 
+TEST_P(OpsGpu, LoraFusedSegmentsMatchReference) {
+  SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  // A fused q|k|v product: 3 segments of rank 12 (the expand's scalar path; the test above takes
+  // the 16-byte one), eagerly and from a CUDA graph. 300 rows: blocks take tiles of rows (the
+  // last one partial), rows in runs of 7 of one slot or none, as a prefill's sequences give them.
+  const int rows = 300, n_in = 264, max_rank = 12, n_slots = 2, n_seg = 3, ld_y = 330;
+  const int seg_end[n_seg] = {128, 192, 256}, n_out = 256;
+  std::vector<int32_t> slot(rows);
+  for (int r = 0; r < rows; ++r) slot[size_t(r)] = int32_t((r / 7) % 3) - 1;
+  const std::vector<float> x = testing::random16(t, size_t(rows) * n_in, rng);
+  const std::vector<float> a = testing::random16(t, size_t(n_slots) * n_seg * max_rank * n_in, rng, 0.05f);
+  const std::vector<float> b = testing::random16(t, size_t(n_slots) * n_out * max_rank, rng, 0.2f);
+  const std::vector<float> scale = {1.5f, 0.25f};
+  const std::vector<float> y0 = testing::random16(t, size_t(rows) * ld_y, rng);
+  std::vector<float> xa_ref(size_t(rows) * n_seg * max_rank), y_ref = y0;
+  lora_shrink_ref(x.data(), slot.data(), rows, a.data(), scale.data(), n_in, n_seg * max_rank, xa_ref.data());
+  lora_expand_segments_ref(xa_ref.data(), slot.data(), rows, b.data(), n_out, max_rank, n_seg, seg_end,
+                           y_ref.data(), ld_y, 0);
+  DeviceBuffer dx = testing::upload16(t, x), da = testing::upload16(t, a), db = testing::upload16(t, b);
+  DeviceBuffer ds = testing::upload(scale), dslot = testing::upload(slot), dxa(xa_ref.size() * 4);
+  LoraPool pool;
+  pool.a = da.get();
+  pool.b = db.get();
+  pool.scale = ds.get<float>();
+  pool.n_slots = n_slots;
+  pool.n_in = n_in;
+  pool.n_out = n_out;
+  pool.max_rank = max_rank;
+  pool.n_seg = n_seg;
+  for (int m = 0; m < n_seg; ++m) pool.seg_end[m] = seg_end[m];
+  for (int replay = 0; replay < 2; ++replay) {
+    DeviceBuffer dy = testing::upload16(t, y0);
+    dxa.poison();
+    auto enqueue = [&](cudaStream_t s) {
+      lora_shrink(t, dx.get(), dslot.get<int32_t>(), rows, pool, dxa.get<float>(), s);
+      lora_expand(t, dxa.get<float>(), dslot.get<int32_t>(), rows, pool, dy.get(), ld_y, 0, s);
+    };
+    if (replay == 0) {
+      enqueue(nullptr);
+      CUDA_CHECK(cudaDeviceSynchronize());
+    } else {
+      testing::CapturedGraph g(enqueue);
+      g.replay();
+    }
+    const std::vector<float> xa = testing::download<float>(dxa, xa_ref.size());
+    EXPECT_LT(testing::rel_error(xa, xa_ref), 1e-3) << "shrink, replay " << replay;
+    const std::vector<float> y = testing::download16(t, dy, y_ref.size());
+    EXPECT_LT(testing::rel_error(y, y_ref), testing::tolerance(t)) << "expand, replay " << replay;
+  }
+  LoraPool bad = pool;
+  bad.seg_end[1] = 100;  // below seg_end[0]
+  EXPECT_THROW(lora_expand(t, dxa.get<float>(), dslot.get<int32_t>(), rows, bad, nullptr, ld_y, 0, nullptr),
+               std::invalid_argument);
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, OpsGpu, ::testing::ValuesIn(testing::kStorageTypes), testing::dtype_name);
 
 }  // namespace

@@ -154,8 +154,22 @@ BackendCaps CudaBackend::caps() const {
   c.device_memory = true;
   c.weight_dtypes = {DType::bf16, DType::f16};
   c.kv_dtypes = {DType::bf16, DType::f16};
+  c.lora = true;  // after reserve_loras (the engine calls it when lora.enabled)
   return c;
 }
+
+void CudaBackend::reserve_loras(int max_loras, int max_lora_rank) {
+  Impl& m = *impl_;
+  m.lora.reserve(config(), max_loras, max_lora_rank, m.dt);
+  m.ensure_lora_scratch();
+}
+
+void CudaBackend::load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter) {
+  impl_->lora.load(slot, adapter.get(), impl_->stream);  // copied: the slot keeps no reference
+}
+
+int64_t CudaBackend::lora_pool_bytes() const { return impl_->lora.reserved() ? impl_->lora.bytes() : 0; }
+int64_t CudaBackend::lora_slot_bytes() const { return impl_->lora.slot_bytes(); }
 
 std::string CudaBackend::device_description() const { return cuda_device_description(impl_->options.device); }
 

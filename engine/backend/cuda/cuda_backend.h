@@ -105,6 +105,12 @@ class CudaBackend final : public Backend {
   /// eagerly) and returns one token per draw.
   StepOutput execute(const Step& step) override;
   std::optional<int64_t> kv_bytes_for_memory_share(double utilization, int max_tokens, int max_seqs) const override;
+  /// Multi-LoRA: a device pool of max_loras slots (cuda_lora.h), allocated once; rank <= 128.
+  void reserve_loras(int max_loras, int max_lora_rank) override;
+  /// Packs the adapter into a pinned host image and copies it into the slot (the adapter miss);
+  /// returns when the copy is done. Throws std::invalid_argument without reserve_loras, for a slot
+  /// outside the pool, or an adapter that does not fit.
+  void load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter) override;
   /// Copy-on-write runs as block pairs of the largest granularity dividing every run, one launch.
   void copy_slots(std::span<const KvCopy> copies) override;
   /// Pinned host memory mapped into the device (cudaHostAlloc, cudaHostAllocMapped), laid out
@@ -132,6 +138,9 @@ class CudaBackend final : public Backend {
   /// CUDA graphs captured so far (each (batch bucket, context bucket, layout) once, again after a
   /// buffer a graph baked in was reallocated).
   int64_t graph_captures() const;
+  /// GPU bytes of the LoRA adapter pool (0 before reserve_loras), and of one slot's adapter.
+  int64_t lora_pool_bytes() const;
+  int64_t lora_slot_bytes() const;
 
  private:
   friend struct TpAccess;  // tp_backend.cpp: one CudaBackend per rank, driven step by step

@@ -15,6 +15,7 @@
 
 #include "engine/backend/cuda/block_table.h"
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/cuda_lora.h"
 #include "engine/backend/cuda/cuda_weights.h"
 #include "engine/backend/cuda/device_memory.h"
 #include "engine/backend/backend.h"
@@ -63,6 +64,7 @@ struct Geometry {
   k::KvLayoutKind kind = k::KvLayoutKind::paged;
   int block_size = 16;
   bool graph = false;  // captured into / replayed from a CUDA graph
+  bool lora = false;   // some row has an adapter: the LoRA hooks run (none launch otherwise)
   const uint32_t* masks = nullptr;  // the step's token masks on the device (eager steps only)
   int mask_words_per_row = 0;
   template <typename T>
@@ -71,8 +73,9 @@ struct Geometry {
 
 struct GraphKey {
   int bucket, context, kind, block_size;
+  bool lora;  // with the LoRA launches (any mix of slots replays it) or without any
   bool operator<(const GraphKey& o) const {
-    return std::tie(bucket, context, kind, block_size) < std::tie(o.bucket, o.context, o.kind, o.block_size);
+    return std::tie(bucket, context, kind, block_size, lora) < std::tie(o.bucket, o.context, o.kind, o.block_size, o.lora);
   }
 };
 
@@ -133,6 +136,11 @@ struct CudaBackend::Impl {
   // first), and its communicator; null on one GPU, where every hook below is skipped.
   int local_heads = 0, local_kv_heads = 0, local_ffn = 0, local_vocab = 0;
   cuda::TpRank* tp = nullptr;
+  // Multi-LoRA (cuda_lora.h): the adapter pool (reserve_loras), the shrink's fp32 scratch
+  // [rows_capacity, lora.max_total_rank()], and whether the planned step has any adapter row.
+  cuda::DeviceLoraPool lora;
+  DeviceBuffer lora_xa;
+  bool step_lora = false;
   // Swap and copy-on-write lists, and the swap buffer (mapped pinned).
   PinnedBuffer index_host;
   PinnedBuffer swap_host;
@@ -214,6 +222,16 @@ struct CudaBackend::Impl {
     // Padding rows of attn are never written by attention: keep them finite.
     CUDA_CHECK(cudaMemsetAsync(attn.get(), 0, attn.bytes(), stream));
     rows_capacity = n;
+    ensure_lora_scratch();
+  }
+
+  /// The LoRA shrink's scratch for rows_capacity rows, once the pool exists.
+  void ensure_lora_scratch() {
+    if (!lora.reserved() || rows_capacity == 0) return;
+    const size_t need = size_t(rows_capacity) * lora.max_total_rank() * sizeof(float);
+    if (need <= lora_xa.bytes()) return;
+    lora_xa.grow(need, "the LoRA scratch");
+    ++epoch;
   }
 
   void ensure_samples(int n_samples) {
@@ -331,6 +349,16 @@ struct CudaBackend::Impl {
       if (s < 0 || s >= n_slots)
         throw std::out_of_range("CudaBackend: kv slot " + std::to_string(s) + " is outside the arena [0, " +
                                 std::to_string(n_slots) + ")");
+    step_lora = false;
+    for (size_t i = 0; i < in.lora_slot.size(); ++i) {
+      const int s = in.lora_slot[i];
+      if (s < 0) continue;
+      if (!lora.holds(s))
+        throw std::invalid_argument("CudaBackend: lora_slot[" + std::to_string(i) + "] = " + std::to_string(s) +
+                                    " names a slot holding no adapter (" + std::to_string(lora.n_slots()) +
+                                    " slots reserved)");
+      step_lora = true;
+    }
     n_samples = in.n_samples();
     if (step.n_rows() == 0) return nullptr;
     const cuda::BlockTableStep* tables = nullptr;
@@ -358,6 +386,7 @@ struct CudaBackend::Impl {
     Geometry g;
     g.kind = in.kv_kind;
     g.block_size = in.block_size;
+    g.lora = step_lora;
     const int bucket = graph_bucket(in.n_seqs());
     const bool paged = in.kv_kind == k::KvLayoutKind::paged;
     if (options.cuda_graphs && !options.batch_invariant && bucket > 0 && in.max_context() <= kGraphMaxContext &&
@@ -385,7 +414,7 @@ struct CudaBackend::Impl {
                           "the graph step input");
       }
       stage(g, graph_packed, tables);
-      GraphEntry& entry = graphs[GraphKey{bucket, context, int(in.kv_kind), paged ? in.block_size : 0}];
+      GraphEntry& entry = graphs[GraphKey{bucket, context, int(in.kv_kind), paged ? in.block_size : 0, g.lora}];
       if (entry.exec && entry.epoch != epoch) {
         CUDA_CHECK(cudaGraphExecDestroy(entry.exec));
         entry = GraphEntry{};

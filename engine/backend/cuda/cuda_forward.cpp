@@ -44,16 +44,26 @@ void CudaBackend::Impl::enqueue(const Geometry& g) {
   st.workspace = decode_ws.get<float>();
   st.workspace_bytes = decode_ws.bytes();
 
+  // LoRA (cuda_lora.h): each layer's four hooks when some row has an adapter, else none at all.
+  cuda::LoraHook hooks[cuda::kLoraGroups];
+  auto hook = [&](int l, cuda::LoraGroup grp) -> const cuda::LoraHook* {
+    if (!g.lora) return nullptr;
+    cuda::LoraHook& hk = hooks[int(grp)];
+    hk = cuda::LoraHook{lora.pool(l, grp), g.at<int32_t>(L.lora_slot), lora_xa.get<float>()};
+    return &hk;
+  };
+
   // The model, written once over the ops (cuda_ops.h).
   k::embedding(dt, w.embedding, g.at<int32_t>(L.token_ids), h.get(), R, d, stream);
   for (int l = 0; l < m.n_layers; ++l) {
     const cuda::DeviceLayer& W = w.layers[l];
     const cuda::ResidualNorm attn_norm{W.attn_norm, d, m.rms_eps}, ffn_norm{W.ffn_norm, d, m.rms_eps};
-    const cuda::Linear qkv_proj{W.w_qkv, qkv_width(), d, cuda::Linear::Split::column};
+    using Group = cuda::LoraGroup;
+    const cuda::Linear qkv_proj{W.w_qkv, qkv_width(), d, cuda::Linear::Split::column, hook(l, Group::qkv)};
     const cuda::Attention attention{local_heads, W.b_qkv};
-    const cuda::Linear o_proj{W.w_o, d, dq(), cuda::Linear::Split::row};
-    const cuda::GateUpSilu gate_up_silu{W.w_gate_up, local_ffn, d};
-    const cuda::Linear down_proj{W.w_down, d, local_ffn, cuda::Linear::Split::row};
+    const cuda::Linear o_proj{W.w_o, d, dq(), cuda::Linear::Split::row, hook(l, Group::o)};
+    const cuda::GateUpSilu gate_up_silu{W.w_gate_up, local_ffn, d, hook(l, Group::gate_up)};
+    const cuda::Linear down_proj{W.w_down, d, local_ffn, cuda::Linear::Split::row, hook(l, Group::down)};
 
     if (l == 0) k::rms_norm(dt, h.get(), W.attn_norm, xn.get(), R, d, m.rms_eps, stream);
     else attn_norm(ctx, delta.get(), h.get(), xn.get(), R);

@@ -3,7 +3,7 @@
 // fusion and tensor parallelism are properties of the ops, not branches in the forward.
 // - Linear: y = x · Wᵀ, split across tensor-parallel ranks by output features (column: nothing
 //   to communicate) or input features (row: partial sums, all-reduced inside the op). Quantized
-//   weight formats and a LoRA hook plug in here.
+//   weight formats and the LoRA hook (LoraHook, after the product) plug in here.
 // - GateUpSilu: the gated MLP's first half, one fused launch where the product kernel can.
 // - ResidualNorm: h += delta, then xn = rms_norm(h) · w (one kernel fused, two otherwise).
 // - Attention: RoPE and the K/V write into a KvCacheSpec arena (fused or not), then decode or
@@ -14,6 +14,7 @@
 #include "engine/backend/cuda/tp_comm.h"
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
+#include "kernels/lora.h"
 #include "kernels/ops.h"
 
 namespace servelab::cuda {
@@ -28,13 +29,30 @@ struct OpContext {
   TpRank* tp = nullptr;            ///< tensor parallel: this rank's communicator; null on one GPU
 };
 
+/// Multi-LoRA on a product (kernels/lora.h): y[rows, ld_y] += scale · (x · Aᵀ) · Bᵀ for each row's
+/// adapter slot, shrink then expand, after the product (one pair of launches for a fused q|k|v or
+/// gate|up). Rows with slot -1 (no adapter, padding) exit at once. Ops hold a pointer to one only
+/// when some row of the step has an adapter: a step without adapters launches nothing. One GPU
+/// only (under tensor parallelism the row-parallel delta would be summed once per rank).
+struct LoraHook {
+  kernels::LoraPool pool;             ///< this layer's group of every slot (cuda_lora.h)
+  const int32_t* row_slot = nullptr;  ///< [rows] on the device (the step's lora_slot, packed)
+  float* xa = nullptr;                ///< scratch [rows, pool.total_rank()]
+  void operator()(const OpContext& c, const void* x, void* y, int ld_y, int rows) const {
+    kernels::lora_shrink(c.dt, x, row_slot, rows, pool, xa, c.stream);
+    kernels::lora_expand(c.dt, xa, row_slot, rows, pool, y, ld_y, 0, c.stream);
+  }
+};
+
 struct Linear {
   enum class Split { none, column, row };
   const void* weight = nullptr;  ///< [out, in] row-major (this rank's share)
   int out = 0, in = 0;
   Split split = Split::none;
+  const LoraHook* lora = nullptr;  ///< adapters' deltas added after the product; null: none this step
   void operator()(const OpContext& c, const void* x, void* y, int rows) const {
     c.gemm->run(c.dt, x, weight, y, rows, out, in, false, c.stream);
+    if (lora) (*lora)(c, x, y, out, rows);
     if (split == Split::row && c.tp) tp_all_reduce(*c.tp, y, int64_t(rows) * out, c.stream);
   }
 };
@@ -42,13 +60,16 @@ struct Linear {
 struct GateUpSilu {
   const void* weight = nullptr;  ///< [2 · ffn, in]: gate rows then up rows (column-parallel)
   int ffn = 0, in = 0;
+  /// Adapters' gate|up deltas, added before SiLU·mul (so the product cannot fuse SiLU then).
+  const LoraHook* lora = nullptr;
   /// act[rows, ffn] from x[rows, in]; gate_up[rows, 2 · ffn] is scratch for the unfused path.
   void operator()(const OpContext& c, const void* x, void* gate_up, void* act, int rows) const {
-    if (c.fusion && c.fuse_gate_up_silu && c.gemm->fuses_gate_up_silu(c.dt, x, weight, rows, ffn, in)) {
+    if (!lora && c.fusion && c.fuse_gate_up_silu && c.gemm->fuses_gate_up_silu(c.dt, x, weight, rows, ffn, in)) {
       c.gemm->run_gate_up_silu(c.dt, x, weight, act, rows, ffn, in, c.stream);
       return;
     }
     c.gemm->run(c.dt, x, weight, gate_up, rows, 2 * ffn, in, false, c.stream);
+    if (lora) (*lora)(c, x, gate_up, 2 * ffn, rows);
     if (c.fusion) kernels::silu_mul(c.dt, gate_up, act, rows, ffn, c.stream);
     else kernels::silu_then_mul(c.dt, gate_up, act, rows, ffn, c.stream);
   }

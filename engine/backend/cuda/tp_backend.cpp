@@ -387,6 +387,13 @@ BackendCaps TpCudaBackend::caps() const {
   return c;
 }
 
+void TpCudaBackend::reserve_loras(int, int) {
+  throw std::invalid_argument("LoRA adapters run on the cuda backend with tensor_parallel 1 only (got tensor_parallel " +
+                              std::to_string(impl_->n()) + ")");
+}
+
+void TpCudaBackend::load_lora(int, std::shared_ptr<const LoraAdapter>) { reserve_loras(0, 0); }
+
 std::string TpCudaBackend::device_description() const {
   return impl_->ranks.at(0)->device_description() + ", tensor_parallel " + std::to_string(impl_->n());
 }

@@ -56,6 +56,9 @@ class TpCudaBackend final : public Backend {
   void reserve_steps(const StepLimits& limits) override;
   std::vector<int> decode_row_buckets() const override;  ///< every rank's (they run the same steps)
   BackendCaps caps() const override;  ///< tensor_parallel N
+  /// LoRA is one-GPU only (caps().lora false): both throw std::invalid_argument saying so.
+  void reserve_loras(int max_loras, int max_lora_rank) override;
+  void load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter) override;
   std::string device_description() const override;
   StepOutput execute(const Step& step) override;
   /// The smallest of the ranks' KV budgets (kv_bytes_for_utilization).

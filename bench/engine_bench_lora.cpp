@@ -1,0 +1,260 @@
+// engine_bench --lora: multi-LoRA on the cuda backend against the same backend without adapters
+// (see engine_bench_lora.h for the figures). Random bf16 weights of the preset drawn on the GPU;
+// two adapters' random weights are drawn on the host and loaded under as many identities as a
+// figure needs (each slot holds its own copy on the device, so k slots read k adapters' bytes;
+// a miss packs and copies one whole adapter, whichever weights it carries).
+#include "bench/engine_bench_lora.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+
+#include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/forwarding_backend.h"
+#include "engine/backend/profiler.h"
+#include "engine/lora/lora_adapter.h"
+#include "kernels/cuda_check.h"
+
+namespace servelab::bench {
+namespace lora_bench {  // named: engine_bench.cpp has helpers of its own
+
+/// Sets each row's LoRA slot before the step runs: sequence q's rows take seq_slot[q mod size]
+/// (empty: no adapter, as the base model). The copy is made with or without adapters, so both
+/// pay the same host work.
+class SlotRows final : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  std::vector<int> seq_slot;
+  StepOutput execute(const Step& step) override {
+    Step s = step;
+    kernels::StepInput& in = s.in;
+    in.lora_slot.clear();
+    if (!seq_slot.empty()) {
+      in.lora_slot.assign(size_t(s.n_rows()), -1);
+      for (size_t q = 0; q + 1 < in.query_start.size(); ++q)
+        for (int r = in.query_start[q]; r < in.query_start[q + 1]; ++r)
+          in.lora_slot[size_t(r)] = seq_slot[q % seq_slot.size()];
+    }
+    return inner().execute(s);
+  }
+};
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+ProfilePoint decode_of(int batch, int context) {
+  return ProfilePoint{ProfilePhase::decode, std::vector<ProfilePoint::Seq>(size_t(batch), {context - 1, 1})};
+}
+
+std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 0) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, f, a, b, c, d);
+  return buf;
+}
+
+/// Zipf(s) over n items: index i (0-based) with probability ∝ 1 / (i + 1)^s.
+class Zipf {
+ public:
+  Zipf(int n, double s) {
+    double sum = 0;
+    for (int i = 0; i < n; ++i) cdf_.push_back(sum += 1.0 / std::pow(i + 1.0, s));
+    for (double& c : cdf_) c /= sum;
+  }
+  int draw(std::mt19937_64& rng) const {
+    const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+    return int(std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin()) % int(cdf_.size());
+  }
+
+ private:
+  std::vector<double> cdf_;
+};
+
+}  // namespace lora_bench
+
+std::vector<LoraFigure> run_lora_bench(const LoraBenchOptions& o) {
+  using namespace lora_bench;
+  std::vector<LoraFigure> out;
+  auto figure = [&](const std::string& name, const std::string& shape, double value, const std::string& unit,
+                    const std::string& peer = "-", std::optional<double> ratio = std::nullopt) {
+    out.push_back({name, shape, unit, peer, value, ratio});
+    std::printf("  %-20s %-64s %10.3f %-6s", name.c_str(), shape.c_str(), value, unit.c_str());
+    if (ratio) std::printf(" (%.3f of %s)", *ratio, peer.c_str());
+    std::printf("\n");
+    std::fflush(stdout);
+  };
+  ModelConfig model = preset(o.preset);
+  model.dtype = DType::bf16;
+  std::unique_ptr<CudaBackend> owned = CudaBackend::random(model, 1, CudaBackendOptions{});
+  CudaBackend* cuda = owned.get();
+  cuda->reserve_loras(o.max_loras, o.rank);
+  SlotRows backend(std::move(owned));
+  std::printf("engine_bench --lora: %s on %s; %d slots of rank %d (pool %.2f GB, %.1f MB an adapter)\n",
+              model.name.c_str(), cuda_device_description(0).c_str(), o.max_loras, o.rank, cuda->lora_pool_bytes() / 1e9,
+              cuda->lora_slot_bytes() / 1e6);
+  using T = LoraTarget;
+  const std::vector<T> all = {T::q, T::k, T::v, T::o, T::gate, T::up, T::down};
+  std::vector<std::shared_ptr<const LoraAdapter>> host;
+  for (int i = 0; i < 2; ++i) {
+    auto a = std::make_shared<LoraAdapter>(random_lora(model, "bench-" + std::to_string(i), o.rank, 2.0f * o.rank, all,
+                                                       o.seed + uint64_t(i)));
+    a->id = uint64_t(i) + 1;
+    host.push_back(a);
+  }
+
+  // The miss: load_lora (pack + copy), then the pinned copy of the same bytes alone.
+  {
+    std::vector<double> t;
+    for (int i = 0; i < 5; ++i) {
+      const double t0 = now_s();
+      backend.load_lora(i % 2, host[size_t(i % 2)]);
+      t.push_back(now_s() - t0);
+    }
+    std::sort(t.begin(), t.end());
+    figure("lora_miss_ms", "load_lora: pack fp32 -> bf16 + copy, median of 5", t[2] * 1e3, "ms");
+    void* h = nullptr;
+    void* d = nullptr;
+    const size_t bytes = size_t(cuda->lora_slot_bytes());
+    CUDA_CHECK(cudaMallocHost(&h, bytes));
+    CUDA_CHECK(cudaMalloc(&d, bytes));
+    std::memset(h, 0, bytes);
+    std::vector<double> c;
+    for (int i = 0; i < 5; ++i) {
+      const double t0 = now_s();
+      CUDA_CHECK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+      c.push_back(now_s() - t0);
+    }
+    std::sort(c.begin(), c.end());
+    figure("lora_miss_copy_ms", fmt("pinned host -> device copy of one adapter, %.1f MB (%.1f GB/s)", bytes / 1e6,
+                                    bytes / c[2] / 1e9), c[2] * 1e3, "ms");
+    CUDA_CHECK(cudaFreeHost(h));
+    CUDA_CHECK(cudaFree(d));
+  }
+  for (int s = 0; s < o.max_loras; ++s) backend.load_lora(s, host[size_t(s % 2)]);
+
+  const int context = 512, warmup = 3, repeats = o.quick ? 7 : 15;
+  const std::vector<int> batches = {32, 64};
+  int64_t n_slots = decode_of(64, context).n_slots();
+  n_slots = std::max(n_slots, ProfilePoint{ProfilePhase::prefill, std::vector<ProfilePoint::Seq>(4, {0, 512})}.n_slots());
+  ProfileRunner runner(backend, n_slots, std::max(context, 1024), 7, true);
+  auto time_with = [&](const ProfilePoint& p, std::vector<int> slots) {
+    backend.seq_slot = std::move(slots);
+    const double s = runner.run(p, warmup, repeats, 1e9).step_s;
+    backend.seq_slot.clear();
+    return s;
+  };
+  auto first_k = [](int k) {
+    std::vector<int> v(static_cast<size_t>(k), 0);
+    for (int i = 0; i < k; ++i) v[size_t(i)] = i;
+    return v;
+  };
+
+  // Decode steps with k distinct adapters among the rows (row r: slot r mod k).
+  for (int b : batches) {
+    const ProfilePoint p = decode_of(b, context);
+    const double base = time_with(p, {});
+    const std::string shape = fmt("b%.0f ctx%.0f", b, context);
+    figure("lora_decode_step", shape + " no adapter", base * 1e3, "ms");
+    std::vector<int> ks = {1, 8, 32};
+    if (b == 64) ks.push_back(64);
+    for (int k : ks) {
+      if (k > o.max_loras) continue;
+      const double s = time_with(p, first_k(k));
+      figure("lora_decode_step", shape + fmt(" %.0f adapters (rank %.0f, all 7 linears)", k, o.rank), s * 1e3, "ms",
+             "no adapter", base / s);
+    }
+    // Half the rows with an adapter (8 of them), half without.
+    std::vector<int> half(16);  // adapters and none interleaved: 0, -1, 1, -1, ...
+    for (int i = 0; i < 16; ++i) half[size_t(i)] = i % 2 == 0 ? i / 2 : -1;
+    const double s = time_with(p, half);
+    figure("lora_decode_step", shape + " half the rows on 8 adapters, half none", s * 1e3, "ms", "no adapter", base / s);
+  }
+  // Prefill: one 512-token sequence with one adapter; 4 of them with 4 adapters.
+  for (int n : {1, 4}) {
+    const ProfilePoint p{ProfilePhase::prefill, std::vector<ProfilePoint::Seq>(size_t(n), {0, 512})};
+    const double base = time_with(p, {});
+    const std::string shape = fmt("%.0f x 512 tokens", n);
+    figure("lora_prefill_step", shape + " no adapter", base * 1e3, "ms");
+    const double s = time_with(p, first_k(n));
+    figure("lora_prefill_step", shape + fmt(" %.0f adapter(s)", n), s * 1e3, "ms", "no adapter", base / s);
+  }
+
+  // Closed-loop Zipf decode at batch 64: finished sequences replaced by new ones.
+  const int B = 64, steps = o.quick ? 150 : 400, lead = 50;
+  const ProfilePoint p = decode_of(B, context);
+  runner.run(p, 2, 1, 0.0);
+  double base_s = 0;
+  {
+    std::vector<double> t;
+    for (int i = 0; i < 15; ++i) t.push_back(runner.run(p, 0, 1, 0.0).step_s);
+    std::sort(t.begin(), t.end());
+    base_s = t[7];
+  }
+  for (int n_adapters : {8, 64, 512}) {
+    std::mt19937_64 rng(o.seed * 1000 + uint64_t(n_adapters));
+    const Zipf zipf(n_adapters, 1.0);
+    std::uniform_int_distribution<int> length(64, 192);
+    std::vector<int> adapter(B), left(B);
+    for (int q = 0; q < B; ++q) {
+      adapter[size_t(q)] = zipf.draw(rng);
+      left[size_t(q)] = std::uniform_int_distribution<int>(1, length(rng))(rng);  // staggered
+    }
+    std::vector<int> slot_adapter(size_t(o.max_loras), -1);  // which adapter each slot holds
+    std::vector<int64_t> slot_used(size_t(o.max_loras), -1);
+    for (int s = 0; s < o.max_loras; ++s) slot_adapter[size_t(s)] = -1;  // the loads above are other identities
+    int64_t timed_misses = 0;
+    double timed = 0;
+    std::vector<int> seq_slot(B);
+    for (int step = 0; step < lead + steps; ++step) {
+      const double t0 = now_s();
+      for (int q = 0; q < B; ++q) {
+        if (left[size_t(q)] == 0) {
+          adapter[size_t(q)] = zipf.draw(rng);
+          left[size_t(q)] = length(rng);
+        }
+      }
+      // Slots: a resident adapter keeps its slot; a missing one takes the least recently used
+      // slot this step does not use (B <= max_loras, so there is one).
+      std::vector<bool> used(size_t(o.max_loras), false);
+      for (int q = 0; q < B; ++q) {
+        const auto it = std::find(slot_adapter.begin(), slot_adapter.end(), adapter[size_t(q)]);
+        if (it != slot_adapter.end()) used[size_t(it - slot_adapter.begin())] = true;
+      }
+      for (int q = 0; q < B; ++q) {
+        auto it = std::find(slot_adapter.begin(), slot_adapter.end(), adapter[size_t(q)]);
+        int s = int(it - slot_adapter.begin());
+        if (it == slot_adapter.end()) {
+          s = -1;
+          for (int c = 0; c < o.max_loras; ++c)
+            if (!used[size_t(c)] && (s < 0 || slot_used[size_t(c)] < slot_used[size_t(s)])) s = c;
+          backend.load_lora(s, host[size_t(adapter[size_t(q)] % 2)]);
+          slot_adapter[size_t(s)] = adapter[size_t(q)];
+          used[size_t(s)] = true;
+          if (step >= lead) ++timed_misses;
+        }
+        slot_used[size_t(s)] = step;
+        seq_slot[size_t(q)] = s;
+      }
+      const double slots_s = now_s() - t0;  // the misses' loads, and the bookkeeping
+      backend.seq_slot = seq_slot;
+      const double step_s = runner.run(p, 0, 1, 0.0).step_s;  // execute() alone, as the base's
+      backend.seq_slot.clear();
+      for (int& l : left) --l;
+      if (step >= lead) timed += slots_s + step_s;
+    }
+    const double tok_s = B * double(steps) / timed, base_tok_s = B / base_s;
+    figure("lora_zipf_decode",
+           fmt("b64 ctx512, %.0f adapters Zipf(1), %.0f slots: ", n_adapters, o.max_loras) +
+               fmt("%.2f misses/step (%.0f in %.0f steps)", double(timed_misses) / steps, double(timed_misses), double(steps)),
+           tok_s, "tok/s", fmt("no adapter (%.0f tok/s)", base_tok_s), tok_s / base_tok_s);
+  }
+  return out;
+}
+
+}  // namespace servelab::bench

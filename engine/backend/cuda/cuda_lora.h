@@ -1,0 +1,61 @@
+#pragma once
+// The cuda backend's LoRA adapters (Backend::load_lora): a device pool of max_loras slots made
+// once (Backend::reserve_loras), so CUDA graphs bake in fixed addresses and a slot's new adapter
+// needs no recapture. Per layer, the adapted linears are grouped as the forward fuses them
+// (q|k|v, o, gate|up, down: lora_pack.h); each group's pool is kernels::LoraPool's layout for
+// every slot:
+//   A [n_slots, n_seg · rank, in]   (the segments' ranks stacked: one shrink per group)
+//   B [n_slots, out, rank]          (the fused weight's output columns: one expand per group)
+// rank = max_lora_rank rounded up to 8 (16-byte loads), smaller adapters padded with zeros, a
+// linear the adapter leaves alone all zeros. One scale per slot (alpha / r, PEFT's).
+// A load packs the adapter's fp32 pairs into a pinned host image of one slot (pack_lora_image)
+// and copies it into the slot's places on the backend's stream: the "adapter miss".
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/backend/cuda/device_memory.h"
+#include "engine/backend/cuda/lora_pack.h"
+#include "engine/lora/lora_adapter.h"
+#include "kernels/lora.h"
+
+namespace servelab::cuda {
+
+class DeviceLoraPool {
+ public:
+  /// Allocates n_slots slots for adapters of rank <= max_rank over `config`'s shapes (one GPU:
+  /// every head and FFN column), 16-bit `dt`. Throws std::invalid_argument naming a bad count or
+  /// rank (max_rank <= kernels::kLoraMaxRank), std::runtime_error when the memory cannot be had.
+  void reserve(const ModelConfig& config, int n_slots, int max_rank, kernels::ScalarType dt);
+  bool reserved() const { return n_slots_ > 0; }
+  int n_slots() const { return n_slots_; }
+  int max_rank() const { return max_rank_; }
+  /// Ranks of the widest group (q|k|v): the xa scratch's row width.
+  int max_total_rank() const { return 3 * rank_; }
+  /// Slot `slot` holds `adapter` (null empties it), copied on `stream`, which is synchronized
+  /// before it returns. Throws std::invalid_argument for a slot outside the pool or an adapter
+  /// whose shapes or rank do not fit.
+  void load(int slot, const LoraAdapter* adapter, cudaStream_t stream);
+  bool holds(int slot) const { return slot >= 0 && slot < n_slots_ && loaded_[size_t(slot)]; }
+  /// Group g of layer l, every slot.
+  kernels::LoraPool pool(int layer, LoraGroup g) const;
+  /// Device bytes of the pool; bytes one slot's image copies.
+  int64_t bytes() const { return int64_t(device_.bytes()); }
+  int64_t slot_bytes() const { return slot_bytes_; }
+
+ private:
+  std::array<LoraGroupShape, kLoraGroups> groups_{};
+  int n_layers_ = 0, n_slots_ = 0, max_rank_ = 0, rank_ = 0;
+  kernels::ScalarType dt_ = kernels::ScalarType::bf16;
+  ModelConfig config_;
+  DeviceBuffer device_;       // [layer][group][A of every slot, B of every slot], then scale [slots]
+  std::vector<int64_t> a_at_, b_at_;  // element offsets of (layer, group)'s A and B
+  int64_t scale_at_ = 0;      // byte offset of the scales
+  int64_t slot_bytes_ = 0;
+  PinnedBuffer staging_;      // one slot's image (pack_lora_image)
+  std::vector<bool> loaded_;
+  std::vector<float> scales_;
+};
+
+}  // namespace servelab::cuda

@@ -1,0 +1,63 @@
+#include "engine/backend/cuda/lora_pack.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "engine/model/half.h"
+
+namespace servelab::cuda {
+
+std::array<LoraGroupShape, kLoraGroups> lora_group_shapes(const ModelConfig& c) {
+  using T = LoraTarget;
+  const auto make = [&](std::initializer_list<T> ts) {
+    LoraGroupShape g;
+    g.in = lora_in_dim(c, *ts.begin());
+    for (T t : ts) {
+      g.targets[g.n_seg] = t;
+      g.out += lora_out_dim(c, t);
+      g.seg_end[g.n_seg++] = g.out;
+    }
+    return g;
+  };
+  std::array<LoraGroupShape, kLoraGroups> g;
+  g[size_t(LoraGroup::qkv)] = make({T::q, T::k, T::v});
+  g[size_t(LoraGroup::o)] = make({T::o});
+  g[size_t(LoraGroup::gate_up)] = make({T::gate, T::up});
+  g[size_t(LoraGroup::down)] = make({T::down});
+  return g;
+}
+
+int64_t lora_image_elems(const ModelConfig& c, int rank) {
+  int64_t n = 0;
+  for (const LoraGroupShape& g : lora_group_shapes(c)) n += g.a_elems(rank) + g.b_elems(rank);
+  return n * c.n_layers;
+}
+
+void pack_lora_image(const ModelConfig& c, int rank, const LoraAdapter& adapter, bool f16, uint16_t* out) {
+  const int r = adapter.rank;
+  if (r < 1 || r > rank)
+    throw std::invalid_argument("LoRA adapter '" + adapter.name + "': rank " + std::to_string(r) +
+                                " does not fit the pool's rank " + std::to_string(rank));
+  const auto half = [f16](float v) { return f16 ? f32_to_f16(v) : f32_to_bf16(v); };
+  const auto groups = lora_group_shapes(c);
+  std::fill_n(out, lora_image_elems(c, rank), uint16_t(0));
+  int64_t at = 0;
+  for (int l = 0; l < c.n_layers; ++l)
+    for (const LoraGroupShape& g : groups) {
+      uint16_t* a = out + at;
+      uint16_t* b = a + g.a_elems(rank);
+      for (int m = 0; m < g.n_seg; ++m) {
+        const LoraPair& p = adapter.layers[size_t(l)][size_t(g.targets[m])];
+        if (!p.present()) continue;  // the linear keeps its zeros
+        for (int k = 0; k < r; ++k)  // A [r, in] -> rows m · rank + k
+          for (int i = 0; i < g.in; ++i) a[(int64_t(m) * rank + k) * g.in + i] = half(p.a[size_t(k) * g.in + i]);
+        const int first = m > 0 ? g.seg_end[m - 1] : 0, n = g.seg_end[m] - first;
+        for (int col = 0; col < n; ++col)  // B [n, r] -> columns first + col, ranks 0..r-1
+          for (int k = 0; k < r; ++k) b[int64_t(first + col) * rank + k] = half(p.b[size_t(col) * r + k]);
+      }
+      at += g.a_elems(rank) + g.b_elems(rank);
+    }
+}
+
+}  // namespace servelab::cuda

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Multi-LoRA on the GPU in one short device call: builds the LoRA tests and engine_bench
+# (-DCMAKE_CUDA_ARCHITECTURES=90a), runs the LoRA kernel and backend GPU tests (with the graph
+# tests beside them), then `engine_bench --lora` (docs/lora.md cites its figures):
+#   OUT=$OUT bash scripts/gpu-lora-check.sh
+# QUICK=1 runs the bench's short version; TOTAL_LIMIT (default 340 s) bounds the whole script. The commit recorded: GPU_COMMIT (a file) or git.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-results/runs/gpu-lora-check}
+BUILD=${BUILD:-build-gpu}
+mkdir -p "$OUT"
+COMMIT=$(cat GPU_COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)
+Q=(); [ "${QUICK:-0}" = 1 ] && Q=(--quick)
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; echo "commit $COMMIT"; date -u; } >"$OUT/environment.txt" 2>&1
+G=(); command -v ninja >/dev/null && G=(-G Ninja)
+t0=$(date +%s)
+cmake -S . -B "$BUILD" "${G[@]}" -DCMAKE_BUILD_TYPE=Release -DSERVELAB_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
+  >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
+# -k 0: a target that fails to build leaves the others to run.
+cmake --build "$BUILD" -j"$(nproc)" --target test_kernels_gpu test_cuda_backend_gpu engine_bench -- -k 0 \
+  >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; }
+echo "build $(($(date +%s) - t0)) s"
+rc=0
+timeout 120 "$BUILD/test_kernels_gpu" --gtest_filter='*Lora*' >"$OUT/kernels_gpu.log" 2>&1 || rc=1
+timeout 180 "$BUILD/test_cuda_backend_gpu" --gtest_filter='*Lora*:*Graphs*' >"$OUT/backend_gpu.log" 2>&1 || rc=1
+grep -hE "^\[  (PASSED|FAILED|SKIPPED) |Failure|Expected|Which is|rel_error" "$OUT/kernels_gpu.log" "$OUT/backend_gpu.log" | head -40
+# The bench gets what is left of TOTAL_LIMIT seconds (its figures print as they come).
+left=$(( ${TOTAL_LIMIT:-340} - ($(date +%s) - t0) )); [ $left -lt 30 ] && left=30
+timeout "$left" "$BUILD/engine_bench" --lora "${Q[@]}" --json "$OUT/engine_bench_lora.json" --commit "$COMMIT" \
+  >"$OUT/engine_bench_lora.log" 2>&1 || rc=1
+cat "$OUT/engine_bench_lora.log" | cut -c1-180
+exit $rc

@@ -1,0 +1,70 @@
+// The cuda backend's LoRA slot image (engine/backend/cuda/lora_pack.h): run through the kernels'
+// plain C++ references (shrink over the stacked A, segmented expand), each group of each layer
+// gives every adapted linear's delta scale · x · Aᵀ · Bᵀ in its own output columns, zeros for the
+// linears the adapter leaves alone, whatever the gap between the adapter's rank and the pool's.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "engine/backend/cuda/lora_pack.h"
+#include "engine/model/half.h"
+#include "kernels/ref/lora_ref.h"
+#include "tests/backend/backend_test_util.h"
+
+namespace servelab::cuda {
+namespace lora_pack_test {  // named, not anonymous: a unity batch shares one translation unit
+
+TEST(LoraPack, SlotImageThroughTheKernelReferencesGivesEachLinearsDelta) {
+  using T = LoraTarget;
+  const ModelConfig c = testing::small_config(2);  // q 64 wide, k and v 32, ffn 128, 2 layers
+  LoraAdapter a = random_lora(c, "t", 3, 6.0f, {T::q, T::v, T::gate, T::down}, 5);
+  const int rank = lora_pool_rank(a.rank);
+  ASSERT_EQ(rank, 8);
+  std::vector<uint16_t> image(size_t(lora_image_elems(c, rank)), 0xffff);  // poisoned
+  pack_lora_image(c, rank, a, false, image.data());
+  const auto groups = lora_group_shapes(c);
+  ASSERT_EQ(groups[0].out, 64 + 32 + 32);
+  ASSERT_EQ(groups[2].seg_end[0], 128);
+
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  const int rows = 2;
+  const int32_t slot[rows] = {0, 0};
+  int64_t at = 0;
+  for (int l = 0; l < c.n_layers; ++l)
+    for (const LoraGroupShape& g : groups) {
+      std::vector<float> ga(size_t(g.a_elems(rank))), gb(size_t(g.b_elems(rank)));
+      for (size_t i = 0; i < ga.size(); ++i) ga[i] = bf16_to_f32(image[size_t(at) + i]);
+      for (size_t i = 0; i < gb.size(); ++i) gb[i] = bf16_to_f32(image[size_t(at) + ga.size() + i]);
+      at += g.a_elems(rank) + g.b_elems(rank);
+      std::vector<float> x(size_t(rows) * g.in);
+      for (float& v : x) v = normal(rng);
+      std::vector<float> xa(size_t(rows) * g.n_seg * rank), y(size_t(rows) * g.out, 0.0f);
+      kernels::lora_shrink_ref(x.data(), slot, rows, ga.data(), &a.scale, g.in, g.n_seg * rank, xa.data());
+      kernels::lora_expand_segments_ref(xa.data(), slot, rows, gb.data(), g.out, rank, g.n_seg, g.seg_end, y.data(),
+                                        g.out, 0);
+      for (int m = 0; m < g.n_seg; ++m) {
+        const LoraPair& p = a.layers[size_t(l)][size_t(g.targets[m])];
+        const int first = m > 0 ? g.seg_end[m - 1] : 0;
+        for (int r = 0; r < rows; ++r)
+          for (int col = first; col < g.seg_end[m]; ++col) {
+            double want = 0.0;  // scale · Σ_k (x · A_kᵀ) · B[col, k], A and B rounded to bf16
+            for (int k = 0; p.present() && k < a.rank; ++k) {
+              double xak = 0.0;
+              for (int i = 0; i < g.in; ++i) xak += double(x[size_t(r) * g.in + i]) * round_bf16(p.a[size_t(k) * g.in + i]);
+              want += xak * round_bf16(p.b[size_t(col - first) * a.rank + k]);
+            }
+            want *= a.scale;
+            EXPECT_NEAR(y[size_t(r) * g.out + col], want, 1e-4 * (1 + std::fabs(want)))
+                << "layer " << l << ", " << peft_module_name(g.targets[m]) << ", row " << r << ", column " << col;
+          }
+      }
+    }
+  EXPECT_EQ(at, lora_image_elems(c, rank));
+  EXPECT_THROW(pack_lora_image(c, 2, a, false, image.data()), std::invalid_argument);  // rank 3 > 2
+}
+
+}  // namespace lora_pack_test
+}  // namespace servelab::cuda

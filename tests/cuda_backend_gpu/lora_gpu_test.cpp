@@ -1,0 +1,231 @@
+// Multi-LoRA on the cuda backend: in steps mixing three adapters and rows without one (a prefill,
+// eager decodes, CUDA-graph decodes, a graph replayed with another mix of rows), each row's logits
+// equal those of the base model with its adapter merged into the weights (a checkpoint of its own,
+// loaded by another CudaBackend) within bf16 tolerance, rows without an adapter equal the base
+// model's, and greedy tokens agree with the merged models'; bad slots and adapters are refused.
+// Names contain Gpu; every test skips without a CUDA device.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/step_input.h"
+#include "engine/kv/kv_manager.h"
+#include "engine/lora/lora_adapter.h"
+#include "engine/lora/peft.h"
+#include "engine/model/hf_config.h"
+#include "engine/model/safetensors.h"
+#include "engine/model/synth.h"
+#include "engine/model/tensors.h"
+#include "engine/model/weights.h"
+#include "tests/backend/backend_test_util.h"
+#include "tests/cuda_backend_gpu/gpu_test_model.h"
+
+namespace servelab {
+namespace lora_gpu_test {  // named, not anonymous: a unity batch shares one translation unit
+
+using testing::make_sequence;
+using testing::random_tokens;
+using testing::rel_error;
+
+#define SKIP_WITHOUT_GPU() \
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device"
+
+constexpr int64_t kSlots = 4096;
+constexpr int kVocab = 1000;
+/// ‖Δ‖/‖ref‖ of a row's logits. Two bf16 computations, each within the backend's 3e-2 of the
+/// fp32 logits (cuda_backend_gpu_test.cpp): the merged model rounds W + scale · B · A once, the
+/// adapter path rounds W · x into y and then y + delta again; so they may differ by their sum.
+constexpr double kTol = 6e-2;
+/// An adapter's row must differ from the base model's by more than this (the hook ran).
+constexpr double kAdapterMoves = 0.15;
+
+std::string temp_dir(const std::string& name) { return (std::filesystem::path(::testing::TempDir()) / name).string(); }
+
+/// Writes `w` as a bf16 checkpoint folder (config.json + model.safetensors) CudaBackend::load reads.
+void write_checkpoint(const ModelWeights& w, const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  ModelConfig c = w.config;
+  c.dtype = DType::bf16;
+  write_hf_config(c, dir + "/config.json");
+  std::vector<SafetensorsEntry> entries;
+  std::vector<const float*> values;
+  for (const TensorSpec& s : tensor_specs(c)) {
+    SafetensorsEntry e;
+    e.name = s.name;
+    e.dtype = DType::bf16;
+    e.shape = s.shape;
+    entries.push_back(e);
+    values.push_back(tensor_storage(w, s.name).data());
+  }
+  write_safetensors(dir + "/model.safetensors", entries, values);
+}
+
+/// The base checkpoint, three adapters (through the PEFT writer and reader in bf16, as a server
+/// gets them) and a checkpoint per adapter with it merged in.
+struct Fixture {
+  ModelConfig config = testing::gpu_test_model("lora-gpu-test", 1024);
+  std::string base_dir;
+  std::vector<std::shared_ptr<const LoraAdapter>> adapters;
+  std::vector<std::string> merged_dirs;
+  Fixture() {
+    using T = LoraTarget;
+    base_dir = temp_dir(config.name);
+    if (!std::filesystem::exists(base_dir + "/config.json")) synthesize_checkpoint(config, base_dir, 11);
+    const ModelWeights base = ModelWeights::load(base_dir);
+    std::vector<LoraAdapter> made = {
+        random_lora(config, "all7", 8, 8.0f, {T::q, T::k, T::v, T::o, T::gate, T::up, T::down}, 21),
+        random_lora(config, "qv16", 16, 16.0f, {T::q, T::v}, 22),
+        random_lora(config, "ogd4", 4, 2.0f, {T::o, T::gate, T::down}, 23),
+    };
+    made[2].use_rslora = true;
+    for (size_t i = 0; i < made.size(); ++i) {
+      const std::string dir = temp_dir("lora_gpu_" + made[i].name);
+      write_peft_adapter(dir, made[i], DType::bf16);
+      auto a = std::make_shared<LoraAdapter>(read_peft_adapter(dir, made[i].name, config, 16));
+      a->id = i + 1;
+      adapters.push_back(a);
+      ModelWeights w = base;
+      merge_lora(w, *a);
+      merged_dirs.push_back(temp_dir("lora_gpu_merged_" + made[i].name));
+      write_checkpoint(w, merged_dirs.back());
+    }
+  }
+};
+
+std::unique_ptr<KvManager> make_kv() {
+  KvConfig c;
+  c.kind = KvKind::paged;
+  c.block_size = 16;
+  c.prefix_caching = false;
+  c.max_model_len = 512;
+  return make_kv_manager(c, kSlots);
+}
+
+void hold(KvManager& kv, Sequence& s, int n) {
+  if (!s.kv.allocated) kv.allocate(s, n); else kv.grow(s, n);
+}
+
+size_t argmax(std::span<const float> row) { return size_t(std::max_element(row.begin(), row.end()) - row.begin()); }
+
+TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsEagerAndGraphs) {
+  SKIP_WITHOUT_GPU();
+  const Fixture f;
+  // The adapter backend (4 slots of rank <= 16: adapters in slots 0, 2, 3), the base model and
+  // one backend per merged adapter, all over the same KV manager's slots.
+  auto lora = CudaBackend::load(f.base_dir);
+  lora->reserve_loras(4, 16);
+  const int slot_of[3] = {0, 2, 3};
+  for (int a = 0; a < 3; ++a) lora->load_lora(slot_of[a], f.adapters[size_t(a)]);
+  std::vector<std::unique_ptr<CudaBackend>> refs;  // [0] base, [1 + a] merged adapter a
+  refs.push_back(CudaBackend::load(f.base_dir));
+  for (const std::string& d : f.merged_dirs) refs.push_back(CudaBackend::load(d));
+  lora->init_kv(kSlots);
+  for (auto& r : refs) r->init_kv(kSlots);
+
+  // Seven sequences: adapters 0, 1, 2, none, 0, none, 2.
+  const int adapter_of[7] = {0, 1, 2, -1, 0, -1, 2};
+  auto kv = make_kv();
+  std::vector<Sequence> seqs;
+  for (int i = 0; i < 7; ++i) seqs.push_back(make_sequence(i + 1, random_tokens(9 + 11 * i, kVocab, 50 + i)));
+  // Each step: every backend's logits; each sequence's row against its reference; the adapter's
+  // row also far from the base model's; then the adapter backend's greedy token, which the
+  // merged model must agree with (or be within a near tie of).
+  double worst[2] = {0, 0};  // the largest error of rows without / with an adapter (printed)
+  auto step = [&](const std::vector<int>& which, const std::string& what) {
+    Batch b, plain;
+    for (int i : which) {
+      Sequence& s = seqs[size_t(i)];
+      hold(*kv, s, s.n_tokens());
+      const int n_new = s.n_tokens() - s.n_computed;
+      const int a = adapter_of[i];
+      b.entries.push_back({&s, n_new, true, 1, -1, a >= 0 ? slot_of[a] : -1});
+      plain.entries.push_back({&s, n_new, true});
+    }
+    const std::vector<float> got = lora->logits(make_step(*lora, b, *kv));
+    std::vector<std::vector<float>> want;
+    for (auto& r : refs) want.push_back(r->logits(make_step(*r, plain, *kv)));
+    ASSERT_EQ(got.size(), which.size() * kVocab) << what;
+    for (size_t k = 0; k < which.size(); ++k) {
+      const int i = which[k], a = adapter_of[i];
+      const auto row = std::span(got).subspan(k * kVocab, kVocab);
+      const auto ref = std::span(want[size_t(a + 1)]).subspan(k * kVocab, kVocab);
+      const double err = rel_error(row, ref);
+      EXPECT_LT(err, kTol) << what << ", sequence " << i << ", adapter " << a;
+      worst[a >= 0] = std::max(worst[a >= 0], err);
+      if (a >= 0) {  // the adapter moved the logits well beyond the tolerance
+        EXPECT_GT(rel_error(row, std::span(want[0]).subspan(k * kVocab, kVocab)), kAdapterMoves) << what << ", sequence " << i;
+      }
+      const size_t tok = argmax(row);
+      EXPECT_GE(ref[tok], ref[argmax(ref)] - 0.05f) << what << ", sequence " << i << ": greedy token " << tok
+                                                     << " is not the merged model's (" << argmax(ref) << ")";
+      Sequence& s = seqs[size_t(i)];
+      s.n_computed = s.n_tokens();
+      s.tokens.push_back(static_cast<TokenId>(tok));
+    }
+  };
+  step({0, 1, 2, 3, 4, 5, 6}, "prefill");
+  // Decodes of all seven (bucket 8): the eager warm-up, the capture, replays; then five of them
+  // (the same bucket: the graph replays with another mix of slots in its rows), then three.
+  for (int n = 0; n < 4; ++n) step({0, 1, 2, 3, 4, 5, 6}, "decode " + std::to_string(n));
+  for (int n = 0; n < 2; ++n) step({1, 3, 4, 5, 6}, "decode of five " + std::to_string(n));
+  for (int n = 0; n < 3; ++n) step({2, 0, 5}, "decode of three " + std::to_string(n));
+  EXPECT_GE(lora->graph_captures(), 2);  // decodes with adapters ran from graphs
+  std::printf("largest rel. error against the reference: rows without an adapter %.4f, with one %.4f\n", worst[0],
+              worst[1]);
+  // A step with no adapter row on the adapter backend equals the base model (no LoRA launch).
+  step({3, 5}, "no adapter rows");
+}
+
+TEST(CudaBackendGpuLora, EagerOnlyMatchesGraphsAndRefusesBadInput) {
+  SKIP_WITHOUT_GPU();
+  const Fixture f;
+  auto graphs = CudaBackend::load(f.base_dir);
+  auto eager = CudaBackend::load(f.base_dir, CudaBackendOptions{.cuda_graphs = false});
+  EXPECT_THROW(eager->load_lora(0, f.adapters[0]), std::invalid_argument);  // no pool reserved
+  for (auto* b : {graphs.get(), eager.get()}) {
+    b->reserve_loras(2, 8);
+    b->init_kv(kSlots);
+  }
+  EXPECT_GT(graphs->lora_pool_bytes(), 2 * graphs->lora_slot_bytes());
+  EXPECT_THROW(eager->load_lora(2, f.adapters[0]), std::invalid_argument);  // slot outside the pool
+  EXPECT_THROW(eager->load_lora(0, f.adapters[1]), std::invalid_argument);  // rank 16 > 8
+  EXPECT_THROW(eager->reserve_loras(3, 8), std::invalid_argument);          // already reserved otherwise
+  for (auto* b : {graphs.get(), eager.get()}) {
+    b->load_lora(0, f.adapters[0]);
+    b->load_lora(1, f.adapters[2]);
+  }
+  auto kv = make_kv();
+  std::vector<Sequence> seqs;
+  for (int i = 0; i < 3; ++i) seqs.push_back(make_sequence(i + 1, random_tokens(30 + 7 * i, kVocab, 70 + i)));
+  const int slot[3] = {1, -1, 0};
+  for (int n = 0; n < 6; ++n) {
+    Batch b;
+    for (int i = 0; i < 3; ++i) {
+      hold(*kv, seqs[size_t(i)], seqs[size_t(i)].n_tokens());
+      b.entries.push_back({&seqs[size_t(i)], seqs[size_t(i)].n_tokens() - seqs[size_t(i)].n_computed, true, 1, -1, slot[i]});
+    }
+    const std::vector<float> x = graphs->logits(make_step(*graphs, b, *kv));
+    const std::vector<float> y = eager->logits(make_step(*eager, b, *kv));
+    ASSERT_EQ(x.size(), y.size());
+    EXPECT_LT(rel_error(x, y), 1e-2) << "step " << n;
+    for (int i = 0; i < 3; ++i) {
+      seqs[size_t(i)].n_computed = seqs[size_t(i)].n_tokens();
+      seqs[size_t(i)].tokens.push_back(TokenId(argmax(std::span(y).subspan(size_t(i) * kVocab, kVocab))));
+    }
+  }
+  // A row naming an emptied slot is refused before anything runs.
+  eager->load_lora(1, nullptr);
+  Batch b;
+  hold(*kv, seqs[0], seqs[0].n_tokens());
+  b.entries.push_back({&seqs[0], 1, true, 1, -1, 1});
+  EXPECT_THROW(eager->logits(make_step(*eager, b, *kv)), std::invalid_argument);
+}
+
+}  // namespace lora_gpu_test
+}  // namespace servelab
