@@ -2,6 +2,7 @@
 #include "engine/grammar/compiled_grammar.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include "engine/grammar/json_terms.h"
@@ -103,6 +104,15 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& g
         g->tokens_->put_shared(key, classes);
         ++g->stats_.n_walked;
       }
+    }
+    // A bounded string's tail (one rule per (characters left, characters needed)): its start walks
+    // nearly the whole vocabulary, but one pass over the tokens' bytes gives the same classes.
+    int tail_left = -1, tail_need = -1;
+    if (!classes && s == a.rule_start(rule) &&
+        std::sscanf(a.share_key(rule).c_str(), "json:string_tail{%d,%d}", &tail_left, &tail_need) == 2 && tail_left >= 0) {
+      classes = std::make_shared<const TokenClasses>(string_tail_start_classes(*g->tokens_, tail_left, tail_need));
+      g->tokens_->put_shared(key, classes);
+      ++g->stats_.n_walked;
     }
     if (!classes) {
       classes = std::make_shared<const TokenClasses>(compute_token_classes(a, *g->tokens_, s));
