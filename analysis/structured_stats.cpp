@@ -5,9 +5,11 @@
 #include <map>
 #include <stdexcept>
 
+#include "analysis/constraint_check.h"
 #include "analysis/json_format.h"
 #include "analysis/json_schema_check.h"
 #include "analysis/percentiles.h"
+#include "loadgen/records/constraint_entry.h"
 
 namespace servelab::analysis {
 namespace {
@@ -39,6 +41,14 @@ struct Samples {
     return g;
   }
 };
+
+/// The entry's checker by kind (each independent of the grammar engine).
+std::string check_structured_output(const std::string& text, const ConstraintEntry& e) {
+  if (e.kind == "json_schema") return validate_json_text(text, e.value);
+  if (e.kind == "regex") return check_regex_output(text, e.value.get<std::string>());
+  if (e.kind == "grammar") return check_gbnf_output(text, e.value.get<std::string>());
+  return check_choice_output(text, e.value.get<std::vector<std::string>>());
+}
 
 /// The first line of a validator's answer, without request-specific values after a colon kept
 /// short: reasons group by what went wrong.
@@ -80,7 +90,7 @@ std::optional<StructuredStats> structured_stats(const std::vector<std::string>& 
   StructuredStats s;
   Samples with, without;
   std::map<std::string, std::size_t> reasons;
-  std::vector<std::optional<nlohmann::ordered_json>> parsed(schemas.size());
+  std::vector<std::optional<ConstraintEntry>> parsed(schemas.size());
   bool any = false;
   for (const auto& r : records) {
     if (r.warmup || std::find(labels.begin(), labels.end(), r.run) == labels.end()) continue;
@@ -100,8 +110,8 @@ std::optional<StructuredStats> structured_stats(const std::vector<std::string>& 
     if (k >= schemas.size()) {
       why = "schema " + std::to_string(k) + " not in schemas.jsonl";
     } else {
-      if (!parsed[k]) parsed[k] = nlohmann::ordered_json::parse(schemas[k]);
-      why = validate_json_text(r.output_text, *parsed[k]);
+      if (!parsed[k]) parsed[k] = parse_constraint_line(schemas[k]);
+      why = check_structured_output(r.output_text, *parsed[k]);
     }
     if (why.empty()) ++s.n_valid;
     else ++reasons[reason_of(why)];
@@ -129,9 +139,11 @@ std::vector<std::string> read_schemas_file(const std::string& path) {
   while (std::getline(in, line)) {
     ++n;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const auto j = nlohmann::ordered_json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object())
-      throw std::runtime_error(path + ":" + std::to_string(n) + ": not a JSON schema object");
+    try {
+      parse_constraint_line(line);
+    } catch (const std::invalid_argument& e) {
+      throw std::runtime_error(path + ":" + std::to_string(n) + ": " + e.what());
+    }
     out.push_back(line);
   }
   return out;

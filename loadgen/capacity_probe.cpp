@@ -16,7 +16,8 @@
 
 namespace servelab {
 
-PointRunner::PointRunner(const Scenario& scenario) : scenario_(scenario), spec_(servelab::backend_spec(scenario)) {
+PointRunner::PointRunner(const Scenario& scenario)
+    : scenario_(scenario), spec_(servelab::backend_spec(scenario)), structured_(make_structured_setup(scenario)) {
   if (scenario.target) {  // a server does the work: no engine here
     if (!scenario.target->tokenizer.empty()) target_tokenizer_ = load_tokenizer_from_dir(scenario.target->tokenizer);
     return;
@@ -99,11 +100,14 @@ PointRun PointRunner::run(size_t strategy, double rate, const PointRunOptions& o
   if (options.seed) sc.seed = *options.seed;
   const Plan plan = Planner(sc).make(rate);
   const StrategySpec& strat = sc.strategies.at(strategy);
+  std::optional<StructuredRequests> structured;  // the same requests carry the same schemas as in `run`
+  if (structured_.schemas) structured.emplace(sc.workload.structured_output, structured_.schemas, plan.seed);
   if (sc.target) {  // the same plan over HTTP (loadgen/http/http_sweep.h)
     PointRun out;
     const RecordSinks sinks = keep_records(out, strat.label + "@" + format_rate(rate), plan, options);
     const auto t0 = std::chrono::steady_clock::now();
-    out.stats = http_load::run_http_point(sc, plan, out.label, sinks, target_tokenizer_.get(), "", nullptr);
+    out.stats = http_load::run_http_point(sc, plan, out.label, sinks, target_tokenizer_.get(), "", nullptr,
+                                         /*scrape_server_metrics=*/false, structured ? &*structured : nullptr);
     out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return out;
   }
@@ -117,11 +121,18 @@ PointRun PointRunner::run(size_t strategy, double rate, const PointRunOptions& o
   Engine engine(config, std::move(backend));
   apply_strategy(engine, strat, *backends_);
   std::unique_ptr<RequestSource> source = make_source(sc, plan, run_adapters(sc, sc.backend.kind != BackendKind::sim));
+  StructuredSource* constrained = nullptr;
+  if (structured) {
+    auto wrapped = std::make_unique<StructuredSource>(std::move(source), *structured, *structured_.compiler);
+    constrained = wrapped.get();
+    source = std::move(wrapped);
+  }
   std::unique_ptr<Clock> clock;
   if (sc.backend.kind == BackendKind::sim) clock = std::make_unique<VirtualClock>();
   else clock = std::make_unique<SteadyClock>();
 
   RecordSinks sinks = keep_records(out, strat.label + "@" + format_rate(rate), plan, options);
+  if (constrained) sinks.annotate = [constrained](const FinishedRequest& f, RequestRecord& r) { constrained->annotate(f, r); };
   if (options.keep_steps) sinks.on_step = [&](const StepRecord& s) { out.steps.push_back(s); };
   const auto t0 = std::chrono::steady_clock::now();
   out.stats = drive_in_process(engine, *source, *clock, out.label, sinks,

@@ -18,6 +18,7 @@
 #include "loadgen/records/record.h"
 #include "loadgen/records/step_record.h"
 #include "loadgen/scenario.h"
+#include "loadgen/structured_source.h"
 
 namespace servelab {
 
@@ -74,6 +75,9 @@ class PointRunner {
   BackendSpec spec_;
   std::unique_ptr<BackendFactory> backends_;
   std::unique_ptr<Tokenizer> target_tokenizer_;  ///< target.tokenizer, loaded once
+  /// workload.structured_output: the probes send the same constraints `servelab run` does
+  /// (compiled once, shared by every probe).
+  StructuredSetup structured_;
 };
 
 }  // namespace servelab

@@ -1,8 +1,9 @@
-// `workload.structured_output:` (issue 30: a schema set sent with the requests; see
+// `workload.structured_output:` (issue 30: a set of JSON schemas, regexes, choice lists or grammars sent with the requests; see
 // loadgen/structured_output.h). Types, ranges and the file are checked here, each error at its
 // file:line:col.
 #include <filesystem>
 
+#include "loadgen/records/constraint_entry.h"
 #include "loadgen/scenario_parse.h"
 #include "loadgen/yaml_reader.h"
 
@@ -17,11 +18,18 @@ class StructuredWalker : public YamlReader {
 
   void walk(const YAML::Node& n) {
     const std::string p = "workload.structured_output";
-    if (!section(n, p, {"kind", "schemas", "n_schemas", "fraction"})) return;
+    if (!section(n, p, {"kind", "field", "schemas", "n_schemas", "fraction"})) return;
     auto& so = s_.workload.structured_output;
     so.enabled = true;
-    if (defined(n["kind"]) && read_string(n["kind"], p + ".kind", so.kind) && so.kind != "json_schema")
-      d_.error(p + ".kind", "must be json_schema (the kind built; got " + so.kind + ")");
+    if (defined(n["kind"]) && read_string(n["kind"], p + ".kind", so.kind) && !is_constraint_kind(so.kind))
+      d_.error(p + ".kind", std::string("must be ") + constraint_kinds_text() + " (got " + so.kind + ")");
+    if (defined(n["field"]) && read_string(n["field"], p + ".field", so.field)) {
+      if (so.field != "response_format" && so.field != "structured_outputs" && so.field != "guided")
+        d_.error(p + ".field", "must be response_format, structured_outputs or guided (got " + so.field + ")");
+      else if (so.field == "response_format" && so.kind != "json_schema" && is_constraint_kind(so.kind))
+        d_.error(p + ".field", "response_format carries JSON schemas only (kind is " + so.kind +
+                                   "; use structured_outputs or guided)");
+    }
     if (defined(n["schemas"])) {
       std::string raw;
       if (read_string(n["schemas"], p + ".schemas", raw)) {
@@ -30,7 +38,7 @@ class StructuredWalker : public YamlReader {
         } else if (read_path(n["schemas"], p + ".schemas", so.schemas)) {
           std::error_code ec;
           if (!std::filesystem::is_regular_file(so.schemas, ec))
-            d_.error(p + ".schemas", "must be builtin or a file of JSON schemas (" + so.schemas + " is not a file)");
+            d_.error(p + ".schemas", "must be builtin or a file of entries of the kind (" + so.schemas + " is not a file)");
         }
       }
     }

@@ -13,6 +13,7 @@
 #include "engine/model/tokenizer.h"
 #include "engine/runner.h"
 #include "loadgen/records/record.h"
+#include "loadgen/scenario.h"
 #include "loadgen/structured_output.h"
 
 namespace servelab {
@@ -58,5 +59,18 @@ class StructuredSource final : public RequestSource {
   const StructuredRequests& structured_;
   SchemaCompiler& compiler_;
 };
+
+/// What a sweep or a capacity probe needs for workload.structured_output: the set, and when the
+/// engine runs in-process (no target:), the tokenizer and the compiler of its constraints.
+struct StructuredSetup {
+  std::shared_ptr<const SchemaSet> schemas;  ///< null: the scenario has no structured_output
+  std::unique_ptr<Tokenizer> tokenizer;      ///< in-process only
+  std::unique_ptr<SchemaCompiler> compiler;  ///< in-process only; uses *tokenizer
+};
+
+/// Loads the scenario's set (throws as load_schema_set) and, in-process, readies its compiler
+/// against workload.tokenizer, else the model folder's tokenizer, else bytes (as `servelab serve`
+/// without one).
+StructuredSetup make_structured_setup(const Scenario& scenario);
 
 }  // namespace servelab

@@ -201,18 +201,6 @@ std::vector<SweepRun> plan_sweep(const Planner& planner) {
   return runs;
 }
 
-/// The tokenizer in-process constraints compile against: workload.tokenizer, else the model
-/// folder's, else bytes (as `servelab serve` without one).
-static std::unique_ptr<Tokenizer> structured_tokenizer(const Scenario& scenario) {
-  if (!scenario.workload.tokenizer.empty()) return load_bpe_tokenizer(scenario.workload.tokenizer);
-  if (!scenario.model.path.empty())
-    if (auto t = load_tokenizer_from_dir(scenario.model.path)) return t;
-  const ModelConfig model = resolve_model_config(scenario.model.path.empty() ? scenario.model.preset : scenario.model.path);
-  std::optional<TokenId> eos;
-  if (model.eos_token >= 0) eos = model.eos_token;
-  return make_byte_tokenizer(std::max(model.vocab_size, 256), eos);
-}
-
 SweepOutcome run_sweep(const Scenario& scenario, const SweepOptions& options) {
   return run_sweep(Planner(scenario), options);
 }
@@ -237,19 +225,12 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
   // Structured output: one schema set for the whole sweep, written beside the records (a record's
   // "schema" indexes schemas.jsonl); in-process, compiled once against the model's tokenizer.
   const StructuredOutputSpec& so = scenario.workload.structured_output;
-  std::shared_ptr<const SchemaSet> schemas;
-  std::unique_ptr<Tokenizer> schema_tokenizer;
-  std::unique_ptr<SchemaCompiler> schema_compiler;
-  if (so.enabled) {
-    schemas = std::make_shared<const SchemaSet>(load_schema_set(so));
+  const StructuredSetup structured_setup = make_structured_setup(scenario);
+  const std::shared_ptr<const SchemaSet>& schemas = structured_setup.schemas;
+  SchemaCompiler* schema_compiler = structured_setup.compiler.get();
+  if (schemas) {
     LineWriter schemas_out(options.out_dir + "/schemas.jsonl");
     for (const auto& t : schemas->texts) schemas_out.write(t + "\n");
-    if (!scenario.target) {
-      schema_tokenizer = structured_tokenizer(scenario);
-      const ModelConfig model =
-          resolve_model_config(scenario.model.path.empty() ? scenario.model.preset : scenario.model.path);
-      schema_compiler = std::make_unique<SchemaCompiler>(schemas, *schema_tokenizer, model.vocab_size);
-    }
   }
 
   const auto rates = scenario.sweep_rates();

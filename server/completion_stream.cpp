@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/model/tokenizer_unicode.h"
+
 namespace servelab::server {
 
 using nlohmann::json;
@@ -65,16 +67,21 @@ bool CompletionStream::stopped() const {
 void CompletionStream::advance(Choice& c, bool final) {
   if (c.done) return;
   const size_t echo_len = params_.echo && params_.api == ApiKind::completions ? prompt_text_.size() : 0;
-  // Byte-level decoders concatenate: decode only the tokens after the last whole character.
-  std::string& full = full_;  // scratch: keeps its capacity across tokens
+  // Byte-level decoders concatenate: decode only the tokens after the last whole character. Join
+  // their raw bytes first: decode() of ids that end inside a character replaces the partial
+  // character by U+FFFD, so a character split over two tokens came out as two U+FFFD.
+  std::string& raw = raw_;  // scratch: keeps its capacity across tokens
+  raw.clear();
+  for (size_t k = c.n_stable; k < c.ids.size(); ++k) raw += tok_.token_bytes(c.ids[k], /*skip_special=*/true);
+  const size_t tail = final ? 0 : incomplete_utf8_tail(raw);
+  std::string& full = full_;
   full.assign(c.stable);
-  full += tok_.decode(std::span<const TokenId>(c.ids).subspan(c.n_stable), /*skip_special=*/true);
-  const size_t tail = incomplete_utf8_tail(full);
+  full += unicode::to_valid_utf8(std::string_view(raw).substr(0, raw.size() - tail));
   if (tail == 0) {
     c.stable.assign(full);
     c.n_stable = c.ids.size();
   }
-  size_t safe = full.size() - (final ? 0 : tail);
+  size_t safe = full.size();
   // Stop strings: search only where a match could be new (from the released text's end - hold).
   if (!params_.stop.empty()) {
     const size_t from = c.text.size() > echo_len + hold_ ? c.text.size() - echo_len - hold_ : 0;

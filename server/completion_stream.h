@@ -61,6 +61,7 @@ class CompletionStream {
   size_t hold_ = 0;  ///< longest stop string - 1: bytes that could still turn into a stop
   std::string head_;  ///< every event's start: `data: {"id":...,"model":...,"choices":`
   std::string full_;  ///< advance()'s scratch decoding
+  std::string raw_;   ///< advance()'s scratch: the raw bytes of the tokens not yet stable
 };
 
 /// JSON string literal of `s` (quotes included); invalid UTF-8 becomes U+FFFD.

@@ -114,6 +114,90 @@ struct VecHash {
   }
 };
 
+
+struct AutomatonPendingCall {
+  int32_t state;
+  int rule;
+  int32_t next;
+};
+
+/// One rule's DFA while it is built: states numbered from 0, transitions per byte class.
+struct RuleDfa {
+  int n_cls = 0;
+  std::vector<unsigned char> final_flags;  ///< per state
+  std::vector<int32_t> trans;              ///< [state * n_cls + class] -> state, or -1
+  std::vector<AutomatonPendingCall> calls; ///< state and next local to the rule
+  int32_t n_states() const { return static_cast<int32_t>(final_flags.size()); }
+};
+
+// Moore's partition refinement: merges the states of a rule's DFA that no byte string and no call
+// can tell apart, and renumbers the blocks in order of their first state, so the start stays
+// state 0 and the same expression still gets the same numbering (share keys rely on it).
+// Subset construction leaves many equal states behind (every state of an unanchored pattern's
+// `.*` tail after a match is one), and each resting state costs a walk over the vocabulary.
+void minimize_rule_dfa(RuleDfa& d) {
+  const int32_t m = d.n_states();
+  std::vector<std::vector<std::pair<int, int32_t>>> calls(static_cast<size_t>(m));  // (callee, next)
+  for (const AutomatonPendingCall& c : d.calls) calls[static_cast<size_t>(c.state)].push_back({c.rule, c.next});
+  std::vector<int32_t> block(d.final_flags.begin(), d.final_flags.end());
+  int32_t n_blocks = -1;
+  std::vector<int32_t> sig;
+  std::vector<std::pair<int, int32_t>> cs;
+  for (;;) {
+    std::unordered_map<std::vector<int32_t>, int32_t, VecHash> ids;
+    std::vector<int32_t> nb(static_cast<size_t>(m));
+    for (int32_t i = 0; i < m; ++i) {
+      sig.assign(1, block[static_cast<size_t>(i)]);
+      for (int c = 0; c < d.n_cls; ++c) {
+        const int32_t t = d.trans[static_cast<size_t>(i) * static_cast<size_t>(d.n_cls) + static_cast<size_t>(c)];
+        sig.push_back(t < 0 ? -1 : block[static_cast<size_t>(t)]);
+      }
+      cs.clear();
+      for (auto [callee, nx] : calls[static_cast<size_t>(i)]) cs.push_back({callee, block[static_cast<size_t>(nx)]});
+      std::sort(cs.begin(), cs.end());
+      cs.erase(std::unique(cs.begin(), cs.end()), cs.end());
+      for (auto [callee, bx] : cs) {
+        sig.push_back(-2 - callee);
+        sig.push_back(bx);
+      }
+      nb[static_cast<size_t>(i)] = ids.try_emplace(sig, static_cast<int32_t>(ids.size())).first->second;
+    }
+    const bool stable = static_cast<int32_t>(ids.size()) == n_blocks;  // a refinement: same count, same partition
+    n_blocks = static_cast<int32_t>(ids.size());
+    block.swap(nb);
+    if (stable) break;
+  }
+  if (n_blocks == m) return;
+  // Block ids were given in state order, so block k's first state represents it.
+  RuleDfa out;
+  out.n_cls = d.n_cls;
+  out.final_flags.resize(static_cast<size_t>(n_blocks));
+  out.trans.assign(static_cast<size_t>(n_blocks) * static_cast<size_t>(d.n_cls), -1);
+  std::vector<char> done(static_cast<size_t>(n_blocks), 0);
+  for (int32_t i = 0; i < m; ++i) {
+    const int32_t k = block[static_cast<size_t>(i)];
+    if (done[static_cast<size_t>(k)]) continue;
+    done[static_cast<size_t>(k)] = 1;
+    out.final_flags[static_cast<size_t>(k)] = d.final_flags[static_cast<size_t>(i)];
+    for (int c = 0; c < d.n_cls; ++c) {
+      const int32_t t = d.trans[static_cast<size_t>(i) * static_cast<size_t>(d.n_cls) + static_cast<size_t>(c)];
+      out.trans[static_cast<size_t>(k) * static_cast<size_t>(d.n_cls) + static_cast<size_t>(c)] = t < 0 ? -1 : block[static_cast<size_t>(t)];
+    }
+  }
+  std::vector<char> kept(static_cast<size_t>(m), 0);
+  std::fill(done.begin(), done.end(), 0);
+  for (int32_t i = 0; i < m; ++i)
+    if (!done[static_cast<size_t>(block[static_cast<size_t>(i)])]) done[static_cast<size_t>(block[static_cast<size_t>(i)])] = 1, kept[static_cast<size_t>(i)] = 1;
+  for (const AutomatonPendingCall& c : d.calls) {
+    if (!kept[static_cast<size_t>(c.state)]) continue;  // a merged state's copy
+    const AutomatonPendingCall x{block[static_cast<size_t>(c.state)], c.rule, block[static_cast<size_t>(c.next)]};
+    bool dup = false;
+    for (const AutomatonPendingCall& y : out.calls) dup = dup || (y.state == x.state && y.rule == x.rule && y.next == x.next);
+    if (!dup) out.calls.push_back(x);
+  }
+  d = std::move(out);
+}
+
 }  // namespace
 
 Automaton build_automaton(const Grammar& g) {
@@ -126,12 +210,7 @@ Automaton build_automaton(const Grammar& g) {
   a.root_ = g.root();
   size_t nfa_budget = GrammarLimits::max_nfa_states;
   // Per rule: the DFA's call edges name callee rules; starts are resolved once all rules exist.
-  struct PendingCall {
-    int32_t state;
-    int rule;
-    int32_t next;
-  };
-  std::vector<PendingCall> pending;
+  std::vector<AutomatonPendingCall> pending;
   for (size_t r = 0; r < rules.size(); ++r) {
     NfaBuilder nb(g, &nfa_budget);
     const std::pair<int, int> ends = nb.build(rules[r].expr);
@@ -187,28 +266,29 @@ Automaton build_automaton(const Grammar& g) {
     a.rule_first_.push_back(first);
     std::unordered_map<std::vector<int>, int32_t, VecHash> ids;
     std::vector<std::vector<int>> work;
+    RuleDfa dfa;
+    dfa.n_cls = n_cls;
     auto intern = [&](std::vector<int> set) -> int32_t {
       auto it = ids.find(set);
       if (it != ids.end()) return it->second;
-      if (a.final_.size() >= GrammarLimits::max_dfa_states)
+      if (a.final_.size() + dfa.final_flags.size() >= GrammarLimits::max_dfa_states)
         throw GrammarError("grammar too large (over " + std::to_string(GrammarLimits::max_dfa_states) +
                            " automaton states; rule \"" + rules[r].name + "\")");
-      const int32_t id = static_cast<int32_t>(a.final_.size());
-      a.final_.push_back(std::binary_search(set.begin(), set.end(), end) ? 1 : 0);
-      a.has_bytes_.push_back(0);
-      a.state_rule_.push_back(static_cast<int32_t>(r));
-      a.next_.resize(a.next_.size() + 256, -1);
+      const int32_t id = dfa.n_states();
+      dfa.final_flags.push_back(std::binary_search(set.begin(), set.end(), end) ? 1 : 0);
+      dfa.trans.resize(dfa.trans.size() + static_cast<size_t>(n_cls), -1);
       ids.emplace(set, id);
       work.push_back(std::move(set));
       return id;
     };
-    a.rule_start_.push_back(intern(closure({start})));
+    intern(closure({start}));  // state 0
     std::vector<std::vector<int>> per_call;
+    std::vector<int> set, targets;
     for (size_t k = 0; k < work.size(); ++k) {
-      const int32_t id = first + static_cast<int32_t>(k);
-      const std::vector<int> set = work[k];  // copy: work grows
+      const int32_t id = static_cast<int32_t>(k);
+      set = work[k];  // a copy: work grows
       for (int c = 0; c < n_cls; ++c) {
-        std::vector<int> targets;
+        targets.clear();
         const size_t b = static_cast<size_t>(rep[static_cast<size_t>(c)]);
         for (int s : set)
           for (auto& [bs, t] : nfa[static_cast<size_t>(s)].bytes)
@@ -216,9 +296,8 @@ Automaton build_automaton(const Grammar& g) {
         if (targets.empty()) continue;
         std::sort(targets.begin(), targets.end());
         targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
-        const int32_t to = intern(closure(std::move(targets)));
-        for (int x = 0; x < 256; ++x)
-          if (cls[static_cast<size_t>(x)] == c) a.next_[static_cast<size_t>(id) * 256 + static_cast<size_t>(x)] = to;
+        const int32_t to = intern(closure(targets));
+        dfa.trans[static_cast<size_t>(id) * static_cast<size_t>(n_cls) + static_cast<size_t>(c)] = to;
       }
       per_call.assign(nb.callees.size(), {});
       for (int s : set)
@@ -227,9 +306,24 @@ Automaton build_automaton(const Grammar& g) {
         if (per_call[sym].empty()) continue;
         std::sort(per_call[sym].begin(), per_call[sym].end());
         per_call[sym].erase(std::unique(per_call[sym].begin(), per_call[sym].end()), per_call[sym].end());
-        pending.push_back({id, nb.callees[sym], intern(closure(per_call[sym]))});
+        dfa.calls.push_back({id, nb.callees[sym], intern(closure(per_call[sym]))});
       }
     }
+    minimize_rule_dfa(dfa);
+    // The rule's states, byte classes expanded to 256 edges a state.
+    const size_t m = static_cast<size_t>(dfa.n_states());
+    a.rule_start_.push_back(first);
+    a.final_.insert(a.final_.end(), dfa.final_flags.begin(), dfa.final_flags.end());
+    a.has_bytes_.resize(a.has_bytes_.size() + m, 0);
+    a.state_rule_.resize(a.state_rule_.size() + m, static_cast<int32_t>(r));
+    const size_t row0 = a.next_.size();
+    a.next_.resize(row0 + m * 256);
+    for (size_t k = 0; k < m; ++k)
+      for (size_t x = 0; x < 256; ++x) {
+        const int32_t t = dfa.trans[k * static_cast<size_t>(n_cls) + static_cast<size_t>(cls[x])];
+        a.next_[row0 + k * 256 + x] = t < 0 ? -1 : first + t;
+      }
+    for (const AutomatonPendingCall& c : dfa.calls) pending.push_back({first + c.state, c.rule, first + c.next});
     a.names_.push_back(rules[r].name);
     a.share_keys_.push_back(rules[r].share_key);
   }
@@ -238,7 +332,7 @@ Automaton build_automaton(const Grammar& g) {
 
   // Call edges per state, in the order they were made (the same for the same expression).
   std::vector<std::vector<Call>> calls(n);
-  for (const PendingCall& p : pending) calls[static_cast<size_t>(p.state)].push_back({a.rule_start_[static_cast<size_t>(p.rule)], p.next});
+  for (const AutomatonPendingCall& p : pending) calls[static_cast<size_t>(p.state)].push_back({a.rule_start_[static_cast<size_t>(p.rule)], p.next});
 
   // Productive states: can reach a final state of their rule through bytes and calls of
   // productive rules. Iterated to a fixpoint (rules depend on each other).

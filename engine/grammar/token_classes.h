@@ -29,4 +29,12 @@ struct TokenClasses {
 /// The classes of every token from `state` (a state with byte edges).
 TokenClasses compute_token_classes(const Automaton& a, const TokenTable& tokens, int32_t state);
 
+/// The classes at the start of a bounded JSON string's tail (JsonTerms::string_tail: at most
+/// `left` >= 0 more characters, at least `need`, then the closing quote; characters are raw UTF-8
+/// code points >= 0x20 other than '"' and '\', or the escapes \" \\ \/ \b \f \n \r \t), computed
+/// from each token's bytes in one pass over the vocabulary instead of a walk of the trie: a
+/// token's fate there depends only on how many characters it spells before a closing quote.
+/// Equal to compute_token_classes at that state (tests/grammar/token_classes_test.cpp).
+TokenClasses string_tail_start_classes(const TokenTable& tokens, int left, int need);
+
 }  // namespace servelab::grammar

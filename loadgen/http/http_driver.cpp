@@ -271,16 +271,15 @@ void Driver::launch(Request r, double intended, double released) {
   live_.push_back(c);
 
   const Endpoint& ep = endpoints_[c->replica];
-  std::string response_format;
+  std::optional<StructuredMember> member;
   if (opt_.structured) {
-    if (const std::string* schema = opt_.structured->schema_text(c->request.id)) {
+    if (const std::string* entry = opt_.structured->schema_text(c->request.id)) {
       c->rec.schema = opt_.structured->schema_of(c->request.id);
       c->keep_text = true;
-      response_format = response_format_json(c->rec.schema, *schema);
+      member = structured_member(opt_.structured->spec(), c->rec.schema, *entry);
     }
   }
-  const std::string body = request_body(c->request, opt_.target, opt_.tokenizer,
-                                        response_format.empty() ? nullptr : &response_format);
+  const std::string body = request_body(c->request, opt_.target, opt_.tokenizer, member ? &*member : nullptr);
   std::string& w = c->wire;
   w.reserve(body.size() + 256);
   w += "POST ";

@@ -61,14 +61,26 @@ void append_float(std::string& out, float v) {
 }  // namespace
 
 std::string request_body(const Request& r, const TargetSpec& t, const Tokenizer* tokenizer,
-                         const std::string* response_format) {
+                         const StructuredMember* structured) {
   // Written directly, one per request at thousands a second: the bytes nlohmann::json would dump
   // for the same fields (keys in its sorted order), without building the object.
   const SamplingParams& sp = r.sampling;
   std::string s;
-  s.reserve(160 + 8 * r.prompt.size());
-  s += "{\"ignore_eos\":";
-  s += sp.ignore_eos && t.ignore_eos && !response_format ? "true" : "false";
+  s.reserve(160 + 8 * r.prompt.size() + (structured ? structured->value.size() + 24 : 0));
+  // The structured member at its key's place in sorted order: guided_* first, response_format
+  // after prompt, structured_outputs after stream_options.
+  const auto member_here = [&](bool here) {
+    if (!here) return;
+    s += '"';
+    s += structured->key;
+    s += "\":";
+    s += structured->value;
+    s += ',';
+  };
+  s += '{';
+  member_here(structured && structured->key.rfind("guided_", 0) == 0);
+  s += "\"ignore_eos\":";
+  s += sp.ignore_eos && t.ignore_eos && !structured ? "true" : "false";
   s += ",\"max_tokens\":" + std::to_string(sp.max_tokens);
   if (t.api == TargetApi::chat) {
     s += ",\"messages\":[{\"content\":";
@@ -93,12 +105,14 @@ std::string request_body(const Request& r, const TargetSpec& t, const Tokenizer*
       s += ']';
     }
   }
-  if (response_format) {
+  if (structured && structured->key == "response_format") {
     s += ",\"response_format\":";
-    s += *response_format;
+    s += structured->value;
   }
   s += ",\"seed\":" + std::to_string(sp.seed & 0x7fffffffffffffffull);
-  s += ",\"stream\":true,\"stream_options\":{\"include_usage\":true},\"temperature\":";
+  s += ",\"stream\":true,\"stream_options\":{\"include_usage\":true},";
+  member_here(structured && structured->key == "structured_outputs");
+  s += "\"temperature\":";
   append_float(s, sp.temperature);
   if (sp.top_k > 0) s += ",\"top_k\":" + std::to_string(sp.top_k);
   if (sp.top_p < 1.0f) {

@@ -4,6 +4,7 @@
 
 #include "engine/model/tokenizer.h"
 #include "engine/request.h"
+#include "loadgen/structured_output.h"
 #include "loadgen/target.h"
 
 namespace servelab::http_load {
@@ -16,9 +17,10 @@ std::string prompt_text(const std::vector<TokenId>& ids, const Tokenizer* tokeni
 /// "user", "content": text}], ...}; both with max_tokens, ignore_eos, temperature, top_p, top_k,
 /// seed, stream: true, stream_options.include_usage: true, and model: the request's LoRA adapter
 /// (Request::lora's name) when it has one, else the target's model when it names one.
-/// `response_format` (structured output: response_format_json, loadgen/structured_output.h), when
-/// given, goes in as is and the request stops at its end: ignore_eos false.
+/// `structured` (the constraint's member, loadgen/structured_output.h: response_format,
+/// structured_outputs or guided_*), when given, goes in as is, at its key's sorted place, and the
+/// request stops at its end: ignore_eos false.
 std::string request_body(const Request& request, const TargetSpec& target, const Tokenizer* tokenizer,
-                         const std::string* response_format = nullptr);
+                         const StructuredMember* structured = nullptr);
 
 }  // namespace servelab::http_load

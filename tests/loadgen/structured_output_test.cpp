@@ -5,13 +5,18 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "loadgen/capacity_probe.h"
 #include "loadgen/http/http_driver.h"
+#include "loadgen/plan.h"
 #include "loadgen/http/request_body.h"
+#include "loadgen/records/constraint_entry.h"
 #include "loadgen/sources.h"
 #include "loadgen/sweep.h"
 #include "tests/loadgen/http_test_util.h"
@@ -48,7 +53,17 @@ TEST(StructuredOutput, ScenarioKeyAndItsErrors) {
   auto errs = scenario_errors(std::string(kBaseScenario) + "  structured_output: {fraction: 1.5, kind: regex}\n");
   EXPECT_TRUE(has_error(errs, ":9:")) << joined(errs);  // at the line of the key
   EXPECT_TRUE(has_error(errs, "workload.structured_output.fraction must be in [0, 1] (got 1.5")) << joined(errs);
-  EXPECT_TRUE(has_error(errs, "workload.structured_output.kind must be json_schema")) << joined(errs);
+  errs = scenario_errors(std::string(kBaseScenario) + "  structured_output: {kind: xml}\n");
+  EXPECT_TRUE(has_error(errs, "workload.structured_output.kind must be json_schema, regex, choice or grammar (got xml)"))
+      << joined(errs);
+  errs = scenario_errors(std::string(kBaseScenario) + "  structured_output: {kind: regex, field: response_format}\n");
+  EXPECT_TRUE(has_error(errs, ":9:")) << joined(errs);
+  EXPECT_TRUE(has_error(errs, "field response_format carries JSON schemas only (kind is regex")) << joined(errs);
+  errs = scenario_errors(std::string(kBaseScenario) + "  structured_output: {kind: choice, field: extra_body}\n");
+  EXPECT_TRUE(has_error(errs, "must be response_format, structured_outputs or guided (got extra_body)")) << joined(errs);
+  const Scenario g = load_yaml(std::string(kBaseScenario) + "  structured_output: {kind: grammar, field: guided}\n");
+  EXPECT_EQ(g.workload.structured_output.kind, "grammar");
+  EXPECT_EQ(g.workload.structured_output.field, "guided");
   errs = scenario_errors(std::string(kBaseScenario) + "  structured_output: {schemas: no-such-file.json}\n");
   EXPECT_TRUE(has_error(errs, "is not a file")) << joined(errs);
   errs = scenario_errors(std::string(kBaseScenario) + "  structured_output: {n_schemas: 0, schema: x}\n");
@@ -85,6 +100,86 @@ TEST(StructuredOutput, BuiltinSetIsRealisticAndFilesAreRead) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("bad.jsonl:2: not a JSON schema object"), std::string::npos) << e.what();
   }
+}
+
+TEST(StructuredOutput, BuiltinSetsOfEveryKindAndTheirFiles) {
+  for (const char* kind : {"regex", "choice", "grammar"}) {
+    StructuredOutputSpec spec;
+    spec.enabled = true;
+    spec.kind = kind;
+    spec.n_schemas = 40;
+    const SchemaSet set = load_schema_set(spec);
+    ASSERT_EQ(set.texts.size(), 40u);
+    EXPECT_EQ(set.kind, kind);
+    std::set<std::string> distinct(set.texts.begin(), set.texts.end());
+    EXPECT_GT(distinct.size(), 10u) << kind;  // templates with seeded sizes, not one entry
+    for (const auto& t : set.texts) EXPECT_EQ(parse_constraint_line(t).kind, kind) << t;
+    EXPECT_EQ(load_schema_set(spec).texts, set.texts);  // the same set in every scenario
+  }
+  StructuredOutputSpec spec;
+  spec.enabled = true;
+  spec.kind = "choice";
+  spec.schemas = write_temp("choices.jsonl", "[\"yes\", \"no\"]\n[\"a\", \"b\", \"c\"]\n");
+  SchemaSet set = load_schema_set(spec);
+  ASSERT_EQ(set.texts.size(), 2u);
+  EXPECT_EQ(set.texts[1], R"({"kind":"choice","choice":["a","b","c"]})");
+  spec.kind = "regex";
+  spec.schemas = write_temp("regexes.json", R"(["[a-z]+", "\\d{3}"])");
+  set = load_schema_set(spec);
+  ASSERT_EQ(set.texts.size(), 2u);
+  EXPECT_EQ(parse_constraint_line(set.texts[1]).value, "\\d{3}");
+  spec.schemas = write_temp("bad_regexes.jsonl", "\"[a-z]+\"\n{\"type\": \"string\"}\n");
+  try {
+    load_schema_set(spec);
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad_regexes.jsonl:2: not a JSON string holding a regex"), std::string::npos) << e.what();
+  }
+}
+
+TEST(StructuredOutput, EachKindAndFieldSendsItsMember) {
+  StructuredOutputSpec spec;
+  spec.enabled = true;
+  const std::string schema = R"({"type":"object","properties":{"b":{},"a":{}}})";
+  EXPECT_EQ(structured_member(spec, 3, schema).key, "response_format");
+  spec.field = "structured_outputs";
+  EXPECT_EQ(structured_member(spec, 3, schema).value, "{\"json\":" + schema + "}");  // key order kept
+  spec.field = "guided";
+  EXPECT_EQ(structured_member(spec, 3, schema).key, "guided_json");
+  const std::string regex = constraint_line({"regex", "[a-z]{2}"});
+  const std::string choice = constraint_line({"choice", {"x", "y"}});
+  const std::string gbnf = constraint_line({"grammar", "root ::= \"a\""});
+  spec.field = "";
+  spec.kind = "regex";
+  EXPECT_EQ(structured_member(spec, 0, regex).key, "structured_outputs");
+  EXPECT_EQ(structured_member(spec, 0, regex).value, R"({"regex":"[a-z]{2}"})");
+  spec.kind = "choice";
+  EXPECT_EQ(structured_member(spec, 0, choice).value, R"({"choice":["x","y"]})");
+  spec.field = "guided";
+  spec.kind = "grammar";
+  EXPECT_EQ(structured_member(spec, 0, gbnf).key, "guided_grammar");
+  EXPECT_EQ(structured_member(spec, 0, gbnf).value, R"("root ::= \"a\"")");
+  // In the body at its sorted place (the body stays what nlohmann would dump), ignore_eos off.
+  Request r;
+  r.id = 1;
+  r.prompt = {1, 2, 3};
+  r.sampling.max_tokens = 8;
+  r.sampling.ignore_eos = true;
+  TargetSpec t;
+  for (const auto& m : {structured_member(spec, 0, gbnf), StructuredMember{"structured_outputs", R"({"regex":"a+"})"},
+                        StructuredMember{"response_format", response_format_json(0, R"({"type":"string"})")}}) {
+    const std::string body = http_load::request_body(r, t, nullptr, &m);
+    const auto j = nlohmann::json::parse(body);
+    EXPECT_EQ(j.dump(), body);
+    EXPECT_TRUE(j.contains(m.key)) << body;
+    EXPECT_EQ(j["ignore_eos"], false);
+  }
+}
+
+TEST(StructuredOutput, TheKindsExampleScenarioLoads) {
+  const Scenario s = load_scenario(std::string(SERVELAB_SOURCE_DIR) + "/scenarios/http/structured-kinds.yaml");
+  EXPECT_EQ(s.workload.structured_output.kind, "regex");
+  EXPECT_EQ(structured_field(s.workload.structured_output), "structured_outputs");
 }
 
 TEST(StructuredOutput, FractionPicksReproducibleRequests) {
@@ -187,6 +282,32 @@ TEST(StructuredOutput, InProcessRunConstrainsAndRecordsOutputs) {
   int n_lines = 0;
   while (std::getline(schemas, line)) n_lines += !line.empty();
   EXPECT_EQ(n_lines, 2);
+}
+
+// `servelab capacity` probes run the workload `run` does: with structured_output, the same
+// requests carry the same constraints (here in-process, a regex set) and their records the
+// entry and the output text.
+TEST(StructuredOutput, CapacityProbesCarryTheConstraints) {
+  const Scenario s = load_yaml(
+      "name: so\nseed: 3\nmodel: {preset: tiny}\nbackend: {kind: cpu, threads: 1}\n"
+      "strategies:\n  - batching: continuous\n"
+      "workload:\n  rates: [200]\n  n_requests: 6\n  prompt_tokens: 4\n  output_tokens: 48\n"
+      "  structured_output: {kind: choice, n_schemas: 3, fraction: 0.5}\n");
+  const PointRunner runner(s);
+  const PointRun run = runner.run(0, 200.0);
+  ASSERT_EQ(run.records.size(), 6u);
+  const SchemaSet set = load_schema_set(s.workload.structured_output);
+  const StructuredRequests picks(s.workload.structured_output, std::make_shared<SchemaSet>(set), Planner(s).make(200.0).seed);
+  int n_constrained = 0;
+  for (const auto& r : run.records) {
+    EXPECT_EQ(r.schema, picks.schema_of(r.id));  // the assignment `run` makes
+    if (r.schema < 0) continue;
+    ++n_constrained;
+    const auto choices = parse_constraint_line(set.texts.at(static_cast<size_t>(r.schema))).value;
+    EXPECT_NE(std::find(choices.begin(), choices.end(), r.output_text), choices.end()) << r.output_text;
+  }
+  EXPECT_GT(n_constrained, 0);
+  EXPECT_LT(n_constrained, 6);
 }
 
 }  // namespace structured_output_test

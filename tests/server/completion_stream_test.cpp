@@ -73,6 +73,38 @@ TEST(CompletionStream, SplitUtf8IsHeldUntilComplete) {
   EXPECT_EQ(texts(cs.on_tokens(toks(euro.substr(2, 1)))), euro);
 }
 
+// The real tokenizers' decode() replaces a partial character by U+FFFD, so the stream must join
+// raw token bytes before decoding: decoding each token alone turned one "\xC3\xA9" into two
+// U+FFFD (a string the grammar kept within maxLength came out longer; issue 30).
+TEST(CompletionStream, SplitUtf8IsHeldWithARealByteTokenizer) {
+  const auto tok = make_byte_tokenizer(512, 1);
+  const std::string text = "a\xC3\xA9b\xE2\x82\xAC\xF0\x9F\x98\x80c";
+  for (const bool stream : {true, false}) {
+    CompletionParams p;
+    p.stream = stream;
+    CompletionStream cs(p, *tok, "cmpl-1", "m", 0, 1, "");
+    std::string sse;
+    for (const auto& t : toks(text)) sse += cs.on_tokens({t});
+    FinishedRequest f;
+    f.reason = FinishReason::length;
+    sse += cs.on_finished({}, f);
+    EXPECT_EQ(sse.find("\xEF\xBF\xBD"), std::string::npos) << sse;  // no U+FFFD anywhere
+    EXPECT_NE(stream ? texts(sse).find(text) : sse.find(text), std::string::npos) << sse;
+  }
+}
+
+TEST(CompletionStream, TrulyInvalidBytesStillBecomeReplacementCharacters) {
+  const auto tok = make_byte_tokenizer(512, 1);
+  CompletionParams p;
+  p.stream = true;
+  CompletionStream cs(p, *tok, "cmpl-1", "m", 0, 1, "");
+  std::string sse = cs.on_tokens(toks("x\x80y\xC3"));  // a stray continuation byte, then a lead
+  FinishedRequest f;
+  f.reason = FinishReason::length;
+  sse += cs.on_finished({}, f);  // the lead never completed
+  EXPECT_EQ(texts(sse), "x\xEF\xBF\xBDy\xEF\xBF\xBD") << sse;
+}
+
 TEST(CompletionStream, NonStreamedBodyHasUsageAndChoices) {
   ByteIds tok;
   CompletionParams p;
