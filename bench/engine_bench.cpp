@@ -6,7 +6,8 @@
 //                                  graph replay, for ncu --profile-from-start off; V: a kMbuVariants name)
 //   engine_bench --mbu [--variants V,V,...]   (decode MBU only, per decode-path variant, see kMbuVariants)
 //   engine_bench --quantization F,F,...   (fp8, int4_awq, int4_gptq beside bf16: decode at batch 1,
-//                                  8, 16 and a 2048-token prefill, one backend after the other)
+//                                  8, 16 and a 2048-token prefill, one backend after the other;
+//                                  F/R: quant_gemv for products of up to R rows only)
 // - decode, batch 1, 8, 32, 128, 256 x context 128 and 4096: tokens/s and model-bandwidth
 //   utilization (MBU) = (weight bytes + KV bytes read per step) / step time / copy bandwidth.
 // - prefill of 4096 tokens, one sequence: TFLOP/s against the GEMM.
@@ -310,7 +311,7 @@ int run_quant(const Args& args) {
   for (size_t at = 0; at <= args.quantization.size();) {
     const size_t comma = std::min(args.quantization.find(',', at), args.quantization.size());
     formats.push_back(args.quantization.substr(at, comma - at));
-    parse_quantization(formats.back());  // a bad name fails before any backend is built
+    parse_quantization(formats.back().substr(0, formats.back().find('/')));  // a bad name fails before any backend
     at = comma + 1;
   }
   const int prefill_len = std::min(2048, model.max_position);
@@ -321,8 +322,10 @@ int run_quant(const Args& args) {
   const int warmup = 3, repeats = args.quick ? 7 : 15;
   std::vector<std::vector<double>> ms(formats.size());
   for (size_t f = 0; f < formats.size(); ++f) {
-    CudaBackendOptions o;
-    o.quantization = parse_quantization(formats[f]);
+    CudaBackendOptions o;  // "fp8/4": fp8 with quant_gemv for products of up to 4 rows only
+    const size_t slash = formats[f].find('/');
+    o.quantization = parse_quantization(formats[f].substr(0, slash));
+    if (slash != std::string::npos) o.quant_gemv_max_rows = std::atoi(formats[f].c_str() + slash + 1);
     std::unique_ptr<CudaBackend> backend = CudaBackend::random(model, 1, o);
     const std::string label = formats[f] == "none" ? "bf16" : formats[f];
     record("quant_weight_bytes", label, double(backend->weight_bytes()) / 1e9, "GB");

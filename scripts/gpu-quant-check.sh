@@ -6,7 +6,8 @@
 # torch._scaled_mm's peers run (scripts/gpu-bench-peers.py --gemm-only: the GPU is idle during the
 # build); then the FP8/INT4 kernel tests and the quantized cuda-backend tests, kernel_bench
 # --quant-only (FP8 GEMM 8192^3 and llama2-7b prefill products vs bf16, quantized decode products
-# at M = 1, 8, 16) and engine_bench --quantization fp8,int4_awq (llama2-7b steps vs bf16).
+# at M = 1, 8, 16) and engine_bench --quantization $FORMATS (default fp8,int4_awq; llama2-7b steps
+# vs bf16).
 # Logs and JSON under OUT; the commit recorded: GPU_COMMIT (a file) or git.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,19 +33,19 @@ step build "${BUILD_LIMIT:-250}" cmake --build "$BUILD" -j"$(nproc)" --target te
   kernel_bench engine_bench -- -k 0
 wait $peers
 [ -x "$BUILD/test_kernels_gpu" ] &&
-  step kernels_gpu 60 "$BUILD/test_kernels_gpu" --gtest_filter='Fp8*:Int4*:QuantGemv*' &
+  step kernels_gpu 60 "$BUILD/test_kernels_gpu" --gtest_filter='*Fp8*:*Int4*:*QuantGemv*' &
 kpid=$!
 [ -x "$BUILD/test_cuda_backend_gpu" ] &&
-  step backend_gpu 90 "$BUILD/test_cuda_backend_gpu" --gtest_filter='Quant*:*CudaBackendGpuTokens*bf16*:*CudaBackendGpuGraphs.DecodeReplayed*'
+  step backend_gpu 120 "$BUILD/test_cuda_backend_gpu" --gtest_filter='*QuantGpu*:*CudaBackendGpuTokens*bf16*:*CudaBackendGpuGraphs.DecodeReplayed*'
 wait $kpid
 [ -x "$BUILD/kernels/kernel_bench" ] &&
   step kernel_bench 80 "$BUILD/kernels/kernel_bench" --quant-only --json "$OUT/kernel_bench.json" --commit "$COMMIT"
 [ -x "$BUILD/engine_bench" ] &&
-  step engine_bench 100 "$BUILD/engine_bench" --quantization fp8,int4_awq --quick --json "$OUT/engine_bench.json" \
+  step engine_bench 100 "$BUILD/engine_bench" --quantization "${FORMATS:-fp8,int4_awq}" --quick --json "$OUT/engine_bench.json" \
     --commit "$COMMIT"
 echo "== gpu-quant-check: $(head -1 "$OUT/environment.txt"), commit $COMMIT =="
 cat "$OUT/steps.txt"
-grep -hE "^\[  (PASSED|FAILED) |^\[  FAILED|relative error|agreed|outer-vector" "$OUT"/kernels_gpu.log "$OUT"/backend_gpu.log 2>/dev/null | head -40
-grep -E "fp8_|quant_gemv_.*vs|decode_products|cublaslt_gemm|VALID" "$OUT/kernel_bench.log" 2>/dev/null | cut -c1-140 | head -40
+grep -hE "^\[  (PASSED|FAILED) |^\[  FAILED|relative error|agreed|outer-vector|Failure" "$OUT"/kernels_gpu.log "$OUT"/backend_gpu.log 2>/dev/null | head -40
+grep -E "fp8_|int4_|decode-row|quant_gemv_.*vs|decode_products|cublaslt_gemm|VALID" "$OUT/kernel_bench.log" 2>/dev/null | cut -c1-140 | head -40
 grep -E "quant_" "$OUT/engine_bench.log" 2>/dev/null | cut -c1-140
 grep -E "torch_" "$OUT/peers.log" 2>/dev/null

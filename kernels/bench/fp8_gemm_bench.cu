@@ -6,6 +6,7 @@
 // - the dynamic activation quantization of an 8192 x 8192 bf16 matrix, GB/s (2 bytes read, 1
 //   written per element) against the copy;
 // - llama2-7b's prefill products at 2048 rows, FP8 (quantization included) against bf16's Gemm.
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -18,6 +19,7 @@
 #include "kernels/fp8_gemm.h"
 #include "kernels/fp8_quant.h"
 #include "kernels/gemm.h"
+#include "kernels/int4_quant.h"
 #include "kernels/ref/fp8_gemm_ref.h"
 
 namespace servelab::kernels::bench {
@@ -129,6 +131,62 @@ void bench_fp8_gemm(double gemm_tflops, double copy_gbs) {
            ms_bf16 / ms_fp8, "x", "-", 0);
   }
   record("fp8_prefill_layer_vs_bf16", "llama2-7b layer products M2048", total_bf16 / total_fp8, "x", "-", 0);
+
+  // The same four products at decode row counts, in CUDA graphs over weight copies that outgrow
+  // L2: bf16 through Gemm (gemv up to 8 rows) against the W8A8 path (quantize + FP8 GEMM) and
+  // INT4's dequantize + bf16 GEMM, the alternatives to quant_gemv above its best row counts.
+  int64_t l2 = 0;
+  {
+    int dev = 0, bytes = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, dev));
+    l2 = bytes;
+  }
+  for (int rows : {1, 8, 16}) {
+    double ms[3] = {0, 0, 0};
+    for (const Shape& sh : {Shape{"qkv", 12288, 4096}, Shape{"o", 4096, 4096}, Shape{"gate_up", 22016, 4096},
+                            Shape{"down", 4096, 11008}}) {
+      const int64_t elems = int64_t(sh.n) * sh.k;
+      const int n_rot = int(std::min<int64_t>(6, 4 * l2 / elems + 1));
+      Buf wb(size_t(elems) * 2 * n_rot), w8(size_t(elems) * n_rot), w4(size_t(elems / 2) * n_rot), yb(size_t(rows) * sh.n * 2),
+          s4(size_t(sh.k / 128) * sh.n * 4), z4(size_t(sh.k / 128) * sh.n * 4), deq(size_t(elems) * 2);
+      fill_random(wb.p, elems * n_rot, 53);
+      CUDA_CHECK(cudaMemset(w8.p, 0x30, w8.bytes));
+      CUDA_CHECK(cudaMemset(w4.p, 0x11, w4.bytes));
+      CUDA_CHECK(cudaMemset(s4.p, 0, s4.bytes));
+      CUDA_CHECK(cudaMemset(z4.p, 0, z4.bytes));
+      bf16.set_gemv_waves(0);
+      bf16.set_gemv_variant(3);
+      ms[0] += time_graph_ms([&](int i, cudaStream_t st) {
+        bf16.run(ScalarType::bf16, xb.p, wb.get<char>() + size_t(i % n_rot) * elems * 2, yb.p, rows, sh.n, sh.k, false, st);
+      }, 20, 15) * 32;
+      Fp8QuantizeArgs q;
+      q.x = xb.p, q.x_stride = sh.k, q.m = rows, q.k = sh.k, q.scales = Fp8ActScales::per_tensor;
+      q.codes = x.get<uint8_t>(), q.row_scales = xs.get<float>(), q.amax = amax.get<float>();
+      Fp8GemmArgs a;
+      a.x = x.get<uint8_t>(), a.x_scales = xs.get<float>(), a.x_uniform = true;
+      a.w_scales = ws.get<float>(), a.w_uniform = true;
+      a.y = yb.p, a.m = rows, a.n = sh.n, a.k = sh.k;
+      gemm.run([&] { Fp8GemmArgs b = a; b.w = w8.get<uint8_t>(); return b; }(), nullptr);  // algorithm chosen outside capture
+      ms[1] += time_graph_ms([&](int i, cudaStream_t st) {
+        quantize_fp8_activations(q, st);
+        Fp8GemmArgs b = a;
+        b.w = w8.get<uint8_t>() + size_t(i % n_rot) * elems;
+        gemm.run(b, st);
+      }, 20, 15) * 32;
+      if (rows > 1) bf16.run(ScalarType::bf16, xb.p, deq.p, yb.p, rows, sh.n, sh.k, false, nullptr);  // warm the algorithm
+      ms[2] += time_graph_ms([&](int i, cudaStream_t st) {
+        dequantize_int4(w4.get<uint8_t>() + size_t(i % n_rot) * (elems / 2), s4.get<float>(), z4.get<float>(), sh.n,
+                        sh.k, 128, deq.p, st);
+        bf16.run(ScalarType::bf16, xb.p, deq.p, yb.p, rows, sh.n, sh.k, false, st);
+      }, 20, 15) * 32;
+    }
+    const std::string shape = "llama2-7b layer products x32, M" + std::to_string(rows);
+    record("fp8_gemm_decode_vs_bf16", shape + " (quantize + gemm)", ms[0] / ms[1], "x", "-", 0);
+    record("int4_dequant_gemm_decode_vs_bf16", shape + " (dequantize + bf16 gemm)", ms[0] / ms[2], "x", "-", 0);
+    std::printf("  decode-row products M%d: bf16 %.3f ms, fp8 W8A8 gemm %.3f ms, int4 dequant+gemm %.3f ms\n", rows,
+                ms[0], ms[1], ms[2]);
+  }
 }
 
 }  // namespace servelab::kernels::bench

@@ -75,6 +75,9 @@ struct CudaBackendOptions {
   /// not batch-invariant.
   Quantization quantization = Quantization::none;
   bool fp8_per_channel = false;
+  /// Quantized products of up to this many rows (1..16) take quant_gemv on bf16 activations;
+  /// more rows the FP8 GEMM (fp8) or dequantize + bf16 GEMM (int4). engine_bench compares.
+  int quant_gemv_max_rows = 16;
   /// Names the bad field: device < 0, tp_timeout_s <= 0, decode.gemv_waves < 0, decode.gemv_loop outside 0..3, a dtype other than bf16 / f16, or f16 in a build without the
   /// fp16 kernels; quantization with dtype f16 or batch_invariant.
   void validate() const;

@@ -205,7 +205,8 @@ struct CudaBackend::Impl {
       const QuantScheme scheme = scheme_for_model(options.quantization, m, options.fp8_per_channel);
       qw = std::make_unique<cuda::QuantDeviceWeights>(cuda::quantize_device_weights(w, scheme));
       quant_runner = std::make_unique<cuda::QuantLinearRunner>(scheme, std::max(qkv_width(), 2 * local_ffn),
-                                                               std::max({m.hidden_size, dq(), local_ffn}));
+                                                               std::max({m.hidden_size, dq(), local_ffn}),
+                                                               options.quant_gemv_max_rows);
     }
   }
 

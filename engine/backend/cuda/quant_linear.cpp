@@ -137,8 +137,11 @@ QuantDeviceWeights quantize_device_weights(DeviceWeights& w, const QuantScheme& 
   return q;
 }
 
-QuantLinearRunner::QuantLinearRunner(const QuantScheme& scheme, int max_out, int max_in)
-    : scheme_(scheme), max_in_(max_in) {
+QuantLinearRunner::QuantLinearRunner(const QuantScheme& scheme, int max_out, int max_in, int gemv_max_rows)
+    : scheme_(scheme), max_in_(max_in), gemv_max_rows_(gemv_max_rows) {
+  if (gemv_max_rows < 1 || gemv_max_rows > kGemvRows)
+    throw std::invalid_argument("quant_gemv_max_rows must be 1.." + std::to_string(kGemvRows) + " (got " +
+                                std::to_string(gemv_max_rows) + ")");
   if (scheme.method == Quantization::fp8) {
     fp8_ = std::make_unique<kernels::Fp8Gemm>();
     amax_.grow(256, "the FP8 activation amax");
@@ -160,16 +163,16 @@ int64_t QuantLinearRunner::scratch_bytes(int rows) const {
 }
 
 void QuantLinearRunner::prepare(int max_rows, const QuantWeight& w) {
-  if (!fp8_ || max_rows <= kGemvRows) return;
+  if (!fp8_ || max_rows <= gemv_max_rows_) return;
   const bool per_token = scheme_.activations == ActivationQuant::fp8_per_token;
-  fp8_->prepare(kGemvRows + 1, max_rows, w.out, w.in, per_token || !w.uniform_scales);
+  fp8_->prepare(gemv_max_rows_ + 1, max_rows, w.out, w.in, per_token || !w.uniform_scales);
 }
 
 void QuantLinearRunner::run(const QuantWeight& w, const void* x, void* y, int rows, kernels::Gemm& gemm,
                             cudaStream_t stream) {
   if (rows == 0) return;
   const bool fp8 = w.kind == QuantLinear::Kind::fp8_e4m3;
-  if (rows <= kGemvRows) {  // decode: stream the quantized weights once, dequantized in registers
+  if (rows <= gemv_max_rows_) {  // decode: stream the quantized weights once, dequantized in registers
     kernels::QuantGemvArgs a;
     a.kind = fp8 ? kernels::QuantWeightKind::fp8_e4m3 : kernels::QuantWeightKind::int4;
     a.x = x;

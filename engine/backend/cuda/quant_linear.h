@@ -56,7 +56,8 @@ QuantDeviceWeights quantize_device_weights(DeviceWeights& w, const QuantScheme& 
 class QuantLinearRunner {
  public:
   /// max_out, max_in: the largest Linear (int4's bf16 scratch holds one dequantized matrix).
-  QuantLinearRunner(const QuantScheme& scheme, int max_out, int max_in);
+  /// gemv_max_rows: products of up to this many rows take quant_gemv (1..kGemvRows).
+  QuantLinearRunner(const QuantScheme& scheme, int max_out, int max_in, int gemv_max_rows = kGemvRows);
   /// Activation codes and scales for steps of up to `rows` rows (call outside graph capture; a
   /// reallocation means the backend's graphs must be captured again).
   bool reserve(int rows);
@@ -66,13 +67,14 @@ class QuantLinearRunner {
   void prepare(int max_rows, const QuantWeight& w);
   /// y bf16 [rows, w.out] = x bf16 [rows, w.in] · dequant(w)ᵀ.
   void run(const QuantWeight& w, const void* x, void* y, int rows, kernels::Gemm& gemm, cudaStream_t stream);
-  /// Rows up to which quant_gemv runs (decode); the FP8 GEMM or int4's dequantize + GEMM above.
+  /// The most rows quant_gemv takes (decode); the FP8 GEMM or int4's dequantize + GEMM above.
   static constexpr int kGemvRows = 16;
 
  private:
   QuantScheme scheme_;
   int max_in_ = 0;
   int rows_capacity_ = 0;
+  int gemv_max_rows_ = kGemvRows;
   std::unique_ptr<kernels::Fp8Gemm> fp8_;
   DeviceBuffer act_codes_, act_scales_, amax_, dequant_;
 };
