@@ -322,7 +322,7 @@ int run_quant(const Args& args) {
   const int warmup = 3, repeats = args.quick ? 7 : 15;
   std::vector<std::vector<double>> ms(formats.size());
   for (size_t f = 0; f < formats.size(); ++f) {
-    CudaBackendOptions o;  // "fp8/4": fp8 with quant_gemv for products of up to 4 rows only
+    CudaBackendOptions o;  // "fp8/4": fp8 with quant_gemv for products of up to 4 rows (default: per format)
     const size_t slash = formats[f].find('/');
     o.quantization = parse_quantization(formats[f].substr(0, slash));
     if (slash != std::string::npos) o.quant_gemv_max_rows = std::atoi(formats[f].c_str() + slash + 1);

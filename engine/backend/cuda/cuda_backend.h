@@ -76,8 +76,10 @@ struct CudaBackendOptions {
   Quantization quantization = Quantization::none;
   bool fp8_per_channel = false;
   /// Quantized products of up to this many rows (1..16) take quant_gemv on bf16 activations;
-  /// more rows the FP8 GEMM (fp8) or dequantize + bf16 GEMM (int4). engine_bench compares.
-  int quant_gemv_max_rows = 16;
+  /// more rows the FP8 GEMM (fp8) or dequantize + bf16 GEMM (int4). 0: the measured fastest per
+  /// format (engine_bench --quantization fp8,fp8/1,... on an H200, docs/quantization.md): fp8 1
+  /// (quant_gemv loses to the FP8 GEMM from 2 rows on), int4 16 (dequantize + GEMM loses more).
+  int quant_gemv_max_rows = 0;
   /// Names the bad field: device < 0, tp_timeout_s <= 0, decode.gemv_waves < 0, decode.gemv_loop outside 0..3, a dtype other than bf16 / f16, or f16 in a build without the
   /// fp16 kernels; quantization with dtype f16 or batch_invariant.
   void validate() const;

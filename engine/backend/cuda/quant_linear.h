@@ -3,9 +3,9 @@
 // format, and the product cuda_ops.h's Linear and GateUpSilu dispatch to when a layer has them.
 // - fp8: codes E4M3 [out, in] and fp32 scales [out] (per output channel, or each HF matrix's
 //   per-tensor scale repeated over its rows: a fused Q|K|V keeps three). Products of at most
-//   kernels' quant_gemv rows (16: decode) take quant_gemv on bf16 activations (W8A16: the bytes
-//   are the decode win); more rows (prefill) quantize the activations to E4M3 (dynamic, per
-//   tensor or per token as the scheme says) and take the FP8 GEMM (W8A8, fp8_gemm.h).
+//   gemv_max_rows rows take quant_gemv on bf16 activations (W8A16: the bytes are the decode win;
+//   the backend's default is one row, measured); more rows quantize the activations to E4M3
+//   (dynamic, per tensor or per token as the scheme says) and take the FP8 GEMM (W8A8, fp8_gemm.h).
 // - int4 (AWQ asymmetric or GPTQ symmetric, groups along the input): codes [out, in / 2] and
 //   fp32 scales and zeros [in / group, out]. Up to 16 rows quant_gemv; more rows dequantize into
 //   a bf16 scratch matrix and take the bf16 GEMM (a first step, before a tensor-core INT4 kernel).
