@@ -6,6 +6,9 @@
 //                                  graph replay, for ncu --profile-from-start off; V: a kMbuVariants name)
 //   engine_bench --mbu [--variants V,V,...]   (decode MBU only, per decode-path variant, see kMbuVariants)
 //   engine_bench --lora [--quick]   (multi-LoRA against no adapter: bench/engine_bench_lora.h)
+//   engine_bench --quantization F,F,...   (fp8, int4_awq, int4_gptq beside bf16: decode at batch 1,
+//                                  8, 16 and a 2048-token prefill, one backend after the other;
+//                                  F/R: quant_gemv for products of up to R rows only)
 // - decode, batch 1, 8, 32, 128, 256 x context 128 and 4096: tokens/s and model-bandwidth
 //   utilization (MBU) = (weight bytes + KV bytes read per step) / step time / copy bandwidth.
 // - prefill of 4096 tokens, one sequence: TFLOP/s against the GEMM.
@@ -156,6 +159,7 @@ struct Args {
   bool lora = false;                   // --lora
   std::string variants;                // --variants (names of kMbuVariants), empty = all
   std::string before_label = "cuBLASLt only, no PDL, unfused SiLU";  // --before-label
+  std::string quantization;            // --quantization F,F,...: formats timed beside bf16
 };
 
 /// A decode path of the cuda backend (CudaBackendOptions::decode, cuda_backend.h): gemv (off |
@@ -296,6 +300,52 @@ int run_mbu(const Args& args) {
 }
 
 void write_json(const Args& args, const cudaDeviceProp& prop);
+
+/// --quantization: the same decode and prefill points for bf16 and each format (quantized on load,
+/// CudaBackendOptions::quantization), one backend at a time in this process (issue 26's targets:
+/// batch-1 decode step fp8 <= 0.56x, int4 <= 0.40x the bf16 step). Rows: quant_step_ms (each
+/// format and point), quant_step_vs_bf16 (the step time over bf16's), quant_weight_bytes.
+int run_quant(const Args& args) {
+  ModelConfig model = preset(args.preset);
+  model.dtype = DType::bf16;
+  std::printf("engine_bench --quantization %s: %s on %s\n", args.quantization.c_str(), model.name.c_str(),
+              cuda_device_description(0).c_str());
+  std::vector<std::string> formats = {"none"};
+  for (size_t at = 0; at <= args.quantization.size();) {
+    const size_t comma = std::min(args.quantization.find(',', at), args.quantization.size());
+    formats.push_back(args.quantization.substr(at, comma - at));
+    parse_quantization(formats.back().substr(0, formats.back().find('/')));  // a bad name fails before any backend
+    at = comma + 1;
+  }
+  const int prefill_len = std::min(2048, model.max_position);
+  std::vector<std::pair<std::string, ProfilePoint>> points;
+  for (const auto& [b, c] : std::vector<std::pair<int, int>>{{1, 128}, {1, 1024}, {8, 128}, {16, 128}})
+    points.push_back({fmt("decode b%.0f ctx%.0f", b, c), decode_point(b, std::min(c, model.max_position))});
+  points.push_back({fmt("prefill %.0f tokens", prefill_len), ProfilePoint{ProfilePhase::prefill, {{0, prefill_len}}}});
+  const int warmup = 3, repeats = args.quick ? 7 : 15;
+  std::vector<std::vector<double>> ms(formats.size());
+  for (size_t f = 0; f < formats.size(); ++f) {
+    CudaBackendOptions o;  // "fp8/4": fp8 with quant_gemv for products of up to 4 rows (default: per format)
+    const size_t slash = formats[f].find('/');
+    o.quantization = parse_quantization(formats[f].substr(0, slash));
+    if (slash != std::string::npos) o.quant_gemv_max_rows = std::atoi(formats[f].c_str() + slash + 1);
+    std::unique_ptr<CudaBackend> backend = CudaBackend::random(model, 1, o);
+    const std::string label = formats[f] == "none" ? "bf16" : formats[f];
+    record("quant_weight_bytes", label, double(backend->weight_bytes()) / 1e9, "GB");
+    int64_t n_slots = 0;
+    for (const auto& [name, p] : points) n_slots = std::max(n_slots, p.n_slots());
+    ProfileRunner runner(*backend, n_slots, model.max_position, 7, true);
+    for (const auto& [name, p] : points) {
+      ms[f].push_back(runner.run(p, warmup, repeats, 1e9).step_s * 1e3);
+      record("quant_step_ms", name + " [" + label + "]", ms[f].back(), "ms");
+    }
+  }
+  std::printf("\nstep time against bf16 (same process, same points):\n");
+  for (size_t f = 1; f < formats.size(); ++f)
+    for (size_t i = 0; i < points.size(); ++i)
+      record("quant_step_vs_bf16", points[i].first + " [" + formats[f] + "]", ms[f][i] / ms[0][i], "x", "bf16 step");
+  return 0;
+}
 
 int run(const Args& args) {
   cudaDeviceProp prop{};
@@ -465,6 +515,7 @@ int main(int argc, char** argv) {
     else if (a == "--graphs") args.ncu_graphs = true;
     else if (a == "--mbu") args.mbu = true;
     else if (a == "--lora") args.lora = true;
+    else if (a == "--quantization" && i + 1 < argc) args.quantization = argv[++i];
     else if (a == "--variants" && i + 1 < argc) args.variants = argv[++i];
     else if (a == "--before-label" && i + 1 < argc) args.before_label = argv[++i];
     else if (a == "--ncu-decode" && i + 1 < argc && std::sscanf(argv[i + 1], "%d,%d", &args.ncu_batch, &args.ncu_context) == 2 &&
@@ -475,6 +526,7 @@ int main(int argc, char** argv) {
                    "usage: engine_bench [--json FILE] [--commit SHA] [--preset NAME] [--kv-gb G] [--quick] [--prefill-only]\n"
                    "       engine_bench --mbu [--variants V,...] [--json FILE] [--commit SHA] [--quick]\n"
                    "       engine_bench --lora [--json FILE] [--commit SHA] [--preset NAME] [--quick]\n"
+                   "       engine_bench --quantization F,F,... [--json FILE] [--commit SHA] [--quick] [--preset NAME]\n"
                    "       engine_bench --ncu-decode BATCH,CONTEXT [--graphs] [--variants V] [--preset NAME]\n");
       return 2;
     }
@@ -496,8 +548,8 @@ int main(int argc, char** argv) {
       write_json(args, prop);
       return 0;
     }
-    if (args.mbu) {
-      const int rc = run_mbu(args);
+    if (args.mbu || !args.quantization.empty()) {
+      const int rc = args.mbu ? run_mbu(args) : run_quant(args);
       cudaDeviceProp prop{};
       CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
       write_json(args, prop);

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda_check.h"
 #include "kernels/quant_gemv.h"
 
 namespace servelab::kernels {
@@ -22,7 +23,7 @@ __device__ __forceinline__ float fp8_to_float(uint8_t b) {
   return __half2float(__half(h));
 }
 
-template <int M, bool kInt4>
+template <int M, bool kInt4, bool kBf16Out>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_gemv_kernel(QuantGemvArgs a) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int n = blockIdx.x * kWarpsPerBlock + warp;
@@ -71,18 +72,23 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quant_gemv_kernel(QuantGe
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
     if (lane == 0) {
-      float* out = a.y + size_t(m) * a.n + n;
-      *out = a.accumulate ? *out + v : v;
+      if constexpr (kBf16Out) {
+        __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.y) + size_t(m) * a.n + n;
+        *out = __float2bfloat16_rn(a.accumulate ? __bfloat162float(*out) + v : v);
+      } else {
+        float* out = static_cast<float*>(a.y) + size_t(m) * a.n + n;
+        *out = a.accumulate ? *out + v : v;
+      }
     }
   }
 }
 
-template <bool kInt4>
+template <bool kInt4, bool kBf16Out>
 void launch(const QuantGemvArgs& a, cudaStream_t stream) {
   const dim3 grid((a.n + kWarpsPerBlock - 1) / kWarpsPerBlock), block(kWarpsPerBlock * 32);
   switch (a.m) {
 #define SERVELAB_QUANT_GEMV_CASE(M) \
-  case M: quant_gemv_kernel<M, kInt4><<<grid, block, 0, stream>>>(a); break;
+  case M: quant_gemv_kernel<M, kInt4, kBf16Out><<<grid, block, 0, stream>>>(a); break;
     SERVELAB_QUANT_GEMV_CASE(1) SERVELAB_QUANT_GEMV_CASE(2) SERVELAB_QUANT_GEMV_CASE(3) SERVELAB_QUANT_GEMV_CASE(4)
     SERVELAB_QUANT_GEMV_CASE(5) SERVELAB_QUANT_GEMV_CASE(6) SERVELAB_QUANT_GEMV_CASE(7) SERVELAB_QUANT_GEMV_CASE(8)
     SERVELAB_QUANT_GEMV_CASE(9) SERVELAB_QUANT_GEMV_CASE(10) SERVELAB_QUANT_GEMV_CASE(11) SERVELAB_QUANT_GEMV_CASE(12)
@@ -112,8 +118,10 @@ void validate(const QuantGemvArgs& a) {
 
 void quant_gemv(const QuantGemvArgs& a, cudaStream_t stream) {
   validate(a);
-  if (a.kind == QuantWeightKind::int4) launch<true>(a, stream);
-  else launch<false>(a, stream);
+  const bool int4 = a.kind == QuantWeightKind::int4;
+  if (a.out_bf16) int4 ? launch<true, true>(a, stream) : launch<false, true>(a, stream);
+  else int4 ? launch<true, false>(a, stream) : launch<false, false>(a, stream);
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace servelab::kernels

@@ -1,6 +1,7 @@
 #pragma once
 // Skinny products over quantized weights for decode (M = 1–16 rows): y[M, N] = x[M, K] ·
-// dequant(w)[N, K]ᵀ (+ y), x bf16, fp32 accumulate and output, the weights dequantized in
+// dequant(w)[N, K]ᵀ (+ y), x bf16, fp32 accumulate, fp32 or bf16 output (the cuda backend's
+// activations), the weights dequantized in
 // registers as they stream in (W8A16 FP8 and W4A16 INT4: the decode win is fewer weight bytes).
 // Kernel layouts (a loader repacks checkpoint layouts into these once):
 //   fp8:  codes uint8 [N, K] E4M3; scales fp32 [N] (per channel) or [1] (per tensor).
@@ -25,7 +26,8 @@ struct QuantGemvArgs {
   const float* zeros = nullptr;   ///< int4 only
   int n_scales = 0;               ///< fp8: 1 (per tensor) or n (per channel)
   int group_size = 128;           ///< int4
-  float* y = nullptr;             ///< fp32 [m, n]
+  void* y = nullptr;              ///< fp32 [m, n], or bf16 when out_bf16
+  bool out_bf16 = false;
   int m = 0, n = 0, k = 0;
   bool accumulate = false;        ///< y += product
 };

@@ -264,10 +264,14 @@ void validate_strategies(const Scenario& s, const Checker& c) {
                                           "]; give each strategy a distinct label:");
     validate_engine_configs(st, p, c);
     if (s.backend.kind == BackendKind::cuda && !s.target) {  // formats the cuda backend does not run yet
-      if (st.quantization && *st.quantization != Quantization::none)
+      if (st.quantization && *st.quantization != Quantization::none && s.backend.tensor_parallel > 1)
         c.check(false, p + ".quantization",
-                std::string("applies to backend cpu or sim; the cuda backend's quantized kernels are not wired in yet (got ") +
-                    to_string(*st.quantization) + ")");
+                std::string("runs on backend cuda with tensor_parallel 1 only so far (got ") + to_string(*st.quantization) +
+                    " with tensor_parallel " + std::to_string(s.backend.tensor_parallel) + ")");
+      if (st.quantization && *st.quantization != Quantization::none && s.backend.dtype != DType::bf16)
+        c.check(false, p + ".quantization",
+                std::string("runs on backend cuda with dtype bf16 only (got ") + to_string(*st.quantization) +
+                    " with dtype " + to_string(s.backend.dtype) + ")");
       if (st.kv_cache_dtype == KvCacheDType::fp8)
         c.check(false, p + ".kv_cache_dtype", "fp8 applies to backend cpu or sim; the cuda backend stores bf16/f16 K/V");
     }

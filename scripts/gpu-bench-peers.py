@@ -7,7 +7,8 @@
       [batch, kv_heads, ctx, 128], GQA 1 and 4, 32 query heads) and 4k causal prefill; plus a
       2 GiB device-to-device copy and an 8192^3 bf16 matmul as ceilings. --decode-only: the copy and
       the decode shapes only (as kernel_bench --decode-only); --prefill-only: the ceilings and the
-      prefill shapes only (as kernel_bench --prefill-only).
+      prefill shapes only (as kernel_bench --prefill-only). --gemm-only: the copy, the bf16 GEMM and
+      torch._scaled_mm FP8 at 8192^3 (per-tensor and row-wise scales) only.
   python3 scripts/gpu-bench-peers.py --combine kernel_bench.json peers.json [--peers-before P.json] --benchmarks OUT.json
       joins both (with --peers-before, a peers run before kernel_bench: prefill rows read against the
       mean of the SDPA figures before and after) into issue 8's list of {name, value, unit, peer_or_ceiling, ratio, shape, device,
@@ -188,7 +189,7 @@ def sdpa_best(torch, make_call, n_rot):
     return best[0], best[1], tried
 
 
-def measure(quick, decode_only=False, prefill_only=False):
+def measure(quick, decode_only=False, prefill_only=False, gemm_only=False):
     import torch
     import torch.nn.functional as F
     dev = torch.cuda.get_device_properties(0)
@@ -220,6 +221,23 @@ def measure(quick, decode_only=False, prefill_only=False):
         gemm = 2 * n ** 3 / (ms * 1e-3) / 1e12
         rec("torch_gemm_bf16", "8192x8192x8192", gemm, "TFLOP/s")
         del x, w, y
+        # FP8 E4M3 (issue 26): torch._scaled_mm, bf16 out, per-tensor and row-wise (per-token x
+        # per-channel) fp32 scales, as kernel_bench's fp8_gemm rows.
+        x8 = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+        w8 = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+        one = torch.ones((), device="cuda", dtype=torch.float32)
+        sa = torch.rand(n, 1, device="cuda", dtype=torch.float32) + 0.5
+        sb = torch.rand(1, n, device="cuda", dtype=torch.float32) + 0.5
+        for label, s_a, s_b in (("tensor", one, one), ("rowwise", sa, sb)):
+            try:
+                ms = time_graph_ms(torch, lambda i: torch._scaled_mm(x8, w8.t(), scale_a=s_a, scale_b=s_b,
+                                                                     out_dtype=torch.bfloat16), 1, per_graph=5, reps=10)
+                rec(f"torch_scaled_mm_fp8_{label}", "8192x8192x8192", 2 * n ** 3 / (ms * 1e-3) / 1e12, "TFLOP/s")
+            except RuntimeError as e:
+                print(f"  torch._scaled_mm ({label}) failed: {e}", flush=True)
+        del x8, w8
+    if gemm_only:
+        return {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "rows": rows}
 
     # Decode: q [B, 32, 1, 128], K/V [B, kv, ctx, 128] contiguous.
     only = {x.strip() for x in os.environ.get("DECODE_SHAPES", "").split(";") if x.strip()}
@@ -377,6 +395,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--decode-only", action="store_true")
     ap.add_argument("--prefill-only", action="store_true")
+    ap.add_argument("--gemm-only", action="store_true", help="the copy, the bf16 and FP8 GEMMs only")
     ap.add_argument("--combine", nargs=2, metavar=("KERNEL_BENCH_JSON", "PEERS_JSON"))
     ap.add_argument("--benchmarks")
     ap.add_argument("--profile-decode", nargs="+", metavar="SHAPE",
@@ -395,7 +414,7 @@ def main():
         return 0
     if not a.out:
         ap.error("--out or --combine")
-    res = measure(a.quick, a.decode_only, a.prefill_only)
+    res = measure(a.quick, a.decode_only, a.prefill_only, a.gemm_only)
     try:
         res["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
                                             "--format=csv,noheader"], capture_output=True, text=True).stdout.strip()

@@ -85,6 +85,10 @@ bool validate_gemv();
 void bench_gemv(int64_t l2, double copy_gbs);
 /// llama2-7b's decode products over FP8 and INT4 weights (quant_gemv) beside bf16 through Gemm.
 void bench_quant_gemv(int64_t l2, double copy_gbs);
+/// The FP8 W8A8 prefill path against its reference (fp8_gemm_bench.cu).
+bool validate_fp8_gemm();
+/// FP8 GEMM 8192^3 and llama2-7b prefill products beside bf16, activation quantization (fp8_gemm_bench.cu).
+void bench_fp8_gemm(double gemm_tflops, double copy_gbs);
 
 struct DecodeBenchOptions {
   bool quick = false;  ///< batches 1 and 32 at context 4k only

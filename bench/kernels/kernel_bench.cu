@@ -10,6 +10,8 @@
 // The decode weight products of llama2-7b (M = 1 and 8) are timed through Gemm with its skinny
 // kernel (gemv.cu) and with cuBLASLt alone, side by side.
 // JSON: a list of {name, value, unit, peer_or_ceiling, ratio, shape, device, date, commit}.
+// --quant-only: validation, the ceilings, the quantized decode products and the FP8 GEMM rows
+// (issue 26) only.
 // Exit status: 0 ok, 1 a validation failed, 2 bad usage.
 #include <cuda_bf16.h>
 
@@ -131,7 +133,7 @@ bool validate(std::mt19937_64& rng, int n_sms) {
 int main(int argc, char** argv) {
   std::string json_path = "kernel_bench.json";
   std::string commit = "unknown", only;
-  bool quick = false, sweep = false, decode_only = false, prefill_only = false;
+  bool quick = false, sweep = false, decode_only = false, prefill_only = false, quant_only = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
@@ -139,9 +141,10 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--sweep")) sweep = true;
     else if (!std::strcmp(argv[i], "--decode-only")) decode_only = true;
     else if (!std::strcmp(argv[i], "--prefill-only")) prefill_only = true;
+    else if (!std::strcmp(argv[i], "--quant-only")) quant_only = true;
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: kernel_bench [--json FILE] [--quick] [--sweep] [--decode-only] [--only SHAPE] [--commit SHA]\n");
+      std::fprintf(stderr, "usage: kernel_bench [--json FILE] [--quick] [--sweep] [--decode-only | --prefill-only | --quant-only] [--only SHAPE] [--commit SHA]\n");
       return 2;
     }
   }
@@ -155,7 +158,8 @@ int main(int argc, char** argv) {
 
     std::printf("validation against the CPU references:\n");
     const bool valid_attention = validate(rng, n_sms), valid_gemv = decode_only || prefill_only || validate_gemv();
-    const bool valid = valid_attention && valid_gemv;
+    const bool valid_fp8 = decode_only || validate_fp8_gemm();
+    const bool valid = valid_attention && valid_gemv && valid_fp8;
     if (!valid) std::printf("VALIDATION FAILED\n");
 
     std::printf("ceilings:\n");
@@ -179,11 +183,20 @@ int main(int argc, char** argv) {
       record("cublaslt_gemm_bf16", "8192x8192x8192", gemm_tflops, "TFLOP/s", "-", 0);
     }
 
+    if (quant_only) {  // issue 26's rows only: the quantized decode products and the FP8 GEMM
+      std::printf("decode weight products over quantized weights (llama2-7b; quant_gemv vs bf16):\n");
+      bench_quant_gemv(l2, copy_gbs);
+      std::printf("FP8 E4M3 GEMM (cuBLASLt) vs bf16:\n");
+      bench_fp8_gemm(gemm_tflops, copy_gbs);
+      decode_only = prefill_only = true;  // nothing below runs
+    }
     if (!decode_only && !prefill_only) {
       std::printf("decode weight products (llama2-7b, bf16; gemv vs cuBLASLt):\n");
       bench_gemv(l2, copy_gbs);
       std::printf("decode weight products over quantized weights (llama2-7b; quant_gemv vs bf16):\n");
       bench_quant_gemv(l2, copy_gbs);
+      std::printf("FP8 E4M3 GEMM (cuBLASLt) vs bf16:\n");
+      bench_fp8_gemm(gemm_tflops, copy_gbs);
     }
 
     if (!prefill_only) bench_decode_attention({quick, sweep, only}, rng, n_sms, l2, copy_gbs);

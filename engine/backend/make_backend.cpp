@@ -11,6 +11,7 @@
 #endif
 #include "engine/backend/cuda/tp_plan.h"
 #include "engine/model/hf_config.h"
+#include "engine/model/quant_checkpoint.h"
 #include "engine/model/quantize_weights.h"
 #include "engine/model/weights.h"
 
@@ -76,11 +77,15 @@ void BackendSpec::validate() const {
     throw std::invalid_argument("tensor_parallel must be >= 1 (got " + std::to_string(tensor_parallel) + ")");
   if (storage_dtype != DType::bf16 && storage_dtype != DType::f16)
     throw std::invalid_argument(std::string("dtype must be bf16 or f16 (got ") + to_string(storage_dtype) + ")");
-  if (kind == BackendKind::cuda && (quantization != Quantization::none || kv_cache_dtype != KvCacheDType::auto_dtype))
-    throw std::invalid_argument(std::string("quantization ") + to_string(quantization) + " / kv_cache_dtype " +
-                                to_string(kv_cache_dtype) +
-                                ": the cuda backend runs bf16/f16 weights and KV only so far; quantized formats run "
-                                "on backend cpu (the reference) and sim (priced)");
+  if (kind == BackendKind::cuda && kv_cache_dtype != KvCacheDType::auto_dtype)
+    throw std::invalid_argument(std::string("kv_cache_dtype ") + to_string(kv_cache_dtype) +
+                                ": the cuda backend keeps its KV cache in bf16/f16 so far; an FP8 KV cache runs on "
+                                "backend cpu (the reference) and sim (priced)");
+  if (kind == BackendKind::cuda && quantization != Quantization::none && tensor_parallel > 1)
+    throw std::invalid_argument(std::string("quantization ") + to_string(quantization) +
+                                " with tensor_parallel " + std::to_string(tensor_parallel) +
+                                ": the tensor-parallel cuda backend runs bf16/f16 Linears only so far; quantized "
+                                "formats run on one GPU (tensor_parallel 1), backend cpu and sim");
   if (kind == BackendKind::cpu && storage_dtype != DType::bf16)
     throw std::invalid_argument(std::string("dtype ") + to_string(storage_dtype) +
                                 " applies to backend cuda or sim; the cpu backend computes and stores K/V in fp32");
@@ -146,6 +151,11 @@ std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
     o.batch_invariant = spec.batch_invariant;
     o.cuda_graphs = spec.cuda_graphs;
     o.dtype = spec.storage_dtype;
+    o.quantization = spec.quantization;
+    o.fp8_per_channel = spec.fp8_per_channel;
+    if (is_checkpoint_dir(spec.model) && read_quant_scheme((std::filesystem::path(spec.model) / "config.json").string()))
+      throw std::invalid_argument(spec.model + ": a quantized checkpoint; the cuda backend quantizes bf16/f16/f32 "
+                                  "checkpoints on load so far (quantized checkpoints run on backend cpu)");
     if (spec.tensor_parallel > 1) {  // tp_backend.h: a rank per GPU, NCCL between them
       if (is_checkpoint_dir(spec.model)) return TpCudaBackend::load(spec.model, spec.tensor_parallel, o);
       ModelConfig config = preset(spec.model);

@@ -217,11 +217,20 @@ TEST(ScenarioErrors, QuantizationAndKvCacheDtypePerStrategy) {
                                         "  - {batching: continuous, kv_cache_dtype: fp16}\n"
                                         "workload: {rates: [1]}\n");
   EXPECT_EQ(bad_kv.rfind("scn.yaml:2:44: strategies[0].kv_cache_dtype", 0), 0u) << bad_kv;
-  const std::string on_cuda = only_error("backend: cuda\n"
-                                         "strategies:\n"
-                                         "  - {batching: continuous, quantization: fp8}\n"
-                                         "workload: {rates: [1]}\n");
-  EXPECT_NE(on_cuda.find("strategies[0].quantization applies to backend cpu or sim"), std::string::npos) << on_cuda;
+  const std::string on_tp = only_error("backend: {kind: cuda, tensor_parallel: 2}\n"
+                                       "strategies:\n"
+                                       "  - {batching: continuous, quantization: fp8}\n"
+                                       "workload: {rates: [1]}\n");
+  EXPECT_NE(on_tp.find("strategies[0].quantization runs on backend cuda with tensor_parallel 1 only"), std::string::npos)
+      << on_tp;
+  const std::string on_f16 = only_error("backend: {kind: cuda, dtype: f16}\n"
+                                        "strategies:\n"
+                                        "  - {batching: continuous, quantization: int4_awq}\n"
+                                        "workload: {rates: [1]}\n");
+  EXPECT_NE(on_f16.find("strategies[0].quantization runs on backend cuda with dtype bf16 only"), std::string::npos)
+      << on_f16;
+  EXPECT_NO_THROW(load_yaml("backend: cuda\nstrategies:\n  - {batching: continuous, quantization: fp8}\n"
+                            "workload: {rates: [1]}\n"));  // one GPU, bf16: the quantized Linears run there
   const Scenario sc = load_yaml("strategies:\n"
                                 "  - {batching: continuous}\n"
                                 "  - {batching: continuous, quantization: int4_gptq, kv_cache_dtype: fp8}\n"

@@ -18,6 +18,13 @@ void CudaBackendOptions::validate() const {
     throw std::invalid_argument("decode.gemv_loop must be 0..3 (got " + std::to_string(decode.gemv_loop) + ")");
   if (dtype != DType::bf16 && dtype != DType::f16)
     throw std::invalid_argument(std::string("dtype must be bf16 or f16 on the cuda backend (got ") + to_string(dtype) + ")");
+  if (quantization != Quantization::none && dtype != DType::bf16)
+    throw std::invalid_argument(std::string("quantization ") + to_string(quantization) +
+                                " runs with dtype bf16 on the cuda backend (got " + to_string(dtype) + ")");
+  if (quantization != Quantization::none && batch_invariant)
+    throw std::invalid_argument(std::string("quantization ") + to_string(quantization) +
+                                " with batch_invariant: decode rows take quant_gemv and prefill rows the FP8 or bf16 "
+                                "GEMM, so a row's result depends on its batch; turn one of them off");
   if (dtype == DType::f16 && !kernels::fp16_kernels_built())
     throw std::invalid_argument("dtype f16: this servelab was built without the fp16 kernels "
                                 "(-DSERVELAB_KERNELS_FP16=OFF); rebuild with it ON or use dtype bf16");
@@ -78,7 +85,7 @@ std::unique_ptr<CudaBackend> CudaBackend::load(const std::string& dir, CudaBacke
 
 const ModelConfig& CudaBackend::config() const { return impl_->c(); }
 const CudaBackendOptions& CudaBackend::options() const { return impl_->options; }
-int64_t CudaBackend::weight_bytes() const { return impl_->w.bytes; }
+int64_t CudaBackend::weight_bytes() const { return impl_->w.bytes + (impl_->qw ? impl_->qw->bytes : 0); }
 int64_t CudaBackend::last_step_input_bytes() const { return int64_t(impl_->last_upload_bytes); }
 int64_t CudaBackend::graph_captures() const { return impl_->graph_captures; }
 void CudaBackend::reserve_steps(const StepLimits& limits) { impl_->reserve(limits); }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/model/quant.h"
 
 namespace servelab {
 
@@ -68,8 +69,19 @@ struct CudaBackendOptions {
   /// have not finished after this many seconds (a rank that failed or never joined), never a hang.
   double tp_timeout_s = 60.0;
   DecodePathOptions decode;  ///< decode products: gemv or cuBLASLt, PDL, fused SiLU
+  /// The decoder Linears' format (`quantization:`), quantized on load from the bf16 weights
+  /// (engine/backend/cuda/quant_linear.h): fp8 (per-tensor scales and activations, or per-channel
+  /// weights and per-token activations with fp8_per_channel), int4_awq, int4_gptq. bf16 only,
+  /// not batch-invariant.
+  Quantization quantization = Quantization::none;
+  bool fp8_per_channel = false;
+  /// Quantized products of up to this many rows (1..16) take quant_gemv on bf16 activations;
+  /// more rows the FP8 GEMM (fp8) or dequantize + bf16 GEMM (int4). 0: the measured fastest per
+  /// format (engine_bench --quantization fp8,fp8/1,... on an H200, docs/quantization.md): fp8 1
+  /// (quant_gemv loses to the FP8 GEMM from 2 rows on), int4 16 (dequantize + GEMM loses more).
+  int quant_gemv_max_rows = 0;
   /// Names the bad field: device < 0, tp_timeout_s <= 0, decode.gemv_waves < 0, decode.gemv_loop outside 0..3, a dtype other than bf16 / f16, or f16 in a build without the
-  /// fp16 kernels.
+  /// fp16 kernels; quantization with dtype f16 or batch_invariant.
   void validate() const;
 };
 
@@ -125,7 +137,7 @@ class CudaBackend final : public Backend {
   /// distinct drawn row, [n_rows_drawn, vocab] in order of first draw (as CpuBackend::logits).
   std::vector<float> logits(const Step& step);
 
-  /// GPU bytes the weights take (2 per parameter).
+  /// GPU bytes the weights take (2 per parameter; a quantized model's Linears their codes and scales).
   int64_t weight_bytes() const;
   /// KV bytes a `gpu_memory_utilization` share allows (vLLM's rule): utilization × total GPU
   /// memory, minus what is in use now (weights, this backend's buffers, other processes), minus

@@ -18,9 +18,11 @@
 #include "engine/backend/cuda/cuda_lora.h"
 #include "engine/backend/cuda/cuda_weights.h"
 #include "engine/backend/cuda/device_memory.h"
+#include "engine/backend/cuda/quant_linear.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/step_pack.h"
 #include "engine/backend/cuda/tp_comm.h"
+#include "engine/model/quantize_weights.h"
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
 #include "kernels/ops.h"
@@ -93,6 +95,8 @@ struct CudaBackend::Impl {
   using Geometry = cuda_impl::Geometry;
   CudaBackendOptions options;
   cuda::DeviceWeights w;
+  std::unique_ptr<cuda::QuantDeviceWeights> qw;           // the quantized Linears (options.quantization); null in bf16/f16
+  std::unique_ptr<cuda::QuantLinearRunner> quant_runner;  // their activation scratch and FP8 GEMM
   cudaStream_t stream = nullptr;
   std::unique_ptr<k::Gemm> gemm;
   bool fuse_gate_up_silu = true;  // with fusion on: gate|up and SiLU·mul in one gemv launch where gemv runs
@@ -204,6 +208,16 @@ struct CudaBackend::Impl {
     inv_freq.grow(inv.size() * sizeof(float), "RoPE frequencies");
     CUDA_CHECK(cudaMemcpy(inv_freq.get(), inv.data(), inv.size() * sizeof(float), cudaMemcpyHostToDevice));
     row_bytes = int64_t(local_kv_dim()) * 2;
+    if (options.quantization != Quantization::none) {  // quantize on load (quant_linear.h)
+      if (tp) throw std::invalid_argument("quantization: the tensor-parallel cuda backend runs bf16/f16 Linears only");
+      const QuantScheme scheme = scheme_for_model(options.quantization, m, options.fp8_per_channel);
+      qw = std::make_unique<cuda::QuantDeviceWeights>(cuda::quantize_device_weights(w, scheme));
+      quant_runner = std::make_unique<cuda::QuantLinearRunner>(scheme, std::max(qkv_width(), 2 * local_ffn),
+                                                               std::max({m.hidden_size, dq(), local_ffn}),
+                                                               options.quant_gemv_max_rows > 0 ? options.quant_gemv_max_rows
+                                                               : scheme.method == Quantization::fp8 ? 1
+                                                                                                    : cuda::QuantLinearRunner::kGemvRows);
+    }
   }
 
   void ensure_rows(int rows) {
@@ -218,6 +232,7 @@ struct CudaBackend::Impl {
     attn.grow(r * dq(), "activations");
     gate_up.grow(r * 2 * size_t(local_ffn), "activations");
     act.grow(r * local_ffn, "activations");
+    if (quant_runner) quant_runner->reserve(n);  // FP8 activation codes and scales
     ++epoch;
     // Padding rows of attn are never written by attention: keep them finite.
     CUDA_CHECK(cudaMemsetAsync(attn.get(), 0, attn.bytes(), stream));
@@ -257,6 +272,7 @@ struct CudaBackend::Impl {
     return int64_t(rows) * per_row + int64_t(samples) * per_sample +
            int64_t(k::decode_attention_workspace_bytes(rows, local_heads, m.head_dim(), k::kMaxAutoSplits)) +
            (tp ? cuda::tp_activation_bytes(*tp, rows, samples) : 0) +
+           (quant_runner ? quant_runner->scratch_bytes(rows) : 0) +
            (32ll << 20);  // cuBLASLt workspace
   }
 
@@ -288,6 +304,10 @@ struct CudaBackend::Impl {
     gemm->prepare(dt, rows, 2 * local_ffn, d, false);
     gemm->prepare(dt, rows, d, local_ffn, false);
     gemm->prepare(dt, padded, tp ? local_vocab : c().vocab_size, d, true);
+    if (qw && !qw->layers.empty()) {
+      const cuda::QuantDeviceWeights::Layer& q = qw->layers[0];
+      for (const cuda::QuantWeight* x : {&q.qkv, &q.o, &q.gate_up, &q.down}) quant_runner->prepare(rows, *x);
+    }
     if (options.gemm_autotune_rows > 0) {
       const k::Gemm::AutotuneStats& a = gemm->autotune_stats();
       std::fprintf(stderr, "gemm autotune (<= %d rows): %lld buckets timed, %lld not on the heuristic's first, %lld skipped"

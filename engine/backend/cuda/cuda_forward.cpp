@@ -13,7 +13,7 @@ void CudaBackend::Impl::enqueue(const Geometry& g) {
   const int R = g.rows, N = g.samples;
   const cuda::PackedLayout& L = g.layout;
   k::set_pdl_enabled(pdl_small_steps && R <= k::gemv::kMaxRows);  // this thread's launches (graph capture too)
-  const cuda::OpContext ctx{gemm.get(), dt, stream, options.fusion, fuse_gate_up_silu, tp};
+  const cuda::OpContext ctx{gemm.get(), dt, stream, options.fusion, fuse_gate_up_silu, tp, quant_runner.get()};
 
   cuda::AttentionStep st;
   st.kv.kind = g.kind;
@@ -57,13 +57,14 @@ void CudaBackend::Impl::enqueue(const Geometry& g) {
   k::embedding(dt, w.embedding, g.at<int32_t>(L.token_ids), h.get(), R, d, stream);
   for (int l = 0; l < m.n_layers; ++l) {
     const cuda::DeviceLayer& W = w.layers[l];
+    const cuda::QuantDeviceWeights::Layer* Q = qw ? &qw->layers[l] : nullptr;  // quantized Linears, or none
     const cuda::ResidualNorm attn_norm{W.attn_norm, d, m.rms_eps}, ffn_norm{W.ffn_norm, d, m.rms_eps};
     using Group = cuda::LoraGroup;
-    const cuda::Linear qkv_proj{W.w_qkv, qkv_width(), d, cuda::Linear::Split::column, hook(l, Group::qkv)};
+    const cuda::Linear qkv_proj{W.w_qkv, qkv_width(), d, cuda::Linear::Split::column, Q ? &Q->qkv : nullptr, hook(l, Group::qkv)};
     const cuda::Attention attention{local_heads, W.b_qkv};
-    const cuda::Linear o_proj{W.w_o, d, dq(), cuda::Linear::Split::row, hook(l, Group::o)};
-    const cuda::GateUpSilu gate_up_silu{W.w_gate_up, local_ffn, d, hook(l, Group::gate_up)};
-    const cuda::Linear down_proj{W.w_down, d, local_ffn, cuda::Linear::Split::row, hook(l, Group::down)};
+    const cuda::Linear o_proj{W.w_o, d, dq(), cuda::Linear::Split::row, Q ? &Q->o : nullptr, hook(l, Group::o)};
+    const cuda::GateUpSilu gate_up_silu{W.w_gate_up, local_ffn, d, Q ? &Q->gate_up : nullptr, hook(l, Group::gate_up)};
+    const cuda::Linear down_proj{W.w_down, d, local_ffn, cuda::Linear::Split::row, Q ? &Q->down : nullptr, hook(l, Group::down)};
 
     if (l == 0) k::rms_norm(dt, h.get(), W.attn_norm, xn.get(), R, d, m.rms_eps, stream);
     else attn_norm(ctx, delta.get(), h.get(), xn.get(), R);

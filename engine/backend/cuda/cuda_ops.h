@@ -3,7 +3,8 @@
 // fusion and tensor parallelism are properties of the ops, not branches in the forward.
 // - Linear: y = x · Wᵀ, split across tensor-parallel ranks by output features (column: nothing
 //   to communicate) or input features (row: partial sums, all-reduced inside the op). Quantized
-//   weight formats and the LoRA hook (LoraHook, after the product) plug in here.
+//   weights (Linear::quant, quant_linear.h: FP8 or INT4, dispatched on the row count) and the LoRA
+//   hook (LoraHook, after the product) plug in here.
 // - GateUpSilu: the gated MLP's first half, one fused launch where the product kernel can.
 // - ResidualNorm: h += delta, then xn = rms_norm(h) · w (one kernel fused, two otherwise).
 // - Attention: RoPE and the K/V write into a KvCacheSpec arena (fused or not), then decode or
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "engine/backend/cuda/quant_linear.h"
 #include "engine/backend/cuda/tp_comm.h"
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
@@ -27,6 +29,7 @@ struct OpContext {
   bool fusion = true;              ///< fused kernels (RoPE+KV write, residual+norm, SiLU·mul)
   bool fuse_gate_up_silu = true;   ///< ... and the gate/up product with SiLU·mul, where it can
   TpRank* tp = nullptr;            ///< tensor parallel: this rank's communicator; null on one GPU
+  QuantLinearRunner* quant = nullptr;  ///< the quantized Linears' scratch (quant_linear.h); null in bf16/f16
 };
 
 /// Multi-LoRA on a product (kernels/lora.h): y[rows, ld_y] += scale · (x · Aᵀ) · Bᵀ for each row's
@@ -49,9 +52,11 @@ struct Linear {
   const void* weight = nullptr;  ///< [out, in] row-major (this rank's share)
   int out = 0, in = 0;
   Split split = Split::none;
+  const QuantWeight* quant = nullptr;  ///< quantized weights (quant_linear.h): used instead of `weight`
   const LoraHook* lora = nullptr;  ///< adapters' deltas added after the product; null: none this step
   void operator()(const OpContext& c, const void* x, void* y, int rows) const {
-    c.gemm->run(c.dt, x, weight, y, rows, out, in, false, c.stream);
+    if (quant) c.quant->run(*quant, x, y, rows, *c.gemm, c.stream);
+    else c.gemm->run(c.dt, x, weight, y, rows, out, in, false, c.stream);
     if (lora) (*lora)(c, x, y, out, rows);
     if (split == Split::row && c.tp) tp_all_reduce(*c.tp, y, int64_t(rows) * out, c.stream);
   }
@@ -60,15 +65,17 @@ struct Linear {
 struct GateUpSilu {
   const void* weight = nullptr;  ///< [2 · ffn, in]: gate rows then up rows (column-parallel)
   int ffn = 0, in = 0;
+  const QuantWeight* quant = nullptr;  ///< quantized [gate; up] (quant_linear.h): used instead of `weight`
   /// Adapters' gate|up deltas, added before SiLU·mul (so the product cannot fuse SiLU then).
   const LoraHook* lora = nullptr;
   /// act[rows, ffn] from x[rows, in]; gate_up[rows, 2 · ffn] is scratch for the unfused path.
   void operator()(const OpContext& c, const void* x, void* gate_up, void* act, int rows) const {
-    if (!lora && c.fusion && c.fuse_gate_up_silu && c.gemm->fuses_gate_up_silu(c.dt, x, weight, rows, ffn, in)) {
+    if (!quant && !lora && c.fusion && c.fuse_gate_up_silu && c.gemm->fuses_gate_up_silu(c.dt, x, weight, rows, ffn, in)) {
       c.gemm->run_gate_up_silu(c.dt, x, weight, act, rows, ffn, in, c.stream);
       return;
     }
-    c.gemm->run(c.dt, x, weight, gate_up, rows, 2 * ffn, in, false, c.stream);
+    if (quant) c.quant->run(*quant, x, gate_up, rows, *c.gemm, c.stream);
+    else c.gemm->run(c.dt, x, weight, gate_up, rows, 2 * ffn, in, false, c.stream);
     if (lora) (*lora)(c, x, gate_up, 2 * ffn, rows);
     if (c.fusion) kernels::silu_mul(c.dt, gate_up, act, rows, ffn, c.stream);
     else kernels::silu_then_mul(c.dt, gate_up, act, rows, ffn, c.stream);

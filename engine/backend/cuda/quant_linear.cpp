@@ -1,0 +1,226 @@
+// Quantized Linears on the GPU (quant_linear.h): quantize on load from the device's bf16
+// weights, and the product that dispatches on the weight format and the row count.
+#include "engine/backend/cuda/quant_linear.h"
+
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda_check.h"
+#include "kernels/fp8_quant.h"
+#include "kernels/int4_quant.h"
+#include "kernels/quant_gemv.h"
+
+namespace servelab::cuda {
+namespace quant_linear_detail {  // named: servelab_backend may be compiled as unity batches
+
+/// One fused matrix of a layer: its rows (out), input (in), and the HF matrices it is made of
+/// (rows of each; per-tensor FP8 scales are theirs).
+struct FusedShape {
+  int out = 0, in = 0;
+  std::vector<int64_t> runs;
+};
+
+int64_t align256(int64_t b) { return (b + 255) / 256 * 256; }
+
+int64_t quant_bytes(const QuantScheme& s, const FusedShape& f) {
+  if (s.method == Quantization::fp8) return align256(int64_t(f.out) * f.in) + align256(int64_t(f.out) * 4);
+  const int64_t groups = f.in / s.group_size;
+  return align256(int64_t(f.out) * f.in / 2) + 2 * align256(groups * f.out * 4);
+}
+
+/// Rebuilds w.storage with the tensors that stay in bf16 (embedding, norms, Q/K/V bias, LM head),
+/// each 16-byte aligned, and frees the bf16 Linears.
+void keep_unquantized_only(DeviceWeights& w) {
+  const ModelConfig& c = w.config;
+  const int64_t d = c.hidden_size, qkv = int64_t(c.n_heads + 2 * c.n_kv_heads) * c.head_dim();
+  struct Piece {
+    const void** slot;
+    int64_t elems;
+  };
+  std::vector<Piece> pieces;
+  pieces.push_back({&w.embedding, int64_t(c.vocab_size) * d});
+  for (DeviceLayer& l : w.layers) {
+    pieces.push_back({&l.attn_norm, d});
+    if (l.b_qkv) pieces.push_back({&l.b_qkv, qkv});
+    pieces.push_back({&l.ffn_norm, d});
+  }
+  pieces.push_back({&w.final_norm, d});
+  const bool tied = w.lm_head == w.embedding;
+  if (!tied) pieces.push_back({&w.lm_head, int64_t(c.vocab_size) * d});
+  int64_t total = 0;
+  for (const Piece& p : pieces) total += (p.elems + 7) / 8 * 8;
+  DeviceBuffer fresh(size_t(total) * 2, "the model's unquantized weights");
+  int64_t at = 0;
+  for (const Piece& p : pieces) {
+    uint16_t* dst = fresh.get<uint16_t>() + at;
+    CUDA_CHECK(cudaMemcpy(dst, *p.slot, size_t(p.elems) * 2, cudaMemcpyDeviceToDevice));
+    *p.slot = dst;
+    at += (p.elems + 7) / 8 * 8;
+  }
+  if (tied) w.lm_head = w.embedding;
+  for (DeviceLayer& l : w.layers) l.w_qkv = l.w_o = l.w_gate_up = l.w_down = nullptr;  // quantized now
+  w.storage = std::move(fresh);
+  w.bytes = total * 2;
+}
+
+}  // namespace quant_linear_detail
+
+QuantDeviceWeights quantize_device_weights(DeviceWeights& w, const QuantScheme& scheme) {
+  using namespace quant_linear_detail;
+  auto refuse = [&](const std::string& why) {
+    return std::invalid_argument("cuda backend, quantization " + scheme.describe() + ": " + why);
+  };
+  if (!scheme.quantized()) throw refuse("nothing to quantize");
+  if (w.storage_dtype != DType::bf16) throw refuse("quantized Linears run with dtype bf16 only (got f16)");
+  if (scheme.method == Quantization::fp8 && scheme.activations != ActivationQuant::fp8_per_tensor &&
+      scheme.activations != ActivationQuant::fp8_per_token)
+    throw refuse("FP8 runs with dynamic per-tensor or per-token activation scales only (static input scales and "
+                 "weight-only FP8 run on backend cpu)");
+  if (scheme.method != Quantization::fp8 && scheme.act_order) throw refuse("act-order (g_idx) INT4 is not run on the GPU yet");
+  const ModelConfig& c = w.config;
+  const int d = c.hidden_size, hd = c.head_dim(), dq = c.n_heads * hd, dkv = c.n_kv_heads * hd,
+            ffn = c.intermediate_size;
+  const FusedShape shapes[4] = {{dq + 2 * dkv, d, {dq, dkv, dkv}}, {d, dq, {d}}, {2 * ffn, d, {ffn, ffn}}, {d, ffn, {d}}};
+  const bool int4 = scheme.method != Quantization::fp8;
+  for (const FusedShape& f : shapes) {
+    if (f.in % 16 || f.out % 8)
+      throw refuse("a Linear of [" + std::to_string(f.out) + ", " + std::to_string(f.in) +
+                   "]: the kernels need inputs a multiple of 16 and outputs a multiple of 8");
+    if (int4 && (scheme.group_size < 16 || scheme.group_size % 16 || f.in % scheme.group_size))
+      throw refuse("group size " + std::to_string(scheme.group_size) + " must be a multiple of 16 dividing every " +
+                   "Linear's input (" + std::to_string(f.in) + ")");
+  }
+  QuantDeviceWeights q;
+  q.scheme = scheme;
+  int64_t per_layer = 0;
+  for (const FusedShape& f : shapes) per_layer += quant_bytes(scheme, f);
+  q.bytes = per_layer * c.n_layers;
+  q.storage.grow(size_t(q.bytes), "the quantized Linears");
+  auto* base = q.storage.get<uint8_t>();
+  int64_t at = 0;
+  q.layers.resize(size_t(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const DeviceLayer& src = w.layers[size_t(l)];
+    const void* bf16[4] = {src.w_qkv, src.w_o, src.w_gate_up, src.w_down};
+    QuantWeight* dst[4] = {&q.layers[size_t(l)].qkv, &q.layers[size_t(l)].o, &q.layers[size_t(l)].gate_up,
+                           &q.layers[size_t(l)].down};
+    for (int i = 0; i < 4; ++i) {
+      const FusedShape& f = shapes[i];
+      QuantWeight& qw = *dst[i];
+      qw.out = f.out;
+      qw.in = f.in;
+      qw.codes = base + at;
+      if (!int4) {
+        qw.kind = QuantLinear::Kind::fp8_e4m3;
+        auto* scales = reinterpret_cast<float*>(base + at + align256(int64_t(f.out) * f.in));
+        qw.scales = scales;
+        const bool per_channel = scheme.fp8_scales == Fp8WeightScales::per_channel;
+        qw.uniform_scales = !per_channel && f.runs.size() == 1;
+        kernels::quantize_fp8_weight(bf16[i], f.out, f.in, f.runs, per_channel, base + at, scales);
+      } else {
+        qw.kind = QuantLinear::Kind::int4;
+        qw.group_size = scheme.group_size;
+        const int64_t groups = f.in / scheme.group_size;
+        auto* scales = reinterpret_cast<float*>(base + at + align256(int64_t(f.out) * f.in / 2));
+        auto* zeros = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(scales) + align256(groups * f.out * 4));
+        qw.scales = scales;
+        qw.zeros = zeros;
+        kernels::quantize_int4_weight(bf16[i], f.out, f.in, scheme.group_size, scheme.method == Quantization::int4_gptq,
+                                      base + at, scales, zeros);
+      }
+      at += quant_bytes(scheme, f);
+    }
+  }
+  keep_unquantized_only(w);
+  return q;
+}
+
+QuantLinearRunner::QuantLinearRunner(const QuantScheme& scheme, int max_out, int max_in, int gemv_max_rows)
+    : scheme_(scheme), max_in_(max_in), gemv_max_rows_(gemv_max_rows) {
+  if (gemv_max_rows < 1 || gemv_max_rows > kGemvRows)
+    throw std::invalid_argument("quant_gemv_max_rows must be 1.." + std::to_string(kGemvRows) + " (got " +
+                                std::to_string(gemv_max_rows) + ")");
+  if (scheme.method == Quantization::fp8) {
+    fp8_ = std::make_unique<kernels::Fp8Gemm>();
+    amax_.grow(256, "the FP8 activation amax");
+  } else {
+    dequant_.grow(size_t(max_out) * max_in * 2, "the INT4 dequantization scratch");
+  }
+}
+
+bool QuantLinearRunner::reserve(int rows) {
+  if (!fp8_ || rows <= rows_capacity_) return false;
+  act_codes_.grow(size_t(rows) * max_in_, "the FP8 activation codes");
+  act_scales_.grow(size_t(rows) * 4, "the FP8 activation scales");
+  rows_capacity_ = rows;
+  return true;
+}
+
+int64_t QuantLinearRunner::scratch_bytes(int rows) const {
+  return fp8_ ? int64_t(rows) * (max_in_ + 4) : int64_t(dequant_.bytes());
+}
+
+void QuantLinearRunner::prepare(int max_rows, const QuantWeight& w) {
+  if (!fp8_ || max_rows <= gemv_max_rows_) return;
+  const bool per_token = scheme_.activations == ActivationQuant::fp8_per_token;
+  fp8_->prepare(gemv_max_rows_ + 1, max_rows, w.out, w.in, per_token || !w.uniform_scales);
+}
+
+void QuantLinearRunner::run(const QuantWeight& w, const void* x, void* y, int rows, kernels::Gemm& gemm,
+                            cudaStream_t stream) {
+  if (rows == 0) return;
+  const bool fp8 = w.kind == QuantLinear::Kind::fp8_e4m3;
+  if (rows <= gemv_max_rows_) {  // decode: stream the quantized weights once, dequantized in registers
+    kernels::QuantGemvArgs a;
+    a.kind = fp8 ? kernels::QuantWeightKind::fp8_e4m3 : kernels::QuantWeightKind::int4;
+    a.x = x;
+    a.x_stride = w.in;
+    a.w = w.codes;
+    a.scales = w.scales;
+    a.zeros = w.zeros;
+    a.n_scales = fp8 ? w.out : (w.in / w.group_size) * w.out;
+    a.group_size = w.group_size;
+    a.y = y;
+    a.out_bf16 = true;
+    a.m = rows;
+    a.n = w.out;
+    a.k = w.in;
+    kernels::quant_gemv(a, stream);
+    return;
+  }
+  if (!fp8) {  // INT4 prefill: the bf16 matrix in scratch, then the bf16 GEMM
+    kernels::dequantize_int4(w.codes, w.scales, w.zeros, w.out, w.in, w.group_size, dequant_.get(), stream);
+    gemm.run(kernels::ScalarType::bf16, x, dequant_.get(), y, rows, w.out, w.in, false, stream);
+    return;
+  }
+  if (rows > rows_capacity_ || w.in > max_in_)
+    throw std::logic_error("QuantLinearRunner: " + std::to_string(rows) + " rows of " + std::to_string(w.in) +
+                           " inputs exceed the reserved activation scratch");
+  const bool per_token = scheme_.activations == ActivationQuant::fp8_per_token;
+  kernels::Fp8QuantizeArgs qa;
+  qa.x = x;
+  qa.x_stride = w.in;
+  qa.m = rows;
+  qa.k = w.in;
+  qa.scales = per_token ? kernels::Fp8ActScales::per_token : kernels::Fp8ActScales::per_tensor;
+  qa.codes = act_codes_.get<uint8_t>();
+  qa.row_scales = act_scales_.get<float>();
+  qa.amax = amax_.get<float>();
+  kernels::quantize_fp8_activations(qa, stream);
+  kernels::Fp8GemmArgs ga;
+  ga.x = qa.codes;
+  ga.x_scales = qa.row_scales;
+  ga.x_uniform = !per_token;
+  ga.w = w.codes;
+  ga.w_scales = w.scales;
+  ga.w_uniform = w.uniform_scales;
+  ga.y = y;
+  ga.m = rows;
+  ga.n = w.out;
+  ga.k = w.in;
+  fp8_->run(ga, stream);
+}
+
+}  // namespace servelab::cuda

@@ -1,0 +1,82 @@
+#pragma once
+// Quantized decoder Linears on the GPU (issue 26; docs/quantization.md): the weights in their
+// format, and the product cuda_ops.h's Linear and GateUpSilu dispatch to when a layer has them.
+// - fp8: codes E4M3 [out, in] and fp32 scales [out] (per output channel, or each HF matrix's
+//   per-tensor scale repeated over its rows: a fused Q|K|V keeps three). Products of at most
+//   gemv_max_rows rows take quant_gemv on bf16 activations (W8A16: the bytes are the decode win;
+//   the backend's default is one row, measured); more rows quantize the activations to E4M3
+//   (dynamic, per tensor or per token as the scheme says) and take the FP8 GEMM (W8A8, fp8_gemm.h).
+// - int4 (AWQ asymmetric or GPTQ symmetric, groups along the input): codes [out, in / 2] and
+//   fp32 scales and zeros [in / group, out]. Up to 16 rows quant_gemv; more rows dequantize into
+//   a bf16 scratch matrix and take the bf16 GEMM (a first step, before a tensor-core INT4 kernel).
+// Plain C++ over the kernels' launch functions (no device code here).
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/backend/cuda/cuda_weights.h"
+#include "engine/backend/cuda/device_memory.h"
+#include "engine/model/quant.h"
+#include "kernels/fp8_gemm.h"
+#include "kernels/gemm.h"
+
+namespace servelab::cuda {
+
+/// One quantized [out, in] matrix on the device (pointers into QuantDeviceWeights::storage).
+struct QuantWeight {
+  QuantLinear::Kind kind = QuantLinear::Kind::fp8_e4m3;
+  const uint8_t* codes = nullptr;  ///< fp8 [out, in]; int4 [out, in / 2], low nibble = even k
+  const float* scales = nullptr;   ///< fp8 [out]; int4 [in / group, out]
+  const float* zeros = nullptr;    ///< int4 [in / group, out]
+  bool uniform_scales = false;     ///< fp8: every row has the same scale (one per-tensor scale)
+  int group_size = 128;            ///< int4
+  int out = 0, in = 0;
+};
+
+/// A model's quantized decoder Linears, per layer in the forward's fused shapes.
+struct QuantDeviceWeights {
+  struct Layer {
+    QuantWeight qkv, o, gate_up, down;
+  };
+  QuantScheme scheme;
+  DeviceBuffer storage;
+  std::vector<Layer> layers;
+  int64_t bytes = 0;  ///< codes, scales and zeros
+};
+
+/// Quantize on load (vLLM's `--quantization fp8` on a bf16 checkpoint; round-to-nearest INT4):
+/// each HF matrix of w's decoder layers quantized as engine/model/quantize_weights.h does on the
+/// CPU (the same codes and scales, from the same bf16 values), then w's bf16 Linears are freed
+/// (w.storage is rebuilt with the embedding, norms, biases and LM head only; w.bytes shrinks).
+/// Throws std::invalid_argument for what the GPU path does not run: fp8 with static activation
+/// scales, act-order INT4, f16 storage, shapes the kernels refuse.
+QuantDeviceWeights quantize_device_weights(DeviceWeights& w, const QuantScheme& scheme);
+
+/// The scratch and product objects the quantized Linears of one backend share; one stream.
+class QuantLinearRunner {
+ public:
+  /// max_out, max_in: the largest Linear (int4's bf16 scratch holds one dequantized matrix).
+  /// gemv_max_rows: products of up to this many rows take quant_gemv (1..kGemvRows).
+  QuantLinearRunner(const QuantScheme& scheme, int max_out, int max_in, int gemv_max_rows = kGemvRows);
+  /// Activation codes and scales for steps of up to `rows` rows (call outside graph capture; a
+  /// reallocation means the backend's graphs must be captured again).
+  bool reserve(int rows);
+  /// Device bytes of the scratch for steps of `rows` rows (gpu_memory_utilization's accounting).
+  int64_t scratch_bytes(int rows) const;
+  /// cuBLASLt's FP8 algorithms for every row bucket above quant_gemv's up to max_rows.
+  void prepare(int max_rows, const QuantWeight& w);
+  /// y bf16 [rows, w.out] = x bf16 [rows, w.in] · dequant(w)ᵀ.
+  void run(const QuantWeight& w, const void* x, void* y, int rows, kernels::Gemm& gemm, cudaStream_t stream);
+  /// The most rows quant_gemv takes (decode); the FP8 GEMM or int4's dequantize + GEMM above.
+  static constexpr int kGemvRows = 16;
+
+ private:
+  QuantScheme scheme_;
+  int max_in_ = 0;
+  int rows_capacity_ = 0;
+  int gemv_max_rows_ = kGemvRows;
+  std::unique_ptr<kernels::Fp8Gemm> fp8_;
+  DeviceBuffer act_codes_, act_scales_, amax_, dequant_;
+};
+
+}  // namespace servelab::cuda

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Issue 26's GPU tests and figures in one short device call (quantized weights on the GPU):
+#   OUT=$OUT bash scripts/gpu-quant-check.sh
+# Builds (sm_90a; the fp16 kernel variants left out, as nothing here runs f16) test_kernels_gpu,
+# test_cuda_backend_gpu, kernel_bench and engine_bench into BUILD (default build-gpu-quant), while
+# torch._scaled_mm's peers run (scripts/gpu-bench-peers.py --gemm-only: the GPU is idle during the
+# build); then the FP8/INT4 kernel tests and the quantized cuda-backend tests, kernel_bench
+# --quant-only (FP8 GEMM 8192^3 and llama2-7b prefill products vs bf16, quantized decode products
+# at M = 1, 8, 16) and engine_bench --quantization $FORMATS (default fp8,int4_awq; llama2-7b steps
+# vs bf16).
+# Logs and JSON under OUT; the commit recorded: GPU_COMMIT (a file) or git.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-results/runs/gpu-quant-check}
+BUILD=${BUILD:-build-gpu-quant}
+mkdir -p "$OUT"
+COMMIT=$(cat GPU_COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)
+export SERVELAB_COMMIT=$COMMIT
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; echo "commit $COMMIT"; date -u; } >"$OUT/environment.txt" 2>&1
+t0=$(date +%s)
+step() {  # step NAME LIMIT CMD...: output to $OUT/NAME.log, a line in steps.txt
+  local name=$1 limit=$2; shift 2
+  local s=$(date +%s); timeout "$limit" "$@" >"$OUT/$name.log" 2>&1; local rc=$?
+  echo "$name rc=$rc $(( $(date +%s) - s ))s (at $(( $(date +%s) - t0 ))s)" | tee -a "$OUT/steps.txt"
+  return $rc
+}
+step peers 150 python3 scripts/gpu-bench-peers.py --gemm-only --out "$OUT/peers.json" &
+peers=$!
+G=(); command -v ninja >/dev/null && G=(-G Ninja)
+step configure 60 cmake -S . -B "$BUILD" "${G[@]}" -DCMAKE_BUILD_TYPE=Release -DSERVELAB_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES=90a -DSERVELAB_KERNELS_FP16=OFF
+step build "${BUILD_LIMIT:-250}" cmake --build "$BUILD" -j"$(nproc)" --target test_kernels_gpu test_cuda_backend_gpu \
+  kernel_bench engine_bench -- -k 0
+wait $peers
+[ -x "$BUILD/test_kernels_gpu" ] &&
+  step kernels_gpu 60 "$BUILD/test_kernels_gpu" --gtest_filter='*Fp8*:*Int4*:*QuantGemv*' &
+kpid=$!
+[ -x "$BUILD/test_cuda_backend_gpu" ] &&
+  step backend_gpu 120 "$BUILD/test_cuda_backend_gpu" --gtest_filter='*QuantGpu*:*CudaBackendGpuTokens*bf16*:*CudaBackendGpuGraphs.DecodeReplayed*'
+wait $kpid
+[ -x "$BUILD/kernels/kernel_bench" ] &&
+  step kernel_bench 80 "$BUILD/kernels/kernel_bench" --quant-only --json "$OUT/kernel_bench.json" --commit "$COMMIT"
+[ -x "$BUILD/engine_bench" ] &&
+  step engine_bench 100 "$BUILD/engine_bench" --quantization "${FORMATS:-fp8,int4_awq}" --quick --json "$OUT/engine_bench.json" \
+    --commit "$COMMIT"
+echo "== gpu-quant-check: $(head -1 "$OUT/environment.txt"), commit $COMMIT =="
+cat "$OUT/steps.txt"
+grep -hE "^\[  (PASSED|FAILED) |^\[  FAILED|relative error|agreed|outer-vector|Failure" "$OUT"/kernels_gpu.log "$OUT"/backend_gpu.log 2>/dev/null | head -40
+grep -E "fp8_|int4_|decode-row|quant_gemv_.*vs|decode_products|cublaslt_gemm|VALID" "$OUT/kernel_bench.log" 2>/dev/null | cut -c1-140 | head -40
+grep -E "quant_" "$OUT/engine_bench.log" 2>/dev/null | cut -c1-140
+grep -E "torch_" "$OUT/peers.log" 2>/dev/null

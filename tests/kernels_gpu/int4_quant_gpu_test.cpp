@@ -1,0 +1,68 @@
+// INT4 quantize-on-load and dequantization on the GPU (kernels/int4_quant.h) against
+// engine/model/quant.h's quantize_int4 and dequantize (the cpu backend's reference): the same
+// codes, scales and zeros for AWQ's asymmetric and GPTQ's symmetric formulas, and the same
+// matrix back (to bf16 rounding). Skipped without a device.
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/model/half.h"
+#include "engine/model/quant.h"
+#include "kernels/int4_quant.h"
+#include "tests/kernels_gpu/gpu_util.h"
+
+namespace servelab::kernels {
+namespace int4_quant_gpu_test {  // named, not anonymous: a unity batch shares one translation unit
+
+using testing::DeviceBuffer;
+
+TEST(Int4QuantGpu, CodesScalesAndZerosMatchQuantizeInt4) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> d(0.0f, 0.05f);
+  struct Shape {
+    int rows, cols, group;
+  };
+  for (const Shape& sh : {Shape{1, 16, 16}, Shape{37, 384, 128}, Shape{300, 704, 64}})
+    for (bool symmetric : {false, true}) {
+      SCOPED_TRACE(std::to_string(sh.rows) + "x" + std::to_string(sh.cols) + " group " + std::to_string(sh.group) +
+                   (symmetric ? " gptq" : " awq"));
+      std::vector<uint16_t> wb(size_t(sh.rows) * sh.cols);
+      std::vector<float> wf(wb.size());
+      for (size_t i = 0; i < wb.size(); ++i) {
+        wb[i] = f32_to_bf16(d(rng) + (i % 7 == 0 ? 0.02f : 0.0f));  // groups not centred on 0
+        wf[i] = bf16_to_f32(wb[i]);
+      }
+      const QuantLinear q = quantize_int4(wf.data(), sh.rows, sh.cols, sh.group, symmetric);
+      const int groups = sh.cols / sh.group;
+      DeviceBuffer dw = testing::upload(wb), codes(size_t(sh.rows) * sh.cols / 2), scales(size_t(groups) * sh.rows * 4),
+                   zeros(size_t(groups) * sh.rows * 4), back(wb.size() * 2);
+      codes.poison();
+      back.poison();
+      quantize_int4_weight(dw.get(), sh.rows, sh.cols, sh.group, symmetric, codes.get<uint8_t>(), scales.get<float>(),
+                           zeros.get<float>());
+      const std::vector<uint8_t> c = testing::download<uint8_t>(codes, size_t(sh.rows) * sh.cols / 2);
+      const std::vector<float> s = testing::download<float>(scales, size_t(groups) * sh.rows);
+      const std::vector<float> z = testing::download<float>(zeros, size_t(groups) * sh.rows);
+      for (size_t i = 0; i < s.size(); ++i) {
+        ASSERT_EQ(s[i], q.scales[i]) << "scale " << i;
+        ASSERT_EQ(z[i], float(q.zeros[i])) << "zero " << i;
+      }
+      for (int r = 0; r < sh.rows; ++r)
+        for (int k = 0; k < sh.cols; ++k) {
+          const uint8_t b = c[size_t(r) * sh.cols / 2 + k / 2];
+          ASSERT_EQ(k % 2 ? b >> 4 : b & 0xf, q.codes[size_t(r) * sh.cols + k]) << "row " << r << " col " << k;
+        }
+      dequantize_int4(codes.get<uint8_t>(), scales.get<float>(), zeros.get<float>(), sh.rows, sh.cols, sh.group,
+                      back.get(), nullptr);
+      const std::vector<float> got = testing::download_bf16(back, wb.size());
+      const std::vector<float> ref = dequantize(q);
+      for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(got[i], round_bf16(ref[i])) << "element " << i;
+    }
+}
+
+}  // namespace int4_quant_gpu_test
+}  // namespace servelab::kernels
