@@ -38,8 +38,8 @@ kpid=$!
 [ -x "$BUILD/test_cuda_backend_gpu" ] &&
   step backend_gpu 120 "$BUILD/test_cuda_backend_gpu" --gtest_filter='*QuantGpu*:*CudaBackendGpuTokens*bf16*:*CudaBackendGpuGraphs.DecodeReplayed*'
 wait $kpid
-[ -x "$BUILD/kernels/kernel_bench" ] &&
-  step kernel_bench 80 "$BUILD/kernels/kernel_bench" --quant-only --json "$OUT/kernel_bench.json" --commit "$COMMIT"
+[ -x "$BUILD/kernel_bench" ] &&
+  step kernel_bench 80 "$BUILD/kernel_bench" --quant-only --json "$OUT/kernel_bench.json" --commit "$COMMIT"
 [ -x "$BUILD/engine_bench" ] &&
   step engine_bench 100 "$BUILD/engine_bench" --quantization "${FORMATS:-fp8,int4_awq}" --quick --json "$OUT/engine_bench.json" \
     --commit "$COMMIT"
