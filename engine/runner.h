@@ -7,23 +7,9 @@
 
 #include "engine/clock.h"
 #include "engine/engine.h"
+#include "engine/request_source.h"
 
 namespace servelab {
-
-/// Where requests come from. Open-loop sources know every arrival time in advance; closed-loop
-/// ones (concurrency N) release the next request when one finishes.
-class RequestSource {
- public:
-  virtual ~RequestSource() = default;
-  /// Intended send time of the next request, or nullopt when none is due until one finishes.
-  virtual std::optional<double> next_time() const = 0;
-  virtual Request take() = 0;          ///< the request at next_time()
-  virtual bool exhausted() const = 0;  ///< no request will ever come again
-  virtual void on_finished(const FinishedRequest& r, double now) {}
-  /// For the request last taken: when the source let it go, if it held it past its intended
-  /// time (a concurrency cap waiting for a free slot); nullopt when it went out when due.
-  virtual std::optional<double> held_until() const { return std::nullopt; }
-};
 
 struct RunnerCallbacks {
   /// sent_s: when the request reached the engine, the arrival handed to Engine::add: its

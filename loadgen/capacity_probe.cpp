@@ -8,7 +8,7 @@
 #include "engine/model/quantize_weights.h"
 #include "engine/engine.h"
 #include "loadgen/backend_spec.h"
-#include "loadgen/http/http_sweep.h"
+#include "loadgen/http_sweep.h"
 #include "loadgen/measuring_backend.h"
 #include "loadgen/plan.h"
 #include "loadgen/sources.h"
@@ -102,7 +102,7 @@ PointRun PointRunner::run(size_t strategy, double rate, const PointRunOptions& o
   const StrategySpec& strat = sc.strategies.at(strategy);
   std::optional<StructuredRequests> structured;  // the same requests carry the same schemas as in `run`
   if (structured_.schemas) structured.emplace(sc.workload.structured_output, structured_.schemas, plan.seed);
-  if (sc.target) {  // the same plan over HTTP (loadgen/http/http_sweep.h)
+  if (sc.target) {  // the same plan over HTTP (loadgen/http_sweep.h)
     PointRun out;
     const RecordSinks sinks = keep_records(out, strat.label + "@" + format_rate(rate), plan, options);
     const auto t0 = std::chrono::steady_clock::now();

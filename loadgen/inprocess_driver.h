@@ -9,27 +9,9 @@
 #include "engine/clock.h"
 #include "engine/engine.h"
 #include "engine/runner.h"
-#include "loadgen/records/record.h"
-#include "loadgen/records/step_record.h"
+#include "loadgen/record_sinks.h"
 
 namespace servelab {
-
-/// Where finished records go (records.jsonl writer, progress line, tests).
-struct RecordSinks {
-  std::function<void(const RequestRecord&)> on_record;
-  std::function<void(const StepRecord&)> on_step;
-  /// In-process runs: called with each finished request and its record before on_record (adds
-  /// what only the engine's result holds, e.g. structured output's text); optional.
-  std::function<void(const FinishedRequest&, RequestRecord&)> annotate;
-};
-
-struct DriveStats {
-  int n_sent = 0;
-  int n_finished = 0;
-  int n_tokens = 0;
-  double end_s = 0.0;
-  bool stopped = false;  ///< ended by the stop flag (Ctrl-C); unfinished requests were aborted
-};
 
 /// Runs one strategy × rate: every request the source yields goes through `engine`; each
 /// finished one becomes a RequestRecord labelled `run_label`. `warmup_ids` are marked warm-up.

@@ -29,6 +29,11 @@ void parse_gates_section(const YAML::Node& node, const std::vector<AppliedOverri
 void parse_baseline_section(const YAML::Node& node, const std::vector<AppliedOverride>& overrides, Scenario& scenario,
                             Diagnostics& diag);
 
+/// `workload.rates:` (a rate, a list, or a range) into scenario.workload.rates
+/// (scenario_parse_rates.cpp).
+void parse_rates_section(const YAML::Node& node, const std::vector<AppliedOverride>& overrides, Scenario& scenario,
+                         Diagnostics& diag);
+
 /// `workload.lora:` (adapters or count, distribution, zipf_s, base_fraction, rank, max_loras,
 /// max_cpu_loras) into scenario.workload.lora; problems go to `diag` at their file:line:col.
 void parse_lora_section(const YAML::Node& node, const std::vector<AppliedOverride>& overrides, Scenario& scenario,

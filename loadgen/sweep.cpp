@@ -17,7 +17,7 @@
 #include "engine/model/tokenizer.h"
 #include "engine/model/weights.h"
 #include "loadgen/backend_spec.h"
-#include "loadgen/http/http_sweep.h"
+#include "loadgen/http_sweep.h"
 #include "loadgen/plan.h"
 #include "loadgen/sources.h"
 #include "loadgen/structured_source.h"

@@ -5,7 +5,7 @@
 #   tsan: ThreadSanitizer over the threaded parts: the thread pool, CPU attention and backend,
 #         the engine, the in-process and HTTP drivers, the server's io threads, HTTP sessions,
 #         engine thread and aborts, and the threaded checkpoint load and random init
-#         (test_backend, test_engine, test_loadgen, test_server, test_model)
+#         (test_backend, test_engine, test_loadgen, test_loadgen_http, test_server, test_model)
 # Usage:
 #   bash scripts/sanitize.sh                 # asan (whole suite) then tsan
 #   bash scripts/sanitize.sh asan            # whole suite under ASan+UBSan: bash scripts/test.sh
@@ -57,8 +57,8 @@ run_asan() {
 
 run_tsan() {
   cmake --preset tsan "${servelab_preset_args[@]}" > /dev/null
-  cmake --build build-tsan -j"$jobs" --target test_backend test_engine test_loadgen test_server test_model
-  for t in backend engine loadgen server model; do
+  cmake --build build-tsan -j"$jobs" --target test_backend test_engine test_loadgen test_loadgen_http test_server test_model
+  for t in backend engine loadgen loadgen_http server model; do
     run_tests "TSan" build-tsan/test_"$t"
   done
 }

@@ -99,6 +99,7 @@ class CpuBackend final : public Backend {
   void qkv_rope_store(int layer);                    // q, k, v from xn; K/V into the arena
   void gate_up_silu(int layer);                      // gate = silu(xn·W_gateᵀ) ⊙ (xn·W_upᵀ)
   void attention(int layer);
+  static constexpr int kKeys = 0, kValues = 1;  // the `kind` of a KV plane
   uint8_t* plane_bytes(int layer, int kind, int kv_head);
   float* kv_plane(int layer, int kind, int kv_head);  // fp32 cache only
   /// Writes one row (head_dim values) of K or V into `slot`, quantizing for an fp8 cache.

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "engine/model/tokenizer.h"
-#include "engine/runner.h"
-#include "loadgen/inprocess_driver.h"
+#include "engine/request_source.h"
+#include "loadgen/record_sinks.h"
 #include "loadgen/structured_output.h"
 #include "loadgen/target.h"
 

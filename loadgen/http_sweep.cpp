@@ -1,4 +1,4 @@
-#include "loadgen/http/http_sweep.h"
+#include "loadgen/http_sweep.h"
 
 #include <chrono>
 #include <fstream>

@@ -6,15 +6,36 @@
 #include <map>
 
 #include "loadgen/http/http_driver.h"
-#include "loadgen/sources.h"
-#include "tests/loadgen/http_test_util.h"
+#include "tests/loadgen_http/scripted_server.h"
 
 namespace servelab::http_load::test {
 namespace {
 
-std::vector<RequestRecord> drive(const std::vector<std::string>& urls, const Plan& plan, double timeout_s = 30.0,
+/// n requests all due at t = 0 (prompt 4 tokens, 8 output tokens): a source of its own, so this
+/// binary links the HTTP driver's library and nothing of the engine.
+class BurstSource final : public RequestSource {
+ public:
+  explicit BurstSource(int n) : n_(n) {}
+  std::optional<double> next_time() const override {
+    return exhausted() ? std::nullopt : std::optional<double>(0.0);
+  }
+  Request take() override {
+    Request r;
+    r.id = uint64_t(next_++);
+    r.prompt = {5, 6, 7, 8};
+    r.sampling.max_tokens = 8;
+    return r;
+  }
+  bool exhausted() const override { return next_ >= n_; }
+
+ private:
+  int n_;
+  int next_ = 0;
+};
+
+std::vector<RequestRecord> drive(const std::vector<std::string>& urls, int n_requests, double timeout_s = 30.0,
                                  Balance balance = Balance::round_robin, HttpDriveStats* stats = nullptr) {
-  OpenLoopSource source(plan);
+  BurstSource source(n_requests);
   HttpDriverOptions o;
   o.target.urls = urls;
   o.target.timeout_s = timeout_s;
@@ -40,7 +61,7 @@ TEST(HttpDriver, StreamWithUsageInLastChunk) {
                               "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":8}}\n\n"
                               "data: [DONE]\n\n"));
   });
-  const auto recs = drive({srv.url()}, burst_plan(1));
+  const auto recs = drive({srv.url()}, 1);
   ASSERT_EQ(recs.size(), 1u);
   const RequestRecord& r = recs[0];
   EXPECT_EQ(r.status, RecordStatus::ok) << r.error;
@@ -59,7 +80,7 @@ TEST(HttpDriver, WithoutUsageTokensAreCountedChunks) {
   ScriptedServer srv([](tcp::socket& s, const std::string&) {
     write_all(s, sse_response(chunk("a") + chunk("b") + chunk("c", "stop") + "data: [DONE]\n\n"));
   });
-  const auto recs = drive({srv.url()}, burst_plan(1));
+  const auto recs = drive({srv.url()}, 1);
   ASSERT_EQ(recs.size(), 1u);
   EXPECT_EQ(recs[0].status, RecordStatus::ok);
   EXPECT_EQ(recs[0].output_tokens, 3);
@@ -71,7 +92,7 @@ TEST(HttpDriver, Http500IsRecordedWithStatusAndMessage) {
     write_all(s, "HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\nContent-Length: " +
                      std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
   });
-  const auto recs = drive({srv.url()}, burst_plan(1));
+  const auto recs = drive({srv.url()}, 1);
   ASSERT_EQ(recs.size(), 1u);
   EXPECT_EQ(recs[0].status, RecordStatus::error);
   EXPECT_EQ(recs[0].error, "HTTP 500: boom");
@@ -79,7 +100,7 @@ TEST(HttpDriver, Http500IsRecordedWithStatusAndMessage) {
 
 TEST(HttpDriver, StreamCutMidwayAndErrorEventAreFailures) {
   ScriptedServer cut([](tcp::socket& s, const std::string&) { write_all(s, sse_response(chunk("a") + chunk("b"))); });
-  auto recs = drive({cut.url()}, burst_plan(1));
+  auto recs = drive({cut.url()}, 1);
   ASSERT_EQ(recs.size(), 1u);
   EXPECT_EQ(recs[0].status, RecordStatus::error);
   EXPECT_EQ(recs[0].error, "stream ended before [DONE] or a finish_reason");
@@ -89,7 +110,7 @@ TEST(HttpDriver, StreamCutMidwayAndErrorEventAreFailures) {
   ScriptedServer err([](tcp::socket& s, const std::string&) {
     write_all(s, sse_response(chunk("a") + "data: {\"error\":{\"message\":\"engine died\",\"code\":500}}\n\n"));
   });
-  recs = drive({err.url()}, burst_plan(1));
+  recs = drive({err.url()}, 1);
   ASSERT_EQ(recs.size(), 1u);
   EXPECT_EQ(recs[0].status, RecordStatus::error);
   EXPECT_EQ(recs[0].error, "error event: engine died");
@@ -99,7 +120,7 @@ TEST(HttpDriver, MalformedChunk) {
   ScriptedServer srv([](tcp::socket& s, const std::string&) {
     write_all(s, sse_response(chunk("a") + "data: {\"choices\": [oops\n\n" + chunk("b", "length")));
   });
-  const auto recs = drive({srv.url()}, burst_plan(1));
+  const auto recs = drive({srv.url()}, 1);
   ASSERT_EQ(recs.size(), 1u);
   EXPECT_EQ(recs[0].status, RecordStatus::error);
   EXPECT_EQ(recs[0].error.rfind("malformed chunk: {\"choices\": [oops", 0), 0u) << recs[0].error;
@@ -112,7 +133,7 @@ TEST(HttpDriver, RefusedConnection) {
     tcp::acceptor a(io, {asio::ip::make_address("127.0.0.1"), 0});
     port = a.local_endpoint().port();
   }  // closed: nothing listens there now
-  const auto recs = drive({"http://127.0.0.1:" + std::to_string(port)}, burst_plan(3));
+  const auto recs = drive({"http://127.0.0.1:" + std::to_string(port)}, 3);
   ASSERT_EQ(recs.size(), 3u);
   for (const auto& r : recs) {
     EXPECT_EQ(r.status, RecordStatus::error);
@@ -125,7 +146,7 @@ TEST(HttpDriver, Timeout) {
     write_all(s, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n" + chunk("a"));
     wait_for_close(s);  // never finishes: the client's timeout must end it
   });
-  const auto recs = drive({srv.url()}, burst_plan(1), 0.3);
+  const auto recs = drive({srv.url()}, 1, 0.3);
   ASSERT_EQ(recs.size(), 1u);
   EXPECT_EQ(recs[0].status, RecordStatus::error);
   EXPECT_EQ(recs[0].error, "timeout after 0.3 s");
@@ -142,7 +163,7 @@ TEST(HttpDriver, StopWhileStreamingRecordsAnAbort) {
     stop = true;
     wait_for_close(s);  // never finishes: the stop must end it
   });
-  OpenLoopSource source(burst_plan(1));
+  BurstSource source(1);
   HttpDriverOptions o;
   o.target.urls = {srv.url()};
   std::vector<RequestRecord> recs;
@@ -161,7 +182,7 @@ TEST(HttpDriver, TooManyRequestsIsRejected) {
     write_all(s, "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nContent-Length: " + std::to_string(body.size()) +
                      "\r\nConnection: close\r\n\r\n" + body);
   });
-  const auto recs = drive({srv.url()}, burst_plan(2));
+  const auto recs = drive({srv.url()}, 2);
   ASSERT_EQ(recs.size(), 2u);
   for (const auto& r : recs) {
     EXPECT_EQ(r.status, RecordStatus::rejected);
@@ -173,7 +194,7 @@ TEST(HttpDriver, ReplicasShareTheLoadRoundRobin) {
   auto ok = [](tcp::socket& s, const std::string&) { write_all(s, sse_response(chunk("a", "length") + "data: [DONE]\n\n")); };
   ScriptedServer a(ok), b(ok);
   HttpDriveStats st;
-  const auto recs = drive({a.url(), b.url()}, burst_plan(10), 30.0, Balance::round_robin, &st);
+  const auto recs = drive({a.url(), b.url()}, 10, 30.0, Balance::round_robin, &st);
   ASSERT_EQ(recs.size(), 10u);
   for (const auto& r : recs) EXPECT_EQ(r.status, RecordStatus::ok) << r.error;
   EXPECT_EQ(a.n_requests(), 5);
@@ -184,8 +205,8 @@ TEST(HttpDriver, ReplicasShareTheLoadRoundRobin) {
 }
 
 TEST(HttpDriver, BadUrlIsAnError) {
-  EXPECT_THROW(drive({"https://x"}, burst_plan(1)), std::invalid_argument);
-  EXPECT_THROW(drive({"127.0.0.1:80"}, burst_plan(1)), std::invalid_argument);
+  EXPECT_THROW(drive({"https://x"}, 1), std::invalid_argument);
+  EXPECT_THROW(drive({"127.0.0.1:80"}, 1), std::invalid_argument);
   EXPECT_EQ(parse_endpoint("http://h:81/v1").prefix, "");
   EXPECT_EQ(parse_endpoint("http://h:81/proxy/").prefix, "/proxy");
   EXPECT_EQ(parse_endpoint("http://[::1]:9").host, "::1");

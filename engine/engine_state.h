@@ -1,0 +1,90 @@
+#pragma once
+// The engine's private state (engine.cpp, engine_requests.cpp): the requests in flight with
+// their sequences and records, and the per-step scratch Engine::step reuses. Not for other code.
+#include <algorithm>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "engine/backend/step_input.h"
+#include "engine/engine.h"
+
+namespace servelab {
+
+namespace engine_internal {
+
+/// A request in flight: its sequences (sample 0 first; the other samples are forked from it
+/// once its prefill has drawn every sample's first token) and the record handed back when all
+/// of them are finished.
+struct RequestState {
+  Request request;
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  FinishedRequest record;
+  std::vector<std::vector<double>> token_times;  ///< per sample: when each of its tokens came
+  bool forked = false;
+
+  bool complete() const {
+    if (request.sampling.n > 1 && !forked) return false;
+    return std::all_of(seqs.begin(), seqs.end(),
+                       [](const auto& s) { return s->status == SeqStatus::finished; });
+  }
+  /// Fills the record's timeline from the samples' token times (see FinishedRequest).
+  void settle_timeline() {
+    size_t longest = 0;
+    for (const auto& t : token_times) longest = std::max(longest, t.size());
+    std::vector<double>& out = record.token_times_s;
+    out.assign(longest, -1.0);
+    for (size_t k = 0; k < longest; ++k) {
+      for (const auto& t : token_times)
+        if (k < t.size()) out[k] = std::max(out[k], t[k]);
+      if (k > 0) out[k] = std::max(out[k], out[k - 1]);  // a finished sample is already past token k
+    }
+    record.first_token_s = out.empty() ? -1.0 : out.front();
+    record.n_output = static_cast<int>(longest);
+  }
+};
+
+}  // namespace engine_internal
+
+using engine_internal::RequestState;
+
+struct Engine::State {
+  std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests;
+  uint64_t next_seq_id = 1;
+  Batch batch;  // reused each step
+  Step step;    // ... and its flat input
+  std::vector<RequestState*> entry_requests;  // batch.entries[i]'s request, looked up once a step
+  std::vector<std::pair<Sequence*, FinishReason>> done;  // the step's finished samples (reused)
+  std::vector<uint32_t> mask_scratch;
+  /// Per drawing sequence: its k and its acceptance so far (adaptive speculation).
+  struct SpecStats {
+    int k = 0;
+    int64_t drafted = 0, accepted = 0;
+    /// Acceptance rate with a prior of one accepted draft in two.
+    double alpha() const { return (double(accepted) + 1.0) / (double(drafted) + 2.0); }
+  };
+  std::unordered_map<uint64_t, SpecStats> spec_stats;  // by sequence id
+  Proposer* proposer = nullptr;
+
+  RequestState& of(const Sequence& s) { return *requests.at(s.request_id); }
+  /// Appends a sampled token to s (of request rs), stamps it, and queues s in `done` when it is
+  /// finished.
+  void emit(Sequence& s, RequestState& rs, TokenId tok, double end, int eos, StepOutcome& out,
+            std::vector<std::pair<Sequence*, FinishReason>>& done);
+  /// Sample 0's prefill drew every sample's first token (`firsts`, sample 0's included): samples
+  /// 1..n-1 start at n_prompt with their own first token, sharing the parent's prompt K/V.
+  void fork_samples(Sequence& parent, std::span<const TokenId> firsts, double end, int eos, KvManager& kv,
+                    Scheduler& scheduler, StepOutcome& out, std::vector<std::pair<Sequence*, FinishReason>>& done);
+  /// seq left the engine: the proposer and the adaptive rule drop what they kept for it.
+  void forget(const Sequence& seq) {
+    if (proposer) proposer->forget(seq.id);
+    spec_stats.erase(seq.id);
+  }
+  /// seq is done: frees its KV; when its request has no sample left, the record goes to `out`.
+  void retire(Sequence& seq, FinishReason reason, double end, KvManager& kv, Scheduler& scheduler,
+              StepOutcome& out);
+};
+
+}  // namespace servelab
