@@ -1,9 +1,12 @@
 // The report's regex and choice checkers (the GBNF one is gbnf_check.cpp).
 #include "analysis/constraint_check.h"
 
+#include <cctype>
 #include <cstdint>
 #include <map>
 #include <regex>
+
+#include "analysis/big_stack.h"
 
 namespace servelab::analysis {
 namespace constraint_check_detail {  // named: a unity batch shares one translation unit
@@ -20,6 +23,30 @@ std::wstring utf8_to_wide_for_regex(std::string_view s) {  // input: valid UTF-8
     i += static_cast<size_t>(len);
   }
   return out;
+}
+
+/// What std::regex must not be given: a backreference (\1: structured output's regexes have none,
+/// and libstdc++ overflows on a long one) or a repetition count over 1000 (it copies the
+/// repeated states that many times). "" when neither.
+std::string regex_pattern_problem(const std::string& p) {
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == '\\') {
+      if (i + 1 < p.size() && p[i + 1] >= '1' && p[i + 1] <= '9')
+        return "pattern has a backreference (\\" + std::string(1, p[i + 1]) + "), which structured output does not support";
+      ++i;  // an escaped character
+    } else if (p[i] == '{') {  // {n}, {n,}, {n,m}: each count at most 1000
+      size_t j = i + 1;
+      while (j < p.size()) {
+        const size_t b = j;
+        while (j < p.size() && std::isdigit(static_cast<unsigned char>(p[j]))) ++j;
+        if (j - b > 4 || (j > b && std::stoi(p.substr(b, j - b)) > 1000))
+          return "pattern repeats something over 1000 times, more than this checker expands";
+        if (j >= p.size() || p[j] != ',') break;
+        ++j;
+      }
+    }
+  }
+  return "";
 }
 
 }  // namespace constraint_check_detail
@@ -50,13 +77,21 @@ std::string check_regex_output(std::string_view text, const std::string& pattern
   static std::map<std::string, std::wregex> cache;  // the report's thread only
   auto it = cache.find(pattern);
   if (it == cache.end()) {
+    if (std::string why = regex_pattern_problem(pattern); !why.empty()) return why;
     try {
       it = cache.emplace(pattern, std::wregex(utf8_to_wide_for_regex(pattern), std::regex::ECMAScript)).first;
     } catch (const std::regex_error& e) {
       return std::string("pattern not readable by std::regex: ") + e.what();
     }
   }
-  if (std::regex_match(utf8_to_wide_for_regex(text), it->second)) return "";
+  // libstdc++'s executor backtracks recursively, a few frames per character: a big stack.
+  const std::wstring wide = utf8_to_wide_for_regex(text);
+  const std::wregex& re = it->second;
+  try {
+    if (call_on_big_stack([&] { return std::regex_match(wide, re); })) return "";
+  } catch (const std::regex_error& e) {  // error_complexity / error_stack
+    return std::string("output too complex for std::regex to check: ") + e.what();
+  }
   return "does not match the regex";
 }
 

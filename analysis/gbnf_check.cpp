@@ -9,6 +9,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "analysis/big_stack.h"
 #include "analysis/constraint_check.h"
 
 namespace servelab::analysis {
@@ -144,6 +145,7 @@ class Reader {
     const size_t b = i_;
     while (i_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_]))) ++i_;
     if (b == i_) fail("expected a number in a repetition");
+    if (i_ - b > 6 || std::stoi(s_.substr(b, i_ - b)) > 100000) fail("repetition count over 100000");
     return std::stoi(s_.substr(b, i_ - b));
   }
   char32_t utf8_char() {
@@ -210,7 +212,9 @@ class Reader {
     }
     if (c == '(') {
       ++i_;
+      if (++depth_ > kMaxNesting) fail("groups nested deeper than " + std::to_string(kMaxNesting));
       const int inner = alternatives();
+      --depth_;
       skip();
       if (i_ >= s_.size() || s_[i_] != ')') fail("expected )");
       ++i_;
@@ -223,16 +227,34 @@ class Reader {
     return add(std::move(r));
   }
 
+  static constexpr int kMaxNesting = 256;
   const std::string& s_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 class Recognizer {
  public:
   Recognizer(const Reader& g, const std::u32string& text) : g_(g), t_(text) {}
 
+  /// Thrown when a derivation nests deeper than kMaxDepth calls (the big stack's bound).
+  struct TooDeep {};
+  static constexpr int kMaxDepth = 100000;
+
   std::set<size_t> ends(int node, size_t pos) {
     const Node& n = g_.nodes[static_cast<size_t>(node)];
+    const bool composite = n.type == Node::seq || n.type == Node::alt || n.type == Node::repeat;
+    if (composite)  // each (node, position) is worked out once: nested repetition stays polynomial
+      if (auto it = done_.find({node, pos}); it != done_.end()) return it->second;
+    if (++depth_ > kMaxDepth) throw TooDeep{};
+    std::set<size_t> out = ends_uncached(n, pos);
+    --depth_;
+    if (composite) done_[{node, pos}] = out;
+    return out;
+  }
+
+ private:
+  std::set<size_t> ends_uncached(const Node& n, size_t pos) {
     std::set<size_t> out;
     switch (n.type) {
       case Node::literal:
@@ -284,6 +306,10 @@ class Recognizer {
           }
           if (k >= n.min) out.insert(next.begin(), next.end());
           if (next.empty()) break;
+          if (next == frontier) {  // a fixed point (the item matched only empty): every later k gives the same
+            if (k < n.min) out.insert(next.begin(), next.end());
+            break;
+          }
           frontier.swap(next);
         }
         break;
@@ -292,10 +318,11 @@ class Recognizer {
     return out;
   }
 
- private:
   const Reader& g_;
   const std::u32string& t_;
-  std::map<std::pair<int, size_t>, std::set<size_t>> memo_;
+  std::map<std::pair<int, size_t>, std::set<size_t>> memo_;  // rules (refs), with the left-recursion stop
+  std::map<std::pair<int, size_t>, std::set<size_t>> done_;  // seq, alt and repeat nodes
+  int depth_ = 0;
 };
 
 std::u32string gbnf_utf8_to_u32(std::string_view s) {  // input: valid UTF-8 (checked by the caller)
@@ -320,7 +347,7 @@ std::string check_gbnf_output(std::string_view text, const std::string& gbnf) {
   Reader g(gbnf);
   try {
     g.read();
-  } catch (const std::invalid_argument& e) {
+  } catch (const std::exception& e) {  // invalid_argument with the line; out_of_range from a number
     return std::string("grammar not readable: ") + e.what();
   }
   const std::u32string t = gbnf_utf8_to_u32(text);
@@ -329,7 +356,12 @@ std::string check_gbnf_output(std::string_view text, const std::string& gbnf) {
   root.rule = g.ids_.at("root");
   Reader& gm = g;
   gm.nodes.push_back(root);
-  const auto ends = rec.ends(static_cast<int>(gm.nodes.size()) - 1, 0);
+  std::set<size_t> ends;
+  try {  // the recursion is as deep as the derivation: on a big stack, and bounded
+    ends = call_on_big_stack([&] { return rec.ends(static_cast<int>(gm.nodes.size()) - 1, 0); });
+  } catch (const Recognizer::TooDeep&) {
+    return "output too deeply nested to check (a derivation over " + std::to_string(Recognizer::kMaxDepth) + " levels)";
+  }
   if (ends.count(t.size())) return "";
   const size_t reached = ends.empty() ? 0 : *ends.rbegin();
   return "does not derive from the grammar (a derivation covers " + std::to_string(reached) + " of " +

@@ -2,7 +2,8 @@
 # Fuzzes servelab's parsers with libFuzzer (clang, ASan, UBSan): scenario + --set overrides,
 # safetensors, HF config.json, datasets and traces, the `servelab report` readers, the server's
 # request bodies (request_parse), the HTTP driver's SSE/chunk reader (stream_chunk) and the grammar
-# engine's front ends and matcher (grammar; only when named: the default list is CI's). Not part of
+# engine's front ends and matcher (grammar) and the report's regex / choice / GBNF output checkers
+# (constraint_check; these two only when named: the default list is CI's). Not part of
 # the unit tests; installs Debian's clang and libclang-rt-14-dev when missing.
 #   bash scripts/fuzz.sh                    # 20 s per harness (the CI pass)
 #   bash scripts/fuzz.sh --minutes 10       # the real run

@@ -37,3 +37,6 @@ file(GLOB grammar_srcs ${CMAKE_SOURCE_DIR}/engine/grammar/*.cpp)
 servelab_parser_fuzzer(grammar ${grammar_srcs} ${CMAKE_SOURCE_DIR}/engine/model/tokenizer_bytes.cpp
                        ${CMAKE_SOURCE_DIR}/engine/model/tokenizer_unicode.cpp ${CMAKE_SOURCE_DIR}/engine/model/unicode_tables.cpp)
 target_link_libraries(fuzz_grammar PRIVATE nlohmann_json::nlohmann_json Threads::Threads)
+# The report's checkers of regex / choice / GBNF outputs (plain C++, no library).
+servelab_parser_fuzzer(constraint_check ${CMAKE_SOURCE_DIR}/analysis/constraint_check.cpp
+                       ${CMAKE_SOURCE_DIR}/analysis/gbnf_check.cpp)
