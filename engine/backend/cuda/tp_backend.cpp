@@ -1,5 +1,6 @@
 #include "engine/backend/cuda/tp_backend.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -15,6 +16,7 @@
 #include "engine/backend/cuda/tp_plan.h"
 #include "engine/backend/cuda/tp_weights.h"
 #include "engine/model/hf_config.h"
+#include "kernels/custom_allreduce.h"
 
 namespace servelab {
 
@@ -131,11 +133,15 @@ struct TpCudaBackend::Impl {
   std::vector<std::unique_ptr<cuda::TpRank>> tps;
   std::vector<std::unique_ptr<CudaBackend>> ranks;
   std::unique_ptr<RankPool> pool;
+  /// Our all-reduce's peer buffers on every rank (null with all_reduce: nccl or dtype f16): made
+  /// once at start, so captured graphs keep valid addresses; shared by the ranks' TpRank::custom.
+  std::unique_ptr<kernels::CustomAllReduce> custom;
   std::atomic<bool> failed{false};  // a rank failed in this step: the others stop waiting
   std::string broken;               // why the communicators were aborted (then every call throws)
 
   ~Impl() {
     if (!pool) return;
+    if (custom && !broken.empty()) custom->abort();  // a kernel still waiting for a peer ends now
     try {
       pool->run([&](int r) {
         cudaSetDevice(r);
@@ -151,6 +157,11 @@ struct TpCudaBackend::Impl {
 
   TpAccess::Impl& rank(int r) const { return TpAccess::impl(*ranks[r]); }
   int n() const { return plan.n_ranks; }
+  std::vector<int> devices() const {
+    std::vector<int> d(n());
+    for (int r = 0; r < n(); ++r) d[r] = r;
+    return d;
+  }
 
   void check_usable() const {
     if (!broken.empty())
@@ -318,6 +329,36 @@ std::unique_ptr<TpCudaBackend::Impl> TpCudaBackend::build(const ModelConfig& con
     impl->broken = e.what();  // ~Impl aborts the communicators that did come up
     throw;
   }
+  // NCCL connects its peers lazily, at the first collective: one small all-reduce now, under the
+  // watchdog, so that happens before our peer mappings exist (as bench/kernels/allreduce_bench.cu
+  // orders it) and not inside the first step.
+  impl->run_collective([&](int r) {
+    cuda::DeviceBuffer warm(64, "the NCCL warm-up all-reduce");
+    CUDA_CHECK(cudaMemsetAsync(warm.get(), 0, 64, impl->rank(r).stream));
+    cuda::tp_all_reduce(*impl->tps[r], warm.get(), 32, impl->rank(r).stream);
+    impl->wait(r);
+  });
+  // Our all-reduce's peer buffers and peer access, once, from this thread (it visits every device).
+  if (n_ranks > 1 && o.tp_all_reduce != TpAllReduce::nccl && o.dtype == DType::bf16) {
+    try {
+      impl->custom = std::make_unique<kernels::CustomAllReduce>(impl->devices(), o.tp_all_reduce_max_bytes);
+    } catch (const std::runtime_error& e) {  // e.g. GPUs without peer access: auto falls back to NCCL
+      if (o.tp_all_reduce == TpAllReduce::custom)
+        throw std::runtime_error(std::string("all_reduce: custom: ") + e.what());
+      std::fprintf(stderr, "servelab: all_reduce auto: NCCL for every message (%s)\n", e.what());
+    }
+  }
+  if (impl->custom) {
+    // The kernel gives up on a peer within the watchdog's time, a little before the step's wait
+    // does (which starts earlier): that wait then reports the kernel's own error, naming the rank
+    // that never came. A wait that times out first aborts the kernel (tp_destroy_comm) instead.
+    impl->custom->set_spin_timeout_ns(uint64_t(0.8 * o.tp_timeout_s * 1e9));
+    for (auto& tp : impl->tps) {
+      tp->custom = impl->custom.get();
+      tp->custom_max_bytes = o.tp_all_reduce_max_bytes;
+      tp->custom_only = o.tp_all_reduce == TpAllReduce::custom;
+    }
+  }
   return impl;
 }
 
@@ -473,33 +514,65 @@ int64_t TpCudaBackend::kv_bytes_for_utilization(double utilization, int max_toke
   return *std::min_element(budget.begin(), budget.end());
 }
 
-std::vector<AllReduceTiming> TpCudaBackend::all_reduce_timings(std::span<const int64_t> message_bytes, int repeats) {
+std::vector<AllReduceTiming> TpCudaBackend::all_reduce_timings(std::span<const int64_t> message_bytes, int repeats,
+                                                               bool in_graph) {
   Impl& m = *impl_;
   repeats = std::max(1, repeats);
-  int64_t largest = 2;
+  int64_t largest = 16;
   for (int64_t b : message_bytes) largest = std::max(largest, b);
   std::vector<std::vector<double>> seconds(m.n(), std::vector<double>(message_bytes.size()));
   m.run_collective([&](int r) {
     cuda::DeviceBuffer buf(size_t(largest), "the all-reduce benchmark buffer");
-    CUDA_CHECK(cudaMemsetAsync(buf.get(), 0, buf.bytes(), m.rank(r).stream));
+    cudaStream_t s = m.rank(r).stream;
+    CUDA_CHECK(cudaMemsetAsync(buf.get(), 0, buf.bytes(), s));  // zeros: repeated sums stay finite
     cudaEvent_t start = nullptr, stop = nullptr;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    auto release = [&] {
+      if (exec) cudaGraphExecDestroy(exec);
+      if (graph) cudaGraphDestroy(graph);
+      exec = nullptr;
+      graph = nullptr;
+    };
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&stop));
     try {
-      cudaStream_t s = m.rank(r).stream;
       for (size_t i = 0; i < message_bytes.size(); ++i) {
-        const int64_t n = std::max<int64_t>(1, message_bytes[i] / 2);
+        // Whole 16-byte groups (every size a step sends is one), so ours can take it.
+        const int64_t n = std::max<int64_t>(8, message_bytes[i] / 16 * 8);
         for (int w = 0; w < 3; ++w) cuda::tp_all_reduce(*m.tps[r], buf.get(), n, s);
         m.wait(r);
-        CUDA_CHECK(cudaEventRecord(start, s));
+        auto timed = [&](const auto& enqueue) {
+          CUDA_CHECK(cudaEventRecord(start, s));
+          enqueue();
+          CUDA_CHECK(cudaEventRecord(stop, s));
+          m.wait(r);
+          float ms = 0.0f;
+          CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+          return ms * 1e-3 / repeats;
+        };
+        if (!in_graph) {
+          seconds[r][i] = timed([&] {
+            for (int k = 0; k < repeats; ++k) cuda::tp_all_reduce(*m.tps[r], buf.get(), n, s);
+          });
+          continue;
+        }
+        CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
         for (int k = 0; k < repeats; ++k) cuda::tp_all_reduce(*m.tps[r], buf.get(), n, s);
-        CUDA_CHECK(cudaEventRecord(stop, s));
+        CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        CUDA_CHECK(cudaGraphLaunch(exec, s));  // untimed
         m.wait(r);
-        float ms = 0.0f;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-        seconds[r][i] = ms * 1e-3 / repeats;
+        std::vector<double> t;
+        for (int k = 0; k < 5; ++k) t.push_back(timed([&] { CUDA_CHECK(cudaGraphLaunch(exec, s)); }));
+        std::sort(t.begin(), t.end());
+        seconds[r][i] = t[2];
+        release();
       }
     } catch (...) {
+      cudaStreamEndCapture(s, &graph);  // a capture left open would poison the stream
+      (void)cudaGetLastError();
+      release();
       cudaEventDestroy(start);
       cudaEventDestroy(stop);
       throw;
@@ -519,9 +592,17 @@ std::vector<AllReduceTiming> TpCudaBackend::all_reduce_timings(std::span<const i
   return out;
 }
 
+std::string TpCudaBackend::all_reduce_path() const {
+  const CudaBackendOptions& o = impl_->options;
+  if (!impl_->custom) return "NCCL";
+  if (o.tp_all_reduce == TpAllReduce::custom) return "ours (peer memory) for every message";
+  return "ours (peer memory) up to " + std::to_string(o.tp_all_reduce_max_bytes) + " bytes, NCCL above";
+}
+
 std::string TpCudaBackend::describe() const {
+  const std::string ar = "all-reduce " + all_reduce_path();
   return "NCCL " + cuda::tp_nccl_version() + ", " + std::to_string(impl_->n()) + " ranks on devices 0.." +
-         std::to_string(impl_->n() - 1) + " (" + cuda_device_description(0) + ")";
+         std::to_string(impl_->n() - 1) + " (" + cuda_device_description(0) + "), " + ar;
 }
 
 }  // namespace servelab

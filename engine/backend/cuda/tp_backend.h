@@ -82,9 +82,14 @@ class TpCudaBackend final : public Backend {
   int64_t weight_bytes() const;
   /// The smallest of the ranks' KV budgets (CudaBackend::kv_bytes_for_utilization on each).
   int64_t kv_bytes_for_utilization(double utilization, int max_tokens, int max_samples) const;
-  /// Times `repeats` in-place sum all-reduces (of the dtype) of each size on all ranks (after 3 untimed),
-  /// each on its own stream with CUDA events. Outside any step.
-  std::vector<AllReduceTiming> all_reduce_timings(std::span<const int64_t> message_bytes, int repeats = 20);
+  /// Times `repeats` in-place sum all-reduces (of the dtype, through the backend's all_reduce
+  /// path: ours or NCCL by size) of each size on all ranks (after 3 untimed), on each rank's stream
+  /// with CUDA events. Eagerly, or (in_graph) as one CUDA graph of the `repeats` calls per rank,
+  /// replayed (the median of 5 replays after one untimed): how a decode step runs them. Outside any step.
+  std::vector<AllReduceTiming> all_reduce_timings(std::span<const int64_t> message_bytes, int repeats = 20,
+                                                  bool in_graph = false);
+  /// The backend's all-reduce set-up: "ours up to 2097152 bytes, NCCL above", "NCCL".
+  std::string all_reduce_path() const;
   /// "NCCL 2.28.3, 2 ranks on devices 0..1" for reports.
   std::string describe() const;
 
