@@ -14,9 +14,10 @@ namespace servelab {
 
 enum class TpAllReduce { auto_select, nccl, custom };
 
-/// The measured crossover on 2 x H200 (results/gpu/tp/README.md): ours is faster than NCCL inside
-/// CUDA graphs up to 2 MiB (1.66x there) and slower at 8 MiB (0.88x).
-inline constexpr int64_t kTpCustomAllReduceDefaultMaxBytes = int64_t(2) << 20;
+/// The measured crossover on 2 x H200 (tp_bench at 33f1fd3, results/gpu/tp/README.md): inside
+/// CUDA graphs ours is faster than NCCL up to 4 MiB (1.48x at 2.5 MiB, 1.19x at 4 MiB) and slower
+/// from 8 MiB on (0.94x).
+inline constexpr int64_t kTpCustomAllReduceDefaultMaxBytes = int64_t(4) << 20;
 
 inline const char* to_string(TpAllReduce m) {
   switch (m) {

@@ -88,7 +88,7 @@ class TpCudaBackend final : public Backend {
   /// replayed (the median of 5 replays after one untimed): how a decode step runs them. Outside any step.
   std::vector<AllReduceTiming> all_reduce_timings(std::span<const int64_t> message_bytes, int repeats = 20,
                                                   bool in_graph = false);
-  /// The backend's all-reduce set-up: "ours up to 2097152 bytes, NCCL above", "NCCL".
+  /// The backend's all-reduce set-up: "ours (peer memory) up to 4194304 bytes, NCCL above", "NCCL".
   std::string all_reduce_path() const;
   /// "NCCL 2.28.3, 2 ranks on devices 0..1" for reports.
   std::string describe() const;
