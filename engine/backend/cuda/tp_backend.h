@@ -8,8 +8,10 @@
 // gate|up, row-parallel O and down, KV heads split, vocabulary-parallel LM head) and the KV of its
 // KV heads. A step: the calling thread builds the step input and the block-table diff once
 // (CudaBackend::Impl::plan_step); every rank thread packs it, uploads it to its GPU in one copy
-// and runs the step, with an NCCL all-reduce (sum, in the dtype) of the O and down products and an NCCL
-// all-gather of the LM head's logits, so every rank samples the same tokens from the same logits;
+// and runs the step, with an all-reduce (sum, in the dtype) of the O and down products — our
+// one-shot kernel over CUDA peer memory for small messages, NCCL for large ones (options
+// tp_all_reduce, tp_all_reduce_max_bytes; docs/tensor-parallel.md) — and an NCCL all-gather of the
+// LM head's logits, so every rank samples the same tokens from the same logits;
 // rank 0's tokens are returned. The engine's one scheduler and KV manager decide once per step for
 // all ranks; slots mean the same on every rank (copy-on-write and swap run on every rank).
 #include <cstdint>

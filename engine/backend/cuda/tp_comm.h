@@ -3,7 +3,7 @@
 // step runs (issue 13). CudaBackend::Impl holds a TpRank* (null on one GPU, where none of this
 // runs); cuda_forward.cpp calls tp_all_reduce after the O and down products and tp_lm_head for
 // the vocabulary-parallel LM head. Every function here only enqueues on `stream` (capturable into
-// a CUDA graph: NCCL collectives are). Built with the backend; the NCCL calls only with
+// a CUDA graph: NCCL collectives are, and so is our all-reduce kernel, kernels/custom_allreduce.h). Built with the backend; the NCCL calls only with
 // SERVELAB_HAVE_NCCL (without it, creating a communicator throws).
 #include <cuda_runtime.h>
 
