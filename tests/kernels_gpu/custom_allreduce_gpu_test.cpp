@@ -210,5 +210,7 @@ TEST(CustomAllReduceGpu, AbortEndsAWaitingKernelAtOnce) {
   EXPECT_EQ(car.error(0), CustomAllReduce::kAborted);
 }
 
+#undef SKIP_WITHOUT_TWO_GPUS  // a unity batch shares one translation unit
+
 }  // namespace custom_allreduce_gpu_test
 }  // namespace servelab::kernels
