@@ -1,14 +1,22 @@
 // Tensor-parallel benchmarks on 2 GPUs (issue 25): figures, no assertions.
-// - all-reduce: the in-place bf16 sum all-reduce of a step's messages (batch × hidden × 2 bytes
-//   for llama2-13b's hidden 5120, batch 1..256) and of large messages (64 MB .. 1 GB, the best
-//   large-message figure NCCL reaches in the same run), time per all-reduce (mean of 20 back to
-//   back, slowest rank) and bus bandwidth.
+// - allreduce: the in-place bf16 sum all-reduce through the backend, NCCL (all_reduce: nccl)
+//   against ours (all_reduce: custom: the one-shot kernel over CUDA peer memory), each inside a CUDA
+//   graph of 20 back-to-back calls per rank (how decode steps run them; median of 5 replays, slowest
+//   rank), for llama2-13b's decode messages (batch x 5120 x 2 bytes, batch 1..256) and 4-16 MiB.
 // - decode: a preset (default llama2-13b, random weights) decode step time at batch 1, 32 and 128
-//   (256-token prompts, CUDA graphs), one GPU against tensor_parallel 2, and the communication
-//   share: 2 × n_layers all-reduces of the step's message, timed alone, over the TP=2 step time
-//   (the LM head's logits all-gather is left out: one per step, batch × vocab × 4 bytes).
-// Lines start with "tp-allreduce" / "tp-decode" so scripts/gpu-tp-check.sh can tabulate them.
-//   cmake --build build-gpu --target tp_bench && build-gpu/tp_bench [--model PRESET] [--only allreduce|decode]
+//   (256-token prompts, CUDA graphs), one GPU against tensor_parallel 2 with all_reduce nccl and
+//   auto (ours for these messages), and the communication share: 2 x n_layers all-reduces of the
+//   step's message timed inside a CUDA graph on that backend, over its TP=2 step time (the LM
+//   head's logits all-gather, one per step, is left out).
+// - bound: a preset (default llama3-70b, random weights: the speed does not depend on them) on
+//   tensor_parallel 2 at batch 1 against the two GPUs' bandwidth bound: weight bytes /
+//   (2 x the copy bandwidth measured on each GPU first: cudaMemcpy of 2 GiB device to device,
+//   read + write bytes over time, median of 5).
+// Lines start with "tp-allreduce" / "tp-decode" / "tp-bound" so scripts/gpu-tp-check.sh can
+// tabulate them.
+//   cmake --build build-gpu --target tp_bench && build-gpu/tp_bench [--model PRESET]
+//     [--bound-model PRESET] [--only allreduce|decode|bound]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +29,7 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/tp_backend.h"
 #include "engine/kv/kv_manager.h"
+#include "kernels/cuda_check.h"
 #include "tests/backend/backend_test_util.h"
 
 namespace servelab {
@@ -30,23 +39,32 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-/// A small model on 2 ranks: enough for the communicators (the benchmark buffers are its own).
-std::unique_ptr<TpCudaBackend> small_tp2() { return TpCudaBackend::random(preset("tiny"), 1, 2); }
 
-void all_reduce_bus_bandwidth() {
-  auto tp = small_tp2();
+void all_reduce_nccl_vs_ours() {
   const int64_t hidden = preset("llama2-13b").hidden_size;
   std::vector<int64_t> sizes;
   for (int b : {1, 2, 4, 8, 16, 32, 64, 128, 256}) sizes.push_back(int64_t(b) * hidden * 2);
-  for (int64_t mb : {64, 256, 1024}) sizes.push_back(mb << 20);
-  const std::vector<AllReduceTiming> t = tp->all_reduce_timings(sizes, 20);
-  double best = 0.0;
-  for (const AllReduceTiming& x : t) best = std::max(best, x.bus_gb_s);
-  std::printf("%s\n", tp->describe().c_str());
-  std::printf("tp-allreduce %12s %10s %12s %10s\n", "bytes", "us", "busbw_GB/s", "of_best");
-  for (const AllReduceTiming& x : t)
-    std::printf("tp-allreduce %12lld %10.2f %12.2f %9.1f%%\n", static_cast<long long>(x.bytes), x.seconds * 1e6,
-                x.bus_gb_s, best > 0 ? 100.0 * x.bus_gb_s / best : 0.0);
+  for (int64_t mb : {4, 8, 16}) sizes.push_back(mb << 20);
+  std::vector<AllReduceTiming> nccl, ours;
+  {
+    CudaBackendOptions o;
+    o.tp_all_reduce = TpAllReduce::nccl;
+    auto tp = TpCudaBackend::random(preset("tiny"), 1, 2, o);
+    std::printf("%s\n", tp->describe().c_str());
+    nccl = tp->all_reduce_timings(sizes, 20, /*in_graph=*/true);
+  }
+  {
+    CudaBackendOptions o;
+    o.tp_all_reduce = TpAllReduce::custom;
+    o.tp_all_reduce_max_bytes = int64_t(16) << 20;
+    auto tp = TpCudaBackend::random(preset("tiny"), 1, 2, o);
+    std::printf("%s\n", tp->describe().c_str());
+    ours = tp->all_reduce_timings(sizes, 20, /*in_graph=*/true);
+  }
+  std::printf("tp-allreduce %12s %12s %12s %9s %12s\n", "bytes", "nccl_us", "ours_us", "speedup", "ours_busbw");
+  for (size_t i = 0; i < sizes.size(); ++i)
+    std::printf("tp-allreduce %12lld %12.2f %12.2f %8.2fx %12.1f\n", static_cast<long long>(sizes[i]),
+                nccl[i].seconds * 1e6, ours[i].seconds * 1e6, nccl[i].seconds / ours[i].seconds, ours[i].bus_gb_s);
 }
 
 /// Mean decode step seconds of `backend` over batches of `batch` sequences with 256-token prompts.
@@ -92,41 +110,101 @@ double decode_step_s(B& backend, int batch, int vocab) {
   return total / (kDecode - 3);
 }
 
+/// One TP=2 backend's decode steps and the in-graph time of its step's all-reduces.
+struct Tp2Run {
+  std::vector<double> step_s, comm_s;
+};
+
+Tp2Run run_tp2(const ModelConfig& config, TpAllReduce mode, const std::vector<int>& batches) {
+  CudaBackendOptions o;
+  o.tp_all_reduce = mode;
+  auto two = TpCudaBackend::random(config, 1, 2, o);
+  std::printf("%s, %s\n", config.name.c_str(), two->describe().c_str());
+  Tp2Run r;
+  for (int b : batches) r.step_s.push_back(decode_step_s(*two, b, config.vocab_size));
+  std::vector<int64_t> sizes;
+  for (int b : batches) sizes.push_back(int64_t(b) * config.hidden_size * 2);
+  for (const AllReduceTiming& t : two->all_reduce_timings(sizes, 2 * config.n_layers, /*in_graph=*/true))
+    r.comm_s.push_back(2.0 * config.n_layers * t.seconds);
+  return r;
+}
+
 void decode_step_tp2_vs_tp1(const std::string& model) {
   const ModelConfig config = preset(model);
-  const int batches[] = {1, 32, 128};
-  std::vector<double> one_s, two_s;
+  const std::vector<int> batches = {1, 32, 128};
+  std::vector<double> one_s;
   {
     auto one = CudaBackend::random(config, 1);
     for (int b : batches) one_s.push_back(decode_step_s(*one, b, config.vocab_size));
   }
-  std::vector<AllReduceTiming> ar;
-  {
-    auto two = TpCudaBackend::random(config, 1, 2);
-    std::printf("%s, %s\n", config.name.c_str(), two->describe().c_str());
-    for (int b : batches) two_s.push_back(decode_step_s(*two, b, config.vocab_size));
-    std::vector<int64_t> sizes;
-    for (int b : batches) sizes.push_back(int64_t(b) * config.hidden_size * 2);
-    ar = two->all_reduce_timings(sizes, 20);
+  const Tp2Run nccl = run_tp2(config, TpAllReduce::nccl, batches);
+  const Tp2Run ours = run_tp2(config, TpAllReduce::auto_select, batches);
+  std::printf("tp-decode %6s %9s | %9s %8s %9s %7s | %9s %8s %9s %7s\n", "batch", "tp1_ms", "nccl_ms", "speedup",
+              "comm_ms", "share", "ours_ms", "speedup", "comm_ms", "share");
+  for (size_t i = 0; i < batches.size(); ++i)
+    std::printf("tp-decode %6d %9.3f | %9.3f %7.2fx %9.3f %6.1f%% | %9.3f %7.2fx %9.3f %6.1f%%\n", batches[i],
+                one_s[i] * 1e3, nccl.step_s[i] * 1e3, one_s[i] / nccl.step_s[i], nccl.comm_s[i] * 1e3,
+                100.0 * nccl.comm_s[i] / nccl.step_s[i], ours.step_s[i] * 1e3, one_s[i] / ours.step_s[i],
+                ours.comm_s[i] * 1e3, 100.0 * ours.comm_s[i] / ours.step_s[i]);
+}
+
+/// Device-to-device copy bandwidth of `device` (read + write bytes / time), GB/s.
+double copy_gb_s(int device) {
+  CUDA_CHECK(cudaSetDevice(device));
+  const size_t bytes = size_t(2) << 30;
+  void *a = nullptr, *b = nullptr;
+  CUDA_CHECK(cudaMalloc(&a, bytes));
+  CUDA_CHECK(cudaMalloc(&b, bytes));
+  CUDA_CHECK(cudaMemset(a, 1, bytes));
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  CUDA_CHECK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));  // warm-up
+  std::vector<double> t;
+  for (int k = 0; k < 5; ++k) {
+    CUDA_CHECK(cudaEventRecord(e0));
+    CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
+    CUDA_CHECK(cudaEventRecord(e1));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    t.push_back(ms * 1e-3);
   }
-  std::printf("tp-decode %6s %10s %10s %8s %12s %10s\n", "batch", "tp1_ms", "tp2_ms", "speedup", "comm_ms", "comm_share");
-  for (size_t i = 0; i < std::size(batches); ++i) {
-    const double comm = 2.0 * config.n_layers * ar[i].seconds;
-    std::printf("tp-decode %6d %10.3f %10.3f %7.2fx %12.3f %9.1f%%\n", batches[i], one_s[i] * 1e3, two_s[i] * 1e3,
-                one_s[i] / two_s[i], comm * 1e3, 100.0 * comm / two_s[i]);
-  }
+  std::sort(t.begin(), t.end());
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(a);
+  cudaFree(b);
+  CUDA_CHECK(cudaSetDevice(0));
+  return 2.0 * double(bytes) / t[2] / 1e9;
+}
+
+void bound(const std::string& model) {
+  const ModelConfig config = preset(model);
+  const double bw[2] = {copy_gb_s(0), copy_gb_s(1)};
+  std::printf("tp-bound copy bandwidth GB/s: device 0 %.0f, device 1 %.0f\n", bw[0], bw[1]);
+  CudaBackendOptions o;
+  auto two = TpCudaBackend::random(config, 1, 2, o);
+  std::printf("%s (random weights), %s\n", config.name.c_str(), two->describe().c_str());
+  const double rank_bytes = double(two->weight_bytes());  // the rank holding the most
+  const double step = decode_step_s(*two, 1, config.vocab_size);
+  const double bound_s = 2.0 * rank_bytes / (2.0 * std::min(bw[0], bw[1]) * 1e9);
+  std::printf("tp-bound %s batch 1: step %.3f ms, weights %.2f GB (2 x %.2f GB), bound %.3f ms, "
+              "fraction of the bound %.3f\n",
+              config.name.c_str(), step * 1e3, 2.0 * rank_bytes / 1e9, rank_bytes / 1e9, bound_s * 1e3, bound_s / step);
 }
 
 }  // namespace
 }  // namespace servelab
 
 int main(int argc, char** argv) {
-  std::string model = "llama2-13b", only;
+  std::string model = "llama2-13b", bound_model = "llama3-70b", only;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
+    else if (!std::strcmp(argv[i], "--bound-model") && i + 1 < argc) bound_model = argv[++i];
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: tp_bench [--model PRESET] [--only allreduce|decode]\n");
+      std::fprintf(stderr, "usage: tp_bench [--model PRESET] [--bound-model PRESET] [--only allreduce|decode|bound]\n");
       return 2;
     }
   }
@@ -138,7 +216,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tp_bench: servelab was built without NCCL\n");
     return 1;
   }
-  if (only.empty() || only == "allreduce") servelab::all_reduce_bus_bandwidth();
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines survive a timeout
+  if (only.empty() || only == "allreduce") servelab::all_reduce_nccl_vs_ours();
   if (only.empty() || only == "decode") servelab::decode_step_tp2_vs_tp1(model);
+  if (only.empty() || only == "bound") servelab::bound(bound_model);
   return 0;
 }

@@ -2,6 +2,8 @@
 
 #include <cuda_bf16.h>
 
+#include <atomic>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
@@ -60,31 +62,41 @@ __device__ __forceinline__ uint4 pack8(const float (&acc)[8]) {
 
 /// Block b of every rank meets here: thread t < n tells rank t that this rank's block b reached
 /// call `cnt` (its stores before this barrier made visible system-wide first), then waits until
-/// rank t's block b said the same. Traps after timeout_ns (a peer that never arrives).
-__device__ __forceinline__ void barrier(const Peers& p, uint32_t* my_flags, int rank, int n, uint32_t cnt,
-                                        uint64_t timeout_ns) {
+/// rank t's block b said the same. Gives up after timeout_ns, or when the host raised the abort
+/// word (status[0]), recording 1 + t (or kAborted) in status[1 + rank]. Returns false (to every
+/// thread of the block) when it gave up: the caller skips the reduction rather than hang or trap.
+__device__ __forceinline__ bool barrier(const Peers& p, uint32_t* my_flags, volatile uint32_t* status, int rank,
+                                        int n, uint32_t cnt, uint64_t timeout_ns) {
+  __shared__ int s_failed;
+  if (threadIdx.x == 0) s_failed = 0;
   __syncthreads();
   const int t = threadIdx.x;
   if (t < n) {
     __threadfence_system();
     store_release_sys(p.flags[t] + blockIdx.x * n + rank, cnt);
     const uint32_t* mine = my_flags + blockIdx.x * n + t;
-    const uint64_t t0 = global_ns();
-    while (int32_t(load_acquire_sys(mine) - cnt) < 0) {
-      if (global_ns() - t0 > timeout_ns) {
-        printf("custom all-reduce: rank %d block %d: rank %d did not arrive within %llu ns\n", rank, blockIdx.x, t,
-               (unsigned long long)timeout_ns);
-        __trap();
+    uint64_t t0 = 0;
+    for (uint32_t spins = 0; int32_t(load_acquire_sys(mine) - cnt) < 0; ++spins) {
+      if ((spins & 255) != 255) continue;  // the clock and the host's word only now and then
+      const uint64_t now = global_ns();
+      if (t0 == 0) t0 = now;
+      const bool aborted = status[0] != 0;
+      if (aborted || now - t0 > timeout_ns) {
+        status[1 + rank] = aborted ? CustomAllReduce::kAborted : uint32_t(1 + t);
+        __threadfence_system();
+        atomicExch(&s_failed, 1);
+        break;
       }
     }
   }
   __syncthreads();
+  return s_failed == 0;
 }
 
 template <bool kPush>
-__global__ void __launch_bounds__(512) one_shot(Peers p, uint32_t* my_flags, uint32_t* counters, const uint4* in,
-                                                uint4* out, int64_t n_vec, int64_t slot_vec, int rank, int n,
-                                                uint64_t timeout_ns) {
+__global__ void __launch_bounds__(512) one_shot(Peers p, uint32_t* my_flags, uint32_t* counters,
+                                                volatile uint32_t* status, const uint4* in, uint4* out, int64_t n_vec,
+                                                int64_t slot_vec, int rank, int n, uint64_t timeout_ns) {
   __shared__ uint32_t s_cnt;
   if (threadIdx.x == 0) {
     s_cnt = counters[blockIdx.x] + 1;
@@ -104,7 +116,7 @@ __global__ void __launch_bounds__(512) one_shot(Peers p, uint32_t* my_flags, uin
     uint4* mine = static_cast<uint4*>(p.staging[rank]) + half;
     for (int64_t v = first; v < n_vec; v += stride) mine[v] = in[v];
   }
-  barrier(p, my_flags, rank, n, cnt, timeout_ns);
+  if (!barrier(p, my_flags, status, rank, n, cnt, timeout_ns)) return;  // a peer never came: status says so
   for (int64_t v = first; v < n_vec; v += stride) {
     float acc[8];
     if (kPush) {
@@ -152,6 +164,10 @@ CustomAllReduce::CustomAllReduce(const std::vector<int>& devices, int64_t max_by
     CUDA_CHECK(cudaMalloc(&counters_[r], size_t(blocks_) * sizeof(uint32_t)));
     CUDA_CHECK(cudaMemset(counters_[r], 0, size_t(blocks_) * sizeof(uint32_t)));
   }
+  // Portable and mapped: every device reads and writes it at the same (unified) address.
+  CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&status_), size_t(1 + kMaxRanks) * sizeof(uint32_t),
+                           cudaHostAllocMapped | cudaHostAllocPortable));
+  for (int i = 0; i <= kMaxRanks; ++i) status_[i] = 0;
   for (int r = 0; r < n_; ++r) {
     CUDA_CHECK(cudaSetDevice(devices_[r]));
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -168,7 +184,29 @@ CustomAllReduce::~CustomAllReduce() {
     if (flags_[r]) cudaFree(flags_[r]);
     if (counters_[r]) cudaFree(counters_[r]);
   }
+  if (status_) cudaFreeHost(status_);
   cudaSetDevice(prev);
+}
+
+void CustomAllReduce::abort() {
+  reinterpret_cast<volatile uint32_t*>(status_)[0] = 1;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+uint32_t CustomAllReduce::error(int rank) const {
+  if (rank < 0 || rank >= n_) throw std::invalid_argument("CustomAllReduce::error: bad rank");
+  return reinterpret_cast<const volatile uint32_t*>(status_)[1 + rank];
+}
+
+std::string CustomAllReduce::error_message(int rank) const {
+  const uint32_t e = error(rank);
+  const std::string me = "custom all-reduce on rank " + std::to_string(rank) + " of " + std::to_string(n_);
+  if (e == 0) return me + ": no error";
+  if (e == kAborted) return me + ": given up (aborted: another rank failed)";
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%g", double(spin_timeout_ns_) * 1e-9);
+  return me + ": rank " + std::to_string(e - 1) + " did not arrive within " + secs +
+         " s (a peer that failed or never launched its half); output undefined";
 }
 
 void CustomAllReduce::run(int rank, const void* in, void* out, int64_t n, cudaStream_t stream, Variant v) const {
@@ -185,11 +223,11 @@ void CustomAllReduce::run(int rank, const void* in, void* out, int64_t n, cudaSt
   }
   const int64_t n_vec = n / 8, slot_vec = max_bytes_ / 16;
   if (v == Variant::push)
-    one_shot<true><<<blocks_, threads_, 0, stream>>>(p, flags_[rank], counters_[rank], static_cast<const uint4*>(in),
+    one_shot<true><<<blocks_, threads_, 0, stream>>>(p, flags_[rank], counters_[rank], status_, static_cast<const uint4*>(in),
                                                      static_cast<uint4*>(out), n_vec, slot_vec, rank, n_,
                                                      spin_timeout_ns_);
   else
-    one_shot<false><<<blocks_, threads_, 0, stream>>>(p, flags_[rank], counters_[rank], static_cast<const uint4*>(in),
+    one_shot<false><<<blocks_, threads_, 0, stream>>>(p, flags_[rank], counters_[rank], status_, static_cast<const uint4*>(in),
                                                       static_cast<uint4*>(out), n_vec, slot_vec, rank, n_,
                                                       spin_timeout_ns_);
   CUDA_CHECK_LAUNCH();

@@ -6,13 +6,19 @@
 // copies its input into its own staging buffer, then reads every peer's). Both sum in float in rank
 // order 0..n-1 and round once, so every rank gets the same bits, equal to
 // kernels/ref/allreduce_ref.h (and, with 2 ranks, to NCCL's bf16 sum). One kernel per rank and
-// call, no host synchronisation: capturable in CUDA graphs. The ranks' kernels meet at a barrier of
-// per-block flags; a rank whose peer never arrives traps after `spin_timeout_ns` (an error, not a
-// hang). Staging is double-buffered by call parity, so back-to-back calls need no closing barrier.
+// call, no host synchronisation: capturable in CUDA graphs (every address is fixed at
+// construction). The ranks' kernels meet at a barrier of per-block flags. A rank whose peer never
+// arrives does not hang and does not trap (which would kill the CUDA context): after
+// `spin_timeout_ns`, or as soon as the host calls abort(), the waiting block records the failure in
+// a pinned, device-mapped status word (error(rank) reads it without touching the stream) and the
+// kernel ends, its output undefined. After a failure the ranks' call counters disagree: the object
+// is unusable (its owner, the tensor-parallel backend, is marked broken too).
+// Staging is double-buffered by call parity, so back-to-back calls need no closing barrier.
 // Every rank must make the same sequence of calls (same sizes) on its own device and stream.
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace servelab::kernels {
@@ -34,8 +40,18 @@ class CustomAllReduce {
   /// aligned pointers; in == out allowed) on `stream` (of devices[r]; the caller's current device
   /// must be devices[r]). Every rank must call it with the same n.
   void run(int rank, const void* in, void* out, int64_t n, cudaStream_t stream, Variant v = Variant::push) const;
-  /// Nanoseconds a block waits at the barrier before it traps (default 10 s).
+  /// Nanoseconds a block waits at the barrier for a peer before it gives up (default 10 s). Read
+  /// at launch: a graph keeps the value it was captured with.
   void set_spin_timeout_ns(uint64_t ns) { spin_timeout_ns_ = ns; }
+  /// Tells every kernel still waiting at a barrier (and every later one) to give up at once, marked
+  /// failed (host write to the mapped status word; safe from any thread, any time).
+  void abort();
+  /// 0 while rank r's calls have all met their peers; otherwise 1 + the rank it waited for in vain
+  /// (kAborted when abort() ended the wait). Reads pinned host memory: no stream synchronisation.
+  uint32_t error(int rank) const;
+  static constexpr uint32_t kAborted = 0xffffffffu;
+  /// "custom all-reduce on rank 0: rank 1 did not arrive within 5 s" for error(rank) != 0.
+  std::string error_message(int rank) const;
 
  private:
   int n_ = 0, blocks_ = 0, threads_ = 0;
@@ -45,6 +61,8 @@ class CustomAllReduce {
   std::vector<void*> staging_;   ///< per rank: [2 halves][n_ slots][max_bytes]
   std::vector<uint32_t*> flags_;    ///< per rank: [blocks][n_] arrival counters written by the peers
   std::vector<uint32_t*> counters_; ///< per rank: [blocks] calls made by that block
+  /// Pinned, device-mapped: [0] the abort word (host writes), [1 + r] rank r's error (its kernels write).
+  uint32_t* status_ = nullptr;
 };
 
 }  // namespace servelab::kernels

@@ -20,6 +20,8 @@ BackendSpec backend_spec(const Scenario& sc) {
   spec.fusion = sc.backend.fusion;
   spec.batch_invariant = sc.backend.batch_invariant;
   spec.cuda_graphs = sc.backend.cuda_graphs;
+  spec.all_reduce = sc.backend.all_reduce;
+  spec.all_reduce_max_bytes = sc.backend.all_reduce_max_bytes;
   spec.dtype = sc.model.dtype;
   spec.storage_dtype = sc.backend.dtype;
   spec.quantization = sc.backend.quantization;

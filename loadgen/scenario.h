@@ -105,6 +105,10 @@ struct ScenarioBackend {
   bool fusion = true;           ///< cuda: false runs the unfused kernels (`fusion: off` in YAML)
   bool batch_invariant = false; ///< cuda: every result independent of the batch
   bool cuda_graphs = true;      ///< cuda: decode steps replayed from CUDA graphs
+  /// cuda with tensor_parallel > 1: the all-reduce (engine/backend/cuda/tp_all_reduce_mode.h):
+  /// auto (ours up to all_reduce_max_bytes, NCCL above), nccl or custom.
+  TpAllReduce all_reduce = TpAllReduce::auto_select;
+  int64_t all_reduce_max_bytes = kTpCustomAllReduceDefaultMaxBytes;
   /// cuda: storage of weights, activations and KV, bf16 or f16 (fp32 accumulation either way).
   /// sim: accepted so a cuda scenario runs unchanged; both cost 2 bytes an element there.
   DType dtype = DType::bf16;

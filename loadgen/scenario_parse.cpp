@@ -116,7 +116,7 @@ void Walker::backend(const YAML::Node& n) {
     return;
   }
   if (!section(n, "backend", {"kind", "threads", "sim_device", "sim_profile", "sim_cost_scale", "device", "fusion", "batch_invariant",
-                              "cuda_graphs", "tensor_parallel", "dtype"}))
+                              "cuda_graphs", "tensor_parallel", "dtype", "all_reduce", "all_reduce_max_bytes"}))
     return;
   bool kind_ok = true;
   if (defined(n["kind"])) kind_ok = read_enum(n["kind"], "backend.kind", b.kind, kinds);
@@ -165,7 +165,7 @@ void Walker::backend(const YAML::Node& n) {
                                {"float16", DType::f16}});
     }
   }
-  for (const char* k : {"device", "fusion", "batch_invariant", "cuda_graphs"}) {
+  for (const char* k : {"device", "fusion", "batch_invariant", "cuda_graphs", "all_reduce", "all_reduce_max_bytes"}) {
     if (!defined(n[k])) continue;
     const std::string p = std::string("backend.") + k;
     if (kind_ok && b.kind != BackendKind::cuda) {
@@ -180,6 +180,18 @@ void Walker::backend(const YAML::Node& n) {
       read_bool(n[k], p, b.fusion);
     } else if (key == "batch_invariant") {
       read_bool(n[k], p, b.batch_invariant);
+    } else if (key == "all_reduce") {
+      read_enum(n[k], p, b.all_reduce,
+                Options<TpAllReduce>{{"auto", TpAllReduce::auto_select}, {"nccl", TpAllReduce::nccl},
+                                     {"custom", TpAllReduce::custom}});
+    } else if (key == "all_reduce_max_bytes") {
+      int v = 0;
+      if (read_int(n[k], p, v)) {
+        if (v < 16 || v > (1 << 30) || v % 16)
+          d_.error(p, "must be a multiple of 16 in [16, 1073741824] (got " + std::to_string(v) + ")");
+        else
+          b.all_reduce_max_bytes = v;
+      }
     } else {
       read_bool(n[k], p, b.cuda_graphs);
     }

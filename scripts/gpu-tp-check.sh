@@ -12,9 +12,16 @@
 # dumped with cuda-gdb); `diag` runs the TpGpuDiag tests (the pre-fix blocking set-up after a
 # rank's set-up, in a process each, stacks dumped if it hangs); `allreduce` builds bench/kernels/allreduce_bench.cu (NCCL against our
 # one-shot peer-memory all-reduce, bit-checked, 4 KiB .. 64 MiB) and writes $OUT/allreduce.json.
+# `kernels` runs the custom all-reduce's GPU tests (tests/kernels_gpu/custom_allreduce_gpu_test.cpp:
+# bit-checked against kernels/ref, graphs, a peer that never arrives); `bench` runs tp_bench
+# (NCCL against ours inside graphs, llama2-13b decode TP=2 vs TP=1 with each, llama3-70b against
+# the bandwidth bound; BENCH_ARGS passes e.g. `--only decode`).
+# PREBUILT=DIR: binaries built elsewhere (test_kernels_gpu, test_cuda_backend_gpu, tp_bench,
+# allreduce_bench) are run from DIR and nothing is built.
 # Every test and binary runs under `timeout`; the GPU tests run suite by suite.
 # Environment: OUT (default results/gpu/tp/check), BUILD (default build-gpu), STEPS (default
-#   "build cpu gpu bench"; add "repro", "diag", "allreduce", "profile"), BENCH_LIMIT, DEBS (as gpu-engine-check.sh),
+#   "build cpu gpu bench"; add "repro", "diag", "allreduce", "kernels", "profile"), BENCH_LIMIT, BENCH_ARGS,
+#   PREBUILT, BENCH_ALWAYS (1: the bench even after a failed test), DEBS (as gpu-engine-check.sh),
 #   PROFILE_PRESET (default llama2-13b), AR_INIT (the bench's NCCL set-up, default threads_nb),
 #   GPU_FILTER (gtest filter of the GPU step, default '*TpGpu*:-*Bench*').
 # Run it: the device tool, kind nvidia-h200-x2: `bash scripts/gpu-tp-check.sh` (OUT=$OUT/tp).
@@ -38,9 +45,14 @@ STEP_DIR=$OUT STEP_WIDTH=12
   echo "commit ${SERVELAB_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"; date -u; } >"$OUT/environment.txt" 2>&1 || true
 
 BUILT=1
+if [ -n "${PREBUILT:-}" ]; then  # nothing to build: run what DIR holds
+  BUILD=$PREBUILT
+  STEPS=${STEPS// build / }
+  mkdir -p "$BUILD-tp" && [ -x "$BUILD/allreduce_bench" ] && cp "$BUILD/allreduce_bench" "$BUILD-tp/"
+fi
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 NVFLAGS=(-O3 -std=c++20 -arch=sm_90a -I. -lnccl -lpthread)
-if want repro || want allreduce; then  # the standalone programs build beside the CMake build
+if [ -z "${PREBUILT:-}" ] && { want repro || want allreduce; }; then  # the standalone programs build beside the CMake build
   mkdir -p "$BUILD-tp"
   ( "$NVCC" "${NVFLAGS[@]}" -o "$BUILD-tp/tp_init_repro" bench/kernels/tp_init_repro.cpp >"$OUT/nvcc_repro.log" 2>&1
     "$NVCC" "${NVFLAGS[@]}" -o "$BUILD-tp/allreduce_bench" bench/kernels/allreduce_bench.cu kernels/custom_allreduce.cu \
@@ -104,6 +116,11 @@ fi
 if [ $BUILT = 1 ] && want cpu; then
   step cpu_tests 120 "$BUILD/test_cuda_backend" --gtest_filter='Tp*:*TpPlan*'
 fi
+if [ $BUILT = 1 ] && want kernels && [ -x "$BUILD/test_kernels_gpu" ]; then
+  run_watched kernels_gpu 90 80 "$BUILD/test_kernels_gpu" --gtest_filter='CustomAllReduceGpu*'
+  grep -hE "ended after|OK \]|FAILED" "$OUT/kernels_gpu.log" >"$OUT/kernels_summary.txt" 2>/dev/null
+  TABLE+=("$(cat "$OUT/kernels_summary.txt")")
+fi
 if [ $BUILT = 1 ] && want gpu; then
   G=$BUILD/test_cuda_backend_gpu
   # The watchdog first (each must end in its error within seconds), then one TP test with NCCL's
@@ -129,10 +146,11 @@ if [ $BUILT = 1 ] && want gpu; then
   TABLE+=("$(printf '%-12s %s passed, %s skipped' gpu_count "${n_pass:-0}" "${n_skip:-0}")")
   grep -hE "rel error|greedy tokens agreed|after [0-9.]+ s:|aborted;|FAILED|OK \]" "$OUT"/gpu_*.log >"$OUT/gpu_summary.txt" 2>/dev/null
 fi
-if [ $BUILT = 1 ] && want bench && [ "${GPU_OK:-0}" = 0 ]; then
-  step bench ${BENCH_LIMIT:-420} "$BUILD/tp_bench"
-  grep -E "^tp-allreduce|NCCL" "$OUT/bench.log" | head -20 >"$OUT/tp_bench_allreduce.txt"
-  grep -E "^tp-decode|^llama" "$OUT/bench.log" >"$OUT/decode.txt"
+if [ $BUILT = 1 ] && want bench && { [ "${GPU_OK:-0}" = 0 ] || [ "${BENCH_ALWAYS:-0}" = 1 ]; }; then
+  # shellcheck disable=SC2086  # BENCH_ARGS are words
+  step bench ${BENCH_LIMIT:-420} "$BUILD/tp_bench" ${BENCH_ARGS:-}
+  grep -E "^tp-allreduce|^NCCL" "$OUT/bench.log" | head -24 >"$OUT/tp_bench_allreduce.txt"
+  grep -E "^tp-decode|^tp-bound|^llama" "$OUT/bench.log" >"$OUT/decode.txt"
 fi
 if [ $BUILT = 1 ] && want profile; then
   step profile 400 "$BUILD/servelab" profile --backend cuda --preset "${PROFILE_PRESET:-llama2-13b}" \

@@ -11,6 +11,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu_gemm.h"
+#include "engine/backend/cuda/tp_all_reduce_mode.h"
 #include "engine/backend/sim_backend.h"
 
 namespace servelab {
@@ -48,6 +49,10 @@ struct BackendSpec {
   bool fusion = true;           ///< cuda: false runs the unfused kernels
   bool batch_invariant = false; ///< cuda: results independent of the batch
   bool cuda_graphs = true;      ///< cuda: decode steps replayed from CUDA graphs
+  /// cuda, tensor_parallel > 1: the all-reduce (CudaBackendOptions::tp_all_reduce: auto, nccl,
+  /// custom) and the largest message ours takes (tp_all_reduce_max_bytes).
+  TpAllReduce all_reduce = TpAllReduce::auto_select;
+  int64_t all_reduce_max_bytes = kTpCustomAllReduceDefaultMaxBytes;
   /// Presets (cpu and cuda): round the random weights through this dtype (the preset's own when
   /// unset). The cpu backend's arithmetic and KV stay fp32 whatever it says.
   std::optional<DType> dtype;

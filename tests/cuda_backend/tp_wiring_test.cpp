@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/make_backend.h"
 #include "engine/backend/profiler.h"
 #include "loadgen/backend_spec.h"
@@ -62,6 +63,43 @@ TEST(TpWiring, BadTensorParallelNamesTheKey) {
   EXPECT_EQ(errors_of("backend: {kind: sim, tensor_parallel: 4}\nmodel: {preset: llama2-13b}\n"
                       "capacity: {rate_lo: 1, tensor_parallel: 4}\n" + kRest), "");
 }
+
+TEST(TpWiring, AllReduceParsesIntoTheSpecAndIsCudaOnly) {
+  const Scenario a = load_scenario_text(
+      "backend: {kind: cuda, tensor_parallel: 2, all_reduce: nccl, all_reduce_max_bytes: 65536}\n"
+      "model: {preset: llama2-13b}\n" + kRest, "t.yaml");
+  EXPECT_EQ(backend_spec(a).all_reduce, TpAllReduce::nccl);
+  EXPECT_EQ(backend_spec(a).all_reduce_max_bytes, 65536);
+  EXPECT_TRUE(has(errors_of("backend: {kind: sim, all_reduce: custom}\nmodel: {preset: tiny}\n" + kRest),
+                  "backend.all_reduce applies to kind: cuda, not sim"));
+  EXPECT_TRUE(has(errors_of("backend: {kind: cuda, all_reduce: ours}\nmodel: {preset: tiny}\n" + kRest),
+                  "backend.all_reduce"));
+  EXPECT_TRUE(has(errors_of("backend: {kind: cuda, all_reduce_max_bytes: 1000}\nmodel: {preset: tiny}\n" + kRest),
+                  "backend.all_reduce_max_bytes must be a multiple of 16"));
+  EXPECT_EQ(parse_tp_all_reduce("auto"), TpAllReduce::auto_select);
+  EXPECT_STREQ(to_string(TpAllReduce::custom), "custom");
+  EXPECT_THROW(parse_tp_all_reduce("fast"), std::invalid_argument);
+}
+
+#ifdef SERVELAB_HAVE_CUDA_BACKEND
+TEST(TpWiring, CudaOptionsCheckTheAllReduce) {
+  CudaBackendOptions o;
+  EXPECT_EQ(o.tp_all_reduce, TpAllReduce::auto_select);
+  EXPECT_EQ(o.tp_all_reduce_max_bytes, kTpCustomAllReduceDefaultMaxBytes);
+  EXPECT_NO_THROW(o.validate());
+  o.tp_all_reduce_max_bytes = 24;
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+  o.tp_all_reduce_max_bytes = 1 << 20;
+  o.tp_all_reduce = TpAllReduce::custom;
+  o.dtype = DType::f16;
+  try {
+    o.validate();
+    FAIL() << "custom with f16 accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_TRUE(has(e.what(), "all_reduce: custom sums bf16 only")) << e.what();
+  }
+}
+#endif
 
 TEST(TpWiring, KvSlotIsOneGpusShare) {
   BackendSpec spec;

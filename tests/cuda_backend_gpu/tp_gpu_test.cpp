@@ -1,6 +1,7 @@
 // TpCudaBackend (tensor_parallel 2) against CudaBackend (one GPU) on the same synthesized
 // checkpoints and the same KV manager: logits within bf16 tolerance for prefill, chunked prefill
-// and decode steps (decode replayed from CUDA graphs, which capture the NCCL calls, and eagerly),
+// and decode steps (decode replayed from CUDA graphs, which capture the all-reduces, and eagerly;
+// the all-reduce ours (all_reduce auto / custom, bf16) or NCCL (all_reduce nccl, and f16)),
 // greedy tokens agreeing until a near tie (as issue 5 defines it), swap out/in on every rank, and
 // shards drawn per rank equal to the one-GPU random weights. Checkpoints: llama3-8b and llama2-13b
 // shapes (hidden, heads, KV heads, FFN, vocabulary as the presets) with 2 layers instead of 32/40,
@@ -98,6 +99,7 @@ struct Case {
   KvKind kv;
   int n_ranks = 2;
   DType dtype = DType::bf16;  ///< weights, activations, KV; the all-reduce runs in it
+  TpAllReduce all_reduce = TpAllReduce::auto_select;  ///< auto: ours for these messages (bf16), NCCL in f16
   friend void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 };
 
@@ -107,7 +109,8 @@ TEST_P(TpGpu, Tp2LogitsMatchOneGpu) {
   SKIP_WITHOUT_TWO_GPUS();
   const Case c = GetParam();
   if (cuda_device_count() < c.n_ranks) GTEST_SKIP() << "fewer than " << c.n_ranks << " CUDA devices";
-  Pair p(synth(two_layers(c.preset)), CudaBackendOptions{.cuda_graphs = c.graphs, .dtype = c.dtype}, c.n_ranks);
+  Pair p(synth(two_layers(c.preset)),
+         CudaBackendOptions{.cuda_graphs = c.graphs, .dtype = c.dtype, .tp_all_reduce = c.all_reduce}, c.n_ranks);
   EXPECT_EQ(p.two->kv_bytes_per_slot() * c.n_ranks, p.one->kv_bytes_per_slot());
   EXPECT_LT(p.two->weight_bytes(), p.one->weight_bytes());
   auto kv = make_kv(c.kv);
@@ -139,6 +142,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TpGpu,
                                            Case{"llama3_8b_eager_naive", "llama3-8b", false, KvKind::naive},
                                            Case{"llama2_13b_graphs_paged", "llama2-13b", true, KvKind::paged},
                                            Case{"llama3_8b_f16_graphs_paged", "llama3-8b", true, KvKind::paged, 2, DType::f16},
+                                           Case{"llama3_8b_graphs_paged_nccl", "llama3-8b", true, KvKind::paged, 2,
+                                                DType::bf16, TpAllReduce::nccl},
+                                           Case{"llama2_13b_eager_naive_custom", "llama2-13b", false, KvKind::naive, 2,
+                                                DType::bf16, TpAllReduce::custom},
                                            Case{"llama3_8b_tp4_graphs_paged", "llama3-8b", true, KvKind::paged, 4},
                                            Case{"llama2_13b_tp4_graphs_paged", "llama2-13b", true, KvKind::paged, 4}),
                          [](const auto& info) { return std::string(info.param.name); });

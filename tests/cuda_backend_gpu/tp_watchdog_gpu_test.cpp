@@ -15,6 +15,7 @@
 #include "kernels/cuda_check.h"
 #include "engine/backend/cuda/tp_backend.h"
 #include "engine/backend/cuda/tp_comm.h"
+#include "kernels/custom_allreduce.h"
 
 namespace servelab {
 namespace tp_watchdog_gpu_test {  // named, not anonymous: a unity batch shares one translation unit
@@ -109,6 +110,80 @@ TEST(TpGpuWatchdog, CollectiveEndsWithAnErrorWhenAPeerNeverLaunchesIt) {
   EXPECT_NE(q, cudaErrorNotReady) << "rank 0's stream still busy " << 3 * kTimeout << " s after ncclCommAbort";
   (void)cudaGetLastError();
   std::printf("  aborted; stream %s after %.2f s\n", q == cudaSuccess ? "drained" : cudaGetErrorString(q), since(t1s));
+  if (q == cudaSuccess) {
+    cudaFree(buf);
+    cudaStreamDestroy(s);
+  }
+}
+
+TEST(TpGpuWatchdog, CustomAllReduceEndsWithAnErrorWhenAPeerNeverLaunchesIt) {
+  if (cuda_device_count() < 2) GTEST_SKIP() << "fewer than 2 CUDA devices";
+  // As TpCudaBackend sets it up: the kernel gives up at 0.8 x the watchdog's time, so the step's
+  // wait reports the kernel's own error, naming the rank that never came.
+  kernels::CustomAllReduce car({0, 1}, int64_t(2) << 20);
+  car.set_spin_timeout_ns(uint64_t(0.8 * kTimeout * 1e9));
+  std::atomic<bool> failed{false};
+  cuda::TpRank tps[2] = {make_rank(0, 2, &failed), make_rank(1, 2, &failed)};
+  for (cuda::TpRank& tp : tps) {
+    tp.custom = &car;
+    tp.custom_max_bytes = int64_t(2) << 20;
+  }
+  CUDA_CHECK(cudaSetDevice(0));
+  cudaStream_t s = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const int64_t n = 8 * 5120;  // a decode step's message: ours, not NCCL
+  void* buf = nullptr;
+  CUDA_CHECK(cudaMalloc(&buf, n * 2));
+  CUDA_CHECK(cudaMemset(buf, 0, n * 2));
+  ASSERT_TRUE(cuda::tp_uses_custom(tps[0], buf, n));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string error;
+  try {
+    cuda::tp_all_reduce(tps[0], buf, n, s);  // rank 1 never does
+    cuda::tp_wait_stream(tps[0], s, "the test's all-reduce");
+  } catch (const cuda::TpTimeout& e) {
+    error = e.what();
+  }
+  std::printf("  after %.1f s: %s\n", since(t0), error.c_str());
+  EXPECT_NE(error.find("rank 1 did not arrive within 4 s"), std::string::npos) << error;
+  EXPECT_LT(since(t0), kTimeout + 1.0);
+  // The kernel ended by itself (no abort needed) and the context is fine: no trap.
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(cudaFree(buf), cudaSuccess);
+  cudaStreamDestroy(s);
+}
+
+TEST(TpGpuWatchdog, AbortingTheRanksEndsACustomAllReduceStillWaiting) {
+  if (cuda_device_count() < 2) GTEST_SKIP() << "fewer than 2 CUDA devices";
+  kernels::CustomAllReduce car({0, 1}, int64_t(1) << 20);
+  car.set_spin_timeout_ns(uint64_t(600e9));  // only the abort can end it within the test
+  std::atomic<bool> failed{false};
+  cuda::TpRank tp = make_rank(0, 2, &failed);
+  tp.custom = &car;
+  tp.custom_max_bytes = int64_t(1) << 20;
+  CUDA_CHECK(cudaSetDevice(0));
+  cudaStream_t s = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  void* buf = nullptr;
+  CUDA_CHECK(cudaMalloc(&buf, 5120 * 2));
+  cuda::tp_all_reduce(tp, buf, 5120, s);
+  std::string error;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {  // the deadline passes first (the kernel would wait 10 min): the watchdog's error
+    cuda::tp_wait_stream(tp, s, "the test's all-reduce");
+  } catch (const cuda::TpTimeout& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("did not finish within 5 s"), std::string::npos) << error;
+  cuda::tp_destroy_comm(tp, /*abort=*/true);  // what a failed step does on every rank
+  const auto t1 = std::chrono::steady_clock::now();
+  cudaError_t q = cudaErrorNotReady;
+  while ((q = cudaStreamQuery(s)) == cudaErrorNotReady && since(t1) < kTimeout)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::printf("  after %.1f s: %s; aborted, stream %s after %.3f s\n", since(t0), error.c_str(),
+              q == cudaSuccess ? "drained" : cudaGetErrorString(q), since(t1));
+  EXPECT_EQ(q, cudaSuccess);
+  EXPECT_EQ(car.error(0), kernels::CustomAllReduce::kAborted);
   if (q == cudaSuccess) {
     cudaFree(buf);
     cudaStreamDestroy(s);

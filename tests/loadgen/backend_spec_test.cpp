@@ -14,7 +14,8 @@ const char* kCuda = R"(
 name: t
 seed: 11
 model: {preset: tiny, dtype: bf16}
-backend: {kind: cuda, device: 3, fusion: off, batch_invariant: true, cuda_graphs: off}
+backend: {kind: cuda, device: 3, fusion: off, batch_invariant: true, cuda_graphs: off, all_reduce: custom,
+          all_reduce_max_bytes: 1048576}
 engine: {gpu_memory_utilization: 0.8, max_model_len: 256}
 strategies:
   - {batching: continuous, max_num_seqs: 12, max_num_batched_tokens: 640, kv: {kind: paged, block_size: 16}}
@@ -32,8 +33,28 @@ TEST(BackendSpec, CarriesEveryCudaSetting) {
   EXPECT_FALSE(spec.fusion);
   EXPECT_TRUE(spec.batch_invariant);
   EXPECT_FALSE(spec.cuda_graphs);
+  EXPECT_EQ(spec.all_reduce, TpAllReduce::custom);
+  EXPECT_EQ(spec.all_reduce_max_bytes, 1048576);
   ASSERT_TRUE(spec.dtype.has_value());
   EXPECT_EQ(*spec.dtype, DType::bf16);
+}
+
+TEST(BackendSpec, AllReduceDefaultsAndBadValuesNamed) {
+  std::string text = kCuda;
+  const std::string line = ", all_reduce: custom,\n          all_reduce_max_bytes: 1048576}";
+  const size_t at = text.find(line);
+  ASSERT_NE(at, std::string::npos);
+  const BackendSpec plain = backend_spec(load_scenario_text(std::string(text).replace(at, line.size(), "}"), "t.yaml"));
+  EXPECT_EQ(plain.all_reduce, TpAllReduce::auto_select);
+  EXPECT_EQ(plain.all_reduce_max_bytes, kTpCustomAllReduceDefaultMaxBytes);
+  for (const char* bad : {", all_reduce: fast}", ", all_reduce_max_bytes: 100}", ", all_reduce_max_bytes: 0}"}) {
+    try {
+      (void)load_scenario_text(std::string(text).replace(at, line.size(), bad), "t.yaml");
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("backend.all_reduce"), std::string::npos) << bad << ": " << e.what();
+    }
+  }
 }
 
 TEST(BackendSpec, StepSizesPerBatchingKind) {

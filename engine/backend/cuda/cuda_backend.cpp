@@ -12,6 +12,12 @@ void CudaBackendOptions::validate() const {
   if (device < 0) throw std::invalid_argument("device must be >= 0 (got " + std::to_string(device) + ")");
   if (!(tp_timeout_s > 0.0))
     throw std::invalid_argument("tp_timeout_s must be > 0 seconds (got " + std::to_string(tp_timeout_s) + ")");
+  if (tp_all_reduce_max_bytes < 16 || tp_all_reduce_max_bytes > (int64_t(1) << 30) || tp_all_reduce_max_bytes % 16)
+    throw std::invalid_argument("all_reduce_max_bytes must be a multiple of 16 in [16, 1 GiB] (got " +
+                                std::to_string(tp_all_reduce_max_bytes) + ")");
+  if (tp_all_reduce == TpAllReduce::custom && dtype != DType::bf16)
+    throw std::invalid_argument(std::string("all_reduce: custom sums bf16 only (dtype is ") + to_string(dtype) +
+                                "); use all_reduce: auto or nccl");
   if (decode.gemv_waves < 0)
     throw std::invalid_argument("decode.gemv_waves must be >= 0 (got " + std::to_string(decode.gemv_waves) + ")");
   if (decode.gemv_loop < 0 || decode.gemv_loop > 3)

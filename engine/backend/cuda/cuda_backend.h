@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/cuda/tp_all_reduce_mode.h"
 #include "engine/model/quant.h"
 
 namespace servelab {
@@ -68,6 +69,12 @@ struct CudaBackendOptions {
   /// and every wait on a step's collectives end in an error, the communicators aborted, when they
   /// have not finished after this many seconds (a rank that failed or never joined), never a hang.
   double tp_timeout_s = 60.0;
+  /// Tensor parallelism's all-reduce (`all_reduce:`, tp_all_reduce_mode.h): auto (ours up to
+  /// tp_all_reduce_max_bytes, NCCL above), nccl, or custom (ours always). Unused on one GPU.
+  TpAllReduce tp_all_reduce = TpAllReduce::auto_select;
+  /// The largest message ours takes (`all_reduce_max_bytes`; its peer buffers hold 2 x N of
+  /// these per GPU, allocated once at start): the measured crossover by default.
+  int64_t tp_all_reduce_max_bytes = kTpCustomAllReduceDefaultMaxBytes;
   DecodePathOptions decode;  ///< decode products: gemv or cuBLASLt, PDL, fused SiLU
   /// The decoder Linears' format (`quantization:`), quantized on load from the bf16 weights
   /// (engine/backend/cuda/quant_linear.h): fp8 (per-tensor scales and activations, or per-channel
@@ -80,7 +87,8 @@ struct CudaBackendOptions {
   /// format (engine_bench --quantization fp8,fp8/1,... on an H200, docs/quantization.md): fp8 1
   /// (quant_gemv loses to the FP8 GEMM from 2 rows on), int4 16 (dequantize + GEMM loses more).
   int quant_gemv_max_rows = 0;
-  /// Names the bad field: device < 0, tp_timeout_s <= 0, decode.gemv_waves < 0, decode.gemv_loop outside 0..3, a dtype other than bf16 / f16, or f16 in a build without the
+  /// Names the bad field: device < 0, tp_timeout_s <= 0, tp_all_reduce_max_bytes outside
+  /// [16, 1 GiB] or not a multiple of 16, tp_all_reduce custom with dtype f16, decode.gemv_waves < 0, decode.gemv_loop outside 0..3, a dtype other than bf16 / f16, or f16 in a build without the
   /// fp16 kernels; quantization with dtype f16 or batch_invariant.
   void validate() const;
 };

@@ -1,5 +1,6 @@
 #include "engine/backend/cuda/tp_backend.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -13,8 +14,10 @@
 #include "engine/backend/cuda/cuda_backend_impl.h"
 #include "engine/backend/cuda/tp_comm.h"
 #include "engine/backend/cuda/tp_plan.h"
+#include "engine/backend/cuda/tp_rank_pool.h"
 #include "engine/backend/cuda/tp_weights.h"
 #include "engine/model/hf_config.h"
+#include "kernels/custom_allreduce.h"
 
 namespace servelab {
 
@@ -27,115 +30,21 @@ struct TpAccess {
   }
 };
 
-namespace {
-
-/// One host thread per rank. run(task) runs task(r) on rank r's thread for every r, waits for all,
-/// and rethrows the lowest rank's exception. With a hard deadline (seconds > 0), a rank whose task
-/// has not returned by then (stuck where no watchdog reaches: inside a driver call) ends the
-/// process with a message rather than hanging it; the ranks' own watchdogs (tp_comm.h) fire first.
-class RankPool {
- public:
-  explicit RankPool(int n) : errors_(n) {
-    for (int r = 0; r < n; ++r) threads_.emplace_back([this, r] { loop(r); });
-  }
-  ~RankPool() {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      stop_ = true;
-      ++generation_;
-    }
-    wake_.notify_all();
-    for (std::thread& t : threads_) t.join();
-  }
-  RankPool(const RankPool&) = delete;
-  RankPool& operator=(const RankPool&) = delete;
-
-  void run(const std::function<void(int)>& task, double hard_deadline_s = 0.0) {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      task_ = &task;
-      std::fill(errors_.begin(), errors_.end(), nullptr);
-      pending_ = static_cast<int>(threads_.size());
-      ++generation_;
-    }
-    wake_.notify_all();
-    std::unique_lock<std::mutex> lk(mu_);
-    if (hard_deadline_s > 0.0) {
-      if (!done_.wait_for(lk, std::chrono::duration<double>(hard_deadline_s), [&] { return pending_ == 0; })) {
-        std::fprintf(stderr,
-                     "servelab: backend cuda (tensor parallel): %d rank thread(s) still inside a step or set-up "
-                     "%g s after it began, past every watchdog; ending the process instead of hanging\n",
-                     pending_, hard_deadline_s);
-        std::abort();
-      }
-    } else {
-      done_.wait(lk, [&] { return pending_ == 0; });
-    }
-    task_ = nullptr;
-    // The lowest rank's own failure; a rank that only gave up because another failed
-    // (cuda::TpPeerFailed) is reported only when no rank has anything else to say.
-    std::exception_ptr first;
-    for (const std::exception_ptr& e : errors_) {
-      if (!e) continue;
-      try {
-        std::rethrow_exception(e);
-      } catch (const cuda::TpPeerFailed&) {
-        if (!first) first = e;
-        continue;
-      } catch (...) {
-      }
-      std::rethrow_exception(e);
-    }
-    if (first) std::rethrow_exception(first);
-  }
-
- private:
-  void loop(int r) {
-    uint64_t seen = 0;
-    for (;;) {
-      const std::function<void(int)>* task = nullptr;
-      {
-        std::unique_lock<std::mutex> lk(mu_);
-        wake_.wait(lk, [&] { return generation_ != seen; });
-        seen = generation_;
-        if (stop_) return;
-        task = task_;
-      }
-      std::exception_ptr error;
-      try {
-        (*task)(r);
-      } catch (...) {
-        error = std::current_exception();
-      }
-      std::lock_guard<std::mutex> lk(mu_);
-      errors_[r] = error;
-      if (--pending_ == 0) done_.notify_all();
-    }
-  }
-
-  std::vector<std::thread> threads_;
-  std::mutex mu_;
-  std::condition_variable wake_, done_;
-  const std::function<void(int)>* task_ = nullptr;
-  std::vector<std::exception_ptr> errors_;
-  int pending_ = 0;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
-};
-
-}  // namespace
-
 struct TpCudaBackend::Impl {
   cuda::TpPlan plan;
   CudaBackendOptions options;
   std::vector<std::unique_ptr<cuda::TpRank>> tps;
   std::vector<std::unique_ptr<CudaBackend>> ranks;
-  std::unique_ptr<RankPool> pool;
+  std::unique_ptr<cuda::RankPool> pool;
+  /// Our all-reduce's peer buffers on every rank (null with all_reduce: nccl or dtype f16): made
+  /// once at start, so captured graphs keep valid addresses; shared by the ranks' TpRank::custom.
+  std::unique_ptr<kernels::CustomAllReduce> custom;
   std::atomic<bool> failed{false};  // a rank failed in this step: the others stop waiting
   std::string broken;               // why the communicators were aborted (then every call throws)
 
   ~Impl() {
     if (!pool) return;
+    if (custom && !broken.empty()) custom->abort();  // a kernel still waiting for a peer ends now
     try {
       pool->run([&](int r) {
         cudaSetDevice(r);
@@ -151,6 +60,11 @@ struct TpCudaBackend::Impl {
 
   TpAccess::Impl& rank(int r) const { return TpAccess::impl(*ranks[r]); }
   int n() const { return plan.n_ranks; }
+  std::vector<int> devices() const {
+    std::vector<int> d(n());
+    for (int r = 0; r < n(); ++r) d[r] = r;
+    return d;
+  }
 
   void check_usable() const {
     if (!broken.empty())
@@ -272,7 +186,7 @@ std::unique_ptr<TpCudaBackend::Impl> TpCudaBackend::build(const ModelConfig& con
   impl->options = o;
   impl->tps.resize(n_ranks);
   impl->ranks.resize(n_ranks);
-  impl->pool = std::make_unique<RankPool>(n_ranks);
+  impl->pool = std::make_unique<cuda::RankPool>(n_ranks);
   const cuda::TpPlan& plan = impl->plan;
   // Weights and buffers first (a rank that fails here leaves no peer waiting in NCCL init)...
   impl->pool->run([&](int r) {
@@ -317,6 +231,36 @@ std::unique_ptr<TpCudaBackend::Impl> TpCudaBackend::build(const ModelConfig& con
   } catch (const std::exception& e) {
     impl->broken = e.what();  // ~Impl aborts the communicators that did come up
     throw;
+  }
+  // NCCL connects its peers lazily, at the first collective: one small all-reduce now, under the
+  // watchdog, so that happens before our peer mappings exist (as bench/kernels/allreduce_bench.cu
+  // orders it) and not inside the first step.
+  impl->run_collective([&](int r) {
+    cuda::DeviceBuffer warm(64, "the NCCL warm-up all-reduce");
+    CUDA_CHECK(cudaMemsetAsync(warm.get(), 0, 64, impl->rank(r).stream));
+    cuda::tp_all_reduce(*impl->tps[r], warm.get(), 32, impl->rank(r).stream);
+    impl->wait(r);
+  });
+  // Our all-reduce's peer buffers and peer access, once, from this thread (it visits every device).
+  if (n_ranks > 1 && o.tp_all_reduce != TpAllReduce::nccl && o.dtype == DType::bf16) {
+    try {
+      impl->custom = std::make_unique<kernels::CustomAllReduce>(impl->devices(), o.tp_all_reduce_max_bytes);
+    } catch (const std::runtime_error& e) {  // e.g. GPUs without peer access: auto falls back to NCCL
+      if (o.tp_all_reduce == TpAllReduce::custom)
+        throw std::runtime_error(std::string("all_reduce: custom: ") + e.what());
+      std::fprintf(stderr, "servelab: all_reduce auto: NCCL for every message (%s)\n", e.what());
+    }
+  }
+  if (impl->custom) {
+    // The kernel gives up on a peer within the watchdog's time, a little before the step's wait
+    // does (which starts earlier): that wait then reports the kernel's own error, naming the rank
+    // that never came. A wait that times out first aborts the kernel (tp_destroy_comm) instead.
+    impl->custom->set_spin_timeout_ns(uint64_t(0.8 * o.tp_timeout_s * 1e9));
+    for (auto& tp : impl->tps) {
+      tp->custom = impl->custom.get();
+      tp->custom_max_bytes = o.tp_all_reduce_max_bytes;
+      tp->custom_only = o.tp_all_reduce == TpAllReduce::custom;
+    }
   }
   return impl;
 }
@@ -473,33 +417,65 @@ int64_t TpCudaBackend::kv_bytes_for_utilization(double utilization, int max_toke
   return *std::min_element(budget.begin(), budget.end());
 }
 
-std::vector<AllReduceTiming> TpCudaBackend::all_reduce_timings(std::span<const int64_t> message_bytes, int repeats) {
+std::vector<AllReduceTiming> TpCudaBackend::all_reduce_timings(std::span<const int64_t> message_bytes, int repeats,
+                                                               bool in_graph) {
   Impl& m = *impl_;
   repeats = std::max(1, repeats);
-  int64_t largest = 2;
+  int64_t largest = 16;
   for (int64_t b : message_bytes) largest = std::max(largest, b);
   std::vector<std::vector<double>> seconds(m.n(), std::vector<double>(message_bytes.size()));
   m.run_collective([&](int r) {
     cuda::DeviceBuffer buf(size_t(largest), "the all-reduce benchmark buffer");
-    CUDA_CHECK(cudaMemsetAsync(buf.get(), 0, buf.bytes(), m.rank(r).stream));
+    cudaStream_t s = m.rank(r).stream;
+    CUDA_CHECK(cudaMemsetAsync(buf.get(), 0, buf.bytes(), s));  // zeros: repeated sums stay finite
     cudaEvent_t start = nullptr, stop = nullptr;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    auto release = [&] {
+      if (exec) cudaGraphExecDestroy(exec);
+      if (graph) cudaGraphDestroy(graph);
+      exec = nullptr;
+      graph = nullptr;
+    };
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&stop));
     try {
-      cudaStream_t s = m.rank(r).stream;
       for (size_t i = 0; i < message_bytes.size(); ++i) {
-        const int64_t n = std::max<int64_t>(1, message_bytes[i] / 2);
+        // Whole 16-byte groups (every size a step sends is one), so ours can take it.
+        const int64_t n = std::max<int64_t>(8, message_bytes[i] / 16 * 8);
         for (int w = 0; w < 3; ++w) cuda::tp_all_reduce(*m.tps[r], buf.get(), n, s);
         m.wait(r);
-        CUDA_CHECK(cudaEventRecord(start, s));
+        auto timed = [&](const auto& enqueue) {
+          CUDA_CHECK(cudaEventRecord(start, s));
+          enqueue();
+          CUDA_CHECK(cudaEventRecord(stop, s));
+          m.wait(r);
+          float ms = 0.0f;
+          CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+          return ms * 1e-3 / repeats;
+        };
+        if (!in_graph) {
+          seconds[r][i] = timed([&] {
+            for (int k = 0; k < repeats; ++k) cuda::tp_all_reduce(*m.tps[r], buf.get(), n, s);
+          });
+          continue;
+        }
+        CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
         for (int k = 0; k < repeats; ++k) cuda::tp_all_reduce(*m.tps[r], buf.get(), n, s);
-        CUDA_CHECK(cudaEventRecord(stop, s));
+        CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+        CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        CUDA_CHECK(cudaGraphLaunch(exec, s));  // untimed
         m.wait(r);
-        float ms = 0.0f;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-        seconds[r][i] = ms * 1e-3 / repeats;
+        std::vector<double> t;
+        for (int k = 0; k < 5; ++k) t.push_back(timed([&] { CUDA_CHECK(cudaGraphLaunch(exec, s)); }));
+        std::sort(t.begin(), t.end());
+        seconds[r][i] = t[2];
+        release();
       }
     } catch (...) {
+      cudaStreamEndCapture(s, &graph);  // a capture left open would poison the stream
+      (void)cudaGetLastError();
+      release();
       cudaEventDestroy(start);
       cudaEventDestroy(stop);
       throw;
@@ -519,9 +495,17 @@ std::vector<AllReduceTiming> TpCudaBackend::all_reduce_timings(std::span<const i
   return out;
 }
 
+std::string TpCudaBackend::all_reduce_path() const {
+  const CudaBackendOptions& o = impl_->options;
+  if (!impl_->custom) return "NCCL";
+  if (o.tp_all_reduce == TpAllReduce::custom) return "ours (peer memory) for every message";
+  return "ours (peer memory) up to " + std::to_string(o.tp_all_reduce_max_bytes) + " bytes, NCCL above";
+}
+
 std::string TpCudaBackend::describe() const {
+  const std::string ar = "all-reduce " + all_reduce_path();
   return "NCCL " + cuda::tp_nccl_version() + ", " + std::to_string(impl_->n()) + " ranks on devices 0.." +
-         std::to_string(impl_->n() - 1) + " (" + cuda_device_description(0) + ")";
+         std::to_string(impl_->n() - 1) + " (" + cuda_device_description(0) + "), " + ar;
 }
 
 }  // namespace servelab

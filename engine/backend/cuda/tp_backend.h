@@ -8,8 +8,10 @@
 // gate|up, row-parallel O and down, KV heads split, vocabulary-parallel LM head) and the KV of its
 // KV heads. A step: the calling thread builds the step input and the block-table diff once
 // (CudaBackend::Impl::plan_step); every rank thread packs it, uploads it to its GPU in one copy
-// and runs the step, with an NCCL all-reduce (sum, in the dtype) of the O and down products and an NCCL
-// all-gather of the LM head's logits, so every rank samples the same tokens from the same logits;
+// and runs the step, with an all-reduce (sum, in the dtype) of the O and down products — our
+// one-shot kernel over CUDA peer memory for small messages, NCCL for large ones (options
+// tp_all_reduce, tp_all_reduce_max_bytes; docs/tensor-parallel.md) — and an NCCL all-gather of the
+// LM head's logits, so every rank samples the same tokens from the same logits;
 // rank 0's tokens are returned. The engine's one scheduler and KV manager decide once per step for
 // all ranks; slots mean the same on every rank (copy-on-write and swap run on every rank).
 #include <cstdint>
@@ -82,9 +84,14 @@ class TpCudaBackend final : public Backend {
   int64_t weight_bytes() const;
   /// The smallest of the ranks' KV budgets (CudaBackend::kv_bytes_for_utilization on each).
   int64_t kv_bytes_for_utilization(double utilization, int max_tokens, int max_samples) const;
-  /// Times `repeats` in-place sum all-reduces (of the dtype) of each size on all ranks (after 3 untimed),
-  /// each on its own stream with CUDA events. Outside any step.
-  std::vector<AllReduceTiming> all_reduce_timings(std::span<const int64_t> message_bytes, int repeats = 20);
+  /// Times `repeats` in-place sum all-reduces (of the dtype, through the backend's all_reduce
+  /// path: ours or NCCL by size) of each size on all ranks (after 3 untimed), on each rank's stream
+  /// with CUDA events. Eagerly, or (in_graph) as one CUDA graph of the `repeats` calls per rank,
+  /// replayed (the median of 5 replays after one untimed): how a decode step runs them. Outside any step.
+  std::vector<AllReduceTiming> all_reduce_timings(std::span<const int64_t> message_bytes, int repeats = 20,
+                                                  bool in_graph = false);
+  /// The backend's all-reduce set-up: "ours (peer memory) up to 4194304 bytes, NCCL above", "NCCL".
+  std::string all_reduce_path() const;
   /// "NCCL 2.28.3, 2 ranks on devices 0..1" for reports.
   std::string describe() const;
 

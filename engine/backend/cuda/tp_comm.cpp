@@ -13,6 +13,7 @@
 #include <nccl.h>
 #endif
 
+#include "kernels/custom_allreduce.h"
 #include "kernels/gemm.h"
 
 namespace servelab::cuda {
@@ -137,6 +138,7 @@ void tp_init_comm(TpRank& tp, const std::string& unique_id) {
 }
 
 void tp_destroy_comm(TpRank& tp, bool abort) {
+  if (abort && tp.custom) tp.custom->abort();
   if (!tp.comm) return;
   ncclComm_t comm = comm_of(tp);
   tp.comm = nullptr;
@@ -160,6 +162,8 @@ void tp_wait_stream(const TpRank& tp, cudaStream_t stream, const char* what) {
   const Clock::time_point deadline = deadline_of(tp);
   for (unsigned i = 0;; ++i) {
     const cudaError_t e = cudaStreamQuery(stream);
+    if (tp.custom && tp.custom->error(tp.rank))  // our kernel gave up on a peer: it says which
+      throw TpTimeout(std::string(what) + ": " + tp.custom->error_message(tp.rank));
     if (e == cudaSuccess) return;
     if (e != cudaErrorNotReady) CUDA_CHECK(e);
     if (tp.peer_failed && tp.peer_failed->load(std::memory_order_relaxed))
@@ -179,6 +183,15 @@ void tp_wait_stream(const TpRank& tp, cudaStream_t stream, const char* what) {
 }
 
 void tp_all_reduce(TpRank& tp, void* x, int64_t n, cudaStream_t stream) {
+  if (tp_uses_custom(tp, x, n)) {
+    tp.custom->run(tp.rank, x, x, n, stream);
+    return;
+  }
+  if (tp.custom_only)
+    throw std::invalid_argument("all_reduce: custom cannot take a message of " + std::to_string(n * 2) +
+                                " bytes (its buffer holds " + std::to_string(tp.custom_max_bytes) +
+                                " bytes of bf16, a multiple of 16 bytes, 16-byte aligned); raise "
+                                "all_reduce_max_bytes or use all_reduce: auto");
   const ncclDataType_t type = tp.dtype == DType::f16 ? ncclFloat16 : ncclBfloat16;
   nccl_call(tp, ncclAllReduce(x, x, size_t(n), type, ncclSum, comm_of(tp), stream), "ncclAllReduce");
 }
@@ -211,12 +224,20 @@ bool tp_have_nccl() { return false; }
 std::string tp_nccl_version() { return "none (built without NCCL)"; }
 std::string tp_unique_id() { no_nccl(); }
 void tp_init_comm(TpRank&, const std::string&) { no_nccl(); }
-void tp_destroy_comm(TpRank& tp, bool) { tp.comm = nullptr; }
+void tp_destroy_comm(TpRank& tp, bool abort) {
+  if (abort && tp.custom) tp.custom->abort();
+  tp.comm = nullptr;
+}
 void tp_wait_stream(const TpRank&, cudaStream_t stream, const char*) { CUDA_CHECK(cudaStreamSynchronize(stream)); }
 void tp_all_reduce(TpRank&, void*, int64_t, cudaStream_t) { no_nccl(); }
 void tp_lm_head(TpRank&, kernels::Gemm&, const void*, const void*, float*, int, int, cudaStream_t) { no_nccl(); }
 
 #endif
+
+bool tp_uses_custom(const TpRank& tp, const void* x, int64_t n) {
+  return tp.custom && tp.dtype == DType::bf16 && n % 8 == 0 && n * 2 <= tp.custom_max_bytes &&
+         (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+}
 
 bool tp_ensure_samples(TpRank& tp, int rows) {
   if (rows <= tp.gather_rows) return false;

@@ -3,7 +3,7 @@
 // step runs (issue 13). CudaBackend::Impl holds a TpRank* (null on one GPU, where none of this
 // runs); cuda_forward.cpp calls tp_all_reduce after the O and down products and tp_lm_head for
 // the vocabulary-parallel LM head. Every function here only enqueues on `stream` (capturable into
-// a CUDA graph: NCCL collectives are). Built with the backend; the NCCL calls only with
+// a CUDA graph: NCCL collectives are, and so is our all-reduce kernel, kernels/custom_allreduce.h). Built with the backend; the NCCL calls only with
 // SERVELAB_HAVE_NCCL (without it, creating a communicator throws).
 #include <cuda_runtime.h>
 
@@ -17,6 +17,7 @@
 
 namespace servelab::kernels {
 class Gemm;
+class CustomAllReduce;
 }
 
 namespace servelab::cuda {
@@ -37,6 +38,14 @@ struct TpRank {
   /// Set by any rank that failed (shared by the ranks of one backend): the others stop waiting on
   /// a peer that will never come. May be null (then only the deadline ends a wait).
   const std::atomic<bool>* peer_failed = nullptr;
+  /// Our one-shot all-reduce over peer memory (kernels/custom_allreduce.h), shared by the ranks of
+  /// one backend, or null (all_reduce: nccl, or f16): tp_all_reduce sends a message of at most
+  /// custom_max_bytes through it and larger ones through NCCL.
+  kernels::CustomAllReduce* custom = nullptr;
+  int64_t custom_max_bytes = 0;
+  /// all_reduce: custom: every message through our kernel; one it cannot take (over
+  /// custom_max_bytes, f16, unaligned) is an error rather than a silent NCCL call.
+  bool custom_only = false;
   /// Diagnosis only (issue 25's GPU test TpGpuDiag): the blocking ncclCommInitRank of the code
   /// before the fix, on the calling thread, with no watchdog.
   bool blocking_init = false;
@@ -65,16 +74,24 @@ std::string tp_unique_id();
 /// the environment first when it is unset (NVLink multicast stays off).
 void tp_init_comm(TpRank& tp, const std::string& unique_id);
 /// ncclCommFinalize + ncclCommDestroy, bounded by tp.timeout_s (then ncclCommAbort); straight
-/// ncclCommAbort when `abort` (a rank failed mid-step and a collective may never finish).
+/// ncclCommAbort when `abort` (a rank failed mid-step and a collective may never finish), which
+/// also raises the custom all-reduce's abort word (its waiting kernels end at once).
 void tp_destroy_comm(TpRank& tp, bool abort);
 /// Waits until `stream` has drained: cudaStreamQuery in a loop that also polls the communicator's
-/// asynchronous error. Throws TpTimeout when tp.timeout_s passes first (a collective whose peer
-/// never launched it) or another rank failed; std::runtime_error on a CUDA or NCCL error. The
-/// caller then aborts the communicators (the stuck kernel ends once its communicator is aborted).
+/// asynchronous error and the custom all-reduce's status word. Throws TpTimeout when tp.timeout_s
+/// passes first (a collective whose peer never launched it), another rank failed, or a custom
+/// all-reduce of this rank gave up waiting for a peer (its kernel ends by itself after tp.timeout_s;
+/// the error names the missing rank); std::runtime_error on a CUDA or NCCL error. The caller then
+/// aborts the communicators (tp_destroy_comm: a stuck NCCL kernel ends once its communicator is
+/// aborted, a waiting custom kernel once its abort word is raised).
 void tp_wait_stream(const TpRank& tp, cudaStream_t stream, const char* what);
 
-/// In-place sum over the ranks of `n` values in tp.dtype at `x` (ncclAllReduce, ncclSum).
+/// In-place sum over the ranks of `n` values in tp.dtype at `x`: our one-shot kernel when
+/// tp.custom is set and the message is at most tp.custom_max_bytes (n % 8 == 0, 16-byte aligned;
+/// otherwise NCCL), else ncclAllReduce (ncclSum). Every rank takes the same path for the same n.
 void tp_all_reduce(TpRank& tp, void* x, int64_t n, cudaStream_t stream);
+/// True when tp_all_reduce sends `n` values through the custom kernel.
+bool tp_uses_custom(const TpRank& tp, const void* x, int64_t n);
 /// Grows `gather` for `rows` sampled rows (not while capturing: called from ensure_samples).
 /// Returns true when it reallocated (graphs that baked the old address in must go).
 bool tp_ensure_samples(TpRank& tp, int rows);
