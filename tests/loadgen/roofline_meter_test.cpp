@@ -3,6 +3,7 @@
 // read with errors naming the file, and a wrapped backend leaves one roofline per executed step.
 #include <gtest/gtest.h>
 
+#include "engine/backend/profiler.h"
 #include "engine/engine.h"
 #include "loadgen/roofline_meter.h"
 #include "tests/engine/engine_test_support.h"
@@ -89,6 +90,20 @@ TEST(RooflineCeilingsFile, ReadsTopLevelOrUnderCeilings) {
   const std::string nested =
       testing_util::write_temp("nested.json", R"({"schema": "servelab.profile/2", "ceilings": {"copy_bytes_s": 3e12, "gemm_flops": 8e14}})");
   EXPECT_DOUBLE_EQ(read_ceilings_file(nested).gemm_flops, 8e14);
+}
+
+TEST(RooflineCeilingsFile, ACpuProfileIsACeilingsFile) {
+  ProfileReport report;
+  report.backend = "cpu";
+  report.model = hand_model();
+  report.ceilings = ProbedCeilings{1.5e10, 9e10, "probe: test"};
+  const std::string path = testing_util::write_temp("profile.json", profile_json(report));
+  const RooflineCeilings c = read_ceilings_file(path);
+  EXPECT_DOUBLE_EQ(c.copy_bytes_s, 1.5e10);
+  EXPECT_DOUBLE_EQ(c.gemm_flops, 9e10);
+  EXPECT_EQ(c.source, CeilingSource::profile);
+  report.ceilings.reset();  // a profile without them (cuda, older ones) is refused, naming the keys
+  EXPECT_THROW(read_ceilings_file(testing_util::write_temp("no_ceilings.json", profile_json(report))), std::runtime_error);
 }
 
 TEST(RooflineCeilingsFile, ErrorsNameTheFileAndTheField) {
