@@ -1,5 +1,6 @@
 #include "analysis/compare.h"
 
+#include <algorithm>
 #include <cmath>
 #include <iomanip>
 #include <limits>
@@ -57,6 +58,37 @@ MetricDelta delta_of(const RunSummary& base, const RunSummary& cur, const std::s
   d.regression = beyond && !overlap;
   d.within_noise = beyond && overlap;
   return d;
+}
+
+/// A strategy's runs pooled; its backend ("" when it has no run in `s`).
+std::optional<RooflineEfficiency> strategy_roofline(const Summary& s, const std::string& strategy, std::string& backend) {
+  std::optional<RooflineEfficiency> pooled;
+  for (const auto& r : s.runs) {
+    if (r.info.strategy_name() != strategy) continue;
+    backend = r.info.backend;
+    if (!r.roofline) continue;
+    if (pooled) pooled->merge(*r.roofline);
+    else pooled = r.roofline;
+  }
+  return pooled;
+}
+
+std::vector<StrategyRoofline> roofline_rows(const Summary& base, const Summary& current) {
+  std::vector<StrategyRoofline> rows;
+  bool any = false;
+  std::vector<std::string> names = current.strategies();
+  for (const auto& n : base.strategies())
+    if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+  for (const auto& n : names) {
+    StrategyRoofline row;
+    row.strategy = n;
+    row.base = strategy_roofline(base, n, row.base_backend);
+    row.current = strategy_roofline(current, n, row.current_backend);
+    any = any || row.base || row.current;
+    rows.push_back(std::move(row));
+  }
+  if (!any) rows.clear();
+  return rows;
 }
 
 }  // namespace
@@ -130,6 +162,7 @@ Comparison compare_summaries(const Summary& base, const Summary& current, double
   }
   for (std::size_t i = 0; i < base.runs.size(); ++i)
     if (!base_matched[i]) c.only_in_base.push_back(run_key(base.runs[i]));
+  c.roofline = roofline_rows(base, current);
   return c;
 }
 
@@ -176,6 +209,21 @@ void print_comparison(std::ostream& out, const Comparison& c) {
     out << "; " << c.only_in_base.size() << " base run(s) missing from new, " << n_null
         << " metric(s) became null" << (c.allow_missing ? " (allowed by --allow-missing)" : "");
   out << "\n";
+  if (c.roofline.empty()) return;
+  out << "\nroofline efficiency by strategy (sum of step rooflines over sum of measured step times, all its runs):\n";
+  TextTable rt({"strategy", "base", "new", "change", "new prefill", "new decode", "new mixed", "new ceilings"});
+  for (const auto& r : c.roofline) {
+    const double b = r.base ? r.base->overall.efficiency() : kNaN;
+    const double n = r.current ? r.current->overall.efficiency() : kNaN;
+    const double change = std::isfinite(b) && std::isfinite(n) && b != 0.0 ? (n - b) / b * 100.0 : kNaN;
+    auto cls = [&](StepClass k) {
+      return r.current && r.current->of(k).n_steps > 0 ? format_number(r.current->of(k).efficiency()) : std::string("-");
+    };
+    rt.add_row({r.strategy, format_efficiency(r.base, r.base_backend), format_efficiency(r.current, r.current_backend),
+                format_change_pct(change), cls(StepClass::prefill), cls(StepClass::decode), cls(StepClass::mixed),
+                r.current && r.current->ceilings ? format_ceilings(*r.current->ceilings) : std::string("-")});
+  }
+  rt.print(out);
 }
 
 }  // namespace servelab::analysis

@@ -8,6 +8,7 @@
 // both, a regression must also clear the noise: it is flagged only when the intervals do not
 // overlap; a change beyond the threshold whose intervals overlap is reported as within noise.
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,12 +42,23 @@ struct RunComparison {
   std::vector<MetricDelta> deltas;
 };
 
+/// One strategy's roofline efficiency in each summary: its runs pooled (Σ roofline / Σ measured
+/// step time over all its rates). Informational: no gate reads it.
+struct StrategyRoofline {
+  std::string strategy;
+  std::string base_backend, current_backend;  ///< "sim" runs say so instead of a figure
+  std::optional<RooflineEfficiency> base, current;
+};
+
 /// The comparison of two summaries.
 struct Comparison {
   double threshold_pct = 10.0;
   std::vector<RunComparison> runs;        ///< in the new summary's order
   std::vector<std::string> only_in_base;  ///< labels (with rate) that the new summary lacks
   std::vector<std::string> only_in_new;
+  /// One row per strategy of either summary (new's order, then base-only ones); empty when no run
+  /// of either has a roofline.
+  std::vector<StrategyRoofline> roofline;
   /// When false (default), a base run missing from the new summary or a metric that became null
   /// fails the comparison like a regression; when true they are only listed.
   bool allow_missing = false;
@@ -69,7 +81,7 @@ Comparison compare_summaries(const Summary& base, const Summary& current, double
 
 /// A readable table: per run, each metric's base, new (with 95% intervals when repeated) and signed
 /// % change, "REGRESSION", "within noise" and "MISSING" marks, then unmatched runs and a verdict
-/// saying whether intervals were used.
+/// saying whether intervals were used; then the roofline efficiency, one row per strategy.
 void print_comparison(std::ostream& out, const Comparison& c);
 
 }  // namespace servelab::analysis

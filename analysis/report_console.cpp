@@ -33,6 +33,14 @@ void print_console_summary(std::ostream& out, const Summary& s) {
       << format_plain(s.slo.ttft_ms) << " ms, TPOT <= " << format_plain(s.slo.tpot_ms) << " ms\n";
   const auto lines = method_lines(s);  // the first restates the SLO said above
   for (std::size_t i = 1; i < lines.size(); ++i) out << lines[i] << "\n";
+  for (const RunSummary* r : table_order(s)) {  // roofline efficiency, one line a real run
+    if (!r->roofline) continue;
+    const RooflineEfficiency& e = *r->roofline;
+    out << "roofline efficiency " << r->info.label << ": " << format_efficiency(r->roofline, r->info.backend);
+    for (StepClass c : {StepClass::prefill, StepClass::decode, StepClass::mixed})
+      if (e.of(c).n_steps > 0) out << ", " << to_string(c) << " " << format_number(e.of(c).efficiency());
+    out << " (" << e.overall.n_steps << " steps)\n";
+  }
   for (const RunSummary* r : table_order(s)) {  // structured output: validity and cost, one line a run
     if (!r->structured) continue;
     const StructuredStats& st = *r->structured;

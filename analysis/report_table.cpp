@@ -194,6 +194,31 @@ TextRows structured_output_table(const Summary& s) {
   return t;
 }
 
+TextRows roofline_table(const Summary& s) {
+  TextRows t;
+  bool any = false;
+  for (const auto& r : s.runs) any = any || r.roofline.has_value();
+  if (!any) return t;
+  t.header = {"strategy", "rate (req/s)", "efficiency", "prefill", "decode", "mixed", "roofline (s)", "measured (s)"};
+  auto share = [](const RooflineShare& c) {
+    if (c.n_steps == 0) return std::string("-");
+    return format_number(c.efficiency()) + " (" + std::to_string(c.n_steps) + " steps)";
+  };
+  for (const RunSummary* r : table_order(s)) {
+    std::vector<std::string> row = {r->info.strategy_name(), format_run_rate(r->info),
+                                    format_efficiency(r->roofline, r->info.backend)};
+    if (r->roofline) {
+      for (const RooflineShare* c : {&r->roofline->prefill, &r->roofline->decode, &r->roofline->mixed}) row.push_back(share(*c));
+      row.push_back(format_number(r->roofline->overall.roofline_s));
+      row.push_back(format_number(r->roofline->overall.measured_s));
+    } else {
+      row.insert(row.end(), 5, "-");
+    }
+    t.rows.push_back(std::move(row));
+  }
+  return t;
+}
+
 std::vector<std::string> method_lines(const Summary& s) {
   std::vector<std::string> out;
   out.push_back("SLO: " + s.slo.describe() + "; target attainment " + format_share(s.slo.attainment) +
@@ -221,6 +246,16 @@ std::vector<std::string> method_lines(const Summary& s) {
     caps += (caps.empty() ? "" : ", ") + name + " " + (std::isnan(cap) ? std::string("none") : format_rate(cap) + " req/s");
   }
   if (!caps.empty()) out.push_back("capacity (highest rate meeting the SLO): " + caps);
+  std::vector<std::string> ceilings;  // one line per distinct set (a merged report may hold several)
+  for (const auto& r : s.runs) {
+    if (!r.roofline || !r.roofline->ceilings) continue;
+    const RooflineCeilings& c = *r.roofline->ceilings;
+    const std::string line = "roofline efficiency = sum of each step's max(bytes / copy bandwidth, FLOPs / GEMM peak) over "
+                             "the sum of measured step times; ceilings " + format_ceilings(c) +
+                             (c.detail.empty() ? "" : ", " + c.detail);
+    if (std::find(ceilings.begin(), ceilings.end(), line) == ceilings.end()) ceilings.push_back(line);
+  }
+  out.insert(out.end(), ceilings.begin(), ceilings.end());
   return out;
 }
 

@@ -54,8 +54,12 @@ TextRows slo_objectives_table(const Summary& s);
 /// the share valid against their schema, TTFT/TPOT p50 and decode speed constrained vs not, the
 /// TPOT cost and the most frequent invalid reason; empty when no run had any.
 TextRows structured_output_table(const Summary& s);
+/// Roofline efficiency (roofline_efficiency.h): per run, Σ roofline / Σ measured step time
+/// overall and per step class with each class's step count; sim runs say "sim" (their times are
+/// priced, not measured). Empty when no run has one.
+TextRows roofline_table(const Summary& s);
 /// Lines saying how the metrics were made: the SLO, the window, repetitions, each strategy's
-/// capacity (highest rate meeting the SLO).
+/// capacity (highest rate meeting the SLO), the roofline's ceilings.
 std::vector<std::string> method_lines(const Summary& s);
 
 }  // namespace servelab::analysis

@@ -165,6 +165,7 @@ RunSummary summarize_run(const RunInfo& info, const std::vector<RequestRecord>& 
       if (r.run == info.label) by_lora[r.lora].push_back(r);
     for (const auto& [name, recs] : by_lora) rs.by_lora.emplace_back(name, compute_metrics(info.label, recs, {}, slo, options));
   }
+  rs.roofline = roofline_efficiency(info.label, steps, info.roofline_ceilings);
   if (info.repeats <= 1) {
     rs.metrics = compute_metrics(info.label, records, steps, slo, options);
     return rs;
@@ -238,6 +239,11 @@ void to_json(nlohmann::ordered_json& j, const RunInfo& r) {
   if (r.repeats > 1) j["repeats"] = r.repeats;
   if (!r.seeds.empty()) j["seeds"] = r.seeds;
   j["config"] = r.config.is_null() ? nlohmann::ordered_json::object() : r.config;
+  if (r.roofline_ceilings) {
+    nlohmann::ordered_json c;
+    to_json(c, *r.roofline_ceilings);
+    j["roofline_ceilings"] = c;
+  }
 }
 
 void from_json(const nlohmann::ordered_json& j, RunInfo& r) {
@@ -260,6 +266,16 @@ void from_json(const nlohmann::ordered_json& j, RunInfo& r) {
     r.seeds = it->value("seeds", std::vector<uint64_t>{});
   }
   r.config = j.contains("config") ? j["config"] : nlohmann::ordered_json::object();
+  r.roofline_ceilings.reset();
+  if (auto c = j.find("roofline_ceilings"); c != j.end() && !c->is_null()) {
+    RooflineCeilings rc;
+    try {
+      from_json(*c, rc);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument("run " + r.label + ": roofline_ceilings: " + e.what());
+    }
+    r.roofline_ceilings = rc;
+  }
 }
 
 void to_json(nlohmann::ordered_json& j, const ScenarioInfo& s) {
@@ -355,6 +371,7 @@ void to_json(nlohmann::ordered_json& j, const RunSummary& r) {
   j["config"] = r.info.config.is_null() ? nlohmann::ordered_json::object() : r.info.config;
   j["metrics"] = r.metrics;
   if (r.structured) j["structured_output"] = *r.structured;
+  if (r.roofline) j["roofline"] = *r.roofline;
   if (r.info.repeats > 1) {
     auto& rep = j["repeats"];
     rep["n"] = r.repetitions.size();
@@ -396,6 +413,15 @@ void from_json(const nlohmann::ordered_json& j, RunSummary& r) {
   r.structured.reset();
   if (j.contains("structured_output") && !j["structured_output"].is_null())
     r.structured = j["structured_output"].get<StructuredStats>();
+  r.roofline.reset();
+  if (auto it = j.find("roofline"); it != j.end() && !it->is_null()) {
+    try {
+      r.roofline = it->get<RooflineEfficiency>();
+    } catch (const std::exception& e) {
+      throw std::invalid_argument("run " + r.info.label + ": " + e.what());
+    }
+    r.info.roofline_ceilings = r.roofline->ceilings;
+  }
   r.repetitions.clear();
   r.stats.clear();
   if (auto it = j.find("repeats"); it != j.end() && it->is_object()) {

@@ -11,6 +11,7 @@
 //    "runs": [{"label", "batching", "kv", "backend", "rate", "n_requests", "n_failed",
 //              "strategy", "mode", ["concurrency",] "n_planned", "config": {...},
 //              "metrics": {... see metrics.h ...}, ["structured_output": {... structured_stats.h ...},]
+//              ["roofline": {... roofline_efficiency.h ...},]
 //              ["repeats": {"n", "seeds", "labels", "stats": {path: MetricStats}, "runs": [metrics]}]}],
 //    "report": {"percentiles", "window": {..., "description"}}}   (what every run's metrics used)
 //   "rate" is a number only for mode "open"; "max", "closed", "trace" and "unknown" runs write
@@ -25,6 +26,7 @@
 #include "analysis/environment.h"
 #include "analysis/metrics.h"
 #include "analysis/repeats.h"
+#include "analysis/roofline_efficiency.h"
 #include "analysis/structured_stats.h"
 #include "loadgen/records/record.h"
 #include "loadgen/records/step_record.h"
@@ -59,6 +61,9 @@ struct RunInfo {
   int repeats = 1;
   std::vector<uint64_t> seeds;  ///< the plan seed of each repetition (empty: not recorded)
   nlohmann::ordered_json config = nlohmann::ordered_json::object();  ///< free: the strategy's knobs
+  /// Real in-process runs: the device ceilings its steps' rooflines were priced at (runs.json
+  /// "roofline_ceilings"; loadgen/roofline_meter.h). Unset on the sim, over HTTP, or when unknown.
+  std::optional<RooflineCeilings> roofline_ceilings;
 
   /// The strategy name reports group by.
   std::string strategy_name() const;
@@ -93,6 +98,9 @@ struct RunSummary {
   /// Runs with structured-output requests: validity and cost (structured_stats.h); JSON
   /// "structured_output" after "metrics", absent otherwise.
   std::optional<StructuredStats> structured;
+  /// Real in-process runs: Σ roofline / Σ measured step time, overall and per step class
+  /// (roofline_efficiency.h); JSON "roofline" after "metrics", absent when the steps carry none.
+  std::optional<RooflineEfficiency> roofline;
 
   /// The statistics of `metric` (a summary path) over the repetitions, or nullptr.
   const MetricStats* stat(const std::string& metric) const;

@@ -126,6 +126,13 @@ int profile_main(const ProfileArgs& a) {
     std::cerr << "engine host overhead per step: " << probe.fitted.per_step_s * 1e6 << " us + "
               << probe.fitted.per_seq_s * 1e6 << " us per sequence\n";
   }
+  if (spec.kind == BackendKind::cpu) {  // the ceilings a run's roofline efficiency can be priced at (backend.ceilings)
+    CeilingProbeOptions probe;
+    probe.threads = a.threads;
+    report.ceilings = probe_cpu_ceilings(probe);
+    std::cerr << "ceilings: copy " << report.ceilings->copy_bytes_s / 1e9 << " GB/s, GEMM "
+              << report.ceilings->gemm_flops / 1e9 << " GFLOP/s (" << report.ceilings->detail << ")\n";
+  }
   report.hardware = hardware;
   report.commit = current_commit();  // SERVELAB_COMMIT when set (a copy outside its checkout)
   report.date = analysis::utc_now_iso8601();

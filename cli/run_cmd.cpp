@@ -191,6 +191,10 @@ int run_scenario(const Scenario& scenario, const std::string& out_dir, bool quie
   }
   input.records = sweep.records;
   input.steps = sweep.steps;
+  // Real backends: the ceilings the steps' rooflines were priced at (runs.json is rewritten below).
+  for (analysis::RunInfo& r : input.runs)
+    if (r.backend != "sim") r.roofline_ceilings = sweep.roofline_ceilings;
+  if (!args.quiet && !sweep.roofline_note.empty()) out << "roofline: " << sweep.roofline_note << "\n";
   if (const auto sm = std::filesystem::path(dir) / "server_metrics.jsonl"; std::filesystem::exists(sm, ec))
     input.server_samples = analysis::read_server_samples(sm.string());
   if (const auto sj = std::filesystem::path(dir) / "schemas.jsonl"; std::filesystem::exists(sj, ec))

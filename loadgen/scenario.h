@@ -101,6 +101,10 @@ struct ScenarioBackend {
   std::string sim_device;   ///< sim: roofline device preset (SimDevice::preset_names()); "" = h100
   std::string sim_profile;  ///< sim: resolved path of a `servelab profile` JSON (overrides the roofline)
   double sim_cost_scale = 1.0;  ///< sim: every step's predicted time times this (0.9: 10% faster steps)
+  /// cpu, cuda: resolved path of a JSON with the device's measured ceilings ({"copy_bytes_s",
+  /// "gemm_flops"}, top level or under "ceilings") for the runs' roofline efficiency; "" = probe
+  /// them (cpu) or take the device preset's (cuda). loadgen/roofline_meter.h.
+  std::string ceilings;
   int device = 0;               ///< cuda: device ordinal
   bool fusion = true;           ///< cuda: false runs the unfused kernels (`fusion: off` in YAML)
   bool batch_invariant = false; ///< cuda: every result independent of the batch

@@ -115,8 +115,8 @@ void Walker::backend(const YAML::Node& n) {
     read_enum(n, "backend", b.kind, kinds);
     return;
   }
-  if (!section(n, "backend", {"kind", "threads", "sim_device", "sim_profile", "sim_cost_scale", "device", "fusion", "batch_invariant",
-                              "cuda_graphs", "tensor_parallel", "dtype", "all_reduce", "all_reduce_max_bytes"}))
+  if (!section(n, "backend", {"kind", "threads", "sim_device", "sim_profile", "sim_cost_scale", "ceilings", "device", "fusion",
+                              "batch_invariant", "cuda_graphs", "tensor_parallel", "dtype", "all_reduce", "all_reduce_max_bytes"}))
     return;
   bool kind_ok = true;
   if (defined(n["kind"])) kind_ok = read_enum(n["kind"], "backend.kind", b.kind, kinds);
@@ -131,6 +131,14 @@ void Walker::backend(const YAML::Node& n) {
       read_string(n[k], p, b.sim_device);
     } else {
       read_path(n[k], p, b.sim_profile);
+    }
+  }
+  if (defined(n["ceilings"])) {
+    if (kind_ok && b.kind == BackendKind::sim) {
+      note(n["ceilings"], "backend.ceilings");
+      d_.error_at("backend.ceilings", "backend.ceilings applies to kind: cpu or cuda (the sim's steps are priced, not measured)");
+    } else {
+      read_path(n["ceilings"], "backend.ceilings", b.ceilings);
     }
   }
   if (defined(n["sim_cost_scale"])) {

@@ -200,6 +200,7 @@ void validate_backend_and_engine(const Scenario& s, const Checker& c) {
       c.diag.error("backend.sim_device", one_of(devices, s.backend.sim_device));
   }
   c.file_exists(s.backend.sim_profile, "backend.sim_profile");
+  c.file_exists(s.backend.ceilings, "backend.ceilings");
   if (s.backend.tensor_parallel > 1 && !c.diag.failed("backend.tensor_parallel")) {
     if (s.capacity && s.capacity->tensor_parallel != 1 && s.capacity->tensor_parallel != s.backend.tensor_parallel)
       c.diag.error("backend.tensor_parallel", "conflicts with capacity.tensor_parallel (" +

@@ -19,6 +19,7 @@
 #include "loadgen/backend_spec.h"
 #include "loadgen/http_sweep.h"
 #include "loadgen/plan.h"
+#include "loadgen/roofline_meter.h"
 #include "loadgen/sources.h"
 #include "loadgen/structured_source.h"
 
@@ -94,9 +95,12 @@ class LineWriter {
 /// The engine of one run, as every run builds it. The CPU backend keeps the KV arena in this
 /// machine's memory beside its fp32 weights: an arena that cannot fit is refused here with the
 /// figures, not by the allocator (or the OOM killer) mid-run.
-std::unique_ptr<Engine> make_engine(const Scenario& sc, const StrategySpec& strategy, const BackendFactory& backends) {
+/// With `roofline` (real backends), every step's roofline is recorded (loadgen/roofline_meter.h).
+std::unique_ptr<Engine> make_engine(const Scenario& sc, const StrategySpec& strategy, const BackendFactory& backends,
+                                    RooflineRecorder* roofline = nullptr) {
   std::unique_ptr<Backend> backend =
       backends.make(strategy_quantization(sc, strategy), strategy_kv_cache_dtype(sc, strategy));
+  if (roofline) backend = roofline->wrap(std::move(backend));
   EngineConfig cfg = engine_config(sc, strategy);
   cfg.kv_cache_bytes = kv_cache_bytes_for(sc, strategy, *backend);
   if (sc.backend.kind == BackendKind::cpu) {
@@ -216,6 +220,11 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
   outcome.runs = plan_sweep(planner);
   std::optional<BackendFactory> backends;  // no engine when the runs go to a server (target:)
   if (!scenario.target) backends.emplace(backend_spec(scenario));
+  // Real backends: each step's roofline beside its measured time (the sim's times are priced).
+  std::optional<RooflineRecorder> roofline;
+  if (!scenario.target && scenario.backend.kind != BackendKind::sim)
+    roofline.emplace(scenario.backend.kind, scenario.backend.ceilings, scenario.backend.threads,
+                     backend_spec(scenario).tensor_parallel);
   std::unique_ptr<Tokenizer> target_tokenizer;
   if (scenario.target && !scenario.target->tokenizer.empty()) {
     if (!options.load_tokenizer) throw std::runtime_error("target.tokenizer is set but no tokenizer loader was given");
@@ -265,8 +274,13 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
           }
           continue;
         }
-        const std::unique_ptr<Engine> engine_ptr = make_engine(scenario, scenario.strategies[i], *backends);
+        const std::unique_ptr<Engine> engine_ptr =
+            make_engine(scenario, scenario.strategies[i], *backends, roofline ? &*roofline : nullptr);
         Engine& engine = *engine_ptr;
+        if (roofline) {
+          outcome.roofline_ceilings = roofline->ceilings();
+          outcome.roofline_note = roofline->note();
+        }
         std::unique_ptr<RequestSource> source =
             make_source(scenario, plan, run_adapters(scenario, scenario.backend.kind != BackendKind::sim));
         StructuredSource* constrained = nullptr;
@@ -286,8 +300,9 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
           if (options.on_record) options.on_record(run, r);
         };
         sinks.on_step = [&](const StepRecord& s) {
-          steps_out.write(step_line(s));
           outcome.steps.push_back(s);
+          if (roofline) outcome.steps.back().roofline = roofline->take();
+          steps_out.write(step_line(outcome.steps.back()));
         };
         if (constrained)
           sinks.annotate = [constrained](const FinishedRequest& f, RequestRecord& r) { constrained->annotate(f, r); };

@@ -4,6 +4,7 @@
 // happen (flushed per line, so an interrupted or crashed run keeps everything it finished).
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,7 +12,8 @@
 
 #include "engine/model/tokenizer.h"
 #include "loadgen/inprocess_driver.h"
-#include "loadgen/records/rate.h"  // format_rate: run labels "<strategy>@<rate>"
+#include "loadgen/records/rate.h"
+#include "loadgen/records/roofline_record.h"  // format_rate: run labels "<strategy>@<rate>"
 #include "loadgen/plan.h"
 #include "loadgen/scenario.h"
 
@@ -51,6 +53,10 @@ struct SweepOutcome {
   std::vector<SweepRun> runs;          ///< every planned point, in sweep order
   std::vector<RequestRecord> records;  ///< what was written to records.jsonl
   std::vector<StepRecord> steps;       ///< what was written to steps.jsonl
+  /// Real backends: the ceilings every step's roofline was priced at (loadgen/roofline_meter.h),
+  /// the same for every run of the sweep; unset on the sim, over HTTP, or with roofline_note.
+  std::optional<RooflineCeilings> roofline_ceilings;
+  std::string roofline_note;           ///< why a real run has no rooflines ("" otherwise)
   bool interrupted = false;
 };
 

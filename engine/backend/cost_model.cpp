@@ -140,12 +140,11 @@ double roofline_seconds(const ModelConfig& model, const SimDevice& device, int t
   return roofline_seconds(RooflineTerms::of(model, device, tensor_parallel, formats), s);
 }
 
-double roofline_seconds(const RooflineTerms& terms, const StepShape& s) {
+RooflineBound roofline_bound(const RooflineTerms& terms, const StepShape& s) {
   const ModelConfig& model = *terms.model;
   const SimDevice& device = *terms.device;
-  const int tensor_parallel = terms.tensor_parallel;
   const StorageFormats& formats = terms.formats;
-  const double tp = std::max(1, tensor_parallel);
+  const double tp = std::max(1, terms.tensor_parallel);
   const double d = model.hidden_size, vocab = model.vocab_size;
   const double rows = static_cast<double>(s.n_rows());
   const bool fp8_kv = formats.kv_cache_dtype == KvCacheDType::fp8;
@@ -163,9 +162,23 @@ double roofline_seconds(const RooflineTerms& terms, const StepShape& s) {
   const double weight_bytes =
       (terms.n_layer_params - linear_params + (s.n_sampled > 0 ? d * vocab : 0.0)) * device.weight_dtype_bytes + linear_bytes;
   const double kv_bytes = kv_slot_bytes * static_cast<double>(s.sum_context + s.n_tokens);  // read + write
-  const double compute_s =
+  RooflineBound b;
+  b.flops = linear_flops + other_flops;
+  b.bytes = weight_bytes + kv_bytes;
+  b.compute_s =
       (linear_flops / (w8a8 ? device.fp8_peak_flops : device.peak_flops) + other_flops / device.peak_flops) / tp;
-  const double memory_s = (weight_bytes + kv_bytes) / (device.mem_bw_bytes_s * tp);
+  b.memory_s = (weight_bytes + kv_bytes) / (device.mem_bw_bytes_s * tp);
+  return b;
+}
+
+double roofline_seconds(const RooflineTerms& terms, const StepShape& s) {
+  const ModelConfig& model = *terms.model;
+  const SimDevice& device = *terms.device;
+  const int tensor_parallel = terms.tensor_parallel;
+  const double tp = std::max(1, tensor_parallel);
+  const double d = model.hidden_size;
+  const double rows = static_cast<double>(s.n_rows());
+  const RooflineBound bound = roofline_bound(terms, s);
   double allreduce_s = 0.0;
   if (tensor_parallel > 1) {
     const double bytes = rows * d * device.weight_dtype_bytes;
@@ -173,7 +186,7 @@ double roofline_seconds(const RooflineTerms& terms, const StepShape& s) {
     allreduce_s = 2.0 * model.n_layers * one;
   }
   const double swap_s = static_cast<double>(s.swap_bytes) / device.host_link_bytes_s;
-  return std::max(compute_s, memory_s) + device.step_overhead_s + allreduce_s + swap_s;
+  return std::max(bound.compute_s, bound.memory_s) + device.step_overhead_s + allreduce_s + swap_s;
 }
 
 ProfiledStepModel ProfiledStepModel::fit(std::span<const TimedStep> samples) {

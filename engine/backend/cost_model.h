@@ -84,6 +84,19 @@ struct RooflineTerms {
 /// roofline_seconds over precomputed terms: the same arithmetic, so the same bits.
 double roofline_seconds(const RooflineTerms& terms, const StepShape& shape);
 
+/// The bound at the heart of roofline_seconds: a step's FLOPs and bytes and the time each takes
+/// at the device's ceilings (peak · tp, bandwidth · tp). roofline_seconds adds the per-step
+/// overhead, all-reduces and swap traffic to max(compute_s, memory_s); a run's roofline
+/// efficiency (loadgen/roofline_meter.h) uses the bound alone.
+struct RooflineBound {
+  double flops = 0.0;      ///< every product, attention and the LM head of the sampled rows
+  double bytes = 0.0;      ///< weights read once (+ the LM head when anything is sampled), K/V read and written
+  double compute_s = 0.0;  ///< flops at the device's peak (W8A8 Linears at its FP8 peak)
+  double memory_s = 0.0;   ///< bytes at the device's bandwidth
+  double seconds() const { return compute_s > memory_s ? compute_s : memory_s; }
+};
+RooflineBound roofline_bound(const RooflineTerms& terms, const StepShape& shape);
+
 /// Step time from a profile, per operation class:
 ///   t = M(rows) + s_sampled · n_sampled + a_prefill · prefill_pairs + a_decode · decode_context
 /// M is piecewise linear over the profiled row counts (its knots; it holds the fixed per-step

@@ -526,6 +526,9 @@ std::string profile_json(const ProfileReport& r) {
     j["host_overhead"] = {{"per_step_s", r.host_overhead->per_step_s}, {"per_seq_s", r.host_overhead->per_seq_s},
                           {"points", std::move(pts)}};
   }
+  if (r.ceilings)
+    j["ceilings"] = {{"copy_bytes_s", r.ceilings->copy_bytes_s}, {"gemm_flops", r.ceilings->gemm_flops},
+                     {"detail", r.ceilings->detail}};
   return j.dump(2) + "\n";
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/ceiling_probe.h"
 #include "engine/backend/host_overhead.h"
 #include "engine/backend/cost_model.h"
 #include "engine/kv/kv_manager.h"
@@ -156,6 +157,9 @@ struct ProfileReport {
   /// (sequences per step, seconds per step) points it was fitted to; unset when not measured.
   std::optional<HostOverhead> host_overhead;
   std::vector<std::pair<double, double>> host_points;
+  /// cpu: the copy bandwidth and GEMM peak probed beside the grid (engine/backend/ceiling_probe.h),
+  /// which a run of `backend.ceilings: PROFILE` prices its steps' rooflines at; unset otherwise.
+  std::optional<ProbedCeilings> ceilings;
   double wall_s = 0.0;      ///< how long the whole profile took
 };
 
@@ -206,7 +210,8 @@ std::string profile_table(const ProfileReport& report);
 ///  "max_context", "prefill_pairs", "decode_context", "attention_pairs", "step_s", "times_s"}],
 ///  "decode_row_buckets": [1, 2, 4, ...] (only when the backend pads decode steps),
 ///  "all_reduce": [{"bytes", "seconds"}] (only when measured),
-///  "host_overhead": {"per_step_s", "per_seq_s", "points": [{"seqs", "seconds"}]} (only when measured)}
+///  "host_overhead": {"per_step_s", "per_seq_s", "points": [{"seqs", "seconds"}]} (only when measured),
+///  "ceilings": {"copy_bytes_s", "gemm_flops", "detail"} (only when probed)}
 std::string profile_json(const ProfileReport& report);
 
 }  // namespace servelab

@@ -39,6 +39,7 @@ void to_json(nlohmann::json& j, const StepRecord& s) {
                         {"num_accepted_tokens", s.spec_accepted_tokens},
                         {"num_accepted_tokens_per_pos", s.spec_accepted_per_pos}};
   if (s.n_loras > 0) j["lora"] = {{"n_loras", s.n_loras}, {"n_loads", s.n_lora_loads}};
+  if (s.roofline) j["roofline"] = *s.roofline;
 }
 
 void from_json(const nlohmann::json& j, StepRecord& s) {
@@ -63,6 +64,7 @@ void from_json(const nlohmann::json& j, StepRecord& s) {
     s.n_loras = json_int_or(*l, "n_loras", 0);
     s.n_lora_loads = json_int_or(*l, "n_loads", 0);
   }
+  if (auto r = j.find("roofline"); r != j.end() && r->is_object()) s.roofline = r->get<StepRoofline>();
   const auto& kv = j.at("kv");
   s.kv_capacity = json_int<int64_t>(kv.at("capacity"));
   s.kv_stored = json_int<int64_t>(kv.at("stored"));
@@ -101,6 +103,7 @@ void StepRecord::validate() const {
   count("kv.internal_frag", kv_internal_frag);
   count("kv.external_frag", kv_external_frag);
   count("kv.free", kv_free);
+  if (roofline) roofline->validate();
 }
 
 std::vector<StepRecord> read_steps(const std::string& path, bool* cut_tail) {

@@ -2,10 +2,13 @@
 // StepRecord: one engine step as the in-process driver saw it; one JSON line each in steps.jsonl.
 // Feeds the KV-utilization metric, the arena breakdown bars and the batch-size-over-time plot.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
+
+#include "loadgen/records/roofline_record.h"
 
 namespace servelab {
 
@@ -37,6 +40,9 @@ struct StepRecord {
   int64_t kv_internal_frag = 0;
   int64_t kv_external_frag = 0;
   int64_t kv_free = 0;
+  /// Real backends (cpu, cuda): the step's roofline at the run's ceilings (JSON "roofline");
+  /// absent on the sim, whose step times are priced, not measured.
+  std::optional<StepRoofline> roofline;
 
   /// stored / (stored + reserved + internal): share of request-held memory holding token states.
   double kv_utilization() const;

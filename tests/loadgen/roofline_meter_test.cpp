@@ -1,0 +1,171 @@
+// roofline_meter: a step's roofline at given ceilings is the cost model's bound (hand-counted for a
+// tiny model), padding rows are not work, steps are classed by their chunks, ceilings files are
+// read with errors naming the file, and a wrapped backend leaves one roofline per executed step.
+#include <gtest/gtest.h>
+
+#include "engine/backend/profiler.h"
+#include "engine/engine.h"
+#include "loadgen/roofline_meter.h"
+#include "tests/engine/engine_test_support.h"
+#include "tests/loadgen/loadgen_test_util.h"
+
+namespace servelab {
+namespace roofline_meter_test {
+
+using namespace enginetest;
+
+/// d 8, 2 layers, 2 heads of 4 (one KV head), FFN 16, vocabulary 32: counted by hand in
+/// tests/backend/roofline_bound_test.cpp (1,192 layer parameters, LM head 256, 64 K/V bytes a token).
+ModelConfig hand_model() {
+  ModelConfig m;
+  m.name = "hand";
+  m.hidden_size = 8;
+  m.n_layers = 2;
+  m.n_heads = 2;
+  m.n_kv_heads = 1;
+  m.intermediate_size = 16;
+  m.vocab_size = 32;
+  return m;
+}
+
+RooflineCeilings giga() { return RooflineCeilings{1e9, 1e9, CeilingSource::profile, "test"}; }
+
+StepShape three_decodes() {
+  StepShape s;
+  s.n_tokens = 3;
+  s.n_sampled = 3;
+  s.n_seqs = 3;
+  s.sum_context = 60;
+  s.max_context = 30;
+  s.attention_pairs = 60;
+  s.decode_context = 60;
+  return s;
+}
+
+TEST(RooflineMeter, PricesAtTheCeilingsNotThePresets) {
+  const RooflineMeter meter(hand_model(), SimDevice::preset("cpu-2core"), giga(), 1);
+  const StepRoofline r = meter.price(three_decodes());
+  EXPECT_EQ(r.step_class, StepClass::decode);
+  EXPECT_DOUBLE_EQ(r.flops, 12528.0);  // 2·1192·3 + 2·256·3 + 64·60
+  EXPECT_DOUBLE_EQ(r.bytes, 9824.0);   // (1192 + 256)·4 + 64·63
+  EXPECT_DOUBLE_EQ(r.seconds, 12528e-9);
+  // Ten times the bandwidth leaves it compute bound; a tenth makes it memory bound.
+  const RooflineMeter slow_memory(hand_model(), SimDevice::preset("cpu-2core"),
+                                  RooflineCeilings{1e8, 1e9, CeilingSource::probe, ""}, 1);
+  EXPECT_DOUBLE_EQ(slow_memory.price(three_decodes()).seconds, 9824e-8);
+}
+
+TEST(RooflineMeter, PaddingRowsAreNotWork) {
+  const RooflineMeter meter(hand_model(), SimDevice::preset("cpu-2core"), giga(), 1);
+  StepShape padded = three_decodes();
+  padded.n_padding_tokens = 2;
+  padded.attention_pairs += 2.0 * padded.max_context;  // as StepShape::of charges them
+  const StepRoofline a = meter.price(three_decodes()), b = meter.price(padded);
+  EXPECT_DOUBLE_EQ(b.flops, a.flops);
+  EXPECT_DOUBLE_EQ(b.bytes, a.bytes);
+  EXPECT_EQ(b.step_class, StepClass::decode);
+}
+
+TEST(RooflineMeter, ClassesStepsByTheirChunks) {
+  StepShape s = three_decodes();
+  EXPECT_EQ(step_class_of(s), StepClass::decode);
+  s.prefill_pairs = 136;
+  EXPECT_EQ(step_class_of(s), StepClass::mixed);
+  s.decode_context = 0;
+  EXPECT_EQ(step_class_of(s), StepClass::prefill);
+}
+
+TEST(RooflineMeter, BadCeilingsAreRefused) {
+  EXPECT_THROW(RooflineMeter(hand_model(), SimDevice::preset("cpu-2core"), RooflineCeilings{0, 1e9, CeilingSource::probe, ""}, 1),
+               std::invalid_argument);
+}
+
+TEST(RooflineCeilingsFile, ReadsTopLevelOrUnderCeilings) {
+  const std::string flat = testing_util::write_temp("flat.json", R"({"copy_bytes_s": 2.5e10, "gemm_flops": 1e11})");
+  const RooflineCeilings a = read_ceilings_file(flat);
+  EXPECT_DOUBLE_EQ(a.copy_bytes_s, 2.5e10);
+  EXPECT_DOUBLE_EQ(a.gemm_flops, 1e11);
+  EXPECT_EQ(a.source, CeilingSource::profile);
+  EXPECT_EQ(a.detail, flat);
+  const std::string nested =
+      testing_util::write_temp("nested.json", R"({"schema": "servelab.profile/2", "ceilings": {"copy_bytes_s": 3e12, "gemm_flops": 8e14}})");
+  EXPECT_DOUBLE_EQ(read_ceilings_file(nested).gemm_flops, 8e14);
+}
+
+TEST(RooflineCeilingsFile, ACpuProfileIsACeilingsFile) {
+  ProfileReport report;
+  report.backend = "cpu";
+  report.model = hand_model();
+  report.ceilings = ProbedCeilings{1.5e10, 9e10, "probe: test"};
+  const std::string path = testing_util::write_temp("profile.json", profile_json(report));
+  const RooflineCeilings c = read_ceilings_file(path);
+  EXPECT_DOUBLE_EQ(c.copy_bytes_s, 1.5e10);
+  EXPECT_DOUBLE_EQ(c.gemm_flops, 9e10);
+  EXPECT_EQ(c.source, CeilingSource::profile);
+  report.ceilings.reset();  // a profile without them (cuda, older ones) is refused, naming the keys
+  EXPECT_THROW(read_ceilings_file(testing_util::write_temp("no_ceilings.json", profile_json(report))), std::runtime_error);
+}
+
+TEST(RooflineCeilingsFile, ErrorsNameTheFileAndTheField) {
+  const std::string missing = testing_util::write_temp("missing.json", R"({"copy_bytes_s": 1e10})");
+  try {
+    read_ceilings_file(missing);
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(missing), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("gemm_flops"), std::string::npos) << e.what();
+  }
+  const std::string negative = testing_util::write_temp("negative.json", R"({"copy_bytes_s": -1, "gemm_flops": 1e10})");
+  try {
+    read_ceilings_file(negative);
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("copy_bytes_s"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(read_ceilings_file(testing_util::write_temp("bad.json", "{")), std::runtime_error);
+}
+
+TEST(RooflineRecorder, LeavesOneRooflinePerExecutedStep) {
+  const std::string file = testing_util::write_temp("ceil.json", R"({"copy_bytes_s": 1e10, "gemm_flops": 1e11})");
+  RooflineRecorder recorder(BackendKind::cpu, file, 1, 1);
+  std::unique_ptr<Backend> wrapped = recorder.wrap(sim_backend());
+  ASSERT_TRUE(recorder.ceilings());
+  EXPECT_EQ(recorder.ceilings()->source, CeilingSource::profile);
+  EXPECT_EQ(recorder.note(), "");
+  // No chunked prefill: the first step is the prompts, the rest one-token decodes.
+  Engine engine(paged_config(continuous_sched(8, 256, false), 64 << 20), std::move(wrapped));
+  std::vector<Timed> items;
+  for (uint64_t id = 0; id < 3; ++id) items.push_back({0.0, make_request(id, 20, 4, id)});
+  VirtualClock clock;
+  ListSource source(std::move(items));
+  RunnerCallbacks cb;
+  std::vector<std::pair<StepOutcome, std::optional<StepRoofline>>> steps;
+  cb.on_step = [&](const StepOutcome& s) { steps.emplace_back(s, recorder.take()); };
+  run_engine(engine, source, clock, cb);
+  int n_busy = 0;
+  for (const auto& [s, r] : steps) {
+    if (s.idle()) {
+      EXPECT_FALSE(r);
+      continue;
+    }
+    ASSERT_TRUE(r);
+    EXPECT_GT(r->seconds, 0.0);
+    EXPECT_EQ(r->step_class, n_busy == 0 ? StepClass::prefill : StepClass::decode);
+    ++n_busy;
+  }
+  EXPECT_EQ(n_busy, 4);  // the prompts, then three more tokens each
+  EXPECT_FALSE(recorder.take());  // taken once
+}
+
+TEST(RooflineRecorder, UnknownGpuGetsNoRooflineAndSaysWhy) {
+  RooflineRecorder recorder(BackendKind::cuda, "", 0, 1);
+  std::unique_ptr<Backend> inner = sim_backend(micro_model(), "cpu-2core");  // "simulated cpu-2core": no GPU
+  Backend* raw = inner.get();
+  std::unique_ptr<Backend> out = recorder.wrap(std::move(inner));
+  EXPECT_EQ(out.get(), raw);  // unwrapped
+  EXPECT_FALSE(recorder.ceilings());
+  EXPECT_NE(recorder.note().find("no device preset matches"), std::string::npos) << recorder.note();
+}
+
+}  // namespace roofline_meter_test
+}  // namespace servelab
