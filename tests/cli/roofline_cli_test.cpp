@@ -1,5 +1,5 @@
 // `servelab run` on the cpu backend records every step's roofline and reports the run's roofline
-// efficiency in summary.json (in (0, 1], its classes summing to the whole), report.md and the
+// efficiency in summary.json (positive, its classes summing to the whole), report.md and the
 // console; a ceilings file is used and named; `compare` shows one row per strategy; the sim's
 // runs carry none.
 #include <memory>
@@ -44,7 +44,9 @@ TEST(RooflineCli, CpuRunReportsItsEfficiency) {
     const json& e = run["roofline"];
     const double eff = e["efficiency"].get<double>();
     EXPECT_GT(eff, 0.0) << run["label"];
-    EXPECT_LE(eff, 1.0) << run["label"];
+    // Not <= 1: the tiny model's weights fit in the CPU's caches, which beat the probed DRAM copy
+    // ceiling (0.2-0.5 measured on a 2-core EPYC; a CPU with a larger cache could pass 1).
+    EXPECT_LT(eff, 10.0) << run["label"];
     int64_t n = 0;
     double measured = 0, roofline = 0;
     for (const char* c : {"prefill", "decode", "mixed"}) {
