@@ -172,7 +172,7 @@ void CudaBackend::reserve_loras(int max_loras, int max_lora_rank) {
 }
 
 void CudaBackend::load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter) {
-  impl_->lora.load(slot, adapter.get(), impl_->stream);  // copied: the slot keeps no reference
+  impl_->lora.load(slot, adapter, impl_->stream);  // copied: the slot keeps no reference
 }
 
 int64_t CudaBackend::lora_pool_bytes() const { return impl_->lora.reserved() ? impl_->lora.bytes() : 0; }
