@@ -20,8 +20,9 @@ constexpr int kSgmvWarps = 8;          // shrink: warps per block
 constexpr int kSgmvRanksPerWarp = 2;   // shrink: ranks a warp carries at once (A in registers)
 constexpr int kSgmvColumns = 256;      // expand: threads (output columns) per block
 constexpr int kPlanThreads = 1024;
-constexpr int kSgmvTargetBlocks = 264; // 2 per SM of an H100/H200: the shrink's chunking aims here
+constexpr int kSgmvTargetBlocks = 528; // 4 per SM of an H100/H200: the shrink's chunking aims here
 constexpr int kPlanMaxSlots = 8192;    // the plan's two shared-memory arrays of n_slots ints
+constexpr int kSgmvMaxChunks = 16;     // the expand sums at most this many partials per element
 
 __global__ void lora_plan_kernel(const int32_t* row_slot, int n_rows, int n_slots, int32_t* n_tiles, int32_t* tiles,
                                  int32_t* perm) {
@@ -145,42 +146,69 @@ __global__ void __launch_bounds__(kSgmvWarps * 32)
 }
 
 /// Block (tile, 256 columns): xa of the tile's rows (chunks summed, scaled) in shared memory;
-/// each thread one column c of segment m, B[s, c, :] read once for all the tile's rows.
+/// each thread one column c of segment m, B[s, c, :] read once for all the tile's rows. Decode
+/// makes this kernel a chain of dependent loads on the step's critical path (the shrink runs
+/// beside the product), so everything that does not need xa is loaded before the chunks are
+/// summed: the tile's rows, their y values and B's first 16 ranks; the chunks' loads are issued
+/// together (at most kSgmvMaxChunks), and xa is read from shared memory 4 floats at a time.
 template <typename T, bool kVec>
-__global__ void __launch_bounds__(kSgmvColumns)
+__global__ void __launch_bounds__(kSgmvColumns, 3)  // 3 blocks an SM: at most 80 registers
     lora_sgmv_expand_kernel(const float* partial, int n_chunks, const int32_t* n_tiles, const int32_t* tiles,
                             const int32_t* perm, int n_rows, const T* b, const float* scale, int n_out, int max_rank,
                             int total, int seg_end0, int seg_end1, T* y, int ld_y, int c0) {
-  __shared__ float xs[kLoraTileRows * kLoraMaxSegments * kLoraMaxRank];
+  __shared__ __align__(16) float xs[kLoraTileRows * kLoraMaxSegments * kLoraMaxRank];
   const int t = blockIdx.x;
   if (t >= *n_tiles) return;
   const int s = tiles[3 * t], p0 = tiles[3 * t + 1], n = tiles[3 * t + 2];
+  const int c = blockIdx.y * kSgmvColumns + threadIdx.x;
+  const bool live = c < n_out;
+  const int cc = live ? c : n_out - 1;  // loads stay in bounds; only live columns store
+  const int m = (cc >= seg_end0) + (cc >= seg_end1);  // segment of column c (unused ends are n_out)
+  const T* bc = b + (int64_t(s) * n_out + cc) * max_rank;
+  int row[kLoraTileRows];
+  float y_old[kLoraTileRows];
+#pragma unroll
+  for (int r = 0; r < kLoraTileRows; ++r) row[r] = r < n ? perm[p0 + r] : 0;
+#pragma unroll
+  for (int r = 0; r < kLoraTileRows; ++r)
+    y_old[r] = r < n ? to_float<T>(y[int64_t(row[r]) * ld_y + c0 + cc]) : 0.0f;
+  Vec8 bv[2] = {};
+  if constexpr (kVec) {
+#pragma unroll
+    for (int q = 0; q < 2; ++q)
+      if (q * 8 < max_rank) bv[q] = *reinterpret_cast<const Vec8*>(bc + q * 8);
+  }
   const float sc = scale[s];
   const float* part = partial + int64_t(p0) * total;
   const int64_t chunk_stride = int64_t(n_rows) * total;
   for (int e = threadIdx.x; e < n * total; e += blockDim.x) {
     float v = 0.0f;
-    for (int j = 0; j < n_chunks; ++j) v += part[j * chunk_stride + e];
+#pragma unroll
+    for (int j = 0; j < kSgmvMaxChunks; ++j)
+      if (j < n_chunks) v += part[j * chunk_stride + e];
     xs[e] = v * sc;
   }
   __syncthreads();
-  const int c = blockIdx.y * kSgmvColumns + threadIdx.x;
-  if (c >= n_out) return;
-  const int m = (c >= seg_end0) + (c >= seg_end1);  // segment of column c (unused ends are n_out)
+  if (!live) return;
   const float* xm = xs + m * max_rank;
-  const T* bc = b + (int64_t(s) * n_out + c) * max_rank;
   float acc[kLoraTileRows] = {};
   if constexpr (kVec) {
-    for (int k = 0; k < max_rank; k += 8) {
+    auto step = [&](const Vec8& v, int k) {
       float bf[8];
-      unpack8<T>(*reinterpret_cast<const Vec8*>(bc + k), bf);
+      unpack8<T>(v, bf);
 #pragma unroll
       for (int r = 0; r < kLoraTileRows; ++r) {
         if (r >= n) break;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[r] += xm[r * total + k + j] * bf[j];
+        const float4 x0 = *reinterpret_cast<const float4*>(xm + r * total + k);
+        const float4 x1 = *reinterpret_cast<const float4*>(xm + r * total + k + 4);
+        acc[r] += x0.x * bf[0] + x0.y * bf[1] + x0.z * bf[2] + x0.w * bf[3] + x1.x * bf[4] + x1.y * bf[5] +
+                  x1.z * bf[6] + x1.w * bf[7];
       }
-    }
+    };
+#pragma unroll
+    for (int q = 0; q < 2; ++q)
+      if (q * 8 < max_rank) step(bv[q], q * 8);
+    for (int k = 16; k < max_rank; k += 8) step(*reinterpret_cast<const Vec8*>(bc + k), k);
   } else {
     for (int k = 0; k < max_rank; ++k) {
       const float bk = to_float<T>(bc[k]);
@@ -194,8 +222,7 @@ __global__ void __launch_bounds__(kSgmvColumns)
 #pragma unroll
   for (int r = 0; r < kLoraTileRows; ++r) {
     if (r >= n) break;
-    T* out = y + int64_t(perm[p0 + r]) * ld_y + c0 + c;
-    *out = from_float<T>(to_float<T>(*out) + acc[r]);
+    y[int64_t(row[r]) * ld_y + c0 + c] = from_float<T>(y_old[r] + acc[r]);
   }
 }
 
@@ -224,7 +251,7 @@ int sgmv_segment_end(const LoraPool& p, int m) { return m + 1 < p.n_seg ? p.seg_
 int lora_chunk_len(int n_in, int n_rows) {
   const int passes = std::max(1, (n_in + kLoraChunkUnit - 1) / kLoraChunkUnit);
   const int row_tiles = std::max(1, (n_rows + kLoraTileRows - 1) / kLoraTileRows);
-  const int chunks = std::clamp((kSgmvTargetBlocks + row_tiles - 1) / row_tiles, 1, passes);
+  const int chunks = std::clamp((kSgmvTargetBlocks + row_tiles - 1) / row_tiles, 1, std::min(passes, kSgmvMaxChunks));
   return (passes + chunks - 1) / chunks * kLoraChunkUnit;
 }
 
