@@ -20,12 +20,11 @@ constexpr int kSgmvWarps = 8;          // shrink: warps per block
 constexpr int kSgmvRanksPerWarp = 2;   // shrink: ranks a warp carries at once (A in registers)
 constexpr int kSgmvColumns = 256;      // expand: threads (output columns) per block
 constexpr int kPlanThreads = 1024;
-constexpr int kSgmvTargetBlocks = 528; // 4 per SM of an H100/H200: the shrink's chunking aims here
 constexpr int kPlanMaxSlots = 8192;    // the plan's two shared-memory arrays of n_slots ints
 constexpr int kSgmvMaxChunks = 16;     // the expand sums at most this many partials per element
 
 __global__ void lora_plan_kernel(const int32_t* row_slot, int n_rows, int n_slots, int32_t* n_tiles, int32_t* tiles,
-                                 int32_t* perm) {
+                                 int32_t* perm, int32_t* perm_slot) {
   extern __shared__ int32_t plan_shared[];
   int32_t* count = plan_shared;             // rows per slot
   int32_t* cursor = plan_shared + n_slots;  // next perm index per slot
@@ -86,11 +85,18 @@ __global__ void lora_plan_kernel(const int32_t* row_slot, int n_rows, int n_slot
     }
     row_at += count[s];
   }
-  if (tid == blockDim.x - 1) *n_tiles = tile_at;  // the last thread's end is the total
+  if (tid == blockDim.x - 1) {  // the last thread's ends are the totals
+    n_tiles[0] = tile_at;
+    n_tiles[1] = row_at;
+  }
   __syncthreads();
   for (int r = tid; r < n_rows; r += blockDim.x) {
     const int s = row_slot[r];
-    if (s >= 0 && s < n_slots) perm[atomicAdd(&cursor[s], 1)] = r;
+    if (s >= 0 && s < n_slots) {
+      const int p = atomicAdd(&cursor[s], 1);
+      perm[p] = r;
+      perm_slot[p] = s;
+    }
   }
 }
 
@@ -151,8 +157,8 @@ __global__ void __launch_bounds__(kSgmvWarps * 32)
 /// beside the product), so everything that does not need xa is loaded before the chunks are
 /// summed: the tile's rows, their y values and B's first 16 ranks; the chunks' loads are issued
 /// together (at most kSgmvMaxChunks), and xa is read from shared memory 4 floats at a time.
-template <typename T, bool kVec>
-__global__ void __launch_bounds__(kSgmvColumns, 3)  // 3 blocks an SM: at most 80 registers
+template <typename T, bool kVec, int kMinBlocks>
+__global__ void __launch_bounds__(kSgmvColumns, kMinBlocks)  // 3: at most 80 registers (expand_register_cap)
     lora_sgmv_expand_kernel(const float* partial, int n_chunks, const int32_t* n_tiles, const int32_t* tiles,
                             const int32_t* perm, int n_rows, const T* b, const float* scale, int n_out, int max_rank,
                             int total, int seg_end0, int seg_end1, T* y, int ld_y, int c0) {
@@ -226,6 +232,82 @@ __global__ void __launch_bounds__(kSgmvColumns, 3)  // 3 blocks an SM: at most 8
   }
 }
 
+/// Block (kLoraTileRows consecutive perm positions, 256 columns), LoraSgmvConfig::expand_by_rows:
+/// like lora_sgmv_expand_kernel but each row carries its own slot (perm_slot), so a step of many
+/// adapters (tiles of one row) makes n_rows / 8 blocks that each issue 8 rows' B loads together
+/// instead of one block (and one dependent-load chain) per row. Rows of one slot read the same
+/// B column: the cache serves the repeats. Same sums in the same order as the tile kernel.
+template <typename T, bool kVec, int kMinBlocks>
+__global__ void __launch_bounds__(kSgmvColumns, kMinBlocks)
+    lora_sgmv_expand_rows_kernel(const float* partial, int n_chunks, const int32_t* n_tiles, const int32_t* perm,
+                                 const int32_t* perm_slot, int n_rows, const T* b, const float* scale, int n_out,
+                                 int max_rank, int total, int seg_end0, int seg_end1, T* y, int ld_y, int c0) {
+  __shared__ __align__(16) float xs[kLoraTileRows * kLoraMaxSegments * kLoraMaxRank];
+  const int p0 = blockIdx.x * kLoraTileRows;
+  const int n = min(kLoraTileRows, n_tiles[1] - p0);
+  if (n <= 0) return;
+  const int c = blockIdx.y * kSgmvColumns + threadIdx.x;
+  const bool live = c < n_out;
+  const int cc = live ? c : n_out - 1;
+  const int m = (cc >= seg_end0) + (cc >= seg_end1);
+  int row[kLoraTileRows];
+  const T* bc[kLoraTileRows];
+#pragma unroll
+  for (int r = 0; r < kLoraTileRows; ++r) {
+    const int pr = p0 + min(r, n - 1);
+    row[r] = perm[pr];
+    bc[r] = b + (int64_t(perm_slot[pr]) * n_out + cc) * max_rank;
+  }
+  float y_old[kLoraTileRows];
+#pragma unroll
+  for (int r = 0; r < kLoraTileRows; ++r)
+    y_old[r] = r < n ? to_float<T>(y[int64_t(row[r]) * ld_y + c0 + cc]) : 0.0f;
+  const float* part = partial + int64_t(p0) * total;
+  const int64_t chunk_stride = int64_t(n_rows) * total;
+  for (int e = threadIdx.x; e < n * total; e += blockDim.x) {
+    float v = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kSgmvMaxChunks; ++j)
+      if (j < n_chunks) v += part[j * chunk_stride + e];
+    xs[e] = v * scale[perm_slot[p0 + e / total]];
+  }
+  __syncthreads();
+  if (!live) return;
+  const float* xm = xs + m * max_rank;
+  float acc[kLoraTileRows] = {};
+  if constexpr (kVec) {
+    for (int k = 0; k < max_rank; k += 8) {
+      Vec8 bv[kLoraTileRows];
+#pragma unroll
+      for (int r = 0; r < kLoraTileRows; ++r)
+        if (r < n) bv[r] = *reinterpret_cast<const Vec8*>(bc[r] + k);
+#pragma unroll
+      for (int r = 0; r < kLoraTileRows; ++r) {
+        if (r >= n) break;
+        float bf[8];
+        unpack8<T>(bv[r], bf);
+        const float4 x0 = *reinterpret_cast<const float4*>(xm + r * total + k);
+        const float4 x1 = *reinterpret_cast<const float4*>(xm + r * total + k + 4);
+        acc[r] += x0.x * bf[0] + x0.y * bf[1] + x0.z * bf[2] + x0.w * bf[3] + x1.x * bf[4] + x1.y * bf[5] +
+                  x1.z * bf[6] + x1.w * bf[7];
+      }
+    }
+  } else {
+    for (int k = 0; k < max_rank; ++k) {
+#pragma unroll
+      for (int r = 0; r < kLoraTileRows; ++r) {
+        if (r >= n) break;
+        acc[r] += xm[r * total + k] * to_float<T>(bc[r][k]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kLoraTileRows; ++r) {
+    if (r >= n) break;
+    y[int64_t(row[r]) * ld_y + c0 + c] = from_float<T>(y_old[r] + acc[r]);
+  }
+}
+
 void check_sgmv_pool(const LoraPool& p, const char* who) {
   if (p.max_rank < 1 || p.max_rank > kLoraMaxRank)
     throw std::invalid_argument(std::string(who) + ": max_rank " + std::to_string(p.max_rank) + " outside [1, " +
@@ -248,10 +330,12 @@ int sgmv_segment_end(const LoraPool& p, int m) { return m + 1 < p.n_seg ? p.seg_
 
 }  // namespace
 
-int lora_chunk_len(int n_in, int n_rows) {
+int lora_chunk_len(int n_in, int n_rows, int target_blocks) {
+  if (target_blocks < 1)
+    throw std::invalid_argument("lora_chunk_len: target_blocks " + std::to_string(target_blocks) + " must be >= 1");
   const int passes = std::max(1, (n_in + kLoraChunkUnit - 1) / kLoraChunkUnit);
   const int row_tiles = std::max(1, (n_rows + kLoraTileRows - 1) / kLoraTileRows);
-  const int chunks = std::clamp((kSgmvTargetBlocks + row_tiles - 1) / row_tiles, 1, std::min(passes, kSgmvMaxChunks));
+  const int chunks = std::clamp((target_blocks + row_tiles - 1) / row_tiles, 1, std::min(passes, kSgmvMaxChunks));
   return (passes + chunks - 1) / chunks * kLoraChunkUnit;
 }
 
@@ -261,7 +345,7 @@ void lora_plan(const int32_t* row_slot, int n_rows, int n_slots, const LoraPlan&
                                 std::to_string(kPlanMaxSlots) + "]");
   if (n_rows < 0) throw std::invalid_argument("lora_plan: n_rows is negative");
   lora_plan_kernel<<<1, kPlanThreads, 2 * sizeof(int32_t) * size_t(n_slots), stream>>>(row_slot, n_rows, n_slots,
-                                                                                       plan.n_tiles, plan.tiles, plan.perm);
+                                                                                       plan.n_tiles, plan.tiles, plan.perm, plan.perm_slot);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -269,7 +353,7 @@ void lora_sgmv_shrink(ScalarType t, const void* x, const LoraPlan& plan, int n_r
                       float* partial, cudaStream_t stream) {
   check_sgmv_pool(pool, "lora_sgmv_shrink");
   if (n_rows == 0) return;
-  const int len = lora_chunk_len(pool.n_in, n_rows);
+  const int len = lora_chunk_len(pool.n_in, n_rows, plan.config.shrink_target_blocks);
   const dim3 grid(lora_max_tiles(n_rows, pool.n_slots), (pool.n_in + len - 1) / len);
   const int total = pool.total_rank();
   SERVELAB_DISPATCH_16(t,
@@ -286,14 +370,30 @@ void lora_sgmv_expand(ScalarType t, const float* partial, const LoraPlan& plan, 
                       void* y, int ld_y, int c0, cudaStream_t stream) {
   check_sgmv_pool(pool, "lora_sgmv_expand");
   if (n_rows == 0 || pool.n_out == 0) return;
-  const int n_chunks = lora_n_chunks(pool.n_in, n_rows);
-  const dim3 grid(lora_max_tiles(n_rows, pool.n_slots), (pool.n_out + kSgmvColumns - 1) / kSgmvColumns);
+  const LoraSgmvConfig& cf = plan.config;
+  const int n_chunks = lora_n_chunks(pool.n_in, n_rows, cf.shrink_target_blocks);
+  const int col_blocks = (pool.n_out + kSgmvColumns - 1) / kSgmvColumns;
+  const dim3 grid(cf.expand_by_rows ? (n_rows + kLoraTileRows - 1) / kLoraTileRows : lora_max_tiles(n_rows, pool.n_slots),
+                  col_blocks);
   const int e0 = sgmv_segment_end(pool, 0), e1 = sgmv_segment_end(pool, 1);
-  auto launch = [&](auto tag, auto vec) {
+  auto launch_cap = [&](auto tag, auto vec, auto min_blocks) {
     using T = decltype(tag);
-    lora_sgmv_expand_kernel<T, decltype(vec)::value><<<grid, kSgmvColumns, 0, stream>>>(
-        partial, n_chunks, plan.n_tiles, plan.tiles, plan.perm, n_rows, static_cast<const T*>(pool.b), pool.scale,
-        pool.n_out, pool.max_rank, pool.total_rank(), e0, e1, static_cast<T*>(y), ld_y, c0);
+    constexpr bool kV = decltype(vec)::value;
+    constexpr int kM = decltype(min_blocks)::value;
+    if (cf.expand_by_rows)
+      lora_sgmv_expand_rows_kernel<T, kV, kM><<<grid, kSgmvColumns, 0, stream>>>(
+          partial, n_chunks, plan.n_tiles, plan.perm, plan.perm_slot, n_rows, static_cast<const T*>(pool.b),
+          pool.scale, pool.n_out, pool.max_rank, pool.total_rank(), e0, e1, static_cast<T*>(y), ld_y, c0);
+    else
+      lora_sgmv_expand_kernel<T, kV, kM><<<grid, kSgmvColumns, 0, stream>>>(
+          partial, n_chunks, plan.n_tiles, plan.tiles, plan.perm, n_rows, static_cast<const T*>(pool.b), pool.scale,
+          pool.n_out, pool.max_rank, pool.total_rank(), e0, e1, static_cast<T*>(y), ld_y, c0);
+  };
+  auto launch = [&](auto tag, auto vec) {
+    if (cf.expand_register_cap)
+      launch_cap(tag, vec, std::integral_constant<int, 3>{});
+    else
+      launch_cap(tag, vec, std::integral_constant<int, 1>{});
   };
   const bool vec = pool.max_rank % 8 == 0;
   SERVELAB_DISPATCH_16(t,

@@ -1,7 +1,8 @@
 // The grouped LoRA kernels (kernels/lora_sgmv.h) against their C++ references on awkward shapes:
 // ranks 8, 12 (no 16-byte loads), 16 and 64; 1 to 3 segments; inputs that are not a multiple of
 // the shrink's chunk; rows without an adapter among mixed slots; decode-sized and prefill-sized
-// steps; eagerly and from a CUDA graph replayed after the rows' slots changed.
+// steps; eagerly and from a CUDA graph replayed after the rows' slots changed; under each launch
+// variant (LoraSgmvConfig: expand by slot tiles or by rows, register cap on or off, chunking).
 #include <algorithm>
 #include <random>
 #include <vector>
@@ -28,10 +29,26 @@ struct SgmvCase {
 
 /// The plan's device buffers for n_rows rows over n_slots slots.
 struct PlanBuffers {
-  DeviceBuffer n_tiles, tiles, perm;
-  PlanBuffers(int n_rows, int n_slots)
-      : n_tiles(4), tiles(size_t(lora_max_tiles(n_rows, n_slots)) * 12), perm(size_t(std::max(n_rows, 1)) * 4) {}
-  LoraPlan plan() const { return LoraPlan{n_tiles.get<int32_t>(), tiles.get<int32_t>(), perm.get<int32_t>()}; }
+  DeviceBuffer n_tiles, tiles, perm, perm_slot;
+  LoraSgmvConfig config;
+  PlanBuffers(int n_rows, int n_slots, LoraSgmvConfig c = {})
+      : n_tiles(8),
+        tiles(size_t(lora_max_tiles(n_rows, n_slots)) * 12),
+        perm(size_t(std::max(n_rows, 1)) * 4),
+        perm_slot(size_t(std::max(n_rows, 1)) * 4),
+        config(c) {}
+  LoraPlan plan() const {
+    return LoraPlan{n_tiles.get<int32_t>(), tiles.get<int32_t>(), perm.get<int32_t>(), perm_slot.get<int32_t>(),
+                    config};
+  }
+};
+
+/// The launch variants every case runs under (engine_bench --lora times them).
+const LoraSgmvConfig kSgmvVariants[] = {
+    {false, true, kLoraDefaultTargetBlocks},  // slot tiles, register cap
+    {false, false, 264},                      // slot tiles, no cap, chunks aimed at 2 blocks an SM
+    {true, true, kLoraDefaultTargetBlocks},   // row blocks, register cap
+    {true, false, kLoraDefaultTargetBlocks},  // row blocks, no cap
 };
 
 /// Slots of `rows` rows in runs of `run`: -1 (no adapter) for every fourth run, else run index mod n_slots.
@@ -47,13 +64,17 @@ std::vector<int32_t> slot_pattern(int rows, int run, int n_slots, int shift) {
 void check_plan(const PlanBuffers& pb, const std::vector<int32_t>& slot, int n_slots) {
   const int rows = int(slot.size());
   const LoraPlanRef ref = lora_plan_ref(slot.data(), rows, n_slots, kLoraTileRows);
-  const int n_tiles = testing::download<int32_t>(pb.n_tiles, 1)[0];
+  const std::vector<int32_t> counts = testing::download<int32_t>(pb.n_tiles, 2);
+  const int n_tiles = counts[0];
   ASSERT_EQ(n_tiles, ref.n_tiles());
+  ASSERT_EQ(counts[1], int(ref.perm.size()));  // rows with an adapter
   ASSERT_LE(n_tiles, lora_max_tiles(rows, n_slots));
   const std::vector<int32_t> tiles = testing::download<int32_t>(pb.tiles, size_t(n_tiles) * 3);
   EXPECT_EQ(tiles, ref.tiles);
   // Within a slot the device leaves rows in any order: compare each slot's rows as sets.
   std::vector<int32_t> perm = testing::download<int32_t>(pb.perm, ref.perm.size());
+  const std::vector<int32_t> perm_slot = testing::download<int32_t>(pb.perm_slot, ref.perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) ASSERT_EQ(perm_slot[i], slot[size_t(perm[i])]) << "perm_slot[" << i << "]";
   for (int t = 0; t < n_tiles; ++t) {
     const int s = tiles[size_t(3 * t)], p0 = tiles[size_t(3 * t + 1)], n = tiles[size_t(3 * t + 2)];
     for (int i = p0; i < p0 + n; ++i) ASSERT_EQ(slot[size_t(perm[size_t(i)])], s) << "perm[" << i << "]";
@@ -64,9 +85,11 @@ void check_plan(const PlanBuffers& pb, const std::vector<int32_t>& slot, int n_s
   EXPECT_EQ(perm, sorted_ref);
 }
 
-void run_case(ScalarType t, const SgmvCase& cs, uint64_t seed) {
+void run_case(ScalarType t, const SgmvCase& cs, uint64_t seed, const LoraSgmvConfig& config) {
   SCOPED_TRACE("rows " + std::to_string(cs.rows) + " n_in " + std::to_string(cs.n_in) + " rank " +
-               std::to_string(cs.max_rank) + " segments " + std::to_string(cs.seg_out.size()));
+               std::to_string(cs.max_rank) + " segments " + std::to_string(cs.seg_out.size()) + " expand_by_rows " +
+               std::to_string(config.expand_by_rows) + " cap " + std::to_string(config.expand_register_cap) +
+               " target_blocks " + std::to_string(config.shrink_target_blocks));
   std::mt19937_64 rng(seed);
   const int n_seg = int(cs.seg_out.size()), total = n_seg * cs.max_rank, c0 = 24;
   int seg_end[kLoraMaxSegments] = {}, n_out = 0;
@@ -91,9 +114,10 @@ void run_case(ScalarType t, const SgmvCase& cs, uint64_t seed) {
   pool.max_rank = cs.max_rank;
   pool.n_seg = n_seg;
   for (int m = 0; m < n_seg; ++m) pool.seg_end[m] = seg_end[m];
-  PlanBuffers pb(cs.rows, cs.n_slots);
-  DeviceBuffer dpart(lora_partial_floats(pool, cs.rows) * 4 + 16);
-  ASSERT_LE(lora_partial_floats(pool, cs.rows), size_t(cs.rows) * lora_partial_floats_per_row(cs.n_in, total));
+  PlanBuffers pb(cs.rows, cs.n_slots, config);
+  const size_t part_floats = lora_partial_floats(pool, cs.rows, config.shrink_target_blocks);
+  DeviceBuffer dpart(part_floats * 4 + 16);
+  ASSERT_LE(part_floats, size_t(cs.rows) * lora_partial_floats_per_row(cs.n_in, total));
   DeviceBuffer dslot(size_t(cs.rows) * 4), dy(size_t(cs.rows) * ld_y * 2);
 
   auto enqueue = [&](cudaStream_t s) {
@@ -155,7 +179,8 @@ TEST_P(LoraSgmvGpu, MatchesReferenceOnAwkwardShapes) {
       {130, 4104, 16, 64, {96}, 3},            // many slots, a wide input split in many chunks
   };
   uint64_t seed = 31;
-  for (const SgmvCase& cs : cases) run_case(t, cs, seed++);
+  for (const LoraSgmvConfig& config : kSgmvVariants)
+    for (const SgmvCase& cs : cases) run_case(t, cs, seed++, config);
 }
 
 TEST_P(LoraSgmvGpu, RefusesBadPools) {

@@ -178,6 +178,14 @@ void CudaBackend::load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter
 int64_t CudaBackend::lora_pool_bytes() const { return impl_->lora.reserved() ? impl_->lora.bytes() : 0; }
 int64_t CudaBackend::lora_slot_bytes() const { return impl_->lora.slot_bytes(); }
 
+void CudaBackend::set_lora_kernels(const kernels::LoraSgmvConfig& config) {
+  if (config.shrink_target_blocks < 1)
+    throw std::invalid_argument("CudaBackend::set_lora_kernels: shrink_target_blocks " +
+                                std::to_string(config.shrink_target_blocks) + " must be >= 1");
+  impl_->lora_kernels = config;
+  impl_->drop_graphs();  // the graphs baked in the old launches
+}
+
 std::string CudaBackend::device_description() const { return cuda_device_description(impl_->options.device); }
 
 std::optional<int64_t> CudaBackend::kv_bytes_for_memory_share(double utilization, int max_tokens, int max_seqs) const {

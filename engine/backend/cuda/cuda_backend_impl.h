@@ -150,6 +150,7 @@ struct CudaBackend::Impl {
   cudaStream_t lora_side = nullptr;
   cudaEvent_t lora_fork = nullptr, lora_join = nullptr;
   bool step_lora = false;
+  k::LoraSgmvConfig lora_kernels;  // the grouped kernels' launch variant
   // Swap and copy-on-write lists, and the swap buffer (mapped pinned).
   PinnedBuffer index_host;
   PinnedBuffer swap_host;
@@ -162,10 +163,12 @@ struct CudaBackend::Impl {
     if (stream) cudaStreamDestroy(stream);
   }
 
-  /// The plan's three arrays inside lora_plan_buf (laid out by ensure_lora_scratch).
+  /// The plan's four arrays inside lora_plan_buf (laid out by ensure_lora_scratch), launched as
+  /// lora_kernels says (CudaBackend::set_lora_kernels).
   k::LoraPlan lora_step_plan() const {
     auto* base = lora_plan_buf.get<int32_t>();
-    return k::LoraPlan{base, base + 4, base + 4 + 3 * size_t(k::lora_max_tiles(rows_capacity, lora.n_slots()))};
+    int32_t* perm = base + 4 + 3 * size_t(k::lora_max_tiles(rows_capacity, lora.n_slots()));
+    return k::LoraPlan{base, base + 4, perm, perm + rows_capacity, lora_kernels};
   }
 
   void drop_graphs() {
@@ -264,8 +267,9 @@ struct CudaBackend::Impl {
       CUDA_CHECK(cudaEventCreateWithFlags(&lora_join, cudaEventDisableTiming));
     }
     const size_t partial = size_t(rows_capacity) * lora.max_partial_floats_per_row() * sizeof(float);
-    const size_t plan = (4 + 3 * size_t(k::lora_max_tiles(rows_capacity, lora.n_slots())) + size_t(rows_capacity)) *
-                        sizeof(int32_t);
+    const size_t plan =
+        (4 + 3 * size_t(k::lora_max_tiles(rows_capacity, lora.n_slots())) + 2 * size_t(rows_capacity)) *
+        sizeof(int32_t);
     if (partial <= lora_partial.bytes() && plan == planned_lora_bytes) return;
     if (partial > lora_partial.bytes()) lora_partial.grow(partial, "the LoRA scratch");
     if (plan > lora_plan_buf.bytes()) lora_plan_buf.grow(plan, "the LoRA scratch");
