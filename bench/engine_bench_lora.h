@@ -27,7 +27,11 @@ struct LoraBenchOptions {
 /// - lora_miss_ms: Backend::load_lora of one adapter (pack to 16 bits + host->device copy), and
 ///   the pinned copy alone of the same bytes;
 /// - lora_decode_step: decode steps at batch 32 and 64 (context 512) with k distinct adapters
-///   among the rows (row r takes slot r mod k) against none (ratio = base step / step);
+///   among the rows (row r takes slot r mod k) against none (ratio = base step / step), measured
+///   under each launch variant of the grouped kernels (kernels::LoraSgmvConfig) as
+///   lora_decode_variant, with each variant's mean ratio (lora_decode_variant_mean); the variant
+///   of the best mean is kept for the figures after it and its steps are repeated as
+///   lora_decode_step;
 /// - lora_prefill_step: a 512-token prefill of one sequence with an adapter, and 4 sequences of
 ///   512 with 4 adapters, against none (the resident-adapter TTFT's step);
 /// - lora_zipf_decode: closed-loop decode at batch 64 where each finished sequence (output

@@ -1,5 +1,7 @@
 #include "kernels/ref/lora_ref.h"
 
+#include <algorithm>
+
 namespace servelab::kernels {
 
 void lora_shrink_ref(const float* x, const int32_t* row_slot, int n_rows, const float* a, const float* scale,
@@ -47,6 +49,18 @@ void lora_expand_segments_ref(const float* xa, const int32_t* row_slot, int n_ro
       y[int64_t(r) * ld_y + c0 + c] += static_cast<float>(acc);
     }
   }
+}
+
+LoraPlanRef lora_plan_ref(const int32_t* row_slot, int n_rows, int n_slots, int tile_rows) {
+  LoraPlanRef plan;
+  for (int s = 0; s < n_slots; ++s) {
+    const int first = int(plan.perm.size());
+    for (int r = 0; r < n_rows; ++r)
+      if (row_slot[r] == s) plan.perm.push_back(r);
+    const int n = int(plan.perm.size()) - first;
+    for (int j = 0; j < n; j += tile_rows) plan.tiles.insert(plan.tiles.end(), {s, first + j, std::min(tile_rows, n - j)});
+  }
+  return plan;
 }
 
 }  // namespace servelab::kernels

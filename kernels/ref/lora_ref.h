@@ -2,6 +2,7 @@
 // Plain C++ reference of the batched LoRA shrink/expand (kernels/lora.h): float in and out,
 // double accumulation, the same stacked slot pool layout.
 #include <cstdint>
+#include <vector>
 
 namespace servelab::kernels {
 
@@ -19,5 +20,15 @@ void lora_expand_ref(const float* xa, const int32_t* row_slot, int n_rows, const
 /// [n_slots, n_seg · max_rank, n_in].
 void lora_expand_segments_ref(const float* xa, const int32_t* row_slot, int n_rows, const float* b, int n_out,
                               int max_rank, int n_seg, const int* seg_end, float* y, int ld_y, int c0);
+
+/// kernels/lora_sgmv.h's plan: the rows with row_slot[r] in [0, n_slots), by slot ascending and
+/// row ascending within a slot (perm), cut into tiles of at most tile_rows rows of one slot
+/// (tiles: slot, first index into perm, count), slot by slot.
+struct LoraPlanRef {
+  std::vector<int32_t> tiles;  ///< 3 per tile
+  std::vector<int32_t> perm;
+  int n_tiles() const { return int(tiles.size() / 3); }
+};
+LoraPlanRef lora_plan_ref(const int32_t* row_slot, int n_rows, int n_slots, int tile_rows);
 
 }  // namespace servelab::kernels

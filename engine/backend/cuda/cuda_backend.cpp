@@ -178,11 +178,19 @@ void CudaBackend::reserve_loras(int max_loras, int max_lora_rank) {
 }
 
 void CudaBackend::load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter) {
-  impl_->lora.load(slot, adapter.get(), impl_->stream);  // copied: the slot keeps no reference
+  impl_->lora.load(slot, adapter, impl_->stream);  // copied: the slot keeps no reference
 }
 
 int64_t CudaBackend::lora_pool_bytes() const { return impl_->lora.reserved() ? impl_->lora.bytes() : 0; }
 int64_t CudaBackend::lora_slot_bytes() const { return impl_->lora.slot_bytes(); }
+
+void CudaBackend::set_lora_kernels(const kernels::LoraSgmvConfig& config) {
+  if (config.shrink_target_blocks < 1)
+    throw std::invalid_argument("CudaBackend::set_lora_kernels: shrink_target_blocks " +
+                                std::to_string(config.shrink_target_blocks) + " must be >= 1");
+  impl_->lora_kernels = config;
+  impl_->drop_graphs();  // the graphs baked in the old launches
+}
 
 std::string CudaBackend::device_description() const { return cuda_device_description(impl_->options.device); }
 

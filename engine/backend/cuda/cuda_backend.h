@@ -22,6 +22,9 @@
 #include "engine/model/quant.h"
 
 namespace servelab {
+namespace kernels {
+struct LoraSgmvConfig;  // kernels/lora_sgmv.h
+}
 
 /// Settings of the CUDA backend. validate() names the bad field.
 /// How decode products (at most 8 rows) run. The defaults are the measured fastest on an H100 and
@@ -161,6 +164,12 @@ class CudaBackend final : public Backend {
   /// GPU bytes of the LoRA adapter pool (0 before reserve_loras), and of one slot's adapter.
   int64_t lora_pool_bytes() const;
   int64_t lora_slot_bytes() const;
+  /// How the grouped LoRA kernels launch from the next step on (kernels::LoraSgmvConfig: the
+  /// expand's blocks by slot tile or by rows, its register cap, the shrink's chunking); captured
+  /// graphs are dropped so the next decode steps capture the new launches. engine_bench --lora
+  /// measures the variants side by side with it. Throws std::invalid_argument for
+  /// shrink_target_blocks < 1.
+  void set_lora_kernels(const kernels::LoraSgmvConfig& config);
 
  private:
   friend struct TpAccess;  // tp_backend.cpp: one CudaBackend per rank, driven step by step

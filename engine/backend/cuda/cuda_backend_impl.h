@@ -16,6 +16,7 @@
 #include "engine/backend/cuda/block_table.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/cuda_lora.h"
+#include "kernels/lora_sgmv.h"
 #include "engine/backend/cuda/cuda_weights.h"
 #include "engine/backend/cuda/device_memory.h"
 #include "engine/backend/cuda/quant_linear.h"
@@ -140,18 +141,34 @@ struct CudaBackend::Impl {
   // first), and its communicator; null on one GPU, where every hook below is skipped.
   int local_heads = 0, local_kv_heads = 0, local_ffn = 0, local_vocab = 0;
   cuda::TpRank* tp = nullptr;
-  // Multi-LoRA (cuda_lora.h): the adapter pool (reserve_loras), the shrink's fp32 scratch
-  // [rows_capacity, lora.max_total_rank()], and whether the planned step has any adapter row.
+  // Multi-LoRA (cuda_lora.h, kernels/lora_sgmv.h): the adapter pool (reserve_loras), the step's
+  // plan (rows grouped by slot: tile count, tiles, perm) and the shrink's fp32 partial sums, both
+  // for rows_capacity rows; the side stream the shrinks run on beside the products, with its
+  // fork and join events; and whether the planned step has any adapter row.
   cuda::DeviceLoraPool lora;
-  DeviceBuffer lora_xa;
+  DeviceBuffer lora_plan_buf, lora_partial;
+  cudaStream_t lora_side = nullptr;
+  cudaEvent_t lora_fork = nullptr, lora_join = nullptr;
   bool step_lora = false;
+  k::LoraSgmvConfig lora_kernels;  // the grouped kernels' launch variant
   // Swap and copy-on-write lists, and the swap buffer (mapped pinned).
   PinnedBuffer index_host;
   PinnedBuffer swap_host;
 
   ~Impl() {
     drop_graphs();
+    if (lora_fork) cudaEventDestroy(lora_fork);
+    if (lora_join) cudaEventDestroy(lora_join);
+    if (lora_side) cudaStreamDestroy(lora_side);
     if (stream) cudaStreamDestroy(stream);
+  }
+
+  /// The plan's four arrays inside lora_plan_buf (laid out by ensure_lora_scratch), launched as
+  /// lora_kernels says (CudaBackend::set_lora_kernels).
+  k::LoraPlan lora_step_plan() const {
+    auto* base = lora_plan_buf.get<int32_t>();
+    int32_t* perm = base + 4 + 3 * size_t(k::lora_max_tiles(rows_capacity, lora.n_slots()));
+    return k::LoraPlan{base, base + 4, perm, perm + rows_capacity, lora_kernels};
   }
 
   void drop_graphs() {
@@ -240,14 +257,26 @@ struct CudaBackend::Impl {
     ensure_lora_scratch();
   }
 
-  /// The LoRA shrink's scratch for rows_capacity rows, once the pool exists.
+  /// The LoRA plan and partial sums for rows_capacity rows, and the side stream, once the pool
+  /// exists. The plan's layout depends on rows_capacity, so it is laid out again with it.
   void ensure_lora_scratch() {
     if (!lora.reserved() || rows_capacity == 0) return;
-    const size_t need = size_t(rows_capacity) * lora.max_total_rank() * sizeof(float);
-    if (need <= lora_xa.bytes()) return;
-    lora_xa.grow(need, "the LoRA scratch");
+    if (!lora_side) {
+      CUDA_CHECK(cudaStreamCreateWithFlags(&lora_side, cudaStreamNonBlocking));
+      CUDA_CHECK(cudaEventCreateWithFlags(&lora_fork, cudaEventDisableTiming));
+      CUDA_CHECK(cudaEventCreateWithFlags(&lora_join, cudaEventDisableTiming));
+    }
+    const size_t partial = size_t(rows_capacity) * lora.max_partial_floats_per_row() * sizeof(float);
+    const size_t plan =
+        (4 + 3 * size_t(k::lora_max_tiles(rows_capacity, lora.n_slots())) + 2 * size_t(rows_capacity)) *
+        sizeof(int32_t);
+    if (partial <= lora_partial.bytes() && plan == planned_lora_bytes) return;
+    if (partial > lora_partial.bytes()) lora_partial.grow(partial, "the LoRA scratch");
+    if (plan > lora_plan_buf.bytes()) lora_plan_buf.grow(plan, "the LoRA scratch");
+    planned_lora_bytes = plan;
     ++epoch;
   }
+  size_t planned_lora_bytes = 0;
 
   void ensure_samples(int n_samples) {
     if (n_samples <= samples_capacity) return;

@@ -44,12 +44,14 @@ void CudaBackend::Impl::enqueue(const Geometry& g) {
   st.workspace = decode_ws.get<float>();
   st.workspace_bytes = decode_ws.bytes();
 
-  // LoRA (cuda_lora.h): each layer's four hooks when some row has an adapter, else none at all.
+  // LoRA (cuda_lora.h, kernels/lora_sgmv.h): when some row has an adapter, the rows grouped by
+  // slot once (the plan every layer reads), then each layer's four hooks; else nothing at all.
   cuda::LoraHook hooks[cuda::kLoraGroups];
+  if (g.lora) k::lora_plan(g.at<int32_t>(L.lora_slot), R, lora.n_slots(), lora_step_plan(), stream);
   auto hook = [&](int l, cuda::LoraGroup grp) -> const cuda::LoraHook* {
     if (!g.lora) return nullptr;
     cuda::LoraHook& hk = hooks[int(grp)];
-    hk = cuda::LoraHook{lora.pool(l, grp), g.at<int32_t>(L.lora_slot), lora_xa.get<float>()};
+    hk = cuda::LoraHook{lora.pool(l, grp), lora_step_plan(), lora_partial.get<float>(), lora_side, lora_fork, lora_join};
     return &hk;
   };
 

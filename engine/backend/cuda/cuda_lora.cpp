@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/cuda_check.h"
+#include "kernels/lora_sgmv.h"
 
 namespace servelab::cuda {
 
@@ -47,10 +48,19 @@ void DeviceLoraPool::reserve(const ModelConfig& c, int n_slots, int max_rank, ke
   device_.grow(size_t(scale_at_) + sizeof(float) * size_t(n_slots),
                "the LoRA adapter pool (lower max_loras or max_lora_rank)");
   CUDA_CHECK(cudaMemset(device_.get(), 0, device_.bytes()));
-  staging_.grow(size_t(slot_bytes_));
+  // Packed images kept: twice the slots, within 16 GiB of pinned host memory.
+  host_images_max_ = size_t(std::clamp<int64_t>((int64_t(16) << 30) / std::max<int64_t>(slot_bytes_, 1), 1,
+                                                int64_t(2) * n_slots));
   n_slots_ = n_slots;
   loaded_.assign(size_t(n_slots), false);
   scales_.assign(size_t(n_slots), 0.0f);
+}
+
+size_t DeviceLoraPool::max_partial_floats_per_row() const {
+  size_t most = 0;
+  for (const LoraGroupShape& g : groups_)
+    most = std::max(most, kernels::lora_partial_floats_per_row(g.in, g.n_seg * rank_));
+  return most;
 }
 
 kernels::LoraPool DeviceLoraPool::pool(int layer, LoraGroup gi) const {
@@ -70,7 +80,37 @@ kernels::LoraPool DeviceLoraPool::pool(int layer, LoraGroup gi) const {
   return p;
 }
 
-void DeviceLoraPool::load(int slot, const LoraAdapter* adapter, cudaStream_t stream) {
+const uint16_t* DeviceLoraPool::host_image(const std::shared_ptr<const LoraAdapter>& adapter) {
+  ++clock_;
+  for (HostImage& h : images_)
+    if (h.key == adapter.get() && h.owner.lock() == adapter) {
+      h.used = clock_;
+      ++image_hits_;
+      return h.image->get<uint16_t>();
+    }
+  // A buffer for the new image: a freed adapter's, else a new one below the cap, else the least
+  // recently loaded one's (pinned allocations cost milliseconds: buffers are reused).
+  HostImage* into = nullptr;
+  for (HostImage& h : images_)
+    if (h.owner.expired()) into = &h;
+  if (!into && images_.size() < host_images_max_) {
+    images_.emplace_back();
+    into = &images_.back();
+    into->image->grow(size_t(slot_bytes_));
+  }
+  if (!into)
+    into = &*std::min_element(images_.begin(), images_.end(),
+                              [](const HostImage& a, const HostImage& b) { return a.used < b.used; });
+  into->key = nullptr;  // until packed: a throw leaves a free buffer, not a wrong image
+  into->owner.reset();
+  pack_lora_image(config_, rank_, *adapter, dt_ == kernels::ScalarType::f16, into->image->get<uint16_t>());
+  into->key = adapter.get();
+  into->owner = adapter;
+  into->used = clock_;
+  return into->image->get<uint16_t>();
+}
+
+void DeviceLoraPool::load(int slot, const std::shared_ptr<const LoraAdapter>& adapter, cudaStream_t stream) {
   if (!reserved())
     throw std::invalid_argument("CudaBackend::load_lora: no adapter pool (Backend::reserve_loras was not called; "
                                 "an engine with lora.enabled calls it)");
@@ -86,8 +126,7 @@ void DeviceLoraPool::load(int slot, const LoraAdapter* adapter, cudaStream_t str
     return;
   }
   adapter->validate(config_, max_rank_);
-  auto* img = staging_.get<uint16_t>();
-  pack_lora_image(config_, rank_, *adapter, dt_ == kernels::ScalarType::f16, img);
+  const uint16_t* img = host_image(adapter);
   // Copy each block into the slot's place in its (layer, group) pool.
   auto* dev = device_.get<uint16_t>();
   int64_t at = 0;
@@ -102,7 +141,7 @@ void DeviceLoraPool::load(int slot, const LoraAdapter* adapter, cudaStream_t str
     }
   scales_[size_t(slot)] = adapter->scale;
   CUDA_CHECK(cudaMemcpyAsync(scales + slot, &scales_[size_t(slot)], sizeof(float), cudaMemcpyHostToDevice, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));  // staging is reused by the next load
+  CUDA_CHECK(cudaStreamSynchronize(stream));  // the image may be evicted by the next load
   loaded_[size_t(slot)] = true;
 }
 

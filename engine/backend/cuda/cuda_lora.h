@@ -8,11 +8,14 @@
 //   B [n_slots, out, rank]          (the fused weight's output columns: one expand per group)
 // rank = max_lora_rank rounded up to 8 (16-byte loads), smaller adapters padded with zeros, a
 // linear the adapter leaves alone all zeros. One scale per slot (alpha / r, PEFT's).
-// A load packs the adapter's fp32 pairs into a pinned host image of one slot (pack_lora_image)
-// and copies it into the slot's places on the backend's stream: the "adapter miss".
+// A load copies the adapter's pinned host image of one slot into the slot's places on the
+// backend's stream: the "adapter miss". Images are kept per adapter (host_images_max of them,
+// least recently loaded first out), so an adapter seen before costs only the copy; the first
+// load packs the adapter's fp32 pairs into 16 bits (pack_lora_image, layers over threads).
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/backend/cuda/device_memory.h"
@@ -31,12 +34,16 @@ class DeviceLoraPool {
   bool reserved() const { return n_slots_ > 0; }
   int n_slots() const { return n_slots_; }
   int max_rank() const { return max_rank_; }
-  /// Ranks of the widest group (q|k|v): the xa scratch's row width.
-  int max_total_rank() const { return 3 * rank_; }
+  /// The most fp32 partial sums the grouped shrink writes per row for any group
+  /// (kernels::lora_partial_floats_per_row): the scratch's row width.
+  size_t max_partial_floats_per_row() const;
   /// Slot `slot` holds `adapter` (null empties it), copied on `stream`, which is synchronized
   /// before it returns. Throws std::invalid_argument for a slot outside the pool or an adapter
   /// whose shapes or rank do not fit.
-  void load(int slot, const LoraAdapter* adapter, cudaStream_t stream);
+  void load(int slot, const std::shared_ptr<const LoraAdapter>& adapter, cudaStream_t stream);
+  /// Packed images kept in pinned host memory, and how many loads found theirs there.
+  int host_images() const { return int(images_.size()); }
+  int64_t image_hits() const { return image_hits_; }
   bool holds(int slot) const { return slot >= 0 && slot < n_slots_ && loaded_[size_t(slot)]; }
   /// Group g of layer l, every slot.
   kernels::LoraPool pool(int layer, LoraGroup g) const;
@@ -53,7 +60,19 @@ class DeviceLoraPool {
   std::vector<int64_t> a_at_, b_at_;  // element offsets of (layer, group)'s A and B
   int64_t scale_at_ = 0;      // byte offset of the scales
   int64_t slot_bytes_ = 0;
-  PinnedBuffer staging_;      // one slot's image (pack_lora_image)
+  /// One adapter's packed image; `owner` tells a live adapter from a freed one at the same address.
+  struct HostImage {
+    const LoraAdapter* key = nullptr;
+    std::weak_ptr<const LoraAdapter> owner;
+    std::unique_ptr<PinnedBuffer> image = std::make_unique<PinnedBuffer>();
+    uint64_t used = 0;
+  };
+  /// The image of `adapter`, packed now unless kept; evicts the least recently used past the cap.
+  const uint16_t* host_image(const std::shared_ptr<const LoraAdapter>& adapter);
+  std::vector<HostImage> images_;
+  size_t host_images_max_ = 1;
+  uint64_t clock_ = 0;
+  int64_t image_hits_ = 0;
   std::vector<bool> loaded_;
   std::vector<float> scales_;
 };

@@ -4,7 +4,7 @@
 // - Linear: y = x · Wᵀ, split across tensor-parallel ranks by output features (column: nothing
 //   to communicate) or input features (row: partial sums, all-reduced inside the op). Quantized
 //   weights (Linear::quant, quant_linear.h: FP8 or INT4, dispatched on the row count) and the LoRA
-//   hook (LoraHook, after the product) plug in here.
+//   hook (LoraHook: its shrink beside the product, its expand after it) plug in here.
 // - GateUpSilu: the gated MLP's first half, one fused launch where the product kernel can.
 // - ResidualNorm: h += delta, then xn = rms_norm(h) · w (one kernel fused, two otherwise).
 // - Attention: RoPE and the K/V write into a KvCacheSpec arena (fused or not), then decode or
@@ -16,7 +16,8 @@
 #include "engine/backend/cuda/tp_comm.h"
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
-#include "kernels/lora.h"
+#include "kernels/cuda_check.h"
+#include "kernels/lora_sgmv.h"
 #include "kernels/ops.h"
 
 namespace servelab::cuda {
@@ -32,18 +33,35 @@ struct OpContext {
   QuantLinearRunner* quant = nullptr;  ///< the quantized Linears' scratch (quant_linear.h); null in bf16/f16
 };
 
-/// Multi-LoRA on a product (kernels/lora.h): y[rows, ld_y] += scale · (x · Aᵀ) · Bᵀ for each row's
-/// adapter slot, shrink then expand, after the product (one pair of launches for a fused q|k|v or
-/// gate|up). Rows with slot -1 (no adapter, padding) exit at once. Ops hold a pointer to one only
-/// when some row of the step has an adapter: a step without adapters launches nothing. One GPU
-/// only (under tensor parallelism the row-parallel delta would be summed once per rank).
+/// Multi-LoRA on a product (kernels/lora_sgmv.h): y[rows, ld_y] += scale · (x · Aᵀ) · Bᵀ for each
+/// row's adapter slot, the rows grouped by slot once a step (`plan`, kernels::lora_plan). One
+/// shrink and one expand per product (a fused q|k|v or gate|up runs its linears as segments).
+/// The shrink reads only the product's input, so with a side stream it runs beside the product
+/// (forked before it, joined before the expand: in a CUDA graph, two branches); the expand adds
+/// into the product's output. Ops hold a pointer to one only when some row of the step has an
+/// adapter: a step without adapters launches nothing. One GPU only (under tensor parallelism the
+/// row-parallel delta would be summed once per rank).
 struct LoraHook {
   kernels::LoraPool pool;             ///< this layer's group of every slot (cuda_lora.h)
-  const int32_t* row_slot = nullptr;  ///< [rows] on the device (the step's lora_slot, packed)
-  float* xa = nullptr;                ///< scratch [rows, pool.total_rank()]
-  void operator()(const OpContext& c, const void* x, void* y, int ld_y, int rows) const {
-    kernels::lora_shrink(c.dt, x, row_slot, rows, pool, xa, c.stream);
-    kernels::lora_expand(c.dt, xa, row_slot, rows, pool, y, ld_y, 0, c.stream);
+  kernels::LoraPlan plan;             ///< the step's rows by slot (built before the first layer)
+  float* partial = nullptr;           ///< the shrink's fp32 partial sums (kernels::lora_partial_floats)
+  cudaStream_t side = nullptr;        ///< the shrink's stream beside the product; null: in line
+  cudaEvent_t fork = nullptr, join = nullptr;  ///< with `side`
+  /// Before the product: the shrink of x, on the side stream once everything before is done.
+  void shrink(const OpContext& c, const void* x, int rows) const {
+    cudaStream_t s = c.stream;
+    if (side) {
+      CUDA_CHECK(cudaEventRecord(fork, c.stream));
+      CUDA_CHECK(cudaStreamWaitEvent(side, fork, 0));
+      s = side;
+    }
+    kernels::lora_sgmv_shrink(c.dt, x, plan, rows, pool, partial, s);
+    if (side) CUDA_CHECK(cudaEventRecord(join, side));
+  }
+  /// After the product: y += the deltas, once the shrink is done.
+  void expand(const OpContext& c, void* y, int ld_y, int rows) const {
+    if (side) CUDA_CHECK(cudaStreamWaitEvent(c.stream, join, 0));
+    kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, y, ld_y, 0, c.stream);
   }
 };
 
@@ -55,9 +73,10 @@ struct Linear {
   const QuantWeight* quant = nullptr;  ///< quantized weights (quant_linear.h): used instead of `weight`
   const LoraHook* lora = nullptr;  ///< adapters' deltas added after the product; null: none this step
   void operator()(const OpContext& c, const void* x, void* y, int rows) const {
+    if (lora) lora->shrink(c, x, rows);
     if (quant) c.quant->run(*quant, x, y, rows, *c.gemm, c.stream);
     else c.gemm->run(c.dt, x, weight, y, rows, out, in, false, c.stream);
-    if (lora) (*lora)(c, x, y, out, rows);
+    if (lora) lora->expand(c, y, out, rows);
     if (split == Split::row && c.tp) tp_all_reduce(*c.tp, y, int64_t(rows) * out, c.stream);
   }
 };
@@ -74,9 +93,10 @@ struct GateUpSilu {
       c.gemm->run_gate_up_silu(c.dt, x, weight, act, rows, ffn, in, c.stream);
       return;
     }
+    if (lora) lora->shrink(c, x, rows);
     if (quant) c.quant->run(*quant, x, gate_up, rows, *c.gemm, c.stream);
     else c.gemm->run(c.dt, x, weight, gate_up, rows, 2 * ffn, in, false, c.stream);
-    if (lora) (*lora)(c, x, gate_up, 2 * ffn, rows);
+    if (lora) lora->expand(c, gate_up, 2 * ffn, rows);
     if (c.fusion) kernels::silu_mul(c.dt, gate_up, act, rows, ffn, c.stream);
     else kernels::silu_then_mul(c.dt, gate_up, act, rows, ffn, c.stream);
   }

@@ -36,7 +36,8 @@ int64_t lora_image_elems(const ModelConfig& config, int rank);
 /// Writes `adapter` (validated against config, its rank <= `rank`) as one slot's image into
 /// out[0, lora_image_elems): its A rows and B columns rounded to bf16 (or fp16 with `f16`), ranks
 /// past its own and linears it leaves alone zero. Throws std::invalid_argument when its rank
-/// exceeds `rank`.
-void pack_lora_image(const ModelConfig& config, int rank, const LoraAdapter& adapter, bool f16, uint16_t* out);
+/// exceeds `rank`. The layers are split over `threads` threads (0: the machine's cores, at most 8).
+void pack_lora_image(const ModelConfig& config, int rank, const LoraAdapter& adapter, bool f16, uint16_t* out,
+                     int threads = 0);
 
 }  // namespace servelab::cuda

@@ -1,0 +1,405 @@
+// Grouped multi-LoRA (kernels/lora_sgmv.h; reference kernels/ref/lora_ref.h). Why this shape:
+// a decode step's LoRA work is tiny (rank 16 against a 4096-wide input) and latency-bound, so
+// the BGMV pair (kernels/lora.cu) spent its time walking the input serially per (row, rank) and
+// re-reading each adapter's A and B once per row. Here the rows are grouped by slot once a
+// step; the shrink splits the input width over many blocks (fp32 partials, summed by the
+// expand, so no extra launch and no atomics: the result does not depend on timing), and each
+// block reads its adapter's A chunk or B columns once for all the tile's rows.
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "kernels/common.cuh"
+#include "kernels/lora_sgmv.h"
+
+namespace servelab::kernels {
+namespace {
+
+constexpr int kSgmvWarps = 8;          // shrink: warps per block
+constexpr int kSgmvRanksPerWarp = 2;   // shrink: ranks a warp carries at once (A in registers)
+constexpr int kSgmvColumns = 256;      // expand: threads (output columns) per block
+constexpr int kPlanThreads = 1024;
+constexpr int kPlanMaxSlots = 8192;    // the plan's two shared-memory arrays of n_slots ints
+constexpr int kSgmvMaxChunks = 16;     // the expand sums at most this many partials per element
+
+__global__ void lora_plan_kernel(const int32_t* row_slot, int n_rows, int n_slots, int32_t* n_tiles, int32_t* tiles,
+                                 int32_t* perm, int32_t* perm_slot) {
+  extern __shared__ int32_t plan_shared[];
+  int32_t* count = plan_shared;             // rows per slot
+  int32_t* cursor = plan_shared + n_slots;  // next perm index per slot
+  __shared__ int32_t warp_rows[32], warp_tiles[32];
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  for (int s = tid; s < n_slots; s += blockDim.x) count[s] = 0;
+  __syncthreads();
+  for (int r = tid; r < n_rows; r += blockDim.x) {
+    const int s = row_slot[r];
+    if (s >= 0 && s < n_slots) atomicAdd(&count[s], 1);
+  }
+  __syncthreads();
+  // Each thread a contiguous run of slots; a block scan of (rows, tiles) gives their offsets.
+  const int per = (n_slots + blockDim.x - 1) / blockDim.x;
+  const int s0 = min(n_slots, tid * per), s1 = min(n_slots, s0 + per);
+  int my_rows = 0, my_tiles = 0;
+  for (int s = s0; s < s1; ++s) {
+    my_rows += count[s];
+    my_tiles += (count[s] + kLoraTileRows - 1) / kLoraTileRows;
+  }
+  int inc_rows = my_rows, inc_tiles = my_tiles;
+  for (int o = 1; o < 32; o *= 2) {
+    const int r = __shfl_up_sync(0xffffffffu, inc_rows, o), t = __shfl_up_sync(0xffffffffu, inc_tiles, o);
+    if (lane >= o) {
+      inc_rows += r;
+      inc_tiles += t;
+    }
+  }
+  if (lane == 31) {
+    warp_rows[warp] = inc_rows;
+    warp_tiles[warp] = inc_tiles;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const int n_warps = blockDim.x / 32;
+    int wr = lane < n_warps ? warp_rows[lane] : 0, wt = lane < n_warps ? warp_tiles[lane] : 0;
+    for (int o = 1; o < 32; o *= 2) {
+      const int r = __shfl_up_sync(0xffffffffu, wr, o), t = __shfl_up_sync(0xffffffffu, wt, o);
+      if (lane >= o) {
+        wr += r;
+        wt += t;
+      }
+    }
+    if (lane < n_warps) {  // exclusive: what the warps before this one hold
+      warp_rows[lane] = wr;
+      warp_tiles[lane] = wt;
+    }
+  }
+  __syncthreads();
+  int row_at = inc_rows - my_rows + (warp > 0 ? warp_rows[warp - 1] : 0);
+  int tile_at = inc_tiles - my_tiles + (warp > 0 ? warp_tiles[warp - 1] : 0);
+  for (int s = s0; s < s1; ++s) {
+    cursor[s] = row_at;
+    for (int j = 0; j * kLoraTileRows < count[s]; ++j, ++tile_at) {
+      tiles[3 * tile_at] = s;
+      tiles[3 * tile_at + 1] = row_at + j * kLoraTileRows;
+      tiles[3 * tile_at + 2] = min(kLoraTileRows, count[s] - j * kLoraTileRows);
+    }
+    row_at += count[s];
+  }
+  if (tid == blockDim.x - 1) {  // the last thread's ends are the totals
+    n_tiles[0] = tile_at;
+    n_tiles[1] = row_at;
+  }
+  __syncthreads();
+  for (int r = tid; r < n_rows; r += blockDim.x) {
+    const int s = row_slot[r];
+    if (s >= 0 && s < n_slots) {
+      const int p = atomicAdd(&cursor[s], 1);
+      perm[p] = r;
+      perm_slot[p] = s;
+    }
+  }
+}
+
+/// Block (tile, chunk): warps take kSgmvRanksPerWarp ranks at a time; each lane holds 8 inputs
+/// of those ranks' A rows and of each tile row's x per pass, the warp's sums reduced by shuffles.
+template <typename T>
+__global__ void __launch_bounds__(kSgmvWarps * 32)
+    lora_sgmv_shrink_kernel(const T* x, const int32_t* n_tiles, const int32_t* tiles, const int32_t* perm, int n_rows,
+                            const T* a, int n_in, int total, int chunk_len, float* partial) {
+  const int t = blockIdx.x;
+  if (t >= *n_tiles) return;
+  const int s = tiles[3 * t], p0 = tiles[3 * t + 1], n = tiles[3 * t + 2];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int i_begin = blockIdx.y * chunk_len, i_end = min(n_in, i_begin + chunk_len);
+  const T* xr[kLoraTileRows];
+#pragma unroll
+  for (int r = 0; r < kLoraTileRows; ++r) xr[r] = x + int64_t(perm[p0 + min(r, n - 1)]) * n_in;
+  float* out = partial + (int64_t(blockIdx.y) * n_rows + p0) * total;
+  for (int k0 = warp * kSgmvRanksPerWarp; k0 < total; k0 += kSgmvWarps * kSgmvRanksPerWarp) {
+    float acc[kSgmvRanksPerWarp][kLoraTileRows] = {};
+    const T* ak[kSgmvRanksPerWarp];
+#pragma unroll
+    for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk) ak[kk] = a + (int64_t(s) * total + min(k0 + kk, total - 1)) * n_in;
+    for (int i = i_begin + lane * 8; i < i_end; i += 32 * 8) {
+      float af[kSgmvRanksPerWarp][8];
+#pragma unroll
+      for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk) unpack8<T>(*reinterpret_cast<const Vec8*>(ak[kk] + i), af[kk]);
+#pragma unroll
+      for (int r = 0; r < kLoraTileRows; ++r) {
+        if (r >= n) break;  // uniform over the block
+        float xf[8];
+        unpack8<T>(*reinterpret_cast<const Vec8*>(xr[r] + i), xf);
+#pragma unroll
+        for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk)
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc[kk][r] += af[kk][j] * xf[j];
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk)
+#pragma unroll
+      for (int r = 0; r < kLoraTileRows; ++r)
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) acc[kk][r] += __shfl_xor_sync(0xffffffffu, acc[kk][r], o);
+    if (lane == 0) {
+#pragma unroll
+      for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk)
+#pragma unroll
+        for (int r = 0; r < kLoraTileRows; ++r)
+          if (r < n && k0 + kk < total) out[int64_t(r) * total + k0 + kk] = acc[kk][r];
+    }
+  }
+}
+
+/// Block (tile, 256 columns): xa of the tile's rows (chunks summed, scaled) in shared memory;
+/// each thread one column c of segment m, B[s, c, :] read once for all the tile's rows. Decode
+/// makes this kernel a chain of dependent loads on the step's critical path (the shrink runs
+/// beside the product), so everything that does not need xa is loaded before the chunks are
+/// summed: the tile's rows, their y values and B's first 16 ranks; the chunks' loads are issued
+/// together (at most kSgmvMaxChunks), and xa is read from shared memory 4 floats at a time.
+template <typename T, bool kVec, int kMinBlocks>
+__global__ void __launch_bounds__(kSgmvColumns, kMinBlocks)  // 3: at most 80 registers (expand_register_cap)
+    lora_sgmv_expand_kernel(const float* partial, int n_chunks, const int32_t* n_tiles, const int32_t* tiles,
+                            const int32_t* perm, int n_rows, const T* b, const float* scale, int n_out, int max_rank,
+                            int total, int seg_end0, int seg_end1, T* y, int ld_y, int c0) {
+  __shared__ __align__(16) float xs[kLoraTileRows * kLoraMaxSegments * kLoraMaxRank];
+  const int t = blockIdx.x;
+  if (t >= *n_tiles) return;
+  const int s = tiles[3 * t], p0 = tiles[3 * t + 1], n = tiles[3 * t + 2];
+  const int c = blockIdx.y * kSgmvColumns + threadIdx.x;
+  const bool live = c < n_out;
+  const int cc = live ? c : n_out - 1;  // loads stay in bounds; only live columns store
+  const int m = (cc >= seg_end0) + (cc >= seg_end1);  // segment of column c (unused ends are n_out)
+  const T* bc = b + (int64_t(s) * n_out + cc) * max_rank;
+  int row[kLoraTileRows];
+  float y_old[kLoraTileRows];
+#pragma unroll
+  for (int r = 0; r < kLoraTileRows; ++r) row[r] = r < n ? perm[p0 + r] : 0;
+#pragma unroll
+  for (int r = 0; r < kLoraTileRows; ++r)
+    y_old[r] = r < n ? to_float<T>(y[int64_t(row[r]) * ld_y + c0 + cc]) : 0.0f;
+  Vec8 bv[2] = {};
+  if constexpr (kVec) {
+#pragma unroll
+    for (int q = 0; q < 2; ++q)
+      if (q * 8 < max_rank) bv[q] = *reinterpret_cast<const Vec8*>(bc + q * 8);
+  }
+  const float sc = scale[s];
+  const float* part = partial + int64_t(p0) * total;
+  const int64_t chunk_stride = int64_t(n_rows) * total;
+  for (int e = threadIdx.x; e < n * total; e += blockDim.x) {
+    float v = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kSgmvMaxChunks; ++j)
+      if (j < n_chunks) v += part[j * chunk_stride + e];
+    xs[e] = v * sc;
+  }
+  __syncthreads();
+  if (!live) return;
+  const float* xm = xs + m * max_rank;
+  float acc[kLoraTileRows] = {};
+  if constexpr (kVec) {
+    auto step = [&](const Vec8& v, int k) {
+      float bf[8];
+      unpack8<T>(v, bf);
+#pragma unroll
+      for (int r = 0; r < kLoraTileRows; ++r) {
+        if (r >= n) break;
+        const float4 x0 = *reinterpret_cast<const float4*>(xm + r * total + k);
+        const float4 x1 = *reinterpret_cast<const float4*>(xm + r * total + k + 4);
+        acc[r] += x0.x * bf[0] + x0.y * bf[1] + x0.z * bf[2] + x0.w * bf[3] + x1.x * bf[4] + x1.y * bf[5] +
+                  x1.z * bf[6] + x1.w * bf[7];
+      }
+    };
+#pragma unroll
+    for (int q = 0; q < 2; ++q)
+      if (q * 8 < max_rank) step(bv[q], q * 8);
+    for (int k = 16; k < max_rank; k += 8) step(*reinterpret_cast<const Vec8*>(bc + k), k);
+  } else {
+    for (int k = 0; k < max_rank; ++k) {
+      const float bk = to_float<T>(bc[k]);
+#pragma unroll
+      for (int r = 0; r < kLoraTileRows; ++r) {
+        if (r >= n) break;
+        acc[r] += xm[r * total + k] * bk;
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kLoraTileRows; ++r) {
+    if (r >= n) break;
+    y[int64_t(row[r]) * ld_y + c0 + c] = from_float<T>(y_old[r] + acc[r]);
+  }
+}
+
+/// Block (kLoraTileRows consecutive perm positions, 256 columns), LoraSgmvConfig::expand_by_rows:
+/// like lora_sgmv_expand_kernel but each row carries its own slot (perm_slot), so a step of many
+/// adapters (tiles of one row) makes n_rows / 8 blocks that each issue 8 rows' B loads together
+/// instead of one block (and one dependent-load chain) per row. Rows of one slot read the same
+/// B column: the cache serves the repeats. Same sums in the same order as the tile kernel.
+template <typename T, bool kVec, int kMinBlocks>
+__global__ void __launch_bounds__(kSgmvColumns, kMinBlocks)
+    lora_sgmv_expand_rows_kernel(const float* partial, int n_chunks, const int32_t* n_tiles, const int32_t* perm,
+                                 const int32_t* perm_slot, int n_rows, const T* b, const float* scale, int n_out,
+                                 int max_rank, int total, int seg_end0, int seg_end1, T* y, int ld_y, int c0) {
+  __shared__ __align__(16) float xs[kLoraTileRows * kLoraMaxSegments * kLoraMaxRank];
+  const int p0 = blockIdx.x * kLoraTileRows;
+  const int n = min(kLoraTileRows, n_tiles[1] - p0);
+  if (n <= 0) return;
+  const int c = blockIdx.y * kSgmvColumns + threadIdx.x;
+  const bool live = c < n_out;
+  const int cc = live ? c : n_out - 1;
+  const int m = (cc >= seg_end0) + (cc >= seg_end1);
+  int row[kLoraTileRows];
+  const T* bc[kLoraTileRows];
+#pragma unroll
+  for (int r = 0; r < kLoraTileRows; ++r) {
+    const int pr = p0 + min(r, n - 1);
+    row[r] = perm[pr];
+    bc[r] = b + (int64_t(perm_slot[pr]) * n_out + cc) * max_rank;
+  }
+  float y_old[kLoraTileRows];
+#pragma unroll
+  for (int r = 0; r < kLoraTileRows; ++r)
+    y_old[r] = r < n ? to_float<T>(y[int64_t(row[r]) * ld_y + c0 + cc]) : 0.0f;
+  const float* part = partial + int64_t(p0) * total;
+  const int64_t chunk_stride = int64_t(n_rows) * total;
+  for (int e = threadIdx.x; e < n * total; e += blockDim.x) {
+    float v = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kSgmvMaxChunks; ++j)
+      if (j < n_chunks) v += part[j * chunk_stride + e];
+    xs[e] = v * scale[perm_slot[p0 + e / total]];
+  }
+  __syncthreads();
+  if (!live) return;
+  const float* xm = xs + m * max_rank;
+  float acc[kLoraTileRows] = {};
+  if constexpr (kVec) {
+    for (int k = 0; k < max_rank; k += 8) {
+      Vec8 bv[kLoraTileRows];
+#pragma unroll
+      for (int r = 0; r < kLoraTileRows; ++r)
+        if (r < n) bv[r] = *reinterpret_cast<const Vec8*>(bc[r] + k);
+#pragma unroll
+      for (int r = 0; r < kLoraTileRows; ++r) {
+        if (r >= n) break;
+        float bf[8];
+        unpack8<T>(bv[r], bf);
+        const float4 x0 = *reinterpret_cast<const float4*>(xm + r * total + k);
+        const float4 x1 = *reinterpret_cast<const float4*>(xm + r * total + k + 4);
+        acc[r] += x0.x * bf[0] + x0.y * bf[1] + x0.z * bf[2] + x0.w * bf[3] + x1.x * bf[4] + x1.y * bf[5] +
+                  x1.z * bf[6] + x1.w * bf[7];
+      }
+    }
+  } else {
+    for (int k = 0; k < max_rank; ++k) {
+#pragma unroll
+      for (int r = 0; r < kLoraTileRows; ++r) {
+        if (r >= n) break;
+        acc[r] += xm[r * total + k] * to_float<T>(bc[r][k]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kLoraTileRows; ++r) {
+    if (r >= n) break;
+    y[int64_t(row[r]) * ld_y + c0 + c] = from_float<T>(y_old[r] + acc[r]);
+  }
+}
+
+void check_sgmv_pool(const LoraPool& p, const char* who) {
+  if (p.max_rank < 1 || p.max_rank > kLoraMaxRank)
+    throw std::invalid_argument(std::string(who) + ": max_rank " + std::to_string(p.max_rank) + " outside [1, " +
+                                std::to_string(kLoraMaxRank) + "]");
+  if (p.n_in < 8 || p.n_in % 8 != 0)
+    throw std::invalid_argument(std::string(who) + ": n_in " + std::to_string(p.n_in) +
+                                " must be a positive multiple of 8");
+  if (p.n_seg < 1 || p.n_seg > kLoraMaxSegments)
+    throw std::invalid_argument(std::string(who) + ": n_seg " + std::to_string(p.n_seg) + " outside [1, " +
+                                std::to_string(kLoraMaxSegments) + "]");
+  if (p.n_slots < 1) throw std::invalid_argument(std::string(who) + ": the pool has no slot");
+  for (int m = 0; m + 1 < p.n_seg; ++m)
+    if (p.seg_end[m] < (m > 0 ? p.seg_end[m - 1] : 0) || p.seg_end[m] > p.n_out)
+      throw std::invalid_argument(std::string(who) + ": seg_end[" + std::to_string(m) + "] = " +
+                                  std::to_string(p.seg_end[m]) + " is not ascending within n_out " +
+                                  std::to_string(p.n_out));
+}
+
+int sgmv_segment_end(const LoraPool& p, int m) { return m + 1 < p.n_seg ? p.seg_end[m] : p.n_out; }
+
+}  // namespace
+
+int lora_chunk_len(int n_in, int n_rows, int target_blocks) {
+  if (target_blocks < 1)
+    throw std::invalid_argument("lora_chunk_len: target_blocks " + std::to_string(target_blocks) + " must be >= 1");
+  const int passes = std::max(1, (n_in + kLoraChunkUnit - 1) / kLoraChunkUnit);
+  const int row_tiles = std::max(1, (n_rows + kLoraTileRows - 1) / kLoraTileRows);
+  const int chunks = std::clamp((target_blocks + row_tiles - 1) / row_tiles, 1, std::min(passes, kSgmvMaxChunks));
+  return (passes + chunks - 1) / chunks * kLoraChunkUnit;
+}
+
+void lora_plan(const int32_t* row_slot, int n_rows, int n_slots, const LoraPlan& plan, cudaStream_t stream) {
+  if (n_slots < 1 || n_slots > kPlanMaxSlots)
+    throw std::invalid_argument("lora_plan: n_slots " + std::to_string(n_slots) + " outside [1, " +
+                                std::to_string(kPlanMaxSlots) + "]");
+  if (n_rows < 0) throw std::invalid_argument("lora_plan: n_rows is negative");
+  lora_plan_kernel<<<1, kPlanThreads, 2 * sizeof(int32_t) * size_t(n_slots), stream>>>(row_slot, n_rows, n_slots,
+                                                                                       plan.n_tiles, plan.tiles, plan.perm, plan.perm_slot);
+  CUDA_CHECK_LAUNCH();
+}
+
+void lora_sgmv_shrink(ScalarType t, const void* x, const LoraPlan& plan, int n_rows, const LoraPool& pool,
+                      float* partial, cudaStream_t stream) {
+  check_sgmv_pool(pool, "lora_sgmv_shrink");
+  if (n_rows == 0) return;
+  const int len = lora_chunk_len(pool.n_in, n_rows, plan.config.shrink_target_blocks);
+  const dim3 grid(lora_max_tiles(n_rows, pool.n_slots), (pool.n_in + len - 1) / len);
+  const int total = pool.total_rank();
+  SERVELAB_DISPATCH_16(t,
+                       (lora_sgmv_shrink_kernel<__nv_bfloat16><<<grid, kSgmvWarps * 32, 0, stream>>>(
+                           static_cast<const __nv_bfloat16*>(x), plan.n_tiles, plan.tiles, plan.perm, n_rows,
+                           static_cast<const __nv_bfloat16*>(pool.a), pool.n_in, total, len, partial)),
+                       (lora_sgmv_shrink_kernel<__half><<<grid, kSgmvWarps * 32, 0, stream>>>(
+                           static_cast<const __half*>(x), plan.n_tiles, plan.tiles, plan.perm, n_rows,
+                           static_cast<const __half*>(pool.a), pool.n_in, total, len, partial)));
+  CUDA_CHECK_LAUNCH();
+}
+
+void lora_sgmv_expand(ScalarType t, const float* partial, const LoraPlan& plan, int n_rows, const LoraPool& pool,
+                      void* y, int ld_y, int c0, cudaStream_t stream) {
+  check_sgmv_pool(pool, "lora_sgmv_expand");
+  if (n_rows == 0 || pool.n_out == 0) return;
+  const LoraSgmvConfig& cf = plan.config;
+  const int n_chunks = lora_n_chunks(pool.n_in, n_rows, cf.shrink_target_blocks);
+  const int col_blocks = (pool.n_out + kSgmvColumns - 1) / kSgmvColumns;
+  const dim3 grid(cf.expand_by_rows ? (n_rows + kLoraTileRows - 1) / kLoraTileRows : lora_max_tiles(n_rows, pool.n_slots),
+                  col_blocks);
+  const int e0 = sgmv_segment_end(pool, 0), e1 = sgmv_segment_end(pool, 1);
+  auto launch_cap = [&](auto tag, auto vec, auto min_blocks) {
+    using T = decltype(tag);
+    constexpr bool kV = decltype(vec)::value;
+    constexpr int kM = decltype(min_blocks)::value;
+    if (cf.expand_by_rows)
+      lora_sgmv_expand_rows_kernel<T, kV, kM><<<grid, kSgmvColumns, 0, stream>>>(
+          partial, n_chunks, plan.n_tiles, plan.perm, plan.perm_slot, n_rows, static_cast<const T*>(pool.b),
+          pool.scale, pool.n_out, pool.max_rank, pool.total_rank(), e0, e1, static_cast<T*>(y), ld_y, c0);
+    else
+      lora_sgmv_expand_kernel<T, kV, kM><<<grid, kSgmvColumns, 0, stream>>>(
+          partial, n_chunks, plan.n_tiles, plan.tiles, plan.perm, n_rows, static_cast<const T*>(pool.b), pool.scale,
+          pool.n_out, pool.max_rank, pool.total_rank(), e0, e1, static_cast<T*>(y), ld_y, c0);
+  };
+  auto launch = [&](auto tag, auto vec) {
+    if (cf.expand_register_cap)
+      launch_cap(tag, vec, std::integral_constant<int, 3>{});
+    else
+      launch_cap(tag, vec, std::integral_constant<int, 1>{});
+  };
+  const bool vec = pool.max_rank % 8 == 0;
+  SERVELAB_DISPATCH_16(t,
+                       (vec ? launch(__nv_bfloat16{}, std::true_type{}) : launch(__nv_bfloat16{}, std::false_type{})),
+                       (vec ? launch(__half{}, std::true_type{}) : launch(__half{}, std::false_type{})));
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace servelab::kernels

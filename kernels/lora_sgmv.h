@@ -1,0 +1,102 @@
+#pragma once
+// Grouped multi-LoRA (Punica's SGMV, S-LoRA's grouped kernels): the step's rows grouped by adapter
+// slot once (lora_plan), so each adapter's A and B are read once per tile of up to
+// kLoraTileRows rows of that adapter instead of once per row, for decode and prefill rows alike.
+// Same pool layout and result as kernels/lora.h's BGMV pair (LoraPool), three kernels:
+//   lora_plan:   rows with an adapter sorted by slot (perm), cut into tiles (slot, start, count);
+//                once per step, read by every layer's launches. Rows with slot -1 (no adapter,
+//                graph padding) are in no tile: the shrink and expand never touch them.
+//   lora_sgmv_shrink: a block per (tile, chunk of the input width): the tile's dot products of x
+//                with A[slot] over its chunk into fp32 partial sums, so a 4096- or 11008-wide
+//                input spreads over many blocks even when the step has one adapter.
+//   lora_sgmv_expand: a block per (tile, 256 output columns): the tile's xa (the sum of the
+//                chunks' partials, times the slot's scale) in shared memory, each thread one
+//                column of B[slot] in registers, added into y for every row of the tile; or
+//                (LoraSgmvConfig::expand_by_rows) a block per 8 consecutive rows of perm, each
+//                row's B column of its own slot.
+// The grids are sized from the row count (lora_max_tiles) and blocks past the plan's tile count
+// exit at once, so a CUDA graph of a fixed row count replays any mix of slots.
+// Reference: kernels/ref/lora_ref.h (lora_plan_ref; the arithmetic is lora_shrink_ref then
+// lora_expand_segments_ref).
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "kernels/lora.h"
+
+namespace servelab::kernels {
+
+/// Rows of one adapter a tile holds at most (registers per thread grow with it).
+inline constexpr int kLoraTileRows = 8;
+/// Input elements one pass of a shrink warp covers (32 lanes × 8): chunks are multiples of it.
+inline constexpr int kLoraChunkUnit = 256;
+
+/// The shrink's chunking aims at this many blocks by default (4 an SM of an H100/H200).
+inline constexpr int kLoraDefaultTargetBlocks = 528;
+
+/// Launch variants of the grouped kernels, chosen on the host at each launch (engine_bench
+/// --lora measures them side by side through CudaBackend::set_lora_kernels). Every variant
+/// computes the same result (the expand sums the same partials in the same order). The defaults
+/// (slot tiles, cap, 528) had the best mean decode ratio of six variants on an H200 (0.756; by
+/// rows without the cap 0.750: faster with 32-64 adapters a step, slower with 1-8; docs/lora.md).
+struct LoraSgmvConfig {
+  /// The expand's blocks: false, one per (slot tile, 256 columns), each B column read once for
+  /// the tile's rows; true, one per (kLoraTileRows consecutive rows of the plan's order, 256
+  /// columns), each row with its own slot (rows of one slot still share B through the cache), so
+  /// a step of many adapters makes n_rows / 8 blocks of 8 rows, not one block per 1-row tile.
+  bool expand_by_rows = false;
+  /// The expand compiled for at least 3 blocks an SM (at most 80 registers a thread); false: no cap.
+  bool expand_register_cap = true;
+  /// The shrink's chunking aims at this many blocks (lora_chunk_len).
+  int shrink_target_blocks = kLoraDefaultTargetBlocks;
+};
+
+/// The step's rows grouped by slot, on the device (sized with lora_max_tiles).
+struct LoraPlan {
+  int32_t* n_tiles = nullptr;    ///< [2]: tiles, then rows with an adapter (the length of perm)
+  int32_t* tiles = nullptr;      ///< [max_tiles, 3]: slot, first index into perm, row count (1..kLoraTileRows)
+  int32_t* perm = nullptr;       ///< [n_rows]: the rows with an adapter, by slot
+  int32_t* perm_slot = nullptr;  ///< [n_rows]: each perm entry's slot
+  LoraSgmvConfig config;         ///< host side: how the shrink and expand launch
+};
+
+/// Tiles a step of n_rows rows over n_slots slots can need: each slot's last tile may be partial.
+inline int lora_max_tiles(int n_rows, int n_slots) {
+  const int slots = n_rows < n_slots ? n_rows : n_slots;
+  return (n_rows + kLoraTileRows - 1) / kLoraTileRows + slots;
+}
+/// Input elements per shrink chunk for a product of width n_in over n_rows rows: enough chunks
+/// that the tiles the rows make fill the GPU (decode: many; prefill: the rows already do).
+/// target_blocks: LoraSgmvConfig::shrink_target_blocks.
+int lora_chunk_len(int n_in, int n_rows, int target_blocks = kLoraDefaultTargetBlocks);
+inline int lora_n_chunks(int n_in, int n_rows, int target_blocks = kLoraDefaultTargetBlocks) {
+  const int len = lora_chunk_len(n_in, n_rows, target_blocks);
+  return (n_in + len - 1) / len;
+}
+/// fp32 partial sums the shrink writes for n_rows rows: [n_chunks, n_rows, pool.total_rank()].
+inline size_t lora_partial_floats(const LoraPool& pool, int n_rows, int target_blocks = kLoraDefaultTargetBlocks) {
+  return size_t(lora_n_chunks(pool.n_in, n_rows, target_blocks)) * size_t(n_rows) * size_t(pool.total_rank());
+}
+/// The most partial floats per row any row count needs for a product of width n_in and
+/// total_rank ranks (a scratch bound: chunks never exceed n_in / kLoraChunkUnit rounded up).
+inline size_t lora_partial_floats_per_row(int n_in, int total_rank) {
+  return size_t((n_in + kLoraChunkUnit - 1) / kLoraChunkUnit) * size_t(total_rank);
+}
+
+/// Groups rows by row_slot[r] in [0, n_slots) (others: no adapter) into plan (perm_slot and the
+/// row count included). One block.
+/// Rows of a slot keep no particular order in perm (every row's result is computed alone).
+/// Throws std::invalid_argument for n_slots < 1.
+void lora_plan(const int32_t* row_slot, int n_rows, int n_slots, const LoraPlan& plan, cudaStream_t stream);
+/// partial[j, p, k] = Σ_{i in chunk j} x[perm[p], i] · A[slot, k, i] for every tile's rows p;
+/// partial holds lora_partial_floats(pool, n_rows). Throws std::invalid_argument for a bad pool
+/// (as lora_shrink).
+void lora_sgmv_shrink(ScalarType t, const void* x, const LoraPlan& plan, int n_rows, const LoraPool& pool,
+                      float* partial, cudaStream_t stream);
+/// y[perm[p], c0 + c] += Σ_k scale[slot] · (Σ_j partial[j, p, m · max_rank + k]) · B[slot, c, k]
+/// (m: c's segment) for every tile's rows; rows in no tile untouched. y 16-bit, row stride ld_y.
+void lora_sgmv_expand(ScalarType t, const float* partial, const LoraPlan& plan, int n_rows, const LoraPool& pool,
+                      void* y, int ld_y, int c0, cudaStream_t stream);
+
+}  // namespace servelab::kernels
