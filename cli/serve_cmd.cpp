@@ -58,6 +58,7 @@ struct ServeArgs {
   int max_loras = 1;
   int max_lora_rank = 16;
   int max_cpu_loras = 0;
+  std::string speculative_config;  // vLLM's JSON; over the scenario strategy's speculative block
 };
 
 /// --lora-modules entries as (name, path): `name=path` or vLLM's JSON form {"name", "path"}.
@@ -217,6 +218,15 @@ int serve_main(ServeArgs a, const CLI::App& sub) {
     spec.device = a.device;
     if (!a.sim_device.empty()) spec.sim_device = SimDevice::preset(a.sim_device);
   }
+  if (!a.speculative_config.empty()) {
+    try {
+      if (!strategy) strategy = StrategySpec{};
+      strategy->speculative = speculative_config_from_json(a.speculative_config);
+    } catch (const std::invalid_argument& e) {
+      std::cerr << "servelab serve: error: " << e.what() << "\n";
+      return 2;
+    }
+  }
   const bool echo = a.backend == "echo";
   if (!echo && !have_scenario) spec.kind = parse_backend_kind(a.backend);
   if (!a.dtype.empty()) spec.storage_dtype = parse_dtype(a.dtype);  // over the scenario's backend.dtype
@@ -284,7 +294,14 @@ int serve_main(ServeArgs a, const CLI::App& sub) {
     so.max_waiting = a.max_waiting;
     so.pace_predicted = spec.kind == BackendKind::sim;
     auto engine = std::make_unique<Engine>(econfig, std::move(backend));
-    if (strategy) apply_strategy(*engine, *strategy, backends);
+    if (strategy) {
+      try {
+        apply_strategy(*engine, *strategy, backends);
+      } catch (const std::invalid_argument& e) {  // e.g. self-speculation on a backend without host weights
+        std::cerr << "servelab serve: error: " << e.what() << "\n";
+        return 2;
+      }
+    }
     service = std::make_unique<EngineService>(std::move(engine), metrics, so);
   }
   HttpServer srv(o, *service, *tokenizer, metrics);
@@ -296,6 +313,10 @@ int serve_main(ServeArgs a, const CLI::App& sub) {
                               std::to_string(econfig.lora.max_lora_rank) + ", " + std::to_string(o.loras->list().size()) +
                               " adapters)"
                         : std::string())
+            << (strategy && strategy->speculative
+                    ? std::string(", speculative ") + to_string(strategy->speculative->method) + " (k <= " +
+                          std::to_string(strategy->speculative->num_speculative_tokens) + ")"
+                    : std::string())
             << ", tokenizer " << tokenizer->name() << ") on http://" << o.host << ":" << srv.port()
             << "  (SIGTERM/Ctrl-C drains and exits)" << std::endl;
   srv.wait();
@@ -349,12 +370,16 @@ const Registrar register_serve(
       sub.add_option("--max-lora-rank", a->max_lora_rank, "Largest adapter rank accepted (default 16)")->check(CLI::Range(1, 1024));
       sub.add_option("--max-cpu-loras", a->max_cpu_loras, "Adapters kept in host memory (default --max-loras)")
           ->check(CLI::NonNegativeNumber);
+      sub.add_option("--speculative-config", a->speculative_config,
+                     "Speculative decoding, vLLM's JSON: '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}' "
+                     "(methods ngram, self with num_layers, draft_model with model)");
       sub.footer(
           "Examples:\n"
           "  servelab serve --preset tiny --port 8000\n"
           "  servelab serve --model models/qwen3 --backend cpu --api-key secret\n"
           "  servelab serve --scenario scenarios/quickstart.yaml --strategy continuous-paged\n"
           "  servelab serve --backend echo --port 9000      # fast responder for bench-http-driver.sh\n"
+          "  servelab serve --preset tiny --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 4}'\n"
           "  servelab serve --preset tiny --enable-lora --max-loras 4 --lora-modules sql=adapters/sql chat=adapters/chat\n"
           "Then: curl localhost:8000/v1/completions -d '{\"prompt\": \"hi\", \"max_tokens\": 8, \"stream\": true}'");
       const CLI::App* app = &sub;  // outlives the run: main() owns it

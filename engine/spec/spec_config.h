@@ -29,6 +29,12 @@ struct SpeculativeConfig {
   void validate() const;
 };
 
+/// `servelab serve --speculative-config JSON` (vLLM's flag): {"method": "ngram" | "self" |
+/// "draft_model", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
+/// "num_layers", "model", "adaptive"}; a `model` without `method` means draft_model, as in vLLM.
+/// Throws std::invalid_argument naming the key (spec_config_json.cpp).
+SpeculativeConfig speculative_config_from_json(const std::string& text);
+
 /// What a model proposer needs of the run: the target's weights (the cpu backend's; null on
 /// the other backends, where self and draft_model are refused), the longest sequence, and the
 /// run's seed (a preset draft's random weights are drawn with seed + 1: another model than a

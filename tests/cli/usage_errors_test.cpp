@@ -42,12 +42,12 @@ TEST(UsageErrors, ServeRefusesKnobsOfTheOtherPolicy) {
   EXPECT_NE(r.output.find("--block-size applies to --kv paged, not --kv naive"), std::string::npos) << r.output;
 }
 
-TEST(UsageErrors, ServeBannerNamesBatchingAndKv) {
-  SERVELAB_REQUIRE_BINARY();
-  TempDir tmp;
+/// Starts `servelab serve ARGS`, waits (up to 60 s) for its "on http://" banner, stops it with
+/// SIGTERM and returns what it printed ("" when it never started).
+std::string serve_banner(const std::vector<std::string>& args, TempDir& tmp) {
   const std::string log = tmp.file("serve.log");
-  const pid_t pid = spawn_servelab({"serve", "--backend", "sim", "--port", "0", "--kv", "naive", "--batching", "dynamic"}, log);
-  ASSERT_GT(pid, 0);
+  const pid_t pid = spawn_servelab(args, log);
+  if (pid <= 0) return "";
   std::string text;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < deadline && text.find("on http://") == std::string::npos) {
@@ -57,8 +57,27 @@ TEST(UsageErrors, ServeBannerNamesBatchingAndKv) {
   ::kill(pid, SIGTERM);
   int status = 0;
   ::waitpid(pid, &status, 0);
+  return text;
+}
+
+TEST(UsageErrors, ServeBannerNamesBatchingAndKv) {
+  SERVELAB_REQUIRE_BINARY();
+  TempDir tmp;
+  const std::string text =
+      serve_banner({"serve", "--backend", "sim", "--port", "0", "--kv", "naive", "--batching", "dynamic"}, tmp);
   EXPECT_NE(text.find("dynamic batching (max_batch_size 8)"), std::string::npos) << text;
   EXPECT_NE(text.find("naive KV ("), std::string::npos) << text;
+}
+
+TEST(UsageErrors, ServeSpeculativeConfigIsAppliedOrNamed) {
+  SERVELAB_REQUIRE_BINARY();
+  TempDir tmp;
+  const CliResult bad = run_servelab({"serve", "--port", "0", "--speculative-config", R"({"method": "eagle"})"}, tmp);
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.output.find("--speculative-config: method eagle is not supported"), std::string::npos) << bad.output;
+  const std::string text =
+      serve_banner({"serve", "--port", "0", "--speculative-config", R"({"method": "ngram", "num_speculative_tokens": 4})"}, tmp);
+  EXPECT_NE(text.find("speculative ngram (k <= 4)"), std::string::npos) << text;
 }
 
 TEST(CapacityCli, NotBracketedSaysSoAndExitsNonZero) {

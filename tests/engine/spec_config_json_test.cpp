@@ -1,0 +1,51 @@
+// `servelab serve --speculative-config JSON`: vLLM's keys read into SpeculativeConfig, every
+// mistake named.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "engine/spec/spec_config.h"
+
+namespace servelab {
+namespace {
+
+std::string error_of(const std::string& json) {
+  try {
+    speculative_config_from_json(json);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(SpecConfigJson, ReadsVllmKeys) {
+  const SpeculativeConfig c = speculative_config_from_json(
+      R"({"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 2, "prompt_lookup_max": 4})");
+  EXPECT_EQ(c.method, SpecMethod::ngram);
+  EXPECT_EQ(c.num_speculative_tokens, 5);
+  EXPECT_EQ(c.prompt_lookup_min, 2);
+  EXPECT_EQ(c.prompt_lookup_max, 4);
+  EXPECT_TRUE(c.adaptive);
+  const SpeculativeConfig s = speculative_config_from_json(R"({"method": "self", "num_layers": 1, "adaptive": false})");
+  EXPECT_EQ(s.method, SpecMethod::self);
+  EXPECT_EQ(s.num_layers, 1);
+  EXPECT_FALSE(s.adaptive);
+  // A model without a method is a draft model, as vLLM reads it.
+  EXPECT_EQ(speculative_config_from_json(R"({"model": "tiny"})").method, SpecMethod::draft_model);
+}
+
+TEST(SpecConfigJson, NamesEachMistake) {
+  EXPECT_NE(error_of("{method: ngram}").find("is not JSON"), std::string::npos);
+  EXPECT_NE(error_of("[1]").find("must be a JSON object"), std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "eagle"})").find("method eagle is not supported"), std::string::npos);
+  EXPECT_NE(error_of(R"({"num_speculative_tokens": "3"})").find("num_speculative_tokens must be an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"num_speculative_tokens": 40})").find("[1, 16]"), std::string::npos);
+  EXPECT_NE(error_of(R"({"lookahead": 3})").find("unknown key lookahead"), std::string::npos);
+  EXPECT_NE(error_of(R"({"method": "self"})").find("num_layers must be >= 1"), std::string::npos);
+  EXPECT_NE(error_of(R"({"adaptive": 1})").find("adaptive must be true or false"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace servelab
