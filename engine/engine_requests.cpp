@@ -15,10 +15,21 @@ namespace servelab {
 
 void Engine::State::emit(Sequence& s, RequestState& rs, TokenId tok, double end, int eos, StepOutcome& out,
                          std::vector<std::pair<Sequence*, FinishReason>>& done) {
+  std::vector<TokenId>& outputs = rs.record.outputs[s.sample_index];
+  std::vector<double>& times = rs.token_times[s.sample_index];
+  if (outputs.empty()) {
+    // The first token: make room for the rest now, so decoding appends without reallocating (a
+    // doubling series of three vectors per sample otherwise). Not on arrival: a long queue of
+    // waiting requests would hold it for nothing.
+    const auto expect = static_cast<size_t>(std::clamp(s.sampling.max_tokens, 1, kReservedOutputTokens));
+    outputs.reserve(expect);
+    times.reserve(expect);
+    s.tokens.reserve(s.tokens.size() + expect);
+  }
   s.tokens.push_back(tok);
   if (rs.request.constraint) rs.request.constraint->accept(tok);
-  rs.record.outputs[s.sample_index].push_back(tok);
-  rs.token_times[s.sample_index].push_back(end);
+  outputs.push_back(tok);
+  times.push_back(end);
   out.tokens.push_back({s.request_id, s.sample_index, tok, end});
   if (s.n_output() >= s.sampling.max_tokens) done.emplace_back(&s, FinishReason::length);
   else if (!s.sampling.ignore_eos && eos >= 0 && tok == eos) done.emplace_back(&s, FinishReason::eos);

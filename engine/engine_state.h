@@ -51,6 +51,9 @@ struct RequestState {
 using engine_internal::RequestState;
 
 struct Engine::State {
+  /// Output tokens a sample's vectors are sized for at its first token (emit): its max_tokens,
+  /// capped because max_tokens may be far above where eos stops it.
+  static constexpr int kReservedOutputTokens = 1024;
   std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests;
   uint64_t next_seq_id = 1;
   Batch batch;  // reused each step

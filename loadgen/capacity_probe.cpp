@@ -78,9 +78,9 @@ namespace {
 
 /// Labels `out` and returns sinks that keep its records (token times only when asked: without them
 /// E2E falls back to end_s).
-RecordSinks keep_records(PointRun& out, std::string label, const Plan& plan, const PointRunOptions& options) {
+RecordSinks keep_records(PointRun& out, std::string label, size_t n_planned, const PointRunOptions& options) {
   out.label = std::move(label);
-  out.records.reserve(plan.requests.size());
+  out.records.reserve(n_planned);
   RecordSinks sinks;
   sinks.on_record = [&out, keep = options.keep_token_times](const RequestRecord& r) {
     out.records.push_back(r);
@@ -98,13 +98,13 @@ PointRun PointRunner::run(size_t strategy, double rate, const PointRunOptions& o
     sc.workload.duration_s = 0.0;
   }
   if (options.seed) sc.seed = *options.seed;
-  const Plan plan = Planner(sc).make(rate);
+  Plan plan = Planner(sc).make(rate);
   const StrategySpec& strat = sc.strategies.at(strategy);
   std::optional<StructuredRequests> structured;  // the same requests carry the same schemas as in `run`
   if (structured_.schemas) structured.emplace(sc.workload.structured_output, structured_.schemas, plan.seed);
   if (sc.target) {  // the same plan over HTTP (loadgen/http_sweep.h)
     PointRun out;
-    const RecordSinks sinks = keep_records(out, strat.label + "@" + format_rate(rate), plan, options);
+    const RecordSinks sinks = keep_records(out, strat.label + "@" + format_rate(rate), plan.requests.size(), options);
     const auto t0 = std::chrono::steady_clock::now();
     out.stats = http_load::run_http_point(sc, plan, out.label, sinks, target_tokenizer_.get(), "", nullptr,
                                          /*scrape_server_metrics=*/false, structured ? &*structured : nullptr);
@@ -120,7 +120,13 @@ PointRun PointRunner::run(size_t strategy, double rate, const PointRunOptions& o
     backend = measuring_backend(std::move(backend), *options.predict_with, out.step_timings);
   Engine engine(config, std::move(backend));
   apply_strategy(engine, strat, *backends_);
-  std::unique_ptr<RequestSource> source = make_source(sc, plan, run_adapters(sc, sc.backend.kind != BackendKind::sim));
+  // The source takes the plan, every request's prompt tokens with it, rather than a copy (100k
+  // requests: hundreds of MB copied, and page faults on the copy). The sinks' needs are kept first.
+  const size_t n_planned = plan.requests.size();
+  std::vector<char> warmup(n_planned);
+  for (size_t i = 0; i < n_planned; ++i) warmup[i] = plan.requests[i].warmup;
+  std::unique_ptr<RequestSource> source =
+      make_source(sc, std::move(plan), run_adapters(sc, sc.backend.kind != BackendKind::sim));
   StructuredSource* constrained = nullptr;
   if (structured) {
     auto wrapped = std::make_unique<StructuredSource>(std::move(source), *structured, *structured_.compiler);
@@ -131,12 +137,12 @@ PointRun PointRunner::run(size_t strategy, double rate, const PointRunOptions& o
   if (sc.backend.kind == BackendKind::sim) clock = std::make_unique<VirtualClock>();
   else clock = std::make_unique<SteadyClock>();
 
-  RecordSinks sinks = keep_records(out, strat.label + "@" + format_rate(rate), plan, options);
+  RecordSinks sinks = keep_records(out, strat.label + "@" + format_rate(rate), n_planned, options);
   if (constrained) sinks.annotate = [constrained](const FinishedRequest& f, RequestRecord& r) { constrained->annotate(f, r); };
   if (options.keep_steps) sinks.on_step = [&](const StepRecord& s) { out.steps.push_back(s); };
   const auto t0 = std::chrono::steady_clock::now();
   out.stats = drive_in_process(engine, *source, *clock, out.label, sinks,
-                               [&plan](uint64_t id) { return plan.is_warmup(id); });
+                               [&warmup](uint64_t id) { return id < warmup.size() && warmup[id] != 0; });
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out.cost_counts = engine.backend().priced_steps();
   return out;

@@ -89,6 +89,7 @@ std::vector<TokenId> Planner::prompt_tokens(uint64_t id, int n_own, bool with_pr
   const int vocab = scenario_.model.vocab_size;
   const int64_t lo = std::min(2, vocab - 1);
   Rng rng = Rng::stream(scenario_.seed, RngStream::tokens, id);
+  out.reserve(out.size() + static_cast<size_t>(std::max(0, n_own)));  // one allocation, not a doubling series
   for (int i = 0; i < n_own; ++i) out.push_back(static_cast<TokenId>(rng.uniform_int(lo, vocab - 1)));
   return out;
 }

@@ -51,7 +51,8 @@ PagedKvManager::PagedKvManager(const KvConfig& config, int64_t n_slots)
   for (Block& blk : blocks_) blk.in_free = true;
   runs_.add_all();
   n_free_ = static_cast<int32_t>(n_blocks);
-  by_hash_.reserve(blocks_.size());  // at most one entry a block: never rehashed while running
+  by_hash_ = PrefixIndex(blocks_.size());  // at most one entry a block: never grows while running
+  block_tokens_.assign(blocks_.size() * static_cast<size_t>(block_size_), 0);
   seen_epoch_.assign(blocks_.size(), 0);
   seen_stored_.assign(blocks_.size(), 0);
   seen_fill_.assign(blocks_.size(), 0);
@@ -85,10 +86,8 @@ void PagedKvManager::unlink_free(int32_t b) {
 
 void PagedKvManager::forget_hash(Block& blk, int32_t b) {
   if (!blk.hashed) return;
-  auto it = by_hash_.find(blk.hash);
-  if (it != by_hash_.end() && it->second == b) by_hash_.erase(it);
+  by_hash_.erase_if(blk.hash, b);
   blk.hashed = false;
-  blk.tokens.clear();
 }
 
 int32_t PagedKvManager::take_fresh(uint64_t owner, int32_t prev, int want, bool tail) {
@@ -143,8 +142,7 @@ void PagedKvManager::unref(int32_t b) {
   Block& blk = blocks_[b];
   if (--blk.ref > 0) return;
   blk.owner = kNoSeq;
-  auto it = blk.hashed ? by_hash_.find(blk.hash) : by_hash_.end();
-  if (it != by_hash_.end() && it->second == b) {
+  if (blk.hashed && by_hash_.find(blk.hash) == b) {
     push_free_back(b);  // still a cached prefix: evicted only after blocks freed before it
   } else {
     forget_hash(blk, b);
@@ -156,8 +154,9 @@ void PagedKvManager::unref(int32_t b) {
 
 // ---- queries ----
 
-std::vector<int32_t> PagedKvManager::match_prefix(const Sequence& seq) const {
-  std::vector<int32_t> hits;
+const std::vector<int32_t>& PagedKvManager::match_prefix(const Sequence& seq) const {
+  std::vector<int32_t>& hits = match_hits_;
+  hits.clear();
   if (!config_.prefix_caching) return hits;
   const int n_prompt = std::min(seq.n_prompt, seq.n_tokens());
   const int n_full = n_prompt > 0 ? (n_prompt - 1) / block_size_ : 0;  // blocks ending before the last prompt token
@@ -165,11 +164,10 @@ std::vector<int32_t> PagedKvManager::match_prefix(const Sequence& seq) const {
   for (int i = 0; i < n_full; ++i) {
     const TokenId* t = seq.tokens.data() + static_cast<size_t>(i) * block_size_;
     const uint64_t h = block_hash(parent, t, block_size_);
-    auto it = by_hash_.find(h);
-    if (it == by_hash_.end()) break;
-    const Block& blk = blocks_[it->second];
-    if (!std::equal(blk.tokens.begin(), blk.tokens.end(), t, t + block_size_)) break;  // hash collision
-    hits.push_back(it->second);
+    const int32_t b = by_hash_.find(h);
+    if (b == PrefixIndex::kAbsent) break;
+    if (!std::equal(t, t + block_size_, tokens_of(b))) break;  // hash collision
+    hits.push_back(b);
     parent = h;
   }
   return hits;
@@ -189,7 +187,7 @@ int64_t PagedKvManager::slots_needed(const Sequence& seq, int n_tokens) const {
     const int n_new = std::max(0, blocks_for(n_tokens) - static_cast<int>(seq.kv.blocks.size()));
     return int64_t{n_new + count_copies(seq, n_tokens)} * block_size_;
   }
-  const std::vector<int32_t> hits = match_prefix(seq);
+  const std::vector<int32_t>& hits = match_prefix(seq);
   const int n_hits = static_cast<int>(hits.size());
   const int n_off_free = static_cast<int>(std::count_if(hits.begin(), hits.end(), [&](int32_t b) { return blocks_[b].ref == 0; }));
   return int64_t{std::max(blocks_for(n_tokens), n_hits) - n_hits + n_off_free} * block_size_;
@@ -211,7 +209,7 @@ void PagedKvManager::allocate(Sequence& seq, int n_tokens) {
   if (!can_allocate(seq, n_tokens))
     throw std::logic_error(kPaged.label(seq) + ": not enough free blocks for " + std::to_string(n_tokens) +
                            " tokens; call can_allocate first");
-  const std::vector<int32_t> hits = match_prefix(seq);
+  const std::vector<int32_t>& hits = match_prefix(seq);
   seq.kv = KvHandle{};
   seq.kv.blocks.reserve(static_cast<size_t>(std::max(blocks_for(n_tokens), static_cast<int>(hits.size()))));
   for (int32_t b : hits) {
@@ -321,8 +319,8 @@ void PagedKvManager::on_computed(const Sequence& seq) {
     Block& blk = blocks_[table[i]];
     blk.hash = block_hash(parent, t, block_size_);
     blk.hashed = true;
-    blk.tokens.assign(t, t + block_size_);
-    by_hash_.try_emplace(blk.hash, table[i]);  // identical content already cached: keep the first
+    std::copy_n(t, block_size_, block_tokens_.data() + size_t(table[i]) * size_t(block_size_));
+    by_hash_.insert_if_absent(blk.hash, table[i]);  // identical content already cached: keep the first
     parent = blk.hash;
   }
 }
@@ -342,7 +340,8 @@ KvBreakdown PagedKvManager::breakdown(std::span<const Sequence* const> live, con
   for (const Sequence* seq : live) {
     if (!seq->kv.allocated) continue;
     const auto& table = seq->kv.blocks;
-    if (!sharing_.contains(seq->id)) {  // every block exclusive: one span
+    // sharing_ is empty unless prefixes or samples are shared: skip the hash lookup then.
+    if (sharing_.empty() || !sharing_.contains(seq->id)) {  // every block exclusive: one span
       const HeldSplit s = split_held(*seq, 0, int64_t{block_size_} * static_cast<int64_t>(table.size()));
       out.stored += s.stored;
       fill += s.stored + s.reserved;
@@ -408,7 +407,6 @@ void PagedKvManager::check_invariants(std::span<const Sequence* const> live) con
       fail("block " + str(b) + " has ref " + str(blk.ref) + " but " + str(refs[b]) + " live table reference(s)");
     if (blk.ref == 0) ++n_unreferenced;
     if (blk.in_free != (blk.ref == 0)) fail("block " + str(b) + " with ref " + str(blk.ref) + (blk.in_free ? " is" : " is not") + " on the free list");
-    if (blk.hashed && static_cast<int>(blk.tokens.size()) != block_size_) fail("cached block " + str(b) + " lacks its token ids");
   }
   std::vector<char> on_list(blocks_.size(), 0);
   if (const std::string e = runs_.check(on_list); !e.empty()) fail("free runs: " + e);
@@ -434,9 +432,10 @@ void PagedKvManager::check_invariants(std::span<const Sequence* const> live) con
   if (n_listed + n_in_runs != n_free_ || n_free_ != n_unreferenced)
     fail("free list has " + str(n_listed) + " cached and " + str(n_in_runs) + " other blocks, count says " + str(n_free_) +
          ", unreferenced blocks " + str(n_unreferenced));
-  for (const auto& [h, b] : by_hash_)
+  by_hash_.for_each([&](uint64_t h, int32_t b) {
     if (b < 0 || b >= n_blocks() || !blocks_[b].hashed || blocks_[b].hash != h)
       fail("prefix cache entry points to block " + str(b) + " that does not carry its hash");
+  });
 }
 
 }  // namespace servelab

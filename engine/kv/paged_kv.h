@@ -24,6 +24,7 @@
 
 #include "engine/kv/block_runs.h"
 #include "engine/kv/kv_manager.h"
+#include "engine/kv/prefix_index.h"
 
 namespace servelab {
 
@@ -90,17 +91,19 @@ class PagedKvManager final : public KvManager {
 
   struct Block {
     int ref = 0;
-    bool hashed = false;           ///< hash/tokens are valid: the block is full and computed
+    bool hashed = false;           ///< hash and block_tokens_' row are valid: the block is full and computed
     uint64_t hash = 0;             ///< chained hash of the prefix ending with this block
-    std::vector<TokenId> tokens;   ///< its token ids (to confirm a hash match), when hashed
     uint64_t owner = kNoSeq;       ///< seq that took it from the free list (sharing bookkeeping)
     int32_t prev = kNone, next = kNone;  ///< links of the cached free list
     bool in_free = false;          ///< ref == 0: on the cached free list (hashed) or in runs_
   };
 
   /// Blocks at the start of seq's prompt found in the prefix cache (never the block holding the
-  /// last prompt token).
-  std::vector<int32_t> match_prefix(const Sequence& seq) const;
+  /// last prompt token). The answer lives in a scratch vector reused by every call (no per-call
+  /// allocation): read it before the next call.
+  const std::vector<int32_t>& match_prefix(const Sequence& seq) const;
+  /// The token ids cached block b holds (block_size of them), valid while it is hashed.
+  const TokenId* tokens_of(int32_t b) const { return block_tokens_.data() + size_t(b) * size_t(block_size_); }
   /// Blocks in [seq.n_computed, n_tokens) that seq holds but shares: each needs a copy.
   int count_copies(const Sequence& seq, int n_tokens) const;
   int blocks_for(int n_tokens) const { return (n_tokens + block_size_ - 1) / block_size_; }
@@ -142,7 +145,11 @@ class PagedKvManager final : public KvManager {
   BlockRuns runs_;
   int32_t free_head_ = kNone, free_tail_ = kNone;  ///< the cached free list
   int32_t n_free_ = 0;                             ///< runs_ and the cached free list
-  std::unordered_map<uint64_t, int32_t> by_hash_;  ///< prefix cache: chained hash -> block
+  PrefixIndex by_hash_;  ///< prefix cache: chained hash -> block (allocation-free, prefix_index.h)
+  /// Per block, the token ids it caches (to confirm a hash match): one flat array for the arena
+  /// rather than a vector a block, so registering a block copies without allocating.
+  std::vector<TokenId> block_tokens_;
+  mutable std::vector<int32_t> match_hits_;  ///< match_prefix's answer, reused
   /// Seqs that may hold a block with ref > 1 (every holder of a shared block is here); breakdown
   /// walks only these block tables and counts the others in O(1).
   std::unordered_set<uint64_t> sharing_;

@@ -274,6 +274,9 @@ ScheduledStep ContinuousScheduler::schedule(double now) {
   Pass pass;
   pass.in_step = &in_step_;
   pass.budget = config_.max_num_batched_tokens;
+  // One allocation for the step's chunks rather than a doubling series as they are added.
+  pass.step.chunks.reserve(std::min(running_.size() + waiting_.size() + swapped_.size(),
+                                    static_cast<size_t>(config_.max_num_seqs)));
   if (!config_.chunked_prefill) {
     // Prefill-only step when there is prefill work: sequences mid-recompute, then admissions
     // (held back while swapped sequences wait to resume).
