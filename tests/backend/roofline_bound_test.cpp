@@ -4,22 +4,12 @@
 #include <gtest/gtest.h>
 
 #include "engine/backend/cost_model.h"
+#include "tests/backend/roofline_hand_model.h"
 
 namespace servelab {
 namespace roofline_bound_test {  // named: a unity batch shares one translation unit
 
-/// d 8, 2 layers, 2 heads of 4 (one KV head), FFN 16, vocabulary 32, untied embeddings.
-ModelConfig hand_model() {
-  ModelConfig m;
-  m.name = "hand";
-  m.hidden_size = 8;
-  m.n_layers = 2;
-  m.n_heads = 2;
-  m.n_kv_heads = 1;
-  m.intermediate_size = 16;
-  m.vocab_size = 32;
-  return m;
-}
+using roofline_test::hand_model;
 
 /// 1 GFLOP/s, 1 GB/s, fp32 weights and K/V: seconds are FLOPs or bytes in units of 1e-9.
 SimDevice hand_device() {

@@ -6,6 +6,7 @@
 #include "engine/backend/profiler.h"
 #include "engine/engine.h"
 #include "loadgen/roofline_meter.h"
+#include "tests/backend/roofline_hand_model.h"
 #include "tests/engine/engine_test_support.h"
 #include "tests/loadgen/loadgen_test_util.h"
 
@@ -14,19 +15,7 @@ namespace roofline_meter_test {
 
 using namespace enginetest;
 
-/// d 8, 2 layers, 2 heads of 4 (one KV head), FFN 16, vocabulary 32: counted by hand in
-/// tests/backend/roofline_bound_test.cpp (1,192 layer parameters, LM head 256, 64 K/V bytes a token).
-ModelConfig hand_model() {
-  ModelConfig m;
-  m.name = "hand";
-  m.hidden_size = 8;
-  m.n_layers = 2;
-  m.n_heads = 2;
-  m.n_kv_heads = 1;
-  m.intermediate_size = 16;
-  m.vocab_size = 32;
-  return m;
-}
+using roofline_test::hand_model;
 
 RooflineCeilings giga() { return RooflineCeilings{1e9, 1e9, CeilingSource::profile, "test"}; }
 
