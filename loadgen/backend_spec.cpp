@@ -26,6 +26,7 @@ BackendSpec backend_spec(const Scenario& sc) {
   spec.storage_dtype = sc.backend.dtype;
   spec.quantization = sc.backend.quantization;
   spec.kv_cache_dtype = sc.backend.kv_cache_dtype;
+  spec.residual_scale = sc.model.residual_scale;
   spec.validate();
   return spec;
 }

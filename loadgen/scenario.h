@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/backend/make_backend.h"
+#include "engine/model/residual_scale.h"
 #include "loadgen/lora_workload.h"
 #include "engine/kv/kv_manager.h"
 #include "engine/model/config.h"
@@ -89,9 +90,15 @@ struct ModelSpec {
   std::string preset = "tiny";  ///< one of preset_names(); empty when `path` is set
   std::string path;             ///< folder with config.json (+ safetensors), resolved
   std::optional<DType> dtype;   ///< unset: the preset's or checkpoint's own
+  /// `residual_scale: {from_layer, scale}`: synthesized weights whose layers from from_layer on
+  /// add scale × their branches to the residual stream (engine/model/residual_scale.h), so a
+  /// self-speculative draft of the first layers agrees with the model at a rate set by
+  /// construction. cpu and cuda (one GPU); sim: no effect on prices.
+  std::optional<ResidualScale> residual_scale;
   // Resolved at load from the preset or DIR/config.json:
   int vocab_size = 0;
   int max_position = 0;
+  int n_layers = 0;
 };
 
 /// `backend:` (BackendKind is the engine's: cpu | sim | cuda; engine/backend/make_backend.h).

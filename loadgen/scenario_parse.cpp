@@ -91,7 +91,7 @@ void Walker::root(const YAML::Node& r) {
 }
 
 void Walker::model(const YAML::Node& n) {
-  if (!section(n, "model", {"preset", "path", "dtype"})) return;
+  if (!section(n, "model", {"preset", "path", "dtype", "residual_scale"})) return;
   const bool has_preset = defined(n["preset"]), has_path = defined(n["path"]);
   if (has_preset && has_path) {
     note(n["path"], "model.path");
@@ -105,6 +105,30 @@ void Walker::model(const YAML::Node& n) {
                   Options<DType>{{"f32", DType::f32}, {"f16", DType::f16}, {"bf16", DType::bf16},
                                  {"float32", DType::f32}, {"float16", DType::f16}, {"bfloat16", DType::bf16}}))
       s_.model.dtype = dt;
+  }
+  if (defined(n["residual_scale"]) && section(n["residual_scale"], "model.residual_scale", {"from_layer", "scale"})) {
+    const YAML::Node& r = n["residual_scale"];
+    ResidualScale rs;
+    double scale = 1.0;
+    bool ok = true;
+    if (!defined(r["from_layer"]) || !defined(r["scale"])) {
+      note(r, "model.residual_scale");
+      d_.error_at("model.residual_scale", "model.residual_scale needs from_layer and scale");
+      ok = false;
+    } else {
+      ok = read_int(r["from_layer"], "model.residual_scale.from_layer", rs.from_layer) &&
+           read_double(r["scale"], "model.residual_scale.scale", scale);
+    }
+    rs.scale = static_cast<float>(scale);
+    if (ok) {
+      try {
+        rs.validate("model.residual_scale");
+        s_.model.residual_scale = rs;
+      } catch (const std::invalid_argument& e) {
+        note(r, "model.residual_scale");
+        d_.error_at("model.residual_scale", e.what());
+      }
+    }
   }
 }
 

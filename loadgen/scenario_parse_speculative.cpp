@@ -1,5 +1,5 @@
 // A strategy's `speculative:` (speculative decoding: engine/spec/spec_config.h): the method, its
-// knobs and what it needs (continuous batching; self and draft_model on the cpu backend), each
+// knobs and what it needs (continuous batching; self and draft_model on backend cpu or cuda), each
 // error at its file:line:col.
 #include "loadgen/scenario_parse.h"
 #include "loadgen/yaml_reader.h"
@@ -25,11 +25,18 @@ class SpeculativeWalker : public YamlReader {
       read_enum(n["method"], join(path, "method"), out.method,
                 Options<SpecMethod>{{"ngram", SpecMethod::ngram}, {"self", SpecMethod::self},
                                     {"draft_model", SpecMethod::draft_model}});
-      if (out.method != SpecMethod::ngram && s_.backend.kind != BackendKind::cpu) {
+      if (out.method != SpecMethod::ngram && s_.backend.kind == BackendKind::sim) {
         note(n["method"], join(path, "method"));
         d_.error_at(join(path, "method"), join(path, "method") + ": " + to_string(out.method) +
-                                              " runs a draft model on the cpu backend (got backend " +
-                                              to_string(s_.backend.kind) + "; ngram runs anywhere)");
+                                              " runs a draft model on backend cpu or cuda (got backend sim; ngram "
+                                              "runs anywhere)");
+      } else if (out.method != SpecMethod::ngram && s_.backend.kind == BackendKind::cuda &&
+                 s_.backend.tensor_parallel > 1) {
+        note(n["method"], join(path, "method"));
+        d_.error_at(join(path, "method"), join(path, "method") + ": " + to_string(out.method) +
+                                              " runs its draft model beside a one-GPU target so far (got "
+                                              "tensor_parallel " + std::to_string(s_.backend.tensor_parallel) +
+                                              "; ngram runs there)");
       }
     }
     if (defined(n["model"])) read_string(n["model"], join(path, "model"), out.model);

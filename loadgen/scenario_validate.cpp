@@ -129,6 +129,7 @@ void Scenario::resolve(Diagnostics& diag) {
         const ModelConfig c = read_hf_config((fs::path(model.path) / "config.json").string());
         model.vocab_size = c.vocab_size;
         model.max_position = c.max_position;
+        model.n_layers = c.n_layers;
       } catch (const std::exception& e) {
         diag.error("model.path", std::string("is not a usable model folder: ") + e.what());
       }
@@ -138,6 +139,7 @@ void Scenario::resolve(Diagnostics& diag) {
       const ModelConfig c = preset(model.preset);
       model.vocab_size = c.vocab_size;
       model.max_position = c.max_position;
+      model.n_layers = c.n_layers;
     } catch (const std::invalid_argument&) {
       std::string msg = "must be one of ";
       for (const auto& p : preset_names()) msg += p + (p == preset_names().back() ? "" : ", ");
@@ -147,6 +149,12 @@ void Scenario::resolve(Diagnostics& diag) {
     }
   }
   if (engine.max_model_len == 0) engine.max_model_len = model.max_position;
+  if (model.residual_scale && model.n_layers > 0 && model.residual_scale->from_layer > model.n_layers)
+    diag.error("model.residual_scale.from_layer", "must be at most the model's " + std::to_string(model.n_layers) +
+                                                     " layers (got " + std::to_string(model.residual_scale->from_layer) + ")");
+  if (model.residual_scale && backend.kind == BackendKind::cuda && backend.tensor_parallel > 1)
+    diag.error("model.residual_scale", "runs on one GPU so far (got backend.tensor_parallel " +
+                                           std::to_string(backend.tensor_parallel) + ")");
 
   for (auto& st : strategies) {
     if (st.label.empty()) {

@@ -106,8 +106,11 @@ void apply_strategy(Engine& engine, const StrategySpec& strategy, const BackendF
   const ModelConfig& model = engine.backend().config();
   ProposerTarget target;
   target.weights = backends.weights();
+  if (!target.weights) target.backend = backends.spec();  // cuda: the draft is built on the target's GPU
   target.vocab_size = model.vocab_size;
   target.max_model_len = engine.config().kv.max_model_len;
+  target.max_num_seqs = engine.config().sched.max_num_seqs;
+  target.max_num_batched_tokens = engine.config().sched.max_num_batched_tokens;
   target.seed = backends.spec().seed;
   SpecPolicy policy;
   policy.num_speculative_tokens = sc.num_speculative_tokens;

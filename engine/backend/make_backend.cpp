@@ -24,6 +24,20 @@ bool is_checkpoint_dir(const std::string& model) {
   return std::filesystem::is_directory(model, ec);
 }
 
+/// The preset `spec.model` names, rounded through spec.dtype, cut to spec.first_layers.
+ModelConfig preset_config(const BackendSpec& spec) {
+  ModelConfig config = preset(spec.model);
+  if (spec.dtype) config.dtype = *spec.dtype;
+  if (spec.first_layers > 0) {
+    if (spec.first_layers > config.n_layers)
+      throw std::invalid_argument("first_layers " + std::to_string(spec.first_layers) + " is more than " + spec.model +
+                                  "'s " + std::to_string(config.n_layers) + " layers");
+    config.n_layers = spec.first_layers;
+    config.name += "-first" + std::to_string(spec.first_layers);
+  }
+  return config;
+}
+
 }  // namespace
 
 const char* to_string(BackendKind k) {
@@ -86,6 +100,14 @@ void BackendSpec::validate() const {
                                 " with tensor_parallel " + std::to_string(tensor_parallel) +
                                 ": the tensor-parallel cuda backend runs bf16/f16 Linears only so far; quantized "
                                 "formats run on one GPU (tensor_parallel 1), backend cpu and sim");
+  if (residual_scale) residual_scale->validate("residual_scale");
+  if (residual_scale && kind == BackendKind::cuda && tensor_parallel > 1)
+    throw std::invalid_argument("residual_scale runs on one GPU so far (tensor_parallel " +
+                                std::to_string(tensor_parallel) + " shards the scaled projections)");
+  if (first_layers < 0) throw std::invalid_argument("first_layers must be >= 0 (got " + std::to_string(first_layers) + ")");
+  if (first_layers > 0 && is_checkpoint_dir(model))
+    throw std::invalid_argument("first_layers (a self-speculative draft's layers) applies to presets; " + model +
+                                " is a checkpoint folder");
   if (kind == BackendKind::cpu && storage_dtype != DType::bf16)
     throw std::invalid_argument(std::string("dtype ") + to_string(storage_dtype) +
                                 " applies to backend cuda or sim; the cpu backend computes and stores K/V in fp32");
@@ -98,7 +120,8 @@ ModelConfig resolve_model_config(const std::string& model) {
 }
 
 ModelConfig spec_model_config(const BackendSpec& spec) {
-  return spec.sim_model_config ? *spec.sim_model_config : resolve_model_config(spec.model);
+  if (spec.sim_model_config) return *spec.sim_model_config;
+  return spec.first_layers > 0 ? preset_config(spec) : resolve_model_config(spec.model);
 }
 
 int64_t kv_bytes_per_slot(const BackendSpec& spec) {
@@ -155,19 +178,16 @@ std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
     o.dtype = spec.storage_dtype;
     o.quantization = spec.quantization;
     o.fp8_per_channel = spec.fp8_per_channel;
+    o.residual_scale = spec.residual_scale;
     if (is_checkpoint_dir(spec.model) && read_quant_scheme((std::filesystem::path(spec.model) / "config.json").string()))
       throw std::invalid_argument(spec.model + ": a quantized checkpoint; the cuda backend quantizes bf16/f16/f32 "
                                   "checkpoints on load so far (quantized checkpoints run on backend cpu)");
     if (spec.tensor_parallel > 1) {  // tp_backend.h: a rank per GPU, NCCL between them
       if (is_checkpoint_dir(spec.model)) return TpCudaBackend::load(spec.model, spec.tensor_parallel, o);
-      ModelConfig config = preset(spec.model);
-      if (spec.dtype) config.dtype = *spec.dtype;
-      return TpCudaBackend::random(config, spec.seed, spec.tensor_parallel, o);
+      return TpCudaBackend::random(preset_config(spec), spec.seed, spec.tensor_parallel, o);
     }
     if (is_checkpoint_dir(spec.model)) return CudaBackend::load(spec.model, o);
-    ModelConfig config = preset(spec.model);
-    if (spec.dtype) config.dtype = *spec.dtype;
-    return CudaBackend::random(config, spec.seed, o);
+    return CudaBackend::random(preset_config(spec), spec.seed, o);
 #else
     throw std::runtime_error("backend cuda: this servelab was built without CUDA (nvcc was not found at configure "
                              "time, or -DSERVELAB_CUDA=OFF); rebuild on a machine with the CUDA toolkit, or use "
@@ -180,13 +200,10 @@ std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
 BackendFactory::BackendFactory(const BackendSpec& spec) : spec_(spec) {
   spec_.validate();
   if (spec_.kind != BackendKind::cpu) return;
-  if (is_checkpoint_dir(spec_.model)) {
-    weights_ = std::make_shared<const ModelWeights>(ModelWeights::load(spec_.model));
-  } else {
-    ModelConfig config = preset(spec_.model);
-    if (spec_.dtype) config.dtype = *spec_.dtype;
-    weights_ = std::make_shared<const ModelWeights>(ModelWeights::random(config, spec_.seed));
-  }
+  ModelWeights w = is_checkpoint_dir(spec_.model) ? ModelWeights::load(spec_.model)
+                                                  : ModelWeights::random(preset_config(spec_), spec_.seed);
+  apply_residual_scale(w, spec_.residual_scale);
+  weights_ = std::make_shared<const ModelWeights>(std::move(w));
   (void)make(spec_.quantization, spec_.kv_cache_dtype);  // a format the weights cannot take fails here
 }
 

@@ -13,6 +13,7 @@
 #include "engine/backend/cpu_gemm.h"
 #include "engine/backend/cuda/tp_all_reduce_mode.h"
 #include "engine/backend/sim_backend.h"
+#include "engine/model/residual_scale.h"
 
 namespace servelab {
 
@@ -65,6 +66,15 @@ struct BackendSpec {
   /// quantized on load (quantize_weights.h), dequantized for the fp32 forward. sim: priced from
   /// the format's bytes and FLOPs. cuda: none only (its quantized kernels are not wired in yet).
   Quantization quantization = Quantization::none;
+  /// Synthesized weights (`model.residual_scale`, engine/model/residual_scale.h): layers from
+  /// from_layer on add scale × their branches to the residual stream, so the model's first layers
+  /// (or a smaller draft) predict it at a rate set by construction. cpu and cuda (one GPU); sim:
+  /// no effect on prices.
+  std::optional<ResidualScale> residual_scale;
+  /// > 0: only the model's first N layers with its embedding, final norm and LM head (a
+  /// self-speculative draft on cuda: the same random tensors as the full model's, keyed by name).
+  /// Presets only; 0 = all layers.
+  int first_layers = 0;
   /// fp8: FP8 weights with per-channel scales and per-token activations (compressed-tensors'
   /// FP8-Dynamic); false: vLLM's dynamic FP8 (per-tensor weights and activations).
   bool fp8_per_channel = false;

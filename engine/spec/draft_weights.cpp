@@ -1,6 +1,5 @@
 #include "engine/spec/draft_weights.h"
 
-#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -20,19 +19,6 @@ ModelWeights first_layers(const ModelWeights& target, int n_layers) {
   w.final_norm = target.final_norm;
   w.lm_head = target.lm_head;
   return w;
-}
-
-void scale_residual_branches(ModelWeights& weights, int from_layer, float scale) {
-  const int n = static_cast<int>(weights.layers.size());
-  if (from_layer < 0 || from_layer > n)
-    throw std::invalid_argument("scale_residual_branches: from_layer must be in [0, " + std::to_string(n) + "] (got " +
-                                std::to_string(from_layer) + ")");
-  if (!std::isfinite(scale))
-    throw std::invalid_argument("scale_residual_branches: scale must be finite (got " + std::to_string(scale) + ")");
-  for (int l = from_layer; l < n; ++l) {
-    for (float& x : weights.layers[size_t(l)].wo) x *= scale;
-    for (float& x : weights.layers[size_t(l)].w_down) x *= scale;
-  }
 }
 
 }  // namespace servelab

@@ -4,6 +4,7 @@
 // head. A target whose later layers' residual branches are scaled by s (attention output and
 // down projections) computes x + s·f(x) there: at s = 0 its first L' layers predict it exactly,
 // and as s grows the two disagree more; acceptance then comes out of running both models.
+#include "engine/model/residual_scale.h"  // scale_residual_branches: the target side of a built pair
 #include "engine/model/weights.h"
 
 namespace servelab {
@@ -12,10 +13,5 @@ namespace servelab {
 /// final norm and LM head: a model of the same vocabulary and width (config.n_layers =
 /// n_layers, name "<target>-first<n>"). Throws std::invalid_argument naming the range.
 ModelWeights first_layers(const ModelWeights& target, int n_layers);
-
-/// Multiplies the residual branches of layers [from_layer, n_layers) by `scale` (their wo and
-/// w_down): those layers add scale × what they computed to the residual stream. Throws
-/// std::invalid_argument for from_layer outside [0, n_layers] or a scale that is not finite.
-void scale_residual_branches(ModelWeights& weights, int from_layer, float scale);
 
 }  // namespace servelab

@@ -14,6 +14,9 @@ void ModelProposerOptions::validate() const {
   if (max_model_len < 2) throw std::invalid_argument("draft max_model_len must be >= 2 (got " + std::to_string(max_model_len) + ")");
   if (block_size < 1) throw std::invalid_argument("draft block_size must be >= 1 (got " + std::to_string(block_size) + ")");
   if (n_threads < 0) throw std::invalid_argument("draft n_threads must be >= 0 (got " + std::to_string(n_threads) + ")");
+  if (max_num_seqs < 1) throw std::invalid_argument("draft max_num_seqs must be >= 1 (got " + std::to_string(max_num_seqs) + ")");
+  if (max_num_batched_tokens < 1)
+    throw std::invalid_argument("draft max_num_batched_tokens must be >= 1 (got " + std::to_string(max_num_batched_tokens) + ")");
 }
 
 ModelProposer::ModelProposer(std::string method, std::shared_ptr<const ModelWeights> draft, int target_vocab,
@@ -21,18 +24,33 @@ ModelProposer::ModelProposer(std::string method, std::shared_ptr<const ModelWeig
     : method_(std::move(method)) {
   options.validate();
   if (!draft) throw std::invalid_argument(method_ + " proposer: no draft weights");
-  if (draft->config.vocab_size != target_vocab)
-    throw std::invalid_argument(method_ + " proposer: the draft " + draft->config.name + " has a vocabulary of " +
-                                std::to_string(draft->config.vocab_size) + " tokens, the target " +
-                                std::to_string(target_vocab) + "; they must be the same");
   CpuBackendOptions o;
   o.n_threads = options.n_threads;
-  backend_ = std::make_unique<CpuBackend>(std::move(draft), o);
+  auto cpu = std::make_unique<CpuBackend>(std::move(draft), o);
+  cpu_ = cpu.get();
+  backend_ = std::move(cpu);
+  init(options, target_vocab);
+}
+
+ModelProposer::ModelProposer(std::string method, std::unique_ptr<Backend> draft, int target_vocab,
+                             ModelProposerOptions options)
+    : method_(std::move(method)), backend_(std::move(draft)) {
+  options.validate();
+  if (!backend_) throw std::invalid_argument(method_ + " proposer: no draft backend");
+  init(options, target_vocab);
+}
+
+void ModelProposer::init(ModelProposerOptions options, int target_vocab) {
+  const ModelConfig& draft = backend_->config();
+  if (draft.vocab_size != target_vocab)
+    throw std::invalid_argument(method_ + " proposer: the draft " + draft.name + " has a vocabulary of " +
+                                std::to_string(draft.vocab_size) + " tokens, the target " +
+                                std::to_string(target_vocab) + "; they must be the same");
   KvConfig kc;
   kc.kind = KvKind::paged;
   kc.block_size = options.block_size;
   kc.prefix_caching = false;  // its copies are rolled back and forth; nothing to share
-  kc.max_model_len = std::min(options.max_model_len, backend_->config().max_position);
+  kc.max_model_len = std::min(options.max_model_len, draft.max_position);
   max_len_ = kc.max_model_len;
   const int64_t n_slots = options.kv_cache_bytes / backend_->kv_bytes_per_slot();
   if (n_slots < options.block_size)
@@ -40,6 +58,12 @@ ModelProposer::ModelProposer(std::string method, std::shared_ptr<const ModelWeig
                                 ") hold less than one block of the draft's K/V");
   kv_ = make_kv_manager(kc, n_slots);
   backend_->init_kv(n_slots);
+  StepLimits limits;
+  limits.max_seqs = options.max_num_seqs;
+  limits.max_rows = std::max(options.max_num_batched_tokens, options.max_num_seqs);
+  limits.max_context = max_len_;
+  limits.block_size = options.block_size;
+  backend_->reserve_steps(limits);
 }
 
 ModelProposer::~ModelProposer() = default;
@@ -105,7 +129,21 @@ void ModelProposer::draft_step(std::vector<Work>& live) {
   live = ran;
   if (ran.empty()) return;
   build_step_input(batch_, *kv_, backend_->config().vocab_size, step_);
-  const std::span<const float> logits = backend_->logits(step_);
+  draw_drafts(ran);
+}
+
+void ModelProposer::draw_drafts(const std::vector<Work>& ran) {
+  if (!cpu_) {  // the backend's sampler draws each draft (argmax, or the target's key at that position)
+    const StepOutput out = backend_->execute(step_);
+    for (size_t i = 0; i < ran.size(); ++i) {
+      Sequence& c = *ran[i].copy;
+      c.n_computed += batch_.entries[i].n_new;
+      ran[i].task->tokens->push_back(out.tokens[i]);
+      c.tokens.push_back(out.tokens[i]);
+    }
+    return;
+  }
+  const std::span<const float> logits = cpu_->logits(step_);
   const size_t vocab = size_t(backend_->config().vocab_size);
   for (size_t i = 0; i < ran.size(); ++i) {
     const DraftTask& t = *ran[i].task;

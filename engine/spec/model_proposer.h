@@ -2,12 +2,16 @@
 // ModelProposer: drafts by running a model — a smaller one with the target's vocabulary
 // (`draft_model`) or the target's own first L' layers and LM head (`self`, layer-skip
 // self-speculation). It keeps its own copy of each sequence (the accepted tokens plus its last
-// drafts) with its own paged K/V in its own arena, on its own CPU backend: each call rolls a
-// copy back to the tokens the target accepted (rejected drafts' blocks freed), catches its K/V
-// up in one batched step, then drafts one position per step for every sequence together.
-// Greedy requests draft the argmax; sampled ones draw from q = the draft's sampling distribution
-// at the request's temperature, top-k and top-p (their own uniform stream) and hand q over for
-// rejection sampling. A CUDA draft would take the same shape over a backend that returns logits.
+// drafts) with its own paged K/V in its own arena, on its own backend (cpu beside a cpu target,
+// a CudaBackend on the target's GPU beside a cuda one): each call rolls a copy back to the tokens
+// the target accepted (rejected drafts' blocks freed), catches its K/V up in one batched step,
+// then drafts one position per step for every sequence together (on cuda those one-row steps
+// replay the draft's CUDA graphs).
+// Greedy requests draft the argmax. Sampled ones, on the cpu backend, draw from q = the draft's
+// sampling distribution at the request's temperature, top-k and top-p (their own uniform stream)
+// and hand q over for rejection sampling; on a backend without host logits (cuda) the draft's
+// own sampler draws the token with the key the target's draw at that position uses (seed,
+// sequence, position), and the draft goes to the target as a point mass: exact either way.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,7 +30,9 @@ struct ModelProposerOptions {
   int64_t kv_cache_bytes = 16ll << 20;  ///< the draft's K/V arena (a sequence that does not fit gets no drafts)
   int max_model_len = 2048;             ///< longest sequence it drafts for
   int block_size = 16;
-  int n_threads = 1;                    ///< its CPU backend's pool
+  int n_threads = 1;                    ///< its CPU backend's pool (the weights constructor)
+  int max_num_seqs = 256;               ///< the most sequences one draft step holds (the backend's step buffers)
+  int max_num_batched_tokens = 2048;    ///< the most rows one draft step holds (a catch-up step may grow past it)
   void validate() const;
 };
 
@@ -36,6 +42,9 @@ class ModelProposer final : public Proposer {
   /// the draft's vocabulary is not target_vocab.
   ModelProposer(std::string method, std::shared_ptr<const ModelWeights> draft, int target_vocab,
                 ModelProposerOptions options = {});
+  /// A draft on a backend built by the caller (make_proposer: a CudaBackend of the draft's
+  /// weights). It gets its own arena of options.kv_cache_bytes here.
+  ModelProposer(std::string method, std::unique_ptr<Backend> draft, int target_vocab, ModelProposerOptions options = {});
   ~ModelProposer() override;
   const char* name() const override { return method_.c_str(); }
   /// One task, its distributions dropped (point masses).
@@ -44,6 +53,7 @@ class ModelProposer final : public Proposer {
   void forget(uint64_t seq_id) override;
 
   const ModelConfig& draft_config() const { return backend_->config(); }
+  const Backend& backend() const { return *backend_; }
   const KvManager& kv() const { return *kv_; }
   int n_sequences() const { return static_cast<int>(copies_.size()); }  ///< sequences it holds K/V for
 
@@ -61,7 +71,14 @@ class ModelProposer final : public Proposer {
 
   std::string method_;
   int max_len_ = 0;
-  std::unique_ptr<CpuBackend> backend_;
+  /// Sizes the arena and step buffers; the constructors' common part.
+  void init(ModelProposerOptions options, int target_vocab);
+  /// The draft token of each of `ran`'s draws: from host logits on the cpu backend, else drawn by
+  /// the backend's own sampler.
+  void draw_drafts(const std::vector<Work>& ran);
+
+  std::unique_ptr<Backend> backend_;
+  CpuBackend* cpu_ = nullptr;  // backend_ when it is the cpu backend (host logits, q)
   std::unique_ptr<KvManager> kv_;
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> copies_;  // by target sequence id
   Batch batch_;

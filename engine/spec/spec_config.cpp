@@ -39,20 +39,32 @@ void SpeculativeConfig::validate() const {
                                 to_string(method) + ")");
 }
 
-std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& c, const ProposerTarget& target) {
-  c.validate();
-  if (c.method == SpecMethod::ngram) return std::make_unique<NgramProposer>(c.prompt_lookup_min, c.prompt_lookup_max);
-  if (!target.weights)
-    throw std::invalid_argument(std::string("speculative method ") + to_string(c.method) +
-                                " runs a draft model on the cpu backend: it needs the target's weights (backend cpu)");
+namespace {
+
+ModelProposerOptions proposer_options(const ProposerTarget& target) {
   ModelProposerOptions o;
   o.max_model_len = target.max_model_len;
-  const int vocab = target.vocab_size > 0 ? target.vocab_size : target.weights->config.vocab_size;
+  o.max_num_seqs = target.max_num_seqs;
+  o.max_num_batched_tokens = target.max_num_batched_tokens;
+  return o;
+}
+
+int target_vocab(const ProposerTarget& target, const ModelConfig& fallback) {
+  return target.vocab_size > 0 ? target.vocab_size : fallback.vocab_size;
+}
+
+void check_self_layers(int num_layers, int have) {
+  if (num_layers >= have)
+    throw std::invalid_argument("speculative.num_layers must be below the target's " + std::to_string(have) +
+                                " layers (got " + std::to_string(num_layers) + ")");
+}
+
+/// The draft on the cpu backend, sharing the target's weights (self) or its own (draft_model).
+std::unique_ptr<Proposer> make_cpu_proposer(const SpeculativeConfig& c, const ProposerTarget& target) {
+  const ModelProposerOptions o = proposer_options(target);
+  const int vocab = target_vocab(target, target.weights->config);
   if (c.method == SpecMethod::self) {
-    const int have = target.weights->config.n_layers;
-    if (c.num_layers >= have)
-      throw std::invalid_argument("speculative.num_layers must be below the target's " + std::to_string(have) +
-                                  " layers (got " + std::to_string(c.num_layers) + ")");
+    check_self_layers(c.num_layers, target.weights->config.n_layers);
     auto w = std::make_shared<const ModelWeights>(first_layers(*target.weights, c.num_layers));
     return std::make_unique<ModelProposer>("self", std::move(w), vocab, o);
   }
@@ -61,6 +73,45 @@ std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& c, const Propos
                                                     ? ModelWeights::load(c.model)
                                                     : ModelWeights::random(preset(c.model), target.seed + 1));
   return std::make_unique<ModelProposer>("draft_model", std::move(w), vocab, o);
+}
+
+/// The draft as a CudaBackend on the target's GPU (one GPU, whatever the target's tensor
+/// parallelism): self is the target preset's first num_layers layers (the same tensors: random
+/// weights are keyed by name), draft_model its own preset (seed + 1) or folder, without the
+/// target's residual scaling or quantization.
+std::unique_ptr<Proposer> make_device_proposer(const SpeculativeConfig& c, const ProposerTarget& target) {
+  BackendSpec d = *target.backend;
+  d.tensor_parallel = 1;
+  if (c.method == SpecMethod::self) {
+    check_self_layers(c.num_layers, resolve_model_config(d.model).n_layers);
+    d.first_layers = c.num_layers;
+  } else {
+    d.model = c.model;
+    d.seed = target.seed + 1;
+    d.first_layers = 0;
+    d.residual_scale.reset();
+    d.quantization = Quantization::none;
+    d.dtype.reset();
+  }
+  std::unique_ptr<Backend> backend = make_backend(d);
+  ModelProposerOptions o = proposer_options(target);
+  o.kv_cache_bytes = target.device_draft_kv_bytes;
+  const int vocab = target_vocab(target, backend->config());
+  return std::make_unique<ModelProposer>(c.method == SpecMethod::self ? "self" : "draft_model", std::move(backend),
+                                         vocab, o);
+}
+
+}  // namespace
+
+std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& c, const ProposerTarget& target) {
+  c.validate();
+  if (c.method == SpecMethod::ngram) return std::make_unique<NgramProposer>(c.prompt_lookup_min, c.prompt_lookup_max);
+  if (target.weights) return make_cpu_proposer(c, target);
+  if (target.backend && target.backend->kind == BackendKind::cuda) return make_device_proposer(c, target);
+  throw std::invalid_argument(std::string("speculative method ") + to_string(c.method) +
+                              " runs a draft model on backend cpu or cuda" +
+                              (target.backend ? std::string(" (got backend ") + to_string(target.backend->kind) + ")"
+                                              : std::string(": it needs the target's weights or backend")));
 }
 
 }  // namespace servelab

@@ -3,8 +3,10 @@
 // proposer it builds.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "engine/backend/make_backend.h"
 #include "engine/model/weights.h"
 #include "engine/spec/proposer.h"
 
@@ -35,19 +37,27 @@ struct SpeculativeConfig {
 /// Throws std::invalid_argument naming the key (spec_config_json.cpp).
 SpeculativeConfig speculative_config_from_json(const std::string& text);
 
-/// What a model proposer needs of the run: the target's weights (the cpu backend's; null on
-/// the other backends, where self and draft_model are refused), the longest sequence, and the
-/// run's seed (a preset draft's random weights are drawn with seed + 1: another model than a
-/// target of the same preset).
+/// What a model proposer needs of the run: the target's weights (the cpu backend's, which a
+/// cpu draft shares) or, on cuda, the target's backend spec (the draft is built on its GPU from
+/// it), the longest sequence, the scheduler's step bounds, and the run's seed (a preset draft's
+/// random weights are drawn with seed + 1: another model than a target of the same preset).
 struct ProposerTarget {
   std::shared_ptr<const ModelWeights> weights;
+  std::optional<BackendSpec> backend;  ///< cuda targets: the spec the draft's backend derives from
   int vocab_size = 0;
   int max_model_len = 2048;
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
   uint64_t seed = 0;
+  /// The draft's K/V arena on a device backend (the cpu draft keeps ModelProposerOptions'
+  /// default): a sequence the arena cannot hold gets no drafts.
+  int64_t device_draft_kv_bytes = int64_t(1) << 30;
 };
 
-/// Builds the configured proposer. ngram needs nothing of the target; self and draft_model
-/// throw std::invalid_argument without target weights, or for a draft of another vocabulary.
+/// Builds the configured proposer. ngram needs nothing of the target; self and draft_model run
+/// on the cpu backend beside target weights, or on the target's GPU beside a cuda target's spec
+/// (self: the preset's first num_layers layers, drawn again: ~1 layer + embedding + LM head of
+/// extra memory), and throw std::invalid_argument otherwise, or for a draft of another vocabulary.
 std::unique_ptr<Proposer> make_proposer(const SpeculativeConfig& config, const ProposerTarget& target = {});
 
 }  // namespace servelab

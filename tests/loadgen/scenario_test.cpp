@@ -273,15 +273,48 @@ TEST(ScenarioErrors, SpeculativeNeedsContinuousBatchingAndABuiltMethod) {
   EXPECT_EQ(sc.strategies[0].speculative->prompt_lookup_max, 5);
 }
 
+TEST(ScenarioErrors, ResidualScaleIsReadAndChecked) {
+  const Scenario sc = load_yaml("model: {preset: tiny, residual_scale: {from_layer: 2, scale: 0.1}}\n"
+                                "strategies: [{batching: continuous}]\n"
+                                "workload: {rates: [1]}\n");
+  ASSERT_TRUE(sc.model.residual_scale.has_value());
+  EXPECT_EQ(sc.model.residual_scale->from_layer, 2);
+  EXPECT_FLOAT_EQ(sc.model.residual_scale->scale, 0.1f);
+  EXPECT_EQ(backend_spec(sc).residual_scale, sc.model.residual_scale);
+  EXPECT_NE(only_error("model: {preset: tiny, residual_scale: {from_layer: 9, scale: 0.1}}\n"
+                       "strategies: [{batching: continuous}]\n"
+                       "workload: {rates: [1]}\n")
+                .find("scn.yaml:1:52: model.residual_scale.from_layer must be at most the model's 4 layers (got 9)"),
+            std::string::npos);
+  EXPECT_NE(only_error("model: {preset: tiny, residual_scale: {scale: 0.1}}\n"
+                       "strategies: [{batching: continuous}]\n"
+                       "workload: {rates: [1]}\n")
+                .find("scn.yaml:1:39: model.residual_scale needs from_layer and scale"),
+            std::string::npos);
+  EXPECT_NE(only_error("model: {preset: tiny, residual_scale: {from_layer: 1, scale: .nan}}\n"
+                       "strategies: [{batching: continuous}]\n"
+                       "workload: {rates: [1]}\n")
+                .find("scn.yaml:1:62: model.residual_scale.scale must be a number (got '.nan')"),
+            std::string::npos);
+}
+
 TEST(ScenarioErrors, SpeculativeModelProposersNameTheirDraft) {
-  // self and draft_model run a draft model on the cpu backend.
+  // self and draft_model run a draft model on backend cpu or cuda (one GPU).
   EXPECT_EQ(only_error("backend: {kind: sim}\n"
                        "strategies:\n"
                        "  - batching: continuous\n"
                        "    speculative: {method: self, num_layers: 2}\n"
                        "workload: {rates: [1]}\n"),
-            "scn.yaml:4:27: strategies[0].speculative.method: self runs a draft model on the cpu backend (got "
+            "scn.yaml:4:27: strategies[0].speculative.method: self runs a draft model on backend cpu or cuda (got "
             "backend sim; ngram runs anywhere)");
+  EXPECT_NE(only_error("backend: {kind: cuda, tensor_parallel: 2}\n"
+                       "strategies:\n"
+                       "  - batching: continuous\n"
+                       "    speculative: {method: self, num_layers: 2}\n"
+                       "workload: {rates: [1]}\n")
+                .find("scn.yaml:4:27: strategies[0].speculative.method: self runs its draft model beside a one-GPU "
+                      "target so far (got tensor_parallel 2"),
+            std::string::npos);
   EXPECT_NE(only_error("strategies:\n"
                        "  - batching: continuous\n"
                        "    speculative: {method: self}\n"

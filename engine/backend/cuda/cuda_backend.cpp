@@ -31,6 +31,7 @@ void CudaBackendOptions::validate() const {
     throw std::invalid_argument(std::string("quantization ") + to_string(quantization) +
                                 " with batch_invariant: decode rows take quant_gemv and prefill rows the FP8 or bf16 "
                                 "GEMM, so a row's result depends on its batch; turn one of them off");
+  if (residual_scale) residual_scale->validate("residual_scale");
   if (dtype == DType::f16 && !kernels::fp16_kernels_built())
     throw std::invalid_argument("dtype f16: this servelab was built without the fp16 kernels "
                                 "(-DSERVELAB_KERNELS_FP16=OFF); rebuild with it ON or use dtype bf16");
@@ -76,6 +77,7 @@ std::unique_ptr<CudaBackend> CudaBackend::random(const ModelConfig& config, uint
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->w = cuda::DeviceWeights::random(config, seed, options.dtype);
+  if (options.residual_scale) cuda::scale_residual_branches(impl->w, *options.residual_scale);
   impl->setup();
   return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(impl)));
 }
@@ -85,6 +87,7 @@ std::unique_ptr<CudaBackend> CudaBackend::load(const std::string& dir, CudaBacke
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->w = cuda::DeviceWeights::load(dir, options.dtype);
+  if (options.residual_scale) cuda::scale_residual_branches(impl->w, *options.residual_scale);
   impl->setup();
   return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(impl)));
 }

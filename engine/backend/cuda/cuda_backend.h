@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/tp_all_reduce_mode.h"
 #include "engine/model/quant.h"
+#include "engine/model/residual_scale.h"
 
 namespace servelab {
 namespace kernels {
@@ -90,6 +92,10 @@ struct CudaBackendOptions {
   /// format (engine_bench --quantization fp8,fp8/1,... on an H200, docs/quantization.md): fp8 1
   /// (quant_gemv loses to the FP8 GEMM from 2 rows on), int4 16 (dequantize + GEMM loses more).
   int quant_gemv_max_rows = 0;
+  /// Synthesized weights (model.residual_scale, engine/model/residual_scale.h): the attention
+  /// output and down projections of layers from from_layer on multiplied by scale after they are
+  /// drawn or loaded, before quantization. One GPU only (TpCudaBackend refuses it).
+  std::optional<ResidualScale> residual_scale;
   /// Names the bad field: device < 0, tp_timeout_s <= 0, tp_all_reduce_max_bytes outside
   /// [16, 1 GiB] or not a multiple of 16, tp_all_reduce custom with dtype f16, decode.gemv_waves < 0, decode.gemv_loop outside 0..3, a dtype other than bf16 / f16, or f16 in a build without the
   /// fp16 kernels; quantization with dtype f16 or batch_invariant.

@@ -109,6 +109,15 @@ __global__ void convert_kernel(const void* in, int dtype, T* out, int64_t n) {
   }
 }
 
+/// x *= scale in place (a residual branch scaled: residual_scale.h), rounded back to T.
+template <typename T>
+__global__ void scale_in_place_kernel(T* x, int64_t n, float scale) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    if constexpr (std::is_same_v<T, __half>) x[i] = store_as<T>(__half2float(x[i]) * scale);
+    else x[i] = store_as<T>(__bfloat162float(x[i]) * scale);
+  }
+}
+
 int grid_for(int64_t n) { return static_cast<int>(std::clamp<int64_t>((n + 255) / 256, 1, 65536)); }
 
 int dtype_code(DType d) { return d == DType::f32 ? 0 : d == DType::f16 ? 1 : 2; }
@@ -322,6 +331,26 @@ DeviceWeights DeviceWeights::load(const std::string& dir, DType storage) {
   }
   CUDA_CHECK(cudaDeviceSynchronize());
   return w;
+}
+
+void scale_residual_branches(DeviceWeights& w, const ResidualScale& r) {
+  r.validate();
+  const ModelConfig& c = w.config;
+  const int from = std::min(r.from_layer, c.n_layers);
+  const int64_t o_elems = int64_t(c.hidden_size) * c.n_heads * c.head_dim();
+  const int64_t down_elems = int64_t(c.hidden_size) * c.intermediate_size;
+  with_storage(w.storage_dtype, [&](auto tag) {
+    using T = decltype(tag);
+    for (int l = from; l < c.n_layers; ++l) {
+      // The layer's pointers are views into w.storage, which this object owns.
+      auto* o = static_cast<T*>(const_cast<void*>(w.layers[size_t(l)].w_o));
+      auto* down = static_cast<T*>(const_cast<void*>(w.layers[size_t(l)].w_down));
+      scale_in_place_kernel<T><<<grid_for(o_elems), 256>>>(o, o_elems, r.scale);
+      scale_in_place_kernel<T><<<grid_for(down_elems), 256>>>(down, down_elems, r.scale);
+    }
+  });
+  CUDA_CHECK_LAUNCH();
+  CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 }  // namespace servelab::cuda

@@ -10,6 +10,7 @@
 
 #include "engine/backend/cuda/device_memory.h"
 #include "engine/model/config.h"
+#include "engine/model/residual_scale.h"
 #include "engine/model/tensors.h"
 
 namespace servelab::cuda {
@@ -67,5 +68,9 @@ void random_window(const TensorSpec& spec, uint64_t seed, DType dtype, int64_t f
 /// `n` raw checkpoint values (f32, f16 or bf16) already on the device to `storage` (bf16 or f16)
 /// at `out`, on the default stream.
 void convert_to_storage(const void* in, DType dtype, void* out, int64_t n, DType storage);
+
+/// residual_scale.h on the device: wo and w_down of layers [r.from_layer, n_layers) times
+/// r.scale, in their storage dtype (from_layer past the model's layers: nothing). Synchronous.
+void scale_residual_branches(DeviceWeights& w, const ResidualScale& r);
 
 }  // namespace servelab::cuda

@@ -180,6 +180,9 @@ std::unique_ptr<TpCudaBackend> TpCudaBackend::load(const std::string& dir, int n
 std::unique_ptr<TpCudaBackend::Impl> TpCudaBackend::build(const ModelConfig& config, int n_ranks,
                                                           const CudaBackendOptions& o, const void* weights_fn) {
   const WeightsFn& weights = *static_cast<const WeightsFn*>(weights_fn);
+  if (o.residual_scale)
+    throw std::invalid_argument("model.residual_scale runs on one GPU so far (tensor_parallel " + std::to_string(n_ranks) +
+                                " shards the scaled projections)");
   check_devices(o, n_ranks);
   auto impl = std::make_unique<TpCudaBackend::Impl>();
   impl->plan = cuda::TpPlan::make(config, n_ranks);

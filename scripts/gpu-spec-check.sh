@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Speculative decoding on the GPU in one device call (issue 27). Builds servelab and the cuda
+# backend's GPU tests (-DCMAKE_CUDA_ARCHITECTURES=90a), runs the speculative GPU tests
+# (SpecGpu.*: drafts on the GPU leave greedy and sampled output unchanged, batch-invariant), then
+# scenarios/gpu-spec-llama2-7b.yaml (plain vs `self` k <= 4 on Llama-2-7B-shaped weights whose
+# layers from 1 on are scaled by model.residual_scale):
+#   1. short batch-1 runs at each residual scale in SCALES (default "0.05 0.1 0.2"): the
+#      acceptance each gives (the scale picks how often the first layer predicts the model);
+#   2. the scenario at batch 1 (4 requests x 256 tokens) and at 32 and 64 users (128 requests)
+#      with the largest scale whose mean acceptance length is >= 3.5 (or SCALE when set);
+#   3. a table: TPOT p50, output tok/s, acceptance, speedup of self-k4 over plain.
+#   OUT=$OUT bash scripts/gpu-spec-check.sh
+# The commit recorded: GPU_COMMIT (a file) or git. TOTAL_LIMIT (default 560 s) bounds the runs.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-results/runs/gpu-spec-check}
+BUILD=${BUILD:-build-gpu}
+SCEN=${SCEN:-scenarios/gpu-spec-llama2-7b.yaml}
+SCALES=${SCALES:-"0.05 0.1 0.2"}
+mkdir -p "$OUT"
+COMMIT=$(cat GPU_COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; echo "commit $COMMIT"; date -u; } \
+  >"$OUT/environment.txt" 2>&1
+t0=$(date +%s)
+left() { echo $(( ${TOTAL_LIMIT:-560} - ($(date +%s) - t0) )); }
+G=(); command -v ninja >/dev/null && G=(-G Ninja)
+cmake -S . -B "$BUILD" "${G[@]}" -DCMAKE_BUILD_TYPE=Release -DSERVELAB_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
+  >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
+cmake --build "$BUILD" -j"$(nproc)" --target servelab test_cuda_backend_gpu -- -k 0 >"$OUT/build.log" 2>&1 ||
+  { grep -E "error|FAILED" "$OUT/build.log" | head -40; }
+echo "build $(($(date +%s) - t0)) s"
+rc=0
+timeout 150 "$BUILD/test_cuda_backend_gpu" --gtest_filter='SpecGpu*' >"$OUT/spec_gpu_tests.log" 2>&1 || rc=1
+grep -hE "^\[  (PASSED|FAILED|SKIPPED) |^\[       OK|Failure|Expected|Which is" "$OUT/spec_gpu_tests.log" | head -20
+
+run() {  # run NAME [--set ...]: the scenario into $OUT/NAME
+  local name=$1; shift
+  timeout "$(left)" "$BUILD/servelab" run "$SCEN" --out "$OUT/$name" --quiet --no-plots --force "$@" \
+    >"$OUT/$name.log" 2>&1 || { echo "run $name failed:"; tail -5 "$OUT/$name.log"; rc=1; }
+}
+accept_len() {  # the self-k4 run's mean acceptance length in $OUT/$1
+  python3 - "$OUT/$1/summary.json" <<'PY' 2>/dev/null || echo 0
+import json, sys
+for r in json.load(open(sys.argv[1]))["runs"]:
+    sd = r["metrics"].get("spec_decode")
+    if sd: print(round(sd.get("mean_acceptance_length", 0), 3))
+PY
+}
+scale=${SCALE:-}
+if [ -z "$scale" ]; then
+  for s in $SCALES; do
+    run "calibrate-$s" --set model.residual_scale.scale="$s" --set workload.n_requests=2 --set workload.output_tokens=128 \
+      --set 'strategies=[{label: self-k4, batching: continuous, max_num_seqs: 64, max_num_batched_tokens: 4096, kv: {kind: paged, block_size: 16}, speculative: {method: self, num_layers: 1, num_speculative_tokens: 4}}]'
+    a=$(accept_len "calibrate-$s"); echo "scale $s: mean acceptance length $a"
+    python3 -c "import sys; sys.exit(0 if float('$a') >= 3.5 else 1)" && scale=$s
+  done
+  scale=${scale:-$(echo "$SCALES" | awk '{print $1}')}
+fi
+echo "scale $scale" | tee "$OUT/scale.txt"
+run batch1 --set model.residual_scale.scale="$scale"
+run batched --set model.residual_scale.scale="$scale" --set 'workload.concurrency=[32,64]' --set workload.n_requests=128
+python3 - "$OUT" "$COMMIT" <<'PY' | tee "$OUT/table.txt"
+import json, os, sys
+out, commit = sys.argv[1], sys.argv[2]
+rows = []
+for part in ("batch1", "batched"):
+    p = os.path.join(out, part, "summary.json")
+    if not os.path.exists(p): continue
+    for r in json.load(open(p))["runs"]:
+        m = r["metrics"]; sd = m.get("spec_decode") or {}
+        rows.append((r["label"], r["config"].get("concurrency"), m["tpot_ms"]["p50"], m["output_throughput_tok_s"],
+                     sd.get("mean_acceptance_length"), sd.get("acceptance_rate")))
+print(f"commit {commit}")
+print(f"{'run':<22}{'users':>6}{'TPOT p50 ms':>13}{'out tok/s':>11}{'acc len':>9}{'acc rate':>10}{'vs plain':>10}")
+plain = {c: t for (l, c, t, _, _, _) in rows if l.startswith("plain")}
+for l, c, t, thr, al, ar in rows:
+    ratio = f"{t / plain[c]:.3f}x" if c in plain and plain[c] else ""
+    print(f"{l:<22}{c!s:>6}{t:>13.3f}{thr:>11.1f}{(al or 0):>9.3f}{(ar or 0):>10.3f}{ratio:>10}")
+PY
+exit $rc

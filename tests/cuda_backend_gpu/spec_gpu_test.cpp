@@ -1,0 +1,118 @@
+// Speculative decoding on the cuda backend, batch-invariant (every row's result independent of
+// its batch, so a verification row computes what a decode row would): the drafts of `self` (the
+// preset's first layers, built on the GPU by make_proposer) and of `draft_model` leave the greedy
+// and the sampled output byte-identical to the run without drafts, and a target whose later
+// layers add nothing (model.residual_scale 0) has every draft accepted. Skipped without a device.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/make_backend.h"
+#include "engine/spec/model_proposer.h"
+#include "engine/spec/spec_config.h"
+#include "tests/engine/engine_test_support.h"
+
+namespace servelab {
+namespace spec_gpu_test {
+
+using namespace enginetest;
+
+BackendSpec tiny_spec(float scale) {
+  BackendSpec s;
+  s.kind = BackendKind::cuda;
+  s.model = "tiny";
+  s.seed = 3;
+  s.batch_invariant = true;
+  s.residual_scale = ResidualScale{2, scale};  // layers 2 and 3 of 4 add scale x their branches
+  return s;
+}
+
+struct Outcome {
+  std::map<uint64_t, std::vector<TokenId>> tokens;
+  int drafted = 0, accepted = 0;
+};
+
+Outcome run(const BackendSpec& spec, float temperature, const SpeculativeConfig* sc) {
+  EngineConfig ec = paged_config(continuous_sched(6, 96, true), 64ll << 20);
+  ec.kv.max_model_len = 256;
+  Engine e(ec, make_backend(spec));
+  if (sc) {
+    ProposerTarget t;
+    t.backend = spec;
+    t.vocab_size = e.backend().config().vocab_size;
+    t.max_model_len = 256;
+    t.max_num_seqs = 6;
+    t.max_num_batched_tokens = 96;
+    t.seed = spec.seed;
+    t.device_draft_kv_bytes = 16ll << 20;
+    e.set_proposer(make_proposer(*sc, t), sc->num_speculative_tokens);
+  }
+  std::vector<Request> reqs;
+  for (int i = 0; i < 6; ++i) {
+    Request r = make_request(i, 9 + 13 * i, 24);
+    r.sampling.temperature = temperature;
+    r.sampling.seed = 40 + uint64_t(i);
+    reqs.push_back(r);
+  }
+  const RunResult r = run_virtual(e, at_zero(reqs));
+  Outcome o;
+  for (const auto& [id, f] : r.finished) {
+    EXPECT_TRUE(f.error.empty()) << "request " << id << ": " << f.error;
+    o.tokens[id] = f.outputs.at(0);
+  }
+  for (const StepOutcome& s : r.steps) {
+    o.drafted += s.spec_draft_tokens;
+    o.accepted += s.spec_accepted_tokens;
+  }
+  if (sc) {
+    const auto& mp = dynamic_cast<const ModelProposer&>(*e.proposer());
+    EXPECT_EQ(mp.backend().name(), "cuda");
+    EXPECT_EQ(mp.n_sequences(), 0);
+  }
+  return o;
+}
+
+TEST(SpecGpu, DraftsOnTheGpuLeaveTheOutputUnchanged) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const BackendSpec spec = tiny_spec(0.3f);
+  SpeculativeConfig self;
+  self.method = SpecMethod::self;
+  self.num_layers = 2;
+  self.num_speculative_tokens = 3;
+  self.adaptive = false;
+  SpeculativeConfig draft = self;
+  draft.method = SpecMethod::draft_model;
+  draft.num_layers = 0;
+  draft.model = "tiny";
+  for (const float temperature : {0.0f, 0.8f}) {
+    const Outcome plain = run(spec, temperature, nullptr);
+    ASSERT_EQ(plain.tokens.size(), 6u);
+    for (const SpeculativeConfig* sc : {&self, &draft}) {
+      const Outcome o = run(spec, temperature, sc);
+      EXPECT_EQ(o.tokens, plain.tokens) << to_string(sc->method) << " at temperature " << temperature;
+      EXPECT_GT(o.drafted, 0) << to_string(sc->method);
+      if (sc == &self) EXPECT_GT(o.accepted, 0) << "temperature " << temperature;
+    }
+  }
+}
+
+TEST(SpecGpu, AnExactSelfDraftIsAlwaysAccepted) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  SpeculativeConfig self;
+  self.method = SpecMethod::self;
+  self.num_layers = 2;
+  self.num_speculative_tokens = 4;
+  self.adaptive = false;
+  for (const float temperature : {0.0f, 0.8f}) {
+    const Outcome o = run(tiny_spec(0.0f), temperature, &self);
+    ASSERT_GT(o.drafted, 0);
+    EXPECT_EQ(o.accepted, o.drafted) << "temperature " << temperature;
+  }
+}
+
+}  // namespace spec_gpu_test
+}  // namespace servelab

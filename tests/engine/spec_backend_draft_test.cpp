@@ -1,0 +1,161 @@
+// Model proposers on a backend the caller builds (what make_proposer does beside a cuda target:
+// a CudaBackend of the draft's weights), run here on the cpu backend through the same path: the
+// draft's own sampler draws each draft (no host logits, no q), with the key the target's draw at
+// that position uses, and the drafts go to the target as point masses. Also the synthesized
+// weights (BackendSpec::residual_scale) and first_layers that build a self draft on a device.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/backend/cpu_backend.h"
+#include "engine/backend/make_backend.h"
+#include "engine/model/residual_scale.h"
+#include "engine/model/weights.h"
+#include "engine/spec/draft_weights.h"
+#include "engine/spec/model_proposer.h"
+#include "engine/spec/spec_config.h"
+#include "tests/engine/engine_test_support.h"
+
+namespace servelab {
+namespace spec_backend_draft_test {  // named, not anonymous: a unity batch shares one translation unit
+
+using namespace enginetest;
+
+std::unique_ptr<Backend> cpu_of(std::shared_ptr<const ModelWeights> w) {
+  CpuBackendOptions o;
+  o.n_threads = 1;
+  return std::make_unique<CpuBackend>(std::move(w), o);
+}
+
+std::shared_ptr<const ModelWeights> scaled_micro(float scale) {
+  ModelWeights w = ModelWeights::random(micro_model(), 11);
+  scale_residual_branches(w, 1, scale);
+  return std::make_shared<const ModelWeights>(std::move(w));
+}
+
+/// `self` with one layer, on a backend handed in (the device path), not on shared weights.
+std::unique_ptr<Proposer> backend_self(const std::shared_ptr<const ModelWeights>& target) {
+  ModelProposerOptions o;
+  o.kv_cache_bytes = 1 << 20;
+  o.max_model_len = 128;
+  o.max_num_seqs = 8;
+  auto draft = cpu_of(std::make_shared<const ModelWeights>(first_layers(*target, 1)));
+  return std::make_unique<ModelProposer>("self", std::move(draft), target->config.vocab_size, o);
+}
+
+std::vector<Request> requests(float temperature) {
+  std::vector<Request> reqs;
+  for (int i = 0; i < 6; ++i) {
+    Request r = make_request(i, 5 + 4 * i, 12 + 2 * i);
+    r.sampling.temperature = temperature;
+    r.sampling.seed = 700 + uint64_t(i);
+    reqs.push_back(r);
+  }
+  return reqs;
+}
+
+std::map<uint64_t, std::vector<TokenId>> outputs(const RunResult& r) {
+  std::map<uint64_t, std::vector<TokenId>> m;
+  for (const auto& [id, f] : r.finished) m[id] = f.outputs.at(0);
+  return m;
+}
+
+struct Counts {
+  int drafted = 0, accepted = 0;
+};
+
+Counts run_counts(const RunResult& r) {
+  Counts c;
+  for (const StepOutcome& s : r.steps) {
+    c.drafted += s.spec_draft_tokens;
+    c.accepted += s.spec_accepted_tokens;
+  }
+  return c;
+}
+
+RunResult run(const std::shared_ptr<const ModelWeights>& target, float temperature, bool speculate) {
+  EngineConfig ec = paged_config(continuous_sched(6, 64, true), 1 << 20);
+  ec.kv.max_model_len = 128;
+  Engine e(ec, cpu_of(target));
+  if (speculate) e.set_proposer(backend_self(target), 3);
+  RunResult r = run_virtual(e, at_zero(requests(temperature)));
+  if (speculate) {
+    const auto& mp = dynamic_cast<const ModelProposer&>(*e.proposer());
+    EXPECT_EQ(mp.n_sequences(), 0) << "the draft forgets finished sequences";
+    EXPECT_EQ(mp.kv().free_slots(), mp.kv().capacity_slots()) << "and gives back their K/V";
+  }
+  return r;
+}
+
+TEST(BackendDraft, OutputsEqualTheRunWithoutDraftsGreedyAndSampled) {
+  const auto target = scaled_micro(0.5f);
+  for (const float temperature : {0.0f, 0.8f}) {
+    const RunResult plain = run(target, temperature, false);
+    const RunResult spec = run(target, temperature, true);
+    EXPECT_EQ(outputs(spec), outputs(plain)) << "temperature " << temperature;
+    const Counts c = run_counts(spec);
+    EXPECT_GT(c.drafted, 0);
+    EXPECT_GT(c.accepted, 0) << "temperature " << temperature;
+    EXPECT_LT(c.accepted, c.drafted) << "the damped layer still disagrees sometimes";
+  }
+}
+
+TEST(BackendDraft, SampledDraftsShareTheTargetsDrawSoAnExactDraftIsAlwaysAccepted) {
+  // The target's second layer adds nothing (scale 0): its first layer computes the same logits.
+  // The draft's sampler draws with the key of the target's draw at that position, so at
+  // temperature 0.8 every draft is the token the target draws: all accepted.
+  const RunResult r = run(scaled_micro(0.0f), 0.8f, true);
+  const Counts c = run_counts(r);
+  ASSERT_GT(c.drafted, 0);
+  EXPECT_EQ(c.accepted, c.drafted);
+}
+
+TEST(BackendDraft, ResidualScaleAndFirstLayersBuildTheSameModelsAsTheWeightTools) {
+  BackendSpec spec;
+  spec.model = "tiny";
+  spec.seed = 5;
+  spec.threads = 1;
+  spec.residual_scale = ResidualScale{1, 0.25f};
+  BackendFactory factory(spec);
+  ModelWeights want = ModelWeights::random(preset("tiny"), 5);
+  scale_residual_branches(want, 1, 0.25f);
+  ASSERT_TRUE(factory.weights());
+  for (size_t l = 0; l < want.layers.size(); ++l) {
+    EXPECT_EQ(factory.weights()->layers[l].wo, want.layers[l].wo) << "layer " << l;
+    EXPECT_EQ(factory.weights()->layers[l].w_down, want.layers[l].w_down) << "layer " << l;
+    EXPECT_EQ(factory.weights()->layers[l].wq, want.layers[l].wq) << "layer " << l;
+  }
+
+  BackendSpec draft = spec;
+  draft.first_layers = 1;
+  const std::unique_ptr<Backend> b = make_backend(draft);
+  EXPECT_EQ(b->config().n_layers, 1);
+  EXPECT_EQ(b->config().name, preset("tiny").name + "-first1");
+  draft.first_layers = 99;
+  EXPECT_THROW(make_backend(draft), std::invalid_argument);
+  spec.residual_scale = ResidualScale{-1, 0.5f};
+  EXPECT_THROW(spec.validate(), std::invalid_argument);
+}
+
+TEST(BackendDraft, MakeProposerNamesWhereADraftModelCannotRun) {
+  SpeculativeConfig c;
+  c.method = SpecMethod::self;
+  c.num_layers = 1;
+  ProposerTarget sim_target;
+  BackendSpec sim;
+  sim.kind = BackendKind::sim;
+  sim_target.backend = sim;
+  try {
+    (void)make_proposer(c, sim_target);
+    FAIL() << "a draft model on the sim backend";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("backend cpu or cuda (got backend sim)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)make_proposer(c, ProposerTarget{}), std::invalid_argument);
+}
+
+}  // namespace spec_backend_draft_test
+}  // namespace servelab
