@@ -272,7 +272,9 @@ void Engine::propose_drafts(StepOutcome& out) {
     }
   }
   if (cands.empty()) return;
-  if (spec_.pricing && !price_speculation(*spec_.pricing, priced).speculate()) {
+  bool speculate = !spec_.pricing || price_speculation(*spec_.pricing, priced).speculate();
+  if (spec_.adaptive && spec_.measured) speculate = state_->spec_meter.speculate(static_cast<int>(cands.size()), speculate);
+  if (!speculate) {
     out.spec_off = true;
     return;
   }
@@ -283,7 +285,9 @@ void Engine::propose_drafts(StepOutcome& out) {
     c.seq->spec_probs.clear();
     tasks.push_back({c.seq, c.k, &c.seq->spec_tokens, &c.seq->spec_probs});
   }
+  const auto t0 = std::chrono::steady_clock::now();
   proposer_->propose_batch(tasks);
+  out.spec_draft_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const bool with_q = backend_->caps().draft_probs;
   const int vocab = backend_->config().vocab_size;
   for (const Candidate& c : cands) {
@@ -350,10 +354,12 @@ StepOutcome Engine::step(double now) {
     done.clear();
     out.tokens.reserve(result.tokens.size());
     size_t k = 0;
+    bool decode_only = true;  // every entry a decode or verification row set (for the measured rule)
     for (size_t entry = 0; entry < batch.entries.size(); ++entry) {
       const BatchEntry& e = batch.entries[entry];
       RequestState& rs = *state_->entry_requests[entry];
       Sequence& s = *e.seq;
+      decode_only = decode_only && e.sample && e.n_new == 1 + static_cast<int>(s.spec_tokens.size());
       s.n_computed += e.n_new;
       if (!e.sample) {
         kv_->on_computed(s);
@@ -397,6 +403,9 @@ StepOutcome Engine::step(double now) {
       kv_->on_computed(s);
     }
     for (auto& [s, reason] : done) state_->retire(*s, reason, end, *kv_, *scheduler_, out);
+    if (proposer_ && spec_.adaptive && spec_.measured && decode_only)
+      state_->spec_meter.record(static_cast<int>(batch.entries.size()), out.spec_drafts > 0,
+                                static_cast<int>(out.tokens.size()), out.duration_s);
 
     out.batch_size = static_cast<int>(batch.entries.size());
     out.n_tokens = batch.n_tokens();

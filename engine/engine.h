@@ -65,8 +65,11 @@ struct StepOutcome {
   int spec_draft_tokens = 0;
   int spec_accepted_tokens = 0;
   std::vector<int> spec_accepted_per_pos;
-  /// A proposer is set but the per-step rule (SpecPolicy::pricing) found drafts a loss at this
-  /// batch, so none were proposed.
+  /// Wall seconds the proposer took to draft for this step (included in duration_s on real
+  /// backends; the sim's predicted steps do not price it).
+  double spec_draft_s = 0.0;
+  /// A proposer is set but the per-step rule (SpecPolicy::pricing, or what steps measured) found
+  /// drafts a loss at this batch, so none were proposed.
   bool spec_off = false;
   KvBreakdown kv;                ///< after the step
   int n_waiting = 0;
@@ -85,6 +88,10 @@ struct SpecPolicy {
   bool adaptive = true;            ///< per-sequence k from its acceptance; false: always k_max
   /// Set: drafts are proposed in a step only when the cost model says they pay at its batch.
   std::optional<SpecPricing> pricing;
+  /// With adaptive: the cost model's verdict is a prior, and what steps with and without drafts
+  /// measurably yield per batch size decides (SpecRateMeter, engine/spec/adaptive.h). Scenario
+  /// runs set it; off, the choice is the cost model's alone (deterministic on any backend).
+  bool measured = false;
 };
 
 class Engine {

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/spec/adaptive.h"
 #include "engine/backend/step_input.h"
 #include "engine/engine.h"
 
@@ -69,6 +70,7 @@ struct Engine::State {
     double alpha() const { return (double(accepted) + 1.0) / (double(drafted) + 2.0); }
   };
   std::unordered_map<uint64_t, SpecStats> spec_stats;  // by sequence id
+  SpecRateMeter spec_meter;  // SpecPolicy::measured
   Proposer* proposer = nullptr;
 
   RequestState& of(const Sequence& s) { return *requests.at(s.request_id); }

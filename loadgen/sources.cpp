@@ -115,6 +115,7 @@ void apply_strategy(Engine& engine, const StrategySpec& strategy, const BackendF
   SpecPolicy policy;
   policy.num_speculative_tokens = sc.num_speculative_tokens;
   policy.adaptive = sc.adaptive;
+  policy.measured = sc.adaptive;  // the priced rule is the prior; the steps' measured yield decides
   if (sc.adaptive) {
     SpecPricing pricing{sim_cost_model(backends.spec(), model), model, std::nullopt};
     if (sc.method == SpecMethod::self) {

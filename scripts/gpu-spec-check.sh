@@ -4,11 +4,14 @@
 # (SpecGpu.*: drafts on the GPU leave greedy and sampled output unchanged, batch-invariant), then
 # scenarios/gpu-spec-llama2-7b.yaml (plain vs `self` k <= 4 on Llama-2-7B-shaped weights whose
 # layers from 1 on are scaled by model.residual_scale):
-#   1. short batch-1 runs at each residual scale in SCALES (default "0.05 0.1 0.2"): the
+#   1. short batch-1 runs at each residual scale in SCALES (default "0.005 0.01 0.02"): the
 #      acceptance each gives (the scale picks how often the first layer predicts the model);
 #   2. the scenario at batch 1 (4 requests x 256 tokens) and at 32 and 64 users (128 requests)
 #      with the largest scale whose mean acceptance length is >= 3.5 (or SCALE when set);
-#   3. a table: TPOT p50, output tok/s, acceptance, speedup of self-k4 over plain.
+#   3. a table: TPOT p50, output tok/s, acceptance, TPOT against plain, and at batch 1 the
+#      median step times (plain decode, verification) and drafting time per step.
+# Files: table.txt, environment.txt, spec_gpu_tests.log at the top of $OUT; every run folder and
+# log in spec-check.tgz (the device tool returns few files).
 #   OUT=$OUT bash scripts/gpu-spec-check.sh
 # The commit recorded: GPU_COMMIT (a file) or git. TOTAL_LIMIT (default 560 s) bounds the runs.
 set -uo pipefail
@@ -16,7 +19,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-results/runs/gpu-spec-check}
 BUILD=${BUILD:-build-gpu}
 SCEN=${SCEN:-scenarios/gpu-spec-llama2-7b.yaml}
-SCALES=${SCALES:-"0.05 0.1 0.2"}
+SCALES=${SCALES:-"0.005 0.01 0.02"}
 mkdir -p "$OUT"
 COMMIT=$(cat GPU_COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; echo "commit $COMMIT"; date -u; } \
@@ -77,4 +80,20 @@ for l, c, t, thr, al, ar in rows:
     ratio = f"{t / plain[c]:.3f}x" if c in plain and plain[c] else ""
     print(f"{l:<22}{c!s:>6}{t:>13.3f}{thr:>11.1f}{(al or 0):>9.3f}{(ar or 0):>10.3f}{ratio:>10}")
 PY
+python3 - "$OUT/batch1/steps.jsonl" <<'PY2' | tee -a "$OUT/table.txt"
+import json, statistics, sys
+plain, verify, draft = [], [], []
+for line in open(sys.argv[1]):
+    s = json.loads(line)
+    if s.get("batch_size") != 1: continue
+    sd = s.get("spec_decode")
+    if s["run"].startswith("plain") and s["n_tokens"] == 1: plain.append(s["duration_s"])
+    elif sd:
+        verify.append(s["duration_s"] - sd.get("draft_s", 0.0)); draft.append(sd.get("draft_s", 0.0))
+med = lambda v: statistics.median(v) * 1e3 if v else float("nan")
+print(f"batch 1, medians: plain decode step {med(plain):.3f} ms, verification step {med(verify):.3f} ms, "
+      f"drafting {med(draft):.3f} ms a step ({len(verify)} verifications)")
+PY2
+cd "$OUT" && mkdir -p ../spec-pack && mv ./* ../spec-pack/ && mv ../spec-pack/table.txt ../spec-pack/environment.txt . &&
+  cp ../spec-pack/spec_gpu_tests.log . 2>/dev/null; tar czf spec-check.tgz -C ../spec-pack . && rm -rf ../spec-pack
 exit $rc

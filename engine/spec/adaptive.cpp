@@ -56,4 +56,33 @@ SpecVerdict price_speculation(const SpecPricing& p, std::span<const DrawingSeq> 
   return v;
 }
 
+int SpecRateMeter::bucket_of(int batch) {
+  int b = 0;
+  while (b < 11 && (1 << b) < batch) ++b;
+  return b;
+}
+
+bool SpecRateMeter::speculate(int batch, bool priced) {
+  Bucket& b = buckets_[bucket_of(batch)];
+  ++b.steps;
+  const int first = priced ? 1 : 0;  // the prior's choice is measured first, then the other
+  if (b.seen[first] < kWarm) return priced;
+  if (b.seen[1 - first] < kWarm) return !priced;
+  const bool best = b.rate[1] > b.rate[0];
+  return b.steps % kExplore == 0 ? !best : best;
+}
+
+void SpecRateMeter::record(int batch, bool with_drafts, int tokens, double seconds) {
+  if (tokens <= 0 || !(seconds > 0.0)) return;
+  Bucket& b = buckets_[bucket_of(batch)];
+  const int i = with_drafts ? 1 : 0;
+  const double r = tokens / seconds;
+  if (b.seen[i]++ == 0) return;  // a first step may pay one-time costs (graph capture)
+  b.rate[i] = b.seen[i] == 2 ? r : (1.0 - kWeight) * b.rate[i] + kWeight * r;
+}
+
+double SpecRateMeter::rate(int batch, bool with_drafts) const {
+  return buckets_[bucket_of(batch)].rate[with_drafts ? 1 : 0];
+}
+
 }  // namespace servelab

@@ -8,7 +8,13 @@
 //   model (a decode step of the B sequences, the verification step of their 1 + k_s rows, and
 //   k_max decode steps of the draft model, zero for n-gram). A larger batch moves decode from
 //   bandwidth-bound towards compute-bound, T_verify / T_decode grows towards (B + Σk) / B, and
-//   the rule turns speculation off.
+//   the rule turns speculation off;
+// - from measurement (SpecRateMeter): the priced rule is a prior only. What a step with drafts
+//   and one without actually yielded (tokens per second of wall time, drafting included) is kept
+//   per batch size; once both have been seen the faster one runs, and the other is tried again
+//   now and then. A real backend whose verification or drafting costs more than the roofline
+//   says (eager multi-row steps beside graphed decodes, a slow draft) turns speculation off where
+//   it measured a loss.
 #include <optional>
 #include <span>
 
@@ -49,5 +55,35 @@ struct SpecVerdict {
 
 /// Prices one step of `seqs` with and without their drafts.
 SpecVerdict price_speculation(const SpecPricing& pricing, std::span<const DrawingSeq> seqs);
+
+/// The measured per-step rule: per batch bucket (drawing sequences rounded up to a power of two),
+/// an exponential average of the tokens per second that decode steps with drafts and without
+/// yielded. A bucket first runs the priced choice, then the other, kWarm steps each (the first
+/// of each not counted: a first step may capture a CUDA graph); then the faster, with the other
+/// tried once every kExplore steps so the choice follows acceptance as it changes.
+class SpecRateMeter {
+ public:
+  static constexpr int kWarm = 3;
+  static constexpr int kExplore = 32;
+  static constexpr double kWeight = 0.25;  ///< of the newest step in the average
+
+  /// Whether the next step, with `batch` sequences drawing, should carry drafts; `priced` is the
+  /// cost model's verdict (true without one).
+  bool speculate(int batch, bool priced);
+  /// A decode step of `batch` drawing sequences (no prefill rows) ran: `tokens` emitted in
+  /// `seconds`, drafting included, with or without drafts.
+  void record(int batch, bool with_drafts, int tokens, double seconds);
+  /// The averaged tokens per second of a bucket's steps with or without drafts; 0 before any.
+  double rate(int batch, bool with_drafts) const;
+
+ private:
+  struct Bucket {
+    double rate[2] = {0.0, 0.0};  // [without, with]
+    int seen[2] = {0, 0};
+    int steps = 0;
+  };
+  static int bucket_of(int batch);
+  Bucket buckets_[12];  // 1, 2, 4, ..., 2048 and above
+};
 
 }  // namespace servelab

@@ -37,7 +37,8 @@ void to_json(nlohmann::json& j, const StepRecord& s) {
     j["spec_decode"] = {{"num_drafts", s.spec_drafts},
                         {"num_draft_tokens", s.spec_draft_tokens},
                         {"num_accepted_tokens", s.spec_accepted_tokens},
-                        {"num_accepted_tokens_per_pos", s.spec_accepted_per_pos}};
+                        {"num_accepted_tokens_per_pos", s.spec_accepted_per_pos},
+                        {"draft_s", s.spec_draft_s}};
   if (s.n_loras > 0) j["lora"] = {{"n_loras", s.n_loras}, {"n_loads", s.n_lora_loads}};
   if (s.roofline) j["roofline"] = *s.roofline;
 }
@@ -59,6 +60,7 @@ void from_json(const nlohmann::json& j, StepRecord& s) {
     s.spec_accepted_tokens = json_int_or(*sd, "num_accepted_tokens", 0);
     if (auto pp = sd->find("num_accepted_tokens_per_pos"); pp != sd->end() && pp->is_array())
       for (const auto& v : *pp) s.spec_accepted_per_pos.push_back(json_int<int>(v));
+    if (auto d = sd->find("draft_s"); d != sd->end() && d->is_number()) s.spec_draft_s = d->get<double>();
   }
   if (auto l = j.find("lora"); l != j.end() && l->is_object()) {
     s.n_loras = json_int_or(*l, "n_loras", 0);
@@ -81,6 +83,7 @@ void StepRecord::validate() const {
   };
   time("start_s", start_s);
   time("duration_s", duration_s);
+  time("spec_decode.draft_s", spec_draft_s);
   auto count = [](const char* field, int64_t v) {
     if (v < 0) throw std::invalid_argument(std::string(field) + " must be >= 0 (got " + std::to_string(v) + ")");
   };

@@ -14,6 +14,7 @@
 #include "engine/backend/make_backend.h"
 #include "engine/model/residual_scale.h"
 #include "engine/model/weights.h"
+#include "engine/spec/adaptive.h"
 #include "engine/spec/draft_weights.h"
 #include "engine/spec/model_proposer.h"
 #include "engine/spec/spec_config.h"
@@ -155,6 +156,82 @@ TEST(BackendDraft, MakeProposerNamesWhereADraftModelCannotRun) {
     EXPECT_NE(std::string(e.what()).find("backend cpu or cuda (got backend sim)"), std::string::npos) << e.what();
   }
   EXPECT_THROW((void)make_proposer(c, ProposerTarget{}), std::invalid_argument);
+}
+
+}  // namespace spec_backend_draft_test
+}  // namespace servelab
+
+namespace servelab {
+namespace spec_backend_draft_test {
+
+TEST(SpecRateMeter, MeasuresBothChoicesThenKeepsTheFasterAndLooksAgain) {
+  SpecRateMeter m;
+  std::vector<bool> choices;
+  // Batch 8: drafts yield 50 tokens/s, plain steps 100: after warming both, plain wins.
+  for (int i = 0; i < 200; ++i) {
+    const bool on = m.speculate(8, /*priced=*/true);
+    choices.push_back(on);
+    m.record(8, on, on ? 10 : 8, on ? 0.2 : 0.08);
+  }
+  for (int i = 0; i < SpecRateMeter::kWarm; ++i) EXPECT_TRUE(choices[size_t(i)]) << "the prior's choice first";
+  for (int i = SpecRateMeter::kWarm; i < 2 * SpecRateMeter::kWarm; ++i) EXPECT_FALSE(choices[size_t(i)]) << "then the other";
+  int on_after = 0;
+  for (size_t i = 2 * SpecRateMeter::kWarm; i < choices.size(); ++i) on_after += choices[i];
+  EXPECT_GE(on_after, 4);   // tried again now and then ...
+  EXPECT_LE(on_after, 8);   // ... but mostly plain
+  EXPECT_NEAR(m.rate(8, true), 50.0, 1e-9);
+  EXPECT_NEAR(m.rate(8, false), 100.0, 1e-9);
+  // Another batch bucket has its own figures; batch 7 shares batch 8's.
+  EXPECT_EQ(m.rate(32, true), 0.0);
+  EXPECT_EQ(m.rate(7, false), m.rate(8, false));
+  // Where drafts measure faster they run, the prior notwithstanding.
+  SpecRateMeter w;
+  int on = 0;
+  for (int i = 0; i < 100; ++i) {
+    const bool s = w.speculate(1, /*priced=*/false);
+    w.record(1, s, s ? 3 : 1, 0.01);
+    on += s;
+  }
+  EXPECT_GE(on, 85);
+}
+
+/// A backend whose steps with more than one row per sequence (verification) take 20x longer on
+/// the virtual clock: drafts that a cost model would approve are a measured loss.
+class SlowVerification final : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  StepOutput execute(const Step& step) override {
+    StepOutput out = inner().execute(step);
+    const bool multi = step.in.n_tokens() > step.in.n_seqs();
+    out.predicted_s = (multi ? 20.0 : 1.0) * 1e-3;
+    return out;
+  }
+};
+
+TEST(SpecRateMeter, TheEngineStopsDraftingWhereVerificationMeasuresSlower) {
+  const auto target = scaled_micro(0.0f);  // every draft right: only the cost makes them a loss
+  auto run_with = [&](bool measured, int* drafted_steps, int* steps) {
+    EngineConfig ec = paged_config(continuous_sched(6, 64, true), 1 << 20);
+    ec.kv.max_model_len = 128;
+    Engine e(ec, std::make_unique<SlowVerification>(cpu_of(target)));
+    SpecPolicy policy;
+    policy.num_speculative_tokens = 3;
+    policy.measured = measured;
+    e.set_proposer(backend_self(target), std::move(policy));
+    std::vector<Request> reqs = requests(0.0f);
+    for (Request& r : reqs) r.sampling.max_tokens = 60;
+    const RunResult r = run_virtual(e, at_zero(reqs));
+    *drafted_steps = 0;
+    *steps = static_cast<int>(r.steps.size());
+    for (const StepOutcome& s : r.steps) *drafted_steps += s.spec_drafts > 0;
+    return outputs(r);
+  };
+  int d0, n0, d1, n1;
+  const auto always = run_with(false, &d0, &n0);
+  const auto measured = run_with(true, &d1, &n1);
+  EXPECT_EQ(measured, always) << "the choice changes the cost, never the tokens";
+  EXPECT_GT(d0, n0 / 2) << "without measurement every decode step drafts";
+  EXPECT_LT(d1, d0 / 2) << "measured, drafting stops after it proved slower";
 }
 
 }  // namespace spec_backend_draft_test
