@@ -19,8 +19,12 @@
 // (INT4) or word pair (FP8), holding k = [0,4,1,5,2,6,3,7] (INT4) or [0,2,1,3, 4,6,5,7] (FP8) of
 // its 8 consecutive k; one unit is one ld.shared.v4 per lane and column tile, and the four lanes
 // of a quad read 64 contiguous bytes (rows padded by 64 bytes: no bank conflicts).
-// Two chunks of weight loads are in flight per lane (128 bytes); the first two are issued before
-// the PDL wait, so the weight stream starts while the kernel that writes x drains.
+// The weights reach registers through shared memory: each thread copies its own four vectors
+// (and INT4's scales and zeros) of a chunk with cp.async into its slots of a ring of kStages
+// chunks and reads them back itself, so the ring needs no barrier, only cp.async.wait_group; the
+// registers no longer bound the bytes in flight (kStages - 1 chunks a thread: 7 x 64 bytes of
+// FP8, 5 of INT4; one block of 8 warps a multiprocessor). The first kStages - 1 chunks are
+// issued before the PDL wait, so the weight stream starts while the kernel that writes x drains.
 #include <cuda_bf16.h>
 
 #include <stdexcept>
@@ -35,9 +39,19 @@ namespace servelab::kernels {
 namespace quant_gemv_mma_detail {  // named: the kernels library may be compiled as unity batches
 
 namespace qp = quant_gemv_plan;
-constexpr int kTiles = 2;   // 16-row mma tiles per warp
-constexpr int kUnroll = 2;  // chunks of loads in flight per lane
+constexpr int kTiles = 2;      // 16-row mma tiles per warp
 constexpr int kPadElems = 32;  // 64 bytes of padding per staged row of x
+/// Chunks in the cp.async ring: the shared memory left beside the largest x slice (16 rows x 2080
+/// x 2 B) with one block a multiprocessor.
+template <bool kInt4>
+constexpr int kStages = kInt4 ? 6 : 8;
+constexpr int kVectors = kTiles * 2;  // 16-byte vectors a thread copies per chunk
+/// Ring bytes per chunk: vectors [kVectors][kThreads] x 16 B, then INT4's scale and zero per
+/// vector [2 * kVectors][kThreads] x 4 B (thread-major rows: a warp's accesses are contiguous).
+template <bool kInt4>
+constexpr int kStageBytes = qp::kThreads * (kVectors * 16 + (kInt4 ? 2 * kVectors * 4 : 0));
+template <bool kInt4>
+constexpr int kRingBytes = kStages<kInt4> * kStageBytes<kInt4>;
 
 struct Params {
   QuantGemvArgs a;
@@ -81,30 +95,66 @@ struct ChunkRegs {
   float zero[kTiles][2];
 };
 
-__device__ __forceinline__ uint4 load_weights(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-/// Loads chunk c of the lane's rows (row pointers at the lane's first byte of the row).
+/// Streams 16 bytes into shared memory (zeros when !in; the L2 fetches the 256-byte block, the
+/// row's next chunks included).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool in) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(in ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+/// Issues chunk c of this thread's rows (row pointers at the lane's first byte of each row) into
+/// ring stage `stage`.
 template <bool kInt4>
-__device__ __forceinline__ void load_chunk(ChunkRegs& r, const uint8_t* const (&rows)[kTiles][2],
-                                           const int (&row_idx)[kTiles][2], int c, int lane_k, const QuantGemvArgs& a) {
+__device__ __forceinline__ void issue_chunk(unsigned char* ring, int stage, const uint8_t* const (&rows)[kTiles][2],
+                                            const int (&row_idx)[kTiles][2], int c, int lane_k,
+                                            const QuantGemvArgs& a) {
   constexpr int ck = qp::chunk_k(kInt4);
-  const int kb = c * ck;
+  const int kb = c * ck, tid = threadIdx.x;
   const bool in = kb + lane_k < a.k;  // FP8's last chunk may be partial (K is a multiple of 16)
+  unsigned char* base = ring + stage * kStageBytes<kInt4>;
 #pragma unroll
   for (int t = 0; t < kTiles; ++t)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      r.w[t][h] = in ? load_weights(rows[t][h] + (kInt4 ? kb / 2 : kb)) : make_uint4(0, 0, 0, 0);
+      const int v = 2 * t + h;
+      const uint8_t* src = rows[t][h] + (in ? (kInt4 ? kb / 2 : kb) : 0);
+      cp_async16(smem_addr(base + (v * qp::kThreads + tid) * 16), src, in);
       if constexpr (kInt4) {
         const int64_t gi = int64_t(kb / a.group_size) * a.n + row_idx[t][h];
-        r.scale[t][h] = __ldg(a.scales + gi);
-        r.zero[t][h] = __ldg(a.zeros + gi);
+        float* sz = reinterpret_cast<float*>(base + kVectors * qp::kThreads * 16);
+        cp_async4(smem_addr(sz + (2 * v) * qp::kThreads + tid), a.scales + gi);
+        cp_async4(smem_addr(sz + (2 * v + 1) * qp::kThreads + tid), a.zeros + gi);
+      }
+    }
+}
+
+/// Reads back what this thread copied into ring stage `stage`.
+template <bool kInt4>
+__device__ __forceinline__ void read_chunk(ChunkRegs& r, const unsigned char* ring, int stage) {
+  const int tid = threadIdx.x;
+  const unsigned char* base = ring + stage * kStageBytes<kInt4>;
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int v = 2 * t + h;
+      r.w[t][h] = *reinterpret_cast<const uint4*>(base + (v * qp::kThreads + tid) * 16);
+      if constexpr (kInt4) {
+        const float* sz = reinterpret_cast<const float*>(base + kVectors * qp::kThreads * 16);
+        r.scale[t][h] = sz[(2 * v) * qp::kThreads + tid];
+        r.zero[t][h] = sz[(2 * v + 1) * qp::kThreads + tid];
       }
     }
 }
@@ -186,7 +236,8 @@ __device__ __forceinline__ void stage_x(__nv_bfloat16* xs, const QuantGemvArgs& 
   constexpr int ck = qp::chunk_k(kInt4), units_per_chunk = ck / 8;
   const int per_row = (c1 - c0) * units_per_chunk, total = a.m * per_row;
   const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(a.x);
-  for (int u = threadIdx.x; u < total; u += qp::kThreads) {
+#pragma unroll 4
+  for (int u = threadIdx.x; u < total; u += qp::kThreads) {  // unrolled: several loads of x in flight
     const int m = u / per_row, rest = u % per_row, c = c0 + rest / units_per_chunk, unit = rest % units_per_chunk;
     const int p = unit / 4, q = unit % 4;  // INT4: k = kb + 32q + 8p; FP8: kb + 16q + 8p
     const int k = c * ck + (kInt4 ? 32 : 16) * q + 8 * p;
@@ -222,7 +273,9 @@ template <bool kInt4, int kColTiles, typename OutT>
 __global__ void __launch_bounds__(qp::kThreads, qp::kBlocksPerSm) quant_gemv_mma_kernel(const Params p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ int last_block;
-  __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  unsigned char* ring = smem_raw;
+  __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem_raw + kRingBytes<kInt4>);
+  constexpr int kS = kStages<kInt4>;
   const QuantGemvArgs& a = p.a;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
   const int rb = blockIdx.x, split = blockIdx.y;
@@ -239,10 +292,16 @@ __global__ void __launch_bounds__(qp::kThreads, qp::kBlocksPerSm) quant_gemv_mma
       rows[t][h] = a.w + int64_t(row_idx[t][h]) * (kInt4 ? a.k / 2 : a.k) + (kInt4 ? lane_k / 2 : lane_k);
     }
 
-  ChunkRegs r[kUnroll];
+  float row_scale[kTiles][2];  // FP8: the channel's (or tensor's) scale, fetched with the weights
 #pragma unroll
-  for (int u = 0; u < kUnroll; ++u)
-    if (c0 + u < c1) load_chunk<kInt4>(r[u], rows, row_idx, c0 + u, lane_k, a);  // before x exists (PDL)
+  for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) row_scale[t][h] = kInt4 ? 0.0f : __ldg(a.scales + (a.n_scales == 1 ? 0 : row_idx[t][h]));
+#pragma unroll
+  for (int u = 0; u < kS - 1; ++u) {  // weights before x exists (PDL); one group per chunk, even empty
+    if (c0 + u < c1) issue_chunk<kInt4>(ring, u, rows, row_idx, c0 + u, lane_k, a);
+    cp_async_commit();
+  }
   pdl_wait();
   pdl_launch_dependents();
   stage_x<kInt4>(xs, a, c0, c1, p.slice_stride);
@@ -252,22 +311,25 @@ __global__ void __launch_bounds__(qp::kThreads, qp::kBlocksPerSm) quant_gemv_mma
   constexpr int ck = qp::chunk_k(kInt4);
   const __nv_bfloat16* xs_lane = xs + int64_t(min(g, a.m - 1)) * p.slice_stride;  // columns >= M dropped
   const int xs_tile1 = (min(8 + g, a.m - 1) - min(g, a.m - 1)) * p.slice_stride;
-  for (int c = c0; c < c1; c += kUnroll) {
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (c + u < c1) {
-        mma_chunk<kInt4, kColTiles>(acc, r[u], xs_lane + (c + u - c0) * ck, xs_tile1, q);
-        if (c + u + kUnroll < c1) load_chunk<kInt4>(r[u], rows, row_idx, c + u + kUnroll, lane_k, a);
-      }
-    }
+  int stage = 0;
+  for (int c = c0; c < c1; ++c) {
+    cp_async_wait<kS - 2>();  // chunk c's group (this thread's own copies) has landed
+    ChunkRegs r;
+    read_chunk<kInt4>(r, ring, stage);
+    const int next = stage == 0 ? kS - 1 : stage - 1;  // the stage read last iteration
+    if (c + kS - 1 < c1) issue_chunk<kInt4>(ring, next, rows, row_idx, c + kS - 1, lane_k, a);
+    cp_async_commit();
+    mma_chunk<kInt4, kColTiles>(acc, r, xs_lane + (c - c0) * ck, xs_tile1, q);
+    stage = stage == kS - 1 ? 0 : stage + 1;
   }
+  cp_async_wait<0>();
 
   if constexpr (!kInt4) {  // the channel's (or tensor's) scale
 #pragma unroll
     for (int t = 0; t < kTiles; ++t)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float s = __ldg(a.scales + (a.n_scales == 1 ? 0 : row_idx[t][h]));
+        const float s = row_scale[t][h];
 #pragma unroll
         for (int nt = 0; nt < kColTiles; ++nt) {
           acc[t][nt][2 * h] *= s;
@@ -319,9 +381,9 @@ __global__ void __launch_bounds__(qp::kThreads, qp::kBlocksPerSm) quant_gemv_mma
 template <bool kInt4, int kColTiles, typename OutT>
 void launch_one(const Params& p, size_t smem, cudaStream_t stream) {
   auto* kernel = quant_gemv_mma_kernel<kInt4, kColTiles, OutT>;
-  static const bool configured = [&] {  // once per instantiation: the largest slice's shared memory
+  static const bool configured = [&] {  // once per instantiation: the ring and the largest x slice
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    qp::kMaxRows * (qp::kMaxSliceK + kPadElems) * 2));
+                                    kRingBytes<kInt4> + qp::kMaxRows * (qp::kMaxSliceK + kPadElems) * 2));
     return true;
   }();
   (void)configured;
@@ -341,8 +403,9 @@ void launch_format(const Params& p, size_t smem, cudaStream_t stream) {
 /// Shared memory of the tensor-core kernel for a and its plan (quant_gemv.cu decides to use it).
 size_t quant_gemv_mma_smem(const QuantGemvArgs& a, const quant_gemv_plan::Plan& plan) {
   const bool int4 = a.kind == QuantWeightKind::int4;
-  const int stride = quant_gemv_plan::max_slice_k(int4, plan) + quant_gemv_mma_detail::kPadElems;
-  return size_t(a.m) * stride * 2;
+  using namespace quant_gemv_mma_detail;
+  const int stride = quant_gemv_plan::max_slice_k(int4, plan) + kPadElems;
+  return size_t(int4 ? kRingBytes<true> : kRingBytes<false>) + size_t(a.m) * stride * 2;
 }
 
 void quant_gemv_mma(const QuantGemvArgs& a, const quant_gemv_plan::Plan& plan, cudaStream_t stream) {

@@ -1,5 +1,5 @@
 // quant_gemv's work split (kernels/quant_gemv_plan.h) without a GPU: the slices cover K exactly
-// once, fit the kernel's shared memory when splitting is allowed, fill the multiprocessors, and
+// once, fit the kernel's shared memory when splitting is allowed, stay within kMaxWaves waves, and
 // never outgrow the workspace bound a caller allocates.
 #include <algorithm>
 #include <string>
@@ -33,19 +33,21 @@ TEST(QuantGemvPlan, SlicesCoverKOnceAndFitTheWorkspace) {
         EXPECT_LE(max_slice_k(int4, p), kMaxSliceK);
         EXPECT_LE(p.partial_floats(), bound);
         EXPECT_LE(p.row_blocks, workspace_counters(max_n));
-        const int64_t rb = p.row_blocks;  // as many blocks as the SMs, unless K is too short to split
-        EXPECT_GE(rb * p.splits, std::min<int64_t>({sms, rb * kMaxSplits, rb * (p.chunks / kMinChunksPerSplit)}));
+        const int64_t rb = p.row_blocks, s_min = (p.chunks + kMaxSliceK / chunk_k(int4) - 1) / (kMaxSliceK / chunk_k(int4));
+        EXPECT_GE(p.splits, s_min);  // at most kMaxWaves waves, unless shared memory needs more slices
+        EXPECT_LE(rb * p.splits, std::max<int64_t>(kMaxWaves * sms, rb * s_min));
+        if (rb == 16 && p.chunks >= 32) EXPECT_EQ(rb * p.splits % sms, rb * p.splits) << "one whole wave";
         ++checked;
       }
   EXPECT_GT(checked, 100);
 }
 
 TEST(QuantGemvPlan, Llama2Shapes) {  // the splits the decode products run with on 132 SMs
-  EXPECT_EQ(make_plan(true, 4096, 4096, 132, true).splits, 16);     // O: 16 row blocks, 32 chunks
-  EXPECT_EQ(make_plan(false, 4096, 4096, 132, true).splits, 17);    // O in fp8: 64 chunks
-  EXPECT_EQ(make_plan(true, 22016, 4096, 132, true).splits, 4);     // gate|up: 86 row blocks
-  EXPECT_EQ(make_plan(true, 4096, 11008, 132, true).splits, 17);    // down: 86 chunks
-  EXPECT_EQ(make_plan(false, 32000, 4096, 132, true).splits, 3);    // LM head: 125 row blocks
+  EXPECT_EQ(make_plan(true, 4096, 4096, 132, true).splits, 8);    // O: 16 row blocks, one wave
+  EXPECT_EQ(make_plan(false, 4096, 4096, 132, true).splits, 8);
+  EXPECT_EQ(make_plan(true, 22016, 4096, 132, true).splits, 3);   // gate|up: 258 blocks, two waves
+  EXPECT_EQ(make_plan(true, 4096, 11008, 132, true).splits, 8);   // down: slices of 1,408
+  EXPECT_EQ(make_plan(false, 32000, 4096, 132, true).splits, 2);  // LM head: slices of 2,048
 }
 
 }  // namespace quant_gemv_plan_test

@@ -3,6 +3,7 @@
 // and 256 (the tensor-core kernel), accumulate, fp32 and bf16 outputs; without a workspace and
 // with one (split K: deterministic, counters left zeroed, the same bits as a second launch); a
 // row's bits independent of M; outputs poisoned with a guard past their end.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -131,6 +132,7 @@ TEST(QuantGemvGpu, Fp8AndInt4MatchTheReferenceOnAwkwardShapes) {
   // workspace they take the warp-per-row kernel. Groups of 16 do too.
   const Shape shapes[] = {{1, 17, 48, 16},   {3, 300, 384, 128}, {16, 129, 1024, 128}, {9, 8, 16, 16},
                           {5, 300, 640, 128}, {13, 513, 4096, 256}, {16, 40, 6016, 128}, {8, 1000, 256, 128}};
+  double worst_fp8 = 0, worst_int4 = 0;
   for (const Shape& sh : shapes)
     for (bool int4 : {false, true})
       for (bool per_channel : {false, true}) {
@@ -158,7 +160,10 @@ TEST(QuantGemvGpu, Fp8AndInt4MatchTheReferenceOnAwkwardShapes) {
             for (int i = 0; i < kGuard; ++i) ASSERT_TRUE(std::isnan(got[y0.size() + i])) << "write past the end";
             const std::vector<float> ref = pr.reference(y0, accumulate);
             const double err = rel_error(got, ref);
-            EXPECT_LT(err, 1e-5);
+            // Every product is exact (bf16 x and dequantized weights, fp32 products); what is left
+            // is fp32 summation, whose order and rounding in the tensor cores differ from the
+            // reference's double sums. A wrong group, scale or fragment costs percents.
+            EXPECT_LT(err, 1e-4);
             if (with_ws) EXPECT_TRUE(ws.counters_zero()) << "split-K counters left set";
             if (!accumulate) {  // a second launch gives the same bits
               quant_gemv(a, nullptr);
@@ -166,13 +171,10 @@ TEST(QuantGemvGpu, Fp8AndInt4MatchTheReferenceOnAwkwardShapes) {
               const std::vector<float> again = testing::download<float>(dy, y0.size());
               EXPECT_EQ(0, std::memcmp(again.data(), got.data(), y0.size() * 4)) << "not deterministic";
             }
-            std::printf("  quant_gemv %-40s rel error %.2e\n",
-                        (std::to_string(sh.m) + "x" + std::to_string(sh.n) + "x" + std::to_string(sh.k) +
-                         (int4 ? " int4" : " fp8") + (with_ws ? " ws" : "") + (accumulate ? " acc" : ""))
-                            .c_str(),
-                        err);
+            (int4 ? worst_int4 : worst_fp8) = std::max(int4 ? worst_int4 : worst_fp8, err);
           }
       }
+  std::printf("  quant_gemv against quant_gemv_ref, worst relative error: fp8 %.2e, int4 %.2e\n", worst_fp8, worst_int4);
 }
 
 // bf16 outputs (the cuda backend's) round the fp32 result; and a row's bits do not depend on M.
