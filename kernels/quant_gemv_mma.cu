@@ -236,7 +236,7 @@ __device__ __forceinline__ void stage_x(__nv_bfloat16* xs, const QuantGemvArgs& 
   constexpr int ck = qp::chunk_k(kInt4), units_per_chunk = ck / 8;
   const int per_row = (c1 - c0) * units_per_chunk, total = a.m * per_row;
   const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(a.x);
-#pragma unroll 4
+#pragma unroll 8
   for (int u = threadIdx.x; u < total; u += qp::kThreads) {  // unrolled: several loads of x in flight
     const int m = u / per_row, rest = u % per_row, c = c0 + rest / units_per_chunk, unit = rest % units_per_chunk;
     const int p = unit / 4, q = unit % 4;  // INT4: k = kb + 32q + 8p; FP8: kb + 16q + 8p
