@@ -87,8 +87,9 @@ struct CudaBackendOptions {
   bool fp8_per_channel = false;
   /// Quantized products of up to this many rows (1..16) take quant_gemv on bf16 activations;
   /// more rows the FP8 GEMM (fp8) or dequantize + bf16 GEMM (int4). 0: the measured fastest per
-  /// format (engine_bench --quantization fp8,fp8/1,... on an H200, docs/quantization.md): fp8 1
-  /// (quant_gemv loses to the FP8 GEMM from 2 rows on), int4 16 (dequantize + GEMM loses more).
+  /// format, QuantLinearRunner::default_gemv_rows (engine_bench --quantization fp8,fp8/1,... on an
+  /// H200, docs/quantization.md): fp8 1 (quant_gemv loses to the FP8 GEMM at 8 and 16 rows),
+  /// int4 16 (dequantize + GEMM loses more).
   int quant_gemv_max_rows = 0;
   /// Names the bad field: device < 0, tp_timeout_s <= 0, tp_all_reduce_max_bytes outside
   /// [16, 1 GiB] or not a multiple of 16, tp_all_reduce custom with dtype f16, decode.gemv_waves < 0, decode.gemv_loop outside 0..3, a dtype other than bf16 / f16, or f16 in a build without the

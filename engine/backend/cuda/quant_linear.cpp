@@ -138,7 +138,10 @@ QuantDeviceWeights quantize_device_weights(DeviceWeights& w, const QuantScheme& 
 }
 
 int QuantLinearRunner::default_gemv_rows(const QuantScheme& scheme) {
-  return scheme.method == Quantization::fp8 ? kGemvRows : kGemvRows;
+  // H200, results/gpu/quant/ (ca345a0): llama2-7b decode steps with quant_gemv up to 16 rows
+  // against the FP8 GEMM from 2 rows: 4.50 vs 3.90 ms at batch 8, 5.73 vs 4.20 at 16 (equal at
+  // 1); INT4's dequantize + bf16 GEMM takes 4.3x quant_gemv's time at 16 rows (kernel_bench).
+  return scheme.method == Quantization::fp8 ? 1 : kGemvRows;
 }
 
 QuantLinearRunner::QuantLinearRunner(const QuantScheme& scheme, int max_out, int max_in, int gemv_max_rows)
