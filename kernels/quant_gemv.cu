@@ -1,4 +1,7 @@
-// quant_gemv (quant_gemv.h): a warp per output row n. Lane l takes k = 16 l, 16 l + 512, ...: one
+// quant_gemv (quant_gemv.h): the dispatch between the tensor-core kernel (quant_gemv_mma.cu) and
+// the warp-per-row kernel below, which takes what the other does not: INT4 groups that are not a
+// multiple of 128, and a K slice too long for shared memory when the caller gave no workspace.
+// Warp-per-row kernel: a warp per output row n. Lane l takes k = 16 l, 16 l + 512, ...: one
 // 16-byte (FP8) or 8-byte (INT4) load of the row's codes per step, dequantized in registers with
 // the row's (group's) scale, then multiplied into M accumulators against x's 16 values of each
 // row (x is small and shared by every warp: it stays in L1/L2). The M partial sums are reduced
@@ -11,8 +14,14 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/quant_gemv.h"
+#include "kernels/quant_gemv_plan.h"
 
 namespace servelab::kernels {
+
+// quant_gemv_mma.cu
+size_t quant_gemv_mma_smem(const QuantGemvArgs& a, const quant_gemv_plan::Plan& plan);
+void quant_gemv_mma(const QuantGemvArgs& a, const quant_gemv_plan::Plan& plan, cudaStream_t stream);
+
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
@@ -98,7 +107,20 @@ void launch(const QuantGemvArgs& a, cudaStream_t stream) {
   }
 }
 
+int current_sm_count() {
+  int dev = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
 }  // namespace
+
+int64_t quant_gemv_workspace_floats(int max_n, int max_k) {
+  return quant_gemv_plan::workspace_floats(max_n, max_k, current_sm_count());
+}
+
+int quant_gemv_workspace_counters(int max_n) { return quant_gemv_plan::workspace_counters(max_n); }
 
 void validate(const QuantGemvArgs& a) {
   auto bad = [](const std::string& what) { return std::invalid_argument("quant_gemv: " + what); };
@@ -107,6 +129,9 @@ void validate(const QuantGemvArgs& a) {
   if (a.k < 16 || a.k % 16 != 0) throw bad("k (" + std::to_string(a.k) + ") must be a positive multiple of 16");
   if (a.x_stride < a.k || a.x_stride % 8 != 0) throw bad("x_stride must be >= k and a multiple of 8");
   if (!a.x || !a.w || !a.scales || !a.y) throw bad("x, w, scales and y must be set");
+  if (reinterpret_cast<uintptr_t>(a.x) % 16 || reinterpret_cast<uintptr_t>(a.w) % 16)
+    throw bad("x and w must be 16-byte aligned");
+  if ((a.partials == nullptr) != (a.counters == nullptr)) throw bad("partials and counters go together");
   if (a.kind == QuantWeightKind::fp8_e4m3 && a.n_scales != 1 && a.n_scales != a.n)
     throw bad("fp8 n_scales must be 1 or n");
   if (a.kind == QuantWeightKind::int4) {
@@ -119,6 +144,18 @@ void validate(const QuantGemvArgs& a) {
 void quant_gemv(const QuantGemvArgs& a, cudaStream_t stream) {
   validate(a);
   const bool int4 = a.kind == QuantWeightKind::int4;
+  if (!int4 || a.group_size % 128 == 0) {  // a 128-chunk of INT4 must lie in one group
+    namespace qp = quant_gemv_plan;
+    const qp::Plan plan = qp::make_plan(int4, a.n, a.k, current_sm_count(), a.partials != nullptr);
+    if (qp::max_slice_k(int4, plan) <= qp::kMaxSliceK) {
+      if (plan.splits > 1 && (plan.partial_floats() > a.partial_capacity || plan.row_blocks > a.counter_capacity))
+        throw std::invalid_argument("quant_gemv: the workspace is smaller than N=" + std::to_string(a.n) + " K=" +
+                                    std::to_string(a.k) + " needs (quant_gemv_workspace_floats / _counters)");
+      quant_gemv_mma(a, plan, stream);
+      CUDA_CHECK_LAUNCH();
+      return;
+    }
+  }
   if (a.out_bf16) int4 ? launch<true, true>(a, stream) : launch<false, true>(a, stream);
   else int4 ? launch<true, false>(a, stream) : launch<false, false>(a, stream);
   CUDA_CHECK_LAUNCH();

@@ -1,14 +1,19 @@
 #pragma once
 // Skinny products over quantized weights for decode (M = 1–16 rows): y[M, N] = x[M, K] ·
 // dequant(w)[N, K]ᵀ (+ y), x bf16, fp32 accumulate, fp32 or bf16 output (the cuda backend's
-// activations), the weights dequantized in
-// registers as they stream in (W8A16 FP8 and W4A16 INT4: the decode win is fewer weight bytes).
+// activations), the weights dequantized in registers as they stream in (W8A16 FP8 and W4A16
+// INT4: the decode win is fewer weight bytes).
+// Two kernels: the tensor-core one (quant_gemv_mma.cu; its work split in quant_gemv_plan.h) for
+// FP8 and for INT4 with groups of a multiple of 128 (every checkpoint's), and a warp-per-row one
+// (quant_gemv.cu) for INT4's smaller groups. Both give the same result for a row whatever M is.
 // Kernel layouts (a loader repacks checkpoint layouts into these once):
 //   fp8:  codes uint8 [N, K] E4M3; scales fp32 [N] (per channel) or [1] (per tensor).
 //   int4: codes uint8 [N, K/2], byte j of a row = k 2j (low nibble) and 2j+1 (high nibble);
 //         scales and zeros fp32 [K / group_size, N] (w = (q − zero) · scale). GPTQ act order is
 //         applied by permuting K of w and x beforehand (as Marlin and exllama reorder), not here.
-// Requirements: K a multiple of 16, group_size a multiple of 16, x_stride a multiple of 8.
+//         Zeros are integers 0..15 (as AWQ and GPTQ store them): the kernel subtracts them in bf16.
+// Requirements: K a multiple of 16, group_size a multiple of 16, x_stride a multiple of 8, x and
+// w 16-byte aligned.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -30,12 +35,24 @@ struct QuantGemvArgs {
   bool out_bf16 = false;
   int m = 0, n = 0, k = 0;
   bool accumulate = false;        ///< y += product
+  /// Split-K workspace (optional: without it no product is split, and a long K may then take the
+  /// slower warp-per-row kernel). partials: quant_gemv_workspace_floats(n, k) floats; counters:
+  /// quant_gemv_workspace_counters(n) ints, zero before the first launch (they reset themselves).
+  float* partials = nullptr;
+  int64_t partial_capacity = 0;   ///< floats at partials
+  int32_t* counters = nullptr;
+  int counter_capacity = 0;       ///< ints at counters
 };
+
+/// Workspace that covers every product of at most max_n outputs and max_k depth on this device.
+int64_t quant_gemv_workspace_floats(int max_n, int max_k);
+int quant_gemv_workspace_counters(int max_n);
 
 /// Throws std::invalid_argument naming the field when the arguments break the requirements.
 void validate(const QuantGemvArgs& a);
 
-/// Runs the product (m in [1, 16]); one warp per output row, 8 rows a block.
+/// Runs the product (m in [1, 16]) on the stream (with programmatic dependent launch: the weight
+/// loads start before the kernel that writes x has finished).
 void quant_gemv(const QuantGemvArgs& a, cudaStream_t stream);
 
 }  // namespace servelab::kernels

@@ -91,7 +91,8 @@ void bench_gemv(int64_t l2, double copy_gbs) {
 /// scales) and INT4 (group 128, scales and zeros) through quant_gemv, each in CUDA graphs over
 /// weight copies that outgrow L2. The figure is each format's time against bf16's on the same
 /// shape (the speedup; Marlin's near-ideal for INT4 is 3.87x), and its GB/s over the bytes it
-/// reads (codes, scales, zeros, x, y). Weight contents do not change the speed: codes are zero.
+/// reads (codes, scales, zeros, x, y). Codes, scales and zeros are random bits (never time zeros),
+/// and quant_gemv gets its split-K workspace as the cuda backend gives it.
 void bench_quant_gemv(int64_t l2, double copy_gbs) {
   struct Shape {
     const char* name;
@@ -114,11 +115,16 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
       Buf s8(size_t(sh.n) * 4), s4(size_t(n_groups) * sh.n * 4), z4(size_t(n_groups) * sh.n * 4);
       fill_random(wb.p, w_elems * n_rot, 41);
       fill_random(x.p, int64_t(m) * sh.k, 42);
-      CUDA_CHECK(cudaMemset(w8.p, 0, w8.bytes));
-      CUDA_CHECK(cudaMemset(w4.p, 0, w4.bytes));
-      CUDA_CHECK(cudaMemset(s8.p, 0, s8.bytes));
-      CUDA_CHECK(cudaMemset(s4.p, 0, s4.bytes));
-      CUDA_CHECK(cudaMemset(z4.p, 0, z4.bytes));
+      fill_random(w8.p, int64_t(w8.bytes / 2), 43);  // random bf16 bits: random codes
+      fill_random(w4.p, int64_t(w4.bytes / 2), 44);
+      fill_random_f32_kernel<<<4096, 256>>>(s8.get<float>(), int64_t(s8.bytes / 4), 45, 0.01f);
+      fill_random_f32_kernel<<<4096, 256>>>(s4.get<float>(), int64_t(s4.bytes / 4), 46, 0.01f);
+      fill_random_f32_kernel<<<4096, 256>>>(z4.get<float>(), int64_t(z4.bytes / 4), 47, 8.0f);
+      CUDA_CHECK_LAUNCH();
+      const int64_t ws_floats = quant_gemv_workspace_floats(sh.n, sh.k);
+      const int ws_counters = quant_gemv_workspace_counters(sh.n);
+      Buf partials(size_t(ws_floats) * 4), counters(size_t(ws_counters) * 4);
+      CUDA_CHECK(cudaMemset(counters.p, 0, counters.bytes));
       gemm.set_use_gemv(true);
       gemm.set_gemv_split_k(false);
       const double ms_bf16 = time_graph_ms([&](int i, cudaStream_t st) {
@@ -136,6 +142,10 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
         a.group_size = group;
         a.y = y.get<float>();
         a.m = m, a.n = sh.n, a.k = sh.k;
+        a.partials = partials.get<float>();
+        a.partial_capacity = ws_floats;
+        a.counters = counters.get<int32_t>();
+        a.counter_capacity = ws_counters;
         const size_t w_bytes = q == 0 ? size_t(w_elems) : size_t(w_elems / 2);
         const uint8_t* base = q == 0 ? w8.get<uint8_t>() : w4.get<uint8_t>();
         a.w = base;

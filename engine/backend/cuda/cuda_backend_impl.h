@@ -231,9 +231,7 @@ struct CudaBackend::Impl {
       qw = std::make_unique<cuda::QuantDeviceWeights>(cuda::quantize_device_weights(w, scheme));
       quant_runner = std::make_unique<cuda::QuantLinearRunner>(scheme, std::max(qkv_width(), 2 * local_ffn),
                                                                std::max({m.hidden_size, dq(), local_ffn}),
-                                                               options.quant_gemv_max_rows > 0 ? options.quant_gemv_max_rows
-                                                               : scheme.method == Quantization::fp8 ? 1
-                                                                                                    : cuda::QuantLinearRunner::kGemvRows);
+                                                               options.quant_gemv_max_rows);  // 0: the format's default
     }
   }
 

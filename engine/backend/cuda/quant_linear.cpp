@@ -137,11 +137,23 @@ QuantDeviceWeights quantize_device_weights(DeviceWeights& w, const QuantScheme& 
   return q;
 }
 
+int QuantLinearRunner::default_gemv_rows(const QuantScheme& scheme) {
+  // H200, results/gpu/quant/ (ca345a0): llama2-7b decode steps with quant_gemv up to 16 rows
+  // against the FP8 GEMM from 2 rows: 4.50 vs 3.90 ms at batch 8, 5.73 vs 4.20 at 16 (equal at
+  // 1); INT4's dequantize + bf16 GEMM takes 4.3x quant_gemv's time at 16 rows (kernel_bench).
+  return scheme.method == Quantization::fp8 ? 1 : kGemvRows;
+}
+
 QuantLinearRunner::QuantLinearRunner(const QuantScheme& scheme, int max_out, int max_in, int gemv_max_rows)
-    : scheme_(scheme), max_in_(max_in), gemv_max_rows_(gemv_max_rows) {
-  if (gemv_max_rows < 1 || gemv_max_rows > kGemvRows)
-    throw std::invalid_argument("quant_gemv_max_rows must be 1.." + std::to_string(kGemvRows) + " (got " +
-                                std::to_string(gemv_max_rows) + ")");
+    : scheme_(scheme), max_in_(max_in), gemv_max_rows_(gemv_max_rows > 0 ? gemv_max_rows : default_gemv_rows(scheme)) {
+  if (gemv_max_rows < 0 || gemv_max_rows > kGemvRows)
+    throw std::invalid_argument("quant_gemv_max_rows must be 0 (the default) or 1.." + std::to_string(kGemvRows) +
+                                " (got " + std::to_string(gemv_max_rows) + ")");
+  gemv_partial_floats_ = kernels::quant_gemv_workspace_floats(max_out, max_in);
+  gemv_counter_count_ = kernels::quant_gemv_workspace_counters(max_out);
+  gemv_partials_.grow(size_t(gemv_partial_floats_) * 4, "quant_gemv's split-K partial sums");
+  gemv_counters_.grow(size_t(gemv_counter_count_) * 4, "quant_gemv's split-K counters");
+  CUDA_CHECK(cudaMemset(gemv_counters_.get(), 0, size_t(gemv_counter_count_) * 4));
   if (scheme.method == Quantization::fp8) {
     fp8_ = std::make_unique<kernels::Fp8Gemm>();
     amax_.grow(256, "the FP8 activation amax");
@@ -159,7 +171,8 @@ bool QuantLinearRunner::reserve(int rows) {
 }
 
 int64_t QuantLinearRunner::scratch_bytes(int rows) const {
-  return fp8_ ? int64_t(rows) * (max_in_ + 4) : int64_t(dequant_.bytes());
+  const int64_t gemv = int64_t(gemv_partials_.bytes() + gemv_counters_.bytes());
+  return gemv + (fp8_ ? int64_t(rows) * (max_in_ + 4) : int64_t(dequant_.bytes()));
 }
 
 void QuantLinearRunner::prepare(int max_rows, const QuantWeight& w) {
@@ -187,6 +200,10 @@ void QuantLinearRunner::run(const QuantWeight& w, const void* x, void* y, int ro
     a.m = rows;
     a.n = w.out;
     a.k = w.in;
+    a.partials = gemv_partials_.get<float>();
+    a.partial_capacity = gemv_partial_floats_;
+    a.counters = gemv_counters_.get<int32_t>();
+    a.counter_capacity = gemv_counter_count_;
     kernels::quant_gemv(a, stream);
     return;
   }

@@ -3,12 +3,13 @@
 // format, and the product cuda_ops.h's Linear and GateUpSilu dispatch to when a layer has them.
 // - fp8: codes E4M3 [out, in] and fp32 scales [out] (per output channel, or each HF matrix's
 //   per-tensor scale repeated over its rows: a fused Q|K|V keeps three). Products of at most
-//   gemv_max_rows rows take quant_gemv on bf16 activations (W8A16: the bytes are the decode win;
-//   the backend's default is one row, measured); more rows quantize the activations to E4M3
-//   (dynamic, per tensor or per token as the scheme says) and take the FP8 GEMM (W8A8, fp8_gemm.h).
+//   gemv_max_rows rows take quant_gemv on bf16 activations (W8A16: the bytes are the decode win);
+//   more rows quantize the activations to E4M3 (dynamic, per tensor or per token as the scheme
+//   says) and take the FP8 GEMM (W8A8, fp8_gemm.h).
 // - int4 (AWQ asymmetric or GPTQ symmetric, groups along the input): codes [out, in / 2] and
-//   fp32 scales and zeros [in / group, out]. Up to 16 rows quant_gemv; more rows dequantize into
-//   a bf16 scratch matrix and take the bf16 GEMM (a first step, before a tensor-core INT4 kernel).
+//   fp32 scales and zeros [in / group, out]. Up to gemv_max_rows rows quant_gemv; more rows
+//   dequantize into a bf16 scratch matrix and take the bf16 GEMM.
+// default_gemv_rows() is the measured fastest split between the two per format (docs/quantization.md).
 // Plain C++ over the kernels' launch functions (no device code here).
 #include <cstdint>
 #include <memory>
@@ -56,8 +57,13 @@ QuantDeviceWeights quantize_device_weights(DeviceWeights& w, const QuantScheme& 
 class QuantLinearRunner {
  public:
   /// max_out, max_in: the largest Linear (int4's bf16 scratch holds one dequantized matrix).
-  /// gemv_max_rows: products of up to this many rows take quant_gemv (1..kGemvRows).
-  QuantLinearRunner(const QuantScheme& scheme, int max_out, int max_in, int gemv_max_rows = kGemvRows);
+  /// gemv_max_rows: products of up to this many rows take quant_gemv (1..kGemvRows; 0: the
+  /// format's default_gemv_rows).
+  QuantLinearRunner(const QuantScheme& scheme, int max_out, int max_in, int gemv_max_rows = 0);
+  /// The most rows quant_gemv takes by default for the scheme's format: where it beats the FP8
+  /// GEMM (fp8) or dequantize + bf16 GEMM (int4), kernel_bench --quant-only on an H200.
+  static int default_gemv_rows(const QuantScheme& scheme);
+  int gemv_max_rows() const { return gemv_max_rows_; }
   /// Activation codes and scales for steps of up to `rows` rows (call outside graph capture; a
   /// reallocation means the backend's graphs must be captured again).
   bool reserve(int rows);
@@ -77,6 +83,9 @@ class QuantLinearRunner {
   int gemv_max_rows_ = kGemvRows;
   std::unique_ptr<kernels::Fp8Gemm> fp8_;
   DeviceBuffer act_codes_, act_scales_, amax_, dequant_;
+  DeviceBuffer gemv_partials_, gemv_counters_;  // quant_gemv's split-K workspace
+  int64_t gemv_partial_floats_ = 0;
+  int gemv_counter_count_ = 0;
 };
 
 }  // namespace servelab::cuda
