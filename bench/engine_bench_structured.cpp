@@ -97,6 +97,7 @@ RunStats run_once(Backend& backend, Mode mode, const StructuredBenchOptions& o, 
   c.sched.max_num_batched_tokens = 8192;
   c.sched.chunked_prefill = true;
   c.kv.max_model_len = 1024;
+  c.swap_space_bytes = 0;  // no host swap pool (pinned GiBs per run): nothing is preempted here
   c.kv_cache_bytes = int64_t(o.batch) * (o.prompt_tokens + o.output_tokens + 64) * backend.kv_bytes_per_slot();
   c.structured_output.overlap_masks = mode != Mode::before;
   c.structured_output.jump_forward = mode == Mode::jump_forward;

@@ -43,14 +43,14 @@ for b in engine_bench test_cuda_backend_gpu; do
 done
 if [ ${#need_build[@]} -gt 0 ]; then
   G=(); command -v ninja >/dev/null && G=(-G Ninja)
-  run configure 100 cmake -S . -B "$BUILD" "${G[@]}" -DCMAKE_BUILD_TYPE=Release -DSERVELAB_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a &&
-    run build 280 cmake --build "$BUILD" -j"$(nproc)" --target "${need_build[@]}"
+  run configure 60 cmake -S . -B "$BUILD" "${G[@]}" -DCMAKE_BUILD_TYPE=Release -DSERVELAB_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a &&
+    run build 180 cmake --build "$BUILD" -j"$(nproc)" --target "${need_build[@]}"
   for b in "${need_build[@]}"; do [ -x "$BUILD/$b" ] && cp "$BUILD/$b" "/tmp/structured-bin/$b"; done
 fi
 B=/tmp/structured-bin
-run structured_bench 200 "$B/engine_bench" --structured --tokenizer "$TOKENIZER" --json "$OUT/structured.json" --commit "$COMMIT"
+run structured_bench 150 "$B/engine_bench" --structured --tokenizer "$TOKENIZER" --json "$OUT/structured.json" --commit "$COMMIT"
 tail -n 8 "$OUT/structured_bench.log"
-run late_masks_gpu 60 "$B/test_cuda_backend_gpu" --gtest_brief=1 --gtest_filter='CudaLateMasks.*'
-run backend_gpu 150 "$B/test_cuda_backend_gpu" --gtest_brief=1 --gtest_filter='-*Bench*:*Hf*:*Tp*:*TP*:CudaLateMasks.*'
+run late_masks_gpu 40 "$B/test_cuda_backend_gpu" --gtest_brief=1 --gtest_filter='CudaLateMasks.*'
+run backend_gpu 70 "$B/test_cuda_backend_gpu" --gtest_brief=1 --gtest_filter='-*Bench*:*Hf*:*Tp*:*TP*:CudaLateMasks.*'
 grep -h "PASSED\|FAILED\|SKIPPED" "$OUT/late_masks_gpu.log" "$OUT/backend_gpu.log" | sort | uniq -c | head -20
 printf '%s\n' "${TABLE[@]}"
