@@ -222,6 +222,9 @@ KvMetrics compute_kv_metrics(const std::string& label, const std::vector<StepRec
     if (kv.spec_num_accepted_tokens_per_pos.size() < s.spec_accepted_per_pos.size())
       kv.spec_num_accepted_tokens_per_pos.resize(s.spec_accepted_per_pos.size(), 0);
     for (size_t p = 0; p < s.spec_accepted_per_pos.size(); ++p) kv.spec_num_accepted_tokens_per_pos[p] += s.spec_accepted_per_pos[p];
+    kv.structured_masks += s.n_masks;
+    kv.structured_mask_s += s.mask_s;
+    kv.jump_forward_tokens += s.jump_forward_tokens;
     batch.add(s.batch_size, w);
     kv.batch_size_max = std::max(kv.batch_size_max, s.batch_size);
     const int64_t used = s.kv_stored + s.kv_reserved + s.kv_internal_frag;
@@ -449,6 +452,10 @@ void to_json(nlohmann::ordered_json& j, const RunMetrics& m) {
                         {"mean_acceptance_length", json_number(1.0 + accepted / drafts)},
                         {"num_accepted_tokens_per_pos", m.kv.spec_num_accepted_tokens_per_pos}};
   }
+  if (m.kv.structured_masks > 0 || m.kv.jump_forward_tokens > 0)
+    j["structured_engine"] = {{"n_masks", m.kv.structured_masks},
+                              {"mask_s", json_number(m.kv.structured_mask_s)},
+                              {"jump_forward_tokens", m.kv.jump_forward_tokens}};
   j["n_ok"] = m.n_ok;
   j["n_warmup"] = m.n_warmup;
   if (m.n_window_dropped > 0) j["n_window_dropped"] = m.n_window_dropped;
@@ -519,6 +526,11 @@ void from_json(const nlohmann::ordered_json& j, RunMetrics& m) {
     m.kv.spec_num_accepted_tokens = json_int_or(*it, "num_accepted_tokens", int64_t{0});
     if (auto pp = it->find("num_accepted_tokens_per_pos"); pp != it->end() && pp->is_array())
       for (const auto& v : *pp) m.kv.spec_num_accepted_tokens_per_pos.push_back(json_int<int64_t>(v));
+  }
+  if (auto it = j.find("structured_engine"); it != j.end() && it->is_object()) {
+    m.kv.structured_masks = json_int_or(*it, "n_masks", int64_t{0});
+    m.kv.structured_mask_s = number_or_nan(*it, "mask_s");
+    m.kv.jump_forward_tokens = json_int_or(*it, "jump_forward_tokens", int64_t{0});
   }
   m.n_ok = j.value("n_ok", std::size_t{0});
   m.n_warmup = j.value("n_warmup", std::size_t{0});

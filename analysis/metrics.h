@@ -141,6 +141,11 @@ struct KvMetrics {
   int64_t spec_num_draft_tokens = 0;
   int64_t spec_num_accepted_tokens = 0;
   std::vector<int64_t> spec_num_accepted_tokens_per_pos;  ///< accepted drafts by position (0 = first)
+  /// Structured output over the window's steps: token masks filled, their host seconds, and
+  /// tokens appended by jump-forward (without a forward of their own).
+  int64_t structured_masks = 0;
+  double structured_mask_s = 0.0;
+  int64_t jump_forward_tokens = 0;
 };
 
 /// Everything analysis reports for one run. Latency distributions are in milliseconds,

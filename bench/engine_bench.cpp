@@ -6,6 +6,8 @@
 //                                  graph replay, for ncu --profile-from-start off; V: a kMbuVariants name)
 //   engine_bench --mbu [--variants V,V,...]   (decode MBU only, per decode-path variant, see kMbuVariants)
 //   engine_bench --lora [--quick]   (multi-LoRA against no adapter: bench/engine_bench_lora.h)
+//   engine_bench --structured [--preset NAME] [--tokenizer DIR] [--repeats N]   (structured output at
+//                                  batch 64 against unconstrained: bench/engine_bench_structured.h)
 //   engine_bench --quantization F,F,...   (fp8, int4_awq, int4_gptq beside bf16: decode at batch 1,
 //                                  8, 16 and a 2048-token prefill, one backend after the other;
 //                                  F/R: quant_gemv for products of up to R rows only)
@@ -41,6 +43,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/engine_bench_lora.h"
+#include "bench/engine_bench_structured.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/profiler.h"
 #include "engine/splitmix64.h"
@@ -157,6 +160,9 @@ struct Args {
   bool ncu_graphs = false;             // --graphs: the ncu step is a graph replay
   bool mbu = false;                    // --mbu
   bool lora = false;                   // --lora
+  bool structured = false;             // --structured
+  std::string tokenizer;               // --tokenizer DIR (--structured)
+  int repeats = 0;                     // --repeats N (--structured)
   std::string variants;                // --variants (names of kMbuVariants), empty = all
   std::string before_label = "cuBLASLt only, no PDL, unfused SiLU";  // --before-label
   std::string quantization;            // --quantization F,F,...: formats timed beside bf16
@@ -515,6 +521,9 @@ int main(int argc, char** argv) {
     else if (a == "--graphs") args.ncu_graphs = true;
     else if (a == "--mbu") args.mbu = true;
     else if (a == "--lora") args.lora = true;
+    else if (a == "--structured") args.structured = true;
+    else if (a == "--tokenizer" && i + 1 < argc) args.tokenizer = argv[++i];
+    else if (a == "--repeats" && i + 1 < argc) args.repeats = std::atoi(argv[++i]);
     else if (a == "--quantization" && i + 1 < argc) args.quantization = argv[++i];
     else if (a == "--variants" && i + 1 < argc) args.variants = argv[++i];
     else if (a == "--before-label" && i + 1 < argc) args.before_label = argv[++i];
@@ -526,6 +535,7 @@ int main(int argc, char** argv) {
                    "usage: engine_bench [--json FILE] [--commit SHA] [--preset NAME] [--kv-gb G] [--quick] [--prefill-only]\n"
                    "       engine_bench --mbu [--variants V,...] [--json FILE] [--commit SHA] [--quick]\n"
                    "       engine_bench --lora [--json FILE] [--commit SHA] [--preset NAME] [--quick]\n"
+                   "       engine_bench --structured [--json FILE] [--commit SHA] [--preset NAME] [--tokenizer DIR] [--repeats N]\n"
                    "       engine_bench --quantization F,F,... [--json FILE] [--commit SHA] [--quick] [--preset NAME]\n"
                    "       engine_bench --ncu-decode BATCH,CONTEXT [--graphs] [--variants V] [--preset NAME]\n");
       return 2;
@@ -542,6 +552,18 @@ int main(int argc, char** argv) {
       lo.preset = args.preset;
       lo.quick = args.quick;
       for (const bench::LoraFigure& f : bench::run_lora_bench(lo))
+        rows.push_back({f.name, f.shape, f.unit, f.peer, f.value, f.ratio});
+      cudaDeviceProp prop{};
+      CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+      write_json(args, prop);
+      return 0;
+    }
+    if (args.structured) {
+      bench::StructuredBenchOptions so;
+      if (args.preset != Args{}.preset) so.preset = args.preset;  // default llama3-8b, not the bench's llama2-7b
+      if (!args.tokenizer.empty()) so.tokenizer_dir = args.tokenizer;
+      if (args.repeats > 0) so.repeats = args.repeats;
+      for (const bench::StructuredFigure& f : bench::run_structured_bench(so))
         rows.push_back({f.name, f.shape, f.unit, f.peer, f.value, f.ratio});
       cudaDeviceProp prop{};
       CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));

@@ -29,6 +29,9 @@ void EngineConfig::validate() const {
     if (sched.kind != BatchingKind::continuous)
       throw std::invalid_argument(std::string("LoRA adapters need continuous batching (got ") + to_string(sched.kind) + ")");
   }
+  if (structured_output.jump_forward && sched.kind != BatchingKind::continuous)
+    throw std::invalid_argument(std::string("structured_output.jump_forward needs continuous batching (got ") +
+                                to_string(sched.kind) + ")");
   if (swap_space_bytes < 0 || swap_space_bytes > kMaxSwapSpaceBytes)
     throw std::invalid_argument("engine.swap_space must be in [0, 1024] GiB (got " + std::to_string(swap_space_bytes) +
                                 " bytes)");
@@ -233,8 +236,8 @@ void trim_to_constraint(Sequence& s, TokenConstraint& constraint, std::vector<ui
   }
 }
 
-/// Token masks of the entry's draws (structured output): one per drawn row, after the accepted
-/// tokens and the drafts before that row.
+/// Token masks of the entry's draws (structured output), filled now, before the step: one per
+/// drawn row, after the accepted tokens and the drafts before that row.
 void add_masks(Batch& batch, BatchEntry& entry, TokenConstraint& constraint, int words) {
   const Sequence& s = *entry.seq;
   const int rows = s.spec_tokens.empty() ? 1 : static_cast<int>(s.spec_tokens.size()) + 1;
@@ -248,6 +251,15 @@ void add_masks(Batch& batch, BatchEntry& entry, TokenConstraint& constraint, int
 }
 
 }  // namespace
+
+void Engine::State::fill_late_masks(uint32_t* words) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const LateMasks& m : late_masks)
+    for (int j = 0; j < m.rows; ++j)
+      m.constraint->fill_mask(std::span<const TokenId>(m.seq->spec_tokens.data(), size_t(j)),
+                              words + size_t(m.first_mask + j) * size_t(mask_words));
+  mask_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 void Engine::propose_drafts(StepOutcome& out) {
   struct Candidate {
@@ -314,8 +326,14 @@ StepOutcome Engine::step(double now) {
     state_->entry_requests.clear();
     batch.mask_words.clear();
     batch.mask_words_per_row = 0;
+    batch.n_late_masks = 0;
     batch.n_padding_tokens = plan.n_padding_tokens;
     const int mask_words = (backend_->config().vocab_size + 31) / 32;
+    const bool overlap_masks = config_.structured_output.overlap_masks;
+    state_->late_masks.clear();
+    state_->mask_words = mask_words;
+    state_->mask_s = 0.0;
+    if (!batch.fill_masks) batch.fill_masks = [st = state_.get()](uint32_t* words) { st->fill_late_masks(words); };
     for (const ScheduledChunk& c : plan.chunks) {
       RequestState& rs = state_->of(*c.seq);
       state_->entry_requests.push_back(&rs);
@@ -329,7 +347,19 @@ StepOutcome Engine::step(double now) {
         e.lora_slot = lora_slots_->acquire(c.seq->lora, n_steps_ + 1, *backend_);
         out.n_lora_loads += static_cast<int>(lora_slots_->n_loads() - loads);
       }
-      if (sample && rs.request.constraint) add_masks(batch, e, *rs.request.constraint, mask_words);
+      if (sample && rs.request.constraint) {
+        if (overlap_masks) {  // the same masks as add_masks, planned now, filled by the backend's call
+          const int rows = c.seq->spec_tokens.empty() ? 1 : static_cast<int>(c.seq->spec_tokens.size()) + 1;
+          batch.mask_words_per_row = mask_words;
+          e.first_mask = batch.n_late_masks;
+          batch.n_late_masks += rows;
+          state_->late_masks.push_back({rs.request.constraint.get(), c.seq, e.first_mask, rows});
+        } else {
+          const auto m0 = std::chrono::steady_clock::now();
+          add_masks(batch, e, *rs.request.constraint, mask_words);
+          state_->mask_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - m0).count();
+        }
+      }
       if (rs.record.scheduled_s < 0) rs.record.scheduled_s = now;
     }
     ++n_steps_;
@@ -342,6 +372,8 @@ StepOutcome Engine::step(double now) {
     Step& step = state_->step;
     build_step_input(batch, *kv_, backend_->config().vocab_size, step);
     const StepOutput result = backend_->execute(step);
+    out.n_masks = step.in.n_masks();
+    out.mask_s = state_->mask_s;
     const double measured = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     out.duration_s = result.predicted_s.value_or(measured);
     if (result.tokens.size() != size_t(step.in.n_samples()))
@@ -352,6 +384,8 @@ StepOutcome Engine::step(double now) {
 
     std::vector<std::pair<Sequence*, FinishReason>>& done = state_->done;
     done.clear();
+    const bool jump = config_.structured_output.jump_forward;
+    const int vocab = backend_->config().vocab_size;
     out.tokens.reserve(result.tokens.size());
     size_t k = 0;
     bool decode_only = true;  // every entry a decode or verification row set (for the measured rule)
@@ -368,7 +402,9 @@ StepOutcome Engine::step(double now) {
       if (s.spec_tokens.empty()) {
         const std::span<const TokenId> draws(result.tokens.data() + k, static_cast<size_t>(e.n_samples));
         k += draws.size();
+        const size_t n_done = done.size();
         state_->emit(s, rs, draws[0], end, eos, out, done);
+        if (jump && rs.request.constraint && done.size() == n_done) state_->jump_forward(s, rs, end, eos, vocab, out);
         kv_->on_computed(s);
         if (e.n_samples > 1) state_->fork_samples(s, draws, end, eos, *kv_, *scheduler_, out, done);
         continue;
@@ -400,6 +436,7 @@ StepOutcome Engine::step(double now) {
       const size_t n_done = done.size();
       for (size_t j = 0; j <= accepted && done.size() == n_done; ++j) state_->emit(s, rs, draws[j], end, eos, out, done);
       if (done.size() == n_done) kv_->truncate(s, s.n_computed);  // rejected drafts' slots back
+      if (jump && rs.request.constraint && done.size() == n_done) state_->jump_forward(s, rs, end, eos, vocab, out);
       kv_->on_computed(s);
     }
     for (auto& [s, reason] : done) state_->retire(*s, reason, end, *kv_, *scheduler_, out);

@@ -20,6 +20,18 @@
 
 namespace servelab {
 
+/// Structured output in the engine (requests with a TokenConstraint; issue 30, item 3).
+struct StructuredOutputConfig {
+  /// Fill a step's token masks while its forward runs (Step::fill_masks, called by the backend
+  /// once the forward is launched), not before the step on the engine's thread. Same tokens
+  /// either way; false is the old path, kept to measure the difference.
+  bool overlap_masks = true;
+  /// Jump-forward: when a constrained request's grammar allows exactly one continuation string,
+  /// its tokens (TokenConstraint::forced_tokens) are appended without a forward; their K/V is
+  /// computed in the next step like a prefill chunk. Continuous batching only.
+  bool jump_forward = false;
+};
+
 struct EngineConfig {
   SchedulerConfig sched;
   KvConfig kv;
@@ -33,6 +45,7 @@ struct EngineConfig {
   /// Multi-LoRA (continuous batching only): requests may name an adapter (Request::lora); at most
   /// lora.max_loras distinct adapters run at once (the backend's slots, the scheduler's bound).
   LoraConfig lora;
+  StructuredOutputConfig structured_output;
   void validate() const;
 };
 
@@ -76,6 +89,12 @@ struct StepOutcome {
   int n_running = 0;
   int n_loras = 0;        ///< distinct LoRA adapters in the step
   int n_lora_loads = 0;   ///< adapters loaded into the backend's slots for it (misses)
+  /// Structured output: token masks filled for the step's draws, the host seconds they took
+  /// (inside the backend's execute when overlapped, before it otherwise), and tokens appended by
+  /// jump-forward without a forward of their own.
+  int n_masks = 0;
+  double mask_s = 0.0;
+  int n_jump_forward_tokens = 0;
   bool idle() const { return batch_size == 0; }
 };
 

@@ -35,6 +35,18 @@ void Engine::State::emit(Sequence& s, RequestState& rs, TokenId tok, double end,
   else if (!s.sampling.ignore_eos && eos >= 0 && tok == eos) done.emplace_back(&s, FinishReason::eos);
 }
 
+void Engine::State::jump_forward(Sequence& s, RequestState& rs, double end, int eos, int vocab, StepOutcome& out) {
+  const int room = s.sampling.max_tokens - s.n_output();
+  if (room < 1 || !rs.request.constraint) return;
+  const std::vector<TokenId> forced = rs.request.constraint->forced_tokens(room);
+  const size_t n_done = done.size();
+  for (TokenId t : forced) {
+    if (t < 0 || t >= vocab || done.size() != n_done) break;
+    emit(s, rs, t, end, eos, out, done);
+    ++out.n_jump_forward_tokens;
+  }
+}
+
 void Engine::State::fork_samples(Sequence& parent, std::span<const TokenId> firsts, double end, int eos,
                                  KvManager& kv, Scheduler& scheduler, StepOutcome& out,
                                  std::vector<std::pair<Sequence*, FinishReason>>& done) {

@@ -62,6 +62,23 @@ struct Engine::State {
   std::vector<RequestState*> entry_requests;  // batch.entries[i]'s request, looked up once a step
   std::vector<std::pair<Sequence*, FinishReason>> done;  // the step's finished samples (reused)
   std::vector<uint32_t> mask_scratch;
+  /// Late masks of the step (StructuredOutputConfig::overlap_masks): per constrained draw entry,
+  /// its constraint, sequence, first mask and rows; fill_late_masks writes them when the backend
+  /// calls the step's filler.
+  struct LateMasks {
+    TokenConstraint* constraint;
+    const Sequence* seq;
+    int first_mask;
+    int rows;
+  };
+  std::vector<LateMasks> late_masks;
+  int mask_words = 0;      // per mask
+  double mask_s = 0.0;     // host seconds spent filling this step's masks
+  void fill_late_masks(uint32_t* words);
+  /// Jump-forward (StructuredOutputConfig::jump_forward): after s drew a token and did not
+  /// finish, emits the tokens its constraint forces next (TokenConstraint::forced_tokens), up to
+  /// max_tokens, without a forward; their K/V is computed by the next step that schedules s.
+  void jump_forward(Sequence& s, RequestState& rs, double end, int eos, int vocab, StepOutcome& out);
   /// Per drawing sequence: its k and its acceptance so far (adaptive speculation).
   struct SpecStats {
     int k = 0;

@@ -37,6 +37,13 @@ class TokenConstraint {
   /// The request emitted token t (it was allowed by the last mask filled without a draft, or
   /// with the draft it follows).
   virtual void accept(TokenId t) = 0;
+  /// Jump-forward: when exactly one continuation is allowed next, up to max_tokens tokens that
+  /// spell (a prefix of) it, each allowed after the ones before; empty when the next token is not
+  /// determined. Does not change the state (the engine accept()s the tokens it appends).
+  virtual std::vector<TokenId> forced_tokens(int max_tokens) {
+    (void)max_tokens;
+    return {};
+  }
 };
 
 /// One request handed to Engine::add.

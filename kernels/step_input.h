@@ -139,13 +139,21 @@ struct StepInput {
   int32_t block_size = 16;
   int32_t block_table_stride = 0;  ///< paged: entries per block-table row
   int32_t mask_words_per_row = 0;  ///< (vocab + 31) / 32 when the step carries masks, else 0
+  /// Late masks (structured output overlapped with the forward): the step's masks are not in
+  /// mask_words (empty) but written by the engine's filler (servelab::Step::fill_masks) while the
+  /// forward runs; mask_index names them as usual. 0 = none (masks, if any, are in mask_words).
+  int32_t late_masks = 0;
   bool decode_only = false;        ///< every sequence has exactly one query row
 
   int n_tokens() const { return static_cast<int>(token_ids.size()); }
   int n_seqs() const { return static_cast<int>(context_lens.size()); }
   int n_samples() const { return static_cast<int>(sample_rows.size()); }
-  int n_masks() const { return mask_words_per_row > 0 ? static_cast<int>(mask_words.size() / mask_words_per_row) : 0; }
-  bool has_masks() const { return !mask_words.empty(); }
+  int n_masks() const {
+    if (late_masks > 0) return late_masks;
+    return mask_words_per_row > 0 ? static_cast<int>(mask_words.size() / mask_words_per_row) : 0;
+  }
+  bool has_masks() const { return n_masks() > 0; }      ///< in mask_words or late
+  bool has_late_masks() const { return late_masks > 0; }
   int max_context() const {
     int m = 0;
     for (int32_t c : context_lens) m = c > m ? c : m;
@@ -176,6 +184,7 @@ struct StepInput {
 #undef SERVELAB_STEP_CLEAR
     block_table_stride = 0;
     mask_words_per_row = 0;
+    late_masks = 0;
     decode_only = false;
   }
   /// Addressing view over this host struct's arrays.
@@ -194,6 +203,8 @@ struct StepInput {
     if (mask_words_per_row < 0 || (mask_words_per_row > 0 && mask_words.size() % size_t(mask_words_per_row) != 0) ||
         (mask_words_per_row == 0 && !mask_words.empty()))
       bad("mask_words must hold whole masks of mask_words_per_row words");
+    if (late_masks < 0 || (late_masks > 0 && (!mask_words.empty() || mask_words_per_row == 0)))
+      bad("late_masks needs mask_words empty and mask_words_per_row > 0");
 #define SERVELAB_STEP_SIZE(name, type, extent, travel, pad, pad_value)                                    \
     if (StepExtent::extent != StepExtent::masks && StepExtent::extent != StepExtent::dists &&                       \
         !(StepExtent::extent == StepExtent::opt_rows && name.empty()) &&                                          \

@@ -68,6 +68,9 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
     st.spec_draft_s = s.spec_draft_s;
     st.n_loras = s.n_loras;
     st.n_lora_loads = s.n_lora_loads;
+    st.n_masks = s.n_masks;
+    st.mask_s = s.mask_s;
+    st.jump_forward_tokens = s.n_jump_forward_tokens;
     st.kv_capacity = s.kv.capacity;
     st.kv_stored = s.kv.stored;
     st.kv_reserved = s.kv.reserved;

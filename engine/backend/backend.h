@@ -2,6 +2,7 @@
 // Backend: runs one batched forward step (Step) over its KV arena and draws the next tokens.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -30,7 +31,23 @@ struct Step {
   kernels::StepInput in;
   int n_padding = 0;
   bool want_logprobs = false;  ///< fill StepOutput::logprobs (backends whose caps().logprobs)
+  /// Late token masks (in.late_masks > 0; structured output): writes the step's in.late_masks
+  /// masks, in.mask_words_per_row words each, into `words`. A backend calls it exactly once per
+  /// execute, after it has launched the forward and before it samples, so the host's mask work
+  /// overlaps the device's (cuda); it runs on the thread that called execute. What it throws is
+  /// the step's error. Null when the step has no late masks (unconstrained steps pay nothing).
+  std::function<void(uint32_t* words)> fill_masks;
   int n_rows() const { return in.n_tokens() + n_padding; }
+  /// The step's token masks on the host: in.mask_words, or the late masks written by fill_masks
+  /// into `scratch` (called here, once); nullptr when the step has none. Throws
+  /// std::invalid_argument when late masks have no filler.
+  const uint32_t* host_masks(std::vector<uint32_t>& scratch) const {
+    if (!in.has_late_masks()) return in.mask_words.empty() ? nullptr : in.mask_words.data();
+    if (!fill_masks) throw std::invalid_argument("step: in.late_masks > 0 but fill_masks is not set");
+    scratch.resize(size_t(in.late_masks) * size_t(in.mask_words_per_row));
+    fill_masks(scratch.data());
+    return scratch.data();
+  }
 };
 
 /// What a step produced: one token per draw, in the step's draw order. Draw i samples row

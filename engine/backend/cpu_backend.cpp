@@ -103,6 +103,7 @@ struct CpuBackend::Scratch {
   std::vector<int> sample_rows;    // [R] distinct rows drawn from, in order of first draw
   std::vector<int> draw_logit_row; // [n_draws] index into sample_rows of each draw
   std::vector<float> masked;       // one masked logits row
+  std::vector<uint32_t> late_masks;  // the step's late token masks (Step::fill_masks)
   int max_ctx = 0;
   int64_t attention_work = 0;      // Σ (pos + 1) over rows: sizes the thread split
 
@@ -491,10 +492,14 @@ StepOutput CpuBackend::execute(const Step& step) {
   const size_t vocab = config().vocab_size;
   Scratch& s = *scratch_;
   StepOutput out;
+  // Late masks are filled here, after the forward and before the draws: on the cpu backend the
+  // forward already uses every core (the thread pool), so the filler runs after it, overlapping
+  // nothing; the tokens are the same as with the masks filled before the step.
+  const uint32_t* masks = in.n_samples() > 0 ? step.host_masks(s.late_masks) : nullptr;
   for (int i = 0; i < in.n_samples(); ++i) {
     std::span<const float> row = all.subspan(size_t(s.draw_logit_row[i]) * vocab, vocab);
     if (in.mask_index[i] >= 0) {
-      row = apply_token_mask(row, in.mask_words.data() + size_t(in.mask_index[i]) * in.mask_words_per_row, s.masked);
+      row = apply_token_mask(row, masks + size_t(in.mask_index[i]) * in.mask_words_per_row, s.masked);
     }
     SamplingParams p;
     p.temperature = in.temperature[i];

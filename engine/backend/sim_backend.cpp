@@ -42,12 +42,16 @@ StepOutput SimBackend::execute(const Step& step) {
   StepOutput out;
   out.tokens.reserve(static_cast<size_t>(in.n_samples()));
   const int64_t span = std::max(1, model_.vocab_size - 2);
+  // Late masks (Step::fill_masks) are filled here, where a device backend would fill them (after
+  // the forward is launched). Their host time is not priced: the step is priced as the overlapped
+  // path runs it, the masks hidden under the forward (the engine reports the time they took).
+  const uint32_t* masks = in.n_samples() > 0 ? step.host_masks(late_masks_) : nullptr;
   for (int i = 0; i < in.n_samples(); ++i) {
     const uint64_t h = splitmix64(splitmix64(in.seed[i] ^ splitmix64(in.seq_key[i])) +
                                   static_cast<uint64_t>(in.sample_position[i]));
     TokenId t = static_cast<TokenId>(std::min<int64_t>(model_.vocab_size - 1, 2 + static_cast<int64_t>(h % span)));
     if (in.mask_index[i] >= 0) {
-      const uint32_t* words = in.mask_words.data() + size_t(in.mask_index[i]) * in.mask_words_per_row;
+      const uint32_t* words = masks + size_t(in.mask_index[i]) * in.mask_words_per_row;
       int tried = 0;
       while (!((words[t / 32] >> (t % 32)) & 1u)) {
         if (++tried > model_.vocab_size) throw std::invalid_argument("sim backend: a token mask allows no token");

@@ -58,6 +58,7 @@ class SimBackend final : public Backend {
   int64_t n_slots_ = 0;
   int64_t pending_swap_bytes_ = 0;
   int64_t pending_copy_bytes_ = 0;
+  std::vector<uint32_t> late_masks_;  // the step's late token masks (Step::fill_masks)
 };
 
 }  // namespace servelab

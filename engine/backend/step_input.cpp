@@ -41,10 +41,14 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& 
   in.kv_kind = paged ? KvLayoutKind::paged : KvLayoutKind::naive;
   in.block_size = paged ? block_size : 16;
   const int words = batch.mask_words_per_row;
-  const int n_masks = words > 0 ? static_cast<int>(batch.mask_words.size() / size_t(words)) : 0;
+  const bool late = batch.n_late_masks > 0;
+  const int n_masks = late ? batch.n_late_masks : words > 0 ? static_cast<int>(batch.mask_words.size() / size_t(words)) : 0;
   if (words < 0 || (words > 0 && batch.mask_words.size() % size_t(words) != 0) || (words == 0 && !batch.mask_words.empty()))
     throw std::invalid_argument("batch.mask_words (" + std::to_string(batch.mask_words.size()) +
                                 " words) must hold whole masks of mask_words_per_row (" + std::to_string(words) + ")");
+  if (batch.n_late_masks < 0 || (late && (!batch.mask_words.empty() || words == 0 || !batch.fill_masks)))
+    throw std::invalid_argument("batch.n_late_masks (" + std::to_string(batch.n_late_masks) +
+                                ") needs mask_words empty, mask_words_per_row set and fill_masks");
   if (words > 0 && words != (vocab + 31) / 32)
     throw std::invalid_argument("batch.mask_words_per_row (" + std::to_string(words) + ") must be (vocab + 31) / 32 = " +
                                 std::to_string((vocab + 31) / 32));
@@ -164,7 +168,12 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& 
       }
     }
   }
-  if (n_masks > 0) {
+  step.fill_masks = nullptr;
+  if (late) {
+    in.late_masks = n_masks;
+    in.mask_words_per_row = words;
+    step.fill_masks = batch.fill_masks;
+  } else if (n_masks > 0) {
     in.mask_words = batch.mask_words;
     in.mask_words_per_row = words;
   }

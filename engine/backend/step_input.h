@@ -4,6 +4,7 @@
 // (paged: one per block; naive: one per sequence), not one per position; backends address K/V
 // through the step's slot mapping, block tables or base slots afterwards.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engine/backend/backend.h"
@@ -44,6 +45,10 @@ struct Batch {
   int n_padding_tokens = 0;
   std::vector<uint32_t> mask_words;  ///< token masks, mask_words_per_row words each
   int mask_words_per_row = 0;
+  /// Late masks instead (mask_words empty): n_late_masks masks that fill_masks writes while the
+  /// step runs (Step::fill_masks; the engine's structured output overlapped with the forward).
+  int n_late_masks = 0;
+  std::function<void(uint32_t* words)> fill_masks;
   int n_tokens() const;  ///< Σ n_new (padding excluded)
   bool empty() const { return entries.empty(); }
 };
@@ -56,6 +61,8 @@ struct Batch {
 /// - slot_mapping from those, as kernels::KvAddressing::slot computes it;
 /// - the draws of each entry with sample set (see BatchEntry): temperature (0 for greedy or
 ///   top_k == 1), top_k, top_p and seed from seq->sampling, seq_key, sample_position, mask_index;
+/// - the masks: mask_words copied, or (n_late_masks > 0) in.late_masks and step.fill_masks set
+///   (step.fill_masks is reset otherwise);
 /// - lora_slot per row from its entry's, only when some entry has one (else empty: no adapters);
 /// - decode_only when every entry has n_new == 1.
 /// Throws std::invalid_argument naming the entry and field for a malformed batch (null seq,

@@ -20,6 +20,9 @@ class GrammarConstraint final : public TokenConstraint {
   explicit GrammarConstraint(std::shared_ptr<const CompiledGrammar> grammar) : matcher_(std::move(grammar)) {}
   void fill_mask(std::span<const TokenId> draft, uint32_t* words) override;
   void accept(TokenId t) override;
+  /// The jump-forward string (GrammarMatcher::find_jump_forward_string) as tokens: at each point
+  /// the longest token that spells a prefix of what is left and that the grammar takes.
+  std::vector<TokenId> forced_tokens(int max_tokens) override;
   const GrammarMatcher& matcher() const { return matcher_; }
 
  private:

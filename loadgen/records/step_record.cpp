@@ -40,6 +40,8 @@ void to_json(nlohmann::json& j, const StepRecord& s) {
                         {"num_accepted_tokens_per_pos", s.spec_accepted_per_pos},
                         {"draft_s", s.spec_draft_s}};
   if (s.n_loras > 0) j["lora"] = {{"n_loras", s.n_loras}, {"n_loads", s.n_lora_loads}};
+  if (s.n_masks > 0 || s.jump_forward_tokens > 0)
+    j["structured"] = {{"n_masks", s.n_masks}, {"mask_s", s.mask_s}, {"jump_forward_tokens", s.jump_forward_tokens}};
   if (s.roofline) j["roofline"] = *s.roofline;
 }
 
@@ -65,6 +67,11 @@ void from_json(const nlohmann::json& j, StepRecord& s) {
   if (auto l = j.find("lora"); l != j.end() && l->is_object()) {
     s.n_loras = json_int_or(*l, "n_loras", 0);
     s.n_lora_loads = json_int_or(*l, "n_loads", 0);
+  }
+  if (auto so = j.find("structured"); so != j.end() && so->is_object()) {
+    s.n_masks = json_int_or(*so, "n_masks", 0);
+    s.mask_s = so->value("mask_s", 0.0);
+    s.jump_forward_tokens = json_int_or(*so, "jump_forward_tokens", 0);
   }
   if (auto r = j.find("roofline"); r != j.end() && r->is_object()) s.roofline = r->get<StepRoofline>();
   const auto& kv = j.at("kv");
@@ -100,6 +107,9 @@ void StepRecord::validate() const {
   count("n_swap_pool_full", n_swap_pool_full);
   count("lora.n_loras", n_loras);
   count("lora.n_loads", n_lora_loads);
+  count("structured.n_masks", n_masks);
+  count("structured.jump_forward_tokens", jump_forward_tokens);
+  time("structured.mask_s", mask_s);
   count("kv.capacity", kv_capacity);
   count("kv.stored", kv_stored);
   count("kv.reserved", kv_reserved);

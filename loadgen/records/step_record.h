@@ -34,6 +34,11 @@ struct StepRecord {
   // adapters loaded into the backend's slots for it (misses).
   int n_loras = 0;
   int n_lora_loads = 0;
+  // Structured output (JSON "structured", when the step had any): token masks filled for its
+  // draws, the host seconds they took, tokens appended by jump-forward without a forward.
+  int n_masks = 0;
+  double mask_s = 0.0;
+  int jump_forward_tokens = 0;
   // KV arena breakdown after the step, in token slots.
   int64_t kv_capacity = 0;
   int64_t kv_stored = 0;

@@ -1,5 +1,6 @@
 #include "analysis/metrics.h"
 #include "loadgen/records/record.h"
+#include "loadgen/records/step_record.h"
 
 #include <gtest/gtest.h>
 
@@ -288,6 +289,40 @@ TEST(Metrics, KvUtilizationBreakdownAndPeakByHand) {
   const nlohmann::ordered_json j = m;
   EXPECT_NEAR(j["kv_utilization"]["mean"].get<double>(), 0.566667, 1e-12);  // rounded to 6 places
   EXPECT_EQ(j["kv_utilization"]["max"].get<double>(), 0.8);
+}
+
+TEST(Metrics, StructuredOutputCountsSumOverTheWindowAndRoundTrip) {
+  std::vector<StepRecord> steps = {step("r", 2, 20, 30, 10, 5, 35), step("r", 3, 40, 10, 0, 0, 50),
+                                   step("r", 3, 40, 10, 0, 0, 50)};
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    steps[i].start_s = static_cast<double>(i);
+    steps[i].duration_s = 1.0;
+  }
+  steps[0].n_masks = 2;
+  steps[0].mask_s = 0.25;
+  steps[1].n_masks = 3;
+  steps[1].mask_s = 0.5;
+  steps[1].jump_forward_tokens = 7;
+  steps[2].start_s = 20.0;  // outside the window
+  steps[2].n_masks = 100;
+  // A step record keeps them through its JSON line; a step without any writes no "structured".
+  const StepRecord back = nlohmann::json::parse(step_line(steps[1])).get<StepRecord>();
+  EXPECT_EQ(back.n_masks, 3);
+  EXPECT_EQ(back.mask_s, 0.5);
+  EXPECT_EQ(back.jump_forward_tokens, 7);
+  EXPECT_EQ(nlohmann::json::parse(step_line(step("r", 1, 1, 0, 0, 0, 1))).count("structured"), 0u);
+  const KvMetrics kv = compute_kv_metrics("r", steps, 0.0, 10.0);
+  EXPECT_EQ(kv.structured_masks, 5);
+  EXPECT_NEAR(kv.structured_mask_s, 0.75, kTol);
+  EXPECT_EQ(kv.jump_forward_tokens, 7);
+  RunMetrics m = compute_metrics("r", example_records(), steps, SloSpec{});
+  m.kv = kv;
+  const nlohmann::ordered_json j = m;
+  EXPECT_EQ(j["structured_engine"]["jump_forward_tokens"].get<int64_t>(), 7);
+  RunMetrics read;
+  from_json(j, read);
+  EXPECT_EQ(read.kv.structured_masks, 5);
+  EXPECT_EQ(read.kv.jump_forward_tokens, 7);
 }
 
 StepRecord timed_step(double start, double duration, int batch, int64_t stored, int64_t reserved,

@@ -68,17 +68,22 @@ struct Geometry {
   int block_size = 16;
   bool graph = false;  // captured into / replayed from a CUDA graph
   bool lora = false;   // some row has an adapter: the LoRA hooks run (none launch otherwise)
-  const uint32_t* masks = nullptr;  // the step's token masks on the device (eager steps only)
+  const uint32_t* masks = nullptr;  // the step's token masks on the device
   int mask_words_per_row = 0;
+  // Late masks (Step::fill_masks): the forward is launched (a graph of the forward alone, or
+  // eagerly), then the host fills the masks while it runs, uploads them and launches the draws.
+  bool late = false;
   template <typename T>
   const T* at(size_t offset) const { return reinterpret_cast<const T*>(dev + offset); }
 };
 
 struct GraphKey {
   int bucket, context, kind, block_size;
-  bool lora;  // with the LoRA launches (any mix of slots replays it) or without any
+  bool lora;   // with the LoRA launches (any mix of slots replays it) or without any
+  bool draws;  // with the draws (sampling); without: the forward up to the logits (late masks)
   bool operator<(const GraphKey& o) const {
-    return std::tie(bucket, context, kind, block_size, lora) < std::tie(o.bucket, o.context, o.kind, o.block_size, o.lora);
+    return std::tie(bucket, context, kind, block_size, lora, draws) <
+           std::tie(o.bucket, o.context, o.kind, o.block_size, o.lora, o.draws);
   }
 };
 
@@ -115,6 +120,10 @@ struct CudaBackend::Impl {
   const Step* plan = nullptr;
   DeviceBuffer mask_words;    // token masks of the step's constrained draws (uploaded when present)
   PinnedBuffer mask_host;
+  cudaEvent_t mask_sent = nullptr;  // after the last late-mask upload: mask_host is free again
+  // Late masks already on the host (the tensor-parallel driver fills them once for every rank);
+  // null: this rank calls the step's filler itself.
+  const uint32_t* filled_masks = nullptr;
   PinnedBuffer packed_host;
   DeviceBuffer packed;        // eager steps
   DeviceBuffer graph_packed;  // graph steps: fixed address, sized once for the largest bucket
@@ -157,6 +166,7 @@ struct CudaBackend::Impl {
 
   ~Impl() {
     drop_graphs();
+    if (mask_sent) cudaEventDestroy(mask_sent);
     if (lora_fork) cudaEventDestroy(lora_fork);
     if (lora_join) cudaEventDestroy(lora_join);
     if (lora_side) cudaStreamDestroy(lora_side);
@@ -461,21 +471,22 @@ struct CudaBackend::Impl {
                           "the graph step input");
       }
       stage(g, graph_packed, tables);
-      GraphEntry& entry = graphs[GraphKey{bucket, context, int(in.kv_kind), paged ? in.block_size : 0, g.lora}];
+      GraphEntry& entry = graphs[GraphKey{bucket, context, int(in.kv_kind), paged ? in.block_size : 0, g.lora, !g.late}];
       if (entry.exec && entry.epoch != epoch) {
         CUDA_CHECK(cudaGraphExecDestroy(entry.exec));
         entry = GraphEntry{};
       }
       if (!entry.exec && entry.eager_runs == 0) {
         ++entry.eager_runs;
-        enqueue(g);
+        enqueue_step(g);
         return;
       }
       if (!entry.exec) {
         cudaGraph_t graph = nullptr;
         CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
         try {
-          enqueue(g);
+          enqueue_forward(g);
+          if (!g.late) enqueue_draws(g);
         } catch (...) {
           cudaStreamEndCapture(stream, &graph);
           if (graph) cudaGraphDestroy(graph);
@@ -489,6 +500,7 @@ struct CudaBackend::Impl {
         ++graph_captures;
       }
       CUDA_CHECK(cudaGraphLaunch(entry.exec, stream));
+      if (g.late) send_late_masks_and_draw(g);
       return;
     }
     g.layout = cuda::compact_layout(*plan, tables);
@@ -503,7 +515,40 @@ struct CudaBackend::Impl {
     if (g.decode) ensure_decode_workspace(g.seqs);
     packed.grow(g.layout.total, "the step input");
     stage(g, packed, tables);
-    enqueue(g);
+    enqueue_step(g);
+  }
+
+  /// The whole step as one enqueue (eager): the forward and the draws, or with late masks the
+  /// forward, the masks filled and uploaded meanwhile, then the draws.
+  void enqueue_step(const Geometry& g) {
+    enqueue_forward(g);
+    if (g.late) send_late_masks_and_draw(g);
+    else enqueue_draws(g);
+  }
+
+  /// Late masks, once the forward is on the stream: the step's filler writes them straight into
+  /// pinned memory while the device runs the forward (or they come from `filled_masks`), one
+  /// upload, then the draws. A filler that throws is the step's error: the stream is drained
+  /// first, so nothing of the step is still running when the exception leaves.
+  void send_late_masks_and_draw(const Geometry& g) {
+    const k::StepInput& in = plan->in;
+    const size_t words = size_t(in.late_masks) * size_t(in.mask_words_per_row);
+    const size_t bytes = words * sizeof(uint32_t);
+    if (mask_sent) CUDA_CHECK(cudaEventSynchronize(mask_sent));  // the last upload has read mask_host
+    else CUDA_CHECK(cudaEventCreateWithFlags(&mask_sent, cudaEventDisableTiming));
+    mask_host.grow(bytes);
+    try {
+      if (filled_masks) std::memcpy(mask_host.get(), filled_masks, bytes);
+      else if (!plan->fill_masks) throw std::invalid_argument("CudaBackend: step.in.late_masks > 0 but fill_masks is not set");
+      else plan->fill_masks(mask_host.get<uint32_t>());
+    } catch (...) {
+      cudaStreamSynchronize(stream);
+      throw;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(mask_words.get(), mask_host.get(), bytes, cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaEventRecord(mask_sent, stream));
+    last_upload_bytes += bytes;
+    enqueue_draws(g);
   }
 
   /// Packs the plan (and the block-table changes) into the pinned buffer and uploads it in one
@@ -517,7 +562,13 @@ struct CudaBackend::Impl {
     g.dev = dst.get<uint8_t>();
     const k::StepInput& in = plan->in;
     g.masks = nullptr;
-    if (in.has_masks()) {  // an eager step (bucketable() keeps masked steps out of graphs)
+    g.late = in.has_late_masks();
+    if (g.late) {  // uploaded once the forward is launched (send_late_masks_and_draw)
+      const size_t bytes = size_t(in.late_masks) * size_t(in.mask_words_per_row) * sizeof(uint32_t);
+      if (bytes > mask_words.bytes()) mask_words.grow(bytes, "the token masks");
+      g.masks = mask_words.get<uint32_t>();
+      g.mask_words_per_row = in.mask_words_per_row;
+    } else if (!in.mask_words.empty()) {  // an eager step (bucketable() keeps such steps out of graphs)
       const size_t bytes = in.mask_words.size() * sizeof(uint32_t);
       if (bytes > mask_words.bytes()) mask_words.grow(bytes, "the token masks");
       CUDA_CHECK(cudaStreamSynchronize(stream));  // the last step's mask upload may still read mask_host
@@ -530,9 +581,11 @@ struct CudaBackend::Impl {
     }
   }
 
-  /// Every kernel of the step, on `stream`: capturable (no allocation, no synchronization).
-  /// Defined in cuda_forward.cpp.
-  void enqueue(const Geometry& g);
+  /// The kernels of the step, on `stream`: capturable (no allocation, no synchronization).
+  /// Defined in cuda_forward.cpp. The forward up to the drawn rows' logits, then the draws
+  /// (token masks and sampling).
+  void enqueue_forward(const Geometry& g);
+  void enqueue_draws(const Geometry& g);
 
   /// Slots as int32 indices in the mapped index buffer (device-visible); checks the range.
   const int32_t* upload_slots(std::span<const int64_t> slots, const char* what) {

@@ -1,4 +1,4 @@
-// The kernels of one step (CudaBackend::Impl::enqueue): embedding, the layers written once over
+// The kernels of one step (CudaBackend::Impl::enqueue_forward, enqueue_draws): embedding, the layers written once over
 // the ops of cuda_ops.h (fusion and tensor parallelism are the ops' business), the final norm and
 // LM head on the drawn rows, token masks, sampling. Everything on the backend's stream, nothing
 // allocated or synchronized, so a decode step can be captured into a CUDA graph and replayed.
@@ -7,7 +7,7 @@
 
 namespace servelab {
 
-void CudaBackend::Impl::enqueue(const Geometry& g) {
+void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   const ModelConfig& m = c();
   const int d = m.hidden_size, hd = m.head_dim();
   const int R = g.rows, N = g.samples;
@@ -86,7 +86,15 @@ void CudaBackend::Impl::enqueue(const Geometry& g) {
   final_norm(ctx, xs_delta.get(), xs_h.get(), xs.get(), N);
   const cuda::LmHead lm_head{w.lm_head, tp ? local_vocab : m.vocab_size, d};
   lm_head(ctx, xs.get(), logits.get<float>(), N);
-  if (g.masks)  // structured output: the draws' token masks (eager steps; graphs carry none)
+}
+
+void CudaBackend::Impl::enqueue_draws(const Geometry& g) {
+  const ModelConfig& m = c();
+  const int N = g.samples;
+  const cuda::PackedLayout& L = g.layout;
+  if (N == 0) return;
+  if (g.late) k::set_pdl_enabled(false);  // after the mask upload (and a graph): plain launches
+  if (g.masks)  // structured output: the draws' token masks (eager or late masks; graphs of whole steps carry none)
     k::apply_token_masks(logits.get<float>(), N, m.vocab_size, g.at<int32_t>(L.mask_index), g.masks,
                          g.mask_words_per_row, stream);
   k::SampleArgs sa;

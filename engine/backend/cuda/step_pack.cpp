@@ -96,7 +96,7 @@ PackedLayout compact_layout(const Step& plan, const BlockTableStep* tables) {
 
 bool bucketable(const Step& plan) {
   const kernels::StepInput& in = plan.in;
-  if (!in.decode_only || plan.n_padding != 0 || in.n_samples() != in.n_seqs() || in.has_masks()) return false;
+  if (!in.decode_only || plan.n_padding != 0 || in.n_samples() != in.n_seqs() || !in.mask_words.empty()) return false;
   for (int i = 0; i < in.n_samples(); ++i)
     if (in.sample_rows[i] != i) return false;
   return true;

@@ -46,7 +46,8 @@ PackedLayout compact_layout(const Step& plan, const BlockTableStep* tables = nul
 /// sequences then read row 0 of the device table). Every sequence samples once.
 PackedLayout bucket_layout(const Step& plan, int bucket, int table_stride, const BlockTableStep* tables = nullptr);
 /// True when `plan` can be padded to a bucket: decode only, no padding rows, sample k is row k,
-/// no token masks (a masked step runs eagerly: its masks upload on their own).
+/// no token masks in mask_words (such a step runs eagerly: its masks upload on their own). Late
+/// masks (in.late_masks) are fine: the graph then runs the forward only and the draws follow it.
 bool bucketable(const Step& plan);
 
 /// Writes the plan's arrays at `layout`'s offsets into out[0, layout.total), padding as the layout

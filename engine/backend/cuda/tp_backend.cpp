@@ -35,6 +35,7 @@ struct TpCudaBackend::Impl {
   CudaBackendOptions options;
   std::vector<std::unique_ptr<cuda::TpRank>> tps;
   std::vector<std::unique_ptr<CudaBackend>> ranks;
+  std::vector<uint32_t> late_masks;  // the step's late token masks, filled once for every rank
   std::unique_ptr<cuda::RankPool> pool;
   /// Our all-reduce's peer buffers on every rank (null with all_reduce: nccl or dtype f16): made
   /// once at start, so captured graphs keep valid addresses; shared by the ranks' TpRank::custom.
@@ -115,9 +116,20 @@ struct TpCudaBackend::Impl {
     const cuda::BlockTableStep* tables = lead.plan_step(planned);  // host only; throws on bad input
     if (planned.n_rows() == 0) return;
     const bool with_tables = tables != nullptr;
+    // Late token masks: filled once here, before the ranks start, and read by every rank (the
+    // ranks' forwards do not overlap them under tensor parallelism). A filler that throws fails
+    // the step before any rank runs.
+    const uint32_t* masks = nullptr;
+    try {
+      masks = planned.in.has_late_masks() ? planned.host_masks(late_masks) : nullptr;
+    } catch (...) {
+      if (with_tables) lead.drop_block_table();
+      throw;
+    }
     try {
       run_collective([&](int r) {
         TpAccess::Impl& m = rank(r);
+        m.filled_masks = masks;
         if (r > 0) {  // the plan, not rebuilt: copied from the lead (read-only there meanwhile)
           m.plan = lead.plan;
           m.n_samples = lead.n_samples;
