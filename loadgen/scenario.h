@@ -13,6 +13,7 @@
 
 #include "engine/backend/make_backend.h"
 #include "engine/model/residual_scale.h"
+#include "engine/structured_output_config.h"
 #include "loadgen/lora_workload.h"
 #include "engine/kv/kv_manager.h"
 #include "engine/model/config.h"
@@ -140,6 +141,10 @@ struct EngineSpec {
   int max_model_len = 0;                ///< prompt + output cap; 0 in YAML = the model's max_position
   /// `swap_space` GiB (vLLM's --swap-space): host memory for `preemption: swap`, in [0, 1024] GiB.
   int64_t swap_space_bytes = 4ll << 30;
+  /// `structured_output: {overlap_masks, jump_forward}`: how the engine applies token masks
+  /// (engine/engine.h StructuredOutputConfig): masks filled while the forward runs (default) or
+  /// before the step; jump-forward over forced continuations (off by default).
+  StructuredOutputConfig structured_output;
 };
 
 /// One entry of `strategies:`: a batching policy with its knobs and a KV allocator.

@@ -231,8 +231,17 @@ void Walker::backend(const YAML::Node& n) {
 }
 
 void Walker::engine(const YAML::Node& n) {
-  if (!section(n, "engine", {"kv_cache_bytes", "kv_cache_mb", "gpu_memory_utilization", "max_model_len", "swap_space"}))
+  if (!section(n, "engine",
+               {"kv_cache_bytes", "kv_cache_mb", "gpu_memory_utilization", "max_model_len", "swap_space", "structured_output"}))
     return;
+  if (defined(n["structured_output"]) &&
+      section(n["structured_output"], "engine.structured_output", {"overlap_masks", "jump_forward"})) {
+    const YAML::Node& so = n["structured_output"];
+    if (defined(so["overlap_masks"]))
+      read_bool(so["overlap_masks"], "engine.structured_output.overlap_masks", s_.engine.structured_output.overlap_masks);
+    if (defined(so["jump_forward"]))
+      read_bool(so["jump_forward"], "engine.structured_output.jump_forward", s_.engine.structured_output.jump_forward);
+  }
   const bool bytes = defined(n["kv_cache_bytes"]), mb = defined(n["kv_cache_mb"]);
   const bool util = defined(n["gpu_memory_utilization"]);
   if (bytes && mb) {

@@ -164,6 +164,13 @@ void Scenario::resolve(Diagnostics& diag) {
     }
     st.kv.max_model_len = engine.max_model_len;
   }
+  if (engine.structured_output.jump_forward)
+    for (const StrategySpec& st : strategies)
+      if (st.sched.kind != BatchingKind::continuous) {
+        diag.error("engine.structured_output.jump_forward", "needs continuous batching in every strategy (" +
+                                                                 st.label + " is " + to_string(st.sched.kind) + ")");
+        break;
+      }
 }
 
 void Scenario::validate() const {

@@ -136,6 +136,7 @@ EngineConfig engine_config(const Scenario& scenario, const StrategySpec& strateg
   c.kv.max_model_len = scenario.engine.max_model_len;
   c.kv_cache_bytes = scenario.engine.kv_cache_bytes;
   c.swap_space_bytes = scenario.engine.swap_space_bytes;
+  c.structured_output = scenario.engine.structured_output;
   c.lora = scenario.workload.lora.engine_config();
   return c;
 }

@@ -4,6 +4,7 @@
 #   OUT=$OUT bash scripts/gpu-quick-check.sh
 # Builds with -DCMAKE_CUDA_ARCHITECTURES=90a into BUILD (default build-gpu), writes logs and JSON
 # under OUT and prints a short table last. QUICK=1 (default) runs the benches' short grids.
+# BENCH=0 runs the tests only (no engine_bench / kernel_bench).
 # The commit recorded in the JSON: GPU_COMMIT (a file, for a tree copied outside its checkout) or git.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +25,8 @@ run() {  # run NAME LIMIT CMD...: output to $OUT/NAME.log, a line in the table
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; echo "commit $COMMIT"; date -u; } >"$OUT/environment.txt" 2>&1
 G=(); command -v ninja >/dev/null && G=(-G Ninja)
 run configure 120 cmake -S . -B "$BUILD" "${G[@]}" -DCMAKE_BUILD_TYPE=Release -DSERVELAB_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a &&
-  run build 300 cmake --build "$BUILD" -j"$(nproc)" --target test_kernels_gpu test_cuda_backend_gpu engine_bench kernel_bench
+  run build 300 cmake --build "$BUILD" -j"$(nproc)" --target test_kernels_gpu test_cuda_backend_gpu \
+    $([ "${BENCH:-1}" = 1 ] && echo engine_bench kernel_bench)
 if [ -x "$BUILD/test_cuda_backend_gpu" ]; then
   # The kernel GPU tests in SHARDS gtest shards beside the backend GPU tests, all at once on the one
   # GPU (the 4k prefill reference tests take 47 s a dtype on the host's CPU; one after the other the
@@ -41,8 +43,10 @@ if [ -x "$BUILD/test_cuda_backend_gpu" ]; then
   TABLE+=("$(printf '%-14s %-4s %4ss' backend_gpu "$([ $brc = 0 ] && echo ok || echo "FAIL($brc)")" $(($(date +%s) - t0)))")
   [ $krc = 0 ] || grep -hE "FAILED|Failure" "$OUT"/kernels_gpu_shard*.log | head -30
   [ $brc = 0 ] || tail -n 30 "$OUT/backend_gpu.log"
-  run engine_bench 120 "$BUILD/engine_bench" "${Q[@]}" --json "$OUT/engine_bench.json" --commit "$COMMIT"
-  run kernel_bench 200 "$BUILD/kernel_bench" "${Q[@]}" --json "$OUT/kernel_bench.json" --commit "$COMMIT"
+  if [ "${BENCH:-1}" = 1 ]; then
+    run engine_bench 120 "$BUILD/engine_bench" "${Q[@]}" --json "$OUT/engine_bench.json" --commit "$COMMIT"
+    run kernel_bench 200 "$BUILD/kernel_bench" "${Q[@]}" --json "$OUT/kernel_bench.json" --commit "$COMMIT"
+  fi
 fi
 echo
 echo "== gpu-quick-check: $(head -1 "$OUT/environment.txt"), commit $COMMIT =="

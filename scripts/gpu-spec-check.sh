@@ -8,7 +8,10 @@
 #      acceptance each gives (the scale picks how often the first layer predicts the model);
 #   2. the scenario at batch 1 (4 requests x 256 tokens) and at 32 and 64 users (128 requests)
 #      with the largest scale whose mean acceptance length is >= 3.5 (or SCALE when set);
-#   3. a table: TPOT p50, output tok/s, acceptance, TPOT against plain, and at batch 1 the
+#   EXTRA=1 adds: the same at 32 and 64 users with a low acceptance (LOW_SCALE, default 0.05),
+#   where the measured rule must keep drafts from costing time, and the latency-vs-rate sweep of
+#   scenarios/gpu-spec-llama2-7b-sweep.yaml;
+#   3. a table: TPOT and TTFT p50, output tok/s, acceptance, TPOT against plain, and at batch 1 the
 #      median step times (plain decode, verification) and drafting time per step.
 # Files: table.txt, environment.txt, spec_gpu_tests.log at the top of $OUT; every run folder and
 # log in spec-check.tgz (the device tool returns few files).
@@ -62,23 +65,30 @@ fi
 echo "scale $scale" | tee "$OUT/scale.txt"
 run batch1 --set model.residual_scale.scale="$scale"
 run batched --set model.residual_scale.scale="$scale" --set 'workload.concurrency=[32,64]' --set workload.n_requests=128
+if [ "${EXTRA:-0}" = 1 ]; then  # the measured rule where drafts lose, and latency against rate
+  run lowaccept --set model.residual_scale.scale="${LOW_SCALE:-0.05}" --set 'workload.concurrency=[32,64]' \
+    --set workload.n_requests=128
+  SCEN=scenarios/gpu-spec-llama2-7b-sweep.yaml run sweep --set model.residual_scale.scale="$scale"
+fi
 python3 - "$OUT" "$COMMIT" <<'PY' | tee "$OUT/table.txt"
 import json, os, sys
 out, commit = sys.argv[1], sys.argv[2]
-rows = []
-for part in ("batch1", "batched"):
+print(f"commit {commit}")
+print(f"{'part':<10}{'run':<16}{'load':>7}{'TPOT p50':>10}{'TTFT p50':>10}{'out tok/s':>11}{'acc len':>9}{'acc rate':>10}{'TPOT/plain':>11}")
+for part in ("batch1", "batched", "lowaccept", "sweep"):
     p = os.path.join(out, part, "summary.json")
     if not os.path.exists(p): continue
+    rows = []
     for r in json.load(open(p))["runs"]:
         m = r["metrics"]; sd = m.get("spec_decode") or {}
-        rows.append((r["label"], r["config"].get("concurrency"), m["tpot_ms"]["p50"], m["output_throughput_tok_s"],
-                     sd.get("mean_acceptance_length"), sd.get("acceptance_rate")))
-print(f"commit {commit}")
-print(f"{'run':<22}{'users':>6}{'TPOT p50 ms':>13}{'out tok/s':>11}{'acc len':>9}{'acc rate':>10}{'vs plain':>10}")
-plain = {c: t for (l, c, t, _, _, _) in rows if l.startswith("plain")}
-for l, c, t, thr, al, ar in rows:
-    ratio = f"{t / plain[c]:.3f}x" if c in plain and plain[c] else ""
-    print(f"{l:<22}{c!s:>6}{t:>13.3f}{thr:>11.1f}{(al or 0):>9.3f}{(ar or 0):>10.3f}{ratio:>10}")
+        load = r["config"].get("concurrency")
+        load = f"c{load}" if load else f"{r.get('rate', 0):g}/s"
+        rows.append((r["label"].split("@")[0], load, m["tpot_ms"]["p50"], m["ttft_ms"]["p50"], m["output_throughput_tok_s"],
+                     sd.get("mean_acceptance_length", 0), sd.get("acceptance_rate", 0)))
+    plain = {ld: t for (l, ld, t, *_ ) in rows if l == "plain"}
+    for l, ld, t, ttft, thr, al, ar in rows:
+        ratio = f"{t / plain[ld]:.3f}x" if plain.get(ld) else ""
+        print(f"{part:<10}{l:<16}{ld:>7}{t:>10.3f}{ttft:>10.1f}{thr:>11.1f}{al:>9.3f}{ar:>10.3f}{ratio:>11}")
 PY
 python3 - "$OUT/batch1/steps.jsonl" <<'PY2' | tee -a "$OUT/table.txt"
 import json, statistics, sys

@@ -82,7 +82,17 @@ TEST_P(CommittedScenario, ValidatesAndRunsShrunk) {
   // A GPU scenario on a machine without a GPU (CI): validated as written above, run on the sim
   // backend (same model, engine and workload), since `backend: cuda` would stop with exit 2 here.
   // engine.gpu_memory_utilization is cuda-only: the sim run gets a fixed 16 GiB arena instead.
-  if (full.backend.kind == BackendKind::cuda && cuda_devices() == 0) {
+  // A draft model has nothing to run on sim: such a scenario runs its strategies on the cpu
+  // backend with the tiny preset instead (the same strategies, drafts and workload).
+  const bool drafts_a_model = std::any_of(full.strategies.begin(), full.strategies.end(), [](const StrategySpec& st) {
+    return st.speculative && st.speculative->method != SpecMethod::ngram;
+  });
+  if (full.backend.kind == BackendKind::cuda && cuda_devices() == 0 && drafts_a_model) {
+    overrides.push_back("backend={kind: cpu, threads: 1}");
+    overrides.push_back("model.preset=tiny");
+    overrides.push_back("model.dtype=null");
+    overrides.push_back("engine.kv_cache_mb=64");
+  } else if (full.backend.kind == BackendKind::cuda && cuda_devices() == 0) {
     overrides.push_back("backend={kind: sim}");
     if (full.engine.gpu_memory_utilization > 0) {
       overrides.push_back("engine.gpu_memory_utilization=null");

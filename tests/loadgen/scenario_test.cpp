@@ -10,6 +10,7 @@
 #include "loadgen_test_util.h"
 #include "loadgen/backend_spec.h"
 #include "loadgen/scenario.h"
+#include "loadgen/sources.h"
 
 namespace servelab {
 namespace {
@@ -271,6 +272,25 @@ TEST(ScenarioErrors, SpeculativeNeedsContinuousBatchingAndABuiltMethod) {
   ASSERT_TRUE(sc.strategies.at(0).speculative.has_value());
   EXPECT_EQ(sc.strategies[0].speculative->num_speculative_tokens, 4);
   EXPECT_EQ(sc.strategies[0].speculative->prompt_lookup_max, 5);
+}
+
+TEST(ScenarioErrors, EngineStructuredOutputIsReadAndChecked) {
+  const Scenario sc = load_yaml("engine: {structured_output: {overlap_masks: false, jump_forward: true}}\n"
+                                "strategies: [{batching: continuous}]\n"
+                                "workload: {rates: [1]}\n");
+  EXPECT_FALSE(sc.engine.structured_output.overlap_masks);
+  EXPECT_TRUE(sc.engine.structured_output.jump_forward);
+  EXPECT_TRUE(engine_config(sc, sc.strategies[0]).structured_output.jump_forward);
+  EXPECT_NE(only_error("engine: {structured_output: {jump_forward: true}}\n"
+                       "strategies: [{batching: static}]\n"
+                       "workload: {rates: [1]}\n")
+                .find("scn.yaml:1:44: engine.structured_output.jump_forward needs continuous batching in every strategy (static-paged is static)"),
+            std::string::npos);
+  EXPECT_NE(only_error("engine: {structured_output: {jump: true}}\n"
+                       "strategies: [{batching: continuous}]\n"
+                       "workload: {rates: [1]}\n")
+                .find("unknown key 'jump' in engine.structured_output"),
+            std::string::npos);
 }
 
 TEST(ScenarioErrors, ResidualScaleIsReadAndChecked) {
