@@ -284,8 +284,15 @@ void Engine::propose_drafts(StepOutcome& out) {
     }
   }
   if (cands.empty()) return;
-  bool speculate = !spec_.pricing || price_speculation(*spec_.pricing, priced).speculate();
-  if (spec_.adaptive && spec_.measured) speculate = state_->spec_meter.speculate(static_cast<int>(cands.size()), speculate);
+  const int n_cands = static_cast<int>(cands.size());
+  const bool measured = spec_.adaptive && spec_.measured;
+  bool speculate = true;
+  if (measured && state_->spec_meter.decided(n_cands)) {
+    speculate = state_->spec_meter.speculate(n_cands, true);  // measured: the prior is not read
+  } else {
+    speculate = !spec_.pricing || price_speculation(*spec_.pricing, priced).speculate();
+    if (measured) speculate = state_->spec_meter.speculate(n_cands, speculate);
+  }
   if (!speculate) {
     out.spec_off = true;
     return;

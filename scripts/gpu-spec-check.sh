@@ -10,7 +10,7 @@
 #      with the largest scale whose mean acceptance length is >= 3.5 (or SCALE when set);
 #   EXTRA=1 adds: the same at 32 and 64 users with a low acceptance (LOW_SCALE, default 0.05),
 #   where the measured rule must keep drafts from costing time, and the latency-vs-rate sweep of
-#   scenarios/gpu-spec-llama2-7b-sweep.yaml;
+#   scenarios/gpu-spec-llama2-7b-sweep.yaml (SWEEP=0 leaves the sweep out);
 #   3. a table: TPOT and TTFT p50, output tok/s, acceptance, TPOT against plain, and at batch 1 the
 #      median step times (plain decode, verification) and drafting time per step.
 # Files: table.txt, environment.txt, spec_gpu_tests.log at the top of $OUT; every run folder and
@@ -68,7 +68,7 @@ run batched --set model.residual_scale.scale="$scale" --set 'workload.concurrenc
 if [ "${EXTRA:-0}" = 1 ]; then  # the measured rule where drafts lose, and latency against rate
   run lowaccept --set model.residual_scale.scale="${LOW_SCALE:-0.05}" --set 'workload.concurrency=[32,64]' \
     --set workload.n_requests=128
-  SCEN=scenarios/gpu-spec-llama2-7b-sweep.yaml run sweep --set model.residual_scale.scale="$scale"
+  [ "${SWEEP:-1}" = 1 ] && SCEN=scenarios/gpu-spec-llama2-7b-sweep.yaml run sweep --set model.residual_scale.scale="$scale"
 fi
 python3 - "$OUT" "$COMMIT" <<'PY' | tee "$OUT/table.txt"
 import json, os, sys

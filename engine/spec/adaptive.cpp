@@ -62,14 +62,22 @@ int SpecRateMeter::bucket_of(int batch) {
   return b;
 }
 
+bool SpecRateMeter::decided(int batch) const {
+  const Bucket& b = buckets_[bucket_of(batch)];
+  return b.seen[0] >= kWarm && b.seen[1] >= kWarm;
+}
+
 bool SpecRateMeter::speculate(int batch, bool priced) {
   Bucket& b = buckets_[bucket_of(batch)];
   ++b.steps;
-  const int first = priced ? 1 : 0;  // the prior's choice is measured first, then the other
-  if (b.seen[first] < kWarm) return priced;
-  if (b.seen[1 - first] < kWarm) return !priced;
+  if (!decided(batch)) {
+    const int first = priced ? 1 : 0;  // the prior's choice is measured first, then the other
+    return b.seen[first] < kWarm ? priced : !priced;
+  }
   const bool best = b.rate[1] > b.rate[0];
-  return b.steps % kExplore == 0 ? !best : best;
+  const double lead = best ? b.rate[1] / b.rate[0] : b.rate[0] / b.rate[1];
+  const int every = lead > kFar ? kExploreFar : kExplore;
+  return b.steps % every == 0 ? !best : best;
 }
 
 void SpecRateMeter::record(int batch, bool with_drafts, int tokens, double seconds) {

@@ -60,15 +60,22 @@ SpecVerdict price_speculation(const SpecPricing& pricing, std::span<const Drawin
 /// an exponential average of the tokens per second that decode steps with drafts and without
 /// yielded. A bucket first runs the priced choice, then the other, kWarm steps each (the first
 /// of each not counted: a first step may capture a CUDA graph); then the faster, with the other
-/// tried once every kExplore steps so the choice follows acceptance as it changes.
+/// tried once every kExplore steps so the choice follows acceptance as it changes (every
+/// kExploreFar steps while the loser yields under 1/kFar of the winner: a draft that must catch up
+/// on many tokens makes each look costly).
 class SpecRateMeter {
  public:
   static constexpr int kWarm = 3;
   static constexpr int kExplore = 32;
+  static constexpr int kExploreFar = 128;
+  static constexpr double kFar = 1.25;
   static constexpr double kWeight = 0.25;  ///< of the newest step in the average
 
+  /// Whether both choices of `batch`'s bucket have been measured: speculate() no longer reads the
+  /// prior, so the caller may skip pricing it (a priced verdict costs ~0.3 ms of host time).
+  bool decided(int batch) const;
   /// Whether the next step, with `batch` sequences drawing, should carry drafts; `priced` is the
-  /// cost model's verdict (true without one).
+  /// cost model's verdict (true without one; ignored once decided()).
   bool speculate(int batch, bool priced);
   /// A decode step of `batch` drawing sequences (no prefill rows) ran: `tokens` emitted in
   /// `seconds`, drafting included, with or without drafts.
