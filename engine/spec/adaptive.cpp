@@ -67,10 +67,27 @@ bool SpecRateMeter::decided(int batch) const {
   return b.seen[0] >= kWarm && b.seen[1] >= kWarm;
 }
 
+const SpecRateMeter::Bucket* SpecRateMeter::clear_neighbour(int i) const {
+  for (int d = 1; d <= 2; ++d)
+    for (const int j : {i - d, i + d}) {
+      if (j < 0 || j >= 12) continue;
+      const Bucket& n = buckets_[j];
+      if (n.seen[0] < kWarm || n.seen[1] < kWarm) continue;
+      const double hi = std::max(n.rate[0], n.rate[1]), lo = std::min(n.rate[0], n.rate[1]);
+      if (hi > kFar * lo) return &n;
+    }
+  return nullptr;
+}
+
 bool SpecRateMeter::speculate(int batch, bool priced) {
-  Bucket& b = buckets_[bucket_of(batch)];
+  const int i = bucket_of(batch);
+  Bucket& b = buckets_[i];
   ++b.steps;
   if (!decided(batch)) {
+    if (const Bucket* n = clear_neighbour(i)) {  // follow it; measure the other choice now and then
+      const bool best = n->rate[1] > n->rate[0];
+      return b.seen[best ? 1 : 0] >= kWarm && b.steps % kExploreFar == 0 ? !best : best;
+    }
     const int first = priced ? 1 : 0;  // the prior's choice is measured first, then the other
     return b.seen[first] < kWarm ? priced : !priced;
   }

@@ -62,7 +62,10 @@ SpecVerdict price_speculation(const SpecPricing& pricing, std::span<const Drawin
 /// of each not counted: a first step may capture a CUDA graph); then the faster, with the other
 /// tried once every kExplore steps so the choice follows acceptance as it changes (every
 /// kExploreFar steps while the loser yields under 1/kFar of the winner: a draft that must catch up
-/// on many tokens makes each look costly).
+/// on many tokens makes each look costly). A bucket not yet measured takes the choice of a
+/// neighbour within two buckets that is decided by more than kFar, rather than warming up both
+/// (a closed loop draining from 64 users passes through every smaller bucket); it measures the
+/// other choice every kExploreFar steps until it is decided itself.
 class SpecRateMeter {
  public:
   static constexpr int kWarm = 3;
@@ -90,6 +93,8 @@ class SpecRateMeter {
     int steps = 0;
   };
   static int bucket_of(int batch);
+  /// The nearest bucket within two of `i` whose choice is decided by more than kFar, or null.
+  const Bucket* clear_neighbour(int i) const;
   Bucket buckets_[12];  // 1, 2, 4, ..., 2048 and above
 };
 

@@ -187,6 +187,19 @@ TEST(SpecRateMeter, MeasuresBothChoicesThenKeepsTheFasterAndLooksAgain) {
   // Another batch bucket has its own figures; batch 7 shares batch 8's.
   EXPECT_EQ(m.rate(32, true), 0.0);
   EXPECT_EQ(m.rate(7, false), m.rate(8, false));
+  // Batch 16 and 2 are new buckets: 16 (one bucket from 8's clear verdict) follows it from its
+  // first step; 2 (two buckets away) too; 64 (three away) warms up on the prior.
+  EXPECT_FALSE(m.speculate(16, /*priced=*/true));
+  EXPECT_FALSE(m.speculate(2, /*priced=*/true));
+  EXPECT_TRUE(m.speculate(64, /*priced=*/true));
+  int followed = 0;
+  for (int i = 0; i < 300; ++i) {
+    const bool s = m.speculate(16, true);
+    m.record(16, s, s ? 10 : 16, s ? 0.2 : 0.1);
+    followed += !s;
+  }
+  EXPECT_GE(followed, 295);  // ... measuring drafts only every kExploreFar steps
+  EXPECT_FALSE(m.decided(16));
   // Close rates: the loser is tried every kExplore steps.
   SpecRateMeter c;
   int tried = 0;
