@@ -61,8 +61,7 @@ void check_distinct_rates(const std::vector<double>& rates, Diagnostics& diag) {
     }
 }
 
-/// The engine's own arena check (Engine's constructor runs the same one) for every strategy, so a
-/// KV cache too small for the model fails here, not after earlier runs finished.
+/// The engine's own arena check for every strategy: a KV cache too small fails before any run.
 void check_kv_arenas(const Scenario& sc, Diagnostics& diag) {
   for (const char* p : {"model", "backend", "engine", "strategies"})
     if (diag.failed(p)) return;
@@ -164,13 +163,12 @@ void Scenario::resolve(Diagnostics& diag) {
     }
     st.kv.max_model_len = engine.max_model_len;
   }
-  if (engine.structured_output.jump_forward)
-    for (const StrategySpec& st : strategies)
-      if (st.sched.kind != BatchingKind::continuous) {
-        diag.error("engine.structured_output.jump_forward", "needs continuous batching in every strategy (" +
-                                                                 st.label + " is " + to_string(st.sched.kind) + ")");
-        break;
-      }
+  const auto not_continuous = std::find_if(strategies.begin(), strategies.end(), [](const StrategySpec& st) {
+    return st.sched.kind != BatchingKind::continuous;
+  });
+  if (engine.structured_output.jump_forward && not_continuous != strategies.end())
+    diag.error("engine.structured_output.jump_forward", "needs continuous batching in every strategy (" +
+                                                             not_continuous->label + " is " + to_string(not_continuous->sched.kind) + ")");
 }
 
 void Scenario::validate() const {

@@ -10,7 +10,6 @@
 #include "loadgen_test_util.h"
 #include "loadgen/backend_spec.h"
 #include "loadgen/scenario.h"
-#include "loadgen/sources.h"
 
 namespace servelab {
 namespace {
@@ -272,50 +271,6 @@ TEST(ScenarioErrors, SpeculativeNeedsContinuousBatchingAndABuiltMethod) {
   ASSERT_TRUE(sc.strategies.at(0).speculative.has_value());
   EXPECT_EQ(sc.strategies[0].speculative->num_speculative_tokens, 4);
   EXPECT_EQ(sc.strategies[0].speculative->prompt_lookup_max, 5);
-}
-
-TEST(ScenarioErrors, EngineStructuredOutputIsReadAndChecked) {
-  const Scenario sc = load_yaml("engine: {structured_output: {overlap_masks: false, jump_forward: true}}\n"
-                                "strategies: [{batching: continuous}]\n"
-                                "workload: {rates: [1]}\n");
-  EXPECT_FALSE(sc.engine.structured_output.overlap_masks);
-  EXPECT_TRUE(sc.engine.structured_output.jump_forward);
-  EXPECT_TRUE(engine_config(sc, sc.strategies[0]).structured_output.jump_forward);
-  EXPECT_NE(only_error("engine: {structured_output: {jump_forward: true}}\n"
-                       "strategies: [{batching: static}]\n"
-                       "workload: {rates: [1]}\n")
-                .find("scn.yaml:1:44: engine.structured_output.jump_forward needs continuous batching in every strategy (static-paged is static)"),
-            std::string::npos);
-  EXPECT_NE(only_error("engine: {structured_output: {jump: true}}\n"
-                       "strategies: [{batching: continuous}]\n"
-                       "workload: {rates: [1]}\n")
-                .find("unknown key 'jump' in engine.structured_output"),
-            std::string::npos);
-}
-
-TEST(ScenarioErrors, ResidualScaleIsReadAndChecked) {
-  const Scenario sc = load_yaml("model: {preset: tiny, residual_scale: {from_layer: 2, scale: 0.1}}\n"
-                                "strategies: [{batching: continuous}]\n"
-                                "workload: {rates: [1]}\n");
-  ASSERT_TRUE(sc.model.residual_scale.has_value());
-  EXPECT_EQ(sc.model.residual_scale->from_layer, 2);
-  EXPECT_FLOAT_EQ(sc.model.residual_scale->scale, 0.1f);
-  EXPECT_EQ(backend_spec(sc).residual_scale, sc.model.residual_scale);
-  EXPECT_NE(only_error("model: {preset: tiny, residual_scale: {from_layer: 9, scale: 0.1}}\n"
-                       "strategies: [{batching: continuous}]\n"
-                       "workload: {rates: [1]}\n")
-                .find("scn.yaml:1:52: model.residual_scale.from_layer must be at most the model's 4 layers (got 9)"),
-            std::string::npos);
-  EXPECT_NE(only_error("model: {preset: tiny, residual_scale: {scale: 0.1}}\n"
-                       "strategies: [{batching: continuous}]\n"
-                       "workload: {rates: [1]}\n")
-                .find("scn.yaml:1:39: model.residual_scale needs from_layer and scale"),
-            std::string::npos);
-  EXPECT_NE(only_error("model: {preset: tiny, residual_scale: {from_layer: 1, scale: .nan}}\n"
-                       "strategies: [{batching: continuous}]\n"
-                       "workload: {rates: [1]}\n")
-                .find("scn.yaml:1:62: model.residual_scale.scale must be a number (got '.nan')"),
-            std::string::npos);
 }
 
 TEST(ScenarioErrors, SpeculativeModelProposersNameTheirDraft) {

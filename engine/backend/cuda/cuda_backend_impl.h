@@ -86,7 +86,6 @@ struct GraphKey {
            std::tie(o.bucket, o.context, o.kind, o.block_size, o.lora, o.draws);
   }
 };
-
 struct GraphEntry {
   cudaGraphExec_t exec = nullptr;
   uint64_t epoch = 0;
@@ -94,9 +93,7 @@ struct GraphEntry {
 };
 
 }  // namespace cuda_impl
-
 using namespace cuda_impl;  // private header: only the backend's own files include it
-
 struct CudaBackend::Impl {
   using Geometry = cuda_impl::Geometry;
   CudaBackendOptions options;
@@ -115,7 +112,6 @@ struct CudaBackend::Impl {
   DeviceBuffer arena_ptrs;  // [2 * n_layers] device pointers, for copy/gather/scatter
   int64_t n_slots = 0;
   int64_t row_bytes = 0;    // one slot of one arena
-
   // The step (the engine's, valid during execute()).
   const Step* plan = nullptr;
   DeviceBuffer mask_words;    // token masks of the step's constrained draws (uploaded when present)
