@@ -451,6 +451,7 @@ void to_json(nlohmann::ordered_json& j, const RunMetrics& m) {
                         {"acceptance_rate", json_number(drafted > 0 ? accepted / drafted : kNaN)},
                         {"mean_acceptance_length", json_number(1.0 + accepted / drafts)},
                         {"num_accepted_tokens_per_pos", m.kv.spec_num_accepted_tokens_per_pos}};
+    if (m.kv.spec_from_server) j["spec_decode"]["source"] = "server_metrics";
   }
   if (m.kv.structured_masks > 0 || m.kv.jump_forward_tokens > 0)
     j["structured_engine"] = {{"n_masks", m.kv.structured_masks},
@@ -526,6 +527,7 @@ void from_json(const nlohmann::ordered_json& j, RunMetrics& m) {
     m.kv.spec_num_accepted_tokens = json_int_or(*it, "num_accepted_tokens", int64_t{0});
     if (auto pp = it->find("num_accepted_tokens_per_pos"); pp != it->end() && pp->is_array())
       for (const auto& v : *pp) m.kv.spec_num_accepted_tokens_per_pos.push_back(json_int<int64_t>(v));
+    m.kv.spec_from_server = it->value("source", std::string()) == "server_metrics";
   }
   if (auto it = j.find("structured_engine"); it != j.end() && it->is_object()) {
     m.kv.structured_masks = json_int_or(*it, "n_masks", int64_t{0});

@@ -84,6 +84,7 @@ std::string report_markdown(const Summary& s, const std::vector<GateResult>& gat
   for (const auto& [title, t] : {std::pair{"Repeats", repeats_table(s)}, std::pair{"Latency percentiles", percentiles_table(s)},
                                  std::pair{"SLO objectives per run", slo_objectives_table(s)},
                                  std::pair{"Structured output", structured_output_table(s)},
+                                 std::pair{"Speculative decoding", spec_decode_table(s)},
                                  std::pair{"Roofline efficiency", roofline_table(s)}}) {
     if (t.empty()) continue;
     md << "\n## " << title << "\n\n";

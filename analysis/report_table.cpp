@@ -194,6 +194,27 @@ TextRows structured_output_table(const Summary& s) {
   return t;
 }
 
+TextRows spec_decode_table(const Summary& s) {
+  TextRows t;
+  t.header = {"strategy", "rate (req/s)", "drafts", "drafted", "accepted", "acceptance", "mean acceptance length",
+              "accepted by position", "counted by"};
+  for (const RunSummary* r : table_order(s)) {
+    const KvMetrics& kv = r->metrics.kv;
+    if (kv.spec_num_drafts <= 0) continue;
+    std::string per_pos;  // each position's share of the drafts that reached it: "0.91 0.80 0.62"
+    for (size_t p = 0; p < kv.spec_num_accepted_tokens_per_pos.size(); ++p)
+      per_pos += (p ? " " : "") + format_number(double(kv.spec_num_accepted_tokens_per_pos[p]) / double(kv.spec_num_drafts));
+    t.rows.push_back({r->info.strategy_name(), format_run_rate(r->info), std::to_string(kv.spec_num_drafts),
+                      std::to_string(kv.spec_num_draft_tokens), std::to_string(kv.spec_num_accepted_tokens),
+                      format_share(kv.spec_num_draft_tokens > 0
+                                       ? double(kv.spec_num_accepted_tokens) / double(kv.spec_num_draft_tokens)
+                                       : NAN),
+                      format_number(1.0 + double(kv.spec_num_accepted_tokens) / double(kv.spec_num_drafts)),
+                      per_pos.empty() ? "-" : per_pos, kv.spec_from_server ? "server /metrics" : "engine steps"});
+  }
+  return t;
+}
+
 TextRows roofline_table(const Summary& s) {
   TextRows t;
   bool any = false;

@@ -54,6 +54,11 @@ TextRows slo_objectives_table(const Summary& s);
 /// the share valid against their schema, TTFT/TPOT p50 and decode speed constrained vs not, the
 /// TPOT cost and the most frequent invalid reason; empty when no run had any.
 TextRows structured_output_table(const Summary& s);
+/// Speculative decoding: per run that drafted, vLLM's counters (drafts, drafted and accepted
+/// tokens), the acceptance rate, the mean acceptance length, acceptance by draft position and
+/// where the counts come from (the engine's steps, or the server's /metrics for HTTP runs).
+/// Empty when no run drafted.
+TextRows spec_decode_table(const Summary& s);
 /// Roofline efficiency (roofline_efficiency.h): per run, Σ roofline / Σ measured step time
 /// overall and per step class with each class's step count; sim runs say "sim" (their times are
 /// priced, not measured). Empty when no run has one.

@@ -126,6 +126,43 @@ void write_runs_file(const std::string& dir, const ReportInput& input) {
   write_text_file(in_dir(dir, "runs.json"), j.dump(2) + "\n");
 }
 
+/// HTTP runs: speculative decoding as the server counted it (its /metrics before and after the
+/// run), where the run has no engine steps of its own to count it from.
+static void add_server_spec_counters(RunSummary& r, const std::vector<ServerSample>& samples) {
+  if (samples.empty()) return;
+  auto fill = [&](RunMetrics& m, const std::string& label) {
+    if (m.kv.spec_num_drafts > 0) return;
+    const std::optional<ServerSpecCounters> c = server_spec_counters(samples, label);
+    if (!c) return;
+    m.kv.spec_num_drafts = c->num_drafts;
+    m.kv.spec_num_draft_tokens = c->num_draft_tokens;
+    m.kv.spec_num_accepted_tokens = c->num_accepted_tokens;
+    m.kv.spec_num_accepted_tokens_per_pos = c->num_accepted_tokens_per_pos;
+    m.kv.spec_from_server = true;
+  };
+  if (r.repetitions.empty()) {
+    fill(r.metrics, r.info.label);
+    return;
+  }
+  for (size_t k = 0; k < r.repetitions.size(); ++k)
+    fill(r.repetitions[k], repetition_label(r.info.label, int(k) + 1, r.info.repeats));
+  ServerSpecCounters sum;  // the point's counters: every repetition's, added
+  for (const RunMetrics& m : r.repetitions) {
+    sum.num_drafts += m.kv.spec_num_drafts;
+    sum.num_draft_tokens += m.kv.spec_num_draft_tokens;
+    sum.num_accepted_tokens += m.kv.spec_num_accepted_tokens;
+    const auto& pp = m.kv.spec_num_accepted_tokens_per_pos;
+    if (sum.num_accepted_tokens_per_pos.size() < pp.size()) sum.num_accepted_tokens_per_pos.resize(pp.size(), 0);
+    for (size_t p = 0; p < pp.size(); ++p) sum.num_accepted_tokens_per_pos[p] += pp[p];
+  }
+  if (r.metrics.kv.spec_num_drafts > 0 || sum.num_drafts <= 0) return;
+  r.metrics.kv.spec_num_drafts = sum.num_drafts;
+  r.metrics.kv.spec_num_draft_tokens = sum.num_draft_tokens;
+  r.metrics.kv.spec_num_accepted_tokens = sum.num_accepted_tokens;
+  r.metrics.kv.spec_num_accepted_tokens_per_pos = sum.num_accepted_tokens_per_pos;
+  r.metrics.kv.spec_from_server = true;
+}
+
 ReportOutcome write_reports(const std::string& dir, const ReportInput& input, const ReportOptions& options) {
   validate_input(input);
   ReportOutcome out;
@@ -136,6 +173,7 @@ ReportOutcome write_reports(const std::string& dir, const ReportInput& input, co
     std::vector<std::string> labels;
     for (int k = 1; k <= r.info.repeats; ++k) labels.push_back(repetition_label(r.info.label, k, r.info.repeats));
     r.structured = structured_stats(labels, input.records, input.schemas);
+    add_server_spec_counters(r, input.server_samples);
   }
   out.summary.runs.insert(out.summary.runs.end(), input.imported.begin(), input.imported.end());
   write_runs_file(dir, input);

@@ -27,10 +27,56 @@ void from_json(const nlohmann::json& j, ServerSample& s) {
   get("preemptions", s.preemptions);
   get("ttft_count", s.ttft_count);
   get("ttft_sum_s", s.ttft_sum_s);
+  get("spec_drafts", s.spec_drafts);
+  get("spec_draft_tokens", s.spec_draft_tokens);
+  get("spec_accepted_tokens", s.spec_accepted_tokens);
+  if (auto it = j.find("spec_accepted_per_pos"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) throw std::invalid_argument("spec_accepted_per_pos must be an array of numbers");
+    for (const auto& v : *it) {
+      if (!v.is_number() || !(v.get<double>() >= 0)) throw std::invalid_argument("spec_accepted_per_pos must hold numbers >= 0");
+      s.spec_accepted_per_pos.push_back(v.get<double>());
+    }
+  }
 }
 
 std::vector<ServerSample> read_server_samples(const std::string& path, bool* cut_tail) {
   return read_jsonl<ServerSample>(path, nullptr, cut_tail);
+}
+
+std::optional<ServerSpecCounters> server_spec_counters(const std::vector<ServerSample>& samples, const std::string& run) {
+  // Per replica: its first and last sample that carry the counters, in time order.
+  std::map<std::string, std::pair<const ServerSample*, const ServerSample*>> ends;
+  for (const auto& s : samples) {
+    if (s.run != run || std::isnan(s.spec_drafts)) continue;
+    auto& [first, last] = ends[s.url];
+    if (!first || s.t_s < first->t_s) first = &s;
+    if (!last || s.t_s >= last->t_s) last = &s;
+  }
+  ServerSpecCounters c;
+  for (const auto& [url, fl] : ends) {
+    const ServerSample& first = *fl.first;
+    const ServerSample& last = *fl.second;
+    // A counter that went down means the server restarted during the run: that replica's figures
+    // are not the run's, so it is left out (its first sample was taken before the restart).
+    bool restarted = last.spec_drafts < first.spec_drafts || last.spec_draft_tokens < first.spec_draft_tokens ||
+                     last.spec_accepted_tokens < first.spec_accepted_tokens;
+    for (size_t p = 0; p < first.spec_accepted_per_pos.size(); ++p)
+      restarted |= p >= last.spec_accepted_per_pos.size() || last.spec_accepted_per_pos[p] < first.spec_accepted_per_pos[p];
+    if (restarted) continue;
+    auto delta = [](double a, double b) -> int64_t {
+      return std::isnan(a) || std::isnan(b) ? 0 : static_cast<int64_t>(std::llround(b - a));
+    };
+    c.num_drafts += delta(first.spec_drafts, last.spec_drafts);
+    c.num_draft_tokens += delta(first.spec_draft_tokens, last.spec_draft_tokens);
+    c.num_accepted_tokens += delta(first.spec_accepted_tokens, last.spec_accepted_tokens);
+    const size_t n = last.spec_accepted_per_pos.size();
+    if (c.num_accepted_tokens_per_pos.size() < n) c.num_accepted_tokens_per_pos.resize(n, 0);
+    for (size_t p = 0; p < n; ++p)
+      c.num_accepted_tokens_per_pos[p] +=
+          delta(p < first.spec_accepted_per_pos.size() ? first.spec_accepted_per_pos[p] : 0.0, last.spec_accepted_per_pos[p]);
+  }
+  if (c.num_drafts <= 0) return std::nullopt;
+  return c;
 }
 
 std::vector<ServerState> server_state_from_samples(const std::vector<ServerSample>& samples, const std::string& run) {

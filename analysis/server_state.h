@@ -6,6 +6,8 @@
 //   In-process runs: DIR/steps.jsonl, the engine's own counts after every step.
 // Either becomes the same ServerState series, so both kinds of run get the same figure.
 #include <cmath>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,8 +16,9 @@
 namespace servelab::analysis {
 
 /// One server_metrics.jsonl line: {"run", "url", "t_s", "engine", "running", "waiting",
-/// "kv_usage", "preemptions", "ttft_count", "ttft_sum_s"}; a figure the server does not export is
-/// absent (NaN here).
+/// "kv_usage", "preemptions", "ttft_count", "ttft_sum_s", "spec_drafts", "spec_draft_tokens",
+/// "spec_accepted_tokens", "spec_accepted_per_pos"}; a figure the server does not export is absent
+/// (NaN here; an empty per-position list).
 struct ServerSample {
   std::string run;
   std::string url;
@@ -27,11 +30,25 @@ struct ServerSample {
   double preemptions = NAN;  ///< cumulative since the server started
   double ttft_count = NAN;   ///< the server's TTFT histogram: observations and their sum (s)
   double ttft_sum_s = NAN;
+  /// vLLM's spec_decode counters, cumulative since the server started.
+  double spec_drafts = NAN, spec_draft_tokens = NAN, spec_accepted_tokens = NAN;
+  std::vector<double> spec_accepted_per_pos;
 };
 
 /// Reads server_metrics.jsonl; throws std::runtime_error("path:line: message") on a malformed line
 /// (a last line cut by a kill is dropped and sets *cut_tail).
 std::vector<ServerSample> read_server_samples(const std::string& path, bool* cut_tail = nullptr);
+
+/// A run's speculative decoding as the server counted it: per replica, its last scrape's
+/// spec_decode counters minus its first (the scraper takes one before the run's first request and
+/// one after its last answer, as `vllm bench serve` does), summed over replicas. nullopt when no
+/// replica exported the counters or none drafted during the run. A replica whose counters went down
+/// (it restarted during the run) is left out.
+struct ServerSpecCounters {
+  int64_t num_drafts = 0, num_draft_tokens = 0, num_accepted_tokens = 0;
+  std::vector<int64_t> num_accepted_tokens_per_pos;
+};
+std::optional<ServerSpecCounters> server_spec_counters(const std::vector<ServerSample>& samples, const std::string& run);
 
 /// The server's state at one instant of a run.
 struct ServerState {

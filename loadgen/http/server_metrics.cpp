@@ -1,6 +1,5 @@
 #include "loadgen/http/server_metrics.h"
 
-#include <fstream>
 #include <initializer_list>
 #include <sstream>
 #include <vector>
@@ -61,6 +60,23 @@ ServerSample parse_server_metrics(const std::string& text) {
            s.spec_draft_tokens);
     add_if(name, v, {"servelab:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens_total"},
            s.spec_accepted_tokens);
+    if ((name == "servelab:spec_decode_num_accepted_tokens_per_pos_total" ||
+         name == "vllm:spec_decode_num_accepted_tokens_per_pos_total") &&
+        line[name_end] == '{') {
+      const std::string labels = line.substr(name_end + 1, line.find('}', name_end) - name_end - 1);
+      const size_t at = labels.find("position=\"");
+      if (at == std::string::npos || (at > 0 && labels[at - 1] != ',')) continue;
+      size_t used = 0;
+      long pos = -1;
+      try {
+        pos = std::stol(labels.substr(at + 10), &used);
+      } catch (const std::exception&) {
+        continue;
+      }
+      if (pos < 0 || pos >= 64 || labels.compare(at + 10 + used, 1, "\"") != 0) continue;  // k <= 64 in any engine
+      if (s.spec_accepted_per_pos.size() <= size_t(pos)) s.spec_accepted_per_pos.resize(size_t(pos) + 1, 0.0);
+      s.spec_accepted_per_pos[size_t(pos)] += v;
+    }
   }
   return s;
 }
@@ -83,12 +99,18 @@ std::string server_sample_line(const std::string& run, const std::string& url, d
   put("spec_drafts", s.spec_drafts);
   put("spec_draft_tokens", s.spec_draft_tokens);
   put("spec_accepted_tokens", s.spec_accepted_tokens);
+  if (!s.spec_accepted_per_pos.empty()) j["spec_accepted_per_pos"] = s.spec_accepted_per_pos;
   return j.dump() + "\n";
 }
 
 MetricsScraper::MetricsScraper(const TargetSpec& target, std::string run_label, std::string path,
                                std::chrono::steady_clock::time_point t0, double period_s)
     : target_(target), run_(std::move(run_label)), path_(std::move(path)), t0_(t0), period_s_(period_s) {
+  for (const auto& u : target_.urls) endpoints_.push_back(parse_endpoint(u));
+  live_.assign(endpoints_.size(), true);
+  answered_.assign(endpoints_.size(), false);
+  out_.open(path_, std::ios::app);
+  scrape_all();  // before the run's first request: the counters' starting point
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -97,35 +119,39 @@ MetricsScraper::~MetricsScraper() { stop(); }
 void MetricsScraper::stop() {
   {
     std::lock_guard lock(mu_);
-    stopping_ = true;
+    if (stopped_) return;
+    stopped_ = stopping_ = true;
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  scrape_all();  // after the run's last answer: the counters' end point
+}
+
+void MetricsScraper::scrape_all() {
+  for (size_t i = 0; i < endpoints_.size(); ++i) {
+    if (!live_[i]) continue;
+    const HttpReply r = http_exchange(endpoints_[i], "/metrics", "", target_.headers, period_s_ * 4);
+    if (r.status != 200) {
+      if (!answered_[i]) live_[i] = false;  // no /metrics: not asked again
+      continue;
+    }
+    answered_[i] = true;
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    out_ << server_sample_line(run_, target_.urls[i], t, parse_server_metrics(r.body));
+    out_.flush();
+    ++n_samples_;
+  }
 }
 
 void MetricsScraper::loop() {
-  std::vector<Endpoint> eps;
-  for (const auto& u : target_.urls) eps.push_back(parse_endpoint(u));
-  std::vector<bool> live(eps.size(), true), answered(eps.size(), false);
-  std::ofstream out(path_, std::ios::app);
   auto next = std::chrono::steady_clock::now();
   for (;;) {
-    for (size_t i = 0; i < eps.size(); ++i) {
-      if (!live[i]) continue;
-      const HttpReply r = http_exchange(eps[i], "/metrics", "", target_.headers, period_s_ * 4);
-      if (r.status != 200) {
-        if (!answered[i]) live[i] = false;  // no /metrics: not asked again
-        continue;
-      }
-      answered[i] = true;
-      const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-      out << server_sample_line(run_, target_.urls[i], t, parse_server_metrics(r.body));
-      out.flush();
-      ++n_samples_;
-    }
     next += std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(period_s_));
-    std::unique_lock lock(mu_);
-    if (cv_.wait_until(lock, next, [this] { return stopping_; })) return;
+    {
+      std::unique_lock lock(mu_);
+      if (cv_.wait_until(lock, next, [this] { return stopping_; })) return;
+    }
+    scrape_all();
   }
 }
 

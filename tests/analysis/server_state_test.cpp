@@ -125,5 +125,33 @@ TEST(ServerState, DrawnInTheHtmlAndReadBackFromTheFolder) {
   EXPECT_EQ(load_report_input(dir).server_samples.size(), 4u);
 }
 
+TEST(ServerState, SpecCountersAreTheRunsLastScrapeMinusItsFirstSummedOverReplicas) {
+  const std::string path = fresh_dir("spec") + "/server_metrics.jsonl";
+  // Replica a: 10 drafts before the run, 16 after (per position 0: 5 -> 9, position 1 appears).
+  // Replica b: 4 more drafts. Replica c restarted (its counters went down): left out. Another run's
+  // lines and a sample without counters in between are ignored.
+  std::ofstream(path)
+      << R"({"run":"http@4","url":"http://a","t_s":0.0,"spec_drafts":10,"spec_draft_tokens":30,"spec_accepted_tokens":12,"spec_accepted_per_pos":[5]}
+{"run":"http@4","url":"http://b","t_s":0.01,"spec_drafts":0,"spec_draft_tokens":0,"spec_accepted_tokens":0}
+{"run":"http@4","url":"http://c","t_s":0.02,"spec_drafts":50,"spec_draft_tokens":150,"spec_accepted_tokens":70}
+{"run":"http@4","url":"http://a","t_s":0.25,"running":3}
+{"run":"other@1","url":"http://a","t_s":0.3,"spec_drafts":999,"spec_draft_tokens":999,"spec_accepted_tokens":999}
+{"run":"http@4","url":"http://c","t_s":0.9,"spec_drafts":2,"spec_draft_tokens":6,"spec_accepted_tokens":1}
+{"run":"http@4","url":"http://b","t_s":0.95,"spec_drafts":4,"spec_draft_tokens":12,"spec_accepted_tokens":6,"spec_accepted_per_pos":[3,2,1]}
+{"run":"http@4","url":"http://a","t_s":1.0,"spec_drafts":16,"spec_draft_tokens":48,"spec_accepted_tokens":20,"spec_accepted_per_pos":[9,4]}
+)";
+  const auto samples = read_server_samples(path);
+  const std::optional<ServerSpecCounters> c = server_spec_counters(samples, "http@4");
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->num_drafts, 6 + 4);
+  EXPECT_EQ(c->num_draft_tokens, 18 + 12);
+  EXPECT_EQ(c->num_accepted_tokens, 8 + 6);
+  EXPECT_EQ(c->num_accepted_tokens_per_pos, (std::vector<int64_t>{4 + 3, 4 + 2, 1}));
+  EXPECT_FALSE(server_spec_counters(samples, "nobody@1").has_value());
+  // A run during which nothing was drafted has no counters to report.
+  std::vector<ServerSample> idle(samples.begin(), samples.begin() + 1);
+  EXPECT_FALSE(server_spec_counters(idle, "http@4").has_value());
+}
+
 }  // namespace server_state_test
 }  // namespace servelab::analysis

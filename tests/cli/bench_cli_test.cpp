@@ -22,10 +22,13 @@ std::string chunk(const std::string& text, const char* finish = nullptr) {
 }
 
 /// A vLLM-like server: streams 3 tokens on POST /v1/completions, lists one model, serves vLLM
-/// metric names; anything else is 404. Every request line is kept.
+/// metric names (with spec_decode counters that grow by 2 drafts of 3 tokens, 4 accepted, per
+/// completion served: 2 at position 0, 1 at 1 and at 2); anything else is 404. Every request line
+/// is kept.
 struct FakeVllm {
   std::vector<std::string> lines;
   std::mutex mu;
+  int completions = 0;
   ScriptedServer server{[this](tcp::socket& s, const std::string& req) {
     const std::string line = req.substr(0, req.find("\r\n"));
     {
@@ -33,6 +36,10 @@ struct FakeVllm {
       lines.push_back(line);
     }
     if (line.rfind("POST /v1/completions ", 0) == 0) {
+      {
+        std::lock_guard lock(mu);
+        ++completions;
+      }
       write_all(s, sse_response(chunk("a") + chunk("b") + chunk("c", "length") +
                                 "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":3}}\n\n"
                                 "data: [DONE]\n\n"));
@@ -41,7 +48,22 @@ struct FakeVllm {
       write_all(s, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
                        std::to_string(body.size()) + "\r\n\r\n" + body);
     } else if (line.rfind("GET /metrics ", 0) == 0) {
-      const std::string body = "vllm:num_requests_running{model_name=\"q\"} 1\nvllm:num_requests_waiting{model_name=\"q\"} 0\n";
+      int n = 0;
+      {
+        std::lock_guard lock(mu);
+        n = completions;
+      }
+      const std::string c = "{engine=\"0\",model_name=\"q\"} ";
+      const std::string body = "vllm:num_requests_running{model_name=\"q\"} 1\nvllm:num_requests_waiting{model_name=\"q\"} 0\n"
+                               "vllm:spec_decode_num_drafts_total" + c + std::to_string(2 * n) +
+                               "\nvllm:spec_decode_num_draft_tokens_total" + c + std::to_string(6 * n) +
+                               "\nvllm:spec_decode_num_accepted_tokens_total" + c + std::to_string(4 * n) +
+                               "\nvllm:spec_decode_num_accepted_tokens_per_pos_total{engine=\"0\",model_name=\"q\",position=\"0\"} " +
+                               std::to_string(2 * n) +
+                               "\nvllm:spec_decode_num_accepted_tokens_per_pos_total{engine=\"0\",model_name=\"q\",position=\"1\"} " +
+                               std::to_string(n) +
+                               "\nvllm:spec_decode_num_accepted_tokens_per_pos_total{engine=\"0\",model_name=\"q\",position=\"2\"} " +
+                               std::to_string(n) + "\n";
       write_all(s, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: " +
                        std::to_string(body.size()) + "\r\n\r\n" + body);
     } else {
@@ -105,6 +127,18 @@ TEST(BenchCli, PastedEndpointUrlAndInfRateRunAndTheSummaryNamesTheServer) {
   const auto m = nlohmann::json::parse(lines[0]);
   EXPECT_EQ(m["engine"], "vLLM");
   EXPECT_EQ(m["running"], 1.0);
+  // Speculative decoding as the server counted it: its counters after the run minus before (the
+  // pre-flight request came before the first scrape), 3 completions of 2 drafts each.
+  const auto& sd = s["runs"][0]["metrics"]["spec_decode"];
+  EXPECT_EQ(sd["source"], "server_metrics");
+  EXPECT_EQ(sd["num_drafts"], 6);
+  EXPECT_EQ(sd["num_draft_tokens"], 18);
+  EXPECT_EQ(sd["num_accepted_tokens"], 12);
+  EXPECT_EQ(sd["num_accepted_tokens_per_pos"], nlohmann::json::parse("[6, 3, 3]"));
+  EXPECT_DOUBLE_EQ(sd["mean_acceptance_length"].get<double>(), 3.0);
+  const std::string md = read_text(out + "/report.md");
+  EXPECT_NE(md.find("## Speculative decoding"), std::string::npos) << md;
+  EXPECT_NE(md.find("server /metrics"), std::string::npos) << md;
 }
 
 TEST(BenchCli, EveryRequestFailingExitsNonZeroWithReasonsOnConsoleAndInReport) {

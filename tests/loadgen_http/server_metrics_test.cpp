@@ -26,7 +26,11 @@ TEST(ServerMetrics, VllmNamesSummedOverModels) {
       "vllm:spec_decode_num_drafts_total{model_name=\"a\"} 12\n"
       "vllm:spec_decode_num_draft_tokens_total{model_name=\"a\"} 36\n"
       "vllm:spec_decode_num_accepted_tokens_total{model_name=\"a\"} 20\n"
-      "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"a\",position=\"0\"} 10\n";
+      "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"a\",position=\"0\"} 10\n"
+      "vllm:spec_decode_num_accepted_tokens_per_pos_total{engine=\"1\",model_name=\"a\",position=\"0\"} 2\n"
+      "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"a\",position=\"2\"} 3\n"
+      "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"a\",xposition=\"1\"} 99\n"
+      "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"a\",position=\"x\"} 99\n";
   const ServerSample s = parse_server_metrics(text);
   EXPECT_EQ(s.engine, "vLLM");
   EXPECT_EQ(s.running, 5.0);
@@ -38,7 +42,11 @@ TEST(ServerMetrics, VllmNamesSummedOverModels) {
   EXPECT_EQ(s.spec_drafts, 12.0);
   EXPECT_EQ(s.spec_draft_tokens, 36.0);
   EXPECT_EQ(s.spec_accepted_tokens, 20.0);  // the per-position counter is not summed into it
+  // By position, summed over the other labels; a label that only ends in "position" or a position
+  // that is not a number is not one.
+  EXPECT_EQ(s.spec_accepted_per_pos, (std::vector<double>{12.0, 0.0, 3.0}));
   const auto j = nlohmann::json::parse(server_sample_line("http@4", "http://h:1", 0.25, s));
+  EXPECT_EQ(j["spec_accepted_per_pos"], nlohmann::json::parse("[12.0, 0.0, 3.0]"));
   EXPECT_EQ(j["running"], 5.0);
   EXPECT_EQ(j["engine"], "vLLM");
 }
