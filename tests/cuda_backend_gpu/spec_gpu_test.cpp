@@ -114,5 +114,49 @@ TEST(SpecGpu, AnExactSelfDraftIsAlwaysAccepted) {
   }
 }
 
+TEST(SpecGpu, VerificationStepsReplayTheDecodeGraphs) {
+  // With CUDA graphs (not batch-invariant), a verification step runs as one-row decode sequences
+  // through the decode graphs (verify_rows.h). An exact self draft (scale 0) is then still
+  // accepted almost always: only the GEMMs' row counts differ between the draft's steps and the
+  // target's (rounding), while a wrong context or block-table row per verification row would
+  // make the target disagree with most drafts.
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  BackendSpec spec = tiny_spec(0.0f);
+  spec.batch_invariant = false;
+  SpeculativeConfig self;
+  self.method = SpecMethod::self;
+  self.num_layers = 2;
+  self.num_speculative_tokens = 4;
+  self.adaptive = false;
+  EngineConfig ec = paged_config(continuous_sched(6, 96, true), 64ll << 20);
+  ec.kv.max_model_len = 256;
+  Engine e(ec, make_backend(spec));
+  ProposerTarget t;
+  t.backend = spec;
+  t.vocab_size = e.backend().config().vocab_size;
+  t.max_model_len = 256;
+  t.max_num_seqs = 6;
+  t.max_num_batched_tokens = 96;
+  t.seed = spec.seed;
+  t.device_draft_kv_bytes = 16ll << 20;
+  e.set_proposer(make_proposer(self, t), self.num_speculative_tokens);
+  std::vector<Request> reqs;
+  for (int i = 0; i < 6; ++i) reqs.push_back(make_request(i, 9 + 13 * i, 32));
+  const RunResult r = run_virtual(e, at_zero(reqs));
+  int drafted = 0, accepted = 0;
+  for (const StepOutcome& s : r.steps) {
+    drafted += s.spec_draft_tokens;
+    accepted += s.spec_accepted_tokens;
+  }
+  for (const auto& [id, f] : r.finished) {
+    EXPECT_TRUE(f.error.empty()) << f.error;
+    EXPECT_EQ(f.outputs.at(0).size(), 32u) << "request " << id;
+  }
+  const auto& cuda = dynamic_cast<const CudaBackend&>(e.backend());
+  EXPECT_GT(cuda.verification_steps_graphed(), 0);
+  ASSERT_GT(drafted, 0);
+  EXPECT_GE(double(accepted), 0.9 * drafted) << accepted << " of " << drafted << " drafts accepted";
+}
+
 }  // namespace spec_gpu_test
 }  // namespace servelab

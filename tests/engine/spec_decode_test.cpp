@@ -163,7 +163,9 @@ TEST_P(SpecEquivalence, OutputsEqualTheRunWithoutDraftsForEveryProposer) {
       for (const StepOutcome& s : r.steps) several = several || int(s.tokens.size()) > s.batch_size;
       EXPECT_TRUE(several);
     }
-    if (proposer == "wrong") EXPECT_EQ(t.accepted, 0);
+    if (proposer == "wrong") {
+      EXPECT_EQ(t.accepted, 0);
+    }
     EXPECT_EQ(spec.kv().free_slots(), spec.kv().capacity_slots()) << proposer << ": every slot given back";
     if (sampled_q) {  // the draft's own arena is given back as its sequences finish
       const auto& mp = dynamic_cast<const ModelProposer&>(*spec.proposer());

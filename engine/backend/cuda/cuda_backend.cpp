@@ -97,6 +97,7 @@ const CudaBackendOptions& CudaBackend::options() const { return impl_->options; 
 int64_t CudaBackend::weight_bytes() const { return impl_->w.bytes + (impl_->qw ? impl_->qw->bytes : 0); }
 int64_t CudaBackend::last_step_input_bytes() const { return int64_t(impl_->last_upload_bytes); }
 int64_t CudaBackend::graph_captures() const { return impl_->graph_captures; }
+int64_t CudaBackend::verification_steps_graphed() const { return impl_->verification_steps_graphed; }
 void CudaBackend::reserve_steps(const StepLimits& limits) { impl_->reserve(limits); }
 std::vector<int> CudaBackend::decode_row_buckets() const {
   if (!impl_->options.cuda_graphs || impl_->options.batch_invariant) return {};

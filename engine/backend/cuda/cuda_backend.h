@@ -168,6 +168,9 @@ class CudaBackend final : public Backend {
   /// CUDA graphs captured so far (each (batch bucket, context bucket, layout) once, again after a
   /// buffer a graph baked in was reallocated).
   int64_t graph_captures() const;
+  /// Verification steps (speculative decoding) run as one-row decode sequences through the decode
+  /// graphs so far (verify_rows.h); the others ran eagerly through the prefill attention path.
+  int64_t verification_steps_graphed() const;
   /// GPU bytes of the LoRA adapter pool (0 before reserve_loras), and of one slot's adapter.
   int64_t lora_pool_bytes() const;
   int64_t lora_slot_bytes() const;

@@ -19,10 +19,12 @@
 #include "kernels/lora_sgmv.h"
 #include "engine/backend/cuda/cuda_weights.h"
 #include "engine/backend/cuda/device_memory.h"
+#include "engine/backend/cuda/graph_buckets.h"
 #include "engine/backend/cuda/quant_linear.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/step_pack.h"
 #include "engine/backend/cuda/tp_comm.h"
+#include "engine/backend/cuda/verify_rows.h"
 #include "engine/model/quantize_weights.h"
 #include "kernels/attention.h"
 #include "kernels/gemm.h"
@@ -36,27 +38,6 @@ namespace cuda_impl {
 using cuda::DeviceBuffer;
 using cuda::PinnedBuffer;
 namespace k = kernels;
-
-/// Decode batch buckets a CUDA graph is captured for; larger batches run eagerly.
-constexpr int kGraphBuckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512};
-/// Longest context a graph serves (its block-table rows and decode grid are sized for it).
-constexpr int kGraphMaxContext = 16384;
-/// Block-table changes a graph step's input has room for (persistent tables); a step with more
-/// (rare: many sequences swapped in at once) runs eagerly.
-constexpr int kGraphMaxTableUpdates = 65536;
-
-inline int graph_bucket(int n_seqs) {
-  for (int b : kGraphBuckets)
-    if (b >= n_seqs) return b;
-  return 0;
-}
-
-/// Context bucket: the decode grid is sized for the bucket, not the step (empty splits exit).
-inline int context_bucket(int max_context) {
-  int c = 256;
-  while (c < max_context) c *= 2;
-  return c;
-}
 
 /// What one enqueue runs: row counts, the packed input on the device, and how to read it.
 struct Geometry {
@@ -75,21 +56,6 @@ struct Geometry {
   bool late = false;
   template <typename T>
   const T* at(size_t offset) const { return reinterpret_cast<const T*>(dev + offset); }
-};
-
-struct GraphKey {
-  int bucket, context, kind, block_size;
-  bool lora;   // with the LoRA launches (any mix of slots replays it) or without any
-  bool draws;  // with the draws (sampling); without: the forward up to the logits (late masks)
-  bool operator<(const GraphKey& o) const {
-    return std::tie(bucket, context, kind, block_size, lora, draws) <
-           std::tie(o.bucket, o.context, o.kind, o.block_size, o.lora, o.draws);
-  }
-};
-struct GraphEntry {
-  cudaGraphExec_t exec = nullptr;
-  uint64_t epoch = 0;
-  int eager_runs = 0;  // the first run of a shape is eager: it warms the GEMM algorithm cache
 };
 
 }  // namespace cuda_impl
@@ -126,6 +92,7 @@ struct CudaBackend::Impl {
   std::map<GraphKey, GraphEntry> graphs;
   uint64_t epoch = 1;         // bumped whenever a buffer a graph baked in is reallocated
   int64_t graph_captures = 0; // graphs captured so far (a recapture after an epoch bump counts)
+  int64_t verification_steps_graphed = 0;  // verification steps run as one-row decode sequences
   int n_samples = 0;          // draws of the last step (rows of logits/tokens to read)
   size_t last_upload_bytes = 0;  // the last step's one host-to-device copy
   // Persistent block tables (paged KV, options.persistent_block_tables): the device table
@@ -133,7 +100,7 @@ struct CudaBackend::Impl {
   cuda::BlockTableDiff table_diff;
   cuda::BlockTableStep table_step;
   DeviceBuffer block_table;
-  std::vector<uint64_t> seq_ids;
+  Step flat_step;  // a verification step as one-row decode sequences (verify_rows.h), when graphed
   DeviceBuffer inv_freq;    // [head_dim / 2] fp32
   DeviceBuffer h, xn, qkv, attn, delta, gate_up, act;  // [rows, ...] in dt
   int rows_capacity = 0;
@@ -418,6 +385,13 @@ struct CudaBackend::Impl {
     if (options.persistent_block_tables && in.kv_kind == k::KvLayoutKind::paged) {
       table_diff.plan(in.seq_ids, in, table_step);  // throws before changing the mirror
       tables = &table_step;
+    }
+    // Verification rows as one-row decode sequences where a decode graph can then serve the step.
+    if (options.cuda_graphs && !options.batch_invariant && step.n_padding == 0 && graph_bucket(in.n_tokens()) > 0 &&
+        in.max_context() <= kGraphMaxContext && (!tables || tables->updates.size() <= size_t(kGraphMaxTableUpdates)) &&
+        cuda::plan_verification_as_decode(step, flat_step, tables ? &table_step : nullptr)) {
+      plan = &flat_step;
+      ++verification_steps_graphed;
     }
     return tables;
   }

@@ -1,0 +1,48 @@
+#pragma once
+// Which steps the CUDA backend replays as CUDA graphs, and the key of each captured graph: decode
+// steps (one row per sequence; verification steps too, as one-row sequences: verify_rows.h),
+// padded to a batch bucket, sized for a context bucket. Private to the backend's own files.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <tuple>
+
+namespace servelab::cuda_impl {
+
+/// Decode batch buckets a CUDA graph is captured for; larger batches run eagerly.
+constexpr int kGraphBuckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512};
+/// Longest context a graph serves (its block-table rows and decode grid are sized for it).
+constexpr int kGraphMaxContext = 16384;
+/// Block-table changes a graph step's input has room for (persistent tables); a step with more
+/// (rare: many sequences swapped in at once) runs eagerly.
+constexpr int kGraphMaxTableUpdates = 65536;
+
+inline int graph_bucket(int n_seqs) {
+  for (int b : kGraphBuckets)
+    if (b >= n_seqs) return b;
+  return 0;
+}
+
+/// Context bucket: the decode grid is sized for the bucket, not the step (empty splits exit).
+inline int context_bucket(int max_context) {
+  int c = 256;
+  while (c < max_context) c *= 2;
+  return c;
+}
+
+struct GraphKey {
+  int bucket, context, kind, block_size;
+  bool lora;   // with the LoRA launches (any mix of slots replays it) or without any
+  bool draws;  // with the draws (sampling); without: the forward up to the logits (late masks)
+  bool operator<(const GraphKey& o) const {
+    return std::tie(bucket, context, kind, block_size, lora, draws) <
+           std::tie(o.bucket, o.context, o.kind, o.block_size, o.lora, o.draws);
+  }
+};
+struct GraphEntry {
+  cudaGraphExec_t exec = nullptr;
+  uint64_t epoch = 0;
+  int eager_runs = 0;  // the first run of a shape is eager: it warms the GEMM algorithm cache
+};
+
+}  // namespace servelab::cuda_impl
