@@ -115,8 +115,8 @@ TEST(SpecGpu, AnExactSelfDraftIsAlwaysAccepted) {
 }
 
 TEST(SpecGpu, VerificationStepsReplayTheDecodeGraphs) {
-  // With CUDA graphs (not batch-invariant), a verification step runs as one-row decode sequences
-  // through the decode graphs (verify_rows.h). An exact self draft (scale 0) is then still
+  // With CUDA graphs (not batch-invariant), a verification step of at most kVerifyGraphMaxRows
+  // rows runs as one-row decode sequences through the decode graphs (verify_rows.h). An exact self draft (scale 0) is then still
   // accepted almost always: only the GEMMs' row counts differ between the draft's steps and the
   // target's (rounding), while a wrong context or block-table row per verification row would
   // make the target disagree with most drafts.
@@ -141,7 +141,7 @@ TEST(SpecGpu, VerificationStepsReplayTheDecodeGraphs) {
   t.device_draft_kv_bytes = 16ll << 20;
   e.set_proposer(make_proposer(self, t), self.num_speculative_tokens);
   std::vector<Request> reqs;
-  for (int i = 0; i < 6; ++i) reqs.push_back(make_request(i, 9 + 13 * i, 32));
+  for (int i = 0; i < 3; ++i) reqs.push_back(make_request(i, 9 + 13 * i, 32));  // <= 15 verification rows
   const RunResult r = run_virtual(e, at_zero(reqs));
   int drafted = 0, accepted = 0;
   for (const StepOutcome& s : r.steps) {

@@ -387,7 +387,7 @@ struct CudaBackend::Impl {
       tables = &table_step;
     }
     // Verification rows as one-row decode sequences where a decode graph can then serve the step.
-    if (options.cuda_graphs && !options.batch_invariant && step.n_padding == 0 && graph_bucket(in.n_tokens()) > 0 &&
+    if (options.cuda_graphs && !options.batch_invariant && step.n_padding == 0 && in.n_tokens() <= kVerifyGraphMaxRows &&
         in.max_context() <= kGraphMaxContext && (!tables || tables->updates.size() <= size_t(kGraphMaxTableUpdates)) &&
         cuda::plan_verification_as_decode(step, flat_step, tables ? &table_step : nullptr)) {
       plan = &flat_step;

@@ -17,6 +17,14 @@ constexpr int kGraphMaxContext = 16384;
 /// (rare: many sequences swapped in at once) runs eagerly.
 constexpr int kGraphMaxTableUpdates = 65536;
 
+/// Verification steps of at most this many rows run as one-row decode sequences through the
+/// decode graphs (verify_rows.h). Each such row reads its whole sequence's K/V again, so larger
+/// steps stay on the eager prefill-attention path, which reads it once: on an H200 (llama2-7b,
+/// self k <= 4, 2026-11-28, results/gpu/spec/h200-2026-11-28-ee793b7) graphed verification steps
+/// took 9.86 ms against 9.66 ms eager at 32 users (160 rows) and 16.31 against 15.15 ms at 64 users
+/// (320 rows), while at batch 1 (5 rows) the two were level (1.274 and 1.278 plain decode steps).
+constexpr int kVerifyGraphMaxRows = 16;
+
 inline int graph_bucket(int n_seqs) {
   for (int b : kGraphBuckets)
     if (b >= n_seqs) return b;
