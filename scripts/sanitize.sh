@@ -3,9 +3,12 @@
 #   asan: AddressSanitizer + UBSan + LeakSanitizer over the whole suite (that is scripts/test.sh, the
 #         README's test command, which .ci/run runs), or test_<folder> for the folders given
 #   tsan: ThreadSanitizer over the threaded parts: the thread pool, CPU attention and backend,
-#         the engine, the in-process and HTTP drivers, the server's io threads, HTTP sessions,
-#         engine thread and aborts, and the threaded checkpoint load and random init
-#         (test_backend, test_engine, test_loadgen, test_loadgen_http, test_server, test_model)
+#         the engine, the HTTP driver and its /metrics scraper, the server's io threads, HTTP
+#         sessions, engine thread and aborts, and the threaded checkpoint load and random init
+#         (test_backend, test_engine, test_loadgen_http, test_server, test_model). Not test_loadgen:
+#         the load generator starts no thread of its own, and its in-process runs drive the engine
+#         and CPU backend that test_engine and test_backend run here (leaving it out saves ~100
+#         CPU-s of CI: its TSan build and its 33 CPU-s of tests)
 # Usage:
 #   bash scripts/sanitize.sh                 # asan (whole suite) then tsan
 #   bash scripts/sanitize.sh asan            # whole suite under ASan+UBSan: bash scripts/test.sh
@@ -57,8 +60,8 @@ run_asan() {
 
 run_tsan() {
   cmake --preset tsan "${servelab_preset_args[@]}" > /dev/null
-  cmake --build build-tsan -j"$jobs" --target test_backend test_engine test_loadgen test_loadgen_http test_server test_model
-  for t in backend engine loadgen loadgen_http server model; do
+  cmake --build build-tsan -j"$jobs" --target test_backend test_engine test_loadgen_http test_server test_model
+  for t in backend engine loadgen_http server model; do
     run_tests "TSan" build-tsan/test_"$t"
   done
 }
