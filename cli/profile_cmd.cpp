@@ -17,6 +17,8 @@
 #include "engine/backend/make_backend.h"
 #include "engine/backend/profiler.h"
 #include "loadgen/host_overhead_probe.h"
+#include "loadgen/profile_grid_for.h"
+#include "loadgen/scenario.h"
 
 namespace servelab::cli {
 namespace {
@@ -41,6 +43,8 @@ struct ProfileArgs {
   std::string kv = "paged";    // the timed sequences' KV layout
   bool kv_spread = false;      // spread them over the --kv-gb arena
   bool host_overhead = true;  // also measure the engine's per-step host work (loadgen/host_overhead_probe.h)
+  std::string for_scenario;   // the grid from this scenario's lengths and batches (loadgen/profile_grid_for.h)
+  std::vector<const CLI::Option*> grid_flags;  // the grid's own flags: given ones win over --for-scenario
 };
 
 /// KV budget of a cuda profile when --kv-gb is not given: what 90% of the GPU leaves after the
@@ -79,6 +83,22 @@ int profile_main(const ProfileArgs& a) {
   if (!hardware.empty()) SimDevice::preset(hardware);  // a known preset: the roofline beyond the grid is priced on it
 
   ProfileOptions options = a.grid;
+  if (!a.for_scenario.empty()) {
+    const ScenarioGrid derived = profile_grid_for(load_scenario(a.for_scenario), a.grid);
+    const ProfileOptions& d = derived.grid;
+    auto given = [&](const char* flag) {
+      return std::any_of(a.grid_flags.begin(), a.grid_flags.end(),
+                         [&](const CLI::Option* o) { return o->get_name() == flag && o->count() > 0; });
+    };
+    if (!given("--prefill-lens")) options.prefill_lens = d.prefill_lens;
+    if (!given("--batch")) options.batch_sizes = d.batch_sizes;
+    if (!given("--contexts")) options.contexts = d.contexts;
+    if (!given("--chunk-lens")) options.chunk_lens = d.chunk_lens;
+    if (!given("--prompt-len")) options.prompt_lens = d.prompt_lens;
+    if (!given("--max-rows")) options.max_rows = d.max_rows;
+    std::cerr << "grid from " << a.for_scenario << " (flags given on the command line win):\n";
+    for (const std::string& line : derived.notes) std::cerr << "  " << line << "\n";
+  }
   options.warmup = a.warmup >= 0 ? a.warmup : cuda ? 2 : 0;
   options.max_kv_bytes = static_cast<int64_t>(a.kv_gb * 1e9);
   options.fill_kv = spec.kind != BackendKind::sim;  // the sim would charge the fill as swap traffic
@@ -204,6 +224,12 @@ const Registrar register_profile(
           ->capture_default_str()
           ->check(CLI::PositiveNumber);
       sub.add_option("--max-rows", g.max_rows, "skip batched prefills of more rows")->capture_default_str()->check(CLI::PositiveNumber);
+      sub.add_option("--for-scenario", a->for_scenario,
+                     "take the grid from this scenario: prompt and context lengths at quantiles of its planned "
+                     "requests, batches up to its strategies' largest, its chunk (grid flags given as well win)")
+          ->check(CLI::ExistingFile);
+      for (const char* f : {"--prefill-lens", "--batch", "--contexts", "--chunk-lens", "--prompt-len", "--max-rows"})
+        a->grid_flags.push_back(sub.get_option(f));
       sub.add_option("--repeats", g.repeats, "timed repeats per point (median kept)")->capture_default_str()->check(CLI::PositiveNumber);
       sub.add_option("--min-point-s", g.min_point_s, "stop repeating a point once its repeats took this long")->capture_default_str();
       sub.add_flag("!--no-bucket-edges", g.bucket_edges,
@@ -246,6 +272,7 @@ const Registrar register_profile(
           "  servelab profile --preset tiny\n"
           "  servelab profile --preset qwen2.5-0.5b --json results/profiles/qwen2.5-0.5b-cpu.json\n"
           "  servelab profile --model ./my-llama --threads 2 --batch 1,4,16 --contexts 64,512\n"
+          "  servelab profile --for-scenario scenarios/quickstart.yaml --json quickstart-profile.json\n"
           "  servelab profile --backend cuda --preset llama2-7b --prefill-lens 512,4096 --batch 1,32,256 \\\n"
           "      --contexts 128,2048 --kv-gb 40 --json results/profiles/llama2-7b-h100.json");
       return [a] { return profile_main(*a); };

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "engine/backend/make_backend.h"
+#include <nlohmann/json.hpp>
+
 #include "tests/cli/cli_test_util.h"
 
 namespace servelab::cli_test {
@@ -54,6 +56,40 @@ TEST(ProfileCli, KvBudgetSkipsAndListsPointsAndWritesThemToTheJson) {
   const std::string text = read_text(json);
   EXPECT_TRUE(has(text, "\"skipped\"")) << text;
   EXPECT_TRUE(has(text, "\"kv_arena_bytes\"")) << text;
+}
+
+TEST(ProfileCli, ForScenarioTakesTheGridFromItsLengthsAndGivenFlagsWin) {
+  SERVELAB_REQUIRE_BINARY();
+  TempDir dir;
+  write_text(dir.file("s.yaml"), R"(name: s
+seed: 2
+model: {preset: tiny}
+backend: {kind: cpu, threads: 1}
+engine: {kv_cache_mb: 8, max_model_len: 256}
+strategies:
+  - {label: c, batching: continuous, max_num_seqs: 6}
+workload:
+  rates: [5]
+  n_requests: 20
+  prompt_tokens: {dist: fixed, value: 24}
+  output_tokens: {dist: fixed, value: 8}
+)");
+  const std::string json = dir.file("p.json");
+  const CliResult r = run_servelab({"profile", "--preset", "tiny", "--threads", "1", "--for-scenario", dir.file("s.yaml"),
+                                    "--batch", "1,2", "--repeats", "1", "--no-host-overhead", "--no-padded-decodes",
+                                    "--json", json},
+                                   dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "grid from")) << r.output;
+  EXPECT_TRUE(has(r.output, "--prefill-lens 24:")) << r.output;
+  EXPECT_TRUE(has(r.output, "--contexts 28,32:")) << r.output;
+  const auto o = nlohmann::json::parse(read_text(json)).at("options");
+  EXPECT_EQ(o.at("prefill_lens"), nlohmann::json::parse("[24]"));
+  EXPECT_EQ(o.at("contexts"), nlohmann::json::parse("[28, 32]")) << "prompt + output / 2, and prompt + output";
+  EXPECT_EQ(o.at("batch_sizes"), nlohmann::json::parse("[1, 2]")) << "--batch given: the scenario's 1..6 not used";
+  EXPECT_EQ(o.at("chunk_lens"), nlohmann::json::parse("[24]"));
+  const CliResult bad = run_servelab({"profile", "--preset", "tiny", "--for-scenario", dir.file("none.yaml")}, dir);
+  EXPECT_EQ(bad.code, 2) << bad.output;
 }
 
 }  // namespace

@@ -115,7 +115,9 @@ TEST(PrefixGroups, EachGroupSharesItsSystemPromptWithItsFraction) {
     ASSERT_EQ(r.prompt.size(), 3 + g_len + 6);
     const std::vector<TokenId> prefix(r.prompt.begin(), r.prompt.begin() + static_cast<long>(3 + g_len));
     auto [it, fresh] = first.emplace(r.prefix_group, prefix);
-    if (!fresh) EXPECT_EQ(prefix, it->second) << "group " << r.prefix_group;
+    if (!fresh) {
+      EXPECT_EQ(prefix, it->second) << "group " << r.prefix_group;
+    }
   }
   EXPECT_NEAR(count[0] / 4000.0, 0.5, 0.03);
   EXPECT_NEAR(count[1] / 4000.0, 0.3, 0.03);

@@ -1,0 +1,98 @@
+#include "loadgen/profile_grid_for.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "engine/sched/scheduler_config.h"
+#include "loadgen/plan.h"
+
+namespace servelab {
+
+namespace {
+
+/// The q-quantile of sorted `v` (nearest rank), at least 1.
+int grid_quantile(const std::vector<int>& v, double q) {
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(std::floor(q * double(v.size() - 1) + 0.5)));
+  return std::max(1, v[i]);
+}
+
+std::vector<int> grid_sorted_unique(std::vector<int> v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+std::string grid_list(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(x);
+  }
+  return s;
+}
+
+}  // namespace
+
+ScenarioGrid profile_grid_for(const Scenario& scenario, const ProfileOptions& base) {
+  const std::vector<double> rates = scenario.sweep_rates();
+  const Plan plan = Planner(scenario).make(rates.empty() ? 0.0 : rates.front());
+  std::vector<int> prompts, contexts_mid;
+  int longest = 1;
+  for (const PlannedRequest& r : plan.requests) {
+    const int p = std::max(1, static_cast<int>(r.prompt.size()));
+    prompts.push_back(p);
+    contexts_mid.push_back(p + r.output_tokens / 2);
+    longest = std::max(longest, p + r.output_tokens);
+  }
+  if (prompts.empty()) throw std::invalid_argument("profile --for-scenario: the scenario plans no request");
+  std::sort(prompts.begin(), prompts.end());
+  std::sort(contexts_mid.begin(), contexts_mid.end());
+
+  int max_seqs = 1, max_rows = 1, chunk = 0;
+  const int max_model_len = std::max(1, scenario.engine.max_model_len);
+  for (const StrategySpec& st : scenario.strategies) {
+    max_seqs = std::max(max_seqs, max_step_seqs(st.sched));
+    max_rows = std::max(max_rows, max_step_rows(st.sched, max_model_len));
+    if (st.sched.chunked_prefill) chunk = std::max(chunk, st.sched.max_num_batched_tokens);
+  }
+
+  ScenarioGrid out;
+  out.grid = base;
+  ProfileOptions& g = out.grid;
+  g.prefill_lens.clear();
+  for (double q : {0.0, 0.25, 0.5, 0.75, 0.95, 1.0}) g.prefill_lens.push_back(grid_quantile(prompts, q));
+  g.prefill_lens = grid_sorted_unique(g.prefill_lens);
+  g.prompt_lens = grid_sorted_unique({grid_quantile(prompts, 0.5), prompts.back()});
+  g.contexts.clear();
+  for (double q : {0.05, 0.5, 0.95}) g.contexts.push_back(grid_quantile(contexts_mid, q));
+  g.contexts.push_back(longest);
+  g.contexts = grid_sorted_unique(g.contexts);
+  g.batch_sizes.clear();
+  for (int b = 1; b <= std::min(16, max_seqs); ++b) g.batch_sizes.push_back(b);
+  for (int b = 32; b < max_seqs; b *= 2) g.batch_sizes.push_back(b);
+  g.batch_sizes.push_back(max_seqs);
+  g.batch_sizes = grid_sorted_unique(g.batch_sizes);
+  g.chunk_lens.clear();
+  for (double q : {0.25, 0.5, 0.75}) {
+    const int c = grid_quantile(prompts, q);
+    g.chunk_lens.push_back(chunk > 0 ? std::min(c, chunk) : c);
+  }
+  if (chunk > 0 && prompts.back() > chunk) g.chunk_lens.push_back(chunk);
+  g.chunk_lens = grid_sorted_unique(g.chunk_lens);
+  // Static batching pads a batch to its longest prompt; a chunked step holds at most its chunk.
+  g.max_rows = std::min(max_rows, std::max(max_seqs * prompts.back(), std::max(chunk, 1)));
+
+  const std::string from = std::to_string(plan.requests.size()) + " planned requests";
+  out.notes.push_back("--prefill-lens " + grid_list(g.prefill_lens) + ": prompt-length quantiles 0/25/50/75/95/100% of " + from);
+  out.notes.push_back("--prompt-len " + grid_list(g.prompt_lens) + ": median and longest prompt (batched prefills)");
+  out.notes.push_back("--contexts " + grid_list(g.contexts) + ": prompt + output/2 at 5/50/95%, and the longest prompt + output");
+  out.notes.push_back("--batch " + grid_list(g.batch_sizes) + ": up to " + std::to_string(max_seqs) +
+                      ", the largest batch of the scenario's strategies");
+  out.notes.push_back("--chunk-lens " + grid_list(g.chunk_lens) + ": prompt quartiles" +
+                      (chunk > 0 ? ", capped at the " + std::to_string(chunk) + "-token chunk" : std::string()));
+  out.notes.push_back("--max-rows " + std::to_string(g.max_rows) + ": the largest step of the scenario's strategies");
+  return out;
+}
+
+}  // namespace servelab

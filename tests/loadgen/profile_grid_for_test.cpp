@@ -1,0 +1,63 @@
+// The profile grid taken from a scenario (loadgen/profile_grid_for.h): knots at its planned
+// requests' prompt and context quantiles, batches up to its strategies' largest, chunks capped at
+// its chunked-prefill budget.
+#include "loadgen/profile_grid_for.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace servelab {
+namespace profile_grid_for_test {  // named, not anonymous: a unity batch shares one translation unit
+
+Scenario scenario(const std::string& strategies, const std::string& lengths) {
+  return load_scenario_text("name: g\nseed: 4\nmodel: {preset: tiny}\nbackend: {kind: sim, sim_device: cpu-2core}\n"
+                            "engine: {kv_cache_mb: 64, max_model_len: 1024}\nstrategies:\n" +
+                                strategies + "workload:\n  rates: [5]\n  n_requests: 200\n" + lengths,
+                            "g.yaml");
+}
+
+bool sorted_unique_positive(const std::vector<int>& v) {
+  return !v.empty() && std::is_sorted(v.begin(), v.end()) && std::adjacent_find(v.begin(), v.end()) == v.end() &&
+         v.front() >= 1;
+}
+
+TEST(ProfileGridFor, FixedLengthsGiveSingleKnotsAndBatchesUpToTheLargestStrategy) {
+  const Scenario sc = scenario("  - {label: a, batching: continuous, max_num_seqs: 40}\n"
+                               "  - {label: b, batching: static, batch_size: 8}\n",
+                               "  prompt_tokens: {dist: fixed, value: 100}\n  output_tokens: {dist: fixed, value: 50}\n");
+  const ScenarioGrid g = profile_grid_for(sc, ProfileOptions{});
+  EXPECT_EQ(g.grid.prefill_lens, (std::vector<int>{100}));
+  EXPECT_EQ(g.grid.prompt_lens, (std::vector<int>{100}));
+  EXPECT_EQ(g.grid.contexts, (std::vector<int>{125, 150}));  // prompt + output / 2, and the longest
+  EXPECT_EQ(g.grid.batch_sizes, (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 32, 40}));
+  EXPECT_EQ(g.grid.chunk_lens, (std::vector<int>{100}));
+  EXPECT_EQ(g.grid.max_rows, 40 * 100);
+  EXPECT_EQ(g.notes.size(), 6u);
+  EXPECT_NO_THROW(g.grid.validate());
+  EXPECT_EQ(g.grid.repeats, ProfileOptions{}.repeats) << "what the scenario does not say comes from the base";
+}
+
+TEST(ProfileGridFor, SpreadLengthsGiveQuantilesAndChunksCappedAtTheBudget) {
+  const Scenario sc = scenario("  - {label: c, batching: continuous, max_num_seqs: 8, max_num_batched_tokens: 256, "
+                               "chunked_prefill: true}\n",
+                               "  prompt_tokens: {dist: uniform, min: 20, max: 900}\n"
+                               "  output_tokens: {dist: uniform, min: 10, max: 100}\n");
+  const ScenarioGrid g = profile_grid_for(sc, ProfileOptions{});
+  for (const auto* v : {&g.grid.prefill_lens, &g.grid.contexts, &g.grid.batch_sizes, &g.grid.chunk_lens, &g.grid.prompt_lens})
+    EXPECT_TRUE(sorted_unique_positive(*v));
+  ASSERT_GE(g.grid.prefill_lens.size(), 5u);
+  EXPECT_GE(g.grid.prefill_lens.front(), 20);
+  EXPECT_LE(g.grid.prefill_lens.front(), 60) << "the shortest prompts";
+  EXPECT_LE(g.grid.prefill_lens.back(), 900);
+  EXPECT_GE(g.grid.prefill_lens.back(), 850) << "the longest prompt";
+  EXPECT_EQ(g.grid.batch_sizes.back(), 8);
+  EXPECT_EQ(g.grid.chunk_lens.back(), 256) << "prompts longer than the budget run in 256-token chunks";
+  for (int c : g.grid.chunk_lens) EXPECT_LE(c, 256);
+  EXPECT_LE(g.grid.contexts.back(), 1000);
+  EXPECT_GT(g.grid.contexts.back(), g.grid.prefill_lens.back()) << "the longest prompt + output";
+  EXPECT_NO_THROW(g.grid.validate());
+}
+
+}  // namespace profile_grid_for_test
+}  // namespace servelab
