@@ -175,7 +175,8 @@ QuantGemvKernel quant_gemv_kernel_for(const QuantGemvArgs& a) {
   if (int4 && a.group_size % 128 != 0) return QuantGemvKernel::warp;  // a 128-chunk of INT4 must lie in one group
   const int sms = current_sm_count();
   if (want == QuantGemvKernel::stream) {
-    if (quant_gemv_stream_plan::fits(int4, quant_gemv_stream_plan::make_plan(int4, a.n, a.k, sms, a.partials != nullptr)))
+    if (quant_gemv_stream_plan::fits(int4, quant_gemv_stream_plan::make_plan(int4, a.n, a.k, sms, a.partials != nullptr,
+                                                                         a.stream_blocks_per_sm)))
       return QuantGemvKernel::stream;
     want = QuantGemvKernel::mma;
   }
@@ -216,7 +217,8 @@ void quant_gemv(const QuantGemvArgs& a, cudaStream_t stream) {
   };
   if (kernel == QuantGemvKernel::stream) {
     namespace sp = quant_gemv_stream_plan;
-    const sp::Plan plan = sp::make_plan(int4, a.n, a.k, current_sm_count(), a.partials != nullptr);
+    const sp::Plan plan =
+        sp::make_plan(int4, a.n, a.k, current_sm_count(), a.partials != nullptr, a.stream_blocks_per_sm);
     if (plan.splits > 1) check_workspace(plan.partial_floats(), plan.row_blocks);
     quant_gemv_stream(a, plan, stream);
   } else if (kernel == QuantGemvKernel::mma) {

@@ -50,6 +50,9 @@ struct QuantGemvArgs {
   bool accumulate = false;        ///< y += product
   /// Which kernel: auto_select takes SERVELAB_QUANT_GEMV when set, else quant_gemv_auto_kernel.
   QuantGemvKernel kernel = QuantGemvKernel::auto_select;
+  /// stream kernel's split target, blocks a multiprocessor (1..4; 0: its default, 2): a tuning knob
+  /// kernel_bench sweeps.
+  int stream_blocks_per_sm = 0;
   /// Split-K workspace (optional: without it no product is split, and a long K may then take the
   /// slower warp-per-row kernel). partials: quant_gemv_workspace_floats(n, k) floats; counters:
   /// quant_gemv_workspace_counters(n) ints, zero before the first launch (they reset themselves).

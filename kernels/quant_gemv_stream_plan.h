@@ -25,6 +25,7 @@ constexpr int kMaxSliceK = 2048;         ///< x slice in shared memory: 16 rows 
 constexpr int kMaxSplits = 32;
 constexpr int kBlocksPerSm = 3;          ///< the kernel's __launch_bounds__ minimum (170 registers)
 constexpr int kTargetBlocksPerSm = 2;    ///< splits stop once the grid has this many blocks an SM
+constexpr int kMaxTargetBlocksPerSm = 4; ///< the most a caller may ask for (the workspace bound)
 constexpr int kMinChunksPerSplit = 2;
 
 using quant_gemv_plan::chunk_k;
@@ -42,8 +43,9 @@ struct Plan {
 };
 
 /// The plan for N = n outputs, depth K = k on n_sms multiprocessors; split only with a workspace
-/// (without one, a K longer than kMaxSliceK does not fit: see fits()).
-inline Plan make_plan(bool int4, int n, int k, int n_sms, bool may_split) {
+/// (without one, a K longer than kMaxSliceK does not fit: see fits()). target_per_sm: blocks a
+/// multiprocessor the splits aim at (1..kMaxTargetBlocksPerSm; 0 the default).
+inline Plan make_plan(bool int4, int n, int k, int n_sms, bool may_split, int target_per_sm = 0) {
   Plan p;
   const int ck = chunk_k(int4);
   p.row_blocks = int((int64_t(n) + kBlockRows - 1) / kBlockRows);
@@ -52,7 +54,8 @@ inline Plan make_plan(bool int4, int n, int k, int n_sms, bool may_split) {
   const int cap_chunks = kMaxSliceK / ck;
   const int s_min = (p.chunks + cap_chunks - 1) / cap_chunks;
   const int s_max = std::max(s_min, std::min(kMaxSplits, std::max(1, p.chunks / kMinChunksPerSplit)));
-  const int64_t target = int64_t(std::max(1, n_sms)) * kTargetBlocksPerSm;
+  const int per_sm = target_per_sm > 0 ? std::min(target_per_sm, kMaxTargetBlocksPerSm) : kTargetBlocksPerSm;
+  const int64_t target = int64_t(std::max(1, n_sms)) * per_sm;
   p.splits = s_min;
   while (p.splits < s_max && int64_t(p.row_blocks) * p.splits < target) ++p.splits;
   return p;
@@ -72,7 +75,7 @@ inline bool fits(bool int4, const Plan& p) { return max_slice_k(int4, p) <= kMax
 inline int64_t workspace_floats(int max_n, int max_k, int n_sms) {
   const int64_t rb = (int64_t(max_n) + kBlockRows - 1) / kBlockRows;
   const int64_t s_min = std::max<int64_t>(1, (int64_t(max_k) + kMaxSliceK - 1) / kMaxSliceK);
-  const int64_t target = int64_t(std::max(1, n_sms)) * kTargetBlocksPerSm;
+  const int64_t target = int64_t(std::max(1, n_sms)) * kMaxTargetBlocksPerSm;
   return std::max(target + rb, rb * s_min) * kMaxRows * kBlockRows;
 }
 inline int workspace_counters(int max_n) { return (max_n + kBlockRows - 1) / kBlockRows; }

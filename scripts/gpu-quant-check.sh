@@ -39,13 +39,13 @@ step build "${BUILD_LIMIT:-250}" cmake --build "$BUILD" -j"$(nproc)" --target te
   kernel_bench engine_bench -- -k 0
 [ -n "$peers" ] && wait $peers
 [ -x "$BUILD/test_kernels_gpu" ] &&
-  step kernels_gpu 60 "$BUILD/test_kernels_gpu" --gtest_filter='*Fp8*:*Int4*:*QuantGemv*' &
+  step kernels_gpu 120 "$BUILD/test_kernels_gpu" --gtest_filter='*Fp8*:*Int4*:*QuantGemv*' &
 kpid=$!
 [ -x "$BUILD/test_cuda_backend_gpu" ] &&
   step backend_gpu 120 "$BUILD/test_cuda_backend_gpu" --gtest_filter='*QuantGpu*:*CudaBackendGpuTokens*bf16*:*CudaBackendGpuGraphs.DecodeReplayed*'
 wait $kpid
 [ -x "$BUILD/kernel_bench" ] &&
-  step kernel_bench 80 "$BUILD/kernel_bench" --quant-only --json "$OUT/kernel_bench.json" --commit "$COMMIT"
+  step kernel_bench 200 "$BUILD/kernel_bench" --quant-only --json "$OUT/kernel_bench.json" --commit "$COMMIT"
 [ -x "$BUILD/engine_bench" ] &&
   step engine_bench 100 "$BUILD/engine_bench" --quantization "${FORMATS:-fp8,int4_awq}" --quick --json "$OUT/engine_bench.json" \
     --commit "$COMMIT"

@@ -103,9 +103,12 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
   };
   const Shape shapes[] = {{"qkv", 12288, 4096, 32}, {"o", 4096, 4096, 32}, {"gate_up", 22016, 4096, 32},
                           {"down", 4096, 11008, 32}, {"lm_head", 32000, 4096, 1}};
+  // The stream kernel twice more: its split target at 1 and 4 blocks an SM (default 2).
   const QuantGemvKernel kernels[] = {QuantGemvKernel::warp, QuantGemvKernel::mma, QuantGemvKernel::stream,
-                                     QuantGemvKernel::auto_select};
-  constexpr int kKernels = 4;
+                                     QuantGemvKernel::stream, QuantGemvKernel::stream, QuantGemvKernel::auto_select};
+  const int stream_target[] = {0, 0, 0, 1, 4, 0};
+  const char* names[] = {"warp", "mma", "stream", "stream_t1", "stream_t4", "auto"};
+  constexpr int kKernels = 6;
   Gemm gemm(false);
   gemm.set_gemv_waves(0);
   gemm.set_gemv_variant(3);
@@ -162,6 +165,7 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
         const std::string fmt = q == 0 ? "fp8" : "int4";
         for (int v = 0; v < kKernels; ++v) {
           a.kernel = kernels[v];
+          a.stream_blocks_per_sm = stream_target[v];
           const double ms = time_graph_ms([&](int i, cudaStream_t st) {
             QuantGemvArgs b = a;
             b.w = base + size_t(i % n_rot) * w_bytes;
@@ -169,7 +173,7 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
           }, 20, 15);
           step_ms[q][v] += ms * sh.per_step;
           const bool is_auto = kernels[v] == QuantGemvKernel::auto_select;
-          const std::string name = "quant_gemv_" + fmt + (is_auto ? "" : std::string("_") + to_string(kernels[v]));
+          const std::string name = "quant_gemv_" + fmt + (is_auto ? "" : std::string("_") + names[v]);
           record(name, shape + (is_auto ? std::string(" (") + to_string(quant_gemv_kernel_for(a)) + ")" : ""),
                  bytes / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
           if (is_auto) record("quant_gemv_" + fmt + "_vs_bf16", shape, ms_bf16 / ms, "x", "-", 0);
@@ -183,10 +187,10 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
       int best = 0;
       for (int v = 1; v < kKernels - 1; ++v)
         if (step_ms[q][v] < step_ms[q][best]) best = v;
-      std::printf("  quantized decode-step products at M%d, %s: %.3f ms bf16; warp %.3f, mma %.3f, stream %.3f, auto %.3f "
-                  "ms (%.2fx bf16); fastest %s\n",
-                  m, fmt, step_bf16, step_ms[q][0], step_ms[q][1], step_ms[q][2], step_ms[q][3],
-                  step_bf16 / step_ms[q][3], to_string(kernels[best]));
+      std::printf("  quantized decode-step products at M%d, %s: %.3f ms bf16; warp %.3f, mma %.3f, stream %.3f (t1 %.3f, "
+                  "t4 %.3f), auto %.3f ms (%.2fx bf16); fastest %s\n",
+                  m, fmt, step_bf16, step_ms[q][0], step_ms[q][1], step_ms[q][2], step_ms[q][3], step_ms[q][4],
+                  step_ms[q][5], step_bf16 / step_ms[q][5], names[best]);
     }
   }
 }
