@@ -152,8 +152,12 @@ QuantGemvKernel parse_quant_gemv_kernel(const char* s) {
 }
 
 QuantGemvKernel quant_gemv_auto_kernel(QuantWeightKind kind, int m) {
-  (void)kind;
-  (void)m;
+  // H200, kernel_bench --quant-only at 588287b (results/gpu/quant/h200-2026-11-29-*): llama2-7b's
+  // decode-step products, stream against mma, ms: FP8 2.41/2.74 (M1), 2.52/2.87 (M2), 2.72/3.11
+  // (M4), 3.12/3.61 (M8), 4.13/4.48 (M16); INT4 2.05/2.23, 2.16/2.33, 2.39/2.50, 2.83/2.91, and
+  // 3.88/3.78 at M16 (two column tiles: the cp.async ring's one block an SM wins). The warp
+  // kernel was slower at every M (2.57 FP8 and 3.30 INT4 at M1).
+  if (kind == QuantWeightKind::int4 && m > 8) return QuantGemvKernel::mma;
   return QuantGemvKernel::stream;
 }
 
