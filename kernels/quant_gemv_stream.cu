@@ -13,8 +13,7 @@
 //   that writes x drains;
 // - dequantization by bit tricks into mma.sync A fragments and x staged in shared memory once a
 //   block in the fragments' permuted K order: quant_gemv_frag.cuh, shared with the mma kernel
-//   (so both read a chunk the same way; the layout is described in quant_gemv_mma.cu); INT4's
-//   zeros folded out of the per-weight work (mma_chunk_int4_folded).
+//   (so both read a chunk the same way; the layout is described in quant_gemv_mma.cu).
 #include <cuda_bf16.h>
 
 #include <type_traits>
@@ -71,62 +70,6 @@ __device__ __forceinline__ void load_chunk(ChunkRegs& r, const uint8_t* const (&
     }
 }
 
-/// Sums of x over each staged chunk, [m][chunk] (kXsumStride a row), for the folded INT4 zeros.
-constexpr int kXsumStride = sp::kMaxSliceK / 128;
-
-/// INT4 chunk with the zero folded out of the dequantization: the A fragments are the bf16
-/// integers 128 + q straight from the bit trick (no subtraction: a third fewer instructions a
-/// weight, which bound INT4 here), and the group's zero comes back once per chunk and column:
-/// sum (q - z) x = sum (128 + q) x - (128 + z) sum x, with sum x over the chunk staged beside x.
-/// Every product is exact; the subtraction costs a few fp32 roundings of the larger sum.
-template <int kColTiles>
-__device__ __forceinline__ void mma_chunk_int4_folded(float (&acc)[kTiles][2][4], const ChunkRegs& r,
-                                                      const __nv_bfloat16* xs_chunk, int xs_tile1, int q,
-                                                      const float* xsum_chunk, int m_count) {
-  float part[kTiles][2][4];
-#pragma unroll
-  for (int t = 0; t < kTiles; ++t)
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) part[t][nt][i] = 0.0f;
-#pragma unroll
-  for (int word = 0; word < 4; ++word) {
-    uint4 xb[kColTiles];
-#pragma unroll
-    for (int nt = 0; nt < kColTiles; ++nt)
-      xb[nt] = *reinterpret_cast<const uint4*>(xs_chunk + nt * xs_tile1 + (word * 4 + q) * 8);
-#pragma unroll
-    for (int t = 0; t < kTiles; ++t) {
-      const uint32_t w0 = word == 0 ? r.w[t][0].x : word == 1 ? r.w[t][0].y : word == 2 ? r.w[t][0].z : r.w[t][0].w;
-      const uint32_t w1 = word == 0 ? r.w[t][1].x : word == 1 ? r.w[t][1].y : word == 2 ? r.w[t][1].z : r.w[t][1].w;
-      const uint32_t a00 = (w0 & 0x000F000Fu) | 0x43004300u, a01 = ((w0 >> 4) & 0x000F000Fu) | 0x43004300u;
-      const uint32_t a02 = ((w0 >> 8) & 0x000F000Fu) | 0x43004300u, a03 = ((w0 >> 12) & 0x000F000Fu) | 0x43004300u;
-      const uint32_t a10 = (w1 & 0x000F000Fu) | 0x43004300u, a11 = ((w1 >> 4) & 0x000F000Fu) | 0x43004300u;
-      const uint32_t a12 = ((w1 >> 8) & 0x000F000Fu) | 0x43004300u, a13 = ((w1 >> 12) & 0x000F000Fu) | 0x43004300u;
-#pragma unroll
-      for (int nt = 0; nt < kColTiles; ++nt) {
-        mma_bf16(part[t][nt], a00, a10, a01, a11, xb[nt].x, xb[nt].y);
-        mma_bf16(part[t][nt], a02, a12, a03, a13, xb[nt].z, xb[nt].w);
-      }
-    }
-  }
-  float xsum[kColTiles][2];  // columns 8nt + 2q + j (past M: the last row's, dropped later)
-#pragma unroll
-  for (int nt = 0; nt < kColTiles; ++nt)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) xsum[nt][j] = xsum_chunk[min(8 * nt + 2 * q + j, m_count - 1) * kXsumStride];
-#pragma unroll
-  for (int t = 0; t < kTiles; ++t)
-#pragma unroll
-    for (int nt = 0; nt < kColTiles; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float z128 = 128.0f + r.zero[t][i / 2];
-        acc[t][nt][i] = fmaf(r.scale[t][i / 2], fmaf(-z128, xsum[nt][i % 2], part[t][nt][i]), acc[t][nt][i]);
-      }
-}
-
 template <bool kInt4, int kColTiles, typename OutT>
 __global__ void __launch_bounds__(sp::kThreads, sp::kBlocksPerSm) quant_gemv_stream_kernel(const StreamParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -162,26 +105,6 @@ __global__ void __launch_bounds__(sp::kThreads, sp::kBlocksPerSm) quant_gemv_str
   pdl_launch_dependents();
   stage_x<kInt4, sp::kThreads>(xs, a, c0, c1, p.slice_stride);
   __syncthreads();
-  float* xsum = reinterpret_cast<float*>(smem_raw + size_t(a.m) * p.slice_stride * 2);  // INT4: [m][chunk]
-  if constexpr (kInt4) {
-    for (int e = tid; e < a.m * (c1 - c0); e += sp::kThreads) {
-      const int m = e / (c1 - c0), c = e % (c1 - c0);
-      const uint4* v = reinterpret_cast<const uint4*>(xs + int64_t(m) * p.slice_stride + c * 128);
-      float sum = 0.0f;
-#pragma unroll 4
-      for (int u = 0; u < 16; ++u) {
-        const uint4 w = v[u];
-        const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float2 f = __bfloat1622float2(as_bf16x2(words[j]));
-          sum += f.x + f.y;
-        }
-      }
-      xsum[m * kXsumStride + c] = sum;
-    }
-    __syncthreads();
-  }
 
   float acc[kTiles][2][4] = {};
   constexpr int ck = qp::chunk_k(kInt4);
@@ -193,10 +116,7 @@ __global__ void __launch_bounds__(sp::kThreads, sp::kBlocksPerSm) quant_gemv_str
       if (c + u < c1) {
         const ChunkRegs r = window[u];
         if (c + u + U < c1) load_chunk<kInt4>(window[u], rows, row_idx, c + u + U, lane_k, a);
-        if constexpr (kInt4)
-          mma_chunk_int4_folded<kColTiles>(acc, r, xs_lane + (c + u - c0) * ck, xs_tile1, q, xsum + (c + u - c0), a.m);
-        else
-          mma_chunk<kInt4, kColTiles>(acc, r, xs_lane + (c + u - c0) * ck, xs_tile1, q);
+        mma_chunk<kInt4, kColTiles>(acc, r, xs_lane + (c + u - c0) * ck, xs_tile1, q);
       }
     }
   }
@@ -259,7 +179,7 @@ void launch_stream_one(const StreamParams& p, size_t smem, cudaStream_t stream) 
   auto* kernel = quant_gemv_stream_kernel<kInt4, kColTiles, OutT>;
   static const bool configured = [&] {  // once per instantiation: the largest x slice
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    sp::kMaxRows * ((sp::kMaxSliceK + kStreamPadElems) * 2 + kXsumStride * 4)));
+                                    sp::kMaxRows * (sp::kMaxSliceK + kStreamPadElems) * 2));
     return true;
   }();
   (void)configured;
@@ -280,7 +200,7 @@ void quant_gemv_stream(const QuantGemvArgs& a, const quant_gemv_stream_plan::Pla
   using namespace quant_gemv_stream_detail;
   const bool int4 = a.kind == QuantWeightKind::int4;
   const StreamParams p{a, plan, sp::max_slice_k(int4, plan) + kStreamPadElems};
-  const size_t smem = size_t(a.m) * (p.slice_stride * 2 + (int4 ? kXsumStride * 4 : 0));
+  const size_t smem = size_t(a.m) * p.slice_stride * 2;
   int4 ? launch_stream_format<true>(p, smem, stream) : launch_stream_format<false>(p, smem, stream);
 }
 
