@@ -129,9 +129,8 @@ struct Shape {
 
 constexpr QuantGemvKernel kKernels[] = {QuantGemvKernel::warp, QuantGemvKernel::mma, QuantGemvKernel::stream};
 
-TEST(QuantGemvGpu, Fp8AndInt4MatchTheReferenceOnAwkwardShapes) {
-  SKIP_WITHOUT_GPU();
-  for (QuantGemvKernel kernel : kKernels) {
+/// Every awkward shape through `kernel` (where it takes the product; else its fall-back).
+void check_awkward_shapes(QuantGemvKernel kernel) {
   SCOPED_TRACE(std::string("kernel ") + to_string(kernel));
   std::mt19937_64 rng(42);
   int ran_asked = 0;  // products the asked-for kernel ran (not a fall-back)
@@ -139,8 +138,9 @@ TEST(QuantGemvGpu, Fp8AndInt4MatchTheReferenceOnAwkwardShapes) {
   // workspace they take the warp-per-row kernel. Groups of 16 do too.
   const Shape shapes[] = {{1, 17, 48, 16},   {3, 300, 384, 128}, {16, 129, 1024, 128}, {9, 8, 16, 16},
                           {5, 300, 640, 128}, {13, 513, 4096, 256}, {16, 40, 6016, 128}, {8, 1000, 256, 128},
-                          // FP8 only (K not a multiple of 128): one partial 64-chunk, a slice past 2048
+                          // FP8 only (K not a multiple of 128): a partial 64-chunk, slices past 2048
                           {1, 1001, 1040, 128}, {3, 257, 2064, 128}, {16, 33, 4112, 128},
+                          // both: llama2-7b's long K (split in several slices), one whole slice
                           {1, 383, 8192, 128}, {3, 129, 11008, 128}, {16, 255, 2048, 128}};
   double worst_fp8 = 0, worst_int4 = 0;
   for (const Shape& sh : shapes)
@@ -190,46 +190,51 @@ TEST(QuantGemvGpu, Fp8AndInt4MatchTheReferenceOnAwkwardShapes) {
   std::printf("  quant_gemv %s against quant_gemv_ref, worst relative error: fp8 %.2e, int4 %.2e (%d products ran it)\n",
               to_string(kernel), worst_fp8, worst_int4, ran_asked);
   EXPECT_GT(ran_asked, 40);  // most products take the kernel asked for
-  }
+}
+
+TEST(QuantGemvGpu, Fp8AndInt4MatchTheReferenceOnAwkwardShapes) {
+  SKIP_WITHOUT_GPU();
+  for (QuantGemvKernel kernel : kKernels) check_awkward_shapes(kernel);
 }
 
 // bf16 outputs (the cuda backend's) round the fp32 result; and a row's bits do not depend on M.
 TEST(QuantGemvGpu, Bf16OutputAndRowsIndependentOfM) {
   SKIP_WITHOUT_GPU();
   for (QuantGemvKernel kernel : kKernels)
-  for (bool int4 : {false, true}) {
-    SCOPED_TRACE(std::string("kernel ") + to_string(kernel));
-    std::mt19937_64 rng(7);
-    const int n = 700, k = 4096;
-    const Problem pr(rng, int4, 16, n, k, 128, true);
-    Workspace ws(n, k);
-    DeviceBuffer y16(size_t(16) * n * 2), y_all(size_t(16) * n * 4);
-    QuantGemvArgs a = pr.args(y16.get(), true, false);
-    a.kernel = kernel;
-    ws.attach(a);
-    EXPECT_EQ(quant_gemv_kernel_for(a), kernel);
-    quant_gemv(a, nullptr);
-    QuantGemvArgs b = pr.args(y_all.get(), false, false);
-    b.kernel = kernel;
-    ws.attach(b);
-    quant_gemv(b, nullptr);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<float> all = testing::download<float>(y_all, size_t(16) * n);
-    const std::vector<uint16_t> got16 = testing::download<uint16_t>(y16, size_t(16) * n);
-    for (size_t i = 0; i < all.size(); ++i) ASSERT_EQ(got16[i], f32_to_bf16(all[i])) << (int4 ? "int4 " : "fp8 ") << i;
-    for (int m : {1, 5, 8, 9}) {  // the last row of an M-row product equals that row of the 16-row one
-      DeviceBuffer ym(size_t(m) * n * 4);
-      QuantGemvArgs c = pr.args(ym.get(), false, false);
-      c.kernel = kernel;
-      ws.attach(c);
-      c.m = m;
-      quant_gemv(c, nullptr);
+    for (bool int4 : {false, true}) {
+      SCOPED_TRACE(std::string("kernel ") + to_string(kernel));
+      std::mt19937_64 rng(7);
+      const int n = 700, k = 4096;
+      const Problem pr(rng, int4, 16, n, k, 128, true);
+      Workspace ws(n, k);
+      DeviceBuffer y16(size_t(16) * n * 2), y_all(size_t(16) * n * 4);
+      QuantGemvArgs a = pr.args(y16.get(), true, false);
+      a.kernel = kernel;
+      ws.attach(a);
+      EXPECT_EQ(quant_gemv_kernel_for(a), kernel);
+      quant_gemv(a, nullptr);
+      QuantGemvArgs b = pr.args(y_all.get(), false, false);
+      b.kernel = kernel;
+      ws.attach(b);
+      quant_gemv(b, nullptr);
       CUDA_CHECK(cudaDeviceSynchronize());
-      const std::vector<float> rows = testing::download<float>(ym, size_t(m) * n);
-      EXPECT_EQ(0, std::memcmp(rows.data() + size_t(m - 1) * n, all.data() + size_t(m - 1) * n, size_t(n) * 4))
-          << (int4 ? "int4" : "fp8") << " M=" << m;
+      const std::vector<float> all = testing::download<float>(y_all, size_t(16) * n);
+      const std::vector<uint16_t> got16 = testing::download<uint16_t>(y16, size_t(16) * n);
+      for (size_t i = 0; i < all.size(); ++i)
+        ASSERT_EQ(got16[i], f32_to_bf16(all[i])) << (int4 ? "int4 " : "fp8 ") << i;
+      for (int m : {1, 5, 8, 9}) {  // the last row of an M-row product equals that row of the 16-row one
+        DeviceBuffer ym(size_t(m) * n * 4);
+        QuantGemvArgs c = pr.args(ym.get(), false, false);
+        c.kernel = kernel;
+        ws.attach(c);
+        c.m = m;
+        quant_gemv(c, nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<float> rows = testing::download<float>(ym, size_t(m) * n);
+        EXPECT_EQ(0, std::memcmp(rows.data() + size_t(m - 1) * n, all.data() + size_t(m - 1) * n, size_t(n) * 4))
+            << (int4 ? "int4" : "fp8") << " M=" << m;
+      }
     }
-  }
 }
 
 }  // namespace quant_gemv_gpu_test
