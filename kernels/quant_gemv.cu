@@ -1,6 +1,7 @@
-// quant_gemv (quant_gemv.h): the dispatch between the tensor-core kernel (quant_gemv_mma.cu) and
-// the warp-per-row kernel below, which takes what the other does not: INT4 groups that are not a
-// multiple of 128, and a K slice too long for shared memory when the caller gave no workspace.
+// quant_gemv (quant_gemv.h): the dispatch between the tensor-core kernels (quant_gemv_stream.cu,
+// quant_gemv_mma.cu) and the warp-per-row kernel below, which takes what the others do not: INT4
+// groups that are not a multiple of 128, and a K slice too long for shared memory when the caller
+// gave no workspace.
 // Warp-per-row kernel: a warp per output row n. Lane l takes k = 16 l, 16 l + 512, ...: one
 // 16-byte (FP8) or 8-byte (INT4) load of the row's codes per step, dequantized in registers with
 // the row's (group's) scale, then multiplied into M accumulators against x's 16 values of each
@@ -9,18 +10,25 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
+
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
 #include "kernels/cuda_check.h"
 #include "kernels/quant_gemv.h"
 #include "kernels/quant_gemv_plan.h"
+#include "kernels/quant_gemv_stream_plan.h"
 
 namespace servelab::kernels {
 
 // quant_gemv_mma.cu
 size_t quant_gemv_mma_smem(const QuantGemvArgs& a, const quant_gemv_plan::Plan& plan);
 void quant_gemv_mma(const QuantGemvArgs& a, const quant_gemv_plan::Plan& plan, cudaStream_t stream);
+// quant_gemv_stream.cu
+void quant_gemv_stream(const QuantGemvArgs& a, const quant_gemv_stream_plan::Plan& plan, cudaStream_t stream);
 
 namespace {
 
@@ -116,11 +124,72 @@ int current_sm_count() {
 
 }  // namespace
 
-int64_t quant_gemv_workspace_floats(int max_n, int max_k) {
-  return quant_gemv_plan::workspace_floats(max_n, max_k, current_sm_count());
+int64_t quant_gemv_workspace_floats(int max_n, int max_k) {  // either tensor-core kernel's plan
+  const int sms = current_sm_count();
+  return std::max(quant_gemv_plan::workspace_floats(max_n, max_k, sms),
+                  quant_gemv_stream_plan::workspace_floats(max_n, max_k, sms));
 }
 
-int quant_gemv_workspace_counters(int max_n) { return quant_gemv_plan::workspace_counters(max_n); }
+int quant_gemv_workspace_counters(int max_n) {
+  return std::max(quant_gemv_plan::workspace_counters(max_n), quant_gemv_stream_plan::workspace_counters(max_n));
+}
+
+const char* to_string(QuantGemvKernel k) {
+  switch (k) {
+    case QuantGemvKernel::auto_select: return "auto";
+    case QuantGemvKernel::warp: return "warp";
+    case QuantGemvKernel::mma: return "mma";
+    case QuantGemvKernel::stream: return "stream";
+  }
+  return "?";
+}
+
+QuantGemvKernel parse_quant_gemv_kernel(const char* s) {
+  for (QuantGemvKernel k : {QuantGemvKernel::auto_select, QuantGemvKernel::warp, QuantGemvKernel::mma,
+                            QuantGemvKernel::stream})
+    if (std::strcmp(s, to_string(k)) == 0) return k;
+  throw std::invalid_argument(std::string("quant_gemv kernel '") + s + "' is not one of auto, warp, mma, stream");
+}
+
+QuantGemvKernel quant_gemv_auto_kernel(QuantWeightKind kind, int m) {
+  // H200, kernel_bench --quant-only at 588287b (results/gpu/quant/h200-2026-11-29-*): llama2-7b's
+  // decode-step products, stream against mma, ms: FP8 2.41/2.74 (M1), 2.52/2.87 (M2), 2.72/3.11
+  // (M4), 3.12/3.61 (M8), 4.13/4.48 (M16); INT4 2.05/2.23, 2.16/2.33, 2.39/2.50, 2.83/2.91, and
+  // 3.88/3.78 at M16 (two column tiles: the cp.async ring's one block an SM wins). The warp
+  // kernel was slower at every M (2.57 FP8 and 3.30 INT4 at M1).
+  if (kind == QuantWeightKind::int4 && m > 8) return QuantGemvKernel::mma;
+  return QuantGemvKernel::stream;
+}
+
+namespace {
+QuantGemvKernel env_quant_gemv_kernel() {  // SERVELAB_QUANT_GEMV, read once
+  static const QuantGemvKernel k = [] {
+    const char* s = std::getenv("SERVELAB_QUANT_GEMV");
+    return s && *s ? parse_quant_gemv_kernel(s) : QuantGemvKernel::auto_select;
+  }();
+  return k;
+}
+}  // namespace
+
+QuantGemvKernel quant_gemv_kernel_for(const QuantGemvArgs& a) {
+  QuantGemvKernel want = a.kernel;
+  if (want == QuantGemvKernel::auto_select) want = env_quant_gemv_kernel();
+  if (want == QuantGemvKernel::auto_select) want = quant_gemv_auto_kernel(a.kind, a.m);
+  const bool int4 = a.kind == QuantWeightKind::int4;
+  if (int4 && a.group_size % 128 != 0) return QuantGemvKernel::warp;  // a 128-chunk of INT4 must lie in one group
+  const int sms = current_sm_count();
+  if (want == QuantGemvKernel::stream) {
+    if (quant_gemv_stream_plan::fits(int4, quant_gemv_stream_plan::make_plan(int4, a.n, a.k, sms, a.partials != nullptr,
+                                                                         a.stream_blocks_per_sm)))
+      return QuantGemvKernel::stream;
+    want = QuantGemvKernel::mma;
+  }
+  if (want == QuantGemvKernel::mma) {
+    const quant_gemv_plan::Plan plan = quant_gemv_plan::make_plan(int4, a.n, a.k, sms, a.partials != nullptr);
+    if (quant_gemv_plan::max_slice_k(int4, plan) <= quant_gemv_plan::kMaxSliceK) return QuantGemvKernel::mma;
+  }
+  return QuantGemvKernel::warp;
+}
 
 void validate(const QuantGemvArgs& a) {
   auto bad = [](const std::string& what) { return std::invalid_argument("quant_gemv: " + what); };
@@ -144,20 +213,28 @@ void validate(const QuantGemvArgs& a) {
 void quant_gemv(const QuantGemvArgs& a, cudaStream_t stream) {
   validate(a);
   const bool int4 = a.kind == QuantWeightKind::int4;
-  if (!int4 || a.group_size % 128 == 0) {  // a 128-chunk of INT4 must lie in one group
+  const QuantGemvKernel kernel = quant_gemv_kernel_for(a);
+  auto check_workspace = [&](int64_t floats, int counters) {
+    if (floats > a.partial_capacity || counters > a.counter_capacity)
+      throw std::invalid_argument("quant_gemv: the workspace is smaller than N=" + std::to_string(a.n) + " K=" +
+                                  std::to_string(a.k) + " needs (quant_gemv_workspace_floats / _counters)");
+  };
+  if (kernel == QuantGemvKernel::stream) {
+    namespace sp = quant_gemv_stream_plan;
+    const sp::Plan plan =
+        sp::make_plan(int4, a.n, a.k, current_sm_count(), a.partials != nullptr, a.stream_blocks_per_sm);
+    if (plan.splits > 1) check_workspace(plan.partial_floats(), plan.row_blocks);
+    quant_gemv_stream(a, plan, stream);
+  } else if (kernel == QuantGemvKernel::mma) {
     namespace qp = quant_gemv_plan;
     const qp::Plan plan = qp::make_plan(int4, a.n, a.k, current_sm_count(), a.partials != nullptr);
-    if (qp::max_slice_k(int4, plan) <= qp::kMaxSliceK) {
-      if (plan.splits > 1 && (plan.partial_floats() > a.partial_capacity || plan.row_blocks > a.counter_capacity))
-        throw std::invalid_argument("quant_gemv: the workspace is smaller than N=" + std::to_string(a.n) + " K=" +
-                                    std::to_string(a.k) + " needs (quant_gemv_workspace_floats / _counters)");
-      quant_gemv_mma(a, plan, stream);
-      CUDA_CHECK_LAUNCH();
-      return;
-    }
+    if (plan.splits > 1) check_workspace(plan.partial_floats(), plan.row_blocks);
+    quant_gemv_mma(a, plan, stream);
+  } else if (a.out_bf16) {
+    int4 ? launch<true, true>(a, stream) : launch<false, true>(a, stream);
+  } else {
+    int4 ? launch<true, false>(a, stream) : launch<false, false>(a, stream);
   }
-  if (a.out_bf16) int4 ? launch<true, true>(a, stream) : launch<false, true>(a, stream);
-  else int4 ? launch<true, false>(a, stream) : launch<false, false>(a, stream);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -3,9 +3,17 @@
 // dequant(w)[N, K]ᵀ (+ y), x bf16, fp32 accumulate, fp32 or bf16 output (the cuda backend's
 // activations), the weights dequantized in registers as they stream in (W8A16 FP8 and W4A16
 // INT4: the decode win is fewer weight bytes).
-// Two kernels: the tensor-core one (quant_gemv_mma.cu; its work split in quant_gemv_plan.h) for
-// FP8 and for INT4 with groups of a multiple of 128 (every checkpoint's), and a warp-per-row one
-// (quant_gemv.cu) for INT4's smaller groups. Both give the same result for a row whatever M is.
+// Three kernels, selectable (QuantGemvArgs::kernel, or SERVELAB_QUANT_GEMV=auto|warp|mma|stream
+// in the environment) so one run can measure them side by side:
+// - stream (quant_gemv_stream.cu, work split in quant_gemv_stream_plan.h): tensor cores, weights
+//   streamed into registers by many small blocks; FP8 and INT4 with groups of a multiple of 128;
+// - mma (quant_gemv_mma.cu, quant_gemv_plan.h): tensor cores, a cp.async ring, one block an SM;
+// - warp (quant_gemv.cu): a warp per output row on CUDA cores; takes every product (INT4's
+//   smaller groups, long K without a workspace).
+// auto picks per format and M the kernel measured fastest on an H200 (quant_gemv_auto_kernel);
+// a kernel asked for that cannot take the product falls back along stream -> mma -> warp. Each
+// kernel gives a row the same result whatever M is (its plan ignores M); auto may pick different
+// kernels for different M, whose sums differ in rounding.
 // Kernel layouts (a loader repacks checkpoint layouts into these once):
 //   fp8:  codes uint8 [N, K] E4M3; scales fp32 [N] (per channel) or [1] (per tensor).
 //   int4: codes uint8 [N, K/2], byte j of a row = k 2j (low nibble) and 2j+1 (high nibble);
@@ -21,6 +29,11 @@
 namespace servelab::kernels {
 
 enum class QuantWeightKind { fp8_e4m3, int4 };
+enum class QuantGemvKernel { auto_select, warp, mma, stream };
+
+/// "auto", "warp", "mma", "stream"; parse throws std::invalid_argument naming the bad value.
+const char* to_string(QuantGemvKernel k);
+QuantGemvKernel parse_quant_gemv_kernel(const char* s);
 
 struct QuantGemvArgs {
   QuantWeightKind kind = QuantWeightKind::fp8_e4m3;
@@ -35,6 +48,11 @@ struct QuantGemvArgs {
   bool out_bf16 = false;
   int m = 0, n = 0, k = 0;
   bool accumulate = false;        ///< y += product
+  /// Which kernel: auto_select takes SERVELAB_QUANT_GEMV when set, else quant_gemv_auto_kernel.
+  QuantGemvKernel kernel = QuantGemvKernel::auto_select;
+  /// stream kernel's split target, blocks a multiprocessor (1..4; 0: its default, 2): a tuning knob
+  /// kernel_bench sweeps.
+  int stream_blocks_per_sm = 0;
   /// Split-K workspace (optional: without it no product is split, and a long K may then take the
   /// slower warp-per-row kernel). partials: quant_gemv_workspace_floats(n, k) floats; counters:
   /// quant_gemv_workspace_counters(n) ints, zero before the first launch (they reset themselves).
@@ -50,6 +68,12 @@ int quant_gemv_workspace_counters(int max_n);
 
 /// Throws std::invalid_argument naming the field when the arguments break the requirements.
 void validate(const QuantGemvArgs& a);
+
+/// The kernel auto picks for the format at m rows (the H200 measurement, docs/quantization.md).
+QuantGemvKernel quant_gemv_auto_kernel(QuantWeightKind kind, int m);
+
+/// The kernel quant_gemv runs for a (after auto and the fall-backs).
+QuantGemvKernel quant_gemv_kernel_for(const QuantGemvArgs& a);
 
 /// Runs the product (m in [1, 16]) on the stream (with programmatic dependent launch: the weight
 /// loads start before the kernel that writes x has finished).

@@ -8,6 +8,9 @@
 # --quant-only (FP8 GEMM 8192^3 and llama2-7b prefill products vs bf16, quantized decode products
 # at M = 1, 8, 16) and engine_bench --quantization $FORMATS (default fp8,int4_awq; llama2-7b steps
 # vs bf16).
+# QUANT_GEMV_KERNELS (e.g. "warp mma stream") runs engine_bench once more per quant_gemv kernel
+# (SERVELAB_QUANT_GEMV=<kernel>: engine_bench_<kernel>.log/.json) beside the default (auto);
+# PEERS=0 skips torch's peers.
 # Logs and JSON under OUT; the commit recorded: GPU_COMMIT (a file) or git.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,28 +27,36 @@ step() {  # step NAME LIMIT CMD...: output to $OUT/NAME.log, a line in steps.txt
   echo "$name rc=$rc $(( $(date +%s) - s ))s (at $(( $(date +%s) - t0 ))s)" | tee -a "$OUT/steps.txt"
   return $rc
 }
-step peers 150 python3 scripts/gpu-bench-peers.py --gemm-only --out "$OUT/peers.json" &
-peers=$!
+peers=
+if [ "${PEERS:-1}" != 0 ]; then
+  step peers 150 python3 scripts/gpu-bench-peers.py --gemm-only --out "$OUT/peers.json" &
+  peers=$!
+fi
 G=(); command -v ninja >/dev/null && G=(-G Ninja)
 step configure 60 cmake -S . -B "$BUILD" "${G[@]}" -DCMAKE_BUILD_TYPE=Release -DSERVELAB_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90a -DSERVELAB_KERNELS_FP16=OFF
 step build "${BUILD_LIMIT:-250}" cmake --build "$BUILD" -j"$(nproc)" --target test_kernels_gpu test_cuda_backend_gpu \
   kernel_bench engine_bench -- -k 0
-wait $peers
+[ -n "$peers" ] && wait $peers
 [ -x "$BUILD/test_kernels_gpu" ] &&
-  step kernels_gpu 60 "$BUILD/test_kernels_gpu" --gtest_filter='*Fp8*:*Int4*:*QuantGemv*' &
+  step kernels_gpu 120 "$BUILD/test_kernels_gpu" --gtest_filter='*Fp8*:*Int4*:*QuantGemv*' &
 kpid=$!
 [ -x "$BUILD/test_cuda_backend_gpu" ] &&
   step backend_gpu 120 "$BUILD/test_cuda_backend_gpu" --gtest_filter='*QuantGpu*:*CudaBackendGpuTokens*bf16*:*CudaBackendGpuGraphs.DecodeReplayed*'
 wait $kpid
 [ -x "$BUILD/kernel_bench" ] &&
-  step kernel_bench 80 "$BUILD/kernel_bench" --quant-only --json "$OUT/kernel_bench.json" --commit "$COMMIT"
+  step kernel_bench 200 "$BUILD/kernel_bench" --quant-only --json "$OUT/kernel_bench.json" --commit "$COMMIT"
 [ -x "$BUILD/engine_bench" ] &&
   step engine_bench 100 "$BUILD/engine_bench" --quantization "${FORMATS:-fp8,int4_awq}" --quick --json "$OUT/engine_bench.json" \
     --commit "$COMMIT"
+for kern in ${QUANT_GEMV_KERNELS:-}; do
+  [ -x "$BUILD/engine_bench" ] &&
+    SERVELAB_QUANT_GEMV=$kern step "engine_bench_$kern" 100 "$BUILD/engine_bench" --quantization "${FORMATS:-fp8,int4_awq}" \
+      --quick --json "$OUT/engine_bench_$kern.json" --commit "$COMMIT"
+done
 echo "== gpu-quant-check: $(head -1 "$OUT/environment.txt"), commit $COMMIT =="
 cat "$OUT/steps.txt"
 grep -hE "^\[  (PASSED|FAILED) |^\[  FAILED|relative error|agreed|outer-vector|Failure" "$OUT"/kernels_gpu.log "$OUT"/backend_gpu.log 2>/dev/null | head -40
 grep -E "fp8_|int4_|decode-row|quant_gemv_.*vs|decode_products|cublaslt_gemm|VALID" "$OUT/kernel_bench.log" 2>/dev/null | cut -c1-140 | head -40
-grep -E "quant_" "$OUT/engine_bench.log" 2>/dev/null | cut -c1-140
+grep -E "quant_" "$OUT"/engine_bench*.log 2>/dev/null | cut -c1-160
 grep -E "torch_" "$OUT/peers.log" 2>/dev/null

@@ -86,13 +86,16 @@ void bench_gemv(int64_t l2, double copy_gbs) {
   }
 }
 
-/// llama2-7b's decode products (issue 26's decode target) at M = 1, 8 and 16: bf16 through Gemm
-/// as the cuda backend runs them (gemv up to 8 rows, cuBLASLt above), FP8 E4M3 (per-channel
+/// llama2-7b's decode products (issue 26's decode target) at M = 1, 2, 4, 8 and 16: bf16 through
+/// Gemm as the cuda backend runs them (gemv up to 8 rows, cuBLASLt above), FP8 E4M3 (per-channel
 /// scales) and INT4 (group 128, scales and zeros) through quant_gemv, each in CUDA graphs over
-/// weight copies that outgrow L2. The figure is each format's time against bf16's on the same
-/// shape (the speedup; Marlin's near-ideal for INT4 is 3.87x), and its GB/s over the bytes it
-/// reads (codes, scales, zeros, x, y). Codes, scales and zeros are random bits (never time zeros),
-/// and quant_gemv gets its split-K workspace as the cuda backend gives it.
+/// weight copies that outgrow L2; quant_gemv once per kernel (warp, mma, stream: side by side)
+/// and once as auto dispatches it. The figure is each run's GB/s over the bytes it reads (codes,
+/// scales, zeros, x, y) as a fraction of the copy, and auto's time against bf16's on the same
+/// shape (the speedup; Marlin's near-ideal for INT4 is 3.87x). Per format and M the kernel with
+/// the least decode-step time is printed (what quant_gemv_auto_kernel should say). Codes, scales
+/// and zeros are random bits (never time zeros), and quant_gemv gets its split-K workspace as the
+/// cuda backend gives it.
 void bench_quant_gemv(int64_t l2, double copy_gbs) {
   struct Shape {
     const char* name;
@@ -100,12 +103,18 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
   };
   const Shape shapes[] = {{"qkv", 12288, 4096, 32}, {"o", 4096, 4096, 32}, {"gate_up", 22016, 4096, 32},
                           {"down", 4096, 11008, 32}, {"lm_head", 32000, 4096, 1}};
+  // The stream kernel twice more: its split target at 1 and 4 blocks an SM (default 2).
+  const QuantGemvKernel kernels[] = {QuantGemvKernel::warp, QuantGemvKernel::mma, QuantGemvKernel::stream,
+                                     QuantGemvKernel::stream, QuantGemvKernel::stream, QuantGemvKernel::auto_select};
+  const int stream_target[] = {0, 0, 0, 1, 4, 0};
+  const char* names[] = {"warp", "mma", "stream", "stream_t1", "stream_t4", "auto"};
+  constexpr int kKernels = 6;
   Gemm gemm(false);
   gemm.set_gemv_waves(0);
   gemm.set_gemv_variant(3);
   const int group = 128;
-  for (int m : {1, 8, 16}) {
-    double step_ms[3] = {0, 0, 0};
+  for (int m : {1, 2, 4, 8, 16}) {
+    double step_bf16 = 0, step_ms[2][kKernels] = {};
     for (const Shape& sh : shapes) {
       const int64_t w_elems = int64_t(sh.n) * sh.k;
       const int n_rot = int(std::min<int64_t>(8, 4 * l2 / w_elems + 1));
@@ -130,7 +139,9 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
       const double ms_bf16 = time_graph_ms([&](int i, cudaStream_t st) {
         gemm.run(ScalarType::bf16, x.p, wb.get<char>() + size_t(i % n_rot) * w_elems * 2, y.p, m, sh.n, sh.k, true, st);
       }, 20, 15);
-      double ms_q[2] = {0, 0};
+      step_bf16 += ms_bf16 * sh.per_step;
+      const std::string shape = std::string(sh.name) + " " + std::to_string(sh.n) + "x" + std::to_string(sh.k) +
+                                " M" + std::to_string(m);
       for (int q : {0, 1}) {
         QuantGemvArgs a;
         a.kind = q == 0 ? QuantWeightKind::fp8_e4m3 : QuantWeightKind::int4;
@@ -150,27 +161,37 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
         const uint8_t* base = q == 0 ? w8.get<uint8_t>() : w4.get<uint8_t>();
         a.w = base;
         validate(a);
-        ms_q[q] = time_graph_ms([&](int i, cudaStream_t st) {
-          QuantGemvArgs b = a;
-          b.w = base + size_t(i % n_rot) * w_bytes;
-          quant_gemv(b, st);
-        }, 20, 15);
         const double bytes = double(w_bytes) + 4.0 * (q == 0 ? sh.n : 2.0 * n_groups * sh.n) + 2.0 * m * sh.k + 4.0 * m * sh.n;
-        const std::string shape = std::string(sh.name) + " " + std::to_string(sh.n) + "x" + std::to_string(sh.k) +
-                                  " M" + std::to_string(m);
-        record(q == 0 ? "quant_gemv_fp8" : "quant_gemv_int4", shape, bytes / (ms_q[q] * 1e-3) / 1e9, "GB/s", "d2d_copy",
-               copy_gbs);
-        record(q == 0 ? "quant_gemv_fp8_vs_bf16" : "quant_gemv_int4_vs_bf16", shape, ms_bf16 / ms_q[q], "x", "-", 0);
+        const std::string fmt = q == 0 ? "fp8" : "int4";
+        for (int v = 0; v < kKernels; ++v) {
+          a.kernel = kernels[v];
+          a.stream_blocks_per_sm = stream_target[v];
+          const double ms = time_graph_ms([&](int i, cudaStream_t st) {
+            QuantGemvArgs b = a;
+            b.w = base + size_t(i % n_rot) * w_bytes;
+            quant_gemv(b, st);
+          }, 20, 15);
+          step_ms[q][v] += ms * sh.per_step;
+          const bool is_auto = kernels[v] == QuantGemvKernel::auto_select;
+          const std::string name = "quant_gemv_" + fmt + (is_auto ? "" : std::string("_") + names[v]);
+          record(name, shape + (is_auto ? std::string(" (") + to_string(quant_gemv_kernel_for(a)) + ")" : ""),
+                 bytes / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
+          if (is_auto) record("quant_gemv_" + fmt + "_vs_bf16", shape, ms_bf16 / ms, "x", "-", 0);
+        }
       }
-      step_ms[0] += ms_bf16 * sh.per_step;
-      step_ms[1] += ms_q[0] * sh.per_step;
-      step_ms[2] += ms_q[1] * sh.per_step;
     }
     const std::string shape = "llama2-7b decode step M" + std::to_string(m) + " (32 layers + lm_head)";
-    record("decode_products_fp8_vs_bf16", shape, step_ms[0] / step_ms[1], "x", "-", 0);
-    record("decode_products_int4_vs_bf16", shape, step_ms[0] / step_ms[2], "x", "-", 0);
-    std::printf("  quantized decode-step products at M%d: %.3f ms bf16, %.3f ms fp8 (%.2fx), %.3f ms int4 (%.2fx)\n", m,
-                step_ms[0], step_ms[1], step_ms[0] / step_ms[1], step_ms[2], step_ms[0] / step_ms[2]);
+    for (int q : {0, 1}) {
+      const char* fmt = q == 0 ? "fp8" : "int4";
+      record(std::string("decode_products_") + fmt + "_vs_bf16", shape, step_bf16 / step_ms[q][kKernels - 1], "x", "-", 0);
+      int best = 0;
+      for (int v = 1; v < kKernels - 1; ++v)
+        if (step_ms[q][v] < step_ms[q][best]) best = v;
+      std::printf("  quantized decode-step products at M%d, %s: %.3f ms bf16; warp %.3f, mma %.3f, stream %.3f (t1 %.3f, "
+                  "t4 %.3f), auto %.3f ms (%.2fx bf16); fastest %s\n",
+                  m, fmt, step_bf16, step_ms[q][0], step_ms[q][1], step_ms[q][2], step_ms[q][3], step_ms[q][4],
+                  step_ms[q][5], step_bf16 / step_ms[q][5], names[best]);
+    }
   }
 }
 

@@ -1,8 +1,10 @@
-// quant_gemv (FP8 and INT4 weights dequantized in registers) against quant_gemv_ref: awkward M, N
-// and K, per-tensor and per-channel FP8 scales, INT4 groups of 16 (the warp-per-row kernel), 128
-// and 256 (the tensor-core kernel), accumulate, fp32 and bf16 outputs; without a workspace and
-// with one (split K: deterministic, counters left zeroed, the same bits as a second launch); a
-// row's bits independent of M; outputs poisoned with a guard past their end.
+// quant_gemv (FP8 and INT4 weights dequantized in registers) against quant_gemv_ref, each of its
+// kernels (warp, mma, stream) asked for by name: awkward M (1, 3, 16 ...), odd N, K not a multiple
+// of 128 (FP8) or longer than one slice, per-tensor and per-channel FP8 scales, INT4 groups of 16
+// (the warp-per-row kernel), 128 and 256 (the tensor-core kernels), accumulate, fp32 and bf16
+// outputs; without a workspace and with one (split K: deterministic, counters left zeroed, the
+// same bits as a second launch); a row's bits independent of M for each kernel; outputs poisoned
+// with a guard past their end.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -125,18 +127,27 @@ struct Shape {
   int m, n, k, group;
 };
 
-TEST(QuantGemvGpu, Fp8AndInt4MatchTheReferenceOnAwkwardShapes) {
-  SKIP_WITHOUT_GPU();
+constexpr QuantGemvKernel kKernels[] = {QuantGemvKernel::warp, QuantGemvKernel::mma, QuantGemvKernel::stream};
+
+/// Every awkward shape through `kernel` (where it takes the product; else its fall-back).
+void check_awkward_shapes(QuantGemvKernel kernel) {
+  SCOPED_TRACE(std::string("kernel ") + to_string(kernel));
   std::mt19937_64 rng(42);
+  int ran_asked = 0;  // products the asked-for kernel ran (not a fall-back)
   // K = 6016 and 4096 need a split (a slice of x in shared memory holds 2048): without a
   // workspace they take the warp-per-row kernel. Groups of 16 do too.
   const Shape shapes[] = {{1, 17, 48, 16},   {3, 300, 384, 128}, {16, 129, 1024, 128}, {9, 8, 16, 16},
-                          {5, 300, 640, 128}, {13, 513, 4096, 256}, {16, 40, 6016, 128}, {8, 1000, 256, 128}};
+                          {5, 300, 640, 128}, {13, 513, 4096, 256}, {16, 40, 6016, 128}, {8, 1000, 256, 128},
+                          // FP8 only (K not a multiple of 128): a partial 64-chunk, slices past 2048
+                          {1, 1001, 1040, 128}, {3, 257, 2064, 128}, {16, 33, 4112, 128},
+                          // both: llama2-7b's long K (split in several slices), one whole slice
+                          {1, 383, 8192, 128}, {3, 129, 11008, 128}, {16, 255, 2048, 128}};
   double worst_fp8 = 0, worst_int4 = 0;
   for (const Shape& sh : shapes)
     for (bool int4 : {false, true})
       for (bool per_channel : {false, true}) {
         if (int4 && per_channel) continue;  // int4 scales are per group
+        if (int4 && sh.k % sh.group) continue;  // groups divide K
         const Problem pr(rng, int4, sh.m, sh.n, sh.k, sh.group, per_channel);
         Workspace ws(sh.n, sh.k);
         for (bool with_ws : {false, true})
@@ -152,7 +163,9 @@ TEST(QuantGemvGpu, Fp8AndInt4MatchTheReferenceOnAwkwardShapes) {
             dy.poison();
             if (accumulate) CUDA_CHECK(cudaMemcpy(dy.get(), y0.data(), y0.size() * 4, cudaMemcpyHostToDevice));
             QuantGemvArgs a = pr.args(dy.get(), false, accumulate);
+            a.kernel = kernel;
             if (with_ws) ws.attach(a);
+            ran_asked += quant_gemv_kernel_for(a) == kernel;
             quant_gemv(a, nullptr);
             CUDA_CHECK(cudaDeviceSynchronize());
             const std::vector<float> got = testing::download<float>(dy, y0.size() + kGuard);
@@ -174,40 +187,54 @@ TEST(QuantGemvGpu, Fp8AndInt4MatchTheReferenceOnAwkwardShapes) {
             (int4 ? worst_int4 : worst_fp8) = std::max(int4 ? worst_int4 : worst_fp8, err);
           }
       }
-  std::printf("  quant_gemv against quant_gemv_ref, worst relative error: fp8 %.2e, int4 %.2e\n", worst_fp8, worst_int4);
+  std::printf("  quant_gemv %s against quant_gemv_ref, worst relative error: fp8 %.2e, int4 %.2e (%d products ran it)\n",
+              to_string(kernel), worst_fp8, worst_int4, ran_asked);
+  EXPECT_GT(ran_asked, 40);  // most products take the kernel asked for
+}
+
+TEST(QuantGemvGpu, Fp8AndInt4MatchTheReferenceOnAwkwardShapes) {
+  SKIP_WITHOUT_GPU();
+  for (QuantGemvKernel kernel : kKernels) check_awkward_shapes(kernel);
 }
 
 // bf16 outputs (the cuda backend's) round the fp32 result; and a row's bits do not depend on M.
 TEST(QuantGemvGpu, Bf16OutputAndRowsIndependentOfM) {
   SKIP_WITHOUT_GPU();
-  std::mt19937_64 rng(7);
-  for (bool int4 : {false, true}) {
-    const int n = 700, k = 4096;
-    const Problem pr(rng, int4, 16, n, k, 128, true);
-    Workspace ws(n, k);
-    DeviceBuffer y16(size_t(16) * n * 2), y_all(size_t(16) * n * 4);
-    QuantGemvArgs a = pr.args(y16.get(), true, false);
-    ws.attach(a);
-    quant_gemv(a, nullptr);
-    QuantGemvArgs b = pr.args(y_all.get(), false, false);
-    ws.attach(b);
-    quant_gemv(b, nullptr);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<float> all = testing::download<float>(y_all, size_t(16) * n);
-    const std::vector<uint16_t> got16 = testing::download<uint16_t>(y16, size_t(16) * n);
-    for (size_t i = 0; i < all.size(); ++i) ASSERT_EQ(got16[i], f32_to_bf16(all[i])) << (int4 ? "int4 " : "fp8 ") << i;
-    for (int m : {1, 5, 8, 9}) {  // the last row of an M-row product equals that row of the 16-row one
-      DeviceBuffer ym(size_t(m) * n * 4);
-      QuantGemvArgs c = pr.args(ym.get(), false, false);
-      ws.attach(c);
-      c.m = m;
-      quant_gemv(c, nullptr);
+  for (QuantGemvKernel kernel : kKernels)
+    for (bool int4 : {false, true}) {
+      SCOPED_TRACE(std::string("kernel ") + to_string(kernel));
+      std::mt19937_64 rng(7);
+      const int n = 700, k = 4096;
+      const Problem pr(rng, int4, 16, n, k, 128, true);
+      Workspace ws(n, k);
+      DeviceBuffer y16(size_t(16) * n * 2), y_all(size_t(16) * n * 4);
+      QuantGemvArgs a = pr.args(y16.get(), true, false);
+      a.kernel = kernel;
+      ws.attach(a);
+      EXPECT_EQ(quant_gemv_kernel_for(a), kernel);
+      quant_gemv(a, nullptr);
+      QuantGemvArgs b = pr.args(y_all.get(), false, false);
+      b.kernel = kernel;
+      ws.attach(b);
+      quant_gemv(b, nullptr);
       CUDA_CHECK(cudaDeviceSynchronize());
-      const std::vector<float> rows = testing::download<float>(ym, size_t(m) * n);
-      EXPECT_EQ(0, std::memcmp(rows.data() + size_t(m - 1) * n, all.data() + size_t(m - 1) * n, size_t(n) * 4))
-          << (int4 ? "int4" : "fp8") << " M=" << m;
+      const std::vector<float> all = testing::download<float>(y_all, size_t(16) * n);
+      const std::vector<uint16_t> got16 = testing::download<uint16_t>(y16, size_t(16) * n);
+      for (size_t i = 0; i < all.size(); ++i)
+        ASSERT_EQ(got16[i], f32_to_bf16(all[i])) << (int4 ? "int4 " : "fp8 ") << i;
+      for (int m : {1, 5, 8, 9}) {  // the last row of an M-row product equals that row of the 16-row one
+        DeviceBuffer ym(size_t(m) * n * 4);
+        QuantGemvArgs c = pr.args(ym.get(), false, false);
+        c.kernel = kernel;
+        ws.attach(c);
+        c.m = m;
+        quant_gemv(c, nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<float> rows = testing::download<float>(ym, size_t(m) * n);
+        EXPECT_EQ(0, std::memcmp(rows.data() + size_t(m - 1) * n, all.data() + size_t(m - 1) * n, size_t(n) * 4))
+            << (int4 ? "int4" : "fp8") << " M=" << m;
+      }
     }
-  }
 }
 
 }  // namespace quant_gemv_gpu_test
