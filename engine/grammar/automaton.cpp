@@ -211,6 +211,16 @@ Automaton build_automaton(const Grammar& g) {
   size_t nfa_budget = GrammarLimits::max_nfa_states;
   // Per rule: the DFA's call edges name callee rules; starts are resolved once all rules exist.
   std::vector<AutomatonPendingCall> pending;
+  // Every rule's minimized DFA over its byte classes, kept until all are built so that the
+  // 256-wide table is allocated once: a table grown rule by rule was copied and page-faulted
+  // over and over (the larger part of a compile's automaton time).
+  struct BuiltRule {
+    RuleDfa dfa;
+    std::array<int, 256> cls;
+    int32_t first;
+  };
+  std::vector<BuiltRule> built(rules.size());
+  int32_t n_states_before = 0;  // states of the rules built so far
   for (size_t r = 0; r < rules.size(); ++r) {
     NfaBuilder nb(g, &nfa_budget);
     const std::pair<int, int> ends = nb.build(rules[r].expr);
@@ -262,7 +272,7 @@ Automaton build_automaton(const Grammar& g) {
       return out;
     };
 
-    const int32_t first = static_cast<int32_t>(a.final_.size());
+    const int32_t first = n_states_before;
     a.rule_first_.push_back(first);
     std::unordered_map<std::vector<int>, int32_t, VecHash> ids;
     std::vector<std::vector<int>> work;
@@ -271,7 +281,7 @@ Automaton build_automaton(const Grammar& g) {
     auto intern = [&](std::vector<int> set) -> int32_t {
       auto it = ids.find(set);
       if (it != ids.end()) return it->second;
-      if (a.final_.size() + dfa.final_flags.size() >= GrammarLimits::max_dfa_states)
+      if (static_cast<size_t>(n_states_before) + dfa.final_flags.size() >= GrammarLimits::max_dfa_states)
         throw GrammarError("grammar too large (over " + std::to_string(GrammarLimits::max_dfa_states) +
                            " automaton states; rule \"" + rules[r].name + "\")");
       const int32_t id = dfa.n_states();
@@ -310,26 +320,50 @@ Automaton build_automaton(const Grammar& g) {
       }
     }
     minimize_rule_dfa(dfa);
-    // The rule's states, byte classes expanded to 256 edges a state.
-    const size_t m = static_cast<size_t>(dfa.n_states());
     a.rule_start_.push_back(first);
-    a.final_.insert(a.final_.end(), dfa.final_flags.begin(), dfa.final_flags.end());
-    a.has_bytes_.resize(a.has_bytes_.size() + m, 0);
-    a.state_rule_.resize(a.state_rule_.size() + m, static_cast<int32_t>(r));
-    const size_t row0 = a.next_.size();
-    a.next_.resize(row0 + m * 256);
-    for (size_t k = 0; k < m; ++k)
-      for (size_t x = 0; x < 256; ++x) {
-        const int32_t t = dfa.trans[k * static_cast<size_t>(n_cls) + static_cast<size_t>(cls[x])];
-        a.next_[row0 + k * 256 + x] = t < 0 ? -1 : first + t;
-      }
     for (const AutomatonPendingCall& c : dfa.calls) pending.push_back({first + c.state, c.rule, first + c.next});
     a.names_.push_back(rules[r].name);
     a.share_keys_.push_back(rules[r].share_key);
+    n_states_before += dfa.n_states();
+    built[r] = {std::move(dfa), cls, first};
   }
-  const size_t n = a.final_.size();
+  const size_t n = static_cast<size_t>(n_states_before);
   a.rule_first_.push_back(static_cast<int32_t>(n));
-
+  // The rules' states, byte classes expanded to 256 edges a state; and each state's distinct
+  // successors, over which the fixpoints below run (a few per state instead of 256).
+  a.final_.reserve(n);
+  a.state_rule_.reserve(n);
+  a.next_.resize(n * 256);
+  std::vector<uint32_t> succ_begin(n + 1, 0);
+  std::vector<int32_t> succ;
+  std::vector<ByteSet> first_bytes(n);  // FIRST through byte edges alone
+  for (size_t r = 0; r < built.size(); ++r) {
+    const RuleDfa& dfa = built[r].dfa;
+    const std::array<int, 256>& cls = built[r].cls;
+    const int32_t first = built[r].first;
+    std::vector<ByteSet> class_bytes(static_cast<size_t>(dfa.n_cls));
+    for (size_t x = 0; x < 256; ++x) class_bytes[static_cast<size_t>(cls[x])].set(x);
+    a.final_.insert(a.final_.end(), dfa.final_flags.begin(), dfa.final_flags.end());
+    a.state_rule_.resize(a.state_rule_.size() + static_cast<size_t>(dfa.n_states()), static_cast<int32_t>(r));
+    for (size_t k = 0; k < static_cast<size_t>(dfa.n_states()); ++k) {
+      const size_t i = static_cast<size_t>(first) + k;
+      const int32_t* row = dfa.trans.data() + k * static_cast<size_t>(dfa.n_cls);
+      int32_t* out = a.next_.data() + i * 256;
+      for (size_t x = 0; x < 256; ++x) {
+        const int32_t t = row[cls[x]];
+        out[x] = t < 0 ? -1 : first + t;
+      }
+      const size_t from = succ.size();
+      for (int c = 0; c < dfa.n_cls; ++c) {
+        if (row[c] < 0) continue;
+        first_bytes[i] |= class_bytes[static_cast<size_t>(c)];
+        if (std::find(succ.begin() + static_cast<std::ptrdiff_t>(from), succ.end(), first + row[c]) == succ.end()) succ.push_back(first + row[c]);
+      }
+      succ_begin[i + 1] = static_cast<uint32_t>(succ.size());
+    }
+  }
+  built.clear();
+  a.has_bytes_.assign(n, 0);
   // Call edges per state, in the order they were made (the same for the same expression).
   std::vector<std::vector<Call>> calls(n);
   for (const AutomatonPendingCall& p : pending) calls[static_cast<size_t>(p.state)].push_back({a.rule_start_[static_cast<size_t>(p.rule)], p.next});
@@ -342,10 +376,7 @@ Automaton build_automaton(const Grammar& g) {
     for (size_t i = n; i-- > 0;) {
       if (prod[i]) continue;
       bool p = a.final_[i] != 0;
-      for (int b = 0; b < 256 && !p; ++b) {
-        const int32_t t = a.next_[i * 256 + static_cast<size_t>(b)];
-        p = t >= 0 && prod[static_cast<size_t>(t)];
-      }
+      for (uint32_t k = succ_begin[i]; k < succ_begin[i + 1] && !p; ++k) p = prod[static_cast<size_t>(succ[k])] != 0;
       for (const Call& c : calls[i])
         if (!p) p = prod[static_cast<size_t>(c.callee_start)] && prod[static_cast<size_t>(c.next)];
       if (p) prod[i] = changed = 1;
@@ -355,10 +386,19 @@ Automaton build_automaton(const Grammar& g) {
     throw GrammarError("grammar matches no string (rule \"" + rules[static_cast<size_t>(a.root_)].name + "\")");
   a.call_begin_.assign(n + 1, 0);
   for (size_t i = 0; i < n; ++i) {
-    for (int b = 0; b < 256; ++b) {
-      int32_t& t = a.next_[i * 256 + static_cast<size_t>(b)];
-      if (t >= 0 && !prod[static_cast<size_t>(t)]) t = -1;
-      if (t >= 0) a.has_bytes_[i] = 1;
+    bool dead_edge = false;  // an edge into an unproductive state: cut it (rare: a full row pass)
+    for (uint32_t k = succ_begin[i]; k < succ_begin[i + 1]; ++k) {
+      if (prod[static_cast<size_t>(succ[k])]) a.has_bytes_[i] = 1;
+      else dead_edge = true;
+    }
+    if (dead_edge) {
+      for (size_t b = 0; b < 256; ++b) {
+        int32_t& t = a.next_[i * 256 + b];
+        if (t >= 0 && !prod[static_cast<size_t>(t)]) {
+          t = -1;
+          first_bytes[i].reset(b);
+        }
+      }
     }
     a.call_begin_[i] = static_cast<uint32_t>(a.calls_.size());
     if (!prod[i]) continue;
@@ -424,10 +464,7 @@ Automaton build_automaton(const Grammar& g) {
   }
 
   // FIRST of each state, then FOLLOW of each rule.
-  std::vector<ByteSet> first(n);
-  for (size_t i = 0; i < n; ++i)
-    for (int b = 0; b < 256; ++b)
-      if (a.next_[i * 256 + static_cast<size_t>(b)] >= 0) first[i].set(static_cast<size_t>(b));
+  std::vector<ByteSet>& first = first_bytes;
   for (bool changed = true; changed;) {
     changed = false;
     for (size_t i = n; i-- > 0;) {
