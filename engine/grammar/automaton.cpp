@@ -106,6 +106,8 @@ class NfaBuilder {
   size_t* budget_;
 };
 
+static_assert(GrammarLimits::max_dfa_states <= 32767, "Automaton::next_ holds states in 16 bits");
+
 struct VecHash {
   size_t operator()(const std::vector<int>& v) const {
     uint64_t h = 1469598103934665603ull;
@@ -348,10 +350,10 @@ Automaton build_automaton(const Grammar& g) {
     for (size_t k = 0; k < static_cast<size_t>(dfa.n_states()); ++k) {
       const size_t i = static_cast<size_t>(first) + k;
       const int32_t* row = dfa.trans.data() + k * static_cast<size_t>(dfa.n_cls);
-      int32_t* out = a.next_.data() + i * 256;
+      int16_t* out = a.next_.data() + i * 256;
       for (size_t x = 0; x < 256; ++x) {
         const int32_t t = row[cls[x]];
-        out[x] = t < 0 ? -1 : first + t;
+        out[x] = static_cast<int16_t>(t < 0 ? -1 : first + t);
       }
       const size_t from = succ.size();
       for (int c = 0; c < dfa.n_cls; ++c) {
@@ -393,7 +395,7 @@ Automaton build_automaton(const Grammar& g) {
     }
     if (dead_edge) {
       for (size_t b = 0; b < 256; ++b) {
-        int32_t& t = a.next_[i * 256 + b];
+        int16_t& t = a.next_[i * 256 + b];
         if (t >= 0 && !prod[static_cast<size_t>(t)]) {
           t = -1;
           first_bytes[i].reset(b);

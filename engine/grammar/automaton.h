@@ -50,7 +50,9 @@ class Automaton {
 
  private:
   friend Automaton build_automaton(const Grammar& grammar);
-  std::vector<int32_t> next_;  // [n_states * 256]
+  // [n_states * 256]: 16 bits a target (GrammarLimits::max_dfa_states fits), which halves the
+  // table every compile allocates and page-faults in.
+  std::vector<int16_t> next_;
   std::vector<unsigned char> final_, has_bytes_;
   std::vector<uint32_t> call_begin_;  // [n_states + 1]
   std::vector<Call> calls_;
