@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "engine/grammar/grammar_error.h"
+#include "engine/grammar/rule_shape.h"
 
 namespace servelab::grammar {
 namespace {
@@ -200,6 +201,123 @@ void minimize_rule_dfa(RuleDfa& d) {
   d = std::move(out);
 }
 
+// One rule's DFA over its byte classes (cls), minimized: Thompson NFA, then subset construction.
+// n_states_before: the states of the rules before it, for GrammarLimits::max_dfa_states.
+struct BuiltRuleDfa {
+  RuleDfa dfa;
+  std::array<int, 256> cls{};
+  std::vector<int> callees;  // the NFA's call symbols -> rules
+  size_t n_nfa = 0;          // NFA states made (charged to GrammarLimits::max_nfa_states)
+  int32_t n_unminimized = 0;
+};
+
+BuiltRuleDfa build_rule_dfa(const Grammar& g, const Rule& rule, size_t* nfa_budget, int32_t n_states_before) {
+  const size_t budget_before = *nfa_budget;
+  NfaBuilder nb(g, nfa_budget);
+  const std::pair<int, int> ends = nb.build(rule.expr);
+  const int start = ends.first, end = ends.second;  // not a structured binding: lambdas capture end
+  std::vector<NfaState>& nfa = nb.states;
+
+  // Byte classes: bytes no byte set of this rule tells apart.
+  std::array<int, 256> cls{};
+  int n_cls = 1;
+  {
+    std::vector<const ByteSet*> sets;
+    for (const NfaState& s : nfa)
+      for (auto& [set, t] : s.bytes) sets.push_back(set);
+    std::sort(sets.begin(), sets.end());
+    sets.erase(std::unique(sets.begin(), sets.end()), sets.end());
+    for (const ByteSet* set : sets) {
+      std::unordered_map<int, int> split;  // (old class * 2 + in set) -> new class
+      int n = 0;
+      std::array<int, 256> next{};
+      for (int b = 0; b < 256; ++b) {
+        const int key = cls[static_cast<size_t>(b)] * 2 + (set->test(static_cast<size_t>(b)) ? 1 : 0);
+        auto [it, fresh] = split.try_emplace(key, n);
+        if (fresh) ++n;
+        next[static_cast<size_t>(b)] = it->second;
+      }
+      cls = next;
+      n_cls = n;
+    }
+  }
+  std::vector<int> rep(static_cast<size_t>(n_cls), -1);
+  for (int b = 255; b >= 0; --b) rep[static_cast<size_t>(cls[static_cast<size_t>(b)])] = b;
+
+  std::vector<char> seen(nfa.size(), 0);
+  auto closure = [&](std::vector<int> set) {
+    std::vector<int> stack = set, out;
+    for (int s : set) seen[static_cast<size_t>(s)] = 1;
+    while (!stack.empty()) {
+      const int s = stack.back();
+      stack.pop_back();
+      out.push_back(s);
+      for (int t : nfa[static_cast<size_t>(s)].eps)
+        if (!seen[static_cast<size_t>(t)]) {
+          seen[static_cast<size_t>(t)] = 1;
+          stack.push_back(t);
+        }
+    }
+    for (int s : out) seen[static_cast<size_t>(s)] = 0;
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+
+  std::unordered_map<std::vector<int>, int32_t, VecHash> ids;
+  std::vector<std::vector<int>> work;
+  RuleDfa dfa;
+  dfa.n_cls = n_cls;
+  auto intern = [&](std::vector<int> set) -> int32_t {
+    auto it = ids.find(set);
+    if (it != ids.end()) return it->second;
+    if (static_cast<size_t>(n_states_before) + dfa.final_flags.size() >= GrammarLimits::max_dfa_states)
+      throw GrammarError("grammar too large (over " + std::to_string(GrammarLimits::max_dfa_states) +
+                         " automaton states; rule \"" + rule.name + "\")");
+    const int32_t id = dfa.n_states();
+    dfa.final_flags.push_back(std::binary_search(set.begin(), set.end(), end) ? 1 : 0);
+    dfa.trans.resize(dfa.trans.size() + static_cast<size_t>(n_cls), -1);
+    ids.emplace(set, id);
+    work.push_back(std::move(set));
+    return id;
+  };
+  intern(closure({start}));  // state 0
+  std::vector<std::vector<int>> per_call;
+  std::vector<int> set, targets;
+  for (size_t k = 0; k < work.size(); ++k) {
+    const int32_t id = static_cast<int32_t>(k);
+    set = work[k];  // a copy: work grows
+    for (int c = 0; c < n_cls; ++c) {
+      targets.clear();
+      const size_t b = static_cast<size_t>(rep[static_cast<size_t>(c)]);
+      for (int s : set)
+        for (auto& [bs, t] : nfa[static_cast<size_t>(s)].bytes)
+          if (bs->test(b)) targets.push_back(t);
+      if (targets.empty()) continue;
+      std::sort(targets.begin(), targets.end());
+      targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+      const int32_t to = intern(closure(targets));
+      dfa.trans[static_cast<size_t>(id) * static_cast<size_t>(n_cls) + static_cast<size_t>(c)] = to;
+    }
+    per_call.assign(nb.callees.size(), {});
+    for (int s : set)
+      for (auto& [sym, t] : nfa[static_cast<size_t>(s)].calls) per_call[static_cast<size_t>(sym)].push_back(t);
+    for (size_t sym = 0; sym < per_call.size(); ++sym) {
+      if (per_call[sym].empty()) continue;
+      std::sort(per_call[sym].begin(), per_call[sym].end());
+      per_call[sym].erase(std::unique(per_call[sym].begin(), per_call[sym].end()), per_call[sym].end());
+      dfa.calls.push_back({id, nb.callees[sym], intern(closure(per_call[sym]))});
+    }
+  }
+  BuiltRuleDfa out;
+  out.n_unminimized = dfa.n_states();
+  minimize_rule_dfa(dfa);
+  out.dfa = std::move(dfa);
+  out.cls = cls;
+  out.callees = std::move(nb.callees);
+  out.n_nfa = budget_before - *nfa_budget;
+  return out;
+}
+
 }  // namespace
 
 Automaton build_automaton(const Grammar& g) {
@@ -223,105 +341,48 @@ Automaton build_automaton(const Grammar& g) {
   };
   std::vector<BuiltRule> built(rules.size());
   int32_t n_states_before = 0;  // states of the rules built so far
+  struct BuiltShape {
+    RuleShape shape;
+    size_t rule;  // the rule whose DFA was built
+    size_t n_nfa;
+    int32_t n_unminimized;
+  };
+  std::vector<BuiltShape> shapes;
+  std::unordered_multimap<uint64_t, size_t> shape_index;  // hash -> index in shapes
   for (size_t r = 0; r < rules.size(); ++r) {
-    NfaBuilder nb(g, &nfa_budget);
-    const std::pair<int, int> ends = nb.build(rules[r].expr);
-    const int start = ends.first, end = ends.second;  // not a structured binding: lambdas capture end
-    std::vector<NfaState>& nfa = nb.states;
-
-    // Byte classes: bytes no byte set of this rule tells apart.
-    std::array<int, 256> cls{};
-    int n_cls = 1;
-    {
-      std::vector<const ByteSet*> sets;
-      for (const NfaState& s : nfa)
-        for (auto& [set, t] : s.bytes) sets.push_back(set);
-      std::sort(sets.begin(), sets.end());
-      sets.erase(std::unique(sets.begin(), sets.end()), sets.end());
-      for (const ByteSet* set : sets) {
-        std::unordered_map<int, int> split;  // (old class * 2 + in set) -> new class
-        int n = 0;
-        std::array<int, 256> next{};
-        for (int b = 0; b < 256; ++b) {
-          const int key = cls[static_cast<size_t>(b)] * 2 + (set->test(static_cast<size_t>(b)) ? 1 : 0);
-          auto [it, fresh] = split.try_emplace(key, n);
-          if (fresh) ++n;
-          next[static_cast<size_t>(b)] = it->second;
-        }
-        cls = next;
-        n_cls = n;
-      }
-    }
-    std::vector<int> rep(static_cast<size_t>(n_cls), -1);
-    for (int b = 255; b >= 0; --b) rep[static_cast<size_t>(cls[static_cast<size_t>(b)])] = b;
-
-    std::vector<char> seen(nfa.size(), 0);
-    auto closure = [&](std::vector<int> set) {
-      std::vector<int> stack = set, out;
-      for (int s : set) seen[static_cast<size_t>(s)] = 1;
-      while (!stack.empty()) {
-        const int s = stack.back();
-        stack.pop_back();
-        out.push_back(s);
-        for (int t : nfa[static_cast<size_t>(s)].eps)
-          if (!seen[static_cast<size_t>(t)]) {
-            seen[static_cast<size_t>(t)] = 1;
-            stack.push_back(t);
-          }
-      }
-      for (int s : out) seen[static_cast<size_t>(s)] = 0;
-      std::sort(out.begin(), out.end());
-      return out;
-    };
-
     const int32_t first = n_states_before;
     a.rule_first_.push_back(first);
-    std::unordered_map<std::vector<int>, int32_t, VecHash> ids;
-    std::vector<std::vector<int>> work;
+    // A rule of a shape built before reuses that DFA, its calls renamed; else it is built.
+    RuleShape shape = rule_shape(g, rules[r].expr);
+    const BuiltShape* same = nullptr;
+    for (auto [it, last] = shape_index.equal_range(shape.hash); it != last && !same; ++it)
+      if (shapes[it->second].shape.code == shape.code) same = &shapes[it->second];
     RuleDfa dfa;
-    dfa.n_cls = n_cls;
-    auto intern = [&](std::vector<int> set) -> int32_t {
-      auto it = ids.find(set);
-      if (it != ids.end()) return it->second;
-      if (static_cast<size_t>(n_states_before) + dfa.final_flags.size() >= GrammarLimits::max_dfa_states)
+    std::array<int, 256> cls{};
+    if (same) {
+      // Charged as if built, so the limits refuse the same grammars either way.
+      if (nfa_budget < same->n_nfa)
+        throw GrammarError("grammar too large (over " + std::to_string(GrammarLimits::max_nfa_states) + " automaton states)");
+      nfa_budget -= same->n_nfa;
+      if (static_cast<size_t>(n_states_before) + static_cast<size_t>(same->n_unminimized) - 1 >= GrammarLimits::max_dfa_states)
         throw GrammarError("grammar too large (over " + std::to_string(GrammarLimits::max_dfa_states) +
                            " automaton states; rule \"" + rules[r].name + "\")");
-      const int32_t id = dfa.n_states();
-      dfa.final_flags.push_back(std::binary_search(set.begin(), set.end(), end) ? 1 : 0);
-      dfa.trans.resize(dfa.trans.size() + static_cast<size_t>(n_cls), -1);
-      ids.emplace(set, id);
-      work.push_back(std::move(set));
-      return id;
-    };
-    intern(closure({start}));  // state 0
-    std::vector<std::vector<int>> per_call;
-    std::vector<int> set, targets;
-    for (size_t k = 0; k < work.size(); ++k) {
-      const int32_t id = static_cast<int32_t>(k);
-      set = work[k];  // a copy: work grows
-      for (int c = 0; c < n_cls; ++c) {
-        targets.clear();
-        const size_t b = static_cast<size_t>(rep[static_cast<size_t>(c)]);
-        for (int s : set)
-          for (auto& [bs, t] : nfa[static_cast<size_t>(s)].bytes)
-            if (bs->test(b)) targets.push_back(t);
-        if (targets.empty()) continue;
-        std::sort(targets.begin(), targets.end());
-        targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
-        const int32_t to = intern(closure(targets));
-        dfa.trans[static_cast<size_t>(id) * static_cast<size_t>(n_cls) + static_cast<size_t>(c)] = to;
+      dfa = built[same->rule].dfa;
+      cls = built[same->rule].cls;
+      for (AutomatonPendingCall& c : dfa.calls) {
+        const size_t k = static_cast<size_t>(std::find(same->shape.callees.begin(), same->shape.callees.end(), c.rule) - same->shape.callees.begin());
+        c.rule = shape.callees[k];
       }
-      per_call.assign(nb.callees.size(), {});
-      for (int s : set)
-        for (auto& [sym, t] : nfa[static_cast<size_t>(s)].calls) per_call[static_cast<size_t>(sym)].push_back(t);
-      for (size_t sym = 0; sym < per_call.size(); ++sym) {
-        if (per_call[sym].empty()) continue;
-        std::sort(per_call[sym].begin(), per_call[sym].end());
-        per_call[sym].erase(std::unique(per_call[sym].begin(), per_call[sym].end()), per_call[sym].end());
-        dfa.calls.push_back({id, nb.callees[sym], intern(closure(per_call[sym]))});
+    } else {
+      BuiltRuleDfa b = build_rule_dfa(g, rules[r], &nfa_budget, n_states_before);
+      dfa = std::move(b.dfa);
+      cls = b.cls;
+      // Reused only when the shape numbers the callees as the NFA did (it always should).
+      if (b.callees == shape.callees) {
+        shape_index.emplace(shape.hash, shapes.size());
+        shapes.push_back({std::move(shape), r, b.n_nfa, b.n_unminimized});
       }
     }
-    minimize_rule_dfa(dfa);
     a.rule_start_.push_back(first);
     for (const AutomatonPendingCall& c : dfa.calls) pending.push_back({first + c.state, c.rule, first + c.next});
     a.names_.push_back(rules[r].name);
