@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <unordered_map>
 
 #include "engine/grammar/grammar_error.h"
@@ -107,7 +108,7 @@ class NfaBuilder {
   size_t* budget_;
 };
 
-static_assert(GrammarLimits::max_dfa_states <= 32767, "Automaton::next_ holds states in 16 bits");
+static_assert(GrammarLimits::max_dfa_states <= 32767, "Automaton::trans_ holds states in 16 bits");
 
 struct VecHash {
   size_t operator()(const std::vector<int>& v) const {
@@ -392,11 +393,21 @@ Automaton build_automaton(const Grammar& g) {
   }
   const size_t n = static_cast<size_t>(n_states_before);
   a.rule_first_.push_back(static_cast<int32_t>(n));
-  // The rules' states, byte classes expanded to 256 edges a state; and each state's distinct
-  // successors, over which the fixpoints below run (a few per state instead of 256).
+  // Each state's edges over its rule's byte classes, and each state's distinct successors, over
+  // which the fixpoints below run. A compile used to write 256 edges a state; on this VM the
+  // page faults of that table were the larger part of a compile. Class maps are shared (the
+  // rules of one shape have one), and states without byte edges share one empty row.
   a.final_.reserve(n);
   a.state_rule_.reserve(n);
-  a.next_.resize(n * 256);
+  a.rows_.assign(n, Automaton::Row{0, 0});
+  a.classes_.assign(256, 0);  // map 0: every byte in class 0 ...
+  a.trans_.assign(1, -1);     // ... whose row 0 has no edge
+  {
+    size_t n_trans = 1;
+    for (const BuiltRule& b : built) n_trans += static_cast<size_t>(b.dfa.n_states()) * static_cast<size_t>(b.dfa.n_cls);
+    a.trans_.reserve(n_trans);
+  }
+  std::map<std::array<unsigned char, 256>, uint32_t> class_maps;  // map -> offset in classes_
   std::vector<uint32_t> succ_begin(n + 1, 0);
   std::vector<int32_t> succ;
   std::vector<ByteSet> first_bytes(n);  // FIRST through byte edges alone
@@ -404,6 +415,10 @@ Automaton build_automaton(const Grammar& g) {
     const RuleDfa& dfa = built[r].dfa;
     const std::array<int, 256>& cls = built[r].cls;
     const int32_t first = built[r].first;
+    std::array<unsigned char, 256> map{};
+    for (size_t x = 0; x < 256; ++x) map[x] = static_cast<unsigned char>(cls[x]);
+    const auto [it, fresh] = class_maps.try_emplace(map, static_cast<uint32_t>(a.classes_.size()));
+    if (fresh) a.classes_.insert(a.classes_.end(), map.begin(), map.end());
     std::vector<ByteSet> class_bytes(static_cast<size_t>(dfa.n_cls));
     for (size_t x = 0; x < 256; ++x) class_bytes[static_cast<size_t>(cls[x])].set(x);
     a.final_.insert(a.final_.end(), dfa.final_flags.begin(), dfa.final_flags.end());
@@ -411,11 +426,6 @@ Automaton build_automaton(const Grammar& g) {
     for (size_t k = 0; k < static_cast<size_t>(dfa.n_states()); ++k) {
       const size_t i = static_cast<size_t>(first) + k;
       const int32_t* row = dfa.trans.data() + k * static_cast<size_t>(dfa.n_cls);
-      int16_t* out = a.next_.data() + i * 256;
-      for (size_t x = 0; x < 256; ++x) {
-        const int32_t t = row[cls[x]];
-        out[x] = static_cast<int16_t>(t < 0 ? -1 : first + t);
-      }
       const size_t from = succ.size();
       for (int c = 0; c < dfa.n_cls; ++c) {
         if (row[c] < 0) continue;
@@ -423,6 +433,9 @@ Automaton build_automaton(const Grammar& g) {
         if (std::find(succ.begin() + static_cast<std::ptrdiff_t>(from), succ.end(), first + row[c]) == succ.end()) succ.push_back(first + row[c]);
       }
       succ_begin[i + 1] = static_cast<uint32_t>(succ.size());
+      if (succ.size() == from) continue;  // no byte edge: the shared empty row
+      a.rows_[i] = {static_cast<uint32_t>(a.trans_.size()), it->second};
+      for (int c = 0; c < dfa.n_cls; ++c) a.trans_.push_back(static_cast<int16_t>(row[c] < 0 ? -1 : first + row[c]));
     }
   }
   built.clear();
@@ -454,13 +467,15 @@ Automaton build_automaton(const Grammar& g) {
       if (prod[static_cast<size_t>(succ[k])]) a.has_bytes_[i] = 1;
       else dead_edge = true;
     }
-    if (dead_edge) {
+    if (dead_edge) {  // the state's own row (only the empty row is shared)
+      const Automaton::Row& row = a.rows_[i];
       for (size_t b = 0; b < 256; ++b) {
-        int16_t& t = a.next_[i * 256 + b];
-        if (t >= 0 && !prod[static_cast<size_t>(t)]) {
-          t = -1;
-          first_bytes[i].reset(b);
-        }
+        const int16_t t = a.trans_[row.trans + a.classes_[row.classes + b]];
+        if (t >= 0 && !prod[static_cast<size_t>(t)]) first_bytes[i].reset(b);
+      }
+      for (size_t b = 0; b < 256; ++b) {
+        int16_t& t = a.trans_[row.trans + a.classes_[row.classes + b]];
+        if (t >= 0 && !prod[static_cast<size_t>(t)]) t = -1;
       }
     }
     a.call_begin_[i] = static_cast<uint32_t>(a.calls_.size());
