@@ -333,8 +333,8 @@ Automaton build_automaton(const Grammar& g) {
   // Per rule: the DFA's call edges name callee rules; starts are resolved once all rules exist.
   std::vector<AutomatonPendingCall> pending;
   // Every rule's minimized DFA over its byte classes, kept until all are built so that the
-  // 256-wide table is allocated once: a table grown rule by rule was copied and page-faulted
-  // over and over (the larger part of a compile's automaton time).
+  // edge table is allocated once at its final size (grown rule by rule, it was copied and
+  // page-faulted in again and again).
   struct BuiltRule {
     RuleDfa dfa;
     std::array<int, 256> cls;
