@@ -23,7 +23,10 @@ class Automaton {
  public:
   int32_t n_states() const { return static_cast<int32_t>(final_.size()); }
   /// The state after byte b, -1 when b is not allowed.
-  int32_t next(int32_t s, unsigned char b) const { return next_[static_cast<size_t>(s) * 256 + b]; }
+  int32_t next(int32_t s, unsigned char b) const {
+    const Row& r = rows_[static_cast<size_t>(s)];
+    return trans_[r.trans + classes_[r.classes + b]];
+  }
   bool is_final(int32_t s) const { return final_[static_cast<size_t>(s)] != 0; }
   bool has_bytes(int32_t s) const { return has_bytes_[static_cast<size_t>(s)] != 0; }
   std::span<const Call> calls(int32_t s) const {
@@ -50,7 +53,16 @@ class Automaton {
 
  private:
   friend Automaton build_automaton(const Grammar& grammar);
-  std::vector<int32_t> next_;  // [n_states * 256]
+  // Edges over byte classes: state s's row starts at trans_[rows_[s].trans] and byte b is in
+  // class classes_[rows_[s].classes + b] of its rule. Far smaller than 256 edges a state (the
+  // table a compile allocates and page-faults in); targets in 16 bits (max_dfa_states fits).
+  struct Row {
+    uint32_t trans;    ///< offset in trans_
+    uint32_t classes;  ///< offset of a 256-byte class map in classes_
+  };
+  std::vector<Row> rows_;               // [n_states]
+  std::vector<unsigned char> classes_;  // [n_maps * 256]
+  std::vector<int16_t> trans_;
   std::vector<unsigned char> final_, has_bytes_;
   std::vector<uint32_t> call_begin_;  // [n_states + 1]
   std::vector<Call> calls_;

@@ -2,10 +2,13 @@
 #include "engine/grammar/compiled_grammar.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
+#include <map>
 #include <string>
 
 #include "engine/grammar/json_terms.h"
+#include "engine/grammar/string_tail_classes.h"
 
 namespace servelab::grammar {
 namespace {
@@ -16,38 +19,49 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 // Additional-property keys (JsonTerms::key_except) make one rule per set F of first bytes the
 // key may not start with, and the two states a stack rests in before the key's first character
-// (before and after its opening quote) each walk nearly the whole vocabulary: about 2 of the 6 ms
-// of an average cold compile over the corpus. A token's fate there depends only on whether its
-// first key byte (position `pos` in the token) may start the key; past it the rule is the same for
-// every F. So those states' classes are those of the rule with F empty, filtered by that byte:
-// computed once per tokenizer instead of once per F.
+// (before and after its opening quote) would each walk nearly the whole vocabulary. A token's fate
+// there depends only on whether its first key byte (position `pos` in the token) may start the
+// key; past it the rule is the same for every F. So those states' classes are those of the rule
+// with F empty, filtered by that byte: walked once per tokenizer instead of once per F.
 constexpr const char* kKeyFirstNotPrefix = "json:key_first_not:";
 
 std::shared_ptr<const TokenClasses> filter_key_classes(const TokenClasses& all, const TokenTable& tt, size_t pos,
                                                        const Automaton& a, int32_t after_quote) {
+  std::array<bool, 256> allowed{};  // may the key start with this byte
+  for (int b = 0; b < 256; ++b) allowed[static_cast<size_t>(b)] = a.next(after_quote, static_cast<unsigned char>(b)) >= 0;
   auto keep = [&](int32_t id) {
     const std::string_view b = tt.bytes(id);
-    return b.size() <= pos || a.next(after_quote, static_cast<unsigned char>(b[pos])) >= 0;
+    return b.size() <= pos || allowed[static_cast<unsigned char>(b[pos])];
   };
   TokenClasses out;
-  if (!all.accepted_bits.empty()) {
-    for (size_t w = 0; w < all.accepted_bits.size(); ++w)
-      for (uint32_t bits = all.accepted_bits[w]; bits != 0; bits &= bits - 1) {
-        const int32_t id = static_cast<int32_t>(w * 32 + static_cast<size_t>(__builtin_ctz(bits)));
-        if (keep(id)) out.accepted.push_back(id);
-      }
-  } else {
-    for (int32_t id : all.accepted)
-      if (keep(id)) out.accepted.push_back(id);
-  }
   for (const auto& u : all.uncertain)
     if (keep(u.first)) out.uncertain.push_back(u);
-  out.n_accepted = out.accepted.size();
-  if (out.accepted.size() > static_cast<size_t>(tt.n_words())) {
-    out.accepted_bits.assign(static_cast<size_t>(tt.n_words()), 0);
-    for (int32_t id : out.accepted) out.accepted_bits[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
-    out.accepted.clear();
-    out.accepted.shrink_to_fit();
+  if (all.accepted_bits.empty()) {
+    for (int32_t id : all.accepted)
+      if (keep(id)) out.accepted.push_back(id);
+    store_accepted(out, tt);
+    return std::make_shared<const TokenClasses>(std::move(out));
+  }
+  // Many accepted: clear the bits of whole trie subtrees instead of testing each id. The tokens
+  // whose byte `pos` is a given byte are the subtrees of the trie's nodes at depth pos + 1.
+  out.accepted_bits = all.accepted_bits;
+  const std::span<const int32_t> sorted = tt.sorted_tokens();
+  for (size_t i = 0; i < tt.n_nodes();) {
+    if (tt.node_depth(i) <= pos) {  // above that depth: go down
+      ++i;
+      continue;
+    }
+    if (!allowed[tt.node_byte(i)])
+      for (uint32_t k = tt.node_tok(i); k < tt.node_tok(tt.node_end(i)); ++k)
+        out.accepted_bits[static_cast<size_t>(sorted[k]) >> 5] &= ~(1u << (sorted[k] & 31));
+    i = tt.node_end(i);
+  }
+  for (uint32_t w : out.accepted_bits) out.n_accepted += static_cast<size_t>(__builtin_popcount(w));
+  if (out.n_accepted <= static_cast<size_t>(tt.n_words())) {  // few left: a list, as the walk stores them
+    for (size_t w = 0; w < out.accepted_bits.size(); ++w)
+      for (uint32_t bits = out.accepted_bits[w]; bits != 0; bits &= bits - 1)
+        out.accepted.push_back(static_cast<int32_t>(w * 32 + static_cast<size_t>(__builtin_ctz(bits))));
+    out.accepted_bits.clear();
   }
   return std::make_shared<const TokenClasses>(std::move(out));
 }
@@ -86,6 +100,7 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& g
   const int32_t n = a.n_states();
   g->masks_.resize(static_cast<size_t>(n));
   g->stats_.n_states = n;
+  std::map<std::string, std::unique_ptr<StringTailScan>> tail_scans;  // by pending bytes
   for (int32_t s = 0; s < n; ++s) {
     if (!a.has_bytes(s)) continue;
     const int rule = a.rule_of(s);
@@ -105,12 +120,16 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& g
         ++g->stats_.n_walked;
       }
     }
-    // A bounded string's tail (one rule per (characters left, characters needed)): its start walks
-    // nearly the whole vocabulary, but one pass over the tokens' bytes gives the same classes.
+    // A bounded string's tail (one rule per (characters left, characters needed)): one pass over
+    // the tokens' bytes per sub-state serves that sub-state in every tail of the grammar
+    // (string_tail_classes.h), instead of a walk of the trie per state.
     int tail_left = -1, tail_need = -1;
-    if (!classes && s == a.rule_start(rule) &&
+    if (!classes && !key.empty() &&
         std::sscanf(a.share_key(rule).c_str(), "json:string_tail{%d,%d}", &tail_left, &tail_need) == 2 && tail_left >= 0) {
-      classes = std::make_shared<const TokenClasses>(string_tail_start_classes(*g->tokens_, tail_left, tail_need));
+      const std::string pending = bytes_from_rule_start(a, s);
+      std::unique_ptr<StringTailScan>& scan = tail_scans[pending];
+      if (!scan) scan = std::make_unique<StringTailScan>(*g->tokens_, pending);
+      classes = std::make_shared<const TokenClasses>(scan->classes(tail_left, tail_need));
       g->tokens_->put_shared(key, classes);
       ++g->stats_.n_walked;
     }

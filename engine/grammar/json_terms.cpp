@@ -102,7 +102,10 @@ int JsonTerms::string_tail(int left, int need) {
   // The character is inline, not a call: a stack resting at the start of a one-character rule
   // would leave almost every token "uncertain" (checked at run time), since the frame completes
   // after one character.
-  if (rest >= 0) options.push_back(g_.seq({json_char(/*u_escapes=*/false), rest}));
+  // One expression for the character in every tail (an expression may sit in several rules):
+  // maxLength 64 made 65 copies of the UTF-8 alternatives.
+  if (bounded_char_ < 0) bounded_char_ = json_char(/*u_escapes=*/false);
+  if (rest >= 0) options.push_back(g_.seq({bounded_char_, rest}));
   g_.define_rule(r, g_.alt(std::move(options)));
   return called(key);
 }

@@ -64,6 +64,7 @@ class JsonTerms {
 
   Grammar& g_;
   std::map<std::string, int> rules_;
+  int bounded_char_ = -1;  ///< json_char(false), built once: every string tail's rule uses it
 };
 
 }  // namespace servelab::grammar

@@ -42,6 +42,11 @@ TokenClasses compute_token_classes(const Automaton& a, const TokenTable& tt, int
     }
     ++i;
   }
+  store_accepted(out, tt);
+  return out;
+}
+
+void store_accepted(TokenClasses& out, const TokenTable& tt) {
   out.n_accepted = out.accepted.size();
   if (out.accepted.size() > static_cast<size_t>(tt.n_words())) {
     out.accepted_bits.assign(static_cast<size_t>(tt.n_words()), 0);
@@ -49,73 +54,6 @@ TokenClasses compute_token_classes(const Automaton& a, const TokenTable& tt, int
     out.accepted.clear();
     out.accepted.shrink_to_fit();
   }
-  return out;
-}
-
-namespace {
-
-// Accepted ids as a list, or as bits when they outnumber the mask's words (as the walk stores them).
-void finish_accepted(TokenClasses& out, const TokenTable& tt) {
-  out.n_accepted = out.accepted.size();
-  if (out.accepted.size() > static_cast<size_t>(tt.n_words())) {
-    out.accepted_bits.assign(static_cast<size_t>(tt.n_words()), 0);
-    for (int32_t id : out.accepted) out.accepted_bits[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
-    out.accepted.clear();
-    out.accepted.shrink_to_fit();
-  }
-}
-
-}  // namespace
-
-TokenClasses string_tail_start_classes(const TokenTable& tt, int left, int need) {
-  TokenClasses out;
-  for (const int32_t id : tt.sorted_tokens()) {
-    const std::string_view b = tt.bytes(id);
-    int chars = 0;          // characters completed
-    bool partial = false;   // the token ends inside a character
-    bool dead = false;
-    size_t i = 0;
-    while (i < b.size()) {
-      const unsigned char c = static_cast<unsigned char>(b[i]);
-      if (c == '"') break;  // the closing quote (at a character boundary)
-      size_t n = 0;         // bytes of this character after its first
-      unsigned char lo = 0x80, hi = 0xBF;
-      if (c == '\\') {
-        if (i + 1 < b.size() && std::string_view("\"\\/bfnrt").find(b[i + 1]) == std::string_view::npos) dead = true;
-        n = 1;
-      } else if (c < 0x20) {
-        dead = true;
-      } else if (c >= 0x80) {
-        if (c >= 0xC2 && c <= 0xDF) n = 1;
-        else if (c >= 0xE0 && c <= 0xEF) n = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-        else if (c >= 0xF0 && c <= 0xF4) n = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-        else dead = true;
-        for (size_t k = 1; k <= n && !dead && i + k < b.size(); ++k) {
-          const unsigned char x = static_cast<unsigned char>(b[i + k]);
-          if (x < (k == 1 ? lo : 0x80) || x > (k == 1 ? hi : 0xBF)) dead = true;
-        }
-      }
-      if (dead) break;
-      if (i + n >= b.size()) {  // the token ends inside this character
-        partial = true;
-        i = b.size();
-        break;
-      }
-      i += n + 1;
-      ++chars;
-    }
-    if (dead) continue;
-    if (i == b.size()) {  // no closing quote: the string goes on
-      if (chars + (partial ? 1 : 0) <= left) out.accepted.push_back(id);
-      continue;
-    }
-    if (chars > left || chars < need) continue;  // the quote comes too early or too late
-    if (i + 1 == b.size()) out.accepted.push_back(id);  // the frame completes exactly at the token's end
-    else out.uncertain.push_back({id, static_cast<unsigned char>(b[i + 1])});
-  }
-  std::sort(out.accepted.begin(), out.accepted.end());
-  finish_accepted(out, tt);
-  return out;
 }
 
 }  // namespace servelab::grammar

@@ -6,7 +6,8 @@
 //   uncertain - every path that survives leaves the frame with bytes still to consume: allowed
 //               or not depending on the stack below, so the matcher checks it at run time;
 //   rejected  - all the others (not stored).
-// Computed by one walk over the vocabulary trie per state, skipping dead subtrees.
+// Computed by one walk over the vocabulary trie per state, skipping dead subtrees (a bounded
+// string's tail states take a shortcut: string_tail_classes.h).
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -29,12 +30,8 @@ struct TokenClasses {
 /// The classes of every token from `state` (a state with byte edges).
 TokenClasses compute_token_classes(const Automaton& a, const TokenTable& tokens, int32_t state);
 
-/// The classes at the start of a bounded JSON string's tail (JsonTerms::string_tail: at most
-/// `left` >= 0 more characters, at least `need`, then the closing quote; characters are raw UTF-8
-/// code points >= 0x20 other than '"' and '\', or the escapes \" \\ \/ \b \f \n \r \t), computed
-/// from each token's bytes in one pass over the vocabulary instead of a walk of the trie: a
-/// token's fate there depends only on how many characters it spells before a closing quote.
-/// Equal to compute_token_classes at that state (tests/grammar/token_classes_test.cpp).
-TokenClasses string_tail_start_classes(const TokenTable& tokens, int left, int need);
+/// Sets n_accepted and, when the accepted ids outnumber the mask's words, moves them from the
+/// list to bits (the form every class is stored in).
+void store_accepted(TokenClasses& out, const TokenTable& tokens);
 
 }  // namespace servelab::grammar
