@@ -141,6 +141,7 @@ struct KvMetrics {
   int64_t spec_num_draft_tokens = 0;
   int64_t spec_num_accepted_tokens = 0;
   std::vector<int64_t> spec_num_accepted_tokens_per_pos;  ///< accepted drafts by position (0 = first)
+  std::vector<int64_t> spec_num_draft_tokens_per_pos;     ///< drafts of more than j tokens (position j)
   /// Structured output over the window's steps: token masks filled, their host seconds, and
   /// tokens appended by jump-forward (without a forward of their own).
   int64_t structured_masks = 0;
