@@ -42,6 +42,8 @@ if [ "$what" = spec ] || [ "$what" = all ]; then
       --set backend.sim_profile="$PWD/$out/profile.json" \
       --set strategies.1.speculative.sim_acceptance.summary="$PWD/$out/real-$load/summary.json"
     python3 results/sim-validation/spec_compare.py "$out/real-$load" "$out/sim-$load" > "$out/compare-$load.md"
+    rm -f "$out"/{real,sim}-$load/report.html
+    gzip -9f "$out"/{real,sim}-$load/steps.jsonl
   done
 fi
 if [ "$what" = qwen ] || [ "$what" = all ]; then

@@ -3,14 +3,18 @@
 TPOT p50, ITL p50, output throughput, acceptance, and the mean time of verification steps (every
 entry verifying drafts, no prefill rows; drafting included, as the engine stamps it) and of plain
 decode steps (mean and median: on a loaded machine a few descheduled steps move the mean), with error = (sim - real) / real. Usage: spec_compare.py REAL_DIR SIM_DIR > compare.md"""
+import gzip
 import json
+import os
 import sys
 
 
 def load(folder):
     summary = json.load(open(f"{folder}/summary.json"))
     steps = {}
-    for line in open(f"{folder}/steps.jsonl"):
+    path = f"{folder}/steps.jsonl"
+    lines = open(path) if os.path.exists(path) else gzip.open(path + ".gz", "rt")  # committed runs keep it gzipped
+    for line in lines:
         s = json.loads(line)
         steps.setdefault(s["run"], []).append(s)
     return {r["label"]: r for r in summary["runs"]}, steps

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <memory>
 
+#include "analysis/metrics.h"
 #include "engine/backend/draft_pricer.h"
 #include "engine/backend/hardware.h"
 #include "engine/backend/sim_backend.h"
@@ -106,6 +107,36 @@ TEST(SimSpeculation, AcceptanceIsRecoveredFromCountersWithAdaptiveK) {
   for (size_t j = 0; j < 4; ++j) EXPECT_NEAR(got.per_position[j], given.per_position[j], 0.05) << j;
   const SimAcceptance naive = SimAcceptance::from_counters(n.drafts, n.accepted, {});
   EXPECT_LT(naive.per_position[3], given.per_position[3] - 0.05);  // what the per-position counts alone give
+}
+
+TEST(SimSpeculation, TheSummaryCarriesTheCounters) {
+  // summary.json's metrics.spec_decode sums the steps' counters, drafts per position included.
+  const RunResult r = run_spec(spec_config(SpecMethod::ngram, {0.7, 0.7}));
+  std::vector<StepRecord> steps;
+  for (const StepOutcome& s : r.steps) {
+    StepRecord st;
+    st.run = "sim";
+    st.start_s = s.start_s;
+    st.duration_s = s.duration_s;
+    st.batch_size = s.batch_size;
+    st.spec_drafts = s.spec_drafts;
+    st.spec_draft_tokens = s.spec_draft_tokens;
+    st.spec_accepted_tokens = s.spec_accepted_tokens;
+    st.spec_accepted_per_pos = s.spec_accepted_per_pos;
+    st.spec_drafted_per_pos = s.spec_drafted_per_pos;
+    steps.push_back(st);
+  }
+  const analysis::KvMetrics kv = analysis::compute_kv_metrics("sim", steps, 0.0, 1e9);
+  nlohmann::ordered_json j;
+  analysis::RunMetrics m;
+  m.kv = kv;
+  analysis::to_json(j, m);
+  ASSERT_TRUE(j.contains("spec_decode"));
+  const Counts c = counts_of(r);
+  EXPECT_EQ(j["spec_decode"]["num_drafts"], c.drafts);
+  EXPECT_EQ(j["spec_decode"]["num_accepted_tokens_per_pos"], c.accepted);
+  EXPECT_EQ(j["spec_decode"]["num_draft_tokens_per_pos"], c.drafted);
+  EXPECT_EQ(c.drafted.at(0), c.drafts);
 }
 
 TEST(SimAcceptance, ValidationNamesTheBadEntry) {
