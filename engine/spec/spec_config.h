@@ -30,7 +30,7 @@ struct SpeculativeConfig {
   bool adaptive = true;
   /// Backend sim only: how often its drafts are accepted (given, or measured by a real run's
   /// summary.json). Required there for self and draft_model; ngram without it keeps the
-  /// n-gram proposer over the sim's random tokens (it finds no matches: nothing is accepted).
+  /// n-gram proposer over the sim's random tokens (a draft stands only if a draw equals it).
   std::optional<SimAcceptance> sim_acceptance;
   /// Throws std::invalid_argument naming the field.
   void validate() const;
