@@ -222,6 +222,9 @@ KvMetrics compute_kv_metrics(const std::string& label, const std::vector<StepRec
     if (kv.spec_num_accepted_tokens_per_pos.size() < s.spec_accepted_per_pos.size())
       kv.spec_num_accepted_tokens_per_pos.resize(s.spec_accepted_per_pos.size(), 0);
     for (size_t p = 0; p < s.spec_accepted_per_pos.size(); ++p) kv.spec_num_accepted_tokens_per_pos[p] += s.spec_accepted_per_pos[p];
+    if (kv.spec_num_draft_tokens_per_pos.size() < s.spec_drafted_per_pos.size())
+      kv.spec_num_draft_tokens_per_pos.resize(s.spec_drafted_per_pos.size(), 0);
+    for (size_t p = 0; p < s.spec_drafted_per_pos.size(); ++p) kv.spec_num_draft_tokens_per_pos[p] += s.spec_drafted_per_pos[p];
     kv.structured_masks += s.n_masks;
     kv.structured_mask_s += s.mask_s;
     kv.jump_forward_tokens += s.jump_forward_tokens;
@@ -450,7 +453,8 @@ void to_json(nlohmann::ordered_json& j, const RunMetrics& m) {
                         {"num_accepted_tokens", m.kv.spec_num_accepted_tokens},
                         {"acceptance_rate", json_number(drafted > 0 ? accepted / drafted : kNaN)},
                         {"mean_acceptance_length", json_number(1.0 + accepted / drafts)},
-                        {"num_accepted_tokens_per_pos", m.kv.spec_num_accepted_tokens_per_pos}};
+                        {"num_accepted_tokens_per_pos", m.kv.spec_num_accepted_tokens_per_pos},
+                        {"num_draft_tokens_per_pos", m.kv.spec_num_draft_tokens_per_pos}};
     if (m.kv.spec_from_server) j["spec_decode"]["source"] = "server_metrics";
   }
   if (m.kv.structured_masks > 0 || m.kv.jump_forward_tokens > 0)
@@ -527,6 +531,8 @@ void from_json(const nlohmann::ordered_json& j, RunMetrics& m) {
     m.kv.spec_num_accepted_tokens = json_int_or(*it, "num_accepted_tokens", int64_t{0});
     if (auto pp = it->find("num_accepted_tokens_per_pos"); pp != it->end() && pp->is_array())
       for (const auto& v : *pp) m.kv.spec_num_accepted_tokens_per_pos.push_back(json_int<int64_t>(v));
+    if (auto dp = it->find("num_draft_tokens_per_pos"); dp != it->end() && dp->is_array())
+      for (const auto& v : *dp) m.kv.spec_num_draft_tokens_per_pos.push_back(json_int<int64_t>(v));
     m.kv.spec_from_server = it->value("source", std::string()) == "server_metrics";
   }
   if (auto it = j.find("structured_engine"); it != j.end() && it->is_object()) {

@@ -141,6 +141,7 @@ struct KvMetrics {
   int64_t spec_num_draft_tokens = 0;
   int64_t spec_num_accepted_tokens = 0;
   std::vector<int64_t> spec_num_accepted_tokens_per_pos;  ///< accepted drafts by position (0 = first)
+  std::vector<int64_t> spec_num_draft_tokens_per_pos;     ///< drafts of more than j tokens (position j)
   /// The spec counters came from the server's /metrics (HTTP runs: its counters after the run minus
   /// before it, the whole run rather than the window; summary.json "source": "server_metrics").
   bool spec_from_server = false;

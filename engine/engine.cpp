@@ -306,7 +306,8 @@ void Engine::propose_drafts(StepOutcome& out) {
   }
   const auto t0 = std::chrono::steady_clock::now();
   proposer_->propose_batch(tasks);
-  out.spec_draft_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  out.spec_draft_s = proposer_->priced_seconds().value_or(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   const bool with_q = backend_->caps().draft_probs;
   const int vocab = backend_->config().vocab_size;
   for (const Candidate& c : cands) {
@@ -430,6 +431,8 @@ StepOutcome Engine::step(double now) {
       out.spec_accepted_tokens += static_cast<int>(accepted);
       if (out.spec_accepted_per_pos.size() < n_spec) out.spec_accepted_per_pos.resize(n_spec, 0);
       for (size_t j = 0; j < accepted; ++j) ++out.spec_accepted_per_pos[j];
+      if (out.spec_drafted_per_pos.size() < n_spec) out.spec_drafted_per_pos.resize(n_spec, 0);
+      for (size_t j = 0; j < n_spec; ++j) ++out.spec_drafted_per_pos[j];
       s.spec_tokens.clear();
       s.spec_probs.clear();
       if (auto st = state_->spec_stats.find(s.id); st != state_->spec_stats.end()) {

@@ -67,8 +67,12 @@ struct StepOutcome {
   int spec_draft_tokens = 0;
   int spec_accepted_tokens = 0;
   std::vector<int> spec_accepted_per_pos;
-  /// Wall seconds the proposer took to draft for this step (included in duration_s on real
-  /// backends; the sim's predicted steps do not price it).
+  /// Drafts per draft position (index j: drafts of more than j tokens). With adaptive k the
+  /// drafts differ in length, so the conditional acceptance at j is not accepted[j] /
+  /// accepted[j - 1]; with these it can be recovered (engine/spec/sim_acceptance.h).
+  std::vector<int> spec_drafted_per_pos;
+  /// Seconds the proposer took to draft for this step: wall time on real backends (included in
+  /// duration_s), the priced draft time on the sim (also included: SimBackend::charge_seconds).
   double spec_draft_s = 0.0;
   /// A proposer is set but the per-step rule (SpecPolicy::pricing, or what steps measured) found
   /// drafts a loss at this batch, so none were proposed.
@@ -146,6 +150,8 @@ class Engine {
   void check_invariants() const;
 
   const Backend& backend() const { return *backend_; }
+  /// For what a strategy sets up beside the engine (a sim proposer charges the sim backend).
+  Backend& backend() { return *backend_; }
   const KvManager& kv() const { return *kv_; }
   /// The host swap pool's bookkeeping; null unless the policy preempts by swap.
   const SwapSpace* swap_space() const { return swap_.get(); }

@@ -65,6 +65,7 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
     st.spec_draft_tokens = s.spec_draft_tokens;
     st.spec_accepted_tokens = s.spec_accepted_tokens;
     st.spec_accepted_per_pos = s.spec_accepted_per_pos;
+    st.spec_drafted_per_pos = s.spec_drafted_per_pos;
     st.spec_draft_s = s.spec_draft_s;
     st.n_loras = s.n_loras;
     st.n_lora_loads = s.n_lora_loads;

@@ -13,9 +13,63 @@ class SpeculativeWalker : public YamlReader {
  public:
   using YamlReader::YamlReader;
 
+  /// `sim_acceptance: {per_position: [p1, ...]}` or `{summary: FILE, strategy: LABEL}` (a real
+  /// run's summary.json; strategy defaults to this strategy's label).
+  void read_acceptance(const YAML::Node& n, const std::string& path, const StrategySpec& st, SpeculativeConfig& out) {
+    if (!check_map(n, path, {"per_position", "summary", "strategy"})) return;
+    if (s_.backend.kind != BackendKind::sim) {
+      d_.error_at(path, path + " applies to backend kind: sim (got " + to_string(s_.backend.kind) +
+                            "; a real backend measures its acceptance)");
+      return;
+    }
+    const bool listed = defined(n["per_position"]), summary = defined(n["summary"]);
+    if (listed == summary) {
+      d_.error_at(path, path + " needs exactly one of per_position (a list) or summary (a summary.json)");
+      return;
+    }
+    SimAcceptance a;
+    if (listed) {
+      const std::string lp = join(path, "per_position");
+      note(n["per_position"], lp);
+      if (!n["per_position"].IsSequence()) {
+        d_.error_at(lp, lp + " must be a list of probabilities, e.g. [0.9, 0.8, 0.8] (got " + type_name(n["per_position"]) + ")");
+        return;
+      }
+      for (size_t j = 0; j < n["per_position"].size(); ++j) {
+        double p = 0.0;
+        const std::string ep = lp + "[" + std::to_string(j) + "]";
+        if (!read_double(n["per_position"][j], ep, p)) return;
+        if (!(p >= 0.0 && p <= 1.0)) {
+          d_.error_at(ep, ep + " must be in [0, 1] (got " + shown(n["per_position"][j]) + ")");
+          return;
+        }
+        a.per_position.push_back(p);
+      }
+      if (a.per_position.size() < size_t(out.num_speculative_tokens) || a.per_position.size() > 16) {
+        d_.error_at(lp, lp + " needs one entry per draft position: num_speculative_tokens (" +
+                            std::to_string(out.num_speculative_tokens) + ") to 16 (got " +
+                            std::to_string(a.per_position.size()) + ")");
+        return;
+      }
+      a.source = "scenario";
+    } else {
+      std::string file, label = st.label;
+      if (!read_path(n["summary"], join(path, "summary"), file)) return;
+      if (defined(n["strategy"]) && !read_string(n["strategy"], join(path, "strategy"), label)) return;
+      try {
+        a = SimAcceptance::from_summary(file, label);
+      } catch (const std::exception& e) {
+        note(n["summary"], join(path, "summary"));
+        d_.error_at(join(path, "summary"), join(path, "summary") + ": " + e.what());
+        return;
+      }
+    }
+    out.sim_acceptance = std::move(a);
+  }
+
   void walk(const YAML::Node& n, const std::string& path, const StrategySpec& st, SpeculativeConfig& out) {
     if (!section(n, path, {"method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max", "num_layers",
-                           "model", "adaptive"}))
+                           "model", "adaptive", "sim_acceptance"}))
       return;
     if (st.sched.kind != BatchingKind::continuous) {
       note(n, path);
@@ -25,11 +79,12 @@ class SpeculativeWalker : public YamlReader {
       read_enum(n["method"], join(path, "method"), out.method,
                 Options<SpecMethod>{{"ngram", SpecMethod::ngram}, {"self", SpecMethod::self},
                                     {"draft_model", SpecMethod::draft_model}});
-      if (out.method != SpecMethod::ngram && s_.backend.kind == BackendKind::sim) {
+      if (out.method != SpecMethod::ngram && s_.backend.kind == BackendKind::sim && !defined(n["sim_acceptance"])) {
         note(n["method"], join(path, "method"));
         d_.error_at(join(path, "method"), join(path, "method") + ": " + to_string(out.method) +
-                                              " runs a draft model on backend cpu or cuda (got backend sim; ngram "
-                                              "runs anywhere)");
+                                              " on backend sim needs " + join(path, "sim_acceptance") +
+                                              " ({per_position: [p1, p2, ...]} or {summary: FILE}): the sim runs no "
+                                              "draft model, it accepts drafts at the rates given");
       } else if (out.method != SpecMethod::ngram && s_.backend.kind == BackendKind::cuda &&
                  s_.backend.tensor_parallel > 1) {
         note(n["method"], join(path, "method"));
@@ -47,6 +102,7 @@ class SpeculativeWalker : public YamlReader {
                                                  {"num_layers", &out.num_layers}};
     for (const auto& [k, v] : ints)
       if (defined(n[k])) read_int(n[k], join(path, k), *v);
+    if (defined(n["sim_acceptance"])) read_acceptance(n["sim_acceptance"], join(path, "sim_acceptance"), st, out);
     try {
       out.validate();
     } catch (const std::invalid_argument& e) {

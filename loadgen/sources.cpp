@@ -3,6 +3,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "engine/backend/sim_backend.h"
+#include "engine/spec/sim_proposer.h"
 #include "loadgen/backend_spec.h"
 #include "loadgen/lora_source.h"
 #include "loadgen/sessions.h"
@@ -126,7 +128,14 @@ void apply_strategy(Engine& engine, const StrategySpec& strategy, const BackendF
     }
     policy.pricing = std::move(pricing);
   }
-  engine.set_proposer(make_proposer(sc, target), std::move(policy));
+  // The sim runs no draft model: its proposer prices one and draws acceptance at the given rates
+  // (ngram without sim_acceptance keeps the real lookup over the sim's random tokens).
+  // (Runs on the sim never wrap their backend: the roofline and step meters are for real ones.)
+  auto* sim = dynamic_cast<SimBackend*>(&engine.backend());
+  if (sim && (sc.sim_acceptance || sc.method != SpecMethod::ngram))
+    engine.set_proposer(make_sim_proposer(sc, *sim), std::move(policy));
+  else
+    engine.set_proposer(make_proposer(sc, target), std::move(policy));
 }
 
 EngineConfig engine_config(const Scenario& scenario, const StrategySpec& strategy) {

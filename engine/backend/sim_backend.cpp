@@ -46,14 +46,21 @@ StepOutput SimBackend::execute(const Step& step) {
   // the forward is launched). Their host time is not priced: the step is priced as the overlapped
   // path runs it, the masks hidden under the forward (the engine reports the time they took).
   const uint32_t* masks = in.n_samples() > 0 ? step.host_masks(late_masks_) : nullptr;
+  int draft_index = -1;  // which draft of its sequence draw i verifies
   for (int i = 0; i < in.n_samples(); ++i) {
     const uint64_t h = splitmix64(splitmix64(in.seed[i] ^ splitmix64(in.seq_key[i])) +
                                   static_cast<uint64_t>(in.sample_position[i]));
     TokenId t = static_cast<TokenId>(std::min<int64_t>(model_.vocab_size - 1, 2 + static_cast<int64_t>(h % span)));
+    const bool follows = i > 0 && in.seq_key[i - 1] == in.seq_key[i] && in.draft_token[i - 1] >= 0;
+    draft_index = in.draft_token[i] < 0 ? -1 : follows ? draft_index + 1 : 0;
+    if (draft_index >= 0 && !acceptance_.empty()) t = verify_draw(in, i, draft_index, t);
     if (in.mask_index[i] >= 0) {
       const uint32_t* words = masks + size_t(in.mask_index[i]) * in.mask_words_per_row;
       int tried = 0;
-      while (!((words[t / 32] >> (t % 32)) & 1u)) {
+      // A rejected draft stays rejected while the mask moves the draw on.
+      const TokenId rejected =
+          draft_index >= 0 && !acceptance_.empty() && t != in.draft_token[i] ? in.draft_token[i] : -1;
+      while (!((words[t / 32] >> (t % 32)) & 1u) || t == rejected) {
         if (++tried > model_.vocab_size) throw std::invalid_argument("sim backend: a token mask allows no token");
         t = (t + 1) % model_.vocab_size;
       }
@@ -67,10 +74,32 @@ StepOutput SimBackend::execute(const Step& step) {
   counts_.add(used);
   t += cost_.host.seconds(shape.n_seqs);  // the engine's own work around the step (profiled)
   t += 2.0 * static_cast<double>(pending_copy_bytes_) / cost_.device.mem_bw_bytes_s;  // copy-on-write
+  t += pending_s_;  // drafting priced by a sim proposer
   pending_swap_bytes_ = 0;
   pending_copy_bytes_ = 0;
+  pending_s_ = 0.0;
   out.predicted_s = t;
   return out;
+}
+
+TokenId SimBackend::verify_draw(const kernels::StepInput& in, int i, int draft_index, TokenId drawn) const {
+  const TokenId draft = in.draft_token[i];
+  const double p = size_t(draft_index) < acceptance_.size() ? acceptance_[size_t(draft_index)] : 0.0;
+  // Its own stream (the constant), so the coin is independent of the token the draw would be.
+  const uint64_t h = splitmix64(splitmix64(in.seed[i] ^ splitmix64(in.seq_key[i] ^ 0x5eedacce97ull)) +
+                                static_cast<uint64_t>(in.sample_position[i]));
+  const double u = static_cast<double>(h >> 11) * 0x1.0p-53;  // [0, 1)
+  if (u < p) return draft;
+  if (drawn != draft) return drawn;
+  const int64_t span = std::max(1, model_.vocab_size - 2);  // the next token of [2, vocab), cyclically
+  return static_cast<TokenId>(2 + (static_cast<int64_t>(drawn) - 2 + 1) % span);
+}
+
+void SimBackend::charge_seconds(double seconds) {
+  if (!(seconds >= 0.0) || !std::isfinite(seconds))
+    throw std::invalid_argument("SimBackend::charge_seconds: seconds must be finite and >= 0 (got " +
+                                std::to_string(seconds) + ")");
+  pending_s_ += seconds;
 }
 
 BackendCaps SimBackend::caps() const {

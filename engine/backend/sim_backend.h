@@ -3,6 +3,8 @@
 // (engine/backend/cost_model.h: a roofline over a device's peak FLOP/s and memory bandwidth, or a
 // model fitted to step times that `servelab profile --json` measured on a real backend) and hands
 // back deterministic pseudo-random tokens, so schedulers can be studied at GPU scale on a laptop.
+// With an acceptance distribution (set_acceptance) a draw that verifies a speculative draft
+// equals it with that position's probability, so the engine's own verification runs unchanged.
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -32,7 +34,10 @@ class SimBackend final : public Backend {
   std::string device_description() const override;
   /// Checks the step's slots lie in the arena, predicts the step, and draws a token per draw: a
   /// pure function of (seed, seq_key, position) in [2, vocab), or with a token mask the first
-  /// allowed token from there on (cyclically).
+  /// allowed token from there on (cyclically). A draw that verifies draft j of its sequence
+  /// (draft_token >= 0, the j-th such draw in a row of the sequence) returns the draft with
+  /// probability acceptance[j] (a keyed uniform of seed, seq_key, position), else a token other
+  /// than the draft. The step's price includes the seconds charged since the last step.
   StepOutput execute(const Step& step) override;
   std::optional<CostCounts> priced_steps() const override { return counts_; }
   /// Takes any adapter into any slot. Not priced yet: a step with adapters costs what the same
@@ -44,6 +49,13 @@ class SimBackend final : public Backend {
   /// Add the runs' bytes to the next step's swap traffic (cost model: host link bandwidth).
   void swap_out(std::span<const KvSwap> runs, HostKvPool& pool) override;
   void swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) override;
+
+  /// Conditional acceptance of draft j given drafts < j accepted (SimAcceptance::per_position);
+  /// empty (the default): drafts are accepted only when the random draw happens to equal them.
+  void set_acceptance(std::vector<double> per_position) { acceptance_ = std::move(per_position); }
+  /// Adds `seconds` to the next step's price: work the engine does before it that the sim
+  /// predicts rather than runs (a sim proposer's drafting, engine/spec/sim_proposer.h).
+  void charge_seconds(double seconds);
 
   const SimCostModel& cost() const { return cost_; }
   /// How many steps so far were priced from the profile, beyond its grid, or by the roofline.
@@ -58,6 +70,10 @@ class SimBackend final : public Backend {
   int64_t n_slots_ = 0;
   int64_t pending_swap_bytes_ = 0;
   int64_t pending_copy_bytes_ = 0;
+  double pending_s_ = 0.0;               // charge_seconds since the last step
+  std::vector<double> acceptance_;       // set_acceptance
+  /// The token a draw returns (masks ignored): its draft when the keyed coin accepts it.
+  TokenId verify_draw(const kernels::StepInput& in, int i, int draft_index, TokenId drawn) const;
   std::vector<uint32_t> late_masks_;  // the step's late token masks (Step::fill_masks)
 };
 

@@ -156,7 +156,9 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& 
       const size_t n_spec = seq.spec_tokens.size();
       const bool with_q = !greedy && seq.spec_probs.size() >= n_spec * size_t(vocab);
       for (int pos = first; pos < end; ++pos) {
-        const size_t j = size_t(pos - first);  // draft j is the token at pos + 1
+        // Draft j is the token at pos + 1; a point-mass draft too carries its token (the sim's
+        // acceptance reads it; the samplers verify against q only where draft_dist is set).
+        const size_t j = size_t(pos - first);
         int dist = -1;
         if (with_q && j < n_spec) {
           dist = static_cast<int>(in.draft_probs.size() / size_t(vocab));
@@ -164,7 +166,7 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& 
           in.draft_probs.insert(in.draft_probs.end(), q, q + vocab);
         }
         draw(row - (end - pos), static_cast<uint64_t>(seq.sample_index), pos + 1,
-             entry.first_mask < 0 ? -1 : entry.first_mask + (pos - first), dist >= 0 ? seq.spec_tokens[j] : -1, dist);
+             entry.first_mask < 0 ? -1 : entry.first_mask + (pos - first), j < n_spec ? seq.spec_tokens[j] : -1, dist);
       }
     }
   }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/backend/draft_pricer.h"
+
 namespace servelab {
 
 int next_num_drafts(int k, int n_drafted, int n_accepted, int k_max) {
@@ -52,7 +54,8 @@ SpecVerdict price_speculation(const SpecPricing& p, std::span<const DrawingSeq> 
     v.tokens_spec += expected_tokens(q.alpha, q.k);
     k_max = std::max(k_max, q.k);
   }
-  if (p.draft) v.draft_s = k_max * p.cost.step_seconds(*p.draft, shape_of(seqs, false));
+  // A profile measured the target only: DraftPricer scales it to the draft by the roofline.
+  if (p.draft) v.draft_s = k_max * DraftPricer(p.cost, p.target, *p.draft).seconds(shape_of(seqs, false));
   return v;
 }
 

@@ -8,6 +8,7 @@
 // sampled draft is accepted by rejection sampling against its q (sampler.h: verify_draft). Either
 // way the output is distributed as the run without drafts; greedy it is the same tokens.
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -39,6 +40,9 @@ class Proposer {
   }
   /// The sequence left the engine (finished, aborted, rejected): drop what is kept for it.
   virtual void forget(uint64_t seq_id) { (void)seq_id; }
+  /// The seconds the last propose_batch is priced at, for a proposer that only predicts its
+  /// cost (the sim's, engine/spec/sim_proposer.h); none: the engine measures its wall time.
+  virtual std::optional<double> priced_seconds() const { return std::nullopt; }
 };
 
 }  // namespace servelab

@@ -34,6 +34,7 @@ void SpeculativeConfig::validate() const {
                                 to_string(method) + ")");
   if (method == SpecMethod::draft_model && model.empty())
     throw std::invalid_argument("speculative.model must name a preset or a checkpoint folder for method draft_model");
+  if (sim_acceptance) sim_acceptance->validate();
   if (method != SpecMethod::draft_model && !model.empty())
     throw std::invalid_argument(std::string("speculative.model is for method draft_model (got method ") +
                                 to_string(method) + ")");

@@ -8,6 +8,7 @@
 
 #include "engine/backend/make_backend.h"
 #include "engine/model/weights.h"
+#include "engine/spec/sim_acceptance.h"
 #include "engine/spec/proposer.h"
 
 namespace servelab {
@@ -27,6 +28,10 @@ struct SpeculativeConfig {
   /// Adaptive k: each sequence drafts k in [1, num_speculative_tokens], moved by its acceptance
   /// (engine/spec/adaptive.h); false keeps k = num_speculative_tokens.
   bool adaptive = true;
+  /// Backend sim only: how often its drafts are accepted (given, or measured by a real run's
+  /// summary.json). Required there for self and draft_model; ngram without it keeps the
+  /// n-gram proposer over the sim's random tokens (a draft stands only if a draw equals it).
+  std::optional<SimAcceptance> sim_acceptance;
   /// Throws std::invalid_argument naming the field.
   void validate() const;
 };

@@ -38,6 +38,7 @@ void to_json(nlohmann::json& j, const StepRecord& s) {
                         {"num_draft_tokens", s.spec_draft_tokens},
                         {"num_accepted_tokens", s.spec_accepted_tokens},
                         {"num_accepted_tokens_per_pos", s.spec_accepted_per_pos},
+                        {"num_draft_tokens_per_pos", s.spec_drafted_per_pos},
                         {"draft_s", s.spec_draft_s}};
   if (s.n_loras > 0) j["lora"] = {{"n_loras", s.n_loras}, {"n_loads", s.n_lora_loads}};
   if (s.n_masks > 0 || s.jump_forward_tokens > 0)
@@ -62,6 +63,8 @@ void from_json(const nlohmann::json& j, StepRecord& s) {
     s.spec_accepted_tokens = json_int_or(*sd, "num_accepted_tokens", 0);
     if (auto pp = sd->find("num_accepted_tokens_per_pos"); pp != sd->end() && pp->is_array())
       for (const auto& v : *pp) s.spec_accepted_per_pos.push_back(json_int<int>(v));
+    if (auto dp = sd->find("num_draft_tokens_per_pos"); dp != sd->end() && dp->is_array())
+      for (const auto& v : *dp) s.spec_drafted_per_pos.push_back(json_int<int>(v));
     if (auto d = sd->find("draft_s"); d != sd->end() && d->is_number()) s.spec_draft_s = d->get<double>();
   }
   if (auto l = j.find("lora"); l != j.end() && l->is_object()) {

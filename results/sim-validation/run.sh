@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Re-measures the committed sim validation: profile the CPU engine, then run validate-sim right
 # after it, so the profile and the real runs see the same machine load (on a shared VM the load
-# moves step times by several x). Usage: bash results/sim-validation/run.sh [tiny|qwen|all|gpu]
+# moves step times by several x). Usage: bash results/sim-validation/run.sh [tiny|spec|qwen|all|gpu]
 # qwen: N_REQUESTS a run (default 8), REAL_REPEATS real runs a point (default 1; 2+ prints the
+# spec: speculative decoding on the CPU (tiny-cpu-spec.yaml, batch 1, and tiny-cpu-spec-poisson.yaml):
+# profile tiny on 1 thread, run both scenarios on cpu, then on the sim with that profile and the
+# acceptance each real run measured (sim_acceptance.summary), and compare them with spec_compare.py
+# (SPEC_OUT the folder, default results/sim-validation/tiny-cpu-spec).
 # machine's run-to-run spread beside every error), QWEN_OUT the folder, QWEN_PROFILE the profile's path
 # (default results/profiles/qwen2.5-0.5b-cpu.json), PROFILE_ARGS as for gpu.
 # gpu (on the GPU machine, BIN=build-gpu/servelab OUT=folder): profile the cuda backend on
@@ -24,6 +28,23 @@ if [ "$what" = tiny ] || [ "$what" = all ]; then
     > results/profiles/tiny-cpu-1thread.txt 2>&1
   "$bin" validate-sim results/sim-validation/tiny-cpu.yaml --profile results/profiles/tiny-cpu-1thread.json \
     --out results/sim-validation/tiny-cpu
+fi
+if [ "$what" = spec ] || [ "$what" = all ]; then
+  out=${SPEC_OUT:-results/sim-validation/tiny-cpu-spec}
+  mkdir -p "$out"
+  # 1 to 4 rows per sequence at decode contexts: verification steps are 4-row chunks (k = 3).
+  "$bin" profile --preset tiny --threads 1 --chunk-lens 2,4,8,64,256 --json "$out/profile.json" > "$out/profile.txt" 2>&1
+  for load in batch1 poisson; do
+    scn=results/sim-validation/tiny-cpu-spec.yaml
+    [ "$load" = poisson ] && scn=results/sim-validation/tiny-cpu-spec-poisson.yaml
+    "$bin" run "$scn" --out "$out/real-$load" --force --quiet --no-plots
+    "$bin" run "$scn" --out "$out/sim-$load" --force --quiet --no-plots --set backend.kind=sim --set backend.threads=0 \
+      --set backend.sim_profile="$PWD/$out/profile.json" \
+      --set strategies.1.speculative.sim_acceptance.summary="$PWD/$out/real-$load/summary.json"
+    python3 results/sim-validation/spec_compare.py "$out/real-$load" "$out/sim-$load" > "$out/compare-$load.md"
+    rm -f "$out"/{real,sim}-$load/report.html
+    gzip -9f "$out"/{real,sim}-$load/steps.jsonl
+  done
 fi
 if [ "$what" = qwen ] || [ "$what" = all ]; then
   qprof=${QWEN_PROFILE:-results/profiles/qwen2.5-0.5b-cpu.json}

@@ -274,14 +274,15 @@ TEST(ScenarioErrors, SpeculativeNeedsContinuousBatchingAndABuiltMethod) {
 }
 
 TEST(ScenarioErrors, SpeculativeModelProposersNameTheirDraft) {
-  // self and draft_model run a draft model on backend cpu or cuda (one GPU).
+  // self and draft_model run a draft model on backend cpu or cuda (one GPU); the sim prices one.
   EXPECT_EQ(only_error("backend: {kind: sim}\n"
                        "strategies:\n"
                        "  - batching: continuous\n"
                        "    speculative: {method: self, num_layers: 2}\n"
                        "workload: {rates: [1]}\n"),
-            "scn.yaml:4:27: strategies[0].speculative.method: self runs a draft model on backend cpu or cuda (got "
-            "backend sim; ngram runs anywhere)");
+            "scn.yaml:4:27: strategies[0].speculative.method: self on backend sim needs "
+            "strategies[0].speculative.sim_acceptance ({per_position: [p1, p2, ...]} or {summary: FILE}): the sim "
+            "runs no draft model, it accepts drafts at the rates given");
   EXPECT_NE(only_error("backend: {kind: cuda, tensor_parallel: 2}\n"
                        "strategies:\n"
                        "  - batching: continuous\n"
