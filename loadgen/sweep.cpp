@@ -213,8 +213,11 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
   const Scenario& scenario = planner.scenario();
   namespace fs = std::filesystem;
   fs::create_directories(options.out_dir);
-  LineWriter records_out(options.out_dir + "/records.jsonl");
+  // steps.jsonl before records.jsonl: a run killed at any moment leaves records.jsonl only beside
+  // its steps.jsonl, which `servelab report` needs for an in-process run (a kill between the two
+  // opens once left a records.jsonl the report refused: KillNine, kill after 0 records).
   LineWriter steps_out(options.out_dir + "/steps.jsonl");
+  LineWriter records_out(options.out_dir + "/records.jsonl");
 
   SweepOutcome outcome;
   outcome.runs = plan_sweep(planner);
