@@ -36,20 +36,25 @@ struct Outcome {
   int drafted = 0, accepted = 0;
 };
 
+/// Gives `e` (an engine of `spec`: 6 sequences, 96 rows, 256 tokens) the proposer of `sc`.
+void speculate(Engine& e, const BackendSpec& spec, const SpeculativeConfig& sc) {
+  ProposerTarget t;
+  t.backend = spec;
+  t.vocab_size = e.backend().config().vocab_size;
+  t.max_model_len = 256;
+  t.max_num_seqs = 6;
+  t.max_num_batched_tokens = 96;
+  t.seed = spec.seed;
+  t.device_draft_kv_bytes = 16ll << 20;
+  e.set_proposer(make_proposer(sc, t), sc.num_speculative_tokens);
+}
+
 Outcome run(const BackendSpec& spec, float temperature, const SpeculativeConfig* sc) {
   EngineConfig ec = paged_config(continuous_sched(6, 96, true), 64ll << 20);
   ec.kv.max_model_len = 256;
   Engine e(ec, make_backend(spec));
   if (sc) {
-    ProposerTarget t;
-    t.backend = spec;
-    t.vocab_size = e.backend().config().vocab_size;
-    t.max_model_len = 256;
-    t.max_num_seqs = 6;
-    t.max_num_batched_tokens = 96;
-    t.seed = spec.seed;
-    t.device_draft_kv_bytes = 16ll << 20;
-    e.set_proposer(make_proposer(*sc, t), sc->num_speculative_tokens);
+    speculate(e, spec, *sc);
   }
   std::vector<Request> reqs;
   for (int i = 0; i < 6; ++i) {
@@ -131,15 +136,7 @@ TEST(SpecGpu, VerificationStepsReplayTheDecodeGraphs) {
   EngineConfig ec = paged_config(continuous_sched(6, 96, true), 64ll << 20);
   ec.kv.max_model_len = 256;
   Engine e(ec, make_backend(spec));
-  ProposerTarget t;
-  t.backend = spec;
-  t.vocab_size = e.backend().config().vocab_size;
-  t.max_model_len = 256;
-  t.max_num_seqs = 6;
-  t.max_num_batched_tokens = 96;
-  t.seed = spec.seed;
-  t.device_draft_kv_bytes = 16ll << 20;
-  e.set_proposer(make_proposer(self, t), self.num_speculative_tokens);
+  speculate(e, spec, self);
   std::vector<Request> reqs;
   for (int i = 0; i < 3; ++i) reqs.push_back(make_request(i, 9 + 13 * i, 32));  // <= 15 verification rows
   const RunResult r = run_virtual(e, at_zero(reqs));
