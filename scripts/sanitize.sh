@@ -58,10 +58,26 @@ run_asan() {
   done
 }
 
+# Single-threaded cases that are slow under TSan and run under ASan in step 1 anyway (CPU-s on the
+# 2-core VM under TSan, 2026-11-29): the tokenizer's regex against its reference (35 s), the
+# structured-output request paths beyond one that crosses the server's threads with masks filled
+# beside the forward (StructuredKinds 27 s, the schema-set benchmark 9 s, the 400s 5 s), and the
+# chunked twin of the KV-swap greedy equivalence (19 s; the unchunked one stays).
+tsan_skip() {
+  case $1 in
+    model) echo 'TokenizerVariants.Llama3AndGpt2PatternsMatchReference' ;;
+    server) echo 'StructuredKinds.*:StructuredOutput.SchemaSetBenchmarkOverHttpReportsValidity:StructuredOutput.UnsupportedConstructsAndParallelSamplesAre400s' ;;
+    engine) echo 'Engine/GreedyEquivalence.OutputsEqualRunningEachRequestAlone/tight_swap_chunked' ;;
+  esac
+}
+
 run_tsan() {
   cmake --preset tsan "${servelab_preset_args[@]}" > /dev/null
   cmake --build build-tsan -j"$jobs" --target test_backend test_engine test_loadgen_http test_server test_model
+  local t skip
   for t in backend engine loadgen_http server model; do
+    skip=$(tsan_skip "$t")
+    filter="-*Gpu*:*GPU*${skip:+:$skip}"  # run_tests reads it
     run_tests "TSan" build-tsan/test_"$t"
   done
 }
