@@ -1,8 +1,9 @@
 #pragma once
 // Device pieces the two tensor-core quant_gemv kernels share (quant_gemv_mma.cu: cp.async ring,
 // one block a multiprocessor; quant_gemv_stream.cu: register pipeline, many blocks): the mma, the
-// bit-trick dequantization of FP8 and INT4 into bf16 A fragments, one chunk's products, and x's
-// staging in shared memory in the permuted K order the fragments use. The layout of a chunk and
+// bit-trick dequantization of FP8 and INT4 into bf16 A fragments, one chunk's products, x's
+// staging in shared memory in the permuted K order the fragments use, each warp's rows and the
+// epilogue (scales, split-K reduction, stores). The layout of a chunk and
 // the permutation are described at the top of quant_gemv_mma.cu.
 #include <cuda_bf16.h>
 
@@ -163,5 +164,89 @@ __device__ __forceinline__ void store_out(void* y, int64_t i, float v, bool accu
   }
 }
 
+
+/// A warp's weight rows: tile t, half h is row row0 + 16t + 8h + g (clamped to N - 1: the results
+/// of rows past N are dropped), rows[t][h] that row's bytes from this lane's first K column, and
+/// row_scale[t][h] its FP8 scale (the channel's, or the tensor's; unused for INT4).
+template <bool kInt4>
+__device__ __forceinline__ void warp_rows(const QuantGemvArgs& a, int row0, int g, int lane_k,
+                                          const uint8_t* (&rows)[kTiles][2], int (&row_idx)[kTiles][2]) {
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      row_idx[t][h] = min(row0 + 16 * t + 8 * h + g, a.n - 1);
+      rows[t][h] = a.w + int64_t(row_idx[t][h]) * (kInt4 ? a.k / 2 : a.k) + (kInt4 ? lane_k / 2 : lane_k);
+    }
+}
+
+template <bool kInt4>
+__device__ __forceinline__ void warp_row_scales(const QuantGemvArgs& a, const int (&row_idx)[kTiles][2],
+                                                float (&row_scale)[kTiles][2]) {
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) row_scale[t][h] = kInt4 ? 0.0f : __ldg(a.scales + (a.n_scales == 1 ? 0 : row_idx[t][h]));
+}
+
+/// The kernels' epilogue. acc[t][nt][i] holds row row0 + 16t + g + 8(i / 2), column (row of x)
+/// 8nt + 2q + i % 2, FP8 rows scaled here by their channel's scale. Unsplit K: written to y.
+/// Split K: written to this block's partials; the last of the row block's splits to arrive (its
+/// counter) sums them in split order, so the bits do not depend on which split lands last, writes
+/// y and resets the counter for the next launch. last_block is the block's shared flag.
+template <bool kInt4, int kColTiles, int kMaxRows, int kBlockRows, typename OutT>
+__device__ __forceinline__ void finish_tiles(float (&acc)[kTiles][2][4], const float (&row_scale)[kTiles][2],
+                                             const QuantGemvArgs& a, int splits, int rb, int split, int row0,
+                                             int warp, int g, int q, int& last_block) {
+  if constexpr (!kInt4) {
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int nt = 0; nt < kColTiles; ++nt) {
+          acc[t][nt][2 * h] *= row_scale[t][h];
+          acc[t][nt][2 * h + 1] *= row_scale[t][h];
+        }
+  }
+  if (splits == 1) {
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+      for (int nt = 0; nt < kColTiles; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int n = row0 + 16 * t + g + 8 * (i / 2), m = 8 * nt + 2 * q + i % 2;
+          if (n < a.n && m < a.m) store_out<OutT>(a.y, int64_t(m) * a.n + n, acc[t][nt][i], a.accumulate);
+        }
+    return;
+  }
+  const int tid = threadIdx.x;
+  float* part = a.partials + (int64_t(rb) * splits + split) * kMaxRows * kBlockRows;
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+    for (int nt = 0; nt < kColTiles; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int local = warp * 32 + 16 * t + g + 8 * (i / 2), m = 8 * nt + 2 * q + i % 2;
+        if (m < a.m) part[m * kBlockRows + local] = acc[t][nt][i];
+      }
+  __threadfence();  // this block's partials visible device-wide before it is counted
+  __syncthreads();
+  if (tid == 0) last_block = atomicAdd(&a.counters[rb], 1) == splits - 1;
+  __syncthreads();
+  if (!last_block) return;
+  __threadfence();
+  const float* all = a.partials + int64_t(rb) * splits * kMaxRows * kBlockRows;
+  const int n = rb * kBlockRows + tid;  // thread = row of the block
+  for (int m = 0; m < a.m; ++m) {
+    float sum = 0.0f;
+#pragma unroll 4
+    for (int s = 0; s < splits; ++s) sum += __ldcg(all + (int64_t(s) * kMaxRows + m) * kBlockRows + tid);
+    if (n < a.n) store_out<OutT>(a.y, int64_t(m) * a.n + n, sum, a.accumulate);
+  }
+  if (tid == 0) a.counters[rb] = 0;  // ready for the next launch (stream order)
+}
 
 }  // namespace servelab::kernels::quant_gemv_frag

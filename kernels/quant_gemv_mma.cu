@@ -139,19 +139,10 @@ __global__ void __launch_bounds__(qp::kThreads, qp::kBlocksPerSm) quant_gemv_mma
   const int row0 = rb * qp::kBlockRows + warp * 32;
   const uint8_t* rows[kTiles][2];
   int row_idx[kTiles][2];
-#pragma unroll
-  for (int t = 0; t < kTiles; ++t)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      row_idx[t][h] = min(row0 + 16 * t + 8 * h + g, a.n - 1);  // rows past N: results dropped
-      rows[t][h] = a.w + int64_t(row_idx[t][h]) * (kInt4 ? a.k / 2 : a.k) + (kInt4 ? lane_k / 2 : lane_k);
-    }
+  warp_rows<kInt4>(a, row0, g, lane_k, rows, row_idx);
 
   float row_scale[kTiles][2];  // FP8: the channel's (or tensor's) scale, fetched with the weights
-#pragma unroll
-  for (int t = 0; t < kTiles; ++t)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) row_scale[t][h] = kInt4 ? 0.0f : __ldg(a.scales + (a.n_scales == 1 ? 0 : row_idx[t][h]));
+  warp_row_scales<kInt4>(a, row_idx, row_scale);
 #pragma unroll
   for (int u = 0; u < kS - 1; ++u) {  // weights before x exists (PDL); one group per chunk, even empty
     if (c0 + u < c1) issue_chunk<kInt4>(ring, u, rows, row_idx, c0 + u, lane_k, a);
@@ -179,58 +170,8 @@ __global__ void __launch_bounds__(qp::kThreads, qp::kBlocksPerSm) quant_gemv_mma
   }
   cp_async_wait<0>();
 
-  if constexpr (!kInt4) {  // the channel's (or tensor's) scale
-#pragma unroll
-    for (int t = 0; t < kTiles; ++t)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float s = row_scale[t][h];
-#pragma unroll
-        for (int nt = 0; nt < kColTiles; ++nt) {
-          acc[t][nt][2 * h] *= s;
-          acc[t][nt][2 * h + 1] *= s;
-        }
-      }
-  }
-
-  // acc[t][nt][i]: row row0 + 16t + g + 8(i / 2), column (row of x) 8nt + 2q + i % 2.
-  const int splits = p.plan.splits;
-  if (splits == 1) {
-#pragma unroll
-    for (int t = 0; t < kTiles; ++t)
-#pragma unroll
-      for (int nt = 0; nt < kColTiles; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int n = row0 + 16 * t + g + 8 * (i / 2), m = 8 * nt + 2 * q + i % 2;
-          if (n < a.n && m < a.m) store_out<OutT>(a.y, int64_t(m) * a.n + n, acc[t][nt][i], a.accumulate);
-        }
-    return;
-  }
-  float* part = a.partials + (int64_t(rb) * splits + split) * qp::kMaxRows * qp::kBlockRows;
-#pragma unroll
-  for (int t = 0; t < kTiles; ++t)
-#pragma unroll
-    for (int nt = 0; nt < kColTiles; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int local = warp * 32 + 16 * t + g + 8 * (i / 2), m = 8 * nt + 2 * q + i % 2;
-        if (m < a.m) part[m * qp::kBlockRows + local] = acc[t][nt][i];
-      }
-  __threadfence();  // this block's partials visible device-wide before it is counted
-  __syncthreads();
-  if (tid == 0) last_block = atomicAdd(&a.counters[rb], 1) == splits - 1;
-  __syncthreads();
-  if (!last_block) return;
-  __threadfence();
-  const float* all = a.partials + int64_t(rb) * splits * qp::kMaxRows * qp::kBlockRows;
-  const int n = rb * qp::kBlockRows + tid;  // thread = row of the block
-  for (int m = 0; m < a.m; ++m) {
-    float sum = 0.0f;
-    for (int s = 0; s < splits; ++s) sum += __ldcg(all + (int64_t(s) * qp::kMaxRows + m) * qp::kBlockRows + tid);
-    if (n < a.n) store_out<OutT>(a.y, int64_t(m) * a.n + n, sum, a.accumulate);
-  }
-  if (tid == 0) a.counters[rb] = 0;  // ready for the next launch (stream order)
+  finish_tiles<kInt4, kColTiles, qp::kMaxRows, qp::kBlockRows, OutT>(acc, row_scale, a, p.plan.splits, rb, split, row0,
+                                                                    warp, g, q, last_block);
 }
 
 template <bool kInt4, int kColTiles, typename OutT>

@@ -84,23 +84,14 @@ __global__ void __launch_bounds__(sp::kThreads, sp::kBlocksPerSm) quant_gemv_str
   const int row0 = rb * sp::kBlockRows + warp * 32;
   const uint8_t* rows[kTiles][2];
   int row_idx[kTiles][2];
-#pragma unroll
-  for (int t = 0; t < kTiles; ++t)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      row_idx[t][h] = min(row0 + 16 * t + 8 * h + g, a.n - 1);  // rows past N: results dropped
-      rows[t][h] = a.w + int64_t(row_idx[t][h]) * (kInt4 ? a.k / 2 : a.k) + (kInt4 ? lane_k / 2 : lane_k);
-    }
+  warp_rows<kInt4>(a, row0, g, lane_k, rows, row_idx);
 
   ChunkRegs window[U];  // chunk c lives in window[(c - c0) % U]
 #pragma unroll
   for (int u = 0; u < U; ++u)  // weights before x exists (PDL)
     if (c0 + u < c1) load_chunk<kInt4>(window[u], rows, row_idx, c0 + u, lane_k, a);
   float row_scale[kTiles][2];  // FP8: the channel's (or tensor's) scale
-#pragma unroll
-  for (int t = 0; t < kTiles; ++t)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) row_scale[t][h] = kInt4 ? 0.0f : __ldg(a.scales + (a.n_scales == 1 ? 0 : row_idx[t][h]));
+  warp_row_scales<kInt4>(a, row_idx, row_scale);
   pdl_wait();
   pdl_launch_dependents();
   stage_x<kInt4, sp::kThreads>(xs, a, c0, c1, p.slice_stride);
@@ -121,57 +112,8 @@ __global__ void __launch_bounds__(sp::kThreads, sp::kBlocksPerSm) quant_gemv_str
     }
   }
 
-  if constexpr (!kInt4) {
-#pragma unroll
-    for (int t = 0; t < kTiles; ++t)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int nt = 0; nt < kColTiles; ++nt) {
-          acc[t][nt][2 * h] *= row_scale[t][h];
-          acc[t][nt][2 * h + 1] *= row_scale[t][h];
-        }
-  }
-
-  // acc[t][nt][i]: row row0 + 16t + g + 8(i / 2), column (row of x) 8nt + 2q + i % 2.
-  const int splits = p.plan.splits;
-  if (splits == 1) {
-#pragma unroll
-    for (int t = 0; t < kTiles; ++t)
-#pragma unroll
-      for (int nt = 0; nt < kColTiles; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int n = row0 + 16 * t + g + 8 * (i / 2), m = 8 * nt + 2 * q + i % 2;
-          if (n < a.n && m < a.m) store_out<OutT>(a.y, int64_t(m) * a.n + n, acc[t][nt][i], a.accumulate);
-        }
-    return;
-  }
-  float* part = a.partials + (int64_t(rb) * splits + split) * sp::kMaxRows * sp::kBlockRows;
-#pragma unroll
-  for (int t = 0; t < kTiles; ++t)
-#pragma unroll
-    for (int nt = 0; nt < kColTiles; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int local = warp * 32 + 16 * t + g + 8 * (i / 2), m = 8 * nt + 2 * q + i % 2;
-        if (m < a.m) part[m * sp::kBlockRows + local] = acc[t][nt][i];
-      }
-  __threadfence();  // this block's partials visible device-wide before it is counted
-  __syncthreads();
-  if (tid == 0) last_block = atomicAdd(&a.counters[rb], 1) == splits - 1;
-  __syncthreads();
-  if (!last_block) return;
-  __threadfence();
-  const float* all = a.partials + int64_t(rb) * splits * sp::kMaxRows * sp::kBlockRows;
-  const int n = rb * sp::kBlockRows + tid;  // thread = row of the block
-  for (int m = 0; m < a.m; ++m) {
-    float sum = 0.0f;
-#pragma unroll 4
-    for (int s = 0; s < splits; ++s) sum += __ldcg(all + (int64_t(s) * sp::kMaxRows + m) * sp::kBlockRows + tid);
-    if (n < a.n) store_out<OutT>(a.y, int64_t(m) * a.n + n, sum, a.accumulate);
-  }
-  if (tid == 0) a.counters[rb] = 0;  // ready for the next launch (stream order)
+  finish_tiles<kInt4, kColTiles, sp::kMaxRows, sp::kBlockRows, OutT>(acc, row_scale, a, p.plan.splits, rb, split, row0,
+                                                                    warp, g, q, last_block);
 }
 
 template <bool kInt4, int kColTiles, typename OutT>
