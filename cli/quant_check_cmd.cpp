@@ -8,8 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "engine/backend/massive_activations.h"
 #include "engine/backend/quant_check.h"
 #include "engine/model/config.h"
+#include "engine/model/residual_scale.h"
 #include "engine/model/weights.h"
 
 namespace servelab::cli {
@@ -24,19 +26,28 @@ struct QuantCheckArgs {
   int threads = 0;
   int outlier_channels = 0;
   float outlier_scale = 100.0f;
+  int massive_tokens = 0;
+  int massive_channels = 2;
+  float massive_scale = 1e4f;
+  double massive_rate = 0.02;
+  float residual_scale = 1.0f;
   std::string json;
 };
 
 int quant_check_main(const QuantCheckArgs& a) {
   ModelWeights w;
+  QuantCheckOptions o;
   try {
     w = a.model_dir.empty() ? ModelWeights::random(preset(a.preset), a.seed) : ModelWeights::load(a.model_dir);
     if (a.outlier_channels > 0) add_outlier_channels(w, a.outlier_channels, a.outlier_scale, a.seed);
+    if (a.residual_scale != 1.0f) scale_residual_branches(w, 0, a.residual_scale);
+    if (a.massive_tokens > 0)
+      o.massive_tokens = add_massive_activations(w, {a.massive_tokens, a.massive_channels, a.massive_scale}, a.seed);
+    o.massive_rate = a.massive_tokens > 0 ? a.massive_rate : 0.0;
   } catch (const std::exception& e) {
     std::cerr << "servelab quant-check: " << e.what() << "\n";
     return 2;
   }
-  QuantCheckOptions o;
   o.n_positions = a.positions;
   o.n_sequences = a.sequences;
   o.seed = a.seed;
@@ -50,16 +61,24 @@ int quant_check_main(const QuantCheckArgs& a) {
   }
   std::cout << "quant-check: " << w.config.name << ", " << results.front().n_positions << " positions, seed " << a.seed;
   if (a.outlier_channels > 0) std::cout << ", " << a.outlier_channels << " outlier channels x" << a.outlier_scale;
+  if (a.residual_scale != 1.0f) std::cout << ", residual branches x" << a.residual_scale;
+  if (a.massive_tokens > 0)
+    std::cout << ", " << a.massive_tokens << " massive tokens (" << a.massive_channels << " FFN channels x" << a.massive_scale
+              << ", " << a.massive_rate * 100 << "% of positions)";
   std::cout << "\n  reference: the same weights unquantized (fp32 compute, fp32 KV) on the cpu backend\n";
-  std::printf("  %-26s %9s %8s %10s %10s %11s %9s\n", "format", "bytes/w", "top-1", "mean KL", "max KL", "max |dlogit|", "rel err");
+  const bool massive = a.massive_tokens > 0;
+  std::printf("  %-26s %9s %8s%s %10s %10s %11s %9s\n", "format", "bytes/w", "top-1", massive ? "  others" : "", "mean KL",
+              "max KL", "max |dlogit|", "rel err");
   nlohmann::json j = {{"model", w.config.name}, {"seed", a.seed}, {"positions", results.front().n_positions},
                       {"outlier_channels", a.outlier_channels}, {"outlier_scale", a.outlier_scale}, {"formats", nlohmann::json::array()}};
   for (const QuantAccuracy& r : results) {
-    std::printf("  %-26s %9.3f %8.4f %10.2e %10.2e %11.4f %9.4f\n", r.variant.label.c_str(), r.linear_bytes_per_weight,
-                r.top1_agreement, r.mean_kl, r.max_kl, r.max_logit_error, r.rel_logit_error);
+    std::printf("  %-26s %9.3f %8.4f", r.variant.label.c_str(), r.linear_bytes_per_weight, r.top1_agreement);
+    if (massive) std::printf(" %7.4f", r.top1_agreement_other);
+    std::printf(" %10.2e %10.2e %11.4f %9.4f\n", r.mean_kl, r.max_kl, r.max_logit_error, r.rel_logit_error);
     j["formats"].push_back({{"label", r.variant.label}, {"scheme", r.variant.scheme.describe()},
                             {"kv_cache_dtype", to_string(r.variant.kv_cache_dtype)},
                             {"linear_bytes_per_weight", r.linear_bytes_per_weight}, {"top1_agreement", r.top1_agreement},
+                            {"top1_agreement_others", r.top1_agreement_other},
                             {"mean_kl", r.mean_kl}, {"max_kl", r.max_kl}, {"max_logit_error", r.max_logit_error},
                             {"rel_logit_error", r.rel_logit_error}});
   }
@@ -87,6 +106,15 @@ const Registrar reg(
       sub.add_option("--outlier-channels", a->outlier_channels,
                      "give N hidden channels of every RMSNorm weight a larger magnitude (outlier features)");
       sub.add_option("--outlier-scale", a->outlier_scale, "their magnitude factor")->capture_default_str();
+      sub.add_option("--residual-scale", a->residual_scale,
+                     "multiply every layer's attention-output and down projections (the layers' share of the residual stream)")
+          ->capture_default_str();
+      sub.add_option("--massive-tokens", a->massive_tokens,
+                     "give N token ids massive activations in a few FFN channels of every layer (0: none)");
+      sub.add_option("--massive-channels", a->massive_channels, "FFN channels per layer they drive")->capture_default_str();
+      sub.add_option("--massive-scale", a->massive_scale, "their value at those tokens, x the usual one")->capture_default_str();
+      sub.add_option("--massive-rate", a->massive_rate, "share of stream positions that are massive tokens")
+          ->capture_default_str();
       sub.add_option("--json", a->json, "write the figures to this file");
       sub.footer("Example:\n  servelab quant-check --preset tiny --positions 1024 --outlier-channels 4 --outlier-scale 100");
       return [a] { return quant_check_main(*a); };

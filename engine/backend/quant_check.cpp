@@ -69,6 +69,8 @@ void QuantCheckOptions::validate() const {
   if (n_sequences < 1 || n_sequences > n_positions)
     throw std::invalid_argument("sequences must be in [1, positions] (got " + std::to_string(n_sequences) + ")");
   if (n_threads < 0) throw std::invalid_argument("threads must be >= 0 (got " + std::to_string(n_threads) + ")");
+  if (!(massive_rate >= 0.0 && massive_rate <= 1.0))
+    throw std::invalid_argument("massive rate must be in [0, 1] (got " + std::to_string(massive_rate) + ")");
 }
 
 std::vector<QuantVariant> default_quant_variants(const ModelConfig& config) {
@@ -102,8 +104,15 @@ std::vector<QuantAccuracy> quant_check(const ModelWeights& weights, const std::v
                                 std::to_string(weights.config.max_position) + "; use more sequences");
   std::vector<std::vector<TokenId>> streams(size_t(o.n_sequences), std::vector<TokenId>(size_t(len)));
   uint64_t state = o.seed ^ 0x51ab5eedull;
+  std::vector<int32_t> massive = o.massive_tokens;
+  std::sort(massive.begin(), massive.end());
+  const uint64_t massive_below = uint64_t(o.massive_rate * 0x1p53);  // a position is massive when u < rate
   for (auto& s : streams)
-    for (TokenId& t : s) t = static_cast<TokenId>(splitmix64_next(state) % uint64_t(vocab));
+    for (TokenId& t : s) {
+      t = static_cast<TokenId>(splitmix64_next(state) % uint64_t(vocab));
+      if (!massive.empty() && (splitmix64_next(state) >> 11) < massive_below)
+        t = massive[splitmix64_next(state) % massive.size()];
+    }
   auto base = std::make_shared<const ModelWeights>(weights);
   const std::vector<float> ref = stream_logits(base, KvCacheDType::auto_dtype, streams, o.n_threads);
   std::vector<QuantAccuracy> results;
@@ -115,14 +124,19 @@ std::vector<QuantAccuracy> quant_check(const ModelWeights& weights, const std::v
     a.variant = v;
     a.linear_bytes_per_weight = double(linear_weight_bytes(weights.config, v.scheme)) /
                                 (double(linear_weight_bytes(weights.config, QuantScheme{})) / 2.0);
-    double agree = 0, kl_sum = 0, num = 0, den = 0;
+    double agree = 0, kl_sum = 0, num = 0, den = 0, agree_other = 0, n_other = 0;
     // Every stream's positions up to n_positions in all.
     int64_t counted = 0;
     for (int s = 0; s < o.n_sequences && counted < o.n_positions; ++s)
       for (int p = 0; p < len && counted < o.n_positions; ++p, ++counted) {
         const float* r = ref.data() + (size_t(s) * len + p) * vocab;
         const float* q = got.data() + (size_t(s) * len + p) * vocab;
-        agree += std::max_element(r, r + vocab) - r == std::max_element(q, q + vocab) - q;
+        const bool same = std::max_element(r, r + vocab) - r == std::max_element(q, q + vocab) - q;
+        agree += same;
+        if (!std::binary_search(massive.begin(), massive.end(), streams[size_t(s)][size_t(p)])) {
+          agree_other += same;
+          ++n_other;
+        }
         log_softmax(r, vocab, lp);
         log_softmax(q, vocab, lq);
         double kl = 0;
@@ -138,6 +152,7 @@ std::vector<QuantAccuracy> quant_check(const ModelWeights& weights, const std::v
       }
     a.n_positions = counted;
     a.top1_agreement = agree / double(counted);
+    a.top1_agreement_other = n_other > 0 ? agree_other / n_other : 0.0;
     a.mean_kl = kl_sum / double(counted);
     a.rel_logit_error = den > 0 ? std::sqrt(num / den) : 0.0;
     results.push_back(a);

@@ -29,6 +29,10 @@ struct QuantCheckOptions {
   int n_sequences = 8;     ///< token streams run side by side as one batch per step
   uint64_t seed = 0;       ///< the streams' tokens
   int n_threads = 0;       ///< CPU backend threads, 0 = all
+  /// Token ids that carry massive activations (add_massive_activations); a stream's position is one
+  /// of them (uniformly) with probability massive_rate, else any token.
+  std::vector<int32_t> massive_tokens;
+  double massive_rate = 0.0;  ///< in [0, 1]
   void validate() const;   ///< throws std::invalid_argument naming the field
 };
 
@@ -37,6 +41,9 @@ struct QuantAccuracy {
   QuantVariant variant;
   int64_t n_positions = 0;
   double top1_agreement = 0.0;    ///< share of positions whose argmax token is the reference's
+  /// The same over the positions whose own token is not a massive one (all of them without massive
+  /// tokens): what a massive token in the same step does to the other rows.
+  double top1_agreement_other = 0.0;
   double mean_kl = 0.0;           ///< mean KL(P_ref ‖ P_variant) over positions, nats
   double max_kl = 0.0;
   double max_logit_error = 0.0;   ///< max |logit − reference logit| over positions and vocabulary
