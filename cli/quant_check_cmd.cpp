@@ -70,7 +70,10 @@ int quant_check_main(const QuantCheckArgs& a) {
   std::printf("  %-26s %9s %8s%s %10s %10s %11s %9s\n", "format", "bytes/w", "top-1", massive ? "  others" : "", "mean KL",
               "max KL", "max |dlogit|", "rel err");
   nlohmann::json j = {{"model", w.config.name}, {"seed", a.seed}, {"positions", results.front().n_positions},
-                      {"outlier_channels", a.outlier_channels}, {"outlier_scale", a.outlier_scale}, {"formats", nlohmann::json::array()}};
+                      {"outlier_channels", a.outlier_channels}, {"outlier_scale", a.outlier_scale},
+                      {"residual_scale", a.residual_scale}, {"massive_tokens", o.massive_tokens},
+                      {"massive_channels", massive ? a.massive_channels : 0}, {"massive_scale", massive ? a.massive_scale : 0.0f},
+                      {"massive_rate", o.massive_rate}, {"formats", nlohmann::json::array()}};
   for (const QuantAccuracy& r : results) {
     std::printf("  %-26s %9.3f %8.4f", r.variant.label.c_str(), r.linear_bytes_per_weight, r.top1_agreement);
     if (massive) std::printf(" %7.4f", r.top1_agreement_other);

@@ -66,5 +66,29 @@ TEST(QuantCli, QuantCheckReportsEveryFormat) {
   EXPECT_GT(fp8_err, 0.0);
 }
 
+TEST(QuantCli, QuantCheckMassiveActivationsSeparateTheScaleLayouts) {
+  if (!fs::exists(servelab_exe())) GTEST_SKIP() << servelab_exe() << " not built";
+  TempDir tmp;
+  const CliResult r = run_servelab({"quant-check", "--positions", "32", "--sequences", "4", "--threads", "2",
+                                    "--residual-scale", "0.05", "--massive-tokens", "4", "--massive-scale", "1e6",
+                                    "--massive-rate", "0.2", "--json", tmp.file("q.json")},
+                                   tmp);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("4 massive tokens"), std::string::npos) << r.output;
+  const json j = json::parse(read_text(tmp.file("q.json")));
+  EXPECT_EQ(j.at("massive_tokens").size(), 4u);
+  EXPECT_EQ(j.at("residual_scale"), 0.05f);
+  double tensor_kl = 0, token_kl = 0;
+  for (const json& f : j.at("formats")) {
+    if (f.at("label") == "fp8-tensor") tensor_kl = f.at("mean_kl");
+    if (f.at("label") == "fp8-channel-token") token_kl = f.at("mean_kl");
+    EXPECT_LE(f.at("top1_agreement_others").get<double>(), 1.0);
+  }
+  EXPECT_GT(tensor_kl, 3.0 * token_kl);  // one scale for the step: a massive row sets it
+  const CliResult bad = run_servelab({"quant-check", "--positions", "8", "--massive-tokens", "2", "--massive-rate", "2"}, tmp);
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("massive rate must be in [0, 1]"), std::string::npos) << bad.output;
+}
+
 }  // namespace quant_cli_test
 }  // namespace servelab::cli_test
