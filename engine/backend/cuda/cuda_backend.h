@@ -58,6 +58,15 @@ struct CudaBackendOptions {
   /// graph captured per (batch bucket, context bucket, KV layout) after one eager warm-up run;
   /// false (`cuda_graphs: off`) runs every step eagerly.
   bool cuda_graphs = true;
+  /// With cuda_graphs (not batch-invariant): a verification step (speculative decoding, <= 8 rows a
+  /// sequence) replays the decode graphs with the multi-row decode attention, which reads each
+  /// sequence's K/V once for all its rows (kernels/attention_decode_rows.h), up to 512 rows;
+  /// false: its rows as one-row decode sequences, each reading its K/V again, up to 16 rows
+  /// (engine/backend/cuda/graph_buckets.h: the path it replaces, kept to compare against).
+  bool verify_rows_kernel = true;
+  /// Verification steps of at most this many rows replay the decode graphs; 0 (default): 512
+  /// with verify_rows_kernel, 16 without (graph_buckets.h). For measuring either path at any size.
+  int verify_graph_max_rows = 0;
   /// Paged KV: block tables live on the device across steps (a row per sequence) and each step
   /// uploads only the entries that changed; false re-sends every sequence's whole table each step
   /// (the path it replaces, kept to compare against).

@@ -24,6 +24,10 @@ constexpr int kGraphMaxTableUpdates = 65536;
 /// took 9.86 ms against 9.66 ms eager at 32 users (160 rows) and 16.31 against 15.15 ms at 64 users
 /// (320 rows), while at batch 1 (5 rows) the two were level (1.274 and 1.278 plain decode steps).
 constexpr int kVerifyGraphMaxRows = 16;
+/// With the multi-row decode attention (CudaBackendOptions::verify_rows_kernel, on by default:
+/// kernels/attention_decode_rows.h, each sequence's K/V read once for its rows), verification
+/// steps of up to this many rows replay the decode graphs (the largest bucket).
+constexpr int kVerifyRowsGraphMaxRows = 512;
 
 inline int graph_bucket(int n_seqs) {
   for (int b : kGraphBuckets)
@@ -42,9 +46,11 @@ struct GraphKey {
   int bucket, context, kind, block_size;
   bool lora;   // with the LoRA launches (any mix of slots replays it) or without any
   bool draws;  // with the draws (sampling); without: the forward up to the logits (late masks)
+  bool rows;   // a verification step through decode_attention_rows (row spans in the input)
+  bool probs;  // the draws write their distributions (Step::want_draw_probs: a draft model's q)
   bool operator<(const GraphKey& o) const {
-    return std::tie(bucket, context, kind, block_size, lora, draws) <
-           std::tie(o.bucket, o.context, o.kind, o.block_size, o.lora, o.draws);
+    return std::tie(bucket, context, kind, block_size, lora, draws, rows, probs) <
+           std::tie(o.bucket, o.context, o.kind, o.block_size, o.lora, o.draws, o.rows, o.probs);
   }
 };
 struct GraphEntry {

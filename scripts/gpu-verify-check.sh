@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Speculative verification on the GPU (issue 27, item 2 of the specgpu brief) in one or two short
+# device calls: builds test_kernels_gpu, test_cuda_backend_gpu and kernel_bench
+# (-DCMAKE_CUDA_ARCHITECTURES=90a) into BUILD (default /tmp/build-verify: outside the copied tree,
+# so a second call on a still-warm machine only rebuilds what changed), then runs
+#   PART=tests (default): DecodeRowsGpu.* (multi-row decode attention against its reference),
+#     VerifyDraftGpu.* (rejection sampling against q: GPU = reference = CPU draw for draw, chi-square),
+#     SpecGpu.* (speculative output on the GPU);
+#   PART=bench: kernel_bench --verify-rows (the rows kernel beside the one-row transform and plain
+#     decode) and SpecGpuBench.* (the llama2-7b verification step at 1 / 32 / 64 users: eager,
+#     graphs with the one-row transform, graphs with the rows kernel);
+#   PART=all: both.
+# Logs under OUT; a short summary last.   OUT=$OUT PART=all bash scripts/gpu-verify-check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-results/runs/gpu-verify-check}
+BUILD=${BUILD:-/tmp/build-verify}
+PART=${PART:-tests}
+mkdir -p "$OUT"
+COMMIT=$(cat GPU_COMMIT 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; echo "commit $COMMIT"; date -u; } >"$OUT/environment.txt" 2>&1
+t0=$(date +%s)
+G=(); command -v ninja >/dev/null && G=(-G Ninja)
+[ -f "$BUILD/CMakeCache.txt" ] || cmake -S . -B "$BUILD" "${G[@]}" -DCMAKE_BUILD_TYPE=Release -DSERVELAB_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES=90a >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
+timeout "${BUILD_LIMIT:-290}" cmake --build "$BUILD" -j"$(nproc)" --target test_kernels_gpu test_cuda_backend_gpu kernel_bench -- -k 0 \
+  >"$OUT/build.log" 2>&1 || { echo "build failed or timed out:"; grep -E "error|FAILED" "$OUT/build.log" | head -30; }
+echo "build $(($(date +%s) - t0)) s"
+rc=0
+brief() { grep -hE "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|Failure|Expected|Which is|actual|rel|  [0-9]+ of" "$1" | head -${2:-25}; }
+if [ "$PART" != bench ]; then
+  timeout 120 "$BUILD/test_kernels_gpu" --gtest_filter='DecodeRowsGpu.*' >"$OUT/decode_rows_gpu.log" 2>&1 || rc=1
+  echo "== DecodeRowsGpu"; brief "$OUT/decode_rows_gpu.log"
+  timeout 60 "$BUILD/test_cuda_backend_gpu" --gtest_filter='VerifyDraftGpu.*' >"$OUT/verify_draft_gpu.log" 2>&1 || rc=1
+  echo "== VerifyDraftGpu"; brief "$OUT/verify_draft_gpu.log"
+  timeout 150 "$BUILD/test_cuda_backend_gpu" --gtest_filter='SpecGpu.*' >"$OUT/spec_gpu.log" 2>&1 || rc=1
+  echo "== SpecGpu"; brief "$OUT/spec_gpu.log"
+fi
+if [ "$PART" != tests ]; then
+  timeout 100 "$BUILD/kernel_bench" --verify-rows >"$OUT/kernel_bench_verify_rows.log" 2>&1 || rc=1
+  SERVELAB_GPU_BENCH=1 timeout 200 "$BUILD/test_cuda_backend_gpu" --gtest_filter='SpecGpuBench.*' >"$OUT/spec_gpu_bench.log" 2>&1 || rc=1
+  echo "== kernel_bench --verify-rows"; grep -vE "^\s*$" "$OUT/kernel_bench_verify_rows.log" | tail -30
+  echo "== SpecGpuBench"; grep -E "mode|users|eager|graphs|llama2|FAILED|Failure" "$OUT/spec_gpu_bench.log" | head -20
+fi
+echo "total $(($(date +%s) - t0)) s, rc $rc"
+exit $rc
