@@ -27,20 +27,33 @@ timeout "${BUILD_LIMIT:-290}" cmake --build "$BUILD" -j"$(nproc)" --target test_
   >"$OUT/build.log" 2>&1 || { echo "build failed or timed out:"; grep -E "error|FAILED" "$OUT/build.log" | head -30; }
 echo "build $(($(date +%s) - t0)) s"
 rc=0
-brief() { grep -hE "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|Failure|Expected|Which is|actual|rel|  [0-9]+ of" "$1" | head -${2:-25}; }
-if [ "$PART" != bench ]; then
-  timeout 120 "$BUILD/test_kernels_gpu" --gtest_filter='DecodeRowsGpu.*' >"$OUT/decode_rows_gpu.log" 2>&1 || rc=1
+left() { echo $(( ${TOTAL_LIMIT:-320} - ($(date +%s) - t0) )); }
+brief() { grep -hE "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|Failure|Expected|Which is|actual|  [0-9]+ of" "$1" | head -${2:-25}; }
+step() {  # step NAME LIMIT CMD...: skipped when less time is left than asked
+  local name=$1 limit=$2; shift 2
+  local l; l=$(left)
+  if [ "$l" -lt 15 ]; then echo "== $name: skipped (no time left)"; return; fi
+  [ "$l" -lt "$limit" ] && limit=$l
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1 || { rc=1; echo "== $name: rc $?"; }
+}
+want() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
+if want tests; then
+  step decode_rows_gpu 90 "$BUILD/test_kernels_gpu" --gtest_filter='DecodeRowsGpu.*'
   echo "== DecodeRowsGpu"; brief "$OUT/decode_rows_gpu.log"
-  timeout 60 "$BUILD/test_cuda_backend_gpu" --gtest_filter='VerifyDraftGpu.*' >"$OUT/verify_draft_gpu.log" 2>&1 || rc=1
+  step verify_draft_gpu 60 "$BUILD/test_cuda_backend_gpu" --gtest_filter='VerifyDraftGpu.*'
   echo "== VerifyDraftGpu"; brief "$OUT/verify_draft_gpu.log"
-  timeout 150 "$BUILD/test_cuda_backend_gpu" --gtest_filter='SpecGpu.*' >"$OUT/spec_gpu.log" 2>&1 || rc=1
+fi
+if want bench; then
+  step kernel_bench_verify_rows 60 "$BUILD/kernel_bench" --verify-rows
+  echo "== kernel_bench --verify-rows"; grep -vE "^\s*$" "$OUT/kernel_bench_verify_rows.log" | tail -28
+fi
+if want tests; then
+  step spec_gpu 150 "$BUILD/test_cuda_backend_gpu" --gtest_filter='SpecGpu.*'
   echo "== SpecGpu"; brief "$OUT/spec_gpu.log"
 fi
-if [ "$PART" != tests ]; then
-  timeout 100 "$BUILD/kernel_bench" --verify-rows >"$OUT/kernel_bench_verify_rows.log" 2>&1 || rc=1
-  SERVELAB_GPU_BENCH=1 timeout 200 "$BUILD/test_cuda_backend_gpu" --gtest_filter='SpecGpuBench.*' >"$OUT/spec_gpu_bench.log" 2>&1 || rc=1
-  echo "== kernel_bench --verify-rows"; grep -vE "^\s*$" "$OUT/kernel_bench_verify_rows.log" | tail -30
-  echo "== SpecGpuBench"; grep -E "mode|users|eager|graphs|llama2|FAILED|Failure" "$OUT/spec_gpu_bench.log" | head -20
+if want bench; then
+  export SERVELAB_GPU_BENCH=1; step spec_gpu_bench 200 "$BUILD/test_cuda_backend_gpu" --gtest_filter='SpecGpuBench.*'
+  echo "== SpecGpuBench"; grep -E "mode|eager|graphs|llama2|FAILED|Failure" "$OUT/spec_gpu_bench.log" | head -20
 fi
 echo "total $(($(date +%s) - t0)) s, rc $rc"
 exit $rc
