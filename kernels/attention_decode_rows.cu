@@ -20,15 +20,16 @@ namespace servelab::kernels {
 namespace decode_rows {
 
 constexpr int kThreads = decode::kThreads;
-constexpr int kNq = kDecodeRowsQueries;
 
 struct RowsParams {
   decode::Params p;
   const int32_t* spans;
 };
 
-template <typename T, int HD>
-__global__ void __launch_bounds__(kThreads, 2) rows_kernel(const RowsParams rp) {
+/// kNq (row, head) pairs a block: 8 (two blocks an SM: ~244 registers) or 4 (four). A pair's
+/// arithmetic does not depend on kNq, so neither do its bits.
+template <typename T, int HD, int kNq>
+__global__ void __launch_bounds__(kThreads, kNq >= 8 ? 2 : 4) rows_kernel(const RowsParams rp) {
   constexpr int kTpt = HD / 8, kLg = kThreads / kTpt, kU = 2;
   __shared__ float sm_m[kLg][kNq], sm_l[kLg][kNq];
   __shared__ __align__(16) float sm_o[kLg][kNq][HD];
@@ -216,15 +217,21 @@ __global__ void __launch_bounds__(kThreads, 2) rows_kernel(const RowsParams rp) 
   }
 }
 
-template <typename T>
-void launch_rows(int hd, const RowsParams& rp, dim3 grid, cudaStream_t stream) {
+template <typename T, int kNq>
+void launch_rows_nq(int hd, const RowsParams& rp, dim3 grid, cudaStream_t stream) {
   switch (hd) {
-    case 32: rows_kernel<T, 32><<<grid, kThreads, 0, stream>>>(rp); break;
-    case 64: rows_kernel<T, 64><<<grid, kThreads, 0, stream>>>(rp); break;
-    case 128: rows_kernel<T, 128><<<grid, kThreads, 0, stream>>>(rp); break;
+    case 32: rows_kernel<T, 32, kNq><<<grid, kThreads, 0, stream>>>(rp); break;
+    case 64: rows_kernel<T, 64, kNq><<<grid, kThreads, 0, stream>>>(rp); break;
+    case 128: rows_kernel<T, 128, kNq><<<grid, kThreads, 0, stream>>>(rp); break;
     default: throw std::invalid_argument("decode_attention_rows: head_dim " + std::to_string(hd) + " not built (32, 64, 128)");
   }
   CUDA_CHECK_LAUNCH();
+}
+
+template <typename T>
+void launch_rows(int hd, int nq, const RowsParams& rp, dim3 grid, cudaStream_t stream) {
+  if (nq == 4) launch_rows_nq<T, 4>(hd, rp, grid, stream);
+  else launch_rows_nq<T, 8>(hd, rp, grid, stream);
 }
 
 }  // namespace decode_rows
@@ -240,7 +247,7 @@ DecodeSplit decode_attention_rows_split(const DecodeRowsArgs& a, int n_groups, i
     return r;
   }
   const int group = b.n_heads / b.shape.n_kv_heads;
-  const int n_sub = ceil_div(int64_t(kMaxDecodeRows) * group, kDecodeRowsQueries);
+  const int n_sub = ceil_div(int64_t(kMaxDecodeRows) * group, decode_rows_queries(a));
   const int groups = n_groups > 0 ? std::min(n_groups, b.n_seqs) : b.n_seqs;
   // Blocks that compute: one column per (sequence, KV head, pair block); aim for ~4 a SM as the
   // CUDA-core decode kernel does, splits of >= 64 positions, rounded up to 64.
@@ -256,10 +263,15 @@ DecodeSplit decode_attention_rows_split(const DecodeRowsArgs& a, int n_groups, i
   return r;
 }
 
+int decode_rows_queries(const DecodeRowsArgs& a) { return a.queries_per_block == 4 ? 4 : kDecodeRowsQueries; }
+
 void decode_attention_rows(const DecodeRowsArgs& a, cudaStream_t stream, int n_groups) {
   const DecodeAttentionArgs& b = a.base;
   if (b.n_seqs == 0) return;
   if (a.spans == nullptr) throw std::invalid_argument("decode_attention_rows: spans must be given");
+  if (a.queries_per_block != 4 && a.queries_per_block != 8)
+    throw std::invalid_argument("decode_attention_rows: queries_per_block must be 4 or 8 (got " +
+                                std::to_string(a.queries_per_block) + ")");
   if (b.shape.n_kv_heads <= 0 || b.n_heads % b.shape.n_kv_heads != 0)
     throw std::invalid_argument("decode_attention_rows: n_heads must be a multiple of n_kv_heads");
   if (b.split.fixed_split_len < 0 || b.split.fixed_split_len % 16 != 0)
@@ -280,7 +292,8 @@ void decode_attention_rows(const DecodeRowsArgs& a, cudaStream_t stream, int n_g
   p.kv_row = b.shape.row_elems();
   p.n_heads = b.n_heads;
   p.group = group;
-  p.n_sub = ceil_div(int64_t(kMaxDecodeRows) * group, kDecodeRowsQueries);
+  const int nq = decode_rows_queries(a);
+  p.n_sub = ceil_div(int64_t(kMaxDecodeRows) * group, nq);
   p.context_lens = b.context_lens;
   p.kv = b.kv;
   p.scale_log2 = b.scale * decode::kLog2e;
@@ -310,10 +323,10 @@ void decode_attention_rows(const DecodeRowsArgs& a, cudaStream_t stream, int n_g
     p.counters = reinterpret_cast<int32_t*>(b.workspace) + ctr_at;
   }
   if (b.dtype == ScalarType::bf16) {
-    decode_rows::launch_rows<__nv_bfloat16>(hd, rp, grid, stream);
+    decode_rows::launch_rows<__nv_bfloat16>(hd, nq, rp, grid, stream);
   } else {
 #if defined(SERVELAB_KERNELS_FP16)
-    decode_rows::launch_rows<__half>(hd, rp, grid, stream);
+    decode_rows::launch_rows<__half>(hd, nq, rp, grid, stream);
 #else
     throw std::invalid_argument("decode_attention_rows: fp16 not built (configure with -DSERVELAB_KERNELS_FP16=ON)");
 #endif

@@ -29,13 +29,20 @@ namespace servelab::kernels {
 
 /// Most rows a sequence may have (verification of up to 7 drafts).
 constexpr int kMaxDecodeRows = 8;
-/// (row, query head) pairs one block computes against one KV head.
+/// (row, query head) pairs one block computes against one KV head (DecodeRowsArgs::queries_per_block
+/// may ask for 4: more blocks of fewer registers).
 constexpr int kDecodeRowsQueries = 8;
 
 struct DecodeRowsArgs {
   DecodeAttentionArgs base;          ///< n_seqs, context_lens, query_start, kv: per row (see above)
   const int32_t* spans = nullptr;    ///< [base.n_seqs]: rows of the sequence ending here, 0 = not its last row
+  /// (row, head) pairs a block computes: 8 (two blocks an SM) or 4 (four blocks an SM, K/V read
+  /// twice for 5..8 rows at group 1). A pair's bits are the same either way.
+  int queries_per_block = kDecodeRowsQueries;
 };
+
+/// The pairs a block computes for these arguments (queries_per_block, 4 or 8).
+int decode_rows_queries(const DecodeRowsArgs& a);
 
 /// How decode_attention_rows cuts the contexts: split length and count (DecodeSplit's fields;
 /// tensor_cores, cluster and pipeline are always false). Fixed split: base.split.fixed_split_len;

@@ -38,13 +38,18 @@ step() {  # step NAME LIMIT CMD...: skipped when less time is left than asked
 }
 want() { [ "$PART" = all ] || [ "$PART" = "$1" ]; }
 if want tests; then
-  step decode_rows_gpu 90 "$BUILD/test_kernels_gpu" --gtest_filter='DecodeRowsGpu.*'
+  step decode_rows_gpu 90 "$BUILD/test_kernels_gpu" --gtest_filter='*DecodeRowsGpu.*'
   echo "== DecodeRowsGpu"; brief "$OUT/decode_rows_gpu.log"
   step verify_draft_gpu 60 "$BUILD/test_cuda_backend_gpu" --gtest_filter='VerifyDraftGpu.*'
   echo "== VerifyDraftGpu"; brief "$OUT/verify_draft_gpu.log"
+  # What the changes touch besides: the sampler's own tests, the backend's graphs and sampling.
+  step sampling_gpu 60 "$BUILD/test_kernels_gpu" --gtest_filter='SamplingGpu.*'
+  echo "== SamplingGpu"; brief "$OUT/sampling_gpu.log" 8
+  step backend_gpu 90 "$BUILD/test_cuda_backend_gpu" --gtest_filter='*CudaBackendGpu*:CudaLateMasks.*:BlockTableGpu.*:-*Bench*'
+  echo "== CudaBackendGpu*, CudaLateMasks, BlockTableGpu"; brief "$OUT/backend_gpu.log" 12
 fi
 if want bench; then
-  step kernel_bench_verify_rows 60 "$BUILD/kernel_bench" --verify-rows
+  step kernel_bench_verify_rows 80 "$BUILD/kernel_bench" --verify-rows
   echo "== kernel_bench --verify-rows"; grep -vE "^\s*$" "$OUT/kernel_bench_verify_rows.log" | tail -28
 fi
 if want tests; then

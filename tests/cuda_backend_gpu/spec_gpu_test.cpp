@@ -152,6 +152,7 @@ void verification_steps_replay_the_decode_graphs(bool rows_kernel, int n_request
   CudaBackendOptions o;
   o.residual_scale = spec.residual_scale;
   o.verify_rows_kernel = rows_kernel;
+  o.verify_rows_kernel_gqa = rows_kernel;  // tiny has GQA 4: the rows kernel only when asked
   Engine e(ec, CudaBackend::random(preset(spec.model), spec.seed, o));
   speculate(e, spec, self);
   std::vector<Request> reqs;

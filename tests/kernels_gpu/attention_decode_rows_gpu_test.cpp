@@ -79,7 +79,7 @@ int sm_count() {
 /// Runs decode_attention_rows on b's one-row form; `ws` (zeroed once by the caller, or empty: a
 /// fresh one) is the workspace.
 std::vector<float> run_rows(ScalarType t, const KvBatch& b, SplitPolicy split, DecodeSplit* used = nullptr,
-                            DeviceBuffer* ws = nullptr) {
+                            DeviceBuffer* ws = nullptr, int queries_per_block = kDecodeRowsQueries) {
   const OneRowForm f = one_row_form(b);
   const DeviceBuffer k = testing::upload16(t, b.k_cache), v = testing::upload16(t, b.v_cache), q = testing::upload16(t, b.q);
   DeviceBuffer out(b.q.size() * 2);
@@ -107,6 +107,7 @@ std::vector<float> run_rows(ScalarType t, const KvBatch& b, SplitPolicy split, D
   d.out_row_stride = d.q_row_stride;
   d.split = split;
   a.spans = spans.get<int32_t>();
+  a.queries_per_block = queries_per_block;
   const DecodeSplit s = decode_attention_rows_split(a, b.in.n_seqs(), sm_count());
   if (used) *used = s;
   DeviceBuffer own;
@@ -151,14 +152,15 @@ TEST_P(DecodeRowsGpu, MatchesReferenceOnAwkwardShapes) {
           const KvBatch b = testing::make_batch({ctx, q, 8, 8 / group, hd, kind, bs}, rng);
           const std::vector<float> ref = rows_reference(b);
           EXPECT_LT(testing::rel_error(ref, testing::reference_attention(b)), 1e-6);  // the grouped reference
-          for (SplitPolicy split : {SplitPolicy{}, SplitPolicy{64}, SplitPolicy{256}}) {
-            DecodeSplit used;
-            const std::vector<float> out = run_rows(t, b, split, &used);
-            saw_split = saw_split || used.n_splits > 1;
-            EXPECT_LT(testing::rel_error(out, ref), testing::tolerance(t))
-                << "kind " << int(kind) << " group " << group << " block " << bs << " hd " << hd << " split "
-                << split.fixed_split_len << " (" << used.n_splits << " splits)";
-          }
+          for (SplitPolicy split : {SplitPolicy{}, SplitPolicy{64}, SplitPolicy{256}})
+            for (int nq : {8, 4}) {
+              DecodeSplit used;
+              const std::vector<float> out = run_rows(t, b, split, &used, nullptr, nq);
+              saw_split = saw_split || used.n_splits > 1;
+              EXPECT_LT(testing::rel_error(out, ref), testing::tolerance(t))
+                  << "kind " << int(kind) << " group " << group << " block " << bs << " hd " << hd << " split "
+                  << split.fixed_split_len << " (" << used.n_splits << " splits), " << nq << " pairs a block";
+            }
         }
   EXPECT_TRUE(saw_split);
 }
@@ -177,7 +179,8 @@ TEST_P(DecodeRowsGpu, ALongContextSplitsAndMatches) {
 }
 
 // Fixed split: a row's bits are those of the same sequence alone, and those of the same sequence
-// cut after that row (fewer rows: the later rows' positions are masked, not absent).
+// cut after that row (fewer rows: the later rows' positions are masked, not absent), with 8 or 4
+// (row, head) pairs a block.
 TEST_P(DecodeRowsGpu, FixedSplitIsBatchAndRowCountInvariant) {
   SKIP_WITHOUT_GPU();
   const ScalarType t = GetParam();
@@ -187,6 +190,8 @@ TEST_P(DecodeRowsGpu, FixedSplitIsBatchAndRowCountInvariant) {
     const std::vector<int> q = {8, 3, 1, 5, 5, 7};
     const KvBatch b = testing::make_batch({ctx, q, 8, 8 / group, 128, KvLayoutKind::paged, 16}, rng);
     const std::vector<float> all = run_rows(t, b, SplitPolicy{64});
+    const std::vector<float> all4 = run_rows(t, b, SplitPolicy{64}, nullptr, nullptr, 4);
+    EXPECT_TRUE(std::equal(all.begin(), all.end(), all4.begin())) << "group " << group << ": 8 against 4 pairs a block";
     const size_t row = size_t(8) * 128;
     for (int s : {0, 3, 5})
       for (int cut : {1, 2, q[size_t(s)]}) {  // sequence s alone, its first `cut` rows

@@ -32,6 +32,10 @@ void CudaBackendOptions::validate() const {
                                 " with batch_invariant: decode rows take quant_gemv and prefill rows the FP8 or bf16 "
                                 "GEMM, so a row's result depends on its batch; turn one of them off");
   if (residual_scale) residual_scale->validate("residual_scale");
+  if (verify_rows_queries != 0 && verify_rows_queries != 4 && verify_rows_queries != 8)
+    throw std::invalid_argument("verify_rows_queries must be 0, 4 or 8 (got " + std::to_string(verify_rows_queries) + ")");
+  if (verify_graph_max_rows < 0)
+    throw std::invalid_argument("verify_graph_max_rows must be >= 0 (got " + std::to_string(verify_graph_max_rows) + ")");
   if (dtype == DType::f16 && !kernels::fp16_kernels_built())
     throw std::invalid_argument("dtype f16: this servelab was built without the fp16 kernels "
                                 "(-DSERVELAB_KERNELS_FP16=OFF); rebuild with it ON or use dtype bf16");

@@ -64,9 +64,16 @@ struct CudaBackendOptions {
   /// false: its rows as one-row decode sequences, each reading its K/V again, up to 16 rows
   /// (engine/backend/cuda/graph_buckets.h: the path it replaces, kept to compare against).
   bool verify_rows_kernel = true;
+  /// The multi-row kernel runs on CUDA cores, so by default it serves models without GQA only
+  /// (with GQA the one-row transform's tensor-core kernel measured 2-3x faster); true: with GQA
+  /// too (tests, measurements).
+  bool verify_rows_kernel_gqa = false;
   /// Verification steps of at most this many rows replay the decode graphs; 0 (default): 512
   /// with verify_rows_kernel, 16 without (graph_buckets.h). For measuring either path at any size.
   int verify_graph_max_rows = 0;
+  /// (row, head) pairs a block of the multi-row attention computes: 4 or 8; 0 (default):
+  /// kVerifyRowsQueries (graph_buckets.h). For measuring both.
+  int verify_rows_queries = 0;
   /// Paged KV: block tables live on the device across steps (a row per sequence) and each step
   /// uploads only the entries that changed; false re-sends every sequence's whole table each step
   /// (the path it replaces, kept to compare against).

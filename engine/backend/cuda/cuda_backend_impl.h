@@ -402,7 +402,11 @@ struct CudaBackend::Impl {
     // rows) up to the largest graph bucket, else (one-row sequences through decode_attention)
     // up to kVerifyGraphMaxRows.
     step_spans = false;
-    const bool rows_kernel = options.verify_rows_kernel && max_query_rows(in) <= k::kMaxDecodeRows;
+    // The multi-row kernel runs on CUDA cores: it serves models without GQA (where the one-row
+    // transform runs the CUDA-core decode kernel too); with GQA the transform's tensor-core
+    // kernel was 2-3x faster at the kernel level (kernel_bench --verify-rows, H200).
+    const bool rows_kernel = options.verify_rows_kernel && (local_heads == local_kv_heads || options.verify_rows_kernel_gqa) &&
+                             max_query_rows(in) <= k::kMaxDecodeRows;
     const int most_rows = options.verify_graph_max_rows > 0 ? std::min(options.verify_graph_max_rows, kVerifyRowsGraphMaxRows)
                           : rows_kernel                     ? kVerifyRowsGraphMaxRows
                                                             : kVerifyGraphMaxRows;

@@ -44,6 +44,7 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   if (g.layout.has_row_spans) {  // a verification step in its one-row form (verify_rows.h)
     st.row_spans = g.at<int32_t>(g.layout.row_spans);
     st.row_groups = g.row_groups;
+    st.row_queries = options.verify_rows_queries > 0 ? options.verify_rows_queries : kVerifyRowsQueries;
   }
   st.workspace = decode_ws.get<float>();
   st.workspace_bytes = decode_ws.bytes();

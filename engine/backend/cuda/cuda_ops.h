@@ -143,6 +143,7 @@ struct AttentionStep {
   /// sequences by these spans (decode_attention_rows, kernels/attention_decode_rows.h)
   const int32_t* row_spans = nullptr;
   int row_groups = 0;
+  int row_queries = kernels::kDecodeRowsQueries;  ///< DecodeRowsArgs::queries_per_block
   float* workspace = nullptr;      ///< decode split scratch
   size_t workspace_bytes = 0;
 };
@@ -202,6 +203,7 @@ struct Attention {
         kernels::DecodeRowsArgs r;
         r.base = a;
         r.spans = st.row_spans;
+        r.queries_per_block = st.row_queries;
         kernels::decode_attention_rows(r, c.stream, st.row_groups);
       } else {
         kernels::decode_attention(a, c.stream);

@@ -28,6 +28,8 @@ constexpr int kVerifyGraphMaxRows = 16;
 /// kernels/attention_decode_rows.h, each sequence's K/V read once for its rows), verification
 /// steps of up to this many rows replay the decode graphs (the largest bucket).
 constexpr int kVerifyRowsGraphMaxRows = 512;
+/// (row, head) pairs a block of the multi-row attention computes (DecodeRowsArgs::queries_per_block).
+constexpr int kVerifyRowsQueries = 8;
 
 inline int graph_bucket(int n_seqs) {
   for (int b : kGraphBuckets)
