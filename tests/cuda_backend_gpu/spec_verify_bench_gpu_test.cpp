@@ -2,7 +2,7 @@
 // users (contexts ~384, k = 4 drafts: 5 rows a sequence), side by side in one process: eager
 // (cuda_graphs off: verification through the prefill attention path), the decode graphs with each
 // row a one-row decode sequence (verify_rows_kernel off, the limit lifted), and the decode graphs
-// with the multi-row decode attention (kernels/attention_decode_rows.h, the default); beside each,
+// with the multi-row decode attention (kernels/attention_decode_rows.h; 8 or 4 pairs a block); beside each,
 // the plain decode step of the same sequences. Medians of host wall time per step (the step
 // synchronizes), 30 steps after 6 warm-up steps (graph capture). Prints; asserts only that every
 // step drew its tokens. SERVELAB_GPU_BENCH=1 only.
