@@ -141,6 +141,7 @@ StepOutput CudaBackend::execute(const Step& step) {
   if (step.want_logprobs) throw std::invalid_argument("CudaBackend: logprobs are not supported (caps().logprobs)");
   const size_t vocab = size_t(config().vocab_size);
   const kernels::StepInput& in = step.in;
+  in.validate();  // the draws' arrays are of one length before they are read below
   if (in.draft_probs.size() % vocab != 0)
     throw std::invalid_argument("CudaBackend: step.in.draft_probs holds " + std::to_string(in.draft_probs.size()) +
                                 " floats, not whole rows of the vocabulary (" + std::to_string(vocab) + ")");

@@ -369,6 +369,7 @@ struct CudaBackend::Impl {
     if (step.n_padding < 0) throw std::invalid_argument("CudaBackend: step.n_padding must be >= 0");
     step.in.validate();
     plan = &step;
+    step_spans = false;  // set below when the step runs in its one-row form with row spans
     const k::StepInput& in = step.in;
     for (int32_t t : in.token_ids)
       if (t < 0 || t >= c().vocab_size)
@@ -401,10 +402,9 @@ struct CudaBackend::Impl {
     // with the multi-row kernel (decode_attention_rows, each sequence's K/V read once for its
     // rows) up to the largest graph bucket, else (one-row sequences through decode_attention)
     // up to kVerifyGraphMaxRows.
-    step_spans = false;
-    // The multi-row kernel runs on CUDA cores: it serves models without GQA (where the one-row
-    // transform runs the CUDA-core decode kernel too); with GQA the transform's tensor-core
-    // kernel was 2-3x faster at the kernel level (kernel_bench --verify-rows, H200).
+    // The multi-row kernel runs on CUDA cores: when asked, it serves models without GQA (where the
+    // one-row transform runs the CUDA-core decode kernel too); with GQA the transform's tensor-core
+    // kernel was 1.8-2.2x faster (kernel_bench --verify-rows, H200).
     const bool rows_kernel = options.verify_rows_kernel && (local_heads == local_kv_heads || options.verify_rows_kernel_gqa) &&
                              max_query_rows(in) <= k::kMaxDecodeRows;
     const int most_rows = options.verify_graph_max_rows > 0 ? std::min(options.verify_graph_max_rows, kVerifyRowsGraphMaxRows)

@@ -85,7 +85,7 @@ size_t PackedLayout::count(kernels::StepExtent extent) const {
     case StepExtent::naive_seqs: return paged ? 0 : size_t(n_seqs);
     case StepExtent::samples: return size_t(n_samples);
     case StepExtent::masks: return 0;  // masks upload on their own
-    case StepExtent::dists: return 0;  // draft distributions: refused (caps().draft_probs is false)
+    case StepExtent::dists: return 0;  // draft distributions upload on their own (CudaBackend: draft_q)
   }
   return 0;
 }
