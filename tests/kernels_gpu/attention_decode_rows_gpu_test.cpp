@@ -18,7 +18,7 @@
 #include "tests/kernels_gpu/gpu_util.h"
 
 namespace servelab::kernels {
-namespace {
+namespace decode_rows_gpu_test {  // named, not anonymous: a unity batch shares one translation unit
 
 using testing::DeviceBuffer;
 using testing::KvBatch;
@@ -221,5 +221,5 @@ TEST_P(DecodeRowsGpu, SplitCountersResetAcrossCalls) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, DecodeRowsGpu, ::testing::ValuesIn(testing::kStorageTypes), testing::dtype_name);
 
-}  // namespace
+}  // namespace decode_rows_gpu_test
 }  // namespace servelab::kernels
