@@ -3,6 +3,7 @@
 // over order-preserving keys (shared-memory histograms of counts); top-p threshold by the same
 // select over 2^-32 fixed-point masses (integer atomics: the same sums in any order); then one
 // Gumbel-max pass with Philox noise (four vocabulary entries per Philox call).
+#include <climits>
 #include <stdexcept>
 
 #include "kernels/common.cuh"
@@ -91,6 +92,74 @@ __device__ uint32_t select_threshold(const float* x, int n, float inv_t, float m
   return prefix;
 }
 
+__device__ double block_sum_d(double v, double* scratch) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  double r = 0.0;
+  for (int w = 0; w < kThreads / 32; ++w) r += scratch[w];  // fixed order: every thread the same sum
+  return r;
+}
+
+/// Rejection sampling of the row's draft (SampleArgs::draft_dist; verify_draft_ref's algorithm):
+/// returns the token, or -1 where the residual has no mass (the caller then draws as usual).
+/// x: the row's logits, kept: key >= floor, weights expf(x / T - max_x) summed into tot.
+__device__ int verify_draft_device(const SampleArgs& a, int row, const float* x, float inv_t, float max_x,
+                                   uint32_t floor, double tot, double* dscratch) {
+  const int n = a.vocab;
+  const int draft = a.draft_token[row];
+  const float* q = a.draft_probs + int64_t(a.draft_dist[row]) * n;
+  auto p_of = [&](int i) {
+    const float xi = __fmul_rn(x[i], inv_t);
+    return order_key(xi) >= floor ? __double2float_rn(double(expf(xi - max_x)) / tot) : 0.0f;
+  };
+  const uint64_t seed = a.seed[row], key = a.seq_key[row];
+  const int32_t pos = a.position[row];
+  if (draft < 0 || draft >= n) return -1;  // the host checks; never reached
+  if (sampling_uniform(seed, key, pos, 0) * double(q[draft]) < double(p_of(draft))) return draft;
+  // Rejected: the residual max(0, p - q) without the draft, inverse CDF in index order. Each
+  // thread sums a contiguous chunk; chunk prefixes in order, then the chunk that holds the target.
+  auto r_of = [&](int i) { return i == draft ? 0.0f : fmaxf(0.0f, __fsub_rn(p_of(i), q[i])); };
+  const int chunk = (n + kThreads - 1) / kThreads, i0 = min(n, int(threadIdx.x) * chunk), i1 = min(n, i0 + chunk);
+  double mine = 0.0;
+  for (int i = i0; i < i1; ++i) mine += double(r_of(i));
+  __shared__ double prefix[kThreads + 1];
+  prefix[threadIdx.x + 1] = mine;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    prefix[0] = 0.0;
+    for (int t = 1; t <= kThreads; ++t) prefix[t] += prefix[t - 1];
+  }
+  __syncthreads();
+  const double total = prefix[kThreads];
+  if (!(total > 1e-12)) return -1;  // p == q up to rounding
+  const double target = sampling_uniform(seed, key, pos, 2) * total;
+  __shared__ int hit, last;
+  if (threadIdx.x == 0) {
+    hit = INT_MAX;
+    last = -1;
+  }
+  __syncthreads();
+  double cum = prefix[threadIdx.x];
+  int my_last = -1;
+  for (int i = i0; i < i1; ++i) {
+    const float r = r_of(i);
+    if (!(r > 0.0f)) continue;
+    my_last = i;
+    cum += double(r);
+    if (target < cum) {
+      atomicMin(&hit, i);
+      break;
+    }
+  }
+  if (my_last >= 0) atomicMax(&last, my_last);
+  __syncthreads();
+  (void)dscratch;
+  return hit != INT_MAX ? hit : last;
+}
+
 __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
   __shared__ ArgBest best_scratch[kThreads / 32];
   __shared__ float max_scratch[kThreads / 32];
@@ -106,6 +175,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
       if (!isnan(x[i])) b = better(b, ArgBest{x[i], i});
     b = block_best(b, best_scratch);
     if (threadIdx.x == 0) a.tokens[row] = b.index < 0 ? 0 : b.index;
+    if (a.probs_out)  // the distribution of a greedy draw: one-hot at the argmax
+      for (int i = threadIdx.x; i < n; i += kThreads) a.probs_out[int64_t(row) * n + i] = i == max(b.index, 0) ? 1.0f : 0.0f;
     return;
   }
   const float inv_t = 1.0f / temp;
@@ -137,6 +208,29 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
     }
   }
 
+  // The distribution this draw samples (probs_out), and rejection sampling of a draft against q.
+  const bool verify = a.draft_dist && a.draft_dist[row] >= 0 && max_x != -INFINITY;
+  if ((a.probs_out || verify) && max_x != -INFINITY) {
+    __shared__ double dscratch[kThreads / 32];
+    double mine = 0.0;
+    for (int i = threadIdx.x; i < n; i += kThreads) {
+      const float xi = __fmul_rn(x[i], inv_t);
+      if (order_key(xi) >= floor) mine += double(expf(xi - max_x));
+    }
+    const double tot = block_sum_d(mine, dscratch);
+    if (a.probs_out)
+      for (int i = threadIdx.x; i < n; i += kThreads) {
+        const float xi = __fmul_rn(x[i], inv_t);
+        a.probs_out[int64_t(row) * n + i] = order_key(xi) >= floor ? __double2float_rn(double(expf(xi - max_x)) / tot) : 0.0f;
+      }
+    if (verify) {
+      const int t = verify_draft_device(a, row, x, inv_t, max_x, floor, tot, dscratch);
+      if (t >= 0) {
+        if (threadIdx.x == 0) a.tokens[row] = t;
+        return;
+      }
+    }
+  }
   const uint64_t seed = a.seed[row], key = a.seq_key[row];
   const int32_t pos = a.position[row];
   ArgBest b{0.0f, -1};
@@ -166,6 +260,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const SampleArgs a) {
     if (!isnan(x[i])) g = better(g, ArgBest{x[i], i});
   g = block_best(g, best_scratch);
   if (threadIdx.x == 0) a.tokens[row] = g.index < 0 ? 0 : g.index;
+  if (a.probs_out)
+    for (int i = threadIdx.x; i < n; i += kThreads) a.probs_out[int64_t(row) * n + i] = i == max(g.index, 0) ? 1.0f : 0.0f;
 }
 
 }  // namespace

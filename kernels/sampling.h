@@ -8,6 +8,7 @@
 
 namespace servelab::kernels {
 
+
 /// Device arrays of n_rows entries each (StepInput's sampling arrays after upload).
 struct SampleArgs {
   const float* logits = nullptr;  ///< [n_rows, vocab]
@@ -20,7 +21,23 @@ struct SampleArgs {
   const uint64_t* seq_key = nullptr;
   const int32_t* position = nullptr;
   int32_t* tokens = nullptr;      ///< [n_rows] output: the only thing copied back to the host
+  /// Speculative rejection sampling (optional; null = none): a row with draft_dist[r] = d >= 0
+  /// (and not greedy) verifies draft x = draft_token[r], drawn from q = draft_probs[d * vocab ..):
+  /// with p the distribution this kernel samples (softmax of the kept tokens, see
+  /// sampling_distribution_ref), it yields x when u * q(x) < p(x) (u: sampling_uniform, kernels/ref/
+  /// sampling_ref.h, at the target stream), else a token drawn by inverse CDF from max(0, p - q) without x (the residual
+  /// stream); where that residual has no mass (p = q up to rounding), the ordinary draw. The CPU's
+  /// verify_draft (engine/backend/sampler.h) rule, keys and arithmetic, so the two agree draw for
+  /// draw on the same p and q (up to rounding at a boundary: summation order).
+  const int32_t* draft_token = nullptr;
+  const int32_t* draft_dist = nullptr;
+  const float* draft_probs = nullptr;
+  /// Optional [n_rows, vocab] output: the distribution each row's draw samples (p above; one-hot
+  /// at the argmax when greedy): what a draft model hands the target as q.
+  float* probs_out = nullptr;
 };
+
+
 
 void sample_tokens(const SampleArgs& a, cudaStream_t stream);
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Speculative decoding on the GPU in one device call (issue 27). Builds servelab and the cuda
 # backend's GPU tests (-DCMAKE_CUDA_ARCHITECTURES=90a), runs the speculative GPU tests
-# (SpecGpu.*: drafts on the GPU leave greedy and sampled output unchanged, batch-invariant), then
+# (SpecGpu.*: drafts on the GPU leave greedy output unchanged, batch-invariant; sampled drafts are
+# verified against their q), then
 # scenarios/gpu-spec-llama2-7b.yaml (plain vs `self` k <= 4 on Llama-2-7B-shaped weights whose
 # layers from 1 on are scaled by model.residual_scale):
 #   1. short batch-1 runs at each residual scale in SCALES (default "0.005 0.01 0.02"): the

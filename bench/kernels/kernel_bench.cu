@@ -133,7 +133,7 @@ bool validate(std::mt19937_64& rng, int n_sms) {
 int main(int argc, char** argv) {
   std::string json_path = "kernel_bench.json";
   std::string commit = "unknown", only;
-  bool quick = false, sweep = false, decode_only = false, prefill_only = false, quant_only = false;
+  bool quick = false, sweep = false, decode_only = false, prefill_only = false, quant_only = false, verify_rows = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
@@ -142,9 +142,10 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--decode-only")) decode_only = true;
     else if (!std::strcmp(argv[i], "--prefill-only")) prefill_only = true;
     else if (!std::strcmp(argv[i], "--quant-only")) quant_only = true;
+    else if (!std::strcmp(argv[i], "--verify-rows")) verify_rows = true;
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: kernel_bench [--json FILE] [--quick] [--sweep] [--decode-only | --prefill-only | --quant-only] [--only SHAPE] [--commit SHA]\n");
+      std::fprintf(stderr, "usage: kernel_bench [--json FILE] [--quick] [--sweep] [--decode-only | --prefill-only | --quant-only | --verify-rows] [--only SHAPE] [--commit SHA]\n");
       return 2;
     }
   }
@@ -155,6 +156,10 @@ int main(int argc, char** argv) {
     const int64_t l2 = prop.l2CacheSize;
     std::printf("device: %s, %d SMs, L2 %.0f MB\n", prop.name, n_sms, l2 / 1e6);
     std::mt19937_64 rng(12345);
+    if (verify_rows) {  // issue 27's verification attention only, no validation or ceilings
+      bench_decode_rows(rng, n_sms, 0.0);  // a printed table (no JSON)
+      return 0;
+    }
 
     std::printf("validation against the CPU references:\n");
     const bool valid_attention = validate(rng, n_sms), valid_gemv = decode_only || prefill_only || validate_gemv();

@@ -31,6 +31,8 @@ struct Step {
   kernels::StepInput in;
   int n_padding = 0;
   bool want_logprobs = false;  ///< fill StepOutput::logprobs (backends whose caps().logprobs)
+  /// fill StepOutput::draw_probs (backends whose caps().draw_probs): a draft model's q
+  bool want_draw_probs = false;
   /// Late token masks (in.late_masks > 0; structured output): writes the step's in.late_masks
   /// masks, in.mask_words_per_row words each, into `words`. A backend calls it exactly once per
   /// execute, after it has launched the forward and before it samples, so the host's mask work
@@ -57,6 +59,9 @@ struct Step {
 struct StepOutput {
   std::vector<TokenId> tokens;
   std::vector<float> logprobs;        ///< when asked: log-probability of each drawn token (raw logits)
+  /// when asked (Step::want_draw_probs): [n_draws, vocab], the distribution each draw sampled
+  /// (one-hot at the argmax when greedy): what a draft model hands the target as q
+  std::vector<float> draw_probs;
   std::optional<double> predicted_s;  ///< sim backend: the step's predicted duration
 };
 
@@ -69,6 +74,7 @@ struct BackendCaps {
   /// Verifies drafts against their proposer's distribution (draft_token / draft_dist /
   /// draft_probs, rejection sampling); without it the engine sends drafts as point masses.
   bool draft_probs = false;
+  bool draw_probs = false;            ///< fills StepOutput::draw_probs when asked
   bool lora = false;                  ///< runs LoRA adapters (load_lora, the step's lora_slot)
   std::vector<DType> weight_dtypes;   ///< storage types of the weights
   std::vector<DType> kv_dtypes;       ///< storage types of the KV cache

@@ -134,12 +134,27 @@ void ModelProposer::draft_step(std::vector<Work>& live) {
 
 void ModelProposer::draw_drafts(const std::vector<Work>& ran) {
   if (!cpu_) {  // the backend's sampler draws each draft (argmax, or the target's key at that position)
+    // Sampled drafts whose target verifies q (task.probs) take the distribution each draw sampled
+    // from the backend (cuda: the sampler writes it beside the token), so the target runs
+    // rejection sampling against q instead of taking the draft as a point mass.
+    bool want_q = false;
+    if (backend_->caps().draw_probs)
+      for (const Work& w : ran) {
+        const SamplingParams& sp = w.copy->sampling;
+        want_q = want_q || (w.task->probs && sp.temperature != 0.0f && sp.top_k != 1);
+      }
+    step_.want_draw_probs = want_q;
     const StepOutput out = backend_->execute(step_);
+    const size_t vocab = size_t(backend_->config().vocab_size);
     for (size_t i = 0; i < ran.size(); ++i) {
       Sequence& c = *ran[i].copy;
+      const DraftTask& t = *ran[i].task;
       c.n_computed += batch_.entries[i].n_new;
-      ran[i].task->tokens->push_back(out.tokens[i]);
+      t.tokens->push_back(out.tokens[i]);
       c.tokens.push_back(out.tokens[i]);
+      if (want_q && t.probs && c.sampling.temperature != 0.0f && c.sampling.top_k != 1)
+        t.probs->insert(t.probs->end(), out.draw_probs.begin() + ptrdiff_t(i * vocab),
+                        out.draw_probs.begin() + ptrdiff_t((i + 1) * vocab));
     }
     return;
   }

@@ -11,7 +11,9 @@
 // sampling distribution at the request's temperature, top-k and top-p (their own uniform stream)
 // and hand q over for rejection sampling; on a backend without host logits (cuda) the draft's
 // own sampler draws the token with the key the target's draw at that position uses (seed,
-// sequence, position), and the draft goes to the target as a point mass: exact either way.
+// sequence, position) and, where the backend has caps().draw_probs (cuda), writes the
+// distribution it sampled, which goes to the target as q; elsewhere the draft goes as a point
+// mass: exact either way.
 #include <cstdint>
 #include <memory>
 #include <string>

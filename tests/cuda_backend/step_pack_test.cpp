@@ -2,6 +2,7 @@
 // decode steps) pads to B sequences with rows that write nothing and read block 0 / slot 0.
 #include "engine/backend/cuda/step_pack.h"
 
+#include <stdexcept>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -71,6 +72,22 @@ TEST(StepPack, BucketLayoutPadsWithRowsThatWriteNothing) {
   EXPECT_EQ(std::vector<int32_t>(table.begin() + 16, table.end()), std::vector<int32_t>(16, 0));
   EXPECT_EQ(read<int32_t>(buf, l.sample_rows, 4), (std::vector<int32_t>{0, 1, 2, 3}));
   EXPECT_EQ(read<float>(buf, l.temperature, 4), (std::vector<float>{0.5f, 0.0f, 0.0f, 0.0f}));
+}
+
+// A verification step in its one-row form carries its row spans (decode_attention_rows); padding
+// sequences of a bucket are one row each.
+TEST(StepPack, RowSpansTravelWithTheStepAndPadToOneRow) {
+  const Step p = decode_plan();
+  const std::vector<int32_t> spans = {1, 1};
+  const PackedLayout l = bucket_layout(p, 4, 8, nullptr, &spans);
+  ASSERT_TRUE(l.has_row_spans);
+  std::vector<uint8_t> buf(l.total, 0xAB);
+  pack_step(p, l, buf.data(), nullptr, &spans);
+  EXPECT_EQ(read<int32_t>(buf, l.row_spans, 4), (std::vector<int32_t>{1, 1, 1, 1}));
+  EXPECT_EQ(l.row_spans % 16, 0u);
+  EXPECT_FALSE(compact_layout(p).has_row_spans);
+  const std::vector<int32_t> wrong = {1};
+  EXPECT_THROW(pack_step(p, l, buf.data(), nullptr, &wrong), std::logic_error);
 }
 
 TEST(StepPack, OnlyPlainDecodeStepsAreBucketable) {

@@ -1,8 +1,11 @@
 // Speculative decoding on the cuda backend, batch-invariant (every row's result independent of
 // its batch, so a verification row computes what a decode row would): the drafts of `self` (the
 // preset's first layers, built on the GPU by make_proposer) and of `draft_model` leave the greedy
-// and the sampled output byte-identical to the run without drafts, and a target whose later
-// layers add nothing (model.residual_scale 0) has every draft accepted. Skipped without a device.
+// output byte-identical to the run without drafts; sampled drafts travel with their q and the
+// target verifies them by rejection sampling (distributed as the run without drafts: the sampler's
+// tests, verify_draft_gpu_test.cpp); a target whose later layers add nothing
+// (model.residual_scale 0) has every draft accepted, greedy and sampled, and then gives the
+// tokens of the run without drafts at any temperature. Skipped without a device.
 #include <map>
 #include <memory>
 #include <string>
@@ -98,9 +101,17 @@ TEST(SpecGpu, DraftsOnTheGpuLeaveTheOutputUnchanged) {
     ASSERT_EQ(plain.tokens.size(), 6u);
     for (const SpeculativeConfig* sc : {&self, &draft}) {
       const Outcome o = run(spec, temperature, sc);
-      EXPECT_EQ(o.tokens, plain.tokens) << to_string(sc->method) << " at temperature " << temperature;
+      if (temperature == 0.0f) {
+        EXPECT_EQ(o.tokens, plain.tokens) << to_string(sc->method);
+      } else {  // rejection sampling against q: the same distribution, not the same tokens
+        ASSERT_EQ(o.tokens.size(), plain.tokens.size());
+        for (const auto& [id, t] : o.tokens) EXPECT_EQ(t.size(), plain.tokens.at(id).size()) << "request " << id;
+        EXPECT_LT(o.accepted, o.drafted) << to_string(sc->method) << ": a draft of another model is not always right";
+      }
       EXPECT_GT(o.drafted, 0) << to_string(sc->method);
-      if (sc == &self) EXPECT_GT(o.accepted, 0) << "temperature " << temperature;
+      if (sc == &self) {
+        EXPECT_GT(o.accepted, 0) << "temperature " << temperature;
+      }
     }
   }
 }
@@ -113,19 +124,22 @@ TEST(SpecGpu, AnExactSelfDraftIsAlwaysAccepted) {
   self.num_speculative_tokens = 4;
   self.adaptive = false;
   for (const float temperature : {0.0f, 0.8f}) {
+    // q = p exactly (batch-invariant, the later layers add 0), and the draft draws with the
+    // target's key: every draft stands (u q(x) < p(x)), and the tokens are the plain run's.
     const Outcome o = run(tiny_spec(0.0f), temperature, &self);
     ASSERT_GT(o.drafted, 0);
     EXPECT_EQ(o.accepted, o.drafted) << "temperature " << temperature;
+    EXPECT_EQ(o.tokens, run(tiny_spec(0.0f), temperature, nullptr).tokens) << "temperature " << temperature;
   }
 }
 
-TEST(SpecGpu, VerificationStepsReplayTheDecodeGraphs) {
-  // With CUDA graphs (not batch-invariant), a verification step of at most kVerifyGraphMaxRows
-  // rows runs as one-row decode sequences through the decode graphs (verify_rows.h). An exact self draft (scale 0) is then still
+void verification_steps_replay_the_decode_graphs(bool rows_kernel, int n_requests) {
+  // With CUDA graphs (not batch-invariant), a verification step runs in its one-row form through
+  // the decode graphs (verify_rows.h): with the multi-row decode attention (rows_kernel, up to
+  // 512 rows) or as one-row decode sequences (up to 16 rows). An exact self draft (scale 0) is then still
   // accepted almost always: only the GEMMs' row counts differ between the draft's steps and the
   // target's (rounding), while a wrong context or block-table row per verification row would
   // make the target disagree with most drafts.
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   BackendSpec spec = tiny_spec(0.0f);
   spec.batch_invariant = false;
   SpeculativeConfig self;
@@ -135,10 +149,14 @@ TEST(SpecGpu, VerificationStepsReplayTheDecodeGraphs) {
   self.adaptive = false;
   EngineConfig ec = paged_config(continuous_sched(6, 96, true), 64ll << 20);
   ec.kv.max_model_len = 256;
-  Engine e(ec, make_backend(spec));
+  CudaBackendOptions o;
+  o.residual_scale = spec.residual_scale;
+  o.verify_rows_kernel = rows_kernel;
+  o.verify_rows_kernel_gqa = rows_kernel;  // tiny has GQA 4: the rows kernel only when asked
+  Engine e(ec, CudaBackend::random(preset(spec.model), spec.seed, o));
   speculate(e, spec, self);
   std::vector<Request> reqs;
-  for (int i = 0; i < 3; ++i) reqs.push_back(make_request(i, 9 + 13 * i, 32));  // <= 15 verification rows
+  for (int i = 0; i < n_requests; ++i) reqs.push_back(make_request(i, 9 + 13 * i, 32));
   const RunResult r = run_virtual(e, at_zero(reqs));
   int drafted = 0, accepted = 0;
   for (const StepOutcome& s : r.steps) {
@@ -151,8 +169,25 @@ TEST(SpecGpu, VerificationStepsReplayTheDecodeGraphs) {
   }
   const auto& cuda = dynamic_cast<const CudaBackend&>(e.backend());
   EXPECT_GT(cuda.verification_steps_graphed(), 0);
+  EXPECT_GT(cuda.graph_captures(), 0);
   ASSERT_GT(drafted, 0);
   EXPECT_GE(double(accepted), 0.9 * drafted) << accepted << " of " << drafted << " drafts accepted";
+}
+
+
+TEST(SpecGpu, VerificationStepsReplayTheDecodeGraphs) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  for (const bool rows_kernel : {true, false}) {
+    SCOPED_TRACE(rows_kernel ? "multi-row decode attention" : "one-row sequences");
+    verification_steps_replay_the_decode_graphs(rows_kernel, 3);  // <= 15 verification rows
+  }
+}
+
+TEST(SpecGpu, TheRowsKernelServesLargeVerificationSteps) {
+  // 6 sequences of 5 rows (30 rows, past the one-row transform's 16): graphed with the
+  // multi-row kernel, still accepted as often.
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  verification_steps_replay_the_decode_graphs(true, 6);
 }
 
 }  // namespace spec_gpu_test

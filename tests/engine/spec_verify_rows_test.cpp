@@ -82,6 +82,18 @@ TEST(VerifyRows, EveryRowBecomesAOneRowSequenceOfItsOwnContext) {
   }
 }
 
+// The row spans decode_attention_rows reads: the last row of each sequence carries its row count,
+// the rows before it 0 (sequence 0 decodes one row, sequence 1 verifies 2 drafts in 3 rows).
+TEST(VerifyRows, SpansGroupTheRowsIntoTheirSequences) {
+  Step step;
+  step.in = two_sequences(kernels::KvLayoutKind::paged);
+  Step flat;
+  std::vector<int32_t> spans;
+  ASSERT_TRUE(cuda::plan_verification_as_decode(step, flat, nullptr, &spans));
+  EXPECT_EQ(spans, (std::vector<int32_t>{1, 0, 0, 3}));
+  EXPECT_EQ(flat.in.context_lens, (std::vector<int32_t>{10, 5, 6, 7}));
+}
+
 TEST(VerifyRows, StepsOfOtherShapesAreLeftAlone) {
   kernels::StepInput in = two_sequences(kernels::KvLayoutKind::paged);
   kernels::StepInput out;

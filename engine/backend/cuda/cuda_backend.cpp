@@ -32,6 +32,10 @@ void CudaBackendOptions::validate() const {
                                 " with batch_invariant: decode rows take quant_gemv and prefill rows the FP8 or bf16 "
                                 "GEMM, so a row's result depends on its batch; turn one of them off");
   if (residual_scale) residual_scale->validate("residual_scale");
+  if (verify_rows_queries != 0 && verify_rows_queries != 4 && verify_rows_queries != 8)
+    throw std::invalid_argument("verify_rows_queries must be 0, 4 or 8 (got " + std::to_string(verify_rows_queries) + ")");
+  if (verify_graph_max_rows < 0)
+    throw std::invalid_argument("verify_graph_max_rows must be >= 0 (got " + std::to_string(verify_graph_max_rows) + ")");
   if (dtype == DType::f16 && !kernels::fp16_kernels_built())
     throw std::invalid_argument("dtype f16: this servelab was built without the fp16 kernels "
                                 "(-DSERVELAB_KERNELS_FP16=OFF); rebuild with it ON or use dtype bf16");
@@ -135,8 +139,21 @@ void CudaBackend::init_kv(int64_t n_slots) {
 
 StepOutput CudaBackend::execute(const Step& step) {
   if (step.want_logprobs) throw std::invalid_argument("CudaBackend: logprobs are not supported (caps().logprobs)");
-  if (!step.in.draft_probs.empty())
-    throw std::invalid_argument("CudaBackend: draft distributions (rejection sampling) are not supported (caps().draft_probs)");
+  const size_t vocab = size_t(config().vocab_size);
+  const kernels::StepInput& in = step.in;
+  in.validate();  // the draws' arrays are of one length before they are read below
+  if (in.draft_probs.size() % vocab != 0)
+    throw std::invalid_argument("CudaBackend: step.in.draft_probs holds " + std::to_string(in.draft_probs.size()) +
+                                " floats, not whole rows of the vocabulary (" + std::to_string(vocab) + ")");
+  for (size_t i = 0; i < in.draft_dist.size(); ++i) {
+    const int d = in.draft_dist[i];
+    if (d < 0) continue;
+    if ((size_t(d) + 1) * vocab > in.draft_probs.size())
+      throw std::invalid_argument("CudaBackend: step.in.draft_dist[" + std::to_string(i) + "] = " + std::to_string(d) +
+                                  " is past draft_probs' " + std::to_string(in.draft_probs.size() / vocab) + " rows");
+    if (in.draft_token[i] < 0 || size_t(in.draft_token[i]) >= vocab)
+      throw std::invalid_argument("CudaBackend: step.in.draft_token[" + std::to_string(i) + "] is outside the vocabulary");
+  }
   Impl& m = *impl_;
   m.run_step(step);
   StepOutput result;
@@ -144,6 +161,11 @@ StepOutput CudaBackend::execute(const Step& step) {
   if (n > 0)
     CUDA_CHECK(cudaMemcpyAsync(m.tokens_host.get(), m.tokens.get(), n * sizeof(int32_t), cudaMemcpyDeviceToHost,
                                m.stream));
+  if (n > 0 && step.want_draw_probs) {
+    result.draw_probs.resize(size_t(n) * vocab);
+    CUDA_CHECK(cudaMemcpyAsync(result.draw_probs.data(), m.draw_probs_dev.get(), result.draw_probs.size() * sizeof(float),
+                               cudaMemcpyDeviceToHost, m.stream));
+  }
   CUDA_CHECK(cudaStreamSynchronize(m.stream));
   if (n > 0) result.tokens.assign(m.tokens_host.get<int32_t>(), m.tokens_host.get<int32_t>() + n);
   return result;
@@ -172,6 +194,8 @@ BackendCaps CudaBackend::caps() const {
   c.weight_dtypes = {DType::bf16, DType::f16};
   c.kv_dtypes = {DType::bf16, DType::f16};
   c.lora = true;  // after reserve_loras (the engine calls it when lora.enabled)
+  c.draft_probs = true;  // rejection sampling against the drafts' q in the sampler (kernels/sampling.h)
+  c.draw_probs = true;   // a draft model's q (Step::want_draw_probs)
   return c;
 }
 

@@ -58,6 +58,25 @@ struct CudaBackendOptions {
   /// graph captured per (batch bucket, context bucket, KV layout) after one eager warm-up run;
   /// false (`cuda_graphs: off`) runs every step eagerly.
   bool cuda_graphs = true;
+  /// With cuda_graphs (not batch-invariant): true runs a verification step (speculative decoding,
+  /// <= 8 rows a sequence) through the decode graphs with the multi-row decode attention, which
+  /// reads each sequence's K/V once for all its rows (kernels/attention_decode_rows.h), up to 512
+  /// rows. Off by default: on an H200 (llama2-7b, contexts ~390, k = 4; results/gpu/spec/
+  /// h200-2026-11-29-5cd01fe) the step took 4.52 / 9.83 / 16.25 ms at 1 / 32 / 64 users against
+  /// 4.29 / 8.89 / 14.69 ms eager (the prefill attention path): the CUDA-core kernel is bound by its
+  /// arithmetic, not by the K/V it no longer re-reads. false (default): steps of at most 16 rows as
+  /// one-row decode sequences (graph_buckets.h), larger ones eagerly.
+  bool verify_rows_kernel = false;
+  /// The multi-row kernel runs on CUDA cores, so by default it serves models without GQA only
+  /// (with GQA the one-row transform's tensor-core kernel measured 2-3x faster); true: with GQA
+  /// too (tests, measurements).
+  bool verify_rows_kernel_gqa = false;
+  /// Verification steps of at most this many rows replay the decode graphs; 0 (default): 512
+  /// with verify_rows_kernel, 16 without (graph_buckets.h). For measuring either path at any size.
+  int verify_graph_max_rows = 0;
+  /// (row, head) pairs a block of the multi-row attention computes: 4 or 8; 0 (default):
+  /// kVerifyRowsQueries (graph_buckets.h). For measuring both.
+  int verify_rows_queries = 0;
   /// Paged KV: block tables live on the device across steps (a row per sequence) and each step
   /// uploads only the entries that changed; false re-sends every sequence's whole table each step
   /// (the path it replaces, kept to compare against).

@@ -27,6 +27,7 @@
 #include "engine/backend/cuda/verify_rows.h"
 #include "engine/model/quantize_weights.h"
 #include "kernels/attention.h"
+#include "kernels/attention_decode_rows.h"
 #include "kernels/gemm.h"
 #include "kernels/ops.h"
 #include "kernels/ref/ops_ref.h"
@@ -51,6 +52,8 @@ struct Geometry {
   bool lora = false;   // some row has an adapter: the LoRA hooks run (none launch otherwise)
   const uint32_t* masks = nullptr;  // the step's token masks on the device
   int mask_words_per_row = 0;
+  bool draw_probs = false;  // the draws write their distributions (Step::want_draw_probs) into draw_probs_dev
+  int row_groups = 0;  // layout.has_row_spans: the sequences the one-row entries group into (host count)
   // Late masks (Step::fill_masks): the forward is launched (a graph of the forward alone, or
   // eagerly), then the host fills the masks while it runs, uploads them and launches the draws.
   bool late = false;
@@ -93,6 +96,11 @@ struct CudaBackend::Impl {
   uint64_t epoch = 1;         // bumped whenever a buffer a graph baked in is reallocated
   int64_t graph_captures = 0; // graphs captured so far (a recapture after an epoch bump counts)
   int64_t verification_steps_graphed = 0;  // verification steps run as one-row decode sequences
+  // The planned step is a verification step in its one-row form run by decode_attention_rows
+  // (options.verify_rows_kernel): flat_spans groups its rows into the step's step_groups sequences.
+  bool step_spans = false;
+  int step_groups = 0;
+  std::vector<int32_t> flat_spans;
   int n_samples = 0;          // draws of the last step (rows of logits/tokens to read)
   size_t last_upload_bytes = 0;  // the last step's one host-to-device copy
   // Persistent block tables (paged KV, options.persistent_block_tables): the device table
@@ -108,6 +116,9 @@ struct CudaBackend::Impl {
   int samples_capacity = 0;
   DeviceBuffer decode_ws;
   PinnedBuffer tokens_host;
+  // Speculative decoding: the step's drafts' q (draft_probs, rejection sampling in the sampler)
+  // and, for a draft model's steps, the distributions its draws sampled ([samples, vocab]).
+  DeviceBuffer draft_q, draw_probs_dev;
   // Tensor parallelism (tp_backend.h): this rank's share of the query heads, KV heads, FFN
   // columns and LM-head rows (setup() sets the whole model's unless the TP driver set them
   // first), and its communicator; null on one GPU, where every hook below is skipped.
@@ -358,6 +369,7 @@ struct CudaBackend::Impl {
     if (step.n_padding < 0) throw std::invalid_argument("CudaBackend: step.n_padding must be >= 0");
     step.in.validate();
     plan = &step;
+    step_spans = false;  // set below when the step runs in its one-row form with row spans
     const k::StepInput& in = step.in;
     for (int32_t t : in.token_ids)
       if (t < 0 || t >= c().vocab_size)
@@ -386,15 +398,36 @@ struct CudaBackend::Impl {
       table_diff.plan(in.seq_ids, in, table_step);  // throws before changing the mirror
       tables = &table_step;
     }
-    // Verification rows as one-row decode sequences where a decode graph can then serve the step.
-    if (options.cuda_graphs && !options.batch_invariant && step.n_padding == 0 && in.n_tokens() <= kVerifyGraphMaxRows &&
+    // Verification rows as one-row decode sequences where a decode graph can then serve the step:
+    // with the multi-row kernel (decode_attention_rows, each sequence's K/V read once for its
+    // rows) up to the largest graph bucket, else (one-row sequences through decode_attention)
+    // up to kVerifyGraphMaxRows.
+    // The multi-row kernel runs on CUDA cores: when asked, it serves models without GQA (where the
+    // one-row transform runs the CUDA-core decode kernel too); with GQA the transform's tensor-core
+    // kernel was 1.8-2.2x faster (kernel_bench --verify-rows, H200).
+    const bool rows_kernel = options.verify_rows_kernel && (local_heads == local_kv_heads || options.verify_rows_kernel_gqa) &&
+                             max_query_rows(in) <= k::kMaxDecodeRows;
+    const int most_rows = options.verify_graph_max_rows > 0 ? std::min(options.verify_graph_max_rows, kVerifyRowsGraphMaxRows)
+                          : rows_kernel                     ? kVerifyRowsGraphMaxRows
+                                                            : kVerifyGraphMaxRows;
+    if (options.cuda_graphs && !options.batch_invariant && step.n_padding == 0 && in.n_tokens() <= most_rows &&
         in.max_context() <= kGraphMaxContext && (!tables || tables->updates.size() <= size_t(kGraphMaxTableUpdates)) &&
-        cuda::plan_verification_as_decode(step, flat_step, tables ? &table_step : nullptr)) {
+        cuda::plan_verification_as_decode(step, flat_step, tables ? &table_step : nullptr,
+                                          rows_kernel ? &flat_spans : nullptr)) {
       plan = &flat_step;
+      step_spans = rows_kernel;
+      step_groups = in.n_seqs();
       ++verification_steps_graphed;
     }
     return tables;
   }
+
+  static int max_query_rows(const k::StepInput& in) {
+    int m = 0;
+    for (int s = 0; s < in.n_seqs(); ++s) m = std::max(m, in.query_start[s + 1] - in.query_start[s]);
+    return m;
+  }
+  const std::vector<int32_t>* planned_spans() const { return step_spans ? &flat_spans : nullptr; }
 
   /// The device half of run_step: the planned step (`plan`, `tables` = &table_step or null).
   void run_tables(const cuda::BlockTableStep* tables) {
@@ -420,7 +453,8 @@ struct CudaBackend::Impl {
         cuda::bucketable(*plan) && (!tables || tables->updates.size() <= size_t(kGraphMaxTableUpdates))) {
       const int context = context_bucket(in.max_context());
       const int stride = paged ? (context + in.block_size - 1) / in.block_size : 0;
-      g.layout = cuda::bucket_layout(*plan, bucket, stride, tables);
+      g.layout = cuda::bucket_layout(*plan, bucket, stride, tables, planned_spans());
+      g.row_groups = step_groups;
       g.rows = g.tokens = g.seqs = g.samples = bucket;
       g.max_context = context;
       g.decode = true;
@@ -437,11 +471,13 @@ struct CudaBackend::Impl {
         most.rows.resize(largest);
         most.updates.resize(kGraphMaxTableUpdates);
         // full tables: block size 1, longest context
-        graph_packed.grow(cuda::bucket_layout(probe, largest, kGraphMaxContext, tables ? &most : nullptr).total + 1024,
+        const std::vector<int32_t> spans_room;  // room for the row spans (verification steps)
+        graph_packed.grow(cuda::bucket_layout(probe, largest, kGraphMaxContext, tables ? &most : nullptr, &spans_room).total + 1024,
                           "the graph step input");
       }
       stage(g, graph_packed, tables);
-      GraphEntry& entry = graphs[GraphKey{bucket, context, int(in.kv_kind), paged ? in.block_size : 0, g.lora, !g.late}];
+      GraphEntry& entry = graphs[GraphKey{bucket, context, int(in.kv_kind), paged ? in.block_size : 0, g.lora, !g.late,
+                                          g.layout.has_row_spans, g.draw_probs}];
       if (entry.exec && entry.epoch != epoch) {
         CUDA_CHECK(cudaGraphExecDestroy(entry.exec));
         entry = GraphEntry{};
@@ -473,7 +509,8 @@ struct CudaBackend::Impl {
       if (g.late) send_late_masks_and_draw(g);
       return;
     }
-    g.layout = cuda::compact_layout(*plan, tables);
+    g.layout = cuda::compact_layout(*plan, tables, planned_spans());
+    g.row_groups = step_groups;
     g.rows = plan->n_rows();
     g.tokens = in.n_tokens();
     g.seqs = in.n_seqs();
@@ -526,11 +563,28 @@ struct CudaBackend::Impl {
   void stage(Geometry& g, DeviceBuffer& dst, const cuda::BlockTableStep* tables) {
     if (g.layout.total > dst.bytes()) throw std::logic_error("CudaBackend: the step input outgrew its device buffer");
     packed_host.grow(g.layout.total);
-    cuda::pack_step(*plan, g.layout, packed_host.get<uint8_t>(), tables);
+    cuda::pack_step(*plan, g.layout, packed_host.get<uint8_t>(), tables, g.layout.has_row_spans ? &flat_spans : nullptr);
     CUDA_CHECK(cudaMemcpyAsync(dst.get(), packed_host.get(), g.layout.total, cudaMemcpyHostToDevice, stream));
     last_upload_bytes = g.layout.total;
     g.dev = dst.get<uint8_t>();
     const k::StepInput& in = plan->in;
+    if (!in.draft_probs.empty()) {  // the drafts' q, on its own (most steps carry none)
+      const size_t bytes = in.draft_probs.size() * sizeof(float);
+      if (bytes > draft_q.bytes()) {
+        draft_q.grow(bytes, "the draft distributions");
+        ++epoch;  // graphs baked in the old address
+      }
+      CUDA_CHECK(cudaMemcpyAsync(draft_q.get(), in.draft_probs.data(), bytes, cudaMemcpyHostToDevice, stream));
+      last_upload_bytes += bytes;
+    }
+    g.draw_probs = plan->want_draw_probs;
+    if (g.draw_probs) {
+      const size_t bytes = size_t(std::max(g.samples, 1)) * size_t(c().vocab_size) * sizeof(float);
+      if (bytes > draw_probs_dev.bytes()) {
+        draw_probs_dev.grow(bytes, "the draws' distributions");
+        ++epoch;
+      }
+    }
     g.masks = nullptr;
     g.late = in.has_late_masks();
     if (g.late) {  // uploaded once the forward is launched (send_late_masks_and_draw)

@@ -41,6 +41,11 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   st.n_seqs = g.seqs;
   st.max_context = g.max_context;
   st.decode = g.decode;
+  if (g.layout.has_row_spans) {  // a verification step in its one-row form (verify_rows.h)
+    st.row_spans = g.at<int32_t>(g.layout.row_spans);
+    st.row_groups = g.row_groups;
+    st.row_queries = options.verify_rows_queries > 0 ? options.verify_rows_queries : kVerifyRowsQueries;
+  }
   st.workspace = decode_ws.get<float>();
   st.workspace_bytes = decode_ws.bytes();
 
@@ -108,6 +113,12 @@ void CudaBackend::Impl::enqueue_draws(const Geometry& g) {
   sa.seq_key = g.at<uint64_t>(L.seq_key);
   sa.position = g.at<int32_t>(L.sample_position);
   sa.tokens = tokens.get<int32_t>();
+  // Rejection sampling of drafts against their q (draft_dist >= 0; draft_q uploaded with the step)
+  // and, for a draft model, the distributions its draws sample.
+  sa.draft_token = g.at<int32_t>(L.draft_token);
+  sa.draft_dist = g.at<int32_t>(L.draft_dist);
+  sa.draft_probs = draft_q.get<float>();
+  sa.probs_out = g.draw_probs ? draw_probs_dev.get<float>() : nullptr;
   k::sample_tokens(sa, stream);
 }
 

@@ -15,6 +15,7 @@
 #include "engine/backend/cuda/quant_linear.h"
 #include "engine/backend/cuda/tp_comm.h"
 #include "kernels/attention.h"
+#include "kernels/attention_decode_rows.h"
 #include "kernels/gemm.h"
 #include "kernels/cuda_check.h"
 #include "kernels/lora_sgmv.h"
@@ -138,6 +139,11 @@ struct AttentionStep {
   const float* inv_freq = nullptr;
   int n_tokens = 0, n_seqs = 0, max_context = 0;
   bool decode = false;             ///< one query row per sequence: the decode kernels
+  /// decode with row spans: a verification step in its one-row form, grouped into row_groups
+  /// sequences by these spans (decode_attention_rows, kernels/attention_decode_rows.h)
+  const int32_t* row_spans = nullptr;
+  int row_groups = 0;
+  int row_queries = kernels::kDecodeRowsQueries;  ///< DecodeRowsArgs::queries_per_block
   float* workspace = nullptr;      ///< decode split scratch
   size_t workspace_bytes = 0;
 };
@@ -193,7 +199,15 @@ struct Attention {
       a.max_context = st.max_context;
       a.workspace = st.workspace;
       a.workspace_bytes = st.workspace_bytes;
-      kernels::decode_attention(a, c.stream);
+      if (st.row_spans) {
+        kernels::DecodeRowsArgs r;
+        r.base = a;
+        r.spans = st.row_spans;
+        r.queries_per_block = st.row_queries;
+        kernels::decode_attention_rows(r, c.stream, st.row_groups);
+      } else {
+        kernels::decode_attention(a, c.stream);
+      }
     } else {
       kernels::PrefillAttentionArgs a;
       common(a);

@@ -20,10 +20,18 @@ constexpr int kGraphMaxTableUpdates = 65536;
 /// Verification steps of at most this many rows run as one-row decode sequences through the
 /// decode graphs (verify_rows.h). Each such row reads its whole sequence's K/V again, so larger
 /// steps stay on the eager prefill-attention path, which reads it once: on an H200 (llama2-7b,
-/// self k <= 4, 2026-11-28, results/gpu/spec/h200-2026-11-28-ee793b7) graphed verification steps
-/// took 9.86 ms against 9.66 ms eager at 32 users (160 rows) and 16.31 against 15.15 ms at 64 users
-/// (320 rows), while at batch 1 (5 rows) the two were level (1.274 and 1.278 plain decode steps).
+/// contexts ~390, k = 4, results/gpu/spec/h200-2026-11-29-5cd01fe, SpecGpuBench) a graphed
+/// verification step took 4.32 / 9.89 / 16.67 ms at 1 / 32 / 64 users (5 / 160 / 320 rows) against
+/// 4.29 / 8.89 / 14.69 ms eager: level at batch 1, 11% and 14% slower at 32 and 64 users.
 constexpr int kVerifyGraphMaxRows = 16;
+/// With the multi-row decode attention (CudaBackendOptions::verify_rows_kernel, off by default:
+/// kernels/attention_decode_rows.h, each sequence's K/V read once for its rows), verification
+/// steps of up to this many rows replay the decode graphs (the largest bucket). Measured there:
+/// 4.52 / 9.83 / 16.25 ms (1 / 32 / 64 users, the run above), slower than eager at every load.
+constexpr int kVerifyRowsGraphMaxRows = 512;
+/// (row, head) pairs a block of the multi-row attention computes (DecodeRowsArgs::queries_per_block):
+/// 4 measured faster than 8 at every group-1 shape of kernel_bench --verify-rows (H200).
+constexpr int kVerifyRowsQueries = 4;
 
 inline int graph_bucket(int n_seqs) {
   for (int b : kGraphBuckets)
@@ -42,9 +50,11 @@ struct GraphKey {
   int bucket, context, kind, block_size;
   bool lora;   // with the LoRA launches (any mix of slots replays it) or without any
   bool draws;  // with the draws (sampling); without: the forward up to the logits (late masks)
+  bool rows;   // a verification step through decode_attention_rows (row spans in the input)
+  bool probs;  // the draws write their distributions (Step::want_draw_probs: a draft model's q)
   bool operator<(const GraphKey& o) const {
-    return std::tie(bucket, context, kind, block_size, lora, draws) <
-           std::tie(o.bucket, o.context, o.kind, o.block_size, o.lora, o.draws);
+    return std::tie(bucket, context, kind, block_size, lora, draws, rows, probs) <
+           std::tie(o.bucket, o.context, o.kind, o.block_size, o.lora, o.draws, o.rows, o.probs);
   }
 };
 struct GraphEntry {

@@ -11,7 +11,7 @@ namespace {
 size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 
 PackedLayout make_layout(int rows, int tokens, int seqs, int stride, bool paged, int samples,
-                         const BlockTableStep* tables) {
+                         const BlockTableStep* tables, bool spans) {
   using kernels::StepExtent;
   using kernels::StepTravel;
   const bool persistent = paged && tables != nullptr;
@@ -39,6 +39,8 @@ PackedLayout make_layout(int rows, int tokens, int seqs, int stride, bool paged,
 #undef SERVELAB_LAYOUT
   l.table_rows = take(persistent ? sizeof(int32_t) * seqs : 0);
   l.update_count = take(persistent ? sizeof(int32_t) : 0);
+  l.has_row_spans = spans;
+  l.row_spans = take(spans ? sizeof(int32_t) * seqs : 0);
   l.updates = take(sizeof(kernels::BlockTableUpdate) * l.n_updates);
   l.total = at;
   return l;
@@ -83,15 +85,15 @@ size_t PackedLayout::count(kernels::StepExtent extent) const {
     case StepExtent::naive_seqs: return paged ? 0 : size_t(n_seqs);
     case StepExtent::samples: return size_t(n_samples);
     case StepExtent::masks: return 0;  // masks upload on their own
-    case StepExtent::dists: return 0;  // draft distributions: refused (caps().draft_probs is false)
+    case StepExtent::dists: return 0;  // draft distributions upload on their own (CudaBackend: draft_q)
   }
   return 0;
 }
 
-PackedLayout compact_layout(const Step& plan, const BlockTableStep* tables) {
+PackedLayout compact_layout(const Step& plan, const BlockTableStep* tables, const std::vector<int32_t>* spans) {
   const kernels::StepInput& in = plan.in;
   return make_layout(plan.n_rows(), in.n_tokens(), in.n_seqs(), in.block_table_stride,
-                     in.kv_kind == kernels::KvLayoutKind::paged, in.n_samples(), tables);
+                     in.kv_kind == kernels::KvLayoutKind::paged, in.n_samples(), tables, spans != nullptr);
 }
 
 bool bucketable(const Step& plan) {
@@ -102,16 +104,18 @@ bool bucketable(const Step& plan) {
   return true;
 }
 
-PackedLayout bucket_layout(const Step& plan, int bucket, int table_stride, const BlockTableStep* tables) {
+PackedLayout bucket_layout(const Step& plan, int bucket, int table_stride, const BlockTableStep* tables,
+                           const std::vector<int32_t>* spans) {
   const kernels::StepInput& in = plan.in;
   if (!bucketable(plan)) throw std::logic_error("bucket_layout: the plan is not a plain decode step");
   if (bucket < in.n_seqs()) throw std::logic_error("bucket_layout: bucket smaller than the batch");
   const bool paged = in.kv_kind == kernels::KvLayoutKind::paged;
   if (paged && !tables && table_stride < in.block_table_stride) throw std::logic_error("bucket_layout: stride too small");
-  return make_layout(bucket, bucket, bucket, table_stride, paged, bucket, tables);
+  return make_layout(bucket, bucket, bucket, table_stride, paged, bucket, tables, spans != nullptr);
 }
 
-void pack_step(const Step& plan, const PackedLayout& l, uint8_t* out, const BlockTableStep* tables) {
+void pack_step(const Step& plan, const PackedLayout& l, uint8_t* out, const BlockTableStep* tables,
+               const std::vector<int32_t>* spans) {
   using kernels::StepExtent;
   using kernels::StepPad;
   using kernels::StepTravel;
@@ -123,6 +127,11 @@ void pack_step(const Step& plan, const PackedLayout& l, uint8_t* out, const Bloc
   SERVELAB_STEP_FIELDS(SERVELAB_PACK)
 #undef SERVELAB_PACK
   const int S = in.n_seqs();
+  if (l.has_row_spans) {
+    if (!spans || spans->size() != size_t(S)) throw std::logic_error("pack_step: the row spans differ from the layout's");
+    put(out, l.row_spans, *spans);
+    std::fill(at<int32_t>(out, l.row_spans) + S, at<int32_t>(out, l.row_spans) + l.n_seqs, 1);  // padding: one row each
+  }
   if (l.persistent_tables) {
     if (!tables || tables->rows.size() != size_t(S) || tables->updates.size() != size_t(l.n_updates))
       throw std::logic_error("pack_step: the block-table step differs from the layout's");

@@ -13,6 +13,7 @@
 // count from the buffer).
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "engine/backend/cuda/block_table.h"
 #include "engine/backend/backend.h"
@@ -26,6 +27,10 @@ struct PackedLayout {
   SERVELAB_STEP_FIELDS(SERVELAB_PACKED_OFFSET)
 #undef SERVELAB_PACKED_OFFSET
   size_t table_rows = 0, update_count = 0, updates = 0, total = 0;
+  /// A verification step in its one-row form (verify_rows.h) run by decode_attention_rows: one
+  /// int32 per sequence, how its rows group (padding sequences 1); 0 = not packed.
+  size_t row_spans = 0;
+  bool has_row_spans = false;
   int n_rows = 0;        ///< token_ids entries (real rows + padding rows)
   int n_tokens = 0;      ///< rows with a position and a slot (attention rows)
   int n_seqs = 0;
@@ -40,11 +45,14 @@ struct PackedLayout {
 
 /// Compact layout of `plan` (n_rows = plan.n_rows(), stride = plan's own; with `tables`, a paged
 /// plan carries tables->rows and tables->updates instead of its block tables).
-PackedLayout compact_layout(const Step& plan, const BlockTableStep* tables = nullptr);
+/// `spans` (verify_rows.h; one per sequence) adds the row spans array.
+PackedLayout compact_layout(const Step& plan, const BlockTableStep* tables = nullptr,
+                            const std::vector<int32_t>* spans = nullptr);
 /// A decode-only plan padded to `bucket` sequences (>= plan.in.n_seqs()) with `table_stride`
 /// block-table entries per sequence (>= plan's stride; paged only, ignored with `tables`: padding
 /// sequences then read row 0 of the device table). Every sequence samples once.
-PackedLayout bucket_layout(const Step& plan, int bucket, int table_stride, const BlockTableStep* tables = nullptr);
+PackedLayout bucket_layout(const Step& plan, int bucket, int table_stride, const BlockTableStep* tables = nullptr,
+                           const std::vector<int32_t>* spans = nullptr);
 /// True when `plan` can be padded to a bucket: decode only, no padding rows, sample k is row k,
 /// no token masks in mask_words (such a step runs eagerly: its masks upload on their own). Late
 /// masks (in.late_masks) are fine: the graph then runs the forward only and the draws follow it.
@@ -52,6 +60,8 @@ bool bucketable(const Step& plan);
 
 /// Writes the plan's arrays at `layout`'s offsets into out[0, layout.total), padding as the layout
 /// says (padding rows of a compact layout read token 0). `tables`: the same as given to the layout.
-void pack_step(const Step& plan, const PackedLayout& layout, uint8_t* out, const BlockTableStep* tables = nullptr);
+/// `spans`: the same as given to the layout (padding sequences get 1).
+void pack_step(const Step& plan, const PackedLayout& layout, uint8_t* out, const BlockTableStep* tables = nullptr,
+               const std::vector<int32_t>* spans = nullptr);
 
 }  // namespace servelab::cuda

@@ -133,6 +133,9 @@ struct TpCudaBackend::Impl {
         if (r > 0) {  // the plan, not rebuilt: copied from the lead (read-only there meanwhile)
           m.plan = lead.plan;
           m.n_samples = lead.n_samples;
+          m.step_spans = lead.step_spans;  // a verification step's row spans (multi-row attention)
+          m.step_groups = lead.step_groups;
+          if (lead.step_spans) m.flat_spans = lead.flat_spans;
           if (with_tables) m.table_step = lead.table_step;
         }
         m.run_tables(with_tables ? &m.table_step : nullptr);

@@ -56,12 +56,13 @@ void verification_as_decode(const kernels::StepInput& in, kernels::StepInput& ou
   out.query_start[size_t(n)] = n;
 }
 
-bool plan_verification_as_decode(const Step& step, Step& flat, BlockTableStep* tables) {
+bool plan_verification_as_decode(const Step& step, Step& flat, BlockTableStep* tables, std::vector<int32_t>* spans) {
   if (!verification_as_decode_ok(step.in)) return false;
   std::vector<int32_t> seq_of_row;
   verification_as_decode(step.in, flat.in, &seq_of_row);
   flat.n_padding = step.n_padding;
   flat.want_logprobs = step.want_logprobs;
+  flat.want_draw_probs = step.want_draw_probs;
   flat.fill_masks = step.fill_masks;
   if (tables) {
     if (tables->rows.size() != size_t(step.in.n_seqs()))
@@ -69,6 +70,13 @@ bool plan_verification_as_decode(const Step& step, Step& flat, BlockTableStep* t
     std::vector<int32_t> rows(seq_of_row.size());
     for (size_t r = 0; r < rows.size(); ++r) rows[r] = tables->rows[size_t(seq_of_row[r])];
     tables->rows = std::move(rows);
+  }
+  if (spans) {
+    spans->assign(seq_of_row.size(), 0);
+    for (int s = 0; s < step.in.n_seqs(); ++s) {
+      const int last = step.in.query_start[s + 1] - 1;
+      (*spans)[size_t(last)] = last - step.in.query_start[s] + 1;
+    }
   }
   return true;
 }

@@ -32,8 +32,12 @@ void verification_as_decode(const kernels::StepInput& in, kernels::StepInput& ou
 
 /// The same for a whole backend step and its planned persistent block tables: `flat` gets the
 /// step as one-row sequences (n_padding, logprobs and the late-mask filler carried over) and
-/// `tables->rows` (if given) is repeated per row to match. Returns false, changing nothing, when
-/// the step is not verification-shaped (verification_as_decode_ok).
-bool plan_verification_as_decode(const Step& step, Step& flat, BlockTableStep* tables);
+/// `tables->rows` (if given) is repeated per row to match. `spans` (if given) gets, per one-row
+/// sequence, how its rows group into the step's sequences (decode_attention_rows,
+/// kernels/attention_decode_rows.h): the last row of a sequence of R rows R, the rows before it 0.
+/// Returns false, changing nothing, when the step is not verification-shaped
+/// (verification_as_decode_ok).
+bool plan_verification_as_decode(const Step& step, Step& flat, BlockTableStep* tables,
+                                 std::vector<int32_t>* spans = nullptr);
 
 }  // namespace servelab::cuda
