@@ -12,7 +12,8 @@
 //   P2  [256, 380)  the token two back, first 124 dims  (layer 1, head 1: attention at offset 2)
 //   QB  [380, 504)  bigram code of (previous, current)  (layer 1's FFN: products P[k]·E[π(k)])
 //   KB  [504, 628)  bigram code of (two back, previous) (layer 1's FFN: products P2[k]·P[π(k)])
-//   OUT [628, 756)  the code of the token to emit       (layer 2, head 0: query QB, key KB, value E)
+//   OUT [628, 756)  the code of the token to emit       (layer 2, head 0: query QB, key KB, value E;
+//                   layer 2's FFN sharpens it so a thinly spread attention copies nothing)
 //   bias 767        a constant 1 (gives attention a position-only query and key)
 // The LM head scores token t by <code_t, OUT> (copy) plus a weaker fallback <code_t, R·QB> (a fixed
 // random function of the last bigram), which decides the token when no bigram matched.
