@@ -15,6 +15,7 @@
 #include "cli/command.h"
 #include "engine/model/config.h"
 #include "engine/model/hf_config.h"
+#include "engine/model/induction_weights.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/synth.h"
 #include "engine/model/tensors.h"
@@ -187,7 +188,8 @@ int run_synth(const SynthArgs& a) {
             << to_string(config.dtype) << ", " << human_bytes(double(config.n_params()) * dtype_size(config.dtype))
             << " in " << shards.size() << " file" << (shards.size() == 1 ? "" : "s") << ") into " << a.out << "\n";
   const auto t0 = std::chrono::steady_clock::now();
-  synthesize_checkpoint(config, a.out, a.seed, max_shard);
+  if (is_constructed_preset(a.preset)) write_weights_checkpoint(induction_weights(config, a.seed), a.out);
+  else synthesize_checkpoint(config, a.out, a.seed, max_shard);
   if (tok) install_tokenizer(*tok, a.out);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("%s: wrote config.json%s and %zu safetensors file%s (seed %llu) in %.1f s\n", a.out.c_str(),
@@ -241,7 +243,8 @@ const Registrar kModel(
       s->footer(
           "Writes config.json and model.safetensors, or model-0000i-of-0000n.safetensors shards plus\n"
           "model.safetensors.index.json, exactly as transformers' save_pretrained lays them out.\n"
-          "The weights equal ModelWeights::random(preset, seed) rounded to the dtype.\n"
+          "The weights equal ModelWeights::random(preset, seed) rounded to the dtype; copy-tiny's are\n"
+          "constructed (an induction model that copies, engine/model/induction_weights.h), in one file.\n"
           "Examples:\n"
           "  servelab model synth --preset tiny --out models/tiny\n"
           "  servelab model synth --preset qwen2.5-0.5b --out models/qwen --seed 7\n"

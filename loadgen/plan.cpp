@@ -12,6 +12,7 @@
 
 #include "engine/model/tokenizer.h"
 #include "loadgen/arrivals.h"
+#include "loadgen/copied_spans.h"
 #include "loadgen/lora_workload.h"
 #include "loadgen/rng.h"
 
@@ -74,7 +75,7 @@ Planner::Lengths Planner::fit(int prompt, int output, bool& clipped, int64_t roo
 }
 
 std::vector<TokenId> Planner::prompt_tokens(uint64_t id, int n_own, bool with_prefix, int group,
-                                           const std::vector<TokenId>* text) const {
+                                           const std::vector<TokenId>* text, Rng* copy_edits) const {
   std::vector<TokenId> out;
   if (with_prefix) {
     const auto& g = groups_.tokens(group);
@@ -89,6 +90,11 @@ std::vector<TokenId> Planner::prompt_tokens(uint64_t id, int n_own, bool with_pr
   const int vocab = scenario_.model.vocab_size;
   const int64_t lo = std::min(2, vocab - 1);
   Rng rng = Rng::stream(scenario_.seed, RngStream::tokens, id);
+  if (copy_edits) {
+    const std::vector<TokenId> own = copied_span_prompt(scenario_.workload.copied_spans, n_own, vocab, rng, *copy_edits);
+    out.insert(out.end(), own.begin(), own.end());
+    return out;
+  }
   out.reserve(out.size() + static_cast<size_t>(std::max(0, n_own)));  // one allocation, not a doubling series
   for (int i = 0; i < n_own; ++i) out.push_back(static_cast<TokenId>(rng.uniform_int(lo, vocab - 1)));
   return out;
@@ -215,7 +221,12 @@ Plan Planner::make(double rate) const {
     const Item& it = items[i];
     r.id = i;
     r.intended_s = it.t;
-    r.prompt = prompt_tokens(i, it.len.prompt, it.turn == 0, it.group, it.text);
+    // A copied span replaces random own ids (not a dataset's text) where one fits: one draw per
+    // request from its own stream, which then draws the document's edits.
+    Rng span_stream = Rng::stream(scenario_.seed, RngStream::copied_spans, i);
+    r.copied_span = (it.text == nullptr || it.text->empty()) && it.len.prompt >= kCopiedSpanMinPrompt &&
+                    draws_copied_span(w.copied_spans, span_stream);
+    r.prompt = prompt_tokens(i, it.len.prompt, it.turn == 0, it.group, it.text, r.copied_span ? &span_stream : nullptr);
     r.output_tokens = it.len.output;
     r.warmup = i < static_cast<size_t>(w.warmup_requests);
     r.prefix_group = it.group;
@@ -282,6 +293,7 @@ PlanSummary summarize(const Plan& plan) {
     outputs.push_back(r.output_tokens);
     s.total_prompt_tokens += static_cast<int64_t>(r.prompt.size());
     s.total_output_tokens += r.output_tokens;
+    s.n_copied_spans += r.copied_span;
   }
   if (!plan.requests.empty()) s.duration_s = plan.requests.back().intended_s - plan.requests.front().intended_s;
   s.gaps_s = stats_of(gaps);
@@ -320,6 +332,8 @@ std::string format_plan_summary(const Plan& plan, const std::string& scenario_na
   o << "  tokens    " << s.total_prompt_tokens << " prompt + " << s.total_output_tokens << " output\n";
   if (s.n_clipped > 0) o << "  clipped   " << s.n_clipped << " requests cut to fit max_model_len\n";
   if (s.n_dataset_dropped > 0) o << "  dropped   " << s.n_dataset_dropped << " dataset entries longer than max_model_len\n";
+  if (s.n_copied_spans > 0)
+    o << "  copied    " << s.n_copied_spans << " requests reproduce a document (workload.copied_spans)\n";
   if (plan.n_sessions > 0)
     o << "  sessions  " << plan.n_sessions << " (prompt lengths above are each turn's own tokens; earlier turns come in front"
       << (plan.n_turns_dropped > 0 ? "; " + std::to_string(plan.n_turns_dropped) + " turns dropped: no room in max_model_len" : std::string())
@@ -338,6 +352,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
                         {"prompt", r.prompt}};
     if (r.prefix_group >= 0) j["prefix_group"] = r.prefix_group;
     if (!r.lora.empty()) j["lora"] = r.lora;
+    if (r.copied_span) j["copied_span"] = true;
     if (r.session >= 0) {
       j["session"] = r.session;
       j["turn"] = r.turn;

@@ -31,6 +31,7 @@ struct PlannedRequest {
   int turn = 0;
   double think_time_s = 0.0;
   std::string lora;               ///< workload.lora: the adapter it names ("" = the base model)
+  bool copied_span = false;       ///< workload.copied_spans: its own tokens reproduce a document
 };
 
 /// All requests of one run, in send order (warm-up first).
@@ -90,9 +91,10 @@ class Planner {
   /// Intended times of the open-loop (or closed-loop) units: requests, or sessions.
   std::vector<double> unit_times(double rate, int n_units, Plan& plan) const;
   /// Request `id`'s prompt: [shared prefix + group `group`'s tokens, when with_prefix] + n_own ids.
-  /// `text`: the dataset prompt's ids, used (cut to n_own) instead of random ids.
+  /// `text`: the dataset prompt's ids, used (cut to n_own) instead of random ids. `copy_edits`:
+  /// the own ids are a copied-span prompt (loadgen/copied_spans.h), its edits drawn from it.
   std::vector<TokenId> prompt_tokens(uint64_t id, int n_own, bool with_prefix, int group,
-                                     const std::vector<TokenId>* text = nullptr) const;
+                                     const std::vector<TokenId>* text = nullptr, Rng* copy_edits = nullptr) const;
 
   Scenario scenario_;
   Dataset dataset_;                    ///< entries that fit (when a length comes from a dataset)
@@ -126,12 +128,14 @@ struct PlanSummary {
   int64_t total_output_tokens = 0;
   int n_clipped = 0;
   int n_dataset_dropped = 0;
+  int n_copied_spans = 0;    ///< requests whose own tokens reproduce a document (workload.copied_spans)
 };
 PlanSummary summarize(const Plan& plan);
 /// Multi-line text of summarize(plan), headed by the scenario name and rate.
 std::string format_plan_summary(const Plan& plan, const std::string& scenario_name);
 /// {"mode", "rate", "concurrency", "seed", "n_warmup", "n_clipped", "requests": [{"id",
-/// "intended_s", "prompt_tokens", "output_tokens", "warmup", "prompt": [ids]}]}
+/// "intended_s", "prompt_tokens", "output_tokens", "warmup", "prompt": [ids]}]}; a request with a
+/// copied span has "copied_span": true.
 nlohmann::json plan_to_json(const Plan& plan);
 
 }  // namespace servelab

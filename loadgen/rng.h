@@ -21,6 +21,7 @@ enum class RngStream : uint64_t {
   prefix_group_choice = 8,  ///< one draw per request: which prefix group it belongs to
   sessions = 9,        ///< one draw per session: its number of turns
   lora_choice = 10,    ///< indexed by request (or session): which LoRA adapter it names
+  copied_spans = 11,   ///< indexed by request: whether its prompt copies a span, and its edits
 };
 
 /// xoshiro256**: small, fast, statistically strong, fully specified.

@@ -194,6 +194,19 @@ struct SessionSpec {
 };
 
 /// `workload:`
+/// `workload.copied_spans:` — prompts that ask to reproduce a document (editing, summarization):
+/// a `fraction` of the requests' own tokens are a document of span_tokens ids, a request, and the
+/// document's first 4 ids, so a model that copies continues the document (loadgen/copied_spans.h).
+struct CopiedSpansSpec {
+  double fraction = 0.0;   ///< share of requests with a copied span, in (0, 1]; 0 = none
+  int span_tokens = 256;   ///< the document's ids, >= 8 (cut to fit the request's own prompt)
+  /// In [0, 0.5]: per document position, the chance that it repeats an earlier bigram of the
+  /// document (an edited text's repeated phrase), where copying the latest occurrence of the last
+  /// two tokens and matching a longer n-gram part ways.
+  double edit_rate = 0.0;
+  bool enabled() const { return fraction > 0; }
+};
+
 struct WorkloadSpec {
   LoadMode mode = LoadMode::open_loop;
   ArrivalSpec arrival;
@@ -209,6 +222,7 @@ struct WorkloadSpec {
   LengthSpec output;
   int shared_prefix_tokens = 0;      ///< one prefix every prompt starts with (prefix caching)
   std::vector<PrefixGroupSpec> prefix_groups;  ///< system prompts shared by fractions of the requests
+  CopiedSpansSpec copied_spans;      ///< documents to reproduce in a share of the prompts
   SessionSpec sessions;
   LoraWorkloadSpec lora;             ///< adapters named per request (loadgen/lora_workload.h)
   /// A schema set sent with a share of the requests (loadgen/structured_output.h).

@@ -374,7 +374,7 @@ void Walker::workload(const YAML::Node& n) {
   if (!check_map(n, "workload", {"arrival", "concurrency", "trace", "rates", "n_requests", "duration_s",
                                  "warmup_requests", "prompt_tokens", "output_tokens", "shared_prefix_tokens",
                                  "prefix_groups", "sessions", "trace_speed", "tokenizer", "repeat", "lora",
-                                 "structured_output"}))
+                                 "structured_output", "copied_spans"}))
     return;
   auto& w = s_.workload;
   std::vector<std::string> modes;
@@ -423,6 +423,15 @@ void Walker::workload(const YAML::Node& n) {
   if (defined(n["lora"])) parse_lora_section(n["lora"], ov_, s_, d_);  // scenario_parse_lora.cpp
   if (defined(n["structured_output"]))  // scenario_parse_structured.cpp
     parse_structured_output_section(n["structured_output"], ov_, s_, d_);
+  if (defined(n["copied_spans"]) &&
+      section(n["copied_spans"], "workload.copied_spans", {"fraction", "span_tokens", "edit_rate"})) {
+    const YAML::Node& cs = n["copied_spans"];
+    if (defined(cs["fraction"])) read_double(cs["fraction"], "workload.copied_spans.fraction", w.copied_spans.fraction);
+    else d_.error_at("workload.copied_spans", "workload.copied_spans needs fraction: F (the share of requests, in (0, 1])");
+    if (defined(cs["span_tokens"]))
+      read_int(cs["span_tokens"], "workload.copied_spans.span_tokens", w.copied_spans.span_tokens);
+    if (defined(cs["edit_rate"])) read_double(cs["edit_rate"], "workload.copied_spans.edit_rate", w.copied_spans.edit_rate);
+  }
   if (defined(n["sessions"]) && section(n["sessions"], "workload.sessions", {"turns", "think_time_s"})) {
     const YAML::Node& ss = n["sessions"];
     if (defined(ss["turns"])) read_int(ss["turns"], "workload.sessions.turns", w.sessions.turns);

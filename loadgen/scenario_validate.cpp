@@ -356,6 +356,13 @@ void validate_load(const Scenario& s, const Checker& c) {
   }
   if (fractions > 1 + 1e-9)
     c.check(false, "workload.prefix_groups", "fractions must sum to at most 1" + got(fractions));
+  if (w.copied_spans.enabled() || w.copied_spans.fraction != 0) {
+    const CopiedSpansSpec& cs = w.copied_spans;
+    c.check(cs.fraction > 0 && cs.fraction <= 1, "workload.copied_spans.fraction", "must be in (0, 1]" + got(cs.fraction));
+    c.check(cs.span_tokens >= 8, "workload.copied_spans.span_tokens", "must be >= 8 tokens" + got(cs.span_tokens));
+    c.check(cs.edit_rate >= 0 && cs.edit_rate <= 0.5, "workload.copied_spans.edit_rate",
+            "must be in [0, 0.5]" + got(cs.edit_rate));
+  }
   if (w.sessions.enabled() || w.sessions.think_time_s != 0) {
     c.check(w.sessions.turns >= 1, "workload.sessions.turns", "must be >= 1" + got(w.sessions.turns));
     c.check(w.sessions.think_time_s >= 0 && std::isfinite(w.sessions.think_time_s), "workload.sessions.think_time_s",

@@ -11,6 +11,7 @@
 #endif
 #include "engine/backend/cuda/tp_plan.h"
 #include "engine/model/hf_config.h"
+#include "engine/model/induction_weights.h"
 #include "engine/model/quant_checkpoint.h"
 #include "engine/model/quantize_weights.h"
 #include "engine/model/weights.h"
@@ -182,6 +183,9 @@ std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
     if (is_checkpoint_dir(spec.model) && read_quant_scheme((std::filesystem::path(spec.model) / "config.json").string()))
       throw std::invalid_argument(spec.model + ": a quantized checkpoint; the cuda backend quantizes bf16/f16/f32 "
                                   "checkpoints on load so far (quantized checkpoints run on backend cpu)");
+    if (is_constructed_preset(spec.model))
+      throw std::invalid_argument(spec.model + ": its weights are constructed on the host; write them with `servelab "
+                                  "model synth --preset " + spec.model + " --out DIR` and give model.path DIR");
     if (spec.tensor_parallel > 1) {  // tp_backend.h: a rank per GPU, NCCL between them
       if (is_checkpoint_dir(spec.model)) return TpCudaBackend::load(spec.model, spec.tensor_parallel, o);
       return TpCudaBackend::random(preset_config(spec), spec.seed, spec.tensor_parallel, o);
@@ -201,7 +205,7 @@ BackendFactory::BackendFactory(const BackendSpec& spec) : spec_(spec) {
   spec_.validate();
   if (spec_.kind != BackendKind::cpu) return;
   ModelWeights w = is_checkpoint_dir(spec_.model) ? ModelWeights::load(spec_.model)
-                                                  : ModelWeights::random(preset_config(spec_), spec_.seed);
+                                                  : preset_weights(spec_.model, preset_config(spec_), spec_.seed);
   apply_residual_scale(w, spec_.residual_scale);
   weights_ = std::make_shared<const ModelWeights>(std::move(w));
   (void)make(spec_.quantization, spec_.kv_cache_dtype);  // a format the weights cannot take fails here

@@ -75,10 +75,17 @@ ModelConfig llama3_70b() {
               128001);
 }
 
+// The constructed induction model (engine/model/induction_weights.h): its weights are set, not
+// drawn. Heads of 256 and rope_theta 1e8 leave 62 RoPE pairs nearly still over 2048 positions
+// (position-free matching) and 16 fast ones (offsets).
+ModelConfig copy_tiny() {
+  return make("copy-tiny", 768, 2, 3, 3, 496, 2048, 1e8f, 1e-6f, 2048, false, DType::f32, 1);
+}
+
 constexpr PresetEntry kPresets[] = {
     {"tiny", tiny},           {"qwen2.5-0.5b", qwen25_05b}, {"llama3.2-1b", llama32_1b},
     {"llama2-7b", llama2_7b}, {"llama3-8b", llama3_8b},     {"llama2-13b", llama2_13b},
-    {"llama3-70b", llama3_70b},
+    {"llama3-70b", llama3_70b}, {"copy-tiny", copy_tiny},
 };
 
 std::string field_error(const char* field, int64_t got, const std::string& rule) {

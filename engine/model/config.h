@@ -59,7 +59,8 @@ struct ModelConfig {
 /// (i, i + head_dim/2) of a head at position p by the angle p · inv_freq[i].
 std::vector<double> rope_inv_freq(const ModelConfig& config);
 
-/// Named presets: tiny, qwen2.5-0.5b, llama3.2-1b, llama2-7b, llama3-8b, llama2-13b, llama3-70b.
+/// Named presets: tiny, qwen2.5-0.5b, llama3.2-1b, llama2-7b, llama3-8b, llama2-13b, llama3-70b, and
+/// copy-tiny, whose weights are constructed (engine/model/induction_weights.h), not drawn.
 ModelConfig preset(const std::string& name);  ///< throws std::invalid_argument listing the names
 std::vector<std::string> preset_names();
 

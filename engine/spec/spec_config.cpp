@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/model/induction_weights.h"
 #include "engine/spec/draft_weights.h"
 #include "engine/spec/model_proposer.h"
 #include "engine/spec/ngram_proposer.h"
@@ -72,7 +73,7 @@ std::unique_ptr<Proposer> make_cpu_proposer(const SpeculativeConfig& c, const Pr
   std::error_code ec;
   auto w = std::make_shared<const ModelWeights>(std::filesystem::is_directory(c.model, ec)
                                                     ? ModelWeights::load(c.model)
-                                                    : ModelWeights::random(preset(c.model), target.seed + 1));
+                                                    : preset_weights(c.model, preset(c.model), target.seed + 1));
   return std::make_unique<ModelProposer>("draft_model", std::move(w), vocab, o);
 }
 

@@ -165,7 +165,7 @@ TEST(ScenarioErrors, UnknownKeyWithDidYouMean) {
                        "  n_reqests: 5\n"),
             "scn.yaml:4:3: unknown key 'n_reqests' in workload (allowed: arrival, concurrency, trace, rates, "
             "n_requests, duration_s, warmup_requests, prompt_tokens, output_tokens, shared_prefix_tokens, "
-            "prefix_groups, sessions, trace_speed, tokenizer, repeat, lora, structured_output); "
+            "prefix_groups, sessions, trace_speed, tokenizer, repeat, lora, structured_output, copied_spans); "
             "did you mean 'n_requests'?");
   const std::string far = only_error("strategies: [{batching: continuous}]\nworkload: {rates: [1]}\nfoo: 1\n");
   EXPECT_EQ(far.rfind("scn.yaml:3:1: unknown key 'foo' at the top level (allowed: name, ", 0), 0u) << far;

@@ -25,7 +25,7 @@ TEST(ModelConfig, EveryPresetValidates) {
     EXPECT_NO_THROW(c.validate()) << name;
     EXPECT_EQ(c.hidden_size % c.n_heads, 0) << name;
   }
-  EXPECT_EQ(preset_names().size(), 7u);
+  EXPECT_EQ(preset_names().size(), 8u);  // seven shapes of public models and copy-tiny
 }
 
 TEST(ModelConfig, ParameterCountsMatchPublishedModels) {
