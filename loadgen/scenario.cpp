@@ -1,4 +1,4 @@
-// Scenario plumbing: locations, error collection, names, and load_scenario (read → override →
+// Scenario plumbing: locations, error collection, names, the sweep's derived counts, and load_scenario (read → override →
 // parse → resolve → validate). The YAML walk is in scenario_parse.cpp, the checks in
 // scenario_validate.cpp.
 #include "loadgen/scenario.h"
@@ -225,6 +225,23 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   std::ostringstream text;
   text << in.rdbuf();
   return load_scenario_text(text.str(), path, overrides);
+}
+
+std::vector<double> Scenario::sweep_rates() const {
+  if (workload.mode == LoadMode::open_loop) return workload.rates;
+  if (workload.mode == LoadMode::closed_loop && !workload.concurrencies.empty())
+    return std::vector<double>(workload.concurrencies.begin(), workload.concurrencies.end());
+  return {0.0};
+}
+
+int WorkloadSpec::max_prefix_tokens() const {
+  int longest = 0;
+  for (const PrefixGroupSpec& g : prefix_groups) longest = std::max(longest, g.tokens);
+  return shared_prefix_tokens + longest;
+}
+
+int Scenario::planned_requests() const {
+  return workload.n_requests > 0 ? workload.n_requests + workload.warmup_requests : -1;
 }
 
 }  // namespace servelab

@@ -101,23 +101,6 @@ void check_kv_arenas(const Scenario& sc, Diagnostics& diag) {
 
 }  // namespace
 
-std::vector<double> Scenario::sweep_rates() const {
-  if (workload.mode == LoadMode::open_loop) return workload.rates;
-  if (workload.mode == LoadMode::closed_loop && !workload.concurrencies.empty())
-    return std::vector<double>(workload.concurrencies.begin(), workload.concurrencies.end());
-  return {0.0};
-}
-
-int WorkloadSpec::max_prefix_tokens() const {
-  int longest = 0;
-  for (const PrefixGroupSpec& g : prefix_groups) longest = std::max(longest, g.tokens);
-  return shared_prefix_tokens + longest;
-}
-
-int Scenario::planned_requests() const {
-  return workload.n_requests > 0 ? workload.n_requests + workload.warmup_requests : -1;
-}
-
 void Scenario::resolve(Diagnostics& diag) {
   if (name.empty()) name = source_file.empty() ? "scenario" : fs::path(source_file).stem().string();
   if (output_dir.empty()) output_dir = "results/runs/" + name;
