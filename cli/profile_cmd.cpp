@@ -177,7 +177,6 @@ int profile_main(const ProfileArgs& a) {
     else dspec.model = draft_preset;
     ProfileOptions dgrid = options;
     dgrid.verify_ks.clear();  // a draft verifies nothing
-    dgrid.max_kv_bytes = options.max_kv_bytes;
     backend.reset();
     std::cerr << "profiling the draft (" << (draft_layers > 0 ? spec.model + ", first " + std::to_string(draft_layers) + " layers" : draft_preset)
               << ")...\n";
