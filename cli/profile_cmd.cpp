@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -44,6 +45,8 @@ struct ProfileArgs {
   bool kv_spread = false;      // spread them over the --kv-gb arena
   bool host_overhead = true;  // also measure the engine's per-step host work (loadgen/host_overhead_probe.h)
   std::string for_scenario;   // the grid from this scenario's lengths and batches (loadgen/profile_grid_for.h)
+  int draft_layers = 0;       // also profile the preset's first N layers (a `self` draft), as "draft" in the JSON
+  std::string draft_preset;   // also profile this preset (a `draft_model` draft), as "draft" in the JSON
   std::vector<const CLI::Option*> grid_flags;  // the grid's own flags: given ones win over --for-scenario
 };
 
@@ -83,6 +86,9 @@ int profile_main(const ProfileArgs& a) {
   if (!hardware.empty()) SimDevice::preset(hardware);  // a known preset: the roofline beyond the grid is priced on it
 
   ProfileOptions options = a.grid;
+  int draft_layers = a.draft_layers;
+  std::string draft_preset = a.draft_preset;
+  if (draft_layers > 0 && !draft_preset.empty()) throw std::invalid_argument("give --draft-layers or --draft-preset, not both");
   if (!a.for_scenario.empty()) {
     const ScenarioGrid derived = profile_grid_for(load_scenario(a.for_scenario), a.grid);
     const ProfileOptions& d = derived.grid;
@@ -96,6 +102,11 @@ int profile_main(const ProfileArgs& a) {
     if (!given("--chunk-lens")) options.chunk_lens = d.chunk_lens;
     if (!given("--prompt-len")) options.prompt_lens = d.prompt_lens;
     if (!given("--max-rows")) options.max_rows = d.max_rows;
+    if (!given("--verify-k")) options.verify_ks = d.verify_ks;
+    if (a.draft_layers == 0 && a.draft_preset.empty()) {  // the scenario's draft, profiled beside the target
+      draft_layers = derived.draft_layers;
+      draft_preset = derived.draft_preset;
+    }
     std::cerr << "grid from " << a.for_scenario << " (flags given on the command line win):\n";
     for (const std::string& line : derived.notes) std::cerr << "  " << line << "\n";
   }
@@ -157,10 +168,30 @@ int profile_main(const ProfileArgs& a) {
   report.commit = current_commit();  // SERVELAB_COMMIT when set (a copy outside its checkout)
   report.date = analysis::utc_now_iso8601();
   std::cout << profile_table(report);
+  // The draft: its own steps (catch-up chunks and one-row decodes) on the same device and grid,
+  // timed after the target's, in a backend of its own (the target's is released first).
+  std::optional<ProfileReport> draft;
+  if (draft_layers > 0 || !draft_preset.empty()) {
+    BackendSpec dspec = spec;
+    if (draft_layers > 0) dspec.first_layers = draft_layers;
+    else dspec.model = draft_preset;
+    ProfileOptions dgrid = options;
+    dgrid.verify_ks.clear();  // a draft verifies nothing
+    backend.reset();
+    std::cerr << "profiling the draft (" << (draft_layers > 0 ? spec.model + ", first " + std::to_string(draft_layers) + " layers" : draft_preset)
+              << ")...\n";
+    std::unique_ptr<Backend> dbackend = make_backend(dspec);
+    draft = profile_backend(*dbackend, dgrid, [](const std::string& line) { std::cerr << line << "\n"; });
+    draft->device = report.device;
+    draft->hardware = hardware;
+    draft->commit = report.commit;
+    draft->date = report.date;
+    std::cout << "draft:\n" << profile_table(*draft);
+  }
   if (!a.json_path.empty()) {
     std::ofstream out(a.json_path);
     if (!out) throw std::runtime_error(a.json_path + ": cannot open for writing");
-    out << profile_json(report);
+    out << profile_json(report, draft ? &*draft : nullptr);
     if (!out) throw std::runtime_error(a.json_path + ": write failed");
     std::cout << "wrote " << a.json_path << " (" << report.samples.size() << " grid points, " << report.wall_s
               << " s)\n";
@@ -228,7 +259,18 @@ const Registrar register_profile(
                      "take the grid from this scenario: prompt and context lengths at quantiles of its planned "
                      "requests, batches up to its strategies' largest, its chunk (grid flags given as well win)")
           ->check(CLI::ExistingFile);
-      for (const char* f : {"--prefill-lens", "--batch", "--contexts", "--chunk-lens", "--prompt-len", "--max-rows"})
+      sub.add_option("--verify-k", g.verify_ks,
+                     "also time verification steps of speculative decoding: every sequence scores k + 1 rows (its "
+                     "last token and k drafts) and draws each, at --batch x --contexts, for each k listed")
+          ->delimiter(',')
+          ->check(CLI::Range(1, 16));
+      sub.add_option("--draft-layers", a->draft_layers,
+                     "also profile the preset's first N layers (a `self` draft of N layers) on the same grid, into the "
+                     "JSON's \"draft\": the sim prices that draft's steps from it")
+          ->check(CLI::Range(1, 1024));
+      sub.add_option("--draft-preset", a->draft_preset,
+                     "also profile this preset (a `draft_model` draft) on the same grid, into the JSON's \"draft\"");
+      for (const char* f : {"--prefill-lens", "--batch", "--contexts", "--chunk-lens", "--prompt-len", "--max-rows", "--verify-k"})
         a->grid_flags.push_back(sub.get_option(f));
       sub.add_option("--repeats", g.repeats, "timed repeats per point (median kept)")->capture_default_str()->check(CLI::PositiveNumber);
       sub.add_option("--min-point-s", g.min_point_s, "stop repeating a point once its repeats took this long")->capture_default_str();
@@ -263,7 +305,8 @@ const Registrar register_profile(
       sub.footer(
           "Times real steps over a grid: one-sequence prefills (--prefill-lens), batched prefills\n"
           "(batch x --prompt-len rows, up to --max-rows), decodes (--batch x --contexts), chunked\n"
-          "prefills at a context (--chunk-lens x --contexts) and mixed steps (decodes plus a chunk).\n"
+          "prefills at a context (--chunk-lens x --contexts), mixed steps (decodes plus a chunk) and,\n"
+          "with --verify-k, verification steps (k + 1 drawn rows a sequence, --batch x --contexts).\n"
           "Each point keeps the median of --repeats runs. --json writes the profile (device, model\n"
           "shape hash, backend, commit, every point's shape and times): backend.sim_profile in a\n"
           "scenario calibrates the sim backend from it, and a profile of another model shape or\n"
@@ -273,6 +316,7 @@ const Registrar register_profile(
           "  servelab profile --preset qwen2.5-0.5b --json results/profiles/qwen2.5-0.5b-cpu.json\n"
           "  servelab profile --model ./my-llama --threads 2 --batch 1,4,16 --contexts 64,512\n"
           "  servelab profile --for-scenario scenarios/quickstart.yaml --json quickstart-profile.json\n"
+          "  servelab profile --preset tiny --verify-k 3 --draft-layers 1 --json tiny-spec-profile.json\n"
           "  servelab profile --backend cuda --preset llama2-7b --prefill-lens 512,4096 --batch 1,32,256 \\\n"
           "      --contexts 128,2048 --kv-gb 40 --json results/profiles/llama2-7b-h100.json");
       return [a] { return profile_main(*a); };

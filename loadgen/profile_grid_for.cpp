@@ -92,6 +92,22 @@ ScenarioGrid profile_grid_for(const Scenario& scenario, const ProfileOptions& ba
   out.notes.push_back("--chunk-lens " + grid_list(g.chunk_lens) + ": prompt quartiles" +
                       (chunk > 0 ? ", capped at the " + std::to_string(chunk) + "-token chunk" : std::string()));
   out.notes.push_back("--max-rows " + std::to_string(g.max_rows) + ": the largest step of the scenario's strategies");
+  g.verify_ks.clear();
+  for (const StrategySpec& st : scenario.strategies) {
+    if (!st.speculative) continue;
+    const SpeculativeConfig& sc = *st.speculative;
+    g.verify_ks.push_back(sc.num_speculative_tokens);
+    if (sc.adaptive && sc.num_speculative_tokens > 1) g.verify_ks.push_back(1);
+    if (sc.method == SpecMethod::self && out.draft_layers == 0 && out.draft_preset.empty()) out.draft_layers = sc.num_layers;
+    if (sc.method == SpecMethod::draft_model && out.draft_layers == 0 && out.draft_preset.empty()) out.draft_preset = sc.model;
+  }
+  g.verify_ks = grid_sorted_unique(g.verify_ks);
+  if (!g.verify_ks.empty())
+    out.notes.push_back("--verify-k " + grid_list(g.verify_ks) + ": the speculating strategies' draft counts");
+  if (out.draft_layers > 0)
+    out.notes.push_back("--draft-layers " + std::to_string(out.draft_layers) + ": the first self-speculating strategy's draft");
+  if (!out.draft_preset.empty())
+    out.notes.push_back("--draft-preset " + out.draft_preset + ": the first draft_model strategy's draft");
   return out;
 }
 

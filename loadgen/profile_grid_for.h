@@ -13,6 +13,10 @@ namespace servelab {
 /// What profile_grid_for derived, and from what (printed by the CLI).
 struct ScenarioGrid {
   ProfileOptions grid;
+  /// The draft to profile beside the target: the first strategy with a `self` draft gives its
+  /// layers, else the first `draft_model` its preset (0 and "" when none speculates with a model).
+  int draft_layers = 0;
+  std::string draft_preset;
   std::vector<std::string> notes;  ///< one line per list: where its knots come from
 };
 
@@ -27,7 +31,10 @@ struct ScenarioGrid {
 ///   chunk_lens    P's quartiles, capped at the strategies' largest chunk (max_num_batched_tokens
 ///                 where chunked prefill is on), plus that chunk when a prompt exceeds it;
 ///   max_rows      the largest step any strategy runs (max_step_rows), at most B × the longest
-///                 prompt (or the chunk, if larger).
+///                 prompt (or the chunk, if larger);
+///   verify_ks     the num_speculative_tokens of every strategy that speculates (verification
+///                 points at those batches and contexts), and with adaptive k, 1 as well (a
+///                 sequence drafts from 1 to k tokens).
 /// Every value is at least 1, lists are sorted and unique. Throws std::invalid_argument when the
 /// plan has no request.
 ScenarioGrid profile_grid_for(const Scenario& scenario, const ProfileOptions& base);

@@ -3,10 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <stdexcept>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/model/quantize_weights.h"
 
@@ -101,7 +98,11 @@ void CostCounts::add(CostSource s) {
 StepShape StepShape::of(const Step& step) {
   const kernels::StepInput& in = step.in;
   StepShape s;
+  int draw = 0;  // draws follow entry order: those of entry q are next when q comes up
   for (int q = 0; q < in.n_seqs(); ++q) {
+    bool verifying = false;  // an entry verifies drafts when a draw of its rows carries a draft token
+    for (; draw < in.n_samples() && in.sample_rows[draw] < in.query_start[q + 1]; ++draw)
+      verifying |= size_t(draw) < in.draft_token.size() && in.draft_token[draw] >= 0;
     const int64_t n = in.query_start[q + 1] - in.query_start[q], end = in.context_lens[q], begin = end - n;
     s.n_tokens += n;
     s.sum_context += end;
@@ -110,6 +111,10 @@ StepShape StepShape::of(const Step& step) {
     s.attention_pairs += pairs;
     if (n == 1 && begin > 0) s.decode_context += static_cast<double>(end);
     else s.prefill_pairs += pairs;
+    if (n > 1 && verifying) {
+      s.verify_rows += n;
+      s.verify_pairs += pairs;
+    }
     s.max_context = std::max(s.max_context, end);
   }
   // Rows through the LM head: distinct drawn rows (n parallel samples share theirs).
@@ -191,6 +196,14 @@ double roofline_seconds(const RooflineTerms& terms, const StepShape& s) {
 
 ProfiledStepModel ProfiledStepModel::fit(std::span<const TimedStep> samples) {
   if (samples.empty()) throw std::invalid_argument("a profile needs at least one step sample");
+  std::vector<TimedStep> base, verify;  // V and a_verify are fitted after the rest, to what it leaves
+  for (const TimedStep& t : samples) (t.shape.verify_rows > 0 ? verify : base).push_back(t);
+  if (!verify.empty()) {
+    if (base.empty()) throw std::invalid_argument("a profile needs at least one step that verifies no drafts");
+    ProfiledStepModel m = fit(base);
+    m.fit_verification(verify);
+    return m;
+  }
   ProfiledStepModel m;
   auto sorted_unique = [](std::vector<double>& v) {
     std::sort(v.begin(), v.end());
@@ -253,19 +266,75 @@ ProfiledStepModel ProfiledStepModel::fit(std::span<const TimedStep> samples) {
   return m;
 }
 
+void ProfiledStepModel::fit_verification(std::span<const TimedStep> samples) {
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const TimedStep& t = samples[i];
+    if (!(t.step_s > 0) || !std::isfinite(t.step_s) || t.shape.verify_rows > t.shape.n_tokens)
+      throw std::invalid_argument("verification sample " + std::to_string(i) + " needs step_s > 0 and verify_rows <= n_tokens");
+    verify_knots_.push_back(static_cast<double>(t.shape.verify_rows));
+    max_sampled_ = std::max(max_sampled_, t.shape.n_sampled);
+    max_sum_context_ = std::max(max_sum_context_, t.shape.sum_context);
+    max_context_ = std::max(max_context_, t.shape.max_context);
+    max_verify_rows_ = std::max(max_verify_rows_, t.shape.verify_rows);
+    max_verify_pairs_ = std::max(max_verify_pairs_, t.shape.verify_pairs);
+  }
+  std::sort(verify_knots_.begin(), verify_knots_.end());
+  verify_knots_.erase(std::unique(verify_knots_.begin(), verify_knots_.end()), verify_knots_.end());
+  // Columns: V's knots (hat functions over 0, knots...; V(0) = 0), then a_verify.
+  const size_t n_knots = verify_knots_.size(), n_cols = n_knots + 1;
+  std::vector<std::vector<double>> a(samples.size(), std::vector<double>(n_cols, 0.0));
+  std::vector<double> b(samples.size()), w(samples.size());
+  for (size_t r = 0; r < samples.size(); ++r) {
+    const StepShape& s = samples[r].shape;
+    const double rows = static_cast<double>(s.verify_rows);
+    if (rows <= verify_knots_.front()) {
+      a[r][0] = rows / verify_knots_.front();
+    } else {
+      size_t i = 0;
+      double u = 0.0;
+      knot_weights(verify_knots_, rows, i, u);
+      a[r][i] += 1.0 - u;
+      if (n_knots > 1) a[r][i + 1] += u;
+    }
+    a[r][n_knots] = s.verify_pairs;
+    b[r] = samples[r].step_s - predict_base(clamp(s));  // what the other terms leave
+    w[r] = 1.0 / samples[r].step_s;
+  }
+  std::vector<bool> active(n_cols, true);
+  std::vector<double> x = weighted_least_squares(a, b, w, active);
+  if (x[n_knots] < 0) {  // noise: a verification step does not get cheaper with context
+    active[n_knots] = false;
+    x = weighted_least_squares(a, b, w, active);
+  }
+  verify_knot_s_.assign(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n_knots));
+  s_per_verify_pair_ = x[n_knots];
+}
+
+StepShape ProfiledStepModel::folded(const StepShape& s) const {
+  StepShape f = s;
+  if (!has_verification()) {  // priced as before verification points existed: prefill chunks
+    f.verify_rows = 0;
+    f.verify_pairs = 0.0;
+  }
+  return f;
+}
+
 bool ProfiledStepModel::use_padded(const StepShape& s) const {
   const double rows = static_cast<double>(s.n_rows());
   return s.padded_decode() && !pad_knots_.empty() && rows >= pad_knots_.front() && rows <= pad_knots_.back();
 }
 
-bool ProfiledStepModel::inside(const StepShape& s) const {
+bool ProfiledStepModel::inside(const StepShape& shape) const {
+  const StepShape s = folded(shape);
   const double rows = static_cast<double>(s.n_rows());
   return rows >= knots_.front() && rows <= knots_.back() && s.n_sampled <= max_sampled_ &&
          s.sum_context <= max_sum_context_ && s.max_context <= max_context_ &&
-         s.prefill_pairs <= max_prefill_pairs_ && s.decode_context <= max_decode_context_;
+         s.prefill_pairs - s.verify_pairs <= max_prefill_pairs_ && s.decode_context <= max_decode_context_ &&
+         s.verify_rows <= max_verify_rows_ && s.verify_pairs <= max_verify_pairs_;
 }
 
-StepShape ProfiledStepModel::clamp(const StepShape& s) const {
+StepShape ProfiledStepModel::clamp(const StepShape& shape) const {
+  const StepShape s = folded(shape);
   StepShape c;
   c.n_tokens = std::clamp<int64_t>(s.n_rows(), static_cast<int64_t>(knots_.front()), static_cast<int64_t>(knots_.back()));
   c.n_padding_tokens = 0;
@@ -277,7 +346,9 @@ StepShape ProfiledStepModel::clamp(const StepShape& s) const {
   c.n_seqs = s.n_seqs;
   c.sum_context = std::min(s.sum_context, max_sum_context_);
   c.max_context = std::min(s.max_context, max_context_);
-  c.prefill_pairs = std::min(s.prefill_pairs, max_prefill_pairs_);
+  c.verify_rows = std::min(s.verify_rows, max_verify_rows_);
+  c.verify_pairs = std::min(s.verify_pairs, max_verify_pairs_);
+  c.prefill_pairs = std::min(s.prefill_pairs - s.verify_pairs, max_prefill_pairs_) + c.verify_pairs;
   c.decode_context = std::min(s.decode_context, max_decode_context_);
   c.attention_pairs = c.prefill_pairs + c.decode_context;
   return c;
@@ -285,6 +356,23 @@ StepShape ProfiledStepModel::clamp(const StepShape& s) const {
 
 double ProfiledStepModel::predict_clamped(const StepShape& shape) const {
   const StepShape s = clamp(shape);
+  double t = predict_base(s);
+  if (s.verify_rows > 0) {  // V (V(0) = 0 below its first knot) and the verification pairs
+    const double rows = static_cast<double>(s.verify_rows);
+    if (rows <= verify_knots_.front()) {
+      t += rows / verify_knots_.front() * verify_knot_s_.front();
+    } else {
+      size_t i = 0;
+      double u = 0.0;
+      knot_weights(verify_knots_, rows, i, u);
+      t += (1.0 - u) * verify_knot_s_[i] + (verify_knots_.size() > 1 ? u * verify_knot_s_[i + 1] : 0.0);
+    }
+    t += s_per_verify_pair_ * s.verify_pairs;
+  }
+  return std::max(t, 0.0);
+}
+
+double ProfiledStepModel::predict_base(const StepShape& s) const {
   const bool padded = use_padded(s);
   const std::vector<double>& knots = padded ? pad_knots_ : knots_;
   const std::vector<double>& values = padded ? pad_knot_s_ : knot_s_;
@@ -292,9 +380,9 @@ double ProfiledStepModel::predict_clamped(const StepShape& shape) const {
   double u = 0.0;
   knot_weights(knots, static_cast<double>(s.n_rows()), i, u);
   double t = (1.0 - u) * values[i] + (knots.size() > 1 ? u * values[i + 1] : 0.0);
-  t += s_per_sampled_ * static_cast<double>(s.n_sampled) + s_per_prefill_pair_ * s.prefill_pairs +
+  t += s_per_sampled_ * static_cast<double>(s.n_sampled) + s_per_prefill_pair_ * (s.prefill_pairs - s.verify_pairs) +
        s_per_decode_context_ * s.decode_context;
-  return std::max(t, 0.0);
+  return t;
 }
 
 double ProfiledStepModel::fixed_seconds() const {
@@ -349,172 +437,6 @@ SimCostModel SimCostModel::roofline(const SimDevice& device, int tensor_parallel
   return m;
 }
 
-namespace {
-
-std::string canonical_device(const std::string& name) { return name == "h100-sxm" ? "h100" : name; }
-
-/// A sample of a servelab.profile/1 file (phase, batch_size, n_tokens, sum_context, n_sampled):
-/// every sequence of a step had the same length, so the attention features follow.
-StepShape shape_from_v1(const std::string& phase, int64_t batch, int64_t n_tokens, int64_t sum_context,
-                        int64_t n_sampled) {
-  StepShape s;
-  s.n_tokens = n_tokens;
-  s.n_sampled = n_sampled;
-  s.n_seqs = batch;
-  s.sum_context = sum_context;
-  s.max_context = batch > 0 ? sum_context / batch : sum_context;
-  if (phase == "decode") {
-    s.decode_context = static_cast<double>(sum_context);
-    s.attention_pairs = s.decode_context;
-  } else {
-    const double t = batch > 0 ? double(n_tokens) / batch : double(n_tokens);
-    const double begin = s.max_context - t;
-    s.prefill_pairs = batch * (t * begin + 0.5 * t * (t + 1.0));
-    s.attention_pairs = s.prefill_pairs;
-  }
-  return s;
-}
-
-}  // namespace
-
-SimCostModel SimCostModel::from_profile_json(const std::string& path, const ModelConfig& model,
-                                             const std::optional<SimDevice>& device, int tensor_parallel) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(path + ": cannot open the profile");
-  nlohmann::json j;
-  try {
-    in >> j;
-  } catch (const nlohmann::json::exception& e) {
-    throw std::runtime_error(path + ": not valid JSON: " + e.what());
-  }
-  if (!j.is_object() || !j.contains("samples") || !j["samples"].is_array())
-    throw std::runtime_error(path + ": expected a servelab profile (an object with \"samples\"; write one with "
-                                    "`servelab profile --json FILE`)");
-  // The model: same shapes, or the profile says nothing about this model's steps.
-  const nlohmann::json jm = j.value("model", nlohmann::json::object());
-  ModelConfig pm;
-  pm.name = jm.value("name", std::string("?"));
-  pm.hidden_size = jm.value("hidden_size", 0);
-  pm.n_layers = jm.value("n_layers", 0);
-  pm.n_heads = jm.value("n_heads", 0);
-  pm.n_kv_heads = jm.value("n_kv_heads", 0);
-  pm.intermediate_size = jm.value("intermediate_size", 0);
-  pm.vocab_size = jm.value("vocab_size", 0);
-  if (pm.n_heads > 0 && jm.value("head_dim", pm.head_dim()) != pm.head_dim())
-    throw std::runtime_error(path + ": model.head_dim does not match hidden_size / n_heads");
-  const std::string want = model_shape_hash(model), got = pm.n_heads > 0 ? model_shape_hash(pm) : "none";
-  if (want != got)
-    throw std::runtime_error(path + ": profile was measured on model " + pm.name + " (shape " + got +
-                             ") but this run simulates " + model.name + " (shape " + want +
-                             "); a profile is only valid for the model shape it timed: run `servelab profile` on " +
-                             model.name);
-  // The device: the roofline beyond the grid must be the profiled device's.
-  const std::string backend = j.value("backend", std::string("cpu"));
-  const std::string hardware = canonical_device(j.value("hardware", backend == "cpu" ? std::string("cpu-2core") : std::string("")));
-  const std::string measured_on = j.value("device", hardware);
-  if (device && canonical_device(device->name) != hardware)
-    throw std::runtime_error(path + ": profile was measured on " + (hardware.empty() ? "an unnamed device" : hardware) +
-                             " (" + measured_on + ") but the sim device is " + device->name +
-                             "; profile that device, or leave backend.sim_device unset to use the profile's");
-  const int profile_tp = j.value("tensor_parallel", 1);
-  if (profile_tp != tensor_parallel)
-    throw std::runtime_error(path + ": profile was measured at tensor_parallel " + std::to_string(profile_tp) +
-                             " but this run uses " + std::to_string(tensor_parallel));
-
-  SimCostModel m;
-  m.kind = Kind::profile;
-  try {
-    m.device = device ? *device : SimDevice::preset(hardware);
-  } catch (const std::invalid_argument& e) {
-    throw std::runtime_error(path + ": \"hardware\": " + e.what());
-  }
-  if (j.contains("kv_dtype_bytes") && j["kv_dtype_bytes"].is_number_integer())
-    m.device.kv_dtype_bytes = j["kv_dtype_bytes"].get<int>();
-  try {
-    m.device.validate();
-  } catch (const std::invalid_argument& e) {
-    throw std::runtime_error(path + ": " + e.what());
-  }
-  m.tensor_parallel = tensor_parallel;
-  if (tensor_parallel > 1 && j.contains("all_reduce") && j["all_reduce"].is_array()) {
-    std::vector<std::pair<double, double>> points;
-    for (const auto& p : j["all_reduce"])
-      if (p.is_object() && p.contains("bytes") && p.contains("seconds") && p["bytes"].is_number() && p["seconds"].is_number())
-        points.push_back({p["bytes"].get<double>(), p["seconds"].get<double>()});
-    try {
-      m.device = fit_allreduce(m.device, tensor_parallel, points);
-      m.allreduce_measured = true;
-    } catch (const std::invalid_argument& e) {
-      throw std::runtime_error(path + ": \"all_reduce\": " + e.what());
-    }
-  }
-
-  m.kv_layout = "paged";
-  if (j.contains("options") && j["options"].is_object() && j["options"].contains("kv")) {
-    const nlohmann::json& kv = j["options"]["kv"];
-    if (!kv.is_string() || (kv != "paged" && kv != "naive"))
-      throw std::runtime_error(path + ": options.kv must be \"paged\" or \"naive\"");
-    m.kv_layout = kv.get<std::string>();
-  }
-  if (j.contains("host_overhead")) {
-    const nlohmann::json& h = j["host_overhead"];
-    auto coefficient = [&](const char* key) {
-      if (!h.is_object() || !h.contains(key) || !h[key].is_number())
-        throw std::runtime_error(path + ": \"host_overhead\" needs numbers per_step_s and per_seq_s");
-      const double v = h[key].get<double>();
-      if (!std::isfinite(v) || v < 0 || v > 1.0)
-        throw std::runtime_error(path + ": host_overhead." + key + " must be in [0, 1] seconds (got " +
-                                 std::to_string(v) + ")");
-      return v;
-    };
-    m.host.per_step_s = coefficient("per_step_s");
-    m.host.per_seq_s = coefficient("per_seq_s");
-  }
-
-  std::vector<TimedStep> steps;
-  const nlohmann::json& list = j["samples"];
-  for (size_t i = 0; i < list.size(); ++i) {
-    const nlohmann::json& o = list[i];
-    const std::string where = path + ": samples[" + std::to_string(i) + "]";
-    if (!o.is_object()) throw std::runtime_error(where + " is not an object");
-    auto number = [&](const char* key) -> double {
-      if (o.contains(key) && o[key].is_number()) return o[key].get<double>();
-      throw std::runtime_error(where + ": missing number '" + key + "'");
-    };
-    auto number_or = [&](const char* key, double fallback) {
-      return o.contains(key) && o[key].is_number() ? o[key].get<double>() : fallback;
-    };
-    TimedStep t;
-    t.step_s = number("step_s");
-    const int64_t n_tokens = static_cast<int64_t>(number("n_tokens"));
-    const int64_t sum_context = static_cast<int64_t>(number("sum_context"));
-    if (o.contains("prefill_pairs")) {  // servelab.profile/2: the full shape
-      t.shape.n_tokens = n_tokens;
-      t.shape.sum_context = sum_context;
-      t.shape.n_padding_tokens = static_cast<int64_t>(number_or("n_padding_tokens", 0));
-      t.shape.n_sampled = static_cast<int64_t>(number("n_sampled"));
-      t.shape.n_seqs = static_cast<int64_t>(number("n_seqs"));
-      t.shape.max_context = static_cast<int64_t>(number("max_context"));
-      t.shape.prefill_pairs = number("prefill_pairs");
-      t.shape.decode_context = number("decode_context");
-      t.shape.attention_pairs = number_or("attention_pairs", t.shape.prefill_pairs + t.shape.decode_context);
-    } else {
-      const std::string phase = o.value("phase", std::string("prefill"));
-      const int64_t batch = static_cast<int64_t>(number_or("batch_size", 1));
-      t.shape = shape_from_v1(phase, batch, n_tokens, sum_context, static_cast<int64_t>(number_or("n_sampled", batch)));
-    }
-    if (t.shape.n_tokens < 1 || t.shape.sum_context < 0 || !(t.step_s > 0) || !std::isfinite(t.step_s))
-      throw std::runtime_error(where + ": needs n_tokens >= 1, sum_context >= 0 and step_s > 0");
-    steps.push_back(t);
-  }
-  try {
-    m.profiled = ProfiledStepModel::fit(steps);
-  } catch (const std::invalid_argument& e) {
-    throw std::runtime_error(path + ": " + e.what());
-  }
-  m.source = path + (m.allreduce_measured ? " (all-reduce measured)" : "");
-  return m;
-}
 
 double SimCostModel::step_seconds(const ModelConfig& model, const StepShape& s, CostSource* used) const {
   return StepPricer(*this, model).seconds(s, used);

@@ -32,6 +32,11 @@ struct StepShape {
   double attention_pairs = 0.0;  ///< Σ over computed rows (padding too) of the keys each attends to
   double prefill_pairs = 0.0;    ///< the part of attention_pairs from chunks of > 1 token (prefill)
   double decode_context = 0.0;   ///< Σ over 1-token (decode) entries of the keys they read
+  /// Rows of entries that verify speculative drafts (k drafts + 1: every row drawn); part of n_tokens.
+  int64_t verify_rows = 0;
+  /// The attention pairs of those entries; part of prefill_pairs (what a profile without
+  /// verification points prices them as: a prefill chunk).
+  double verify_pairs = 0.0;
   int64_t swap_bytes = 0;        ///< swapped out or in before the step
 
   int64_t n_rows() const { return n_tokens + n_padding_tokens; }
@@ -105,6 +110,13 @@ RooflineBound roofline_bound(const RooflineTerms& terms, const StepShape& shape)
 /// When the profile holds padded decode steps (StepShape::padded_decode), those steps get their
 /// own row function P(rows) over their own knots in place of M (the scalar terms are shared), and
 /// a padded decode whose rows lie within P's knots is priced with P; otherwise with M.
+/// When it holds verification steps (StepShape::verify_rows > 0: sequences drawing all k + 1
+/// rows, `servelab profile --verify-k`), their rows leave the prefill term and are priced by
+///   + V(verify_rows) + a_verify · verify_pairs
+/// V piecewise linear over the profiled verification row counts (V(0) = 0), a_verify >= 0. They
+/// are fitted after the rest, to what the rest leaves of each verification step's time, so the
+/// other terms are the same as in a profile without them. Without verification points a
+/// verifying sequence is priced as a prefill chunk (has_verification() says which).
 class ProfiledStepModel {
  public:
   /// Throws std::invalid_argument when there are no samples or one has step_s <= 0.
@@ -125,6 +137,12 @@ class ProfiledStepModel {
   double s_per_sampled() const { return s_per_sampled_; }
   double s_per_prefill_pair() const { return s_per_prefill_pair_; }
   double s_per_decode_context() const { return s_per_decode_context_; }
+  /// Whether the profile held verification steps (the V and a_verify terms are in use).
+  bool has_verification() const { return !verify_knots_.empty(); }
+  /// V's knots (verification rows) and values; a_verify.
+  const std::vector<double>& verify_knots() const { return verify_knots_; }
+  const std::vector<double>& verify_knot_seconds() const { return verify_knot_s_; }
+  double s_per_verify_pair() const { return s_per_verify_pair_; }
   /// The fixed per-step cost: M extrapolated linearly to 0 rows from its first two knots.
   double fixed_seconds() const;
 
@@ -137,9 +155,17 @@ class ProfiledStepModel {
   double s_per_sampled_ = 0.0;
   double s_per_prefill_pair_ = 0.0;
   double s_per_decode_context_ = 0.0;
-  // The grid's extent.
-  int64_t max_sampled_ = 0, max_sum_context_ = 0, max_context_ = 0;
-  double max_prefill_pairs_ = 0.0, max_decode_context_ = 0.0;
+  std::vector<double> verify_knots_, verify_knot_s_;  // V: verification rows and values
+  double s_per_verify_pair_ = 0.0;
+  // The grid's extent (prefill pairs: those of non-verifying entries).
+  int64_t max_sampled_ = 0, max_sum_context_ = 0, max_context_ = 0, max_verify_rows_ = 0;
+  double max_prefill_pairs_ = 0.0, max_decode_context_ = 0.0, max_verify_pairs_ = 0.0;
+  /// `s` as this model reads it: without verification terms, verifying rows stay prefill rows.
+  StepShape folded(const StepShape& s) const;
+  /// M, P and the scalar terms (everything but V and a_verify) at the clamped shape `c`.
+  double predict_base(const StepShape& c) const;
+  /// Fits V and a_verify to the verification samples' time left over by the other terms.
+  void fit_verification(std::span<const TimedStep> samples);
 };
 
 /// "9f3a..." — FNV-1a of the shapes that set a step's cost (hidden, layers, heads, KV heads,
@@ -182,6 +208,16 @@ struct SimCostModel {
   /// the backend's own formats (bf16 weights and KV on cuda): priced for other formats, its
   /// prediction is scaled by the roofline's ratio, formats over the profile's own.
   StorageFormats formats;
+
+  /// A draft model profiled beside the target (the profile's "draft": `servelab profile
+  /// --draft-layers N` or `--draft-preset NAME`): DraftPricer prices the steps of a draft of this
+  /// shape from it, instead of the target's profile times the roofline's draft / target ratio.
+  struct DraftProfile {
+    std::string shape_hash;  ///< model_shape_hash of the draft it timed
+    std::string name;
+    ProfiledStepModel profiled;
+  };
+  std::vector<DraftProfile> draft_profiles;
 
   static SimCostModel roofline(const SimDevice& device, int tensor_parallel = 1);
 

@@ -61,6 +61,7 @@ const char* to_string(ProfilePhase p) {
     case ProfilePhase::decode: return "decode";
     case ProfilePhase::chunk: return "chunk";
     case ProfilePhase::mixed: return "mixed";
+    case ProfilePhase::verify: return "verify";
   }
   return "?";
 }
@@ -98,6 +99,8 @@ void ProfileOptions::validate() const {
   check_positive(contexts, "contexts", 1 << 20);
   check_positive(chunk_lens, "chunk lengths", 1 << 20);
   check_positive(prompt_lens, "prompt lengths", 1 << 20);
+  for (int k : verify_ks)
+    if (k < 1 || k > 16) throw std::invalid_argument("verify k (" + std::to_string(k) + ") must be in [1, 16]");
   if (max_rows < 1) throw std::invalid_argument("max_rows (" + std::to_string(max_rows) + ") must be >= 1");
   if (repeats < 1) throw std::invalid_argument("repeats (" + std::to_string(repeats) + ") must be >= 1");
   if (!(min_point_s >= 0.0)) throw std::invalid_argument("min_point_s must be >= 0");
@@ -117,6 +120,7 @@ void ProfileOptions::check_fits(const ModelConfig& model) const {
   for (int t : prefill_lens) longest = std::max(longest, t);
   const int c_max = *std::max_element(contexts.begin(), contexts.end());
   longest = std::max(longest, c_max + std::max(1, *std::max_element(chunk_lens.begin(), chunk_lens.end())));
+  for (int k : verify_ks) longest = std::max(longest, c_max + k + 1);
   if (longest > model.max_position)
     throw std::invalid_argument("the profile grid's longest sequence (" + std::to_string(longest) + " tokens) exceeds " +
                                 model.name + "'s max length " + std::to_string(model.max_position));
@@ -169,6 +173,10 @@ std::vector<ProfilePoint> profile_grid(const ProfileOptions& o) {
       seqs.push_back({c_mid, t});
       add(ProfilePhase::mixed, std::move(seqs));
     }
+  // Verification: every sequence scores its last token and k drafts (k + 1 rows, all drawn).
+  for (int k : o.verify_ks)
+    for (int b : batches)  // like decodes, every batch size (max_rows bounds batched prefills only)
+      for (int c : o.contexts) add(ProfilePhase::verify, std::vector<Seq>(b, {c, k + 1, k}));
   return points;
 }
 
@@ -303,6 +311,13 @@ ProfileSample ProfileRunner::run(const ProfilePoint& p, int warmup, int repeats,
       if (kv.can_allocate(sp, static_cast<int>(gap))) kv.allocate(sp, static_cast<int>(gap));
       else spacers.pop_back();
     }
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) {  // a verifying sequence holds its drafts apart from its tokens
+    const int n_draft = p.seqs[i].n_draft;
+    if (n_draft <= 0) continue;
+    seqs[i].spec_tokens.assign(seqs[i].tokens.end() - n_draft, seqs[i].tokens.end());
+    seqs[i].tokens.resize(seqs[i].tokens.size() - size_t(n_draft));
+    seqs[i].n_prompt -= n_draft;
   }
   for (size_t i = 0; i < seqs.size(); ++i) batch.entries.push_back({&seqs[i], p.seqs[i].n_new, true});
   batch.n_padding_tokens = p.n_padding;
@@ -450,7 +465,7 @@ std::string profile_table(const ProfileReport& r) {
   return out.str();
 }
 
-std::string profile_json(const ProfileReport& r) {
+std::string profile_json(const ProfileReport& r, const ProfileReport* draft) {
   using nlohmann::ordered_json;
   ordered_json j;
   j["schema"] = "servelab.profile/2";
@@ -482,6 +497,7 @@ std::string profile_json(const ProfileReport& r) {
                   {"kv", to_string(o.kv_kind)},     {"kv_spread", o.kv_spread},
                   {"interleave", o.interleave},     {"lead_in", o.lead_in},
                   {"padded_decodes", o.padded_decodes}};
+  if (!o.verify_ks.empty()) j["options"]["verify_ks"] = o.verify_ks;
   ordered_json skipped = ordered_json::array();
   for (const ProfilePoint& p : r.skipped) {
     int64_t n_tokens = 0, max_context = 0;
@@ -510,9 +526,13 @@ std::string profile_json(const ProfileReport& r) {
                        {"max_context", h.max_context},
                        {"prefill_pairs", h.prefill_pairs},
                        {"decode_context", h.decode_context},
-                       {"attention_pairs", h.attention_pairs},
-                       {"step_s", s.step_s},
-                       {"times_s", s.times_s}});
+                       {"attention_pairs", h.attention_pairs}});
+    if (h.verify_rows > 0) {
+      samples.back()["verify_rows"] = h.verify_rows;
+      samples.back()["verify_pairs"] = h.verify_pairs;
+    }
+    samples.back()["step_s"] = s.step_s;
+    samples.back()["times_s"] = s.times_s;
   }
   j["samples"] = std::move(samples);
   if (!r.all_reduce_s.empty()) {
@@ -529,6 +549,7 @@ std::string profile_json(const ProfileReport& r) {
   if (r.ceilings)
     j["ceilings"] = {{"copy_bytes_s", r.ceilings->copy_bytes_s}, {"gemm_flops", r.ceilings->gemm_flops},
                      {"detail", r.ceilings->detail}};
+  if (draft) j["draft"] = ordered_json::parse(profile_json(*draft));
   return j.dump(2) + "\n";
 }
 

@@ -75,13 +75,18 @@ struct ProfileOptions {
   /// Decode batch sizes timed besides batch_sizes (decodes only; profile_backend fills it from
   /// the backend's buckets when bucket_edges is on).
   std::vector<int> extra_decode_batches;
+  /// Verification steps of speculative decoding: for each k listed, batch_sizes × contexts points
+  /// in which every sequence computes k + 1 rows (its last token and k drafts) at the context and
+  /// draws all of them, as the engine verifies drafts. Empty: none (the sim then prices a
+  /// verifying sequence as a prefill chunk).
+  std::vector<int> verify_ks;
   uint64_t seed = 0;           ///< prompt tokens and K/V fill
   void validate() const;
   /// Throws std::invalid_argument when the longest sequence exceeds model.max_position.
   void check_fits(const ModelConfig& model) const;
 };
 
-enum class ProfilePhase { prefill, decode, chunk, mixed };
+enum class ProfilePhase { prefill, decode, chunk, mixed, verify };
 const char* to_string(ProfilePhase p);
 
 /// Paged KV block size of every profiled sequence.
@@ -94,6 +99,7 @@ struct ProfilePoint {
   struct Seq {
     int context = 0;
     int n_new = 0;
+    int n_draft = 0;  ///< verify: of the n_new rows, the last n_draft are drafts (every row drawn)
   };
   std::vector<Seq> seqs;
   int n_padding = 0;  ///< padding rows (computed and thrown away) besides the sequences' rows
@@ -106,7 +112,7 @@ struct ProfilePoint {
 };
 
 /// The grid's points in run order: one-sequence prefills, batched prefills (up to max_rows),
-/// decodes (batch × context), chunks (chunk × context), mixed steps.
+/// decodes (batch × context), chunks (chunk × context), mixed steps, verification steps.
 std::vector<ProfilePoint> profile_grid(const ProfileOptions& options);
 
 /// The points to time and the KV arena that holds them.
@@ -207,11 +213,13 @@ std::string profile_table(const ProfileReport& report);
 ///  "date", "model": {name, shape_hash, dims...}, "kv_dtype_bytes", "kv_arena_bytes", "options": {..., "kv"},
 ///  "skipped": [{"phase", "n_seqs", "n_tokens", "max_context", "kv_bytes"}],
 ///  "samples": [{"phase", "n_seqs", "n_tokens", "n_padding_tokens", "n_sampled", "sum_context",
-///  "max_context", "prefill_pairs", "decode_context", "attention_pairs", "step_s", "times_s"}],
+///  "max_context", "prefill_pairs", "decode_context", "attention_pairs", ["verify_rows",
+///  "verify_pairs" (verification points only)], "step_s", "times_s"}],
 ///  "decode_row_buckets": [1, 2, 4, ...] (only when the backend pads decode steps),
 ///  "all_reduce": [{"bytes", "seconds"}] (only when measured),
 ///  "host_overhead": {"per_step_s", "per_seq_s", "points": [{"seqs", "seconds"}]} (only when measured),
-///  "ceilings": {"copy_bytes_s", "gemm_flops", "detail"} (only when probed)}
-std::string profile_json(const ProfileReport& report);
+///  "ceilings": {"copy_bytes_s", "gemm_flops", "detail"} (only when probed),
+///  "draft": {the same for the draft model, `draft` (only when given)}}
+std::string profile_json(const ProfileReport& report, const ProfileReport* draft = nullptr);
 
 }  // namespace servelab

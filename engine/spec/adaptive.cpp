@@ -35,8 +35,13 @@ StepShape shape_of(std::span<const DrawingSeq> seqs, bool with_drafts) {
     double pairs = 0.0;
     for (int r = 0; r < rows; ++r) pairs += end - rows + r + 1;
     s.attention_pairs += pairs;
-    if (rows > 1) s.prefill_pairs += pairs;  // a multi-row chunk prices as a prefill
-    else s.decode_context += end;
+    if (rows > 1) {  // a verification (priced as a prefill chunk by a profile without verification points)
+      s.prefill_pairs += pairs;
+      s.verify_rows += rows;
+      s.verify_pairs += pairs;
+    } else {
+      s.decode_context += end;
+    }
   }
   return s;
 }
@@ -54,7 +59,7 @@ SpecVerdict price_speculation(const SpecPricing& p, std::span<const DrawingSeq> 
     v.tokens_spec += expected_tokens(q.alpha, q.k);
     k_max = std::max(k_max, q.k);
   }
-  // A profile measured the target only: DraftPricer scales it to the draft by the roofline.
+  // From the draft's own profile when the cost model carries one, else the target's scaled by the roofline.
   if (p.draft) v.draft_s = k_max * DraftPricer(p.cost, p.target, *p.draft).seconds(shape_of(seqs, false));
   return v;
 }

@@ -1,6 +1,7 @@
 #include "engine/spec/sim_proposer.h"
 
 #include <algorithm>
+#include <iostream>
 #include <stdexcept>
 
 #include "engine/splitmix64.h"
@@ -100,7 +101,18 @@ std::unique_ptr<Proposer> make_sim_proposer(const SpeculativeConfig& config, Sim
   } else if (config.method == SpecMethod::draft_model) {
     draft = resolve_model_config(config.model);
   }
-  return std::make_unique<SimProposer>(config.method, target, std::move(draft));
+  // Say when a profile leaves the sim to approximate (the validation measured what each costs).
+  const SimCostModel& cost = target.cost();
+  if (cost.kind == SimCostModel::Kind::profile && cost.profiled && !cost.profiled->has_verification())
+    std::cerr << "sim: " << cost.source << " has no verification points: a verifying sequence is priced as a "
+              << "prefill chunk (profile with --verify-k " << config.num_speculative_tokens << ")\n";
+  auto proposer = std::make_unique<SimProposer>(config.method, target, std::move(draft));
+  if (proposer->draft_pricer() && cost.kind == SimCostModel::Kind::profile && !proposer->draft_pricer()->draft_profiled())
+    std::cerr << "sim: " << cost.source << " holds no profile of the draft " << proposer->draft_pricer()->draft().name
+              << " (n_layers " << proposer->draft_pricer()->draft().n_layers << "): its steps are the target's "
+              << "profiled price times the roofline's draft / target ratio (profile with --draft-layers or "
+              << "--draft-preset)\n";
+  return proposer;
 }
 
 }  // namespace servelab

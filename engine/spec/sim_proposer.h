@@ -32,6 +32,8 @@ class SimProposer final : public Proposer {
   void forget(uint64_t seq_id) override { copies_.erase(seq_id); }
   /// The predicted seconds of the last propose_batch (0 for ngram).
   std::optional<double> priced_seconds() const override { return last_s_; }
+  /// What prices the drafting (none for ngram).
+  const DraftPricer* draft_pricer() const { return pricer_.get(); }
 
  private:
   /// What the draft model holds of a sequence after the last call: the sequence's tokens up to

@@ -4,7 +4,7 @@
 # moves step times by several x). Usage: bash results/sim-validation/run.sh [tiny|spec|qwen|all|gpu]
 # qwen: N_REQUESTS a run (default 8), REAL_REPEATS real runs a point (default 1; 2+ prints the
 # spec: speculative decoding on the CPU (tiny-cpu-spec.yaml, batch 1, and tiny-cpu-spec-poisson.yaml):
-# profile tiny on 1 thread, run both scenarios on cpu, then on the sim with that profile and the
+# profile tiny on 1 thread (with verification points and its one-layer draft), run both scenarios on cpu, then on the sim with that profile and the
 # acceptance each real run measured (sim_acceptance.summary), and compare them with spec_compare.py
 # (SPEC_OUT the folder, default results/sim-validation/tiny-cpu-spec).
 # machine's run-to-run spread beside every error), QWEN_OUT the folder, QWEN_PROFILE the profile's path
@@ -32,8 +32,12 @@ fi
 if [ "$what" = spec ] || [ "$what" = all ]; then
   out=${SPEC_OUT:-results/sim-validation/tiny-cpu-spec}
   mkdir -p "$out"
-  # 1 to 4 rows per sequence at decode contexts: verification steps are 4-row chunks (k = 3).
-  "$bin" profile --preset tiny --threads 1 --chunk-lens 2,4,8,64,256 --json "$out/profile.json" > "$out/profile.txt" 2>&1
+  # Verification points (k = 3: 4 drawn rows a sequence, --verify-k) at every batch and context, and
+  # the one-layer `self` draft profiled beside the target (--draft-layers 1, the JSON's "draft"),
+  # which prices its catch-up and one-row steps. 15 repeats a point: on this loaded VM a median of 3
+  # moved single points by 1.6x (verify, 1 sequence: 1.118 / 0.708 / 1.220 ms at contexts 36 / 132 / 260).
+  "$bin" profile --preset tiny --threads 1 --chunk-lens 2,4,8,64,256 --verify-k 3 --draft-layers 1 --repeats 15 --interleave \
+    --json "$out/profile.json" > "$out/profile.txt" 2>&1
   for load in batch1 poisson; do
     scn=results/sim-validation/tiny-cpu-spec.yaml
     [ "$load" = poisson ] && scn=results/sim-validation/tiny-cpu-spec-poisson.yaml

@@ -35,6 +35,35 @@ def step_means(steps):
             median(plain))
 
 
+def step_class(s):
+    """verify: every entry verifies drafts; verify+other: verification beside prefill or plain
+    decode entries; decode: one row a sequence, no drafts; prefill/mixed: the rest."""
+    sd = s.get("spec_decode")
+    if sd and sd["num_drafts"] > 0:
+        pure = sd["num_drafts"] == s["batch_size"] and s["n_tokens"] == sd["num_drafts"] + sd["num_draft_tokens"]
+        return "verify" if pure else "verify+other"
+    return "decode" if s["n_tokens"] == s["batch_size"] else "prefill/mixed"
+
+
+def class_rows(real_steps, sim_steps):
+    """Per step class: (class, figure, real mean ms, sim mean ms, real count, sim count); a
+    verification's time split into the target's part (step minus drafting) and drafting."""
+    rows = []
+    for c in ("decode", "prefill/mixed", "verify", "verify+other"):
+        r = [s for s in real_steps if step_class(s) == c]
+        m = [s for s in sim_steps if step_class(s) == c]
+        if not r and not m:
+            continue
+        mean = lambda xs, f: sum(f(x) for x in xs) / len(xs) * 1e3 if xs else float("nan")
+        draft = lambda x: (x.get("spec_decode") or {}).get("draft_s", 0.0)
+        rows.append((c, "step", mean(r, lambda x: x["duration_s"]), mean(m, lambda x: x["duration_s"]), len(r), len(m)))
+        if c.startswith("verify"):
+            rows.append((c, "target part", mean(r, lambda x: x["duration_s"] - draft(x)),
+                         mean(m, lambda x: x["duration_s"] - draft(x)), len(r), len(m)))
+            rows.append((c, "drafting", mean(r, draft), mean(m, draft), len(r), len(m)))
+    return rows
+
+
 def err(sim, real):
     if real != real or sim != sim or real == 0:
         return "–"
@@ -69,6 +98,16 @@ def main(real_dir, sim_dir):
             rows.append(("mean acceptance length", rsd["mean_acceptance_length"], ssd["mean_acceptance_length"]))
         for name, a, b in rows:
             print(f"| {label} | {name} | {a:.3f} | {b:.3f} | {err(b, a)} |")
+    print()
+    print("Per step class (mean ms; verification split into the target's part and drafting):")
+    print()
+    print("| run | class | figure | steps (real / sim) | real | sim | error |")
+    print("|---|---|---|---:|---:|---:|---:|")
+    for label in real_runs:
+        if label not in sim_runs:
+            continue
+        for c, name, a, b, n_r, n_s in class_rows(real_steps.get(label, []), sim_steps.get(label, [])):
+            print(f"| {label} | {c} | {name} | {n_r} / {n_s} | {a:.3f} | {b:.3f} | {err(b, a)} |")
 
 
 if __name__ == "__main__":

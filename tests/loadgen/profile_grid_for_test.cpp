@@ -59,5 +59,26 @@ TEST(ProfileGridFor, SpreadLengthsGiveQuantilesAndChunksCappedAtTheBudget) {
   EXPECT_NO_THROW(g.grid.validate());
 }
 
+TEST(ProfileGridFor, SpeculatingStrategiesAddVerificationPointsAndTheirDraft) {
+  const Scenario sc = scenario(
+      "  - {label: plain, batching: continuous, max_num_seqs: 8}\n"
+      "  - label: self\n    batching: continuous\n    max_num_seqs: 8\n"
+      "    speculative: {method: self, num_layers: 1, num_speculative_tokens: 3, adaptive: false,"
+      " sim_acceptance: {per_position: [0.8, 0.7, 0.6]}}\n"
+      "  - label: ngram\n    batching: continuous\n    max_num_seqs: 8\n"
+      "    speculative: {method: ngram, num_speculative_tokens: 5}\n",
+      "  prompt_tokens: {dist: fixed, value: 100}\n  output_tokens: {dist: fixed, value: 50}\n");
+  const ScenarioGrid g = profile_grid_for(sc, ProfileOptions{});
+  // self: k = 3 fixed; ngram: adaptive k from 1 to 5.
+  EXPECT_EQ(g.grid.verify_ks, (std::vector<int>{1, 3, 5}));
+  EXPECT_EQ(g.draft_layers, 1);
+  EXPECT_TRUE(g.draft_preset.empty());
+  EXPECT_NO_THROW(g.grid.validate());
+  const Scenario plain = scenario("  - {label: a, batching: continuous, max_num_seqs: 8}\n",
+                                  "  prompt_tokens: {dist: fixed, value: 100}\n  output_tokens: {dist: fixed, value: 50}\n");
+  EXPECT_TRUE(profile_grid_for(plain, ProfileOptions{}).grid.verify_ks.empty());
+  EXPECT_EQ(profile_grid_for(plain, ProfileOptions{}).draft_layers, 0);
+}
+
 }  // namespace profile_grid_for_test
 }  // namespace servelab

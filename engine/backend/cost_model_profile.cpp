@@ -1,0 +1,209 @@
+// SimCostModel::from_profile_json: reads a `servelab profile --json` file (servelab.profile/1 and
+// /2, with the optional verification points and the draft model's own profile) into a cost model.
+#include "engine/backend/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace servelab {
+
+namespace {
+
+std::string canonical_device(const std::string& name) { return name == "h100-sxm" ? "h100" : name; }
+
+/// A sample of a servelab.profile/1 file (phase, batch_size, n_tokens, sum_context, n_sampled):
+/// every sequence of a step had the same length, so the attention features follow.
+StepShape shape_from_v1(const std::string& phase, int64_t batch, int64_t n_tokens, int64_t sum_context,
+                        int64_t n_sampled) {
+  StepShape s;
+  s.n_tokens = n_tokens;
+  s.n_sampled = n_sampled;
+  s.n_seqs = batch;
+  s.sum_context = sum_context;
+  s.max_context = batch > 0 ? sum_context / batch : sum_context;
+  if (phase == "decode") {
+    s.decode_context = static_cast<double>(sum_context);
+    s.attention_pairs = s.decode_context;
+  } else {
+    const double t = batch > 0 ? double(n_tokens) / batch : double(n_tokens);
+    const double begin = s.max_context - t;
+    s.prefill_pairs = batch * (t * begin + 0.5 * t * (t + 1.0));
+    s.attention_pairs = s.prefill_pairs;
+  }
+  return s;
+}
+
+/// The step samples of a profile's "samples" list (`prefix` names where the list sits in the
+/// file, for errors), fitted. Throws std::runtime_error naming the file and the sample.
+ProfiledStepModel fit_profile_samples(const std::string& path, const std::string& prefix, const nlohmann::json& list);
+
+}  // namespace
+
+SimCostModel SimCostModel::from_profile_json(const std::string& path, const ModelConfig& model,
+                                             const std::optional<SimDevice>& device, int tensor_parallel) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(path + ": cannot open the profile");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(path + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object() || !j.contains("samples") || !j["samples"].is_array())
+    throw std::runtime_error(path + ": expected a servelab profile (an object with \"samples\"; write one with "
+                                    "`servelab profile --json FILE`)");
+  // The model: same shapes, or the profile says nothing about this model's steps.
+  const nlohmann::json jm = j.value("model", nlohmann::json::object());
+  ModelConfig pm;
+  pm.name = jm.value("name", std::string("?"));
+  pm.hidden_size = jm.value("hidden_size", 0);
+  pm.n_layers = jm.value("n_layers", 0);
+  pm.n_heads = jm.value("n_heads", 0);
+  pm.n_kv_heads = jm.value("n_kv_heads", 0);
+  pm.intermediate_size = jm.value("intermediate_size", 0);
+  pm.vocab_size = jm.value("vocab_size", 0);
+  if (pm.n_heads > 0 && jm.value("head_dim", pm.head_dim()) != pm.head_dim())
+    throw std::runtime_error(path + ": model.head_dim does not match hidden_size / n_heads");
+  const std::string want = model_shape_hash(model), got = pm.n_heads > 0 ? model_shape_hash(pm) : "none";
+  if (want != got)
+    throw std::runtime_error(path + ": profile was measured on model " + pm.name + " (shape " + got +
+                             ") but this run simulates " + model.name + " (shape " + want +
+                             "); a profile is only valid for the model shape it timed: run `servelab profile` on " +
+                             model.name);
+  // The device: the roofline beyond the grid must be the profiled device's.
+  const std::string backend = j.value("backend", std::string("cpu"));
+  const std::string hardware = canonical_device(j.value("hardware", backend == "cpu" ? std::string("cpu-2core") : std::string("")));
+  const std::string measured_on = j.value("device", hardware);
+  if (device && canonical_device(device->name) != hardware)
+    throw std::runtime_error(path + ": profile was measured on " + (hardware.empty() ? "an unnamed device" : hardware) +
+                             " (" + measured_on + ") but the sim device is " + device->name +
+                             "; profile that device, or leave backend.sim_device unset to use the profile's");
+  const int profile_tp = j.value("tensor_parallel", 1);
+  if (profile_tp != tensor_parallel)
+    throw std::runtime_error(path + ": profile was measured at tensor_parallel " + std::to_string(profile_tp) +
+                             " but this run uses " + std::to_string(tensor_parallel));
+
+  SimCostModel m;
+  m.kind = Kind::profile;
+  try {
+    m.device = device ? *device : SimDevice::preset(hardware);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(path + ": \"hardware\": " + e.what());
+  }
+  if (j.contains("kv_dtype_bytes") && j["kv_dtype_bytes"].is_number_integer())
+    m.device.kv_dtype_bytes = j["kv_dtype_bytes"].get<int>();
+  try {
+    m.device.validate();
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(path + ": " + e.what());
+  }
+  m.tensor_parallel = tensor_parallel;
+  if (tensor_parallel > 1 && j.contains("all_reduce") && j["all_reduce"].is_array()) {
+    std::vector<std::pair<double, double>> points;
+    for (const auto& p : j["all_reduce"])
+      if (p.is_object() && p.contains("bytes") && p.contains("seconds") && p["bytes"].is_number() && p["seconds"].is_number())
+        points.push_back({p["bytes"].get<double>(), p["seconds"].get<double>()});
+    try {
+      m.device = fit_allreduce(m.device, tensor_parallel, points);
+      m.allreduce_measured = true;
+    } catch (const std::invalid_argument& e) {
+      throw std::runtime_error(path + ": \"all_reduce\": " + e.what());
+    }
+  }
+
+  m.kv_layout = "paged";
+  if (j.contains("options") && j["options"].is_object() && j["options"].contains("kv")) {
+    const nlohmann::json& kv = j["options"]["kv"];
+    if (!kv.is_string() || (kv != "paged" && kv != "naive"))
+      throw std::runtime_error(path + ": options.kv must be \"paged\" or \"naive\"");
+    m.kv_layout = kv.get<std::string>();
+  }
+  if (j.contains("host_overhead")) {
+    const nlohmann::json& h = j["host_overhead"];
+    auto coefficient = [&](const char* key) {
+      if (!h.is_object() || !h.contains(key) || !h[key].is_number())
+        throw std::runtime_error(path + ": \"host_overhead\" needs numbers per_step_s and per_seq_s");
+      const double v = h[key].get<double>();
+      if (!std::isfinite(v) || v < 0 || v > 1.0)
+        throw std::runtime_error(path + ": host_overhead." + key + " must be in [0, 1] seconds (got " +
+                                 std::to_string(v) + ")");
+      return v;
+    };
+    m.host.per_step_s = coefficient("per_step_s");
+    m.host.per_seq_s = coefficient("per_seq_s");
+  }
+
+  m.profiled = fit_profile_samples(path, "", j["samples"]);
+  if (j.contains("draft")) {  // a draft model profiled beside the target (`servelab profile --draft-layers`)
+    const nlohmann::json& d = j["draft"];
+    const nlohmann::json dm = d.is_object() ? d.value("model", nlohmann::json::object()) : nlohmann::json();
+    if (!d.is_object() || !dm.is_object() || !dm.contains("shape_hash") || !dm["shape_hash"].is_string() ||
+        !d.contains("samples") || !d["samples"].is_array())
+      throw std::runtime_error(path + ": \"draft\" must be a profile object with model.shape_hash and samples");
+    if (canonical_device(d.value("hardware", hardware)) != hardware)
+      throw std::runtime_error(path + ": the draft was profiled on " + d.value("hardware", std::string("?")) +
+                               ", the target on " + hardware);
+    m.draft_profiles.push_back({dm["shape_hash"].get<std::string>(), dm.value("name", std::string("?")),
+                                fit_profile_samples(path, "draft.", d["samples"])});
+  }
+  m.source = path + (m.allreduce_measured ? " (all-reduce measured)" : "");
+  return m;
+}
+
+namespace {
+
+ProfiledStepModel fit_profile_samples(const std::string& path, const std::string& prefix, const nlohmann::json& list) {
+  std::vector<TimedStep> steps;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const nlohmann::json& o = list[i];
+    const std::string where = path + ": " + prefix + "samples[" + std::to_string(i) + "]";
+    if (!o.is_object()) throw std::runtime_error(where + " is not an object");
+    auto number = [&](const char* key) -> double {
+      if (o.contains(key) && o[key].is_number()) return o[key].get<double>();
+      throw std::runtime_error(where + ": missing number '" + key + "'");
+    };
+    auto number_or = [&](const char* key, double fallback) {
+      return o.contains(key) && o[key].is_number() ? o[key].get<double>() : fallback;
+    };
+    TimedStep t;
+    t.step_s = number("step_s");
+    const int64_t n_tokens = static_cast<int64_t>(number("n_tokens"));
+    const int64_t sum_context = static_cast<int64_t>(number("sum_context"));
+    if (o.contains("prefill_pairs")) {  // servelab.profile/2: the full shape
+      t.shape.n_tokens = n_tokens;
+      t.shape.sum_context = sum_context;
+      t.shape.n_padding_tokens = static_cast<int64_t>(number_or("n_padding_tokens", 0));
+      t.shape.n_sampled = static_cast<int64_t>(number("n_sampled"));
+      t.shape.n_seqs = static_cast<int64_t>(number("n_seqs"));
+      t.shape.max_context = static_cast<int64_t>(number("max_context"));
+      t.shape.prefill_pairs = number("prefill_pairs");
+      t.shape.decode_context = number("decode_context");
+      t.shape.attention_pairs = number_or("attention_pairs", t.shape.prefill_pairs + t.shape.decode_context);
+      t.shape.verify_rows = static_cast<int64_t>(number_or("verify_rows", 0));  // verification points only
+      t.shape.verify_pairs = number_or("verify_pairs", 0.0);
+      if (t.shape.verify_rows < 0 || t.shape.verify_rows > t.shape.n_tokens || t.shape.verify_pairs < 0 ||
+          t.shape.verify_pairs > t.shape.prefill_pairs)
+        throw std::runtime_error(where + ": verify_rows must be in [0, n_tokens] and verify_pairs in [0, prefill_pairs]");
+    } else {
+      const std::string phase = o.value("phase", std::string("prefill"));
+      const int64_t batch = static_cast<int64_t>(number_or("batch_size", 1));
+      t.shape = shape_from_v1(phase, batch, n_tokens, sum_context, static_cast<int64_t>(number_or("n_sampled", batch)));
+    }
+    if (t.shape.n_tokens < 1 || t.shape.sum_context < 0 || !(t.step_s > 0) || !std::isfinite(t.step_s))
+      throw std::runtime_error(where + ": needs n_tokens >= 1, sum_context >= 0 and step_s > 0");
+    steps.push_back(t);
+  }
+  try {
+    return ProfiledStepModel::fit(steps);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(path + ": " + prefix + e.what());
+  }
+}
+
+}  // namespace
+
+}  // namespace servelab
