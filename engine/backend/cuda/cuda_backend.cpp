@@ -350,4 +350,90 @@ int64_t CudaBackend::kv_bytes_for_utilization(double utilization, int max_tokens
   return budget;
 }
 
+/// run_step after the plan: graph or eager (a CUDA graph per bucket of plain decode and small
+/// verification steps, captured on its second use).
+void CudaBackend::Impl::run_planned(const cuda::BlockTableStep* tables) {
+  const k::StepInput& in = plan->in;
+  Geometry g;
+  g.kind = in.kv_kind;
+  g.block_size = in.block_size;
+  g.lora = step_lora;
+  const int bucket = graph_bucket(in.n_seqs());
+  const bool paged = in.kv_kind == k::KvLayoutKind::paged;
+  if (options.cuda_graphs && !options.batch_invariant && bucket > 0 && in.max_context() <= kGraphMaxContext &&
+      cuda::bucketable(*plan) && (!tables || tables->updates.size() <= size_t(kGraphMaxTableUpdates))) {
+    const int context = context_bucket(in.max_context());
+    const int stride = paged ? (context + in.block_size - 1) / in.block_size : 0;
+    g.layout = cuda::bucket_layout(*plan, bucket, stride, tables, planned_spans());
+    g.row_groups = step_groups;
+    g.rows = g.tokens = g.seqs = g.samples = bucket;
+    g.max_context = context;
+    g.decode = true;
+    g.graph = true;
+    ensure_rows(bucket);
+    ensure_samples(bucket);
+    ensure_decode_workspace(bucket);
+    if (!graph_packed.get()) {  // the largest layout any graph can use
+      Step probe;
+      probe.in.decode_only = true;
+      probe.in.kv_kind = k::KvLayoutKind::paged;
+      const int largest = kGraphBuckets[std::size(kGraphBuckets) - 1];
+      cuda::BlockTableStep most;  // persistent tables: the most changes a graph step carries
+      most.rows.resize(largest);
+      most.updates.resize(kGraphMaxTableUpdates);
+      // full tables: block size 1, longest context
+      const std::vector<int32_t> spans_room;  // room for the row spans (verification steps)
+      graph_packed.grow(cuda::bucket_layout(probe, largest, kGraphMaxContext, tables ? &most : nullptr, &spans_room).total + 1024,
+                        "the graph step input");
+    }
+    stage(g, graph_packed, tables);
+    GraphEntry& entry = graphs[GraphKey{bucket, context, int(in.kv_kind), paged ? in.block_size : 0, g.lora, !g.late,
+                                        g.layout.has_row_spans, g.draw_probs}];
+    if (entry.exec && entry.epoch != epoch) {
+      CUDA_CHECK(cudaGraphExecDestroy(entry.exec));
+      entry = GraphEntry{};
+    }
+    if (!entry.exec && entry.eager_runs == 0) {
+      ++entry.eager_runs;
+      enqueue_step(g);
+      return;
+    }
+    if (!entry.exec) {
+      cudaGraph_t graph = nullptr;
+      CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      try {
+        enqueue_forward(g);
+        if (!g.late) enqueue_draws(g);
+      } catch (...) {
+        cudaStreamEndCapture(stream, &graph);
+        if (graph) cudaGraphDestroy(graph);
+        throw;
+      }
+      CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+      const cudaError_t e = cudaGraphInstantiate(&entry.exec, graph, 0);
+      cudaGraphDestroy(graph);
+      CUDA_CHECK(e);
+      entry.epoch = epoch;
+      ++graph_captures;
+    }
+    CUDA_CHECK(cudaGraphLaunch(entry.exec, stream));
+    if (g.late) send_late_masks_and_draw(g);
+    return;
+  }
+  g.layout = cuda::compact_layout(*plan, tables, planned_spans());
+  g.row_groups = step_groups;
+  g.rows = plan->n_rows();
+  g.tokens = in.n_tokens();
+  g.seqs = in.n_seqs();
+  g.samples = in.n_samples();
+  g.max_context = in.max_context();
+  g.decode = in.decode_only && !options.batch_invariant;
+  ensure_rows(g.rows);
+  ensure_samples(std::max(g.samples, 1));
+  if (g.decode) ensure_decode_workspace(g.seqs);
+  packed.grow(g.layout.total, "the step input");
+  stage(g, packed, tables);
+  enqueue_step(g);
+}
+
 }  // namespace servelab
