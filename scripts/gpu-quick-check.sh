@@ -4,7 +4,8 @@
 #   OUT=$OUT bash scripts/gpu-quick-check.sh
 # Builds with -DCMAKE_CUDA_ARCHITECTURES=90a into BUILD (default build-gpu), writes logs and JSON
 # under OUT and prints a short table last. QUICK=1 (default) runs the benches' short grids.
-# BENCH=0 runs the tests only (no engine_bench / kernel_bench).
+# BENCH=0 runs the tests only (no engine_bench / kernel_bench). EXTRA_TARGETS builds more targets
+# in the same build (e.g. servelab, for a script that runs after it).
 # The commit recorded in the JSON: GPU_COMMIT (a file, for a tree copied outside its checkout) or git.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +27,7 @@ run() {  # run NAME LIMIT CMD...: output to $OUT/NAME.log, a line in the table
 G=(); command -v ninja >/dev/null && G=(-G Ninja)
 run configure 120 cmake -S . -B "$BUILD" "${G[@]}" -DCMAKE_BUILD_TYPE=Release -DSERVELAB_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a &&
   run build 300 cmake --build "$BUILD" -j"$(nproc)" --target test_kernels_gpu test_cuda_backend_gpu \
-    $([ "${BENCH:-1}" = 1 ] && echo engine_bench kernel_bench)
+    $([ "${BENCH:-1}" = 1 ] && echo engine_bench kernel_bench) ${EXTRA_TARGETS:-}
 if [ -x "$BUILD/test_cuda_backend_gpu" ]; then
   # The kernel GPU tests in SHARDS gtest shards beside the backend GPU tests, all at once on the one
   # GPU (the 4k prefill reference tests take 47 s a dtype on the host's CPU; one after the other the

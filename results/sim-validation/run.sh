@@ -19,6 +19,12 @@
 # packed one too (for comparison; NAIVE_SPREAD=0 prices from it).
 # PROFILE_ARGS: `servelab profile` options for every gpu profile (default --interleave: points timed
 # in shuffled rounds, as steps follow each other in serving; PROFILE_ARGS= times them back to back).
+# gpu-spec-real (on the GPU machine, BIN=build-gpu/servelab SPEC_OUT=folder): profile llama2-7b on
+# the cuda backend with verification points (k = 4) and the one-layer `self` draft, then run
+# scenarios/gpu-spec-llama2-7b.yaml (residual scale GPU_SPEC_SCALE, default 0.005) at 1 user
+# (4 requests) and 32 users (64 requests). gpu-spec-sim (here, SPEC_OUT the folder it wrote):
+# the same runs on the sim from that profile and the acceptance each real run measured, compared
+# with spec_compare.py.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 what="${1:-all}"
@@ -48,6 +54,34 @@ if [ "$what" = spec ] || [ "$what" = all ]; then
     python3 results/sim-validation/spec_compare.py "$out/real-$load" "$out/sim-$load" > "$out/compare-$load.md"
     rm -f "$out"/{real,sim}-$load/report.html
     gzip -9f "$out"/{real,sim}-$load/steps.jsonl
+  done
+fi
+gpu_spec_sets() {  # the scenario's settings of each load: gpu_spec_sets LOAD
+  echo --set model.residual_scale.scale="${GPU_SPEC_SCALE:-0.005}"
+  [ "$1" = users32 ] && echo --set "workload.concurrency=[32]" --set workload.n_requests=64
+  return 0
+}
+if [ "$what" = gpu-spec-real ]; then
+  out=${SPEC_OUT:?SPEC_OUT: the folder}
+  mkdir -p "$out"
+  "$bin" profile --backend cuda --preset llama2-7b --seed 1 --prefill-lens 64,128,256,512 --batch 1,2,4,8,16,32,48,64 \
+    --contexts 128,256,384 --chunk-lens 64,256 --prompt-len 128 --verify-k 4 --draft-layers 1 --repeats 3 --interleave \
+    --json "$out/profile.json" > "$out/profile.txt" 2>&1
+  for load in users1 users32; do
+    # shellcheck disable=SC2046
+    "$bin" run scenarios/gpu-spec-llama2-7b.yaml --out "$out/real-$load" --force --quiet --no-plots $(gpu_spec_sets $load)
+  done
+fi
+if [ "$what" = gpu-spec-sim ]; then
+  out=${SPEC_OUT:?SPEC_OUT: the folder gpu-spec-real wrote}
+  for load in users1 users32; do
+    # shellcheck disable=SC2046
+    "$bin" run scenarios/gpu-spec-llama2-7b.yaml --out "$out/sim-$load" --force --quiet --no-plots $(gpu_spec_sets $load) \
+      --set backend.kind=sim --set backend.sim_profile="$PWD/$out/profile.json" \
+      --set strategies.1.speculative.sim_acceptance.summary="$PWD/$out/real-$load/summary.json"
+    python3 results/sim-validation/spec_compare.py "$out/real-$load" "$out/sim-$load" > "$out/compare-$load.md"
+    rm -f "$out"/{real,sim}-$load/report.html
+    for f in "$out"/{real,sim}-$load/steps.jsonl; do [ -f "$f" ] && gzip -9f "$f"; done
   done
 fi
 if [ "$what" = qwen ] || [ "$what" = all ]; then
