@@ -77,11 +77,11 @@ if [ "$what" = gpu-spec-sim ]; then
   for load in users1 users32; do
     # shellcheck disable=SC2046
     "$bin" run scenarios/gpu-spec-llama2-7b.yaml --out "$out/sim-$load" --force --quiet --no-plots $(gpu_spec_sets $load) \
-      --set backend.kind=sim --set backend.sim_profile="$PWD/$out/profile.json" \
+      --set "backend={kind: sim, sim_profile: $PWD/$out/profile.json}" \
       --set strategies.1.speculative.sim_acceptance.summary="$PWD/$out/real-$load/summary.json"
     python3 results/sim-validation/spec_compare.py "$out/real-$load" "$out/sim-$load" > "$out/compare-$load.md"
     rm -f "$out"/{real,sim}-$load/report.html
-    for f in "$out"/{real,sim}-$load/steps.jsonl; do [ -f "$f" ] && gzip -9f "$f"; done
+    for f in "$out"/{real,sim}-$load/{steps,records}.jsonl; do [ -f "$f" ] && gzip -9f "$f"; done
   done
 fi
 if [ "$what" = qwen ] || [ "$what" = all ]; then
