@@ -121,43 +121,11 @@ __global__ void __launch_bounds__(kThreads, G == 1 ? 7 : G <= 4 ? 4 : 2) decode_
         sc[u][g] = ok[u] ? d : -INFINITY;
       }
     }
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      float mx = sc[0][g];
-#pragma unroll
-      for (int u = 1; u < kU; ++u) mx = fmaxf(mx, sc[u][g]);
-      const float m_new = fmaxf(m[g], mx);
-      const float corr = exp2f(m[g] - m_new);
-      m[g] = m_new;
-      l[g] *= corr;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) acc[g][j] *= corr;
-    }
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      float vf[8];
-      unpack8<T>(kv_v[u], vf);
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-        const float pr = exp2f(sc[u][g] - m[g]);
-        l[g] += pr;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[g][j] = fmaf(pr, vf[j], acc[g][j]);
-      }
-    }
+    decode::online_softmax_pass<T, kU, G>(sc, kv_v, m, l, acc);
   }
 
   // Merge the lane groups.
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-    if (c == 0) {
-      sm_m[lg][g] = m[g];
-      sm_l[lg][g] = l[g];
-    }
-    float4* o = reinterpret_cast<float4*>(&sm_o[lg][g][c * 8]);
-    o[0] = make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
-    o[1] = make_float4(acc[g][4], acc[g][5], acc[g][6], acc[g][7]);
-  }
+  decode::store_lane_group<kLg, G, HD>(sm_m, sm_l, sm_o, lg, c, m, l, acc);
   __syncthreads();
   decode::finish_block<T, HD, G, kLg, HD>(p, sm_m, sm_l, &sm_o[0][0][0], s, row, kvh, sub, split, ctx);
 }

@@ -186,6 +186,57 @@ __device__ __forceinline__ void merge_splits(const Params& p, int s, int row, in
     o[3] = from_float<T>(acc[k].w * inv);
   }
 }
+/// One pass of the CUDA-core kernels' online softmax over kU positions, for N queries: rescales
+/// m, l and acc to the pass's new maximum, then adds each position's V row (this lane's 8 dims)
+/// weighted by 2^(score - m). sc: the pass's scores (log2 domain, -inf where masked).
+template <typename T, int kU, int N>
+__device__ __forceinline__ void online_softmax_pass(const float (&sc)[kU][N], const Vec8 (&kv_v)[kU], float (&m)[N],
+                                                    float (&l)[N], float (&acc)[N][8]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    float mx = sc[0][i];
+#pragma unroll
+    for (int u = 1; u < kU; ++u) mx = fmaxf(mx, sc[u][i]);
+    const float m_new = fmaxf(m[i], mx);
+    const float corr = exp2f(m[i] - m_new);
+    m[i] = m_new;
+    l[i] *= corr;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[i][e] *= corr;
+  }
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    float vf[8];
+    unpack8<T>(kv_v[u], vf);
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const float pr = exp2f(sc[u][i] - m[i]);
+      l[i] += pr;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[i][e] = fmaf(pr, vf[e], acc[i][e]);
+    }
+  }
+}
+
+/// Lane group lg's partial state into shared memory for block_stats / finish_block: its m and l
+/// (lane c == 0 of the group) and this lane's 8 output dims (c * 8 ...). A lane group that saw none
+/// of a query's positions has m = -1e30 and l = 0, so it weighs exactly 0 in the merge.
+template <int kLg, int N, int HD>
+__device__ __forceinline__ void store_lane_group(float (&sm_m)[kLg][N], float (&sm_l)[kLg][N], float (&sm_o)[kLg][N][HD],
+                                                 int lg, int c, const float (&m)[N], const float (&l)[N],
+                                                 const float (&acc)[N][8]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    if (c == 0) {
+      sm_m[lg][i] = m[i];
+      sm_l[lg][i] = l[i];
+    }
+    float4* o = reinterpret_cast<float4*>(&sm_o[lg][i][c * 8]);
+    o[0] = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+    o[1] = make_float4(acc[i][4], acc[i][5], acc[i][6], acc[i][7]);
+  }
+}
+
 
 /// The block's merged softmax state per head: sm_scale[i][g] = 2^(m_i - max), sm_stat[g] = (max,
 /// sum), from its NL parts (sm_m/sm_l [NL][G], written before a __syncthreads). Ends synchronized.

@@ -119,44 +119,11 @@ __global__ void __launch_bounds__(kThreads, kNq >= 8 ? 2 : 4) rows_kernel(const 
         sc[u][i] = tt[u] < t_end && tt[u] < pend[i] ? d : -INFINITY;
       }
     }
-#pragma unroll
-    for (int i = 0; i < kNq; ++i) {
-      float mx = sc[0][i];
-#pragma unroll
-      for (int u = 1; u < kU; ++u) mx = fmaxf(mx, sc[u][i]);
-      const float m_new = fmaxf(m[i], mx);
-      const float corr = exp2f(m[i] - m_new);
-      m[i] = m_new;
-      l[i] *= corr;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) acc[i][e] *= corr;
-    }
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      float vf[8];
-      unpack8<T>(kv_v[u], vf);
-#pragma unroll
-      for (int i = 0; i < kNq; ++i) {
-        const float pr = exp2f(sc[u][i] - m[i]);
-        l[i] += pr;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[i][e] = fmaf(pr, vf[e], acc[i][e]);
-      }
-    }
+    decode::online_softmax_pass<T, kU, kNq>(sc, kv_v, m, l, acc);
   }
 
-  // Merge the lane groups (weights 2^(m - max); a lane group that saw none of a pair's positions
-  // has m = -1e30, l = 0 and weighs exactly 0).
-#pragma unroll
-  for (int i = 0; i < kNq; ++i) {
-    if (c == 0) {
-      sm_m[lg][i] = m[i];
-      sm_l[lg][i] = l[i];
-    }
-    float4* o = reinterpret_cast<float4*>(&sm_o[lg][i][c * 8]);
-    o[0] = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
-    o[1] = make_float4(acc[i][4], acc[i][5], acc[i][6], acc[i][7]);
-  }
+  // Merge the lane groups (weights 2^(m - max); see store_lane_group).
+  decode::store_lane_group<kLg, kNq, HD>(sm_m, sm_l, sm_o, lg, c, m, l, acc);
   __syncthreads();
   decode::block_stats<kNq, kLg>(sm_m, sm_l, sm_scale, sm_stat);
   auto pair_entry = [&](int i, int& ent, int& h) {  // false: no pair
