@@ -56,25 +56,27 @@ if [ "$what" = spec ] || [ "$what" = all ]; then
     gzip -9f "$out"/{real,sim}-$load/steps.jsonl
   done
 fi
-gpu_spec_sets() {  # the scenario's settings of each load: gpu_spec_sets LOAD
+gpu_spec_sets() {  # the scenario's settings of each load: gpu_spec_sets LOAD (users1, usersN)
   echo --set model.residual_scale.scale="${GPU_SPEC_SCALE:-0.005}"
-  [ "$1" = users32 ] && echo --set "workload.concurrency=[32]" --set workload.n_requests=64
+  local n=${1#users}
+  [ "$n" != 1 ] && echo --set "workload.concurrency=[$n]" --set workload.n_requests="${GPU_SPEC_REQUESTS:-$((2 * n))}"
   return 0
 }
+gpu_spec_loads=${GPU_SPEC_LOADS:-users1 users32}  # GPU_SPEC_REQUESTS: requests of each usersN load (default 2N)
 if [ "$what" = gpu-spec-real ]; then
   out=${SPEC_OUT:?SPEC_OUT: the folder}
   mkdir -p "$out"
   "$bin" profile --backend cuda --preset llama2-7b --seed 1 --prefill-lens 64,128,256,512 --batch 1,2,4,8,16,32,48,64 \
     --contexts 128,256,384 --chunk-lens 64,256 --prompt-len 128 --verify-k 4 --draft-layers 1 --repeats 3 --interleave \
     --json "$out/profile.json" > "$out/profile.txt" 2>&1
-  for load in users1 users32; do
+  for load in $gpu_spec_loads; do
     # shellcheck disable=SC2046
     "$bin" run scenarios/gpu-spec-llama2-7b.yaml --out "$out/real-$load" --force --quiet --no-plots $(gpu_spec_sets $load)
   done
 fi
 if [ "$what" = gpu-spec-sim ]; then
   out=${SPEC_OUT:?SPEC_OUT: the folder gpu-spec-real wrote}
-  for load in users1 users32; do
+  for load in $gpu_spec_loads; do
     # shellcheck disable=SC2046
     "$bin" run scenarios/gpu-spec-llama2-7b.yaml --out "$out/sim-$load" --force --quiet --no-plots $(gpu_spec_sets $load) \
       --set "backend={kind: sim, sim_profile: $PWD/$out/profile.json}" \
