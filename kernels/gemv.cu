@@ -21,6 +21,7 @@
 #include "kernels/common.cuh"
 #include "kernels/gemm.h"
 #include "kernels/gemv_plan.h"
+#include "kernels/gemv_reduce.cuh"
 
 namespace servelab::kernels {
 namespace {
@@ -147,8 +148,7 @@ struct Params {
 template <typename T, typename OutT, int kVariant>
 __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
   constexpr bool kRolling = kVariant & 1, kHint = (kVariant & 2) != 0;
-  __shared__ float red[kWarps][gemv::kPartialFloats];  // [warp][m * 32 + row]
-  __shared__ int last_block;
+  __shared__ gemv::ReduceSmem sm;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
   const int n0 = blockIdx.x * kBlockRows, split = blockIdx.y;
   const int k = p.k, lane_k = gemv::k_offset(q, 0);
@@ -223,38 +223,16 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
     mma_step<T>(acc, r);
   }
 
-#pragma unroll
-  for (int t = 0; t < 2; ++t)
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      red[warp][gemv::acc_col(q, i) * kBlockRows + t * 16 + gemv::acc_row(g, i)] = acc[t][i];
-  __syncthreads();
-  float sum = 0.0f;
-#pragma unroll
-  for (int wi = 0; wi < kWarps; ++wi) sum += red[wi][tid];
-
-  const int splits = p.plan.splits;
-  if (splits > 1) {
-    float* part = p.partials + int64_t(blockIdx.x) * splits * gemv::kPartialFloats;
-    part[split * gemv::kPartialFloats + tid] = sum;
-    __threadfence();  // this block's partials visible device-wide before it is counted
-    __syncthreads();
-    if (tid == 0) last_block = atomicAdd(&p.counters[blockIdx.x], 1) == splits - 1;
-    __syncthreads();
-    if (!last_block) return;
-    __threadfence();
-    sum = 0.0f;
-    for (int j = 0; j < splits; ++j) sum += __ldcg(part + j * gemv::kPartialFloats + tid);  // slice order
-    if (tid == 0) p.counters[blockIdx.x] = 0;  // ready for the next launch (stream order)
-  }
+  float sum;
+  if (!gemv::block_row_sums(sm, acc, blockIdx.x, p.plan.splits, split, p.partials, p.counters, sum)) return;
   const int mm = tid / kBlockRows;
   if (ffn > 0) {  // thread (mm, r < 16) pairs gate row 16b + r with its up row (thread + 16)
     __syncthreads();  // every warp is done reading red
-    red[0][tid] = sum;
+    sm.red[0][tid] = sum;
     __syncthreads();
     const int r = tid % kBlockRows, col = blockIdx.x * 16 + r;
     if (r < 16 && mm < p.m && col < ffn) {
-      const float gate = to_float<T>(from_float<T>(sum)), up = to_float<T>(from_float<T>(red[0][tid + 16]));
+      const float gate = to_float<T>(from_float<T>(sum)), up = to_float<T>(from_float<T>(sm.red[0][tid + 16]));
       static_cast<OutT*>(p.y)[int64_t(mm) * ffn + col] = out_from_float<OutT>(gate / (1.0f + expf(-gate)) * up);
     }
     return;

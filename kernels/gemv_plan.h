@@ -47,17 +47,18 @@ struct Plan {
   int64_t partial_floats() const { return splits > 1 ? int64_t(row_blocks) * splits * kPartialFloats : 0; }
 };
 
-/// The decomposition for n outputs and depth k on a device with n_sms multiprocessors holding
-/// blocks_per_sm blocks each. K is split (each slice's partial sums merged in slice order, so the
-/// result is deterministic) only while there are fewer than `waves` waves of resident blocks, each
-/// warp keeps at least one unrolled iteration, and the partials fit max_partial_floats with at most
-/// max_split_row_blocks row blocks (the counters). Independent of M: a row's result does not
-/// depend on how many rows share the product.
-inline Plan make_plan(int n, int k, int n_sms, int blocks_per_sm, int max_split_row_blocks,
-                      int64_t max_partial_floats, int waves = 2) {
+/// The decomposition for n outputs and k_steps K steps (of whatever width the kernel steps: 64
+/// values here, 128 FP8 or 256 INT4 values in quant_gemv's steps kernel, which shares this plan)
+/// on a device with n_sms multiprocessors holding blocks_per_sm blocks each. K is split (each
+/// slice's partial sums merged in slice order, so the result is deterministic) only while there
+/// are fewer than `waves` waves of resident blocks, each warp keeps at least one unrolled
+/// iteration, and the partials fit max_partial_floats with at most max_split_row_blocks row blocks
+/// (the counters). Independent of M: a row's result does not depend on how many rows share it.
+inline Plan make_plan_steps(int n, int k_steps, int n_sms, int blocks_per_sm, int max_split_row_blocks,
+                            int64_t max_partial_floats, int waves = 2) {
   Plan p;
   p.row_blocks = int((int64_t(n) + kBlockRows - 1) / kBlockRows);
-  p.k_steps = int((int64_t(k) + kStepK - 1) / kStepK);
+  p.k_steps = k_steps;
   const int64_t target = int64_t(std::max(1, waves)) * std::max(1, n_sms) * std::max(1, blocks_per_sm);
   if (p.row_blocks == 0 || p.row_blocks >= target || p.row_blocks > max_split_row_blocks) return p;
   int64_t s = (target + p.row_blocks - 1) / p.row_blocks;
@@ -65,6 +66,13 @@ inline Plan make_plan(int n, int k, int n_sms, int blocks_per_sm, int max_split_
   while (s > 1 && int64_t(p.row_blocks) * s * kPartialFloats > max_partial_floats) --s;
   p.splits = int(std::max<int64_t>(1, s));
   return p;
+}
+
+/// gemv.cu's plan: K steps of kStepK values.
+inline Plan make_plan(int n, int k, int n_sms, int blocks_per_sm, int max_split_row_blocks,
+                      int64_t max_partial_floats, int waves = 2) {
+  return make_plan_steps(n, int((int64_t(k) + kStepK - 1) / kStepK), n_sms, blocks_per_sm, max_split_row_blocks,
+                         max_partial_floats, waves);
 }
 
 /// K offset (within a step) of the 8 values of vector v loaded by a lane of quad position q.

@@ -19,6 +19,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/quant_gemv.h"
+#include "kernels/gemv_plan.h"
 #include "kernels/quant_gemv_plan.h"
 #include "kernels/quant_gemv_stream_plan.h"
 
@@ -29,6 +30,9 @@ size_t quant_gemv_mma_smem(const QuantGemvArgs& a, const quant_gemv_plan::Plan& 
 void quant_gemv_mma(const QuantGemvArgs& a, const quant_gemv_plan::Plan& plan, cudaStream_t stream);
 // quant_gemv_stream.cu
 void quant_gemv_stream(const QuantGemvArgs& a, const quant_gemv_stream_plan::Plan& plan, cudaStream_t stream);
+// quant_gemv_steps.cu
+gemv::Plan quant_gemv_steps_plan(const QuantGemvArgs& a, int n_sms);
+void quant_gemv_steps(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t stream);
 
 namespace {
 
@@ -131,7 +135,8 @@ int64_t quant_gemv_workspace_floats(int max_n, int max_k) {  // either tensor-co
 }
 
 int quant_gemv_workspace_counters(int max_n) {
-  return std::max(quant_gemv_plan::workspace_counters(max_n), quant_gemv_stream_plan::workspace_counters(max_n));
+  const int steps = (max_n + gemv::kBlockRows - 1) / gemv::kBlockRows;  // the steps kernel's row blocks
+  return std::max({quant_gemv_plan::workspace_counters(max_n), quant_gemv_stream_plan::workspace_counters(max_n), steps});
 }
 
 const char* to_string(QuantGemvKernel k) {
@@ -140,24 +145,26 @@ const char* to_string(QuantGemvKernel k) {
     case QuantGemvKernel::warp: return "warp";
     case QuantGemvKernel::mma: return "mma";
     case QuantGemvKernel::stream: return "stream";
+    case QuantGemvKernel::steps: return "steps";
   }
   return "?";
 }
 
 QuantGemvKernel parse_quant_gemv_kernel(const char* s) {
   for (QuantGemvKernel k : {QuantGemvKernel::auto_select, QuantGemvKernel::warp, QuantGemvKernel::mma,
-                            QuantGemvKernel::stream})
+                            QuantGemvKernel::stream, QuantGemvKernel::steps})
     if (std::strcmp(s, to_string(k)) == 0) return k;
-  throw std::invalid_argument(std::string("quant_gemv kernel '") + s + "' is not one of auto, warp, mma, stream");
+  throw std::invalid_argument(std::string("quant_gemv kernel '") + s + "' is not one of auto, warp, mma, stream, steps");
 }
 
 QuantGemvKernel quant_gemv_auto_kernel(QuantWeightKind kind, int m) {
-  // H200, kernel_bench --quant-only at 588287b (results/gpu/quant/h200-2026-11-29-*): llama2-7b's
-  // decode-step products, stream against mma, ms: FP8 2.41/2.74 (M1), 2.52/2.87 (M2), 2.72/3.11
-  // (M4), 3.12/3.61 (M8), 4.13/4.48 (M16); INT4 2.05/2.23, 2.16/2.33, 2.39/2.50, 2.83/2.91, and
-  // 3.88/3.78 at M16 (two column tiles: the cp.async ring's one block an SM wins). The warp
-  // kernel was slower at every M (2.57 FP8 and 3.30 INT4 at M1).
-  if (kind == QuantWeightKind::int4 && m > 8) return QuantGemvKernel::mma;
+  // H200, kernel_bench --quant-only (results/gpu/quant/h200-2026-11-29-*): llama2-7b's decode-step
+  // products, steps against stream, ms: FP8 2.04/2.40 (M1), 2.06/2.51 (M2), 2.08/2.72 (M4),
+  // 2.09/3.13 (M8); INT4 2.03/2.05, 2.05/2.16, 2.07/2.39, 2.10/2.82. At M16 (two column tiles,
+  // which steps does not take): FP8 stream 4.11 against mma 4.77, INT4 mma 4.04 against stream
+  // 3.87 in that run but 3.78/3.88 in the one before (the cp.async ring's one block an SM).
+  if (m <= 8) return QuantGemvKernel::steps;
+  if (kind == QuantWeightKind::int4) return QuantGemvKernel::mma;
   return QuantGemvKernel::stream;
 }
 
@@ -177,6 +184,10 @@ QuantGemvKernel quant_gemv_kernel_for(const QuantGemvArgs& a) {
   if (want == QuantGemvKernel::auto_select) want = quant_gemv_auto_kernel(a.kind, a.m);
   const bool int4 = a.kind == QuantWeightKind::int4;
   if (int4 && a.group_size % 128 != 0) return QuantGemvKernel::warp;  // a 128-chunk of INT4 must lie in one group
+  if (want == QuantGemvKernel::steps) {
+    if (a.m <= gemv::kMaxRows) return QuantGemvKernel::steps;
+    want = QuantGemvKernel::stream;  // 9-16 rows: two column tiles
+  }
   const int sms = current_sm_count();
   if (want == QuantGemvKernel::stream) {
     if (quant_gemv_stream_plan::fits(int4, quant_gemv_stream_plan::make_plan(int4, a.n, a.k, sms, a.partials != nullptr,
@@ -219,7 +230,11 @@ void quant_gemv(const QuantGemvArgs& a, cudaStream_t stream) {
       throw std::invalid_argument("quant_gemv: the workspace is smaller than N=" + std::to_string(a.n) + " K=" +
                                   std::to_string(a.k) + " needs (quant_gemv_workspace_floats / _counters)");
   };
-  if (kernel == QuantGemvKernel::stream) {
+  if (kernel == QuantGemvKernel::steps) {
+    const gemv::Plan plan = quant_gemv_steps_plan(a, current_sm_count());
+    if (plan.splits > 1) check_workspace(plan.partial_floats(), plan.row_blocks);
+    quant_gemv_steps(a, plan, stream);
+  } else if (kernel == QuantGemvKernel::stream) {
     namespace sp = quant_gemv_stream_plan;
     const sp::Plan plan =
         sp::make_plan(int4, a.n, a.k, current_sm_count(), a.partials != nullptr, a.stream_blocks_per_sm);

@@ -3,15 +3,18 @@
 // dequant(w)[N, K]ᵀ (+ y), x bf16, fp32 accumulate, fp32 or bf16 output (the cuda backend's
 // activations), the weights dequantized in registers as they stream in (W8A16 FP8 and W4A16
 // INT4: the decode win is fewer weight bytes).
-// Three kernels, selectable (QuantGemvArgs::kernel, or SERVELAB_QUANT_GEMV=auto|warp|mma|stream
+// Four kernels, selectable (QuantGemvArgs::kernel, or SERVELAB_QUANT_GEMV=auto|warp|mma|stream|steps
 // in the environment) so one run can measure them side by side:
+// - steps (quant_gemv_steps.cu, the plan of gemv_plan.h): the bf16 gemv's shape, M = 1-8: a block's
+//   warps take K steps of its 32 rows in turn, x read straight from global memory; FP8 and INT4
+//   with groups of a multiple of 128;
 // - stream (quant_gemv_stream.cu, work split in quant_gemv_stream_plan.h): tensor cores, weights
 //   streamed into registers by many small blocks; FP8 and INT4 with groups of a multiple of 128;
 // - mma (quant_gemv_mma.cu, quant_gemv_plan.h): tensor cores, a cp.async ring, one block an SM;
 // - warp (quant_gemv.cu): a warp per output row on CUDA cores; takes every product (INT4's
 //   smaller groups, long K without a workspace).
 // auto picks per format and M the kernel measured fastest on an H200 (quant_gemv_auto_kernel);
-// a kernel asked for that cannot take the product falls back along stream -> mma -> warp. Each
+// a kernel asked for that cannot take the product falls back along steps -> stream -> mma -> warp. Each
 // kernel gives a row the same result whatever M is (its plan ignores M); auto may pick different
 // kernels for different M, whose sums differ in rounding.
 // Kernel layouts (a loader repacks checkpoint layouts into these once):
@@ -29,9 +32,9 @@
 namespace servelab::kernels {
 
 enum class QuantWeightKind { fp8_e4m3, int4 };
-enum class QuantGemvKernel { auto_select, warp, mma, stream };
+enum class QuantGemvKernel { auto_select, warp, mma, stream, steps };
 
-/// "auto", "warp", "mma", "stream"; parse throws std::invalid_argument naming the bad value.
+/// "auto", "warp", "mma", "stream", "steps"; parse throws std::invalid_argument naming the bad value.
 const char* to_string(QuantGemvKernel k);
 QuantGemvKernel parse_quant_gemv_kernel(const char* s);
 
@@ -50,8 +53,8 @@ struct QuantGemvArgs {
   bool accumulate = false;        ///< y += product
   /// Which kernel: auto_select takes SERVELAB_QUANT_GEMV when set, else quant_gemv_auto_kernel.
   QuantGemvKernel kernel = QuantGemvKernel::auto_select;
-  /// stream kernel's split target, blocks a multiprocessor (1..4; 0: its default, 2): a tuning knob
-  /// kernel_bench sweeps.
+  /// stream and steps kernels' split target, blocks a multiprocessor (1..4; 0: their defaults, 2 and
+  /// 1): a tuning knob kernel_bench sweeps.
   int stream_blocks_per_sm = 0;
   /// Split-K workspace (optional: without it no product is split, and a long K may then take the
   /// slower warp-per-row kernel). partials: quant_gemv_workspace_floats(n, k) floats; counters:

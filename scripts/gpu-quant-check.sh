@@ -39,7 +39,7 @@ step build "${BUILD_LIMIT:-250}" cmake --build "$BUILD" -j"$(nproc)" --target te
   kernel_bench engine_bench -- -k 0
 [ -n "$peers" ] && wait $peers
 [ -x "$BUILD/test_kernels_gpu" ] &&
-  step kernels_gpu 120 "$BUILD/test_kernels_gpu" --gtest_filter='*Fp8*:*Int4*:*QuantGemv*' &
+  step kernels_gpu 120 "$BUILD/test_kernels_gpu" --gtest_filter='*Fp8*:*Int4*:*QuantGemv*:*Gemv*:*Pdl*' &
 kpid=$!
 [ -x "$BUILD/test_cuda_backend_gpu" ] &&
   step backend_gpu 120 "$BUILD/test_cuda_backend_gpu" --gtest_filter='*QuantGpu*:*CudaBackendGpuTokens*bf16*:*CudaBackendGpuGraphs.DecodeReplayed*'

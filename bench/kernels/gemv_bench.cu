@@ -103,11 +103,12 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
   };
   const Shape shapes[] = {{"qkv", 12288, 4096, 32}, {"o", 4096, 4096, 32}, {"gate_up", 22016, 4096, 32},
                           {"down", 4096, 11008, 32}, {"lm_head", 32000, 4096, 1}};
-  // The stream kernel twice more: its split target at 1 and 4 blocks an SM (default 2).
+  // The steps kernel twice: its split target at 1 (default) and 2 blocks an SM; it takes M <= 8
+  // (at 16 it falls back to stream).
   const QuantGemvKernel kernels[] = {QuantGemvKernel::warp, QuantGemvKernel::mma, QuantGemvKernel::stream,
-                                     QuantGemvKernel::stream, QuantGemvKernel::stream, QuantGemvKernel::auto_select};
-  const int stream_target[] = {0, 0, 0, 1, 4, 0};
-  const char* names[] = {"warp", "mma", "stream", "stream_t1", "stream_t4", "auto"};
+                                     QuantGemvKernel::steps, QuantGemvKernel::steps, QuantGemvKernel::auto_select};
+  const int stream_target[] = {0, 0, 0, 1, 2, 0};
+  const char* names[] = {"warp", "mma", "stream", "steps", "steps_t2", "auto"};
   constexpr int kKernels = 6;
   Gemm gemm(false);
   gemm.set_gemv_waves(0);
@@ -187,8 +188,8 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
       int best = 0;
       for (int v = 1; v < kKernels - 1; ++v)
         if (step_ms[q][v] < step_ms[q][best]) best = v;
-      std::printf("  quantized decode-step products at M%d, %s: %.3f ms bf16; warp %.3f, mma %.3f, stream %.3f (t1 %.3f, "
-                  "t4 %.3f), auto %.3f ms (%.2fx bf16); fastest %s\n",
+      std::printf("  quantized decode-step products at M%d, %s: %.3f ms bf16; warp %.3f, mma %.3f, stream %.3f, steps %.3f "
+                  "(t2 %.3f), auto %.3f ms (%.2fx bf16); fastest %s\n",
                   m, fmt, step_bf16, step_ms[q][0], step_ms[q][1], step_ms[q][2], step_ms[q][3], step_ms[q][4],
                   step_ms[q][5], step_bf16 / step_ms[q][5], names[best]);
     }

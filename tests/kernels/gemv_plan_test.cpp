@@ -150,5 +150,25 @@ TEST(GemmRef, AccumulateAndRound) {
   EXPECT_EQ(y, (std::vector<float>{11.0f, 1.0f}));
 }
 
+// quant_gemv's steps kernel (kernels/quant_gemv_steps.cu) cuts its products with make_plan_steps:
+// FP8 steps of 128 values, INT4 steps of 256, split only while fewer row blocks than one block a
+// multiprocessor (132 on an H100 / H200), each warp keeping a pair of steps.
+TEST(GemvPlan, QuantStepsPlanForLlama2Shapes) {
+  const auto plan = [](int n, int k, int step_k) {
+    return gemv::make_plan_steps(n, (k + step_k - 1) / step_k, 132, 1, 8192, int64_t(1) << 22, 1);
+  };
+  EXPECT_EQ(plan(12288, 4096, 128).splits, 1);  // 384 row blocks: no split
+  EXPECT_EQ(plan(4096, 4096, 128).splits, 2);   // 128 row blocks, 32 steps: two slices of 16
+  EXPECT_EQ(plan(4096, 11008, 128).splits, 2);  // 86 steps
+  EXPECT_EQ(plan(4096, 11008, 128).k_steps, 86);
+  EXPECT_EQ(plan(4096, 4096, 256).splits, 1);   // INT4: 16 steps, one pair a warp, nothing to split
+  EXPECT_EQ(plan(4096, 11008, 256).splits, 2);  // 43 steps
+  const gemv::Plan p = plan(4096, 11008, 256);
+  EXPECT_EQ(p.split_begin(1) - p.split_begin(0), 21);
+  EXPECT_EQ(p.split_begin(2), 43);
+  // Without a workspace nothing is split.
+  EXPECT_EQ(gemv::make_plan_steps(4096, 86, 132, 1, 0, 0, 1).splits, 1);
+}
+
 }  // namespace
 }  // namespace servelab::kernels

@@ -1,5 +1,5 @@
 // quant_gemv (FP8 and INT4 weights dequantized in registers) against quant_gemv_ref, each of its
-// kernels (warp, mma, stream) asked for by name: awkward M (1, 3, 16 ...), odd N, K not a multiple
+// kernels (warp, mma, stream, steps) asked for by name: awkward M (1, 3, 16 ...), odd N, K not a multiple
 // of 128 (FP8) or longer than one slice, per-tensor and per-channel FP8 scales, INT4 groups of 16
 // (the warp-per-row kernel), 128 and 256 (the tensor-core kernels), accumulate, fp32 and bf16
 // outputs; without a workspace and with one (split K: deterministic, counters left zeroed, the
@@ -127,7 +127,8 @@ struct Shape {
   int m, n, k, group;
 };
 
-constexpr QuantGemvKernel kKernels[] = {QuantGemvKernel::warp, QuantGemvKernel::mma, QuantGemvKernel::stream};
+constexpr QuantGemvKernel kKernels[] = {QuantGemvKernel::warp, QuantGemvKernel::mma, QuantGemvKernel::stream,
+                                        QuantGemvKernel::steps};
 
 /// Every awkward shape through `kernel` (where it takes the product; else its fall-back).
 void check_awkward_shapes(QuantGemvKernel kernel) {
@@ -207,22 +208,26 @@ TEST(QuantGemvGpu, Bf16OutputAndRowsIndependentOfM) {
       const int n = 700, k = 4096;
       const Problem pr(rng, int4, 16, n, k, 128, true);
       Workspace ws(n, k);
+      const int m_all = kernel == QuantGemvKernel::steps ? 8 : 16;  // steps takes up to 8 rows
       DeviceBuffer y16(size_t(16) * n * 2), y_all(size_t(16) * n * 4);
       QuantGemvArgs a = pr.args(y16.get(), true, false);
       a.kernel = kernel;
+      a.m = m_all;
       ws.attach(a);
       EXPECT_EQ(quant_gemv_kernel_for(a), kernel);
       quant_gemv(a, nullptr);
       QuantGemvArgs b = pr.args(y_all.get(), false, false);
       b.kernel = kernel;
+      b.m = m_all;
       ws.attach(b);
       quant_gemv(b, nullptr);
       CUDA_CHECK(cudaDeviceSynchronize());
-      const std::vector<float> all = testing::download<float>(y_all, size_t(16) * n);
-      const std::vector<uint16_t> got16 = testing::download<uint16_t>(y16, size_t(16) * n);
+      const std::vector<float> all = testing::download<float>(y_all, size_t(m_all) * n);
+      const std::vector<uint16_t> got16 = testing::download<uint16_t>(y16, size_t(m_all) * n);
       for (size_t i = 0; i < all.size(); ++i)
         ASSERT_EQ(got16[i], f32_to_bf16(all[i])) << (int4 ? "int4 " : "fp8 ") << i;
-      for (int m : {1, 5, 8, 9}) {  // the last row of an M-row product equals that row of the 16-row one
+      for (int m : {1, 3, 5, 8, 9}) {  // the last row of an M-row product equals that row of the m_all-row one
+        if (m >= m_all) continue;
         DeviceBuffer ym(size_t(m) * n * 4);
         QuantGemvArgs c = pr.args(ym.get(), false, false);
         c.kernel = kernel;

@@ -108,8 +108,8 @@ struct CudaBackendOptions {
   bool fp8_per_channel = false;
   /// Quantized products of up to this many rows (1..16) take quant_gemv on bf16 activations;
   /// more rows the FP8 GEMM (fp8) or dequantize + bf16 GEMM (int4). 0: the measured fastest per
-  /// format, QuantLinearRunner::default_gemv_rows (engine_bench --quantization fp8,fp8/1,... on an
-  /// H200, docs/quantization.md): fp8 1 (quant_gemv loses to the FP8 GEMM at 8 and 16 rows),
+  /// format, QuantLinearRunner::default_gemv_rows (engine_bench --quantization fp8/1,fp8,... on an
+  /// H200, docs/quantization.md): fp8 8 (quant_gemv's steps kernel to 8 rows; the FP8 GEMM above),
   /// int4 16 (dequantize + GEMM loses more).
   int quant_gemv_max_rows = 0;
   /// Synthesized weights (model.residual_scale, engine/model/residual_scale.h): the attention

@@ -138,10 +138,12 @@ QuantDeviceWeights quantize_device_weights(DeviceWeights& w, const QuantScheme& 
 }
 
 int QuantLinearRunner::default_gemv_rows(const QuantScheme& scheme) {
-  // H200, results/gpu/quant/ (ca345a0): llama2-7b decode steps with quant_gemv up to 16 rows
-  // against the FP8 GEMM from 2 rows: 4.50 vs 3.90 ms at batch 8, 5.73 vs 4.20 at 16 (equal at
-  // 1); INT4's dequantize + bf16 GEMM takes 4.3x quant_gemv's time at 16 rows (kernel_bench).
-  return scheme.method == Quantization::fp8 ? 1 : kGemvRows;
+  // H200, results/gpu/quant/: quant_gemv's steps kernel (up to 8 rows) costs the same at 1 and 8
+  // rows (kernel_bench: llama2-7b's FP8 decode-step products 2.04 and 2.09 ms, bf16 3.38 and
+  // 3.40), where the FP8 GEMM (activations quantized, cuBLASLt) tied the older stream kernel at
+  // batch 8 (3.96 vs 3.97 ms a step) and won at 16 (4.28 vs 5.56, ca345a0). So FP8 takes quant_gemv
+  // up to 8 rows; INT4's dequantize + bf16 GEMM takes 4.3x quant_gemv's time at 16 rows.
+  return scheme.method == Quantization::fp8 ? 8 : kGemvRows;
 }
 
 QuantLinearRunner::QuantLinearRunner(const QuantScheme& scheme, int max_out, int max_in, int gemv_max_rows)

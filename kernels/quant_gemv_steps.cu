@@ -1,0 +1,242 @@
+// quant_gemv's steps kernel (quant_gemv.h): the bf16 gemv's shape (gemv.cu, gemv_plan.h) over
+// FP8 and INT4 codes, for M = 1–8. A block of 8 warps owns 32 rows of w (two 16-row mma tiles a
+// warp) and its warps take the K steps of the block's slice in turn, so at any moment the block
+// streams one contiguous run of each of its rows (the bf16 gemv reaches 0.94 of the copy this
+// way across llama2-7b's decode products; the stream kernel, where a warp walks its own rows
+// alone, 0.48-0.69 on FP8). Per step a lane issues 8 streaming 16-byte loads of codes
+// (ld.global.nc.L1::no_allocate.L2::256B), two steps before their use, the first two before the
+// PDL wait; x is read straight from global memory (cached: every warp of the grid reads the same
+// few KB) and permuted in registers into the order the dequantized fragments come in, so there is
+// no shared-memory staging and no barrier before the stream starts.
+// Step layout: lane (g, q) loads, in a step at kb, vector v (0, 1) of rows g and g + 8 of each
+// tile at K = kb + v * 4 * kVecK + q * kVecK (kVecK = 16 FP8 or 32 INT4 values in 16 bytes), so a
+// quad reads 64 contiguous bytes of a row per vector. Word j of a vector feeds mmas over K values
+// 4j..4j+3 (FP8: fp8x4_to_bf16's pairs (0, 2) and (1, 3) as fragment slots (2q, 2q+1) and
+// (2q+8, 2q+9)) or 8j..8j+7 (INT4: nibble pairs (e, e + 4), two mmas); x's 16-byte vectors are
+// byte-permuted into the same pairs. INT4's quad vector is 128 values: one group (groups are a
+// multiple of 128), whose scale multiplies that vector's fp32 partial sums; FP8's per-channel or
+// per-tensor scale multiplies the row's total. Sums in a fixed order (gemv_reduce.cuh): a row's
+// bits do not depend on M.
+#include <cuda_bf16.h>
+
+#include <stdexcept>
+
+#include "kernels/common.cuh"
+#include "kernels/cuda_check.h"
+#include "kernels/gemv_plan.h"
+#include "kernels/gemv_reduce.cuh"
+#include "kernels/quant_gemv.h"
+#include "kernels/quant_gemv_frag.cuh"
+
+namespace servelab::kernels {
+namespace quant_gemv_steps_detail {  // named: the kernels library may be compiled as unity batches
+
+using quant_gemv_frag::fp8x4_to_bf16;
+using quant_gemv_frag::int4_pair;
+using quant_gemv_frag::mma_bf16;
+using quant_gemv_frag::store_out;
+constexpr int kWarps = gemv::kWarps, kThreads = gemv::kThreads, kBlockRows = gemv::kBlockRows;
+
+template <bool kInt4>
+constexpr int kVecK = kInt4 ? 32 : 16;  // K values in one 16-byte vector of codes
+template <bool kInt4>
+constexpr int kStepK = 8 * kVecK<kInt4>;  // K values a warp step covers: 2 vectors x 4 lanes
+
+/// One step's codes in flight: [tile][row g / g + 8][vector], and INT4's group scale and zero.
+struct StepCodes {
+  uint4 w[2][2][2];
+  float scale[2][2][2];
+  float zero[2][2][2];
+};
+
+__device__ __forceinline__ uint4 ld_codes(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& v, int j) { return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w; }
+
+/// Loads the codes (and INT4's group scales and zeros) of the step at kb. kCheck: vectors at or
+/// past K read as zeros (K is a multiple of the vector, so a vector is wholly in or out).
+template <bool kInt4, bool kCheck>
+__device__ __forceinline__ void load_codes(StepCodes& r, const uint8_t* const (&rows)[2][2], const int (&row_idx)[2][2],
+                                           int kb, int lane_k, const QuantGemvArgs& a) {
+#pragma unroll
+  for (int v = 0; v < 2; ++v) {
+    const int kv = kb + v * 4 * kVecK<kInt4>;
+    const bool in = !kCheck || kv + lane_k < a.k;
+#pragma unroll
+    for (int t = 0; t < 2; ++t)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        r.w[t][h][v] = in ? ld_codes(rows[t][h] + (kInt4 ? kv / 2 : kv)) : make_uint4(0, 0, 0, 0);
+        if constexpr (kInt4) {
+          const int64_t gi = int64_t((kv + lane_k) / a.group_size) * a.n + row_idx[t][h];
+          r.scale[t][h][v] = in ? __ldg(a.scales + gi) : 0.0f;
+          r.zero[t][h][v] = in ? __ldg(a.zeros + gi) : 0.0f;
+        }
+      }
+  }
+}
+
+/// 16 bytes of x, zeros where kCheck and the vector lies past K (its codes are zeros too, and x
+/// may end there).
+template <bool kCheck>
+__device__ __forceinline__ uint4 ld_x(const __nv_bfloat16* p, bool in) {
+  return !kCheck || in ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0, 0, 0, 0);
+}
+
+/// Adds the step's products into acc[tile][4]; xr: x's row for this lane's column at this lane's
+/// first K value of the step, lane_kb (= kb + lane_k).
+template <bool kInt4, bool kCheck>
+__device__ __forceinline__ void mma_codes(float (&acc)[2][4], const StepCodes& r, const __nv_bfloat16* xr, int lane_kb,
+                                          int k) {
+#pragma unroll
+  for (int v = 0; v < 2; ++v) {
+    const __nv_bfloat16* xv = xr + v * 4 * kVecK<kInt4>;
+    const bool in = lane_kb + v * 4 * kVecK<kInt4> < k;
+    if constexpr (!kInt4) {
+      const uint4 x0 = ld_x<kCheck>(xv, in), x1 = ld_x<kCheck>(xv + 8, in);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // K values 4j .. 4j + 3: B pairs (x0, x2), (x1, x3)
+        const uint32_t xa = j < 2 ? word(x0, 2 * j) : word(x1, 2 * j - 4);
+        const uint32_t xb = j < 2 ? word(x0, 2 * j + 1) : word(x1, 2 * j - 3);
+        const uint32_t b0 = __byte_perm(xa, xb, 0x5410), b1 = __byte_perm(xa, xb, 0x7632);
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+          uint32_t lo0, hi0, lo1, hi1;  // rows g and g + 8
+          fp8x4_to_bf16(word(r.w[t][0][v], j), lo0, hi0);
+          fp8x4_to_bf16(word(r.w[t][1][v], j), lo1, hi1);
+          mma_bf16(acc[t], lo0, lo1, hi0, hi1, b0, b1);
+        }
+      }
+    } else {
+      float part[2][4] = {};  // this vector's group, scaled once below
+      __nv_bfloat162 z128[2][2];
+#pragma unroll
+      for (int t = 0; t < 2; ++t)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) z128[t][h] = __float2bfloat162_rn(128.0f + r.zero[t][h][v]);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {  // K values 8j .. 8j + 7: B pairs (x0, x4) (x1, x5) (x2, x6) (x3, x7)
+        const uint4 xw = ld_x<kCheck>(xv + 8 * j, in);
+        const uint32_t p0 = __byte_perm(xw.x, xw.z, 0x5410), p1 = __byte_perm(xw.x, xw.z, 0x7632);
+        const uint32_t p2 = __byte_perm(xw.y, xw.w, 0x5410), p3 = __byte_perm(xw.y, xw.w, 0x7632);
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+          const uint32_t w0 = word(r.w[t][0][v], j), w1 = word(r.w[t][1][v], j);
+          mma_bf16(part[t], int4_pair<0>(w0, z128[t][0]), int4_pair<0>(w1, z128[t][1]), int4_pair<1>(w0, z128[t][0]),
+                   int4_pair<1>(w1, z128[t][1]), p0, p1);
+          mma_bf16(part[t], int4_pair<2>(w0, z128[t][0]), int4_pair<2>(w1, z128[t][1]), int4_pair<3>(w0, z128[t][0]),
+                   int4_pair<3>(w1, z128[t][1]), p2, p3);
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < 2; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[t][i] = fmaf(r.scale[t][i / 2][v], part[t][i], acc[t][i]);
+    }
+  }
+}
+
+/// This lane's rows of row block rb (tile t, row g or g + 8; past N clamped to N - 1, dropped).
+template <bool kInt4>
+__device__ __forceinline__ void block_rows(const QuantGemvArgs& a, int rb, int g, int lane_k,
+                                           const uint8_t* (&rows)[2][2], int (&row_idx)[2][2]) {
+#pragma unroll
+  for (int t = 0; t < 2; ++t)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      row_idx[t][h] = min(rb * kBlockRows + 16 * t + 8 * h + g, a.n - 1);
+      rows[t][h] = a.w + int64_t(row_idx[t][h]) * (kInt4 ? a.k / 2 : a.k) + (kInt4 ? lane_k / 2 : lane_k);
+    }
+}
+
+/// INT4 holds twice FP8's registers a step (scales and zeros beside the codes): one block an SM
+/// (still 64 KB of codes in flight an SM) rather than spills. A block per (row block, K slice):
+/// a persistent grid whose blocks walk several row blocks, loading the next one's first steps
+/// before reducing the last, measured slower on an H200 (FP8 decode-step products 2.32 against
+/// 2.04 ms at M1): short blocks that the hardware replaces as they finish keep the stream fuller.
+template <bool kInt4, typename OutT>
+__global__ void __launch_bounds__(kThreads, kInt4 ? 1 : 2) quant_gemv_steps_kernel(const QuantGemvArgs a,
+                                                                                  const gemv::Plan plan) {
+  __shared__ gemv::ReduceSmem sm;
+  constexpr int kStep = kStepK<kInt4>;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
+  const int rb = blockIdx.x, split = blockIdx.y, lane_k = q * kVecK<kInt4>;
+  const uint8_t* rows[2][2];
+  int row_idx[2][2];
+  block_rows<kInt4>(a, rb, g, lane_k, rows, row_idx);
+  const __nv_bfloat16* xr = static_cast<const __nv_bfloat16*>(a.x) + int64_t(min(g, a.m - 1)) * a.x_stride + lane_k;
+
+  float acc[2][4] = {};
+  const int end = plan.split_begin(split + 1), full = a.k / kStep;  // steps < full need no K check
+  int s = plan.split_begin(split) + warp;
+  {  // the first two steps: codes before waiting for the kernel that writes x (PDL), x after
+    StepCodes r[2];
+    const bool first = s + kWarps < min(end, full);
+    if (first) {
+      load_codes<kInt4, false>(r[0], rows, row_idx, s * kStep, lane_k, a);
+      load_codes<kInt4, false>(r[1], rows, row_idx, (s + kWarps) * kStep, lane_k, a);
+    }
+    pdl_wait();
+    pdl_launch_dependents();
+    if (first) {
+      mma_codes<kInt4, false>(acc, r[0], xr + int64_t(s) * kStep, 0, 0);
+      mma_codes<kInt4, false>(acc, r[1], xr + int64_t(s + kWarps) * kStep, 0, 0);
+      s += 2 * kWarps;
+    }
+  }
+  for (; s + kWarps < min(end, full); s += 2 * kWarps) {  // two full steps: s and s + kWarps
+    StepCodes r[2];
+    load_codes<kInt4, false>(r[0], rows, row_idx, s * kStep, lane_k, a);
+    load_codes<kInt4, false>(r[1], rows, row_idx, (s + kWarps) * kStep, lane_k, a);
+    mma_codes<kInt4, false>(acc, r[0], xr + int64_t(s) * kStep, 0, 0);
+    mma_codes<kInt4, false>(acc, r[1], xr + int64_t(s + kWarps) * kStep, 0, 0);
+  }
+  for (; s < end; s += kWarps) {  // the rest, one step at a time (the partial last step included)
+    StepCodes r;
+    load_codes<kInt4, true>(r, rows, row_idx, s * kStep, lane_k, a);
+    mma_codes<kInt4, true>(acc, r, xr + int64_t(s) * kStep, s * kStep + lane_k, a.k);
+  }
+
+  float sum;
+  if (!gemv::block_row_sums(sm, acc, rb, plan.splits, split, a.partials, a.counters, sum)) return;
+  const int mm = tid / kBlockRows, nn = rb * kBlockRows + tid % kBlockRows;
+  if (mm < a.m && nn < a.n) {
+    if constexpr (!kInt4) sum *= __ldg(a.scales + (a.n_scales == 1 ? 0 : nn));
+    store_out<OutT>(a.y, int64_t(mm) * a.n + nn, sum, a.accumulate);
+  }
+}
+
+template <typename Kernel>
+void launch_steps(Kernel kernel, const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t stream) {
+  launch_pdl(kernel, dim3(plan.row_blocks, plan.splits), kThreads, 0, stream, a, plan);
+}
+
+}  // namespace quant_gemv_steps_detail
+
+gemv::Plan quant_gemv_steps_plan(const QuantGemvArgs& a, int n_sms) {
+  const bool int4 = a.kind == QuantWeightKind::int4;
+  const int step_k = int4 ? quant_gemv_steps_detail::kStepK<true> : quant_gemv_steps_detail::kStepK<false>;
+  const int target = a.stream_blocks_per_sm > 0 ? a.stream_blocks_per_sm : 1;  // split while under a block an SM
+  return gemv::make_plan_steps(a.n, (a.k + step_k - 1) / step_k, n_sms, target, a.partials ? a.counter_capacity : 0,
+                               a.partials ? a.partial_capacity : 0, 1);
+}
+
+void quant_gemv_steps(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t stream) {
+  using namespace quant_gemv_steps_detail;
+  if (a.m > gemv::kMaxRows) throw std::invalid_argument("quant_gemv steps kernel: m must be <= 8");
+  if (a.kind == QuantWeightKind::int4) {
+    if (a.out_bf16) launch_steps(quant_gemv_steps_kernel<true, __nv_bfloat16>, a, plan, stream);
+    else launch_steps(quant_gemv_steps_kernel<true, float>, a, plan, stream);
+  } else {
+    if (a.out_bf16) launch_steps(quant_gemv_steps_kernel<false, __nv_bfloat16>, a, plan, stream);
+    else launch_steps(quant_gemv_steps_kernel<false, float>, a, plan, stream);
+  }
+}
+
+}  // namespace servelab::kernels
