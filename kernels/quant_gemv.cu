@@ -159,8 +159,8 @@ QuantGemvKernel parse_quant_gemv_kernel(const char* s) {
 
 QuantGemvKernel quant_gemv_auto_kernel(QuantWeightKind kind, int m) {
   // H200, kernel_bench --quant-only (results/gpu/quant/h200-2026-11-29-*): llama2-7b's decode-step
-  // products, steps against stream, ms: FP8 2.04/2.40 (M1), 2.06/2.51 (M2), 2.08/2.72 (M4),
-  // 2.09/3.13 (M8); INT4 2.03/2.05, 2.05/2.16, 2.07/2.39, 2.10/2.82. At M16 (two column tiles,
+  // products, steps against stream, ms: FP8 2.06/2.42 (M1), 2.10/2.53 (M2), 2.12/2.73 (M4),
+  // 2.15/3.15 (M8); INT4 1.70/2.04, 1.71/2.16, 1.74/2.39, 1.79/2.84. At M16 (two column tiles,
   // which steps does not take): FP8 stream 4.11 against mma 4.77, INT4 mma 4.04 against stream
   // 3.87 in that run but 3.78/3.88 in the one before (the cp.async ring's one block an SM).
   if (m <= 8) return QuantGemvKernel::steps;
@@ -212,6 +212,8 @@ void validate(const QuantGemvArgs& a) {
   if (reinterpret_cast<uintptr_t>(a.x) % 16 || reinterpret_cast<uintptr_t>(a.w) % 16)
     throw bad("x and w must be 16-byte aligned");
   if ((a.partials == nullptr) != (a.counters == nullptr)) throw bad("partials and counters go together");
+  if (a.silu_ffn > 0 && (a.n != 2 * a.silu_ffn || !a.out_bf16 || a.accumulate || a.m > 8))
+    throw bad("fused SiLU needs n = 2 * silu_ffn, bf16 output, no accumulate and m <= 8");
   if (a.kind == QuantWeightKind::fp8_e4m3 && a.n_scales != 1 && a.n_scales != a.n)
     throw bad("fp8 n_scales must be 1 or n");
   if (a.kind == QuantWeightKind::int4) {
@@ -230,6 +232,9 @@ void quant_gemv(const QuantGemvArgs& a, cudaStream_t stream) {
       throw std::invalid_argument("quant_gemv: the workspace is smaller than N=" + std::to_string(a.n) + " K=" +
                                   std::to_string(a.k) + " needs (quant_gemv_workspace_floats / _counters)");
   };
+  if (a.silu_ffn > 0 && kernel != QuantGemvKernel::steps)
+    throw std::invalid_argument(std::string("quant_gemv: fused SiLU runs on the steps kernel only (this product takes ") +
+                                to_string(kernel) + ")");
   if (kernel == QuantGemvKernel::steps) {
     const gemv::Plan plan = quant_gemv_steps_plan(a, current_sm_count());
     if (plan.splits > 1) check_workspace(plan.partial_floats(), plan.row_blocks);

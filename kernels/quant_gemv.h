@@ -51,11 +51,18 @@ struct QuantGemvArgs {
   bool out_bf16 = false;
   int m = 0, n = 0, k = 0;
   bool accumulate = false;        ///< y += product
+  /// > 0: fused SiLU·mul (steps kernel only, m <= 8, bf16 out, no accumulate): w is the merged
+  /// [gate; up] projection, n = 2 · silu_ffn, and y [m, silu_ffn] = silu(gate) · up, each half
+  /// rounded to bf16 first (the bits of the product stored, then kernels::silu_mul).
+  int silu_ffn = 0;
   /// Which kernel: auto_select takes SERVELAB_QUANT_GEMV when set, else quant_gemv_auto_kernel.
   QuantGemvKernel kernel = QuantGemvKernel::auto_select;
   /// stream and steps kernels' split target, blocks a multiprocessor (1..4; 0: their defaults, 2 and
   /// 1): a tuning knob kernel_bench sweeps.
   int stream_blocks_per_sm = 0;
+  /// steps kernel: steps a warp loads before computing them (1 or 2; 0: the format's default, FP8
+  /// 2 and INT4 1): a tuning knob kernel_bench sweeps.
+  int steps_in_flight = 0;
   /// Split-K workspace (optional: without it no product is split, and a long K may then take the
   /// slower warp-per-row kernel). partials: quant_gemv_workspace_floats(n, k) floats; counters:
   /// quant_gemv_workspace_counters(n) ints, zero before the first launch (they reset themselves).

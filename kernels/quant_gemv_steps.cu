@@ -4,8 +4,8 @@
 // streams one contiguous run of each of its rows (the bf16 gemv reaches 0.94 of the copy this
 // way across llama2-7b's decode products; the stream kernel, where a warp walks its own rows
 // alone, 0.48-0.69 on FP8). Per step a lane issues 8 streaming 16-byte loads of codes
-// (ld.global.nc.L1::no_allocate.L2::256B), two steps before their use, the first two before the
-// PDL wait; x is read straight from global memory (cached: every warp of the grid reads the same
+// (ld.global.nc.L1::no_allocate.L2::256B), kInFlight steps (FP8 2, INT4 1) before their use, the
+// first ones before the PDL wait; x is read straight from global memory (cached: every warp of the grid reads the same
 // few KB) and permuted in registers into the order the dequantized fragments come in, so there is
 // no shared-memory staging and no barrier before the stream starts.
 // Step layout: lane (g, q) loads, in a step at kb, vector v (0, 1) of rows g and g + 8 of each
@@ -16,7 +16,8 @@
 // byte-permuted into the same pairs. INT4's quad vector is 128 values: one group (groups are a
 // multiple of 128), whose scale multiplies that vector's fp32 partial sums; FP8's per-channel or
 // per-tensor scale multiplies the row's total. Sums in a fixed order (gemv_reduce.cuh): a row's
-// bits do not depend on M.
+// bits do not depend on M. With QuantGemvArgs::silu_ffn the block owns 16 gate and 16 up rows and
+// writes silu(gate) · up (the cuda backend's quantized gate|up at decode, as gemv.cu fuses bf16's).
 #include <cuda_bf16.h>
 
 #include <stdexcept>
@@ -90,7 +91,9 @@ __device__ __forceinline__ uint4 ld_x(const __nv_bfloat16* p, bool in) {
 }
 
 /// Adds the step's products into acc[tile][4]; xr: x's row for this lane's column at this lane's
-/// first K value of the step, lane_kb (= kb + lane_k).
+/// first K value of the step, lane_kb (= kb + lane_k). (INT4's zeros folded out of the per-weight
+/// work, 128 + q into the mma and (128 + zero) · Σx off each group's sum with Σx from one more
+/// mma, measured 1% faster on an H200, with 10x the rounding error: not kept.)
 template <bool kInt4, bool kCheck>
 __device__ __forceinline__ void mma_codes(float (&acc)[2][4], const StepCodes& r, const __nv_bfloat16* xr, int lane_kb,
                                           int k) {
@@ -143,28 +146,44 @@ __device__ __forceinline__ void mma_codes(float (&acc)[2][4], const StepCodes& r
 }
 
 /// This lane's rows of row block rb (tile t, row g or g + 8; past N clamped to N - 1, dropped).
+/// Fused SiLU·mul (a.silu_ffn > 0, w = [gate; up]): tile 0 takes gate rows 16 rb .. 16 rb + 15 and
+/// tile 1 the up rows ffn + 16 rb .., so a block owns both halves of 16 outputs (as gemv.cu).
 template <bool kInt4>
 __device__ __forceinline__ void block_rows(const QuantGemvArgs& a, int rb, int g, int lane_k,
                                            const uint8_t* (&rows)[2][2], int (&row_idx)[2][2]) {
+  const int ffn = a.silu_ffn;
 #pragma unroll
   for (int t = 0; t < 2; ++t)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      row_idx[t][h] = min(rb * kBlockRows + 16 * t + 8 * h + g, a.n - 1);
+      row_idx[t][h] = ffn > 0 ? t * ffn + min(rb * 16 + 8 * h + g, ffn - 1)
+                              : min(rb * kBlockRows + 16 * t + 8 * h + g, a.n - 1);
       rows[t][h] = a.w + int64_t(row_idx[t][h]) * (kInt4 ? a.k / 2 : a.k) + (kInt4 ? lane_k / 2 : lane_k);
     }
 }
 
-/// INT4 holds twice FP8's registers a step (scales and zeros beside the codes): one block an SM
-/// (still 64 KB of codes in flight an SM) rather than spills. A block per (row block, K slice):
-/// a persistent grid whose blocks walk several row blocks, loading the next one's first steps
-/// before reducing the last, measured slower on an H200 (FP8 decode-step products 2.32 against
-/// 2.04 ms at M1): short blocks that the hardware replaces as they finish keep the stream fuller.
-template <bool kInt4, typename OutT>
-__global__ void __launch_bounds__(kThreads, kInt4 ? 1 : 2) quant_gemv_steps_kernel(const QuantGemvArgs a,
-                                                                                  const gemv::Plan plan) {
+/// The row of w behind block-local row r (0..31) of row block rb.
+__device__ __forceinline__ int block_row(const QuantGemvArgs& a, int rb, int r) {
+  return a.silu_ffn > 0 ? (r < 16 ? rb * 16 + r : a.silu_ffn + rb * 16 + r - 16) : rb * kBlockRows + r;
+}
+
+/// kInFlight: steps a warp loads before computing them. FP8 2 (two blocks an SM at 125 registers;
+/// 1 and three blocks an SM was 8% slower over llama2-7b's decode products on an H200). INT4 1:
+/// its step holds twice FP8's registers (scales and zeros beside the codes), so at 2 it runs one
+/// block an SM (186 registers) and at 1 two (128), the same bytes in flight, 17% faster (1.70 vs
+/// 2.06 ms at M1): INT4's dequantization wants the warps. A block per (row block, K
+/// slice): a persistent grid whose blocks walk several row blocks, loading the next one's first
+/// steps before reducing the last, measured slower on an H200 (FP8 decode-step products 2.32
+/// against 2.04 ms at M1): short blocks that the hardware replaces as they finish keep the
+/// stream fuller.
+template <bool kInt4, int kInFlight>
+constexpr int kMinBlocks = kInFlight == 2 ? (kInt4 ? 1 : 2) : (kInt4 ? 2 : 3);
+
+template <bool kInt4, int kInFlight, typename OutT>
+__global__ void __launch_bounds__(kThreads, (kMinBlocks<kInt4, kInFlight>))
+    quant_gemv_steps_kernel(const QuantGemvArgs a, const gemv::Plan plan) {
   __shared__ gemv::ReduceSmem sm;
-  constexpr int kStep = kStepK<kInt4>;
+  constexpr int kStep = kStepK<kInt4>, kAhead = (kInFlight - 1) * kWarps;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
   const int rb = blockIdx.x, split = blockIdx.y, lane_k = q * kVecK<kInt4>;
   const uint8_t* rows[2][2];
@@ -175,27 +194,27 @@ __global__ void __launch_bounds__(kThreads, kInt4 ? 1 : 2) quant_gemv_steps_kern
   float acc[2][4] = {};
   const int end = plan.split_begin(split + 1), full = a.k / kStep;  // steps < full need no K check
   int s = plan.split_begin(split) + warp;
-  {  // the first two steps: codes before waiting for the kernel that writes x (PDL), x after
-    StepCodes r[2];
-    const bool first = s + kWarps < min(end, full);
+  {  // the first steps: codes before waiting for the kernel that writes x (PDL), x after
+    StepCodes r[kInFlight];
+    const bool first = s + kAhead < min(end, full);
     if (first) {
-      load_codes<kInt4, false>(r[0], rows, row_idx, s * kStep, lane_k, a);
-      load_codes<kInt4, false>(r[1], rows, row_idx, (s + kWarps) * kStep, lane_k, a);
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) load_codes<kInt4, false>(r[u], rows, row_idx, (s + u * kWarps) * kStep, lane_k, a);
     }
     pdl_wait();
     pdl_launch_dependents();
     if (first) {
-      mma_codes<kInt4, false>(acc, r[0], xr + int64_t(s) * kStep, 0, 0);
-      mma_codes<kInt4, false>(acc, r[1], xr + int64_t(s + kWarps) * kStep, 0, 0);
-      s += 2 * kWarps;
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) mma_codes<kInt4, false>(acc, r[u], xr + int64_t(s + u * kWarps) * kStep, 0, 0);
+      s += kInFlight * kWarps;
     }
   }
-  for (; s + kWarps < min(end, full); s += 2 * kWarps) {  // two full steps: s and s + kWarps
-    StepCodes r[2];
-    load_codes<kInt4, false>(r[0], rows, row_idx, s * kStep, lane_k, a);
-    load_codes<kInt4, false>(r[1], rows, row_idx, (s + kWarps) * kStep, lane_k, a);
-    mma_codes<kInt4, false>(acc, r[0], xr + int64_t(s) * kStep, 0, 0);
-    mma_codes<kInt4, false>(acc, r[1], xr + int64_t(s + kWarps) * kStep, 0, 0);
+  for (; s + kAhead < min(end, full); s += kInFlight * kWarps) {  // kInFlight full steps: s, s + kWarps, ...
+    StepCodes r[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) load_codes<kInt4, false>(r[u], rows, row_idx, (s + u * kWarps) * kStep, lane_k, a);
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) mma_codes<kInt4, false>(acc, r[u], xr + int64_t(s + u * kWarps) * kStep, 0, 0);
   }
   for (; s < end; s += kWarps) {  // the rest, one step at a time (the partial last step included)
     StepCodes r;
@@ -205,16 +224,28 @@ __global__ void __launch_bounds__(kThreads, kInt4 ? 1 : 2) quant_gemv_steps_kern
 
   float sum;
   if (!gemv::block_row_sums(sm, acc, rb, plan.splits, split, a.partials, a.counters, sum)) return;
-  const int mm = tid / kBlockRows, nn = rb * kBlockRows + tid % kBlockRows;
-  if (mm < a.m && nn < a.n) {
-    if constexpr (!kInt4) sum *= __ldg(a.scales + (a.n_scales == 1 ? 0 : nn));
-    store_out<OutT>(a.y, int64_t(mm) * a.n + nn, sum, a.accumulate);
+  const int mm = tid / kBlockRows, r = tid % kBlockRows, nn = block_row(a, rb, r);
+  if constexpr (!kInt4) sum *= __ldg(a.scales + (a.n_scales == 1 ? 0 : min(nn, a.n - 1)));
+  if (a.silu_ffn > 0) {  // thread (mm, r < 16) pairs gate row 16 rb + r with its up row (thread + 16)
+    __syncthreads();     // every warp is done reading sm.red
+    sm.red[0][tid] = sum;
+    __syncthreads();
+    const int col = rb * 16 + r;
+    if (r < 16 && mm < a.m && col < a.silu_ffn) {  // each half rounded as the stored gate_up would be
+      const float gate = __bfloat162float(__float2bfloat16_rn(sum));
+      const float up = __bfloat162float(__float2bfloat16_rn(sm.red[0][tid + 16]));
+      store_out<OutT>(a.y, int64_t(mm) * a.silu_ffn + col, gate / (1.0f + expf(-gate)) * up, false);
+    }
+    return;
   }
+  if (mm < a.m && nn < a.n) store_out<OutT>(a.y, int64_t(mm) * a.n + nn, sum, a.accumulate);
 }
 
-template <typename Kernel>
-void launch_steps(Kernel kernel, const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t stream) {
-  launch_pdl(kernel, dim3(plan.row_blocks, plan.splits), kThreads, 0, stream, a, plan);
+template <bool kInt4, int kInFlight>
+void launch_steps(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t stream) {
+  const dim3 grid(plan.row_blocks, plan.splits);
+  if (a.out_bf16) launch_pdl(quant_gemv_steps_kernel<kInt4, kInFlight, __nv_bfloat16>, grid, kThreads, 0, stream, a, plan);
+  else launch_pdl(quant_gemv_steps_kernel<kInt4, kInFlight, float>, grid, kThreads, 0, stream, a, plan);
 }
 
 }  // namespace quant_gemv_steps_detail
@@ -230,12 +261,12 @@ gemv::Plan quant_gemv_steps_plan(const QuantGemvArgs& a, int n_sms) {
 void quant_gemv_steps(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t stream) {
   using namespace quant_gemv_steps_detail;
   if (a.m > gemv::kMaxRows) throw std::invalid_argument("quant_gemv steps kernel: m must be <= 8");
-  if (a.kind == QuantWeightKind::int4) {
-    if (a.out_bf16) launch_steps(quant_gemv_steps_kernel<true, __nv_bfloat16>, a, plan, stream);
-    else launch_steps(quant_gemv_steps_kernel<true, float>, a, plan, stream);
+  const bool int4 = a.kind == QuantWeightKind::int4;
+  const int in_flight = a.steps_in_flight > 0 ? a.steps_in_flight : int4 ? 1 : 2;
+  if (int4) {
+    in_flight == 1 ? launch_steps<true, 1>(a, plan, stream) : launch_steps<true, 2>(a, plan, stream);
   } else {
-    if (a.out_bf16) launch_steps(quant_gemv_steps_kernel<false, __nv_bfloat16>, a, plan, stream);
-    else launch_steps(quant_gemv_steps_kernel<false, float>, a, plan, stream);
+    in_flight == 1 ? launch_steps<false, 1>(a, plan, stream) : launch_steps<false, 2>(a, plan, stream);
   }
 }
 

@@ -89,9 +89,9 @@ void bench_gemv(int64_t l2, double copy_gbs) {
 /// llama2-7b's decode products (issue 26's decode target) at M = 1, 2, 4, 8 and 16: bf16 through
 /// Gemm as the cuda backend runs them (gemv up to 8 rows, cuBLASLt above), FP8 E4M3 (per-channel
 /// scales) and INT4 (group 128, scales and zeros) through quant_gemv, each in CUDA graphs over
-/// weight copies that outgrow L2; quant_gemv once per kernel (warp, mma, stream: side by side)
-/// and once as auto dispatches it. The figure is each run's GB/s over the bytes it reads (codes,
-/// scales, zeros, x, y) as a fraction of the copy, and auto's time against bf16's on the same
+/// weight copies that outgrow L2; quant_gemv once per kernel (warp, mma, stream, steps: side by
+/// side; steps also with its other in-flight count) and once as auto
+/// dispatches it. The figure is each run's GB/s over the bytes it reads (codes, scales, zeros, x, y) as a fraction of the copy, and auto's time against bf16's on the same
 /// shape (the speedup; Marlin's near-ideal for INT4 is 3.87x). Per format and M the kernel with
 /// the least decode-step time is printed (what quant_gemv_auto_kernel should say). Codes, scales
 /// and zeros are random bits (never time zeros), and quant_gemv gets its split-K workspace as the
@@ -103,12 +103,16 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
   };
   const Shape shapes[] = {{"qkv", 12288, 4096, 32}, {"o", 4096, 4096, 32}, {"gate_up", 22016, 4096, 32},
                           {"down", 4096, 11008, 32}, {"lm_head", 32000, 4096, 1}};
-  // The steps kernel twice: its split target at 1 (default) and 2 blocks an SM; it takes M <= 8
-  // (at 16 it falls back to stream).
-  const QuantGemvKernel kernels[] = {QuantGemvKernel::warp, QuantGemvKernel::mma, QuantGemvKernel::stream,
-                                     QuantGemvKernel::steps, QuantGemvKernel::steps, QuantGemvKernel::auto_select};
-  const int stream_target[] = {0, 0, 0, 1, 2, 0};
-  const char* names[] = {"warp", "mma", "stream", "steps", "steps_t2", "auto"};
+  // The steps kernel twice: its format's default (FP8 two steps in flight a warp, INT4 one) and
+  // the other count; it takes M <= 8 (at 16 it falls back to stream). auto last.
+  struct Variant {
+    const char* name;
+    QuantGemvKernel kernel;
+    int in_flight;  // 0: the format's default; -1: the other count
+  };
+  const Variant variants[] = {{"warp", QuantGemvKernel::warp, 0},     {"mma", QuantGemvKernel::mma, 0},
+                              {"stream", QuantGemvKernel::stream, 0}, {"steps", QuantGemvKernel::steps, 0},
+                              {"steps_other", QuantGemvKernel::steps, -1}, {"auto", QuantGemvKernel::auto_select, 0}};
   constexpr int kKernels = 6;
   Gemm gemm(false);
   gemm.set_gemv_waves(0);
@@ -165,16 +169,16 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
         const double bytes = double(w_bytes) + 4.0 * (q == 0 ? sh.n : 2.0 * n_groups * sh.n) + 2.0 * m * sh.k + 4.0 * m * sh.n;
         const std::string fmt = q == 0 ? "fp8" : "int4";
         for (int v = 0; v < kKernels; ++v) {
-          a.kernel = kernels[v];
-          a.stream_blocks_per_sm = stream_target[v];
+          a.kernel = variants[v].kernel;
+          a.steps_in_flight = variants[v].in_flight >= 0 ? variants[v].in_flight : q == 0 ? 1 : 2;
           const double ms = time_graph_ms([&](int i, cudaStream_t st) {
             QuantGemvArgs b = a;
             b.w = base + size_t(i % n_rot) * w_bytes;
             quant_gemv(b, st);
           }, 20, 15);
           step_ms[q][v] += ms * sh.per_step;
-          const bool is_auto = kernels[v] == QuantGemvKernel::auto_select;
-          const std::string name = "quant_gemv_" + fmt + (is_auto ? "" : std::string("_") + names[v]);
+          const bool is_auto = variants[v].kernel == QuantGemvKernel::auto_select;
+          const std::string name = "quant_gemv_" + fmt + (is_auto ? "" : std::string("_") + variants[v].name);
           record(name, shape + (is_auto ? std::string(" (") + to_string(quant_gemv_kernel_for(a)) + ")" : ""),
                  bytes / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
           if (is_auto) record("quant_gemv_" + fmt + "_vs_bf16", shape, ms_bf16 / ms, "x", "-", 0);
@@ -189,9 +193,9 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
       for (int v = 1; v < kKernels - 1; ++v)
         if (step_ms[q][v] < step_ms[q][best]) best = v;
       std::printf("  quantized decode-step products at M%d, %s: %.3f ms bf16; warp %.3f, mma %.3f, stream %.3f, steps %.3f "
-                  "(t2 %.3f), auto %.3f ms (%.2fx bf16); fastest %s\n",
+                  "(other in-flight count %.3f), auto %.3f ms (%.2fx bf16); fastest %s\n",
                   m, fmt, step_bf16, step_ms[q][0], step_ms[q][1], step_ms[q][2], step_ms[q][3], step_ms[q][4],
-                  step_ms[q][5], step_bf16 / step_ms[q][5], names[best]);
+                  step_ms[q][5], step_bf16 / step_ms[q][5], variants[best].name);
     }
   }
 }

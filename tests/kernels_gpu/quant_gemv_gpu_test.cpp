@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/ops.h"
 #include "kernels/quant_gemv.h"
 #include "kernels/ref/ops_ref.h"
 #include "kernels/ref/quant_gemv_ref.h"
@@ -130,9 +131,10 @@ struct Shape {
 constexpr QuantGemvKernel kKernels[] = {QuantGemvKernel::warp, QuantGemvKernel::mma, QuantGemvKernel::stream,
                                         QuantGemvKernel::steps};
 
-/// Every awkward shape through `kernel` (where it takes the product; else its fall-back).
-void check_awkward_shapes(QuantGemvKernel kernel) {
-  SCOPED_TRACE(std::string("kernel ") + to_string(kernel));
+/// Every awkward shape through `kernel` (where it takes the product; else its fall-back); the steps
+/// kernel's knob: steps in flight a warp (0: the format's default).
+void check_awkward_shapes(QuantGemvKernel kernel, int in_flight = 0) {
+  SCOPED_TRACE(std::string("kernel ") + to_string(kernel) + " in flight " + std::to_string(in_flight));
   std::mt19937_64 rng(42);
   int ran_asked = 0;  // products the asked-for kernel ran (not a fall-back)
   // K = 6016 and 4096 need a split (a slice of x in shared memory holds 2048): without a
@@ -165,6 +167,7 @@ void check_awkward_shapes(QuantGemvKernel kernel) {
             if (accumulate) CUDA_CHECK(cudaMemcpy(dy.get(), y0.data(), y0.size() * 4, cudaMemcpyHostToDevice));
             QuantGemvArgs a = pr.args(dy.get(), false, accumulate);
             a.kernel = kernel;
+            a.steps_in_flight = in_flight;
             if (with_ws) ws.attach(a);
             ran_asked += quant_gemv_kernel_for(a) == kernel;
             quant_gemv(a, nullptr);
@@ -188,14 +191,17 @@ void check_awkward_shapes(QuantGemvKernel kernel) {
             (int4 ? worst_int4 : worst_fp8) = std::max(int4 ? worst_int4 : worst_fp8, err);
           }
       }
-  std::printf("  quant_gemv %s against quant_gemv_ref, worst relative error: fp8 %.2e, int4 %.2e (%d products ran it)\n",
-              to_string(kernel), worst_fp8, worst_int4, ran_asked);
+  std::printf("  quant_gemv %s%s against quant_gemv_ref, worst relative error: fp8 %.2e, int4 %.2e (%d products ran it)\n",
+              to_string(kernel), in_flight == 0 ? "" : in_flight == 1 ? " (1 in flight)" : " (2 in flight)",
+              worst_fp8, worst_int4, ran_asked);
   EXPECT_GT(ran_asked, 40);  // most products take the kernel asked for
 }
 
 TEST(QuantGemvGpu, Fp8AndInt4MatchTheReferenceOnAwkwardShapes) {
   SKIP_WITHOUT_GPU();
   for (QuantGemvKernel kernel : kKernels) check_awkward_shapes(kernel);
+  check_awkward_shapes(QuantGemvKernel::steps, 1);
+  check_awkward_shapes(QuantGemvKernel::steps, 2);
 }
 
 // bf16 outputs (the cuda backend's) round the fp32 result; and a row's bits do not depend on M.
@@ -240,6 +246,57 @@ TEST(QuantGemvGpu, Bf16OutputAndRowsIndependentOfM) {
             << (int4 ? "int4" : "fp8") << " M=" << m;
       }
     }
+}
+
+// The steps kernel's fused SiLU·mul (the cuda backend's quantized gate|up at up to 8 rows) gives
+// the bits of the same kernel's bf16 product followed by kernels::silu_mul, with and without split
+// K, and with either steps-in-flight count; ffn not a multiple of 16 (the last block's clamped rows).
+TEST(QuantGemvGpu, StepsFusedSiluMatchesProductThenSiluMul) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(11);
+  struct Case {
+    int m, ffn, k;
+  };
+  for (const Case& c : {Case{1, 1000, 4096}, Case{3, 40, 384}, Case{8, 2048, 11008}, Case{5, 1000, 1024}})
+    for (bool int4 : {false, true})
+      for (bool per_channel : {false, true}) {
+        if (int4 && per_channel) continue;
+        const Problem pr(rng, int4, c.m, 2 * c.ffn, c.k, 128, per_channel);
+        Workspace ws(2 * c.ffn, c.k);
+        for (bool with_ws : {false, true})
+          for (int in_flight : {1, 2}) {
+            SCOPED_TRACE("M=" + std::to_string(c.m) + " FFN=" + std::to_string(c.ffn) + " K=" + std::to_string(c.k) +
+                         (int4 ? " int4" : per_channel ? " fp8/channel" : " fp8/tensor") + (with_ws ? " workspace" : "") +
+                         " in flight " + std::to_string(in_flight));
+            DeviceBuffer gate_up(size_t(c.m) * 2 * c.ffn * 2), want(size_t(c.m) * c.ffn * 2), got(size_t(c.m) * c.ffn * 2);
+            QuantGemvArgs a = pr.args(gate_up.get(), true, false);
+            a.kernel = QuantGemvKernel::steps;
+            a.steps_in_flight = in_flight;
+            if (with_ws) ws.attach(a);
+            quant_gemv(a, nullptr);
+            silu_mul(ScalarType::bf16, gate_up.get(), want.get(), c.m, c.ffn, nullptr);
+            QuantGemvArgs f = a;
+            f.y = got.get();
+            f.silu_ffn = c.ffn;
+            ASSERT_EQ(quant_gemv_kernel_for(f), QuantGemvKernel::steps);
+            quant_gemv(f, nullptr);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            const auto w16 = testing::download<uint16_t>(want, size_t(c.m) * c.ffn);
+            const auto g16 = testing::download<uint16_t>(got, size_t(c.m) * c.ffn);
+            for (size_t i = 0; i < w16.size(); ++i) ASSERT_EQ(g16[i], w16[i]) << "output " << i;
+            if (with_ws) EXPECT_TRUE(ws.counters_zero());
+          }
+      }
+  // Refused by name where it cannot run: fp32 output, or rows past 8.
+  std::mt19937_64 rng2(3);
+  const Problem pr(rng2, false, 9, 64, 256, 128, false);
+  DeviceBuffer y(size_t(9) * 64 * 4);
+  QuantGemvArgs a = pr.args(y.get(), true, false);
+  a.silu_ffn = 32;
+  EXPECT_THROW(quant_gemv(a, nullptr), std::invalid_argument);  // m = 9
+  a.m = 8;
+  a.out_bf16 = false;
+  EXPECT_THROW(quant_gemv(a, nullptr), std::invalid_argument);
 }
 
 }  // namespace quant_gemv_gpu_test

@@ -94,6 +94,8 @@ struct GateUpSilu {
       c.gemm->run_gate_up_silu(c.dt, x, weight, act, rows, ffn, in, c.stream);
       return;
     }
+    if (quant && !lora && c.fusion && c.fuse_gate_up_silu && c.quant->run_gate_up_silu(*quant, x, act, rows, ffn, c.stream))
+      return;
     if (lora) lora->shrink(c, x, rows);
     if (quant) c.quant->run(*quant, x, gate_up, rows, *c.gemm, c.stream);
     else c.gemm->run(c.dt, x, weight, gate_up, rows, 2 * ffn, in, false, c.stream);

@@ -183,30 +183,45 @@ void QuantLinearRunner::prepare(int max_rows, const QuantWeight& w) {
   fp8_->prepare(gemv_max_rows_ + 1, max_rows, w.out, w.in, per_token || !w.uniform_scales);
 }
 
+kernels::QuantGemvArgs QuantLinearRunner::gemv_args(const QuantWeight& w, const void* x, void* y, int rows) const {
+  const bool fp8 = w.kind == QuantLinear::Kind::fp8_e4m3;
+  kernels::QuantGemvArgs a;
+  a.kind = fp8 ? kernels::QuantWeightKind::fp8_e4m3 : kernels::QuantWeightKind::int4;
+  a.x = x;
+  a.x_stride = w.in;
+  a.w = w.codes;
+  a.scales = w.scales;
+  a.zeros = w.zeros;
+  a.n_scales = fp8 ? w.out : (w.in / w.group_size) * w.out;
+  a.group_size = w.group_size;
+  a.y = y;
+  a.out_bf16 = true;
+  a.m = rows;
+  a.n = w.out;
+  a.k = w.in;
+  a.partials = gemv_partials_.get<float>();
+  a.partial_capacity = gemv_partial_floats_;
+  a.counters = gemv_counters_.get<int32_t>();
+  a.counter_capacity = gemv_counter_count_;
+  return a;
+}
+
+bool QuantLinearRunner::run_gate_up_silu(const QuantWeight& w, const void* x, void* act, int rows, int ffn,
+                                         cudaStream_t stream) {
+  if (rows < 1 || rows > gemv_max_rows_ || w.out != 2 * ffn) return false;
+  kernels::QuantGemvArgs a = gemv_args(w, x, act, rows);
+  a.silu_ffn = ffn;
+  if (rows > 8 || kernels::quant_gemv_kernel_for(a) != kernels::QuantGemvKernel::steps) return false;
+  kernels::quant_gemv(a, stream);
+  return true;
+}
+
 void QuantLinearRunner::run(const QuantWeight& w, const void* x, void* y, int rows, kernels::Gemm& gemm,
                             cudaStream_t stream) {
   if (rows == 0) return;
   const bool fp8 = w.kind == QuantLinear::Kind::fp8_e4m3;
   if (rows <= gemv_max_rows_) {  // decode: stream the quantized weights once, dequantized in registers
-    kernels::QuantGemvArgs a;
-    a.kind = fp8 ? kernels::QuantWeightKind::fp8_e4m3 : kernels::QuantWeightKind::int4;
-    a.x = x;
-    a.x_stride = w.in;
-    a.w = w.codes;
-    a.scales = w.scales;
-    a.zeros = w.zeros;
-    a.n_scales = fp8 ? w.out : (w.in / w.group_size) * w.out;
-    a.group_size = w.group_size;
-    a.y = y;
-    a.out_bf16 = true;
-    a.m = rows;
-    a.n = w.out;
-    a.k = w.in;
-    a.partials = gemv_partials_.get<float>();
-    a.partial_capacity = gemv_partial_floats_;
-    a.counters = gemv_counters_.get<int32_t>();
-    a.counter_capacity = gemv_counter_count_;
-    kernels::quant_gemv(a, stream);
+    kernels::quant_gemv(gemv_args(w, x, y, rows), stream);
     return;
   }
   if (!fp8) {  // INT4 prefill: the bf16 matrix in scratch, then the bf16 GEMM

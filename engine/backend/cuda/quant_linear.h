@@ -20,6 +20,7 @@
 #include "engine/model/quant.h"
 #include "kernels/fp8_gemm.h"
 #include "kernels/gemm.h"
+#include "kernels/quant_gemv.h"
 
 namespace servelab::cuda {
 
@@ -73,10 +74,16 @@ class QuantLinearRunner {
   void prepare(int max_rows, const QuantWeight& w);
   /// y bf16 [rows, w.out] = x bf16 [rows, w.in] · dequant(w)ᵀ.
   void run(const QuantWeight& w, const void* x, void* y, int rows, kernels::Gemm& gemm, cudaStream_t stream);
+  /// act bf16 [rows, ffn] = silu(gate) · up of w = [gate; up] (w.out = 2 · ffn) in one quant_gemv
+  /// (its steps kernel), the bits of run() then kernels::silu_mul. False (nothing launched) where
+  /// that kernel does not take the product (more rows than quant_gemv or 8, INT4 groups that are
+  /// not a multiple of 128, SERVELAB_QUANT_GEMV naming another kernel).
+  bool run_gate_up_silu(const QuantWeight& w, const void* x, void* act, int rows, int ffn, cudaStream_t stream);
   /// The most rows quant_gemv takes (decode); the FP8 GEMM or int4's dequantize + GEMM above.
   static constexpr int kGemvRows = 16;
 
  private:
+  kernels::QuantGemvArgs gemv_args(const QuantWeight& w, const void* x, void* y, int rows) const;
   QuantScheme scheme_;
   int max_in_ = 0;
   int rows_capacity_ = 0;
