@@ -180,9 +180,10 @@ std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
     o.quantization = spec.quantization;
     o.fp8_per_channel = spec.fp8_per_channel;
     o.residual_scale = spec.residual_scale;
-    if (is_checkpoint_dir(spec.model) && read_quant_scheme((std::filesystem::path(spec.model) / "config.json").string()))
-      throw std::invalid_argument(spec.model + ": a quantized checkpoint; the cuda backend quantizes bf16/f16/f32 "
-                                  "checkpoints on load so far (quantized checkpoints run on backend cpu)");
+    if (spec.tensor_parallel > 1 && is_checkpoint_dir(spec.model) &&
+        read_quant_scheme((std::filesystem::path(spec.model) / "config.json").string()))
+      throw std::invalid_argument(spec.model + ": a quantized checkpoint; the tensor-parallel cuda backend runs "
+                                  "bf16/f16 Linears only (one GPU runs it in its own format)");
     if (is_constructed_preset(spec.model))
       throw std::invalid_argument(spec.model + ": its weights are constructed on the host; write them with `servelab "
                                   "model synth --preset " + spec.model + " --out DIR` and give model.path DIR");

@@ -24,6 +24,11 @@ struct LayerWeights {
   std::vector<float> w_down;     // [d, ffn]
 };
 
+/// The decoder Linears of a layer in ModelWeights::quant_linears' order.
+inline constexpr const char* kQuantLinearNames[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                                     "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
+                                                     "mlp.down_proj"};
+
 /// All weights of a model, fp32 in memory whatever the checkpoint's dtype. A quantized model's
 /// Linear matrices hold their dequantized values (what the CPU backend, the reference, runs) and
 /// `quant` says how they were quantized and how activations entering them are.
@@ -35,6 +40,11 @@ struct ModelWeights {
   std::vector<float> final_norm;  // [d]
   std::vector<float> lm_head;     // [vocab, d]; empty when tied to the embedding
 
+  /// A quantized checkpoint's decoder Linears as stored (codes, scales, zeros), when load() was
+  /// asked to keep them: [layer * 7 + j], j = q, k, v, o, gate, up, down (kQuantLinearNames). The
+  /// fp32 matrices above hold the same values dequantized. Empty otherwise.
+  std::vector<QuantLinear> quant_linears;
+
   const std::vector<float>& output_matrix() const { return lm_head.empty() ? embedding : lm_head; }
 
   /// Random weights with a seed (std normal scaled by 1/sqrt(fan_in); norms near 1), rounded
@@ -44,7 +54,9 @@ struct ModelWeights {
   /// model.safetensors.index.json. A config.json with a quantization_config (compressed-tensors
   /// or vLLM fp8, AWQ, GPTQ: quant_checkpoint.h) loads the quantized Linears dequantized.
   /// Throws std::runtime_error naming the file and tensor.
-  static ModelWeights load(const std::string& dir);
+  /// keep_quant_codes: also keep a quantized checkpoint's Linears as stored (quant_linears; the
+  /// cuda backend runs them in their own format).
+  static ModelWeights load(const std::string& dir, bool keep_quant_codes = false);
 };
 
 }  // namespace servelab

@@ -63,9 +63,19 @@ void parallel_for(size_t n, F f) {
   if (error) std::rethrow_exception(error);
 }
 
+// ModelWeights::quant_linears' index of the Linear "model.layers.L.<kQuantLinearNames[j]>".
+size_t quant_linear_slot(const std::string& prefix) {
+  const size_t dot = prefix.find('.', 13);
+  const size_t layer = std::stoul(prefix.substr(13, dot - 13));
+  const std::string tail = prefix.substr(dot + 1);
+  for (size_t j = 0; j < 7; ++j)
+    if (tail == kQuantLinearNames[j]) return layer * 7 + j;
+  throw std::logic_error("not a decoder Linear: " + prefix);
+}
+
 }  // namespace
 
-ModelWeights ModelWeights::load(const std::string& dir) {
+ModelWeights ModelWeights::load(const std::string& dir, bool keep_quant_codes) {
   const fs::path root(dir);
   if (!fs::is_directory(root)) throw std::runtime_error(dir + ": not a directory (expected a Hugging Face model folder)");
   ModelWeights w;
@@ -160,6 +170,7 @@ ModelWeights ModelWeights::load(const std::string& dir) {
   // Quantized Linears: their tensors read and dequantized in parallel; static input scales kept.
   std::vector<std::vector<std::string>> consumed(quant_jobs.size());
   std::vector<float> input_scales(quant_jobs.size(), 0.0f);
+  if (keep_quant_codes && scheme) w.quant_linears.resize(size_t(w.config.n_layers) * 7);
   parallel_for(quant_jobs.size(), [&](size_t i) {
     const QuantJob& q = quant_jobs[i];
     QuantLinear ql;
@@ -173,6 +184,7 @@ ModelWeights ModelWeights::load(const std::string& dir) {
     input_scales[i] = ql.input_scale;
     if (i == 0 && ql.kind == QuantLinear::Kind::fp8_e4m3)
       w.quant.fp8_scales = ql.scales.size() == 1 ? Fp8WeightScales::per_tensor : Fp8WeightScales::per_channel;
+    if (!w.quant_linears.empty()) w.quant_linears[quant_linear_slot(q.prefix)] = std::move(ql);
   });
   for (const auto& names : consumed)
     for (const std::string& n : names) expected[n] = true;

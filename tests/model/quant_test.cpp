@@ -209,6 +209,17 @@ TEST(QuantCheckpoint, EachLayoutWritesAndLoadsBack) {
       EXPECT_FLOAT_EQ(w.quant.input_scales[1][kInputDown], 0.05f);
     }
     expect_loads_as(src, w, c.o);
+    EXPECT_TRUE(w.quant_linears.empty());  // kept only when asked
+    // Kept as stored (the cuda backend runs them): q, k, v, o, gate, up, down of each layer, each
+    // dequantizing to the fp32 matrix the plain load gives.
+    const ModelWeights kept = ModelWeights::load(dir.path(), /*keep_quant_codes=*/true);
+    ASSERT_EQ(kept.quant_linears.size(), size_t(kept.config.n_layers) * 7);
+    for (int l = 0; l < kept.config.n_layers; ++l) {
+      const LayerWeights& L = kept.layers[size_t(l)];
+      const std::vector<float>* fp32[7] = {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down};
+      for (int j = 0; j < 7; ++j)
+        EXPECT_EQ(dequantize(kept.quant_linears[size_t(l) * 7 + j]), *fp32[j]) << "layer " << l << " " << kQuantLinearNames[j];
+    }
   }
 }
 

@@ -1,10 +1,16 @@
 #include "engine/backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <numeric>
+#include <optional>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "engine/backend/cuda/cuda_backend_impl.h"
+#include "engine/model/quant_checkpoint.h"
+#include "engine/model/weights.h"
 
 namespace servelab {
 
@@ -90,7 +96,22 @@ std::unique_ptr<CudaBackend> CudaBackend::load(const std::string& dir, CudaBacke
   select_device(options);
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->w = cuda::DeviceWeights::load(dir, options.dtype);
+  if (const std::optional<QuantScheme> scheme = read_quant_scheme((std::filesystem::path(dir) / "config.json").string())) {
+    // A quantized checkpoint runs in its own format: its Linears as stored, the rest in bf16.
+    if (options.quantization != Quantization::none && options.quantization != scheme->method)
+      throw std::invalid_argument(std::string("quantization ") + to_string(options.quantization) + ": " + dir +
+                                  " is a " + scheme->describe() + " checkpoint");
+    if (options.residual_scale)
+      throw std::invalid_argument(dir + ": residual_scale synthesizes weights; a quantized checkpoint's are as stored");
+    const ModelWeights host = ModelWeights::load(dir, /*keep_quant_codes=*/true);
+    impl->checkpoint_scheme = host.quant;
+    impl->options.quantization = host.quant.method;  // what the backend reports and runs
+    impl->options.fp8_per_channel = host.quant.fp8_scales == Fp8WeightScales::per_channel;
+    impl->checkpoint_linears = cuda::pack_quant_layers(host.config, host.quant_linears);
+    impl->w = cuda::DeviceWeights::from_host(host, options.dtype);
+  } else {
+    impl->w = cuda::DeviceWeights::load(dir, options.dtype);
+  }
   if (options.residual_scale) cuda::scale_residual_branches(impl->w, *options.residual_scale);
   impl->setup();
   return std::unique_ptr<CudaBackend>(new CudaBackend(std::move(impl)));

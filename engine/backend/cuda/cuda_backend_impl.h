@@ -68,6 +68,8 @@ struct CudaBackend::Impl {
   CudaBackendOptions options;
   cuda::DeviceWeights w;
   std::unique_ptr<cuda::QuantDeviceWeights> qw;           // the quantized Linears (options.quantization); null in bf16/f16
+  QuantScheme checkpoint_scheme;                          // a quantized checkpoint's format and its Linears as
+  std::vector<cuda::PackedQuantLayer> checkpoint_linears; // stored (CudaBackend::load), until setup uploads them
   std::unique_ptr<cuda::QuantLinearRunner> quant_runner;  // their activation scratch and FP8 GEMM
   cudaStream_t stream = nullptr;
   std::unique_ptr<k::Gemm> gemm;
@@ -209,10 +211,15 @@ struct CudaBackend::Impl {
     inv_freq.grow(inv.size() * sizeof(float), "RoPE frequencies");
     CUDA_CHECK(cudaMemcpy(inv_freq.get(), inv.data(), inv.size() * sizeof(float), cudaMemcpyHostToDevice));
     row_bytes = int64_t(local_kv_dim()) * 2;
-    if (options.quantization != Quantization::none) {  // quantize on load (quant_linear.h)
+    const bool from_checkpoint = !checkpoint_linears.empty();
+    if (from_checkpoint || options.quantization != Quantization::none) {  // quant_linear.h
       if (tp) throw std::invalid_argument("quantization: the tensor-parallel cuda backend runs bf16/f16 Linears only");
-      const QuantScheme scheme = scheme_for_model(options.quantization, m, options.fp8_per_channel);
-      qw = std::make_unique<cuda::QuantDeviceWeights>(cuda::quantize_device_weights(w, scheme));
+      const QuantScheme scheme =
+          from_checkpoint ? checkpoint_scheme : scheme_for_model(options.quantization, m, options.fp8_per_channel);
+      qw = std::make_unique<cuda::QuantDeviceWeights>(from_checkpoint
+                                                          ? cuda::upload_quant_weights(w, scheme, checkpoint_linears)
+                                                          : cuda::quantize_device_weights(w, scheme));  // on load
+      checkpoint_linears = {};
       quant_runner = std::make_unique<cuda::QuantLinearRunner>(scheme, std::max(qkv_width(), 2 * local_ffn),
                                                                std::max({m.hidden_size, dq(), local_ffn}),
                                                                options.quant_gemv_max_rows);  // 0: the format's default

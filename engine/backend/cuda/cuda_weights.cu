@@ -333,6 +333,30 @@ DeviceWeights DeviceWeights::load(const std::string& dir, DType storage) {
   return w;
 }
 
+DeviceWeights DeviceWeights::from_host(const ModelWeights& host, DType storage) {
+  check_storage(storage);
+  DeviceWeights w;
+  w.storage_dtype = storage;
+  w.config = host.config;
+  const std::vector<Placement> places = lay_out(w);
+  constexpr int64_t kChunk = 16ll << 20;  // floats a staging copy
+  DeviceBuffer staging(size_t(kChunk) * 4, "the host weights staging buffer");
+  auto* base = w.storage.get<uint16_t>();
+  for (const Placement& p : places) {
+    const std::vector<float>& v = tensor_storage(host, p.spec.name);
+    if (int64_t(v.size()) != p.spec.numel())
+      throw std::invalid_argument("DeviceWeights::from_host: tensor " + p.spec.name + " holds " +
+                                  std::to_string(v.size()) + " values, expected " + std::to_string(p.spec.numel()));
+    for (int64_t done = 0; done < int64_t(v.size()); done += kChunk) {
+      const int64_t n = std::min(kChunk, int64_t(v.size()) - done);
+      CUDA_CHECK(cudaMemcpy(staging.get(), v.data() + done, size_t(n) * 4, cudaMemcpyHostToDevice));
+      convert_to_storage(staging.get(), DType::f32, base + p.offset + done, n, storage);
+    }
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return w;
+}
+
 void scale_residual_branches(DeviceWeights& w, const ResidualScale& r) {
   r.validate();
   const ModelConfig& c = w.config;

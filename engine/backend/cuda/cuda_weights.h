@@ -10,6 +10,7 @@
 
 #include "engine/backend/cuda/device_memory.h"
 #include "engine/model/config.h"
+#include "engine/model/weights.h"
 #include "engine/model/residual_scale.h"
 #include "engine/model/tensors.h"
 
@@ -48,6 +49,9 @@ struct DeviceWeights {
   /// staging buffer and converted to `storage` (bf16 or f16) on the GPU. Throws std::runtime_error
   /// naming the file and tensor.
   static DeviceWeights load(const std::string& dir, DType storage = DType::bf16);
+  /// Weights already in host memory (fp32: a quantized checkpoint's Linears dequantized, which
+  /// the quantized path then replaces), converted to `storage` on the GPU.
+  static DeviceWeights from_host(const ModelWeights& host, DType storage = DType::bf16);
 };
 
 // For tensor-parallel shards (tp_weights.cu), on the current device:

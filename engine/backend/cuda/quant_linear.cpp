@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <stdexcept>
 #include <string>
 
@@ -67,8 +68,18 @@ void keep_unquantized_only(DeviceWeights& w) {
 
 }  // namespace quant_linear_detail
 
-QuantDeviceWeights quantize_device_weights(DeviceWeights& w, const QuantScheme& scheme) {
-  using namespace quant_linear_detail;
+namespace quant_linear_detail {
+
+/// The four fused Linears of a layer of c: q|k|v, o, gate|up, down.
+std::array<FusedShape, 4> fused_shapes(const ModelConfig& c) {
+  const int d = c.hidden_size, hd = c.head_dim(), dq = c.n_heads * hd, dkv = c.n_kv_heads * hd,
+            ffn = c.intermediate_size;
+  return {FusedShape{dq + 2 * dkv, d, {dq, dkv, dkv}}, FusedShape{d, dq, {d}}, FusedShape{2 * ffn, d, {ffn, ffn}},
+          FusedShape{d, ffn, {d}}};
+}
+
+/// What neither GPU path runs, refused by name before anything is allocated.
+void check_scheme(const DeviceWeights& w, const QuantScheme& scheme) {
   auto refuse = [&](const std::string& why) {
     return std::invalid_argument("cuda backend, quantization " + scheme.describe() + ": " + why);
   };
@@ -79,58 +90,112 @@ QuantDeviceWeights quantize_device_weights(DeviceWeights& w, const QuantScheme& 
     throw refuse("FP8 runs with dynamic per-tensor or per-token activation scales only (static input scales and "
                  "weight-only FP8 run on backend cpu)");
   if (scheme.method != Quantization::fp8 && scheme.act_order) throw refuse("act-order (g_idx) INT4 is not run on the GPU yet");
-  const ModelConfig& c = w.config;
-  const int d = c.hidden_size, hd = c.head_dim(), dq = c.n_heads * hd, dkv = c.n_kv_heads * hd,
-            ffn = c.intermediate_size;
-  const FusedShape shapes[4] = {{dq + 2 * dkv, d, {dq, dkv, dkv}}, {d, dq, {d}}, {2 * ffn, d, {ffn, ffn}}, {d, ffn, {d}}};
-  const bool int4 = scheme.method != Quantization::fp8;
-  for (const FusedShape& f : shapes) {
+  for (const FusedShape& f : fused_shapes(w.config)) {
     if (f.in % 16 || f.out % 8)
       throw refuse("a Linear of [" + std::to_string(f.out) + ", " + std::to_string(f.in) +
                    "]: the kernels need inputs a multiple of 16 and outputs a multiple of 8");
-    if (int4 && (scheme.group_size < 16 || scheme.group_size % 16 || f.in % scheme.group_size))
+    if (scheme.method != Quantization::fp8 &&
+        (scheme.group_size < 16 || scheme.group_size % 16 || f.in % scheme.group_size))
       throw refuse("group size " + std::to_string(scheme.group_size) + " must be a multiple of 16 dividing every " +
                    "Linear's input (" + std::to_string(f.in) + ")");
   }
-  QuantDeviceWeights q;
+}
+
+/// Allocates q's storage for every layer of `config` under `scheme` and points each QuantWeight
+/// at its codes, scales and zeros (quant_bytes per fused Linear, 256-byte aligned pieces).
+void lay_out_quant(QuantDeviceWeights& q, const QuantScheme& scheme, const ModelConfig& config) {
+  const std::array<FusedShape, 4> shapes = fused_shapes(config);
   q.scheme = scheme;
   int64_t per_layer = 0;
   for (const FusedShape& f : shapes) per_layer += quant_bytes(scheme, f);
-  q.bytes = per_layer * c.n_layers;
+  q.bytes = per_layer * config.n_layers;
   q.storage.grow(size_t(q.bytes), "the quantized Linears");
   auto* base = q.storage.get<uint8_t>();
   int64_t at = 0;
-  q.layers.resize(size_t(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l) {
-    const DeviceLayer& src = w.layers[size_t(l)];
-    const void* bf16[4] = {src.w_qkv, src.w_o, src.w_gate_up, src.w_down};
-    QuantWeight* dst[4] = {&q.layers[size_t(l)].qkv, &q.layers[size_t(l)].o, &q.layers[size_t(l)].gate_up,
-                           &q.layers[size_t(l)].down};
+  const bool int4 = scheme.method != Quantization::fp8;
+  q.layers.resize(size_t(config.n_layers));
+  for (QuantDeviceWeights::Layer& layer : q.layers) {
+    QuantWeight* dst[4] = {&layer.qkv, &layer.o, &layer.gate_up, &layer.down};
     for (int i = 0; i < 4; ++i) {
-      const FusedShape& f = shapes[i];
+      const FusedShape& f = shapes[size_t(i)];
       QuantWeight& qw = *dst[i];
       qw.out = f.out;
       qw.in = f.in;
       qw.codes = base + at;
       if (!int4) {
         qw.kind = QuantLinear::Kind::fp8_e4m3;
-        auto* scales = reinterpret_cast<float*>(base + at + align256(int64_t(f.out) * f.in));
-        qw.scales = scales;
-        const bool per_channel = scheme.fp8_scales == Fp8WeightScales::per_channel;
-        qw.uniform_scales = !per_channel && f.runs.size() == 1;
-        kernels::quantize_fp8_weight(bf16[i], f.out, f.in, f.runs, per_channel, base + at, scales);
+        qw.scales = reinterpret_cast<float*>(base + at + align256(int64_t(f.out) * f.in));
       } else {
         qw.kind = QuantLinear::Kind::int4;
         qw.group_size = scheme.group_size;
         const int64_t groups = f.in / scheme.group_size;
-        auto* scales = reinterpret_cast<float*>(base + at + align256(int64_t(f.out) * f.in / 2));
-        auto* zeros = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(scales) + align256(groups * f.out * 4));
-        qw.scales = scales;
-        qw.zeros = zeros;
-        kernels::quantize_int4_weight(bf16[i], f.out, f.in, scheme.group_size, scheme.method == Quantization::int4_gptq,
-                                      base + at, scales, zeros);
+        qw.scales = reinterpret_cast<float*>(base + at + align256(int64_t(f.out) * f.in / 2));
+        qw.zeros = reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(qw.scales) +
+                                                  align256(groups * f.out * 4));
       }
       at += quant_bytes(scheme, f);
+    }
+  }
+}
+
+}  // namespace quant_linear_detail
+
+QuantDeviceWeights quantize_device_weights(DeviceWeights& w, const QuantScheme& scheme) {
+  using namespace quant_linear_detail;
+  check_scheme(w, scheme);
+  const std::array<FusedShape, 4> shapes = fused_shapes(w.config);
+  QuantDeviceWeights q;
+  lay_out_quant(q, scheme, w.config);
+  for (size_t l = 0; l < q.layers.size(); ++l) {
+    const DeviceLayer& src = w.layers[l];
+    const void* bf16[4] = {src.w_qkv, src.w_o, src.w_gate_up, src.w_down};
+    QuantDeviceWeights::Layer& layer = q.layers[l];
+    QuantWeight* dst[4] = {&layer.qkv, &layer.o, &layer.gate_up, &layer.down};
+    for (int i = 0; i < 4; ++i) {
+      const FusedShape& f = shapes[size_t(i)];
+      QuantWeight& qw = *dst[i];
+      auto* codes = const_cast<uint8_t*>(qw.codes);
+      auto* scales = const_cast<float*>(qw.scales);
+      if (qw.kind == QuantLinear::Kind::fp8_e4m3) {
+        const bool per_channel = scheme.fp8_scales == Fp8WeightScales::per_channel;
+        qw.uniform_scales = !per_channel && f.runs.size() == 1;
+        kernels::quantize_fp8_weight(bf16[i], f.out, f.in, f.runs, per_channel, codes, scales);
+      } else {
+        kernels::quantize_int4_weight(bf16[i], f.out, f.in, scheme.group_size, scheme.method == Quantization::int4_gptq,
+                                      codes, scales, const_cast<float*>(qw.zeros));
+      }
+    }
+  }
+  keep_unquantized_only(w);
+  return q;
+}
+
+QuantDeviceWeights upload_quant_weights(DeviceWeights& w, const QuantScheme& scheme,
+                                        const std::vector<PackedQuantLayer>& layers) {
+  using namespace quant_linear_detail;
+  check_scheme(w, scheme);
+  if (layers.size() != size_t(w.config.n_layers))
+    throw std::invalid_argument("upload_quant_weights: " + std::to_string(layers.size()) + " packed layers for " +
+                                std::to_string(w.config.n_layers));
+  const std::array<FusedShape, 4> shapes = fused_shapes(w.config);
+  QuantDeviceWeights q;
+  lay_out_quant(q, scheme, w.config);
+  for (size_t l = 0; l < q.layers.size(); ++l) {
+    QuantDeviceWeights::Layer& layer = q.layers[l];
+    QuantWeight* dst[4] = {&layer.qkv, &layer.o, &layer.gate_up, &layer.down};
+    for (int i = 0; i < 4; ++i) {
+      const PackedQuantLinear& p = layers[l][size_t(i)];
+      QuantWeight& qw = *dst[i];
+      const FusedShape& f = shapes[size_t(i)];
+      const bool int4 = qw.kind == QuantLinear::Kind::int4;
+      if (p.kind != qw.kind || p.out != f.out || p.in != f.in || (int4 && p.group_size != qw.group_size))
+        throw std::invalid_argument("upload_quant_weights: layer " + std::to_string(l) + "'s Linear " +
+                                    std::to_string(i) + " does not match the model's shapes or the scheme");
+      qw.uniform_scales = p.uniform_scales;
+      CUDA_CHECK(cudaMemcpy(const_cast<uint8_t*>(qw.codes), p.codes.data(), p.codes.size(), cudaMemcpyHostToDevice));
+      CUDA_CHECK(cudaMemcpy(const_cast<float*>(qw.scales), p.scales.data(), p.scales.size() * 4, cudaMemcpyHostToDevice));
+      if (int4)
+        CUDA_CHECK(cudaMemcpy(const_cast<float*>(qw.zeros), p.zeros.data(), p.zeros.size() * 4, cudaMemcpyHostToDevice));
     }
   }
   keep_unquantized_only(w);

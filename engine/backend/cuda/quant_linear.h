@@ -17,6 +17,7 @@
 
 #include "engine/backend/cuda/cuda_weights.h"
 #include "engine/backend/cuda/device_memory.h"
+#include "engine/backend/cuda/quant_pack.h"
 #include "engine/model/quant.h"
 #include "kernels/fp8_gemm.h"
 #include "kernels/gemm.h"
@@ -53,6 +54,12 @@ struct QuantDeviceWeights {
 /// Throws std::invalid_argument for what the GPU path does not run: fp8 with static activation
 /// scales, act-order INT4, f16 storage, shapes the kernels refuse.
 QuantDeviceWeights quantize_device_weights(DeviceWeights& w, const QuantScheme& scheme);
+
+/// A quantized checkpoint's Linears as stored (quant_pack.h: packed on the host from
+/// ModelWeights::quant_linears) copied into the same layout, then w's bf16 Linears freed as above.
+/// The same refusals, and std::invalid_argument when a packed Linear does not fit the model.
+QuantDeviceWeights upload_quant_weights(DeviceWeights& w, const QuantScheme& scheme,
+                                        const std::vector<PackedQuantLayer>& layers);
 
 /// The scratch and product objects the quantized Linears of one backend share; one stream.
 class QuantLinearRunner {

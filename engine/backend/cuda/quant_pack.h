@@ -1,0 +1,40 @@
+#pragma once
+// A quantized checkpoint's decoder Linears (ModelWeights::quant_linears: codes, scales and zeros
+// as the checkpoint stores them) packed into the cuda backend's layouts (quant_linear.h), in plain
+// C++ so the packing is built and tested without a GPU (tests/cuda_backend/quant_pack_test.cpp).
+// Per layer the Linears are fused as the forward runs them: q|k|v, o, gate|up, down.
+//   fp8:  codes [out, in] E4M3 (the HF matrices' rows one after another) and fp32 scales [out]:
+//         per-channel scales concatenated, a per-tensor scale repeated over its matrix's rows;
+//   int4: codes [out, in / 2], byte j of a row = k 2j (low nibble) and 2j + 1 (high nibble);
+//         fp32 scales and zeros [in / group, out], each group row the matrices' columns in turn.
+// What the GPU kernels do not take is refused by name: act-order INT4 (a g_idx that is not
+// k / group), groups that do not divide every input, FP8 with static input scales.
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "engine/model/config.h"
+#include "engine/model/quant.h"
+
+namespace servelab::cuda {
+
+/// One fused Linear on the host, in the device layout.
+struct PackedQuantLinear {
+  QuantLinear::Kind kind = QuantLinear::Kind::fp8_e4m3;
+  int out = 0, in = 0, group_size = 128;
+  bool uniform_scales = false;  ///< fp8: one scale for every row
+  std::vector<uint8_t> codes;
+  std::vector<float> scales, zeros;
+};
+
+/// q|k|v, o, gate|up, down of one layer.
+using PackedQuantLayer = std::array<PackedQuantLinear, 4>;
+
+/// Fuses `parts` (matrices with the same input, in output order) into one PackedQuantLinear.
+/// Throws std::invalid_argument naming what the GPU path cannot run.
+PackedQuantLinear pack_quant_linear(const std::vector<const QuantLinear*>& parts);
+
+/// Every layer of `linears` (ModelWeights::quant_linears of `config`: [layer * 7 + j]).
+std::vector<PackedQuantLayer> pack_quant_layers(const ModelConfig& config, const std::vector<QuantLinear>& linears);
+
+}  // namespace servelab::cuda

@@ -1,0 +1,114 @@
+// A quantized checkpoint's Linears packed into the cuda backend's layouts (engine/backend/cuda/
+// quant_pack.h), without a GPU: every packed weight, dequantized by the kernels' layout rules,
+// equals the checkpoint matrices' own dequantization (servelab::dequantize) at its fused row; FP8
+// per-tensor scales repeat over their matrix's rows; what the GPU does not run is refused by name.
+#include <cmath>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "engine/backend/cuda/quant_pack.h"
+#include "engine/model/fp8.h"
+#include "engine/model/quant.h"
+
+namespace servelab::cuda {
+namespace quant_pack_test {  // named, not anonymous: a unity batch shares one translation unit
+
+std::vector<float> random_matrix(int64_t out, int64_t in, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::vector<float> w(size_t(out * in));
+  for (float& v : w) v = n(rng);
+  return w;
+}
+
+/// The value the device layout stands for at fused row o, input k.
+float packed_value(const PackedQuantLinear& p, int64_t o, int64_t k) {
+  if (p.kind == QuantLinear::Kind::fp8_e4m3) return fp8_e4m3_to_f32(p.codes[size_t(o * p.in + k)]) * p.scales[size_t(o)];
+  const uint8_t byte = p.codes[size_t(o * (p.in / 2) + k / 2)];
+  const int q = k % 2 == 0 ? byte & 0xF : byte >> 4;
+  const int64_t g = k / p.group_size;
+  return (float(q) - p.zeros[size_t(g * p.out + o)]) * p.scales[size_t(g * p.out + o)];
+}
+
+void expect_same_values(const PackedQuantLinear& p, const std::vector<const QuantLinear*>& parts) {
+  int64_t row0 = 0;
+  for (const QuantLinear* q : parts) {
+    const std::vector<float> want = dequantize(*q);
+    for (int64_t o = 0; o < q->out; ++o)
+      for (int64_t k = 0; k < q->in; ++k)
+        ASSERT_EQ(packed_value(p, row0 + o, k), want[size_t(o * q->in + k)]) << "row " << row0 + o << " input " << k;
+    row0 += q->out;
+  }
+  EXPECT_EQ(row0, p.out);
+}
+
+TEST(QuantPack, Fp8PerTensorScalesRepeatOverTheirRows) {
+  const auto wq = random_matrix(32, 64, 1), wk = random_matrix(16, 64, 2), wv = random_matrix(16, 64, 3);
+  const QuantLinear q = quantize_fp8(wq.data(), 32, 64, Fp8WeightScales::per_tensor);
+  const QuantLinear k = quantize_fp8(wk.data(), 16, 64, Fp8WeightScales::per_tensor);
+  const QuantLinear v = quantize_fp8(wv.data(), 16, 64, Fp8WeightScales::per_tensor);
+  const PackedQuantLinear p = pack_quant_linear({&q, &k, &v});
+  EXPECT_EQ(p.out, 64);
+  EXPECT_EQ(p.in, 64);
+  EXPECT_FALSE(p.uniform_scales);  // three matrices, three scales
+  EXPECT_EQ(p.scales[0], q.scales[0]);
+  EXPECT_EQ(p.scales[32], k.scales[0]);
+  EXPECT_EQ(p.scales[63], v.scales[0]);
+  expect_same_values(p, {&q, &k, &v});
+  EXPECT_TRUE(pack_quant_linear({&q}).uniform_scales);
+}
+
+TEST(QuantPack, Fp8PerChannelScalesConcatenate) {
+  const auto wg = random_matrix(24, 48, 4), wu = random_matrix(24, 48, 5);
+  const QuantLinear g = quantize_fp8(wg.data(), 24, 48, Fp8WeightScales::per_channel);
+  const QuantLinear u = quantize_fp8(wu.data(), 24, 48, Fp8WeightScales::per_channel);
+  const PackedQuantLinear p = pack_quant_linear({&g, &u});
+  EXPECT_FALSE(p.uniform_scales);
+  expect_same_values(p, {&g, &u});
+}
+
+TEST(QuantPack, Int4NibblesAndGroupRowsInterleaveTheMatrices) {
+  for (bool symmetric : {false, true}) {
+    SCOPED_TRACE(symmetric ? "gptq (symmetric)" : "awq (asymmetric)");
+    const auto wa = random_matrix(16, 256, 6), wb = random_matrix(8, 256, 7);
+    const QuantLinear a = quantize_int4(wa.data(), 16, 256, 128, symmetric);
+    const QuantLinear b = quantize_int4(wb.data(), 8, 256, 128, symmetric);
+    const PackedQuantLinear p = pack_quant_linear({&a, &b});
+    EXPECT_EQ(p.codes.size(), size_t(24 * 128));
+    EXPECT_EQ(p.scales.size(), size_t(2 * 24));
+    expect_same_values(p, {&a, &b});
+  }
+}
+
+TEST(QuantPack, RefusesWhatTheGpuDoesNotRun) {
+  const auto w = random_matrix(16, 256, 8);
+  QuantLinear ordered = quantize_int4(w.data(), 16, 256, 128, true);
+  ordered.g_idx.assign(256, 0);
+  for (int k = 0; k < 256; ++k) ordered.g_idx[size_t(k)] = k / 128;  // the trivial order: taken
+  EXPECT_NO_THROW(pack_quant_linear({&ordered}));
+  QuantLinear act_order = ordered;
+  std::swap(act_order.g_idx[0], act_order.g_idx[200]);
+  try {
+    pack_quant_linear({&act_order});
+    FAIL() << "act order taken";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("act-order"), std::string::npos) << e.what();
+  }
+  QuantLinear fp8 = quantize_fp8(w.data(), 16, 256, Fp8WeightScales::per_channel);
+  fp8.input_scale = 0.5f;
+  EXPECT_THROW(pack_quant_linear({&fp8}), std::invalid_argument);  // static input scales
+  const auto narrow = random_matrix(16, 128, 9);
+  const QuantLinear other = quantize_int4(narrow.data(), 16, 128, 128, true);
+  const QuantLinear int4 = quantize_int4(w.data(), 16, 256, 128, true);
+  EXPECT_THROW(pack_quant_linear({&int4, &other}), std::invalid_argument);  // inputs differ
+  ModelConfig c;
+  c.n_layers = 2;
+  EXPECT_THROW(pack_quant_layers(c, std::vector<QuantLinear>(7)), std::invalid_argument);  // 7 for 2 layers
+}
+
+}  // namespace quant_pack_test
+}  // namespace servelab::cuda
