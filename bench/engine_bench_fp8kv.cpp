@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include "engine/backend/cuda/cuda_backend.h"
@@ -35,12 +36,16 @@ std::vector<Fp8KvFigure> run_fp8kv_bench(const Fp8KvBenchOptions& o) {
                 f.ratio ? (" (" + std::to_string(*f.ratio) + " of " + f.peer + ")").c_str() : "");
     out.push_back(std::move(f));
   };
-  std::vector<std::vector<double>> ms(2);
-  for (int f = 0; f < 2; ++f) {
+  // bf16 KV, then fp8 KV with each of decode_attention_fp8's code conversions (kernels/kv_fp8.h:
+  // SERVELAB_FP8KV_DECODE, read at every launch, so each backend's graphs capture its own).
+  const char* labels[] = {"bf16 KV", "fp8 KV", "fp8 KV prmt"};
+  std::vector<std::vector<double>> ms(3);
+  for (int f = 0; f < 3; ++f) {
     CudaBackendOptions opts;
     opts.kv_cache_dtype = f == 0 ? KvCacheDType::auto_dtype : KvCacheDType::fp8;
+    setenv("SERVELAB_FP8KV_DECODE", f == 2 ? "prmt" : "shift_mask", 1);
     std::unique_ptr<CudaBackend> backend = CudaBackend::random(model, 1, opts);
-    const std::string label = f == 0 ? "bf16 KV" : "fp8 KV";
+    const std::string label = labels[f];
     add({"kv_bytes_per_slot", label, "bytes", "", double(backend->kv_bytes_per_slot()), std::nullopt});
     int64_t n_slots = 0;
     for (const Point& p : points) n_slots = std::max(n_slots, p.p.n_slots());
@@ -50,8 +55,11 @@ std::vector<Fp8KvFigure> run_fp8kv_bench(const Fp8KvBenchOptions& o) {
       add({"kv_step_ms", p.name + " [" + label + "]", "ms", "", ms[f].back(), std::nullopt});
     }
   }
-  for (size_t i = 0; i < points.size(); ++i)
-    add({"kv_step_vs_bf16", points[i].name + " [fp8 KV]", "x", "bf16 KV step", ms[1][i] / ms[0][i], ms[1][i] / ms[0][i]});
+  unsetenv("SERVELAB_FP8KV_DECODE");
+  for (int f = 1; f < 3; ++f)
+    for (size_t i = 0; i < points.size(); ++i)
+      add({"kv_step_vs_bf16", points[i].name + " [" + labels[f] + "]", "x", "bf16 KV step", ms[f][i] / ms[0][i],
+           ms[f][i] / ms[0][i]});
   return out;
 }
 

@@ -14,6 +14,8 @@
 // (q · (s k) = s (q · k)), the V scale the row's softmax weight, so the per-element work is the
 // bit move and the two FMAs.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -52,12 +54,29 @@ __device__ __forceinline__ void e4m3x4_scaled(uint32_t w, float* f) {
   f[2] = __uint_as_float(((w & 0x7f0000u) << 4) | ((w & 0x800000u) << 8));
   f[3] = __uint_as_float(((w & 0x7f000000u) >> 4) | (w & 0x80000000u));
 }
+/// The same bits by byte permutes: byte k moved to the top of a word (prmt; byte 3 is there
+/// already), an arithmetic shift right by 4 puts its magnitude bits at 26..20 and copies of its
+/// sign at 31..27, and one mask keeps bit 31 and 26..0: 2.75 integer instructions a code against
+/// e4m3x4_scaled's 4 (two shifts and two logic operations), on the integer pipe that bounds
+/// the kernel at GQA 1.
+__device__ __forceinline__ void e4m3x4_scaled_prmt(uint32_t w, float* f) {
+  f[0] = __uint_as_float(uint32_t(int32_t(__byte_perm(w, 0, 0x0444)) >> 4) & 0x87ffffffu);
+  f[1] = __uint_as_float(uint32_t(int32_t(__byte_perm(w, 0, 0x1444)) >> 4) & 0x87ffffffu);
+  f[2] = __uint_as_float(uint32_t(int32_t(__byte_perm(w, 0, 0x2444)) >> 4) & 0x87ffffffu);
+  f[3] = __uint_as_float(uint32_t(int32_t(w & 0xff000000u) >> 4) & 0x87ffffffu);
+}
+template <bool kPrmt>
 __device__ __forceinline__ void e4m3x8_scaled(uint2 v, float (&f)[8]) {
-  e4m3x4_scaled(v.x, f);
-  e4m3x4_scaled(v.y, f + 4);
+  if constexpr (kPrmt) {
+    e4m3x4_scaled_prmt(v.x, f);
+    e4m3x4_scaled_prmt(v.y, f + 4);
+  } else {
+    e4m3x4_scaled(v.x, f);
+    e4m3x4_scaled(v.y, f + 4);
+  }
 }
 
-template <typename T, int HD, int G>
+template <typename T, int HD, int G, bool kPrmt>
 __global__ void __launch_bounds__(kThreads, G == 1 ? 7 : G <= 4 ? 4 : 2)
     decode_fp8_kernel(const decode::Params p, const Fp8Layout f) {
   constexpr int kTpt = HD / 8;           // threads per position (8 codes each)
@@ -135,7 +154,7 @@ __global__ void __launch_bounds__(kThreads, G == 1 ? 7 : G <= 4 ? 4 : 2)
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       float kf[8];
-      e4m3x8_scaled(ck[u], kf);
+      e4m3x8_scaled<kPrmt>(ck[u], kf);
       const float ks = sk[u] * kTwoPow60;
 #pragma unroll
       for (int g = 0; g < G; ++g) {
@@ -163,7 +182,7 @@ __global__ void __launch_bounds__(kThreads, G == 1 ? 7 : G <= 4 ? 4 : 2)
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       float vf[8];
-      e4m3x8_scaled(cv[u], vf);
+      e4m3x8_scaled<kPrmt>(cv[u], vf);
       const float vs = sv[u] * kTwoPow60;
 #pragma unroll
       for (int g = 0; g < G; ++g) {
@@ -185,20 +204,20 @@ __global__ void __launch_bounds__(kThreads, G == 1 ? 7 : G <= 4 ? 4 : 2)
   decode::finish_block<T, HD, G, kLg, HD>(p, sm_m, sm_l, &sm_o[0][0][0], s, row, kvh, sub, split, ctx);
 }
 
-template <typename T, int HD>
+template <typename T, int HD, bool kPrmt>
 void launch_g(const decode::Params& p, const Fp8Layout& f, int g_bucket, dim3 grid, cudaStream_t stream) {
-  if (g_bucket == 1) decode_fp8_kernel<T, HD, 1><<<grid, kThreads, 0, stream>>>(p, f);
-  else if (g_bucket == 4) decode_fp8_kernel<T, HD, 4><<<grid, kThreads, 0, stream>>>(p, f);
-  else decode_fp8_kernel<T, HD, 8><<<grid, kThreads, 0, stream>>>(p, f);
+  if (g_bucket == 1) decode_fp8_kernel<T, HD, 1, kPrmt><<<grid, kThreads, 0, stream>>>(p, f);
+  else if (g_bucket == 4) decode_fp8_kernel<T, HD, 4, kPrmt><<<grid, kThreads, 0, stream>>>(p, f);
+  else decode_fp8_kernel<T, HD, 8, kPrmt><<<grid, kThreads, 0, stream>>>(p, f);
   CUDA_CHECK_LAUNCH();
 }
 
-template <typename T>
+template <typename T, bool kPrmt>
 void launch_hd(int hd, const decode::Params& p, const Fp8Layout& f, int g_bucket, dim3 grid, cudaStream_t stream) {
   switch (hd) {
-    case 32: return launch_g<T, 32>(p, f, g_bucket, grid, stream);
-    case 64: return launch_g<T, 64>(p, f, g_bucket, grid, stream);
-    case 128: return launch_g<T, 128>(p, f, g_bucket, grid, stream);
+    case 32: return launch_g<T, 32, kPrmt>(p, f, g_bucket, grid, stream);
+    case 64: return launch_g<T, 64, kPrmt>(p, f, g_bucket, grid, stream);
+    case 128: return launch_g<T, 128, kPrmt>(p, f, g_bucket, grid, stream);
     default: throw std::invalid_argument("decode_attention_fp8: head_dim " + std::to_string(hd) + " not built (32, 64, 128)");
   }
 }
@@ -211,7 +230,7 @@ DecodeSplit decode_attention_fp8_split(const DecodeAttentionArgs& a, int n_sms) 
   return decode_attention_split(b, n_sms);
 }
 
-void decode_attention_fp8(const DecodeAttentionArgs& a, cudaStream_t stream) {
+void decode_attention_fp8(const DecodeAttentionArgs& a, cudaStream_t stream, Fp8KvDecode variant) {
   using namespace decode_fp8_detail;
   if (a.n_seqs == 0) return;
   if (a.shape.n_kv_heads <= 0 || a.n_heads % a.shape.n_kv_heads != 0)
@@ -264,8 +283,16 @@ void decode_attention_fp8(const DecodeAttentionArgs& a, cudaStream_t stream) {
     p.counters = reinterpret_cast<int32_t*>(a.workspace) + ctr_at;
   }
   const Fp8Layout f{fp8_kv_slot_bytes(a.shape.n_kv_heads, hd), fp8_kv_scales_offset(a.shape.n_kv_heads, hd)};
-  SERVELAB_DISPATCH_16(a.dtype, launch_hd<__nv_bfloat16>(hd, p, f, gb, grid, stream),
-                       launch_hd<__half>(hd, p, f, gb, grid, stream));
+  if (variant == Fp8KvDecode::by_env) {
+    const char* e = std::getenv("SERVELAB_FP8KV_DECODE");
+    variant = e && std::strcmp(e, "prmt") == 0 ? Fp8KvDecode::prmt : Fp8KvDecode::shift_mask;
+  }
+  if (variant == Fp8KvDecode::prmt)
+    SERVELAB_DISPATCH_16(a.dtype, (launch_hd<__nv_bfloat16, true>(hd, p, f, gb, grid, stream)),
+                         (launch_hd<__half, true>(hd, p, f, gb, grid, stream)));
+  else
+    SERVELAB_DISPATCH_16(a.dtype, (launch_hd<__nv_bfloat16, false>(hd, p, f, gb, grid, stream)),
+                         (launch_hd<__half, false>(hd, p, f, gb, grid, stream)));
 }
 
 }  // namespace servelab::kernels

@@ -42,12 +42,17 @@ void rope_kv_write_fp8(const QkvArgs& a, cudaStream_t stream);
 /// Unfused step 2 (after rope_inplace): K and V of qkv quantized into the FP8 arenas.
 void kv_write_fp8(const QkvArgs& a, cudaStream_t stream);
 
+/// How decode_attention_fp8 turns codes into fp32 (the same values, bit for bit): shift_mask (two
+/// shifts and two masks a code) or prmt (a byte permute, an arithmetic shift and one mask);
+/// by_env: SERVELAB_FP8KV_DECODE=shift_mask|prmt, else the default (shift_mask).
+enum class Fp8KvDecode { by_env, shift_mask, prmt };
 /// Decode attention over FP8 arenas (a.k_cache, a.v_cache in the layout above; a.shape.n_slots
 /// slots): one launch, FlashDecoding as decode_attention with its split rules and workspace, on
 /// the CUDA-core kernel (each lane dequantizes 8 codes of a row on load: the K scale multiplies
 /// the row's score, the V scale its softmax weight). a.tensor_cores is ignored. head_dim 32, 64,
 /// 128; any GQA ratio; both layouts.
-void decode_attention_fp8(const DecodeAttentionArgs& a, cudaStream_t stream);
+void decode_attention_fp8(const DecodeAttentionArgs& a, cudaStream_t stream,
+                          Fp8KvDecode variant = Fp8KvDecode::by_env);
 /// How decode_attention_fp8 cuts these arguments' contexts (decode_attention_split on CUDA cores).
 DecodeSplit decode_attention_fp8_split(const DecodeAttentionArgs& a, int n_sms);
 

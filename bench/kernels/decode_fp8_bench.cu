@@ -54,8 +54,8 @@ void bench_decode_attention_fp8(std::mt19937_64& rng, int n_sms, int64_t l2, dou
         fill_fp8_arena<<<2048, 256>>>(k8.get<uint8_t>(), pb.n_slots, sb, fp8_kv_scales_offset(n_kv, kHd), n_kv, rng());
         fill_fp8_arena<<<2048, 256>>>(v8.get<uint8_t>(), pb.n_slots, sb, fp8_kv_scales_offset(n_kv, kHd), n_kv, rng());
         CUDA_CHECK_LAUNCH();
-        // Columns: bf16 default, bf16 CUDA cores (GQA only), fp8.
-        std::vector<std::vector<DecodeAttentionArgs>> args(3);
+        // Columns: bf16 default, bf16 CUDA cores (GQA only), fp8 (default conversion), fp8 prmt.
+        std::vector<std::vector<DecodeAttentionArgs>> args(4);
         for (int r = 0; r < pb.n_rot; ++r) {
           args[0].push_back(pb.decode_args(r, SplitPolicy{}, n_sms));
           if (group > 1) args[1].push_back(pb.decode_args(r, SplitPolicy{}, n_sms, false));
@@ -72,6 +72,7 @@ void bench_decode_attention_fp8(std::mt19937_64& rng, int n_sms, int64_t l2, dou
           a.workspace = ws.get<float>();
           a.workspace_bytes = ws.bytes;
           args[2].push_back(a);
+          args[3].push_back(a);
         }
         for (int c = 0; c < 2; ++c)  // the bf16 columns share PagedBatch's workspace (grown to the larger cut)
           for (auto& a : args[c]) {
@@ -81,14 +82,16 @@ void bench_decode_attention_fp8(std::mt19937_64& rng, int n_sms, int64_t l2, dou
         std::vector<std::unique_ptr<GraphTimer>> timers;
         std::vector<GraphTimer*> tp;
         std::vector<int> cols;
-        for (int c = 0; c < 3; ++c) {
+        for (int c = 0; c < 4; ++c) {
           if (args[c].empty()) continue;
           auto& list = args[c];
           const int n_rot = pb.n_rot;
-          if (c == 2)
-            timers.push_back(std::make_unique<GraphTimer>([&list, n_rot](int i, cudaStream_t st) { decode_attention_fp8(list[i % n_rot], st); }, 20));
-          else
+          if (c >= 2) {
+            const Fp8KvDecode v = c == 3 ? Fp8KvDecode::prmt : Fp8KvDecode::shift_mask;
+            timers.push_back(std::make_unique<GraphTimer>([&list, n_rot, v](int i, cudaStream_t st) { decode_attention_fp8(list[i % n_rot], st, v); }, 20));
+          } else {
             timers.push_back(std::make_unique<GraphTimer>([&list, n_rot](int i, cudaStream_t st) { decode_attention(list[i % n_rot], st); }, 20));
+          }
           tp.push_back(timers.back().get());
           cols.push_back(c);
         }
@@ -97,19 +100,24 @@ void bench_decode_attention_fp8(std::mt19937_64& rng, int n_sms, int64_t l2, dou
         const double bf16_bytes = double(batch) * ctx * n_kv * kHd * 2 * 2 + qo;
         const double fp8_bytes = double(batch) * ctx * n_kv * (kHd + 4) * 2 + qo;
         const std::string shape = "b" + std::to_string(batch) + " ctx" + std::to_string(ctx) + " gqa" + std::to_string(group);
-        double bf16_ms = 0, fp8_ms = 0;
+        double bf16_ms = 0, fp8_ms = 0, prmt_ms = 0;
         for (size_t k = 0; k < cols.size(); ++k) {
           const int c = cols[k];
           const double ms = med[k];
-          const DecodeSplit used = c == 2 ? fs : decode_attention_split(args[c][0], n_sms);
+          const DecodeSplit used = c >= 2 ? fs : decode_attention_split(args[c][0], n_sms);
           const std::string cut = " (" + std::to_string(used.n_splits) + " splits" + (used.tensor_cores ? " mma" : "") + ")";
           if (c == 0) bf16_ms = ms;
           if (c == 2) fp8_ms = ms;
-          const char* name = c == 0 ? "decode_attn_bf16kv" : c == 1 ? "decode_attn_bf16kv_cudacore" : "decode_attn_fp8kv";
+          if (c == 3) prmt_ms = ms;
+          const char* name = c == 0 ? "decode_attn_bf16kv"
+                             : c == 1 ? "decode_attn_bf16kv_cudacore"
+                             : c == 2 ? "decode_attn_fp8kv"
+                                      : "decode_attn_fp8kv_prmt";
           record(name, shape + cut + " " + std::to_string(ms * 1e3).substr(0, 6) + " us",
-                 (c == 2 ? fp8_bytes : bf16_bytes) / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
+                 (c >= 2 ? fp8_bytes : bf16_bytes) / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
         }
-        record("decode_attn_fp8kv_time", shape + " fp8 / bf16 step", fp8_ms / bf16_ms, "x", "-", 0);
+        record("decode_attn_fp8kv_time", shape + " fp8 / bf16 kernel time", fp8_ms / bf16_ms, "x", "-", 0);
+        record("decode_attn_fp8kv_prmt_time", shape + " fp8 prmt / bf16 kernel time", prmt_ms / bf16_ms, "x", "-", 0);
       }
 }
 

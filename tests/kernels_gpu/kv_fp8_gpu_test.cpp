@@ -51,7 +51,8 @@ Fp8Batch quantized(testing::KvBatch b) {
 }
 
 /// decode_attention_fp8 over f (workspace zeroed, sized by its split); the output rows.
-std::vector<float> run_decode_fp8(ScalarType t, const Fp8Batch& f, SplitPolicy split, DecodeSplit* used = nullptr) {
+std::vector<float> run_decode_fp8(ScalarType t, const Fp8Batch& f, SplitPolicy split, DecodeSplit* used = nullptr,
+                                  Fp8KvDecode variant = Fp8KvDecode::by_env) {
   testing::DeviceBatch d(f.ref, t);
   DeviceBuffer k8 = testing::upload(f.k8), v8 = testing::upload(f.v8);
   DecodeAttentionArgs a = d.decode_args(f.ref, t);
@@ -64,7 +65,7 @@ std::vector<float> run_decode_fp8(ScalarType t, const Fp8Batch& f, SplitPolicy s
   CUDA_CHECK(cudaMemset(d.workspace.get(), 0, d.workspace.bytes()));
   a.workspace = d.workspace.get<float>();
   a.workspace_bytes = d.workspace.bytes();
-  decode_attention_fp8(a, nullptr);
+  decode_attention_fp8(a, nullptr, variant);
   return testing::download16(t, d.out, f.ref.q.size());
 }
 
@@ -180,6 +181,9 @@ TEST_P(KvFp8Gpu, DecodeMatchesReferenceOnAwkwardShapes) {
             EXPECT_LT(testing::rel_error(out, ref), testing::tolerance(t))
                 << "layout " << int(kind) << " group " << group << " block " << bs << " hd " << hd << " split "
                 << split.fixed_split_len << " splits " << used.n_splits;
+            // The byte-permute conversion gives the same codes' values, so the same bits.
+            EXPECT_EQ(run_decode_fp8(t, f, split, nullptr, Fp8KvDecode::prmt), out)
+                << "prmt variant, layout " << int(kind) << " group " << group << " hd " << hd;
           }
         }
       }
@@ -199,6 +203,7 @@ TEST_P(KvFp8Gpu, DecodeLongContextsMatchReference) {
       EXPECT_GT(used.n_splits, 1);
       EXPECT_LT(testing::rel_error(out, testing::reference_attention(f.ref)), testing::tolerance(t))
           << "group " << group << " layout " << int(kind) << " splits " << used.n_splits;
+      EXPECT_EQ(run_decode_fp8(t, f, SplitPolicy{}, nullptr, Fp8KvDecode::prmt), out) << "prmt variant, group " << group;
     }
 }
 
