@@ -29,7 +29,10 @@ step configure 120 cmake -S . -B "$BUILD" "${G[@]}" -DCMAKE_BUILD_TYPE=Release -
 tail -n 40 "$L/build.log" | grep -E "error|Error" | head -20 >>"$OUT/summary.txt"
 if [ "${TESTS:-1}" = 1 ]; then
   step kernels_gpu 150 "$BUILD/test_kernels_gpu" --gtest_filter='*KvFp8*:*OpsGpu.RopeKv*:*AttentionGpu.DecodeMatchesReferenceOnAwkwardShapes*' &
-  step backend_gpu 150 "$BUILD/test_cuda_backend_gpu" --gtest_filter='*Fp8KvGpu*' &
+  # The backend's FP8 KV tests, and with ALL_BACKEND=1 every backend GPU test (bf16 steps through the
+  # same ops) but the benches and the HF checkpoint ones.
+  BF='*Fp8KvGpu*'; [ "${ALL_BACKEND:-0}" = 1 ] && BF='-*Bench*:*Hf*'
+  step backend_gpu "${BACKEND_LIMIT:-150}" "$BUILD/test_cuda_backend_gpu" --gtest_filter="$BF" &
   wait
   for f in kernels_gpu backend_gpu; do
     grep -hE "^\[  (PASSED|FAILED) |^\[  FAILED  \]|Failure|error|worst|agreed" "$L/$f.log" | head -40 | sed "s/^/$f: /" >>"$OUT/summary.txt"
