@@ -232,7 +232,7 @@ const Registrar register_run(
                      "Weight format of every strategy without its own quantization: (cpu, sim)")
           ->check(CLI::IsMember({"none", "fp8", "int4_awq", "int4_gptq"}));
       sub.add_option("--kv-cache-dtype", args->kv_cache_dtype,
-                     "KV element type of every strategy without its own kv_cache_dtype: (cpu, sim)")
+                     "KV element type of every strategy without its own kv_cache_dtype: (cpu, sim; cuda on one GPU)")
           ->check(CLI::IsMember({"auto", "fp8"}));
       sub.add_flag("--quiet,-q", args->quiet, "No progress line and no console summary");
       sub.add_flag("--no-plots", args->no_plots, "Skip gnuplot figures");
