@@ -6,6 +6,7 @@
 //                                  graph replay, for ncu --profile-from-start off; V: a kMbuVariants name)
 //   engine_bench --mbu [--variants V,V,...]   (decode MBU only, per decode-path variant, see kMbuVariants)
 //   engine_bench --lora [--quick]   (multi-LoRA against no adapter: bench/engine_bench_lora.h)
+//   engine_bench --kv-cache-dtype auto,fp8 [--quick]   (an FP8 KV cache beside bf16 KV: bench/engine_bench_fp8kv.h)
 //   engine_bench --structured [--preset NAME] [--tokenizer DIR] [--repeats N]   (structured output at
 //                                  batch 64 against unconstrained: bench/engine_bench_structured.h)
 //   engine_bench --quantization F,F,...   (fp8, int4_awq, int4_gptq beside bf16: decode at batch 1,
@@ -42,6 +43,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/engine_bench_fp8kv.h"
 #include "bench/engine_bench_lora.h"
 #include "bench/engine_bench_structured.h"
 #include "engine/backend/cuda/cuda_backend.h"
@@ -160,6 +162,7 @@ struct Args {
   bool ncu_graphs = false;             // --graphs: the ncu step is a graph replay
   bool mbu = false;                    // --mbu
   bool lora = false;                   // --lora
+  bool fp8kv = false;                  // --kv-cache-dtype auto,fp8
   bool structured = false;             // --structured
   std::string tokenizer;               // --tokenizer DIR (--structured)
   int repeats = 0;                     // --repeats N (--structured)
@@ -521,6 +524,10 @@ int main(int argc, char** argv) {
     else if (a == "--graphs") args.ncu_graphs = true;
     else if (a == "--mbu") args.mbu = true;
     else if (a == "--lora") args.lora = true;
+    else if (a == "--kv-cache-dtype" && i + 1 < argc && std::string(argv[i + 1]) == "auto,fp8") {
+      args.fp8kv = true;
+      ++i;
+    }
     else if (a == "--structured") args.structured = true;
     else if (a == "--tokenizer" && i + 1 < argc) args.tokenizer = argv[++i];
     else if (a == "--repeats" && i + 1 < argc) args.repeats = std::atoi(argv[++i]);
@@ -535,6 +542,7 @@ int main(int argc, char** argv) {
                    "usage: engine_bench [--json FILE] [--commit SHA] [--preset NAME] [--kv-gb G] [--quick] [--prefill-only]\n"
                    "       engine_bench --mbu [--variants V,...] [--json FILE] [--commit SHA] [--quick]\n"
                    "       engine_bench --lora [--json FILE] [--commit SHA] [--preset NAME] [--quick]\n"
+                   "       engine_bench --kv-cache-dtype auto,fp8 [--json FILE] [--commit SHA] [--preset NAME] [--quick]\n"
                    "       engine_bench --structured [--json FILE] [--commit SHA] [--preset NAME] [--tokenizer DIR] [--repeats N]\n"
                    "       engine_bench --quantization F,F,... [--json FILE] [--commit SHA] [--quick] [--preset NAME]\n"
                    "       engine_bench --ncu-decode BATCH,CONTEXT [--graphs] [--variants V] [--preset NAME]\n");
@@ -552,6 +560,17 @@ int main(int argc, char** argv) {
       lo.preset = args.preset;
       lo.quick = args.quick;
       for (const bench::LoraFigure& f : bench::run_lora_bench(lo))
+        rows.push_back({f.name, f.shape, f.unit, f.peer, f.value, f.ratio});
+      cudaDeviceProp prop{};
+      CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+      write_json(args, prop);
+      return 0;
+    }
+    if (args.fp8kv) {  // bf16 KV against an FP8 KV cache (bench/engine_bench_fp8kv.h)
+      bench::Fp8KvBenchOptions fo;
+      fo.preset = args.preset;
+      fo.quick = args.quick;
+      for (const bench::Fp8KvFigure& f : bench::run_fp8kv_bench(fo))
         rows.push_back({f.name, f.shape, f.unit, f.peer, f.value, f.ratio});
       cudaDeviceProp prop{};
       CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));

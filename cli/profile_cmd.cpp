@@ -37,7 +37,7 @@ struct ProfileArgs {
   int device = 0;        // cuda: device ordinal
   std::string dtype = "bf16";  // cuda: weights, activations and KV
   std::string quantization;    // cpu, sim: none | fp8 | int4_awq | int4_gptq ("" = none)
-  std::string kv_cache_dtype;  // cpu, sim: auto | fp8 ("" = auto)
+  std::string kv_cache_dtype;  // auto | fp8 ("" = auto)
   int tensor_parallel = 1;  // cuda: ranks on devices 0..N-1 over NCCL; sim: the roofline's TP
   double kv_gb = 0.0;    // KV arena cap in GB; 0 = the grid's largest point (cuda: capped by free memory)
   int warmup = -1;       // untimed runs per point; -1 = 2 on cuda (GEMM choice, graph capture), else 0
@@ -219,7 +219,7 @@ const Registrar register_profile(
           ->check(CLI::IsMember({"bf16", "f16"}));
       sub.add_option("--quantization", a->quantization, "cpu, sim: weight format (quantized on load from bf16)")
           ->check(CLI::IsMember({"none", "fp8", "int4_awq", "int4_gptq"}));
-      sub.add_option("--kv-cache-dtype", a->kv_cache_dtype, "cpu, sim: KV element type, auto or fp8")
+      sub.add_option("--kv-cache-dtype", a->kv_cache_dtype, "KV element type, auto or fp8 (cpu, sim; cuda on one GPU)")
           ->check(CLI::IsMember({"auto", "fp8"}));
       sub.add_option("--tensor-parallel", a->tensor_parallel,
                      "cuda: ranks on devices 0..N-1 over NCCL (the profile records N and the measured all-reduce "

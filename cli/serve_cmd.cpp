@@ -339,7 +339,7 @@ const Registrar register_serve(
           ->check(CLI::Range(0.0, 1.0));
       sub.add_option("--quantization", a->quantization, "cpu, sim: weight format (quantized on load from bf16)")
           ->check(CLI::IsMember({"none", "fp8", "int4_awq", "int4_gptq"}));
-      sub.add_option("--kv-cache-dtype", a->kv_cache_dtype, "cpu, sim: KV element type, auto or fp8 (E4M3 + scales)")
+      sub.add_option("--kv-cache-dtype", a->kv_cache_dtype, "KV element type, auto or fp8 (E4M3 + scales; cpu, sim; cuda on one GPU)")
           ->check(CLI::IsMember({"auto", "fp8"}));
       sub.add_option("--scenario", a->scenario, "Take model, backend and engine settings from a scenario")->check(CLI::ExistingFile);
       sub.add_option("--strategy", a->strategy, "With --scenario: the strategy label to serve (default the first)");

@@ -269,8 +269,10 @@ void validate_strategies(const Scenario& s, const Checker& c) {
         c.check(false, p + ".quantization",
                 std::string("runs on backend cuda with dtype bf16 only (got ") + to_string(*st.quantization) +
                     " with dtype " + to_string(s.backend.dtype) + ")");
-      if (st.kv_cache_dtype == KvCacheDType::fp8)
-        c.check(false, p + ".kv_cache_dtype", "fp8 applies to backend cpu or sim; the cuda backend stores bf16/f16 K/V");
+      if (st.kv_cache_dtype == KvCacheDType::fp8 && s.backend.tensor_parallel > 1)
+        c.check(false, p + ".kv_cache_dtype",
+                "fp8 runs on backend cuda with tensor_parallel 1 only so far (got tensor_parallel " +
+                    std::to_string(s.backend.tensor_parallel) + ")");
     }
     if (st.sched.kind == BatchingKind::continuous && !st.sched.chunked_prefill && st.sched.max_num_batched_tokens >= 1 &&
         st.sched.max_num_batched_tokens < longest_seq)

@@ -11,7 +11,8 @@
 // kernel (gemv.cu) and with cuBLASLt alone, side by side.
 // JSON: a list of {name, value, unit, peer_or_ceiling, ratio, shape, device, date, commit}.
 // --quant-only: validation, the ceilings, the quantized decode products and the FP8 GEMM rows
-// (issue 26) only.
+// (issue 26) only. --fp8kv: validation, the copy ceiling and decode attention over an FP8 KV cache
+// beside bf16 KV (decode_fp8_bench.cu) only.
 // Exit status: 0 ok, 1 a validation failed, 2 bad usage.
 #include <cuda_bf16.h>
 
@@ -134,6 +135,7 @@ int main(int argc, char** argv) {
   std::string json_path = "kernel_bench.json";
   std::string commit = "unknown", only;
   bool quick = false, sweep = false, decode_only = false, prefill_only = false, quant_only = false, verify_rows = false;
+  bool fp8kv = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--commit") && i + 1 < argc) commit = argv[++i];
@@ -143,9 +145,10 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--prefill-only")) prefill_only = true;
     else if (!std::strcmp(argv[i], "--quant-only")) quant_only = true;
     else if (!std::strcmp(argv[i], "--verify-rows")) verify_rows = true;
+    else if (!std::strcmp(argv[i], "--fp8kv")) fp8kv = decode_only = true;
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: kernel_bench [--json FILE] [--quick] [--sweep] [--decode-only | --prefill-only | --quant-only | --verify-rows] [--only SHAPE] [--commit SHA]\n");
+      std::fprintf(stderr, "usage: kernel_bench [--json FILE] [--quick] [--sweep] [--decode-only | --prefill-only | --quant-only | --verify-rows | --fp8kv] [--only SHAPE] [--commit SHA]\n");
       return 2;
     }
   }
@@ -188,6 +191,11 @@ int main(int argc, char** argv) {
       record("cublaslt_gemm_bf16", "8192x8192x8192", gemm_tflops, "TFLOP/s", "-", 0);
     }
 
+    if (fp8kv) {  // issue 26's FP8 KV rows only: decode attention over FP8 beside bf16 KV
+      std::printf("paged decode attention, FP8 KV cache beside bf16 KV (head_dim 128, block 16):\n");
+      bench_decode_attention_fp8(rng, n_sms, l2, copy_gbs);
+      decode_only = prefill_only = true;  // nothing below runs
+    }
     if (quant_only) {  // issue 26's rows only: the quantized decode products and the FP8 GEMM
       std::printf("decode weight products over quantized weights (llama2-7b; quant_gemv vs bf16):\n");
       bench_quant_gemv(l2, copy_gbs);

@@ -78,6 +78,9 @@ struct BackendCaps {
   bool lora = false;                  ///< runs LoRA adapters (load_lora, the step's lora_slot)
   std::vector<DType> weight_dtypes;   ///< storage types of the weights
   std::vector<DType> kv_dtypes;       ///< storage types of the KV cache
+  /// `kv_cache_dtype:` values the backend runs (auto: the KV cache in its element type; fp8: E4M3
+  /// codes with per-(token, head) scales, KvCacheSpec)
+  std::vector<KvCacheDType> kv_cache_dtypes = {KvCacheDType::auto_dtype};
 };
 
 /// Host memory for swapped-out K/V: n_slots host slots of bytes_per_slot bytes, in the layout of

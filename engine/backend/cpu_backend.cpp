@@ -530,6 +530,7 @@ BackendCaps CpuBackend::caps() const {
   c.lora = true;
   c.weight_dtypes = {DType::f32};
   c.kv_dtypes = {DType::f32};
+  c.kv_cache_dtypes = {KvCacheDType::auto_dtype, KvCacheDType::fp8};  // fp8 stored for real (cpu_backend_kv.cpp)
   return c;
 }
 

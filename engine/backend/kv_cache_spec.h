@@ -35,6 +35,10 @@ struct KvCacheSpec {
   int n_layers = 0;
   int n_kv_heads = 0;               ///< this rank's KV heads (tensor parallel splits them)
   int head_dim = 0;
+  /// A backend's arena may round the bytes of one slot of one (layer, K|V) arena (all its KV
+  /// heads' rows) up to a multiple of this: the cuda backend's FP8 arena keeps each slot's codes
+  /// and scales in one 16-byte-aligned run (kernels/kv_fp8.h), 16; 1 (default) no rounding.
+  int slot_align = 1;
 
   static int element_bytes(DType d) { return d == DType::f32 ? 4 : 2; }
   /// Bytes of one stored K or V element: 1 for fp8, else element_bytes(dtype).
@@ -43,9 +47,14 @@ struct KvCacheSpec {
   int64_t row_bytes() const {
     return int64_t(head_dim) * stored_element_bytes() + (scales == KvScaleLayout::per_token_head ? 4 : 0);
   }
+  /// One slot of one (layer, K|V) arena: n_kv_heads × row_bytes(), rounded up to slot_align.
+  int64_t arena_slot_bytes() const {
+    const int64_t a = slot_align > 1 ? slot_align : 1, b = int64_t(n_kv_heads) * row_bytes();
+    return (b + a - 1) / a * a;
+  }
   /// K and V of every layer for one token: 2 × n_layers × n_kv_heads × row_bytes() (head_dim ×
-  /// element, plus a 4-byte scale per row for fp8).
-  int64_t bytes_per_slot() const { return 2ll * n_layers * n_kv_heads * row_bytes(); }
+  /// element, plus a 4-byte scale per row for fp8), each arena's share rounded up to slot_align.
+  int64_t bytes_per_slot() const { return 2ll * n_layers * arena_slot_bytes(); }
   /// The spec of `model` split over `tensor_parallel` ranks (KV heads divided); fp8 caches keep
   /// per-(token, head) scales.
   static KvCacheSpec of(const ModelConfig& model, DType dtype, int tensor_parallel = 1,
@@ -60,5 +69,14 @@ struct KvCacheSpec {
     return s;
   }
 };
+
+/// The cuda backend's KV arena on one GPU: the dtype's K and V (auto), or FP8 codes and scales
+/// with each (layer, K|V) slot padded to 16 bytes (kernels/kv_fp8.h; no padding when n_kv_heads
+/// is a multiple of 4). Here so that the backend and make_backend's sizing agree without CUDA.
+inline KvCacheSpec cuda_kv_cache_spec(const ModelConfig& model, DType dtype, KvCacheDType cache_dtype) {
+  KvCacheSpec s = KvCacheSpec::of(model, dtype, 1, cache_dtype);
+  if (cache_dtype == KvCacheDType::fp8) s.slot_align = 16;
+  return s;
+}
 
 }  // namespace servelab

@@ -92,10 +92,11 @@ void BackendSpec::validate() const {
     throw std::invalid_argument("tensor_parallel must be >= 1 (got " + std::to_string(tensor_parallel) + ")");
   if (storage_dtype != DType::bf16 && storage_dtype != DType::f16)
     throw std::invalid_argument(std::string("dtype must be bf16 or f16 (got ") + to_string(storage_dtype) + ")");
-  if (kind == BackendKind::cuda && kv_cache_dtype != KvCacheDType::auto_dtype)
-    throw std::invalid_argument(std::string("kv_cache_dtype ") + to_string(kv_cache_dtype) +
-                                ": the cuda backend keeps its KV cache in bf16/f16 so far; an FP8 KV cache runs on "
-                                "backend cpu (the reference) and sim (priced)");
+  if (kind == BackendKind::cuda && kv_cache_dtype != KvCacheDType::auto_dtype && tensor_parallel > 1)
+    throw std::invalid_argument(std::string("kv_cache_dtype ") + to_string(kv_cache_dtype) + " with tensor_parallel " +
+                                std::to_string(tensor_parallel) +
+                                ": the tensor-parallel cuda backend keeps its KV cache in bf16/f16 so far; an FP8 KV "
+                                "cache runs on one GPU (tensor_parallel 1), backend cpu and sim");
   if (kind == BackendKind::cuda && quantization != Quantization::none && tensor_parallel > 1)
     throw std::invalid_argument(std::string("quantization ") + to_string(quantization) +
                                 " with tensor_parallel " + std::to_string(tensor_parallel) +
@@ -134,6 +135,8 @@ int64_t kv_bytes_per_slot(const BackendSpec& spec) {
     roofline.formats.kv_cache_dtype = spec.kv_cache_dtype;
     return SimBackend(config, roofline).kv_bytes_per_slot();
   }
+  if (spec.kind == BackendKind::cuda && spec.kv_cache_dtype == KvCacheDType::fp8)  // one GPU (validate)
+    return cuda_kv_cache_spec(config, spec.storage_dtype, spec.kv_cache_dtype).bytes_per_slot();
   if (spec.kind == BackendKind::cuda) {  // bf16 or f16 K and V (of one GPU's KV heads with tensor_parallel)
     const int64_t element = static_cast<int64_t>(dtype_size(spec.storage_dtype));
     return spec.tensor_parallel == 1 ? 2ll * config.n_layers * config.kv_dim() * element
@@ -179,6 +182,7 @@ std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
     o.dtype = spec.storage_dtype;
     o.quantization = spec.quantization;
     o.fp8_per_channel = spec.fp8_per_channel;
+    o.kv_cache_dtype = spec.kv_cache_dtype;
     o.residual_scale = spec.residual_scale;
     if (spec.tensor_parallel > 1 && is_checkpoint_dir(spec.model) &&
         read_quant_scheme((std::filesystem::path(spec.model) / "config.json").string()))

@@ -108,6 +108,7 @@ BackendCaps SimBackend::caps() const {
   c.lora = true;  // bookkeeping only: adapters are not priced
   c.weight_dtypes = {DType::bf16, DType::f16};
   c.kv_dtypes = {DType::bf16, DType::f16};
+  c.kv_cache_dtypes = {KvCacheDType::auto_dtype, KvCacheDType::fp8};  // priced from the slot bytes
   return c;
 }
 

@@ -37,11 +37,12 @@ workload:
   // Decode streams the weights: 2 bytes, ~1 byte, ~0.52 bytes a weight (plus the step's fixed cost).
   EXPECT_LT(tpot(1), 0.7 * tpot(0));
   EXPECT_LT(tpot(2), 0.8 * tpot(1));
-  // --kv-cache-dtype fp8 on a cuda scenario is refused with the reason (--quantization runs there).
-  write_text(tmp.file("cuda.yaml"), "backend: cuda\nstrategies: [{batching: continuous}]\nworkload: {rates: [1]}\n");
+  // --kv-cache-dtype fp8 on a tensor-parallel cuda scenario is refused with the reason (one GPU runs it).
+  write_text(tmp.file("cuda.yaml"),
+             "backend: {kind: cuda, tensor_parallel: 2}\nstrategies: [{batching: continuous}]\nworkload: {rates: [1]}\n");
   const CliResult c = run_servelab({"run", tmp.file("cuda.yaml"), "--kv-cache-dtype", "fp8", "-q"}, tmp);
   EXPECT_EQ(c.code, 2) << c.output;
-  EXPECT_NE(c.output.find("backend cpu or sim"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("tensor_parallel 1 only"), std::string::npos) << c.output;
 }
 
 TEST(QuantCli, QuantCheckReportsEveryFormat) {

@@ -55,6 +55,29 @@ TEST(CudaWiring, KvSlotIsBf16WithoutTouchingAGpu) {
   EXPECT_STREQ(to_string(BackendKind::cuda), "cuda");
 }
 
+TEST(CudaWiring, Fp8KvSlotIsCodesAndScalesPaddedTo16BytesWithoutTouchingAGpu) {
+  BackendSpec spec;
+  spec.kind = BackendKind::cuda;
+  spec.model = "llama2-7b";
+  spec.kv_cache_dtype = KvCacheDType::fp8;
+  // 32 KV heads x (128 codes + a 4-byte scale): 4,224 bytes a layer's K or V, no padding.
+  EXPECT_EQ(kv_bytes_per_slot(spec), 2ll * 32 * 32 * (128 + 4));
+  spec.model = "tiny";  // 2 KV heads of 32: 64 codes + 8 bytes of scales, padded to 80
+  EXPECT_EQ(kv_bytes_per_slot(spec), 2ll * 4 * 80);
+  const KvCacheSpec s = cuda_kv_cache_spec(preset("tiny"), DType::bf16, KvCacheDType::fp8);
+  EXPECT_EQ(s.arena_slot_bytes(), 80);
+  EXPECT_EQ(s.bytes_per_slot(), 2ll * 4 * 80);
+  EXPECT_EQ(KvCacheSpec::of(preset("tiny"), DType::bf16, 1, KvCacheDType::fp8).bytes_per_slot(), 2ll * 4 * 72)
+      << "slot_align 1 (cpu, sim): no rounding";
+  spec.tensor_parallel = 2;
+  try {
+    kv_bytes_per_slot(spec);
+    FAIL() << "an FP8 KV cache with tensor_parallel 2 was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor_parallel 1"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CudaWiring, WithoutADeviceMakeBackendIsAClearError) {
   if (cuda_devices() > 0) GTEST_SKIP() << "this machine has a GPU";
   BackendSpec spec;

@@ -231,6 +231,15 @@ TEST(ScenarioErrors, QuantizationAndKvCacheDtypePerStrategy) {
       << on_f16;
   EXPECT_NO_THROW(load_yaml("backend: cuda\nstrategies:\n  - {batching: continuous, quantization: fp8}\n"
                             "workload: {rates: [1]}\n"));  // one GPU, bf16: the quantized Linears run there
+  EXPECT_NO_THROW(load_yaml("backend: cuda\nstrategies:\n  - {batching: continuous, kv_cache_dtype: fp8}\n"
+                            "workload: {rates: [1]}\n"));  // one GPU: the FP8 KV cache runs there
+  const std::string kv_on_tp = only_error("backend: {kind: cuda, tensor_parallel: 2}\n"
+                                          "strategies:\n"
+                                          "  - {batching: continuous, kv_cache_dtype: fp8}\n"
+                                          "workload: {rates: [1]}\n");
+  EXPECT_NE(kv_on_tp.find("strategies[0].kv_cache_dtype fp8 runs on backend cuda with tensor_parallel 1 only"),
+            std::string::npos)
+      << kv_on_tp;
   const Scenario sc = load_yaml("strategies:\n"
                                 "  - {batching: continuous}\n"
                                 "  - {batching: continuous, quantization: int4_gptq, kv_cache_dtype: fp8}\n"

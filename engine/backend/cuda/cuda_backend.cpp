@@ -38,6 +38,10 @@ void CudaBackendOptions::validate() const {
                                 " with batch_invariant: decode rows take quant_gemv and prefill rows the FP8 or bf16 "
                                 "GEMM, so a row's result depends on its batch; turn one of them off");
   if (residual_scale) residual_scale->validate("residual_scale");
+  if (kv_cache_dtype == KvCacheDType::fp8 && verify_rows_kernel)
+    throw std::invalid_argument("kv_cache_dtype fp8 with verify_rows_kernel: the multi-row verification kernel reads "
+                                "bf16/f16 K/V only; turn verify_rows_kernel off (verification steps then take the "
+                                "one-row decode form)");
   if (verify_rows_queries != 0 && verify_rows_queries != 4 && verify_rows_queries != 8)
     throw std::invalid_argument("verify_rows_queries must be 0, 4 or 8 (got " + std::to_string(verify_rows_queries) + ")");
   if (verify_graph_max_rows < 0)
@@ -130,7 +134,7 @@ std::vector<int> CudaBackend::decode_row_buckets() const {
 }
 
 KvCacheSpec CudaBackend::kv_cache_spec() const {
-  KvCacheSpec s = KvCacheSpec::of(config(), impl_->options.dtype);
+  KvCacheSpec s = cuda_kv_cache_spec(config(), impl_->options.dtype, impl_->options.kv_cache_dtype);
   s.n_kv_heads = impl_->local_kv_heads;  // this rank's (all of them on one GPU)
   return s;
 }
@@ -214,6 +218,7 @@ BackendCaps CudaBackend::caps() const {
   c.device_memory = true;
   c.weight_dtypes = {DType::bf16, DType::f16};
   c.kv_dtypes = {DType::bf16, DType::f16};
+  c.kv_cache_dtypes = {KvCacheDType::auto_dtype, KvCacheDType::fp8};  // fp8: kernels/kv_fp8.h
   c.lora = true;  // after reserve_loras (the engine calls it when lora.enabled)
   c.draft_probs = true;  // rejection sampling against the drafts' q in the sampler (kernels/sampling.h)
   c.draw_probs = true;   // a draft model's q (Step::want_draw_probs)
@@ -449,6 +454,12 @@ void CudaBackend::Impl::run_planned(const cuda::BlockTableStep* tables) {
   g.samples = in.n_samples();
   g.max_context = in.max_context();
   g.decode = in.decode_only && !options.batch_invariant;
+  if (kv_fp8 && !g.decode) {  // prefill attention reads the step's sequences dequantized
+    int64_t total = 0;
+    for (int32_t c : in.context_lens) total += c;
+    g.total_context = total;
+    ensure_kv8_scratch(total, g.seqs);
+  }
   ensure_rows(g.rows);
   ensure_samples(std::max(g.samples, 1));
   if (g.decode) ensure_decode_workspace(g.seqs);

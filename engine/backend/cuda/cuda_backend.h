@@ -20,6 +20,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/tp_all_reduce_mode.h"
+#include "engine/backend/kv_cache_spec.h"
 #include "engine/model/quant.h"
 #include "engine/model/residual_scale.h"
 
@@ -112,6 +113,13 @@ struct CudaBackendOptions {
   /// H200, docs/quantization.md): fp8 8 (quant_gemv's steps kernel to 8 rows; the FP8 GEMM above),
   /// int4 16 (dequantize + GEMM loses more).
   int quant_gemv_max_rows = 0;
+  /// The KV cache's format (`kv_cache_dtype:`): auto keeps K/V in dtype; fp8 stores E4M3 codes
+  /// with one fp32 scale per (token, layer, K|V, KV head), the CPU backend's format (kernels/kv_fp8.h:
+  /// written by the fused RoPE + KV kernel, read by a CUDA-core decode kernel; prefill attention
+  /// dequantizes the step's sequences into a dtype scratch first). About twice the slots for the
+  /// same bytes. One GPU only (TpCudaBackend refuses it); the multi-row verification kernel is
+  /// not used with it (verification steps take the one-row decode form or prefill attention).
+  KvCacheDType kv_cache_dtype = KvCacheDType::auto_dtype;
   /// Synthesized weights (model.residual_scale, engine/model/residual_scale.h): the attention
   /// output and down projections of layers from from_layer on multiplied by scale after they are
   /// drawn or loaded, before quantization. One GPU only (TpCudaBackend refuses it).
@@ -138,7 +146,8 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   const ModelConfig& config() const override;
   /// 2 (K and V) × n_layers × n_kv_heads × head_dim × 2 bytes (bf16 or f16); a tensor-parallel rank's
-  /// share of the KV heads only.
+  /// share of the KV heads only. With kv_cache_dtype fp8: 2 × n_layers × (n_kv_heads × (head_dim + 4)
+  /// rounded up to 16) bytes (cuda_kv_cache_spec).
   KvCacheSpec kv_cache_spec() const override;
   void init_kv(int64_t n_slots) override;
   /// Sizes the activations, sampled rows, decode workspace and persistent block table for the

@@ -29,6 +29,7 @@
 #include "kernels/attention.h"
 #include "kernels/attention_decode_rows.h"
 #include "kernels/gemm.h"
+#include "kernels/kv_fp8.h"
 #include "kernels/ops.h"
 #include "kernels/ref/ops_ref.h"
 #include "kernels/sampling.h"
@@ -43,6 +44,7 @@ namespace k = kernels;
 /// What one enqueue runs: row counts, the packed input on the device, and how to read it.
 struct Geometry {
   int rows = 0, tokens = 0, seqs = 0, samples = 0, max_context = 0;
+  int64_t total_context = 0;  // sum of the context lengths (eager steps; FP8 KV prefill scratch)
   bool decode = false;
   cuda::PackedLayout layout;
   const uint8_t* dev = nullptr;  // the packed input on the device
@@ -82,7 +84,12 @@ struct CudaBackend::Impl {
   DeviceBuffer arena;
   DeviceBuffer arena_ptrs;  // [2 * n_layers] device pointers, for copy/gather/scatter
   int64_t n_slots = 0;
-  int64_t row_bytes = 0;    // one slot of one arena
+  int64_t row_bytes = 0;    // one slot of one arena (kv_cache_spec().arena_slot_bytes())
+  bool kv_fp8 = false;      // options.kv_cache_dtype fp8: the arenas hold E4M3 codes and scales (kernels/kv_fp8.h)
+  // FP8 KV, prefill steps: the step's sequences dequantized ([slots, n_kv_heads, head_dim] K and V
+  // in dt) and their base slots; grown to the largest step's total context, never baked into a graph.
+  DeviceBuffer kv8_k_scratch, kv8_v_scratch, kv8_bases;
+  int64_t kv8_scratch_slots = 0;
   // The step (the engine's, valid during execute()).
   const Step* plan = nullptr;
   DeviceBuffer mask_words;    // token masks of the step's constrained draws (uploaded when present)
@@ -210,7 +217,17 @@ struct CudaBackend::Impl {
     for (double f : servelab::rope_inv_freq(m)) inv.push_back(static_cast<float>(f));
     inv_freq.grow(inv.size() * sizeof(float), "RoPE frequencies");
     CUDA_CHECK(cudaMemcpy(inv_freq.get(), inv.data(), inv.size() * sizeof(float), cudaMemcpyHostToDevice));
-    row_bytes = int64_t(local_kv_dim()) * 2;
+    kv_fp8 = options.kv_cache_dtype == KvCacheDType::fp8;
+    if (kv_fp8 && tp)
+      throw std::invalid_argument("kv_cache_dtype fp8: the tensor-parallel cuda backend keeps its KV cache in bf16/f16 so far");
+    row_bytes = kv_fp8 ? k::fp8_kv_slot_bytes(local_kv_heads, hd) : int64_t(local_kv_dim()) * 2;
+    {  // the arena layout of the kernels and the bytes the engine sizes it by agree
+      KvCacheSpec spec = cuda_kv_cache_spec(m, options.dtype, options.kv_cache_dtype);
+      spec.n_kv_heads = local_kv_heads;
+      if (spec.arena_slot_bytes() != row_bytes)
+        throw std::logic_error("CudaBackend: KV slot of " + std::to_string(row_bytes) + " bytes, KvCacheSpec says " +
+                               std::to_string(spec.arena_slot_bytes()));
+    }
     const bool from_checkpoint = !checkpoint_linears.empty();
     if (from_checkpoint || options.quantization != Quantization::none) {  // quant_linear.h
       if (tp) throw std::invalid_argument("quantization: the tensor-parallel cuda backend runs bf16/f16 Linears only");
@@ -292,6 +309,20 @@ struct CudaBackend::Impl {
            (tp ? cuda::tp_activation_bytes(*tp, rows, samples) : 0) +
            (quant_runner ? quant_runner->scratch_bytes(rows) : 0) +
            (32ll << 20);  // cuBLASLt workspace
+  }
+
+  /// FP8 KV: the dequantization scratch of a prefill step holding `positions` context positions
+  /// (and its sequences' base slots).
+  void ensure_kv8_scratch(int64_t positions, int n_seqs) {
+    if (!kv_fp8) return;
+    if (positions > kv8_scratch_slots) {
+      const int64_t n = std::max(positions, kv8_scratch_slots * 3 / 2);
+      const size_t bytes = size_t(n) * size_t(local_kv_dim()) * 2;
+      kv8_k_scratch.grow(bytes, "the FP8 KV dequantization scratch (prefill attention)");
+      kv8_v_scratch.grow(bytes, "the FP8 KV dequantization scratch (prefill attention)");
+      kv8_scratch_slots = n;
+    }
+    if (size_t(std::max(n_seqs, 1)) * 8 > kv8_bases.bytes()) kv8_bases.grow(size_t(std::max(n_seqs, 64)) * 8, "the FP8 KV scratch");
   }
 
   void ensure_decode_workspace(int n_seqs) {

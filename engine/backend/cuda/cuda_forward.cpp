@@ -48,6 +48,14 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   }
   st.workspace = decode_ws.get<float>();
   st.workspace_bytes = decode_ws.bytes();
+  st.kv_fp8 = kv_fp8;
+  if (kv_fp8 && !g.decode) {
+    st.fp8_k_scratch = kv8_k_scratch.get();
+    st.fp8_v_scratch = kv8_v_scratch.get();
+    st.fp8_scratch_bases = kv8_bases.get<int64_t>();
+    st.fp8_scratch_slots = kv8_scratch_slots;
+    st.total_context = g.total_context;
+  }
 
   // LoRA (cuda_lora.h, kernels/lora_sgmv.h): when some row has an adapter, the rows grouped by
   // slot once (the plan every layer reads), then each layer's four hooks; else nothing at all.

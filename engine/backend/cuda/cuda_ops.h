@@ -11,12 +11,14 @@
 //   prefill attention over the step's KV addressing.
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
 
 #include "engine/backend/cuda/quant_linear.h"
 #include "engine/backend/cuda/tp_comm.h"
 #include "kernels/attention.h"
 #include "kernels/attention_decode_rows.h"
 #include "kernels/gemm.h"
+#include "kernels/kv_fp8.h"
 #include "kernels/cuda_check.h"
 #include "kernels/lora_sgmv.h"
 #include "kernels/ops.h"
@@ -148,6 +150,15 @@ struct AttentionStep {
   int row_queries = kernels::kDecodeRowsQueries;  ///< DecodeRowsArgs::queries_per_block
   float* workspace = nullptr;      ///< decode split scratch
   size_t workspace_bytes = 0;
+  /// kv_cache_dtype fp8: the arenas hold E4M3 codes and scales (kernels/kv_fp8.h). Prefill
+  /// attention then runs over the step's sequences dequantized into fp8_k_scratch / fp8_v_scratch
+  /// ([fp8_scratch_slots, n_kv_heads, head_dim] in the dtype, naive at fp8_scratch_bases[s]).
+  bool kv_fp8 = false;
+  void* fp8_k_scratch = nullptr;
+  void* fp8_v_scratch = nullptr;
+  int64_t* fp8_scratch_bases = nullptr;  ///< [n_seqs]
+  int64_t fp8_scratch_slots = 0;
+  int64_t total_context = 0;       ///< sum of the step's context lengths (host), prefill with kv_fp8
 };
 
 struct Attention {
@@ -172,7 +183,12 @@ struct Attention {
     qa.slot_mapping = st.slot_mapping;
     qa.k_cache = k_cache;
     qa.v_cache = v_cache;
-    if (c.fusion) {
+    if (st.kv_fp8 && c.fusion) {
+      kernels::rope_kv_write_fp8(qa, c.stream);
+    } else if (st.kv_fp8) {
+      kernels::rope_inplace(qa, c.stream);
+      kernels::kv_write_fp8(qa, c.stream);
+    } else if (c.fusion) {
       kernels::rope_kv_write(qa, c.stream);
     } else {
       kernels::rope_inplace(qa, c.stream);
@@ -201,7 +217,10 @@ struct Attention {
       a.max_context = st.max_context;
       a.workspace = st.workspace;
       a.workspace_bytes = st.workspace_bytes;
-      if (st.row_spans) {
+      if (st.kv_fp8) {
+        if (st.row_spans) throw std::logic_error("Attention: the multi-row decode kernel reads no FP8 KV cache");
+        kernels::decode_attention_fp8(a, c.stream);
+      } else if (st.row_spans) {
         kernels::DecodeRowsArgs r;
         r.base = a;
         r.spans = st.row_spans;
@@ -214,6 +233,29 @@ struct Attention {
       kernels::PrefillAttentionArgs a;
       common(a);
       a.n_tokens = st.n_tokens;
+      if (st.kv_fp8) {  // the step's sequences dequantized into the scratch, then the bf16 kernel
+        kernels::KvFp8DequantArgs x;
+        x.dtype = c.dt;
+        x.k_cache = k_cache;
+        x.v_cache = v_cache;
+        x.shape = st.shape;
+        x.kv = st.kv;
+        x.n_seqs = st.n_seqs;
+        x.context_lens = st.context_lens;
+        x.max_context = st.max_context;
+        x.total_context = st.total_context;
+        x.k_out = st.fp8_k_scratch;
+        x.v_out = st.fp8_v_scratch;
+        x.out_slots = st.fp8_scratch_slots;
+        x.base_slots = st.fp8_scratch_bases;
+        kernels::dequantize_kv_fp8(x, c.stream);
+        a.k_cache = st.fp8_k_scratch;
+        a.v_cache = st.fp8_v_scratch;
+        a.shape.n_slots = st.fp8_scratch_slots;
+        a.kv = kernels::KvAddressing{};
+        a.kv.kind = kernels::KvLayoutKind::naive;
+        a.kv.base_slots = st.fp8_scratch_bases;
+      }
       kernels::prefill_attention(a, c.stream);
     }
   }

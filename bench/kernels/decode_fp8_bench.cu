@@ -1,0 +1,124 @@
+// kernel_bench --fp8kv: paged decode attention over an FP8 KV cache (decode_attention_fp8,
+// kernels/kv_fp8.h) beside bf16 KV on the same block tables (the engine's layout after a seeded
+// churn, PagedBatch), in interleaved rounds: GQA 1 / 4 / 8 (32 query heads, head_dim 128),
+// batches 1 / 32 / 128, contexts 1k / 4k. Each row's GB/s counts the bytes that kernel reads (FP8:
+// codes and scales, 132 bytes a row; bf16: 256) plus q and out, against the copy ceiling; bf16
+// is timed with its default kernel (tensor cores for GQA >= 2) and, for GQA >= 2, its CUDA-core
+// kernel (the one the FP8 path is built on). The FP8 arena holds valid random codes (no NaN) and
+// positive scales; the kernels' numerics are tested in tests/kernels_gpu/kv_fp8_gpu_test.cpp.
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/kernels/bench_timing.h"
+#include "bench/kernels/bench_util.cuh"
+#include "bench/kernels/paged_batch.cuh"
+#include "kernels/attention.h"
+#include "kernels/kv_fp8.h"
+
+namespace servelab::kernels::bench {
+namespace decode_fp8_bench_detail {
+
+/// Every slot: n_kv rows of random E4M3 codes without NaN (bit pattern S.1111.111), then positive
+/// scales around 1/64.
+__global__ void fill_fp8_arena(uint8_t* arena, int64_t n_slots, int64_t slot_bytes, int64_t scales_at, int n_kv, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_slots * slot_bytes; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t in_slot = i % slot_bytes;
+    if (in_slot >= scales_at) continue;  // scales below
+    uint64_t h = (uint64_t(i) + seed) * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 29;
+    uint8_t c = uint8_t(h >> 32);
+    if ((c & 0x7f) == 0x7f) c &= 0xfe;
+    arena[i] = c;
+  }
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_slots * n_kv; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t s = i / n_kv, h = i % n_kv;
+    reinterpret_cast<float*>(arena + s * slot_bytes + scales_at)[h] = 0.015625f * (1.0f + float((i * 7919) % 64) / 64.0f);
+  }
+}
+
+}  // namespace decode_fp8_bench_detail
+
+void bench_decode_attention_fp8(std::mt19937_64& rng, int n_sms, int64_t l2, double copy_gbs) {
+  using namespace decode_fp8_bench_detail;
+  constexpr int kHd = 128, kHeads = 32;
+  for (int group : {1, 4, 8})
+    for (int batch : {1, 32, 128})
+      for (int ctx : {1024, 4096}) {
+        const int n_kv = kHeads / group;
+        PagedBatch pb(batch, ctx, kHeads, n_kv, l2, rng, ArenaOrder::engine);
+        const int64_t sb = fp8_kv_slot_bytes(n_kv, kHd);
+        Buf k8(size_t(pb.n_slots * sb)), v8(size_t(pb.n_slots * sb));
+        fill_fp8_arena<<<2048, 256>>>(k8.get<uint8_t>(), pb.n_slots, sb, fp8_kv_scales_offset(n_kv, kHd), n_kv, rng());
+        fill_fp8_arena<<<2048, 256>>>(v8.get<uint8_t>(), pb.n_slots, sb, fp8_kv_scales_offset(n_kv, kHd), n_kv, rng());
+        CUDA_CHECK_LAUNCH();
+        // Columns: bf16 default, bf16 CUDA cores (GQA only), fp8 (default conversion), fp8 prmt.
+        std::vector<std::vector<DecodeAttentionArgs>> args(4);
+        for (int r = 0; r < pb.n_rot; ++r) {
+          args[0].push_back(pb.decode_args(r, SplitPolicy{}, n_sms));
+          if (group > 1) args[1].push_back(pb.decode_args(r, SplitPolicy{}, n_sms, false));
+        }
+        // FP8: its own zeroed workspace for its (CUDA-core) cut.
+        DecodeAttentionArgs f = pb.decode_args(0, SplitPolicy{}, n_sms, false);
+        const DecodeSplit fs = decode_attention_fp8_split(f, n_sms);
+        Buf ws(decode_attention_workspace_bytes(batch, kHeads, kHd, fs.n_splits));
+        CUDA_CHECK(cudaMemset(ws.p, 0, ws.bytes));
+        for (int r = 0; r < pb.n_rot; ++r) {
+          DecodeAttentionArgs a = pb.decode_args(r, SplitPolicy{}, n_sms, false);
+          a.k_cache = k8.p;
+          a.v_cache = v8.p;
+          a.workspace = ws.get<float>();
+          a.workspace_bytes = ws.bytes;
+          args[2].push_back(a);
+          args[3].push_back(a);
+        }
+        for (int c = 0; c < 2; ++c)  // the bf16 columns share PagedBatch's workspace (grown to the larger cut)
+          for (auto& a : args[c]) {
+            a.workspace = pb.ws->get<float>();
+            a.workspace_bytes = pb.ws->bytes;
+          }
+        std::vector<std::unique_ptr<GraphTimer>> timers;
+        std::vector<GraphTimer*> tp;
+        std::vector<int> cols;
+        for (int c = 0; c < 4; ++c) {
+          if (args[c].empty()) continue;
+          auto& list = args[c];
+          const int n_rot = pb.n_rot;
+          if (c >= 2) {
+            const Fp8KvDecode v = c == 3 ? Fp8KvDecode::prmt : Fp8KvDecode::shift_mask;
+            timers.push_back(std::make_unique<GraphTimer>([&list, n_rot, v](int i, cudaStream_t st) { decode_attention_fp8(list[i % n_rot], st, v); }, 20));
+          } else {
+            timers.push_back(std::make_unique<GraphTimer>([&list, n_rot](int i, cudaStream_t st) { decode_attention(list[i % n_rot], st); }, 20));
+          }
+          tp.push_back(timers.back().get());
+          cols.push_back(c);
+        }
+        const std::vector<double> med = time_rounds(tp, 15);
+        const double qo = 2.0 * batch * kHeads * kHd * 2;
+        const double bf16_bytes = double(batch) * ctx * n_kv * kHd * 2 * 2 + qo;
+        const double fp8_bytes = double(batch) * ctx * n_kv * (kHd + 4) * 2 + qo;
+        const std::string shape = "b" + std::to_string(batch) + " ctx" + std::to_string(ctx) + " gqa" + std::to_string(group);
+        double bf16_ms = 0, fp8_ms = 0, prmt_ms = 0;
+        for (size_t k = 0; k < cols.size(); ++k) {
+          const int c = cols[k];
+          const double ms = med[k];
+          const DecodeSplit used = c >= 2 ? fs : decode_attention_split(args[c][0], n_sms);
+          const std::string cut = " (" + std::to_string(used.n_splits) + " splits" + (used.tensor_cores ? " mma" : "") + ")";
+          if (c == 0) bf16_ms = ms;
+          if (c == 2) fp8_ms = ms;
+          if (c == 3) prmt_ms = ms;
+          const char* name = c == 0 ? "decode_attn_bf16kv"
+                             : c == 1 ? "decode_attn_bf16kv_cudacore"
+                             : c == 2 ? "decode_attn_fp8kv"
+                                      : "decode_attn_fp8kv_prmt";
+          record(name, shape + cut + " " + std::to_string(ms * 1e3).substr(0, 6) + " us",
+                 (c >= 2 ? fp8_bytes : bf16_bytes) / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
+        }
+        record("decode_attn_fp8kv_time", shape + " fp8 / bf16 kernel time", fp8_ms / bf16_ms, "x", "-", 0);
+        record("decode_attn_fp8kv_prmt_time", shape + " fp8 prmt / bf16 kernel time", prmt_ms / bf16_ms, "x", "-", 0);
+      }
+}
+
+}  // namespace servelab::kernels::bench

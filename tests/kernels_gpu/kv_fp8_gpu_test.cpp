@@ -1,0 +1,348 @@
+// The FP8 KV cache's kernels (kernels/kv_fp8.h) on the GPU against kernels/ref/kv_fp8_ref.h:
+// the fused RoPE + K/V write bit-equal to the CPU backend's quantization of the row the bf16
+// kernel writes; decode attention over FP8 arenas (GQA 1 / 4 / 8, head_dim 32 / 64 / 128, paged
+// blocks of 1 / 16 / 32 and naive, contexts 1..5000, auto and fixed splits, graph replays) and
+// prefill attention over the dequantized scratch against attention_ref on the arena read back;
+// block copies and swaps moving codes and scales together. bf16 and fp16 storage.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/kv_fp8.h"
+#include "kernels/ops.h"
+#include "kernels/ref/kv_fp8_ref.h"
+#include "kernels/ref/ops_ref.h"
+#include "tests/kernels/kv_fixture.h"
+#include "tests/kernels_gpu/attention_gpu_util.h"
+#include "tests/kernels_gpu/gpu_util.h"
+
+namespace servelab::kernels {
+namespace kv_fp8_gpu_test {  // named, not anonymous: a unity batch shares one translation unit
+
+using testing::DeviceBuffer;
+
+int sm_count() {
+  int n = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0));
+  return n;
+}
+
+/// A batch whose K/V live in FP8 arenas: `ref` holds the arenas read back (what attention_ref
+/// checks against), k8 / v8 the arenas themselves.
+struct Fp8Batch {
+  testing::KvBatch ref;
+  std::vector<uint8_t> k8, v8;
+};
+Fp8Batch quantized(testing::KvBatch b) {
+  Fp8Batch f;
+  f.k8 = kv_fp8_pack_ref(b.k_cache, b.shape);
+  f.v8 = kv_fp8_pack_ref(b.v_cache, b.shape);
+  b.k_cache = kv_fp8_unpack_ref(f.k8, b.shape);
+  b.v_cache = kv_fp8_unpack_ref(f.v8, b.shape);
+  f.ref = std::move(b);
+  return f;
+}
+
+/// decode_attention_fp8 over f (workspace zeroed, sized by its split); the output rows.
+std::vector<float> run_decode_fp8(ScalarType t, const Fp8Batch& f, SplitPolicy split, DecodeSplit* used = nullptr,
+                                  Fp8KvDecode variant = Fp8KvDecode::by_env) {
+  testing::DeviceBatch d(f.ref, t);
+  DeviceBuffer k8 = testing::upload(f.k8), v8 = testing::upload(f.v8);
+  DecodeAttentionArgs a = d.decode_args(f.ref, t);
+  a.k_cache = k8.get();
+  a.v_cache = v8.get();
+  a.split = split;
+  const DecodeSplit s = decode_attention_fp8_split(a, sm_count());
+  if (used) *used = s;
+  d.workspace = DeviceBuffer(decode_attention_workspace_bytes(a.n_seqs, a.n_heads, f.ref.shape.head_dim, s.n_splits));
+  CUDA_CHECK(cudaMemset(d.workspace.get(), 0, d.workspace.bytes()));
+  a.workspace = d.workspace.get<float>();
+  a.workspace_bytes = d.workspace.bytes();
+  decode_attention_fp8(a, nullptr, variant);
+  return testing::download16(t, d.out, f.ref.q.size());
+}
+
+class KvFp8Gpu : public ::testing::TestWithParam<ScalarType> {};
+
+/// The fused kernel (and rope_inplace + kv_write_fp8) writes, for every written row, exactly the
+/// codes and scale the CPU backend's formula gives on the row the bf16 kernel writes; Q as the
+/// bf16 kernel rotates it; padding rows and unused slots untouched.
+TEST_P(KvFp8Gpu, RopeKvWriteIsBitEqualToTheCpuQuantizationOfTheRow) {
+  SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  for (const auto& [n_heads, n_kv] : {std::pair{8, 2}, std::pair{32, 8}, std::pair{32, 32}, std::pair{4, 1}})
+    for (int hd : {32, 64, 128})
+      for (bool with_bias : {false, true}) {
+        SCOPED_TRACE("heads " + std::to_string(n_heads) + "/" + std::to_string(n_kv) + " hd " + std::to_string(hd) +
+                     (with_bias ? " bias" : ""));
+        const int n_tokens = 17, stride = (n_heads + 2 * n_kv) * hd;
+        const int64_t n_slots = 40, sb = fp8_kv_slot_bytes(n_kv, hd);
+        ASSERT_EQ(sb, kv_fp8_slot_bytes_ref(n_kv, hd));
+        std::vector<float> qkv = testing::random16(t, size_t(n_tokens) * stride, rng);
+        qkv[size_t(3) * stride + n_heads * hd] = 0.0f;  // an outlier and a zero row among the K/V rows
+        qkv[size_t(4) * stride + (n_heads + n_kv) * hd + 1] = testing::rounding(t)(300.0f);
+        std::fill_n(qkv.begin() + size_t(6) * stride + (n_heads + n_kv) * hd, hd, 0.0f);  // token 6's first V row: zero
+        const std::vector<float> bias = with_bias ? testing::random16(t, stride, rng) : std::vector<float>{};
+        std::vector<int32_t> pos(n_tokens);
+        std::vector<int64_t> slots(n_tokens);
+        std::uniform_int_distribution<int> p(0, 8000);
+        for (int tok = 0; tok < n_tokens; ++tok) pos[tok] = tok == 0 ? 0 : p(rng);
+        std::iota(slots.begin(), slots.end(), 3);
+        slots[5] = -1;  // a padding row: never written
+        const std::vector<float> inv = rope_inv_freq(500000.0f, hd);
+        DeviceBuffer d_bias = testing::upload16(t, bias), d_pos = testing::upload(pos), d_slots = testing::upload(slots),
+                     d_inv = testing::upload(inv);
+        auto args = [&](DeviceBuffer& d_qkv, void* kc, void* vc) {
+          QkvArgs a;
+          a.dtype = t;
+          a.qkv = d_qkv.get();
+          a.qkv_row_stride = stride;
+          a.n_tokens = n_tokens;
+          a.n_heads = n_heads;
+          a.n_kv_heads = n_kv;
+          a.head_dim = hd;
+          a.bias = with_bias ? d_bias.get() : nullptr;
+          a.positions = d_pos.get<int32_t>();
+          a.inv_freq = d_inv.get<float>();
+          a.slot_mapping = d_slots.get<int64_t>();
+          a.k_cache = kc;
+          a.v_cache = vc;
+          return a;
+        };
+        // The bf16 / fp16 kernel: the rows the cache would hold.
+        DeviceBuffer q16 = testing::upload16(t, qkv), kc(size_t(n_slots) * n_kv * hd * 2), vc(kc.bytes());
+        CUDA_CHECK(cudaMemset(kc.get(), 0, kc.bytes()));
+        CUDA_CHECK(cudaMemset(vc.get(), 0, vc.bytes()));
+        rope_kv_write(args(q16, kc.get(), vc.get()), nullptr);
+        const std::vector<float> k_rows = testing::download16(t, kc, size_t(n_slots) * n_kv * hd);
+        const std::vector<float> v_rows = testing::download16(t, vc, size_t(n_slots) * n_kv * hd);
+        const std::vector<float> q_out = testing::download16(t, q16, qkv.size());
+        // The expected arenas: the CPU formula on those rows, slots the step writes only.
+        std::vector<uint8_t> k_want(size_t(n_slots * sb), 0), v_want = k_want;
+        for (int tok = 0; tok < n_tokens; ++tok) {
+          if (slots[tok] < 0) continue;
+          for (int h = 0; h < n_kv; ++h)
+            for (int kind = 0; kind < 2; ++kind) {
+              const std::vector<float>& rows = kind ? v_rows : k_rows;
+              uint8_t* slot = (kind ? v_want : k_want).data() + slots[tok] * sb;
+              const float scale = quantize_kv_row_fp8_ref(rows.data() + (slots[tok] * n_kv + h) * hd, hd, slot + h * hd);
+              std::memcpy(slot + int64_t(n_kv) * hd + 4 * h, &scale, 4);
+            }
+        }
+        for (bool fused : {true, false}) {
+          SCOPED_TRACE(fused ? "fused" : "rope_inplace + kv_write_fp8");
+          DeviceBuffer q8 = testing::upload16(t, qkv), k8(size_t(n_slots * sb)), v8(size_t(n_slots * sb));
+          CUDA_CHECK(cudaMemset(k8.get(), 0, k8.bytes()));
+          CUDA_CHECK(cudaMemset(v8.get(), 0, v8.bytes()));
+          const QkvArgs a = args(q8, k8.get(), v8.get());
+          if (fused) {
+            rope_kv_write_fp8(a, nullptr);
+          } else {
+            rope_inplace(a, nullptr);
+            kv_write_fp8(a, nullptr);
+          }
+          EXPECT_EQ(testing::download<uint8_t>(k8, k8.bytes()), k_want);
+          EXPECT_EQ(testing::download<uint8_t>(v8, v8.bytes()), v_want);
+          const std::vector<float> q_got = testing::download16(t, q8, qkv.size());
+          for (int tok = 0; tok < n_tokens; ++tok)  // the Q heads of every row as the 16-bit kernel leaves them
+            ASSERT_TRUE(std::equal(q_got.begin() + size_t(tok) * stride, q_got.begin() + size_t(tok) * stride + n_heads * hd,
+                                   q_out.begin() + size_t(tok) * stride))
+                << "token " << tok;
+        }
+      }
+}
+
+TEST_P(KvFp8Gpu, DecodeMatchesReferenceOnAwkwardShapes) {
+  SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  std::uniform_int_distribution<int> len(1, 300);
+  for (KvLayoutKind kind : {KvLayoutKind::paged, KvLayoutKind::naive})
+    for (int group : {1, 4, 8})
+      for (int bs : {1, 16, 32}) {
+        if (kind == KvLayoutKind::naive && bs != 16) continue;
+        for (int hd : {32, 64, 128}) {
+          std::vector<int> ctx = {1, 97};
+          while (ctx.size() < 17) ctx.push_back(len(rng));
+          const Fp8Batch f = quantized(testing::make_batch({ctx, std::vector<int>(17, 1), 8, 8 / group, hd, kind, bs}, rng));
+          const std::vector<float> ref = testing::reference_attention(f.ref);
+          for (SplitPolicy split : {SplitPolicy{0}, SplitPolicy{32}}) {
+            DecodeSplit used;
+            const std::vector<float> out = run_decode_fp8(t, f, split, &used);
+            EXPECT_FALSE(used.tensor_cores);
+            EXPECT_LT(testing::rel_error(out, ref), testing::tolerance(t))
+                << "layout " << int(kind) << " group " << group << " block " << bs << " hd " << hd << " split "
+                << split.fixed_split_len << " splits " << used.n_splits;
+            // The byte-permute conversion gives the same codes' values, so the same bits.
+            EXPECT_EQ(run_decode_fp8(t, f, split, nullptr, Fp8KvDecode::prmt), out)
+                << "prmt variant, layout " << int(kind) << " group " << group << " hd " << hd;
+          }
+        }
+      }
+}
+
+/// Contexts up to 5000 (several splits merged through the workspace), GQA 1 / 4 / 8, head_dim 128.
+TEST_P(KvFp8Gpu, DecodeLongContextsMatchReference) {
+  SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  for (int group : {1, 4, 8})
+    for (KvLayoutKind kind : {KvLayoutKind::paged, KvLayoutKind::naive}) {
+      const Fp8Batch f =
+          quantized(testing::make_batch({{5000, 1, 1000, 4097, 2}, {1, 1, 1, 1, 1}, 32, 32 / group, 128, kind, 16}, rng));
+      DecodeSplit used;
+      const std::vector<float> out = run_decode_fp8(t, f, SplitPolicy{}, &used);
+      EXPECT_GT(used.n_splits, 1);
+      EXPECT_LT(testing::rel_error(out, testing::reference_attention(f.ref)), testing::tolerance(t))
+          << "group " << group << " layout " << int(kind) << " splits " << used.n_splits;
+      EXPECT_EQ(run_decode_fp8(t, f, SplitPolicy{}, nullptr, Fp8KvDecode::prmt), out) << "prmt variant, group " << group;
+    }
+}
+
+/// A CUDA graph of the FP8 decode replays to the eager call's bits (the split counters reset).
+TEST_P(KvFp8Gpu, DecodeGraphReplaysGiveTheEagerBits) {
+  SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  const Fp8Batch f = quantized(testing::make_batch({{3000, 17, 700}, {1, 1, 1}, 32, 8, 128, KvLayoutKind::paged, 16}, rng));
+  testing::DeviceBatch d(f.ref, t);
+  DeviceBuffer k8 = testing::upload(f.k8), v8 = testing::upload(f.v8);
+  DecodeAttentionArgs a = d.decode_args(f.ref, t);
+  a.k_cache = k8.get();
+  a.v_cache = v8.get();
+  const DecodeSplit s = decode_attention_fp8_split(a, sm_count());
+  ASSERT_GT(s.n_splits, 1);
+  d.workspace = DeviceBuffer(decode_attention_workspace_bytes(a.n_seqs, a.n_heads, 128, s.n_splits));
+  CUDA_CHECK(cudaMemset(d.workspace.get(), 0, d.workspace.bytes()));
+  a.workspace = d.workspace.get<float>();
+  a.workspace_bytes = d.workspace.bytes();
+  decode_attention_fp8(a, nullptr);
+  const std::vector<uint16_t> eager = testing::download<uint16_t>(d.out, f.ref.q.size());
+  testing::CapturedGraph graph([&](cudaStream_t st) { decode_attention_fp8(a, st); });
+  for (int i = 0; i < 2; ++i) {
+    d.out.poison();
+    graph.replay();
+    EXPECT_EQ(testing::download<uint16_t>(d.out, f.ref.q.size()), eager) << "replay " << i;
+  }
+  EXPECT_TRUE(testing::split_counters_zero(d.workspace, 128));
+}
+
+/// Prefill over an FP8 cache: dequantize_kv_fp8 gives exactly the read-back rows rounded to the
+/// dtype, and prefill_attention over them matches attention_ref on the read-back arena (chunks over
+/// cached prefixes, GQA 1 / 4 / 8, paged and naive).
+TEST_P(KvFp8Gpu, PrefillOverTheDequantizedScratchMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  for (KvLayoutKind kind : {KvLayoutKind::paged, KvLayoutKind::naive})
+    for (int group : {1, 4, 8})
+      for (int hd : {64, 128}) {
+        const std::vector<int> ctx = {1, 17, 129, 300, 256, 140, 5}, q = {1, 17, 129, 171, 128, 1, 5};
+        const Fp8Batch f = quantized(testing::make_batch({ctx, q, 8, 8 / group, hd, kind, 16}, rng));
+        SCOPED_TRACE("layout " + std::to_string(int(kind)) + " group " + std::to_string(group) + " hd " + std::to_string(hd));
+        testing::DeviceBatch d(f.ref, t);
+        DeviceBuffer k8 = testing::upload(f.k8), v8 = testing::upload(f.v8);
+        const int64_t total = std::accumulate(ctx.begin(), ctx.end(), int64_t(0));
+        const int64_t row = f.ref.shape.row_elems();
+        DeviceBuffer ks(size_t(total * row * 2)), vs(ks.bytes()), bases(ctx.size() * 8);
+        ks.poison();
+        vs.poison();
+        KvFp8DequantArgs x;
+        x.dtype = t;
+        x.k_cache = k8.get();
+        x.v_cache = v8.get();
+        x.shape = f.ref.shape;
+        x.kv = d.kv;
+        x.n_seqs = int(ctx.size());
+        x.context_lens = d.context_lens.get<int32_t>();
+        x.max_context = *std::max_element(ctx.begin(), ctx.end());
+        x.total_context = total;
+        x.k_out = ks.get();
+        x.v_out = vs.get();
+        x.out_slots = total;
+        x.base_slots = bases.get<int64_t>();
+        dequantize_kv_fp8(x, nullptr);
+        // The scratch: sequence s's positions at the prefix sum of the contexts before it.
+        const std::vector<float> kd = testing::download16(t, ks, size_t(total * row)), vd = testing::download16(t, vs, size_t(total * row));
+        const KvAddressing addr = f.ref.in.addressing();
+        int64_t at = 0;
+        for (size_t s = 0; s < ctx.size(); ++s)
+          for (int p = 0; p < ctx[s]; ++p, ++at)
+            for (int64_t e = 0; e < row; ++e) {
+              ASSERT_EQ(kd[at * row + e], testing::rounding(t)(f.ref.k_cache[addr.slot(int(s), p) * row + e])) << s << " " << p;
+              ASSERT_EQ(vd[at * row + e], testing::rounding(t)(f.ref.v_cache[addr.slot(int(s), p) * row + e])) << s << " " << p;
+            }
+        PrefillAttentionArgs a;
+        a.dtype = t;
+        a.q = d.q.get();
+        a.q_row_stride = int64_t(f.ref.spec.n_heads) * hd;
+        a.k_cache = ks.get();
+        a.v_cache = vs.get();
+        a.shape = KvShape{total, f.ref.shape.n_kv_heads, hd};
+        a.n_heads = f.ref.spec.n_heads;
+        a.n_seqs = int(ctx.size());
+        a.n_tokens = f.ref.n_tokens();
+        a.query_start = d.query_start.get<int32_t>();
+        a.context_lens = d.context_lens.get<int32_t>();
+        a.kv.kind = KvLayoutKind::naive;
+        a.kv.base_slots = bases.get<int64_t>();
+        a.scale = 1.0f / std::sqrt(float(hd));
+        a.out = d.out.get();
+        a.out_row_stride = a.q_row_stride;
+        prefill_attention(a, nullptr);
+        EXPECT_LT(testing::rel_error(testing::download16(t, d.out, f.ref.q.size()), testing::reference_attention(f.ref)),
+                  testing::tolerance(t));
+      }
+}
+
+/// copy_blocks and gather/scatter_blocks on FP8 arenas with slot_bytes (codes, scales, padding)
+/// a block: every byte of a copied slot, scales included, arrives; nothing else changes.
+TEST(KvFp8CopyGpu, BlockCopiesAndSwapsMoveCodesAndScalesTogether) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(7);
+  for (const auto& [n_kv, hd] : {std::pair{2, 32}, std::pair{1, 128}, std::pair{8, 64}}) {
+    const int64_t sb = fp8_kv_slot_bytes(n_kv, hd), n_slots = 64;
+    SCOPED_TRACE("slot bytes " + std::to_string(sb));
+    ASSERT_EQ(sb % 16, 0);
+    const int n_arenas = 4;
+    std::vector<std::vector<uint8_t>> host(n_arenas, std::vector<uint8_t>(size_t(n_slots * sb)));
+    std::vector<DeviceBuffer> dev;
+    std::vector<void*> ptrs;
+    for (auto& h : host) {
+      for (uint8_t& b : h) b = uint8_t(rng());
+      dev.push_back(testing::upload(h));
+      ptrs.push_back(dev.back().get());
+    }
+    DeviceBuffer d_ptrs = testing::upload(ptrs);
+    const int bs = 4;  // slots a copy unit
+    const std::vector<int32_t> pairs = {0, 5, 3, 1, 12, 15};  // (src, dst) blocks of 4 slots
+    DeviceBuffer d_pairs = testing::upload(pairs);
+    copy_blocks(d_ptrs.get<void*>(), n_arenas, d_pairs.get<int32_t>(), 3, bs * sb, nullptr);
+    std::vector<std::vector<uint8_t>> want = host;
+    for (auto& w : want)
+      for (size_t i = 0; i < pairs.size(); i += 2)
+        std::copy_n(w.begin() + pairs[i] * bs * sb, bs * sb, w.begin() + pairs[i + 1] * bs * sb);
+    for (int r = 0; r < n_arenas; ++r) EXPECT_EQ(testing::download<uint8_t>(dev[r], host[r].size()), want[r]) << "copy, arena " << r;
+    // Swap out blocks {2, 7} and back into {9, 10}.
+    const std::vector<int32_t> out_blocks = {2, 7}, in_blocks = {9, 10};
+    DeviceBuffer d_out = testing::upload(out_blocks), d_in = testing::upload(in_blocks), staging(size_t(2 * n_arenas * bs * sb));
+    gather_blocks(d_ptrs.get<void*>(), n_arenas, d_out.get<int32_t>(), 2, bs * sb, staging.get(), nullptr);
+    scatter_blocks(d_ptrs.get<void*>(), n_arenas, d_in.get<int32_t>(), 2, bs * sb, staging.get(), nullptr);
+    for (auto& w : want)
+      for (int i = 0; i < 2; ++i) std::copy_n(w.begin() + out_blocks[i] * bs * sb, bs * sb, w.begin() + in_blocks[i] * bs * sb);
+    for (int r = 0; r < n_arenas; ++r) EXPECT_EQ(testing::download<uint8_t>(dev[r], host[r].size()), want[r]) << "swap, arena " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Storage, KvFp8Gpu, ::testing::ValuesIn(testing::kStorageTypes), testing::dtype_name);
+
+}  // namespace kv_fp8_gpu_test
+}  // namespace servelab::kernels
