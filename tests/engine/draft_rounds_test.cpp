@@ -15,10 +15,24 @@
 #include "engine/spec/draft_rounds.h"
 #include "engine/spec/model_proposer.h"
 #include "engine/spec/sim_proposer.h"
-#include "tests/backend/backend_test_util.h"
 
 namespace servelab {
 namespace draft_rounds_test {  // named, not anonymous: a unity batch shares one translation unit
+
+/// hidden 64, 2 layers, 4 heads of 16 (2 K/V heads), ffn 128, vocab 97, f32: fast on one thread.
+ModelConfig rounds_target_config() {
+  ModelConfig c;
+  c.name = "test-rounds";
+  c.hidden_size = 64;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.intermediate_size = 128;
+  c.vocab_size = 97;
+  c.max_position = 512;
+  c.dtype = DType::f32;
+  return c;
+}
 
 ProfileOptions draft_grid() {
   ProfileOptions o;
@@ -44,7 +58,7 @@ DraftRoundOptions round_options() {
 
 /// A target profile with a one-layer draft's grid and, when `rounds`, its timed proposer rounds.
 struct Profiled {
-  ModelConfig target = testing::small_config(2), draft;
+  ModelConfig target = rounds_target_config(), draft;
   std::string text;
   ProfileReport report, draft_report;
 };
