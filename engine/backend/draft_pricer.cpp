@@ -90,7 +90,10 @@ void DraftPricer::fit_rounds(const std::vector<DraftRound>& rounds) {
     sum += (r.round_s - forward(r)) / r.k;
     ++n;
   }
-  for (const auto& [b, v] : per_step) step_work_.push_back({double(b), v.first / v.second});
+  // The proposer's work is never negative: a round measured below its priced forward steps (the
+  // CPU engine's rounds, timed back to back with warm caches, against grid points timed in
+  // shuffled rounds) adds nothing rather than taking time away.
+  for (const auto& [b, v] : per_step) step_work_.push_back({double(b), std::max(0.0, v.first / v.second)});
   // First rounds: what is left over the forward and the steady work, per caught-up prompt row.
   std::map<int64_t, std::pair<double, int>> per_prompt;  // prompt rows -> (sum, count)
   for (const DraftRound& r : rounds) {
@@ -100,7 +103,7 @@ void DraftPricer::fit_rounds(const std::vector<DraftRound>& rounds) {
     sum += r.round_s - forward(r) - r.k * step_work_s(r.n_seqs);
     ++n;
   }
-  for (const auto& [rows, v] : per_prompt) prompt_work_.push_back({double(rows), v.first / v.second});
+  for (const auto& [rows, v] : per_prompt) prompt_work_.push_back({double(rows), std::max(0.0, v.first / v.second)});
 }
 
 double DraftPricer::step_work_s(int64_t n_seqs) const {

@@ -36,7 +36,8 @@ class DraftPricer {
   /// the profile's timed rounds measured beside them (none without rounds): per draft step,
   /// what the steady rounds (2 catch-up rows a sequence) took over their priced forwards,
   /// interpolated over the step's sequences; and, for the `prompt_rows` rows of sequences
-  /// catching up their prompt (a first round), what the profile's first rounds took over that.
+  /// catching up their prompt (a first round), what the profile's first rounds took over that;
+  /// each knot at least 0 (a round measured below its priced forward steps adds nothing).
   double round_seconds(std::span<const StepShape> steps, int64_t prompt_rows) const;
   /// Whether round_seconds adds the proposer's measured work (the profile timed rounds of this draft).
   bool rounds_profiled() const { return !step_work_.empty(); }
