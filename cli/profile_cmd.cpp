@@ -17,6 +17,8 @@
 #include "engine/backend/cpu_gemm.h"
 #include "engine/backend/make_backend.h"
 #include "engine/backend/profiler.h"
+#include "engine/spec/draft_rounds.h"
+#include "engine/spec/spec_config.h"
 #include "loadgen/host_overhead_probe.h"
 #include "loadgen/profile_grid_for.h"
 #include "loadgen/scenario.h"
@@ -47,6 +49,7 @@ struct ProfileArgs {
   std::string for_scenario;   // the grid from this scenario's lengths and batches (loadgen/profile_grid_for.h)
   int draft_layers = 0;       // also profile the preset's first N layers (a `self` draft), as "draft" in the JSON
   std::string draft_preset;   // also profile this preset (a `draft_model` draft), as "draft" in the JSON
+  bool draft_rounds = true;   // with a draft: also time whole proposer rounds (the JSON's "draft"."rounds")
   std::vector<const CLI::Option*> grid_flags;  // the grid's own flags: given ones win over --for-scenario
 };
 
@@ -61,6 +64,45 @@ int64_t default_cuda_kv_bytes(const Backend& backend, const ProfileOptions& opti
     max_seqs = std::max(max_seqs, static_cast<int>(p.seqs.size()));
   }
   return kv_bytes_for_gpu_utilization(backend, 0.9, max_rows, max_seqs);
+}
+
+/// Whole proposer rounds of the draft `dspec` describes (engine/spec/draft_rounds.h), on a backend
+/// of its own with the proposer the engine would build: the draft's batch sizes, the target's
+/// verification k (3 without any), the middle decode context, the batched prefills' prompt lengths.
+std::vector<DraftRound> time_draft_rounds(const BackendSpec& dspec, const ProfileOptions& grid, const std::string& method) {
+  DraftRoundOptions r;
+  r.batch_sizes = grid.batch_sizes;
+  r.ks = grid.verify_ks.empty() ? std::vector<int>{3} : grid.verify_ks;
+  std::vector<int> contexts = grid.contexts;
+  std::sort(contexts.begin(), contexts.end());
+  r.context = std::max(2, contexts.empty() ? 128 : contexts[contexts.size() / 2]);
+  r.prompt_lens = grid.prompt_lens;
+  r.max_prompt_rows = 16384;
+  r.warmup = std::max(2, grid.warmup);
+  r.repeats = std::max(5, grid.repeats);
+  r.seed = grid.seed;
+  const int most_seqs = *std::max_element(r.batch_sizes.begin(), r.batch_sizes.end());
+  const int longest_prompt = r.prompt_lens.empty() ? 0 : *std::max_element(r.prompt_lens.begin(), r.prompt_lens.end());
+  const int k_max = *std::max_element(r.ks.begin(), r.ks.end());
+  ModelProposerOptions o;
+  o.max_num_seqs = std::max(256, most_seqs);
+  o.max_num_batched_tokens = std::max(2048, grid.max_rows);
+  o.max_model_len = std::max(r.context + (r.warmup + r.repeats + 1) * (k_max + 1), longest_prompt + 1) + k_max + 16;
+  // n_threads: ModelProposerOptions' default, as make_proposer's cpu draft runs
+  const BackendFactory factory(dspec);
+  std::unique_ptr<ModelProposer> proposer;
+  if (factory.weights()) {  // cpu: the draft shares its weights, as make_proposer's cpu draft does
+    o.kv_cache_bytes = int64_t(256) << 20;
+    proposer = std::make_unique<ModelProposer>(method, factory.weights(), factory.weights()->config.vocab_size, o);
+  } else {  // a device draft: its arena as make_proposer gives it beside a cuda target
+    o.kv_cache_bytes = ProposerTarget{}.device_draft_kv_bytes;
+    std::unique_ptr<Backend> b = factory.make();
+    const int vocab = b->config().vocab_size;
+    proposer = std::make_unique<ModelProposer>(method, std::move(b), vocab, o);
+  }
+  std::cerr << "timing the draft's proposer rounds...\n";
+  return profile_draft_rounds(*proposer, proposer->draft_config().vocab_size, r,
+                              [](const std::string& line) { std::cerr << line << "\n"; });
 }
 
 int profile_main(const ProfileArgs& a) {
@@ -182,6 +224,8 @@ int profile_main(const ProfileArgs& a) {
               << ")...\n";
     std::unique_ptr<Backend> dbackend = make_backend(dspec);
     draft = profile_backend(*dbackend, dgrid, [](const std::string& line) { std::cerr << line << "\n"; });
+    dbackend.reset();
+    if (a.draft_rounds) draft->rounds = time_draft_rounds(dspec, options, draft_layers > 0 ? "self" : "draft_model");
     draft->device = report.device;
     draft->hardware = hardware;
     draft->commit = report.commit;
@@ -270,6 +314,9 @@ const Registrar register_profile(
           ->check(CLI::Range(1, 1024));
       sub.add_option("--draft-preset", a->draft_preset,
                      "also profile this preset (a `draft_model` draft) on the same grid, into the JSON's \"draft\"");
+      sub.add_flag("!--no-draft-rounds", a->draft_rounds,
+                   "with a draft: do not time whole proposer rounds (B sequences drafting k, host work included), "
+                   "from which the sim prices the proposer's work around the draft's forward steps");
       for (const char* f : {"--prefill-lens", "--batch", "--contexts", "--chunk-lens", "--prompt-len", "--max-rows", "--verify-k"})
         a->grid_flags.push_back(sub.get_option(f));
       sub.add_option("--repeats", g.repeats, "timed repeats per point (median kept)")->capture_default_str()->check(CLI::PositiveNumber);

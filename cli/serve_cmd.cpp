@@ -229,6 +229,11 @@ int serve_main(ServeArgs a, const CLI::App& sub) {
   }
   const bool echo = a.backend == "echo";
   if (!echo && !have_scenario) spec.kind = parse_backend_kind(a.backend);
+  if (strategy && strategy->speculative && strategy->speculative->sim_acceptance && (echo || spec.kind != BackendKind::sim)) {
+    std::cerr << "servelab serve: error: --speculative-config: sim_acceptance applies to --backend sim (got "
+              << (echo ? std::string("echo") : to_string(spec.kind)) << "; a real backend measures its acceptance)\n";
+    return 2;
+  }
   if (!a.dtype.empty()) spec.storage_dtype = parse_dtype(a.dtype);  // over the scenario's backend.dtype
   if (!a.quantization.empty()) spec.quantization = parse_quantization(a.quantization);
   if (!a.kv_cache_dtype.empty()) spec.kv_cache_dtype = parse_kv_cache_dtype(a.kv_cache_dtype);
@@ -372,7 +377,8 @@ const Registrar register_serve(
           ->check(CLI::NonNegativeNumber);
       sub.add_option("--speculative-config", a->speculative_config,
                      "Speculative decoding, vLLM's JSON: '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}' "
-                     "(methods ngram, self with num_layers, draft_model with model)");
+                     "(methods ngram, self with num_layers, draft_model with model; on --backend sim, self and "
+                     "draft_model take sim_acceptance: {\"per_position\": [p1, ...]} or {\"summary\": FILE})");
       sub.footer(
           "Examples:\n"
           "  servelab serve --preset tiny --port 8000\n"
@@ -380,6 +386,8 @@ const Registrar register_serve(
           "  servelab serve --scenario scenarios/quickstart.yaml --strategy continuous-paged\n"
           "  servelab serve --backend echo --port 9000      # fast responder for bench-http-driver.sh\n"
           "  servelab serve --preset tiny --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": 4}'\n"
+          "  servelab serve --backend sim --preset llama2-7b --speculative-config \\\n"
+          "      '{\"method\": \"self\", \"num_layers\": 1, \"num_speculative_tokens\": 2, \"sim_acceptance\": {\"per_position\": [0.9, 0.8]}}'\n"
           "  servelab serve --preset tiny --enable-lora --max-loras 4 --lora-modules sql=adapters/sql chat=adapters/chat\n"
           "Then: curl localhost:8000/v1/completions -d '{\"prompt\": \"hi\", \"max_tokens\": 8, \"stream\": true}'");
       const CLI::App* app = &sub;  // outlives the run: main() owns it

@@ -180,6 +180,23 @@ std::string model_shape_hash(const ModelConfig& model);
 SimDevice fit_allreduce(const SimDevice& device, int tensor_parallel,
                         const std::vector<std::pair<double, double>>& bytes_seconds);
 
+/// One timed proposer round (engine/spec/draft_rounds.h): propose_batch for n_seqs sequences at
+/// up to k drafts each, whose draft copies first catch up catchup_rows rows a sequence ending at
+/// `context` (2 in steady rounds: the last accepted draft and the bonus token; the prompt and
+/// first token in a sequence's first round), then draft one row per step. round_s: the median
+/// wall time of the whole call, host work included.
+struct DraftRound {
+  int n_seqs = 0;
+  int k = 0;
+  int context = 0;
+  int catchup_rows = 0;
+  double round_s = 0.0;
+  /// First rounds only: the point's first call, before its warm-up (the first time the draft
+  /// runs a catch-up of that many rows: first-use work such as GEMM algorithm lookups). Recorded,
+  /// not priced (0 when not measured).
+  double first_use_s = 0.0;
+};
+
 /// How the sim backend prices a step.
 struct SimCostModel {
   enum class Kind { roofline, profile };
@@ -216,6 +233,10 @@ struct SimCostModel {
     std::string shape_hash;  ///< model_shape_hash of the draft it timed
     std::string name;
     ProfiledStepModel profiled;
+    /// Whole proposer rounds timed beside the draft's steps (the JSON's "draft"."rounds",
+    /// `servelab profile` with a draft): what drafting costs besides the forward steps priced
+    /// from `profiled` (DraftPricer::round_seconds). Empty in profiles written before them.
+    std::vector<DraftRound> rounds;
   };
   std::vector<DraftProfile> draft_profiles;
 

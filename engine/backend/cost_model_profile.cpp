@@ -40,6 +40,8 @@ StepShape shape_from_v1(const std::string& phase, int64_t batch, int64_t n_token
 /// The step samples of a profile's "samples" list (`prefix` names where the list sits in the
 /// file, for errors), fitted. Throws std::runtime_error naming the file and the sample.
 ProfiledStepModel fit_profile_samples(const std::string& path, const std::string& prefix, const nlohmann::json& list);
+/// The draft's timed proposer rounds ("draft"."rounds"). Throws std::runtime_error naming the entry.
+std::vector<DraftRound> read_draft_rounds(const std::string& path, const nlohmann::json& list);
 
 }  // namespace
 
@@ -148,13 +150,39 @@ SimCostModel SimCostModel::from_profile_json(const std::string& path, const Mode
       throw std::runtime_error(path + ": the draft was profiled on " + d.value("hardware", std::string("?")) +
                                ", the target on " + hardware);
     m.draft_profiles.push_back({dm["shape_hash"].get<std::string>(), dm.value("name", std::string("?")),
-                                fit_profile_samples(path, "draft.", d["samples"])});
+                                fit_profile_samples(path, "draft.", d["samples"]), {}});
+    if (d.contains("rounds")) m.draft_profiles.back().rounds = read_draft_rounds(path, d["rounds"]);
   }
   m.source = path + (m.allreduce_measured ? " (all-reduce measured)" : "");
   return m;
 }
 
 namespace {
+
+std::vector<DraftRound> read_draft_rounds(const std::string& path, const nlohmann::json& list) {
+  if (!list.is_array()) throw std::runtime_error(path + ": draft.rounds must be an array");
+  std::vector<DraftRound> rounds;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const nlohmann::json& o = list[i];
+    const std::string where = path + ": draft.rounds[" + std::to_string(i) + "]";
+    auto number = [&](const char* key) -> double {
+      if (o.is_object() && o.contains(key) && o[key].is_number()) return o[key].get<double>();
+      throw std::runtime_error(where + ": missing number '" + key + "'");
+    };
+    DraftRound r;
+    r.n_seqs = static_cast<int>(number("n_seqs"));
+    r.k = static_cast<int>(number("k"));
+    r.context = static_cast<int>(number("context"));
+    r.catchup_rows = static_cast<int>(number("catchup_rows"));
+    r.round_s = number("round_s");
+    if (o.contains("first_use_s") && o["first_use_s"].is_number()) r.first_use_s = o["first_use_s"].get<double>();
+    if (r.n_seqs < 1 || r.k < 1 || r.catchup_rows < 1 || r.context < r.catchup_rows || !(r.round_s > 0) ||
+        !std::isfinite(r.round_s))
+      throw std::runtime_error(where + ": needs n_seqs >= 1, k >= 1, 1 <= catchup_rows <= context and round_s > 0");
+    rounds.push_back(r);
+  }
+  return rounds;
+}
 
 ProfiledStepModel fit_profile_samples(const std::string& path, const std::string& prefix, const nlohmann::json& list) {
   std::vector<TimedStep> steps;

@@ -549,6 +549,15 @@ std::string profile_json(const ProfileReport& r, const ProfileReport* draft) {
   if (r.ceilings)
     j["ceilings"] = {{"copy_bytes_s", r.ceilings->copy_bytes_s}, {"gemm_flops", r.ceilings->gemm_flops},
                      {"detail", r.ceilings->detail}};
+  if (!r.rounds.empty()) {
+    ordered_json rounds = ordered_json::array();
+    for (const DraftRound& d : r.rounds) {
+      rounds.push_back({{"n_seqs", d.n_seqs}, {"k", d.k}, {"context", d.context}, {"catchup_rows", d.catchup_rows},
+                        {"round_s", d.round_s}});
+      if (d.first_use_s > 0) rounds.back()["first_use_s"] = d.first_use_s;
+    }
+    j["rounds"] = std::move(rounds);
+  }
   if (draft) j["draft"] = ordered_json::parse(profile_json(*draft));
   return j.dump(2) + "\n";
 }

@@ -167,6 +167,8 @@ struct ProfileReport {
   /// which a run of `backend.ceilings: PROFILE` prices its steps' rooflines at; unset otherwise.
   std::optional<ProbedCeilings> ceilings;
   double wall_s = 0.0;      ///< how long the whole profile took
+  /// A draft's report only: whole proposer rounds timed after its grid (engine/spec/draft_rounds.h).
+  std::vector<DraftRound> rounds;
 };
 
 /// Times points on one backend: owns a paged KV manager (blocks of kProfileBlockSize, no prefix
@@ -219,7 +221,8 @@ std::string profile_table(const ProfileReport& report);
 ///  "all_reduce": [{"bytes", "seconds"}] (only when measured),
 ///  "host_overhead": {"per_step_s", "per_seq_s", "points": [{"seqs", "seconds"}]} (only when measured),
 ///  "ceilings": {"copy_bytes_s", "gemm_flops", "detail"} (only when probed),
-///  "draft": {the same for the draft model, `draft` (only when given)}}
+///  "draft": {the same for the draft model, `draft` (only when given), with "rounds": [{"n_seqs",
+///  "k", "context", "catchup_rows", "round_s"}] when its proposer rounds were timed}}
 std::string profile_json(const ProfileReport& report, const ProfileReport* draft = nullptr);
 
 }  // namespace servelab

@@ -56,10 +56,15 @@ void SimProposer::propose_batch(std::span<const DraftTask> tasks) {
   const int64_t span = std::max(1, model.vocab_size - 2);
   int k_max = 0;
   StepShape catch_up;
+  int64_t prompt_rows = 0;  // rows of sequences catching up more than a steady round's 2 (their prompt)
   for (const DraftTask& t : tasks) {
     if (t.max_k < 1 || t.seq->n_tokens() < 1) continue;
     const Sequence& s = *t.seq;
-    if (pricer_) sim_proposer_detail::add_rows(catch_up, s.n_tokens() - valid_positions(s), s.n_tokens());
+    if (pricer_) {
+      const int rows = s.n_tokens() - valid_positions(s);
+      sim_proposer_detail::add_rows(catch_up, rows, s.n_tokens());
+      if (rows > 2) prompt_rows += rows;
+    }
     DraftCopy& c = copies_[s.id];
     c.base = s.n_tokens();
     c.drafts.clear();
@@ -74,13 +79,15 @@ void SimProposer::propose_batch(std::span<const DraftTask> tasks) {
   }
   last_s_ = 0.0;
   if (!pricer_ || k_max == 0) return;
-  last_s_ = pricer_->seconds(catch_up);
+  std::vector<StepShape> steps{catch_up};
   for (int j = 1; j < k_max; ++j) {  // one-row steps for the tasks that want a (j + 1)-th draft
     StepShape step;
     for (const DraftTask& t : tasks)
       if (t.max_k > j && t.seq->n_tokens() >= 1) sim_proposer_detail::add_rows(step, 1, t.seq->n_tokens() + j);
-    last_s_ += pricer_->seconds(step);
+    steps.push_back(step);
   }
+  // The forward steps, plus the proposer's own work where the profile timed whole rounds.
+  last_s_ = pricer_->round_seconds(steps, prompt_rows);
   target_.charge_seconds(last_s_);
 }
 
@@ -111,6 +118,10 @@ std::unique_ptr<Proposer> make_sim_proposer(const SpeculativeConfig& config, Sim
     std::cerr << "sim: " << cost.source << " holds no profile of the draft " << proposer->draft_pricer()->draft().name
               << " (n_layers " << proposer->draft_pricer()->draft().n_layers << "): its steps are the target's "
               << "profiled price times the roofline's draft / target ratio (profile with --draft-layers or "
+              << "--draft-preset)\n";
+  else if (proposer->draft_pricer() && proposer->draft_pricer()->draft_profiled() && !proposer->draft_pricer()->rounds_profiled())
+    std::cerr << "sim: " << cost.source << " holds no timed proposer rounds of the draft: drafting is priced as its "
+              << "forward steps alone, without the proposer's own work (profile it again with --draft-layers or "
               << "--draft-preset)\n";
   return proposer;
 }

@@ -9,7 +9,48 @@
 
 namespace servelab {
 
+namespace spec_config_json_detail {
+
+/// `"sim_acceptance": {"per_position": [p1, ...]}` or `{"summary": FILE, "strategy": LABEL}` (a
+/// real run's summary.json; strategy empty: every run that speculated), as a scenario's block.
+SimAcceptance sim_acceptance_from_json(const nlohmann::json& v) {
+  const std::string where = "--speculative-config: sim_acceptance";
+  if (!v.is_object() || v.contains("per_position") == v.contains("summary"))
+    throw std::invalid_argument(where + " must be {\"per_position\": [p1, ...]} or {\"summary\": FILE, \"strategy\": LABEL} (got " +
+                                v.dump() + ")");
+  for (const auto& [key, x] : v.items())
+    if (key != "per_position" && key != "summary" && key != "strategy")
+      throw std::invalid_argument(where + ": unknown key " + key + " (per_position, or summary and strategy)");
+  SimAcceptance a;
+  if (v.contains("per_position")) {
+    const nlohmann::json& list = v["per_position"];
+    if (!list.is_array()) throw std::invalid_argument(where + ".per_position must be a list of probabilities (got " + list.dump() + ")");
+    for (const nlohmann::json& p : list) {
+      if (!p.is_number()) throw std::invalid_argument(where + ".per_position entries must be numbers (got " + p.dump() + ")");
+      a.per_position.push_back(p.get<double>());
+    }
+    a.source = "--speculative-config";
+    try {
+      a.validate();
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(where + ".per_position: " + e.what());
+    }
+    return a;
+  }
+  if (!v["summary"].is_string()) throw std::invalid_argument(where + ".summary must be a path (got " + v["summary"].dump() + ")");
+  if (v.contains("strategy") && !v["strategy"].is_string())
+    throw std::invalid_argument(where + ".strategy must be a string (got " + v["strategy"].dump() + ")");
+  try {
+    return SimAcceptance::from_summary(v["summary"].get<std::string>(), v.value("strategy", std::string()));
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(where + ".summary: " + e.what());
+  }
+}
+
+}  // namespace spec_config_json_detail
+
 SpeculativeConfig speculative_config_from_json(const std::string& text) {
+  using spec_config_json_detail::sim_acceptance_from_json;
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
@@ -48,13 +89,21 @@ SpeculativeConfig speculative_config_from_json(const std::string& text) {
     } else if (key == "adaptive") {
       if (!v.is_boolean()) throw std::invalid_argument("--speculative-config: adaptive must be true or false (got " + v.dump() + ")");
       c.adaptive = v.get<bool>();
+    } else if (key == "sim_acceptance") {
+      c.sim_acceptance = sim_acceptance_from_json(v);
     } else {
       throw std::invalid_argument("--speculative-config: unknown key " + key +
-                                  " (method, num_speculative_tokens, prompt_lookup_min, prompt_lookup_max, num_layers, model, adaptive)");
+                                  " (method, num_speculative_tokens, prompt_lookup_min, prompt_lookup_max, num_layers, model, "
+                                  "adaptive, sim_acceptance)");
     }
   }
   // vLLM infers the method from `model` when it is left out; so do we.
   if (!method_given && !c.model.empty()) c.method = SpecMethod::draft_model;
+  if (c.sim_acceptance && c.sim_acceptance->source == "--speculative-config" &&
+      c.sim_acceptance->per_position.size() < size_t(c.num_speculative_tokens))
+    throw std::invalid_argument("--speculative-config: sim_acceptance.per_position needs one entry per draft position, " +
+                                std::to_string(c.num_speculative_tokens) + " (num_speculative_tokens; got " +
+                                std::to_string(c.sim_acceptance->per_position.size()) + ")");
   try {
     c.validate();
   } catch (const std::invalid_argument& e) {

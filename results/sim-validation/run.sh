@@ -22,7 +22,8 @@
 # gpu-spec-real (on the GPU machine, BIN=build-gpu/servelab SPEC_OUT=folder): profile llama2-7b on
 # the cuda backend with verification points (k = 4) and the one-layer `self` draft, then run
 # scenarios/gpu-spec-llama2-7b.yaml (residual scale GPU_SPEC_SCALE, default 0.005) at 1 user
-# (4 requests) and 32 users (64 requests). gpu-spec-sim (here, SPEC_OUT the folder it wrote):
+# (4 requests) and 32 users (64 requests); GPU_SPEC_PROFILE_ARGS: more profile options (e.g.
+# --no-draft-rounds: the profile without the draft's timed proposer rounds). gpu-spec-sim (here, SPEC_OUT the folder it wrote):
 # the same runs on the sim from that profile and the acceptance each real run measured, compared
 # with spec_compare.py.
 set -euo pipefail
@@ -68,7 +69,7 @@ if [ "$what" = gpu-spec-real ]; then
   mkdir -p "$out"
   "$bin" profile --backend cuda --preset llama2-7b --seed 1 --prefill-lens 64,128,256,512 --batch 1,2,4,8,16,32,48,64 \
     --contexts 128,256,384 --chunk-lens 64,256 --prompt-len 128 --verify-k 4 --draft-layers 1 --repeats 3 --interleave \
-    --json "$out/profile.json" > "$out/profile.txt" 2>&1
+    ${GPU_SPEC_PROFILE_ARGS:-} --json "$out/profile.json" > "$out/profile.txt" 2>&1
   for load in $gpu_spec_loads; do
     # shellcheck disable=SC2046
     "$bin" run scenarios/gpu-spec-llama2-7b.yaml --out "$out/real-$load" --force --quiet --no-plots $(gpu_spec_sets $load)

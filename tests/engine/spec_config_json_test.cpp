@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "engine/spec/spec_config.h"
 
@@ -45,6 +46,20 @@ TEST(SpecConfigJson, NamesEachMistake) {
   EXPECT_NE(error_of(R"({"lookahead": 3})").find("unknown key lookahead"), std::string::npos);
   EXPECT_NE(error_of(R"({"method": "self"})").find("num_layers must be >= 1"), std::string::npos);
   EXPECT_NE(error_of(R"({"adaptive": 1})").find("adaptive must be true or false"), std::string::npos);
+}
+
+TEST(SpecConfigJson, SimAcceptanceForServeOnTheSim) {
+  const SpeculativeConfig c = speculative_config_from_json(
+      R"({"method": "self", "num_layers": 1, "num_speculative_tokens": 2, "sim_acceptance": {"per_position": [0.9, 0.5]}})");
+  ASSERT_TRUE(c.sim_acceptance);
+  EXPECT_EQ(c.sim_acceptance->per_position, (std::vector<double>{0.9, 0.5}));
+  EXPECT_NE(error_of(R"({"num_speculative_tokens": 3, "sim_acceptance": {"per_position": [0.9, 0.5]}})")
+                .find("sim_acceptance.per_position needs one entry per draft position, 3"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"sim_acceptance": {"per_position": [1.5]}})").find("sim_acceptance.per_position"), std::string::npos);
+  EXPECT_NE(error_of(R"({"sim_acceptance": {"rate": 0.5}})").find("sim_acceptance must be"), std::string::npos);
+  EXPECT_NE(error_of(R"({"sim_acceptance": {"summary": "/no/such/summary.json"}})").find("sim_acceptance.summary"),
+            std::string::npos);
 }
 
 }  // namespace
