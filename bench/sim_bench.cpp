@@ -2,8 +2,9 @@
 // time on one core, the figure a capacity search multiplies by its probes (issue 28, item 5).
 // One point of a scenario (the built-in one by default: llama2-7b on a simulated H100, continuous
 // batching, paged KV, ShareGPT-like lengths) through PointRunner as `servelab capacity` runs its
-// probes: records kept without token times, no files written.
-//   sim_bench [--scenario FILE] [--strategy I] [--rate R] [--requests N,N,...] [--json FILE]
+// probes: records kept without token times, steps counted but not kept, no files written.
+// --keep-steps also builds and keeps every step's StepRecord (what a run's steps.jsonl gets).
+//   sim_bench [--scenario FILE] [--strategy I] [--rate R] [--requests N,N,...] [--keep-steps] [--json FILE]
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -41,6 +42,7 @@ struct Args {
   size_t strategy = 0;
   double rate = 0.0;     // 0 = the scenario's first
   std::vector<int> requests = {10000, 100000};
+  bool keep_steps = false;  // capacity probes do not keep them
   std::string json;
 };
 
@@ -65,13 +67,13 @@ int run(const Args& a) {
   for (int n : a.requests) {
     PointRunOptions o;
     o.n_requests = n;
-    o.keep_steps = true;  // counted, then dropped: the step records a run's steps.jsonl would get
+    o.keep_steps = a.keep_steps;
     const auto t0 = std::chrono::steady_clock::now();
     const std::clock_t c0 = std::clock();
     const PointRun r = runner.run(a.strategy, rate, o);
     const double cpu = double(std::clock() - c0) / CLOCKS_PER_SEC;
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double steps = double(r.steps.size());
+    const double steps = double(r.stats.n_steps);
     std::printf("%10d %10.0f %10.3f %10.3f %12.0f %12.0f %12.0f %12.1f\n", n, steps, wall, cpu, n / wall, steps / wall,
                 n / cpu, 1e6 / (n / cpu));
     rows.push_back({{"requests", n}, {"finished", r.stats.n_finished}, {"steps", steps}, {"wall_s", wall},
@@ -101,9 +103,10 @@ int main(int argc, char** argv) {
       else if (k == "--rate") a.rate = std::stod(value());
       else if (k == "--requests") a.requests = parse_counts(value());
       else if (k == "--json") a.json = value();
+      else if (k == "--keep-steps") a.keep_steps = true;
       else throw std::invalid_argument("unknown argument " + k +
                                        " (usage: sim_bench [--scenario FILE] [--strategy I] [--rate R] "
-                                       "[--requests N,N,...] [--json FILE])");
+                                       "[--requests N,N,...] [--keep-steps] [--json FILE])");
     }
     return run(a);
   } catch (const std::exception& e) {

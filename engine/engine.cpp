@@ -58,6 +58,7 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend)
   kv_ = make_kv_manager(config_.kv, n_slots);
   backend_->init_kv(n_slots);
   backend_->reserve_steps(step_limits(config_));
+  state_->step_detail = backend_->caps().reads_rows ? StepDetail::full : StepDetail::shape;
   if (config_.sched.kind == BatchingKind::continuous && config_.sched.preempt == PreemptMode::swap) {
     // Host blocks as large as the arena's (paged), or vLLM's default block of 16 (naive).
     const int block = config_.kv.kind == KvKind::paged ? config_.kv.block_size : 16;
@@ -112,8 +113,9 @@ int64_t check_kv_arena(const EngineConfig& config, const ModelConfig& model, int
   return n_slots;
 }
 
-std::optional<FinishedRequest> Engine::add(const Request& request, double arrival) {
+std::optional<FinishedRequest> Engine::add(Request request, double arrival) {
   const SamplingParams& sp = request.sampling;
+  const int n_prompt = static_cast<int>(request.prompt.size());
   auto reject = [&](const std::string& why) {
     FinishedRequest f;
     f.request_id = request.id;
@@ -121,11 +123,10 @@ std::optional<FinishedRequest> Engine::add(const Request& request, double arriva
     f.error = why;
     f.arrival_s = arrival;
     f.end_s = arrival;
-    f.n_prompt = static_cast<int>(request.prompt.size());
+    f.n_prompt = n_prompt;
     f.outputs.resize(std::max(1, sp.n));
     return f;
   };
-  const int n_prompt = static_cast<int>(request.prompt.size());
   const int max_len = config_.kv.max_model_len;
   const int vocab = backend_->config().vocab_size;
   if (state_->requests.count(request.id))
@@ -146,12 +147,12 @@ std::optional<FinishedRequest> Engine::add(const Request& request, double arriva
     return reject("prompt (" + std::to_string(n_prompt) + " tokens) + max_tokens (" + std::to_string(sp.max_tokens) +
                   ") exceeds the max model length " + std::to_string(max_len));
 
-  auto rs = std::make_unique<RequestState>();
-  rs->request = request;
-  auto seq = std::make_unique<Sequence>();
+  auto seq = std::make_unique<EngineSequence>();
   seq->id = state_->next_seq_id++;
   seq->request_id = request.id;
-  seq->tokens = request.prompt;
+  // Moved, not copied: the prompt lives in sample 0's tokens from here on (the request state
+  // keeps none), so a long prompt is not held twice.
+  seq->tokens = std::move(request.prompt);
   seq->n_prompt = n_prompt;
   seq->sampling = sp;
   seq->arrival_s = arrival;
@@ -168,14 +169,18 @@ std::optional<FinishedRequest> Engine::add(const Request& request, double arriva
   if (request.constraint && sp.n > 1) return reject("structured output needs n = 1 (got n = " + std::to_string(sp.n) + ")");
   if (auto why = scheduler_->never_schedulable(*seq)) return reject(*why);
 
+  auto rs = std::make_unique<RequestState>();
   rs->record.request_id = request.id;
   rs->record.arrival_s = arrival;
   rs->record.n_prompt = n_prompt;
   rs->record.outputs.resize(sp.n);
   rs->token_times.resize(sp.n);
+  rs->request = std::move(request);
+  seq->request = rs.get();
   scheduler_->add(seq.get());
   rs->seqs.push_back(std::move(seq));
-  state_->requests.emplace(request.id, std::move(rs));
+  const uint64_t id = rs->record.request_id;
+  state_->requests.emplace(id, std::move(rs));
   return std::nullopt;
 }
 
@@ -378,7 +383,7 @@ StepOutcome Engine::step(double now) {
       out.n_loras += first ? 1 : 0;
     }
     Step& step = state_->step;
-    build_step_input(batch, *kv_, backend_->config().vocab_size, step);
+    build_step_input(batch, *kv_, backend_->config().vocab_size, step, state_->step_detail);
     const StepOutput result = backend_->execute(step);
     out.n_masks = step.in.n_masks();
     out.mask_s = state_->mask_s;

@@ -118,7 +118,8 @@ class Engine {
   /// max_wait_ms, dynamic max_queue_delay_ms) count from it. A request that can never run
   /// (longer than the model's max length, or larger than the whole arena) is returned at once
   /// as rejected (end_s = arrival), with its reason.
-  std::optional<FinishedRequest> add(const Request& request, double arrival);
+  /// Taken by value: a caller that moves its request in hands over the prompt without a copy.
+  std::optional<FinishedRequest> add(Request request, double arrival);
   /// One iteration. With nothing runnable it returns an idle outcome (batch_size 0).
   StepOutcome step(double now);
   /// Aborts one request (its client went away): frees its KV now and drops it from the

@@ -57,8 +57,9 @@ void Engine::State::fork_samples(Sequence& parent, std::span<const TokenId> firs
     throw std::logic_error("engine: " + std::to_string(firsts.size()) + " first tokens for " + std::to_string(n) +
                            " parallel samples of request " + std::to_string(parent.request_id));
   for (int i = 1; i < n; ++i) {
-    auto owned = std::make_unique<Sequence>();
-    Sequence& child = *owned;
+    auto owned = std::make_unique<EngineSequence>();
+    EngineSequence& child = *owned;
+    child.request = &rs;
     child.id = next_seq_id++;
     child.request_id = parent.request_id;
     child.sample_index = i;

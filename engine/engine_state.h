@@ -16,12 +16,21 @@ namespace servelab {
 
 namespace engine_internal {
 
+struct RequestState;
+
+/// A sequence as the engine owns it: with its request's state, so a step finds each chunk's
+/// request through the chunk's sequence rather than a map lookup a chunk (the scheduler and the
+/// KV manager see only the Sequence). Every sequence the engine schedules is one of these.
+struct EngineSequence : Sequence {
+  RequestState* request = nullptr;
+};
+
 /// A request in flight: its sequences (sample 0 first; the other samples are forked from it
 /// once its prefill has drawn every sample's first token) and the record handed back when all
 /// of them are finished.
 struct RequestState {
-  Request request;
-  std::vector<std::unique_ptr<Sequence>> seqs;
+  Request request;  ///< as added, but its prompt moved into sample 0's tokens (Sequence::tokens)
+  std::vector<std::unique_ptr<EngineSequence>> seqs;
   FinishedRequest record;
   std::vector<std::vector<double>> token_times;  ///< per sample: when each of its tokens came
   bool forked = false;
@@ -49,6 +58,7 @@ struct RequestState {
 
 }  // namespace engine_internal
 
+using engine_internal::EngineSequence;
 using engine_internal::RequestState;
 
 struct Engine::State {
@@ -59,6 +69,9 @@ struct Engine::State {
   uint64_t next_seq_id = 1;
   Batch batch;  // reused each step
   Step step;    // ... and its flat input
+  /// Full steps, or shape-only ones for a backend that reads no rows (BackendCaps::reads_rows),
+  /// decided once: caps() builds a struct with vectors, too dear to ask every step.
+  StepDetail step_detail = StepDetail::full;
   std::vector<RequestState*> entry_requests;  // batch.entries[i]'s request, looked up once a step
   std::vector<std::pair<Sequence*, FinishReason>> done;  // the step's finished samples (reused)
   std::vector<uint32_t> mask_scratch;
@@ -90,7 +103,8 @@ struct Engine::State {
   SpecRateMeter spec_meter;  // SpecPolicy::measured
   Proposer* proposer = nullptr;
 
-  RequestState& of(const Sequence& s) { return *requests.at(s.request_id); }
+  /// The request of a sequence the engine made (EngineSequence).
+  static RequestState& of(const Sequence& s) { return *static_cast<const EngineSequence&>(s).request; }
   /// Appends a sampled token to s (of request rs), stamps it, and queues s in `done` when it is
   /// finished.
   void emit(Sequence& s, RequestState& rs, TokenId tok, double end, int eos, StepOutcome& out,

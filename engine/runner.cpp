@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 namespace servelab {
 
@@ -50,7 +51,7 @@ void run_engine(Engine& engine, RequestSource& source, Clock& clock, const Runne
       Request r = source.take();
       const double arrival = *t >= woke_at ? *t : clock.now();
       if (cb.on_sent) cb.on_sent(r, *t, arrival);
-      if (auto rejected = engine.add(r, arrival)) deliver(*rejected);
+      if (auto rejected = engine.add(std::move(r), arrival)) deliver(*rejected);  // its prompt moves in
     }
 
     bool stalled = false;

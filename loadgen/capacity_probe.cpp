@@ -98,7 +98,9 @@ PointRun PointRunner::run(size_t strategy, double rate, const PointRunOptions& o
     sc.workload.duration_s = 0.0;
   }
   if (options.seed) sc.seed = *options.seed;
-  Plan plan = Planner(sc).make(rate);
+  // Prompts drawn as each request is sent rather than all held from the start: a probe of a
+  // million requests would otherwise hold every prompt's ids (GBs, and the page faults to fill them).
+  Plan plan = Planner(sc).make(rate, PlanPrompts::on_demand);
   const StrategySpec& strat = sc.strategies.at(strategy);
   std::optional<StructuredRequests> structured;  // the same requests carry the same schemas as in `run`
   if (structured_.schemas) structured.emplace(sc.workload.structured_output, structured_.schemas, plan.seed);
@@ -120,8 +122,7 @@ PointRun PointRunner::run(size_t strategy, double rate, const PointRunOptions& o
     backend = measuring_backend(std::move(backend), *options.predict_with, out.step_timings);
   Engine engine(config, std::move(backend));
   apply_strategy(engine, strat, *backends_);
-  // The source takes the plan, every request's prompt tokens with it, rather than a copy (100k
-  // requests: hundreds of MB copied, and page faults on the copy). The sinks' needs are kept first.
+  // The source takes the plan rather than a copy. The sinks' needs are kept first.
   const size_t n_planned = plan.requests.size();
   std::vector<char> warmup(n_planned);
   for (size_t i = 0; i < n_planned; ++i) warmup[i] = plan.requests[i].warmup;

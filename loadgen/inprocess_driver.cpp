@@ -49,6 +49,7 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
   };
   cb.on_step = [&](const StepOutcome& s) {
     stats.n_tokens += static_cast<int>(s.tokens.size());
+    ++stats.n_steps;
     if (!sinks.on_step) return;
     StepRecord st;
     st.run = run_label;

@@ -55,13 +55,10 @@ Planner::Planner(const Scenario& scenario) : scenario_(scenario) {
       throw std::runtime_error(spec.dataset + ": no entry fits engine.max_model_len (" + std::to_string(max_len) +
                                " tokens with a shared prefix of " + std::to_string(w.shared_prefix_tokens) + ")");
   }
-  const int vocab = scenario_.model.vocab_size;
-  if (vocab < 1) throw std::invalid_argument("scenario has no resolved model vocabulary (call Scenario::resolve)");
-  Rng rng = Rng::stream(scenario_.seed, RngStream::shared_prefix);
-  const int64_t lo = std::min(2, vocab - 1);
-  for (int i = 0; i < w.shared_prefix_tokens; ++i)
-    shared_prefix_.push_back(static_cast<TokenId>(rng.uniform_int(lo, vocab - 1)));
-  groups_ = PrefixGroups(w.prefix_groups, scenario_.seed, vocab);
+  prompts_ = std::make_shared<PromptMaker>(scenario_);
+  // Text prompts: the ids move to the prompt maker; an empty text (as no text) gives random ids.
+  for (LengthPair& e : dataset_.entries)
+    texts_.push_back(text_prompts_ && !e.prompt_ids.empty() ? prompts_->add_text(std::move(e.prompt_ids)) : -1);
 }
 
 Planner::Lengths Planner::fit(int prompt, int output, bool& clipped, int64_t room) const {
@@ -72,32 +69,6 @@ Planner::Lengths Planner::fit(int prompt, int output, bool& clipped, int64_t roo
     if (prompt + int64_t{output} > room) output = static_cast<int>(std::max<int64_t>(1, room - prompt));
   }
   return {prompt, output};
-}
-
-std::vector<TokenId> Planner::prompt_tokens(uint64_t id, int n_own, bool with_prefix, int group,
-                                           const std::vector<TokenId>* text, Rng* copy_edits) const {
-  std::vector<TokenId> out;
-  if (with_prefix) {
-    const auto& g = groups_.tokens(group);
-    out.reserve(shared_prefix_.size() + g.size() + static_cast<size_t>(n_own));
-    out = shared_prefix_;
-    out.insert(out.end(), g.begin(), g.end());
-  }
-  if (text && !text->empty()) {  // the dataset prompt's own ids, cut to n_own when it was clipped
-    out.insert(out.end(), text->begin(), text->begin() + std::min<long>(n_own, static_cast<long>(text->size())));
-    return out;
-  }
-  const int vocab = scenario_.model.vocab_size;
-  const int64_t lo = std::min(2, vocab - 1);
-  Rng rng = Rng::stream(scenario_.seed, RngStream::tokens, id);
-  if (copy_edits) {
-    const std::vector<TokenId> own = copied_span_prompt(scenario_.workload.copied_spans, n_own, vocab, rng, *copy_edits);
-    out.insert(out.end(), own.begin(), own.end());
-    return out;
-  }
-  out.reserve(out.size() + static_cast<size_t>(std::max(0, n_own)));  // one allocation, not a doubling series
-  for (int i = 0; i < n_own; ++i) out.push_back(static_cast<TokenId>(rng.uniform_int(lo, vocab - 1)));
-  return out;
 }
 
 std::vector<double> Planner::unit_times(double rate, int n_units, Plan& plan) const {
@@ -135,7 +106,7 @@ std::vector<double> Planner::unit_times(double rate, int n_units, Plan& plan) co
   return times;
 }
 
-Plan Planner::make(double rate) const {
+Plan Planner::make(double rate, PlanPrompts prompts) const {
   const auto& w = scenario_.workload;
   Plan plan;
   plan.mode = w.mode;
@@ -150,7 +121,7 @@ Plan Planner::make(double rate) const {
     double t = 0;
     Lengths len;
     int group = -1, session = -1, turn = 0;
-    const std::vector<TokenId>* text = nullptr;  ///< the dataset prompt's ids (text_prompts_)
+    int text = -1;  ///< the dataset prompt's ids (PromptMaker::add_text), −1 none
   };
   std::vector<Item> items;
   if (w.mode == LoadMode::trace) {
@@ -184,22 +155,24 @@ Plan Planner::make(double rate) const {
     }
     size_t drawn = 0;  // requests whose lengths were drawn (dropped session turns included)
     for (size_t u = 0; u < units.size(); ++u) {
-      const int group = groups_.choose(group_rng);
+      const PrefixGroups& groups = prompts_->groups();
+      const int group = groups.choose(group_rng);
       int64_t context = 0;  // a session's earlier prompts and replies (its prefixes included)
       bool session_full = false;
       for (int k = 0; k < turns; ++k) {
         if (n_total > 0 && drawn >= static_cast<size_t>(n_total)) break;
         int p = w.prompt.dist.sample(prompt_rng);
         int o = w.output.dist.sample(output_rng);
-        const std::vector<TokenId>* text = nullptr;
+        int text = -1;
         if (!order.empty()) {
-          const LengthPair& e = dataset_.entries[order[drawn % order.size()]];
+          const size_t entry = order[drawn % order.size()];
+          const LengthPair& e = dataset_.entries[entry];
           if (w.prompt.from_dataset()) p = e.prompt_tokens;
           if (w.output.from_dataset()) o = e.output_tokens;
-          if (text_prompts_) text = &e.prompt_ids;
+          text = texts_[entry];
         }
         ++drawn;
-        const int64_t left = room - static_cast<int64_t>(groups_.tokens(group).size()) - context;
+        const int64_t left = room - static_cast<int64_t>(groups.tokens(group).size()) - context;
         if (session_full || left < 2) {  // no room for 1 token of prompt and 1 of output
           session_full = true;
           ++plan.n_turns_dropped;
@@ -209,7 +182,7 @@ Plan Planner::make(double rate) const {
         const Lengths len = fit(p, o, clipped, left);
         plan.n_clipped += clipped;
         items.push_back({units[u], len, group, w.sessions.enabled() ? static_cast<int>(u) : -1, k, text});
-        context += len.prompt + int64_t{len.output} + (k == 0 ? static_cast<int64_t>(groups_.tokens(group).size()) : 0);
+        context += len.prompt + int64_t{len.output} + (k == 0 ? static_cast<int64_t>(groups.tokens(group).size()) : 0);
       }
     }
     if (w.sessions.enabled()) plan.n_sessions = static_cast<int>(units.size());
@@ -222,11 +195,11 @@ Plan Planner::make(double rate) const {
     r.id = i;
     r.intended_s = it.t;
     // A copied span replaces random own ids (not a dataset's text) where one fits: one draw per
-    // request from its own stream, which then draws the document's edits.
+    // request from its own stream, which then draws the document's edits (PromptMaker::tokens).
     Rng span_stream = Rng::stream(scenario_.seed, RngStream::copied_spans, i);
-    r.copied_span = (it.text == nullptr || it.text->empty()) && it.len.prompt >= kCopiedSpanMinPrompt &&
-                    draws_copied_span(w.copied_spans, span_stream);
-    r.prompt = prompt_tokens(i, it.len.prompt, it.turn == 0, it.group, it.text, r.copied_span ? &span_stream : nullptr);
+    r.copied_span = it.text < 0 && it.len.prompt >= kCopiedSpanMinPrompt && draws_copied_span(w.copied_spans, span_stream);
+    r.recipe = {i, it.len.prompt, it.turn == 0, it.group, it.text, r.copied_span};
+    if (prompts == PlanPrompts::held) r.prompt = prompts_->tokens(r.recipe);
     r.output_tokens = it.len.output;
     r.warmup = i < static_cast<size_t>(w.warmup_requests);
     r.prefix_group = it.group;
@@ -239,7 +212,17 @@ Plan Planner::make(double rate) const {
     }
     plan.n_warmup += r.warmup;
   }
+  if (prompts == PlanPrompts::on_demand) plan.prompts = prompts_;
   return plan;
+}
+
+std::vector<TokenId> Plan::prompt(size_t i, size_t room) const {
+  const PlannedRequest& r = requests.at(i);
+  if (prompts) return prompts->tokens(r.recipe, room);
+  std::vector<TokenId> out;
+  out.reserve(r.prompt.size() + room);
+  out.assign(r.prompt.begin(), r.prompt.end());
+  return out;
 }
 
 Plan make_plan(const Scenario& scenario, double rate) { return Planner(scenario).make(rate); }

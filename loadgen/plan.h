@@ -3,6 +3,7 @@
 // first, then send"): its intended send time, prompt token ids and output length. Seeded and
 // reproducible; the same plan drives every strategy at that rate.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "engine/request.h"
 #include "loadgen/dataset.h"
 #include "loadgen/prefix_groups.h"
+#include "loadgen/prompt_maker.h"
 #include "loadgen/scenario.h"
 
 namespace servelab {
@@ -19,7 +21,10 @@ namespace servelab {
 struct PlannedRequest {
   uint64_t id = 0;
   double intended_s = 0.0;        ///< open loop / trace: send time from the run's start; closed loop: 0 (released on a finish)
-  std::vector<TokenId> prompt;    ///< shared prefix, then this request's own tokens; ids in [2, vocab)
+  /// Shared prefix, then this request's own tokens; ids in [2, vocab). Empty in a plan made with
+  /// prompts on demand: Plan::prompt draws it from `recipe` when the request is sent.
+  std::vector<TokenId> prompt;
+  PromptRecipe recipe;            ///< how its prompt is drawn (Planner's plans; PromptMaker)
   int output_tokens = 0;          ///< exact output length (ignore_eos)
   bool warmup = false;            ///< sent, but left out of the metrics
   int prefix_group = -1;          ///< workload.prefix_groups index its prompt starts with (after the shared prefix); −1 none
@@ -49,7 +54,12 @@ struct Plan {
   int n_clipped = 0;              ///< requests whose lengths were cut to fit max_model_len
   int n_dataset_dropped = 0;      ///< dataset entries left out because they cannot fit max_model_len
   int n_turns_dropped = 0;        ///< session turns left out: the conversation had no room left in max_model_len
+  /// Set in a plan made with prompts on demand: draws each request's prompt from its recipe.
+  std::shared_ptr<const PromptMaker> prompts;
 
+  /// Request i's prompt: requests[i].prompt copied, or drawn now from its recipe when the plan
+  /// draws prompts on demand (the same ids either way), with capacity for `room` more ids.
+  std::vector<TokenId> prompt(size_t i, size_t room = 0) const;
   bool is_warmup(uint64_t id) const { return id < requests.size() && requests[id].warmup; }
   int n_measured() const { return static_cast<int>(requests.size()) - n_warmup; }
 };
@@ -70,12 +80,17 @@ struct Plan {
 /// Lengths that do not fit engine.max_model_len (shared prefix + prompt + output): the prompt is
 /// cut first (down to 1 token of its own), then the output (counted in n_clipped). Dataset entries
 /// that do not fit are left out instead, as vLLM's benchmark filters ShareGPT.
+/// Whether a plan holds every prompt's ids or draws them when each request is sent.
+enum class PlanPrompts { held, on_demand };
+
 class Planner {
  public:
   explicit Planner(const Scenario& scenario);
   /// The plan at `rate` (open loop), at concurrency `rate` (closed loop: a sweep point; 0 = the
-  /// scenario's concurrency); ignored for a trace.
-  Plan make(double rate) const;
+  /// scenario's concurrency); ignored for a trace. on_demand: every PlannedRequest::prompt is
+  /// left empty and the plan keeps this planner's PromptMaker (Plan::prompt): what a run needs,
+  /// at a fraction of the memory; held: what `servelab plan` prints and tests read.
+  Plan make(double rate, PlanPrompts prompts = PlanPrompts::held) const;
   const Scenario& scenario() const { return scenario_; }
   /// How dataset texts were counted: "tokenizer:<tokenizer.json path>" or "bytes/4".
   const std::string& length_counting() const { return length_counting_; }
@@ -90,18 +105,14 @@ class Planner {
   Lengths fit(int prompt, int output, bool& clipped, int64_t room) const;
   /// Intended times of the open-loop (or closed-loop) units: requests, or sessions.
   std::vector<double> unit_times(double rate, int n_units, Plan& plan) const;
-  /// Request `id`'s prompt: [shared prefix + group `group`'s tokens, when with_prefix] + n_own ids.
-  /// `text`: the dataset prompt's ids, used (cut to n_own) instead of random ids. `copy_edits`:
-  /// the own ids are a copied-span prompt (loadgen/copied_spans.h), its edits drawn from it.
-  std::vector<TokenId> prompt_tokens(uint64_t id, int n_own, bool with_prefix, int group,
-                                     const std::vector<TokenId>* text = nullptr, Rng* copy_edits = nullptr) const;
-
   Scenario scenario_;
   Dataset dataset_;                    ///< entries that fit (when a length comes from a dataset)
   int n_dataset_dropped_ = 0;
   std::vector<TraceEntry> trace_;
-  std::vector<TokenId> shared_prefix_;
-  PrefixGroups groups_;
+  /// The shared prefix, prefix groups and dataset texts: every prompt's ids (shared with plans
+  /// made with prompts on demand).
+  std::shared_ptr<PromptMaker> prompts_;
+  std::vector<int> texts_;             ///< per dataset entry, its text's PromptMaker index (text prompts)
   std::string length_counting_ = "bytes/4";
   bool text_prompts_ = false;
 };

@@ -22,6 +22,7 @@ struct DriveStats {
   int n_sent = 0;
   int n_finished = 0;
   int n_tokens = 0;
+  int64_t n_steps = 0;   ///< engine steps that ran (in-process runs; 0 over HTTP)
   double end_s = 0.0;
   bool stopped = false;  ///< ended by the stop flag (Ctrl-C); unfinished requests were aborted
 };

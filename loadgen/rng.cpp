@@ -1,8 +1,10 @@
 #include "loadgen/rng.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
+#include "engine/fast_remainder.h"
 #include "engine/splitmix64.h"
 
 namespace servelab {
@@ -46,6 +48,22 @@ int64_t Rng::uniform_int(int64_t lo, int64_t hi) {
   do x = next_u64();
   while (x >= limit);
   return lo + static_cast<int64_t>(x % range);
+}
+
+void Rng::uniform_ints(int64_t lo, int64_t hi, int32_t* out, size_t n) {
+  if (hi <= lo) {
+    std::fill_n(out, n, static_cast<int32_t>(lo));
+    return;
+  }
+  const uint64_t range = static_cast<uint64_t>(hi - lo) + 1;  // >= 2: hi > lo, both within int32
+  const uint64_t limit = UINT64_MAX - UINT64_MAX % range;     // as uniform_int: reject x >= limit
+  const FastRemainder rem(range);  // x % range without a division a draw
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t x;
+    do x = next_u64();
+    while (x >= limit);
+    out[i] = static_cast<int32_t>(lo + static_cast<int64_t>(rem.of(x)));
+  }
 }
 
 double Rng::normal() {

@@ -3,6 +3,7 @@
 // by splitmix64; Box–Muller normals; Marsaglia–Tsang gammas) rather than <random>'s
 // distributions, whose outputs differ between standard libraries: a plan must be the same on
 // every platform for the same seed.
+#include <cstddef>
 #include <cstdint>
 
 namespace servelab {
@@ -38,6 +39,10 @@ class Rng {
   double uniform_open0() { return 1.0 - uniform(); }
   /// Uniform integer in [lo, hi] (inclusive), unbiased (rejection).
   int64_t uniform_int(int64_t lo, int64_t hi);
+  /// n draws of uniform_int(lo, hi) into out, the same values n calls give: the rejection bound
+  /// and the remainder's divisor are worked out once (a prompt's token ids: hundreds of draws
+  /// with one range, where two 64-bit divisions a draw were most of the cost). lo, hi within int32.
+  void uniform_ints(int64_t lo, int64_t hi, int32_t* out, size_t n);
   /// Standard normal N(0, 1) (Box–Muller; the second value of a pair is kept for the next call).
   double normal();
   /// Exponential with mean 1.

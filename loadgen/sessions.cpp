@@ -39,7 +39,7 @@ Request SessionSource::take() {
   ready_.erase(ready_.begin());
   const PlannedRequest& planned = plan_.requests[index];
   in_flight_[planned.id] = index;
-  Request r = to_request(planned, plan_.seed);
+  Request r = to_request(plan_, index);
   if (planned.session >= 0) {
     std::vector<TokenId>& conv = history_[planned.session];
     if (planned.turn > 0) r.prompt.insert(r.prompt.begin(), conv.begin(), conv.end());

@@ -1,5 +1,6 @@
 #include "loadgen/sources.h"
 
+#include <algorithm>
 #include <limits>
 #include <stdexcept>
 
@@ -11,14 +12,30 @@
 
 namespace servelab {
 
-Request to_request(const PlannedRequest& planned, uint64_t scenario_seed) {
+namespace {
+
+/// The request for `planned` with its prompt already made.
+Request request_with_prompt(const PlannedRequest& planned, uint64_t scenario_seed, std::vector<TokenId> prompt) {
   Request r;
   r.id = planned.id;
-  r.prompt = planned.prompt;
+  r.prompt = std::move(prompt);
   r.sampling.max_tokens = planned.output_tokens;
   r.sampling.ignore_eos = true;
   r.sampling.seed = scenario_seed ^ planned.id;
   return r;
+}
+
+}  // namespace
+
+Request to_request(const PlannedRequest& planned, uint64_t scenario_seed) {
+  return request_with_prompt(planned, scenario_seed, planned.prompt);
+}
+
+Request to_request(const Plan& plan, size_t index) {
+  // Room for the output too: the engine appends it to the same vector (Sequence::tokens), which
+  // then never moves its prompt to grow.
+  const PlannedRequest& planned = plan.requests.at(index);
+  return request_with_prompt(planned, plan.seed, plan.prompt(index, static_cast<size_t>(std::max(0, planned.output_tokens))));
 }
 
 OpenLoopSource::OpenLoopSource(Plan plan, int max_concurrency)
@@ -44,7 +61,7 @@ Request OpenLoopSource::take() {
     ++in_flight_;
     if (slot > plan_.requests[next_].intended_s) held_until_ = slot;
   }
-  return to_request(plan_.requests[next_++], plan_.seed);
+  return to_request(plan_, next_++);
 }
 
 void OpenLoopSource::on_finished(const FinishedRequest&, double now) {
@@ -68,7 +85,7 @@ Request ClosedLoopSource::take() {
   if (ready_.empty()) throw std::logic_error("ClosedLoopSource::take: every user is waiting for a finish");
   ready_.erase(ready_.begin());
   ++in_flight_;
-  return to_request(plan_.requests[next_++], plan_.seed);
+  return to_request(plan_, next_++);
 }
 
 void ClosedLoopSource::on_finished(const FinishedRequest&, double now) {
@@ -92,7 +109,7 @@ std::unique_ptr<RequestSource> make_source(const Scenario& scenario, Plan plan) 
 
 std::unique_ptr<RequestSource> make_source(const Scenario& scenario, Plan plan, const LoraAdapters& loras) {
   if (!scenario.workload.lora.enabled()) return make_source(scenario, std::move(plan));
-  const Plan copy = plan;  // the adapter names by request id
+  const Plan copy = plan;  // the adapter names by request id (a copy of every prompt, unless drawn on demand)
   return std::make_unique<LoraSource>(make_source(scenario, std::move(plan)), copy, loras);
 }
 

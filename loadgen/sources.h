@@ -17,6 +17,9 @@ namespace servelab {
 /// The engine request for a planned one: its prompt, and sampling {max_tokens = output_tokens,
 /// ignore_eos = true, seed = scenario seed ^ id} (greedy, as the defaults are).
 Request to_request(const PlannedRequest& planned, uint64_t scenario_seed);
+/// The same for plan.requests[index], its prompt from Plan::prompt (drawn now when the plan
+/// draws prompts on demand, copied otherwise).
+Request to_request(const Plan& plan, size_t index);
 
 /// Open loop (Poisson/gamma/constant arrivals, or a trace): each request is due at its intended
 /// time whatever the engine is doing, so queueing shows up in the latencies (no coordinated

@@ -250,7 +250,8 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
   size_t point = 0;
   for (double rate : rates) {
     for (int k = 1; k <= planners.size(); ++k) {
-      const Plan plan = planners.at(k).make(rate);
+      // Each strategy's source copies the plan: prompts drawn as requests are sent keep that cheap.
+      const Plan plan = planners.at(k).make(rate, PlanPrompts::on_demand);
       std::optional<StructuredRequests> structured;
       if (schemas) structured.emplace(so, schemas, plan.seed);
       for (size_t i = 0; i < scenario.strategies.size(); ++i, ++point) {

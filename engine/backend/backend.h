@@ -30,6 +30,11 @@ struct LoraAdapter;
 struct Step {
   kernels::StepInput in;
   int n_padding = 0;
+  /// The step's shape and draws only (a backend whose caps().reads_rows is false: the sim): the
+  /// per-row arrays and KV addressing (token_ids, positions, slot_mapping, block_tables,
+  /// base_slots, lora_slot) are left empty; query_start, context_lens, seq_ids and every draw's
+  /// arrays are filled as always. in.validate() does not hold for it; check_step_shape does.
+  bool shape_only = false;
   bool want_logprobs = false;  ///< fill StepOutput::logprobs (backends whose caps().logprobs)
   /// fill StepOutput::draw_probs (backends whose caps().draw_probs): a draft model's q
   bool want_draw_probs = false;
@@ -76,6 +81,10 @@ struct BackendCaps {
   bool draft_probs = false;
   bool draw_probs = false;            ///< fills StepOutput::draw_probs when asked
   bool lora = false;                  ///< runs LoRA adapters (load_lora, the step's lora_slot)
+  /// Reads a step's rows and KV addressing. False (the sim: it prices a step from its shape and
+  /// draws tokens from the draws' keys): the engine sends shape-only steps (Step::shape_only),
+  /// sparing a prefill's thousands of rows and every sequence's block table each step.
+  bool reads_rows = true;
   std::vector<DType> weight_dtypes;   ///< storage types of the weights
   std::vector<DType> kv_dtypes;       ///< storage types of the KV cache
   /// `kv_cache_dtype:` values the backend runs (auto: the KV cache in its element type; fp8: E4M3

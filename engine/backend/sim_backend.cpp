@@ -4,12 +4,14 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "engine/backend/step_input.h"
 #include "engine/require.h"
 #include "engine/splitmix64.h"
 
 namespace servelab {
 
-SimBackend::SimBackend(const ModelConfig& model, const SimCostModel& cost) : model_(model), cost_(cost) {
+SimBackend::SimBackend(const ModelConfig& model, const SimCostModel& cost)
+    : model_(model), cost_(cost), token_span_(static_cast<uint64_t>(std::max(1, model.vocab_size - 2))) {
   model_.validate();
   cost_.device.validate();
   if (cost_.tensor_parallel < 1 || model_.n_kv_heads % cost_.tensor_parallel != 0)
@@ -33,15 +35,19 @@ StepOutput SimBackend::execute(const Step& step) {
   if (n_slots_ == 0) throw std::logic_error("sim backend: execute before init_kv");
   if (step.n_padding < 0) throw std::invalid_argument("sim backend: step.n_padding must be >= 0");
   const kernels::StepInput& in = step.in;
-  in.validate();
-  for (int r = 0; r < in.n_tokens(); ++r)
-    if (in.slot_mapping[r] < 0 || in.slot_mapping[r] >= n_slots_)
-      throw std::invalid_argument("sim backend: step row " + std::to_string(r) + " (position " +
-                                  std::to_string(in.positions[r]) + ") writes slot " + std::to_string(in.slot_mapping[r]) +
-                                  ", outside the arena [0, " + std::to_string(n_slots_) + ")");
+  if (step.shape_only) {  // the engine's steps (caps().reads_rows is false): no rows to check
+    check_step_shape(in);
+  } else {  // a full step (tests, the profiler): its rows must address the arena
+    in.validate();
+    for (int r = 0; r < in.n_tokens(); ++r)
+      if (in.slot_mapping[r] < 0 || in.slot_mapping[r] >= n_slots_)
+        throw std::invalid_argument("sim backend: step row " + std::to_string(r) + " (position " +
+                                    std::to_string(in.positions[r]) + ") writes slot " +
+                                    std::to_string(in.slot_mapping[r]) + ", outside the arena [0, " +
+                                    std::to_string(n_slots_) + ")");
+  }
   StepOutput out;
   out.tokens.reserve(static_cast<size_t>(in.n_samples()));
-  const int64_t span = std::max(1, model_.vocab_size - 2);
   // Late masks (Step::fill_masks) are filled here, where a device backend would fill them (after
   // the forward is launched). Their host time is not priced: the step is priced as the overlapped
   // path runs it, the masks hidden under the forward (the engine reports the time they took).
@@ -50,7 +56,7 @@ StepOutput SimBackend::execute(const Step& step) {
   for (int i = 0; i < in.n_samples(); ++i) {
     const uint64_t h = splitmix64(splitmix64(in.seed[i] ^ splitmix64(in.seq_key[i])) +
                                   static_cast<uint64_t>(in.sample_position[i]));
-    TokenId t = static_cast<TokenId>(std::min<int64_t>(model_.vocab_size - 1, 2 + static_cast<int64_t>(h % span)));
+    TokenId t = static_cast<TokenId>(std::min<int64_t>(model_.vocab_size - 1, 2 + static_cast<int64_t>(token_span_.of(h))));
     const bool follows = i > 0 && in.seq_key[i - 1] == in.seq_key[i] && in.draft_token[i - 1] >= 0;
     draft_index = in.draft_token[i] < 0 ? -1 : follows ? draft_index + 1 : 0;
     if (draft_index >= 0 && !acceptance_.empty()) t = verify_draw(in, i, draft_index, t);
@@ -106,6 +112,7 @@ BackendCaps SimBackend::caps() const {
   BackendCaps c;
   c.tensor_parallel = cost_.tensor_parallel;
   c.lora = true;  // bookkeeping only: adapters are not priced
+  c.reads_rows = false;  // priced from the step's shape, tokens drawn from the draws' keys
   c.weight_dtypes = {DType::bf16, DType::f16};
   c.kv_dtypes = {DType::bf16, DType::f16};
   c.kv_cache_dtypes = {KvCacheDType::auto_dtype, KvCacheDType::fp8};  // priced from the slot bytes

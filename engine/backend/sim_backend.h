@@ -13,6 +13,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/cost_model.h"
+#include "engine/fast_remainder.h"
 
 namespace servelab {
 
@@ -32,7 +33,8 @@ class SimBackend final : public Backend {
   void init_kv(int64_t n_slots) override;
   BackendCaps caps() const override;
   std::string device_description() const override;
-  /// Checks the step's slots lie in the arena, predicts the step, and draws a token per draw: a
+  /// Checks the step (a shape-only one, as the engine sends it: check_step_shape; a full one:
+  /// its slots lie in the arena), predicts the step, and draws a token per draw: a
   /// pure function of (seed, seq_key, position) in [2, vocab), or with a token mask the first
   /// allowed token from there on (cyclically). A draw that verifies draft j of its sequence
   /// (draft_token >= 0, the j-th such draw in a row of the sequence) returns the draft with
@@ -67,6 +69,8 @@ class SimBackend final : public Backend {
   /// Over model_ and cost_, built once they are validated: pricing a step is then arithmetic.
   std::optional<StepPricer> pricer_;
   CostCounts counts_;
+  /// max(1, vocab − 2): a draw's token is 2 + its hash modulo this (a division avoided a draw).
+  FastRemainder token_span_;
   int64_t n_slots_ = 0;
   int64_t pending_swap_bytes_ = 0;
   int64_t pending_copy_bytes_ = 0;

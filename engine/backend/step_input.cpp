@@ -25,15 +25,54 @@ void check_sampling(size_t e, const Sequence& seq) {
                                 ") must be in (0, 1]");
 }
 
+/// Writes entry e's rows [row, row + n_new): token ids, positions, slot mapping and lora slots,
+/// and (paged) its row of the block table, or (naive) its base slot.
+void fill_entry_rows(kernels::StepInput& in, const KvManager& kv, const BatchEntry& entry, size_t e, int block_size,
+                     int vocab, bool any_lora, int row) {
+  const bool paged = in.kv_kind == kernels::KvLayoutKind::paged;
+  const Sequence& seq = *entry.seq;
+  const int begin = seq.n_computed, end = seq.n_computed + entry.n_new;
+  int32_t* table = paged ? in.block_tables.data() + e * size_t(in.block_table_stride) : nullptr;
+  int64_t base = 0;
+  if (paged) {
+    const int n_blocks = (end + block_size - 1) / block_size;
+    for (int b = kv.block_ids(seq, n_blocks, table) ? n_blocks : 0; b < n_blocks; ++b) {
+      const int64_t first = kv.slot(seq, b * block_size);
+      if (first < 0 || first % block_size != 0)
+        throw std::logic_error(entry_name(e, &seq) + ": kv.slot() of position " + std::to_string(b * block_size) +
+                               " is " + std::to_string(first) + ", not the start of a block of " +
+                               std::to_string(block_size));
+      table[b] = static_cast<int32_t>(first / block_size);
+    }
+  } else {
+    base = kv.slot(seq, 0);
+    in.base_slots.push_back(base);
+  }
+  for (int pos = begin; pos < end; ++pos, ++row) {
+    const TokenId t = seq.token_at(pos);
+    if (t < 0 || t >= vocab)
+      throw std::invalid_argument(entry_name(e, &seq) + ": token " + std::to_string(t) + " at position " +
+                                  std::to_string(pos) + " is outside the vocabulary [0, " + std::to_string(vocab) +
+                                  ")");
+    const auto r = static_cast<size_t>(row);
+    in.token_ids[r] = t;
+    in.positions[r] = pos;
+    if (any_lora) in.lora_slot[r] = entry.lora_slot < 0 ? -1 : entry.lora_slot;
+    in.slot_mapping[r] = paged ? int64_t(table[pos / block_size]) * block_size + pos % block_size : base + pos;
+  }
+}
+
 }  // namespace
 
-void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& step) {
+void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& step, StepDetail detail) {
   using kernels::KvLayoutKind;
   if (batch.n_padding_tokens < 0)
     throw std::invalid_argument("batch.n_padding_tokens (" + std::to_string(batch.n_padding_tokens) +
                                 ") must be >= 0");
   kernels::StepInput& in = step.in;
+  const bool rows = detail == StepDetail::full;
   step.n_padding = batch.n_padding_tokens;
+  step.shape_only = !rows;
   in.clear();
   const bool paged = kv.kind() == KvKind::paged;
   const int block_size = paged ? static_cast<int>(kv.unit_slots()) : 1;
@@ -85,51 +124,28 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& 
     decode_only = decode_only && entry.n_new == 1;
   }
   in.decode_only = decode_only;
-  in.block_table_stride = paged ? stride : 0;
-  if (paged) in.block_tables.assign(batch.entries.size() * size_t(stride), 0);
+  in.block_table_stride = paged && rows ? stride : 0;
+  if (paged && rows) in.block_tables.assign(batch.entries.size() * size_t(stride), 0);
 
-  // Pass 2: rows, addressing, sampling arrays.
-  const bool any_lora = std::any_of(batch.entries.begin(), batch.entries.end(), [](const BatchEntry& e) { return e.lora_slot >= 0; });
+  // Pass 2: rows and addressing (full detail), the sequences' bounds, sampling arrays.
+  const bool any_lora =
+      rows && std::any_of(batch.entries.begin(), batch.entries.end(), [](const BatchEntry& e) { return e.lora_slot >= 0; });
   // The per-row arrays are sized once and written by index: a prefill step has thousands of rows,
   // and a push_back a row (three or four arrays) was a measurable share of the simulator's time.
-  in.token_ids.resize(n_rows);
-  in.positions.resize(n_rows);
-  in.slot_mapping.resize(n_rows);
-  if (any_lora) in.lora_slot.resize(n_rows);
+  if (rows) {
+    in.token_ids.resize(n_rows);
+    in.positions.resize(n_rows);
+    in.slot_mapping.resize(n_rows);
+    if (any_lora) in.lora_slot.resize(n_rows);
+  }
   in.query_start.push_back(0);
   int row = 0;
   for (size_t e = 0; e < batch.entries.size(); ++e) {
     const BatchEntry& entry = batch.entries[e];
     const Sequence& seq = *entry.seq;
-    const int begin = seq.n_computed, end = seq.n_computed + entry.n_new;
-    int32_t* table = paged ? in.block_tables.data() + e * size_t(stride) : nullptr;
-    int64_t base = 0;
-    if (paged) {
-      const int n_blocks = (end + block_size - 1) / block_size;
-      for (int b = kv.block_ids(seq, n_blocks, table) ? n_blocks : 0; b < n_blocks; ++b) {
-        const int64_t first = kv.slot(seq, b * block_size);
-        if (first < 0 || first % block_size != 0)
-          throw std::logic_error(entry_name(e, &seq) + ": kv.slot() of position " + std::to_string(b * block_size) +
-                                 " is " + std::to_string(first) + ", not the start of a block of " +
-                                 std::to_string(block_size));
-        table[b] = static_cast<int32_t>(first / block_size);
-      }
-    } else {
-      base = kv.slot(seq, 0);
-      in.base_slots.push_back(base);
-    }
-    for (int pos = begin; pos < end; ++pos, ++row) {
-      const TokenId t = seq.token_at(pos);
-      if (t < 0 || t >= vocab)
-        throw std::invalid_argument(entry_name(e, &seq) + ": token " + std::to_string(t) + " at position " +
-                                    std::to_string(pos) + " is outside the vocabulary [0, " + std::to_string(vocab) +
-                                    ")");
-      const auto r = static_cast<size_t>(row);
-      in.token_ids[r] = t;
-      in.positions[r] = pos;
-      if (any_lora) in.lora_slot[r] = entry.lora_slot < 0 ? -1 : entry.lora_slot;
-      in.slot_mapping[r] = paged ? int64_t(table[pos / block_size]) * block_size + pos % block_size : base + pos;
-    }
+    const int end = seq.n_computed + entry.n_new;
+    if (rows) fill_entry_rows(in, kv, entry, e, block_size, vocab, any_lora, row);
+    row += entry.n_new;
     in.query_start.push_back(row);
     in.context_lens.push_back(end);
     in.seq_ids.push_back(seq.id);
@@ -178,6 +194,27 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& 
   } else if (n_masks > 0) {
     in.mask_words = batch.mask_words;
     in.mask_words_per_row = words;
+  }
+}
+
+void check_step_shape(const kernels::StepInput& in) {
+  auto bad = [](const std::string& m) { throw std::invalid_argument("shape-only step: " + m); };
+  const size_t n_seqs = in.context_lens.size(), n_draws = in.sample_rows.size();
+  if (in.query_start.size() != n_seqs + 1 || in.query_start.front() != 0)
+    bad("query_start must hold n_seqs + 1 = " + std::to_string(n_seqs + 1) + " entries from 0");
+  if (in.seq_ids.size() != n_seqs) bad("seq_ids must hold one entry per sequence");
+  for (size_t s = 0; s < n_seqs; ++s) {
+    const int q = in.query_start[s + 1] - in.query_start[s];
+    if (q < 1) bad("sequence " + std::to_string(s) + " has no query rows");
+    if (in.context_lens[s] < q) bad("context_lens[" + std::to_string(s) + "] must be >= its query rows");
+  }
+  for (const size_t n : {in.temperature.size(), in.top_k.size(), in.top_p.size(), in.seed.size(), in.seq_key.size(),
+                         in.sample_position.size(), in.mask_index.size(), in.draft_token.size(), in.draft_dist.size()})
+    if (n != n_draws) bad("every per-draw array must hold one entry per draw (" + std::to_string(n_draws) + ")");
+  const int n_rows = in.query_start.back(), n_masks = in.n_masks();
+  for (size_t i = 0; i < n_draws; ++i) {
+    if (in.sample_rows[i] < 0 || in.sample_rows[i] >= n_rows) bad("sample_rows[" + std::to_string(i) + "] out of range");
+    if (in.mask_index[i] < -1 || in.mask_index[i] >= n_masks) bad("mask_index[" + std::to_string(i) + "] names no mask");
   }
 }
 

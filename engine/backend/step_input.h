@@ -53,6 +53,10 @@ struct Batch {
   bool empty() const { return entries.empty(); }
 };
 
+/// How much of a step build_step_input fills: everything, or its shape and draws (Step::shape_only,
+/// for a backend whose caps().reads_rows is false).
+enum class StepDetail { full, shape };
+
 /// Fills `step` (reusing its vectors) for `batch` over `kv`:
 /// - rows in entry order, positions [seq->n_computed, + n_new), token ids Sequence::token_at;
 /// - paged (kv.kind() == paged): block b of a sequence is kv.slot(seq, b * block_size) /
@@ -65,10 +69,20 @@ struct Batch {
 ///   (step.fill_masks is reset otherwise);
 /// - lora_slot per row from its entry's, only when some entry has one (else empty: no adapters);
 /// - decode_only when every entry has n_new == 1.
+/// With detail shape: step.shape_only set, and none of the per-row arrays or the KV addressing
+/// (token ids, positions, slot mapping, block tables, base slots, lora slots) are built; the rest
+/// is as above. The step then costs O(sequences + draws) to build rather than O(rows + blocks).
 /// Throws std::invalid_argument naming the entry and field for a malformed batch (null seq,
-/// n_new < 1, positions outside the tokens, a token outside [0, vocab), bad sampling values,
-/// a mask index outside the batch's masks).
-void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& step);
+/// n_new < 1, positions outside the tokens, a token outside [0, vocab) (full detail), bad
+/// sampling values, a mask index outside the batch's masks).
+void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& step,
+                      StepDetail detail = StepDetail::full);
+
+/// What a backend reading a shape-only step relies on, as kernels::StepInput::validate checks it
+/// for a full one: query_start runs from 0 over every sequence, each has >= 1 row and
+/// context_lens >= its rows, every per-draw array has one entry per draw, each draw's row lies
+/// in the step and its mask exists. Throws std::invalid_argument naming the field.
+void check_step_shape(const kernels::StepInput& in);
 
 /// The step for `batch` over `kv` on `backend`'s model (build_step_input).
 Step make_step(const Backend& backend, const Batch& batch, const KvManager& kv);

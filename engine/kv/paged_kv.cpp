@@ -1,6 +1,7 @@
 #include "engine/kv/paged_kv.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -24,11 +25,24 @@ uint64_t root_hash(uint64_t salt, uint64_t lora_id) {
   return lora_id == 0 ? h : splitmix64(h ^ splitmix64(lora_id ^ 0x4c6f5241ull));
 }
 
-/// Chained block hash: depends on every token of the prefix through `parent`.
+/// Chained block hash: depends on every token of the prefix through `parent`. Every full block
+/// is hashed once (on_computed) and every prompt block of an admission again (match_prefix), so
+/// this runs over every token the simulator sees: tokens go in two at a time into four
+/// independent lanes (multiply-rotate rounds, as xxHash's), a few multiplies a block where a
+/// splitmix64 round a token was a chain of 16 dependent ones; splitmix64 then mixes the lanes.
+/// A collision costs only a cache miss: match_prefix compares the tokens before it reuses a block.
 uint64_t block_hash(uint64_t parent, const TokenId* tokens, int n) {
-  uint64_t h = splitmix64(parent);
-  for (int i = 0; i < n; ++i) h = splitmix64(h ^ static_cast<uint32_t>(tokens[i]));
-  return h;
+  constexpr uint64_t kP1 = 0x9e3779b185ebca87ull, kP2 = 0xc2b2ae3d27d4eb4full;
+  uint64_t lane[4] = {parent, parent ^ kP1, parent ^ kP2, parent + kP1 + kP2};
+  auto pair = [tokens](int i) {
+    return uint64_t{static_cast<uint32_t>(tokens[i])} | uint64_t{static_cast<uint32_t>(tokens[i + 1])} << 32;
+  };
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 4; ++k) lane[k] = std::rotl(lane[k] + pair(i + 2 * k) * kP2, 31) * kP1;
+  uint64_t h = splitmix64(lane[0] ^ std::rotl(lane[1], 7) ^ std::rotl(lane[2], 12) ^ std::rotl(lane[3], 18));
+  for (; i < n; ++i) h = splitmix64(h ^ static_cast<uint32_t>(tokens[i]));  // a block size not a multiple of 8
+  return splitmix64(h ^ static_cast<uint64_t>(n));
 }
 
 constexpr kv_checks::Checks kPaged{"paged"};  // messages name the manager
@@ -174,7 +188,9 @@ const std::vector<int32_t>& PagedKvManager::match_prefix(const Sequence& seq) co
 }
 
 int PagedKvManager::count_copies(const Sequence& seq, int n_tokens) const {
-  if (n_tokens <= seq.n_computed) return 0;
+  // Every holder of a shared block is in sharing_: with no sharing at all (the common case, asked
+  // for every running sequence every step) no block needs a copy.
+  if (n_tokens <= seq.n_computed || sharing_.empty()) return 0;
   const int end = std::min(static_cast<int>(seq.kv.blocks.size()), blocks_for(n_tokens));
   int n = 0;
   for (int i = std::max(0, seq.n_computed / block_size_); i < end; ++i) n += blocks_[seq.kv.blocks[i]].ref > 1;
