@@ -511,6 +511,17 @@ void write_json(const Args& args, const cudaDeviceProp& prop) {
 
 }  // namespace
 
+/// Keeps a sub-bench's figures (LoraFigure, Fp8KvFigure, StructuredFigure: the same fields) as
+/// rows and writes the JSON.
+template <typename Figures>
+int keep_figures(const Args& args, const Figures& figures) {
+  for (const auto& f : figures) rows.push_back({f.name, f.shape, f.unit, f.peer, f.value, f.ratio});
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  write_json(args, prop);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   Args args;
   for (int i = 1; i < argc; ++i) {
@@ -559,35 +570,20 @@ int main(int argc, char** argv) {
       bench::LoraBenchOptions lo;
       lo.preset = args.preset;
       lo.quick = args.quick;
-      for (const bench::LoraFigure& f : bench::run_lora_bench(lo))
-        rows.push_back({f.name, f.shape, f.unit, f.peer, f.value, f.ratio});
-      cudaDeviceProp prop{};
-      CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-      write_json(args, prop);
-      return 0;
+      return keep_figures(args, bench::run_lora_bench(lo));
     }
     if (args.fp8kv) {  // bf16 KV against an FP8 KV cache (bench/engine_bench_fp8kv.h)
       bench::Fp8KvBenchOptions fo;
       fo.preset = args.preset;
       fo.quick = args.quick;
-      for (const bench::Fp8KvFigure& f : bench::run_fp8kv_bench(fo))
-        rows.push_back({f.name, f.shape, f.unit, f.peer, f.value, f.ratio});
-      cudaDeviceProp prop{};
-      CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-      write_json(args, prop);
-      return 0;
+      return keep_figures(args, bench::run_fp8kv_bench(fo));
     }
     if (args.structured) {
       bench::StructuredBenchOptions so;
       if (args.preset != Args{}.preset) so.preset = args.preset;  // default llama3-8b, not the bench's llama2-7b
       if (!args.tokenizer.empty()) so.tokenizer_dir = args.tokenizer;
       if (args.repeats > 0) so.repeats = args.repeats;
-      for (const bench::StructuredFigure& f : bench::run_structured_bench(so))
-        rows.push_back({f.name, f.shape, f.unit, f.peer, f.value, f.ratio});
-      cudaDeviceProp prop{};
-      CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-      write_json(args, prop);
-      return 0;
+      return keep_figures(args, bench::run_structured_bench(so));
     }
     if (args.mbu || !args.quantization.empty()) {
       const int rc = args.mbu ? run_mbu(args) : run_quant(args);
