@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <unistd.h>
 
 #include "engine/backend/cpu_backend.h"
 #include "engine/lora/lora_slots.h"
@@ -26,6 +27,15 @@ double rel_err(std::span<const float> a, std::span<const float> b) {
   return std::sqrt(num / den);
 }
 
+/// A temp path of this test alone: ctest runs the tests as parallel processes, and a folder one
+/// test rewrites while another maps its safetensors file ends in SIGBUS.
+std::string test_tmp_path(const std::string& stem) {
+  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+  return (std::filesystem::temp_directory_path() /
+          (stem + "_" + (t ? t->name() : "none") + "_" + std::to_string(::getpid())))
+      .string();
+}
+
 /// Adapters of the micro model: A on q/v (rank 4), B on every linear (rank 8), C on o/gate/down
 /// (rank 2, rsLoRA), each written as a PEFT folder in bf16 and read back, as a server gets them.
 std::vector<std::shared_ptr<const LoraAdapter>> micro_adapters(const ModelConfig& c) {
@@ -38,7 +48,7 @@ std::vector<std::shared_ptr<const LoraAdapter>> micro_adapters(const ModelConfig
   made[2].use_rslora = true;
   std::vector<std::shared_ptr<const LoraAdapter>> out;
   for (size_t i = 0; i < made.size(); ++i) {
-    const std::string dir = (std::filesystem::temp_directory_path() / ("micro_lora_" + made[i].name)).string();
+    const std::string dir = test_tmp_path("micro_lora_" + made[i].name);
     write_peft_adapter(dir, made[i], DType::bf16);
     auto a = std::make_shared<LoraAdapter>(read_peft_adapter(dir, made[i].name, c, 16));
     a->id = i + 1;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "engine/lora/lora_registry.h"
 #include "engine/lora/peft.h"
@@ -30,7 +31,16 @@ ModelConfig tiny_config() {
   return c;
 }
 
-std::string folder(const std::string& name) { return (fs::temp_directory_path() / ("lora_" + name)).string(); }
+/// A temp path of this test alone: ctest runs the tests as parallel processes, and a folder one
+/// test rewrites while another maps its safetensors file ends in SIGBUS.
+std::string test_tmp_path(const std::string& stem) {
+  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+  return (std::filesystem::temp_directory_path() /
+          (stem + "_" + (t ? t->name() : "none") + "_" + std::to_string(::getpid())))
+      .string();
+}
+
+std::string folder(const std::string& name) { return test_tmp_path("lora_" + name); }
 
 const std::vector<LoraTarget> kAll = {LoraTarget::q, LoraTarget::k,    LoraTarget::v,   LoraTarget::o,
                                       LoraTarget::gate, LoraTarget::up, LoraTarget::down};

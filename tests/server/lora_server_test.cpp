@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "engine/lora/peft.h"
 #include "tests/server/server_test_util.h"
@@ -16,8 +17,17 @@ namespace lora_server_test {  // named, not anonymous: a unity batch shares one 
 using nlohmann::json;
 namespace fs = std::filesystem;
 
+/// A temp path of this test alone: ctest runs the tests as parallel processes, and a folder one
+/// test rewrites while another maps its safetensors file ends in SIGBUS.
+std::string test_tmp_path(const std::string& stem) {
+  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+  return (std::filesystem::temp_directory_path() /
+          (stem + "_" + (t ? t->name() : "none") + "_" + std::to_string(::getpid())))
+      .string();
+}
+
 std::string adapter_dir(const std::string& name, int rank, uint64_t seed) {
-  const std::string dir = (fs::temp_directory_path() / ("server_lora_" + name)).string();
+  const std::string dir = test_tmp_path("server_lora_" + name);
   write_peft_adapter(dir, random_lora(preset("tiny"), name, rank, 2.0f * rank, {LoraTarget::q, LoraTarget::v, LoraTarget::down}, seed));
   return dir;
 }
