@@ -50,20 +50,6 @@ std::unique_ptr<CudaBackend> gpu_backend(KvCacheDType kv, bool graphs = true, bo
   return gpu;
 }
 
-std::unique_ptr<KvManager> paged_kv() {
-  KvConfig c;
-  c.kind = KvKind::paged;
-  c.block_size = 16;
-  c.prefix_caching = false;
-  c.max_model_len = 512;
-  return make_kv_manager(c, kSlots);
-}
-
-void hold(KvManager& kv, Sequence& s, int n) {
-  if (!s.kv.allocated) kv.allocate(s, n);
-  else kv.grow(s, n);
-}
-
 std::vector<float> logits_of(Backend& b, const Batch& batch, const KvManager& kv) {
   if (auto* cpu = dynamic_cast<CpuBackend*>(&b)) {
     const auto l = cpu->logits(make_step(*cpu, batch, kv));
@@ -102,7 +88,7 @@ TEST(Fp8KvGpu, LogitsFollowTheCpuFp8KvReference) {
     SCOPED_TRACE(mode == 0 ? "graphs" : mode == 1 ? "eager" : "fusion off");
     auto cpu8 = cpu_backend(KvCacheDType::fp8);
     auto gpu8 = gpu_backend(KvCacheDType::fp8, graphs, fusion), gpu16 = gpu_backend(KvCacheDType::auto_dtype, graphs, fusion);
-    auto kv = paged_kv();
+    auto kv = testing::paged_test_kv(kSlots);
     Sequence a = make_sequence(1, random_tokens(97, 1000, 1));
     Sequence b = make_sequence(2, random_tokens(41, 1000, 2));
     for (Sequence* s : {&a, &b}) s->sampling.max_tokens = 32;
@@ -117,16 +103,16 @@ TEST(Fp8KvGpu, LogitsFollowTheCpuFp8KvReference) {
       EXPECT_LT(e8, e16) << what << ": the FP8-KV GPU run should follow the CPU's FP8 KV, not bf16 KV";
       return ref;
     };
-    hold(*kv, a, 50);
-    hold(*kv, b, 41);
+    testing::hold_kv(*kv, a, 50);
+    testing::hold_kv(*kv, b, 41);
     Batch first;
     first.entries = {{&a, 50, false}, {&b, 41, true}};
     check(first, "prefill of 91 rows");
     a.n_computed = 50;
     b.n_computed = 41;
     b.tokens.push_back(5);
-    hold(*kv, a, 97);
-    hold(*kv, b, 42);
+    testing::hold_kv(*kv, a, 97);
+    testing::hold_kv(*kv, b, 42);
     Batch second;
     second.entries = {{&a, 47, true}, {&b, 1, true}};
     std::vector<float> ref = check(second, "chunk over a cached prefix + a decode");
@@ -137,7 +123,7 @@ TEST(Fp8KvGpu, LogitsFollowTheCpuFp8KvReference) {
         const auto row = std::span(ref).subspan(size_t(e++) * 1000, 1000);
         s->n_computed = s->n_tokens();
         s->tokens.push_back(static_cast<TokenId>(std::max_element(row.begin(), row.end()) - row.begin()));
-        hold(*kv, *s, s->n_tokens());
+        testing::hold_kv(*kv, *s, s->n_tokens());
         d.entries.push_back({s, 1, true});
       }
       ref = check(d, "decode step " + std::to_string(step));
@@ -153,13 +139,13 @@ TEST(Fp8KvGpu, GreedyTokensAgreeWithTheCpuFp8KvRunExceptAtNearTies) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   auto cpu = cpu_backend(KvCacheDType::fp8);
   auto gpu = gpu_backend(KvCacheDType::fp8);
-  auto kv = paged_kv();
+  auto kv = testing::paged_test_kv(kSlots);
   Sequence a = make_sequence(1, random_tokens(12, 1000, 9));
   a.sampling.max_tokens = 40;
   int agreed = 0;
   for (int step = 0; step < 24; ++step) {
     const int n_new = a.n_tokens() - a.n_computed;
-    hold(*kv, a, a.n_tokens());
+    testing::hold_kv(*kv, a, a.n_tokens());
     Batch b;
     b.entries = {{&a, n_new, true}};
     const std::vector<float> ref = logits_of(*cpu, b, *kv);
@@ -184,16 +170,16 @@ TEST(Fp8KvGpu, GreedyTokensAgreeWithTheCpuFp8KvRunExceptAtNearTies) {
 TEST(Fp8KvGpu, SwapRoundTripKeepsCodesAndScales) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   auto gpu = gpu_backend(KvCacheDType::fp8, false);
-  auto kv = paged_kv();
+  auto kv = testing::paged_test_kv(kSlots);
   Sequence a = make_sequence(1, random_tokens(70, 1000, 4));
   a.sampling.max_tokens = 8;
-  hold(*kv, a, 70);
+  testing::hold_kv(*kv, a, 70);
   Batch p;
   p.entries = {{&a, 70, true}};
   (void)logits_of(*gpu, p, *kv);
   a.n_computed = 70;
   a.tokens.push_back(7);
-  hold(*kv, a, 71);
+  testing::hold_kv(*kv, a, 71);
   Batch d;
   d.entries = {{&a, 1, true}};
   const std::vector<float> before = logits_of(*gpu, d, *kv);

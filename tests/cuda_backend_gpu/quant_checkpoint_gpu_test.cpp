@@ -58,15 +58,6 @@ std::string write_folder(const Case& c) {
   return dir;
 }
 
-std::unique_ptr<KvManager> paged_kv() {
-  KvConfig c;
-  c.kind = KvKind::paged;
-  c.block_size = 16;
-  c.prefix_caching = false;
-  c.max_model_len = 512;
-  return make_kv_manager(c, kSlots);
-}
-
 TEST(QuantCheckpointGpu, DecodeMatchesTheCpuOnTheSameFolder) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   for (const Case& c : cases()) {
@@ -81,7 +72,7 @@ TEST(QuantCheckpointGpu, DecodeMatchesTheCpuOnTheSameFolder) {
     auto gpu = CudaBackend::load(dir, o);
     gpu->init_kv(kSlots);
     EXPECT_EQ(gpu->options().quantization, c.method);
-    auto kv = paged_kv();
+    auto kv = testing::paged_test_kv(kSlots);
     std::vector<Sequence> seqs;
     for (int i = 0; i < 3; ++i) {
       seqs.push_back(make_sequence(40 + i, random_tokens(2 + 3 * i, 1000, 70 + i)));  // 2 + 5 + 8 = 15 rows
@@ -91,8 +82,7 @@ TEST(QuantCheckpointGpu, DecodeMatchesTheCpuOnTheSameFolder) {
     for (int step = 0; step < 5; ++step) {
       Batch b;
       for (Sequence& s : seqs) {
-        if (!s.kv.allocated) kv->allocate(s, s.n_tokens());
-        else kv->grow(s, s.n_tokens());
+        testing::hold_kv(*kv, s, s.n_tokens());
         b.entries.push_back({&s, s.n_tokens() - s.n_computed, true});
       }
       const auto ref_span = cpu.logits(make_step(cpu, b, *kv));
@@ -106,12 +96,7 @@ TEST(QuantCheckpointGpu, DecodeMatchesTheCpuOnTheSameFolder) {
       // quantize-on-load formats, 0.009-0.011 on an H200); a wrong nibble order, scale layout or
       // fused-row order costs errors of order 1.
       EXPECT_LT(err, 3e-2) << "step " << step;
-      for (size_t e = 0; e < b.entries.size(); ++e) {
-        Sequence& s = *b.entries[e].seq;
-        const auto row = std::span(ref).subspan(e * 1000, 1000);
-        s.n_computed = s.n_tokens();
-        s.tokens.push_back(static_cast<TokenId>(std::max_element(row.begin(), row.end()) - row.begin()));
-      }
+      testing::append_argmax(b, ref, 1000);
     }
     std::printf("  %s checkpoint on the GPU: decode logits, worst relative error against the cpu on the same folder: "
                 "%.4f; weights %.1f MB\n",

@@ -70,20 +70,6 @@ std::unique_ptr<CudaBackend> gpu_backend(const Format& f, bool graphs = true, in
   return gpu;
 }
 
-std::unique_ptr<KvManager> paged_kv() {
-  KvConfig c;
-  c.kind = KvKind::paged;
-  c.block_size = 16;
-  c.prefix_caching = false;
-  c.max_model_len = 512;
-  return make_kv_manager(c, kSlots);
-}
-
-void hold(KvManager& kv, Sequence& s, int n) {
-  if (!s.kv.allocated) kv.allocate(s, n);
-  else kv.grow(s, n);
-}
-
 std::vector<float> cpu_logits(CpuBackend& cpu, const Batch& b, const KvManager& kv) {
   const auto l = cpu.logits(make_step(cpu, b, kv));
   return std::vector<float>(l.begin(), l.end());
@@ -97,12 +83,12 @@ TEST_P(QuantGpu, PrefillMatchesTheCpuReference) {
   const Format f = GetParam();
   auto cpu = cpu_reference(f, false);
   auto gpu = gpu_backend(f);
-  auto kv = paged_kv();
+  auto kv = testing::paged_test_kv(kSlots);
   Sequence a = make_sequence(1, random_tokens(97, 1000, 1));
   Sequence b = make_sequence(2, random_tokens(41, 1000, 2));
   for (Sequence* s : {&a, &b}) s->sampling.max_tokens = 8;
-  hold(*kv, a, 50);
-  hold(*kv, b, 41);
+  testing::hold_kv(*kv, a, 50);
+  testing::hold_kv(*kv, b, 41);
   Batch first;
   first.entries = {{&a, 50, false}, {&b, 41, true}};
   const std::vector<float> ref1 = cpu_logits(*cpu, first, *kv), got1 = gpu->logits(make_step(*gpu, first, *kv));
@@ -118,8 +104,8 @@ TEST_P(QuantGpu, PrefillMatchesTheCpuReference) {
   a.n_computed = 50;
   b.n_computed = 41;
   b.tokens.push_back(5);
-  hold(*kv, a, 97);
-  hold(*kv, b, 42);
+  testing::hold_kv(*kv, a, 97);
+  testing::hold_kv(*kv, b, 42);
   Batch second;
   second.entries = {{&a, 47, true}, {&b, 1, true}};  // a chunk over a's cached 50, with b's decode
   const std::vector<float> ref2 = cpu_logits(*cpu, second, *kv), got2 = gpu->logits(make_step(*gpu, second, *kv));
@@ -137,7 +123,7 @@ TEST_P(QuantGpu, DecodeMatchesTheWeightOnlyReferenceInGraphsAndEagerly) {
     SCOPED_TRACE(graphs ? "graphs" : "eager");
     auto cpu = cpu_reference(f, true);
     auto gpu = gpu_backend(f, graphs, 16);  // every step below has at most 16 rows: all quant_gemv
-    auto kv = paged_kv();
+    auto kv = testing::paged_test_kv(kSlots);
     std::vector<Sequence> seqs;
     for (int i = 0; i < 3; ++i) {
       seqs.push_back(make_sequence(10 + i, random_tokens(3 + 4 * i, 1000, 30 + i)));  // 3 + 7 + 11 = 21 rows
@@ -150,11 +136,11 @@ TEST_P(QuantGpu, DecodeMatchesTheWeightOnlyReferenceInGraphsAndEagerly) {
         Sequence& s = seqs[i];
         if (step == 0 && i == 2) continue;
         if (step == 1 && i == 2) {  // the third prompt joins: 11 + 2 = 13 rows
-          hold(*kv, s, s.n_tokens());
+          testing::hold_kv(*kv, s, s.n_tokens());
           b.entries.push_back({&s, s.n_tokens(), true});
           continue;
         }
-        hold(*kv, s, s.n_tokens());
+        testing::hold_kv(*kv, s, s.n_tokens());
         b.entries.push_back({&s, s.n_tokens() - s.n_computed, true});
       }
       const std::vector<float> ref = cpu_logits(*cpu, b, *kv), got = gpu->logits(make_step(*gpu, b, *kv));
@@ -162,12 +148,7 @@ TEST_P(QuantGpu, DecodeMatchesTheWeightOnlyReferenceInGraphsAndEagerly) {
       const double err = rel_error(got, ref);
       worst = std::max(worst, err);
       EXPECT_LT(err, 3e-2) << "step " << step;
-      for (size_t e = 0; e < b.entries.size(); ++e) {
-        Sequence& s = *b.entries[e].seq;
-        const auto row = std::span(ref).subspan(e * 1000, 1000);
-        s.n_computed = s.n_tokens();
-        s.tokens.push_back(static_cast<TokenId>(std::max_element(row.begin(), row.end()) - row.begin()));
-      }
+      testing::append_argmax(b, ref, 1000);
     }
     std::printf("  %s decode logits (%s), worst relative error against the weight-only cpu reference: %.4f\n", f.name,
                 graphs ? "graphs" : "eager", worst);
@@ -183,13 +164,13 @@ TEST_P(QuantGpu, GreedyTokensAgreeWithTheCpuExceptAtNearTies) {
   const Format f = GetParam();
   auto cpu = cpu_reference(f, true);
   auto gpu = gpu_backend(f, true, 16);
-  auto kv = paged_kv();
+  auto kv = testing::paged_test_kv(kSlots);
   Sequence a = make_sequence(1, random_tokens(12, 1000, 9));
   a.sampling.max_tokens = 24;
   int agreed = 0;
   for (int step = 0; step < 16; ++step) {
     const int n_new = a.n_tokens() - a.n_computed;
-    hold(*kv, a, a.n_tokens());
+    testing::hold_kv(*kv, a, a.n_tokens());
     Batch b;
     b.entries = {{&a, n_new, true}};
     const std::vector<float> ref = cpu_logits(*cpu, b, *kv);
