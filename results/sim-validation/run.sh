@@ -67,8 +67,17 @@ gpu_spec_loads=${GPU_SPEC_LOADS:-users1 users32}  # GPU_SPEC_REQUESTS: requests 
 if [ "$what" = gpu-spec-real ]; then
   out=${SPEC_OUT:?SPEC_OUT: the folder}
   mkdir -p "$out"
-  "$bin" profile --backend cuda --preset llama2-7b --seed 1 --prefill-lens 64,128,256,512 --batch 1,2,4,8,16,32,48,64 \
-    --contexts 128,256,384 --chunk-lens 64,256 --prompt-len 128 --verify-k 4 --draft-layers 1 --repeats 3 --interleave \
+  # GPU_SPEC_GRID=rounds: the grid of gpu-llama2-7b-spec-rounds/ and before (batches 1-64 in powers of
+  # two and 48, prefills up to 1024 rows, verification at k = 4 alone). The default adds what the
+  # runs' steps have and that grid lacked: batches 3 and 6 (prefills of 3 and 6 prompts, 384 and
+  # 768 rows, where M(rows) otherwise runs between a 65-sequence mixed step and 512 rows), batched
+  # prefills up to 4096 rows (a wave of 32 prompts), and verification at k = 3 beside k = 4
+  # (adaptive k gives a sequence 2-5 rows: 64 sequences verify ~300 rows, between 256 and 320).
+  grid="--batch 1,2,3,4,6,8,16,32,48,64 --max-rows 4096 --verify-k 3,4"
+  [ "${GPU_SPEC_GRID:-}" = rounds ] && grid="--batch 1,2,4,8,16,32,48,64 --verify-k 4"
+  # shellcheck disable=SC2086
+  "$bin" profile --backend cuda --preset llama2-7b --seed 1 --prefill-lens 64,128,256,512 $grid \
+    --contexts 128,256,384 --chunk-lens 64,256 --prompt-len 128 --draft-layers 1 --repeats 3 --interleave \
     ${GPU_SPEC_PROFILE_ARGS:-} --json "$out/profile.json" > "$out/profile.txt" 2>&1
   for load in $gpu_spec_loads; do
     # shellcheck disable=SC2046
