@@ -86,12 +86,15 @@ if [ "$what" = gpu-spec-real ]; then
 fi
 if [ "$what" = gpu-spec-sim ]; then
   out=${SPEC_OUT:?SPEC_OUT: the folder gpu-spec-real wrote}
+  # GPU_SPEC_ACCEPTANCE: the folder whose real-LOAD/summary.json gives the acceptance (default SPEC_OUT)
+  acc=${GPU_SPEC_ACCEPTANCE:-$out}
   for load in $gpu_spec_loads; do
     # shellcheck disable=SC2046
     "$bin" run scenarios/gpu-spec-llama2-7b.yaml --out "$out/sim-$load" --force --quiet --no-plots $(gpu_spec_sets $load) \
       --set "backend={kind: sim, sim_profile: $PWD/$out/profile.json}" \
-      --set strategies.1.speculative.sim_acceptance.summary="$PWD/$out/real-$load/summary.json"
-    python3 results/sim-validation/spec_compare.py "$out/real-$load" "$out/sim-$load" > "$out/compare-$load.md"
+      --set strategies.1.speculative.sim_acceptance.summary="$PWD/$acc/real-$load/summary.json"
+    [ -f "$out/real-$load/summary.json" ] &&
+      python3 results/sim-validation/spec_compare.py "$out/real-$load" "$out/sim-$load" > "$out/compare-$load.md"
     rm -f "$out"/{real,sim}-$load/report.html
     for f in "$out"/{real,sim}-$load/{steps,records}.jsonl; do [ -f "$f" ] && gzip -9f "$f"; done
   done
