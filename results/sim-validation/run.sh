@@ -23,9 +23,11 @@
 # the cuda backend with verification points (k = 4) and the one-layer `self` draft, then run
 # scenarios/gpu-spec-llama2-7b.yaml (residual scale GPU_SPEC_SCALE, default 0.005) at 1 user
 # (4 requests) and 32 users (64 requests); GPU_SPEC_PROFILE_ARGS: more profile options (e.g.
-# --no-draft-rounds: the profile without the draft's timed proposer rounds). gpu-spec-sim (here, SPEC_OUT the folder it wrote):
-# the same runs on the sim from that profile and the acceptance each real run measured, compared
-# with spec_compare.py.
+# --no-draft-rounds: the profile without the draft's timed proposer rounds; GPU_SPEC_GRID=rounds: the
+# grid before batches 3 / 6, prefills to 4096 rows and k = 3 verification). gpu-spec-sim (here,
+# SPEC_OUT the folder it wrote): the same runs on the sim from that profile and the acceptance each
+# real run measured (GPU_SPEC_ACCEPTANCE: another folder's real-LOAD/summary.json), compared with
+# spec_compare.py where the real run's summary.json is there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 what="${1:-all}"
