@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
+#include <string>
 
 #include "engine/backend/draft_pricer.h"
 
@@ -46,13 +48,53 @@ StepShape shape_of(std::span<const DrawingSeq> seqs, bool with_drafts) {
   return s;
 }
 
+/// What SpecPricing's pricers were built from, cheaply: the models' names and shapes, and the cost
+/// model's kind, source, device figures, degree, formats and scale. A SpecPricing whose fields
+/// change after a price (a test swapping the draft) gets new pricers at the next one.
+std::string pricing_key(const SpecPricing& p) {
+  std::ostringstream k;
+  k.precision(17);
+  auto model = [&](const ModelConfig& m) { k << m.name << '|' << model_shape_hash(m) << '|'; };
+  model(p.target);
+  if (p.draft) model(*p.draft);
+  const SimCostModel& c = p.cost;
+  const SimDevice& d = c.device;
+  k << int(c.kind) << '|' << c.source << '|' << c.scale << '|' << c.tensor_parallel << '|' << c.draft_profiles.size()
+    << '|' << d.name << '|' << d.peak_flops << '|' << d.fp8_peak_flops << '|' << d.mem_bw_bytes_s << '|'
+    << d.interconnect_bytes_s << '|' << d.allreduce_latency_s << '|' << d.step_overhead_s << '|' << d.kv_dtype_bytes
+    << '|' << d.weight_dtype_bytes << '|' << d.host_link_bytes_s << '|' << int(c.formats.quant.method) << '|'
+    << int(c.formats.quant.activations) << '|' << c.formats.quant.group_size << '|' << int(c.formats.kv_cache_dtype);
+  return k.str();
+}
+
 }  // namespace
+
+/// SpecPricing's pricers, over their own copies of its cost model and models (the pricers hold
+/// references to them), so a SpecPricing moved or copied after its first price stays valid.
+struct SpecPricers {
+  std::string key;
+  SimCostModel cost;
+  ModelConfig target;
+  std::optional<ModelConfig> draft;
+  StepPricer step;
+  std::optional<DraftPricer> draft_pricer;
+  SpecPricers(const SpecPricing& p, std::string k)
+      : key(std::move(k)), cost(p.cost), target(p.target), draft(p.draft), step(cost, target) {
+    if (draft) draft_pricer.emplace(cost, target, *draft);
+  }
+  SpecPricers(const SpecPricers&) = delete;
+  SpecPricers& operator=(const SpecPricers&) = delete;
+};
 
 SpecVerdict price_speculation(const SpecPricing& p, std::span<const DrawingSeq> seqs) {
   SpecVerdict v;
   if (seqs.empty()) return v;
-  v.decode_s = p.cost.step_seconds(p.target, shape_of(seqs, false));
-  v.verify_s = p.cost.step_seconds(p.target, shape_of(seqs, true));
+  std::string key = pricing_key(p);
+  if (!p.pricers || p.pricers->key != key) p.pricers = std::make_shared<const SpecPricers>(p, std::move(key));
+  const SpecPricers& pr = *p.pricers;
+  // The same arithmetic as SimCostModel::step_seconds and a DraftPricer built per call: the same bits.
+  v.decode_s = pr.step.seconds(shape_of(seqs, false));
+  v.verify_s = pr.step.seconds(shape_of(seqs, true));
   int k_max = 0;
   for (const DrawingSeq& q : seqs) {
     v.tokens_plain += 1.0;
@@ -60,7 +102,7 @@ SpecVerdict price_speculation(const SpecPricing& p, std::span<const DrawingSeq> 
     k_max = std::max(k_max, q.k);
   }
   // From the draft's own profile when the cost model carries one, else the target's scaled by the roofline.
-  if (p.draft) v.draft_s = k_max * DraftPricer(p.cost, p.target, *p.draft).seconds(shape_of(seqs, false));
+  if (pr.draft_pricer) v.draft_s = k_max * pr.draft_pricer->seconds(shape_of(seqs, false));
   return v;
 }
 

@@ -15,6 +15,7 @@
 //   now and then. A real backend whose verification or drafting costs more than the roofline
 //   says (eager multi-row steps beside graphed decodes, a slow draft) turns speculation off where
 //   it measured a loss.
+#include <memory>
 #include <optional>
 #include <span>
 
@@ -38,11 +39,21 @@ struct DrawingSeq {
   double alpha = 0.0;
 };
 
+struct SpecPricers;
+
 /// The cost side of the per-step rule.
 struct SpecPricing {
   SimCostModel cost;                 ///< prices the target's steps (and the draft's)
   ModelConfig target;
   std::optional<ModelConfig> draft;  ///< the draft model (self, draft_model); none for n-gram
+  /// The step pricers of the three above, built by price_speculation from copies of them and
+  /// kept (shared by later copies of this object) until the models' names or shapes or the cost
+  /// model's kind, source, device figures, degree, formats or scale change; an edit of a profile's
+  /// fit in place is not seen (build a new SpecPricing). Building them walks both models' tensor
+  /// lists and refits the draft's rounds: ~4 ms of host time on the shared 2-core VM, which every
+  /// priced verdict paid before (on the H200 in the step after each prefill, measured:
+  /// results/sim-validation/README.md); a verdict now costs 5-30 us there, the key most of it.
+  mutable std::shared_ptr<const SpecPricers> pricers;
 };
 
 /// The rule's figures for one step: seconds of plain decode, of verification, of drafting, and
@@ -75,7 +86,7 @@ class SpecRateMeter {
   static constexpr double kWeight = 0.25;  ///< of the newest step in the average
 
   /// Whether both choices of `batch`'s bucket have been measured: speculate() no longer reads the
-  /// prior, so the caller may skip pricing it (a priced verdict costs ~0.3 ms of host time).
+  /// prior, so the caller may skip pricing it (pricing costs host time: a few us a verdict since SpecPricing keeps its pricers).
   bool decided(int batch) const;
   /// Whether the next step, with `batch` sequences drawing, should carry drafts; `priced` is the
   /// cost model's verdict (true without one; ignored once decided()).

@@ -23,9 +23,11 @@
 # the cuda backend with verification points (k = 4) and the one-layer `self` draft, then run
 # scenarios/gpu-spec-llama2-7b.yaml (residual scale GPU_SPEC_SCALE, default 0.005) at 1 user
 # (4 requests) and 32 users (64 requests); GPU_SPEC_PROFILE_ARGS: more profile options (e.g.
-# --no-draft-rounds: the profile without the draft's timed proposer rounds). gpu-spec-sim (here, SPEC_OUT the folder it wrote):
-# the same runs on the sim from that profile and the acceptance each real run measured, compared
-# with spec_compare.py.
+# --no-draft-rounds: the profile without the draft's timed proposer rounds; GPU_SPEC_GRID=rounds: the
+# grid before batches 3 / 6, prefills to 4096 rows and k = 3 verification). gpu-spec-sim (here,
+# SPEC_OUT the folder it wrote): the same runs on the sim from that profile and the acceptance each
+# real run measured (GPU_SPEC_ACCEPTANCE: another folder's real-LOAD/summary.json), compared with
+# spec_compare.py where the real run's summary.json is there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 what="${1:-all}"
@@ -67,8 +69,17 @@ gpu_spec_loads=${GPU_SPEC_LOADS:-users1 users32}  # GPU_SPEC_REQUESTS: requests 
 if [ "$what" = gpu-spec-real ]; then
   out=${SPEC_OUT:?SPEC_OUT: the folder}
   mkdir -p "$out"
-  "$bin" profile --backend cuda --preset llama2-7b --seed 1 --prefill-lens 64,128,256,512 --batch 1,2,4,8,16,32,48,64 \
-    --contexts 128,256,384 --chunk-lens 64,256 --prompt-len 128 --verify-k 4 --draft-layers 1 --repeats 3 --interleave \
+  # GPU_SPEC_GRID=rounds: the grid of gpu-llama2-7b-spec-rounds/ and before (batches 1-64 in powers of
+  # two and 48, prefills up to 1024 rows, verification at k = 4 alone). The default adds what the
+  # runs' steps have and that grid lacked: batches 3 and 6 (prefills of 3 and 6 prompts, 384 and
+  # 768 rows, where M(rows) otherwise runs between a 65-sequence mixed step and 512 rows), batched
+  # prefills up to 4096 rows (a wave of 32 prompts), and verification at k = 3 beside k = 4
+  # (adaptive k gives a sequence 2-5 rows: 64 sequences verify ~300 rows, between 256 and 320).
+  grid="--batch 1,2,3,4,6,8,16,32,48,64 --max-rows 4096 --verify-k 3,4"
+  [ "${GPU_SPEC_GRID:-}" = rounds ] && grid="--batch 1,2,4,8,16,32,48,64 --verify-k 4"
+  # shellcheck disable=SC2086
+  "$bin" profile --backend cuda --preset llama2-7b --seed 1 --prefill-lens 64,128,256,512 $grid \
+    --contexts 128,256,384 --chunk-lens 64,256 --prompt-len 128 --draft-layers 1 --repeats 3 --interleave \
     ${GPU_SPEC_PROFILE_ARGS:-} --json "$out/profile.json" > "$out/profile.txt" 2>&1
   for load in $gpu_spec_loads; do
     # shellcheck disable=SC2046
@@ -77,12 +88,15 @@ if [ "$what" = gpu-spec-real ]; then
 fi
 if [ "$what" = gpu-spec-sim ]; then
   out=${SPEC_OUT:?SPEC_OUT: the folder gpu-spec-real wrote}
+  # GPU_SPEC_ACCEPTANCE: the folder whose real-LOAD/summary.json gives the acceptance (default SPEC_OUT)
+  acc=${GPU_SPEC_ACCEPTANCE:-$out}
   for load in $gpu_spec_loads; do
     # shellcheck disable=SC2046
     "$bin" run scenarios/gpu-spec-llama2-7b.yaml --out "$out/sim-$load" --force --quiet --no-plots $(gpu_spec_sets $load) \
       --set "backend={kind: sim, sim_profile: $PWD/$out/profile.json}" \
-      --set strategies.1.speculative.sim_acceptance.summary="$PWD/$out/real-$load/summary.json"
-    python3 results/sim-validation/spec_compare.py "$out/real-$load" "$out/sim-$load" > "$out/compare-$load.md"
+      --set strategies.1.speculative.sim_acceptance.summary="$PWD/$acc/real-$load/summary.json"
+    [ -f "$out/real-$load/summary.json" ] &&
+      python3 results/sim-validation/spec_compare.py "$out/real-$load" "$out/sim-$load" > "$out/compare-$load.md"
     rm -f "$out"/{real,sim}-$load/report.html
     for f in "$out"/{real,sim}-$load/{steps,records}.jsonl; do [ -f "$f" ] && gzip -9f "$f"; done
   done

@@ -190,6 +190,24 @@ TEST(DraftPricer, RooflineForTheDraftAndAProfileScaledToIt) {
   one.sum_context = one.max_context = 512;
   one.attention_pairs = one.decode_context = 512;
   EXPECT_DOUBLE_EQ(v.draft_s, 4 * p.seconds(one));
+  // Its pricers are built once and kept (a verdict used to rebuild them: ~4 ms of host time): a
+  // copy shares them and prices the same bits after the original is gone; another draft is seen.
+  const SpecPricers* built = pricing.pricers.get();
+  ASSERT_NE(built, nullptr);
+  auto original = std::make_unique<SpecPricing>(pricing);
+  const SpecPricing copy = *original;
+  original.reset();
+  const SpecVerdict again = price_speculation(copy, std::span<const DrawingSeq>(&seq, 1));
+  EXPECT_EQ(copy.pricers.get(), built);
+  EXPECT_EQ(again.decode_s, v.decode_s);
+  EXPECT_EQ(again.verify_s, v.verify_s);
+  EXPECT_EQ(again.draft_s, v.draft_s);
+  EXPECT_EQ(v.decode_s, roof.step_seconds(target, one));
+  pricing.draft->n_layers = 4;
+  const SpecVerdict deeper = price_speculation(pricing, std::span<const DrawingSeq>(&seq, 1));
+  EXPECT_NE(pricing.pricers.get(), built);
+  EXPECT_GT(deeper.draft_s, 1.2 * v.draft_s);
+  EXPECT_EQ(deeper.verify_s, v.verify_s);
 }
 
 }  // namespace sim_spec_test
