@@ -1,6 +1,7 @@
 // The FP8 KV cache's kernels (kernels/kv_fp8.h) on the GPU against kernels/ref/kv_fp8_ref.h:
 // the fused RoPE + K/V write bit-equal to the CPU backend's quantization of the row the bf16
-// kernel writes; decode attention over FP8 arenas (GQA 1 / 4 / 8, head_dim 32 / 64 / 128, paged
+// kernel writes; decode attention over FP8 arenas on tensor cores and CUDA cores (GQA 1 / 4 / 8,
+// batches 1 / 17 / 128, head_dim 32 / 64 / 128, paged
 // blocks of 1 / 16 / 32 and naive, contexts 1..5000, auto and fixed splits, graph replays) and
 // prefill attention over the dequantized scratch against attention_ref on the arena read back;
 // block copies and swaps moving codes and scales together. bf16 and fp16 storage.
@@ -59,7 +60,7 @@ std::vector<float> run_decode_fp8(ScalarType t, const Fp8Batch& f, SplitPolicy s
   a.k_cache = k8.get();
   a.v_cache = v8.get();
   a.split = split;
-  const DecodeSplit s = decode_attention_fp8_split(a, sm_count());
+  const DecodeSplit s = decode_attention_fp8_split(a, sm_count(), variant);
   if (used) *used = s;
   d.workspace = DeviceBuffer(decode_attention_workspace_bytes(a.n_seqs, a.n_heads, f.ref.shape.head_dim, s.n_splits));
   CUDA_CHECK(cudaMemset(d.workspace.get(), 0, d.workspace.bytes()));
@@ -160,6 +161,9 @@ TEST_P(KvFp8Gpu, RopeKvWriteIsBitEqualToTheCpuQuantizationOfTheRow) {
       }
 }
 
+/// Every kernel decode_attention_fp8 runs, against attention_ref on the read-back arena: the
+/// tensor-core kernel (4 and 2 steps a pass; head_dim 32 falls back to CUDA cores) and the
+/// CUDA-core one (its two conversions giving the same bits).
 TEST_P(KvFp8Gpu, DecodeMatchesReferenceOnAwkwardShapes) {
   SKIP_WITHOUT_GPU();
   const ScalarType t = GetParam();
@@ -175,21 +179,49 @@ TEST_P(KvFp8Gpu, DecodeMatchesReferenceOnAwkwardShapes) {
           const Fp8Batch f = quantized(testing::make_batch({ctx, std::vector<int>(17, 1), 8, 8 / group, hd, kind, bs}, rng));
           const std::vector<float> ref = testing::reference_attention(f.ref);
           for (SplitPolicy split : {SplitPolicy{0}, SplitPolicy{32}}) {
-            DecodeSplit used;
-            const std::vector<float> out = run_decode_fp8(t, f, split, &used);
-            EXPECT_FALSE(used.tensor_cores);
-            EXPECT_LT(testing::rel_error(out, ref), testing::tolerance(t))
-                << "layout " << int(kind) << " group " << group << " block " << bs << " hd " << hd << " split "
-                << split.fixed_split_len << " splits " << used.n_splits;
-            // The byte-permute conversion gives the same codes' values, so the same bits.
-            EXPECT_EQ(run_decode_fp8(t, f, split, nullptr, Fp8KvDecode::prmt), out)
-                << "prmt variant, layout " << int(kind) << " group " << group << " hd " << hd;
+            for (Fp8KvDecode v : {Fp8KvDecode::shift_mask, Fp8KvDecode::mma, Fp8KvDecode::mma2}) {
+              DecodeSplit used;
+              const std::vector<float> out = run_decode_fp8(t, f, split, &used, v);
+              EXPECT_EQ(used.tensor_cores, v != Fp8KvDecode::shift_mask && hd != 32);
+              EXPECT_LT(testing::rel_error(out, ref), testing::tolerance(t))
+                  << "variant " << int(v) << " layout " << int(kind) << " group " << group << " block " << bs << " hd "
+                  << hd << " split " << split.fixed_split_len << " splits " << used.n_splits;
+              // The byte-permute conversion gives the same codes' values, so the same bits.
+              if (v == Fp8KvDecode::shift_mask) {
+                EXPECT_EQ(run_decode_fp8(t, f, split, nullptr, Fp8KvDecode::prmt), out)
+                    << "prmt variant, layout " << int(kind) << " group " << group << " hd " << hd;
+              }
+            }
           }
         }
       }
 }
 
-/// Contexts up to 5000 (several splits merged through the workspace), GQA 1 / 4 / 8, head_dim 128.
+/// The tensor-core kernel at batches 1 and 128 (GQA 1 / 4 / 8, 32 query heads, paged and naive):
+/// within the tolerance of attention_ref, every output row written (poisoned before).
+TEST_P(KvFp8Gpu, MmaDecodeMatchesReferenceAtBatches1To128) {
+  SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  std::uniform_int_distribution<int> len(1, 200);
+  for (int batch : {1, 128})
+    for (int group : {1, 4, 8})
+      for (KvLayoutKind kind : {KvLayoutKind::paged, KvLayoutKind::naive}) {
+        std::vector<int> ctx(batch);
+        for (int& c : ctx) c = len(rng);
+        ctx[0] = batch == 1 ? 1000 : 333;
+        const Fp8Batch f = quantized(testing::make_batch({ctx, std::vector<int>(batch, 1), 32, 32 / group, 128, kind, 16}, rng));
+        DecodeSplit used;
+        const std::vector<float> out = run_decode_fp8(t, f, SplitPolicy{}, &used, Fp8KvDecode::mma);
+        EXPECT_TRUE(used.tensor_cores);
+        EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return std::isfinite(x); }));
+        EXPECT_LT(testing::rel_error(out, testing::reference_attention(f.ref)), testing::tolerance(t))
+            << "batch " << batch << " group " << group << " layout " << int(kind) << " splits " << used.n_splits;
+      }
+}
+
+/// Contexts up to 5000 (several splits merged through the workspace), GQA 1 / 4 / 8, head_dim 128,
+/// on tensor cores and CUDA cores.
 TEST_P(KvFp8Gpu, DecodeLongContextsMatchReference) {
   SKIP_WITHOUT_GPU();
   const ScalarType t = GetParam();
@@ -198,12 +230,17 @@ TEST_P(KvFp8Gpu, DecodeLongContextsMatchReference) {
     for (KvLayoutKind kind : {KvLayoutKind::paged, KvLayoutKind::naive}) {
       const Fp8Batch f =
           quantized(testing::make_batch({{5000, 1, 1000, 4097, 2}, {1, 1, 1, 1, 1}, 32, 32 / group, 128, kind, 16}, rng));
-      DecodeSplit used;
-      const std::vector<float> out = run_decode_fp8(t, f, SplitPolicy{}, &used);
-      EXPECT_GT(used.n_splits, 1);
-      EXPECT_LT(testing::rel_error(out, testing::reference_attention(f.ref)), testing::tolerance(t))
-          << "group " << group << " layout " << int(kind) << " splits " << used.n_splits;
-      EXPECT_EQ(run_decode_fp8(t, f, SplitPolicy{}, nullptr, Fp8KvDecode::prmt), out) << "prmt variant, group " << group;
+      const std::vector<float> ref = testing::reference_attention(f.ref);
+      for (Fp8KvDecode v : {Fp8KvDecode::shift_mask, Fp8KvDecode::mma}) {
+        DecodeSplit used;
+        const std::vector<float> out = run_decode_fp8(t, f, SplitPolicy{}, &used, v);
+        EXPECT_GT(used.n_splits, 1);
+        EXPECT_LT(testing::rel_error(out, ref), testing::tolerance(t))
+            << "variant " << int(v) << " group " << group << " layout " << int(kind) << " splits " << used.n_splits;
+        if (v == Fp8KvDecode::shift_mask) {
+          EXPECT_EQ(run_decode_fp8(t, f, SplitPolicy{}, nullptr, Fp8KvDecode::prmt), out) << "prmt variant, group " << group;
+        }
+      }
     }
 }
 
