@@ -7,12 +7,14 @@
 # KV budget binds) and, with ENGINE=1, `engine_bench --kv-cache-dtype auto,fp8` (llama2-7b steps):
 #   OUT=$OUT bash scripts/gpu-fp8kv-check.sh
 # BUILD (default build-gpu), TESTS=0 skips the tests, BENCH=0 kernel_bench, RUN=0 the scenario
-# (RUN_LIMIT seconds, default 200; SCENARIO, default scenarios/gpu-fp8kv-capacity.yaml); QUICK=1
+# (RUN_LIMIT seconds, default 200, cut to what is left of TOTAL_S seconds from the start, less 20,
+# when TOTAL_S is set; SCENARIO, default scenarios/gpu-fp8kv-capacity.yaml); QUICK=1
 # (default) passes --quick to engine_bench. When the FP8 kernel tests fail, the scenario runs with
 # SERVELAB_FP8KV_DECODE=shift_mask (the CUDA-core kernel), and the summary says so. Logs go to
 # $OUT as one tarball (the device returns few files), the JSON, the run's summary and a summary
 # beside it. The commit: GPU_COMMIT (a file) or git.
 set -uo pipefail
+T0=$(date +%s)
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/runs/gpu-fp8kv-check}
 BUILD=${BUILD:-build-gpu}
@@ -58,7 +60,9 @@ if [ "${RUN:-1}" = 1 ]; then
     export SERVELAB_FP8KV_DECODE=shift_mask
     echo "scenario: FP8 kernel tests failed, the run uses SERVELAB_FP8KV_DECODE=shift_mask" >>"$OUT/summary.txt"
   fi
-  step scenario "${RUN_LIMIT:-200}" "$BUILD/servelab" run "${SCENARIO:-scenarios/gpu-fp8kv-capacity.yaml}" --out "$OUT/run" --no-plots --force
+  RL=${RUN_LIMIT:-200}
+  if [ -n "${TOTAL_S:-}" ]; then LEFT=$((TOTAL_S - ($(date +%s) - T0) - 20)); [ "$LEFT" -lt "$RL" ] && RL=$LEFT; fi
+  step scenario "$RL" "$BUILD/servelab" run "${SCENARIO:-scenarios/gpu-fp8kv-capacity.yaml}" --out "$OUT/run" --no-plots --force
   unset SERVELAB_FP8KV_DECODE
   sed -n '/^strategy/,$p' "$L/scenario.log" | head -30 >>"$OUT/summary.txt"
 fi
