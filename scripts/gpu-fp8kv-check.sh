@@ -61,7 +61,7 @@ if [ "${RUN:-1}" = 1 ]; then
     echo "scenario: FP8 kernel tests failed, the run uses SERVELAB_FP8KV_DECODE=shift_mask" >>"$OUT/summary.txt"
   fi
   RL=${RUN_LIMIT:-200}
-  if [ -n "${TOTAL_S:-}" ]; then LEFT=$((TOTAL_S - ($(date +%s) - T0) - 20)); [ "$LEFT" -lt "$RL" ] && RL=$LEFT; fi
+  if [ -n "${TOTAL_S:-}" ]; then LEFT=$((TOTAL_S - ($(date +%s) - T0) - 20)); [ "$LEFT" -lt "$RL" ] && RL=$LEFT; [ "$RL" -lt 10 ] && RL=1; fi
   step scenario "$RL" "$BUILD/servelab" run "${SCENARIO:-scenarios/gpu-fp8kv-capacity.yaml}" --out "$OUT/run" --no-plots --force
   unset SERVELAB_FP8KV_DECODE
   sed -n '/^strategy/,$p' "$L/scenario.log" | head -30 >>"$OUT/summary.txt"
