@@ -229,20 +229,22 @@ Fp8KvDecode resolve_fp8_kv_decode(const DecodeAttentionArgs& a, Fp8KvDecode vari
   if (variant == Fp8KvDecode::by_env) {
     const char* e = std::getenv("SERVELAB_FP8KV_DECODE");
     const std::string v = e ? e : "";
-    variant = v == "shift_mask" ? Fp8KvDecode::shift_mask
-              : v == "prmt"     ? Fp8KvDecode::prmt
-              : v == "mma2"     ? Fp8KvDecode::mma2
-                                : Fp8KvDecode::mma;
+    variant = v == "shift_mask"  ? Fp8KvDecode::shift_mask
+              : v == "prmt"      ? Fp8KvDecode::prmt
+              : v == "mma"       ? Fp8KvDecode::mma
+              : v == "mma_async" ? Fp8KvDecode::mma_async
+                                 : Fp8KvDecode::mma2;
   }
   const bool mma_fits = (a.shape.head_dim == 64 || a.shape.head_dim == 128) && a.shape.n_slots < (int64_t(1) << 31);
-  if ((variant == Fp8KvDecode::mma || variant == Fp8KvDecode::mma2) && !mma_fits) return Fp8KvDecode::shift_mask;
+  const bool tc = variant == Fp8KvDecode::mma || variant == Fp8KvDecode::mma2 || variant == Fp8KvDecode::mma_async;
+  if (tc && !mma_fits) return Fp8KvDecode::shift_mask;
   return variant;
 }
 
 DecodeSplit decode_attention_fp8_split(const DecodeAttentionArgs& a, int n_sms, Fp8KvDecode variant) {
   variant = resolve_fp8_kv_decode(a, variant);
   DecodeAttentionArgs b = a;
-  if (variant == Fp8KvDecode::mma || variant == Fp8KvDecode::mma2) {
+  if (variant != Fp8KvDecode::shift_mask && variant != Fp8KvDecode::prmt) {
     // The bf16 tensor-core kernel's cut (2 blocks per SM, 8 query heads a block, >= 128 positions
     // a split), without its cluster merge or load pipeline (this kernel has neither). A group of 1
     // is cut as a group of 2: the same blocks (one per KV head), which use_tensor_cores refuses.
@@ -312,7 +314,9 @@ void decode_attention_fp8(const DecodeAttentionArgs& a, cudaStream_t stream, Fp8
     p.counters = reinterpret_cast<int32_t*>(a.workspace) + ctr_at;
   }
   const Fp8Layout f{fp8_kv_slot_bytes(a.shape.n_kv_heads, hd), fp8_kv_scales_offset(a.shape.n_kv_heads, hd)};
-  if (split.tensor_cores)
+  if (variant == Fp8KvDecode::mma_async)
+    decode_fp8::launch_decode_fp8_async(a.dtype, hd, p, f, grid, stream);
+  else if (split.tensor_cores)
     decode_fp8::launch_decode_fp8_mma(a.dtype, hd, variant == Fp8KvDecode::mma2 ? decode_fp8::kMmaStepsNarrow
                                                                                  : decode_fp8::kMmaStepsWide,
                                       p, f, grid, stream);

@@ -23,5 +23,16 @@ constexpr int kMmaStepsWide = 4, kMmaStepsNarrow = 2;
 /// p.n_sub = ceil(group / 8)) with `steps` 16-position steps per warp per pass.
 void launch_decode_fp8_mma(ScalarType dtype, int head_dim, int steps, const decode::Params& p, const Fp8Layout& f,
                            dim3 grid, cudaStream_t stream);
+/// The same arithmetic with the codes and scales staged through shared memory by cp.async, two
+/// stages a warp (Fp8KvDecode::mma_async; attention_decode_fp8_async.cu).
+void launch_decode_fp8_async(ScalarType dtype, int head_dim, const decode::Params& p, const Fp8Layout& f, dim3 grid,
+                             cudaStream_t stream);
+
+/// Codes in bytes 0 and 2 of w as a bf16 pair (byte 0 in the low half), each value · 2^-120: the
+/// code's sign to bit 15, its 7 magnitude bits to 10..4 (bf16's exponent bias 127 against E4M3's
+/// 7; subnormal codes land on bf16 subnormals).
+__device__ __forceinline__ uint32_t e4m3_lo_pair(uint32_t w) { return ((w << 4) & 0x07f007f0u) | ((w << 8) & 0x80008000u); }
+/// Codes in bytes 1 and 3 of w as a bf16 pair (byte 1 in the low half), each value · 2^-120.
+__device__ __forceinline__ uint32_t e4m3_hi_pair(uint32_t w) { return ((w >> 4) & 0x07f007f0u) | (w & 0x80008000u); }
 
 }  // namespace servelab::kernels::decode_fp8

@@ -40,11 +40,6 @@ constexpr float kTwoPow60 = 1152921504606846976.0f;            // 2^60, exact
 constexpr float kTwoPow90 = 1237940039285380274899124224.0f;   // 2^90, exact
 constexpr float kTwoPow30 = 1073741824.0f;                     // 2^30
 
-/// Codes in bytes 0 and 2 of w as a bf16 pair (byte 0 in the low half), each value · 2^-120.
-__device__ __forceinline__ uint32_t e4m3_lo_pair(uint32_t w) { return ((w << 4) & 0x07f007f0u) | ((w << 8) & 0x80008000u); }
-/// Codes in bytes 1 and 3 of w as a bf16 pair (byte 1 in the low half), each value · 2^-120.
-__device__ __forceinline__ uint32_t e4m3_hi_pair(uint32_t w) { return ((w >> 4) & 0x07f007f0u) | (w & 0x80008000u); }
-
 __device__ __forceinline__ uint2 load_codes8(const void* p) {
   uint2 v;
   asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));

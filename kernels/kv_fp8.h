@@ -44,16 +44,19 @@ void rope_kv_write_fp8(const QkvArgs& a, cudaStream_t stream);
 void kv_write_fp8(const QkvArgs& a, cudaStream_t stream);
 
 /// Which kernel decode_attention_fp8 runs, and how it turns codes into numbers:
-/// - mma (the default): tensor cores (attention_decode_fp8_mma.cu), the bf16 tensor-core decode
-///   kernel's structure with 4 16-position steps a warp a pass; each code becomes a bf16 of its
-///   value · 2^-120 in registers, the K scale multiplies the score, the V scale the softmax weight
-///   fed to P·V. Head_dim 64 or 128 (others, and arenas of 2^31 slots or more, take shift_mask);
-/// - mma2: the same kernel with 2 steps a pass (comparison);
+/// - mma2 (the default): tensor cores (attention_decode_fp8_mma.cu), the bf16 tensor-core decode
+///   kernel's structure with 2 16-position steps a warp a pass loaded into registers; each code
+///   becomes a bf16 of its value · 2^-120 in registers, the K scale multiplies the score, the V
+///   scale the softmax weight fed to P·V. Head_dim 64 or 128 (others, and arenas of 2^31 slots or
+///   more, take shift_mask);
+/// - mma: the same kernel with 4 steps a pass (comparison);
+/// - mma_async: the same arithmetic with each warp's next pass copied into shared memory by
+///   cp.async while it computes the current one (attention_decode_fp8_async.cu);
 /// - shift_mask / prmt: the CUDA-core kernel (attention_decode_fp8.cu), codes to fp32 by two
 ///   shifts and two masks a code, or by a byte permute, an arithmetic shift and one mask (the same
 ///   bits either way);
-/// by_env: SERVELAB_FP8KV_DECODE=mma|mma2|shift_mask|prmt, else mma.
-enum class Fp8KvDecode { by_env, shift_mask, prmt, mma, mma2 };
+/// by_env: SERVELAB_FP8KV_DECODE=mma2|mma|mma_async|shift_mask|prmt, else mma2.
+enum class Fp8KvDecode { by_env, shift_mask, prmt, mma, mma2, mma_async };
 /// The variant decode_attention_fp8 runs for these arguments (by_env read, mma on a head_dim it
 /// does not build replaced by shift_mask).
 Fp8KvDecode resolve_fp8_kv_decode(const DecodeAttentionArgs& a, Fp8KvDecode variant);

@@ -4,8 +4,11 @@
 // batches 1 / 32 / 128, contexts 1k / 4k. Each row's GB/s counts the bytes that kernel reads (FP8:
 // codes and scales, 132 bytes a row; bf16: 256) plus q and out, against the copy ceiling; bf16
 // is timed with its default kernel (tensor cores for GQA >= 2) and, for GQA >= 2, its CUDA-core
-// kernel; FP8 with each Fp8KvDecode variant: mma (tensor cores, the default), mma2 (2 steps a
-// pass), shift_mask and prmt (CUDA cores), each with its own split and workspace. The FP8 arena holds valid random codes (no NaN) and
+// kernel; FP8 with the Fp8KvDecode variants, each with its own split and workspace: mma2 (tensor
+// cores, registers, 2 steps a pass: the default), mma (4 steps), mma_async (cp.async stages),
+// mma2 and mma_async cut for 2 blocks per SM (SplitPolicy::blocks_per_sm 2; the default cut aims
+// at 1, the bf16 tensor-core rule), shift_mask (CUDA cores; prmt gives the same bits and measured
+// the same time, 0.94-1.03x, results/gpu/quant/h200-2026-11-29-9ab3082-fp8kv2). The FP8 arena holds valid random codes (no NaN) and
 // positive scales; the kernels' numerics are tested in tests/kernels_gpu/kv_fp8_gpu_test.cpp.
 #include <cstdio>
 #include <memory>
@@ -55,23 +58,26 @@ void bench_decode_attention_fp8(std::mt19937_64& rng, int n_sms, int64_t l2, dou
         fill_fp8_arena<<<2048, 256>>>(k8.get<uint8_t>(), pb.n_slots, sb, fp8_kv_scales_offset(n_kv, kHd), n_kv, rng());
         fill_fp8_arena<<<2048, 256>>>(v8.get<uint8_t>(), pb.n_slots, sb, fp8_kv_scales_offset(n_kv, kHd), n_kv, rng());
         CUDA_CHECK_LAUNCH();
-        // Columns: bf16 default, bf16 CUDA cores (GQA only), then the FP8 variants.
-        const Fp8KvDecode fv[4] = {Fp8KvDecode::mma, Fp8KvDecode::mma2, Fp8KvDecode::shift_mask, Fp8KvDecode::prmt};
-        constexpr int kCols = 6;
+        // Columns: bf16 default, bf16 CUDA cores (GQA only), then the FP8 variants and cuts.
+        constexpr int kFp8 = 6, kCols = 2 + kFp8;
+        const Fp8KvDecode fv[kFp8] = {Fp8KvDecode::mma2,      Fp8KvDecode::mma,  Fp8KvDecode::mma_async,
+                                      Fp8KvDecode::mma_async, Fp8KvDecode::mma2, Fp8KvDecode::shift_mask};
+        const SplitPolicy fsp[kFp8] = {SplitPolicy{}, SplitPolicy{}, SplitPolicy{}, SplitPolicy{0, 2}, SplitPolicy{0, 2},
+                                       SplitPolicy{}};
         std::vector<std::vector<DecodeAttentionArgs>> args(kCols);
         for (int r = 0; r < pb.n_rot; ++r) {
           args[0].push_back(pb.decode_args(r, SplitPolicy{}, n_sms));
           if (group > 1) args[1].push_back(pb.decode_args(r, SplitPolicy{}, n_sms, false));
         }
-        // FP8: a zeroed workspace per variant, for its cut.
-        DecodeSplit fs[4];
+        // FP8: a zeroed workspace per column, for its cut.
+        DecodeSplit fs[kFp8];
         std::vector<std::unique_ptr<Buf>> ws;
-        for (int k = 0; k < 4; ++k) {
-          fs[k] = decode_attention_fp8_split(pb.decode_args(0, SplitPolicy{}, n_sms, false), n_sms, fv[k]);
+        for (int k = 0; k < kFp8; ++k) {
+          fs[k] = decode_attention_fp8_split(pb.decode_args(0, fsp[k], n_sms, false), n_sms, fv[k]);
           ws.push_back(std::make_unique<Buf>(decode_attention_workspace_bytes(batch, kHeads, kHd, fs[k].n_splits)));
           CUDA_CHECK(cudaMemset(ws.back()->p, 0, ws.back()->bytes));
           for (int r = 0; r < pb.n_rot; ++r) {
-            DecodeAttentionArgs a = pb.decode_args(r, SplitPolicy{}, n_sms, false);
+            DecodeAttentionArgs a = pb.decode_args(r, fsp[k], n_sms, false);
             a.k_cache = k8.p;
             a.v_cache = v8.p;
             a.workspace = ws.back()->get<float>();
@@ -100,9 +106,10 @@ void bench_decode_attention_fp8(std::mt19937_64& rng, int n_sms, int64_t l2, dou
         const double bf16_bytes = double(batch) * ctx * n_kv * kHd * 2 * 2 + qo;
         const double fp8_bytes = double(batch) * ctx * n_kv * (kHd + 4) * 2 + qo;
         const std::string shape = "b" + std::to_string(batch) + " ctx" + std::to_string(ctx) + " gqa" + std::to_string(group);
-        static const char* const kNames[kCols] = {"decode_attn_bf16kv", "decode_attn_bf16kv_cudacore", "decode_attn_fp8kv",
-                                                  "decode_attn_fp8kv_mma2", "decode_attn_fp8kv_cudacore",
-                                                  "decode_attn_fp8kv_prmt"};
+        static const char* const kNames[kCols] = {
+            "decode_attn_bf16kv",        "decode_attn_bf16kv_cudacore", "decode_attn_fp8kv",
+            "decode_attn_fp8kv_mma4",    "decode_attn_fp8kv_async",     "decode_attn_fp8kv_async_bps2",
+            "decode_attn_fp8kv_mma2_bps2", "decode_attn_fp8kv_cudacore"};
         double ms_of[kCols] = {};
         for (size_t k = 0; k < cols.size(); ++k) {
           const int c = cols[k];
