@@ -44,7 +44,7 @@ std::vector<Fp8KvFigure> run_fp8kv_bench(const Fp8KvBenchOptions& o) {
   for (int f = 0; f < 3; ++f) {
     CudaBackendOptions opts;
     opts.kv_cache_dtype = f == 0 ? KvCacheDType::auto_dtype : KvCacheDType::fp8;
-    setenv("SERVELAB_FP8KV_DECODE", f == 2 ? "shift_mask" : "mma", 1);
+    setenv("SERVELAB_FP8KV_DECODE", f == 2 ? "shift_mask" : "mma2", 1);
     std::unique_ptr<CudaBackend> backend = CudaBackend::random(model, 1, opts);
     const std::string label = labels[f];
     add({"kv_bytes_per_slot", label, "bytes", "", double(backend->kv_bytes_per_slot()), std::nullopt});

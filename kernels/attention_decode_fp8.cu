@@ -245,9 +245,14 @@ DecodeSplit decode_attention_fp8_split(const DecodeAttentionArgs& a, int n_sms, 
   variant = resolve_fp8_kv_decode(a, variant);
   DecodeAttentionArgs b = a;
   if (variant != Fp8KvDecode::shift_mask && variant != Fp8KvDecode::prmt) {
-    // The bf16 tensor-core kernel's cut (2 blocks per SM, 8 query heads a block, >= 128 positions
-    // a split), without its cluster merge or load pipeline (this kernel has neither). A group of 1
-    // is cut as a group of 2: the same blocks (one per KV head), which use_tensor_cores refuses.
+    // The bf16 tensor-core kernel's cut (8 query heads a block, >= 128 positions a split) for the
+    // 2 blocks an SM holds of these kernels (the bf16 rule aims at 1 for its load pipeline), without
+    // its cluster merge or pipeline (these kernels have neither). Measured on an H200
+    // (results/gpu/quant/h200-2026-11-29-61be400-fp8kv2, mma2 against mma2_bps2): equal within
+    // the noise where both cut alike, faster where the grid is small (b32 x 4k x GQA 8: 67.8 ->
+    // 51.3 us, b1 x 4k x GQA 1: 24.3 -> 20.8 us). A group of 1 is cut as a group of 2: the same
+    // blocks (one per KV head), which use_tensor_cores refuses.
+    if (b.split.blocks_per_sm == 0 && b.split.fixed_split_len == 0) b.split.blocks_per_sm = 2;
     b.tensor_cores = true;
     b.pipeline = false;
     b.max_cluster_splits = 0;
