@@ -67,7 +67,8 @@ Fp8KvDecode resolve_fp8_kv_decode(const DecodeAttentionArgs& a, Fp8KvDecode vari
 void decode_attention_fp8(const DecodeAttentionArgs& a, cudaStream_t stream,
                           Fp8KvDecode variant = Fp8KvDecode::by_env);
 /// How decode_attention_fp8 cuts these arguments' contexts for that variant (decode_attention_split
-/// with the tensor-core or the CUDA-core kernel's rules; DecodeSplit::tensor_cores says which runs).
+/// with the tensor-core rules aimed at 2 blocks per SM unless a.split says otherwise, or the
+/// CUDA-core kernel's rules; DecodeSplit::tensor_cores says which runs).
 DecodeSplit decode_attention_fp8_split(const DecodeAttentionArgs& a, int n_sms,
                                        Fp8KvDecode variant = Fp8KvDecode::by_env);
 
