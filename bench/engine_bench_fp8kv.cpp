@@ -36,14 +36,15 @@ std::vector<Fp8KvFigure> run_fp8kv_bench(const Fp8KvBenchOptions& o) {
                 f.ratio ? (" (" + std::to_string(*f.ratio) + " of " + f.peer + ")").c_str() : "");
     out.push_back(std::move(f));
   };
-  // bf16 KV, then fp8 KV with each of decode_attention_fp8's code conversions (kernels/kv_fp8.h:
-  // SERVELAB_FP8KV_DECODE, read at every launch, so each backend's graphs capture its own).
-  const char* labels[] = {"bf16 KV", "fp8 KV", "fp8 KV prmt"};
+  // bf16 KV, then fp8 KV with decode_attention_fp8's tensor-core kernel (the default) and its
+  // CUDA-core one (kernels/kv_fp8.h: SERVELAB_FP8KV_DECODE, read at every launch, so each
+  // backend's graphs capture its own).
+  const char* labels[] = {"bf16 KV", "fp8 KV", "fp8 KV cudacore"};
   std::vector<std::vector<double>> ms(3);
   for (int f = 0; f < 3; ++f) {
     CudaBackendOptions opts;
     opts.kv_cache_dtype = f == 0 ? KvCacheDType::auto_dtype : KvCacheDType::fp8;
-    setenv("SERVELAB_FP8KV_DECODE", f == 2 ? "prmt" : "shift_mask", 1);
+    setenv("SERVELAB_FP8KV_DECODE", f == 2 ? "shift_mask" : "mma2", 1);
     std::unique_ptr<CudaBackend> backend = CudaBackend::random(model, 1, opts);
     const std::string label = labels[f];
     add({"kv_bytes_per_slot", label, "bytes", "", double(backend->kv_bytes_per_slot()), std::nullopt});

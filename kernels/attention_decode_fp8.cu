@@ -13,6 +13,9 @@
 // amaxes up to ~1e20). The K scale multiplies the row's score after the dot product
 // (q · (s k) = s (q · k)), the V scale the row's softmax weight, so the per-element work is the
 // bit move and the two FMAs.
+//
+// decode_attention_fp8 picks this kernel or the tensor-core one (attention_decode_fp8_mma.cu;
+// Fp8KvDecode, resolve_fp8_kv_decode) and builds the launch parameters for either.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +23,8 @@
 #include <string>
 
 #include "kernels/attention_decode_common.cuh"
+#include "kernels/attention_decode_fp8.cuh"
+#include "kernels/attention_decode_mma.cuh"
 #include "kernels/common.cuh"
 #include "kernels/kv_fp8.h"
 
@@ -27,12 +32,8 @@ namespace servelab::kernels {
 namespace decode_fp8_detail {  // named: the kernels library may be compiled as unity batches
 
 using decode::kThreads;
+using decode_fp8::Fp8Layout;
 constexpr float kTwoPow60 = 1152921504606846976.0f;  // 2^60, exact
-
-struct Fp8Layout {
-  int64_t slot_bytes;  // fp8_kv_slot_bytes
-  int64_t scales_at;   // fp8_kv_scales_offset
-};
 
 /// 8-byte read-only load of 8 codes, no L1 allocation, L2::256B prefetch hint (a row of 128 codes
 /// and the next row's start).
@@ -224,10 +225,44 @@ void launch_hd(int hd, const decode::Params& p, const Fp8Layout& f, int g_bucket
 
 }  // namespace decode_fp8_detail
 
-DecodeSplit decode_attention_fp8_split(const DecodeAttentionArgs& a, int n_sms) {
+Fp8KvDecode resolve_fp8_kv_decode(const DecodeAttentionArgs& a, Fp8KvDecode variant) {
+  if (variant == Fp8KvDecode::by_env) {
+    const char* e = std::getenv("SERVELAB_FP8KV_DECODE");
+    const std::string v = e ? e : "";
+    variant = v == "shift_mask"  ? Fp8KvDecode::shift_mask
+              : v == "prmt"      ? Fp8KvDecode::prmt
+              : v == "mma"       ? Fp8KvDecode::mma
+              : v == "mma_async" ? Fp8KvDecode::mma_async
+                                 : Fp8KvDecode::mma2;
+  }
+  const bool mma_fits = (a.shape.head_dim == 64 || a.shape.head_dim == 128) && a.shape.n_slots < (int64_t(1) << 31);
+  const bool tc = variant == Fp8KvDecode::mma || variant == Fp8KvDecode::mma2 || variant == Fp8KvDecode::mma_async;
+  if (tc && !mma_fits) return Fp8KvDecode::shift_mask;
+  return variant;
+}
+
+DecodeSplit decode_attention_fp8_split(const DecodeAttentionArgs& a, int n_sms, Fp8KvDecode variant) {
+  variant = resolve_fp8_kv_decode(a, variant);
   DecodeAttentionArgs b = a;
-  b.tensor_cores = false;  // the CUDA-core kernel's cut (resident blocks 7 / 4 / 2 per SM)
-  return decode_attention_split(b, n_sms);
+  if (variant != Fp8KvDecode::shift_mask && variant != Fp8KvDecode::prmt) {
+    // The bf16 tensor-core kernel's cut (8 query heads a block, >= 128 positions a split) for the
+    // 2 blocks an SM holds of these kernels (the bf16 rule aims at 1 for its load pipeline), without
+    // its cluster merge or pipeline (these kernels have neither). Measured on an H200
+    // (results/gpu/quant/h200-2026-11-29-61be400-fp8kv2, mma2 against mma2_bps2): equal within
+    // the noise where both cut alike, faster where the grid is small (b32 x 4k x GQA 8: 67.8 ->
+    // 51.3 us, b1 x 4k x GQA 1: 24.3 -> 20.8 us). A group of 1 is cut as a group of 2: the same
+    // blocks (one per KV head), which use_tensor_cores refuses.
+    if (b.split.blocks_per_sm == 0 && b.split.fixed_split_len == 0) b.split.blocks_per_sm = 2;
+    b.tensor_cores = true;
+    b.pipeline = false;
+    b.max_cluster_splits = 0;
+    b.n_heads = std::max(a.n_heads, 2 * a.shape.n_kv_heads);
+  } else {
+    b.tensor_cores = false;  // the CUDA-core kernel's cut (resident blocks 7 / 4 / 2 per SM)
+  }
+  DecodeSplit r = decode_attention_split(b, n_sms);
+  r.pipeline = false;
+  return r;
 }
 
 void decode_attention_fp8(const DecodeAttentionArgs& a, cudaStream_t stream, Fp8KvDecode variant) {
@@ -242,9 +277,10 @@ void decode_attention_fp8(const DecodeAttentionArgs& a, cudaStream_t stream, Fp8
   int device = 0, n_sms = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, device));
-  const DecodeSplit split = decode_attention_fp8_split(a, n_sms);
+  variant = resolve_fp8_kv_decode(a, variant);
+  const DecodeSplit split = decode_attention_fp8_split(a, n_sms, variant);
   const int hd = a.shape.head_dim, group = a.n_heads / a.shape.n_kv_heads;
-  const int gb = group == 1 ? 1 : group <= 4 ? 4 : 8;
+  const int gb = split.tensor_cores ? decode::kMmaHeads : group == 1 ? 1 : group <= 4 ? 4 : 8;
   decode::Params p{};
   p.q = a.q;
   p.q_row_stride = a.q_row_stride;
@@ -283,11 +319,13 @@ void decode_attention_fp8(const DecodeAttentionArgs& a, cudaStream_t stream, Fp8
     p.counters = reinterpret_cast<int32_t*>(a.workspace) + ctr_at;
   }
   const Fp8Layout f{fp8_kv_slot_bytes(a.shape.n_kv_heads, hd), fp8_kv_scales_offset(a.shape.n_kv_heads, hd)};
-  if (variant == Fp8KvDecode::by_env) {
-    const char* e = std::getenv("SERVELAB_FP8KV_DECODE");
-    variant = e && std::strcmp(e, "prmt") == 0 ? Fp8KvDecode::prmt : Fp8KvDecode::shift_mask;
-  }
-  if (variant == Fp8KvDecode::prmt)
+  if (variant == Fp8KvDecode::mma_async)
+    decode_fp8::launch_decode_fp8_async(a.dtype, hd, p, f, grid, stream);
+  else if (split.tensor_cores)
+    decode_fp8::launch_decode_fp8_mma(a.dtype, hd, variant == Fp8KvDecode::mma2 ? decode_fp8::kMmaStepsNarrow
+                                                                                 : decode_fp8::kMmaStepsWide,
+                                      p, f, grid, stream);
+  else if (variant == Fp8KvDecode::prmt)
     SERVELAB_DISPATCH_16(a.dtype, (launch_hd<__nv_bfloat16, true>(hd, p, f, gb, grid, stream)),
                          (launch_hd<__half, true>(hd, p, f, gb, grid, stream)));
   else

@@ -13,7 +13,8 @@
 // The kernels: the fused RoPE + K/V write quantizes each K or V row in the same launch
 // (rope_kv_write_fp8: the row is rounded to the dtype first, then quantized with the CPU's formula,
 // so the codes and scales are bit-equal to CpuBackend::store_kv on that row); decode attention
-// reads the codes and scales (decode_attention_fp8, CUDA cores); prefill attention dequantizes
+// reads the codes and scales (decode_attention_fp8: tensor cores by default, CUDA cores for
+// comparison and head_dim 32); prefill attention dequantizes
 // the step's sequences into a dtype scratch (dequantize_kv_fp8) and runs the existing prefill
 // kernels over it (the simplest correct thing; it costs a write and a read of the scratch).
 #include <cuda_runtime.h>
@@ -42,19 +43,34 @@ void rope_kv_write_fp8(const QkvArgs& a, cudaStream_t stream);
 /// Unfused step 2 (after rope_inplace): K and V of qkv quantized into the FP8 arenas.
 void kv_write_fp8(const QkvArgs& a, cudaStream_t stream);
 
-/// How decode_attention_fp8 turns codes into fp32 (the same values, bit for bit): shift_mask (two
-/// shifts and two masks a code) or prmt (a byte permute, an arithmetic shift and one mask);
-/// by_env: SERVELAB_FP8KV_DECODE=shift_mask|prmt, else the default (shift_mask).
-enum class Fp8KvDecode { by_env, shift_mask, prmt };
+/// Which kernel decode_attention_fp8 runs, and how it turns codes into numbers:
+/// - mma2 (the default): tensor cores (attention_decode_fp8_mma.cu), the bf16 tensor-core decode
+///   kernel's structure with 2 16-position steps a warp a pass loaded into registers; each code
+///   becomes a bf16 of its value · 2^-120 in registers, the K scale multiplies the score, the V
+///   scale the softmax weight fed to P·V. Head_dim 64 or 128 (others, and arenas of 2^31 slots or
+///   more, take shift_mask);
+/// - mma: the same kernel with 4 steps a pass (comparison);
+/// - mma_async: the same arithmetic with each warp's next pass copied into shared memory by
+///   cp.async while it computes the current one (attention_decode_fp8_async.cu);
+/// - shift_mask / prmt: the CUDA-core kernel (attention_decode_fp8.cu), codes to fp32 by two
+///   shifts and two masks a code, or by a byte permute, an arithmetic shift and one mask (the same
+///   bits either way);
+/// by_env: SERVELAB_FP8KV_DECODE=mma2|mma|mma_async|shift_mask|prmt, else mma2.
+enum class Fp8KvDecode { by_env, shift_mask, prmt, mma, mma2, mma_async };
+/// The variant decode_attention_fp8 runs for these arguments (by_env read, mma on a head_dim it
+/// does not build replaced by shift_mask).
+Fp8KvDecode resolve_fp8_kv_decode(const DecodeAttentionArgs& a, Fp8KvDecode variant);
 /// Decode attention over FP8 arenas (a.k_cache, a.v_cache in the layout above; a.shape.n_slots
-/// slots): one launch, FlashDecoding as decode_attention with its split rules and workspace, on
-/// the CUDA-core kernel (each lane dequantizes 8 codes of a row on load: the K scale multiplies
-/// the row's score, the V scale its softmax weight). a.tensor_cores is ignored. head_dim 32, 64,
-/// 128; any GQA ratio; both layouts.
+/// slots): one launch, FlashDecoding as decode_attention with its split rules and workspace
+/// (decode_attention_workspace_bytes; no cluster merge, no load pipeline). a.tensor_cores is
+/// ignored (the variant chooses). Head_dim 32, 64, 128; any GQA ratio; both layouts.
 void decode_attention_fp8(const DecodeAttentionArgs& a, cudaStream_t stream,
                           Fp8KvDecode variant = Fp8KvDecode::by_env);
-/// How decode_attention_fp8 cuts these arguments' contexts (decode_attention_split on CUDA cores).
-DecodeSplit decode_attention_fp8_split(const DecodeAttentionArgs& a, int n_sms);
+/// How decode_attention_fp8 cuts these arguments' contexts for that variant (decode_attention_split
+/// with the tensor-core rules aimed at 2 blocks per SM unless a.split says otherwise, or the
+/// CUDA-core kernel's rules; DecodeSplit::tensor_cores says which runs).
+DecodeSplit decode_attention_fp8_split(const DecodeAttentionArgs& a, int n_sms,
+                                       Fp8KvDecode variant = Fp8KvDecode::by_env);
 
 /// Dequantizes positions [0, context_lens[s]) of every sequence of a step from FP8 arenas into
 /// dtype arenas [out_slots, n_kv_heads, head_dim] laid out naive: sequence s at base_slots[s] =

@@ -4,7 +4,11 @@
 // batches 1 / 32 / 128, contexts 1k / 4k. Each row's GB/s counts the bytes that kernel reads (FP8:
 // codes and scales, 132 bytes a row; bf16: 256) plus q and out, against the copy ceiling; bf16
 // is timed with its default kernel (tensor cores for GQA >= 2) and, for GQA >= 2, its CUDA-core
-// kernel (the one the FP8 path is built on). The FP8 arena holds valid random codes (no NaN) and
+// kernel; FP8 with the Fp8KvDecode variants, each with its own split and workspace: mma2 (tensor
+// cores, registers, 2 steps a pass: the default), mma (4 steps), mma_async (cp.async stages),
+// mma2 and mma_async cut for 1 block per SM (SplitPolicy::blocks_per_sm 1, the bf16 tensor-core
+// rule; the FP8 default cut aims at 2), shift_mask (CUDA cores; prmt gives the same bits and
+// measured the same time, 0.94-1.03x, results/gpu/quant/h200-2026-11-29-9ab3082-fp8kv2). The FP8 arena holds valid random codes (no NaN) and
 // positive scales; the kernels' numerics are tested in tests/kernels_gpu/kv_fp8_gpu_test.cpp.
 #include <cstdio>
 #include <memory>
@@ -54,40 +58,42 @@ void bench_decode_attention_fp8(std::mt19937_64& rng, int n_sms, int64_t l2, dou
         fill_fp8_arena<<<2048, 256>>>(k8.get<uint8_t>(), pb.n_slots, sb, fp8_kv_scales_offset(n_kv, kHd), n_kv, rng());
         fill_fp8_arena<<<2048, 256>>>(v8.get<uint8_t>(), pb.n_slots, sb, fp8_kv_scales_offset(n_kv, kHd), n_kv, rng());
         CUDA_CHECK_LAUNCH();
-        // Columns: bf16 default, bf16 CUDA cores (GQA only), fp8 (default conversion), fp8 prmt.
-        std::vector<std::vector<DecodeAttentionArgs>> args(4);
+        // Columns: bf16 default, bf16 CUDA cores (GQA only), then the FP8 variants and cuts.
+        constexpr int kFp8 = 6, kCols = 2 + kFp8;
+        const Fp8KvDecode fv[kFp8] = {Fp8KvDecode::mma2,      Fp8KvDecode::mma,  Fp8KvDecode::mma_async,
+                                      Fp8KvDecode::mma_async, Fp8KvDecode::mma2, Fp8KvDecode::shift_mask};
+        const SplitPolicy fsp[kFp8] = {SplitPolicy{}, SplitPolicy{}, SplitPolicy{}, SplitPolicy{0, 1}, SplitPolicy{0, 1},
+                                       SplitPolicy{}};
+        std::vector<std::vector<DecodeAttentionArgs>> args(kCols);
         for (int r = 0; r < pb.n_rot; ++r) {
           args[0].push_back(pb.decode_args(r, SplitPolicy{}, n_sms));
           if (group > 1) args[1].push_back(pb.decode_args(r, SplitPolicy{}, n_sms, false));
         }
-        // FP8: its own zeroed workspace for its (CUDA-core) cut.
-        DecodeAttentionArgs f = pb.decode_args(0, SplitPolicy{}, n_sms, false);
-        const DecodeSplit fs = decode_attention_fp8_split(f, n_sms);
-        Buf ws(decode_attention_workspace_bytes(batch, kHeads, kHd, fs.n_splits));
-        CUDA_CHECK(cudaMemset(ws.p, 0, ws.bytes));
-        for (int r = 0; r < pb.n_rot; ++r) {
-          DecodeAttentionArgs a = pb.decode_args(r, SplitPolicy{}, n_sms, false);
-          a.k_cache = k8.p;
-          a.v_cache = v8.p;
-          a.workspace = ws.get<float>();
-          a.workspace_bytes = ws.bytes;
-          args[2].push_back(a);
-          args[3].push_back(a);
-        }
-        for (int c = 0; c < 2; ++c)  // the bf16 columns share PagedBatch's workspace (grown to the larger cut)
-          for (auto& a : args[c]) {
-            a.workspace = pb.ws->get<float>();
-            a.workspace_bytes = pb.ws->bytes;
+        // FP8: a zeroed workspace per column, for its cut.
+        DecodeSplit fs[kFp8];
+        std::vector<std::unique_ptr<Buf>> ws;
+        for (int k = 0; k < kFp8; ++k) {
+          fs[k] = decode_attention_fp8_split(pb.decode_args(0, fsp[k], n_sms, false), n_sms, fv[k]);
+          ws.push_back(std::make_unique<Buf>(decode_attention_workspace_bytes(batch, kHeads, kHd, fs[k].n_splits)));
+          CUDA_CHECK(cudaMemset(ws.back()->p, 0, ws.back()->bytes));
+          for (int r = 0; r < pb.n_rot; ++r) {
+            DecodeAttentionArgs a = pb.decode_args(r, fsp[k], n_sms, false);
+            a.k_cache = k8.p;
+            a.v_cache = v8.p;
+            a.workspace = ws.back()->get<float>();
+            a.workspace_bytes = ws.back()->bytes;
+            args[2 + k].push_back(a);
           }
+        }
         std::vector<std::unique_ptr<GraphTimer>> timers;
         std::vector<GraphTimer*> tp;
         std::vector<int> cols;
-        for (int c = 0; c < 4; ++c) {
+        for (int c = 0; c < kCols; ++c) {
           if (args[c].empty()) continue;
           auto& list = args[c];
           const int n_rot = pb.n_rot;
           if (c >= 2) {
-            const Fp8KvDecode v = c == 3 ? Fp8KvDecode::prmt : Fp8KvDecode::shift_mask;
+            const Fp8KvDecode v = fv[c - 2];
             timers.push_back(std::make_unique<GraphTimer>([&list, n_rot, v](int i, cudaStream_t st) { decode_attention_fp8(list[i % n_rot], st, v); }, 20));
           } else {
             timers.push_back(std::make_unique<GraphTimer>([&list, n_rot](int i, cudaStream_t st) { decode_attention(list[i % n_rot], st); }, 20));
@@ -100,24 +106,22 @@ void bench_decode_attention_fp8(std::mt19937_64& rng, int n_sms, int64_t l2, dou
         const double bf16_bytes = double(batch) * ctx * n_kv * kHd * 2 * 2 + qo;
         const double fp8_bytes = double(batch) * ctx * n_kv * (kHd + 4) * 2 + qo;
         const std::string shape = "b" + std::to_string(batch) + " ctx" + std::to_string(ctx) + " gqa" + std::to_string(group);
-        double bf16_ms = 0, fp8_ms = 0, prmt_ms = 0;
+        static const char* const kNames[kCols] = {
+            "decode_attn_bf16kv",        "decode_attn_bf16kv_cudacore", "decode_attn_fp8kv",
+            "decode_attn_fp8kv_mma4",    "decode_attn_fp8kv_async",     "decode_attn_fp8kv_async_bps1",
+            "decode_attn_fp8kv_mma2_bps1", "decode_attn_fp8kv_cudacore"};
+        double ms_of[kCols] = {};
         for (size_t k = 0; k < cols.size(); ++k) {
           const int c = cols[k];
           const double ms = med[k];
-          const DecodeSplit used = c >= 2 ? fs : decode_attention_split(args[c][0], n_sms);
+          ms_of[c] = ms;
+          const DecodeSplit used = c >= 2 ? fs[c - 2] : decode_attention_split(args[c][0], n_sms);
           const std::string cut = " (" + std::to_string(used.n_splits) + " splits" + (used.tensor_cores ? " mma" : "") + ")";
-          if (c == 0) bf16_ms = ms;
-          if (c == 2) fp8_ms = ms;
-          if (c == 3) prmt_ms = ms;
-          const char* name = c == 0 ? "decode_attn_bf16kv"
-                             : c == 1 ? "decode_attn_bf16kv_cudacore"
-                             : c == 2 ? "decode_attn_fp8kv"
-                                      : "decode_attn_fp8kv_prmt";
-          record(name, shape + cut + " " + std::to_string(ms * 1e3).substr(0, 6) + " us",
+          record(kNames[c], shape + cut + " " + std::to_string(ms * 1e3).substr(0, 6) + " us",
                  (c >= 2 ? fp8_bytes : bf16_bytes) / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
         }
-        record("decode_attn_fp8kv_time", shape + " fp8 / bf16 kernel time", fp8_ms / bf16_ms, "x", "-", 0);
-        record("decode_attn_fp8kv_prmt_time", shape + " fp8 prmt / bf16 kernel time", prmt_ms / bf16_ms, "x", "-", 0);
+        for (int c = 2; c < kCols; ++c)
+          record(std::string(kNames[c]) + "_time", shape + " / bf16 kernel time", ms_of[c] / ms_of[0], "x", "-", 0);
       }
 }
 

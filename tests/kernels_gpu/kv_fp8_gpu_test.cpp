@@ -1,6 +1,7 @@
 // The FP8 KV cache's kernels (kernels/kv_fp8.h) on the GPU against kernels/ref/kv_fp8_ref.h:
 // the fused RoPE + K/V write bit-equal to the CPU backend's quantization of the row the bf16
-// kernel writes; decode attention over FP8 arenas (GQA 1 / 4 / 8, head_dim 32 / 64 / 128, paged
+// kernel writes; decode attention over FP8 arenas on tensor cores and CUDA cores (GQA 1 / 4 / 8,
+// batches 1 / 17 / 128, head_dim 32 / 64 / 128, paged
 // blocks of 1 / 16 / 32 and naive, contexts 1..5000, auto and fixed splits, graph replays) and
 // prefill attention over the dequantized scratch against attention_ref on the arena read back;
 // block copies and swaps moving codes and scales together. bf16 and fp16 storage.
@@ -59,7 +60,7 @@ std::vector<float> run_decode_fp8(ScalarType t, const Fp8Batch& f, SplitPolicy s
   a.k_cache = k8.get();
   a.v_cache = v8.get();
   a.split = split;
-  const DecodeSplit s = decode_attention_fp8_split(a, sm_count());
+  const DecodeSplit s = decode_attention_fp8_split(a, sm_count(), variant);
   if (used) *used = s;
   d.workspace = DeviceBuffer(decode_attention_workspace_bytes(a.n_seqs, a.n_heads, f.ref.shape.head_dim, s.n_splits));
   CUDA_CHECK(cudaMemset(d.workspace.get(), 0, d.workspace.bytes()));
@@ -160,6 +161,9 @@ TEST_P(KvFp8Gpu, RopeKvWriteIsBitEqualToTheCpuQuantizationOfTheRow) {
       }
 }
 
+/// Every kernel decode_attention_fp8 runs, against attention_ref on the read-back arena: the
+/// tensor-core kernel (4 and 2 steps a pass in registers, and staged by cp.async; head_dim 32
+/// falls back to CUDA cores) and the CUDA-core one (its two conversions giving the same bits).
 TEST_P(KvFp8Gpu, DecodeMatchesReferenceOnAwkwardShapes) {
   SKIP_WITHOUT_GPU();
   const ScalarType t = GetParam();
@@ -175,21 +179,55 @@ TEST_P(KvFp8Gpu, DecodeMatchesReferenceOnAwkwardShapes) {
           const Fp8Batch f = quantized(testing::make_batch({ctx, std::vector<int>(17, 1), 8, 8 / group, hd, kind, bs}, rng));
           const std::vector<float> ref = testing::reference_attention(f.ref);
           for (SplitPolicy split : {SplitPolicy{0}, SplitPolicy{32}}) {
-            DecodeSplit used;
-            const std::vector<float> out = run_decode_fp8(t, f, split, &used);
-            EXPECT_FALSE(used.tensor_cores);
-            EXPECT_LT(testing::rel_error(out, ref), testing::tolerance(t))
-                << "layout " << int(kind) << " group " << group << " block " << bs << " hd " << hd << " split "
-                << split.fixed_split_len << " splits " << used.n_splits;
-            // The byte-permute conversion gives the same codes' values, so the same bits.
-            EXPECT_EQ(run_decode_fp8(t, f, split, nullptr, Fp8KvDecode::prmt), out)
-                << "prmt variant, layout " << int(kind) << " group " << group << " hd " << hd;
+            for (Fp8KvDecode v :
+                 {Fp8KvDecode::shift_mask, Fp8KvDecode::mma, Fp8KvDecode::mma2, Fp8KvDecode::mma_async}) {
+              DecodeSplit used;
+              const std::vector<float> out = run_decode_fp8(t, f, split, &used, v);
+              EXPECT_EQ(used.tensor_cores, v != Fp8KvDecode::shift_mask && hd != 32);
+              EXPECT_LT(testing::rel_error(out, ref), testing::tolerance(t))
+                  << "variant " << int(v) << " layout " << int(kind) << " group " << group << " block " << bs << " hd "
+                  << hd << " split " << split.fixed_split_len << " splits " << used.n_splits;
+              // The byte-permute conversion gives the same codes' values, so the same bits.
+              if (v == Fp8KvDecode::shift_mask) {
+                EXPECT_EQ(run_decode_fp8(t, f, split, nullptr, Fp8KvDecode::prmt), out)
+                    << "prmt variant, layout " << int(kind) << " group " << group << " hd " << hd;
+              }
+            }
           }
         }
       }
 }
 
-/// Contexts up to 5000 (several splits merged through the workspace), GQA 1 / 4 / 8, head_dim 128.
+/// The tensor-core kernels (registers, 2 steps; cp.async) at batches 1 and 128 (GQA 1 / 4 / 8, 32
+/// query heads, paged and naive): within the tolerance of attention_ref, every output row written
+/// (poisoned before).
+TEST_P(KvFp8Gpu, MmaDecodeMatchesReferenceAtBatches1To128) {
+  SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  std::uniform_int_distribution<int> len(1, 200);
+  for (int batch : {1, 128})
+    for (int group : {1, 4, 8})
+      for (KvLayoutKind kind : {KvLayoutKind::paged, KvLayoutKind::naive}) {
+        std::vector<int> ctx(batch);
+        for (int& c : ctx) c = len(rng);
+        ctx[0] = batch == 1 ? 1000 : 333;
+        const Fp8Batch f = quantized(testing::make_batch({ctx, std::vector<int>(batch, 1), 32, 32 / group, 128, kind, 16}, rng));
+        const std::vector<float> ref = testing::reference_attention(f.ref);
+        for (Fp8KvDecode v : {Fp8KvDecode::mma2, Fp8KvDecode::mma_async}) {
+          DecodeSplit used;
+          const std::vector<float> out = run_decode_fp8(t, f, SplitPolicy{}, &used, v);
+          EXPECT_TRUE(used.tensor_cores);
+          EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return std::isfinite(x); }));
+          EXPECT_LT(testing::rel_error(out, ref), testing::tolerance(t))
+              << "variant " << int(v) << " batch " << batch << " group " << group << " layout " << int(kind) << " splits "
+              << used.n_splits;
+        }
+      }
+}
+
+/// Contexts up to 5000 (several splits merged through the workspace), GQA 1 / 4 / 8, head_dim 128,
+/// on tensor cores and CUDA cores.
 TEST_P(KvFp8Gpu, DecodeLongContextsMatchReference) {
   SKIP_WITHOUT_GPU();
   const ScalarType t = GetParam();
@@ -198,41 +236,57 @@ TEST_P(KvFp8Gpu, DecodeLongContextsMatchReference) {
     for (KvLayoutKind kind : {KvLayoutKind::paged, KvLayoutKind::naive}) {
       const Fp8Batch f =
           quantized(testing::make_batch({{5000, 1, 1000, 4097, 2}, {1, 1, 1, 1, 1}, 32, 32 / group, 128, kind, 16}, rng));
-      DecodeSplit used;
-      const std::vector<float> out = run_decode_fp8(t, f, SplitPolicy{}, &used);
-      EXPECT_GT(used.n_splits, 1);
-      EXPECT_LT(testing::rel_error(out, testing::reference_attention(f.ref)), testing::tolerance(t))
-          << "group " << group << " layout " << int(kind) << " splits " << used.n_splits;
-      EXPECT_EQ(run_decode_fp8(t, f, SplitPolicy{}, nullptr, Fp8KvDecode::prmt), out) << "prmt variant, group " << group;
+      const std::vector<float> ref = testing::reference_attention(f.ref);
+      // Auto splits on each kernel, and a fixed split of 1024 (5 at 5000) on the tensor-core ones:
+      // at GQA 1 (5 x 32 KV heads, one block a KV head) their auto cut is a single split.
+      const std::pair<Fp8KvDecode, SplitPolicy> runs[] = {{Fp8KvDecode::shift_mask, SplitPolicy{}},
+                                                          {Fp8KvDecode::mma2, SplitPolicy{}},
+                                                          {Fp8KvDecode::mma2, SplitPolicy{1024}},
+                                                          {Fp8KvDecode::mma_async, SplitPolicy{1024}}};
+      for (const auto& [v, split] : runs) {
+        DecodeSplit used;
+        const std::vector<float> out = run_decode_fp8(t, f, split, &used, v);
+        if (v == Fp8KvDecode::shift_mask || split.fixed_split_len > 0) {
+          EXPECT_GT(used.n_splits, 1);
+        }
+        EXPECT_LT(testing::rel_error(out, ref), testing::tolerance(t))
+            << "variant " << int(v) << " group " << group << " layout " << int(kind) << " splits " << used.n_splits;
+        if (v == Fp8KvDecode::shift_mask) {
+          EXPECT_EQ(run_decode_fp8(t, f, SplitPolicy{}, nullptr, Fp8KvDecode::prmt), out) << "prmt variant, group " << group;
+        }
+      }
     }
 }
 
-/// A CUDA graph of the FP8 decode replays to the eager call's bits (the split counters reset).
+/// A CUDA graph of the FP8 decode replays to the eager call's bits (the split counters reset), on
+/// the default kernel and the cp.async one.
 TEST_P(KvFp8Gpu, DecodeGraphReplaysGiveTheEagerBits) {
   SKIP_WITHOUT_GPU();
   const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
   const Fp8Batch f = quantized(testing::make_batch({{3000, 17, 700}, {1, 1, 1}, 32, 8, 128, KvLayoutKind::paged, 16}, rng));
-  testing::DeviceBatch d(f.ref, t);
-  DeviceBuffer k8 = testing::upload(f.k8), v8 = testing::upload(f.v8);
-  DecodeAttentionArgs a = d.decode_args(f.ref, t);
-  a.k_cache = k8.get();
-  a.v_cache = v8.get();
-  const DecodeSplit s = decode_attention_fp8_split(a, sm_count());
-  ASSERT_GT(s.n_splits, 1);
-  d.workspace = DeviceBuffer(decode_attention_workspace_bytes(a.n_seqs, a.n_heads, 128, s.n_splits));
-  CUDA_CHECK(cudaMemset(d.workspace.get(), 0, d.workspace.bytes()));
-  a.workspace = d.workspace.get<float>();
-  a.workspace_bytes = d.workspace.bytes();
-  decode_attention_fp8(a, nullptr);
-  const std::vector<uint16_t> eager = testing::download<uint16_t>(d.out, f.ref.q.size());
-  testing::CapturedGraph graph([&](cudaStream_t st) { decode_attention_fp8(a, st); });
-  for (int i = 0; i < 2; ++i) {
-    d.out.poison();
-    graph.replay();
-    EXPECT_EQ(testing::download<uint16_t>(d.out, f.ref.q.size()), eager) << "replay " << i;
+  for (Fp8KvDecode v : {Fp8KvDecode::by_env, Fp8KvDecode::mma_async}) {
+    testing::DeviceBatch d(f.ref, t);
+    DeviceBuffer k8 = testing::upload(f.k8), v8 = testing::upload(f.v8);
+    DecodeAttentionArgs a = d.decode_args(f.ref, t);
+    a.k_cache = k8.get();
+    a.v_cache = v8.get();
+    const DecodeSplit s = decode_attention_fp8_split(a, sm_count(), v);
+    ASSERT_GT(s.n_splits, 1);
+    d.workspace = DeviceBuffer(decode_attention_workspace_bytes(a.n_seqs, a.n_heads, 128, s.n_splits));
+    CUDA_CHECK(cudaMemset(d.workspace.get(), 0, d.workspace.bytes()));
+    a.workspace = d.workspace.get<float>();
+    a.workspace_bytes = d.workspace.bytes();
+    decode_attention_fp8(a, nullptr, v);
+    const std::vector<uint16_t> eager = testing::download<uint16_t>(d.out, f.ref.q.size());
+    testing::CapturedGraph graph([&](cudaStream_t st) { decode_attention_fp8(a, st, v); });
+    for (int i = 0; i < 2; ++i) {
+      d.out.poison();
+      graph.replay();
+      EXPECT_EQ(testing::download<uint16_t>(d.out, f.ref.q.size()), eager) << "variant " << int(v) << " replay " << i;
+    }
+    EXPECT_TRUE(testing::split_counters_zero(d.workspace, 128));
   }
-  EXPECT_TRUE(testing::split_counters_zero(d.workspace, 128));
 }
 
 /// Prefill over an FP8 cache: dequantize_kv_fp8 gives exactly the read-back rows rounded to the

@@ -152,6 +152,7 @@ void CudaBackend::init_kv(int64_t n_slots) {
   CUDA_CHECK(cudaMemset(m.arena.get(), 0, m.arena.bytes()));
   CUDA_CHECK(cudaDeviceSynchronize());
   m.n_slots = n_slots;
+  m.kv8_scratch_cap = n_slots;
   const int n_arenas = 2 * config().n_layers;
   std::vector<void*> ptrs(n_arenas);
   for (int l = 0; l < config().n_layers; ++l) {
@@ -365,9 +366,15 @@ int64_t CudaBackend::kv_bytes_for_utilization(double utilization, int max_tokens
     throw std::invalid_argument("gpu_memory_utilization must be in (0, 1] (got " + std::to_string(utilization) + ")");
   size_t free_b = 0, total_b = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  const int64_t in_use = int64_t(total_b - free_b) - int64_t(impl_->arena.bytes());
-  const int64_t act = impl_->activation_bytes(max_tokens, max_samples);
-  const int64_t budget = int64_t(utilization * double(total_b)) - in_use - act;
+  const Impl& m = *impl_;
+  const int64_t scratch_now = int64_t(m.kv8_k_scratch.bytes() + m.kv8_v_scratch.bytes());
+  const int64_t in_use = int64_t(total_b - free_b) - int64_t(m.arena.bytes()) - scratch_now;
+  const int64_t act = m.activation_bytes(max_tokens, max_samples);
+  int64_t budget = int64_t(utilization * double(total_b)) - in_use - act;
+  if (m.kv_fp8)  // the prefill dequantization scratch comes out of the same budget (kv_fp8_scratch.h)
+    budget = cuda::split_kv8_budget(budget, kv_bytes_per_slot(), cuda::kv8_scratch_bytes_per_position(m.local_kv_dim(), 2),
+                                    int64_t(std::max(max_samples, 1)) * config().max_position)
+                 .kv_bytes;
   if (budget < kv_bytes_per_slot())
     throw std::invalid_argument("gpu_memory_utilization " + std::to_string(utilization) + " leaves no room for the KV cache: " +
                                 std::to_string(utilization * double(total_b) / 1e9) + " GB allowed, " +

@@ -187,7 +187,9 @@ class CudaBackend final : public Backend {
   int64_t weight_bytes() const;
   /// KV bytes a `gpu_memory_utilization` share allows (vLLM's rule): utilization × total GPU
   /// memory, minus what is in use now (weights, this backend's buffers, other processes), minus
-  /// the activations a step of max_tokens rows and max_samples sampled rows needs. Throws
+  /// the activations a step of max_tokens rows and max_samples sampled rows needs; with an FP8 KV
+  /// cache, also minus the prefill dequantization scratch of min(slots, max_samples × max_position)
+  /// positions (kv_fp8_scratch.h: the returned KV bytes are the arena's share). Throws
   /// std::invalid_argument when nothing is left, naming the figures.
   int64_t kv_bytes_for_utilization(double utilization, int max_tokens, int max_samples) const;
   const CudaBackendOptions& options() const;

@@ -29,6 +29,7 @@
 #include "kernels/attention.h"
 #include "kernels/attention_decode_rows.h"
 #include "kernels/gemm.h"
+#include "engine/backend/cuda/kv_fp8_scratch.h"
 #include "kernels/kv_fp8.h"
 #include "kernels/ops.h"
 #include "kernels/ref/ops_ref.h"
@@ -90,6 +91,7 @@ struct CudaBackend::Impl {
   // in dt) and their base slots; grown to the largest step's total context, never baked into a graph.
   DeviceBuffer kv8_k_scratch, kv8_v_scratch, kv8_bases;
   int64_t kv8_scratch_slots = 0;
+  int64_t kv8_scratch_cap = 0;  // the arena's slots: the scratch grows by half again up to this (kv_fp8_scratch.h)
   // The step (the engine's, valid during execute()).
   const Step* plan = nullptr;
   DeviceBuffer mask_words;    // token masks of the step's constrained draws (uploaded when present)
@@ -316,7 +318,7 @@ struct CudaBackend::Impl {
   void ensure_kv8_scratch(int64_t positions, int n_seqs) {
     if (!kv_fp8) return;
     if (positions > kv8_scratch_slots) {
-      const int64_t n = std::max(positions, kv8_scratch_slots * 3 / 2);
+      const int64_t n = cuda::kv8_scratch_grow_to(positions, kv8_scratch_slots, kv8_scratch_cap);
       const size_t bytes = size_t(n) * size_t(local_kv_dim()) * 2;
       kv8_k_scratch.grow(bytes, "the FP8 KV dequantization scratch (prefill attention)");
       kv8_v_scratch.grow(bytes, "the FP8 KV dequantization scratch (prefill attention)");

@@ -1,0 +1,38 @@
+#pragma once
+// What the two FP8-KV decode kernels share (attention_decode_fp8.cu: CUDA cores;
+// attention_decode_fp8_mma.cu: tensor cores): the arena layout handed to the kernels, and the
+// tensor-core kernel's launcher (decode_attention_fp8 builds the Params and the split).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/attention.h"
+#include "kernels/attention_decode_common.cuh"
+
+namespace servelab::kernels::decode_fp8 {
+
+struct Fp8Layout {
+  int64_t slot_bytes;  // fp8_kv_slot_bytes
+  int64_t scales_at;   // fp8_kv_scales_offset
+};
+
+/// 16-position steps per warp per pass of the tensor-core kernel (Fp8KvDecode::mma: 4, mma2: 2).
+constexpr int kMmaStepsWide = 4, kMmaStepsNarrow = 2;
+
+/// The tensor-core FP8 decode kernel (head_dim 64 or 128, any group: up to 8 query heads a block,
+/// p.n_sub = ceil(group / 8)) with `steps` 16-position steps per warp per pass.
+void launch_decode_fp8_mma(ScalarType dtype, int head_dim, int steps, const decode::Params& p, const Fp8Layout& f,
+                           dim3 grid, cudaStream_t stream);
+/// The same arithmetic with the codes and scales staged through shared memory by cp.async, two
+/// stages a warp (Fp8KvDecode::mma_async; attention_decode_fp8_async.cu).
+void launch_decode_fp8_async(ScalarType dtype, int head_dim, const decode::Params& p, const Fp8Layout& f, dim3 grid,
+                             cudaStream_t stream);
+
+/// Codes in bytes 0 and 2 of w as a bf16 pair (byte 0 in the low half), each value · 2^-120: the
+/// code's sign to bit 15, its 7 magnitude bits to 10..4 (bf16's exponent bias 127 against E4M3's
+/// 7; subnormal codes land on bf16 subnormals).
+__device__ __forceinline__ uint32_t e4m3_lo_pair(uint32_t w) { return ((w << 4) & 0x07f007f0u) | ((w << 8) & 0x80008000u); }
+/// Codes in bytes 1 and 3 of w as a bf16 pair (byte 1 in the low half), each value · 2^-120.
+__device__ __forceinline__ uint32_t e4m3_hi_pair(uint32_t w) { return ((w >> 4) & 0x07f007f0u) | (w & 0x80008000u); }
+
+}  // namespace servelab::kernels::decode_fp8
