@@ -3,12 +3,14 @@
 #   asan: AddressSanitizer + UBSan + LeakSanitizer over the whole suite (that is scripts/test.sh, the
 #         README's test command, which .ci/run runs), or test_<folder> for the folders given
 #   tsan: ThreadSanitizer over the threaded parts: the thread pool, CPU attention and backend,
-#         the engine, the HTTP driver and its /metrics scraper, the server's io threads, HTTP
-#         sessions, engine thread and aborts, and the threaded checkpoint load and random init
-#         (test_backend, test_engine, test_loadgen_http, test_server, test_model). Not test_loadgen:
-#         the load generator starts no thread of its own, and its in-process runs drive the engine
-#         and CPU backend that test_engine and test_backend run here (leaving it out saves ~100
-#         CPU-s of CI: its TSan build and its 33 CPU-s of tests)
+#         the HTTP driver and its /metrics scraper, the server's io threads, HTTP sessions, engine
+#         thread (the engine stepping the CPU backend beside the io threads) and aborts, and the
+#         threaded checkpoint load and random init (test_backend, test_loadgen_http, test_server,
+#         test_model). Not test_loadgen: the load generator starts no thread of its own (leaving it
+#         out saved ~100 CPU-s of CI). Not test_engine (since 2026-11-29): the engine starts no
+#         thread either, and most of its cases run the CPU backend on one thread; the backend's
+#         pool is test_backend's, and the engine on the pool behind the server's threads is
+#         test_server's (leaving it out saves its three TSan unity batches and ~35 CPU-s of tests)
 # Usage:
 #   bash scripts/sanitize.sh                 # asan (whole suite) then tsan
 #   bash scripts/sanitize.sh asan            # whole suite under ASan+UBSan: bash scripts/test.sh
@@ -61,22 +63,19 @@ run_asan() {
 # Single-threaded cases that are slow under TSan and run under ASan in step 1 anyway (CPU-s on the
 # 2-core VM under TSan, 2026-11-29): the tokenizer's regex against its reference (35 s), the
 # structured-output request paths beyond one that crosses the server's threads with masks filled
-# beside the forward (StructuredKinds 27 s, the schema-set benchmark 9 s, the 400s 5 s), and the
-# chunked twin of the KV-swap greedy equivalence (19 s; the unchunked one stays); the copy model's
-# cases (20 CPU-s under ASan: one request at a time through the same engine and backend).
+# beside the forward (StructuredKinds 27 s, the schema-set benchmark 9 s, the 400s 5 s).
 tsan_skip() {
   case $1 in
     model) echo 'TokenizerVariants.Llama3AndGpt2PatternsMatchReference' ;;
     server) echo 'StructuredKinds.*:StructuredOutput.SchemaSetBenchmarkOverHttpReportsValidity:StructuredOutput.UnsupportedConstructsAndParallelSamplesAre400s' ;;
-    engine) echo 'Engine/GreedyEquivalence.OutputsEqualRunningEachRequestAlone/tight_swap_chunked:CopyModel.*' ;;
   esac
 }
 
 run_tsan() {
   cmake --preset tsan "${servelab_preset_args[@]}" > /dev/null
-  cmake --build build-tsan -j"$jobs" --target test_backend test_engine test_loadgen_http test_server test_model
+  cmake --build build-tsan -j"$jobs" --target test_backend test_loadgen_http test_server test_model
   local t skip
-  for t in backend engine loadgen_http server model; do
+  for t in backend loadgen_http server model; do
     skip=$(tsan_skip "$t")
     filter="-*Gpu*:*GPU*${skip:+:$skip}"  # run_tests reads it
     run_tests "TSan" build-tsan/test_"$t"

@@ -40,7 +40,7 @@ uint64_t finished_total(const MetricsSnapshot& m) {
 TEST(ServerTrouble, RandomStreamCutsLeaveNoKvAndConsistentMetrics) {
   TestServer srv;
   std::mt19937 rng(123);
-  constexpr int kStreams = 100, kParallel = 10;
+  constexpr int kStreams = 60, kParallel = 10;  // 100 took 13 CPU-s under ASan
   asio::io_context io;
   for (int batch = 0; batch < kStreams / kParallel; ++batch) {
     std::vector<tcp::socket> socks;
