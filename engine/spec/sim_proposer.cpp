@@ -96,7 +96,7 @@ std::unique_ptr<Proposer> make_sim_proposer(const SpeculativeConfig& config, Sim
   if (!config.sim_acceptance)
     throw std::invalid_argument(std::string("speculative method ") + to_string(config.method) +
                                 " on backend sim needs sim_acceptance (the rates at which drafts are accepted)");
-  target.set_acceptance(config.sim_acceptance->per_position);
+  target.set_acceptance(config.sim_acceptance->per_position, config.sim_acceptance->request_scale);
   std::optional<ModelConfig> draft;
   if (config.method == SpecMethod::self) {
     if (config.num_layers >= target.config().n_layers)
