@@ -29,7 +29,7 @@ SpeculativeConfig spec_config(SpecMethod method, std::vector<double> per_positio
   c.num_speculative_tokens = static_cast<int>(per_position.size());
   if (method == SpecMethod::self) c.num_layers = 1;
   c.adaptive = false;
-  c.sim_acceptance = SimAcceptance{std::move(per_position), "test"};
+  c.sim_acceptance = SimAcceptance{std::move(per_position), "test", {}};
   return c;
 }
 
@@ -143,18 +143,18 @@ TEST(SimSpeculation, TheSummaryCarriesTheCounters) {
 }
 
 TEST(SimAcceptance, ValidationNamesTheBadEntry) {
-  SimAcceptance a{{0.5, 1.5}, "test"};
+  SimAcceptance a{{0.5, 1.5}, "test", {}};
   try {
     a.validate();
     FAIL() << "accepted 1.5";
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(), "sim_acceptance.per_position[1] must be in [0, 1] (got 1.500000)");
   }
-  EXPECT_THROW((SimAcceptance{{}, ""}).validate(), std::invalid_argument);
+  EXPECT_THROW((SimAcceptance{{}, "", {}}).validate(), std::invalid_argument);
   EXPECT_THROW(SimAcceptance::from_counters(0, {1}, {}), std::invalid_argument);
   EXPECT_THROW(SimAcceptance::from_counters(10, {11}, {}), std::invalid_argument);  // more accepted than drafted
   EXPECT_THROW(SimAcceptance::from_summary("/nonexistent/summary.json", ""), std::runtime_error);
-  EXPECT_NEAR((SimAcceptance{{0.5, 0.5}, ""}).expected_accepted(2), 0.75, 1e-12);
+  EXPECT_NEAR((SimAcceptance{{0.5, 0.5}, "", {}}).expected_accepted(2), 0.75, 1e-12);
 }
 
 /// Requests of 256 tokens at k <= 4 (adaptive), request i rejecting at scales[i % size] times
@@ -217,8 +217,8 @@ TEST(SimAcceptance, RequestSpreadIsWhatRequestsDifferByBeyondSamplingNoise) {
   int k_max = 0;
   EXPECT_THROW(SimAcceptance::read_requests("/nonexistent/request-acceptance.json", k_max), std::runtime_error);
   EXPECT_THROW((SimAcceptance{{0.5}, "", {1.0, -0.1}}).validate(), std::invalid_argument);
-  EXPECT_DOUBLE_EQ((SimAcceptance{{0.9}, ""}).at(0, 1.5), 0.85);
-  EXPECT_DOUBLE_EQ((SimAcceptance{{0.5}, ""}).at(0, 3.0), 0.0);  // clamped
+  EXPECT_DOUBLE_EQ((SimAcceptance{{0.9}, "", {}}).at(0, 1.5), 0.85);
+  EXPECT_DOUBLE_EQ((SimAcceptance{{0.5}, "", {}}).at(0, 3.0), 0.0);  // clamped
 }
 
 /// Steps each request took (its distinct token times after the first).
