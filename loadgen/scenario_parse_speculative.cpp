@@ -14,9 +14,10 @@ class SpeculativeWalker : public YamlReader {
   using YamlReader::YamlReader;
 
   /// `sim_acceptance: {per_position: [p1, ...]}` or `{summary: FILE, strategy: LABEL}` (a real
-  /// run's summary.json; strategy defaults to this strategy's label).
+  /// run's summary.json; strategy defaults to this strategy's label), either with `requests: FILE`
+  /// (request_acceptance.py's per-request counts: requests differ as they did there).
   void read_acceptance(const YAML::Node& n, const std::string& path, const StrategySpec& st, SpeculativeConfig& out) {
-    if (!check_map(n, path, {"per_position", "summary", "strategy"})) return;
+    if (!check_map(n, path, {"per_position", "summary", "strategy", "requests"})) return;
     if (s_.backend.kind != BackendKind::sim) {
       d_.error_at(path, path + " applies to backend kind: sim (got " + to_string(s_.backend.kind) +
                             "; a real backend measures its acceptance)");
@@ -61,6 +62,18 @@ class SpeculativeWalker : public YamlReader {
       } catch (const std::exception& e) {
         note(n["summary"], join(path, "summary"));
         d_.error_at(join(path, "summary"), join(path, "summary") + ": " + e.what());
+        return;
+      }
+    }
+    if (defined(n["requests"])) {
+      const std::string rp = join(path, "requests");
+      std::string file;
+      if (!read_path(n["requests"], rp, file)) return;
+      try {
+        a.add_request_spread(file, out.adaptive);
+      } catch (const std::exception& e) {
+        note(n["requests"], rp);
+        d_.error_at(rp, rp + ": " + e.what());
         return;
       }
     }

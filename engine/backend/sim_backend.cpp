@@ -90,7 +90,11 @@ StepOutput SimBackend::execute(const Step& step) {
 
 TokenId SimBackend::verify_draw(const kernels::StepInput& in, int i, int draft_index, TokenId drawn) const {
   const TokenId draft = in.draft_token[i];
-  const double p = size_t(draft_index) < acceptance_.size() ? acceptance_[size_t(draft_index)] : 0.0;
+  double p = size_t(draft_index) < acceptance_.size() ? acceptance_[size_t(draft_index)] : 0.0;
+  if (!request_scale_.empty()) {  // the request's own scale of rejections, one per (seed, sample)
+    const uint64_t r = splitmix64(splitmix64(in.seed[i] ^ 0x7e9e5ca1e5ull) ^ in.seq_key[i]);
+    p = std::clamp(1.0 - request_scale_[size_t(r % request_scale_.size())] * (1.0 - p), 0.0, 1.0);
+  }
   // Its own stream (the constant), so the coin is independent of the token the draw would be.
   const uint64_t h = splitmix64(splitmix64(in.seed[i] ^ splitmix64(in.seq_key[i] ^ 0x5eedacce97ull)) +
                                 static_cast<uint64_t>(in.sample_position[i]));

@@ -54,7 +54,12 @@ class SimBackend final : public Backend {
 
   /// Conditional acceptance of draft j given drafts < j accepted (SimAcceptance::per_position);
   /// empty (the default): drafts are accepted only when the random draw happens to equal them.
-  void set_acceptance(std::vector<double> per_position) { acceptance_ = std::move(per_position); }
+  /// With `request_scale` (SimAcceptance::request_scale) each request (its draws' seed and
+  /// sample) draws one scale s, and draft j is accepted with 1 - s (1 - per_position[j]).
+  void set_acceptance(std::vector<double> per_position, std::vector<double> request_scale = {}) {
+    acceptance_ = std::move(per_position);
+    request_scale_ = std::move(request_scale);
+  }
   /// Adds `seconds` to the next step's price: work the engine does before it that the sim
   /// predicts rather than runs (a sim proposer's drafting, engine/spec/sim_proposer.h).
   void charge_seconds(double seconds);
@@ -76,6 +81,7 @@ class SimBackend final : public Backend {
   int64_t pending_copy_bytes_ = 0;
   double pending_s_ = 0.0;               // charge_seconds since the last step
   std::vector<double> acceptance_;       // set_acceptance
+  std::vector<double> request_scale_;    // set_acceptance: empty, every request alike
   /// The token a draw returns (masks ignored): its draft when the keyed coin accepts it.
   TokenId verify_draw(const kernels::StepInput& in, int i, int draft_index, TokenId drawn) const;
   std::vector<uint32_t> late_masks_;  // the step's late token masks (Step::fill_masks)

@@ -1,6 +1,7 @@
 #include "engine/spec/sim_proposer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <stdexcept>
 
@@ -96,7 +97,7 @@ std::unique_ptr<Proposer> make_sim_proposer(const SpeculativeConfig& config, Sim
   if (!config.sim_acceptance)
     throw std::invalid_argument(std::string("speculative method ") + to_string(config.method) +
                                 " on backend sim needs sim_acceptance (the rates at which drafts are accepted)");
-  target.set_acceptance(config.sim_acceptance->per_position);
+  target.set_acceptance(config.sim_acceptance->per_position, config.sim_acceptance->request_scale);
   std::optional<ModelConfig> draft;
   if (config.method == SpecMethod::self) {
     if (config.num_layers >= target.config().n_layers)
@@ -113,6 +114,15 @@ std::unique_ptr<Proposer> make_sim_proposer(const SpeculativeConfig& config, Sim
   if (cost.kind == SimCostModel::Kind::profile && cost.profiled && !cost.profiled->has_verification())
     std::cerr << "sim: " << cost.source << " has no verification points: a verifying sequence is priced as a "
               << "prefill chunk (profile with --verify-k " << config.num_speculative_tokens << ")\n";
+  if (const std::vector<double>& s = config.sim_acceptance->request_scale; !s.empty()) {
+    double mean = 0.0, ss = 0.0;
+    for (double v : s) mean += v;
+    mean /= static_cast<double>(s.size());
+    for (double v : s) ss += (v - mean) * (v - mean);
+    std::cerr << "sim: requests differ in acceptance: each draws one of " << s.size()
+              << " measured rejection scales (mean " << mean << ", sd "
+              << (s.size() > 1 ? std::sqrt(ss / static_cast<double>(s.size() - 1)) : 0.0) << ")\n";
+  }
   auto proposer = std::make_unique<SimProposer>(config.method, target, std::move(draft));
   if (proposer->draft_pricer() && cost.kind == SimCostModel::Kind::profile && !proposer->draft_pricer()->draft_profiled())
     std::cerr << "sim: " << cost.source << " holds no profile of the draft " << proposer->draft_pricer()->draft().name

@@ -90,15 +90,26 @@ if [ "$what" = gpu-spec-sim ]; then
   out=${SPEC_OUT:?SPEC_OUT: the folder gpu-spec-real wrote}
   # GPU_SPEC_ACCEPTANCE: the folder whose real-LOAD/summary.json gives the acceptance (default SPEC_OUT)
   acc=${GPU_SPEC_ACCEPTANCE:-$out}
+  # GPU_SPEC_SPREAD=1: requests differ in acceptance as that folder's real requests did
+  # (request_acceptance.py over real-LOAD/records.jsonl.gz writes real-LOAD/request-acceptance.json;
+  # sim_acceptance.requests); the sim runs go to sim-spread-LOAD/.
+  sim=sim cmp=compare
+  [ "${GPU_SPEC_SPREAD:-}" = 1 ] && sim=sim-spread cmp=compare-spread
   for load in $gpu_spec_loads; do
+    spread=()
+    if [ "$sim" = sim-spread ]; then
+      python3 results/sim-validation/request_acceptance.py "$acc/real-$load/records.jsonl.gz" --strategy self-k4 \
+        --k-max 4 > "$acc/real-$load/request-acceptance.json"
+      spread=(--set strategies.1.speculative.sim_acceptance.requests="$PWD/$acc/real-$load/request-acceptance.json")
+    fi
     # shellcheck disable=SC2046
-    "$bin" run scenarios/gpu-spec-llama2-7b.yaml --out "$out/sim-$load" --force --quiet --no-plots $(gpu_spec_sets $load) \
+    "$bin" run scenarios/gpu-spec-llama2-7b.yaml --out "$out/$sim-$load" --force --quiet --no-plots $(gpu_spec_sets $load) \
       --set "backend={kind: sim, sim_profile: $PWD/$out/profile.json}" \
-      --set strategies.1.speculative.sim_acceptance.summary="$PWD/$acc/real-$load/summary.json"
+      --set strategies.1.speculative.sim_acceptance.summary="$PWD/$acc/real-$load/summary.json" "${spread[@]}"
     [ -f "$out/real-$load/summary.json" ] &&
-      python3 results/sim-validation/spec_compare.py "$out/real-$load" "$out/sim-$load" > "$out/compare-$load.md"
-    rm -f "$out"/{real,sim}-$load/report.html
-    for f in "$out"/{real,sim}-$load/{steps,records}.jsonl; do [ -f "$f" ] && gzip -9f "$f"; done
+      python3 results/sim-validation/spec_compare.py "$out/real-$load" "$out/$sim-$load" > "$out/$cmp-$load.md"
+    rm -f "$out"/{real,$sim}-$load/report.html
+    for f in "$out"/{real,$sim}-$load/{steps,records}.jsonl; do [ -f "$f" ] && gzip -9f "$f"; done
   done
 fi
 if [ "$what" = qwen ] || [ "$what" = all ]; then

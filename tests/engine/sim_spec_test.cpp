@@ -3,8 +3,10 @@
 // drafting priced for the draft model on the target's device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
+#include <set>
 
 #include "analysis/metrics.h"
 #include "engine/backend/draft_pricer.h"
@@ -13,6 +15,7 @@
 #include "engine/spec/adaptive.h"
 #include "engine/spec/sim_acceptance.h"
 #include "engine/spec/sim_proposer.h"
+#include "engine/splitmix64.h"
 #include "tests/engine/engine_test_support.h"
 
 namespace servelab {
@@ -26,7 +29,7 @@ SpeculativeConfig spec_config(SpecMethod method, std::vector<double> per_positio
   c.num_speculative_tokens = static_cast<int>(per_position.size());
   if (method == SpecMethod::self) c.num_layers = 1;
   c.adaptive = false;
-  c.sim_acceptance = SimAcceptance{std::move(per_position), "test"};
+  c.sim_acceptance = SimAcceptance{std::move(per_position), "test", {}};
   return c;
 }
 
@@ -140,18 +143,116 @@ TEST(SimSpeculation, TheSummaryCarriesTheCounters) {
 }
 
 TEST(SimAcceptance, ValidationNamesTheBadEntry) {
-  SimAcceptance a{{0.5, 1.5}, "test"};
+  SimAcceptance a{{0.5, 1.5}, "test", {}};
   try {
     a.validate();
     FAIL() << "accepted 1.5";
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(), "sim_acceptance.per_position[1] must be in [0, 1] (got 1.500000)");
   }
-  EXPECT_THROW((SimAcceptance{{}, ""}).validate(), std::invalid_argument);
+  EXPECT_THROW((SimAcceptance{{}, "", {}}).validate(), std::invalid_argument);
   EXPECT_THROW(SimAcceptance::from_counters(0, {1}, {}), std::invalid_argument);
   EXPECT_THROW(SimAcceptance::from_counters(10, {11}, {}), std::invalid_argument);  // more accepted than drafted
   EXPECT_THROW(SimAcceptance::from_summary("/nonexistent/summary.json", ""), std::runtime_error);
-  EXPECT_NEAR((SimAcceptance{{0.5, 0.5}, ""}).expected_accepted(2), 0.75, 1e-12);
+  EXPECT_NEAR((SimAcceptance{{0.5, 0.5}, "", {}}).expected_accepted(2), 0.75, 1e-12);
+}
+
+/// Requests of 256 tokens at k <= 4 (adaptive), request i rejecting at scales[i % size] times
+/// the rates 1 - p: the counts request_acceptance.py recovers from a real run's records.
+std::vector<SimAcceptance::RequestCounts> synth_requests(int n, const std::vector<double>& scales,
+                                                         const std::vector<double>& p, uint64_t seed) {
+  const int k_max = static_cast<int>(p.size());
+  std::vector<SimAcceptance::RequestCounts> out;
+  uint64_t state = seed;
+  for (int i = 0; i < n; ++i) {
+    SimAcceptance::RequestCounts c{std::vector<int64_t>(p.size(), 0), std::vector<int64_t>(p.size(), 0), 256};
+    const double s = scales[size_t(i) % scales.size()];
+    for (int generated = 1, k = k_max; generated < c.n_output;) {
+      const int room = std::min(k, c.n_output - generated - 1);
+      int a = 0;
+      while (a < room) {
+        ++c.tried[size_t(a)];
+        if (static_cast<double>(splitmix64_next(state) >> 11) * 0x1.0p-53 >= 1.0 - s * (1.0 - p[size_t(a)])) break;
+        ++c.accepted[size_t(a++)];
+      }
+      generated += a + 1;
+      if (room >= 1) k = next_num_drafts(k, room, a, k_max);
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+double mean_of(const std::vector<double>& x) {
+  double m = 0.0;
+  for (double v : x) m += v;
+  return m / static_cast<double>(x.size());
+}
+double sd_of(const std::vector<double>& x) {
+  const double m = mean_of(x);
+  double ss = 0.0;
+  for (double v : x) ss += (v - m) * (v - m);
+  return std::sqrt(ss / static_cast<double>(x.size() - 1));
+}
+
+TEST(SimAcceptance, RequestSpreadIsWhatRequestsDifferByBeyondSamplingNoise) {
+  const std::vector<double> p = {0.9, 0.9, 0.9, 0.9};
+  // Alike requests: what their rejections vary by is the noise the replays measure.
+  const auto alike = SimAcceptance::request_spread(synth_requests(300, {1.0}, p, 1), 4, true);
+  ASSERT_EQ(alike.scale.size(), 300u);
+  EXPECT_NEAR(mean_of(alike.scale), 1.0, 1e-12);
+  EXPECT_LT(sd_of(alike.scale), 0.1);
+  EXPECT_NEAR(alike.observed_var, alike.noise_var, 0.25 * alike.noise_var);
+  // Requests at half and 1.5 times the rejections (sd 0.5): the spread comes back, the noise out.
+  const auto differ = SimAcceptance::request_spread(synth_requests(300, {0.5, 1.5}, p, 2), 4, true);
+  EXPECT_NEAR(mean_of(differ.scale), 1.0, 1e-12);
+  EXPECT_NEAR(sd_of(differ.scale), 0.5, 0.1);
+  EXPECT_LT(sd_of(differ.scale), std::sqrt(differ.observed_var));  // the measured ŝ, shrunk
+  double low = 0.0, high = 0.0;  // and each request keeps its side
+  for (size_t i = 0; i < differ.scale.size(); ++i) (i % 2 ? high : low) += differ.scale[i] / 150.0;
+  EXPECT_GT(high - low, 0.7);
+  // Seeded: the same requests give the same scales.
+  EXPECT_EQ(SimAcceptance::request_spread(synth_requests(300, {0.5, 1.5}, p, 2), 4, true).scale, differ.scale);
+  EXPECT_THROW(SimAcceptance::request_spread({}, 0, true), std::invalid_argument);
+  int k_max = 0;
+  EXPECT_THROW(SimAcceptance::read_requests("/nonexistent/request-acceptance.json", k_max), std::runtime_error);
+  EXPECT_THROW((SimAcceptance{{0.5}, "", {1.0, -0.1}}).validate(), std::invalid_argument);
+  EXPECT_DOUBLE_EQ((SimAcceptance{{0.9}, "", {}}).at(0, 1.5), 0.85);
+  EXPECT_DOUBLE_EQ((SimAcceptance{{0.5}, "", {}}).at(0, 3.0), 0.0);  // clamped
+}
+
+/// Steps each request took (its distinct token times after the first).
+std::vector<double> steps_per_request(const RunResult& r) {
+  std::vector<double> out;
+  for (const auto& [id, f] : r.finished) out.push_back(static_cast<double>(std::set<double>(f.token_times_s.begin() + 1, f.token_times_s.end()).size()));
+  return out;
+}
+
+TEST(SimSpeculation, EachRequestDrawsItsOwnAcceptanceWithTheMeanUnchanged) {
+  const std::vector<double> p = {0.9, 0.8, 0.7};
+  const RunResult alike = run_spec(spec_config(SpecMethod::ngram, p));
+  SpeculativeConfig c = spec_config(SpecMethod::ngram, p);
+  c.sim_acceptance->request_scale = {0.4, 1.6};
+  const RunResult differ = run_spec(c);
+  const Counts a = counts_of(alike), d = counts_of(differ);
+  ASSERT_GT(d.drafts, 2000);
+  // The first draft's rate is the mean of 1 - s (1 - p0) over requests: p0.
+  const double first = static_cast<double>(d.accepted[0]) / static_cast<double>(d.drafts);
+  EXPECT_NEAR(first, p[0], 4 * std::sqrt(p[0] * (1 - p[0]) / static_cast<double>(d.drafts)));
+  // The mean acceptance length moves by what mixing does to products of rates (+1.9% here).
+  const double len_a = static_cast<double>(a.accepted[0] + a.accepted[1] + a.accepted[2]) / static_cast<double>(a.drafts);
+  const double len_d = static_cast<double>(d.accepted[0] + d.accepted[1] + d.accepted[2]) / static_cast<double>(d.drafts);
+  EXPECT_NEAR(len_d / len_a, 1.019, 0.04);
+  // Requests now differ: steps per request spread out (200 tokens at 2.62 or 1.71 accepted a step).
+  const std::vector<double> sa = steps_per_request(alike), sd = steps_per_request(differ);
+  ASSERT_EQ(sd.size(), 64u);
+  EXPECT_NEAR(mean_of(sd), mean_of(sa), 0.05 * mean_of(sa));
+  EXPECT_GT(sd_of(sd), 2.0 * sd_of(sa));
+  for (const auto& [id, f] : differ.finished) EXPECT_EQ(f.outputs.at(0).size(), 200u) << id;
+  // Without a spread the draws are those of before: the same counts as a run given none.
+  SpeculativeConfig none = spec_config(SpecMethod::ngram, p);
+  none.sim_acceptance->request_scale = {};
+  EXPECT_EQ(counts_of(run_spec(none)).accepted, a.accepted);
 }
 
 TEST(SimSpeculation, SelfDraftingIsPricedAndChargedToTheStep) {

@@ -80,6 +80,25 @@ TEST(SimSpeculation, ASelfStrategyOnTheSimCarriesSpecDecodeCountersAtTheRatesGiv
   EXPECT_DOUBLE_EQ(acc->per_position[1], 0.75);
   EXPECT_DOUBLE_EQ(acc->per_position[2], (20.0 / 50) / 0.6);
   EXPECT_EQ(acc->source, summary);
+  EXPECT_TRUE(acc->request_scale.empty());  // every request alike without a requests file
+
+  // With request_acceptance.py's counts (two requests at 5 and 15 rejections of 60 tries at
+  // position 0): a scale each, mean 1, the one that rejected more above the other.
+  const std::string requests = write_temp(
+      "request_acceptance.json",
+      R"({"k_max": 3, "requests": [{"id": 0, "output_tokens": 64, "tried_per_pos": [60, 55, 30], "accepted_per_pos": [55, 50, 10]},)"
+      R"( {"id": 1, "output_tokens": 64, "tried_per_pos": [60, 45, 30], "accepted_per_pos": [45, 40, 10]}]})");
+  const Scenario spread = load_yaml(kSimSelf + "      sim_acceptance: {summary: " + summary + ", requests: " + requests +
+                                    "}\n"
+                                    "workload: {rates: [20], n_requests: 60, prompt_tokens: 32, output_tokens: 64}\n");
+  const std::vector<double> scale = spread.strategies.at(0).speculative->sim_acceptance->request_scale;
+  ASSERT_EQ(scale.size(), 2u);
+  EXPECT_NEAR(scale[0] + scale[1], 2.0, 1e-12);
+  EXPECT_LT(scale[0], scale[1]);
+  const std::string bad = one_error(kSimSelf + "      sim_acceptance: {summary: " + summary +
+                                    ", requests: nothere.json}\nworkload: {rates: [1]}\n");
+  EXPECT_NE(bad.find("strategies[0].speculative.sim_acceptance.requests: "), std::string::npos) << bad;
+  EXPECT_NE(bad.find("nothere.json: cannot read the requests file"), std::string::npos) << bad;
 
   SweepOptions opts;
   opts.out_dir = (std::filesystem::path(summary).parent_path() / "sim_spec_run").string();
