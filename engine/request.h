@@ -72,6 +72,9 @@ struct KvHandle {
   int64_t region_begin = -1;    ///< naive: first slot of the contiguous reservation
   int64_t region_slots = 0;     ///< naive: reserved slots
   int n_cached_prefix = 0;      ///< tokens found in the prefix cache at allocation (skipped in prefill)
+  /// paged, prefix caching: leading blocks of the table registered in the prefix cache (the
+  /// others are not), so registration resumes there without reading the blocks' state.
+  int n_registered = 0;
   bool allocated = false;
 };
 

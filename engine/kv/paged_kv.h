@@ -68,7 +68,7 @@ class PagedKvManager final : public KvManager {
     std::copy_n(seq.kv.blocks.data(), n_blocks, out);
     return true;
   }
-  void on_computed(const Sequence& seq) override;
+  void on_computed(Sequence& seq) override;
   std::vector<KvCopy> take_pending_copies() override;
 
   KvBreakdown breakdown(std::span<const Sequence* const> live, const Sequence* next = nullptr) const override;
