@@ -355,7 +355,7 @@ StepOutcome Engine::step(double now) {
       // Sample 0's first draw also draws the first token of every other parallel sample.
       const int n_samples = sample ? es.n_first_draws : 1;
       BatchEntry& e = batch.entries.emplace_back(BatchEntry{c.seq, c.n_new, sample, n_samples, -1, -1});
-      if (c.seq->lora) {
+      if (lora_slots_ && c.seq->lora) {  // add() refuses adapters unless LoRA is enabled
         const int64_t loads = lora_slots_->n_loads();
         e.lora_slot = lora_slots_->acquire(c.seq->lora, n_steps_ + 1, *backend_);
         out.n_lora_loads += static_cast<int>(lora_slots_->n_loads() - loads);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -14,6 +15,9 @@ std::string entry_name(size_t i, const Sequence* seq) {
 
 void check_sampling(size_t e, const Sequence& seq) {
   const SamplingParams& p = seq.sampling;
+  if (p.temperature >= 0.0f && p.temperature <= std::numeric_limits<float>::max() && p.top_k >= 0 && p.top_p > 0.0f &&
+      p.top_p <= 1.0f)
+    return;  // the common case, in one branch
   if (!(p.temperature >= 0.0f) || std::isinf(p.temperature))
     throw std::invalid_argument(entry_name(e, &seq) + ": sampling.temperature (" + std::to_string(p.temperature) +
                                 ") must be a finite number >= 0");
@@ -120,7 +124,7 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& 
                                     " (+ " + std::to_string(rows) + " rows) names masks past the batch's " +
                                     std::to_string(n_masks));
     }
-    stride = std::max(stride, (end + block_size - 1) / block_size);
+    if (paged && rows) stride = std::max(stride, (end + block_size - 1) / block_size);
     n_rows += static_cast<size_t>(entry.n_new);
     decode_only = decode_only && entry.n_new == 1;
   }

@@ -52,6 +52,7 @@ constexpr kv_checks::Checks kPaged{"paged"};  // messages name the manager
 PagedKvManager::PagedKvManager(const KvConfig& config, int64_t n_slots)
     : config_(config), block_size_(config.block_size), runs_(0) {
   config_.validate();
+  if (std::has_single_bit(static_cast<unsigned>(block_size_))) block_shift_ = std::countr_zero(static_cast<unsigned>(block_size_));
   if (n_slots < block_size_)
     throw std::invalid_argument("paged KV arena of " + std::to_string(n_slots) +
                                 " slots is smaller than one block (kv.block_size = " + std::to_string(block_size_) +
@@ -193,7 +194,7 @@ int PagedKvManager::count_copies(const Sequence& seq, int n_tokens) const {
   if (n_tokens <= seq.n_computed || sharing_.empty()) return 0;
   const int end = std::min(static_cast<int>(seq.kv.blocks.size()), blocks_for(n_tokens));
   int n = 0;
-  for (int i = std::max(0, seq.n_computed / block_size_); i < end; ++i) n += blocks_[seq.kv.blocks[i]].ref > 1;
+  for (int i = full_blocks(std::max(0, seq.n_computed)); i < end; ++i) n += blocks_[seq.kv.blocks[i]].ref > 1;
   return n;
 }
 
@@ -327,7 +328,7 @@ void PagedKvManager::fork(const Sequence& parent, Sequence& child) {
 void PagedKvManager::on_computed(Sequence& seq) {
   if (!config_.prefix_caching || !seq.kv.allocated) return;
   const auto& table = seq.kv.blocks;
-  const int n_full = std::min(std::min(seq.n_computed, seq.n_tokens()) / block_size_, static_cast<int>(table.size()));
+  const int n_full = std::min(full_blocks(std::max(0, std::min(seq.n_computed, seq.n_tokens()))), static_cast<int>(table.size()));
   // Blocks are registered in order: the first unregistered full block follows the
   // n_registered ones. Most calls (a decode that did not fill its block) find none and return
   // without touching blocks_ (a cache miss a running sequence a step).
