@@ -56,8 +56,8 @@ void BlockRuns::merge_extent(int32_t begin, int32_t end) {
   insert_extent(begin, end);
 }
 
-void BlockRuns::set_reservation(uint64_t owner, int32_t begin, int32_t end) {
-  auto it = resv_.find(owner);
+void BlockRuns::set_reservation(std::unordered_map<uint64_t, Run>::iterator it, uint64_t owner, int32_t begin,
+                                int32_t end) {
   if (it != resv_.end()) {
     auto node = resv_by_len_.extract({it->second.end - it->second.begin, owner});
     if (begin >= end) {
@@ -121,7 +121,7 @@ int32_t BlockRuns::take(uint64_t owner, int32_t prev, int32_t want, bool tail, b
     if (auto r = resv_.find(owner); r != resv_.end()) {
       const Run run = r->second;
       if (prev != kNone && run.begin == prev + 1) {  // the run continues
-        set_reservation(owner, run.begin + 1, run.end);
+        set_reservation(r, owner, run.begin + 1, run.end);
         --n_;
         return run.begin;
       }

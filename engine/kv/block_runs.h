@@ -114,7 +114,9 @@ class BlockRuns {
   };
   /// The extent holding b, or ext_.end().
   std::map<int32_t, int32_t>::iterator extent_of(int32_t b);
-  void set_reservation(uint64_t owner, int32_t begin, int32_t end);
+  void set_reservation(uint64_t owner, int32_t begin, int32_t end) { set_reservation(resv_.find(owner), owner, begin, end); }
+  /// The same with owner's entry in resv_ already looked up (resv_.end(): none).
+  void set_reservation(std::unordered_map<uint64_t, Run>::iterator it, uint64_t owner, int32_t begin, int32_t end);
 
   int32_t n_blocks_;
   int32_t n_ = 0;
