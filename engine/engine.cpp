@@ -174,7 +174,8 @@ std::optional<FinishedRequest> Engine::add(Request request, double arrival) {
   rs->record.arrival_s = arrival;
   rs->record.n_prompt = n_prompt;
   rs->record.outputs.resize(sp.n);
-  rs->token_times.resize(sp.n);
+  seq->n_first_draws = std::max(1, sp.n);
+  seq->constrained = request.constraint != nullptr;
   rs->request = std::move(request);
   seq->request = rs.get();
   scheduler_->add(seq.get());
@@ -336,7 +337,6 @@ StepOutcome Engine::step(double now) {
   if (!plan.empty()) {
     Batch& batch = state_->batch;
     batch.entries.clear();
-    state_->entry_requests.clear();
     batch.mask_words.clear();
     batch.mask_words_per_row = 0;
     batch.n_late_masks = 0;
@@ -347,20 +347,21 @@ StepOutcome Engine::step(double now) {
     state_->mask_words = mask_words;
     state_->mask_s = 0.0;
     if (!batch.fill_masks) batch.fill_masks = [st = state_.get()](uint32_t* words) { st->fill_late_masks(words); };
+    // The loops over the entries read the sequences (EngineSequence) only: a request's state is
+    // reached through them in the rare cases that need it (masks, the record's first stamp).
     for (const ScheduledChunk& c : plan.chunks) {
-      RequestState& rs = state_->of(*c.seq);
-      state_->entry_requests.push_back(&rs);
+      EngineSequence& es = state_->own(*c.seq);
       const bool sample = c.seq->n_computed + c.n_new == c.seq->n_with_spec();
       // Sample 0's first draw also draws the first token of every other parallel sample.
-      const bool draws_all = sample && c.seq->sample_index == 0 && !rs.forked;
-      const int n_samples = draws_all ? std::max(1, rs.request.sampling.n) : 1;
+      const int n_samples = sample ? es.n_first_draws : 1;
       BatchEntry& e = batch.entries.emplace_back(BatchEntry{c.seq, c.n_new, sample, n_samples, -1, -1});
-      if (c.seq->lora) {
+      if (lora_slots_ && c.seq->lora) {  // add() refuses adapters unless LoRA is enabled
         const int64_t loads = lora_slots_->n_loads();
         e.lora_slot = lora_slots_->acquire(c.seq->lora, n_steps_ + 1, *backend_);
         out.n_lora_loads += static_cast<int>(lora_slots_->n_loads() - loads);
       }
-      if (sample && rs.request.constraint) {
+      if (sample && es.constrained) {
+        RequestState& rs = *es.request;
         if (overlap_masks) {  // the same masks as add_masks, planned now, filled by the backend's call
           const int rows = c.seq->spec_tokens.empty() ? 1 : static_cast<int>(c.seq->spec_tokens.size()) + 1;
           batch.mask_words_per_row = mask_words;
@@ -373,7 +374,10 @@ StepOutcome Engine::step(double now) {
           state_->mask_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - m0).count();
         }
       }
-      if (rs.record.scheduled_s < 0) rs.record.scheduled_s = now;
+      if (!es.stamped) {
+        es.stamped = true;
+        if (es.request->record.scheduled_s < 0) es.request->record.scheduled_s = now;
+      }
     }
     ++n_steps_;
     for (size_t i = 0; lora_slots_ && i < batch.entries.size(); ++i) {  // distinct adapters: one slot each
@@ -404,8 +408,7 @@ StepOutcome Engine::step(double now) {
     bool decode_only = true;  // every entry a decode or verification row set (for the measured rule)
     for (size_t entry = 0; entry < batch.entries.size(); ++entry) {
       const BatchEntry& e = batch.entries[entry];
-      RequestState& rs = *state_->entry_requests[entry];
-      Sequence& s = *e.seq;
+      EngineSequence& s = state_->own(*e.seq);
       decode_only = decode_only && e.sample && e.n_new == 1 + static_cast<int>(s.spec_tokens.size());
       s.n_computed += e.n_new;
       if (!e.sample) {
@@ -416,8 +419,8 @@ StepOutcome Engine::step(double now) {
         const std::span<const TokenId> draws(result.tokens.data() + k, static_cast<size_t>(e.n_samples));
         k += draws.size();
         const size_t n_done = done.size();
-        state_->emit(s, rs, draws[0], end, eos, out, done);
-        if (jump && rs.request.constraint && done.size() == n_done) state_->jump_forward(s, rs, end, eos, vocab, out);
+        state_->emit(s, draws[0], end, eos, out, done);
+        if (jump && s.constrained && done.size() == n_done) state_->jump_forward(s, end, eos, vocab, out);
         kv_->on_computed(s);
         if (e.n_samples > 1) state_->fork_samples(s, draws, end, eos, *kv_, *scheduler_, out, done);
         continue;
@@ -449,9 +452,9 @@ StepOutcome Engine::step(double now) {
       }
       s.n_computed = before + static_cast<int>(accepted);
       const size_t n_done = done.size();
-      for (size_t j = 0; j <= accepted && done.size() == n_done; ++j) state_->emit(s, rs, draws[j], end, eos, out, done);
+      for (size_t j = 0; j <= accepted && done.size() == n_done; ++j) state_->emit(s, draws[j], end, eos, out, done);
       if (done.size() == n_done) kv_->truncate(s, s.n_computed);  // rejected drafts' slots back
-      if (jump && rs.request.constraint && done.size() == n_done) state_->jump_forward(s, rs, end, eos, vocab, out);
+      if (jump && s.constrained && done.size() == n_done) state_->jump_forward(s, end, eos, vocab, out);
       kv_->on_computed(s);
     }
     for (auto& [s, reason] : done) state_->retire(*s, reason, end, *kv_, *scheduler_, out);
@@ -463,8 +466,10 @@ StepOutcome Engine::step(double now) {
     out.n_tokens = batch.n_tokens();
     out.n_padding_tokens = batch.n_padding_tokens;
   }
-  const std::vector<const Sequence*> live = scheduler_->live();
-  out.kv = kv_->breakdown(live, scheduler_->next_waiting());
+  if (kv_breakdown_) {
+    const std::vector<const Sequence*> live = scheduler_->live();
+    out.kv = kv_->breakdown(live, scheduler_->next_waiting());
+  }
   out.n_waiting = scheduler_->n_waiting();
   out.n_running = scheduler_->n_running();
   return out;

@@ -77,7 +77,7 @@ struct StepOutcome {
   /// A proposer is set but the per-step rule (SpecPolicy::pricing, or what steps measured) found
   /// drafts a loss at this batch, so none were proposed.
   bool spec_off = false;
-  KvBreakdown kv;                ///< after the step
+  KvBreakdown kv;                ///< after the step (all zero when Engine::set_kv_breakdown(false))
   int n_waiting = 0;
   int n_running = 0;
   int n_loras = 0;        ///< distinct LoRA adapters in the step
@@ -141,6 +141,11 @@ class Engine {
   void set_proposer(std::unique_ptr<Proposer> proposer, SpecPolicy policy);
   const Proposer* proposer() const { return proposer_.get(); }
 
+  /// Whether step() fills StepOutcome::kv, a walk over the running sequences' KV every step (on
+  /// by default). A driver that only counts steps turns it off; nothing else in a step reads it.
+  void set_kv_breakdown(bool on) { kv_breakdown_ = on; }
+  bool kv_breakdown() const { return kv_breakdown_; }
+
   bool has_work() const;
   /// When nothing is runnable now but a policy timer will fire (static max_wait_ms, dynamic
   /// max_queue_delay_ms), the time to call step() again.
@@ -173,6 +178,7 @@ class Engine {
   std::unique_ptr<Proposer> proposer_;
   std::unique_ptr<LoraSlots> lora_slots_;  // enabled LoRA: which adapter sits in which backend slot
   uint64_t n_steps_ = 0;
+  bool kv_breakdown_ = true;
   SpecPolicy spec_;
   struct State;
   std::unique_ptr<State> state_;

@@ -13,45 +13,44 @@
 
 namespace servelab {
 
-void Engine::State::emit(Sequence& s, RequestState& rs, TokenId tok, double end, int eos, StepOutcome& out,
+void Engine::State::emit(EngineSequence& s, TokenId tok, double end, int eos, StepOutcome& out,
                          std::vector<std::pair<Sequence*, FinishReason>>& done) {
-  std::vector<TokenId>& outputs = rs.record.outputs[s.sample_index];
-  std::vector<double>& times = rs.token_times[s.sample_index];
-  if (outputs.empty()) {
+  std::vector<double>& times = s.token_times;
+  if (times.empty()) {
     // The first token: make room for the rest now, so decoding appends without reallocating (a
-    // doubling series of three vectors per sample otherwise). Not on arrival: a long queue of
+    // doubling series of two vectors per sample otherwise). Not on arrival: a long queue of
     // waiting requests would hold it for nothing.
     const auto expect = static_cast<size_t>(std::clamp(s.sampling.max_tokens, 1, kReservedOutputTokens));
-    outputs.reserve(expect);
     times.reserve(expect);
     s.tokens.reserve(s.tokens.size() + expect);
   }
   s.tokens.push_back(tok);
-  if (rs.request.constraint) rs.request.constraint->accept(tok);
-  outputs.push_back(tok);
+  if (s.constrained) s.request->request.constraint->accept(tok);
   times.push_back(end);
   out.tokens.push_back({s.request_id, s.sample_index, tok, end});
   if (s.n_output() >= s.sampling.max_tokens) done.emplace_back(&s, FinishReason::length);
   else if (!s.sampling.ignore_eos && eos >= 0 && tok == eos) done.emplace_back(&s, FinishReason::eos);
 }
 
-void Engine::State::jump_forward(Sequence& s, RequestState& rs, double end, int eos, int vocab, StepOutcome& out) {
+void Engine::State::jump_forward(EngineSequence& s, double end, int eos, int vocab, StepOutcome& out) {
   const int room = s.sampling.max_tokens - s.n_output();
-  if (room < 1 || !rs.request.constraint) return;
-  const std::vector<TokenId> forced = rs.request.constraint->forced_tokens(room);
+  TokenConstraint* constraint = s.request->request.constraint.get();
+  if (room < 1 || !constraint) return;
+  const std::vector<TokenId> forced = constraint->forced_tokens(room);
   const size_t n_done = done.size();
   for (TokenId t : forced) {
     if (t < 0 || t >= vocab || done.size() != n_done) break;
-    emit(s, rs, t, end, eos, out, done);
+    emit(s, t, end, eos, out, done);
     ++out.n_jump_forward_tokens;
   }
 }
 
-void Engine::State::fork_samples(Sequence& parent, std::span<const TokenId> firsts, double end, int eos,
+void Engine::State::fork_samples(EngineSequence& parent, std::span<const TokenId> firsts, double end, int eos,
                                  KvManager& kv, Scheduler& scheduler, StepOutcome& out,
                                  std::vector<std::pair<Sequence*, FinishReason>>& done) {
   RequestState& rs = of(parent);
   rs.forked = true;
+  parent.n_first_draws = 1;
   const int n = rs.request.sampling.n;
   if (static_cast<int>(firsts.size()) != n)
     throw std::logic_error("engine: " + std::to_string(firsts.size()) + " first tokens for " + std::to_string(n) +
@@ -70,9 +69,11 @@ void Engine::State::fork_samples(Sequence& parent, std::span<const TokenId> firs
     child.cache_salt = parent.cache_salt;  // its blocks join the prefix cache under the parent's keys
     child.lora = parent.lora;
     child.lora_id = parent.lora_id;
+    child.constrained = parent.constrained;
+    child.stamped = true;  // the record's scheduled_s came with the parent's prefill
     rs.seqs.push_back(std::move(owned));
     const size_t n_done = done.size();
-    emit(child, rs, firsts[static_cast<size_t>(i)], end, eos, out, done);
+    emit(child, firsts[static_cast<size_t>(i)], end, eos, out, done);
     if (done.size() > n_done) continue;  // its first token was its last: it never runs
     // The child's K/V up to n_prompt is the parent's prompt K/V; its own first token is computed
     // by its first decode (a write into a shared block copies it first). A naive manager cannot
@@ -97,7 +98,7 @@ void Engine::State::retire(Sequence& seq, FinishReason reason, double end, KvMan
   RequestState& rs = of(seq);
   if (seq.sample_index == 0) rs.record.reason = reason;
   if (!rs.complete()) return;
-  rs.settle_timeline();
+  rs.settle();
   FinishedRequest rec = std::move(rs.record);
   rec.end_s = end;
   for (const auto& s : rs.seqs) rec.preemptions += s->preemptions;
@@ -109,7 +110,7 @@ std::vector<FinishedRequest> Engine::abort_all(double now) {
   std::vector<FinishedRequest> out;
   for (auto& [id, rs] : state_->requests) {
     for (auto& s : rs->seqs) release_kv(*s);
-    rs->settle_timeline();
+    rs->settle();
     FinishedRequest rec = std::move(rs->record);
     rec.reason = FinishReason::aborted;
     rec.error = "aborted before it finished (run stopped)";
@@ -133,7 +134,7 @@ std::optional<FinishedRequest> Engine::reject_blocked(double now, const std::str
     release_kv(*s);
     s->status = SeqStatus::finished;
   }
-  rs.settle_timeline();
+  rs.settle();
   FinishedRequest rec = std::move(rs.record);
   rec.reason = FinishReason::rejected;
   rec.error = why;
@@ -152,7 +153,7 @@ std::optional<FinishedRequest> Engine::abort(uint64_t request_id, double now, co
     release_kv(*s);
     scheduler_->remove(s.get());
   }
-  rs.settle_timeline();
+  rs.settle();
   FinishedRequest rec = std::move(rs.record);
   rec.reason = FinishReason::aborted;
   rec.error = why;

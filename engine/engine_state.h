@@ -23,6 +23,15 @@ struct RequestState;
 /// KV manager see only the Sequence). Every sequence the engine schedules is one of these.
 struct EngineSequence : Sequence {
   RequestState* request = nullptr;
+  /// When each of its output tokens came. Its tokens and times live here, beside what a step
+  /// reads anyway, rather than in the request's state (a cache line or two more a sequence a
+  /// step); the record gets them when the request leaves (RequestState::settle).
+  std::vector<double> token_times;
+  /// Draws its next sampled chunk makes: the request's n for sample 0 until its parallel samples
+  /// are forked (its prefill draws every sample's first token), else 1.
+  int n_first_draws = 1;
+  bool constrained = false;  ///< its request has a TokenConstraint (structured output)
+  bool stamped = false;      ///< it has been in a step: the record's scheduled_s is set
 };
 
 /// A request in flight: its sequences (sample 0 first; the other samples are forked from it
@@ -31,8 +40,9 @@ struct EngineSequence : Sequence {
 struct RequestState {
   Request request;  ///< as added, but its prompt moved into sample 0's tokens (Sequence::tokens)
   std::vector<std::unique_ptr<EngineSequence>> seqs;
+  /// Its timeline and outputs are filled when it leaves (settle): until then each sample's
+  /// tokens and times are in its sequence.
   FinishedRequest record;
-  std::vector<std::vector<double>> token_times;  ///< per sample: when each of its tokens came
   bool forked = false;
 
   bool complete() const {
@@ -40,19 +50,28 @@ struct RequestState {
     return std::all_of(seqs.begin(), seqs.end(),
                        [](const auto& s) { return s->status == SeqStatus::finished; });
   }
-  /// Fills the record's timeline from the samples' token times (see FinishedRequest).
-  void settle_timeline() {
-    size_t longest = 0;
-    for (const auto& t : token_times) longest = std::max(longest, t.size());
+  /// Fills the record's outputs (each sample's tokens after the prompt) and its timeline from
+  /// the samples' token times (see FinishedRequest). Called once, as the request leaves: the
+  /// samples' times move into the record.
+  void settle() {
+    for (const auto& s : seqs)
+      record.outputs[size_t(s->sample_index)].assign(s->tokens.begin() + s->n_prompt, s->tokens.end());
     std::vector<double>& out = record.token_times_s;
-    out.assign(longest, -1.0);
-    for (size_t k = 0; k < longest; ++k) {
-      for (const auto& t : token_times)
-        if (k < t.size()) out[k] = std::max(out[k], t[k]);
-      if (k > 0) out[k] = std::max(out[k], out[k - 1]);  // a finished sample is already past token k
+    if (seqs.size() == 1) {  // one sample: its times, each at least the one before
+      out = std::move(seqs.front()->token_times);
+      for (size_t k = 0; k < out.size(); ++k) out[k] = std::max(out[k], k > 0 ? out[k - 1] : -1.0);
+    } else {
+      size_t longest = 0;
+      for (const auto& s : seqs) longest = std::max(longest, s->token_times.size());
+      out.assign(longest, -1.0);
+      for (size_t k = 0; k < longest; ++k) {
+        for (const auto& s : seqs)
+          if (k < s->token_times.size()) out[k] = std::max(out[k], s->token_times[k]);
+        if (k > 0) out[k] = std::max(out[k], out[k - 1]);  // a finished sample is already past token k
+      }
     }
     record.first_token_s = out.empty() ? -1.0 : out.front();
-    record.n_output = static_cast<int>(longest);
+    record.n_output = static_cast<int>(out.size());
   }
 };
 
@@ -72,7 +91,6 @@ struct Engine::State {
   /// Full steps, or shape-only ones for a backend that reads no rows (BackendCaps::reads_rows),
   /// decided once: caps() builds a struct with vectors, too dear to ask every step.
   StepDetail step_detail = StepDetail::full;
-  std::vector<RequestState*> entry_requests;  // batch.entries[i]'s request, looked up once a step
   std::vector<std::pair<Sequence*, FinishReason>> done;  // the step's finished samples (reused)
   std::vector<uint32_t> mask_scratch;
   /// Late masks of the step (StructuredOutputConfig::overlap_masks): per constrained draw entry,
@@ -91,7 +109,7 @@ struct Engine::State {
   /// Jump-forward (StructuredOutputConfig::jump_forward): after s drew a token and did not
   /// finish, emits the tokens its constraint forces next (TokenConstraint::forced_tokens), up to
   /// max_tokens, without a forward; their K/V is computed by the next step that schedules s.
-  void jump_forward(Sequence& s, RequestState& rs, double end, int eos, int vocab, StepOutcome& out);
+  void jump_forward(EngineSequence& s, double end, int eos, int vocab, StepOutcome& out);
   /// Per drawing sequence: its k and its acceptance so far (adaptive speculation).
   struct SpecStats {
     int k = 0;
@@ -105,13 +123,14 @@ struct Engine::State {
 
   /// The request of a sequence the engine made (EngineSequence).
   static RequestState& of(const Sequence& s) { return *static_cast<const EngineSequence&>(s).request; }
-  /// Appends a sampled token to s (of request rs), stamps it, and queues s in `done` when it is
-  /// finished.
-  void emit(Sequence& s, RequestState& rs, TokenId tok, double end, int eos, StepOutcome& out,
+  /// The engine's own view of a sequence it made.
+  static EngineSequence& own(Sequence& s) { return static_cast<EngineSequence&>(s); }
+  /// Appends a sampled token to s, stamps it, and queues s in `done` when it is finished.
+  void emit(EngineSequence& s, TokenId tok, double end, int eos, StepOutcome& out,
             std::vector<std::pair<Sequence*, FinishReason>>& done);
   /// Sample 0's prefill drew every sample's first token (`firsts`, sample 0's included): samples
   /// 1..n-1 start at n_prompt with their own first token, sharing the parent's prompt K/V.
-  void fork_samples(Sequence& parent, std::span<const TokenId> firsts, double end, int eos, KvManager& kv,
+  void fork_samples(EngineSequence& parent, std::span<const TokenId> firsts, double end, int eos, KvManager& kv,
                     Scheduler& scheduler, StepOutcome& out, std::vector<std::pair<Sequence*, FinishReason>>& done);
   /// seq left the engine: the proposer and the adaptive rule drop what they kept for it.
   void forget(const Sequence& seq) {

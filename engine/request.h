@@ -68,38 +68,46 @@ enum class SeqStatus { waiting, running, swapped, finished };
 
 /// Where a sequence's KV lives in the arena. Owned by the sequence, managed by a KvManager.
 struct KvHandle {
+  // Members the step reads for every running sequence first (one cache line with the table's
+  // pointers), the naive manager's after them.
   std::vector<int32_t> blocks;  ///< paged: block table, position p is in blocks[p / block_size]
+  int n_cached_prefix = 0;      ///< tokens found in the prefix cache at allocation (skipped in prefill)
+  /// paged, prefix caching: leading blocks of the table registered in the prefix cache (the
+  /// others are not), so registration resumes there without reading the blocks' state.
+  int n_registered = 0;
+  bool allocated = false;
   int64_t region_begin = -1;    ///< naive: first slot of the contiguous reservation
   int64_t region_slots = 0;     ///< naive: reserved slots
-  int n_cached_prefix = 0;      ///< tokens found in the prefix cache at allocation (skipped in prefill)
-  bool allocated = false;
 };
 
 /// A sequence the scheduler moves between queues: prompt plus generated tokens.
 struct Sequence {
+  // The members every step reads for each running sequence (scheduler, KV manager, step input,
+  // emit) come first, in the first three cache lines; the simulator's step is bound by how many
+  // lines it touches a sequence. The rest follow.
   uint64_t id = 0;          ///< unique per sequence (a request with n > 1 has n of them)
   uint64_t request_id = 0;
-  int sample_index = 0;     ///< 0..n-1 within its request
   std::vector<TokenId> tokens;  ///< prompt followed by accepted generated tokens
   /// Proposed tokens after `tokens`, not yet verified (speculative decoding): the next step
   /// computes them with the last token and draws one token per position; the engine keeps the
   /// drafts the draws confirm and gives back the KV slots of the rest.
   std::vector<TokenId> spec_tokens;
-  /// The proposer's distribution of each draft, [spec_tokens.size(), vocab] (rows past
-  /// spec_tokens.size() ignored), for rejection sampling; empty when the drafts are point masses
-  /// (n-gram lookup, greedy drafting, a backend without caps().draft_probs).
-  std::vector<float> spec_probs;
+  int sample_index = 0;     ///< 0..n-1 within its request
   int n_prompt = 0;
   /// Leading positions whose K/V are in the cache. Catches up to n_with_spec() one step at a
   /// time (a prefill chunk, a decode, a verification); after a step it is at most n_tokens() - 1
   /// once the sequence has sampled (the last accepted token is computed by the next step).
   int n_computed = 0;
+  SeqStatus status = SeqStatus::waiting;
+  SamplingParams sampling;
+  KvHandle kv;
+  /// The proposer's distribution of each draft, [spec_tokens.size(), vocab] (rows past
+  /// spec_tokens.size() ignored), for rejection sampling; empty when the drafts are point masses
+  /// (n-gram lookup, greedy drafting, a backend without caps().draft_probs).
+  std::vector<float> spec_probs;
   uint64_t cache_salt = 0;  ///< the request's prefix-cache salt (Request::cache_salt)
   std::shared_ptr<const LoraAdapter> lora;  ///< Request::lora
   uint64_t lora_id = 0;     ///< lora's LoraAdapter::id (0 = base model): the scheduler's and cache's key
-  SamplingParams sampling;
-  SeqStatus status = SeqStatus::waiting;
-  KvHandle kv;
   double arrival_s = 0.0;
   int preemptions = 0;
   /// While swapped out: its blocks of the host swap pool (SwapSpace), positions [0, n_computed).

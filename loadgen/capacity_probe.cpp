@@ -82,6 +82,7 @@ RecordSinks keep_records(PointRun& out, std::string label, size_t n_planned, con
   out.label = std::move(label);
   out.records.reserve(n_planned);
   RecordSinks sinks;
+  sinks.token_times = options.keep_token_times;  // the in-process driver leaves them out
   sinks.on_record = [&out, keep = options.keep_token_times](const RequestRecord& r) {
     out.records.push_back(r);
     if (!keep) std::vector<double>().swap(out.records.back().token_times_s);

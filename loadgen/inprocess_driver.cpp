@@ -92,7 +92,7 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
     if (it != sent.end()) rec.lora = it->second.lora;
     rec.scheduled_s = f.scheduled_s;
     rec.first_token_s = f.first_token_s;
-    rec.token_times_s = f.token_times_s;
+    if (sinks.token_times) rec.token_times_s = f.token_times_s;
     rec.end_s = f.end_s;
     rec.prompt_tokens = f.n_prompt;
     rec.output_tokens = f.n_output;
@@ -107,7 +107,12 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
     if (sinks.on_record) sinks.on_record(rec);
   };
 
+  // The KV breakdown of every step goes only into StepRecords: without a step sink it is not
+  // worked out (a walk over the running sequences a step).
+  const bool breakdown = engine.kv_breakdown();
+  engine.set_kv_breakdown(breakdown && static_cast<bool>(sinks.on_step));
   run_engine(engine, source, clock, cb, stop);
+  engine.set_kv_breakdown(breakdown);
   stats.stopped = stop && stop->load();
   return stats;
 }

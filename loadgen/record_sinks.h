@@ -16,6 +16,9 @@ struct RecordSinks {
   /// In-process runs: called with each finished request and its record before on_record (adds
   /// what only the engine's result holds, e.g. structured output's text); optional.
   std::function<void(const FinishedRequest&, RequestRecord&)> annotate;
+  /// Whether the records handed to on_record carry every token's time (token_times_s). An
+  /// in-process driver leaves them out when false (a copy a request the sinks would drop).
+  bool token_times = true;
 };
 
 struct DriveStats {

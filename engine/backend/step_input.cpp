@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -14,6 +15,9 @@ std::string entry_name(size_t i, const Sequence* seq) {
 
 void check_sampling(size_t e, const Sequence& seq) {
   const SamplingParams& p = seq.sampling;
+  if (p.temperature >= 0.0f && p.temperature <= std::numeric_limits<float>::max() && p.top_k >= 0 && p.top_p > 0.0f &&
+      p.top_p <= 1.0f)
+    return;  // the common case, in one branch
   if (!(p.temperature >= 0.0f) || std::isinf(p.temperature))
     throw std::invalid_argument(entry_name(e, &seq) + ": sampling.temperature (" + std::to_string(p.temperature) +
                                 ") must be a finite number >= 0");
@@ -94,7 +98,7 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& 
 
   // Pass 1: check the entries, size the block table.
   int stride = 0;
-  size_t n_rows = 0;
+  size_t n_rows = 0, n_draws = 0;
   bool decode_only = !batch.entries.empty();
   for (size_t e = 0; e < batch.entries.size(); ++e) {
     const BatchEntry& entry = batch.entries[e];
@@ -114,12 +118,13 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& 
                                     "positions " + std::to_string(seq->n_tokens() - 1) + " to " +
                                     std::to_string(seq->n_with_spec()) + " and n_samples 1");
       const int rows = seq->spec_tokens.empty() ? 1 : static_cast<int>(seq->spec_tokens.size()) + 1;
+      n_draws += seq->spec_tokens.empty() ? size_t(std::max(1, entry.n_samples)) : size_t(rows);
       if (entry.first_mask < -1 || (entry.first_mask >= 0 && entry.first_mask + rows > n_masks))
         throw std::invalid_argument(entry_name(e, seq) + ": first_mask " + std::to_string(entry.first_mask) +
                                     " (+ " + std::to_string(rows) + " rows) names masks past the batch's " +
                                     std::to_string(n_masks));
     }
-    stride = std::max(stride, (end + block_size - 1) / block_size);
+    if (paged && rows) stride = std::max(stride, (end + block_size - 1) / block_size);
     n_rows += static_cast<size_t>(entry.n_new);
     decode_only = decode_only && entry.n_new == 1;
   }
@@ -138,7 +143,22 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& 
     in.slot_mapping.resize(n_rows);
     if (any_lora) in.lora_slot.resize(n_rows);
   }
-  in.query_start.push_back(0);
+  // The per-draw arrays too: ten push_backs a draw were most of this function's time on the sim.
+  in.sample_rows.resize(n_draws);
+  in.temperature.resize(n_draws);
+  in.top_k.resize(n_draws);
+  in.top_p.resize(n_draws);
+  in.seed.resize(n_draws);
+  in.seq_key.resize(n_draws);
+  in.sample_position.resize(n_draws);
+  in.mask_index.resize(n_draws);
+  in.draft_token.resize(n_draws);
+  in.draft_dist.resize(n_draws);
+  size_t d = 0;  // the next draw
+  in.query_start.resize(batch.entries.size() + 1);
+  in.context_lens.resize(batch.entries.size());
+  in.seq_ids.resize(batch.entries.size());
+  in.query_start[0] = 0;
   int row = 0;
   for (size_t e = 0; e < batch.entries.size(); ++e) {
     const BatchEntry& entry = batch.entries[e];
@@ -146,23 +166,24 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& 
     const int end = seq.n_computed + entry.n_new;
     if (rows) fill_entry_rows(in, kv, entry, e, block_size, vocab, any_lora, row);
     row += entry.n_new;
-    in.query_start.push_back(row);
-    in.context_lens.push_back(end);
-    in.seq_ids.push_back(seq.id);
+    in.query_start[e + 1] = row;
+    in.context_lens[e] = end;
+    in.seq_ids[e] = seq.id;
     if (!entry.sample) continue;
     const SamplingParams& p = seq.sampling;
     const bool greedy = p.temperature == 0.0f || p.top_k == 1;
     auto draw = [&](int row_index, uint64_t key, int position, int mask, TokenId draft = -1, int dist = -1) {
-      in.sample_rows.push_back(row_index);
-      in.temperature.push_back(greedy ? 0.0f : p.temperature);
-      in.top_k.push_back(greedy ? 0 : p.top_k);
-      in.top_p.push_back(greedy ? 1.0f : p.top_p);
-      in.seed.push_back(p.seed);
-      in.seq_key.push_back(key);
-      in.sample_position.push_back(position);
-      in.mask_index.push_back(mask);
-      in.draft_token.push_back(draft);
-      in.draft_dist.push_back(dist);
+      in.sample_rows[d] = row_index;
+      in.temperature[d] = greedy ? 0.0f : p.temperature;
+      in.top_k[d] = greedy ? 0 : p.top_k;
+      in.top_p[d] = greedy ? 1.0f : p.top_p;
+      in.seed[d] = p.seed;
+      in.seq_key[d] = key;
+      in.sample_position[d] = position;
+      in.mask_index[d] = mask;
+      in.draft_token[d] = draft;
+      in.draft_dist[d] = dist;
+      ++d;
     };
     if (seq.spec_tokens.empty()) {
       for (int k = 0; k < std::max(1, entry.n_samples); ++k)  // as CpuBackend: n_samples < 1 draws once
@@ -186,6 +207,7 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& 
       }
     }
   }
+  if (d != n_draws) throw std::logic_error("build_step_input: " + std::to_string(d) + " draws, counted " + std::to_string(n_draws));
   step.fill_masks = nullptr;
   if (late) {
     in.late_masks = n_masks;

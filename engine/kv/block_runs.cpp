@@ -13,13 +13,24 @@ int32_t BlockRuns::reserved(uint64_t owner) const {
 
 void BlockRuns::insert_extent(int32_t begin, int32_t end) {
   if (begin >= end) return;
-  ext_.emplace(begin, end);
-  ext_by_len_.emplace(end - begin, begin);
+  if (auto node = spare_ext_.take()) {
+    node.key() = begin;
+    node.mapped() = end;
+    ext_.insert(std::move(node));
+  } else {
+    ext_.emplace(begin, end);
+  }
+  if (auto node = spare_ext_len_.take()) {
+    node.value() = {end - begin, begin};
+    ext_by_len_.insert(std::move(node));
+  } else {
+    ext_by_len_.emplace(end - begin, begin);
+  }
 }
 
 void BlockRuns::erase_extent(std::map<int32_t, int32_t>::iterator it) {
-  ext_by_len_.erase({it->second - it->first, it->first});
-  ext_.erase(it);
+  spare_ext_len_.keep(ext_by_len_.extract({it->second - it->first, it->first}));
+  spare_ext_.keep(ext_.extract(it));
 }
 
 std::map<int32_t, int32_t>::iterator BlockRuns::extent_of(int32_t b) {
@@ -45,20 +56,28 @@ void BlockRuns::merge_extent(int32_t begin, int32_t end) {
   insert_extent(begin, end);
 }
 
-void BlockRuns::set_reservation(uint64_t owner, int32_t begin, int32_t end) {
-  auto it = resv_.find(owner);
+void BlockRuns::set_reservation(std::unordered_map<uint64_t, Run>::iterator it, uint64_t owner, int32_t begin,
+                                int32_t end) {
   if (it != resv_.end()) {
-    resv_by_len_.erase({it->second.end - it->second.begin, owner});
+    auto node = resv_by_len_.extract({it->second.end - it->second.begin, owner});
     if (begin >= end) {
+      spare_resv_len_.keep(std::move(node));
       resv_.erase(it);
       return;
     }
     it->second = Run{begin, end};
-  } else {
-    if (begin >= end) return;
-    resv_.emplace(owner, Run{begin, end});
+    node.value() = {end - begin, owner};
+    resv_by_len_.insert(std::move(node));
+    return;
   }
-  resv_by_len_.emplace(end - begin, owner);
+  if (begin >= end) return;
+  resv_.emplace(owner, Run{begin, end});
+  if (auto node = spare_resv_len_.take()) {
+    node.value() = {end - begin, owner};
+    resv_by_len_.insert(std::move(node));
+  } else {
+    resv_by_len_.emplace(end - begin, owner);
+  }
 }
 
 void BlockRuns::drop(uint64_t owner) {
@@ -102,7 +121,7 @@ int32_t BlockRuns::take(uint64_t owner, int32_t prev, int32_t want, bool tail, b
     if (auto r = resv_.find(owner); r != resv_.end()) {
       const Run run = r->second;
       if (prev != kNone && run.begin == prev + 1) {  // the run continues
-        set_reservation(owner, run.begin + 1, run.end);
+        set_reservation(r, owner, run.begin + 1, run.end);
         --n_;
         return run.begin;
       }

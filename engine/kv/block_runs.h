@@ -86,9 +86,37 @@ class BlockRuns {
   int32_t split_largest_reservation(uint64_t owner, int32_t want, bool tail);
   void insert_extent(int32_t begin, int32_t end);
   void erase_extent(std::map<int32_t, int32_t>::iterator it);
+  /// Node handles of erased runs, reused by the next insertions: a decode's block from its
+  /// reservation, or an extent cut in two, changes the sets' keys without a free and a malloc.
+  /// Only a cache: a copy of the runs starts without any.
+  template <class Set>
+  struct Spares {
+    static constexpr size_t kMax = 8;
+    std::vector<typename Set::node_type> nodes;
+    Spares() = default;
+    Spares(const Spares&) {}
+    Spares& operator=(const Spares&) {
+      nodes.clear();
+      return *this;
+    }
+    Spares(Spares&&) = default;
+    Spares& operator=(Spares&&) = default;
+    void keep(typename Set::node_type&& node) {
+      if (node && nodes.size() < kMax) nodes.push_back(std::move(node));
+    }
+    /// A spare node to overwrite, or an empty handle when none is left.
+    typename Set::node_type take() {
+      if (nodes.empty()) return {};
+      typename Set::node_type node = std::move(nodes.back());
+      nodes.pop_back();
+      return node;
+    }
+  };
   /// The extent holding b, or ext_.end().
   std::map<int32_t, int32_t>::iterator extent_of(int32_t b);
-  void set_reservation(uint64_t owner, int32_t begin, int32_t end);
+  void set_reservation(uint64_t owner, int32_t begin, int32_t end) { set_reservation(resv_.find(owner), owner, begin, end); }
+  /// The same with owner's entry in resv_ already looked up (resv_.end(): none).
+  void set_reservation(std::unordered_map<uint64_t, Run>::iterator it, uint64_t owner, int32_t begin, int32_t end);
 
   int32_t n_blocks_;
   int32_t n_ = 0;
@@ -96,6 +124,9 @@ class BlockRuns {
   std::set<std::pair<int32_t, int32_t>> ext_by_len_;  ///< (length, begin)
   std::unordered_map<uint64_t, Run> resv_;            ///< owner -> its reservation (never empty)
   std::set<std::pair<int32_t, uint64_t>> resv_by_len_;  ///< (length, owner)
+  Spares<std::map<int32_t, int32_t>> spare_ext_;
+  Spares<std::set<std::pair<int32_t, int32_t>>> spare_ext_len_;
+  Spares<std::set<std::pair<int32_t, uint64_t>>> spare_resv_len_;
 };
 
 }  // namespace servelab

@@ -93,7 +93,7 @@ class KvManager {
   }
   /// Called after a step wrote seq's K/V up to seq.n_computed and the engine settled which
   /// tokens were accepted: registers full blocks of accepted tokens (below n_tokens()) for reuse.
-  virtual void on_computed(const Sequence& seq) {}
+  virtual void on_computed(Sequence& seq) {}
   /// Copies the backend must make before the next forward (copy-on-write); clears the list.
   virtual std::vector<KvCopy> take_pending_copies() { return {}; }
 

@@ -52,6 +52,7 @@ constexpr kv_checks::Checks kPaged{"paged"};  // messages name the manager
 PagedKvManager::PagedKvManager(const KvConfig& config, int64_t n_slots)
     : config_(config), block_size_(config.block_size), runs_(0) {
   config_.validate();
+  if (std::has_single_bit(static_cast<unsigned>(block_size_))) block_shift_ = std::countr_zero(static_cast<unsigned>(block_size_));
   if (n_slots < block_size_)
     throw std::invalid_argument("paged KV arena of " + std::to_string(n_slots) +
                                 " slots is smaller than one block (kv.block_size = " + std::to_string(block_size_) +
@@ -193,7 +194,7 @@ int PagedKvManager::count_copies(const Sequence& seq, int n_tokens) const {
   if (n_tokens <= seq.n_computed || sharing_.empty()) return 0;
   const int end = std::min(static_cast<int>(seq.kv.blocks.size()), blocks_for(n_tokens));
   int n = 0;
-  for (int i = std::max(0, seq.n_computed / block_size_); i < end; ++i) n += blocks_[seq.kv.blocks[i]].ref > 1;
+  for (int i = full_blocks(std::max(0, seq.n_computed)); i < end; ++i) n += blocks_[seq.kv.blocks[i]].ref > 1;
   return n;
 }
 
@@ -242,6 +243,7 @@ void PagedKvManager::allocate(Sequence& seq, int n_tokens) {
   }
   append_fresh(seq, n_tokens);
   seq.kv.n_cached_prefix = static_cast<int>(hits.size()) * block_size_;
+  seq.kv.n_registered = static_cast<int>(hits.size());
   seq.kv.allocated = true;
 }
 
@@ -306,6 +308,7 @@ void PagedKvManager::truncate(Sequence& seq, int n_keep) {
     unref(b);
     table.pop_back();
   }
+  seq.kv.n_registered = std::min(seq.kv.n_registered, static_cast<int>(table.size()));
 }
 
 void PagedKvManager::fork(const Sequence& parent, Sequence& child) {
@@ -313,6 +316,7 @@ void PagedKvManager::fork(const Sequence& parent, Sequence& child) {
   kPaged.require_allocated(child, false);
   child.kv = KvHandle{};
   child.kv.blocks = parent.kv.blocks;
+  child.kv.n_registered = parent.kv.n_registered;
   for (int32_t b : child.kv.blocks) ++blocks_[b].ref;
   child.kv.allocated = true;
   if (!child.kv.blocks.empty()) {
@@ -321,15 +325,17 @@ void PagedKvManager::fork(const Sequence& parent, Sequence& child) {
   }
 }
 
-void PagedKvManager::on_computed(const Sequence& seq) {
+void PagedKvManager::on_computed(Sequence& seq) {
   if (!config_.prefix_caching || !seq.kv.allocated) return;
   const auto& table = seq.kv.blocks;
-  const int n_full = std::min(std::min(seq.n_computed, seq.n_tokens()) / block_size_, static_cast<int>(table.size()));
-  // Blocks are registered in order, so the first unregistered full block follows the last
-  // registered one: walking back from the end touches only the newly completed blocks.
-  int i = n_full;
-  while (i > 0 && !blocks_[table[i - 1]].hashed) --i;
+  const int n_full = std::min(full_blocks(std::max(0, std::min(seq.n_computed, seq.n_tokens()))), static_cast<int>(table.size()));
+  // Blocks are registered in order: the first unregistered full block follows the
+  // n_registered ones. Most calls (a decode that did not fill its block) find none and return
+  // without touching blocks_ (a cache miss a running sequence a step).
+  int i = seq.kv.n_registered;
+  if (i >= n_full) return;
   uint64_t parent = i > 0 ? blocks_[table[i - 1]].hash : root_hash(seq.cache_salt, seq.lora_id);
+  seq.kv.n_registered = n_full;
   for (; i < n_full; ++i) {
     const TokenId* t = seq.tokens.data() + static_cast<size_t>(i) * block_size_;
     Block& blk = blocks_[table[i]];
@@ -403,9 +409,16 @@ void PagedKvManager::check_invariants(std::span<const Sequence* const> live) con
     if (int64_t{seq->n_computed} > int64_t{block_size_} * static_cast<int64_t>(table.size()))
       fail("seq " + str(seq->id) + " computed " + str(seq->n_computed) + " tokens but holds " + str(table.size()) + " block(s)");
     const bool tracked = sharing_.contains(seq->id);
+    if (seq->kv.n_registered < 0 || static_cast<size_t>(seq->kv.n_registered) > table.size())
+      fail("seq " + str(seq->id) + " counts " + str(seq->kv.n_registered) + " registered blocks of " + str(table.size()));
     for (size_t i = 0; i < table.size(); ++i) {
       const int32_t b = table[i];
       if (b < 0 || b >= n_blocks()) fail("seq " + str(seq->id) + " holds block " + str(b) + " outside the pool");
+      // on_computed resumes registering after the counted blocks: they, and only they, are.
+      if (blocks_[b].hashed != (static_cast<int>(i) < seq->kv.n_registered))
+        fail("seq " + str(seq->id) + "'s block " + str(b) + " at table index " + str(i) +
+             (blocks_[b].hashed ? " is" : " is not") + " registered, but the sequence counts " +
+             str(seq->kv.n_registered) + " registered blocks");
       ++refs[b];
       // A shared block sits at the same table index in every holder (prefix hashes chain from
       // block 0; fork copies the table); a repeat elsewhere means a double allocation.

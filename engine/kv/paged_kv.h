@@ -68,7 +68,7 @@ class PagedKvManager final : public KvManager {
     std::copy_n(seq.kv.blocks.data(), n_blocks, out);
     return true;
   }
-  void on_computed(const Sequence& seq) override;
+  void on_computed(Sequence& seq) override;
   std::vector<KvCopy> take_pending_copies() override;
 
   KvBreakdown breakdown(std::span<const Sequence* const> live, const Sequence* next = nullptr) const override;
@@ -106,7 +106,10 @@ class PagedKvManager final : public KvManager {
   const TokenId* tokens_of(int32_t b) const { return block_tokens_.data() + size_t(b) * size_t(block_size_); }
   /// Blocks in [seq.n_computed, n_tokens) that seq holds but shares: each needs a copy.
   int count_copies(const Sequence& seq, int n_tokens) const;
-  int blocks_for(int n_tokens) const { return (n_tokens + block_size_ - 1) / block_size_; }
+  int blocks_for(int n_tokens) const { return full_blocks(n_tokens + block_size_ - 1); }
+  /// n_tokens / block_size for n_tokens >= 0: a shift when the block size is a power of two (it
+  /// is asked several times a running sequence a step, and a division costs tens of cycles).
+  int full_blocks(int n_tokens) const { return block_shift_ >= 0 ? n_tokens >> block_shift_ : n_tokens / block_size_; }
 
   /// Blocks seq will hold at its largest (n_kv_final() positions, or n_tokens when more).
   int final_blocks(const Sequence& seq, int n_tokens) const {
@@ -141,6 +144,7 @@ class PagedKvManager final : public KvManager {
 
   KvConfig config_;
   int block_size_;
+  int block_shift_ = -1;  ///< log2(block_size_) when it is a power of two, else -1
   std::vector<Block> blocks_;
   BlockRuns runs_;
   int32_t free_head_ = kNone, free_tail_ = kNone;  ///< the cached free list

@@ -197,9 +197,12 @@ void ContinuousScheduler::schedule_running_prefills(Pass& pass) {
 }
 
 bool ContinuousScheduler::admit(Sequence* seq, Pass& pass) {
-  int taken = 0;
-  for (const Sequence* r : running_) taken += seats(*r);
-  if (taken + seats(*seq) > config_.max_num_seqs || pass.budget < 1) return false;
+  if (pass.budget < 1) return false;
+  if (pass.seats_taken < 0) {
+    pass.seats_taken = 0;
+    for (const Sequence* r : running_) pass.seats_taken += seats(*r);
+  }
+  if (pass.seats_taken + seats(*seq) > config_.max_num_seqs) return false;
   const int n_tokens = seq->n_tokens();
   int n_target = 0;  // positions to hold on admission
   if (config_.chunked_prefill) {
@@ -225,6 +228,7 @@ bool ContinuousScheduler::admit(Sequence* seq, Pass& pass) {
     seq->n_computed = 0;
     return false;
   }
+  pass.seats_taken += seats(*seq);
   seq->status = SeqStatus::running;
   running_.push_back(seq);
   pass.add_chunk(seq, n);

@@ -65,6 +65,11 @@ class ContinuousScheduler final : public Scheduler {
     /// per-step allocation).
     PassSet<Sequence>* in_step = nullptr;
     std::unordered_set<const Sequence*> resumed;  ///< swapped in this step: not to be preempted again
+    /// Seats the running sequences take (seats()), worked out at the pass's first admission and
+    /// kept up as it admits (-1: not yet): admissions come last in a pass, so nothing else
+    /// changes running_ between them, and a walk over it for every admission cost a cache line or
+    /// two a running sequence.
+    int seats_taken = -1;
     bool scheduled(const Sequence* s) const { return in_step->contains(s); }
     void add_chunk(Sequence* s, int n_new);
     /// Takes s's chunk back out (s was preempted after being picked), returning its tokens.

@@ -27,8 +27,9 @@ class PassSet {
   }
   /// Adds p (not null); false when it was there already.
   bool insert(const T* p) {
-    if (contains(p)) return false;
     if ((size_ + 1) * 2 > slots_.size()) grow();
+    // One probe: p is not in the set when the chain ends before it (an erased slot, key null,
+    // is not reused, so the chain never skips a live key).
     for (size_t i = home(p);; i = (i + 1) & mask()) {
       Slot& s = slots_[i];
       if (s.pass != pass_) {
@@ -36,6 +37,7 @@ class PassSet {
         ++size_;
         return true;
       }
+      if (s.key == p) return false;
     }
   }
   /// Removes p; false when it was not there. Its slot stays in the chain (key null).

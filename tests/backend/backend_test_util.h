@@ -129,7 +129,7 @@ class CountingKv final : public KvManager {
     ++n_slot_calls;
     return inner_->slot(s, pos);
   }
-  void on_computed(const Sequence& s) override { inner_->on_computed(s); }
+  void on_computed(Sequence& s) override { inner_->on_computed(s); }
   std::vector<KvCopy> take_pending_copies() override { return inner_->take_pending_copies(); }
   KvBreakdown breakdown(std::span<const Sequence* const> live, const Sequence* next) const override {
     return inner_->breakdown(live, next);

@@ -262,6 +262,17 @@ TEST(EngineStep, OutcomeCarriesTheKvBreakdown) {
   EXPECT_GT(s.duration_s, 0.0);
   ASSERT_EQ(s.tokens.size(), 1u);
   EXPECT_DOUBLE_EQ(s.tokens[0].time_s, s.duration_s);
+  // Turned off (a driver that only counts steps): the step is the same, the breakdown left zero.
+  engine.set_kv_breakdown(false);
+  const StepOutcome off = engine.step(s.duration_s);
+  EXPECT_EQ(off.batch_size, 1);
+  EXPECT_EQ(off.n_running, 1);
+  EXPECT_EQ(off.kv.capacity, 0);
+  EXPECT_EQ(off.kv.stored, 0);
+  engine.set_kv_breakdown(true);
+  const StepOutcome on = engine.step(off.start_s + off.duration_s);
+  EXPECT_EQ(on.kv.capacity, s.kv.capacity);
+  EXPECT_EQ(on.kv.stored, 22);
 }
 
 TEST(EngineAbort, AbortAllReturnsEverythingInFlight) {

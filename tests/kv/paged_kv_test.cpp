@@ -71,6 +71,13 @@ TEST(PagedKv, SharesPromptPrefixBlocksByHash) {
   a.n_computed = 40;
   kv.on_computed(a);  // registers blocks 0 and 1 (block 2 is partial)
   EXPECT_EQ(kv.n_cached_blocks(), 2u);
+  EXPECT_EQ(a.kv.n_registered, 2);
+  kv.check_invariants(live_of({&a}));
+  a.kv.n_registered = 1;  // a count that disagrees with the blocks is caught
+  EXPECT_THROW(kv.check_invariants(live_of({&a})), std::logic_error);
+  a.kv.n_registered = 3;
+  EXPECT_THROW(kv.check_invariants(live_of({&a})), std::logic_error);
+  a.kv.n_registered = 2;
 
   std::vector<TokenId> longer = prompt;
   longer.insert(longer.end(), {900, 901, 902, 903, 904});
@@ -78,6 +85,7 @@ TEST(PagedKv, SharesPromptPrefixBlocksByHash) {
   EXPECT_EQ(kv.slots_needed(b, 45), 16);  // only the third block is new
   kv.allocate(b, 45);
   EXPECT_EQ(b.kv.n_cached_prefix, 32);
+  EXPECT_EQ(b.kv.n_registered, 2);  // the hits are registered already
   EXPECT_EQ(b.kv.blocks[0], a.kv.blocks[0]);
   EXPECT_EQ(b.kv.blocks[1], a.kv.blocks[1]);
   EXPECT_NE(b.kv.blocks[2], a.kv.blocks[2]);
