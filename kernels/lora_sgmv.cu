@@ -100,59 +100,64 @@ __global__ void lora_plan_kernel(const int32_t* row_slot, int n_rows, int n_slot
   }
 }
 
-/// Block (tile, chunk): warps take kSgmvRanksPerWarp ranks at a time; each lane holds 8 inputs
+/// Item (tile, chunk): warps take kSgmvRanksPerWarp ranks at a time; each lane holds 8 inputs
 /// of those ranks' A rows and of each tile row's x per pass, the warp's sums reduced by shuffles.
+/// Block b takes items b, b + gridDim.x, ... of the plan's n_tiles · n_chunks (tile fastest).
 template <typename T>
 __global__ void __launch_bounds__(kSgmvWarps * 32)
     lora_sgmv_shrink_kernel(const T* x, const int32_t* n_tiles, const int32_t* tiles, const int32_t* perm, int n_rows,
-                            const T* a, int n_in, int total, int chunk_len, float* partial) {
-  const int t = blockIdx.x;
-  if (t >= *n_tiles) return;
-  const int s = tiles[3 * t], p0 = tiles[3 * t + 1], n = tiles[3 * t + 2];
+                            const T* a, int n_in, int total, int chunk_len, int n_chunks, float* partial) {
+  const int n_t = *n_tiles;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int i_begin = blockIdx.y * chunk_len, i_end = min(n_in, i_begin + chunk_len);
-  const T* xr[kLoraTileRows];
+  for (int w = blockIdx.x; w < n_t * n_chunks; w += gridDim.x) {
+    const int t = w % n_t, chunk = w / n_t;
+    const int s = tiles[3 * t], p0 = tiles[3 * t + 1], n = tiles[3 * t + 2];
+    const int i_begin = chunk * chunk_len, i_end = min(n_in, i_begin + chunk_len);
+    const T* xr[kLoraTileRows];
 #pragma unroll
-  for (int r = 0; r < kLoraTileRows; ++r) xr[r] = x + int64_t(perm[p0 + min(r, n - 1)]) * n_in;
-  float* out = partial + (int64_t(blockIdx.y) * n_rows + p0) * total;
-  for (int k0 = warp * kSgmvRanksPerWarp; k0 < total; k0 += kSgmvWarps * kSgmvRanksPerWarp) {
-    float acc[kSgmvRanksPerWarp][kLoraTileRows] = {};
-    const T* ak[kSgmvRanksPerWarp];
+    for (int r = 0; r < kLoraTileRows; ++r) xr[r] = x + int64_t(perm[p0 + min(r, n - 1)]) * n_in;
+    float* out = partial + (int64_t(chunk) * n_rows + p0) * total;
+    for (int k0 = warp * kSgmvRanksPerWarp; k0 < total; k0 += kSgmvWarps * kSgmvRanksPerWarp) {
+      float acc[kSgmvRanksPerWarp][kLoraTileRows] = {};
+      const T* ak[kSgmvRanksPerWarp];
 #pragma unroll
-    for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk) ak[kk] = a + (int64_t(s) * total + min(k0 + kk, total - 1)) * n_in;
-    for (int i = i_begin + lane * 8; i < i_end; i += 32 * 8) {
-      float af[kSgmvRanksPerWarp][8];
+      for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk)
+        ak[kk] = a + (int64_t(s) * total + min(k0 + kk, total - 1)) * n_in;
+      for (int i = i_begin + lane * 8; i < i_end; i += 32 * 8) {
+        float af[kSgmvRanksPerWarp][8];
 #pragma unroll
-      for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk) unpack8<T>(*reinterpret_cast<const Vec8*>(ak[kk] + i), af[kk]);
+        for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk) unpack8<T>(*reinterpret_cast<const Vec8*>(ak[kk] + i), af[kk]);
 #pragma unroll
-      for (int r = 0; r < kLoraTileRows; ++r) {
-        if (r >= n) break;  // uniform over the block
-        float xf[8];
-        unpack8<T>(*reinterpret_cast<const Vec8*>(xr[r] + i), xf);
+        for (int r = 0; r < kLoraTileRows; ++r) {
+          if (r >= n) break;  // uniform over the block
+          float xf[8];
+          unpack8<T>(*reinterpret_cast<const Vec8*>(xr[r] + i), xf);
 #pragma unroll
-        for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk)
+          for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk)
 #pragma unroll
-          for (int j = 0; j < 8; ++j) acc[kk][r] += af[kk][j] * xf[j];
+            for (int j = 0; j < 8; ++j) acc[kk][r] += af[kk][j] * xf[j];
+        }
       }
-    }
-#pragma unroll
-    for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk)
-#pragma unroll
-      for (int r = 0; r < kLoraTileRows; ++r)
-#pragma unroll
-        for (int o = 16; o > 0; o /= 2) acc[kk][r] += __shfl_xor_sync(0xffffffffu, acc[kk][r], o);
-    if (lane == 0) {
 #pragma unroll
       for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk)
 #pragma unroll
         for (int r = 0; r < kLoraTileRows; ++r)
-          if (r < n && k0 + kk < total) out[int64_t(r) * total + k0 + kk] = acc[kk][r];
+#pragma unroll
+          for (int o = 16; o > 0; o /= 2) acc[kk][r] += __shfl_xor_sync(0xffffffffu, acc[kk][r], o);
+      if (lane == 0) {
+#pragma unroll
+        for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk)
+#pragma unroll
+          for (int r = 0; r < kLoraTileRows; ++r)
+            if (r < n && k0 + kk < total) out[int64_t(r) * total + k0 + kk] = acc[kk][r];
+      }
     }
   }
 }
 
-/// Block (tile, 256 columns): xa of the tile's rows (chunks summed, scaled) in shared memory;
-/// each thread one column c of segment m, B[s, c, :] read once for all the tile's rows. Decode
+/// Item (tile, 256 columns): xa of the tile's rows (chunks summed, scaled) in shared memory;
+/// each thread one column c of segment m, B[s, c, :] read once for all the tile's rows. Block b
+/// takes items b, b + gridDim.x, ... of the plan's n_tiles · col_blocks (tile fastest). Decode
 /// makes this kernel a chain of dependent loads on the step's critical path (the shrink runs
 /// beside the product), so everything that does not need xa is loaded before the chunks are
 /// summed: the tile's rows, their y values and B's first 16 ranks; the chunks' loads are issued
@@ -161,74 +166,77 @@ template <typename T, bool kVec, int kMinBlocks>
 __global__ void __launch_bounds__(kSgmvColumns, kMinBlocks)  // 3: at most 80 registers (expand_register_cap)
     lora_sgmv_expand_kernel(const float* partial, int n_chunks, const int32_t* n_tiles, const int32_t* tiles,
                             const int32_t* perm, int n_rows, const T* b, const float* scale, int n_out, int max_rank,
-                            int total, int seg_end0, int seg_end1, T* y, int ld_y, int c0) {
+                            int total, int seg_end0, int seg_end1, T* y, int ld_y, int c0, int col_blocks) {
   __shared__ __align__(16) float xs[kLoraTileRows * kLoraMaxSegments * kLoraMaxRank];
-  const int t = blockIdx.x;
-  if (t >= *n_tiles) return;
-  const int s = tiles[3 * t], p0 = tiles[3 * t + 1], n = tiles[3 * t + 2];
-  const int c = blockIdx.y * kSgmvColumns + threadIdx.x;
-  const bool live = c < n_out;
-  const int cc = live ? c : n_out - 1;  // loads stay in bounds; only live columns store
-  const int m = (cc >= seg_end0) + (cc >= seg_end1);  // segment of column c (unused ends are n_out)
-  const T* bc = b + (int64_t(s) * n_out + cc) * max_rank;
-  int row[kLoraTileRows];
-  float y_old[kLoraTileRows];
+  const int n_t = *n_tiles;
+  for (int w = blockIdx.x; w < n_t * col_blocks; w += gridDim.x) {
+    const int t = w % n_t;
+    const int s = tiles[3 * t], p0 = tiles[3 * t + 1], n = tiles[3 * t + 2];
+    const int c = (w / n_t) * kSgmvColumns + threadIdx.x;
+    const bool live = c < n_out;
+    const int cc = live ? c : n_out - 1;  // loads stay in bounds; only live columns store
+    const int m = (cc >= seg_end0) + (cc >= seg_end1);  // segment of column c (unused ends are n_out)
+    const T* bc = b + (int64_t(s) * n_out + cc) * max_rank;
+    int row[kLoraTileRows];
+    float y_old[kLoraTileRows];
 #pragma unroll
-  for (int r = 0; r < kLoraTileRows; ++r) row[r] = r < n ? perm[p0 + r] : 0;
+    for (int r = 0; r < kLoraTileRows; ++r) row[r] = r < n ? perm[p0 + r] : 0;
 #pragma unroll
-  for (int r = 0; r < kLoraTileRows; ++r)
-    y_old[r] = r < n ? to_float<T>(y[int64_t(row[r]) * ld_y + c0 + cc]) : 0.0f;
-  Vec8 bv[2] = {};
-  if constexpr (kVec) {
+    for (int r = 0; r < kLoraTileRows; ++r)
+      y_old[r] = r < n ? to_float<T>(y[int64_t(row[r]) * ld_y + c0 + cc]) : 0.0f;
+    Vec8 bv[2] = {};
+    if constexpr (kVec) {
 #pragma unroll
-    for (int q = 0; q < 2; ++q)
-      if (q * 8 < max_rank) bv[q] = *reinterpret_cast<const Vec8*>(bc + q * 8);
-  }
-  const float sc = scale[s];
-  const float* part = partial + int64_t(p0) * total;
-  const int64_t chunk_stride = int64_t(n_rows) * total;
-  for (int e = threadIdx.x; e < n * total; e += blockDim.x) {
-    float v = 0.0f;
+      for (int q = 0; q < 2; ++q)
+        if (q * 8 < max_rank) bv[q] = *reinterpret_cast<const Vec8*>(bc + q * 8);
+    }
+    const float sc = scale[s];
+    const float* part = partial + int64_t(p0) * total;
+    const int64_t chunk_stride = int64_t(n_rows) * total;
+    if (w != blockIdx.x) __syncthreads();  // the previous item's reads of xs are done
+    for (int e = threadIdx.x; e < n * total; e += blockDim.x) {
+      float v = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kSgmvMaxChunks; ++j)
-      if (j < n_chunks) v += part[j * chunk_stride + e];
-    xs[e] = v * sc;
-  }
-  __syncthreads();
-  if (!live) return;
-  const float* xm = xs + m * max_rank;
-  float acc[kLoraTileRows] = {};
-  if constexpr (kVec) {
-    auto step = [&](const Vec8& v, int k) {
-      float bf[8];
-      unpack8<T>(v, bf);
+      for (int j = 0; j < kSgmvMaxChunks; ++j)
+        if (j < n_chunks) v += part[j * chunk_stride + e];
+      xs[e] = v * sc;
+    }
+    __syncthreads();
+    if (!live) continue;
+    const float* xm = xs + m * max_rank;
+    float acc[kLoraTileRows] = {};
+    if constexpr (kVec) {
+      auto step = [&](const Vec8& v, int k) {
+        float bf[8];
+        unpack8<T>(v, bf);
 #pragma unroll
-      for (int r = 0; r < kLoraTileRows; ++r) {
-        if (r >= n) break;
-        const float4 x0 = *reinterpret_cast<const float4*>(xm + r * total + k);
-        const float4 x1 = *reinterpret_cast<const float4*>(xm + r * total + k + 4);
-        acc[r] += x0.x * bf[0] + x0.y * bf[1] + x0.z * bf[2] + x0.w * bf[3] + x1.x * bf[4] + x1.y * bf[5] +
-                  x1.z * bf[6] + x1.w * bf[7];
-      }
-    };
+        for (int r = 0; r < kLoraTileRows; ++r) {
+          if (r >= n) break;
+          const float4 x0 = *reinterpret_cast<const float4*>(xm + r * total + k);
+          const float4 x1 = *reinterpret_cast<const float4*>(xm + r * total + k + 4);
+          acc[r] += x0.x * bf[0] + x0.y * bf[1] + x0.z * bf[2] + x0.w * bf[3] + x1.x * bf[4] + x1.y * bf[5] +
+                    x1.z * bf[6] + x1.w * bf[7];
+        }
+      };
 #pragma unroll
-    for (int q = 0; q < 2; ++q)
-      if (q * 8 < max_rank) step(bv[q], q * 8);
-    for (int k = 16; k < max_rank; k += 8) step(*reinterpret_cast<const Vec8*>(bc + k), k);
-  } else {
-    for (int k = 0; k < max_rank; ++k) {
-      const float bk = to_float<T>(bc[k]);
+      for (int q = 0; q < 2; ++q)
+        if (q * 8 < max_rank) step(bv[q], q * 8);
+      for (int k = 16; k < max_rank; k += 8) step(*reinterpret_cast<const Vec8*>(bc + k), k);
+    } else {
+      for (int k = 0; k < max_rank; ++k) {
+        const float bk = to_float<T>(bc[k]);
 #pragma unroll
-      for (int r = 0; r < kLoraTileRows; ++r) {
-        if (r >= n) break;
-        acc[r] += xm[r * total + k] * bk;
+        for (int r = 0; r < kLoraTileRows; ++r) {
+          if (r >= n) break;
+          acc[r] += xm[r * total + k] * bk;
+        }
       }
     }
-  }
 #pragma unroll
-  for (int r = 0; r < kLoraTileRows; ++r) {
-    if (r >= n) break;
-    y[int64_t(row[r]) * ld_y + c0 + c] = from_float<T>(y_old[r] + acc[r]);
+    for (int r = 0; r < kLoraTileRows; ++r) {
+      if (r >= n) break;
+      y[int64_t(row[r]) * ld_y + c0 + c] = from_float<T>(y_old[r] + acc[r]);
+    }
   }
 }
 
@@ -328,6 +336,18 @@ void check_sgmv_pool(const LoraPool& p, const char* who) {
 
 int sgmv_segment_end(const LoraPool& p, int m) { return m + 1 < p.n_seg ? p.seg_end[m] : p.n_out; }
 
+/// Blocks of a slot-tile launch of `items` possible items: all of them, or at most
+/// blocks_per_sm an SM of the current device (LoraSgmvConfig::grid_blocks_per_sm).
+int sgmv_grid(int64_t items, int blocks_per_sm) {
+  if (blocks_per_sm > 0) {
+    int device = 0, n_sms = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, device));
+    items = std::min<int64_t>(items, int64_t(blocks_per_sm) * n_sms);
+  }
+  return int(std::max<int64_t>(items, 1));
+}
+
 }  // namespace
 
 int lora_chunk_len(int n_in, int n_rows, int target_blocks) {
@@ -354,15 +374,16 @@ void lora_sgmv_shrink(ScalarType t, const void* x, const LoraPlan& plan, int n_r
   check_sgmv_pool(pool, "lora_sgmv_shrink");
   if (n_rows == 0) return;
   const int len = lora_chunk_len(pool.n_in, n_rows, plan.config.shrink_target_blocks);
-  const dim3 grid(lora_max_tiles(n_rows, pool.n_slots), (pool.n_in + len - 1) / len);
+  const int n_chunks = (pool.n_in + len - 1) / len;
+  const int grid = sgmv_grid(int64_t(lora_max_tiles(n_rows, pool.n_slots)) * n_chunks, plan.config.grid_blocks_per_sm);
   const int total = pool.total_rank();
   SERVELAB_DISPATCH_16(t,
                        (lora_sgmv_shrink_kernel<__nv_bfloat16><<<grid, kSgmvWarps * 32, 0, stream>>>(
                            static_cast<const __nv_bfloat16*>(x), plan.n_tiles, plan.tiles, plan.perm, n_rows,
-                           static_cast<const __nv_bfloat16*>(pool.a), pool.n_in, total, len, partial)),
+                           static_cast<const __nv_bfloat16*>(pool.a), pool.n_in, total, len, n_chunks, partial)),
                        (lora_sgmv_shrink_kernel<__half><<<grid, kSgmvWarps * 32, 0, stream>>>(
                            static_cast<const __half*>(x), plan.n_tiles, plan.tiles, plan.perm, n_rows,
-                           static_cast<const __half*>(pool.a), pool.n_in, total, len, partial)));
+                           static_cast<const __half*>(pool.a), pool.n_in, total, len, n_chunks, partial)));
   CUDA_CHECK_LAUNCH();
 }
 
@@ -373,21 +394,22 @@ void lora_sgmv_expand(ScalarType t, const float* partial, const LoraPlan& plan, 
   const LoraSgmvConfig& cf = plan.config;
   const int n_chunks = lora_n_chunks(pool.n_in, n_rows, cf.shrink_target_blocks);
   const int col_blocks = (pool.n_out + kSgmvColumns - 1) / kSgmvColumns;
-  const dim3 grid(cf.expand_by_rows ? (n_rows + kLoraTileRows - 1) / kLoraTileRows : lora_max_tiles(n_rows, pool.n_slots),
-                  col_blocks);
+  const dim3 rows_grid((n_rows + kLoraTileRows - 1) / kLoraTileRows, col_blocks);
+  const int tiles_grid =
+      cf.expand_by_rows ? 0 : sgmv_grid(int64_t(lora_max_tiles(n_rows, pool.n_slots)) * col_blocks, cf.grid_blocks_per_sm);
   const int e0 = sgmv_segment_end(pool, 0), e1 = sgmv_segment_end(pool, 1);
   auto launch_cap = [&](auto tag, auto vec, auto min_blocks) {
     using T = decltype(tag);
     constexpr bool kV = decltype(vec)::value;
     constexpr int kM = decltype(min_blocks)::value;
     if (cf.expand_by_rows)
-      lora_sgmv_expand_rows_kernel<T, kV, kM><<<grid, kSgmvColumns, 0, stream>>>(
+      lora_sgmv_expand_rows_kernel<T, kV, kM><<<rows_grid, kSgmvColumns, 0, stream>>>(
           partial, n_chunks, plan.n_tiles, plan.perm, plan.perm_slot, n_rows, static_cast<const T*>(pool.b),
           pool.scale, pool.n_out, pool.max_rank, pool.total_rank(), e0, e1, static_cast<T*>(y), ld_y, c0);
     else
-      lora_sgmv_expand_kernel<T, kV, kM><<<grid, kSgmvColumns, 0, stream>>>(
+      lora_sgmv_expand_kernel<T, kV, kM><<<tiles_grid, kSgmvColumns, 0, stream>>>(
           partial, n_chunks, plan.n_tiles, plan.tiles, plan.perm, n_rows, static_cast<const T*>(pool.b), pool.scale,
-          pool.n_out, pool.max_rank, pool.total_rank(), e0, e1, static_cast<T*>(y), ld_y, c0);
+          pool.n_out, pool.max_rank, pool.total_rank(), e0, e1, static_cast<T*>(y), ld_y, c0, col_blocks);
   };
   auto launch = [&](auto tag, auto vec) {
     if (cf.expand_register_cap)

@@ -23,6 +23,7 @@
 #include "engine/model/synth.h"
 #include "engine/model/tensors.h"
 #include "engine/model/weights.h"
+#include "kernels/lora_sgmv.h"
 #include "tests/backend/backend_test_util.h"
 #include "tests/cuda_backend_gpu/gpu_test_model.h"
 
@@ -188,6 +189,15 @@ TEST(CudaBackendGpuLora, EagerOnlyMatchesGraphsAndRefusesBadInput) {
   auto graphs = CudaBackend::load(f.base_dir);
   auto eager = CudaBackend::load(f.base_dir, CudaBackendOptions{.cuda_graphs = false});
   EXPECT_THROW(eager->load_lora(0, f.adapters[0]), std::invalid_argument);  // no pool reserved
+  // The eager backend runs the other launch variants: the expand by rows after every product
+  // (o_proj's and down_proj's too, not into the residual), a block per item.
+  kernels::LoraSgmvConfig other;
+  other.expand_by_rows = true;
+  other.grid_blocks_per_sm = 0;
+  other.residual_beside = !other.residual_beside;
+  eager->set_lora_kernels(other);
+  other.grid_blocks_per_sm = -1;
+  EXPECT_THROW(eager->set_lora_kernels(other), std::invalid_argument);
   for (auto* b : {graphs.get(), eager.get()}) {
     b->reserve_loras(2, 8);
     b->init_kv(kSlots);
