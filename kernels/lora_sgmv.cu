@@ -22,6 +22,7 @@ constexpr int kSgmvColumns = 256;      // expand: threads (output columns) per b
 constexpr int kPlanThreads = 1024;
 constexpr int kPlanMaxSlots = 8192;    // the plan's two shared-memory arrays of n_slots ints
 constexpr int kSgmvMaxChunks = 16;     // the expand sums at most this many partials per element
+constexpr int kFusedBlocksPerSm = 2;   // lora_sgmv_fused_kernel: resident blocks an SM its bounds guarantee (128 registers)
 
 __global__ void lora_plan_kernel(const int32_t* row_slot, int n_rows, int n_slots, int32_t* n_tiles, int32_t* tiles,
                                  int32_t* perm, int32_t* perm_slot) {
@@ -88,6 +89,7 @@ __global__ void lora_plan_kernel(const int32_t* row_slot, int n_rows, int n_slot
   if (tid == blockDim.x - 1) {  // the last thread's ends are the totals
     n_tiles[0] = tile_at;
     n_tiles[1] = row_at;
+    n_tiles[2] = 0;  // lora_sgmv_fused_kernel's barrier count (n_tiles[3], its generation, runs on)
   }
   __syncthreads();
   for (int r = tid; r < n_rows; r += blockDim.x) {
@@ -100,144 +102,202 @@ __global__ void lora_plan_kernel(const int32_t* row_slot, int n_rows, int n_slot
   }
 }
 
-/// Item (tile, chunk): warps take kSgmvRanksPerWarp ranks at a time; each lane holds 8 inputs
-/// of those ranks' A rows and of each tile row's x per pass, the warp's sums reduced by shuffles.
-/// Block b takes items b, b + gridDim.x, ... of the plan's n_tiles · n_chunks (tile fastest).
+/// Item (tile t, chunk) of the shrink: warps take kSgmvRanksPerWarp ranks at a time; each lane
+/// holds 8 inputs of those ranks' A rows and of each tile row's x per pass, the warp's sums
+/// reduced by shuffles, into partial[chunk, tile rows, ranks].
+template <typename T>
+__device__ __forceinline__ void shrink_item(const T* x, const int32_t* tiles, const int32_t* perm, int n_rows,
+                                            const T* a, int n_in, int total, int chunk_len, float* partial, int t,
+                                            int chunk) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int s = tiles[3 * t], p0 = tiles[3 * t + 1], n = tiles[3 * t + 2];
+  const int i_begin = chunk * chunk_len, i_end = min(n_in, i_begin + chunk_len);
+  const T* xr[kLoraTileRows];
+#pragma unroll
+  for (int r = 0; r < kLoraTileRows; ++r) xr[r] = x + int64_t(perm[p0 + min(r, n - 1)]) * n_in;
+  float* out = partial + (int64_t(chunk) * n_rows + p0) * total;
+  for (int k0 = warp * kSgmvRanksPerWarp; k0 < total; k0 += kSgmvWarps * kSgmvRanksPerWarp) {
+    float acc[kSgmvRanksPerWarp][kLoraTileRows] = {};
+    const T* ak[kSgmvRanksPerWarp];
+#pragma unroll
+    for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk) ak[kk] = a + (int64_t(s) * total + min(k0 + kk, total - 1)) * n_in;
+    for (int i = i_begin + lane * 8; i < i_end; i += 32 * 8) {
+      float af[kSgmvRanksPerWarp][8];
+#pragma unroll
+      for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk) unpack8<T>(*reinterpret_cast<const Vec8*>(ak[kk] + i), af[kk]);
+#pragma unroll
+      for (int r = 0; r < kLoraTileRows; ++r) {
+        if (r >= n) break;  // uniform over the block
+        float xf[8];
+        unpack8<T>(*reinterpret_cast<const Vec8*>(xr[r] + i), xf);
+#pragma unroll
+        for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk)
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc[kk][r] += af[kk][j] * xf[j];
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk)
+#pragma unroll
+      for (int r = 0; r < kLoraTileRows; ++r)
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) acc[kk][r] += __shfl_xor_sync(0xffffffffu, acc[kk][r], o);
+    if (lane == 0) {
+#pragma unroll
+      for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk)
+#pragma unroll
+        for (int r = 0; r < kLoraTileRows; ++r)
+          if (r < n && k0 + kk < total) out[int64_t(r) * total + k0 + kk] = acc[kk][r];
+    }
+  }
+}
+
+/// What the expand items of one launch share.
+template <typename T>
+struct ExpandArgs {
+  const float* partial;
+  int n_chunks;
+  const int32_t* tiles;
+  const int32_t* perm;
+  int n_rows;
+  const T* b;
+  const float* scale;
+  int n_out, max_rank, total, seg_end0, seg_end1;
+  T* y;
+  int ld_y, c0;
+};
+
+/// Item (tile t, 256 columns from c_begin) of the expand: xa of the tile's rows (chunks summed,
+/// scaled) in shared memory xs; each thread one column c of segment m, B[s, c, :] read once for
+/// all the tile's rows. On decode this is a chain of dependent loads on the step's critical path,
+/// so everything that does not need xa is loaded before the chunks are summed: the tile's rows,
+/// their y values and B's first 16 ranks; the chunks' loads are issued together (at most
+/// kSgmvMaxChunks, through L2: another block or kernel wrote them), and xa is read from shared
+/// memory 4 floats at a time. Starts with a barrier (xs is reused by the block's next item).
+template <typename T, bool kVec>
+__device__ __forceinline__ void expand_item(const ExpandArgs<T>& e, float* xs, int t, int c_begin) {
+  const int s = e.tiles[3 * t], p0 = e.tiles[3 * t + 1], n = e.tiles[3 * t + 2];
+  const int c = c_begin + threadIdx.x;
+  const bool live = c < e.n_out;
+  const int cc = live ? c : e.n_out - 1;  // loads stay in bounds; only live columns store
+  const int m = (cc >= e.seg_end0) + (cc >= e.seg_end1);  // segment of column c (unused ends are n_out)
+  const int total = e.total, max_rank = e.max_rank;
+  const T* bc = e.b + (int64_t(s) * e.n_out + cc) * max_rank;
+  int row[kLoraTileRows];
+  float y_old[kLoraTileRows];
+#pragma unroll
+  for (int r = 0; r < kLoraTileRows; ++r) row[r] = r < n ? e.perm[p0 + r] : 0;
+#pragma unroll
+  for (int r = 0; r < kLoraTileRows; ++r)
+    y_old[r] = r < n ? to_float<T>(e.y[int64_t(row[r]) * e.ld_y + e.c0 + cc]) : 0.0f;
+  Vec8 bv[2] = {};
+  if constexpr (kVec) {
+#pragma unroll
+    for (int q = 0; q < 2; ++q)
+      if (q * 8 < max_rank) bv[q] = *reinterpret_cast<const Vec8*>(bc + q * 8);
+  }
+  const float sc = e.scale[s];
+  const float* part = e.partial + int64_t(p0) * total;
+  const int64_t chunk_stride = int64_t(e.n_rows) * total;
+  __syncthreads();
+  for (int i = threadIdx.x; i < n * total; i += blockDim.x) {
+    float v = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kSgmvMaxChunks; ++j)
+      if (j < e.n_chunks) v += __ldcg(part + j * chunk_stride + i);
+    xs[i] = v * sc;
+  }
+  __syncthreads();
+  if (!live) return;
+  const float* xm = xs + m * max_rank;
+  float acc[kLoraTileRows] = {};
+  if constexpr (kVec) {
+    auto step = [&](const Vec8& v, int k) {
+      float bf[8];
+      unpack8<T>(v, bf);
+#pragma unroll
+      for (int r = 0; r < kLoraTileRows; ++r) {
+        if (r >= n) break;
+        const float4 x0 = *reinterpret_cast<const float4*>(xm + r * total + k);
+        const float4 x1 = *reinterpret_cast<const float4*>(xm + r * total + k + 4);
+        acc[r] += x0.x * bf[0] + x0.y * bf[1] + x0.z * bf[2] + x0.w * bf[3] + x1.x * bf[4] + x1.y * bf[5] +
+                  x1.z * bf[6] + x1.w * bf[7];
+      }
+    };
+#pragma unroll
+    for (int q = 0; q < 2; ++q)
+      if (q * 8 < max_rank) step(bv[q], q * 8);
+    for (int k = 16; k < max_rank; k += 8) step(*reinterpret_cast<const Vec8*>(bc + k), k);
+  } else {
+    for (int k = 0; k < max_rank; ++k) {
+      const float bk = to_float<T>(bc[k]);
+#pragma unroll
+      for (int r = 0; r < kLoraTileRows; ++r) {
+        if (r >= n) break;
+        acc[r] += xm[r * total + k] * bk;
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kLoraTileRows; ++r) {
+    if (r >= n) break;
+    e.y[int64_t(row[r]) * e.ld_y + e.c0 + c] = from_float<T>(y_old[r] + acc[r]);
+  }
+}
+
+/// Items (tile, chunk) of the plan's n_tiles · n_chunks: block b takes b, b + gridDim.x, ...
 template <typename T>
 __global__ void __launch_bounds__(kSgmvWarps * 32)
     lora_sgmv_shrink_kernel(const T* x, const int32_t* n_tiles, const int32_t* tiles, const int32_t* perm, int n_rows,
                             const T* a, int n_in, int total, int chunk_len, int n_chunks, float* partial) {
   const int n_t = *n_tiles;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int w = blockIdx.x; w < n_t * n_chunks; w += gridDim.x) {
-    const int t = w % n_t, chunk = w / n_t;
-    const int s = tiles[3 * t], p0 = tiles[3 * t + 1], n = tiles[3 * t + 2];
-    const int i_begin = chunk * chunk_len, i_end = min(n_in, i_begin + chunk_len);
-    const T* xr[kLoraTileRows];
-#pragma unroll
-    for (int r = 0; r < kLoraTileRows; ++r) xr[r] = x + int64_t(perm[p0 + min(r, n - 1)]) * n_in;
-    float* out = partial + (int64_t(chunk) * n_rows + p0) * total;
-    for (int k0 = warp * kSgmvRanksPerWarp; k0 < total; k0 += kSgmvWarps * kSgmvRanksPerWarp) {
-      float acc[kSgmvRanksPerWarp][kLoraTileRows] = {};
-      const T* ak[kSgmvRanksPerWarp];
-#pragma unroll
-      for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk)
-        ak[kk] = a + (int64_t(s) * total + min(k0 + kk, total - 1)) * n_in;
-      for (int i = i_begin + lane * 8; i < i_end; i += 32 * 8) {
-        float af[kSgmvRanksPerWarp][8];
-#pragma unroll
-        for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk) unpack8<T>(*reinterpret_cast<const Vec8*>(ak[kk] + i), af[kk]);
-#pragma unroll
-        for (int r = 0; r < kLoraTileRows; ++r) {
-          if (r >= n) break;  // uniform over the block
-          float xf[8];
-          unpack8<T>(*reinterpret_cast<const Vec8*>(xr[r] + i), xf);
-#pragma unroll
-          for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk)
-#pragma unroll
-            for (int j = 0; j < 8; ++j) acc[kk][r] += af[kk][j] * xf[j];
-        }
-      }
-#pragma unroll
-      for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk)
-#pragma unroll
-        for (int r = 0; r < kLoraTileRows; ++r)
-#pragma unroll
-          for (int o = 16; o > 0; o /= 2) acc[kk][r] += __shfl_xor_sync(0xffffffffu, acc[kk][r], o);
-      if (lane == 0) {
-#pragma unroll
-        for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk)
-#pragma unroll
-          for (int r = 0; r < kLoraTileRows; ++r)
-            if (r < n && k0 + kk < total) out[int64_t(r) * total + k0 + kk] = acc[kk][r];
-      }
-    }
-  }
+  for (int w = blockIdx.x; w < n_t * n_chunks; w += gridDim.x)
+    shrink_item<T>(x, tiles, perm, n_rows, a, n_in, total, chunk_len, partial, w % n_t, w / n_t);
 }
 
-/// Item (tile, 256 columns): xa of the tile's rows (chunks summed, scaled) in shared memory;
-/// each thread one column c of segment m, B[s, c, :] read once for all the tile's rows. Block b
-/// takes items b, b + gridDim.x, ... of the plan's n_tiles · col_blocks (tile fastest). Decode
-/// makes this kernel a chain of dependent loads on the step's critical path (the shrink runs
-/// beside the product), so everything that does not need xa is loaded before the chunks are
-/// summed: the tile's rows, their y values and B's first 16 ranks; the chunks' loads are issued
-/// together (at most kSgmvMaxChunks), and xa is read from shared memory 4 floats at a time.
+/// Items (tile, 256 columns) of the plan's n_tiles · col_blocks: block b takes b, b + gridDim.x, ...
 template <typename T, bool kVec, int kMinBlocks>
 __global__ void __launch_bounds__(kSgmvColumns, kMinBlocks)  // 3: at most 80 registers (expand_register_cap)
-    lora_sgmv_expand_kernel(const float* partial, int n_chunks, const int32_t* n_tiles, const int32_t* tiles,
-                            const int32_t* perm, int n_rows, const T* b, const float* scale, int n_out, int max_rank,
-                            int total, int seg_end0, int seg_end1, T* y, int ld_y, int c0, int col_blocks) {
+    lora_sgmv_expand_kernel(ExpandArgs<T> e, const int32_t* n_tiles, int col_blocks) {
   __shared__ __align__(16) float xs[kLoraTileRows * kLoraMaxSegments * kLoraMaxRank];
   const int n_t = *n_tiles;
-  for (int w = blockIdx.x; w < n_t * col_blocks; w += gridDim.x) {
-    const int t = w % n_t;
-    const int s = tiles[3 * t], p0 = tiles[3 * t + 1], n = tiles[3 * t + 2];
-    const int c = (w / n_t) * kSgmvColumns + threadIdx.x;
-    const bool live = c < n_out;
-    const int cc = live ? c : n_out - 1;  // loads stay in bounds; only live columns store
-    const int m = (cc >= seg_end0) + (cc >= seg_end1);  // segment of column c (unused ends are n_out)
-    const T* bc = b + (int64_t(s) * n_out + cc) * max_rank;
-    int row[kLoraTileRows];
-    float y_old[kLoraTileRows];
-#pragma unroll
-    for (int r = 0; r < kLoraTileRows; ++r) row[r] = r < n ? perm[p0 + r] : 0;
-#pragma unroll
-    for (int r = 0; r < kLoraTileRows; ++r)
-      y_old[r] = r < n ? to_float<T>(y[int64_t(row[r]) * ld_y + c0 + cc]) : 0.0f;
-    Vec8 bv[2] = {};
-    if constexpr (kVec) {
-#pragma unroll
-      for (int q = 0; q < 2; ++q)
-        if (q * 8 < max_rank) bv[q] = *reinterpret_cast<const Vec8*>(bc + q * 8);
-    }
-    const float sc = scale[s];
-    const float* part = partial + int64_t(p0) * total;
-    const int64_t chunk_stride = int64_t(n_rows) * total;
-    if (w != blockIdx.x) __syncthreads();  // the previous item's reads of xs are done
-    for (int e = threadIdx.x; e < n * total; e += blockDim.x) {
-      float v = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kSgmvMaxChunks; ++j)
-        if (j < n_chunks) v += part[j * chunk_stride + e];
-      xs[e] = v * sc;
-    }
-    __syncthreads();
-    if (!live) continue;
-    const float* xm = xs + m * max_rank;
-    float acc[kLoraTileRows] = {};
-    if constexpr (kVec) {
-      auto step = [&](const Vec8& v, int k) {
-        float bf[8];
-        unpack8<T>(v, bf);
-#pragma unroll
-        for (int r = 0; r < kLoraTileRows; ++r) {
-          if (r >= n) break;
-          const float4 x0 = *reinterpret_cast<const float4*>(xm + r * total + k);
-          const float4 x1 = *reinterpret_cast<const float4*>(xm + r * total + k + 4);
-          acc[r] += x0.x * bf[0] + x0.y * bf[1] + x0.z * bf[2] + x0.w * bf[3] + x1.x * bf[4] + x1.y * bf[5] +
-                    x1.z * bf[6] + x1.w * bf[7];
-        }
-      };
-#pragma unroll
-      for (int q = 0; q < 2; ++q)
-        if (q * 8 < max_rank) step(bv[q], q * 8);
-      for (int k = 16; k < max_rank; k += 8) step(*reinterpret_cast<const Vec8*>(bc + k), k);
+  for (int w = blockIdx.x; w < n_t * col_blocks; w += gridDim.x)
+    expand_item<T, kVec>(e, xs, w % n_t, (w / n_t) * kSgmvColumns);
+}
+
+/// The shrink's items, a barrier over the grid, then the expand's items: one launch instead of
+/// two, and no side stream. Every block must be resident at once (the grid is at most the
+/// kernel's occupancy times the multiprocessors): blocks wait at the barrier for the others.
+/// The barrier counts arrivals in plan.n_tiles[2] (lora_plan zeroes it once a step; the last
+/// block to arrive zeroes it again) and waits on a generation in plan.n_tiles[3], which that
+/// block moves on: launches of any grid size, one after another on the backend's streams.
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(kSgmvColumns, kFusedBlocksPerSm)
+    lora_sgmv_fused_kernel(const T* x, int32_t* n_tiles, const T* a, int n_in, int chunk_len, ExpandArgs<T> e,
+                           int col_blocks) {
+  __shared__ __align__(16) float xs[kLoraTileRows * kLoraMaxSegments * kLoraMaxRank];
+  const int n_t = n_tiles[0];
+  for (int w = blockIdx.x; w < n_t * e.n_chunks; w += gridDim.x)
+    shrink_item<T>(x, e.tiles, e.perm, e.n_rows, a, n_in, e.total, chunk_len, const_cast<float*>(e.partial), w % n_t,
+                   w / n_t);
+  __syncthreads();
+  if (threadIdx.x == 0) {  // the grid barrier: the last block to arrive resets the count, then moves on the generation
+    auto* count = reinterpret_cast<unsigned int*>(n_tiles + 2);
+    auto* generation = reinterpret_cast<volatile unsigned int*>(n_tiles + 3);
+    const unsigned int mine = *generation;
+    __threadfence();  // this block's partials (and its read of the generation) before its arrival
+    if (atomicAdd(count, 1u) == gridDim.x - 1) {
+      *count = 0;
+      __threadfence();
+      atomicAdd(const_cast<unsigned int*>(generation), 1u);
     } else {
-      for (int k = 0; k < max_rank; ++k) {
-        const float bk = to_float<T>(bc[k]);
-#pragma unroll
-        for (int r = 0; r < kLoraTileRows; ++r) {
-          if (r >= n) break;
-          acc[r] += xm[r * total + k] * bk;
-        }
-      }
+      while (*generation == mine) __nanosleep(32);
     }
-#pragma unroll
-    for (int r = 0; r < kLoraTileRows; ++r) {
-      if (r >= n) break;
-      y[int64_t(row[r]) * ld_y + c0 + c] = from_float<T>(y_old[r] + acc[r]);
-    }
+    __threadfence();
   }
+  __syncthreads();
+  for (int w = blockIdx.x; w < n_t * col_blocks; w += gridDim.x)
+    expand_item<T, kVec>(e, xs, w % n_t, (w / n_t) * kSgmvColumns);
 }
 
 /// Block (kLoraTileRows consecutive perm positions, 256 columns), LoraSgmvConfig::expand_by_rows:
@@ -387,6 +447,18 @@ void lora_sgmv_shrink(ScalarType t, const void* x, const LoraPlan& plan, int n_r
   CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+
+template <typename T>
+ExpandArgs<T> expand_args(const float* partial, int n_chunks, const LoraPlan& plan, int n_rows, const LoraPool& pool,
+                          void* y, int ld_y, int c0) {
+  return ExpandArgs<T>{partial, n_chunks, plan.tiles, plan.perm, n_rows, static_cast<const T*>(pool.b), pool.scale,
+                       pool.n_out, pool.max_rank, pool.total_rank(), sgmv_segment_end(pool, 0),
+                       sgmv_segment_end(pool, 1), static_cast<T*>(y), ld_y, c0};
+}
+
+}  // namespace
+
 void lora_sgmv_expand(ScalarType t, const float* partial, const LoraPlan& plan, int n_rows, const LoraPool& pool,
                       void* y, int ld_y, int c0, cudaStream_t stream) {
   check_sgmv_pool(pool, "lora_sgmv_expand");
@@ -408,14 +480,45 @@ void lora_sgmv_expand(ScalarType t, const float* partial, const LoraPlan& plan, 
           pool.scale, pool.n_out, pool.max_rank, pool.total_rank(), e0, e1, static_cast<T*>(y), ld_y, c0);
     else
       lora_sgmv_expand_kernel<T, kV, kM><<<tiles_grid, kSgmvColumns, 0, stream>>>(
-          partial, n_chunks, plan.n_tiles, plan.tiles, plan.perm, n_rows, static_cast<const T*>(pool.b), pool.scale,
-          pool.n_out, pool.max_rank, pool.total_rank(), e0, e1, static_cast<T*>(y), ld_y, c0, col_blocks);
+          expand_args<T>(partial, n_chunks, plan, n_rows, pool, y, ld_y, c0), plan.n_tiles, col_blocks);
   };
   auto launch = [&](auto tag, auto vec) {
     if (cf.expand_register_cap)
       launch_cap(tag, vec, std::integral_constant<int, 3>{});
     else
       launch_cap(tag, vec, std::integral_constant<int, 1>{});
+  };
+  const bool vec = pool.max_rank % 8 == 0;
+  SERVELAB_DISPATCH_16(t,
+                       (vec ? launch(__nv_bfloat16{}, std::true_type{}) : launch(__nv_bfloat16{}, std::false_type{})),
+                       (vec ? launch(__half{}, std::true_type{}) : launch(__half{}, std::false_type{})));
+  CUDA_CHECK_LAUNCH();
+}
+
+bool lora_sgmv_fuses(const LoraPlan& plan, int n_rows) { return n_rows <= plan.config.fused_max_rows; }
+
+void lora_sgmv(ScalarType t, const void* x, const LoraPlan& plan, int n_rows, const LoraPool& pool, float* partial,
+               void* y, int ld_y, int c0, cudaStream_t stream) {
+  if (!lora_sgmv_fuses(plan, n_rows)) {
+    lora_sgmv_shrink(t, x, plan, n_rows, pool, partial, stream);
+    lora_sgmv_expand(t, partial, plan, n_rows, pool, y, ld_y, c0, stream);
+    return;
+  }
+  check_sgmv_pool(pool, "lora_sgmv");
+  if (n_rows == 0 || pool.n_out == 0) return;
+  const LoraSgmvConfig& cf = plan.config;
+  const int len = lora_chunk_len(pool.n_in, n_rows, cf.shrink_target_blocks);
+  const int n_chunks = (pool.n_in + len - 1) / len;
+  const int col_blocks = (pool.n_out + kSgmvColumns - 1) / kSgmvColumns;
+  // Every block resident at once: at most what the kernel's launch bounds guarantee an SM.
+  const int per_sm = std::clamp(cf.grid_blocks_per_sm, 1, kFusedBlocksPerSm);
+  const int64_t items = int64_t(lora_max_tiles(n_rows, pool.n_slots)) * std::max(n_chunks, col_blocks);
+  const int grid = sgmv_grid(items, per_sm);
+  auto launch = [&](auto tag, auto vec) {
+    using T = decltype(tag);
+    lora_sgmv_fused_kernel<T, decltype(vec)::value><<<grid, kSgmvColumns, 0, stream>>>(
+        static_cast<const T*>(x), plan.n_tiles, static_cast<const T*>(pool.a), pool.n_in, len,
+        expand_args<T>(partial, n_chunks, plan, n_rows, pool, y, ld_y, c0), col_blocks);
   };
   const bool vec = pool.max_rank % 8 == 0;
   SERVELAB_DISPATCH_16(t,

@@ -189,12 +189,14 @@ TEST(CudaBackendGpuLora, EagerOnlyMatchesGraphsAndRefusesBadInput) {
   auto graphs = CudaBackend::load(f.base_dir);
   auto eager = CudaBackend::load(f.base_dir, CudaBackendOptions{.cuda_graphs = false});
   EXPECT_THROW(eager->load_lora(0, f.adapters[0]), std::invalid_argument);  // no pool reserved
-  // The eager backend runs the other launch variants: the expand by rows after every product
-  // (o_proj's and down_proj's too, not into the residual), a block per item.
+  // The eager backend runs the other launch variants: shrink and expand as two launches, the
+  // expand by rows after every product (o_proj's and down_proj's too, not into the residual), a
+  // block per item; the graphs the defaults (docs/lora.md).
   kernels::LoraSgmvConfig other;
   other.expand_by_rows = true;
   other.grid_blocks_per_sm = 0;
   other.residual_beside = !other.residual_beside;
+  other.fused_max_rows = 0;
   eager->set_lora_kernels(other);
   other.grid_blocks_per_sm = -1;
   EXPECT_THROW(eager->set_lora_kernels(other), std::invalid_argument);
@@ -223,7 +225,9 @@ TEST(CudaBackendGpuLora, EagerOnlyMatchesGraphsAndRefusesBadInput) {
     const std::vector<float> x = graphs->logits(make_step(*graphs, b, *kv));
     const std::vector<float> y = eager->logits(make_step(*eager, b, *kv));
     ASSERT_EQ(x.size(), y.size());
-    EXPECT_LT(rel_error(x, y), 1e-2) << "step " << n;
+    // Within the backend's bf16 tolerance (0.03): the deltas are rounded in another order when
+    // they go into the residual rather than into the product's output.
+    EXPECT_LT(rel_error(x, y), 0.03) << "step " << n;
     for (int i = 0; i < 3; ++i) {
       seqs[size_t(i)].n_computed = seqs[size_t(i)].n_tokens();
       seqs[size_t(i)].tokens.push_back(TokenId(argmax(std::span(y).subspan(size_t(i) * kVocab, kVocab))));
