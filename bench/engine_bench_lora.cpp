@@ -183,16 +183,13 @@ std::vector<LoraFigure> run_lora_bench(const LoraBenchOptions& o) {
     std::string name;
     kernels::LoraSgmvConfig config;
   };
-  // Names: expand by slot `tiles` or by `rows`, or `fused` (shrink and expand in one launch, a
-  // grid barrier between, after the product); `grid N`: slot-tile grids of at most N blocks an
+  // Names: expand by slot `tiles` or by `rows`; `grid N`: slot-tile grids of at most N blocks an
   // SM looping over the items (0: a block per possible item); `resid`: o_proj's and down_proj's
-  // deltas into the residual beside their products, `after`/`inline`: after them. All with the
-  // register cap (but `nocap`) and the shrink's chunking aimed at 528 blocks.
+  // deltas into the residual beside their products, `after`: after them. All with the register
+  // cap (but `nocap`) and the shrink's chunking aimed at 528 blocks.
   const std::vector<Variant> variants = {
-      {"tiles grid 0 after", {false, true, 528, 0, false, 0}}, {"tiles grid 0 resid", {false, true, 528, 0, true, 0}},
-      {"tiles grid 3 resid", {false, true, 528, 3, true, 0}},  {"rows nocap resid", {true, false, 528, 0, true, 0}},
-      {"fused 2 inline", {false, true, 528, 2, false, 256}},   {"fused 2 resid", {false, true, 528, 2, true, 256}},
-      {"fused 1 inline", {false, true, 528, 1, false, 256}},   {"fused 1 resid", {false, true, 528, 1, true, 256}},
+      {"tiles grid 0 after", {false, true, 528, 0, false}}, {"tiles grid 0 resid", {false, true, 528, 0, true}},
+      {"tiles grid 3 resid", {false, true, 528, 3, true}},  {"rows nocap resid", {true, false, 528, 0, true}},
   };
   struct DecodeRow {
     std::string shape;

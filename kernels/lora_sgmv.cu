@@ -22,7 +22,6 @@ constexpr int kSgmvColumns = 256;      // expand: threads (output columns) per b
 constexpr int kPlanThreads = 1024;
 constexpr int kPlanMaxSlots = 8192;    // the plan's two shared-memory arrays of n_slots ints
 constexpr int kSgmvMaxChunks = 16;     // the expand sums at most this many partials per element
-constexpr int kFusedBlocksPerSm = 2;   // lora_sgmv_fused_kernel: resident blocks an SM its bounds guarantee (128 registers)
 
 __global__ void lora_plan_kernel(const int32_t* row_slot, int n_rows, int n_slots, int32_t* n_tiles, int32_t* tiles,
                                  int32_t* perm, int32_t* perm_slot) {
@@ -89,7 +88,6 @@ __global__ void lora_plan_kernel(const int32_t* row_slot, int n_rows, int n_slot
   if (tid == blockDim.x - 1) {  // the last thread's ends are the totals
     n_tiles[0] = tile_at;
     n_tiles[1] = row_at;
-    n_tiles[2] = 0;  // lora_sgmv_fused_kernel's barrier count (n_tiles[3], its generation, runs on)
   }
   __syncthreads();
   for (int r = tid; r < n_rows; r += blockDim.x) {
@@ -172,7 +170,7 @@ struct ExpandArgs {
 /// all the tile's rows. On decode this is a chain of dependent loads on the step's critical path,
 /// so everything that does not need xa is loaded before the chunks are summed: the tile's rows,
 /// their y values and B's first 16 ranks; the chunks' loads are issued together (at most
-/// kSgmvMaxChunks, through L2: another block or kernel wrote them), and xa is read from shared
+/// kSgmvMaxChunks, through L2: the shrink's blocks wrote them), and xa is read from shared
 /// memory 4 floats at a time. Starts with a barrier (xs is reused by the block's next item).
 template <typename T, bool kVec>
 __device__ __forceinline__ void expand_item(const ExpandArgs<T>& e, float* xs, int t, int c_begin) {
@@ -261,41 +259,6 @@ __global__ void __launch_bounds__(kSgmvColumns, kMinBlocks)  // 3: at most 80 re
     lora_sgmv_expand_kernel(ExpandArgs<T> e, const int32_t* n_tiles, int col_blocks) {
   __shared__ __align__(16) float xs[kLoraTileRows * kLoraMaxSegments * kLoraMaxRank];
   const int n_t = *n_tiles;
-  for (int w = blockIdx.x; w < n_t * col_blocks; w += gridDim.x)
-    expand_item<T, kVec>(e, xs, w % n_t, (w / n_t) * kSgmvColumns);
-}
-
-/// The shrink's items, a barrier over the grid, then the expand's items: one launch instead of
-/// two, and no side stream. Every block must be resident at once (the grid is at most the
-/// kernel's occupancy times the multiprocessors): blocks wait at the barrier for the others.
-/// The barrier counts arrivals in plan.n_tiles[2] (lora_plan zeroes it once a step; the last
-/// block to arrive zeroes it again) and waits on a generation in plan.n_tiles[3], which that
-/// block moves on: launches of any grid size, one after another on the backend's streams.
-template <typename T, bool kVec>
-__global__ void __launch_bounds__(kSgmvColumns, kFusedBlocksPerSm)
-    lora_sgmv_fused_kernel(const T* x, int32_t* n_tiles, const T* a, int n_in, int chunk_len, ExpandArgs<T> e,
-                           int col_blocks) {
-  __shared__ __align__(16) float xs[kLoraTileRows * kLoraMaxSegments * kLoraMaxRank];
-  const int n_t = n_tiles[0];
-  for (int w = blockIdx.x; w < n_t * e.n_chunks; w += gridDim.x)
-    shrink_item<T>(x, e.tiles, e.perm, e.n_rows, a, n_in, e.total, chunk_len, const_cast<float*>(e.partial), w % n_t,
-                   w / n_t);
-  __syncthreads();
-  if (threadIdx.x == 0) {  // the grid barrier: the last block to arrive resets the count, then moves on the generation
-    auto* count = reinterpret_cast<unsigned int*>(n_tiles + 2);
-    auto* generation = reinterpret_cast<volatile unsigned int*>(n_tiles + 3);
-    const unsigned int mine = *generation;
-    __threadfence();  // this block's partials (and its read of the generation) before its arrival
-    if (atomicAdd(count, 1u) == gridDim.x - 1) {
-      *count = 0;
-      __threadfence();
-      atomicAdd(const_cast<unsigned int*>(generation), 1u);
-    } else {
-      while (*generation == mine) __nanosleep(32);
-    }
-    __threadfence();
-  }
-  __syncthreads();
   for (int w = blockIdx.x; w < n_t * col_blocks; w += gridDim.x)
     expand_item<T, kVec>(e, xs, w % n_t, (w / n_t) * kSgmvColumns);
 }
@@ -487,38 +450,6 @@ void lora_sgmv_expand(ScalarType t, const float* partial, const LoraPlan& plan, 
       launch_cap(tag, vec, std::integral_constant<int, 3>{});
     else
       launch_cap(tag, vec, std::integral_constant<int, 1>{});
-  };
-  const bool vec = pool.max_rank % 8 == 0;
-  SERVELAB_DISPATCH_16(t,
-                       (vec ? launch(__nv_bfloat16{}, std::true_type{}) : launch(__nv_bfloat16{}, std::false_type{})),
-                       (vec ? launch(__half{}, std::true_type{}) : launch(__half{}, std::false_type{})));
-  CUDA_CHECK_LAUNCH();
-}
-
-bool lora_sgmv_fuses(const LoraPlan& plan, int n_rows) { return n_rows <= plan.config.fused_max_rows; }
-
-void lora_sgmv(ScalarType t, const void* x, const LoraPlan& plan, int n_rows, const LoraPool& pool, float* partial,
-               void* y, int ld_y, int c0, cudaStream_t stream) {
-  if (!lora_sgmv_fuses(plan, n_rows)) {
-    lora_sgmv_shrink(t, x, plan, n_rows, pool, partial, stream);
-    lora_sgmv_expand(t, partial, plan, n_rows, pool, y, ld_y, c0, stream);
-    return;
-  }
-  check_sgmv_pool(pool, "lora_sgmv");
-  if (n_rows == 0 || pool.n_out == 0) return;
-  const LoraSgmvConfig& cf = plan.config;
-  const int len = lora_chunk_len(pool.n_in, n_rows, cf.shrink_target_blocks);
-  const int n_chunks = (pool.n_in + len - 1) / len;
-  const int col_blocks = (pool.n_out + kSgmvColumns - 1) / kSgmvColumns;
-  // Every block resident at once: at most what the kernel's launch bounds guarantee an SM.
-  const int per_sm = std::clamp(cf.grid_blocks_per_sm, 1, kFusedBlocksPerSm);
-  const int64_t items = int64_t(lora_max_tiles(n_rows, pool.n_slots)) * std::max(n_chunks, col_blocks);
-  const int grid = sgmv_grid(items, per_sm);
-  auto launch = [&](auto tag, auto vec) {
-    using T = decltype(tag);
-    lora_sgmv_fused_kernel<T, decltype(vec)::value><<<grid, kSgmvColumns, 0, stream>>>(
-        static_cast<const T*>(x), plan.n_tiles, static_cast<const T*>(pool.a), pool.n_in, len,
-        expand_args<T>(partial, n_chunks, plan, n_rows, pool, y, ld_y, c0), col_blocks);
   };
   const bool vec = pool.max_rank % 8 == 0;
   SERVELAB_DISPATCH_16(t,

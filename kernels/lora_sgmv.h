@@ -14,10 +14,9 @@
 //                column of B[slot] in registers, added into y for every row of the tile; or
 //                (LoraSgmvConfig::expand_by_rows) a block per 8 consecutive rows of perm, each
 //                row's B column of its own slot.
-//   lora_sgmv:   the two in order, or for decode-sized steps (LoraSgmvConfig::fused_max_rows) in
-//                one launch: the shrink's items, a barrier over the grid, the expand's items.
-// The grids are sized from the row count (lora_max_tiles) and blocks past the plan's tile count
-// exit at once, so a CUDA graph of a fixed row count replays any mix of slots.
+// The grids are sized from the row count (lora_max_tiles), each block looping over the plan's
+// items (blocks past them exit at once), so a CUDA graph of a fixed row count replays any mix
+// of slots.
 // Reference: kernels/ref/lora_ref.h (lora_plan_ref; the arithmetic is lora_shrink_ref then
 // lora_expand_segments_ref).
 #include <cstddef>
@@ -39,8 +38,10 @@ inline constexpr int kLoraDefaultTargetBlocks = 528;
 
 /// Launch variants of the grouped kernels, chosen on the host at each launch (engine_bench
 /// --lora measures them side by side through CudaBackend::set_lora_kernels). Every variant
-/// computes the same sums in the same order. The defaults are the best mean decode ratio measured
-/// on an H200 (docs/lora.md "GPU figures").
+/// computes the same sums in the same order. The defaults: slot tiles with the cap and 528 (the
+/// best mean decode ratio of 2026-11-28's six variants), a block per item (a bound of 3 an SM
+/// changed no decode step beyond noise and made the 512-token prefill 7% slower), deltas into
+/// the residual (+0.02 to +0.03 on every decode step); on an H200, docs/lora.md "GPU figures".
 struct LoraSgmvConfig {
   /// The expand's blocks: false, one per (slot tile, 256 columns), each B column read once for
   /// the tile's rows; true, one per (kLoraTileRows consecutive rows of the plan's order, 256
@@ -55,23 +56,17 @@ struct LoraSgmvConfig {
   /// over the step's (tile, chunk) or (tile, column block) items, so a step whose plan has few
   /// tiles launches no blocks that only read the tile count and exit (the grid is sized for the
   /// most tiles the row count can make: lora_max_tiles). 0: one block per possible item.
-  int grid_blocks_per_sm = 3;
+  int grid_blocks_per_sm = 0;
   /// Read by the cuda backend, not the kernels (cuda_ops.h LoraHook): the products whose output is
   /// added into the residual stream (o_proj, down_proj) get their delta added into the residual
   /// itself, shrink and expand both on the side stream beside the product, so neither is on the
   /// step's critical path; false: their expand follows the product, as for q|k|v and gate|up.
   bool residual_beside = true;
-  /// lora_sgmv on at most this many rows runs shrink and expand as one launch (a grid barrier
-  /// between them, at most 2 blocks an SM: grid_blocks_per_sm clamped to [1, 2]); the cuda
-  /// backend then runs it after the product (into the residual beside it for o_proj and
-  /// down_proj with residual_beside), with no shrink beside the product. 0: never.
-  int fused_max_rows = 256;
 };
 
 /// The step's rows grouped by slot, on the device (sized with lora_max_tiles).
 struct LoraPlan {
-  int32_t* n_tiles = nullptr;    ///< [4]: tiles, rows with an adapter (the length of perm), and
-                                 ///< lora_sgmv's grid barrier (its count and generation)
+  int32_t* n_tiles = nullptr;    ///< [2]: tiles, then rows with an adapter (the length of perm)
   int32_t* tiles = nullptr;      ///< [max_tiles, 3]: slot, first index into perm, row count (1..kLoraTileRows)
   int32_t* perm = nullptr;       ///< [n_rows]: the rows with an adapter, by slot
   int32_t* perm_slot = nullptr;  ///< [n_rows]: each perm entry's slot
@@ -111,13 +106,6 @@ void lora_plan(const int32_t* row_slot, int n_rows, int n_slots, const LoraPlan&
 /// (as lora_shrink).
 void lora_sgmv_shrink(ScalarType t, const void* x, const LoraPlan& plan, int n_rows, const LoraPool& pool,
                       float* partial, cudaStream_t stream);
-/// Whether lora_sgmv runs as one launch for n_rows rows (LoraSgmvConfig::fused_max_rows).
-bool lora_sgmv_fuses(const LoraPlan& plan, int n_rows);
-/// y[r, c0 + c] += scale[slot] · (x[r] · A[slot]ᵀ) · B[slot]ᵀ for every row r with a slot: the
-/// shrink then the expand (lora_sgmv_shrink, lora_sgmv_expand, partial as theirs), in one launch
-/// when lora_sgmv_fuses. Rows without a slot untouched.
-void lora_sgmv(ScalarType t, const void* x, const LoraPlan& plan, int n_rows, const LoraPool& pool, float* partial,
-               void* y, int ld_y, int c0, cudaStream_t stream);
 /// y[perm[p], c0 + c] += Σ_k scale[slot] · (Σ_j partial[j, p, m · max_rank + k]) · B[slot, c, k]
 /// (m: c's segment) for every tile's rows; rows in no tile untouched. y 16-bit, row stride ld_y.
 void lora_sgmv_expand(ScalarType t, const float* partial, const LoraPlan& plan, int n_rows, const LoraPool& pool,

@@ -189,14 +189,13 @@ TEST(CudaBackendGpuLora, EagerOnlyMatchesGraphsAndRefusesBadInput) {
   auto graphs = CudaBackend::load(f.base_dir);
   auto eager = CudaBackend::load(f.base_dir, CudaBackendOptions{.cuda_graphs = false});
   EXPECT_THROW(eager->load_lora(0, f.adapters[0]), std::invalid_argument);  // no pool reserved
-  // The eager backend runs the other launch variants: shrink and expand as two launches, the
-  // expand by rows after every product (o_proj's and down_proj's too, not into the residual), a
-  // block per item; the graphs the defaults (docs/lora.md).
+  // The eager backend runs the other launch variants: the expand by rows after every product
+  // (o_proj's and down_proj's too, not into the residual), slot-tile grids of 2 blocks an SM;
+  // the graphs the defaults (docs/lora.md).
   kernels::LoraSgmvConfig other;
   other.expand_by_rows = true;
-  other.grid_blocks_per_sm = 0;
+  other.grid_blocks_per_sm = 2;
   other.residual_beside = !other.residual_beside;
-  other.fused_max_rows = 0;
   eager->set_lora_kernels(other);
   other.grid_blocks_per_sm = -1;
   EXPECT_THROW(eager->set_lora_kernels(other), std::invalid_argument);

@@ -3,8 +3,7 @@
 // the shrink's chunk; rows without an adapter among mixed slots; decode-sized and prefill-sized
 // steps; eagerly and from a CUDA graph replayed after the rows' slots changed; under each launch
 // variant (LoraSgmvConfig: expand by slot tiles or by rows, register cap on or off, chunking,
-// slot-tile grids of a block per item or of 1 or 3 blocks an SM looping over the items, shrink
-// and expand in one launch with a grid barrier or in two).
+// slot-tile grids of a block per item or of 1 or 3 blocks an SM looping over the items).
 #include <algorithm>
 #include <random>
 #include <vector>
@@ -34,7 +33,7 @@ struct PlanBuffers {
   DeviceBuffer n_tiles, tiles, perm, perm_slot;
   LoraSgmvConfig config;
   PlanBuffers(int n_rows, int n_slots, LoraSgmvConfig c = {})
-      : n_tiles(16),
+      : n_tiles(8),
         tiles(size_t(lora_max_tiles(n_rows, n_slots)) * 12),
         perm(size_t(std::max(n_rows, 1)) * 4),
         perm_slot(size_t(std::max(n_rows, 1)) * 4),
@@ -47,9 +46,6 @@ struct PlanBuffers {
 
 /// The launch variants every case runs under (engine_bench --lora times them).
 const LoraSgmvConfig kSgmvVariants[] = {
-    // one launch up to 64 rows, 1 or 2 blocks an SM (grids smaller than a step's items)
-    {false, true, kLoraDefaultTargetBlocks, 1, true, 64},
-    {false, true, kLoraDefaultTargetBlocks, 2, true, 1000},
     {false, true, kLoraDefaultTargetBlocks, 3},  // slot tiles, register cap, 3 blocks an SM looping over items
     {false, true, kLoraDefaultTargetBlocks, 0},  // slot tiles, register cap, a block per possible item
     {false, false, 264, 1},                      // slot tiles, no cap, chunks aimed at 2 blocks an SM, 1 block an SM
@@ -96,7 +92,7 @@ void run_case(ScalarType t, const SgmvCase& cs, uint64_t seed, const LoraSgmvCon
                std::to_string(cs.max_rank) + " segments " + std::to_string(cs.seg_out.size()) + " expand_by_rows " +
                std::to_string(config.expand_by_rows) + " cap " + std::to_string(config.expand_register_cap) +
                " target_blocks " + std::to_string(config.shrink_target_blocks) + " blocks_per_sm " +
-               std::to_string(config.grid_blocks_per_sm) + " fused_max_rows " + std::to_string(config.fused_max_rows));
+               std::to_string(config.grid_blocks_per_sm));
   std::mt19937_64 rng(seed);
   const int n_seg = int(cs.seg_out.size()), total = n_seg * cs.max_rank, c0 = 24;
   int seg_end[kLoraMaxSegments] = {}, n_out = 0;
@@ -129,7 +125,8 @@ void run_case(ScalarType t, const SgmvCase& cs, uint64_t seed, const LoraSgmvCon
 
   auto enqueue = [&](cudaStream_t s) {
     lora_plan(dslot.get<int32_t>(), cs.rows, cs.n_slots, pb.plan(), s);
-    lora_sgmv(t, dx.get(), pb.plan(), cs.rows, pool, dpart.get<float>(), dy.get(), ld_y, c0, s);
+    lora_sgmv_shrink(t, dx.get(), pb.plan(), cs.rows, pool, dpart.get<float>(), s);
+    lora_sgmv_expand(t, dpart.get<float>(), pb.plan(), cs.rows, pool, dy.get(), ld_y, c0, s);
   };
   auto set_inputs = [&](const std::vector<int32_t>& slot) {
     CUDA_CHECK(cudaMemcpy(dslot.get(), slot.data(), slot.size() * 4, cudaMemcpyHostToDevice));

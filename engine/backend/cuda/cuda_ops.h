@@ -57,32 +57,21 @@ struct LoraHook {
   cudaEvent_t fork = nullptr, join = nullptr;  ///< with `side`
   void* residual = nullptr;           ///< [rows, pool.n_out]: the delta goes here, not into y; null: into y
   /// Before the product: the shrink of x (and with `residual` the expand into it), on the side
-  /// stream once everything before is done. A fused step (kernels::lora_sgmv_fuses) runs its one
-  /// launch here only into the residual; else after the product.
+  /// stream once everything before is done.
   void before_product(const OpContext& c, const void* x, int rows) const {
-    const bool fused = kernels::lora_sgmv_fuses(plan, rows);
-    if (fused && !residual) return;
     cudaStream_t s = c.stream;
     if (side) {
       CUDA_CHECK(cudaEventRecord(fork, c.stream));
       CUDA_CHECK(cudaStreamWaitEvent(side, fork, 0));
       s = side;
     }
-    if (fused) {
-      kernels::lora_sgmv(c.dt, x, plan, rows, pool, partial, residual, pool.n_out, 0, s);
-    } else {
-      kernels::lora_sgmv_shrink(c.dt, x, plan, rows, pool, partial, s);
-      if (residual) kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, residual, pool.n_out, 0, s);
-    }
+    kernels::lora_sgmv_shrink(c.dt, x, plan, rows, pool, partial, s);
+    if (residual) kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, residual, pool.n_out, 0, s);
     if (side) CUDA_CHECK(cudaEventRecord(join, side));
   }
-  /// After the product: y += the deltas of x (unless they went into the residual), once the side
-  /// stream is done; a fused step's one launch in line.
-  void after_product(const OpContext& c, const void* x, void* y, int ld_y, int rows) const {
-    if (kernels::lora_sgmv_fuses(plan, rows) && !residual) {
-      kernels::lora_sgmv(c.dt, x, plan, rows, pool, partial, y, ld_y, 0, c.stream);
-      return;
-    }
+  /// After the product: once the side stream is done, y += the deltas (unless they went into the
+  /// residual).
+  void after_product(const OpContext& c, void* y, int ld_y, int rows) const {
     if (side) CUDA_CHECK(cudaStreamWaitEvent(c.stream, join, 0));
     if (!residual) kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, y, ld_y, 0, c.stream);
   }
@@ -99,7 +88,7 @@ struct Linear {
     if (lora) lora->before_product(c, x, rows);
     if (quant) c.quant->run(*quant, x, y, rows, *c.gemm, c.stream);
     else c.gemm->run(c.dt, x, weight, y, rows, out, in, false, c.stream);
-    if (lora) lora->after_product(c, x, y, out, rows);
+    if (lora) lora->after_product(c, y, out, rows);
     if (split == Split::row && c.tp) tp_all_reduce(*c.tp, y, int64_t(rows) * out, c.stream);
   }
 };
@@ -121,7 +110,7 @@ struct GateUpSilu {
     if (lora) lora->before_product(c, x, rows);
     if (quant) c.quant->run(*quant, x, gate_up, rows, *c.gemm, c.stream);
     else c.gemm->run(c.dt, x, weight, gate_up, rows, 2 * ffn, in, false, c.stream);
-    if (lora) lora->after_product(c, x, gate_up, 2 * ffn, rows);
+    if (lora) lora->after_product(c, gate_up, 2 * ffn, rows);
     if (c.fusion) kernels::silu_mul(c.dt, gate_up, act, rows, ffn, c.stream);
     else kernels::silu_then_mul(c.dt, gate_up, act, rows, ffn, c.stream);
   }
