@@ -170,7 +170,7 @@ struct ExpandArgs {
 /// all the tile's rows. On decode this is a chain of dependent loads on the step's critical path,
 /// so everything that does not need xa is loaded before the chunks are summed: the tile's rows,
 /// their y values and B's first 16 ranks; the chunks' loads are issued together (at most
-/// kSgmvMaxChunks, through L2: the shrink's blocks wrote them), and xa is read from shared
+/// kSgmvMaxChunks, through L2: each is read once per block), and xa is read from shared
 /// memory 4 floats at a time. Starts with a barrier (xs is reused by the block's next item).
 template <typename T, bool kVec>
 __device__ __forceinline__ void expand_item(const ExpandArgs<T>& e, float* xs, int t, int c_begin) {
