@@ -183,10 +183,13 @@ std::vector<LoraFigure> run_lora_bench(const LoraBenchOptions& o) {
     std::string name;
     kernels::LoraSgmvConfig config;
   };
+  // Names: expand by slot `tiles` or by `rows`; `grid N`: slot-tile grids of at most N blocks an
+  // SM looping over the items (0: a block per possible item); `resid`: o_proj's and down_proj's
+  // deltas into the residual beside their products, `after`: after them. All with the register
+  // cap (but `nocap`) and the shrink's chunking aimed at 528 blocks.
   const std::vector<Variant> variants = {
-      {"tiles cap 528", {false, true, 528}},  {"tiles nocap 528", {false, false, 528}},
-      {"tiles nocap 264", {false, false, 264}}, {"rows cap 528", {true, true, 528}},
-      {"rows nocap 528", {true, false, 528}},   {"rows nocap 264", {true, false, 264}},
+      {"tiles grid 0 after", {false, true, 528, 0, false}}, {"tiles grid 0 resid", {false, true, 528, 0, true}},
+      {"tiles grid 3 resid", {false, true, 528, 3, true}},  {"rows nocap resid", {true, false, 528, 0, true}},
   };
   struct DecodeRow {
     std::string shape;

@@ -100,21 +100,20 @@ __global__ void lora_plan_kernel(const int32_t* row_slot, int n_rows, int n_slot
   }
 }
 
-/// Block (tile, chunk): warps take kSgmvRanksPerWarp ranks at a time; each lane holds 8 inputs
-/// of those ranks' A rows and of each tile row's x per pass, the warp's sums reduced by shuffles.
+/// Item (tile t, chunk) of the shrink: warps take kSgmvRanksPerWarp ranks at a time; each lane
+/// holds 8 inputs of those ranks' A rows and of each tile row's x per pass, the warp's sums
+/// reduced by shuffles, into partial[chunk, tile rows, ranks].
 template <typename T>
-__global__ void __launch_bounds__(kSgmvWarps * 32)
-    lora_sgmv_shrink_kernel(const T* x, const int32_t* n_tiles, const int32_t* tiles, const int32_t* perm, int n_rows,
-                            const T* a, int n_in, int total, int chunk_len, float* partial) {
-  const int t = blockIdx.x;
-  if (t >= *n_tiles) return;
-  const int s = tiles[3 * t], p0 = tiles[3 * t + 1], n = tiles[3 * t + 2];
+__device__ __forceinline__ void shrink_item(const T* x, const int32_t* tiles, const int32_t* perm, int n_rows,
+                                            const T* a, int n_in, int total, int chunk_len, float* partial, int t,
+                                            int chunk) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int i_begin = blockIdx.y * chunk_len, i_end = min(n_in, i_begin + chunk_len);
+  const int s = tiles[3 * t], p0 = tiles[3 * t + 1], n = tiles[3 * t + 2];
+  const int i_begin = chunk * chunk_len, i_end = min(n_in, i_begin + chunk_len);
   const T* xr[kLoraTileRows];
 #pragma unroll
   for (int r = 0; r < kLoraTileRows; ++r) xr[r] = x + int64_t(perm[p0 + min(r, n - 1)]) * n_in;
-  float* out = partial + (int64_t(blockIdx.y) * n_rows + p0) * total;
+  float* out = partial + (int64_t(chunk) * n_rows + p0) * total;
   for (int k0 = warp * kSgmvRanksPerWarp; k0 < total; k0 += kSgmvWarps * kSgmvRanksPerWarp) {
     float acc[kSgmvRanksPerWarp][kLoraTileRows] = {};
     const T* ak[kSgmvRanksPerWarp];
@@ -151,48 +150,60 @@ __global__ void __launch_bounds__(kSgmvWarps * 32)
   }
 }
 
-/// Block (tile, 256 columns): xa of the tile's rows (chunks summed, scaled) in shared memory;
-/// each thread one column c of segment m, B[s, c, :] read once for all the tile's rows. Decode
-/// makes this kernel a chain of dependent loads on the step's critical path (the shrink runs
-/// beside the product), so everything that does not need xa is loaded before the chunks are
-/// summed: the tile's rows, their y values and B's first 16 ranks; the chunks' loads are issued
-/// together (at most kSgmvMaxChunks), and xa is read from shared memory 4 floats at a time.
-template <typename T, bool kVec, int kMinBlocks>
-__global__ void __launch_bounds__(kSgmvColumns, kMinBlocks)  // 3: at most 80 registers (expand_register_cap)
-    lora_sgmv_expand_kernel(const float* partial, int n_chunks, const int32_t* n_tiles, const int32_t* tiles,
-                            const int32_t* perm, int n_rows, const T* b, const float* scale, int n_out, int max_rank,
-                            int total, int seg_end0, int seg_end1, T* y, int ld_y, int c0) {
-  __shared__ __align__(16) float xs[kLoraTileRows * kLoraMaxSegments * kLoraMaxRank];
-  const int t = blockIdx.x;
-  if (t >= *n_tiles) return;
-  const int s = tiles[3 * t], p0 = tiles[3 * t + 1], n = tiles[3 * t + 2];
-  const int c = blockIdx.y * kSgmvColumns + threadIdx.x;
-  const bool live = c < n_out;
-  const int cc = live ? c : n_out - 1;  // loads stay in bounds; only live columns store
-  const int m = (cc >= seg_end0) + (cc >= seg_end1);  // segment of column c (unused ends are n_out)
-  const T* bc = b + (int64_t(s) * n_out + cc) * max_rank;
+/// What the expand items of one launch share.
+template <typename T>
+struct ExpandArgs {
+  const float* partial;
+  int n_chunks;
+  const int32_t* tiles;
+  const int32_t* perm;
+  int n_rows;
+  const T* b;
+  const float* scale;
+  int n_out, max_rank, total, seg_end0, seg_end1;
+  T* y;
+  int ld_y, c0;
+};
+
+/// Item (tile t, 256 columns from c_begin) of the expand: xa of the tile's rows (chunks summed,
+/// scaled) in shared memory xs; each thread one column c of segment m, B[s, c, :] read once for
+/// all the tile's rows. On decode this is a chain of dependent loads on the step's critical path,
+/// so everything that does not need xa is loaded before the chunks are summed: the tile's rows,
+/// their y values and B's first 16 ranks; the chunks' loads are issued together (at most
+/// kSgmvMaxChunks, through L2: each is read once per block), and xa is read from shared
+/// memory 4 floats at a time. Starts with a barrier (xs is reused by the block's next item).
+template <typename T, bool kVec>
+__device__ __forceinline__ void expand_item(const ExpandArgs<T>& e, float* xs, int t, int c_begin) {
+  const int s = e.tiles[3 * t], p0 = e.tiles[3 * t + 1], n = e.tiles[3 * t + 2];
+  const int c = c_begin + threadIdx.x;
+  const bool live = c < e.n_out;
+  const int cc = live ? c : e.n_out - 1;  // loads stay in bounds; only live columns store
+  const int m = (cc >= e.seg_end0) + (cc >= e.seg_end1);  // segment of column c (unused ends are n_out)
+  const int total = e.total, max_rank = e.max_rank;
+  const T* bc = e.b + (int64_t(s) * e.n_out + cc) * max_rank;
   int row[kLoraTileRows];
   float y_old[kLoraTileRows];
 #pragma unroll
-  for (int r = 0; r < kLoraTileRows; ++r) row[r] = r < n ? perm[p0 + r] : 0;
+  for (int r = 0; r < kLoraTileRows; ++r) row[r] = r < n ? e.perm[p0 + r] : 0;
 #pragma unroll
   for (int r = 0; r < kLoraTileRows; ++r)
-    y_old[r] = r < n ? to_float<T>(y[int64_t(row[r]) * ld_y + c0 + cc]) : 0.0f;
+    y_old[r] = r < n ? to_float<T>(e.y[int64_t(row[r]) * e.ld_y + e.c0 + cc]) : 0.0f;
   Vec8 bv[2] = {};
   if constexpr (kVec) {
 #pragma unroll
     for (int q = 0; q < 2; ++q)
       if (q * 8 < max_rank) bv[q] = *reinterpret_cast<const Vec8*>(bc + q * 8);
   }
-  const float sc = scale[s];
-  const float* part = partial + int64_t(p0) * total;
-  const int64_t chunk_stride = int64_t(n_rows) * total;
-  for (int e = threadIdx.x; e < n * total; e += blockDim.x) {
+  const float sc = e.scale[s];
+  const float* part = e.partial + int64_t(p0) * total;
+  const int64_t chunk_stride = int64_t(e.n_rows) * total;
+  __syncthreads();
+  for (int i = threadIdx.x; i < n * total; i += blockDim.x) {
     float v = 0.0f;
 #pragma unroll
     for (int j = 0; j < kSgmvMaxChunks; ++j)
-      if (j < n_chunks) v += part[j * chunk_stride + e];
-    xs[e] = v * sc;
+      if (j < e.n_chunks) v += __ldcg(part + j * chunk_stride + i);
+    xs[i] = v * sc;
   }
   __syncthreads();
   if (!live) return;
@@ -228,8 +239,28 @@ __global__ void __launch_bounds__(kSgmvColumns, kMinBlocks)  // 3: at most 80 re
 #pragma unroll
   for (int r = 0; r < kLoraTileRows; ++r) {
     if (r >= n) break;
-    y[int64_t(row[r]) * ld_y + c0 + c] = from_float<T>(y_old[r] + acc[r]);
+    e.y[int64_t(row[r]) * e.ld_y + e.c0 + c] = from_float<T>(y_old[r] + acc[r]);
   }
+}
+
+/// Items (tile, chunk) of the plan's n_tiles · n_chunks: block b takes b, b + gridDim.x, ...
+template <typename T>
+__global__ void __launch_bounds__(kSgmvWarps * 32)
+    lora_sgmv_shrink_kernel(const T* x, const int32_t* n_tiles, const int32_t* tiles, const int32_t* perm, int n_rows,
+                            const T* a, int n_in, int total, int chunk_len, int n_chunks, float* partial) {
+  const int n_t = *n_tiles;
+  for (int w = blockIdx.x; w < n_t * n_chunks; w += gridDim.x)
+    shrink_item<T>(x, tiles, perm, n_rows, a, n_in, total, chunk_len, partial, w % n_t, w / n_t);
+}
+
+/// Items (tile, 256 columns) of the plan's n_tiles · col_blocks: block b takes b, b + gridDim.x, ...
+template <typename T, bool kVec, int kMinBlocks>
+__global__ void __launch_bounds__(kSgmvColumns, kMinBlocks)  // 3: at most 80 registers (expand_register_cap)
+    lora_sgmv_expand_kernel(ExpandArgs<T> e, const int32_t* n_tiles, int col_blocks) {
+  __shared__ __align__(16) float xs[kLoraTileRows * kLoraMaxSegments * kLoraMaxRank];
+  const int n_t = *n_tiles;
+  for (int w = blockIdx.x; w < n_t * col_blocks; w += gridDim.x)
+    expand_item<T, kVec>(e, xs, w % n_t, (w / n_t) * kSgmvColumns);
 }
 
 /// Block (kLoraTileRows consecutive perm positions, 256 columns), LoraSgmvConfig::expand_by_rows:
@@ -328,6 +359,18 @@ void check_sgmv_pool(const LoraPool& p, const char* who) {
 
 int sgmv_segment_end(const LoraPool& p, int m) { return m + 1 < p.n_seg ? p.seg_end[m] : p.n_out; }
 
+/// Blocks of a slot-tile launch of `items` possible items: all of them, or at most
+/// blocks_per_sm an SM of the current device (LoraSgmvConfig::grid_blocks_per_sm).
+int sgmv_grid(int64_t items, int blocks_per_sm) {
+  if (blocks_per_sm > 0) {
+    int device = 0, n_sms = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, device));
+    items = std::min<int64_t>(items, int64_t(blocks_per_sm) * n_sms);
+  }
+  return int(std::max<int64_t>(items, 1));
+}
+
 }  // namespace
 
 int lora_chunk_len(int n_in, int n_rows, int target_blocks) {
@@ -354,17 +397,30 @@ void lora_sgmv_shrink(ScalarType t, const void* x, const LoraPlan& plan, int n_r
   check_sgmv_pool(pool, "lora_sgmv_shrink");
   if (n_rows == 0) return;
   const int len = lora_chunk_len(pool.n_in, n_rows, plan.config.shrink_target_blocks);
-  const dim3 grid(lora_max_tiles(n_rows, pool.n_slots), (pool.n_in + len - 1) / len);
+  const int n_chunks = (pool.n_in + len - 1) / len;
+  const int grid = sgmv_grid(int64_t(lora_max_tiles(n_rows, pool.n_slots)) * n_chunks, plan.config.grid_blocks_per_sm);
   const int total = pool.total_rank();
   SERVELAB_DISPATCH_16(t,
                        (lora_sgmv_shrink_kernel<__nv_bfloat16><<<grid, kSgmvWarps * 32, 0, stream>>>(
                            static_cast<const __nv_bfloat16*>(x), plan.n_tiles, plan.tiles, plan.perm, n_rows,
-                           static_cast<const __nv_bfloat16*>(pool.a), pool.n_in, total, len, partial)),
+                           static_cast<const __nv_bfloat16*>(pool.a), pool.n_in, total, len, n_chunks, partial)),
                        (lora_sgmv_shrink_kernel<__half><<<grid, kSgmvWarps * 32, 0, stream>>>(
                            static_cast<const __half*>(x), plan.n_tiles, plan.tiles, plan.perm, n_rows,
-                           static_cast<const __half*>(pool.a), pool.n_in, total, len, partial)));
+                           static_cast<const __half*>(pool.a), pool.n_in, total, len, n_chunks, partial)));
   CUDA_CHECK_LAUNCH();
 }
+
+namespace {
+
+template <typename T>
+ExpandArgs<T> expand_args(const float* partial, int n_chunks, const LoraPlan& plan, int n_rows, const LoraPool& pool,
+                          void* y, int ld_y, int c0) {
+  return ExpandArgs<T>{partial, n_chunks, plan.tiles, plan.perm, n_rows, static_cast<const T*>(pool.b), pool.scale,
+                       pool.n_out, pool.max_rank, pool.total_rank(), sgmv_segment_end(pool, 0),
+                       sgmv_segment_end(pool, 1), static_cast<T*>(y), ld_y, c0};
+}
+
+}  // namespace
 
 void lora_sgmv_expand(ScalarType t, const float* partial, const LoraPlan& plan, int n_rows, const LoraPool& pool,
                       void* y, int ld_y, int c0, cudaStream_t stream) {
@@ -373,21 +429,21 @@ void lora_sgmv_expand(ScalarType t, const float* partial, const LoraPlan& plan, 
   const LoraSgmvConfig& cf = plan.config;
   const int n_chunks = lora_n_chunks(pool.n_in, n_rows, cf.shrink_target_blocks);
   const int col_blocks = (pool.n_out + kSgmvColumns - 1) / kSgmvColumns;
-  const dim3 grid(cf.expand_by_rows ? (n_rows + kLoraTileRows - 1) / kLoraTileRows : lora_max_tiles(n_rows, pool.n_slots),
-                  col_blocks);
+  const dim3 rows_grid((n_rows + kLoraTileRows - 1) / kLoraTileRows, col_blocks);
+  const int tiles_grid =
+      cf.expand_by_rows ? 0 : sgmv_grid(int64_t(lora_max_tiles(n_rows, pool.n_slots)) * col_blocks, cf.grid_blocks_per_sm);
   const int e0 = sgmv_segment_end(pool, 0), e1 = sgmv_segment_end(pool, 1);
   auto launch_cap = [&](auto tag, auto vec, auto min_blocks) {
     using T = decltype(tag);
     constexpr bool kV = decltype(vec)::value;
     constexpr int kM = decltype(min_blocks)::value;
     if (cf.expand_by_rows)
-      lora_sgmv_expand_rows_kernel<T, kV, kM><<<grid, kSgmvColumns, 0, stream>>>(
+      lora_sgmv_expand_rows_kernel<T, kV, kM><<<rows_grid, kSgmvColumns, 0, stream>>>(
           partial, n_chunks, plan.n_tiles, plan.perm, plan.perm_slot, n_rows, static_cast<const T*>(pool.b),
           pool.scale, pool.n_out, pool.max_rank, pool.total_rank(), e0, e1, static_cast<T*>(y), ld_y, c0);
     else
-      lora_sgmv_expand_kernel<T, kV, kM><<<grid, kSgmvColumns, 0, stream>>>(
-          partial, n_chunks, plan.n_tiles, plan.tiles, plan.perm, n_rows, static_cast<const T*>(pool.b), pool.scale,
-          pool.n_out, pool.max_rank, pool.total_rank(), e0, e1, static_cast<T*>(y), ld_y, c0);
+      lora_sgmv_expand_kernel<T, kV, kM><<<tiles_grid, kSgmvColumns, 0, stream>>>(
+          expand_args<T>(partial, n_chunks, plan, n_rows, pool, y, ld_y, c0), plan.n_tiles, col_blocks);
   };
   auto launch = [&](auto tag, auto vec) {
     if (cf.expand_register_cap)

@@ -14,8 +14,9 @@
 //                column of B[slot] in registers, added into y for every row of the tile; or
 //                (LoraSgmvConfig::expand_by_rows) a block per 8 consecutive rows of perm, each
 //                row's B column of its own slot.
-// The grids are sized from the row count (lora_max_tiles) and blocks past the plan's tile count
-// exit at once, so a CUDA graph of a fixed row count replays any mix of slots.
+// The grids are sized from the row count (lora_max_tiles), each block looping over the plan's
+// items (blocks past them exit at once), so a CUDA graph of a fixed row count replays any mix
+// of slots.
 // Reference: kernels/ref/lora_ref.h (lora_plan_ref; the arithmetic is lora_shrink_ref then
 // lora_expand_segments_ref).
 #include <cstddef>
@@ -37,9 +38,10 @@ inline constexpr int kLoraDefaultTargetBlocks = 528;
 
 /// Launch variants of the grouped kernels, chosen on the host at each launch (engine_bench
 /// --lora measures them side by side through CudaBackend::set_lora_kernels). Every variant
-/// computes the same result (the expand sums the same partials in the same order). The defaults
-/// (slot tiles, cap, 528) had the best mean decode ratio of six variants on an H200 (0.756; by
-/// rows without the cap 0.750: faster with 32-64 adapters a step, slower with 1-8; docs/lora.md).
+/// computes the same sums in the same order. The defaults: slot tiles with the cap and 528 (the
+/// best mean decode ratio of 2026-11-28's six variants), a block per item (a bound of 3 an SM
+/// changed no decode step beyond noise and made the 512-token prefill 7% slower), deltas into
+/// the residual (+0.02 to +0.03 on every decode step); on an H200, docs/lora.md "GPU figures".
 struct LoraSgmvConfig {
   /// The expand's blocks: false, one per (slot tile, 256 columns), each B column read once for
   /// the tile's rows; true, one per (kLoraTileRows consecutive rows of the plan's order, 256
@@ -50,6 +52,16 @@ struct LoraSgmvConfig {
   bool expand_register_cap = true;
   /// The shrink's chunking aims at this many blocks (lora_chunk_len).
   int shrink_target_blocks = kLoraDefaultTargetBlocks;
+  /// Slot-tile shrink and expand: at most this many blocks per multiprocessor, each block looping
+  /// over the step's (tile, chunk) or (tile, column block) items, so a step whose plan has few
+  /// tiles launches no blocks that only read the tile count and exit (the grid is sized for the
+  /// most tiles the row count can make: lora_max_tiles). 0: one block per possible item.
+  int grid_blocks_per_sm = 0;
+  /// Read by the cuda backend, not the kernels (cuda_ops.h LoraHook): the products whose output is
+  /// added into the residual stream (o_proj, down_proj) get their delta added into the residual
+  /// itself, shrink and expand both on the side stream beside the product, so neither is on the
+  /// step's critical path; false: their expand follows the product, as for q|k|v and gate|up.
+  bool residual_beside = true;
 };
 
 /// The step's rows grouped by slot, on the device (sized with lora_max_tiles).

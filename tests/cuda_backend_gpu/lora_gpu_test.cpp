@@ -23,6 +23,7 @@
 #include "engine/model/synth.h"
 #include "engine/model/tensors.h"
 #include "engine/model/weights.h"
+#include "kernels/lora_sgmv.h"
 #include "tests/backend/backend_test_util.h"
 #include "tests/cuda_backend_gpu/gpu_test_model.h"
 
@@ -188,6 +189,16 @@ TEST(CudaBackendGpuLora, EagerOnlyMatchesGraphsAndRefusesBadInput) {
   auto graphs = CudaBackend::load(f.base_dir);
   auto eager = CudaBackend::load(f.base_dir, CudaBackendOptions{.cuda_graphs = false});
   EXPECT_THROW(eager->load_lora(0, f.adapters[0]), std::invalid_argument);  // no pool reserved
+  // The eager backend runs the other launch variants: the expand by rows after every product
+  // (o_proj's and down_proj's too, not into the residual), slot-tile grids of 2 blocks an SM;
+  // the graphs the defaults (docs/lora.md).
+  kernels::LoraSgmvConfig other;
+  other.expand_by_rows = true;
+  other.grid_blocks_per_sm = 2;
+  other.residual_beside = !other.residual_beside;
+  eager->set_lora_kernels(other);
+  other.grid_blocks_per_sm = -1;
+  EXPECT_THROW(eager->set_lora_kernels(other), std::invalid_argument);
   for (auto* b : {graphs.get(), eager.get()}) {
     b->reserve_loras(2, 8);
     b->init_kv(kSlots);
@@ -213,7 +224,9 @@ TEST(CudaBackendGpuLora, EagerOnlyMatchesGraphsAndRefusesBadInput) {
     const std::vector<float> x = graphs->logits(make_step(*graphs, b, *kv));
     const std::vector<float> y = eager->logits(make_step(*eager, b, *kv));
     ASSERT_EQ(x.size(), y.size());
-    EXPECT_LT(rel_error(x, y), 1e-2) << "step " << n;
+    // Within the backend's bf16 tolerance (0.03): the deltas are rounded in another order when
+    // they go into the residual rather than into the product's output.
+    EXPECT_LT(rel_error(x, y), 0.03) << "step " << n;
     for (int i = 0; i < 3; ++i) {
       seqs[size_t(i)].n_computed = seqs[size_t(i)].n_tokens();
       seqs[size_t(i)].tokens.push_back(TokenId(argmax(std::span(y).subspan(size_t(i) * kVocab, kVocab))));

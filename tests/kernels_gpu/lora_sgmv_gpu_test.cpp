@@ -2,7 +2,8 @@
 // ranks 8, 12 (no 16-byte loads), 16 and 64; 1 to 3 segments; inputs that are not a multiple of
 // the shrink's chunk; rows without an adapter among mixed slots; decode-sized and prefill-sized
 // steps; eagerly and from a CUDA graph replayed after the rows' slots changed; under each launch
-// variant (LoraSgmvConfig: expand by slot tiles or by rows, register cap on or off, chunking).
+// variant (LoraSgmvConfig: expand by slot tiles or by rows, register cap on or off, chunking,
+// slot-tile grids of a block per item or of 1 or 3 blocks an SM looping over the items).
 #include <algorithm>
 #include <random>
 #include <vector>
@@ -45,10 +46,11 @@ struct PlanBuffers {
 
 /// The launch variants every case runs under (engine_bench --lora times them).
 const LoraSgmvConfig kSgmvVariants[] = {
-    {false, true, kLoraDefaultTargetBlocks},  // slot tiles, register cap
-    {false, false, 264},                      // slot tiles, no cap, chunks aimed at 2 blocks an SM
-    {true, true, kLoraDefaultTargetBlocks},   // row blocks, register cap
-    {true, false, kLoraDefaultTargetBlocks},  // row blocks, no cap
+    {false, true, kLoraDefaultTargetBlocks, 3},  // slot tiles, register cap, 3 blocks an SM looping over items
+    {false, true, kLoraDefaultTargetBlocks, 0},  // slot tiles, register cap, a block per possible item
+    {false, false, 264, 1},                      // slot tiles, no cap, chunks aimed at 2 blocks an SM, 1 block an SM
+    {true, true, kLoraDefaultTargetBlocks, 0},   // row blocks, register cap
+    {true, false, kLoraDefaultTargetBlocks, 0},  // row blocks, no cap
 };
 
 /// Slots of `rows` rows in runs of `run`: -1 (no adapter) for every fourth run, else run index mod n_slots.
@@ -89,7 +91,8 @@ void run_case(ScalarType t, const SgmvCase& cs, uint64_t seed, const LoraSgmvCon
   SCOPED_TRACE("rows " + std::to_string(cs.rows) + " n_in " + std::to_string(cs.n_in) + " rank " +
                std::to_string(cs.max_rank) + " segments " + std::to_string(cs.seg_out.size()) + " expand_by_rows " +
                std::to_string(config.expand_by_rows) + " cap " + std::to_string(config.expand_register_cap) +
-               " target_blocks " + std::to_string(config.shrink_target_blocks));
+               " target_blocks " + std::to_string(config.shrink_target_blocks) + " blocks_per_sm " +
+               std::to_string(config.grid_blocks_per_sm));
   std::mt19937_64 rng(seed);
   const int n_seg = int(cs.seg_out.size()), total = n_seg * cs.max_rank, c0 = 24;
   int seg_end[kLoraMaxSegments] = {}, n_out = 0;

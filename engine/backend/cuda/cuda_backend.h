@@ -205,10 +205,11 @@ class CudaBackend final : public Backend {
   int64_t lora_pool_bytes() const;
   int64_t lora_slot_bytes() const;
   /// How the grouped LoRA kernels launch from the next step on (kernels::LoraSgmvConfig: the
-  /// expand's blocks by slot tile or by rows, its register cap, the shrink's chunking); captured
+  /// expand's blocks by slot tile or by rows, its register cap, the shrink's chunking, the grid
+  /// bound, o_proj's and down_proj's deltas into the residual beside their products); captured
   /// graphs are dropped so the next decode steps capture the new launches. engine_bench --lora
   /// measures the variants side by side with it. Throws std::invalid_argument for
-  /// shrink_target_blocks < 1.
+  /// shrink_target_blocks < 1 or grid_blocks_per_sm < 0.
   void set_lora_kernels(const kernels::LoraSgmvConfig& config);
 
  private:

@@ -59,12 +59,17 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
 
   // LoRA (cuda_lora.h, kernels/lora_sgmv.h): when some row has an adapter, the rows grouped by
   // slot once (the plan every layer reads), then each layer's four hooks; else nothing at all.
+  // o_proj's and down_proj's deltas go into the residual h beside their products when
+  // lora_kernels.residual_beside (the next norm adds their products' output into h after the join).
   cuda::LoraHook hooks[cuda::kLoraGroups];
   if (g.lora) k::lora_plan(g.at<int32_t>(L.lora_slot), R, lora.n_slots(), lora_step_plan(), stream);
   auto hook = [&](int l, cuda::LoraGroup grp) -> const cuda::LoraHook* {
     if (!g.lora) return nullptr;
+    const bool into_residual =
+        lora_kernels.residual_beside && (grp == cuda::LoraGroup::o || grp == cuda::LoraGroup::down);
     cuda::LoraHook& hk = hooks[int(grp)];
-    hk = cuda::LoraHook{lora.pool(l, grp), lora_step_plan(), lora_partial.get<float>(), lora_side, lora_fork, lora_join};
+    hk = cuda::LoraHook{lora.pool(l, grp), lora_step_plan(), lora_partial.get<float>(), lora_side, lora_fork, lora_join,
+                        into_residual ? h.get() : nullptr};
     return &hk;
   };
 

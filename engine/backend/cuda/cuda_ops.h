@@ -4,7 +4,8 @@
 // - Linear: y = x · Wᵀ, split across tensor-parallel ranks by output features (column: nothing
 //   to communicate) or input features (row: partial sums, all-reduced inside the op). Quantized
 //   weights (Linear::quant, quant_linear.h: FP8 or INT4, dispatched on the row count) and the LoRA
-//   hook (LoraHook: its shrink beside the product, its expand after it) plug in here.
+//   hook (LoraHook: its shrink beside the product, its expand after it or into the residual
+//   beside it) plug in here.
 // - GateUpSilu: the gated MLP's first half, one fused launch where the product kernel can.
 // - ResidualNorm: h += delta, then xn = rms_norm(h) · w (one kernel fused, two otherwise).
 // - Attention: RoPE and the K/V write into a KvCacheSpec arena (fused or not), then decode or
@@ -41,17 +42,23 @@ struct OpContext {
 /// shrink and one expand per product (a fused q|k|v or gate|up runs its linears as segments).
 /// The shrink reads only the product's input, so with a side stream it runs beside the product
 /// (forked before it, joined before the expand: in a CUDA graph, two branches); the expand adds
-/// into the product's output. Ops hold a pointer to one only when some row of the step has an
-/// adapter: a step without adapters launches nothing. One GPU only (under tensor parallelism the
-/// row-parallel delta would be summed once per rank).
+/// into the product's output. With `residual` (o_proj, down_proj: products whose output the next
+/// op adds into the residual stream) the expand adds into the residual instead, on the side
+/// stream too, and the join follows the product: the residual is read by nothing between the
+/// last norm and the next, so neither launch is on the step's critical path. Ops hold a pointer
+/// to one only when some row of the step has an adapter: a step without adapters launches
+/// nothing. One GPU only (under tensor parallelism the row-parallel delta would be summed once
+/// per rank).
 struct LoraHook {
   kernels::LoraPool pool;             ///< this layer's group of every slot (cuda_lora.h)
   kernels::LoraPlan plan;             ///< the step's rows by slot (built before the first layer)
   float* partial = nullptr;           ///< the shrink's fp32 partial sums (kernels::lora_partial_floats)
   cudaStream_t side = nullptr;        ///< the shrink's stream beside the product; null: in line
   cudaEvent_t fork = nullptr, join = nullptr;  ///< with `side`
-  /// Before the product: the shrink of x, on the side stream once everything before is done.
-  void shrink(const OpContext& c, const void* x, int rows) const {
+  void* residual = nullptr;           ///< [rows, pool.n_out]: the delta goes here, not into y; null: into y
+  /// Before the product: the shrink of x (and with `residual` the expand into it), on the side
+  /// stream once everything before is done.
+  void before_product(const OpContext& c, const void* x, int rows) const {
     cudaStream_t s = c.stream;
     if (side) {
       CUDA_CHECK(cudaEventRecord(fork, c.stream));
@@ -59,12 +66,14 @@ struct LoraHook {
       s = side;
     }
     kernels::lora_sgmv_shrink(c.dt, x, plan, rows, pool, partial, s);
+    if (residual) kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, residual, pool.n_out, 0, s);
     if (side) CUDA_CHECK(cudaEventRecord(join, side));
   }
-  /// After the product: y += the deltas, once the shrink is done.
-  void expand(const OpContext& c, void* y, int ld_y, int rows) const {
+  /// After the product: once the side stream is done, y += the deltas (unless they went into the
+  /// residual).
+  void after_product(const OpContext& c, void* y, int ld_y, int rows) const {
     if (side) CUDA_CHECK(cudaStreamWaitEvent(c.stream, join, 0));
-    kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, y, ld_y, 0, c.stream);
+    if (!residual) kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, y, ld_y, 0, c.stream);
   }
 };
 
@@ -76,10 +85,10 @@ struct Linear {
   const QuantWeight* quant = nullptr;  ///< quantized weights (quant_linear.h): used instead of `weight`
   const LoraHook* lora = nullptr;  ///< adapters' deltas added after the product; null: none this step
   void operator()(const OpContext& c, const void* x, void* y, int rows) const {
-    if (lora) lora->shrink(c, x, rows);
+    if (lora) lora->before_product(c, x, rows);
     if (quant) c.quant->run(*quant, x, y, rows, *c.gemm, c.stream);
     else c.gemm->run(c.dt, x, weight, y, rows, out, in, false, c.stream);
-    if (lora) lora->expand(c, y, out, rows);
+    if (lora) lora->after_product(c, y, out, rows);
     if (split == Split::row && c.tp) tp_all_reduce(*c.tp, y, int64_t(rows) * out, c.stream);
   }
 };
@@ -98,10 +107,10 @@ struct GateUpSilu {
     }
     if (quant && !lora && c.fusion && c.fuse_gate_up_silu && c.quant->run_gate_up_silu(*quant, x, act, rows, ffn, c.stream))
       return;
-    if (lora) lora->shrink(c, x, rows);
+    if (lora) lora->before_product(c, x, rows);
     if (quant) c.quant->run(*quant, x, gate_up, rows, *c.gemm, c.stream);
     else c.gemm->run(c.dt, x, weight, gate_up, rows, 2 * ffn, in, false, c.stream);
-    if (lora) lora->expand(c, gate_up, 2 * ffn, rows);
+    if (lora) lora->after_product(c, gate_up, 2 * ffn, rows);
     if (c.fusion) kernels::silu_mul(c.dt, gate_up, act, rows, ffn, c.stream);
     else kernels::silu_then_mul(c.dt, gate_up, act, rows, ffn, c.stream);
   }
