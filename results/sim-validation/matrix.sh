@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The sim validation matrix (issue 28 item 1): the cells of matrix-cells.tsv, each its own folder
 # under OUT (default results/sim-validation/matrix/), then matrix.md from matrix_summarize.py.
-# Resumable by cell: a cell whose validation/validation.json holds both loads is skipped, so a later
-# session runs the cells still missing with the same command.
+# Resumable by cell: a cell whose validation/validation.json holds both loads, run from its YAML as it
+# is now (scenario-as-run.yaml), is skipped, so a later session runs the cells still missing (or
+# changed) with the same command.
 # Usage: bash results/sim-validation/matrix.sh [gpu|h100|dry|summary]
 #   gpu (on the GPU machine, BIN=build-gpu/servelab): for each h200 cell in priority order (CELLS:
 #     only these), `servelab profile --backend cuda --for-scenario CELL.yaml --interleave`, the sim's
@@ -35,8 +36,8 @@ cells() {  # cells GPU: the rows of that GPU, in priority order, as tab-separate
   grep -v '^#' "$here/matrix-cells.tsv" | awk -F'\t' -v g="$1" '$2 == g' | sort -t$'\t' -k8,8 -s
 }
 wanted() { [ -z "${CELLS:-}" ] || [[ " $CELLS " == *" $1 "* ]]; }
-done_cell() {  # a validation.json with a run at every load
-  [ -f "$1/validation/validation.json" ] &&
+done_cell() {  # done_cell DIR YAML: a validation.json with a run at every load, run from this YAML as it is now
+  cmp -s "$2" "$1/scenario-as-run.yaml" && [ -f "$1/validation/validation.json" ] &&
     python3 -c 'import json,sys; sys.exit(0 if len(json.load(open(sys.argv[1]))["runs"]) >= 2 else 1)' \
       "$1/validation/validation.json"
 }
@@ -51,9 +52,10 @@ pack() {  # gzip the big outputs; report.html is not kept
 
 run_cell() {  # run_cell NAME YAML: one gpu (or dry) cell
   local name=$1 yaml=$2 dir=$out/$1
-  if done_cell "$dir"; then echo "$name: done, skipped"; return 0; fi
+  if done_cell "$dir" "$yaml"; then echo "$name: done, skipped"; return 0; fi
   if [ "$(left)" -lt "$min_cell_s" ]; then echo "$name: $(left) s left, not started"; return 0; fi
   rm -rf "$dir" && mkdir -p "$dir"
+  cp "$yaml" "$dir/scenario-as-run.yaml"  # a cell whose YAML changes after its run is run again
   local -a real=() prof=() sim=(--set "backend={kind: sim, sim_profile: $(realpath "$dir")/profile.json}")
   local kv=paged
   grep -q 'kind: naive' "$yaml" && kv=naive

@@ -26,6 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 FIGURES = ["ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "output_throughput"]
 SHORT = {"ttft_p50_ms": "TTFT p50", "ttft_p99_ms": "TTFT p99", "tpot_p50_ms": "TPOT p50",
          "tpot_p99_ms": "TPOT p99", "output_throughput": "throughput"}
+SLACK_MS = 1e-6  # analysis/metrics.cpp kSloSlackMs
 TARGET = {"ttft_p50_ms": 0.05, "tpot_p50_ms": 0.05, "ttft_p99_ms": 0.10, "tpot_p99_ms": 0.10,
           "output_throughput": 0.10}
 
@@ -78,6 +79,21 @@ def figures(records):
     return {"ttft_p50_ms": percentile(ttft, 50), "ttft_p99_ms": percentile(ttft, 99),
             "tpot_p50_ms": percentile(tpot, 50), "tpot_p99_ms": percentile(tpot, 99),
             "output_throughput": out_tokens / d if d > 0 else float("nan")}
+
+
+def attainment(records, slo):
+    """Share of the run's requests meeting the SLO's TTFT and TPOT bounds (analysis/metrics.cpp)."""
+    met = 0
+    for r in records:
+        if r.get("status") != "ok" or r["output_tokens"] <= 0:
+            continue
+        t_ms = (r["first_token_s"] - r["arrival_s"]) * 1000.0
+        ok = t_ms <= slo["ttft_ms"] + SLACK_MS
+        if r["output_tokens"] > 1:
+            e2e_ms = (last_token(r) - r["arrival_s"]) * 1000.0
+            ok = ok and (e2e_ms - t_ms) / (r["output_tokens"] - 1) <= slo["tpot_ms"] + SLACK_MS
+        met += ok
+    return met / len(records) if records else float("nan")
 
 
 def noise(records, n_resamples=200, level=0.95, seed=1):
@@ -183,6 +199,7 @@ def cell_rows(c, out):
         rows.append({"load": run["load"], "rate": run["rate"], "n": len(real),
                      "errors": {f: (fs[f] - fr[f]) / fr[f] for f in FIGURES}, "noise": nz,
                      "real": fr, "sim": fs,
+                     "attainment": (attainment(real, vj["slo"]), attainment(sim, vj["slo"])),
                      "steps": run.get("steps", {}).get("total_error", float("nan")) if steps_from else float("nan"),
                      "preemptions": (pre.get("real"), sum(r.get("preemptions", 0) for r in sim)),
                      "commit": vj.get("environment", {}).get("commit", "?")})
@@ -209,8 +226,9 @@ def main():
              "held out = kept out of any tuning (fixed before any error was seen). steps = Σ predicted / Σ "
              "measured − 1 over the real run's steps (validate-sim; – for re-predicted cells).", "",
              "| cell | GPU | model | arrival | shape | strategy | held out | load | rate (req/s) | requests | steps "
-             "| TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | throughput | preemptions real / sim | pass |",
-             "|" + "---|" * 18]
+             "| TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | throughput | SLO attainment real / sim "
+             "| preemptions real / sim | pass |",
+             "|" + "---|" * 19]
     missing, n_pass, n_rows = [], 0, 0
     summary = []
     for c in cells:
@@ -230,11 +248,13 @@ def main():
             lines.append(f"| {c['cell']} | {c['gpu'].upper()} | {c['model']} | {c['arrival']} | {c['shape']} | "
                          f"{c['strategy']} | {c['held_out']} | {r['load']:.0%} | {r['rate']:.4g} | {r['n']} | "
                          f"{pct(r['steps'])} | " + " | ".join(cellf) +
+                         f" | {pct(r['attainment'][0], False)} / {pct(r['attainment'][1], False)}"
                          f" | {pre[0] if pre[0] is not None else '–'} / {pre[1]} | {'pass' if ok else 'FAIL'} |")
             summary.append({"cell": c["cell"], "load": r["load"], "rate": r["rate"], "n_requests": r["n"],
                             "held_out": c["held_out"] == "yes", "pass": ok, "steps_error": r["steps"],
                             "errors": r["errors"], "noise": r["noise"], "real": r["real"], "sim": r["sim"],
-                            "preemptions": {"real": pre[0], "sim": pre[1]}, "real_commit": r["commit"]})
+                            "preemptions": {"real": pre[0], "sim": pre[1]},
+                            "slo_attainment": {"real": r["attainment"][0], "sim": r["attainment"][1]}, "real_commit": r["commit"]})
     lines += ["", f"{n_pass} of {n_rows} cell × load rows meet every target."]
     if missing:
         lines += ["", "Cells without both loads measured:", ""]
