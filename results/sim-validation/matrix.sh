@@ -11,8 +11,10 @@
 #     Poisson arrivals, whose capacity becomes the ramp's end rate, workload.arrival.ramp_to), then
 #     `validate-sim --capacity` at 50% and 85% of it, N_REQUESTS (1000) a run. DEADLINE (epoch s):
 #     a cell is not started with less than MIN_CELL_S (120) left, nor run when the real runs'
-#     wall time n / rate at both loads (plus 30 s) would pass it: it is left with skipped.txt (its
+#     wall time n / rate at its loads (plus 30 s) would pass it: it is left with skipped.txt (its
 #     capacity and that cost), and validate-sim runs under `timeout` to DEADLINE - 20 s.
+#     LOADS=0.5 or LOADS=0.85: that load alone, in CELL/load-L/ (its own profile and capacity): a
+#     cell too long for one call runs its two loads in two calls.
 #   h100: the h100 cells here (sim only, CPU): a past validate-sim's real runs re-predicted with
 #     today's sim from the profile of that same call, the same plans (`servelab run` on the sim at
 #     each run's rate and request count; matrix_summarize.py checks request by request that the
@@ -36,10 +38,15 @@ cells() {  # cells GPU: the rows of that GPU, in priority order, as tab-separate
   grep -v '^#' "$here/matrix-cells.tsv" | awk -F'\t' -v g="$1" '$2 == g' | sort -t$'\t' -k8,8 -s
 }
 wanted() { [ -z "${CELLS:-}" ] || [[ " $CELLS " == *" $1 "* ]]; }
-done_cell() {  # done_cell DIR YAML: a validation.json with a run at every load, run from this YAML as it is now
+loads=${LOADS:-0.5,0.85}
+n_loads() { tr ',' '\n' <<< "$loads" | grep -c .; }
+measured() {  # measured DIR YAML N: DIR/validation/validation.json has N runs, run from this YAML as it is now
   cmp -s "$2" "$1/scenario-as-run.yaml" && [ -f "$1/validation/validation.json" ] &&
-    python3 -c 'import json,sys; sys.exit(0 if len(json.load(open(sys.argv[1]))["runs"]) >= 2 else 1)' \
-      "$1/validation/validation.json"
+    python3 -c 'import json,sys; sys.exit(0 if len(json.load(open(sys.argv[1]))["runs"]) >= int(sys.argv[2]) else 1)' \
+      "$1/validation/validation.json" "$3"
+}
+done_cell() {  # done_cell DIR YAML: both loads measured, in one call (DIR) or one call each (DIR/load-L)
+  measured "$1" "$2" 2 || { measured "$1/load-0.5" "$2" 1 && measured "$1/load-0.85" "$2" 1; }
 }
 left() { [ "$deadline" = 0 ] && echo 100000 || echo $((deadline - $(date +%s))); }
 capacity_of() {  # capacity_of DIR: capacity_rps of capacity.json's first strategy
@@ -50,9 +57,14 @@ pack() {  # gzip the big outputs; report.html is not kept
   return 0
 }
 
-run_cell() {  # run_cell NAME YAML: one gpu (or dry) cell
+run_cell() {  # run_cell NAME YAML: one gpu (or dry) cell, at LOADS (one load: in DIR/load-L)
   local name=$1 yaml=$2 dir=$out/$1
   if done_cell "$dir" "$yaml"; then echo "$name: done, skipped"; return 0; fi
+  if [ "$(n_loads)" = 1 ]; then
+    measured "$dir/load-$loads" "$yaml" 1 && { echo "$name: load $loads done, skipped"; return 0; }
+    [ -f "$dir/scenario-as-run.yaml" ] && rm -rf "$dir"  # a whole-cell run (or a failed one) gives way
+    dir=$dir/load-$loads
+  fi
   if [ "$(left)" -lt "$min_cell_s" ]; then echo "$name: $(left) s left, not started"; return 0; fi
   rm -rf "$dir" && mkdir -p "$dir"
   cp "$yaml" "$dir/scenario-as-run.yaml"  # a cell whose YAML changes after its run is run again
@@ -97,15 +109,18 @@ run_cell() {  # run_cell NAME YAML: one gpu (or dry) cell
   fi
   local cap cost
   cap=$(capacity_of "$dir/capacity")
-  cost=$(python3 -c "print(round($n / (0.5 * $cap) + $n / (0.85 * $cap) + 30))")
+  # n / the mean rate at each load (a ramp's: halfway from the load's rate to ramp_to), + 30 s
+  cost=$(python3 -c "
+ramp = float('${ramp[*]}'.rpartition('=')[2] or 0)
+print(round(sum($n / ((l * $cap + ramp) / 2 if ramp else l * $cap) for l in [$loads]) + 30))")
   echo "$name: sim capacity $cap req/s, real runs ~$cost s, $(left) s left"
   if [ "$cost" -gt "$(( $(left) - 20 ))" ]; then
-    echo "not run: sim capacity $cap req/s; the real runs of $n requests at 50% and 85% would take ~$cost s, $(left) s were left" \
+    echo "not run: sim capacity $cap req/s; the real runs of $n requests at loads $loads would take ~$cost s, $(left) s were left" \
       | tee "$dir/skipped.txt"
     return 0
   fi
   local -a args=(validate-sim "$yaml" "${real[@]}" "${ramp[@]}" --profile "$dir/profile.json" --capacity "$cap"
-                 --n-requests "$n" --out "$dir/validation")
+                 --loads "$loads" --n-requests "$n" --out "$dir/validation")
   [ "$what" = dry ] && args+=(--warmup-requests 2)
   echo "$bin ${args[*]}" >> "$dir/cell.txt"
   local rc=0

@@ -162,49 +162,58 @@ def load_cells(tsv):
     return cells
 
 
-def cell_rows(c, out):
-    """(rows, note): rows of measured loads, or a note why the cell has none."""
+def run_folders(c, out):
+    """(real records, sim records, validation.json, steps known) of each folder holding runs of a cell."""
     d = os.path.join(out, c["cell"])
     if c["gpu"] == "h100":
         past = os.path.join(HERE, c["source"].split(":")[0])
-        real_path = first_existing(os.path.join(past, "records_real.jsonl.gz"), os.path.join(past, "records_real.jsonl"))
-        sim_path = first_existing(os.path.join(d, "sim", "records.jsonl.gz"), os.path.join(d, "sim", "records.jsonl"))
-        vpath = os.path.join(past, "validation.json")
-        steps_from = None
-    else:
-        v = os.path.join(d, "validation")
-        real_path = first_existing(os.path.join(v, "records_real.jsonl.gz"), os.path.join(v, "records_real.jsonl"))
-        sim_path = first_existing(os.path.join(v, "records_sim.jsonl.gz"), os.path.join(v, "records_sim.jsonl"))
-        vpath = os.path.join(v, "validation.json")
-        steps_from = vpath
-        skipped = os.path.join(d, "skipped.txt")
-        if not real_path and os.path.exists(skipped):
-            return [], open(skipped).read().strip()
-    if not (real_path and sim_path and os.path.exists(vpath)):
-        return [], "not run yet"
-    vj = json.load(open(vpath))
-    runs = vj["runs"]
-    reals, sims = by_run(read_records(real_path)), by_run(read_records(sim_path))
+        return [(first_existing(os.path.join(past, "records_real.jsonl.gz"), os.path.join(past, "records_real.jsonl")),
+                 first_existing(os.path.join(d, "sim", "records.jsonl.gz"), os.path.join(d, "sim", "records.jsonl")),
+                 os.path.join(past, "validation.json"), False)]
+    # both loads in one call (CELL/validation), or one call a load (CELL/load-L/validation)
+    parts = [d] + sorted(os.path.join(d, x) for x in (os.listdir(d) if os.path.isdir(d) else []) if x.startswith("load-"))
+    out_ = []
+    for p in parts:
+        v = os.path.join(p, "validation")
+        out_.append((first_existing(os.path.join(v, "records_real.jsonl.gz"), os.path.join(v, "records_real.jsonl")),
+                     first_existing(os.path.join(v, "records_sim.jsonl.gz"), os.path.join(v, "records_sim.jsonl")),
+                     os.path.join(v, "validation.json"), True))
+    return out_
+
+
+def cell_rows(c, out):
+    """(rows, note): rows of measured loads, or a note why the cell has none."""
     rows = []
-    for i, run in enumerate(sorted(runs, key=lambda r: r["rate"])):
-        if i >= len(reals) or i >= len(sims):
-            break
-        real, sim = reals[i], sims[i]
-        check_same_plan(f"{c['cell']} at {run['load']:.0%}", real, sim)
-        fr, fs, nz = figures(real), figures(sim), noise(real)
-        check_against(c["cell"], run["load"], fr, run["figures"], "real")
-        if steps_from:  # validate-sim's own sim run: the same records
-            check_against(c["cell"], run["load"], fs, run["figures"], "sim")
-        pre = run.get("preemptions", {})
-        rows.append({"load": run["load"], "rate": run["rate"], "n": len(real),
-                     "errors": {f: (fs[f] - fr[f]) / fr[f] for f in FIGURES}, "noise": nz,
-                     "real": fr, "sim": fs,
-                     "attainment": (attainment(real, vj["slo"]), attainment(sim, vj["slo"])),
-                     "steps": run.get("steps", {}).get("total_error", float("nan")) if steps_from else float("nan"),
-                     "preemptions": (pre.get("real"), sum(r.get("preemptions", 0) for r in sim)),
-                     "commit": vj.get("environment", {}).get("commit", "?")})
-    note = "" if len(rows) >= 2 else f"{len(rows)} of 2 loads measured"
-    return rows, note
+    for real_path, sim_path, vpath, steps_known in run_folders(c, out):
+        if not (real_path and sim_path and os.path.exists(vpath)):
+            continue
+        vj = json.load(open(vpath))
+        reals, sims = by_run(read_records(real_path)), by_run(read_records(sim_path))
+        for i, run in enumerate(sorted(vj["runs"], key=lambda r: r["rate"])):
+            if i >= len(reals) or i >= len(sims):
+                break
+            real, sim = reals[i], sims[i]
+            check_same_plan(f"{c['cell']} at {run['load']:.0%}", real, sim)
+            fr, fs, nz = figures(real), figures(sim), noise(real)
+            check_against(c["cell"], run["load"], fr, run["figures"], "real")
+            if steps_known:  # validate-sim's own sim run: the same records
+                check_against(c["cell"], run["load"], fs, run["figures"], "sim")
+            pre = run.get("preemptions", {})
+            rows.append({"load": run["load"], "rate": run["rate"], "n": len(real),
+                         "errors": {f: (fs[f] - fr[f]) / fr[f] for f in FIGURES}, "noise": nz,
+                         "real": fr, "sim": fs,
+                         "attainment": (attainment(real, vj["slo"]), attainment(sim, vj["slo"])),
+                         "steps": run.get("steps", {}).get("total_error", float("nan")) if steps_known else float("nan"),
+                         "preemptions": (pre.get("real"), sum(r.get("preemptions", 0) for r in sim)),
+                         "commit": vj.get("environment", {}).get("commit", "?")})
+    rows.sort(key=lambda r: r["load"])
+    if len(rows) >= 2:
+        return rows, ""
+    d = os.path.join(out, c["cell"])
+    skipped = [os.path.join(r, f) for r, _, fs in os.walk(d) for f in fs if f == "skipped.txt"] if os.path.isdir(d) else []
+    if skipped:
+        return rows, "; ".join(open(p).read().strip() for p in sorted(skipped))
+    return rows, f"{len(rows)} of 2 loads measured" if rows else "not run yet"
 
 
 def pct(x, signed=True):
