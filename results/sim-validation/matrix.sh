@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# The sim validation matrix (issue 28 item 1): the cells of matrix-cells.tsv, each its own folder
+# under OUT (default results/sim-validation/matrix/), then matrix.md from matrix_summarize.py.
+# Resumable by cell: a cell whose validation/validation.json holds both loads, run from its YAML as it
+# is now (scenario-as-run.yaml), is skipped, so a later session runs the cells still missing (or
+# changed) with the same command.
+# Usage: bash results/sim-validation/matrix.sh [gpu|h100|dry|summary]
+#   gpu (on the GPU machine, BIN=build-gpu/servelab): for each h200 cell in priority order (CELLS:
+#     only these), `servelab profile --backend cuda --for-scenario CELL.yaml --interleave`, the sim's
+#     capacity of the cell on that profile (`servelab capacity`; for a ramp cell first under plain
+#     Poisson arrivals, whose capacity becomes the ramp's end rate, workload.arrival.ramp_to), then
+#     `validate-sim --capacity` at 50% and 85% of it, N_REQUESTS (1000) a run. DEADLINE (epoch s):
+#     a cell is not started with less than MIN_CELL_S (120) left, nor run when the real runs'
+#     wall time n / rate at its loads (plus 30 s) would pass it: it is left with skipped.txt (its
+#     capacity and that cost), and validate-sim runs under `timeout` to DEADLINE - 20 s.
+#     LOADS=0.5 or LOADS=0.85: that load alone, in CELL/load-L/ (its own profile and capacity): a
+#     cell too long for one call runs its two loads in two calls.
+#   h100: the h100 cells here (sim only, CPU): a past validate-sim's real runs re-predicted with
+#     today's sim from the profile of that same call, the same plans (`servelab run` on the sim at
+#     each run's rate and request count; matrix_summarize.py checks request by request that the
+#     prompts and outputs match the real records).
+#   dry: the gpu path on the cpu backend with the tiny preset, a small grid and few requests
+#     (DRY_REQUESTS, default 12), under OUT (default /tmp/matrix-dry), to catch script bugs here.
+#   summary: matrix_summarize.py over OUT into OUT/../matrix.md (or MATRIX_MD).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+here=results/sim-validation
+what=${1:-summary}
+bin=${BIN:-build-dev/servelab}
+out=${OUT:-$here/matrix}
+[ "$what" = dry ] && out=${OUT:-/tmp/matrix-dry}
+n=${N_REQUESTS:-1000}
+[ "$what" = dry ] && n=${DRY_REQUESTS:-12}
+deadline=${DEADLINE:-0}
+min_cell_s=${MIN_CELL_S:-120}
+
+cells() {  # cells GPU: the rows of that GPU, in priority order, as tab-separated fields
+  grep -v '^#' "$here/matrix-cells.tsv" | awk -F'\t' -v g="$1" '$2 == g' | sort -t$'\t' -k8,8 -s
+}
+wanted() { [ -z "${CELLS:-}" ] || [[ " $CELLS " == *" $1 "* ]]; }
+loads=${LOADS:-0.5,0.85}
+n_loads() { tr ',' '\n' <<< "$loads" | grep -c .; }
+measured() {  # measured DIR YAML N: DIR/validation/validation.json has N runs, run from this YAML as it is now
+  cmp -s "$2" "$1/scenario-as-run.yaml" && [ -f "$1/validation/validation.json" ] &&
+    python3 -c 'import json,sys; sys.exit(0 if len(json.load(open(sys.argv[1]))["runs"]) >= int(sys.argv[2]) else 1)' \
+      "$1/validation/validation.json" "$3"
+}
+done_cell() {  # done_cell DIR YAML: both loads measured, in one call (DIR) or one call each (DIR/load-L)
+  measured "$1" "$2" 2 || { measured "$1/load-0.5" "$2" 1 && measured "$1/load-0.85" "$2" 1; }
+}
+left() { [ "$deadline" = 0 ] && echo 100000 || echo $((deadline - $(date +%s))); }
+capacity_of() {  # capacity_of DIR: capacity_rps of capacity.json's first strategy
+  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]+"/capacity.json"))["strategies"][0]["capacity_rps"])' "$1"
+}
+pack() {  # gzip the big outputs; report.html is not kept
+  for f in "$@"; do [ -f "$f" ] && gzip -9f "$f"; done
+  return 0
+}
+
+run_cell() {  # run_cell NAME YAML: one gpu (or dry) cell, at LOADS (one load: in DIR/load-L)
+  local name=$1 yaml=$2 dir=$out/$1
+  if done_cell "$dir" "$yaml"; then echo "$name: done, skipped"; return 0; fi
+  if [ "$(n_loads)" = 1 ]; then
+    measured "$dir/load-$loads" "$yaml" 1 && { echo "$name: load $loads done, skipped"; return 0; }
+    [ -f "$dir/scenario-as-run.yaml" ] && rm -rf "$dir"  # a whole-cell run (or a failed one) gives way
+    dir=$dir/load-$loads
+  fi
+  if [ "$(left)" -lt "$min_cell_s" ]; then echo "$name: $(left) s left, not started"; return 0; fi
+  rm -rf "$dir" && mkdir -p "$dir"
+  cp "$yaml" "$dir/scenario-as-run.yaml"  # a cell whose YAML changes after its run is run again
+  local -a real=() prof=() sim=(--set "backend={kind: sim, sim_profile: $(realpath "$dir")/profile.json}")
+  local kv=paged
+  grep -q 'kind: naive' "$yaml" && kv=naive
+  if [ "$what" = dry ]; then
+    real=(--set model.preset=tiny --set "backend={kind: cpu, threads: 1}" --set engine.kv_cache_mb=64
+          --set engine.max_model_len=256 --set "workload.prompt_tokens={dist: uniform, min: 8, max: 96}"
+          --set "workload.output_tokens={dist: uniform, min: 2, max: 24}" --set capacity.n_requests=48
+          --set slo.ttft_ms=20 --set slo.tpot_ms=5
+          --set strategies.0.max_num_seqs=16 --set strategies.0.max_num_batched_tokens=128)
+    prof=(--preset tiny --threads 1 --kv "$kv" --prefill-lens 8,32,96 --batch 1,2,4,8 --contexts 32,128
+          --chunk-lens 32,128 --prompt-len 32 --max-rows 512 --repeats 1)
+  else
+    prof=(--backend cuda --seed 1 --kv "$kv" --for-scenario "$yaml" --interleave --repeats 3 --min-point-s 0.5)
+    local mib
+    mib=$(sed -n 's/.*kv_cache_mb: *\([0-9]*\).*/\1/p' "$yaml" | head -1)
+    # naive regions spread over the run's arena (engine.kv_cache_mb MiB, --kv-gb in 1e9 bytes)
+    [ "$kv" = naive ] && prof+=(--kv-spread --kv-gb "$(python3 -c "print($mib * 1048576 / 1e9)")")
+    prof+=(--preset "$(sed -n 's/^model: {preset: \([^,}]*\).*/\1/p' "$yaml")")
+  fi
+  { echo "cell $name ($yaml), $(date -u +%FT%TZ), commit ${SERVELAB_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no GPU (dry)"; } > "$dir/cell.txt"
+  echo "$name: profile"
+  echo "$bin profile ${prof[*]} --json $dir/profile.json" >> "$dir/cell.txt"
+  if ! "$bin" profile "${prof[@]}" --json "$dir/profile.json" > "$dir/profile.txt" 2>&1; then
+    echo "not run: the profile failed (profile.txt)" | tee "$dir/skipped.txt"; return 0
+  fi
+  local -a ramp=()
+  if [[ $name == *-ramp-* ]]; then  # the ramp ends at the cell's capacity under plain Poisson arrivals
+    if ! "$bin" capacity "$yaml" "${real[@]}" "${sim[@]}" --quiet --no-plots --out "$dir/capacity-poisson" \
+        > "$dir/capacity-poisson.txt" 2>&1; then
+      echo "not run: no sim capacity under Poisson (capacity-poisson.txt)" | tee "$dir/skipped.txt"; return 0
+    fi
+    ramp=(--set "workload.arrival.ramp_to=$(capacity_of "$dir/capacity-poisson")")
+    echo "ramp: ${ramp[*]}" >> "$dir/cell.txt"
+  fi
+  if ! "$bin" capacity "$yaml" "${real[@]}" "${ramp[@]}" "${sim[@]}" --quiet --no-plots --out "$dir/capacity" \
+      > "$dir/capacity.txt" 2>&1; then
+    echo "not run: no sim capacity (capacity.txt)" | tee "$dir/skipped.txt"; return 0
+  fi
+  local cap cost
+  cap=$(capacity_of "$dir/capacity")
+  # n / the mean rate at each load (a ramp's: halfway from the load's rate to ramp_to), + 30 s
+  cost=$(python3 -c "
+ramp = float('${ramp[*]}'.rpartition('=')[2] or 0)
+print(round(sum($n / ((l * $cap + ramp) / 2 if ramp else l * $cap) for l in [$loads]) + 30))")
+  echo "$name: sim capacity $cap req/s, real runs ~$cost s, $(left) s left"
+  if [ "$cost" -gt "$(( $(left) - 20 ))" ]; then
+    echo "not run: sim capacity $cap req/s; the real runs of $n requests at loads $loads would take ~$cost s, $(left) s were left" \
+      | tee "$dir/skipped.txt"
+    return 0
+  fi
+  local -a args=(validate-sim "$yaml" "${real[@]}" "${ramp[@]}" --profile "$dir/profile.json" --capacity "$cap"
+                 --loads "$loads" --n-requests "$n" --out "$dir/validation")
+  [ "$what" = dry ] && args+=(--warmup-requests 2)
+  echo "$bin ${args[*]}" >> "$dir/cell.txt"
+  local rc=0
+  if [ "$deadline" = 0 ]; then "$bin" "${args[@]}" > "$dir/validate.txt" 2>&1 || rc=$?
+  else timeout "$(( $(left) - 20 ))" "$bin" "${args[@]}" > "$dir/validate.txt" 2>&1 || rc=$?; fi
+  echo "$name: validate-sim rc $rc"
+  echo "validate-sim rc $rc" >> "$dir/cell.txt"
+  rm -f "$dir"/capacity*/report.html
+  pack "$dir/validation/records_real.jsonl" "$dir/validation/records_sim.jsonl" "$dir/validation/steps_real.jsonl"
+}
+
+if [ "$what" = gpu ] || [ "$what" = dry ]; then
+  mkdir -p "$out"
+  while IFS=$'\t' read -r name _ _ _ _ _ _ _ src; do
+    wanted "$name" && run_cell "$name" "$here/$src"
+  done < <(cells h200)
+  [ "$what" = dry ] && python3 "$here/matrix_summarize.py" "$out" --md "$out/matrix.md" && cat "$out/matrix.md"
+fi
+
+if [ "$what" = h100 ]; then
+  while IFS=$'\t' read -r name _ _ _ _ strategy _ _ src; do
+    wanted "$name" || continue
+    dir=$out/$name past=$here/${src%%:*} profile=$here/$(dirname "${src%%:*}")/${src##*:}
+    if [ -f "$dir/sim/records.jsonl.gz" ]; then echo "$name: done, skipped"; continue; fi
+    rm -rf "$dir" && mkdir -p "$dir"
+    # The runs of the past validate-sim: their rates and request counts, and its scenario as it was then.
+    read -r rates nreq < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))
+print("[" + ",".join(repr(r["rate"]) for r in j["runs"]) + "]", j["runs"][0]["n_requests"])' "$past/validation.json")
+    commit=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["environment"]["commit"])' "$past/validation.json")
+    git show "$commit:$here/gpu-llama2-7b.yaml" > "$dir/scenario.yaml" 2>/dev/null || cp "$here/gpu-llama2-7b.yaml" "$dir/scenario.yaml"
+    strat=$(python3 - "$dir/scenario.yaml" "$strategy" <<'PY'
+import sys
+# the strategy's block of the scenario's `strategies:` list, as a flow-style YAML list of one
+lines, name, out, on = open(sys.argv[1]).read().split("\n"), sys.argv[2], [], False
+for l in lines:
+    if l.startswith("  - label:"): on = l.split(":", 1)[1].strip() == name
+    elif not l.startswith("    "): on = False
+    if on: out.append(l[4:].strip())
+kv = [f"{k.strip()}: {v.strip()}" for k, v in (x.split(":", 1) for x in out)]
+print("[{" + ", ".join(kv) + "}]")
+PY
+)
+    { echo "cell $name: re-predicted from $past (real runs at commit $commit) with $profile, $(date -u +%FT%TZ),"
+      echo "sim at commit $(git rev-parse --short HEAD), rates $rates, $nreq requests a run, strategies=$strat"; } > "$dir/cell.txt"
+    "$bin" run "$dir/scenario.yaml" --out "$dir/sim" --force --quiet --no-plots \
+      --set "backend={kind: sim, sim_profile: $PWD/$profile}" --set "strategies=$strat" \
+      --set "workload.rates=$rates" --set "workload.n_requests=$nreq"
+    rm -f "$dir/sim/report.html"
+    pack "$dir/sim/records.jsonl" "$dir/sim/steps.jsonl"
+    echo "$name: re-predicted"
+  done < <(cells h100)
+fi
+
+if [ "$what" = summary ] || [ "$what" = h100 ]; then
+  python3 "$here/matrix_summarize.py" "$out" --md "${MATRIX_MD:-$here/matrix.md}"
+fi

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Checks of matrix_summarize.py on hand-made records (stdlib unittest, < 1 s):
+python3 results/sim-validation/matrix_summarize_test.py"""
+import math
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import matrix_summarize as ms  # noqa: E402
+
+
+def rec(i, arrival, first, end, out, prompt=10, status="ok", run="s@1"):
+    return {"id": i, "arrival_s": arrival, "first_token_s": first, "end_s": end, "output_tokens": out,
+            "prompt_tokens": prompt, "status": status, "run": run, "token_times_s": []}
+
+
+class Percentile(unittest.TestCase):
+    def test_interpolates_between_order_statistics(self):
+        self.assertEqual(ms.percentile([1.0, 2.0, 3.0, 4.0], 50), 2.5)
+        self.assertAlmostEqual(ms.percentile([0.0, 10.0], 99), 9.9)
+        self.assertEqual(ms.percentile([5.0], 99), 5.0)
+        self.assertTrue(math.isnan(ms.percentile([], 50)))
+
+
+class Figures(unittest.TestCase):
+    def test_ttft_tpot_and_throughput(self):
+        # TTFT 100 / 300 ms; TPOT (1.1 - 0.1) / 10 = 100 ms and (2.3 - 0.3) / 4 = 500 ms;
+        # 16 tokens over 0 .. 2.3 s (the last finish)
+        f = ms.figures([rec(1, 0.0, 0.1, 1.1, 11), rec(2, 0.0, 0.3, 2.3, 5)])
+        self.assertAlmostEqual(f["ttft_p50_ms"], 200.0)
+        self.assertAlmostEqual(f["ttft_p99_ms"], 100.0 + 0.99 * 200.0)
+        self.assertAlmostEqual(f["tpot_p50_ms"], 300.0)
+        self.assertAlmostEqual(f["output_throughput"], 16 / 2.3)
+
+    def test_failed_requests_count_in_the_window_not_the_latencies(self):
+        f = ms.figures([rec(1, 0.0, 0.1, 1.1, 11), rec(2, 0.0, -1, 4.0, 0, status="error")])
+        self.assertAlmostEqual(f["ttft_p50_ms"], 100.0)
+        self.assertAlmostEqual(f["output_throughput"], 11 / 4.0)
+
+    def test_one_token_requests_have_no_tpot(self):
+        f = ms.figures([rec(1, 0.0, 0.1, 0.1, 1), rec(2, 0.0, 0.2, 1.2, 11)])
+        self.assertAlmostEqual(f["tpot_p50_ms"], 100.0)
+
+
+class Attainment(unittest.TestCase):
+    def test_both_bounds(self):
+        slo = {"ttft_ms": 150.0, "tpot_ms": 200.0}
+        rs = [rec(1, 0.0, 0.1, 1.1, 11),  # TTFT 100, TPOT 100: meets
+              rec(2, 0.0, 0.3, 1.3, 11),  # TTFT 300: misses
+              rec(3, 0.0, 0.1, 3.1, 11)]  # TPOT 300: misses
+        self.assertAlmostEqual(ms.attainment(rs, slo), 1 / 3)
+
+
+class Noise(unittest.TestCase):
+    def test_seeded_and_wider_for_a_spread_sample(self):
+        tight = [rec(i, 0.0, 0.1 + 0.001 * (i % 3), 1.1, 11) for i in range(200)]
+        wide = [rec(i, 0.0, 0.1 + 0.05 * (i % 7), 1.1, 11) for i in range(200)]
+        a, b = ms.noise(tight), ms.noise(tight)
+        self.assertEqual(a, b)
+        self.assertLess(a["ttft_p50_ms"], ms.noise(wide)["ttft_p50_ms"])
+
+
+class Plans(unittest.TestCase):
+    def test_a_different_plan_fails_loudly(self):
+        real = [rec(1, 0.0, 0.1, 1.1, 11), rec(2, 0.0, 0.1, 1.1, 11)]
+        ms.check_same_plan("same", real, [dict(r) for r in real])
+        sim = [dict(r) for r in real]
+        sim[1]["output_tokens"] = 12
+        with self.assertRaises(SystemExit):
+            ms.check_same_plan("differs", real, sim)
+
+    def test_runs_are_ordered_by_rate(self):
+        rs = [rec(1, 0, 0.1, 1, 2, run="p@10.5"), rec(2, 0, 0.1, 1, 2, run="p@2"), rec(3, 0, 0.1, 1, 2, run="p@10.5")]
+        self.assertEqual([len(g) for g in ms.by_run(rs)], [1, 2])
+        self.assertEqual(ms.by_run(rs)[0][0]["run"], "p@2")
+
+
+if __name__ == "__main__":
+    unittest.main()
