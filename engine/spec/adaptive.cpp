@@ -122,8 +122,8 @@ bool SpecRateMeter::decided(int batch) const { return is_decided(buckets_[bucket
 int SpecRateMeter::interval_of(const Bucket& b) {
   const bool best = b.rate[1] > b.rate[0];
   const double lead = best ? b.rate[1] / b.rate[0] : b.rate[0] / b.rate[1];
-  if (!(lead > kFar)) return kExplore;
-  return best ? kExploreFar : std::max(kExploreFar, b.backoff);
+  const int base = lead > kFar ? kExploreFar : kExplore;
+  return best ? base : std::max(base, b.backoff);
 }
 
 int SpecRateMeter::explore_interval(int batch) const {
@@ -174,9 +174,9 @@ void SpecRateMeter::record(int batch, bool with_drafts, int tokens, double secon
   if (b.seen[i]++ == 0) return;  // a first step may pay one-time costs (graph capture)
   b.rate[i] = b.seen[i] == 2 ? r : (1.0 - kWeight) * b.rate[i] + kWeight * r;
   if (!explored) return;
-  const bool still_far = b.rate[0] > kFar * b.rate[1];
+  const bool still_losing = b.rate[0] > b.rate[1];
   const bool accept_up = acceptance >= 0.0 && accept_before >= 0.0 && acceptance > accept_before + kAcceptShift;
-  b.backoff = still_far && !accept_up ? std::min(kExploreMax, 2 * std::max(kExploreFar, b.backoff)) : 0;
+  b.backoff = still_losing && !accept_up ? std::min(kExploreMax, 2 * interval_of(b)) : 0;
 }
 
 double SpecRateMeter::rate(int batch, bool with_drafts) const {

@@ -74,15 +74,16 @@ SpecVerdict price_speculation(const SpecPricing& pricing, std::span<const Drawin
 /// CUDA graph); then the faster, with the other tried once every kExplore steps so the choice
 /// follows acceptance as it changes (every kExploreFar steps while the loser yields under 1/kFar
 /// of the winner: a draft that must catch up on many tokens makes each look costly).
-/// Where drafts lose by more than kFar, each exploring step that leaves them losing by more than
-/// kFar doubles the interval to the next, up to kExploreMax: an exploring step makes the draft
-/// catch up on every token since the last one (a 32-user step with drafts took 16 ms against 5.7
-/// on an H200) and shifts the sequences it accepts drafts for. The interval goes back to
+/// Where drafts lose, each exploring step that leaves them losing doubles the interval to the next,
+/// up to kExploreMax: an exploring step makes the draft catch up on every token since the last one
+/// (a 32-user step with drafts took 16 ms against 5.7 on an H200), and the drafts it accepts move
+/// those sequences ahead of the others, so a closed loop's requests stop finishing together (the
+/// newcomers' prefills then land in the others' TPOT). The interval goes back to kExplore or
 /// kExploreFar when an exploring step's acceptance (accepted / drafted tokens) comes out more than
-/// kAcceptShift above the average of the bucket's steps with drafts, or when drafts stop losing by
-/// more than kFar. A bucket not yet measured takes the choice of a neighbour within two buckets that
-/// is decided by more than kFar, rather than warming up both (a closed loop draining from 64 users
-/// passes through every smaller bucket); it measures the other choice at that neighbour's interval
+/// kAcceptShift above the average of the bucket's steps with drafts, or when drafts win.
+/// A bucket not yet measured takes the choice of a neighbour within two buckets that is decided by
+/// more than kFar, rather than warming up both (a closed loop draining from 64 users passes
+/// through every smaller bucket); it measures the other choice at that neighbour's interval
 /// until it is decided itself.
 class SpecRateMeter {
  public:
