@@ -461,7 +461,7 @@ StepOutcome Engine::step(double now) {
     for (auto& [s, reason] : done) state_->retire(*s, reason, end, *kv_, *scheduler_, out);
     if (asked > 0 && spec_.adaptive && spec_.measured && decode_only)  // under the count it was asked by
       state_->spec_meter.record(asked, out.spec_drafts > 0, static_cast<int>(out.tokens.size()), out.duration_s,
-                                out.spec_draft_tokens > 0 ? double(out.spec_accepted_tokens) / out.spec_draft_tokens : -1.0);
+                                out.spec_draft_tokens, out.spec_accepted_tokens);
 
     out.batch_size = static_cast<int>(batch.entries.size());
     out.n_tokens = batch.n_tokens();

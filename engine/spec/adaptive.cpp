@@ -161,21 +161,23 @@ bool SpecRateMeter::speculate(int batch, bool priced) {
   return !best;
 }
 
-void SpecRateMeter::record(int batch, bool with_drafts, int tokens, double seconds, double acceptance) {
+void SpecRateMeter::record(int batch, bool with_drafts, int tokens, double seconds, int drafted, int accepted) {
   if (tokens <= 0 || !(seconds > 0.0)) return;
   Bucket& b = buckets_[bucket_of(batch)];
   const int i = with_drafts ? 1 : 0;
   const double r = tokens / seconds;
   // An exploring step: drafts in a bucket decided against them.
   const bool explored = with_drafts && is_decided(b) && b.rate[0] > b.rate[1];
-  const double accept_before = b.acceptance;
-  if (with_drafts && acceptance >= 0.0)
-    b.acceptance = accept_before < 0.0 ? acceptance : (1.0 - kWeight) * accept_before + kWeight * acceptance;
+  const double before = b.acceptance;
+  const double acceptance = drafted > 0 ? double(accepted) / drafted : -1.0;
+  if (acceptance >= 0.0) b.acceptance = before < 0.0 ? acceptance : (1.0 - kWeight) * before + kWeight * acceptance;
   if (b.seen[i]++ == 0) return;  // a first step may pay one-time costs (graph capture)
   b.rate[i] = b.seen[i] == 2 ? r : (1.0 - kWeight) * b.rate[i] + kWeight * r;
   if (!explored) return;
+  // Acceptance up by more than kAcceptShift and by more than 3 binomial sds of this step's drafts.
+  const bool accept_up = acceptance >= 0.0 && before >= 0.0 &&
+                         acceptance - before > std::max(kAcceptShift, 3.0 * std::sqrt(before * (1.0 - before) / drafted));
   const bool still_losing = b.rate[0] > b.rate[1];
-  const bool accept_up = acceptance >= 0.0 && accept_before >= 0.0 && acceptance > accept_before + kAcceptShift;
   b.backoff = still_losing && !accept_up ? std::min(kExploreMax, 2 * interval_of(b)) : 0;
 }
 

@@ -80,7 +80,8 @@ SpecVerdict price_speculation(const SpecPricing& pricing, std::span<const Drawin
 /// those sequences ahead of the others, so a closed loop's requests stop finishing together (the
 /// newcomers' prefills then land in the others' TPOT). The interval goes back to kExplore or
 /// kExploreFar when an exploring step's acceptance (accepted / drafted tokens) comes out more than
-/// kAcceptShift above the average of the bucket's steps with drafts, or when drafts win.
+/// kAcceptShift (and 3 binomial sds of its drafts) above the average of the bucket's steps with
+/// drafts, or when drafts win.
 /// A bucket not yet measured takes the choice of a neighbour within two buckets that is decided by
 /// more than kFar, rather than warming up both (a closed loop draining from 64 users passes
 /// through every smaller bucket); it measures the other choice at that neighbour's interval
@@ -103,8 +104,8 @@ class SpecRateMeter {
   bool speculate(int batch, bool priced);
   /// A decode step (no prefill rows) ran for which `batch` sequences were asked (the count
   /// speculate() was given): `tokens` emitted in `seconds`, drafting included, with or without
-  /// drafts; `acceptance` = accepted / drafted tokens of a step with drafts (negative: none).
-  void record(int batch, bool with_drafts, int tokens, double seconds, double acceptance = -1.0);
+  /// drafts; of a step with drafts, `accepted` of its `drafted` draft tokens stood.
+  void record(int batch, bool with_drafts, int tokens, double seconds, int drafted = 0, int accepted = 0);
   /// The averaged tokens per second of a bucket's steps with or without drafts; 0 before any.
   double rate(int batch, bool with_drafts) const;
   /// Steps between a decided bucket's explorations of the losing choice now.

@@ -18,14 +18,14 @@ namespace spec_meter_test {  // named, not anonymous: a unity batch shares one t
 using namespace enginetest;
 
 /// Feeds `m` `n` steps at batch 32: plain steps yield 100 tokens/s, steps with drafts `draft_rate`
-/// at acceptance `acceptance(i)`. Returns the indices of the steps that carried drafts.
+/// with acceptance(i) of their 100 draft tokens accepted. Returns the indices of the steps that carried drafts.
 template <class Acceptance>
 std::vector<int> drive(SpecRateMeter& m, int n, double draft_rate, Acceptance acceptance) {
   std::vector<int> on;
   for (int i = 0; i < n; ++i) {
     const bool s = m.speculate(32, /*priced=*/true);
     if (s) on.push_back(i);
-    m.record(32, s, 32, s ? 32.0 / draft_rate : 0.32, s ? acceptance(i) : -1.0);
+    m.record(32, s, 32, s ? 32.0 / draft_rate : 0.32, s ? 100 : 0, s ? int(100 * acceptance(i) + 0.5) : 0);
   }
   return on;
 }
@@ -49,13 +49,13 @@ TEST(SpecRateMeter, ExploringBacksOffWhileDraftsKeepLosing) {
   EXPECT_EQ(m.explore_interval(32), SpecRateMeter::kExploreMax);
   EXPECT_EQ(m.explore_interval(128), 0) << "a bucket not measured has none";
 
-  // Acceptance that rises by more than kAcceptShift above the bucket's average (0.2 -> 0.5 from the
-  // 4th exploration on, the drafts still slower) puts the interval back to kExploreFar, until the
-  // average has taken the rise in (four explorations here); then it backs off again.
+  // Acceptance that rises by more than kAcceptShift and 3 sds above the bucket's average (0.2 -> 0.5
+  // from the 4th exploration on, the drafts still slower) puts the interval back to kExploreFar,
+  // until the average has taken the rise in (three explorations here); then it backs off again.
   SpecRateMeter r;
   int explorations = 0;
   const std::vector<int> on_r = drive(r, 6000, 50.0, [&](int i) { return i < 6 ? 0.2 : (++explorations >= 4 ? 0.5 : 0.2); });
-  EXPECT_EQ(gaps_after_warmup(on_r), (std::vector<int>{256, 512, 1024, 128, 128, 128, 128, 256, 512, 1024}));
+  EXPECT_EQ(gaps_after_warmup(on_r), (std::vector<int>{256, 512, 1024, 128, 128, 128, 256, 512, 1024}));
 
   // Drafts that win by far: the plain step is explored every kExploreFar steps, never backed off
   // (a plain step costs no catch-up), and the drafts run every other step.
@@ -63,7 +63,7 @@ TEST(SpecRateMeter, ExploringBacksOffWhileDraftsKeepLosing) {
   int plain_steps = 0;
   for (int i = 0; i < 4000; ++i) {
     const bool s = w.speculate(32, true);
-    w.record(32, s, s ? 64 : 32, 0.32, s ? 0.8 : -1.0);
+    w.record(32, s, s ? 64 : 32, 0.32, s ? 100 : 0, s ? 80 : 0);
     plain_steps += !s;
   }
   EXPECT_EQ(w.explore_interval(32), SpecRateMeter::kExploreFar);
