@@ -378,7 +378,8 @@ const Registrar register_serve(
       sub.add_option("--speculative-config", a->speculative_config,
                      "Speculative decoding, vLLM's JSON: '{\"method\": \"ngram\", \"num_speculative_tokens\": 3}' "
                      "(methods ngram, self with num_layers, draft_model with model; on --backend sim, self and "
-                     "draft_model take sim_acceptance: {\"per_position\": [p1, ...]} or {\"summary\": FILE})");
+                     "draft_model take sim_acceptance: {\"per_position\": [p1, ...]} or {\"summary\": FILE}, either with "
+                     "\"requests\": FILE, request_acceptance.py's per-request counts)");
       sub.footer(
           "Examples:\n"
           "  servelab serve --preset tiny --port 8000\n"

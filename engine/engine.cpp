@@ -267,7 +267,7 @@ void Engine::State::fill_late_masks(uint32_t* words) {
   mask_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void Engine::propose_drafts(StepOutcome& out) {
+int Engine::propose_drafts(StepOutcome& out) {
   struct Candidate {
     Sequence* seq;
     RequestState* rs;
@@ -289,7 +289,7 @@ void Engine::propose_drafts(StepOutcome& out) {
       priced.push_back({s.n_tokens(), k, st.alpha()});
     }
   }
-  if (cands.empty()) return;
+  if (cands.empty()) return 0;
   const int n_cands = static_cast<int>(cands.size());
   const bool measured = spec_.adaptive && spec_.measured;
   bool speculate = true;
@@ -301,7 +301,7 @@ void Engine::propose_drafts(StepOutcome& out) {
   }
   if (!speculate) {
     out.spec_off = true;
-    return;
+    return n_cands;
   }
   // Requests iterate in hash order; draft in sequence-id order so a batched proposer sees one.
   std::sort(cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) { return a.seq->id < b.seq->id; });
@@ -322,13 +322,14 @@ void Engine::propose_drafts(StepOutcome& out) {
     if (c.rs->request.constraint) trim_to_constraint(s, *c.rs->request.constraint, state_->mask_scratch, vocab);
     if (!with_q || s.spec_probs.size() < s.spec_tokens.size() * size_t(vocab)) s.spec_probs.clear();
   }
+  return n_cands;
 }
 
 StepOutcome Engine::step(double now) {
   StepOutcome out;
   out.start_s = now;
   const auto t0 = std::chrono::steady_clock::now();
-  if (proposer_) propose_drafts(out);
+  const int asked = proposer_ ? propose_drafts(out) : 0;
   ScheduledStep plan = scheduler_->schedule(now);
   for (const Sequence* s : plan.preempted) out.preempted.push_back(s->request_id);
   for (const Sequence* s : plan.swap_pool_full) out.swap_pool_full.push_back(s->request_id);
@@ -458,9 +459,9 @@ StepOutcome Engine::step(double now) {
       kv_->on_computed(s);
     }
     for (auto& [s, reason] : done) state_->retire(*s, reason, end, *kv_, *scheduler_, out);
-    if (proposer_ && spec_.adaptive && spec_.measured && decode_only)
-      state_->spec_meter.record(static_cast<int>(batch.entries.size()), out.spec_drafts > 0,
-                                static_cast<int>(out.tokens.size()), out.duration_s);
+    if (asked > 0 && spec_.adaptive && spec_.measured && decode_only)  // under the count it was asked by
+      state_->spec_meter.record(asked, out.spec_drafts > 0, static_cast<int>(out.tokens.size()), out.duration_s,
+                                out.spec_draft_tokens, out.spec_accepted_tokens);
 
     out.batch_size = static_cast<int>(batch.entries.size());
     out.n_tokens = batch.n_tokens();

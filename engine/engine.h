@@ -167,7 +167,8 @@ class Engine {
   /// Frees seq's arena slots and, when it is swapped out, its host swap blocks.
   void release_kv(Sequence& seq);
   /// Drafts for the running sequences about to draw, unless the policy finds them a loss.
-  void propose_drafts(StepOutcome& out);
+  /// Returns how many sequences were asked for drafts (the measured rule's bucket), 0 for none.
+  int propose_drafts(StepOutcome& out);
 
   EngineConfig config_;
   std::unique_ptr<Backend> backend_;

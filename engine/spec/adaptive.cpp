@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <sstream>
 #include <string>
 
 #include "engine/backend/draft_pricer.h"
@@ -48,23 +47,24 @@ StepShape shape_of(std::span<const DrawingSeq> seqs, bool with_drafts) {
   return s;
 }
 
-/// What SpecPricing's pricers were built from, cheaply: the models' names and shapes, and the cost
-/// model's kind, source, device figures, degree, formats and scale. A SpecPricing whose fields
-/// change after a price (a test swapping the draft) gets new pricers at the next one.
-std::string pricing_key(const SpecPricing& p) {
-  std::ostringstream k;
-  k.precision(17);
-  auto model = [&](const ModelConfig& m) { k << m.name << '|' << model_shape_hash(m) << '|'; };
-  model(p.target);
-  if (p.draft) model(*p.draft);
-  const SimCostModel& c = p.cost;
-  const SimDevice& d = c.device;
-  k << int(c.kind) << '|' << c.source << '|' << c.scale << '|' << c.tensor_parallel << '|' << c.draft_profiles.size()
-    << '|' << d.name << '|' << d.peak_flops << '|' << d.fp8_peak_flops << '|' << d.mem_bw_bytes_s << '|'
-    << d.interconnect_bytes_s << '|' << d.allreduce_latency_s << '|' << d.step_overhead_s << '|' << d.kv_dtype_bytes
-    << '|' << d.weight_dtype_bytes << '|' << d.host_link_bytes_s << '|' << int(c.formats.quant.method) << '|'
-    << int(c.formats.quant.activations) << '|' << c.formats.quant.group_size << '|' << int(c.formats.kv_cache_dtype);
-  return k.str();
+/// Whether two models have the same name and shape (what model_shape_hash hashes), compared in place.
+bool same_model(const ModelConfig& a, const ModelConfig& b) {
+  return a.name == b.name && a.hidden_size == b.hidden_size && a.n_layers == b.n_layers && a.n_heads == b.n_heads &&
+         a.n_kv_heads == b.n_kv_heads && a.head_dim() == b.head_dim() && a.intermediate_size == b.intermediate_size &&
+         a.vocab_size == b.vocab_size;
+}
+
+/// Whether a cost model has the kind, source, device figures, degree, formats and scale of another.
+bool same_cost(const SimCostModel& a, const SimCostModel& b) {
+  const SimDevice &d = a.device, &e = b.device;
+  return a.kind == b.kind && a.source == b.source && a.scale == b.scale && a.tensor_parallel == b.tensor_parallel &&
+         a.draft_profiles.size() == b.draft_profiles.size() && d.name == e.name && d.peak_flops == e.peak_flops &&
+         d.fp8_peak_flops == e.fp8_peak_flops && d.mem_bw_bytes_s == e.mem_bw_bytes_s &&
+         d.interconnect_bytes_s == e.interconnect_bytes_s && d.allreduce_latency_s == e.allreduce_latency_s &&
+         d.step_overhead_s == e.step_overhead_s && d.kv_dtype_bytes == e.kv_dtype_bytes &&
+         d.weight_dtype_bytes == e.weight_dtype_bytes && d.host_link_bytes_s == e.host_link_bytes_s &&
+         a.formats.quant.method == b.formats.quant.method && a.formats.quant.activations == b.formats.quant.activations &&
+         a.formats.quant.group_size == b.formats.quant.group_size && a.formats.kv_cache_dtype == b.formats.kv_cache_dtype;
 }
 
 }  // namespace
@@ -72,15 +72,21 @@ std::string pricing_key(const SpecPricing& p) {
 /// SpecPricing's pricers, over their own copies of its cost model and models (the pricers hold
 /// references to them), so a SpecPricing moved or copied after its first price stays valid.
 struct SpecPricers {
-  std::string key;
   SimCostModel cost;
   ModelConfig target;
   std::optional<ModelConfig> draft;
   StepPricer step;
   std::optional<DraftPricer> draft_pricer;
-  SpecPricers(const SpecPricing& p, std::string k)
-      : key(std::move(k)), cost(p.cost), target(p.target), draft(p.draft), step(cost, target) {
+  explicit SpecPricers(const SpecPricing& p)
+      : cost(p.cost), target(p.target), draft(p.draft), step(cost, target) {
     if (draft) draft_pricer.emplace(cost, target, *draft);
+  }
+  /// Whether `p` still has the models and cost model these were built from (a SpecPricing whose
+  /// fields change after a price, a test swapping the draft, gets new pricers at the next one).
+  /// Compared field by field: no string is built per verdict.
+  bool built_from(const SpecPricing& p) const {
+    return same_model(target, p.target) && draft.has_value() == p.draft.has_value() &&
+           (!draft || same_model(*draft, *p.draft)) && same_cost(cost, p.cost);
   }
   SpecPricers(const SpecPricers&) = delete;
   SpecPricers& operator=(const SpecPricers&) = delete;
@@ -89,8 +95,7 @@ struct SpecPricers {
 SpecVerdict price_speculation(const SpecPricing& p, std::span<const DrawingSeq> seqs) {
   SpecVerdict v;
   if (seqs.empty()) return v;
-  std::string key = pricing_key(p);
-  if (!p.pricers || p.pricers->key != key) p.pricers = std::make_shared<const SpecPricers>(p, std::move(key));
+  if (!p.pricers || !p.pricers->built_from(p)) p.pricers = std::make_shared<const SpecPricers>(p);
   const SpecPricers& pr = *p.pricers;
   // The same arithmetic as SimCostModel::step_seconds and a DraftPricer built per call: the same bits.
   v.decode_s = pr.step.seconds(shape_of(seqs, false));
@@ -112,9 +117,18 @@ int SpecRateMeter::bucket_of(int batch) {
   return b;
 }
 
-bool SpecRateMeter::decided(int batch) const {
+bool SpecRateMeter::decided(int batch) const { return is_decided(buckets_[bucket_of(batch)]); }
+
+int SpecRateMeter::interval_of(const Bucket& b) {
+  const bool best = b.rate[1] > b.rate[0];
+  const double lead = best ? b.rate[1] / b.rate[0] : b.rate[0] / b.rate[1];
+  const int base = lead > kFar ? kExploreFar : kExplore;
+  return best ? base : std::max(base, b.backoff);
+}
+
+int SpecRateMeter::explore_interval(int batch) const {
   const Bucket& b = buckets_[bucket_of(batch)];
-  return b.seen[0] >= kWarm && b.seen[1] >= kWarm;
+  return is_decided(b) ? interval_of(b) : 0;
 }
 
 const SpecRateMeter::Bucket* SpecRateMeter::clear_neighbour(int i) const {
@@ -122,7 +136,7 @@ const SpecRateMeter::Bucket* SpecRateMeter::clear_neighbour(int i) const {
     for (const int j : {i - d, i + d}) {
       if (j < 0 || j >= 12) continue;
       const Bucket& n = buckets_[j];
-      if (n.seen[0] < kWarm || n.seen[1] < kWarm) continue;
+      if (!is_decided(n)) continue;
       const double hi = std::max(n.rate[0], n.rate[1]), lo = std::min(n.rate[0], n.rate[1]);
       if (hi > kFar * lo) return &n;
     }
@@ -133,27 +147,38 @@ bool SpecRateMeter::speculate(int batch, bool priced) {
   const int i = bucket_of(batch);
   Bucket& b = buckets_[i];
   ++b.steps;
-  if (!decided(batch)) {
-    if (const Bucket* n = clear_neighbour(i)) {  // follow it; measure the other choice now and then
+  if (!is_decided(b)) {
+    if (const Bucket* n = clear_neighbour(i)) {  // follow it; measure the other choice at its interval
       const bool best = n->rate[1] > n->rate[0];
-      return b.seen[best ? 1 : 0] >= kWarm && b.steps % kExploreFar == 0 ? !best : best;
+      return b.seen[best ? 1 : 0] >= kWarm && b.steps % interval_of(*n) == 0 ? !best : best;
     }
     const int first = priced ? 1 : 0;  // the prior's choice is measured first, then the other
     return b.seen[first] < kWarm ? priced : !priced;
   }
   const bool best = b.rate[1] > b.rate[0];
-  const double lead = best ? b.rate[1] / b.rate[0] : b.rate[0] / b.rate[1];
-  const int every = lead > kFar ? kExploreFar : kExplore;
-  return b.steps % every == 0 ? !best : best;
+  if (++b.since < interval_of(b)) return best;
+  b.since = 0;
+  return !best;
 }
 
-void SpecRateMeter::record(int batch, bool with_drafts, int tokens, double seconds) {
+void SpecRateMeter::record(int batch, bool with_drafts, int tokens, double seconds, int drafted, int accepted) {
   if (tokens <= 0 || !(seconds > 0.0)) return;
   Bucket& b = buckets_[bucket_of(batch)];
   const int i = with_drafts ? 1 : 0;
   const double r = tokens / seconds;
+  // An exploring step: drafts in a bucket decided against them.
+  const bool explored = with_drafts && is_decided(b) && b.rate[0] > b.rate[1];
+  const double before = b.acceptance;
+  const double acceptance = drafted > 0 ? double(accepted) / drafted : -1.0;
+  if (acceptance >= 0.0) b.acceptance = before < 0.0 ? acceptance : (1.0 - kWeight) * before + kWeight * acceptance;
   if (b.seen[i]++ == 0) return;  // a first step may pay one-time costs (graph capture)
   b.rate[i] = b.seen[i] == 2 ? r : (1.0 - kWeight) * b.rate[i] + kWeight * r;
+  if (!explored) return;
+  // Acceptance up by more than kAcceptShift and by more than 3 binomial sds of this step's drafts.
+  const bool accept_up = acceptance >= 0.0 && before >= 0.0 &&
+                         acceptance - before > std::max(kAcceptShift, 3.0 * std::sqrt(before * (1.0 - before) / drafted));
+  const bool still_losing = b.rate[0] > b.rate[1];
+  b.backoff = still_losing && !accept_up ? std::min(kExploreMax, 2 * interval_of(b)) : 0;
 }
 
 double SpecRateMeter::rate(int batch, bool with_drafts) const {

@@ -67,43 +67,63 @@ struct SpecVerdict {
 /// Prices one step of `seqs` with and without their drafts.
 SpecVerdict price_speculation(const SpecPricing& pricing, std::span<const DrawingSeq> seqs);
 
-/// The measured per-step rule: per batch bucket (drawing sequences rounded up to a power of two),
-/// an exponential average of the tokens per second that decode steps with drafts and without
-/// yielded. A bucket first runs the priced choice, then the other, kWarm steps each (the first
-/// of each not counted: a first step may capture a CUDA graph); then the faster, with the other
-/// tried once every kExplore steps so the choice follows acceptance as it changes (every
-/// kExploreFar steps while the loser yields under 1/kFar of the winner: a draft that must catch up
-/// on many tokens makes each look costly). A bucket not yet measured takes the choice of a
-/// neighbour within two buckets that is decided by more than kFar, rather than warming up both
-/// (a closed loop draining from 64 users passes through every smaller bucket); it measures the
-/// other choice every kExploreFar steps until it is decided itself.
+/// The measured per-step rule: per batch bucket (sequences asked for drafts, rounded up to a power
+/// of two: the count a step is asked and recorded under), an exponential average of the tokens per
+/// second that decode steps with drafts and without yielded. A bucket first runs the priced choice,
+/// then the other, kWarm steps each (the first of each not counted: a first step may capture a
+/// CUDA graph); then the faster, with the other tried once every kExplore steps so the choice
+/// follows acceptance as it changes (every kExploreFar steps while the loser yields under 1/kFar
+/// of the winner: a draft that must catch up on many tokens makes each look costly).
+/// Where drafts lose, each exploring step that leaves them losing doubles the interval to the next,
+/// up to kExploreMax: an exploring step makes the draft catch up on every token since the last one
+/// (a 32-user step with drafts took 16 ms against 5.7 on an H200), and the drafts it accepts move
+/// those sequences ahead of the others, so a closed loop's requests stop finishing together (the
+/// newcomers' prefills then land in the others' TPOT). The interval goes back to kExplore or
+/// kExploreFar when an exploring step's acceptance (accepted / drafted tokens) comes out more than
+/// kAcceptShift (and 3 binomial sds of its drafts) above the average of the bucket's steps with
+/// drafts, or when drafts win.
+/// A bucket not yet measured takes the choice of a neighbour within two buckets that is decided by
+/// more than kFar, rather than warming up both (a closed loop draining from 64 users passes
+/// through every smaller bucket); it measures the other choice at that neighbour's interval
+/// until it is decided itself.
 class SpecRateMeter {
  public:
   static constexpr int kWarm = 3;
   static constexpr int kExplore = 32;
   static constexpr int kExploreFar = 128;
+  static constexpr int kExploreMax = 4096;
   static constexpr double kFar = 1.25;
-  static constexpr double kWeight = 0.25;  ///< of the newest step in the average
+  static constexpr double kWeight = 0.25;       ///< of the newest step in the average
+  static constexpr double kAcceptShift = 0.1;  ///< an exploring step's acceptance this far above the average resets the backoff
 
   /// Whether both choices of `batch`'s bucket have been measured: speculate() no longer reads the
   /// prior, so the caller may skip pricing it (pricing costs host time: a few us a verdict since SpecPricing keeps its pricers).
   bool decided(int batch) const;
-  /// Whether the next step, with `batch` sequences drawing, should carry drafts; `priced` is the
-  /// cost model's verdict (true without one; ignored once decided()).
+  /// Whether the next step, with `batch` sequences asked for drafts, should carry them; `priced`
+  /// is the cost model's verdict (true without one; ignored once decided()).
   bool speculate(int batch, bool priced);
-  /// A decode step of `batch` drawing sequences (no prefill rows) ran: `tokens` emitted in
-  /// `seconds`, drafting included, with or without drafts.
-  void record(int batch, bool with_drafts, int tokens, double seconds);
+  /// A decode step (no prefill rows) ran for which `batch` sequences were asked (the count
+  /// speculate() was given): `tokens` emitted in `seconds`, drafting included, with or without
+  /// drafts; of a step with drafts, `accepted` of its `drafted` draft tokens stood.
+  void record(int batch, bool with_drafts, int tokens, double seconds, int drafted = 0, int accepted = 0);
   /// The averaged tokens per second of a bucket's steps with or without drafts; 0 before any.
   double rate(int batch, bool with_drafts) const;
+  /// Steps between a decided bucket's explorations of the losing choice now.
+  int explore_interval(int batch) const;
 
  private:
   struct Bucket {
     double rate[2] = {0.0, 0.0};  // [without, with]
     int seen[2] = {0, 0};
     int steps = 0;
+    int since = 0;             // steps since its last exploration (decided buckets)
+    int backoff = 0;           // the interval while drafts lose by more than kFar (0: kExploreFar)
+    double acceptance = -1.0;  // average acceptance of its steps with drafts (negative: none yet)
   };
   static int bucket_of(int batch);
+  static bool is_decided(const Bucket& b) { return b.seen[0] >= kWarm && b.seen[1] >= kWarm; }
+  /// Steps between explorations of a decided bucket's losing choice.
+  static int interval_of(const Bucket& b);
   /// The nearest bucket within two of `i` whose choice is decided by more than kFar, or null.
   const Bucket* clear_neighbour(int i) const;
   Bucket buckets_[12];  // 1, 2, 4, ..., 2048 and above

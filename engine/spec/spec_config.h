@@ -40,7 +40,8 @@ struct SpeculativeConfig {
 /// "draft_model", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max",
 /// "num_layers", "model", "adaptive", "sim_acceptance"}; a `model` without `method` means
 /// draft_model, as in vLLM. sim_acceptance (serve on backend sim: how often drafts are accepted)
-/// is {"per_position": [p1, ...]} or {"summary": FILE, "strategy": LABEL}, as in a scenario.
+/// is {"per_position": [p1, ...]} or {"summary": FILE, "strategy": LABEL}, either with "requests":
+/// FILE (request_acceptance.py's JSON: each request draws its own acceptance), as in a scenario.
 /// Throws std::invalid_argument naming the key (spec_config_json.cpp).
 SpeculativeConfig speculative_config_from_json(const std::string& text);
 

@@ -12,15 +12,23 @@ namespace servelab {
 namespace spec_config_json_detail {
 
 /// `"sim_acceptance": {"per_position": [p1, ...]}` or `{"summary": FILE, "strategy": LABEL}` (a
-/// real run's summary.json; strategy empty: every run that speculated), as a scenario's block.
-SimAcceptance sim_acceptance_from_json(const nlohmann::json& v) {
+/// real run's summary.json; strategy empty: every run that speculated), either with `"requests":
+/// FILE` (request_acceptance.py's per-request counts, read by the caller once `adaptive` is known),
+/// as a scenario's block.
+SimAcceptance sim_acceptance_from_json(const nlohmann::json& v, std::string& requests) {
   const std::string where = "--speculative-config: sim_acceptance";
   if (!v.is_object() || v.contains("per_position") == v.contains("summary"))
     throw std::invalid_argument(where + " must be {\"per_position\": [p1, ...]} or {\"summary\": FILE, \"strategy\": LABEL} (got " +
                                 v.dump() + ")");
   for (const auto& [key, x] : v.items())
-    if (key != "per_position" && key != "summary" && key != "strategy")
-      throw std::invalid_argument(where + ": unknown key " + key + " (per_position, or summary and strategy)");
+    if (key != "per_position" && key != "summary" && key != "strategy" && key != "requests")
+      throw std::invalid_argument(where + ": unknown key " + key + " (per_position, or summary and strategy; requests)");
+  if (v.contains("requests")) {
+    if (!v["requests"].is_string())
+      throw std::invalid_argument(where + ".requests must be a path to request_acceptance.py's JSON (got " +
+                                  v["requests"].dump() + ")");
+    requests = v["requests"].get<std::string>();
+  }
   SimAcceptance a;
   if (v.contains("per_position")) {
     const nlohmann::json& list = v["per_position"];
@@ -65,6 +73,7 @@ SpeculativeConfig speculative_config_from_json(const std::string& text) {
     return v.get<int>();
   };
   bool method_given = false;
+  std::string requests;  // sim_acceptance.requests: its spread follows adaptive k, read after every key
   for (const auto& [key, v] : j.items()) {
     if (key == "method") {
       const std::string m = v.is_string() ? v.get<std::string>() : v.dump();
@@ -90,7 +99,7 @@ SpeculativeConfig speculative_config_from_json(const std::string& text) {
       if (!v.is_boolean()) throw std::invalid_argument("--speculative-config: adaptive must be true or false (got " + v.dump() + ")");
       c.adaptive = v.get<bool>();
     } else if (key == "sim_acceptance") {
-      c.sim_acceptance = sim_acceptance_from_json(v);
+      c.sim_acceptance = sim_acceptance_from_json(v, requests);
     } else {
       throw std::invalid_argument("--speculative-config: unknown key " + key +
                                   " (method, num_speculative_tokens, prompt_lookup_min, prompt_lookup_max, num_layers, model, "
@@ -104,6 +113,13 @@ SpeculativeConfig speculative_config_from_json(const std::string& text) {
     throw std::invalid_argument("--speculative-config: sim_acceptance.per_position needs one entry per draft position, " +
                                 std::to_string(c.num_speculative_tokens) + " (num_speculative_tokens; got " +
                                 std::to_string(c.sim_acceptance->per_position.size()) + ")");
+  if (!requests.empty()) {
+    try {
+      c.sim_acceptance->add_request_spread(requests, c.adaptive);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument(std::string("--speculative-config: sim_acceptance.requests: ") + e.what());
+    }
+  }
   try {
     c.validate();
   } catch (const std::invalid_argument& e) {

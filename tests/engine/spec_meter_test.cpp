@@ -1,0 +1,124 @@
+// The measured per-step rule where drafts lose (issue 27: never a slowdown): its exploring steps
+// back off, acceptance that rises brings them back, and a step is recorded under the count of
+// sequences it was asked for, so every bucket it prices gets decided. Deterministic: a meter fed by
+// hand, and an engine on the sim backend whose step times are set per step shape (a virtual clock).
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "engine/backend/forwarding_backend.h"
+#include "engine/spec/adaptive.h"
+#include "engine/spec/proposer.h"
+#include "tests/engine/engine_test_support.h"
+
+namespace servelab {
+namespace spec_meter_test {  // named, not anonymous: a unity batch shares one translation unit
+
+using namespace enginetest;
+
+/// Feeds `m` `n` steps at batch 32: plain steps yield 100 tokens/s, steps with drafts `draft_rate`
+/// with acceptance(i) of their 100 draft tokens accepted. Returns the indices of the steps that carried drafts.
+template <class Acceptance>
+std::vector<int> drive(SpecRateMeter& m, int n, double draft_rate, Acceptance acceptance) {
+  std::vector<int> on;
+  for (int i = 0; i < n; ++i) {
+    const bool s = m.speculate(32, /*priced=*/true);
+    if (s) on.push_back(i);
+    m.record(32, s, 32, s ? 32.0 / draft_rate : 0.32, s ? 100 : 0, s ? int(100 * acceptance(i) + 0.5) : 0);
+  }
+  return on;
+}
+
+std::vector<int> gaps_after_warmup(const std::vector<int>& on) {
+  std::vector<int> g;
+  for (size_t i = SpecRateMeter::kWarm + 1; i < on.size(); ++i) g.push_back(on[i] - on[i - 1]);
+  return g;
+}
+
+TEST(SpecRateMeter, ExploringBacksOffWhileDraftsKeepLosing) {
+  // Drafts at half the plain rate: after the warm-up (kWarm steps with, kWarm without), each
+  // exploring step that finds them still losing doubles the interval to the next, up to kExploreMax.
+  SpecRateMeter m;
+  const std::vector<int> on = drive(m, 20000, 50.0, [](int) { return 0.2; });
+  ASSERT_GE(on.size(), size_t(SpecRateMeter::kWarm) + 2);
+  for (int i = 0; i < SpecRateMeter::kWarm; ++i) EXPECT_EQ(on[size_t(i)], i) << "the prior's choice first";
+  EXPECT_EQ(on[SpecRateMeter::kWarm], 2 * SpecRateMeter::kWarm - 1 + SpecRateMeter::kExploreFar);
+  EXPECT_EQ(gaps_after_warmup(on), (std::vector<int>{256, 512, 1024, 2048, 4096, 4096, 4096}));
+  EXPECT_LT(double(on.size()) / 20000.0, 0.001) << "without the backoff one step in 128 drafted";
+  EXPECT_EQ(m.explore_interval(32), SpecRateMeter::kExploreMax);
+  EXPECT_EQ(m.explore_interval(128), 0) << "a bucket not measured has none";
+
+  // Acceptance that rises by more than kAcceptShift and 3 sds above the bucket's average (0.2 -> 0.5
+  // from the 4th exploration on, the drafts still slower) puts the interval back to kExploreFar,
+  // until the average has taken the rise in (three explorations here); then it backs off again.
+  SpecRateMeter r;
+  int explorations = 0;
+  const std::vector<int> on_r = drive(r, 6000, 50.0, [&](int i) { return i < 6 ? 0.2 : (++explorations >= 4 ? 0.5 : 0.2); });
+  EXPECT_EQ(gaps_after_warmup(on_r), (std::vector<int>{256, 512, 1024, 128, 128, 128, 256, 512, 1024}));
+
+  // Drafts that win by far: the plain step is explored every kExploreFar steps, never backed off
+  // (a plain step costs no catch-up), and the drafts run every other step.
+  SpecRateMeter w;
+  int plain_steps = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const bool s = w.speculate(32, true);
+    w.record(32, s, s ? 64 : 32, 0.32, s ? 100 : 0, s ? 80 : 0);
+    plain_steps += !s;
+  }
+  EXPECT_EQ(w.explore_interval(32), SpecRateMeter::kExploreFar);
+  EXPECT_EQ(plain_steps, SpecRateMeter::kWarm + (4000 - 2 * SpecRateMeter::kWarm) / SpecRateMeter::kExploreFar);
+
+  // Drafts close behind (under kFar): explored first after kExplore steps, then backed off the same way.
+  SpecRateMeter c;
+  const std::vector<int> on_c = drive(c, 5000, 90.0, [](int) { return 0.3; });
+  EXPECT_EQ(on_c[SpecRateMeter::kWarm], 2 * SpecRateMeter::kWarm - 1 + SpecRateMeter::kExplore);
+  EXPECT_EQ(gaps_after_warmup(on_c), (std::vector<int>{64, 128, 256, 512, 1024, 2048}));
+}
+
+/// Steps with more than one row per sequence (verification) take 3 ms of the virtual clock, others
+/// 1 ms: drafts that are almost never accepted are a loss by far.
+class SlowVerify final : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  StepOutput execute(const Step& step) override {
+    StepOutput out = inner().execute(step);
+    out.predicted_s = (step.in.n_tokens() > step.in.n_seqs() ? 3.0 : 1.0) * 1e-3;
+    return out;
+  }
+};
+
+/// Proposes `k` copies of token 7 (the sim's draws rarely equal it).
+class ConstantProposer final : public Proposer {
+ public:
+  const char* name() const override { return "constant"; }
+  void propose(const Sequence&, int max_k, std::vector<TokenId>& draft) override { draft.assign(size_t(max_k), 7); }
+};
+
+TEST(SpecRateMeter, AStepIsRecordedUnderTheCountItWasAskedBy) {
+  // Two requests draft; a third samples n = 3 sequences, which never draft but are in every step:
+  // 2 sequences are asked (bucket 2), 5 run (bucket 8). Recorded under 5, bucket 2 stayed in its
+  // warm-up and drafted every step; recorded under 2, it is decided after 2 kWarm decode steps.
+  EngineConfig ec = paged_config(continuous_sched(8, 256, true), 1 << 20);
+  ec.kv.max_model_len = 256;
+  Engine e(ec, std::make_unique<SlowVerify>(sim_backend()));
+  SpecPolicy policy;
+  policy.num_speculative_tokens = 3;
+  policy.measured = true;
+  e.set_proposer(std::make_unique<ConstantProposer>(), std::move(policy));
+  Request par = make_request(2, 16, 120);
+  par.sampling.n = 3;
+  par.sampling.temperature = 1.0f;
+  const RunResult r = run_virtual(e, at_zero({make_request(0, 16, 120), make_request(1, 24, 120), par}));
+  int drafted = 0, off = 0;
+  for (const StepOutcome& s : r.steps) {
+    drafted += s.spec_drafts > 0;
+    off += s.spec_off;
+  }
+  ASSERT_EQ(r.finished.size(), 3u);
+  EXPECT_LE(drafted, 2 * SpecRateMeter::kWarm) << "warm-up steps only: one exploring step comes after kExploreFar";
+  EXPECT_GE(off, 100) << "drafts stay off once measured slower";
+}
+
+}  // namespace spec_meter_test
+}  // namespace servelab
