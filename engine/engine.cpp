@@ -329,6 +329,7 @@ StepOutcome Engine::step(double now) {
   StepOutcome out;
   out.start_s = now;
   const auto t0 = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> forward_end;  // set when a forward ran
   const int asked = proposer_ ? propose_drafts(out) : 0;
   ScheduledStep plan = scheduler_->schedule(now);
   for (const Sequence* s : plan.preempted) out.preempted.push_back(s->request_id);
@@ -389,10 +390,15 @@ StepOutcome Engine::step(double now) {
     }
     Step& step = state_->step;
     build_step_input(batch, *kv_, backend_->config().vocab_size, step, state_->step_detail);
+    const auto f0 = std::chrono::steady_clock::now();
     const StepOutput result = backend_->execute(step);
     out.n_masks = step.in.n_masks();
     out.mask_s = state_->mask_s;
-    const double measured = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto f1 = std::chrono::steady_clock::now();
+    const double measured = std::chrono::duration<double>(f1 - t0).count();
+    out.host_before_s = std::chrono::duration<double>(f0 - t0).count();
+    out.forward_s = std::chrono::duration<double>(f1 - f0).count();
+    forward_end = f1;
     out.duration_s = result.predicted_s.value_or(measured);
     if (result.tokens.size() != size_t(step.in.n_samples()))
       throw std::logic_error("backend " + backend_->name() + " returned " + std::to_string(result.tokens.size()) +
@@ -473,6 +479,8 @@ StepOutcome Engine::step(double now) {
   }
   out.n_waiting = scheduler_->n_waiting();
   out.n_running = scheduler_->n_running();
+  if (forward_end)
+    out.host_after_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - *forward_end).count();
   return out;
 }
 

@@ -52,6 +52,13 @@ StepLimits step_limits(const EngineConfig& config);
 struct StepOutcome {
   double start_s = 0.0;
   double duration_s = 0.0;       ///< measured, or predicted by a sim backend
+  /// The step's host wall time around its forward (always wall time, also on the sim): before it
+  /// (drafting, scheduling, KV moves, masks, the step's input rows; inside duration_s), the
+  /// backend's execute() itself, and after it (tokens, retirements, KV bookkeeping; not in
+  /// duration_s: a real run pays it before the next step starts). 0 when no forward ran.
+  double host_before_s = 0.0;
+  double forward_s = 0.0;
+  double host_after_s = 0.0;
   int batch_size = 0;            ///< sequences in the batch
   int n_tokens = 0;              ///< tokens computed (padding excluded)
   int n_padding_tokens = 0;

@@ -120,7 +120,7 @@ PointRun PointRunner::run(size_t strategy, double rate, const PointRunOptions& o
   if (auto b = kv_budget(strategy)) config.kv_cache_bytes = b->kv_cache_bytes;
   else config.kv_cache_bytes = kv_cache_bytes_for(sc, strat, *backend);
   if (options.predict_with && sc.backend.kind != BackendKind::sim)
-    backend = measuring_backend(std::move(backend), *options.predict_with, out.step_timings);
+    backend = measuring_backend(std::move(backend), out.step_timings);
   Engine engine(config, std::move(backend));
   apply_strategy(engine, strat, *backends_);
   // The source takes the plan rather than a copy. The sinks' needs are kept first.
@@ -147,6 +147,9 @@ PointRun PointRunner::run(size_t strategy, double rate, const PointRunOptions& o
                                [&warmup](uint64_t id) { return id < warmup.size() && warmup[id] != 0; });
   out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   out.cost_counts = engine.backend().priced_steps();
+  // Priced after the run, off its critical path (measuring_backend.h).
+  if (options.predict_with && sc.backend.kind != BackendKind::sim)
+    price_step_timings(out.step_timings, *options.predict_with, engine.backend().config());
   return out;
 }
 

@@ -43,10 +43,18 @@ class BurstSource final : public RequestSource {
 };
 
 /// The sim backend, with the wall time spent inside execute() summed: the probe counts only
-/// what lies outside it (a real backend's own host work is inside its measured execute()).
+/// what lies outside it (a real backend's own host work is inside its measured execute()). It
+/// asks for full steps (caps().reads_rows), as a real backend does: the engine then builds every
+/// row's position, slot and block table, as it does before each real forward (the sim's own
+/// shape-only steps skip that work, and a probe over them priced the real runs' host time ~4x low).
 class ForwardTimer final : public ForwardingBackend {
  public:
   explicit ForwardTimer(std::unique_ptr<Backend> inner) : ForwardingBackend(std::move(inner)) {}
+  BackendCaps caps() const override {
+    BackendCaps c = ForwardingBackend::caps();
+    c.reads_rows = true;
+    return c;
+  }
   StepOutput execute(const Step& step) override {
     const auto t0 = std::chrono::steady_clock::now();
     StepOutput r = inner().execute(step);

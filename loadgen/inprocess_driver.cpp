@@ -79,6 +79,11 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
     st.kv_internal_frag = s.kv.internal_frag;
     st.kv_external_frag = s.kv.external_frag;
     st.kv_free = s.kv.free;
+    if (!clock.is_virtual()) {  // wall time on a real backend; on the sim's virtual clock it means nothing
+      st.host_before_s = s.host_before_s;
+      st.forward_s = s.forward_s;
+      st.host_after_s = s.host_after_s;
+    }
     sinks.on_step(st);
   };
   cb.on_finished = [&](const FinishedRequest& f) {

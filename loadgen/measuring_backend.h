@@ -17,10 +17,15 @@ struct StepTiming {
 };
 
 /// Runs `inner` and appends, for every forward(), its wall time (forward() only, as the profiler
-/// measures it) and `cost`'s price for the step's shape to `out`. Everything else (reserve_steps,
-/// decode_row_buckets, KV copies and swaps) goes straight to `inner`, so the wrapped backend runs
-/// exactly as it runs unwrapped. `cost` and `out` must outlive the wrapper.
-std::unique_ptr<Backend> measuring_backend(std::unique_ptr<Backend> inner, const SimCostModel& cost,
-                                           std::vector<StepTiming>& out);
+/// measures it) and the step's shape to `out`, unpriced (predicted_s 0): pricing a shape from a
+/// profile takes tens to hundreds of microseconds, which on the run's critical path would slow the
+/// very run it is compared with (every step's successor would start that much later). Price them
+/// after the run with price_step_timings. Everything else (reserve_steps, decode_row_buckets, KV
+/// copies and swaps) goes straight to `inner`, so the wrapped backend runs exactly as it runs
+/// unwrapped. `out` must outlive the wrapper.
+std::unique_ptr<Backend> measuring_backend(std::unique_ptr<Backend> inner, std::vector<StepTiming>& out);
+
+/// Sets every timing's predicted_s to `cost`'s price of its shape on `model`.
+void price_step_timings(std::vector<StepTiming>& timings, const SimCostModel& cost, const ModelConfig& model);
 
 }  // namespace servelab

@@ -43,6 +43,8 @@ void to_json(nlohmann::json& j, const StepRecord& s) {
   if (s.n_loras > 0) j["lora"] = {{"n_loras", s.n_loras}, {"n_loads", s.n_lora_loads}};
   if (s.n_masks > 0 || s.jump_forward_tokens > 0)
     j["structured"] = {{"n_masks", s.n_masks}, {"mask_s", s.mask_s}, {"jump_forward_tokens", s.jump_forward_tokens}};
+  if (s.forward_s > 0)
+    j["host"] = {{"before_s", s.host_before_s}, {"forward_s", s.forward_s}, {"after_s", s.host_after_s}};
   if (s.roofline) j["roofline"] = *s.roofline;
 }
 
@@ -76,6 +78,11 @@ void from_json(const nlohmann::json& j, StepRecord& s) {
     s.mask_s = so->value("mask_s", 0.0);
     s.jump_forward_tokens = json_int_or(*so, "jump_forward_tokens", 0);
   }
+  if (auto h = j.find("host"); h != j.end() && h->is_object()) {
+    s.host_before_s = h->value("before_s", 0.0);
+    s.forward_s = h->value("forward_s", 0.0);
+    s.host_after_s = h->value("after_s", 0.0);
+  }
   if (auto r = j.find("roofline"); r != j.end() && r->is_object()) s.roofline = r->get<StepRoofline>();
   const auto& kv = j.at("kv");
   s.kv_capacity = json_int<int64_t>(kv.at("capacity"));
@@ -94,6 +101,9 @@ void StepRecord::validate() const {
   time("start_s", start_s);
   time("duration_s", duration_s);
   time("spec_decode.draft_s", spec_draft_s);
+  time("host.before_s", host_before_s);
+  time("host.forward_s", forward_s);
+  time("host.after_s", host_after_s);
   auto count = [](const char* field, int64_t v) {
     if (v < 0) throw std::invalid_argument(std::string(field) + " must be >= 0 (got " + std::to_string(v) + ")");
   };

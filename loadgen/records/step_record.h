@@ -47,6 +47,14 @@ struct StepRecord {
   int64_t kv_internal_frag = 0;
   int64_t kv_external_frag = 0;
   int64_t kv_free = 0;
+  /// Real backends (JSON "host", absent on the sim): the engine's host wall time before the
+  /// forward (drafting, scheduling, KV moves, masks, building the step's rows: inside duration_s),
+  /// the backend's execute() itself, and the engine's work after it (tokens, retirements, KV
+  /// bookkeeping: after duration_s, before the next step). With start_s, the time between steps
+  /// outside the engine (the driver's callbacks, admissions) follows.
+  double host_before_s = 0.0;
+  double forward_s = 0.0;
+  double host_after_s = 0.0;
   /// Real backends (cpu, cuda): the step's roofline at the run's ceilings (JSON "roofline");
   /// absent on the sim, whose step times are priced, not measured.
   std::optional<StepRoofline> roofline;

@@ -311,6 +311,15 @@ TEST(Metrics, StructuredOutputCountsSumOverTheWindowAndRoundTrip) {
   EXPECT_EQ(back.mask_s, 0.5);
   EXPECT_EQ(back.jump_forward_tokens, 7);
   EXPECT_EQ(nlohmann::json::parse(step_line(step("r", 1, 1, 0, 0, 0, 1))).count("structured"), 0u);
+  // The host split around the forward (real backends only): kept, and absent without a forward.
+  EXPECT_EQ(nlohmann::json::parse(step_line(steps[1])).count("host"), 0u);
+  steps[1].host_before_s = 0.125;
+  steps[1].forward_s = 0.5;
+  steps[1].host_after_s = 0.25;
+  const StepRecord timed = nlohmann::json::parse(step_line(steps[1])).get<StepRecord>();
+  EXPECT_EQ(timed.host_before_s, 0.125);
+  EXPECT_EQ(timed.forward_s, 0.5);
+  EXPECT_EQ(timed.host_after_s, 0.25);
   const KvMetrics kv = compute_kv_metrics("r", steps, 0.0, 10.0);
   EXPECT_EQ(kv.structured_masks, 5);
   EXPECT_NEAR(kv.structured_mask_s, 0.75, kTol);
