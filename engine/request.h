@@ -99,6 +99,9 @@ struct Sequence {
   /// once the sequence has sampled (the last accepted token is computed by the next step).
   int n_computed = 0;
   SeqStatus status = SeqStatus::waiting;
+  /// The scheduler pass that gave it a chunk (0: none yet): "scheduled in this pass" is a
+  /// compare on a line the pass reads anyway, not a set lookup a running sequence a step.
+  uint64_t sched_pass = 0;
   SamplingParams sampling;
   KvHandle kv;
   /// The proposer's distribution of each draft, [spec_tokens.size(), vocab] (rows past

@@ -1,6 +1,7 @@
 #include "engine/sched/continuous_scheduler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <stdexcept>
 
 namespace servelab {
@@ -13,14 +14,26 @@ ContinuousScheduler::ContinuousScheduler(const SchedulerConfig& config, KvManage
   config_.validate();
 }
 
+namespace {
+
+/// A number no other pass of any scheduler has had: sequences stamped by an earlier pass (or by
+/// another scheduler) never read as scheduled in this one.
+uint64_t next_pass_id() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace
+
 void ContinuousScheduler::Pass::add_chunk(Sequence* s, int n_new) {
   step.chunks.push_back({s, n_new});
-  in_step->insert(s);
+  s->sched_pass = id;
   budget -= n_new;
 }
 
-void ContinuousScheduler::Pass::drop_chunk(const Sequence* s) {
-  if (!in_step->erase(s)) return;
+void ContinuousScheduler::Pass::drop_chunk(Sequence* s) {
+  if (!scheduled(s)) return;
+  s->sched_pass = 0;
   for (auto it = step.chunks.begin(); it != step.chunks.end(); ++it)
     if (it->seq == s) {
       budget += it->n_new;
@@ -274,9 +287,8 @@ void ContinuousScheduler::schedule_admissions(Pass& pass) {
 }
 
 ScheduledStep ContinuousScheduler::schedule(double now) {
-  in_step_.clear();
   Pass pass;
-  pass.in_step = &in_step_;
+  pass.id = next_pass_id();
   pass.budget = config_.max_num_batched_tokens;
   // One allocation for the step's chunks rather than a doubling series as they are added.
   pass.step.chunks.reserve(std::min(running_.size() + waiting_.size() + swapped_.size(),
