@@ -75,6 +75,9 @@ struct KvHandle {
   /// paged, prefix caching: leading blocks of the table registered in the prefix cache (the
   /// others are not), so registration resumes there without reading the blocks' state.
   int n_registered = 0;
+  /// The manager's word that on_computed has nothing to register while n_computed is below this
+  /// (paged: the end of the first unregistered block); 0 = ask it (KvManager::after_computed).
+  int register_at = 0;
   bool allocated = false;
   int64_t region_begin = -1;    ///< naive: first slot of the contiguous reservation
   int64_t region_slots = 0;     ///< naive: reserved slots

@@ -66,9 +66,10 @@ void fill_entry_rows(kernels::StepInput& in, const KvManager& kv, const BatchEnt
   }
 }
 
-/// Checks entry e (its sequence, rows, sampling, speculative rows and masks) and returns how many
-/// draws it makes (0 when it does not sample).
-size_t check_entry(const BatchEntry& entry, size_t e, int n_masks) {
+/// Checks entry e (its sequence, rows, sampling, speculative rows and masks), throwing for the
+/// first thing wrong, and returns how many draws it makes (0 when it does not sample). Out of
+/// line and cold: check_entry runs it only for an entry its own tests refuse, for the message.
+[[gnu::cold, gnu::noinline]] size_t check_entry_slow(const BatchEntry& entry, size_t e, int n_masks) {
   const Sequence* seq = entry.seq;
   if (!seq) throw std::invalid_argument(entry_name(e, seq) + ": seq is null");
   if (entry.n_new < 1)
@@ -90,6 +91,25 @@ size_t check_entry(const BatchEntry& entry, size_t e, int n_masks) {
                                 " (+ " + std::to_string(rows) + " rows) names masks past the batch's " +
                                 std::to_string(n_masks));
   return seq->spec_tokens.empty() ? size_t(std::max(1, entry.n_samples)) : size_t(rows);
+}
+
+/// check_entry_slow's checks as plain comparisons, without its messages: the common case (every
+/// entry of every step) costs a few compares, not a call with a stack frame for the strings.
+inline size_t check_entry(const BatchEntry& entry, size_t e, int n_masks) {
+  const Sequence* seq = entry.seq;
+  if (!seq || entry.n_new < 1) return check_entry_slow(entry, e, n_masks);
+  const int begin = seq->n_computed, end = seq->n_computed + entry.n_new, n_with_spec = seq->n_with_spec();
+  if (begin < 0 || end > n_with_spec) return check_entry_slow(entry, e, n_masks);
+  if (!entry.sample) return 0;
+  const SamplingParams& p = seq->sampling;
+  const size_t n_spec = seq->spec_tokens.size();
+  const int rows = n_spec == 0 ? 1 : static_cast<int>(n_spec) + 1;
+  const bool ok = p.temperature >= 0.0f && p.temperature <= std::numeric_limits<float>::max() && p.top_k >= 0 &&
+                  p.top_p > 0.0f && p.top_p <= 1.0f &&
+                  (n_spec == 0 || (end == n_with_spec && begin <= seq->n_tokens() - 1 && entry.n_samples <= 1)) &&
+                  entry.first_mask >= -1 && (entry.first_mask < 0 || entry.first_mask + rows <= n_masks);
+  if (!ok) return check_entry_slow(entry, e, n_masks);
+  return n_spec == 0 ? size_t(std::max(1, entry.n_samples)) : size_t(rows);
 }
 
 void resize_draws(kernels::StepInput& in, size_t n) {

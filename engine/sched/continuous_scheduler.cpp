@@ -150,12 +150,20 @@ bool ContinuousScheduler::catch_up_drawing(Sequence* s, Pass& pass) {
 }
 
 void ContinuousScheduler::schedule_decodes(Pass& pass) {
-  for (size_t i = 0; i < running_.size(); ++i) {
+  int prefilling = 0;  // running sequences passed over because they do not draw
+  size_t i = 0;
+  for (; i < running_.size(); ++i) {
     Sequence* s = running_[i];
-    if (!drawing(*s) || pass.scheduled(s)) continue;
+    if (!drawing(*s)) {
+      ++prefilling;
+      continue;
+    }
+    if (pass.scheduled(s)) continue;
     if (pass.budget < 1) break;
     if (!catch_up_drawing(s, pass)) break;  // s was the newest: nothing behind it is left
   }
+  // Every running sequence was seen and each draws: schedule_running_prefills would find nothing.
+  pass.all_drawing = i == running_.size() && prefilling == 0;
 }
 
 void ContinuousScheduler::schedule_swap_ins(Pass& pass) {
@@ -183,6 +191,9 @@ void ContinuousScheduler::schedule_swap_ins(Pass& pass) {
 }
 
 void ContinuousScheduler::schedule_running_prefills(Pass& pass) {
+  // Nothing to prefill (the common step): no walk over the running sequences. A sequence swapped
+  // in since may be mid-prefill.
+  if (pass.all_drawing && pass.step.swap_in.empty()) return;
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence* s = running_[i];
     if (drawing(*s) || pass.scheduled(s)) continue;

@@ -69,6 +69,8 @@ class ContinuousScheduler final : public Scheduler {
     /// changes running_ between them, and a walk over it for every admission cost a cache line or
     /// two a running sequence.
     int seats_taken = -1;
+    /// schedule_decodes saw every running sequence and each of them draws (no prefill pending).
+    bool all_drawing = false;
     bool scheduled(const Sequence* s) const { return s->sched_pass == id; }
     void add_chunk(Sequence* s, int n_new);
     /// Takes s's chunk back out (s was preempted after being picked), returning its tokens.
