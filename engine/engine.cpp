@@ -419,7 +419,7 @@ StepOutcome Engine::step(double now) {
       decode_only = decode_only && e.sample && e.n_new == 1 + static_cast<int>(s.spec_tokens.size());
       s.n_computed += e.n_new;
       if (!e.sample) {
-        kv_->on_computed(s);
+        kv_->after_computed(s);
         continue;
       }
       if (s.spec_tokens.empty()) {
@@ -428,7 +428,7 @@ StepOutcome Engine::step(double now) {
         const size_t n_done = done.size();
         state_->emit(s, draws[0], end, eos, out, done);
         if (jump && s.constrained && done.size() == n_done) state_->jump_forward(s, end, eos, vocab, out);
-        kv_->on_computed(s);
+        kv_->after_computed(s);
         if (e.n_samples > 1) state_->fork_samples(s, draws, end, eos, *kv_, *scheduler_, out, done);
         continue;
       }
@@ -462,7 +462,7 @@ StepOutcome Engine::step(double now) {
       for (size_t j = 0; j <= accepted && done.size() == n_done; ++j) state_->emit(s, draws[j], end, eos, out, done);
       if (done.size() == n_done) kv_->truncate(s, s.n_computed);  // rejected drafts' slots back
       if (jump && s.constrained && done.size() == n_done) state_->jump_forward(s, end, eos, vocab, out);
-      kv_->on_computed(s);
+      kv_->after_computed(s);
     }
     for (auto& [s, reason] : done) state_->retire(*s, reason, end, *kv_, *scheduler_, out);
     if (asked > 0 && spec_.adaptive && spec_.measured && decode_only)  // under the count it was asked by

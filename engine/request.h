@@ -75,6 +75,9 @@ struct KvHandle {
   /// paged, prefix caching: leading blocks of the table registered in the prefix cache (the
   /// others are not), so registration resumes there without reading the blocks' state.
   int n_registered = 0;
+  /// The manager's word that on_computed has nothing to register while n_computed is below this
+  /// (paged: the end of the first unregistered block); 0 = ask it (KvManager::after_computed).
+  int register_at = 0;
   bool allocated = false;
   int64_t region_begin = -1;    ///< naive: first slot of the contiguous reservation
   int64_t region_slots = 0;     ///< naive: reserved slots
@@ -99,6 +102,9 @@ struct Sequence {
   /// once the sequence has sampled (the last accepted token is computed by the next step).
   int n_computed = 0;
   SeqStatus status = SeqStatus::waiting;
+  /// The scheduler pass that gave it a chunk (0: none yet): "scheduled in this pass" is a
+  /// compare on a line the pass reads anyway, not a set lookup a running sequence a step.
+  uint64_t sched_pass = 0;
   SamplingParams sampling;
   KvHandle kv;
   /// The proposer's distribution of each draft, [spec_tokens.size(), vocab] (rows past

@@ -23,19 +23,22 @@ Rng Rng::stream(uint64_t seed, RngStream stream, uint64_t index) {
 
 namespace {
 inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-}  // namespace
 
-uint64_t Rng::next_u64() {
-  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
-  const uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = rotl(s_[3], 45);
+/// xoshiro256** over state s.
+inline uint64_t xoshiro_next(uint64_t* s) {
+  const uint64_t result = rotl(s[1] * 5, 7) * 9;
+  const uint64_t t = s[1] << 17;
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = rotl(s[3], 45);
   return result;
 }
+}  // namespace
+
+uint64_t Rng::next_u64() { return xoshiro_next(s_); }
 
 double Rng::uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
 
@@ -58,12 +61,16 @@ void Rng::uniform_ints(int64_t lo, int64_t hi, int32_t* out, size_t n) {
   const uint64_t range = static_cast<uint64_t>(hi - lo) + 1;  // >= 2: hi > lo, both within int32
   const uint64_t limit = UINT64_MAX - UINT64_MAX % range;     // as uniform_int: reject x >= limit
   const FastRemainder rem(range);  // x % range without a division a draw
+  // The state in locals (registers) for the loop, not reloaded and stored back around every
+  // write to out; the same draws as next_u64 a token.
+  uint64_t s[4] = {s_[0], s_[1], s_[2], s_[3]};
   for (size_t i = 0; i < n; ++i) {
     uint64_t x;
-    do x = next_u64();
+    do x = xoshiro_next(s);
     while (x >= limit);
     out[i] = static_cast<int32_t>(lo + static_cast<int64_t>(rem.of(x)));
   }
+  std::copy_n(s, 4, s_);
 }
 
 double Rng::normal() {

@@ -99,10 +99,16 @@ StepShape StepShape::of(const Step& step) {
   const kernels::StepInput& in = step.in;
   StepShape s;
   int draw = 0;  // draws follow entry order: those of entry q are next when q comes up
+  const int n_draws = in.n_samples();
+  const bool drafts = in.draft_token.size() >= size_t(n_draws);
   for (int q = 0; q < in.n_seqs(); ++q) {
     bool verifying = false;  // an entry verifies drafts when a draw of its rows carries a draft token
-    for (; draw < in.n_samples() && in.sample_rows[draw] < in.query_start[q + 1]; ++draw)
-      verifying |= size_t(draw) < in.draft_token.size() && in.draft_token[draw] >= 0;
+    // Rows through the LM head are counted here too: distinct drawn rows (n parallel samples
+    // share theirs), in the one walk over the draws.
+    for (; draw < n_draws && in.sample_rows[draw] < in.query_start[q + 1]; ++draw) {
+      verifying |= drafts ? in.draft_token[draw] >= 0 : size_t(draw) < in.draft_token.size() && in.draft_token[draw] >= 0;
+      s.n_sampled += draw == 0 || in.sample_rows[draw] != in.sample_rows[draw - 1];
+    }
     const int64_t n = in.query_start[q + 1] - in.query_start[q], end = in.context_lens[q], begin = end - n;
     s.n_tokens += n;
     s.sum_context += end;
@@ -117,9 +123,8 @@ StepShape StepShape::of(const Step& step) {
     }
     s.max_context = std::max(s.max_context, end);
   }
-  // Rows through the LM head: distinct drawn rows (n parallel samples share theirs).
-  for (int i = 0; i < in.n_samples(); ++i)
-    if (i == 0 || in.sample_rows[i] != in.sample_rows[i - 1]) ++s.n_sampled;
+  // Draws past the last sequence's rows (a malformed step) are rows through the LM head too.
+  for (; draw < n_draws; ++draw) s.n_sampled += draw == 0 || in.sample_rows[draw] != in.sample_rows[draw - 1];
   s.n_seqs = in.n_seqs();
   s.n_padding_tokens = step.n_padding;
   s.attention_pairs += static_cast<double>(step.n_padding) * static_cast<double>(s.max_context);

@@ -47,31 +47,37 @@ StepOutput SimBackend::execute(const Step& step) {
                                     std::to_string(n_slots_) + ")");
   }
   StepOutput out;
-  out.tokens.reserve(static_cast<size_t>(in.n_samples()));
+  out.tokens.resize(static_cast<size_t>(in.n_samples()));  // written by index
   // Late masks (Step::fill_masks) are filled here, where a device backend would fill them (after
   // the forward is launched). Their host time is not priced: the step is priced as the overlapped
   // path runs it, the masks hidden under the forward (the engine reports the time they took).
   const uint32_t* masks = in.n_samples() > 0 ? step.host_masks(late_masks_) : nullptr;
   int draft_index = -1;  // which draft of its sequence draw i verifies
+  const bool accepting = !acceptance_.empty();
+  const int64_t last_token = model_.vocab_size - 1;
   for (int i = 0; i < in.n_samples(); ++i) {
     const uint64_t h = splitmix64(splitmix64(in.seed[i] ^ splitmix64(in.seq_key[i])) +
                                   static_cast<uint64_t>(in.sample_position[i]));
-    TokenId t = static_cast<TokenId>(std::min<int64_t>(model_.vocab_size - 1, 2 + static_cast<int64_t>(token_span_.of(h))));
-    const bool follows = i > 0 && in.seq_key[i - 1] == in.seq_key[i] && in.draft_token[i - 1] >= 0;
-    draft_index = in.draft_token[i] < 0 ? -1 : follows ? draft_index + 1 : 0;
-    if (draft_index >= 0 && !acceptance_.empty()) t = verify_draw(in, i, draft_index, t);
+    TokenId t = static_cast<TokenId>(std::min<int64_t>(last_token, 2 + static_cast<int64_t>(token_span_.of(h))));
+    if (in.draft_token[i] < 0) {
+      draft_index = -1;
+    } else {
+      const bool follows = i > 0 && in.seq_key[i - 1] == in.seq_key[i] && in.draft_token[i - 1] >= 0;
+      draft_index = follows ? draft_index + 1 : 0;
+      if (accepting) t = verify_draw(in, i, draft_index, t);
+    }
     if (in.mask_index[i] >= 0) {
       const uint32_t* words = masks + size_t(in.mask_index[i]) * in.mask_words_per_row;
       int tried = 0;
       // A rejected draft stays rejected while the mask moves the draw on.
       const TokenId rejected =
-          draft_index >= 0 && !acceptance_.empty() && t != in.draft_token[i] ? in.draft_token[i] : -1;
+          draft_index >= 0 && accepting && t != in.draft_token[i] ? in.draft_token[i] : -1;
       while (!((words[t / 32] >> (t % 32)) & 1u) || t == rejected) {
         if (++tried > model_.vocab_size) throw std::invalid_argument("sim backend: a token mask allows no token");
         t = (t + 1) % model_.vocab_size;
       }
     }
-    out.tokens.push_back(t);
+    out.tokens[size_t(i)] = t;
   }
   StepShape shape = StepShape::of(step);
   shape.swap_bytes = pending_swap_bytes_;

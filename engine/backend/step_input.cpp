@@ -66,6 +66,110 @@ void fill_entry_rows(kernels::StepInput& in, const KvManager& kv, const BatchEnt
   }
 }
 
+/// Checks entry e (its sequence, rows, sampling, speculative rows and masks), throwing for the
+/// first thing wrong, and returns how many draws it makes (0 when it does not sample). Out of
+/// line and cold: check_entry runs it only for an entry its own tests refuse, for the message.
+[[gnu::cold, gnu::noinline]] size_t check_entry_slow(const BatchEntry& entry, size_t e, int n_masks) {
+  const Sequence* seq = entry.seq;
+  if (!seq) throw std::invalid_argument(entry_name(e, seq) + ": seq is null");
+  if (entry.n_new < 1)
+    throw std::invalid_argument(entry_name(e, seq) + ": n_new (" + std::to_string(entry.n_new) + ") must be >= 1");
+  const int begin = seq->n_computed, end = seq->n_computed + entry.n_new;
+  if (begin < 0 || end > seq->n_with_spec())
+    throw std::invalid_argument(entry_name(e, seq) + ": positions [" + std::to_string(begin) + ", " +
+                                std::to_string(end) + ") are outside its " + std::to_string(seq->n_with_spec()) +
+                                " tokens");
+  if (!entry.sample) return 0;
+  check_sampling(e, *seq);
+  if (!seq->spec_tokens.empty() && (end != seq->n_with_spec() || begin > seq->n_tokens() - 1 || entry.n_samples > 1))
+    throw std::invalid_argument(entry_name(e, seq) + ": verifying speculative tokens needs the chunk to cover "
+                                "positions " + std::to_string(seq->n_tokens() - 1) + " to " +
+                                std::to_string(seq->n_with_spec()) + " and n_samples 1");
+  const int rows = seq->spec_tokens.empty() ? 1 : static_cast<int>(seq->spec_tokens.size()) + 1;
+  if (entry.first_mask < -1 || (entry.first_mask >= 0 && entry.first_mask + rows > n_masks))
+    throw std::invalid_argument(entry_name(e, seq) + ": first_mask " + std::to_string(entry.first_mask) +
+                                " (+ " + std::to_string(rows) + " rows) names masks past the batch's " +
+                                std::to_string(n_masks));
+  return seq->spec_tokens.empty() ? size_t(std::max(1, entry.n_samples)) : size_t(rows);
+}
+
+/// check_entry_slow's checks as plain comparisons, without its messages: the common case (every
+/// entry of every step) costs a few compares, not a call with a stack frame for the strings.
+inline size_t check_entry(const BatchEntry& entry, size_t e, int n_masks) {
+  const Sequence* seq = entry.seq;
+  if (!seq || entry.n_new < 1) return check_entry_slow(entry, e, n_masks);
+  const int begin = seq->n_computed, end = seq->n_computed + entry.n_new, n_with_spec = seq->n_with_spec();
+  if (begin < 0 || end > n_with_spec) return check_entry_slow(entry, e, n_masks);
+  if (!entry.sample) return 0;
+  const SamplingParams& p = seq->sampling;
+  const size_t n_spec = seq->spec_tokens.size();
+  const int rows = n_spec == 0 ? 1 : static_cast<int>(n_spec) + 1;
+  const bool ok = p.temperature >= 0.0f && p.temperature <= std::numeric_limits<float>::max() && p.top_k >= 0 &&
+                  p.top_p > 0.0f && p.top_p <= 1.0f &&
+                  (n_spec == 0 || (end == n_with_spec && begin <= seq->n_tokens() - 1 && entry.n_samples <= 1)) &&
+                  entry.first_mask >= -1 && (entry.first_mask < 0 || entry.first_mask + rows <= n_masks);
+  if (!ok) return check_entry_slow(entry, e, n_masks);
+  return n_spec == 0 ? size_t(std::max(1, entry.n_samples)) : size_t(rows);
+}
+
+void resize_draws(kernels::StepInput& in, size_t n) {
+  in.sample_rows.resize(n);
+  in.temperature.resize(n);
+  in.top_k.resize(n);
+  in.top_p.resize(n);
+  in.seed.resize(n);
+  in.seq_key.resize(n);
+  in.sample_position.resize(n);
+  in.mask_index.resize(n);
+  in.draft_token.resize(n);
+  in.draft_dist.resize(n);
+}
+
+/// Writes the draws of sampling entry `entry` (its rows end before `row`) from draw d on; returns
+/// the next draw.
+size_t write_draws(kernels::StepInput& in, size_t d, const BatchEntry& entry, int row, int vocab) {
+  const Sequence& seq = *entry.seq;
+  const int end = seq.n_computed + entry.n_new;
+  const SamplingParams& p = seq.sampling;
+  const bool greedy = p.temperature == 0.0f || p.top_k == 1;
+  auto draw = [&](int row_index, uint64_t key, int position, int mask, TokenId draft = -1, int dist = -1) {
+    in.sample_rows[d] = row_index;
+    in.temperature[d] = greedy ? 0.0f : p.temperature;
+    in.top_k[d] = greedy ? 0 : p.top_k;
+    in.top_p[d] = greedy ? 1.0f : p.top_p;
+    in.seed[d] = p.seed;
+    in.seq_key[d] = key;
+    in.sample_position[d] = position;
+    in.mask_index[d] = mask;
+    in.draft_token[d] = draft;
+    in.draft_dist[d] = dist;
+    ++d;
+  };
+  if (seq.spec_tokens.empty()) {
+    for (int k = 0; k < std::max(1, entry.n_samples); ++k)  // as CpuBackend: n_samples < 1 draws once
+      draw(row - 1, static_cast<uint64_t>(seq.sample_index + k), end, entry.first_mask);
+    return d;
+  }
+  // Verification: one draw per row from the last accepted token on.
+  const int first = seq.n_tokens() - 1;
+  const size_t n_spec = seq.spec_tokens.size();
+  const bool with_q = !greedy && seq.spec_probs.size() >= n_spec * size_t(vocab);
+  for (int pos = first; pos < end; ++pos) {
+    // Draft j is the token at pos + 1; a point-mass draft too carries its token (the sim's
+    // acceptance reads it; the samplers verify against q only where draft_dist is set).
+    const size_t j = size_t(pos - first);
+    int dist = -1;
+    if (with_q && j < n_spec) {
+      dist = static_cast<int>(in.draft_probs.size() / size_t(vocab));
+      const float* q = seq.spec_probs.data() + j * size_t(vocab);
+      in.draft_probs.insert(in.draft_probs.end(), q, q + vocab);
+    }
+    draw(row - (end - pos), static_cast<uint64_t>(seq.sample_index), pos + 1,
+         entry.first_mask < 0 ? -1 : entry.first_mask + (pos - first), j < n_spec ? seq.spec_tokens[j] : -1, dist);
+  }
+  return d;
+}
+
 }  // namespace
 
 void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& step, StepDetail detail) {
@@ -96,39 +200,23 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& 
     throw std::invalid_argument("batch.mask_words_per_row (" + std::to_string(words) + ") must be (vocab + 31) / 32 = " +
                                 std::to_string((vocab + 31) / 32));
 
-  // Pass 1: check the entries, size the block table.
+  // Pass 1 checks every entry and counts its draws (and, full detail, sizes the block table);
+  // pass 2 writes. A shape-only step does both in one pass over the sequences: each pass is a
+  // first read of ~200 sequences a step, most of what building a step costs the simulator.
   int stride = 0;
   size_t n_rows = 0, n_draws = 0;
   bool decode_only = !batch.entries.empty();
-  for (size_t e = 0; e < batch.entries.size(); ++e) {
+  auto check = [&](size_t e) {
+    const size_t draws = check_entry(batch.entries[e], e, n_masks);
+    n_draws += draws;
     const BatchEntry& entry = batch.entries[e];
-    const Sequence* seq = entry.seq;
-    if (!seq) throw std::invalid_argument(entry_name(e, seq) + ": seq is null");
-    if (entry.n_new < 1)
-      throw std::invalid_argument(entry_name(e, seq) + ": n_new (" + std::to_string(entry.n_new) + ") must be >= 1");
-    const int begin = seq->n_computed, end = seq->n_computed + entry.n_new;
-    if (begin < 0 || end > seq->n_with_spec())
-      throw std::invalid_argument(entry_name(e, seq) + ": positions [" + std::to_string(begin) + ", " +
-                                  std::to_string(end) + ") are outside its " + std::to_string(seq->n_with_spec()) +
-                                  " tokens");
-    if (entry.sample) {
-      check_sampling(e, *seq);
-      if (!seq->spec_tokens.empty() && (end != seq->n_with_spec() || begin > seq->n_tokens() - 1 || entry.n_samples > 1))
-        throw std::invalid_argument(entry_name(e, seq) + ": verifying speculative tokens needs the chunk to cover "
-                                    "positions " + std::to_string(seq->n_tokens() - 1) + " to " +
-                                    std::to_string(seq->n_with_spec()) + " and n_samples 1");
-      const int rows = seq->spec_tokens.empty() ? 1 : static_cast<int>(seq->spec_tokens.size()) + 1;
-      n_draws += seq->spec_tokens.empty() ? size_t(std::max(1, entry.n_samples)) : size_t(rows);
-      if (entry.first_mask < -1 || (entry.first_mask >= 0 && entry.first_mask + rows > n_masks))
-        throw std::invalid_argument(entry_name(e, seq) + ": first_mask " + std::to_string(entry.first_mask) +
-                                    " (+ " + std::to_string(rows) + " rows) names masks past the batch's " +
-                                    std::to_string(n_masks));
-    }
-    if (paged && rows) stride = std::max(stride, (end + block_size - 1) / block_size);
+    if (paged && rows) stride = std::max(stride, (entry.seq->n_computed + entry.n_new + block_size - 1) / block_size);
     n_rows += static_cast<size_t>(entry.n_new);
     decode_only = decode_only && entry.n_new == 1;
-  }
-  in.decode_only = decode_only;
+    return draws;
+  };
+  if (rows)
+    for (size_t e = 0; e < batch.entries.size(); ++e) check(e);
   in.block_table_stride = paged && rows ? stride : 0;
   if (paged && rows) in.block_tables.assign(batch.entries.size() * size_t(stride), 0);
 
@@ -144,16 +232,8 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& 
     if (any_lora) in.lora_slot.resize(n_rows);
   }
   // The per-draw arrays too: ten push_backs a draw were most of this function's time on the sim.
-  in.sample_rows.resize(n_draws);
-  in.temperature.resize(n_draws);
-  in.top_k.resize(n_draws);
-  in.top_p.resize(n_draws);
-  in.seed.resize(n_draws);
-  in.seq_key.resize(n_draws);
-  in.sample_position.resize(n_draws);
-  in.mask_index.resize(n_draws);
-  in.draft_token.resize(n_draws);
-  in.draft_dist.resize(n_draws);
+  // Shape-only, the draws are not counted yet: sized for one an entry, grown when more come.
+  resize_draws(in, rows ? n_draws : batch.entries.size());
   size_t d = 0;  // the next draw
   in.query_start.resize(batch.entries.size() + 1);
   in.context_lens.resize(batch.entries.size());
@@ -162,6 +242,7 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& 
   int row = 0;
   for (size_t e = 0; e < batch.entries.size(); ++e) {
     const BatchEntry& entry = batch.entries[e];
+    if (!rows && check(e) > 0 && n_draws > in.sample_rows.size()) resize_draws(in, 2 * n_draws);
     const Sequence& seq = *entry.seq;
     const int end = seq.n_computed + entry.n_new;
     if (rows) fill_entry_rows(in, kv, entry, e, block_size, vocab, any_lora, row);
@@ -169,44 +250,10 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& 
     in.query_start[e + 1] = row;
     in.context_lens[e] = end;
     in.seq_ids[e] = seq.id;
-    if (!entry.sample) continue;
-    const SamplingParams& p = seq.sampling;
-    const bool greedy = p.temperature == 0.0f || p.top_k == 1;
-    auto draw = [&](int row_index, uint64_t key, int position, int mask, TokenId draft = -1, int dist = -1) {
-      in.sample_rows[d] = row_index;
-      in.temperature[d] = greedy ? 0.0f : p.temperature;
-      in.top_k[d] = greedy ? 0 : p.top_k;
-      in.top_p[d] = greedy ? 1.0f : p.top_p;
-      in.seed[d] = p.seed;
-      in.seq_key[d] = key;
-      in.sample_position[d] = position;
-      in.mask_index[d] = mask;
-      in.draft_token[d] = draft;
-      in.draft_dist[d] = dist;
-      ++d;
-    };
-    if (seq.spec_tokens.empty()) {
-      for (int k = 0; k < std::max(1, entry.n_samples); ++k)  // as CpuBackend: n_samples < 1 draws once
-        draw(row - 1, static_cast<uint64_t>(seq.sample_index + k), end, entry.first_mask);
-    } else {  // verification: one draw per row from the last accepted token on
-      const int first = seq.n_tokens() - 1;
-      const size_t n_spec = seq.spec_tokens.size();
-      const bool with_q = !greedy && seq.spec_probs.size() >= n_spec * size_t(vocab);
-      for (int pos = first; pos < end; ++pos) {
-        // Draft j is the token at pos + 1; a point-mass draft too carries its token (the sim's
-        // acceptance reads it; the samplers verify against q only where draft_dist is set).
-        const size_t j = size_t(pos - first);
-        int dist = -1;
-        if (with_q && j < n_spec) {
-          dist = static_cast<int>(in.draft_probs.size() / size_t(vocab));
-          const float* q = seq.spec_probs.data() + j * size_t(vocab);
-          in.draft_probs.insert(in.draft_probs.end(), q, q + vocab);
-        }
-        draw(row - (end - pos), static_cast<uint64_t>(seq.sample_index), pos + 1,
-             entry.first_mask < 0 ? -1 : entry.first_mask + (pos - first), j < n_spec ? seq.spec_tokens[j] : -1, dist);
-      }
-    }
+    if (entry.sample) d = write_draws(in, d, entry, row, vocab);
   }
+  in.decode_only = decode_only;
+  if (!rows) resize_draws(in, n_draws);
   if (d != n_draws) throw std::logic_error("build_step_input: " + std::to_string(d) + " draws, counted " + std::to_string(n_draws));
   step.fill_masks = nullptr;
   if (late) {

@@ -114,6 +114,17 @@ int32_t BlockRuns::split_largest_reservation(uint64_t owner, int32_t want, bool 
   return mid;
 }
 
+int32_t BlockRuns::take_reserved(uint64_t owner, int32_t prev, int32_t n) {
+  if (prev == kNone || n < 1) return 0;
+  auto r = resv_.find(owner);
+  if (r == resv_.end() || r->second.begin != prev + 1) return 0;
+  const Run run = r->second;
+  const int32_t m = std::min(n, run.end - run.begin);
+  set_reservation(r, owner, run.begin + m, run.end);
+  n_ -= m;
+  return m;
+}
+
 int32_t BlockRuns::take(uint64_t owner, int32_t prev, int32_t want, bool tail, bool may_split) {
   if (n_ == 0) return kNone;
   want = std::max(want, 1);

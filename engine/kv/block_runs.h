@@ -66,6 +66,10 @@ class BlockRuns {
   /// otherwise (a copy-on-write of an inner block) owner's reservation is left alone.
   int32_t take(uint64_t owner, int32_t prev, int32_t want, bool tail, bool may_split = true);
 
+  /// Up to n of owner's reserved blocks when its reservation starts right after prev (what n
+  /// calls of take(owner, prev, ..., tail = true) in a row would hand out: prev + 1, prev + 2, ...)
+  /// in one update of the reservation; returns how many (0: no reservation follows prev).
+  int32_t take_reserved(uint64_t owner, int32_t prev, int32_t n);
   /// Gives owner's reservation back to the extents (a sequence leaving). No-op without one.
   void drop(uint64_t owner);
 

@@ -94,6 +94,12 @@ class KvManager {
   /// Called after a step wrote seq's K/V up to seq.n_computed and the engine settled which
   /// tokens were accepted: registers full blocks of accepted tokens (below n_tokens()) for reuse.
   virtual void on_computed(Sequence& seq) {}
+  /// on_computed, unless seq.n_computed is below seq.kv.register_at, where the manager said it
+  /// would find nothing to register (the engine's call after every step of every sequence: most
+  /// decodes complete no block, and this skips the call).
+  void after_computed(Sequence& seq) {
+    if (seq.n_computed >= seq.kv.register_at) on_computed(seq);
+  }
   /// Copies the backend must make before the next forward (copy-on-write); clears the list.
   virtual std::vector<KvCopy> take_pending_copies() { return {}; }
 

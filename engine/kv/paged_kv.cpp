@@ -274,8 +274,23 @@ void PagedKvManager::grow(Sequence& seq, int n_tokens) {
 void PagedKvManager::append_fresh(Sequence& seq, int n_tokens) {
   auto& table = seq.kv.blocks;
   const int n_final = final_blocks(seq, n_tokens);
-  while (static_cast<int>(table.size()) < blocks_for(n_tokens)) {
+  const int n_blocks = blocks_for(n_tokens);
+  while (static_cast<int>(table.size()) < n_blocks) {
     const int i = static_cast<int>(table.size());
+    // The run of its reservation that follows its last block, taken at once: the blocks
+    // take_fresh would hand out one by one (none of them caches a prefix: reserved blocks are
+    // in runs_), with one update of the reservation rather than one a block.
+    if (const int32_t m = table.empty() ? 0 : runs_.take_reserved(seq.id, table.back(), n_blocks - i); m > 0) {
+      for (int32_t b = table.back() + 1, last = table.back() + m; b <= last; ++b) {
+        Block& blk = blocks_[b];
+        blk.in_free = false;
+        blk.ref = 1;
+        blk.owner = seq.id;
+        table.push_back(b);
+      }
+      n_free_ -= m;
+      continue;
+    }
     table.push_back(take_fresh(seq.id, table.empty() ? kNone : table.back(), n_final - i, true));
   }
 }
@@ -309,6 +324,7 @@ void PagedKvManager::truncate(Sequence& seq, int n_keep) {
     table.pop_back();
   }
   seq.kv.n_registered = std::min(seq.kv.n_registered, static_cast<int>(table.size()));
+  seq.kv.register_at = 0;  // on_computed works it out again
 }
 
 void PagedKvManager::fork(const Sequence& parent, Sequence& child) {
@@ -326,14 +342,23 @@ void PagedKvManager::fork(const Sequence& parent, Sequence& child) {
 }
 
 void PagedKvManager::on_computed(Sequence& seq) {
-  if (!config_.prefix_caching || !seq.kv.allocated) return;
+  if (!config_.prefix_caching) {
+    seq.kv.register_at = std::numeric_limits<int>::max();  // never anything to register
+    return;
+  }
+  if (!seq.kv.allocated) return;
   const auto& table = seq.kv.blocks;
   const int n_full = std::min(full_blocks(std::max(0, std::min(seq.n_computed, seq.n_tokens()))), static_cast<int>(table.size()));
   // Blocks are registered in order: the first unregistered full block follows the
   // n_registered ones. Most calls (a decode that did not fill its block) find none and return
   // without touching blocks_ (a cache miss a running sequence a step).
   int i = seq.kv.n_registered;
-  if (i >= n_full) return;
+  // Until n_computed reaches the end of the first unregistered block there is nothing to do.
+  if (i >= n_full) {
+    seq.kv.register_at = (i + 1) * block_size_;
+    return;
+  }
+  seq.kv.register_at = (n_full + 1) * block_size_;
   uint64_t parent = i > 0 ? blocks_[table[i - 1]].hash : root_hash(seq.cache_salt, seq.lora_id);
   seq.kv.n_registered = n_full;
   for (; i < n_full; ++i) {
@@ -411,6 +436,11 @@ void PagedKvManager::check_invariants(std::span<const Sequence* const> live) con
     const bool tracked = sharing_.contains(seq->id);
     if (seq->kv.n_registered < 0 || static_cast<size_t>(seq->kv.n_registered) > table.size())
       fail("seq " + str(seq->id) + " counts " + str(seq->kv.n_registered) + " registered blocks of " + str(table.size()));
+    // after_computed skips on_computed below register_at: it must be where registration resumes.
+    if (config_.prefix_caching && seq->kv.register_at != 0 &&
+        seq->kv.register_at != (seq->kv.n_registered + 1) * block_size_)
+      fail("seq " + str(seq->id) + " skips registration until position " + str(seq->kv.register_at) + " but counts " +
+           str(seq->kv.n_registered) + " registered blocks");
     for (size_t i = 0; i < table.size(); ++i) {
       const int32_t b = table[i];
       if (b < 0 || b >= n_blocks()) fail("seq " + str(seq->id) + " holds block " + str(b) + " outside the pool");

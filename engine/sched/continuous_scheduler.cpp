@@ -1,6 +1,7 @@
 #include "engine/sched/continuous_scheduler.h"
 
 #include <algorithm>
+#include <atomic>
 #include <stdexcept>
 
 namespace servelab {
@@ -13,14 +14,26 @@ ContinuousScheduler::ContinuousScheduler(const SchedulerConfig& config, KvManage
   config_.validate();
 }
 
+namespace {
+
+/// A number no other pass of any scheduler has had: sequences stamped by an earlier pass (or by
+/// another scheduler) never read as scheduled in this one.
+uint64_t next_pass_id() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace
+
 void ContinuousScheduler::Pass::add_chunk(Sequence* s, int n_new) {
   step.chunks.push_back({s, n_new});
-  in_step->insert(s);
+  s->sched_pass = id;
   budget -= n_new;
 }
 
-void ContinuousScheduler::Pass::drop_chunk(const Sequence* s) {
-  if (!in_step->erase(s)) return;
+void ContinuousScheduler::Pass::drop_chunk(Sequence* s) {
+  if (!scheduled(s)) return;
+  s->sched_pass = 0;
   for (auto it = step.chunks.begin(); it != step.chunks.end(); ++it)
     if (it->seq == s) {
       budget += it->n_new;
@@ -137,12 +150,20 @@ bool ContinuousScheduler::catch_up_drawing(Sequence* s, Pass& pass) {
 }
 
 void ContinuousScheduler::schedule_decodes(Pass& pass) {
-  for (size_t i = 0; i < running_.size(); ++i) {
+  int prefilling = 0;  // running sequences passed over because they do not draw
+  size_t i = 0;
+  for (; i < running_.size(); ++i) {
     Sequence* s = running_[i];
-    if (!drawing(*s) || pass.scheduled(s)) continue;
+    if (!drawing(*s)) {
+      ++prefilling;
+      continue;
+    }
+    if (pass.scheduled(s)) continue;
     if (pass.budget < 1) break;
     if (!catch_up_drawing(s, pass)) break;  // s was the newest: nothing behind it is left
   }
+  // Every running sequence was seen and each draws: schedule_running_prefills would find nothing.
+  pass.all_drawing = i == running_.size() && prefilling == 0;
 }
 
 void ContinuousScheduler::schedule_swap_ins(Pass& pass) {
@@ -170,6 +191,9 @@ void ContinuousScheduler::schedule_swap_ins(Pass& pass) {
 }
 
 void ContinuousScheduler::schedule_running_prefills(Pass& pass) {
+  // Nothing to prefill (the common step): no walk over the running sequences. A sequence swapped
+  // in since may be mid-prefill.
+  if (pass.all_drawing && pass.step.swap_in.empty()) return;
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence* s = running_[i];
     if (drawing(*s) || pass.scheduled(s)) continue;
@@ -274,9 +298,8 @@ void ContinuousScheduler::schedule_admissions(Pass& pass) {
 }
 
 ScheduledStep ContinuousScheduler::schedule(double now) {
-  in_step_.clear();
   Pass pass;
-  pass.in_step = &in_step_;
+  pass.id = next_pass_id();
   pass.budget = config_.max_num_batched_tokens;
   // One allocation for the step's chunks rather than a doubling series as they are added.
   pass.step.chunks.reserve(std::min(running_.size() + waiting_.size() + swapped_.size(),

@@ -26,7 +26,6 @@
 #include <unordered_set>
 #include <vector>
 
-#include "engine/sched/pass_set.h"
 #include "engine/sched/scheduler.h"
 
 namespace servelab {
@@ -61,19 +60,21 @@ class ContinuousScheduler final : public Scheduler {
   struct Pass {
     ScheduledStep step;
     int budget = 0;  ///< tokens left under max_num_batched_tokens
-    /// Sequences with a chunk in step: the scheduler's in_step_, emptied for each pass (no
-    /// per-step allocation).
-    PassSet<Sequence>* in_step = nullptr;
+    /// This pass's number, unique in the process (next_pass_id()): a sequence has a chunk in
+    /// step when its sched_pass is this.
+    uint64_t id = 0;
     std::unordered_set<const Sequence*> resumed;  ///< swapped in this step: not to be preempted again
     /// Seats the running sequences take (seats()), worked out at the pass's first admission and
     /// kept up as it admits (-1: not yet): admissions come last in a pass, so nothing else
     /// changes running_ between them, and a walk over it for every admission cost a cache line or
     /// two a running sequence.
     int seats_taken = -1;
-    bool scheduled(const Sequence* s) const { return in_step->contains(s); }
+    /// schedule_decodes saw every running sequence and each of them draws (no prefill pending).
+    bool all_drawing = false;
+    bool scheduled(const Sequence* s) const { return s->sched_pass == id; }
     void add_chunk(Sequence* s, int n_new);
     /// Takes s's chunk back out (s was preempted after being picked), returning its tokens.
-    void drop_chunk(const Sequence* s);
+    void drop_chunk(Sequence* s);
   };
 
   /// Seats in running a waiting sequence takes (a fresh request brings its n samples).
@@ -108,7 +109,6 @@ class ContinuousScheduler final : public Scheduler {
   int64_t watermark_slots_ = 0;
   uint64_t lora_blocked_id_ = 0;  // the sequence the adapter bound holds back (0 = none yet)
   int lora_overtakes_ = 0;        // requests admitted past it so far
-  PassSet<Sequence> in_step_;     // Pass::in_step, reused by every pass
 };
 
 }  // namespace servelab

@@ -72,7 +72,11 @@ TEST(PagedKv, SharesPromptPrefixBlocksByHash) {
   kv.on_computed(a);  // registers blocks 0 and 1 (block 2 is partial)
   EXPECT_EQ(kv.n_cached_blocks(), 2u);
   EXPECT_EQ(a.kv.n_registered, 2);
+  EXPECT_EQ(a.kv.register_at, 48);  // nothing more to register before block 2 is computed
   kv.check_invariants(live_of({&a}));
+  a.kv.register_at = 32;  // a skip point that disagrees with the count is caught
+  EXPECT_THROW(kv.check_invariants(live_of({&a})), std::logic_error);
+  a.kv.register_at = 48;
   a.kv.n_registered = 1;  // a count that disagrees with the blocks is caught
   EXPECT_THROW(kv.check_invariants(live_of({&a})), std::logic_error);
   a.kv.n_registered = 3;
