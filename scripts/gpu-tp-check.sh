@@ -20,7 +20,7 @@
 # allreduce_bench) are run from DIR and nothing is built.
 # Every test and binary runs under `timeout`; the GPU tests run suite by suite.
 # Environment: OUT (default results/gpu/tp/check), BUILD (default build-gpu), STEPS (default
-#   "build cpu gpu bench"; add "repro", "diag", "allreduce", "kernels", "profile"), BENCH_LIMIT, BENCH_ARGS,
+#   "build cpu gpu bench"; add "repro", "diag", "allreduce", "kernels", "profile", "sweep", "simtp"), BENCH_LIMIT, BENCH_ARGS,
 #   PREBUILT, BENCH_ALWAYS (1: the bench even after a failed test), DEBS (as gpu-engine-check.sh),
 #   PROFILE_PRESET (default llama2-13b), AR_INIT (the bench's NCCL set-up, default threads_nb),
 #   GPU_FILTER (gtest filter of the GPU step, default '*TpGpu*:-*Bench*').
@@ -152,6 +152,26 @@ if [ $BUILT = 1 ] && want bench && { [ "${GPU_OK:-0}" = 0 ] || [ "${BENCH_ALWAYS
   grep -E "^tp-allreduce|^NCCL" "$OUT/bench.log" | head -24 >"$OUT/tp_bench_allreduce.txt"
   grep -E "^tp-decode|^tp-bound|^llama" "$OUT/bench.log" >"$OUT/decode.txt"
 fi
+# Issue 25 items 3-4 (prepared, not yet run on two GPUs): `sweep` runs scenarios/gpu-tp-llama3-70b.yaml
+# (llama3-70b TP=2: continuous+paged, continuous+naive, static against rate) on the GPUs; `simtp`
+# profiles the same TP=2 backend on that scenario's shapes, runs the scenario on the sim from the
+# profile and compares each run's p50s / p99s with the sweep's (results/sim-validation/run_compare.py).
+TP_SCENARIO=${TP_SCENARIO:-scenarios/gpu-tp-llama3-70b.yaml}
+if [ $BUILT = 1 ] && want sweep; then
+  step sweep "${SWEEP_LIMIT:-540}" "$BUILD/servelab" run "$TP_SCENARIO" --out "$OUT/sweep" --force --quiet --no-plots
+fi
+if [ $BUILT = 1 ] && want simtp; then
+  step simtp_profile 300 "$BUILD/servelab" profile --backend cuda --tensor-parallel 2 --for-scenario "$TP_SCENARIO" \
+    --interleave --json "$OUT/profile-tp2-scenario.json"
+  # The sim gets the KV arena the real run sized from gpu_memory_utilization (per GPU, runs.json).
+  kv_bytes=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["scenario"]["kv_cache_bytes"])' \
+    "$OUT/sweep/runs.json" 2>/dev/null || echo 0)
+  step simtp_run 120 "$BUILD/servelab" run "$TP_SCENARIO" --out "$OUT/sweep-sim" --force --quiet --no-plots \
+    --set "backend={kind: sim, tensor_parallel: 2, sim_profile: $(realpath "$OUT")/profile-tp2-scenario.json}" \
+    --set "engine={kv_cache_bytes: $kv_bytes, max_model_len: 2048}"
+  [ -f "$OUT/sweep/summary.json" ] && [ -f "$OUT/sweep-sim/summary.json" ] &&
+    python3 results/sim-validation/run_compare.py "$OUT/sweep" "$OUT/sweep-sim" >"$OUT/simtp_compare.md" 2>&1
+fi
 if [ $BUILT = 1 ] && want profile; then
   step profile 400 "$BUILD/servelab" profile --backend cuda --preset "${PROFILE_PRESET:-llama2-13b}" \
     --tensor-parallel 2 --batch 1,32,128 --json "$OUT/profile-tp2.json"
@@ -165,6 +185,7 @@ printf '%s\n' "${TABLE[@]}"
 [ -f "$OUT/tp_bench_allreduce.txt" ] && cat "$OUT/tp_bench_allreduce.txt"
 [ -f "$OUT/allreduce.txt" ] && cat "$OUT/allreduce.txt"
 [ -f "$OUT/decode.txt" ] && cat "$OUT/decode.txt"
+[ -f "$OUT/simtp_compare.md" ] && cat "$OUT/simtp_compare.md"
 } | tee "$OUT/summary.txt"
 # The device tool brings back at most 8 files: everything but the summaries goes into logs.tgz.
 if [ "${PACK:-1}" = 1 ]; then
