@@ -314,6 +314,7 @@ int Engine::propose_drafts(StepOutcome& out) {
   proposer_->propose_batch(tasks);
   out.spec_draft_s = proposer_->priced_seconds().value_or(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  out.spec_catch_up_s = std::min(proposer_->catch_up_excess_s(), out.spec_draft_s);
   const bool with_q = backend_->caps().draft_probs;
   const int vocab = backend_->config().vocab_size;
   for (const Candidate& c : cands) {
@@ -465,7 +466,10 @@ StepOutcome Engine::step(double now) {
       kv_->after_computed(s);
     }
     for (auto& [s, reason] : done) state_->retire(*s, reason, end, *kv_, *scheduler_, out);
-    if (asked > 0 && spec_.adaptive && spec_.measured && decode_only)  // under the count it was asked by
+    // Under the count it was asked by, catch-up included: taking spec_catch_up_s off made the
+    // rule flip to drafts and back where they lose, paying the catch-up at each flip
+    // (docs/speculative-decoding.md).
+    if (asked > 0 && spec_.adaptive && spec_.measured && decode_only)
       state_->spec_meter.record(asked, out.spec_drafts > 0, static_cast<int>(out.tokens.size()), out.duration_s,
                                 out.spec_draft_tokens, out.spec_accepted_tokens);
 

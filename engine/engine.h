@@ -81,6 +81,9 @@ struct StepOutcome {
   /// Seconds the proposer took to draft for this step: wall time on real backends (included in
   /// duration_s), the priced draft time on the sim (also included: SimBackend::charge_seconds).
   double spec_draft_s = 0.0;
+  /// Of spec_draft_s, the catch-up a step drafting after plain ones pays once (Proposer::
+  /// catch_up_excess_s): what an exploring step costs beyond a steady drafting step.
+  double spec_catch_up_s = 0.0;
   /// A proposer is set but the per-step rule (SpecPolicy::pricing, or what steps measured) found
   /// drafts a loss at this batch, so none were proposed.
   bool spec_off = false;

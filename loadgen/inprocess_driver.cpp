@@ -68,6 +68,7 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
     st.spec_accepted_per_pos = s.spec_accepted_per_pos;
     st.spec_drafted_per_pos = s.spec_drafted_per_pos;
     st.spec_draft_s = s.spec_draft_s;
+    st.spec_catch_up_s = s.spec_catch_up_s;
     st.n_loras = s.n_loras;
     st.n_lora_loads = s.n_lora_loads;
     st.n_masks = s.n_masks;

@@ -1,3 +1,4 @@
+#include <chrono>
 #include "engine/spec/model_proposer.h"
 
 #include <algorithm>
@@ -110,9 +111,18 @@ void ModelProposer::propose_batch(std::span<const DraftTask> tasks) {
   }
   // Step 0 catches each copy up to its last accepted token and drafts one token; step j drafts
   // the (j + 1)-th for the tasks that want that many. A copy the arena cannot hold stops drafting.
+  excess_s_ = 0.0;
   for (int j = 0; !live.empty(); ++j) {
     std::erase_if(live, [&](const Work& w) { return w.task->max_k <= j; });
-    if (!live.empty()) draft_step(live);
+    if (live.empty()) break;
+    const auto t0 = std::chrono::steady_clock::now();
+    draft_step(live);  // synchronous: its drafts are read back
+    if (j > 0) continue;
+    int64_t rows = 0, steady = 0;
+    for (const BatchEntry& e : batch_.entries) rows += e.n_new, steady += std::min(e.n_new, 2);
+    if (rows > steady)
+      excess_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() *
+                  static_cast<double>(rows - steady) / static_cast<double>(rows);
   }
 }
 

@@ -53,6 +53,10 @@ class ModelProposer final : public Proposer {
   void propose(const Sequence& seq, int max_k, std::vector<TokenId>& draft) override;
   void propose_batch(std::span<const DraftTask> tasks) override;
   void forget(uint64_t seq_id) override;
+  /// The first draft step's wall time times the share of its rows beyond 2 a sequence (the step's
+  /// time taken as proportional to its rows, which holds where the excess matters: a catch-up of
+  /// many rows a sequence).
+  double catch_up_excess_s() const override { return excess_s_; }
 
   const ModelConfig& draft_config() const { return backend_->config(); }
   const Backend& backend() const { return *backend_; }
@@ -73,6 +77,7 @@ class ModelProposer final : public Proposer {
 
   std::string method_;
   int max_len_ = 0;
+  double excess_s_ = 0.0;  ///< catch_up_excess_s of the last propose_batch
   /// Sizes the arena and step buffers; the constructors' common part.
   void init(ModelProposerOptions options, int target_vocab);
   /// The draft token of each of `ran`'s draws: from host logits on the cpu backend, else drawn by

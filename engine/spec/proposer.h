@@ -43,6 +43,12 @@ class Proposer {
   /// The seconds the last propose_batch is priced at, for a proposer that only predicts its
   /// cost (the sim's, engine/spec/sim_proposer.h); none: the engine measures its wall time.
   virtual std::optional<double> priced_seconds() const { return std::nullopt; }
+  /// Of the last propose_batch's seconds, those spent catching the draft up on rows beyond the
+  /// <= 2 a sequence has when it drafted at its previous step (a rejection's correction, or the
+  /// last accepted draft and the bonus token): what a step that drafts after plain steps pays
+  /// once and steady drafting would not pay again (StepOutcome::spec_catch_up_s, steps.jsonl's
+  /// spec_decode.catch_up_s). 0 for a proposer with no model to catch up.
+  virtual double catch_up_excess_s() const { return 0.0; }
 };
 
 }  // namespace servelab

@@ -56,7 +56,7 @@ void SimProposer::propose_batch(std::span<const DraftTask> tasks) {
   const ModelConfig& model = target_.config();
   const int64_t span = std::max(1, model.vocab_size - 2);
   int k_max = 0;
-  StepShape catch_up;
+  StepShape catch_up, steady;  // steady: each catch-up capped at a steady round's 2 rows
   int64_t prompt_rows = 0;  // rows of sequences catching up more than a steady round's 2 (their prompt)
   for (const DraftTask& t : tasks) {
     if (t.max_k < 1 || t.seq->n_tokens() < 1) continue;
@@ -64,6 +64,7 @@ void SimProposer::propose_batch(std::span<const DraftTask> tasks) {
     if (pricer_) {
       const int rows = s.n_tokens() - valid_positions(s);
       sim_proposer_detail::add_rows(catch_up, rows, s.n_tokens());
+      sim_proposer_detail::add_rows(steady, std::min(rows, 2), s.n_tokens());
       if (rows > 2) prompt_rows += rows;
     }
     DraftCopy& c = copies_[s.id];
@@ -79,6 +80,7 @@ void SimProposer::propose_batch(std::span<const DraftTask> tasks) {
     k_max = std::max(k_max, t.max_k);
   }
   last_s_ = 0.0;
+  excess_s_ = 0.0;
   if (!pricer_ || k_max == 0) return;
   std::vector<StepShape> steps{catch_up};
   for (int j = 1; j < k_max; ++j) {  // one-row steps for the tasks that want a (j + 1)-th draft
@@ -90,6 +92,10 @@ void SimProposer::propose_batch(std::span<const DraftTask> tasks) {
   // The forward steps, plus the proposer's own work where the profile timed whole rounds.
   last_s_ = pricer_->round_seconds(steps, prompt_rows);
   target_.charge_seconds(last_s_);
+  if (prompt_rows > 0) {
+    steps.front() = steady;
+    excess_s_ = std::max(0.0, last_s_ - pricer_->round_seconds(steps, 0));
+  }
 }
 
 std::unique_ptr<Proposer> make_sim_proposer(const SpeculativeConfig& config, SimBackend& target) {

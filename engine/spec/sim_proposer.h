@@ -32,6 +32,8 @@ class SimProposer final : public Proposer {
   void forget(uint64_t seq_id) override { copies_.erase(seq_id); }
   /// The predicted seconds of the last propose_batch (0 for ngram).
   std::optional<double> priced_seconds() const override { return last_s_; }
+  /// The round's price less the same round with each catch-up capped at 2 rows.
+  double catch_up_excess_s() const override { return excess_s_; }
   /// What prices the drafting (none for ngram).
   const DraftPricer* draft_pricer() const { return pricer_.get(); }
 
@@ -50,6 +52,7 @@ class SimProposer final : public Proposer {
   std::unique_ptr<DraftPricer> pricer_;  // none for ngram
   std::unordered_map<uint64_t, DraftCopy> copies_;  // by sequence id
   double last_s_ = 0.0;
+  double excess_s_ = 0.0;
 };
 
 /// The sim's proposer for `config` (its sim_acceptance set on `target`): self drafts with the

@@ -33,13 +33,14 @@ void to_json(nlohmann::json& j, const StepRecord& s) {
                              {"internal_frag", s.kv_internal_frag},
                              {"external_frag", s.kv_external_frag},
                              {"free", s.kv_free}}}};
-  if (s.spec_drafts > 0)
+  if (s.spec_drafts > 0 || s.spec_draft_s > 0)  // drafted for, verified or not
     j["spec_decode"] = {{"num_drafts", s.spec_drafts},
                         {"num_draft_tokens", s.spec_draft_tokens},
                         {"num_accepted_tokens", s.spec_accepted_tokens},
                         {"num_accepted_tokens_per_pos", s.spec_accepted_per_pos},
                         {"num_draft_tokens_per_pos", s.spec_drafted_per_pos},
-                        {"draft_s", s.spec_draft_s}};
+                        {"draft_s", s.spec_draft_s},
+                        {"catch_up_s", s.spec_catch_up_s}};
   if (s.n_loras > 0) j["lora"] = {{"n_loras", s.n_loras}, {"n_loads", s.n_lora_loads}};
   if (s.n_masks > 0 || s.jump_forward_tokens > 0)
     j["structured"] = {{"n_masks", s.n_masks}, {"mask_s", s.mask_s}, {"jump_forward_tokens", s.jump_forward_tokens}};
@@ -68,6 +69,7 @@ void from_json(const nlohmann::json& j, StepRecord& s) {
     if (auto dp = sd->find("num_draft_tokens_per_pos"); dp != sd->end() && dp->is_array())
       for (const auto& v : *dp) s.spec_drafted_per_pos.push_back(json_int<int>(v));
     if (auto d = sd->find("draft_s"); d != sd->end() && d->is_number()) s.spec_draft_s = d->get<double>();
+    if (auto c = sd->find("catch_up_s"); c != sd->end() && c->is_number()) s.spec_catch_up_s = c->get<double>();
   }
   if (auto l = j.find("lora"); l != j.end() && l->is_object()) {
     s.n_loras = json_int_or(*l, "n_loras", 0);
@@ -101,6 +103,7 @@ void StepRecord::validate() const {
   time("start_s", start_s);
   time("duration_s", duration_s);
   time("spec_decode.draft_s", spec_draft_s);
+  time("spec_decode.catch_up_s", spec_catch_up_s);
   time("host.before_s", host_before_s);
   time("host.forward_s", forward_s);
   time("host.after_s", host_after_s);

@@ -207,5 +207,32 @@ TEST(DraftRounds, TheSimProposerChargesTheMeasuredWork) {
   EXPECT_NEAR(priced(with) - priced(plain), 2e-3, 1e-9);
 }
 
+TEST(DraftRounds, TheCatchUpBeyondASteadyRoundIsToldApart) {
+  // A first round catches up a 20-token prompt: most of its first step is the one-off catch-up;
+  // the next round, after every draft was accepted, catches up the steady 2 rows and has none.
+  const Profiled p = profile(false);
+  const SimCostModel cost = load(p, p.text);
+  SimBackend sim(p.target, cost);
+  SimProposer priced(SpecMethod::self, sim, p.draft);
+  ModelProposer timed("self", std::make_shared<const ModelWeights>(ModelWeights::random(p.draft, 1)), p.draft.vocab_size);
+  for (Proposer* proposer : std::initializer_list<Proposer*>{&priced, &timed}) {
+    SCOPED_TRACE(proposer == &priced ? "sim" : "cpu");
+    Sequence s;
+    s.id = 3;
+    s.tokens.assign(20, 4);
+    s.status = SeqStatus::running;
+    std::vector<TokenId> draft;
+    proposer->propose(s, 2, draft);
+    const double first = proposer->catch_up_excess_s();
+    EXPECT_GT(first, 0.0);
+    if (proposer == &priced) EXPECT_LT(first, *priced.priced_seconds()) << "the draft steps stay";
+    s.tokens.insert(s.tokens.end(), draft.begin(), draft.end());
+    s.tokens.push_back(5);
+    draft.clear();
+    proposer->propose(s, 2, draft);
+    EXPECT_EQ(proposer->catch_up_excess_s(), 0.0) << "a steady round";
+  }
+}
+
 }  // namespace draft_rounds_test
 }  // namespace servelab

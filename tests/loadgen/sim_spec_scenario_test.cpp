@@ -109,8 +109,11 @@ TEST(SimSpeculation, ASelfStrategyOnTheSimCarriesSpecDecodeCountersAtTheRatesGiv
   // SimSpeculation.TheSummaryCarriesTheCounters in tests/engine).
   int64_t drafts = 0;
   std::vector<int64_t> accepted(3, 0), drafted(3, 0);
-  double draft_s = 0.0;
+  double draft_s = 0.0, catch_up_s = 0.0;
   for (const StepRecord& s : out.steps) {
+    catch_up_s += s.spec_catch_up_s;
+    if (s.spec_catch_up_s > 0)  // the newcomers' prompts, told apart in steps.jsonl
+      EXPECT_EQ(nlohmann::json(s).get<StepRecord>().spec_catch_up_s, s.spec_catch_up_s);
     drafts += s.spec_drafts;
     for (size_t j = 0; j < s.spec_accepted_per_pos.size() && j < 3; ++j) accepted[j] += s.spec_accepted_per_pos[j];
     for (size_t j = 0; j < s.spec_drafted_per_pos.size() && j < 3; ++j) drafted[j] += s.spec_drafted_per_pos[j];
@@ -120,6 +123,8 @@ TEST(SimSpeculation, ASelfStrategyOnTheSimCarriesSpecDecodeCountersAtTheRatesGiv
   const SimAcceptance seen = SimAcceptance::from_counters(drafts, accepted, drafted);
   for (size_t j = 0; j < 3; ++j) EXPECT_NEAR(seen.per_position[j], acc->per_position[j], 0.1) << j;
   EXPECT_GT(draft_s, 0.0);  // the one-layer draft is priced
+  EXPECT_GT(catch_up_s, 0.0);
+  EXPECT_LT(catch_up_s, draft_s);
 }
 
 }  // namespace sim_spec_scenario_test
