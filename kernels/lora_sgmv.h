@@ -66,6 +66,8 @@ struct LoraSgmvConfig {
   /// in a CUDA graph), runs of at least this many consecutive rows of one adapter go to the tensor
   /// cores (kernels/lora_gemm.h: a shrink and an expand GEMM per run and product), at most
   /// gemm_max_runs of them (the longest); the other rows stay on the grouped kernels. 0: never.
+  /// 64 and 8: on an H200 runs of 256-2048 rows cost far less there than on the grouped kernels
+  /// and 16 runs of 64 rows more (docs/lora.md "GPU figures").
   int gemm_min_rows = 64;
   int gemm_max_runs = 8;
 };
