@@ -242,15 +242,35 @@ std::vector<LoraFigure> run_lora_bench(const LoraBenchOptions& o) {
   for (const DecodeRow& r : best_rows)
     figure("lora_decode_step", r.shape + " [" + variants[best].name + "]", r.s * 1e3, "ms", "no adapter",
            r.base / r.s);
-  // Prefill: one 512-token sequence with one adapter; 4 of them with 4 adapters.
-  for (int n : {1, 4}) {
-    const ProfilePoint p{ProfilePhase::prefill, std::vector<ProfilePoint::Seq>(size_t(n), {0, 512})};
+  // Prefill (eager steps): n sequences of `len` tokens over k adapters (sequence q: adapter
+  // q mod k), each on the tensor cores (a shrink and an expand GEMM per sequence's run of rows,
+  // kernels/lora_gemm.h: `gemm`, the default; `gemm all`: every run of >= 16 rows) and on the
+  // grouped CUDA-core kernels (`sgmv`, gemm_min_rows 0), side by side against the same base step.
+  struct PrefillShape {
+    int n, len, k;
+  };
+  const std::vector<PrefillShape> prefills = {{1, 512, 1}, {4, 512, 4}, {4, 512, 1}, {8, 256, 8}, {16, 64, 16}};
+  kernels::LoraSgmvConfig sgmv_config = variants[best].config, gemm_config = variants[best].config;
+  sgmv_config.gemm_min_rows = 0;
+  kernels::LoraSgmvConfig gemm_all = gemm_config;
+  gemm_all.gemm_min_rows = 16;
+  gemm_all.gemm_max_runs = 64;
+  for (const PrefillShape& ps : prefills) {
+    const ProfilePoint p{ProfilePhase::prefill, std::vector<ProfilePoint::Seq>(size_t(ps.n), {0, ps.len})};
+    std::vector<int> slots(size_t(ps.n));
+    for (int q = 0; q < ps.n; ++q) slots[size_t(q)] = q % ps.k;
     const double base = time_with(p, {});
-    const std::string shape = fmt("%.0f x 512 tokens", n);
+    const std::string shape = fmt("%.0f x ", ps.n) + fmt("%.0f tokens", ps.len);
     figure("lora_prefill_step", shape + " no adapter", base * 1e3, "ms");
-    const double s = time_with(p, first_k(n));
-    figure("lora_prefill_step", shape + fmt(" %.0f adapter(s)", n), s * 1e3, "ms", "no adapter", base / s);
+    for (const auto& [name, config] : {std::pair{std::string("sgmv"), sgmv_config}, std::pair{std::string("gemm"), gemm_config},
+                                       std::pair{std::string("gemm all"), gemm_all}}) {
+      cuda->set_lora_kernels(config);
+      const double s = time_with(p, slots);
+      figure("lora_prefill_step", shape + fmt(" %.0f adapter(s)", ps.k) + " [" + name + "]", s * 1e3, "ms",
+             "no adapter", base / s);
+    }
   }
+  cuda->set_lora_kernels(gemm_config);
 
   // Closed-loop Zipf decode at batch 64: finished sequences replaced by new ones.
   const int B = 64, steps = o.quick ? 150 : 400, lead = 50;

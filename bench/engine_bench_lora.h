@@ -32,8 +32,11 @@ struct LoraBenchOptions {
 ///   lora_decode_variant, with each variant's mean ratio (lora_decode_variant_mean); the variant
 ///   of the best mean is kept for the figures after it and its steps are repeated as
 ///   lora_decode_step;
-/// - lora_prefill_step: a 512-token prefill of one sequence with an adapter, and 4 sequences of
-///   512 with 4 adapters, against none (the resident-adapter TTFT's step);
+/// - lora_prefill_step: prefills of n sequences of `len` tokens over k adapters (1 x 512 / 1,
+///   4 x 512 / 4, 4 x 512 / 1, 8 x 256 / 8, 16 x 64 / 16) against none (the resident-adapter
+///   TTFT's step), each with the runs on the grouped CUDA-core kernels (`sgmv`), on the tensor
+///   cores by the default (`gemm`: runs of >= 64 rows, at most 8) and with every run of >= 16
+///   rows there (`gemm all`: at most 64 runs);
 /// - lora_zipf_decode: closed-loop decode at batch 64 where each finished sequence (output
 ///   lengths uniform in [64, 192]) is replaced by one whose adapter is drawn from Zipf(s = 1) over
 ///   8, 64 or 512 adapters, slots taken least-recently-used (a miss = load_lora, timed with the

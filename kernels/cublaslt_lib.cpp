@@ -68,6 +68,7 @@ CublasLt load_cublaslt(const std::vector<std::string>& candidates) {
   resolve(lib, "cublasLtMatmulDescDestroy", lt.matmul_desc_destroy, file);
   resolve(lib, "cublasLtMatmulDescSetAttribute", lt.matmul_desc_set_attribute, file);
   resolve(lib, "cublasLtMatrixLayoutCreate", lt.matrix_layout_create, file);
+  resolve(lib, "cublasLtMatrixLayoutSetAttribute", lt.matrix_layout_set_attribute, file);
   resolve(lib, "cublasLtMatrixLayoutDestroy", lt.matrix_layout_destroy, file);
   resolve(lib, "cublasLtMatmulPreferenceCreate", lt.preference_create, file);
   resolve(lib, "cublasLtMatmulPreferenceDestroy", lt.preference_destroy, file);

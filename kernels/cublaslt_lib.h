@@ -2,7 +2,7 @@
 // cuBLASLt, loaded on first use (dlopen) instead of linked: libcublasLt is ~540 MB, and a process
 // that links it pays its load at start-up whether or not it ever multiplies a matrix (under
 // ASan+LSan ~0.17 CPU-s per process: every test process and every CLI run with a CUDA build).
-// Only Gemm (gemm.cu) calls cuBLASLt; it loads the library in its constructor.
+// Only Gemm (gemm.cu) and LoraGemm (lora_gemm.cu) call cuBLASLt; each loads the library in its constructor.
 #include <cublasLt.h>
 
 #include <string>
@@ -18,6 +18,7 @@ struct CublasLt {
   decltype(&cublasLtMatmulDescDestroy) matmul_desc_destroy = nullptr;
   decltype(&cublasLtMatmulDescSetAttribute) matmul_desc_set_attribute = nullptr;
   decltype(&cublasLtMatrixLayoutCreate) matrix_layout_create = nullptr;
+  decltype(&cublasLtMatrixLayoutSetAttribute) matrix_layout_set_attribute = nullptr;  // LoraGemm's batches
   decltype(&cublasLtMatrixLayoutDestroy) matrix_layout_destroy = nullptr;
   decltype(&cublasLtMatmulPreferenceCreate) preference_create = nullptr;
   decltype(&cublasLtMatmulPreferenceDestroy) preference_destroy = nullptr;

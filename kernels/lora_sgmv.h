@@ -62,6 +62,14 @@ struct LoraSgmvConfig {
   /// itself, shrink and expand both on the side stream beside the product, so neither is on the
   /// step's critical path; false: their expand follows the product, as for q|k|v and gate|up.
   bool residual_beside = true;
+  /// Read by the cuda backend (cuda_ops.h LoraHook): in an eager step (a prefill or chunk; never
+  /// in a CUDA graph), runs of at least this many consecutive rows of one adapter go to the tensor
+  /// cores (kernels/lora_gemm.h: a shrink and an expand GEMM per run and product), at most
+  /// gemm_max_runs of them (the longest); the other rows stay on the grouped kernels. 0: never.
+  /// 64 and 8: on an H200 runs of 256-2048 rows cost far less there than on the grouped kernels
+  /// and 16 runs of 64 rows more (docs/lora.md "GPU figures").
+  int gemm_min_rows = 64;
+  int gemm_max_runs = 8;
 };
 
 /// The step's rows grouped by slot, on the device (sized with lora_max_tiles).

@@ -1,7 +1,8 @@
 // Multi-LoRA on the cuda backend: in steps mixing three adapters and rows without one (a prefill,
 // eager decodes, CUDA-graph decodes, a graph replayed with another mix of rows), each row's logits
-// equal those of the base model with its adapter merged into the weights (a checkpoint of its own,
-// loaded by another CudaBackend) within bf16 tolerance, rows without an adapter equal the base
+// equal those of the base model with its adapter merged into the weights (a checkpoint of its
+// own, loaded by another CudaBackend) within bf16 tolerance (the prefill's longer runs on the
+// tensor cores, kernels/lora_gemm.h), rows without an adapter equal the base
 // model's, and greedy tokens agree with the merged models'; bad slots and adapters are refused.
 // Names contain Gpu; every test skips without a CUDA device.
 #include <algorithm>
@@ -120,6 +121,11 @@ TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsEagerAndGraphs) {
   // The adapter backend (4 slots of rank <= 16: adapters in slots 0, 2, 3), the base model and
   // one backend per merged adapter, all over the same KV manager's slots.
   auto lora = CudaBackend::load(f.base_dir);
+  // The prefill's sequences of 20 to 75 tokens (every adapter) take the tensor cores
+  // (kernels/lora_gemm.h), the 9-token one the grouped kernels: both in one step.
+  kernels::LoraSgmvConfig prefill_gemm;
+  prefill_gemm.gemm_min_rows = 16;
+  lora->set_lora_kernels(prefill_gemm);
   lora->reserve_loras(4, 16);
   const int slot_of[3] = {0, 2, 3};
   for (int a = 0; a < 3; ++a) lora->load_lora(slot_of[a], f.adapters[size_t(a)]);
@@ -190,14 +196,20 @@ TEST(CudaBackendGpuLora, EagerOnlyMatchesGraphsAndRefusesBadInput) {
   auto eager = CudaBackend::load(f.base_dir, CudaBackendOptions{.cuda_graphs = false});
   EXPECT_THROW(eager->load_lora(0, f.adapters[0]), std::invalid_argument);  // no pool reserved
   // The eager backend runs the other launch variants: the expand by rows after every product
-  // (o_proj's and down_proj's too, not into the residual), slot-tile grids of 2 blocks an SM;
-  // the graphs the defaults (docs/lora.md).
+  // (o_proj's and down_proj's too, not into the residual), slot-tile grids of 2 blocks an SM,
+  // and every run of rows on the tensor cores (kernels/lora_gemm.h; the decodes' one-row runs
+  // too); the graphs the defaults (docs/lora.md: their prefill's runs of 30 and 44 rows on the
+  // grouped kernels).
   kernels::LoraSgmvConfig other;
   other.expand_by_rows = true;
   other.grid_blocks_per_sm = 2;
   other.residual_beside = !other.residual_beside;
+  other.gemm_min_rows = 1;
   eager->set_lora_kernels(other);
   other.grid_blocks_per_sm = -1;
+  EXPECT_THROW(eager->set_lora_kernels(other), std::invalid_argument);
+  other.grid_blocks_per_sm = 2;
+  other.gemm_min_rows = -1;
   EXPECT_THROW(eager->set_lora_kernels(other), std::invalid_argument);
   for (auto* b : {graphs.get(), eager.get()}) {
     b->reserve_loras(2, 8);
@@ -225,7 +237,8 @@ TEST(CudaBackendGpuLora, EagerOnlyMatchesGraphsAndRefusesBadInput) {
     const std::vector<float> y = eager->logits(make_step(*eager, b, *kv));
     ASSERT_EQ(x.size(), y.size());
     // Within the backend's bf16 tolerance (0.03): the deltas are rounded in another order when
-    // they go into the residual rather than into the product's output.
+    // they go into the residual rather than into the product's output, and the tensor cores
+    // round xa to bf16.
     EXPECT_LT(rel_error(x, y), 0.03) << "step " << n;
     for (int i = 0; i < 3; ++i) {
       seqs[size_t(i)].n_computed = seqs[size_t(i)].n_tokens();

@@ -1,9 +1,11 @@
 // kernels/ref/lora_ref.h's plan (the grouping kernels/lora_sgmv.h's lora_plan computes on the
 // device): rows by slot, cut into tiles of at most tile_rows rows, rows without an adapter out.
+// And kernels/lora_runs.h: the runs of rows of one adapter an eager step gives the tensor cores.
 #include <gtest/gtest.h>
 
 #include <vector>
 
+#include "kernels/lora_runs.h"
 #include "kernels/ref/lora_ref.h"
 
 namespace servelab::kernels {
@@ -19,6 +21,24 @@ TEST(LoraPlanRef, GroupsRowsBySlotIntoTiles) {
   EXPECT_EQ(p.n_tiles(), 3);
   const std::vector<int32_t> none = {-1, -1};
   EXPECT_EQ(lora_plan_ref(none.data(), 2, 3, 3).n_tiles(), 0);
+}
+
+TEST(LoraRuns, PicksLongRunsAndLeavesTheOtherRows) {
+  // Runs: slot 1 x3, slot 0 x1, slot 0 x2 after a row without an adapter, slot 2 x4, slot 1 x1.
+  const std::vector<int32_t> slot = {1, 1, 1, 0, -1, 0, 0, 2, 2, 2, 2, 1};
+  const int n = int(slot.size());
+  EXPECT_EQ(lora_runs(slot.data(), n),
+            (std::vector<LoraRun>{{1, 0, 3}, {0, 3, 1}, {0, 5, 2}, {2, 7, 4}, {1, 11, 1}}));
+  // At least 2 rows: three runs; at most 2 of them: the longest two, in row order.
+  EXPECT_EQ(lora_gemm_runs(slot.data(), n, 2, 8), (std::vector<LoraRun>{{1, 0, 3}, {0, 5, 2}, {2, 7, 4}}));
+  EXPECT_EQ(lora_gemm_runs(slot.data(), n, 2, 2), (std::vector<LoraRun>{{1, 0, 3}, {2, 7, 4}}));
+  EXPECT_TRUE(lora_gemm_runs(slot.data(), n, 0, 8).empty());  // off
+  EXPECT_TRUE(lora_gemm_runs(slot.data(), n, 5, 8).empty());  // none long enough
+  std::vector<int32_t> left;
+  EXPECT_TRUE(lora_rows_left(slot.data(), n, lora_gemm_runs(slot.data(), n, 2, 2), left));
+  EXPECT_EQ(left, (std::vector<int32_t>{-1, -1, -1, 0, -1, 0, 0, -1, -1, -1, -1, 1}));
+  EXPECT_FALSE(lora_rows_left(slot.data(), n, lora_gemm_runs(slot.data(), n, 1, 8), left));
+  EXPECT_EQ(left, std::vector<int32_t>(slot.size(), -1));
 }
 
 }  // namespace

@@ -246,6 +246,9 @@ void CudaBackend::set_lora_kernels(const kernels::LoraSgmvConfig& config) {
   if (config.grid_blocks_per_sm < 0)
     throw std::invalid_argument("CudaBackend::set_lora_kernels: grid_blocks_per_sm " +
                                 std::to_string(config.grid_blocks_per_sm) + " must be >= 0");
+  if (config.gemm_min_rows < 0 || config.gemm_max_runs < 0)
+    throw std::invalid_argument("CudaBackend::set_lora_kernels: gemm_min_rows " + std::to_string(config.gemm_min_rows) +
+                                " and gemm_max_runs " + std::to_string(config.gemm_max_runs) + " must be >= 0");
   impl_->lora_kernels = config;
   impl_->drop_graphs();  // the graphs baked in the old launches
 }

@@ -16,6 +16,7 @@
 #include "engine/backend/cuda/block_table.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/cuda_lora.h"
+#include "kernels/lora_gemm.h"
 #include "kernels/lora_sgmv.h"
 #include "engine/backend/cuda/cuda_weights.h"
 #include "engine/backend/cuda/device_memory.h"
@@ -145,6 +146,13 @@ struct CudaBackend::Impl {
   cudaEvent_t lora_fork = nullptr, lora_join = nullptr;
   bool step_lora = false;
   k::LoraSgmvConfig lora_kernels;  // the grouped kernels' launch variant
+  // Eager steps' runs of rows of one adapter on the tensor cores (kernels/lora_gemm.h): the
+  // cuBLASLt products, their 16-bit xa [rows_capacity, the largest total rank], the step's runs,
+  // and the slots of the rows left to the grouped kernels (host, then device) when some are.
+  std::unique_ptr<k::LoraGemm> lora_gemm;
+  DeviceBuffer lora_xa, lora_left_dev;
+  std::vector<k::LoraRun> lora_step_runs;
+  std::vector<int32_t> lora_left;
   // Swap and copy-on-write lists, and the swap buffer (mapped pinned).
   PinnedBuffer index_host;
   PinnedBuffer swap_host;
@@ -269,6 +277,11 @@ struct CudaBackend::Impl {
   /// exists. The plan's layout depends on rows_capacity, so it is laid out again with it.
   void ensure_lora_scratch() {
     if (!lora.reserved() || rows_capacity == 0) return;
+    if (!lora_gemm) lora_gemm = std::make_unique<k::LoraGemm>();
+    // Used by eager steps only (never baked into a graph): growing them needs no new epoch.
+    const size_t xa = size_t(rows_capacity) * k::kLoraMaxSegments * size_t(lora.pool(0, cuda::LoraGroup::qkv).max_rank) * 2;
+    if (xa > lora_xa.bytes()) lora_xa.grow(xa, "the LoRA scratch");
+    if (size_t(rows_capacity) * 4 > lora_left_dev.bytes()) lora_left_dev.grow(size_t(rows_capacity) * 4, "the LoRA scratch");
     if (!lora_side) {
       CUDA_CHECK(cudaStreamCreateWithFlags(&lora_side, cudaStreamNonBlocking));
       CUDA_CHECK(cudaEventCreateWithFlags(&lora_fork, cudaEventDisableTiming));

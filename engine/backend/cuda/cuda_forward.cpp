@@ -61,8 +61,22 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   // slot once (the plan every layer reads), then each layer's four hooks; else nothing at all.
   // o_proj's and down_proj's deltas go into the residual h beside their products when
   // lora_kernels.residual_beside (the next norm adds their products' output into h after the join).
+  // In an eager step, runs of at least lora_kernels.gemm_min_rows rows of one adapter (a
+  // prefill's or a chunk's sequence) take the tensor cores (kernels/lora_gemm.h) and the plan
+  // holds only the rows left (uploaded), or is not built when none are.
   cuda::LoraHook hooks[cuda::kLoraGroups];
-  if (g.lora) k::lora_plan(g.at<int32_t>(L.lora_slot), R, lora.n_slots(), lora_step_plan(), stream);
+  lora_step_runs.clear();
+  bool grouped = g.lora;
+  const int32_t* plan_slots = g.lora ? g.at<int32_t>(L.lora_slot) : nullptr;
+  if (g.lora && !g.graph && plan && plan->in.lora_slot.size() == size_t(R)) {
+    const int32_t* host_slots = plan->in.lora_slot.data();
+    lora_step_runs = k::lora_gemm_runs(host_slots, R, lora_kernels.gemm_min_rows, lora_kernels.gemm_max_runs);
+    if (!lora_step_runs.empty() && (grouped = k::lora_rows_left(host_slots, R, lora_step_runs, lora_left))) {
+      CUDA_CHECK(cudaMemcpyAsync(lora_left_dev.get(), lora_left.data(), size_t(R) * 4, cudaMemcpyHostToDevice, stream));
+      plan_slots = lora_left_dev.get<int32_t>();
+    }
+  }
+  if (grouped) k::lora_plan(plan_slots, R, lora.n_slots(), lora_step_plan(), stream);
   auto hook = [&](int l, cuda::LoraGroup grp) -> const cuda::LoraHook* {
     if (!g.lora) return nullptr;
     const bool into_residual =
@@ -70,6 +84,13 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
     cuda::LoraHook& hk = hooks[int(grp)];
     hk = cuda::LoraHook{lora.pool(l, grp), lora_step_plan(), lora_partial.get<float>(), lora_side, lora_fork, lora_join,
                         into_residual ? h.get() : nullptr};
+    if (!lora_step_runs.empty()) {
+      hk.runs = &lora_step_runs;
+      hk.gemm = lora_gemm.get();
+      hk.run_scale = lora.host_scales();
+      hk.xa = lora_xa.get();
+    }
+    hk.grouped = grouped;
     return &hk;
   };
 

@@ -45,6 +45,8 @@ class DeviceLoraPool {
   int host_images() const { return int(images_.size()); }
   int64_t image_hits() const { return image_hits_; }
   bool holds(int slot) const { return slot >= 0 && slot < n_slots_ && loaded_[size_t(slot)]; }
+  /// Each slot's scale on the host (0 for an empty slot): the tensor-core path's alpha.
+  const float* host_scales() const { return scales_.data(); }
   /// Group g of layer l, every slot.
   kernels::LoraPool pool(int layer, LoraGroup g) const;
   /// Device bytes of the pool; bytes one slot's image copies.

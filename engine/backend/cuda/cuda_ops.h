@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
+#include <vector>
 
 #include "engine/backend/cuda/quant_linear.h"
 #include "engine/backend/cuda/tp_comm.h"
@@ -21,6 +22,7 @@
 #include "kernels/gemm.h"
 #include "kernels/kv_fp8.h"
 #include "kernels/cuda_check.h"
+#include "kernels/lora_gemm.h"
 #include "kernels/lora_sgmv.h"
 #include "kernels/ops.h"
 
@@ -56,6 +58,15 @@ struct LoraHook {
   cudaStream_t side = nullptr;        ///< the shrink's stream beside the product; null: in line
   cudaEvent_t fork = nullptr, join = nullptr;  ///< with `side`
   void* residual = nullptr;           ///< [rows, pool.n_out]: the delta goes here, not into y; null: into y
+  /// Eager steps (LoraSgmvConfig::gemm_min_rows): runs of rows of one adapter whose shrink and
+  /// expand are GEMMs on the tensor cores (kernels/lora_gemm.h), beside and after the product as
+  /// the grouped kernels'; the plan then holds only the other rows, and `grouped` says whether
+  /// any are left. Null: no runs (every adapter row in the plan).
+  const std::vector<kernels::LoraRun>* runs = nullptr;
+  kernels::LoraGemm* gemm = nullptr;
+  const float* run_scale = nullptr;   ///< host: each slot's scale (the shrink's alpha)
+  void* xa = nullptr;                 ///< 16-bit [rows, pool.total_rank()]: the runs' shrink output
+  bool grouped = true;                ///< the grouped kernels run (the plan has rows)
   /// Before the product: the shrink of x (and with `residual` the expand into it), on the side
   /// stream once everything before is done.
   void before_product(const OpContext& c, const void* x, int rows) const {
@@ -65,15 +76,22 @@ struct LoraHook {
       CUDA_CHECK(cudaStreamWaitEvent(side, fork, 0));
       s = side;
     }
-    kernels::lora_sgmv_shrink(c.dt, x, plan, rows, pool, partial, s);
-    if (residual) kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, residual, pool.n_out, 0, s);
+    if (runs)
+      for (const kernels::LoraRun& r : *runs) gemm->shrink(c.dt, x, pool, r, run_scale[r.slot], xa, s);
+    if (grouped) kernels::lora_sgmv_shrink(c.dt, x, plan, rows, pool, partial, s);
+    if (residual) expand(c, residual, pool.n_out, rows, s);
     if (side) CUDA_CHECK(cudaEventRecord(join, side));
   }
   /// After the product: once the side stream is done, y += the deltas (unless they went into the
   /// residual).
   void after_product(const OpContext& c, void* y, int ld_y, int rows) const {
     if (side) CUDA_CHECK(cudaStreamWaitEvent(c.stream, join, 0));
-    if (!residual) kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, y, ld_y, 0, c.stream);
+    if (!residual) expand(c, y, ld_y, rows, c.stream);
+  }
+  void expand(const OpContext& c, void* y, int ld_y, int rows, cudaStream_t s) const {
+    if (runs)
+      for (const kernels::LoraRun& r : *runs) gemm->expand(c.dt, xa, pool, r, y, ld_y, 0, s);
+    if (grouped) kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, y, ld_y, 0, s);
   }
 };
 

@@ -1,0 +1,175 @@
+// LoraGemm (lora_gemm.h): a run's shrink and expand as cuBLASLt products. Row-major
+// C[rows, cols] = X[rows, k] · W[cols, k]ᵀ is column-major Cᵀ = W · Xᵀ (as gemm.cu): A = W stored
+// [k, cols] and transposed, B = Xᵀ stored [k, rows], D = Cᵀ [cols, rows], any leading dimensions.
+#include <stdexcept>
+#include <string>
+
+#include "kernels/common.cuh"
+#include "kernels/cublaslt_lib.h"
+#include "kernels/lora_gemm.h"
+
+#define LORA_CUBLAS_CHECK(call)                                                                    \
+  do {                                                                                             \
+    const cublasStatus_t st_ = (call);                                                             \
+    if (st_ != CUBLAS_STATUS_SUCCESS)                                                              \
+      throw std::runtime_error("cuBLASLt status " + std::to_string(int(st_)) + " at " + __FILE__ + \
+                               ":" + std::to_string(__LINE__) + ": " #call);                       \
+  } while (0)
+
+namespace servelab::kernels {
+namespace {
+
+void check_gemm_pool(const LoraPool& p, const LoraRun& run, const char* who) {
+  if (p.max_rank < 1 || p.max_rank > kLoraMaxRank)
+    throw std::invalid_argument(std::string(who) + ": max_rank " + std::to_string(p.max_rank) + " outside [1, " +
+                                std::to_string(kLoraMaxRank) + "]");
+  if (p.n_in % 8 != 0) throw std::invalid_argument(std::string(who) + ": n_in must be a multiple of 8");
+  if (p.n_seg < 1 || p.n_seg > kLoraMaxSegments)
+    throw std::invalid_argument(std::string(who) + ": n_seg " + std::to_string(p.n_seg) + " outside [1, " +
+                                std::to_string(kLoraMaxSegments) + "]");
+  for (int m = 0; m + 1 < p.n_seg; ++m)
+    if (p.seg_end[m] < (m > 0 ? p.seg_end[m - 1] : 0) || p.seg_end[m] > p.n_out)
+      throw std::invalid_argument(std::string(who) + ": seg_end[" + std::to_string(m) + "] = " +
+                                  std::to_string(p.seg_end[m]) + " is not ascending within n_out " +
+                                  std::to_string(p.n_out));
+  if (run.slot < 0 || run.slot >= p.n_slots || run.first < 0 || run.count < 0)
+    throw std::invalid_argument(std::string(who) + ": run (slot " + std::to_string(run.slot) + ", first " +
+                                std::to_string(run.first) + ", count " + std::to_string(run.count) +
+                                ") outside the pool's " + std::to_string(p.n_slots) + " slots");
+}
+
+/// The largest power of two (at most 256) dividing the address: cuBLASLt's alignment preference.
+int alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  int al = 256;
+  while (al > 1 && a % uintptr_t(al) != 0) al /= 2;
+  return al;
+}
+
+struct Layouts {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  Layouts(cudaDataType_t type, int m, int n, int k, int ld_a, int ld_b, int ld_d, int batch, int64_t sa, int64_t sb,
+          int64_t sd) {
+    LORA_CUBLAS_CHECK(cublaslt().matmul_desc_create(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+    LORA_CUBLAS_CHECK(cublaslt().matmul_desc_set_attribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
+    LORA_CUBLAS_CHECK(cublaslt().matmul_desc_set_attribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
+    LORA_CUBLAS_CHECK(cublaslt().matrix_layout_create(&a, type, k, m, ld_a));
+    LORA_CUBLAS_CHECK(cublaslt().matrix_layout_create(&b, type, k, n, ld_b));
+    LORA_CUBLAS_CHECK(cublaslt().matrix_layout_create(&d, type, m, n, ld_d));
+    if (batch > 1) {
+      const int32_t count = batch;
+      for (auto [l, stride] : {std::pair{a, sa}, std::pair{b, sb}, std::pair{d, sd}}) {
+        LORA_CUBLAS_CHECK(
+            cublaslt().matrix_layout_set_attribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+        LORA_CUBLAS_CHECK(cublaslt().matrix_layout_set_attribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                                 &stride, sizeof(stride)));
+      }
+    }
+  }
+  ~Layouts() {
+    if (d) cublaslt().matrix_layout_destroy(d);
+    if (b) cublaslt().matrix_layout_destroy(b);
+    if (a) cublaslt().matrix_layout_destroy(a);
+    if (op) cublaslt().matmul_desc_destroy(op);
+  }
+};
+
+int64_t elem_bytes(ScalarType) { return 2; }
+
+}  // namespace
+
+LoraGemm::LoraGemm(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
+  LORA_CUBLAS_CHECK(cublaslt().create(&handle_));
+  if (workspace_bytes_ > 0) CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+}
+
+LoraGemm::~LoraGemm() {
+  if (workspace_) cudaFree(workspace_);
+  if (handle_) cublaslt().destroy(handle_);
+}
+
+void LoraGemm::matmul(ScalarType t, const Shape& s, float alpha, const void* a, const void* b, void* d,
+                      cudaStream_t stream) {
+  const cudaDataType_t type = t == ScalarType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  const int al_a = alignment(a), al_b = alignment(b), al_d = alignment(d);
+  // The shrink may split K through the workspace; the expand (K = the rank) takes none, so the
+  // two never share it when they run on different streams.
+  const size_t ws = s.accumulate ? 0 : workspace_bytes_;
+  const Key key{int(t), s.m, s.n, s.k, s.ld_a, s.ld_b, s.ld_d, s.batch, s.stride_a, s.stride_b, s.stride_d,
+                s.accumulate, al_a | (al_b << 10) | (al_d << 20)};
+  Layouts l(type, s.m, s.n, s.k, s.ld_a, s.ld_b, s.ld_d, s.batch, s.stride_a, s.stride_b, s.stride_d);
+  auto it = algos_.find(key);
+  if (it == algos_.end()) {
+    if (algos_.size() >= 4096) algos_.clear();  // run lengths vary from step to step: bound the cache
+    cublasLtMatmulPreference_t pref = nullptr;
+    LORA_CUBLAS_CHECK(cublaslt().preference_create(&pref));
+    LORA_CUBLAS_CHECK(
+        cublaslt().preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    const uint32_t align[4] = {uint32_t(al_a), uint32_t(al_b), uint32_t(al_d), uint32_t(al_d)};
+    const cublasLtMatmulPreferenceAttributes_t attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; ++i)
+      LORA_CUBLAS_CHECK(cublaslt().preference_set_attribute(pref, attr[i], &align[i], sizeof(align[i])));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t st = cublaslt().algo_get_heuristic(handle_, l.op, l.a, l.b, l.d, l.d, pref, 1, &result, &found);
+    cublaslt().preference_destroy(pref);
+    ++heuristic_queries_;
+    if (st != CUBLAS_STATUS_SUCCESS || found == 0)
+      throw std::runtime_error("LoraGemm: cuBLASLt has no algorithm for m=" + std::to_string(s.m) + " n=" +
+                               std::to_string(s.n) + " k=" + std::to_string(s.k) + " batch " + std::to_string(s.batch));
+    it = algos_.emplace(key, result.algo).first;
+  }
+  const float beta = s.accumulate ? 1.0f : 0.0f;
+  LORA_CUBLAS_CHECK(cublaslt().matmul(handle_, l.op, &alpha, a, l.a, b, l.b, &beta, d, l.d, d, l.d, &it->second,
+                                      ws ? workspace_ : nullptr, ws, stream));
+}
+
+void LoraGemm::shrink(ScalarType t, const void* x, const LoraPool& pool, const LoraRun& run, float scale, void* xa,
+                      cudaStream_t stream) {
+  check_gemm_pool(pool, run, "LoraGemm::shrink");
+  if (run.count == 0) return;
+  const int total = pool.total_rank();
+  const int64_t eb = elem_bytes(t);
+  const auto* a = static_cast<const char*>(pool.a) + int64_t(run.slot) * total * pool.n_in * eb;
+  const auto* xr = static_cast<const char*>(x) + int64_t(run.first) * pool.n_in * eb;
+  auto* out = static_cast<char*>(xa) + int64_t(run.first) * total * eb;
+  // Cᵀ[total, count] = A[slot] (stored [n_in, total], transposed) · xᵀ [n_in, count].
+  const Shape s{total, run.count, pool.n_in, pool.n_in, pool.n_in, total, 1, 0, 0, 0, false};
+  matmul(t, s, scale, a, xr, out, stream);
+}
+
+void LoraGemm::expand(ScalarType t, const void* xa, const LoraPool& pool, const LoraRun& run, void* y, int ld_y, int c0,
+                      cudaStream_t stream) {
+  check_gemm_pool(pool, run, "LoraGemm::expand");
+  if (run.count == 0) return;
+  const int total = pool.total_rank(), r = pool.max_rank;
+  const int64_t eb = elem_bytes(t);
+  const auto* b = static_cast<const char*>(pool.b) + int64_t(run.slot) * pool.n_out * r * eb;
+  const auto* xr = static_cast<const char*>(xa) + int64_t(run.first) * total * eb;
+  auto* yr = static_cast<char*>(y) + (int64_t(run.first) * ld_y + c0) * eb;
+  int start[kLoraMaxSegments], width[kLoraMaxSegments];
+  bool equal = true;
+  for (int m = 0; m < pool.n_seg; ++m) {
+    start[m] = m > 0 ? start[m - 1] + width[m - 1] : 0;
+    width[m] = (m + 1 < pool.n_seg ? pool.seg_end[m] : pool.n_out) - start[m];
+    equal = equal && width[m] == width[0];
+  }
+  // Segment m: Cᵀ[width, count] += B[slot][its columns] (stored [r, width], transposed) ·
+  // xa[:, m · r ..]ᵀ [r, count] (ld total).
+  if (equal && pool.n_seg > 1 && width[0] > 0) {
+    const Shape s{width[0], run.count, r, r, total, ld_y, pool.n_seg, int64_t(width[0]) * r, r, width[0], true};
+    matmul(t, s, 1.0f, b, xr, yr, stream);
+    return;
+  }
+  for (int m = 0; m < pool.n_seg; ++m) {
+    if (width[m] == 0) continue;
+    const Shape s{width[m], run.count, r, r, total, ld_y, 1, 0, 0, 0, true};
+    matmul(t, s, 1.0f, b + int64_t(start[m]) * r * eb, xr + int64_t(m) * r * eb, yr + int64_t(start[m]) * eb, stream);
+  }
+}
+
+}  // namespace servelab::kernels

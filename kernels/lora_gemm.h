@@ -1,0 +1,65 @@
+#pragma once
+// Multi-LoRA on the tensor cores for runs of rows of one adapter (kernels/lora_runs.h): a prefill's
+// or a chunk's rows all share their sequence's adapter, so its delta y += scale · (x · Aᵀ) · Bᵀ is
+// two thin GEMMs per run instead of the grouped CUDA-core kernels' 8-row tiles (lora_sgmv.h):
+//   shrink: xa[run, total_rank] = scale · x[run, n_in] · A[slot]ᵀ   (16-bit xa, one GEMM for every
+//           segment of a fused q|k|v or gate|up: A[slot] stacks their ranks)
+//   expand: y[run, seg] += xa[run, seg's ranks] · B[slot][seg's columns]ᵀ   (beta = 1; the
+//           segments of equal width in one strided-batched GEMM, else one GEMM each)
+// cuBLASLt (loaded as Gemm loads it: cublaslt_lib.h), bf16 or fp16 operands, fp32 accumulation.
+// xa is rounded to 16 bits once (the grouped kernels keep it in fp32): within the backend's bf16
+// tolerance. Same pool layout as lora.h (LoraPool). Eager steps only: the run lengths are the
+// host's, so a CUDA graph (decode) keeps the grouped kernels.
+// Reference: kernels/ref/lora_ref.h (lora_shrink_ref, then lora_expand_segments_ref).
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include "kernels/lora.h"
+#include "kernels/lora_runs.h"
+
+namespace servelab::kernels {
+
+/// Owns a cuBLASLt handle and the shrink's workspace, caches the algorithm per shape and
+/// alignment. One stream at a time uses the shrink's workspace (the expand takes none).
+class LoraGemm {
+ public:
+  explicit LoraGemm(size_t workspace_bytes = size_t(4) << 20);
+  ~LoraGemm();
+  LoraGemm(const LoraGemm&) = delete;
+  LoraGemm& operator=(const LoraGemm&) = delete;
+
+  /// xa[run.first + i, :total_rank] = scale · Σ_k x[run.first + i, k] · A[run.slot, :, k] for the
+  /// run's rows (xa: 16-bit, row stride pool.total_rank(); x: row stride pool.n_in). Throws
+  /// std::invalid_argument for a bad pool (as lora_shrink) or a run outside the pool's slots.
+  void shrink(ScalarType t, const void* x, const LoraPool& pool, const LoraRun& run, float scale, void* xa,
+              cudaStream_t stream);
+  /// y[run.first + i, c0 + c] += Σ_k xa[run.first + i, m · max_rank + k] · B[run.slot, c, k] for
+  /// c < pool.n_out (m: c's segment), y 16-bit with row stride ld_y.
+  void expand(ScalarType t, const void* xa, const LoraPool& pool, const LoraRun& run, void* y, int ld_y, int c0,
+              cudaStream_t stream);
+  /// Times cuBLASLt's heuristic was asked (once per shape and alignment).
+  int64_t heuristic_queries() const { return heuristic_queries_; }
+
+ private:
+  /// One product in cuBLASLt's column-major terms: D[m, n] (ld_d) = alpha · op(A)[m, k] · B[k, n] +
+  /// beta · D, A transposed (stored [k, m] with ld_a), `batch` products strided by the strides.
+  struct Shape {
+    int m, n, k, ld_a, ld_b, ld_d, batch;
+    int64_t stride_a, stride_b, stride_d;
+    bool accumulate;
+  };
+  void matmul(ScalarType t, const Shape& s, float alpha, const void* a, const void* b, void* d, cudaStream_t stream);
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  using Key = std::tuple<int, int, int, int, int, int, int, int, int64_t, int64_t, int64_t, bool, int>;
+  std::map<Key, cublasLtMatmulAlgo_t> algos_;
+  int64_t heuristic_queries_ = 0;
+};
+
+}  // namespace servelab::kernels
