@@ -322,8 +322,8 @@ const Registrar register_profile(
       sub.add_option("--repeats", g.repeats, "timed repeats per point (median kept)")->capture_default_str()->check(CLI::PositiveNumber);
       sub.add_option("--min-point-s", g.min_point_s, "stop repeating a point once its repeats took this long")->capture_default_str();
       sub.add_flag("!--no-bucket-edges", g.bucket_edges,
-                   "do not add decodes of b + 1 sequences past each batch bucket b the backend pads decode steps to "
-                   "(cuda's CUDA graphs)");
+                   "do not add decodes of each batch bucket the backend pads decode steps to (cuda's CUDA graphs) "
+                   "that no --batch size runs as");
       sub.add_flag("!--no-padded-decodes", g.padded_decodes,
                    "do not time decodes with padding rows (static batching's steps once some sequences finished; the "
                    "sim prices those from them)");

@@ -199,17 +199,20 @@ double roofline_seconds(const RooflineTerms& terms, const StepShape& s) {
   return std::max(bound.compute_s, bound.memory_s) + device.step_overhead_s + allreduce_s + swap_s;
 }
 
-ProfiledStepModel ProfiledStepModel::fit(std::span<const TimedStep> samples) {
+ProfiledStepModel ProfiledStepModel::fit(std::span<const TimedStep> samples, std::span<const int> graph_buckets) {
   if (samples.empty()) throw std::invalid_argument("a profile needs at least one step sample");
   std::vector<TimedStep> base, verify;  // V and a_verify are fitted after the rest, to what it leaves
   for (const TimedStep& t : samples) (t.shape.verify_rows > 0 ? verify : base).push_back(t);
   if (!verify.empty()) {
     if (base.empty()) throw std::invalid_argument("a profile needs at least one step that verifies no drafts");
-    ProfiledStepModel m = fit(base);
+    ProfiledStepModel m = fit(base, graph_buckets);
     m.fit_verification(verify);
     return m;
   }
   ProfiledStepModel m;
+  m.buckets_.assign(graph_buckets.begin(), graph_buckets.end());
+  std::sort(m.buckets_.begin(), m.buckets_.end());
+  if (!m.buckets_.empty() && m.buckets_.front() < 1) throw std::invalid_argument("graph buckets must be >= 1");
   auto sorted_unique = [](std::vector<double>& v) {
     std::sort(v.begin(), v.end());
     v.erase(std::unique(v.begin(), v.end()), v.end());
@@ -268,7 +271,30 @@ ProfiledStepModel ProfiledStepModel::fit(std::span<const TimedStep> samples) {
   m.s_per_sampled_ = x[first_scalar + 0];
   m.s_per_prefill_pair_ = x[first_scalar + 1];
   m.s_per_decode_context_ = x[first_scalar + 2];
+  m.fit_graphs(samples);
   return m;
+}
+
+void ProfiledStepModel::fit_graphs(std::span<const TimedStep> samples) {
+  // Every graphed sample lies on its bucket's knot: G there is the mean, weighted by 1 / step_s^2
+  // as the fit above weighs relative error, of what the attention term leaves of its time.
+  std::vector<double> sum, weight;
+  for (const TimedStep& t : samples) {
+    if (!graphable(t.shape)) continue;
+    const double g = static_cast<double>(bucket_rows(t.shape.n_seqs));
+    auto it = std::lower_bound(graph_knots_.begin(), graph_knots_.end(), g);
+    const size_t i = static_cast<size_t>(it - graph_knots_.begin());
+    if (it == graph_knots_.end() || *it != g) {
+      graph_knots_.insert(it, g);
+      sum.insert(sum.begin() + static_cast<std::ptrdiff_t>(i), 0.0);
+      weight.insert(weight.begin() + static_cast<std::ptrdiff_t>(i), 0.0);
+    }
+    const double w = 1.0 / (t.step_s * t.step_s);
+    sum[i] += w * (t.step_s - s_per_prefill_pair_ * t.shape.prefill_pairs - s_per_decode_context_ * t.shape.decode_context);
+    weight[i] += w;
+  }
+  graph_knot_s_.resize(graph_knots_.size());
+  for (size_t i = 0; i < graph_knots_.size(); ++i) graph_knot_s_[i] = std::max(0.0, sum[i] / weight[i]);
 }
 
 void ProfiledStepModel::fit_verification(std::span<const TimedStep> samples) {
@@ -324,6 +350,22 @@ StepShape ProfiledStepModel::folded(const StepShape& s) const {
   return f;
 }
 
+int64_t ProfiledStepModel::bucket_rows(int64_t n_seqs) const {
+  const auto it = std::lower_bound(buckets_.begin(), buckets_.end(), n_seqs);
+  return it == buckets_.end() ? 0 : *it;
+}
+
+bool ProfiledStepModel::graphable(const StepShape& s) const {
+  return !buckets_.empty() && s.n_seqs >= 1 && s.n_tokens == s.n_seqs && s.n_padding_tokens == 0 && s.verify_rows == 0 &&
+         s.n_seqs <= buckets_.back();
+}
+
+bool ProfiledStepModel::graphed(const StepShape& s) const {
+  if (graph_knots_.empty() || !graphable(s)) return false;
+  const double rows = static_cast<double>(bucket_rows(s.n_seqs));
+  return rows >= graph_knots_.front() && rows <= graph_knots_.back();
+}
+
 bool ProfiledStepModel::use_padded(const StepShape& s) const {
   const double rows = static_cast<double>(s.n_rows());
   return s.padded_decode() && !pad_knots_.empty() && rows >= pad_knots_.front() && rows <= pad_knots_.back();
@@ -332,7 +374,7 @@ bool ProfiledStepModel::use_padded(const StepShape& s) const {
 bool ProfiledStepModel::inside(const StepShape& shape) const {
   const StepShape s = folded(shape);
   const double rows = static_cast<double>(s.n_rows());
-  return rows >= knots_.front() && rows <= knots_.back() && s.n_sampled <= max_sampled_ &&
+  return (graphed(s) || (rows >= knots_.front() && rows <= knots_.back())) && s.n_sampled <= max_sampled_ &&
          s.sum_context <= max_sum_context_ && s.max_context <= max_context_ &&
          s.prefill_pairs - s.verify_pairs <= max_prefill_pairs_ && s.decode_context <= max_decode_context_ &&
          s.verify_rows <= max_verify_rows_ && s.verify_pairs <= max_verify_pairs_;
@@ -343,6 +385,7 @@ StepShape ProfiledStepModel::clamp(const StepShape& shape) const {
   StepShape c;
   c.n_tokens = std::clamp<int64_t>(s.n_rows(), static_cast<int64_t>(knots_.front()), static_cast<int64_t>(knots_.back()));
   c.n_padding_tokens = 0;
+  if (graphed(s)) c.n_tokens = s.n_tokens;  // a graphed decode stays one: priced with G
   if (use_padded(s)) {  // keep the padding: the clamped shape is still priced with P
     c.n_tokens = s.n_tokens;
     c.n_padding_tokens = s.n_padding_tokens;
@@ -378,6 +421,13 @@ double ProfiledStepModel::predict_clamped(const StepShape& shape) const {
 }
 
 double ProfiledStepModel::predict_base(const StepShape& s) const {
+  if (graphed(s)) {
+    size_t i = 0;
+    double u = 0.0;
+    knot_weights(graph_knots_, static_cast<double>(bucket_rows(s.n_seqs)), i, u);
+    return (1.0 - u) * graph_knot_s_[i] + (graph_knots_.size() > 1 ? u * graph_knot_s_[i + 1] : 0.0) +
+           s_per_prefill_pair_ * (s.prefill_pairs - s.verify_pairs) + s_per_decode_context_ * s.decode_context;
+  }
   const bool padded = use_padded(s);
   const std::vector<double>& knots = padded ? pad_knots_ : knots_;
   const std::vector<double>& values = padded ? pad_knot_s_ : knot_s_;

@@ -110,6 +110,14 @@ RooflineBound roofline_bound(const RooflineTerms& terms, const StepShape& shape)
 /// When the profile holds padded decode steps (StepShape::padded_decode), those steps get their
 /// own row function P(rows) over their own knots in place of M (the scalar terms are shared), and
 /// a padded decode whose rows lie within P's knots is priced with P; otherwise with M.
+/// With `graph_buckets` (the profiled backend's Backend::decode_row_buckets: cuda replays a
+/// decode-only step of B sequences as the CUDA graph of the smallest bucket >= B, its Linears and
+/// LM head over the padded rows), decode-only steps within the buckets (graphed()) are priced
+///   t = G(bucket(B)) + a_decode · decode_context
+/// in place of M and the sampled term, so every B of one bucket costs the same but for its
+/// attention. G is fitted after the rest (which is fitted as without buckets, so eager steps cost
+/// the same either way): at each bucket a graphed sample ran as, the weighted mean of what
+/// a_decode leaves of those samples' times; linear between buckets no sample ran as.
 /// When it holds verification steps (StepShape::verify_rows > 0: sequences drawing all k + 1
 /// rows, `servelab profile --verify-k`), their rows leave the prefill term and are priced by
 ///   + V(verify_rows) + a_verify · verify_pairs
@@ -120,7 +128,7 @@ RooflineBound roofline_bound(const RooflineTerms& terms, const StepShape& shape)
 class ProfiledStepModel {
  public:
   /// Throws std::invalid_argument when there are no samples or one has step_s <= 0.
-  static ProfiledStepModel fit(std::span<const TimedStep> samples);
+  static ProfiledStepModel fit(std::span<const TimedStep> samples, std::span<const int> graph_buckets = {});
 
   /// True when every feature of `shape` lies within what the profile measured.
   bool inside(const StepShape& shape) const;
@@ -134,6 +142,12 @@ class ProfiledStepModel {
   /// P's knots and values (empty when the profile has no padded decode steps).
   const std::vector<double>& padded_knots() const { return pad_knots_; }
   const std::vector<double>& padded_knot_seconds() const { return pad_knot_s_; }
+  /// G's knots (bucket rows) and values (empty without graph buckets or graphed samples).
+  const std::vector<double>& graph_knots() const { return graph_knots_; }
+  const std::vector<double>& graph_knot_seconds() const { return graph_knot_s_; }
+  /// Whether `shape` is priced as a graphed decode: decode-only (every sequence one row, no
+  /// padding, no verification) of at most the largest bucket, its bucket within G's knots.
+  bool graphed(const StepShape& shape) const;
   double s_per_sampled() const { return s_per_sampled_; }
   double s_per_prefill_pair() const { return s_per_prefill_pair_; }
   double s_per_decode_context() const { return s_per_decode_context_; }
@@ -150,6 +164,14 @@ class ProfiledStepModel {
   std::vector<double> knots_;   // row counts, ascending
   std::vector<double> knot_s_;  // M at each knot
   std::vector<double> pad_knots_, pad_knot_s_;  // P: padded decode steps' rows and values
+  std::vector<int> buckets_;                     // the backend's decode graph buckets, ascending
+  std::vector<double> graph_knots_, graph_knot_s_;  // G: graphed decodes' bucket rows and values
+  /// The bucket a decode of `n_seqs` sequences runs as (0 when past the largest).
+  int64_t bucket_rows(int64_t n_seqs) const;
+  /// Decode-only within the buckets (graphed() before G's knots exist).
+  bool graphable(const StepShape& s) const;
+  /// Fits G to the graphed samples' time left over by the other terms.
+  void fit_graphs(std::span<const TimedStep> samples);
   /// Whether `s` is priced with P.
   bool use_padded(const StepShape& s) const;
   double s_per_sampled_ = 0.0;

@@ -39,7 +39,8 @@ StepShape shape_from_v1(const std::string& phase, int64_t batch, int64_t n_token
 
 /// The step samples of a profile's "samples" list (`prefix` names where the list sits in the
 /// file, for errors), fitted. Throws std::runtime_error naming the file and the sample.
-ProfiledStepModel fit_profile_samples(const std::string& path, const std::string& prefix, const nlohmann::json& list);
+ProfiledStepModel fit_profile_samples(const std::string& path, const std::string& prefix, const nlohmann::json& list,
+                                      const std::vector<int>& graph_buckets = {});
 /// The draft's timed proposer rounds ("draft"."rounds"). Throws std::runtime_error naming the entry.
 std::vector<DraftRound> read_draft_rounds(const std::string& path, const nlohmann::json& list);
 
@@ -139,7 +140,18 @@ SimCostModel SimCostModel::from_profile_json(const std::string& path, const Mode
     m.host.per_seq_s = coefficient("per_seq_s");
   }
 
-  m.profiled = fit_profile_samples(path, "", j["samples"]);
+  std::vector<int> buckets;  // how the profiled backend ran its decodes (CUDA graphs), if it padded them
+  if (j.contains("decode_row_buckets")) {
+    const nlohmann::json& b = j["decode_row_buckets"];
+    for (size_t i = 0; b.is_array() && i < b.size(); ++i) {
+      if (!b[i].is_number_integer() || b[i].get<int64_t>() < 1 || b[i].get<int64_t>() > (1 << 20) ||
+          (i > 0 && b[i].get<int64_t>() <= b[i - 1].get<int64_t>()))
+        throw std::runtime_error(path + ": decode_row_buckets[" + std::to_string(i) + "] must be an integer in [1, 2^20] above the one before");
+      buckets.push_back(b[i].get<int>());
+    }
+    if (!b.is_array()) throw std::runtime_error(path + ": decode_row_buckets must be an array of batch sizes");
+  }
+  m.profiled = fit_profile_samples(path, "", j["samples"], buckets);
   if (j.contains("draft")) {  // a draft model profiled beside the target (`servelab profile --draft-layers`)
     const nlohmann::json& d = j["draft"];
     const nlohmann::json dm = d.is_object() ? d.value("model", nlohmann::json::object()) : nlohmann::json();
@@ -184,7 +196,8 @@ std::vector<DraftRound> read_draft_rounds(const std::string& path, const nlohman
   return rounds;
 }
 
-ProfiledStepModel fit_profile_samples(const std::string& path, const std::string& prefix, const nlohmann::json& list) {
+ProfiledStepModel fit_profile_samples(const std::string& path, const std::string& prefix, const nlohmann::json& list,
+                                      const std::vector<int>& graph_buckets) {
   std::vector<TimedStep> steps;
   for (size_t i = 0; i < list.size(); ++i) {
     const nlohmann::json& o = list[i];
@@ -226,7 +239,7 @@ ProfiledStepModel fit_profile_samples(const std::string& path, const std::string
     steps.push_back(t);
   }
   try {
-    return ProfiledStepModel::fit(steps);
+    return ProfiledStepModel::fit(steps, graph_buckets);
   } catch (const std::invalid_argument& e) {
     throw std::runtime_error(path + ": " + prefix + e.what());
   }

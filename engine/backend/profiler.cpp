@@ -349,13 +349,13 @@ std::vector<int> bucket_edge_batches(const std::vector<int>& batch_sizes, const 
   std::vector<int> out;
   if (batch_sizes.empty()) return out;
   const int largest = *std::max_element(batch_sizes.begin(), batch_sizes.end());
-  for (int b : batch_sizes) {
-    const bool bucket = std::find(buckets.begin(), buckets.end(), b) != buckets.end();
-    const bool listed = std::find(batch_sizes.begin(), batch_sizes.end(), b + 1) != batch_sizes.end() ||
-                        std::find(out.begin(), out.end(), b + 1) != out.end();
-    if (bucket && b < largest && !listed) out.push_back(b + 1);
+  int below = 0;  // the bucket before b
+  for (int b : buckets) {
+    if (b > largest) break;
+    const bool covered = std::any_of(batch_sizes.begin(), batch_sizes.end(), [&](int x) { return x > below && x <= b; });
+    if (!covered) out.push_back(b);
+    below = b;
   }
-  std::sort(out.begin(), out.end());
   return out;
 }
 

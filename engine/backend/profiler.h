@@ -61,9 +61,10 @@ struct ProfileOptions {
   /// serving (a static batch's prefill follows seconds of its decodes). 0 = none.
   int lead_in = 0;
   /// Backends that pad a decode step up to a batch bucket (Backend::decode_row_buckets: cuda's
-  /// CUDA graphs run 9 sequences as 16) cost a step then jumps past each bucket: with this on,
-  /// profile_backend also times decodes of b + 1 sequences for each --batch size b that is a
-  /// bucket (below the largest --batch), so the grid has a knot on each side of the jump.
+  /// CUDA graphs run 9 sequences as 16) cost the same for every batch of a bucket but for its
+  /// attention (the sim prices such decodes by the bucket they ran as: ProfiledStepModel's G):
+  /// with this on, profile_backend also times decodes of b sequences for each bucket b up to the
+  /// largest --batch that no --batch size runs as, so every bucket a run can reach is measured.
   bool bucket_edges = true;
   /// Also time decodes with padding rows, as static batching runs them once some of its
   /// sequences have finished (StepShape::padded_decode): for each batch size b >= 2 (and each of
@@ -198,8 +199,8 @@ class ProfileRunner {
   std::unique_ptr<State> state_;
 };
 
-/// The decode batch sizes bucket_edges adds: b + 1 for each b of `batch_sizes` that is one of
-/// `buckets` and below the largest batch size, unless listed already; ascending.
+/// The decode batch sizes bucket_edges adds: each bucket b up to the largest batch size that no
+/// batch size runs as (none in (the bucket before b, b]); ascending.
 std::vector<int> bucket_edge_batches(const std::vector<int>& batch_sizes, const std::vector<int>& buckets);
 
 /// Runs the grid on `backend` (init_kv is called here; a fresh backend is expected), in an arena

@@ -4,7 +4,7 @@
 # Resumable by cell: a cell whose validation/validation.json holds both loads, run from its YAML as it
 # is now (scenario-as-run.yaml), is skipped, so a later session runs the cells still missing (or
 # changed) with the same command.
-# Usage: bash results/sim-validation/matrix.sh [gpu|h100|dry|summary]
+# Usage: bash results/sim-validation/matrix.sh [gpu|h100|repredict|dry|summary]
 #   gpu (on the GPU machine, BIN=build-gpu/servelab): for each h200 cell in priority order (CELLS:
 #     only these), `servelab profile --backend cuda --for-scenario CELL.yaml --interleave`, the sim's
 #     capacity of the cell on that profile (`servelab capacity`; for a ramp cell first under plain
@@ -19,6 +19,11 @@
 #     today's sim from the profile of that same call, the same plans (`servelab run` on the sim at
 #     each run's rate and request count; matrix_summarize.py checks request by request that the
 #     prompts and outputs match the real records).
+#   repredict: the h200 cells here (sim only, CPU): each measured load's real runs re-predicted with
+#     today's sim from the profile of the call that measured them (CELL/profile.json, the same
+#     plans: `servelab run` on the sim at each run's rate and request count, the ramp's end as that
+#     call set it) into CELL/repredict/ (or CELL/load-L/repredict/); the summary then compares the
+#     real records with those, as for the h100 cells, and validate-sim's own sim run is not used.
 #   dry: the gpu path on the cpu backend with the tiny preset, a small grid and few requests
 #     (DRY_REQUESTS, default 12), under OUT (default /tmp/matrix-dry), to catch script bugs here.
 #   summary: matrix_summarize.py over OUT into OUT/../matrix.md (or MATRIX_MD).
@@ -174,6 +179,29 @@ PY
   done < <(cells h100)
 fi
 
-if [ "$what" = summary ] || [ "$what" = h100 ]; then
+if [ "$what" = repredict ]; then
+  while IFS=$'\t' read -r name _ _ _ _ _ _ _ _; do
+    wanted "$name" || continue
+    for part in "$out/$name" "$out/$name"/load-*; do
+      [ -f "$part/validation/validation.json" ] || continue
+      read -r rates nreq < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))
+print("[" + ",".join(repr(r["rate"]) for r in sorted(j["runs"], key=lambda r: r["rate"])) + "]", j["n_requests_per_run"])' \
+        "$part/validation/validation.json")
+      ramp=()
+      r=$(sed -n 's/^ramp: //p' "$part/cell.txt")
+      [ -n "$r" ] && read -r -a ramp <<< "$r"
+      rm -rf "$part/repredict"
+      "$bin" run "$part/scenario-as-run.yaml" --out "$part/repredict" --force --quiet --no-plots "${ramp[@]}" \
+        --set "backend={kind: sim, sim_profile: $PWD/$part/profile.json}" \
+        --set "workload.rates=$rates" --set "workload.n_requests=$nreq"
+      rm -f "$part/repredict"/{report.html,steps.jsonl,junit.xml,results.csv}
+      pack "$part/repredict/records.jsonl"
+      echo "re-predicted at sim commit $(git rev-parse --short HEAD), $(date -u +%FT%TZ): rates $rates, $nreq requests" \
+        > "$part/repredict/cell.txt"
+      echo "$name ($part): re-predicted"
+    done
+  done < <(cells h200)
+fi
+if [ "$what" = summary ] || [ "$what" = h100 ] || [ "$what" = repredict ]; then
   python3 "$here/matrix_summarize.py" "$out" --md "${MATRIX_MD:-$here/matrix.md}"
 fi

@@ -174,10 +174,12 @@ def run_folders(c, out):
     parts = [d] + sorted(os.path.join(d, x) for x in (os.listdir(d) if os.path.isdir(d) else []) if x.startswith("load-"))
     out_ = []
     for p in parts:
-        v = os.path.join(p, "validation")
+        v, rp = os.path.join(p, "validation"), os.path.join(p, "repredict")
+        # today's sim (matrix.sh repredict) where it ran, else validate-sim's own sim run
+        repredicted = first_existing(os.path.join(rp, "records.jsonl.gz"), os.path.join(rp, "records.jsonl"))
         out_.append((first_existing(os.path.join(v, "records_real.jsonl.gz"), os.path.join(v, "records_real.jsonl")),
-                     first_existing(os.path.join(v, "records_sim.jsonl.gz"), os.path.join(v, "records_sim.jsonl")),
-                     os.path.join(v, "validation.json"), True))
+                     repredicted or first_existing(os.path.join(v, "records_sim.jsonl.gz"), os.path.join(v, "records_sim.jsonl")),
+                     os.path.join(v, "validation.json"), not repredicted))
     return out_
 
 
@@ -233,7 +235,8 @@ def main():
              "figure's sampling noise (bootstrap 95% half-width over the run's requests, 200 resamples). "
              "Targets: p50s within 5%, p99s and throughput within 10%; **bold** = misses it. "
              "held out = kept out of any tuning (fixed before any error was seen). steps = Σ predicted / Σ "
-             "measured − 1 over the real run's steps (validate-sim; – for re-predicted cells).", "",
+             "measured − 1 over the real run's steps (validate-sim; – for re-predicted cells: the h100 cells and any "
+             "h200 cell with a repredict/ folder, where today's sim ran the real runs' plans from their call's profile).", "",
              "| cell | GPU | model | arrival | shape | strategy | held out | load | rate (req/s) | requests | steps "
              "| TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | throughput | SLO attainment real / sim "
              "| preemptions real / sim | pass |",

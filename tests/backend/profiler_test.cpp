@@ -196,14 +196,14 @@ TEST(ProfileRunner, SpreadPlacesNaiveRegionsAcrossTheWholeArena) {
 TEST(Profiler, RecordsTheBackendsDecodeBucketsForTheSim) {
   CpuBackend cpu(ModelWeights::random(testing::small_config(2), 1), CpuBackendOptions{.n_threads = 1});
   CountingBackend b(cpu);
-  b.buckets = {1, 4, 8};
+  b.buckets = {1, 2, 4, 8};
   ProfileOptions o = small_options();
   o.repeats = 1;
   const ProfileReport r = profile_backend(b, o);
-  EXPECT_EQ(r.decode_row_buckets, (std::vector<int>{1, 4, 8}));
+  EXPECT_EQ(r.decode_row_buckets, (std::vector<int>{1, 2, 4, 8}));
   const nlohmann::json j = nlohmann::json::parse(profile_json(r));
-  EXPECT_EQ(j.at("decode_row_buckets"), nlohmann::json({1, 4, 8}));
-  // Batch 1 is a bucket below the largest --batch (3): decodes of 2 are timed too, at every context.
+  EXPECT_EQ(j.at("decode_row_buckets"), nlohmann::json({1, 2, 4, 8}));
+  // Bucket 2 is one no --batch size (1, 3) runs as: decodes of 2 are timed too, at every context.
   EXPECT_EQ(r.options.extra_decode_batches, (std::vector<int>{2}));
   int twos = 0;
   for (const ProfileSample& s : r.samples)  // (the padded decode of batch 3 has 2 sequences too)
@@ -215,15 +215,19 @@ TEST(Profiler, RecordsTheBackendsDecodeBucketsForTheSim) {
   const ProfileReport plain = profile_backend(b, o);
   EXPECT_TRUE(plain.options.extra_decode_batches.empty());
   EXPECT_FALSE(nlohmann::json::parse(profile_json(plain)).contains("decode_row_buckets"));
-  b.buckets = {1, 4, 8};
+  b.buckets = {1, 2, 4, 8};
   o.bucket_edges = false;
   EXPECT_EQ(profile_backend(b, o).samples.size(), profile_grid(o).size());
 }
 
-TEST(ProfilerPlan, BucketEdgesArePastEachBucketBelowTheLargestBatch) {
-  const std::vector<int> cuda = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128};
-  EXPECT_EQ(bucket_edge_batches({1, 2, 4, 8, 16, 32, 48, 64, 96, 128}, cuda), (std::vector<int>{3, 5, 9, 17, 33, 49, 65, 97}));
-  EXPECT_EQ(bucket_edge_batches({1, 3, 4}, cuda), (std::vector<int>{2}));  // 3 is no bucket; 4 is the largest
+TEST(ProfilerPlan, BucketEdgesMeasureEveryBucketUpToTheLargestBatch) {
+  const std::vector<int> cuda = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256};
+  EXPECT_EQ(bucket_edge_batches({1, 2, 4, 8, 16, 32, 48, 64, 96, 128}, cuda), (std::vector<int>{24}));
+  // A scenario's grid: 1-16 and powers of two; 17 runs as 24, so 24 is measured already.
+  EXPECT_EQ(bucket_edge_batches({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 32, 64, 128, 256}, cuda),
+            (std::vector<int>{24, 48, 96, 160, 192}));
+  EXPECT_EQ(bucket_edge_batches({1, 17, 40}, cuda), (std::vector<int>{2, 4, 8, 16, 32}));  // 17 runs as 24, 40 as 48
+  EXPECT_EQ(bucket_edge_batches({1, 3, 4}, cuda), (std::vector<int>{2}));  // 3 and 4 run as 4
   EXPECT_TRUE(bucket_edge_batches({1, 2, 4}, {}).empty());
 }
 

@@ -214,6 +214,50 @@ TEST(ProfiledStepModel, WithoutPaddedSamplesPaddedDecodesUseTheRowFunction) {
   EXPECT_THROW(ProfiledStepModel::fit(only_padded), std::invalid_argument);
 }
 
+TEST(ProfiledStepModel, GraphedDecodesArePricedByTheBucketTheyRunAs) {
+  // A backend that replays a decode of B sequences as the graph of the smallest bucket >= B: its
+  // decodes cost a staircase in B plus their attention; its prefills run eagerly.
+  const std::vector<int> buckets = {1, 2, 4, 8, 16, 24, 32};
+  auto bucket = [&](int b) { return *std::lower_bound(buckets.begin(), buckets.end(), b); };
+  auto graph = [](double rows) { return 0.003 + 1.5e-4 * rows; };
+  auto matrix = [](double rows) { return 0.004 + 2e-4 * rows + 3e-3 * std::sqrt(rows); };
+  std::vector<TimedStep> steps;
+  for (int t : {64, 128, 256})
+    for (int c : {0, 32, 128}) steps.push_back({prefill_shape(t, c), 0});
+  for (TimedStep& t : steps) t.step_s = matrix(double(t.shape.n_rows())) + 5e-4 + 2e-8 * t.shape.prefill_pairs;
+  for (int b : {1, 2, 4, 8, 16, 17, 32})  // 17 runs as 24
+    for (int c : {32, 128, 256}) {
+      const StepShape s = decode_shape(b, c);
+      steps.push_back({s, graph(bucket(b)) + 7e-7 * s.decode_context});
+    }
+  const ProfiledStepModel m = ProfiledStepModel::fit(steps, buckets);
+  const ProfiledStepModel eager = ProfiledStepModel::fit(steps);  // no buckets: M over rows for all
+  EXPECT_EQ(m.graph_knots(), (std::vector<double>{1, 2, 4, 8, 16, 24, 32}));
+  EXPECT_TRUE(eager.graph_knots().empty());
+  for (size_t i = 0; i < m.graph_knots().size(); ++i)
+    EXPECT_NEAR(m.graph_knot_seconds()[i], graph(m.graph_knots()[i]), 1e-9) << m.graph_knots()[i];
+  for (const TimedStep& t : steps) {
+    EXPECT_NEAR(m.predict_clamped(t.shape), t.step_s, 1e-9 * t.step_s) << t.shape.n_rows() << " rows";
+    // The rest is fitted as without buckets: eager steps cost the same either way.
+    if (t.shape.prefill_pairs > 0) EXPECT_NEAR(m.predict_clamped(t.shape), eager.predict_clamped(t.shape), 1e-12);
+  }
+  // Every B of a bucket costs its graph, whatever B; only the attention differs. Without the
+  // buckets, 20 sequences are priced between 17 and 32 rows.
+  for (int b : {17, 20, 24}) {
+    ASSERT_TRUE(m.graphed(decode_shape(b, 100)));
+    EXPECT_NEAR(m.predict_clamped(decode_shape(b, 100)), graph(24) + 7e-7 * b * 100, 1e-9) << b;
+  }
+  EXPECT_GT(std::abs(eager.predict_clamped(decode_shape(20, 100)) - (graph(24) + 7e-7 * 2000)), 1e-5);
+  // Past the largest bucket, padded, prefill and verifying steps are not graphed decodes.
+  EXPECT_FALSE(m.graphed(decode_shape(33, 100)));
+  EXPECT_FALSE(m.graphed(padded_decode_shape(3, 5, 128)));
+  EXPECT_FALSE(m.graphed(prefill_shape(16, 0)));
+  StepShape verify = decode_shape(4, 100);
+  verify.n_tokens = verify.n_sampled = verify.verify_rows = 8;
+  EXPECT_FALSE(m.graphed(verify));
+  EXPECT_FALSE(eager.graphed(decode_shape(20, 100)));
+}
+
 TEST(SimCostModel, ProfileInsideTheGridAndRooflineBeyondIt) {
   const ModelConfig m = preset("qwen2.5-0.5b");
   TempFile f(profile_text(m, synthetic_profile()));
