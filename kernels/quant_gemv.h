@@ -70,8 +70,8 @@ struct QuantGemvArgs {
   /// steps kernel: steps a warp loads before computing them (1 or 2; 0: the format's default, FP8
   /// 2 and INT4 1): a tuning knob kernel_bench sweeps.
   int steps_in_flight = 0;
-  /// packed kernel: shared-memory stages of its per-warp cp.async ring (2..4; 0: the default, 4):
-  /// a tuning knob kernel_bench sweeps.
+  /// packed kernel: shared-memory stages of its per-warp cp.async ring (2..4; 0: the default, 2),
+  /// or 1: no ring, each warp's next step loaded into registers: a tuning knob kernel_bench sweeps.
   int packed_stages = 0;
   /// Split-K workspace (optional: without it no product is split, and a long K may then take the
   /// slower warp-per-row kernel). partials: quant_gemv_workspace_floats(n, k) floats; counters:

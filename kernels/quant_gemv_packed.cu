@@ -36,7 +36,7 @@ constexpr int kStepK = 128;                                   // K values a warp
 constexpr int kStepChunks = kStepK / int4_pack::kChunkK;      // 2 chunks a tile a step
 constexpr int kRecordVec = 2 * kStepChunks * 32;              // a stage: codes [tile][chunk][lane], then
 constexpr int kStageVecs = kRecordVec + 2 * 32;               // records [tile][lane] (16-byte vectors)
-constexpr int kDefaultPackedStages = 4;
+constexpr int kDefaultPackedStages = 2;
 
 /// Blocks a multiprocessor the ring allows (dynamic shared memory 8 warps x stages x 3 KB, plus
 /// the reduction's 8 KB): the kernel's __launch_bounds__ minimum.
@@ -78,26 +78,61 @@ __device__ __forceinline__ __nv_bfloat162 nibbles(uint32_t w) {
   return as_bf16x2(((w >> (4 * i)) & 0x000F000Fu) | 0x43004300u);
 }
 
-/// Adds one step's products (its stage in shared memory; xr: x's row for this lane at the step's
-/// first K value + 16q) into acc[tile][4], each tile's sums scaled by its rows' group scales.
-__device__ __forceinline__ void compute_step(float (&acc)[2][4], const uint4* stage, const __nv_bfloat16* xr, int lane) {
-  float part[2][4] = {};
-  const uint4 rec[2] = {stage[kRecordVec + lane], stage[kRecordVec + 32 + lane]};
+/// One step's operands: [tile][chunk] code vectors and each tile's group record.
+struct StepOps {
+  uint4 w[2][kStepChunks];
+  uint4 rec[2];
+};
+
+__device__ __forceinline__ void load_stage(StepOps& o, const uint4* stage, int lane) {
+#pragma unroll
+  for (int t = 0; t < 2; ++t) {
+#pragma unroll
+    for (int c = 0; c < kStepChunks; ++c) o.w[t][c] = stage[(t * kStepChunks + c) * 32 + lane];
+    o.rec[t] = stage[kRecordVec + t * 32 + lane];
+  }
+}
+
+__device__ __forceinline__ uint4 ld_stream(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+/// The register path's loads of step s (the same pieces issue_step copies).
+__device__ __forceinline__ void load_global(StepOps& o, const uint8_t* const (&codes)[2], const uint8_t* const (&groups)[2],
+                                            int s, int group_steps, int lane) {
+#pragma unroll
+  for (int t = 0; t < 2; ++t) {
+#pragma unroll
+    for (int c = 0; c < kStepChunks; ++c)
+      o.w[t][c] = ld_stream(codes[t] + (int64_t(s) * kStepChunks + c) * int4_pack::kChunkBytes + lane * 16);
+    o.rec[t] = __ldg(reinterpret_cast<const uint4*>(groups[t] + (int64_t(s / group_steps) * 8 + (lane >> 2)) *
+                                                                    int4_pack::kGroupRecordBytes));
+  }
+}
+
+/// Adds one step's products (xr: x's row for this lane at the step's first K value + 16q) into
+/// acc[tile][4], each tile's sums scaled by its rows' group scales. Each (tile, chunk) sums into
+/// its own registers: four independent mma chains rather than two.
+__device__ __forceinline__ void compute_step(float (&acc)[2][4], const StepOps& o, const __nv_bfloat16* xr) {
+  float part[2][kStepChunks][4] = {};
 #pragma unroll
   for (int c = 0; c < kStepChunks; ++c) {
     const uint4 x0 = __ldg(reinterpret_cast<const uint4*>(xr + c * int4_pack::kChunkK));
     const uint4 x1 = __ldg(reinterpret_cast<const uint4*>(xr + c * int4_pack::kChunkK + 8));
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
-      const uint4 w = stage[(t * kStepChunks + c) * 32 + lane];
-      const __nv_bfloat162 z0 = as_bf16x2(rec[t].z), z1 = as_bf16x2(rec[t].w);  // 128 + zero, rows g and g + 8
+      const __nv_bfloat162 z0 = as_bf16x2(o.rec[t].z), z1 = as_bf16x2(o.rec[t].w);  // 128 + zero, rows g and g + 8
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const uint32_t wj = word(w, j);
+        const uint32_t wj = word(o.w[t][c], j);
         const uint32_t a0 = bf16x2_bits(__hsub2(nibbles<0>(wj), z0)), a1 = bf16x2_bits(__hsub2(nibbles<1>(wj), z1));
         const uint32_t a2 = bf16x2_bits(__hsub2(nibbles<2>(wj), z0)), a3 = bf16x2_bits(__hsub2(nibbles<3>(wj), z1));
         const uint4& xv = j < 2 ? x0 : x1;  // K values 4j .. 4j + 3 of the lane's 16
-        mma_bf16(part[t], a0, a1, a2, a3, (j & 1) ? xv.z : xv.x, (j & 1) ? xv.w : xv.y);
+        mma_bf16(part[t][c], a0, a1, a2, a3, (j & 1) ? xv.z : xv.x, (j & 1) ? xv.w : xv.y);
       }
     }
   }
@@ -105,7 +140,46 @@ __device__ __forceinline__ void compute_step(float (&acc)[2][4], const uint4* st
   for (int t = 0; t < 2; ++t)
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-      acc[t][i] = fmaf(__uint_as_float(i < 2 ? rec[t].x : rec[t].y), part[t][i], acc[t][i]);
+      acc[t][i] = fmaf(__uint_as_float(i < 2 ? o.rec[t].x : o.rec[t].y), part[t][0][i] + part[t][1][i], acc[t][i]);
+}
+
+/// This block's tiles (codes and group records) for row block rb.
+__device__ __forceinline__ void block_tiles(const QuantGemvArgs& a, const int4_pack::Layout& lay, int rb,
+                                            const uint8_t* (&codes)[2], const uint8_t* (&groups)[2]) {
+#pragma unroll
+  for (int t = 0; t < 2; ++t) {  // a tile past N (the last row block's second) reads the last one; dropped
+    const int tile = min(quant_gemv_rows::tile_row(a, rb, t, 0) / int4_pack::kTileRows, lay.tiles() - 1);
+    codes[t] = a.w_packed + int64_t(tile) * lay.chunks() * int4_pack::kChunkBytes;
+    groups[t] = static_cast<const uint8_t*>(a.w_packed_groups) + int64_t(tile) * lay.groups() * 8 * int4_pack::kGroupRecordBytes;
+  }
+}
+
+/// The register path (packed_stages 1): no ring; each warp loads its next step into registers
+/// while it computes the current one.
+template <typename OutT>
+__global__ void __launch_bounds__(kThreads, 3) quant_gemv_packed_regs_kernel(const QuantGemvArgs a, const gemv::Plan plan) {
+  __shared__ gemv::ReduceSmem sm;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
+  const int rb = blockIdx.x, split = blockIdx.y;
+  const int4_pack::Layout lay{a.n, a.k, a.group_size};
+  const uint8_t* codes[2];
+  const uint8_t* groups[2];
+  block_tiles(a, lay, rb, codes, groups);
+  const int group_steps = a.group_size / kStepK;
+  const __nv_bfloat16* xr = static_cast<const __nv_bfloat16*>(a.x) + int64_t(min(g, a.m - 1)) * a.x_stride + 16 * q;
+  const int first = plan.split_begin(split) + warp, end = plan.split_begin(split + 1);
+  float acc[2][4] = {};
+  StepOps cur;
+  if (first < end) load_global(cur, codes, groups, first, group_steps, lane);  // weights before the PDL wait
+  pdl_wait();
+  pdl_launch_dependents();
+  for (int s = first; s < end; s += kWarps) {
+    StepOps next;
+    if (s + kWarps < end) load_global(next, codes, groups, s + kWarps, group_steps, lane);
+    compute_step(acc, cur, xr + int64_t(s) * kStepK);
+    cur = next;
+  }
+  quant_gemv_rows::finish<true, OutT>(sm, acc, a, plan, rb, split);
 }
 
 template <int kStages, typename OutT>
@@ -118,12 +192,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kStages>)
   const int4_pack::Layout lay{a.n, a.k, a.group_size};
   const uint8_t* codes[2];
   const uint8_t* groups[2];
-#pragma unroll
-  for (int t = 0; t < 2; ++t) {  // a tile past N (the last row block's second) reads the last one; dropped
-    const int tile = min(quant_gemv_rows::tile_row(a, rb, t, 0) / int4_pack::kTileRows, lay.tiles() - 1);
-    codes[t] = a.w_packed + int64_t(tile) * lay.chunks() * int4_pack::kChunkBytes;
-    groups[t] = static_cast<const uint8_t*>(a.w_packed_groups) + int64_t(tile) * lay.groups() * 8 * int4_pack::kGroupRecordBytes;
-  }
+  block_tiles(a, lay, rb, codes, groups);
   const int group_steps = a.group_size / kStepK;
   const __nv_bfloat16* xr = static_cast<const __nv_bfloat16*>(a.x) + int64_t(min(g, a.m - 1)) * a.x_stride + 16 * q;
   uint4* my = ring + warp * kStages * kStageVecs;
@@ -144,7 +213,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kStages>)
       issue_step(my + ahead_slot * kStageVecs, codes, groups, first + (i + kStages - 1) * kWarps, group_steps, lane);
     cp_async_commit();
     cp_async_wait<kStages - 1>();  // step i's copies (this lane's) have landed
-    compute_step(acc, my + slot * kStageVecs, xr + int64_t(first + i * kWarps) * kStepK, lane);
+    StepOps o;
+    load_stage(o, my + slot * kStageVecs, lane);
+    compute_step(acc, o, xr + int64_t(first + i * kWarps) * kStepK);
     slot = slot + 1 == kStages ? 0 : slot + 1;
     ahead_slot = ahead_slot + 1 == kStages ? 0 : ahead_slot + 1;
   }
@@ -169,6 +240,12 @@ void launch_stages(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t 
   else launch_packed<kStages, float>(a, plan, stream);
 }
 
+void launch_regs(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t stream) {
+  const dim3 grid(plan.row_blocks, plan.splits);
+  if (a.out_bf16) launch_pdl(quant_gemv_packed_regs_kernel<__nv_bfloat16>, grid, kThreads, 0, stream, a, plan);
+  else launch_pdl(quant_gemv_packed_regs_kernel<float>, grid, kThreads, 0, stream, a, plan);
+}
+
 }  // namespace quant_gemv_packed_detail
 
 gemv::Plan quant_gemv_packed_plan(const QuantGemvArgs& a, int n_sms) {
@@ -182,10 +259,11 @@ void quant_gemv_packed(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStrea
   if (a.m > gemv::kMaxRows || !a.w_packed || !a.w_packed_groups || a.kind != QuantWeightKind::int4)
     throw std::invalid_argument("quant_gemv packed kernel: INT4 with w_packed and w_packed_groups, m <= 8");
   const int stages = a.packed_stages > 0 ? a.packed_stages : kDefaultPackedStages;
-  if (stages == 2) launch_stages<2>(a, plan, stream);
+  if (stages == 1) launch_regs(a, plan, stream);
+  else if (stages == 2) launch_stages<2>(a, plan, stream);
   else if (stages == 3) launch_stages<3>(a, plan, stream);
   else if (stages == 4) launch_stages<4>(a, plan, stream);
-  else throw std::invalid_argument("quant_gemv packed kernel: packed_stages must be 0 or 2..4");
+  else throw std::invalid_argument("quant_gemv packed kernel: packed_stages must be 0 or 1..4");
 }
 
 }  // namespace servelab::kernels
