@@ -162,13 +162,16 @@ QuantGemvKernel parse_quant_gemv_kernel(const char* s) {
                               "' is not one of auto, warp, mma, stream, steps, packed");
 }
 
-QuantGemvKernel quant_gemv_auto_kernel(QuantWeightKind kind, int m, bool packed) {
+QuantGemvKernel quant_gemv_auto_kernel(QuantWeightKind kind, int m) {
   // H200, kernel_bench --quant-only (results/gpu/quant/h200-2026-11-29-*): llama2-7b's decode-step
   // products, steps against stream, ms: FP8 2.06/2.42 (M1), 2.10/2.53 (M2), 2.12/2.73 (M4),
   // 2.15/3.15 (M8); INT4 1.70/2.04, 1.71/2.16, 1.74/2.39, 1.79/2.84. At M16 (two column tiles,
   // which steps does not take): FP8 stream 4.11 against mma 4.77, INT4 mma 4.04 against stream
   // 3.87 in that run but 3.78/3.88 in the one before (the cp.async ring's one block an SM).
-  if (m <= 8) return packed && kind == QuantWeightKind::int4 ? QuantGemvKernel::packed : QuantGemvKernel::steps;
+  // The packed kernel (INT4, b7024c9): llama2-7b's INT4 decode-step products 2.00-2.07 ms at M1
+  // against steps' 1.70 with its cp.async ring; without the ring (loads in registers) 0.62 of the
+  // copy against 0.54 on QKV but 0.29 against 0.39 on O at M1, the rest not measured: not auto's.
+  if (m <= 8) return QuantGemvKernel::steps;
   if (kind == QuantWeightKind::int4) return QuantGemvKernel::mma;
   return QuantGemvKernel::stream;
 }
@@ -186,7 +189,7 @@ QuantGemvKernel quant_gemv_kernel_for(const QuantGemvArgs& a) {
   if (want == QuantGemvKernel::auto_select) want = quant_gemv_env_kernel();
   const bool int4 = a.kind == QuantWeightKind::int4;
   const bool packed = int4 && a.w_packed && a.w_packed_groups;
-  if (want == QuantGemvKernel::auto_select) want = quant_gemv_auto_kernel(a.kind, a.m, packed);
+  if (want == QuantGemvKernel::auto_select) want = quant_gemv_auto_kernel(a.kind, a.m);
   if (int4 && a.group_size % 128 != 0) return QuantGemvKernel::warp;  // a 128-chunk of INT4 must lie in one group
   if (want == QuantGemvKernel::packed) {
     if (packed && a.m <= gemv::kMaxRows && a.k % 128 == 0 && (a.silu_ffn == 0 || a.silu_ffn % 16 == 0))

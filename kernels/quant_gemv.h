@@ -5,9 +5,10 @@
 // INT4: the decode win is fewer weight bytes).
 // Five kernels, selectable (QuantGemvArgs::kernel, or SERVELAB_QUANT_GEMV=auto|warp|mma|stream|steps|
 // packed in the environment) so one run can measure them side by side:
-// - packed (quant_gemv_packed.cu): INT4 only, M = 1-8, over the weights repacked at load into the
-//   mma fragments' order (int4_pack.h: QuantGemvArgs::w_packed, w_packed_groups), streamed through
-//   a per-warp cp.async ring; the steps kernel's work split;
+// - packed (quant_gemv_packed.cu): INT4 only, M = 1-8, over the weights repacked into the mma
+//   fragments' order (int4_pack.h: QuantGemvArgs::w_packed, w_packed_groups), the steps kernel's
+//   work split, loads into registers a step ahead (or through a per-warp cp.async ring); asked for
+//   by name only (measured slower than steps over llama2-7b's decode products on an H200);
 // - steps (quant_gemv_steps.cu, the plan of gemv_plan.h): the bf16 gemv's shape, M = 1-8: a block's
 //   warps take K steps of its 32 rows in turn, x read straight from global memory; FP8 and INT4
 //   with groups of a multiple of 128;
@@ -70,8 +71,8 @@ struct QuantGemvArgs {
   /// steps kernel: steps a warp loads before computing them (1 or 2; 0: the format's default, FP8
   /// 2 and INT4 1): a tuning knob kernel_bench sweeps.
   int steps_in_flight = 0;
-  /// packed kernel: shared-memory stages of its per-warp cp.async ring (2..4; 0: the default, 2),
-  /// or 1: no ring, each warp's next step loaded into registers: a tuning knob kernel_bench sweeps.
+  /// packed kernel: 1, no ring, each warp's next step loaded into registers (the default: 0), or
+  /// 2..4 shared-memory stages of a per-warp cp.async ring: a tuning knob kernel_bench sweeps.
   int packed_stages = 0;
   /// Split-K workspace (optional: without it no product is split, and a long K may then take the
   /// slower warp-per-row kernel). partials: quant_gemv_workspace_floats(n, k) floats; counters:
@@ -89,9 +90,8 @@ int quant_gemv_workspace_counters(int max_n);
 /// Throws std::invalid_argument naming the field when the arguments break the requirements.
 void validate(const QuantGemvArgs& a);
 
-/// The kernel auto picks for the format at m rows (the H200 measurement, docs/quantization.md);
-/// packed: the INT4 weights' fragment layout is at hand.
-QuantGemvKernel quant_gemv_auto_kernel(QuantWeightKind kind, int m, bool packed = false);
+/// The kernel auto picks for the format at m rows (the H200 measurement, docs/quantization.md).
+QuantGemvKernel quant_gemv_auto_kernel(QuantWeightKind kind, int m);
 
 /// SERVELAB_QUANT_GEMV's kernel, read once (auto_select when unset).
 QuantGemvKernel quant_gemv_env_kernel();

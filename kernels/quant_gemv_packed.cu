@@ -1,17 +1,23 @@
-// quant_gemv's packed kernel (quant_gemv.h): INT4 weights repacked at load into the order the
-// mma fragments take them (kernels/int4_pack.h), M = 1-8. The work is cut as the steps kernel's
+// quant_gemv's packed kernel (quant_gemv.h): INT4 weights repacked into the order the mma
+// fragments take them (kernels/int4_pack.h), M = 1-8. The work is cut as the steps kernel's
 // (gemv_plan.h: a block of 8 warps owns 32 rows, two 16-row tiles, and its warps take the K steps
 // of the block's slice in turn; sums in a fixed order, so a row's bits do not depend on M), with
 // a warp step of 128 K values: per tile two 512-byte chunks (a lane's 16 bytes each: its A
 // fragments for four mmas) and the step's group record (scales and 128 + zero of rows g, g + 8).
-// The loads go through a per-warp ring of kStages shared-memory stages filled by cp.async: each
-// lane copies its own 16-byte pieces and reads back only what it copied (cp.async.wait_group, no
-// barrier), kStages - 1 steps ahead, so the bytes in flight cost no registers (the steps kernel
-// holds its loads in registers: one INT4 step in flight a warp, then compute). The first steps
-// are copied before the PDL wait. Per 32-bit word: (w >> 4i) & 0x000F000F | 0x43004300 is the bf16
-// pair 128 + q of fragment register a_i (one shift and one lop3), less the row's 128 + zero (one
-// bf16 pair subtraction, exact); x's B fragments are its 16-byte vectors as they are in memory. The
-// group scale multiplies each tile's fp32 sums of the step.
+// Two ways to load (QuantGemvArgs::packed_stages):
+// - 1 (the default): each warp loads its next step into registers (ld.global.nc, 16-byte vectors
+//   and the records) while it computes the current one, three blocks a multiprocessor;
+// - 2..4: a per-warp ring of that many shared-memory stages filled by cp.async, each lane copying
+//   its own 16-byte pieces and reading back only what it copied (cp.async.wait_group, no
+//   barrier), stages - 1 steps ahead: bytes in flight that cost no registers.
+// The first step's loads are issued before the PDL wait. Per 32-bit word: (w >> 4i) & 0x000F000F |
+// 0x43004300 is the bf16 pair 128 + q of fragment register a_i (a shift and a lop3), less the
+// row's 128 + zero (one bf16 pair subtraction, exact); x's B fragments are its 16-byte vectors as
+// they are in memory (no permutes). Each (tile, chunk) sums into its own registers (four mma
+// chains), and the group scale multiplies each tile's fp32 sums of the step.
+// Measured on an H200 (docs/quantization.md): slower than the steps kernel over llama2-7b's decode
+// products, so auto does not take it; the cuda backend repacks and runs it only with
+// SERVELAB_QUANT_GEMV=packed.
 #include <cuda_bf16.h>
 
 #include <stdexcept>
@@ -36,7 +42,7 @@ constexpr int kStepK = 128;                                   // K values a warp
 constexpr int kStepChunks = kStepK / int4_pack::kChunkK;      // 2 chunks a tile a step
 constexpr int kRecordVec = 2 * kStepChunks * 32;              // a stage: codes [tile][chunk][lane], then
 constexpr int kStageVecs = kRecordVec + 2 * 32;               // records [tile][lane] (16-byte vectors)
-constexpr int kDefaultPackedStages = 2;
+constexpr int kDefaultPackedStages = 1;  // the register path (b7024c9: >= the 2-stage ring on QKV and O)
 
 /// Blocks a multiprocessor the ring allows (dynamic shared memory 8 warps x stages x 3 KB, plus
 /// the reduction's 8 KB): the kernel's __launch_bounds__ minimum.

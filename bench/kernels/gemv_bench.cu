@@ -93,7 +93,7 @@ void bench_gemv(int64_t l2, double copy_gbs) {
 /// scales) and INT4 (group 128, scales and zeros) through quant_gemv, each in CUDA graphs over
 /// weight copies that outgrow L2; quant_gemv once per kernel (warp, mma, stream, steps, and for
 /// INT4 packed over the same codes repacked: side by side; steps also with its other in-flight
-/// count, packed with 3 stages and without its ring) and once as auto
+/// count, packed also through its ring of 2 and 3 stages) and once as auto
 /// dispatches it. The figure is each run's GB/s over the bytes it reads (codes, scales, zeros, x, y) as a fraction of the copy, and auto's time against bf16's on the same
 /// shape (the speedup; Marlin's near-ideal for INT4 is 3.87x). Per format and M the kernel with
 /// the least decode-step time is printed (what quant_gemv_auto_kernel should say). Codes, scales
@@ -108,8 +108,8 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
                           {"down", 4096, 11008, 32}, {"lm_head", 32000, 4096, 1}};
   // The steps kernel twice: its format's default (FP8 two steps in flight a warp, INT4 one) and
   // the other count; it takes M <= 8 (at 16 it falls back to stream). The packed kernel (INT4 only,
-  // over int4_pack.h's layout, M <= 8) at its default ring of 2 stages, at 3, and without a ring
-  // (loads into registers, packed_stages 1). auto last.
+  // over int4_pack.h's layout, M <= 8) at its default (loads into registers a step ahead) and
+  // through its cp.async ring of 2 and 3 stages. auto last.
   struct Variant {
     const char* name;
     QuantGemvKernel kernel;
@@ -118,7 +118,7 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
   const Variant variants[] = {{"warp", QuantGemvKernel::warp, 0},      {"mma", QuantGemvKernel::mma, 0},
                               {"stream", QuantGemvKernel::stream, 0},  {"steps", QuantGemvKernel::steps, 0},
                               {"steps_other", QuantGemvKernel::steps, -1}, {"packed", QuantGemvKernel::packed, 0},
-                              {"packed_s3", QuantGemvKernel::packed, 3}, {"packed_regs", QuantGemvKernel::packed, 1},
+                              {"packed_s2", QuantGemvKernel::packed, 2}, {"packed_s3", QuantGemvKernel::packed, 3},
                               {"auto", QuantGemvKernel::auto_select, 0}};
   constexpr int kKernels = 9;
   Gemm gemm(false);

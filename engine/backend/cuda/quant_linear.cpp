@@ -210,7 +210,7 @@ bool pack_int4_linears(QuantDeviceWeights& q) {
   using quant_linear_detail::align256;
   if (q.scheme.method == Quantization::fp8 || q.layers.empty()) return false;
   const kernels::QuantGemvKernel env = kernels::quant_gemv_env_kernel();
-  if (env != kernels::QuantGemvKernel::auto_select && env != kernels::QuantGemvKernel::packed) return false;
+  if (env != kernels::QuantGemvKernel::packed) return false;  // auto keeps the steps kernel (docs/quantization.md)
   auto layout = [](const QuantWeight& w) { return kernels::int4_pack::Layout{w.out, w.in, w.group_size}; };
   int64_t total = 0;
   for (QuantDeviceWeights::Layer& layer : q.layers)

@@ -7,9 +7,10 @@
 //   more rows quantize the activations to E4M3 (dynamic, per tensor or per token as the scheme
 //   says) and take the FP8 GEMM (W8A8, fp8_gemm.h).
 // - int4 (AWQ asymmetric or GPTQ symmetric, groups along the input): codes [out, in / 2] and
-//   fp32 scales and zeros [in / group, out], repacked at load into the mma fragments' order
-//   (pack_int4_linears). Up to gemv_max_rows rows quant_gemv (the packed kernel, in launches of up
-//   to 8 rows); more rows dequantize into a bf16 scratch matrix and take the bf16 GEMM.
+//   fp32 scales and zeros [in / group, out] (with SERVELAB_QUANT_GEMV=packed, repacked at load into
+//   the mma fragments' order instead: pack_int4_linears). Up to gemv_max_rows rows quant_gemv (the
+//   packed kernel in launches of up to 8 rows); more rows dequantize into a bf16 scratch matrix
+//   and take the bf16 GEMM.
 // default_gemv_rows() is the measured fastest split between the two per format (docs/quantization.md).
 // Plain C++ over the kernels' launch functions (no device code here).
 #include <cstdint>
@@ -66,10 +67,11 @@ QuantDeviceWeights quantize_device_weights(DeviceWeights& w, const QuantScheme& 
 QuantDeviceWeights upload_quant_weights(DeviceWeights& w, const QuantScheme& scheme,
                                         const std::vector<PackedQuantLayer>& layers);
 
-/// Both loaders end here: an INT4 model whose Linears all have K and groups that are multiples of
-/// 128 is repacked on the GPU into the fragment layout (kernels/int4_pack.h) and its row layout
-/// freed (q.storage rebuilt, q.bytes the packed bytes: the same size), unless SERVELAB_QUANT_GEMV
-/// names a kernel other than auto or packed (they read the row layout). True when repacked.
+/// Both loaders end here. With SERVELAB_QUANT_GEMV=packed, an INT4 model whose Linears all have K
+/// and groups that are multiples of 128 is repacked on the GPU into the fragment layout
+/// (kernels/int4_pack.h) and its row layout freed (q.storage rebuilt, q.bytes the packed bytes:
+/// the same size); otherwise (the default: auto keeps the steps kernel, measured faster) nothing
+/// changes. True when repacked.
 bool pack_int4_linears(QuantDeviceWeights& q);
 
 /// The scratch and product objects the quantized Linears of one backend share; one stream.
