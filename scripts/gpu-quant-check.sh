@@ -59,5 +59,6 @@ echo "== gpu-quant-check: $(head -1 "$OUT/environment.txt"), commit $COMMIT =="
 cat "$OUT/steps.txt"
 grep -hE "^\[  (PASSED|FAILED) |^\[  FAILED|relative error|agreed|outer-vector|Failure" "$OUT"/kernels_gpu.log "$OUT"/backend_gpu.log 2>/dev/null | head -40
 grep -E "fp8_|int4_|decode-row|quant_gemv_.*vs|decode_products|cublaslt_gemm|VALID" "$OUT/kernel_bench.log" 2>/dev/null | cut -c1-140 | head -40
+grep -h "decode-step products" "$OUT/kernel_bench.log" 2>/dev/null | cut -c1-300
 grep -E "quant_" "$OUT"/engine_bench*.log 2>/dev/null | cut -c1-160
 grep -E "torch_" "$OUT/peers.log" 2>/dev/null
