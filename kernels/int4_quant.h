@@ -7,6 +7,8 @@
 //   scales rounded to fp16 as the checkpoints store them), so the codes equal the CPU's.
 // - dequantize_int4: codes back to a bf16 [rows, cols] matrix, for products of more rows than
 //   quant_gemv takes (then the bf16 GEMM: a first step before a tensor-core INT4 kernel).
+// - pack_int4_fragments: the codes, scales and zeros repacked once into int4_pack.h's fragment
+//   order, which quant_gemv's packed kernel reads.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -20,5 +22,17 @@ void quantize_int4_weight(const void* w, int64_t rows, int cols, int group, bool
 /// out bf16 [rows, cols] = (q − zero) · scale, rounded to bf16.
 void dequantize_int4(const uint8_t* codes, const float* scales, const float* zeros, int64_t rows, int cols, int group,
                      void* out, cudaStream_t stream);
+
+/// Repacks one INT4 matrix (codes [n, k/2], scales / zeros fp32 [k / group, n]) into
+/// int4_pack.h's layout: packed_codes (Layout::code_bytes), packed_groups (Layout::group_bytes),
+/// both 16-byte aligned. Throws std::invalid_argument when the shape is not packable
+/// (Layout::packable). Bit-equal to pack_int4_fragments_ref (kernels/ref/int4_pack_ref.h).
+void pack_int4_fragments(const uint8_t* codes, const float* scales, const float* zeros, int n, int k, int group_size,
+                         uint8_t* packed_codes, void* packed_groups, cudaStream_t stream);
+
+/// out bf16 [n, k] = (q − zero) · scale from the packed layout: the bits dequantize_int4 gives
+/// from the row layout (integer zeros).
+void dequantize_int4_packed(const uint8_t* packed_codes, const void* packed_groups, int n, int k, int group_size,
+                            void* out, cudaStream_t stream);
 
 }  // namespace servelab::kernels

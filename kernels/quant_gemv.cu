@@ -33,6 +33,9 @@ void quant_gemv_stream(const QuantGemvArgs& a, const quant_gemv_stream_plan::Pla
 // quant_gemv_steps.cu
 gemv::Plan quant_gemv_steps_plan(const QuantGemvArgs& a, int n_sms);
 void quant_gemv_steps(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t stream);
+// quant_gemv_packed.cu
+gemv::Plan quant_gemv_packed_plan(const QuantGemvArgs& a, int n_sms);
+void quant_gemv_packed(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t stream);
 
 namespace {
 
@@ -146,15 +149,17 @@ const char* to_string(QuantGemvKernel k) {
     case QuantGemvKernel::mma: return "mma";
     case QuantGemvKernel::stream: return "stream";
     case QuantGemvKernel::steps: return "steps";
+    case QuantGemvKernel::packed: return "packed";
   }
   return "?";
 }
 
 QuantGemvKernel parse_quant_gemv_kernel(const char* s) {
   for (QuantGemvKernel k : {QuantGemvKernel::auto_select, QuantGemvKernel::warp, QuantGemvKernel::mma,
-                            QuantGemvKernel::stream, QuantGemvKernel::steps})
+                            QuantGemvKernel::stream, QuantGemvKernel::steps, QuantGemvKernel::packed})
     if (std::strcmp(s, to_string(k)) == 0) return k;
-  throw std::invalid_argument(std::string("quant_gemv kernel '") + s + "' is not one of auto, warp, mma, stream, steps");
+  throw std::invalid_argument(std::string("quant_gemv kernel '") + s +
+                              "' is not one of auto, warp, mma, stream, steps, packed");
 }
 
 QuantGemvKernel quant_gemv_auto_kernel(QuantWeightKind kind, int m) {
@@ -163,27 +168,34 @@ QuantGemvKernel quant_gemv_auto_kernel(QuantWeightKind kind, int m) {
   // 2.15/3.15 (M8); INT4 1.70/2.04, 1.71/2.16, 1.74/2.39, 1.79/2.84. At M16 (two column tiles,
   // which steps does not take): FP8 stream 4.11 against mma 4.77, INT4 mma 4.04 against stream
   // 3.87 in that run but 3.78/3.88 in the one before (the cp.async ring's one block an SM).
+  // The packed kernel (INT4, b7024c9): llama2-7b's INT4 decode-step products 2.00-2.07 ms at M1
+  // against steps' 1.70 with its cp.async ring; without the ring (loads in registers) 0.62 of the
+  // copy against 0.54 on QKV but 0.29 against 0.39 on O at M1, the rest not measured: not auto's.
   if (m <= 8) return QuantGemvKernel::steps;
   if (kind == QuantWeightKind::int4) return QuantGemvKernel::mma;
   return QuantGemvKernel::stream;
 }
 
-namespace {
-QuantGemvKernel env_quant_gemv_kernel() {  // SERVELAB_QUANT_GEMV, read once
+QuantGemvKernel quant_gemv_env_kernel() {  // SERVELAB_QUANT_GEMV, read once
   static const QuantGemvKernel k = [] {
     const char* s = std::getenv("SERVELAB_QUANT_GEMV");
     return s && *s ? parse_quant_gemv_kernel(s) : QuantGemvKernel::auto_select;
   }();
   return k;
 }
-}  // namespace
 
 QuantGemvKernel quant_gemv_kernel_for(const QuantGemvArgs& a) {
   QuantGemvKernel want = a.kernel;
-  if (want == QuantGemvKernel::auto_select) want = env_quant_gemv_kernel();
-  if (want == QuantGemvKernel::auto_select) want = quant_gemv_auto_kernel(a.kind, a.m);
+  if (want == QuantGemvKernel::auto_select) want = quant_gemv_env_kernel();
   const bool int4 = a.kind == QuantWeightKind::int4;
+  const bool packed = int4 && a.w_packed && a.w_packed_groups;
+  if (want == QuantGemvKernel::auto_select) want = quant_gemv_auto_kernel(a.kind, a.m);
   if (int4 && a.group_size % 128 != 0) return QuantGemvKernel::warp;  // a 128-chunk of INT4 must lie in one group
+  if (want == QuantGemvKernel::packed) {
+    if (packed && a.m <= gemv::kMaxRows && a.k % 128 == 0 && (a.silu_ffn == 0 || a.silu_ffn % 16 == 0))
+      return QuantGemvKernel::packed;
+    want = QuantGemvKernel::steps;
+  }
   if (want == QuantGemvKernel::steps) {
     if (a.m <= gemv::kMaxRows) return QuantGemvKernel::steps;
     want = QuantGemvKernel::stream;  // 9-16 rows: two column tiles
@@ -208,16 +220,21 @@ void validate(const QuantGemvArgs& a) {
   if (a.n < 1) throw bad("n must be >= 1");
   if (a.k < 16 || a.k % 16 != 0) throw bad("k (" + std::to_string(a.k) + ") must be a positive multiple of 16");
   if (a.x_stride < a.k || a.x_stride % 8 != 0) throw bad("x_stride must be >= k and a multiple of 8");
-  if (!a.x || !a.w || !a.scales || !a.y) throw bad("x, w, scales and y must be set");
+  if (!a.x || !a.y || (!a.w_packed && (!a.w || !a.scales)))
+    throw bad("x, y and the weights (w and scales, or int4's w_packed) must be set");
   if (reinterpret_cast<uintptr_t>(a.x) % 16 || reinterpret_cast<uintptr_t>(a.w) % 16)
     throw bad("x and w must be 16-byte aligned");
   if ((a.partials == nullptr) != (a.counters == nullptr)) throw bad("partials and counters go together");
   if (a.silu_ffn > 0 && (a.n != 2 * a.silu_ffn || !a.out_bf16 || a.accumulate || a.m > 8))
     throw bad("fused SiLU needs n = 2 * silu_ffn, bf16 output, no accumulate and m <= 8");
+  if (a.kind == QuantWeightKind::fp8_e4m3 && (a.w_packed || a.w_packed_groups)) throw bad("w_packed is INT4's");
   if (a.kind == QuantWeightKind::fp8_e4m3 && a.n_scales != 1 && a.n_scales != a.n)
     throw bad("fp8 n_scales must be 1 or n");
   if (a.kind == QuantWeightKind::int4) {
-    if (!a.zeros) throw bad("int4 needs zeros");
+    if (!a.zeros && a.w) throw bad("int4 needs zeros");
+    if ((a.w_packed == nullptr) != (a.w_packed_groups == nullptr)) throw bad("w_packed and w_packed_groups go together");
+    if (reinterpret_cast<uintptr_t>(a.w_packed) % 16 || reinterpret_cast<uintptr_t>(a.w_packed_groups) % 16)
+      throw bad("w_packed and w_packed_groups must be 16-byte aligned");
     if (a.group_size < 16 || a.group_size % 16 != 0 || a.k % a.group_size != 0)
       throw bad("group_size must be a multiple of 16 dividing k");
   }
@@ -232,10 +249,18 @@ void quant_gemv(const QuantGemvArgs& a, cudaStream_t stream) {
       throw std::invalid_argument("quant_gemv: the workspace is smaller than N=" + std::to_string(a.n) + " K=" +
                                   std::to_string(a.k) + " needs (quant_gemv_workspace_floats / _counters)");
   };
-  if (a.silu_ffn > 0 && kernel != QuantGemvKernel::steps)
-    throw std::invalid_argument(std::string("quant_gemv: fused SiLU runs on the steps kernel only (this product takes ") +
-                                to_string(kernel) + ")");
-  if (kernel == QuantGemvKernel::steps) {
+  if (a.silu_ffn > 0 && kernel != QuantGemvKernel::steps && kernel != QuantGemvKernel::packed)
+    throw std::invalid_argument(std::string("quant_gemv: fused SiLU runs on the steps and packed kernels only (this "
+                                            "product takes ") + to_string(kernel) + ")");
+  if (kernel != QuantGemvKernel::packed && !a.w)
+    throw std::invalid_argument(std::string("quant_gemv: only the packed INT4 layout is given, and the ") +
+                                to_string(kernel) + " kernel takes this product (m = " + std::to_string(a.m) +
+                                "; the packed kernel takes m <= 8, K a multiple of 128)");
+  if (kernel == QuantGemvKernel::packed) {
+    const gemv::Plan plan = quant_gemv_packed_plan(a, current_sm_count());
+    if (plan.splits > 1) check_workspace(plan.partial_floats(), plan.row_blocks);
+    quant_gemv_packed(a, plan, stream);
+  } else if (kernel == QuantGemvKernel::steps) {
     const gemv::Plan plan = quant_gemv_steps_plan(a, current_sm_count());
     if (plan.splits > 1) check_workspace(plan.partial_floats(), plan.row_blocks);
     quant_gemv_steps(a, plan, stream);

@@ -3,8 +3,12 @@
 // dequant(w)[N, K]ᵀ (+ y), x bf16, fp32 accumulate, fp32 or bf16 output (the cuda backend's
 // activations), the weights dequantized in registers as they stream in (W8A16 FP8 and W4A16
 // INT4: the decode win is fewer weight bytes).
-// Four kernels, selectable (QuantGemvArgs::kernel, or SERVELAB_QUANT_GEMV=auto|warp|mma|stream|steps
-// in the environment) so one run can measure them side by side:
+// Five kernels, selectable (QuantGemvArgs::kernel, or SERVELAB_QUANT_GEMV=auto|warp|mma|stream|steps|
+// packed in the environment) so one run can measure them side by side:
+// - packed (quant_gemv_packed.cu): INT4 only, M = 1-8, over the weights repacked into the mma
+//   fragments' order (int4_pack.h: QuantGemvArgs::w_packed, w_packed_groups), the steps kernel's
+//   work split, loads into registers a step ahead (or through a per-warp cp.async ring); asked for
+//   by name only (measured slower than steps over llama2-7b's decode products on an H200);
 // - steps (quant_gemv_steps.cu, the plan of gemv_plan.h): the bf16 gemv's shape, M = 1-8: a block's
 //   warps take K steps of its 32 rows in turn, x read straight from global memory; FP8 and INT4
 //   with groups of a multiple of 128;
@@ -14,7 +18,7 @@
 // - warp (quant_gemv.cu): a warp per output row on CUDA cores; takes every product (INT4's
 //   smaller groups, long K without a workspace).
 // auto picks per format and M the kernel measured fastest on an H200 (quant_gemv_auto_kernel);
-// a kernel asked for that cannot take the product falls back along steps -> stream -> mma -> warp. Each
+// a kernel asked for that cannot take the product falls back along packed -> steps -> stream -> mma -> warp. Each
 // kernel gives a row the same result whatever M is (its plan ignores M); auto may pick different
 // kernels for different M, whose sums differ in rounding.
 // Kernel layouts (a loader repacks checkpoint layouts into these once):
@@ -32,9 +36,9 @@
 namespace servelab::kernels {
 
 enum class QuantWeightKind { fp8_e4m3, int4 };
-enum class QuantGemvKernel { auto_select, warp, mma, stream, steps };
+enum class QuantGemvKernel { auto_select, warp, mma, stream, steps, packed };
 
-/// "auto", "warp", "mma", "stream", "steps"; parse throws std::invalid_argument naming the bad value.
+/// "auto", "warp", "mma", "stream", "steps", "packed"; parse throws std::invalid_argument naming the bad value.
 const char* to_string(QuantGemvKernel k);
 QuantGemvKernel parse_quant_gemv_kernel(const char* s);
 
@@ -45,6 +49,10 @@ struct QuantGemvArgs {
   const uint8_t* w = nullptr;     ///< codes (layouts above)
   const float* scales = nullptr;
   const float* zeros = nullptr;   ///< int4 only
+  /// int4, optional: the same matrix in int4_pack.h's fragment layout (pack_int4_fragments), which
+  /// the packed kernel reads (codes; 16-byte group records). Null: that kernel is not taken.
+  const uint8_t* w_packed = nullptr;
+  const void* w_packed_groups = nullptr;
   int n_scales = 0;               ///< fp8: 1 (per tensor) or n (per channel)
   int group_size = 128;           ///< int4
   void* y = nullptr;              ///< fp32 [m, n], or bf16 when out_bf16
@@ -63,6 +71,9 @@ struct QuantGemvArgs {
   /// steps kernel: steps a warp loads before computing them (1 or 2; 0: the format's default, FP8
   /// 2 and INT4 1): a tuning knob kernel_bench sweeps.
   int steps_in_flight = 0;
+  /// packed kernel: 1, no ring, each warp's next step loaded into registers (the default: 0), or
+  /// 2..4 shared-memory stages of a per-warp cp.async ring: a tuning knob kernel_bench sweeps.
+  int packed_stages = 0;
   /// Split-K workspace (optional: without it no product is split, and a long K may then take the
   /// slower warp-per-row kernel). partials: quant_gemv_workspace_floats(n, k) floats; counters:
   /// quant_gemv_workspace_counters(n) ints, zero before the first launch (they reset themselves).
@@ -81,6 +92,9 @@ void validate(const QuantGemvArgs& a);
 
 /// The kernel auto picks for the format at m rows (the H200 measurement, docs/quantization.md).
 QuantGemvKernel quant_gemv_auto_kernel(QuantWeightKind kind, int m);
+
+/// SERVELAB_QUANT_GEMV's kernel, read once (auto_select when unset).
+QuantGemvKernel quant_gemv_env_kernel();
 
 /// The kernel quant_gemv runs for a (after auto and the fall-backs).
 QuantGemvKernel quant_gemv_kernel_for(const QuantGemvArgs& a);

@@ -28,6 +28,7 @@
 #include "kernels/gemv_reduce.cuh"
 #include "kernels/quant_gemv.h"
 #include "kernels/quant_gemv_frag.cuh"
+#include "kernels/quant_gemv_rows.cuh"
 
 namespace servelab::kernels {
 namespace quant_gemv_steps_detail {  // named: the kernels library may be compiled as unity batches
@@ -162,11 +163,6 @@ __device__ __forceinline__ void block_rows(const QuantGemvArgs& a, int rb, int g
     }
 }
 
-/// The row of w behind block-local row r (0..31) of row block rb.
-__device__ __forceinline__ int block_row(const QuantGemvArgs& a, int rb, int r) {
-  return a.silu_ffn > 0 ? (r < 16 ? rb * 16 + r : a.silu_ffn + rb * 16 + r - 16) : rb * kBlockRows + r;
-}
-
 /// kInFlight: steps a warp loads before computing them. FP8 2 (two blocks an SM at 125 registers;
 /// 1 and three blocks an SM was 8% slower over llama2-7b's decode products on an H200). INT4 1:
 /// its step holds twice FP8's registers (scales and zeros beside the codes), so at 2 it runs one
@@ -222,23 +218,7 @@ __global__ void __launch_bounds__(kThreads, (kMinBlocks<kInt4, kInFlight>))
     mma_codes<kInt4, true>(acc, r, xr + int64_t(s) * kStep, s * kStep + lane_k, a.k);
   }
 
-  float sum;
-  if (!gemv::block_row_sums(sm, acc, rb, plan.splits, split, a.partials, a.counters, sum)) return;
-  const int mm = tid / kBlockRows, r = tid % kBlockRows, nn = block_row(a, rb, r);
-  if constexpr (!kInt4) sum *= __ldg(a.scales + (a.n_scales == 1 ? 0 : min(nn, a.n - 1)));
-  if (a.silu_ffn > 0) {  // thread (mm, r < 16) pairs gate row 16 rb + r with its up row (thread + 16)
-    __syncthreads();     // every warp is done reading sm.red
-    sm.red[0][tid] = sum;
-    __syncthreads();
-    const int col = rb * 16 + r;
-    if (r < 16 && mm < a.m && col < a.silu_ffn) {  // each half rounded as the stored gate_up would be
-      const float gate = __bfloat162float(__float2bfloat16_rn(sum));
-      const float up = __bfloat162float(__float2bfloat16_rn(sm.red[0][tid + 16]));
-      store_out<OutT>(a.y, int64_t(mm) * a.silu_ffn + col, gate / (1.0f + expf(-gate)) * up, false);
-    }
-    return;
-  }
-  if (mm < a.m && nn < a.n) store_out<OutT>(a.y, int64_t(mm) * a.n + nn, sum, a.accumulate);
+  quant_gemv_rows::finish<kInt4, OutT>(sm, acc, a, plan, rb, split);
 }
 
 template <bool kInt4, int kInFlight>

@@ -9,6 +9,8 @@
 #include "bench/kernels/bench_timing.h"
 #include "bench/kernels/bench_util.cuh"
 #include "kernels/gemm.h"
+#include "kernels/int4_pack.h"
+#include "kernels/int4_quant.h"
 #include "kernels/quant_gemv.h"
 #include "kernels/ref/ops_ref.h"
 
@@ -89,8 +91,9 @@ void bench_gemv(int64_t l2, double copy_gbs) {
 /// llama2-7b's decode products (issue 26's decode target) at M = 1, 2, 4, 8 and 16: bf16 through
 /// Gemm as the cuda backend runs them (gemv up to 8 rows, cuBLASLt above), FP8 E4M3 (per-channel
 /// scales) and INT4 (group 128, scales and zeros) through quant_gemv, each in CUDA graphs over
-/// weight copies that outgrow L2; quant_gemv once per kernel (warp, mma, stream, steps: side by
-/// side; steps also with its other in-flight count) and once as auto
+/// weight copies that outgrow L2; quant_gemv once per kernel (warp, mma, stream, steps, and for
+/// INT4 packed over the same codes repacked: side by side; steps also with its other in-flight
+/// count, packed also through its ring of 2 and 3 stages) and once as auto
 /// dispatches it. The figure is each run's GB/s over the bytes it reads (codes, scales, zeros, x, y) as a fraction of the copy, and auto's time against bf16's on the same
 /// shape (the speedup; Marlin's near-ideal for INT4 is 3.87x). Per format and M the kernel with
 /// the least decode-step time is printed (what quant_gemv_auto_kernel should say). Codes, scales
@@ -104,16 +107,20 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
   const Shape shapes[] = {{"qkv", 12288, 4096, 32}, {"o", 4096, 4096, 32}, {"gate_up", 22016, 4096, 32},
                           {"down", 4096, 11008, 32}, {"lm_head", 32000, 4096, 1}};
   // The steps kernel twice: its format's default (FP8 two steps in flight a warp, INT4 one) and
-  // the other count; it takes M <= 8 (at 16 it falls back to stream). auto last.
+  // the other count; it takes M <= 8 (at 16 it falls back to stream). The packed kernel (INT4 only,
+  // over int4_pack.h's layout, M <= 8) at its default (loads into registers a step ahead) and
+  // through its cp.async ring of 2 and 3 stages. auto last.
   struct Variant {
     const char* name;
     QuantGemvKernel kernel;
-    int in_flight;  // 0: the format's default; -1: the other count
+    int in_flight;  // steps: 0 the format's default, -1 the other count; packed: its stages (0: default)
   };
-  const Variant variants[] = {{"warp", QuantGemvKernel::warp, 0},     {"mma", QuantGemvKernel::mma, 0},
-                              {"stream", QuantGemvKernel::stream, 0}, {"steps", QuantGemvKernel::steps, 0},
-                              {"steps_other", QuantGemvKernel::steps, -1}, {"auto", QuantGemvKernel::auto_select, 0}};
-  constexpr int kKernels = 6;
+  const Variant variants[] = {{"warp", QuantGemvKernel::warp, 0},      {"mma", QuantGemvKernel::mma, 0},
+                              {"stream", QuantGemvKernel::stream, 0},  {"steps", QuantGemvKernel::steps, 0},
+                              {"steps_other", QuantGemvKernel::steps, -1}, {"packed", QuantGemvKernel::packed, 0},
+                              {"packed_s2", QuantGemvKernel::packed, 2}, {"packed_s3", QuantGemvKernel::packed, 3},
+                              {"auto", QuantGemvKernel::auto_select, 0}};
+  constexpr int kKernels = 9;
   Gemm gemm(false);
   gemm.set_gemv_waves(0);
   gemm.set_gemv_variant(3);
@@ -127,6 +134,8 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
       Buf x(size_t(m) * sh.k * 2), y(size_t(m) * sh.n * 4);
       const int n_groups = sh.k / group;
       Buf s8(size_t(sh.n) * 4), s4(size_t(n_groups) * sh.n * 4), z4(size_t(n_groups) * sh.n * 4);
+      const int4_pack::Layout lay{sh.n, sh.k, group};
+      Buf w4p(size_t(lay.code_bytes()) * n_rot), g4p(size_t(lay.group_bytes()));
       fill_random(wb.p, w_elems * n_rot, 41);
       fill_random(x.p, int64_t(m) * sh.k, 42);
       fill_random(w8.p, int64_t(w8.bytes / 2), 43);  // random bf16 bits: random codes
@@ -135,6 +144,9 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
       fill_random_f32_kernel<<<4096, 256>>>(s4.get<float>(), int64_t(s4.bytes / 4), 46, 0.01f);
       fill_random_f32_kernel<<<4096, 256>>>(z4.get<float>(), int64_t(z4.bytes / 4), 47, 8.0f);
       CUDA_CHECK_LAUNCH();
+      for (int i = 0; i < n_rot; ++i)  // the same codes in the packed kernel's layout (what the cuda backend loads)
+        pack_int4_fragments(w4.get<uint8_t>() + size_t(i) * (w_elems / 2), s4.get<float>(), z4.get<float>(), sh.n, sh.k,
+                            group, w4p.get<uint8_t>() + size_t(i) * lay.code_bytes(), g4p.p, nullptr);
       const int64_t ws_floats = quant_gemv_workspace_floats(sh.n, sh.k);
       const int ws_counters = quant_gemv_workspace_counters(sh.n);
       Buf partials(size_t(ws_floats) * 4), counters(size_t(ws_counters) * 4);
@@ -165,15 +177,23 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
         const size_t w_bytes = q == 0 ? size_t(w_elems) : size_t(w_elems / 2);
         const uint8_t* base = q == 0 ? w8.get<uint8_t>() : w4.get<uint8_t>();
         a.w = base;
+        if (q == 1) {
+          a.w_packed = w4p.get<uint8_t>();
+          a.w_packed_groups = g4p.p;
+        }
         validate(a);
         const double bytes = double(w_bytes) + 4.0 * (q == 0 ? sh.n : 2.0 * n_groups * sh.n) + 2.0 * m * sh.k + 4.0 * m * sh.n;
         const std::string fmt = q == 0 ? "fp8" : "int4";
         for (int v = 0; v < kKernels; ++v) {
+          const bool packed = variants[v].kernel == QuantGemvKernel::packed;
+          if (packed && (q == 0 || m > 8)) continue;  // INT4 at M <= 8 only (else it falls back to steps)
           a.kernel = variants[v].kernel;
-          a.steps_in_flight = variants[v].in_flight >= 0 ? variants[v].in_flight : q == 0 ? 1 : 2;
+          a.steps_in_flight = packed ? 0 : variants[v].in_flight >= 0 ? variants[v].in_flight : q == 0 ? 1 : 2;
+          a.packed_stages = packed ? variants[v].in_flight : 0;
           const double ms = time_graph_ms([&](int i, cudaStream_t st) {
             QuantGemvArgs b = a;
             b.w = base + size_t(i % n_rot) * w_bytes;
+            if (b.w_packed) b.w_packed = w4p.get<uint8_t>() + size_t(i % n_rot) * lay.code_bytes();
             quant_gemv(b, st);
           }, 20, 15);
           step_ms[q][v] += ms * sh.per_step;
@@ -190,12 +210,17 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
       const char* fmt = q == 0 ? "fp8" : "int4";
       record(std::string("decode_products_") + fmt + "_vs_bf16", shape, step_bf16 / step_ms[q][kKernels - 1], "x", "-", 0);
       int best = 0;
-      for (int v = 1; v < kKernels - 1; ++v)
+      std::string line;
+      for (int v = 0; v < kKernels - 1; ++v) {
+        if (step_ms[q][v] <= 0) continue;  // not timed (packed: INT4 at M <= 8)
         if (step_ms[q][v] < step_ms[q][best]) best = v;
-      std::printf("  quantized decode-step products at M%d, %s: %.3f ms bf16; warp %.3f, mma %.3f, stream %.3f, steps %.3f "
-                  "(other in-flight count %.3f), auto %.3f ms (%.2fx bf16); fastest %s\n",
-                  m, fmt, step_bf16, step_ms[q][0], step_ms[q][1], step_ms[q][2], step_ms[q][3], step_ms[q][4],
-                  step_ms[q][5], step_bf16 / step_ms[q][5], variants[best].name);
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%s %.3f, ", variants[v].name, step_ms[q][v]);
+        line += buf;
+      }
+      std::printf("  quantized decode-step products at M%d, %s: %.3f ms bf16; %sauto %.3f ms (%.2fx bf16); fastest %s\n", m,
+                  fmt, step_bf16, line.c_str(), step_ms[q][kKernels - 1], step_bf16 / step_ms[q][kKernels - 1],
+                  variants[best].name);
     }
   }
 }

@@ -1,5 +1,6 @@
 // quant_gemv (FP8 and INT4 weights dequantized in registers) against quant_gemv_ref, each of its
-// kernels (warp, mma, stream, steps) asked for by name: awkward M (1, 3, 16 ...), odd N, K not a multiple
+// kernels (warp, mma, stream, steps, packed: INT4 over int4_pack.h's layout, packed on the host by
+// pack_int4_fragments_ref) asked for by name: awkward M (1, 3, 16 ...), odd N, K not a multiple
 // of 128 (FP8) or longer than one slice, per-tensor and per-channel FP8 scales, INT4 groups of 16
 // (the warp-per-row kernel), 128 and 256 (the tensor-core kernels), accumulate, fp32 and bf16
 // outputs; without a workspace and with one (split K: deterministic, counters left zeroed, the
@@ -16,6 +17,9 @@
 
 #include "kernels/ops.h"
 #include "kernels/quant_gemv.h"
+#include "kernels/int4_pack.h"
+#include "kernels/int4_quant.h"
+#include "kernels/ref/int4_pack_ref.h"
 #include "kernels/ref/ops_ref.h"
 #include "kernels/ref/quant_gemv_ref.h"
 #include "tests/kernels_gpu/gpu_util.h"
@@ -33,7 +37,8 @@ struct Problem {
   std::vector<uint8_t> w;
   std::vector<float> scales, zeros, xf;
   std::vector<uint16_t> xb;
-  DeviceBuffer dx, dw, ds, dz;
+  Int4Packed packed;  // int4 with K and the group multiples of 128
+  DeviceBuffer dx, dw, ds, dz, dpc, dpg;
 
   Problem(std::mt19937_64& rng, bool int4_, int m_, int n_, int k_, int group_, bool per_channel)
       : int4(int4_), m(m_), n(n_), k(k_), group(group_), x_stride(k_ + 8) {
@@ -62,6 +67,11 @@ struct Problem {
     dw = testing::upload(w);
     ds = testing::upload(scales);
     dz = testing::upload(int4 ? zeros : std::vector<float>{0.0f});
+    if (int4 && int4_pack::Layout{n, k, group}.packable()) {
+      packed = pack_int4_fragments_ref(w.data(), scales.data(), zeros.data(), n, k, group);
+      dpc = testing::upload(packed.codes);
+      dpg = testing::upload(packed.groups);
+    }
   }
 
   QuantGemvArgs args(void* y, bool out_bf16, bool accumulate) const {
@@ -72,6 +82,10 @@ struct Problem {
     a.w = dw.get<uint8_t>();
     a.scales = ds.get<float>();
     a.zeros = int4 ? dz.get<float>() : nullptr;
+    if (!packed.codes.empty()) {
+      a.w_packed = dpc.get<uint8_t>();
+      a.w_packed_groups = dpg.get();
+    }
     a.n_scales = n_scales;
     a.group_size = group;
     a.y = y;
@@ -129,12 +143,14 @@ struct Shape {
 };
 
 constexpr QuantGemvKernel kKernels[] = {QuantGemvKernel::warp, QuantGemvKernel::mma, QuantGemvKernel::stream,
-                                        QuantGemvKernel::steps};
+                                        QuantGemvKernel::steps, QuantGemvKernel::packed};
 
 /// Every awkward shape through `kernel` (where it takes the product; else its fall-back); the steps
-/// kernel's knob: steps in flight a warp (0: the format's default).
-void check_awkward_shapes(QuantGemvKernel kernel, int in_flight = 0) {
-  SCOPED_TRACE(std::string("kernel ") + to_string(kernel) + " in flight " + std::to_string(in_flight));
+/// kernel's knob: steps in flight a warp (0: the format's default); the packed kernel's: its ring's
+/// stages (0: the default).
+void check_awkward_shapes(QuantGemvKernel kernel, int in_flight = 0, int stages = 0) {
+  SCOPED_TRACE(std::string("kernel ") + to_string(kernel) + " in flight " + std::to_string(in_flight) + " stages " +
+               std::to_string(stages));
   std::mt19937_64 rng(42);
   int ran_asked = 0;  // products the asked-for kernel ran (not a fall-back)
   // K = 6016 and 4096 need a split (a slice of x in shared memory holds 2048): without a
@@ -168,6 +184,7 @@ void check_awkward_shapes(QuantGemvKernel kernel, int in_flight = 0) {
             QuantGemvArgs a = pr.args(dy.get(), false, accumulate);
             a.kernel = kernel;
             a.steps_in_flight = in_flight;
+            a.packed_stages = stages;
             if (with_ws) ws.attach(a);
             ran_asked += quant_gemv_kernel_for(a) == kernel;
             quant_gemv(a, nullptr);
@@ -191,10 +208,11 @@ void check_awkward_shapes(QuantGemvKernel kernel, int in_flight = 0) {
             (int4 ? worst_int4 : worst_fp8) = std::max(int4 ? worst_int4 : worst_fp8, err);
           }
       }
-  std::printf("  quant_gemv %s%s against quant_gemv_ref, worst relative error: fp8 %.2e, int4 %.2e (%d products ran it)\n",
+  std::printf("  quant_gemv %s%s%s against quant_gemv_ref, worst relative error: fp8 %.2e, int4 %.2e (%d products ran it)\n",
               to_string(kernel), in_flight == 0 ? "" : in_flight == 1 ? " (1 in flight)" : " (2 in flight)",
-              worst_fp8, worst_int4, ran_asked);
-  EXPECT_GT(ran_asked, 40);  // most products take the kernel asked for
+              stages == 0 ? "" : (" (" + std::to_string(stages) + " stages)").c_str(), worst_fp8, worst_int4, ran_asked);
+  // Most products take the kernel asked for; packed takes INT4 at M <= 8 with K a multiple of 128.
+  EXPECT_GT(ran_asked, kernel == QuantGemvKernel::packed ? 18 : 40);
 }
 
 TEST(QuantGemvGpu, Fp8AndInt4MatchTheReferenceOnAwkwardShapes) {
@@ -202,6 +220,7 @@ TEST(QuantGemvGpu, Fp8AndInt4MatchTheReferenceOnAwkwardShapes) {
   for (QuantGemvKernel kernel : kKernels) check_awkward_shapes(kernel);
   check_awkward_shapes(QuantGemvKernel::steps, 1);
   check_awkward_shapes(QuantGemvKernel::steps, 2);
+  for (int stages : {2, 3, 4}) check_awkward_shapes(QuantGemvKernel::packed, 0, stages);  // the cp.async ring
 }
 
 // bf16 outputs (the cuda backend's) round the fp32 result; and a row's bits do not depend on M.
@@ -209,12 +228,14 @@ TEST(QuantGemvGpu, Bf16OutputAndRowsIndependentOfM) {
   SKIP_WITHOUT_GPU();
   for (QuantGemvKernel kernel : kKernels)
     for (bool int4 : {false, true}) {
+      if (kernel == QuantGemvKernel::packed && !int4) continue;  // INT4's layout
       SCOPED_TRACE(std::string("kernel ") + to_string(kernel));
       std::mt19937_64 rng(7);
       const int n = 700, k = 4096;
       const Problem pr(rng, int4, 16, n, k, 128, true);
       Workspace ws(n, k);
-      const int m_all = kernel == QuantGemvKernel::steps ? 8 : 16;  // steps takes up to 8 rows
+      const bool eight = kernel == QuantGemvKernel::steps || kernel == QuantGemvKernel::packed;
+      const int m_all = eight ? 8 : 16;  // steps and packed take up to 8 rows
       DeviceBuffer y16(size_t(16) * n * 2), y_all(size_t(16) * n * 4);
       QuantGemvArgs a = pr.args(y16.get(), true, false);
       a.kernel = kernel;
@@ -248,29 +269,32 @@ TEST(QuantGemvGpu, Bf16OutputAndRowsIndependentOfM) {
     }
 }
 
-// The steps kernel's fused SiLU·mul (the cuda backend's quantized gate|up at up to 8 rows) gives
-// the bits of the same kernel's bf16 product followed by kernels::silu_mul, with and without split
-// K, and with either steps-in-flight count; ffn not a multiple of 16 (the last block's clamped rows).
+// The steps and packed kernels' fused SiLU·mul (the cuda backend's quantized gate|up at up to 8
+// rows) gives the bits of the same kernel's bf16 product followed by kernels::silu_mul, with and
+// without split K, and with either steps-in-flight count; ffn not a multiple of 16 (the last
+// block's clamped rows; the packed kernel takes multiples of 16 only).
 TEST(QuantGemvGpu, StepsFusedSiluMatchesProductThenSiluMul) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(11);
   struct Case {
     int m, ffn, k;
   };
-  for (const Case& c : {Case{1, 1000, 4096}, Case{3, 40, 384}, Case{8, 2048, 11008}, Case{5, 1000, 1024}})
+  for (const Case& c : {Case{1, 1000, 4096}, Case{3, 40, 384}, Case{8, 2048, 11008}, Case{5, 1000, 1024}, Case{2, 48, 384}})
     for (bool int4 : {false, true})
       for (bool per_channel : {false, true}) {
         if (int4 && per_channel) continue;
         const Problem pr(rng, int4, c.m, 2 * c.ffn, c.k, 128, per_channel);
         Workspace ws(2 * c.ffn, c.k);
         for (bool with_ws : {false, true})
-          for (int in_flight : {1, 2}) {
+          for (int in_flight : {1, 2, 0}) {  // 0: the packed kernel (INT4 with ffn a multiple of 16)
+            const QuantGemvKernel kernel = in_flight > 0 ? QuantGemvKernel::steps : QuantGemvKernel::packed;
+            if (in_flight == 0 && (!int4 || c.ffn % 16)) continue;
             SCOPED_TRACE("M=" + std::to_string(c.m) + " FFN=" + std::to_string(c.ffn) + " K=" + std::to_string(c.k) +
                          (int4 ? " int4" : per_channel ? " fp8/channel" : " fp8/tensor") + (with_ws ? " workspace" : "") +
                          " in flight " + std::to_string(in_flight));
             DeviceBuffer gate_up(size_t(c.m) * 2 * c.ffn * 2), want(size_t(c.m) * c.ffn * 2), got(size_t(c.m) * c.ffn * 2);
             QuantGemvArgs a = pr.args(gate_up.get(), true, false);
-            a.kernel = QuantGemvKernel::steps;
+            a.kernel = kernel;
             a.steps_in_flight = in_flight;
             if (with_ws) ws.attach(a);
             quant_gemv(a, nullptr);
@@ -278,7 +302,7 @@ TEST(QuantGemvGpu, StepsFusedSiluMatchesProductThenSiluMul) {
             QuantGemvArgs f = a;
             f.y = got.get();
             f.silu_ffn = c.ffn;
-            ASSERT_EQ(quant_gemv_kernel_for(f), QuantGemvKernel::steps);
+            ASSERT_EQ(quant_gemv_kernel_for(f), kernel);
             quant_gemv(f, nullptr);
             CUDA_CHECK(cudaDeviceSynchronize());
             const auto w16 = testing::download<uint16_t>(want, size_t(c.m) * c.ffn);
@@ -297,6 +321,54 @@ TEST(QuantGemvGpu, StepsFusedSiluMatchesProductThenSiluMul) {
   a.m = 8;
   a.out_bf16 = false;
   EXPECT_THROW(quant_gemv(a, nullptr), std::invalid_argument);
+}
+
+// The GPU packer gives pack_int4_fragments_ref's bytes (rows past N, groups of 128 and 256), and
+// dequantizing the packed layout gives dequantize_int4's bits from the row layout.
+TEST(QuantGemvGpu, Int4PackerMatchesTheReferenceAndDequantizesAlike) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(19);
+  struct Shape {
+    int n, k, group;
+  };
+  for (const Shape& sh : {Shape{17, 128, 128}, Shape{300, 768, 256}, Shape{64, 1024, 128}}) {
+    SCOPED_TRACE("N=" + std::to_string(sh.n) + " K=" + std::to_string(sh.k) + " group " + std::to_string(sh.group));
+    const Problem pr(rng, true, 1, sh.n, sh.k, sh.group, false);
+    const int4_pack::Layout lay{sh.n, sh.k, sh.group};
+    DeviceBuffer codes(size_t(lay.code_bytes())), groups(size_t(lay.group_bytes()));
+    codes.poison();
+    groups.poison();
+    pack_int4_fragments(pr.dw.get<uint8_t>(), pr.ds.get<float>(), pr.dz.get<float>(), sh.n, sh.k, sh.group,
+                        codes.get<uint8_t>(), groups.get(), nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(testing::download<uint8_t>(codes, pr.packed.codes.size()), pr.packed.codes);
+    EXPECT_EQ(testing::download<uint32_t>(groups, pr.packed.groups.size()), pr.packed.groups);
+    DeviceBuffer rows(size_t(sh.n) * sh.k * 2), from_packed(size_t(sh.n) * sh.k * 2);
+    from_packed.poison();
+    dequantize_int4(pr.dw.get<uint8_t>(), pr.ds.get<float>(), pr.dz.get<float>(), sh.n, sh.k, sh.group, rows.get(), nullptr);
+    dequantize_int4_packed(codes.get<uint8_t>(), groups.get(), sh.n, sh.k, sh.group, from_packed.get(), nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(testing::download<uint16_t>(from_packed, size_t(sh.n) * sh.k),
+              testing::download<uint16_t>(rows, size_t(sh.n) * sh.k));
+  }
+  // Only the packed layout given: a product the packed kernel does not take is refused by name.
+  const Problem pr(rng, true, 9, 64, 256, 128, false);
+  DeviceBuffer y(size_t(9) * 64 * 4);
+  QuantGemvArgs a = pr.args(y.get(), false, false);
+  a.w = nullptr;
+  a.scales = nullptr;
+  a.zeros = nullptr;
+  a.kernel = QuantGemvKernel::packed;
+  EXPECT_THROW(quant_gemv(a, nullptr), std::invalid_argument);  // m = 9: the steps kernel's
+  a.m = 8;
+  EXPECT_EQ(quant_gemv_kernel_for(a), QuantGemvKernel::packed);
+  quant_gemv(a, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> got = testing::download<float>(y, size_t(8) * 64);
+  std::vector<float> ref(size_t(8) * 64, 0.0f);
+  quant_gemv_ref(true, pr.xf.data(), pr.x_stride, pr.w.data(), pr.scales.data(), pr.zeros.data(), pr.n_scales, 128,
+                 ref.data(), 8, 64, 256, false);
+  EXPECT_LT(rel_error(got, ref), 1e-4);
 }
 
 }  // namespace quant_gemv_gpu_test

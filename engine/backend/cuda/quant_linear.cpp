@@ -4,12 +4,14 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <stdexcept>
 #include <string>
 
 #include "kernels/cuda_check.h"
 #include "kernels/fp8_quant.h"
+#include "kernels/int4_pack.h"
 #include "kernels/int4_quant.h"
 #include "kernels/quant_gemv.h"
 
@@ -167,6 +169,7 @@ QuantDeviceWeights quantize_device_weights(DeviceWeights& w, const QuantScheme& 
     }
   }
   keep_unquantized_only(w);
+  pack_int4_linears(q);
   return q;
 }
 
@@ -199,7 +202,43 @@ QuantDeviceWeights upload_quant_weights(DeviceWeights& w, const QuantScheme& sch
     }
   }
   keep_unquantized_only(w);
+  pack_int4_linears(q);
   return q;
+}
+
+bool pack_int4_linears(QuantDeviceWeights& q) {
+  using quant_linear_detail::align256;
+  if (q.scheme.method == Quantization::fp8 || q.layers.empty()) return false;
+  const kernels::QuantGemvKernel env = kernels::quant_gemv_env_kernel();
+  if (env != kernels::QuantGemvKernel::packed) return false;  // auto keeps the steps kernel (docs/quantization.md)
+  auto layout = [](const QuantWeight& w) { return kernels::int4_pack::Layout{w.out, w.in, w.group_size}; };
+  int64_t total = 0;
+  for (QuantDeviceWeights::Layer& layer : q.layers)
+    for (QuantWeight* w : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
+      if (!layout(*w).packable()) return false;
+      total += align256(layout(*w).code_bytes()) + align256(layout(*w).group_bytes());
+    }
+  DeviceBuffer packed;
+  packed.grow(size_t(total), "the quantized Linears (INT4 fragment layout)");
+  auto* base = packed.get<uint8_t>();
+  int64_t at = 0;
+  for (QuantDeviceWeights::Layer& layer : q.layers)
+    for (QuantWeight* w : {&layer.qkv, &layer.o, &layer.gate_up, &layer.down}) {
+      const kernels::int4_pack::Layout lay = layout(*w);
+      uint8_t* codes = base + at;
+      void* groups = base + at + align256(lay.code_bytes());
+      kernels::pack_int4_fragments(w->codes, w->scales, w->zeros, w->out, w->in, w->group_size, codes, groups, nullptr);
+      at += align256(lay.code_bytes()) + align256(lay.group_bytes());
+      w->packed_codes = codes;
+      w->packed_groups = groups;
+      w->codes = nullptr;
+      w->scales = nullptr;
+      w->zeros = nullptr;
+    }
+  CUDA_CHECK(cudaDeviceSynchronize());
+  q.storage = std::move(packed);  // the row layout freed
+  q.bytes = total;
+  return true;
 }
 
 int QuantLinearRunner::default_gemv_rows(const QuantScheme& scheme) {
@@ -255,6 +294,8 @@ kernels::QuantGemvArgs QuantLinearRunner::gemv_args(const QuantWeight& w, const 
   a.x = x;
   a.x_stride = w.in;
   a.w = w.codes;
+  a.w_packed = w.packed_codes;
+  a.w_packed_groups = w.packed_groups;
   a.scales = w.scales;
   a.zeros = w.zeros;
   a.n_scales = fp8 ? w.out : (w.in / w.group_size) * w.out;
@@ -276,7 +317,8 @@ bool QuantLinearRunner::run_gate_up_silu(const QuantWeight& w, const void* x, vo
   if (rows < 1 || rows > gemv_max_rows_ || w.out != 2 * ffn) return false;
   kernels::QuantGemvArgs a = gemv_args(w, x, act, rows);
   a.silu_ffn = ffn;
-  if (rows > 8 || kernels::quant_gemv_kernel_for(a) != kernels::QuantGemvKernel::steps) return false;
+  const kernels::QuantGemvKernel kernel = rows > 8 ? kernels::QuantGemvKernel::warp : kernels::quant_gemv_kernel_for(a);
+  if (kernel != kernels::QuantGemvKernel::steps && kernel != kernels::QuantGemvKernel::packed) return false;
   kernels::quant_gemv(a, stream);
   return true;
 }
@@ -285,11 +327,24 @@ void QuantLinearRunner::run(const QuantWeight& w, const void* x, void* y, int ro
                             cudaStream_t stream) {
   if (rows == 0) return;
   const bool fp8 = w.kind == QuantLinear::Kind::fp8_e4m3;
+  if (rows <= gemv_max_rows_ && w.packed_codes) {  // the packed kernel: launches of up to 8 rows
+    for (int r0 = 0; r0 < rows; r0 += 8) {
+      kernels::QuantGemvArgs a = gemv_args(w, static_cast<const uint16_t*>(x) + int64_t(r0) * w.in,
+                                           static_cast<uint16_t*>(y) + int64_t(r0) * w.out, std::min(8, rows - r0));
+      kernels::quant_gemv(a, stream);
+    }
+    return;
+  }
   if (rows <= gemv_max_rows_) {  // decode: stream the quantized weights once, dequantized in registers
     kernels::quant_gemv(gemv_args(w, x, y, rows), stream);
     return;
   }
-  if (!fp8) {  // INT4 prefill: the bf16 matrix in scratch, then the bf16 GEMM
+  if (!fp8 && w.packed_codes) {  // INT4 prefill: the bf16 matrix in scratch, then the bf16 GEMM
+    kernels::dequantize_int4_packed(w.packed_codes, w.packed_groups, w.out, w.in, w.group_size, dequant_.get(), stream);
+    gemm.run(kernels::ScalarType::bf16, x, dequant_.get(), y, rows, w.out, w.in, false, stream);
+    return;
+  }
+  if (!fp8) {
     kernels::dequantize_int4(w.codes, w.scales, w.zeros, w.out, w.in, w.group_size, dequant_.get(), stream);
     gemm.run(kernels::ScalarType::bf16, x, dequant_.get(), y, rows, w.out, w.in, false, stream);
     return;

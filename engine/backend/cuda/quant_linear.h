@@ -7,8 +7,10 @@
 //   more rows quantize the activations to E4M3 (dynamic, per tensor or per token as the scheme
 //   says) and take the FP8 GEMM (W8A8, fp8_gemm.h).
 // - int4 (AWQ asymmetric or GPTQ symmetric, groups along the input): codes [out, in / 2] and
-//   fp32 scales and zeros [in / group, out]. Up to gemv_max_rows rows quant_gemv; more rows
-//   dequantize into a bf16 scratch matrix and take the bf16 GEMM.
+//   fp32 scales and zeros [in / group, out] (with SERVELAB_QUANT_GEMV=packed, repacked at load into
+//   the mma fragments' order instead: pack_int4_linears). Up to gemv_max_rows rows quant_gemv (the
+//   packed kernel in launches of up to 8 rows); more rows dequantize into a bf16 scratch matrix
+//   and take the bf16 GEMM.
 // default_gemv_rows() is the measured fastest split between the two per format (docs/quantization.md).
 // Plain C++ over the kernels' launch functions (no device code here).
 #include <cstdint>
@@ -31,6 +33,10 @@ struct QuantWeight {
   const uint8_t* codes = nullptr;  ///< fp8 [out, in]; int4 [out, in / 2], low nibble = even k
   const float* scales = nullptr;   ///< fp8 [out]; int4 [in / group, out]
   const float* zeros = nullptr;    ///< int4 [in / group, out]
+  /// int4 in kernels/int4_pack.h's fragment layout (quant_gemv's packed kernel). When set, codes,
+  /// scales and zeros are null: a loaded INT4 model keeps only this layout (see pack_int4_linears).
+  const uint8_t* packed_codes = nullptr;
+  const void* packed_groups = nullptr;
   bool uniform_scales = false;     ///< fp8: every row has the same scale (one per-tensor scale)
   int group_size = 128;            ///< int4
   int out = 0, in = 0;
@@ -60,6 +66,13 @@ QuantDeviceWeights quantize_device_weights(DeviceWeights& w, const QuantScheme& 
 /// The same refusals, and std::invalid_argument when a packed Linear does not fit the model.
 QuantDeviceWeights upload_quant_weights(DeviceWeights& w, const QuantScheme& scheme,
                                         const std::vector<PackedQuantLayer>& layers);
+
+/// Both loaders end here. With SERVELAB_QUANT_GEMV=packed, an INT4 model whose Linears all have K
+/// and groups that are multiples of 128 is repacked on the GPU into the fragment layout
+/// (kernels/int4_pack.h) and its row layout freed (q.storage rebuilt, q.bytes the packed bytes:
+/// the same size); otherwise (the default: auto keeps the steps kernel, measured faster) nothing
+/// changes. True when repacked.
+bool pack_int4_linears(QuantDeviceWeights& q);
 
 /// The scratch and product objects the quantized Linears of one backend share; one stream.
 class QuantLinearRunner {

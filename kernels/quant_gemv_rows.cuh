@@ -1,0 +1,49 @@
+#pragma once
+// The epilogue quant_gemv's steps and packed kernels share (quant_gemv_steps.cu,
+// quant_gemv_packed.cu; both cut the product as gemv_plan.h's steps): a block owns 32 rows of w,
+// two 16-row tiles whose per-warp fp32 sums gemv::block_row_sums adds in a fixed order; FP8's
+// scale on the row's total; the store, or with QuantGemvArgs::silu_ffn, silu(gate) · up of the
+// block's 16 gate rows (tile 0) and their 16 up rows (tile 1).
+#include <cuda_bf16.h>
+
+#include "kernels/gemv_plan.h"
+#include "kernels/gemv_reduce.cuh"
+#include "kernels/quant_gemv.h"
+#include "kernels/quant_gemv_frag.cuh"
+
+namespace servelab::kernels::quant_gemv_rows {
+
+/// Row of w behind tile t, tile row r (0..15) of row block rb: with silu_ffn, tile 0 is gate
+/// rows 16 rb .., tile 1 the up rows silu_ffn + 16 rb ..; else rows 32 rb + 16 t + r. Unclamped.
+__device__ __forceinline__ int tile_row(const QuantGemvArgs& a, int rb, int t, int r) {
+  return a.silu_ffn > 0 ? t * a.silu_ffn + rb * 16 + r : rb * gemv::kBlockRows + 16 * t + r;
+}
+
+/// The row of w behind block-local row r (0..31) of row block rb.
+__device__ __forceinline__ int block_row(const QuantGemvArgs& a, int rb, int r) { return tile_row(a, rb, r / 16, r % 16); }
+
+/// Sums the block's accumulators (acc[tile][i], lane (g, q)'s mma C fragment) and stores the
+/// outputs: the row total (times FP8's scale), or silu(gate) · up.
+template <bool kInt4, typename OutT>
+__device__ __forceinline__ void finish(gemv::ReduceSmem& sm, const float (&acc)[2][4], const QuantGemvArgs& a,
+                                       const gemv::Plan& plan, int rb, int split) {
+  float sum;
+  if (!gemv::block_row_sums(sm, acc, rb, plan.splits, split, a.partials, a.counters, sum)) return;
+  const int tid = threadIdx.x, mm = tid / gemv::kBlockRows, r = tid % gemv::kBlockRows, nn = block_row(a, rb, r);
+  if constexpr (!kInt4) sum *= __ldg(a.scales + (a.n_scales == 1 ? 0 : min(nn, a.n - 1)));
+  if (a.silu_ffn > 0) {  // thread (mm, r < 16) pairs gate row 16 rb + r with its up row (thread + 16)
+    __syncthreads();     // every warp is done reading sm.red
+    sm.red[0][tid] = sum;
+    __syncthreads();
+    const int col = rb * 16 + r;
+    if (r < 16 && mm < a.m && col < a.silu_ffn) {  // each half rounded as the stored gate_up would be
+      const float gate = __bfloat162float(__float2bfloat16_rn(sum));
+      const float up = __bfloat162float(__float2bfloat16_rn(sm.red[0][tid + 16]));
+      quant_gemv_frag::store_out<OutT>(a.y, int64_t(mm) * a.silu_ffn + col, gate / (1.0f + expf(-gate)) * up, false);
+    }
+    return;
+  }
+  if (mm < a.m && nn < a.n) quant_gemv_frag::store_out<OutT>(a.y, int64_t(mm) * a.n + nn, sum, a.accumulate);
+}
+
+}  // namespace servelab::kernels::quant_gemv_rows
