@@ -349,6 +349,13 @@ StepOutcome Engine::step(double now) {
     state_->mask_words = mask_words;
     state_->mask_s = 0.0;
     if (!batch.fill_masks) batch.fill_masks = [st = state_.get()](uint32_t* words) { st->fill_late_masks(words); };
+    Step& step = state_->step;
+    // A shape-only step is built as its entries are made, each sequence read once (entries with
+    // masks are planned here and checked against every mask: those steps are built after).
+    bool built = state_->step_detail == StepDetail::shape;
+    if (built)
+      state_->shape_builder.begin(*kv_, backend_->config().vocab_size, step, -1, plan.chunks.size(),
+                                  plan.n_padding_tokens);
     // The loops over the entries read the sequences (EngineSequence) only: a request's state is
     // reached through them in the rare cases that need it (masks, the record's first stamp).
     for (const ScheduledChunk& c : plan.chunks) {
@@ -380,6 +387,7 @@ StepOutcome Engine::step(double now) {
         es.stamped = true;
         if (es.request->record.scheduled_s < 0) es.request->record.scheduled_s = now;
       }
+      if (built) built = state_->shape_builder.add(e);
     }
     ++n_steps_;
     for (size_t i = 0; lora_slots_ && i < batch.entries.size(); ++i) {  // distinct adapters: one slot each
@@ -388,8 +396,8 @@ StepOutcome Engine::step(double now) {
       for (size_t j = 0; j < i && first; ++j) first = batch.entries[j].lora_slot != slot;
       out.n_loras += first ? 1 : 0;
     }
-    Step& step = state_->step;
-    build_step_input(batch, *kv_, backend_->config().vocab_size, step, state_->step_detail);
+    if (built) state_->shape_builder.finish();
+    else build_step_input(batch, *kv_, backend_->config().vocab_size, step, state_->step_detail);
     const auto f0 = std::chrono::steady_clock::now();
     const StepOutput result = backend_->execute(step);
     out.n_masks = step.in.n_masks();

@@ -88,6 +88,7 @@ struct Engine::State {
   uint64_t next_seq_id = 1;
   Batch batch;  // reused each step
   Step step;    // ... and its flat input
+  ShapeStepBuilder shape_builder;  // a shape-only step built as its entries are made
   /// Full steps, or shape-only ones for a backend that reads no rows (BackendCaps::reads_rows),
   /// decided once: caps() builds a struct with vectors, too dear to ask every step.
   StepDetail step_detail = StepDetail::full;

@@ -55,10 +55,19 @@ StepOutput SimBackend::execute(const Step& step) {
   int draft_index = -1;  // which draft of its sequence draw i verifies
   const bool accepting = !acceptance_.empty();
   const int64_t last_token = model_.vocab_size - 1;
-  for (int i = 0; i < in.n_samples(); ++i) {
-    const uint64_t h = splitmix64(splitmix64(in.seed[i] ^ splitmix64(in.seq_key[i])) +
-                                  static_cast<uint64_t>(in.sample_position[i]));
+  const int n_draws = in.n_samples();
+  const uint64_t* seeds = in.seed.data();
+  const uint64_t* keys = in.seq_key.data();
+  const int32_t* positions = in.sample_position.data();
+  TokenId* tokens = out.tokens.data();
+  for (int i = 0; i < n_draws; ++i) {
+    const uint64_t h = splitmix64(splitmix64(seeds[i] ^ splitmix64(keys[i])) + static_cast<uint64_t>(positions[i]));
     TokenId t = static_cast<TokenId>(std::min<int64_t>(last_token, 2 + static_cast<int64_t>(token_span_.of(h))));
+    if (in.draft_token[i] < 0 && in.mask_index[i] < 0) {  // a plain draw (most of them)
+      draft_index = -1;
+      tokens[i] = t;
+      continue;
+    }
     if (in.draft_token[i] < 0) {
       draft_index = -1;
     } else {
@@ -77,7 +86,7 @@ StepOutput SimBackend::execute(const Step& step) {
         t = (t + 1) % model_.vocab_size;
       }
     }
-    out.tokens[size_t(i)] = t;
+    tokens[i] = t;
   }
   StepShape shape = StepShape::of(step);
   shape.swap_bytes = pending_swap_bytes_;

@@ -78,6 +78,34 @@ enum class StepDetail { full, shape };
 void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& step,
                       StepDetail detail = StepDetail::full);
 
+/// A shape-only step (StepDetail::shape) built entry by entry, as build_step_input builds one:
+/// split so that the engine adds each entry while it makes it, reading each sequence once rather
+/// than again in a second walk over the batch (a first read of ~200 sequences a step is most of
+/// what building a step costs the simulator). build_step_input's shape-only path is this.
+class ShapeStepBuilder {
+ public:
+  /// Clears `step` and starts it for up to n_entries entries (more may come) and n_padding
+  /// padding rows (throws std::invalid_argument when < 0). n_masks: the batch's token masks, or
+  /// -1 when they are not known yet (the engine's masks are planned as entries are made): add()
+  /// then takes no entry with a mask.
+  void begin(const KvManager& kv, int vocab, Step& step, int n_masks, size_t n_entries, int n_padding);
+  /// Checks the next entry and adds its sequence's bounds and its draws (throws as
+  /// build_step_input). False, adding nothing, for an entry with a mask when n_masks is -1: the
+  /// caller builds the step with build_step_input instead.
+  bool add(const BatchEntry& entry);
+  /// Sizes the arrays to what was added and sets decode_only. The step's masks are not set.
+  void finish();
+
+ private:
+  kernels::StepInput* in_ = nullptr;
+  int vocab_ = 0;
+  int n_masks_ = 0;
+  size_t n_entries_ = 0;  // added so far
+  size_t n_draws_ = 0;
+  int row_ = 0;
+  bool decode_only_ = true;
+};
+
 /// What a backend reading a shape-only step relies on, as kernels::StepInput::validate checks it
 /// for a full one: query_start runs from 0 over every sequence, each has >= 1 row and
 /// context_lens >= its rows, every per-draw array has one entry per draw, each draw's row lies
