@@ -170,6 +170,23 @@ size_t write_draws(kernels::StepInput& in, size_t d, const BatchEntry& entry, in
   return d;
 }
 
+/// Swaps the arrays a shape-only step writes by index (ShapeStepBuilder) between a and b.
+void swap_shape_arrays(kernels::StepInput& a, kernels::StepInput& b) {
+  a.query_start.swap(b.query_start);
+  a.context_lens.swap(b.context_lens);
+  a.seq_ids.swap(b.seq_ids);
+  a.sample_rows.swap(b.sample_rows);
+  a.temperature.swap(b.temperature);
+  a.top_k.swap(b.top_k);
+  a.top_p.swap(b.top_p);
+  a.seed.swap(b.seed);
+  a.seq_key.swap(b.seq_key);
+  a.sample_position.swap(b.sample_position);
+  a.mask_index.swap(b.mask_index);
+  a.draft_token.swap(b.draft_token);
+  a.draft_dist.swap(b.draft_dist);
+}
+
 /// The step's token masks from the batch's: copied, or late (filled by the batch's filler).
 void set_masks(const Batch& batch, Step& step, bool late, int n_masks, int words) {
   kernels::StepInput& in = step.in;
@@ -276,7 +293,13 @@ void ShapeStepBuilder::begin(const KvManager& kv, int vocab, Step& step, int n_m
   step.n_padding = n_padding;
   step.shape_only = true;
   step.fill_masks = nullptr;
+  // Every array emptied (clear) but the per-sequence and per-draw ones add() writes, which keep
+  // their length through it: add() writes every element up to what finish() keeps, so growing
+  // them from 0 would zero ten arrays of ~200 entries a step only to overwrite them.
+  kernels::StepInput kept;
+  swap_shape_arrays(in, kept);
   in.clear();
+  swap_shape_arrays(in, kept);
   const bool paged = kv.kind() == KvKind::paged;
   const int block_size = paged ? static_cast<int>(kv.unit_slots()) : 1;
   if (block_size < 1) throw std::logic_error("KvManager::unit_slots() must be >= 1");
@@ -298,38 +321,10 @@ void ShapeStepBuilder::begin(const KvManager& kv, int vocab, Step& step, int n_m
   in.query_start[0] = 0;
 }
 
-bool ShapeStepBuilder::add(const BatchEntry& entry) {
+bool ShapeStepBuilder::add_any(const BatchEntry& entry) {
   kernels::StepInput& in = *in_;
   const Sequence* seq = entry.seq;
   const size_t e = n_entries_;
-  // A decode (one row, one draw, no drafts, no mask) in room already made: check_entry's tests
-  // for it and write_draws' one draw, written directly (most entries of most steps).
-  if (seq && entry.n_new == 1 && entry.sample && entry.n_samples == 1 && entry.first_mask == -1 &&
-      seq->spec_tokens.empty() && e < in.context_lens.size() && n_draws_ < in.sample_rows.size()) {
-    const SamplingParams& p = seq->sampling;
-    const int begin = seq->n_computed;
-    if (begin >= 0 && begin < seq->n_tokens() && p.temperature >= 0.0f &&
-        p.temperature <= std::numeric_limits<float>::max() && p.top_k >= 0 && p.top_p > 0.0f && p.top_p <= 1.0f) {
-      const bool greedy = p.temperature == 0.0f || p.top_k == 1;
-      const size_t d = n_draws_++;
-      n_entries_ = e + 1;
-      ++row_;
-      in.query_start[e + 1] = row_;
-      in.context_lens[e] = begin + 1;
-      in.seq_ids[e] = seq->id;
-      in.sample_rows[d] = row_ - 1;
-      in.temperature[d] = greedy ? 0.0f : p.temperature;
-      in.top_k[d] = greedy ? 0 : p.top_k;
-      in.top_p[d] = greedy ? 1.0f : p.top_p;
-      in.seed[d] = p.seed;
-      in.seq_key[d] = static_cast<uint64_t>(seq->sample_index);
-      in.sample_position[d] = begin + 1;
-      in.mask_index[d] = -1;
-      in.draft_token[d] = -1;
-      in.draft_dist[d] = -1;
-      return true;
-    }
-  }
   if (entry.first_mask >= 0 && n_masks_ < 0) return false;
   n_entries_ = e + 1;
   const size_t draws = check_entry(entry, e, n_masks_);

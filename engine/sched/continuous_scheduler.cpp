@@ -160,6 +160,13 @@ void ContinuousScheduler::schedule_decodes(Pass& pass) {
     }
     if (pass.scheduled(s)) continue;
     if (pass.budget < 1) break;
+    // A decode without drafts that fits the budget and holds (or gets) its slot: what
+    // catch_up_drawing does on its first try, without the call (most running sequences, most
+    // steps). A false hold changed nothing; catch_up_drawing then makes room.
+    if (s->spec_tokens.empty() && n_pending(*s) <= pass.budget && hold(*s, s->n_tokens())) {
+      pass.add_chunk(s, n_pending(*s));
+      continue;
+    }
     if (!catch_up_drawing(s, pass)) break;  // s was the newest: nothing behind it is left
   }
   // Every running sequence was seen and each draws: schedule_running_prefills would find nothing.
