@@ -208,5 +208,57 @@ TEST(SimShapeStep, ADecodeOnlyShapeIsTheGeneralWalks) {
   EXPECT_EQ(general2.verify_rows, 3);
 }
 
+/// The sim behind a forwarding backend that counts its execute() calls and, when `decoder`, hands
+/// the engine the sim's ShapeDecoder (a forwarding backend has none of its own).
+class CountingSim final : public ForwardingBackend {
+ public:
+  CountingSim(int& n_executed, bool decoder) : ForwardingBackend(sim_backend()), n_(n_executed), decoder_(decoder) {}
+  StepOutput execute(const Step& step) override {
+    ++n_;
+    return ForwardingBackend::execute(step);
+  }
+  ShapeDecoder* shape_decoder() override { return decoder_ ? inner().shape_decoder() : nullptr; }
+
+ private:
+  int& n_;
+  bool decoder_;
+};
+
+// Steps of plain decodes are drawn and priced from the ShapeDecoder without a Step; every other
+// step (prefills, parallel samples, preemption's recomputes) is executed. Both ways the same run.
+TEST(SimShapeStep, DecodeStepsWithoutAStepRunAsExecutedOnes) {
+  std::vector<Timed> items;
+  for (uint64_t id = 1; id <= 24; ++id) {
+    Request r = make_request(id, 5 + int(id * 7 % 40), 3 + int(id * 5 % 29));
+    if (id % 3 == 0) r.sampling.temperature = 0.8f;
+    if (id == 7) r.sampling.n = 2;
+    items.push_back({0.002 * double(id % 9), r});
+  }
+  // A small arena: decodes outgrow it and preempt.
+  const EngineConfig config = paged_config(continuous_sched(8, 256, false), 4096 * 3, 4);
+  int n_plain = 0, n_decoded = 0;
+  Engine plain(config, std::make_unique<CountingSim>(n_plain, false));
+  Engine decoded(config, std::make_unique<CountingSim>(n_decoded, true));
+  const RunResult a = run_virtual(plain, items), b = run_virtual(decoded, items);
+  ASSERT_EQ(b.steps.size(), a.steps.size());
+  EXPECT_EQ(n_plain, static_cast<int>(a.steps.size()));
+  EXPECT_LT(n_decoded, n_plain / 2);  // most steps are plain decodes
+  EXPECT_GT(a.n_preemptions(), 0);
+  for (size_t i = 0; i < a.steps.size(); ++i) {
+    EXPECT_EQ(b.steps[i].duration_s, a.steps[i].duration_s) << "step " << i;
+    EXPECT_EQ(b.steps[i].batch_size, a.steps[i].batch_size) << "step " << i;
+    ASSERT_EQ(b.steps[i].tokens.size(), a.steps[i].tokens.size()) << "step " << i;
+    for (size_t t = 0; t < a.steps[i].tokens.size(); ++t) {
+      EXPECT_EQ(b.steps[i].tokens[t].request_id, a.steps[i].tokens[t].request_id);
+      EXPECT_EQ(b.steps[i].tokens[t].token, a.steps[i].tokens[t].token);
+    }
+  }
+  ASSERT_EQ(b.finished.size(), items.size());
+  for (const auto& [id, f] : a.finished) {
+    EXPECT_EQ(b.at(id).outputs, f.outputs) << "request " << id;
+    EXPECT_EQ(b.at(id).token_times_s, f.token_times_s) << "request " << id;
+  }
+}
+
 }  // namespace sim_shape_step_test
 }  // namespace servelab
