@@ -475,7 +475,10 @@ StepOutcome Engine::step(double now) {
         k += draws.size();
         const size_t n_done = done.size();
         state_->emit(s, draws[0], end, eos, out, done);
-        if (jump && s.constrained && done.size() == n_done) state_->jump_forward(s, end, eos, vocab, out);
+        if (jump && s.constrained && done.size() == n_done) {
+          state_->jump_forward(s, end, eos, vocab, out);
+          scheduler_->on_tokens_appended(s);
+        }
         kv_->after_computed(s);
         if (e.n_samples > 1) state_->fork_samples(s, draws, end, eos, *kv_, *scheduler_, out, done);
         continue;
@@ -509,7 +512,10 @@ StepOutcome Engine::step(double now) {
       const size_t n_done = done.size();
       for (size_t j = 0; j <= accepted && done.size() == n_done; ++j) state_->emit(s, draws[j], end, eos, out, done);
       if (done.size() == n_done) kv_->truncate(s, s.n_computed);  // rejected drafts' slots back
-      if (jump && s.constrained && done.size() == n_done) state_->jump_forward(s, end, eos, vocab, out);
+      if (jump && s.constrained && done.size() == n_done) {
+        state_->jump_forward(s, end, eos, vocab, out);
+        scheduler_->on_tokens_appended(s);
+      }
       kv_->after_computed(s);
     }
     for (auto& [s, reason] : done) state_->retire(*s, reason, end, *kv_, *scheduler_, out);

@@ -66,6 +66,7 @@ void ContinuousScheduler::add(Sequence* seq) {
 }
 
 void ContinuousScheduler::add_forked(Sequence* child, const Sequence& parent) {
+  all_drawing_ = false;
   if (!child->kv.allocated) {  // no room to fork now: it waits at the front, like a preempted one
     child->status = SeqStatus::waiting;
     waiting_.push_front(child);
@@ -314,11 +315,15 @@ ScheduledStep ContinuousScheduler::schedule(double now) {
   if (!config_.chunked_prefill) {
     // Prefill-only step when there is prefill work: sequences mid-recompute, then admissions
     // (held back while swapped sequences wait to resume).
-    schedule_running_prefills(pass);
+    // After a decode step that drew for every running sequence, none has a prefill to resume:
+    // no walk over them for it (a first read of ~200 sequences).
+    if (!all_drawing_) schedule_running_prefills(pass);
+    all_drawing_ = false;
     if (swapped_.empty() && pass.step.preempted.empty()) schedule_admissions(pass);
     if (!pass.step.chunks.empty()) return std::move(pass.step);
     schedule_decodes(pass);
     if (pass.step.preempted.empty()) schedule_swap_ins(pass);
+    all_drawing_ = pass.all_drawing && pass.step.swap_in.empty() && pass.step.preempted.empty();
     return std::move(pass.step);
   }
   schedule_decodes(pass);
