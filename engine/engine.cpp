@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <span>
 #include <stdexcept>
 #include <unordered_map>
@@ -59,6 +60,7 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend)
   backend_->init_kv(n_slots);
   backend_->reserve_steps(step_limits(config_));
   state_->step_detail = backend_->caps().reads_rows ? StepDetail::full : StepDetail::shape;
+  if (state_->step_detail == StepDetail::shape) state_->decoder = backend_->shape_decoder();
   if (config_.sched.kind == BatchingKind::continuous && config_.sched.preempt == PreemptMode::swap) {
     // Host blocks as large as the arena's (paged), or vLLM's default block of 16 (naive).
     const int block = config_.kv.kind == KvKind::paged ? config_.kv.block_size : 16;
@@ -139,7 +141,11 @@ std::optional<FinishedRequest> Engine::add(Request request, double arrival) {
   if (sp.top_k < 0) return reject("top_k must be >= 0 (got " + std::to_string(sp.top_k) + ")");
   if (!std::isfinite(sp.top_p) || !(sp.top_p > 0.0f && sp.top_p <= 1.0f))
     return reject("top_p must be in (0, 1] (got " + std::to_string(sp.top_p) + ")");
-  for (int i = 0; i < n_prompt; ++i)
+  // One compare a token with no exit (vectorised: ~600 tokens a chat prompt); the loop that
+  // names the first bad one runs only when there is one.
+  bool outside = false;
+  for (const TokenId t : request.prompt) outside |= static_cast<uint32_t>(t) >= static_cast<uint32_t>(vocab);
+  for (int i = 0; outside && i < n_prompt; ++i)
     if (request.prompt[i] < 0 || request.prompt[i] >= vocab)
       return reject("prompt token " + std::to_string(request.prompt[i]) + " at index " + std::to_string(i) +
                     " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
@@ -350,6 +356,22 @@ StepOutcome Engine::step(double now) {
     state_->mask_words = mask_words;
     state_->mask_s = 0.0;
     if (!batch.fill_masks) batch.fill_masks = [st = state_.get()](uint32_t* words) { st->fill_late_masks(words); };
+    Step& step = state_->step;
+    // A shape-only step is built as its entries are made, each sequence read once (entries with
+    // masks are planned here and checked against every mask: those steps are built after).
+    bool built = state_->step_detail == StepDetail::shape;
+    if (built)
+      state_->shape_builder.begin(*kv_, backend_->config().vocab_size, step, -1, plan.chunks.size(),
+                                  plan.n_padding_tokens);
+    // With a ShapeDecoder, a step of plain decodes (the steady state) is drawn and priced here, as
+    // its entries are made; at the first entry that is not one, the entries so far go to the
+    // builder and the step is built and executed as any other.
+    ShapeDecoder* const decoder = state_->decoder;
+    bool decoding = decoder != nullptr;
+    if (decoding) {
+      state_->decode_shape = DecodeShape{};
+      state_->decode_tokens.clear();
+    }
     // The loops over the entries read the sequences (EngineSequence) only: a request's state is
     // reached through them in the rare cases that need it (masks, the record's first stamp).
     for (const ScheduledChunk& c : plan.chunks) {
@@ -381,6 +403,23 @@ StepOutcome Engine::step(double now) {
         es.stamped = true;
         if (es.request->record.scheduled_s < 0) es.request->record.scheduled_s = now;
       }
+      if (decoding) {
+        const Sequence& seq = *c.seq;
+        const SamplingParams& p = seq.sampling;
+        const int begin = seq.n_computed;
+        // ShapeStepBuilder::add's plain decode, and the checks it makes of one: what the sim's
+        // execute draws and prices from such a step.
+        if (e.n_new == 1 && sample && n_samples == 1 && e.first_mask == -1 && seq.spec_tokens.empty() && begin >= 0 &&
+            begin < seq.n_tokens() && p.temperature >= 0.0f && p.temperature <= std::numeric_limits<float>::max() &&
+            p.top_k >= 0 && p.top_p > 0.0f && p.top_p <= 1.0f) {
+          state_->decode_tokens.push_back(decoder->draw(p.seed, static_cast<uint64_t>(seq.sample_index), begin + 1));
+          state_->decode_shape.add(begin + 1);
+          continue;
+        }
+        decoding = false;
+        for (size_t i = 0; built && i + 1 < batch.entries.size(); ++i) built = state_->shape_builder.add(batch.entries[i]);
+      }
+      if (built) built = state_->shape_builder.add(e);
     }
     ++n_steps_;
     for (size_t i = 0; lora_slots_ && i < batch.entries.size(); ++i) {  // distinct adapters: one slot each
@@ -389,11 +428,20 @@ StepOutcome Engine::step(double now) {
       for (size_t j = 0; j < i && first; ++j) first = batch.entries[j].lora_slot != slot;
       out.n_loras += first ? 1 : 0;
     }
-    Step& step = state_->step;
-    build_step_input(batch, *kv_, backend_->config().vocab_size, step, state_->step_detail);
+    if (!decoding) {
+      if (built) state_->shape_builder.finish();
+      else build_step_input(batch, *kv_, backend_->config().vocab_size, step, state_->step_detail);
+    }
     const auto f0 = std::chrono::steady_clock::now();
-    const StepOutput result = backend_->execute(step);
-    out.n_masks = step.in.n_masks();
+    StepOutput result;
+    if (decoding) {  // drawn above; priced now
+      result.predicted_s = decoder->price(state_->decode_shape.finish(plan.n_padding_tokens));
+      result.tokens.swap(state_->decode_tokens);
+    } else {
+      result = backend_->execute(step);
+    }
+    const size_t n_draws = decoding ? batch.entries.size() : size_t(step.in.n_samples());
+    out.n_masks = decoding ? 0 : step.in.n_masks();
     out.mask_s = state_->mask_s;
     const auto f1 = std::chrono::steady_clock::now();
     const double measured = std::chrono::duration<double>(f1 - t0).count();
@@ -401,9 +449,9 @@ StepOutcome Engine::step(double now) {
     out.forward_s = std::chrono::duration<double>(f1 - f0).count();
     forward_end = f1;
     out.duration_s = result.predicted_s.value_or(measured);
-    if (result.tokens.size() != size_t(step.in.n_samples()))
+    if (result.tokens.size() != n_draws)
       throw std::logic_error("backend " + backend_->name() + " returned " + std::to_string(result.tokens.size()) +
-                             " tokens for " + std::to_string(step.in.n_samples()) + " draws");
+                             " tokens for " + std::to_string(n_draws) + " draws");
     const double end = now + out.duration_s;
     const int eos = backend_->config().eos_token;
 
@@ -428,7 +476,10 @@ StepOutcome Engine::step(double now) {
         k += draws.size();
         const size_t n_done = done.size();
         state_->emit(s, draws[0], end, eos, out, done);
-        if (jump && s.constrained && done.size() == n_done) state_->jump_forward(s, end, eos, vocab, out);
+        if (jump && s.constrained && done.size() == n_done) {
+          state_->jump_forward(s, end, eos, vocab, out);
+          scheduler_->on_tokens_appended(s);
+        }
         kv_->after_computed(s);
         if (e.n_samples > 1) state_->fork_samples(s, draws, end, eos, *kv_, *scheduler_, out, done);
         continue;
@@ -462,7 +513,10 @@ StepOutcome Engine::step(double now) {
       const size_t n_done = done.size();
       for (size_t j = 0; j <= accepted && done.size() == n_done; ++j) state_->emit(s, draws[j], end, eos, out, done);
       if (done.size() == n_done) kv_->truncate(s, s.n_computed);  // rejected drafts' slots back
-      if (jump && s.constrained && done.size() == n_done) state_->jump_forward(s, end, eos, vocab, out);
+      if (jump && s.constrained && done.size() == n_done) {
+        state_->jump_forward(s, end, eos, vocab, out);
+        scheduler_->on_tokens_appended(s);
+      }
       kv_->after_computed(s);
     }
     for (auto& [s, reason] : done) state_->retire(*s, reason, end, *kv_, *scheduler_, out);
@@ -473,6 +527,7 @@ StepOutcome Engine::step(double now) {
       state_->spec_meter.record(asked, out.spec_drafts > 0, static_cast<int>(out.tokens.size()), out.duration_s,
                                 out.spec_draft_tokens, out.spec_accepted_tokens);
 
+    if (decoding) state_->decode_tokens.swap(result.tokens);  // its buffer, for the next step
     out.batch_size = static_cast<int>(batch.entries.size());
     out.n_tokens = batch.n_tokens();
     out.n_padding_tokens = batch.n_padding_tokens;

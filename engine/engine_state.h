@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/spec/adaptive.h"
+#include "engine/backend/shape_decoder.h"
 #include "engine/backend/step_input.h"
 #include "engine/engine.h"
 
@@ -88,6 +89,12 @@ struct Engine::State {
   uint64_t next_seq_id = 1;
   Batch batch;  // reused each step
   Step step;    // ... and its flat input
+  ShapeStepBuilder shape_builder;  // a shape-only step built as its entries are made
+  /// The backend's ShapeDecoder when it has one and takes shape-only steps (else null): a step
+  /// of plain decodes is then drawn and priced as its entries are made, with no Step at all.
+  ShapeDecoder* decoder = nullptr;
+  DecodeShape decode_shape;            // ... its shape
+  std::vector<TokenId> decode_tokens;  // ... and its draws
   /// Full steps, or shape-only ones for a backend that reads no rows (BackendCaps::reads_rows),
   /// decided once: caps() builds a struct with vectors, too dear to ask every step.
   StepDetail step_detail = StepDetail::full;

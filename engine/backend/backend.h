@@ -21,6 +21,7 @@
 namespace servelab {
 
 struct LoraAdapter;
+class ShapeDecoder;  // engine/backend/shape_decoder.h
 
 /// One step as every backend runs it: the flat per-step arrays (kernels/step_input.h: rows,
 /// KV addressing, one entry per draw with its sampling parameters and optional token mask) and
@@ -145,6 +146,10 @@ class Backend {
   virtual const ModelConfig& config() const = 0;
   /// What this backend can do (interface, not casts): see BackendCaps.
   virtual BackendCaps caps() const = 0;
+  /// A backend that draws a plain token from its keys alone and prices a step from its shape
+  /// (the sim) hands the engine this, and the engine runs its steps of plain decodes without
+  /// building a Step (engine/backend/shape_decoder.h). Null (the default): every step is executed.
+  virtual ShapeDecoder* shape_decoder() { return nullptr; }
   /// The device this backend runs on, for reports ("cpu (…), OpenBLAS …", "NVIDIA H100 …", "sim: …").
   virtual std::string device_description() const = 0;
   /// The format of one token slot of this backend's KV arena (dtype, scales, this rank's heads).

@@ -101,7 +101,29 @@ StepShape StepShape::of(const Step& step) {
   int draw = 0;  // draws follow entry order: those of entry q are next when q comes up
   const int n_draws = in.n_samples();
   const bool drafts = in.draft_token.size() >= size_t(n_draws);
-  for (int q = 0; q < in.n_seqs(); ++q) {
+  int q = 0;
+  if (in.decode_only) {
+    // Every sequence one row (a decode): no verification (it needs > 1 row), and the draws' rows
+    // are counted in one walk of their own. The same sums in the same order as the walk below.
+    for (; q < in.n_seqs() && in.query_start[q + 1] - in.query_start[q] == 1; ++q) {
+      const int64_t end = in.context_lens[q], begin = end - 1;
+      const double pairs = static_cast<double>(begin) + 1.0;  // n·begin + n(n + 1)/2 at n = 1
+      s.n_tokens += 1;
+      s.sum_context += end;
+      s.attention_pairs += pairs;
+      if (begin > 0) s.decode_context += static_cast<double>(end);
+      else s.prefill_pairs += pairs;
+      s.max_context = std::max(s.max_context, end);
+    }
+    if (q == in.n_seqs()) {
+      for (; draw < n_draws; ++draw) s.n_sampled += draw == 0 || in.sample_rows[draw] != in.sample_rows[draw - 1];
+    } else {  // not one row each after all: the draws of the sequences done, as the walk below takes them
+      for (int k = 0; k < q; ++k)
+        for (; draw < n_draws && in.sample_rows[draw] < in.query_start[k + 1]; ++draw)
+          s.n_sampled += draw == 0 || in.sample_rows[draw] != in.sample_rows[draw - 1];
+    }
+  }
+  for (; q < in.n_seqs(); ++q) {
     bool verifying = false;  // an entry verifies drafts when a draw of its rows carries a draft token
     // Rows through the LM head are counted here too: distinct drawn rows (n parallel samples
     // share theirs), in the one walk over the draws.

@@ -54,11 +54,18 @@ StepOutput SimBackend::execute(const Step& step) {
   const uint32_t* masks = in.n_samples() > 0 ? step.host_masks(late_masks_) : nullptr;
   int draft_index = -1;  // which draft of its sequence draw i verifies
   const bool accepting = !acceptance_.empty();
-  const int64_t last_token = model_.vocab_size - 1;
-  for (int i = 0; i < in.n_samples(); ++i) {
-    const uint64_t h = splitmix64(splitmix64(in.seed[i] ^ splitmix64(in.seq_key[i])) +
-                                  static_cast<uint64_t>(in.sample_position[i]));
-    TokenId t = static_cast<TokenId>(std::min<int64_t>(last_token, 2 + static_cast<int64_t>(token_span_.of(h))));
+  const int n_draws = in.n_samples();
+  const uint64_t* seeds = in.seed.data();
+  const uint64_t* keys = in.seq_key.data();
+  const int32_t* positions = in.sample_position.data();
+  TokenId* tokens = out.tokens.data();
+  for (int i = 0; i < n_draws; ++i) {
+    TokenId t = draw(seeds[i], keys[i], positions[i]);
+    if (in.draft_token[i] < 0 && in.mask_index[i] < 0) {  // a plain draw (most of them)
+      draft_index = -1;
+      tokens[i] = t;
+      continue;
+    }
     if (in.draft_token[i] < 0) {
       draft_index = -1;
     } else {
@@ -77,9 +84,14 @@ StepOutput SimBackend::execute(const Step& step) {
         t = (t + 1) % model_.vocab_size;
       }
     }
-    out.tokens[size_t(i)] = t;
+    tokens[i] = t;
   }
-  StepShape shape = StepShape::of(step);
+  out.predicted_s = price(StepShape::of(step));
+  return out;
+}
+
+double SimBackend::price(StepShape shape) {
+  if (n_slots_ == 0) throw std::logic_error("sim backend: a step before init_kv");
   shape.swap_bytes = pending_swap_bytes_;
   CostSource used = CostSource::roofline;
   double t = pricer_->seconds(shape, &used);
@@ -90,8 +102,7 @@ StepOutput SimBackend::execute(const Step& step) {
   pending_swap_bytes_ = 0;
   pending_copy_bytes_ = 0;
   pending_s_ = 0.0;
-  out.predicted_s = t;
-  return out;
+  return t;
 }
 
 TokenId SimBackend::verify_draw(const kernels::StepInput& in, int i, int draft_index, TokenId drawn) const {

@@ -5,6 +5,7 @@
 // back deterministic pseudo-random tokens, so schedulers can be studied at GPU scale on a laptop.
 // With an acceptance distribution (set_acceptance) a draw that verifies a speculative draft
 // equals it with that position's probability, so the engine's own verification runs unchanged.
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -13,13 +14,15 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/cost_model.h"
+#include "engine/backend/shape_decoder.h"
 #include "engine/fast_remainder.h"
+#include "engine/splitmix64.h"
 
 namespace servelab {
 
 /// The simulated backend. K/V are never stored: init_kv allocates nothing and swaps only add
 /// their transfer time to the next step.
-class SimBackend final : public Backend {
+class SimBackend final : public Backend, public ShapeDecoder {
  public:
   SimBackend(const ModelConfig& model, const SimCostModel& cost);
   SimBackend(const SimBackend&) = delete;  // pricer_ points into model_ and cost_
@@ -41,6 +44,13 @@ class SimBackend final : public Backend {
   /// probability acceptance[j] (a keyed uniform of seed, seq_key, position), else a token other
   /// than the draft. The step's price includes the seconds charged since the last step.
   StepOutput execute(const Step& step) override;
+  /// Itself: its draws and prices need only the keys and the shape.
+  ShapeDecoder* shape_decoder() override { return this; }
+  TokenId draw(uint64_t seed, uint64_t seq_key, int sample_position) const override {
+    const uint64_t h = splitmix64(splitmix64(seed ^ splitmix64(seq_key)) + static_cast<uint64_t>(sample_position));
+    return static_cast<TokenId>(std::min<int64_t>(model_.vocab_size - 1, 2 + static_cast<int64_t>(token_span_.of(h))));
+  }
+  double price(StepShape shape) override;
   std::optional<CostCounts> priced_steps() const override { return counts_; }
   /// Takes any adapter into any slot. Not priced yet: a step with adapters costs what the same
   /// step without them does (docs/lora.md).

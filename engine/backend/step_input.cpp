@@ -170,6 +170,37 @@ size_t write_draws(kernels::StepInput& in, size_t d, const BatchEntry& entry, in
   return d;
 }
 
+/// Swaps the arrays a shape-only step writes by index (ShapeStepBuilder) between a and b.
+void swap_shape_arrays(kernels::StepInput& a, kernels::StepInput& b) {
+  a.query_start.swap(b.query_start);
+  a.context_lens.swap(b.context_lens);
+  a.seq_ids.swap(b.seq_ids);
+  a.sample_rows.swap(b.sample_rows);
+  a.temperature.swap(b.temperature);
+  a.top_k.swap(b.top_k);
+  a.top_p.swap(b.top_p);
+  a.seed.swap(b.seed);
+  a.seq_key.swap(b.seq_key);
+  a.sample_position.swap(b.sample_position);
+  a.mask_index.swap(b.mask_index);
+  a.draft_token.swap(b.draft_token);
+  a.draft_dist.swap(b.draft_dist);
+}
+
+/// The step's token masks from the batch's: copied, or late (filled by the batch's filler).
+void set_masks(const Batch& batch, Step& step, bool late, int n_masks, int words) {
+  kernels::StepInput& in = step.in;
+  step.fill_masks = nullptr;
+  if (late) {
+    in.late_masks = n_masks;
+    in.mask_words_per_row = words;
+    step.fill_masks = batch.fill_masks;
+  } else if (n_masks > 0) {
+    in.mask_words = batch.mask_words;
+    in.mask_words_per_row = words;
+  }
+}
+
 }  // namespace
 
 void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& step, StepDetail detail) {
@@ -200,40 +231,39 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& 
     throw std::invalid_argument("batch.mask_words_per_row (" + std::to_string(words) + ") must be (vocab + 31) / 32 = " +
                                 std::to_string((vocab + 31) / 32));
 
-  // Pass 1 checks every entry and counts its draws (and, full detail, sizes the block table);
-  // pass 2 writes. A shape-only step does both in one pass over the sequences: each pass is a
-  // first read of ~200 sequences a step, most of what building a step costs the simulator.
+  if (!rows) {  // one walk over the entries: checks and writes together (ShapeStepBuilder)
+    ShapeStepBuilder builder;
+    builder.begin(kv, vocab, step, n_masks, batch.entries.size(), batch.n_padding_tokens);
+    for (const BatchEntry& entry : batch.entries) builder.add(entry);
+    builder.finish();
+    set_masks(batch, step, late, n_masks, words);
+    return;
+  }
+  // Pass 1 checks every entry and counts its draws (and sizes the block table); pass 2 writes.
   int stride = 0;
   size_t n_rows = 0, n_draws = 0;
   bool decode_only = !batch.entries.empty();
-  auto check = [&](size_t e) {
-    const size_t draws = check_entry(batch.entries[e], e, n_masks);
-    n_draws += draws;
+  for (size_t e = 0; e < batch.entries.size(); ++e) {
     const BatchEntry& entry = batch.entries[e];
-    if (paged && rows) stride = std::max(stride, (entry.seq->n_computed + entry.n_new + block_size - 1) / block_size);
+    n_draws += check_entry(entry, e, n_masks);
+    if (paged) stride = std::max(stride, (entry.seq->n_computed + entry.n_new + block_size - 1) / block_size);
     n_rows += static_cast<size_t>(entry.n_new);
     decode_only = decode_only && entry.n_new == 1;
-    return draws;
-  };
-  if (rows)
-    for (size_t e = 0; e < batch.entries.size(); ++e) check(e);
-  in.block_table_stride = paged && rows ? stride : 0;
-  if (paged && rows) in.block_tables.assign(batch.entries.size() * size_t(stride), 0);
+  }
+  in.block_table_stride = paged ? stride : 0;
+  if (paged) in.block_tables.assign(batch.entries.size() * size_t(stride), 0);
 
-  // Pass 2: rows and addressing (full detail), the sequences' bounds, sampling arrays.
+  // Pass 2: rows and addressing, the sequences' bounds, sampling arrays.
   const bool any_lora =
-      rows && std::any_of(batch.entries.begin(), batch.entries.end(), [](const BatchEntry& e) { return e.lora_slot >= 0; });
+      std::any_of(batch.entries.begin(), batch.entries.end(), [](const BatchEntry& e) { return e.lora_slot >= 0; });
   // The per-row arrays are sized once and written by index: a prefill step has thousands of rows,
   // and a push_back a row (three or four arrays) was a measurable share of the simulator's time.
-  if (rows) {
-    in.token_ids.resize(n_rows);
-    in.positions.resize(n_rows);
-    in.slot_mapping.resize(n_rows);
-    if (any_lora) in.lora_slot.resize(n_rows);
-  }
+  in.token_ids.resize(n_rows);
+  in.positions.resize(n_rows);
+  in.slot_mapping.resize(n_rows);
+  if (any_lora) in.lora_slot.resize(n_rows);
   // The per-draw arrays too: ten push_backs a draw were most of this function's time on the sim.
-  // Shape-only, the draws are not counted yet: sized for one an entry, grown when more come.
-  resize_draws(in, rows ? n_draws : batch.entries.size());
+  resize_draws(in, n_draws);
   size_t d = 0;  // the next draw
   in.query_start.resize(batch.entries.size() + 1);
   in.context_lens.resize(batch.entries.size());
@@ -242,10 +272,9 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& 
   int row = 0;
   for (size_t e = 0; e < batch.entries.size(); ++e) {
     const BatchEntry& entry = batch.entries[e];
-    if (!rows && check(e) > 0 && n_draws > in.sample_rows.size()) resize_draws(in, 2 * n_draws);
     const Sequence& seq = *entry.seq;
     const int end = seq.n_computed + entry.n_new;
-    if (rows) fill_entry_rows(in, kv, entry, e, block_size, vocab, any_lora, row);
+    fill_entry_rows(in, kv, entry, e, block_size, vocab, any_lora, row);
     row += entry.n_new;
     in.query_start[e + 1] = row;
     in.context_lens[e] = end;
@@ -253,17 +282,74 @@ void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& 
     if (entry.sample) d = write_draws(in, d, entry, row, vocab);
   }
   in.decode_only = decode_only;
-  if (!rows) resize_draws(in, n_draws);
   if (d != n_draws) throw std::logic_error("build_step_input: " + std::to_string(d) + " draws, counted " + std::to_string(n_draws));
+  set_masks(batch, step, late, n_masks, words);
+}
+
+void ShapeStepBuilder::begin(const KvManager& kv, int vocab, Step& step, int n_masks, size_t n_entries, int n_padding) {
+  if (n_padding < 0)
+    throw std::invalid_argument("batch.n_padding_tokens (" + std::to_string(n_padding) + ") must be >= 0");
+  kernels::StepInput& in = step.in;
+  step.n_padding = n_padding;
+  step.shape_only = true;
   step.fill_masks = nullptr;
-  if (late) {
-    in.late_masks = n_masks;
-    in.mask_words_per_row = words;
-    step.fill_masks = batch.fill_masks;
-  } else if (n_masks > 0) {
-    in.mask_words = batch.mask_words;
-    in.mask_words_per_row = words;
+  // Every array emptied (clear) but the per-sequence and per-draw ones add() writes, which keep
+  // their length through it: add() writes every element up to what finish() keeps, so growing
+  // them from 0 would zero ten arrays of ~200 entries a step only to overwrite them.
+  kernels::StepInput kept;
+  swap_shape_arrays(in, kept);
+  in.clear();
+  swap_shape_arrays(in, kept);
+  const bool paged = kv.kind() == KvKind::paged;
+  const int block_size = paged ? static_cast<int>(kv.unit_slots()) : 1;
+  if (block_size < 1) throw std::logic_error("KvManager::unit_slots() must be >= 1");
+  in.kv_kind = paged ? kernels::KvLayoutKind::paged : kernels::KvLayoutKind::naive;
+  in.block_size = paged ? block_size : 16;
+  in_ = &in;
+  vocab_ = vocab;
+  n_masks_ = n_masks;
+  n_entries_ = 0;
+  n_draws_ = 0;
+  row_ = 0;
+  decode_only_ = true;
+  // Sized for the entries and one draw each, written by index (grown when more come), cut to
+  // what was added by finish().
+  in.query_start.resize(n_entries + 1);
+  in.context_lens.resize(n_entries);
+  in.seq_ids.resize(n_entries);
+  resize_draws(in, n_entries);
+  in.query_start[0] = 0;
+}
+
+bool ShapeStepBuilder::add_any(const BatchEntry& entry) {
+  kernels::StepInput& in = *in_;
+  const Sequence* seq = entry.seq;
+  const size_t e = n_entries_;
+  if (entry.first_mask >= 0 && n_masks_ < 0) return false;
+  n_entries_ = e + 1;
+  const size_t draws = check_entry(entry, e, n_masks_);
+  if (e + 1 > in.context_lens.size()) {
+    in.query_start.resize(2 * e + 2);
+    in.context_lens.resize(2 * e + 1);
+    in.seq_ids.resize(2 * e + 1);
   }
+  if (n_draws_ + draws > in.sample_rows.size()) resize_draws(in, 2 * (n_draws_ + draws));
+  row_ += entry.n_new;
+  decode_only_ = decode_only_ && entry.n_new == 1;
+  in.query_start[e + 1] = row_;
+  in.context_lens[e] = seq->n_computed + entry.n_new;
+  in.seq_ids[e] = seq->id;
+  if (entry.sample) n_draws_ = write_draws(in, n_draws_, entry, row_, vocab_);
+  return true;
+}
+
+void ShapeStepBuilder::finish() {
+  kernels::StepInput& in = *in_;
+  in.query_start.resize(n_entries_ + 1);
+  in.context_lens.resize(n_entries_);
+  in.seq_ids.resize(n_entries_);
+  resize_draws(in, n_draws_);
+  in.decode_only = decode_only_ && n_entries_ > 0;
 }
 
 void check_step_shape(const kernels::StepInput& in) {
@@ -272,18 +358,26 @@ void check_step_shape(const kernels::StepInput& in) {
   if (in.query_start.size() != n_seqs + 1 || in.query_start.front() != 0)
     bad("query_start must hold n_seqs + 1 = " + std::to_string(n_seqs + 1) + " entries from 0");
   if (in.seq_ids.size() != n_seqs) bad("seq_ids must hold one entry per sequence");
+  const int32_t* qs = in.query_start.data();
+  const int32_t* ctx = in.context_lens.data();
   for (size_t s = 0; s < n_seqs; ++s) {
-    const int q = in.query_start[s + 1] - in.query_start[s];
-    if (q < 1) bad("sequence " + std::to_string(s) + " has no query rows");
-    if (in.context_lens[s] < q) bad("context_lens[" + std::to_string(s) + "] must be >= its query rows");
+    const int q = qs[s + 1] - qs[s];
+    if (q < 1 || ctx[s] < q) [[unlikely]] {
+      if (q < 1) bad("sequence " + std::to_string(s) + " has no query rows");
+      bad("context_lens[" + std::to_string(s) + "] must be >= its query rows");
+    }
   }
   for (const size_t n : {in.temperature.size(), in.top_k.size(), in.top_p.size(), in.seed.size(), in.seq_key.size(),
                          in.sample_position.size(), in.mask_index.size(), in.draft_token.size(), in.draft_dist.size()})
     if (n != n_draws) bad("every per-draw array must hold one entry per draw (" + std::to_string(n_draws) + ")");
   const int n_rows = in.query_start.back(), n_masks = in.n_masks();
+  const int32_t* rows = in.sample_rows.data();
+  const int32_t* masks = in.mask_index.data();
   for (size_t i = 0; i < n_draws; ++i) {
-    if (in.sample_rows[i] < 0 || in.sample_rows[i] >= n_rows) bad("sample_rows[" + std::to_string(i) + "] out of range");
-    if (in.mask_index[i] < -1 || in.mask_index[i] >= n_masks) bad("mask_index[" + std::to_string(i) + "] names no mask");
+    if (rows[i] < 0 || rows[i] >= n_rows || masks[i] < -1 || masks[i] >= n_masks) [[unlikely]] {
+      if (rows[i] < 0 || rows[i] >= n_rows) bad("sample_rows[" + std::to_string(i) + "] out of range");
+      bad("mask_index[" + std::to_string(i) + "] names no mask");
+    }
   }
 }
 

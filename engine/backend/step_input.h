@@ -5,6 +5,7 @@
 // through the step's slot mapping, block tables or base slots afterwards.
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <vector>
 
 #include "engine/backend/backend.h"
@@ -77,6 +78,71 @@ enum class StepDetail { full, shape };
 /// sampling values, a mask index outside the batch's masks).
 void build_step_input(const Batch& batch, const KvManager& kv, int vocab, Step& step,
                       StepDetail detail = StepDetail::full);
+
+/// A shape-only step (StepDetail::shape) built entry by entry, as build_step_input builds one:
+/// split so that the engine adds each entry while it makes it, reading each sequence once rather
+/// than again in a second walk over the batch (a first read of ~200 sequences a step is most of
+/// what building a step costs the simulator). build_step_input's shape-only path is this.
+class ShapeStepBuilder {
+ public:
+  /// Clears `step` and starts it for up to n_entries entries (more may come) and n_padding
+  /// padding rows (throws std::invalid_argument when < 0). n_masks: the batch's token masks, or
+  /// -1 when they are not known yet (the engine's masks are planned as entries are made): add()
+  /// then takes no entry with a mask.
+  void begin(const KvManager& kv, int vocab, Step& step, int n_masks, size_t n_entries, int n_padding);
+  /// Checks the next entry and adds its sequence's bounds and its draws (throws as
+  /// build_step_input). False, adding nothing, for an entry with a mask when n_masks is -1: the
+  /// caller builds the step with build_step_input instead.
+  bool add(const BatchEntry& entry) {
+    // A decode (one row, one draw, no drafts, no mask) in room already made, written here: most
+    // entries of most steps. Its checks are check_entry's for it (a failing one goes the long
+    // way, which throws naming it).
+    kernels::StepInput& in = *in_;
+    const Sequence* seq = entry.seq;
+    const size_t e = n_entries_;
+    if (seq && entry.n_new == 1 && entry.sample && entry.n_samples == 1 && entry.first_mask == -1 &&
+        seq->spec_tokens.empty() && e < in.context_lens.size() && n_draws_ < in.sample_rows.size()) {
+      const SamplingParams& p = seq->sampling;
+      const int begin = seq->n_computed;
+      if (begin >= 0 && begin < seq->n_tokens() && p.temperature >= 0.0f &&
+          p.temperature <= std::numeric_limits<float>::max() && p.top_k >= 0 && p.top_p > 0.0f && p.top_p <= 1.0f) {
+        const bool greedy = p.temperature == 0.0f || p.top_k == 1;
+        const size_t d = n_draws_++;
+        n_entries_ = e + 1;
+        ++row_;
+        in.query_start[e + 1] = row_;
+        in.context_lens[e] = begin + 1;
+        in.seq_ids[e] = seq->id;
+        in.sample_rows[d] = row_ - 1;
+        in.temperature[d] = greedy ? 0.0f : p.temperature;
+        in.top_k[d] = greedy ? 0 : p.top_k;
+        in.top_p[d] = greedy ? 1.0f : p.top_p;
+        in.seed[d] = p.seed;
+        in.seq_key[d] = static_cast<uint64_t>(seq->sample_index);
+        in.sample_position[d] = begin + 1;
+        in.mask_index[d] = -1;
+        in.draft_token[d] = -1;
+        in.draft_dist[d] = -1;
+        return true;
+      }
+    }
+    return add_any(entry);
+  }
+  /// Sizes the arrays to what was added and sets decode_only. The step's masks are not set.
+  void finish();
+
+ private:
+  /// add() for any entry (the checks and draws of build_step_input).
+  bool add_any(const BatchEntry& entry);
+
+  kernels::StepInput* in_ = nullptr;
+  int vocab_ = 0;
+  int n_masks_ = 0;
+  size_t n_entries_ = 0;  // added so far
+  size_t n_draws_ = 0;
+  int row_ = 0;
+  bool decode_only_ = true;
+};
 
 /// What a backend reading a shape-only step relies on, as kernels::StepInput::validate checks it
 /// for a full one: query_start runs from 0 over every sequence, each has >= 1 row and

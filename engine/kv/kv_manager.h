@@ -78,7 +78,15 @@ class KvManager {
   /// vLLM's allocate_slots: makes seq (allocated or not) hold n_computed + n_new positions plus
   /// n_lookahead more (speculative tokens about to be proposed), copying shared blocks about to be
   /// written. False, changing nothing, when the arena cannot.
-  bool allocate_slots(Sequence& seq, int n_new, int n_lookahead = 0);
+  bool allocate_slots(Sequence& seq, int n_new, int n_lookahead = 0) {
+    // Held already (a decode inside its last block, asked for every running sequence every
+    // step): answered here, without the calls that would find no slot needed.
+    const int n = seq.n_computed + n_new + n_lookahead;
+    if (held_per_block_ > 0 && seq.kv.allocated && n >= 0 &&
+        int64_t{n} <= held_per_block_ * static_cast<int64_t>(seq.kv.blocks.size()))
+      return true;
+    return allocate_slots_for(seq, n);
+  }
   /// child shares parent's K/V (ref counts up); writing into a shared block later copies it.
   virtual void fork(const Sequence& parent, Sequence& child) = 0;
 
@@ -109,6 +117,17 @@ class KvManager {
   virtual KvBreakdown breakdown(std::span<const Sequence* const> live, const Sequence* next = nullptr) const = 0;
   /// Checks internal invariants (ref counts, free list, no overlap); throws std::logic_error.
   virtual void check_invariants(std::span<const Sequence* const> live) const = 0;
+
+ protected:
+  /// A manager's word that an allocated sequence holding kv.blocks needs no slot (and no copy)
+  /// to hold n <= kv.blocks.size() × this positions: its block size while no block is shared
+  /// (paged), so allocate_slots answers a decode inside its last block at once. 0: always ask
+  /// slots_needed.
+  int64_t held_per_block_ = 0;
+
+ private:
+  /// allocate_slots for n positions in all: can_allocate/allocate, or slots_needed/can_grow/grow.
+  bool allocate_slots_for(Sequence& seq, int n);
 };
 
 /// Builds the manager for config over an arena of n_slots token slots.

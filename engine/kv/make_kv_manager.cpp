@@ -8,8 +8,7 @@
 
 namespace servelab {
 
-bool KvManager::allocate_slots(Sequence& seq, int n_new, int n_lookahead) {
-  const int n = seq.n_computed + n_new + n_lookahead;
+bool KvManager::allocate_slots_for(Sequence& seq, int n) {
   if (!seq.kv.allocated) {
     if (!can_allocate(seq, n)) return false;
     allocate(seq, n);

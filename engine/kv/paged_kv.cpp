@@ -63,6 +63,7 @@ PagedKvManager::PagedKvManager(const KvConfig& config, int64_t n_slots)
                                 "raise kv.block_size");
   blocks_.resize(static_cast<size_t>(n_blocks));
   runs_ = BlockRuns(static_cast<int32_t>(n_blocks));
+  held_per_block_ = block_size_;  // nothing shared yet
   for (Block& blk : blocks_) blk.in_free = true;
   runs_.add_all();
   n_free_ = static_cast<int32_t>(n_blocks);
@@ -237,6 +238,7 @@ void PagedKvManager::allocate(Sequence& seq, int n_tokens) {
     } else {  // now shared with a live sequence: both sides' tables must be walked by breakdown
       sharing_.insert(seq.id);
       if (blk.owner != kNoSeq) sharing_.insert(blk.owner);
+      held_per_block_ = 0;  // copy-on-write may be needed: ask slots_needed
     }
     ++blk.ref;
     seq.kv.blocks.push_back(b);
@@ -298,6 +300,7 @@ void PagedKvManager::append_fresh(Sequence& seq, int n_tokens) {
 void PagedKvManager::release(Sequence& seq) {
   if (!seq.kv.allocated) return;
   sharing_.erase(seq.id);
+  if (sharing_.empty()) held_per_block_ = block_size_;
   // Tail first, so a sequence's last blocks are evicted from the prefix cache before its first.
   for (auto it = seq.kv.blocks.rbegin(); it != seq.kv.blocks.rend(); ++it) {
     const int32_t b = *it;
@@ -338,6 +341,7 @@ void PagedKvManager::fork(const Sequence& parent, Sequence& child) {
   if (!child.kv.blocks.empty()) {
     sharing_.insert(parent.id);
     sharing_.insert(child.id);
+    held_per_block_ = 0;
   }
 }
 
@@ -427,6 +431,10 @@ void PagedKvManager::check_invariants(std::span<const Sequence* const> live) con
   std::vector<int> refs(blocks_.size(), 0);
   std::vector<int> index(blocks_.size(), -1);
   std::unordered_set<uint64_t> ids;
+  // allocate_slots answers from held_per_block_ without asking slots_needed: only while nothing
+  // is shared may it promise that a held block needs no copy.
+  if (held_per_block_ != (sharing_.empty() ? block_size_ : 0))
+    fail("held_per_block " + str(held_per_block_) + " with " + str(sharing_.size()) + " sequence(s) sharing blocks");
   for (const Sequence* seq : live) {
     if (!ids.insert(seq->id).second) fail("two live seqs share id " + str(seq->id));
     if (!seq->kv.allocated) fail("live seq " + str(seq->id) + " is not allocated");

@@ -66,6 +66,7 @@ void ContinuousScheduler::add(Sequence* seq) {
 }
 
 void ContinuousScheduler::add_forked(Sequence* child, const Sequence& parent) {
+  all_drawing_ = false;
   if (!child->kv.allocated) {  // no room to fork now: it waits at the front, like a preempted one
     child->status = SeqStatus::waiting;
     waiting_.push_front(child);
@@ -160,6 +161,13 @@ void ContinuousScheduler::schedule_decodes(Pass& pass) {
     }
     if (pass.scheduled(s)) continue;
     if (pass.budget < 1) break;
+    // A decode without drafts that fits the budget and holds (or gets) its slot: what
+    // catch_up_drawing does on its first try, without the call (most running sequences, most
+    // steps). A false hold changed nothing; catch_up_drawing then makes room.
+    if (s->spec_tokens.empty() && n_pending(*s) <= pass.budget && hold(*s, s->n_tokens())) {
+      pass.add_chunk(s, n_pending(*s));
+      continue;
+    }
     if (!catch_up_drawing(s, pass)) break;  // s was the newest: nothing behind it is left
   }
   // Every running sequence was seen and each draws: schedule_running_prefills would find nothing.
@@ -307,11 +315,15 @@ ScheduledStep ContinuousScheduler::schedule(double now) {
   if (!config_.chunked_prefill) {
     // Prefill-only step when there is prefill work: sequences mid-recompute, then admissions
     // (held back while swapped sequences wait to resume).
-    schedule_running_prefills(pass);
+    // After a decode step that drew for every running sequence, none has a prefill to resume:
+    // no walk over them for it (a first read of ~200 sequences).
+    if (!all_drawing_) schedule_running_prefills(pass);
+    all_drawing_ = false;
     if (swapped_.empty() && pass.step.preempted.empty()) schedule_admissions(pass);
     if (!pass.step.chunks.empty()) return std::move(pass.step);
     schedule_decodes(pass);
     if (pass.step.preempted.empty()) schedule_swap_ins(pass);
+    all_drawing_ = pass.all_drawing && pass.step.swap_in.empty() && pass.step.preempted.empty();
     return std::move(pass.step);
   }
   schedule_decodes(pass);

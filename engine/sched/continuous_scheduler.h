@@ -41,6 +41,7 @@ class ContinuousScheduler final : public Scheduler {
   void add_forked(Sequence* child, const Sequence& parent) override;
   ScheduledStep schedule(double now) override;
   void on_finished(Sequence* seq) override;
+  void on_tokens_appended(const Sequence&) override { all_drawing_ = false; }
   void clear() override;
   void remove(Sequence* seq) override;
   /// Share of the arena kept free when admitting next to running sequences (vLLM: 1%).
@@ -107,6 +108,11 @@ class ContinuousScheduler final : public Scheduler {
   std::vector<Sequence*> running_;  // admission order: oldest first, preemption takes the back
   std::deque<Sequence*> swapped_;   // swapped out, resumed from the front before new admissions
   int64_t watermark_slots_ = 0;
+  /// Without chunked prefill: the last pass was a decode step that scheduled every running
+  /// sequence's draw (no swap-in, no preemption), so every running sequence draws now (a step
+  /// leaves a drawing sequence drawing, unless tokens are appended without one:
+  /// on_tokens_appended) and the next pass skips its walk for prefills to resume.
+  bool all_drawing_ = false;
   uint64_t lora_blocked_id_ = 0;  // the sequence the adapter bound holds back (0 = none yet)
   int lora_overtakes_ = 0;        // requests admitted past it so far
 };

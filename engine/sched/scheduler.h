@@ -67,6 +67,9 @@ class Scheduler {
   virtual ScheduledStep schedule(double now) = 0;
   /// seq finished and its KV was released: it leaves the policy's queues.
   virtual void on_finished(Sequence* seq) = 0;
+  /// Running seq took tokens no step computed (structured output's jump-forward): it catches up
+  /// on them before it draws again.
+  virtual void on_tokens_appended(const Sequence& seq) { (void)seq; }
   /// Forgets every sequence (abort); the caller releases their KV.
   virtual void clear() = 0;
   /// seq's request was aborted (a client went away) or rejected (it can never fit): it leaves

@@ -201,7 +201,8 @@ TEST(PagedKv, ForkThenGrowCopiesTheSharedLastBlockOnce) {
 
   parent.tokens.push_back(500);  // parent decodes position 20, inside shared block 1
   EXPECT_EQ(kv.slots_needed(parent, 21), 16);  // no new block, but one copy
-  kv.grow(parent, 21);
+  // Position 20 lies inside a block parent holds: only the sharing makes allocate_slots copy.
+  ASSERT_TRUE(kv.allocate_slots(parent, 1));
   const int32_t fresh = parent.kv.blocks[1];
   EXPECT_NE(fresh, b1);
   EXPECT_EQ(parent.kv.blocks[0], b0);
@@ -227,6 +228,18 @@ TEST(PagedKv, ForkThenGrowCopiesTheSharedLastBlockOnce) {
   kv.release(child);
   EXPECT_EQ(kv.free_slots(), 160);
   kv.check_invariants({});
+
+  // Nothing shared any more: inside its blocks a sequence needs nothing, past them a new block.
+  Sequence solo = make_seq(3, kvtest::iota_tokens(20), 40);
+  kv.allocate(solo, 20);
+  solo.n_computed = 20;
+  ASSERT_TRUE(kv.allocate_slots(solo, 12));
+  EXPECT_EQ(solo.kv.blocks.size(), 2u);
+  EXPECT_EQ(kv.free_slots(), 128);
+  ASSERT_TRUE(kv.allocate_slots(solo, 13));
+  EXPECT_EQ(solo.kv.blocks.size(), 3u);
+  EXPECT_TRUE(kv.take_pending_copies().empty());
+  kv.check_invariants(live_of({&solo}));
 }
 
 TEST(PagedKv, CanGrowCountsTheCopyOnWriteBlock) {

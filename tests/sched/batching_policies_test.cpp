@@ -5,6 +5,8 @@
 #include <map>
 
 #include "engine/backend/step_input.h"
+#include "engine/kv/kv_manager.h"
+#include "engine/sched/continuous_scheduler.h"
 #include "tests/engine/engine_test_support.h"
 
 namespace servelab {
@@ -156,6 +158,49 @@ TEST(ContinuousBatching, WithoutChunkingAStepIsPrefillOrDecode) {
     EXPECT_TRUE(decode || prefill) << "step at " << s.start_s << ": " << s.batch_size << " seqs, " << s.n_tokens
                                    << " tokens";
   }
+}
+
+// Without chunked prefill a pass after a decode step of every running sequence skips its walk
+// for prefills to resume; tokens appended with no step (jump-forward) must bring it back.
+TEST(ContinuousBatching, TokensAppendedWithoutAStepAreCaughtUpAfterADecodeStep) {
+  KvConfig kc;
+  kc.block_size = 4;
+  auto kv = make_kv_manager(kc, 256);
+  ContinuousScheduler sched(continuous_sched(8, 64, false), *kv);
+  std::vector<Sequence> seqs(2);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    seqs[i].id = i + 1;
+    seqs[i].request_id = i + 1;
+    seqs[i].tokens = prompt_tokens(10, i + 3);
+    seqs[i].n_prompt = 10;
+    seqs[i].sampling.max_tokens = 20;
+    sched.add(&seqs[i]);
+  }
+  // What the engine does with a step: its chunks computed, a token drawn where a chunk ends.
+  auto run = [](const ScheduledStep& step) {
+    for (const ScheduledChunk& c : step.chunks) {
+      c.seq->n_computed += c.n_new;
+      if (c.seq->n_computed == c.seq->n_with_spec()) c.seq->tokens.push_back(7);
+    }
+  };
+  const ScheduledStep prefill = sched.schedule(0.0);
+  ASSERT_EQ(prefill.chunks.size(), 2u);
+  run(prefill);
+  for (int i = 0; i < 2; ++i) {  // decode steps of both
+    const ScheduledStep decode = sched.schedule(0.0);
+    ASSERT_EQ(decode.chunks.size(), 2u);
+    EXPECT_EQ(decode.chunks[0].n_new + decode.chunks[1].n_new, 2);
+    run(decode);
+  }
+  Sequence& b = seqs[1];
+  b.tokens.insert(b.tokens.end(), {8, 9, 10});  // forced tokens, no step computed them
+  sched.on_tokens_appended(b);
+  const ScheduledStep catch_up = sched.schedule(0.0);  // a prefill-only step: b's four rows
+  ASSERT_EQ(catch_up.chunks.size(), 1u);
+  EXPECT_EQ(catch_up.chunks[0].seq, &b);
+  EXPECT_EQ(catch_up.chunks[0].n_new, 4);
+  run(catch_up);
+  EXPECT_EQ(sched.schedule(0.0).chunks.size(), 2u);  // both draw again
 }
 
 TEST(ContinuousBatching, LongPromptNeedsChunkedPrefill) {
