@@ -92,7 +92,13 @@ __global__ void lora_expand_kernel(const float* xa, const int32_t* row_slot, int
   }
 }
 
-void check_pool(const LoraPool& p, const char* who) {
+
+/// Column where segment m ends (n_out for the last segment and beyond).
+int segment_end(const LoraPool& p, int m) { return m + 1 < p.n_seg ? p.seg_end[m] : p.n_out; }
+
+}  // namespace
+
+void check_lora_pool(const LoraPool& p, const char* who) {
   if (p.max_rank < 1 || p.max_rank > kLoraMaxRank)
     throw std::invalid_argument(std::string(who) + ": max_rank " + std::to_string(p.max_rank) + " outside [1, " +
                                 std::to_string(kLoraMaxRank) + "]");
@@ -107,14 +113,9 @@ void check_pool(const LoraPool& p, const char* who) {
                                   std::to_string(p.n_out));
 }
 
-/// Column where segment m ends (n_out for the last segment and beyond).
-int segment_end(const LoraPool& p, int m) { return m + 1 < p.n_seg ? p.seg_end[m] : p.n_out; }
-
-}  // namespace
-
 void lora_shrink(ScalarType t, const void* x, const int32_t* row_slot, int n_rows, const LoraPool& pool, float* xa,
                  cudaStream_t stream) {
-  check_pool(pool, "lora_shrink");
+  check_lora_pool(pool, "lora_shrink");
   if (n_rows == 0) return;
   const int total = pool.total_rank();  // segments' ranks stacked in A and xa
   const int tile = rows_per_block(n_rows);
@@ -131,7 +132,7 @@ void lora_shrink(ScalarType t, const void* x, const int32_t* row_slot, int n_row
 
 void lora_expand(ScalarType t, const float* xa, const int32_t* row_slot, int n_rows, const LoraPool& pool, void* y,
                  int ld_y, int c0, cudaStream_t stream) {
-  check_pool(pool, "lora_expand");
+  check_lora_pool(pool, "lora_expand");
   if (n_rows == 0 || pool.n_out == 0) return;
   const int tile = rows_per_block(n_rows);
   const dim3 grid((n_rows + tile - 1) / tile, (pool.n_out + kExpandThreads - 1) / kExpandThreads);

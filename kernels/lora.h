@@ -41,6 +41,10 @@ struct LoraPool {
   int total_rank() const { return n_seg * max_rank; }
 };
 
+/// Throws std::invalid_argument naming `who` and the field when `pool`'s ranks, widths or
+/// segments are outside what the kernels take.
+void check_lora_pool(const LoraPool& pool, const char* who);
+
 /// xa [n_rows, total_rank] (fp32) = scale · x [n_rows, n_in] · Aᵀ per row's slot; rows with
 /// row_slot < 0 get zeros. Throws std::invalid_argument for n_in % 8 != 0, max_rank outside
 /// [1, kLoraMaxRank], n_seg outside [1, kLoraMaxSegments] or seg_end not ascending within n_out.

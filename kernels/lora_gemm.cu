@@ -20,18 +20,7 @@ namespace servelab::kernels {
 namespace {
 
 void check_gemm_pool(const LoraPool& p, const LoraRun& run, const char* who) {
-  if (p.max_rank < 1 || p.max_rank > kLoraMaxRank)
-    throw std::invalid_argument(std::string(who) + ": max_rank " + std::to_string(p.max_rank) + " outside [1, " +
-                                std::to_string(kLoraMaxRank) + "]");
-  if (p.n_in % 8 != 0) throw std::invalid_argument(std::string(who) + ": n_in must be a multiple of 8");
-  if (p.n_seg < 1 || p.n_seg > kLoraMaxSegments)
-    throw std::invalid_argument(std::string(who) + ": n_seg " + std::to_string(p.n_seg) + " outside [1, " +
-                                std::to_string(kLoraMaxSegments) + "]");
-  for (int m = 0; m + 1 < p.n_seg; ++m)
-    if (p.seg_end[m] < (m > 0 ? p.seg_end[m - 1] : 0) || p.seg_end[m] > p.n_out)
-      throw std::invalid_argument(std::string(who) + ": seg_end[" + std::to_string(m) + "] = " +
-                                  std::to_string(p.seg_end[m]) + " is not ascending within n_out " +
-                                  std::to_string(p.n_out));
+  check_lora_pool(p, who);
   if (run.slot < 0 || run.slot >= p.n_slots || run.first < 0 || run.count < 0)
     throw std::invalid_argument(std::string(who) + ": run (slot " + std::to_string(run.slot) + ", first " +
                                 std::to_string(run.first) + ", count " + std::to_string(run.count) +
