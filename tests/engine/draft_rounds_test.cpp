@@ -225,7 +225,9 @@ TEST(DraftRounds, TheCatchUpBeyondASteadyRoundIsToldApart) {
     proposer->propose(s, 2, draft);
     const double first = proposer->catch_up_excess_s();
     EXPECT_GT(first, 0.0);
-    if (proposer == &priced) EXPECT_LT(first, *priced.priced_seconds()) << "the draft steps stay";
+    if (proposer == &priced) {
+      EXPECT_LT(first, *priced.priced_seconds()) << "the draft steps stay";
+    }
     s.tokens.insert(s.tokens.end(), draft.begin(), draft.end());
     s.tokens.push_back(5);
     draft.clear();

@@ -239,7 +239,9 @@ TEST(ProfiledStepModel, GraphedDecodesArePricedByTheBucketTheyRunAs) {
   for (const TimedStep& t : steps) {
     EXPECT_NEAR(m.predict_clamped(t.shape), t.step_s, 1e-9 * t.step_s) << t.shape.n_rows() << " rows";
     // The rest is fitted as without buckets: eager steps cost the same either way.
-    if (t.shape.prefill_pairs > 0) EXPECT_NEAR(m.predict_clamped(t.shape), eager.predict_clamped(t.shape), 1e-12);
+    if (t.shape.prefill_pairs > 0) {
+      EXPECT_NEAR(m.predict_clamped(t.shape), eager.predict_clamped(t.shape), 1e-12);
+    }
   }
   // Every B of a bucket costs its graph, whatever B; only the attention differs. Without the
   // buckets, 20 sequences are priced between 17 and 32 rows.

@@ -112,8 +112,9 @@ TEST(SimSpeculation, ASelfStrategyOnTheSimCarriesSpecDecodeCountersAtTheRatesGiv
   double draft_s = 0.0, catch_up_s = 0.0;
   for (const StepRecord& s : out.steps) {
     catch_up_s += s.spec_catch_up_s;
-    if (s.spec_catch_up_s > 0)  // the newcomers' prompts, told apart in steps.jsonl
+    if (s.spec_catch_up_s > 0) {  // the newcomers' prompts, told apart in steps.jsonl
       EXPECT_EQ(nlohmann::json(s).get<StepRecord>().spec_catch_up_s, s.spec_catch_up_s);
+    }
     drafts += s.spec_drafts;
     for (size_t j = 0; j < s.spec_accepted_per_pos.size() && j < 3; ++j) accepted[j] += s.spec_accepted_per_pos[j];
     for (size_t j = 0; j < s.spec_drafted_per_pos.size() && j < 3; ++j) drafted[j] += s.spec_drafted_per_pos[j];
