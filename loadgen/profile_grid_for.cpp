@@ -78,7 +78,18 @@ ScenarioGrid profile_grid_for(const Scenario& scenario, const ProfileOptions& ba
     const int c = grid_quantile(prompts, q);
     g.chunk_lens.push_back(chunk > 0 ? std::min(c, chunk) : c);
   }
-  if (chunk > 0 && prompts.back() > chunk) g.chunk_lens.push_back(chunk);
+  if (chunk > 0 && prompts.back() > chunk) {
+    g.chunk_lens.push_back(chunk);
+    // A prompt longer than the chunk ends in a chunk of its length mod the chunk, at a long
+    // context: those remainders' quartiles too (a grid of full chunks alone left them to the
+    // decodes' row knots, which priced them 85-89% low on an H200).
+    std::vector<int> rest;
+    for (int p : prompts)
+      if (p > chunk && p % chunk != 0) rest.push_back(p % chunk);
+    std::sort(rest.begin(), rest.end());
+    if (!rest.empty())
+      for (double q : {0.25, 0.5, 0.75}) g.chunk_lens.push_back(grid_quantile(rest, q));
+  }
   g.chunk_lens = grid_sorted_unique(g.chunk_lens);
   // Static batching pads a batch to its longest prompt; a chunked step holds at most its chunk.
   g.max_rows = std::min(max_rows, std::max(max_seqs * prompts.back(), std::max(chunk, 1)));
@@ -90,7 +101,9 @@ ScenarioGrid profile_grid_for(const Scenario& scenario, const ProfileOptions& ba
   out.notes.push_back("--batch " + grid_list(g.batch_sizes) + ": up to " + std::to_string(max_seqs) +
                       ", the largest batch of the scenario's strategies");
   out.notes.push_back("--chunk-lens " + grid_list(g.chunk_lens) + ": prompt quartiles" +
-                      (chunk > 0 ? ", capped at the " + std::to_string(chunk) + "-token chunk" : std::string()));
+                      (chunk > 0 ? ", capped at the " + std::to_string(chunk) + "-token chunk" +
+                                       (prompts.back() > chunk ? ", and the quartiles of the last chunks of longer prompts" : "")
+                                 : std::string()));
   out.notes.push_back("--max-rows " + std::to_string(g.max_rows) + ": the largest step of the scenario's strategies");
   g.verify_ks.clear();
   for (const StrategySpec& st : scenario.strategies) {

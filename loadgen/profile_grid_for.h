@@ -29,7 +29,8 @@ struct ScenarioGrid {
 ///   batch_sizes   every size up to min(16, B), then powers of two and B, where B is the largest
 ///                 batch any strategy can run (max_step_seqs);
 ///   chunk_lens    P's quartiles, capped at the strategies' largest chunk (max_num_batched_tokens
-///                 where chunked prefill is on), plus that chunk when a prompt exceeds it;
+///                 where chunked prefill is on), plus that chunk when a prompt exceeds it and the
+///                 quartiles of those prompts' last chunks (their length mod the chunk);
 ///   max_rows      the largest step any strategy runs (max_step_rows), at most B × the longest
 ///                 prompt (or the chunk, if larger);
 ///   verify_ks     the num_speculative_tokens of every strategy that speculates (verification

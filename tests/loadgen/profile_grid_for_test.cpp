@@ -54,6 +54,11 @@ TEST(ProfileGridFor, SpreadLengthsGiveQuantilesAndChunksCappedAtTheBudget) {
   EXPECT_EQ(g.grid.batch_sizes.back(), 8);
   EXPECT_EQ(g.grid.chunk_lens.back(), 256) << "prompts longer than the budget run in 256-token chunks";
   for (int c : g.grid.chunk_lens) EXPECT_LE(c, 256);
+  // Their last chunks (a prompt's length mod 256, 1-255) are measured too: three quartiles below
+  // the chunk, the first a short one (without them: one knot, 256).
+  EXPECT_GE(std::count_if(g.grid.chunk_lens.begin(), g.grid.chunk_lens.end(), [](int c) { return c < 256; }), 3)
+      << testing::PrintToString(g.grid.chunk_lens);
+  EXPECT_LT(g.grid.chunk_lens.front(), 100) << testing::PrintToString(g.grid.chunk_lens);
   EXPECT_LE(g.grid.contexts.back(), 1000);
   EXPECT_GT(g.grid.contexts.back(), g.grid.prefill_lens.back()) << "the longest prompt + output";
   EXPECT_NO_THROW(g.grid.validate());
