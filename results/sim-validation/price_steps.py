@@ -8,7 +8,10 @@ the error by step class beside validate-sim's own prediction (stdlib only).
 
 --buckets: for a profile written before it recorded decode_row_buckets (default: the profile's).
 The re-implementation is checked against validate-sim: its "without" column must match the
-"validate-sim" column (the same model on the same profile) to about 0.1%.
+"validate-sim" column (the same model on the same profile) to about 0.1% where the fit is well
+posed. Where it is not (knots measured only by decodes, whose rows equal their sampled rows, so M
+and the sampled term are collinear there), this solver and the sim's land on different solutions
+and the columns differ; the sim also clamps shapes past the grid and this script does not.
 """
 import argparse, bisect, collections, gzip, json
 
