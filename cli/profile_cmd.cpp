@@ -51,6 +51,8 @@ struct ProfileArgs {
   std::string draft_preset;   // also profile this preset (a `draft_model` draft), as "draft" in the JSON
   bool draft_rounds = true;   // with a draft: also time whole proposer rounds (the JSON's "draft"."rounds")
   std::vector<const CLI::Option*> grid_flags;  // the grid's own flags: given ones win over --for-scenario
+  const CLI::Option* preset_flag = nullptr;    // neither given with --for-scenario: the scenario's model
+  const CLI::Option* model_flag = nullptr;
 };
 
 /// KV budget of a cuda profile when --kv-gb is not given: what 90% of the GPU leaves after the
@@ -109,6 +111,11 @@ int profile_main(const ProfileArgs& a) {
   BackendSpec spec;
   spec.kind = parse_backend_kind(a.backend);
   spec.model = a.model_dir.empty() ? a.preset : a.model_dir;
+  const bool model_given = (a.preset_flag && a.preset_flag->count() > 0) || (a.model_flag && a.model_flag->count() > 0);
+  if (!a.for_scenario.empty() && !model_given) {  // profile the model the scenario runs
+    const Scenario sc = load_scenario(a.for_scenario);
+    spec.model = sc.model.path.empty() ? sc.model.preset : sc.model.path;
+  }
   spec.seed = a.grid.seed;
   spec.threads = a.threads;
   spec.cpu_gemm = a.cpu_gemm == "openblas" ? CpuGemmPath::openblas : CpuGemmPath::tuned;
@@ -285,10 +292,12 @@ const Registrar register_profile(
                    "bookkeeping, tokens, records), which the sim adds to every step");
       sub.add_option("--warmup", a->warmup, "untimed runs per point before the repeats (default 2 on cuda, else 0)")
           ->check(CLI::Range(0, 100));
-      auto* preset = sub.add_option("--preset", a->preset, "model preset with random weights")->capture_default_str();
+      auto* preset = sub.add_option("--preset", a->preset, "model preset with random weights (with --for-scenario and no --model: the scenario's model)")->capture_default_str();
       auto* model = sub.add_option("--model", a->model_dir, "Hugging Face folder (config.json + *.safetensors)")
                         ->check(CLI::ExistingDirectory);
       preset->excludes(model);
+      a->preset_flag = preset;
+      a->model_flag = model;
       ProfileOptions& g = a->grid;
       sub.add_option("--prefill-lens", g.prefill_lens, "one-sequence prefill lengths")->delimiter(',')->capture_default_str();
       sub.add_option("--batch", g.batch_sizes, "decode batch sizes (and batched prefills)")->delimiter(',')->capture_default_str();

@@ -188,8 +188,11 @@ int run_scenario(const Scenario& scenario, const std::string& out_dir, bool quie
   input.records = sweep.records;
   input.steps = sweep.steps;
   // Real backends: the ceilings the steps' rooflines were priced at (runs.json is rewritten below).
-  for (analysis::RunInfo& r : input.runs)
+  for (analysis::RunInfo& r : input.runs) {
     if (r.backend != "sim") r.roofline_ceilings = sweep.roofline_ceilings;
+    for (const SweepRun& s : sweep.runs)  // the KV arena each engine got (sized from free memory on a GPU)
+      if (s.point == r.label && s.config.contains("kv_cache_bytes")) r.config["kv_cache_bytes"] = s.config["kv_cache_bytes"];
+  }
   if (!args.quiet && !sweep.roofline_note.empty()) out << "roofline: " << sweep.roofline_note << "\n";
   if (const auto sm = std::filesystem::path(dir) / "server_metrics.jsonl"; std::filesystem::exists(sm, ec))
     input.server_samples = analysis::read_server_samples(sm.string());

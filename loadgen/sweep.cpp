@@ -259,7 +259,7 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
           outcome.interrupted = true;
           return outcome;
         }
-        const SweepRun& run = outcome.runs[point];
+        SweepRun& run = outcome.runs[point];
         if (options.on_run_start) options.on_run_start(run);
         if (scenario.target) {  // loadgen/http: the same plan and sinks, over HTTP
           RecordSinks http_sinks;
@@ -281,6 +281,8 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
         const std::unique_ptr<Engine> engine_ptr =
             make_engine(scenario, scenario.strategies[i], *backends, roofline ? &*roofline : nullptr);
         Engine& engine = *engine_ptr;
+        // The arena it got (sized from gpu_memory_utilization on a GPU): the sim takes it to match.
+        run.config["kv_cache_bytes"] = engine.config().kv_cache_bytes;
         if (roofline) {
           outcome.roofline_ceilings = roofline->ceilings();
           outcome.roofline_note = roofline->note();

@@ -161,16 +161,19 @@ if [ $BUILT = 1 ] && want sweep; then
   step sweep "${SWEEP_LIMIT:-540}" "$BUILD/servelab" run "$TP_SCENARIO" --out "$OUT/sweep" --force --quiet --no-plots
 fi
 if [ $BUILT = 1 ] && want simtp; then
-  step simtp_profile 300 "$BUILD/servelab" profile --backend cuda --tensor-parallel 2 --for-scenario "$TP_SCENARIO" \
+  step simtp_profile "${SIMTP_PROFILE_LIMIT:-420}" "$BUILD/servelab" profile --backend cuda --tensor-parallel 2 --for-scenario "$TP_SCENARIO" \
     --interleave --json "$OUT/profile-tp2-scenario.json"
-  # The sim gets the KV arena the real run sized from gpu_memory_utilization (per GPU, runs.json).
-  kv_bytes=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["scenario"]["kv_cache_bytes"])' \
-    "$OUT/sweep/runs.json" 2>/dev/null || echo 0)
-  step simtp_run 120 "$BUILD/servelab" run "$TP_SCENARIO" --out "$OUT/sweep-sim" --force --quiet --no-plots \
-    --set "backend={kind: sim, tensor_parallel: 2, sim_profile: $(realpath "$OUT")/profile-tp2-scenario.json}" \
-    --set "engine={kv_cache_bytes: $kv_bytes, max_model_len: 2048}"
-  [ -f "$OUT/sweep/summary.json" ] && [ -f "$OUT/sweep-sim/summary.json" ] &&
-    python3 results/sim-validation/run_compare.py "$OUT/sweep" "$OUT/sweep-sim" >"$OUT/simtp_compare.md" 2>&1
+  # The sim gets the KV arena the real engine got for each strategy (sized from
+  # gpu_memory_utilization per GPU; static batching reserves more activations): one sim run each.
+  extra=()
+  while read -r strategy kv_bytes; do
+    step "simtp_$strategy" 120 "$BUILD/servelab" run "$TP_SCENARIO" --out "$OUT/sweep-sim-$strategy" --force --quiet --no-plots \
+      --set "backend={kind: sim, tensor_parallel: 2, sim_profile: $(realpath "$OUT")/profile-tp2-scenario.json}" \
+      --set "engine={kv_cache_bytes: $kv_bytes, max_model_len: 2048}"
+    extra+=("$strategy=$OUT/sweep-sim-$strategy")
+  done < <(python3 results/sim-validation/run_kv_bytes.py "$OUT/sweep" "$OUT/profile-tp2-scenario.json")
+  [ -f "$OUT/sweep/summary.json" ] && [ ${#extra[@]} -gt 0 ] &&
+    python3 results/sim-validation/run_compare.py "$OUT/sweep" "${extra[0]#*=}" "${extra[@]}" >"$OUT/simtp_compare.md" 2>&1
 fi
 if [ $BUILT = 1 ] && want profile; then
   step profile 400 "$BUILD/servelab" profile --backend cuda --preset "${PROFILE_PRESET:-llama2-13b}" \

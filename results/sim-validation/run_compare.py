@@ -2,7 +2,9 @@
 """Sim against real, run by run: two `servelab run` folders of the same scenario (the real backend's
 and the sim's), each run's TTFT and TPOT p50 / p99 and output throughput, error = (sim - real) / real,
 marked where it misses issue 28's targets (p50s within 5%, p99s and throughput within 10%).
-Usage: run_compare.py REAL_DIR SIM_DIR > compare.md"""
+Usage: run_compare.py REAL_DIR SIM_DIR [STRATEGY=SIM_DIR ...] > compare.md
+A STRATEGY=SIM_DIR argument takes that strategy's runs from its own sim folder (e.g. a sim run with
+the KV arena the real engine gave that strategy)."""
 import json
 import sys
 
@@ -22,8 +24,11 @@ def value(metrics, key, pct):
     return v if isinstance(v, (int, float)) else None
 
 
-def main(real_dir, sim_dir):
+def main(real_dir, sim_dir, per_strategy=()):
     real, sim = runs(real_dir), runs(sim_dir)
+    for arg in per_strategy:
+        strategy, folder = arg.split("=", 1)
+        sim.update({k: v for k, v in runs(folder).items() if k.split("@")[0] == strategy})
     print("| run | " + " | ".join(name for name, *_ in FIGURES) + " |")
     print("|---|" + "---:|" * len(FIGURES))
     for label, r in real.items():
@@ -43,6 +48,6 @@ def main(real_dir, sim_dir):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    if len(sys.argv) < 3 or any("=" not in a for a in sys.argv[3:]):
         sys.exit(__doc__)
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], sys.argv[3:])

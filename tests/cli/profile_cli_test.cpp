@@ -88,6 +88,17 @@ workload:
   EXPECT_EQ(o.at("contexts"), nlohmann::json::parse("[28, 32]")) << "prompt + output / 2, and prompt + output";
   EXPECT_EQ(o.at("batch_sizes"), nlohmann::json::parse("[1, 2]")) << "--batch given: the scenario's 1..6 not used";
   EXPECT_EQ(o.at("chunk_lens"), nlohmann::json::parse("[24]"));
+  // No --preset or --model: the scenario's model is profiled, not the default preset.
+  std::string yaml2 = read_text(dir.file("s.yaml"));
+  yaml2.replace(yaml2.find("{preset: tiny}"), 14, "{preset: copy-tiny}");
+  write_text(dir.file("s2.yaml"), yaml2);
+  const std::string json2 = dir.file("p2.json");
+  const CliResult r2 = run_servelab({"profile", "--threads", "1", "--for-scenario", dir.file("s2.yaml"), "--batch", "1",
+                                     "--prefill-lens", "8", "--contexts", "16", "--chunk-lens", "8", "--repeats", "1",
+                                     "--no-host-overhead", "--no-padded-decodes", "--json", json2},
+                                    dir);
+  ASSERT_EQ(r2.code, 0) << r2.output;
+  EXPECT_TRUE(has(nlohmann::json::parse(read_text(json2)).at("model").dump(), "copy-tiny")) << r2.output;
   const CliResult bad = run_servelab({"profile", "--preset", "tiny", "--for-scenario", dir.file("none.yaml")}, dir);
   EXPECT_EQ(bad.code, 2) << bad.output;
 }

@@ -96,6 +96,7 @@ TEST(RooflineCli, CeilingsFileIsUsedAndNamed) {
   EXPECT_NE(c["detail"].get<std::string>().find("ceil.json"), std::string::npos);
   const json runs = json::parse(read_text(tmp.file("out/runs.json")));
   EXPECT_EQ(runs["runs"][0]["roofline_ceilings"]["source"], "profile");
+  EXPECT_EQ(runs["runs"][0]["config"]["kv_cache_bytes"], 8 << 20) << "the arena the engine got, for a sim to match";
 }
 
 TEST(RooflineCli, SimRunsCarryNoRooflineAndCeilingsAreRefusedThere) {
