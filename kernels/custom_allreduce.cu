@@ -2,6 +2,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <stdexcept>
@@ -131,10 +132,99 @@ __global__ void __launch_bounds__(512) one_shot(Peers p, uint32_t* my_flags, uin
   }
 }
 
+constexpr uint32_t kNegZero2 = 0x80008000u;  // two bf16 -0.0: a word no peer has written yet
+
+/// The four 32-bit words of v with every -0.0 half made +0.0 (what a peer may send).
+__device__ __forceinline__ uint4 positive_zeros(uint4 v) {
+  uint32_t* w = reinterpret_cast<uint32_t*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if ((w[i] & 0xffffu) == 0x8000u) w[i] &= 0xffff0000u;
+    if ((w[i] >> 16) == 0x8000u) w[i] &= 0x0000ffffu;
+  }
+  return v;
+}
+/// True while some bf16 of v is still -0.0 (its peer's store has not landed, or only part of it).
+__device__ __forceinline__ bool unwritten(uint4 v) {
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(&v);
+  bool any = false;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) any |= (w[i] & 0xffffu) == 0x8000u || (w[i] >> 16) == 0x8000u;
+  return any;
+}
+__device__ __forceinline__ uint4 load_volatile(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+struct LamportPeers {
+  uint4* buf[CustomAllReduce::kMaxRanks];
+};
+
+/// One-shot all-reduce with no barrier: rank `rank` stores its input (negative zeros made positive)
+/// into slot `rank` of every peer's receive buffer `cnt % 3`, then sums its own input with each
+/// peer's slot of its own buffer as the words land (polled until none is -0.0), in rank order, and
+/// sets the slots it read back to -0.0. Gives up like barrier() does: after timeout_ns or on abort.
+__global__ void __launch_bounds__(512) lamport(LamportPeers p, uint32_t* counters, volatile uint32_t* status,
+                                               const uint4* in, uint4* out, int64_t n_vec, int64_t slot_vec,
+                                               int rank, int n, uint64_t timeout_ns) {
+  __shared__ uint32_t s_cnt;
+  if (threadIdx.x == 0) {
+    s_cnt = counters[blockIdx.x] + 1;
+    counters[blockIdx.x] = s_cnt;
+  }
+  __syncthreads();
+  const int64_t buf = int64_t(s_cnt % 3) * n * slot_vec;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t v = first; v < n_vec; v += stride) {
+    const uint4 x = positive_zeros(in[v]);
+    for (int r = 0; r < n; ++r)
+      if (r != rank) p.buf[r][buf + rank * slot_vec + v] = x;
+  }
+  uint4* mine = p.buf[rank] + buf;
+  for (int64_t v = first; v < n_vec; v += stride) {
+    float acc[8];
+    for (int r = 0; r < n; ++r) {
+      uint4 y;
+      if (r == rank) {
+        y = positive_zeros(in[v]);
+      } else {
+        uint64_t t0 = 0;
+        for (uint32_t spins = 0; unwritten(y = load_volatile(mine + r * slot_vec + v)); ++spins) {
+          if ((spins & 255) != 255) continue;
+          const uint64_t now = global_ns();
+          if (t0 == 0) t0 = now;
+          const bool aborted = status[0] != 0;
+          if (aborted || now - t0 > timeout_ns) {
+            status[1 + rank] = aborted ? CustomAllReduce::kAborted : uint32_t(1 + r);
+            __threadfence_system();
+            return;  // output undefined; the object is unusable from here (as after a barrier failure)
+          }
+        }
+        mine[r * slot_vec + v] = make_uint4(kNegZero2, kNegZero2, kNegZero2, kNegZero2);
+      }
+      if (r == 0) set8(acc, y);
+      else add8(acc, y);
+    }
+    out[v] = pack8(acc);
+  }
+}
+
+__global__ void fill_u32(uint32_t* p, int64_t n, uint32_t value) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    p[i] = value;
+}
+
 }  // namespace
 
-CustomAllReduce::CustomAllReduce(const std::vector<int>& devices, int64_t max_bytes, int blocks, int threads)
+CustomAllReduce::CustomAllReduce(const std::vector<int>& devices, int64_t max_bytes, int blocks, int threads,
+                                 int64_t lamport_max_bytes)
     : n_(int(devices.size())), blocks_(blocks), threads_(threads), max_bytes_((max_bytes + 15) / 16 * 16),
+      lamport_max_bytes_(std::min(max_bytes_, (std::max<int64_t>(lamport_max_bytes, 0) + 15) / 16 * 16)),
       devices_(devices) {
   if (n_ < 1 || n_ > kMaxRanks) throw std::invalid_argument("CustomAllReduce: 1..8 ranks");
   if (threads_ < n_ || threads_ > 512 || blocks_ < 1) throw std::invalid_argument("CustomAllReduce: bad launch shape");
@@ -143,6 +233,8 @@ CustomAllReduce::CustomAllReduce(const std::vector<int>& devices, int64_t max_by
   staging_.assign(n_, nullptr);
   flags_.assign(n_, nullptr);
   counters_.assign(n_, nullptr);
+  lamport_.assign(n_, nullptr);
+  lamport_counters_.assign(n_, nullptr);
   for (int r = 0; r < n_; ++r) {
     CUDA_CHECK(cudaSetDevice(devices_[r]));
     for (int q = 0; q < n_; ++q) {
@@ -163,6 +255,14 @@ CustomAllReduce::CustomAllReduce(const std::vector<int>& devices, int64_t max_by
     CUDA_CHECK(cudaMemset(flags_[r], 0, size_t(blocks_) * n_ * sizeof(uint32_t)));
     CUDA_CHECK(cudaMalloc(&counters_[r], size_t(blocks_) * sizeof(uint32_t)));
     CUDA_CHECK(cudaMemset(counters_[r], 0, size_t(blocks_) * sizeof(uint32_t)));
+    if (lamport_max_bytes_ > 0) {
+      const int64_t words = 3 * int64_t(n_) * lamport_max_bytes_ / 4;
+      CUDA_CHECK(cudaMalloc(&lamport_[r], size_t(words) * 4));
+      fill_u32<<<256, 256>>>(static_cast<uint32_t*>(lamport_[r]), words, kNegZero2);
+      CUDA_CHECK_LAUNCH();
+      CUDA_CHECK(cudaMalloc(&lamport_counters_[r], size_t(blocks_) * sizeof(uint32_t)));
+      CUDA_CHECK(cudaMemset(lamport_counters_[r], 0, size_t(blocks_) * sizeof(uint32_t)));
+    }
   }
   // Portable and mapped: every device reads and writes it at the same (unified) address.
   CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&status_), size_t(1 + kMaxRanks) * sizeof(uint32_t),
@@ -183,6 +283,8 @@ CustomAllReduce::~CustomAllReduce() {
     if (staging_[r]) cudaFree(staging_[r]);
     if (flags_[r]) cudaFree(flags_[r]);
     if (counters_[r]) cudaFree(counters_[r]);
+    if (lamport_[r]) cudaFree(lamport_[r]);
+    if (lamport_counters_[r]) cudaFree(lamport_counters_[r]);
   }
   if (status_) cudaFreeHost(status_);
   cudaSetDevice(prev);
@@ -216,6 +318,19 @@ void CustomAllReduce::run(int rank, const void* in, void* out, int64_t n, cudaSt
                                 std::to_string(n) + ")");
   if ((reinterpret_cast<uintptr_t>(in) | reinterpret_cast<uintptr_t>(out)) & 15)
     throw std::invalid_argument("CustomAllReduce::run: pointers must be 16-byte aligned");
+  if (v == Variant::automatic) v = n * 2 <= lamport_max_bytes_ ? Variant::lamport : Variant::push;
+  if (v == Variant::lamport) {
+    if (n * 2 > lamport_max_bytes_)
+      throw std::invalid_argument("CustomAllReduce::run: lamport takes at most " + std::to_string(lamport_max_bytes_) +
+                                  " bytes (n = " + std::to_string(n) + ")");
+    LamportPeers lp{};
+    for (int r = 0; r < n_; ++r) lp.buf[r] = static_cast<uint4*>(lamport_[r]);
+    lamport<<<blocks_, threads_, 0, stream>>>(lp, lamport_counters_[rank], status_, static_cast<const uint4*>(in),
+                                              static_cast<uint4*>(out), n / 8, lamport_max_bytes_ / 16, rank, n_,
+                                              spin_timeout_ns_);
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   Peers p{};
   for (int r = 0; r < n_; ++r) {
     p.staging[r] = staging_[r];

@@ -14,6 +14,13 @@
 // kernel ends, its output undefined. After a failure the ranks' call counters disagree: the object
 // is unusable (its owner, the tensor-parallel backend, is marked broken too).
 // Staging is double-buffered by call parity, so back-to-back calls need no closing barrier.
+// A third variant, `lamport` (the default up to lamport_max_bytes), has no barrier at all: each rank
+// stores its input into its slot of every peer's receive buffer, whose 16-bit words were all set to
+// -0.0 (0x8000), and every rank polls its own buffer until no word of a slot is -0.0 any more, so
+// the data is its own arrival flag and a message costs one one-way trip over NVLink (no fence, no
+// flag round trip). Inputs' -0.0 words are sent as +0.0 (so a sum of negative zeros comes out
+// +0.0; kernels/ref/allreduce_ref.h's negative_zero_as_positive). After reading a slot a rank sets
+// it back to -0.0; three buffers in turn keep a peer that is one call ahead off the one being read.
 // Every rank must make the same sequence of calls (same sizes) on its own device and stream.
 #include <cuda_runtime.h>
 
@@ -25,11 +32,14 @@ namespace servelab::kernels {
 
 class CustomAllReduce {
  public:
-  enum class Variant { push, pull };
+  enum class Variant { automatic, push, pull, lamport };  ///< automatic: lamport up to lamport_max_bytes, else push
+  static constexpr int64_t kDefaultLamportMaxBytes = int64_t(1) << 20;
   static constexpr int kMaxRanks = 8;
   /// Allocates each rank's staging buffers and flags on devices[r] and enables peer access between
   /// every pair (throws std::runtime_error when a pair cannot). max_bytes: the largest message.
-  CustomAllReduce(const std::vector<int>& devices, int64_t max_bytes, int blocks = 32, int threads = 512);
+  /// lamport_max_bytes (capped at max_bytes): the largest message of the lamport variant.
+  CustomAllReduce(const std::vector<int>& devices, int64_t max_bytes, int blocks = 32, int threads = 512,
+                  int64_t lamport_max_bytes = kDefaultLamportMaxBytes);
   ~CustomAllReduce();
   CustomAllReduce(const CustomAllReduce&) = delete;
   CustomAllReduce& operator=(const CustomAllReduce&) = delete;
@@ -39,7 +49,8 @@ class CustomAllReduce {
   /// Enqueues rank r's part of out = sum over ranks of in (n bf16 values; n % 8 == 0, 16-byte
   /// aligned pointers; in == out allowed) on `stream` (of devices[r]; the caller's current device
   /// must be devices[r]). Every rank must call it with the same n.
-  void run(int rank, const void* in, void* out, int64_t n, cudaStream_t stream, Variant v = Variant::push) const;
+  void run(int rank, const void* in, void* out, int64_t n, cudaStream_t stream, Variant v = Variant::automatic) const;
+  int64_t lamport_max_bytes() const { return lamport_max_bytes_; }
   /// Nanoseconds a block waits at the barrier for a peer before it gives up (default 10 s). Read
   /// at launch: a graph keeps the value it was captured with.
   void set_spin_timeout_ns(uint64_t ns) { spin_timeout_ns_ = ns; }
@@ -55,12 +66,14 @@ class CustomAllReduce {
 
  private:
   int n_ = 0, blocks_ = 0, threads_ = 0;
-  int64_t max_bytes_ = 0;
+  int64_t max_bytes_ = 0, lamport_max_bytes_ = 0;
   uint64_t spin_timeout_ns_ = 10'000'000'000ull;
   std::vector<int> devices_;
   std::vector<void*> staging_;   ///< per rank: [2 halves][n_ slots][max_bytes]
   std::vector<uint32_t*> flags_;    ///< per rank: [blocks][n_] arrival counters written by the peers
   std::vector<uint32_t*> counters_; ///< per rank: [blocks] calls made by that block
+  std::vector<void*> lamport_;      ///< per rank: [3 buffers][n_ slots][lamport_max_bytes], idle words -0.0
+  std::vector<uint32_t*> lamport_counters_;  ///< per rank: [blocks] lamport calls made by that block
   /// Pinned, device-mapped: [0] the abort word (host writes), [1 + r] rank r's error (its kernels write).
   uint32_t* status_ = nullptr;
 };

@@ -20,15 +20,19 @@ uint16_t float_to_bf16(float f) {
   return uint16_t(u >> 16);
 }
 
-std::vector<uint16_t> all_reduce_sum_bf16(const std::vector<std::vector<uint16_t>>& ins) {
+std::vector<uint16_t> all_reduce_sum_bf16(const std::vector<std::vector<uint16_t>>& ins, bool negative_zero_as_positive) {
   if (ins.empty()) return {};
   const size_t n = ins[0].size();
   for (const auto& v : ins)
     if (v.size() != n) throw std::invalid_argument("all_reduce_sum_bf16: ranks' inputs differ in length");
   std::vector<uint16_t> out(n);
   for (size_t i = 0; i < n; ++i) {
-    float s = bf16_to_float(ins[0][i]);  // starting from rank 0's value, not 0 (keeps -0 as NCCL does)
-    for (size_t r = 1; r < ins.size(); ++r) s += bf16_to_float(ins[r][i]);
+    auto in = [&](size_t r) {
+      const uint16_t b = ins[r][i];
+      return bf16_to_float(negative_zero_as_positive && b == 0x8000 ? uint16_t(0) : b);
+    };
+    float s = in(0);  // starting from rank 0's value, not 0 (keeps -0 as NCCL does)
+    for (size_t r = 1; r < ins.size(); ++r) s += in(r);
     out[i] = float_to_bf16(s);
   }
   return out;

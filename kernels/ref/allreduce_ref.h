@@ -13,6 +13,9 @@ float bf16_to_float(uint16_t b);
 uint16_t float_to_bf16(float f);
 
 /// ins[r] is rank r's input (raw bf16 bits), all the same length; returns the sum every rank gets.
-std::vector<uint16_t> all_reduce_sum_bf16(const std::vector<std::vector<uint16_t>>& ins);
+/// negative_zero_as_positive: each input -0.0 is summed as +0.0 (the `lamport` variant sends -0.0
+/// as +0.0: -0.0 marks a slot not yet written), so only a sum of negative zeros differs (+0.0).
+std::vector<uint16_t> all_reduce_sum_bf16(const std::vector<std::vector<uint16_t>>& ins,
+                                          bool negative_zero_as_positive = false);
 
 }  // namespace servelab::kernels::ref

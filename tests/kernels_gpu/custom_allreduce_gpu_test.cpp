@@ -1,9 +1,9 @@
 // Our one-shot all-reduce over CUDA peer memory (kernels/custom_allreduce.h) on 2 GPUs of one
 // process: every rank's output bit-equal to the plain C++ reference (kernels/ref/allreduce_ref.h)
-// for both variants, decode and prefill sizes, in place and not, eagerly and replayed from CUDA
-// graphs with fresh inputs; and a rank whose peer never arrives does not hang or trap: its kernel
-// gives up after the spin timeout (or at once on abort()), the status names the missing rank, and
-// the device stays usable. Names contain Gpu; every test skips with fewer than 2 GPUs.
+// for every variant (lamport: with -0.0 sent as +0.0), decode and prefill sizes, in place and not,
+// eagerly and replayed from CUDA graphs with fresh inputs; and a rank whose peer never arrives does
+// not hang or trap: its kernel gives up after the spin timeout (or at once on abort()), the status
+// names the missing rank, and the device stays usable. Names contain Gpu; every test skips with fewer than 2 GPUs.
 #include <chrono>
 #include <cstdint>
 #include <random>
@@ -55,12 +55,12 @@ struct RankBufs {
   RankBufs& operator=(const RankBufs&) = delete;
 };
 
-/// Random bf16 bits of moderate magnitude (some negative, some zero), seeded.
+/// Random bf16 bits of moderate magnitude (some negative, some +0.0, some -0.0), seeded.
 std::vector<uint16_t> random_bf16(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, 3.0f);
   std::vector<uint16_t> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = i % 97 == 0 ? 0 : ref::float_to_bf16(dist(rng));
+  for (int64_t i = 0; i < n; ++i) v[i] = i % 97 == 0 ? 0 : i % 89 == 0 ? 0x8000 : ref::float_to_bf16(dist(rng));
   return v;
 }
 
@@ -92,11 +92,14 @@ TEST(CustomAllReduceGpu, BitEqualToTheReferenceEagerAndInPlace) {
   uint32_t seed = 1;
   // 8 values; llama2-13b's hidden at batch 1, 32 and 128 (its decode messages); a prefill-sized one.
   for (int64_t n : {int64_t(8), int64_t(5120), int64_t(32 * 5120), int64_t(128 * 5120), max_n}) {
-    for (CustomAllReduce::Variant v : {CustomAllReduce::Variant::push, CustomAllReduce::Variant::pull}) {
+    for (CustomAllReduce::Variant v :
+         {CustomAllReduce::Variant::push, CustomAllReduce::Variant::pull, CustomAllReduce::Variant::lamport}) {
+      const bool lamport = v == CustomAllReduce::Variant::lamport;
+      if (lamport && n * 2 > car.lamport_max_bytes()) continue;
       for (bool in_place : {false, true}) {
         std::vector<std::vector<uint16_t>> ins = {random_bf16(n, seed), random_bf16(n, seed + 1)};
         seed += 2;
-        const std::vector<uint16_t> want = ref::all_reduce_sum_bf16(ins);
+        const std::vector<uint16_t> want = ref::all_reduce_sum_bf16(ins, /*negative_zero_as_positive=*/lamport);
         for (int r = 0; r < 2; ++r) {
           upload(*ranks[r], ins[r], ranks[r]->in);
           CUDA_CHECK(cudaMemset(ranks[r]->out, 0xff, n * 2));  // NaN: an unwritten element fails
@@ -109,7 +112,9 @@ TEST(CustomAllReduceGpu, BitEqualToTheReferenceEagerAndInPlace) {
         for (int r = 0; r < 2; ++r) {
           const std::vector<uint16_t> got = download(*ranks[r], in_place ? ranks[r]->in : ranks[r]->out, n);
           EXPECT_EQ(mismatches(got, want), 0) << "rank " << r << " n " << n << (in_place ? " in place" : "")
-                                              << (v == CustomAllReduce::Variant::push ? " push" : " pull");
+                                              << (v == CustomAllReduce::Variant::push ? " push"
+                                                  : lamport                               ? " lamport"
+                                                                                          : " pull");
         }
       }
     }
@@ -124,36 +129,41 @@ TEST(CustomAllReduceGpu, ReplayedFromCudaGraphsWithFreshInputs) {
   CustomAllReduce car({0, 1}, n * 2);
   RankBufs r0(0, n), r1(1, n);
   RankBufs* ranks[2] = {&r0, &r1};
-  cudaGraphExec_t exec[2] = {};
-  for (int r = 0; r < 2; ++r) {  // three back-to-back calls per graph, as a decode step chains them
-    CUDA_CHECK(cudaSetDevice(r));
-    cudaGraph_t g = nullptr;
-    CUDA_CHECK(cudaStreamBeginCapture(ranks[r]->stream, cudaStreamCaptureModeThreadLocal));
-    car.run(r, ranks[r]->in, ranks[r]->out, n, ranks[r]->stream);
-    car.run(r, ranks[r]->out, ranks[r]->out, n, ranks[r]->stream);
-    car.run(r, ranks[r]->in, ranks[r]->out, n, ranks[r]->stream);
-    CUDA_CHECK(cudaStreamEndCapture(ranks[r]->stream, &g));
-    CUDA_CHECK(cudaGraphInstantiate(&exec[r], g, 0));
-    CUDA_CHECK(cudaGraphDestroy(g));
-  }
-  for (int replay = 0; replay < 3; ++replay) {
-    std::vector<std::vector<uint16_t>> ins = {random_bf16(n, 50 + 2 * replay), random_bf16(n, 51 + 2 * replay)};
-    const std::vector<uint16_t> want = ref::all_reduce_sum_bf16(ins);
-    for (int r = 0; r < 2; ++r) {
-      upload(*ranks[r], ins[r], ranks[r]->in);
-      CUDA_CHECK(cudaMemset(ranks[r]->out, 0xff, n * 2));
-      CUDA_CHECK(cudaDeviceSynchronize());
+  for (CustomAllReduce::Variant v : {CustomAllReduce::Variant::automatic, CustomAllReduce::Variant::push}) {
+    const bool lamport = v == CustomAllReduce::Variant::automatic;  // at this size
+    cudaGraphExec_t exec[2] = {};
+    for (int r = 0; r < 2; ++r) {  // three back-to-back calls per graph, as a decode step chains them
+      CUDA_CHECK(cudaSetDevice(r));
+      cudaGraph_t g = nullptr;
+      CUDA_CHECK(cudaStreamBeginCapture(ranks[r]->stream, cudaStreamCaptureModeThreadLocal));
+      car.run(r, ranks[r]->in, ranks[r]->out, n, ranks[r]->stream, v);
+      car.run(r, ranks[r]->out, ranks[r]->out, n, ranks[r]->stream, v);
+      car.run(r, ranks[r]->in, ranks[r]->out, n, ranks[r]->stream, v);
+      CUDA_CHECK(cudaStreamEndCapture(ranks[r]->stream, &g));
+      CUDA_CHECK(cudaGraphInstantiate(&exec[r], g, 0));
+      CUDA_CHECK(cudaGraphDestroy(g));
+    }
+    for (int replay = 0; replay < 4; ++replay) {  // 12 lamport calls: each of its 3 buffers 4 times
+      std::vector<std::vector<uint16_t>> ins = {random_bf16(n, 50 + 2 * replay), random_bf16(n, 51 + 2 * replay)};
+      // The last call of the three sums fresh inputs again; lamport sends -0.0 as +0.0.
+      const std::vector<uint16_t> want = ref::all_reduce_sum_bf16(ins, lamport);
+      for (int r = 0; r < 2; ++r) {
+        upload(*ranks[r], ins[r], ranks[r]->in);
+        CUDA_CHECK(cudaMemset(ranks[r]->out, 0xff, n * 2));
+        CUDA_CHECK(cudaDeviceSynchronize());
+      }
+      for (int r = 0; r < 2; ++r) {
+        CUDA_CHECK(cudaSetDevice(r));
+        CUDA_CHECK(cudaGraphLaunch(exec[r], ranks[r]->stream));
+      }
+      for (int r = 0; r < 2; ++r)
+        EXPECT_EQ(mismatches(download(*ranks[r], ranks[r]->out, n), want), 0)
+            << "rank " << r << " replay " << replay << (lamport ? " lamport" : " push");
     }
     for (int r = 0; r < 2; ++r) {
       CUDA_CHECK(cudaSetDevice(r));
-      CUDA_CHECK(cudaGraphLaunch(exec[r], ranks[r]->stream));
+      CUDA_CHECK(cudaGraphExecDestroy(exec[r]));
     }
-    for (int r = 0; r < 2; ++r)
-      EXPECT_EQ(mismatches(download(*ranks[r], ranks[r]->out, n), want), 0) << "rank " << r << " replay " << replay;
-  }
-  for (int r = 0; r < 2; ++r) {
-    CUDA_CHECK(cudaSetDevice(r));
-    CUDA_CHECK(cudaGraphExecDestroy(exec[r]));
   }
   EXPECT_EQ(car.error(0), 0u);
 }
@@ -174,23 +184,26 @@ bool drains_within(cudaStream_t s, double limit) {
 TEST(CustomAllReduceGpu, APeerThatNeverArrivesEndsInAnErrorNotAHang) {
   SKIP_WITHOUT_TWO_GPUS();
   const int64_t n = 5120;
-  CustomAllReduce car({0, 1}, n * 2);
-  car.set_spin_timeout_ns(2'000'000'000ull);  // 2 s
-  RankBufs r0(0, n), r1(1, n);
-  CUDA_CHECK(cudaSetDevice(0));
-  const auto t0 = std::chrono::steady_clock::now();
-  car.run(0, r0.in, r0.out, n, r0.stream);  // rank 1 never calls
-  ASSERT_TRUE(drains_within(r0.stream, 30.0)) << "rank 0's kernel still waits (or failed) after 30 s";
-  const double took = seconds_since(t0);
-  std::printf("  kernel ended after %.2f s: %s\n", took, car.error_message(0).c_str());
-  EXPECT_GE(took, 1.9);
-  EXPECT_LT(took, 10.0);
-  EXPECT_EQ(car.error(0), 2u);  // 1 + the rank it waited for
-  EXPECT_NE(car.error_message(0).find("rank 1 did not arrive within 2 s"), std::string::npos) << car.error_message(0);
-  EXPECT_EQ(car.error(1), 0u);
-  // No trap: the context is fine (a trap would make every later call fail).
-  CUDA_CHECK(cudaMemsetAsync(r0.out, 0, n * 2, r0.stream));
-  EXPECT_EQ(cudaStreamSynchronize(r0.stream), cudaSuccess);
+  for (CustomAllReduce::Variant v : {CustomAllReduce::Variant::lamport, CustomAllReduce::Variant::push}) {
+    const char* name = v == CustomAllReduce::Variant::lamport ? "lamport" : "push";
+    CustomAllReduce car({0, 1}, n * 2);  // a failed call leaves the object unusable: one each
+    car.set_spin_timeout_ns(2'000'000'000ull);  // 2 s
+    RankBufs r0(0, n), r1(1, n);
+    CUDA_CHECK(cudaSetDevice(0));
+    const auto t0 = std::chrono::steady_clock::now();
+    car.run(0, r0.in, r0.out, n, r0.stream, v);  // rank 1 never calls
+    ASSERT_TRUE(drains_within(r0.stream, 30.0)) << name << ": rank 0's kernel still waits (or failed) after 30 s";
+    const double took = seconds_since(t0);
+    std::printf("  %s kernel ended after %.2f s: %s\n", name, took, car.error_message(0).c_str());
+    EXPECT_GE(took, 1.9) << name;
+    EXPECT_LT(took, 10.0) << name;
+    EXPECT_EQ(car.error(0), 2u) << name;  // 1 + the rank it waited for
+    EXPECT_NE(car.error_message(0).find("rank 1 did not arrive within 2 s"), std::string::npos) << car.error_message(0);
+    EXPECT_EQ(car.error(1), 0u) << name;
+    // No trap: the context is fine (a trap would make every later call fail).
+    CUDA_CHECK(cudaMemsetAsync(r0.out, 0, n * 2, r0.stream));
+    EXPECT_EQ(cudaStreamSynchronize(r0.stream), cudaSuccess) << name;
+  }
 }
 
 TEST(CustomAllReduceGpu, AbortEndsAWaitingKernelAtOnce) {
