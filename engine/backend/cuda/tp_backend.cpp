@@ -442,6 +442,16 @@ std::vector<AllReduceTiming> TpCudaBackend::all_reduce_timings(std::span<const i
   int64_t largest = 16;
   for (int64_t b : message_bytes) largest = std::max(largest, b);
   std::vector<std::vector<double>> seconds(m.n(), std::vector<double>(message_bytes.size()));
+  // The ranks' threads meet before each timed launch, so no rank's time includes waiting for a
+  // peer whose host thread launched late (each rank times its own stream). Bounded: a rank that
+  // does not come within 1 s is not waited for (the timing suffers, nothing hangs).
+  std::atomic<int> arrived{0};
+  auto align = [&, round = std::vector<int>(m.n(), 0)](int r) mutable {
+    const int target = m.n() * ++round[r];
+    arrived.fetch_add(1);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (arrived.load() < target && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  };
   m.run_collective([&](int r) {
     cuda::DeviceBuffer buf(size_t(largest), "the all-reduce benchmark buffer");
     cudaStream_t s = m.rank(r).stream;
@@ -464,6 +474,7 @@ std::vector<AllReduceTiming> TpCudaBackend::all_reduce_timings(std::span<const i
         for (int w = 0; w < 3; ++w) cuda::tp_all_reduce(*m.tps[r], buf.get(), n, s);
         m.wait(r);
         auto timed = [&](const auto& enqueue) {
+          align(r);
           CUDA_CHECK(cudaEventRecord(start, s));
           enqueue();
           CUDA_CHECK(cudaEventRecord(stop, s));
