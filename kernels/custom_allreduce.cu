@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/common.cuh"
 #include "kernels/cuda_check.h"
 
 namespace servelab::kernels {
@@ -98,6 +99,8 @@ template <bool kPush>
 __global__ void __launch_bounds__(512) one_shot(Peers p, uint32_t* my_flags, uint32_t* counters,
                                                 volatile uint32_t* status, const uint4* in, uint4* out, int64_t n_vec,
                                                 int64_t slot_vec, int rank, int n, uint64_t timeout_ns) {
+  pdl_wait();  // launched with PDL, as lamport
+  pdl_launch_dependents();
   __shared__ uint32_t s_cnt;
   if (threadIdx.x == 0) {
     s_cnt = counters[blockIdx.x] + 1;
@@ -171,6 +174,10 @@ struct LamportPeers {
 __global__ void __launch_bounds__(512) lamport(LamportPeers p, uint32_t* counters, volatile uint32_t* status,
                                                const uint4* in, uint4* out, int64_t n_vec, int64_t slot_vec,
                                                int rank, int n, uint64_t timeout_ns) {
+  // Launched with PDL (launch_pdl): resident while the product before it runs, it starts the
+  // moment that product's output is complete; the norm after it may be scheduled at once.
+  pdl_wait();
+  pdl_launch_dependents();
   __shared__ uint32_t s_cnt;
   if (threadIdx.x == 0) {
     s_cnt = counters[blockIdx.x] + 1;
@@ -325,10 +332,8 @@ void CustomAllReduce::run(int rank, const void* in, void* out, int64_t n, cudaSt
                                   " bytes (n = " + std::to_string(n) + ")");
     LamportPeers lp{};
     for (int r = 0; r < n_; ++r) lp.buf[r] = static_cast<uint4*>(lamport_[r]);
-    lamport<<<blocks_, threads_, 0, stream>>>(lp, lamport_counters_[rank], status_, static_cast<const uint4*>(in),
-                                              static_cast<uint4*>(out), n / 8, lamport_max_bytes_ / 16, rank, n_,
-                                              spin_timeout_ns_);
-    CUDA_CHECK_LAUNCH();
+    launch_pdl(lamport, blocks_, threads_, 0, stream, lp, lamport_counters_[rank], status_, static_cast<const uint4*>(in),
+               static_cast<uint4*>(out), int64_t(n / 8), int64_t(lamport_max_bytes_ / 16), rank, n_, spin_timeout_ns_);
     return;
   }
   Peers p{};
@@ -337,15 +342,9 @@ void CustomAllReduce::run(int rank, const void* in, void* out, int64_t n, cudaSt
     p.flags[r] = flags_[r];
   }
   const int64_t n_vec = n / 8, slot_vec = max_bytes_ / 16;
-  if (v == Variant::push)
-    one_shot<true><<<blocks_, threads_, 0, stream>>>(p, flags_[rank], counters_[rank], status_, static_cast<const uint4*>(in),
-                                                     static_cast<uint4*>(out), n_vec, slot_vec, rank, n_,
-                                                     spin_timeout_ns_);
-  else
-    one_shot<false><<<blocks_, threads_, 0, stream>>>(p, flags_[rank], counters_[rank], status_, static_cast<const uint4*>(in),
-                                                      static_cast<uint4*>(out), n_vec, slot_vec, rank, n_,
-                                                      spin_timeout_ns_);
-  CUDA_CHECK_LAUNCH();
+  launch_pdl(v == Variant::push ? one_shot<true> : one_shot<false>, blocks_, threads_, 0, stream, p, flags_[rank],
+             counters_[rank], status_, static_cast<const uint4*>(in), static_cast<uint4*>(out), n_vec, slot_vec, rank,
+             n_, spin_timeout_ns_);
 }
 
 }  // namespace servelab::kernels

@@ -55,7 +55,7 @@ NVFLAGS=(-O3 -std=c++20 -arch=sm_90a -I. -lnccl -lpthread)
 if [ -z "${PREBUILT:-}" ] && { want repro || want allreduce; }; then  # the standalone programs build beside the CMake build
   mkdir -p "$BUILD-tp"
   ( "$NVCC" "${NVFLAGS[@]}" -o "$BUILD-tp/tp_init_repro" bench/kernels/tp_init_repro.cpp >"$OUT/nvcc_repro.log" 2>&1
-    "$NVCC" "${NVFLAGS[@]}" -o "$BUILD-tp/allreduce_bench" bench/kernels/allreduce_bench.cu kernels/custom_allreduce.cu \
+    "$NVCC" "${NVFLAGS[@]}" -o "$BUILD-tp/allreduce_bench" bench/kernels/allreduce_bench.cu kernels/custom_allreduce.cu kernels/elementwise.cu \
       kernels/ref/allreduce_ref.cpp >"$OUT/nvcc_allreduce.log" 2>&1 ) &
   NVCC_PID=$!
 fi
