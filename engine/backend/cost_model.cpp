@@ -76,6 +76,30 @@ void knot_weights(const std::vector<double>& knots, double rows, size_t& i, doub
 
 constexpr int kScalarCols = 3;  // sampled, prefill pairs, decode context
 
+/// Whether column `c` of W·A lies in the span of the other active columns (relative residual of
+/// its weighted least-squares fit on them below 1e-6): the samples cannot tell its coefficient
+/// from a shift of theirs.
+bool spanned_by_others(const std::vector<std::vector<double>>& a, const std::vector<double>& w,
+                       const std::vector<bool>& active, size_t c) {
+  std::vector<double> y(a.size());
+  double norm = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    y[i] = a[i][c];
+    norm += (y[i] * w[i]) * (y[i] * w[i]);
+  }
+  if (!(norm > 0)) return true;  // nothing samples: nothing to split
+  std::vector<bool> others = active;
+  others[c] = false;
+  const std::vector<double> x = weighted_least_squares(a, y, w, others);
+  double residual = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    double fit = 0.0;
+    for (size_t j = 0; j < x.size(); ++j) fit += a[i][j] * x[j];
+    residual += ((y[i] - fit) * w[i]) * ((y[i] - fit) * w[i]);
+  }
+  return residual <= 1e-12 * norm;
+}
+
 }  // namespace
 
 const char* to_string(CostSource s) {
@@ -277,8 +301,15 @@ ProfiledStepModel ProfiledStepModel::fit(std::span<const TimedStep> samples, std
     b[r] = samples[r].step_s;
     w[r] = 1.0 / samples[r].step_s;
   }
-  // Active set: a scalar coefficient the fit drives negative (noise) is pinned to 0 and refitted.
   std::vector<bool> active(n_cols, true);
+  // The sampled term only where the samples tell it apart from M. Where every sample sits on a knot
+  // whose other samples sample as many rows (decodes, rows = sampled rows, on knots no eager step
+  // measured; each eager step on a knot of its own), n_sampled is a combination of M's columns:
+  // any split between the two fits equally well, and the solver's least-norm one put a decode's
+  // cost into the sampled term and drove M below 0 on those knots, so a prefill chunk of their
+  // rows (one sampled row) was priced near 0. Then it is pinned to 0 and M carries the cost.
+  if (spanned_by_others(a, w, active, first_scalar)) active[first_scalar] = false;
+  // Active set: a scalar coefficient the fit drives negative (noise) is pinned to 0 and refitted.
   std::vector<double> x;
   for (int round = 0; round <= kScalarCols; ++round) {
     x = weighted_least_squares(a, b, w, active);
