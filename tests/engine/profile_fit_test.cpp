@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <utility>
 #include <vector>
 
 #include "engine/backend/cost_model.h"
@@ -35,15 +37,28 @@ StepShape chunk_of(int tokens, int context) {
 /// on a backend that replays decodes as CUDA graphs (the llama3-8b long-prompt matrix cell): graphed
 /// decodes of 1-256 sequences, 512-row chunks at four contexts, whole prompts of 1-4k rows and one
 /// mixed step (a chunk beside 11 decodes). Nothing eager below 512 rows. Times from one eager row
-/// function, an LM head cost per sampled row and the attention terms; decodes from their graphs.
+/// function, an LM head cost per sampled row and the attention terms, plus a fixed cost for a
+/// mixed step (its decodes run eagerly beside the chunk); decodes from their graphs.
 struct LongPromptGrid {
   std::vector<int> buckets = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256};
   static double eager(double rows) { return 4.8e-3 + 1.4e-5 * rows; }
   static double graph(double rows) { return 4.5e-3 + 2.5e-5 * rows; }
-  static constexpr double kSampled = 5e-6, kPair = 7e-10, kContext = 3e-8;
+  static constexpr double kSampled = 5e-6, kPair = 7e-10, kContext = 3e-8, kMixed = 2.5e-3;
   static double eager_time(const StepShape& s) {
     return eager(double(s.n_rows())) + kSampled * double(s.n_sampled) + kPair * s.prefill_pairs +
-           kContext * s.decode_context;
+           kContext * s.decode_context + (s.prefill_pairs > 0 && s.decode_context > 0 ? kMixed : 0.0);
+  }
+  /// A `tokens`-row chunk at `context` beside `decodes` decodes at `context` + 1.
+  static StepShape mixed_of(int tokens, int decodes, int context) {
+    StepShape s = chunk_of(tokens, context);
+    const StepShape d = decode_of(decodes, context + 1);
+    s.n_tokens += d.n_tokens;
+    s.n_sampled += d.n_sampled;
+    s.n_seqs += d.n_seqs;
+    s.sum_context += d.sum_context;
+    s.decode_context = d.decode_context;
+    s.attention_pairs += d.attention_pairs;
+    return s;
   }
   std::vector<TimedStep> samples() const {
     std::vector<TimedStep> steps;
@@ -55,15 +70,7 @@ struct LongPromptGrid {
       }
     for (int c : {1225, 2516, 3773, 4090}) steps.push_back({chunk_of(512, c), 0});
     for (int t : {1024, 1763, 2452, 3840}) steps.push_back({chunk_of(t, 0), 0});
-    StepShape mixed = chunk_of(512, 3773);
-    const StepShape decodes = decode_of(11, 3774);
-    mixed.n_tokens += decodes.n_tokens;
-    mixed.n_sampled += decodes.n_sampled;
-    mixed.n_seqs += decodes.n_seqs;
-    mixed.sum_context += decodes.sum_context;
-    mixed.decode_context = decodes.decode_context;
-    mixed.attention_pairs += decodes.attention_pairs;
-    steps.push_back({mixed, 0});
+    steps.push_back({mixed_of(512, 11, 3773), 0});
     for (TimedStep& t : steps)
       if (t.step_s == 0) t.step_s = eager_time(t.shape);
     return steps;
@@ -97,6 +104,31 @@ TEST(ProfiledStepModelFit, ShortChunksBelowTheOnlyMeasuredChunkArePricedBetweenI
       }
     }
   }
+}
+
+TEST(ProfiledStepModelFit, WithGraphBucketsEagerStepsArePricedByTheEagerRowsAndMixedStepsPayTheirOwnCost) {
+  const LongPromptGrid grid;
+  const ProfiledStepModel m = ProfiledStepModel::fit(grid.samples(), grid.buckets);
+  // M over the eager knots is the eager row function; below them the decodes' knots stay.
+  for (size_t i = 0; i < m.knots().size(); ++i)
+    if (m.knots()[i] >= 512) EXPECT_NEAR(m.knot_seconds()[i], LongPromptGrid::eager(m.knots()[i]) + LongPromptGrid::kSampled, 1e-9);
+  EXPECT_EQ(std::count(m.knots().begin(), m.knots().end(), 523.0), 0);  // the mixed sample sets no knot
+  EXPECT_EQ(m.knots().front(), 1.0);
+  EXPECT_EQ(m.knots().back(), 3840.0);
+  // Its one mixed sample sets c_mixed (with the 11 sampled decode rows the sampled term left to it).
+  EXPECT_NEAR(m.mixed_step_seconds(), LongPromptGrid::kMixed + 11 * LongPromptGrid::kSampled, 1e-9);
+  // Mixed steps the profile did not measure: a chunk beside 2-60 decodes, a last chunk beside 30.
+  for (const auto& [tokens, decodes] : std::vector<std::pair<int, int>>{{512, 2}, {512, 60}, {300, 30}, {40, 30}}) {
+    const StepShape s = LongPromptGrid::mixed_of(tokens, decodes, 2000);
+    const double want = LongPromptGrid::eager_time(s), got = m.predict_clamped(s);
+    if (tokens + decodes >= 512) {  // within the eager knots: off by the sampled rows c_mixed took for 11
+      EXPECT_NEAR(got, want, std::abs(decodes - 11) * LongPromptGrid::kSampled + 1e-12) << tokens << " + " << decodes;
+    } else {  // below them M is the graphed decodes' (another row function): near, not 0 nor double
+      EXPECT_NEAR(got, want, 0.2 * want) << tokens << " + " << decodes;
+    }
+  }
+  // Without buckets nothing is refitted and no mixed cost is split off.
+  EXPECT_EQ(ProfiledStepModel::fit(grid.samples()).mixed_step_seconds(), 0.0);
 }
 
 TEST(ProfiledStepModelFit, AnEagerStepBesideTheDecodesOnAKnotSetsTheSampledTerm) {
