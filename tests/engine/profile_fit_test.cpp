@@ -1,5 +1,6 @@
 // ProfiledStepModel's fit where the profile cannot tell its terms apart: a long-prompt grid whose
-// only eager steps are full-size chunks, so below the chunk only decodes measured M.
+// only eager steps are full-size chunks (below the chunk only decodes measured M), its eager row
+// function with graph buckets and the fixed cost of a mixed step.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -110,8 +111,10 @@ TEST(ProfiledStepModelFit, WithGraphBucketsEagerStepsArePricedByTheEagerRowsAndM
   const LongPromptGrid grid;
   const ProfiledStepModel m = ProfiledStepModel::fit(grid.samples(), grid.buckets);
   // M over the eager knots is the eager row function; below them the decodes' knots stay.
-  for (size_t i = 0; i < m.knots().size(); ++i)
-    if (m.knots()[i] >= 512) EXPECT_NEAR(m.knot_seconds()[i], LongPromptGrid::eager(m.knots()[i]) + LongPromptGrid::kSampled, 1e-9);
+  for (size_t i = 0; i < m.knots().size(); ++i) {
+    const double rows = m.knots()[i];  // the chunks' one sampled row rides on M (the term is pinned)
+    if (rows >= 512) EXPECT_NEAR(m.knot_seconds()[i], LongPromptGrid::eager(rows) + LongPromptGrid::kSampled, 1e-9);
+  }
   EXPECT_EQ(std::count(m.knots().begin(), m.knots().end(), 523.0), 0);  // the mixed sample sets no knot
   EXPECT_EQ(m.knots().front(), 1.0);
   EXPECT_EQ(m.knots().back(), 3840.0);
