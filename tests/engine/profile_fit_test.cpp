@@ -113,7 +113,9 @@ TEST(ProfiledStepModelFit, WithGraphBucketsEagerStepsArePricedByTheEagerRowsAndM
   // M over the eager knots is the eager row function; below them the decodes' knots stay.
   for (size_t i = 0; i < m.knots().size(); ++i) {
     const double rows = m.knots()[i];  // the chunks' one sampled row rides on M (the term is pinned)
-    if (rows >= 512) EXPECT_NEAR(m.knot_seconds()[i], LongPromptGrid::eager(rows) + LongPromptGrid::kSampled, 1e-9);
+    if (rows >= 512) {
+      EXPECT_NEAR(m.knot_seconds()[i], LongPromptGrid::eager(rows) + LongPromptGrid::kSampled, 1e-9) << rows;
+    }
   }
   EXPECT_EQ(std::count(m.knots().begin(), m.knots().end(), 523.0), 0);  // the mixed sample sets no knot
   EXPECT_EQ(m.knots().front(), 1.0);
