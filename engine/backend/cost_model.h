@@ -107,6 +107,8 @@ RooflineBound roofline_bound(const RooflineTerms& terms, const StepShape& shape)
 /// M is piecewise linear over the profiled row counts (its knots; it holds the fixed per-step
 /// cost too), the others are non-negative coefficients. Fitted by least squares weighted by
 /// 1/step_s (relative error), so a profile the model can represent exactly is reproduced exactly.
+/// s_sampled is pinned to 0 when the samples cannot tell it from M (its column in the span of the
+/// others: decodes, rows = sampled rows, on knots no eager step measured), so M carries the cost.
 /// When the profile holds padded decode steps (StepShape::padded_decode), those steps get their
 /// own row function P(rows) over their own knots in place of M (the scalar terms are shared), and
 /// a padded decode whose rows lie within P's knots is priced with P; otherwise with M.
@@ -115,9 +117,9 @@ RooflineBound roofline_bound(const RooflineTerms& terms, const StepShape& shape)
 /// LM head over the padded rows), decode-only steps within the buckets (graphed()) are priced
 ///   t = G(bucket(B)) + a_decode · decode_context
 /// in place of M and the sampled term, so every B of one bucket costs the same but for its
-/// attention. G is fitted after the rest (which is fitted as without buckets, so eager steps cost
-/// the same either way): at each bucket a graphed sample ran as, the weighted mean of what
-/// a_decode leaves of those samples' times; linear between buckets no sample ran as.
+/// attention. G is fitted after the joint fit (the same as without buckets): at each bucket a
+/// graphed sample ran as, the weighted mean of what a_decode leaves of those samples' times;
+/// linear between buckets no sample ran as.
 /// With graph buckets, M then prices eager steps only, so it is refitted on them (eager: neither
 /// graphed nor padded decodes) with the scalar terms of the joint fit: its knots are the eager
 /// samples' rows, and the joint fit's knots outside their range (set by graphed decodes alone)
