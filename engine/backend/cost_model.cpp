@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "engine/backend/cost_model_knots.h"
 #include "engine/model/quantize_weights.h"
 
 namespace servelab {
@@ -19,64 +20,10 @@ double layer_params(const ModelConfig& m) {
   return p;
 }
 
-/// Solves min ‖W(Ax − b)‖ over the columns in `active` by the normal equations (columns scaled
-/// to unit max, a 1e-12 ridge so columns the samples cannot tell apart get the least-norm split).
-std::vector<double> weighted_least_squares(const std::vector<std::vector<double>>& a, const std::vector<double>& b,
-                                           const std::vector<double>& w, const std::vector<bool>& active) {
-  const size_t n_cols = active.size();
-  std::vector<size_t> cols;
-  for (size_t c = 0; c < n_cols; ++c)
-    if (active[c]) cols.push_back(c);
-  const size_t k = cols.size();
-  std::vector<double> scale(k, 0.0);
-  for (size_t j = 0; j < k; ++j)
-    for (size_t i = 0; i < a.size(); ++i) scale[j] = std::max(scale[j], std::abs(a[i][cols[j]] * w[i]));
-  for (double& s : scale) s = s > 0 ? s : 1.0;
-  std::vector<std::vector<double>> m(k, std::vector<double>(k + 1, 0.0));
-  for (size_t i = 0; i < a.size(); ++i) {
-    for (size_t p = 0; p < k; ++p) {
-      const double xp = a[i][cols[p]] * w[i] / scale[p];
-      if (xp == 0.0) continue;
-      for (size_t q = 0; q < k; ++q) m[p][q] += xp * a[i][cols[q]] * w[i] / scale[q];
-      m[p][k] += xp * b[i] * w[i];
-    }
-  }
-  for (size_t p = 0; p < k; ++p) m[p][p] += 1e-12;
-  for (size_t c = 0; c < k; ++c) {  // Gaussian elimination, partial pivoting
-    size_t piv = c;
-    for (size_t r = c + 1; r < k; ++r)
-      if (std::abs(m[r][c]) > std::abs(m[piv][c])) piv = r;
-    std::swap(m[c], m[piv]);
-    for (size_t r = 0; r < k; ++r) {
-      if (r == c || m[r][c] == 0.0) continue;
-      const double f = m[r][c] / m[c][c];
-      for (size_t j = c; j <= k; ++j) m[r][j] -= f * m[c][j];
-    }
-  }
-  std::vector<double> x(n_cols, 0.0);
-  for (size_t j = 0; j < k; ++j) x[cols[j]] = m[j][k] / m[j][j] / scale[j];
-  return x;
-}
-
-/// Hat-function weights of `rows` over the knots: (index, weight) pairs, rows clamped to the ends.
-void knot_weights(const std::vector<double>& knots, double rows, size_t& i, double& u) {
-  if (rows <= knots.front() || knots.size() == 1) {
-    i = 0;
-    u = 0.0;
-    return;
-  }
-  if (rows >= knots.back()) {
-    i = knots.size() - 2;
-    u = 1.0;
-    return;
-  }
-  i = static_cast<size_t>(std::upper_bound(knots.begin(), knots.end(), rows) - knots.begin()) - 1;
-  u = (rows - knots[i]) / (knots[i + 1] - knots[i]);
-}
-
-constexpr int kScalarCols = 3;  // sampled, prefill pairs, decode context
-
 }  // namespace
+
+using profiled::knot_weights;
+using profiled::mixed_step;
 
 const char* to_string(CostSource s) {
   switch (s) {
@@ -221,148 +168,6 @@ double roofline_seconds(const RooflineTerms& terms, const StepShape& s) {
   return std::max(bound.compute_s, bound.memory_s) + device.step_overhead_s + allreduce_s + swap_s;
 }
 
-ProfiledStepModel ProfiledStepModel::fit(std::span<const TimedStep> samples, std::span<const int> graph_buckets) {
-  if (samples.empty()) throw std::invalid_argument("a profile needs at least one step sample");
-  std::vector<TimedStep> base, verify;  // V and a_verify are fitted after the rest, to what it leaves
-  for (const TimedStep& t : samples) (t.shape.verify_rows > 0 ? verify : base).push_back(t);
-  if (!verify.empty()) {
-    if (base.empty()) throw std::invalid_argument("a profile needs at least one step that verifies no drafts");
-    ProfiledStepModel m = fit(base, graph_buckets);
-    m.fit_verification(verify);
-    return m;
-  }
-  ProfiledStepModel m;
-  m.buckets_.assign(graph_buckets.begin(), graph_buckets.end());
-  std::sort(m.buckets_.begin(), m.buckets_.end());
-  if (!m.buckets_.empty() && m.buckets_.front() < 1) throw std::invalid_argument("graph buckets must be >= 1");
-  auto sorted_unique = [](std::vector<double>& v) {
-    std::sort(v.begin(), v.end());
-    v.erase(std::unique(v.begin(), v.end()), v.end());
-  };
-  for (size_t i = 0; i < samples.size(); ++i) {
-    const TimedStep& t = samples[i];
-    if (!(t.step_s > 0) || !std::isfinite(t.step_s) || t.shape.n_rows() < 1)
-      throw std::invalid_argument("step sample " + std::to_string(i) + " needs rows >= 1 and step_s > 0");
-    (t.shape.padded_decode() ? m.pad_knots_ : m.knots_).push_back(static_cast<double>(t.shape.n_rows()));
-    m.max_sampled_ = std::max(m.max_sampled_, t.shape.n_sampled);
-    m.max_sum_context_ = std::max(m.max_sum_context_, t.shape.sum_context);
-    m.max_context_ = std::max(m.max_context_, t.shape.max_context);
-    m.max_prefill_pairs_ = std::max(m.max_prefill_pairs_, t.shape.prefill_pairs);
-    m.max_decode_context_ = std::max(m.max_decode_context_, t.shape.decode_context);
-  }
-  if (m.knots_.empty())
-    throw std::invalid_argument("a profile needs at least one step without padding rows (all " +
-                                std::to_string(samples.size()) + " samples are padded decodes)");
-  sorted_unique(m.knots_);
-  sorted_unique(m.pad_knots_);
-  // Columns: M's knots, P's knots, then the scalar terms.
-  const size_t n_knots = m.knots_.size(), n_pad = m.pad_knots_.size(), first_scalar = n_knots + n_pad;
-  const size_t n_cols = first_scalar + kScalarCols;
-
-  std::vector<std::vector<double>> a(samples.size(), std::vector<double>(n_cols, 0.0));
-  std::vector<double> b(samples.size()), w(samples.size());
-  for (size_t r = 0; r < samples.size(); ++r) {
-    const StepShape& s = samples[r].shape;
-    const bool padded = s.padded_decode();
-    const std::vector<double>& knots = padded ? m.pad_knots_ : m.knots_;
-    const size_t offset = padded ? n_knots : 0;
-    size_t i = 0;
-    double u = 0.0;
-    knot_weights(knots, static_cast<double>(s.n_rows()), i, u);
-    a[r][offset + i] += 1.0 - u;
-    if (knots.size() > 1) a[r][offset + i + 1] += u;
-    a[r][first_scalar + 0] = static_cast<double>(s.n_sampled);
-    a[r][first_scalar + 1] = s.prefill_pairs;
-    a[r][first_scalar + 2] = s.decode_context;
-    b[r] = samples[r].step_s;
-    w[r] = 1.0 / samples[r].step_s;
-  }
-  // Active set: a scalar coefficient the fit drives negative (noise) is pinned to 0 and refitted.
-  std::vector<bool> active(n_cols, true);
-  std::vector<double> x;
-  for (int round = 0; round <= kScalarCols; ++round) {
-    x = weighted_least_squares(a, b, w, active);
-    size_t worst = n_cols;
-    for (size_t c = first_scalar; c < n_cols; ++c)
-      if (active[c] && x[c] < 0 && (worst == n_cols || x[c] < x[worst])) worst = c;
-    if (worst == n_cols) break;
-    active[worst] = false;
-  }
-  m.knot_s_.assign(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n_knots));
-  m.pad_knot_s_.assign(x.begin() + static_cast<std::ptrdiff_t>(n_knots), x.begin() + static_cast<std::ptrdiff_t>(first_scalar));
-  m.s_per_sampled_ = x[first_scalar + 0];
-  m.s_per_prefill_pair_ = x[first_scalar + 1];
-  m.s_per_decode_context_ = x[first_scalar + 2];
-  m.fit_graphs(samples);
-  return m;
-}
-
-void ProfiledStepModel::fit_graphs(std::span<const TimedStep> samples) {
-  // Every graphed sample lies on its bucket's knot: G there is the mean, weighted by 1 / step_s^2
-  // as the fit above weighs relative error, of what the attention term leaves of its time.
-  std::vector<double> sum, weight;
-  for (const TimedStep& t : samples) {
-    if (!graphable(t.shape)) continue;
-    const double g = static_cast<double>(bucket_rows(t.shape.n_seqs));
-    auto it = std::lower_bound(graph_knots_.begin(), graph_knots_.end(), g);
-    const size_t i = static_cast<size_t>(it - graph_knots_.begin());
-    if (it == graph_knots_.end() || *it != g) {
-      graph_knots_.insert(it, g);
-      sum.insert(sum.begin() + static_cast<std::ptrdiff_t>(i), 0.0);
-      weight.insert(weight.begin() + static_cast<std::ptrdiff_t>(i), 0.0);
-    }
-    const double w = 1.0 / (t.step_s * t.step_s);
-    sum[i] += w * (t.step_s - s_per_prefill_pair_ * t.shape.prefill_pairs - s_per_decode_context_ * t.shape.decode_context);
-    weight[i] += w;
-  }
-  graph_knot_s_.resize(graph_knots_.size());
-  for (size_t i = 0; i < graph_knots_.size(); ++i) graph_knot_s_[i] = std::max(0.0, sum[i] / weight[i]);
-}
-
-void ProfiledStepModel::fit_verification(std::span<const TimedStep> samples) {
-  for (size_t i = 0; i < samples.size(); ++i) {
-    const TimedStep& t = samples[i];
-    if (!(t.step_s > 0) || !std::isfinite(t.step_s) || t.shape.verify_rows > t.shape.n_tokens)
-      throw std::invalid_argument("verification sample " + std::to_string(i) + " needs step_s > 0 and verify_rows <= n_tokens");
-    verify_knots_.push_back(static_cast<double>(t.shape.verify_rows));
-    max_sampled_ = std::max(max_sampled_, t.shape.n_sampled);
-    max_sum_context_ = std::max(max_sum_context_, t.shape.sum_context);
-    max_context_ = std::max(max_context_, t.shape.max_context);
-    max_verify_rows_ = std::max(max_verify_rows_, t.shape.verify_rows);
-    max_verify_pairs_ = std::max(max_verify_pairs_, t.shape.verify_pairs);
-  }
-  std::sort(verify_knots_.begin(), verify_knots_.end());
-  verify_knots_.erase(std::unique(verify_knots_.begin(), verify_knots_.end()), verify_knots_.end());
-  // Columns: V's knots (hat functions over 0, knots...; V(0) = 0), then a_verify.
-  const size_t n_knots = verify_knots_.size(), n_cols = n_knots + 1;
-  std::vector<std::vector<double>> a(samples.size(), std::vector<double>(n_cols, 0.0));
-  std::vector<double> b(samples.size()), w(samples.size());
-  for (size_t r = 0; r < samples.size(); ++r) {
-    const StepShape& s = samples[r].shape;
-    const double rows = static_cast<double>(s.verify_rows);
-    if (rows <= verify_knots_.front()) {
-      a[r][0] = rows / verify_knots_.front();
-    } else {
-      size_t i = 0;
-      double u = 0.0;
-      knot_weights(verify_knots_, rows, i, u);
-      a[r][i] += 1.0 - u;
-      if (n_knots > 1) a[r][i + 1] += u;
-    }
-    a[r][n_knots] = s.verify_pairs;
-    b[r] = samples[r].step_s - predict_base(clamp(s));  // what the other terms leave
-    w[r] = 1.0 / samples[r].step_s;
-  }
-  std::vector<bool> active(n_cols, true);
-  std::vector<double> x = weighted_least_squares(a, b, w, active);
-  if (x[n_knots] < 0) {  // noise: a verification step does not get cheaper with context
-    active[n_knots] = false;
-    x = weighted_least_squares(a, b, w, active);
-  }
-  verify_knot_s_.assign(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n_knots));
-  s_per_verify_pair_ = x[n_knots];
-}
-
 StepShape ProfiledStepModel::folded(const StepShape& s) const {
   StepShape f = s;
   if (!has_verification()) {  // priced as before verification points existed: prefill chunks
@@ -458,7 +263,7 @@ double ProfiledStepModel::predict_base(const StepShape& s) const {
   knot_weights(knots, static_cast<double>(s.n_rows()), i, u);
   double t = (1.0 - u) * values[i] + (knots.size() > 1 ? u * values[i + 1] : 0.0);
   t += s_per_sampled_ * static_cast<double>(s.n_sampled) + s_per_prefill_pair_ * (s.prefill_pairs - s.verify_pairs) +
-       s_per_decode_context_ * s.decode_context;
+       s_per_decode_context_ * s.decode_context + (mixed_step(s) ? mixed_step_s_ : 0.0);
   return t;
 }
 

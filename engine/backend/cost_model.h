@@ -107,6 +107,8 @@ RooflineBound roofline_bound(const RooflineTerms& terms, const StepShape& shape)
 /// M is piecewise linear over the profiled row counts (its knots; it holds the fixed per-step
 /// cost too), the others are non-negative coefficients. Fitted by least squares weighted by
 /// 1/step_s (relative error), so a profile the model can represent exactly is reproduced exactly.
+/// s_sampled is pinned to 0 when the samples cannot tell it from M (its column in the span of the
+/// others: decodes, rows = sampled rows, on knots no eager step measured), so M carries the cost.
 /// When the profile holds padded decode steps (StepShape::padded_decode), those steps get their
 /// own row function P(rows) over their own knots in place of M (the scalar terms are shared), and
 /// a padded decode whose rows lie within P's knots is priced with P; otherwise with M.
@@ -115,9 +117,16 @@ RooflineBound roofline_bound(const RooflineTerms& terms, const StepShape& shape)
 /// LM head over the padded rows), decode-only steps within the buckets (graphed()) are priced
 ///   t = G(bucket(B)) + a_decode · decode_context
 /// in place of M and the sampled term, so every B of one bucket costs the same but for its
-/// attention. G is fitted after the rest (which is fitted as without buckets, so eager steps cost
-/// the same either way): at each bucket a graphed sample ran as, the weighted mean of what
-/// a_decode leaves of those samples' times; linear between buckets no sample ran as.
+/// attention. G is fitted after the joint fit (the same as without buckets): at each bucket a
+/// graphed sample ran as, the weighted mean of what a_decode leaves of those samples' times;
+/// linear between buckets no sample ran as.
+/// With graph buckets, M then prices eager steps only, so it is refitted on them (eager: neither
+/// graphed nor padded decodes) with the scalar terms of the joint fit: its knots are the eager
+/// samples' rows, and the joint fit's knots outside their range (set by graphed decodes alone)
+/// are kept. A mixed step (prefill rows beside decodes, eager) costs a fixed c_mixed >= 0 more,
+/// fitted there too (mixed samples set no knot within the pure eager steps' range, so a mixed
+/// step is M at its rows plus its parts plus c_mixed): its decodes do not run as in the decode
+/// graphs. Without buckets M is the joint fit's and c_mixed = 0.
 /// When it holds verification steps (StepShape::verify_rows > 0: sequences drawing all k + 1
 /// rows, `servelab profile --verify-k`), their rows leave the prefill term and are priced by
 ///   + V(verify_rows) + a_verify · verify_pairs
@@ -151,6 +160,8 @@ class ProfiledStepModel {
   double s_per_sampled() const { return s_per_sampled_; }
   double s_per_prefill_pair() const { return s_per_prefill_pair_; }
   double s_per_decode_context() const { return s_per_decode_context_; }
+  /// c_mixed: what a mixed step (prefill rows beside decodes) costs beyond its parts (0 without buckets).
+  double mixed_step_seconds() const { return mixed_step_s_; }
   /// Whether the profile held verification steps (the V and a_verify terms are in use).
   bool has_verification() const { return !verify_knots_.empty(); }
   /// V's knots (verification rows) and values; a_verify.
@@ -172,11 +183,14 @@ class ProfiledStepModel {
   bool graphable(const StepShape& s) const;
   /// Fits G to the graphed samples' time left over by the other terms.
   void fit_graphs(std::span<const TimedStep> samples);
+  /// Refits M and c_mixed on the eager samples (with graph buckets), the other terms fixed.
+  void fit_eager(std::span<const TimedStep> samples);
   /// Whether `s` is priced with P.
   bool use_padded(const StepShape& s) const;
   double s_per_sampled_ = 0.0;
   double s_per_prefill_pair_ = 0.0;
   double s_per_decode_context_ = 0.0;
+  double mixed_step_s_ = 0.0;
   std::vector<double> verify_knots_, verify_knot_s_;  // V: verification rows and values
   double s_per_verify_pair_ = 0.0;
   // The grid's extent (prefill pairs: those of non-verifying entries).

@@ -1,17 +1,26 @@
 #!/usr/bin/env python3
 """Price every real step of a validate-sim run offline with a profile, two ways: the sim's step
-model without and with CUDA graph buckets (engine/backend/cost_model.cpp, ProfiledStepModel: the
-same joint weighted least-squares fit, then G at each bucket from what the rest leaves), and print
-the error by step class beside validate-sim's own prediction (stdlib only).
+model as it was fitted before (engine/backend/cost_model_fit.cpp, ProfiledStepModel: one joint
+weighted least-squares fit of M(rows), the sampled, prefill-pair and decode-context terms, then G
+at each CUDA graph bucket from what the rest leaves) and as it is fitted now, and print the error
+by step class beside validate-sim's own prediction (stdlib only).
 
   python3 results/sim-validation/price_steps.py STEPS_REAL.jsonl.gz PROFILE.json [--buckets 1,2,4,...]
 
+Now (the well-posed fit): the sampled term is pinned to 0 when the samples cannot tell it from M
+(its column in the span of the others: every sample that draws rows on a knot whose other
+samples draw as many, decodes on knots no eager step measured); with graph buckets, M is then
+refitted on the eager samples with the joint fit's scalars (knots outside the eager rows, set by
+graphed decodes alone, keep their values) and a mixed step (prefill rows beside decodes) pays a
+fixed c_mixed fitted there, mixed samples setting no knot inside the pure eager steps' range.
+
 --buckets: for a profile written before it recorded decode_row_buckets (default: the profile's).
-The re-implementation is checked against validate-sim: its "without" column must match the
-"validate-sim" column (the same model on the same profile) to about 0.1% where the fit is well
-posed. Where it is not (knots measured only by decodes, whose rows equal their sampled rows, so M
-and the sampled term are collinear there), this solver and the sim's land on different solutions
-and the columns differ; the sim also clamps shapes past the grid and this script does not.
+The re-implementation is checked against validate-sim: its "before" column must match the
+"validate-sim" column (the same model on the same profile, when validate-sim ran before the
+well-posed fit) to about 0.1% where that fit was well posed. Where it was not (the long-prompt
+cell: M and the sampled term collinear), this solver and the sim's landed on different splits and
+the columns differ. Steps do not record their sampled rows: every sequence is taken to draw one.
+The sim also clamps shapes past the grid and this script does not.
 """
 import argparse, bisect, collections, gzip, json
 
@@ -67,8 +76,25 @@ def padded(s):
     return s.get("n_padding_tokens", 0) > 0 and s["prefill_pairs"] == 0
 
 
+def mixed(s):
+    return s["prefill_pairs"] > 0 and s["decode_context"] > 0
+
+
+def spanned(a, w, active, c):
+    """Whether column c of W·A is in the span of the other active columns (relative residual < 1e-6)."""
+    y = [r[c] for r in a]
+    norm = sum((y[i] * w[i]) ** 2 for i in range(len(a)))
+    if norm == 0:
+        return True
+    others = list(active)
+    others[c] = False
+    x = solve(a, y, w, others)
+    res = sum(((y[i] - sum(a[i][j] * x[j] for j in range(len(x)))) * w[i]) ** 2 for i in range(len(a)))
+    return res <= 1e-12 * norm
+
+
 class Model:
-    def __init__(self, samples, buckets=()):
+    def __init__(self, samples, buckets=(), well_posed=False):
         base = [s for s in samples if s.get("verify_rows", 0) == 0]
         self.knots = sorted({rows(s) for s in base if not padded(s)})
         self.pknots = sorted({rows(s) for s in base if padded(s)})
@@ -84,6 +110,8 @@ class Model:
             row[nk + npk:] = [s["n_sampled"], s["prefill_pairs"], s["decode_context"]]
             a.append(row), b.append(s["step_s"]), w.append(1 / s["step_s"])
         active = [True] * (nk + npk + 3)
+        if well_posed and spanned(a, w, active, nk + npk):
+            active[nk + npk] = False
         for _ in range(3):  # a scalar coefficient driven negative is pinned to 0
             x = solve(a, b, w, active)
             neg = [c for c in range(nk + npk, nk + npk + 3) if active[c] and x[c] < 0]
@@ -101,6 +129,41 @@ class Model:
                 g[self.bucket(s)][1] += wt
         self.gknots = sorted(g)
         self.g = [max(0.0, g[k][0] / g[k][1]) for k in self.gknots]
+        self.mixed_s = 0.0
+        if well_posed and self.gknots:
+            self.fit_eager(base)
+
+    def fit_eager(self, base):
+        eager = [s for s in base if not padded(s) and not self.graphable(s)]
+        if not eager:
+            return
+        pure = {rows(s) for s in eager if not mixed(s)} or {rows(s) for s in eager}
+        lo, hi = min(pure), max(pure)
+        knots = sorted(pure | {rows(s) for s in eager if rows(s) < lo or rows(s) > hi})
+        n = len(knots) + 1
+        a, b, w = [], [], []
+        for s in eager:
+            row = [0.0] * n
+            i, u = knot_weights(knots, rows(s))
+            row[i] += 1 - u
+            if len(knots) > 1:
+                row[i + 1] += u
+            row[n - 1] = 1.0 if mixed(s) else 0.0
+            a.append(row)
+            b.append(s["step_s"] - self.sampled * s["n_sampled"] - self.pair * s["prefill_pairs"] -
+                     self.ctx * s["decode_context"])
+            w.append(1 / s["step_s"])
+        active = [True] * n
+        if spanned(a, w, active, n - 1):
+            active[n - 1] = False
+        x = solve(a, b, w, active)
+        if x[n - 1] < 0:
+            active[n - 1] = False
+            x = solve(a, b, w, active)
+        kept = [(k, v) for k, v in zip(self.knots, self.m) if k < knots[0] or k > knots[-1]]
+        merged = sorted(kept + list(zip(knots, x[:n - 1])))
+        self.knots, self.m = [k for k, _ in merged], [v for _, v in merged]
+        self.mixed_s = x[n - 1]
 
     def bucket(self, s):
         return self.buckets[bisect.bisect_left(self.buckets, s["n_seqs"])]
@@ -118,13 +181,16 @@ class Model:
         k, v = (self.pknots, self.p) if use_p else (self.knots, self.m)
         i, u = knot_weights(k, min(max(rows(s), k[0]), k[-1]))
         t = (1 - u) * v[i] + (u * v[i + 1] if len(v) > 1 else 0.0)
-        return t + self.sampled * s["n_sampled"] + self.pair * s["prefill_pairs"] + self.ctx * s["decode_context"]
+        return t + self.sampled * s["n_sampled"] + self.pair * s["prefill_pairs"] + self.ctx * s["decode_context"] + \
+            (self.mixed_s if mixed(s) else 0.0)
 
 
 def step_class(r):
     b = r["n_seqs"]
     if r["n_tokens"] == b:
         return "decode 1-16" if b <= 16 else "decode 17-64" if b <= 64 else "decode 65+"
+    if not mixed(r):
+        return "prefill only"
     return "mixed <= 256 rows" if r["n_tokens"] <= 256 else "mixed > 256 rows"
 
 
@@ -139,7 +205,7 @@ def main():
     if not buckets:
         raise SystemExit(f"{a.profile} records no decode_row_buckets: give --buckets")
     host = prof.get("host_overhead", {"per_step_s": 0.0, "per_seq_s": 0.0})
-    without, with_g = Model(prof["samples"]), Model(prof["samples"], buckets)
+    before, now = Model(prof["samples"], buckets), Model(prof["samples"], buckets, well_posed=True)
     opener = gzip.open if a.steps.endswith(".gz") else open
     tot = collections.defaultdict(lambda: [0.0, 0.0, 0.0, 0.0])
     for line in opener(a.steps, "rt"):
@@ -148,11 +214,11 @@ def main():
         h = host["per_step_s"] + host["per_seq_s"] * r["n_seqs"]
         for k in ((r["run"], step_class(r)), (r["run"], "all steps")):
             t = tot[k]
-            t[0] += r["measured_s"]; t[1] += r["predicted_s"]; t[2] += without(s) + h; t[3] += with_g(s) + h
-    print("| run | class | Σ measured (s) | validate-sim | without buckets | with buckets |")
+            t[0] += r["measured_s"]; t[1] += r["predicted_s"]; t[2] += before(s) + h; t[3] += now(s) + h
+    print("| run | class | Σ measured (s) | validate-sim | before | now |")
     print("|---|---|---:|---:|---:|---:|")
-    for (run, cls), (m, vs, wo, wi) in sorted(tot.items()):
-        print(f"| {run} | {cls} | {m:.3f} | {vs / m - 1:+.1%} | {wo / m - 1:+.1%} | {wi / m - 1:+.1%} |")
+    for (run, cls), (m, vs, b, n) in sorted(tot.items()):
+        print(f"| {run} | {cls} | {m:.3f} | {vs / m - 1:+.1%} | {b / m - 1:+.1%} | {n / m - 1:+.1%} |")
 
 
 if __name__ == "__main__":

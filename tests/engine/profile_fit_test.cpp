@@ -1,0 +1,159 @@
+// ProfiledStepModel's fit where the profile cannot tell its terms apart: a long-prompt grid whose
+// only eager steps are full-size chunks (below the chunk only decodes measured M), its eager row
+// function with graph buckets and the fixed cost of a mixed step.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "engine/backend/cost_model.h"
+
+namespace servelab {
+namespace {
+
+StepShape decode_of(int batch, int context) {
+  StepShape s;
+  s.n_tokens = s.n_sampled = s.n_seqs = batch;
+  s.sum_context = int64_t(batch) * context;
+  s.max_context = context;
+  s.decode_context = double(batch) * context;
+  s.attention_pairs = s.decode_context;
+  return s;
+}
+
+/// A chunk of `tokens` prompt rows after `context` cached ones, its last row sampled.
+StepShape chunk_of(int tokens, int context) {
+  StepShape s;
+  s.n_tokens = tokens;
+  s.n_sampled = s.n_seqs = 1;
+  s.sum_context = s.max_context = context + tokens;
+  s.prefill_pairs = double(tokens) * context + 0.5 * tokens * (tokens + 1.0);
+  s.attention_pairs = s.prefill_pairs;
+  return s;
+}
+
+/// What `servelab profile --for-scenario` measures for prompts of 1-4k tokens in 512-token chunks
+/// on a backend that replays decodes as CUDA graphs (the llama3-8b long-prompt matrix cell): graphed
+/// decodes of 1-256 sequences, 512-row chunks at four contexts, whole prompts of 1-4k rows and one
+/// mixed step (a chunk beside 11 decodes). Nothing eager below 512 rows. Times from one eager row
+/// function, an LM head cost per sampled row and the attention terms, plus a fixed cost for a
+/// mixed step (its decodes run eagerly beside the chunk); decodes from their graphs.
+struct LongPromptGrid {
+  std::vector<int> buckets = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256};
+  static double eager(double rows) { return 4.8e-3 + 1.4e-5 * rows; }
+  static double graph(double rows) { return 4.5e-3 + 2.5e-5 * rows; }
+  static constexpr double kSampled = 5e-6, kPair = 7e-10, kContext = 3e-8, kMixed = 2.5e-3;
+  static double eager_time(const StepShape& s) {
+    return eager(double(s.n_rows())) + kSampled * double(s.n_sampled) + kPair * s.prefill_pairs +
+           kContext * s.decode_context + (s.prefill_pairs > 0 && s.decode_context > 0 ? kMixed : 0.0);
+  }
+  /// A `tokens`-row chunk at `context` beside `decodes` decodes at `context` + 1.
+  static StepShape mixed_of(int tokens, int decodes, int context) {
+    StepShape s = chunk_of(tokens, context);
+    const StepShape d = decode_of(decodes, context + 1);
+    s.n_tokens += d.n_tokens;
+    s.n_sampled += d.n_sampled;
+    s.n_seqs += d.n_seqs;
+    s.sum_context += d.sum_context;
+    s.decode_context = d.decode_context;
+    s.attention_pairs += d.attention_pairs;
+    return s;
+  }
+  std::vector<TimedStep> samples() const {
+    std::vector<TimedStep> steps;
+    for (int b : {1, 2, 3, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256})
+      for (int c : {1226, 2517, 3774}) {
+        const StepShape s = decode_of(b, c);
+        const int bucket = *std::lower_bound(buckets.begin(), buckets.end(), b);
+        steps.push_back({s, graph(bucket) + kContext * s.decode_context});
+      }
+    for (int c : {1225, 2516, 3773, 4090}) steps.push_back({chunk_of(512, c), 0});
+    for (int t : {1024, 1763, 2452, 3840}) steps.push_back({chunk_of(t, 0), 0});
+    steps.push_back({mixed_of(512, 11, 3773), 0});
+    for (TimedStep& t : steps)
+      if (t.step_s == 0) t.step_s = eager_time(t.shape);
+    return steps;
+  }
+};
+
+TEST(ProfiledStepModelFit, ShortChunksBelowTheOnlyMeasuredChunkArePricedBetweenItsNeighbours) {
+  const LongPromptGrid grid;
+  const std::vector<TimedStep> steps = grid.samples();
+  for (const bool graphed : {true, false}) {
+    const ProfiledStepModel m = graphed ? ProfiledStepModel::fit(steps, grid.buckets) : ProfiledStepModel::fit(steps);
+    SCOPED_TRACE(graphed ? "with graph buckets" : "without");
+    // The samples still come back as measured.
+    for (const TimedStep& t : steps)
+      EXPECT_NEAR(m.predict_clamped(t.shape), t.step_s, 1e-6 * t.step_s) << t.shape.n_rows() << " rows";
+    // Nothing in the grid samples more than one row on a knot an eager step also sits on: the
+    // sampled term cannot be told from M, so M carries it and stays positive on every knot.
+    EXPECT_EQ(m.s_per_sampled(), 0.0);
+    for (size_t i = 0; i < m.knots().size(); ++i) EXPECT_GT(m.knot_seconds()[i], 0.0) << m.knots()[i] << " rows";
+    // A prompt's last chunk (1-511 rows): more than a 1-row decode costs, less than the measured
+    // 512-row chunk at its context, and dearer the more rows it has.
+    for (int c : {1225, 3773}) {
+      const double full = m.predict_clamped(chunk_of(512, c)), one = LongPromptGrid::graph(1);
+      double before = 0.0;
+      for (int t : {1, 17, 64, 100, 256, 300, 511}) {
+        const double priced = m.predict_clamped(chunk_of(t, c));
+        EXPECT_GT(priced, one) << t << " rows at " << c;
+        EXPECT_LT(priced, full) << t << " rows at " << c;
+        EXPECT_GT(priced, before) << t << " rows at " << c;
+        before = priced;
+      }
+    }
+  }
+}
+
+TEST(ProfiledStepModelFit, WithGraphBucketsEagerStepsArePricedByTheEagerRowsAndMixedStepsPayTheirOwnCost) {
+  const LongPromptGrid grid;
+  const ProfiledStepModel m = ProfiledStepModel::fit(grid.samples(), grid.buckets);
+  // M over the eager knots is the eager row function; below them the decodes' knots stay.
+  for (size_t i = 0; i < m.knots().size(); ++i) {
+    const double rows = m.knots()[i];  // the chunks' one sampled row rides on M (the term is pinned)
+    if (rows >= 512) {
+      EXPECT_NEAR(m.knot_seconds()[i], LongPromptGrid::eager(rows) + LongPromptGrid::kSampled, 1e-9) << rows;
+    }
+  }
+  EXPECT_EQ(std::count(m.knots().begin(), m.knots().end(), 523.0), 0);  // the mixed sample sets no knot
+  EXPECT_EQ(m.knots().front(), 1.0);
+  EXPECT_EQ(m.knots().back(), 3840.0);
+  // Its one mixed sample sets c_mixed (with the 11 sampled decode rows the sampled term left to it).
+  EXPECT_NEAR(m.mixed_step_seconds(), LongPromptGrid::kMixed + 11 * LongPromptGrid::kSampled, 1e-9);
+  // Mixed steps the profile did not measure: a chunk beside 2-60 decodes, a last chunk beside 30.
+  for (const auto& [tokens, decodes] : std::vector<std::pair<int, int>>{{512, 2}, {512, 60}, {300, 30}, {40, 30}}) {
+    const StepShape s = LongPromptGrid::mixed_of(tokens, decodes, 2000);
+    const double want = LongPromptGrid::eager_time(s), got = m.predict_clamped(s);
+    if (tokens + decodes >= 512) {  // within the eager knots: off by the sampled rows c_mixed took for 11
+      EXPECT_NEAR(got, want, std::abs(decodes - 11) * LongPromptGrid::kSampled + 1e-12) << tokens << " + " << decodes;
+    } else {  // below them M is the graphed decodes' (another row function): near, not 0 nor double
+      EXPECT_NEAR(got, want, 0.2 * want) << tokens << " + " << decodes;
+    }
+  }
+  // Without buckets nothing is refitted and no mixed cost is split off.
+  EXPECT_EQ(ProfiledStepModel::fit(grid.samples()).mixed_step_seconds(), 0.0);
+}
+
+TEST(ProfiledStepModelFit, AnEagerStepBesideTheDecodesOnAKnotSetsTheSampledTerm) {
+  // The same grid with eager chunks of 16 and 64 rows: on those knots decodes (16 and 64 sampled
+  // rows) and chunks (one) now tell M and the sampled term apart, and the fit finds the sampled
+  // term the samples imply, as before (no buckets: every step from one row function).
+  const LongPromptGrid grid;
+  std::vector<TimedStep> steps;
+  for (int b : {1, 4, 16, 64, 256})
+    for (int c : {1226, 3774}) steps.push_back({decode_of(b, c), 0});
+  for (int t : {16, 64, 512})
+    for (int c : {0, 1225, 3773}) steps.push_back({chunk_of(t, c), 0});
+  for (TimedStep& t : steps) t.step_s = LongPromptGrid::eager_time(t.shape);
+  const ProfiledStepModel m = ProfiledStepModel::fit(steps);
+  EXPECT_NEAR(m.s_per_sampled(), LongPromptGrid::kSampled, 1e-9);
+  EXPECT_NEAR(m.s_per_prefill_pair(), LongPromptGrid::kPair, 1e-15);
+  EXPECT_NEAR(m.s_per_decode_context(), LongPromptGrid::kContext, 1e-13);
+  for (size_t i = 0; i < m.knots().size(); ++i)
+    EXPECT_NEAR(m.knot_seconds()[i], LongPromptGrid::eager(m.knots()[i]), 1e-9) << m.knots()[i] << " rows";
+}
+
+}  // namespace
+}  // namespace servelab
