@@ -95,6 +95,7 @@ struct Engine::State {
   ShapeDecoder* decoder = nullptr;
   DecodeShape decode_shape;            // ... its shape
   std::vector<TokenId> decode_tokens;  // ... and its draws
+  std::vector<ShapeDecoder::DrawKey> decode_keys;  // ... their keys (Engine::step_decodes)
   /// Full steps, or shape-only ones for a backend that reads no rows (BackendCaps::reads_rows),
   /// decided once: caps() builds a struct with vectors, too dear to ask every step.
   StepDetail step_detail = StepDetail::full;
@@ -133,8 +134,13 @@ struct Engine::State {
   /// The engine's own view of a sequence it made.
   static EngineSequence& own(Sequence& s) { return static_cast<EngineSequence&>(s); }
   /// Appends a sampled token to s, stamps it, and queues s in `done` when it is finished.
+  void append(EngineSequence& s, TokenId tok, double end, int eos, std::vector<std::pair<Sequence*, FinishReason>>& done);
+  /// append, and the token's event in out.tokens.
   void emit(EngineSequence& s, TokenId tok, double end, int eos, StepOutcome& out,
-            std::vector<std::pair<Sequence*, FinishReason>>& done);
+            std::vector<std::pair<Sequence*, FinishReason>>& done) {
+    append(s, tok, end, eos, done);
+    out.tokens.push_back({s.request_id, s.sample_index, tok, end});
+  }
   /// Sample 0's prefill drew every sample's first token (`firsts`, sample 0's included): samples
   /// 1..n-1 start at n_prompt with their own first token, sharing the parent's prompt K/V.
   void fork_samples(EngineSequence& parent, std::span<const TokenId> firsts, double end, int eos, KvManager& kv,

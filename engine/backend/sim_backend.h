@@ -50,6 +50,9 @@ class SimBackend final : public Backend, public ShapeDecoder {
     const uint64_t h = splitmix64(splitmix64(seed ^ splitmix64(seq_key)) + static_cast<uint64_t>(sample_position));
     return static_cast<TokenId>(std::min<int64_t>(model_.vocab_size - 1, 2 + static_cast<int64_t>(token_span_.of(h))));
   }
+  void draw_all(std::span<const DrawKey> keys, TokenId* out) const override {
+    for (const DrawKey& k : keys) *out++ = SimBackend::draw(k.seed, k.seq_key, k.sample_position);
+  }
   double price(StepShape shape) override;
   std::optional<CostCounts> priced_steps() const override { return counts_; }
   /// Takes any adapter into any slot. Not priced yet: a step with adapters costs what the same
