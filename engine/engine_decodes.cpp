@@ -25,13 +25,17 @@ bool Engine::step_decodes(double now, StepOutcome& out) {
   shape = DecodeShape{};
   keys.clear();
   for (Sequence* const seq : running) {
-    const EngineSequence& s = state_->own(*seq);
+    EngineSequence& s = state_->own(*seq);
     // What step() would take another way: a constrained draw (its mask), sample 0's first draw of
     // parallel samples, a sequence not yet in any step (its record's scheduled_s), a position
     // that is not the end of its sequence. A hold made before stopping is one the pass makes.
     if (s.constrained || s.n_first_draws != 1 || !s.stamped || s.n_computed != s.n_tokens() - 1) return false;
     if (!kv_->allocate_slots(*seq, 1)) return false;  // the pass preempts: step() does
-    keys.push_back({s.sampling.seed, static_cast<uint64_t>(s.sample_index), s.n_computed + 1});
+    if (!s.has_draw_key) {
+      s.draw_key = decoder->sequence_key(s.sampling.seed, static_cast<uint64_t>(s.sample_index));
+      s.has_draw_key = true;
+    }
+    keys.push_back({s.draw_key, s.n_computed + 1});
     shape.add(s.n_computed + 1);
   }
   std::vector<TokenId>& draws = state_->decode_tokens;

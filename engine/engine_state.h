@@ -33,6 +33,10 @@ struct EngineSequence : Sequence {
   int n_first_draws = 1;
   bool constrained = false;  ///< its request has a TokenConstraint (structured output)
   bool stamped = false;      ///< it has been in a step: the record's scheduled_s is set
+  bool has_draw_key = false;
+  /// ShapeDecoder::sequence_key of its draws' seed and sample, once a step of plain decodes
+  /// (Engine::step_decodes) has drawn for it (has_draw_key).
+  uint64_t draw_key = 0;
 };
 
 /// A request in flight: its sequences (sample 0 first; the other samples are forked from it

@@ -17,16 +17,16 @@ class ShapeDecoder {
   /// The token a plain draw with these keys takes (Step's seed, seq_key, sample_position): what
   /// execute() draws for it.
   virtual TokenId draw(uint64_t seed, uint64_t seq_key, int sample_position) const = 0;
-  /// The keys of one plain draw (draw's arguments).
+  /// draw() in two parts, for a caller that keeps a key per sequence: draw(seed, seq_key, p) ==
+  /// draw_at(sequence_key(seed, seq_key), p).
+  virtual uint64_t sequence_key(uint64_t seed, uint64_t seq_key) const = 0;
+  /// One plain draw: its sequence's key (sequence_key) and its sample_position.
   struct DrawKey {
-    uint64_t seed;
-    uint64_t seq_key;
+    uint64_t sequence_key;
     int sample_position;
   };
-  /// draw() for each key in order, into out[0, keys.size()): a step's draws in one call.
-  virtual void draw_all(std::span<const DrawKey> keys, TokenId* out) const {
-    for (const DrawKey& k : keys) *out++ = draw(k.seed, k.seq_key, k.sample_position);
-  }
+  /// The draw of each key in order, into out[0, keys.size()): a step's draws in one call.
+  virtual void draw_all(std::span<const DrawKey> keys, TokenId* out) const = 0;
   /// The step's predicted seconds from its shape, as execute() prices a step of that shape (what
   /// execute() charges with it, swaps, copies and drafting since the last step, is charged here).
   virtual double price(StepShape shape) = 0;
