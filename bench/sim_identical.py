@@ -14,7 +14,8 @@ every case is identical, 1 otherwise.
 The cases cover the paths the engine loop takes on the sim: continuous batching with prefix
 caching and paged KV, static/dynamic batching and naive KV (quickstart on the sim), recompute and
 swap preemption (a small arena), n-gram speculative decoding, LoRA adapters, long contexts, and
-`servelab capacity` (bisection probes with repeats).
+`servelab capacity` (bisection probes with repeats; with a small arena, with chunked prefill, and
+the 20-point sweep: the probes' steps of plain decodes are made without a scheduler pass).
 """
 import argparse
 import json
@@ -38,6 +39,11 @@ CASES = {
     "lora-zipf": ("run", "lora-zipf.yaml", []),
     "long-context": ("run", "long-context.yaml", []),
     "capacity": ("capacity", "capacity.yaml", []),
+    # Capacity probes take steps of plain decodes without a scheduler pass (Engine::step_decodes):
+    # a small arena (the queue held back, preemptions), chunked prefill, the 20-point sweep.
+    "capacity-small": ("capacity", "capacity.yaml", ["--set", "capacity.gpu_memory_utilization=0.22"]),
+    "capacity-chunked": ("capacity", "capacity.yaml", ["--set", "strategies.0.chunked_prefill=true"]),
+    "capacity-sweep": ("capacity", "capacity-sweep.yaml", []),
 }
 
 BYTES = ["records.jsonl", "steps.jsonl", "results.csv"]

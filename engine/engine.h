@@ -132,6 +132,15 @@ class Engine {
   std::optional<FinishedRequest> add(Request request, double arrival);
   /// One iteration. With nothing runnable it returns an idle outcome (batch_size 0).
   StepOutcome step(double now);
+  /// step(now) when it would be a step of plain decodes of every running sequence (nothing to
+  /// admit, no drafts, masks, adapters or parallel samples' first draws) on a backend with a
+  /// ShapeDecoder (the sim), with the KV breakdown off: the same step, made without a scheduler
+  /// pass, a Batch or token events. `out` (reused; its finished list is cleared) gets start_s,
+  /// duration_s, batch_size, n_tokens (= the tokens drawn) and finished, and nothing else: no
+  /// TokenEvents (a caller that wants them calls step()). False, with `out` untouched, when the
+  /// step is not one; the caller then calls step(now), which makes the same step (the slots held
+  /// so far are the ones its pass holds first).
+  bool step_decodes(double now, StepOutcome& out);
   /// Aborts one request (its client went away): frees its KV now and drops it from the
   /// scheduler's queues. Returns its record (reason aborted), or nullopt when it is not in flight.
   std::optional<FinishedRequest> abort(uint64_t request_id, double now, const std::string& why);

@@ -13,8 +13,8 @@
 
 namespace servelab {
 
-void Engine::State::emit(EngineSequence& s, TokenId tok, double end, int eos, StepOutcome& out,
-                         std::vector<std::pair<Sequence*, FinishReason>>& done) {
+void Engine::State::append(EngineSequence& s, TokenId tok, double end, int eos,
+                           std::vector<std::pair<Sequence*, FinishReason>>& done) {
   std::vector<double>& times = s.token_times;
   if (times.empty()) {
     // The first token: make room for the rest now, so decoding appends without reallocating (a
@@ -27,7 +27,6 @@ void Engine::State::emit(EngineSequence& s, TokenId tok, double end, int eos, St
   s.tokens.push_back(tok);
   if (s.constrained) s.request->request.constraint->accept(tok);
   times.push_back(end);
-  out.tokens.push_back({s.request_id, s.sample_index, tok, end});
   if (s.n_output() >= s.sampling.max_tokens) done.emplace_back(&s, FinishReason::length);
   else if (!s.sampling.ignore_eos && eos >= 0 && tok == eos) done.emplace_back(&s, FinishReason::eos);
 }

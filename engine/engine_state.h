@@ -33,6 +33,10 @@ struct EngineSequence : Sequence {
   int n_first_draws = 1;
   bool constrained = false;  ///< its request has a TokenConstraint (structured output)
   bool stamped = false;      ///< it has been in a step: the record's scheduled_s is set
+  bool has_draw_key = false;
+  /// ShapeDecoder::sequence_key of its draws' seed and sample, once a step of plain decodes
+  /// (Engine::step_decodes) has drawn for it (has_draw_key).
+  uint64_t draw_key = 0;
 };
 
 /// A request in flight: its sequences (sample 0 first; the other samples are forked from it
@@ -95,6 +99,7 @@ struct Engine::State {
   ShapeDecoder* decoder = nullptr;
   DecodeShape decode_shape;            // ... its shape
   std::vector<TokenId> decode_tokens;  // ... and its draws
+  std::vector<ShapeDecoder::DrawKey> decode_keys;  // ... their keys (Engine::step_decodes)
   /// Full steps, or shape-only ones for a backend that reads no rows (BackendCaps::reads_rows),
   /// decided once: caps() builds a struct with vectors, too dear to ask every step.
   StepDetail step_detail = StepDetail::full;
@@ -133,8 +138,13 @@ struct Engine::State {
   /// The engine's own view of a sequence it made.
   static EngineSequence& own(Sequence& s) { return static_cast<EngineSequence&>(s); }
   /// Appends a sampled token to s, stamps it, and queues s in `done` when it is finished.
+  void append(EngineSequence& s, TokenId tok, double end, int eos, std::vector<std::pair<Sequence*, FinishReason>>& done);
+  /// append, and the token's event in out.tokens.
   void emit(EngineSequence& s, TokenId tok, double end, int eos, StepOutcome& out,
-            std::vector<std::pair<Sequence*, FinishReason>>& done);
+            std::vector<std::pair<Sequence*, FinishReason>>& done) {
+    append(s, tok, end, eos, done);
+    out.tokens.push_back({s.request_id, s.sample_index, tok, end});
+  }
   /// Sample 0's prefill drew every sample's first token (`firsts`, sample 0's included): samples
   /// 1..n-1 start at n_prompt with their own first token, sharing the parent's prompt K/V.
   void fork_samples(EngineSequence& parent, std::span<const TokenId> firsts, double end, int eos, KvManager& kv,

@@ -36,6 +36,8 @@ void run_engine(Engine& engine, RequestSource& source, Clock& clock, const Runne
   };
   auto stopped = [&] { return stop && stop->load(); };
 
+  const bool decode_steps = cb.on_decode_step && !cb.on_token;
+  StepOutcome decoded;  // Engine::step_decodes' outcome, reused
   int empty_preempt_steps = 0;
   double woke_at = clock.now();  // when the runner last came back from sleeping
   while (true) {
@@ -57,6 +59,13 @@ void run_engine(Engine& engine, RequestSource& source, Clock& clock, const Runne
     bool stalled = false;
     if (engine.has_work()) {
       const double step_at = clock.now();
+      if (decode_steps && engine.step_decodes(step_at, decoded)) {  // as a non-idle step below
+        empty_preempt_steps = 0;
+        clock.advance(decoded.duration_s);
+        cb.on_decode_step(decoded);
+        for (const FinishedRequest& f : decoded.finished) deliver(f);
+        continue;
+      }
       StepOutcome s = engine.step(step_at);
       if (!s.idle()) {
         empty_preempt_steps = 0;

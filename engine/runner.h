@@ -18,6 +18,11 @@ struct RunnerCallbacks {
   std::function<void(const TokenEvent&)> on_token;
   std::function<void(const FinishedRequest&)> on_finished;
   std::function<void(const StepOutcome&)> on_step;
+  /// Set, with on_token unset: the runner takes steps of plain decodes by Engine::step_decodes
+  /// (no scheduler pass, no token events; the same run) and hands each to this instead of on_step.
+  /// Its outcome holds start_s, duration_s, batch_size, n_tokens and finished only. For a caller
+  /// that counts steps rather than reads them (a capacity probe).
+  std::function<void(const StepOutcome&)> on_decode_step;
 };
 
 /// Runs until the source is exhausted and the engine is drained, or until `stop` is set (then

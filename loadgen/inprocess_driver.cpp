@@ -87,6 +87,13 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
     }
     sinks.on_step(st);
   };
+  // Without a step sink a step is only counted: steps of plain decodes are taken without their
+  // token events (Engine::step_decodes), each drawing one token a sequence.
+  if (!sinks.on_step)
+    cb.on_decode_step = [&](const StepOutcome& s) {
+      stats.n_tokens += s.n_tokens;
+      ++stats.n_steps;
+    };
   cb.on_finished = [&](const FinishedRequest& f) {
     RequestRecord rec;
     rec.run = run_label;

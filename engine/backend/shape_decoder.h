@@ -4,6 +4,7 @@
 // built, checked, drawn from and measured in four (Backend::shape_decoder). A plain decode: one
 // row at the end of its sequence, one draw, no drafts, no token mask.
 #include <cstdint>
+#include <span>
 
 #include "engine/backend/cost_model.h"
 #include "engine/request.h"
@@ -16,6 +17,16 @@ class ShapeDecoder {
   /// The token a plain draw with these keys takes (Step's seed, seq_key, sample_position): what
   /// execute() draws for it.
   virtual TokenId draw(uint64_t seed, uint64_t seq_key, int sample_position) const = 0;
+  /// draw() in two parts, for a caller that keeps a key per sequence: draw(seed, seq_key, p) ==
+  /// draw_at(sequence_key(seed, seq_key), p).
+  virtual uint64_t sequence_key(uint64_t seed, uint64_t seq_key) const = 0;
+  /// One plain draw: its sequence's key (sequence_key) and its sample_position.
+  struct DrawKey {
+    uint64_t sequence_key;
+    int sample_position;
+  };
+  /// The draw of each key in order, into out[0, keys.size()): a step's draws in one call.
+  virtual void draw_all(std::span<const DrawKey> keys, TokenId* out) const = 0;
   /// The step's predicted seconds from its shape, as execute() prices a step of that shape (what
   /// execute() charges with it, swaps, copies and drafting since the last step, is charged here).
   virtual double price(StepShape shape) = 0;

@@ -47,8 +47,11 @@ class SimBackend final : public Backend, public ShapeDecoder {
   /// Itself: its draws and prices need only the keys and the shape.
   ShapeDecoder* shape_decoder() override { return this; }
   TokenId draw(uint64_t seed, uint64_t seq_key, int sample_position) const override {
-    const uint64_t h = splitmix64(splitmix64(seed ^ splitmix64(seq_key)) + static_cast<uint64_t>(sample_position));
-    return static_cast<TokenId>(std::min<int64_t>(model_.vocab_size - 1, 2 + static_cast<int64_t>(token_span_.of(h))));
+    return draw_at(SimBackend::sequence_key(seed, seq_key), sample_position);
+  }
+  uint64_t sequence_key(uint64_t seed, uint64_t seq_key) const override { return splitmix64(seed ^ splitmix64(seq_key)); }
+  void draw_all(std::span<const DrawKey> keys, TokenId* out) const override {
+    for (const DrawKey& k : keys) *out++ = draw_at(k.sequence_key, k.sample_position);
   }
   double price(StepShape shape) override;
   std::optional<CostCounts> priced_steps() const override { return counts_; }
@@ -92,6 +95,10 @@ class SimBackend final : public Backend, public ShapeDecoder {
   double pending_s_ = 0.0;               // charge_seconds since the last step
   std::vector<double> acceptance_;       // set_acceptance
   std::vector<double> request_scale_;    // set_acceptance: empty, every request alike
+  TokenId draw_at(uint64_t sequence_key, int sample_position) const {
+    const uint64_t h = splitmix64(sequence_key + static_cast<uint64_t>(sample_position));
+    return static_cast<TokenId>(std::min<int64_t>(model_.vocab_size - 1, 2 + static_cast<int64_t>(token_span_.of(h))));
+  }
   /// The token a draw returns (masks ignored): its draft when the keyed coin accepts it.
   TokenId verify_draw(const kernels::StepInput& in, int i, int draft_index, TokenId drawn) const;
   std::vector<uint32_t> late_masks_;  // the step's late token masks (Step::fill_masks)

@@ -228,30 +228,38 @@ void ContinuousScheduler::schedule_running_prefills(Pass& pass) {
   }
 }
 
+int ContinuousScheduler::admission_target(const Sequence& seq, int budget, int seats_taken, bool step_empty) const {
+  if (budget < 1) return 0;
+  if (seats_taken + seats(seq) > config_.max_num_seqs) return 0;
+  const int n_tokens = seq.n_tokens();
+  int n_target = 0;  // positions to hold on admission
+  if (config_.chunked_prefill) {
+    n_target = std::min(n_tokens, budget);
+  } else if (n_tokens <= budget) {
+    n_target = n_tokens;
+  } else if (n_tokens > config_.max_num_batched_tokens && step_empty) {
+    // Only a recompute-preempted sequence grows past the budget (add() rejects such prompts):
+    // it is prefilled again in budget-sized pieces over consecutive prefill-only steps.
+    n_target = n_tokens;
+  } else {
+    return 0;
+  }
+  if (!kv_.can_allocate(seq, n_target)) return 0;
+  // Keep a watermark free for the running sequences' growth, or the next decode step would
+  // preempt what was just admitted (admit-then-preempt thrash). Alone, nothing can thrash.
+  if (!running_.empty() && kv_.free_slots() - kv_.slots_needed(seq, n_target) < watermark_slots_) return 0;
+  return n_target;
+}
+
 bool ContinuousScheduler::admit(Sequence* seq, Pass& pass) {
   if (pass.budget < 1) return false;
   if (pass.seats_taken < 0) {
     pass.seats_taken = 0;
     for (const Sequence* r : running_) pass.seats_taken += seats(*r);
   }
-  if (pass.seats_taken + seats(*seq) > config_.max_num_seqs) return false;
+  const int n_target = admission_target(*seq, pass.budget, pass.seats_taken, pass.step.chunks.empty());
+  if (n_target == 0) return false;
   const int n_tokens = seq->n_tokens();
-  int n_target = 0;  // positions to hold on admission
-  if (config_.chunked_prefill) {
-    n_target = std::min(n_tokens, pass.budget);
-  } else if (n_tokens <= pass.budget) {
-    n_target = n_tokens;
-  } else if (n_tokens > config_.max_num_batched_tokens && pass.step.chunks.empty()) {
-    // Only a recompute-preempted sequence grows past the budget (add() rejects such prompts):
-    // it is prefilled again in budget-sized pieces over consecutive prefill-only steps.
-    n_target = n_tokens;
-  } else {
-    return false;
-  }
-  if (!kv_.can_allocate(*seq, n_target)) return false;
-  // Keep a watermark free for the running sequences' growth, or the next decode step would
-  // preempt what was just admitted (admit-then-preempt thrash). Alone, nothing can thrash.
-  if (!running_.empty() && kv_.free_slots() - kv_.slots_needed(*seq, n_target) < watermark_slots_) return false;
   kv_.allocate(*seq, n_target);
   seq->n_computed = std::clamp(seq->kv.n_cached_prefix, 0, n_tokens - 1);
   const int n = fit_chunk(*seq, std::min(n_tokens - seq->n_computed, pass.budget));
@@ -332,6 +340,34 @@ ScheduledStep ContinuousScheduler::schedule(double now) {
   // After a preemption the arena is tight: admitting now would only preempt again (vLLM v1 too).
   if (swapped_.empty() && pass.step.preempted.empty()) schedule_admissions(pass);
   return std::move(pass.step);
+}
+
+std::span<Sequence* const> ContinuousScheduler::decodes_only() {
+  if (!swapped_.empty() || running_.empty() || config_.max_loras > 0 ||
+      static_cast<int64_t>(running_.size()) > config_.max_num_batched_tokens)
+    return {};
+  // Without chunked prefill, all_drawing_ already says every running sequence draws (and none has
+  // drafts: they are proposed before schedule(), and a proposer's engine takes no pass-less step).
+  if (config_.chunked_prefill || !all_drawing_) {
+    for (const Sequence* s : running_)
+      if (s->n_computed != s->n_tokens() - 1 || !s->spec_tokens.empty()) return {};
+  }
+  if (!waiting_.empty()) {
+    // With chunked prefill the pass admits after the decodes' holds, into the same step: not taken
+    // here. Without it, the pass first tries to admit the head of the queue (FCFS: nothing behind
+    // it goes if it does not) into a prefill-only step, and decodes only when it cannot. Every
+    // running sequence draws, so each has its first token and takes one seat.
+    if (config_.chunked_prefill) return {};
+    if (admission_target(*waiting_.front(), config_.max_num_batched_tokens, static_cast<int>(running_.size()),
+                         /*step_empty=*/true) > 0)
+      return {};
+  }
+  // What schedule() does now: a walk for prefills to resume (none) and admissions (none), then the
+  // decode pass, which holds each running sequence's slot in order and schedules its one row. True
+  // from here on: every running sequence draws, and still does after its decode (the pass after
+  // such a decode step sets it too).
+  all_drawing_ = true;
+  return running_;
 }
 
 void ContinuousScheduler::on_finished(Sequence* seq) {

@@ -42,6 +42,7 @@ class ContinuousScheduler final : public Scheduler {
   ScheduledStep schedule(double now) override;
   void on_finished(Sequence* seq) override;
   void on_tokens_appended(const Sequence&) override { all_drawing_ = false; }
+  std::span<Sequence* const> decodes_only() override;
   void clear() override;
   void remove(Sequence* seq) override;
   /// Share of the arena kept free when admitting next to running sequences (vLLM: 1%).
@@ -95,6 +96,9 @@ class ContinuousScheduler final : public Scheduler {
   void schedule_swap_ins(Pass& pass);
   void schedule_running_prefills(Pass& pass);
   void schedule_admissions(Pass& pass);
+  /// Positions seq would hold if admitted now into a pass with `budget` tokens left, `seats_taken`
+  /// seats taken and (step_empty) no chunk yet; 0 when it cannot be admitted. Changes nothing.
+  int admission_target(const Sequence& seq, int budget, int seats_taken, bool step_empty) const;
   /// Admits the head of waiting; false when it does not fit (FCFS: nothing behind it goes either).
   bool admit(Sequence* seq, Pass& pass);
   /// The adapter bound admits seq: no bound, no adapter, its adapter among `held` (the adapters

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,14 @@ class Scheduler {
   /// Running seq took tokens no step computed (structured output's jump-forward): it catches up
   /// on them before it draws again.
   virtual void on_tokens_appended(const Sequence& seq) { (void)seq; }
+  /// Steps of plain decodes without a pass (Engine::step_decodes): when the next schedule() would
+  /// be a decode pass and nothing else (nothing swapped out or to admit, every running sequence
+  /// drawing one row without drafts, within the token budget), the running sequences in the
+  /// order that pass takes them; else empty. The pass holds each one's next slot in that order
+  /// (KvManager::allocate_slots(seq, 1)) and preempts at the first the arena cannot hold: a
+  /// caller that makes those holds itself, in order, has made the ones the pass makes first, so
+  /// on a failed hold it calls schedule() as usual. Default: empty (never).
+  virtual std::span<Sequence* const> decodes_only() { return {}; }
   /// Forgets every sequence (abort); the caller releases their KV.
   virtual void clear() = 0;
   /// seq's request was aborted (a client went away) or rejected (it can never fit): it leaves

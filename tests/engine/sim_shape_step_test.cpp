@@ -260,5 +260,81 @@ TEST(SimShapeStep, DecodeStepsWithoutAStepRunAsExecutedOnes) {
   }
 }
 
+/// run_virtual with the runner's steps of plain decodes taken by Engine::step_decodes (no
+/// scheduler pass, no token events): only counted, as a capacity probe counts steps.
+RunResult run_decode_steps(Engine& engine, std::vector<Timed> items, int& n_decode_steps, int& n_tokens) {
+  RunResult r;
+  VirtualClock clock;
+  ListSource source(std::move(items));
+  RunnerCallbacks cb;
+  cb.on_step = [&](const StepOutcome& s) {
+    engine.check_invariants();
+    r.steps.push_back(s);
+    n_tokens += static_cast<int>(s.tokens.size());
+  };
+  cb.on_decode_step = [&](const StepOutcome& s) {
+    engine.check_invariants();
+    EXPECT_TRUE(s.tokens.empty());
+    r.steps.push_back(s);
+    n_tokens += s.n_tokens;
+    ++n_decode_steps;
+  };
+  cb.on_finished = [&](const FinishedRequest& f) { r.finished[f.request_id] = f; };
+  run_engine(engine, source, clock, cb);
+  return r;
+}
+
+// Steps of plain decodes made without a scheduler pass (Engine::step_decodes) are the steps the
+// pass makes: arrivals land between them (admitted or held back by a full arena), sequences
+// finish by length and by eos inside them,
+// blocks of 4 fill every fourth decode, a small arena preempts, a request of two parallel samples
+// and one whose prefix is cached run beside them. Every record, step time and token is the same.
+TEST(SimShapeStep, DecodeStepsWithoutAPassRunAsScheduledOnes) {
+  for (const bool chunked : {false, true}) {
+    std::vector<Timed> items;
+    for (uint64_t id = 1; id <= 40; ++id) {
+      Request r = make_request(id, 5 + int(id * 7 % 40), 4 + int(id * 11 % 37), id == 21 ? 2 : 0);
+      if (id % 3 == 0) r.sampling.temperature = 0.8f;
+      if (id % 2 == 0) r.sampling.ignore_eos = false;  // eos ends some early
+      if (id == 7) r.sampling.n = 2;
+      items.push_back({0.0015 * double(id) + 0.002 * double(id % 5), r});
+    }
+    const EngineConfig config = paged_config(continuous_sched(8, 256, chunked), 4096 * 3, 4);
+    ModelConfig model = micro_model();
+    model.eos_token = 7;  // the sim draws tokens in [2, vocab): eos 1 would never come
+    Engine stepped(config, sim_backend(model)), decoded(config, sim_backend(model));
+    stepped.set_kv_breakdown(false);  // as the decode steps run (and nothing here reads it)
+    decoded.set_kv_breakdown(false);
+    const RunResult a = run_virtual(stepped, items);
+    int n_decode_steps = 0, n_tokens = 0;
+    const RunResult b = run_decode_steps(decoded, items, n_decode_steps, n_tokens);
+    ASSERT_EQ(b.steps.size(), a.steps.size()) << "chunked " << chunked;
+    // Without chunked prefill most steps; with it, those with nothing waiting.
+    EXPECT_GT(n_decode_steps, static_cast<int>(a.steps.size()) / (chunked ? 5 : 2)) << "chunked " << chunked;
+    EXPECT_GT(a.n_preemptions(), 0);
+    EXPECT_EQ(n_tokens, a.n_tokens_delivered);
+    for (size_t i = 0; i < a.steps.size(); ++i) {
+      EXPECT_EQ(b.steps[i].start_s, a.steps[i].start_s) << "step " << i;
+      EXPECT_EQ(b.steps[i].duration_s, a.steps[i].duration_s) << "step " << i;
+      EXPECT_EQ(b.steps[i].batch_size, a.steps[i].batch_size) << "step " << i;
+      EXPECT_EQ(b.steps[i].n_tokens, a.steps[i].n_tokens) << "step " << i;
+    }
+    int n_eos = 0;
+    ASSERT_EQ(b.finished.size(), items.size());
+    for (const auto& [id, f] : a.finished) {
+      const FinishedRequest& g = b.at(id);
+      n_eos += f.reason == FinishReason::eos ? 1 : 0;
+      EXPECT_EQ(g.reason, f.reason) << "request " << id;
+      EXPECT_EQ(g.outputs, f.outputs) << "request " << id;
+      EXPECT_EQ(g.token_times_s, f.token_times_s) << "request " << id;
+      EXPECT_EQ(g.scheduled_s, f.scheduled_s) << "request " << id;
+      EXPECT_EQ(g.first_token_s, f.first_token_s) << "request " << id;
+      EXPECT_EQ(g.end_s, f.end_s) << "request " << id;
+      EXPECT_EQ(g.preemptions, f.preemptions) << "request " << id;
+    }
+    EXPECT_GT(n_eos, 0);
+  }
+}
+
 }  // namespace sim_shape_step_test
 }  // namespace servelab
