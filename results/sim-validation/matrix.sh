@@ -24,6 +24,8 @@
 #     plans: `servelab run` on the sim at each run's rate and request count, the ramp's end as that
 #     call set it) into CELL/repredict/ (or CELL/load-L/repredict/); the summary then compares the
 #     real records with those, as for the h100 cells, and validate-sim's own sim run is not used.
+#     REPREDICT_PROFILE=FILE: CELL/FILE instead of CELL/profile.json (a later profile of the same
+#     GPU kind, e.g. with a grid the call that measured the runs did not have; named in repredict/cell.txt).
 #   dry: the gpu path on the cpu backend with the tiny preset, a small grid and few requests
 #     (DRY_REQUESTS, default 12), under OUT (default /tmp/matrix-dry), to catch script bugs here.
 #   summary: matrix_summarize.py over OUT into OUT/../matrix.md (or MATRIX_MD).
@@ -192,11 +194,11 @@ print("[" + ",".join(repr(r["rate"]) for r in sorted(j["runs"], key=lambda r: r[
       [ -n "$r" ] && read -r -a ramp <<< "$r"
       rm -rf "$part/repredict"
       "$bin" run "$part/scenario-as-run.yaml" --out "$part/repredict" --force --quiet --no-plots "${ramp[@]}" \
-        --set "backend={kind: sim, sim_profile: $PWD/$part/profile.json}" \
+        --set "backend={kind: sim, sim_profile: $PWD/$part/${REPREDICT_PROFILE:-profile.json}}" \
         --set "workload.rates=$rates" --set "workload.n_requests=$nreq"
       rm -f "$part/repredict"/{report.html,steps.jsonl,junit.xml,results.csv}
       pack "$part/repredict/records.jsonl"
-      echo "re-predicted at sim commit $(git rev-parse --short HEAD), $(date -u +%FT%TZ): rates $rates, $nreq requests" \
+      echo "re-predicted at sim commit $(git rev-parse --short HEAD), $(date -u +%FT%TZ): rates $rates, $nreq requests, profile ${REPREDICT_PROFILE:-profile.json}" \
         > "$part/repredict/cell.txt"
       echo "$name ($part): re-predicted"
     done
