@@ -10,6 +10,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/cuda_check.h"
+#include "kernels/norm_row.cuh"
 
 namespace servelab::kernels {
 
@@ -45,23 +46,6 @@ __device__ __forceinline__ void add8(float (&acc)[8], uint4 v) {
     acc[2 * i + 1] += f.y;
   }
 }
-__device__ __forceinline__ void set8(float (&acc)[8], uint4 v) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(h[i]);
-    acc[2 * i] = f.x;
-    acc[2 * i + 1] = f.y;
-  }
-}
-__device__ __forceinline__ uint4 pack8(const float (&acc)[8]) {
-  uint4 v;
-  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
-  return v;
-}
-
 /// Block b of every rank meets here: thread t < n tells rank t that this rank's block b reached
 /// call `cnt` (its stores before this barrier made visible system-wide first), then waits until
 /// rank t's block b said the same. Gives up after timeout_ns, or when the host raised the abort
@@ -125,13 +109,13 @@ __global__ void __launch_bounds__(512) one_shot(Peers p, uint32_t* my_flags, uin
     float acc[8];
     if (kPush) {
       const uint4* mine = static_cast<const uint4*>(p.staging[rank]) + half;
-      set8(acc, load_cg(mine + v));
+      unpack8<__nv_bfloat16>(load_cg(mine + v), acc);
       for (int r = 1; r < n; ++r) add8(acc, load_cg(mine + r * slot_vec + v));
     } else {
-      set8(acc, load_cg(static_cast<const uint4*>(p.staging[0]) + half + v));
+      unpack8<__nv_bfloat16>(load_cg(static_cast<const uint4*>(p.staging[0]) + half + v), acc);
       for (int r = 1; r < n; ++r) add8(acc, load_cg(static_cast<const uint4*>(p.staging[r]) + half + v));
     }
-    out[v] = pack8(acc);
+    out[v] = pack8<__nv_bfloat16>(acc);
   }
 }
 
@@ -163,14 +147,39 @@ __device__ __forceinline__ uint4 load_volatile(const uint4* p) {
   return v;
 }
 
+/// Polls rank r's slot word v of this rank's lamport buffer until written until no word is -0.0, sets it
+/// back to -0.0, returns it; on a timeout, an abort or a sibling thread's failure (status) it
+/// records the failure once and returns zeros with `failed` set (the caller's block carries on to
+/// its barrier-free end rather than leave threads behind at a __syncthreads()).
+__device__ __forceinline__ uint4 lamport_take(uint4* slot, volatile uint32_t* status, int rank, int r,
+                                              uint64_t timeout_ns, bool& failed) {
+  uint4 y = make_uint4(0, 0, 0, 0);
+  if (failed) return y;
+  uint64_t t0 = 0;
+  for (uint32_t spins = 0; unwritten(y = load_volatile(slot)); ++spins) {
+    if ((spins & 255) != 255) continue;
+    const uint64_t now = global_ns();
+    if (t0 == 0) t0 = now;
+    const bool aborted = status[0] != 0;
+    if (aborted || status[1 + rank] != 0 || now - t0 > timeout_ns) {
+      if (status[1 + rank] == 0) status[1 + rank] = aborted ? CustomAllReduce::kAborted : uint32_t(1 + r);
+      __threadfence_system();
+      failed = true;
+      return make_uint4(0, 0, 0, 0);
+    }
+  }
+  *slot = make_uint4(kNegZero2, kNegZero2, kNegZero2, kNegZero2);
+  return y;
+}
+
 struct LamportPeers {
   uint4* buf[CustomAllReduce::kMaxRanks];
 };
 
 /// One-shot all-reduce with no barrier: rank `rank` stores its input (negative zeros made positive)
 /// into slot `rank` of every peer's receive buffer `cnt % 3`, then sums its own input with each
-/// peer's slot of its own buffer as the words land (polled until none is -0.0), in rank order, and
-/// sets the slots it read back to -0.0. Gives up like barrier() does: after timeout_ns or on abort.
+/// peer's slot of its own buffer as the words land (lamport_take), in rank order. Gives up like
+/// barrier() does: after timeout_ns or on abort.
 __global__ void __launch_bounds__(512) lamport(LamportPeers p, uint32_t* counters, volatile uint32_t* status,
                                                const uint4* in, uint4* out, int64_t n_vec, int64_t slot_vec,
                                                int rank, int n, uint64_t timeout_ns) {
@@ -193,31 +202,78 @@ __global__ void __launch_bounds__(512) lamport(LamportPeers p, uint32_t* counter
       if (r != rank) p.buf[r][buf + rank * slot_vec + v] = x;
   }
   uint4* mine = p.buf[rank] + buf;
+  bool failed = false;  // then the output is undefined and the object unusable (as after a barrier failure)
   for (int64_t v = first; v < n_vec; v += stride) {
     float acc[8];
     for (int r = 0; r < n; ++r) {
-      uint4 y;
-      if (r == rank) {
-        y = positive_zeros(in[v]);
-      } else {
-        uint64_t t0 = 0;
-        for (uint32_t spins = 0; unwritten(y = load_volatile(mine + r * slot_vec + v)); ++spins) {
-          if ((spins & 255) != 255) continue;
-          const uint64_t now = global_ns();
-          if (t0 == 0) t0 = now;
-          const bool aborted = status[0] != 0;
-          if (aborted || now - t0 > timeout_ns) {
-            status[1 + rank] = aborted ? CustomAllReduce::kAborted : uint32_t(1 + r);
-            __threadfence_system();
-            return;  // output undefined; the object is unusable from here (as after a barrier failure)
-          }
-        }
-        mine[r * slot_vec + v] = make_uint4(kNegZero2, kNegZero2, kNegZero2, kNegZero2);
-      }
-      if (r == 0) set8(acc, y);
+      const uint4 y = r == rank ? positive_zeros(in[v])
+                                : lamport_take(mine + r * slot_vec + v, status, rank, r, timeout_ns, failed);
+      if (r == 0) unpack8<__nv_bfloat16>(y, acc);
       else add8(acc, y);
     }
-    out[v] = pack8(acc);
+    out[v] = pack8<__nv_bfloat16>(acc);
+  }
+}
+
+/// lamport fused with the residual add and RMSNorm that follow a row-parallel product: for each of
+/// the block's rows, s = the all-reduced delta (rounded to bf16, as lamport writes it), residual +=
+/// s (rounded, stored), out = rms_norm(residual) · weight, through norm_row_from_registers: the bits
+/// of lamport then add_rms_norm. The grid is the lamport kernel's (blocks_ blocks: the per-block
+/// call counters stay in step), kNormThreads threads, row b, b + gridDim.x, ... per block.
+__global__ void __launch_bounds__(kNormThreads) lamport_add_rms_norm(
+    LamportPeers p, uint32_t* counters, volatile uint32_t* status, const uint4* delta, uint4* residual,
+    const uint4* weight, uint4* out, int rows, int d, float eps, int64_t slot_vec, int rank, int n,
+    uint64_t timeout_ns) {
+  const int nv = d / 8;
+  Vec8 wv[kNormCache];
+#pragma unroll
+  for (int i = 0; i < kNormCache; ++i) {
+    const int v = threadIdx.x + i * kNormThreads;
+    if (v < nv) wv[i] = weight[v];
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+  __shared__ uint32_t s_cnt;
+  if (threadIdx.x == 0) {
+    s_cnt = counters[blockIdx.x] + 1;
+    counters[blockIdx.x] = s_cnt;
+  }
+  __syncthreads();
+  const int64_t buf = int64_t(s_cnt % 3) * n * slot_vec;
+  for (int row = blockIdx.x; row < rows; row += gridDim.x)
+    for (int v = threadIdx.x; v < nv; v += kNormThreads) {
+      const int64_t e = int64_t(row) * nv + v;
+      const uint4 x = positive_zeros(delta[e]);
+      for (int r = 0; r < n; ++r)
+        if (r != rank) p.buf[r][buf + rank * slot_vec + e] = x;
+    }
+  uint4* mine = p.buf[rank] + buf;
+  bool failed = false;
+  for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+    float f[kNormCache][8];
+#pragma unroll
+    for (int i = 0; i < kNormCache; ++i) {
+      const int v = threadIdx.x + i * kNormThreads;
+      if (v >= nv) continue;
+      const int64_t e = int64_t(row) * nv + v;
+      float acc[8], t[8];
+      for (int r = 0; r < n; ++r) {
+        const uint4 y = r == rank ? positive_zeros(delta[e])
+                                  : lamport_take(mine + r * slot_vec + e, status, rank, r, timeout_ns, failed);
+        if (r == 0) unpack8<__nv_bfloat16>(y, acc);
+        else add8(acc, y);
+      }
+      unpack8<__nv_bfloat16>(pack8<__nv_bfloat16>(acc), f[i]);  // the all-reduce's output, as stored
+      unpack8<__nv_bfloat16>(residual[e], t);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) f[i][j] += t[j];
+      const uint4 packed = pack8<__nv_bfloat16>(f[i]);
+      residual[e] = packed;
+      unpack8<__nv_bfloat16>(packed, f[i]);  // the norm sees the stored (rounded) residual
+    }
+    norm_row_from_registers<__nv_bfloat16>(f, wv, nv, d, eps,
+                                           reinterpret_cast<__nv_bfloat16*>(out + int64_t(row) * nv));
+    __syncthreads();  // norm_block_sum's scratch is reused by the next row
   }
 }
 
@@ -345,6 +401,28 @@ void CustomAllReduce::run(int rank, const void* in, void* out, int64_t n, cudaSt
   launch_pdl(v == Variant::push ? one_shot<true> : one_shot<false>, blocks_, threads_, 0, stream, p, flags_[rank],
              counters_[rank], status_, static_cast<const uint4*>(in), static_cast<uint4*>(out), n_vec, slot_vec, rank,
              n_, spin_timeout_ns_);
+}
+
+bool CustomAllReduce::fuses_add_rms_norm(int64_t rows, int d) const {
+  return d > 0 && d % 8 == 0 && d / 8 <= kNormThreads * kNormCache && rows >= 0 &&
+         rows * d * 2 <= lamport_max_bytes_;
+}
+
+void CustomAllReduce::run_add_rms_norm(int rank, const void* delta, void* residual, const void* weight, void* out,
+                                       int rows, int d, float eps, cudaStream_t stream) const {
+  if (rank < 0 || rank >= n_) throw std::invalid_argument("CustomAllReduce::run_add_rms_norm: bad rank");
+  if (!fuses_add_rms_norm(rows, d))
+    throw std::invalid_argument("CustomAllReduce::run_add_rms_norm: " + std::to_string(rows) + " rows of " +
+                                std::to_string(d) + " do not fit (d % 8 == 0, d <= 8192, rows * d * 2 <= " +
+                                std::to_string(lamport_max_bytes_) + ")");
+  if ((reinterpret_cast<uintptr_t>(delta) | reinterpret_cast<uintptr_t>(residual) | reinterpret_cast<uintptr_t>(weight) |
+       reinterpret_cast<uintptr_t>(out)) & 15)
+    throw std::invalid_argument("CustomAllReduce::run_add_rms_norm: pointers must be 16-byte aligned");
+  LamportPeers lp{};
+  for (int r = 0; r < n_; ++r) lp.buf[r] = static_cast<uint4*>(lamport_[r]);
+  launch_pdl(lamport_add_rms_norm, blocks_, kNormThreads, 0, stream, lp, lamport_counters_[rank], status_,
+             static_cast<const uint4*>(delta), static_cast<uint4*>(residual), static_cast<const uint4*>(weight),
+             static_cast<uint4*>(out), rows, d, eps, int64_t(lamport_max_bytes_ / 16), rank, n_, spin_timeout_ns_);
 }
 
 }  // namespace servelab::kernels

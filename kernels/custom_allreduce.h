@@ -51,6 +51,15 @@ class CustomAllReduce {
   /// must be devices[r]). Every rank must call it with the same n.
   void run(int rank, const void* in, void* out, int64_t n, cudaStream_t stream, Variant v = Variant::automatic) const;
   int64_t lamport_max_bytes() const { return lamport_max_bytes_; }
+  /// The lamport all-reduce of delta[rows, d] fused with what follows a row-parallel product:
+  /// residual += sum (bf16, stored), out = rms_norm(residual) · weight (eps): the same bits as
+  /// run(lamport) then kernels::add_rms_norm, one kernel instead of two. bf16; needs
+  /// fuses_add_rms_norm(rows, d). Shares lamport's buffers and call counters: a call of either
+  /// counts for both, and every rank makes the same sequence of them.
+  void run_add_rms_norm(int rank, const void* delta, void* residual, const void* weight, void* out, int rows, int d,
+                        float eps, cudaStream_t stream) const;
+  /// d % 8 == 0, d <= 8192 (a row in registers) and rows · d · 2 <= lamport_max_bytes().
+  bool fuses_add_rms_norm(int64_t rows, int d) const;
   /// Nanoseconds a block waits at the barrier for a peer before it gives up (default 10 s). Read
   /// at launch: a graph keeps the value it was captured with.
   void set_spin_timeout_ns(uint64_t ns) { spin_timeout_ns_ = ns; }

@@ -6,28 +6,14 @@
 #include <stdexcept>
 
 #include "kernels/common.cuh"
+#include "kernels/norm_row.cuh"
 #include "kernels/ops.h"
 
 namespace servelab::kernels {
 namespace {
 
-constexpr int kThreads = 256;
-
-__device__ float block_sum(float v) {
-  __shared__ float partial[kThreads / 32];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
-  __syncthreads();
-  float total = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kThreads / 32; ++w) total += partial[w];
-  return total;
-}
-
-/// Vectors a thread keeps in registers between the two passes (rows up to 8 * kThreads * kCache
-/// values: 8192); longer rows re-read the row in the second pass.
-constexpr int kCache = 4;
+constexpr int kThreads = kNormThreads;
+constexpr int kCache = kNormCache;
 
 /// kAdd: residual += x first (rounded to T, as stored), then normalize the stored residual.
 /// The weight vectors are loaded before the PDL wait (they are no earlier kernel's output); a
@@ -49,7 +35,6 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const T* x, T* resid
   pdl_launch_dependents();
   const int64_t base = int64_t(blockIdx.x) * d;
   const T* src = kAdd ? residual + base : x + base;
-  float ss = 0.0f;
   if (cached) {
     float f[kCache][8];
 #pragma unroll
@@ -68,22 +53,11 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const T* x, T* resid
       } else {
         unpack8<T>(*reinterpret_cast<const Vec8*>(src + v * 8), f[i]);
       }
-#pragma unroll
-      for (int j = 0; j < 8; ++j) ss = fmaf(f[i][j], f[i][j], ss);
     }
-    const float inv = rsqrtf(block_sum(ss) / d + eps);
-#pragma unroll
-    for (int i = 0; i < kCache; ++i) {
-      const int v = threadIdx.x + i * kThreads;
-      if (v >= nv) continue;
-      float w[8];
-      unpack8<T>(wv[i], w);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) f[i][j] = f[i][j] * inv * w[j];
-      *reinterpret_cast<Vec8*>(out + base + v * 8) = pack8<T>(f[i]);
-    }
+    norm_row_from_registers<T>(f, wv, nv, d, eps, out + base);
     return;
   }
+  float ss = 0.0f;
   for (int v = threadIdx.x; v < nv; v += kThreads) {
     float f[8];
     if (kAdd) {
@@ -101,7 +75,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const T* x, T* resid
 #pragma unroll
     for (int j = 0; j < 8; ++j) ss = fmaf(f[j], f[j], ss);
   }
-  const float inv = rsqrtf(block_sum(ss) / d + eps);
+  const float inv = rsqrtf(norm_block_sum(ss) / d + eps);
   for (int v = threadIdx.x; v < nv; v += kThreads) {  // re-read: same thread wrote it, L1/L2 hit
     float f[8], w[8];
     unpack8<T>(*reinterpret_cast<const Vec8*>(src + v * 8), f);

@@ -117,7 +117,7 @@ if [ $BUILT = 1 ] && want cpu; then
   step cpu_tests 120 "$BUILD/test_cuda_backend" --gtest_filter='Tp*:*TpPlan*'
 fi
 if [ $BUILT = 1 ] && want kernels && [ -x "$BUILD/test_kernels_gpu" ]; then
-  run_watched kernels_gpu 90 80 "$BUILD/test_kernels_gpu" --gtest_filter='CustomAllReduceGpu*'
+  run_watched kernels_gpu 90 80 "$BUILD/test_kernels_gpu" --gtest_filter="${KERNELS_FILTER:-CustomAllReduceGpu*}"
   grep -hE "ended after|OK \]|FAILED" "$OUT/kernels_gpu.log" >"$OUT/kernels_summary.txt" 2>/dev/null
   TABLE+=("$(cat "$OUT/kernels_summary.txt")")
 fi

@@ -15,6 +15,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/custom_allreduce.h"
+#include "kernels/ops.h"
 #include "kernels/ref/allreduce_ref.h"
 
 namespace servelab::kernels {
@@ -166,6 +167,69 @@ TEST(CustomAllReduceGpu, ReplayedFromCudaGraphsWithFreshInputs) {
     }
   }
   EXPECT_EQ(car.error(0), 0u);
+}
+
+/// A device buffer of n bf16 on device d holding `host`.
+uint16_t* device_copy(int d, const std::vector<uint16_t>& host) {
+  CUDA_CHECK(cudaSetDevice(d));
+  uint16_t* p = nullptr;
+  CUDA_CHECK(cudaMalloc(&p, host.size() * 2));
+  CUDA_CHECK(cudaMemcpy(p, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+  return p;
+}
+
+TEST(CustomAllReduceGpu, FusedAddRmsNormGivesTheBitsOfAllReduceThenAddRmsNorm) {
+  SKIP_WITHOUT_TWO_GPUS();
+  CustomAllReduce car({0, 1}, int64_t(1) << 20);
+  RankBufs r0(0, 8), r1(1, 8);  // their streams
+  RankBufs* ranks[2] = {&r0, &r1};
+  uint32_t seed = 300;
+  // llama2-13b's hidden at batch 1, 3, 32 and 100 (the largest under 1 MiB), llama3-70b's at 60.
+  for (auto [rows, d] : {std::pair{1, 5120}, {3, 5120}, {32, 5120}, {100, 5120}, {60, 8192}}) {
+    ASSERT_TRUE(car.fuses_add_rms_norm(rows, d));
+    const int64_t n = int64_t(rows) * d;
+    const std::vector<uint16_t> residual = random_bf16(n, seed++), weight = random_bf16(d, seed++);
+    std::vector<uint16_t*> a(2), res_a(2), out_a(2), delta(2), res_b(2), out_b(2), w(2);
+    for (int r = 0; r < 2; ++r) {
+      const std::vector<uint16_t> dr = random_bf16(n, seed++);
+      a[r] = device_copy(r, dr);  // unfused: all-reduced in place, then add_rms_norm
+      delta[r] = device_copy(r, dr);
+      res_a[r] = device_copy(r, residual);
+      res_b[r] = device_copy(r, residual);
+      out_a[r] = device_copy(r, std::vector<uint16_t>(n, 0xffff));
+      out_b[r] = device_copy(r, std::vector<uint16_t>(n, 0xffff));
+      w[r] = device_copy(r, weight);
+    }
+    for (int r = 0; r < 2; ++r) {
+      CUDA_CHECK(cudaSetDevice(r));
+      car.run(r, a[r], a[r], n, ranks[r]->stream, CustomAllReduce::Variant::lamport);
+      add_rms_norm(ScalarType::bf16, a[r], res_a[r], w[r], out_a[r], rows, d, 1e-5f, ranks[r]->stream);
+    }
+    for (int r = 0; r < 2; ++r) {
+      CUDA_CHECK(cudaSetDevice(r));
+      car.run_add_rms_norm(r, delta[r], res_b[r], w[r], out_b[r], rows, d, 1e-5f, ranks[r]->stream);
+    }
+    std::vector<uint16_t> want_res, want_out;
+    for (int r = 0; r < 2; ++r) {
+      const std::vector<uint16_t> ra = download(*ranks[r], res_a[r], n), oa = download(*ranks[r], out_a[r], n);
+      EXPECT_EQ(mismatches(download(*ranks[r], res_b[r], n), ra), 0) << "residual, rank " << r << ", " << rows << " x " << d;
+      EXPECT_EQ(mismatches(download(*ranks[r], out_b[r], n), oa), 0) << "normed, rank " << r << ", " << rows << " x " << d;
+      if (r == 0) {
+        want_res = ra;
+        want_out = oa;
+        EXPECT_EQ(mismatches(oa, std::vector<uint16_t>(n, 0xffff)), n) << "the norm wrote every value";
+      } else {
+        EXPECT_EQ(mismatches(ra, want_res), 0) << "ranks agree";
+        EXPECT_EQ(mismatches(oa, want_out), 0) << "ranks agree";
+      }
+    }
+    for (int r = 0; r < 2; ++r) {
+      CUDA_CHECK(cudaSetDevice(r));
+      for (uint16_t* p : {a[r], res_a[r], out_a[r], delta[r], res_b[r], out_b[r], w[r]}) CUDA_CHECK(cudaFree(p));
+    }
+  }
+  EXPECT_EQ(car.error(0), 0u);
+  EXPECT_EQ(car.error(1), 0u);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {

@@ -99,13 +99,18 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   for (int l = 0; l < m.n_layers; ++l) {
     const cuda::DeviceLayer& W = w.layers[l];
     const cuda::QuantDeviceWeights::Layer* Q = qw ? &qw->layers[l] : nullptr;  // quantized Linears, or none
-    const cuda::ResidualNorm attn_norm{W.attn_norm, d, m.rms_eps}, ffn_norm{W.ffn_norm, d, m.rms_eps};
+    // Under tensor parallelism the O and down products' partial sums are all-reduced by the norm
+    // after them (with the residual add and the norm in one kernel where ours takes the message);
+    // the last layer's down product all-reduces itself (the final norm sees the drawn rows only).
+    const bool last = l + 1 == m.n_layers;
+    const cuda::ResidualNorm attn_norm{W.attn_norm, d, m.rms_eps, true}, ffn_norm{W.ffn_norm, d, m.rms_eps, true};
     using Group = cuda::LoraGroup;
     const cuda::Linear qkv_proj{W.w_qkv, qkv_width(), d, cuda::Linear::Split::column, Q ? &Q->qkv : nullptr, hook(l, Group::qkv)};
     const cuda::Attention attention{local_heads, W.b_qkv};
-    const cuda::Linear o_proj{W.w_o, d, dq(), cuda::Linear::Split::row, Q ? &Q->o : nullptr, hook(l, Group::o)};
+    const cuda::Linear o_proj{W.w_o, d, dq(), cuda::Linear::Split::row, Q ? &Q->o : nullptr, hook(l, Group::o), true};
     const cuda::GateUpSilu gate_up_silu{W.w_gate_up, local_ffn, d, Q ? &Q->gate_up : nullptr, hook(l, Group::gate_up)};
-    const cuda::Linear down_proj{W.w_down, d, local_ffn, cuda::Linear::Split::row, Q ? &Q->down : nullptr, hook(l, Group::down)};
+    const cuda::Linear down_proj{W.w_down,   d, local_ffn, cuda::Linear::Split::row, Q ? &Q->down : nullptr,
+                                 hook(l, Group::down), !last};
 
     if (l == 0) k::rms_norm(dt, h.get(), W.attn_norm, xn.get(), R, d, m.rms_eps, stream);
     else attn_norm(ctx, delta.get(), h.get(), xn.get(), R);

@@ -2,12 +2,15 @@
 // The ops the CUDA forward is written over (cuda_forward.cpp), so the model is written once:
 // fusion and tensor parallelism are properties of the ops, not branches in the forward.
 // - Linear: y = x · Wᵀ, split across tensor-parallel ranks by output features (column: nothing
-//   to communicate) or input features (row: partial sums, all-reduced inside the op). Quantized
+//   to communicate) or input features (row: partial sums, all-reduced inside the op, or by the
+//   ResidualNorm that takes y next when `all_reduce_later`). Quantized
 //   weights (Linear::quant, quant_linear.h: FP8 or INT4, dispatched on the row count) and the LoRA
 //   hook (LoraHook: its shrink beside the product, its expand after it or into the residual
 //   beside it) plug in here.
 // - GateUpSilu: the gated MLP's first half, one fused launch where the product kernel can.
-// - ResidualNorm: h += delta, then xn = rms_norm(h) · w (one kernel fused, two otherwise).
+// - ResidualNorm: h += delta, then xn = rms_norm(h) · w (one kernel fused, two otherwise); with
+//   `all_reduce_delta` under tensor parallelism delta is a row-parallel product's partial sum,
+//   all-reduced first: in the same kernel when our lamport all-reduce takes it (tp_comm.h).
 // - Attention: RoPE and the K/V write into a KvCacheSpec arena (fused or not), then decode or
 //   prefill attention over the step's KV addressing.
 #include <cmath>
@@ -102,12 +105,14 @@ struct Linear {
   Split split = Split::none;
   const QuantWeight* quant = nullptr;  ///< quantized weights (quant_linear.h): used instead of `weight`
   const LoraHook* lora = nullptr;  ///< adapters' deltas added after the product; null: none this step
+  /// Split::row: y is left a partial sum for the ResidualNorm after it (all_reduce_delta).
+  bool all_reduce_later = false;
   void operator()(const OpContext& c, const void* x, void* y, int rows) const {
     if (lora) lora->before_product(c, x, rows);
     if (quant) c.quant->run(*quant, x, y, rows, *c.gemm, c.stream);
     else c.gemm->run(c.dt, x, weight, y, rows, out, in, false, c.stream);
     if (lora) lora->after_product(c, y, out, rows);
-    if (split == Split::row && c.tp) tp_all_reduce(*c.tp, y, int64_t(rows) * out, c.stream);
+    if (split == Split::row && c.tp && !all_reduce_later) tp_all_reduce(*c.tp, y, int64_t(rows) * out, c.stream);
   }
 };
 
@@ -138,7 +143,13 @@ struct ResidualNorm {
   const void* weight = nullptr;  ///< [d]
   int d = 0;
   float eps = 1e-5f;
-  void operator()(const OpContext& c, const void* delta, void* h, void* xn, int rows) const {
+  /// Under tensor parallelism: delta is a row-parallel product's partial sum (Linear::all_reduce_later).
+  bool all_reduce_delta = false;
+  void operator()(const OpContext& c, void* delta, void* h, void* xn, int rows) const {
+    if (all_reduce_delta && c.tp) {
+      if (c.fusion && tp_all_reduce_add_rms_norm(*c.tp, delta, h, weight, xn, rows, d, eps, c.stream)) return;
+      tp_all_reduce(*c.tp, delta, int64_t(rows) * d, c.stream);
+    }
     if (c.fusion) {
       kernels::add_rms_norm(c.dt, delta, h, weight, xn, rows, d, eps, c.stream);
     } else {

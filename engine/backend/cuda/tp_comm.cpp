@@ -234,6 +234,16 @@ void tp_lm_head(TpRank&, kernels::Gemm&, const void*, const void*, float*, int, 
 
 #endif
 
+bool tp_all_reduce_add_rms_norm(TpRank& tp, void* delta, void* h, const void* w, void* xn, int rows, int d, float eps,
+                                cudaStream_t stream) {
+  const int64_t n = int64_t(rows) * d;
+  if (!tp_uses_custom(tp, delta, n) || !tp.custom->fuses_add_rms_norm(rows, d) ||
+      ((reinterpret_cast<uintptr_t>(h) | reinterpret_cast<uintptr_t>(w) | reinterpret_cast<uintptr_t>(xn)) & 15))
+    return false;
+  tp.custom->run_add_rms_norm(tp.rank, delta, h, w, xn, rows, d, eps, stream);
+  return true;
+}
+
 bool tp_uses_custom(const TpRank& tp, const void* x, int64_t n) {
   return tp.custom && tp.dtype == DType::bf16 && n % 8 == 0 && n * 2 <= tp.custom_max_bytes &&
          (reinterpret_cast<uintptr_t>(x) & 15) == 0;

@@ -90,6 +90,12 @@ void tp_wait_stream(const TpRank& tp, cudaStream_t stream, const char* what);
 /// tp.custom is set and the message is at most tp.custom_max_bytes (n % 8 == 0, 16-byte aligned;
 /// otherwise NCCL), else ncclAllReduce (ncclSum). Every rank takes the same path for the same n.
 void tp_all_reduce(TpRank& tp, void* x, int64_t n, cudaStream_t stream);
+/// The all-reduce of a row-parallel product's partial sums delta[rows, d] fused with the residual
+/// add and RMSNorm after it (kernels::CustomAllReduce::run_add_rms_norm: h += sum, xn =
+/// rms_norm(h) · w, the bits of tp_all_reduce then add_rms_norm) when our kernel takes the message;
+/// false (nothing enqueued) otherwise. Every rank gets the same answer for the same step.
+bool tp_all_reduce_add_rms_norm(TpRank& tp, void* delta, void* h, const void* w, void* xn, int rows, int d, float eps,
+                                cudaStream_t stream);
 /// True when tp_all_reduce sends `n` values through the custom kernel.
 bool tp_uses_custom(const TpRank& tp, const void* x, int64_t n);
 /// Grows `gather` for `rows` sampled rows (not while capturing: called from ensure_samples).
