@@ -175,6 +175,7 @@ uint16_t* device_copy(int d, const std::vector<uint16_t>& host) {
   uint16_t* p = nullptr;
   CUDA_CHECK(cudaMalloc(&p, host.size() * 2));
   CUDA_CHECK(cudaMemcpy(p, host.data(), host.size() * 2, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaDeviceSynchronize());  // a pageable copy may still be in flight; the ranks' streams do not wait for it
   return p;
 }
 
