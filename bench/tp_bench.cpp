@@ -5,7 +5,8 @@
 //   rank), for llama2-13b's decode messages (batch x 5120 x 2 bytes, batch 1..256) and 4-16 MiB.
 // - decode: a preset (default llama2-13b, random weights) decode step time at batch 1, 32 and 128
 //   (256-token prompts, CUDA graphs), one GPU against tensor_parallel 2 with all_reduce nccl and
-//   auto (ours for these messages), and the communication share: 2 x n_layers all-reduces of the
+//   auto (ours for these messages), auto with the all-reduce fused with the residual add and norm
+//   (tp_fuse_all_reduce_norm), and the communication share: 2 x n_layers all-reduces of the
 //   step's message timed inside a CUDA graph on that backend, over its TP=2 step time (the LM
 //   head's logits all-gather, one per step, is left out).
 // - bound: a preset (default llama3-70b, random weights: the speed does not depend on them) on
@@ -115,9 +116,10 @@ struct Tp2Run {
   std::vector<double> step_s, comm_s;
 };
 
-Tp2Run run_tp2(const ModelConfig& config, TpAllReduce mode, const std::vector<int>& batches) {
+Tp2Run run_tp2(const ModelConfig& config, TpAllReduce mode, const std::vector<int>& batches, bool fuse_norm = false) {
   CudaBackendOptions o;
   o.tp_all_reduce = mode;
+  o.tp_fuse_all_reduce_norm = fuse_norm;
   auto two = TpCudaBackend::random(config, 1, 2, o);
   std::printf("%s, %s\n", config.name.c_str(), two->describe().c_str());
   Tp2Run r;
@@ -139,6 +141,7 @@ void decode_step_tp2_vs_tp1(const std::string& model) {
   }
   const Tp2Run nccl = run_tp2(config, TpAllReduce::nccl, batches);
   const Tp2Run ours = run_tp2(config, TpAllReduce::auto_select, batches);
+  const Tp2Run fused = run_tp2(config, TpAllReduce::auto_select, batches, /*fuse_norm=*/true);
   std::printf("tp-decode %6s %9s | %9s %8s %9s %7s | %9s %8s %9s %7s\n", "batch", "tp1_ms", "nccl_ms", "speedup",
               "comm_ms", "share", "ours_ms", "speedup", "comm_ms", "share");
   for (size_t i = 0; i < batches.size(); ++i)
@@ -146,6 +149,11 @@ void decode_step_tp2_vs_tp1(const std::string& model) {
                 one_s[i] * 1e3, nccl.step_s[i] * 1e3, one_s[i] / nccl.step_s[i], nccl.comm_s[i] * 1e3,
                 100.0 * nccl.comm_s[i] / nccl.step_s[i], ours.step_s[i] * 1e3, one_s[i] / ours.step_s[i],
                 ours.comm_s[i] * 1e3, 100.0 * ours.comm_s[i] / ours.step_s[i]);
+  std::printf("tp-decode %6s %9s | %12s %8s  (ours with the all-reduce fused with the residual add and norm)\n",
+              "batch", "tp1_ms", "ours_fused_ms", "speedup");
+  for (size_t i = 0; i < batches.size(); ++i)
+    std::printf("tp-decode %6d %9.3f | %12.3f %7.2fx\n", batches[i], one_s[i] * 1e3, fused.step_s[i] * 1e3,
+                one_s[i] / fused.step_s[i]);
 }
 
 /// Device-to-device copy bandwidth of `device` (read + write bytes / time), GB/s.

@@ -100,6 +100,11 @@ struct CudaBackendOptions {
   /// The largest message ours takes (`all_reduce_max_bytes`; its peer buffers hold 2 x N of
   /// these per GPU, allocated once at start): the measured crossover by default.
   int64_t tp_all_reduce_max_bytes = kTpCustomAllReduceDefaultMaxBytes;
+  /// Our lamport all-reduce of the O and down products fused with the residual add and RMSNorm
+  /// after them (kernels::CustomAllReduce::run_add_rms_norm). Off by default: measured once on
+  /// 2 x H200 (TP tests pass with it, llama2-13b batch-1 decode 1.66x one GPU against 1.63x
+  /// unfused), but its bit-equality kernel test has not yet passed on GPUs (docs/tensor-parallel.md).
+  bool tp_fuse_all_reduce_norm = false;
   DecodePathOptions decode;  ///< decode products: gemv or cuBLASLt, PDL, fused SiLU
   /// The decoder Linears' format (`quantization:`), quantized on load from the bf16 weights
   /// (engine/backend/cuda/quant_linear.h): fp8 (per-tensor scales and activations, or per-channel

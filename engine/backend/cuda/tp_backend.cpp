@@ -278,6 +278,7 @@ std::unique_ptr<TpCudaBackend::Impl> TpCudaBackend::build(const ModelConfig& con
       tp->custom = impl->custom.get();
       tp->custom_max_bytes = o.tp_all_reduce_max_bytes;
       tp->custom_only = o.tp_all_reduce == TpAllReduce::custom;
+      tp->fuse_add_norm = o.tp_fuse_all_reduce_norm;
     }
   }
   return impl;
@@ -528,7 +529,8 @@ std::string TpCudaBackend::all_reduce_path() const {
   const CudaBackendOptions& o = impl_->options;
   if (!impl_->custom) return "NCCL";
   if (o.tp_all_reduce == TpAllReduce::custom) return "ours (peer memory) for every message";
-  return "ours (peer memory) up to " + std::to_string(o.tp_all_reduce_max_bytes) + " bytes, NCCL above";
+  return "ours (peer memory) up to " + std::to_string(o.tp_all_reduce_max_bytes) + " bytes, NCCL above" +
+         (o.tp_fuse_all_reduce_norm ? ", fused with the residual add and norm" : "");
 }
 
 std::string TpCudaBackend::describe() const {

@@ -237,7 +237,7 @@ void tp_lm_head(TpRank&, kernels::Gemm&, const void*, const void*, float*, int, 
 bool tp_all_reduce_add_rms_norm(TpRank& tp, void* delta, void* h, const void* w, void* xn, int rows, int d, float eps,
                                 cudaStream_t stream) {
   const int64_t n = int64_t(rows) * d;
-  if (!tp_uses_custom(tp, delta, n) || !tp.custom->fuses_add_rms_norm(rows, d) ||
+  if (!tp.fuse_add_norm || !tp_uses_custom(tp, delta, n) || !tp.custom->fuses_add_rms_norm(rows, d) ||
       ((reinterpret_cast<uintptr_t>(h) | reinterpret_cast<uintptr_t>(w) | reinterpret_cast<uintptr_t>(xn)) & 15))
     return false;
   tp.custom->run_add_rms_norm(tp.rank, delta, h, w, xn, rows, d, eps, stream);

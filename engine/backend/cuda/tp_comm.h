@@ -46,6 +46,8 @@ struct TpRank {
   /// all_reduce: custom: every message through our kernel; one it cannot take (over
   /// custom_max_bytes, f16, unaligned) is an error rather than a silent NCCL call.
   bool custom_only = false;
+  /// tp_all_reduce_add_rms_norm may fuse (CudaBackendOptions::tp_fuse_all_reduce_norm).
+  bool fuse_add_norm = false;
   /// Diagnosis only (issue 25's GPU test TpGpuDiag): the blocking ncclCommInitRank of the code
   /// before the fix, on the calling thread, with no watchdog.
   bool blocking_init = false;
@@ -92,8 +94,8 @@ void tp_wait_stream(const TpRank& tp, cudaStream_t stream, const char* what);
 void tp_all_reduce(TpRank& tp, void* x, int64_t n, cudaStream_t stream);
 /// The all-reduce of a row-parallel product's partial sums delta[rows, d] fused with the residual
 /// add and RMSNorm after it (kernels::CustomAllReduce::run_add_rms_norm: h += sum, xn =
-/// rms_norm(h) · w, the bits of tp_all_reduce then add_rms_norm) when our kernel takes the message;
-/// false (nothing enqueued) otherwise. Every rank gets the same answer for the same step.
+/// rms_norm(h) · w, the bits of tp_all_reduce then add_rms_norm) when fusion is on (fuse_add_norm)
+/// and our kernel takes the message; false (nothing enqueued) otherwise. Every rank gets the same answer for the same step.
 bool tp_all_reduce_add_rms_norm(TpRank& tp, void* delta, void* h, const void* w, void* xn, int rows, int d, float eps,
                                 cudaStream_t stream);
 /// True when tp_all_reduce sends `n` values through the custom kernel.
