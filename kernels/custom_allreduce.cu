@@ -46,6 +46,18 @@ __device__ __forceinline__ void add8(float (&acc)[8], uint4 v) {
     acc[2 * i + 1] += f.y;
   }
 }
+/// This block's call number: its counter, incremented once a call (every block of every kernel
+/// sharing the counters runs every call, so all blocks, and the ranks, agree on it).
+__device__ __forceinline__ uint32_t next_call(uint32_t* counters) {
+  __shared__ uint32_t s_cnt;
+  if (threadIdx.x == 0) {
+    s_cnt = counters[blockIdx.x] + 1;
+    counters[blockIdx.x] = s_cnt;
+  }
+  __syncthreads();
+  return s_cnt;
+}
+
 /// Block b of every rank meets here: thread t < n tells rank t that this rank's block b reached
 /// call `cnt` (its stores before this barrier made visible system-wide first), then waits until
 /// rank t's block b said the same. Gives up after timeout_ns, or when the host raised the abort
@@ -85,13 +97,7 @@ __global__ void __launch_bounds__(512) one_shot(Peers p, uint32_t* my_flags, uin
                                                 int64_t slot_vec, int rank, int n, uint64_t timeout_ns) {
   pdl_wait();  // launched with PDL, as lamport
   pdl_launch_dependents();
-  __shared__ uint32_t s_cnt;
-  if (threadIdx.x == 0) {
-    s_cnt = counters[blockIdx.x] + 1;
-    counters[blockIdx.x] = s_cnt;
-  }
-  __syncthreads();
-  const uint32_t cnt = s_cnt;
+  const uint32_t cnt = next_call(counters);
   const int64_t half = int64_t(cnt & 1) * n * slot_vec;  // this call's half of every staging buffer
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -147,7 +153,7 @@ __device__ __forceinline__ uint4 load_volatile(const uint4* p) {
   return v;
 }
 
-/// Polls rank r's slot word v of this rank's lamport buffer until written until no word is -0.0, sets it
+/// Polls one slot word (16 bytes) of this rank's lamport buffer until no bf16 of it is -0.0, sets it
 /// back to -0.0, returns it; on a timeout, an abort or a sibling thread's failure (status) it
 /// records the failure once and returns zeros with `failed` set (the caller's block carries on to
 /// its barrier-free end rather than leave threads behind at a __syncthreads()).
@@ -187,13 +193,7 @@ __global__ void __launch_bounds__(512) lamport(LamportPeers p, uint32_t* counter
   // moment that product's output is complete; the norm after it may be scheduled at once.
   pdl_wait();
   pdl_launch_dependents();
-  __shared__ uint32_t s_cnt;
-  if (threadIdx.x == 0) {
-    s_cnt = counters[blockIdx.x] + 1;
-    counters[blockIdx.x] = s_cnt;
-  }
-  __syncthreads();
-  const int64_t buf = int64_t(s_cnt % 3) * n * slot_vec;
+  const int64_t buf = int64_t(next_call(counters) % 3) * n * slot_vec;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   for (int64_t v = first; v < n_vec; v += stride) {
@@ -233,13 +233,7 @@ __global__ void __launch_bounds__(kNormThreads) lamport_add_rms_norm(
   }
   pdl_wait();
   pdl_launch_dependents();
-  __shared__ uint32_t s_cnt;
-  if (threadIdx.x == 0) {
-    s_cnt = counters[blockIdx.x] + 1;
-    counters[blockIdx.x] = s_cnt;
-  }
-  __syncthreads();
-  const int64_t buf = int64_t(s_cnt % 3) * n * slot_vec;
+  const int64_t buf = int64_t(next_call(counters) % 3) * n * slot_vec;
   for (int row = blockIdx.x; row < rows; row += gridDim.x)
     for (int v = threadIdx.x; v < nv; v += kNormThreads) {
       const int64_t e = int64_t(row) * nv + v;
