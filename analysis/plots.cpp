@@ -110,16 +110,16 @@ std::string log_tail(const fs::path& log) {
 }
 
 /// One latency figure: p50 solid and p99 dashed per strategy, with the SLO as a horizontal line.
-/// A log y axis when the SLO sits far above the data, so the curves stay readable.
+/// A log y axis where latency_log_scale says, so the curves stay readable.
 std::string latency_figure(const std::vector<StrategyRuns>& groups, const std::string& out_name,
                            const std::string& title, const std::string& ylabel, int col_p50, double slo_ms,
-                           double data_max) {
+                           const double (&data)[3]) {
   std::ostringstream s;
   s << "reset\nset datafile missing 'NaN'\nset grid\nset key top left box opaque\n";
   s << "set output " << q(out_name) << "\n";
   s << "set title " << q(title + " (solid: p50, dashed: p99)") << "\n";
   s << "set xlabel 'request rate (req/s)'\nset ylabel " << q(ylabel) << "\n";
-  if (data_max > 0 && slo_ms > 5.0 * data_max)
+  if (latency_log_scale(slo_ms, data[0], data[1], data[2]))
     s << "set logscale y\n";
   else
     s << "set yrange [0:*]\n";
@@ -205,14 +205,28 @@ std::string slug(const std::string& name) {
 
 bool gnuplot_available(const std::string& gnuplot) { return !find_executable(gnuplot).empty(); }
 
+bool latency_log_scale(double slo_ms, double p50_min, double p50_max, double p99_max) {
+  if (!(p99_max > 0)) return false;
+  return slo_ms > 5.0 * p99_max || (p50_min > 0 && p50_max > 100.0 * p50_min);
+}
+
 namespace {
 
-/// What write_rate_data found: whether any strategy has finite-rate runs, and the p99 maxima.
+/// What write_rate_data found: whether any strategy has finite-rate runs, the p99 maxima and the
+/// range of the positive p50s.
 struct RateData {
   bool any = false;
   double ttft_max = 0.0;
   double tpot_max = 0.0;
+  double ttft_p50[2] = {0.0, 0.0};  ///< smallest positive, largest
+  double tpot_p50[2] = {0.0, 0.0};
 };
+
+void widen(double (&range)[2], double v) {
+  if (!std::isfinite(v) || v <= 0) return;
+  if (range[0] == 0.0 || v < range[0]) range[0] = v;
+  range[1] = std::max(range[1], v);
+}
 
 /// plots/rate_<strategy>.dat: one line per finite-rate run, rate ascending.
 RateData write_rate_data(const fs::path& plots, const std::vector<StrategyRuns>& groups) {
@@ -231,6 +245,8 @@ RateData write_rate_data(const fs::path& plots, const std::vector<StrategyRuns>&
         << dat(m.goodput) << "\n";
       if (std::isfinite(m.ttft_ms.p99)) out.ttft_max = std::max(out.ttft_max, m.ttft_ms.p99);
       if (std::isfinite(m.tpot_ms.p99)) out.tpot_max = std::max(out.tpot_max, m.tpot_ms.p99);
+      widen(out.ttft_p50, m.ttft_ms.p50);
+      widen(out.tpot_p50, m.tpot_ms.p50);
     }
     write_file(plots / ("rate_" + g.file + ".dat"), d.str());
   }
@@ -331,11 +347,11 @@ PlotResult write_plots(const std::string& dir, const Summary& summary, const std
   if (rates.any) {
     add("ttft_vs_rate", "TTFT vs request rate", [&](const std::string& o) {
       return latency_figure(groups, o, "TTFT vs request rate", "time to first token (ms)", 2,
-                            summary.slo.ttft_ms, rates.ttft_max);
+                            summary.slo.ttft_ms, {rates.ttft_p50[0], rates.ttft_p50[1], rates.ttft_max});
     });
     add("tpot_vs_rate", "TPOT vs request rate", [&](const std::string& o) {
       return latency_figure(groups, o, "TPOT vs request rate", "time per output token (ms)", 4,
-                            summary.slo.tpot_ms, rates.tpot_max);
+                            summary.slo.tpot_ms, {rates.tpot_p50[0], rates.tpot_p50[1], rates.tpot_max});
     });
     add("throughput_vs_rate", "Output throughput and goodput vs request rate",
         [&](const std::string& o) { return throughput_figure(groups, o); });

@@ -50,6 +50,11 @@ struct PlotResult {
 /// True when `gnuplot` names an executable (a path, or a name found in PATH).
 bool gnuplot_available(const std::string& gnuplot = "gnuplot");
 
+/// Whether a latency-vs-rate figure gets a log y axis: when the SLO line sits far above the data
+/// (over 5x its largest p99), or when the runs' p50s span over 100x (static batching's queueing
+/// beside continuous batching), so that no curve is flattened against the axis.
+bool latency_log_scale(double slo_ms, double p50_min, double p50_max, double p99_max);
+
 /// Writes DIR/plots/{plots.gp, *.dat} and runs gnuplot there (its output in plots/gnuplot.log).
 /// Never throws for plotting problems: they become warnings.
 /// `records` feed the CDFs and the TTFT/queue timelines (the same window as the summary's);

@@ -8,7 +8,7 @@ set output 'ttft_vs_rate.svg'
 set title 'TTFT vs request rate (solid: p50, dashed: p99)'
 set xlabel 'request rate (req/s)'
 set ylabel 'time to first token (ms)'
-set yrange [0:*]
+set logscale y
 plot 'rate_static.dat' using 1:2 with linespoints lc 1 lw 2 pt 7 dt 1 title 'static p50', \
      'rate_static.dat' using 1:3 with linespoints lc 1 lw 2 pt 6 dt 2 title 'static p99', \
      'rate_dynamic.dat' using 1:2 with linespoints lc 2 lw 2 pt 7 dt 1 title 'dynamic p50', \
@@ -277,6 +277,130 @@ plot 'goodput_static.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 1 title 's
      'goodput_dynamic.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 2 title 'dynamic', \
      'goodput_continuous-naive.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 3 title 'continuous-naive', \
      'goodput_continuous-paged.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set output 'server_state_static.svg'
+set multiplot layout 2,1 title 'Client and server over time: static@128 (server: engine steps)'
+set lmargin 10
+set rmargin 10
+set grid
+set key top left horizontal box opaque font ',9'
+set xrange [0:3.1200346]
+set format x ''
+set title 'client: TTFT at arrival and requests waiting for a first token'
+set ylabel 'TTFT (ms)'
+set y2label 'waiting (client)'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_static.dat' using 1:2 with points pt 7 ps 0.5 lc 1 title 'TTFT' axes x1y1, \
+     'queue_time_static.dat' using 1:2 with steps lw 1.5 lc 2 title 'waiting' axes x1y2
+set format x '% h'
+set xlabel 'time since run start (s)'
+set title 'server: running and waiting requests, KV cache in use, preemptions'
+set ylabel 'requests'
+set y2label 'KV cache in use (%)'
+set yrange [0:*]
+set y2range [0:100]
+plot 'server_state_static.dat' using 1:2 with steps lw 2 lc 3 title 'running' axes x1y1, \
+     'server_state_static.dat' using 1:3 with steps lw 2 lc 4 title 'waiting' axes x1y1, \
+     'server_state_static.dat' using 1:5 with steps lw 1.5 dt 2 lc 6 title 'preemptions (cumulative)' axes x1y1, \
+     'server_state_static.dat' using 1:4 with lines lw 1.5 lc 5 title 'KV in use (%)' axes x1y2
+unset multiplot
+reset
+set datafile missing 'NaN'
+set output 'server_state_dynamic.svg'
+set multiplot layout 2,1 title 'Client and server over time: dynamic@128 (server: engine steps)'
+set lmargin 10
+set rmargin 10
+set grid
+set key top left horizontal box opaque font ',9'
+set xrange [0:3.01839657]
+set format x ''
+set title 'client: TTFT at arrival and requests waiting for a first token'
+set ylabel 'TTFT (ms)'
+set y2label 'waiting (client)'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_dynamic.dat' using 1:2 with points pt 7 ps 0.5 lc 1 title 'TTFT' axes x1y1, \
+     'queue_time_dynamic.dat' using 1:2 with steps lw 1.5 lc 2 title 'waiting' axes x1y2
+set format x '% h'
+set xlabel 'time since run start (s)'
+set title 'server: running and waiting requests, KV cache in use, preemptions'
+set ylabel 'requests'
+set y2label 'KV cache in use (%)'
+set yrange [0:*]
+set y2range [0:100]
+plot 'server_state_dynamic.dat' using 1:2 with steps lw 2 lc 3 title 'running' axes x1y1, \
+     'server_state_dynamic.dat' using 1:3 with steps lw 2 lc 4 title 'waiting' axes x1y1, \
+     'server_state_dynamic.dat' using 1:5 with steps lw 1.5 dt 2 lc 6 title 'preemptions (cumulative)' axes x1y1, \
+     'server_state_dynamic.dat' using 1:4 with lines lw 1.5 lc 5 title 'KV in use (%)' axes x1y2
+unset multiplot
+reset
+set datafile missing 'NaN'
+set output 'server_state_continuous-naive.svg'
+set multiplot layout 2,1 title 'Client and server over time: continuous-naive@128 (server: engine steps)'
+set lmargin 10
+set rmargin 10
+set grid
+set key top left horizontal box opaque font ',9'
+set xrange [0:2.41134095]
+set format x ''
+set title 'client: TTFT at arrival and requests waiting for a first token'
+set ylabel 'TTFT (ms)'
+set y2label 'waiting (client)'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_continuous-naive.dat' using 1:2 with points pt 7 ps 0.5 lc 1 title 'TTFT' axes x1y1, \
+     'queue_time_continuous-naive.dat' using 1:2 with steps lw 1.5 lc 2 title 'waiting' axes x1y2
+set format x '% h'
+set xlabel 'time since run start (s)'
+set title 'server: running and waiting requests, KV cache in use, preemptions'
+set ylabel 'requests'
+set y2label 'KV cache in use (%)'
+set yrange [0:*]
+set y2range [0:100]
+plot 'server_state_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'running' axes x1y1, \
+     'server_state_continuous-naive.dat' using 1:3 with steps lw 2 lc 4 title 'waiting' axes x1y1, \
+     'server_state_continuous-naive.dat' using 1:5 with steps lw 1.5 dt 2 lc 6 title 'preemptions (cumulative)' axes x1y1, \
+     'server_state_continuous-naive.dat' using 1:4 with lines lw 1.5 lc 5 title 'KV in use (%)' axes x1y2
+unset multiplot
+reset
+set datafile missing 'NaN'
+set output 'server_state_continuous-paged.svg'
+set multiplot layout 2,1 title 'Client and server over time: continuous-paged@128 (server: engine steps)'
+set lmargin 10
+set rmargin 10
+set grid
+set key top left horizontal box opaque font ',9'
+set xrange [0:1.54647773]
+set format x ''
+set title 'client: TTFT at arrival and requests waiting for a first token'
+set ylabel 'TTFT (ms)'
+set y2label 'waiting (client)'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_continuous-paged.dat' using 1:2 with points pt 7 ps 0.5 lc 1 title 'TTFT' axes x1y1, \
+     'queue_time_continuous-paged.dat' using 1:2 with steps lw 1.5 lc 2 title 'waiting' axes x1y2
+set format x '% h'
+set xlabel 'time since run start (s)'
+set title 'server: running and waiting requests, KV cache in use, preemptions'
+set ylabel 'requests'
+set y2label 'KV cache in use (%)'
+set yrange [0:*]
+set y2range [0:100]
+plot 'server_state_continuous-paged.dat' using 1:2 with steps lw 2 lc 3 title 'running' axes x1y1, \
+     'server_state_continuous-paged.dat' using 1:3 with steps lw 2 lc 4 title 'waiting' axes x1y1, \
+     'server_state_continuous-paged.dat' using 1:5 with steps lw 1.5 dt 2 lc 6 title 'preemptions (cumulative)' axes x1y1, \
+     'server_state_continuous-paged.dat' using 1:4 with lines lw 1.5 lc 5 title 'KV in use (%)' axes x1y2
+unset multiplot
 if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {
 set terminal pngcairo size 900,540 noenhanced font 'Sans,11' background rgb 'white'
 reset
@@ -287,7 +411,7 @@ set output 'ttft_vs_rate.png'
 set title 'TTFT vs request rate (solid: p50, dashed: p99)'
 set xlabel 'request rate (req/s)'
 set ylabel 'time to first token (ms)'
-set yrange [0:*]
+set logscale y
 plot 'rate_static.dat' using 1:2 with linespoints lc 1 lw 2 pt 7 dt 1 title 'static p50', \
      'rate_static.dat' using 1:3 with linespoints lc 1 lw 2 pt 6 dt 2 title 'static p99', \
      'rate_dynamic.dat' using 1:2 with linespoints lc 2 lw 2 pt 7 dt 1 title 'dynamic p50', \
@@ -556,6 +680,130 @@ plot 'goodput_static.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 1 title 's
      'goodput_dynamic.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 2 title 'dynamic', \
      'goodput_continuous-naive.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 3 title 'continuous-naive', \
      'goodput_continuous-paged.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set output 'server_state_static.png'
+set multiplot layout 2,1 title 'Client and server over time: static@128 (server: engine steps)'
+set lmargin 10
+set rmargin 10
+set grid
+set key top left horizontal box opaque font ',9'
+set xrange [0:3.1200346]
+set format x ''
+set title 'client: TTFT at arrival and requests waiting for a first token'
+set ylabel 'TTFT (ms)'
+set y2label 'waiting (client)'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_static.dat' using 1:2 with points pt 7 ps 0.5 lc 1 title 'TTFT' axes x1y1, \
+     'queue_time_static.dat' using 1:2 with steps lw 1.5 lc 2 title 'waiting' axes x1y2
+set format x '% h'
+set xlabel 'time since run start (s)'
+set title 'server: running and waiting requests, KV cache in use, preemptions'
+set ylabel 'requests'
+set y2label 'KV cache in use (%)'
+set yrange [0:*]
+set y2range [0:100]
+plot 'server_state_static.dat' using 1:2 with steps lw 2 lc 3 title 'running' axes x1y1, \
+     'server_state_static.dat' using 1:3 with steps lw 2 lc 4 title 'waiting' axes x1y1, \
+     'server_state_static.dat' using 1:5 with steps lw 1.5 dt 2 lc 6 title 'preemptions (cumulative)' axes x1y1, \
+     'server_state_static.dat' using 1:4 with lines lw 1.5 lc 5 title 'KV in use (%)' axes x1y2
+unset multiplot
+reset
+set datafile missing 'NaN'
+set output 'server_state_dynamic.png'
+set multiplot layout 2,1 title 'Client and server over time: dynamic@128 (server: engine steps)'
+set lmargin 10
+set rmargin 10
+set grid
+set key top left horizontal box opaque font ',9'
+set xrange [0:3.01839657]
+set format x ''
+set title 'client: TTFT at arrival and requests waiting for a first token'
+set ylabel 'TTFT (ms)'
+set y2label 'waiting (client)'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_dynamic.dat' using 1:2 with points pt 7 ps 0.5 lc 1 title 'TTFT' axes x1y1, \
+     'queue_time_dynamic.dat' using 1:2 with steps lw 1.5 lc 2 title 'waiting' axes x1y2
+set format x '% h'
+set xlabel 'time since run start (s)'
+set title 'server: running and waiting requests, KV cache in use, preemptions'
+set ylabel 'requests'
+set y2label 'KV cache in use (%)'
+set yrange [0:*]
+set y2range [0:100]
+plot 'server_state_dynamic.dat' using 1:2 with steps lw 2 lc 3 title 'running' axes x1y1, \
+     'server_state_dynamic.dat' using 1:3 with steps lw 2 lc 4 title 'waiting' axes x1y1, \
+     'server_state_dynamic.dat' using 1:5 with steps lw 1.5 dt 2 lc 6 title 'preemptions (cumulative)' axes x1y1, \
+     'server_state_dynamic.dat' using 1:4 with lines lw 1.5 lc 5 title 'KV in use (%)' axes x1y2
+unset multiplot
+reset
+set datafile missing 'NaN'
+set output 'server_state_continuous-naive.png'
+set multiplot layout 2,1 title 'Client and server over time: continuous-naive@128 (server: engine steps)'
+set lmargin 10
+set rmargin 10
+set grid
+set key top left horizontal box opaque font ',9'
+set xrange [0:2.41134095]
+set format x ''
+set title 'client: TTFT at arrival and requests waiting for a first token'
+set ylabel 'TTFT (ms)'
+set y2label 'waiting (client)'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_continuous-naive.dat' using 1:2 with points pt 7 ps 0.5 lc 1 title 'TTFT' axes x1y1, \
+     'queue_time_continuous-naive.dat' using 1:2 with steps lw 1.5 lc 2 title 'waiting' axes x1y2
+set format x '% h'
+set xlabel 'time since run start (s)'
+set title 'server: running and waiting requests, KV cache in use, preemptions'
+set ylabel 'requests'
+set y2label 'KV cache in use (%)'
+set yrange [0:*]
+set y2range [0:100]
+plot 'server_state_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'running' axes x1y1, \
+     'server_state_continuous-naive.dat' using 1:3 with steps lw 2 lc 4 title 'waiting' axes x1y1, \
+     'server_state_continuous-naive.dat' using 1:5 with steps lw 1.5 dt 2 lc 6 title 'preemptions (cumulative)' axes x1y1, \
+     'server_state_continuous-naive.dat' using 1:4 with lines lw 1.5 lc 5 title 'KV in use (%)' axes x1y2
+unset multiplot
+reset
+set datafile missing 'NaN'
+set output 'server_state_continuous-paged.png'
+set multiplot layout 2,1 title 'Client and server over time: continuous-paged@128 (server: engine steps)'
+set lmargin 10
+set rmargin 10
+set grid
+set key top left horizontal box opaque font ',9'
+set xrange [0:1.54647773]
+set format x ''
+set title 'client: TTFT at arrival and requests waiting for a first token'
+set ylabel 'TTFT (ms)'
+set y2label 'waiting (client)'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_continuous-paged.dat' using 1:2 with points pt 7 ps 0.5 lc 1 title 'TTFT' axes x1y1, \
+     'queue_time_continuous-paged.dat' using 1:2 with steps lw 1.5 lc 2 title 'waiting' axes x1y2
+set format x '% h'
+set xlabel 'time since run start (s)'
+set title 'server: running and waiting requests, KV cache in use, preemptions'
+set ylabel 'requests'
+set y2label 'KV cache in use (%)'
+set yrange [0:*]
+set y2range [0:100]
+plot 'server_state_continuous-paged.dat' using 1:2 with steps lw 2 lc 3 title 'running' axes x1y1, \
+     'server_state_continuous-paged.dat' using 1:3 with steps lw 2 lc 4 title 'waiting' axes x1y1, \
+     'server_state_continuous-paged.dat' using 1:5 with steps lw 1.5 dt 2 lc 6 title 'preemptions (cumulative)' axes x1y1, \
+     'server_state_continuous-paged.dat' using 1:4 with lines lw 1.5 lc 5 title 'KV in use (%)' axes x1y2
+unset multiplot
 } else { if (strstrt(GPVAL_TERMINALS, 'png') > 0) {
 set terminal png size 900,540 noenhanced background rgb 'white'
 reset
@@ -566,7 +814,7 @@ set output 'ttft_vs_rate.png'
 set title 'TTFT vs request rate (solid: p50, dashed: p99)'
 set xlabel 'request rate (req/s)'
 set ylabel 'time to first token (ms)'
-set yrange [0:*]
+set logscale y
 plot 'rate_static.dat' using 1:2 with linespoints lc 1 lw 2 pt 7 dt 1 title 'static p50', \
      'rate_static.dat' using 1:3 with linespoints lc 1 lw 2 pt 6 dt 2 title 'static p99', \
      'rate_dynamic.dat' using 1:2 with linespoints lc 2 lw 2 pt 7 dt 1 title 'dynamic p50', \
@@ -835,5 +1083,129 @@ plot 'goodput_static.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 1 title 's
      'goodput_dynamic.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 2 title 'dynamic', \
      'goodput_continuous-naive.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 3 title 'continuous-naive', \
      'goodput_continuous-paged.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set output 'server_state_static.png'
+set multiplot layout 2,1 title 'Client and server over time: static@128 (server: engine steps)'
+set lmargin 10
+set rmargin 10
+set grid
+set key top left horizontal box opaque font ',9'
+set xrange [0:3.1200346]
+set format x ''
+set title 'client: TTFT at arrival and requests waiting for a first token'
+set ylabel 'TTFT (ms)'
+set y2label 'waiting (client)'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_static.dat' using 1:2 with points pt 7 ps 0.5 lc 1 title 'TTFT' axes x1y1, \
+     'queue_time_static.dat' using 1:2 with steps lw 1.5 lc 2 title 'waiting' axes x1y2
+set format x '% h'
+set xlabel 'time since run start (s)'
+set title 'server: running and waiting requests, KV cache in use, preemptions'
+set ylabel 'requests'
+set y2label 'KV cache in use (%)'
+set yrange [0:*]
+set y2range [0:100]
+plot 'server_state_static.dat' using 1:2 with steps lw 2 lc 3 title 'running' axes x1y1, \
+     'server_state_static.dat' using 1:3 with steps lw 2 lc 4 title 'waiting' axes x1y1, \
+     'server_state_static.dat' using 1:5 with steps lw 1.5 dt 2 lc 6 title 'preemptions (cumulative)' axes x1y1, \
+     'server_state_static.dat' using 1:4 with lines lw 1.5 lc 5 title 'KV in use (%)' axes x1y2
+unset multiplot
+reset
+set datafile missing 'NaN'
+set output 'server_state_dynamic.png'
+set multiplot layout 2,1 title 'Client and server over time: dynamic@128 (server: engine steps)'
+set lmargin 10
+set rmargin 10
+set grid
+set key top left horizontal box opaque font ',9'
+set xrange [0:3.01839657]
+set format x ''
+set title 'client: TTFT at arrival and requests waiting for a first token'
+set ylabel 'TTFT (ms)'
+set y2label 'waiting (client)'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_dynamic.dat' using 1:2 with points pt 7 ps 0.5 lc 1 title 'TTFT' axes x1y1, \
+     'queue_time_dynamic.dat' using 1:2 with steps lw 1.5 lc 2 title 'waiting' axes x1y2
+set format x '% h'
+set xlabel 'time since run start (s)'
+set title 'server: running and waiting requests, KV cache in use, preemptions'
+set ylabel 'requests'
+set y2label 'KV cache in use (%)'
+set yrange [0:*]
+set y2range [0:100]
+plot 'server_state_dynamic.dat' using 1:2 with steps lw 2 lc 3 title 'running' axes x1y1, \
+     'server_state_dynamic.dat' using 1:3 with steps lw 2 lc 4 title 'waiting' axes x1y1, \
+     'server_state_dynamic.dat' using 1:5 with steps lw 1.5 dt 2 lc 6 title 'preemptions (cumulative)' axes x1y1, \
+     'server_state_dynamic.dat' using 1:4 with lines lw 1.5 lc 5 title 'KV in use (%)' axes x1y2
+unset multiplot
+reset
+set datafile missing 'NaN'
+set output 'server_state_continuous-naive.png'
+set multiplot layout 2,1 title 'Client and server over time: continuous-naive@128 (server: engine steps)'
+set lmargin 10
+set rmargin 10
+set grid
+set key top left horizontal box opaque font ',9'
+set xrange [0:2.41134095]
+set format x ''
+set title 'client: TTFT at arrival and requests waiting for a first token'
+set ylabel 'TTFT (ms)'
+set y2label 'waiting (client)'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_continuous-naive.dat' using 1:2 with points pt 7 ps 0.5 lc 1 title 'TTFT' axes x1y1, \
+     'queue_time_continuous-naive.dat' using 1:2 with steps lw 1.5 lc 2 title 'waiting' axes x1y2
+set format x '% h'
+set xlabel 'time since run start (s)'
+set title 'server: running and waiting requests, KV cache in use, preemptions'
+set ylabel 'requests'
+set y2label 'KV cache in use (%)'
+set yrange [0:*]
+set y2range [0:100]
+plot 'server_state_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'running' axes x1y1, \
+     'server_state_continuous-naive.dat' using 1:3 with steps lw 2 lc 4 title 'waiting' axes x1y1, \
+     'server_state_continuous-naive.dat' using 1:5 with steps lw 1.5 dt 2 lc 6 title 'preemptions (cumulative)' axes x1y1, \
+     'server_state_continuous-naive.dat' using 1:4 with lines lw 1.5 lc 5 title 'KV in use (%)' axes x1y2
+unset multiplot
+reset
+set datafile missing 'NaN'
+set output 'server_state_continuous-paged.png'
+set multiplot layout 2,1 title 'Client and server over time: continuous-paged@128 (server: engine steps)'
+set lmargin 10
+set rmargin 10
+set grid
+set key top left horizontal box opaque font ',9'
+set xrange [0:1.54647773]
+set format x ''
+set title 'client: TTFT at arrival and requests waiting for a first token'
+set ylabel 'TTFT (ms)'
+set y2label 'waiting (client)'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_continuous-paged.dat' using 1:2 with points pt 7 ps 0.5 lc 1 title 'TTFT' axes x1y1, \
+     'queue_time_continuous-paged.dat' using 1:2 with steps lw 1.5 lc 2 title 'waiting' axes x1y2
+set format x '% h'
+set xlabel 'time since run start (s)'
+set title 'server: running and waiting requests, KV cache in use, preemptions'
+set ylabel 'requests'
+set y2label 'KV cache in use (%)'
+set yrange [0:*]
+set y2range [0:100]
+plot 'server_state_continuous-paged.dat' using 1:2 with steps lw 2 lc 3 title 'running' axes x1y1, \
+     'server_state_continuous-paged.dat' using 1:3 with steps lw 2 lc 4 title 'waiting' axes x1y1, \
+     'server_state_continuous-paged.dat' using 1:5 with steps lw 1.5 dt 2 lc 6 title 'preemptions (cumulative)' axes x1y1, \
+     'server_state_continuous-paged.dat' using 1:4 with lines lw 1.5 lc 5 title 'KV in use (%)' axes x1y2
+unset multiplot
 } }
 unset output

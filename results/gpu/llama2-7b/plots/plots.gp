@@ -8,7 +8,7 @@ set output 'ttft_vs_rate.svg'
 set title 'TTFT vs request rate (solid: p50, dashed: p99)'
 set xlabel 'request rate (req/s)'
 set ylabel 'time to first token (ms)'
-set yrange [0:*]
+set logscale y
 plot 'rate_static-naive.dat' using 1:2 with linespoints lc 1 lw 2 pt 7 dt 1 title 'static-naive p50', \
      'rate_static-naive.dat' using 1:3 with linespoints lc 1 lw 2 pt 6 dt 2 title 'static-naive p99', \
      'rate_dynamic-naive.dat' using 1:2 with linespoints lc 2 lw 2 pt 7 dt 1 title 'dynamic-naive p50', \
@@ -136,6 +136,266 @@ set y2range [0:100]
 plot 'timeline_continuous-paged.dat' using 1:2 with steps lw 2 lc 1 title 'batch size' axes x1y1, \
      'timeline_continuous-paged.dat' using 1:3 with lines lw 1.5 lc 2 title 'KV arena in use (%)' axes x1y2, \
      'timeline_continuous-paged.dat' using 1:4 with lines lw 1.5 lc 3 dt 2 title 'KV utilization (%)' axes x1y2
+reset
+set datafile missing 'NaN'
+set grid
+set key bottom right box opaque
+set output 'cdf_ttft.svg'
+set title 'TTFT CDF at 48 req/s'
+set xlabel 'TTFT (ms)'
+set ylabel 'share of samples'
+set yrange [0:1]
+set xrange [0:*]
+plot 'cdf_ttft_static-naive.dat' using 1:2 with steps lw 2 lc 1 title 'static-naive', \
+     'cdf_ttft_dynamic-naive.dat' using 1:2 with steps lw 2 lc 2 title 'dynamic-naive', \
+     'cdf_ttft_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'continuous-naive', \
+     'cdf_ttft_continuous-paged.dat' using 1:2 with steps lw 2 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set grid
+set key bottom right box opaque
+set output 'cdf_tpot.svg'
+set title 'TPOT CDF at 48 req/s'
+set xlabel 'TPOT (ms)'
+set ylabel 'share of samples'
+set yrange [0:1]
+set xrange [0:*]
+plot 'cdf_tpot_static-naive.dat' using 1:2 with steps lw 2 lc 1 title 'static-naive', \
+     'cdf_tpot_dynamic-naive.dat' using 1:2 with steps lw 2 lc 2 title 'dynamic-naive', \
+     'cdf_tpot_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'continuous-naive', \
+     'cdf_tpot_continuous-paged.dat' using 1:2 with steps lw 2 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set grid
+set key bottom right box opaque
+set output 'cdf_itl.svg'
+set title 'ITL CDF at 48 req/s'
+set xlabel 'ITL (ms)'
+set ylabel 'share of samples'
+set yrange [0:1]
+set xrange [0:*]
+plot 'cdf_itl_static-naive.dat' using 1:2 with steps lw 2 lc 1 title 'static-naive', \
+     'cdf_itl_dynamic-naive.dat' using 1:2 with steps lw 2 lc 2 title 'dynamic-naive', \
+     'cdf_itl_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'continuous-naive', \
+     'cdf_itl_continuous-paged.dat' using 1:2 with steps lw 2 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set grid
+set key bottom right box opaque
+set output 'cdf_e2e.svg'
+set title 'E2E latency CDF at 48 req/s'
+set xlabel 'E2E latency (ms)'
+set ylabel 'share of samples'
+set yrange [0:1]
+set xrange [0:*]
+plot 'cdf_e2e_static-naive.dat' using 1:2 with steps lw 2 lc 1 title 'static-naive', \
+     'cdf_e2e_dynamic-naive.dat' using 1:2 with steps lw 2 lc 2 title 'dynamic-naive', \
+     'cdf_e2e_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'continuous-naive', \
+     'cdf_e2e_continuous-paged.dat' using 1:2 with steps lw 2 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set grid
+set key below horizontal
+set output 'ttft_queue_static-naive.svg'
+set title 'TTFT and queue length over time: static-naive@48'
+set xlabel 'time since run start (s)'
+set ylabel 'TTFT (ms)'
+set y2label 'queued requests'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_static-naive.dat' using 1:2 with points pt 7 ps 0.6 lc 1 title 'TTFT at arrival' axes x1y1, \
+     'queue_time_static-naive.dat' using 1:2 with steps lw 1.5 lc 2 title 'queue length' axes x1y2, \
+     1000 with lines lc rgb '#cc0000' dt 4 title 'TTFT SLO 1000 ms' axes x1y1
+reset
+set datafile missing 'NaN'
+set grid
+set key below horizontal
+set output 'ttft_queue_dynamic-naive.svg'
+set title 'TTFT and queue length over time: dynamic-naive@48'
+set xlabel 'time since run start (s)'
+set ylabel 'TTFT (ms)'
+set y2label 'queued requests'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_dynamic-naive.dat' using 1:2 with points pt 7 ps 0.6 lc 1 title 'TTFT at arrival' axes x1y1, \
+     'queue_time_dynamic-naive.dat' using 1:2 with steps lw 1.5 lc 2 title 'queue length' axes x1y2, \
+     1000 with lines lc rgb '#cc0000' dt 4 title 'TTFT SLO 1000 ms' axes x1y1
+reset
+set datafile missing 'NaN'
+set grid
+set key below horizontal
+set output 'ttft_queue_continuous-naive.svg'
+set title 'TTFT and queue length over time: continuous-naive@48'
+set xlabel 'time since run start (s)'
+set ylabel 'TTFT (ms)'
+set y2label 'queued requests'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_continuous-naive.dat' using 1:2 with points pt 7 ps 0.6 lc 1 title 'TTFT at arrival' axes x1y1, \
+     'queue_time_continuous-naive.dat' using 1:2 with steps lw 1.5 lc 2 title 'queue length' axes x1y2, \
+     1000 with lines lc rgb '#cc0000' dt 4 title 'TTFT SLO 1000 ms' axes x1y1
+reset
+set datafile missing 'NaN'
+set grid
+set key below horizontal
+set output 'ttft_queue_continuous-paged.svg'
+set title 'TTFT and queue length over time: continuous-paged@48'
+set xlabel 'time since run start (s)'
+set ylabel 'TTFT (ms)'
+set y2label 'queued requests'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_continuous-paged.dat' using 1:2 with points pt 7 ps 0.6 lc 1 title 'TTFT at arrival' axes x1y1, \
+     'queue_time_continuous-paged.dat' using 1:2 with steps lw 1.5 lc 2 title 'queue length' axes x1y2
+reset
+set datafile missing 'NaN'
+set grid
+set key top left box opaque
+set output 'goodput_vs_rate.svg'
+set title 'Goodput vs request rate (bars: 95% CI over repeats; dotted: capacity at 90.0% SLO attainment)'
+set xlabel 'request rate (req/s)'
+set ylabel 'goodput (output tokens/s)'
+set yrange [0:*]
+set arrow from 6, graph 0 to 6, graph 1 nohead dt 3 lw 2 lc 3
+set label 'continuous-naive capacity 6' at 6, graph 0.83 right offset -0.5,0 tc lt 3
+set arrow from 48, graph 0 to 48, graph 1 nohead dt 3 lw 2 lc 4
+set label 'continuous-paged capacity 48' at 48, graph 0.77 right offset -0.5,0 tc lt 4
+plot 'goodput_static-naive.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 1 title 'static-naive', \
+     'goodput_dynamic-naive.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 2 title 'dynamic-naive', \
+     'goodput_continuous-naive.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 3 title 'continuous-naive', \
+     'goodput_continuous-paged.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set output 'server_state_static-naive.svg'
+set multiplot layout 2,1 title 'Client and server over time: static-naive@48 (server: engine steps)'
+set lmargin 10
+set rmargin 10
+set grid
+set key top left horizontal box opaque font ',9'
+set xrange [0:11.7503059]
+set format x ''
+set title 'client: TTFT at arrival and requests waiting for a first token'
+set ylabel 'TTFT (ms)'
+set y2label 'waiting (client)'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_static-naive.dat' using 1:2 with points pt 7 ps 0.5 lc 1 title 'TTFT' axes x1y1, \
+     'queue_time_static-naive.dat' using 1:2 with steps lw 1.5 lc 2 title 'waiting' axes x1y2
+set format x '% h'
+set xlabel 'time since run start (s)'
+set title 'server: running and waiting requests, KV cache in use, preemptions'
+set ylabel 'requests'
+set y2label 'KV cache in use (%)'
+set yrange [0:*]
+set y2range [0:100]
+plot 'server_state_static-naive.dat' using 1:2 with steps lw 2 lc 3 title 'running' axes x1y1, \
+     'server_state_static-naive.dat' using 1:3 with steps lw 2 lc 4 title 'waiting' axes x1y1, \
+     'server_state_static-naive.dat' using 1:5 with steps lw 1.5 dt 2 lc 6 title 'preemptions (cumulative)' axes x1y1, \
+     'server_state_static-naive.dat' using 1:4 with lines lw 1.5 lc 5 title 'KV in use (%)' axes x1y2
+unset multiplot
+reset
+set datafile missing 'NaN'
+set output 'server_state_dynamic-naive.svg'
+set multiplot layout 2,1 title 'Client and server over time: dynamic-naive@48 (server: engine steps)'
+set lmargin 10
+set rmargin 10
+set grid
+set key top left horizontal box opaque font ',9'
+set xrange [0:10.8982862]
+set format x ''
+set title 'client: TTFT at arrival and requests waiting for a first token'
+set ylabel 'TTFT (ms)'
+set y2label 'waiting (client)'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_dynamic-naive.dat' using 1:2 with points pt 7 ps 0.5 lc 1 title 'TTFT' axes x1y1, \
+     'queue_time_dynamic-naive.dat' using 1:2 with steps lw 1.5 lc 2 title 'waiting' axes x1y2
+set format x '% h'
+set xlabel 'time since run start (s)'
+set title 'server: running and waiting requests, KV cache in use, preemptions'
+set ylabel 'requests'
+set y2label 'KV cache in use (%)'
+set yrange [0:*]
+set y2range [0:100]
+plot 'server_state_dynamic-naive.dat' using 1:2 with steps lw 2 lc 3 title 'running' axes x1y1, \
+     'server_state_dynamic-naive.dat' using 1:3 with steps lw 2 lc 4 title 'waiting' axes x1y1, \
+     'server_state_dynamic-naive.dat' using 1:5 with steps lw 1.5 dt 2 lc 6 title 'preemptions (cumulative)' axes x1y1, \
+     'server_state_dynamic-naive.dat' using 1:4 with lines lw 1.5 lc 5 title 'KV in use (%)' axes x1y2
+unset multiplot
+reset
+set datafile missing 'NaN'
+set output 'server_state_continuous-naive.svg'
+set multiplot layout 2,1 title 'Client and server over time: continuous-naive@48 (server: engine steps)'
+set lmargin 10
+set rmargin 10
+set grid
+set key top left horizontal box opaque font ',9'
+set xrange [0:7.33845141]
+set format x ''
+set title 'client: TTFT at arrival and requests waiting for a first token'
+set ylabel 'TTFT (ms)'
+set y2label 'waiting (client)'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_continuous-naive.dat' using 1:2 with points pt 7 ps 0.5 lc 1 title 'TTFT' axes x1y1, \
+     'queue_time_continuous-naive.dat' using 1:2 with steps lw 1.5 lc 2 title 'waiting' axes x1y2
+set format x '% h'
+set xlabel 'time since run start (s)'
+set title 'server: running and waiting requests, KV cache in use, preemptions'
+set ylabel 'requests'
+set y2label 'KV cache in use (%)'
+set yrange [0:*]
+set y2range [0:100]
+plot 'server_state_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'running' axes x1y1, \
+     'server_state_continuous-naive.dat' using 1:3 with steps lw 2 lc 4 title 'waiting' axes x1y1, \
+     'server_state_continuous-naive.dat' using 1:5 with steps lw 1.5 dt 2 lc 6 title 'preemptions (cumulative)' axes x1y1, \
+     'server_state_continuous-naive.dat' using 1:4 with lines lw 1.5 lc 5 title 'KV in use (%)' axes x1y2
+unset multiplot
+reset
+set datafile missing 'NaN'
+set output 'server_state_continuous-paged.svg'
+set multiplot layout 2,1 title 'Client and server over time: continuous-paged@48 (server: engine steps)'
+set lmargin 10
+set rmargin 10
+set grid
+set key top left horizontal box opaque font ',9'
+set xrange [0:4.75311801]
+set format x ''
+set title 'client: TTFT at arrival and requests waiting for a first token'
+set ylabel 'TTFT (ms)'
+set y2label 'waiting (client)'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_continuous-paged.dat' using 1:2 with points pt 7 ps 0.5 lc 1 title 'TTFT' axes x1y1, \
+     'queue_time_continuous-paged.dat' using 1:2 with steps lw 1.5 lc 2 title 'waiting' axes x1y2
+set format x '% h'
+set xlabel 'time since run start (s)'
+set title 'server: running and waiting requests, KV cache in use, preemptions'
+set ylabel 'requests'
+set y2label 'KV cache in use (%)'
+set yrange [0:*]
+set y2range [0:100]
+plot 'server_state_continuous-paged.dat' using 1:2 with steps lw 2 lc 3 title 'running' axes x1y1, \
+     'server_state_continuous-paged.dat' using 1:3 with steps lw 2 lc 4 title 'waiting' axes x1y1, \
+     'server_state_continuous-paged.dat' using 1:5 with steps lw 1.5 dt 2 lc 6 title 'preemptions (cumulative)' axes x1y1, \
+     'server_state_continuous-paged.dat' using 1:4 with lines lw 1.5 lc 5 title 'KV in use (%)' axes x1y2
+unset multiplot
 if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {
 set terminal pngcairo size 900,540 noenhanced font 'Sans,11' background rgb 'white'
 reset
@@ -146,7 +406,7 @@ set output 'ttft_vs_rate.png'
 set title 'TTFT vs request rate (solid: p50, dashed: p99)'
 set xlabel 'request rate (req/s)'
 set ylabel 'time to first token (ms)'
-set yrange [0:*]
+set logscale y
 plot 'rate_static-naive.dat' using 1:2 with linespoints lc 1 lw 2 pt 7 dt 1 title 'static-naive p50', \
      'rate_static-naive.dat' using 1:3 with linespoints lc 1 lw 2 pt 6 dt 2 title 'static-naive p99', \
      'rate_dynamic-naive.dat' using 1:2 with linespoints lc 2 lw 2 pt 7 dt 1 title 'dynamic-naive p50', \
@@ -274,6 +534,266 @@ set y2range [0:100]
 plot 'timeline_continuous-paged.dat' using 1:2 with steps lw 2 lc 1 title 'batch size' axes x1y1, \
      'timeline_continuous-paged.dat' using 1:3 with lines lw 1.5 lc 2 title 'KV arena in use (%)' axes x1y2, \
      'timeline_continuous-paged.dat' using 1:4 with lines lw 1.5 lc 3 dt 2 title 'KV utilization (%)' axes x1y2
+reset
+set datafile missing 'NaN'
+set grid
+set key bottom right box opaque
+set output 'cdf_ttft.png'
+set title 'TTFT CDF at 48 req/s'
+set xlabel 'TTFT (ms)'
+set ylabel 'share of samples'
+set yrange [0:1]
+set xrange [0:*]
+plot 'cdf_ttft_static-naive.dat' using 1:2 with steps lw 2 lc 1 title 'static-naive', \
+     'cdf_ttft_dynamic-naive.dat' using 1:2 with steps lw 2 lc 2 title 'dynamic-naive', \
+     'cdf_ttft_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'continuous-naive', \
+     'cdf_ttft_continuous-paged.dat' using 1:2 with steps lw 2 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set grid
+set key bottom right box opaque
+set output 'cdf_tpot.png'
+set title 'TPOT CDF at 48 req/s'
+set xlabel 'TPOT (ms)'
+set ylabel 'share of samples'
+set yrange [0:1]
+set xrange [0:*]
+plot 'cdf_tpot_static-naive.dat' using 1:2 with steps lw 2 lc 1 title 'static-naive', \
+     'cdf_tpot_dynamic-naive.dat' using 1:2 with steps lw 2 lc 2 title 'dynamic-naive', \
+     'cdf_tpot_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'continuous-naive', \
+     'cdf_tpot_continuous-paged.dat' using 1:2 with steps lw 2 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set grid
+set key bottom right box opaque
+set output 'cdf_itl.png'
+set title 'ITL CDF at 48 req/s'
+set xlabel 'ITL (ms)'
+set ylabel 'share of samples'
+set yrange [0:1]
+set xrange [0:*]
+plot 'cdf_itl_static-naive.dat' using 1:2 with steps lw 2 lc 1 title 'static-naive', \
+     'cdf_itl_dynamic-naive.dat' using 1:2 with steps lw 2 lc 2 title 'dynamic-naive', \
+     'cdf_itl_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'continuous-naive', \
+     'cdf_itl_continuous-paged.dat' using 1:2 with steps lw 2 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set grid
+set key bottom right box opaque
+set output 'cdf_e2e.png'
+set title 'E2E latency CDF at 48 req/s'
+set xlabel 'E2E latency (ms)'
+set ylabel 'share of samples'
+set yrange [0:1]
+set xrange [0:*]
+plot 'cdf_e2e_static-naive.dat' using 1:2 with steps lw 2 lc 1 title 'static-naive', \
+     'cdf_e2e_dynamic-naive.dat' using 1:2 with steps lw 2 lc 2 title 'dynamic-naive', \
+     'cdf_e2e_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'continuous-naive', \
+     'cdf_e2e_continuous-paged.dat' using 1:2 with steps lw 2 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set grid
+set key below horizontal
+set output 'ttft_queue_static-naive.png'
+set title 'TTFT and queue length over time: static-naive@48'
+set xlabel 'time since run start (s)'
+set ylabel 'TTFT (ms)'
+set y2label 'queued requests'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_static-naive.dat' using 1:2 with points pt 7 ps 0.6 lc 1 title 'TTFT at arrival' axes x1y1, \
+     'queue_time_static-naive.dat' using 1:2 with steps lw 1.5 lc 2 title 'queue length' axes x1y2, \
+     1000 with lines lc rgb '#cc0000' dt 4 title 'TTFT SLO 1000 ms' axes x1y1
+reset
+set datafile missing 'NaN'
+set grid
+set key below horizontal
+set output 'ttft_queue_dynamic-naive.png'
+set title 'TTFT and queue length over time: dynamic-naive@48'
+set xlabel 'time since run start (s)'
+set ylabel 'TTFT (ms)'
+set y2label 'queued requests'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_dynamic-naive.dat' using 1:2 with points pt 7 ps 0.6 lc 1 title 'TTFT at arrival' axes x1y1, \
+     'queue_time_dynamic-naive.dat' using 1:2 with steps lw 1.5 lc 2 title 'queue length' axes x1y2, \
+     1000 with lines lc rgb '#cc0000' dt 4 title 'TTFT SLO 1000 ms' axes x1y1
+reset
+set datafile missing 'NaN'
+set grid
+set key below horizontal
+set output 'ttft_queue_continuous-naive.png'
+set title 'TTFT and queue length over time: continuous-naive@48'
+set xlabel 'time since run start (s)'
+set ylabel 'TTFT (ms)'
+set y2label 'queued requests'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_continuous-naive.dat' using 1:2 with points pt 7 ps 0.6 lc 1 title 'TTFT at arrival' axes x1y1, \
+     'queue_time_continuous-naive.dat' using 1:2 with steps lw 1.5 lc 2 title 'queue length' axes x1y2, \
+     1000 with lines lc rgb '#cc0000' dt 4 title 'TTFT SLO 1000 ms' axes x1y1
+reset
+set datafile missing 'NaN'
+set grid
+set key below horizontal
+set output 'ttft_queue_continuous-paged.png'
+set title 'TTFT and queue length over time: continuous-paged@48'
+set xlabel 'time since run start (s)'
+set ylabel 'TTFT (ms)'
+set y2label 'queued requests'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_continuous-paged.dat' using 1:2 with points pt 7 ps 0.6 lc 1 title 'TTFT at arrival' axes x1y1, \
+     'queue_time_continuous-paged.dat' using 1:2 with steps lw 1.5 lc 2 title 'queue length' axes x1y2
+reset
+set datafile missing 'NaN'
+set grid
+set key top left box opaque
+set output 'goodput_vs_rate.png'
+set title 'Goodput vs request rate (bars: 95% CI over repeats; dotted: capacity at 90.0% SLO attainment)'
+set xlabel 'request rate (req/s)'
+set ylabel 'goodput (output tokens/s)'
+set yrange [0:*]
+set arrow from 6, graph 0 to 6, graph 1 nohead dt 3 lw 2 lc 3
+set label 'continuous-naive capacity 6' at 6, graph 0.83 right offset -0.5,0 tc lt 3
+set arrow from 48, graph 0 to 48, graph 1 nohead dt 3 lw 2 lc 4
+set label 'continuous-paged capacity 48' at 48, graph 0.77 right offset -0.5,0 tc lt 4
+plot 'goodput_static-naive.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 1 title 'static-naive', \
+     'goodput_dynamic-naive.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 2 title 'dynamic-naive', \
+     'goodput_continuous-naive.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 3 title 'continuous-naive', \
+     'goodput_continuous-paged.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set output 'server_state_static-naive.png'
+set multiplot layout 2,1 title 'Client and server over time: static-naive@48 (server: engine steps)'
+set lmargin 10
+set rmargin 10
+set grid
+set key top left horizontal box opaque font ',9'
+set xrange [0:11.7503059]
+set format x ''
+set title 'client: TTFT at arrival and requests waiting for a first token'
+set ylabel 'TTFT (ms)'
+set y2label 'waiting (client)'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_static-naive.dat' using 1:2 with points pt 7 ps 0.5 lc 1 title 'TTFT' axes x1y1, \
+     'queue_time_static-naive.dat' using 1:2 with steps lw 1.5 lc 2 title 'waiting' axes x1y2
+set format x '% h'
+set xlabel 'time since run start (s)'
+set title 'server: running and waiting requests, KV cache in use, preemptions'
+set ylabel 'requests'
+set y2label 'KV cache in use (%)'
+set yrange [0:*]
+set y2range [0:100]
+plot 'server_state_static-naive.dat' using 1:2 with steps lw 2 lc 3 title 'running' axes x1y1, \
+     'server_state_static-naive.dat' using 1:3 with steps lw 2 lc 4 title 'waiting' axes x1y1, \
+     'server_state_static-naive.dat' using 1:5 with steps lw 1.5 dt 2 lc 6 title 'preemptions (cumulative)' axes x1y1, \
+     'server_state_static-naive.dat' using 1:4 with lines lw 1.5 lc 5 title 'KV in use (%)' axes x1y2
+unset multiplot
+reset
+set datafile missing 'NaN'
+set output 'server_state_dynamic-naive.png'
+set multiplot layout 2,1 title 'Client and server over time: dynamic-naive@48 (server: engine steps)'
+set lmargin 10
+set rmargin 10
+set grid
+set key top left horizontal box opaque font ',9'
+set xrange [0:10.8982862]
+set format x ''
+set title 'client: TTFT at arrival and requests waiting for a first token'
+set ylabel 'TTFT (ms)'
+set y2label 'waiting (client)'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_dynamic-naive.dat' using 1:2 with points pt 7 ps 0.5 lc 1 title 'TTFT' axes x1y1, \
+     'queue_time_dynamic-naive.dat' using 1:2 with steps lw 1.5 lc 2 title 'waiting' axes x1y2
+set format x '% h'
+set xlabel 'time since run start (s)'
+set title 'server: running and waiting requests, KV cache in use, preemptions'
+set ylabel 'requests'
+set y2label 'KV cache in use (%)'
+set yrange [0:*]
+set y2range [0:100]
+plot 'server_state_dynamic-naive.dat' using 1:2 with steps lw 2 lc 3 title 'running' axes x1y1, \
+     'server_state_dynamic-naive.dat' using 1:3 with steps lw 2 lc 4 title 'waiting' axes x1y1, \
+     'server_state_dynamic-naive.dat' using 1:5 with steps lw 1.5 dt 2 lc 6 title 'preemptions (cumulative)' axes x1y1, \
+     'server_state_dynamic-naive.dat' using 1:4 with lines lw 1.5 lc 5 title 'KV in use (%)' axes x1y2
+unset multiplot
+reset
+set datafile missing 'NaN'
+set output 'server_state_continuous-naive.png'
+set multiplot layout 2,1 title 'Client and server over time: continuous-naive@48 (server: engine steps)'
+set lmargin 10
+set rmargin 10
+set grid
+set key top left horizontal box opaque font ',9'
+set xrange [0:7.33845141]
+set format x ''
+set title 'client: TTFT at arrival and requests waiting for a first token'
+set ylabel 'TTFT (ms)'
+set y2label 'waiting (client)'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_continuous-naive.dat' using 1:2 with points pt 7 ps 0.5 lc 1 title 'TTFT' axes x1y1, \
+     'queue_time_continuous-naive.dat' using 1:2 with steps lw 1.5 lc 2 title 'waiting' axes x1y2
+set format x '% h'
+set xlabel 'time since run start (s)'
+set title 'server: running and waiting requests, KV cache in use, preemptions'
+set ylabel 'requests'
+set y2label 'KV cache in use (%)'
+set yrange [0:*]
+set y2range [0:100]
+plot 'server_state_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'running' axes x1y1, \
+     'server_state_continuous-naive.dat' using 1:3 with steps lw 2 lc 4 title 'waiting' axes x1y1, \
+     'server_state_continuous-naive.dat' using 1:5 with steps lw 1.5 dt 2 lc 6 title 'preemptions (cumulative)' axes x1y1, \
+     'server_state_continuous-naive.dat' using 1:4 with lines lw 1.5 lc 5 title 'KV in use (%)' axes x1y2
+unset multiplot
+reset
+set datafile missing 'NaN'
+set output 'server_state_continuous-paged.png'
+set multiplot layout 2,1 title 'Client and server over time: continuous-paged@48 (server: engine steps)'
+set lmargin 10
+set rmargin 10
+set grid
+set key top left horizontal box opaque font ',9'
+set xrange [0:4.75311801]
+set format x ''
+set title 'client: TTFT at arrival and requests waiting for a first token'
+set ylabel 'TTFT (ms)'
+set y2label 'waiting (client)'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_continuous-paged.dat' using 1:2 with points pt 7 ps 0.5 lc 1 title 'TTFT' axes x1y1, \
+     'queue_time_continuous-paged.dat' using 1:2 with steps lw 1.5 lc 2 title 'waiting' axes x1y2
+set format x '% h'
+set xlabel 'time since run start (s)'
+set title 'server: running and waiting requests, KV cache in use, preemptions'
+set ylabel 'requests'
+set y2label 'KV cache in use (%)'
+set yrange [0:*]
+set y2range [0:100]
+plot 'server_state_continuous-paged.dat' using 1:2 with steps lw 2 lc 3 title 'running' axes x1y1, \
+     'server_state_continuous-paged.dat' using 1:3 with steps lw 2 lc 4 title 'waiting' axes x1y1, \
+     'server_state_continuous-paged.dat' using 1:5 with steps lw 1.5 dt 2 lc 6 title 'preemptions (cumulative)' axes x1y1, \
+     'server_state_continuous-paged.dat' using 1:4 with lines lw 1.5 lc 5 title 'KV in use (%)' axes x1y2
+unset multiplot
 } else { if (strstrt(GPVAL_TERMINALS, 'png') > 0) {
 set terminal png size 900,540 noenhanced background rgb 'white'
 reset
@@ -284,7 +804,7 @@ set output 'ttft_vs_rate.png'
 set title 'TTFT vs request rate (solid: p50, dashed: p99)'
 set xlabel 'request rate (req/s)'
 set ylabel 'time to first token (ms)'
-set yrange [0:*]
+set logscale y
 plot 'rate_static-naive.dat' using 1:2 with linespoints lc 1 lw 2 pt 7 dt 1 title 'static-naive p50', \
      'rate_static-naive.dat' using 1:3 with linespoints lc 1 lw 2 pt 6 dt 2 title 'static-naive p99', \
      'rate_dynamic-naive.dat' using 1:2 with linespoints lc 2 lw 2 pt 7 dt 1 title 'dynamic-naive p50', \
@@ -412,5 +932,265 @@ set y2range [0:100]
 plot 'timeline_continuous-paged.dat' using 1:2 with steps lw 2 lc 1 title 'batch size' axes x1y1, \
      'timeline_continuous-paged.dat' using 1:3 with lines lw 1.5 lc 2 title 'KV arena in use (%)' axes x1y2, \
      'timeline_continuous-paged.dat' using 1:4 with lines lw 1.5 lc 3 dt 2 title 'KV utilization (%)' axes x1y2
+reset
+set datafile missing 'NaN'
+set grid
+set key bottom right box opaque
+set output 'cdf_ttft.png'
+set title 'TTFT CDF at 48 req/s'
+set xlabel 'TTFT (ms)'
+set ylabel 'share of samples'
+set yrange [0:1]
+set xrange [0:*]
+plot 'cdf_ttft_static-naive.dat' using 1:2 with steps lw 2 lc 1 title 'static-naive', \
+     'cdf_ttft_dynamic-naive.dat' using 1:2 with steps lw 2 lc 2 title 'dynamic-naive', \
+     'cdf_ttft_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'continuous-naive', \
+     'cdf_ttft_continuous-paged.dat' using 1:2 with steps lw 2 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set grid
+set key bottom right box opaque
+set output 'cdf_tpot.png'
+set title 'TPOT CDF at 48 req/s'
+set xlabel 'TPOT (ms)'
+set ylabel 'share of samples'
+set yrange [0:1]
+set xrange [0:*]
+plot 'cdf_tpot_static-naive.dat' using 1:2 with steps lw 2 lc 1 title 'static-naive', \
+     'cdf_tpot_dynamic-naive.dat' using 1:2 with steps lw 2 lc 2 title 'dynamic-naive', \
+     'cdf_tpot_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'continuous-naive', \
+     'cdf_tpot_continuous-paged.dat' using 1:2 with steps lw 2 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set grid
+set key bottom right box opaque
+set output 'cdf_itl.png'
+set title 'ITL CDF at 48 req/s'
+set xlabel 'ITL (ms)'
+set ylabel 'share of samples'
+set yrange [0:1]
+set xrange [0:*]
+plot 'cdf_itl_static-naive.dat' using 1:2 with steps lw 2 lc 1 title 'static-naive', \
+     'cdf_itl_dynamic-naive.dat' using 1:2 with steps lw 2 lc 2 title 'dynamic-naive', \
+     'cdf_itl_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'continuous-naive', \
+     'cdf_itl_continuous-paged.dat' using 1:2 with steps lw 2 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set grid
+set key bottom right box opaque
+set output 'cdf_e2e.png'
+set title 'E2E latency CDF at 48 req/s'
+set xlabel 'E2E latency (ms)'
+set ylabel 'share of samples'
+set yrange [0:1]
+set xrange [0:*]
+plot 'cdf_e2e_static-naive.dat' using 1:2 with steps lw 2 lc 1 title 'static-naive', \
+     'cdf_e2e_dynamic-naive.dat' using 1:2 with steps lw 2 lc 2 title 'dynamic-naive', \
+     'cdf_e2e_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'continuous-naive', \
+     'cdf_e2e_continuous-paged.dat' using 1:2 with steps lw 2 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set grid
+set key below horizontal
+set output 'ttft_queue_static-naive.png'
+set title 'TTFT and queue length over time: static-naive@48'
+set xlabel 'time since run start (s)'
+set ylabel 'TTFT (ms)'
+set y2label 'queued requests'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_static-naive.dat' using 1:2 with points pt 7 ps 0.6 lc 1 title 'TTFT at arrival' axes x1y1, \
+     'queue_time_static-naive.dat' using 1:2 with steps lw 1.5 lc 2 title 'queue length' axes x1y2, \
+     1000 with lines lc rgb '#cc0000' dt 4 title 'TTFT SLO 1000 ms' axes x1y1
+reset
+set datafile missing 'NaN'
+set grid
+set key below horizontal
+set output 'ttft_queue_dynamic-naive.png'
+set title 'TTFT and queue length over time: dynamic-naive@48'
+set xlabel 'time since run start (s)'
+set ylabel 'TTFT (ms)'
+set y2label 'queued requests'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_dynamic-naive.dat' using 1:2 with points pt 7 ps 0.6 lc 1 title 'TTFT at arrival' axes x1y1, \
+     'queue_time_dynamic-naive.dat' using 1:2 with steps lw 1.5 lc 2 title 'queue length' axes x1y2, \
+     1000 with lines lc rgb '#cc0000' dt 4 title 'TTFT SLO 1000 ms' axes x1y1
+reset
+set datafile missing 'NaN'
+set grid
+set key below horizontal
+set output 'ttft_queue_continuous-naive.png'
+set title 'TTFT and queue length over time: continuous-naive@48'
+set xlabel 'time since run start (s)'
+set ylabel 'TTFT (ms)'
+set y2label 'queued requests'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_continuous-naive.dat' using 1:2 with points pt 7 ps 0.6 lc 1 title 'TTFT at arrival' axes x1y1, \
+     'queue_time_continuous-naive.dat' using 1:2 with steps lw 1.5 lc 2 title 'queue length' axes x1y2, \
+     1000 with lines lc rgb '#cc0000' dt 4 title 'TTFT SLO 1000 ms' axes x1y1
+reset
+set datafile missing 'NaN'
+set grid
+set key below horizontal
+set output 'ttft_queue_continuous-paged.png'
+set title 'TTFT and queue length over time: continuous-paged@48'
+set xlabel 'time since run start (s)'
+set ylabel 'TTFT (ms)'
+set y2label 'queued requests'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_continuous-paged.dat' using 1:2 with points pt 7 ps 0.6 lc 1 title 'TTFT at arrival' axes x1y1, \
+     'queue_time_continuous-paged.dat' using 1:2 with steps lw 1.5 lc 2 title 'queue length' axes x1y2
+reset
+set datafile missing 'NaN'
+set grid
+set key top left box opaque
+set output 'goodput_vs_rate.png'
+set title 'Goodput vs request rate (bars: 95% CI over repeats; dotted: capacity at 90.0% SLO attainment)'
+set xlabel 'request rate (req/s)'
+set ylabel 'goodput (output tokens/s)'
+set yrange [0:*]
+set arrow from 6, graph 0 to 6, graph 1 nohead dt 3 lw 2 lc 3
+set label 'continuous-naive capacity 6' at 6, graph 0.83 right offset -0.5,0 tc lt 3
+set arrow from 48, graph 0 to 48, graph 1 nohead dt 3 lw 2 lc 4
+set label 'continuous-paged capacity 48' at 48, graph 0.77 right offset -0.5,0 tc lt 4
+plot 'goodput_static-naive.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 1 title 'static-naive', \
+     'goodput_dynamic-naive.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 2 title 'dynamic-naive', \
+     'goodput_continuous-naive.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 3 title 'continuous-naive', \
+     'goodput_continuous-paged.dat' using 1:2:3:4 with yerrorlines lw 2 pt 7 lc 4 title 'continuous-paged'
+reset
+set datafile missing 'NaN'
+set output 'server_state_static-naive.png'
+set multiplot layout 2,1 title 'Client and server over time: static-naive@48 (server: engine steps)'
+set lmargin 10
+set rmargin 10
+set grid
+set key top left horizontal box opaque font ',9'
+set xrange [0:11.7503059]
+set format x ''
+set title 'client: TTFT at arrival and requests waiting for a first token'
+set ylabel 'TTFT (ms)'
+set y2label 'waiting (client)'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_static-naive.dat' using 1:2 with points pt 7 ps 0.5 lc 1 title 'TTFT' axes x1y1, \
+     'queue_time_static-naive.dat' using 1:2 with steps lw 1.5 lc 2 title 'waiting' axes x1y2
+set format x '% h'
+set xlabel 'time since run start (s)'
+set title 'server: running and waiting requests, KV cache in use, preemptions'
+set ylabel 'requests'
+set y2label 'KV cache in use (%)'
+set yrange [0:*]
+set y2range [0:100]
+plot 'server_state_static-naive.dat' using 1:2 with steps lw 2 lc 3 title 'running' axes x1y1, \
+     'server_state_static-naive.dat' using 1:3 with steps lw 2 lc 4 title 'waiting' axes x1y1, \
+     'server_state_static-naive.dat' using 1:5 with steps lw 1.5 dt 2 lc 6 title 'preemptions (cumulative)' axes x1y1, \
+     'server_state_static-naive.dat' using 1:4 with lines lw 1.5 lc 5 title 'KV in use (%)' axes x1y2
+unset multiplot
+reset
+set datafile missing 'NaN'
+set output 'server_state_dynamic-naive.png'
+set multiplot layout 2,1 title 'Client and server over time: dynamic-naive@48 (server: engine steps)'
+set lmargin 10
+set rmargin 10
+set grid
+set key top left horizontal box opaque font ',9'
+set xrange [0:10.8982862]
+set format x ''
+set title 'client: TTFT at arrival and requests waiting for a first token'
+set ylabel 'TTFT (ms)'
+set y2label 'waiting (client)'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_dynamic-naive.dat' using 1:2 with points pt 7 ps 0.5 lc 1 title 'TTFT' axes x1y1, \
+     'queue_time_dynamic-naive.dat' using 1:2 with steps lw 1.5 lc 2 title 'waiting' axes x1y2
+set format x '% h'
+set xlabel 'time since run start (s)'
+set title 'server: running and waiting requests, KV cache in use, preemptions'
+set ylabel 'requests'
+set y2label 'KV cache in use (%)'
+set yrange [0:*]
+set y2range [0:100]
+plot 'server_state_dynamic-naive.dat' using 1:2 with steps lw 2 lc 3 title 'running' axes x1y1, \
+     'server_state_dynamic-naive.dat' using 1:3 with steps lw 2 lc 4 title 'waiting' axes x1y1, \
+     'server_state_dynamic-naive.dat' using 1:5 with steps lw 1.5 dt 2 lc 6 title 'preemptions (cumulative)' axes x1y1, \
+     'server_state_dynamic-naive.dat' using 1:4 with lines lw 1.5 lc 5 title 'KV in use (%)' axes x1y2
+unset multiplot
+reset
+set datafile missing 'NaN'
+set output 'server_state_continuous-naive.png'
+set multiplot layout 2,1 title 'Client and server over time: continuous-naive@48 (server: engine steps)'
+set lmargin 10
+set rmargin 10
+set grid
+set key top left horizontal box opaque font ',9'
+set xrange [0:7.33845141]
+set format x ''
+set title 'client: TTFT at arrival and requests waiting for a first token'
+set ylabel 'TTFT (ms)'
+set y2label 'waiting (client)'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_continuous-naive.dat' using 1:2 with points pt 7 ps 0.5 lc 1 title 'TTFT' axes x1y1, \
+     'queue_time_continuous-naive.dat' using 1:2 with steps lw 1.5 lc 2 title 'waiting' axes x1y2
+set format x '% h'
+set xlabel 'time since run start (s)'
+set title 'server: running and waiting requests, KV cache in use, preemptions'
+set ylabel 'requests'
+set y2label 'KV cache in use (%)'
+set yrange [0:*]
+set y2range [0:100]
+plot 'server_state_continuous-naive.dat' using 1:2 with steps lw 2 lc 3 title 'running' axes x1y1, \
+     'server_state_continuous-naive.dat' using 1:3 with steps lw 2 lc 4 title 'waiting' axes x1y1, \
+     'server_state_continuous-naive.dat' using 1:5 with steps lw 1.5 dt 2 lc 6 title 'preemptions (cumulative)' axes x1y1, \
+     'server_state_continuous-naive.dat' using 1:4 with lines lw 1.5 lc 5 title 'KV in use (%)' axes x1y2
+unset multiplot
+reset
+set datafile missing 'NaN'
+set output 'server_state_continuous-paged.png'
+set multiplot layout 2,1 title 'Client and server over time: continuous-paged@48 (server: engine steps)'
+set lmargin 10
+set rmargin 10
+set grid
+set key top left horizontal box opaque font ',9'
+set xrange [0:4.75311801]
+set format x ''
+set title 'client: TTFT at arrival and requests waiting for a first token'
+set ylabel 'TTFT (ms)'
+set y2label 'waiting (client)'
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+plot 'ttft_time_continuous-paged.dat' using 1:2 with points pt 7 ps 0.5 lc 1 title 'TTFT' axes x1y1, \
+     'queue_time_continuous-paged.dat' using 1:2 with steps lw 1.5 lc 2 title 'waiting' axes x1y2
+set format x '% h'
+set xlabel 'time since run start (s)'
+set title 'server: running and waiting requests, KV cache in use, preemptions'
+set ylabel 'requests'
+set y2label 'KV cache in use (%)'
+set yrange [0:*]
+set y2range [0:100]
+plot 'server_state_continuous-paged.dat' using 1:2 with steps lw 2 lc 3 title 'running' axes x1y1, \
+     'server_state_continuous-paged.dat' using 1:3 with steps lw 2 lc 4 title 'waiting' axes x1y1, \
+     'server_state_continuous-paged.dat' using 1:5 with steps lw 1.5 dt 2 lc 6 title 'preemptions (cumulative)' axes x1y1, \
+     'server_state_continuous-paged.dat' using 1:4 with lines lw 1.5 lc 5 title 'KV in use (%)' axes x1y2
+unset multiplot
 } }
 unset output
