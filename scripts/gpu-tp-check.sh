@@ -23,7 +23,8 @@
 #   "build cpu gpu bench"; add "repro", "diag", "allreduce", "kernels", "profile", "sweep", "simtp"), BENCH_LIMIT, BENCH_ARGS,
 #   PREBUILT, BENCH_ALWAYS (1: the bench even after a failed test), DEBS (as gpu-engine-check.sh),
 #   PROFILE_PRESET (default llama2-13b), AR_INIT (the bench's NCCL set-up, default threads_nb),
-#   GPU_FILTER (gtest filter of the GPU step, default '*TpGpu*:-*Bench*').
+#   GPU_FILTER (gtest filter of the GPU step, default '*TpGpu*:-*Bench*'), KERNELS_FILTER (of the
+#   kernels step, default 'CustomAllReduceGpu*').
 # Run it: the device tool, kind nvidia-h200-x2: `bash scripts/gpu-tp-check.sh` (OUT=$OUT/tp).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -152,10 +153,12 @@ if [ $BUILT = 1 ] && want bench && { [ "${GPU_OK:-0}" = 0 ] || [ "${BENCH_ALWAYS
   grep -E "^tp-allreduce|^NCCL" "$OUT/bench.log" | head -24 >"$OUT/tp_bench_allreduce.txt"
   grep -E "^tp-decode|^tp-bound|^llama" "$OUT/bench.log" >"$OUT/decode.txt"
 fi
-# Issue 25 items 3-4 (prepared, not yet run on two GPUs): `sweep` runs scenarios/gpu-tp-llama3-70b.yaml
+# Issue 25 items 3-4 (run 2026-11-29: results/gpu/tp/README.md): `sweep` runs scenarios/gpu-tp-llama3-70b.yaml
 # (llama3-70b TP=2: continuous+paged, continuous+naive, static against rate) on the GPUs; `simtp`
 # profiles the same TP=2 backend on that scenario's shapes, runs the scenario on the sim from the
-# profile and compares each run's p50s / p99s with the sweep's (results/sim-validation/run_compare.py).
+# profile with each strategy's real KV arena and compares each run's p50s / p99s with the sweep's
+# (results/sim-validation/run_compare.py). With the sweep from an earlier call: copy its folder to
+# $OUT/sweep first and run STEPS="build simtp".
 TP_SCENARIO=${TP_SCENARIO:-scenarios/gpu-tp-llama3-70b.yaml}
 if [ $BUILT = 1 ] && want sweep; then
   step sweep "${SWEEP_LIMIT:-540}" "$BUILD/servelab" run "$TP_SCENARIO" --out "$OUT/sweep" --force --quiet --no-plots
