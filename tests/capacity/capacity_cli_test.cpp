@@ -35,7 +35,7 @@ TEST(CapacityCommand, WritesTheTableJsonAndPlotForCapacityYaml) {
   EXPECT_GE(s.at("probes").size(), 3u);
   EXPECT_GE(s.at("deployment").at("gpus").get<int>(), 1);
   EXPECT_FALSE(j.at("environment").at("commit").is_null());
-  if (on_path("gnuplot")) EXPECT_TRUE(fs::exists(out + "/plots/capacity.svg"));
+  if (on_path("gnuplot")) { EXPECT_TRUE(fs::exists(out + "/plots/capacity.svg")); }
 }
 
 // workload.repeat N: each probe runs N times, run k planned from repeat_seed(seed, k); the probe is

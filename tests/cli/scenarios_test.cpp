@@ -127,7 +127,7 @@ TEST_P(CommittedScenario, ValidatesAndRunsShrunk) {
     EXPECT_EQ(run["n_requests"].get<int>(), kShrunkRequests * repeats) << run["label"];
     EXPECT_EQ(run["n_failed"].get<int>(), 0) << run["label"];
     EXPECT_GT(run["metrics"]["output_throughput_tok_s"].get<double>(), 0.0) << run["label"];
-    if (repeats > 1) EXPECT_EQ(run["repeats"]["runs"].size(), 2u) << run["label"];
+    if (repeats > 1) { EXPECT_EQ(run["repeats"]["runs"].size(), 2u) << run["label"]; }
   }
   EXPECT_EQ(read_lines(out + "/records.jsonl").size(), full.strategies.size() * kShrunkRequests * repeats);
   EXPECT_TRUE(fs::exists(out + "/report.md"));

@@ -130,8 +130,9 @@ TEST(DraftRounds, TheSimPricesEachProfiledRoundAtItsMeasuredTime) {
     EXPECT_GE(pricer.step_work_s(r.n_seqs), 0.0);
     EXPECT_GE(pricer.prompt_work_s(prompt_rows), 0.0);
     EXPECT_NEAR(pricer.round_seconds(steps, prompt_rows), forward + work, 1e-12);
-    if (r.catchup_rows == 2)
+    if (r.catchup_rows == 2) {
       EXPECT_NEAR(pricer.round_seconds(steps, 0), std::max(forward, r.round_s), 1e-12) << r.n_seqs << " seqs";
+    }
   }
   // Between profiled batches the work per step is interpolated; at 0 sequences it is 0, beyond
   // the last batch it grows in proportion.

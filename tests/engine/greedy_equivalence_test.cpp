@@ -117,7 +117,7 @@ TEST_P(GreedyEquivalence, OutputsEqualRunningEachRequestAlone) {
   const std::vector<Request> reqs = workload();
   RunResult r = run_virtual(engine, c.all_at_zero ? at_zero(reqs) : staggered(reqs));
   ASSERT_EQ(r.finished.size(), reqs.size());
-  if (c.expect_preemption) EXPECT_GT(r.n_preemptions(), 0);
+  if (c.expect_preemption) { EXPECT_GT(r.n_preemptions(), 0); }
   for (const Request& q : reqs) {
     const FinishedRequest& f = r.at(q.id);
     ASSERT_EQ(f.reason, FinishReason::length) << "request " << q.id << ": " << f.error;

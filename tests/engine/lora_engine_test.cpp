@@ -140,7 +140,7 @@ TEST(LoraEngine, MixedBatchLogitsEqualTheMergedModels) {
       const std::span<const float> g(got.data() + s * V, V), w(want[size_t(which[s] + 1)].data() + s * V, V);
       EXPECT_LT(rel_err(g, w), 1e-5) << "sequence " << s << " phase " << phase;
       // ... and the adapter matters: the base model's logits differ.
-      if (which[s] >= 0) EXPECT_GT(rel_err(g, std::span<const float>(want[0].data() + s * V, V)), 1e-2);
+      if (which[s] >= 0) { EXPECT_GT(rel_err(g, std::span<const float>(want[0].data() + s * V, V)), 1e-2); }
     }
   }
   EXPECT_THROW(mixed.logits(step_of(tokens, std::vector<int>(which.size(), 0), std::vector<int>(which.size(), 5))),

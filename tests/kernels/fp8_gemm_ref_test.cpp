@@ -30,8 +30,8 @@ TEST(Fp8GemmRef, QuantizedRowsDequantizeToTheEnginesFakeQuantization) {
     std::vector<float> engine = x;
     fake_quant_fp8_rows(engine.data(), m, k, per_token ? ActivationQuant::fp8_per_token : ActivationQuant::fp8_per_tensor);
     for (int r = 0; r < m; ++r) {
-      if (per_token && r == 4) EXPECT_EQ(scales[r], 1.0f);
-      if (!per_token) EXPECT_EQ(scales[r], scales[0]) << "one scale for the tensor";
+      if (per_token && r == 4) { EXPECT_EQ(scales[r], 1.0f); }
+      if (!per_token) { EXPECT_EQ(scales[r], scales[0]) << "one scale for the tensor"; }
       for (int i = 0; i < k; ++i)
         ASSERT_EQ(fp8_e4m3_to_f32(codes[size_t(r) * k + i]) * scales[r], engine[size_t(r) * k + i])
             << (per_token ? "per token" : "per tensor") << " row " << r << " col " << i;

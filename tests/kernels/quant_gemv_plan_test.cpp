@@ -36,7 +36,7 @@ TEST(QuantGemvPlan, SlicesCoverKOnceAndFitTheWorkspace) {
         const int64_t rb = p.row_blocks, s_min = (p.chunks + kMaxSliceK / chunk_k(int4) - 1) / (kMaxSliceK / chunk_k(int4));
         EXPECT_GE(p.splits, s_min);  // at most kMaxWaves waves, unless shared memory needs more slices
         EXPECT_LE(rb * p.splits, std::max<int64_t>(kMaxWaves * sms, rb * s_min));
-        if (rb == 16 && p.chunks >= 32) EXPECT_EQ(rb * p.splits % sms, rb * p.splits) << "one whole wave";
+        if (rb == 16 && p.chunks >= 32) { EXPECT_EQ(rb * p.splits % sms, rb * p.splits) << "one whole wave"; }
         ++checked;
       }
   EXPECT_GT(checked, 100);

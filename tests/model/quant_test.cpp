@@ -108,7 +108,7 @@ TEST(QuantizeInt4, AsymmetricAndSymmetricWithinHalfAStep) {
     for (int64_t o = 0; o < out; ++o)
       for (int64_t k = 0; k < in; ++k) {
         const size_t g = size_t((k / 32) * out + o);
-        if (symmetric) EXPECT_EQ(q.zeros[g], 8);
+        if (symmetric) { EXPECT_EQ(q.zeros[g], 8); }
         // Within half a step, unless the value sits beyond the clamped code range (symmetric: +amax).
         const float tol = q.scales[g] * (symmetric ? 1.0f : 0.5f) * 1.001f;
         EXPECT_LE(std::fabs(d[size_t(o * in + k)] - w[size_t(o * in + k)]), tol);
@@ -201,8 +201,8 @@ TEST(QuantCheckpoint, EachLayoutWritesAndLoadsBack) {
     const ModelWeights w = ModelWeights::load(dir.path());
     EXPECT_EQ(w.quant.method, c.method);
     EXPECT_EQ(w.quant.activations, c.act);
-    if (c.method == Quantization::fp8) EXPECT_EQ(w.quant.fp8_scales, c.o.fp8_scales);
-    if (c.method != Quantization::fp8) EXPECT_EQ(w.quant.group_size, 32);
+    if (c.method == Quantization::fp8) { EXPECT_EQ(w.quant.fp8_scales, c.o.fp8_scales); }
+    if (c.method != Quantization::fp8) { EXPECT_EQ(w.quant.group_size, 32); }
     EXPECT_EQ(w.quant.act_order, c.o.act_order);
     if (c.act == ActivationQuant::fp8_static) {
       ASSERT_EQ(w.quant.input_scales.size(), 2u);
