@@ -9,30 +9,13 @@
 #include <vector>
 
 #include "engine/backend/cost_model.h"
+#include "tests/engine/step_shapes.h"
 
 namespace servelab {
 namespace {
 
-StepShape decode_of(int batch, int context) {
-  StepShape s;
-  s.n_tokens = s.n_sampled = s.n_seqs = batch;
-  s.sum_context = int64_t(batch) * context;
-  s.max_context = context;
-  s.decode_context = double(batch) * context;
-  s.attention_pairs = s.decode_context;
-  return s;
-}
-
-/// A chunk of `tokens` prompt rows after `context` cached ones, its last row sampled.
-StepShape chunk_of(int tokens, int context) {
-  StepShape s;
-  s.n_tokens = tokens;
-  s.n_sampled = s.n_seqs = 1;
-  s.sum_context = s.max_context = context + tokens;
-  s.prefill_pairs = double(tokens) * context + 0.5 * tokens * (tokens + 1.0);
-  s.attention_pairs = s.prefill_pairs;
-  return s;
-}
+using test_shapes::decode_shape;
+using test_shapes::prefill_shape;
 
 /// What `servelab profile --for-scenario` measures for prompts of 1-4k tokens in 512-token chunks
 /// on a backend that replays decodes as CUDA graphs (the llama3-8b long-prompt matrix cell): graphed
@@ -51,8 +34,8 @@ struct LongPromptGrid {
   }
   /// A `tokens`-row chunk at `context` beside `decodes` decodes at `context` + 1.
   static StepShape mixed_of(int tokens, int decodes, int context) {
-    StepShape s = chunk_of(tokens, context);
-    const StepShape d = decode_of(decodes, context + 1);
+    StepShape s = prefill_shape(tokens, context);
+    const StepShape d = decode_shape(decodes, context + 1);
     s.n_tokens += d.n_tokens;
     s.n_sampled += d.n_sampled;
     s.n_seqs += d.n_seqs;
@@ -65,12 +48,12 @@ struct LongPromptGrid {
     std::vector<TimedStep> steps;
     for (int b : {1, 2, 3, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256})
       for (int c : {1226, 2517, 3774}) {
-        const StepShape s = decode_of(b, c);
+        const StepShape s = decode_shape(b, c);
         const int bucket = *std::lower_bound(buckets.begin(), buckets.end(), b);
         steps.push_back({s, graph(bucket) + kContext * s.decode_context});
       }
-    for (int c : {1225, 2516, 3773, 4090}) steps.push_back({chunk_of(512, c), 0});
-    for (int t : {1024, 1763, 2452, 3840}) steps.push_back({chunk_of(t, 0), 0});
+    for (int c : {1225, 2516, 3773, 4090}) steps.push_back({prefill_shape(512, c), 0});
+    for (int t : {1024, 1763, 2452, 3840}) steps.push_back({prefill_shape(t, 0), 0});
     steps.push_back({mixed_of(512, 11, 3773), 0});
     for (TimedStep& t : steps)
       if (t.step_s == 0) t.step_s = eager_time(t.shape);
@@ -94,10 +77,10 @@ TEST(ProfiledStepModelFit, ShortChunksBelowTheOnlyMeasuredChunkArePricedBetweenI
     // A prompt's last chunk (1-511 rows): more than a 1-row decode costs, less than the measured
     // 512-row chunk at its context, and dearer the more rows it has.
     for (int c : {1225, 3773}) {
-      const double full = m.predict_clamped(chunk_of(512, c)), one = LongPromptGrid::graph(1);
+      const double full = m.predict_clamped(prefill_shape(512, c)), one = LongPromptGrid::graph(1);
       double before = 0.0;
       for (int t : {1, 17, 64, 100, 256, 300, 511}) {
-        const double priced = m.predict_clamped(chunk_of(t, c));
+        const double priced = m.predict_clamped(prefill_shape(t, c));
         EXPECT_GT(priced, one) << t << " rows at " << c;
         EXPECT_LT(priced, full) << t << " rows at " << c;
         EXPECT_GT(priced, before) << t << " rows at " << c;
@@ -143,9 +126,9 @@ TEST(ProfiledStepModelFit, AnEagerStepBesideTheDecodesOnAKnotSetsTheSampledTerm)
   const LongPromptGrid grid;
   std::vector<TimedStep> steps;
   for (int b : {1, 4, 16, 64, 256})
-    for (int c : {1226, 3774}) steps.push_back({decode_of(b, c), 0});
+    for (int c : {1226, 3774}) steps.push_back({decode_shape(b, c), 0});
   for (int t : {16, 64, 512})
-    for (int c : {0, 1225, 3773}) steps.push_back({chunk_of(t, c), 0});
+    for (int c : {0, 1225, 3773}) steps.push_back({prefill_shape(t, c), 0});
   for (TimedStep& t : steps) t.step_s = LongPromptGrid::eager_time(t.shape);
   const ProfiledStepModel m = ProfiledStepModel::fit(steps);
   EXPECT_NEAR(m.s_per_sampled(), LongPromptGrid::kSampled, 1e-9);

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/engine/step_shapes.h"
 #include "engine/backend/step_input.h"
 #include "engine/backend/hardware.h"
 #include "engine/backend/make_backend.h"
@@ -18,6 +19,9 @@
 
 namespace servelab {
 namespace {
+
+using test_shapes::decode_shape;
+using test_shapes::prefill_shape;
 
 using namespace enginetest;
 
@@ -106,26 +110,6 @@ std::string profile_text(const ModelConfig& m, const std::vector<TimedStep>& ste
                             {"prefill_pairs", t.shape.prefill_pairs}, {"decode_context", t.shape.decode_context},
                             {"step_s", t.step_s}});
   return j.dump();
-}
-
-StepShape decode_shape(int batch, int context) {
-  StepShape s;
-  s.n_tokens = s.n_sampled = s.n_seqs = batch;
-  s.sum_context = int64_t(batch) * context;
-  s.max_context = context;
-  s.decode_context = double(batch) * context;
-  s.attention_pairs = s.decode_context;
-  return s;
-}
-
-StepShape prefill_shape(int tokens, int context) {
-  StepShape s;
-  s.n_tokens = tokens;
-  s.n_sampled = s.n_seqs = 1;
-  s.sum_context = s.max_context = context + tokens;
-  s.prefill_pairs = double(tokens) * context + 0.5 * tokens * (tokens + 1.0);
-  s.attention_pairs = s.prefill_pairs;
-  return s;
 }
 
 /// A synthetic profile drawn from the model class itself: a non-linear matrix term over rows

@@ -7,28 +7,14 @@
 #include <vector>
 
 #include "engine/backend/cost_model.h"
+#include "tests/engine/step_shapes.h"
 #include "engine/backend/make_backend.h"
 
 namespace servelab {
 namespace verify_cost_test {  // named, not anonymous: a unity batch shares one translation unit
 
-StepShape decode_at(int batch, int context) {
-  StepShape s;
-  s.n_tokens = s.n_sampled = s.n_seqs = batch;
-  s.sum_context = int64_t(batch) * context;
-  s.max_context = context;
-  s.decode_context = s.attention_pairs = double(batch) * context;
-  return s;
-}
-
-StepShape chunk_at(int tokens, int context) {  // one sequence, `tokens` rows after `context` cached, one draw
-  StepShape s;
-  s.n_tokens = tokens;
-  s.n_sampled = s.n_seqs = 1;
-  s.sum_context = s.max_context = context + tokens;
-  s.prefill_pairs = s.attention_pairs = double(tokens) * context + 0.5 * tokens * (tokens + 1.0);
-  return s;
-}
+using test_shapes::decode_shape;
+using test_shapes::prefill_shape;
 
 /// `batch` sequences each verifying k drafts at `context` (k + 1 rows, all drawn).
 StepShape verify_at(int batch, int k, int context) {
@@ -56,11 +42,11 @@ double true_s(const StepShape& s) { return base_s(s) + verify_extra_s(double(s.v
 
 std::vector<TimedStep> base_profile() {
   std::vector<TimedStep> steps;
-  for (int t : {16, 32, 64, 128, 256}) steps.push_back({chunk_at(t, 0), 0});
+  for (int t : {16, 32, 64, 128, 256}) steps.push_back({prefill_shape(t, 0), 0});
   for (int b : {1, 2, 4, 8, 16})
-    for (int c : {32, 128, 256}) steps.push_back({decode_at(b, c), 0});
+    for (int c : {32, 128, 256}) steps.push_back({decode_shape(b, c), 0});
   for (int t : {4, 32, 128})
-    for (int c : {32, 128, 256}) steps.push_back({chunk_at(t, c), 0});
+    for (int c : {32, 128, 256}) steps.push_back({prefill_shape(t, c), 0});
   for (TimedStep& s : steps) s.step_s = true_s(s.shape);
   return steps;
 }
