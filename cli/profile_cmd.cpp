@@ -112,10 +112,10 @@ int profile_main(const ProfileArgs& a) {
   spec.kind = parse_backend_kind(a.backend);
   spec.model = a.model_dir.empty() ? a.preset : a.model_dir;
   const bool model_given = (a.preset_flag && a.preset_flag->count() > 0) || (a.model_flag && a.model_flag->count() > 0);
-  if (!a.for_scenario.empty() && !model_given) {  // profile the model the scenario runs
-    const Scenario sc = load_scenario(a.for_scenario);
-    spec.model = sc.model.path.empty() ? sc.model.preset : sc.model.path;
-  }
+  std::optional<Scenario> scenario;  // --for-scenario: read once, for the model and the grid
+  if (!a.for_scenario.empty()) scenario = load_scenario(a.for_scenario);
+  if (scenario && !model_given)  // profile the model the scenario runs
+    spec.model = scenario->model.path.empty() ? scenario->model.preset : scenario->model.path;
   spec.seed = a.grid.seed;
   spec.threads = a.threads;
   spec.cpu_gemm = a.cpu_gemm == "openblas" ? CpuGemmPath::openblas : CpuGemmPath::tuned;
@@ -139,7 +139,7 @@ int profile_main(const ProfileArgs& a) {
   std::string draft_preset = a.draft_preset;
   if (draft_layers > 0 && !draft_preset.empty()) throw std::invalid_argument("give --draft-layers or --draft-preset, not both");
   if (!a.for_scenario.empty()) {
-    const ScenarioGrid derived = profile_grid_for(load_scenario(a.for_scenario), a.grid);
+    const ScenarioGrid derived = profile_grid_for(*scenario, a.grid);
     const ProfileOptions& d = derived.grid;
     auto given = [&](const char* flag) {
       return std::any_of(a.grid_flags.begin(), a.grid_flags.end(),
