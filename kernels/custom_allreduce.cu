@@ -276,6 +276,20 @@ __global__ void fill_u32(uint32_t* p, int64_t n, uint32_t value) {
     p[i] = value;
 }
 
+/// Loads every kernel of this file on the current device now. Under CUDA's lazy loading (the
+/// default) a kernel's first launch on a device loads its code there, and that load can wait for
+/// the kernels running on the peer devices to finish; a rank whose kernel spins for its peer's
+/// data then waits for a peer that waits for it, until the spin times out (seen on 2 x H200: the
+/// fused kernel's first call timed out after 10 s and left stale words in the receive buffer).
+void load_kernels_here() {
+  cudaFuncAttributes attr{};
+  CUDA_CHECK(cudaFuncGetAttributes(&attr, one_shot<true>));
+  CUDA_CHECK(cudaFuncGetAttributes(&attr, one_shot<false>));
+  CUDA_CHECK(cudaFuncGetAttributes(&attr, lamport));
+  CUDA_CHECK(cudaFuncGetAttributes(&attr, lamport_add_rms_norm));
+  CUDA_CHECK(cudaFuncGetAttributes(&attr, fill_u32));
+}
+
 }  // namespace
 
 CustomAllReduce::CustomAllReduce(const std::vector<int>& devices, int64_t max_bytes, int blocks, int threads,
@@ -307,6 +321,7 @@ CustomAllReduce::CustomAllReduce(const std::vector<int>& devices, int64_t max_by
       else
         CUDA_CHECK(e);
     }
+    load_kernels_here();
     CUDA_CHECK(cudaMalloc(&staging_[r], size_t(2) * n_ * max_bytes_));
     CUDA_CHECK(cudaMalloc(&flags_[r], size_t(blocks_) * n_ * sizeof(uint32_t)));
     CUDA_CHECK(cudaMemset(flags_[r], 0, size_t(blocks_) * n_ * sizeof(uint32_t)));

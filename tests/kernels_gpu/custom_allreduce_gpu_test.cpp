@@ -201,9 +201,15 @@ TEST(CustomAllReduceGpu, FusedAddRmsNormGivesTheBitsOfAllReduceThenAddRmsNorm) {
       out_b[r] = device_copy(r, std::vector<uint16_t>(n, 0xffff));
       w[r] = device_copy(r, weight);
     }
+    // Every rank's all-reduce is launched before anything else: one host thread drives both GPUs,
+    // and a launch on a GPU whose all-reduce is still waiting for its peer's half can block in
+    // CUDA's lazy kernel loading (it synchronizes that GPU) until the spin times out.
     for (int r = 0; r < 2; ++r) {
       CUDA_CHECK(cudaSetDevice(r));
       car.run(r, a[r], a[r], n, ranks[r]->stream, CustomAllReduce::Variant::lamport);
+    }
+    for (int r = 0; r < 2; ++r) {
+      CUDA_CHECK(cudaSetDevice(r));
       add_rms_norm(ScalarType::bf16, a[r], res_a[r], w[r], out_a[r], rows, d, 1e-5f, ranks[r]->stream);
     }
     for (int r = 0; r < 2; ++r) {
