@@ -68,8 +68,6 @@ void all_reduce_nccl_vs_ours() {
                 nccl[i].seconds * 1e6, ours[i].seconds * 1e6, nccl[i].seconds / ours[i].seconds, ours[i].bus_gb_s);
 }
 
-int64_t g_l2_prefetch = int64_t(24) << 20;  ///< --l2-prefetch-mb (0: not timed)
-
 /// Mean decode step seconds of `backend` over batches of `batch` sequences with 256-token prompts.
 template <typename B>
 double decode_step_s(B& backend, int batch, int vocab) {
@@ -118,12 +116,10 @@ struct Tp2Run {
   std::vector<double> step_s, comm_s;
 };
 
-Tp2Run run_tp2(const ModelConfig& config, TpAllReduce mode, const std::vector<int>& batches, bool fuse_norm = false,
-               int64_t l2_prefetch = 0) {
+Tp2Run run_tp2(const ModelConfig& config, TpAllReduce mode, const std::vector<int>& batches, bool fuse_norm = false) {
   CudaBackendOptions o;
   o.tp_all_reduce = mode;
   o.tp_fuse_all_reduce_norm = fuse_norm;
-  o.decode.l2_prefetch_bytes = l2_prefetch;
   auto two = TpCudaBackend::random(config, 1, 2, o);
   std::printf("%s, %s\n", config.name.c_str(), two->describe().c_str());
   Tp2Run r;
@@ -146,15 +142,6 @@ void decode_step_tp2_vs_tp1(const std::string& model) {
   const Tp2Run nccl = run_tp2(config, TpAllReduce::nccl, batches);
   const Tp2Run ours = run_tp2(config, TpAllReduce::auto_select, batches);
   const Tp2Run fused = run_tp2(config, TpAllReduce::auto_select, batches, /*fuse_norm=*/true);
-  std::vector<double> one_pf;  // both again with the L2 prefetch of the next product's weights
-  if (g_l2_prefetch > 0) {
-    CudaBackendOptions o;
-    o.decode.l2_prefetch_bytes = g_l2_prefetch;
-    auto one = CudaBackend::random(config, 1, o);
-    for (int b : batches) one_pf.push_back(decode_step_s(*one, b, config.vocab_size));
-  }
-  const Tp2Run ours_pf = g_l2_prefetch > 0 ? run_tp2(config, TpAllReduce::auto_select, batches, false, g_l2_prefetch)
-                                           : Tp2Run{};
   std::printf("tp-decode %6s %9s | %9s %8s %9s %7s | %9s %8s %9s %7s\n", "batch", "tp1_ms", "nccl_ms", "speedup",
               "comm_ms", "share", "ours_ms", "speedup", "comm_ms", "share");
   for (size_t i = 0; i < batches.size(); ++i)
@@ -167,33 +154,6 @@ void decode_step_tp2_vs_tp1(const std::string& model) {
   for (size_t i = 0; i < batches.size(); ++i)
     std::printf("tp-decode %6d %9.3f | %12.3f %7.2fx\n", batches[i], one_s[i] * 1e3, fused.step_s[i] * 1e3,
                 one_s[i] / fused.step_s[i]);
-  if (g_l2_prefetch == 0) return;
-  std::printf("tp-decode %6s %9s %9s | %12s %8s %8s  (L2 prefetch of %lld MiB of the next product's weights; "
-              "speedup: TP=1 without / TP=2 with, and both with)\n",
-              "batch", "tp1_ms", "tp1_pf_ms", "ours_pf_ms", "speedup", "both_pf", static_cast<long long>(g_l2_prefetch >> 20));
-  for (size_t i = 0; i < batches.size(); ++i)
-    std::printf("tp-decode %6d %9.3f %9.3f | %12.3f %7.2fx %7.2fx\n", batches[i], one_s[i] * 1e3, one_pf[i] * 1e3,
-                ours_pf.step_s[i] * 1e3, one_s[i] / ours_pf.step_s[i], one_pf[i] / ours_pf.step_s[i]);
-}
-
-/// One GPU: decode steps with and without the L2 prefetch, in one process, alternating (ABBA)
-/// so the GPU's drift cancels.
-void prefetch_one_gpu(const std::string& model) {
-  const ModelConfig config = preset(model);
-  const std::vector<int> batches = {1, 8, 32};
-  CudaBackendOptions plain, with;
-  with.decode.l2_prefetch_bytes = g_l2_prefetch;
-  auto a = CudaBackend::random(config, 1, plain);
-  auto b = CudaBackend::random(config, 1, with);
-  std::printf("prefetch-1gpu %s: L2 prefetch of %lld MiB of the next product's weights\n", config.name.c_str(),
-              static_cast<long long>(g_l2_prefetch >> 20));
-  std::printf("prefetch-1gpu %6s %9s %9s %8s\n", "batch", "plain_ms", "pf_ms", "pf/plain");
-  for (int batch : batches) {
-    const double a1 = decode_step_s(*a, batch, config.vocab_size), b1 = decode_step_s(*b, batch, config.vocab_size);
-    const double b2 = decode_step_s(*b, batch, config.vocab_size), a2 = decode_step_s(*a, batch, config.vocab_size);
-    const double pa = (a1 + a2) / 2, pb = (b1 + b2) / 2;
-    std::printf("prefetch-1gpu %6d %9.3f %9.3f %8.3f\n", batch, pa * 1e3, pb * 1e3, pb / pa);
-  }
 }
 
 /// Device-to-device copy bandwidth of `device` (read + write bytes / time), GB/s.
@@ -240,13 +200,6 @@ void bound(const std::string& model) {
   std::printf("tp-bound %s batch 1: step %.3f ms, weights %.2f GB (2 x %.2f GB), bound %.3f ms, "
               "fraction of the bound %.3f\n",
               config.name.c_str(), step * 1e3, 2.0 * rank_bytes / 1e9, rank_bytes / 1e9, bound_s * 1e3, bound_s / step);
-  if (g_l2_prefetch == 0) return;
-  two.reset();
-  o.decode.l2_prefetch_bytes = g_l2_prefetch;
-  two = TpCudaBackend::random(config, 1, 2, o);
-  const double step_pf = decode_step_s(*two, 1, config.vocab_size);
-  std::printf("tp-bound %s batch 1 with the L2 prefetch: step %.3f ms, fraction of the bound %.3f\n",
-              config.name.c_str(), step_pf * 1e3, bound_s / step_pf);
 }
 
 }  // namespace
@@ -258,17 +211,10 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
     else if (!std::strcmp(argv[i], "--bound-model") && i + 1 < argc) bound_model = argv[++i];
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
-    else if (!std::strcmp(argv[i], "--l2-prefetch-mb") && i + 1 < argc)
-      servelab::g_l2_prefetch = int64_t(std::atoi(argv[++i])) << 20;
     else {
-      std::fprintf(stderr, "usage: tp_bench [--model PRESET] [--bound-model PRESET] [--only allreduce|decode|bound|prefetch] [--l2-prefetch-mb N]\n");
+      std::fprintf(stderr, "usage: tp_bench [--model PRESET] [--bound-model PRESET] [--only allreduce|decode|bound]\n");
       return 2;
     }
-  }
-  if (only == "prefetch") {  // one GPU is enough
-    std::setvbuf(stdout, nullptr, _IOLBF, 0);
-    servelab::prefetch_one_gpu(model);
-    return 0;
   }
   if (servelab::cuda_device_count() < 2) {
     std::fprintf(stderr, "tp_bench: needs 2 CUDA devices\n");

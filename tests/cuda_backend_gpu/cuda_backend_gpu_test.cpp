@@ -18,7 +18,6 @@
 #include "engine/model/synth.h"
 #include "engine/model/weights.h"
 #include "tests/backend/backend_test_util.h"
-#include "tests/cuda_backend_gpu/gpu_test_model.h"
 
 namespace servelab {
 namespace cuda_backend_gpu_test {  // named, not anonymous: a unity batch shares one translation unit
@@ -377,34 +376,6 @@ TEST(CudaBackendGpuGraphs, ReservedStepBuffersAreNotRecapturedAfterALongPrefill)
   decode(3);
   EXPECT_EQ(reserved->graph_captures(), 1) << "the reserved buffers did not move";
   EXPECT_EQ(lazy->graph_captures(), 2) << "growth invalidated the graph (what reserve_steps avoids)";
-}
-
-// The L2 prefetch (DecodePathOptions::l2_prefetch_bytes) only warms the cache: the same logits
-// bit for bit, eagerly and from graphs (its side stream forked and joined inside the capture).
-TEST(CudaBackendGpuGraphs, L2PrefetchLeavesTheLogitsBitIdentical) {
-  SKIP_WITHOUT_GPU();
-  const std::string dir = synth(shape(false));
-  for (bool graphs : {true, false}) {
-    CudaBackendOptions plain{.cuda_graphs = graphs}, with = plain;
-    with.decode.l2_prefetch_bytes = 3 << 16;  // 192 KiB: part of each product's weights
-    auto a = CudaBackend::load(dir, plain), b = CudaBackend::load(dir, with);
-    a->init_kv(kSlots);
-    b->init_kv(kSlots);
-    auto kv = make_kv(KvKind::paged);
-    std::vector<Sequence> seqs;
-    for (int i = 0; i < 3; ++i) seqs.push_back(make_sequence(i + 1, random_tokens(30 + 7 * i, 1000, 60 + i)));
-    for (int step = 0; step < 5; ++step) {  // a prefill, then decodes: eager warm-up, capture, replays
-      Batch batch;
-      for (Sequence& s : seqs) {
-        hold(*kv, s, s.n_tokens());
-        batch.entries.push_back({&s, s.n_tokens() - s.n_computed, true});
-      }
-      const std::vector<float> x = a->logits(make_step(*a, batch, *kv));
-      const std::vector<float> y = b->logits(make_step(*b, batch, *kv));
-      ASSERT_EQ(x, y) << (graphs ? "graphs" : "eager") << ", step " << step;
-      testing::append_argmax(batch, x, 1000);
-    }
-  }
 }
 
 }  // namespace cuda_backend_gpu_test

@@ -26,9 +26,6 @@ void CudaBackendOptions::validate() const {
                                 "); use all_reduce: auto or nccl");
   if (decode.gemv_waves < 0)
     throw std::invalid_argument("decode.gemv_waves must be >= 0 (got " + std::to_string(decode.gemv_waves) + ")");
-  if (decode.l2_prefetch_bytes < 0)
-    throw std::invalid_argument("decode.l2_prefetch_bytes must be >= 0 (got " + std::to_string(decode.l2_prefetch_bytes) +
-                                ")");
   if (decode.gemv_loop < 0 || decode.gemv_loop > 3)
     throw std::invalid_argument("decode.gemv_loop must be 0..3 (got " + std::to_string(decode.gemv_loop) + ")");
   if (dtype != DType::bf16 && dtype != DType::f16)

@@ -44,11 +44,6 @@ struct DecodePathOptions {
   /// Programmatic dependent launch between the kernels of a step whose products take gemv (beside
   /// cuBLASLt's products it measured slower, so never there); off in batch-invariant mode.
   bool pdl = true;
-  /// With > 0: in steps whose products take gemv (bf16 weights), a bulk L2 prefetch of up to this
-  /// many bytes of the next product's weights, on a side stream, while the kernels between two
-  /// products run (kernels/l2_prefetch.h): the O product's during attention, gate|up's during the
-  /// norm after O, the next layer's QKV during the norm after down. 0 (the default): none.
-  int64_t l2_prefetch_bytes = 0;
 };
 
 struct CudaBackendOptions {

@@ -153,10 +153,6 @@ struct CudaBackend::Impl {
   DeviceBuffer lora_xa, lora_left_dev;
   std::vector<k::LoraRun> lora_step_runs;
   std::vector<int32_t> lora_left;
-  // The L2 prefetches of the next product's weights (DecodePathOptions::l2_prefetch_bytes): their
-  // side stream, forked from the step's stream before each and joined once after the layers.
-  cudaStream_t prefetch_side = nullptr;
-  cudaEvent_t prefetch_fork = nullptr, prefetch_join = nullptr;
   // Swap and copy-on-write lists, and the swap buffer (mapped pinned).
   PinnedBuffer index_host;
   PinnedBuffer swap_host;
@@ -167,9 +163,6 @@ struct CudaBackend::Impl {
     if (lora_fork) cudaEventDestroy(lora_fork);
     if (lora_join) cudaEventDestroy(lora_join);
     if (lora_side) cudaStreamDestroy(lora_side);
-    if (prefetch_fork) cudaEventDestroy(prefetch_fork);
-    if (prefetch_join) cudaEventDestroy(prefetch_join);
-    if (prefetch_side) cudaStreamDestroy(prefetch_side);
     if (stream) cudaStreamDestroy(stream);
   }
 
@@ -226,11 +219,6 @@ struct CudaBackend::Impl {
     // PDL pays between gemv launches (they stream weights while the previous kernel drains); beside
     // cuBLASLt's products it measured slower (batch 1 and 32), so only steps whose products take gemv.
     pdl_small_steps = dp.gemv != Gemv::off && !options.batch_invariant && dp.pdl;
-    if (dp.l2_prefetch_bytes > 0 && dp.gemv != Gemv::off) {
-      CUDA_CHECK(cudaStreamCreateWithFlags(&prefetch_side, cudaStreamNonBlocking));
-      CUDA_CHECK(cudaEventCreateWithFlags(&prefetch_fork, cudaEventDisableTiming));
-      CUDA_CHECK(cudaEventCreateWithFlags(&prefetch_join, cudaEventDisableTiming));
-    }
     cudaDeviceProp p{};
     CUDA_CHECK(cudaGetDeviceProperties(&p, options.device));
     n_sms = p.multiProcessorCount;

@@ -4,7 +4,6 @@
 // allocated or synchronized, so a decode step can be captured into a CUDA graph and replayed.
 #include "engine/backend/cuda/cuda_backend_impl.h"
 #include "engine/backend/cuda/cuda_ops.h"
-#include "kernels/l2_prefetch.h"
 
 namespace servelab {
 
@@ -95,17 +94,6 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
     return &hk;
   };
 
-  // L2 prefetches of the next product's weights beside the kernels between products (bf16 gemv
-  // steps only: DecodePathOptions::l2_prefetch_bytes), each forked after the product before it.
-  const bool prefetching = prefetch_side && R <= k::gemv::kMaxRows && !qw;
-  constexpr int64_t esize = 2;  // bf16 or f16 weights
-  const auto prefetch = [&](const void* weights, int64_t elements) {
-    if (!prefetching) return;
-    CUDA_CHECK(cudaEventRecord(prefetch_fork, stream));
-    CUDA_CHECK(cudaStreamWaitEvent(prefetch_side, prefetch_fork, 0));
-    k::l2_prefetch(weights, std::min(elements * esize, options.decode.l2_prefetch_bytes), prefetch_side);
-  };
-
   // The model, written once over the ops (cuda_ops.h).
   k::embedding(dt, w.embedding, g.at<int32_t>(L.token_ids), h.get(), R, d, stream);
   for (int l = 0; l < m.n_layers; ++l) {
@@ -127,18 +115,11 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
     if (l == 0) k::rms_norm(dt, h.get(), W.attn_norm, xn.get(), R, d, m.rms_eps, stream);
     else attn_norm(ctx, delta.get(), h.get(), xn.get(), R);
     qkv_proj(ctx, xn.get(), qkv.get(), R);
-    prefetch(W.w_o, int64_t(d) * dq());
     attention(ctx, st, qkv.get(), qkv_width(), k_arena(l), v_arena(l), attn.get());
     o_proj(ctx, attn.get(), delta.get(), R);
-    prefetch(W.w_gate_up, int64_t(2) * local_ffn * d);
     ffn_norm(ctx, delta.get(), h.get(), xn.get(), R);
     gate_up_silu(ctx, xn.get(), gate_up.get(), act.get(), R);
     down_proj(ctx, act.get(), delta.get(), R);
-    if (!last) prefetch(w.layers[l + 1].w_qkv, int64_t(qkv_width()) * d);
-  }
-  if (prefetching) {  // the side stream back into the step (a captured graph must join its branches)
-    CUDA_CHECK(cudaEventRecord(prefetch_join, prefetch_side));
-    CUDA_CHECK(cudaStreamWaitEvent(stream, prefetch_join, 0));
   }
   if (N == 0) return;
   // The last residual add and the final norm on the drawn rows only, the LM head, masks, draws.
