@@ -3,12 +3,15 @@
 // dequant(w)[N, K]ᵀ (+ y), x bf16, fp32 accumulate, fp32 or bf16 output (the cuda backend's
 // activations), the weights dequantized in registers as they stream in (W8A16 FP8 and W4A16
 // INT4: the decode win is fewer weight bytes).
-// Five kernels, selectable (QuantGemvArgs::kernel, or SERVELAB_QUANT_GEMV=auto|warp|mma|stream|steps|
-// packed in the environment) so one run can measure them side by side:
+// Six kernels, selectable (QuantGemvArgs::kernel, or SERVELAB_QUANT_GEMV=auto|warp|mma|stream|steps|
+// packed|pipe in the environment) so one run can measure them side by side:
 // - packed (quant_gemv_packed.cu): INT4 only, M = 1-8, over the weights repacked into the mma
 //   fragments' order (int4_pack.h: QuantGemvArgs::w_packed, w_packed_groups), the steps kernel's
 //   work split, loads into registers a step ahead (or through a per-warp cp.async ring); asked for
 //   by name only (measured slower than steps over llama2-7b's decode products on an H200);
+// - pipe (quant_gemv_steps.cu, the plan of quant_gemv_pipe_plan.h): the steps kernel with a rolling
+//   register pipeline (each warp's next step in flight while it computes the current one), INT4's
+//   scales and zeros shared by a quad, K split to fill whole waves; M = 1-8;
 // - steps (quant_gemv_steps.cu, the plan of gemv_plan.h): the bf16 gemv's shape, M = 1-8: a block's
 //   warps take K steps of its 32 rows in turn, x read straight from global memory; FP8 and INT4
 //   with groups of a multiple of 128;
@@ -18,7 +21,8 @@
 // - warp (quant_gemv.cu): a warp per output row on CUDA cores; takes every product (INT4's
 //   smaller groups, long K without a workspace).
 // auto picks per format and M the kernel measured fastest on an H200 (quant_gemv_auto_kernel);
-// a kernel asked for that cannot take the product falls back along packed -> steps -> stream -> mma -> warp. Each
+// a kernel asked for that cannot take the product falls back along packed -> steps -> stream -> mma -> warp
+// (pipe -> stream). Each
 // kernel gives a row the same result whatever M is (its plan ignores M); auto may pick different
 // kernels for different M, whose sums differ in rounding.
 // Kernel layouts (a loader repacks checkpoint layouts into these once):
@@ -36,9 +40,9 @@
 namespace servelab::kernels {
 
 enum class QuantWeightKind { fp8_e4m3, int4 };
-enum class QuantGemvKernel { auto_select, warp, mma, stream, steps, packed };
+enum class QuantGemvKernel { auto_select, warp, mma, stream, steps, packed, pipe };
 
-/// "auto", "warp", "mma", "stream", "steps", "packed"; parse throws std::invalid_argument naming the bad value.
+/// "auto", "warp", "mma", "stream", "steps", "packed", "pipe"; parse throws std::invalid_argument naming the bad value.
 const char* to_string(QuantGemvKernel k);
 QuantGemvKernel parse_quant_gemv_kernel(const char* s);
 

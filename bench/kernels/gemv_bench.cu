@@ -119,8 +119,8 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
                               {"stream", QuantGemvKernel::stream, 0},  {"steps", QuantGemvKernel::steps, 0},
                               {"steps_other", QuantGemvKernel::steps, -1}, {"packed", QuantGemvKernel::packed, 0},
                               {"packed_s2", QuantGemvKernel::packed, 2}, {"packed_s3", QuantGemvKernel::packed, 3},
-                              {"auto", QuantGemvKernel::auto_select, 0}};
-  constexpr int kKernels = 9;
+                              {"pipe", QuantGemvKernel::pipe, 0},        {"auto", QuantGemvKernel::auto_select, 0}};
+  constexpr int kKernels = 10;
   Gemm gemm(false);
   gemm.set_gemv_waves(0);
   gemm.set_gemv_variant(3);

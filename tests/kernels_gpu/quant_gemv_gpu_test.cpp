@@ -1,5 +1,5 @@
 // quant_gemv (FP8 and INT4 weights dequantized in registers) against quant_gemv_ref, each of its
-// kernels (warp, mma, stream, steps, packed: INT4 over int4_pack.h's layout, packed on the host by
+// kernels (warp, mma, stream, steps, pipe, packed: INT4 over int4_pack.h's layout, packed on the host by
 // pack_int4_fragments_ref) asked for by name: awkward M (1, 3, 16 ...), odd N, K not a multiple
 // of 128 (FP8) or longer than one slice, per-tensor and per-channel FP8 scales, INT4 groups of 16
 // (the warp-per-row kernel), 128 and 256 (the tensor-core kernels), accumulate, fp32 and bf16
@@ -143,7 +143,7 @@ struct Shape {
 };
 
 constexpr QuantGemvKernel kKernels[] = {QuantGemvKernel::warp, QuantGemvKernel::mma, QuantGemvKernel::stream,
-                                        QuantGemvKernel::steps, QuantGemvKernel::packed};
+                                        QuantGemvKernel::steps, QuantGemvKernel::packed, QuantGemvKernel::pipe};
 
 /// Every awkward shape through `kernel` (where it takes the product; else its fall-back); the steps
 /// kernel's knob: steps in flight a warp (0: the format's default); the packed kernel's: its ring's
@@ -234,8 +234,9 @@ TEST(QuantGemvGpu, Bf16OutputAndRowsIndependentOfM) {
       const int n = 700, k = 4096;
       const Problem pr(rng, int4, 16, n, k, 128, true);
       Workspace ws(n, k);
-      const bool eight = kernel == QuantGemvKernel::steps || kernel == QuantGemvKernel::packed;
-      const int m_all = eight ? 8 : 16;  // steps and packed take up to 8 rows
+      const bool eight =
+          kernel == QuantGemvKernel::steps || kernel == QuantGemvKernel::packed || kernel == QuantGemvKernel::pipe;
+      const int m_all = eight ? 8 : 16;  // steps, packed and pipe take up to 8 rows
       DeviceBuffer y16(size_t(16) * n * 2), y_all(size_t(16) * n * 4);
       QuantGemvArgs a = pr.args(y16.get(), true, false);
       a.kernel = kernel;
@@ -269,7 +270,7 @@ TEST(QuantGemvGpu, Bf16OutputAndRowsIndependentOfM) {
     }
 }
 
-// The steps and packed kernels' fused SiLU·mul (the cuda backend's quantized gate|up at up to 8
+// The steps, packed and pipe kernels' fused SiLU·mul (the cuda backend's quantized gate|up at up to 8
 // rows) gives the bits of the same kernel's bf16 product followed by kernels::silu_mul, with and
 // without split K, and with either steps-in-flight count; ffn not a multiple of 16 (the last
 // block's clamped rows; the packed kernel takes multiples of 16 only).
@@ -286,8 +287,10 @@ TEST(QuantGemvGpu, StepsFusedSiluMatchesProductThenSiluMul) {
         const Problem pr(rng, int4, c.m, 2 * c.ffn, c.k, 128, per_channel);
         Workspace ws(2 * c.ffn, c.k);
         for (bool with_ws : {false, true})
-          for (int in_flight : {1, 2, 0}) {  // 0: the packed kernel (INT4 with ffn a multiple of 16)
-            const QuantGemvKernel kernel = in_flight > 0 ? QuantGemvKernel::steps : QuantGemvKernel::packed;
+          for (int in_flight : {1, 2, 0, -1}) {  // 0: the packed kernel (INT4 with ffn a multiple of 16); -1: pipe
+            const QuantGemvKernel kernel = in_flight > 0    ? QuantGemvKernel::steps
+                                           : in_flight == 0 ? QuantGemvKernel::packed
+                                                            : QuantGemvKernel::pipe;
             if (in_flight == 0 && (!int4 || c.ffn % 16)) continue;
             SCOPED_TRACE("M=" + std::to_string(c.m) + " FFN=" + std::to_string(c.ffn) + " K=" + std::to_string(c.k) +
                          (int4 ? " int4" : per_channel ? " fp8/channel" : " fp8/tensor") + (with_ws ? " workspace" : "") +
@@ -295,7 +298,7 @@ TEST(QuantGemvGpu, StepsFusedSiluMatchesProductThenSiluMul) {
             DeviceBuffer gate_up(size_t(c.m) * 2 * c.ffn * 2), want(size_t(c.m) * c.ffn * 2), got(size_t(c.m) * c.ffn * 2);
             QuantGemvArgs a = pr.args(gate_up.get(), true, false);
             a.kernel = kernel;
-            a.steps_in_flight = in_flight;
+            a.steps_in_flight = std::max(in_flight, 0);
             if (with_ws) ws.attach(a);
             quant_gemv(a, nullptr);
             silu_mul(ScalarType::bf16, gate_up.get(), want.get(), c.m, c.ffn, nullptr);
