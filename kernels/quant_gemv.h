@@ -9,9 +9,10 @@
 //   fragments' order (int4_pack.h: QuantGemvArgs::w_packed, w_packed_groups), the steps kernel's
 //   work split, loads into registers a step ahead (or through a per-warp cp.async ring); asked for
 //   by name only (measured slower than steps over llama2-7b's decode products on an H200);
-// - pipe (quant_gemv_steps.cu, the plan of quant_gemv_pipe_plan.h): the steps kernel with a rolling
-//   register pipeline (each warp's next step in flight while it computes the current one), INT4's
-//   scales and zeros shared by a quad, K split to fill whole waves; M = 1-8;
+// - pipe (quant_gemv_pipe.cu, the plan of quant_gemv_pipe_plan.h): the steps kernel's step in
+//   blocks of 4 warps, each streaming its K steps through two register buffers (its next step in
+//   flight while it computes), INT4's scales and zeros shared by a quad, 4 blocks an SM, K split for
+//   the waves; M = 1-8;
 // - steps (quant_gemv_steps.cu, the plan of gemv_plan.h): the bf16 gemv's shape, M = 1-8: a block's
 //   warps take K steps of its 32 rows in turn, x read straight from global memory; FP8 and INT4
 //   with groups of a multiple of 128;
@@ -78,6 +79,8 @@ struct QuantGemvArgs {
   /// packed kernel: 1, no ring, each warp's next step loaded into registers (the default: 0), or
   /// 2..4 shared-memory stages of a per-warp cp.async ring: a tuning knob kernel_bench sweeps.
   int packed_stages = 0;
+  /// pipe kernel: warps a block (4, the default: 0; or 8): a tuning knob kernel_bench sweeps.
+  int pipe_warps = 0;
   /// Split-K workspace (optional: without it no product is split, and a long K may then take the
   /// slower warp-per-row kernel). partials: quant_gemv_workspace_floats(n, k) floats; counters:
   /// quant_gemv_workspace_counters(n) ints, zero before the first launch (they reset themselves).

@@ -29,177 +29,11 @@
 #include "kernels/gemv_reduce.cuh"
 #include "kernels/quant_gemv.h"
 #include "kernels/quant_gemv_frag.cuh"
-#include "kernels/quant_gemv_pipe_plan.h"
 #include "kernels/quant_gemv_rows.cuh"
+#include "kernels/quant_gemv_steps.cuh"
 
 namespace servelab::kernels {
 namespace quant_gemv_steps_detail {  // named: the kernels library may be compiled as unity batches
-
-using quant_gemv_frag::fp8x4_to_bf16;
-using quant_gemv_frag::int4_pair;
-using quant_gemv_frag::mma_bf16;
-using quant_gemv_frag::store_out;
-constexpr int kWarps = gemv::kWarps, kThreads = gemv::kThreads, kBlockRows = gemv::kBlockRows;
-
-template <bool kInt4>
-constexpr int kVecK = kInt4 ? 32 : 16;  // K values in one 16-byte vector of codes
-template <bool kInt4>
-constexpr int kStepK = 8 * kVecK<kInt4>;  // K values a warp step covers: 2 vectors x 4 lanes
-
-/// One step's codes in flight: [tile][row g / g + 8][vector], and INT4's group scale and zero.
-struct StepCodes {
-  uint4 w[2][2][2];
-  float scale[2][2][2];
-  float zero[2][2][2];
-};
-
-/// The pipe kernel's step (kQuad): the same codes, but INT4's scales and zeros shared by the
-/// quad: the 4 lanes of a quad need the same 8 (row, group) pairs, so lane q loads those of its
-/// row r = q (tile q / 2, row g + 8 (q % 2)) for the step's two groups, and the others read them
-/// by a shuffle: 4 loads and 4 registers a step in place of 16 and 16.
-struct StepCodesQuad {
-  uint4 w[2][2][2];
-  float scale[2];
-  float zero[2];
-};
-
-__device__ __forceinline__ uint4 ld_codes(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-
-__device__ __forceinline__ uint32_t word(const uint4& v, int j) { return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w; }
-
-/// Loads the codes (and INT4's group scales and zeros) of the step at kb. kCheck: vectors at or
-/// past K read as zeros (K is a multiple of the vector, so a vector is wholly in or out).
-template <bool kInt4, bool kCheck, typename Codes>
-__device__ __forceinline__ void load_codes(Codes& r, const uint8_t* const (&rows)[2][2], const int (&row_idx)[2][2],
-                                           int kb, int lane_k, const QuantGemvArgs& a) {
-  constexpr bool kQuad = std::is_same_v<Codes, StepCodesQuad>;
-#pragma unroll
-  for (int v = 0; v < 2; ++v) {
-    const int kv = kb + v * 4 * kVecK<kInt4>;
-    const bool in = !kCheck || kv + lane_k < a.k;
-#pragma unroll
-    for (int t = 0; t < 2; ++t)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        r.w[t][h][v] = in ? ld_codes(rows[t][h] + (kInt4 ? kv / 2 : kv)) : make_uint4(0, 0, 0, 0);
-        if constexpr (kInt4 && !kQuad) {
-          const int64_t gi = int64_t((kv + lane_k) / a.group_size) * a.n + row_idx[t][h];
-          r.scale[t][h][v] = in ? __ldg(a.scales + gi) : 0.0f;
-          r.zero[t][h][v] = in ? __ldg(a.zeros + gi) : 0.0f;
-        }
-      }
-    if constexpr (kInt4 && kQuad) {  // this lane's row of the quad's four: tile q / 2, half q % 2
-      const int q = (threadIdx.x & 3), row = q == 0 ? row_idx[0][0] : q == 1 ? row_idx[0][1] : q == 2 ? row_idx[1][0] : row_idx[1][1];
-      const int64_t gi = int64_t((kv + lane_k) / a.group_size) * a.n + row;
-      r.scale[v] = in ? __ldg(a.scales + gi) : 0.0f;
-      r.zero[v] = in ? __ldg(a.zeros + gi) : 0.0f;
-    }
-  }
-}
-
-/// INT4's scale and zero of (tile t, half h, vector v): held in the step, or by lane 2t + h of
-/// the quad.
-template <int t, int h>
-__device__ __forceinline__ void group_scale_zero(const StepCodes& r, int v, float& scale, float& zero) {
-  scale = r.scale[t][h][v];
-  zero = r.zero[t][h][v];
-}
-template <int t, int h>
-__device__ __forceinline__ void group_scale_zero(const StepCodesQuad& r, int v, float& scale, float& zero) {
-  const int src = (threadIdx.x & 28) | (2 * t + h);
-  scale = __shfl_sync(0xffffffffu, r.scale[v], src);
-  zero = __shfl_sync(0xffffffffu, r.zero[v], src);
-}
-
-/// 16 bytes of x, zeros where kCheck and the vector lies past K (its codes are zeros too, and x
-/// may end there).
-template <bool kCheck>
-__device__ __forceinline__ uint4 ld_x(const __nv_bfloat16* p, bool in) {
-  return !kCheck || in ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0, 0, 0, 0);
-}
-
-/// Adds the step's products into acc[tile][4]; xr: x's row for this lane's column at this lane's
-/// first K value of the step, lane_kb (= kb + lane_k). (INT4's zeros folded out of the per-weight
-/// work, 128 + q into the mma and (128 + zero) · Σx off each group's sum with Σx from one more
-/// mma, measured 1% faster on an H200, with 10x the rounding error: not kept.)
-template <bool kInt4, bool kCheck, typename Codes>
-__device__ __forceinline__ void mma_codes(float (&acc)[2][4], const Codes& r, const __nv_bfloat16* xr, int lane_kb,
-                                          int k) {
-#pragma unroll
-  for (int v = 0; v < 2; ++v) {
-    const __nv_bfloat16* xv = xr + v * 4 * kVecK<kInt4>;
-    const bool in = lane_kb + v * 4 * kVecK<kInt4> < k;
-    if constexpr (!kInt4) {
-      const uint4 x0 = ld_x<kCheck>(xv, in), x1 = ld_x<kCheck>(xv + 8, in);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {  // K values 4j .. 4j + 3: B pairs (x0, x2), (x1, x3)
-        const uint32_t xa = j < 2 ? word(x0, 2 * j) : word(x1, 2 * j - 4);
-        const uint32_t xb = j < 2 ? word(x0, 2 * j + 1) : word(x1, 2 * j - 3);
-        const uint32_t b0 = __byte_perm(xa, xb, 0x5410), b1 = __byte_perm(xa, xb, 0x7632);
-#pragma unroll
-        for (int t = 0; t < 2; ++t) {
-          uint32_t lo0, hi0, lo1, hi1;  // rows g and g + 8
-          fp8x4_to_bf16(word(r.w[t][0][v], j), lo0, hi0);
-          fp8x4_to_bf16(word(r.w[t][1][v], j), lo1, hi1);
-          mma_bf16(acc[t], lo0, lo1, hi0, hi1, b0, b1);
-        }
-      }
-    } else {
-      float part[2][4] = {};  // this vector's group, scaled once below
-      __nv_bfloat162 z128[2][2];
-      float scale[2][2], zero[2][2];
-      group_scale_zero<0, 0>(r, v, scale[0][0], zero[0][0]);
-      group_scale_zero<0, 1>(r, v, scale[0][1], zero[0][1]);
-      group_scale_zero<1, 0>(r, v, scale[1][0], zero[1][0]);
-      group_scale_zero<1, 1>(r, v, scale[1][1], zero[1][1]);
-#pragma unroll
-      for (int t = 0; t < 2; ++t)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) z128[t][h] = __float2bfloat162_rn(128.0f + zero[t][h]);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {  // K values 8j .. 8j + 7: B pairs (x0, x4) (x1, x5) (x2, x6) (x3, x7)
-        const uint4 xw = ld_x<kCheck>(xv + 8 * j, in);
-        const uint32_t p0 = __byte_perm(xw.x, xw.z, 0x5410), p1 = __byte_perm(xw.x, xw.z, 0x7632);
-        const uint32_t p2 = __byte_perm(xw.y, xw.w, 0x5410), p3 = __byte_perm(xw.y, xw.w, 0x7632);
-#pragma unroll
-        for (int t = 0; t < 2; ++t) {
-          const uint32_t w0 = word(r.w[t][0][v], j), w1 = word(r.w[t][1][v], j);
-          mma_bf16(part[t], int4_pair<0>(w0, z128[t][0]), int4_pair<0>(w1, z128[t][1]), int4_pair<1>(w0, z128[t][0]),
-                   int4_pair<1>(w1, z128[t][1]), p0, p1);
-          mma_bf16(part[t], int4_pair<2>(w0, z128[t][0]), int4_pair<2>(w1, z128[t][1]), int4_pair<3>(w0, z128[t][0]),
-                   int4_pair<3>(w1, z128[t][1]), p2, p3);
-        }
-      }
-#pragma unroll
-      for (int t = 0; t < 2; ++t)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) acc[t][i] = fmaf(scale[t][i / 2], part[t][i], acc[t][i]);
-    }
-  }
-}
-
-/// This lane's rows of row block rb (tile t, row g or g + 8; past N clamped to N - 1, dropped).
-/// Fused SiLU·mul (a.silu_ffn > 0, w = [gate; up]): tile 0 takes gate rows 16 rb .. 16 rb + 15 and
-/// tile 1 the up rows ffn + 16 rb .., so a block owns both halves of 16 outputs (as gemv.cu).
-template <bool kInt4>
-__device__ __forceinline__ void block_rows(const QuantGemvArgs& a, int rb, int g, int lane_k,
-                                           const uint8_t* (&rows)[2][2], int (&row_idx)[2][2]) {
-  const int ffn = a.silu_ffn;
-#pragma unroll
-  for (int t = 0; t < 2; ++t)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      row_idx[t][h] = ffn > 0 ? t * ffn + min(rb * 16 + 8 * h + g, ffn - 1)
-                              : min(rb * kBlockRows + 16 * t + 8 * h + g, a.n - 1);
-      rows[t][h] = a.w + int64_t(row_idx[t][h]) * (kInt4 ? a.k / 2 : a.k) + (kInt4 ? lane_k / 2 : lane_k);
-    }
-}
 
 /// kInFlight: steps a warp loads before computing them. FP8 2 (two blocks an SM at 125 registers;
 /// 1 and three blocks an SM was 8% slower over llama2-7b's decode products on an H200). INT4 1:
@@ -259,69 +93,11 @@ __global__ void __launch_bounds__(kThreads, (kMinBlocks<kInt4, kInFlight>))
   quant_gemv_rows::finish<kInt4, OutT>(sm, acc, a, plan, rb, split);
 }
 
-/// The pipe kernel (QuantGemvKernel::pipe): the steps kernel's work split and sums with a rolling
-/// register pipeline, as gemv.cu's rolling variant: a warp holds two steps (a, b) and loads the
-/// step after next right after using a buffer, so its loads are in flight while it computes
-/// (the steps kernel loads kInFlight steps, then computes them, then loads again). INT4's scales
-/// and zeros are shared by the quad (StepCodesQuad) to fit two buffers in 128 registers: two
-/// blocks an SM. Its plan (quant_gemv_pipe_plan.h) splits K to fill whole waves.
-template <bool kInt4, typename OutT>
-__global__ void __launch_bounds__(kThreads, 2) quant_gemv_pipe_kernel(const QuantGemvArgs a, const gemv::Plan plan) {
-  using Codes = std::conditional_t<kInt4, StepCodesQuad, StepCodes>;
-  __shared__ gemv::ReduceSmem sm;
-  constexpr int kStep = kStepK<kInt4>;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
-  const int rb = blockIdx.x, split = blockIdx.y, lane_k = q * kVecK<kInt4>;
-  const uint8_t* rows[2][2];
-  int row_idx[2][2];
-  block_rows<kInt4>(a, rb, g, lane_k, rows, row_idx);
-  const __nv_bfloat16* xr = static_cast<const __nv_bfloat16*>(a.x) + int64_t(min(g, a.m - 1)) * a.x_stride + lane_k;
-
-  float acc[2][4] = {};
-  const int end = plan.split_begin(split + 1), full = a.k / kStep, lim = min(end, full);
-  int s = plan.split_begin(split) + warp;
-  Codes ca, cb;  // steps s and s + kWarps
-  bool have_a = s < lim, have_b = s + kWarps < lim;
-  if (have_a) load_codes<kInt4, false>(ca, rows, row_idx, s * kStep, lane_k, a);  // before the PDL wait
-  if (have_b) load_codes<kInt4, false>(cb, rows, row_idx, (s + kWarps) * kStep, lane_k, a);
-  pdl_wait();
-  pdl_launch_dependents();
-  while (have_a) {
-    mma_codes<kInt4, false>(acc, ca, xr + int64_t(s) * kStep, 0, 0);
-    const bool next_a = s + 2 * kWarps < lim;
-    if (next_a) load_codes<kInt4, false>(ca, rows, row_idx, (s + 2 * kWarps) * kStep, lane_k, a);
-    if (!have_b) {
-      s += kWarps;
-      break;
-    }
-    mma_codes<kInt4, false>(acc, cb, xr + int64_t(s + kWarps) * kStep, 0, 0);
-    const bool next_b = s + 3 * kWarps < lim;
-    if (next_b) load_codes<kInt4, false>(cb, rows, row_idx, (s + 3 * kWarps) * kStep, lane_k, a);
-    s += 2 * kWarps;
-    have_a = next_a;
-    have_b = next_b;
-  }
-  for (; s < end; s += kWarps) {  // the partial last step (K not a multiple of the step)
-    Codes r;
-    load_codes<kInt4, true>(r, rows, row_idx, s * kStep, lane_k, a);
-    mma_codes<kInt4, true>(acc, r, xr + int64_t(s) * kStep, s * kStep + lane_k, a.k);
-  }
-
-  quant_gemv_rows::finish<kInt4, OutT>(sm, acc, a, plan, rb, split);
-}
-
 template <bool kInt4, int kInFlight>
 void launch_steps(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t stream) {
   const dim3 grid(plan.row_blocks, plan.splits);
   if (a.out_bf16) launch_pdl(quant_gemv_steps_kernel<kInt4, kInFlight, __nv_bfloat16>, grid, kThreads, 0, stream, a, plan);
   else launch_pdl(quant_gemv_steps_kernel<kInt4, kInFlight, float>, grid, kThreads, 0, stream, a, plan);
-}
-
-template <bool kInt4>
-void launch_pipe(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t stream) {
-  const dim3 grid(plan.row_blocks, plan.splits);
-  if (a.out_bf16) launch_pdl(quant_gemv_pipe_kernel<kInt4, __nv_bfloat16>, grid, kThreads, 0, stream, a, plan);
-  else launch_pdl(quant_gemv_pipe_kernel<kInt4, float>, grid, kThreads, 0, stream, a, plan);
 }
 
 }  // namespace quant_gemv_steps_detail
@@ -344,21 +120,6 @@ void quant_gemv_steps(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream
   } else {
     in_flight == 1 ? launch_steps<false, 1>(a, plan, stream) : launch_steps<false, 2>(a, plan, stream);
   }
-}
-
-gemv::Plan plan_quant_gemv_pipe(const QuantGemvArgs& a, int n_sms) {
-  const bool int4 = a.kind == QuantWeightKind::int4;
-  const int step_k = int4 ? quant_gemv_steps_detail::kStepK<true> : quant_gemv_steps_detail::kStepK<false>;
-  const int per_sm = a.stream_blocks_per_sm > 0 ? a.stream_blocks_per_sm : 2;  // the kernel's blocks an SM
-  return quant_gemv_pipe_plan::make_plan((a.n + gemv::kBlockRows - 1) / gemv::kBlockRows, (a.k + step_k - 1) / step_k,
-                                         n_sms * per_sm, a.partials ? a.counter_capacity : 0,
-                                         a.partials ? a.partial_capacity : 0);
-}
-
-void quant_gemv_pipe(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t stream) {
-  using namespace quant_gemv_steps_detail;
-  if (a.m > gemv::kMaxRows) throw std::invalid_argument("quant_gemv pipe kernel: m must be <= 8");
-  a.kind == QuantWeightKind::int4 ? launch_pipe<true>(a, plan, stream) : launch_pipe<false>(a, plan, stream);
 }
 
 }  // namespace servelab::kernels

@@ -148,9 +148,9 @@ constexpr QuantGemvKernel kKernels[] = {QuantGemvKernel::warp, QuantGemvKernel::
 /// Every awkward shape through `kernel` (where it takes the product; else its fall-back); the steps
 /// kernel's knob: steps in flight a warp (0: the format's default); the packed kernel's: its ring's
 /// stages (0: the default).
-void check_awkward_shapes(QuantGemvKernel kernel, int in_flight = 0, int stages = 0) {
+void check_awkward_shapes(QuantGemvKernel kernel, int in_flight = 0, int stages = 0, int pipe_warps = 0) {
   SCOPED_TRACE(std::string("kernel ") + to_string(kernel) + " in flight " + std::to_string(in_flight) + " stages " +
-               std::to_string(stages));
+               std::to_string(stages) + " pipe warps " + std::to_string(pipe_warps));
   std::mt19937_64 rng(42);
   int ran_asked = 0;  // products the asked-for kernel ran (not a fall-back)
   // K = 6016 and 4096 need a split (a slice of x in shared memory holds 2048): without a
@@ -185,6 +185,7 @@ void check_awkward_shapes(QuantGemvKernel kernel, int in_flight = 0, int stages 
             a.kernel = kernel;
             a.steps_in_flight = in_flight;
             a.packed_stages = stages;
+            a.pipe_warps = pipe_warps;
             if (with_ws) ws.attach(a);
             ran_asked += quant_gemv_kernel_for(a) == kernel;
             quant_gemv(a, nullptr);
@@ -208,9 +209,10 @@ void check_awkward_shapes(QuantGemvKernel kernel, int in_flight = 0, int stages 
             (int4 ? worst_int4 : worst_fp8) = std::max(int4 ? worst_int4 : worst_fp8, err);
           }
       }
-  std::printf("  quant_gemv %s%s%s against quant_gemv_ref, worst relative error: fp8 %.2e, int4 %.2e (%d products ran it)\n",
+  std::printf("  quant_gemv %s%s%s%s against quant_gemv_ref, worst relative error: fp8 %.2e, int4 %.2e (%d products ran it)\n",
               to_string(kernel), in_flight == 0 ? "" : in_flight == 1 ? " (1 in flight)" : " (2 in flight)",
-              stages == 0 ? "" : (" (" + std::to_string(stages) + " stages)").c_str(), worst_fp8, worst_int4, ran_asked);
+              stages == 0 ? "" : (" (" + std::to_string(stages) + " stages)").c_str(),
+              pipe_warps == 0 ? "" : (" (" + std::to_string(pipe_warps) + " warps)").c_str(), worst_fp8, worst_int4, ran_asked);
   // Most products take the kernel asked for; packed takes INT4 at M <= 8 with K a multiple of 128.
   EXPECT_GT(ran_asked, kernel == QuantGemvKernel::packed ? 18 : 40);
 }
@@ -220,6 +222,7 @@ TEST(QuantGemvGpu, Fp8AndInt4MatchTheReferenceOnAwkwardShapes) {
   for (QuantGemvKernel kernel : kKernels) check_awkward_shapes(kernel);
   check_awkward_shapes(QuantGemvKernel::steps, 1);
   check_awkward_shapes(QuantGemvKernel::steps, 2);
+  check_awkward_shapes(QuantGemvKernel::pipe, 0, 0, 8);
   for (int stages : {2, 3, 4}) check_awkward_shapes(QuantGemvKernel::packed, 0, stages);  // the cp.async ring
 }
 
