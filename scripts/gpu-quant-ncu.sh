@@ -5,8 +5,9 @@
 # TESTS=1: its *QuantGemv* cases run], then profiles one eager launch of each product in PROBES
 # ("fmt N K M kernel" ';'-separated; default INT4 and FP8 at M1 over llama2-7b's QKV and O, steps
 # and pipe) with SECTIONS, clocks as found (--clock-control none), caches flushed before each
-# profiled kernel (ncu's default); FULL="fmt N K M kernel" gets --set full as well. Then
-# kernel_bench --quant-only (QUANT_BENCH=0 skips it).
+# profiled kernel (ncu's default); FULL="fmt N K M kernel" gets --set full as well, and the opcode
+# mix of its SASS (and of SOURCE_REPS, reports of an earlier call). Then kernel_bench --quant-only
+# (QUANT_BENCH=0 skips it).
 # Output in OUT: ncu-summary.txt (per kernel: duration, DRAM throughput, occupancy, waves, issue
 # activity, the warp stall reasons, pipe utilization; printed), ncu.tgz (details pages, raw CSV and
 # the .ncu-rep files), build/test/bench logs in logs.tgz, kernel_bench.json.
@@ -60,7 +61,15 @@ for r in "$W"/*.ncu-rep; do
   ncu -i "$r" --page details >"${r%.ncu-rep}.details.txt" 2>&1
   ncu -i "$r" --page raw --csv >"${r%.ncu-rep}.raw.csv" 2>&1
 done
+# The SASS of the --set full reports (and SOURCE_REPS, reports of an earlier call) with each
+# instruction's executed count: the opcode mix per profiled kernel.
+for r in "$W"/full_*.ncu-rep ${SOURCE_REPS:-}; do
+  [ -f "$r" ] || continue
+  b=$(basename "${r%.ncu-rep}")
+  ncu -i "$r" --page source --csv --print-source sass >"$W/sass_$b.csv" 2>&1
+done
 python3 scripts/lib/ncu_summary.py "$W" >"$OUT/ncu-summary.txt" 2>&1
+python3 scripts/lib/ncu_opcodes.py "$W"/sass_*.csv >>"$OUT/ncu-summary.txt" 2>&1
 [ "${QUANT_BENCH:-1}" = 1 ] && [ -x "$BUILD/kernel_bench" ] &&
   step kernel_bench 150 "$BUILD/kernel_bench" --quant-only --json "$OUT/kernel_bench.json" --commit "$COMMIT"
 for b in quant_gemv_probe kernel_bench; do  # the SASS of the kernels profiled
