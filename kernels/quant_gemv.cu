@@ -33,8 +33,6 @@ void quant_gemv_stream(const QuantGemvArgs& a, const quant_gemv_stream_plan::Pla
 // quant_gemv_steps.cu
 gemv::Plan quant_gemv_steps_plan(const QuantGemvArgs& a, int n_sms);
 void quant_gemv_steps(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t stream);
-gemv::Plan plan_quant_gemv_pipe(const QuantGemvArgs& a, int n_sms);
-void quant_gemv_pipe(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t stream);
 // quant_gemv_packed.cu
 gemv::Plan quant_gemv_packed_plan(const QuantGemvArgs& a, int n_sms);
 void quant_gemv_packed(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t stream);
@@ -152,17 +150,16 @@ const char* to_string(QuantGemvKernel k) {
     case QuantGemvKernel::stream: return "stream";
     case QuantGemvKernel::steps: return "steps";
     case QuantGemvKernel::packed: return "packed";
-    case QuantGemvKernel::pipe: return "pipe";
   }
   return "?";
 }
 
 QuantGemvKernel parse_quant_gemv_kernel(const char* s) {
   for (QuantGemvKernel k : {QuantGemvKernel::auto_select, QuantGemvKernel::warp, QuantGemvKernel::mma,
-                            QuantGemvKernel::stream, QuantGemvKernel::steps, QuantGemvKernel::packed, QuantGemvKernel::pipe})
+                            QuantGemvKernel::stream, QuantGemvKernel::steps, QuantGemvKernel::packed})
     if (std::strcmp(s, to_string(k)) == 0) return k;
   throw std::invalid_argument(std::string("quant_gemv kernel '") + s +
-                              "' is not one of auto, warp, mma, stream, steps, packed, pipe");
+                              "' is not one of auto, warp, mma, stream, steps, packed");
 }
 
 QuantGemvKernel quant_gemv_auto_kernel(QuantWeightKind kind, int m) {
@@ -198,10 +195,6 @@ QuantGemvKernel quant_gemv_kernel_for(const QuantGemvArgs& a) {
     if (packed && a.m <= gemv::kMaxRows && a.k % 128 == 0 && (a.silu_ffn == 0 || a.silu_ffn % 16 == 0))
       return QuantGemvKernel::packed;
     want = QuantGemvKernel::steps;
-  }
-  if (want == QuantGemvKernel::pipe) {
-    if (a.m <= gemv::kMaxRows) return QuantGemvKernel::pipe;
-    want = QuantGemvKernel::stream;  // 9-16 rows: two column tiles
   }
   if (want == QuantGemvKernel::steps) {
     if (a.m <= gemv::kMaxRows) return QuantGemvKernel::steps;
@@ -256,9 +249,8 @@ void quant_gemv(const QuantGemvArgs& a, cudaStream_t stream) {
       throw std::invalid_argument("quant_gemv: the workspace is smaller than N=" + std::to_string(a.n) + " K=" +
                                   std::to_string(a.k) + " needs (quant_gemv_workspace_floats / _counters)");
   };
-  if (a.silu_ffn > 0 && kernel != QuantGemvKernel::steps && kernel != QuantGemvKernel::pipe &&
-      kernel != QuantGemvKernel::packed)
-    throw std::invalid_argument(std::string("quant_gemv: fused SiLU runs on the steps, pipe and packed kernels only (this "
+  if (a.silu_ffn > 0 && kernel != QuantGemvKernel::steps && kernel != QuantGemvKernel::packed)
+    throw std::invalid_argument(std::string("quant_gemv: fused SiLU runs on the steps and packed kernels only (this "
                                             "product takes ") + to_string(kernel) + ")");
   if (kernel != QuantGemvKernel::packed && !a.w)
     throw std::invalid_argument(std::string("quant_gemv: only the packed INT4 layout is given, and the ") +
@@ -268,10 +260,6 @@ void quant_gemv(const QuantGemvArgs& a, cudaStream_t stream) {
     const gemv::Plan plan = quant_gemv_packed_plan(a, current_sm_count());
     if (plan.splits > 1) check_workspace(plan.partial_floats(), plan.row_blocks);
     quant_gemv_packed(a, plan, stream);
-  } else if (kernel == QuantGemvKernel::pipe) {
-    const gemv::Plan plan = plan_quant_gemv_pipe(a, current_sm_count());
-    if (plan.splits > 1) check_workspace(plan.partial_floats(), plan.row_blocks);
-    quant_gemv_pipe(a, plan, stream);
   } else if (kernel == QuantGemvKernel::steps) {
     const gemv::Plan plan = quant_gemv_steps_plan(a, current_sm_count());
     if (plan.splits > 1) check_workspace(plan.partial_floats(), plan.row_blocks);

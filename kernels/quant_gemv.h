@@ -3,16 +3,12 @@
 // dequant(w)[N, K]ᵀ (+ y), x bf16, fp32 accumulate, fp32 or bf16 output (the cuda backend's
 // activations), the weights dequantized in registers as they stream in (W8A16 FP8 and W4A16
 // INT4: the decode win is fewer weight bytes).
-// Six kernels, selectable (QuantGemvArgs::kernel, or SERVELAB_QUANT_GEMV=auto|warp|mma|stream|steps|
-// packed|pipe in the environment) so one run can measure them side by side:
+// Five kernels, selectable (QuantGemvArgs::kernel, or SERVELAB_QUANT_GEMV=auto|warp|mma|stream|steps|
+// packed in the environment) so one run can measure them side by side:
 // - packed (quant_gemv_packed.cu): INT4 only, M = 1-8, over the weights repacked into the mma
 //   fragments' order (int4_pack.h: QuantGemvArgs::w_packed, w_packed_groups), the steps kernel's
 //   work split, loads into registers a step ahead (or through a per-warp cp.async ring); asked for
 //   by name only (measured slower than steps over llama2-7b's decode products on an H200);
-// - pipe (quant_gemv_pipe.cu, the plan of quant_gemv_pipe_plan.h): the steps kernel's step in
-//   blocks of 4 warps, each streaming its K steps through two register buffers (its next step in
-//   flight while it computes), INT4's scales and zeros shared by a quad, 4 blocks an SM, K split for
-//   the waves; M = 1-8;
 // - steps (quant_gemv_steps.cu, the plan of gemv_plan.h): the bf16 gemv's shape, M = 1-8: a block's
 //   warps take K steps of its 32 rows in turn, x read straight from global memory; FP8 and INT4
 //   with groups of a multiple of 128;
@@ -22,8 +18,7 @@
 // - warp (quant_gemv.cu): a warp per output row on CUDA cores; takes every product (INT4's
 //   smaller groups, long K without a workspace).
 // auto picks per format and M the kernel measured fastest on an H200 (quant_gemv_auto_kernel);
-// a kernel asked for that cannot take the product falls back along packed -> steps -> stream -> mma -> warp
-// (pipe -> stream). Each
+// a kernel asked for that cannot take the product falls back along packed -> steps -> stream -> mma -> warp. Each
 // kernel gives a row the same result whatever M is (its plan ignores M); auto may pick different
 // kernels for different M, whose sums differ in rounding.
 // Kernel layouts (a loader repacks checkpoint layouts into these once):
@@ -41,9 +36,9 @@
 namespace servelab::kernels {
 
 enum class QuantWeightKind { fp8_e4m3, int4 };
-enum class QuantGemvKernel { auto_select, warp, mma, stream, steps, packed, pipe };
+enum class QuantGemvKernel { auto_select, warp, mma, stream, steps, packed };
 
-/// "auto", "warp", "mma", "stream", "steps", "packed", "pipe"; parse throws std::invalid_argument naming the bad value.
+/// "auto", "warp", "mma", "stream", "steps", "packed"; parse throws std::invalid_argument naming the bad value.
 const char* to_string(QuantGemvKernel k);
 QuantGemvKernel parse_quant_gemv_kernel(const char* s);
 
@@ -79,8 +74,6 @@ struct QuantGemvArgs {
   /// packed kernel: 1, no ring, each warp's next step loaded into registers (the default: 0), or
   /// 2..4 shared-memory stages of a per-warp cp.async ring: a tuning knob kernel_bench sweeps.
   int packed_stages = 0;
-  /// pipe kernel: warps a block (4, the default: 0; or 8): a tuning knob kernel_bench sweeps.
-  int pipe_warps = 0;
   /// Split-K workspace (optional: without it no product is split, and a long K may then take the
   /// slower warp-per-row kernel). partials: quant_gemv_workspace_floats(n, k) floats; counters:
   /// quant_gemv_workspace_counters(n) ints, zero before the first launch (they reset themselves).

@@ -3,8 +3,8 @@
 # for one device call:   OUT=$OUT bash scripts/gpu-quant-ncu.sh
 # Builds (sm_90a, no fp16 kernels) quant_gemv_probe and kernel_bench [and test_kernels_gpu with
 # TESTS=1: its *QuantGemv* cases run], then profiles one eager launch of each product in PROBES
-# ("fmt N K M kernel" ';'-separated; default INT4 and FP8 at M1 over llama2-7b's QKV and O, steps
-# and pipe) with SECTIONS, clocks as found (--clock-control none), caches flushed before each
+# ("fmt N K M kernel" ';'-separated; default: the steps kernel, INT4 and FP8 at M1 over llama2-7b's
+# QKV and O) with SECTIONS, clocks as found (--clock-control none), caches flushed before each
 # profiled kernel (ncu's default); FULL="fmt N K M kernel" gets --set full as well, and the opcode
 # mix of its SASS (and of SOURCE_REPS, reports of an earlier call). Then kernel_bench --quant-only
 # (QUANT_BENCH=0 skips it).
@@ -37,7 +37,7 @@ step build "${BUILD_LIMIT:-200}" cmake --build "$BUILD" -j"$(nproc)" --target "$
 [ "${TESTS:-1}" = 1 ] && [ -x "$BUILD/test_kernels_gpu" ] &&
   step kernels_gpu 90 "$BUILD/test_kernels_gpu" --gtest_filter='*QuantGemv*:-*/f16' &
 tpid=$!
-PROBES=${PROBES:-"int4 12288 4096 1 steps;int4 12288 4096 1 pipe;int4 4096 4096 1 steps;int4 4096 4096 1 pipe;fp8 12288 4096 1 steps;fp8 12288 4096 1 pipe;fp8 4096 4096 1 steps;fp8 4096 4096 1 pipe"}
+PROBES=${PROBES:-"int4 12288 4096 1 steps;int4 4096 4096 1 steps;fp8 12288 4096 1 steps;fp8 4096 4096 1 steps"}
 SECTIONS=(--section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats
           --section SchedulerStats --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables
           --section InstructionStats --section ComputeWorkloadAnalysis)
@@ -84,4 +84,4 @@ grep -hE "^\[  (PASSED|FAILED) |^\[  FAILED|worst relative error|Failure" "$L"/k
 grep -h "eager median" "$L"/ncu_*.log 2>/dev/null | head -20
 cat "$OUT/ncu-summary.txt"
 grep -h "decode-step products" "$L/kernel_bench.log" 2>/dev/null | cut -c1-330
-grep -E "quant_gemv_(fp8|int4)_(steps|pipe) " "$L/kernel_bench.log" 2>/dev/null | grep -E " M(1|8) " | cut -c1-110
+grep -E "quant_gemv_(fp8|int4)_(steps|packed) " "$L/kernel_bench.log" 2>/dev/null | grep -E " M(1|8) " | cut -c1-110

@@ -109,20 +109,18 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
   // The steps kernel twice: its format's default (FP8 two steps in flight a warp, INT4 one) and
   // the other count; it takes M <= 8 (at 16 it falls back to stream). The packed kernel (INT4 only,
   // over int4_pack.h's layout, M <= 8) at its default (loads into registers a step ahead) and
-  // through its cp.async ring of 2 and 3 stages. The pipe kernel at 4 warps a block (its default)
-  // and 8. auto last.
+  // through its cp.async ring of 2 and 3 stages. auto last.
   struct Variant {
     const char* name;
     QuantGemvKernel kernel;
-    int in_flight;  // steps: 0 the format's default, -1 the other count; packed: its stages (0: default); pipe: warps a block
+    int in_flight;  // steps: 0 the format's default, -1 the other count; packed: its stages (0: default)
   };
   const Variant variants[] = {{"warp", QuantGemvKernel::warp, 0},      {"mma", QuantGemvKernel::mma, 0},
                               {"stream", QuantGemvKernel::stream, 0},  {"steps", QuantGemvKernel::steps, 0},
                               {"steps_other", QuantGemvKernel::steps, -1}, {"packed", QuantGemvKernel::packed, 0},
                               {"packed_s2", QuantGemvKernel::packed, 2}, {"packed_s3", QuantGemvKernel::packed, 3},
-                              {"pipe", QuantGemvKernel::pipe, 0},        {"pipe_8", QuantGemvKernel::pipe, 8},
                               {"auto", QuantGemvKernel::auto_select, 0}};
-  constexpr int kKernels = 11;
+  constexpr int kKernels = 9;
   Gemm gemm(false);
   gemm.set_gemv_waves(0);
   gemm.set_gemv_variant(3);
@@ -192,9 +190,6 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
           a.kernel = variants[v].kernel;
           a.steps_in_flight = packed ? 0 : variants[v].in_flight >= 0 ? variants[v].in_flight : q == 0 ? 1 : 2;
           a.packed_stages = packed ? variants[v].in_flight : 0;
-          const bool pipe = variants[v].kernel == QuantGemvKernel::pipe;
-          a.pipe_warps = pipe ? variants[v].in_flight : 0;
-          if (pipe) a.steps_in_flight = 0;
           const double ms = time_graph_ms([&](int i, cudaStream_t st) {
             QuantGemvArgs b = a;
             b.w = base + size_t(i % n_rot) * w_bytes;

@@ -1,6 +1,6 @@
 // quant_gemv_probe: one quantized decode product, launched eagerly a few times, for Nsight Compute
 // (scripts/gpu-quant-ncu.sh profiles one launch: ncu --launch-skip 2 --launch-count 1):
-//   quant_gemv_probe fp8|int4 N K M KERNEL [LAUNCHES]   (KERNEL: auto, steps, pipe, ... as quant_gemv.h)
+//   quant_gemv_probe fp8|int4 N K M KERNEL [LAUNCHES]   (KERNEL: auto, warp, mma, stream, steps: quant_gemv.h)
 // Random codes, scales and zeros (never zeros), the split-K workspace the cuda backend gives,
 // weight copies rotated so no launch reads them from L2; prints the median eager time.
 #include <cstdio>

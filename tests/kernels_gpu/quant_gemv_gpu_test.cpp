@@ -1,5 +1,5 @@
 // quant_gemv (FP8 and INT4 weights dequantized in registers) against quant_gemv_ref, each of its
-// kernels (warp, mma, stream, steps, pipe, packed: INT4 over int4_pack.h's layout, packed on the host by
+// kernels (warp, mma, stream, steps, packed: INT4 over int4_pack.h's layout, packed on the host by
 // pack_int4_fragments_ref) asked for by name: awkward M (1, 3, 16 ...), odd N, K not a multiple
 // of 128 (FP8) or longer than one slice, per-tensor and per-channel FP8 scales, INT4 groups of 16
 // (the warp-per-row kernel), 128 and 256 (the tensor-core kernels), accumulate, fp32 and bf16
@@ -143,14 +143,14 @@ struct Shape {
 };
 
 constexpr QuantGemvKernel kKernels[] = {QuantGemvKernel::warp, QuantGemvKernel::mma, QuantGemvKernel::stream,
-                                        QuantGemvKernel::steps, QuantGemvKernel::packed, QuantGemvKernel::pipe};
+                                        QuantGemvKernel::steps, QuantGemvKernel::packed};
 
 /// Every awkward shape through `kernel` (where it takes the product; else its fall-back); the steps
 /// kernel's knob: steps in flight a warp (0: the format's default); the packed kernel's: its ring's
 /// stages (0: the default).
-void check_awkward_shapes(QuantGemvKernel kernel, int in_flight = 0, int stages = 0, int pipe_warps = 0) {
+void check_awkward_shapes(QuantGemvKernel kernel, int in_flight = 0, int stages = 0) {
   SCOPED_TRACE(std::string("kernel ") + to_string(kernel) + " in flight " + std::to_string(in_flight) + " stages " +
-               std::to_string(stages) + " pipe warps " + std::to_string(pipe_warps));
+               std::to_string(stages));
   std::mt19937_64 rng(42);
   int ran_asked = 0;  // products the asked-for kernel ran (not a fall-back)
   // K = 6016 and 4096 need a split (a slice of x in shared memory holds 2048): without a
@@ -185,7 +185,6 @@ void check_awkward_shapes(QuantGemvKernel kernel, int in_flight = 0, int stages 
             a.kernel = kernel;
             a.steps_in_flight = in_flight;
             a.packed_stages = stages;
-            a.pipe_warps = pipe_warps;
             if (with_ws) ws.attach(a);
             ran_asked += quant_gemv_kernel_for(a) == kernel;
             quant_gemv(a, nullptr);
@@ -209,10 +208,9 @@ void check_awkward_shapes(QuantGemvKernel kernel, int in_flight = 0, int stages 
             (int4 ? worst_int4 : worst_fp8) = std::max(int4 ? worst_int4 : worst_fp8, err);
           }
       }
-  std::printf("  quant_gemv %s%s%s%s against quant_gemv_ref, worst relative error: fp8 %.2e, int4 %.2e (%d products ran it)\n",
+  std::printf("  quant_gemv %s%s%s against quant_gemv_ref, worst relative error: fp8 %.2e, int4 %.2e (%d products ran it)\n",
               to_string(kernel), in_flight == 0 ? "" : in_flight == 1 ? " (1 in flight)" : " (2 in flight)",
-              stages == 0 ? "" : (" (" + std::to_string(stages) + " stages)").c_str(),
-              pipe_warps == 0 ? "" : (" (" + std::to_string(pipe_warps) + " warps)").c_str(), worst_fp8, worst_int4, ran_asked);
+              stages == 0 ? "" : (" (" + std::to_string(stages) + " stages)").c_str(), worst_fp8, worst_int4, ran_asked);
   // Most products take the kernel asked for; packed takes INT4 at M <= 8 with K a multiple of 128.
   EXPECT_GT(ran_asked, kernel == QuantGemvKernel::packed ? 18 : 40);
 }
@@ -222,7 +220,6 @@ TEST(QuantGemvGpu, Fp8AndInt4MatchTheReferenceOnAwkwardShapes) {
   for (QuantGemvKernel kernel : kKernels) check_awkward_shapes(kernel);
   check_awkward_shapes(QuantGemvKernel::steps, 1);
   check_awkward_shapes(QuantGemvKernel::steps, 2);
-  check_awkward_shapes(QuantGemvKernel::pipe, 0, 0, 8);
   for (int stages : {2, 3, 4}) check_awkward_shapes(QuantGemvKernel::packed, 0, stages);  // the cp.async ring
 }
 
@@ -237,9 +234,8 @@ TEST(QuantGemvGpu, Bf16OutputAndRowsIndependentOfM) {
       const int n = 700, k = 4096;
       const Problem pr(rng, int4, 16, n, k, 128, true);
       Workspace ws(n, k);
-      const bool eight =
-          kernel == QuantGemvKernel::steps || kernel == QuantGemvKernel::packed || kernel == QuantGemvKernel::pipe;
-      const int m_all = eight ? 8 : 16;  // steps, packed and pipe take up to 8 rows
+      const bool eight = kernel == QuantGemvKernel::steps || kernel == QuantGemvKernel::packed;
+      const int m_all = eight ? 8 : 16;  // steps and packed take up to 8 rows
       DeviceBuffer y16(size_t(16) * n * 2), y_all(size_t(16) * n * 4);
       QuantGemvArgs a = pr.args(y16.get(), true, false);
       a.kernel = kernel;
@@ -273,7 +269,7 @@ TEST(QuantGemvGpu, Bf16OutputAndRowsIndependentOfM) {
     }
 }
 
-// The steps, packed and pipe kernels' fused SiLU·mul (the cuda backend's quantized gate|up at up to 8
+// The steps and packed kernels' fused SiLU·mul (the cuda backend's quantized gate|up at up to 8
 // rows) gives the bits of the same kernel's bf16 product followed by kernels::silu_mul, with and
 // without split K, and with either steps-in-flight count; ffn not a multiple of 16 (the last
 // block's clamped rows; the packed kernel takes multiples of 16 only).
@@ -290,10 +286,8 @@ TEST(QuantGemvGpu, StepsFusedSiluMatchesProductThenSiluMul) {
         const Problem pr(rng, int4, c.m, 2 * c.ffn, c.k, 128, per_channel);
         Workspace ws(2 * c.ffn, c.k);
         for (bool with_ws : {false, true})
-          for (int in_flight : {1, 2, 0, -1}) {  // 0: the packed kernel (INT4 with ffn a multiple of 16); -1: pipe
-            const QuantGemvKernel kernel = in_flight > 0    ? QuantGemvKernel::steps
-                                           : in_flight == 0 ? QuantGemvKernel::packed
-                                                            : QuantGemvKernel::pipe;
+          for (int in_flight : {1, 2, 0}) {  // 0: the packed kernel (INT4 with ffn a multiple of 16)
+            const QuantGemvKernel kernel = in_flight > 0 ? QuantGemvKernel::steps : QuantGemvKernel::packed;
             if (in_flight == 0 && (!int4 || c.ffn % 16)) continue;
             SCOPED_TRACE("M=" + std::to_string(c.m) + " FFN=" + std::to_string(c.ffn) + " K=" + std::to_string(c.k) +
                          (int4 ? " int4" : per_channel ? " fp8/channel" : " fp8/tensor") + (with_ws ? " workspace" : "") +
@@ -301,7 +295,7 @@ TEST(QuantGemvGpu, StepsFusedSiluMatchesProductThenSiluMul) {
             DeviceBuffer gate_up(size_t(c.m) * 2 * c.ffn * 2), want(size_t(c.m) * c.ffn * 2), got(size_t(c.m) * c.ffn * 2);
             QuantGemvArgs a = pr.args(gate_up.get(), true, false);
             a.kernel = kernel;
-            a.steps_in_flight = std::max(in_flight, 0);
+            a.steps_in_flight = in_flight;
             if (with_ws) ws.attach(a);
             quant_gemv(a, nullptr);
             silu_mul(ScalarType::bf16, gate_up.get(), want.get(), c.m, c.ffn, nullptr);

@@ -318,9 +318,7 @@ bool QuantLinearRunner::run_gate_up_silu(const QuantWeight& w, const void* x, vo
   kernels::QuantGemvArgs a = gemv_args(w, x, act, rows);
   a.silu_ffn = ffn;
   const kernels::QuantGemvKernel kernel = rows > 8 ? kernels::QuantGemvKernel::warp : kernels::quant_gemv_kernel_for(a);
-  if (kernel != kernels::QuantGemvKernel::steps && kernel != kernels::QuantGemvKernel::pipe &&
-      kernel != kernels::QuantGemvKernel::packed)
-    return false;
+  if (kernel != kernels::QuantGemvKernel::steps && kernel != kernels::QuantGemvKernel::packed) return false;
   kernels::quant_gemv(a, stream);
   return true;
 }
