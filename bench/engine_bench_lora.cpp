@@ -5,6 +5,7 @@
 // a miss packs and copies one whole adapter, whichever weights it carries).
 #include "bench/engine_bench_lora.h"
 
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -78,7 +79,99 @@ class Zipf {
   std::vector<double> cdf_;
 };
 
+/// A launch variant of the decode steps (kernels::LoraSgmvConfig); `diagnostic` ones compute
+/// wrong results on purpose and are never kept.
+struct Variant {
+  std::string name;
+  kernels::LoraSgmvConfig config;
+  bool diagnostic = false;
+};
+
+/// Names: `default` (slot tiles, the register cap, 528, a block per item, o/down deltas into the
+/// residual beside their products, side stream at the default priority); `inline`: no side
+/// stream (every LoRA launch in line, before its product); `prio`: the side stream at the highest
+/// priority; `gu beside`: gate|up's expand on the side stream too, its delta added in SiLU·mul;
+/// `qkv+gu beside`: q|k|v's too, its delta added by the RoPE + K/V write;
+/// `empty`: every launch with no rows in the plan (the launches and branches alone);
+/// `rows nocap`: the expand by rows without the register cap.
+std::vector<Variant> decode_variants() {
+  using C = kernels::LoraSgmvConfig;
+  auto with = [](auto f) {
+    C c;
+    f(c);
+    return c;
+  };
+  return {
+      {"default", C{}},
+      {"inline", with([](C& c) { c.side_stream = false; })},
+      {"prio", with([](C& c) { c.side_priority = true; })},
+      {"gu beside", with([](C& c) { c.gate_up_beside = true; })},
+      {"gu beside prio", with([](C& c) {
+         c.gate_up_beside = true;
+         c.side_priority = true;
+       })},
+      {"qkv+gu beside", with([](C& c) {
+         c.gate_up_beside = true;
+         c.qkv_beside = true;
+       })},
+      {"qkv+gu beside prio", with([](C& c) {
+         c.gate_up_beside = true;
+         c.qkv_beside = true;
+         c.side_priority = true;
+       })},
+      {"rows nocap", with([](C& c) {
+         c.expand_by_rows = true;
+         c.expand_register_cap = false;
+       })},
+      {"empty", with([](C& c) { c.empty_plan = true; }), true},
+      {"empty inline", with([](C& c) {
+         c.empty_plan = true;
+         c.side_stream = false;
+       }), true},
+  };
+}
+
 }  // namespace lora_bench
+
+int profile_lora_decode_step(const LoraBenchOptions& o) {
+  using namespace lora_bench;
+  kernels::LoraSgmvConfig config;
+  if (!o.ncu_variant.empty()) {
+    const std::vector<Variant> vs = decode_variants();
+    const auto it = std::find_if(vs.begin(), vs.end(), [&](const Variant& v) { return v.name == o.ncu_variant; });
+    if (it == vs.end()) {
+      std::fprintf(stderr, "engine_bench --lora --ncu-decode: unknown variant '%s'\n", o.ncu_variant.c_str());
+      return 2;
+    }
+    config = it->config;
+  }
+  ModelConfig model = preset(o.preset);
+  model.dtype = DType::bf16;
+  std::unique_ptr<CudaBackend> owned = CudaBackend::random(model, 1, CudaBackendOptions{});
+  CudaBackend* cuda = owned.get();
+  cuda->reserve_loras(o.max_loras, o.rank);
+  cuda->set_lora_kernels(config);
+  SlotRows backend(std::move(owned));
+  using T = LoraTarget;
+  const std::vector<T> all = {T::q, T::k, T::v, T::o, T::gate, T::up, T::down};
+  const int k = std::min(o.ncu_adapters, o.max_loras);
+  for (int i = 0; i < std::min(k, 2); ++i) {
+    auto a = std::make_shared<LoraAdapter>(random_lora(model, "bench-" + std::to_string(i), o.rank, 2.0f * o.rank, all,
+                                                       o.seed + uint64_t(i)));
+    a->id = uint64_t(i) + 1;
+    for (int s = i; s < k; s += 2) backend.load_lora(s, a);
+  }
+  for (int i = 0; i < k; ++i) backend.seq_slot.push_back(i);
+  const ProfilePoint p = decode_of(o.ncu_batch, o.ncu_context);
+  ProfileRunner runner(backend, p.n_slots(), o.ncu_context, 7, true);
+  const double s = runner.run(p, 3, 9, 1e9).step_s;
+  std::printf("decode b%d ctx%d, %d adapters [%s]: %.3f ms per step (graph replay, median of 9, outside the profiler)\n",
+              o.ncu_batch, o.ncu_context, k, o.ncu_variant.empty() ? "default" : o.ncu_variant.c_str(), s * 1e3);
+  CUDA_CHECK(cudaProfilerStart());
+  runner.run(p, 0, 1, 0.0);
+  CUDA_CHECK(cudaProfilerStop());
+  return 0;
+}
 
 std::vector<LoraFigure> run_lora_bench(const LoraBenchOptions& o) {
   using namespace lora_bench;
@@ -179,18 +272,7 @@ std::vector<LoraFigure> run_lora_bench(const LoraBenchOptions& o) {
   // variant's steps replay graphs of its own launches). The variant with the best mean ratio over
   // these steps is kept for the rest (prefill, Zipf) and its figures are repeated as
   // lora_decode_step.
-  struct Variant {
-    std::string name;
-    kernels::LoraSgmvConfig config;
-  };
-  // Names: expand by slot `tiles` or by `rows`; `grid N`: slot-tile grids of at most N blocks an
-  // SM looping over the items (0: a block per possible item); `resid`: o_proj's and down_proj's
-  // deltas into the residual beside their products, `after`: after them. All with the register
-  // cap (but `nocap`) and the shrink's chunking aimed at 528 blocks.
-  const std::vector<Variant> variants = {
-      {"tiles grid 0 after", {false, true, 528, 0, false}}, {"tiles grid 0 resid", {false, true, 528, 0, true}},
-      {"tiles grid 3 resid", {false, true, 528, 3, true}},  {"rows nocap resid", {true, false, 528, 0, true}},
-  };
+  const std::vector<Variant> variants = decode_variants();
   struct DecodeRow {
     std::string shape;
     double s, base;
@@ -230,7 +312,7 @@ std::vector<LoraFigure> run_lora_bench(const LoraBenchOptions& o) {
       mean += r.base / r.s / double(rows.size());
     }
     figure("lora_decode_variant_mean", "[" + variants[v].name + "] mean ratio of its decode steps", mean, "x");
-    if (mean > best_mean) {
+    if (!variants[v].diagnostic && mean > best_mean) {
       best_mean = mean;
       best = v;
       best_rows = rows;

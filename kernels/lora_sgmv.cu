@@ -163,6 +163,7 @@ struct ExpandArgs {
   int n_out, max_rank, total, seg_end0, seg_end1;
   T* y;
   int ld_y, c0;
+  bool accumulate;  ///< false: y = the delta alone
 };
 
 /// Item (tile t, 256 columns from c_begin) of the expand: xa of the tile's rows (chunks summed,
@@ -187,7 +188,7 @@ __device__ __forceinline__ void expand_item(const ExpandArgs<T>& e, float* xs, i
   for (int r = 0; r < kLoraTileRows; ++r) row[r] = r < n ? e.perm[p0 + r] : 0;
 #pragma unroll
   for (int r = 0; r < kLoraTileRows; ++r)
-    y_old[r] = r < n ? to_float<T>(e.y[int64_t(row[r]) * e.ld_y + e.c0 + cc]) : 0.0f;
+    y_old[r] = r < n && e.accumulate ? to_float<T>(e.y[int64_t(row[r]) * e.ld_y + e.c0 + cc]) : 0.0f;
   Vec8 bv[2] = {};
   if constexpr (kVec) {
 #pragma unroll
@@ -272,7 +273,8 @@ template <typename T, bool kVec, int kMinBlocks>
 __global__ void __launch_bounds__(kSgmvColumns, kMinBlocks)
     lora_sgmv_expand_rows_kernel(const float* partial, int n_chunks, const int32_t* n_tiles, const int32_t* perm,
                                  const int32_t* perm_slot, int n_rows, const T* b, const float* scale, int n_out,
-                                 int max_rank, int total, int seg_end0, int seg_end1, T* y, int ld_y, int c0) {
+                                 int max_rank, int total, int seg_end0, int seg_end1, T* y, int ld_y, int c0,
+                                 bool accumulate) {
   __shared__ __align__(16) float xs[kLoraTileRows * kLoraMaxSegments * kLoraMaxRank];
   const int p0 = blockIdx.x * kLoraTileRows;
   const int n = min(kLoraTileRows, n_tiles[1] - p0);
@@ -292,7 +294,7 @@ __global__ void __launch_bounds__(kSgmvColumns, kMinBlocks)
   float y_old[kLoraTileRows];
 #pragma unroll
   for (int r = 0; r < kLoraTileRows; ++r)
-    y_old[r] = r < n ? to_float<T>(y[int64_t(row[r]) * ld_y + c0 + cc]) : 0.0f;
+    y_old[r] = r < n && accumulate ? to_float<T>(y[int64_t(row[r]) * ld_y + c0 + cc]) : 0.0f;
   const float* part = partial + int64_t(p0) * total;
   const int64_t chunk_stride = int64_t(n_rows) * total;
   for (int e = threadIdx.x; e < n * total; e += blockDim.x) {
@@ -414,16 +416,16 @@ namespace {
 
 template <typename T>
 ExpandArgs<T> expand_args(const float* partial, int n_chunks, const LoraPlan& plan, int n_rows, const LoraPool& pool,
-                          void* y, int ld_y, int c0) {
+                          void* y, int ld_y, int c0, bool accumulate) {
   return ExpandArgs<T>{partial, n_chunks, plan.tiles, plan.perm, n_rows, static_cast<const T*>(pool.b), pool.scale,
                        pool.n_out, pool.max_rank, pool.total_rank(), sgmv_segment_end(pool, 0),
-                       sgmv_segment_end(pool, 1), static_cast<T*>(y), ld_y, c0};
+                       sgmv_segment_end(pool, 1), static_cast<T*>(y), ld_y, c0, accumulate};
 }
 
 }  // namespace
 
 void lora_sgmv_expand(ScalarType t, const float* partial, const LoraPlan& plan, int n_rows, const LoraPool& pool,
-                      void* y, int ld_y, int c0, cudaStream_t stream) {
+                      void* y, int ld_y, int c0, cudaStream_t stream, bool accumulate) {
   check_sgmv_pool(pool, "lora_sgmv_expand");
   if (n_rows == 0 || pool.n_out == 0) return;
   const LoraSgmvConfig& cf = plan.config;
@@ -440,10 +442,10 @@ void lora_sgmv_expand(ScalarType t, const float* partial, const LoraPlan& plan, 
     if (cf.expand_by_rows)
       lora_sgmv_expand_rows_kernel<T, kV, kM><<<rows_grid, kSgmvColumns, 0, stream>>>(
           partial, n_chunks, plan.n_tiles, plan.perm, plan.perm_slot, n_rows, static_cast<const T*>(pool.b),
-          pool.scale, pool.n_out, pool.max_rank, pool.total_rank(), e0, e1, static_cast<T*>(y), ld_y, c0);
+          pool.scale, pool.n_out, pool.max_rank, pool.total_rank(), e0, e1, static_cast<T*>(y), ld_y, c0, accumulate);
     else
       lora_sgmv_expand_kernel<T, kV, kM><<<tiles_grid, kSgmvColumns, 0, stream>>>(
-          expand_args<T>(partial, n_chunks, plan, n_rows, pool, y, ld_y, c0), plan.n_tiles, col_blocks);
+          expand_args<T>(partial, n_chunks, plan, n_rows, pool, y, ld_y, c0, accumulate), plan.n_tiles, col_blocks);
   };
   auto launch = [&](auto tag, auto vec) {
     if (cf.expand_register_cap)

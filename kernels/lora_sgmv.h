@@ -70,6 +70,27 @@ struct LoraSgmvConfig {
   /// and 16 runs of 64 rows more (docs/lora.md "GPU figures").
   int gemm_min_rows = 64;
   int gemm_max_runs = 8;
+  /// Read by the cuda backend: the shrinks (and the residual expands) on a side stream beside the
+  /// products (true) or in line on the backend's stream, before them (false).
+  bool side_stream = true;
+  /// Read by the cuda backend: the side stream at the device's highest priority (its kernels'
+  /// blocks are scheduled before the products' when both wait for a multiprocessor; CUDA graphs
+  /// keep the priority of the stream they were captured from).
+  bool side_priority = false;
+  /// Read by the cuda backend, in steps whose every adapter row is on the grouped kernels (every
+  /// CUDA graph): gate|up's expand also runs on the side stream, writing the delta alone into a
+  /// scratch (lora_sgmv_expand with accumulate = false), and lora_silu_mul adds it to the
+  /// product's output inside SiLU·mul, so no LoRA launch follows the gate|up product.
+  bool gate_up_beside = false;
+  /// Read by the cuda backend, in decode steps with fusion on and a 16-bit KV cache whose every
+  /// adapter row is on the grouped kernels (every decode graph): q|k|v's expand on the side stream
+  /// too, the delta alone into a scratch, added by the RoPE + K/V write kernel
+  /// (kernels::rope_kv_write's QkvArgs::delta), so no LoRA launch follows the q|k|v product.
+  bool qkv_beside = false;
+  /// Diagnostic, engine_bench only (the results are wrong): the plan is built from no rows, so
+  /// every LoRA launch of the step runs and finds no work: what the launches, their empty blocks
+  /// and the side stream's forks and joins cost alone.
+  bool empty_plan = false;
 };
 
 /// The step's rows grouped by slot, on the device (sized with lora_max_tiles).
@@ -116,7 +137,8 @@ void lora_sgmv_shrink(ScalarType t, const void* x, const LoraPlan& plan, int n_r
                       float* partial, cudaStream_t stream);
 /// y[perm[p], c0 + c] += Σ_k scale[slot] · (Σ_j partial[j, p, m · max_rank + k]) · B[slot, c, k]
 /// (m: c's segment) for every tile's rows; rows in no tile untouched. y 16-bit, row stride ld_y.
+/// accumulate = false: y[perm[p], c0 + c] = the delta alone (rounded once), for every column.
 void lora_sgmv_expand(ScalarType t, const float* partial, const LoraPlan& plan, int n_rows, const LoraPool& pool,
-                      void* y, int ld_y, int c0, cudaStream_t stream);
+                      void* y, int ld_y, int c0, cudaStream_t stream, bool accumulate = true);
 
 }  // namespace servelab::kernels

@@ -449,7 +449,11 @@ void CudaBackend::Impl::run_planned(const cuda::BlockTableStep* tables) {
         throw;
       }
       CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-      const cudaError_t e = cudaGraphInstantiate(&entry.exec, graph, 0);
+      // A LoRA step's side stream at a higher priority (LoraSgmvConfig::side_priority): its
+      // captured kernels keep that priority only when the graph is told to use the nodes' own.
+      const unsigned long long flags =
+          g.lora && lora_kernels.side_priority ? cudaGraphInstantiateFlagUseNodePriority : 0;
+      const cudaError_t e = cudaGraphInstantiateWithFlags(&entry.exec, graph, flags);
       cudaGraphDestroy(graph);
       CUDA_CHECK(e);
       entry.epoch = epoch;

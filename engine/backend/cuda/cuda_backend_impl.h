@@ -142,7 +142,11 @@ struct CudaBackend::Impl {
   // fork and join events; and whether the planned step has any adapter row.
   cuda::DeviceLoraPool lora;
   DeviceBuffer lora_plan_buf, lora_partial;
-  cudaStream_t lora_side = nullptr;
+  // gate|up's or q|k|v's delta alone, [rows_capacity, 2 · local_ffn or qkv_width()]
+  // (LoraSgmvConfig::gate_up_beside, qkv_beside).
+  DeviceBuffer lora_delta;
+  // lora_side_hi: the side stream at the device's highest priority (LoraSgmvConfig::side_priority).
+  cudaStream_t lora_side = nullptr, lora_side_hi = nullptr;
   cudaEvent_t lora_fork = nullptr, lora_join = nullptr;
   bool step_lora = false;
   k::LoraSgmvConfig lora_kernels;  // the grouped kernels' launch variant
@@ -163,6 +167,7 @@ struct CudaBackend::Impl {
     if (lora_fork) cudaEventDestroy(lora_fork);
     if (lora_join) cudaEventDestroy(lora_join);
     if (lora_side) cudaStreamDestroy(lora_side);
+    if (lora_side_hi) cudaStreamDestroy(lora_side_hi);
     if (stream) cudaStreamDestroy(stream);
   }
 
@@ -284,6 +289,9 @@ struct CudaBackend::Impl {
     if (size_t(rows_capacity) * 4 > lora_left_dev.bytes()) lora_left_dev.grow(size_t(rows_capacity) * 4, "the LoRA scratch");
     if (!lora_side) {
       CUDA_CHECK(cudaStreamCreateWithFlags(&lora_side, cudaStreamNonBlocking));
+      int least = 0, greatest = 0;
+      CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+      CUDA_CHECK(cudaStreamCreateWithPriority(&lora_side_hi, cudaStreamNonBlocking, greatest));
       CUDA_CHECK(cudaEventCreateWithFlags(&lora_fork, cudaEventDisableTiming));
       CUDA_CHECK(cudaEventCreateWithFlags(&lora_join, cudaEventDisableTiming));
     }
@@ -291,8 +299,10 @@ struct CudaBackend::Impl {
     const size_t plan =
         (4 + 3 * size_t(k::lora_max_tiles(rows_capacity, lora.n_slots())) + 2 * size_t(rows_capacity)) *
         sizeof(int32_t);
-    if (partial <= lora_partial.bytes() && plan == planned_lora_bytes) return;
+    const size_t delta = size_t(rows_capacity) * size_t(std::max(2 * local_ffn, qkv_width())) * 2;
+    if (partial <= lora_partial.bytes() && delta <= lora_delta.bytes() && plan == planned_lora_bytes) return;
     if (partial > lora_partial.bytes()) lora_partial.grow(partial, "the LoRA scratch");
+    if (delta > lora_delta.bytes()) lora_delta.grow(delta, "the LoRA scratch");
     if (plan > lora_plan_buf.bytes()) lora_plan_buf.grow(plan, "the LoRA scratch");
     planned_lora_bytes = plan;
     ++epoch;

@@ -25,6 +25,7 @@
 #include "kernels/gemm.h"
 #include "kernels/kv_fp8.h"
 #include "kernels/cuda_check.h"
+#include "kernels/lora_act.h"
 #include "kernels/lora_gemm.h"
 #include "kernels/lora_sgmv.h"
 #include "kernels/ops.h"
@@ -70,6 +71,12 @@ struct LoraHook {
   const float* run_scale = nullptr;   ///< host: each slot's scale (the shrink's alpha)
   void* xa = nullptr;                 ///< 16-bit [rows, pool.total_rank()]: the runs' shrink output
   bool grouped = true;                ///< the grouped kernels run (the plan has rows)
+  /// gate|up with LoraSgmvConfig::gate_up_beside, q|k|v with qkv_beside (no runs): the expand
+  /// writes the delta alone into `delta` [rows, pool.n_out] on the side stream too, and the kernel
+  /// after the product adds it for the rows whose `row_slot` is >= 0 (GateUpSilu: lora_silu_mul;
+  /// Attention: rope_kv_write). Null: the expand follows the product.
+  void* delta = nullptr;
+  const int32_t* row_slot = nullptr;
   /// Before the product: the shrink of x (and with `residual` the expand into it), on the side
   /// stream once everything before is done.
   void before_product(const OpContext& c, const void* x, int rows) const {
@@ -83,13 +90,14 @@ struct LoraHook {
       for (const kernels::LoraRun& r : *runs) gemm->shrink(c.dt, x, pool, r, run_scale[r.slot], xa, s);
     if (grouped) kernels::lora_sgmv_shrink(c.dt, x, plan, rows, pool, partial, s);
     if (residual) expand(c, residual, pool.n_out, rows, s);
+    if (delta && grouped) kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, delta, pool.n_out, 0, s, false);
     if (side) CUDA_CHECK(cudaEventRecord(join, side));
   }
   /// After the product: once the side stream is done, y += the deltas (unless they went into the
   /// residual).
   void after_product(const OpContext& c, void* y, int ld_y, int rows) const {
     if (side) CUDA_CHECK(cudaStreamWaitEvent(c.stream, join, 0));
-    if (!residual) expand(c, y, ld_y, rows, c.stream);
+    if (!residual && !delta) expand(c, y, ld_y, rows, c.stream);
   }
   void expand(const OpContext& c, void* y, int ld_y, int rows, cudaStream_t s) const {
     if (runs)
@@ -134,7 +142,9 @@ struct GateUpSilu {
     if (quant) c.quant->run(*quant, x, gate_up, rows, *c.gemm, c.stream);
     else c.gemm->run(c.dt, x, weight, gate_up, rows, 2 * ffn, in, false, c.stream);
     if (lora) lora->after_product(c, gate_up, 2 * ffn, rows);
-    if (c.fusion) kernels::silu_mul(c.dt, gate_up, act, rows, ffn, c.stream);
+    if (lora && lora->delta)
+      kernels::lora_silu_mul(c.dt, gate_up, lora->delta, lora->row_slot, act, rows, ffn, c.stream);
+    else if (c.fusion) kernels::silu_mul(c.dt, gate_up, act, rows, ffn, c.stream);
     else kernels::silu_then_mul(c.dt, gate_up, act, rows, ffn, c.stream);
   }
 };
@@ -202,6 +212,11 @@ struct AttentionStep {
 struct Attention {
   int n_heads = 0;                 ///< this rank's query heads
   const void* bias = nullptr;      ///< Q/K/V bias (Qwen2) or null
+  /// q|k|v's LoRA delta computed beside the product (LoraHook::delta, LoraSgmvConfig::qkv_beside):
+  /// added by rope_kv_write for rows with lora_rows[t] >= 0. Only in decode steps with fusion on
+  /// and a 16-bit KV cache (the forward sets it only then; the other paths refuse it).
+  const void* lora_delta = nullptr;
+  const int32_t* lora_rows = nullptr;
   /// qkv[rows, q | k | v] (row stride qkv_width): RoPE on q and k, K/V into the layer's arena,
   /// then attention into out[rows, n_heads · head_dim].
   void operator()(const OpContext& c, const AttentionStep& st, void* qkv, int qkv_width, void* k_cache, void* v_cache,
@@ -221,6 +236,8 @@ struct Attention {
     qa.slot_mapping = st.slot_mapping;
     qa.k_cache = k_cache;
     qa.v_cache = v_cache;
+    qa.delta = lora_delta;
+    qa.delta_rows = lora_rows;
     if (st.kv_fp8 && c.fusion) {
       kernels::rope_kv_write_fp8(qa, c.stream);
     } else if (st.kv_fp8) {
