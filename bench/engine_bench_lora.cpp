@@ -87,13 +87,15 @@ struct Variant {
   bool diagnostic = false;
 };
 
-/// Names: `default` (slot tiles, the register cap, 528, a block per item, o/down deltas into the
-/// residual beside their products, side stream at the default priority); `inline`: no side
-/// stream (every LoRA launch in line, before its product); `prio`: the side stream at the highest
-/// priority; `gu beside`: gate|up's expand on the side stream too, its delta added in SiLU·mul;
-/// `qkv+gu beside`: q|k|v's too, its delta added by the RoPE + K/V write;
-/// `empty`: every launch with no rows in the plan (the launches and branches alone);
-/// `rows nocap`: the expand by rows without the register cap.
+/// Names: `default` (LoraSgmvConfig{}: slot tiles choosing rows on the device for many short
+/// tiles, the register cap, 528, a block per item, o/down deltas into the residual and q|k|v's and
+/// gate|up's into a scratch added by the kernels after the products, all beside the products, the
+/// expands launched with PDL after their shrinks); `no pdl`; `gu beside`: q|k|v's expand after its
+/// product; `old`: both expands after their products, no PDL (the default before 2026-11-29
+/// evening); `old pdl`; `inline`: no side stream (every LoRA launch in line, before its product);
+/// `prio`: the side stream at the highest priority; `tiles`: no device-side choice of rows;
+/// `rows nocap`: always by rows, without the register cap; `empty`: every launch with no rows in
+/// the plan (the launches and branches alone: diagnostic).
 std::vector<Variant> decode_variants() {
   using C = kernels::LoraSgmvConfig;
   auto with = [](auto f) {
@@ -101,33 +103,27 @@ std::vector<Variant> decode_variants() {
     f(c);
     return c;
   };
+  auto old = [](C& c) {
+    c.gate_up_beside = false;
+    c.qkv_beside = false;
+  };
   return {
       {"default", C{}},
+      {"no pdl", with([](C& c) { c.expand_pdl = false; })},
+      {"gu beside", with([](C& c) { c.qkv_beside = false; })},
+      {"old", with([&](C& c) {
+         old(c);
+         c.expand_pdl = false;
+       })},
+      {"old pdl", with(old)},
       {"inline", with([](C& c) { c.side_stream = false; })},
       {"prio", with([](C& c) { c.side_priority = true; })},
-      {"gu beside", with([](C& c) { c.gate_up_beside = true; })},
-      {"gu beside prio", with([](C& c) {
-         c.gate_up_beside = true;
-         c.side_priority = true;
-       })},
-      {"qkv+gu beside", with([](C& c) {
-         c.gate_up_beside = true;
-         c.qkv_beside = true;
-       })},
-      {"qkv+gu beside prio", with([](C& c) {
-         c.gate_up_beside = true;
-         c.qkv_beside = true;
-         c.side_priority = true;
-       })},
+      {"tiles", with([](C& c) { c.expand_auto = false; })},
       {"rows nocap", with([](C& c) {
          c.expand_by_rows = true;
          c.expand_register_cap = false;
        })},
       {"empty", with([](C& c) { c.empty_plan = true; }), true},
-      {"empty inline", with([](C& c) {
-         c.empty_plan = true;
-         c.side_stream = false;
-       }), true},
   };
 }
 

@@ -81,12 +81,21 @@ struct LoraSgmvConfig {
   /// CUDA graph): gate|up's expand also runs on the side stream, writing the delta alone into a
   /// scratch (lora_sgmv_expand with accumulate = false), and lora_silu_mul adds it to the
   /// product's output inside SiLU·mul, so no LoRA launch follows the gate|up product.
-  bool gate_up_beside = false;
+  bool gate_up_beside = true;
   /// Read by the cuda backend, in decode steps with fusion on and a 16-bit KV cache whose every
   /// adapter row is on the grouped kernels (every decode graph): q|k|v's expand on the side stream
   /// too, the delta alone into a scratch, added by the RoPE + K/V write kernel
   /// (kernels::rope_kv_write's QkvArgs::delta), so no LoRA launch follows the q|k|v product.
-  bool qkv_beside = false;
+  bool qkv_beside = true;
+  /// Read by the cuda backend: an expand that follows its shrink on the same stream (into the
+  /// residual, or the delta alone) is launched with programmatic dependent launch
+  /// (lora_sgmv_expand's pdl), so its launch and its loads of the plan, y and B overlap the shrink.
+  bool expand_pdl = true;
+  /// Slot tiles (expand_by_rows false): the expand picks on the device, from the plan, by rows when
+  /// the step's tiles outnumber twice its blocks of 8 rows (many adapters with few rows each: by
+  /// rows was faster there, slot tiles with few adapters), so one CUDA graph serves both mixes.
+  /// Compiled for 2 blocks an SM (128 registers), whatever expand_register_cap says.
+  bool expand_auto = true;
   /// Diagnostic, engine_bench only (the results are wrong): the plan is built from no rows, so
   /// every LoRA launch of the step runs and finds no work: what the launches, their empty blocks
   /// and the side stream's forks and joins cost alone.
@@ -138,7 +147,11 @@ void lora_sgmv_shrink(ScalarType t, const void* x, const LoraPlan& plan, int n_r
 /// y[perm[p], c0 + c] += Σ_k scale[slot] · (Σ_j partial[j, p, m · max_rank + k]) · B[slot, c, k]
 /// (m: c's segment) for every tile's rows; rows in no tile untouched. y 16-bit, row stride ld_y.
 /// accumulate = false: y[perm[p], c0 + c] = the delta alone (rounded once), for every column.
+/// pdl: launched with programmatic dependent launch, for an expand that follows its shrink on the
+/// same stream (the shrink launched without it): its blocks load the plan, y and B while the
+/// shrink runs and wait for it before reading the partials. The caller guarantees that nothing
+/// between the shrink's start and the expand writes y.
 void lora_sgmv_expand(ScalarType t, const float* partial, const LoraPlan& plan, int n_rows, const LoraPool& pool,
-                      void* y, int ld_y, int c0, cudaStream_t stream, bool accumulate = true);
+                      void* y, int ld_y, int c0, cudaStream_t stream, bool accumulate = true, bool pdl = false);
 
 }  // namespace servelab::kernels

@@ -51,8 +51,8 @@ def table(path):
           f"({lora_t / total:.1%}), the rest {(total - lora_t) * 1e3:.3f} ms")
     print(f"   {'kernel':<40} {'calls':>5} {'us/call':>8} {'total_ms':>8} {'GB/s':>6} grid")
     shown = sorted(agg.items(), key=lambda kv: -kv[1][1])
-    for k, (n, t, b, grids) in shown:
-        if k in lora or shown.index((k, (n, t, b, grids))) < 6:
+    for i, (k, (n, t, b, grids)) in enumerate(shown):
+        if k in lora or i < 6:
             g = ",".join(str(x) for x in sorted(grids)[:3]) + ("..." if len(grids) > 3 else "")
             print(f"   {k:<40} {n:>5} {t / n * 1e6:>8.2f} {t * 1e3:>8.3f} {b / t / 1e9 if t else 0:>6.0f} {g}")
 

@@ -89,8 +89,12 @@ struct LoraHook {
     if (runs)
       for (const kernels::LoraRun& r : *runs) gemm->shrink(c.dt, x, pool, r, run_scale[r.slot], xa, s);
     if (grouped) kernels::lora_sgmv_shrink(c.dt, x, plan, rows, pool, partial, s);
-    if (residual) expand(c, residual, pool.n_out, rows, s);
-    if (delta && grouped) kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, delta, pool.n_out, 0, s, false);
+    // PDL (LoraSgmvConfig::expand_pdl) only where the expand follows the grouped shrink directly
+    // (no tensor-core runs between them): nothing else writes the residual or the delta meanwhile.
+    const bool pdl = plan.config.expand_pdl && !runs;
+    if (residual) expand(c, residual, pool.n_out, rows, s, pdl);
+    if (delta && grouped)
+      kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, delta, pool.n_out, 0, s, false, pdl);
     if (side) CUDA_CHECK(cudaEventRecord(join, side));
   }
   /// After the product: once the side stream is done, y += the deltas (unless they went into the
@@ -99,10 +103,10 @@ struct LoraHook {
     if (side) CUDA_CHECK(cudaStreamWaitEvent(c.stream, join, 0));
     if (!residual && !delta) expand(c, y, ld_y, rows, c.stream);
   }
-  void expand(const OpContext& c, void* y, int ld_y, int rows, cudaStream_t s) const {
+  void expand(const OpContext& c, void* y, int ld_y, int rows, cudaStream_t s, bool pdl = false) const {
     if (runs)
       for (const kernels::LoraRun& r : *runs) gemm->expand(c.dt, xa, pool, r, y, ld_y, 0, s);
-    if (grouped) kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, y, ld_y, 0, s);
+    if (grouped) kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, y, ld_y, 0, s, true, pdl);
   }
 };
 
