@@ -87,15 +87,15 @@ struct Variant {
   bool diagnostic = false;
 };
 
-/// Names: `default` (LoraSgmvConfig{}: slot tiles choosing rows on the device for many short
-/// tiles, the register cap, 528, a block per item, o/down deltas into the residual and q|k|v's and
-/// gate|up's into a scratch added by the kernels after the products, all beside the products, the
-/// expands launched with PDL after their shrinks); `no pdl`; `gu beside`: q|k|v's expand after its
-/// product; `old`: both expands after their products, no PDL (the default before 2026-11-29
-/// evening); `old pdl`; `inline`: no side stream (every LoRA launch in line, before its product);
-/// `prio`: the side stream at the highest priority; `tiles`: no device-side choice of rows;
-/// `rows nocap`: always by rows, without the register cap; `empty`: every launch with no rows in
-/// the plan (the launches and branches alone: diagnostic).
+/// Names: `default` (LoraSgmvConfig{}: the expand by rows without the register cap, 528, a block
+/// per item, every delta beside its product: o/down into the residual, q|k|v's and gate|up's into
+/// a scratch added by the RoPE + K/V write and SiLU·mul; the expands with PDL after their
+/// shrinks); `no pdl`; `gu beside`: q|k|v's expand after its product; `auto`: slot tiles choosing
+/// rows on the device (expand_auto, ce0f498's default); `tiles`: slot tiles with the register cap,
+/// no choice; `old`: slot tiles with the cap, q|k|v's and gate|up's expands after their products,
+/// no PDL (the default before 2026-11-29 evening); `inline`: no side stream (every LoRA launch in
+/// line, before its product); `empty`: every launch with no rows in the plan (the launches and
+/// branches alone: diagnostic).
 std::vector<Variant> decode_variants() {
   using C = kernels::LoraSgmvConfig;
   auto with = [](auto f) {
@@ -103,26 +103,27 @@ std::vector<Variant> decode_variants() {
     f(c);
     return c;
   };
-  auto old = [](C& c) {
-    c.gate_up_beside = false;
-    c.qkv_beside = false;
+  auto tiles = [](C& c) {
+    c.expand_by_rows = false;
+    c.expand_register_cap = true;
   };
   return {
       {"default", C{}},
       {"no pdl", with([](C& c) { c.expand_pdl = false; })},
       {"gu beside", with([](C& c) { c.qkv_beside = false; })},
+      {"auto", with(tiles)},
+      {"tiles", with([&](C& c) {
+         tiles(c);
+         c.expand_auto = false;
+       })},
       {"old", with([&](C& c) {
-         old(c);
+         tiles(c);
+         c.expand_auto = false;
+         c.gate_up_beside = false;
+         c.qkv_beside = false;
          c.expand_pdl = false;
        })},
-      {"old pdl", with(old)},
       {"inline", with([](C& c) { c.side_stream = false; })},
-      {"prio", with([](C& c) { c.side_priority = true; })},
-      {"tiles", with([](C& c) { c.expand_auto = false; })},
-      {"rows nocap", with([](C& c) {
-         c.expand_by_rows = true;
-         c.expand_register_cap = false;
-       })},
       {"empty", with([](C& c) { c.empty_plan = true; }), true},
   };
 }

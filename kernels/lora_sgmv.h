@@ -38,18 +38,21 @@ inline constexpr int kLoraDefaultTargetBlocks = 528;
 
 /// Launch variants of the grouped kernels, chosen on the host at each launch (engine_bench
 /// --lora measures them side by side through CudaBackend::set_lora_kernels). Every variant
-/// computes the same sums in the same order. The defaults: slot tiles with the cap and 528 (the
-/// best mean decode ratio of 2026-11-28's six variants), a block per item (a bound of 3 an SM
-/// changed no decode step beyond noise and made the 512-token prefill 7% slower), deltas into
-/// the residual (+0.02 to +0.03 on every decode step); on an H200, docs/lora.md "GPU figures".
+/// computes the same sums in the same order. The defaults: the expand by rows without the
+/// register cap (the best decode ratio at every mix of 2026-11-29's ce0f498 call, 1 to 64
+/// adapters, once no expand followed the products), 528, a block per item (a bound of 3 an SM
+/// changed no decode step beyond noise and made the 512-token prefill 7% slower), every delta
+/// computed beside its product (o_proj's and down_proj's into the residual, q|k|v's and
+/// gate|up's into a scratch the kernels after the products add), the expands with PDL after
+/// their shrinks; on an H200, docs/lora.md "GPU figures".
 struct LoraSgmvConfig {
   /// The expand's blocks: false, one per (slot tile, 256 columns), each B column read once for
   /// the tile's rows; true, one per (kLoraTileRows consecutive rows of the plan's order, 256
   /// columns), each row with its own slot (rows of one slot still share B through the cache), so
   /// a step of many adapters makes n_rows / 8 blocks of 8 rows, not one block per 1-row tile.
-  bool expand_by_rows = false;
+  bool expand_by_rows = true;
   /// The expand compiled for at least 3 blocks an SM (at most 80 registers a thread); false: no cap.
-  bool expand_register_cap = true;
+  bool expand_register_cap = false;
   /// The shrink's chunking aims at this many blocks (lora_chunk_len).
   int shrink_target_blocks = kLoraDefaultTargetBlocks;
   /// Slot-tile shrink and expand: at most this many blocks per multiprocessor, each block looping
@@ -73,10 +76,6 @@ struct LoraSgmvConfig {
   /// Read by the cuda backend: the shrinks (and the residual expands) on a side stream beside the
   /// products (true) or in line on the backend's stream, before them (false).
   bool side_stream = true;
-  /// Read by the cuda backend: the side stream at the device's highest priority (its kernels'
-  /// blocks are scheduled before the products' when both wait for a multiprocessor; CUDA graphs
-  /// keep the priority of the stream they were captured from).
-  bool side_priority = false;
   /// Read by the cuda backend, in steps whose every adapter row is on the grouped kernels (every
   /// CUDA graph): gate|up's expand also runs on the side stream, writing the delta alone into a
   /// scratch (lora_sgmv_expand with accumulate = false), and lora_silu_mul adds it to the

@@ -207,15 +207,15 @@ TEST(CudaBackendGpuLora, EagerOnlyMatchesGraphsAndRefusesBadInput) {
   other.gemm_min_rows = 1;
   other.side_stream = false;  // every LoRA launch in line
   eager->set_lora_kernels(other);
-  // The graphs: the side stream at the highest priority, gate|up's and q|k|v's deltas placed the
-  // other way from the default (added inside SiLU·mul and the RoPE + K/V write, or by the expands
-  // after the products), and the expand's PDL and its choice of rows on the device flipped.
+  // The graphs: gate|up's and q|k|v's deltas placed the other way from the default (added inside
+  // SiLU·mul and the RoPE + K/V write, or by the expands after the products), the expand's PDL
+  // flipped, and the expand by slot tiles choosing rows on the device (expand_auto) where the
+  // default is by rows.
   kernels::LoraSgmvConfig alt;
-  alt.side_priority = true;
   alt.gate_up_beside = !alt.gate_up_beside;
   alt.qkv_beside = !alt.qkv_beside;
   alt.expand_pdl = !alt.expand_pdl;
-  alt.expand_auto = !alt.expand_auto;
+  alt.expand_by_rows = !alt.expand_by_rows;  // slot tiles choosing rows on the device (expand_auto)
   graphs->set_lora_kernels(alt);
   other.grid_blocks_per_sm = -1;
   EXPECT_THROW(eager->set_lora_kernels(other), std::invalid_argument);

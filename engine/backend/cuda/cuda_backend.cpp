@@ -449,11 +449,7 @@ void CudaBackend::Impl::run_planned(const cuda::BlockTableStep* tables) {
         throw;
       }
       CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-      // A LoRA step's side stream at a higher priority (LoraSgmvConfig::side_priority): its
-      // captured kernels keep that priority only when the graph is told to use the nodes' own.
-      const unsigned long long flags =
-          g.lora && lora_kernels.side_priority ? cudaGraphInstantiateFlagUseNodePriority : 0;
-      const cudaError_t e = cudaGraphInstantiateWithFlags(&entry.exec, graph, flags);
+      const cudaError_t e = cudaGraphInstantiate(&entry.exec, graph, 0);
       cudaGraphDestroy(graph);
       CUDA_CHECK(e);
       entry.epoch = epoch;

@@ -145,8 +145,7 @@ struct CudaBackend::Impl {
   // gate|up's or q|k|v's delta alone, [rows_capacity, 2 · local_ffn or qkv_width()]
   // (LoraSgmvConfig::gate_up_beside, qkv_beside).
   DeviceBuffer lora_delta;
-  // lora_side_hi: the side stream at the device's highest priority (LoraSgmvConfig::side_priority).
-  cudaStream_t lora_side = nullptr, lora_side_hi = nullptr;
+  cudaStream_t lora_side = nullptr;
   cudaEvent_t lora_fork = nullptr, lora_join = nullptr;
   bool step_lora = false;
   k::LoraSgmvConfig lora_kernels;  // the grouped kernels' launch variant
@@ -167,7 +166,6 @@ struct CudaBackend::Impl {
     if (lora_fork) cudaEventDestroy(lora_fork);
     if (lora_join) cudaEventDestroy(lora_join);
     if (lora_side) cudaStreamDestroy(lora_side);
-    if (lora_side_hi) cudaStreamDestroy(lora_side_hi);
     if (stream) cudaStreamDestroy(stream);
   }
 
@@ -289,9 +287,6 @@ struct CudaBackend::Impl {
     if (size_t(rows_capacity) * 4 > lora_left_dev.bytes()) lora_left_dev.grow(size_t(rows_capacity) * 4, "the LoRA scratch");
     if (!lora_side) {
       CUDA_CHECK(cudaStreamCreateWithFlags(&lora_side, cudaStreamNonBlocking));
-      int least = 0, greatest = 0;
-      CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-      CUDA_CHECK(cudaStreamCreateWithPriority(&lora_side_hi, cudaStreamNonBlocking, greatest));
       CUDA_CHECK(cudaEventCreateWithFlags(&lora_fork, cudaEventDisableTiming));
       CUDA_CHECK(cudaEventCreateWithFlags(&lora_join, cudaEventDisableTiming));
     }

@@ -78,7 +78,7 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   }
   // lora_kernels.empty_plan (engine_bench's diagnostic): every launch below, no rows in the plan.
   if (grouped) k::lora_plan(plan_slots, lora_kernels.empty_plan ? 0 : R, lora.n_slots(), lora_step_plan(), stream);
-  cudaStream_t side = !lora_kernels.side_stream ? nullptr : lora_kernels.side_priority ? lora_side_hi : lora_side;
+  cudaStream_t side = lora_kernels.side_stream ? lora_side : nullptr;
   const bool qkv_beside = g.lora && lora_kernels.qkv_beside && lora_step_runs.empty() && st.decode && ctx.fusion &&
                           !st.kv_fp8;
   auto hook = [&](int l, cuda::LoraGroup grp) -> const cuda::LoraHook* {
