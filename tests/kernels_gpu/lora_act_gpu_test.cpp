@@ -98,7 +98,8 @@ TEST_P(LoraActGpu, RopeKvWriteAddsTheDeltaOfAdapterRows) {
     DeviceBuffer q, k, v;
   };
   auto run = [&](const std::vector<float>& in, bool with_delta) {
-    Out o{testing::upload16(t, in), DeviceBuffer(size_t(n_slots) * n_kv * hd * 2), DeviceBuffer(size_t(n_slots) * n_kv * hd * 2)};
+    const size_t cache_bytes = size_t(n_slots) * n_kv * hd * 2;
+    Out o{testing::upload16(t, in), DeviceBuffer(cache_bytes), DeviceBuffer(cache_bytes)};
     CUDA_CHECK(cudaMemset(o.k.get(), 0, o.k.bytes()));
     CUDA_CHECK(cudaMemset(o.v.get(), 0, o.v.bytes()));
     QkvArgs a;
