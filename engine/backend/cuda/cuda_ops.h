@@ -5,8 +5,8 @@
 //   to communicate) or input features (row: partial sums, all-reduced inside the op, or by the
 //   ResidualNorm that takes y next when `all_reduce_later`). Quantized
 //   weights (Linear::quant, quant_linear.h: FP8 or INT4, dispatched on the row count) and the LoRA
-//   hook (LoraHook: its shrink beside the product, its expand after it or into the residual
-//   beside it) plug in here.
+//   hook (LoraHook: its shrink beside the product, its expand after it, or beside it into the
+//   residual or into a delta the next kernel adds) plug in here.
 // - GateUpSilu: the gated MLP's first half, one fused launch where the product kernel can.
 // - ResidualNorm: h += delta, then xn = rms_norm(h) · w (one kernel fused, two otherwise); with
 //   `all_reduce_delta` under tensor parallelism delta is a row-parallel product's partial sum,
@@ -51,7 +51,9 @@ struct OpContext {
 /// into the product's output. With `residual` (o_proj, down_proj: products whose output the next
 /// op adds into the residual stream) the expand adds into the residual instead, on the side
 /// stream too, and the join follows the product: the residual is read by nothing between the
-/// last norm and the next, so neither launch is on the step's critical path. Ops hold a pointer
+/// last norm and the next, so neither launch is on the step's critical path. With `delta`
+/// (q|k|v, gate|up) the expand writes the delta alone beside the product too, and the kernel
+/// after the product adds it (below). Ops hold a pointer
 /// to one only when some row of the step has an adapter: a step without adapters launches
 /// nothing. One GPU only (under tensor parallelism the row-parallel delta would be summed once
 /// per rank).
