@@ -6,6 +6,8 @@
 //                                  graph replay, for ncu --profile-from-start off; V: a kMbuVariants name)
 //   engine_bench --mbu [--variants V,V,...]   (decode MBU only, per decode-path variant, see kMbuVariants)
 //   engine_bench --lora [--quick]   (multi-LoRA against no adapter: bench/engine_bench_lora.h)
+//   engine_bench --lora --ncu-decode BATCH,CONTEXT [--lora-adapters K] [--variants V]   (one LoRA
+//                                  decode step, a graph replay, for ncu; V: a LoRA decode variant)
 //   engine_bench --kv-cache-dtype auto,fp8 [--quick]   (an FP8 KV cache beside bf16 KV: bench/engine_bench_fp8kv.h)
 //   engine_bench --structured [--preset NAME] [--tokenizer DIR] [--repeats N]   (structured output at
 //                                  batch 64 against unconstrained: bench/engine_bench_structured.h)
@@ -162,6 +164,7 @@ struct Args {
   bool ncu_graphs = false;             // --graphs: the ncu step is a graph replay
   bool mbu = false;                    // --mbu
   bool lora = false;                   // --lora
+  int lora_adapters = 0;               // --lora-adapters K (--lora --ncu-decode)
   bool fp8kv = false;                  // --kv-cache-dtype auto,fp8
   bool structured = false;             // --structured
   std::string tokenizer;               // --tokenizer DIR (--structured)
@@ -535,6 +538,7 @@ int main(int argc, char** argv) {
     else if (a == "--graphs") args.ncu_graphs = true;
     else if (a == "--mbu") args.mbu = true;
     else if (a == "--lora") args.lora = true;
+    else if (a == "--lora-adapters" && i + 1 < argc) args.lora_adapters = std::atoi(argv[++i]);
     else if (a == "--kv-cache-dtype" && i + 1 < argc && std::string(argv[i + 1]) == "auto,fp8") {
       args.fp8kv = true;
       ++i;
@@ -553,6 +557,7 @@ int main(int argc, char** argv) {
                    "usage: engine_bench [--json FILE] [--commit SHA] [--preset NAME] [--kv-gb G] [--quick] [--prefill-only]\n"
                    "       engine_bench --mbu [--variants V,...] [--json FILE] [--commit SHA] [--quick]\n"
                    "       engine_bench --lora [--json FILE] [--commit SHA] [--preset NAME] [--quick]\n"
+                   "       engine_bench --lora --ncu-decode BATCH,CONTEXT [--lora-adapters K] [--variants V] [--preset NAME]\n"
                    "       engine_bench --kv-cache-dtype auto,fp8 [--json FILE] [--commit SHA] [--preset NAME] [--quick]\n"
                    "       engine_bench --structured [--json FILE] [--commit SHA] [--preset NAME] [--tokenizer DIR] [--repeats N]\n"
                    "       engine_bench --quantization F,F,... [--json FILE] [--commit SHA] [--quick] [--preset NAME]\n"
@@ -565,11 +570,18 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "engine_bench: no CUDA device\n");
       return 1;
     }
-    if (args.ncu_batch > 0) return profile_one_decode_step(args);
+    if (args.ncu_batch > 0 && !args.lora) return profile_one_decode_step(args);
     if (args.lora) {
       bench::LoraBenchOptions lo;
       lo.preset = args.preset;
       lo.quick = args.quick;
+      if (args.ncu_batch > 0) {  // one LoRA decode step under ncu (bench/engine_bench_lora.h)
+        lo.ncu_batch = args.ncu_batch;
+        lo.ncu_context = args.ncu_context;
+        lo.ncu_adapters = args.lora_adapters;
+        lo.ncu_variant = args.variants;
+        return bench::profile_lora_decode_step(lo);
+      }
       return keep_figures(args, bench::run_lora_bench(lo));
     }
     if (args.fp8kv) {  // bf16 KV against an FP8 KV cache (bench/engine_bench_fp8kv.h)

@@ -5,6 +5,7 @@
 // a miss packs and copies one whole adapter, whichever weights it carries).
 #include "bench/engine_bench_lora.h"
 
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -78,7 +79,96 @@ class Zipf {
   std::vector<double> cdf_;
 };
 
+/// A launch variant of the decode steps (kernels::LoraSgmvConfig); `diagnostic` ones compute
+/// wrong results on purpose and are never kept.
+struct Variant {
+  std::string name;
+  kernels::LoraSgmvConfig config;
+  bool diagnostic = false;
+};
+
+/// Names: `default` (LoraSgmvConfig{}: the expand by rows without the register cap, 528, a block
+/// per item, every delta beside its product: o/down into the residual, q|k|v's and gate|up's into
+/// a scratch added by the RoPE + K/V write and SiLU·mul; the expands with PDL after their
+/// shrinks); `no pdl`; `gu beside`: q|k|v's expand after its product; `auto`: slot tiles choosing
+/// rows on the device (expand_auto, ce0f498's default); `tiles`: slot tiles with the register cap,
+/// no choice; `old`: slot tiles with the cap, q|k|v's and gate|up's expands after their products,
+/// no PDL (the default before 2026-11-29 evening); `inline`: no side stream (every LoRA launch in
+/// line, before its product); `empty`: every launch with no rows in the plan (the launches and
+/// branches alone: diagnostic).
+std::vector<Variant> decode_variants() {
+  using C = kernels::LoraSgmvConfig;
+  auto with = [](auto f) {
+    C c;
+    f(c);
+    return c;
+  };
+  auto tiles = [](C& c) {
+    c.expand_by_rows = false;
+    c.expand_register_cap = true;
+  };
+  return {
+      {"default", C{}},
+      {"no pdl", with([](C& c) { c.expand_pdl = false; })},
+      {"gu beside", with([](C& c) { c.qkv_beside = false; })},
+      {"auto", with(tiles)},
+      {"tiles", with([&](C& c) {
+         tiles(c);
+         c.expand_auto = false;
+       })},
+      {"old", with([&](C& c) {
+         tiles(c);
+         c.expand_auto = false;
+         c.gate_up_beside = false;
+         c.qkv_beside = false;
+         c.expand_pdl = false;
+       })},
+      {"inline", with([](C& c) { c.side_stream = false; })},
+      {"empty", with([](C& c) { c.empty_plan = true; }), true},
+  };
+}
+
 }  // namespace lora_bench
+
+int profile_lora_decode_step(const LoraBenchOptions& o) {
+  using namespace lora_bench;
+  kernels::LoraSgmvConfig config;
+  if (!o.ncu_variant.empty()) {
+    const std::vector<Variant> vs = decode_variants();
+    const auto it = std::find_if(vs.begin(), vs.end(), [&](const Variant& v) { return v.name == o.ncu_variant; });
+    if (it == vs.end()) {
+      std::fprintf(stderr, "engine_bench --lora --ncu-decode: unknown variant '%s'\n", o.ncu_variant.c_str());
+      return 2;
+    }
+    config = it->config;
+  }
+  ModelConfig model = preset(o.preset);
+  model.dtype = DType::bf16;
+  std::unique_ptr<CudaBackend> owned = CudaBackend::random(model, 1, CudaBackendOptions{});
+  CudaBackend* cuda = owned.get();
+  cuda->reserve_loras(o.max_loras, o.rank);
+  cuda->set_lora_kernels(config);
+  SlotRows backend(std::move(owned));
+  using T = LoraTarget;
+  const std::vector<T> all = {T::q, T::k, T::v, T::o, T::gate, T::up, T::down};
+  const int k = std::min(o.ncu_adapters, o.max_loras);
+  for (int i = 0; i < std::min(k, 2); ++i) {
+    auto a = std::make_shared<LoraAdapter>(random_lora(model, "bench-" + std::to_string(i), o.rank, 2.0f * o.rank, all,
+                                                       o.seed + uint64_t(i)));
+    a->id = uint64_t(i) + 1;
+    for (int s = i; s < k; s += 2) backend.load_lora(s, a);
+  }
+  for (int i = 0; i < k; ++i) backend.seq_slot.push_back(i);
+  const ProfilePoint p = decode_of(o.ncu_batch, o.ncu_context);
+  ProfileRunner runner(backend, p.n_slots(), o.ncu_context, 7, true);
+  const double s = runner.run(p, 3, 9, 1e9).step_s;
+  std::printf("decode b%d ctx%d, %d adapters [%s]: %.3f ms per step (graph replay, median of 9, outside the profiler)\n",
+              o.ncu_batch, o.ncu_context, k, o.ncu_variant.empty() ? "default" : o.ncu_variant.c_str(), s * 1e3);
+  CUDA_CHECK(cudaProfilerStart());
+  runner.run(p, 0, 1, 0.0);
+  CUDA_CHECK(cudaProfilerStop());
+  return 0;
+}
 
 std::vector<LoraFigure> run_lora_bench(const LoraBenchOptions& o) {
   using namespace lora_bench;
@@ -179,18 +269,7 @@ std::vector<LoraFigure> run_lora_bench(const LoraBenchOptions& o) {
   // variant's steps replay graphs of its own launches). The variant with the best mean ratio over
   // these steps is kept for the rest (prefill, Zipf) and its figures are repeated as
   // lora_decode_step.
-  struct Variant {
-    std::string name;
-    kernels::LoraSgmvConfig config;
-  };
-  // Names: expand by slot `tiles` or by `rows`; `grid N`: slot-tile grids of at most N blocks an
-  // SM looping over the items (0: a block per possible item); `resid`: o_proj's and down_proj's
-  // deltas into the residual beside their products, `after`: after them. All with the register
-  // cap (but `nocap`) and the shrink's chunking aimed at 528 blocks.
-  const std::vector<Variant> variants = {
-      {"tiles grid 0 after", {false, true, 528, 0, false}}, {"tiles grid 0 resid", {false, true, 528, 0, true}},
-      {"tiles grid 3 resid", {false, true, 528, 3, true}},  {"rows nocap resid", {true, false, 528, 0, true}},
-  };
+  const std::vector<Variant> variants = decode_variants();
   struct DecodeRow {
     std::string shape;
     double s, base;
@@ -230,7 +309,7 @@ std::vector<LoraFigure> run_lora_bench(const LoraBenchOptions& o) {
       mean += r.base / r.s / double(rows.size());
     }
     figure("lora_decode_variant_mean", "[" + variants[v].name + "] mean ratio of its decode steps", mean, "x");
-    if (mean > best_mean) {
+    if (!variants[v].diagnostic && mean > best_mean) {
       best_mean = mean;
       best = v;
       best_rows = rows;

@@ -21,6 +21,11 @@ struct LoraBenchOptions {
   int max_loras = 64;   ///< device slots
   bool quick = false;   ///< fewer points and steps
   uint64_t seed = 1;
+  /// --ncu-decode B,CTX with --lora: profile_lora_decode_step's point, its distinct adapters
+  /// (--lora-adapters K, 0: none, the base step) and launch variant (--variants NAME, one of
+  /// run_lora_bench's decode variants; empty: the default).
+  int ncu_batch = 0, ncu_context = 512, ncu_adapters = 0;
+  std::string ncu_variant;
 };
 
 /// Runs the LoRA figures on device 0, printing a line per figure:
@@ -30,8 +35,8 @@ struct LoraBenchOptions {
 ///   among the rows (row r takes slot r mod k) against none (ratio = base step / step), measured
 ///   under each launch variant of the grouped kernels (kernels::LoraSgmvConfig) as
 ///   lora_decode_variant, with each variant's mean ratio (lora_decode_variant_mean); the variant
-///   of the best mean is kept for the figures after it and its steps are repeated as
-///   lora_decode_step;
+///   of the best mean (diagnostic variants, whose results are wrong, excluded) is kept for the
+///   figures after it and its steps are repeated as lora_decode_step;
 /// - lora_prefill_step: prefills of n sequences of `len` tokens over k adapters (1 x 512 / 1,
 ///   4 x 512 / 4, 4 x 512 / 1, 8 x 256 / 8, 16 x 64 / 16) against none (the resident-adapter
 ///   TTFT's step), each with the runs on the grouped CUDA-core kernels (`sgmv`), on the tensor
@@ -42,5 +47,11 @@ struct LoraBenchOptions {
 ///   8, 64 or 512 adapters, slots taken least-recently-used (a miss = load_lora, timed with the
 ///   step), against the same loop without adapters: tokens/s and the ratio.
 std::vector<LoraFigure> run_lora_bench(const LoraBenchOptions& options);
+
+/// One decode step (CUDA graph replay) of ncu_batch rows at ncu_context with ncu_adapters distinct
+/// adapters (row r: slot r mod k) between cudaProfilerStart and Stop, for
+/// `ncu --profile-from-start off` (scripts/gpu-lora-check.sh NCU=1); prints the step's median
+/// time outside the profiler first. Returns 0, or 2 for an unknown variant.
+int profile_lora_decode_step(const LoraBenchOptions& options);
 
 }  // namespace servelab::bench

@@ -163,6 +163,7 @@ struct ExpandArgs {
   int n_out, max_rank, total, seg_end0, seg_end1;
   T* y;
   int ld_y, c0;
+  bool accumulate;  ///< false: y = the delta alone
 };
 
 /// Item (tile t, 256 columns from c_begin) of the expand: xa of the tile's rows (chunks summed,
@@ -187,7 +188,7 @@ __device__ __forceinline__ void expand_item(const ExpandArgs<T>& e, float* xs, i
   for (int r = 0; r < kLoraTileRows; ++r) row[r] = r < n ? e.perm[p0 + r] : 0;
 #pragma unroll
   for (int r = 0; r < kLoraTileRows; ++r)
-    y_old[r] = r < n ? to_float<T>(e.y[int64_t(row[r]) * e.ld_y + e.c0 + cc]) : 0.0f;
+    y_old[r] = r < n && e.accumulate ? to_float<T>(e.y[int64_t(row[r]) * e.ld_y + e.c0 + cc]) : 0.0f;
   Vec8 bv[2] = {};
   if constexpr (kVec) {
 #pragma unroll
@@ -197,6 +198,7 @@ __device__ __forceinline__ void expand_item(const ExpandArgs<T>& e, float* xs, i
   const float sc = e.scale[s];
   const float* part = e.partial + int64_t(p0) * total;
   const int64_t chunk_stride = int64_t(e.n_rows) * total;
+  pdl_wait();  // launched with PDL after the shrink (LoraSgmvConfig::expand_pdl): its partials from here
   __syncthreads();
   for (int i = threadIdx.x; i < n * total; i += blockDim.x) {
     float v = 0.0f;
@@ -248,6 +250,7 @@ template <typename T>
 __global__ void __launch_bounds__(kSgmvWarps * 32)
     lora_sgmv_shrink_kernel(const T* x, const int32_t* n_tiles, const int32_t* tiles, const int32_t* perm, int n_rows,
                             const T* a, int n_in, int total, int chunk_len, int n_chunks, float* partial) {
+  pdl_launch_dependents();  // an expand launched with PDL after it may start its prologue
   const int n_t = *n_tiles;
   for (int w = blockIdx.x; w < n_t * n_chunks; w += gridDim.x)
     shrink_item<T>(x, tiles, perm, n_rows, a, n_in, total, chunk_len, partial, w % n_t, w / n_t);
@@ -259,55 +262,54 @@ __global__ void __launch_bounds__(kSgmvColumns, kMinBlocks)  // 3: at most 80 re
     lora_sgmv_expand_kernel(ExpandArgs<T> e, const int32_t* n_tiles, int col_blocks) {
   __shared__ __align__(16) float xs[kLoraTileRows * kLoraMaxSegments * kLoraMaxRank];
   const int n_t = *n_tiles;
+  if (blockIdx.x >= n_t * col_blocks) pdl_wait();  // no item: done only once the shrink is
   for (int w = blockIdx.x; w < n_t * col_blocks; w += gridDim.x)
     expand_item<T, kVec>(e, xs, w % n_t, (w / n_t) * kSgmvColumns);
 }
 
-/// Block (kLoraTileRows consecutive perm positions, 256 columns), LoraSgmvConfig::expand_by_rows:
-/// like lora_sgmv_expand_kernel but each row carries its own slot (perm_slot), so a step of many
-/// adapters (tiles of one row) makes n_rows / 8 blocks that each issue 8 rows' B loads together
-/// instead of one block (and one dependent-load chain) per row. Rows of one slot read the same
-/// B column: the cache serves the repeats. Same sums in the same order as the tile kernel.
-template <typename T, bool kVec, int kMinBlocks>
-__global__ void __launch_bounds__(kSgmvColumns, kMinBlocks)
-    lora_sgmv_expand_rows_kernel(const float* partial, int n_chunks, const int32_t* n_tiles, const int32_t* perm,
-                                 const int32_t* perm_slot, int n_rows, const T* b, const float* scale, int n_out,
-                                 int max_rank, int total, int seg_end0, int seg_end1, T* y, int ld_y, int c0) {
-  __shared__ __align__(16) float xs[kLoraTileRows * kLoraMaxSegments * kLoraMaxRank];
-  const int p0 = blockIdx.x * kLoraTileRows;
-  const int n = min(kLoraTileRows, n_tiles[1] - p0);
-  if (n <= 0) return;
-  const int c = blockIdx.y * kSgmvColumns + threadIdx.x;
-  const bool live = c < n_out;
-  const int cc = live ? c : n_out - 1;
-  const int m = (cc >= seg_end0) + (cc >= seg_end1);
+/// Item (kLoraTileRows consecutive perm positions from p0, 256 columns from c_begin),
+/// LoraSgmvConfig::expand_by_rows: like expand_item but each row carries its own slot
+/// (perm_slot), so a step of many adapters (tiles of one row) makes n_rows / 8 items that each
+/// issue 8 rows' B loads together instead of one item (and one dependent-load chain) per row.
+/// Rows of one slot read the same B column: the cache serves the repeats. Same sums in the same
+/// order as expand_item. n_with: the plan's rows with an adapter. Starts with a barrier.
+template <typename T, bool kVec>
+__device__ __forceinline__ void expand_rows_item(const ExpandArgs<T>& e, const int32_t* perm_slot, int n_with,
+                                                 float* xs, int p0, int c_begin) {
+  const int n = min(kLoraTileRows, n_with - p0);
+  __syncthreads();
+  const int c = c_begin + threadIdx.x;
+  const bool live = c < e.n_out;
+  const int cc = live ? c : e.n_out - 1;
+  const int m = (cc >= e.seg_end0) + (cc >= e.seg_end1);
   int row[kLoraTileRows];
   const T* bc[kLoraTileRows];
 #pragma unroll
   for (int r = 0; r < kLoraTileRows; ++r) {
     const int pr = p0 + min(r, n - 1);
-    row[r] = perm[pr];
-    bc[r] = b + (int64_t(perm_slot[pr]) * n_out + cc) * max_rank;
+    row[r] = e.perm[pr];
+    bc[r] = e.b + (int64_t(perm_slot[pr]) * e.n_out + cc) * e.max_rank;
   }
   float y_old[kLoraTileRows];
 #pragma unroll
   for (int r = 0; r < kLoraTileRows; ++r)
-    y_old[r] = r < n ? to_float<T>(y[int64_t(row[r]) * ld_y + c0 + cc]) : 0.0f;
-  const float* part = partial + int64_t(p0) * total;
-  const int64_t chunk_stride = int64_t(n_rows) * total;
-  for (int e = threadIdx.x; e < n * total; e += blockDim.x) {
+    y_old[r] = r < n && e.accumulate ? to_float<T>(e.y[int64_t(row[r]) * e.ld_y + e.c0 + cc]) : 0.0f;
+  const float* part = e.partial + int64_t(p0) * e.total;
+  const int64_t chunk_stride = int64_t(e.n_rows) * e.total;
+  pdl_wait();  // launched with PDL after the shrink (LoraSgmvConfig::expand_pdl): its partials from here
+  for (int i = threadIdx.x; i < n * e.total; i += blockDim.x) {
     float v = 0.0f;
 #pragma unroll
     for (int j = 0; j < kSgmvMaxChunks; ++j)
-      if (j < n_chunks) v += part[j * chunk_stride + e];
-    xs[e] = v * scale[perm_slot[p0 + e / total]];
+      if (j < e.n_chunks) v += part[j * chunk_stride + i];
+    xs[i] = v * e.scale[perm_slot[p0 + i / e.total]];
   }
   __syncthreads();
   if (!live) return;
-  const float* xm = xs + m * max_rank;
+  const float* xm = xs + m * e.max_rank;
   float acc[kLoraTileRows] = {};
   if constexpr (kVec) {
-    for (int k = 0; k < max_rank; k += 8) {
+    for (int k = 0; k < e.max_rank; k += 8) {
       Vec8 bv[kLoraTileRows];
 #pragma unroll
       for (int r = 0; r < kLoraTileRows; ++r)
@@ -317,26 +319,62 @@ __global__ void __launch_bounds__(kSgmvColumns, kMinBlocks)
         if (r >= n) break;
         float bf[8];
         unpack8<T>(bv[r], bf);
-        const float4 x0 = *reinterpret_cast<const float4*>(xm + r * total + k);
-        const float4 x1 = *reinterpret_cast<const float4*>(xm + r * total + k + 4);
+        const float4 x0 = *reinterpret_cast<const float4*>(xm + r * e.total + k);
+        const float4 x1 = *reinterpret_cast<const float4*>(xm + r * e.total + k + 4);
         acc[r] += x0.x * bf[0] + x0.y * bf[1] + x0.z * bf[2] + x0.w * bf[3] + x1.x * bf[4] + x1.y * bf[5] +
                   x1.z * bf[6] + x1.w * bf[7];
       }
     }
   } else {
-    for (int k = 0; k < max_rank; ++k) {
+    for (int k = 0; k < e.max_rank; ++k) {
 #pragma unroll
       for (int r = 0; r < kLoraTileRows; ++r) {
         if (r >= n) break;
-        acc[r] += xm[r * total + k] * to_float<T>(bc[r][k]);
+        acc[r] += xm[r * e.total + k] * to_float<T>(bc[r][k]);
       }
     }
   }
 #pragma unroll
   for (int r = 0; r < kLoraTileRows; ++r) {
     if (r >= n) break;
-    y[int64_t(row[r]) * ld_y + c0 + c] = from_float<T>(y_old[r] + acc[r]);
+    e.y[int64_t(row[r]) * e.ld_y + e.c0 + c] = from_float<T>(y_old[r] + acc[r]);
   }
+}
+
+/// Block (row block, column block) of the by-rows expand (expand_rows_item).
+template <typename T, bool kVec, int kMinBlocks>
+__global__ void __launch_bounds__(kSgmvColumns, kMinBlocks)
+    lora_sgmv_expand_rows_kernel(ExpandArgs<T> e, const int32_t* n_tiles, const int32_t* perm_slot) {
+  __shared__ __align__(16) float xs[kLoraTileRows * kLoraMaxSegments * kLoraMaxRank];
+  const int p0 = blockIdx.x * kLoraTileRows, n_with = n_tiles[1];
+  if (p0 >= n_with) {
+    pdl_wait();  // no rows: done only once the shrink is
+    return;
+  }
+  expand_rows_item<T, kVec>(e, perm_slot, n_with, xs, p0, blockIdx.y * kSgmvColumns);
+}
+
+/// LoraSgmvConfig::expand_auto: the slot-tile grid, each launch choosing on the device from the
+/// plan: slot tiles (as lora_sgmv_expand_kernel), or by rows (as lora_sgmv_expand_rows_kernel,
+/// the first row blocks × column blocks of the grid) when the tiles are more than
+/// kAutoTilesPerRowBlock times the row blocks (steps of many adapters with few rows each).
+constexpr int kAutoTilesPerRowBlock = 2;
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(kSgmvColumns, 2)  // 128 registers: the by-rows item's without spilling
+    lora_sgmv_expand_auto_kernel(ExpandArgs<T> e, const int32_t* n_tiles, const int32_t* perm_slot, int col_blocks) {
+  __shared__ __align__(16) float xs[kLoraTileRows * kLoraMaxSegments * kLoraMaxRank];
+  const int n_t = n_tiles[0], n_with = n_tiles[1];
+  const int row_blocks = (n_with + kLoraTileRows - 1) / kLoraTileRows;
+  if (n_t > kAutoTilesPerRowBlock * row_blocks) {  // by rows: items (row block, column block)
+    if (blockIdx.x >= row_blocks * col_blocks) pdl_wait();
+    for (int w = blockIdx.x; w < row_blocks * col_blocks; w += gridDim.x)
+      expand_rows_item<T, kVec>(e, perm_slot, n_with, xs, (w % row_blocks) * kLoraTileRows,
+                                (w / row_blocks) * kSgmvColumns);
+    return;
+  }
+  if (blockIdx.x >= n_t * col_blocks) pdl_wait();
+  for (int w = blockIdx.x; w < n_t * col_blocks; w += gridDim.x)
+    expand_item<T, kVec>(e, xs, w % n_t, (w / n_t) * kSgmvColumns);
 }
 
 void check_sgmv_pool(const LoraPool& p, const char* who) {
@@ -414,16 +452,16 @@ namespace {
 
 template <typename T>
 ExpandArgs<T> expand_args(const float* partial, int n_chunks, const LoraPlan& plan, int n_rows, const LoraPool& pool,
-                          void* y, int ld_y, int c0) {
+                          void* y, int ld_y, int c0, bool accumulate) {
   return ExpandArgs<T>{partial, n_chunks, plan.tiles, plan.perm, n_rows, static_cast<const T*>(pool.b), pool.scale,
                        pool.n_out, pool.max_rank, pool.total_rank(), sgmv_segment_end(pool, 0),
-                       sgmv_segment_end(pool, 1), static_cast<T*>(y), ld_y, c0};
+                       sgmv_segment_end(pool, 1), static_cast<T*>(y), ld_y, c0, accumulate};
 }
 
 }  // namespace
 
 void lora_sgmv_expand(ScalarType t, const float* partial, const LoraPlan& plan, int n_rows, const LoraPool& pool,
-                      void* y, int ld_y, int c0, cudaStream_t stream) {
+                      void* y, int ld_y, int c0, cudaStream_t stream, bool accumulate, bool pdl) {
   check_sgmv_pool(pool, "lora_sgmv_expand");
   if (n_rows == 0 || pool.n_out == 0) return;
   const LoraSgmvConfig& cf = plan.config;
@@ -437,13 +475,27 @@ void lora_sgmv_expand(ScalarType t, const float* partial, const LoraPlan& plan, 
     using T = decltype(tag);
     constexpr bool kV = decltype(vec)::value;
     constexpr int kM = decltype(min_blocks)::value;
-    if (cf.expand_by_rows)
-      lora_sgmv_expand_rows_kernel<T, kV, kM><<<rows_grid, kSgmvColumns, 0, stream>>>(
-          partial, n_chunks, plan.n_tiles, plan.perm, plan.perm_slot, n_rows, static_cast<const T*>(pool.b),
-          pool.scale, pool.n_out, pool.max_rank, pool.total_rank(), e0, e1, static_cast<T*>(y), ld_y, c0);
-    else
-      lora_sgmv_expand_kernel<T, kV, kM><<<tiles_grid, kSgmvColumns, 0, stream>>>(
-          expand_args<T>(partial, n_chunks, plan, n_rows, pool, y, ld_y, c0), plan.n_tiles, col_blocks);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t lc{};
+    lc.blockDim = kSgmvColumns;
+    lc.stream = stream;
+    lc.attrs = attr;
+    lc.numAttrs = pdl ? 1 : 0;
+    const ExpandArgs<T> args = expand_args<T>(partial, n_chunks, plan, n_rows, pool, y, ld_y, c0, accumulate);
+    const int32_t* counts = plan.n_tiles;
+    const int32_t* perm_slot = plan.perm_slot;
+    if (cf.expand_by_rows) {
+      lc.gridDim = rows_grid;
+      CUDA_CHECK(cudaLaunchKernelEx(&lc, lora_sgmv_expand_rows_kernel<T, kV, kM>, args, counts, perm_slot));
+    } else if (cf.expand_auto) {
+      lc.gridDim = dim3(tiles_grid);
+      CUDA_CHECK(cudaLaunchKernelEx(&lc, lora_sgmv_expand_auto_kernel<T, kV>, args, counts, perm_slot, col_blocks));
+    } else {
+      lc.gridDim = dim3(tiles_grid);
+      CUDA_CHECK(cudaLaunchKernelEx(&lc, lora_sgmv_expand_kernel<T, kV, kM>, args, counts, col_blocks));
+    }
   };
   auto launch = [&](auto tag, auto vec) {
     if (cf.expand_register_cap)

@@ -38,18 +38,21 @@ inline constexpr int kLoraDefaultTargetBlocks = 528;
 
 /// Launch variants of the grouped kernels, chosen on the host at each launch (engine_bench
 /// --lora measures them side by side through CudaBackend::set_lora_kernels). Every variant
-/// computes the same sums in the same order. The defaults: slot tiles with the cap and 528 (the
-/// best mean decode ratio of 2026-11-28's six variants), a block per item (a bound of 3 an SM
-/// changed no decode step beyond noise and made the 512-token prefill 7% slower), deltas into
-/// the residual (+0.02 to +0.03 on every decode step); on an H200, docs/lora.md "GPU figures".
+/// computes the same sums in the same order. The defaults: the expand by rows without the
+/// register cap (the best decode ratio at every mix of 2026-11-29's ce0f498 call, 1 to 64
+/// adapters, once no expand followed the products), 528, a block per item (a bound of 3 an SM
+/// changed no decode step beyond noise and made the 512-token prefill 7% slower), every delta
+/// computed beside its product (o_proj's and down_proj's into the residual, q|k|v's and
+/// gate|up's into a scratch the kernels after the products add), the expands with PDL after
+/// their shrinks; on an H200, docs/lora.md "GPU figures".
 struct LoraSgmvConfig {
   /// The expand's blocks: false, one per (slot tile, 256 columns), each B column read once for
   /// the tile's rows; true, one per (kLoraTileRows consecutive rows of the plan's order, 256
   /// columns), each row with its own slot (rows of one slot still share B through the cache), so
   /// a step of many adapters makes n_rows / 8 blocks of 8 rows, not one block per 1-row tile.
-  bool expand_by_rows = false;
+  bool expand_by_rows = true;
   /// The expand compiled for at least 3 blocks an SM (at most 80 registers a thread); false: no cap.
-  bool expand_register_cap = true;
+  bool expand_register_cap = false;
   /// The shrink's chunking aims at this many blocks (lora_chunk_len).
   int shrink_target_blocks = kLoraDefaultTargetBlocks;
   /// Slot-tile shrink and expand: at most this many blocks per multiprocessor, each block looping
@@ -70,6 +73,32 @@ struct LoraSgmvConfig {
   /// and 16 runs of 64 rows more (docs/lora.md "GPU figures").
   int gemm_min_rows = 64;
   int gemm_max_runs = 8;
+  /// Read by the cuda backend: the shrinks (and the residual expands) on a side stream beside the
+  /// products (true) or in line on the backend's stream, before them (false).
+  bool side_stream = true;
+  /// Read by the cuda backend, in steps whose every adapter row is on the grouped kernels (every
+  /// CUDA graph): gate|up's expand also runs on the side stream, writing the delta alone into a
+  /// scratch (lora_sgmv_expand with accumulate = false), and lora_silu_mul adds it to the
+  /// product's output inside SiLU·mul, so no LoRA launch follows the gate|up product.
+  bool gate_up_beside = true;
+  /// Read by the cuda backend, in decode steps with fusion on and a 16-bit KV cache whose every
+  /// adapter row is on the grouped kernels (every decode graph): q|k|v's expand on the side stream
+  /// too, the delta alone into a scratch, added by the RoPE + K/V write kernel
+  /// (kernels::rope_kv_write's QkvArgs::delta), so no LoRA launch follows the q|k|v product.
+  bool qkv_beside = true;
+  /// Read by the cuda backend: an expand that follows its shrink on the same stream (into the
+  /// residual, or the delta alone) is launched with programmatic dependent launch
+  /// (lora_sgmv_expand's pdl), so its launch and its loads of the plan, y and B overlap the shrink.
+  bool expand_pdl = true;
+  /// Slot tiles (expand_by_rows false): the expand picks on the device, from the plan, by rows when
+  /// the step's tiles outnumber twice its blocks of 8 rows (many adapters with few rows each: by
+  /// rows was faster there, slot tiles with few adapters), so one CUDA graph serves both mixes.
+  /// Compiled for 2 blocks an SM (128 registers), whatever expand_register_cap says.
+  bool expand_auto = true;
+  /// Diagnostic, engine_bench only (the results are wrong): the plan is built from no rows, so
+  /// every LoRA launch of the step runs and finds no work: what the launches, their empty blocks
+  /// and the side stream's forks and joins cost alone.
+  bool empty_plan = false;
 };
 
 /// The step's rows grouped by slot, on the device (sized with lora_max_tiles).
@@ -116,7 +145,12 @@ void lora_sgmv_shrink(ScalarType t, const void* x, const LoraPlan& plan, int n_r
                       float* partial, cudaStream_t stream);
 /// y[perm[p], c0 + c] += Σ_k scale[slot] · (Σ_j partial[j, p, m · max_rank + k]) · B[slot, c, k]
 /// (m: c's segment) for every tile's rows; rows in no tile untouched. y 16-bit, row stride ld_y.
+/// accumulate = false: y[perm[p], c0 + c] = the delta alone (rounded once), for every column.
+/// pdl: launched with programmatic dependent launch, for an expand that follows its shrink on the
+/// same stream (the shrink launched without it): its blocks load the plan, y and B while the
+/// shrink runs and wait for it before reading the partials. The caller guarantees that nothing
+/// between the shrink's start and the expand writes y.
 void lora_sgmv_expand(ScalarType t, const float* partial, const LoraPlan& plan, int n_rows, const LoraPool& pool,
-                      void* y, int ld_y, int c0, cudaStream_t stream);
+                      void* y, int ld_y, int c0, cudaStream_t stream, bool accumulate = true, bool pdl = false);
 
 }  // namespace servelab::kernels

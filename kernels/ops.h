@@ -26,6 +26,12 @@ struct QkvArgs {
   const int64_t* slot_mapping = nullptr;  ///< [n_tokens]; negative = padding row, not written
   void* k_cache = nullptr;           ///< [n_slots, n_kv_heads, head_dim]
   void* v_cache = nullptr;
+  /// rope_kv_write only (the others refuse it): a per-row addend of the q|k|v values, added with
+  /// the bias before RoPE and the K/V write, for the rows whose delta_rows[t] >= 0 (the LoRA
+  /// delta of q|k|v computed beside the product, LoraSgmvConfig::qkv_beside). [n_tokens,
+  /// qkv_row_stride] in the dtype; null: none.
+  const void* delta = nullptr;
+  const int32_t* delta_rows = nullptr;
 };
 
 /// Whether the kernels that support programmatic dependent launch (gemv, norms, silu_mul, RoPE/KV

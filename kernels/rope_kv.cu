@@ -37,6 +37,9 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const QkvArgs a) {
   T* row = static_cast<T*>(a.qkv) + t * a.qkv_row_stride;
   const T* bias = static_cast<const T*>(a.bias);
   const int64_t slot = a.slot_mapping ? a.slot_mapping[t] : -1;
+  // The row's LoRA delta (rope_kv_write only), added like the bias: null for rows without one.
+  const T* delta =
+      a.delta && a.delta_rows[t] >= 0 ? static_cast<const T*>(a.delta) + t * a.qkv_row_stride : nullptr;
   const int64_t kv_row = int64_t(a.n_kv_heads) * hd;
   if (kMode == kWriteOnly) {
     if (slot < 0) return;
@@ -64,6 +67,8 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const QkvArgs a) {
       float x[8], y[8];
       unpack8<T>(*reinterpret_cast<const Vec8*>(row + lo), x);
       unpack8<T>(*reinterpret_cast<const Vec8*>(row + hi), y);
+      add_bias(x, delta, lo);
+      add_bias(y, delta, hi);
       add_bias(x, bias, lo);
       add_bias(y, bias, hi);
       float rx[8], ry[8];
@@ -88,6 +93,7 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const QkvArgs a) {
       if (kMode == kFused && slot < 0) continue;
       float v[8];
       unpack8<T>(*reinterpret_cast<const Vec8*>(row + off), v);
+      add_bias(v, delta, off);
       add_bias(v, bias, off);
       T* dst = kMode == kFused ? static_cast<T*>(a.v_cache) + slot * kv_row + e : row + off;
       *reinterpret_cast<Vec8*>(dst) = pack8<T>(v);
@@ -100,6 +106,8 @@ void launch(const QkvArgs& a, cudaStream_t stream) {
   if (a.n_tokens == 0) return;
   if (a.head_dim % 16 != 0) throw std::invalid_argument("rope/kv write: head_dim must be a multiple of 16");
   if (a.qkv_row_stride % 8 != 0) throw std::invalid_argument("rope/kv write: qkv_row_stride must be a multiple of 8");
+  if (a.delta && (kMode != kFused || a.delta_rows == nullptr))
+    throw std::invalid_argument("rope/kv write: a delta only with rope_kv_write and its delta_rows");
   const size_t smem = kMode == kWriteOnly ? 0 : sizeof(float) * a.head_dim;
   // Work items per token; with fewer tokens than kFewTokens, up to kMaxChunks blocks share a token.
   constexpr int kFewTokens = 64, kMaxChunks = 16;

@@ -4,6 +4,10 @@
 # tests beside them), then `engine_bench --lora` (docs/lora.md cites its figures):
 #   OUT=$OUT bash scripts/gpu-lora-check.sh
 # QUICK=1 runs the bench's short version; TOTAL_LIMIT (default 340 s) bounds the whole script. The commit recorded: GPU_COMMIT (a file) or git.
+# NCU=1 (before the bench): ncu (--clock-control none) on one decode step (a graph replay) per
+#   NCU_POINTS entry B,CTX,K (default "32,512,1 32,512,8 64,512,64": K adapters; NCU_VARIANT: a
+#   decode variant of the bench), each ncu_bB_kK.log, summarized by scripts/lib/ncu_lora_table.py
+#   into ncu_lora.txt (the LoRA launches, their serialized durations and DRAM rates).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/runs/gpu-lora-check}
@@ -24,6 +28,18 @@ rc=0
 timeout 120 "$BUILD/test_kernels_gpu" --gtest_filter='*Lora*' >"$OUT/kernels_gpu.log" 2>&1 || rc=1
 timeout 180 "$BUILD/test_cuda_backend_gpu" --gtest_filter='*Lora*:*Graphs*' >"$OUT/backend_gpu.log" 2>&1 || rc=1
 grep -hE "^\[  (PASSED|FAILED|SKIPPED) |Failure|Expected|Which is|rel_error" "$OUT/kernels_gpu.log" "$OUT/backend_gpu.log" | head -40
+if [ "${NCU:-0}" = 1 ]; then
+  NCU_BIN=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  V=(); [ -n "${NCU_VARIANT:-}" ] && V=(--variants "$NCU_VARIANT")
+  for pt in ${NCU_POINTS:-32,512,1 32,512,8 64,512,64}; do
+    IFS=, read -r b ctx k <<<"$pt"
+    timeout "${NCU_TIMEOUT:-60}" "$NCU_BIN" --profile-from-start off --clock-control none --csv --page raw \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size \
+      "$BUILD/engine_bench" --lora --ncu-decode "$b,$ctx" --lora-adapters "$k" "${V[@]}" >"$OUT/ncu_b${b}_k${k}.log" 2>&1 || rc=1
+  done
+  python3 scripts/lib/ncu_lora_table.py "$OUT"/ncu_b*_k*.log >"$OUT/ncu_lora.txt" 2>&1
+  cut -c1-150 "$OUT/ncu_lora.txt"
+fi
 # The bench gets what is left of TOTAL_LIMIT seconds (its figures print as they come).
 left=$(( ${TOTAL_LIMIT:-340} - ($(date +%s) - t0) )); [ $left -lt 30 ] && left=30
 timeout "$left" "$BUILD/engine_bench" --lora "${Q[@]}" --json "$OUT/engine_bench_lora.json" --commit "$COMMIT" \

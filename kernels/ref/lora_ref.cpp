@@ -1,6 +1,7 @@
 #include "kernels/ref/lora_ref.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace servelab::kernels {
 
@@ -61,6 +62,20 @@ LoraPlanRef lora_plan_ref(const int32_t* row_slot, int n_rows, int n_slots, int 
     for (int j = 0; j < n; j += tile_rows) plan.tiles.insert(plan.tiles.end(), {s, first + j, std::min(tile_rows, n - j)});
   }
   return plan;
+}
+
+void lora_silu_mul_ref(const float* gate_up, const float* delta, const int32_t* row_slot, int n_rows, int ffn,
+                       float* act) {
+  for (int r = 0; r < n_rows; ++r)
+    for (int j = 0; j < ffn; ++j) {
+      const int64_t at = int64_t(r) * 2 * ffn + j;
+      double g = gate_up[at], u = gate_up[at + ffn];
+      if (row_slot[r] >= 0) {
+        g += delta[at];
+        u += delta[at + ffn];
+      }
+      act[int64_t(r) * ffn + j] = static_cast<float>(g / (1.0 + std::exp(-g)) * u);
+    }
 }
 
 }  // namespace servelab::kernels

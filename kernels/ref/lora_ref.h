@@ -21,6 +21,12 @@ void lora_expand_ref(const float* xa, const int32_t* row_slot, int n_rows, const
 void lora_expand_segments_ref(const float* xa, const int32_t* row_slot, int n_rows, const float* b, int n_out,
                               int max_rank, int n_seg, const int* seg_end, float* y, int ld_y, int c0);
 
+/// kernels/lora_act.h: act[r, j] = silu(g + dg) · (u + du) with g = gate_up[r, j], u =
+/// gate_up[r, ffn + j] and the delta's values at the same places for rows with row_slot[r] >= 0
+/// (none for the others). gate_up, delta [n_rows, 2 · ffn]; act [n_rows, ffn].
+void lora_silu_mul_ref(const float* gate_up, const float* delta, const int32_t* row_slot, int n_rows, int ffn,
+                       float* act);
+
 /// kernels/lora_sgmv.h's plan: the rows with row_slot[r] in [0, n_slots), by slot ascending and
 /// row ascending within a slot (perm), cut into tiles of at most tile_rows rows of one slot
 /// (tiles: slot, first index into perm, count), slot by slot.

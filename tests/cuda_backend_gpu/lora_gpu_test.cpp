@@ -197,15 +197,26 @@ TEST(CudaBackendGpuLora, EagerOnlyMatchesGraphsAndRefusesBadInput) {
   EXPECT_THROW(eager->load_lora(0, f.adapters[0]), std::invalid_argument);  // no pool reserved
   // The eager backend runs the other launch variants: the expand by rows after every product
   // (o_proj's and down_proj's too, not into the residual), slot-tile grids of 2 blocks an SM,
-  // and every run of rows on the tensor cores (kernels/lora_gemm.h; the decodes' one-row runs
-  // too); the graphs the defaults (docs/lora.md: their prefill's runs of 30 and 44 rows on the
-  // grouped kernels).
+  // no side stream, and every run of rows on the tensor cores (kernels/lora_gemm.h; the decodes'
+  // one-row runs too); the graphs the defaults but for the two below (docs/lora.md: their
+  // prefill's runs of 30 and 44 rows on the grouped kernels).
   kernels::LoraSgmvConfig other;
   other.expand_by_rows = true;
   other.grid_blocks_per_sm = 2;
   other.residual_beside = !other.residual_beside;
   other.gemm_min_rows = 1;
+  other.side_stream = false;  // every LoRA launch in line
   eager->set_lora_kernels(other);
+  // The graphs: gate|up's and q|k|v's deltas placed the other way from the default (added inside
+  // SiLU·mul and the RoPE + K/V write, or by the expands after the products), the expand's PDL
+  // flipped, and the expand by slot tiles choosing rows on the device (expand_auto) where the
+  // default is by rows.
+  kernels::LoraSgmvConfig alt;
+  alt.gate_up_beside = !alt.gate_up_beside;
+  alt.qkv_beside = !alt.qkv_beside;
+  alt.expand_pdl = !alt.expand_pdl;
+  alt.expand_by_rows = !alt.expand_by_rows;  // slot tiles choosing rows on the device (expand_auto)
+  graphs->set_lora_kernels(alt);
   other.grid_blocks_per_sm = -1;
   EXPECT_THROW(eager->set_lora_kernels(other), std::invalid_argument);
   other.grid_blocks_per_sm = 2;

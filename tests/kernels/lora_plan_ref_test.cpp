@@ -3,6 +3,7 @@
 // And kernels/lora_runs.h: the runs of rows of one adapter an eager step gives the tensor cores.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "kernels/lora_runs.h"
@@ -21,6 +22,20 @@ TEST(LoraPlanRef, GroupsRowsBySlotIntoTiles) {
   EXPECT_EQ(p.n_tiles(), 3);
   const std::vector<int32_t> none = {-1, -1};
   EXPECT_EQ(lora_plan_ref(none.data(), 2, 3, 3).n_tiles(), 0);
+}
+
+TEST(LoraSiluMulRef, AddsTheDeltaOnlyToRowsWithAnAdapter) {
+  // ffn 2: gate_up rows [g0, g1, u0, u1]; row 0 has an adapter, row 1 none (its delta unread).
+  const std::vector<float> gate_up = {1.0f, -2.0f, 3.0f, 0.5f, 0.0f, 2.0f, 4.0f, -1.0f};
+  const std::vector<float> delta = {1.0f, 2.0f, -1.0f, 0.5f, 100.0f, 100.0f, 100.0f, 100.0f};
+  const std::vector<int32_t> slot = {3, -1};
+  std::vector<float> act(4);
+  lora_silu_mul_ref(gate_up.data(), delta.data(), slot.data(), 2, 2, act.data());
+  auto silu = [](double g) { return g / (1.0 + std::exp(-g)); };
+  EXPECT_NEAR(act[0], silu(2.0) * 2.0, 1e-6);  // (1 + 1), (3 - 1)
+  EXPECT_NEAR(act[1], silu(0.0) * 1.0, 1e-6);  // (-2 + 2), (0.5 + 0.5)
+  EXPECT_NEAR(act[2], silu(0.0) * 4.0, 1e-6);
+  EXPECT_NEAR(act[3], silu(2.0) * -1.0, 1e-6);
 }
 
 TEST(LoraRuns, PicksLongRunsAndLeavesTheOtherRows) {

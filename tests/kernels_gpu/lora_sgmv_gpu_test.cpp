@@ -3,7 +3,9 @@
 // the shrink's chunk; rows without an adapter among mixed slots; decode-sized and prefill-sized
 // steps; eagerly and from a CUDA graph replayed after the rows' slots changed; under each launch
 // variant (LoraSgmvConfig: expand by slot tiles or by rows, register cap on or off, chunking,
-// slot-tile grids of a block per item or of 1 or 3 blocks an SM looping over the items).
+// slot-tile grids of a block per item or of 1 or 3 blocks an SM looping over the items); and the
+// expand writing the delta alone (accumulate = false, LoraSgmvConfig::gate_up_beside); the expand
+// choosing slot tiles or rows on the device (expand_auto); the expand launched with PDL.
 #include <algorithm>
 #include <random>
 #include <vector>
@@ -45,10 +47,17 @@ struct PlanBuffers {
 };
 
 /// The launch variants every case runs under (engine_bench --lora times them).
+LoraSgmvConfig no_auto(LoraSgmvConfig c) {
+  c.expand_auto = false;
+  return c;
+}
+/// Slot tiles with expand_auto (the default) pick by rows on the device for steps of many short
+/// tiles (here the 64-slot case's mixes), slot tiles otherwise (its one-adapter replay).
 const LoraSgmvConfig kSgmvVariants[] = {
-    {false, true, kLoraDefaultTargetBlocks, 3},  // slot tiles, register cap, 3 blocks an SM looping over items
-    {false, true, kLoraDefaultTargetBlocks, 0},  // slot tiles, register cap, a block per possible item
-    {false, false, 264, 1},                      // slot tiles, no cap, chunks aimed at 2 blocks an SM, 1 block an SM
+    {false, true, kLoraDefaultTargetBlocks, 3},  // auto: slot tiles or rows, 3 blocks an SM looping over items
+    {false, true, kLoraDefaultTargetBlocks, 0},  // auto, a block per possible item
+    no_auto({false, true, kLoraDefaultTargetBlocks, 0}),  // slot tiles only, register cap, a block per item
+    no_auto({false, false, 264, 1}),             // slot tiles only, no cap, chunks aimed at 2 blocks an SM, 1 an SM
     {true, true, kLoraDefaultTargetBlocks, 0},   // row blocks, register cap
     {true, false, kLoraDefaultTargetBlocks, 0},  // row blocks, no cap
 };
@@ -87,12 +96,18 @@ void check_plan(const PlanBuffers& pb, const std::vector<int32_t>& slot, int n_s
   EXPECT_EQ(perm, sorted_ref);
 }
 
-void run_case(ScalarType t, const SgmvCase& cs, uint64_t seed, const LoraSgmvConfig& config) {
-  SCOPED_TRACE("rows " + std::to_string(cs.rows) + " n_in " + std::to_string(cs.n_in) + " rank " +
+/// accumulate = false: the expand writes the delta alone into its rows (lora_silu_mul's input).
+/// pdl: the expand launched with programmatic dependent launch after the shrink (the backend's
+/// expands into the residual or the delta scratch), eagerly and inside the graph.
+void run_case(ScalarType t, const SgmvCase& cs, uint64_t seed, const LoraSgmvConfig& config, bool accumulate = true,
+              bool pdl = false) {
+  SCOPED_TRACE("accumulate " + std::to_string(accumulate) + " " +
+               "rows " + std::to_string(cs.rows) + " n_in " + std::to_string(cs.n_in) + " rank " +
                std::to_string(cs.max_rank) + " segments " + std::to_string(cs.seg_out.size()) + " expand_by_rows " +
                std::to_string(config.expand_by_rows) + " cap " + std::to_string(config.expand_register_cap) +
                " target_blocks " + std::to_string(config.shrink_target_blocks) + " blocks_per_sm " +
-               std::to_string(config.grid_blocks_per_sm));
+               std::to_string(config.grid_blocks_per_sm) + " auto " + std::to_string(config.expand_auto) + " pdl " +
+               std::to_string(pdl));
   std::mt19937_64 rng(seed);
   const int n_seg = int(cs.seg_out.size()), total = n_seg * cs.max_rank, c0 = 24;
   int seg_end[kLoraMaxSegments] = {}, n_out = 0;
@@ -126,7 +141,7 @@ void run_case(ScalarType t, const SgmvCase& cs, uint64_t seed, const LoraSgmvCon
   auto enqueue = [&](cudaStream_t s) {
     lora_plan(dslot.get<int32_t>(), cs.rows, cs.n_slots, pb.plan(), s);
     lora_sgmv_shrink(t, dx.get(), pb.plan(), cs.rows, pool, dpart.get<float>(), s);
-    lora_sgmv_expand(t, dpart.get<float>(), pb.plan(), cs.rows, pool, dy.get(), ld_y, c0, s);
+    lora_sgmv_expand(t, dpart.get<float>(), pb.plan(), cs.rows, pool, dy.get(), ld_y, c0, s, accumulate, pdl);
   };
   auto set_inputs = [&](const std::vector<int32_t>& slot) {
     CUDA_CHECK(cudaMemcpy(dslot.get(), slot.data(), slot.size() * 4, cudaMemcpyHostToDevice));
@@ -138,6 +153,9 @@ void run_case(ScalarType t, const SgmvCase& cs, uint64_t seed, const LoraSgmvCon
   auto check = [&](const std::vector<int32_t>& slot, const char* how) {
     SCOPED_TRACE(how);
     std::vector<float> xa_ref(size_t(cs.rows) * total), y_ref = y0;
+    if (!accumulate)  // the adapter rows' columns c0 .. c0 + n_out hold the delta alone
+      for (int r = 0; r < cs.rows; ++r)
+        if (slot[size_t(r)] >= 0) std::fill_n(y_ref.begin() + int64_t(r) * ld_y + c0, n_out, 0.0f);
     lora_shrink_ref(x.data(), slot.data(), cs.rows, a.data(), scale.data(), cs.n_in, total, xa_ref.data());
     lora_expand_segments_ref(xa_ref.data(), slot.data(), cs.rows, b.data(), n_out, cs.max_rank, n_seg, seg_end,
                              y_ref.data(), ld_y, c0);
@@ -184,6 +202,11 @@ TEST_P(LoraSgmvGpu, MatchesReferenceOnAwkwardShapes) {
   uint64_t seed = 31;
   for (const LoraSgmvConfig& config : kSgmvVariants)
     for (const SgmvCase& cs : cases) run_case(t, cs, seed++, config);
+  // The delta alone (accumulate = false) and PDL, auto and by rows, on two of the shapes; PDL
+  // with y accumulated on all five under the default.
+  for (const LoraSgmvConfig& config : {kSgmvVariants[1], kSgmvVariants[4]})
+    for (int i : {0, 4}) run_case(t, cases[i], seed++, config, false, true);
+  for (const SgmvCase& cs : cases) run_case(t, cs, seed++, LoraSgmvConfig{}, true, true);
 }
 
 TEST_P(LoraSgmvGpu, RefusesBadPools) {

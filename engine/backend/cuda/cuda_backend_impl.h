@@ -142,6 +142,9 @@ struct CudaBackend::Impl {
   // fork and join events; and whether the planned step has any adapter row.
   cuda::DeviceLoraPool lora;
   DeviceBuffer lora_plan_buf, lora_partial;
+  // gate|up's or q|k|v's delta alone, [rows_capacity, 2 · local_ffn or qkv_width()]
+  // (LoraSgmvConfig::gate_up_beside, qkv_beside).
+  DeviceBuffer lora_delta;
   cudaStream_t lora_side = nullptr;
   cudaEvent_t lora_fork = nullptr, lora_join = nullptr;
   bool step_lora = false;
@@ -291,8 +294,10 @@ struct CudaBackend::Impl {
     const size_t plan =
         (4 + 3 * size_t(k::lora_max_tiles(rows_capacity, lora.n_slots())) + 2 * size_t(rows_capacity)) *
         sizeof(int32_t);
-    if (partial <= lora_partial.bytes() && plan == planned_lora_bytes) return;
+    const size_t delta = size_t(rows_capacity) * size_t(std::max(2 * local_ffn, qkv_width())) * 2;
+    if (partial <= lora_partial.bytes() && delta <= lora_delta.bytes() && plan == planned_lora_bytes) return;
     if (partial > lora_partial.bytes()) lora_partial.grow(partial, "the LoRA scratch");
+    if (delta > lora_delta.bytes()) lora_delta.grow(delta, "the LoRA scratch");
     if (plan > lora_plan_buf.bytes()) lora_plan_buf.grow(plan, "the LoRA scratch");
     planned_lora_bytes = plan;
     ++epoch;

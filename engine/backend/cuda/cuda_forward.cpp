@@ -76,13 +76,17 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
       plan_slots = lora_left_dev.get<int32_t>();
     }
   }
-  if (grouped) k::lora_plan(plan_slots, R, lora.n_slots(), lora_step_plan(), stream);
+  // lora_kernels.empty_plan (engine_bench's diagnostic): every launch below, no rows in the plan.
+  if (grouped) k::lora_plan(plan_slots, lora_kernels.empty_plan ? 0 : R, lora.n_slots(), lora_step_plan(), stream);
+  cudaStream_t side = lora_kernels.side_stream ? lora_side : nullptr;
+  const bool qkv_beside = g.lora && lora_kernels.qkv_beside && lora_step_runs.empty() && st.decode && ctx.fusion &&
+                          !st.kv_fp8;
   auto hook = [&](int l, cuda::LoraGroup grp) -> const cuda::LoraHook* {
     if (!g.lora) return nullptr;
     const bool into_residual =
         lora_kernels.residual_beside && (grp == cuda::LoraGroup::o || grp == cuda::LoraGroup::down);
     cuda::LoraHook& hk = hooks[int(grp)];
-    hk = cuda::LoraHook{lora.pool(l, grp), lora_step_plan(), lora_partial.get<float>(), lora_side, lora_fork, lora_join,
+    hk = cuda::LoraHook{lora.pool(l, grp), lora_step_plan(), lora_partial.get<float>(), side, lora_fork, lora_join,
                         into_residual ? h.get() : nullptr};
     if (!lora_step_runs.empty()) {
       hk.runs = &lora_step_runs;
@@ -91,6 +95,15 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
       hk.xa = lora_xa.get();
     }
     hk.grouped = grouped;
+    // gate|up's delta beside the product, added in SiLU·mul, and q|k|v's, added by the RoPE + K/V
+    // write: steps with no tensor-core runs (every graph), where the plan's rows are exactly the
+    // rows whose slot is >= 0 (the two share the scratch: attention reads q|k|v's before the
+    // fork of gate|up's side work).
+    if ((grp == cuda::LoraGroup::gate_up && lora_kernels.gate_up_beside && lora_step_runs.empty()) ||
+        (grp == cuda::LoraGroup::qkv && qkv_beside)) {
+      hk.delta = lora_delta.get();
+      hk.row_slot = plan_slots;
+    }
     return &hk;
   };
 
@@ -106,7 +119,8 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
     const cuda::ResidualNorm attn_norm{W.attn_norm, d, m.rms_eps, true}, ffn_norm{W.ffn_norm, d, m.rms_eps, true};
     using Group = cuda::LoraGroup;
     const cuda::Linear qkv_proj{W.w_qkv, qkv_width(), d, cuda::Linear::Split::column, Q ? &Q->qkv : nullptr, hook(l, Group::qkv)};
-    const cuda::Attention attention{local_heads, W.b_qkv};
+    const cuda::Attention attention{local_heads, W.b_qkv, qkv_beside ? lora_delta.get() : nullptr,
+                                    qkv_beside ? plan_slots : nullptr};
     const cuda::Linear o_proj{W.w_o, d, dq(), cuda::Linear::Split::row, Q ? &Q->o : nullptr, hook(l, Group::o), true};
     const cuda::GateUpSilu gate_up_silu{W.w_gate_up, local_ffn, d, Q ? &Q->gate_up : nullptr, hook(l, Group::gate_up)};
     const cuda::Linear down_proj{W.w_down,   d, local_ffn, cuda::Linear::Split::row, Q ? &Q->down : nullptr,

@@ -5,8 +5,8 @@
 //   to communicate) or input features (row: partial sums, all-reduced inside the op, or by the
 //   ResidualNorm that takes y next when `all_reduce_later`). Quantized
 //   weights (Linear::quant, quant_linear.h: FP8 or INT4, dispatched on the row count) and the LoRA
-//   hook (LoraHook: its shrink beside the product, its expand after it or into the residual
-//   beside it) plug in here.
+//   hook (LoraHook: its shrink beside the product, its expand after it, or beside it into the
+//   residual or into a delta the next kernel adds) plug in here.
 // - GateUpSilu: the gated MLP's first half, one fused launch where the product kernel can.
 // - ResidualNorm: h += delta, then xn = rms_norm(h) · w (one kernel fused, two otherwise); with
 //   `all_reduce_delta` under tensor parallelism delta is a row-parallel product's partial sum,
@@ -25,6 +25,7 @@
 #include "kernels/gemm.h"
 #include "kernels/kv_fp8.h"
 #include "kernels/cuda_check.h"
+#include "kernels/lora_act.h"
 #include "kernels/lora_gemm.h"
 #include "kernels/lora_sgmv.h"
 #include "kernels/ops.h"
@@ -50,7 +51,9 @@ struct OpContext {
 /// into the product's output. With `residual` (o_proj, down_proj: products whose output the next
 /// op adds into the residual stream) the expand adds into the residual instead, on the side
 /// stream too, and the join follows the product: the residual is read by nothing between the
-/// last norm and the next, so neither launch is on the step's critical path. Ops hold a pointer
+/// last norm and the next, so neither launch is on the step's critical path. With `delta`
+/// (q|k|v, gate|up) the expand writes the delta alone beside the product too, and the kernel
+/// after the product adds it (below). Ops hold a pointer
 /// to one only when some row of the step has an adapter: a step without adapters launches
 /// nothing. One GPU only (under tensor parallelism the row-parallel delta would be summed once
 /// per rank).
@@ -70,6 +73,12 @@ struct LoraHook {
   const float* run_scale = nullptr;   ///< host: each slot's scale (the shrink's alpha)
   void* xa = nullptr;                 ///< 16-bit [rows, pool.total_rank()]: the runs' shrink output
   bool grouped = true;                ///< the grouped kernels run (the plan has rows)
+  /// gate|up with LoraSgmvConfig::gate_up_beside, q|k|v with qkv_beside (no runs): the expand
+  /// writes the delta alone into `delta` [rows, pool.n_out] on the side stream too, and the kernel
+  /// after the product adds it for the rows whose `row_slot` is >= 0 (GateUpSilu: lora_silu_mul;
+  /// Attention: rope_kv_write). Null: the expand follows the product.
+  void* delta = nullptr;
+  const int32_t* row_slot = nullptr;
   /// Before the product: the shrink of x (and with `residual` the expand into it), on the side
   /// stream once everything before is done.
   void before_product(const OpContext& c, const void* x, int rows) const {
@@ -82,19 +91,24 @@ struct LoraHook {
     if (runs)
       for (const kernels::LoraRun& r : *runs) gemm->shrink(c.dt, x, pool, r, run_scale[r.slot], xa, s);
     if (grouped) kernels::lora_sgmv_shrink(c.dt, x, plan, rows, pool, partial, s);
-    if (residual) expand(c, residual, pool.n_out, rows, s);
+    // PDL (LoraSgmvConfig::expand_pdl) only where the expand follows the grouped shrink directly
+    // (no tensor-core runs between them): nothing else writes the residual or the delta meanwhile.
+    const bool pdl = plan.config.expand_pdl && !runs;
+    if (residual) expand(c, residual, pool.n_out, rows, s, pdl);
+    if (delta && grouped)
+      kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, delta, pool.n_out, 0, s, false, pdl);
     if (side) CUDA_CHECK(cudaEventRecord(join, side));
   }
   /// After the product: once the side stream is done, y += the deltas (unless they went into the
   /// residual).
   void after_product(const OpContext& c, void* y, int ld_y, int rows) const {
     if (side) CUDA_CHECK(cudaStreamWaitEvent(c.stream, join, 0));
-    if (!residual) expand(c, y, ld_y, rows, c.stream);
+    if (!residual && !delta) expand(c, y, ld_y, rows, c.stream);
   }
-  void expand(const OpContext& c, void* y, int ld_y, int rows, cudaStream_t s) const {
+  void expand(const OpContext& c, void* y, int ld_y, int rows, cudaStream_t s, bool pdl = false) const {
     if (runs)
       for (const kernels::LoraRun& r : *runs) gemm->expand(c.dt, xa, pool, r, y, ld_y, 0, s);
-    if (grouped) kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, y, ld_y, 0, s);
+    if (grouped) kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, y, ld_y, 0, s, true, pdl);
   }
 };
 
@@ -134,7 +148,9 @@ struct GateUpSilu {
     if (quant) c.quant->run(*quant, x, gate_up, rows, *c.gemm, c.stream);
     else c.gemm->run(c.dt, x, weight, gate_up, rows, 2 * ffn, in, false, c.stream);
     if (lora) lora->after_product(c, gate_up, 2 * ffn, rows);
-    if (c.fusion) kernels::silu_mul(c.dt, gate_up, act, rows, ffn, c.stream);
+    if (lora && lora->delta)
+      kernels::lora_silu_mul(c.dt, gate_up, lora->delta, lora->row_slot, act, rows, ffn, c.stream);
+    else if (c.fusion) kernels::silu_mul(c.dt, gate_up, act, rows, ffn, c.stream);
     else kernels::silu_then_mul(c.dt, gate_up, act, rows, ffn, c.stream);
   }
 };
@@ -202,6 +218,11 @@ struct AttentionStep {
 struct Attention {
   int n_heads = 0;                 ///< this rank's query heads
   const void* bias = nullptr;      ///< Q/K/V bias (Qwen2) or null
+  /// q|k|v's LoRA delta computed beside the product (LoraHook::delta, LoraSgmvConfig::qkv_beside):
+  /// added by rope_kv_write for rows with lora_rows[t] >= 0. Only in decode steps with fusion on
+  /// and a 16-bit KV cache (the forward sets it only then; the other paths refuse it).
+  const void* lora_delta = nullptr;
+  const int32_t* lora_rows = nullptr;
   /// qkv[rows, q | k | v] (row stride qkv_width): RoPE on q and k, K/V into the layer's arena,
   /// then attention into out[rows, n_heads · head_dim].
   void operator()(const OpContext& c, const AttentionStep& st, void* qkv, int qkv_width, void* k_cache, void* v_cache,
@@ -221,6 +242,8 @@ struct Attention {
     qa.slot_mapping = st.slot_mapping;
     qa.k_cache = k_cache;
     qa.v_cache = v_cache;
+    qa.delta = lora_delta;
+    qa.delta_rows = lora_rows;
     if (st.kv_fp8 && c.fusion) {
       kernels::rope_kv_write_fp8(qa, c.stream);
     } else if (st.kv_fp8) {

@@ -1,0 +1,58 @@
+// kernels/lora_act.h: SiLU·mul with the rows' gate|up LoRA delta added first. The same grid-stride
+// loop over 16-byte vectors as kernels::silu_mul (kernels/elementwise.cu), and a read of the row's
+// slot and (for an adapter row) of its two delta vectors.
+#include <algorithm>
+#include <stdexcept>
+
+#include "kernels/common.cuh"
+#include "kernels/lora_act.h"
+
+namespace servelab::kernels {
+namespace {
+
+template <typename T>
+__global__ void lora_silu_mul_kernel(const T* gate_up, const T* delta, const int32_t* row_slot, T* out, int ffn,
+                                     int64_t n_vec) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int vpr = ffn / 8;  // vectors per output row
+  for (int64_t v = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; v < n_vec; v += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = v / vpr, c = (v % vpr) * 8;
+    float g[8], u[8];
+    unpack8<T>(*reinterpret_cast<const Vec8*>(gate_up + r * 2 * ffn + c), g);
+    unpack8<T>(*reinterpret_cast<const Vec8*>(gate_up + r * 2 * ffn + ffn + c), u);
+    if (row_slot[r] >= 0) {
+      float dg[8], du[8];
+      unpack8<T>(*reinterpret_cast<const Vec8*>(delta + r * 2 * ffn + c), dg);
+      unpack8<T>(*reinterpret_cast<const Vec8*>(delta + r * 2 * ffn + ffn + c), du);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        g[j] += dg[j];
+        u[j] += du[j];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+    *reinterpret_cast<Vec8*>(out + r * ffn + c) = pack8<T>(g);
+  }
+}
+
+int silu_grid(int64_t n_vec) { return static_cast<int>(std::clamp<int64_t>(ceil_div(n_vec, 256), 1, 8192)); }
+
+}  // namespace
+
+void lora_silu_mul(ScalarType t, const void* gate_up, const void* delta, const int32_t* row_slot, void* act,
+                   int n_rows, int ffn, cudaStream_t stream) {
+  if (ffn % 8 != 0) throw std::invalid_argument("lora_silu_mul: ffn must be a multiple of 8");
+  const int64_t n_vec = int64_t(n_rows) * ffn / 8;
+  if (n_vec == 0) return;
+  SERVELAB_DISPATCH_16(t,
+                       launch_pdl(lora_silu_mul_kernel<__nv_bfloat16>, silu_grid(n_vec), 256, 0, stream,
+                                  static_cast<const __nv_bfloat16*>(gate_up), static_cast<const __nv_bfloat16*>(delta),
+                                  row_slot, static_cast<__nv_bfloat16*>(act), ffn, n_vec),
+                       launch_pdl(lora_silu_mul_kernel<__half>, silu_grid(n_vec), 256, 0, stream,
+                                  static_cast<const __half*>(gate_up), static_cast<const __half*>(delta), row_slot,
+                                  static_cast<__half*>(act), ffn, n_vec));
+}
+
+}  // namespace servelab::kernels
