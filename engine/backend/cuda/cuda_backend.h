@@ -101,9 +101,9 @@ struct CudaBackendOptions {
   /// these per GPU, allocated once at start): the measured crossover by default.
   int64_t tp_all_reduce_max_bytes = kTpCustomAllReduceDefaultMaxBytes;
   /// Our lamport all-reduce of the O and down products fused with the residual add and RMSNorm
-  /// after them (kernels::CustomAllReduce::run_add_rms_norm). Off by default: measured once on
-  /// 2 x H200 (TP tests pass with it, llama2-13b batch-1 decode 1.66x one GPU against 1.63x
-  /// unfused), but its bit-equality kernel test has not yet passed on GPUs (docs/tensor-parallel.md).
+  /// after them (kernels::CustomAllReduce::run_add_rms_norm). Off by default: on 2 x H200 its
+  /// tests pass and llama2-13b's decode is level at batch 1 and 2% faster at batch 32 in four
+  /// runs, but one earlier run was 1.5x slower at batch 32, unexplained (docs/tensor-parallel.md).
   bool tp_fuse_all_reduce_norm = false;
   DecodePathOptions decode;  ///< decode products: gemv or cuBLASLt, PDL, fused SiLU
   /// The decoder Linears' format (`quantization:`), quantized on load from the bf16 weights
