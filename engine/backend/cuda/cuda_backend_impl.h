@@ -464,7 +464,7 @@ struct CudaBackend::Impl {
     // one-row transform runs the CUDA-core decode kernel too); with GQA the transform's tensor-core
     // kernel was 1.8-2.2x faster (kernel_bench --verify-rows, H200).
     const bool rows_kernel = options.verify_rows_kernel && (local_heads == local_kv_heads || options.verify_rows_kernel_gqa) &&
-                             max_query_rows(in) <= k::kMaxDecodeRows;
+                             cuda::max_query_rows(in) <= k::kMaxDecodeRows;
     const int most_rows = options.verify_graph_max_rows > 0 ? std::min(options.verify_graph_max_rows, kVerifyRowsGraphMaxRows)
                           : rows_kernel                     ? kVerifyRowsGraphMaxRows
                                                             : kVerifyGraphMaxRows;
@@ -480,11 +480,6 @@ struct CudaBackend::Impl {
     return tables;
   }
 
-  static int max_query_rows(const k::StepInput& in) {
-    int m = 0;
-    for (int s = 0; s < in.n_seqs(); ++s) m = std::max(m, in.query_start[s + 1] - in.query_start[s]);
-    return m;
-  }
   const std::vector<int32_t>* planned_spans() const { return step_spans ? &flat_spans : nullptr; }
 
   /// The device half of run_step: the planned step (`plan`, `tables` = &table_step or null).

@@ -1,8 +1,15 @@
 #include "engine/backend/cuda/verify_rows.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace servelab::cuda {
+
+int max_query_rows(const kernels::StepInput& in) {
+  int m = 0;
+  for (int s = 0; s < in.n_seqs(); ++s) m = std::max(m, in.query_start[s + 1] - in.query_start[s]);
+  return m;
+}
 
 bool verification_as_decode_ok(const kernels::StepInput& in) {
   if (in.decode_only || in.n_seqs() == 0 || !in.mask_words.empty()) return false;

@@ -17,6 +17,9 @@
 
 namespace servelab::cuda {
 
+/// The most query rows any sequence of `in` has (a verification step's k + 1).
+int max_query_rows(const kernels::StepInput& in);
+
 /// True when `in` is a verification-shaped step that is not already one row per sequence: every
 /// sequence's rows sit at consecutive positions ending at its context length - 1, every row is
 /// drawn exactly once and in row order (sample_rows = 0, 1, ...), and no mask travels in
