@@ -124,8 +124,8 @@ int32_t PagedKvManager::take_fresh(uint64_t owner, int32_t prev, int want, bool 
       if (free_head_ == lo - 1) --lo; else ++hi;
       evict(free_head_);
     }
-    evict_run(lo, hi, want, true);
-    b = runs_.take(owner, prev, want, tail, false);  // the run just freed, not a reservation
+    extend_evicted(lo, hi, want, true);
+    b = runs_.take_run(owner, prev, lo, hi + 1, want, tail);  // the run just freed, not a reservation
   }
   Block& blk = blocks_[b];
   blk.in_free = false;
@@ -144,13 +144,17 @@ void PagedKvManager::evict(int32_t b) {
   ++n_free_;
 }
 
-void PagedKvManager::evict_run(int32_t lo, int32_t hi, int want, bool both_ways) {
+void PagedKvManager::extend_evicted(int32_t& lo, int32_t& hi, int want, bool both_ways) {
   const int n = std::min(want, kMaxEvictRun);
   while (hi - lo + 1 < n) {
     if (cached_free(hi + 1)) evict(++hi);
     else if (both_ways && cached_free(lo - 1)) evict(--lo);
     else break;
   }
+}
+
+void PagedKvManager::evict_run(int32_t lo, int32_t hi, int want, bool both_ways) {
+  extend_evicted(lo, hi, want, both_ways);
   runs_.add_range(lo, hi + 1);
 }
 

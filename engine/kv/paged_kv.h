@@ -134,6 +134,8 @@ class PagedKvManager final : public KvManager {
   /// [lo, hi] evicted already: evicts the cached free blocks after hi (and before lo when
   /// both_ways) while they extend it to min(want, kMaxEvictRun) blocks; hands it to runs_.
   void evict_run(int32_t lo, int32_t hi, int want, bool both_ways);
+  /// evict_run's extension of [lo, hi], without handing the run to runs_.
+  void extend_evicted(int32_t& lo, int32_t& hi, int want, bool both_ways);
   /// Appends fresh blocks to seq's table until it holds n_tokens positions.
   void append_fresh(Sequence& seq, int n_tokens);
   /// Drops one reference; a block reaching 0 goes back to the free list.
