@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -25,24 +26,33 @@ uint64_t root_hash(uint64_t salt, uint64_t lora_id) {
   return lora_id == 0 ? h : splitmix64(h ^ splitmix64(lora_id ^ 0x4c6f5241ull));
 }
 
+/// 64x64 -> 128-bit product folded to 64 bits (wyhash's "mum"): one multiplication mixes every
+/// bit of both words into the result.
+inline uint64_t mum(uint64_t a, uint64_t b) {
+  const __uint128_t p = static_cast<__uint128_t>(a) * b;
+  return static_cast<uint64_t>(p) ^ static_cast<uint64_t>(p >> 64);
+}
+
 /// Chained block hash: depends on every token of the prefix through `parent`. Every full block
 /// is hashed once (on_computed) and every prompt block of an admission again (match_prefix), so
-/// this runs over every token the simulator sees: tokens go in two at a time into four
-/// independent lanes (multiply-rotate rounds, as xxHash's), a few multiplies a block where a
-/// splitmix64 round a token was a chain of 16 dependent ones; splitmix64 then mixes the lanes.
-/// A collision costs only a cache miss: match_prefix compares the tokens before it reuses a block.
+/// this runs over every token the simulator sees: four tokens (two 64-bit words) a multiplication,
+/// chained as wyhash chains its rounds (the state goes into the next product, so the order of the
+/// words counts), ~45 instructions a 16-token block where four multiply-rotate lanes and two
+/// splitmix64 rounds took ~145. Token ids are in [0, 2^31) and kW0 has bits 31 and 63 set, so a
+/// word xor kW0 is never 0 (a zero factor would forget the state). A collision costs only a
+/// cache miss: match_prefix compares the tokens before it reuses a block.
 uint64_t block_hash(uint64_t parent, const TokenId* tokens, int n) {
-  constexpr uint64_t kP1 = 0x9e3779b185ebca87ull, kP2 = 0xc2b2ae3d27d4eb4full;
-  uint64_t lane[4] = {parent, parent ^ kP1, parent ^ kP2, parent + kP1 + kP2};
-  auto pair = [tokens](int i) {
-    return uint64_t{static_cast<uint32_t>(tokens[i])} | uint64_t{static_cast<uint32_t>(tokens[i + 1])} << 32;
-  };
+  constexpr uint64_t kW0 = 0xe7037ed1a0b428dbull, kW1 = 0x8ebc6af09c88c6e3ull, kEnd = 0x589965cc75374cc3ull;
+  uint64_t h = parent ^ 0xa0761d6478bd642full;
   int i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 4; ++k) lane[k] = std::rotl(lane[k] + pair(i + 2 * k) * kP2, 31) * kP1;
-  uint64_t h = splitmix64(lane[0] ^ std::rotl(lane[1], 7) ^ std::rotl(lane[2], 12) ^ std::rotl(lane[3], 18));
-  for (; i < n; ++i) h = splitmix64(h ^ static_cast<uint32_t>(tokens[i]));  // a block size not a multiple of 8
-  return splitmix64(h ^ static_cast<uint64_t>(n));
+  for (; i + 4 <= n; i += 4) {
+    uint64_t a, b;
+    std::memcpy(&a, tokens + i, sizeof a);  // tokens i and i + 1
+    std::memcpy(&b, tokens + i + 2, sizeof b);
+    h = mum(a ^ kW0, b ^ h ^ kW1);
+  }
+  for (; i < n; ++i) h = mum(uint64_t{static_cast<uint32_t>(tokens[i])} ^ kW0, h ^ kW1);  // a block size not a multiple of 4
+  return mum(h ^ kEnd, static_cast<uint64_t>(n) ^ kW1);
 }
 
 constexpr kv_checks::Checks kPaged{"paged"};  // messages name the manager
@@ -102,8 +112,8 @@ void PagedKvManager::unlink_free(int32_t b) {
 
 void PagedKvManager::forget_hash(Block& blk, int32_t b) {
   if (!blk.hashed) return;
-  by_hash_.erase_if(blk.hash, b);
-  blk.hashed = false;
+  if (blk.indexed) by_hash_.erase_if(blk.hash, b);
+  blk.hashed = blk.indexed = false;
 }
 
 int32_t PagedKvManager::take_fresh(uint64_t owner, int32_t prev, int want, bool tail) {
@@ -162,7 +172,7 @@ void PagedKvManager::unref(int32_t b) {
   Block& blk = blocks_[b];
   if (--blk.ref > 0) return;
   blk.owner = kNoSeq;
-  if (blk.hashed && by_hash_.find(blk.hash) == b) {
+  if (blk.indexed) {
     push_free_back(b);  // still a cached prefix: evicted only after blocks freed before it
   } else {
     forget_hash(blk, b);
@@ -375,7 +385,7 @@ void PagedKvManager::on_computed(Sequence& seq) {
     blk.hash = block_hash(parent, t, block_size_);
     blk.hashed = true;
     std::copy_n(t, block_size_, block_tokens_.data() + size_t(table[i]) * size_t(block_size_));
-    by_hash_.insert_if_absent(blk.hash, table[i]);  // identical content already cached: keep the first
+    blk.indexed = by_hash_.insert_if_absent(blk.hash, table[i]);  // identical content already cached: keep the first
     parent = blk.hash;
   }
 }
@@ -477,6 +487,9 @@ void PagedKvManager::check_invariants(std::span<const Sequence* const> live) con
     if (blk.ref != refs[b])
       fail("block " + str(b) + " has ref " + str(blk.ref) + " but " + str(refs[b]) + " live table reference(s)");
     if (blk.ref == 0) ++n_unreferenced;
+    if (blk.indexed != (blk.hashed && by_hash_.find(blk.hash) == b))
+      fail("block " + str(b) + (blk.indexed ? " counts itself" : " does not count itself") +
+           " as its hash's entry in the prefix cache, which names block " + str(by_hash_.find(blk.hash)));
     if (blk.in_free != (blk.ref == 0)) fail("block " + str(b) + " with ref " + str(blk.ref) + (blk.in_free ? " is" : " is not") + " on the free list");
   }
   std::vector<char> on_list(blocks_.size(), 0);

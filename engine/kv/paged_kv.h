@@ -92,6 +92,9 @@ class PagedKvManager final : public KvManager {
   struct Block {
     int ref = 0;
     bool hashed = false;           ///< hash and block_tokens_' row are valid: the block is full and computed
+    /// by_hash_ maps hash to this block (hashed, and not a later copy of a cached block's
+    /// content): freed, it stays cached. Kept here so a release reads no index entry.
+    bool indexed = false;
     uint64_t hash = 0;             ///< chained hash of the prefix ending with this block
     uint64_t owner = kNoSeq;       ///< seq that took it from the free list (sharing bookkeeping)
     int32_t prev = kNone, next = kNone;  ///< links of the cached free list
