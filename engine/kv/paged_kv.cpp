@@ -152,6 +152,9 @@ void PagedKvManager::evict(int32_t b) {
   forget_hash(blk, b);
   blk.in_free = true;  // still free, now in runs_
   ++n_free_;
+  // The next block evicted is most often the new head of the list, whose line unlink_free just
+  // wrote: fetch its index slot now (a cache miss a block otherwise, in that eviction's erase).
+  if (free_head_ != kNone && blocks_[free_head_].indexed) by_hash_.prefetch(blocks_[free_head_].hash);
 }
 
 void PagedKvManager::extend_evicted(int32_t& lo, int32_t& hi, int want, bool both_ways) {
@@ -379,14 +382,22 @@ void PagedKvManager::on_computed(Sequence& seq) {
   seq.kv.register_at = (n_full + 1) * block_size_;
   uint64_t parent = i > 0 ? blocks_[table[i - 1]].hash : root_hash(seq.cache_salt, seq.lora_id);
   seq.kv.n_registered = n_full;
+  // The hashes first, each one's index slot fetched as it is known, then the copies and the
+  // inserts: the slots are scattered over the index (a cache miss each), and a prefill registers
+  // tens of blocks at once.
+  const int first = i;
   for (; i < n_full; ++i) {
-    const TokenId* t = seq.tokens.data() + static_cast<size_t>(i) * block_size_;
     Block& blk = blocks_[table[i]];
-    blk.hash = block_hash(parent, t, block_size_);
-    blk.hashed = true;
-    std::copy_n(t, block_size_, block_tokens_.data() + size_t(table[i]) * size_t(block_size_));
-    blk.indexed = by_hash_.insert_if_absent(blk.hash, table[i]);  // identical content already cached: keep the first
+    blk.hash = block_hash(parent, seq.tokens.data() + static_cast<size_t>(i) * block_size_, block_size_);
+    by_hash_.prefetch(blk.hash);
     parent = blk.hash;
+  }
+  for (i = first; i < n_full; ++i) {
+    Block& blk = blocks_[table[i]];
+    blk.hashed = true;
+    std::copy_n(seq.tokens.data() + static_cast<size_t>(i) * block_size_, block_size_,
+                block_tokens_.data() + size_t(table[i]) * size_t(block_size_));
+    blk.indexed = by_hash_.insert_if_absent(blk.hash, table[i]);  // identical content already cached: keep the first
   }
 }
 
