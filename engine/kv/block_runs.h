@@ -67,6 +67,15 @@ class BlockRuns {
   /// want - 1, from its extent) become owner's reservation and an older reservation is given back;
   /// otherwise (a copy-on-write of an inner block) owner's reservation is left alone.
   int32_t take(uint64_t owner, int32_t prev, int32_t want, bool tail, bool may_split = true);
+  /// Whether take(owner, prev, want, tail, may_split) would find a block: false when nothing here
+  /// can serve owner (no extent; with tail, no reservation of owner's; with may_split, no
+  /// reservation to split), where take returns kNone changing nothing. The steady state of a full
+  /// arena with a prefix cache, asked before each eviction: a few loads, not take's walk.
+  bool can_serve(uint64_t owner, bool tail, bool may_split) const {
+    if (n_ == 0) return false;
+    if (!ext_.empty() || (tail && resv_.find(owner))) return true;
+    return may_split && resv_.size() > 0;
+  }
   /// add_range(begin, end) then take(owner, prev, want, tail, false): a run just evicted from the
   /// prefix cache, when take has just found no block. With no extent held (the common case: every
   /// free block is a cached one or reserved) this is done without the extent trees, since the

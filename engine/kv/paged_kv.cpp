@@ -123,7 +123,8 @@ int32_t PagedKvManager::take_fresh(uint64_t owner, int32_t prev, int want, bool 
     evict(prev + 1);
     evict_run(prev + 1, prev + 1, want, false);
   }
-  int32_t b = runs_.take(owner, prev, want, tail, free_head_ == kNone);
+  const bool may_split = free_head_ == kNone;
+  int32_t b = runs_.can_serve(owner, tail, may_split) ? runs_.take(owner, prev, want, tail, may_split) : kNone;
   if (b == kNone) {  // no free block left outside the prefix cache (or only others' reservations)
     if (free_head_ == kNone) throw std::logic_error("paged KV: out of free blocks; call can_allocate/can_grow first");
     // The least recently freed block, with the ones freed with it that lie beside it (a released

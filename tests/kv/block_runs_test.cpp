@@ -1,6 +1,7 @@
 // BlockRuns' shortcuts must hand out what the general path does: take_run (a run just evicted
-// from the prefix cache, taken from at once) against add_range then take, and the reservations'
-// hash table (OwnerRuns) against std::map, over seeded random operations.
+// from the prefix cache, taken from at once) against add_range then take, can_serve against
+// take's answer, and the reservations' hash table (OwnerRuns) against std::map, over seeded
+// random operations.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -88,8 +89,10 @@ TEST(BlockRuns, TakeRunHandsOutWhatAddRangeThenTakeDo) {
     int32_t got = BlockRuns::kNone;
     if (kind < 4) {  // a block as take_fresh asks first
       const bool may_split = rng() % 2;
+      const bool serves = fast.can_serve(o, tail, may_split);
       got = fast.take(o, prev, want, tail, may_split);
       ASSERT_EQ(got, slow.take(o, prev, want, tail, may_split)) << "op " << op;
+      ASSERT_EQ(serves, got != BlockRuns::kNone) << "op " << op << ": can_serve is not take's answer";
     } else if (kind < 6 && !cached.empty()) {  // cached blocks evicted as one run: the lowest, or
       // those from the block after the owner's last (the owner's run goes on into it)
       const int32_t lo = prev != BlockRuns::kNone && cached.contains(prev + 1) ? prev + 1 : *cached.begin();
