@@ -383,21 +383,29 @@ void PagedKvManager::on_computed(Sequence& seq) {
   seq.kv.register_at = (n_full + 1) * block_size_;
   uint64_t parent = i > 0 ? blocks_[table[i - 1]].hash : root_hash(seq.cache_salt, seq.lora_id);
   seq.kv.n_registered = n_full;
+  if (block_size_ == 16) register_blocks<16>(seq, i, n_full, parent);  // the default block size
+  else register_blocks<0>(seq, i, n_full, parent);
+}
+
+template <int kBlock>
+void PagedKvManager::register_blocks(Sequence& seq, int first, int n_full, uint64_t parent) {
+  // A block size known here unrolls the hash's rounds and makes the copy four vector moves (a
+  // memcpy call a block otherwise).
+  const int n = kBlock > 0 ? kBlock : block_size_;
+  const auto& table = seq.kv.blocks;
   // The hashes first, each one's index slot fetched as it is known, then the copies and the
   // inserts: the slots are scattered over the index (a cache miss each), and a prefill registers
   // tens of blocks at once.
-  const int first = i;
-  for (; i < n_full; ++i) {
+  for (int i = first; i < n_full; ++i) {
     Block& blk = blocks_[table[i]];
-    blk.hash = block_hash(parent, seq.tokens.data() + static_cast<size_t>(i) * block_size_, block_size_);
+    blk.hash = block_hash(parent, seq.tokens.data() + static_cast<size_t>(i) * n, n);
     by_hash_.prefetch(blk.hash);
     parent = blk.hash;
   }
-  for (i = first; i < n_full; ++i) {
+  for (int i = first; i < n_full; ++i) {
     Block& blk = blocks_[table[i]];
     blk.hashed = true;
-    std::copy_n(seq.tokens.data() + static_cast<size_t>(i) * block_size_, block_size_,
-                block_tokens_.data() + size_t(table[i]) * size_t(block_size_));
+    std::copy_n(seq.tokens.data() + static_cast<size_t>(i) * n, n, block_tokens_.data() + size_t(table[i]) * size_t(n));
     blk.indexed = by_hash_.insert_if_absent(blk.hash, table[i]);  // identical content already cached: keep the first
   }
 }

@@ -142,6 +142,11 @@ class PagedKvManager final : public KvManager {
   void evict_run(int32_t lo, int32_t hi, int want, bool both_ways);
   /// evict_run's extension of [lo, hi], without handing the run to runs_.
   void extend_evicted(int32_t& lo, int32_t& hi, int want, bool both_ways);
+  /// on_computed's work on seq's table blocks [first, n_full): each one's hash chained from
+  /// parent, its tokens copied, its index entry. kBlock: the block size when known at compile time
+  /// (16, the default), else 0.
+  template <int kBlock>
+  void register_blocks(Sequence& seq, int first, int n_full, uint64_t parent);
   /// Appends fresh blocks to seq's table until it holds n_tokens positions.
   void append_fresh(Sequence& seq, int n_tokens);
   /// Drops one reference; a block reaching 0 goes back to the free list.
