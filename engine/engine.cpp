@@ -115,6 +115,9 @@ int64_t check_kv_arena(const EngineConfig& config, const ModelConfig& model, int
   return n_slots;
 }
 
+void Engine::set_token_times(bool on) { state_->token_times = on; }
+bool Engine::token_times() const { return state_->token_times; }
+
 std::optional<FinishedRequest> Engine::add(Request request, double arrival) {
   const SamplingParams& sp = request.sampling;
   const int n_prompt = static_cast<int>(request.prompt.size());
