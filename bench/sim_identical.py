@@ -13,7 +13,8 @@ every case is identical, 1 otherwise.
 
 The cases cover the paths the engine loop takes on the sim: continuous batching with prefix
 caching and paged KV, static/dynamic batching and naive KV (quickstart on the sim), recompute and
-swap preemption (a small arena), n-gram speculative decoding, LoRA adapters, long contexts, and
+swap preemption (a small arena), n-gram speculative decoding, LoRA adapters, long contexts, the
+prefix cache's hits (system-prompt groups; with sessions in a small arena that evicts), and
 `servelab capacity` (bisection probes with repeats; with a small arena, with chunked prefill, and
 the 20-point sweep: the probes' steps of plain decodes are made without a scheduler pass).
 """
@@ -38,6 +39,11 @@ CASES = {
     "chat-slo": ("run", "chat-slo.yaml", ["--set", "workload.rates=[4,16]"]),
     "lora-zipf": ("run", "lora-zipf.yaml", []),
     "long-context": ("run", "long-context.yaml", []),
+    # Prefix-cache hits: two system-prompt groups; then a small arena (evictions decide which
+    # prefixes stay cached, preemptions) with multi-turn sessions (a turn's prompt is the last's).
+    "prefix-groups": ("run", "load-shapes.yaml", []),
+    "prefix-evict": ("run", "load-shapes.yaml", ["--set", "engine.kv_cache_mb=1200",
+                                                 "--set", "workload.sessions={turns: 3, think_time_s: 1}"]),
     "capacity": ("capacity", "capacity.yaml", []),
     # Capacity probes take steps of plain decodes without a scheduler pass (Engine::step_decodes):
     # a small arena (the queue held back, preemptions), chunked prefill, the 20-point sweep.

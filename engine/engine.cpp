@@ -115,6 +115,9 @@ int64_t check_kv_arena(const EngineConfig& config, const ModelConfig& model, int
   return n_slots;
 }
 
+void Engine::set_token_times(bool on) { state_->token_times = on; }
+bool Engine::token_times() const { return state_->token_times; }
+
 std::optional<FinishedRequest> Engine::add(Request request, double arrival) {
   const SamplingParams& sp = request.sampling;
   const int n_prompt = static_cast<int>(request.prompt.size());
@@ -141,10 +144,14 @@ std::optional<FinishedRequest> Engine::add(Request request, double arrival) {
   if (sp.top_k < 0) return reject("top_k must be >= 0 (got " + std::to_string(sp.top_k) + ")");
   if (!std::isfinite(sp.top_p) || !(sp.top_p > 0.0f && sp.top_p <= 1.0f))
     return reject("top_p must be in (0, 1] (got " + std::to_string(sp.top_p) + ")");
-  // One compare a token with no exit (vectorised: ~600 tokens a chat prompt); the loop that
-  // names the first bad one runs only when there is one.
-  bool outside = false;
-  for (const TokenId t : request.prompt) outside |= static_cast<uint32_t>(t) >= static_cast<uint32_t>(vocab);
+  // A token t is in [0, vocab) exactly when neither t nor (vocab - 1) - t, as 32-bit unsigned
+  // words, has its top bit set: one or over the prompt (~600 tokens a chat prompt), which GCC
+  // vectorises (a bool or of compares it did not: six instructions a token). The loop that names
+  // the first bad one runs only when there is one.
+  uint32_t any_top = 0;
+  const auto last_id = static_cast<uint32_t>(vocab - 1);
+  for (const TokenId t : request.prompt) any_top |= static_cast<uint32_t>(t) | (last_id - static_cast<uint32_t>(t));
+  const bool outside = vocab < 1 || (any_top >> 31) != 0;
   for (int i = 0; outside && i < n_prompt; ++i)
     if (request.prompt[i] < 0 || request.prompt[i] >= vocab)
       return reject("prompt token " + std::to_string(request.prompt[i]) + " at index " + std::to_string(i) +

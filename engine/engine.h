@@ -164,6 +164,12 @@ class Engine {
   /// by default). A driver that only counts steps turns it off; nothing else in a step reads it.
   void set_kv_breakdown(bool on) { kv_breakdown_ = on; }
   bool kv_breakdown() const { return kv_breakdown_; }
+  /// Whether finished requests carry every token's time (FinishedRequest::token_times_s; on by
+  /// default). Off, a request keeps only its first token's time and its length, what a driver
+  /// whose records leave the times out needs (a capacity probe's): first_token_s and n_output
+  /// are those the times would give, token_times_s is empty.
+  void set_token_times(bool on);
+  bool token_times() const;
 
   bool has_work() const;
   /// When nothing is runnable now but a policy timer will fire (static max_wait_ms, dynamic

@@ -16,17 +16,18 @@ namespace servelab {
 void Engine::State::append(EngineSequence& s, TokenId tok, double end, int eos,
                            std::vector<std::pair<Sequence*, FinishReason>>& done) {
   std::vector<double>& times = s.token_times;
-  if (times.empty()) {
+  if (s.first_token_s < 0.0) {
     // The first token: make room for the rest now, so decoding appends without reallocating (a
     // doubling series of two vectors per sample otherwise). Not on arrival: a long queue of
     // waiting requests would hold it for nothing.
+    s.first_token_s = end;
     const auto expect = static_cast<size_t>(std::clamp(s.sampling.max_tokens, 1, kReservedOutputTokens));
-    times.reserve(expect);
+    if (token_times) times.reserve(expect);
     s.tokens.reserve(s.tokens.size() + expect);
   }
   s.tokens.push_back(tok);
   if (s.constrained) s.request->request.constraint->accept(tok);
-  times.push_back(end);
+  if (token_times) times.push_back(end);
   if (s.n_output() >= s.sampling.max_tokens) done.emplace_back(&s, FinishReason::length);
   else if (!s.sampling.ignore_eos && eos >= 0 && tok == eos) done.emplace_back(&s, FinishReason::eos);
 }
@@ -97,7 +98,7 @@ void Engine::State::retire(Sequence& seq, FinishReason reason, double end, KvMan
   RequestState& rs = of(seq);
   if (seq.sample_index == 0) rs.record.reason = reason;
   if (!rs.complete()) return;
-  rs.settle();
+  rs.settle(token_times);
   FinishedRequest rec = std::move(rs.record);
   rec.end_s = end;
   for (const auto& s : rs.seqs) rec.preemptions += s->preemptions;
@@ -109,7 +110,7 @@ std::vector<FinishedRequest> Engine::abort_all(double now) {
   std::vector<FinishedRequest> out;
   for (auto& [id, rs] : state_->requests) {
     for (auto& s : rs->seqs) release_kv(*s);
-    rs->settle();
+    rs->settle(state_->token_times);
     FinishedRequest rec = std::move(rs->record);
     rec.reason = FinishReason::aborted;
     rec.error = "aborted before it finished (run stopped)";
@@ -133,7 +134,7 @@ std::optional<FinishedRequest> Engine::reject_blocked(double now, const std::str
     release_kv(*s);
     s->status = SeqStatus::finished;
   }
-  rs.settle();
+  rs.settle(state_->token_times);
   FinishedRequest rec = std::move(rs.record);
   rec.reason = FinishReason::rejected;
   rec.error = why;
@@ -152,7 +153,7 @@ std::optional<FinishedRequest> Engine::abort(uint64_t request_id, double now, co
     release_kv(*s);
     scheduler_->remove(s.get());
   }
-  rs.settle();
+  rs.settle(state_->token_times);
   FinishedRequest rec = std::move(rs.record);
   rec.reason = FinishReason::aborted;
   rec.error = why;

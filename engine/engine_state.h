@@ -28,6 +28,9 @@ struct EngineSequence : Sequence {
   /// reads anyway, rather than in the request's state (a cache line or two more a sequence a
   /// step); the record gets them when the request leaves (RequestState::settle).
   std::vector<double> token_times;
+  /// When its first output token came (-1: none yet); with Engine::set_token_times(false) the
+  /// only time it keeps, token_times staying empty.
+  double first_token_s = -1.0;
   /// Draws its next sampled chunk makes: the request's n for sample 0 until its parallel samples
   /// are forked (its prefill draws every sample's first token), else 1.
   int n_first_draws = 1;
@@ -56,11 +59,27 @@ struct RequestState {
                        [](const auto& s) { return s->status == SeqStatus::finished; });
   }
   /// Fills the record's outputs (each sample's tokens after the prompt) and its timeline from
-  /// the samples' token times (see FinishedRequest). Called once, as the request leaves: the
-  /// samples' times move into the record.
-  void settle() {
-    for (const auto& s : seqs)
-      record.outputs[size_t(s->sample_index)].assign(s->tokens.begin() + s->n_prompt, s->tokens.end());
+  /// the samples' token times (see FinishedRequest), or without token_times (the engine kept
+  /// none: Engine::set_token_times) its first token's time and its length only, the same values
+  /// the timeline would give them. Called once, as the request leaves: the
+  /// samples' tokens and times move into the record (an output is its sample's token vector with
+  /// the prompt erased from its front: a move of the outputs' ids within it, where a copy took
+  /// an allocation and a free a request).
+  void settle(bool token_times) {
+    for (const auto& s : seqs) {
+      std::vector<TokenId>& out = record.outputs[size_t(s->sample_index)];
+      out = std::move(s->tokens);
+      out.erase(out.begin(), out.begin() + std::min<ptrdiff_t>(s->n_prompt, static_cast<ptrdiff_t>(out.size())));
+    }
+    if (!token_times) {  // what the timeline below gives its first entry and its length
+      record.first_token_s = -1.0;
+      record.n_output = 0;
+      for (const auto& s : seqs) {
+        record.first_token_s = std::max(record.first_token_s, s->first_token_s);
+        record.n_output = std::max(record.n_output, static_cast<int>(record.outputs[size_t(s->sample_index)].size()));
+      }
+      return;
+    }
     std::vector<double>& out = record.token_times_s;
     if (seqs.size() == 1) {  // one sample: its times, each at least the one before
       out = std::move(seqs.front()->token_times);
@@ -89,6 +108,8 @@ struct Engine::State {
   /// Output tokens a sample's vectors are sized for at its first token (emit): its max_tokens,
   /// capped because max_tokens may be far above where eos stops it.
   static constexpr int kReservedOutputTokens = 1024;
+  /// Engine::set_token_times: keep every token's time (else each sample's first only).
+  bool token_times = true;
   std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests;
   uint64_t next_seq_id = 1;
   Batch batch;  // reused each step

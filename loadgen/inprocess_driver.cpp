@@ -124,8 +124,13 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
   // worked out (a walk over the running sequences a step).
   const bool breakdown = engine.kv_breakdown();
   engine.set_kv_breakdown(breakdown && static_cast<bool>(sinks.on_step));
+  // Records without token times need only each request's first token's time and its length:
+  // the engine keeps no time a token then (a store and a walk at the end, a request).
+  const bool token_times = engine.token_times();
+  engine.set_token_times(token_times && sinks.token_times);
   run_engine(engine, source, clock, cb, stop);
   engine.set_kv_breakdown(breakdown);
+  engine.set_token_times(token_times);
   stats.stopped = stop && stop->load();
   return stats;
 }

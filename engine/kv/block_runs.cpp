@@ -7,8 +7,8 @@
 namespace servelab {
 
 int32_t BlockRuns::reserved(uint64_t owner) const {
-  auto it = resv_.find(owner);
-  return it == resv_.end() ? 0 : it->second.end - it->second.begin;
+  const Run* run = resv_.find(owner);
+  return run ? run->end - run->begin : 0;
 }
 
 void BlockRuns::insert_extent(int32_t begin, int32_t end) {
@@ -56,35 +56,26 @@ void BlockRuns::merge_extent(int32_t begin, int32_t end) {
   insert_extent(begin, end);
 }
 
-void BlockRuns::set_reservation(std::unordered_map<uint64_t, Run>::iterator it, uint64_t owner, int32_t begin,
-                                int32_t end) {
-  if (it != resv_.end()) {
-    auto node = resv_by_len_.extract({it->second.end - it->second.begin, owner});
-    if (begin >= end) {
-      spare_resv_len_.keep(std::move(node));
-      resv_.erase(it);
-      return;
-    }
-    it->second = Run{begin, end};
-    node.value() = {end - begin, owner};
-    resv_by_len_.insert(std::move(node));
-    return;
-  }
-  if (begin >= end) return;
-  resv_.emplace(owner, Run{begin, end});
-  if (auto node = spare_resv_len_.take()) {
-    node.value() = {end - begin, owner};
-    resv_by_len_.insert(std::move(node));
-  } else {
-    resv_by_len_.emplace(end - begin, owner);
+void BlockRuns::set_reservation(Run* run, uint64_t owner, int32_t begin, int32_t end) {
+  if (run) {
+    if (begin >= end) resv_.erase(owner);
+    else *run = Run{begin, end};
+  } else if (begin < end) {
+    resv_.insert(owner, Run{begin, end});
   }
 }
 
+std::pair<int32_t, uint64_t> BlockRuns::largest_reservation() const {
+  std::pair<int32_t, uint64_t> best{0, 0};
+  resv_.for_each([&](uint64_t owner, const Run& run) { best = std::max(best, std::pair{run.end - run.begin, owner}); });
+  return best;
+}
+
 void BlockRuns::drop(uint64_t owner) {
-  auto it = resv_.find(owner);
-  if (it == resv_.end()) return;
-  const Run run = it->second;
-  set_reservation(owner, 0, 0);
+  Run* r = resv_.find(owner);
+  if (!r) return;
+  const Run run = *r;
+  set_reservation(r, owner, 0, 0);
   merge_extent(run.begin, run.end);
 }
 
@@ -100,9 +91,8 @@ int32_t BlockRuns::take_from_extent(std::map<int32_t, int32_t>::iterator it, int
   return b;
 }
 
-int32_t BlockRuns::split_largest_reservation(uint64_t owner, int32_t want, bool tail) {
-  const uint64_t victim = std::prev(resv_by_len_.end())->second;
-  const Run v = resv_.at(victim);
+int32_t BlockRuns::split_largest_reservation(uint64_t owner, uint64_t victim, int32_t want, bool tail) {
+  const Run v = *resv_.find(victim);
   // owner takes the top of it: what it wants, at least the upper half, all when it wants that much
   const int32_t len = v.end - v.begin;
   const int32_t mid = want >= len ? v.begin : std::max(v.begin + len / 2, v.end - want);
@@ -116,9 +106,9 @@ int32_t BlockRuns::split_largest_reservation(uint64_t owner, int32_t want, bool 
 
 int32_t BlockRuns::take_reserved(uint64_t owner, int32_t prev, int32_t n) {
   if (prev == kNone || n < 1) return 0;
-  auto r = resv_.find(owner);
-  if (r == resv_.end() || r->second.begin != prev + 1) return 0;
-  const Run run = r->second;
+  Run* r = resv_.find(owner);
+  if (!r || r->begin != prev + 1) return 0;
+  const Run run = *r;
   const int32_t m = std::min(n, run.end - run.begin);
   set_reservation(r, owner, run.begin + m, run.end);
   n_ -= m;
@@ -129,8 +119,8 @@ int32_t BlockRuns::take(uint64_t owner, int32_t prev, int32_t want, bool tail, b
   if (n_ == 0) return kNone;
   want = std::max(want, 1);
   if (tail) {
-    if (auto r = resv_.find(owner); r != resv_.end()) {
-      const Run run = r->second;
+    if (Run* r = resv_.find(owner)) {
+      const Run run = *r;
       if (prev != kNone && run.begin == prev + 1) {  // the run continues
         set_reservation(r, owner, run.begin + 1, run.end);
         --n_;
@@ -147,24 +137,42 @@ int32_t BlockRuns::take(uint64_t owner, int32_t prev, int32_t want, bool tail, b
     auto fit = ext_by_len_.lower_bound({want, std::numeric_limits<int32_t>::min()});
     const bool fits = fit != ext_by_len_.end();
     if (!fits) fit = std::prev(ext_by_len_.end());
-    const bool split = !fits && may_split && !resv_by_len_.empty() && std::prev(resv_by_len_.end())->first / 2 > fit->first;
-    if (!split) {
+    if (fits || !may_split || largest_reservation().first / 2 <= fit->first) {
       const int32_t b = fit->second;
       return take_from_extent(ext_.find(b), b, owner, want, tail);
     }
   }
-  if (!may_split || resv_by_len_.empty()) return kNone;
-  return split_largest_reservation(owner, want, tail);
+  if (!may_split || resv_.size() == 0) return kNone;
+  return split_largest_reservation(owner, largest_reservation().second, want, tail);
+}
+
+int32_t BlockRuns::take_run(uint64_t owner, int32_t prev, int32_t begin, int32_t end, int32_t want, bool tail) {
+  if (!ext_.empty() || (tail && resv_.find(owner))) {  // take would weigh other runs: ask it
+    add_range(begin, end);
+    return take(owner, prev, want, tail, false);
+  }
+  // take on [begin, end) as the only extent: owner's run goes on into it when it starts at
+  // prev + 1 (prev is owner's, so prev + 1 can lie in it only at its start), else a new run
+  // starts there (the smallest fitting extent or the largest: the same one). Either way owner
+  // takes begin: take_from_extent's cut, without erasing and inserting the extent.
+  (void)prev;
+  want = std::max(want, 1);
+  const int32_t b = begin;
+  const int32_t reserve_end = tail ? static_cast<int32_t>(std::min<int64_t>(end, int64_t{b} + want)) : b + 1;
+  insert_extent(std::max(reserve_end, b + 1), end);
+  if (tail) set_reservation(nullptr, owner, b + 1, reserve_end);
+  n_ += end - begin - 1;
+  return b;
 }
 
 std::string BlockRuns::check(std::span<char> mark) const {
   const auto str = [](auto v) { return std::to_string(v); };
   int64_t n = 0;
-  const auto claim = [&](int32_t begin, int32_t end, const char* what) -> std::string {
+  const auto claim = [&](int32_t begin, int32_t end, const std::string& what) -> std::string {
     if (begin < 0 || end > n_blocks_ || begin >= end)
-      return std::string(what) + " [" + str(begin) + ", " + str(end) + ") is empty or outside the pool";
+      return what + " [" + str(begin) + ", " + str(end) + ") is empty or outside the pool";
     for (int32_t b = begin; b < end; ++b) {
-      if (mark[static_cast<size_t>(b)]) return std::string(what) + " [" + str(begin) + ", " + str(end) + ") holds block " + str(b) + " twice";
+      if (mark[static_cast<size_t>(b)]) return what + " [" + str(begin) + ", " + str(end) + ") holds block " + str(b) + " twice";
       mark[static_cast<size_t>(b)] = 1;
     }
     n += end - begin;
@@ -178,11 +186,14 @@ std::string BlockRuns::check(std::span<char> mark) const {
     last_end = end;
   }
   if (ext_by_len_.size() != ext_.size()) return "the free extents' length index has " + str(ext_by_len_.size()) + " entries for " + str(ext_.size()) + " extents";
-  for (const auto& [owner, run] : resv_) {
-    if (std::string e = claim(run.begin, run.end, "reservation"); !e.empty()) return e;
-    if (!resv_by_len_.contains({run.end - run.begin, owner})) return "reservation of seq " + str(owner) + " is not indexed by length";
-  }
-  if (resv_by_len_.size() != resv_.size()) return "the reservations' length index is out of step";
+  std::string bad;
+  size_t n_resv = 0;
+  resv_.for_each([&](uint64_t owner, const Run& run) {
+    ++n_resv;
+    if (bad.empty()) bad = claim(run.begin, run.end, "reservation of seq " + str(owner));
+  });
+  if (!bad.empty()) return bad;
+  if (n_resv != resv_.size()) return "the reservations' table counts " + str(resv_.size()) + " entries for " + str(n_resv);
   if (n != n_) return "runs hold " + str(n) + " blocks, count says " + str(n_);
   return "";
 }

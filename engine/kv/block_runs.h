@@ -8,15 +8,17 @@
 //    still take (Sequence::n_kv_final). A reserved block is free: it counts for admission, and a
 //    sequence that finds no extent (and no cached block: PagedKvManager) takes the top of the
 //    largest reservation.
-// Every operation is O(log n) in the number of runs; no per-block state.
+// Extents are kept in trees, O(log n) an update; reservations in a hash table by owner, O(1),
+// walked to find the largest only when a new run finds no room elsewhere. No per-block state.
 #include <cstdint>
 #include <map>
 #include <set>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "engine/kv/owner_runs.h"
 
 namespace servelab {
 
@@ -65,6 +67,20 @@ class BlockRuns {
   /// want - 1, from its extent) become owner's reservation and an older reservation is given back;
   /// otherwise (a copy-on-write of an inner block) owner's reservation is left alone.
   int32_t take(uint64_t owner, int32_t prev, int32_t want, bool tail, bool may_split = true);
+  /// Whether take(owner, prev, want, tail, may_split) would find a block: false when nothing here
+  /// can serve owner (no extent; with tail, no reservation of owner's; with may_split, no
+  /// reservation to split), where take returns kNone changing nothing. The steady state of a full
+  /// arena with a prefix cache, asked before each eviction: a few loads, not take's walk.
+  bool can_serve(uint64_t owner, bool tail, bool may_split) const {
+    if (n_ == 0) return false;
+    if (!ext_.empty() || (tail && resv_.find(owner))) return true;
+    return may_split && resv_.size() > 0;
+  }
+  /// add_range(begin, end) then take(owner, prev, want, tail, false): a run just evicted from the
+  /// prefix cache, when take has just found no block. With no extent held (the common case: every
+  /// free block is a cached one or reserved) this is done without the extent trees, since the
+  /// new extent would be the only one: owner takes begin (prev, owner's block, lies outside it).
+  int32_t take_run(uint64_t owner, int32_t prev, int32_t begin, int32_t end, int32_t want, bool tail);
 
   /// Up to n of owner's reserved blocks when its reservation starts right after prev (what n
   /// calls of take(owner, prev, ..., tail = true) in a row would hand out: prev + 1, prev + 2, ...)
@@ -78,16 +94,19 @@ class BlockRuns {
   std::string check(std::span<char> mark) const;
 
  private:
-  struct Run {
-    int32_t begin = 0, end = 0;  ///< [begin, end)
-  };
+  using Run = BlockRun;
   /// Makes [begin, end) (already counted in n_) an extent, merged with its neighbours.
   void merge_extent(int32_t begin, int32_t end);
   /// Takes b out of extent `it`; with `tail`, the blocks after b, up to b + want, become owner's
   /// reservation.
   int32_t take_from_extent(std::map<int32_t, int32_t>::iterator it, int32_t b, uint64_t owner, int32_t want, bool tail);
-  /// Takes the middle block of the largest reservation (its owner keeps the lower half).
-  int32_t split_largest_reservation(uint64_t owner, int32_t want, bool tail);
+  /// Takes the middle block of victim's reservation, the largest (its owner keeps the lower half).
+  int32_t split_largest_reservation(uint64_t owner, uint64_t victim, int32_t want, bool tail);
+  /// (length, owner) of the longest reservation, the largest owner id among equals; (0, 0) when
+  /// there is none. A walk over the reservations' table: asked only when no extent holds what a
+  /// new run wants and no cached block is left, where keeping them ordered by length cost two
+  /// tree updates every time a running sequence took its next reserved block.
+  std::pair<int32_t, uint64_t> largest_reservation() const;
   void insert_extent(int32_t begin, int32_t end);
   void erase_extent(std::map<int32_t, int32_t>::iterator it);
   /// Node handles of erased runs, reused by the next insertions: a decode's block from its
@@ -119,18 +138,16 @@ class BlockRuns {
   /// The extent holding b, or ext_.end().
   std::map<int32_t, int32_t>::iterator extent_of(int32_t b);
   void set_reservation(uint64_t owner, int32_t begin, int32_t end) { set_reservation(resv_.find(owner), owner, begin, end); }
-  /// The same with owner's entry in resv_ already looked up (resv_.end(): none).
-  void set_reservation(std::unordered_map<uint64_t, Run>::iterator it, uint64_t owner, int32_t begin, int32_t end);
+  /// The same with owner's entry in resv_ already looked up (nullptr: none).
+  void set_reservation(Run* run, uint64_t owner, int32_t begin, int32_t end);
 
   int32_t n_blocks_;
   int32_t n_ = 0;
   std::map<int32_t, int32_t> ext_;                   ///< extent begin -> end
   std::set<std::pair<int32_t, int32_t>> ext_by_len_;  ///< (length, begin)
-  std::unordered_map<uint64_t, Run> resv_;            ///< owner -> its reservation (never empty)
-  std::set<std::pair<int32_t, uint64_t>> resv_by_len_;  ///< (length, owner)
+  OwnerRuns resv_;                                    ///< owner -> its reservation (never empty)
   Spares<std::map<int32_t, int32_t>> spare_ext_;
   Spares<std::set<std::pair<int32_t, int32_t>>> spare_ext_len_;
-  Spares<std::set<std::pair<int32_t, uint64_t>>> spare_resv_len_;
 };
 
 }  // namespace servelab

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -25,24 +26,33 @@ uint64_t root_hash(uint64_t salt, uint64_t lora_id) {
   return lora_id == 0 ? h : splitmix64(h ^ splitmix64(lora_id ^ 0x4c6f5241ull));
 }
 
+/// 64x64 -> 128-bit product folded to 64 bits (wyhash's "mum"): one multiplication mixes every
+/// bit of both words into the result.
+inline uint64_t mum(uint64_t a, uint64_t b) {
+  const __uint128_t p = static_cast<__uint128_t>(a) * b;
+  return static_cast<uint64_t>(p) ^ static_cast<uint64_t>(p >> 64);
+}
+
 /// Chained block hash: depends on every token of the prefix through `parent`. Every full block
 /// is hashed once (on_computed) and every prompt block of an admission again (match_prefix), so
-/// this runs over every token the simulator sees: tokens go in two at a time into four
-/// independent lanes (multiply-rotate rounds, as xxHash's), a few multiplies a block where a
-/// splitmix64 round a token was a chain of 16 dependent ones; splitmix64 then mixes the lanes.
-/// A collision costs only a cache miss: match_prefix compares the tokens before it reuses a block.
+/// this runs over every token the simulator sees: four tokens (two 64-bit words) a multiplication,
+/// chained as wyhash chains its rounds (the state goes into the next product, so the order of the
+/// words counts), ~45 instructions a 16-token block where four multiply-rotate lanes and two
+/// splitmix64 rounds took ~145. Token ids are in [0, 2^31) and kW0 has bits 31 and 63 set, so a
+/// word xor kW0 is never 0 (a zero factor would forget the state). A collision costs only a
+/// cache miss: match_prefix compares the tokens before it reuses a block.
 uint64_t block_hash(uint64_t parent, const TokenId* tokens, int n) {
-  constexpr uint64_t kP1 = 0x9e3779b185ebca87ull, kP2 = 0xc2b2ae3d27d4eb4full;
-  uint64_t lane[4] = {parent, parent ^ kP1, parent ^ kP2, parent + kP1 + kP2};
-  auto pair = [tokens](int i) {
-    return uint64_t{static_cast<uint32_t>(tokens[i])} | uint64_t{static_cast<uint32_t>(tokens[i + 1])} << 32;
-  };
+  constexpr uint64_t kW0 = 0xe7037ed1a0b428dbull, kW1 = 0x8ebc6af09c88c6e3ull, kEnd = 0x589965cc75374cc3ull;
+  uint64_t h = parent ^ 0xa0761d6478bd642full;
   int i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 4; ++k) lane[k] = std::rotl(lane[k] + pair(i + 2 * k) * kP2, 31) * kP1;
-  uint64_t h = splitmix64(lane[0] ^ std::rotl(lane[1], 7) ^ std::rotl(lane[2], 12) ^ std::rotl(lane[3], 18));
-  for (; i < n; ++i) h = splitmix64(h ^ static_cast<uint32_t>(tokens[i]));  // a block size not a multiple of 8
-  return splitmix64(h ^ static_cast<uint64_t>(n));
+  for (; i + 4 <= n; i += 4) {
+    uint64_t a, b;
+    std::memcpy(&a, tokens + i, sizeof a);  // tokens i and i + 1
+    std::memcpy(&b, tokens + i + 2, sizeof b);
+    h = mum(a ^ kW0, b ^ h ^ kW1);
+  }
+  for (; i < n; ++i) h = mum(uint64_t{static_cast<uint32_t>(tokens[i])} ^ kW0, h ^ kW1);  // a block size not a multiple of 4
+  return mum(h ^ kEnd, static_cast<uint64_t>(n) ^ kW1);
 }
 
 constexpr kv_checks::Checks kPaged{"paged"};  // messages name the manager
@@ -102,8 +112,8 @@ void PagedKvManager::unlink_free(int32_t b) {
 
 void PagedKvManager::forget_hash(Block& blk, int32_t b) {
   if (!blk.hashed) return;
-  by_hash_.erase_if(blk.hash, b);
-  blk.hashed = false;
+  if (blk.indexed) by_hash_.erase_if(blk.hash, b);
+  blk.hashed = blk.indexed = false;
 }
 
 int32_t PagedKvManager::take_fresh(uint64_t owner, int32_t prev, int want, bool tail) {
@@ -113,7 +123,8 @@ int32_t PagedKvManager::take_fresh(uint64_t owner, int32_t prev, int want, bool 
     evict(prev + 1);
     evict_run(prev + 1, prev + 1, want, false);
   }
-  int32_t b = runs_.take(owner, prev, want, tail, free_head_ == kNone);
+  const bool may_split = free_head_ == kNone;
+  int32_t b = runs_.can_serve(owner, tail, may_split) ? runs_.take(owner, prev, want, tail, may_split) : kNone;
   if (b == kNone) {  // no free block left outside the prefix cache (or only others' reservations)
     if (free_head_ == kNone) throw std::logic_error("paged KV: out of free blocks; call can_allocate/can_grow first");
     // The least recently freed block, with the ones freed with it that lie beside it (a released
@@ -124,8 +135,8 @@ int32_t PagedKvManager::take_fresh(uint64_t owner, int32_t prev, int want, bool 
       if (free_head_ == lo - 1) --lo; else ++hi;
       evict(free_head_);
     }
-    evict_run(lo, hi, want, true);
-    b = runs_.take(owner, prev, want, tail, false);  // the run just freed, not a reservation
+    extend_evicted(lo, hi, want, true);
+    b = runs_.take_run(owner, prev, lo, hi + 1, want, tail);  // the run just freed, not a reservation
   }
   Block& blk = blocks_[b];
   blk.in_free = false;
@@ -142,15 +153,22 @@ void PagedKvManager::evict(int32_t b) {
   forget_hash(blk, b);
   blk.in_free = true;  // still free, now in runs_
   ++n_free_;
+  // The next block evicted is most often the new head of the list, whose line unlink_free just
+  // wrote: fetch its index slot now (a cache miss a block otherwise, in that eviction's erase).
+  if (free_head_ != kNone && blocks_[free_head_].indexed) by_hash_.prefetch(blocks_[free_head_].hash);
 }
 
-void PagedKvManager::evict_run(int32_t lo, int32_t hi, int want, bool both_ways) {
+void PagedKvManager::extend_evicted(int32_t& lo, int32_t& hi, int want, bool both_ways) {
   const int n = std::min(want, kMaxEvictRun);
   while (hi - lo + 1 < n) {
     if (cached_free(hi + 1)) evict(++hi);
     else if (both_ways && cached_free(lo - 1)) evict(--lo);
     else break;
   }
+}
+
+void PagedKvManager::evict_run(int32_t lo, int32_t hi, int want, bool both_ways) {
+  extend_evicted(lo, hi, want, both_ways);
   runs_.add_range(lo, hi + 1);
 }
 
@@ -158,7 +176,7 @@ void PagedKvManager::unref(int32_t b) {
   Block& blk = blocks_[b];
   if (--blk.ref > 0) return;
   blk.owner = kNoSeq;
-  if (blk.hashed && by_hash_.find(blk.hash) == b) {
+  if (blk.indexed) {
     push_free_back(b);  // still a cached prefix: evicted only after blocks freed before it
   } else {
     forget_hash(blk, b);
@@ -365,14 +383,30 @@ void PagedKvManager::on_computed(Sequence& seq) {
   seq.kv.register_at = (n_full + 1) * block_size_;
   uint64_t parent = i > 0 ? blocks_[table[i - 1]].hash : root_hash(seq.cache_salt, seq.lora_id);
   seq.kv.n_registered = n_full;
-  for (; i < n_full; ++i) {
-    const TokenId* t = seq.tokens.data() + static_cast<size_t>(i) * block_size_;
+  if (block_size_ == 16) register_blocks<16>(seq, i, n_full, parent);  // the default block size
+  else register_blocks<0>(seq, i, n_full, parent);
+}
+
+template <int kBlock>
+void PagedKvManager::register_blocks(Sequence& seq, int first, int n_full, uint64_t parent) {
+  // A block size known here unrolls the hash's rounds and makes the copy four vector moves (a
+  // memcpy call a block otherwise).
+  const int n = kBlock > 0 ? kBlock : block_size_;
+  const auto& table = seq.kv.blocks;
+  // The hashes first, each one's index slot fetched as it is known, then the copies and the
+  // inserts: the slots are scattered over the index (a cache miss each), and a prefill registers
+  // tens of blocks at once.
+  for (int i = first; i < n_full; ++i) {
     Block& blk = blocks_[table[i]];
-    blk.hash = block_hash(parent, t, block_size_);
-    blk.hashed = true;
-    std::copy_n(t, block_size_, block_tokens_.data() + size_t(table[i]) * size_t(block_size_));
-    by_hash_.insert_if_absent(blk.hash, table[i]);  // identical content already cached: keep the first
+    blk.hash = block_hash(parent, seq.tokens.data() + static_cast<size_t>(i) * n, n);
+    by_hash_.prefetch(blk.hash);
     parent = blk.hash;
+  }
+  for (int i = first; i < n_full; ++i) {
+    Block& blk = blocks_[table[i]];
+    blk.hashed = true;
+    std::copy_n(seq.tokens.data() + static_cast<size_t>(i) * n, n, block_tokens_.data() + size_t(table[i]) * size_t(n));
+    blk.indexed = by_hash_.insert_if_absent(blk.hash, table[i]);  // identical content already cached: keep the first
   }
 }
 
@@ -473,6 +507,9 @@ void PagedKvManager::check_invariants(std::span<const Sequence* const> live) con
     if (blk.ref != refs[b])
       fail("block " + str(b) + " has ref " + str(blk.ref) + " but " + str(refs[b]) + " live table reference(s)");
     if (blk.ref == 0) ++n_unreferenced;
+    if (blk.indexed != (blk.hashed && by_hash_.find(blk.hash) == b))
+      fail("block " + str(b) + (blk.indexed ? " counts itself" : " does not count itself") +
+           " as its hash's entry in the prefix cache, which names block " + str(by_hash_.find(blk.hash)));
     if (blk.in_free != (blk.ref == 0)) fail("block " + str(b) + " with ref " + str(blk.ref) + (blk.in_free ? " is" : " is not") + " on the free list");
   }
   std::vector<char> on_list(blocks_.size(), 0);

@@ -89,14 +89,20 @@ class PagedKvManager final : public KvManager {
   /// Most cached blocks evicted at once to start a run (512 KB of K at 2 KB slot rows, block 16).
   static constexpr int kMaxEvictRun = 32;
 
-  struct Block {
+  /// 32 bytes, aligned so that none straddles two cache lines (the flags beside ref: 40 bytes
+  /// with in_free at the end).
+  struct alignas(32) Block {
     int ref = 0;
     bool hashed = false;           ///< hash and block_tokens_' row are valid: the block is full and computed
+    /// by_hash_ maps hash to this block (hashed, and not a later copy of a cached block's
+    /// content): freed, it stays cached. Kept here so a release reads no index entry.
+    bool indexed = false;
+    bool in_free = false;          ///< ref == 0: on the cached free list (hashed) or in runs_
     uint64_t hash = 0;             ///< chained hash of the prefix ending with this block
     uint64_t owner = kNoSeq;       ///< seq that took it from the free list (sharing bookkeeping)
     int32_t prev = kNone, next = kNone;  ///< links of the cached free list
-    bool in_free = false;          ///< ref == 0: on the cached free list (hashed) or in runs_
   };
+  static_assert(sizeof(Block) == 32);
 
   /// Blocks at the start of seq's prompt found in the prefix cache (never the block holding the
   /// last prompt token). The answer lives in a scratch vector reused by every call (no per-call
@@ -134,6 +140,13 @@ class PagedKvManager final : public KvManager {
   /// [lo, hi] evicted already: evicts the cached free blocks after hi (and before lo when
   /// both_ways) while they extend it to min(want, kMaxEvictRun) blocks; hands it to runs_.
   void evict_run(int32_t lo, int32_t hi, int want, bool both_ways);
+  /// evict_run's extension of [lo, hi], without handing the run to runs_.
+  void extend_evicted(int32_t& lo, int32_t& hi, int want, bool both_ways);
+  /// on_computed's work on seq's table blocks [first, n_full): each one's hash chained from
+  /// parent, its tokens copied, its index entry. kBlock: the block size when known at compile time
+  /// (16, the default), else 0.
+  template <int kBlock>
+  void register_blocks(Sequence& seq, int first, int n_full, uint64_t parent);
   /// Appends fresh blocks to seq's table until it holds n_tokens positions.
   void append_fresh(Sequence& seq, int n_tokens);
   /// Drops one reference; a block reaching 0 goes back to the free list.

@@ -33,13 +33,15 @@ class PrefixIndex {
     }
   }
   /// Registers block under hash unless hash is already there (the first one stays, as
-  /// unordered_map::try_emplace). Callers keep at most one entry per block, so it never fills.
-  void insert_if_absent(uint64_t hash, int32_t block) {
+  /// unordered_map::try_emplace); true when it did. Callers keep at most one entry per block, so
+  /// it never fills.
+  bool insert_if_absent(uint64_t hash, int32_t block) {
     size_t i = home(hash);
     for (; slots_[i].block != kAbsent; i = (i + 1) & mask_)
-      if (slots_[i].hash == hash) return;
+      if (slots_[i].hash == hash) return false;
     slots_[i] = {hash, block};
     ++size_;
+    return true;
   }
   /// Drops hash's entry if it names block (another block may own that hash).
   void erase_if(uint64_t hash, int32_t block) {
@@ -60,6 +62,8 @@ class PrefixIndex {
     slots_[hole] = Slot{};
     --size_;
   }
+  /// Starts loading hash's home slot into the cache (a hint: no effect on the contents).
+  void prefetch(uint64_t hash) const { __builtin_prefetch(slots_.data() + home(hash)); }
   /// Calls f(hash, block) for every entry (invariant checks), in table order.
   template <class F>
   void for_each(F&& f) const {

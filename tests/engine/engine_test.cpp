@@ -102,6 +102,18 @@ TEST(EngineAdd, MalformedRequestsAreRejectedWithTheirReason) {
   Request bad_token = make_request(1, 5, 4);
   bad_token.prompt[3] = 256;
   EXPECT_NE(engine.add(bad_token, 0.0)->error.find("index 3"), std::string::npos);
+  // Prompts long enough for the vectorised check's body: a negative id, one just past the
+  // vocabulary, and the last id in it (accepted).
+  for (const auto& [at, id] : {std::pair{37, -1}, std::pair{21, 256}, std::pair{20, std::numeric_limits<int>::min()}}) {
+    Request r = make_request(4, 40, 4);
+    r.prompt[static_cast<size_t>(at)] = id;
+    const auto got = engine.add(r, 0.0);
+    ASSERT_TRUE(got.has_value()) << id;
+    EXPECT_NE(got->error.find("index " + std::to_string(at)), std::string::npos) << got->error;
+  }
+  Request last_id = make_request(5, 40, 4);
+  last_id.prompt[33] = 255;
+  EXPECT_FALSE(engine.add(last_id, 0.0).has_value());
   Request bad_temp = make_request(2, 5, 4);
   bad_temp.sampling.temperature = -1.0f;
   EXPECT_NE(engine.add(bad_temp, 0.0)->error.find("temperature"), std::string::npos);

@@ -288,7 +288,9 @@ RunResult run_decode_steps(Engine& engine, std::vector<Timed> items, int& n_deco
 // pass makes: arrivals land between them (admitted or held back by a full arena), sequences
 // finish by length and by eos inside them,
 // blocks of 4 fill every fourth decode, a small arena preempts, a request of two parallel samples
-// and one whose prefix is cached run beside them. Every record, step time and token is the same.
+// and one whose prefix is cached run beside them. Every record, step time and token is the same;
+// and an engine that keeps no token times (Engine::set_token_times(false), as capacity probes
+// run) gives each record the first token's time and the length the times would give.
 TEST(SimShapeStep, DecodeStepsWithoutAPassRunAsScheduledOnes) {
   for (const bool chunked : {false, true}) {
     std::vector<Timed> items;
@@ -308,6 +310,12 @@ TEST(SimShapeStep, DecodeStepsWithoutAPassRunAsScheduledOnes) {
     const RunResult a = run_virtual(stepped, items);
     int n_decode_steps = 0, n_tokens = 0;
     const RunResult b = run_decode_steps(decoded, items, n_decode_steps, n_tokens);
+    Engine timeless(config, sim_backend(model));
+    timeless.set_kv_breakdown(false);
+    timeless.set_token_times(false);
+    int n_timeless_steps = 0, n_timeless_tokens = 0;
+    const RunResult c = run_decode_steps(timeless, items, n_timeless_steps, n_timeless_tokens);
+    EXPECT_EQ(c.steps.size(), a.steps.size()) << "chunked " << chunked;
     ASSERT_EQ(b.steps.size(), a.steps.size()) << "chunked " << chunked;
     // Without chunked prefill most steps; with it, those with nothing waiting.
     EXPECT_GT(n_decode_steps, static_cast<int>(a.steps.size()) / (chunked ? 5 : 2)) << "chunked " << chunked;
@@ -331,6 +339,12 @@ TEST(SimShapeStep, DecodeStepsWithoutAPassRunAsScheduledOnes) {
       EXPECT_EQ(g.first_token_s, f.first_token_s) << "request " << id;
       EXPECT_EQ(g.end_s, f.end_s) << "request " << id;
       EXPECT_EQ(g.preemptions, f.preemptions) << "request " << id;
+      const FinishedRequest& h = c.at(id);
+      EXPECT_TRUE(h.token_times_s.empty()) << "request " << id;
+      EXPECT_EQ(h.first_token_s, f.first_token_s) << "request " << id;
+      EXPECT_EQ(h.n_output, f.n_output) << "request " << id;
+      EXPECT_EQ(h.outputs, f.outputs) << "request " << id;
+      EXPECT_EQ(h.end_s, f.end_s) << "request " << id;
     }
     EXPECT_GT(n_eos, 0);
   }
