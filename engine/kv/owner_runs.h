@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/kv/probe_erase.h"
+
 namespace servelab {
 
 /// Blocks [begin, end) of the arena.
@@ -42,16 +44,8 @@ class OwnerRuns {
     for (; slots_[i].used; i = (i + 1) & mask_)
       if (slots_[i].owner == owner) break;
     if (!slots_[i].used) return;
-    // Backward shift: later entries of the probe run move into the hole (no tombstones).
-    size_t hole = i;
-    for (size_t j = (i + 1) & mask_; slots_[j].used; j = (j + 1) & mask_) {
-      const size_t h = home(slots_[j].owner);
-      const bool between = hole <= j ? (hole < h && h <= j) : (hole < h || h <= j);  // h in (hole, j]
-      if (between) continue;
-      slots_[hole] = slots_[j];
-      hole = j;
-    }
-    slots_[hole] = Slot{};
+    erase_backward_shift(
+        slots_, mask_, i, [](const Slot& s) { return s.used; }, [this](const Slot& s) { return home(s.owner); });
     --size_;
   }
   /// Calls f(owner, run) for every entry, in table order.

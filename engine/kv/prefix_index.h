@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/kv/probe_erase.h"
+
 namespace servelab {
 
 class PrefixIndex {
@@ -49,17 +51,9 @@ class PrefixIndex {
     for (; slots_[i].block != kAbsent; i = (i + 1) & mask_)
       if (slots_[i].hash == hash) break;
     if (slots_[i].block != block || block == kAbsent) return;
-    // Backward shift: move later entries of the probe run into the hole so lookups that probed
-    // past it still find them, leaving no tombstones.
-    size_t hole = i;
-    for (size_t j = (i + 1) & mask_; slots_[j].block != kAbsent; j = (j + 1) & mask_) {
-      const size_t h = home(slots_[j].hash);
-      const bool between = hole <= j ? (hole < h && h <= j) : (hole < h || h <= j);  // h in (hole, j]
-      if (between) continue;
-      slots_[hole] = slots_[j];
-      hole = j;
-    }
-    slots_[hole] = Slot{};
+    erase_backward_shift(
+        slots_, mask_, i, [](const Slot& s) { return s.block != kAbsent; },
+        [this](const Slot& s) { return home(s.hash); });
     --size_;
   }
   /// Starts loading hash's home slot into the cache (a hint: no effect on the contents).
