@@ -132,18 +132,22 @@ int32_t BlockRuns::take(uint64_t owner, int32_t prev, int32_t want, bool tail, b
   if (prev != kNone && prev + 1 < n_blocks_) {
     if (auto it = extent_of(prev + 1); it != ext_.end()) return take_from_extent(it, prev + 1, owner, want, tail);
   }
-  // A new run: the smallest extent that holds all owner will take, else the longest room.
+  // A new run: the smallest extent that holds all owner will take, else the longest room. The
+  // largest reservation (a walk of the table) is looked up at most once.
+  std::pair<int32_t, uint64_t> largest{-1, 0};
   if (!ext_by_len_.empty()) {
     auto fit = ext_by_len_.lower_bound({want, std::numeric_limits<int32_t>::min()});
     const bool fits = fit != ext_by_len_.end();
     if (!fits) fit = std::prev(ext_by_len_.end());
-    if (fits || !may_split || largest_reservation().first / 2 <= fit->first) {
+    if (!fits && may_split) largest = largest_reservation();
+    if (fits || !may_split || largest.first / 2 <= fit->first) {
       const int32_t b = fit->second;
       return take_from_extent(ext_.find(b), b, owner, want, tail);
     }
   }
   if (!may_split || resv_.size() == 0) return kNone;
-  return split_largest_reservation(owner, largest_reservation().second, want, tail);
+  if (largest.first < 0) largest = largest_reservation();
+  return split_largest_reservation(owner, largest.second, want, tail);
 }
 
 int32_t BlockRuns::take_run(uint64_t owner, int32_t prev, int32_t begin, int32_t end, int32_t want, bool tail) {
