@@ -13,15 +13,20 @@
 //   tensor_parallel 2 at batch 1 against the two GPUs' bandwidth bound: weight bytes /
 //   (2 x the copy bandwidth measured on each GPU first: cudaMemcpy of 2 GiB device to device,
 //   read + write bytes over time, median of 5).
-// Lines start with "tp-allreduce" / "tp-decode" / "tp-bound" so scripts/gpu-tp-check.sh can
+// - b1 (only when asked): batch-1 decode, TP=1 against TP=2 variants (host hand-offs, the fused
+//   norm, gemv K splits), each its own backend in one process.
+// - pool: the rank threads' host hand-off (RankPool::run of a task that does nothing), blocking
+//   against spinning (CudaBackendOptions::tp_spin_us); needs no GPU.
+// Lines start with "tp-pool" / "tp-allreduce" / "tp-decode" / "tp-bound" so scripts/gpu-tp-check.sh can
 // tabulate them.
 //   cmake --build build-gpu --target tp_bench && build-gpu/tp_bench [--model PRESET]
-//     [--bound-model PRESET] [--only allreduce|decode|bound]
+//     [--bound-model PRESET] [--only pool|allreduce|decode|bound|b1]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +34,7 @@
 #include "engine/backend/step_input.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/tp_backend.h"
+#include "engine/backend/cuda/tp_rank_pool.h"
 #include "engine/kv/kv_manager.h"
 #include "kernels/cuda_check.h"
 #include "tests/backend/backend_test_util.h"
@@ -116,10 +122,12 @@ struct Tp2Run {
   std::vector<double> step_s, comm_s;
 };
 
-Tp2Run run_tp2(const ModelConfig& config, TpAllReduce mode, const std::vector<int>& batches, bool fuse_norm = false) {
+Tp2Run run_tp2(const ModelConfig& config, TpAllReduce mode, const std::vector<int>& batches, bool fuse_norm = false,
+               int spin_us = CudaBackendOptions{}.tp_spin_us) {
   CudaBackendOptions o;
   o.tp_all_reduce = mode;
   o.tp_fuse_all_reduce_norm = fuse_norm;
+  o.tp_spin_us = spin_us;
   auto two = TpCudaBackend::random(config, 1, 2, o);
   std::printf("%s, %s\n", config.name.c_str(), two->describe().c_str());
   Tp2Run r;
@@ -142,6 +150,7 @@ void decode_step_tp2_vs_tp1(const std::string& model) {
   const Tp2Run nccl = run_tp2(config, TpAllReduce::nccl, batches);
   const Tp2Run ours = run_tp2(config, TpAllReduce::auto_select, batches);
   const Tp2Run fused = run_tp2(config, TpAllReduce::auto_select, batches, /*fuse_norm=*/true);
+  const Tp2Run blocking = run_tp2(config, TpAllReduce::auto_select, batches, false, /*spin_us=*/0);
   std::printf("tp-decode %6s %9s | %9s %8s %9s %7s | %9s %8s %9s %7s\n", "batch", "tp1_ms", "nccl_ms", "speedup",
               "comm_ms", "share", "ours_ms", "speedup", "comm_ms", "share");
   for (size_t i = 0; i < batches.size(); ++i)
@@ -154,6 +163,70 @@ void decode_step_tp2_vs_tp1(const std::string& model) {
   for (size_t i = 0; i < batches.size(); ++i)
     std::printf("tp-decode %6d %9.3f | %12.3f %7.2fx\n", batches[i], one_s[i] * 1e3, fused.step_s[i] * 1e3,
                 one_s[i] / fused.step_s[i]);
+  std::printf("tp-decode %6s %9s | %12s %8s  (ours with blocking host hand-offs: tp_spin_us 0, the default %d)\n",
+              "batch", "tp1_ms", "ours_block_ms", "speedup", CudaBackendOptions{}.tp_spin_us);
+  for (size_t i = 0; i < batches.size(); ++i)
+    std::printf("tp-decode %6d %9.3f | %12.3f %7.2fx\n", batches[i], one_s[i] * 1e3, blocking.step_s[i] * 1e3,
+                one_s[i] / blocking.step_s[i]);
+}
+
+/// Batch-1 decode step of `model`, TP=1 against TP=2 variants, each its own backend in this process:
+/// the defaults, blocking host hand-offs (tp_spin_us 0), the fused all-reduce + norm, and gemv K
+/// splits (decode.gemv_waves 1..3; 0, never, is the default).
+void batch1_variants(const std::string& model) {
+  const ModelConfig config = preset(model);
+  struct Variant {
+    const char* name;
+    int tp;
+    std::function<void(CudaBackendOptions&)> set;
+  };
+  const std::vector<Variant> variants = {
+      {"tp1", 1, [](CudaBackendOptions&) {}},
+      {"tp1 gemv_waves 2", 1, [](CudaBackendOptions& o) { o.decode.gemv_waves = 2; }},
+      {"tp2", 2, [](CudaBackendOptions&) {}},
+      {"tp2 spin 0", 2, [](CudaBackendOptions& o) { o.tp_spin_us = 0; }},
+      {"tp2 fused norm", 2, [](CudaBackendOptions& o) { o.tp_fuse_all_reduce_norm = true; }},
+      {"tp2 gemv_waves 1", 2, [](CudaBackendOptions& o) { o.decode.gemv_waves = 1; }},
+      {"tp2 gemv_waves 2", 2, [](CudaBackendOptions& o) { o.decode.gemv_waves = 2; }},
+      {"tp2 gemv_waves 3", 2, [](CudaBackendOptions& o) { o.decode.gemv_waves = 3; }},
+      {"tp2", 2, [](CudaBackendOptions&) {}},  // the default again: the run's drift
+  };
+  double tp1 = 0.0;
+  for (const Variant& v : variants) {
+    CudaBackendOptions o;
+    v.set(o);
+    double s = 0.0;
+    if (v.tp == 1) {
+      auto one = CudaBackend::random(config, 1, o);
+      s = decode_step_s(*one, 1, config.vocab_size);
+      if (tp1 == 0.0) tp1 = s;
+    } else {
+      auto two = TpCudaBackend::random(config, 1, 2, o);
+      s = decode_step_s(*two, 1, config.vocab_size);
+    }
+    std::printf("tp-b1 %-18s %8.3f ms  %5.3fx the first tp1\n", v.name, s * 1e3, tp1 / s);
+  }
+}
+
+/// RankPool's round trip with a task that does nothing (the host hand-off a step pays on top of
+/// its forward): blocking (spin 0) against spinning, median and p90 of 2,000 calls, microseconds.
+void pool_round_trip() {
+  for (int spin : {0, CudaBackendOptions{}.tp_spin_us}) {
+    cuda::RankPool pool(2, spin);
+    std::vector<double> t;
+    const std::function<void(int)> nothing = [](int) {};
+    for (int i = 0; i < 2200; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      pool.run(nothing, 60.0);
+      if (i >= 200) t.push_back(seconds_since(t0) * 1e6);
+      // the engine's host work between steps, ~100 us
+      for (auto w = std::chrono::steady_clock::now(); seconds_since(w) < 100e-6;) {
+      }
+    }
+    std::sort(t.begin(), t.end());
+    std::printf("tp-pool spin_us %5d: round trip median %.1f us, p90 %.1f us, max %.1f us\n", spin, t[t.size() / 2],
+                t[t.size() * 9 / 10], t.back());
+  }
 }
 
 /// Device-to-device copy bandwidth of `device` (read + write bytes / time), GB/s.
@@ -212,10 +285,13 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--bound-model") && i + 1 < argc) bound_model = argv[++i];
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else {
-      std::fprintf(stderr, "usage: tp_bench [--model PRESET] [--bound-model PRESET] [--only allreduce|decode|bound]\n");
+      std::fprintf(stderr, "usage: tp_bench [--model PRESET] [--bound-model PRESET] [--only pool|allreduce|decode|bound|b1]\n");
       return 2;
     }
   }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines survive a timeout
+  if (only.empty() || only == "pool") servelab::pool_round_trip();  // host threads only: no GPU needed
+  if (only == "pool") return 0;
   if (servelab::cuda_device_count() < 2) {
     std::fprintf(stderr, "tp_bench: needs 2 CUDA devices\n");
     return 1;
@@ -224,9 +300,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tp_bench: servelab was built without NCCL\n");
     return 1;
   }
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines survive a timeout
   if (only.empty() || only == "allreduce") servelab::all_reduce_nccl_vs_ours();
   if (only.empty() || only == "decode") servelab::decode_step_tp2_vs_tp1(model);
   if (only.empty() || only == "bound") servelab::bound(bound_model);
+  if (only == "b1") servelab::batch1_variants(model);
   return 0;
 }

@@ -18,6 +18,7 @@ void CudaBackendOptions::validate() const {
   if (device < 0) throw std::invalid_argument("device must be >= 0 (got " + std::to_string(device) + ")");
   if (!(tp_timeout_s > 0.0))
     throw std::invalid_argument("tp_timeout_s must be > 0 seconds (got " + std::to_string(tp_timeout_s) + ")");
+  if (tp_spin_us < 0) throw std::invalid_argument("tp_spin_us must be >= 0 (got " + std::to_string(tp_spin_us) + ")");
   if (tp_all_reduce_max_bytes < 16 || tp_all_reduce_max_bytes > (int64_t(1) << 30) || tp_all_reduce_max_bytes % 16)
     throw std::invalid_argument("all_reduce_max_bytes must be a multiple of 16 in [16, 1 GiB] (got " +
                                 std::to_string(tp_all_reduce_max_bytes) + ")");

@@ -105,6 +105,11 @@ struct CudaBackendOptions {
   /// tests pass and llama2-13b's decode is level at batch 1 and 2% faster at batch 32 in four
   /// runs, but one earlier run was 1.5x slower at batch 32, unexplained (docs/tensor-parallel.md).
   bool tp_fuse_all_reduce_norm = false;
+  /// Tensor parallelism's host hand-offs (RankPool, tp_rank_pool.h): the rank threads poll this
+  /// many microseconds for the next step before they sleep, and the caller polls for a step's end;
+  /// 0 hands every step over through condition variables (a sleeping thread's wake-up on the
+  /// step's critical path).
+  int tp_spin_us = 2000;
   DecodePathOptions decode;  ///< decode products: gemv or cuBLASLt, PDL, fused SiLU
   /// The decoder Linears' format (`quantization:`), quantized on load from the bf16 weights
   /// (engine/backend/cuda/quant_linear.h): fp8 (per-tensor scales and activations, or per-channel
@@ -129,7 +134,7 @@ struct CudaBackendOptions {
   /// output and down projections of layers from from_layer on multiplied by scale after they are
   /// drawn or loaded, before quantization. One GPU only (TpCudaBackend refuses it).
   std::optional<ResidualScale> residual_scale;
-  /// Names the bad field: device < 0, tp_timeout_s <= 0, tp_all_reduce_max_bytes outside
+  /// Names the bad field: device < 0, tp_timeout_s <= 0, tp_spin_us < 0, tp_all_reduce_max_bytes outside
   /// [16, 1 GiB] or not a multiple of 16, tp_all_reduce custom with dtype f16, decode.gemv_waves < 0, decode.gemv_loop outside 0..3, a dtype other than bf16 / f16, or f16 in a build without the
   /// fp16 kernels; quantization with dtype f16 or batch_invariant.
   void validate() const;

@@ -204,7 +204,7 @@ std::unique_ptr<TpCudaBackend::Impl> TpCudaBackend::build(const ModelConfig& con
   impl->options = o;
   impl->tps.resize(n_ranks);
   impl->ranks.resize(n_ranks);
-  impl->pool = std::make_unique<cuda::RankPool>(n_ranks);
+  impl->pool = std::make_unique<cuda::RankPool>(n_ranks, o.tp_spin_us);
   const cuda::TpPlan& plan = impl->plan;
   // Weights and buffers first (a rank that fails here leaves no peer waiting in NCCL init)...
   impl->pool->run([&](int r) {
