@@ -171,7 +171,8 @@ void decode_step_tp2_vs_tp1(const std::string& model) {
 }
 
 /// Batch-1 decode step of `model`, TP=1 against TP=2 variants, each its own backend in this process:
-/// the defaults, blocking host hand-offs (tp_spin_us 0), the fused all-reduce + norm, and gemv K
+/// the defaults, blocking host hand-offs (tp_spin_us 0), the fused all-reduce + norm (with the O
+/// and down products pushing their rows themselves: tp_push_from_product), and gemv K
 /// splits (decode.gemv_waves 1..3; 0, never, is the default).
 void batch1_variants(const std::string& model) {
   const ModelConfig config = preset(model);
@@ -186,10 +187,20 @@ void batch1_variants(const std::string& model) {
       {"tp2", 2, [](CudaBackendOptions&) {}},
       {"tp2 spin 0", 2, [](CudaBackendOptions& o) { o.tp_spin_us = 0; }},
       {"tp2 fused norm", 2, [](CudaBackendOptions& o) { o.tp_fuse_all_reduce_norm = true; }},
+      {"tp2 fused + push", 2,
+       [](CudaBackendOptions& o) {
+         o.tp_fuse_all_reduce_norm = true;
+         o.tp_push_from_product = true;
+       }},
       {"tp2 gemv_waves 1", 2, [](CudaBackendOptions& o) { o.decode.gemv_waves = 1; }},
       {"tp2 gemv_waves 2", 2, [](CudaBackendOptions& o) { o.decode.gemv_waves = 2; }},
       {"tp2 gemv_waves 3", 2, [](CudaBackendOptions& o) { o.decode.gemv_waves = 3; }},
       {"tp2", 2, [](CudaBackendOptions&) {}},  // the default again: the run's drift
+      {"tp2 fused + push", 2,
+       [](CudaBackendOptions& o) {
+         o.tp_fuse_all_reduce_norm = true;
+         o.tp_push_from_product = true;
+       }},
   };
   double tp1 = 0.0;
   for (const Variant& v : variants) {

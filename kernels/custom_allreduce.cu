@@ -223,7 +223,7 @@ __global__ void __launch_bounds__(512) lamport(LamportPeers p, uint32_t* counter
 __global__ void __launch_bounds__(kNormThreads) lamport_add_rms_norm(
     LamportPeers p, uint32_t* counters, volatile uint32_t* status, const uint4* delta, uint4* residual,
     const uint4* weight, uint4* out, int rows, int d, float eps, int64_t slot_vec, int rank, int n,
-    uint64_t timeout_ns) {
+    uint64_t timeout_ns, bool pushed) {
   const int nv = d / 8;
   Vec8 wv[kNormCache];
 #pragma unroll
@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(kNormThreads) lamport_add_rms_norm(
   pdl_wait();
   pdl_launch_dependents();
   const int64_t buf = int64_t(next_call(counters) % 3) * n * slot_vec;
-  for (int row = blockIdx.x; row < rows; row += gridDim.x)
+  for (int row = blockIdx.x; row < rows && !pushed; row += gridDim.x)  // pushed: the product did it
     for (int v = threadIdx.x; v < nv; v += kNormThreads) {
       const int64_t e = int64_t(row) * nv + v;
       const uint4 x = positive_zeros(delta[e]);
@@ -418,7 +418,7 @@ bool CustomAllReduce::fuses_add_rms_norm(int64_t rows, int d) const {
 }
 
 void CustomAllReduce::run_add_rms_norm(int rank, const void* delta, void* residual, const void* weight, void* out,
-                                       int rows, int d, float eps, cudaStream_t stream) const {
+                                       int rows, int d, float eps, cudaStream_t stream, bool pushed) const {
   if (rank < 0 || rank >= n_) throw std::invalid_argument("CustomAllReduce::run_add_rms_norm: bad rank");
   if (!fuses_add_rms_norm(rows, d))
     throw std::invalid_argument("CustomAllReduce::run_add_rms_norm: " + std::to_string(rows) + " rows of " +
@@ -431,7 +431,19 @@ void CustomAllReduce::run_add_rms_norm(int rank, const void* delta, void* residu
   for (int r = 0; r < n_; ++r) lp.buf[r] = static_cast<uint4*>(lamport_[r]);
   launch_pdl(lamport_add_rms_norm, blocks_, kNormThreads, 0, stream, lp, lamport_counters_[rank], status_,
              static_cast<const uint4*>(delta), static_cast<uint4*>(residual), static_cast<const uint4*>(weight),
-             static_cast<uint4*>(out), rows, d, eps, int64_t(lamport_max_bytes_ / 16), rank, n_, spin_timeout_ns_);
+             static_cast<uint4*>(out), rows, d, eps, int64_t(lamport_max_bytes_ / 16), rank, n_, spin_timeout_ns_, pushed);
+}
+
+LamportPush CustomAllReduce::lamport_push(int rank) const {
+  if (rank < 0 || rank >= n_) throw std::invalid_argument("CustomAllReduce::lamport_push: bad rank");
+  LamportPush p;
+  if (lamport_max_bytes_ == 0) return p;  // n == 0: no push
+  for (int r = 0; r < n_; ++r) p.buf[r] = lamport_[r];
+  p.counter = lamport_counters_[rank];
+  p.slot_elems = lamport_max_bytes_ / 2;
+  p.rank = rank;
+  p.n = n_;
+  return p;
 }
 
 }  // namespace servelab::kernels

@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/lamport_push.h"
+
 namespace servelab::kernels {
 
 class CustomAllReduce {
@@ -56,8 +58,12 @@ class CustomAllReduce {
   /// run(lamport) then kernels::add_rms_norm, one kernel instead of two. bf16; needs
   /// fuses_add_rms_norm(rows, d). Shares lamport's buffers and call counters: a call of either
   /// counts for both, and every rank makes the same sequence of them.
+  /// pushed: the product that wrote delta already stored it into the peers' buffers
+  /// (lamport_push(rank) given to run_gemv), so this kernel only waits for theirs.
   void run_add_rms_norm(int rank, const void* delta, void* residual, const void* weight, void* out, int rows, int d,
-                        float eps, cudaStream_t stream) const;
+                        float eps, cudaStream_t stream, bool pushed = false) const;
+  /// Where rank's product stores its rows for a pushed run_add_rms_norm (lamport_push.h).
+  LamportPush lamport_push(int rank) const;
   /// d % 8 == 0, d <= 8192 (a row in registers) and rows · d · 2 <= lamport_max_bytes().
   bool fuses_add_rms_norm(int64_t rows, int d) const;
   /// Nanoseconds a block waits at the barrier for a peer before it gives up (default 10 s). Read

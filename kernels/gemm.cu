@@ -252,4 +252,13 @@ void Gemm::run(ScalarType t, const void* x, const void* w, void* y, int m, int n
                               workspace_bytes_, stream));
 }
 
+bool Gemm::run_pushed(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, const LamportPush& push,
+                      cudaStream_t stream) {
+  if (m == 0 || t != ScalarType::bf16 || !uses_gemv(t, x, w, m, n, k)) return false;
+  const gemv::Plan plan = gemv_plan(n, k);
+  if (!gemv_split_k_ && plan.splits != 1) return false;
+  run_gemv(t, x, w, y, m, n, k, false, false, plan, gemv_partials_, gemv_counters_, stream, push);
+  return true;
+}
+
 }  // namespace servelab::kernels

@@ -11,6 +11,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/gemv_plan.h"
+#include "kernels/lamport_push.h"
 
 namespace servelab::kernels {
 
@@ -30,8 +31,11 @@ int gemv_blocks_per_sm();
 /// fp32 accumulation in a fixed order (deterministic, and a row's result does not depend on m).
 /// When plan.splits > 1 it needs partials [plan.partial_floats()] and counters [plan.row_blocks]
 /// zeroed ints (left zeroed), used by one stream at a time. Throws std::invalid_argument otherwise.
+/// push (active): each bf16 output value also goes into this rank's slot of the peers' lamport
+/// buffers (lamport_push.h), for CustomAllReduce::run_add_rms_norm(pushed) after it.
 void run_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, bool out_fp32, bool accumulate,
-              const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream);
+              const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream,
+              const LamportPush& push = {});
 
 /// Fused gate|up product and SiLU·mul for gemv_supported shapes (with n = 2 * ffn): w [2 * ffn, k]
 /// is the merged [gate; up] projection, act [m, ffn] = silu(x · gateᵀ) * (x · upᵀ), each half
@@ -63,6 +67,10 @@ class Gemm {
   /// y = x · wᵀ (+ y when accumulate). out_fp32 selects a float output.
   void run(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, bool out_fp32,
            cudaStream_t stream, bool accumulate = false);
+  /// run() of a bf16 product that gemv takes, its rows also pushed into the peers' lamport
+  /// buffers (run_gemv's push); false, nothing enqueued, when gemv would not take it.
+  bool run_pushed(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, const LamportPush& push,
+                  cudaStream_t stream);
 
   /// Turns the skinny path on or off (kernel_bench compares both in one run).
   void set_use_gemv(bool on) { use_gemv_ = on; }

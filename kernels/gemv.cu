@@ -22,6 +22,7 @@
 #include "kernels/gemm.h"
 #include "kernels/gemv_plan.h"
 #include "kernels/gemv_reduce.cuh"
+#include "kernels/lamport_push.h"
 
 namespace servelab::kernels {
 namespace {
@@ -139,6 +140,7 @@ struct Params {
   float* partials;     ///< [row_blocks, splits, kPartialFloats] when splits > 1
   int32_t* counters;   ///< [row_blocks], zero between launches
   int silu_ffn;        ///< > 0: fused SiLU·mul, w = [gate; up] (n = 2 * silu_ffn), y [m, silu_ffn]
+  LamportPush push;    ///< active: y's values also go into the peers' lamport buffers (lamport_push.h)
 };
 
 /// kVariant (gemv::Plan::variant): bit 0 = rolling two-step pipeline (a step's loads are issued
@@ -240,7 +242,10 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
   const int nn = n0 + tid % kBlockRows;
   if (mm < p.m && nn < p.n) {
     OutT* y = static_cast<OutT*>(p.y) + int64_t(mm) * p.n + nn;
-    *y = out_from_float<OutT>(p.accumulate ? sum + out_to_float<OutT>(*y) : sum);
+    const OutT v = out_from_float<OutT>(p.accumulate ? sum + out_to_float<OutT>(*y) : sum);
+    *y = v;
+    if constexpr (std::is_same_v<OutT, __nv_bfloat16>)
+      if (p.push.active()) lamport_push_value(p.push, int64_t(mm) * p.n + nn, v);
   }
 }
 
@@ -288,13 +293,16 @@ int gemv_blocks_per_sm() {
 }
 
 void run_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, bool out_fp32, bool accumulate,
-              const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream) {
+              const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream, const LamportPush& push) {
   if (!gemv_supported(t, x, w, m, n, k))
     throw std::invalid_argument("run_gemv: unsupported product M=" + std::to_string(m) + " N=" + std::to_string(n) +
                                 " K=" + std::to_string(k) + " (needs 1 <= M <= 8, N >= 1, K a multiple of 8, "
                                 "16-byte aligned x and w)");
   check_plan(plan, n, k, partials, counters);
-  Params p{x, w, y, m, n, k, accumulate, plan, partials, counters, 0};
+  if (push.active() && (t != ScalarType::bf16 || out_fp32 || !push.counter || push.n > LamportPush::kMaxRanks ||
+                        int64_t(m) * n > push.slot_elems))
+    throw std::invalid_argument("run_gemv: a lamport push needs bf16 output that fits a slot");
+  Params p{x, w, y, m, n, k, accumulate, plan, partials, counters, 0, push};
   SERVELAB_DISPATCH_16(t, launch<__nv_bfloat16>(p, out_fp32, stream), launch<__half>(p, out_fp32, stream));
 }
 
@@ -305,7 +313,7 @@ void run_gemv_silu_mul(ScalarType t, const void* x, const void* w, void* act, in
                                 std::to_string(ffn) + " K=" + std::to_string(k) +
                                 " (needs 1 <= M <= 8, FFN >= 1, K a multiple of 8, 16-byte aligned x and w)");
   check_plan(plan, 2 * ffn, k, partials, counters);
-  Params p{x, w, act, m, 2 * ffn, k, false, plan, partials, counters, ffn};
+  Params p{x, w, act, m, 2 * ffn, k, false, plan, partials, counters, ffn, LamportPush{}};
   SERVELAB_DISPATCH_16(t, launch<__nv_bfloat16>(p, false, stream), launch<__half>(p, false, stream));
 }
 

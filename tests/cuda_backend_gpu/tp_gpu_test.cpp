@@ -9,6 +9,7 @@
 // 2 GPUs or without NCCL; the tensor_parallel 4 cases also run where 4 GPUs are present.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <ostream>
@@ -149,6 +150,42 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TpGpu,
                                            Case{"llama3_8b_tp4_graphs_paged", "llama3-8b", true, KvKind::paged, 4},
                                            Case{"llama2_13b_tp4_graphs_paged", "llama2-13b", true, KvKind::paged, 4}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// The O and down products' rows pushed into the peers' lamport buffers from gemv's epilogue
+// (tp_push_from_product) give the logits of the fused all-reduce + norm without it, bit for bit:
+// eager and replayed decode steps of 1-3 rows (gemv's shapes), a prefill (cuBLASLt: not pushed).
+TEST(TpGpuPush, PushedProductsGiveTheBitsOfTheFusedAllReduce) {
+  SKIP_WITHOUT_TWO_GPUS();
+  const std::string dir = synth(two_layers("llama2-13b"));
+  CudaBackendOptions fused{.tp_fuse_all_reduce_norm = true}, pushed = fused;
+  pushed.tp_push_from_product = true;
+  auto a = TpCudaBackend::load(dir, 2, fused), b = TpCudaBackend::load(dir, 2, pushed);
+  a->init_kv(kSlots);
+  b->init_kv(kSlots);
+  auto kv = make_kv(KvKind::paged);
+  const int vocab = a->config().vocab_size;
+  std::vector<Sequence> seqs;
+  for (int i = 0; i < 3; ++i) seqs.push_back(make_sequence(i + 1, random_tokens(20 + 7 * i, vocab, 40 + i)));
+  int64_t compared = 0;
+  for (int step = 0; step < 7; ++step) {  // a prefill, then decodes: eager, capture, replays
+    Batch batch;
+    for (Sequence& s : seqs) {
+      s.sampling.max_tokens = 20;
+      if (step > 0) s.tokens.push_back(static_cast<TokenId>(200 + step));
+      hold(*kv, s, s.n_tokens());
+      batch.entries.push_back({&s, s.n_tokens() - s.n_computed, true});
+    }
+    const std::vector<float> want = a->logits(make_step(*a, batch, *kv));
+    const std::vector<float> got = b->logits(make_step(*b, batch, *kv));
+    ASSERT_EQ(got.size(), want.size());
+    int64_t differ = 0;
+    for (size_t i = 0; i < want.size(); ++i) differ += std::memcmp(&got[i], &want[i], sizeof(float)) != 0;
+    EXPECT_EQ(differ, 0) << "step " << step;
+    compared += int64_t(want.size());
+    for (BatchEntry& e : batch.entries) e.seq->n_computed += e.n_new;
+  }
+  std::printf("  pushed vs fused: %lld logits compared, bit-equal\n", static_cast<long long>(compared));
+}
 
 TEST(TpGpuTokens, GreedyTokensAgreeWithOneGpuUntilANearTie) {
   SKIP_WITHOUT_TWO_GPUS();

@@ -6,6 +6,7 @@
 // names the missing rank, and the device stays usable. Names contain Gpu; every test skips with fewer than 2 GPUs.
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -15,6 +16,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/custom_allreduce.h"
+#include "kernels/gemm.h"
 #include "kernels/ops.h"
 #include "kernels/ref/allreduce_ref.h"
 
@@ -233,6 +235,72 @@ TEST(CustomAllReduceGpu, FusedAddRmsNormGivesTheBitsOfAllReduceThenAddRmsNorm) {
     for (int r = 0; r < 2; ++r) {
       CUDA_CHECK(cudaSetDevice(r));
       for (uint16_t* p : {a[r], res_a[r], out_a[r], delta[r], res_b[r], out_b[r], w[r]}) CUDA_CHECK(cudaFree(p));
+    }
+  }
+  EXPECT_EQ(car.error(0), 0u);
+  EXPECT_EQ(car.error(1), 0u);
+}
+
+// A row-parallel product whose gemv kernel pushes its rows into the peers' lamport buffers
+// (Gemm::run_pushed with lamport_push), then run_add_rms_norm(pushed): the bits of the product
+// followed by the fused kernel that pushes itself. Row counts 1-8 (gemv's), O and down shapes of
+// llama2-13b at TP=2 (K 2560 and 6912), three calls in a row (the buffers rotate).
+TEST(CustomAllReduceGpu, ProductPushedRowsGiveTheBitsOfTheFusedKernel) {
+  SKIP_WITHOUT_TWO_GPUS();
+  CustomAllReduce car({0, 1}, int64_t(1) << 20);
+  RankBufs r0(0, 8), r1(1, 8);
+  RankBufs* ranks[2] = {&r0, &r1};
+  std::unique_ptr<Gemm> gemm[2];
+  for (int r = 0; r < 2; ++r) {
+    CUDA_CHECK(cudaSetDevice(r));
+    gemm[r] = std::make_unique<Gemm>();
+  }
+  uint32_t seed = 900;
+  const int d = 5120;
+  for (auto [rows, k] : {std::pair{1, 2560}, {3, 6912}, {8, 2560}, {1, 6912}}) {
+    const int64_t n = int64_t(rows) * d;
+    const std::vector<uint16_t> residual = random_bf16(n, seed++), weight = random_bf16(d, seed++);
+    std::vector<uint16_t*> x(2), wt(2), res_a(2), out_a(2), delta_a(2), res_b(2), out_b(2), delta_b(2), nw(2);
+    for (int r = 0; r < 2; ++r) {
+      x[r] = device_copy(r, random_bf16(int64_t(rows) * k, seed++));
+      wt[r] = device_copy(r, random_bf16(int64_t(d) * k, seed++));
+      delta_a[r] = device_copy(r, std::vector<uint16_t>(n, 0xffff));
+      delta_b[r] = device_copy(r, std::vector<uint16_t>(n, 0xffff));
+      res_a[r] = device_copy(r, residual);
+      res_b[r] = device_copy(r, residual);
+      out_a[r] = device_copy(r, std::vector<uint16_t>(n, 0xffff));
+      out_b[r] = device_copy(r, std::vector<uint16_t>(n, 0xffff));
+      nw[r] = device_copy(r, weight);
+    }
+    for (int r = 0; r < 2; ++r) {  // every product before any all-reduce (see the test above)
+      CUDA_CHECK(cudaSetDevice(r));
+      gemm[r]->run(ScalarType::bf16, x[r], wt[r], delta_a[r], rows, d, k, false, ranks[r]->stream);
+    }
+    for (int r = 0; r < 2; ++r) {
+      CUDA_CHECK(cudaSetDevice(r));
+      car.run_add_rms_norm(r, delta_a[r], res_a[r], nw[r], out_a[r], rows, d, 1e-5f, ranks[r]->stream);
+    }
+    for (int r = 0; r < 2; ++r) {
+      CUDA_CHECK(cudaSetDevice(r));
+      ASSERT_TRUE(gemm[r]->run_pushed(ScalarType::bf16, x[r], wt[r], delta_b[r], rows, d, k, car.lamport_push(r),
+                                      ranks[r]->stream));
+    }
+    for (int r = 0; r < 2; ++r) {
+      CUDA_CHECK(cudaSetDevice(r));
+      car.run_add_rms_norm(r, delta_b[r], res_b[r], nw[r], out_b[r], rows, d, 1e-5f, ranks[r]->stream, true);
+    }
+    for (int r = 0; r < 2; ++r) {
+      const std::string at = "rank " + std::to_string(r) + ", " + std::to_string(rows) + " x " + std::to_string(k);
+      EXPECT_EQ(mismatches(download(*ranks[r], delta_b[r], n), download(*ranks[r], delta_a[r], n)), 0) << "product, " << at;
+      EXPECT_EQ(mismatches(download(*ranks[r], res_b[r], n), download(*ranks[r], res_a[r], n)), 0) << "residual, " << at;
+      const std::vector<uint16_t> oa = download(*ranks[r], out_a[r], n);
+      EXPECT_EQ(mismatches(download(*ranks[r], out_b[r], n), oa), 0) << "normed, " << at;
+      EXPECT_EQ(mismatches(oa, std::vector<uint16_t>(n, 0xffff)), n) << "the norm wrote every value, " << at;
+    }
+    for (int r = 0; r < 2; ++r) {
+      CUDA_CHECK(cudaSetDevice(r));
+      for (uint16_t* p : {x[r], wt[r], res_a[r], out_a[r], delta_a[r], res_b[r], out_b[r], delta_b[r], nw[r]})
+        CUDA_CHECK(cudaFree(p));
     }
   }
   EXPECT_EQ(car.error(0), 0u);

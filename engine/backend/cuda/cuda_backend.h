@@ -105,6 +105,11 @@ struct CudaBackendOptions {
   /// tests pass and llama2-13b's decode is level at batch 1 and 2% faster at batch 32 in four
   /// runs, but one earlier run was 1.5x slower at batch 32, unexplained (docs/tensor-parallel.md).
   bool tp_fuse_all_reduce_norm = false;
+  /// With tp_fuse_all_reduce_norm: the O and down products that the gemv kernel takes (decode
+  /// batches of up to 8 rows) store their rows straight into the peers' lamport buffers from their
+  /// epilogue (kernels/lamport_push.h), so the fused kernel after them only waits for the peers'
+  /// rows: the all-reduce's push overlaps the product. Same bits as without. Off by default.
+  bool tp_push_from_product = false;
   /// Tensor parallelism's host hand-offs (RankPool, tp_rank_pool.h): the rank threads poll this
   /// many microseconds for the next step before they sleep, and the caller polls for a step's end;
   /// 0 hands every step over through condition variables (a sleeping thread's wake-up on the

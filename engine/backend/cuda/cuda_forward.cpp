@@ -14,6 +14,7 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   const cuda::PackedLayout& L = g.layout;
   k::set_pdl_enabled(pdl_small_steps && R <= k::gemv::kMaxRows);  // this thread's launches (graph capture too)
   const cuda::OpContext ctx{gemm.get(), dt, stream, options.fusion, fuse_gate_up_silu, tp, quant_runner.get()};
+  if (tp) tp->pushed = nullptr;  // a forward that threw half-way leaves no pushed product behind
 
   cuda::AttentionStep st;
   st.kv.kind = g.kind;

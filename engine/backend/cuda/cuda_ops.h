@@ -122,6 +122,12 @@ struct Linear {
   /// Split::row: y is left a partial sum for the ResidualNorm after it (all_reduce_delta).
   bool all_reduce_later = false;
   void operator()(const OpContext& c, const void* x, void* y, int rows) const {
+    // Under tensor parallelism a bf16 product the fused all-reduce + norm takes next may store its
+    // rows into the peers' lamport buffers itself (tp_product_push): its all-reduce's push
+    // overlaps the product.
+    if (split == Split::row && c.tp && all_reduce_later && !quant && !lora && c.fusion &&
+        tp_product_push(*c.tp, *c.gemm, x, weight, y, rows, out, in, c.stream))
+      return;
     if (lora) lora->before_product(c, x, rows);
     if (quant) c.quant->run(*quant, x, y, rows, *c.gemm, c.stream);
     else c.gemm->run(c.dt, x, weight, y, rows, out, in, false, c.stream);

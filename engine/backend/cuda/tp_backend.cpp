@@ -279,6 +279,7 @@ std::unique_ptr<TpCudaBackend::Impl> TpCudaBackend::build(const ModelConfig& con
       tp->custom_max_bytes = o.tp_all_reduce_max_bytes;
       tp->custom_only = o.tp_all_reduce == TpAllReduce::custom;
       tp->fuse_add_norm = o.tp_fuse_all_reduce_norm;
+      tp->push_from_product = o.tp_push_from_product;
     }
   }
   return impl;
@@ -530,7 +531,8 @@ std::string TpCudaBackend::all_reduce_path() const {
   if (!impl_->custom) return "NCCL";
   if (o.tp_all_reduce == TpAllReduce::custom) return "ours (peer memory) for every message";
   return "ours (peer memory) up to " + std::to_string(o.tp_all_reduce_max_bytes) + " bytes, NCCL above" +
-         (o.tp_fuse_all_reduce_norm ? ", fused with the residual add and norm" : "");
+         (o.tp_fuse_all_reduce_norm ? ", fused with the residual add and norm" : "") +
+         (o.tp_fuse_all_reduce_norm && o.tp_push_from_product ? ", pushed from the products" : "");
 }
 
 std::string TpCudaBackend::describe() const {

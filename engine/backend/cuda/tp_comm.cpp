@@ -237,10 +237,29 @@ void tp_lm_head(TpRank&, kernels::Gemm&, const void*, const void*, float*, int, 
 bool tp_all_reduce_add_rms_norm(TpRank& tp, void* delta, void* h, const void* w, void* xn, int rows, int d, float eps,
                                 cudaStream_t stream) {
   const int64_t n = int64_t(rows) * d;
+  const bool pushed = tp.pushed != nullptr;
+  if (pushed && tp.pushed != delta)
+    throw std::logic_error("tp_all_reduce_add_rms_norm: a product pushed another buffer than this delta");
+  tp.pushed = nullptr;
   if (!tp.fuse_add_norm || !tp_uses_custom(tp, delta, n) || !tp.custom->fuses_add_rms_norm(rows, d) ||
-      ((reinterpret_cast<uintptr_t>(h) | reinterpret_cast<uintptr_t>(w) | reinterpret_cast<uintptr_t>(xn)) & 15))
+      ((reinterpret_cast<uintptr_t>(h) | reinterpret_cast<uintptr_t>(w) | reinterpret_cast<uintptr_t>(xn)) & 15)) {
+    // the product's rows are in the peers' buffers already: a plain all-reduce would push them again
+    if (pushed) throw std::logic_error("tp_all_reduce_add_rms_norm: the product pushed, but the fused kernel cannot run");
     return false;
-  tp.custom->run_add_rms_norm(tp.rank, delta, h, w, xn, rows, d, eps, stream);
+  }
+  tp.custom->run_add_rms_norm(tp.rank, delta, h, w, xn, rows, d, eps, stream, pushed);
+  return true;
+}
+
+bool tp_product_push(TpRank& tp, kernels::Gemm& gemm, const void* x, const void* w, void* y, int rows, int out, int in,
+                     cudaStream_t stream) {
+  const int64_t n = int64_t(rows) * out;
+  if (!tp.push_from_product || !tp.fuse_add_norm || tp.dtype != DType::bf16 || !tp_uses_custom(tp, y, n) ||
+      !tp.custom->fuses_add_rms_norm(rows, out))
+    return false;
+  const kernels::LamportPush push = tp.custom->lamport_push(tp.rank);
+  if (!push.active() || !gemm.run_pushed(kernels::ScalarType::bf16, x, w, y, rows, out, in, push, stream)) return false;
+  tp.pushed = y;
   return true;
 }
 

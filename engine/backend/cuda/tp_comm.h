@@ -48,6 +48,12 @@ struct TpRank {
   bool custom_only = false;
   /// tp_all_reduce_add_rms_norm may fuse (CudaBackendOptions::tp_fuse_all_reduce_norm).
   bool fuse_add_norm = false;
+  /// With fuse_add_norm: row-parallel products that gemv takes store their rows into the peers'
+  /// lamport buffers themselves (tp_product_push; CudaBackendOptions::tp_push_from_product).
+  bool push_from_product = false;
+  /// The partial sum a product pushed and the fused all-reduce + norm has not yet taken (host
+  /// state while a step is enqueued: set by tp_product_push, cleared by tp_all_reduce_add_rms_norm).
+  const void* pushed = nullptr;
   /// Diagnosis only (issue 25's GPU test TpGpuDiag): the blocking ncclCommInitRank of the code
   /// before the fix, on the calling thread, with no watchdog.
   bool blocking_init = false;
@@ -98,6 +104,12 @@ void tp_all_reduce(TpRank& tp, void* x, int64_t n, cudaStream_t stream);
 /// and our kernel takes the message; false (nothing enqueued) otherwise. Every rank gets the same answer for the same step.
 bool tp_all_reduce_add_rms_norm(TpRank& tp, void* delta, void* h, const void* w, void* xn, int rows, int d, float eps,
                                 cudaStream_t stream);
+/// A row-parallel product y[rows, out] = x · wᵀ (bf16) whose partial sum the fused all-reduce +
+/// norm takes next, enqueued with its rows pushed into the peers' lamport buffers from the
+/// product's kernel (push_from_product, gemv's shapes; kernels/lamport_push.h): true, and
+/// tp.pushed = y. false, nothing enqueued, when it cannot (then run the product as usual).
+bool tp_product_push(TpRank& tp, kernels::Gemm& gemm, const void* x, const void* w, void* y, int rows, int out, int in,
+                     cudaStream_t stream);
 /// True when tp_all_reduce sends `n` values through the custom kernel.
 bool tp_uses_custom(const TpRank& tp, const void* x, int64_t n);
 /// Grows `gather` for `rows` sampled rows (not while capturing: called from ensure_samples).
