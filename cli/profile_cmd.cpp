@@ -167,7 +167,9 @@ int profile_main(const ProfileArgs& a) {
   if (a.kv_spread && a.kv_gb <= 0.0)
     throw std::invalid_argument("--kv-spread needs --kv-gb: the arena the sequences spread over (the runs' KV size)");
   options.validate();
-  options.check_fits(resolve_model_config(spec.model));  // before drawing or loading weights
+  const ModelConfig profiled_model = resolve_model_config(spec.model);
+  if (options.max_len == 0) options.max_len = profiled_model.max_position;  // chunks near it start earlier
+  options.check_fits(profiled_model);  // before drawing or loading weights
 
   std::cerr << "building the " << a.backend << " backend for " << spec.model << "...\n";
   std::unique_ptr<Backend> backend = make_backend(spec);  // without CUDA: the exit-2 message

@@ -91,6 +91,8 @@ ScenarioGrid profile_grid_for(const Scenario& scenario, const ProfileOptions& ba
       for (double q : {0.25, 0.5, 0.75}) g.chunk_lens.push_back(grid_quantile(rest, q));
   }
   g.chunk_lens = grid_sorted_unique(g.chunk_lens);
+  // No point longer than a sequence can be: a chunk at the longest context starts earlier.
+  g.max_len = max_model_len;
   // Static batching pads a batch to its longest prompt; a chunked step holds at most its chunk.
   g.max_rows = std::min(max_rows, std::max(max_seqs * prompts.back(), std::max(chunk, 1)));
 

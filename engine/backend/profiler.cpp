@@ -102,6 +102,7 @@ void ProfileOptions::validate() const {
   for (int k : verify_ks)
     if (k < 1 || k > 16) throw std::invalid_argument("verify k (" + std::to_string(k) + ") must be in [1, 16]");
   if (max_rows < 1) throw std::invalid_argument("max_rows (" + std::to_string(max_rows) + ") must be >= 1");
+  if (max_len < 0) throw std::invalid_argument("max_len (" + std::to_string(max_len) + ") must be >= 0 (0 = no cap)");
   if (repeats < 1) throw std::invalid_argument("repeats (" + std::to_string(repeats) + ") must be >= 1");
   if (!(min_point_s >= 0.0)) throw std::invalid_argument("min_point_s must be >= 0");
   if (warmup < 0 || warmup > 100) throw std::invalid_argument("warmup (" + std::to_string(warmup) + ") must be in [0, 100]");
@@ -116,11 +117,8 @@ void ProfileOptions::validate() const {
 }
 
 void ProfileOptions::check_fits(const ModelConfig& model) const {
-  int longest = *std::max_element(prompt_lens.begin(), prompt_lens.end());
-  for (int t : prefill_lens) longest = std::max(longest, t);
-  const int c_max = *std::max_element(contexts.begin(), contexts.end());
-  longest = std::max(longest, c_max + std::max(1, *std::max_element(chunk_lens.begin(), chunk_lens.end())));
-  for (int k : verify_ks) longest = std::max(longest, c_max + k + 1);
+  int longest = 1;
+  for (const ProfilePoint& p : profile_grid(*this)) longest = std::max(longest, p.max_len());
   if (longest > model.max_position)
     throw std::invalid_argument("the profile grid's longest sequence (" + std::to_string(longest) + " tokens) exceeds " +
                                 model.name + "'s max length " + std::to_string(model.max_position));
@@ -143,10 +141,12 @@ std::vector<ProfilePoint> profile_grid(const ProfileOptions& o) {
   for (int p : o.prompt_lens)
     for (int b : o.batch_sizes)
       if (b > 1 && int64_t(b) * p <= o.max_rows) add(ProfilePhase::prefill, std::vector<Seq>(b, {0, p}));
+  // A point of `rows` new rows at context c, moved earlier where it would pass max_len.
+  const auto start = [&](int c, int rows) { return o.max_len > 0 ? std::max(0, std::min(c, o.max_len - rows)) : c; };
   for (int b : o.batch_sizes)
-    for (int c : o.contexts) add(ProfilePhase::decode, std::vector<Seq>(b, {c, 1}));
+    for (int c : o.contexts) add(ProfilePhase::decode, std::vector<Seq>(b, {start(c, 1), 1}));
   for (int b : o.extra_decode_batches)
-    for (int c : o.contexts) add(ProfilePhase::decode, std::vector<Seq>(b, {c, 1}));
+    for (int c : o.contexts) add(ProfilePhase::decode, std::vector<Seq>(b, {start(c, 1), 1}));
   const std::vector<int> batches = sorted_batches(o);
   const int c_mid = o.contexts[o.contexts.size() / 2];
   if (o.padded_decodes) {  // static batching's decodes once some sequences finished
@@ -162,21 +162,27 @@ std::vector<ProfilePoint> profile_grid(const ProfileOptions& o) {
         points.push_back({ProfilePhase::decode, std::vector<Seq>(real, {c_mid, 1}), b - real});
       }
   }
-  for (int t : o.chunk_lens)
-    for (int c : o.contexts) add(ProfilePhase::chunk, {{c, t}});
+  for (int t : o.chunk_lens) {
+    int last = -1;
+    for (int c : o.contexts)  // contexts ascend: a start moved down may equal the one before
+      if (const int at = start(c, t); at != last) {
+        add(ProfilePhase::chunk, {{at, t}});
+        last = at;
+      }
+  }
   // Mixed: decodes at the middle context plus one chunk, at the middle and the largest batch.
   std::vector<int> mixed_batches = {batches[batches.size() / 2]};
   if (batches.back() != mixed_batches[0]) mixed_batches.push_back(batches.back());
   for (int b : mixed_batches)
     for (int t : o.chunk_lens) {
       std::vector<Seq> seqs(b, {c_mid, 1});
-      seqs.push_back({c_mid, t});
+      seqs.push_back({start(c_mid, t), t});
       add(ProfilePhase::mixed, std::move(seqs));
     }
   // Verification: every sequence scores its last token and k drafts (k + 1 rows, all drawn).
   for (int k : o.verify_ks)
     for (int b : batches)  // like decodes, every batch size (max_rows bounds batched prefills only)
-      for (int c : o.contexts) add(ProfilePhase::verify, std::vector<Seq>(b, {c, k + 1, k}));
+      for (int c : o.contexts) add(ProfilePhase::verify, std::vector<Seq>(b, {start(c, k + 1), k + 1, k}));
   return points;
 }
 
@@ -491,7 +497,7 @@ std::string profile_json(const ProfileReport& r, const ProfileReport* draft) {
   if (!r.decode_row_buckets.empty()) j["decode_row_buckets"] = r.decode_row_buckets;
   const ProfileOptions& o = r.options;
   j["options"] = {{"prefill_lens", o.prefill_lens}, {"batch_sizes", o.batch_sizes}, {"contexts", o.contexts},
-                  {"prompt_lens", o.prompt_lens}, {"extra_decode_batches", o.extra_decode_batches},     {"max_rows", o.max_rows},       {"chunk_lens", o.chunk_lens},
+                  {"prompt_lens", o.prompt_lens}, {"extra_decode_batches", o.extra_decode_batches},     {"max_rows", o.max_rows},       {"chunk_lens", o.chunk_lens}, {"max_len", o.max_len},
                   {"repeats", o.repeats},           {"min_point_s", o.min_point_s}, {"warmup", o.warmup},
                   {"max_kv_bytes", o.max_kv_bytes}, {"fill_kv", o.fill_kv},       {"seed", o.seed},
                   {"kv", to_string(o.kv_kind)},     {"kv_spread", o.kv_spread},

@@ -31,6 +31,12 @@ struct ProfileOptions {
   std::vector<int> prompt_lens = {128};
   int max_rows = 1024;         ///< batched prefills above this many rows are skipped
   std::vector<int> chunk_lens = {32, 128};                 ///< chunked-prefill and mixed-step chunks
+  /// Longest sequence a point may make (the model's or the scenario's max length); 0 = no cap. A
+  /// chunk or verification point at a context where its rows would pass it starts that much
+  /// earlier instead (a prompt that long ends before that context), so a grid whose longest
+  /// context is near the max length still profiles chunks. A decode point keeps its context up to
+  /// max_len - 1 (a sequence's last step).
+  int max_len = 0;
   int repeats = 3;             ///< timed repeats per point (the median is kept) ...
   double min_point_s = 1.0;    ///< ... stopping early once the repeats took this long
   /// Untimed runs of each point before its repeats: the cuda backend picks GEMM algorithms on a

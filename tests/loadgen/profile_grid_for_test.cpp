@@ -64,6 +64,34 @@ TEST(ProfileGridFor, SpreadLengthsGiveQuantilesAndChunksCappedAtTheBudget) {
   EXPECT_NO_THROW(g.grid.validate());
 }
 
+// Sequences that reach the max length with chunked prefill: the grid's longest context + a whole
+// chunk would pass it (the 13b long-prompt matrix cell's profile failed so). Chunk and
+// verification points there start earlier; decodes run up to the last step's context.
+TEST(ProfileGridFor, ChunksNearTheMaxLengthStartEarlierAndTheGridFits) {
+  const Scenario sc = scenario("  - label: c\n    batching: continuous\n    max_num_seqs: 8\n"
+                               "    max_num_batched_tokens: 256\n    chunked_prefill: true\n"
+                               "    speculative: {method: ngram, num_speculative_tokens: 4}\n",
+                               "  prompt_tokens: {dist: uniform, min: 600, max: 900}\n"
+                               "  output_tokens: {dist: fixed, value: 124}\n");
+  const ScenarioGrid g = profile_grid_for(sc, ProfileOptions{});
+  EXPECT_EQ(g.grid.max_len, 1024);
+  ASSERT_GE(g.grid.contexts.back(), 1000) << "the longest prompt + output";
+  ModelConfig model = preset("tiny");
+  model.max_position = 1024;
+  EXPECT_NO_THROW(g.grid.check_fits(model));
+  int chunk_at_end = 0, decode_at_longest = 0;
+  for (const ProfilePoint& p : profile_grid(g.grid)) {
+    EXPECT_LE(p.max_len(), 1024);
+    if (p.phase == ProfilePhase::chunk && p.seqs[0].n_new == 256 && p.seqs[0].context == 1024 - 256) ++chunk_at_end;
+    if (p.phase == ProfilePhase::decode && p.seqs[0].context == 1023) ++decode_at_longest;
+  }
+  EXPECT_EQ(chunk_at_end, 1) << "one 256-row chunk ending at the max length, not one per clamped context";
+  EXPECT_GT(decode_at_longest, 0);
+  ProfileOptions uncapped = g.grid;
+  uncapped.max_len = 0;
+  EXPECT_THROW(uncapped.check_fits(model), std::invalid_argument) << "without the cap the grid does not fit";
+}
+
 TEST(ProfileGridFor, SpeculatingStrategiesAddVerificationPointsAndTheirDraft) {
   const Scenario sc = scenario(
       "  - {label: plain, batching: continuous, max_num_seqs: 8}\n"
