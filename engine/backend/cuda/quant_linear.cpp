@@ -317,8 +317,9 @@ bool QuantLinearRunner::run_gate_up_silu(const QuantWeight& w, const void* x, vo
   if (rows < 1 || rows > gemv_max_rows_ || w.out != 2 * ffn) return false;
   kernels::QuantGemvArgs a = gemv_args(w, x, act, rows);
   a.silu_ffn = ffn;
-  const kernels::QuantGemvKernel kernel = rows > 8 ? kernels::QuantGemvKernel::warp : kernels::quant_gemv_kernel_for(a);
+  const kernels::QuantGemvKernel kernel = kernels::quant_gemv_kernel_for(a);  // steps takes up to 16 rows
   if (kernel != kernels::QuantGemvKernel::steps && kernel != kernels::QuantGemvKernel::packed) return false;
+  if (kernel == kernels::QuantGemvKernel::steps && !a.w) return false;  // only the packed layout: 8 rows at most
   kernels::quant_gemv(a, stream);
   return true;
 }
