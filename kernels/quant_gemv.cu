@@ -165,12 +165,13 @@ QuantGemvKernel parse_quant_gemv_kernel(const char* s) {
 QuantGemvKernel quant_gemv_auto_kernel(QuantWeightKind kind, int m) {
   // H200, kernel_bench --quant-only (results/gpu/quant/h200-2026-11-29-*): llama2-7b's decode-step
   // products, steps against stream, ms: FP8 2.06/2.42 (M1), 2.10/2.53 (M2), 2.12/2.73 (M4),
-  // 2.15/3.15 (M8); INT4 1.70/2.04, 1.71/2.16, 1.74/2.39, 1.79/2.84. At M16 (two column tiles,
-  // which steps does not take): FP8 stream 4.11 against mma 4.77, INT4 mma 4.04 against stream
-  // 3.87 in that run but 3.78/3.88 in the one before (the cp.async ring's one block an SM).
+  // 2.15/3.15 (M8); INT4 1.70/2.04, 1.71/2.16, 1.74/2.39, 1.79/2.84. At M16, since steps takes two
+  // column tiles (0327c2b): FP8 steps 2.52 against stream 4.11 and mma 4.77; INT4 steps 2.30
+  // against mma 3.86 and stream 3.80 (bf16 3.76).
   // The packed kernel (INT4, b7024c9): llama2-7b's INT4 decode-step products 2.00-2.07 ms at M1
   // against steps' 1.70 with its cp.async ring; without the ring (loads in registers) 0.62 of the
-  // copy against 0.54 on QKV but 0.29 against 0.39 on O at M1, the rest not measured: not auto's.
+  // copy against 0.54 on QKV but 0.29 against 0.39 on O at M1; 1.74 against steps' 1.40 at 0327c2b:
+  // not auto's.
   (void)kind;
   return m <= kQuantGemvStepsMaxRows ? QuantGemvKernel::steps : QuantGemvKernel::stream;
 }

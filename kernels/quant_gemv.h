@@ -71,12 +71,12 @@ struct QuantGemvArgs {
   /// stream and steps kernels' split target, blocks a multiprocessor (1..4; 0: their defaults, 2 and
   /// 1): a tuning knob kernel_bench sweeps.
   int stream_blocks_per_sm = 0;
-  /// steps kernel: steps a warp loads before computing them (1 or 2; 0: the format's default, FP8
-  /// 2 and INT4 1): a tuning knob kernel_bench sweeps.
+  /// steps kernel: steps a warp loads before computing them (1 or 2; 0: quant_gemv_steps_in_flight,
+  /// FP8 2 up to 8 rows and 1 above, INT4 1): a tuning knob kernel_bench sweeps.
   int steps_in_flight = 0;
   /// steps kernel, INT4: 16-byte code vectors a lane a step (1: 128-value warp steps, half the
-  /// registers, three blocks an SM; 2: 256-value steps, two blocks; 0: quant_gemv_steps_vectors):
-  /// a tuning knob kernel_bench sweeps. FP8 always takes 2.
+  /// registers, three blocks an SM at 1-8 rows; 2: 256-value steps, two blocks; 0:
+  /// quant_gemv_steps_vectors's rule): a tuning knob kernel_bench sweeps. FP8 always takes 2.
   int steps_vectors = 0;
   /// packed kernel: 1, no ring, each warp's next step loaded into registers (the default: 0), or
   /// 2..4 shared-memory stages of a per-warp cp.async ring: a tuning knob kernel_bench sweeps.
@@ -100,11 +100,14 @@ void validate(const QuantGemvArgs& a);
 /// The kernel auto picks for the format at m rows (the H200 measurement, docs/quantization.md).
 QuantGemvKernel quant_gemv_auto_kernel(QuantWeightKind kind, int m);
 
-/// The steps kernel's default steps_in_flight for the format at m rows, and INT4's default
-/// steps_vectors (SERVELAB_QUANT_STEPS_VECTORS=1|2 in the environment sets it for a run; one for
-/// every M, as the vectors set the plan, so a row's bits do not depend on M).
+/// The steps kernel's default steps_in_flight for the format at m rows (it does not change the
+/// sums), and INT4's default steps_vectors for n outputs on n_sms multiprocessors: 1 where the
+/// product has more than two waves of 32-row blocks (QKV, gate|up, the LM head), 2 where fewer
+/// (O, down: one vector's three blocks an SM leave slots empty); SERVELAB_QUANT_STEPS_VECTORS=1|2
+/// in the environment sets it for a run. The vectors set the plan; the rule ignores M, so a row's
+/// bits do not depend on M.
 int quant_gemv_steps_in_flight(QuantWeightKind kind, int m);
-int quant_gemv_steps_vectors();
+int quant_gemv_steps_vectors(int n, int n_sms);
 
 /// SERVELAB_QUANT_GEMV's kernel, read once (auto_select when unset).
 QuantGemvKernel quant_gemv_env_kernel();

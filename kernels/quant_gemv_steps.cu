@@ -1,20 +1,23 @@
 // quant_gemv's steps kernel (quant_gemv.h): the bf16 gemv's shape (gemv.cu, gemv_plan.h) over
-// FP8 and INT4 codes, for M = 1–8. A block of 8 warps owns 32 rows of w (two 16-row mma tiles a
+// FP8 and INT4 codes, for M = 1-16 (one 8-row column tile of x, or two: each dequantized fragment
+// then feeds two mmas). A block of 8 warps owns 32 rows of w (two 16-row mma tiles a
 // warp) and its warps take the K steps of the block's slice in turn, so at any moment the block
 // streams one contiguous run of each of its rows (the bf16 gemv reaches 0.94 of the copy this
 // way across llama2-7b's decode products; the stream kernel, where a warp walks its own rows
-// alone, 0.48-0.69 on FP8). Per step a lane issues 8 streaming 16-byte loads of codes
-// (ld.global.nc.L1::no_allocate.L2::256B), kInFlight steps (FP8 2, INT4 1) before their use, the
-// first ones before the PDL wait; x is read straight from global memory (cached: every warp of the grid reads the same
+// alone, 0.48-0.69 on FP8). Per step a lane issues kVecs x 4 streaming 16-byte loads of codes
+// (ld.global.nc.L1::no_allocate.L2::256B; kVecs 2, or INT4's 1 on products of many row blocks),
+// kInFlight steps before their use, the first ones before the PDL wait; x is read straight from
+// global memory (cached: every warp of the grid reads the same
 // few KB) and permuted in registers into the order the dequantized fragments come in, so there is
 // no shared-memory staging and no barrier before the stream starts.
-// Step layout: lane (g, q) loads, in a step at kb, vector v (0, 1) of rows g and g + 8 of each
+// Step layout: lane (g, q) loads, in a step at kb, vector v (< kVecs) of rows g and g + 8 of each
 // tile at K = kb + v * 4 * kVecK + q * kVecK (kVecK = 16 FP8 or 32 INT4 values in 16 bytes), so a
 // quad reads 64 contiguous bytes of a row per vector. Word j of a vector feeds mmas over K values
 // 4j..4j+3 (FP8: fp8x4_to_bf16's pairs (0, 2) and (1, 3) as fragment slots (2q, 2q+1) and
 // (2q+8, 2q+9)) or 8j..8j+7 (INT4: nibble pairs (e, e + 4), two mmas); x's 16-byte vectors are
 // byte-permuted into the same pairs. INT4's quad vector is 128 values: one group (groups are a
-// multiple of 128), whose scale multiplies that vector's fp32 partial sums; FP8's per-channel or
+// power of two from 128: the group index is a shift, its scales and zeros at one 32-bit index),
+// whose scale multiplies that vector's fp32 partial sums; FP8's per-channel or
 // per-tensor scale multiplies the row's total. Sums in a fixed order (gemv_reduce.cuh): a row's
 // bits do not depend on M. With QuantGemvArgs::silu_ffn the block owns 16 gate and 16 up rows and
 // writes silu(gate) · up (the cuda backend's quantized gate|up at decode, as gemv.cu fuses bf16's).
@@ -304,34 +307,43 @@ void launch_steps(const QuantGemvArgs& a, const gemv::Plan& plan, int in_flight,
 }  // namespace quant_gemv_steps_detail
 
 namespace {
-int steps_vectors(const QuantGemvArgs& a) {  // INT4's 16-byte vectors a lane a step (FP8: 2)
+int steps_vectors(const QuantGemvArgs& a, int n_sms) {  // INT4's 16-byte vectors a lane a step (FP8: 2)
   if (a.kind != QuantWeightKind::int4) return 2;
-  return a.steps_vectors > 0 ? a.steps_vectors : quant_gemv_steps_vectors();
+  return a.steps_vectors > 0 ? a.steps_vectors : quant_gemv_steps_vectors(a.n, n_sms);
 }
 }  // namespace
 
 gemv::Plan quant_gemv_steps_plan(const QuantGemvArgs& a, int n_sms) {
   const bool int4 = a.kind == QuantWeightKind::int4;
-  const int vecs = steps_vectors(a);
+  const int vecs = steps_vectors(a, n_sms);
   const int step_k = vecs * 4 * (int4 ? quant_gemv_steps_detail::kVecK<true> : quant_gemv_steps_detail::kVecK<false>);
   const int target = a.stream_blocks_per_sm > 0 ? a.stream_blocks_per_sm : 1;  // split while under a block an SM
   // Half the workspace a column tile (M 9-16 takes two), whatever M is: the plan, and so a row's
   // bits, do not depend on M.
-  return gemv::make_plan_steps(a.n, (a.k + step_k - 1) / step_k, n_sms, target, a.partials ? a.counter_capacity / 2 : 0,
-                               a.partials ? a.partial_capacity / 2 : 0, 1);
+  gemv::Plan p = gemv::make_plan_steps(a.n, (a.k + step_k - 1) / step_k, n_sms, target,
+                                       a.partials ? a.counter_capacity / 2 : 0, a.partials ? a.partial_capacity / 2 : 0, 1);
+  p.variant = vecs;  // the launch takes the step the plan was cut for
+  return p;
 }
 
+// H200, kernel_bench --quant-only at 0327c2b (results/gpu/quant/h200-2026-11-29-0327c2b-steps16/),
+// llama2-7b's decode products, µs at M1 / M16, one vector a step against two: QKV 8.8 / 11.2 and
+// 18.5 / 20.2, gate|up 16.3 / 16.9 and 27.0 / 30.9, LM head 21.9 / 22.9 and 36.4 / 41.5; O 6.3 /
+// 4.6 and 9.3 / 7.7, down 12.6 / 10.4 and 15.8 / 17.0 (QKV's 384 blocks of 32 rows fill 396 slots
+// at three blocks an SM, O's and down's 128 (split in 2) two thirds of them). Steps in flight:
+// FP8 at M16 1 took 2.52 ms over the products against 2 in flight's 2.62 (M1-8: 2 in flight
+// 2.05-2.12 against 2.20).
 int quant_gemv_steps_in_flight(QuantWeightKind kind, int m) {
-  (void)m;
-  return kind == QuantWeightKind::int4 ? 1 : 2;
+  return kind == QuantWeightKind::int4 || m > gemv::kMaxRows ? 1 : 2;
 }
 
-int quant_gemv_steps_vectors() {
+int quant_gemv_steps_vectors(int n, int n_sms) {
   static const int env = [] {  // SERVELAB_QUANT_STEPS_VECTORS=1|2: a run's default (engine_bench compares them)
     const char* s = std::getenv("SERVELAB_QUANT_STEPS_VECTORS");
     return s && (s[0] == '1' || s[0] == '2') && !s[1] ? s[0] - '0' : 0;
   }();
-  return env > 0 ? env : 1;
+  const int64_t row_blocks = (int64_t(n) + gemv::kBlockRows - 1) / gemv::kBlockRows;
+  return env > 0 ? env : row_blocks > 2 * int64_t(n_sms) ? 1 : 2;
 }
 
 void quant_gemv_steps(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t stream) {
@@ -341,7 +353,7 @@ void quant_gemv_steps(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream
   if (int4 && (a.group_size % 128 != 0 || (a.group_size & (a.group_size - 1))))
     throw std::invalid_argument("quant_gemv steps kernel: INT4 groups must be a power of two from 128");
   const int in_flight = a.steps_in_flight > 0 ? a.steps_in_flight : quant_gemv_steps_in_flight(a.kind, a.m);
-  const int vecs = steps_vectors(a);
+  const int vecs = plan.variant == 1 ? 1 : 2;  // quant_gemv_steps_plan's vectors a lane a step
   if (a.m > gemv::kMaxRows) launch_steps<2>(a, plan, in_flight, vecs, stream);
   else launch_steps<1>(a, plan, in_flight, vecs, stream);
 }

@@ -230,13 +230,16 @@ TEST(QuantGemvGpu, Fp8AndInt4MatchTheReferenceOnAwkwardShapes) {
   for (int stages : {2, 3, 4}) check_awkward_shapes(QuantGemvKernel::packed, 0, stages);  // the cp.async ring
 }
 
-// bf16 outputs (the cuda backend's) round the fp32 result; and a row's bits do not depend on M.
+// bf16 outputs (the cuda backend's) round the fp32 result; and a row's bits do not depend on M (the steps
+// kernel at its default and with INT4's vectors a step fixed, 1 and 2).
 TEST(QuantGemvGpu, Bf16OutputAndRowsIndependentOfM) {
   SKIP_WITHOUT_GPU();
   for (QuantGemvKernel kernel : kKernels)
-    for (bool int4 : {false, true}) {
+    for (int int4_vectors : {-1, 0, 1, 2}) {  // -1: FP8; INT4 with the default (0), 1 or 2 vectors a lane a step
+      const bool int4 = int4_vectors >= 0;
       if (kernel == QuantGemvKernel::packed && !int4) continue;  // INT4's layout
-      SCOPED_TRACE(std::string("kernel ") + to_string(kernel));
+      if (kernel != QuantGemvKernel::steps && int4_vectors > 0) continue;
+      SCOPED_TRACE(std::string("kernel ") + to_string(kernel) + " vectors " + std::to_string(int4_vectors));
       std::mt19937_64 rng(7);
       const int n = 700, k = 4096;
       const Problem pr(rng, int4, 16, n, k, 128, true);
@@ -245,12 +248,14 @@ TEST(QuantGemvGpu, Bf16OutputAndRowsIndependentOfM) {
       DeviceBuffer y16(size_t(16) * n * 2), y_all(size_t(16) * n * 4);
       QuantGemvArgs a = pr.args(y16.get(), true, false);
       a.kernel = kernel;
+      a.steps_vectors = std::max(int4_vectors, 0);
       a.m = m_all;
       ws.attach(a);
       EXPECT_EQ(quant_gemv_kernel_for(a), kernel);
       quant_gemv(a, nullptr);
       QuantGemvArgs b = pr.args(y_all.get(), false, false);
       b.kernel = kernel;
+      b.steps_vectors = std::max(int4_vectors, 0);
       b.m = m_all;
       ws.attach(b);
       quant_gemv(b, nullptr);
@@ -264,6 +269,7 @@ TEST(QuantGemvGpu, Bf16OutputAndRowsIndependentOfM) {
         DeviceBuffer ym(size_t(m) * n * 4);
         QuantGemvArgs c = pr.args(ym.get(), false, false);
         c.kernel = kernel;
+        c.steps_vectors = std::max(int4_vectors, 0);
         ws.attach(c);
         c.m = m;
         quant_gemv(c, nullptr);
