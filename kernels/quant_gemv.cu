@@ -138,7 +138,7 @@ int64_t quant_gemv_workspace_floats(int max_n, int max_k) {  // either tensor-co
 }
 
 int quant_gemv_workspace_counters(int max_n) {
-  const int steps = (max_n + gemv::kBlockRows - 1) / gemv::kBlockRows;  // the steps kernel's row blocks
+  const int steps = 2 * ((max_n + gemv::kBlockRows - 1) / gemv::kBlockRows);  // steps: row blocks x column tiles
   return std::max({quant_gemv_plan::workspace_counters(max_n), quant_gemv_stream_plan::workspace_counters(max_n), steps});
 }
 
@@ -165,15 +165,15 @@ QuantGemvKernel parse_quant_gemv_kernel(const char* s) {
 QuantGemvKernel quant_gemv_auto_kernel(QuantWeightKind kind, int m) {
   // H200, kernel_bench --quant-only (results/gpu/quant/h200-2026-11-29-*): llama2-7b's decode-step
   // products, steps against stream, ms: FP8 2.06/2.42 (M1), 2.10/2.53 (M2), 2.12/2.73 (M4),
-  // 2.15/3.15 (M8); INT4 1.70/2.04, 1.71/2.16, 1.74/2.39, 1.79/2.84. At M16 (two column tiles,
-  // which steps does not take): FP8 stream 4.11 against mma 4.77, INT4 mma 4.04 against stream
-  // 3.87 in that run but 3.78/3.88 in the one before (the cp.async ring's one block an SM).
+  // 2.15/3.15 (M8); INT4 1.70/2.04, 1.71/2.16, 1.74/2.39, 1.79/2.84. At M16, since steps takes two
+  // column tiles (0327c2b): FP8 steps 2.52 against stream 4.11 and mma 4.77; INT4 steps 2.30
+  // against mma 3.86 and stream 3.80 (bf16 3.76).
   // The packed kernel (INT4, b7024c9): llama2-7b's INT4 decode-step products 2.00-2.07 ms at M1
   // against steps' 1.70 with its cp.async ring; without the ring (loads in registers) 0.62 of the
-  // copy against 0.54 on QKV but 0.29 against 0.39 on O at M1, the rest not measured: not auto's.
-  if (m <= 8) return QuantGemvKernel::steps;
-  if (kind == QuantWeightKind::int4) return QuantGemvKernel::mma;
-  return QuantGemvKernel::stream;
+  // copy against 0.54 on QKV but 0.29 against 0.39 on O at M1; 1.74 against steps' 1.40 at 0327c2b:
+  // not auto's.
+  (void)kind;
+  return m <= kQuantGemvStepsMaxRows ? QuantGemvKernel::steps : QuantGemvKernel::stream;
 }
 
 QuantGemvKernel quant_gemv_env_kernel() {  // SERVELAB_QUANT_GEMV, read once
@@ -196,9 +196,9 @@ QuantGemvKernel quant_gemv_kernel_for(const QuantGemvArgs& a) {
       return QuantGemvKernel::packed;
     want = QuantGemvKernel::steps;
   }
-  if (want == QuantGemvKernel::steps) {
-    if (a.m <= gemv::kMaxRows) return QuantGemvKernel::steps;
-    want = QuantGemvKernel::stream;  // 9-16 rows: two column tiles
+  if (want == QuantGemvKernel::steps) {  // INT4 groups a power of two (a shift for the group index)
+    if (!int4 || (a.group_size & (a.group_size - 1)) == 0) return QuantGemvKernel::steps;
+    want = QuantGemvKernel::stream;
   }
   const int sms = current_sm_count();
   if (want == QuantGemvKernel::stream) {
@@ -225,8 +225,8 @@ void validate(const QuantGemvArgs& a) {
   if (reinterpret_cast<uintptr_t>(a.x) % 16 || reinterpret_cast<uintptr_t>(a.w) % 16)
     throw bad("x and w must be 16-byte aligned");
   if ((a.partials == nullptr) != (a.counters == nullptr)) throw bad("partials and counters go together");
-  if (a.silu_ffn > 0 && (a.n != 2 * a.silu_ffn || !a.out_bf16 || a.accumulate || a.m > 8))
-    throw bad("fused SiLU needs n = 2 * silu_ffn, bf16 output, no accumulate and m <= 8");
+  if (a.silu_ffn > 0 && (a.n != 2 * a.silu_ffn || !a.out_bf16 || a.accumulate))
+    throw bad("fused SiLU needs n = 2 * silu_ffn, bf16 output and no accumulate");
   if (a.kind == QuantWeightKind::fp8_e4m3 && (a.w_packed || a.w_packed_groups)) throw bad("w_packed is INT4's");
   if (a.kind == QuantWeightKind::fp8_e4m3 && a.n_scales != 1 && a.n_scales != a.n)
     throw bad("fp8 n_scales must be 1 or n");
@@ -262,7 +262,8 @@ void quant_gemv(const QuantGemvArgs& a, cudaStream_t stream) {
     quant_gemv_packed(a, plan, stream);
   } else if (kernel == QuantGemvKernel::steps) {
     const gemv::Plan plan = quant_gemv_steps_plan(a, current_sm_count());
-    if (plan.splits > 1) check_workspace(plan.partial_floats(), plan.row_blocks);
+    const int col_tiles = a.m > gemv::kMaxRows ? 2 : 1;  // M 9-16: the second tile's partials and counters after
+    if (plan.splits > 1) check_workspace(col_tiles * plan.partial_floats(), col_tiles * plan.row_blocks);
     quant_gemv_steps(a, plan, stream);
   } else if (kernel == QuantGemvKernel::stream) {
     namespace sp = quant_gemv_stream_plan;

@@ -9,9 +9,9 @@
 //   fragments' order (int4_pack.h: QuantGemvArgs::w_packed, w_packed_groups), the steps kernel's
 //   work split, loads into registers a step ahead (or through a per-warp cp.async ring); asked for
 //   by name only (measured slower than steps over llama2-7b's decode products on an H200);
-// - steps (quant_gemv_steps.cu, the plan of gemv_plan.h): the bf16 gemv's shape, M = 1-8: a block's
-//   warps take K steps of its 32 rows in turn, x read straight from global memory; FP8 and INT4
-//   with groups of a multiple of 128;
+// - steps (quant_gemv_steps.cu, the plan of gemv_plan.h): the bf16 gemv's shape, M = 1-16 (one or
+//   two 8-row column tiles): a block's warps take K steps of its 32 rows in turn, x read straight
+//   from global memory; FP8, and INT4 with groups of a power of two from 128;
 // - stream (quant_gemv_stream.cu, work split in quant_gemv_stream_plan.h): tensor cores, weights
 //   streamed into registers by many small blocks; FP8 and INT4 with groups of a multiple of 128;
 // - mma (quant_gemv_mma.cu, quant_gemv_plan.h): tensor cores, a cp.async ring, one block an SM;
@@ -36,6 +36,9 @@
 namespace servelab::kernels {
 
 enum class QuantWeightKind { fp8_e4m3, int4 };
+
+/// Rows the steps kernel takes: one column tile of 8 rows of x, or two (9-16 rows).
+constexpr int kQuantGemvStepsMaxRows = 16;
 enum class QuantGemvKernel { auto_select, warp, mma, stream, steps, packed };
 
 /// "auto", "warp", "mma", "stream", "steps", "packed"; parse throws std::invalid_argument naming the bad value.
@@ -59,7 +62,7 @@ struct QuantGemvArgs {
   bool out_bf16 = false;
   int m = 0, n = 0, k = 0;
   bool accumulate = false;        ///< y += product
-  /// > 0: fused SiLU·mul (steps kernel only, m <= 8, bf16 out, no accumulate): w is the merged
+  /// > 0: fused SiLU·mul (steps and packed kernels only, bf16 out, no accumulate): w is the merged
   /// [gate; up] projection, n = 2 · silu_ffn, and y [m, silu_ffn] = silu(gate) · up, each half
   /// rounded to bf16 first (the bits of the product stored, then kernels::silu_mul).
   int silu_ffn = 0;
@@ -68,9 +71,13 @@ struct QuantGemvArgs {
   /// stream and steps kernels' split target, blocks a multiprocessor (1..4; 0: their defaults, 2 and
   /// 1): a tuning knob kernel_bench sweeps.
   int stream_blocks_per_sm = 0;
-  /// steps kernel: steps a warp loads before computing them (1 or 2; 0: the format's default, FP8
-  /// 2 and INT4 1): a tuning knob kernel_bench sweeps.
+  /// steps kernel: steps a warp loads before computing them (1 or 2; 0: quant_gemv_steps_in_flight,
+  /// FP8 2 up to 8 rows and 1 above, INT4 1): a tuning knob kernel_bench sweeps.
   int steps_in_flight = 0;
+  /// steps kernel, INT4: 16-byte code vectors a lane a step (1: 128-value warp steps, half the
+  /// registers, three blocks an SM at 1-8 rows; 2: 256-value steps, two blocks; 0:
+  /// quant_gemv_steps_vectors's rule): a tuning knob kernel_bench sweeps. FP8 always takes 2.
+  int steps_vectors = 0;
   /// packed kernel: 1, no ring, each warp's next step loaded into registers (the default: 0), or
   /// 2..4 shared-memory stages of a per-warp cp.async ring: a tuning knob kernel_bench sweeps.
   int packed_stages = 0;
@@ -92,6 +99,15 @@ void validate(const QuantGemvArgs& a);
 
 /// The kernel auto picks for the format at m rows (the H200 measurement, docs/quantization.md).
 QuantGemvKernel quant_gemv_auto_kernel(QuantWeightKind kind, int m);
+
+/// The steps kernel's default steps_in_flight for the format at m rows (it does not change the
+/// sums), and INT4's default steps_vectors for n outputs on n_sms multiprocessors: 1 where the
+/// product has more than two waves of 32-row blocks (QKV, gate|up, the LM head), 2 where fewer
+/// (O, down: one vector's three blocks an SM leave slots empty); SERVELAB_QUANT_STEPS_VECTORS=1|2
+/// in the environment sets it for a run. The vectors set the plan; the rule ignores M, so a row's
+/// bits do not depend on M.
+int quant_gemv_steps_in_flight(QuantWeightKind kind, int m);
+int quant_gemv_steps_vectors(int n, int n_sms);
 
 /// SERVELAB_QUANT_GEMV's kernel, read once (auto_select when unset).
 QuantGemvKernel quant_gemv_env_kernel();

@@ -22,14 +22,21 @@ __device__ __forceinline__ int tile_row(const QuantGemvArgs& a, int rb, int t, i
 /// The row of w behind block-local row r (0..31) of row block rb.
 __device__ __forceinline__ int block_row(const QuantGemvArgs& a, int rb, int r) { return tile_row(a, rb, r / 16, r % 16); }
 
-/// Sums the block's accumulators (acc[tile][i], lane (g, q)'s mma C fragment) and stores the
-/// outputs: the row total (times FP8's scale), or silu(gate) · up.
+/// Sums the block's accumulators (acc[tile][i], lane (g, q)'s mma C fragment) for column tile ctile
+/// (rows of x 8 ctile .. 8 ctile + 7) and stores the outputs: the row total (times FP8's scale), or
+/// silu(gate) · up. Column tile 1 (M 9-16, the steps kernel) keeps its split-K partial sums and
+/// counters after tile 0's (plan.partial_floats() and plan.row_blocks further), so the two tiles'
+/// sums take the same order as one tile's: a row's bits do not depend on M.
 template <bool kInt4, typename OutT>
 __device__ __forceinline__ void finish(gemv::ReduceSmem& sm, const float (&acc)[2][4], const QuantGemvArgs& a,
-                                       const gemv::Plan& plan, int rb, int split) {
+                                       const gemv::Plan& plan, int rb, int split, int ctile = 0) {
   float sum;
-  if (!gemv::block_row_sums(sm, acc, rb, plan.splits, split, a.partials, a.counters, sum)) return;
-  const int tid = threadIdx.x, mm = tid / gemv::kBlockRows, r = tid % gemv::kBlockRows, nn = block_row(a, rb, r);
+  const int64_t tile_partials = int64_t(plan.row_blocks) * plan.splits * gemv::kPartialFloats;
+  float* partials = a.partials ? a.partials + ctile * tile_partials : nullptr;
+  int32_t* counters = a.counters ? a.counters + ctile * plan.row_blocks : nullptr;
+  if (!gemv::block_row_sums(sm, acc, rb, plan.splits, split, partials, counters, sum)) return;
+  const int tid = threadIdx.x, mm = tid / gemv::kBlockRows + 8 * ctile, r = tid % gemv::kBlockRows;
+  const int nn = block_row(a, rb, r);
   if constexpr (!kInt4) sum *= __ldg(a.scales + (a.n_scales == 1 ? 0 : min(nn, a.n - 1)));
   if (a.silu_ffn > 0) {  // thread (mm, r < 16) pairs gate row 16 rb + r with its up row (thread + 16)
     __syncthreads();     // every warp is done reading sm.red

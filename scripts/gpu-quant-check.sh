@@ -11,7 +11,9 @@
 # vs bf16).
 # QUANT_GEMV_KERNELS (e.g. "warp mma stream") runs engine_bench once more per quant_gemv kernel
 # (SERVELAB_QUANT_GEMV=<kernel>: engine_bench_<kernel>.log/.json) beside the default (auto);
-# PEERS=0 skips torch's peers.
+# STEPS_VECTORS (e.g. "2") does the same per SERVELAB_QUANT_STEPS_VECTORS value (engine_bench_v<v>);
+# PEERS=0 skips torch's peers; KERNEL_TESTS narrows test_kernels_gpu's filter (default
+# '*Fp8*:*Int4*:*QuantGemv*:*Gemv*:*Pdl*').
 # Logs and JSON under OUT; the commit recorded: GPU_COMMIT (a file) or git.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -40,7 +42,7 @@ step build "${BUILD_LIMIT:-250}" cmake --build "$BUILD" -j"$(nproc)" --target te
   kernel_bench engine_bench -- -k 0
 [ -n "$peers" ] && wait $peers
 [ -x "$BUILD/test_kernels_gpu" ] &&
-  step kernels_gpu 120 "$BUILD/test_kernels_gpu" --gtest_filter='*Fp8*:*Int4*:*QuantGemv*:*Gemv*:*Pdl*:-*/f16' &
+  step kernels_gpu 120 "$BUILD/test_kernels_gpu" --gtest_filter="${KERNEL_TESTS:-*Fp8*:*Int4*:*QuantGemv*:*Gemv*:*Pdl*}:-*/f16" &
 kpid=$!
 [ -x "$BUILD/test_cuda_backend_gpu" ] &&
   step backend_gpu 120 "$BUILD/test_cuda_backend_gpu" --gtest_filter='*QuantGpu*:*CudaBackendGpuTokens*bf16*:*CudaBackendGpuGraphs.DecodeReplayed*'
@@ -54,6 +56,11 @@ for kern in ${QUANT_GEMV_KERNELS:-}; do
   [ -x "$BUILD/engine_bench" ] &&
     SERVELAB_QUANT_GEMV=$kern step "engine_bench_$kern" 100 "$BUILD/engine_bench" --quantization "${FORMATS:-fp8,int4_awq}" \
       --quick --json "$OUT/engine_bench_$kern.json" --commit "$COMMIT"
+done
+for v in ${STEPS_VECTORS:-}; do  # INT4's steps kernel with v vectors a lane a step for the whole run
+  [ -x "$BUILD/engine_bench" ] &&
+    SERVELAB_QUANT_STEPS_VECTORS=$v step "engine_bench_v$v" 100 "$BUILD/engine_bench" --quantization "${FORMATS:-fp8,int4_awq}" \
+      --quick --json "$OUT/engine_bench_v$v.json" --commit "$COMMIT"
 done
 echo "== gpu-quant-check: $(head -1 "$OUT/environment.txt"), commit $COMMIT =="
 cat "$OUT/steps.txt"

@@ -93,7 +93,7 @@ void bench_gemv(int64_t l2, double copy_gbs) {
 /// scales) and INT4 (group 128, scales and zeros) through quant_gemv, each in CUDA graphs over
 /// weight copies that outgrow L2; quant_gemv once per kernel (warp, mma, stream, steps, and for
 /// INT4 packed over the same codes repacked: side by side; steps also with its other in-flight
-/// count, packed also through its ring of 2 and 3 stages) and once as auto
+/// count and INT4's one-vector steps, packed also through its ring of 2 and 3 stages) and once as auto
 /// dispatches it. The figure is each run's GB/s over the bytes it reads (codes, scales, zeros, x, y) as a fraction of the copy, and auto's time against bf16's on the same
 /// shape (the speedup; Marlin's near-ideal for INT4 is 3.87x). Per format and M the kernel with
 /// the least decode-step time is printed (what quant_gemv_auto_kernel should say). Codes, scales
@@ -106,8 +106,10 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
   };
   const Shape shapes[] = {{"qkv", 12288, 4096, 32}, {"o", 4096, 4096, 32}, {"gate_up", 22016, 4096, 32},
                           {"down", 4096, 11008, 32}, {"lm_head", 32000, 4096, 1}};
-  // The steps kernel twice: its format's default (FP8 two steps in flight a warp, INT4 one) and
-  // the other count; it takes M <= 8 (at 16 it falls back to stream). The packed kernel (INT4 only,
+  // The steps kernel with two vectors a lane a step: its format's default in-flight count
+  // (quant_gemv_steps_in_flight: FP8 two steps in flight a warp, INT4 one) and the other count; at
+  // M 9-16 it runs two column tiles. INT4 also with one vector a lane a step (steps_v1: 1 in
+  // flight, three blocks an SM at M <= 8; steps_v1f2: 2 in flight). The packed kernel (INT4 only,
   // over int4_pack.h's layout, M <= 8) at its default (loads into registers a step ahead) and
   // through its cp.async ring of 2 and 3 stages. auto last.
   struct Variant {
@@ -119,8 +121,9 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
                               {"stream", QuantGemvKernel::stream, 0},  {"steps", QuantGemvKernel::steps, 0},
                               {"steps_other", QuantGemvKernel::steps, -1}, {"packed", QuantGemvKernel::packed, 0},
                               {"packed_s2", QuantGemvKernel::packed, 2}, {"packed_s3", QuantGemvKernel::packed, 3},
+                              {"steps_v1", QuantGemvKernel::steps, 1}, {"steps_v1f2", QuantGemvKernel::steps, 2},
                               {"auto", QuantGemvKernel::auto_select, 0}};
-  constexpr int kKernels = 9;
+  constexpr int kKernels = 11;
   Gemm gemm(false);
   gemm.set_gemv_waves(0);
   gemm.set_gemv_variant(3);
@@ -186,9 +189,14 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
         const std::string fmt = q == 0 ? "fp8" : "int4";
         for (int v = 0; v < kKernels; ++v) {
           const bool packed = variants[v].kernel == QuantGemvKernel::packed;
+          const bool v1 = std::string(variants[v].name).rfind("steps_v1", 0) == 0;  // INT4, one vector a step
           if (packed && (q == 0 || m > 8)) continue;  // INT4 at M <= 8 only (else it falls back to steps)
+          if (v1 && q == 0) continue;
           a.kernel = variants[v].kernel;
-          a.steps_in_flight = packed ? 0 : variants[v].in_flight >= 0 ? variants[v].in_flight : q == 0 ? 1 : 2;
+          a.steps_vectors = v1 ? 1 : variants[v].kernel == QuantGemvKernel::steps ? 2 : 0;
+          a.steps_in_flight = packed || v1 ? (v1 ? variants[v].in_flight : 0)
+                              : variants[v].in_flight >= 0 ? variants[v].in_flight
+                                                           : 3 - quant_gemv_steps_in_flight(a.kind, m);
           a.packed_stages = packed ? variants[v].in_flight : 0;
           const double ms = time_graph_ms([&](int i, cudaStream_t st) {
             QuantGemvArgs b = a;

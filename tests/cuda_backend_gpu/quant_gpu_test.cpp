@@ -2,8 +2,7 @@
 // cpu backend's dequantized reference on the same weights (quantized on load from the same bf16
 // draws): prefill steps (more than 16 rows: FP8 W8A8 through cuBLASLt, INT4 dequantized into the
 // bf16 GEMM) against the CPU running the same scheme; decode steps (at most 16 rows: quant_gemv on
-// bf16 activations, W8A16; fp8's default takes quant_gemv up to 8 rows only, so these tests ask
-// for 16) against the CPU with the same weights and unquantized activations, in CUDA graphs and
+// bf16 activations, W8A16; these tests ask for 16, each format's default) against the CPU with the same weights and unquantized activations, in CUDA graphs and
 // eagerly; greedy tokens equal except at near ties; the weights' bytes. Skipped without a device.
 #include <algorithm>
 #include <cmath>

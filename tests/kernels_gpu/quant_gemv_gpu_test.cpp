@@ -2,7 +2,8 @@
 // kernels (warp, mma, stream, steps, packed: INT4 over int4_pack.h's layout, packed on the host by
 // pack_int4_fragments_ref) asked for by name: awkward M (1, 3, 16 ...), odd N, K not a multiple
 // of 128 (FP8) or longer than one slice, per-tensor and per-channel FP8 scales, INT4 groups of 16
-// (the warp-per-row kernel), 128 and 256 (the tensor-core kernels), accumulate, fp32 and bf16
+// (the warp-per-row kernel), 128 and 256 (the tensor-core kernels), 384 (not a power of two: steps
+// falls back to stream), accumulate, fp32 and bf16
 // outputs; without a workspace and with one (split K: deterministic, counters left zeroed, the
 // same bits as a second launch); a row's bits independent of M for each kernel; outputs poisoned
 // with a guard past their end.
@@ -148,9 +149,9 @@ constexpr QuantGemvKernel kKernels[] = {QuantGemvKernel::warp, QuantGemvKernel::
 /// Every awkward shape through `kernel` (where it takes the product; else its fall-back); the steps
 /// kernel's knob: steps in flight a warp (0: the format's default); the packed kernel's: its ring's
 /// stages (0: the default).
-void check_awkward_shapes(QuantGemvKernel kernel, int in_flight = 0, int stages = 0) {
+void check_awkward_shapes(QuantGemvKernel kernel, int in_flight = 0, int stages = 0, int vectors = 0) {
   SCOPED_TRACE(std::string("kernel ") + to_string(kernel) + " in flight " + std::to_string(in_flight) + " stages " +
-               std::to_string(stages));
+               std::to_string(stages) + " vectors " + std::to_string(vectors));
   std::mt19937_64 rng(42);
   int ran_asked = 0;  // products the asked-for kernel ran (not a fall-back)
   // K = 6016 and 4096 need a split (a slice of x in shared memory holds 2048): without a
@@ -160,7 +161,9 @@ void check_awkward_shapes(QuantGemvKernel kernel, int in_flight = 0, int stages 
                           // FP8 only (K not a multiple of 128): a partial 64-chunk, slices past 2048
                           {1, 1001, 1040, 128}, {3, 257, 2064, 128}, {16, 33, 4112, 128},
                           // both: llama2-7b's long K (split in several slices), one whole slice
-                          {1, 383, 8192, 128}, {3, 129, 11008, 128}, {16, 255, 2048, 128}};
+                          {1, 383, 8192, 128}, {3, 129, 11008, 128}, {16, 255, 2048, 128},
+                          // INT4 groups not a power of two (steps falls back to stream)
+                          {5, 70, 768, 384}};
   double worst_fp8 = 0, worst_int4 = 0;
   for (const Shape& sh : shapes)
     for (bool int4 : {false, true})
@@ -184,6 +187,7 @@ void check_awkward_shapes(QuantGemvKernel kernel, int in_flight = 0, int stages 
             QuantGemvArgs a = pr.args(dy.get(), false, accumulate);
             a.kernel = kernel;
             a.steps_in_flight = in_flight;
+            a.steps_vectors = vectors;
             a.packed_stages = stages;
             if (with_ws) ws.attach(a);
             ran_asked += quant_gemv_kernel_for(a) == kernel;
@@ -208,9 +212,10 @@ void check_awkward_shapes(QuantGemvKernel kernel, int in_flight = 0, int stages 
             (int4 ? worst_int4 : worst_fp8) = std::max(int4 ? worst_int4 : worst_fp8, err);
           }
       }
-  std::printf("  quant_gemv %s%s%s against quant_gemv_ref, worst relative error: fp8 %.2e, int4 %.2e (%d products ran it)\n",
+  std::printf("  quant_gemv %s%s%s%s against quant_gemv_ref, worst relative error: fp8 %.2e, int4 %.2e (%d products ran it)\n",
               to_string(kernel), in_flight == 0 ? "" : in_flight == 1 ? " (1 in flight)" : " (2 in flight)",
-              stages == 0 ? "" : (" (" + std::to_string(stages) + " stages)").c_str(), worst_fp8, worst_int4, ran_asked);
+              stages == 0 ? "" : (" (" + std::to_string(stages) + " stages)").c_str(),
+              vectors == 0 ? "" : (" (" + std::to_string(vectors) + " vectors)").c_str(), worst_fp8, worst_int4, ran_asked);
   // Most products take the kernel asked for; packed takes INT4 at M <= 8 with K a multiple of 128.
   EXPECT_GT(ran_asked, kernel == QuantGemvKernel::packed ? 18 : 40);
 }
@@ -220,31 +225,37 @@ TEST(QuantGemvGpu, Fp8AndInt4MatchTheReferenceOnAwkwardShapes) {
   for (QuantGemvKernel kernel : kKernels) check_awkward_shapes(kernel);
   check_awkward_shapes(QuantGemvKernel::steps, 1);
   check_awkward_shapes(QuantGemvKernel::steps, 2);
+  for (int vectors : {1, 2})  // INT4's steps of one or two vectors a lane (FP8 ignores it)
+    for (int in_flight : {1, 2}) check_awkward_shapes(QuantGemvKernel::steps, in_flight, 0, vectors);
   for (int stages : {2, 3, 4}) check_awkward_shapes(QuantGemvKernel::packed, 0, stages);  // the cp.async ring
 }
 
-// bf16 outputs (the cuda backend's) round the fp32 result; and a row's bits do not depend on M.
+// bf16 outputs (the cuda backend's) round the fp32 result; and a row's bits do not depend on M (the steps
+// kernel at its default and with INT4's vectors a step fixed, 1 and 2).
 TEST(QuantGemvGpu, Bf16OutputAndRowsIndependentOfM) {
   SKIP_WITHOUT_GPU();
   for (QuantGemvKernel kernel : kKernels)
-    for (bool int4 : {false, true}) {
+    for (int int4_vectors : {-1, 0, 1, 2}) {  // -1: FP8; INT4 with the default (0), 1 or 2 vectors a lane a step
+      const bool int4 = int4_vectors >= 0;
       if (kernel == QuantGemvKernel::packed && !int4) continue;  // INT4's layout
-      SCOPED_TRACE(std::string("kernel ") + to_string(kernel));
+      if (kernel != QuantGemvKernel::steps && int4_vectors > 0) continue;
+      SCOPED_TRACE(std::string("kernel ") + to_string(kernel) + " vectors " + std::to_string(int4_vectors));
       std::mt19937_64 rng(7);
       const int n = 700, k = 4096;
       const Problem pr(rng, int4, 16, n, k, 128, true);
       Workspace ws(n, k);
-      const bool eight = kernel == QuantGemvKernel::steps || kernel == QuantGemvKernel::packed;
-      const int m_all = eight ? 8 : 16;  // steps and packed take up to 8 rows
+      const int m_all = kernel == QuantGemvKernel::packed ? 8 : 16;  // packed takes up to 8 rows
       DeviceBuffer y16(size_t(16) * n * 2), y_all(size_t(16) * n * 4);
       QuantGemvArgs a = pr.args(y16.get(), true, false);
       a.kernel = kernel;
+      a.steps_vectors = std::max(int4_vectors, 0);
       a.m = m_all;
       ws.attach(a);
       EXPECT_EQ(quant_gemv_kernel_for(a), kernel);
       quant_gemv(a, nullptr);
       QuantGemvArgs b = pr.args(y_all.get(), false, false);
       b.kernel = kernel;
+      b.steps_vectors = std::max(int4_vectors, 0);
       b.m = m_all;
       ws.attach(b);
       quant_gemv(b, nullptr);
@@ -253,11 +264,12 @@ TEST(QuantGemvGpu, Bf16OutputAndRowsIndependentOfM) {
       const std::vector<uint16_t> got16 = testing::download<uint16_t>(y16, size_t(m_all) * n);
       for (size_t i = 0; i < all.size(); ++i)
         ASSERT_EQ(got16[i], f32_to_bf16(all[i])) << (int4 ? "int4 " : "fp8 ") << i;
-      for (int m : {1, 3, 5, 8, 9}) {  // the last row of an M-row product equals that row of the m_all-row one
+      for (int m : {1, 3, 5, 8, 9, 15}) {  // the last row of an M-row product equals that row of the m_all-row one
         if (m >= m_all) continue;
         DeviceBuffer ym(size_t(m) * n * 4);
         QuantGemvArgs c = pr.args(ym.get(), false, false);
         c.kernel = kernel;
+        c.steps_vectors = std::max(int4_vectors, 0);
         ws.attach(c);
         c.m = m;
         quant_gemv(c, nullptr);
@@ -269,33 +281,38 @@ TEST(QuantGemvGpu, Bf16OutputAndRowsIndependentOfM) {
     }
 }
 
-// The steps and packed kernels' fused SiLU·mul (the cuda backend's quantized gate|up at up to 8
-// rows) gives the bits of the same kernel's bf16 product followed by kernels::silu_mul, with and
-// without split K, and with either steps-in-flight count; ffn not a multiple of 16 (the last
-// block's clamped rows; the packed kernel takes multiples of 16 only).
+// The steps and packed kernels' fused SiLU·mul (the cuda backend's quantized gate|up at up to 16
+// rows, packed 8) gives the bits of the same kernel's bf16 product followed by kernels::silu_mul,
+// with and without split K, and with either steps-in-flight count, at 1-8 rows and at 9-16 (two
+// column tiles); ffn not a multiple of 16 (the last block's clamped rows; the packed kernel takes
+// multiples of 16 only).
 TEST(QuantGemvGpu, StepsFusedSiluMatchesProductThenSiluMul) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(11);
   struct Case {
     int m, ffn, k;
   };
-  for (const Case& c : {Case{1, 1000, 4096}, Case{3, 40, 384}, Case{8, 2048, 11008}, Case{5, 1000, 1024}, Case{2, 48, 384}})
+  for (const Case& c : {Case{1, 1000, 4096}, Case{3, 40, 384}, Case{8, 2048, 11008}, Case{5, 1000, 1024}, Case{2, 48, 384},
+                        Case{16, 1000, 4096}, Case{11, 40, 384}})  // 9-16 rows: the steps kernel's two column tiles
     for (bool int4 : {false, true})
       for (bool per_channel : {false, true}) {
         if (int4 && per_channel) continue;
         const Problem pr(rng, int4, c.m, 2 * c.ffn, c.k, 128, per_channel);
         Workspace ws(2 * c.ffn, c.k);
         for (bool with_ws : {false, true})
-          for (int in_flight : {1, 2, 0}) {  // 0: the packed kernel (INT4 with ffn a multiple of 16)
-            const QuantGemvKernel kernel = in_flight > 0 ? QuantGemvKernel::steps : QuantGemvKernel::packed;
-            if (in_flight == 0 && (!int4 || c.ffn % 16)) continue;
+          for (int in_flight : {1, 2, 0, -1}) {  // 0: the packed kernel (INT4 with ffn a multiple of 16); -1: steps
+                                                  // with one vector a lane a step (INT4)
+            const QuantGemvKernel kernel = in_flight != 0 ? QuantGemvKernel::steps : QuantGemvKernel::packed;
+            if (in_flight == 0 && (!int4 || c.ffn % 16 || c.m > 8)) continue;
+            if (in_flight == -1 && !int4) continue;
             SCOPED_TRACE("M=" + std::to_string(c.m) + " FFN=" + std::to_string(c.ffn) + " K=" + std::to_string(c.k) +
                          (int4 ? " int4" : per_channel ? " fp8/channel" : " fp8/tensor") + (with_ws ? " workspace" : "") +
                          " in flight " + std::to_string(in_flight));
             DeviceBuffer gate_up(size_t(c.m) * 2 * c.ffn * 2), want(size_t(c.m) * c.ffn * 2), got(size_t(c.m) * c.ffn * 2);
             QuantGemvArgs a = pr.args(gate_up.get(), true, false);
             a.kernel = kernel;
-            a.steps_in_flight = in_flight;
+            a.steps_in_flight = std::max(in_flight, 0);
+            a.steps_vectors = in_flight == -1 ? 1 : 0;
             if (with_ws) ws.attach(a);
             quant_gemv(a, nullptr);
             silu_mul(ScalarType::bf16, gate_up.get(), want.get(), c.m, c.ffn, nullptr);
@@ -311,13 +328,15 @@ TEST(QuantGemvGpu, StepsFusedSiluMatchesProductThenSiluMul) {
             if (with_ws) EXPECT_TRUE(ws.counters_zero());
           }
       }
-  // Refused by name where it cannot run: fp32 output, or rows past 8.
+  // Refused by name where it cannot run: a kernel other than steps and packed, or fp32 output.
   std::mt19937_64 rng2(3);
   const Problem pr(rng2, false, 9, 64, 256, 128, false);
   DeviceBuffer y(size_t(9) * 64 * 4);
   QuantGemvArgs a = pr.args(y.get(), true, false);
   a.silu_ffn = 32;
-  EXPECT_THROW(quant_gemv(a, nullptr), std::invalid_argument);  // m = 9
+  a.kernel = QuantGemvKernel::warp;
+  EXPECT_THROW(quant_gemv(a, nullptr), std::invalid_argument);
+  a.kernel = QuantGemvKernel::auto_select;
   a.m = 8;
   a.out_bf16 = false;
   EXPECT_THROW(quant_gemv(a, nullptr), std::invalid_argument);

@@ -242,12 +242,13 @@ bool pack_int4_linears(QuantDeviceWeights& q) {
 }
 
 int QuantLinearRunner::default_gemv_rows(const QuantScheme& scheme) {
-  // H200, results/gpu/quant/: quant_gemv's steps kernel (up to 8 rows) costs the same at 1 and 8
-  // rows (kernel_bench: llama2-7b's FP8 decode-step products 2.04 and 2.09 ms, bf16 3.38 and
-  // 3.40), where the FP8 GEMM (activations quantized, cuBLASLt) tied the older stream kernel at
-  // batch 8 (3.96 vs 3.97 ms a step) and won at 16 (4.28 vs 5.56, ca345a0). So FP8 takes quant_gemv
-  // up to 8 rows; INT4's dequantize + bf16 GEMM takes 4.3x quant_gemv's time at 16 rows.
-  return scheme.method == Quantization::fp8 ? 8 : kGemvRows;
+  // H200, results/gpu/quant/h200-2026-11-29-0327c2b-steps16/: quant_gemv's steps kernel takes up to
+  // 16 rows (two column tiles); llama2-7b's batch-16 decode step took 3.76 ms with fp8 through
+  // quant_gemv (engine_bench fp8/16) against 4.21 with the activations quantized and the FP8 GEMM
+  // (fp8/8, the default before; bf16 4.60). INT4's dequantize + bf16 GEMM takes several times
+  // quant_gemv's time at 16 rows. So both formats take quant_gemv up to 16 rows.
+  (void)scheme;
+  return kGemvRows;
 }
 
 QuantLinearRunner::QuantLinearRunner(const QuantScheme& scheme, int max_out, int max_in, int gemv_max_rows)
@@ -317,8 +318,9 @@ bool QuantLinearRunner::run_gate_up_silu(const QuantWeight& w, const void* x, vo
   if (rows < 1 || rows > gemv_max_rows_ || w.out != 2 * ffn) return false;
   kernels::QuantGemvArgs a = gemv_args(w, x, act, rows);
   a.silu_ffn = ffn;
-  const kernels::QuantGemvKernel kernel = rows > 8 ? kernels::QuantGemvKernel::warp : kernels::quant_gemv_kernel_for(a);
+  const kernels::QuantGemvKernel kernel = kernels::quant_gemv_kernel_for(a);  // steps takes up to 16 rows
   if (kernel != kernels::QuantGemvKernel::steps && kernel != kernels::QuantGemvKernel::packed) return false;
+  if (kernel == kernels::QuantGemvKernel::steps && !a.w) return false;  // only the packed layout: 8 rows at most
   kernels::quant_gemv(a, stream);
   return true;
 }
