@@ -87,15 +87,16 @@ struct Variant {
   bool diagnostic = false;
 };
 
-/// Names: `default` (LoraSgmvConfig{}: the expand by rows without the register cap, 528, a block
-/// per item, every delta beside its product: o/down into the residual, q|k|v's and gate|up's into
-/// a scratch added by the RoPE + K/V write and SiLU·mul; the expands with PDL after their
-/// shrinks); `no pdl`; `gu beside`: q|k|v's expand after its product; `auto`: slot tiles choosing
-/// rows on the device (expand_auto, ce0f498's default); `tiles`: slot tiles with the register cap,
-/// no choice; `old`: slot tiles with the cap, q|k|v's and gate|up's expands after their products,
-/// no PDL (the default before 2026-11-29 evening); `inline`: no side stream (every LoRA launch in
-/// line, before its product); `empty`: every launch with no rows in the plan (the launches and
-/// branches alone: diagnostic).
+/// Names: `default` (LoraSgmvConfig{}: q|k|v's and gate|up's deltas expanded by the kernels after
+/// their products, rope_kv_write and lora_silu_mul_xa, from the xa rows their shrinks finish,
+/// beside the products: 6 LoRA launches a layer; o/down's shrink and expand by rows into the
+/// residual beside theirs, the expands with PDL); `prev`: those two deltas expanded beside the
+/// products into a scratch the same kernels add (the default of 7a147c7 to 2026-11-29 22:00, 8
+/// launches a layer); `inline`: no side stream (every LoRA launch in line, before its product);
+/// `prev inline`; `empty`: every launch with no rows in the plan (the launches and branches alone;
+/// under `default` the consumers still compute a delta from stale xa rows: diagnostic); `empty
+/// prev` (8 launches a layer, no work); `empty inline` (6 launches a layer in line, no side stream:
+/// against `empty`, what the forks and joins cost).
 std::vector<Variant> decode_variants() {
   using C = kernels::LoraSgmvConfig;
   auto with = [](auto f) {
@@ -103,28 +104,25 @@ std::vector<Variant> decode_variants() {
     f(c);
     return c;
   };
-  auto tiles = [](C& c) {
-    c.expand_by_rows = false;
-    c.expand_register_cap = true;
-  };
   return {
       {"default", C{}},
-      {"no pdl", with([](C& c) { c.expand_pdl = false; })},
-      {"gu beside", with([](C& c) { c.qkv_beside = false; })},
-      {"auto", with(tiles)},
-      {"tiles", with([&](C& c) {
-         tiles(c);
-         c.expand_auto = false;
-       })},
-      {"old", with([&](C& c) {
-         tiles(c);
-         c.expand_auto = false;
-         c.gate_up_beside = false;
-         c.qkv_beside = false;
-         c.expand_pdl = false;
-       })},
+      {"prev", with([](C& c) { c.expand_in_consumer = false; })},
       {"inline", with([](C& c) { c.side_stream = false; })},
+      {"prev inline", with([](C& c) {
+         c.expand_in_consumer = false;
+         c.side_stream = false;
+       })},
       {"empty", with([](C& c) { c.empty_plan = true; }), true},
+      {"empty prev", with([](C& c) {
+         c.empty_plan = true;
+         c.expand_in_consumer = false;
+       }),
+       true},
+      {"empty inline", with([](C& c) {
+         c.empty_plan = true;
+         c.side_stream = false;
+       }),
+       true},
   };
 }
 

@@ -6,6 +6,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/lora_act.h"
+#include "kernels/lora_delta.cuh"
 
 namespace servelab::kernels {
 namespace {
@@ -37,6 +38,29 @@ __global__ void lora_silu_mul_kernel(const T* gate_up, const T* delta, const int
   }
 }
 
+/// lora_silu_mul_xa: the row's delta of columns c and ffn + c from its xa and B (lora_delta.cuh).
+template <typename T>
+__global__ void lora_silu_mul_xa_kernel(const T* gate_up, const LoraXaDelta d, T* out, int ffn, int64_t n_vec) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int vpr = ffn / 8;
+  for (int64_t v = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; v < n_vec; v += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = v / vpr;
+    const int c = int(v % vpr) * 8;
+    float g[8], u[8];
+    unpack8<T>(*reinterpret_cast<const Vec8*>(gate_up + r * 2 * ffn + c), g);
+    unpack8<T>(*reinterpret_cast<const Vec8*>(gate_up + r * 2 * ffn + ffn + c), u);
+    const int s = d.row_slot[r];
+    if (s >= 0) {
+      lora_xa_add8<T>(d, r, s, c, g);
+      lora_xa_add8<T>(d, r, s, ffn + c, u);
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+    *reinterpret_cast<Vec8*>(out + r * ffn + c) = pack8<T>(g);
+  }
+}
+
 int silu_grid(int64_t n_vec) { return static_cast<int>(std::clamp<int64_t>(ceil_div(n_vec, 256), 1, 8192)); }
 
 }  // namespace
@@ -53,6 +77,22 @@ void lora_silu_mul(ScalarType t, const void* gate_up, const void* delta, const i
                        launch_pdl(lora_silu_mul_kernel<__half>, silu_grid(n_vec), 256, 0, stream,
                                   static_cast<const __half*>(gate_up), static_cast<const __half*>(delta), row_slot,
                                   static_cast<__half*>(act), ffn, n_vec));
+}
+
+void lora_silu_mul_xa(ScalarType t, const void* gate_up, const LoraXaDelta& delta, void* act, int n_rows, int ffn,
+                      cudaStream_t stream) {
+  if (ffn % 8 != 0) throw std::invalid_argument("lora_silu_mul_xa: ffn must be a multiple of 8");
+  if (delta.xa == nullptr) throw std::invalid_argument("lora_silu_mul_xa: no xa");
+  lora_xa_delta_check(delta, "lora_silu_mul_xa");
+  if (delta.n_out != 2 * ffn) throw std::invalid_argument("lora_silu_mul_xa: the delta's n_out must be 2 · ffn");
+  const int64_t n_vec = int64_t(n_rows) * ffn / 8;
+  if (n_vec == 0) return;
+  SERVELAB_DISPATCH_16(t,
+                       launch_pdl(lora_silu_mul_xa_kernel<__nv_bfloat16>, silu_grid(n_vec), 256, 0, stream,
+                                  static_cast<const __nv_bfloat16*>(gate_up), delta,
+                                  static_cast<__nv_bfloat16*>(act), ffn, n_vec),
+                       launch_pdl(lora_silu_mul_xa_kernel<__half>, silu_grid(n_vec), 256, 0, stream,
+                                  static_cast<const __half*>(gate_up), delta, static_cast<__half*>(act), ffn, n_vec));
 }
 
 }  // namespace servelab::kernels

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "kernels/common.cuh"
+#include "kernels/lora_delta.cuh"
 #include "kernels/ops.h"
 
 namespace servelab::kernels {
@@ -40,6 +41,8 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const QkvArgs a) {
   // The row's LoRA delta (rope_kv_write only), added like the bias: null for rows without one.
   const T* delta =
       a.delta && a.delta_rows[t] >= 0 ? static_cast<const T*>(a.delta) + t * a.qkv_row_stride : nullptr;
+  // Or the delta computed here from the row's xa (rope_kv_write only): the row's slot, -1 for none.
+  const int lora_slot = kMode == kFused && a.lora.xa ? a.lora.row_slot[t] : -1;
   const int64_t kv_row = int64_t(a.n_kv_heads) * hd;
   if (kMode == kWriteOnly) {
     if (slot < 0) return;
@@ -69,6 +72,10 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const QkvArgs a) {
       unpack8<T>(*reinterpret_cast<const Vec8*>(row + hi), y);
       add_bias(x, delta, lo);
       add_bias(y, delta, hi);
+      if (lora_slot >= 0) {
+        lora_xa_add8<T>(a.lora, t, lora_slot, lo, x);
+        lora_xa_add8<T>(a.lora, t, lora_slot, hi, y);
+      }
       add_bias(x, bias, lo);
       add_bias(y, bias, hi);
       float rx[8], ry[8];
@@ -94,6 +101,7 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const QkvArgs a) {
       float v[8];
       unpack8<T>(*reinterpret_cast<const Vec8*>(row + off), v);
       add_bias(v, delta, off);
+      if (lora_slot >= 0) lora_xa_add8<T>(a.lora, t, lora_slot, off, v);
       add_bias(v, bias, off);
       T* dst = kMode == kFused ? static_cast<T*>(a.v_cache) + slot * kv_row + e : row + off;
       *reinterpret_cast<Vec8*>(dst) = pack8<T>(v);
@@ -108,6 +116,12 @@ void launch(const QkvArgs& a, cudaStream_t stream) {
   if (a.qkv_row_stride % 8 != 0) throw std::invalid_argument("rope/kv write: qkv_row_stride must be a multiple of 8");
   if (a.delta && (kMode != kFused || a.delta_rows == nullptr))
     throw std::invalid_argument("rope/kv write: a delta only with rope_kv_write and its delta_rows");
+  if (a.lora.xa) {
+    if (kMode != kFused || a.delta) throw std::invalid_argument("rope/kv write: a LoRA xa delta only with rope_kv_write, alone");
+    lora_xa_delta_check(a.lora, "rope/kv write");
+    if (a.lora.n_out != (a.n_heads + 2 * a.n_kv_heads) * a.head_dim)
+      throw std::invalid_argument("rope/kv write: the LoRA delta's n_out must be the q|k|v width");
+  }
   const size_t smem = kMode == kWriteOnly ? 0 : sizeof(float) * a.head_dim;
   // Work items per token; with fewer tokens than kFewTokens, up to kMaxChunks blocks share a token.
   constexpr int kFewTokens = 64, kMaxChunks = 16;
