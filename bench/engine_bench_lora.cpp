@@ -92,11 +92,11 @@ struct Variant {
 /// beside the products: 6 LoRA launches a layer; o/down's shrink and expand by rows into the
 /// residual beside theirs, the expands with PDL); `prev`: those two deltas expanded beside the
 /// products into a scratch the same kernels add (the default of 7a147c7 to 2026-11-29 22:00, 8
-/// launches a layer); `inline`: no side stream (every LoRA launch in line, before its product);
-/// `prev inline`; `empty`: every launch with no rows in the plan (the launches and branches alone;
-/// under `default` the consumers still compute a delta from stale xa rows: diagnostic); `empty
-/// prev` (8 launches a layer, no work); `empty inline` (6 launches a layer in line, no side stream:
-/// against `empty`, what the forks and joins cost).
+/// launches a layer); `gu in consumer`, `qkv in consumer`: only that product's delta expanded
+/// by its consumer (7 launches a layer); `empty`: every launch with no rows in the plan (the launches and branches
+/// alone; under `default` the consumers still compute a delta from stale xa rows: diagnostic);
+/// `empty prev` (8 launches a layer, no work). (`inline`, no side stream, was measured at 17db7ca
+/// and ce0f498: far behind; docs/lora.md.)
 std::vector<Variant> decode_variants() {
   using C = kernels::LoraSgmvConfig;
   auto with = [](auto f) {
@@ -106,21 +106,17 @@ std::vector<Variant> decode_variants() {
   };
   return {
       {"default", C{}},
-      {"prev", with([](C& c) { c.expand_in_consumer = false; })},
-      {"inline", with([](C& c) { c.side_stream = false; })},
-      {"prev inline", with([](C& c) {
-         c.expand_in_consumer = false;
-         c.side_stream = false;
+      {"prev", with([](C& c) {
+         c.gate_up_in_consumer = false;
+         c.qkv_in_consumer = false;
        })},
+      {"gu in consumer", with([](C& c) { c.qkv_in_consumer = false; })},
+      {"qkv in consumer", with([](C& c) { c.gate_up_in_consumer = false; })},
       {"empty", with([](C& c) { c.empty_plan = true; }), true},
       {"empty prev", with([](C& c) {
          c.empty_plan = true;
-         c.expand_in_consumer = false;
-       }),
-       true},
-      {"empty inline", with([](C& c) {
-         c.empty_plan = true;
-         c.side_stream = false;
+         c.gate_up_in_consumer = false;
+         c.qkv_in_consumer = false;
        }),
        true},
   };

@@ -1,5 +1,5 @@
 #pragma once
-// A LoRA delta computed by the kernel that consumes it (LoraSgmvConfig::expand_in_consumer): the
+// A LoRA delta computed by the kernel that consumes it (LoraSgmvConfig::gate_up_in_consumer, qkv_in_consumer): the
 // shrink leaves each adapter row's xa (the chunks' partials summed, times the slot's scale, fp32,
 // lora_sgmv_shrink's xa_rows) and the consumer (kernels::rope_kv_write for q|k|v,
 // kernels::lora_silu_mul_xa for gate|up) adds Σ_k xa[r, m · max_rank + k] · B[slot, c, k] to the

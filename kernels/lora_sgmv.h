@@ -95,12 +95,13 @@ struct LoraSgmvConfig {
   /// rows was faster there, slot tiles with few adapters), so one CUDA graph serves both mixes.
   /// Compiled for 2 blocks an SM (128 registers), whatever expand_register_cap says.
   bool expand_auto = true;
-  /// Read by the cuda backend, where q|k|v's (qkv_beside) and gate|up's (gate_up_beside) deltas
-  /// would be expanded beside their products into a scratch: no expand launch at all; their shrink
-  /// finishes each row's xa (lora_sgmv_shrink's xa_rows) and the kernel after the product
-  /// computes the delta itself (kernels/lora_delta.h: rope_kv_write's QkvArgs::lora,
-  /// lora_silu_mul_xa), so a layer has 6 LoRA launches instead of 8.
-  bool expand_in_consumer = true;
+  /// Read by the cuda backend, where gate|up's (gate_up_beside) and q|k|v's (qkv_beside) deltas
+  /// would be expanded beside their products into a scratch: no expand launch for that product;
+  /// its shrink finishes each row's xa (lora_sgmv_shrink's xa_rows) and the kernel after the
+  /// product computes the delta itself (kernels/lora_delta.h: lora_silu_mul_xa, rope_kv_write's
+  /// QkvArgs::lora), so a layer has 6 LoRA launches instead of 8 with both.
+  bool gate_up_in_consumer = true;
+  bool qkv_in_consumer = true;
   /// Diagnostic, engine_bench only (the results are wrong): the plan is built from no rows, so
   /// every LoRA launch of the step runs and finds no work: what the launches, their empty blocks
   /// and the side stream's forks and joins cost alone.
@@ -150,7 +151,7 @@ void lora_plan(const int32_t* row_slot, int n_rows, int n_slots, const LoraPlan&
 /// partial[j, p, k] = Σ_{i in chunk j} x[perm[p], i] · A[slot, k, i] for every tile's rows p;
 /// partial holds lora_partial_floats(pool, n_rows). Throws std::invalid_argument for a bad pool
 /// (as lora_shrink).
-/// xa_rows (LoraSgmvConfig::expand_in_consumer) non-null: also xa_rows[perm[p], k] = scale[slot] ·
+/// xa_rows (LoraSgmvConfig::gate_up_in_consumer, qkv_in_consumer) non-null: also xa_rows[perm[p], k] = scale[slot] ·
 /// Σ_j partial[j, p, k] (fp32 [n_rows, total_rank], the sum the expand forms, in its order), by
 /// the last block of each tile to finish (plan.tile_done, required then); rows without an adapter
 /// untouched. kernels/lora_delta.h's consumers read it.

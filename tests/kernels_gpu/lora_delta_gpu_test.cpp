@@ -1,10 +1,11 @@
-// The LoRA deltas expanded by the kernels that consume them (LoraSgmvConfig::expand_in_consumer,
+// The LoRA deltas expanded by the kernels that consume them (LoraSgmvConfig::gate_up_in_consumer, qkv_in_consumer,
 // kernels/lora_delta.h): lora_sgmv_shrink finishing each adapter row's xa (xa_rows) against
 // lora_shrink_ref, rows without an adapter left as they were, the tile counters back at 0 after
 // each launch (a second launch and graph replays give the same xa); then lora_silu_mul_xa
 // (gate|up, 2 segments) against lora_expand_segments_ref + lora_silu_mul_ref, and rope_kv_write
-// with QkvArgs::lora (q|k|v, 3 segments) against the plain kernel on q|k|v + the reference delta.
-// Ranks 8, 12 (scalar loads), 16 and 64; 2 to 64 slots; rows without an adapter among them (their
+// with QkvArgs::lora (q|k|v, 3 segments) against the plain kernel on q|k|v + the reference delta
+// (tokens dealt over several blocks, and a block's items in two passes of its staging).
+// Ranks 8, 16 and 64 (1, 2 and 8 lanes a column), 12 (scalar loads) and 24 (a column a thread); 2 to 64 slots; rows without an adapter among them (their
 // results bit for bit the plain kernels'); inputs not a multiple of the shrink's chunk; shrink
 // grids of a block per item and of 1 block an SM looping over the items (several items of one
 // tile in one block).
@@ -190,9 +191,10 @@ void gate_up_case(ScalarType t, const DeltaCase& cs, int ffn, uint64_t seed) {
 
 /// q|k|v: rope_kv_write with QkvArgs::lora against the plain kernel on q|k|v + the reference
 /// delta (rounded once there); rows without an adapter (one of them a padding row) its bits.
-void qkv_case(ScalarType t, const DeltaCase& cs, uint64_t seed) {
-  SCOPED_TRACE("q|k|v " + name_of(cs));
-  const int n_heads = 4, n_kv = 2, hd = 64, stride = (n_heads + 2 * n_kv) * hd, n_slots_kv = 2 * cs.rows + 2;
+void qkv_case(ScalarType t, const DeltaCase& cs, int n_heads, int n_kv, int hd, uint64_t seed) {
+  SCOPED_TRACE("q|k|v " + name_of(cs) + " heads " + std::to_string(n_heads) + "/" + std::to_string(n_kv) + " hd " +
+               std::to_string(hd));
+  const int stride = (n_heads + 2 * n_kv) * hd, n_slots_kv = 2 * cs.rows + 2;
   Fixture f(t, cs, {n_heads * hd, n_kv * hd, n_kv * hd}, seed);
   std::mt19937_64 rng(seed + 1);
   const std::vector<float> qkv = testing::random16(t, size_t(cs.rows) * stride, rng);
@@ -290,15 +292,19 @@ TEST_P(LoraDeltaGpu, GateUpDeltaFromTheShrinksXaRows) {
   gate_up_case(t, {9, 1032, 8, 2, 1, grid(0)}, 1032, 2);      // rank 8, two adapters
   gate_up_case(t, {70, 4104, 64, 24, 7, grid(1)}, 136, 3);   // rank 64, runs of 7: 528 items on 1 block an SM
   gate_up_case(t, {12, 264, 12, 3, 1, grid(0)}, 40, 4);       // rank 12: scalar B loads
+  gate_up_case(t, {10, 264, 24, 3, 1, grid(0)}, 48, 6);       // rank 24: a column a thread (3 lanes' worth)
   gate_up_case(t, {64, 2048, 16, 64, 1, grid(0, 264)}, 1024, 5);  // 64 slots, rows one by one
 }
 
 TEST_P(LoraDeltaGpu, QkvDeltaInsideRopeKvWrite) {
   SKIP_WITHOUT_GPU();
   const ScalarType t = GetParam();
-  qkv_case(t, {9, 1032, 16, 4, 1, grid(0)}, 11);
-  qkv_case(t, {33, 264, 8, 40, 2, grid(1)}, 12);
-  qkv_case(t, {6, 520, 64, 2, 1, grid(0, 264)}, 13);
+  qkv_case(t, {9, 1032, 16, 4, 1, grid(0)}, 4, 2, 64, 11);
+  qkv_case(t, {33, 264, 8, 40, 2, grid(1)}, 4, 2, 64, 12);
+  qkv_case(t, {6, 520, 64, 2, 1, grid(0, 264)}, 4, 2, 64, 13);
+  // 70 tokens (one block a token) of 160 items: two passes of the block's staging, the second partial.
+  qkv_case(t, {70, 264, 16, 6, 3, grid(0)}, 8, 4, 128, 14);
+  qkv_case(t, {5, 264, 16, 3, 1, grid(0)}, 8, 4, 128, 15);  // few tokens: 2 blocks a token
 }
 
 TEST(LoraDeltaGpuRefusals, ShrinkNeedsCountersForXaRows) {

@@ -98,12 +98,13 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
     // gate|up's delta beside the product, added in SiLU·mul, and q|k|v's, added by the RoPE + K/V
     // write: steps with no tensor-core runs (every graph), where the plan's rows are exactly the
     // rows whose slot is >= 0 (the two share the scratch: attention reads q|k|v's before the
-    // fork of gate|up's side work). With lora_kernels.expand_in_consumer no expand runs: the
+    // fork of gate|up's side work). With lora_kernels.gate_up_in_consumer (qkv_in_consumer) no expand runs: the
     // shrink finishes the rows' xa (lora_xa_rows, shared the same way) and those kernels expand.
     if ((grp == cuda::LoraGroup::gate_up && lora_kernels.gate_up_beside && lora_step_runs.empty()) ||
         (grp == cuda::LoraGroup::qkv && qkv_beside)) {
       hk.row_slot = plan_slots;
-      if (lora_kernels.expand_in_consumer) hk.xa_rows = lora_xa_rows.get<float>();
+      if (grp == cuda::LoraGroup::gate_up ? lora_kernels.gate_up_in_consumer : lora_kernels.qkv_in_consumer)
+        hk.xa_rows = lora_xa_rows.get<float>();
       else hk.delta = lora_delta.get();
     }
     return &hk;
@@ -121,7 +122,7 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
     const cuda::ResidualNorm attn_norm{W.attn_norm, d, m.rms_eps, true}, ffn_norm{W.ffn_norm, d, m.rms_eps, true};
     using Group = cuda::LoraGroup;
     const cuda::Linear qkv_proj{W.w_qkv, qkv_width(), d, cuda::Linear::Split::column, Q ? &Q->qkv : nullptr, hook(l, Group::qkv)};
-    const bool qkv_xa = qkv_beside && lora_kernels.expand_in_consumer;
+    const bool qkv_xa = qkv_beside && lora_kernels.qkv_in_consumer;
     const cuda::Attention attention{
         local_heads, W.b_qkv, qkv_beside && !qkv_xa ? lora_delta.get() : nullptr,
         qkv_beside && !qkv_xa ? plan_slots : nullptr,
