@@ -87,16 +87,15 @@ struct Variant {
   bool diagnostic = false;
 };
 
-/// Names: `default` (LoraSgmvConfig{}: q|k|v's and gate|up's deltas expanded by the kernels after
-/// their products, rope_kv_write and lora_silu_mul_xa, from the xa rows their shrinks finish,
-/// beside the products: 6 LoRA launches a layer; o/down's shrink and expand by rows into the
-/// residual beside theirs, the expands with PDL); `prev`: those two deltas expanded beside the
-/// products into a scratch the same kernels add (the default of 7a147c7 to 2026-11-29 22:00, 8
-/// launches a layer); `gu in consumer`, `qkv in consumer`: only that product's delta expanded
-/// by its consumer (7 launches a layer); `empty`: every launch with no rows in the plan (the launches and branches
-/// alone; under `default` the consumers still compute a delta from stale xa rows: diagnostic);
-/// `empty prev` (8 launches a layer, no work). (`inline`, no side stream, was measured at 17db7ca
-/// and ce0f498: far behind; docs/lora.md.)
+/// Names: `default` (LoraSgmvConfig{}: the expand by rows without the register cap, 528, a block
+/// per item, every delta beside its product: o/down into the residual, q|k|v's and gate|up's into
+/// a scratch added by the RoPE + K/V write and SiLU·mul; the expands with PDL after their
+/// shrinks; 8 LoRA launches a layer); `consumer`: q|k|v's and gate|up's deltas expanded by the
+/// kernels after their products (rope_kv_write, lora_silu_mul_xa) from the xa rows their shrinks
+/// finish (6 launches a layer); `gu in consumer`, `qkv in consumer`: one of the two (7); `empty`:
+/// every launch with no rows in the plan (the launches and branches alone: diagnostic).
+/// (`inline`, no side stream, and `empty` under `consumer` were measured at 17db7ca, ce0f498 and
+/// b54612e: docs/lora.md.)
 std::vector<Variant> decode_variants() {
   using C = kernels::LoraSgmvConfig;
   auto with = [](auto f) {
@@ -106,19 +105,13 @@ std::vector<Variant> decode_variants() {
   };
   return {
       {"default", C{}},
-      {"prev", with([](C& c) {
-         c.gate_up_in_consumer = false;
-         c.qkv_in_consumer = false;
+      {"consumer", with([](C& c) {
+         c.gate_up_in_consumer = true;
+         c.qkv_in_consumer = true;
        })},
-      {"gu in consumer", with([](C& c) { c.qkv_in_consumer = false; })},
-      {"qkv in consumer", with([](C& c) { c.gate_up_in_consumer = false; })},
+      {"gu in consumer", with([](C& c) { c.gate_up_in_consumer = true; })},
+      {"qkv in consumer", with([](C& c) { c.qkv_in_consumer = true; })},
       {"empty", with([](C& c) { c.empty_plan = true; }), true},
-      {"empty prev", with([](C& c) {
-         c.empty_plan = true;
-         c.gate_up_in_consumer = false;
-         c.qkv_in_consumer = false;
-       }),
-       true},
   };
 }
 

@@ -99,9 +99,12 @@ struct LoraSgmvConfig {
   /// would be expanded beside their products into a scratch: no expand launch for that product;
   /// its shrink finishes each row's xa (lora_sgmv_shrink's xa_rows) and the kernel after the
   /// product computes the delta itself (kernels/lora_delta.h: lora_silu_mul_xa, rope_kv_write's
-  /// QkvArgs::lora), so a layer has 6 LoRA launches instead of 8 with both.
-  bool gate_up_in_consumer = true;
-  bool qkv_in_consumer = true;
+  /// QkvArgs::lora), so a layer has 6 LoRA launches instead of 8 with both. Off: on the H200
+  /// (2026-11-29, b54612e) the delta computed in line, B read again for every row, cost more than
+  /// the two launches beside the products it saves: b32 / 1 adapter 0.759 of the base step with
+  /// both against 0.882 without, b64 0.546 against 0.826 (docs/lora.md "GPU figures").
+  bool gate_up_in_consumer = false;
+  bool qkv_in_consumer = false;
   /// Diagnostic, engine_bench only (the results are wrong): the plan is built from no rows, so
   /// every LoRA launch of the step runs and finds no work: what the launches, their empty blocks
   /// and the side stream's forks and joins cost alone.
