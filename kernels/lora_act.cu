@@ -39,8 +39,8 @@ __global__ void lora_silu_mul_kernel(const T* gate_up, const T* delta, const int
 }
 
 /// lora_silu_mul_xa: a block per (row, kActVectors vectors of the row): for an adapter row, the
-/// block stages the delta of its gate and up columns in shared memory (lora_delta.cuh: a column
-/// per thread, B read in order), then each thread one vector of 8 outputs.
+/// block stages the delta of its gate and up columns in shared memory (lora_delta.cuh's
+/// lora_xa_stage: B read in order), then each thread one vector of 8 outputs.
 constexpr int kActVectors = 256;
 template <typename T>
 __global__ void __launch_bounds__(kActVectors) lora_silu_mul_xa_kernel(const T* gate_up, const LoraXaDelta d, T* out,

@@ -16,7 +16,8 @@ struct LoraXaDelta {
   const int32_t* row_slot = nullptr;  ///< [n_rows]: the row's slot, < 0 for none (never read then)
   const void* b = nullptr;            ///< the pool's B [n_slots, n_out, max_rank], 16-bit
   int n_out = 0, max_rank = 0, total = 0;
-  int seg_end0 = 0, seg_end1 = 0;     ///< segment ends (unused ones n_out): column c is in segment (c >= e0) + (c >= e1)
+  /// Segment ends (unused ones n_out): column c is in segment (c >= seg_end0) + (c >= seg_end1).
+  int seg_end0 = 0, seg_end1 = 0;
 };
 
 /// The consumer's view of `pool` for the xa rows `xa` (total_rank wide) and the rows' slots.

@@ -34,7 +34,7 @@ struct QkvArgs {
   const void* delta = nullptr;
   const int32_t* delta_rows = nullptr;
   /// rope_kv_write only: the q|k|v LoRA delta computed here from the rows' xa and B
-  /// (kernels/lora_delta.h, LoraSgmvConfig::gate_up_in_consumer, qkv_in_consumer), added before the bias for rows
+  /// (kernels/lora_delta.h, LoraSgmvConfig::*_in_consumer), added before the bias for rows
   /// with lora.row_slot[t] >= 0; lora.xa null: none. lora.n_out: the q|k|v width.
   LoraXaDelta lora;
 };

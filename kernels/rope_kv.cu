@@ -138,7 +138,8 @@ void launch(const QkvArgs& a, cudaStream_t stream) {
   if (a.delta && (kMode != kFused || a.delta_rows == nullptr))
     throw std::invalid_argument("rope/kv write: a delta only with rope_kv_write and its delta_rows");
   if (a.lora.xa) {
-    if (kMode != kFused || a.delta) throw std::invalid_argument("rope/kv write: a LoRA xa delta only with rope_kv_write, alone");
+    if (kMode != kFused || a.delta)
+      throw std::invalid_argument("rope/kv write: a LoRA xa delta only with rope_kv_write, alone");
     lora_xa_delta_check(a.lora, "rope/kv write");
     if (a.lora.n_out != (a.n_heads + 2 * a.n_kv_heads) * a.head_dim)
       throw std::invalid_argument("rope/kv write: the LoRA delta's n_out must be the q|k|v width");

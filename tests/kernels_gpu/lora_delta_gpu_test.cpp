@@ -1,14 +1,14 @@
-// The LoRA deltas expanded by the kernels that consume them (LoraSgmvConfig::gate_up_in_consumer, qkv_in_consumer,
-// kernels/lora_delta.h): lora_sgmv_shrink finishing each adapter row's xa (xa_rows) against
-// lora_shrink_ref, rows without an adapter left as they were, the tile counters back at 0 after
-// each launch (a second launch and graph replays give the same xa); then lora_silu_mul_xa
-// (gate|up, 2 segments) against lora_expand_segments_ref + lora_silu_mul_ref, and rope_kv_write
-// with QkvArgs::lora (q|k|v, 3 segments) against the plain kernel on q|k|v + the reference delta
-// (tokens dealt over several blocks, and a block's items in two passes of its staging).
-// Ranks 8, 16 and 64 (1, 2 and 8 lanes a column), 12 (scalar loads) and 24 (a column a thread); 2 to 64 slots; rows without an adapter among them (their
-// results bit for bit the plain kernels'); inputs not a multiple of the shrink's chunk; shrink
-// grids of a block per item and of 1 block an SM looping over the items (several items of one
-// tile in one block).
+// The LoRA deltas expanded by the kernels that consume them (LoraSgmvConfig::gate_up_in_consumer,
+// qkv_in_consumer, kernels/lora_delta.h): lora_sgmv_shrink finishing each adapter row's xa
+// (xa_rows) against lora_shrink_ref, rows without an adapter left as they were, the tile counters
+// back at 0 after each launch (a second launch and graph replays give the same xa); then
+// lora_silu_mul_xa (gate|up, 2 segments) against lora_expand_segments_ref + lora_silu_mul_ref, and
+// rope_kv_write with QkvArgs::lora (q|k|v, 3 segments) against the plain kernel on q|k|v + the
+// reference delta (tokens dealt over several blocks, and a block's items in two passes of its
+// staging). Ranks 8, 16 and 64 (1, 2 and 8 lanes a column), 12 (scalar loads) and 24 (a column a
+// thread); 2 to 64 slots; rows without an adapter among them (their results bit for bit the plain
+// kernels'); inputs not a multiple of the shrink's chunk; shrink grids of a block per item and of 1
+// block an SM looping over the items (several items of one tile in one block).
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -261,10 +261,9 @@ void qkv_case(ScalarType t, const DeltaCase& cs, int n_heads, int n_kv, int hd, 
   EXPECT_THROW(rope_kv_write(bad, nullptr), std::invalid_argument);
   CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<float> gq = q_of(got.q), wq = q_of(want.q), pq = q_of(plain.q);
-  const std::vector<float> gk = testing::download16(t, got.k, cache_elems), wk = testing::download16(t, want.k, cache_elems),
-                           pk = testing::download16(t, plain.k, cache_elems);
-  const std::vector<float> gv = testing::download16(t, got.v, cache_elems), wv = testing::download16(t, want.v, cache_elems),
-                           pv = testing::download16(t, plain.v, cache_elems);
+  auto cache = [&](const DeviceBuffer& b) { return testing::download16(t, b, cache_elems); };
+  const std::vector<float> gk = cache(got.k), wk = cache(want.k), pk = cache(plain.k);
+  const std::vector<float> gv = cache(got.v), wv = cache(want.v), pv = cache(plain.v);
   const std::vector<float>*sets[3][3] = {{&gq, &wq, &pq}, {&gk, &wk, &pk}, {&gv, &wv, &pv}};
   const char* what[3] = {"Q", "K cache", "V cache"};
   for (int i = 0; i < 3; ++i) {

@@ -145,7 +145,7 @@ struct CudaBackend::Impl {
   // gate|up's or q|k|v's delta alone, [rows_capacity, 2 · local_ffn or qkv_width()]
   // (LoraSgmvConfig::gate_up_beside, qkv_beside).
   DeviceBuffer lora_delta;
-  // The rows' finished xa, fp32 [rows_capacity, 3 · max rank] (LoraSgmvConfig::gate_up_in_consumer, qkv_in_consumer:
+  // The rows' finished xa, fp32 [rows_capacity, 3 · max rank] (LoraSgmvConfig::*_in_consumer:
   // q|k|v's, then gate|up's, read by rope_kv_write and lora_silu_mul_xa).
   DeviceBuffer lora_xa_rows;
   cudaStream_t lora_side = nullptr;

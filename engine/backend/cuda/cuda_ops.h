@@ -79,7 +79,7 @@ struct LoraHook {
   /// Attention: rope_kv_write). Null: the expand follows the product.
   void* delta = nullptr;
   const int32_t* row_slot = nullptr;
-  /// The same two with LoraSgmvConfig::gate_up_in_consumer, qkv_in_consumer: no expand launch at all; the shrink
+  /// The same two with LoraSgmvConfig::*_in_consumer: no expand launch at all; the shrink
   /// finishes each row's xa into `xa_rows` (fp32 [rows, pool.total_rank()]) and the kernel after
   /// the product computes the delta from it (kernels/lora_delta.h). Null: not so.
   float* xa_rows = nullptr;
@@ -230,7 +230,7 @@ struct Attention {
   /// and a 16-bit KV cache (the forward sets it only then; the other paths refuse it).
   const void* lora_delta = nullptr;
   const int32_t* lora_rows = nullptr;
-  /// Or (LoraSgmvConfig::gate_up_in_consumer, qkv_in_consumer) the delta computed by rope_kv_write from the rows' xa.
+  /// Or (LoraSgmvConfig::*_in_consumer) the delta computed by rope_kv_write from the rows' xa.
   kernels::LoraXaDelta lora_xa;
   /// qkv[rows, q | k | v] (row stride qkv_width): RoPE on q and k, K/V into the layer's arena,
   /// then attention into out[rows, n_heads · head_dim].
