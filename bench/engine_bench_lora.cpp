@@ -90,12 +90,12 @@ struct Variant {
 /// Names: `default` (LoraSgmvConfig{}: the expand by rows without the register cap, 528, a block
 /// per item, every delta beside its product: o/down into the residual, q|k|v's and gate|up's into
 /// a scratch added by the RoPE + K/V write and SiLU·mul; the expands with PDL after their
-/// shrinks); `no pdl`; `gu beside`: q|k|v's expand after its product; `auto`: slot tiles choosing
-/// rows on the device (expand_auto, ce0f498's default); `tiles`: slot tiles with the register cap,
-/// no choice; `old`: slot tiles with the cap, q|k|v's and gate|up's expands after their products,
-/// no PDL (the default before 2026-11-29 evening); `inline`: no side stream (every LoRA launch in
-/// line, before its product); `empty`: every launch with no rows in the plan (the launches and
-/// branches alone: diagnostic).
+/// shrinks; 8 LoRA launches a layer); `consumer`: q|k|v's and gate|up's deltas expanded by the
+/// kernels after their products (rope_kv_write, lora_silu_mul_xa) from the xa rows their shrinks
+/// finish (6 launches a layer); `gu in consumer`, `qkv in consumer`: one of the two (7); `empty`:
+/// every launch with no rows in the plan (the launches and branches alone: diagnostic).
+/// (`inline`, no side stream, and `empty` under `consumer` were measured at 17db7ca, ce0f498 and
+/// b54612e: docs/lora.md.)
 std::vector<Variant> decode_variants() {
   using C = kernels::LoraSgmvConfig;
   auto with = [](auto f) {
@@ -103,27 +103,14 @@ std::vector<Variant> decode_variants() {
     f(c);
     return c;
   };
-  auto tiles = [](C& c) {
-    c.expand_by_rows = false;
-    c.expand_register_cap = true;
-  };
   return {
       {"default", C{}},
-      {"no pdl", with([](C& c) { c.expand_pdl = false; })},
-      {"gu beside", with([](C& c) { c.qkv_beside = false; })},
-      {"auto", with(tiles)},
-      {"tiles", with([&](C& c) {
-         tiles(c);
-         c.expand_auto = false;
+      {"consumer", with([](C& c) {
+         c.gate_up_in_consumer = true;
+         c.qkv_in_consumer = true;
        })},
-      {"old", with([&](C& c) {
-         tiles(c);
-         c.expand_auto = false;
-         c.gate_up_beside = false;
-         c.qkv_beside = false;
-         c.expand_pdl = false;
-       })},
-      {"inline", with([](C& c) { c.side_stream = false; })},
+      {"gu in consumer", with([](C& c) { c.gate_up_in_consumer = true; })},
+      {"qkv in consumer", with([](C& c) { c.qkv_in_consumer = true; })},
       {"empty", with([](C& c) { c.empty_plan = true; }), true},
   };
 }

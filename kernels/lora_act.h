@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include "kernels/lora_delta.h"
 #include "kernels/ops.h"
 
 namespace servelab::kernels {
@@ -18,5 +19,11 @@ namespace servelab::kernels {
 /// act [n_rows, ffn], 16-bit. Throws std::invalid_argument unless ffn is a multiple of 8.
 void lora_silu_mul(ScalarType t, const void* gate_up, const void* delta, const int32_t* row_slot, void* act,
                    int n_rows, int ffn, cudaStream_t stream);
+/// The same with the delta computed here (LoraSgmvConfig::*_in_consumer): dg, du =
+/// Σ_k xa[r, m · max_rank + k] · B[slot, c, k] for the columns j and ffn + j (kernels/lora_delta.h;
+/// delta.n_out = 2 · ffn), in fp32, for rows with delta.row_slot[r] >= 0. Throws
+/// std::invalid_argument unless ffn is a multiple of 8 and the delta fits (lora_xa_delta_check).
+void lora_silu_mul_xa(ScalarType t, const void* gate_up, const LoraXaDelta& delta, void* act, int n_rows, int ffn,
+                      cudaStream_t stream);
 
 }  // namespace servelab::kernels

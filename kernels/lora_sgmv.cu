@@ -245,15 +245,47 @@ __device__ __forceinline__ void expand_item(const ExpandArgs<T>& e, float* xs, i
   }
 }
 
+/// After item (tile t, some chunk) of a shrink with xa rows (lora_sgmv_shrink's xa_rows): the
+/// tile's last block to finish a chunk (a counter per tile, tile_done, back to 0 after) sums the
+/// tile's chunks in chunk order, times the slot's scale, into xa_rows[row] (the expand's sums in
+/// the expand's order: the result does not depend on which block comes last).
+__device__ __forceinline__ void shrink_finish(const int32_t* tiles, const int32_t* perm, int n_rows, int total,
+                                              int n_chunks, const float* partial, const float* scale,
+                                              int32_t* tile_done, float* xa_rows, int t) {
+  __shared__ int last;
+  __threadfence();  // this block's partials before its count
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(&tile_done[t], 1) == n_chunks - 1;
+    if (last) tile_done[t] = 0;  // the next launch (the same step's next layer) counts from 0
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // the other blocks' partials after their counts
+  const int s = tiles[3 * t], p0 = tiles[3 * t + 1], n = tiles[3 * t + 2];
+  const float sc = scale[s];
+  const float* part = partial + int64_t(p0) * total;
+  const int64_t chunk_stride = int64_t(n_rows) * total;
+  for (int i = threadIdx.x; i < n * total; i += blockDim.x) {
+    float v = 0.0f;
+    for (int j = 0; j < n_chunks; ++j) v += __ldcg(part + j * chunk_stride + i);
+    xa_rows[int64_t(perm[p0 + i / total]) * total + i % total] = v * sc;
+  }
+}
+
 /// Items (tile, chunk) of the plan's n_tiles · n_chunks: block b takes b, b + gridDim.x, ...
+/// xa_rows non-null: each tile's xa finished into it (shrink_finish).
 template <typename T>
 __global__ void __launch_bounds__(kSgmvWarps * 32)
     lora_sgmv_shrink_kernel(const T* x, const int32_t* n_tiles, const int32_t* tiles, const int32_t* perm, int n_rows,
-                            const T* a, int n_in, int total, int chunk_len, int n_chunks, float* partial) {
+                            const T* a, int n_in, int total, int chunk_len, int n_chunks, float* partial,
+                            const float* scale, int32_t* tile_done, float* xa_rows) {
   pdl_launch_dependents();  // an expand launched with PDL after it may start its prologue
   const int n_t = *n_tiles;
-  for (int w = blockIdx.x; w < n_t * n_chunks; w += gridDim.x)
+  for (int w = blockIdx.x; w < n_t * n_chunks; w += gridDim.x) {
     shrink_item<T>(x, tiles, perm, n_rows, a, n_in, total, chunk_len, partial, w % n_t, w / n_t);
+    if (xa_rows) shrink_finish(tiles, perm, n_rows, total, n_chunks, partial, scale, tile_done, xa_rows, w % n_t);
+  }
 }
 
 /// Items (tile, 256 columns) of the plan's n_tiles · col_blocks: block b takes b, b + gridDim.x, ...
@@ -431,8 +463,10 @@ void lora_plan(const int32_t* row_slot, int n_rows, int n_slots, const LoraPlan&
 }
 
 void lora_sgmv_shrink(ScalarType t, const void* x, const LoraPlan& plan, int n_rows, const LoraPool& pool,
-                      float* partial, cudaStream_t stream) {
+                      float* partial, cudaStream_t stream, float* xa_rows) {
   check_sgmv_pool(pool, "lora_sgmv_shrink");
+  if (xa_rows && plan.tile_done == nullptr)
+    throw std::invalid_argument("lora_sgmv_shrink: xa_rows needs the plan's tile_done counters");
   if (n_rows == 0) return;
   const int len = lora_chunk_len(pool.n_in, n_rows, plan.config.shrink_target_blocks);
   const int n_chunks = (pool.n_in + len - 1) / len;
@@ -441,10 +475,12 @@ void lora_sgmv_shrink(ScalarType t, const void* x, const LoraPlan& plan, int n_r
   SERVELAB_DISPATCH_16(t,
                        (lora_sgmv_shrink_kernel<__nv_bfloat16><<<grid, kSgmvWarps * 32, 0, stream>>>(
                            static_cast<const __nv_bfloat16*>(x), plan.n_tiles, plan.tiles, plan.perm, n_rows,
-                           static_cast<const __nv_bfloat16*>(pool.a), pool.n_in, total, len, n_chunks, partial)),
+                           static_cast<const __nv_bfloat16*>(pool.a), pool.n_in, total, len, n_chunks, partial,
+                           pool.scale, plan.tile_done, xa_rows)),
                        (lora_sgmv_shrink_kernel<__half><<<grid, kSgmvWarps * 32, 0, stream>>>(
                            static_cast<const __half*>(x), plan.n_tiles, plan.tiles, plan.perm, n_rows,
-                           static_cast<const __half*>(pool.a), pool.n_in, total, len, n_chunks, partial)));
+                           static_cast<const __half*>(pool.a), pool.n_in, total, len, n_chunks, partial, pool.scale,
+                           plan.tile_done, xa_rows)));
   CUDA_CHECK_LAUNCH();
 }
 

@@ -95,6 +95,16 @@ struct LoraSgmvConfig {
   /// rows was faster there, slot tiles with few adapters), so one CUDA graph serves both mixes.
   /// Compiled for 2 blocks an SM (128 registers), whatever expand_register_cap says.
   bool expand_auto = true;
+  /// Read by the cuda backend, where gate|up's (gate_up_beside) and q|k|v's (qkv_beside) deltas
+  /// would be expanded beside their products into a scratch: no expand launch for that product;
+  /// its shrink finishes each row's xa (lora_sgmv_shrink's xa_rows) and the kernel after the
+  /// product computes the delta itself (kernels/lora_delta.h: lora_silu_mul_xa, rope_kv_write's
+  /// QkvArgs::lora), so a layer has 6 LoRA launches instead of 8 with both. Off: on the H200
+  /// (2026-11-29, b54612e) the delta computed in line, B read again for every row, cost more than
+  /// the two launches beside the products it saves: b32 / 1 adapter 0.759 of the base step with
+  /// both against 0.882 without, b64 0.546 against 0.826 (docs/lora.md "GPU figures").
+  bool gate_up_in_consumer = false;
+  bool qkv_in_consumer = false;
   /// Diagnostic, engine_bench only (the results are wrong): the plan is built from no rows, so
   /// every LoRA launch of the step runs and finds no work: what the launches, their empty blocks
   /// and the side stream's forks and joins cost alone.
@@ -108,6 +118,9 @@ struct LoraPlan {
   int32_t* perm = nullptr;       ///< [n_rows]: the rows with an adapter, by slot
   int32_t* perm_slot = nullptr;  ///< [n_rows]: each perm entry's slot
   LoraSgmvConfig config;         ///< host side: how the shrink and expand launch
+  /// [max_tiles]: lora_sgmv_shrink's per-tile counters when it finishes xa rows (zero between
+  /// launches: zeroed once when allocated, each launch leaves them 0); null: no xa rows.
+  int32_t* tile_done = nullptr;
 };
 
 /// Tiles a step of n_rows rows over n_slots slots can need: each slot's last tile may be partial.
@@ -141,8 +154,12 @@ void lora_plan(const int32_t* row_slot, int n_rows, int n_slots, const LoraPlan&
 /// partial[j, p, k] = Σ_{i in chunk j} x[perm[p], i] · A[slot, k, i] for every tile's rows p;
 /// partial holds lora_partial_floats(pool, n_rows). Throws std::invalid_argument for a bad pool
 /// (as lora_shrink).
+/// xa_rows (LoraSgmvConfig::gate_up_in_consumer, qkv_in_consumer) non-null: also xa_rows[perm[p], k] = scale[slot] ·
+/// Σ_j partial[j, p, k] (fp32 [n_rows, total_rank], the sum the expand forms, in its order), by
+/// the last block of each tile to finish (plan.tile_done, required then); rows without an adapter
+/// untouched. kernels/lora_delta.h's consumers read it.
 void lora_sgmv_shrink(ScalarType t, const void* x, const LoraPlan& plan, int n_rows, const LoraPool& pool,
-                      float* partial, cudaStream_t stream);
+                      float* partial, cudaStream_t stream, float* xa_rows = nullptr);
 /// y[perm[p], c0 + c] += Σ_k scale[slot] · (Σ_j partial[j, p, m · max_rank + k]) · B[slot, c, k]
 /// (m: c's segment) for every tile's rows; rows in no tile untouched. y 16-bit, row stride ld_y.
 /// accumulate = false: y[perm[p], c0 + c] = the delta alone (rounded once), for every column.

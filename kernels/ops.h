@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/attention.h"
+#include "kernels/lora_delta.h"
 
 namespace servelab::kernels {
 
@@ -32,6 +33,10 @@ struct QkvArgs {
   /// qkv_row_stride] in the dtype; null: none.
   const void* delta = nullptr;
   const int32_t* delta_rows = nullptr;
+  /// rope_kv_write only: the q|k|v LoRA delta computed here from the rows' xa and B
+  /// (kernels/lora_delta.h, LoraSgmvConfig::*_in_consumer), added before the bias for rows
+  /// with lora.row_slot[t] >= 0; lora.xa null: none. lora.n_out: the q|k|v width.
+  LoraXaDelta lora;
 };
 
 /// Whether the kernels that support programmatic dependent launch (gemv, norms, silu_mul, RoPE/KV

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "kernels/common.cuh"
+#include "kernels/lora_delta.cuh"
 #include "kernels/ops.h"
 
 namespace servelab::kernels {
@@ -30,7 +31,7 @@ __device__ __forceinline__ void add_bias(float (&f)[8], const T* bias, int off) 
 
 template <typename T, int kMode>
 __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const QkvArgs a) {
-  extern __shared__ float trig[];  // [half] cos, then [half] sin
+  extern __shared__ __align__(16) float trig[];  // [half] cos, then [half] sin; then the LoRA deltas
   pdl_wait();
   pdl_launch_dependents();
   const int t = blockIdx.x, hd = a.head_dim, half = hd / 2, hv = half / 8, dv = hd / 8;
@@ -40,6 +41,8 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const QkvArgs a) {
   // The row's LoRA delta (rope_kv_write only), added like the bias: null for rows without one.
   const T* delta =
       a.delta && a.delta_rows[t] >= 0 ? static_cast<const T*>(a.delta) + t * a.qkv_row_stride : nullptr;
+  // Or the delta computed here from the row's xa (rope_kv_write only): the row's slot, -1 for none.
+  const int lora_slot = kMode == kFused && a.lora.xa ? a.lora.row_slot[t] : -1;
   const int64_t kv_row = int64_t(a.n_kv_heads) * hd;
   if (kMode == kWriteOnly) {
     if (slot < 0) return;
@@ -60,8 +63,25 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const QkvArgs a) {
     trig[half + i] = s;
   }
   __syncthreads();
-  const int n_rot = (a.n_heads + a.n_kv_heads) * hv;
-  for (int w = first; w < n_rot + a.n_kv_heads * dv; w += stride) {
+  const int n_rot = (a.n_heads + a.n_kv_heads) * hv, n_items = n_rot + a.n_kv_heads * dv;
+  // The row's LoRA deltas, staged per pass of the block's kThreads items (lora_delta.cuh): item i's
+  // lo (or V) columns at [16 i, 16 i + 8), its hi columns at [16 i + 8, 16 i + 16).
+  // V items have no hi columns (-1: not staged).
+  float* lora_d = trig + hd;
+  // The loop runs over the block's passes (uniform over the block: the staging's barriers).
+  for (int w = first; w - int(threadIdx.x) < n_items; w += stride) {
+    if (lora_slot >= 0) {
+      const int base = w - int(threadIdx.x);
+      auto column = [&](int q) {
+        const int item = base + q / 16, part = (q / 8) % 2, j = q % 8;
+        if (item < n_rot) return (item / hv) * hd + (item % hv) * 8 + part * half + j;
+        return part ? -1 : (a.n_heads + a.n_kv_heads) * hd + (item - n_rot) * 8 + j;
+      };
+      __syncthreads();  // the previous pass has read its deltas
+      lora_xa_stage<T>(a.lora, t, lora_slot, 16 * min(kThreads, n_items - base), column, lora_d);
+    }
+    if (w >= n_items) continue;
+    const float* my_d = lora_d + 16 * threadIdx.x;
     if (w < n_rot) {  // a Q or K head: rotate the pair of vectors (i, i + half)
       const int head = w / hv, c = (w % hv) * 8, lo = head * hd + c, hi = lo + half;
       float x[8], y[8];
@@ -69,6 +89,12 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const QkvArgs a) {
       unpack8<T>(*reinterpret_cast<const Vec8*>(row + hi), y);
       add_bias(x, delta, lo);
       add_bias(y, delta, hi);
+      if (lora_slot >= 0)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          x[j] += my_d[j];
+          y[j] += my_d[8 + j];
+        }
       add_bias(x, bias, lo);
       add_bias(y, bias, hi);
       float rx[8], ry[8];
@@ -94,6 +120,9 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const QkvArgs a) {
       float v[8];
       unpack8<T>(*reinterpret_cast<const Vec8*>(row + off), v);
       add_bias(v, delta, off);
+      if (lora_slot >= 0)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[j] += my_d[j];
       add_bias(v, bias, off);
       T* dst = kMode == kFused ? static_cast<T*>(a.v_cache) + slot * kv_row + e : row + off;
       *reinterpret_cast<Vec8*>(dst) = pack8<T>(v);
@@ -108,7 +137,15 @@ void launch(const QkvArgs& a, cudaStream_t stream) {
   if (a.qkv_row_stride % 8 != 0) throw std::invalid_argument("rope/kv write: qkv_row_stride must be a multiple of 8");
   if (a.delta && (kMode != kFused || a.delta_rows == nullptr))
     throw std::invalid_argument("rope/kv write: a delta only with rope_kv_write and its delta_rows");
-  const size_t smem = kMode == kWriteOnly ? 0 : sizeof(float) * a.head_dim;
+  if (a.lora.xa) {
+    if (kMode != kFused || a.delta)
+      throw std::invalid_argument("rope/kv write: a LoRA xa delta only with rope_kv_write, alone");
+    lora_xa_delta_check(a.lora, "rope/kv write");
+    if (a.lora.n_out != (a.n_heads + 2 * a.n_kv_heads) * a.head_dim)
+      throw std::invalid_argument("rope/kv write: the LoRA delta's n_out must be the q|k|v width");
+  }
+  // RoPE's cos/sin table, then (a LoRA xa delta) the staged deltas of a pass: 16 columns an item.
+  const size_t smem = kMode == kWriteOnly ? 0 : sizeof(float) * (a.head_dim + (a.lora.xa ? 16 * kThreads : 0));
   // Work items per token; with fewer tokens than kFewTokens, up to kMaxChunks blocks share a token.
   constexpr int kFewTokens = 64, kMaxChunks = 16;
   const int dv = a.head_dim / 8, items = kMode == kWriteOnly ? 2 * a.n_kv_heads * dv

@@ -145,6 +145,9 @@ struct CudaBackend::Impl {
   // gate|up's or q|k|v's delta alone, [rows_capacity, 2 · local_ffn or qkv_width()]
   // (LoraSgmvConfig::gate_up_beside, qkv_beside).
   DeviceBuffer lora_delta;
+  // The rows' finished xa, fp32 [rows_capacity, 3 · max rank] (LoraSgmvConfig::*_in_consumer:
+  // q|k|v's, then gate|up's, read by rope_kv_write and lora_silu_mul_xa).
+  DeviceBuffer lora_xa_rows;
   cudaStream_t lora_side = nullptr;
   cudaEvent_t lora_fork = nullptr, lora_join = nullptr;
   bool step_lora = false;
@@ -169,12 +172,13 @@ struct CudaBackend::Impl {
     if (stream) cudaStreamDestroy(stream);
   }
 
-  /// The plan's four arrays inside lora_plan_buf (laid out by ensure_lora_scratch), launched as
-  /// lora_kernels says (CudaBackend::set_lora_kernels).
+  /// The plan's five arrays inside lora_plan_buf (laid out by ensure_lora_scratch: counts, tiles,
+  /// perm, perm_slot, the shrink's tile counters), launched as lora_kernels says
+  /// (CudaBackend::set_lora_kernels).
   k::LoraPlan lora_step_plan() const {
     auto* base = lora_plan_buf.get<int32_t>();
     int32_t* perm = base + 4 + 3 * size_t(k::lora_max_tiles(rows_capacity, lora.n_slots()));
-    return k::LoraPlan{base, base + 4, perm, perm + rows_capacity, lora_kernels};
+    return k::LoraPlan{base, base + 4, perm, perm + rows_capacity, lora_kernels, perm + 2 * size_t(rows_capacity)};
   }
 
   void drop_graphs() {
@@ -292,13 +296,23 @@ struct CudaBackend::Impl {
     }
     const size_t partial = size_t(rows_capacity) * lora.max_partial_floats_per_row() * sizeof(float);
     const size_t plan =
-        (4 + 3 * size_t(k::lora_max_tiles(rows_capacity, lora.n_slots())) + 2 * size_t(rows_capacity)) *
+        (4 + 4 * size_t(k::lora_max_tiles(rows_capacity, lora.n_slots())) + 2 * size_t(rows_capacity)) *
         sizeof(int32_t);
     const size_t delta = size_t(rows_capacity) * size_t(std::max(2 * local_ffn, qkv_width())) * 2;
-    if (partial <= lora_partial.bytes() && delta <= lora_delta.bytes() && plan == planned_lora_bytes) return;
+    const size_t xa_rows = size_t(rows_capacity) * k::kLoraMaxSegments *
+                           size_t(lora.pool(0, cuda::LoraGroup::qkv).max_rank) * sizeof(float);
+    if (partial <= lora_partial.bytes() && delta <= lora_delta.bytes() && xa_rows <= lora_xa_rows.bytes() &&
+        plan == planned_lora_bytes)
+      return;
     if (partial > lora_partial.bytes()) lora_partial.grow(partial, "the LoRA scratch");
     if (delta > lora_delta.bytes()) lora_delta.grow(delta, "the LoRA scratch");
+    if (xa_rows > lora_xa_rows.bytes()) {
+      lora_xa_rows.grow(xa_rows, "the LoRA scratch");
+      CUDA_CHECK(cudaMemset(lora_xa_rows.get(), 0, xa_rows));  // finite for LoraSgmvConfig::empty_plan's consumers
+    }
     if (plan > lora_plan_buf.bytes()) lora_plan_buf.grow(plan, "the LoRA scratch");
+    // The shrink's tile counters start at 0 (each launch leaves them so); the rest is per step.
+    CUDA_CHECK(cudaMemset(lora_plan_buf.get(), 0, plan));
     planned_lora_bytes = plan;
     ++epoch;
   }

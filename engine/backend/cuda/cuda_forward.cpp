@@ -99,11 +99,15 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
     // gate|up's delta beside the product, added in SiLU·mul, and q|k|v's, added by the RoPE + K/V
     // write: steps with no tensor-core runs (every graph), where the plan's rows are exactly the
     // rows whose slot is >= 0 (the two share the scratch: attention reads q|k|v's before the
-    // fork of gate|up's side work).
+    // fork of gate|up's side work). With lora_kernels.gate_up_in_consumer (qkv_in_consumer) no
+    // expand runs: the shrink finishes the rows' xa (lora_xa_rows, shared the same way) and those
+    // kernels expand.
     if ((grp == cuda::LoraGroup::gate_up && lora_kernels.gate_up_beside && lora_step_runs.empty()) ||
         (grp == cuda::LoraGroup::qkv && qkv_beside)) {
-      hk.delta = lora_delta.get();
       hk.row_slot = plan_slots;
+      if (grp == cuda::LoraGroup::gate_up ? lora_kernels.gate_up_in_consumer : lora_kernels.qkv_in_consumer)
+        hk.xa_rows = lora_xa_rows.get<float>();
+      else hk.delta = lora_delta.get();
     }
     return &hk;
   };
@@ -120,8 +124,11 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
     const cuda::ResidualNorm attn_norm{W.attn_norm, d, m.rms_eps, true}, ffn_norm{W.ffn_norm, d, m.rms_eps, true};
     using Group = cuda::LoraGroup;
     const cuda::Linear qkv_proj{W.w_qkv, qkv_width(), d, cuda::Linear::Split::column, Q ? &Q->qkv : nullptr, hook(l, Group::qkv)};
-    const cuda::Attention attention{local_heads, W.b_qkv, qkv_beside ? lora_delta.get() : nullptr,
-                                    qkv_beside ? plan_slots : nullptr};
+    const bool qkv_xa = qkv_beside && lora_kernels.qkv_in_consumer, qkv_scratch = qkv_beside && !qkv_xa;
+    const k::LoraXaDelta qkv_delta =
+        qkv_xa ? k::lora_xa_delta(lora.pool(l, Group::qkv), lora_xa_rows.get<float>(), plan_slots) : k::LoraXaDelta{};
+    const cuda::Attention attention{local_heads, W.b_qkv, qkv_scratch ? lora_delta.get() : nullptr,
+                                    qkv_scratch ? plan_slots : nullptr, qkv_delta};
     const cuda::Linear o_proj{W.w_o, d, dq(), cuda::Linear::Split::row, Q ? &Q->o : nullptr, hook(l, Group::o), true};
     const cuda::GateUpSilu gate_up_silu{W.w_gate_up, local_ffn, d, Q ? &Q->gate_up : nullptr, hook(l, Group::gate_up)};
     const cuda::Linear down_proj{W.w_down,   d, local_ffn, cuda::Linear::Split::row, Q ? &Q->down : nullptr,

@@ -79,6 +79,10 @@ struct LoraHook {
   /// Attention: rope_kv_write). Null: the expand follows the product.
   void* delta = nullptr;
   const int32_t* row_slot = nullptr;
+  /// The same two with LoraSgmvConfig::*_in_consumer: no expand launch at all; the shrink
+  /// finishes each row's xa into `xa_rows` (fp32 [rows, pool.total_rank()]) and the kernel after
+  /// the product computes the delta from it (kernels/lora_delta.h). Null: not so.
+  float* xa_rows = nullptr;
   /// Before the product: the shrink of x (and with `residual` the expand into it), on the side
   /// stream once everything before is done.
   void before_product(const OpContext& c, const void* x, int rows) const {
@@ -90,7 +94,7 @@ struct LoraHook {
     }
     if (runs)
       for (const kernels::LoraRun& r : *runs) gemm->shrink(c.dt, x, pool, r, run_scale[r.slot], xa, s);
-    if (grouped) kernels::lora_sgmv_shrink(c.dt, x, plan, rows, pool, partial, s);
+    if (grouped) kernels::lora_sgmv_shrink(c.dt, x, plan, rows, pool, partial, s, xa_rows);
     // PDL (LoraSgmvConfig::expand_pdl) only where the expand follows the grouped shrink directly
     // (no tensor-core runs between them): nothing else writes the residual or the delta meanwhile.
     const bool pdl = plan.config.expand_pdl && !runs;
@@ -103,7 +107,7 @@ struct LoraHook {
   /// residual).
   void after_product(const OpContext& c, void* y, int ld_y, int rows) const {
     if (side) CUDA_CHECK(cudaStreamWaitEvent(c.stream, join, 0));
-    if (!residual && !delta) expand(c, y, ld_y, rows, c.stream);
+    if (!residual && !delta && !xa_rows) expand(c, y, ld_y, rows, c.stream);
   }
   void expand(const OpContext& c, void* y, int ld_y, int rows, cudaStream_t s, bool pdl = false) const {
     if (runs)
@@ -154,7 +158,10 @@ struct GateUpSilu {
     if (quant) c.quant->run(*quant, x, gate_up, rows, *c.gemm, c.stream);
     else c.gemm->run(c.dt, x, weight, gate_up, rows, 2 * ffn, in, false, c.stream);
     if (lora) lora->after_product(c, gate_up, 2 * ffn, rows);
-    if (lora && lora->delta)
+    if (lora && lora->xa_rows)
+      kernels::lora_silu_mul_xa(c.dt, gate_up, kernels::lora_xa_delta(lora->pool, lora->xa_rows, lora->row_slot), act,
+                                rows, ffn, c.stream);
+    else if (lora && lora->delta)
       kernels::lora_silu_mul(c.dt, gate_up, lora->delta, lora->row_slot, act, rows, ffn, c.stream);
     else if (c.fusion) kernels::silu_mul(c.dt, gate_up, act, rows, ffn, c.stream);
     else kernels::silu_then_mul(c.dt, gate_up, act, rows, ffn, c.stream);
@@ -229,6 +236,8 @@ struct Attention {
   /// and a 16-bit KV cache (the forward sets it only then; the other paths refuse it).
   const void* lora_delta = nullptr;
   const int32_t* lora_rows = nullptr;
+  /// Or (LoraSgmvConfig::*_in_consumer) the delta computed by rope_kv_write from the rows' xa.
+  kernels::LoraXaDelta lora_xa;
   /// qkv[rows, q | k | v] (row stride qkv_width): RoPE on q and k, K/V into the layer's arena,
   /// then attention into out[rows, n_heads · head_dim].
   void operator()(const OpContext& c, const AttentionStep& st, void* qkv, int qkv_width, void* k_cache, void* v_cache,
@@ -250,6 +259,7 @@ struct Attention {
     qa.v_cache = v_cache;
     qa.delta = lora_delta;
     qa.delta_rows = lora_rows;
+    qa.lora = lora_xa;
     if (st.kv_fp8 && c.fusion) {
       kernels::rope_kv_write_fp8(qa, c.stream);
     } else if (st.kv_fp8) {
