@@ -304,17 +304,26 @@ int Engine::propose_drafts(StepOutcome& out) {
   }
   if (cands.empty()) return 0;
   const int n_cands = static_cast<int>(cands.size());
-  const bool measured = spec_.adaptive && spec_.measured;
-  bool speculate = true;
-  if (measured && state_->spec_meter.decided(n_cands)) {
-    speculate = state_->spec_meter.speculate(n_cands, true);  // measured: the prior is not read
-  } else {
-    speculate = !spec_.pricing || price_speculation(*spec_.pricing, priced).speculate();
-    if (measured) speculate = state_->spec_meter.speculate(n_cands, speculate);
+  SpecChoice choice = SpecChoice::drafts;
+  if (spec_.adaptive && spec_.measured) {  // measured: the cost model is not read
+    choice = state_->spec_meter.choose(n_cands);
+  } else if (spec_.pricing && !price_speculation(*spec_.pricing, priced).speculate()) {
+    choice = SpecChoice::plain;
   }
-  if (!speculate) {
+  if (choice == SpecChoice::plain) {
     out.spec_off = true;
     return n_cands;
+  }
+  if (choice == SpecChoice::probe) {  // the sequences whose draft has least to catch up
+    out.spec_probe = true;
+    const size_t n = size_t(SpecRateMeter::probe_size(n_cands));
+    std::vector<std::pair<int, Candidate>> by_rows;
+    for (const Candidate& c : cands) by_rows.push_back({proposer_->catch_up_rows(*c.seq), c});
+    std::sort(by_rows.begin(), by_rows.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first < b.first : a.second.seq->id < b.second.seq->id;
+    });
+    cands.clear();
+    for (size_t i = 0; i < n && i < by_rows.size(); ++i) cands.push_back(by_rows[i].second);
   }
   // Requests iterate in hash order; draft in sequence-id order so a batched proposer sees one.
   std::sort(cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) { return a.seq->id < b.seq->id; });
@@ -500,25 +509,33 @@ StepOutcome Engine::step(double now) {
       const int before = s.n_tokens();
       size_t accepted = 0;
       while (accepted < n_spec && draws[accepted] == s.spec_tokens[accepted]) ++accepted;
-      ++out.spec_drafts;
-      out.spec_draft_tokens += static_cast<int>(n_spec);
-      out.spec_accepted_tokens += static_cast<int>(accepted);
-      if (out.spec_accepted_per_pos.size() < n_spec) out.spec_accepted_per_pos.resize(n_spec, 0);
-      for (size_t j = 0; j < accepted; ++j) ++out.spec_accepted_per_pos[j];
-      if (out.spec_drafted_per_pos.size() < n_spec) out.spec_drafted_per_pos.resize(n_spec, 0);
-      for (size_t j = 0; j < n_spec; ++j) ++out.spec_drafted_per_pos[j];
+      // A probe counts what would have stood and keeps only the plain step's token.
+      const size_t kept = out.spec_probe ? 0 : accepted;
+      if (out.spec_probe) {
+        ++out.spec_probe_drafts;
+        out.spec_probe_draft_tokens += static_cast<int>(n_spec);
+        out.spec_probe_accepted_tokens += static_cast<int>(accepted);
+      } else {
+        ++out.spec_drafts;
+        out.spec_draft_tokens += static_cast<int>(n_spec);
+        out.spec_accepted_tokens += static_cast<int>(accepted);
+        if (out.spec_accepted_per_pos.size() < n_spec) out.spec_accepted_per_pos.resize(n_spec, 0);
+        for (size_t j = 0; j < accepted; ++j) ++out.spec_accepted_per_pos[j];
+        if (out.spec_drafted_per_pos.size() < n_spec) out.spec_drafted_per_pos.resize(n_spec, 0);
+        for (size_t j = 0; j < n_spec; ++j) ++out.spec_drafted_per_pos[j];
+      }
       s.spec_tokens.clear();
       s.spec_probs.clear();
       if (auto st = state_->spec_stats.find(s.id); st != state_->spec_stats.end()) {
         st->second.drafted += static_cast<int64_t>(n_spec);
         st->second.accepted += static_cast<int64_t>(accepted);
-        if (spec_.adaptive)
+        if (spec_.adaptive && !out.spec_probe)
           st->second.k = next_num_drafts(st->second.k, static_cast<int>(n_spec), static_cast<int>(accepted),
                                          spec_.num_speculative_tokens);
       }
-      s.n_computed = before + static_cast<int>(accepted);
+      s.n_computed = before + static_cast<int>(kept);
       const size_t n_done = done.size();
-      for (size_t j = 0; j <= accepted && done.size() == n_done; ++j) state_->emit(s, draws[j], end, eos, out, done);
+      for (size_t j = 0; j <= kept && done.size() == n_done; ++j) state_->emit(s, draws[j], end, eos, out, done);
       if (done.size() == n_done) kv_->truncate(s, s.n_computed);  // rejected drafts' slots back
       if (jump && s.constrained && done.size() == n_done) {
         state_->jump_forward(s, end, eos, vocab, out);
@@ -527,12 +544,18 @@ StepOutcome Engine::step(double now) {
       kv_->after_computed(s);
     }
     for (auto& [s, reason] : done) state_->retire(*s, reason, end, *kv_, *scheduler_, out);
-    // Under the count it was asked by, catch-up included: taking spec_catch_up_s off made the
-    // rule flip to drafts and back where they lose, paying the catch-up at each flip
-    // (docs/speculative-decoding.md).
-    if (asked > 0 && spec_.adaptive && spec_.measured && decode_only)
-      state_->spec_meter.record(asked, out.spec_drafts > 0, static_cast<int>(out.tokens.size()), out.duration_s,
-                                out.spec_draft_tokens, out.spec_accepted_tokens);
+    // Under the count it was asked by. A step with drafts for all as it ran, catch-up included
+    // (taking it off made the rule flip to drafts and back where they lose, paying the catch-up
+    // at each flip: docs/speculative-decoding.md); a probe as the step for all it estimates.
+    if (asked > 0 && spec_.adaptive && spec_.measured && decode_only) {
+      if (out.spec_probe_drafts > 0)
+        state_->spec_meter.record_probe(
+            asked, ProbeStep{out.spec_probe_drafts, static_cast<int>(out.tokens.size()), out.duration_s, out.spec_draft_s,
+                             out.spec_catch_up_s, out.spec_probe_draft_tokens, out.spec_probe_accepted_tokens});
+      else
+        state_->spec_meter.record(asked, out.spec_drafts > 0, static_cast<int>(out.tokens.size()), out.duration_s,
+                                  out.spec_draft_tokens, out.spec_accepted_tokens);
+    }
 
     if (decoding) state_->decode_tokens.swap(result.tokens);  // its buffer, for the next step
     out.batch_size = static_cast<int>(batch.entries.size());

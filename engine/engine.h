@@ -84,6 +84,14 @@ struct StepOutcome {
   /// Of spec_draft_s, the catch-up a step drafting after plain ones pays once (Proposer::
   /// catch_up_excess_s): what an exploring step costs beyond a steady drafting step.
   double spec_catch_up_s = 0.0;
+  /// A probe of the measured rule (SpecRateMeter, engine/spec/adaptive.h): drafts for a few of the
+  /// sequences asked, verified, each keeping only its first draw (the plain step's token), so no
+  /// sequence moved ahead. Its drafts are not in the spec_* counters above (no token of theirs
+  /// stood) but in these: sequences probed, their draft tokens, and those that would have stood.
+  bool spec_probe = false;
+  int spec_probe_drafts = 0;
+  int spec_probe_draft_tokens = 0;
+  int spec_probe_accepted_tokens = 0;
   /// A proposer is set but the per-step rule (SpecPolicy::pricing, or what steps measured) found
   /// drafts a loss at this batch, so none were proposed.
   bool spec_off = false;

@@ -69,6 +69,9 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
     st.spec_drafted_per_pos = s.spec_drafted_per_pos;
     st.spec_draft_s = s.spec_draft_s;
     st.spec_catch_up_s = s.spec_catch_up_s;
+    st.spec_probe_drafts = s.spec_probe_drafts;
+    st.spec_probe_draft_tokens = s.spec_probe_draft_tokens;
+    st.spec_probe_accepted_tokens = s.spec_probe_accepted_tokens;
     st.n_loras = s.n_loras;
     st.n_lora_loads = s.n_lora_loads;
     st.n_masks = s.n_masks;

@@ -134,17 +134,9 @@ void apply_strategy(Engine& engine, const StrategySpec& strategy, const BackendF
   SpecPolicy policy;
   policy.num_speculative_tokens = sc.num_speculative_tokens;
   policy.adaptive = sc.adaptive;
-  policy.measured = sc.adaptive;  // the priced rule is the prior; the steps' measured yield decides
-  if (sc.adaptive) {
-    SpecPricing pricing{sim_cost_model(backends.spec(), model), model, std::nullopt};
-    if (sc.method == SpecMethod::self) {
-      pricing.draft = model;
-      pricing.draft->n_layers = sc.num_layers;
-    } else if (sc.method == SpecMethod::draft_model) {
-      pricing.draft = resolve_model_config(sc.model);
-    }
-    policy.pricing = std::move(pricing);
-  }
+  // Adaptive: what steps with and without drafts measurably yield decides (SpecRateMeter, drafts
+  // measured by probes); the cost model is not read then, so no SpecPricing is built.
+  policy.measured = sc.adaptive;
   // The sim runs no draft model: its proposer prices one and draws acceptance at the given rates
   // (ngram without sim_acceptance keeps the real lookup over the sim's random tokens).
   // (Runs on the sim never wrap their backend: the roofline and step meters are for real ones.)

@@ -14,6 +14,11 @@
 #   scenarios/gpu-spec-llama2-7b-sweep.yaml (SWEEP=0 leaves the sweep out);
 #   3. a table: TPOT and TTFT p50, output tok/s, acceptance, TPOT against plain, and at batch 1 the
 #      median step times (plain decode, verification) and drafting time per step.
+# ABBA="NAME:SCALE:USERS:REQUESTS ..." replaces 1-3: each load runs results/gpu/spec/abba.yaml (plain,
+# self-k4, self-k4, plain in one process, so a drift over the call cancels in the means) at that
+# residual scale, closed loop and request count, outputs of ABBA_OUTPUT tokens (default 256); the
+# table gives each run's TPOT / TTFT p50, tok/s, acceptance, shares of decode steps with drafts and
+# with probes, and the self means against the plain means. SpecGpu.* run first as above.
 # Files: table.txt, environment.txt, spec_gpu_tests.log at the top of $OUT; every run folder and
 # log in spec-check.tgz (the device tool returns few files).
 #   OUT=$OUT bash scripts/gpu-spec-check.sh
@@ -53,6 +58,43 @@ for r in json.load(open(sys.argv[1]))["runs"]:
     if sd: print(round(sd.get("mean_acceptance_length", 0), 3))
 PY
 }
+if [ -n "${ABBA:-}" ]; then  # plain, self-k4, self-k4, plain in one process (results/gpu/spec/abba.yaml) per load
+  for item in $ABBA; do  # NAME:SCALE:USERS:REQUESTS
+    IFS=: read -r name s users n <<<"$item"
+    SCEN=results/gpu/spec/abba.yaml run "abba-$name" --set model.residual_scale.scale="$s" \
+      --set "workload.concurrency=[$users]" --set workload.n_requests="$n" --set workload.output_tokens="${ABBA_OUTPUT:-256}"
+  done
+  python3 - "$OUT" "$COMMIT" <<'PY' | tee "$OUT/table.txt"
+import gzip, json, os, sys
+out, commit = sys.argv[1], sys.argv[2]
+print(f"commit {commit}; ABBA: plain-a, self-k4-b, self-k4-c, plain-d in one process; ratios of the self means to the plain means")
+print(f"{'load':<14}{'run':<12}{'TPOT p50':>10}{'TTFT p50':>10}{'out tok/s':>11}{'acc rate':>10}{'drafted':>9}{'probed':>8}")
+for part in sorted(d for d in os.listdir(out) if d.startswith("abba-")):
+    p = os.path.join(out, part, "summary.json")
+    if not os.path.exists(p): continue
+    steps = {}
+    sp = os.path.join(out, part, "steps.jsonl")
+    if os.path.exists(sp):
+        for line in open(sp):
+            s = json.loads(line); sd = s.get("spec_decode") or {}; pr = sd.get("probe") or {}
+            if s["n_tokens"] != s["batch_size"] + sd.get("num_draft_tokens", 0) + pr.get("num_draft_tokens", 0): continue
+            c = steps.setdefault(s["run"], [0, 0, 0]); c[0] += 1
+            c[1] += sd.get("num_drafts", 0) > 0; c[2] += pr.get("num_drafts", 0) > 0
+    m = {}
+    for r in json.load(open(p))["runs"]:
+        x = r["metrics"]; sd = x.get("spec_decode") or {}; c = steps.get(r["label"], [1, 0, 0])
+        m[r["label"].split("@")[0]] = (x["tpot_ms"]["p50"], x["output_throughput_tok_s"])
+        print(f"{part[5:]:<14}{r['label'].split('@')[0]:<12}{x['tpot_ms']['p50']:>10.3f}{x['ttft_ms']['p50']:>10.1f}"
+              f"{x['output_throughput_tok_s']:>11.1f}{sd.get('acceptance_rate', 0):>10.3f}{c[1] / c[0]:>9.3f}{c[2] / c[0]:>8.3f}")
+    if len(m) == 4:
+        mean = lambda a, b, i: (m[a][i] + m[b][i]) / 2
+        print(f"{part[5:]:<14}self/plain: TPOT p50 {mean('self-k4-b', 'self-k4-c', 0) / mean('plain-a', 'plain-d', 0):.3f}x, "
+              f"output tok/s {mean('self-k4-b', 'self-k4-c', 1) / mean('plain-a', 'plain-d', 1):.3f}x")
+PY
+  cd "$OUT" && mkdir -p ../spec-pack && mv ./* ../spec-pack/ && mv ../spec-pack/table.txt ../spec-pack/environment.txt . &&
+    cp ../spec-pack/spec_gpu_tests.log . 2>/dev/null; tar czf spec-check.tgz -C ../spec-pack . && rm -rf ../spec-pack
+  exit $rc
+fi
 scale=${SCALE:-}
 if [ -z "$scale" ]; then
   for s in $SCALES; do

@@ -143,42 +143,70 @@ const SpecRateMeter::Bucket* SpecRateMeter::clear_neighbour(int i) const {
   return nullptr;
 }
 
-bool SpecRateMeter::speculate(int batch, bool priced) {
+int SpecRateMeter::probe_size(int batch) {
+  return std::max(std::min(batch, kProbeMin), (batch + kProbeShare - 1) / kProbeShare);
+}
+
+SpecChoice SpecRateMeter::choose(int batch) {
   const int i = bucket_of(batch);
   Bucket& b = buckets_[i];
   ++b.steps;
+  // Drafts run for all only where measured (here or at a clear neighbour) to win; elsewhere
+  // they are measured by probes.
+  auto with_drafts = [](bool drafts_win) { return drafts_win ? SpecChoice::drafts : SpecChoice::probe; };
   if (!is_decided(b)) {
     if (const Bucket* n = clear_neighbour(i)) {  // follow it; measure the other choice at its interval
       const bool best = n->rate[1] > n->rate[0];
-      return b.seen[best ? 1 : 0] >= kWarm && b.steps % interval_of(*n) == 0 ? !best : best;
+      const bool other = b.seen[best ? 1 : 0] >= kWarm && b.steps % interval_of(*n) == 0;
+      return best != other ? with_drafts(best) : SpecChoice::plain;
     }
-    const int first = priced ? 1 : 0;  // the prior's choice is measured first, then the other
-    return b.seen[first] < kWarm ? priced : !priced;
+    // Plain first: a probe is scaled by the plain rate.
+    return b.seen[0] < kWarm ? SpecChoice::plain : SpecChoice::probe;
   }
   const bool best = b.rate[1] > b.rate[0];
-  if (++b.since < interval_of(b)) return best;
-  b.since = 0;
-  return !best;
+  const bool explore = ++b.since >= interval_of(b);
+  if (explore) b.since = 0;
+  return best != explore ? with_drafts(best) : SpecChoice::plain;
 }
 
-void SpecRateMeter::record(int batch, bool with_drafts, int tokens, double seconds, int drafted, int accepted) {
-  if (tokens <= 0 || !(seconds > 0.0)) return;
-  Bucket& b = buckets_[bucket_of(batch)];
+void SpecRateMeter::add(Bucket& b, bool with_drafts, double r, bool probe, int drafted, int accepted) {
   const int i = with_drafts ? 1 : 0;
-  const double r = tokens / seconds;
-  // An exploring step: drafts in a bucket decided against them.
-  const bool explored = with_drafts && is_decided(b) && b.rate[0] > b.rate[1];
+  const bool drafts_led = is_decided(b) && b.rate[1] > b.rate[0];
+  // An exploring probe: drafts measured in a bucket decided against them.
+  const bool explored = probe && is_decided(b) && !drafts_led;
   const double before = b.acceptance;
   const double acceptance = drafted > 0 ? double(accepted) / drafted : -1.0;
   if (acceptance >= 0.0) b.acceptance = before < 0.0 ? acceptance : (1.0 - kWeight) * before + kWeight * acceptance;
-  if (b.seen[i]++ == 0) return;  // a first step may pay one-time costs (graph capture)
+  if (b.seen[i]++ == 0) return;  // a first step may pay one-time costs (graph capture, a prompt's catch-up)
   b.rate[i] = b.seen[i] == 2 ? r : (1.0 - kWeight) * b.rate[i] + kWeight * r;
+  const bool still_losing = b.rate[0] > b.rate[1];
+  if (with_drafts && !probe && drafts_led && still_losing) {  // its own drafting turned it back
+    b.backoff = std::min(kExploreMax, 2 * std::max(kExplore, b.backoff));
+    return;
+  }
   if (!explored) return;
   // Acceptance up by more than kAcceptShift and by more than 3 binomial sds of this step's drafts.
   const bool accept_up = acceptance >= 0.0 && before >= 0.0 &&
                          acceptance - before > std::max(kAcceptShift, 3.0 * std::sqrt(before * (1.0 - before) / drafted));
-  const bool still_losing = b.rate[0] > b.rate[1];
-  b.backoff = still_losing && !accept_up ? std::min(kExploreMax, 2 * interval_of(b)) : 0;
+  if (accept_up) b.backoff = 0;
+  else if (still_losing) b.backoff = std::min(kExploreMax, 2 * interval_of(b));
+  // A probe that finds drafts winning keeps the backoff: if drafting for all then measures a
+  // loss, the next exploration waits longer than the last.
+}
+
+void SpecRateMeter::record(int batch, bool with_drafts, int tokens, double seconds, int drafted, int accepted) {
+  if (tokens <= 0 || !(seconds > 0.0)) return;
+  add(buckets_[bucket_of(batch)], with_drafts, tokens / seconds, false, drafted, accepted);
+}
+
+void SpecRateMeter::record_probe(int batch, const ProbeStep& p) {
+  Bucket& b = buckets_[bucket_of(batch)];
+  if (p.tokens <= 0 || p.n_probed <= 0 || !(p.seconds > 0.0) || !(b.rate[0] > 0.0)) return;
+  const double scale = double(std::max(batch, p.n_probed)) / p.n_probed;
+  const double plain_s = p.tokens / b.rate[0];
+  const double extra_s = std::max(0.0, p.seconds - std::max(0.0, p.catch_up_s) - plain_s);
+  const double tokens = p.tokens + scale * p.accepted;
+  add(b, true, tokens / (plain_s + scale * extra_s), true, p.drafted, p.accepted);
 }
 
 double SpecRateMeter::rate(int batch, bool with_drafts) const {

@@ -9,10 +9,10 @@
 //   k_max decode steps of the draft model, zero for n-gram). A larger batch moves decode from
 //   bandwidth-bound towards compute-bound, T_verify / T_decode grows towards (B + Σk) / B, and
 //   the rule turns speculation off;
-// - from measurement (SpecRateMeter): the priced rule is a prior only. What a step with drafts
-//   and one without actually yielded (tokens per second of wall time, drafting included) is kept
-//   per batch size; once both have been seen the faster one runs, and the other is tried again
-//   now and then. A real backend whose verification or drafting costs more than the roofline
+// - from measurement (SpecRateMeter), which replaces the priced rule where it is on: what a step
+//   with drafts (or a probe of a few, scaled to the batch) and one without actually yielded
+//   (tokens per second of wall time, drafting included) is kept per batch size; once both have
+//   been seen the faster one runs, and the other is tried again now and then. A real backend whose verification or drafting costs more than the roofline
 //   says (eager multi-row steps beside graphed decodes, a slow draft) turns speculation off where
 //   it measured a loss.
 #include <memory>
@@ -67,21 +67,44 @@ struct SpecVerdict {
 /// Prices one step of `seqs` with and without their drafts.
 SpecVerdict price_speculation(const SpecPricing& pricing, std::span<const DrawingSeq> seqs);
 
+/// What the measured rule runs in a step: no drafts; drafts for every sequence asked, their
+/// accepted tokens kept; or a probe.
+enum class SpecChoice { plain, probe, drafts };
+
+/// A probe step as SpecRateMeter::record_probe reads it: `n_probed` of the sequences asked drafted
+/// (those whose draft had least to catch up), each kept only its first draw, so the step emitted
+/// `tokens` (one a sequence: what the plain step emits) in `seconds`, drafting (`draft_s`, of it
+/// `catch_up_s` the draft's one-off catch-up) included; `accepted` of the `drafted` draft tokens
+/// would have stood.
+struct ProbeStep {
+  int n_probed = 0;
+  int tokens = 0;
+  double seconds = 0.0, draft_s = 0.0, catch_up_s = 0.0;
+  int drafted = 0, accepted = 0;
+};
+
 /// The measured per-step rule: per batch bucket (sequences asked for drafts, rounded up to a power
 /// of two: the count a step is asked and recorded under), an exponential average of the tokens per
-/// second that decode steps with drafts and without yielded. A bucket first runs the priced choice,
-/// then the other, kWarm steps each (the first of each not counted: a first step may capture a
-/// CUDA graph); then the faster, with the other tried once every kExplore steps so the choice
-/// follows acceptance as it changes (every kExploreFar steps while the loser yields under 1/kFar
-/// of the winner: a draft that must catch up on many tokens makes each look costly).
-/// Where drafts lose, each exploring step that leaves them losing doubles the interval to the next,
-/// up to kExploreMax: an exploring step makes the draft catch up on every token since the last one
-/// (a 32-user step with drafts took 16 ms against 5.7 on an H200), and the drafts it accepts move
-/// those sequences ahead of the others, so a closed loop's requests stop finishing together (the
-/// newcomers' prefills then land in the others' TPOT). The interval goes back to kExplore or
-/// kExploreFar when an exploring step's acceptance (accepted / drafted tokens) comes out more than
-/// kAcceptShift (and 3 binomial sds of its drafts) above the average of the bucket's steps with
-/// drafts, or when drafts win.
+/// second that decode steps with drafts and without yielded. A bucket first runs plain steps, then
+/// probes, kWarm steps each (the first of each not counted: a first step may capture a CUDA graph
+/// or catch a draft up on whole prompts); then the faster, with the other tried once every kExplore
+/// steps so the choice follows acceptance as it changes (every kExploreFar steps while the loser
+/// yields under 1/kFar of the winner).
+/// Drafts are measured by probes wherever the bucket does not (yet) run them: a probe drafts only
+/// for probe_size(B) of the B sequences asked, those whose draft has least to catch up, so its
+/// catch-up is bounded by theirs; and each keeps only the first draw of its verification (the
+/// token the plain step draws: exact, and no sequence moves ahead of the others, so a closed
+/// loop's requests keep finishing together). Its rate is scaled to the whole batch: the plain
+/// step's time from the bucket's plain rate, plus B / n_probed times what the probe took beyond it
+/// with the catch-up taken off, for the plain tokens plus B / n_probed times the drafts that would
+/// have stood. Only a bucket measured (or following a neighbour) in favour of drafts drafts for all
+/// and keeps what stands; its steps are recorded as they ran, catch-up included.
+/// Where drafts lose, each exploring probe that leaves them losing doubles the interval to the
+/// next, up to kExploreMax, and so does a bucket turned back from drafts by its own drafting steps
+/// after a probe found them winning (each such turn pays a full catch-up); the interval goes back to
+/// kExplore or kExploreFar when an exploring probe's acceptance (accepted / drafted tokens) comes
+/// out more than kAcceptShift (and 3 binomial sds of its drafts) above the average of the bucket's
+/// steps with drafts.
 /// A bucket not yet measured takes the choice of a neighbour within two buckets that is decided by
 /// more than kFar, rather than warming up both (a closed loop draining from 64 users passes
 /// through every smaller bucket); it measures the other choice at that neighbour's interval
@@ -96,16 +119,22 @@ class SpecRateMeter {
   static constexpr double kWeight = 0.25;       ///< of the newest step in the average
   static constexpr double kAcceptShift = 0.1;  ///< an exploring step's acceptance this far above the average resets the backoff
 
-  /// Whether both choices of `batch`'s bucket have been measured: speculate() no longer reads the
-  /// prior, so the caller may skip pricing it (pricing costs host time: a few us a verdict since SpecPricing keeps its pricers).
+  static constexpr int kProbeMin = 4;           ///< a probe drafts for at least this many sequences (all, below)
+  static constexpr int kProbeShare = 4;         ///< and for at least 1 / kProbeShare of them
+
+  /// Whether both choices of `batch`'s bucket have been measured.
   bool decided(int batch) const;
-  /// Whether the next step, with `batch` sequences asked for drafts, should carry them; `priced`
-  /// is the cost model's verdict (true without one; ignored once decided()).
-  bool speculate(int batch, bool priced);
+  /// What the next step, with `batch` sequences asked for drafts, runs.
+  SpecChoice choose(int batch);
+  /// The sequences a probe of `batch` drafts for: max(min(batch, kProbeMin), ceil(batch / kProbeShare)).
+  static int probe_size(int batch);
   /// A decode step (no prefill rows) ran for which `batch` sequences were asked (the count
-  /// speculate() was given): `tokens` emitted in `seconds`, drafting included, with or without
-  /// drafts; of a step with drafts, `accepted` of its `drafted` draft tokens stood.
+  /// choose() was given), plain or with drafts for all: `tokens` emitted in `seconds`, drafting
+  /// included; of a step with drafts, `accepted` of its `drafted` draft tokens stood.
   void record(int batch, bool with_drafts, int tokens, double seconds, int drafted = 0, int accepted = 0);
+  /// A probe ran as a decode step for `batch` asked (ProbeStep): recorded as the step with drafts
+  /// for all that it estimates. Ignored before the bucket's plain rate is measured.
+  void record_probe(int batch, const ProbeStep& probe);
   /// The averaged tokens per second of a bucket's steps with or without drafts; 0 before any.
   double rate(int batch, bool with_drafts) const;
   /// Steps between a decided bucket's explorations of the losing choice now.
@@ -122,6 +151,8 @@ class SpecRateMeter {
   };
   static int bucket_of(int batch);
   static bool is_decided(const Bucket& b) { return b.seen[0] >= kWarm && b.seen[1] >= kWarm; }
+  /// Adds a step's rate to its side of the bucket and moves the backoff (record's common part).
+  void add(Bucket& b, bool with_drafts, double rate, bool probe, int drafted, int accepted);
   /// Steps between explorations of a decided bucket's losing choice.
   static int interval_of(const Bucket& b);
   /// The nearest bucket within two of `i` whose choice is decided by more than kFar, or null.

@@ -81,6 +81,24 @@ void ModelProposer::forget(uint64_t seq_id) {
   copies_.erase(it);
 }
 
+namespace model_proposer_detail {  // named: a unity batch shares one translation unit
+
+/// The K/V positions of `copy` that sync would keep for `target`: its computed prefix common
+/// with target's tokens, less target's last token (whose row draws the first draft).
+int kept_positions(const Sequence& copy, const Sequence& target) {
+  const size_t common = static_cast<size_t>(
+      std::mismatch(copy.tokens.begin(), copy.tokens.end(), target.tokens.begin(), target.tokens.end()).first -
+      copy.tokens.begin());
+  return std::min({copy.n_computed, static_cast<int>(common), target.n_tokens() - 1});
+}
+
+}  // namespace model_proposer_detail
+
+int ModelProposer::catch_up_rows(const Sequence& seq) const {
+  const auto it = copies_.find(seq.id);
+  return seq.n_tokens() - (it == copies_.end() ? 0 : model_proposer_detail::kept_positions(*it->second, seq));
+}
+
 Sequence& ModelProposer::sync(const Sequence& target) {
   auto& slot = copies_[target.id];
   if (!slot) {
@@ -89,10 +107,8 @@ Sequence& ModelProposer::sync(const Sequence& target) {
     slot->request_id = target.request_id;
   }
   Sequence& c = *slot;
-  const size_t common = static_cast<size_t>(
-      std::mismatch(c.tokens.begin(), c.tokens.end(), target.tokens.begin(), target.tokens.end()).first - c.tokens.begin());
   // Keep the K/V of the common prefix, less the last accepted token (its row draws the first draft).
-  c.n_computed = std::min({c.n_computed, static_cast<int>(common), target.n_tokens() - 1});
+  c.n_computed = model_proposer_detail::kept_positions(c, target);
   if (c.kv.allocated) kv_->truncate(c, c.n_computed);
   c.tokens = target.tokens;
   c.spec_tokens.clear();

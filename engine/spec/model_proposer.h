@@ -57,6 +57,8 @@ class ModelProposer final : public Proposer {
   /// time taken as proportional to its rows, which holds where the excess matters: a catch-up of
   /// many rows a sequence).
   double catch_up_excess_s() const override { return excess_s_; }
+  /// seq's tokens beyond its copy's computed prefix that seq kept (sync's rollback point).
+  int catch_up_rows(const Sequence& seq) const override;
 
   const ModelConfig& draft_config() const { return backend_->config(); }
   const Backend& backend() const { return *backend_; }

@@ -49,6 +49,11 @@ class Proposer {
   /// once and steady drafting would not pay again (StepOutcome::spec_catch_up_s, steps.jsonl's
   /// spec_decode.catch_up_s). 0 for a proposer with no model to catch up.
   virtual double catch_up_excess_s() const { return 0.0; }
+  /// The rows the draft would compute before its first draft for seq now: the tokens its K/V
+  /// lacks (all of them for a sequence it never drafted for; 1-2 after drafting at the previous
+  /// step). The measured rule's probes draft for the sequences with the fewest. 0 for a proposer
+  /// with no model to catch up.
+  virtual int catch_up_rows(const Sequence& seq) const { (void)seq; return 0; }
 };
 
 }  // namespace servelab

@@ -34,6 +34,10 @@ class SimProposer final : public Proposer {
   std::optional<double> priced_seconds() const override { return last_s_; }
   /// The round's price less the same round with each catch-up capped at 2 rows.
   double catch_up_excess_s() const override { return excess_s_; }
+  /// seq's tokens beyond the draft K/V positions still valid for it.
+  int catch_up_rows(const Sequence& seq) const override {
+    return pricer_ ? seq.n_tokens() - valid_positions(seq) : 0;
+  }
   /// What prices the drafting (none for ngram).
   const DraftPricer* draft_pricer() const { return pricer_.get(); }
 

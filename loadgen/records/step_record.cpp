@@ -41,6 +41,10 @@ void to_json(nlohmann::json& j, const StepRecord& s) {
                         {"num_draft_tokens_per_pos", s.spec_drafted_per_pos},
                         {"draft_s", s.spec_draft_s},
                         {"catch_up_s", s.spec_catch_up_s}};
+  if (s.spec_probe_drafts > 0)
+    j["spec_decode"]["probe"] = {{"num_drafts", s.spec_probe_drafts},
+                                 {"num_draft_tokens", s.spec_probe_draft_tokens},
+                                 {"num_accepted_tokens", s.spec_probe_accepted_tokens}};
   if (s.n_loras > 0) j["lora"] = {{"n_loras", s.n_loras}, {"n_loads", s.n_lora_loads}};
   if (s.n_masks > 0 || s.jump_forward_tokens > 0)
     j["structured"] = {{"n_masks", s.n_masks}, {"mask_s", s.mask_s}, {"jump_forward_tokens", s.jump_forward_tokens}};
@@ -70,6 +74,11 @@ void from_json(const nlohmann::json& j, StepRecord& s) {
       for (const auto& v : *dp) s.spec_drafted_per_pos.push_back(json_int<int>(v));
     if (auto d = sd->find("draft_s"); d != sd->end() && d->is_number()) s.spec_draft_s = d->get<double>();
     if (auto c = sd->find("catch_up_s"); c != sd->end() && c->is_number()) s.spec_catch_up_s = c->get<double>();
+    if (auto pr = sd->find("probe"); pr != sd->end() && pr->is_object()) {
+      s.spec_probe_drafts = json_int_or(*pr, "num_drafts", 0);
+      s.spec_probe_draft_tokens = json_int_or(*pr, "num_draft_tokens", 0);
+      s.spec_probe_accepted_tokens = json_int_or(*pr, "num_accepted_tokens", 0);
+    }
   }
   if (auto l = j.find("lora"); l != j.end() && l->is_object()) {
     s.n_loras = json_int_or(*l, "n_loras", 0);
@@ -116,6 +125,9 @@ void StepRecord::validate() const {
   count("spec_decode.num_drafts", spec_drafts);
   count("spec_decode.num_draft_tokens", spec_draft_tokens);
   count("spec_decode.num_accepted_tokens", spec_accepted_tokens);
+  count("spec_decode.probe.num_drafts", spec_probe_drafts);
+  count("spec_decode.probe.num_draft_tokens", spec_probe_draft_tokens);
+  count("spec_decode.probe.num_accepted_tokens", spec_probe_accepted_tokens);
   for (int v : spec_accepted_per_pos) count("spec_decode.num_accepted_tokens_per_pos[]", v);
   count("n_waiting", n_waiting);
   count("n_running", n_running);

@@ -32,6 +32,11 @@ struct StepRecord {
   std::vector<int> spec_drafted_per_pos;   ///< drafts of more than j tokens (JSON num_draft_tokens_per_pos)
   double spec_draft_s = 0.0;               ///< wall seconds the proposer drafted for (JSON spec_decode.draft_s)
   double spec_catch_up_s = 0.0;            ///< of those, the one-off catch-up (JSON spec_decode.catch_up_s)
+  // A probe of the measured rule (JSON spec_decode.probe, when the step was one): sequences
+  // probed, their draft tokens, and those that would have stood (none kept).
+  int spec_probe_drafts = 0;
+  int spec_probe_draft_tokens = 0;
+  int spec_probe_accepted_tokens = 0;
   // Multi-LoRA (JSON "lora", when the step ran any adapter): distinct adapters in the step, and
   // adapters loaded into the backend's slots for it (misses).
   int n_loras = 0;

@@ -19,6 +19,7 @@
 #include "engine/spec/model_proposer.h"
 #include "engine/spec/spec_config.h"
 #include "tests/engine/engine_test_support.h"
+#include "tests/engine/spec_meter_feed.h"
 
 namespace servelab {
 namespace spec_backend_draft_test {  // named, not anonymous: a unity batch shares one translation unit
@@ -166,37 +167,41 @@ namespace spec_backend_draft_test {
 
 TEST(SpecRateMeter, MeasuresBothChoicesThenKeepsTheFasterAndLooksAgain) {
   SpecRateMeter m;
-  std::vector<bool> choices;
+  std::vector<SpecChoice> choices;
   // Batch 8: drafts yield 50 tokens/s, plain steps 100: after warming both, plain wins.
   for (int i = 0; i < 200; ++i) {
-    const bool on = m.speculate(8, /*priced=*/true);
-    choices.push_back(on);
-    m.record(8, on, on ? 10 : 8, on ? 0.2 : 0.08);
+    const SpecChoice c = m.choose(8);
+    choices.push_back(c);
+    feed_meter(m, 8, c, 100.0, 50.0, 8, 2);
   }
-  for (int i = 0; i < SpecRateMeter::kWarm; ++i) EXPECT_TRUE(choices[size_t(i)]) << "the prior's choice first";
-  for (int i = SpecRateMeter::kWarm; i < 2 * SpecRateMeter::kWarm; ++i) EXPECT_FALSE(choices[size_t(i)]) << "then the other";
+  for (int i = 0; i < SpecRateMeter::kWarm; ++i) EXPECT_EQ(choices[size_t(i)], SpecChoice::plain) << "plain first";
+  for (int i = SpecRateMeter::kWarm; i < 2 * SpecRateMeter::kWarm; ++i)
+    EXPECT_EQ(choices[size_t(i)], SpecChoice::probe) << "then drafts, probed";
   int on_after = 0;
-  for (size_t i = 2 * SpecRateMeter::kWarm; i < choices.size(); ++i) on_after += choices[i];
+  for (size_t i = 2 * SpecRateMeter::kWarm; i < choices.size(); ++i) {
+    on_after += choices[i] != SpecChoice::plain;
+    EXPECT_NE(choices[i], SpecChoice::drafts) << "drafts for all only where they won";
+  }
   // Tried again now and then: every kExploreFar steps, as plain leads by more than kFar.
   EXPECT_GE(on_after, 1);
   EXPECT_LE(on_after, 2);
   EXPECT_TRUE(m.decided(8));
   EXPECT_FALSE(m.decided(64));
-  EXPECT_NEAR(m.rate(8, true), 50.0, 1e-9);
+  EXPECT_NEAR(m.rate(8, true), 50.0, 1e-9) << "the probes of 4 scaled to the batch of 8";
   EXPECT_NEAR(m.rate(8, false), 100.0, 1e-9);
   // Another batch bucket has its own figures; batch 7 shares batch 8's.
   EXPECT_EQ(m.rate(32, true), 0.0);
   EXPECT_EQ(m.rate(7, false), m.rate(8, false));
   // Batch 16 and 2 are new buckets: 16 (one bucket from 8's clear verdict) follows it from its
-  // first step; 2 (two buckets away) too; 64 (three away) warms up on the prior.
-  EXPECT_FALSE(m.speculate(16, /*priced=*/true));
-  EXPECT_FALSE(m.speculate(2, /*priced=*/true));
-  EXPECT_TRUE(m.speculate(64, /*priced=*/true));
+  // first step; 2 (two buckets away) too; 64 (three away) warms up, plain first.
+  EXPECT_EQ(m.choose(16), SpecChoice::plain);
+  EXPECT_EQ(m.choose(2), SpecChoice::plain);
+  EXPECT_EQ(m.choose(64), SpecChoice::plain);
   int followed = 0;
   for (int i = 0; i < 300; ++i) {
-    const bool s = m.speculate(16, true);
-    m.record(16, s, s ? 10 : 16, s ? 0.2 : 0.1);
-    followed += !s;
+    const SpecChoice c = m.choose(16);
+    feed_meter(m, 16, c, 160.0, 50.0, 16, 4);
+    followed += c == SpecChoice::plain;
   }
   EXPECT_GE(followed, 295);  // ... measuring drafts only every kExploreFar steps
   EXPECT_FALSE(m.decided(16));
@@ -204,19 +209,19 @@ TEST(SpecRateMeter, MeasuresBothChoicesThenKeepsTheFasterAndLooksAgain) {
   SpecRateMeter c;
   int tried = 0;
   for (int i = 0; i < 2 * SpecRateMeter::kWarm + 128; ++i) {
-    const bool s = c.speculate(4, true);
-    c.record(4, s, s ? 11 : 10, 0.01);  // drafts 10% faster
-    if (i >= 2 * SpecRateMeter::kWarm) tried += !s;
+    const SpecChoice ch = c.choose(4);
+    feed_meter(c, 4, ch, 400.0, 440.0, 4, 1);  // drafts 10% faster
+    if (i >= 2 * SpecRateMeter::kWarm) tried += ch == SpecChoice::plain;
   }
   EXPECT_GE(tried, 3);
   EXPECT_LE(tried, 5);
-  // Where drafts measure faster they run, the prior notwithstanding.
+  // Where drafts measure faster they run for all once measured.
   SpecRateMeter w;
   int on = 0;
   for (int i = 0; i < 100; ++i) {
-    const bool s = w.speculate(1, /*priced=*/false);
-    w.record(1, s, s ? 3 : 1, 0.01);
-    on += s;
+    const SpecChoice ch = w.choose(1);
+    feed_meter(w, 1, ch, 100.0, 300.0, 2, 2);
+    on += ch == SpecChoice::drafts;
   }
   EXPECT_GE(on, 85);
 }
@@ -249,7 +254,7 @@ TEST(SpecRateMeter, TheEngineStopsDraftingWhereVerificationMeasuresSlower) {
     const RunResult r = run_virtual(e, at_zero(reqs));
     *drafted_steps = 0;
     *steps = static_cast<int>(r.steps.size());
-    for (const StepOutcome& s : r.steps) *drafted_steps += s.spec_drafts > 0;
+    for (const StepOutcome& s : r.steps) *drafted_steps += s.spec_drafts > 0 || s.spec_probe;
     return outputs(r);
   };
   int d0, n0, d1, n1;

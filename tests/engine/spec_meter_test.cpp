@@ -10,22 +10,25 @@
 #include "engine/backend/forwarding_backend.h"
 #include "engine/spec/adaptive.h"
 #include "engine/spec/proposer.h"
+#include "engine/spec/sim_proposer.h"
 #include "tests/engine/engine_test_support.h"
+#include "tests/engine/spec_meter_feed.h"
 
 namespace servelab {
 namespace spec_meter_test {  // named, not anonymous: a unity batch shares one translation unit
 
 using namespace enginetest;
 
-/// Feeds `m` `n` steps at batch 32: plain steps yield 100 tokens/s, steps with drafts `draft_rate`
-/// with acceptance(i) of their 100 draft tokens accepted. Returns the indices of the steps that carried drafts.
+/// Feeds `m` `n` steps at batch 32: plain steps yield 100 tokens/s, steps with drafts (for all, or
+/// probes scaled to all) `draft_rate` with acceptance(i) of their 400 draft tokens accepted (100 and
+/// their share in a probe of 8). Returns the indices of the steps that carried drafts.
 template <class Acceptance>
 std::vector<int> drive(SpecRateMeter& m, int n, double draft_rate, Acceptance acceptance) {
   std::vector<int> on;
   for (int i = 0; i < n; ++i) {
-    const bool s = m.speculate(32, /*priced=*/true);
-    if (s) on.push_back(i);
-    m.record(32, s, 32, s ? 32.0 / draft_rate : 0.32, s ? 100 : 0, s ? int(100 * acceptance(i) + 0.5) : 0);
+    const SpecChoice c = m.choose(32);
+    if (c != SpecChoice::plain) on.push_back(i);
+    feed_meter(m, 32, c, 100.0, draft_rate, 400, c != SpecChoice::plain ? 4 * int(100 * acceptance(i) + 0.5) : 0);
   }
   return on;
 }
@@ -42,7 +45,7 @@ TEST(SpecRateMeter, ExploringBacksOffWhileDraftsKeepLosing) {
   SpecRateMeter m;
   const std::vector<int> on = drive(m, 20000, 50.0, [](int) { return 0.2; });
   ASSERT_GE(on.size(), size_t(SpecRateMeter::kWarm) + 2);
-  for (int i = 0; i < SpecRateMeter::kWarm; ++i) EXPECT_EQ(on[size_t(i)], i) << "the prior's choice first";
+  for (int i = 0; i < SpecRateMeter::kWarm; ++i) EXPECT_EQ(on[size_t(i)], SpecRateMeter::kWarm + i) << "plain first";
   EXPECT_EQ(on[SpecRateMeter::kWarm], 2 * SpecRateMeter::kWarm - 1 + SpecRateMeter::kExploreFar);
   EXPECT_EQ(gaps_after_warmup(on), (std::vector<int>{256, 512, 1024, 2048, 4096, 4096, 4096}));
   EXPECT_LT(double(on.size()) / 20000.0, 0.001) << "without the backoff one step in 128 drafted";
@@ -62,9 +65,9 @@ TEST(SpecRateMeter, ExploringBacksOffWhileDraftsKeepLosing) {
   SpecRateMeter w;
   int plain_steps = 0;
   for (int i = 0; i < 4000; ++i) {
-    const bool s = w.speculate(32, true);
-    w.record(32, s, s ? 64 : 32, 0.32, s ? 100 : 0, s ? 80 : 0);
-    plain_steps += !s;
+    const SpecChoice c = w.choose(32);
+    feed_meter(w, 32, c, 100.0, 200.0, 128, 32);
+    plain_steps += c == SpecChoice::plain;
   }
   EXPECT_EQ(w.explore_interval(32), SpecRateMeter::kExploreFar);
   EXPECT_EQ(plain_steps, SpecRateMeter::kWarm + (4000 - 2 * SpecRateMeter::kWarm) / SpecRateMeter::kExploreFar);
@@ -83,7 +86,7 @@ class SlowVerify final : public ForwardingBackend {
   using ForwardingBackend::ForwardingBackend;
   StepOutput execute(const Step& step) override {
     StepOutput out = inner().execute(step);
-    out.predicted_s = (step.in.n_tokens() > step.in.n_seqs() ? 3.0 : 1.0) * 1e-3;
+    out.predicted_s = (step.in.n_samples() > step.in.n_seqs() ? 3.0 : 1.0) * 1e-3;  // a shape-only step has no token ids
     return out;
   }
 };
@@ -112,12 +115,60 @@ TEST(SpecRateMeter, AStepIsRecordedUnderTheCountItWasAskedBy) {
   const RunResult r = run_virtual(e, at_zero({make_request(0, 16, 120), make_request(1, 24, 120), par}));
   int drafted = 0, off = 0;
   for (const StepOutcome& s : r.steps) {
-    drafted += s.spec_drafts > 0;
+    drafted += s.spec_drafts > 0 || s.spec_probe;
     off += s.spec_off;
   }
   ASSERT_EQ(r.finished.size(), 3u);
   EXPECT_LE(drafted, 2 * SpecRateMeter::kWarm) << "warm-up steps only: one exploring step comes after kExploreFar";
   EXPECT_GE(off, 100) << "drafts stay off once measured slower";
+}
+
+TEST(SpecRateMeter, ProbesDraftForTheLeastCaughtUpAndMoveNoSequenceAhead) {
+  // Eight requests of one length start together; `self` on the sim accepts each draft at 0.5 (a
+  // draft that stood would move its sequence ahead), verification costs 3x a plain step, so the
+  // rule measures drafts (kWarm probes, one exploring probe after kExploreFar steps) and keeps
+  // them off. Probes draft for probe_size(8) = 4 sequences, keep only each one's first draw, and
+  // the requests all finish in one step.
+  auto backend = std::make_unique<SimBackend>(micro_model(), SimCostModel::roofline(SimDevice::preset("h100")));
+  SimBackend& sim = *backend;
+  EngineConfig ec = paged_config(continuous_sched(8, 512, true), 1 << 20);
+  ec.kv.max_model_len = 512;
+  Engine e(ec, std::make_unique<SlowVerify>(std::move(backend)));
+  SpeculativeConfig sc;
+  sc.method = SpecMethod::self;
+  sc.num_layers = 1;
+  sc.num_speculative_tokens = 3;
+  sc.sim_acceptance = SimAcceptance{{0.5, 0.5, 0.5}, "test", {}};
+  SpecPolicy policy;
+  policy.num_speculative_tokens = 3;
+  policy.measured = true;
+  e.set_proposer(make_sim_proposer(sc, sim), std::move(policy));
+  std::vector<Request> reqs;
+  for (int i = 0; i < 8; ++i) reqs.push_back(make_request(i, 16, 200));
+  const RunResult r = run_virtual(e, at_zero(reqs));
+  ASSERT_EQ(r.finished.size(), 8u);
+  for (const auto& [id, f] : r.finished) {
+    EXPECT_EQ(f.n_output, 200);
+    EXPECT_EQ(f.end_s, r.finished.begin()->second.end_s) << "request " << id << " moved out of the lockstep";
+  }
+  std::vector<const StepOutcome*> probes;
+  int would_stand = 0;
+  for (const StepOutcome& s : r.steps) {
+    EXPECT_EQ(s.spec_drafts, 0) << "no step drafted for all";
+    if (!s.spec_probe) continue;
+    probes.push_back(&s);
+    EXPECT_EQ(s.spec_probe_drafts, SpecRateMeter::probe_size(8));
+    EXPECT_EQ(s.spec_accepted_tokens, 0);
+    would_stand += s.spec_probe_accepted_tokens;
+  }
+  ASSERT_EQ(probes.size(), size_t(SpecRateMeter::kWarm) + 1) << "the warm-up's probes and one exploring probe";
+  EXPECT_GT(would_stand, 4) << "kept, accepted drafts would have moved sequences ahead";
+  // The first probe catches its 4 drafts up on their prompts; the next two draft for the same 4,
+  // whose drafts are 1-2 rows behind, not for the 4 never drafted: no catch-up beyond a steady one.
+  EXPECT_GT(probes[0]->spec_catch_up_s, 0.0);
+  EXPECT_EQ(probes[1]->spec_catch_up_s, 0.0);
+  EXPECT_EQ(probes[2]->spec_catch_up_s, 0.0);
+  EXPECT_GT(probes[3]->spec_catch_up_s, 0.0) << "the exploring probe after kExploreFar plain steps";
 }
 
 }  // namespace spec_meter_test

@@ -110,10 +110,19 @@ TEST(SimSpeculation, ASelfStrategyOnTheSimCarriesSpecDecodeCountersAtTheRatesGiv
   int64_t drafts = 0;
   std::vector<int64_t> accepted(3, 0), drafted(3, 0);
   double draft_s = 0.0, catch_up_s = 0.0;
+  int probes = 0;
   for (const StepRecord& s : out.steps) {
     catch_up_s += s.spec_catch_up_s;
     if (s.spec_catch_up_s > 0) {  // the newcomers' prompts, told apart in steps.jsonl
       EXPECT_EQ(nlohmann::json(s).get<StepRecord>().spec_catch_up_s, s.spec_catch_up_s);
+    }
+    if (s.spec_probe_drafts > 0) {  // the measured rule's probes (warm-up), their counters apart
+      ++probes;
+      const StepRecord back = nlohmann::json(s).get<StepRecord>();
+      EXPECT_EQ(back.spec_probe_drafts, s.spec_probe_drafts);
+      EXPECT_EQ(back.spec_probe_draft_tokens, s.spec_probe_draft_tokens);
+      EXPECT_EQ(back.spec_probe_accepted_tokens, s.spec_probe_accepted_tokens);
+      EXPECT_EQ(s.spec_drafts, 0);
     }
     drafts += s.spec_drafts;
     for (size_t j = 0; j < s.spec_accepted_per_pos.size() && j < 3; ++j) accepted[j] += s.spec_accepted_per_pos[j];
@@ -126,6 +135,7 @@ TEST(SimSpeculation, ASelfStrategyOnTheSimCarriesSpecDecodeCountersAtTheRatesGiv
   EXPECT_GT(draft_s, 0.0);  // the one-layer draft is priced
   EXPECT_GT(catch_up_s, 0.0);
   EXPECT_LT(catch_up_s, draft_s);
+  EXPECT_GE(probes, 1);
 }
 
 }  // namespace sim_spec_scenario_test
