@@ -23,6 +23,7 @@
 #include "kernels/ref/lora_ref.h"
 #include "tests/kernels/kv_fixture.h"
 #include "tests/kernels_gpu/gpu_util.h"
+#include "tests/kernels_gpu/lora_pool_util.h"
 
 namespace servelab::kernels {
 namespace {
@@ -75,15 +76,7 @@ struct Fixture {
     perm_slot = DeviceBuffer(size_t(cs.rows) * 4);
     tile_done = DeviceBuffer(size_t(max_tiles) * 4);
     CUDA_CHECK(cudaMemset(tile_done.get(), 0, tile_done.bytes()));
-    pool.a = da.get();
-    pool.b = db.get();
-    pool.scale = dscale.get<float>();
-    pool.n_slots = cs.n_slots;
-    pool.n_in = cs.n_in;
-    pool.n_out = n_out;
-    pool.max_rank = cs.max_rank;
-    pool.n_seg = n_seg;
-    for (int m = 0; m < n_seg; ++m) pool.seg_end[m] = seg_end[m];
+    pool = testing::lora_test_pool(da.get(), db.get(), dscale.get<float>(), cs.n_slots, cs.n_in, cs.max_rank, seg_out);
     part = DeviceBuffer(lora_partial_floats(pool, cs.rows, cs.config.shrink_target_blocks) * 4 + 16);
     xa_rows = DeviceBuffer(size_t(cs.rows) * total * 4);
     dslot = DeviceBuffer(size_t(cs.rows) * 4);

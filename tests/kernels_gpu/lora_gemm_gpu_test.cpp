@@ -14,6 +14,7 @@
 #include "kernels/ref/lora_ref.h"
 #include "tests/kernels/kv_fixture.h"
 #include "tests/kernels_gpu/gpu_util.h"
+#include "tests/kernels_gpu/lora_pool_util.h"
 
 namespace servelab::kernels {
 namespace lora_gemm_gpu_test {  // named, not anonymous: a unity batch shares one translation unit
@@ -58,15 +59,7 @@ void run_case(ScalarType t, const GemmCase& cs, uint64_t seed, LoraGemm& gemm) {
   DeviceBuffer dx = testing::upload16(t, x), da = testing::upload16(t, a), db = testing::upload16(t, b);
   DeviceBuffer dy = testing::upload16(t, y0), dxa(size_t(rows) * total * 2);
   dxa.poison();
-  LoraPool pool;
-  pool.a = da.get();
-  pool.b = db.get();
-  pool.n_slots = cs.n_slots;
-  pool.n_in = cs.n_in;
-  pool.n_out = n_out;
-  pool.max_rank = cs.max_rank;
-  pool.n_seg = n_seg;
-  for (int m = 0; m < n_seg; ++m) pool.seg_end[m] = seg_end[m];
+  const LoraPool pool = testing::lora_test_pool(da.get(), db.get(), nullptr, cs.n_slots, cs.n_in, cs.max_rank, cs.seg_out);
   for (const LoraRun& r : runs) gemm.shrink(t, dx.get(), pool, r, scale[size_t(r.slot)], dxa.get(), nullptr);
   for (const LoraRun& r : runs) gemm.expand(t, dxa.get(), pool, r, dy.get(), ld_y, c0, nullptr);
   CUDA_CHECK(cudaDeviceSynchronize());

@@ -16,6 +16,7 @@
 #include "kernels/ref/lora_ref.h"
 #include "tests/kernels/kv_fixture.h"
 #include "tests/kernels_gpu/gpu_util.h"
+#include "tests/kernels_gpu/lora_pool_util.h"
 
 namespace servelab::kernels {
 namespace {
@@ -122,16 +123,8 @@ void run_case(ScalarType t, const SgmvCase& cs, uint64_t seed, const LoraSgmvCon
 
   DeviceBuffer dx = testing::upload16(t, x), da = testing::upload16(t, a), db = testing::upload16(t, b);
   DeviceBuffer ds = testing::upload(scale);
-  LoraPool pool;
-  pool.a = da.get();
-  pool.b = db.get();
-  pool.scale = ds.get<float>();
-  pool.n_slots = cs.n_slots;
-  pool.n_in = cs.n_in;
-  pool.n_out = n_out;
-  pool.max_rank = cs.max_rank;
-  pool.n_seg = n_seg;
-  for (int m = 0; m < n_seg; ++m) pool.seg_end[m] = seg_end[m];
+  const LoraPool pool =
+      testing::lora_test_pool(da.get(), db.get(), ds.get<float>(), cs.n_slots, cs.n_in, cs.max_rank, cs.seg_out);
   PlanBuffers pb(cs.rows, cs.n_slots, config);
   const size_t part_floats = lora_partial_floats(pool, cs.rows, config.shrink_target_blocks);
   DeviceBuffer dpart(part_floats * 4 + 16);
