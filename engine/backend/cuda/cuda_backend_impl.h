@@ -281,41 +281,9 @@ struct CudaBackend::Impl {
   }
 
   /// The LoRA plan and partial sums for rows_capacity rows, and the side stream, once the pool
-  /// exists. The plan's layout depends on rows_capacity, so it is laid out again with it.
-  void ensure_lora_scratch() {
-    if (!lora.reserved() || rows_capacity == 0) return;
-    if (!lora_gemm) lora_gemm = std::make_unique<k::LoraGemm>();
-    // Used by eager steps only (never baked into a graph): growing them needs no new epoch.
-    const size_t xa = size_t(rows_capacity) * k::kLoraMaxSegments * size_t(lora.pool(0, cuda::LoraGroup::qkv).max_rank) * 2;
-    if (xa > lora_xa.bytes()) lora_xa.grow(xa, "the LoRA scratch");
-    if (size_t(rows_capacity) * 4 > lora_left_dev.bytes()) lora_left_dev.grow(size_t(rows_capacity) * 4, "the LoRA scratch");
-    if (!lora_side) {
-      CUDA_CHECK(cudaStreamCreateWithFlags(&lora_side, cudaStreamNonBlocking));
-      CUDA_CHECK(cudaEventCreateWithFlags(&lora_fork, cudaEventDisableTiming));
-      CUDA_CHECK(cudaEventCreateWithFlags(&lora_join, cudaEventDisableTiming));
-    }
-    const size_t partial = size_t(rows_capacity) * lora.max_partial_floats_per_row() * sizeof(float);
-    const size_t plan =
-        (4 + 4 * size_t(k::lora_max_tiles(rows_capacity, lora.n_slots())) + 2 * size_t(rows_capacity)) *
-        sizeof(int32_t);
-    const size_t delta = size_t(rows_capacity) * size_t(std::max(2 * local_ffn, qkv_width())) * 2;
-    const size_t xa_rows = size_t(rows_capacity) * k::kLoraMaxSegments *
-                           size_t(lora.pool(0, cuda::LoraGroup::qkv).max_rank) * sizeof(float);
-    if (partial <= lora_partial.bytes() && delta <= lora_delta.bytes() && xa_rows <= lora_xa_rows.bytes() &&
-        plan == planned_lora_bytes)
-      return;
-    if (partial > lora_partial.bytes()) lora_partial.grow(partial, "the LoRA scratch");
-    if (delta > lora_delta.bytes()) lora_delta.grow(delta, "the LoRA scratch");
-    if (xa_rows > lora_xa_rows.bytes()) {
-      lora_xa_rows.grow(xa_rows, "the LoRA scratch");
-      CUDA_CHECK(cudaMemset(lora_xa_rows.get(), 0, xa_rows));  // finite for LoraSgmvConfig::empty_plan's consumers
-    }
-    if (plan > lora_plan_buf.bytes()) lora_plan_buf.grow(plan, "the LoRA scratch");
-    // The shrink's tile counters start at 0 (each launch leaves them so); the rest is per step.
-    CUDA_CHECK(cudaMemset(lora_plan_buf.get(), 0, plan));
-    planned_lora_bytes = plan;
-    ++epoch;
-  }
+  /// exists. The plan's layout depends on rows_capacity, so it is laid out again with it
+  /// (cuda_backend.cpp).
+  void ensure_lora_scratch();
   size_t planned_lora_bytes = 0;
 
   void ensure_samples(int n_samples) {
