@@ -53,11 +53,7 @@ struct Params {
 /// which one instruction reads 64 or 128 bytes). Measured neutral against plain loads (H100,
 /// results/gpu/decode-attn-2026-11-24-h100-6c54dd2/: the nohint column), kept as the default.
 __device__ __forceinline__ Vec8 load_kv(const void* p) {
-  Vec8 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
+  return load_stream_256(p);
 }
 
 /// Arena slot of position t of sequence s, whose block-table row is `row` (KvAddressing::slot

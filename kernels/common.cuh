@@ -56,6 +56,16 @@ __device__ __forceinline__ Vec8 load_stream(const void* p) {
   return v;
 }
 
+/// load_stream with the L2::256B prefetch-size hint: a miss fetches the aligned 256 bytes around
+/// the address, so the next loads of a streamed row (weights, K/V) find it in L2.
+__device__ __forceinline__ Vec8 load_stream_256(const void* p) {
+  Vec8 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
 /// Runs BF16_CALL for bf16, F16_CALL for fp16. The fp16 variants are compiled unless the build
 /// turns SERVELAB_KERNELS_FP16 off (kernels/CMakeLists.txt); then fp16 throws, naming the option.
 #if defined(SERVELAB_KERNELS_FP16)

@@ -62,15 +62,8 @@ struct StepRegs {
 /// the whole 256-byte block, the next warp's step included).
 template <bool kHint>
 __device__ __forceinline__ Vec8 load_weights(const void* p) {
-  if constexpr (!kHint) {
-    return load_stream(p);
-  } else {
-    Vec8 v;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-  }
+  if constexpr (!kHint) return load_stream(p);
+  else return load_stream_256(p);
 }
 
 template <bool kCheck, bool kHint = false, typename T>

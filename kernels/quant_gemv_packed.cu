@@ -99,13 +99,7 @@ __device__ __forceinline__ void load_stage(StepOps& o, const uint4* stage, int l
   }
 }
 
-__device__ __forceinline__ uint4 ld_stream(const uint8_t* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
+__device__ __forceinline__ uint4 ld_stream(const uint8_t* p) { return load_stream_256(p); }
 
 /// The register path's loads of step s (the same pieces issue_step copies).
 __device__ __forceinline__ void load_global(StepOps& o, const uint8_t* const (&codes)[2], const uint8_t* const (&groups)[2],
