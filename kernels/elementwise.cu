@@ -8,6 +8,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/ops.h"
+#include "kernels/silu_mul_rows.cuh"
 
 namespace servelab::kernels {
 namespace {
@@ -16,16 +17,7 @@ template <typename T>
 __global__ void silu_mul_kernel(const T* gate_up, T* out, int ffn, int64_t n_vec) {
   pdl_wait();
   pdl_launch_dependents();
-  const int vpr = ffn / 8;  // vectors per output row
-  for (int64_t v = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; v < n_vec; v += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = v / vpr, c = (v % vpr) * 8;
-    float g[8], u[8];
-    unpack8<T>(*reinterpret_cast<const Vec8*>(gate_up + r * 2 * ffn + c), g);
-    unpack8<T>(*reinterpret_cast<const Vec8*>(gate_up + r * 2 * ffn + ffn + c), u);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
-    *reinterpret_cast<Vec8*>(out + r * ffn + c) = pack8<T>(g);
-  }
+  silu_mul_rows<T, false>(gate_up, nullptr, nullptr, out, ffn, n_vec);
 }
 
 /// Unfused activation, step 1: out = silu(gate), stored (rounded) like any intermediate.

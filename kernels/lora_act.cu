@@ -1,12 +1,13 @@
-// kernels/lora_act.h: SiLU·mul with the rows' gate|up LoRA delta added first. The same grid-stride
-// loop over 16-byte vectors as kernels::silu_mul (kernels/elementwise.cu), and a read of the row's
-// slot and (for an adapter row) of its two delta vectors.
+// kernels/lora_act.h: SiLU·mul with the rows' gate|up LoRA delta added first: kernels::silu_mul's
+// grid-stride loop (kernels/silu_mul_rows.cuh) with a read of the row's slot and (for an adapter
+// row) of its two delta vectors.
 #include <algorithm>
 #include <stdexcept>
 
 #include "kernels/common.cuh"
 #include "kernels/lora_act.h"
 #include "kernels/lora_delta.cuh"
+#include "kernels/silu_mul_rows.cuh"
 
 namespace servelab::kernels {
 namespace {
@@ -16,26 +17,7 @@ __global__ void lora_silu_mul_kernel(const T* gate_up, const T* delta, const int
                                      int64_t n_vec) {
   pdl_wait();
   pdl_launch_dependents();
-  const int vpr = ffn / 8;  // vectors per output row
-  for (int64_t v = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; v < n_vec; v += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = v / vpr, c = (v % vpr) * 8;
-    float g[8], u[8];
-    unpack8<T>(*reinterpret_cast<const Vec8*>(gate_up + r * 2 * ffn + c), g);
-    unpack8<T>(*reinterpret_cast<const Vec8*>(gate_up + r * 2 * ffn + ffn + c), u);
-    if (row_slot[r] >= 0) {
-      float dg[8], du[8];
-      unpack8<T>(*reinterpret_cast<const Vec8*>(delta + r * 2 * ffn + c), dg);
-      unpack8<T>(*reinterpret_cast<const Vec8*>(delta + r * 2 * ffn + ffn + c), du);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        g[j] += dg[j];
-        u[j] += du[j];
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < 8; ++j) g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
-    *reinterpret_cast<Vec8*>(out + r * ffn + c) = pack8<T>(g);
-  }
+  silu_mul_rows<T, true>(gate_up, delta, row_slot, out, ffn, n_vec);
 }
 
 /// lora_silu_mul_xa: a block per (row, kActVectors vectors of the row): for an adapter row, the
