@@ -237,14 +237,7 @@ void Gemm::prepare(ScalarType t, int max_m, int n, int k, bool out_fp32) {
 
 void Gemm::run(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, bool out_fp32,
                cudaStream_t stream, bool accumulate) {
-  if (m == 0) return;
-  if (uses_gemv(t, x, w, m, n, k)) {
-    const gemv::Plan plan = gemv_plan(n, k);
-    if (gemv_split_k_ || plan.splits == 1) {
-      run_gemv(t, x, w, y, m, n, k, out_fp32, accumulate, plan, gemv_partials_, gemv_counters_, stream);
-      return;
-    }
-  }
+  if (m == 0 || run_if_gemv(t, x, w, y, m, n, k, out_fp32, accumulate, LamportPush{}, stream)) return;
   const cublasLtMatmulAlgo_t algo = algo_for(t, m, n, k, out_fp32, accumulate);
   Descs d(t, m, n, k, out_fp32);
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
@@ -252,13 +245,18 @@ void Gemm::run(ScalarType t, const void* x, const void* w, void* y, int m, int n
                               workspace_bytes_, stream));
 }
 
-bool Gemm::run_pushed(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, const LamportPush& push,
-                      cudaStream_t stream) {
-  if (m == 0 || t != ScalarType::bf16 || !uses_gemv(t, x, w, m, n, k)) return false;
+bool Gemm::run_if_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, bool out_fp32,
+                       bool accumulate, const LamportPush& push, cudaStream_t stream) {
+  if (!uses_gemv(t, x, w, m, n, k)) return false;
   const gemv::Plan plan = gemv_plan(n, k);
   if (!gemv_split_k_ && plan.splits != 1) return false;
-  run_gemv(t, x, w, y, m, n, k, false, false, plan, gemv_partials_, gemv_counters_, stream, push);
+  run_gemv(t, x, w, y, m, n, k, out_fp32, accumulate, plan, gemv_partials_, gemv_counters_, stream, push);
   return true;
+}
+
+bool Gemm::run_pushed(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, const LamportPush& push,
+                      cudaStream_t stream) {
+  return m > 0 && t == ScalarType::bf16 && run_if_gemv(t, x, w, y, m, n, k, false, false, push, stream);
 }
 
 }  // namespace servelab::kernels

@@ -122,6 +122,9 @@ class Gemm {
   static constexpr int kGemvCounters = 8192;
 
  private:
+  /// run()'s gemv path (with push, run_pushed's): false, nothing enqueued, where run() takes cuBLASLt.
+  bool run_if_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, bool out_fp32,
+                   bool accumulate, const LamportPush& push, cudaStream_t stream);
   cublasLtMatmulAlgo_t algo_for(ScalarType t, int m, int n, int k, bool out_fp32, bool accumulate);
   /// cuBLASLt's heuristic choice for exactly m rows (cached); with tune (from prepare) and
   /// autotuning on for m rows, the fastest of its candidates.

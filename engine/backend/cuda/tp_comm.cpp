@@ -254,7 +254,7 @@ bool tp_all_reduce_add_rms_norm(TpRank& tp, void* delta, void* h, const void* w,
 bool tp_product_push(TpRank& tp, kernels::Gemm& gemm, const void* x, const void* w, void* y, int rows, int out, int in,
                      cudaStream_t stream) {
   const int64_t n = int64_t(rows) * out;
-  if (!tp.push_from_product || !tp.fuse_add_norm || tp.dtype != DType::bf16 || !tp_uses_custom(tp, y, n) ||
+  if (!tp.push_from_product || !tp.fuse_add_norm || !tp_uses_custom(tp, y, n) ||
       !tp.custom->fuses_add_rms_norm(rows, out))
     return false;
   const kernels::LamportPush push = tp.custom->lamport_push(tp.rank);
