@@ -89,6 +89,16 @@ TEST(TpWiring, CudaOptionsCheckTheAllReduce) {
   EXPECT_NO_THROW(o.validate());
   o.tp_all_reduce_max_bytes = 24;
   EXPECT_THROW(o.validate(), std::invalid_argument);
+  o.tp_all_reduce_max_bytes = kTpCustomAllReduceDefaultMaxBytes;
+  o.tp_spin_us = -1;
+  try {
+    o.validate();
+    FAIL() << "a negative tp_spin_us accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_TRUE(has(e.what(), "tp_spin_us must be >= 0")) << e.what();
+  }
+  o.tp_spin_us = 0;
+  EXPECT_NO_THROW(o.validate()) << "0: blocking hand-offs";
   o.tp_all_reduce_max_bytes = 1 << 20;
   o.tp_all_reduce = TpAllReduce::custom;
   o.dtype = DType::f16;

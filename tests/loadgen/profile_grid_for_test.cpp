@@ -90,6 +90,8 @@ TEST(ProfileGridFor, ChunksNearTheMaxLengthStartEarlierAndTheGridFits) {
   ProfileOptions uncapped = g.grid;
   uncapped.max_len = 0;
   EXPECT_THROW(uncapped.check_fits(model), std::invalid_argument) << "without the cap the grid does not fit";
+  uncapped.max_len = -1;
+  EXPECT_THROW(uncapped.validate(), std::invalid_argument) << "a negative cap is an error";
 }
 
 TEST(ProfileGridFor, SpeculatingStrategiesAddVerificationPointsAndTheirDraft) {
