@@ -11,12 +11,14 @@ namespace servelab::bench {
 /// A decode path of the cuda backend (CudaBackendOptions::decode, cuda_backend.h): gemv (off |
 /// unsplit | all), PDL (programmatic dependent launch), SiLU (gate|up and SiLU·mul in one gemv
 /// launch), waves (gemv splits K below this many waves of resident blocks; 0 never), loop (gemv's
-/// loop: bit 0 rolling pipeline, bit 1 L2::256B hint).
+/// loop: bit 0 rolling pipeline, bit 1 L2::256B hint), rope (RoPE and the K/V write in the q|k|v
+/// gemv's epilogue).
 struct MbuVariant {
   const char* name;
   const char* gemv;
   bool pdl, silu;
   int waves, loop;
+  bool rope = true;  ///< q|k|v, RoPE and the K/V write in one gemv launch
 };
 constexpr MbuVariant kMbuVariants[] = {
     {"before", "off", false, false, 2, 0},       // cuBLASLt for every product, plain launches
@@ -34,6 +36,7 @@ constexpr MbuVariant kMbuVariants[] = {
     {"all_w1_v3_nopdl", "all", false, true, 1, 3},
     {"after_nopdl", "all", false, true, 0, 3},   // the default without PDL
     {"after", "all", true, true, 0, 3},          // the default (cuda_backend_impl.h)
+    {"after_norope", "all", true, true, 0, 3, false},  // the default with RoPE/KV write a kernel of its own
 };
 
 inline const MbuVariant& find_variant(const std::string& name) {
@@ -49,6 +52,7 @@ inline DecodePathOptions decode_path(const MbuVariant& v) {
                            .gemv_waves = v.waves,
                            .gemv_loop = v.loop,
                            .fuse_gate_up_silu = v.silu,
+                           .fuse_qkv_rope = v.rope,
                            .pdl = v.pdl};
 }
 

@@ -5,6 +5,9 @@
 // time), so K and V are read from memory once per KV head, not once per query head. With several
 // splits, each block stores a partial (normalized output, max and sum in log2 units) and the last
 // block of a (sequence, KV head) to finish merges them in split order (attention_decode_common.cuh).
+// Both kernels are launched with programmatic dependent launch (launch_pdl, common.cuh) where the
+// step's kernels use it: a block waits at the top for the kernel that wrote q and the step's K/V,
+// and the next kernel (the O product, streaming its weights) may start while attention runs.
 //
 // Two kernels: GQA (group >= 2) at head_dim 64/128 runs on tensor cores (attention_decode_mma.cuh);
 // otherwise (and with DecodeAttentionArgs::tensor_cores off) this file's CUDA-core kernel: a
@@ -43,6 +46,8 @@ __global__ void __launch_bounds__(kThreads, G == 1 ? 7 : G <= 4 ? 4 : 2) decode_
   __shared__ float sm_m[kLg][G], sm_l[kLg][G];
   __shared__ __align__(16) float sm_o[kLg][G][HD];
 
+  pdl_wait();  // q and this step's K/V are the previous kernel's (RoPE/KV write, or the q|k|v gemv)
+  pdl_launch_dependents();
   const int kvh = blockIdx.x / p.n_sub, sub = blockIdx.x % p.n_sub, s = blockIdx.y, split = blockIdx.z;
   const int ctx = p.context_lens[s];
   const int t_begin = split * p.split_len;
@@ -152,11 +157,13 @@ bool launch_cluster(const DecodeParams& p, dim3 grid, cudaStream_t stream, bool 
   cfg.gridDim = grid;
   cfg.blockDim = dim3(kThreads);
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = 1;
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = grid.z;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   const int cs = int(grid.z);
@@ -168,6 +175,7 @@ bool launch_cluster(const DecodeParams& p, dim3 grid, cudaStream_t stream, bool 
   }
   if (cs > 8 && fits[cs].load(std::memory_order_relaxed) != 1) return false;
   if (probe_only) return true;
+  cfg.numAttrs = pdl_enabled() ? 2 : 1;  // PDL (common.cuh) where the step's kernels use it
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
   CUDA_CHECK_LAUNCH();
   return true;
@@ -180,8 +188,8 @@ bool run_mma(const DecodeParams& p, bool pipe, dim3 grid, cudaStream_t stream, b
   if (p.cluster)
     return pipe ? launch_cluster<T, HD, true>(p, grid, stream, probe_only) : launch_cluster<T, HD, false>(p, grid, stream, probe_only);
   if (probe_only) return true;
-  if (pipe) decode::decode_mma_kernel<T, HD, kMmaSteps, false, true><<<grid, kThreads, 0, stream>>>(p);
-  else decode::decode_mma_kernel<T, HD, kMmaSteps, false, false><<<grid, kThreads, 0, stream>>>(p);
+  if (pipe) launch_pdl(decode::decode_mma_kernel<T, HD, kMmaSteps, false, true>, grid, kThreads, 0, stream, p);
+  else launch_pdl(decode::decode_mma_kernel<T, HD, kMmaSteps, false, false>, grid, kThreads, 0, stream, p);
   CUDA_CHECK_LAUNCH();
   return true;
 }
@@ -194,9 +202,9 @@ void launch(const DecodeParams& p, bool mma, bool pipe, int g_bucket, dim3 grid,
       return;
     }
   }
-  if (g_bucket == 1) decode_split_kernel<T, HD, 1><<<grid, kThreads, 0, stream>>>(p);
-  else if (g_bucket == 4) decode_split_kernel<T, HD, 4><<<grid, kThreads, 0, stream>>>(p);
-  else decode_split_kernel<T, HD, 8><<<grid, kThreads, 0, stream>>>(p);
+  if (g_bucket == 1) launch_pdl(decode_split_kernel<T, HD, 1>, grid, kThreads, 0, stream, p);
+  else if (g_bucket == 4) launch_pdl(decode_split_kernel<T, HD, 4>, grid, kThreads, 0, stream, p);
+  else launch_pdl(decode_split_kernel<T, HD, 8>, grid, kThreads, 0, stream, p);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -49,6 +49,8 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
   __shared__ float sm_m[kWarps][kG], sm_l[kWarps][kG];
   __shared__ __align__(16) float sm_o[kWarps * kG * kLd];
 
+  pdl_wait();  // q and this step's K/V are the previous kernel's (launched with PDL: attention_decode.cu)
+  pdl_launch_dependents();
   if constexpr (kCluster) cluster_arrive_relaxed();  // this block runs: the others may store into its shared memory
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, i = lane & 3;
   const int kvh = blockIdx.x / p.n_sub, sub = blockIdx.x % p.n_sub, s = blockIdx.y, split = blockIdx.z;

@@ -95,6 +95,15 @@ void Gemm::run_gate_up_silu(ScalarType t, const void* x, const void* w, void* ac
   run_gemv_silu_mul(t, x, w, act, m, ffn, k, gemv_plan(2 * ffn, k), gemv_partials_, gemv_counters_, stream);
 }
 
+bool Gemm::run_qkv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k, cudaStream_t stream) {
+  const int n = (a.n_heads + 2 * a.n_kv_heads) * a.head_dim;
+  if (a.n_tokens == 0 || !uses_gemv(a.dtype, x, w, a.n_tokens, n, k) || !gemv_rope_kv_supported(a, x, w, k)) return false;
+  const gemv::Plan plan = gemv_plan(n, k);
+  if (!gemv_split_k_ && plan.splits != 1) return false;
+  run_gemv_rope_kv(a, x, w, k, plan, gemv_partials_, gemv_counters_, stream);
+  return true;
+}
+
 gemv::Plan Gemm::gemv_plan(int n, int k) const {
   // waves = 0: split only products of fewer row blocks than half the multiprocessors (a target of
   // n_sms / 2 blocks: n_sms / 4 "multiprocessors" holding 2 blocks, one wave).

@@ -12,6 +12,7 @@
 #include "kernels/attention.h"
 #include "kernels/gemv_plan.h"
 #include "kernels/lamport_push.h"
+#include "kernels/ops.h"
 
 namespace servelab::kernels {
 
@@ -44,6 +45,17 @@ void run_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n,
 /// counters as run_gemv. Throws std::invalid_argument otherwise.
 void run_gemv_silu_mul(ScalarType t, const void* x, const void* w, void* act, int m, int ffn, int k,
                        const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream);
+
+/// The q|k|v product with rope_kv_write's work in its epilogue (gemv_rope_kv.cuh): y = a.qkv
+/// [a.n_tokens, q|k|v width] gets q with bias and RoPE; k (bias, RoPE) and v (bias) go to the
+/// caches at a.slot_mapping only, as rope_kv_write leaves them: the same bits as run_gemv into
+/// a.qkv followed by rope_kv_write. w [q|k|v width, k]; plan = gemv::make_plan(width, k, ...);
+/// partials and counters as run_gemv. Needs gemv_rope_kv_supported; throws std::invalid_argument otherwise.
+bool gemv_rope_kv_supported(const QkvArgs& a, const void* x, const void* w, int k);
+/// The epilogue's view of a (quant_gemv's QuantGemvArgs::rope takes it too).
+gemv::RopeKv gemv_rope_kv_params(const QkvArgs& a);
+void run_gemv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k, const gemv::Plan& plan, float* partials,
+                      int32_t* counters, cudaStream_t stream);
 
 /// Owns a cuBLASLt handle and workspace, and caches the algorithm chosen per shape.
 /// batch_invariant: split-K is disallowed and one algorithm, chosen for a canonical row count,
@@ -91,6 +103,10 @@ class Gemm {
   /// when fuses_gate_up_silu(); throws std::logic_error otherwise (run() then silu_mul instead).
   void run_gate_up_silu(ScalarType t, const void* x, const void* w, void* act, int m, int ffn, int k,
                         cudaStream_t stream);
+  /// The q|k|v product with RoPE and the K/V write in gemv's epilogue (run_gemv_rope_kv) where
+  /// run() would take gemv for it and gemv_rope_kv_supported; false, nothing enqueued, otherwise
+  /// (the caller then runs the product and rope_kv_write).
+  bool run_qkv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k, cudaStream_t stream);
   /// The decomposition run() gives gemv for this shape.
   gemv::Plan gemv_plan(int n, int k) const;
 

@@ -14,6 +14,8 @@
 // takes gate rows 16b .. 16b + 15 as its first tile and the up rows ffn + 16b .. as its second, so
 // it owns both halves of 16 outputs and writes silu(gate) * up, each half rounded to T first as
 // the stored gate_up would be: the same bits as the product followed by silu_mul.
+// Fused RoPE and K/V write (rope.head_dim > 0, run_gemv_rope_kv): the q|k|v product with
+// rope_kv_write's work in its epilogue, row blocks laid out as gemv_rope_kv.cuh describes.
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -22,6 +24,7 @@
 #include "kernels/gemm.h"
 #include "kernels/gemv_plan.h"
 #include "kernels/gemv_reduce.cuh"
+#include "kernels/gemv_rope_kv.cuh"
 #include "kernels/lamport_push.h"
 
 namespace servelab::kernels {
@@ -134,6 +137,7 @@ struct Params {
   int32_t* counters;   ///< [row_blocks], zero between launches
   int silu_ffn;        ///< > 0: fused SiLU·mul, w = [gate; up] (n = 2 * silu_ffn), y [m, silu_ffn]
   LamportPush push;    ///< active: y's values also go into the peers' lamport buffers (lamport_push.h)
+  gemv::RopeKv rope;   ///< head_dim > 0: y is q|k|v, RoPE and the K/V write in the epilogue
 };
 
 /// kVariant (gemv::Plan::variant): bit 0 = rolling two-step pipeline (a step's loads are issued
@@ -155,7 +159,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = ffn > 0 ? t * ffn + min(blockIdx.x * 16 + h * 8 + g, ffn - 1)  // gate, then up
-                              : min(n0 + t * 16 + h * 8 + g, p.n - 1);
+                      : p.rope.head_dim > 0 ? min(gemv::rope_kv_row(p.rope, blockIdx.x, t, h * 8 + g), p.n - 1)
+                                            : min(n0 + t * 16 + h * 8 + g, p.n - 1);
       wr[t][h] = w + int64_t(row) * k + lane_k;
     }
   const T* xr = static_cast<const T*>(p.x) + int64_t(min(g, p.m - 1)) * k + lane_k;  // columns >= m dropped
@@ -232,6 +237,12 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
     }
     return;
   }
+  if constexpr (!std::is_same_v<OutT, float>) {
+    if (p.rope.head_dim > 0) {
+      gemv::rope_kv_epilogue<T>(p.rope, sm, sum, static_cast<T*>(p.y), p.m, p.n, blockIdx.x);
+      return;
+    }
+  }
   const int nn = n0 + tid % kBlockRows;
   if (mm < p.m && nn < p.n) {
     OutT* y = static_cast<OutT*>(p.y) + int64_t(mm) * p.n + nn;
@@ -295,7 +306,7 @@ void run_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n,
   if (push.active() && (t != ScalarType::bf16 || out_fp32 || !push.counter || push.n > LamportPush::kMaxRanks ||
                         int64_t(m) * n > push.slot_elems))
     throw std::invalid_argument("run_gemv: a lamport push needs bf16 output that fits a slot");
-  Params p{x, w, y, m, n, k, accumulate, plan, partials, counters, 0, push};
+  Params p{x, w, y, m, n, k, accumulate, plan, partials, counters, 0, push, {}};
   SERVELAB_DISPATCH_16(t, launch<__nv_bfloat16>(p, out_fp32, stream), launch<__half>(p, out_fp32, stream));
 }
 
@@ -306,8 +317,42 @@ void run_gemv_silu_mul(ScalarType t, const void* x, const void* w, void* act, in
                                 std::to_string(ffn) + " K=" + std::to_string(k) +
                                 " (needs 1 <= M <= 8, FFN >= 1, K a multiple of 8, 16-byte aligned x and w)");
   check_plan(plan, 2 * ffn, k, partials, counters);
-  Params p{x, w, act, m, 2 * ffn, k, false, plan, partials, counters, ffn, LamportPush{}};
+  Params p{x, w, act, m, 2 * ffn, k, false, plan, partials, counters, ffn, LamportPush{}, {}};
   SERVELAB_DISPATCH_16(t, launch<__nv_bfloat16>(p, false, stream), launch<__half>(p, false, stream));
+}
+
+gemv::RopeKv gemv_rope_kv_params(const QkvArgs& a) {
+  gemv::RopeKv r;
+  r.positions = a.positions;
+  r.inv_freq = a.inv_freq;
+  r.slot_mapping = a.slot_mapping;
+  r.k_cache = a.k_cache;
+  r.v_cache = a.v_cache;
+  r.bias = a.bias;
+  r.n_heads = a.n_heads;
+  r.n_kv_heads = a.n_kv_heads;
+  r.head_dim = a.head_dim;
+  return r;
+}
+
+bool gemv_rope_kv_supported(const QkvArgs& a, const void* x, const void* w, int k) {
+  const int n = (a.n_heads + 2 * a.n_kv_heads) * a.head_dim;
+  return a.head_dim > 0 && a.head_dim % 32 == 0 && a.qkv_row_stride == n && a.positions && a.inv_freq &&
+         a.k_cache && a.v_cache && !a.delta && !a.lora.xa && gemv_supported(a.dtype, x, w, a.n_tokens, n, k);
+}
+
+void run_gemv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k, const gemv::Plan& plan, float* partials,
+                      int32_t* counters, cudaStream_t stream) {
+  if (!gemv_rope_kv_supported(a, x, w, k))
+    throw std::invalid_argument("run_gemv_rope_kv: unsupported product M=" + std::to_string(a.n_tokens) +
+                                " head_dim=" + std::to_string(a.head_dim) + " K=" + std::to_string(k) +
+                                " (needs 1 <= M <= 8, head_dim a multiple of 32, q|k|v rows of exactly the "
+                                "q|k|v width, positions, inv_freq, both caches, no LoRA delta, K a multiple of 8, "
+                                "16-byte aligned x and w)");
+  const int n = (a.n_heads + 2 * a.n_kv_heads) * a.head_dim;
+  check_plan(plan, n, k, partials, counters);
+  Params p{x, w, a.qkv, a.n_tokens, n, k, false, plan, partials, counters, 0, LamportPush{}, gemv_rope_kv_params(a)};
+  SERVELAB_DISPATCH_16(a.dtype, launch<__nv_bfloat16>(p, false, stream), launch<__half>(p, false, stream));
 }
 
 }  // namespace servelab::kernels

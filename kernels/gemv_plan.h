@@ -75,6 +75,20 @@ inline Plan make_plan(int n, int k, int n_sms, int blocks_per_sm, int max_split_
                          max_partial_floats, waves);
 }
 
+/// The q|k|v product's RoPE and K/V-write epilogue (gemv_rope_kv.cuh): what it needs of
+/// QkvArgs (ops.h); head_dim 0: none.
+struct RopeKv {
+  const int32_t* positions = nullptr;   ///< [m]
+  const float* inv_freq = nullptr;      ///< [head_dim / 2]
+  const int64_t* slot_mapping = nullptr;  ///< [m]; negative (or null): the row's K/V not written
+  void* k_cache = nullptr;              ///< [slots, n_kv_heads, head_dim]
+  void* v_cache = nullptr;
+  const void* bias = nullptr;           ///< [n] or null
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  SERVELAB_HD int blocks_per_head() const { return head_dim / 32; }
+  SERVELAB_HD int rope_blocks() const { return (n_heads + n_kv_heads) * blocks_per_head(); }
+};
+
 /// K offset (within a step) of the 8 values of vector v loaded by a lane of quad position q.
 SERVELAB_HD constexpr int k_offset(int q, int v) { return v * 32 + q * 8; }
 

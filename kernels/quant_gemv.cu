@@ -192,7 +192,8 @@ QuantGemvKernel quant_gemv_kernel_for(const QuantGemvArgs& a) {
   if (want == QuantGemvKernel::auto_select) want = quant_gemv_auto_kernel(a.kind, a.m);
   if (int4 && a.group_size % 128 != 0) return QuantGemvKernel::warp;  // a 128-chunk of INT4 must lie in one group
   if (want == QuantGemvKernel::packed) {
-    if (packed && a.m <= gemv::kMaxRows && a.k % 128 == 0 && (a.silu_ffn == 0 || a.silu_ffn % 16 == 0))
+    if (packed && a.m <= gemv::kMaxRows && a.k % 128 == 0 && (a.silu_ffn == 0 || a.silu_ffn % 16 == 0) &&
+        a.rope.head_dim == 0)
       return QuantGemvKernel::packed;
     want = QuantGemvKernel::steps;
   }
@@ -227,6 +228,12 @@ void validate(const QuantGemvArgs& a) {
   if ((a.partials == nullptr) != (a.counters == nullptr)) throw bad("partials and counters go together");
   if (a.silu_ffn > 0 && (a.n != 2 * a.silu_ffn || !a.out_bf16 || a.accumulate))
     throw bad("fused SiLU needs n = 2 * silu_ffn, bf16 output and no accumulate");
+  if (a.rope.head_dim > 0 &&
+      (a.silu_ffn > 0 || !a.out_bf16 || a.accumulate || a.rope.head_dim % 32 != 0 ||
+       a.n != (a.rope.n_heads + 2 * a.rope.n_kv_heads) * a.rope.head_dim || !a.rope.positions || !a.rope.inv_freq ||
+       !a.rope.k_cache || !a.rope.v_cache))
+    throw bad("the RoPE/KV-write epilogue needs bf16 output, no accumulate or SiLU, head_dim a multiple of 32, n the "
+              "q|k|v width, positions, inv_freq and both caches");
   if (a.kind == QuantWeightKind::fp8_e4m3 && (a.w_packed || a.w_packed_groups)) throw bad("w_packed is INT4's");
   if (a.kind == QuantWeightKind::fp8_e4m3 && a.n_scales != 1 && a.n_scales != a.n)
     throw bad("fp8 n_scales must be 1 or n");
@@ -252,6 +259,9 @@ void quant_gemv(const QuantGemvArgs& a, cudaStream_t stream) {
   if (a.silu_ffn > 0 && kernel != QuantGemvKernel::steps && kernel != QuantGemvKernel::packed)
     throw std::invalid_argument(std::string("quant_gemv: fused SiLU runs on the steps and packed kernels only (this "
                                             "product takes ") + to_string(kernel) + ")");
+  if (a.rope.head_dim > 0 && kernel != QuantGemvKernel::steps)
+    throw std::invalid_argument(std::string("quant_gemv: the RoPE/KV-write epilogue runs on the steps kernel only "
+                                            "(this product takes ") + to_string(kernel) + ")");
   if (kernel != QuantGemvKernel::packed && !a.w)
     throw std::invalid_argument(std::string("quant_gemv: only the packed INT4 layout is given, and the ") +
                                 to_string(kernel) + " kernel takes this product (m = " + std::to_string(a.m) +

@@ -33,6 +33,8 @@
 
 #include <cstdint>
 
+#include "kernels/gemv_plan.h"
+
 namespace servelab::kernels {
 
 enum class QuantWeightKind { fp8_e4m3, int4 };
@@ -66,6 +68,10 @@ struct QuantGemvArgs {
   /// [gate; up] projection, n = 2 · silu_ffn, and y [m, silu_ffn] = silu(gate) · up, each half
   /// rounded to bf16 first (the bits of the product stored, then kernels::silu_mul).
   int silu_ffn = 0;
+  /// head_dim > 0: the q|k|v product with RoPE and the K/V write in the epilogue (steps kernel
+  /// only, bf16 out, no accumulate, n the q|k|v width; gemv_rope_kv.cuh): y gets q, the caches
+  /// k and v, the bits of the product stored and then kernels::rope_kv_write.
+  gemv::RopeKv rope;
   /// Which kernel: auto_select takes SERVELAB_QUANT_GEMV when set, else quant_gemv_auto_kernel.
   QuantGemvKernel kernel = QuantGemvKernel::auto_select;
   /// stream and steps kernels' split target, blocks a multiprocessor (1..4; 0: their defaults, 2 and

@@ -3,11 +3,13 @@
 // quant_gemv_packed.cu; both cut the product as gemv_plan.h's steps): a block owns 32 rows of w,
 // two 16-row tiles whose per-warp fp32 sums gemv::block_row_sums adds in a fixed order; FP8's
 // scale on the row's total; the store, or with QuantGemvArgs::silu_ffn, silu(gate) · up of the
-// block's 16 gate rows (tile 0) and their 16 up rows (tile 1).
+// block's 16 gate rows (tile 0) and their 16 up rows (tile 1), or with QuantGemvArgs::rope RoPE
+// and the K/V write (gemv_rope_kv.cuh).
 #include <cuda_bf16.h>
 
 #include "kernels/gemv_plan.h"
 #include "kernels/gemv_reduce.cuh"
+#include "kernels/gemv_rope_kv.cuh"
 #include "kernels/quant_gemv.h"
 #include "kernels/quant_gemv_frag.cuh"
 
@@ -15,7 +17,9 @@ namespace servelab::kernels::quant_gemv_rows {
 
 /// Row of w behind tile t, tile row r (0..15) of row block rb: with silu_ffn, tile 0 is gate
 /// rows 16 rb .., tile 1 the up rows silu_ffn + 16 rb ..; else rows 32 rb + 16 t + r. Unclamped.
+/// With rope (q|k|v), the pairs' layout of gemv_rope_kv.cuh.
 __device__ __forceinline__ int tile_row(const QuantGemvArgs& a, int rb, int t, int r) {
+  if (a.rope.head_dim > 0) return gemv::rope_kv_row(a.rope, rb, t, r);
   return a.silu_ffn > 0 ? t * a.silu_ffn + rb * 16 + r : rb * gemv::kBlockRows + 16 * t + r;
 }
 
@@ -38,6 +42,12 @@ __device__ __forceinline__ void finish(gemv::ReduceSmem& sm, const float (&acc)[
   const int tid = threadIdx.x, mm = tid / gemv::kBlockRows + 8 * ctile, r = tid % gemv::kBlockRows;
   const int nn = block_row(a, rb, r);
   if constexpr (!kInt4) sum *= __ldg(a.scales + (a.n_scales == 1 ? 0 : min(nn, a.n - 1)));
+  if constexpr (!std::is_same_v<OutT, float>) {
+    if (a.rope.head_dim > 0) {  // q|k|v: RoPE and the K/V write (the rows are the pairs' layout)
+      gemv::rope_kv_epilogue<__nv_bfloat16>(a.rope, sm, sum, static_cast<__nv_bfloat16*>(a.y), a.m, a.n, rb, 8 * ctile);
+      return;
+    }
+  }
   if (a.silu_ffn > 0) {  // thread (mm, r < 16) pairs gate row 16 rb + r with its up row (thread + 16)
     __syncthreads();     // every warp is done reading sm.red
     sm.red[0][tid] = sum;

@@ -173,7 +173,8 @@ __device__ __forceinline__ void mma_codes(float (&acc)[kCols][2][4], const StepC
 
 /// This lane's rows of row block rb (tile t, row g or g + 8; past N clamped to N - 1, dropped).
 /// Fused SiLU·mul (a.silu_ffn > 0, w = [gate; up]): tile 0 takes gate rows 16 rb .. 16 rb + 15 and
-/// tile 1 the up rows ffn + 16 rb .., so a block owns both halves of 16 outputs (as gemv.cu).
+/// tile 1 the up rows ffn + 16 rb .., so a block owns both halves of 16 outputs (as gemv.cu);
+/// with a.rope (q|k|v) the pairs' layout of gemv_rope_kv.cuh.
 template <bool kInt4>
 __device__ __forceinline__ void block_rows(const QuantGemvArgs& a, int rb, int g, int lane_k,
                                            const uint8_t* (&rows)[2][2], int (&row_idx)[2][2]) {
@@ -182,8 +183,9 @@ __device__ __forceinline__ void block_rows(const QuantGemvArgs& a, int rb, int g
   for (int t = 0; t < 2; ++t)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      row_idx[t][h] = ffn > 0 ? t * ffn + min(rb * 16 + 8 * h + g, ffn - 1)
-                              : min(rb * kBlockRows + 16 * t + 8 * h + g, a.n - 1);
+      row_idx[t][h] = ffn > 0               ? t * ffn + min(rb * 16 + 8 * h + g, ffn - 1)
+                      : a.rope.head_dim > 0 ? min(gemv::rope_kv_row(a.rope, rb, t, 8 * h + g), a.n - 1)
+                                            : min(rb * kBlockRows + 16 * t + 8 * h + g, a.n - 1);
       rows[t][h] = a.w + int64_t(row_idx[t][h]) * (kInt4 ? a.k / 2 : a.k) + (kInt4 ? lane_k / 2 : lane_k);
     }
 }

@@ -13,6 +13,7 @@
 #include "kernels/common.cuh"
 #include "kernels/lora_delta.cuh"
 #include "kernels/ops.h"
+#include "kernels/rope_pair.cuh"
 
 namespace servelab::kernels {
 namespace {
@@ -100,9 +101,7 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(const QkvArgs a) {
       float rx[8], ry[8];
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const float cs = trig[c + j], sn = trig[half + c + j];
-        rx[j] = x[j] * cs - y[j] * sn;
-        ry[j] = y[j] * cs + x[j] * sn;
+        rope_rotate(x[j], y[j], trig[c + j], trig[half + c + j], rx[j], ry[j]);
       }
       if (kMode == kFused && head >= a.n_heads) {
         if (slot < 0) continue;

@@ -24,111 +24,15 @@
 #include "kernels/ref/ops_ref.h"
 #include "kernels/ref/quant_gemv_ref.h"
 #include "tests/kernels_gpu/gpu_util.h"
+#include "tests/kernels_gpu/quant_gemv_problem.h"
 
 namespace servelab::kernels {
 namespace quant_gemv_gpu_test {  // named, not anonymous: a unity batch shares one translation unit
 
 using testing::DeviceBuffer;
+using testing::QuantProblem;
+using testing::QuantWorkspace;
 constexpr int kGuard = 64;  // poisoned elements after y: nothing may write there
-
-/// One product's inputs on host and device, drawn from rng.
-struct Problem {
-  bool int4 = false;
-  int m = 0, n = 0, k = 0, group = 128, x_stride = 0, n_scales = 0;
-  std::vector<uint8_t> w;
-  std::vector<float> scales, zeros, xf;
-  std::vector<uint16_t> xb;
-  Int4Packed packed;  // int4 with K and the group multiples of 128
-  DeviceBuffer dx, dw, ds, dz, dpc, dpg;
-
-  Problem(std::mt19937_64& rng, bool int4_, int m_, int n_, int k_, int group_, bool per_channel)
-      : int4(int4_), m(m_), n(n_), k(k_), group(group_), x_stride(k_ + 8) {
-    std::uniform_int_distribution<int> byte(0, 255), nib(0, 15);
-    std::uniform_real_distribution<float> pos(0.01f, 0.1f), unit(-1.0f, 1.0f);
-    std::vector<uint8_t> codes(size_t(n) * k);
-    for (uint8_t& c : codes) {
-      c = uint8_t(int4 ? nib(rng) : byte(rng));
-      if (!int4 && (c & 0x7f) == 0x7f) c = 0x3f;  // no NaN codes
-    }
-    w = int4 ? pack_int4_rows(codes, n, k) : codes;
-    scales.resize(int4 ? size_t(k / group) * n : per_channel ? size_t(n) : 1);
-    for (float& s : scales) s = pos(rng);
-    if (int4) {
-      zeros.resize(scales.size());
-      for (float& z : zeros) z = float(nib(rng));
-    }
-    n_scales = int(scales.size());
-    xb.resize(size_t(m) * x_stride);
-    xf.resize(xb.size());
-    for (size_t i = 0; i < xb.size(); ++i) {
-      xb[i] = f32_to_bf16(unit(rng));
-      xf[i] = bf16_to_f32(xb[i]);
-    }
-    dx = testing::upload(xb);
-    dw = testing::upload(w);
-    ds = testing::upload(scales);
-    dz = testing::upload(int4 ? zeros : std::vector<float>{0.0f});
-    if (int4 && int4_pack::Layout{n, k, group}.packable()) {
-      packed = pack_int4_fragments_ref(w.data(), scales.data(), zeros.data(), n, k, group);
-      dpc = testing::upload(packed.codes);
-      dpg = testing::upload(packed.groups);
-    }
-  }
-
-  QuantGemvArgs args(void* y, bool out_bf16, bool accumulate) const {
-    QuantGemvArgs a;
-    a.kind = int4 ? QuantWeightKind::int4 : QuantWeightKind::fp8_e4m3;
-    a.x = dx.get();
-    a.x_stride = x_stride;
-    a.w = dw.get<uint8_t>();
-    a.scales = ds.get<float>();
-    a.zeros = int4 ? dz.get<float>() : nullptr;
-    if (!packed.codes.empty()) {
-      a.w_packed = dpc.get<uint8_t>();
-      a.w_packed_groups = dpg.get();
-    }
-    a.n_scales = n_scales;
-    a.group_size = group;
-    a.y = y;
-    a.out_bf16 = out_bf16;
-    a.m = m;
-    a.n = n;
-    a.k = k;
-    a.accumulate = accumulate;
-    return a;
-  }
-
-  std::vector<float> reference(const std::vector<float>& y0, bool accumulate) const {
-    std::vector<float> ref = y0;
-    quant_gemv_ref(int4, xf.data(), x_stride, w.data(), scales.data(), zeros.data(), n_scales, group, ref.data(), m, n,
-                   k, accumulate);
-    return ref;
-  }
-};
-
-/// A workspace as a caller allocates it (counters zeroed once).
-struct Workspace {
-  DeviceBuffer partials, counters;
-  int64_t floats = 0;
-  int n_counters = 0;
-  Workspace(int max_n, int max_k)
-      : floats(quant_gemv_workspace_floats(max_n, max_k)), n_counters(quant_gemv_workspace_counters(max_n)) {
-    partials = DeviceBuffer(size_t(floats) * 4);
-    counters = DeviceBuffer(size_t(n_counters) * 4);
-    CUDA_CHECK(cudaMemset(counters.get(), 0, counters.bytes()));
-  }
-  void attach(QuantGemvArgs& a) {
-    a.partials = partials.get<float>();
-    a.partial_capacity = floats;
-    a.counters = counters.get<int32_t>();
-    a.counter_capacity = n_counters;
-  }
-  bool counters_zero() const {
-    for (int32_t c : testing::download<int32_t>(counters, size_t(n_counters)))
-      if (c != 0) return false;
-    return true;
-  }
-};
 
 double rel_error(const std::vector<float>& got, const std::vector<float>& ref) {
   double num = 0, den = 0;
@@ -170,8 +74,8 @@ void check_awkward_shapes(QuantGemvKernel kernel, int in_flight = 0, int stages 
       for (bool per_channel : {false, true}) {
         if (int4 && per_channel) continue;  // int4 scales are per group
         if (int4 && sh.k % sh.group) continue;  // groups divide K
-        const Problem pr(rng, int4, sh.m, sh.n, sh.k, sh.group, per_channel);
-        Workspace ws(sh.n, sh.k);
+        const QuantProblem pr(rng, int4, sh.m, sh.n, sh.k, sh.group, per_channel);
+        QuantWorkspace ws(sh.n, sh.k);
         for (bool with_ws : {false, true})
           for (bool accumulate : {false, true}) {
             SCOPED_TRACE("M=" + std::to_string(sh.m) + " N=" + std::to_string(sh.n) + " K=" + std::to_string(sh.k) +
@@ -242,8 +146,8 @@ TEST(QuantGemvGpu, Bf16OutputAndRowsIndependentOfM) {
       SCOPED_TRACE(std::string("kernel ") + to_string(kernel) + " vectors " + std::to_string(int4_vectors));
       std::mt19937_64 rng(7);
       const int n = 700, k = 4096;
-      const Problem pr(rng, int4, 16, n, k, 128, true);
-      Workspace ws(n, k);
+      const QuantProblem pr(rng, int4, 16, n, k, 128, true);
+      QuantWorkspace ws(n, k);
       const int m_all = kernel == QuantGemvKernel::packed ? 8 : 16;  // packed takes up to 8 rows
       DeviceBuffer y16(size_t(16) * n * 2), y_all(size_t(16) * n * 4);
       QuantGemvArgs a = pr.args(y16.get(), true, false);
@@ -297,8 +201,8 @@ TEST(QuantGemvGpu, StepsFusedSiluMatchesProductThenSiluMul) {
     for (bool int4 : {false, true})
       for (bool per_channel : {false, true}) {
         if (int4 && per_channel) continue;
-        const Problem pr(rng, int4, c.m, 2 * c.ffn, c.k, 128, per_channel);
-        Workspace ws(2 * c.ffn, c.k);
+        const QuantProblem pr(rng, int4, c.m, 2 * c.ffn, c.k, 128, per_channel);
+        QuantWorkspace ws(2 * c.ffn, c.k);
         for (bool with_ws : {false, true})
           for (int in_flight : {1, 2, 0, -1}) {  // 0: the packed kernel (INT4 with ffn a multiple of 16); -1: steps
                                                   // with one vector a lane a step (INT4)
@@ -330,7 +234,7 @@ TEST(QuantGemvGpu, StepsFusedSiluMatchesProductThenSiluMul) {
       }
   // Refused by name where it cannot run: a kernel other than steps and packed, or fp32 output.
   std::mt19937_64 rng2(3);
-  const Problem pr(rng2, false, 9, 64, 256, 128, false);
+  const QuantProblem pr(rng2, false, 9, 64, 256, 128, false);
   DeviceBuffer y(size_t(9) * 64 * 4);
   QuantGemvArgs a = pr.args(y.get(), true, false);
   a.silu_ffn = 32;
@@ -352,7 +256,7 @@ TEST(QuantGemvGpu, Int4PackerMatchesTheReferenceAndDequantizesAlike) {
   };
   for (const Shape& sh : {Shape{17, 128, 128}, Shape{300, 768, 256}, Shape{64, 1024, 128}}) {
     SCOPED_TRACE("N=" + std::to_string(sh.n) + " K=" + std::to_string(sh.k) + " group " + std::to_string(sh.group));
-    const Problem pr(rng, true, 1, sh.n, sh.k, sh.group, false);
+    const QuantProblem pr(rng, true, 1, sh.n, sh.k, sh.group, false);
     const int4_pack::Layout lay{sh.n, sh.k, sh.group};
     DeviceBuffer codes(size_t(lay.code_bytes())), groups(size_t(lay.group_bytes()));
     codes.poison();
@@ -371,7 +275,7 @@ TEST(QuantGemvGpu, Int4PackerMatchesTheReferenceAndDequantizesAlike) {
               testing::download<uint16_t>(rows, size_t(sh.n) * sh.k));
   }
   // Only the packed layout given: a product the packed kernel does not take is refused by name.
-  const Problem pr(rng, true, 9, 64, 256, 128, false);
+  const QuantProblem pr(rng, true, 9, 64, 256, 128, false);
   DeviceBuffer y(size_t(9) * 64 * 4);
   QuantGemvArgs a = pr.args(y.get(), false, false);
   a.w = nullptr;

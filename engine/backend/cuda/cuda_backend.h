@@ -41,6 +41,7 @@ struct DecodePathOptions {
   int gemv_waves = 0;             ///< gemv splits K when fewer than this many waves of blocks run; 0 never
   int gemv_loop = 3;              ///< gemv's loop: bit 0 rolling pipeline, bit 1 L2::256B load hint
   bool fuse_gate_up_silu = true;  ///< the gate|up product and SiLU·mul in one gemv launch
+  bool fuse_qkv_rope = true;      ///< the q|k|v product, RoPE and the K/V write in one gemv launch
   /// Programmatic dependent launch between the kernels of a step whose products take gemv (beside
   /// cuBLASLt's products it measured slower, so never there); off in batch-invariant mode.
   bool pdl = true;

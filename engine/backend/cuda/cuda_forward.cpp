@@ -13,7 +13,7 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   const int R = g.rows, N = g.samples;
   const cuda::PackedLayout& L = g.layout;
   k::set_pdl_enabled(pdl_small_steps && R <= k::gemv::kMaxRows);  // this thread's launches (graph capture too)
-  const cuda::OpContext ctx{gemm.get(), dt, stream, options.fusion, fuse_gate_up_silu, tp, quant_runner.get()};
+  const cuda::OpContext ctx{gemm.get(), dt, stream, options.fusion, fuse_gate_up_silu, fuse_qkv_rope, tp, quant_runner.get()};
   if (tp) tp->pushed = nullptr;  // a forward that threw half-way leaves no pushed product behind
 
   cuda::AttentionStep st;
@@ -127,8 +127,9 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
     const bool qkv_xa = qkv_beside && lora_kernels.qkv_in_consumer, qkv_scratch = qkv_beside && !qkv_xa;
     const k::LoraXaDelta qkv_delta =
         qkv_xa ? k::lora_xa_delta(lora.pool(l, Group::qkv), lora_xa_rows.get<float>(), plan_slots) : k::LoraXaDelta{};
-    const cuda::Attention attention{local_heads, W.b_qkv, qkv_scratch ? lora_delta.get() : nullptr,
-                                    qkv_scratch ? plan_slots : nullptr, qkv_delta};
+    const cuda::QkvAttention qkv_attention{
+        qkv_proj, cuda::Attention{local_heads, W.b_qkv, qkv_scratch ? lora_delta.get() : nullptr,
+                                  qkv_scratch ? plan_slots : nullptr, qkv_delta}};
     const cuda::Linear o_proj{W.w_o, d, dq(), cuda::Linear::Split::row, Q ? &Q->o : nullptr, hook(l, Group::o), true};
     const cuda::GateUpSilu gate_up_silu{W.w_gate_up, local_ffn, d, Q ? &Q->gate_up : nullptr, hook(l, Group::gate_up)};
     const cuda::Linear down_proj{W.w_down,   d, local_ffn, cuda::Linear::Split::row, Q ? &Q->down : nullptr,
@@ -136,8 +137,7 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
 
     if (l == 0) k::rms_norm(dt, h.get(), W.attn_norm, xn.get(), R, d, m.rms_eps, stream);
     else attn_norm(ctx, delta.get(), h.get(), xn.get(), R);
-    qkv_proj(ctx, xn.get(), qkv.get(), R);
-    attention(ctx, st, qkv.get(), qkv_width(), k_arena(l), v_arena(l), attn.get());
+    qkv_attention(ctx, st, xn.get(), qkv.get(), k_arena(l), v_arena(l), attn.get(), R);
     o_proj(ctx, attn.get(), delta.get(), R);
     ffn_norm(ctx, delta.get(), h.get(), xn.get(), R);
     gate_up_silu(ctx, xn.get(), gate_up.get(), act.get(), R);

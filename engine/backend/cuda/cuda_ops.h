@@ -39,6 +39,7 @@ struct OpContext {
   cudaStream_t stream = nullptr;
   bool fusion = true;              ///< fused kernels (RoPE+KV write, residual+norm, SiLU·mul)
   bool fuse_gate_up_silu = true;   ///< ... and the gate/up product with SiLU·mul, where it can
+  bool fuse_qkv_rope = true;       ///< ... and the q|k|v product with RoPE and the K/V write, where it can
   TpRank* tp = nullptr;            ///< tensor parallel: this rank's communicator; null on one GPU
   QuantLinearRunner* quant = nullptr;  ///< the quantized Linears' scratch (quant_linear.h); null in bf16/f16
 };
@@ -238,10 +239,9 @@ struct Attention {
   const int32_t* lora_rows = nullptr;
   /// Or (LoraSgmvConfig::*_in_consumer) the delta computed by rope_kv_write from the rows' xa.
   kernels::LoraXaDelta lora_xa;
-  /// qkv[rows, q | k | v] (row stride qkv_width): RoPE on q and k, K/V into the layer's arena,
-  /// then attention into out[rows, n_heads · head_dim].
-  void operator()(const OpContext& c, const AttentionStep& st, void* qkv, int qkv_width, void* k_cache, void* v_cache,
-                  void* out) const {
+  /// RoPE's and the K/V write's arguments for qkv[rows, q | k | v] (row stride qkv_width).
+  kernels::QkvArgs qkv_args(const OpContext& c, const AttentionStep& st, void* qkv, int qkv_width, void* k_cache,
+                            void* v_cache) const {
     const int hd = st.shape.head_dim;
     kernels::QkvArgs qa;
     qa.dtype = c.dt;
@@ -260,6 +260,15 @@ struct Attention {
     qa.delta = lora_delta;
     qa.delta_rows = lora_rows;
     qa.lora = lora_xa;
+    return qa;
+  }
+  /// Whether RoPE and the K/V write may run in the q|k|v product's epilogue (QkvAttention): a
+  /// 16-bit cache, fusion on and no LoRA delta for rope_kv_write to add.
+  bool rope_kv_in_product(const OpContext& c, const AttentionStep& st) const {
+    return c.fusion && c.fuse_qkv_rope && !st.kv_fp8 && !lora_delta && !lora_xa.xa;
+  }
+  /// RoPE on q and k, K/V into the layer's arena: fused, or (fusion off) the two kernels.
+  static void rope_kv(const OpContext& c, const AttentionStep& st, const kernels::QkvArgs& qa) {
     if (st.kv_fp8 && c.fusion) {
       kernels::rope_kv_write_fp8(qa, c.stream);
     } else if (st.kv_fp8) {
@@ -271,6 +280,13 @@ struct Attention {
       kernels::rope_inplace(qa, c.stream);
       kernels::kv_write(qa, c.stream);
     }
+  }
+  /// qkv[rows, q | k | v] (row stride qkv_width): RoPE on q and k, K/V into the layer's arena
+  /// (unless `roped`: the product did both), then attention into out[rows, n_heads · head_dim].
+  void operator()(const OpContext& c, const AttentionStep& st, void* qkv, int qkv_width, void* k_cache, void* v_cache,
+                  void* out, bool roped = false) const {
+    const int hd = st.shape.head_dim;
+    if (!roped) rope_kv(c, st, qkv_args(c, st, qkv, qkv_width, k_cache, v_cache));
     // The fields decode and prefill attention share.
     auto common = [&](auto& a) {
       a.dtype = c.dt;
@@ -335,6 +351,26 @@ struct Attention {
       }
       kernels::prefill_attention(a, c.stream);
     }
+  }
+};
+
+/// The q|k|v projection and attention: where the product runs on gemv (Gemm::run_qkv_rope_kv) or
+/// quant_gemv's steps kernel (QuantLinearRunner::run_qkv_rope_kv), its epilogue applies RoPE and
+/// writes K/V (kernels/gemv_rope_kv.cuh) and attention launches no RoPE/KV-write kernel: one
+/// launch a layer fewer, the same bits.
+struct QkvAttention {
+  Linear qkv;
+  Attention attention;
+  void operator()(const OpContext& c, const AttentionStep& st, const void* x, void* qkv_out, void* k_cache,
+                  void* v_cache, void* out, int rows) const {
+    bool roped = false;
+    if (!qkv.lora && rows == st.n_tokens && attention.rope_kv_in_product(c, st)) {
+      const kernels::QkvArgs qa = attention.qkv_args(c, st, qkv_out, qkv.out, k_cache, v_cache);
+      roped = qkv.quant ? c.quant->run_qkv_rope_kv(*qkv.quant, qa, x, c.stream)
+                        : c.gemm->run_qkv_rope_kv(qa, x, qkv.weight, qkv.in, c.stream);
+    }
+    if (!roped) qkv(c, x, qkv_out, rows);
+    attention(c, st, qkv_out, qkv.out, k_cache, v_cache, out, roped);
   }
 };
 

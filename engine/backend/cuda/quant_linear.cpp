@@ -325,6 +325,20 @@ bool QuantLinearRunner::run_gate_up_silu(const QuantWeight& w, const void* x, vo
   return true;
 }
 
+bool QuantLinearRunner::run_qkv_rope_kv(const QuantWeight& w, const kernels::QkvArgs& qa, const void* x,
+                                        cudaStream_t stream) {
+  const int rows = qa.n_tokens;
+  if (rows < 1 || rows > gemv_max_rows_ || qa.head_dim % 32 != 0 || qa.qkv_row_stride != w.out || qa.delta ||
+      qa.lora.xa || !qa.positions || !qa.inv_freq || w.out != (qa.n_heads + 2 * qa.n_kv_heads) * qa.head_dim)
+    return false;
+  kernels::QuantGemvArgs a = gemv_args(w, x, qa.qkv, rows);
+  if (!a.w) return false;  // only the packed INT4 layout: the steps kernel reads the plain codes
+  a.rope = kernels::gemv_rope_kv_params(qa);
+  if (kernels::quant_gemv_kernel_for(a) != kernels::QuantGemvKernel::steps) return false;
+  kernels::quant_gemv(a, stream);
+  return true;
+}
+
 void QuantLinearRunner::run(const QuantWeight& w, const void* x, void* y, int rows, kernels::Gemm& gemm,
                             cudaStream_t stream) {
   if (rows == 0) return;

@@ -99,6 +99,9 @@ class QuantLinearRunner {
   /// that kernel does not take the product (more rows than quant_gemv or 8, INT4 groups that are
   /// not a multiple of 128, SERVELAB_QUANT_GEMV naming another kernel).
   bool run_gate_up_silu(const QuantWeight& w, const void* x, void* act, int rows, int ffn, cudaStream_t stream);
+  /// The q|k|v product with RoPE and the K/V write in quant_gemv's epilogue (QuantGemvArgs::rope),
+  /// where the steps kernel takes it (decode rows); false, nothing enqueued, otherwise.
+  bool run_qkv_rope_kv(const QuantWeight& w, const kernels::QkvArgs& qa, const void* x, cudaStream_t stream);
   /// The most rows quant_gemv takes (decode); the FP8 GEMM or int4's dequantize + GEMM above.
   static constexpr int kGemvRows = 16;
 
