@@ -19,6 +19,7 @@ struct MbuVariant {
   bool pdl, silu;
   int waves, loop;
   bool rope = true;  ///< q|k|v, RoPE and the K/V write in one gemv launch
+  int attn_pdl = 1;  ///< decode attention's PDL mode (DecodePathOptions::attention_pdl)
 };
 constexpr MbuVariant kMbuVariants[] = {
     {"before", "off", false, false, 2, 0},       // cuBLASLt for every product, plain launches
@@ -37,6 +38,9 @@ constexpr MbuVariant kMbuVariants[] = {
     {"after_nopdl", "all", false, true, 0, 3},   // the default without PDL
     {"after", "all", true, true, 0, 3},          // the default (cuda_backend_impl.h)
     {"after_norope", "all", true, true, 0, 3, false},  // the default with RoPE/KV write a kernel of its own
+    {"after_attn0", "all", true, true, 0, 3, true, 0},  // decode attention launched plainly
+    {"after_attn2", "all", true, true, 0, 3, true, 2},  // attention lets the O product start only after its K/V
+    {"after_norope_attn0", "all", true, true, 0, 3, false, 0},  // both: the step as before 2026-11-30
 };
 
 inline const MbuVariant& find_variant(const std::string& name) {
@@ -53,6 +57,7 @@ inline DecodePathOptions decode_path(const MbuVariant& v) {
                            .gemv_loop = v.loop,
                            .fuse_gate_up_silu = v.silu,
                            .fuse_qkv_rope = v.rope,
+                           .attention_pdl = v.attn_pdl,
                            .pdl = v.pdl};
 }
 

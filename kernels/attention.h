@@ -60,6 +60,11 @@ struct DecodeAttentionArgs {
   /// GQA (n_heads / n_kv_heads >= 2) at head_dim 64 or 128 runs on tensor cores (mma.sync); false
   /// keeps every shape on the CUDA-core kernel (comparison in kernel_bench and the tests).
   bool tensor_cores = true;
+  /// Programmatic dependent launch (common.cuh) where the step's kernels use it (pdl_enabled()):
+  /// 0 a plain launch; 1 a block waits at the top for the kernel that wrote q and the step's K/V,
+  /// and the next kernel may start once every block runs; 2 the same wait, the next kernel
+  /// started once every block is done with its K/V (before the split merge).
+  int pdl = 1;
   /// Tensor-core kernel, auto split only: when a context is cut into 2..max_cluster_splits splits
   /// and the grid has at most one block per SM, the splits of a (sequence, KV head) run as one
   /// thread-block cluster and merge in distributed shared memory (no workspace round trip).

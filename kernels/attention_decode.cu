@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(kThreads, G == 1 ? 7 : G <= 4 ? 4 : 2) decode_
   __shared__ __align__(16) float sm_o[kLg][G][HD];
 
   pdl_wait();  // q and this step's K/V are the previous kernel's (RoPE/KV write, or the q|k|v gemv)
-  pdl_launch_dependents();
+  if (p.pdl_trigger == 1) pdl_launch_dependents();
   const int kvh = blockIdx.x / p.n_sub, sub = blockIdx.x % p.n_sub, s = blockIdx.y, split = blockIdx.z;
   const int ctx = p.context_lens[s];
   const int t_begin = split * p.split_len;
@@ -132,6 +132,7 @@ __global__ void __launch_bounds__(kThreads, G == 1 ? 7 : G <= 4 ? 4 : 2) decode_
   // Merge the lane groups.
   decode::store_lane_group<kLg, G, HD>(sm_m, sm_l, sm_o, lg, c, m, l, acc);
   __syncthreads();
+  if (p.pdl_trigger == 2) pdl_launch_dependents();
   decode::finish_block<T, HD, G, kLg, HD>(p, sm_m, sm_l, &sm_o[0][0][0], s, row, kvh, sub, split, ctx);
 }
 
@@ -175,7 +176,7 @@ bool launch_cluster(const DecodeParams& p, dim3 grid, cudaStream_t stream, bool 
   }
   if (cs > 8 && fits[cs].load(std::memory_order_relaxed) != 1) return false;
   if (probe_only) return true;
-  cfg.numAttrs = pdl_enabled() ? 2 : 1;  // PDL (common.cuh) where the step's kernels use it
+  cfg.numAttrs = p.pdl_trigger != 0 && pdl_enabled() ? 2 : 1;  // PDL (common.cuh) where the step's kernels use it
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
   CUDA_CHECK_LAUNCH();
   return true;
@@ -188,8 +189,9 @@ bool run_mma(const DecodeParams& p, bool pipe, dim3 grid, cudaStream_t stream, b
   if (p.cluster)
     return pipe ? launch_cluster<T, HD, true>(p, grid, stream, probe_only) : launch_cluster<T, HD, false>(p, grid, stream, probe_only);
   if (probe_only) return true;
-  if (pipe) launch_pdl(decode::decode_mma_kernel<T, HD, kMmaSteps, false, true>, grid, kThreads, 0, stream, p);
-  else launch_pdl(decode::decode_mma_kernel<T, HD, kMmaSteps, false, false>, grid, kThreads, 0, stream, p);
+  const bool pdl = p.pdl_trigger != 0;
+  if (pipe) launch_pdl_if(pdl, decode::decode_mma_kernel<T, HD, kMmaSteps, false, true>, grid, kThreads, 0, stream, p);
+  else launch_pdl_if(pdl, decode::decode_mma_kernel<T, HD, kMmaSteps, false, false>, grid, kThreads, 0, stream, p);
   CUDA_CHECK_LAUNCH();
   return true;
 }
@@ -202,9 +204,10 @@ void launch(const DecodeParams& p, bool mma, bool pipe, int g_bucket, dim3 grid,
       return;
     }
   }
-  if (g_bucket == 1) launch_pdl(decode_split_kernel<T, HD, 1>, grid, kThreads, 0, stream, p);
-  else if (g_bucket == 4) launch_pdl(decode_split_kernel<T, HD, 4>, grid, kThreads, 0, stream, p);
-  else launch_pdl(decode_split_kernel<T, HD, 8>, grid, kThreads, 0, stream, p);
+  const bool pdl = p.pdl_trigger != 0;
+  if (g_bucket == 1) launch_pdl_if(pdl, decode_split_kernel<T, HD, 1>, grid, kThreads, 0, stream, p);
+  else if (g_bucket == 4) launch_pdl_if(pdl, decode_split_kernel<T, HD, 4>, grid, kThreads, 0, stream, p);
+  else launch_pdl_if(pdl, decode_split_kernel<T, HD, 8>, grid, kThreads, 0, stream, p);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -398,6 +401,8 @@ void decode_attention(const DecodeAttentionArgs& a, cudaStream_t stream) {
   p.partial = split.reduce;
   p.cluster = split.cluster;
   p.release_arrive = a.release_arrive;
+  if (a.pdl < 0 || a.pdl > 2) throw std::invalid_argument("decode_attention: pdl must be 0, 1 or 2");
+  p.pdl_trigger = a.pdl;
   p.bs_shift = -1;
   if (a.kv.kind == KvLayoutKind::paged) {
     if (a.kv.block_size < 1) throw std::invalid_argument("decode_attention: block_size must be >= 1");

@@ -46,6 +46,7 @@ struct Params {
   float* ws_ml;      // [n_seqs, n_heads, max_splits, 2]
   int32_t* counters; // [n_seqs, gridDim.x], zero between launches
   bool release_arrive;  // DecodeAttentionArgs::release_arrive: one acq_rel atomic instead of the fences
+  int pdl_trigger;      // DecodeAttentionArgs::pdl: 1 dependents launched at the top, 2 before the merge
 };
 
 /// Read-only 16-byte load of K/V, no L1 allocation, with the L2::256B prefetch-size hint (a miss

@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
   __shared__ __align__(16) float sm_o[kWarps * kG * kLd];
 
   pdl_wait();  // q and this step's K/V are the previous kernel's (launched with PDL: attention_decode.cu)
-  pdl_launch_dependents();
+  if (p.pdl_trigger == 1) pdl_launch_dependents();
   if constexpr (kCluster) cluster_arrive_relaxed();  // this block runs: the others may store into its shared memory
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, i = lane & 3;
   const int kvh = blockIdx.x / p.n_sub, sub = blockIdx.x % p.n_sub, s = blockIdx.y, split = blockIdx.z;
@@ -225,6 +225,7 @@ __global__ void __launch_bounds__(kThreads, kS >= 2 ? 2 : 3) decode_mma_kernel(c
     *reinterpret_cast<float2*>(&sm_o[(warp * kG + 2 * i + 1) * kLd + d]) = make_float2(acc[mt][1], acc[mt][3]);
   }
   __syncthreads();
+  if (p.pdl_trigger == 2) pdl_launch_dependents();
   if constexpr (kCluster)
     finish_cluster_push<T, HD, kG, kWarps, kLd>(p, sm_m, sm_l, sm_o, row, kvh, sub);
   else

@@ -101,9 +101,10 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 }
 
 /// Launches kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-stream-
-/// serialization attribute when pdl_enabled() (the kernel must follow pdl_wait()'s rules).
+/// serialization attribute when `allow` and pdl_enabled() (the kernel must follow pdl_wait()'s rules).
 template <typename... Params, typename... Args>
-void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+void launch_pdl_if(bool allow, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                   Args&&... args) {
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
@@ -113,8 +114,14 @@ void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, c
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  cfg.numAttrs = allow && pdl_enabled() ? 1 : 0;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+/// launch_pdl_if(true, ...).
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+  launch_pdl_if(true, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
 inline int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }

@@ -42,6 +42,9 @@ struct DecodePathOptions {
   int gemv_loop = 3;              ///< gemv's loop: bit 0 rolling pipeline, bit 1 L2::256B load hint
   bool fuse_gate_up_silu = true;  ///< the gate|up product and SiLU·mul in one gemv launch
   bool fuse_qkv_rope = true;      ///< the q|k|v product, RoPE and the K/V write in one gemv launch
+  /// Decode attention with PDL (with `pdl`; kernels::DecodeAttentionArgs::pdl): 0 a plain launch,
+  /// 1 the O product may start once every attention block runs, 2 once each is done with its K/V.
+  int attention_pdl = 1;
   /// Programmatic dependent launch between the kernels of a step whose products take gemv (beside
   /// cuBLASLt's products it measured slower, so never there); off in batch-invariant mode.
   bool pdl = true;

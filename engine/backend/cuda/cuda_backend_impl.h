@@ -79,6 +79,7 @@ struct CudaBackend::Impl {
   std::unique_ptr<k::Gemm> gemm;
   bool fuse_gate_up_silu = true;  // with fusion on: gate|up and SiLU·mul in one gemv launch where gemv runs
   bool fuse_qkv_rope = true;      // with fusion on: q|k|v, RoPE and the K/V write in one gemv launch where gemv runs
+  int attention_pdl = 1;          // DecodePathOptions::attention_pdl
   bool pdl_small_steps = true;    // launch with PDL in steps of <= gemv::kMaxRows rows (enqueue)
   int n_sms = 0;
   k::ScalarType dt = k::ScalarType::bf16;  // options.dtype: weights, activations and KV (setup() sets it)
@@ -225,6 +226,10 @@ struct CudaBackend::Impl {
     gemm->set_autotune(options.gemm_autotune_rows);
     fuse_gate_up_silu = dp.fuse_gate_up_silu;
     fuse_qkv_rope = dp.fuse_qkv_rope;
+    if (dp.attention_pdl < 0 || dp.attention_pdl > 2)
+      throw std::invalid_argument("cuda backend: decode.attention_pdl must be 0, 1 or 2 (got " +
+                                  std::to_string(dp.attention_pdl) + ")");
+    attention_pdl = dp.attention_pdl;
     // PDL pays between gemv launches (they stream weights while the previous kernel drains); beside
     // cuBLASLt's products it measured slower (batch 1 and 32), so only steps whose products take gemv.
     pdl_small_steps = dp.gemv != Gemv::off && !options.batch_invariant && dp.pdl;

@@ -216,6 +216,7 @@ struct AttentionStep {
   const int32_t* row_spans = nullptr;
   int row_groups = 0;
   int row_queries = kernels::kDecodeRowsQueries;  ///< DecodeRowsArgs::queries_per_block
+  int attention_pdl = 1;           ///< decode attention's PDL mode (DecodeAttentionArgs::pdl)
   float* workspace = nullptr;      ///< decode split scratch
   size_t workspace_bytes = 0;
   /// kv_cache_dtype fp8: the arenas hold E4M3 codes and scales (kernels/kv_fp8.h). Prefill
@@ -310,6 +311,7 @@ struct Attention {
       a.max_context = st.max_context;
       a.workspace = st.workspace;
       a.workspace_bytes = st.workspace_bytes;
+      a.pdl = st.attention_pdl;
       if (st.kv_fp8) {
         if (st.row_spans) throw std::logic_error("Attention: the multi-row decode kernel reads no FP8 KV cache");
         kernels::decode_attention_fp8(a, c.stream);
