@@ -19,7 +19,7 @@ struct MbuVariant {
   bool pdl, silu;
   int waves, loop;
   bool rope = true;  ///< q|k|v, RoPE and the K/V write in one gemv launch
-  int attn_pdl = 1;  ///< decode attention's PDL mode (DecodePathOptions::attention_pdl)
+  int attn_pdl = 0;  ///< decode attention's PDL mode (DecodePathOptions::attention_pdl)
 };
 constexpr MbuVariant kMbuVariants[] = {
     {"before", "off", false, false, 2, 0},       // cuBLASLt for every product, plain launches
@@ -37,10 +37,10 @@ constexpr MbuVariant kMbuVariants[] = {
     {"all_w1_v3_nopdl", "all", false, true, 1, 3},
     {"after_nopdl", "all", false, true, 0, 3},   // the default without PDL
     {"after", "all", true, true, 0, 3},          // the default (cuda_backend_impl.h)
-    {"after_norope", "all", true, true, 0, 3, false},  // the default with RoPE/KV write a kernel of its own
-    {"after_attn0", "all", true, true, 0, 3, true, 0},  // decode attention launched plainly
-    {"after_attn2", "all", true, true, 0, 3, true, 2},  // attention lets the O product start only after its K/V
-    {"after_norope_attn0", "all", true, true, 0, 3, false, 0},  // both: the step as before 2026-11-30
+    {"after_norope", "all", true, true, 0, 3, false},  // the default with RoPE/KV write a kernel of its own (the step
+                                                       // before 2026-11-30)
+    {"after_attn1", "all", true, true, 0, 3, true, 1},  // decode attention with PDL, the O product started at once
+    {"after_attn2", "all", true, true, 0, 3, true, 2},  // ... the O product started once attention is done with its K/V
 };
 
 inline const MbuVariant& find_variant(const std::string& name) {

@@ -24,7 +24,7 @@ using testing::random_tokens;
 
 constexpr int64_t kSlots = 4096;  // naive KV: 5 extents of max_model_len 512 and room
 
-std::unique_ptr<CudaBackend> backend(Quantization q, bool graphs, bool fuse_rope, int attention_pdl = 1) {
+std::unique_ptr<CudaBackend> backend(Quantization q, bool graphs, bool fuse_rope, int attention_pdl = 0) {
   CudaBackendOptions o;
   o.quantization = q;
   o.cuda_graphs = graphs;

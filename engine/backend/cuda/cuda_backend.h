@@ -44,7 +44,9 @@ struct DecodePathOptions {
   bool fuse_qkv_rope = true;      ///< the q|k|v product, RoPE and the K/V write in one gemv launch
   /// Decode attention with PDL (with `pdl`; kernels::DecodeAttentionArgs::pdl): 0 a plain launch,
   /// 1 the O product may start once every attention block runs, 2 once each is done with its K/V.
-  int attention_pdl = 1;
+  /// 0 by default: on an H200 (llama2-7b batch 1, results/gpu/decode-fusion-2026-11-30-h200/)
+  /// 1 and 2 were level at context 128 and 2.5% slower at 4,096.
+  int attention_pdl = 0;
   /// Programmatic dependent launch between the kernels of a step whose products take gemv (beside
   /// cuBLASLt's products it measured slower, so never there); off in batch-invariant mode.
   bool pdl = true;

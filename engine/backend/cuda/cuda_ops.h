@@ -216,7 +216,7 @@ struct AttentionStep {
   const int32_t* row_spans = nullptr;
   int row_groups = 0;
   int row_queries = kernels::kDecodeRowsQueries;  ///< DecodeRowsArgs::queries_per_block
-  int attention_pdl = 1;           ///< decode attention's PDL mode (DecodeAttentionArgs::pdl)
+  int attention_pdl = 0;           ///< decode attention's PDL mode (DecodeAttentionArgs::pdl)
   float* workspace = nullptr;      ///< decode split scratch
   size_t workspace_bytes = 0;
   /// kv_cache_dtype fp8: the arenas hold E4M3 codes and scales (kernels/kv_fp8.h). Prefill
