@@ -12,8 +12,7 @@ namespace servelab::bench {
 /// unsplit | all), PDL (programmatic dependent launch), SiLU (gate|up and SiLU·mul in one gemv
 /// launch), waves (gemv splits K below this many waves of resident blocks; 0 never), loop (gemv's
 /// loop: bit 0 rolling pipeline, bit 1 L2::256B hint), rope (RoPE and the K/V write in the q|k|v
-/// gemv's epilogue), attn_pdl (decode attention's PDL mode), fold (the residual norms folded into
-/// the products).
+/// gemv's epilogue).
 struct MbuVariant {
   const char* name;
   const char* gemv;
@@ -21,7 +20,6 @@ struct MbuVariant {
   int waves, loop;
   bool rope = true;  ///< q|k|v, RoPE and the K/V write in one gemv launch
   int attn_pdl = 0;  ///< decode attention's PDL mode (DecodePathOptions::attention_pdl)
-  bool fold = true;  ///< the residual norms folded into the products (DecodePathOptions::fold_norms)
 };
 constexpr MbuVariant kMbuVariants[] = {
     {"before", "off", false, false, 2, 0},       // cuBLASLt for every product, plain launches
@@ -43,8 +41,6 @@ constexpr MbuVariant kMbuVariants[] = {
                                                        // before 2026-11-30)
     {"after_attn1", "all", true, true, 0, 3, true, 1},  // decode attention with PDL, the O product started at once
     {"after_attn2", "all", true, true, 0, 3, true, 2},  // ... the O product started once attention is done with its K/V
-    {"after_nofold", "all", true, true, 0, 3, true, 0, false},  // the residual norms as kernels of their own
-    {"after_nofold_norope", "all", true, true, 0, 3, false, 0, false},  // ... and RoPE too: the step before 2026-11-30
 };
 
 inline const MbuVariant& find_variant(const std::string& name) {
@@ -61,7 +57,6 @@ inline DecodePathOptions decode_path(const MbuVariant& v) {
                            .gemv_loop = v.loop,
                            .fuse_gate_up_silu = v.silu,
                            .fuse_qkv_rope = v.rope,
-                           .fold_norms = v.fold,
                            .attention_pdl = v.attn_pdl,
                            .pdl = v.pdl};
 }

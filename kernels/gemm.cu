@@ -88,29 +88,19 @@ bool Gemm::fuses_gate_up_silu(ScalarType t, const void* x, const void* w, int m,
 }
 
 void Gemm::run_gate_up_silu(ScalarType t, const void* x, const void* w, void* act, int m, int ffn, int k,
-                            cudaStream_t stream, const gemv::NormIn& norm) {
+                            cudaStream_t stream) {
   if (m == 0) return;
   if (!fuses_gate_up_silu(t, x, w, m, ffn, k))
     throw std::logic_error("Gemm::run_gate_up_silu: this product does not take the fused gemv path");
-  run_gemv_silu_mul(t, x, w, act, m, ffn, k, gemv_plan(2 * ffn, k), gemv_partials_, gemv_counters_, stream, norm);
+  run_gemv_silu_mul(t, x, w, act, m, ffn, k, gemv_plan(2 * ffn, k), gemv_partials_, gemv_counters_, stream);
 }
 
-bool Gemm::run_qkv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k, cudaStream_t stream,
-                           const gemv::NormIn& norm) {
+bool Gemm::run_qkv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k, cudaStream_t stream) {
   const int n = (a.n_heads + 2 * a.n_kv_heads) * a.head_dim;
   if (a.n_tokens == 0 || !uses_gemv(a.dtype, x, w, a.n_tokens, n, k) || !gemv_rope_kv_supported(a, x, w, k)) return false;
   const gemv::Plan plan = gemv_plan(n, k);
   if (!gemv_split_k_ && plan.splits != 1) return false;
-  run_gemv_rope_kv(a, x, w, k, plan, gemv_partials_, gemv_counters_, stream, norm);
-  return true;
-}
-
-bool Gemm::run_residual(ScalarType t, const void* x, const void* w, void* h, float* ss, int m, int n, int k,
-                        cudaStream_t stream) {
-  if (m == 0 || n > gemv::kNormSsBlocks * gemv::kBlockRows || !uses_gemv(t, x, w, m, n, k)) return false;
-  const gemv::Plan plan = gemv_plan(n, k);
-  if (!gemv_split_k_ && plan.splits != 1) return false;
-  run_gemv_residual(t, x, w, gemv::ResidualOut{h, ss}, m, n, k, plan, gemv_partials_, gemv_counters_, stream);
+  run_gemv_rope_kv(a, x, w, k, plan, gemv_partials_, gemv_counters_, stream);
   return true;
 }
 

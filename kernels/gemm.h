@@ -43,17 +43,7 @@ void run_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n,
 /// rounded to the storage type before the activation, so act has the bits of run_gemv into a
 /// [m, 2 * ffn] buffer followed by silu_mul. plan = gemv::make_plan(2 * ffn, k, ...); partials and
 /// counters as run_gemv. Throws std::invalid_argument otherwise.
-/// norm (ss set): x is a residual h that a run_gemv_residual left its sums of squares for,
-/// RMS-normalized with norm.weight as it is loaded (gemv_norm.cuh), K <= 8,192.
 void run_gemv_silu_mul(ScalarType t, const void* x, const void* w, void* act, int m, int ffn, int k,
-                       const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream,
-                       const gemv::NormIn& norm = {});
-
-/// The product added into the residual: res.h [m, n] = round(round(x · wᵀ) + h), the bits of the
-/// product stored as a delta and then add_rms_norm's add, and res.ss [gemv::kMaxRows,
-/// gemv::kNormSsBlocks] the sums of squares of each row block's new values, for the next
-/// product's NormIn (gemv_norm.cuh). N <= 8,192; plan, partials, counters as run_gemv.
-void run_gemv_residual(ScalarType t, const void* x, const void* w, const gemv::ResidualOut& res, int m, int n, int k,
                        const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream);
 
 /// The q|k|v product with rope_kv_write's work in its epilogue (gemv_rope_kv.cuh): y = a.qkv
@@ -64,9 +54,8 @@ void run_gemv_residual(ScalarType t, const void* x, const void* w, const gemv::R
 bool gemv_rope_kv_supported(const QkvArgs& a, const void* x, const void* w, int k);
 /// The epilogue's view of a (quant_gemv's QuantGemvArgs::rope takes it too).
 gemv::RopeKv gemv_rope_kv_params(const QkvArgs& a);
-/// norm: as run_gemv_silu_mul's.
 void run_gemv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k, const gemv::Plan& plan, float* partials,
-                      int32_t* counters, cudaStream_t stream, const gemv::NormIn& norm = {});
+                      int32_t* counters, cudaStream_t stream);
 
 /// Owns a cuBLASLt handle and workspace, and caches the algorithm chosen per shape.
 /// batch_invariant: split-K is disallowed and one algorithm, chosen for a canonical row count,
@@ -113,16 +102,11 @@ class Gemm {
   /// act[m, ffn] = silu(x · gateᵀ) * (x · upᵀ) for the merged w = [gate; up] (run_gemv_silu_mul)
   /// when fuses_gate_up_silu(); throws std::logic_error otherwise (run() then silu_mul instead).
   void run_gate_up_silu(ScalarType t, const void* x, const void* w, void* act, int m, int ffn, int k,
-                        cudaStream_t stream, const gemv::NormIn& norm = {});
+                        cudaStream_t stream);
   /// The q|k|v product with RoPE and the K/V write in gemv's epilogue (run_gemv_rope_kv) where
   /// run() would take gemv for it and gemv_rope_kv_supported; false, nothing enqueued, otherwise
   /// (the caller then runs the product and rope_kv_write).
-  bool run_qkv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k, cudaStream_t stream,
-                       const gemv::NormIn& norm = {});
-  /// The product added into the residual h with its sums of squares left in ss (run_gemv_residual)
-  /// where run() would take gemv for it; false, nothing enqueued, otherwise.
-  bool run_residual(ScalarType t, const void* x, const void* w, void* h, float* ss, int m, int n, int k,
-                    cudaStream_t stream);
+  bool run_qkv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k, cudaStream_t stream);
   /// The decomposition run() gives gemv for this shape.
   gemv::Plan gemv_plan(int n, int k) const;
 

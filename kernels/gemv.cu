@@ -23,7 +23,6 @@
 #include "kernels/common.cuh"
 #include "kernels/gemm.h"
 #include "kernels/gemv_plan.h"
-#include "kernels/gemv_norm.cuh"
 #include "kernels/gemv_reduce.cuh"
 #include "kernels/gemv_rope_kv.cuh"
 #include "kernels/lamport_push.h"
@@ -83,20 +82,20 @@ __device__ __forceinline__ void load_w(StepRegs& r, const T* const (&wr)[2][2], 
   }
 }
 
-/// Loads the x vectors of the step starting at kb (as load_w), normalized where xr says so.
+/// Loads the x vectors of the step starting at kb (as load_w).
 template <bool kCheck, typename T>
-__device__ __forceinline__ void load_x(StepRegs& r, const gemv::XSource<T>& xr, int kb, int lane_k, int k) {
+__device__ __forceinline__ void load_x(StepRegs& r, const T* xr, int kb, int lane_k, int k) {
 #pragma unroll
   for (int v = 0; v < 2; ++v) {
     const int kv = kb + gemv::k_offset(0, v);
     const bool in = !kCheck || kv + lane_k < k;
-    r.x[v] = in ? xr.load(kv) : make_uint4(0, 0, 0, 0);
+    r.x[v] = in ? __ldg(reinterpret_cast<const Vec8*>(xr + kv)) : make_uint4(0, 0, 0, 0);
   }
 }
 
 template <bool kCheck, bool kHint = false, typename T>
-__device__ __forceinline__ void load_step(StepRegs& r, const T* const (&wr)[2][2], const gemv::XSource<T>& xr, int kb,
-                                          int lane_k, int k) {
+__device__ __forceinline__ void load_step(StepRegs& r, const T* const (&wr)[2][2], const T* xr, int kb, int lane_k,
+                                          int k) {
   load_w<kCheck, kHint>(r, wr, kb, lane_k, k);
   load_x<kCheck>(r, xr, kb, lane_k, k);
 }
@@ -139,8 +138,6 @@ struct Params {
   int silu_ffn;        ///< > 0: fused SiLU·mul, w = [gate; up] (n = 2 * silu_ffn), y [m, silu_ffn]
   LamportPush push;    ///< active: y's values also go into the peers' lamport buffers (lamport_push.h)
   gemv::RopeKv rope;   ///< head_dim > 0: y is q|k|v, RoPE and the K/V write in the epilogue
-  gemv::ResidualOut res;  ///< h set: the product goes into the residual instead of y (gemv_norm.cuh)
-  gemv::NormIn norm;      ///< ss set: x is a residual, RMS-normalized on the load (gemv_norm.cuh)
 };
 
 /// kVariant (gemv::Plan::variant): bit 0 = rolling two-step pipeline (a step's loads are issued
@@ -166,14 +163,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
                                             : min(n0 + t * 16 + h * 8 + g, p.n - 1);
       wr[t][h] = w + int64_t(row) * k + lane_k;
     }
-  gemv::XSource<T> xr;  // columns >= m dropped
-  xr.x = static_cast<const T*>(p.x) + int64_t(min(g, p.m - 1)) * k + lane_k;
-  // After the PDL wait: with a norm folded in (p.norm), this lane's row's 1 / rms and the weight.
-  auto fold_norm = [&] {
-    if (p.norm.ss == nullptr) return;
-    xr.inv = gemv::norm_inv(p.norm, p.m, k, min(g, p.m - 1));
-    xr.w = static_cast<const T*>(p.norm.weight) + lane_k;
-  };
+  const T* xr = static_cast<const T*>(p.x) + int64_t(min(g, p.m - 1)) * k + lane_k;  // columns >= m dropped
 
   float acc[2][4] = {};
   const int end = p.plan.split_begin(split + 1), full = k / kStepK;  // steps < full need no K check
@@ -186,7 +176,6 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
     if (have_b) load_w<false, kHint>(b, wr, (s + kWarps) * kStepK, lane_k, k);
     pdl_wait();
     pdl_launch_dependents();
-    fold_norm();
     if (have_a) load_x<false>(a, xr, s * kStepK, lane_k, k);
     if (have_b) load_x<false>(b, xr, (s + kWarps) * kStepK, lane_k, k);
     while (have_a) {
@@ -213,7 +202,6 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
     }
     pdl_wait();
     pdl_launch_dependents();
-    fold_norm();
     if (first) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) load_x<false>(r[u], xr, (s + u * kWarps) * kStepK, lane_k, k);
@@ -250,10 +238,6 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
     return;
   }
   if constexpr (!std::is_same_v<OutT, float>) {
-    if (p.res.h) {
-      gemv::residual_store<T>(p.res, sum, p.m, p.n, blockIdx.x);
-      return;
-    }
     if (p.rope.head_dim > 0) {
       gemv::rope_kv_epilogue<T>(p.rope, sm, sum, static_cast<T*>(p.y), p.m, p.n, blockIdx.x);
       return;
@@ -326,33 +310,14 @@ void run_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n,
   SERVELAB_DISPATCH_16(t, launch<__nv_bfloat16>(p, out_fp32, stream), launch<__half>(p, out_fp32, stream));
 }
 
-void check_norm(const gemv::NormIn& norm, int k, const char* what) {
-  if (norm.ss && (!norm.weight || k > gemv::kNormSsBlocks * kBlockRows))
-    throw std::invalid_argument(std::string(what) + ": a folded norm needs its weight and K <= " +
-                                std::to_string(gemv::kNormSsBlocks * kBlockRows));
-}
-
 void run_gemv_silu_mul(ScalarType t, const void* x, const void* w, void* act, int m, int ffn, int k,
-                       const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream,
-                       const gemv::NormIn& norm) {
+                       const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream) {
   if (ffn < 1 || !gemv_supported(t, x, w, m, 2 * ffn, k))
     throw std::invalid_argument("run_gemv_silu_mul: unsupported product M=" + std::to_string(m) + " FFN=" +
                                 std::to_string(ffn) + " K=" + std::to_string(k) +
                                 " (needs 1 <= M <= 8, FFN >= 1, K a multiple of 8, 16-byte aligned x and w)");
   check_plan(plan, 2 * ffn, k, partials, counters);
-  check_norm(norm, k, "run_gemv_silu_mul");
-  Params p{x, w, act, m, 2 * ffn, k, false, plan, partials, counters, ffn, LamportPush{}, {}, {}, norm};
-  SERVELAB_DISPATCH_16(t, launch<__nv_bfloat16>(p, false, stream), launch<__half>(p, false, stream));
-}
-
-void run_gemv_residual(ScalarType t, const void* x, const void* w, const gemv::ResidualOut& res, int m, int n, int k,
-                       const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream) {
-  if (!gemv_supported(t, x, w, m, n, k) || !res.h || !res.ss || n > gemv::kNormSsBlocks * kBlockRows)
-    throw std::invalid_argument("run_gemv_residual: unsupported product M=" + std::to_string(m) + " N=" +
-                                std::to_string(n) + " K=" + std::to_string(k) + " (needs gemv's shapes, h, ss and N <= " +
-                                std::to_string(gemv::kNormSsBlocks * kBlockRows) + ")");
-  check_plan(plan, n, k, partials, counters);
-  Params p{x, w, nullptr, m, n, k, false, plan, partials, counters, 0, LamportPush{}, {}, res};
+  Params p{x, w, act, m, 2 * ffn, k, false, plan, partials, counters, ffn, LamportPush{}, {}};
   SERVELAB_DISPATCH_16(t, launch<__nv_bfloat16>(p, false, stream), launch<__half>(p, false, stream));
 }
 
@@ -377,7 +342,7 @@ bool gemv_rope_kv_supported(const QkvArgs& a, const void* x, const void* w, int 
 }
 
 void run_gemv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k, const gemv::Plan& plan, float* partials,
-                      int32_t* counters, cudaStream_t stream, const gemv::NormIn& norm) {
+                      int32_t* counters, cudaStream_t stream) {
   if (!gemv_rope_kv_supported(a, x, w, k))
     throw std::invalid_argument("run_gemv_rope_kv: unsupported product M=" + std::to_string(a.n_tokens) +
                                 " head_dim=" + std::to_string(a.head_dim) + " K=" + std::to_string(k) +
@@ -386,9 +351,7 @@ void run_gemv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k, con
                                 "16-byte aligned x and w)");
   const int n = (a.n_heads + 2 * a.n_kv_heads) * a.head_dim;
   check_plan(plan, n, k, partials, counters);
-  check_norm(norm, k, "run_gemv_rope_kv");
-  Params p{x, w, a.qkv, a.n_tokens, n, k, false, plan, partials, counters, 0, LamportPush{}, gemv_rope_kv_params(a), {},
-           norm};
+  Params p{x, w, a.qkv, a.n_tokens, n, k, false, plan, partials, counters, 0, LamportPush{}, gemv_rope_kv_params(a)};
   SERVELAB_DISPATCH_16(a.dtype, launch<__nv_bfloat16>(p, false, stream), launch<__half>(p, false, stream));
 }
 

@@ -89,21 +89,6 @@ struct RopeKv {
   SERVELAB_HD int rope_blocks() const { return (n_heads + n_kv_heads) * blocks_per_head(); }
 };
 
-/// The residual add and RMSNorm folded into the products around them (gemv_norm.cuh): a product
-/// that ends a residual branch (O, down) adds its rows into the residual h itself and leaves each
-/// of its row blocks' sum of squares of the new h in ss (ResidualOut); the next product (q|k|v,
-/// gate|up) reads h and normalizes it as it loads it (NormIn): no kernel for the norm.
-constexpr int kNormSsBlocks = 256;  ///< row blocks of a residual product: hidden sizes up to 8,192
-struct ResidualOut {
-  void* h = nullptr;   ///< [m, n] in the storage type: h += the product (null: y as usual)
-  float* ss = nullptr; ///< [kMaxRows, kNormSsBlocks]: row m's sum of squares of block b's 32 new values
-};
-struct NormIn {
-  const float* ss = nullptr;     ///< a ResidualOut's ss over x (= its h); null: x as it is
-  const void* weight = nullptr;  ///< the norm's weight [k]
-  float eps = 0.0f;
-};
-
 /// K offset (within a step) of the 8 values of vector v loaded by a lane of quad position q.
 SERVELAB_HD constexpr int k_offset(int q, int v) { return v * 32 + q * 8; }
 

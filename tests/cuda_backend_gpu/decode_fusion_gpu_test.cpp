@@ -3,8 +3,7 @@
 // epilogue (DecodePathOptions::fuse_qkv_rope; bf16 gemv and quant_gemv's steps kernel) gives the
 // bits of the product followed by rope_kv_write, in CUDA graphs and eagerly, paged and naive KV,
 // over prefill (not fused: more than 8 rows), decode steps of 3 and 5 sequences (fused) and their
-// greedy tokens; decode attention's PDL modes give the same bits; the residual norms folded into
-// the products (fold_norms) against the norm kernels. Skipped without a device.
+// greedy tokens; and decode attention's PDL modes give the same bits. Skipped without a device.
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,20 +24,20 @@ using testing::random_tokens;
 
 constexpr int64_t kSlots = 4096;  // naive KV: 5 extents of max_model_len 512 and room
 
-std::unique_ptr<CudaBackend> backend(Quantization q, bool graphs, DecodePathOptions dp) {
+std::unique_ptr<CudaBackend> backend(Quantization q, bool graphs, bool fuse_rope, int attention_pdl = 0) {
   CudaBackendOptions o;
   o.quantization = q;
   o.cuda_graphs = graphs;
-  o.decode = dp;
+  o.decode.fuse_qkv_rope = fuse_rope;
+  o.decode.attention_pdl = attention_pdl;
   auto gpu = CudaBackend::random(testing::gpu_test_model("decode-fusion", 512), 31, o);
   gpu->init_kv(kSlots);
   return gpu;
 }
 
 /// Prefill of 5 sequences, then decode steps of 3 (eager, capture, replay) and of 5: every
-/// step's logits of `a` and `b` bit for bit (tolerance 0) or within `tolerance`, greedy tokens
-/// from `a`'s.
-void expect_same_bits(CudaBackend& a, CudaBackend& b, KvKind kind, double tolerance = 0.0) {
+/// step's logits of `a` and `b` bit for bit, greedy tokens from `a`'s.
+void expect_same_bits(CudaBackend& a, CudaBackend& b, KvKind kind) {
   KvConfig kc;
   kc.kind = kind;
   kc.block_size = 16;
@@ -61,9 +60,8 @@ void expect_same_bits(CudaBackend& a, CudaBackend& b, KvKind kind, double tolera
       testing::hold_kv(*kv, seqs[i], seqs[i].n_tokens());
       batch.entries.push_back({&seqs[i], 1, true});
     }
-    const std::vector<float> x = a.logits(make_step(a, batch, *kv)), y = b.logits(make_step(b, batch, *kv));
-    if (tolerance == 0.0) ASSERT_EQ(x, y) << "step " << step;
-    else EXPECT_LT(testing::rel_error(x, y), tolerance) << "step " << step;
+    const std::vector<float> x = a.logits(make_step(a, batch, *kv));
+    ASSERT_EQ(x, b.logits(make_step(b, batch, *kv))) << "step " << step;
     testing::append_argmax(batch, x, 1000);
   }
 }
@@ -75,8 +73,7 @@ TEST(DecodeFusionGpu, QkvRopeEpilogueGivesTheBitsOfTheRopeKernel) {
       for (KvKind kind : {KvKind::paged, KvKind::naive}) {
         SCOPED_TRACE(std::string(to_string(q)) + (graphs ? " graphs " : " eager ") +
                      (kind == KvKind::paged ? "paged" : "naive"));
-        auto fused = backend(q, graphs, {.fold_norms = false}),
-             plain = backend(q, graphs, {.fuse_qkv_rope = false, .fold_norms = false});
+        auto fused = backend(q, graphs, true), plain = backend(q, graphs, false);
         expect_same_bits(*fused, *plain, kind);
       }
 }
@@ -84,39 +81,11 @@ TEST(DecodeFusionGpu, QkvRopeEpilogueGivesTheBitsOfTheRopeKernel) {
 // Decode attention's PDL modes (DecodePathOptions::attention_pdl) order the same arithmetic.
 TEST(DecodeFusionGpu, AttentionPdlModesGiveTheSameBits) {
   SKIP_WITHOUT_GPU();
-  auto plain = backend(Quantization::none, true, {.attention_pdl = 0});
+  auto plain = backend(Quantization::none, true, true, 0);
   for (int mode : {1, 2}) {
     SCOPED_TRACE("attention_pdl " + std::to_string(mode));
-    auto other = backend(Quantization::none, true, {.attention_pdl = mode});
+    auto other = backend(Quantization::none, true, true, mode);
     expect_same_bits(*other, *plain, KvKind::paged);
-  }
-}
-
-// The residual norms folded into the products (DecodePathOptions::fold_norms): where no product
-// can take the norm on its load (gate|up and q|k|v unfused) the producers' residual and the
-// flushed norm give the norm kernels' bits; where the products take it, the logits within bf16
-// tolerance (only the sums of squares' order differs); quantized Linears never fold (the same
-// bits).
-TEST(DecodeFusionGpu, FoldedNormsMatchTheNormKernels) {
-  SKIP_WITHOUT_GPU();
-  for (KvKind kind : {KvKind::paged, KvKind::naive}) {
-    SCOPED_TRACE(kind == KvKind::paged ? "paged" : "naive");
-    {
-      SCOPED_TRACE("producers fold, consumers flush");
-      auto a = backend(Quantization::none, true, {.fuse_gate_up_silu = false, .fuse_qkv_rope = false, .fold_norms = true});
-      auto b = backend(Quantization::none, true, {.fuse_gate_up_silu = false, .fuse_qkv_rope = false, .fold_norms = false});
-      expect_same_bits(*a, *b, kind);
-    }
-    {
-      SCOPED_TRACE("folded");
-      auto a = backend(Quantization::none, true, {.fold_norms = true}), b = backend(Quantization::none, true, {.fold_norms = false});
-      expect_same_bits(*a, *b, kind, 1e-2);
-    }
-    {
-      SCOPED_TRACE("fp8: never folds");
-      auto a = backend(Quantization::fp8, true, {.fold_norms = true}), b = backend(Quantization::fp8, true, {.fold_norms = false});
-      expect_same_bits(*a, *b, kind);
-    }
   }
 }
 

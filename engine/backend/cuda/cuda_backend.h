@@ -42,10 +42,6 @@ struct DecodePathOptions {
   int gemv_loop = 3;              ///< gemv's loop: bit 0 rolling pipeline, bit 1 L2::256B load hint
   bool fuse_gate_up_silu = true;  ///< the gate|up product and SiLU·mul in one gemv launch
   bool fuse_qkv_rope = true;      ///< the q|k|v product, RoPE and the K/V write in one gemv launch
-  /// One GPU, fusion on: the residual add and RMSNorm folded into the gemv products around them
-  /// (cuda_ops.h's NormFold): the O and down products add into the residual themselves and the
-  /// q|k|v and gate|up products normalize it on their load, two launches a layer fewer.
-  bool fold_norms = true;
   /// Decode attention with PDL (with `pdl`; kernels::DecodeAttentionArgs::pdl): 0 a plain launch,
   /// 1 the O product may start once every attention block runs, 2 once each is done with its K/V.
   /// 0 by default: on an H200 (llama2-7b batch 1, results/gpu/decode-fusion-2026-11-30-h200/)

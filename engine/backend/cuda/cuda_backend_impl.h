@@ -79,7 +79,6 @@ struct CudaBackend::Impl {
   std::unique_ptr<k::Gemm> gemm;
   bool fuse_gate_up_silu = true;  // with fusion on: gate|up and SiLU·mul in one gemv launch where gemv runs
   bool fuse_qkv_rope = true;      // with fusion on: q|k|v, RoPE and the K/V write in one gemv launch where gemv runs
-  bool fold_norms = true;         // DecodePathOptions::fold_norms
   int attention_pdl = 0;          // DecodePathOptions::attention_pdl
   bool pdl_small_steps = true;    // launch with PDL in steps of <= gemv::kMaxRows rows (enqueue)
   int n_sms = 0;
@@ -130,7 +129,6 @@ struct CudaBackend::Impl {
   DeviceBuffer xs_delta, xs_h, xs, logits, tokens;     // sampled rows
   int samples_capacity = 0;
   DeviceBuffer decode_ws;
-  DeviceBuffer norm_ss;  // the folded norms' row-block sums of squares (cuda_ops.h's NormFold)
   PinnedBuffer tokens_host;
   // Speculative decoding: the step's drafts' q (draft_probs, rejection sampling in the sampler)
   // and, for a draft model's steps, the distributions its draws sampled ([samples, vocab]).
@@ -228,8 +226,6 @@ struct CudaBackend::Impl {
     gemm->set_autotune(options.gemm_autotune_rows);
     fuse_gate_up_silu = dp.fuse_gate_up_silu;
     fuse_qkv_rope = dp.fuse_qkv_rope;
-    fold_norms = dp.fold_norms;
-    norm_ss.grow(sizeof(float) * k::gemv::kMaxRows * k::gemv::kNormSsBlocks, "the folded norms' sums of squares");
     if (dp.attention_pdl < 0 || dp.attention_pdl > 2)
       throw std::invalid_argument("cuda backend: decode.attention_pdl must be 0, 1 or 2 (got " +
                                   std::to_string(dp.attention_pdl) + ")");

@@ -13,14 +13,7 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   const int R = g.rows, N = g.samples;
   const cuda::PackedLayout& L = g.layout;
   k::set_pdl_enabled(pdl_small_steps && R <= k::gemv::kMaxRows);  // this thread's launches (graph capture too)
-  // The residual norms folded into the products (one GPU, rows gemv takes; cuda_ops.h).
-  cuda::NormFold fold;
-  fold.enabled = options.fusion && fold_norms && !tp && R <= k::gemv::kMaxRows && m.hidden_size <= k::gemv::kNormSsBlocks * k::gemv::kBlockRows;
-  fold.h = h.get();
-  fold.xn = xn.get();
-  fold.ss = norm_ss.get<float>();
-  const cuda::OpContext ctx{gemm.get(), dt, stream, options.fusion, fuse_gate_up_silu, fuse_qkv_rope, tp, quant_runner.get(),
-                            &fold};
+  const cuda::OpContext ctx{gemm.get(), dt, stream, options.fusion, fuse_gate_up_silu, fuse_qkv_rope, tp, quant_runner.get()};
   if (tp) tp->pushed = nullptr;  // a forward that threw half-way leaves no pushed product behind
 
   cuda::AttentionStep st;

@@ -32,8 +32,6 @@
 
 namespace servelab::cuda {
 
-struct NormFold;
-
 /// What every op of one forward shares.
 struct OpContext {
   kernels::Gemm* gemm = nullptr;
@@ -44,35 +42,6 @@ struct OpContext {
   bool fuse_qkv_rope = true;       ///< ... and the q|k|v product with RoPE and the K/V write, where it can
   TpRank* tp = nullptr;            ///< tensor parallel: this rank's communicator; null on one GPU
   QuantLinearRunner* quant = nullptr;  ///< the quantized Linears' scratch (quant_linear.h); null in bf16/f16
-  NormFold* fold = nullptr;        ///< the residual norms folded into the products (below); null: none
-};
-
-/// The residual add and RMSNorm folded into the products around them (kernels/gemv_norm.cuh;
-/// DecodePathOptions::fold_norms): on one GPU, in steps whose products take gemv, a Linear that
-/// ends a residual branch (all_reduce_later: O, and down but the last layer's) adds its rows into
-/// h itself and leaves each row block's sum of squares in ss; the ResidualNorm after it then
-/// launches nothing and leaves its norm pending; the next product (q|k|v with RoPE, gate|up
-/// with SiLU) reads h and normalizes it on its load, or, where it cannot (quantized, LoRA, a
-/// product gemv does not take), rms_norm(h) writes xn first. One forward's state, updated as
-/// its ops run in order.
-struct NormFold {
-  bool enabled = false;
-  void* h = nullptr;             ///< the residual [rows, d]
-  void* xn = nullptr;            ///< where a norm that cannot fold is written
-  float* ss = nullptr;           ///< [gemv::kMaxRows, gemv::kNormSsBlocks]
-  bool h_updated = false;        ///< the last product added into h (ss holds its sums)
-  const void* weight = nullptr;  ///< a pending norm's weight; null: none pending
-  float eps = 0.0f;
-  int d = 0;
-  bool pending() const { return weight != nullptr; }
-  kernels::gemv::NormIn norm() const { return kernels::gemv::NormIn{ss, weight, eps}; }
-  void clear() { weight = nullptr; }
-  /// A pending norm the next product cannot take: rms_norm(h) into xn now.
-  void flush(const OpContext& c, int rows) {
-    if (!pending()) return;
-    kernels::rms_norm(c.dt, h, weight, xn, rows, d, eps, c.stream);
-    clear();
-  }
 };
 
 /// Multi-LoRA on a product (kernels/lora_sgmv.h): y[rows, ld_y] += scale · (x · Aᵀ) · Bᵀ for each
@@ -164,12 +133,6 @@ struct Linear {
     if (split == Split::row && c.tp && all_reduce_later && !quant && !lora && c.fusion &&
         tp_product_push(*c.tp, *c.gemm, x, weight, y, rows, out, in, c.stream))
       return;
-    // One GPU, the residual norm folded (NormFold): the product adds itself into h.
-    if (split == Split::row && !c.tp && all_reduce_later && c.fold && c.fold->enabled && !quant && !lora &&
-        c.gemm->run_residual(c.dt, x, weight, c.fold->h, c.fold->ss, rows, out, in, c.stream)) {
-      c.fold->h_updated = true;
-      return;
-    }
     if (lora) lora->before_product(c, x, rows);
     if (quant) c.quant->run(*quant, x, y, rows, *c.gemm, c.stream);
     else c.gemm->run(c.dt, x, weight, y, rows, out, in, false, c.stream);
@@ -186,14 +149,10 @@ struct GateUpSilu {
   const LoraHook* lora = nullptr;
   /// act[rows, ffn] from x[rows, in]; gate_up[rows, 2 · ffn] is scratch for the unfused path.
   void operator()(const OpContext& c, const void* x, void* gate_up, void* act, int rows) const {
-    const bool fold = c.fold && c.fold->pending();  // x is xn, not written yet: h normalized on the load
     if (!quant && !lora && c.fusion && c.fuse_gate_up_silu && c.gemm->fuses_gate_up_silu(c.dt, x, weight, rows, ffn, in)) {
-      c.gemm->run_gate_up_silu(c.dt, fold ? c.fold->h : x, weight, act, rows, ffn, in, c.stream,
-                               fold ? c.fold->norm() : kernels::gemv::NormIn{});
-      if (fold) c.fold->clear();
+      c.gemm->run_gate_up_silu(c.dt, x, weight, act, rows, ffn, in, c.stream);
       return;
     }
-    if (fold) c.fold->flush(c, rows);
     if (quant && !lora && c.fusion && c.fuse_gate_up_silu && c.quant->run_gate_up_silu(*quant, x, act, rows, ffn, c.stream))
       return;
     if (lora) lora->before_product(c, x, rows);
@@ -217,13 +176,6 @@ struct ResidualNorm {
   /// Under tensor parallelism: delta is a row-parallel product's partial sum (Linear::all_reduce_later).
   bool all_reduce_delta = false;
   void operator()(const OpContext& c, void* delta, void* h, void* xn, int rows) const {
-    if (c.fold && c.fold->h_updated) {  // the product added itself into h: the next product normalizes it
-      c.fold->h_updated = false;
-      c.fold->weight = weight;
-      c.fold->eps = eps;
-      c.fold->d = d;
-      return;
-    }
     if (all_reduce_delta && c.tp) {
       if (c.fusion && tp_all_reduce_add_rms_norm(*c.tp, delta, h, weight, xn, rows, d, eps, c.stream)) return;
       tp_all_reduce(*c.tp, delta, int64_t(rows) * d, c.stream);
@@ -416,20 +368,10 @@ struct QkvAttention {
     bool roped = false;
     if (!qkv.lora && rows == st.n_tokens && attention.rope_kv_in_product(c, st)) {
       const kernels::QkvArgs qa = attention.qkv_args(c, st, qkv_out, qkv.out, k_cache, v_cache);
-      if (qkv.quant) {
-        if (c.fold) c.fold->flush(c, rows);  // quant_gemv takes no folded norm
-        roped = c.quant->run_qkv_rope_kv(*qkv.quant, qa, x, c.stream);
-      } else {
-        const bool fold = c.fold && c.fold->pending();  // x is xn, not written yet: h normalized on the load
-        roped = c.gemm->run_qkv_rope_kv(qa, fold ? c.fold->h : x, qkv.weight, qkv.in, c.stream,
-                                        fold ? c.fold->norm() : kernels::gemv::NormIn{});
-        if (roped && fold) c.fold->clear();
-      }
+      roped = qkv.quant ? c.quant->run_qkv_rope_kv(*qkv.quant, qa, x, c.stream)
+                        : c.gemm->run_qkv_rope_kv(qa, x, qkv.weight, qkv.in, c.stream);
     }
-    if (!roped) {
-      if (c.fold) c.fold->flush(c, rows);
-      qkv(c, x, qkv_out, rows);
-    }
+    if (!roped) qkv(c, x, qkv_out, rows);
     attention(c, st, qkv_out, qkv.out, k_cache, v_cache, out, roped);
   }
 };
