@@ -16,6 +16,7 @@
 #include "kernels/ref/ops_ref.h"
 #include "tests/kernels/kv_fixture.h"
 #include "tests/kernels_gpu/gpu_util.h"
+#include "tests/kernels_gpu/qkv_args_util.h"
 
 namespace servelab::kernels {
 namespace gemv_rope_kv_gpu_test {  // named, not anonymous: a unity batch shares one translation unit
@@ -85,20 +86,9 @@ TEST_P(GemvRopeKvGpu, EpilogueGivesTheBitsOfTheProductThenRopeKvWrite) {
             qkv.poison();
             CUDA_CHECK(cudaMemset(kc.get(), 0, kc.bytes()));
             CUDA_CHECK(cudaMemset(vc.get(), 0, vc.bytes()));
-            QkvArgs a;
-            a.dtype = t;
-            a.qkv = qkv.get();
-            a.qkv_row_stride = n;
-            a.n_tokens = m;
-            a.n_heads = s.heads;
-            a.n_kv_heads = s.kv_heads;
-            a.head_dim = s.hd;
-            a.bias = with_bias ? d_bias.get() : nullptr;
-            a.positions = d_pos.get<int32_t>();
-            a.inv_freq = d_inv.get<float>();
-            a.slot_mapping = d_slots.get<int64_t>();
-            a.k_cache = kc.get();
-            a.v_cache = vc.get();
+            const QkvArgs a = testing::qkv_args(t, qkv.get(), m, {s.heads, s.kv_heads, s.hd},
+                                                with_bias ? d_bias.get() : nullptr, d_pos.get<int32_t>(),
+                                                d_inv.get<float>(), d_slots.get<int64_t>(), kc.get(), vc.get());
             ASSERT_TRUE(gemv_rope_kv_supported(a, dx.get(), dw.get(), s.k));
             if (fused) {
               run_gemv_rope_kv(a, dx.get(), dw.get(), s.k, plan, partials.get<float>(), counters.get<int32_t>(), nullptr);

@@ -14,6 +14,7 @@
 #include "kernels/ref/ops_ref.h"
 #include "tests/kernels/kv_fixture.h"
 #include "tests/kernels_gpu/gpu_util.h"
+#include "tests/kernels_gpu/qkv_args_util.h"
 
 namespace servelab::kernels {
 namespace {
@@ -72,20 +73,9 @@ TEST_P(OpsGpu, RopeKvWriteFusedMatchesReferenceAndUnfused) {
         DeviceBuffer kc(kc_ref.size() * 2), vc(kc_ref.size() * 2);
         CUDA_CHECK(cudaMemset(kc.get(), 0, kc.bytes()));
         CUDA_CHECK(cudaMemset(vc.get(), 0, vc.bytes()));
-        QkvArgs a;
-        a.dtype = t;
-        a.qkv = d_qkv.get();
-        a.qkv_row_stride = stride;
-        a.n_tokens = n_tokens;
-        a.n_heads = n_heads;
-        a.n_kv_heads = n_kv;
-        a.head_dim = hd;
-        a.bias = with_bias ? d_bias.get() : nullptr;
-        a.positions = d_pos.get<int32_t>();
-        a.inv_freq = d_inv.get<float>();
-        a.slot_mapping = d_slots.get<int64_t>();
-        a.k_cache = kc.get();
-        a.v_cache = vc.get();
+        const QkvArgs a = testing::qkv_args(t, d_qkv.get(), n_tokens, {n_heads, n_kv, hd}, with_bias ? d_bias.get() : nullptr,
+                                            d_pos.get<int32_t>(), d_inv.get<float>(), d_slots.get<int64_t>(), kc.get(),
+                                            vc.get());
         if (fused) {
           rope_kv_write(a, nullptr);
         } else {

@@ -14,6 +14,7 @@
 #include "kernels/ops.h"
 #include "tests/kernels/kv_fixture.h"
 #include "tests/kernels_gpu/gpu_util.h"
+#include "tests/kernels_gpu/qkv_args_util.h"
 #include "tests/kernels_gpu/quant_gemv_problem.h"
 
 namespace servelab::kernels {
@@ -57,19 +58,9 @@ TEST(QuantGemvRopeGpu, StepsEpilogueGivesTheBitsOfTheProductThenRopeKvWrite) {
               qkv.poison();
               CUDA_CHECK(cudaMemset(kc.get(), 0, kc.bytes()));
               CUDA_CHECK(cudaMemset(vc.get(), 0, vc.bytes()));
-              QkvArgs qa;
-              qa.qkv = qkv.get();
-              qa.qkv_row_stride = n;
-              qa.n_tokens = c.m;
-              qa.n_heads = c.heads;
-              qa.n_kv_heads = c.kv_heads;
-              qa.head_dim = c.hd;
-              qa.bias = with_bias ? d_bias.get() : nullptr;
-              qa.positions = d_pos.get<int32_t>();
-              qa.inv_freq = d_inv.get<float>();
-              qa.slot_mapping = d_slots.get<int64_t>();
-              qa.k_cache = kc.get();
-              qa.v_cache = vc.get();
+              const QkvArgs qa = testing::qkv_args(ScalarType::bf16, qkv.get(), c.m, {c.heads, c.kv_heads, c.hd},
+                                                   with_bias ? d_bias.get() : nullptr, d_pos.get<int32_t>(),
+                                                   d_inv.get<float>(), d_slots.get<int64_t>(), kc.get(), vc.get());
               QuantGemvArgs a = pr.args(qkv.get(), true, false);
               a.kernel = QuantGemvKernel::steps;
               if (with_ws) ws.attach(a);
