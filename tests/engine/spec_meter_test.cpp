@@ -1,5 +1,5 @@
 // The measured per-step rule where drafts lose (issue 27: never a slowdown): its exploring steps
-// back off, acceptance that rises brings them back, and a step is recorded under the count of
+// back off, a probe that measures a gain brings them back, and a step is recorded under the count of
 // sequences it was asked for, so every bucket it prices gets decided. Deterministic: a meter fed by
 // hand, and an engine on the sim backend whose step times are set per step shape (a virtual clock).
 #include <gtest/gtest.h>
@@ -20,15 +20,15 @@ namespace spec_meter_test {  // named, not anonymous: a unity batch shares one t
 using namespace enginetest;
 
 /// Feeds `m` `n` steps at batch 32: plain steps yield 100 tokens/s, steps with drafts (for all, or
-/// probes scaled to all) `draft_rate` with acceptance(i) of their 400 draft tokens accepted (100 and
-/// their share in a probe of 8). Returns the indices of the steps that carried drafts.
-template <class Acceptance>
-std::vector<int> drive(SpecRateMeter& m, int n, double draft_rate, Acceptance acceptance) {
+/// probes scaled to all) draft_rate(i) tokens/s with 80 of their 400 draft tokens accepted (20 in a
+/// probe of 8). Returns the indices of the steps that carried drafts.
+template <class Rate>
+std::vector<int> drive(SpecRateMeter& m, int n, Rate draft_rate) {
   std::vector<int> on;
   for (int i = 0; i < n; ++i) {
     const SpecChoice c = m.choose(32);
     if (c != SpecChoice::plain) on.push_back(i);
-    feed_meter(m, 32, c, 100.0, draft_rate, 400, c != SpecChoice::plain ? 4 * int(100 * acceptance(i) + 0.5) : 0);
+    feed_meter(m, 32, c, 100.0, draft_rate(i), 400, c != SpecChoice::plain ? 80 : 0);
   }
   return on;
 }
@@ -40,25 +40,31 @@ std::vector<int> gaps_after_warmup(const std::vector<int>& on) {
 }
 
 TEST(SpecRateMeter, ExploringBacksOffWhileDraftsKeepLosing) {
-  // Drafts at half the plain rate: after the warm-up (kWarm steps with, kWarm without), each
-  // exploring step that finds them still losing doubles the interval to the next, up to kExploreMax.
+  // Drafts at half the plain rate: every counted probe that confirms the loss doubles the interval
+  // to the next exploration, up to kExploreMax; the warm-up's two counted probes (kWarm, the first
+  // not counted) make the first one come 4 kExploreFar steps after it.
   SpecRateMeter m;
-  const std::vector<int> on = drive(m, 20000, 50.0, [](int) { return 0.2; });
+  const std::vector<int> on = drive(m, 20000, [](int) { return 50.0; });
   ASSERT_GE(on.size(), size_t(SpecRateMeter::kWarm) + 2);
   for (int i = 0; i < SpecRateMeter::kWarm; ++i) EXPECT_EQ(on[size_t(i)], SpecRateMeter::kWarm + i) << "plain first";
-  EXPECT_EQ(on[SpecRateMeter::kWarm], 2 * SpecRateMeter::kWarm - 1 + SpecRateMeter::kExploreFar);
-  EXPECT_EQ(gaps_after_warmup(on), (std::vector<int>{256, 512, 1024, 2048, 4096, 4096, 4096}));
+  EXPECT_EQ(on[SpecRateMeter::kWarm], 2 * SpecRateMeter::kWarm - 1 + 4 * SpecRateMeter::kExploreFar);
+  EXPECT_EQ(gaps_after_warmup(on), (std::vector<int>{1024, 2048, 4096, 4096, 4096, 4096}));
   EXPECT_LT(double(on.size()) / 20000.0, 0.001) << "without the backoff one step in 128 drafted";
   EXPECT_EQ(m.explore_interval(32), SpecRateMeter::kExploreMax);
   EXPECT_EQ(m.explore_interval(128), 0) << "a bucket not measured has none";
 
-  // Acceptance that rises by more than kAcceptShift and 3 sds above the bucket's average (0.2 -> 0.5
-  // from the 4th exploration on, the drafts still slower) puts the interval back to kExploreFar,
-  // until the average has taken the rise in (three explorations here); then it backs off again.
+  // Drafts that turn winning (120 tokens/s from step 3000 on, the third exploration): the probe that measures
+  // the gain brings the interval back to kExploreFar (the average, 67.5, still loses by more than
+  // kFar), the next one to kExplore (80.6: under kFar), and once the average passes plain's rate
+  // the bucket drafts for all (every step but an exploring plain one each kExplore).
   SpecRateMeter r;
-  int explorations = 0;
-  const std::vector<int> on_r = drive(r, 6000, 50.0, [&](int i) { return i < 6 ? 0.2 : (++explorations >= 4 ? 0.5 : 0.2); });
-  EXPECT_EQ(gaps_after_warmup(on_r), (std::vector<int>{256, 512, 1024, 128, 128, 128, 256, 512, 1024}));
+  const std::vector<int> on_r = drive(r, 4000, [](int i) { return i >= 3000 ? 120.0 : 50.0; });
+  const std::vector<int> gaps = gaps_after_warmup(on_r);
+  ASSERT_GE(gaps.size(), size_t(6));
+  EXPECT_EQ(std::vector<int>(gaps.begin(), gaps.begin() + 6), (std::vector<int>{1024, 2048, 128, 32, 32, 32}));
+  EXPECT_GT(r.rate(32, true), r.rate(32, false));
+  EXPECT_EQ(r.explore_interval(32), SpecRateMeter::kExplore);
+  EXPECT_GT(on_r.size(), size_t(4000 - on_r[SpecRateMeter::kWarm + 6] - 100)) << "drafts for all once they won";
 
   // Drafts that win by far: the plain step is explored every kExploreFar steps, never backed off
   // (a plain step costs no catch-up), and the drafts run every other step.
@@ -72,11 +78,11 @@ TEST(SpecRateMeter, ExploringBacksOffWhileDraftsKeepLosing) {
   EXPECT_EQ(w.explore_interval(32), SpecRateMeter::kExploreFar);
   EXPECT_EQ(plain_steps, SpecRateMeter::kWarm + (4000 - 2 * SpecRateMeter::kWarm) / SpecRateMeter::kExploreFar);
 
-  // Drafts close behind (under kFar): explored first after kExplore steps, then backed off the same way.
+  // Drafts close behind (under kFar): the same from kExplore, first explored 4 kExplore steps after the warm-up.
   SpecRateMeter c;
-  const std::vector<int> on_c = drive(c, 5000, 90.0, [](int) { return 0.3; });
-  EXPECT_EQ(on_c[SpecRateMeter::kWarm], 2 * SpecRateMeter::kWarm - 1 + SpecRateMeter::kExplore);
-  EXPECT_EQ(gaps_after_warmup(on_c), (std::vector<int>{64, 128, 256, 512, 1024, 2048}));
+  const std::vector<int> on_c = drive(c, 5000, [](int) { return 90.0; });
+  EXPECT_EQ(on_c[SpecRateMeter::kWarm], 2 * SpecRateMeter::kWarm - 1 + 4 * SpecRateMeter::kExplore);
+  EXPECT_EQ(gaps_after_warmup(on_c), (std::vector<int>{256, 512, 1024, 2048}));
 }
 
 /// Steps with more than one row per sequence (verification) take 3 ms of the virtual clock, others
@@ -119,20 +125,22 @@ TEST(SpecRateMeter, AStepIsRecordedUnderTheCountItWasAskedBy) {
     off += s.spec_off;
   }
   ASSERT_EQ(r.finished.size(), 3u);
-  EXPECT_LE(drafted, 2 * SpecRateMeter::kWarm) << "warm-up steps only: one exploring step comes after kExploreFar";
+  EXPECT_LE(drafted, 2 * SpecRateMeter::kWarm) << "warm-up steps only: the first exploring step comes after 4 kExploreFar";
   EXPECT_GE(off, 100) << "drafts stay off once measured slower";
 }
 
 TEST(SpecRateMeter, ProbesDraftForTheLeastCaughtUpAndMoveNoSequenceAhead) {
   // Eight requests of one length start together; `self` on the sim accepts each draft at 0.5 (a
   // draft that stood would move its sequence ahead), verification costs 3x a plain step, so the
-  // rule measures drafts (kWarm probes, one exploring probe after kExploreFar steps) and keeps
+  // rule measures drafts (kWarm probes, one exploring probe 4 kExploreFar steps later) and keeps
   // them off. Probes draft for probe_size(8) = 4 sequences, keep only each one's first draw, and
   // the requests all finish in one step.
-  auto backend = std::make_unique<SimBackend>(micro_model(), SimCostModel::roofline(SimDevice::preset("h100")));
+  ModelConfig model = micro_model();
+  model.max_position = 1024;  // room for 560 outputs: the first exploring probe comes after ~520 steps
+  auto backend = std::make_unique<SimBackend>(model, SimCostModel::roofline(SimDevice::preset("h100")));
   SimBackend& sim = *backend;
-  EngineConfig ec = paged_config(continuous_sched(8, 512, true), 1 << 20);
-  ec.kv.max_model_len = 512;
+  EngineConfig ec = paged_config(continuous_sched(8, 512, true), 4 << 20);
+  ec.kv.max_model_len = 1024;
   Engine e(ec, std::make_unique<SlowVerify>(std::move(backend)));
   SpeculativeConfig sc;
   sc.method = SpecMethod::self;
@@ -144,11 +152,11 @@ TEST(SpecRateMeter, ProbesDraftForTheLeastCaughtUpAndMoveNoSequenceAhead) {
   policy.measured = true;
   e.set_proposer(make_sim_proposer(sc, sim), std::move(policy));
   std::vector<Request> reqs;
-  for (int i = 0; i < 8; ++i) reqs.push_back(make_request(i, 16, 200));
+  for (int i = 0; i < 8; ++i) reqs.push_back(make_request(i, 16, 560));
   const RunResult r = run_virtual(e, at_zero(reqs));
   ASSERT_EQ(r.finished.size(), 8u);
   for (const auto& [id, f] : r.finished) {
-    EXPECT_EQ(f.n_output, 200);
+    EXPECT_EQ(f.n_output, 560);
     EXPECT_EQ(f.end_s, r.finished.begin()->second.end_s) << "request " << id << " moved out of the lockstep";
   }
   std::vector<const StepOutcome*> probes;
@@ -168,7 +176,7 @@ TEST(SpecRateMeter, ProbesDraftForTheLeastCaughtUpAndMoveNoSequenceAhead) {
   EXPECT_GT(probes[0]->spec_catch_up_s, 0.0);
   EXPECT_EQ(probes[1]->spec_catch_up_s, 0.0);
   EXPECT_EQ(probes[2]->spec_catch_up_s, 0.0);
-  EXPECT_GT(probes[3]->spec_catch_up_s, 0.0) << "the exploring probe after kExploreFar plain steps";
+  EXPECT_GT(probes[3]->spec_catch_up_s, 0.0) << "the exploring probe after 4 kExploreFar plain steps";
 }
 
 }  // namespace spec_meter_test
