@@ -85,9 +85,10 @@ struct ProbeStep {
 
 /// The measured per-step rule: per batch bucket (sequences asked for drafts, rounded up to a power
 /// of two: the count a step is asked and recorded under), an exponential average of the tokens per
-/// second that decode steps with drafts and without yielded. A bucket first runs plain steps, then
-/// probes, kWarm steps each (the first of each not counted: a first step may capture a CUDA graph
-/// or catch a draft up on whole prompts); then the faster, with the other tried once every kExplore
+/// second that decode steps with drafts and without yielded. A bucket first runs kWarmPlain plain
+/// steps (the first two not counted: a decode graph's eager first run and its capture), then kWarm
+/// probes (the first not counted: it catches drafts up on whole prompts); then the faster, with the
+/// other tried once every kExplore
 /// steps so the choice follows acceptance as it changes (every kExploreFar steps while the loser
 /// yields under 1/kFar of the winner).
 /// Drafts are measured by probes wherever the bucket does not (yet) run them: a probe drafts only
@@ -110,7 +111,8 @@ struct ProbeStep {
 /// until it is decided itself.
 class SpecRateMeter {
  public:
-  static constexpr int kWarm = 3;
+  static constexpr int kWarm = 3;       ///< probes a bucket runs before it is decided (the first not counted)
+  static constexpr int kWarmPlain = 4;  ///< plain steps likewise (the first two not counted)
   static constexpr int kExplore = 32;
   static constexpr int kExploreFar = 128;
   static constexpr int kExploreMax = 4096;
@@ -147,7 +149,13 @@ class SpecRateMeter {
     int backoff = 0;           // the interval while drafts lose (0: kExplore or kExploreFar)
   };
   static int bucket_of(int batch);
-  static bool is_decided(const Bucket& b) { return b.seen[0] >= kWarm && b.seen[1] >= kWarm; }
+  static bool is_decided(const Bucket& b) { return b.seen[0] >= kWarmPlain && b.seen[1] >= kWarm; }
+  /// Steps of a side not counted at its start: a plain decode step's graph is run eagerly the first
+  /// time and captured the second (cuda: 8.8-10.6 ms against 5.4-6.0 steady for llama2-7b at 32-64
+  /// sequences on an H200, which counted made plain look slow and drafts win where they lose); a
+  /// probe's first step catches its drafts up on whole prompts (its verification rows run eagerly
+  /// from 4 sequences on, and a capture of fewer errs towards plain).
+  static int skipped(bool with_drafts) { return with_drafts ? 1 : 2; }
   /// Adds a step's rate to its side of the bucket and moves the backoff (record's common part).
   void add(Bucket& b, bool with_drafts, double rate, bool probe);
   /// Steps between explorations of a decided bucket's losing choice.

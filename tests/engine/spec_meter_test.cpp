@@ -46,8 +46,8 @@ TEST(SpecRateMeter, ExploringBacksOffWhileDraftsKeepLosing) {
   SpecRateMeter m;
   const std::vector<int> on = drive(m, 20000, [](int) { return 50.0; });
   ASSERT_GE(on.size(), size_t(SpecRateMeter::kWarm) + 2);
-  for (int i = 0; i < SpecRateMeter::kWarm; ++i) EXPECT_EQ(on[size_t(i)], SpecRateMeter::kWarm + i) << "plain first";
-  EXPECT_EQ(on[SpecRateMeter::kWarm], 2 * SpecRateMeter::kWarm - 1 + 4 * SpecRateMeter::kExploreFar);
+  for (int i = 0; i < SpecRateMeter::kWarm; ++i) EXPECT_EQ(on[size_t(i)], SpecRateMeter::kWarmPlain + i) << "plain first";
+  EXPECT_EQ(on[SpecRateMeter::kWarm], SpecRateMeter::kWarmPlain + SpecRateMeter::kWarm - 1 + 4 * SpecRateMeter::kExploreFar);
   EXPECT_EQ(gaps_after_warmup(on), (std::vector<int>{1024, 2048, 4096, 4096, 4096, 4096}));
   EXPECT_LT(double(on.size()) / 20000.0, 0.001) << "without the backoff one step in 128 drafted";
   EXPECT_EQ(m.explore_interval(32), SpecRateMeter::kExploreMax);
@@ -76,12 +76,13 @@ TEST(SpecRateMeter, ExploringBacksOffWhileDraftsKeepLosing) {
     plain_steps += c == SpecChoice::plain;
   }
   EXPECT_EQ(w.explore_interval(32), SpecRateMeter::kExploreFar);
-  EXPECT_EQ(plain_steps, SpecRateMeter::kWarm + (4000 - 2 * SpecRateMeter::kWarm) / SpecRateMeter::kExploreFar);
+  EXPECT_EQ(plain_steps, SpecRateMeter::kWarmPlain +
+                             (4000 - SpecRateMeter::kWarmPlain - SpecRateMeter::kWarm) / SpecRateMeter::kExploreFar);
 
   // Drafts close behind (under kFar): the same from kExplore, first explored 4 kExplore steps after the warm-up.
   SpecRateMeter c;
   const std::vector<int> on_c = drive(c, 5000, [](int) { return 90.0; });
-  EXPECT_EQ(on_c[SpecRateMeter::kWarm], 2 * SpecRateMeter::kWarm - 1 + 4 * SpecRateMeter::kExplore);
+  EXPECT_EQ(on_c[SpecRateMeter::kWarm], SpecRateMeter::kWarmPlain + SpecRateMeter::kWarm - 1 + 4 * SpecRateMeter::kExplore);
   EXPECT_EQ(gaps_after_warmup(on_c), (std::vector<int>{256, 512, 1024, 2048}));
 }
 
@@ -107,7 +108,7 @@ class ConstantProposer final : public Proposer {
 TEST(SpecRateMeter, AStepIsRecordedUnderTheCountItWasAskedBy) {
   // Two requests draft; a third samples n = 3 sequences, which never draft but are in every step:
   // 2 sequences are asked (bucket 2), 5 run (bucket 8). Recorded under 5, bucket 2 stayed in its
-  // warm-up and drafted every step; recorded under 2, it is decided after 2 kWarm decode steps.
+  // warm-up and drafted every step; recorded under 2, it is decided after kWarmPlain + kWarm decode steps.
   EngineConfig ec = paged_config(continuous_sched(8, 256, true), 1 << 20);
   ec.kv.max_model_len = 256;
   Engine e(ec, std::make_unique<SlowVerify>(sim_backend()));
@@ -125,7 +126,7 @@ TEST(SpecRateMeter, AStepIsRecordedUnderTheCountItWasAskedBy) {
     off += s.spec_off;
   }
   ASSERT_EQ(r.finished.size(), 3u);
-  EXPECT_LE(drafted, 2 * SpecRateMeter::kWarm) << "warm-up steps only: the first exploring step comes after 4 kExploreFar";
+  EXPECT_LE(drafted, SpecRateMeter::kWarm) << "warm-up probes only: the first exploring step comes after 4 kExploreFar";
   EXPECT_GE(off, 100) << "drafts stay off once measured slower";
 }
 
