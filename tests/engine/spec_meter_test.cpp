@@ -86,6 +86,31 @@ TEST(SpecRateMeter, ExploringBacksOffWhileDraftsKeepLosing) {
   EXPECT_EQ(gaps_after_warmup(on_c), (std::vector<int>{256, 512, 1024, 2048}));
 }
 
+TEST(SpecRateMeter, APlainStepThatCapturesAGraphIsNotCounted) {
+  // The first steps of an H200 run (llama2-7b, 32 users, wrong drafts: results/gpu/spec/
+  // h200-2026-11-30-e790fdd-warm, wrong32 self-k4-b): the first plain decode step ran the target's
+  // graph eagerly (6.27 ms), the second captured it (10.62 ms), later ones took 5.4 ms; the probes
+  // of 8 of the 32 sequences took 8.5-9.5 ms with 0-3 of their 32 drafts standing. Counting the
+  // capture set the plain rate 37% low and the probes, scaled to it, won: drafts ran for all.
+  SpecRateMeter m;
+  const double plain_ms[] = {6.27, 10.62, 5.42, 5.42};
+  for (double ms : plain_ms) {
+    ASSERT_EQ(m.choose(32), SpecChoice::plain);
+    m.record(32, false, 32, ms * 1e-3);
+  }
+  const ProbeStep probes[] = {{8, 32, 9.50e-3, 1.90e-3, 1.07e-3, 32, 0},
+                              {8, 32, 8.65e-3, 1.06e-3, 0.0, 32, 3},
+                              {8, 32, 8.53e-3, 0.99e-3, 0.0, 32, 2}};
+  for (const ProbeStep& p : probes) {
+    ASSERT_EQ(m.choose(32), SpecChoice::probe);
+    m.record_probe(32, p);
+  }
+  ASSERT_TRUE(m.decided(32));
+  EXPECT_NEAR(m.rate(32, false), 32 / 5.42e-3, 1e-6) << "the steady plain step's rate";
+  EXPECT_LT(m.rate(32, true), 0.5 * m.rate(32, false));
+  EXPECT_EQ(m.choose(32), SpecChoice::plain);
+}
+
 /// Steps with more than one row per sequence (verification) take 3 ms of the virtual clock, others
 /// 1 ms: drafts that are almost never accepted are a loss by far.
 class SlowVerify final : public ForwardingBackend {
