@@ -156,11 +156,11 @@ SpecChoice SpecRateMeter::choose(int batch) {
   if (!is_decided(b)) {
     if (const Bucket* n = clear_neighbour(i)) {  // follow it; measure the other choice at its interval
       const bool best = n->rate[1] > n->rate[0];
-      const bool other = b.seen[best ? 1 : 0] >= (best ? kWarm : kWarmPlain) && b.steps % interval_of(*n) == 0;
+      const bool other = b.seen[best ? 1 : 0] >= kWarm && b.steps % interval_of(*n) == 0;
       return best != other ? with_drafts(best) : SpecChoice::plain;
     }
     // Plain first: a probe is scaled by the plain rate.
-    return b.seen[0] < kWarmPlain ? SpecChoice::plain : SpecChoice::probe;
+    return b.seen[0] < kWarm ? SpecChoice::plain : SpecChoice::probe;
   }
   const bool best = b.rate[1] > b.rate[0];
   const bool explore = ++b.since >= interval_of(b);
@@ -171,8 +171,10 @@ SpecChoice SpecRateMeter::choose(int batch) {
 void SpecRateMeter::add(Bucket& b, bool with_drafts, double r, bool probe) {
   const int i = with_drafts ? 1 : 0;
   const bool drafts_led = is_decided(b) && b.rate[1] > b.rate[0];
-  if (b.seen[i]++ < skipped(with_drafts)) return;  // one-time costs: a graph's eager run and capture, a prompt's catch-up
-  b.rate[i] = b.seen[i] == skipped(with_drafts) + 1 ? r : (1.0 - kWeight) * b.rate[i] + kWeight * r;
+  if (b.seen[i]++ == 0) return;  // one-time costs: a graph's eager first run, a prompt's catch-up
+  if (b.seen[i] == 2) b.rate[i] = r;
+  else if (!with_drafts && b.seen[i] <= kWarm) b.rate[i] = std::max(b.rate[i], r);  // a graph capture slows one
+  else b.rate[i] = (1.0 - kWeight) * b.rate[i] + kWeight * r;
   const bool still_losing = b.rate[0] > b.rate[1];
   if (with_drafts && !probe && drafts_led && still_losing) {  // its own drafting turned it back
     b.backoff = std::min(kExploreMax, 2 * std::max(kExplore, b.backoff));

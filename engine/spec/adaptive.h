@@ -85,10 +85,12 @@ struct ProbeStep {
 
 /// The measured per-step rule: per batch bucket (sequences asked for drafts, rounded up to a power
 /// of two: the count a step is asked and recorded under), an exponential average of the tokens per
-/// second that decode steps with drafts and without yielded. A bucket first runs kWarmPlain plain
-/// steps (the first two not counted: a decode graph's eager first run and its capture), then kWarm
-/// probes (the first not counted: it catches drafts up on whole prompts); then the faster, with the
-/// other tried once every kExplore
+/// second that decode steps with drafts and without yielded. A bucket first runs plain steps, then
+/// probes, kWarm steps each (the first of each not counted: a decode graph's eager first run, a
+/// probe's catch-up on whole prompts; and plain's rate is the faster of its counted warm-up steps,
+/// since on cuda the second captures the graph: 8.8-10.6 ms against 5.4-6.0 steady for llama2-7b
+/// at 32-64 sequences on an H200, which averaged in made plain look slow and wrong drafts win);
+/// then the faster, with the other tried once every kExplore
 /// steps so the choice follows acceptance as it changes (every kExploreFar steps while the loser
 /// yields under 1/kFar of the winner).
 /// Drafts are measured by probes wherever the bucket does not (yet) run them: a probe drafts only
@@ -111,8 +113,7 @@ struct ProbeStep {
 /// until it is decided itself.
 class SpecRateMeter {
  public:
-  static constexpr int kWarm = 3;       ///< probes a bucket runs before it is decided (the first not counted)
-  static constexpr int kWarmPlain = 4;  ///< plain steps likewise (the first two not counted)
+  static constexpr int kWarm = 3;  ///< plain steps, then probes, a bucket runs before it is decided
   static constexpr int kExplore = 32;
   static constexpr int kExploreFar = 128;
   static constexpr int kExploreMax = 4096;
@@ -149,13 +150,7 @@ class SpecRateMeter {
     int backoff = 0;           // the interval while drafts lose (0: kExplore or kExploreFar)
   };
   static int bucket_of(int batch);
-  static bool is_decided(const Bucket& b) { return b.seen[0] >= kWarmPlain && b.seen[1] >= kWarm; }
-  /// Steps of a side not counted at its start: a plain decode step's graph is run eagerly the first
-  /// time and captured the second (cuda: 8.8-10.6 ms against 5.4-6.0 steady for llama2-7b at 32-64
-  /// sequences on an H200, which counted made plain look slow and drafts win where they lose); a
-  /// probe's first step catches its drafts up on whole prompts (its verification rows run eagerly
-  /// from 4 sequences on, and a capture of fewer errs towards plain).
-  static int skipped(bool with_drafts) { return with_drafts ? 1 : 2; }
+  static bool is_decided(const Bucket& b) { return b.seen[0] >= kWarm && b.seen[1] >= kWarm; }
   /// Adds a step's rate to its side of the bucket and moves the backoff (record's common part).
   void add(Bucket& b, bool with_drafts, double rate, bool probe);
   /// Steps between explorations of a decided bucket's losing choice.

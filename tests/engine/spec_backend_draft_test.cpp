@@ -174,12 +174,11 @@ TEST(SpecRateMeter, MeasuresBothChoicesThenKeepsTheFasterAndLooksAgain) {
     choices.push_back(c);
     feed_meter(m, 8, c, 100.0, 50.0, 8, 2);
   }
-  const int warm = SpecRateMeter::kWarmPlain + SpecRateMeter::kWarm;
-  for (int i = 0; i < SpecRateMeter::kWarmPlain; ++i) EXPECT_EQ(choices[size_t(i)], SpecChoice::plain) << "plain first";
-  for (int i = SpecRateMeter::kWarmPlain; i < warm; ++i)
+  for (int i = 0; i < SpecRateMeter::kWarm; ++i) EXPECT_EQ(choices[size_t(i)], SpecChoice::plain) << "plain first";
+  for (int i = SpecRateMeter::kWarm; i < 2 * SpecRateMeter::kWarm; ++i)
     EXPECT_EQ(choices[size_t(i)], SpecChoice::probe) << "then drafts, probed";
   int on_after = 0;
-  for (size_t i = size_t(warm); i < choices.size(); ++i) {
+  for (size_t i = 2 * SpecRateMeter::kWarm; i < choices.size(); ++i) {
     on_after += choices[i] != SpecChoice::plain;
     EXPECT_NE(choices[i], SpecChoice::drafts) << "drafts for all only where they won";
   }
@@ -209,10 +208,10 @@ TEST(SpecRateMeter, MeasuresBothChoicesThenKeepsTheFasterAndLooksAgain) {
   // Close rates: the loser is tried every kExplore steps.
   SpecRateMeter c;
   int tried = 0;
-  for (int i = 0; i < warm + 128; ++i) {
+  for (int i = 0; i < 2 * SpecRateMeter::kWarm + 128; ++i) {
     const SpecChoice ch = c.choose(4);
     feed_meter(c, 4, ch, 400.0, 440.0, 4, 1);  // drafts 10% faster
-    if (i >= warm) tried += ch == SpecChoice::plain;
+    if (i >= 2 * SpecRateMeter::kWarm) tried += ch == SpecChoice::plain;
   }
   EXPECT_GE(tried, 3);
   EXPECT_LE(tried, 5);
