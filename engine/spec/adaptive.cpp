@@ -168,9 +168,10 @@ SpecChoice SpecRateMeter::choose(int batch) {
   return best != explore ? with_drafts(best) : SpecChoice::plain;
 }
 
-void SpecRateMeter::add(Bucket& b, bool with_drafts, double r, bool probe) {
+void SpecRateMeter::add(Bucket& b, bool with_drafts, double r, bool probe, int drafted) {
   const int i = with_drafts ? 1 : 0;
   const bool drafts_led = is_decided(b) && b.rate[1] > b.rate[0];
+  const bool warming = !is_decided(b);
   if (b.seen[i]++ == 0) return;  // one-time costs: a graph's eager first run, a prompt's catch-up
   if (b.seen[i] == 2) b.rate[i] = r;
   else if (!with_drafts && b.seen[i] <= kWarm) b.rate[i] = std::max(b.rate[i], r);  // a graph capture slows one
@@ -186,15 +187,17 @@ void SpecRateMeter::add(Bucket& b, bool with_drafts, double r, bool probe) {
   if (!probe || drafts_led || !still_losing) return;
   // One that measured a gain the average has not taken in (its own estimate above the plain rate)
   // brings the next exploration back to the base interval, to confirm it or not; one that confirms
-  // the loss doubles the interval (the warm-up's two counted probes included: the first
-  // exploration comes after 4 base intervals).
+  // the loss doubles the interval. The warm-up's counted probes do so only with kConfirmDrafts
+  // draft tokens or more (then the first exploration comes after 4 base intervals): the 3-4 of a
+  // probe at batch 1 tell too little of acceptance to put off the next look.
   const int base = b.rate[0] > kFar * b.rate[1] ? kExploreFar : kExplore;
-  b.backoff = r > b.rate[0] ? 0 : std::min(kExploreMax, 2 * std::max(base, b.backoff));
+  if (r > b.rate[0]) b.backoff = 0;
+  else if (!warming || drafted >= kConfirmDrafts) b.backoff = std::min(kExploreMax, 2 * std::max(base, b.backoff));
 }
 
 void SpecRateMeter::record(int batch, bool with_drafts, int tokens, double seconds) {
   if (tokens <= 0 || !(seconds > 0.0)) return;
-  add(buckets_[bucket_of(batch)], with_drafts, tokens / seconds, false);
+  add(buckets_[bucket_of(batch)], with_drafts, tokens / seconds, false, 0);
 }
 
 void SpecRateMeter::record_probe(int batch, const ProbeStep& p) {
@@ -204,7 +207,7 @@ void SpecRateMeter::record_probe(int batch, const ProbeStep& p) {
   const double plain_s = p.tokens / b.rate[0];
   const double extra_s = std::max(0.0, p.seconds - std::max(0.0, p.catch_up_s) - plain_s);
   const double tokens = p.tokens + scale * p.accepted;
-  add(b, true, tokens / (plain_s + scale * extra_s), true);
+  add(b, true, tokens / (plain_s + scale * extra_s), true, p.drafted);
 }
 
 double SpecRateMeter::rate(int batch, bool with_drafts) const {

@@ -102,8 +102,9 @@ struct ProbeStep {
 /// with the catch-up taken off, for the plain tokens plus B / n_probed times the drafts that would
 /// have stood. Only a bucket measured (or following a neighbour) in favour of drafts drafts for all
 /// and keeps what stands; its steps are recorded as they ran, catch-up included.
-/// Where drafts lose, each exploring probe that confirms the loss (its own estimate at or below
-/// the plain rate) doubles the interval to the next, up to kExploreMax, and so does a bucket turned
+/// Where drafts lose, each counted probe that confirms the loss (its own estimate at or below
+/// the plain rate; in the warm-up, one of kConfirmDrafts draft tokens or more) doubles the interval
+/// to the next exploration, up to kExploreMax, and so does a bucket turned
 /// back from drafts by its own drafting steps after a probe found them winning (each such turn pays
 /// a full catch-up); the interval goes back to kExplore or kExploreFar when an exploring probe
 /// measures a gain (its estimate above the plain rate) that the average has not yet taken in.
@@ -120,6 +121,7 @@ class SpecRateMeter {
   static constexpr double kFar = 1.25;
   static constexpr double kWeight = 0.25;       ///< of the newest step in the average
 
+  static constexpr int kConfirmDrafts = 32;  ///< a warm-up probe's draft tokens that let it back exploring off
   static constexpr int kProbeMin = 4;           ///< a probe drafts for at least this many sequences (all, below)
   static constexpr int kProbeShare = 4;         ///< and for at least 1 / kProbeShare of them
 
@@ -152,7 +154,7 @@ class SpecRateMeter {
   static int bucket_of(int batch);
   static bool is_decided(const Bucket& b) { return b.seen[0] >= kWarm && b.seen[1] >= kWarm; }
   /// Adds a step's rate to its side of the bucket and moves the backoff (record's common part).
-  void add(Bucket& b, bool with_drafts, double rate, bool probe);
+  void add(Bucket& b, bool with_drafts, double rate, bool probe, int drafted);
   /// Steps between explorations of a decided bucket's losing choice.
   static int interval_of(const Bucket& b);
   /// The nearest bucket within two of `i` whose choice is decided by more than kFar, or null.

@@ -169,7 +169,7 @@ TEST(SpecRateMeter, MeasuresBothChoicesThenKeepsTheFasterAndLooksAgain) {
   SpecRateMeter m;
   std::vector<SpecChoice> choices;
   // Batch 8: drafts yield 50 tokens/s, plain steps 100: after warming both, plain wins.
-  for (int i = 0; i < 600; ++i) {
+  for (int i = 0; i < 200; ++i) {
     const SpecChoice c = m.choose(8);
     choices.push_back(c);
     feed_meter(m, 8, c, 100.0, 50.0, 8, 2);
@@ -182,9 +182,9 @@ TEST(SpecRateMeter, MeasuresBothChoicesThenKeepsTheFasterAndLooksAgain) {
     on_after += choices[i] != SpecChoice::plain;
     EXPECT_NE(choices[i], SpecChoice::drafts) << "drafts for all only where they won";
   }
-  // Tried again now and then: as plain leads by more than kFar, after kExploreFar steps doubled by
-  // each counted probe that confirmed the loss (the warm-up's two): once in these 600 steps.
-  EXPECT_EQ(on_after, 1);
+  // Tried again now and then: every kExploreFar steps, as plain leads by more than kFar.
+  EXPECT_GE(on_after, 1);
+  EXPECT_LE(on_after, 2);
   EXPECT_TRUE(m.decided(8));
   EXPECT_FALSE(m.decided(64));
   EXPECT_NEAR(m.rate(8, true), 50.0, 1e-9) << "the probes of 4 scaled to the batch of 8";

@@ -47,7 +47,7 @@ TEST(SpecRateMeter, ExploringBacksOffWhileDraftsKeepLosing) {
   const std::vector<int> on = drive(m, 20000, [](int) { return 50.0; });
   ASSERT_GE(on.size(), size_t(SpecRateMeter::kWarm) + 2);
   for (int i = 0; i < SpecRateMeter::kWarm; ++i) EXPECT_EQ(on[size_t(i)], SpecRateMeter::kWarm + i) << "plain first";
-  EXPECT_EQ(on[SpecRateMeter::kWarm], SpecRateMeter::kWarm + SpecRateMeter::kWarm - 1 + 4 * SpecRateMeter::kExploreFar);
+  EXPECT_EQ(on[SpecRateMeter::kWarm], 2 * SpecRateMeter::kWarm - 1 + 4 * SpecRateMeter::kExploreFar);
   EXPECT_EQ(gaps_after_warmup(on), (std::vector<int>{1024, 2048, 4096, 4096, 4096, 4096}));
   EXPECT_LT(double(on.size()) / 20000.0, 0.001) << "without the backoff one step in 128 drafted";
   EXPECT_EQ(m.explore_interval(32), SpecRateMeter::kExploreMax);
@@ -76,14 +76,27 @@ TEST(SpecRateMeter, ExploringBacksOffWhileDraftsKeepLosing) {
     plain_steps += c == SpecChoice::plain;
   }
   EXPECT_EQ(w.explore_interval(32), SpecRateMeter::kExploreFar);
-  EXPECT_EQ(plain_steps, SpecRateMeter::kWarm +
-                             (4000 - SpecRateMeter::kWarm - SpecRateMeter::kWarm) / SpecRateMeter::kExploreFar);
+  EXPECT_EQ(plain_steps, SpecRateMeter::kWarm + (4000 - 2 * SpecRateMeter::kWarm) / SpecRateMeter::kExploreFar);
 
   // Drafts close behind (under kFar): the same from kExplore, first explored 4 kExplore steps after the warm-up.
   SpecRateMeter c;
   const std::vector<int> on_c = drive(c, 5000, [](int) { return 90.0; });
-  EXPECT_EQ(on_c[SpecRateMeter::kWarm], SpecRateMeter::kWarm + SpecRateMeter::kWarm - 1 + 4 * SpecRateMeter::kExplore);
+  EXPECT_EQ(on_c[SpecRateMeter::kWarm], 2 * SpecRateMeter::kWarm - 1 + 4 * SpecRateMeter::kExplore);
   EXPECT_EQ(gaps_after_warmup(on_c), (std::vector<int>{256, 512, 1024, 2048}));
+
+  // Warm-up probes of fewer than kConfirmDrafts draft tokens (4 sequences at k = 3: 12) tell too
+  // little of acceptance to back off: the first exploration comes kExploreFar after them, the next
+  // ones doubling.
+  SpecRateMeter few;
+  std::vector<int> on_few;
+  for (int i = 0; i < 1000; ++i) {
+    const SpecChoice ch = few.choose(4);
+    if (ch != SpecChoice::plain) on_few.push_back(i);
+    feed_meter(few, 4, ch, 100.0, 50.0, 12, ch != SpecChoice::plain ? 3 : 0);
+  }
+  ASSERT_EQ(on_few.size(), size_t(SpecRateMeter::kWarm) + 3);
+  EXPECT_EQ(on_few[SpecRateMeter::kWarm], 2 * SpecRateMeter::kWarm - 1 + SpecRateMeter::kExploreFar);
+  EXPECT_EQ(gaps_after_warmup(on_few), (std::vector<int>{256, 512}));
 }
 
 TEST(SpecRateMeter, APlainStepThatCapturesAGraphDoesNotSetThePlainRate) {
@@ -152,22 +165,20 @@ TEST(SpecRateMeter, AStepIsRecordedUnderTheCountItWasAskedBy) {
     off += s.spec_off;
   }
   ASSERT_EQ(r.finished.size(), 3u);
-  EXPECT_LE(drafted, SpecRateMeter::kWarm) << "warm-up probes only: the first exploring step comes after 4 kExploreFar";
+  EXPECT_LE(drafted, 2 * SpecRateMeter::kWarm) << "warm-up steps only: one exploring step comes after kExploreFar";
   EXPECT_GE(off, 100) << "drafts stay off once measured slower";
 }
 
 TEST(SpecRateMeter, ProbesDraftForTheLeastCaughtUpAndMoveNoSequenceAhead) {
   // Eight requests of one length start together; `self` on the sim accepts each draft at 0.5 (a
   // draft that stood would move its sequence ahead), verification costs 3x a plain step, so the
-  // rule measures drafts (kWarm probes, one exploring probe 4 kExploreFar steps later) and keeps
+  // rule measures drafts (kWarm probes, one exploring probe after kExploreFar steps) and keeps
   // them off. Probes draft for probe_size(8) = 4 sequences, keep only each one's first draw, and
   // the requests all finish in one step.
-  ModelConfig model = micro_model();
-  model.max_position = 1024;  // room for 560 outputs: the first exploring probe comes after ~520 steps
-  auto backend = std::make_unique<SimBackend>(model, SimCostModel::roofline(SimDevice::preset("h100")));
+  auto backend = std::make_unique<SimBackend>(micro_model(), SimCostModel::roofline(SimDevice::preset("h100")));
   SimBackend& sim = *backend;
-  EngineConfig ec = paged_config(continuous_sched(8, 512, true), 4 << 20);
-  ec.kv.max_model_len = 1024;
+  EngineConfig ec = paged_config(continuous_sched(8, 512, true), 1 << 20);
+  ec.kv.max_model_len = 512;
   Engine e(ec, std::make_unique<SlowVerify>(std::move(backend)));
   SpeculativeConfig sc;
   sc.method = SpecMethod::self;
@@ -179,11 +190,11 @@ TEST(SpecRateMeter, ProbesDraftForTheLeastCaughtUpAndMoveNoSequenceAhead) {
   policy.measured = true;
   e.set_proposer(make_sim_proposer(sc, sim), std::move(policy));
   std::vector<Request> reqs;
-  for (int i = 0; i < 8; ++i) reqs.push_back(make_request(i, 16, 560));
+  for (int i = 0; i < 8; ++i) reqs.push_back(make_request(i, 16, 200));
   const RunResult r = run_virtual(e, at_zero(reqs));
   ASSERT_EQ(r.finished.size(), 8u);
   for (const auto& [id, f] : r.finished) {
-    EXPECT_EQ(f.n_output, 560);
+    EXPECT_EQ(f.n_output, 200);
     EXPECT_EQ(f.end_s, r.finished.begin()->second.end_s) << "request " << id << " moved out of the lockstep";
   }
   std::vector<const StepOutcome*> probes;
@@ -203,7 +214,7 @@ TEST(SpecRateMeter, ProbesDraftForTheLeastCaughtUpAndMoveNoSequenceAhead) {
   EXPECT_GT(probes[0]->spec_catch_up_s, 0.0);
   EXPECT_EQ(probes[1]->spec_catch_up_s, 0.0);
   EXPECT_EQ(probes[2]->spec_catch_up_s, 0.0);
-  EXPECT_GT(probes[3]->spec_catch_up_s, 0.0) << "the exploring probe after 4 kExploreFar plain steps";
+  EXPECT_GT(probes[3]->spec_catch_up_s, 0.0) << "the exploring probe after kExploreFar plain steps";
 }
 
 }  // namespace spec_meter_test
