@@ -553,8 +553,7 @@ StepOutcome Engine::step(double now) {
             asked, ProbeStep{out.spec_probe_drafts, static_cast<int>(out.tokens.size()), out.duration_s, out.spec_draft_s,
                              out.spec_catch_up_s, out.spec_probe_draft_tokens, out.spec_probe_accepted_tokens});
       else
-        state_->spec_meter.record(asked, out.spec_drafts > 0, static_cast<int>(out.tokens.size()), out.duration_s,
-                                  out.spec_draft_tokens, out.spec_accepted_tokens);
+        state_->spec_meter.record(asked, out.spec_drafts > 0, static_cast<int>(out.tokens.size()), out.duration_s);
     }
 
     if (decoding) state_->decode_tokens.swap(result.tokens);  // its buffer, for the next step

@@ -139,6 +139,17 @@ struct StepLimits {
   int block_size = 0;
 };
 
+/// Step shapes whose first run on a backend costs more than later runs of the same shape (cuda: a
+/// decode step's CUDA graph is run eagerly the first time and captured the second, per batch
+/// bucket and context bucket; a product's cuBLASLt kernel is loaded at its first launch, per row
+/// bucket), for a caller that pays them before serving (ModelProposer::warm_up). Empty lists:
+/// nothing to warm (cpu, sim, cuda in batch-invariant mode or without graphs has no graph lists).
+struct WarmShapes {
+  std::vector<int> decode_batches;   ///< sequences of a one-row-a-sequence step, one per graph bucket, ascending
+  std::vector<int> decode_contexts;  ///< the longest context a graph is sized for, one per context bucket, ascending
+  std::vector<int> step_rows;        ///< rows of an eager step, one per product row bucket, ascending
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -168,6 +179,9 @@ class Backend {
   /// (cpu, sim, cuda without graphs or in batch-invariant mode). The profile records them, so the
   /// sim prices a decode step at the size that actually runs.
   virtual std::vector<int> decode_row_buckets() const { return {}; }
+  /// The shapes of steps within `limits` whose first run costs more than later ones (WarmShapes).
+  /// Default: none.
+  virtual WarmShapes warm_shapes(const StepLimits& limits) const { (void)limits; return {}; }
   /// Runs the step: writes each row's K/V to its slot, attends, and draws one token per draw.
   /// Throws std::invalid_argument naming the field for a malformed step.
   virtual StepOutput execute(const Step& step) = 0;

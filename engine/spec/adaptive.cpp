@@ -1,7 +1,6 @@
 #include "engine/spec/adaptive.h"
 
 #include <algorithm>
-#include <cmath>
 #include <string>
 
 #include "engine/backend/draft_pricer.h"
@@ -169,34 +168,36 @@ SpecChoice SpecRateMeter::choose(int batch) {
   return best != explore ? with_drafts(best) : SpecChoice::plain;
 }
 
-void SpecRateMeter::add(Bucket& b, bool with_drafts, double r, bool probe, int drafted, int accepted) {
+void SpecRateMeter::add(Bucket& b, bool with_drafts, double r, bool probe, int drafted) {
   const int i = with_drafts ? 1 : 0;
   const bool drafts_led = is_decided(b) && b.rate[1] > b.rate[0];
-  // An exploring probe: drafts measured in a bucket decided against them.
-  const bool explored = probe && is_decided(b) && !drafts_led;
-  const double before = b.acceptance;
-  const double acceptance = drafted > 0 ? double(accepted) / drafted : -1.0;
-  if (acceptance >= 0.0) b.acceptance = before < 0.0 ? acceptance : (1.0 - kWeight) * before + kWeight * acceptance;
-  if (b.seen[i]++ == 0) return;  // a first step may pay one-time costs (graph capture, a prompt's catch-up)
-  b.rate[i] = b.seen[i] == 2 ? r : (1.0 - kWeight) * b.rate[i] + kWeight * r;
+  const bool warming = !is_decided(b);
+  if (b.seen[i]++ == 0) return;  // one-time costs: a graph's eager first run, a prompt's catch-up
+  if (b.seen[i] == 2) b.rate[i] = r;
+  else if (!with_drafts && b.seen[i] <= kWarm) b.rate[i] = std::max(b.rate[i], r);  // a graph capture slows one
+  else b.rate[i] = (1.0 - kWeight) * b.rate[i] + kWeight * r;
   const bool still_losing = b.rate[0] > b.rate[1];
   if (with_drafts && !probe && drafts_led && still_losing) {  // its own drafting turned it back
     b.backoff = std::min(kExploreMax, 2 * std::max(kExplore, b.backoff));
     return;
   }
-  if (!explored) return;
-  // Acceptance up by more than kAcceptShift and by more than 3 binomial sds of this step's drafts.
-  const bool accept_up = acceptance >= 0.0 && before >= 0.0 &&
-                         acceptance - before > std::max(kAcceptShift, 3.0 * std::sqrt(before * (1.0 - before) / drafted));
-  if (accept_up) b.backoff = 0;
-  else if (still_losing) b.backoff = std::min(kExploreMax, 2 * interval_of(b));
-  // A probe that finds drafts winning keeps the backoff: if drafting for all then measures a
-  // loss, the next exploration waits longer than the last.
+  // A counted probe where drafts did not lead: the warm-up's, or an exploring one. One that turned
+  // the bucket to drafts keeps the backoff, so if drafting for all then measures a loss the next
+  // exploration waits longer than the last.
+  if (!probe || drafts_led || !still_losing) return;
+  // One that measured a gain the average has not taken in (its own estimate above the plain rate)
+  // brings the next exploration back to the base interval, to confirm it or not; one that confirms
+  // the loss doubles the interval. The warm-up's counted probes do so only with kConfirmDrafts
+  // draft tokens or more (then the first exploration comes after 4 base intervals): the 3-4 of a
+  // probe at batch 1 tell too little of acceptance to put off the next look.
+  const int base = b.rate[0] > kFar * b.rate[1] ? kExploreFar : kExplore;
+  if (r > b.rate[0]) b.backoff = 0;
+  else if (!warming || drafted >= kConfirmDrafts) b.backoff = std::min(kExploreMax, 2 * std::max(base, b.backoff));
 }
 
-void SpecRateMeter::record(int batch, bool with_drafts, int tokens, double seconds, int drafted, int accepted) {
+void SpecRateMeter::record(int batch, bool with_drafts, int tokens, double seconds) {
   if (tokens <= 0 || !(seconds > 0.0)) return;
-  add(buckets_[bucket_of(batch)], with_drafts, tokens / seconds, false, drafted, accepted);
+  add(buckets_[bucket_of(batch)], with_drafts, tokens / seconds, false, 0);
 }
 
 void SpecRateMeter::record_probe(int batch, const ProbeStep& p) {
@@ -206,7 +207,7 @@ void SpecRateMeter::record_probe(int batch, const ProbeStep& p) {
   const double plain_s = p.tokens / b.rate[0];
   const double extra_s = std::max(0.0, p.seconds - std::max(0.0, p.catch_up_s) - plain_s);
   const double tokens = p.tokens + scale * p.accepted;
-  add(b, true, tokens / (plain_s + scale * extra_s), true, p.drafted, p.accepted);
+  add(b, true, tokens / (plain_s + scale * extra_s), true, p.drafted);
 }
 
 double SpecRateMeter::rate(int batch, bool with_drafts) const {

@@ -86,8 +86,11 @@ struct ProbeStep {
 /// The measured per-step rule: per batch bucket (sequences asked for drafts, rounded up to a power
 /// of two: the count a step is asked and recorded under), an exponential average of the tokens per
 /// second that decode steps with drafts and without yielded. A bucket first runs plain steps, then
-/// probes, kWarm steps each (the first of each not counted: a first step may capture a CUDA graph
-/// or catch a draft up on whole prompts); then the faster, with the other tried once every kExplore
+/// probes, kWarm steps each (the first of each not counted: a decode graph's eager first run, a
+/// probe's catch-up on whole prompts; and plain's rate is the faster of its counted warm-up steps,
+/// since on cuda the second captures the graph: 8.8-10.6 ms against 5.4-6.0 steady for llama2-7b
+/// at 32-64 sequences on an H200, which averaged in made plain look slow and wrong drafts win);
+/// then the faster, with the other tried once every kExplore
 /// steps so the choice follows acceptance as it changes (every kExploreFar steps while the loser
 /// yields under 1/kFar of the winner).
 /// Drafts are measured by probes wherever the bucket does not (yet) run them: a probe drafts only
@@ -99,26 +102,26 @@ struct ProbeStep {
 /// with the catch-up taken off, for the plain tokens plus B / n_probed times the drafts that would
 /// have stood. Only a bucket measured (or following a neighbour) in favour of drafts drafts for all
 /// and keeps what stands; its steps are recorded as they ran, catch-up included.
-/// Where drafts lose, each exploring probe that leaves them losing doubles the interval to the
-/// next, up to kExploreMax, and so does a bucket turned back from drafts by its own drafting steps
-/// after a probe found them winning (each such turn pays a full catch-up); the interval goes back to
-/// kExplore or kExploreFar when an exploring probe's acceptance (accepted / drafted tokens) comes
-/// out more than kAcceptShift (and 3 binomial sds of its drafts) above the average of the bucket's
-/// steps with drafts.
+/// Where drafts lose, each counted probe that confirms the loss (its own estimate at or below
+/// the plain rate; in the warm-up, one of kConfirmDrafts draft tokens or more) doubles the interval
+/// to the next exploration, up to kExploreMax, and so does a bucket turned
+/// back from drafts by its own drafting steps after a probe found them winning (each such turn pays
+/// a full catch-up); the interval goes back to kExplore or kExploreFar when an exploring probe
+/// measures a gain (its estimate above the plain rate) that the average has not yet taken in.
 /// A bucket not yet measured takes the choice of a neighbour within two buckets that is decided by
 /// more than kFar, rather than warming up both (a closed loop draining from 64 users passes
 /// through every smaller bucket); it measures the other choice at that neighbour's interval
 /// until it is decided itself.
 class SpecRateMeter {
  public:
-  static constexpr int kWarm = 3;
+  static constexpr int kWarm = 3;  ///< plain steps, then probes, a bucket runs before it is decided
   static constexpr int kExplore = 32;
   static constexpr int kExploreFar = 128;
   static constexpr int kExploreMax = 4096;
   static constexpr double kFar = 1.25;
   static constexpr double kWeight = 0.25;       ///< of the newest step in the average
-  static constexpr double kAcceptShift = 0.1;  ///< an exploring step's acceptance this far above the average resets the backoff
 
+  static constexpr int kConfirmDrafts = 32;  ///< a warm-up probe's draft tokens that let it back exploring off
   static constexpr int kProbeMin = 4;           ///< a probe drafts for at least this many sequences (all, below)
   static constexpr int kProbeShare = 4;         ///< and for at least 1 / kProbeShare of them
 
@@ -130,8 +133,8 @@ class SpecRateMeter {
   static int probe_size(int batch);
   /// A decode step (no prefill rows) ran for which `batch` sequences were asked (the count
   /// choose() was given), plain or with drafts for all: `tokens` emitted in `seconds`, drafting
-  /// included; of a step with drafts, `accepted` of its `drafted` draft tokens stood.
-  void record(int batch, bool with_drafts, int tokens, double seconds, int drafted = 0, int accepted = 0);
+  /// included.
+  void record(int batch, bool with_drafts, int tokens, double seconds);
   /// A probe ran as a decode step for `batch` asked (ProbeStep): recorded as the step with drafts
   /// for all that it estimates. Ignored before the bucket's plain rate is measured.
   void record_probe(int batch, const ProbeStep& probe);
@@ -146,13 +149,12 @@ class SpecRateMeter {
     int seen[2] = {0, 0};
     int steps = 0;
     int since = 0;             // steps since its last exploration (decided buckets)
-    int backoff = 0;           // the interval while drafts lose by more than kFar (0: kExploreFar)
-    double acceptance = -1.0;  // average acceptance of its steps with drafts (negative: none yet)
+    int backoff = 0;           // the interval while drafts lose (0: kExplore or kExploreFar)
   };
   static int bucket_of(int batch);
   static bool is_decided(const Bucket& b) { return b.seen[0] >= kWarm && b.seen[1] >= kWarm; }
   /// Adds a step's rate to its side of the bucket and moves the backoff (record's common part).
-  void add(Bucket& b, bool with_drafts, double rate, bool probe, int drafted, int accepted);
+  void add(Bucket& b, bool with_drafts, double rate, bool probe, int drafted);
   /// Steps between explorations of a decided bucket's losing choice.
   static int interval_of(const Bucket& b);
   /// The nearest bucket within two of `i` whose choice is decided by more than kFar, or null.

@@ -1,5 +1,7 @@
-#include <chrono>
 #include "engine/spec/model_proposer.h"
+
+#include <chrono>
+#include <cstdint>
 
 #include <algorithm>
 #include <stdexcept>
@@ -59,12 +61,11 @@ void ModelProposer::init(ModelProposerOptions options, int target_vocab) {
                                 ") hold less than one block of the draft's K/V");
   kv_ = make_kv_manager(kc, n_slots);
   backend_->init_kv(n_slots);
-  StepLimits limits;
-  limits.max_seqs = options.max_num_seqs;
-  limits.max_rows = std::max(options.max_num_batched_tokens, options.max_num_seqs);
-  limits.max_context = max_len_;
-  limits.block_size = options.block_size;
-  backend_->reserve_steps(limits);
+  limits_.max_seqs = options.max_num_seqs;
+  limits_.max_rows = std::max(options.max_num_batched_tokens, options.max_num_seqs);
+  limits_.max_context = max_len_;
+  limits_.block_size = options.block_size;
+  backend_->reserve_steps(limits_);
 }
 
 ModelProposer::~ModelProposer() = default;
@@ -125,21 +126,89 @@ void ModelProposer::propose_batch(std::span<const DraftTask> tasks) {
     if (t.max_k < 1 || t.seq->n_tokens() < 1 || t.seq->n_tokens() + t.max_k > max_len_) continue;
     live.push_back({&t, &sync(*t.seq)});
   }
-  // Step 0 catches each copy up to its last accepted token and drafts one token; step j drafts
-  // the (j + 1)-th for the tasks that want that many. A copy the arena cannot hold stops drafting.
+  // Step 0 catches each copy up to its last accepted token (a long catch-up in chunks before it)
+  // and drafts one token; step j drafts the (j + 1)-th for the tasks that want that many. A copy
+  // the arena cannot hold stops drafting.
   excess_s_ = 0.0;
+  int64_t rows = 0, steady = 0;  // the catch-up's rows, and the <= 2 a sequence of them steady drafting has
+  for (const Work& w : live) {
+    const int pending = w.copy->n_tokens() - w.copy->n_computed;
+    rows += pending, steady += std::min(pending, 2);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!live.empty()) catch_up_in_chunks(live);
   for (int j = 0; !live.empty(); ++j) {
     std::erase_if(live, [&](const Work& w) { return w.task->max_k <= j; });
     if (live.empty()) break;
-    const auto t0 = std::chrono::steady_clock::now();
     draft_step(live);  // synchronous: its drafts are read back
-    if (j > 0) continue;
-    int64_t rows = 0, steady = 0;
-    for (const BatchEntry& e : batch_.entries) rows += e.n_new, steady += std::min(e.n_new, 2);
-    if (rows > steady)
-      excess_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() *
-                  static_cast<double>(rows - steady) / static_cast<double>(rows);
+    if (j > 0 || rows <= steady) continue;
+    excess_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() *
+                static_cast<double>(rows - steady) / static_cast<double>(rows);
   }
+}
+
+int64_t ModelProposer::catch_up_in_chunks(const std::vector<Work>& live) {
+  int64_t pending = 0, done = 0;
+  for (const Work& w : live) pending += w.copy->n_tokens() - w.copy->n_computed;
+  while (pending > limits_.max_rows) {
+    batch_.entries.clear();
+    int budget = limits_.max_rows;
+    for (const Work& w : live) {
+      Sequence& c = *w.copy;
+      const int take = std::min(c.n_tokens() - c.n_computed - 1, budget);  // its last row draws, in step 0
+      if (take <= 0 || !kv_->allocate_slots(c, take)) continue;  // a full arena: draft_step drops it
+      batch_.entries.push_back(BatchEntry{&c, take, false, 1, -1});
+      budget -= take;
+      if (budget == 0) break;
+    }
+    if (batch_.entries.empty()) break;
+    build_step_input(batch_, *kv_, backend_->config().vocab_size, step_);
+    step_.want_draw_probs = false;
+    backend_->execute(step_);
+    ++n_steps_;
+    for (const BatchEntry& e : batch_.entries) {
+      e.seq->n_computed += e.n_new;
+      pending -= e.n_new;
+      done += e.n_new;
+    }
+  }
+  return done;
+}
+
+DraftWarmUpStats ModelProposer::warm_up() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t steps0 = n_steps_;
+  const std::vector<DraftWarmRound> plan = draft_warm_up_plan(backend_->warm_shapes(limits_), limits_);
+  const int vocab = backend_->config().vocab_size;
+  std::vector<Sequence> seqs;
+  std::vector<std::vector<TokenId>> drafts;
+  std::vector<std::vector<float>> probs;
+  std::vector<DraftTask> tasks;
+  for (const DraftWarmRound& r : plan) {
+    const size_t n = r.lengths.size();
+    seqs.assign(n, Sequence{});
+    drafts.assign(n, {});
+    probs.assign(n, {});
+    tasks.clear();
+    for (size_t i = 0; i < n; ++i) {
+      Sequence& s = seqs[i];
+      s.id = s.request_id = UINT64_MAX - i;  // the engine counts its ids up from 0
+      s.n_prompt = r.lengths[i];
+      for (int t = 0; t < r.lengths[i]; ++t) s.tokens.push_back(TokenId((7919 * uint64_t(t) + 104729 * i + 1) % uint64_t(vocab)));
+      s.status = SeqStatus::running;
+      s.sampling.temperature = r.sampled ? 1.0f : 0.0f;
+      s.sampling.seed = i;
+      tasks.push_back(DraftTask{&s, r.k, &drafts[i], r.sampled ? &probs[i] : nullptr});
+    }
+    propose_batch(tasks);
+    for (const Sequence& s : seqs) forget(s.id);
+  }
+  excess_s_ = 0.0;
+  DraftWarmUpStats st;
+  st.rounds = static_cast<int>(plan.size());
+  st.steps = static_cast<int>(n_steps_ - steps0);
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
 }
 
 void ModelProposer::draft_step(std::vector<Work>& live) {
@@ -155,6 +224,7 @@ void ModelProposer::draft_step(std::vector<Work>& live) {
   live = ran;
   if (ran.empty()) return;
   build_step_input(batch_, *kv_, backend_->config().vocab_size, step_);
+  ++n_steps_;
   draw_drafts(ran);
 }
 

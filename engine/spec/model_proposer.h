@@ -23,6 +23,7 @@
 #include "engine/backend/cpu_backend.h"
 #include "engine/backend/step_input.h"
 #include "engine/kv/kv_manager.h"
+#include "engine/spec/draft_warm_up.h"
 #include "engine/spec/proposer.h"
 
 namespace servelab {
@@ -34,7 +35,7 @@ struct ModelProposerOptions {
   int block_size = 16;
   int n_threads = 1;                    ///< its CPU backend's pool (the weights constructor)
   int max_num_seqs = 256;               ///< the most sequences one draft step holds (the backend's step buffers)
-  int max_num_batched_tokens = 2048;    ///< the most rows one draft step holds (a catch-up step may grow past it)
+  int max_num_batched_tokens = 2048;    ///< the most rows one draft step holds (a longer catch-up runs in steps of this many)
   void validate() const;
 };
 
@@ -59,6 +60,18 @@ class ModelProposer final : public Proposer {
   double catch_up_excess_s() const override { return excess_s_; }
   /// seq's tokens beyond its copy's computed prefix that seq kept (sync's rollback point).
   int catch_up_rows(const Sequence& seq) const override;
+  /// Runs draft_warm_up_plan's rounds for the draft backend's warm_shapes within this proposer's
+  /// step limits, on sequences no engine hands out (ids counted down from the top), forgotten
+  /// after each round: what the backend pays the first time it runs a shape (on cuda a decode
+  /// graph's eager run and capture, a cuBLASLt kernel's load) is paid here, before serving.
+  /// Nothing on a backend without such shapes (cpu, sim). make_proposer calls it for a draft on
+  /// a device.
+  DraftWarmUpStats warm_up();
+  /// Draft backend steps run so far (warm-up rounds and catch-up chunks included).
+  int64_t n_steps() const { return n_steps_; }
+  /// The limits the draft's step buffers were sized for (Backend::reserve_steps): a catch-up of
+  /// more rows than limits().max_rows runs in several steps.
+  const StepLimits& limits() const { return limits_; }
 
   const ModelConfig& draft_config() const { return backend_->config(); }
   const Backend& backend() const { return *backend_; }
@@ -76,10 +89,17 @@ class ModelProposer final : public Proposer {
   /// One batched step over the copies in `live`: each computes its pending positions and draws one
   /// draft for its task. Drops from `live` the copies the arena could not grow.
   void draft_step(std::vector<Work>& live);
+  /// Computes the K/V of all but the last pending row of the copies in `live` in steps of at most
+  /// limits_.max_rows rows, without draws, until the rows the first draft step computes fit in
+  /// that limit; returns the rows computed. A catch-up never grows the draft backend's step
+  /// buffers (on cuda that would make every captured graph be captured again).
+  int64_t catch_up_in_chunks(const std::vector<Work>& live);
 
   std::string method_;
   int max_len_ = 0;
   double excess_s_ = 0.0;  ///< catch_up_excess_s of the last propose_batch
+  int64_t n_steps_ = 0;
+  StepLimits limits_;
   /// Sizes the arena and step buffers; the constructors' common part.
   void init(ModelProposerOptions options, int target_vocab);
   /// The draft token of each of `ran`'s draws: from host logits on the cpu backend, else drawn by

@@ -1,5 +1,6 @@
 #include "engine/spec/spec_config.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
@@ -99,8 +100,14 @@ std::unique_ptr<Proposer> make_device_proposer(const SpeculativeConfig& c, const
   ModelProposerOptions o = proposer_options(target);
   o.kv_cache_bytes = target.device_draft_kv_bytes;
   const int vocab = target_vocab(target, backend->config());
-  return std::make_unique<ModelProposer>(c.method == SpecMethod::self ? "self" : "draft_model", std::move(backend),
-                                         vocab, o);
+  auto proposer = std::make_unique<ModelProposer>(c.method == SpecMethod::self ? "self" : "draft_model",
+                                                  std::move(backend), vocab, o);
+  // Its graphs captured and kernels loaded now, not in the first serving steps at each shape.
+  const DraftWarmUpStats w = proposer->warm_up();
+  if (w.rounds > 0)
+    std::fprintf(stderr, "draft warm-up: %d rounds, %d steps of the %s draft, %.3f s\n", w.rounds, w.steps,
+                 proposer->name(), w.seconds);
+  return proposer;
 }
 
 }  // namespace

@@ -190,5 +190,55 @@ TEST(SpecGpu, TheRowsKernelServesLargeVerificationSteps) {
   verification_steps_replay_the_decode_graphs(true, 6);
 }
 
+TEST(SpecGpu, AWarmedDraftCapturesNoGraphWhileServing) {
+  // make_proposer warms a device draft up (ModelProposer::warm_up): every decode graph of its
+  // batch and context buckets, greedy and with q, is captured before serving, and its catch-ups
+  // never outgrow the step buffers the graphs baked in. A run with prompts of 9-74 and 300 tokens
+  // (contexts in the 256 and 512 buckets), greedy and sampled, then captures none.
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  BackendSpec spec = tiny_spec(0.3f);
+  spec.batch_invariant = false;
+  SpeculativeConfig self;
+  self.method = SpecMethod::self;
+  self.num_layers = 2;
+  self.num_speculative_tokens = 3;
+  EngineConfig ec = paged_config(continuous_sched(6, 96, true), 64ll << 20);
+  ec.kv.max_model_len = 600;
+  CudaBackendOptions o;
+  o.residual_scale = spec.residual_scale;
+  Engine e(ec, CudaBackend::random(preset(spec.model), spec.seed, o));
+  ProposerTarget t;
+  t.backend = spec;
+  t.vocab_size = e.backend().config().vocab_size;
+  t.max_model_len = 600;
+  t.max_num_seqs = 6;
+  t.max_num_batched_tokens = 96;
+  t.seed = spec.seed;
+  t.device_draft_kv_bytes = 16ll << 20;
+  e.set_proposer(make_proposer(self, t), self.num_speculative_tokens);
+  const auto& mp = dynamic_cast<const ModelProposer&>(*e.proposer());
+  const auto& draft = dynamic_cast<const CudaBackend&>(mp.backend());
+  const WarmShapes shapes = draft.warm_shapes(mp.limits());
+  EXPECT_EQ(shapes.decode_batches, (std::vector<int>{1, 2, 4, 6}));
+  EXPECT_EQ(shapes.decode_contexts, (std::vector<int>{256, 512, 600}));
+  const int64_t warmed = draft.graph_captures();
+  EXPECT_EQ(warmed, int64_t(2 * shapes.decode_batches.size() * shapes.decode_contexts.size()))
+      << "each (batch, context) bucket once greedy and once with q";
+  std::vector<Request> reqs;
+  for (int i = 0; i < 6; ++i) {
+    Request r = make_request(i, i == 5 ? 300 : 9 + 13 * i, 40);
+    r.sampling.temperature = i % 2 ? 0.8f : 0.0f;
+    r.sampling.seed = 90 + uint64_t(i);
+    reqs.push_back(r);
+  }
+  const RunResult r = run_virtual(e, at_zero(reqs));
+  int drafted = 0;
+  for (const StepOutcome& s : r.steps) drafted += s.spec_draft_tokens;
+  for (const auto& [id, f] : r.finished) EXPECT_TRUE(f.error.empty()) << "request " << id << ": " << f.error;
+  EXPECT_EQ(r.finished.size(), 6u);
+  EXPECT_GT(drafted, 0);
+  EXPECT_EQ(draft.graph_captures(), warmed) << "a shape the warm-up missed was captured while serving";
+}
+
 }  // namespace spec_gpu_test
 }  // namespace servelab

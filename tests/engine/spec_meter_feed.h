@@ -14,7 +14,7 @@ inline void feed_meter(SpecRateMeter& m, int batch, SpecChoice choice, double pl
                        int drafted = 0, int accepted = 0) {
   const double plain_s = batch / plain_rate, spec_s = (batch + accepted) / spec_rate;
   if (choice == SpecChoice::plain) return m.record(batch, false, batch, plain_s);
-  if (choice == SpecChoice::drafts) return m.record(batch, true, batch + accepted, spec_s, drafted, accepted);
+  if (choice == SpecChoice::drafts) return m.record(batch, true, batch + accepted, spec_s);
   const int n = SpecRateMeter::probe_size(batch);
   m.record_probe(batch, ProbeStep{n, batch, plain_s + (spec_s - plain_s) * n / batch, 0.0, 0.0, drafted * n / batch,
                                   accepted * n / batch});

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/backend/cuda/cuda_backend_impl.h"
+#include "kernels/gemm_rows.h"
 #include "engine/model/quant_checkpoint.h"
 #include "engine/model/weights.h"
 
@@ -132,6 +133,22 @@ void CudaBackend::reserve_steps(const StepLimits& limits) { impl_->reserve(limit
 std::vector<int> CudaBackend::decode_row_buckets() const {
   if (!impl_->options.cuda_graphs || impl_->options.batch_invariant) return {};
   return {std::begin(cuda_impl::kGraphBuckets), std::end(cuda_impl::kGraphBuckets)};
+}
+
+WarmShapes CudaBackend::warm_shapes(const StepLimits& limits) const {
+  WarmShapes w;
+  if (limits.max_rows >= 2) w.step_rows = kernels::gemm_rows_buckets(2, limits.max_rows);
+  if (decode_row_buckets().empty() || limits.max_seqs < 1) return w;
+  for (int b : cuda_impl::kGraphBuckets) {
+    w.decode_batches.push_back(std::min(b, limits.max_seqs));
+    if (b >= limits.max_seqs) break;
+  }
+  const int top = std::min(std::max(limits.max_context, 1), cuda_impl::kGraphMaxContext);
+  for (int c = cuda_impl::context_bucket(1); ; c *= 2) {
+    w.decode_contexts.push_back(std::min(c, top));
+    if (c >= top) break;
+  }
+  return w;
 }
 
 KvCacheSpec CudaBackend::kv_cache_spec() const {

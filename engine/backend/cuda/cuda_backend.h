@@ -179,6 +179,11 @@ class CudaBackend final : public Backend {
   /// The CUDA graph batch buckets (a decode step of n sequences replays the graph of the smallest
   /// bucket >= n) when graphs are on and not batch-invariant; empty otherwise.
   std::vector<int> decode_row_buckets() const override;
+  /// With graphs (not batch-invariant): a batch per graph bucket up to limits.max_seqs (the
+  /// largest is max_seqs itself where it is not a bucket: it pads to one), a context per context
+  /// bucket up to limits.max_context, and with or without graphs a row count per cuBLASLt row
+  /// bucket (kernels/gemm_rows.h) from 2 to limits.max_rows.
+  WarmShapes warm_shapes(const StepLimits& limits) const override;
   BackendCaps caps() const override;
   std::string device_description() const override;
   /// Runs the step (a CUDA graph for plain decode steps when graphs are on; token masks run
