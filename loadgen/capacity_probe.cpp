@@ -64,6 +64,8 @@ std::optional<KvBudget> PointRunner::kv_budget(size_t strategy) const {
   if (strategy_kv_cache_dtype(scenario_, st) == KvCacheDType::fp8) {  // the slot the sim's engine sizes its arena by
     BackendSpec fp8 = spec_;
     fp8.kv_cache_dtype = KvCacheDType::fp8;
+    fp8.sim_device = device;  // the profile's, found above: not read again
+    fp8.sim_device_set = true;
     b.kv_bytes_per_token = kv_bytes_per_slot(fp8);
   }
   return b;

@@ -560,6 +560,14 @@ TEST(MakeBackend, BuildsSimAndCpuFromAPreset) {
   EXPECT_EQ(cpu->config().hidden_size, 256);
   spec.model = "no-such-model";
   EXPECT_THROW(make_backend(spec), std::invalid_argument);
+  // The slot a scenario's arena is checked and sized with is the one the built sim has: from a cpu
+  // profile (fp32 K/V) even with the default GPU device, 2 × 24 layers × 2 × 64 × 4 bytes.
+  BackendSpec cpu_profiled;
+  cpu_profiled.kind = BackendKind::sim;
+  cpu_profiled.model = "qwen2.5-0.5b";
+  cpu_profiled.sim_profile = std::string(SERVELAB_SOURCE_DIR) + "/tests/data/profiles/qwen2.5-0.5b-profile-v1.json";
+  EXPECT_EQ(make_backend(cpu_profiled)->kv_bytes_per_slot(), 2 * 24 * 2 * 64 * 4);
+  EXPECT_EQ(kv_bytes_per_slot(cpu_profiled), 2 * 24 * 2 * 64 * 4);
   EXPECT_EQ(parse_backend_kind("sim"), BackendKind::sim);
   EXPECT_THROW(parse_backend_kind("gpu"), std::invalid_argument);
 }
