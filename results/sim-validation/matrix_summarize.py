@@ -12,7 +12,11 @@ half-width of a bootstrap 95% interval over the run's requests (200 resamples, s
 h200 cells: OUT/CELL/validation/ (validate-sim). h100 cells: the past folder's real records and
 OUT/CELL/sim/records.jsonl.gz (matrix.sh h100); every request's prompt and output length must be
 the same in both (the same plan), else the cell fails loudly.
-Targets: p50s within 5%, p99s and throughput within 10%. Python 3 standard library only.
+Targets: p50s within 5%, p99s and throughput within 10%. Beside the preemption counts, each run's
+KV peak (kv_peak over arena_slots): the most K/V tokens its admitted requests held at once, rebuilt
+alike from both runs' records, over the arena's slots (the scenario's kv_cache_mb over the
+profile's bytes a slot): how near a run came to the full arena where a paged engine preempts.
+Python 3 standard library only.
 """
 import argparse
 import gzip
