@@ -61,9 +61,13 @@ std::optional<KvBudget> PointRunner::kv_budget(size_t strategy) const {
     b.weight_bytes -= saved;
     b.kv_cache_bytes = static_cast<int64_t>(b.usable_bytes - b.weight_bytes - b.activation_bytes);
   }
-  if (strategy_kv_cache_dtype(scenario_, st) == KvCacheDType::fp8)
-    b.kv_bytes_per_token =
-        KvCacheSpec::of(model, DType::bf16, spec_.tensor_parallel, KvCacheDType::fp8).bytes_per_slot();
+  if (strategy_kv_cache_dtype(scenario_, st) == KvCacheDType::fp8) {  // the slot the sim's engine sizes its arena by
+    BackendSpec fp8 = spec_;
+    fp8.kv_cache_dtype = KvCacheDType::fp8;
+    fp8.sim_device = device;  // the profile's, found above: not read again
+    fp8.sim_device_set = true;
+    b.kv_bytes_per_token = kv_bytes_per_slot(fp8);
+  }
   return b;
 }
 

@@ -130,8 +130,9 @@ int64_t kv_bytes_per_slot(const BackendSpec& spec) {
   spec.validate();
   const ModelConfig config = spec_model_config(spec);
   if (spec.kind == BackendKind::sim) {  // cheap to build: shapes and a cost model only
-    // The slot size depends on the shapes and the device's K/V element size, not on the profile.
-    SimCostModel roofline = SimCostModel::roofline(spec.sim_device, spec.tensor_parallel);
+    // The slot depends on the shapes and the K/V element of the device the sim runs as: its
+    // profile's (a cpu profile's fp32) unless sim_device is set, as make_backend builds it.
+    SimCostModel roofline = SimCostModel::roofline(sim_device_for(spec), spec.tensor_parallel);
     roofline.formats.kv_cache_dtype = spec.kv_cache_dtype;
     return SimBackend(config, roofline).kv_bytes_per_slot();
   }

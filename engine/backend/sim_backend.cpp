@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "engine/backend/kv_cache_spec.h"
 #include "engine/backend/step_input.h"
 #include "engine/require.h"
 #include "engine/splitmix64.h"
@@ -22,8 +23,16 @@ SimBackend::SimBackend(const ModelConfig& model, const SimCostModel& cost)
 }
 
 KvCacheSpec SimBackend::kv_cache_spec() const {
-  return KvCacheSpec::of(model_, cost_.device.kv_dtype_bytes == 4 ? DType::f32 : DType::bf16, cost_.tensor_parallel,
-                         cost_.formats.kv_cache_dtype);
+  // The slot of the backend the sim stands in for, from that backend's own sizing code, so that
+  // an arena of the same bytes holds as many slots (the capacity, and so where preemption
+  // starts): a 4-byte K/V element is the cpu backend's fp32, any other a GPU's bf16 or f16 (a
+  // profile of an FP8 cache records 1) as the cuda backend lays it out (FP8 slots padded to 16
+  // bytes a layer's K or V, this GPU's share of the KV heads: CudaBackend::kv_cache_spec).
+  if (cost_.device.kv_dtype_bytes == 4)
+    return KvCacheSpec::of(model_, DType::f32, cost_.tensor_parallel, cost_.formats.kv_cache_dtype);
+  KvCacheSpec s = cuda_kv_cache_spec(model_, DType::bf16, cost_.formats.kv_cache_dtype);
+  s.n_kv_heads = model_.n_kv_heads / cost_.tensor_parallel;
+  return s;
 }
 
 void SimBackend::init_kv(int64_t n_slots) {

@@ -30,8 +30,10 @@ class SimBackend final : public Backend, public ShapeDecoder {
 
   std::string name() const override { return "sim"; }
   const ModelConfig& config() const override { return model_; }
-  /// 2 (K and V) × n_layers × n_kv_heads × head_dim × device.kv_dtype_bytes / tensor_parallel:
-  /// the arena is one GPU's, holding its share of the KV heads.
+  /// The real backend's slot: 2 (K and V) × n_layers × n_kv_heads / tensor_parallel × head_dim ×
+  /// the element (the arena is one GPU's, holding its share of the KV heads); fp32 as the cpu
+  /// backend's when device.kv_dtype_bytes is 4, else as the cuda backend's (cuda_kv_cache_spec:
+  /// an FP8 cache's codes and scales padded to 16 bytes a layer's K or V).
   KvCacheSpec kv_cache_spec() const override;
   void init_kv(int64_t n_slots) override;
   BackendCaps caps() const override;

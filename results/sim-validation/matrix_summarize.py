@@ -12,7 +12,11 @@ half-width of a bootstrap 95% interval over the run's requests (200 resamples, s
 h200 cells: OUT/CELL/validation/ (validate-sim). h100 cells: the past folder's real records and
 OUT/CELL/sim/records.jsonl.gz (matrix.sh h100); every request's prompt and output length must be
 the same in both (the same plan), else the cell fails loudly.
-Targets: p50s within 5%, p99s and throughput within 10%. Python 3 standard library only.
+Targets: p50s within 5%, p99s and throughput within 10%. Beside the preemption counts, each run's
+KV peak (kv_peak over arena_slots): the most K/V tokens its admitted requests held at once, rebuilt
+alike from both runs' records, over the arena's slots (the scenario's kv_cache_mb over the
+profile's bytes a slot): how near a run came to the full arena where a paged engine preempts.
+Python 3 standard library only.
 """
 import argparse
 import gzip
@@ -20,6 +24,7 @@ import json
 import math
 import os
 import random
+import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -113,6 +118,45 @@ def noise(records, n_resamples=200, level=0.95, seed=1):
     return out
 
 
+def kv_peak(records):
+    """(peak tokens, time): the most K/V tokens the admitted requests held at once, rebuilt from the
+    records alike for both runs: a request holds its prompt from scheduled_s and one token more at
+    each of its token times, until end_s (a preempted one is counted as holding on: an upper bound
+    near a preemption, exact elsewhere). Blocks' rounding, reservations and shared prefixes are not
+    counted."""
+    ev = []
+    for r in records:
+        if r.get("status", "ok") != "ok" or r.get("scheduled_s") is None or r["scheduled_s"] < 0:
+            continue
+        p, tt = r.get("prompt_tokens", 0), r.get("token_times_s") or []
+        ev.append((r["scheduled_s"], 2, p))
+        ev += [(t, 0, 1) for t in tt]
+        ev.append((finish(r), 1, -(p + len(tt))))
+    ev.sort()  # at one instant: tokens, then ends (a request's last token before its end), then admissions
+    cur, peak = 0, (0, float("nan"))
+    for t, _, d in ev:
+        cur += d
+        if cur > peak[0]:
+            peak = (cur, t)
+    return peak
+
+
+def arena_slots(scenario_path, profile_path):
+    """Token slots of the run's KV arena: engine.kv_cache_mb (or kv_cache_bytes) of its scenario over
+    the profile's bytes a slot (2 x layers x KV heads x head_dim x kv_dtype_bytes); None if unknown."""
+    if not (scenario_path and profile_path and os.path.exists(scenario_path) and os.path.exists(profile_path)):
+        return None
+    text = open(scenario_path).read()
+    mb, by = re.search(r"kv_cache_mb:\s*([0-9.]+)", text), re.search(r"kv_cache_bytes:\s*([0-9]+)", text)
+    if not (mb or by):
+        return None
+    arena = float(mb.group(1)) * 1048576 if mb else float(by.group(1))
+    prof = json.load(open(profile_path))
+    m = prof["model"]
+    slot = 2 * m["n_layers"] * m["n_kv_heads"] * m["head_dim"] * prof.get("kv_dtype_bytes", 2)
+    return int(arena // slot)
+
+
 def read_records(path):
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
@@ -163,13 +207,15 @@ def load_cells(tsv):
 
 
 def run_folders(c, out):
-    """(real records, sim records, validation.json, steps known) of each folder holding runs of a cell."""
+    """(real records, sim records, validation.json, steps known, arena slots) of each folder holding runs of a cell."""
     d = os.path.join(out, c["cell"])
     if c["gpu"] == "h100":
         past = os.path.join(HERE, c["source"].split(":")[0])
+        src, prof = c["source"].split(":")
         return [(first_existing(os.path.join(past, "records_real.jsonl.gz"), os.path.join(past, "records_real.jsonl")),
                  first_existing(os.path.join(d, "sim", "records.jsonl.gz"), os.path.join(d, "sim", "records.jsonl")),
-                 os.path.join(past, "validation.json"), False)]
+                 os.path.join(past, "validation.json"), False,
+                 arena_slots(os.path.join(d, "scenario.yaml"), os.path.join(HERE, os.path.dirname(src), prof)))]
     # both loads in one call (CELL/validation), or one call a load (CELL/load-L/validation)
     parts = [d] + sorted(os.path.join(d, x) for x in (os.listdir(d) if os.path.isdir(d) else []) if x.startswith("load-"))
     out_ = []
@@ -179,14 +225,15 @@ def run_folders(c, out):
         repredicted = first_existing(os.path.join(rp, "records.jsonl.gz"), os.path.join(rp, "records.jsonl"))
         out_.append((first_existing(os.path.join(v, "records_real.jsonl.gz"), os.path.join(v, "records_real.jsonl")),
                      repredicted or first_existing(os.path.join(v, "records_sim.jsonl.gz"), os.path.join(v, "records_sim.jsonl")),
-                     os.path.join(v, "validation.json"), not repredicted))
+                     os.path.join(v, "validation.json"), not repredicted,
+                     arena_slots(os.path.join(p, "scenario-as-run.yaml"), os.path.join(p, "profile.json"))))
     return out_
 
 
 def cell_rows(c, out):
     """(rows, note): rows of measured loads, or a note why the cell has none."""
     rows = []
-    for real_path, sim_path, vpath, steps_known in run_folders(c, out):
+    for real_path, sim_path, vpath, steps_known, slots in run_folders(c, out):
         if not (real_path and sim_path and os.path.exists(vpath)):
             continue
         vj = json.load(open(vpath))
@@ -207,6 +254,7 @@ def cell_rows(c, out):
                          "attainment": (attainment(real, vj["slo"]), attainment(sim, vj["slo"])),
                          "steps": run.get("steps", {}).get("total_error", float("nan")) if steps_known else float("nan"),
                          "preemptions": (pre.get("real"), sum(r.get("preemptions", 0) for r in sim)),
+                         "kv_peak": (kv_peak(real)[0] / slots, kv_peak(sim)[0] / slots) if slots else (None, None),
                          "commit": vj.get("environment", {}).get("commit", "?")})
     rows.sort(key=lambda r: r["load"])
     if len(rows) >= 2:
@@ -236,11 +284,14 @@ def main():
              "Targets: p50s within 5%, p99s and throughput within 10%; **bold** = misses it. "
              "held out = kept out of any tuning (fixed before any error was seen). steps = Σ predicted / Σ "
              "measured − 1 over the real run's steps (validate-sim; – for re-predicted cells: the h100 cells and any "
-             "h200 cell with a repredict/ folder, where today's sim ran the real runs' plans from their call's profile).", "",
+             "h200 cell with a repredict/ folder, where today's sim ran the real runs' plans from their call's profile). "
+             "KV peak = the most K/V tokens the admitted requests held at once, rebuilt alike from each run's records "
+             "(a preempted request counted as holding on), over the arena's token slots: how near each run came to "
+             "the point where the engine preempts (the arena full, in blocks).", "",
              "| cell | GPU | model | arrival | shape | strategy | held out | load | rate (req/s) | requests | steps "
              "| TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | throughput | SLO attainment real / sim "
-             "| preemptions real / sim | pass |",
-             "|" + "---|" * 19]
+             "| preemptions real / sim | KV peak real / sim | pass |",
+             "|" + "---|" * 20]
     missing, n_pass, n_rows = [], 0, 0
     summary = []
     for c in cells:
@@ -261,11 +312,13 @@ def main():
                          f"{c['strategy']} | {c['held_out']} | {r['load']:.0%} | {r['rate']:.4g} | {r['n']} | "
                          f"{pct(r['steps'])} | " + " | ".join(cellf) +
                          f" | {pct(r['attainment'][0], False)} / {pct(r['attainment'][1], False)}"
-                         f" | {pre[0] if pre[0] is not None else '–'} / {pre[1]} | {'pass' if ok else 'FAIL'} |")
+                         f" | {pre[0] if pre[0] is not None else '–'} / {pre[1]}"
+                         f" | {pct(r['kv_peak'][0], False)} / {pct(r['kv_peak'][1], False)} | {'pass' if ok else 'FAIL'} |")
             summary.append({"cell": c["cell"], "load": r["load"], "rate": r["rate"], "n_requests": r["n"],
                             "held_out": c["held_out"] == "yes", "pass": ok, "steps_error": r["steps"],
                             "errors": r["errors"], "noise": r["noise"], "real": r["real"], "sim": r["sim"],
                             "preemptions": {"real": pre[0], "sim": pre[1]},
+                            "kv_peak": {"real": r["kv_peak"][0], "sim": r["kv_peak"][1]},
                             "slo_attainment": {"real": r["attainment"][0], "sim": r["attainment"][1]}, "real_commit": r["commit"]})
     lines += ["", f"{n_pass} of {n_rows} cell × load rows meet every target."]
     if missing:

@@ -61,6 +61,26 @@ class Noise(unittest.TestCase):
         self.assertLess(a["ttft_p50_ms"], ms.noise(wide)["ttft_p50_ms"])
 
 
+class KvPeak(unittest.TestCase):
+    def test_prompts_and_tokens_held_until_the_end(self):
+        a = dict(rec(1, 0.0, 0.1, 0.3, 3, prompt=10), scheduled_s=0.0, token_times_s=[0.1, 0.2, 0.3])
+        b = dict(rec(2, 0.0, 0.25, 0.5, 2, prompt=20), scheduled_s=0.15, token_times_s=[0.25, 0.5])
+        c = dict(rec(3, 0.3, 0.4, 0.4, 1, prompt=40), scheduled_s=0.3, token_times_s=[0.4])
+        # a: 10 from 0, 13 by 0.3; b: 20 from 0.15, 21 at 0.25; at 0.3 a's 13 leave before c's 40 come
+        self.assertEqual(ms.kv_peak([a, b, c]), (62, 0.4))
+        self.assertEqual(ms.kv_peak([a, b]), (34, 0.3))
+
+    def test_arena_slots_from_the_scenario_and_the_profile(self):
+        import json
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            sc, pr = os.path.join(d, "s.yaml"), os.path.join(d, "p.json")
+            open(sc, "w").write("engine: {kv_cache_mb: 32768, max_model_len: 2048}\n")
+            json.dump({"model": {"n_layers": 32, "n_kv_heads": 32, "head_dim": 128}, "kv_dtype_bytes": 2}, open(pr, "w"))
+            self.assertEqual(ms.arena_slots(sc, pr), 65536)  # llama2-7b: 512 KiB a token
+            self.assertIsNone(ms.arena_slots(sc, os.path.join(d, "none.json")))
+
+
 class Plans(unittest.TestCase):
     def test_a_different_plan_fails_loudly(self):
         real = [rec(1, 0.0, 0.1, 1.1, 11), rec(2, 0.0, 0.1, 1.1, 11)]

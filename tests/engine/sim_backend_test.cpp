@@ -34,6 +34,39 @@ TEST(SimBackend, KvBytesPerSlotFollowTheModel) {
   EXPECT_EQ(c.kv_bytes_per_slot(), 256 * 1024);  // fp32 K/V
 }
 
+// The engine sizes its arena as kv_cache_bytes / the backend's slot, so the sim holds as many
+// slots as the backend it stands in for (and fills, and preempts, at the same load) only if its
+// slot is that backend's: a GPU device's is the cuda backend's (an FP8 cache's codes and scales
+// padded to 16 bytes a layer's K or V), an fp32 device's the cpu backend's.
+TEST(SimBackend, KvSlotIsTheRealBackendsSlot) {
+  for (const char* model : {"tiny", "qwen2.5-0.5b", "llama2-7b", "llama3-8b"}) {
+    for (const KvCacheDType kv : {KvCacheDType::auto_dtype, KvCacheDType::fp8}) {
+      for (const bool gpu : {true, false}) {
+        SimCostModel cost = SimCostModel::roofline(SimDevice::preset(gpu ? "h200" : "cpu-2core"));
+        cost.formats.kv_cache_dtype = kv;
+        const SimBackend sim(preset(model), cost);
+        BackendSpec real;
+        real.kind = gpu ? BackendKind::cuda : BackendKind::cpu;
+        real.model = model;
+        real.kv_cache_dtype = kv;
+        EXPECT_EQ(sim.kv_bytes_per_slot(), kv_bytes_per_slot(real))
+            << model << (gpu ? " cuda " : " cpu ") << to_string(kv);
+      }
+    }
+  }
+  // tiny's 2 KV heads of 32 in FP8: 2 × 36 bytes a layer's K or V, padded to 80 on a GPU.
+  SimCostModel fp8 = SimCostModel::roofline(SimDevice::preset("h100"));
+  fp8.formats.kv_cache_dtype = KvCacheDType::fp8;
+  EXPECT_EQ(SimBackend(preset("tiny"), fp8).kv_bytes_per_slot(), 2 * 4 * 80);
+  // With tensor parallelism the arena is one GPU's: its share of the KV heads.
+  BackendSpec tp2;
+  tp2.kind = BackendKind::cuda;
+  tp2.model = "llama2-13b";
+  tp2.tensor_parallel = 2;
+  EXPECT_EQ(SimBackend(preset("llama2-13b"), SimCostModel::roofline(SimDevice::preset("h200"), 2)).kv_bytes_per_slot(),
+            kv_bytes_per_slot(tp2));
+}
+
 TEST(SimCostModel, DecodeIsMemoryBoundAndLongPrefillComputeBound) {
   const ModelConfig m = preset("llama2-7b");
   const SimDevice h100 = SimDevice::preset("h100");
@@ -527,6 +560,14 @@ TEST(MakeBackend, BuildsSimAndCpuFromAPreset) {
   EXPECT_EQ(cpu->config().hidden_size, 256);
   spec.model = "no-such-model";
   EXPECT_THROW(make_backend(spec), std::invalid_argument);
+  // The slot a scenario's arena is checked and sized with is the one the built sim has: from a cpu
+  // profile (fp32 K/V) even with the default GPU device, 2 × 24 layers × 2 × 64 × 4 bytes.
+  BackendSpec cpu_profiled;
+  cpu_profiled.kind = BackendKind::sim;
+  cpu_profiled.model = "qwen2.5-0.5b";
+  cpu_profiled.sim_profile = std::string(SERVELAB_SOURCE_DIR) + "/tests/data/profiles/qwen2.5-0.5b-profile-v1.json";
+  EXPECT_EQ(make_backend(cpu_profiled)->kv_bytes_per_slot(), 2 * 24 * 2 * 64 * 4);
+  EXPECT_EQ(kv_bytes_per_slot(cpu_profiled), 2 * 24 * 2 * 64 * 4);
   EXPECT_EQ(parse_backend_kind("sim"), BackendKind::sim);
   EXPECT_THROW(parse_backend_kind("gpu"), std::invalid_argument);
 }
