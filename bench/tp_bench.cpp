@@ -5,8 +5,9 @@
 //   rank), for llama2-13b's decode messages (batch x 5120 x 2 bytes, batch 1..256) and 4-16 MiB.
 // - decode: a preset (default llama2-13b, random weights) decode step time at batch 1, 32 and 128
 //   (256-token prompts, CUDA graphs), one GPU against tensor_parallel 2 with all_reduce nccl and
-//   auto (ours for these messages), auto with the all-reduce fused with the residual add and norm
-//   (tp_fuse_all_reduce_norm), and the communication share: 2 x n_layers all-reduces of the
+//   auto (ours for these messages), both unfused, and auto with the all-reduce fused with the
+//   residual add and norm and the products pushing their rows (tp_fuse_all_reduce_norm,
+//   tp_push_from_product: the defaults), and the communication share: 2 x n_layers all-reduces of the
 //   step's message timed inside a CUDA graph on that backend, over its TP=2 step time (the LM
 //   head's logits all-gather, one per step, is left out).
 // - bound: a preset (default llama3-70b, random weights: the speed does not depend on them) on
@@ -127,6 +128,7 @@ Tp2Run run_tp2(const ModelConfig& config, TpAllReduce mode, const std::vector<in
   CudaBackendOptions o;
   o.tp_all_reduce = mode;
   o.tp_fuse_all_reduce_norm = fuse_norm;
+  o.tp_push_from_product = fuse_norm;  // fused: as the defaults (the products' pushes too)
   o.tp_spin_us = spin_us;
   auto two = TpCudaBackend::random(config, 1, 2, o);
   std::printf("%s, %s\n", config.name.c_str(), two->describe().c_str());
@@ -158,7 +160,8 @@ void decode_step_tp2_vs_tp1(const std::string& model) {
                 one_s[i] * 1e3, nccl.step_s[i] * 1e3, one_s[i] / nccl.step_s[i], nccl.comm_s[i] * 1e3,
                 100.0 * nccl.comm_s[i] / nccl.step_s[i], ours.step_s[i] * 1e3, one_s[i] / ours.step_s[i],
                 ours.comm_s[i] * 1e3, 100.0 * ours.comm_s[i] / ours.step_s[i]);
-  std::printf("tp-decode %6s %9s | %12s %8s  (ours with the all-reduce fused with the residual add and norm)\n",
+  std::printf("tp-decode %6s %9s | %12s %8s  (ours fused with the residual add and norm, the products pushing: "
+              "the default; the columns above unfused)\n",
               "batch", "tp1_ms", "ours_fused_ms", "speedup");
   for (size_t i = 0; i < batches.size(); ++i)
     std::printf("tp-decode %6d %9.3f | %12.3f %7.2fx\n", batches[i], one_s[i] * 1e3, fused.step_s[i] * 1e3,
@@ -171,9 +174,9 @@ void decode_step_tp2_vs_tp1(const std::string& model) {
 }
 
 /// Batch-1 decode step of `model`, TP=1 against TP=2 variants, each its own backend in this process:
-/// the defaults, blocking host hand-offs (tp_spin_us 0), the fused all-reduce + norm (with the O
-/// and down products pushing their rows themselves: tp_push_from_product), and gemv K
-/// splits (decode.gemv_waves 1..3; 0, never, is the default).
+/// the defaults (the fused all-reduce + norm, the O and down products pushing their rows
+/// themselves), blocking host hand-offs (tp_spin_us 0), unfused (all-reduce, then add_rms_norm),
+/// fused without the pushes, and gemv K splits (decode.gemv_waves 1..3; 0, never, is the default).
 void batch1_variants(const std::string& model) {
   const ModelConfig config = preset(model);
   struct Variant {
@@ -184,22 +187,22 @@ void batch1_variants(const std::string& model) {
   const std::vector<Variant> variants = {
       {"tp1", 1, [](CudaBackendOptions&) {}},
       {"tp1 gemv_waves 2", 1, [](CudaBackendOptions& o) { o.decode.gemv_waves = 2; }},
-      {"tp2", 2, [](CudaBackendOptions&) {}},
+      {"tp2", 2, [](CudaBackendOptions&) {}},  // the defaults: fused all-reduce + norm, the products' pushes
       {"tp2 spin 0", 2, [](CudaBackendOptions& o) { o.tp_spin_us = 0; }},
-      {"tp2 fused norm", 2, [](CudaBackendOptions& o) { o.tp_fuse_all_reduce_norm = true; }},
-      {"tp2 fused + push", 2,
+      {"tp2 unfused", 2,
        [](CudaBackendOptions& o) {
-         o.tp_fuse_all_reduce_norm = true;
-         o.tp_push_from_product = true;
+         o.tp_fuse_all_reduce_norm = false;
+         o.tp_push_from_product = false;
        }},
+      {"tp2 fused, no push", 2, [](CudaBackendOptions& o) { o.tp_push_from_product = false; }},
       {"tp2 gemv_waves 1", 2, [](CudaBackendOptions& o) { o.decode.gemv_waves = 1; }},
       {"tp2 gemv_waves 2", 2, [](CudaBackendOptions& o) { o.decode.gemv_waves = 2; }},
       {"tp2 gemv_waves 3", 2, [](CudaBackendOptions& o) { o.decode.gemv_waves = 3; }},
       {"tp2", 2, [](CudaBackendOptions&) {}},  // the default again: the run's drift
-      {"tp2 fused + push", 2,
+      {"tp2 unfused", 2,
        [](CudaBackendOptions& o) {
-         o.tp_fuse_all_reduce_norm = true;
-         o.tp_push_from_product = true;
+         o.tp_fuse_all_reduce_norm = false;
+         o.tp_push_from_product = false;
        }},
   };
   double tp1 = 0.0;

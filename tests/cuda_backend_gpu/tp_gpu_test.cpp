@@ -152,16 +152,21 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TpGpu,
                          [](const auto& info) { return std::string(info.param.name); });
 
 // The O and down products' rows pushed into the peers' lamport buffers from gemv's epilogue
-// (tp_push_from_product) give the logits of the fused all-reduce + norm without it, bit for bit:
+// (tp_push_from_product) give the logits of the fused all-reduce + norm without it, and both those
+// of the all-reduce followed by add_rms_norm (the defaults are fused and pushed), bit for bit:
 // eager and replayed decode steps of 1-3 rows (gemv's shapes), a prefill (cuBLASLt: not pushed).
 TEST(TpGpuPush, PushedProductsGiveTheBitsOfTheFusedAllReduce) {
   SKIP_WITHOUT_TWO_GPUS();
   const std::string dir = synth(two_layers("llama2-13b"));
-  CudaBackendOptions fused{.tp_fuse_all_reduce_norm = true}, pushed = fused;
+  CudaBackendOptions fused{.tp_fuse_all_reduce_norm = true, .tp_push_from_product = false}, pushed = fused,
+      unfused = fused;
   pushed.tp_push_from_product = true;
-  auto a = TpCudaBackend::load(dir, 2, fused), b = TpCudaBackend::load(dir, 2, pushed);
+  unfused.tp_fuse_all_reduce_norm = false;
+  auto a = TpCudaBackend::load(dir, 2, fused), b = TpCudaBackend::load(dir, 2, pushed),
+       c = TpCudaBackend::load(dir, 2, unfused);
   a->init_kv(kSlots);
   b->init_kv(kSlots);
+  c->init_kv(kSlots);
   auto kv = make_kv(KvKind::paged);
   const int vocab = a->config().vocab_size;
   std::vector<Sequence> seqs;
@@ -177,14 +182,20 @@ TEST(TpGpuPush, PushedProductsGiveTheBitsOfTheFusedAllReduce) {
     }
     const std::vector<float> want = a->logits(make_step(*a, batch, *kv));
     const std::vector<float> got = b->logits(make_step(*b, batch, *kv));
+    const std::vector<float> plain = c->logits(make_step(*c, batch, *kv));
     ASSERT_EQ(got.size(), want.size());
-    int64_t differ = 0;
-    for (size_t i = 0; i < want.size(); ++i) differ += std::memcmp(&got[i], &want[i], sizeof(float)) != 0;
-    EXPECT_EQ(differ, 0) << "step " << step;
+    ASSERT_EQ(plain.size(), want.size());
+    int64_t differ = 0, differ_plain = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      differ += std::memcmp(&got[i], &want[i], sizeof(float)) != 0;
+      differ_plain += std::memcmp(&plain[i], &want[i], sizeof(float)) != 0;
+    }
+    EXPECT_EQ(differ, 0) << "step " << step << ": pushed against fused";
+    EXPECT_EQ(differ_plain, 0) << "step " << step << ": unfused against fused";
     compared += int64_t(want.size());
     for (BatchEntry& e : batch.entries) e.seq->n_computed += e.n_new;
   }
-  std::printf("  pushed vs fused: %lld logits compared, bit-equal\n", static_cast<long long>(compared));
+  std::printf("  pushed vs fused vs unfused: %lld logits compared each\n", static_cast<long long>(compared));
 }
 
 TEST(TpGpuTokens, GreedyTokensAgreeWithOneGpuUntilANearTie) {

@@ -107,15 +107,17 @@ struct CudaBackendOptions {
   /// these per GPU, allocated once at start): the measured crossover by default.
   int64_t tp_all_reduce_max_bytes = kTpCustomAllReduceDefaultMaxBytes;
   /// Our lamport all-reduce of the O and down products fused with the residual add and RMSNorm
-  /// after them (kernels::CustomAllReduce::run_add_rms_norm). Off by default: on 2 x H200 its
-  /// tests pass and llama2-13b's decode is level at batch 1 and 2% faster at batch 32 in four
-  /// runs, but one earlier run was 1.5x slower at batch 32, unexplained (docs/tensor-parallel.md).
-  bool tp_fuse_all_reduce_norm = false;
+  /// after them (kernels::CustomAllReduce::run_add_rms_norm). On by default since 2026-11-30: on
+  /// 2 x H200 llama2-13b's batch-1 decode is 1.70-1.71x TP=1 with it (and the products' pushes)
+  /// against 1.68x without, and batch 32 was 2% faster in four runs; one run of 2026-11-29 was 1.5x
+  /// slower at batch 32, before the kernels were loaded on every GPU at construction
+  /// (docs/tensor-parallel.md). Same bits as the all-reduce then add_rms_norm.
+  bool tp_fuse_all_reduce_norm = true;
   /// With tp_fuse_all_reduce_norm: the O and down products that the gemv kernel takes (decode
   /// batches of up to 8 rows) store their rows straight into the peers' lamport buffers from their
   /// epilogue (kernels/lamport_push.h), so the fused kernel after them only waits for the peers'
-  /// rows: the all-reduce's push overlaps the product. Same bits as without. Off by default.
-  bool tp_push_from_product = false;
+  /// rows: the all-reduce's push overlaps the product. Same bits as without. On by default.
+  bool tp_push_from_product = true;
   /// Tensor parallelism's host hand-offs (RankPool, tp_rank_pool.h): the rank threads poll this
   /// many microseconds for the next step before they sleep, and the caller polls for a step's end;
   /// 0 hands every step over through condition variables (a sleeping thread's wake-up on the
