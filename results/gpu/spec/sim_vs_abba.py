@@ -11,21 +11,13 @@ REAL_ABBA_FOLDER: scripts/gpu-spec-check.sh's abba-NAME (results/gpu/spec/abba.y
 steps.jsonl); SIM_FOLDER: the same load on the sim (results/sim-validation/spec-probe.sh's
 wrong-usersN or right-usersN: strategies plain and self-k4, steps.jsonl.gz).
 """
-import gzip
 import json
 import os
 import statistics
 import sys
 
 
-def steps_of(folder):
-    for name in ("steps.jsonl", "steps.jsonl.gz"):
-        p = os.path.join(folder, name)
-        if os.path.exists(p):
-            with (gzip.open(p, "rt") if name.endswith(".gz") else open(p)) as f:
-                for line in f:
-                    yield json.loads(line)
-            return
+from spec_ratio import steps_of  # the same folder: a run's steps.jsonl (or .gz)
 
 
 def side(label):
