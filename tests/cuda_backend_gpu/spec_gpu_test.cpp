@@ -39,12 +39,12 @@ struct Outcome {
   int drafted = 0, accepted = 0;
 };
 
-/// Gives `e` (an engine of `spec`: 6 sequences, 96 rows, 256 tokens) the proposer of `sc`.
-void speculate(Engine& e, const BackendSpec& spec, const SpeculativeConfig& sc) {
+/// Gives `e` (an engine of `spec`: 6 sequences, 96 rows, max_model_len tokens) the proposer of `sc`.
+void speculate(Engine& e, const BackendSpec& spec, const SpeculativeConfig& sc, int max_model_len = 256) {
   ProposerTarget t;
   t.backend = spec;
   t.vocab_size = e.backend().config().vocab_size;
-  t.max_model_len = 256;
+  t.max_model_len = max_model_len;
   t.max_num_seqs = 6;
   t.max_num_batched_tokens = 96;
   t.seed = spec.seed;
@@ -207,15 +207,7 @@ TEST(SpecGpu, AWarmedDraftCapturesNoGraphWhileServing) {
   CudaBackendOptions o;
   o.residual_scale = spec.residual_scale;
   Engine e(ec, CudaBackend::random(preset(spec.model), spec.seed, o));
-  ProposerTarget t;
-  t.backend = spec;
-  t.vocab_size = e.backend().config().vocab_size;
-  t.max_model_len = 600;
-  t.max_num_seqs = 6;
-  t.max_num_batched_tokens = 96;
-  t.seed = spec.seed;
-  t.device_draft_kv_bytes = 16ll << 20;
-  e.set_proposer(make_proposer(self, t), self.num_speculative_tokens);
+  speculate(e, spec, self, 600);
   const auto& mp = dynamic_cast<const ModelProposer&>(*e.proposer());
   const auto& draft = dynamic_cast<const CudaBackend&>(mp.backend());
   const WarmShapes shapes = draft.warm_shapes(mp.limits());
