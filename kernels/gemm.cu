@@ -83,24 +83,31 @@ bool Gemm::uses_gemv(ScalarType t, const void* x, const void* w, int m, int n, i
   return use_gemv_ && !batch_invariant_ && gemv_supported(t, x, w, m, n, k);
 }
 
+std::optional<gemv::Plan> Gemm::taken_gemv_plan(ScalarType t, const void* x, const void* w, int m, int n, int k) const {
+  if (!uses_gemv(t, x, w, m, n, k)) return std::nullopt;
+  const gemv::Plan plan = gemv_plan(n, k);
+  if (!gemv_split_k_ && plan.splits != 1) return std::nullopt;
+  return plan;
+}
+
 bool Gemm::fuses_gate_up_silu(ScalarType t, const void* x, const void* w, int m, int ffn, int k) const {
-  return ffn >= 1 && uses_gemv(t, x, w, m, 2 * ffn, k) && (gemv_split_k_ || gemv_plan(2 * ffn, k).splits == 1);
+  return ffn >= 1 && taken_gemv_plan(t, x, w, m, 2 * ffn, k).has_value();
 }
 
 void Gemm::run_gate_up_silu(ScalarType t, const void* x, const void* w, void* act, int m, int ffn, int k,
                             cudaStream_t stream) {
   if (m == 0) return;
-  if (!fuses_gate_up_silu(t, x, w, m, ffn, k))
-    throw std::logic_error("Gemm::run_gate_up_silu: this product does not take the fused gemv path");
-  run_gemv_silu_mul(t, x, w, act, m, ffn, k, gemv_plan(2 * ffn, k), gemv_partials_, gemv_counters_, stream);
+  const std::optional<gemv::Plan> plan = ffn >= 1 ? taken_gemv_plan(t, x, w, m, 2 * ffn, k) : std::nullopt;
+  if (!plan) throw std::logic_error("Gemm::run_gate_up_silu: this product does not take the fused gemv path");
+  run_gemv_silu_mul(t, x, w, act, m, ffn, k, *plan, gemv_partials_, gemv_counters_, stream);
 }
 
 bool Gemm::run_qkv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k, cudaStream_t stream) {
   const int n = (a.n_heads + 2 * a.n_kv_heads) * a.head_dim;
-  if (a.n_tokens == 0 || !uses_gemv(a.dtype, x, w, a.n_tokens, n, k) || !gemv_rope_kv_supported(a, x, w, k)) return false;
-  const gemv::Plan plan = gemv_plan(n, k);
-  if (!gemv_split_k_ && plan.splits != 1) return false;
-  run_gemv_rope_kv(a, x, w, k, plan, gemv_partials_, gemv_counters_, stream);
+  if (a.n_tokens == 0 || !gemv_rope_kv_supported(a, x, w, k)) return false;
+  const std::optional<gemv::Plan> plan = taken_gemv_plan(a.dtype, x, w, a.n_tokens, n, k);
+  if (!plan) return false;
+  run_gemv_rope_kv(a, x, w, k, *plan, gemv_partials_, gemv_counters_, stream);
   return true;
 }
 
@@ -256,10 +263,9 @@ void Gemm::run(ScalarType t, const void* x, const void* w, void* y, int m, int n
 
 bool Gemm::run_if_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, bool out_fp32,
                        bool accumulate, const LamportPush& push, cudaStream_t stream) {
-  if (!uses_gemv(t, x, w, m, n, k)) return false;
-  const gemv::Plan plan = gemv_plan(n, k);
-  if (!gemv_split_k_ && plan.splits != 1) return false;
-  run_gemv(t, x, w, y, m, n, k, out_fp32, accumulate, plan, gemv_partials_, gemv_counters_, stream, push);
+  const std::optional<gemv::Plan> plan = taken_gemv_plan(t, x, w, m, n, k);
+  if (!plan) return false;
+  run_gemv(t, x, w, y, m, n, k, out_fp32, accumulate, *plan, gemv_partials_, gemv_counters_, stream, push);
   return true;
 }
 

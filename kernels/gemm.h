@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "kernels/attention.h"
@@ -138,6 +139,9 @@ class Gemm {
   static constexpr int kGemvCounters = 8192;
 
  private:
+  /// The plan gemv runs this product with, where run() takes gemv for it (uses_gemv, and a K
+  /// split only with gemv_split_k); none otherwise.
+  std::optional<gemv::Plan> taken_gemv_plan(ScalarType t, const void* x, const void* w, int m, int n, int k) const;
   /// run()'s gemv path (with push, run_pushed's): false, nothing enqueued, where run() takes cuBLASLt.
   bool run_if_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, bool out_fp32,
                    bool accumulate, const LamportPush& push, cudaStream_t stream);

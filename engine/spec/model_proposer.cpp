@@ -1,9 +1,8 @@
 #include "engine/spec/model_proposer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
-
-#include <algorithm>
 #include <stdexcept>
 #include <string>
 
