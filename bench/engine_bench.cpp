@@ -9,6 +9,7 @@
 //   engine_bench --lora --ncu-decode BATCH,CONTEXT [--lora-adapters K] [--variants V]   (one LoRA
 //                                  decode step, a graph replay, for ncu; V: a LoRA decode variant)
 //   engine_bench --kv-cache-dtype auto,fp8 [--quick]   (an FP8 KV cache beside bf16 KV: bench/engine_bench_fp8kv.h)
+//   engine_bench --mixed-contexts [--preset P] [--quick] (decode steps of mixed context lengths: bench/engine_bench_mixed.h)
 //   engine_bench --structured [--preset NAME] [--tokenizer DIR] [--repeats N]   (structured output at
 //                                  batch 64 against unconstrained: bench/engine_bench_structured.h)
 //   engine_bench --quantization F,F,...   (fp8, int4_awq, int4_gptq beside bf16: decode at batch 1,
@@ -46,6 +47,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/engine_bench_fp8kv.h"
+#include "bench/engine_bench_mixed.h"
 #include "bench/engine_bench_lora.h"
 #include "bench/engine_bench_mbu_variants.h"
 #include "bench/engine_bench_structured.h"
@@ -171,6 +173,7 @@ struct Args {
   bool lora = false;                   // --lora
   int lora_adapters = 0;               // --lora-adapters K (--lora --ncu-decode)
   bool fp8kv = false;                  // --kv-cache-dtype auto,fp8
+  bool mixed_contexts = false;         // --mixed-contexts
   bool structured = false;             // --structured
   std::string tokenizer;               // --tokenizer DIR (--structured)
   int repeats = 0;                     // --repeats N (--structured)
@@ -505,6 +508,7 @@ int main(int argc, char** argv) {
       ++i;
     }
     else if (a == "--structured") args.structured = true;
+    else if (a == "--mixed-contexts") args.mixed_contexts = true;
     else if (a == "--tokenizer" && i + 1 < argc) args.tokenizer = argv[++i];
     else if (a == "--repeats" && i + 1 < argc) args.repeats = std::atoi(argv[++i]);
     else if (a == "--quantization" && i + 1 < argc) args.quantization = argv[++i];
@@ -550,6 +554,12 @@ int main(int argc, char** argv) {
       fo.preset = args.preset;
       fo.quick = args.quick;
       return keep_figures(args, bench::run_fp8kv_bench(fo));
+    }
+    if (args.mixed_contexts) {  // decode steps of mixed context lengths (bench/engine_bench_mixed.h)
+      bench::MixedContextBenchOptions mo;
+      if (args.preset != Args{}.preset) mo.preset = args.preset;  // default llama3-8b
+      mo.quick = args.quick;
+      return keep_figures(args, bench::run_mixed_context_bench(mo));
     }
     if (args.structured) {
       bench::StructuredBenchOptions so;

@@ -391,6 +391,7 @@ StepOutcome Engine::step(double now) {
     // The loops over the entries read the sequences (EngineSequence) only: a request's state is
     // reached through them in the rare cases that need it (masks, the record's first stamp).
     for (const ScheduledChunk& c : plan.chunks) {
+      out.max_context = std::max(out.max_context, c.seq->n_computed + c.n_new);
       EngineSequence& es = state_->own(*c.seq);
       const bool sample = c.seq->n_computed + c.n_new == c.seq->n_with_spec();
       // Sample 0's first draw also draws the first token of every other parallel sample.
@@ -463,6 +464,7 @@ StepOutcome Engine::step(double now) {
     const double measured = std::chrono::duration<double>(f1 - t0).count();
     out.host_before_s = std::chrono::duration<double>(f0 - t0).count();
     out.forward_s = std::chrono::duration<double>(f1 - f0).count();
+    out.device_s = result.device_s.value_or(0.0);
     forward_end = f1;
     out.duration_s = result.predicted_s.value_or(measured);
     if (result.tokens.size() != n_draws)

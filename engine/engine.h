@@ -59,7 +59,13 @@ struct StepOutcome {
   double host_before_s = 0.0;
   double forward_s = 0.0;
   double host_after_s = 0.0;
+  /// Of forward_s, the step's span on the device (StepOutput::device_s; 0 where the backend does
+  /// not measure it: cpu, sim).
+  double device_s = 0.0;
   int batch_size = 0;            ///< sequences in the batch
+  /// The longest context a sequence of the step reaches (its tokens after the step's rows): what
+  /// sizes a decode graph's attention grid on cuda (graph_buckets.h).
+  int max_context = 0;
   int n_tokens = 0;              ///< tokens computed (padding excluded)
   int n_padding_tokens = 0;
   std::vector<TokenEvent> tokens;

@@ -57,6 +57,7 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
     st.duration_s = s.duration_s;
     st.batch_size = s.batch_size;
     st.n_tokens = s.n_tokens;
+    st.max_context = s.max_context;
     st.n_padding_tokens = s.n_padding_tokens;
     st.n_waiting = s.n_waiting;
     st.n_running = s.n_running;
@@ -87,6 +88,7 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
       st.host_before_s = s.host_before_s;
       st.forward_s = s.forward_s;
       st.host_after_s = s.host_after_s;
+      st.device_s = s.device_s;
     }
     sinks.on_step(st);
   };

@@ -69,6 +69,10 @@ struct StepOutput {
   /// (one-hot at the argmax when greedy): what a draft model hands the target as q
   std::vector<float> draw_probs;
   std::optional<double> predicted_s;  ///< sim backend: the step's predicted duration
+  /// cuda backend: the step's span on its stream, from the forward's launch (after the step's
+  /// upload) to its tokens copied back (CUDA events): execute()'s time less the host's packing,
+  /// upload and wake-up
+  std::optional<double> device_s;
 };
 
 /// Storage element types a backend offers for weights and the KV cache.

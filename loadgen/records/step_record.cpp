@@ -48,8 +48,11 @@ void to_json(nlohmann::json& j, const StepRecord& s) {
   if (s.n_loras > 0) j["lora"] = {{"n_loras", s.n_loras}, {"n_loads", s.n_lora_loads}};
   if (s.n_masks > 0 || s.jump_forward_tokens > 0)
     j["structured"] = {{"n_masks", s.n_masks}, {"mask_s", s.mask_s}, {"jump_forward_tokens", s.jump_forward_tokens}};
-  if (s.forward_s > 0)
+  if (s.forward_s > 0) {
     j["host"] = {{"before_s", s.host_before_s}, {"forward_s", s.forward_s}, {"after_s", s.host_after_s}};
+    if (s.device_s > 0) j["host"]["device_s"] = s.device_s;
+  }
+  if (s.max_context > 0) j["max_context"] = s.max_context;
   if (s.roofline) j["roofline"] = *s.roofline;
 }
 
@@ -93,7 +96,9 @@ void from_json(const nlohmann::json& j, StepRecord& s) {
     s.host_before_s = h->value("before_s", 0.0);
     s.forward_s = h->value("forward_s", 0.0);
     s.host_after_s = h->value("after_s", 0.0);
+    s.device_s = h->value("device_s", 0.0);
   }
+  s.max_context = json_int_or(j, "max_context", 0);
   if (auto r = j.find("roofline"); r != j.end() && r->is_object()) s.roofline = r->get<StepRoofline>();
   const auto& kv = j.at("kv");
   s.kv_capacity = json_int<int64_t>(kv.at("capacity"));
@@ -116,12 +121,14 @@ void StepRecord::validate() const {
   time("host.before_s", host_before_s);
   time("host.forward_s", forward_s);
   time("host.after_s", host_after_s);
+  time("host.device_s", device_s);
   auto count = [](const char* field, int64_t v) {
     if (v < 0) throw std::invalid_argument(std::string(field) + " must be >= 0 (got " + std::to_string(v) + ")");
   };
   count("batch_size", batch_size);
   count("n_tokens", n_tokens);
   count("n_padding_tokens", n_padding_tokens);
+  count("max_context", max_context);
   count("spec_decode.num_drafts", spec_drafts);
   count("spec_decode.num_draft_tokens", spec_draft_tokens);
   count("spec_decode.num_accepted_tokens", spec_accepted_tokens);

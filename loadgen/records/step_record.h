@@ -61,6 +61,12 @@ struct StepRecord {
   double host_before_s = 0.0;
   double forward_s = 0.0;
   double host_after_s = 0.0;
+  /// cuda: of forward_s, the step's span on the device, from the forward's launch to its tokens
+  /// (JSON "host.device_s", absent where not measured)
+  double device_s = 0.0;
+  /// The longest context a sequence of the step reaches (JSON "max_context"; 0 in files written
+  /// before it was recorded)
+  int max_context = 0;
   /// Real backends (cpu, cuda): the step's roofline at the run's ceilings (JSON "roofline");
   /// absent on the sim, whose step times are priced, not measured.
   std::optional<StepRoofline> roofline;

@@ -320,6 +320,16 @@ TEST(Metrics, StructuredOutputCountsSumOverTheWindowAndRoundTrip) {
   EXPECT_EQ(timed.host_before_s, 0.125);
   EXPECT_EQ(timed.forward_s, 0.5);
   EXPECT_EQ(timed.host_after_s, 0.25);
+  EXPECT_EQ(timed.device_s, 0.0);  // not measured: absent, read back as 0
+  EXPECT_EQ(nlohmann::json::parse(step_line(steps[1]))["host"].count("device_s"), 0u);
+  steps[1].device_s = 0.375;
+  steps[1].max_context = 300;
+  const StepRecord on_device = nlohmann::json::parse(step_line(steps[1])).get<StepRecord>();
+  EXPECT_EQ(on_device.device_s, 0.375);
+  EXPECT_EQ(on_device.max_context, 300);
+  steps[1].max_context = -1;
+  EXPECT_THROW(steps[1].validate(), std::invalid_argument);
+  steps[1].max_context = 300;
   const KvMetrics kv = compute_kv_metrics("r", steps, 0.0, 10.0);
   EXPECT_EQ(kv.structured_masks, 5);
   EXPECT_NEAR(kv.structured_mask_s, 0.75, kTol);

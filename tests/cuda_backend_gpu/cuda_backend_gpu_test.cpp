@@ -3,6 +3,7 @@
 // naive KV, in both storage dtypes; greedy tokens in both; swap out/in; copy-on-write; GPU-drawn preset weights; fusion off; batch
 // invariance. Names contain Gpu; every test skips without a CUDA device.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <memory>
@@ -406,6 +407,10 @@ TEST(CudaBackendGpuGraphs, DecodeReplayedFromGraphsMatchesEager) {
     const StepOutput a = run_batch(*graphs, prefill, *kv);
     const StepOutput b = run_batch(*eager, prefill, *kv);
     ASSERT_EQ(a.tokens, b.tokens);
+    // The step's span on the device (CUDA events from the forward's launch to its tokens).
+    ASSERT_TRUE(a.device_s.has_value() && b.device_s.has_value());
+    EXPECT_GT(*a.device_s, 0.0);
+    EXPECT_GT(*b.device_s, 0.0);
     for (size_t i = 0; i < seqs.size(); ++i) {
       seqs[i].n_computed = seqs[i].n_tokens();
       seqs[i].tokens.push_back(a.tokens[i]);
@@ -429,6 +434,18 @@ TEST(CudaBackendGpuGraphs, DecodeReplayedFromGraphsMatchesEager) {
         seqs[i].tokens.push_back(static_cast<TokenId>(std::max_element(row.begin(), row.end()) - row.begin()));
       }
     }
+    // A replayed graph's step is timed too, within execute()'s own wall time.
+    Batch batch;
+    for (size_t i = 0; i < 5; ++i) {
+      hold(*kv, seqs[i], seqs[i].n_tokens());
+      batch.entries.push_back({&seqs[i], seqs[i].n_tokens() - seqs[i].n_computed, true});
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const StepOutput replayed = run_batch(*graphs, batch, *kv);
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_TRUE(replayed.device_s.has_value());
+    EXPECT_GT(*replayed.device_s, 0.0);
+    EXPECT_LE(*replayed.device_s, wall);
   }
 }
 

@@ -36,7 +36,12 @@ TEST(MeasuringBackend, PassesStartUpSizingThroughAndPricesEveryStepAfterTheRun) 
     EXPECT_GE(r.steps[i].forward_s, timings[i].measured_s);
     EXPECT_GT(r.steps[i].host_before_s, 0.0);
     EXPECT_GT(r.steps[i].host_after_s, 0.0);
+    EXPECT_EQ(r.steps[i].device_s, 0.0);  // a host backend: nothing measured on a device
+    // prompts of 20-24 tokens and 6 outputs: the longest context after the step's rows
+    EXPECT_GE(r.steps[i].max_context, 20);
+    EXPECT_LE(r.steps[i].max_context, 24 + 6);
   }
+  EXPECT_EQ(r.steps.front().max_context, 20);  // the first step: request 0's prompt alone
   price_step_timings(timings, cost, micro_model());
   for (const StepTiming& t : timings) {
     EXPECT_GT(t.predicted_s, 0.0);

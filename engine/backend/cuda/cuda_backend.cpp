@@ -199,6 +199,7 @@ StepOutput CudaBackend::execute(const Step& step) {
       throw std::invalid_argument("CudaBackend: step.in.draft_token[" + std::to_string(i) + "] is outside the vocabulary");
   }
   Impl& m = *impl_;
+  m.step_timed = false;
   m.run_step(step);
   StepOutput result;
   const int n = step.n_rows() > 0 ? m.n_samples : 0;
@@ -210,8 +211,14 @@ StepOutput CudaBackend::execute(const Step& step) {
     CUDA_CHECK(cudaMemcpyAsync(result.draw_probs.data(), m.draw_probs_dev.get(), result.draw_probs.size() * sizeof(float),
                                cudaMemcpyDeviceToHost, m.stream));
   }
+  if (m.step_timed) CUDA_CHECK(cudaEventRecord(m.step_end, m.stream));
   CUDA_CHECK(cudaStreamSynchronize(m.stream));
   if (n > 0) result.tokens.assign(m.tokens_host.get<int32_t>(), m.tokens_host.get<int32_t>() + n);
+  if (m.step_timed) {
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, m.step_begin, m.step_end));
+    result.device_s = double(ms) * 1e-3;
+  }
   return result;
 }
 
@@ -442,6 +449,13 @@ void CudaBackend::Impl::ensure_lora_scratch() {
   ++epoch;
 }
 
+/// The sum of a step's context lengths.
+static int64_t total_context(const k::StepInput& in) {
+  int64_t total = 0;
+  for (int32_t c : in.context_lens) total += c;
+  return total;
+}
+
 /// run_step after the plan: graph or eager (a CUDA graph per bucket of plain decode and small
 /// verification steps, captured on its second use).
 void CudaBackend::Impl::run_planned(const cuda::BlockTableStep* tables) {
@@ -460,6 +474,7 @@ void CudaBackend::Impl::run_planned(const cuda::BlockTableStep* tables) {
     g.row_groups = step_groups;
     g.rows = g.tokens = g.seqs = g.samples = bucket;
     g.max_context = context;
+    g.plan_context = options.decode.balanced_split ? plan_bucket(total_context(in), in.n_seqs(), context) : 0;
     g.decode = true;
     g.graph = true;
     ensure_rows(bucket);
@@ -479,8 +494,8 @@ void CudaBackend::Impl::run_planned(const cuda::BlockTableStep* tables) {
                         "the graph step input");
     }
     stage(g, graph_packed, tables);
-    GraphEntry& entry = graphs[GraphKey{bucket, context, int(in.kv_kind), paged ? in.block_size : 0, g.lora, !g.late,
-                                        g.layout.has_row_spans, g.draw_probs}];
+    GraphEntry& entry = graphs[GraphKey{bucket, context, g.plan_context, int(in.kv_kind), paged ? in.block_size : 0, g.lora,
+                                        !g.late, g.layout.has_row_spans, g.draw_probs}];
     if (entry.exec && entry.epoch != epoch) {
       CUDA_CHECK(cudaGraphExecDestroy(entry.exec));
       entry = GraphEntry{};
@@ -508,6 +523,7 @@ void CudaBackend::Impl::run_planned(const cuda::BlockTableStep* tables) {
       entry.epoch = epoch;
       ++graph_captures;
     }
+    mark_step_begin();
     CUDA_CHECK(cudaGraphLaunch(entry.exec, stream));
     if (g.late) send_late_masks_and_draw(g);
     return;
@@ -520,11 +536,11 @@ void CudaBackend::Impl::run_planned(const cuda::BlockTableStep* tables) {
   g.samples = in.n_samples();
   g.max_context = in.max_context();
   g.decode = in.decode_only && !options.batch_invariant;
+  if (g.decode && options.decode.balanced_split && g.seqs > 0)  // the mean context, rounded up
+    g.plan_context = int((total_context(in) + g.seqs - 1) / g.seqs);
   if (kv_fp8 && !g.decode) {  // prefill attention reads the step's sequences dequantized
-    int64_t total = 0;
-    for (int32_t c : in.context_lens) total += c;
-    g.total_context = total;
-    ensure_kv8_scratch(total, g.seqs);
+    g.total_context = total_context(in);
+    ensure_kv8_scratch(g.total_context, g.seqs);
   }
   ensure_rows(g.rows);
   ensure_samples(std::max(g.samples, 1));

@@ -46,6 +46,7 @@ namespace k = kernels;
 /// What one enqueue runs: row counts, the packed input on the device, and how to read it.
 struct Geometry {
   int rows = 0, tokens = 0, seqs = 0, samples = 0, max_context = 0;
+  int plan_context = 0;  // decode attention's cut is planned for it (0: max_context; DecodePathOptions::balanced_split)
   int64_t total_context = 0;  // sum of the context lengths (eager steps; FP8 KV prefill scratch)
   bool decode = false;
   cuda::PackedLayout layout;
@@ -100,6 +101,10 @@ struct CudaBackend::Impl {
   DeviceBuffer mask_words;    // token masks of the step's constrained draws (uploaded when present)
   PinnedBuffer mask_host;
   cudaEvent_t mask_sent = nullptr;  // after the last late-mask upload: mask_host is free again
+  // The step's device span (StepOutput::device_s): recorded as its forward is launched (graph or
+  // first kernel) and after its tokens' copy; step_timed says the first was recorded this step.
+  cudaEvent_t step_begin = nullptr, step_end = nullptr;
+  bool step_timed = false;
   // Late masks already on the host (the tensor-parallel driver fills them once for every rank);
   // null: this rank calls the step's filler itself.
   const uint32_t* filled_masks = nullptr;
@@ -168,6 +173,8 @@ struct CudaBackend::Impl {
   ~Impl() {
     drop_graphs();
     if (mask_sent) cudaEventDestroy(mask_sent);
+    if (step_begin) cudaEventDestroy(step_begin);
+    if (step_end) cudaEventDestroy(step_end);
     if (lora_fork) cudaEventDestroy(lora_fork);
     if (lora_join) cudaEventDestroy(lora_join);
     if (lora_side) cudaStreamDestroy(lora_side);
@@ -485,9 +492,20 @@ struct CudaBackend::Impl {
   /// run_step after the plan: graph or eager. Defined in cuda_backend.cpp.
   void run_planned(const cuda::BlockTableStep* tables);
 
+  /// Records step_begin on the stream: the forward's launch follows (after the step's upload).
+  void mark_step_begin() {
+    if (!step_begin) {
+      CUDA_CHECK(cudaEventCreate(&step_begin));
+      CUDA_CHECK(cudaEventCreate(&step_end));
+    }
+    CUDA_CHECK(cudaEventRecord(step_begin, stream));
+    step_timed = true;
+  }
+
   /// The whole step as one enqueue (eager): the forward and the draws, or with late masks the
   /// forward, the masks filled and uploaded meanwhile, then the draws.
   void enqueue_step(const Geometry& g) {
+    mark_step_begin();
     enqueue_forward(g);
     if (g.late) send_late_masks_and_draw(g);
     else enqueue_draws(g);

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "engine/backend/cuda/device_memory.h"
+#include "engine/backend/cuda/tp_errors.h"
 #include "engine/model/config.h"
 
 namespace servelab::kernels {
@@ -57,16 +58,6 @@ struct TpRank {
   /// Diagnosis only (issue 25's GPU test TpGpuDiag): the blocking ncclCommInitRank of the code
   /// before the fix, on the calling thread, with no watchdog.
   bool blocking_init = false;
-};
-
-/// What a rank's watchdog saw: the wait ended by the deadline, another rank's failure, or NCCL.
-struct TpTimeout : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-/// A rank's wait given up because another rank failed: a consequence, not the cause (RankPool
-/// reports the failing rank's own error rather than this one).
-struct TpPeerFailed : TpTimeout {
-  using TpTimeout::TpTimeout;
 };
 
 /// True when this servelab was built with NCCL (tensor_parallel > 1 is possible).

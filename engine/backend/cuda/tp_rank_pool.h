@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/backend/cuda/tp_comm.h"
+#include "engine/backend/cuda/tp_errors.h"
 
 namespace servelab::cuda {
 

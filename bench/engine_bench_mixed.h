@@ -1,0 +1,23 @@
+#pragma once
+// engine_bench --mixed-contexts (bench/engine_bench_mixed.cpp): decode steps whose sequences hold
+// contexts of mixed lengths, as serving makes them, against the same batch with every sequence at
+// the mean context, with decode attention cut for the step's mean context
+// (DecodePathOptions::balanced_split) and for its longest, one backend after the other.
+#include <string>
+#include <vector>
+
+#include "bench/engine_bench_fp8kv.h"  // Fp8KvFigure: name, shape, unit, value, ratio
+
+namespace servelab::bench {
+
+struct MixedContextBenchOptions {
+  std::string preset = "llama3-8b";
+  bool quick = false;  ///< fewer repeats
+};
+
+/// Per batch (16, 32, 64) and context spread (uniform 1,024-3,840 like long prompts; 32-2,048
+/// like chat), seeded draws: mixed_step_ms (the drawn contexts) and uniform_step_ms (every
+/// sequence at their mean) with the balanced cut and without, and mixed_vs_uniform per cut.
+std::vector<Fp8KvFigure> run_mixed_context_bench(const MixedContextBenchOptions& options);
+
+}  // namespace servelab::bench
