@@ -51,11 +51,14 @@ std::vector<Fp8KvFigure> run_mixed_context_bench(const MixedContextBenchOptions&
     std::printf("  %-18s %-58s %10.4f %s\n", f.name.c_str(), f.shape.c_str(), f.value, f.unit.c_str());
     out.push_back(std::move(f));
   };
-  const char* labels[] = {"cut for the longest", "balanced"};
-  std::vector<std::vector<double>> mixed(2), uniform(2);
-  for (int v = 0; v < 2; ++v) {
+  using Plan = DecodePathOptions::SplitPlan;
+  const Plan plans[] = {Plan::longest, Plan::mean_up, Plan::mean_down};
+  const char* labels[] = {"cut for the longest", "mean rounded up", "mean rounded down"};
+  constexpr int kPlans = 3;
+  std::vector<std::vector<double>> mixed(kPlans), uniform(kPlans);
+  for (int v = 0; v < kPlans; ++v) {
     CudaBackendOptions opts;
-    opts.decode.balanced_split = v == 1;
+    opts.decode.split_plan = plans[v];
     std::unique_ptr<CudaBackend> backend = CudaBackend::random(model, 1, opts);
     int64_t n_slots = 0;
     for (const Point& p : points) n_slots = std::max({n_slots, p.mixed.n_slots(), p.uniform.n_slots()});
@@ -67,13 +70,15 @@ std::vector<Fp8KvFigure> run_mixed_context_bench(const MixedContextBenchOptions&
       add({"uniform_step_ms", p.name + " [" + labels[v] + "]", "ms", "", uniform[v].back(), std::nullopt});
     }
   }
-  for (int v = 0; v < 2; ++v)
+  for (int v = 0; v < kPlans; ++v)
     for (size_t i = 0; i < points.size(); ++i)
       add({"mixed_vs_uniform", points[i].name + " [" + labels[v] + "]", "x", "uniform step",
            mixed[v][i] / uniform[v][i], mixed[v][i] / uniform[v][i]});
-  for (size_t i = 0; i < points.size(); ++i)
-    add({"balanced_vs_longest", points[i].name + " mixed", "x", "cut for the longest", mixed[1][i] / mixed[0][i],
-         mixed[1][i] / mixed[0][i]});
+  for (int v = 1; v < kPlans; ++v)
+    for (size_t i = 0; i < points.size(); ++i)
+      for (const auto& [kind, ms] : {std::pair{"mixed", &mixed}, std::pair{"uniform", &uniform}})
+        add({"vs_longest", points[i].name + " " + kind + " [" + labels[v] + "]", "x", "cut for the longest",
+             (*ms)[v][i] / (*ms)[0][i], (*ms)[v][i] / (*ms)[0][i]});
   return out;
 }
 

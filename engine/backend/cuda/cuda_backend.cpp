@@ -474,7 +474,9 @@ void CudaBackend::Impl::run_planned(const cuda::BlockTableStep* tables) {
     g.row_groups = step_groups;
     g.rows = g.tokens = g.seqs = g.samples = bucket;
     g.max_context = context;
-    g.plan_context = options.decode.balanced_split ? plan_bucket(total_context(in), in.n_seqs(), context) : 0;
+    using Plan = DecodePathOptions::SplitPlan;
+    const Plan sp = options.decode.split_plan;
+    g.plan_context = sp == Plan::longest ? 0 : plan_bucket(total_context(in), in.n_seqs(), context, sp == Plan::mean_down);
     g.decode = true;
     g.graph = true;
     ensure_rows(bucket);
@@ -536,7 +538,7 @@ void CudaBackend::Impl::run_planned(const cuda::BlockTableStep* tables) {
   g.samples = in.n_samples();
   g.max_context = in.max_context();
   g.decode = in.decode_only && !options.batch_invariant;
-  if (g.decode && options.decode.balanced_split && g.seqs > 0)  // the mean context, rounded up
+  if (g.decode && options.decode.split_plan != DecodePathOptions::SplitPlan::longest && g.seqs > 0)  // the mean context
     g.plan_context = int((total_context(in) + g.seqs - 1) / g.seqs);
   if (kv_fp8 && !g.decode) {  // prefill attention reads the step's sequences dequantized
     g.total_context = total_context(in);

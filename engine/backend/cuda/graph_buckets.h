@@ -46,17 +46,24 @@ inline int context_bucket(int max_context) {
   return c;
 }
 
-/// The context a decode graph's attention cut is planned for (DecodePathOptions::balanced_split):
-/// the step's mean context rounded up to a half octave (256, 384, 512, 768, 1024, ...), or 0 (the
-/// context bucket itself) where that reaches the bucket: a few graphs per bucket, not one per mean.
-inline int plan_bucket(int64_t total_context, int n_seqs, int context) {
+/// The context a decode graph's attention cut is planned for (DecodePathOptions::split_plan): the
+/// step's mean context rounded up (or with `down`, down) to a half octave (256, 384, 512, 768,
+/// 1024, ...), or 0 (the context bucket itself) where that reaches the bucket: a few graphs per
+/// bucket, not one per mean.
+inline int plan_bucket(int64_t total_context, int n_seqs, int context, bool down = false) {
   if (n_seqs <= 0) return 0;
   const int64_t mean = (total_context + n_seqs - 1) / n_seqs;
+  int64_t below = 256;  // the largest half octave <= mean (256 at least)
   for (int64_t c = 256; c < context; c *= 2) {
+    if (down) {
+      if (c <= mean) below = c;
+      if (c + c / 2 <= mean && c + c / 2 < context) below = c + c / 2;
+      continue;
+    }
     if (mean <= c) return int(c);
     if (mean <= c + c / 2 && c + c / 2 < context) return int(c + c / 2);
   }
-  return 0;
+  return down && below < context ? int(below) : 0;
 }
 
 struct GraphKey {
