@@ -1,6 +1,5 @@
 // engine_bench --mixed-contexts: graphed decode steps of mixed context lengths against the same
-// batch at its mean context, decode attention cut for the mean (balanced_split) and for the
-// longest (bench/engine_bench_mixed.h).
+// batch at its mean context (bench/engine_bench_mixed.h).
 #include "bench/engine_bench_mixed.h"
 
 #include <algorithm>
@@ -48,37 +47,24 @@ std::vector<Fp8KvFigure> run_mixed_context_bench(const MixedContextBenchOptions&
   const int warmup = 3, repeats = o.quick ? 9 : 21;
   std::vector<Fp8KvFigure> out;
   auto add = [&](Fp8KvFigure f) {
-    std::printf("  %-18s %-58s %10.4f %s\n", f.name.c_str(), f.shape.c_str(), f.value, f.unit.c_str());
+    std::printf("  %-18s %-40s %10.4f %s\n", f.name.c_str(), f.shape.c_str(), f.value, f.unit.c_str());
     out.push_back(std::move(f));
   };
-  using Plan = DecodePathOptions::SplitPlan;
-  const Plan plans[] = {Plan::longest, Plan::mean_up, Plan::mean_down};
-  const char* labels[] = {"cut for the longest", "mean rounded up", "mean rounded down"};
-  constexpr int kPlans = 3;
-  std::vector<std::vector<double>> mixed(kPlans), uniform(kPlans);
-  for (int v = 0; v < kPlans; ++v) {
-    CudaBackendOptions opts;
-    opts.decode.split_plan = plans[v];
-    std::unique_ptr<CudaBackend> backend = CudaBackend::random(model, 1, opts);
+  std::vector<double> mixed, uniform;
+  {
+    std::unique_ptr<CudaBackend> backend = CudaBackend::random(model, 1, CudaBackendOptions{});
     int64_t n_slots = 0;
     for (const Point& p : points) n_slots = std::max({n_slots, p.mixed.n_slots(), p.uniform.n_slots()});
     ProfileRunner runner(*backend, n_slots, model.max_position, 7, true);
     for (const Point& p : points) {  // interleaved: each mixed point beside its uniform twin
-      mixed[v].push_back(runner.run(p.mixed, warmup, repeats, 1e9).step_s * 1e3);
-      uniform[v].push_back(runner.run(p.uniform, warmup, repeats, 1e9).step_s * 1e3);
-      add({"mixed_step_ms", p.name + " [" + labels[v] + "]", "ms", "", mixed[v].back(), std::nullopt});
-      add({"uniform_step_ms", p.name + " [" + labels[v] + "]", "ms", "", uniform[v].back(), std::nullopt});
+      mixed.push_back(runner.run(p.mixed, warmup, repeats, 1e9).step_s * 1e3);
+      uniform.push_back(runner.run(p.uniform, warmup, repeats, 1e9).step_s * 1e3);
+      add({"mixed_step_ms", p.name, "ms", "", mixed.back(), std::nullopt});
+      add({"uniform_step_ms", p.name, "ms", "", uniform.back(), std::nullopt});
     }
   }
-  for (int v = 0; v < kPlans; ++v)
-    for (size_t i = 0; i < points.size(); ++i)
-      add({"mixed_vs_uniform", points[i].name + " [" + labels[v] + "]", "x", "uniform step",
-           mixed[v][i] / uniform[v][i], mixed[v][i] / uniform[v][i]});
-  for (int v = 1; v < kPlans; ++v)
-    for (size_t i = 0; i < points.size(); ++i)
-      for (const auto& [kind, ms] : {std::pair{"mixed", &mixed}, std::pair{"uniform", &uniform}})
-        add({"vs_longest", points[i].name + " " + kind + " [" + labels[v] + "]", "x", "cut for the longest",
-             (*ms)[v][i] / (*ms)[0][i], (*ms)[v][i] / (*ms)[0][i]});
+  for (size_t i = 0; i < points.size(); ++i)
+    add({"mixed_vs_uniform", points[i].name, "x", "uniform step", mixed[i] / uniform[i], mixed[i] / uniform[i]});
   return out;
 }
 

@@ -1,8 +1,8 @@
 #pragma once
 // engine_bench --mixed-contexts (bench/engine_bench_mixed.cpp): decode steps whose sequences hold
 // contexts of mixed lengths, as serving makes them, against the same batch with every sequence at
-// the mean context, with decode attention cut for the step's mean context
-// (DecodePathOptions::balanced_split) and for its longest, one backend after the other.
+// the mean context (what a profile's decode points time): the price a sim fitted on uniform
+// points leaves out.
 #include <string>
 #include <vector>
 
@@ -16,8 +16,8 @@ struct MixedContextBenchOptions {
 };
 
 /// Per batch (16, 32, 64) and context spread (uniform 1,024-3,840 like long prompts; 32-2,048
-/// like chat), seeded draws: mixed_step_ms (the drawn contexts) and uniform_step_ms (every
-/// sequence at their mean) with the balanced cut and without, and mixed_vs_uniform per cut.
+/// like chat), seeded draws: mixed_step_ms (the drawn contexts), uniform_step_ms (every sequence
+/// at their mean) and mixed_vs_uniform, graphed decode steps on one backend.
 std::vector<Fp8KvFigure> run_mixed_context_bench(const MixedContextBenchOptions& options);
 
 }  // namespace servelab::bench

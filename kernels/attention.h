@@ -51,12 +51,6 @@ struct DecodeAttentionArgs {
   const int32_t* context_lens = nullptr;  ///< [n_seqs], >= 1
   KvAddressing kv;                ///< device block tables / base slots
   int max_context = 0;            ///< host-side upper bound of context_lens (sizes the grid)
-  /// Auto split only: > 0 cuts the contexts as if every sequence held this many positions (e.g.
-  /// the step's mean context) while the grid still reaches max_context: a batch of mixed lengths
-  /// then splits its long sequences finer than its short ones, so no block holds much more than
-  /// the average (cut for max_context, a few long sequences' blocks run on while the GPU idles).
-  /// Capped at max_context; 0 plans for max_context. The grid's depth stays <= kMaxAutoSplits.
-  int plan_context = 0;
   float scale = 1.0f;
   void* out = nullptr;            ///< row like q, at out + r * out_row_stride
   int64_t out_row_stride = 0;

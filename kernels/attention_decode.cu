@@ -249,9 +249,7 @@ std::pair<size_t, size_t> counter_region(size_t bytes, int head_dim) {
 DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
   DecodeSplit r;
   r.tensor_cores = use_tensor_cores(a);
-  const int grid_ctx = std::max(1, a.max_context);
-  // The context the cut is planned for (plan_context: e.g. the step's mean); the grid reaches grid_ctx.
-  const int max_ctx = a.plan_context > 0 && a.split.fixed_split_len == 0 ? std::min(a.plan_context, grid_ctx) : grid_ctx;
+  const int max_ctx = std::max(1, a.max_context);
   const int group = a.n_heads / a.shape.n_kv_heads;
   // Blocks per (sequence, KV head), and how many the SM holds at once (launch bounds): the
   // tensor-core kernel 2 (8 query heads a block), the CUDA-core kernel 7, 4 or 2 for group
@@ -328,11 +326,6 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
       while (k < most && (waves(k) < 2.5 || (waves(k) < 6.0 && waves(k) - std::floor(waves(k)) < 0.75))) ++k;
   }
   std::tie(r.split_len, r.n_splits) = splits_of(k);
-  const int planned = r.n_splits;  // the splits of a sequence at the planned context: the blocks that run
-  if (grid_ctx > max_ctx) {  // planned below the grid's context: its depth, within the workspace's kMaxAutoSplits
-    r.split_len = std::max(r.split_len, ceil_div(ceil_div(grid_ctx, kMaxAutoSplits), 64) * 64);
-    r.n_splits = ceil_div(grid_ctx, r.split_len);
-  }
   // 2..max_cluster_splits splits on tensor cores, one block per SM at most: merge in a cluster.
   // Not more blocks than SMs: clusters of 4 over 256 blocks (two per SM) ran at 0.71-0.84 of
   // SDPA where the workspace merge ran at 0.90-0.96 (b8 x GQA 4, bps2 columns, H100); clusters of
@@ -340,7 +333,7 @@ DecodeSplit decode_attention_split(const DecodeAttentionArgs& a, int n_sms) {
   const int mc = std::min(a.max_cluster_splits, kMaxClusterSplits);
   r.cluster = r.tensor_cores && r.n_splits >= 2 && r.n_splits <= mc && int64_t(n_base) * r.n_splits <= n_sms;
   r.reduce = r.n_splits > 1 && !r.cluster;
-  r.pipeline = pipeline_for(planned, r.split_len);
+  r.pipeline = pipeline_for(r.n_splits, r.split_len);
   return r;
 }
 

@@ -337,10 +337,6 @@ __device__ __forceinline__ void finish_block(const Params& p, const float (*sm_m
                                              int ctx) {
   __shared__ float sm_scale[NL][G], sm_stat[G][2];
   block_stats<G, NL>(sm_m, sm_l, sm_scale, sm_stat);
-  // A sequence whose context fits one split writes its output directly, also in a grid that
-  // merges others' splits through the workspace (a mixed batch cut for its mean context).
-  const int n = (ctx + p.split_len - 1) / p.split_len;
-  const bool partial = p.partial && n > 1;
   constexpr int kPer = (G * HD + kThreads - 1) / kThreads;
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
@@ -352,7 +348,7 @@ __device__ __forceinline__ void finish_block(const Params& p, const float (*sm_m
     for (int i = 0; i < NL; ++i) oo = fmaf(sm_o[(i * G + g) * LD + d], sm_scale[i][g], oo);
     const float mm = sm_stat[g][0], ll = sm_stat[g][1];
     const int h = kvh * p.group + sub * G + g;
-    if (partial) {
+    if (p.partial) {
       const int64_t ip = (int64_t(s) * p.n_heads + h) * p.max_splits + split;
       p.ws_o[ip * HD + d] = oo / ll;
       if (d == 0) *reinterpret_cast<float2*>(p.ws_ml + ip * 2) = make_float2(mm, ll);
@@ -360,8 +356,9 @@ __device__ __forceinline__ void finish_block(const Params& p, const float (*sm_m
       static_cast<T*>(p.out)[row * p.out_row_stride + int64_t(h) * HD + d] = from_float<T>(oo / ll);
     }
   }
-  if (!partial) return;
+  if (!p.partial) return;
   __shared__ int last;
+  const int n = (ctx + p.split_len - 1) / p.split_len;
   int32_t* c = p.counters + int64_t(s) * gridDim.x + blockIdx.x;
   if (p.release_arrive) {  // uniform over the grid
     // The barrier orders every thread's partial stores before thread 0's release (cumulative in

@@ -124,41 +124,6 @@ TEST_P(AttentionGpu, DecodeLongContextSplitsAndMatches) {
   EXPECT_LT(testing::rel_error(run_decode(t, b2, SplitPolicy{512}), reference(b2)), testing::tolerance(t));
 }
 
-// A cut planned for less than the longest context (DecodeAttentionArgs::plan_context, as the
-// cuda backend plans a decode step for its mean context) over a grid sized for more than the
-// longest context (a graph's context bucket): long sequences then take more splits than short
-// ones; every kernel and merge matches the reference.
-TEST_P(AttentionGpu, DecodePlannedBelowTheLongestContextMatchesReference) {
-  SKIP_WITHOUT_GPU();
-  const ScalarType t = GetParam();
-  std::mt19937_64 rng(std::random_device{}());
-  std::vector<int> ctx = {3900, 1, 97, 2500, 640};
-  std::uniform_int_distribution<int> len(1, 1200);
-  while (ctx.size() < 16) ctx.push_back(len(rng));
-  for (int group : {1, 4, 8})
-    for (int hd : {64, 128}) {
-      const KvBatch b = testing::make_batch({ctx, std::vector<int>(ctx.size(), 1), 8, 8 / group, hd, KvLayoutKind::paged, 16}, rng);
-      const std::vector<float> ref = reference(b);
-      for (int plan : {0, 256, 700, 4096})
-        for (bool tensor_cores : {true, false}) {
-          DeviceBatch d(b, t);
-          DecodeAttentionArgs a = decode_args(t, b, d, SplitPolicy{}, tensor_cores);
-          a.max_context = 4096;  // the grid of a graph's context bucket
-          a.plan_context = plan;
-          const DecodeSplit used = decode_attention_split(a, n_sms());
-          EXPECT_LE(used.n_splits, kMaxAutoSplits);
-          EXPECT_GE(int64_t(used.split_len) * used.n_splits, 4096);
-          d.workspace = zeroed_workspace(decode_attention_workspace_bytes(a.n_seqs, a.n_heads, hd, used.n_splits));
-          a.workspace = d.workspace.get<float>();
-          a.workspace_bytes = d.workspace.bytes();
-          decode_attention(a, nullptr);
-          EXPECT_LT(testing::rel_error(testing::download16(t, d.out, b.q.size()), ref), testing::tolerance(t))
-              << "group " << group << " hd " << hd << " plan " << plan << " tensor cores " << used.tensor_cores
-              << " splits " << used.n_splits << " of " << used.split_len << " cluster " << used.cluster;
-        }
-    }
-}
-
 // Clusters of 16 (non-portable) and of 8, the workspace merge, with and without the load
 // pipeline; a cluster whose short sequence leaves most of its blocks empty; head_dim 64 and 128.
 TEST_P(AttentionGpu, DecodeClusterSizesAndPipelineMatchReference) {

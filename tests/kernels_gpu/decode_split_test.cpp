@@ -31,34 +31,6 @@ TEST(DecodeSplitPolicy, FixedSplitDependsOnlyOnTheContext) {
   EXPECT_FALSE(decode_attention_split(args(1, 1024, 32, 8, 512), 132).cluster);  // never with a fixed split
 }
 
-TEST(DecodeSplitPolicy, APlanBelowTheGridCutsFinerWithinTheWorkspace) {
-  // 16 sequences with GQA 4 on 132 SMs: cut for a 4096 grid, one split of 4096 each (the blocks
-  // of the few long sequences of a mixed batch run on alone); planned for a mean of 1024, the
-  // same cut as 16 sequences of 1024, the grid still reaching 4096 in more splits.
-  const DecodeSplit whole = decode_attention_split(args(16, 4096, 32, 8), 132);
-  DecodeAttentionArgs planned = args(16, 4096, 32, 8);
-  planned.plan_context = 1024;
-  const DecodeSplit fine = decode_attention_split(planned, 132);
-  const DecodeSplit uniform = decode_attention_split(args(16, 1024, 32, 8), 132);
-  EXPECT_EQ(fine.split_len, uniform.split_len);
-  EXPECT_LT(fine.split_len, whole.split_len);
-  EXPECT_EQ(fine.n_splits, (4096 + fine.split_len - 1) / fine.split_len);
-  EXPECT_GT(fine.n_splits, whole.n_splits);
-  // A plan at or above the grid's context is no plan; a fixed split ignores it.
-  planned.plan_context = 8192;
-  EXPECT_EQ(decode_attention_split(planned, 132).split_len, whole.split_len);
-  DecodeAttentionArgs fixed = args(16, 4096, 32, 8, 512);
-  fixed.plan_context = 100;
-  EXPECT_EQ(decode_attention_split(fixed, 132).n_splits, 8);
-  // A tiny plan under a long grid: the depth stays within the workspace's kMaxAutoSplits.
-  DecodeAttentionArgs deep = args(1, 16384, 32, 8);
-  deep.plan_context = 100;
-  const DecodeSplit capped = decode_attention_split(deep, 132);
-  EXPECT_LE(capped.n_splits, kMaxAutoSplits);
-  EXPECT_GE(int64_t(capped.split_len) * capped.n_splits, 16384);
-  EXPECT_EQ(capped.split_len % 64, 0);
-}
-
 TEST(DecodeSplitPolicy, AutoSplitsLongContextsAtSmallBatchOnly) {
   const DecodeSplit small = decode_attention_split(args(1, 32768, 32, 8), 132);
   EXPECT_GT(small.n_splits, 8);

@@ -449,13 +449,6 @@ void CudaBackend::Impl::ensure_lora_scratch() {
   ++epoch;
 }
 
-/// The sum of a step's context lengths.
-static int64_t total_context(const k::StepInput& in) {
-  int64_t total = 0;
-  for (int32_t c : in.context_lens) total += c;
-  return total;
-}
-
 /// run_step after the plan: graph or eager (a CUDA graph per bucket of plain decode and small
 /// verification steps, captured on its second use).
 void CudaBackend::Impl::run_planned(const cuda::BlockTableStep* tables) {
@@ -474,9 +467,6 @@ void CudaBackend::Impl::run_planned(const cuda::BlockTableStep* tables) {
     g.row_groups = step_groups;
     g.rows = g.tokens = g.seqs = g.samples = bucket;
     g.max_context = context;
-    using Plan = DecodePathOptions::SplitPlan;
-    const Plan sp = options.decode.split_plan;
-    g.plan_context = sp == Plan::longest ? 0 : plan_bucket(total_context(in), in.n_seqs(), context, sp == Plan::mean_down);
     g.decode = true;
     g.graph = true;
     ensure_rows(bucket);
@@ -496,8 +486,8 @@ void CudaBackend::Impl::run_planned(const cuda::BlockTableStep* tables) {
                         "the graph step input");
     }
     stage(g, graph_packed, tables);
-    GraphEntry& entry = graphs[GraphKey{bucket, context, g.plan_context, int(in.kv_kind), paged ? in.block_size : 0, g.lora,
-                                        !g.late, g.layout.has_row_spans, g.draw_probs}];
+    GraphEntry& entry = graphs[GraphKey{bucket, context, int(in.kv_kind), paged ? in.block_size : 0, g.lora, !g.late,
+                                        g.layout.has_row_spans, g.draw_probs}];
     if (entry.exec && entry.epoch != epoch) {
       CUDA_CHECK(cudaGraphExecDestroy(entry.exec));
       entry = GraphEntry{};
@@ -538,11 +528,11 @@ void CudaBackend::Impl::run_planned(const cuda::BlockTableStep* tables) {
   g.samples = in.n_samples();
   g.max_context = in.max_context();
   g.decode = in.decode_only && !options.batch_invariant;
-  if (g.decode && options.decode.split_plan != DecodePathOptions::SplitPlan::longest && g.seqs > 0)  // the mean context
-    g.plan_context = int((total_context(in) + g.seqs - 1) / g.seqs);
   if (kv_fp8 && !g.decode) {  // prefill attention reads the step's sequences dequantized
-    g.total_context = total_context(in);
-    ensure_kv8_scratch(g.total_context, g.seqs);
+    int64_t total = 0;
+    for (int32_t c : in.context_lens) total += c;
+    g.total_context = total;
+    ensure_kv8_scratch(total, g.seqs);
   }
   ensure_rows(g.rows);
   ensure_samples(std::max(g.samples, 1));

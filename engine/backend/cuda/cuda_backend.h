@@ -47,12 +47,6 @@ struct DecodePathOptions {
   /// 0 by default: on an H200 (llama2-7b batch 1, results/gpu/decode-fusion-2026-11-30-h200/)
   /// 1 and 2 were level at context 128 and 2.5% slower at 4,096.
   int attention_pdl = 0;
-  /// How decode attention cuts a step's contexts into splits (kernels::DecodeAttentionArgs::
-  /// plan_context): for its longest context (the graph's context bucket), or for its mean context
-  /// rounded up or down to a half octave (graphs per plan, plan_bucket in graph_buckets.h), so that
-  /// in a batch of mixed lengths the long sequences get more splits than the short ones.
-  enum class SplitPlan { longest, mean_up, mean_down };
-  SplitPlan split_plan = SplitPlan::longest;
   /// Programmatic dependent launch between the kernels of a step whose products take gemv (beside
   /// cuBLASLt's products it measured slower, so never there); off in batch-invariant mode.
   bool pdl = true;

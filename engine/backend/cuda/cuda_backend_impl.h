@@ -46,7 +46,6 @@ namespace k = kernels;
 /// What one enqueue runs: row counts, the packed input on the device, and how to read it.
 struct Geometry {
   int rows = 0, tokens = 0, seqs = 0, samples = 0, max_context = 0;
-  int plan_context = 0;  // decode attention's cut is planned for it (0: max_context; DecodePathOptions::balanced_split)
   int64_t total_context = 0;  // sum of the context lengths (eager steps; FP8 KV prefill scratch)
   bool decode = false;
   cuda::PackedLayout layout;

@@ -41,7 +41,6 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   st.n_tokens = g.tokens;
   st.n_seqs = g.seqs;
   st.max_context = g.max_context;
-  st.plan_context = g.plan_context;
   st.decode = g.decode;
   if (g.layout.has_row_spans) {  // a verification step in its one-row form (verify_rows.h)
     st.row_spans = g.at<int32_t>(g.layout.row_spans);

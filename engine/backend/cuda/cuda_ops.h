@@ -210,7 +210,6 @@ struct AttentionStep {
   const int32_t* context_lens = nullptr;
   const float* inv_freq = nullptr;
   int n_tokens = 0, n_seqs = 0, max_context = 0;
-  int plan_context = 0;            ///< decode: the context the attention's cut is planned for (DecodeAttentionArgs)
   bool decode = false;             ///< one query row per sequence: the decode kernels
   /// decode with row spans: a verification step in its one-row form, grouped into row_groups
   /// sequences by these spans (decode_attention_rows, kernels/attention_decode_rows.h)
@@ -310,7 +309,6 @@ struct Attention {
       kernels::DecodeAttentionArgs a;
       common(a);
       a.max_context = st.max_context;
-      a.plan_context = st.plan_context;
       a.workspace = st.workspace;
       a.workspace_bytes = st.workspace_bytes;
       a.pdl = st.attention_pdl;

@@ -46,35 +46,15 @@ inline int context_bucket(int max_context) {
   return c;
 }
 
-/// The context a decode graph's attention cut is planned for (DecodePathOptions::split_plan): the
-/// step's mean context rounded up (or with `down`, down) to a half octave (256, 384, 512, 768,
-/// 1024, ...), or 0 (the context bucket itself) where that reaches the bucket: a few graphs per
-/// bucket, not one per mean.
-inline int plan_bucket(int64_t total_context, int n_seqs, int context, bool down = false) {
-  if (n_seqs <= 0) return 0;
-  const int64_t mean = (total_context + n_seqs - 1) / n_seqs;
-  int64_t below = 256;  // the largest half octave <= mean (256 at least)
-  for (int64_t c = 256; c < context; c *= 2) {
-    if (down) {
-      if (c <= mean) below = c;
-      if (c + c / 2 <= mean && c + c / 2 < context) below = c + c / 2;
-      continue;
-    }
-    if (mean <= c) return int(c);
-    if (mean <= c + c / 2 && c + c / 2 < context) return int(c + c / 2);
-  }
-  return down && below < context ? int(below) : 0;
-}
-
 struct GraphKey {
-  int bucket, context, plan, kind, block_size;
+  int bucket, context, kind, block_size;
   bool lora;   // with the LoRA launches (any mix of slots replays it) or without any
   bool draws;  // with the draws (sampling); without: the forward up to the logits (late masks)
   bool rows;   // a verification step through decode_attention_rows (row spans in the input)
   bool probs;  // the draws write their distributions (Step::want_draw_probs: a draft model's q)
   bool operator<(const GraphKey& o) const {
-    return std::tie(bucket, context, plan, kind, block_size, lora, draws, rows, probs) <
-           std::tie(o.bucket, o.context, o.plan, o.kind, o.block_size, o.lora, o.draws, o.rows, o.probs);
+    return std::tie(bucket, context, kind, block_size, lora, draws, rows, probs) <
+           std::tie(o.bucket, o.context, o.kind, o.block_size, o.lora, o.draws, o.rows, o.probs);
   }
 };
 struct GraphEntry {
