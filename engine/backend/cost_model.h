@@ -40,6 +40,13 @@ struct StepShape {
   int64_t swap_bytes = 0;        ///< swapped out or in before the step
 
   int64_t n_rows() const { return n_tokens + n_padding_tokens; }
+  /// A decode-only step (one row a sequence, no padding or drafts): how far its longest context
+  /// lies above the mean, max_context - sum_context / n_seqs (0 otherwise, and for equal contexts).
+  double decode_spread() const {
+    if (n_seqs < 1 || n_tokens != n_seqs || n_padding_tokens != 0 || verify_rows != 0) return 0.0;
+    const double d = static_cast<double>(max_context) - static_cast<double>(sum_context) / static_cast<double>(n_seqs);
+    return d > 0.5 ? d : 0.0;
+  }
   /// A decode step that carries padding rows (static batching once some of its sequences have
   /// finished): backends run these differently (cuda: eagerly, outside its decode graphs; cpu: the
   /// padding rows skip attention and the LM head), so a profile prices them as their own class.
@@ -117,7 +124,11 @@ RooflineBound roofline_bound(const RooflineTerms& terms, const StepShape& shape)
 /// LM head over the padded rows), decode-only steps within the buckets (graphed()) are priced
 ///   t = G(bucket(B)) + a_decode · decode_context
 /// in place of M and the sampled term, so every B of one bucket costs the same but for its
-/// attention. G is fitted after the joint fit (the same as without buckets): at each bucket a
+/// attention; with decode points of spread contexts in the profile (ProfileOptions::spread_decodes)
+///   + a_spread · (max_context - mean context)   (StepShape::decode_spread)
+/// prices what a batch of mixed lengths costs over the same batch at its mean context (on an H200
+/// 4-8% of a llama3-8b step at 16-64 sequences: engine_bench --mixed-contexts), fitted last, to
+/// what the rest leaves of those points (0 without them; they take no part in the other terms). G is fitted after the joint fit (the same as without buckets): at each bucket a
 /// graphed sample ran as, the weighted mean of what a_decode leaves of those samples' times;
 /// linear between buckets no sample ran as.
 /// With graph buckets, M then prices eager steps only, so it is refitted on them (eager: neither
@@ -160,6 +171,9 @@ class ProfiledStepModel {
   double s_per_sampled() const { return s_per_sampled_; }
   double s_per_prefill_pair() const { return s_per_prefill_pair_; }
   double s_per_decode_context() const { return s_per_decode_context_; }
+  /// a_spread: seconds per context position the longest sequence of a graphed decode lies above
+  /// the mean (0 without spread decode points in the profile).
+  double s_per_decode_spread() const { return s_per_decode_spread_; }
   /// c_mixed: what a mixed step (prefill rows beside decodes) costs beyond its parts (0 without buckets).
   double mixed_step_seconds() const { return mixed_step_s_; }
   /// Whether the profile held verification steps (the V and a_verify terms are in use).
@@ -190,6 +204,9 @@ class ProfiledStepModel {
   double s_per_sampled_ = 0.0;
   double s_per_prefill_pair_ = 0.0;
   double s_per_decode_context_ = 0.0;
+  double s_per_decode_spread_ = 0.0;
+  /// Fits a_spread to what the other terms leave of the graphed spread decode samples.
+  void fit_spread(std::span<const TimedStep> samples);
   double mixed_step_s_ = 0.0;
   std::vector<double> verify_knots_, verify_knot_s_;  // V: verification rows and values
   double s_per_verify_pair_ = 0.0;

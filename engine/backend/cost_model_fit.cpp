@@ -86,12 +86,17 @@ bool spanned_by_others(const std::vector<std::vector<double>>& a, const std::vec
 
 ProfiledStepModel ProfiledStepModel::fit(std::span<const TimedStep> samples, std::span<const int> graph_buckets) {
   if (samples.empty()) throw std::invalid_argument("a profile needs at least one step sample");
-  std::vector<TimedStep> base, verify;  // V and a_verify are fitted after the rest, to what it leaves
-  for (const TimedStep& t : samples) (t.shape.verify_rows > 0 ? verify : base).push_back(t);
-  if (!verify.empty()) {
-    if (base.empty()) throw std::invalid_argument("a profile needs at least one step that verifies no drafts");
+  // a_spread, then V and a_verify, are fitted after the rest, to what it leaves.
+  std::vector<TimedStep> base, verify, spread;
+  for (const TimedStep& t : samples)
+    (t.shape.verify_rows > 0 ? verify : t.shape.decode_spread() > 0 ? spread : base).push_back(t);
+  if (!verify.empty() || !spread.empty()) {
+    if (base.empty())
+      throw std::invalid_argument("a profile needs at least one step that verifies no drafts and whose sequences "
+                                  "share one context or are not all decodes");
     ProfiledStepModel m = fit(base, graph_buckets);
-    m.fit_verification(verify);
+    if (!spread.empty()) m.fit_spread(spread);
+    if (!verify.empty()) m.fit_verification(verify);
     return m;
   }
   ProfiledStepModel m;
@@ -244,6 +249,29 @@ void ProfiledStepModel::fit_graphs(std::span<const TimedStep> samples) {
   }
   graph_knot_s_.resize(graph_knots_.size());
   for (size_t i = 0; i < graph_knots_.size(); ++i) graph_knot_s_[i] = std::max(0.0, sum[i] / weight[i]);
+}
+
+void ProfiledStepModel::fit_spread(std::span<const TimedStep> samples) {
+  // One coefficient, weighted like the rest by relative error: Σ w x r / Σ w x², w = 1 / step_s²,
+  // over the samples priced as graphed decodes (eager decodes past the buckets keep M's price).
+  double num = 0.0, den = 0.0;
+  for (const TimedStep& t : samples) {
+    if (!(t.step_s > 0) || !std::isfinite(t.step_s))
+      throw std::invalid_argument("spread decode sample needs step_s > 0");
+    max_sum_context_ = std::max(max_sum_context_, t.shape.sum_context);
+    max_context_ = std::max(max_context_, t.shape.max_context);
+    max_decode_context_ = std::max(max_decode_context_, t.shape.decode_context);
+    max_sampled_ = std::max(max_sampled_, t.shape.n_sampled);
+  }
+  for (const TimedStep& t : samples) {
+    const StepShape s = clamp(t.shape);
+    const double x = s.decode_spread();
+    if (!graphed(s) || !(x > 0)) continue;
+    const double w = 1.0 / (t.step_s * t.step_s);
+    num += w * x * (t.step_s - predict_base(s));
+    den += w * x * x;
+  }
+  s_per_decode_spread_ = den > 0 ? std::max(0.0, num / den) : 0.0;
 }
 
 void ProfiledStepModel::fit_verification(std::span<const TimedStep> samples) {

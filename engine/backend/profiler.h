@@ -79,6 +79,11 @@ struct ProfileOptions {
   /// padded decodes from these (cuda runs them outside its decode graphs; cpu skips attention and
   /// the LM head for padding rows).
   bool padded_decodes = true;
+  /// Also time each decode point of b >= 2 sequences (batch_sizes and extra_decode_batches) with
+  /// its contexts spread evenly over [c / 2, 3c / 2] (mean c, capped by max_len): serving's batches
+  /// mix lengths and cost more than the same batch at its mean context, which the sim prices from
+  /// these twins (ProfiledStepModel's a_spread, StepShape::decode_spread). On with --for-scenario.
+  bool spread_decodes = false;
   /// Decode batch sizes timed besides batch_sizes (decodes only; profile_backend fills it from
   /// the backend's buckets when bucket_edges is on).
   std::vector<int> extra_decode_batches;

@@ -4,7 +4,7 @@
 # Resumable by cell: a cell whose validation/validation.json holds both loads, run from its YAML as it
 # is now (scenario-as-run.yaml), is skipped, so a later session runs the cells still missing (or
 # changed) with the same command.
-# Usage: bash results/sim-validation/matrix.sh [gpu|h100|repredict|dry|summary]
+# Usage: bash results/sim-validation/matrix.sh [gpu|profile|h100|repredict|dry|summary]
 #   gpu (on the GPU machine, BIN=build-gpu/servelab): for each h200 cell in priority order (CELLS:
 #     only these), `servelab profile --backend cuda --for-scenario CELL.yaml --interleave`, the sim's
 #     capacity of the cell on that profile (`servelab capacity`; for a ramp cell first under plain
@@ -15,6 +15,8 @@
 #     capacity and that cost), and validate-sim runs under `timeout` to DEADLINE - 20 s.
 #     LOADS=0.5 or LOADS=0.85: that load alone, in CELL/load-L/ (its own profile and capacity): a
 #     cell too long for one call runs its two loads in two calls.
+#   profile (on the GPU machine, BIN=build-gpu/servelab): each h200 cell's profile alone, as gpu
+#     takes it, into CELL/$PROFILE_NAME (and its log beside it): a later grid for repredict.
 #   h100: the h100 cells here (sim only, CPU): a past validate-sim's real runs re-predicted with
 #     today's sim from the profile of that same call, the same plans (`servelab run` on the sim at
 #     each run's rate and request count; matrix_summarize.py checks request by request that the
@@ -64,6 +66,15 @@ pack() {  # gzip the big outputs; report.html is not kept
   return 0
 }
 
+cuda_prof_args() {  # cuda_prof_args YAML KV: the cell's `servelab profile` arguments on the GPU, into prof
+  prof=(--backend cuda --seed 1 --kv "$2" --for-scenario "$1" --interleave --repeats 3 --min-point-s 0.5)
+  local mib
+  mib=$(sed -n 's/.*kv_cache_mb: *\([0-9]*\).*/\1/p' "$1" | head -1)
+  # naive regions spread over the run's arena (engine.kv_cache_mb MiB, --kv-gb in 1e9 bytes)
+  [ "$2" = naive ] && prof+=(--kv-spread --kv-gb "$(python3 -c "print($mib * 1048576 / 1e9)")")
+  prof+=(--preset "$(sed -n 's/^model: {preset: \([^,}]*\).*/\1/p' "$1")")
+}
+
 run_cell() {  # run_cell NAME YAML: one gpu (or dry) cell, at LOADS (one load: in DIR/load-L)
   local name=$1 yaml=$2 dir=$out/$1
   if done_cell "$dir" "$yaml"; then echo "$name: done, skipped"; return 0; fi
@@ -87,12 +98,7 @@ run_cell() {  # run_cell NAME YAML: one gpu (or dry) cell, at LOADS (one load: i
     prof=(--preset tiny --threads 1 --kv "$kv" --prefill-lens 8,32,96 --batch 1,2,4,8 --contexts 32,128
           --chunk-lens 32,128 --prompt-len 32 --max-rows 512 --repeats 1)
   else
-    prof=(--backend cuda --seed 1 --kv "$kv" --for-scenario "$yaml" --interleave --repeats 3 --min-point-s 0.5)
-    local mib
-    mib=$(sed -n 's/.*kv_cache_mb: *\([0-9]*\).*/\1/p' "$yaml" | head -1)
-    # naive regions spread over the run's arena (engine.kv_cache_mb MiB, --kv-gb in 1e9 bytes)
-    [ "$kv" = naive ] && prof+=(--kv-spread --kv-gb "$(python3 -c "print($mib * 1048576 / 1e9)")")
-    prof+=(--preset "$(sed -n 's/^model: {preset: \([^,}]*\).*/\1/p' "$yaml")")
+    cuda_prof_args "$yaml" "$kv"
   fi
   { echo "cell $name ($yaml), $(date -u +%FT%TZ), commit ${SERVELAB_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no GPU (dry)"; } > "$dir/cell.txt"
@@ -179,6 +185,23 @@ PY
     pack "$dir/sim/records.jsonl" "$dir/sim/steps.jsonl"
     echo "$name: re-predicted"
   done < <(cells h100)
+fi
+
+if [ "$what" = profile ]; then
+  while IFS=$'\t' read -r name _ _ _ _ _ _ _ src; do
+    wanted "$name" || continue
+    yaml=$here/$src kv=paged
+    grep -q 'kind: naive' "$yaml" && kv=naive
+    cuda_prof_args "$yaml" "$kv"
+    mkdir -p "$out/$name"
+    f=$out/$name/${PROFILE_NAME:?PROFILE_NAME names the profile file, e.g. profile-spread-COMMIT.json}
+    { echo "cell $name ($yaml), $(date -u +%FT%TZ), commit ${SERVELAB_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+      nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
+      echo "$bin profile ${prof[*]} --json $f"; } > "${f%.json}.txt"
+    "$bin" profile "${prof[@]}" --json "$f" >> "${f%.json}.txt" 2>&1 || echo "$name: the profile failed (${f%.json}.txt)"
+    echo "$name: $f"
+  done < <(cells h200)
+  exit 0
 fi
 
 if [ "$what" = repredict ]; then

@@ -140,3 +140,54 @@ TEST(ProfiledStepModelFit, AnEagerStepBesideTheDecodesOnAKnotSetsTheSampledTerm)
 
 }  // namespace
 }  // namespace servelab
+
+namespace servelab {
+namespace {
+
+/// A decode of `batch` sequences whose contexts run evenly from c/2 to 3c/2 (mean c).
+StepShape spread_decode_shape(int batch, int c) {
+  StepShape s = test_shapes::decode_shape(batch, c);
+  s.max_context = c / 2 + c;
+  return s;
+}
+
+TEST(ProfiledStepModelFit, SpreadDecodesSetTheirOwnTermAndLeaveTheRestAsFitted) {
+  const std::vector<int> buckets = {1, 2, 4, 8, 16, 32};
+  auto graph = [](double rows) { return 0.004 + 2e-5 * rows; };
+  const double a_decode = 3e-8, a_spread = 2.5e-7;
+  std::vector<TimedStep> uniform;
+  for (int t : {64, 256}) uniform.push_back({test_shapes::prefill_shape(t, 0), 0.005 + 1e-5 * t});
+  for (int b : {1, 2, 4, 8, 16, 32})
+    for (int c : {500, 2000}) {
+      const StepShape s = test_shapes::decode_shape(b, c);
+      uniform.push_back({s, graph(b) + a_decode * s.decode_context});
+    }
+  std::vector<TimedStep> with = uniform;
+  for (int b : {2, 4, 8, 16, 32})
+    for (int c : {500, 2000}) {
+      const StepShape s = spread_decode_shape(b, c);
+      with.push_back({s, graph(b) + a_decode * s.decode_context + a_spread * s.decode_spread()});
+    }
+  const ProfiledStepModel base = ProfiledStepModel::fit(uniform, buckets);
+  const ProfiledStepModel m = ProfiledStepModel::fit(with, buckets);
+  EXPECT_EQ(base.s_per_decode_spread(), 0.0);  // no spread points: no term
+  EXPECT_NEAR(m.s_per_decode_spread(), a_spread, 1e-12);
+  // The other terms are the uniform profile's: the twins take no part in them.
+  EXPECT_EQ(m.graph_knot_seconds(), base.graph_knot_seconds());
+  EXPECT_EQ(m.s_per_decode_context(), base.s_per_decode_context());
+  for (const TimedStep& t : with) EXPECT_NEAR(m.predict_clamped(t.shape), t.step_s, 1e-9 * t.step_s);
+  // A mixed batch of 12 (bucket 16) at mean 1000, longest 1700: its spread priced on top.
+  StepShape mixed = test_shapes::decode_shape(12, 1000);
+  mixed.max_context = 1700;
+  EXPECT_NEAR(mixed.decode_spread(), 700.0, 1e-12);
+  EXPECT_NEAR(m.predict_clamped(mixed), base.predict_clamped(mixed) + a_spread * 700.0, 1e-12);
+  // Prefills and equal contexts have no spread.
+  EXPECT_EQ(test_shapes::prefill_shape(64, 100).decode_spread(), 0.0);
+  EXPECT_EQ(test_shapes::decode_shape(8, 300).decode_spread(), 0.0);
+  // A profile of spread decodes alone cannot be fitted: it needs the rest to price.
+  std::vector<TimedStep> only(with.begin() + std::ptrdiff_t(uniform.size()), with.end());
+  EXPECT_THROW(ProfiledStepModel::fit(only, buckets), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace servelab
