@@ -247,6 +247,17 @@ double ProfiledStepModel::predict_clamped(const StepShape& shape) const {
   return std::max(t, 0.0);
 }
 
+double ProfiledStepModel::s_per_decode_spread(int64_t n_seqs) const {
+  if (spread_knots_.empty()) return 0.0;
+  const int64_t bucket = bucket_rows(n_seqs);  // 0 past the largest bucket: its last knot
+  const double rows = bucket > 0 ? std::clamp(static_cast<double>(bucket), spread_knots_.front(), spread_knots_.back())
+                                 : spread_knots_.back();
+  size_t i = 0;
+  double u = 0.0;
+  knot_weights(spread_knots_, rows, i, u);
+  return (1.0 - u) * spread_knot_a_[i] + (spread_knots_.size() > 1 ? u * spread_knot_a_[i + 1] : 0.0);
+}
+
 double ProfiledStepModel::predict_base(const StepShape& s) const {
   if (graphed(s)) {
     size_t i = 0;
@@ -254,7 +265,7 @@ double ProfiledStepModel::predict_base(const StepShape& s) const {
     knot_weights(graph_knots_, static_cast<double>(bucket_rows(s.n_seqs)), i, u);
     return (1.0 - u) * graph_knot_s_[i] + (graph_knots_.size() > 1 ? u * graph_knot_s_[i + 1] : 0.0) +
            s_per_prefill_pair_ * (s.prefill_pairs - s.verify_pairs) + s_per_decode_context_ * s.decode_context +
-           s_per_decode_spread_ * s.decode_spread();
+           s_per_decode_spread(s.n_seqs) * s.decode_spread();
   }
   const bool padded = use_padded(s);
   const std::vector<double>& knots = padded ? pad_knots_ : knots_;

@@ -125,10 +125,11 @@ RooflineBound roofline_bound(const RooflineTerms& terms, const StepShape& shape)
 ///   t = G(bucket(B)) + a_decode · decode_context
 /// in place of M and the sampled term, so every B of one bucket costs the same but for its
 /// attention; with decode points of spread contexts in the profile (ProfileOptions::spread_decodes)
-///   + a_spread · (max_context - mean context)   (StepShape::decode_spread)
+///   + a_spread(bucket(B)) · (max_context - mean context)   (StepShape::decode_spread)
 /// prices what a batch of mixed lengths costs over the same batch at its mean context (on an H200
-/// 4-8% of a llama3-8b step at 16-64 sequences: engine_bench --mixed-contexts), fitted last, to
-/// what the rest leaves of those points (0 without them; they take no part in the other terms). G is fitted after the joint fit (the same as without buckets): at each bucket a
+/// 4-8% of a llama3-8b step at 16-64 sequences: engine_bench --mixed-contexts; nothing at 128+),
+/// fitted last, per bucket, to what the rest leaves of those points (linear between the buckets
+/// they ran as, constant past them; 0 without them; they take no part in the other terms). G is fitted after the joint fit (the same as without buckets): at each bucket a
 /// graphed sample ran as, the weighted mean of what a_decode leaves of those samples' times;
 /// linear between buckets no sample ran as.
 /// With graph buckets, M then prices eager steps only, so it is refitted on them (eager: neither
@@ -171,9 +172,12 @@ class ProfiledStepModel {
   double s_per_sampled() const { return s_per_sampled_; }
   double s_per_prefill_pair() const { return s_per_prefill_pair_; }
   double s_per_decode_context() const { return s_per_decode_context_; }
-  /// a_spread: seconds per context position the longest sequence of a graphed decode lies above
-  /// the mean (0 without spread decode points in the profile).
-  double s_per_decode_spread() const { return s_per_decode_spread_; }
+  /// a_spread at a graphed decode of n_seqs sequences: seconds per context position its longest
+  /// sequence lies above the mean (0 without spread decode points in the profile).
+  double s_per_decode_spread(int64_t n_seqs) const;
+  /// a_spread's knots (bucket rows) and values (empty without spread decode points).
+  const std::vector<double>& spread_knots() const { return spread_knots_; }
+  const std::vector<double>& spread_knot_values() const { return spread_knot_a_; }
   /// c_mixed: what a mixed step (prefill rows beside decodes) costs beyond its parts (0 without buckets).
   double mixed_step_seconds() const { return mixed_step_s_; }
   /// Whether the profile held verification steps (the V and a_verify terms are in use).
@@ -204,7 +208,7 @@ class ProfiledStepModel {
   double s_per_sampled_ = 0.0;
   double s_per_prefill_pair_ = 0.0;
   double s_per_decode_context_ = 0.0;
-  double s_per_decode_spread_ = 0.0;
+  std::vector<double> spread_knots_, spread_knot_a_;  // a_spread: bucket rows and values
   /// Fits a_spread to what the other terms leave of the graphed spread decode samples.
   void fit_spread(std::span<const TimedStep> samples);
   double mixed_step_s_ = 0.0;

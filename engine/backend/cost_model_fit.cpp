@@ -2,6 +2,7 @@
 // the scalar terms jointly; then G, the eager row function and c_mixed, and V, each to what the
 // rest leaves).
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -252,9 +253,9 @@ void ProfiledStepModel::fit_graphs(std::span<const TimedStep> samples) {
 }
 
 void ProfiledStepModel::fit_spread(std::span<const TimedStep> samples) {
-  // One coefficient, weighted like the rest by relative error: Σ w x r / Σ w x², w = 1 / step_s²,
-  // over the samples priced as graphed decodes (eager decodes past the buckets keep M's price).
-  double num = 0.0, den = 0.0;
+  // Per bucket, one coefficient weighted like the rest by relative error: Σ w x r / Σ w x²,
+  // w = 1 / step_s², over the samples priced as graphed decodes (eager decodes past the buckets
+  // keep M's price), clamped at 0.
   for (const TimedStep& t : samples) {
     if (!(t.step_s > 0) || !std::isfinite(t.step_s))
       throw std::invalid_argument("spread decode sample needs step_s > 0");
@@ -263,15 +264,20 @@ void ProfiledStepModel::fit_spread(std::span<const TimedStep> samples) {
     max_decode_context_ = std::max(max_decode_context_, t.shape.decode_context);
     max_sampled_ = std::max(max_sampled_, t.shape.n_sampled);
   }
+  std::map<double, std::pair<double, double>> by_bucket;  // bucket rows -> (Σ w x r, Σ w x²)
   for (const TimedStep& t : samples) {
     const StepShape s = clamp(t.shape);
     const double x = s.decode_spread();
     if (!graphed(s) || !(x > 0)) continue;
     const double w = 1.0 / (t.step_s * t.step_s);
+    auto& [num, den] = by_bucket[static_cast<double>(bucket_rows(s.n_seqs))];
     num += w * x * (t.step_s - predict_base(s));
     den += w * x * x;
   }
-  s_per_decode_spread_ = den > 0 ? std::max(0.0, num / den) : 0.0;
+  for (const auto& [rows, nd] : by_bucket) {
+    spread_knots_.push_back(rows);
+    spread_knot_a_.push_back(std::max(0.0, nd.first / nd.second));
+  }
 }
 
 void ProfiledStepModel::fit_verification(std::span<const TimedStep> samples) {

@@ -82,7 +82,9 @@ struct ProfileOptions {
   /// Also time each decode point of b >= 2 sequences (batch_sizes and extra_decode_batches) with
   /// its contexts spread evenly over [c / 2, 3c / 2] (mean c, capped by max_len): serving's batches
   /// mix lengths and cost more than the same batch at its mean context, which the sim prices from
-  /// these twins (ProfiledStepModel's a_spread, StepShape::decode_spread). On with --for-scenario.
+  /// these twins (ProfiledStepModel's a_spread, StepShape::decode_spread). Off by default (profile
+  /// --spread-decodes): on the H200 matrix cells it priced long-prompt decodes closer and chat
+  /// cells' further from the real runs (results/sim-validation/README.md, 2026-11-30).
   bool spread_decodes = false;
   /// Decode batch sizes timed besides batch_sizes (decodes only; profile_backend fills it from
   /// the backend's buckets when bucket_edges is on).

@@ -28,6 +28,7 @@
 #     real records with those, as for the h100 cells, and validate-sim's own sim run is not used.
 #     REPREDICT_PROFILE=FILE: CELL/FILE instead of CELL/profile.json (a later profile of the same
 #     GPU kind, e.g. with a grid the call that measured the runs did not have; named in repredict/cell.txt).
+#     REPREDICT_DIR=NAME: into CELL/NAME/ instead of CELL/repredict/ (summary reads the same variable).
 #   dry: the gpu path on the cpu backend with the tiny preset, a small grid and few requests
 #     (DRY_REQUESTS, default 12), under OUT (default /tmp/matrix-dry), to catch script bugs here.
 #   summary: matrix_summarize.py over OUT into OUT/../matrix.md (or MATRIX_MD).
@@ -205,6 +206,7 @@ if [ "$what" = profile ]; then
 fi
 
 if [ "$what" = repredict ]; then
+  rdir=${REPREDICT_DIR:-repredict}
   while IFS=$'\t' read -r name _ _ _ _ _ _ _ _; do
     wanted "$name" || continue
     for part in "$out/$name" "$out/$name"/load-*; do
@@ -215,14 +217,14 @@ print("[" + ",".join(repr(r["rate"]) for r in sorted(j["runs"], key=lambda r: r[
       ramp=()
       r=$(sed -n 's/^ramp: //p' "$part/cell.txt")
       [ -n "$r" ] && read -r -a ramp <<< "$r"
-      rm -rf "$part/repredict"
-      "$bin" run "$part/scenario-as-run.yaml" --out "$part/repredict" --force --quiet --no-plots "${ramp[@]}" \
+      rm -rf "$part/$rdir"
+      "$bin" run "$part/scenario-as-run.yaml" --out "$part/$rdir" --force --quiet --no-plots "${ramp[@]}" \
         --set "backend={kind: sim, sim_profile: $PWD/$part/${REPREDICT_PROFILE:-profile.json}}" \
         --set "workload.rates=$rates" --set "workload.n_requests=$nreq"
-      rm -f "$part/repredict"/{report.html,steps.jsonl,junit.xml,results.csv}
-      pack "$part/repredict/records.jsonl"
+      rm -f "$part/$rdir"/{report.html,steps.jsonl,junit.xml,results.csv}
+      pack "$part/$rdir/records.jsonl"
       echo "re-predicted at sim commit $(git rev-parse --short HEAD), $(date -u +%FT%TZ): rates $rates, $nreq requests, profile ${REPREDICT_PROFILE:-profile.json}" \
-        > "$part/repredict/cell.txt"
+        > "$part/$rdir/cell.txt"
       echo "$name ($part): re-predicted"
     done
   done < <(cells h200)

@@ -220,7 +220,7 @@ def run_folders(c, out):
     parts = [d] + sorted(os.path.join(d, x) for x in (os.listdir(d) if os.path.isdir(d) else []) if x.startswith("load-"))
     out_ = []
     for p in parts:
-        v, rp = os.path.join(p, "validation"), os.path.join(p, "repredict")
+        v, rp = os.path.join(p, "validation"), os.path.join(p, os.environ.get("REPREDICT_DIR", "repredict"))
         # today's sim (matrix.sh repredict) where it ran, else validate-sim's own sim run
         repredicted = first_existing(os.path.join(rp, "records.jsonl.gz"), os.path.join(rp, "records.jsonl"))
         out_.append((first_existing(os.path.join(v, "records_real.jsonl.gz"), os.path.join(v, "records_real.jsonl")),

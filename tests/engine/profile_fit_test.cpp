@@ -154,7 +154,8 @@ StepShape spread_decode_shape(int batch, int c) {
 TEST(ProfiledStepModelFit, SpreadDecodesSetTheirOwnTermAndLeaveTheRestAsFitted) {
   const std::vector<int> buckets = {1, 2, 4, 8, 16, 32};
   auto graph = [](double rows) { return 0.004 + 2e-5 * rows; };
-  const double a_decode = 3e-8, a_spread = 2.5e-7;
+  const double a_decode = 3e-8;
+  auto a_spread = [](int bucket) { return bucket <= 8 ? 2.5e-7 : 1e-7; };  // its own at each bucket
   std::vector<TimedStep> uniform;
   for (int t : {64, 256}) uniform.push_back({test_shapes::prefill_shape(t, 0), 0.005 + 1e-5 * t});
   for (int b : {1, 2, 4, 8, 16, 32})
@@ -166,12 +167,15 @@ TEST(ProfiledStepModelFit, SpreadDecodesSetTheirOwnTermAndLeaveTheRestAsFitted) 
   for (int b : {2, 4, 8, 16, 32})
     for (int c : {500, 2000}) {
       const StepShape s = spread_decode_shape(b, c);
-      with.push_back({s, graph(b) + a_decode * s.decode_context + a_spread * s.decode_spread()});
+      with.push_back({s, graph(b) + a_decode * s.decode_context + a_spread(b) * s.decode_spread()});
     }
   const ProfiledStepModel base = ProfiledStepModel::fit(uniform, buckets);
   const ProfiledStepModel m = ProfiledStepModel::fit(with, buckets);
-  EXPECT_EQ(base.s_per_decode_spread(), 0.0);  // no spread points: no term
-  EXPECT_NEAR(m.s_per_decode_spread(), a_spread, 1e-12);
+  EXPECT_EQ(base.s_per_decode_spread(12), 0.0);  // no spread points: no term
+  EXPECT_TRUE(base.spread_knots().empty());
+  EXPECT_EQ(m.spread_knots(), (std::vector<double>{2, 4, 8, 16, 32}));
+  for (int b : {2, 3, 8, 12, 32, 64}) EXPECT_NEAR(m.s_per_decode_spread(b), a_spread(b <= 8 ? 8 : 16), 1e-12) << b;
+  EXPECT_NEAR(m.s_per_decode_spread(1), a_spread(2), 1e-12);  // below the first knot: its value
   // The other terms are the uniform profile's: the twins take no part in them.
   EXPECT_EQ(m.graph_knot_seconds(), base.graph_knot_seconds());
   EXPECT_EQ(m.s_per_decode_context(), base.s_per_decode_context());
@@ -180,7 +184,7 @@ TEST(ProfiledStepModelFit, SpreadDecodesSetTheirOwnTermAndLeaveTheRestAsFitted) 
   StepShape mixed = test_shapes::decode_shape(12, 1000);
   mixed.max_context = 1700;
   EXPECT_NEAR(mixed.decode_spread(), 700.0, 1e-12);
-  EXPECT_NEAR(m.predict_clamped(mixed), base.predict_clamped(mixed) + a_spread * 700.0, 1e-12);
+  EXPECT_NEAR(m.predict_clamped(mixed), base.predict_clamped(mixed) + a_spread(16) * 700.0, 1e-12);
   // Prefills and equal contexts have no spread.
   EXPECT_EQ(test_shapes::prefill_shape(64, 100).decode_spread(), 0.0);
   EXPECT_EQ(test_shapes::decode_shape(8, 300).decode_spread(), 0.0);
