@@ -449,6 +449,15 @@ void CudaBackend::Impl::ensure_lora_scratch() {
   ++epoch;
 }
 
+void CudaBackend::Impl::mark_step_begin() {
+  if (!step_begin) {
+    CUDA_CHECK(cudaEventCreate(&step_begin));
+    CUDA_CHECK(cudaEventCreate(&step_end));
+  }
+  CUDA_CHECK(cudaEventRecord(step_begin, stream));
+  step_timed = true;
+}
+
 /// run_step after the plan: graph or eager (a CUDA graph per bucket of plain decode and small
 /// verification steps, captured on its second use).
 void CudaBackend::Impl::run_planned(const cuda::BlockTableStep* tables) {

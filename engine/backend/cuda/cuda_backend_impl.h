@@ -492,14 +492,7 @@ struct CudaBackend::Impl {
   void run_planned(const cuda::BlockTableStep* tables);
 
   /// Records step_begin on the stream: the forward's launch follows (after the step's upload).
-  void mark_step_begin() {
-    if (!step_begin) {
-      CUDA_CHECK(cudaEventCreate(&step_begin));
-      CUDA_CHECK(cudaEventCreate(&step_end));
-    }
-    CUDA_CHECK(cudaEventRecord(step_begin, stream));
-    step_timed = true;
-  }
+  void mark_step_begin();
 
   /// The whole step as one enqueue (eager): the forward and the draws, or with late masks the
   /// forward, the masks filled and uploaded meanwhile, then the draws.
