@@ -478,7 +478,7 @@ void write_json(const Args& args, const cudaDeviceProp& prop) {
 
 }  // namespace
 
-/// Keeps a sub-bench's figures (LoraFigure, Fp8KvFigure, StructuredFigure: the same fields) as
+/// Keeps a sub-bench's figures (BenchFigure, BenchFigure, BenchFigure: the same fields) as
 /// rows and writes the JSON.
 template <typename Figures>
 int keep_figures(const Args& args, const Figures& figures) {

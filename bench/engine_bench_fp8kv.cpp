@@ -13,7 +13,7 @@
 
 namespace servelab::bench {
 
-std::vector<Fp8KvFigure> run_fp8kv_bench(const Fp8KvBenchOptions& o) {
+std::vector<BenchFigure> run_fp8kv_bench(const Fp8KvBenchOptions& o) {
   ModelConfig model = preset(o.preset);
   model.dtype = DType::bf16;
   std::printf("engine_bench --kv-cache-dtype auto,fp8: %s on %s\n", model.name.c_str(), cuda_device_description(0).c_str());
@@ -30,8 +30,8 @@ std::vector<Fp8KvFigure> run_fp8kv_bench(const Fp8KvBenchOptions& o) {
   const int prefill = std::min(2048, model.max_position);
   points.push_back({"prefill " + std::to_string(prefill) + " tokens", ProfilePoint{ProfilePhase::prefill, {{0, prefill}}}});
   const int warmup = 3, repeats = o.quick ? 7 : 15;
-  std::vector<Fp8KvFigure> out;
-  auto add = [&](Fp8KvFigure f) {
+  std::vector<BenchFigure> out;
+  auto add = [&](BenchFigure f) {
     std::printf("  %-22s %-40s %10.4f %s%s\n", f.name.c_str(), f.shape.c_str(), f.value, f.unit.c_str(),
                 f.ratio ? (" (" + std::to_string(*f.ratio) + " of " + f.peer + ")").c_str() : "");
     out.push_back(std::move(f));

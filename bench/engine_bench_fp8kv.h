@@ -5,13 +5,9 @@
 #include <string>
 #include <vector>
 
-namespace servelab::bench {
+#include "bench/bench_figure.h"
 
-struct Fp8KvFigure {
-  std::string name, shape, unit, peer;
-  double value = 0;
-  std::optional<double> ratio;
-};
+namespace servelab::bench {
 
 struct Fp8KvBenchOptions {
   std::string preset = "llama2-7b";
@@ -22,6 +18,6 @@ struct Fp8KvBenchOptions {
 /// points): kv_step_ms per point and format (decode at batch 1 / 32 / 128 and contexts 1k / 4k
 /// where they fit, a 2,048-token prefill), kv_step_vs_bf16 (the fp8 step over the bf16 one) and
 /// kv_bytes_per_slot.
-std::vector<Fp8KvFigure> run_fp8kv_bench(const Fp8KvBenchOptions& options);
+std::vector<BenchFigure> run_fp8kv_bench(const Fp8KvBenchOptions& options);
 
 }  // namespace servelab::bench

@@ -157,9 +157,9 @@ int profile_lora_decode_step(const LoraBenchOptions& o) {
   return 0;
 }
 
-std::vector<LoraFigure> run_lora_bench(const LoraBenchOptions& o) {
+std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
   using namespace lora_bench;
-  std::vector<LoraFigure> out;
+  std::vector<BenchFigure> out;
   auto figure = [&](const std::string& name, const std::string& shape, double value, const std::string& unit,
                     const std::string& peer = "-", std::optional<double> ratio = std::nullopt) {
     out.push_back({name, shape, unit, peer, value, ratio});

@@ -6,15 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_figure.h"
+
 namespace servelab::bench {
 
 /// One figure, as engine_bench records them: value in unit, ratio against `peer` (the base).
-struct LoraFigure {
-  std::string name, shape, unit, peer;
-  double value = 0;
-  std::optional<double> ratio;
-};
-
 struct LoraBenchOptions {
   std::string preset = "llama2-7b";
   int rank = 16;        ///< every adapter's rank (all seven linears of every layer)
@@ -46,7 +42,7 @@ struct LoraBenchOptions {
 ///   lengths uniform in [64, 192]) is replaced by one whose adapter is drawn from Zipf(s = 1) over
 ///   8, 64 or 512 adapters, slots taken least-recently-used (a miss = load_lora, timed with the
 ///   step), against the same loop without adapters: tokens/s and the ratio.
-std::vector<LoraFigure> run_lora_bench(const LoraBenchOptions& options);
+std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& options);
 
 /// One decode step (CUDA graph replay) of ncu_batch rows at ncu_context with ncu_adapters distinct
 /// adapters (row r: slot r mod k) between cudaProfilerStart and Stop, for

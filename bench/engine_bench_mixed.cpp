@@ -13,7 +13,7 @@
 
 namespace servelab::bench {
 
-std::vector<Fp8KvFigure> run_mixed_context_bench(const MixedContextBenchOptions& o) {
+std::vector<BenchFigure> run_mixed_context_bench(const MixedContextBenchOptions& o) {
   ModelConfig model = preset(o.preset);
   model.dtype = DType::bf16;
   std::printf("engine_bench --mixed-contexts: %s on %s\n", model.name.c_str(), cuda_device_description(0).c_str());
@@ -45,8 +45,8 @@ std::vector<Fp8KvFigure> run_mixed_context_bench(const MixedContextBenchOptions&
       points.push_back(std::move(p));
     }
   const int warmup = 3, repeats = o.quick ? 9 : 21;
-  std::vector<Fp8KvFigure> out;
-  auto add = [&](Fp8KvFigure f) {
+  std::vector<BenchFigure> out;
+  auto add = [&](BenchFigure f) {
     std::printf("  %-18s %-40s %10.4f %s\n", f.name.c_str(), f.shape.c_str(), f.value, f.unit.c_str());
     out.push_back(std::move(f));
   };

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/engine_bench_fp8kv.h"  // Fp8KvFigure: name, shape, unit, value, ratio
+#include "bench/bench_figure.h"
 
 namespace servelab::bench {
 
@@ -18,6 +18,6 @@ struct MixedContextBenchOptions {
 /// Per batch (16, 32, 64) and context spread (uniform 1,024-3,840 like long prompts; 32-2,048
 /// like chat), seeded draws: mixed_step_ms (the drawn contexts), uniform_step_ms (every sequence
 /// at their mean) and mixed_vs_uniform, graphed decode steps on one backend.
-std::vector<Fp8KvFigure> run_mixed_context_bench(const MixedContextBenchOptions& options);
+std::vector<BenchFigure> run_mixed_context_bench(const MixedContextBenchOptions& options);
 
 }  // namespace servelab::bench

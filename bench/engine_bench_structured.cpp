@@ -146,7 +146,7 @@ RunStats run_once(Backend& backend, Mode mode, const StructuredBenchOptions& o, 
 
 }  // namespace structured_bench
 
-std::vector<StructuredFigure> run_structured_bench(const StructuredBenchOptions& o) {
+std::vector<BenchFigure> run_structured_bench(const StructuredBenchOptions& o) {
   using namespace structured_bench;
   std::unique_ptr<Tokenizer> tokenizer = load_tokenizer_from_dir(o.tokenizer_dir);
   ModelConfig model = preset(o.preset);
@@ -194,7 +194,7 @@ std::vector<StructuredFigure> run_structured_bench(const StructuredBenchOptions&
     for (const RunStats& s : runs[m]) v.push_back(s.*field);
     return percentile(v, 0.5);
   };
-  std::vector<StructuredFigure> figs;
+  std::vector<BenchFigure> figs;
   const std::string shape = model.name + " vocab " + std::to_string(model.vocab_size) + " b" + std::to_string(o.batch) +
                             " prompt " + std::to_string(o.prompt_tokens) + " out " + std::to_string(o.output_tokens);
   const double base_decode = median_of(Mode::unconstrained, &RunStats::decode_tok_s);

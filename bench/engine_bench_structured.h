@@ -7,15 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_figure.h"
+
 namespace servelab::bench {
 
 /// One figure, as engine_bench records them: value in unit, ratio against `peer`.
-struct StructuredFigure {
-  std::string name, shape, unit, peer;
-  double value = 0;
-  std::optional<double> ratio;
-};
-
 struct StructuredBenchOptions {
   std::string preset = "llama3-8b";
   /// Qwen3's tokenizer (what the tests use); the model's vocabulary is widened to its logits
@@ -39,6 +35,6 @@ struct StructuredBenchOptions {
 /// temperature 1 from random weights. Figures: decode tokens/s over the steps at full batch
 /// (median over repeats) and its ratio to unconstrained; whole-run output tokens/s; the host's
 /// mask time per step (mean, p50, p99 over the decode steps); outputs whose JSON was complete.
-std::vector<StructuredFigure> run_structured_bench(const StructuredBenchOptions& options);
+std::vector<BenchFigure> run_structured_bench(const StructuredBenchOptions& options);
 
 }  // namespace servelab::bench
