@@ -265,7 +265,7 @@ double ProfiledStepModel::predict_base(const StepShape& s) const {
     knot_weights(graph_knots_, static_cast<double>(bucket_rows(s.n_seqs)), i, u);
     return (1.0 - u) * graph_knot_s_[i] + (graph_knots_.size() > 1 ? u * graph_knot_s_[i + 1] : 0.0) +
            s_per_prefill_pair_ * (s.prefill_pairs - s.verify_pairs) + s_per_decode_context_ * s.decode_context +
-           s_per_decode_spread(s.n_seqs) * s.decode_spread();
+           (spread_knots_.empty() ? 0.0 : s_per_decode_spread(s.n_seqs) * s.decode_spread());
   }
   const bool padded = use_padded(s);
   const std::vector<double>& knots = padded ? pad_knots_ : knots_;
