@@ -316,7 +316,7 @@ int Engine::propose_drafts(StepOutcome& out) {
   }
   if (choice == SpecChoice::probe) {  // the sequences whose draft has least to catch up
     out.spec_probe = true;
-    const size_t n = size_t(SpecRateMeter::probe_size(n_cands));
+    const size_t n = size_t(state_->spec_meter.next_probe_size(n_cands));
     std::vector<std::pair<int, Candidate>> by_rows;
     for (const Candidate& c : cands) by_rows.push_back({proposer_->catch_up_rows(*c.seq), c});
     std::sort(by_rows.begin(), by_rows.end(), [](const auto& a, const auto& b) {

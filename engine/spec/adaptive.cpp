@@ -146,6 +146,28 @@ int SpecRateMeter::probe_size(int batch) {
   return std::max(std::min(batch, kProbeMin), (batch + kProbeShare - 1) / kProbeShare);
 }
 
+int SpecRateMeter::large_probe_size(int batch) { return std::min(batch, 2 * probe_size(batch)); }
+
+int SpecRateMeter::next_probe_size(int batch) const {
+  return buckets_[bucket_of(batch)].next_large ? large_probe_size(batch) : probe_size(batch);
+}
+
+double SpecRateMeter::extra_for_all(const Bucket& b, int batch, const ProbePoint& p) {
+  // The two sizes give the shape, extra(n) = fixed + n per_seq, and the probe `p` its level
+  // (extra_s times extra(batch) / extra(p.n)): the other point may be an exploration old, taken at
+  // another acceptance. A larger probe that took less reads as all fixed; a part per sequence
+  // steeper than proportional (no fixed part left, a point from before acceptance moved) as none
+  // fixed, which is the one-size scaling.
+  const ProbePoint &s = b.probes[0], &l = b.probes[1];
+  const double proportional = p.extra_s * batch / p.n;
+  if (s.n <= 0 || l.n <= s.n) return proportional;
+  const double per_seq = (l.extra_s - s.extra_s) / (l.n - s.n);
+  if (per_seq <= 0.0) return p.extra_s;
+  const double fixed = s.extra_s - per_seq * s.n;
+  if (fixed <= 0.0) return proportional;
+  return p.extra_s * (fixed + per_seq * batch) / (fixed + per_seq * p.n);
+}
+
 SpecChoice SpecRateMeter::choose(int batch) {
   const int i = bucket_of(batch);
   Bucket& b = buckets_[i];
@@ -203,11 +225,15 @@ void SpecRateMeter::record(int batch, bool with_drafts, int tokens, double secon
 void SpecRateMeter::record_probe(int batch, const ProbeStep& p) {
   Bucket& b = buckets_[bucket_of(batch)];
   if (p.tokens <= 0 || p.n_probed <= 0 || !(p.seconds > 0.0) || !(b.rate[0] > 0.0)) return;
-  const double scale = double(std::max(batch, p.n_probed)) / p.n_probed;
+  const int all = std::max(batch, p.n_probed);
   const double plain_s = p.tokens / b.rate[0];
-  const double extra_s = std::max(0.0, p.seconds - std::max(0.0, p.catch_up_s) - plain_s);
-  const double tokens = p.tokens + scale * p.accepted;
-  add(b, true, tokens / (plain_s + scale * extra_s), true, p.drafted);
+  const ProbePoint point{p.n_probed, std::max(0.0, p.seconds - std::max(0.0, p.catch_up_s) - plain_s)};
+  // The first probe's point too (its catch-up taken off): add() leaves its rate out.
+  const bool large = p.n_probed > probe_size(batch);
+  b.probes[large ? 1 : 0] = point;
+  b.next_large = !large;
+  const double tokens = p.tokens + double(all) / p.n_probed * p.accepted;
+  add(b, true, tokens / (plain_s + extra_for_all(b, all, point)), true, p.drafted);
 }
 
 double SpecRateMeter::rate(int batch, bool with_drafts) const {

@@ -94,14 +94,20 @@ struct ProbeStep {
 /// steps so the choice follows acceptance as it changes (every kExploreFar steps while the loser
 /// yields under 1/kFar of the winner).
 /// Drafts are measured by probes wherever the bucket does not (yet) run them: a probe drafts only
-/// for probe_size(B) of the B sequences asked, those whose draft has least to catch up, so its
-/// catch-up is bounded by theirs; and each keeps only the first draw of its verification (the
-/// token the plain step draws: exact, and no sequence moves ahead of the others, so a closed
-/// loop's requests keep finishing together). Its rate is scaled to the whole batch: the plain
-/// step's time from the bucket's plain rate, plus B / n_probed times what the probe took beyond it
-/// with the catch-up taken off, for the plain tokens plus B / n_probed times the drafts that would
-/// have stood. Only a bucket measured (or following a neighbour) in favour of drafts drafts for all
-/// and keeps what stands; its steps are recorded as they ran, catch-up included.
+/// for some of the B sequences asked, those whose draft has least to catch up, so its catch-up is
+/// bounded by theirs; and each keeps only the first draw of its verification (the token the plain
+/// step draws: exact, and no sequence moves ahead of the others, so a closed loop's requests keep
+/// finishing together). A bucket's probes take two sizes in turn, large_probe_size(B) first (it
+/// catches up every sequence the small ones will take), then probe_size(B): what a probe took
+/// beyond the plain step (catch-up taken off) is a part fixed per step plus a part per sequence
+/// drafting, and the two sizes tell them apart (a verification step leaves the decode graphs on the
+/// GPU: on an H200, llama2-7b at 64 users, a probe of 16 took 6-7 ms beyond plain's 6.0 and drafts
+/// for all 64 took 8.8, which scaling by 64 / 16 read as 26 ms). Its rate is the step for all it
+/// estimates: the plain step's time from the bucket's plain rate plus the fixed part plus B times
+/// the per-sequence part (until both sizes are measured, B / n_probed times what this probe took
+/// beyond plain), for the plain tokens plus B / n_probed times the drafts that would have stood.
+/// Only a bucket measured (or following a neighbour) in favour of drafts drafts for all and keeps
+/// what stands; its steps are recorded as they ran, catch-up included.
 /// Where drafts lose, each counted probe that confirms the loss (its own estimate at or below
 /// the plain rate; in the warm-up, one of kConfirmDrafts draft tokens or more) doubles the interval
 /// to the next exploration, up to kExploreMax, and so does a bucket turned
@@ -129,8 +135,13 @@ class SpecRateMeter {
   bool decided(int batch) const;
   /// What the next step, with `batch` sequences asked for drafts, runs.
   SpecChoice choose(int batch);
-  /// The sequences a probe of `batch` drafts for: max(min(batch, kProbeMin), ceil(batch / kProbeShare)).
+  /// The sequences a small probe of `batch` drafts for: max(min(batch, kProbeMin), ceil(batch / kProbeShare)).
   static int probe_size(int batch);
+  /// A large probe's: min(batch, 2 probe_size(batch)).
+  static int large_probe_size(int batch);
+  /// The sequences the next probe of `batch`'s bucket drafts for: large first, then small and
+  /// large in turn (by the probes recorded).
+  int next_probe_size(int batch) const;
   /// A decode step (no prefill rows) ran for which `batch` sequences were asked (the count
   /// choose() was given), plain or with drafts for all: `tokens` emitted in `seconds`, drafting
   /// included.
@@ -144,8 +155,15 @@ class SpecRateMeter {
   int explore_interval(int batch) const;
 
  private:
+  /// What a probe of n sequences drafting took beyond the plain step, catch-up taken off.
+  struct ProbePoint {
+    int n = 0;
+    double extra_s = 0.0;
+  };
   struct Bucket {
     double rate[2] = {0.0, 0.0};  // [without, with]
+    ProbePoint probes[2];         // the newest [small, large] probe
+    bool next_large = true;
     int seen[2] = {0, 0};
     int steps = 0;
     int since = 0;             // steps since its last exploration (decided buckets)
@@ -153,6 +171,9 @@ class SpecRateMeter {
   };
   static int bucket_of(int batch);
   static bool is_decided(const Bucket& b) { return b.seen[0] >= kWarm && b.seen[1] >= kWarm; }
+  /// What drafts for all `batch` would take beyond the plain step: probe `p`'s extra_s scaled by
+  /// the bucket's two probe points (fixed plus per sequence) or, with one size measured, by batch / p.n.
+  static double extra_for_all(const Bucket& b, int batch, const ProbePoint& p);
   /// Adds a step's rate to its side of the bucket and moves the backoff (record's common part).
   void add(Bucket& b, bool with_drafts, double rate, bool probe, int drafted);
   /// Steps between explorations of a decided bucket's losing choice.

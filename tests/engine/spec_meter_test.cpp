@@ -125,6 +125,47 @@ TEST(SpecRateMeter, APlainStepThatCapturesAGraphDoesNotSetThePlainRate) {
   EXPECT_EQ(m.choose(32), SpecChoice::plain);
 }
 
+TEST(SpecRateMeter, ProbesOfTwoSizesTellAVerificationsFixedCostFromItsCostPerSequence) {
+  // Right drafts at 64 users on an H200 (llama2-7b, self k = 4: results/gpu/spec/
+  // h200-2026-11-30-ae00d9e-right, abba-right64): plain steps 6.0 ms; probes of 16 took 11.6-13.0 ms
+  // with 50-53 of their 64 drafts standing (the first 14.4, 1.75 of it catch-up), and drafts for all
+  // 64 took 14.8 ms: a verification step costs ~5.7 ms more than plain whatever its size (it leaves
+  // the decode graphs) and ~0.05 ms per sequence drafting. Scaled by 64 / 16, the probes read drafts
+  // at ~7 tokens/ms against plain's 10.7; told apart by probes of 32 and 16, at ~17.
+  auto run = [](double fixed_ms, double per_seq_ms) {
+    SpecRateMeter m;
+    for (int i = 0; i < SpecRateMeter::kWarm; ++i) {
+      EXPECT_EQ(m.choose(64), SpecChoice::plain);
+      m.record(64, false, 64, 6.0e-3);
+    }
+    std::vector<int> sizes;
+    for (int i = 0; i < SpecRateMeter::kWarm; ++i) {
+      EXPECT_EQ(m.choose(64), SpecChoice::probe);
+      const int n = m.next_probe_size(64);
+      sizes.push_back(n);
+      const double catch_up = i == 0 ? 1.75e-3 : 0.0;
+      const double s = 6.0e-3 + (fixed_ms + per_seq_ms * n) * 1e-3 + catch_up;
+      m.record_probe(64, ProbeStep{n, 64, s, 1.1e-3 + catch_up, catch_up, 4 * n, 51 * n / 16});
+    }
+    EXPECT_EQ(sizes, (std::vector<int>{32, 16, 32})) << "large first: its catch-up covers the small ones'";
+    EXPECT_TRUE(m.decided(64));
+    return m;
+  };
+  SpecRateMeter fixed = run(5.7, 0.05);
+  EXPECT_NEAR(fixed.rate(64, true), (64 + 4 * 51) / (6.0 + 5.7 + 0.05 * 64) * 1e3, 1.0);
+  EXPECT_EQ(fixed.choose(64), SpecChoice::drafts);
+  // The same probes of 16 (6.5 ms beyond plain), but the cost grows with the sequences drafting:
+  // the two sizes read it so, and drafts lose.
+  SpecRateMeter grows = run(0.0, 6.5 / 16);
+  EXPECT_NEAR(grows.rate(64, true), (64 + 4 * 51) / (6.0 + 6.5 * 4) * 1e3, 1.0);
+  EXPECT_EQ(grows.choose(64), SpecChoice::plain);
+  // Probes of one size (hand-fed, as before): scaled by batch / n, the loss they read.
+  SpecRateMeter one;
+  for (int i = 0; i < SpecRateMeter::kWarm; ++i) one.record(64, false, 64, 6.0e-3);
+  for (int i = 0; i < SpecRateMeter::kWarm; ++i) one.record_probe(64, ProbeStep{16, 64, 12.5e-3, 1.1e-3, 0.0, 64, 51});
+  EXPECT_NEAR(one.rate(64, true), (64 + 4 * 51) / (6.0 + 6.5 * 4) * 1e3, 1.0);
+}
+
 /// Steps with more than one row per sequence (verification) take 3 ms of the virtual clock, others
 /// 1 ms: drafts that are almost never accepted are a loss by far.
 class SlowVerify final : public ForwardingBackend {
@@ -173,8 +214,8 @@ TEST(SpecRateMeter, ProbesDraftForTheLeastCaughtUpAndMoveNoSequenceAhead) {
   // Eight requests of one length start together; `self` on the sim accepts each draft at 0.5 (a
   // draft that stood would move its sequence ahead), verification costs 3x a plain step, so the
   // rule measures drafts (kWarm probes, one exploring probe after kExploreFar steps) and keeps
-  // them off. Probes draft for probe_size(8) = 4 sequences, keep only each one's first draw, and
-  // the requests all finish in one step.
+  // them off. Probes draft for 8 (large_probe_size), 4 (probe_size), 8, 4 sequences, keep only each
+  // one's first draw, and the requests all finish in one step.
   auto backend = std::make_unique<SimBackend>(micro_model(), SimCostModel::roofline(SimDevice::preset("h100")));
   SimBackend& sim = *backend;
   EngineConfig ec = paged_config(continuous_sched(8, 512, true), 1 << 20);
@@ -203,14 +244,14 @@ TEST(SpecRateMeter, ProbesDraftForTheLeastCaughtUpAndMoveNoSequenceAhead) {
     EXPECT_EQ(s.spec_drafts, 0) << "no step drafted for all";
     if (!s.spec_probe) continue;
     probes.push_back(&s);
-    EXPECT_EQ(s.spec_probe_drafts, SpecRateMeter::probe_size(8));
+    EXPECT_EQ(s.spec_probe_drafts, probes.size() % 2 == 1 ? 8 : SpecRateMeter::probe_size(8)) << "large, then small";
     EXPECT_EQ(s.spec_accepted_tokens, 0);
     would_stand += s.spec_probe_accepted_tokens;
   }
   ASSERT_EQ(probes.size(), size_t(SpecRateMeter::kWarm) + 1) << "the warm-up's probes and one exploring probe";
   EXPECT_GT(would_stand, 4) << "kept, accepted drafts would have moved sequences ahead";
-  // The first probe catches its 4 drafts up on their prompts; the next two draft for the same 4,
-  // whose drafts are 1-2 rows behind, not for the 4 never drafted: no catch-up beyond a steady one.
+  // The first probe catches all 8 drafts up on their prompts; the next two draft for 4 and 8 of
+  // them, 1-2 rows behind: no catch-up beyond a steady one.
   EXPECT_GT(probes[0]->spec_catch_up_s, 0.0);
   EXPECT_EQ(probes[1]->spec_catch_up_s, 0.0);
   EXPECT_EQ(probes[2]->spec_catch_up_s, 0.0);
