@@ -119,7 +119,7 @@ int SpecRateMeter::bucket_of(int batch) {
 bool SpecRateMeter::decided(int batch) const { return is_decided(buckets_[bucket_of(batch)]); }
 
 int SpecRateMeter::interval_of(const Bucket& b) {
-  const bool best = b.rate[1] > b.rate[0];
+  const bool best = drafts_win(b);
   const double lead = best ? b.rate[1] / b.rate[0] : b.rate[0] / b.rate[1];
   const int base = lead > kFar ? kExploreFar : kExplore;
   return best ? base : std::max(base, b.backoff);
@@ -177,14 +177,14 @@ SpecChoice SpecRateMeter::choose(int batch) {
   auto with_drafts = [](bool drafts_win) { return drafts_win ? SpecChoice::drafts : SpecChoice::probe; };
   if (!is_decided(b)) {
     if (const Bucket* n = clear_neighbour(i)) {  // follow it; measure the other choice at its interval
-      const bool best = n->rate[1] > n->rate[0];
+      const bool best = drafts_win(*n);
       const bool other = b.seen[best ? 1 : 0] >= kWarm && b.steps % interval_of(*n) == 0;
       return best != other ? with_drafts(best) : SpecChoice::plain;
     }
     // Plain first: a probe is scaled by the plain rate.
     return b.seen[0] < kWarm ? SpecChoice::plain : SpecChoice::probe;
   }
-  const bool best = b.rate[1] > b.rate[0];
+  const bool best = drafts_win(b);
   const bool explore = ++b.since >= interval_of(b);
   if (explore) b.since = 0;
   return best != explore ? with_drafts(best) : SpecChoice::plain;
@@ -192,13 +192,13 @@ SpecChoice SpecRateMeter::choose(int batch) {
 
 void SpecRateMeter::add(Bucket& b, bool with_drafts, double r, bool probe, int drafted) {
   const int i = with_drafts ? 1 : 0;
-  const bool drafts_led = is_decided(b) && b.rate[1] > b.rate[0];
+  const bool drafts_led = is_decided(b) && drafts_win(b);
   const bool warming = !is_decided(b);
   if (b.seen[i]++ == 0) return;  // one-time costs: a graph's eager first run, a prompt's catch-up
   if (b.seen[i] == 2) b.rate[i] = r;
   else if (!with_drafts && b.seen[i] <= kWarm) b.rate[i] = std::max(b.rate[i], r);  // a graph capture slows one
   else b.rate[i] = (1.0 - kWeight) * b.rate[i] + kWeight * r;
-  const bool still_losing = b.rate[0] > b.rate[1];
+  const bool still_losing = !drafts_win(b);
   if (with_drafts && !probe && drafts_led && still_losing) {  // its own drafting turned it back
     b.backoff = std::min(kExploreMax, 2 * std::max(kExplore, b.backoff));
     return;
@@ -213,7 +213,7 @@ void SpecRateMeter::add(Bucket& b, bool with_drafts, double r, bool probe, int d
   // draft tokens or more (then the first exploration comes after 4 base intervals): the 3-4 of a
   // probe at batch 1 tell too little of acceptance to put off the next look.
   const int base = b.rate[0] > kFar * b.rate[1] ? kExploreFar : kExplore;
-  if (r > b.rate[0]) b.backoff = 0;
+  if (r > kMargin * b.rate[0]) b.backoff = 0;
   else if (!warming || drafted >= kConfirmDrafts) b.backoff = std::min(kExploreMax, 2 * std::max(base, b.backoff));
 }
 

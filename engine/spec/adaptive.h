@@ -12,7 +12,7 @@
 // - from measurement (SpecRateMeter), which replaces the priced rule where it is on: what a step
 //   with drafts (or a probe of a few, scaled to the batch) and one without actually yielded
 //   (tokens per second of wall time, drafting included) is kept per batch size; once both have
-//   been seen the faster one runs, and the other is tried again now and then. A real backend whose verification or drafting costs more than the roofline
+//   been seen the faster one runs (drafts by a margin), and the other is tried again now and then. A real backend whose verification or drafting costs more than the roofline
 //   says (eager multi-row steps beside graphed decodes, a slow draft) turns speculation off where
 //   it measured a loss.
 #include <memory>
@@ -90,7 +90,7 @@ struct ProbeStep {
 /// probe's catch-up on whole prompts; and plain's rate is the faster of its counted warm-up steps,
 /// since on cuda the second captures the graph: 8.8-10.6 ms against 5.4-6.0 steady for llama2-7b
 /// at 32-64 sequences on an H200, which averaged in made plain look slow and wrong drafts win);
-/// then the faster, with the other tried once every kExplore
+/// then the faster (drafts only by more than kMargin), with the other tried once every kExplore
 /// steps so the choice follows acceptance as it changes (every kExploreFar steps while the loser
 /// yields under 1/kFar of the winner).
 /// Drafts are measured by probes wherever the bucket does not (yet) run them: a probe drafts only
@@ -126,6 +126,12 @@ class SpecRateMeter {
   static constexpr int kExploreMax = 4096;
   static constexpr double kFar = 1.25;
   static constexpr double kWeight = 0.25;       ///< of the newest step in the average
+  /// Drafts run for all only where they yield more than kMargin times plain's rate: drafting costs
+  /// what a decode step's rate does not see. On an H200 (llama2-7b, 32 users of equal output
+  /// lengths, acceptance 0.29) a run whose average put drafts ahead drafted for 12% of its steps at
+  /// 0.99x plain's rate, and moving sequences out of step turned one prefill step per round into
+  /// 76 mixed steps: TPOT p50 1.035x plain (results/gpu/spec/h200-2026-11-30-7d8bfbd-two-sizes).
+  static constexpr double kMargin = 1.1;
 
   static constexpr int kConfirmDrafts = 32;  ///< a warm-up probe's draft tokens that let it back exploring off
   static constexpr int kProbeMin = 4;           ///< a probe drafts for at least this many sequences (all, below)
@@ -171,6 +177,7 @@ class SpecRateMeter {
   };
   static int bucket_of(int batch);
   static bool is_decided(const Bucket& b) { return b.seen[0] >= kWarm && b.seen[1] >= kWarm; }
+  static bool drafts_win(const Bucket& b) { return b.rate[1] > kMargin * b.rate[0]; }
   /// What drafts for all `batch` would take beyond the plain step: probe `p`'s extra_s scaled by
   /// the bucket's two probe points (fixed plus per sequence) or, with one size measured, by batch / p.n.
   static double extra_for_all(const Bucket& b, int batch, const ProbePoint& p);

@@ -210,11 +210,21 @@ TEST(SpecRateMeter, MeasuresBothChoicesThenKeepsTheFasterAndLooksAgain) {
   int tried = 0;
   for (int i = 0; i < 2 * SpecRateMeter::kWarm + 128; ++i) {
     const SpecChoice ch = c.choose(4);
-    feed_meter(c, 4, ch, 400.0, 440.0, 4, 1);  // drafts 10% faster
+    feed_meter(c, 4, ch, 400.0, 480.0, 4, 1);  // drafts 20% faster
     if (i >= 2 * SpecRateMeter::kWarm) tried += ch == SpecChoice::plain;
   }
   EXPECT_GE(tried, 3);
   EXPECT_LE(tried, 5);
+  // Drafts ahead by less than kMargin (5%) do not run for all: plain runs, drafts explored.
+  SpecRateMeter near;
+  int for_all = 0;
+  for (int i = 0; i < 2 * SpecRateMeter::kWarm + 128; ++i) {
+    const SpecChoice ch = near.choose(4);
+    feed_meter(near, 4, ch, 400.0, 420.0, 4, 1);
+    for_all += ch == SpecChoice::drafts;
+  }
+  EXPECT_EQ(for_all, 0);
+  EXPECT_GT(near.rate(4, true), near.rate(4, false));
   // Where drafts measure faster they run for all once measured.
   SpecRateMeter w;
   int on = 0;
