@@ -130,7 +130,7 @@ class SpecRateMeter {
   /// what a decode step's rate does not see. On an H200 (llama2-7b, 32 users of equal output
   /// lengths, acceptance 0.29) a run whose average put drafts ahead drafted for 12% of its steps at
   /// 0.99x plain's rate, and moving sequences out of step turned one prefill step per round into
-  /// 76 mixed steps: TPOT p50 1.035x plain (results/gpu/spec/h200-2026-11-30-7d8bfbd-two-sizes).
+  /// 76 mixed steps: TPOT p50 1.033x plain (results/gpu/spec/h200-2026-11-30-7d8bfbd-two-sizes).
   static constexpr double kMargin = 1.1;
 
   static constexpr int kConfirmDrafts = 32;  ///< a warm-up probe's draft tokens that let it back exploring off
