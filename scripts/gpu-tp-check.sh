@@ -158,14 +158,15 @@ fi
 # profiles the same TP=2 backend on that scenario's shapes, runs the scenario on the sim from the
 # profile with each strategy's real KV arena and compares each run's p50s / p99s with the sweep's
 # (results/sim-validation/run_compare.py). With the sweep from an earlier call: copy its folder to
-# $OUT/sweep first and run STEPS="build simtp".
+# $OUT/sweep first and run STEPS="build simtp". SIMTP_PROFILE_ARGS adds flags to that profile
+# (e.g. --spread-decodes).
 TP_SCENARIO=${TP_SCENARIO:-scenarios/gpu-tp-llama3-70b.yaml}
 if [ $BUILT = 1 ] && want sweep; then
   step sweep "${SWEEP_LIMIT:-540}" "$BUILD/servelab" run "$TP_SCENARIO" --out "$OUT/sweep" --force --quiet --no-plots
 fi
 if [ $BUILT = 1 ] && want simtp; then
   step simtp_profile "${SIMTP_PROFILE_LIMIT:-420}" "$BUILD/servelab" profile --backend cuda --tensor-parallel 2 --for-scenario "$TP_SCENARIO" \
-    --interleave --json "$OUT/profile-tp2-scenario.json"
+    --interleave ${SIMTP_PROFILE_ARGS:-} --json "$OUT/profile-tp2-scenario.json"
   # The sim gets the KV arena the real engine got for each strategy (sized from
   # gpu_memory_utilization per GPU; static batching reserves more activations): one sim run each.
   extra=()
