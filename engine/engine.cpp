@@ -381,9 +381,10 @@ StepOutcome Engine::step(double now) {
                                   plan.n_padding_tokens);
     // With a ShapeDecoder, a step of plain decodes (the steady state) is drawn and priced here, as
     // its entries are made; at the first entry that is not one, the entries so far go to the
-    // builder and the step is built and executed as any other.
+    // builder and the step is built and executed as any other. Not with LoRA on: the backend
+    // prices a step's adapters from Step::seq_lora_slot (the sim: engine/backend/sim_lora.h).
     ShapeDecoder* const decoder = state_->decoder;
-    bool decoding = decoder != nullptr;
+    bool decoding = decoder != nullptr && !lora_slots_;
     if (decoding) {
       state_->decode_shape = DecodeShape{};
       state_->decode_tokens.clear();
@@ -439,12 +440,15 @@ StepOutcome Engine::step(double now) {
       if (built) built = state_->shape_builder.add(e);
     }
     ++n_steps_;
+    step.seq_lora_slot.clear();
     for (size_t i = 0; lora_slots_ && i < batch.entries.size(); ++i) {  // distinct adapters: one slot each
       const int slot = batch.entries[i].lora_slot;
       bool first = slot >= 0;
       for (size_t j = 0; j < i && first; ++j) first = batch.entries[j].lora_slot != slot;
       out.n_loras += first ? 1 : 0;
     }
+    if (out.n_loras > 0)
+      for (const BatchEntry& e : batch.entries) step.seq_lora_slot.push_back(e.lora_slot);
     if (!decoding) {
       if (built) state_->shape_builder.finish();
       else build_step_input(batch, *kv_, backend_->config().vocab_size, step, state_->step_detail);

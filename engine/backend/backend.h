@@ -36,6 +36,11 @@ struct Step {
   /// base_slots, lora_slot) are left empty; query_start, context_lens, seq_ids and every draw's
   /// arrays are filled as always. in.validate() does not hold for it; check_step_shape does.
   bool shape_only = false;
+  /// Multi-LoRA: each sequence's (entry's) adapter slot, -1 for the base model, set by the engine
+  /// for every step while LoRA is on (empty otherwise, and when no entry runs one). What a backend
+  /// that prices steps reads (the sim: engine/backend/sim_lora.h); in.lora_slot carries it per row
+  /// on a full step.
+  std::vector<int32_t> seq_lora_slot;
   bool want_logprobs = false;  ///< fill StepOutput::logprobs (backends whose caps().logprobs)
   /// fill StepOutput::draw_probs (backends whose caps().draw_probs): a draft model's q
   bool want_draw_probs = false;

@@ -19,6 +19,12 @@ void SimDevice::validate() const {
   require(weight_dtype_bytes == 1 || weight_dtype_bytes == 2 || weight_dtype_bytes == 4,
           p + "weight_dtype_bytes", "1, 2 or 4", weight_dtype_bytes);
   require(host_link_bytes_s > 0, p + "host_link_bytes_s", "> 0", host_link_bytes_s);
+  require(lora_decode_row_s >= 0, p + "lora_decode_row_s", ">= 0", lora_decode_row_s);
+  require(lora_prefill_layer_s >= 0, p + "lora_prefill_layer_s", ">= 0", lora_prefill_layer_s);
+  require(lora_prefill_adapter_s >= 0, p + "lora_prefill_adapter_s", ">= 0", lora_prefill_adapter_s);
+  require(lora_prefill_row_s >= 0, p + "lora_prefill_row_s", ">= 0", lora_prefill_row_s);
+  require(lora_bandwidth_share > 0 && lora_bandwidth_share <= 1, p + "lora_bandwidth_share", "in (0, 1]",
+          lora_bandwidth_share);
 }
 
 SimDevice SimDevice::preset(const std::string& name) {
@@ -63,6 +69,9 @@ SimDevice SimDevice::preset(const std::string& name) {
     d.kv_dtype_bytes = 4;
     d.weight_dtype_bytes = 4;
     d.host_link_bytes_s = 10e9;
+    // The cpu backend runs adapters by the plain formula: their FLOPs and bytes, nothing fitted.
+    d.lora_decode_row_s = d.lora_prefill_layer_s = d.lora_prefill_adapter_s = d.lora_prefill_row_s = 0.0;
+    d.lora_bandwidth_share = 1.0;
     return d;
   }
   std::string names;

@@ -27,6 +27,18 @@ struct SimDevice {
   int kv_dtype_bytes = 2;              ///< bytes per K/V element (bf16 by default)
   int weight_dtype_bytes = 2;          ///< bytes per weight element read each step
   double host_link_bytes_s = 25e9;     ///< swap traffic (device <-> host), e.g. PCIe
+  /// Multi-LoRA beyond the adapters' FLOPs and bytes (engine/backend/sim_lora.h): the cuda
+  /// backend's LoRA kernels, fitted by least squares to engine_bench on an H200 (llama2-7b, rank 16,
+  /// all seven linears; b32 / b64 decode with 1-64 adapters and five prefill shapes within 5.5% of
+  /// what adapters added: results/gpu/lora/2026-11-29-h200-b54612e, docs/lora.md "On the sim").
+  /// Seconds per layer: per decode row running an adapter; per step with adapted prefill rows, per
+  /// distinct adapter among them and per such row. The GPU presets take these; cpu-2core none.
+  double lora_decode_row_s = 0.83e-6;
+  double lora_prefill_layer_s = 25e-6;
+  double lora_prefill_adapter_s = 29e-6;
+  double lora_prefill_row_s = 0.040e-6;
+  /// The share of mem_bw_bytes_s at which a step reads its adapters' weights (fitted as above).
+  double lora_bandwidth_share = 0.59;
   void validate() const;
 
   /// Datasheet figures: "h100" (= "h100-sxm"), "h200", "a100-80gb", "l40s", and "cpu-2core"

@@ -95,8 +95,15 @@ StepOutput SimBackend::execute(const Step& step) {
     }
     tokens[i] = t;
   }
-  out.predicted_s = price(StepShape::of(step));
+  out.predicted_s = price(StepShape::of(step)) + lora_step_seconds(cost_.device, model_, step, lora_slots_);
   return out;
+}
+
+void SimBackend::load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter) {
+  if (slot < 0) throw std::invalid_argument("sim backend: load_lora slot " + std::to_string(slot) + " must be >= 0");
+  if (size_t(slot) >= lora_slots_.size()) lora_slots_.resize(size_t(slot) + 1);
+  lora_slots_[size_t(slot)].params = lora_params(model_, adapter.get());
+  pending_s_ += lora_load_seconds(cost_.device, lora_slots_[size_t(slot)].params);
 }
 
 double SimBackend::price(StepShape shape) {
@@ -141,7 +148,7 @@ void SimBackend::charge_seconds(double seconds) {
 BackendCaps SimBackend::caps() const {
   BackendCaps c;
   c.tensor_parallel = cost_.tensor_parallel;
-  c.lora = true;  // bookkeeping only: adapters are not priced
+  c.lora = true;  // priced (engine/backend/sim_lora.h), never run
   c.reads_rows = false;  // priced from the step's shape, tokens drawn from the draws' keys
   c.weight_dtypes = {DType::bf16, DType::f16};
   c.kv_dtypes = {DType::bf16, DType::f16};

@@ -15,6 +15,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/cost_model.h"
 #include "engine/backend/shape_decoder.h"
+#include "engine/backend/sim_lora.h"
 #include "engine/fast_remainder.h"
 #include "engine/splitmix64.h"
 
@@ -57,9 +58,9 @@ class SimBackend final : public Backend, public ShapeDecoder {
   }
   double price(StepShape shape) override;
   std::optional<CostCounts> priced_steps() const override { return counts_; }
-  /// Takes any adapter into any slot. Not priced yet: a step with adapters costs what the same
-  /// step without them does (docs/lora.md).
-  void load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter) override { (void)slot, (void)adapter; }
+  /// Takes any adapter into any slot (null empties it); the copy from host memory is charged to
+  /// the next step, and steps whose rows run it are priced with it (engine/backend/sim_lora.h).
+  void load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter) override;
   void copy_slots(std::span<const KvCopy> copies) override;
   /// Bookkeeping only: no memory behind it (the sim stores no K/V).
   std::unique_ptr<HostKvPool> make_host_pool(int64_t n_slots) override;
@@ -104,6 +105,7 @@ class SimBackend final : public Backend, public ShapeDecoder {
   /// The token a draw returns (masks ignored): its draft when the keyed coin accepts it.
   TokenId verify_draw(const kernels::StepInput& in, int i, int draft_index, TokenId drawn) const;
   std::vector<uint32_t> late_masks_;  // the step's late token masks (Step::fill_masks)
+  std::vector<SimLoraSlot> lora_slots_;  // load_lora: each slot's adapter as priced
 };
 
 }  // namespace servelab

@@ -1,0 +1,48 @@
+#pragma once
+// What multi-LoRA adds to a step on the sim backend (docs/lora.md, "On the sim"). The adapters'
+// own work is tiny next to the base model's (llama2-7b at rank 16 on all seven linears: 40 M
+// parameters an adapter, 0.6% of the model), so on a GPU what a step with adapters costs beyond
+// the base step is how the kernels run it. SimDevice's lora_* figures price that, fitted to the
+// cuda backend's LoRA path on an H200 (engine_bench, results/gpu/lora/2026-11-29-h200-b54612e):
+//   decode rows:  n_layers · lora_decode_row_s per row that runs an adapter (shrink and expand
+//                 launches beside each product, in the decode graphs), plus the distinct adapters'
+//                 weights read at lora_bandwidth_share of the memory bandwidth;
+//   prefill rows: n_layers · (lora_prefill_layer_s + lora_prefill_adapter_s per distinct adapter
+//                 among them + lora_prefill_row_s per row) (the tensor-core path groups rows by
+//                 adapter), plus their weights read likewise;
+// and never less than the adapters' FLOPs at the device's peak (what the cpu backend's plain
+// formula costs: cpu-2core's fitted figures are 0). An adapter loaded into a slot (a miss) costs
+// its weights' bytes over the host link, charged to the next step. Under tensor parallelism the
+// sim prices adapters as on one GPU (the cuda backend refuses LoRA there).
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/hardware.h"
+#include "engine/model/config.h"
+
+namespace servelab {
+
+struct LoraAdapter;
+
+/// An adapter as the sim prices it: its parameters (A and B of every adapted linear and layer).
+struct SimLoraSlot {
+  int64_t params = 0;
+};
+
+/// The parameters of `adapter`'s A and B matrices in `model`: rank × (in + out) of every linear it
+/// targets, in every layer (0 for null). From its rank and targets alone: the sim's adapters carry
+/// no weights (loadgen/lora_workload.h).
+int64_t lora_params(const ModelConfig& model, const LoraAdapter* adapter);
+
+/// Seconds that the rows of `step` running adapters add to it. A row's slot is the entry's
+/// Step::seq_lora_slot, or with that empty in.lora_slot at the entry's first row; both empty:
+/// no adapters, 0. `slots[s]` is slot s's adapter (a slot outside them, or empty, prices none).
+double lora_step_seconds(const SimDevice& device, const ModelConfig& model, const Step& step,
+                         std::span<const SimLoraSlot> slots);
+
+/// Seconds to copy an adapter of `params` parameters from host memory into its slot.
+double lora_load_seconds(const SimDevice& device, int64_t params);
+
+}  // namespace servelab

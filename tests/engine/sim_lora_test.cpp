@@ -1,0 +1,134 @@
+// The sim backend prices multi-LoRA (engine/backend/sim_lora.h): a step's decode rows on adapters
+// cost the fitted kernel time per row and layer plus the distinct adapters' weights at the fitted
+// bandwidth share; adapted prefill rows a fixed part, a part per adapter and per row; a load the
+// copy over the host link; the cpu-2core device the adapters' FLOPs alone; and the engine on the sim
+// tells its steps' adapters to the backend, so a run with adapters takes longer than without.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "engine/backend/sim_backend.h"
+#include "engine/backend/sim_lora.h"
+#include "engine/lora/lora_adapter.h"
+#include "tests/engine/engine_test_support.h"
+
+namespace servelab::enginetest {
+namespace sim_lora_test {  // named, not anonymous: a unity batch shares one translation unit
+
+using T = LoraTarget;
+
+/// A shape of `rows[s]` query rows per sequence (context 64 + rows) with seq_lora_slot `slot` (may be empty).
+Step shape_step(const std::vector<int>& rows, const std::vector<int>& slot) {
+  Step st;
+  st.shape_only = true;
+  st.in.query_start.push_back(0);
+  for (size_t s = 0; s < rows.size(); ++s) {
+    st.in.query_start.push_back(st.in.query_start.back() + rows[s]);
+    st.in.context_lens.push_back(64 + rows[s]);
+    st.in.seq_ids.push_back(int64_t(s) + 1);
+    if (s < slot.size()) st.seq_lora_slot.push_back(slot[s]);
+  }
+  return st;
+}
+
+TEST(SimLora, DecodeRowsCostTheirKernelsAndTheDistinctAdaptersWeights) {
+  const ModelConfig c = micro_model();
+  const SimDevice d = SimDevice::preset("h200");
+  const LoraAdapter a = random_lora(c, "a", 8, 16.0f, {T::q, T::k, T::v, T::o, T::gate, T::up, T::down}, 1);
+  const LoraAdapter b = random_lora(c, "b", 4, 8.0f, {T::q, T::v}, 2);
+  const int64_t pa = lora_params(c, &a), pb = lora_params(c, &b);
+  int64_t counted = 0;  // the weights' own count: every layer holds each targeted pair
+  for (const auto& layer : a.layers)
+    for (const LoraPair& p : layer) counted += int64_t(p.a.size() + p.b.size());
+  EXPECT_EQ(pa, counted);
+  ASSERT_GT(pa, pb);
+  const std::vector<SimLoraSlot> slots = {{pa}, {pb}};
+  const double L = c.n_layers, bw = d.lora_bandwidth_share * d.mem_bw_bytes_s;
+  // Three decode rows on a, one on none.
+  const double one = lora_step_seconds(d, c, shape_step({1, 1, 1, 1}, {0, 0, -1, 0}), slots);
+  EXPECT_DOUBLE_EQ(one, L * d.lora_decode_row_s * 3 + double(pa) * d.weight_dtype_bytes / bw);
+  // A second adapter reads its weights once more; its row costs one more row.
+  const double two = lora_step_seconds(d, c, shape_step({1, 1, 1, 1}, {0, 0, 1, 0}), slots);
+  EXPECT_NEAR(two - one, L * d.lora_decode_row_s + double(pb) * d.weight_dtype_bytes / bw, 1e-15);
+  // No adapter, or none told: nothing.
+  EXPECT_EQ(lora_step_seconds(d, c, shape_step({1, 1}, {-1, -1}), slots), 0.0);
+  EXPECT_EQ(lora_step_seconds(d, c, shape_step({1, 1}, {}), slots), 0.0);
+  // A slot never loaded prices nothing.
+  EXPECT_EQ(lora_step_seconds(d, c, shape_step({1}, {5}), slots), 0.0);
+}
+
+TEST(SimLora, PrefillRowsCostAFixedPartOnePerAdapterAndOnePerRow) {
+  const ModelConfig c = micro_model();
+  const SimDevice d = SimDevice::preset("h200");
+  const LoraAdapter a = random_lora(c, "a", 8, 16.0f, {T::q, T::v, T::down}, 1);
+  const std::vector<SimLoraSlot> slots = {{lora_params(c, &a)}, {lora_params(c, &a)}};
+  const double L = c.n_layers, w = double(lora_params(c, &a)) * d.weight_dtype_bytes;
+  const double bw = d.lora_bandwidth_share * d.mem_bw_bytes_s;
+  // Prompts of 30 and 20 rows on two slots, a decode row on the first.
+  const double got = lora_step_seconds(d, c, shape_step({30, 20, 1}, {0, 1, 0}), slots);
+  const double kernels = L * (d.lora_prefill_layer_s + 2 * d.lora_prefill_adapter_s + 50 * d.lora_prefill_row_s) +
+                         L * d.lora_decode_row_s;
+  EXPECT_NEAR(got, kernels + 2 * w / bw, 1e-15);
+  // The same rows told per row (a full step's in.lora_slot, no seq_lora_slot): the same price.
+  Step full = shape_step({30, 20, 1}, {});
+  for (int r = 0; r < 51; ++r) full.in.lora_slot.push_back(r < 30 ? 0 : r < 50 ? 1 : 0);
+  EXPECT_DOUBLE_EQ(lora_step_seconds(d, c, full, slots), got);
+}
+
+TEST(SimLora, TheCpuDevicePricesTheAdaptersFlopsOrBytes) {
+  const ModelConfig c = micro_model();
+  const SimDevice d = SimDevice::preset("cpu-2core");
+  const LoraAdapter a = random_lora(c, "a", 8, 16.0f, {T::q, T::k, T::v, T::o, T::gate, T::up, T::down}, 1);
+  const int64_t p = lora_params(c, &a);
+  const std::vector<SimLoraSlot> slots = {{p}};
+  for (const int rows : {1, 64}) {
+    const double got = lora_step_seconds(d, c, shape_step({rows}, {0}), slots);
+    EXPECT_DOUBLE_EQ(got, std::max(double(p) * d.weight_dtype_bytes / d.mem_bw_bytes_s, 2.0 * rows * double(p) / d.peak_flops))
+        << rows << " rows";
+  }
+}
+
+TEST(SimLora, ALoadChargesTheCopyAndTheEngineTellsTheStepsAdapters) {
+  const ModelConfig c = micro_model();
+  const LoraAdapter made = random_lora(c, "a", 8, 16.0f, {T::q, T::k, T::v, T::o, T::gate, T::up, T::down}, 3);
+  auto adapter = std::make_shared<LoraAdapter>(made);
+  adapter->id = 1;
+  // A load costs its weights over the host link, in the next step.
+  SimBackend sim(c, SimCostModel::roofline(SimDevice::preset("h200")));
+  sim.init_kv(1 << 12);
+  const Step st = shape_step({1}, {-1});
+  const double plain = *sim.execute(st).predicted_s;
+  sim.load_lora(0, adapter);
+  const double after_load = *sim.execute(st).predicted_s;
+  EXPECT_NEAR(after_load - plain, lora_load_seconds(sim.cost().device, lora_params(c, adapter.get())), 1e-12);
+  EXPECT_DOUBLE_EQ(*sim.execute(st).predicted_s, plain) << "charged once";
+  EXPECT_THROW(sim.load_lora(-1, adapter), std::invalid_argument);
+
+  // Eight requests, each with the adapter or without, through the engine on the sim: the run with
+  // adapters takes longer on the virtual clock, by at least the loads and rows priced.
+  auto run = [&](bool with) {
+    EngineConfig cfg = paged_config(continuous_sched(8, 256, true), 4 << 20, 4);
+    cfg.lora.enabled = true;
+    cfg.lora.max_loras = 1;
+    Engine engine(cfg, sim_backend(c, "h200"));
+    std::vector<Timed> items;
+    for (uint64_t id = 0; id < 8; ++id) {
+      Request r = make_request(id, 12, 16);
+      if (with) r.lora = adapter;
+      items.push_back({0.0, r});
+    }
+    const RunResult got = run_virtual(engine, items);
+    EXPECT_EQ(got.finished.size(), 8u);
+    double t = 0.0;
+    for (const auto& [id, f] : got.finished) t = std::max(t, f.end_s);
+    return t;
+  };
+  const double base = run(false), with = run(true);
+  const SimDevice d = SimDevice::preset("h200");
+  // At least one load and 16 decode steps of 8 rows each on the adapter.
+  const double floor = lora_load_seconds(d, lora_params(c, adapter.get())) + 15 * c.n_layers * d.lora_decode_row_s * 8;
+  EXPECT_GT(with - base, floor);
+}
+
+}  // namespace sim_lora_test
+}  // namespace servelab::enginetest
