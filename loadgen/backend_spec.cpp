@@ -13,6 +13,7 @@ BackendSpec backend_spec(const Scenario& sc) {
   if (!sc.backend.sim_device.empty()) spec.sim_device = SimDevice::preset(sc.backend.sim_device);
   spec.sim_device_set = !sc.backend.sim_device.empty();
   spec.sim_profile = sc.backend.sim_profile;
+  spec.sim_retarget = sc.backend.sim_retarget;
   spec.sim_cost_scale = sc.backend.sim_cost_scale;
   if (sc.capacity) spec.tensor_parallel = sc.capacity->tensor_parallel;
   if (sc.backend.tensor_parallel > 1) spec.tensor_parallel = sc.backend.tensor_parallel;

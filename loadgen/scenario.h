@@ -108,6 +108,9 @@ struct ScenarioBackend {
   int threads = 0;          ///< CPU threads; 0 = all cores
   std::string sim_device;   ///< sim: roofline device preset (SimDevice::preset_names()); "" = h100
   std::string sim_profile;  ///< sim: resolved path of a `servelab profile` JSON (overrides the roofline)
+  /// sim: a profile of another device than sim_device is scaled to it by the two rooflines
+  /// (SimCostModel::from_profile_json's retarget) instead of refused.
+  bool sim_retarget = false;
   double sim_cost_scale = 1.0;  ///< sim: every step's predicted time times this (0.9: 10% faster steps)
   /// cpu, cuda: resolved path of a JSON with the device's measured ceilings ({"copy_bytes_s",
   /// "gemm_flops"}, top level or under "ceilings") for the runs' roofline efficiency; "" = probe

@@ -50,7 +50,6 @@ class Walker : public YamlReader {
   void arrival(const YAML::Node& n, bool& rate_given);
   void prefix_groups(const YAML::Node& n);
   void length(const YAML::Node& n, const std::string& path, LengthRole role, LengthSpec& out);
-
 };
 
 void Walker::root(const YAML::Node& r) {
@@ -139,20 +138,21 @@ void Walker::backend(const YAML::Node& n) {
     read_enum(n, "backend", b.kind, kinds);
     return;
   }
-  if (!section(n, "backend", {"kind", "threads", "sim_device", "sim_profile", "sim_cost_scale", "ceilings", "device", "fusion",
-                              "batch_invariant", "cuda_graphs", "tensor_parallel", "dtype", "all_reduce", "all_reduce_max_bytes"}))
+  if (!section(n, "backend", {"kind", "threads", "sim_device", "sim_profile", "sim_retarget", "sim_cost_scale", "ceilings",
+                              "device", "fusion", "batch_invariant", "cuda_graphs", "tensor_parallel", "dtype", "all_reduce",
+                              "all_reduce_max_bytes"}))
     return;
   bool kind_ok = true;
   if (defined(n["kind"])) kind_ok = read_enum(n["kind"], "backend.kind", b.kind, kinds);
   if (defined(n["threads"])) read_int(n["threads"], "backend.threads", b.threads);
-  for (const char* k : {"sim_device", "sim_profile"}) {
+  for (const std::string k : {"sim_device", "sim_profile", "sim_retarget"}) {
     if (!defined(n[k])) continue;
-    const std::string p = std::string("backend.") + k;
+    const std::string p = "backend." + k;
     if (kind_ok && b.kind != BackendKind::sim) {
       note(n[k], p);
       d_.error_at(p, p + " applies to kind: sim, not " + to_string(b.kind));
-    } else if (std::string(k) == "sim_device") {
-      read_string(n[k], p, b.sim_device);
+    } else if (k != "sim_profile") {
+      k == "sim_device" ? read_string(n[k], p, b.sim_device) : read_bool(n[k], p, b.sim_retarget);
     } else {
       read_path(n[k], p, b.sim_profile);
     }

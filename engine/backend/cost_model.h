@@ -78,6 +78,11 @@ struct StorageFormats {
 double roofline_seconds(const ModelConfig& model, const SimDevice& device, int tensor_parallel,
                         const StepShape& shape, const StorageFormats& formats = {});
 
+/// A step measured in `measured_s` on one device, on another: `fixed_s` (capped at the step) as it
+/// was, the rest times to_bound_s / from_bound_s (the step's roofline bound on each: bandwidth for
+/// decodes, compute for long prefills). `measured_s` unchanged when either bound is not positive.
+double retarget_step_seconds(double measured_s, double from_bound_s, double to_bound_s, double fixed_s);
+
 /// The parts of roofline_seconds that do not depend on the step: the model's layer and Linear
 /// parameter counts and the Linears' bytes in their format. Counting them walks the model's
 /// tensor list (linear_weight_bytes), far dearer than pricing a step, so whatever prices every
@@ -306,9 +311,14 @@ struct SimCostModel {
   /// allreduce_measured).
   /// Throws std::runtime_error naming the file: unreadable, bad samples, or a profile of another
   /// model shape, device or tensor-parallel degree ("... was measured on ... ; profile ... with").
+  /// With `retarget`, a `device` other than the profile's is taken: every sample is retimed to it
+  /// first (retarget_step_seconds: the profiled device's preset step_overhead_s kept, the rest
+  /// scaled by the sample's roofline bound on `device` over its bound on the profiled device's
+  /// preset), then fitted; a profile with a draft model is refused. The sim then predicts a GPU
+  /// the user has not profiled (issue 28; results/sim-validation/cross-gpu/).
   static SimCostModel from_profile_json(const std::string& path, const ModelConfig& model,
                                         const std::optional<SimDevice>& device = std::nullopt,
-                                        int tensor_parallel = 1);
+                                        int tensor_parallel = 1, bool retarget = false);
 
   /// Predicted seconds for a step of `shape` on `model`; `used` (when given) says how.
   /// Builds a StepPricer each call: whatever prices many steps of one model keeps one instead.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -40,14 +41,22 @@ StepShape shape_from_v1(const std::string& phase, int64_t batch, int64_t n_token
 /// The step samples of a profile's "samples" list (`prefix` names where the list sits in the
 /// file, for errors), fitted. Throws std::runtime_error naming the file and the sample.
 ProfiledStepModel fit_profile_samples(const std::string& path, const std::string& prefix, const nlohmann::json& list,
-                                      const std::vector<int>& graph_buckets = {});
+                                      const std::vector<int>& graph_buckets = {},
+                                      const std::function<double(const TimedStep&)>& retime = {});
 /// The draft's timed proposer rounds ("draft"."rounds"). Throws std::runtime_error naming the entry.
 std::vector<DraftRound> read_draft_rounds(const std::string& path, const nlohmann::json& list);
 
 }  // namespace
 
+double retarget_step_seconds(double measured_s, double from_bound_s, double to_bound_s, double fixed_s) {
+  if (!(from_bound_s > 0.0) || !(to_bound_s > 0.0)) return measured_s;
+  const double fixed = std::clamp(fixed_s, 0.0, measured_s);
+  return fixed + (measured_s - fixed) * (to_bound_s / from_bound_s);
+}
+
 SimCostModel SimCostModel::from_profile_json(const std::string& path, const ModelConfig& model,
-                                             const std::optional<SimDevice>& device, int tensor_parallel) {
+                                             const std::optional<SimDevice>& device, int tensor_parallel,
+                                             bool retarget) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error(path + ": cannot open the profile");
   nlohmann::json j;
@@ -81,10 +90,12 @@ SimCostModel SimCostModel::from_profile_json(const std::string& path, const Mode
   const std::string backend = j.value("backend", std::string("cpu"));
   const std::string hardware = canonical_device(j.value("hardware", backend == "cpu" ? std::string("cpu-2core") : std::string("")));
   const std::string measured_on = j.value("device", hardware);
-  if (device && canonical_device(device->name) != hardware)
+  const bool other_device = device && canonical_device(device->name) != hardware;
+  if (other_device && (!retarget || hardware.empty()))
     throw std::runtime_error(path + ": profile was measured on " + (hardware.empty() ? "an unnamed device" : hardware) +
                              " (" + measured_on + ") but the sim device is " + device->name +
-                             "; profile that device, or leave backend.sim_device unset to use the profile's");
+                             "; profile that device, leave backend.sim_device unset to use the profile's, or set "
+                             "backend.sim_retarget: true to scale it to " + device->name + " by the two devices' rooflines");
   const int profile_tp = j.value("tensor_parallel", 1);
   if (profile_tp != tensor_parallel)
     throw std::runtime_error(path + ": profile was measured at tensor_parallel " + std::to_string(profile_tp) +
@@ -151,6 +162,25 @@ SimCostModel SimCostModel::from_profile_json(const std::string& path, const Mode
     }
     if (!b.is_array()) throw std::runtime_error(path + ": decode_row_buckets must be an array of batch sizes");
   }
+  if (other_device) {  // retarget: every sample's time beyond the fixed per-step part, by the two bounds
+    SimDevice source;
+    try {
+      source = SimDevice::preset(hardware);
+    } catch (const std::invalid_argument& e) {
+      throw std::runtime_error(path + ": \"hardware\": " + e.what());
+    }
+    source.kv_dtype_bytes = m.device.kv_dtype_bytes;
+    if (j.contains("draft"))
+      throw std::runtime_error(path + ": a profile with a draft model cannot be retargeted to another device");
+    const RooflineTerms from = RooflineTerms::of(model, source, tensor_parallel);
+    const RooflineTerms to = RooflineTerms::of(model, m.device, tensor_parallel);
+    m.profiled = fit_profile_samples(path, "", j["samples"], buckets, [&](const TimedStep& t) {
+      return retarget_step_seconds(t.step_s, roofline_bound(from, t.shape).seconds(), roofline_bound(to, t.shape).seconds(),
+                                   source.step_overhead_s);
+    });
+    m.source = path + " (measured on " + hardware + ", retargeted to " + m.device.name + ")";
+    return m;
+  }
   m.profiled = fit_profile_samples(path, "", j["samples"], buckets);
   if (j.contains("draft")) {  // a draft model profiled beside the target (`servelab profile --draft-layers`)
     const nlohmann::json& d = j["draft"];
@@ -197,7 +227,8 @@ std::vector<DraftRound> read_draft_rounds(const std::string& path, const nlohman
 }
 
 ProfiledStepModel fit_profile_samples(const std::string& path, const std::string& prefix, const nlohmann::json& list,
-                                      const std::vector<int>& graph_buckets) {
+                                      const std::vector<int>& graph_buckets,
+                                      const std::function<double(const TimedStep&)>& retime) {
   std::vector<TimedStep> steps;
   for (size_t i = 0; i < list.size(); ++i) {
     const nlohmann::json& o = list[i];
@@ -236,6 +267,7 @@ ProfiledStepModel fit_profile_samples(const std::string& path, const std::string
     }
     if (t.shape.n_tokens < 1 || t.shape.sum_context < 0 || !(t.step_s > 0) || !std::isfinite(t.step_s))
       throw std::runtime_error(where + ": needs n_tokens >= 1, sum_context >= 0 and step_s > 0");
+    if (retime) t.step_s = retime(t);
     steps.push_back(t);
   }
   try {

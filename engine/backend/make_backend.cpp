@@ -152,7 +152,7 @@ SimCostModel sim_cost_model(const BackendSpec& spec, const ModelConfig& config) 
           ? SimCostModel::roofline(spec.sim_device, spec.tensor_parallel)
           : SimCostModel::from_profile_json(spec.sim_profile, config,
                                             spec.sim_device_set ? std::optional<SimDevice>(spec.sim_device) : std::nullopt,
-                                            spec.tensor_parallel);
+                                            spec.tensor_parallel, spec.sim_retarget);
   cost.scale = spec.sim_cost_scale;
   cost.formats.quant = scheme_for_model(spec.quantization, config, spec.fp8_per_channel);
   cost.formats.kv_cache_dtype = spec.kv_cache_dtype;

@@ -39,6 +39,7 @@ struct BackendSpec {
   /// sim_device was asked for, and a profile of another device is refused.
   bool sim_device_set = false;
   std::string sim_profile;      ///< sim: profile JSON to calibrate the cost model (overrides the roofline)
+  bool sim_retarget = false;    ///< sim: a profile of another device than sim_device is scaled to it, not refused
   double sim_cost_scale = 1.0;  ///< sim: every step's predicted time times this (SimCostModel::scale), > 0
   /// GPUs per replica. sim: weights, KV heads and FLOPs split, all-reduces added to the step's
   /// price. cuda: > 1 runs TpCudaBackend (cuda/tp_backend.h) on devices 0..N-1 over NCCL (refused

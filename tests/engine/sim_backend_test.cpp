@@ -16,6 +16,7 @@
 #include "engine/backend/sim_backend.h"
 #include "engine/kv/kv_manager.h"
 #include "tests/engine/engine_test_support.h"
+#include "tests/engine/profile_fixture.h"
 
 namespace servelab {
 namespace {
@@ -24,6 +25,7 @@ using test_shapes::decode_shape;
 using test_shapes::prefill_shape;
 
 using namespace enginetest;
+using namespace profile_fixture;
 
 TEST(SimBackend, KvBytesPerSlotFollowTheModel) {
   SimBackend b(preset("llama2-7b"), SimCostModel::roofline(SimDevice::preset("h100")));
@@ -108,58 +110,6 @@ TEST(SimCostModel, PaddingCostsCompute) {
   StepShape padded = s;
   padded.n_padding_tokens = 2048;
   EXPECT_GT(cost.step_seconds(m, padded), 1.8 * cost.step_seconds(m, s) - 1e-3);
-}
-
-class TempFile {
- public:
-  explicit TempFile(const std::string& text) : path_(testing::TempDir() + "servelab_profile_" +
-                                                     std::to_string(reinterpret_cast<uintptr_t>(this)) + ".json") {
-    std::ofstream(path_) << text;
-  }
-  ~TempFile() { std::remove(path_.c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-/// A servelab.profile/2 text for `m` whose every point has the given shape and time.
-std::string profile_text(const ModelConfig& m, const std::vector<TimedStep>& steps, const std::string& hardware = "cpu-2core",
-                         int tp = 1) {
-  nlohmann::json j;
-  j["schema"] = "servelab.profile/2";
-  j["backend"] = "cpu";
-  j["hardware"] = hardware;
-  j["tensor_parallel"] = tp;
-  j["model"] = {{"name", m.name}, {"hidden_size", m.hidden_size}, {"n_layers", m.n_layers}, {"n_heads", m.n_heads},
-                {"n_kv_heads", m.n_kv_heads}, {"head_dim", m.head_dim()}, {"intermediate_size", m.intermediate_size},
-                {"vocab_size", m.vocab_size}, {"shape_hash", model_shape_hash(m)}};
-  j["kv_dtype_bytes"] = 4;
-  j["samples"] = nlohmann::json::array();
-  for (const TimedStep& t : steps)
-    j["samples"].push_back({{"phase", "x"}, {"n_seqs", t.shape.n_seqs}, {"n_tokens", t.shape.n_tokens},
-                            {"n_padding_tokens", t.shape.n_padding_tokens}, {"n_sampled", t.shape.n_sampled},
-                            {"sum_context", t.shape.sum_context}, {"max_context", t.shape.max_context},
-                            {"prefill_pairs", t.shape.prefill_pairs}, {"decode_context", t.shape.decode_context},
-                            {"step_s", t.step_s}});
-  return j.dump();
-}
-
-/// A synthetic profile drawn from the model class itself: a non-linear matrix term over rows
-/// (with a fixed cost), a per-sampled-row cost, and attention by prefill pairs and decode context.
-std::vector<TimedStep> synthetic_profile() {
-  auto matrix = [](double rows) { return 0.004 + 2e-4 * rows + 3e-3 * std::sqrt(rows); };
-  auto time = [&](const StepShape& s) {
-    return matrix(double(s.n_rows())) + 5e-4 * s.n_sampled + 2e-8 * s.prefill_pairs + 7e-7 * s.decode_context;
-  };
-  std::vector<TimedStep> steps;
-  for (int t : {16, 32, 64, 128, 256}) steps.push_back({prefill_shape(t, 0), 0});
-  for (int b : {1, 2, 4, 8, 16})
-    for (int c : {32, 128, 256}) steps.push_back({decode_shape(b, c), 0});
-  for (int t : {32, 128})
-    for (int c : {32, 128, 256}) steps.push_back({prefill_shape(t, c), 0});
-  for (TimedStep& s : steps) s.step_s = time(s.shape);
-  return steps;
 }
 
 TEST(ProfiledStepModel, ReproducesASyntheticProfileExactlyAtItsGridPoints) {
