@@ -186,6 +186,14 @@ class Engine {
   bool token_times() const;
 
   bool has_work() const;
+  /// Multi-LoRA: the adapters of the requests in flight, by name, sorted, each once: those of a
+  /// request with a sequence running, and those of a request whose every sequence waits (queued,
+  /// preempted or swapped out); an adapter with requests of both kinds is in both, as in vLLM's
+  /// lora_requests_info. Walks the requests in flight.
+  struct LoraRequests {
+    std::vector<std::string> running, waiting;
+  };
+  LoraRequests lora_requests() const;
   /// When nothing is runnable now but a policy timer will fire (static max_wait_ms, dynamic
   /// max_queue_delay_ms), the time to call step() again.
   std::optional<double> next_wakeup() const;

@@ -163,6 +163,22 @@ std::optional<FinishedRequest> Engine::abort(uint64_t request_id, double now, co
   return rec;
 }
 
+Engine::LoraRequests Engine::lora_requests() const {
+  LoraRequests out;
+  for (const auto& [id, rs] : state_->requests) {
+    const Request& r = rs->request;
+    if (!r.lora) continue;
+    const bool running = std::any_of(rs->seqs.begin(), rs->seqs.end(),
+                                     [](const auto& s) { return s->status == SeqStatus::running; });
+    (running ? out.running : out.waiting).push_back(r.lora->name);
+  }
+  for (std::vector<std::string>* v : {&out.running, &out.waiting}) {
+    std::sort(v->begin(), v->end());
+    v->erase(std::unique(v->begin(), v->end()), v->end());
+  }
+  return out;
+}
+
 void Engine::release_kv(Sequence& seq) {
   state_->forget(seq);
   kv_->release(seq);

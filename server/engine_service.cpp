@@ -111,6 +111,13 @@ void EngineService::finish(FinishedRequest f, std::span<const std::pair<int, Tok
   live.channel->push(last_tokens, std::move(f));  // one push: the session sees the last tokens with the end
 }
 
+void EngineService::publish_lora_requests() {
+  const LoraConfig& lora = engine_->config().lora;
+  if (!lora.enabled) return;
+  Engine::LoraRequests r = engine_->lora_requests();
+  metrics_.set_lora_requests(std::move(r.running), std::move(r.waiting), lora.max_loras);
+}
+
 void EngineService::deliver(const StepOutcome& out) {
   // One push per request per step: its tokens, and its end when it finished in this step.
   std::unordered_map<uint64_t, std::vector<std::pair<int, TokenId>>> by_request;
@@ -187,12 +194,14 @@ void EngineService::loop() {
         const double kv_usage =
             out.kv.capacity > 0 ? static_cast<double>(out.kv.capacity - out.kv.free - out.kv.external_frag) / out.kv.capacity : 0.0;
         metrics_.set_gauges(out.n_running, out.n_waiting, kv_usage);
+        publish_lora_requests();
         deliver(out);
         busy = !out.idle() || !out.preempted.empty();
         if (!busy) wake_at = engine_->next_wakeup();
       } else {
         n_running_ = 0;
         metrics_.set_gauges(0, 0, 0.0);
+        publish_lora_requests();
       }
     }
     lock.lock();

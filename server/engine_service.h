@@ -49,6 +49,8 @@ class EngineService final : public GenerationService {
     bool stopped_early = false;
   };
   void loop();
+  /// The adapters of the requests running and waiting, to /metrics (with LoRA on; engine_mu_ held).
+  void publish_lora_requests();
   void deliver(const StepOutcome& out);
   void finish(FinishedRequest f, std::span<const std::pair<int, TokenId>> last_tokens = {});
   double now() const;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 
 namespace servelab::server {
@@ -93,6 +94,15 @@ void ServerMetrics::on_finished(const FinishedTimings& t) {
   s_.n_e2e = e2e_.count();
 }
 
+void ServerMetrics::set_lora_requests(std::vector<std::string> running, std::vector<std::string> waiting, int max_loras) {
+  const double t = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::lock_guard lock(mu_);
+  s_.lora_running = std::move(running);
+  s_.lora_waiting = std::move(waiting);
+  s_.max_lora = max_loras;
+  s_.lora_info_time_s = t;
+}
+
 void ServerMetrics::on_rejected(const std::string& reason) {
   std::lock_guard lock(mu_);
   ++s_.rejected[reason];
@@ -147,6 +157,18 @@ std::string ServerMetrics::render() const {
     for (size_t p = 0; p < s_.spec_num_accepted_tokens_per_pos.size(); ++p)
       line("servelab:spec_decode_num_accepted_tokens_per_pos_total", ",position=\"" + std::to_string(p) + "\"",
            std::to_string(s_.spec_num_accepted_tokens_per_pos[p]));
+  }
+  if (s_.max_lora > 0) {  // vLLM's gauge: its labels carry the state, its value when it was taken
+    auto joined = [](const std::vector<std::string>& v) {
+      std::string j;
+      for (const std::string& n : v) j += (j.empty() ? "" : ",") + escape_label(n);
+      return j;
+    };
+    head("servelab:lora_requests_info", "gauge", "Running stats on LoRA requests.");
+    line("servelab:lora_requests_info",
+         ",max_lora=\"" + std::to_string(s_.max_lora) + "\",running_lora_adapters=\"" + joined(s_.lora_running) +
+             "\",waiting_lora_adapters=\"" + joined(s_.lora_waiting) + "\"",
+         num(s_.lora_info_time_s));
   }
   head("servelab:time_to_first_token_seconds", "histogram", "Time to first token.");
   ttft_.render(o, "servelab:time_to_first_token_seconds", labels_);

@@ -53,6 +53,12 @@ struct MetricsSnapshot {
   /// accepted ones, and accepted by draft position (index 0 = first draft).
   uint64_t spec_num_drafts = 0, spec_num_draft_tokens = 0, spec_num_accepted_tokens = 0;
   std::vector<uint64_t> spec_num_accepted_tokens_per_pos;
+  /// Multi-LoRA (serve --enable-lora; vLLM's lora_requests_info): the adapters of the requests
+  /// running and waiting after the last step, max_loras, and when that was (Unix seconds). max_lora
+  /// 0: LoRA is off and the gauge is not rendered.
+  std::vector<std::string> lora_running, lora_waiting;
+  int max_lora = 0;
+  double lora_info_time_s = 0.0;
 };
 
 class ServerMetrics {
@@ -62,6 +68,8 @@ class ServerMetrics {
   void add_preemptions(uint64_t n);
   /// One engine step's speculative counters (StepOutcome::spec_*).
   void add_spec_decode(int drafts, int draft_tokens, int accepted, const std::vector<int>& accepted_per_pos);
+  /// The adapters of the requests running and waiting now (Engine::lora_requests) under max_loras.
+  void set_lora_requests(std::vector<std::string> running, std::vector<std::string> waiting, int max_loras);
   void on_finished(const FinishedTimings& t);
   void on_rejected(const std::string& reason);
   /// The Prometheus text exposition (version 0.0.4).

@@ -204,6 +204,18 @@ TEST(LoraEngine, AdapterBoundHoldsAndARareAdapterIsNotStarved) {
       items.push_back({0.0, q});
     }
   }
+  // Under the bound of one adapter a step, the first step runs `popular` and leaves `rare` waiting.
+  Engine first(cfg, sim_backend());
+  EXPECT_TRUE(first.lora_requests().running.empty());
+  for (const Timed& t : items) ASSERT_FALSE(first.add(t.request, 0.0).has_value());
+  const Engine::LoraRequests queued = first.lora_requests();
+  EXPECT_TRUE(queued.running.empty());
+  EXPECT_EQ(queued.waiting, (std::vector<std::string>{"popular", "rare"}));
+  first.step(0.0);
+  const Engine::LoraRequests after = first.lora_requests();
+  EXPECT_EQ(after.running, std::vector<std::string>{"popular"});
+  EXPECT_EQ(after.waiting, (std::vector<std::string>{"popular", "rare"})) << "popular's later requests wait too";
+
   const RunResult got = run_virtual(engine, items);
   ASSERT_EQ(got.finished.size(), 41u);
   int n_lora_loads = 0;

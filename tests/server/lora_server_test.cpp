@@ -109,6 +109,12 @@ TEST(LoraServer, ModelFieldPicksTheAdapterAndAdaptersLoadAndUnloadAtRunTime) {
   EXPECT_EQ(complete(srv.port, "chat"), chat);
   ASSERT_TRUE(srv.wait_idle());
   srv.service->check_idle_clean();
+  // /metrics carries vLLM's lora_requests_info: idle now, nothing running or waiting, max_lora 2.
+  const std::string metrics = get(srv.port, "/metrics").body;
+  EXPECT_NE(metrics.find("servelab:lora_requests_info{model_name=\"tiny\",max_lora=\"2\",running_lora_adapters=\"\","
+                         "waiting_lora_adapters=\"\"}"),
+            std::string::npos)
+      << metrics;
 }
 
 TEST(LoraServer, WithoutEnableLoraTheRoutesSayItIsOff) {

@@ -26,6 +26,20 @@ TEST(MetricsRender, ServerTtftHistogramUsesVllmBounds) {
   EXPECT_NE(out.find("servelab:kv_cache_usage_perc{model_name=\"tiny\"} 0\n"), std::string::npos);
 }
 
+TEST(MetricsRender, LoraRequestsInfoIsVllmsGaugeWithTheAdaptersInItsLabels) {
+  ServerMetrics m("tiny");
+  EXPECT_EQ(m.render().find("lora_requests_info"), std::string::npos) << "not without LoRA";
+  m.set_lora_requests({"math", "sql"}, {"chat\"x"}, 4);
+  const std::string out = m.render();
+  const size_t at = out.find("servelab:lora_requests_info{model_name=\"tiny\",max_lora=\"4\","
+                             "running_lora_adapters=\"math,sql\",waiting_lora_adapters=\"chat\\\"x\"} ");
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_NE(out.find("# TYPE servelab:lora_requests_info gauge\n"), std::string::npos);
+  const double t = std::stod(out.substr(out.find("} ", at) + 2));  // when it was taken, Unix seconds
+  EXPECT_GT(t, 1.7e9);
+  EXPECT_EQ(m.snapshot().lora_running, (std::vector<std::string>{"math", "sql"}));
+}
+
 TEST(MetricsRender, SpecDecodeCountersSumStepsUnderVllmNames) {
   ServerMetrics m("tiny");
   EXPECT_EQ(m.render().find("spec_decode"), std::string::npos);  // none before a draft
