@@ -94,8 +94,9 @@ SimCostModel SimCostModel::from_profile_json(const std::string& path, const Mode
   if (other_device && (!retarget || hardware.empty()))
     throw std::runtime_error(path + ": profile was measured on " + (hardware.empty() ? "an unnamed device" : hardware) +
                              " (" + measured_on + ") but the sim device is " + device->name +
-                             "; profile that device, leave backend.sim_device unset to use the profile's, or set "
-                             "backend.sim_retarget: true to scale it to " + device->name + " by the two devices' rooflines");
+                             "; profile that device, leave backend.sim_device unset to use the profile's, or retarget it "
+                             "(backend.sim_retarget: true; price-steps --retarget) to scale it to " + device->name +
+                             " by the two devices' rooflines");
   const int profile_tp = j.value("tensor_parallel", 1);
   if (profile_tp != tensor_parallel)
     throw std::runtime_error(path + ": profile was measured at tensor_parallel " + std::to_string(profile_tp) +

@@ -25,10 +25,18 @@ h100_cell=$m/h100-llama2-7b-poisson-chat-paged
   --set "strategies=[{label: continuous-paged, batching: continuous, max_num_seqs: 256, max_num_batched_tokens: 4096, kv: {kind: paged, block_size: 16}}]" \
   --set "workload.rates=[10.75,18.275]" --set workload.n_requests=1000 \
   --set "backend={kind: sim, sim_profile: $PWD/$h200_cell/profile.json, sim_device: h100, sim_retarget: true}" >/dev/null
+zcat "$h200_cell/validation/steps_real.jsonl.gz" > "$out/h200-steps.jsonl"
+zcat results/sim-validation/gpu-llama2-7b-1000-interleave/continuous-paged/steps_real.jsonl.gz > "$out/h100-steps.jsonl"
 {
+  echo "== Step by step: the H200 runs' recorded steps priced by the H100 profile retargeted, then by the H200's own =="
+  "$bin" price-steps "$out/h200-steps.jsonl" --profile "$h100_prof" --preset llama2-7b --device h200 --retarget
+  "$bin" price-steps "$out/h200-steps.jsonl" --profile "$h200_cell/profile.json" --preset llama2-7b
+  echo "== Step by step: the H100 runs' recorded steps priced by the H200 profile retargeted, then by the H100's own =="
+  "$bin" price-steps "$out/h100-steps.jsonl" --profile "$h200_cell/profile.json" --preset llama2-7b --device h100 --retarget
+  "$bin" price-steps "$out/h100-steps.jsonl" --profile "$h100_prof" --preset llama2-7b
   echo "== H200 real runs (h200-llama2-7b-ramp-chat-paged): from the H100 profile, retargeted; then from the H200's own =="
   python3 $here/compare.py "$h200_cell/validation/validation.json" "$out/h100-to-h200/summary.json" "$h200_cell/repredict/summary.json"
   echo "== H100 real runs (gpu-llama2-7b-1000-interleave): from the H200 profile, retargeted; then from the H100's own =="
   python3 $here/compare.py results/sim-validation/gpu-llama2-7b-1000-interleave/continuous-paged/validation.json \
     "$out/h200-to-h100/summary.json" "$h100_cell/sim/summary.json"
-} | sed "s|$out/||" | tee "$here/table.txt"
+} | sed -e "s|$out/||g" -e "s|$PWD/||g" | tee "$here/table.txt"

@@ -1,0 +1,108 @@
+// servelab price-steps STEPS.jsonl --profile P --preset MODEL [--device D --retarget] [--tensor-parallel N]:
+// prices a real run's recorded steps (validate-sim's steps_real.jsonl: each step's shape and its
+// measured forward() time) with a profile's cost model, without running anything, and prints the
+// error by step class as validate-sim does. With --device and --retarget the profile may be of
+// another GPU (SimCostModel::from_profile_json's retarget): what a profile of one GPU says of
+// another's measured steps (results/sim-validation/cross-gpu/).
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "engine/backend/cost_model.h"
+#include "engine/backend/hardware.h"
+#include "engine/backend/make_backend.h"
+#include "loadgen/measuring_backend.h"
+#include "loadgen/step_error.h"
+
+namespace servelab::cli {
+namespace {
+
+/// The steps of a steps_real.jsonl file (one JSON object a line: n_tokens, n_padding_tokens,
+/// n_seqs, sum_context, max_context, prefill_pairs, decode_context, measured_s; `run` filters).
+std::vector<StepTiming> read_steps(const std::string& path, const std::string& run) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(path + ": cannot open");
+  std::vector<StepTiming> steps;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.empty()) continue;
+    try {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (!run.empty() && j.value("run", std::string()) != run) continue;
+      StepTiming t;
+      t.measured_s = j.at("measured_s").get<double>();
+      StepShape& s = t.shape;
+      s.n_tokens = j.at("n_tokens").get<int64_t>();
+      s.n_padding_tokens = j.value("n_padding_tokens", int64_t(0));
+      s.n_seqs = j.at("n_seqs").get<int64_t>();
+      s.n_sampled = j.value("n_sampled", s.n_seqs);  // steps_real.jsonl: every sequence draws
+      s.sum_context = j.at("sum_context").get<int64_t>();
+      s.max_context = j.at("max_context").get<int64_t>();
+      s.prefill_pairs = j.at("prefill_pairs").get<double>();
+      s.decode_context = j.at("decode_context").get<double>();
+      s.attention_pairs = s.prefill_pairs + s.decode_context;
+      if (s.n_tokens < 1 || s.n_seqs < 1 || !(t.measured_s > 0)) throw std::invalid_argument("a step needs n_tokens, n_seqs and measured_s > 0");
+      steps.push_back(t);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(path + ":" + std::to_string(n) + ": " + e.what());
+    }
+  }
+  if (steps.empty()) throw std::runtime_error(path + ": no steps" + (run.empty() ? "" : " of run " + run));
+  return steps;
+}
+
+const Registrar kPriceSteps(
+    "price-steps", "Price a real run's recorded steps with a profile (optionally of another GPU) and print the error by class",
+    [](CLI::App& sub) -> CommandMain {
+      struct Opts {
+        std::string steps, profile, preset, device, run;
+        bool retarget = false;
+        int tensor_parallel = 1;
+      };
+      auto o = std::make_shared<Opts>();
+      sub.add_option("steps", o->steps, "a steps_real.jsonl (validate-sim's; uncompressed)")->required()->check(CLI::ExistingFile);
+      sub.add_option("--profile", o->profile, "servelab profile --json file")->required()->check(CLI::ExistingFile);
+      sub.add_option("--preset", o->preset, "the model the steps ran (a preset or checkpoint folder)")->required();
+      sub.add_option("--device", o->device, "price as this device (a sim preset: h100, h200, ...); default the profile's");
+      sub.add_flag("--retarget", o->retarget, "with --device other than the profile's: scale the profile to it");
+      sub.add_option("--tensor-parallel", o->tensor_parallel, "the profile's and the steps' degree")->check(CLI::PositiveNumber);
+      sub.add_option("--run", o->run, "only the steps of this run label (e.g. continuous-paged@19)");
+      sub.footer(
+          "Example:\n"
+          "  servelab price-steps steps_real.jsonl --profile h100.json --preset llama2-7b --device h200 --retarget\n");
+      return [o]() -> int {
+        try {
+          const ModelConfig model = resolve_model_config(o->preset);
+          std::optional<SimDevice> device;
+          if (!o->device.empty()) device = SimDevice::preset(o->device);
+          const SimCostModel cost = SimCostModel::from_profile_json(o->profile, model, device, o->tensor_parallel, o->retarget);
+          std::vector<StepTiming> steps = read_steps(o->steps, o->run);
+          price_step_timings(steps, cost, model);
+          double measured = 0.0, predicted = 0.0;
+          std::cout << "cost model: " << cost.source << "\n"
+                    << std::left << std::setw(34) << "class" << std::right << std::setw(8) << "steps" << std::setw(14)
+                    << "measured s" << std::setw(14) << "predicted s" << std::setw(10) << "error" << "\n";
+          for (const StepClassError& c : step_class_errors(steps)) {
+            measured += c.measured_s;
+            predicted += c.predicted_s;
+            std::cout << std::left << std::setw(34) << c.name << std::right << std::setw(8) << c.n_steps << std::fixed
+                      << std::setprecision(3) << std::setw(14) << c.measured_s << std::setw(14) << c.predicted_s
+                      << std::setprecision(1) << std::setw(9) << 100.0 * c.error() << "%\n";
+          }
+          std::cout << std::left << std::setw(34) << "all" << std::right << std::setw(8) << steps.size() << std::fixed
+                    << std::setprecision(3) << std::setw(14) << measured << std::setw(14) << predicted
+                    << std::setprecision(1) << std::setw(9) << 100.0 * (predicted - measured) / measured << "%\n";
+          return 0;
+        } catch (const std::exception& e) {
+          std::cerr << e.what() << "\n";
+          return 2;
+        }
+      };
+    });
+
+}  // namespace
+}  // namespace servelab::cli

@@ -1,0 +1,71 @@
+// `servelab price-steps`: a real run's recorded steps priced by a profile, by class; another
+// device only with --retarget (then a profile of the 2-core cpu prices an H100's steps far
+// faster); a bad line names its file and line.
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "tests/cli/cli_test_util.h"
+
+namespace servelab::cli_test {
+namespace price_steps_cli_test {  // named, not anonymous: a unity batch shares one translation unit
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+/// The "all" line's predicted seconds (the fourth field).
+double all_predicted(const std::string& out) {
+  const size_t at = out.find("\nall ");
+  EXPECT_NE(at, std::string::npos) << out;
+  std::istringstream in(out.substr(at + 1));
+  std::string name;
+  double steps = 0, measured = 0, predicted = 0;
+  in >> name >> steps >> measured >> predicted;
+  return predicted;
+}
+
+TEST(PriceStepsCli, PricesRecordedStepsByClassAndRetargetsOnlyWhenAsked) {
+  SERVELAB_REQUIRE_BINARY();
+  TempDir dir;
+  const std::string prof = dir.file("p.json");
+  CliResult r = run_servelab({"profile", "--preset", "tiny", "--threads", "1", "--prefill-lens", "16,64", "--batch", "1,4",
+                              "--contexts", "8,64", "--chunk-lens", "8", "--repeats", "1", "--no-host-overhead",
+                              "--json", prof},
+                             dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  write_text(dir.file("steps.jsonl"),
+             R"({"run":"a","n_tokens":1,"n_padding_tokens":0,"n_seqs":1,"sum_context":33,"max_context":33,"prefill_pairs":0,"decode_context":33,"measured_s":0.002}
+{"run":"a","n_tokens":4,"n_padding_tokens":0,"n_seqs":4,"sum_context":132,"max_context":33,"prefill_pairs":0,"decode_context":132,"measured_s":0.003}
+{"run":"b","n_tokens":40,"n_padding_tokens":0,"n_seqs":1,"sum_context":40,"max_context":40,"prefill_pairs":820,"decode_context":0,"measured_s":0.004}
+)");
+  r = run_servelab({"price-steps", dir.file("steps.jsonl"), "--profile", prof, "--preset", "tiny"}, dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "decode, 1-4 seqs")) << r.output;
+  EXPECT_TRUE(contains(r.output, "prefill/mixed, 1-256 tokens")) << r.output;
+  EXPECT_TRUE(contains(r.output, "\nall ")) << r.output;
+  const double on_cpu = all_predicted(r.output);
+  EXPECT_GT(on_cpu, 0.0);
+  // One run's steps only.
+  r = run_servelab({"price-steps", dir.file("steps.jsonl"), "--profile", prof, "--preset", "tiny", "--run", "a"}, dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_FALSE(contains(r.output, "prefill/mixed")) << r.output;
+  // Another device: refused without --retarget (the error says how), far faster with it.
+  r = run_servelab({"price-steps", dir.file("steps.jsonl"), "--profile", prof, "--preset", "tiny", "--device", "h100"}, dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.output, "--retarget")) << r.output;
+  r = run_servelab({"price-steps", dir.file("steps.jsonl"), "--profile", prof, "--preset", "tiny", "--device", "h100",
+                    "--retarget"},
+                   dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "retargeted to h100")) << r.output;
+  EXPECT_LT(all_predicted(r.output), 0.5 * on_cpu);
+  // A damaged line: its file and line number.
+  write_text(dir.file("bad.jsonl"), "{\"n_tokens\":1,\"n_seqs\":1,\"sum_context\":2,\"max_context\":2,\"prefill_pairs\":0,"
+                                    "\"decode_context\":2,\"measured_s\":0.001}\n{\"n_tokens\":1}\n");
+  r = run_servelab({"price-steps", dir.file("bad.jsonl"), "--profile", prof, "--preset", "tiny"}, dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.output, "bad.jsonl:2:")) << r.output;
+}
+
+}  // namespace price_steps_cli_test
+}  // namespace servelab::cli_test
