@@ -312,10 +312,12 @@ struct SimCostModel {
   /// Throws std::runtime_error naming the file: unreadable, bad samples, or a profile of another
   /// model shape, device or tensor-parallel degree ("... was measured on ... ; profile ... with").
   /// With `retarget`, a `device` other than the profile's is taken: every sample is retimed to it
-  /// first (retarget_step_seconds: the profiled device's preset step_overhead_s kept, the rest
-  /// scaled by the sample's roofline bound on `device` over its bound on the profiled device's
-  /// preset), then fitted; a profile with a draft model is refused. The sim then predicts a GPU
-  /// the user has not profiled (issue 28; results/sim-validation/cross-gpu/).
+  /// first (retarget_step_seconds: a fixed part kept, the profile's smallest excess over its own
+  /// roofline bound on the profiled device's preset, a batch-1 decode's launches and small
+  /// kernels, taken to be the same on either device; the rest scaled by the sample's bound on
+  /// `device` over its bound on the profiled device), then fitted; a profile with a draft model is
+  /// refused. The sim then predicts a GPU the user has not profiled (issue 28;
+  /// results/sim-validation/cross-gpu/).
   static SimCostModel from_profile_json(const std::string& path, const ModelConfig& model,
                                         const std::optional<SimDevice>& device = std::nullopt,
                                         int tensor_parallel = 1, bool retarget = false);

@@ -1,9 +1,12 @@
 // A profile measured on one GPU, priced on another (issue 28: predict a GPU the user has not
-// profiled): with backend.sim_retarget every sample keeps the profiled device's fixed per-step part
-// and scales the rest by its roofline bound on the new device over the old, so a decode (bandwidth
-// bound) of an H100 profile runs 3.35 / 4.8 as long on an H200 and a long prefill (compute bound, the
-// same tensor cores) as long; without it another device is refused, naming the key.
+// profiled): with backend.sim_retarget every sample keeps a fixed part (the profile's smallest
+// excess over its own roofline bound) and scales the rest by its bound on the new device over the
+// old, so a decode (bandwidth bound) of an H100 profile runs 3.35 / 4.8 as long beyond that part on
+// an H200 and a long prefill (compute bound, the same tensor cores) as long; without it another
+// device is refused, naming the key.
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "engine/backend/make_backend.h"
 #include "engine/backend/sim_backend.h"
@@ -31,21 +34,28 @@ TEST(SimRetarget, AnH100ProfileOnAnH200ScalesDecodesByBandwidthAndLongPrefillsNo
     for (int c : {128, 512}) steps.push_back({decode_shape(b, c), 0.0});
   for (int t : {1024, 2048}) steps.push_back({prefill_shape(t, 0), 0.0});
   const SimDevice h100 = SimDevice::preset("h100"), h200 = SimDevice::preset("h200");
-  for (TimedStep& s : steps) s.step_s = 1.15 * roofline_seconds(m, h100, 1, s.shape);
+  // The bounds with the profile's K/V element (4 bytes in profile_text), as the loaded model's
+  // devices have it.
+  SimDevice h100_kv = h100, h200_kv = h200;
+  h100_kv.kv_dtype_bytes = h200_kv.kv_dtype_bytes = 4;
+  for (TimedStep& s : steps) s.step_s = 1.15 * roofline_seconds(m, h100_kv, 1, s.shape);
   TempFile f(profile_text(m, steps, "h100"));
   const SimCostModel on_h100 = SimCostModel::from_profile_json(f.path(), m);
   const SimCostModel on_h200 = SimCostModel::from_profile_json(f.path(), m, h200, 1, true);
   EXPECT_EQ(on_h200.device.name, "h200");
   EXPECT_NE(on_h200.source.find("retargeted to h200"), std::string::npos) << on_h200.source;
+  // The fixed part: the profile's smallest excess over its own bound.
+  const RooflineTerms from_terms = RooflineTerms::of(m, h100_kv, 1), to_terms = RooflineTerms::of(m, h200_kv, 1);
+  double o = 1.0;
+  for (const TimedStep& s : steps) o = std::min(o, s.step_s - roofline_bound(from_terms, s.shape).seconds());
+  ASSERT_GT(o, h100.step_overhead_s);
   for (const TimedStep& s : steps) {
-    const RooflineBound from = roofline_bound(RooflineTerms::of(m, h100, 1), s.shape);
-    const RooflineBound to = roofline_bound(RooflineTerms::of(m, h200, 1), s.shape);
-    const double want = retarget_step_seconds(s.step_s, from.seconds(), to.seconds(), h100.step_overhead_s);
+    const double from = roofline_bound(from_terms, s.shape).seconds(), to = roofline_bound(to_terms, s.shape).seconds();
+    const double want = retarget_step_seconds(s.step_s, from, to, o);
     EXPECT_NEAR(on_h200.step_seconds(m, s.shape), want, 1e-9 * want) << s.shape.n_rows() << " rows";
   }
   // A decode of 8 at 512: bandwidth bound on both, so its time beyond the fixed part scales by 3.35 / 4.8.
   const StepShape d = decode_shape(8, 512);
-  const double o = h100.step_overhead_s;
   EXPECT_NEAR(on_h200.step_seconds(m, d) - o, (on_h100.step_seconds(m, d) - o) * 3.35 / 4.8, 1e-9);
   // A prefill of 2048: compute bound on both (989 TFLOP/s), unchanged.
   const StepShape p = prefill_shape(2048, 0);
