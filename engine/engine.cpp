@@ -440,15 +440,15 @@ StepOutcome Engine::step(double now) {
       if (built) built = state_->shape_builder.add(e);
     }
     ++n_steps_;
-    step.seq_lora_slot.clear();
+    step.seq_lora_slot.clear();  // each entry's slot, kept when some entry runs an adapter
     for (size_t i = 0; lora_slots_ && i < batch.entries.size(); ++i) {  // distinct adapters: one slot each
       const int slot = batch.entries[i].lora_slot;
+      step.seq_lora_slot.push_back(slot);
       bool first = slot >= 0;
       for (size_t j = 0; j < i && first; ++j) first = batch.entries[j].lora_slot != slot;
       out.n_loras += first ? 1 : 0;
     }
-    if (out.n_loras > 0)
-      for (const BatchEntry& e : batch.entries) step.seq_lora_slot.push_back(e.lora_slot);
+    if (out.n_loras == 0) step.seq_lora_slot.clear();
     if (!decoding) {
       if (built) state_->shape_builder.finish();
       else build_step_input(batch, *kv_, backend_->config().vocab_size, step, state_->step_detail);

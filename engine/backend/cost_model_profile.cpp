@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <functional>
 #include <limits>
 #include <stdexcept>
 
@@ -41,10 +40,11 @@ StepShape shape_from_v1(const std::string& phase, int64_t batch, int64_t n_token
 }
 
 /// The step samples of a profile's "samples" list (`prefix` names where the list sits in the
-/// file, for errors), fitted. Throws std::runtime_error naming the file and the sample.
-ProfiledStepModel fit_profile_samples(const std::string& path, const std::string& prefix, const nlohmann::json& list,
-                                      const std::vector<int>& graph_buckets = {},
-                                      const std::function<double(const TimedStep&)>& retime = {});
+/// file, for errors). Throws std::runtime_error naming the file and the sample.
+std::vector<TimedStep> read_profile_samples(const std::string& path, const std::string& prefix, const nlohmann::json& list);
+/// ProfiledStepModel::fit with its errors naming the file.
+ProfiledStepModel fit_profile_steps(const std::string& path, const std::string& prefix, const std::vector<TimedStep>& steps,
+                                    const std::vector<int>& graph_buckets = {});
 /// The draft's timed proposer rounds ("draft"."rounds"). Throws std::runtime_error naming the entry.
 std::vector<DraftRound> read_draft_rounds(const std::string& path, const nlohmann::json& list);
 
@@ -179,21 +179,19 @@ SimCostModel SimCostModel::from_profile_json(const std::string& path, const Mode
     const RooflineTerms to = RooflineTerms::of(model, m.device, tensor_parallel);
     // The part of a step no bound explains (launches, small kernels, syncs: the same on either
     // device): the profile's smallest excess over its own roofline bound, a batch-1 decode's.
+    std::vector<TimedStep> steps = read_profile_samples(path, "", j["samples"]);
     double fixed = std::numeric_limits<double>::infinity();
-    (void)fit_profile_samples(path, "", j["samples"], buckets, [&](const TimedStep& t) {
-      fixed = std::min(fixed, std::max(0.0, t.step_s - roofline_bound(from, t.shape).seconds()));
-      return t.step_s;
-    });
-    m.profiled = fit_profile_samples(path, "", j["samples"], buckets, [&](const TimedStep& t) {
-      return retarget_step_seconds(t.step_s, roofline_bound(from, t.shape).seconds(), roofline_bound(to, t.shape).seconds(),
-                                   std::isfinite(fixed) ? fixed : 0.0);
-    });
+    for (const TimedStep& t : steps) fixed = std::min(fixed, std::max(0.0, t.step_s - roofline_bound(from, t.shape).seconds()));
+    if (!std::isfinite(fixed)) fixed = 0.0;
+    for (TimedStep& t : steps)
+      t.step_s = retarget_step_seconds(t.step_s, roofline_bound(from, t.shape).seconds(), roofline_bound(to, t.shape).seconds(), fixed);
+    m.profiled = fit_profile_steps(path, "", steps, buckets);
     char kept[64];
-    std::snprintf(kept, sizeof kept, "%.3f ms a step kept", 1e3 * (std::isfinite(fixed) ? fixed : 0.0));
+    std::snprintf(kept, sizeof kept, "%.3f ms a step kept", 1e3 * fixed);
     m.source = path + " (measured on " + hardware + ", retargeted to " + m.device.name + ", " + kept + ")";
     return m;
   }
-  m.profiled = fit_profile_samples(path, "", j["samples"], buckets);
+  m.profiled = fit_profile_steps(path, "", read_profile_samples(path, "", j["samples"]), buckets);
   if (j.contains("draft")) {  // a draft model profiled beside the target (`servelab profile --draft-layers`)
     const nlohmann::json& d = j["draft"];
     const nlohmann::json dm = d.is_object() ? d.value("model", nlohmann::json::object()) : nlohmann::json();
@@ -204,7 +202,7 @@ SimCostModel SimCostModel::from_profile_json(const std::string& path, const Mode
       throw std::runtime_error(path + ": the draft was profiled on " + d.value("hardware", std::string("?")) +
                                ", the target on " + hardware);
     m.draft_profiles.push_back({dm["shape_hash"].get<std::string>(), dm.value("name", std::string("?")),
-                                fit_profile_samples(path, "draft.", d["samples"]), {}});
+                                fit_profile_steps(path, "draft.", read_profile_samples(path, "draft.", d["samples"])), {}});
     if (d.contains("rounds")) m.draft_profiles.back().rounds = read_draft_rounds(path, d["rounds"]);
   }
   m.source = path + (m.allreduce_measured ? " (all-reduce measured)" : "");
@@ -238,9 +236,7 @@ std::vector<DraftRound> read_draft_rounds(const std::string& path, const nlohman
   return rounds;
 }
 
-ProfiledStepModel fit_profile_samples(const std::string& path, const std::string& prefix, const nlohmann::json& list,
-                                      const std::vector<int>& graph_buckets,
-                                      const std::function<double(const TimedStep&)>& retime) {
+std::vector<TimedStep> read_profile_samples(const std::string& path, const std::string& prefix, const nlohmann::json& list) {
   std::vector<TimedStep> steps;
   for (size_t i = 0; i < list.size(); ++i) {
     const nlohmann::json& o = list[i];
@@ -279,9 +275,13 @@ ProfiledStepModel fit_profile_samples(const std::string& path, const std::string
     }
     if (t.shape.n_tokens < 1 || t.shape.sum_context < 0 || !(t.step_s > 0) || !std::isfinite(t.step_s))
       throw std::runtime_error(where + ": needs n_tokens >= 1, sum_context >= 0 and step_s > 0");
-    if (retime) t.step_s = retime(t);
     steps.push_back(t);
   }
+  return steps;
+}
+
+ProfiledStepModel fit_profile_steps(const std::string& path, const std::string& prefix, const std::vector<TimedStep>& steps,
+                                    const std::vector<int>& graph_buckets) {
   try {
     return ProfiledStepModel::fit(steps, graph_buckets);
   } catch (const std::invalid_argument& e) {
