@@ -20,7 +20,7 @@
 # allreduce_bench) are run from DIR and nothing is built.
 # Every test and binary runs under `timeout`; the GPU tests run suite by suite.
 # Environment: OUT (default results/gpu/tp/check), BUILD (default build-gpu), STEPS (default
-#   "build cpu gpu bench"; add "repro", "diag", "allreduce", "kernels", "profile", "sweep", "simtp"), BENCH_LIMIT, BENCH_ARGS,
+#   "build cpu gpu bench"; add "repro", "diag", "allreduce", "kernels", "profile", "sweep", "simtp", "stall"), BENCH_LIMIT, BENCH_ARGS,
 #   PREBUILT, BENCH_ALWAYS (1: the bench even after a failed test), DEBS (as gpu-engine-check.sh),
 #   PROFILE_PRESET (default llama2-13b), AR_INIT (the bench's NCCL set-up, default threads_nb),
 #   GPU_FILTER (gtest filter of the GPU step, default '*TpGpu*:-*Bench*'), KERNELS_FILTER (of the
@@ -113,7 +113,7 @@ if [ -n "${BUILD_PID:-}" ]; then
   [ "$(cat "$OUT/build.rc" 2>/dev/null)" = 0 ] || { BUILT=0; TABLE+=("build FAIL (see build_outer.log)"); tail -30 "$OUT/build_outer.log"; }
   grep -q "NCCL ON" "$OUT/build/configure.log" 2>/dev/null || TABLE+=("configure: NCCL not found, TP tests will skip")
 fi
-[ -x "$BUILD/test_cuda_backend_gpu" ] || BUILT=0
+[ -x "$BUILD/test_cuda_backend_gpu" ] || [ -x "$BUILD/servelab" ] || BUILT=0
 if [ $BUILT = 1 ] && want cpu; then
   step cpu_tests 120 "$BUILD/test_cuda_backend" --gtest_filter='Tp*:*TpPlan*'
 fi
@@ -178,6 +178,27 @@ if [ $BUILT = 1 ] && want simtp; then
   done < <(python3 results/sim-validation/run_kv_bytes.py "$OUT/sweep" "$OUT/profile-tp2-scenario.json")
   [ -f "$OUT/sweep/summary.json" ] && [ ${#extra[@]} -gt 0 ] &&
     python3 results/sim-validation/run_compare.py "$OUT/sweep" "${extra[0]#*=}" "${extra[@]}" >"$OUT/simtp_compare.md" 2>&1
+fi
+# `stall`: results/gpu/tp/prefill-stall.yaml (llama2-13b TP=2, short prefills beside decodes) once
+# per variant of STALL_VARIANTS (default: auto nccl eager lamport0 nofuse spin0: the default; NCCL
+# for every message; CUDA_MODULE_LOADING=EAGER; no lamport all-reduce; lamport without the fused
+# norm; host hand-offs that block at once), then prefill_stalls.py counts each run's stalled
+# prefill-only steps (stall_summary.txt). STALL_SCENARIO and STALL_LIMIT (s a run) override.
+if [ $BUILT = 1 ] && want stall; then
+  for v in ${STALL_VARIANTS:-auto nccl eager lamport0 nofuse spin0}; do
+    envs=() sets=()
+    case $v in
+      nccl) sets=(--set backend.all_reduce=nccl) ;;
+      eager) envs=(CUDA_MODULE_LOADING=EAGER) ;;
+      lamport0) envs=(SERVELAB_TP_LAMPORT_MAX_BYTES=0) ;;
+      nofuse) envs=(SERVELAB_TP_FUSE=0) ;;
+      spin0) envs=(SERVELAB_TP_SPIN_US=0) ;;
+    esac
+    step "stall_$v" "${STALL_LIMIT:-90}" env "${envs[@]}" "$BUILD/servelab" run "${STALL_SCENARIO:-results/gpu/tp/prefill-stall.yaml}" \
+      --out "$OUT/stall-$v" --force --quiet --no-plots "${sets[@]}"
+  done
+  python3 results/gpu/tp/prefill_stalls.py "$OUT"/stall-*/steps.jsonl >"$OUT/stall_summary.txt" 2>&1
+  TABLE+=("$(cat "$OUT/stall_summary.txt")")
 fi
 if [ $BUILT = 1 ] && want profile; then
   step profile 400 "$BUILD/servelab" profile --backend cuda --preset "${PROFILE_PRESET:-llama2-13b}" \

@@ -1,6 +1,8 @@
 #include "engine/backend/make_backend.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <type_traits>
 #include <filesystem>
 #include <stdexcept>
 
@@ -165,6 +167,30 @@ SimDevice sim_device_for(const BackendSpec& spec) {
   return sim_cost_model(spec, spec_model_config(spec)).device;
 }
 
+#ifdef SERVELAB_HAVE_CUDA_BACKEND
+/// Tensor parallelism's host and all-reduce settings from the environment, for measuring one
+/// against another without a rebuild (docs/tensor-parallel.md): SERVELAB_TP_SPIN_US,
+/// SERVELAB_TP_FUSE (0/1: the fused all-reduce + norm), SERVELAB_TP_PUSH (0/1: the products'
+/// pushes), SERVELAB_TP_LAMPORT_MAX_BYTES (0: the barrier all-reduce for every message). A value
+/// that is not a whole number is an error naming the variable.
+static void apply_tp_env(CudaBackendOptions& o) {
+  const auto read = [](const char* name, int64_t lo, int64_t hi, auto& field) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) return;
+    char* end = nullptr;
+    const long long x = std::strtoll(v, &end, 10);
+    if (*end || x < lo || x > hi)
+      throw std::invalid_argument(std::string(name) + "=" + v + ": expected a whole number in [" + std::to_string(lo) +
+                                  ", " + std::to_string(hi) + "]");
+    field = static_cast<std::remove_reference_t<decltype(field)>>(x);
+  };
+  read("SERVELAB_TP_SPIN_US", 0, 10'000'000, o.tp_spin_us);
+  read("SERVELAB_TP_FUSE", 0, 1, o.tp_fuse_all_reduce_norm);
+  read("SERVELAB_TP_PUSH", 0, 1, o.tp_push_from_product);
+  read("SERVELAB_TP_LAMPORT_MAX_BYTES", 0, int64_t(1) << 30, o.tp_lamport_max_bytes);
+}
+#endif
+
 std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
   spec.validate();
   if (spec.kind == BackendKind::sim) {
@@ -185,6 +211,7 @@ std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
     o.fp8_per_channel = spec.fp8_per_channel;
     o.kv_cache_dtype = spec.kv_cache_dtype;
     o.residual_scale = spec.residual_scale;
+    apply_tp_env(o);
     if (spec.tensor_parallel > 1 && is_checkpoint_dir(spec.model) &&
         read_quant_scheme((std::filesystem::path(spec.model) / "config.json").string()))
       throw std::invalid_argument(spec.model + ": a quantized checkpoint; the tensor-parallel cuda backend runs "

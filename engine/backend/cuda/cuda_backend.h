@@ -123,6 +123,10 @@ struct CudaBackendOptions {
   /// 0 hands every step over through condition variables (a sleeping thread's wake-up on the
   /// step's critical path).
   int tp_spin_us = 2000;
+  /// Messages up to this many bytes take our lamport all-reduce (and, with it, the fused norm and
+  /// the products' pushes); larger ones up to tp_all_reduce_max_bytes the barrier variant.
+  /// kernels::CustomAllReduce::kDefaultLamportMaxBytes (1 MiB) by default; 0 turns lamport off.
+  int64_t tp_lamport_max_bytes = int64_t(1) << 20;
   DecodePathOptions decode;  ///< decode products: gemv or cuBLASLt, PDL, fused SiLU
   /// The decoder Linears' format (`quantization:`), quantized on load from the bf16 weights
   /// (engine/backend/cuda/quant_linear.h): fp8 (per-tensor scales and activations, or per-channel
