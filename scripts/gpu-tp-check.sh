@@ -182,7 +182,7 @@ fi
 # `stall`: results/gpu/tp/prefill-stall.yaml (llama2-13b TP=2, short prefills beside decodes) once
 # per variant of STALL_VARIANTS (default: auto nccl eager lamport0 nofuse spin0: the default; NCCL
 # for every message; CUDA_MODULE_LOADING=EAGER; no lamport all-reduce; lamport without the fused
-# norm; host hand-offs that block at once), then prefill_stalls.py counts each run's stalled
+# norm; host hand-offs that block at once; add lamporteager: lamport in eager steps too), then prefill_stalls.py counts each run's stalled
 # prefill-only steps (stall_summary.txt). STALL_SCENARIO and STALL_LIMIT (s a run) override.
 if [ $BUILT = 1 ] && want stall; then
   for v in ${STALL_VARIANTS:-auto nccl eager lamport0 nofuse spin0}; do
@@ -193,6 +193,7 @@ if [ $BUILT = 1 ] && want stall; then
       lamport0) envs=(SERVELAB_TP_LAMPORT_MAX_BYTES=0) ;;
       nofuse) envs=(SERVELAB_TP_FUSE=0) ;;
       spin0) envs=(SERVELAB_TP_SPIN_US=0) ;;
+      lamporteager) envs=(SERVELAB_TP_LAMPORT_EAGER=1) ;;
     esac
     step "stall_$v" "${STALL_LIMIT:-90}" env "${envs[@]}" "$BUILD/servelab" run "${STALL_SCENARIO:-results/gpu/tp/prefill-stall.yaml}" \
       --out "$OUT/stall-$v" --force --quiet --no-plots "${sets[@]}"

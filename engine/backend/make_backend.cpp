@@ -171,7 +171,8 @@ SimDevice sim_device_for(const BackendSpec& spec) {
 /// Tensor parallelism's host and all-reduce settings from the environment, for measuring one
 /// against another without a rebuild (docs/tensor-parallel.md): SERVELAB_TP_SPIN_US,
 /// SERVELAB_TP_FUSE (0/1: the fused all-reduce + norm), SERVELAB_TP_PUSH (0/1: the products'
-/// pushes), SERVELAB_TP_LAMPORT_MAX_BYTES (0: the barrier all-reduce for every message). A value
+/// pushes), SERVELAB_TP_LAMPORT_MAX_BYTES (0: the barrier all-reduce for every message),
+/// SERVELAB_TP_LAMPORT_EAGER (1: lamport in eager steps too). A value
 /// that is not a whole number is an error naming the variable.
 static void apply_tp_env(CudaBackendOptions& o) {
   const auto read = [](const char* name, int64_t lo, int64_t hi, auto& field) {
@@ -188,6 +189,7 @@ static void apply_tp_env(CudaBackendOptions& o) {
   read("SERVELAB_TP_FUSE", 0, 1, o.tp_fuse_all_reduce_norm);
   read("SERVELAB_TP_PUSH", 0, 1, o.tp_push_from_product);
   read("SERVELAB_TP_LAMPORT_MAX_BYTES", 0, int64_t(1) << 30, o.tp_lamport_max_bytes);
+  read("SERVELAB_TP_LAMPORT_EAGER", 0, 1, o.tp_lamport_eager);
 }
 #endif
 

@@ -21,6 +21,7 @@
 #include "engine/backend/step_input.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/tp_backend.h"
+#include "engine/backend/cuda/tp_comm.h"
 #include "engine/kv/kv_manager.h"
 #include "engine/model/synth.h"
 #include "tests/backend/backend_test_util.h"
@@ -151,6 +152,26 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TpGpu,
                                            Case{"llama2_13b_tp4_graphs_paged", "llama2-13b", true, KvKind::paged, 4}),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// The lamport all-reduce is taken only while a graph is captured on the stream (eager steps take
+// the barrier variant: eager lamport stalled short prefills on 2 x H200), or always with
+// lamport_eager. Needs one GPU (a stream capture).
+TEST(TpGpuLamport, TakenWhileAGraphIsCapturedOrWhenEagerIsAllowed) {
+  if (cuda_device_count() < 1) GTEST_SKIP() << "no CUDA device";
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  cuda::TpRank tp;
+  EXPECT_FALSE(cuda::tp_lamport_ok(tp, stream));
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const bool capturing = cuda::tp_lamport_ok(tp, stream);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  EXPECT_TRUE(capturing);
+  if (graph) cudaGraphDestroy(graph);
+  tp.lamport_eager = true;
+  EXPECT_TRUE(cuda::tp_lamport_ok(tp, stream));
+  cudaStreamDestroy(stream);
+}
+
 // The O and down products' rows pushed into the peers' lamport buffers from gemv's epilogue
 // (tp_push_from_product) give the logits of the fused all-reduce + norm without it, and both those
 // of the all-reduce followed by add_rms_norm (the defaults are fused and pushed), bit for bit:
@@ -158,8 +179,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TpGpu,
 TEST(TpGpuPush, PushedProductsGiveTheBitsOfTheFusedAllReduce) {
   SKIP_WITHOUT_TWO_GPUS();
   const std::string dir = synth(two_layers("llama2-13b"));
-  CudaBackendOptions fused{.tp_fuse_all_reduce_norm = true, .tp_push_from_product = false}, pushed = fused,
-      unfused = fused;
+  // Lamport in eager steps too (off by default: only captured decodes take it), so that the eager
+  // prefill and decode compare the pushed, fused and unfused paths as well.
+  CudaBackendOptions fused{.tp_fuse_all_reduce_norm = true, .tp_push_from_product = false, .tp_lamport_eager = true},
+      pushed = fused, unfused = fused;
   pushed.tp_push_from_product = true;
   unfused.tp_fuse_all_reduce_norm = false;
   auto a = TpCudaBackend::load(dir, 2, fused), b = TpCudaBackend::load(dir, 2, pushed),

@@ -127,6 +127,12 @@ struct CudaBackendOptions {
   /// the products' pushes); larger ones up to tp_all_reduce_max_bytes the barrier variant.
   /// kernels::CustomAllReduce::kDefaultLamportMaxBytes (1 MiB) by default; 0 turns lamport off.
   int64_t tp_lamport_max_bytes = int64_t(1) << 20;
+  /// Lamport (with the fused norm and the pushes) in eagerly enqueued steps too. Off: only steps
+  /// captured into CUDA graphs (decodes) take it; prefills and other eager steps take the barrier
+  /// variant. On 2 x H200 (llama2-13b, results/gpu/tp/prefill-stall.yaml) eager lamport stalled 17
+  /// of 96 short prefills by 12-36 ms, mostly the first prefill of each length; the barrier
+  /// variant and NCCL stalled one.
+  bool tp_lamport_eager = false;
   DecodePathOptions decode;  ///< decode products: gemv or cuBLASLt, PDL, fused SiLU
   /// The decoder Linears' format (`quantization:`), quantized on load from the bf16 weights
   /// (engine/backend/cuda/quant_linear.h): fp8 (per-tensor scales and activations, or per-channel

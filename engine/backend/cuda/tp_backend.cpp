@@ -281,6 +281,7 @@ std::unique_ptr<TpCudaBackend::Impl> TpCudaBackend::build(const ModelConfig& con
       tp->custom_only = o.tp_all_reduce == TpAllReduce::custom;
       tp->fuse_add_norm = o.tp_fuse_all_reduce_norm;
       tp->push_from_product = o.tp_push_from_product;
+      tp->lamport_eager = o.tp_lamport_eager;
     }
   }
   return impl;

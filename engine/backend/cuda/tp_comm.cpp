@@ -184,7 +184,9 @@ void tp_wait_stream(const TpRank& tp, cudaStream_t stream, const char* what) {
 
 void tp_all_reduce(TpRank& tp, void* x, int64_t n, cudaStream_t stream) {
   if (tp_uses_custom(tp, x, n)) {
-    tp.custom->run(tp.rank, x, x, n, stream);
+    tp.custom->run(tp.rank, x, x, n, stream,
+                   tp_lamport_ok(tp, stream) ? kernels::CustomAllReduce::Variant::automatic
+                                             : kernels::CustomAllReduce::Variant::push);
     return;
   }
   if (tp.custom_only)
@@ -242,6 +244,7 @@ bool tp_all_reduce_add_rms_norm(TpRank& tp, void* delta, void* h, const void* w,
     throw std::logic_error("tp_all_reduce_add_rms_norm: a product pushed another buffer than this delta");
   tp.pushed = nullptr;
   if (!tp.fuse_add_norm || !tp_uses_custom(tp, delta, n) || !tp.custom->fuses_add_rms_norm(rows, d) ||
+      !tp_lamport_ok(tp, stream) ||
       ((reinterpret_cast<uintptr_t>(h) | reinterpret_cast<uintptr_t>(w) | reinterpret_cast<uintptr_t>(xn)) & 15)) {
     // the product's rows are in the peers' buffers already: a plain all-reduce would push them again
     if (pushed) throw std::logic_error("tp_all_reduce_add_rms_norm: the product pushed, but the fused kernel cannot run");
@@ -255,7 +258,7 @@ bool tp_product_push(TpRank& tp, kernels::Gemm& gemm, const void* x, const void*
                      cudaStream_t stream) {
   const int64_t n = int64_t(rows) * out;
   if (!tp.push_from_product || !tp.fuse_add_norm || !tp_uses_custom(tp, y, n) ||
-      !tp.custom->fuses_add_rms_norm(rows, out))
+      !tp.custom->fuses_add_rms_norm(rows, out) || !tp_lamport_ok(tp, stream))
     return false;
   const kernels::LamportPush push = tp.custom->lamport_push(tp.rank);
   if (!push.active() || !gemm.run_pushed(kernels::ScalarType::bf16, x, w, y, rows, out, in, push, stream)) return false;
@@ -266,6 +269,13 @@ bool tp_product_push(TpRank& tp, kernels::Gemm& gemm, const void* x, const void*
 bool tp_uses_custom(const TpRank& tp, const void* x, int64_t n) {
   return tp.custom && tp.dtype == DType::bf16 && n % 8 == 0 && n * 2 <= tp.custom_max_bytes &&
          (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+}
+
+bool tp_lamport_ok(const TpRank& tp, cudaStream_t stream) {
+  if (tp.lamport_eager) return true;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status == cudaStreamCaptureStatusActive;
 }
 
 bool tp_ensure_samples(TpRank& tp, int rows) {

@@ -52,6 +52,9 @@ struct TpRank {
   /// With fuse_add_norm: row-parallel products that gemv takes store their rows into the peers'
   /// lamport buffers themselves (tp_product_push; CudaBackendOptions::tp_push_from_product).
   bool push_from_product = false;
+  /// Our lamport all-reduce (and the fused norm and pushes built on it) in steps enqueued eagerly
+  /// too, not only in those captured into CUDA graphs (CudaBackendOptions::tp_lamport_eager).
+  bool lamport_eager = false;
   /// The partial sum a product pushed and the fused all-reduce + norm has not yet taken (host
   /// state while a step is enqueued: set by tp_product_push, cleared by tp_all_reduce_add_rms_norm).
   const void* pushed = nullptr;
@@ -103,6 +106,9 @@ bool tp_product_push(TpRank& tp, kernels::Gemm& gemm, const void* x, const void*
                      cudaStream_t stream);
 /// True when tp_all_reduce sends `n` values through the custom kernel.
 bool tp_uses_custom(const TpRank& tp, const void* x, int64_t n);
+/// True when the custom kernel may take its lamport form on `stream`: while a graph is being
+/// captured on it, or always with tp.lamport_eager.
+bool tp_lamport_ok(const TpRank& tp, cudaStream_t stream);
 /// Grows `gather` for `rows` sampled rows (not while capturing: called from ensure_samples).
 /// Returns true when it reallocated (graphs that baked the old address in must go).
 bool tp_ensure_samples(TpRank& tp, int rows);
