@@ -1,6 +1,6 @@
 // servelab price-steps STEPS.jsonl --profile P --preset MODEL [--device D --retarget] [--tensor-parallel N]:
-// prices a real run's recorded steps (validate-sim's steps_real.jsonl: each step's shape and its
-// measured forward() time) with a profile's cost model, without running anything, and prints the
+// prices a real run's recorded steps (validate-sim's steps_real.jsonl, or a cpu / cuda run's
+// steps.jsonl: each step's shape and its measured forward() time) with a profile's cost model, without running anything, and prints the
 // error by step class as validate-sim does. With --device and --retarget the profile may be of
 // another GPU (SimCostModel::from_profile_json's retarget): what a profile of one GPU says of
 // another's measured steps (results/sim-validation/cross-gpu/).
@@ -16,13 +16,59 @@
 #include "engine/backend/hardware.h"
 #include "engine/backend/make_backend.h"
 #include "loadgen/measuring_backend.h"
+#include "loadgen/records/step_record.h"
 #include "loadgen/step_error.h"
 
 namespace servelab::cli {
 namespace {
 
-/// The steps of a steps_real.jsonl file (one JSON object a line: n_tokens, n_padding_tokens,
-/// n_seqs, sum_context, max_context, prefill_pairs, decode_context, measured_s; `run` filters).
+/// One step of validate-sim's steps_real.jsonl (n_tokens, n_padding_tokens, n_seqs, sum_context,
+/// max_context, prefill_pairs, decode_context, measured_s).
+StepTiming step_of_real_line(const nlohmann::json& j) {
+  StepTiming t;
+  t.measured_s = j.at("measured_s").get<double>();
+  StepShape& s = t.shape;
+  s.n_tokens = j.at("n_tokens").get<int64_t>();
+  s.n_padding_tokens = j.value("n_padding_tokens", int64_t(0));
+  s.n_seqs = j.at("n_seqs").get<int64_t>();
+  s.n_sampled = j.value("n_sampled", s.n_seqs);  // steps_real.jsonl: every sequence draws
+  s.sum_context = j.at("sum_context").get<int64_t>();
+  s.max_context = j.at("max_context").get<int64_t>();
+  s.prefill_pairs = j.at("prefill_pairs").get<double>();
+  s.decode_context = j.at("decode_context").get<double>();
+  s.attention_pairs = s.prefill_pairs + s.decode_context;
+  return t;
+}
+
+/// One step of a run's steps.jsonl (a cpu or cuda run's, written since the step records carry
+/// roofline.shape): the backend's forward time measured (host.forward_s, else duration_s), the shape
+/// from the record and its roofline.shape.
+StepTiming step_of_run_line(const nlohmann::json& j) {
+  const StepRecord r = j.get<StepRecord>();
+  if (!r.roofline || !r.roofline->shape)
+    throw std::invalid_argument("a step record without roofline.shape (a sim run, or written before 2026-11-30): "
+                                "nothing to price it by");
+  const StepShapeRecord& h = *r.roofline->shape;
+  StepTiming t;
+  t.measured_s = r.forward_s > 0.0 ? r.forward_s : r.duration_s;
+  StepShape& s = t.shape;
+  s.n_tokens = r.n_tokens;
+  s.n_padding_tokens = r.n_padding_tokens;
+  s.n_seqs = h.n_seqs;
+  s.n_sampled = h.n_sampled;
+  s.sum_context = h.sum_context;
+  s.max_context = r.max_context;
+  s.prefill_pairs = h.prefill_pairs;
+  s.decode_context = h.decode_context;
+  s.verify_rows = h.verify_rows;
+  s.verify_pairs = h.verify_pairs;
+  // StepShape::of charges each padding row the longest context's keys
+  s.attention_pairs = s.prefill_pairs + s.decode_context + double(s.n_padding_tokens) * double(s.max_context);
+  return t;
+}
+
+/// The steps of a steps_real.jsonl file or of a run's steps.jsonl (each line by its own keys:
+/// measured_s, else duration_s and roofline.shape); `run` filters.
 std::vector<StepTiming> read_steps(const std::string& path, const std::string& run) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error(path + ": cannot open");
@@ -33,19 +79,9 @@ std::vector<StepTiming> read_steps(const std::string& path, const std::string& r
     try {
       const nlohmann::json j = nlohmann::json::parse(line);
       if (!run.empty() && j.value("run", std::string()) != run) continue;
-      StepTiming t;
-      t.measured_s = j.at("measured_s").get<double>();
-      StepShape& s = t.shape;
-      s.n_tokens = j.at("n_tokens").get<int64_t>();
-      s.n_padding_tokens = j.value("n_padding_tokens", int64_t(0));
-      s.n_seqs = j.at("n_seqs").get<int64_t>();
-      s.n_sampled = j.value("n_sampled", s.n_seqs);  // steps_real.jsonl: every sequence draws
-      s.sum_context = j.at("sum_context").get<int64_t>();
-      s.max_context = j.at("max_context").get<int64_t>();
-      s.prefill_pairs = j.at("prefill_pairs").get<double>();
-      s.decode_context = j.at("decode_context").get<double>();
-      s.attention_pairs = s.prefill_pairs + s.decode_context;
-      if (s.n_tokens < 1 || s.n_seqs < 1 || !(t.measured_s > 0)) throw std::invalid_argument("a step needs n_tokens, n_seqs and measured_s > 0");
+      const StepTiming t = j.contains("measured_s") ? step_of_real_line(j) : step_of_run_line(j);
+      if (t.shape.n_tokens < 1 || t.shape.n_seqs < 1 || !(t.measured_s > 0))
+        throw std::invalid_argument("a step needs n_tokens, n_seqs and a measured time > 0");
       steps.push_back(t);
     } catch (const std::exception& e) {
       throw std::runtime_error(path + ":" + std::to_string(n) + ": " + e.what());
@@ -64,7 +100,7 @@ const Registrar kPriceSteps(
         int tensor_parallel = 1;
       };
       auto o = std::make_shared<Opts>();
-      sub.add_option("steps", o->steps, "a steps_real.jsonl (validate-sim's; uncompressed)")->required()->check(CLI::ExistingFile);
+      sub.add_option("steps", o->steps, "a steps_real.jsonl (validate-sim's) or a cpu/cuda run's steps.jsonl (uncompressed)")->required()->check(CLI::ExistingFile);
       sub.add_option("--profile", o->profile, "servelab profile --json file")->required()->check(CLI::ExistingFile);
       sub.add_option("--preset", o->preset, "the model the steps ran (a preset or checkpoint folder)")->required();
       sub.add_option("--device", o->device, "price as this device (a sim preset: h100, h200, ...); default the profile's");

@@ -39,6 +39,8 @@ StepRoofline RooflineMeter::price(const StepShape& shape) const {
   r.seconds = b.seconds();
   r.flops = b.flops;
   r.bytes = b.bytes;
+  r.shape = StepShapeRecord{shape.n_seqs,        shape.n_sampled,   shape.sum_context, shape.prefill_pairs,
+                            shape.decode_context, shape.verify_rows, shape.verify_pairs};
   return r;
 }
 

@@ -163,6 +163,11 @@ fi
 TP_SCENARIO=${TP_SCENARIO:-scenarios/gpu-tp-llama3-70b.yaml}
 if [ $BUILT = 1 ] && want sweep; then
   step sweep "${SWEEP_LIMIT:-540}" "$BUILD/servelab" run "$TP_SCENARIO" --out "$OUT/sweep" --force --quiet --no-plots
+  # The records and steps come back as files of their own (a long sweep's records outgrow logs.tgz's
+  # 8 MB a file): $OUT/sweep_records.jsonl.gz and $OUT/sweep_steps.jsonl.gz.
+  for f in records steps; do
+    [ -f "$OUT/sweep/$f.jsonl" ] && gzip -c "$OUT/sweep/$f.jsonl" >"$OUT/sweep_$f.jsonl.gz" && rm "$OUT/sweep/$f.jsonl"
+  done
 fi
 if [ $BUILT = 1 ] && want simtp; then
   step simtp_profile "${SIMTP_PROFILE_LIMIT:-420}" "$BUILD/servelab" profile --backend cuda --tensor-parallel 2 --for-scenario "$TP_SCENARIO" \
@@ -219,7 +224,7 @@ printf '%s\n' "${TABLE[@]}"
 # The device tool brings back at most 8 files: everything but the summaries goes into logs.tgz.
 if [ "${PACK:-1}" = 1 ]; then
   ( cd "$OUT" && find . -type f ! -name summary.txt ! -name allreduce.json ! -name allreduce.txt ! -name gpu_summary.txt \
-      ! -name gpu_tests.json ! -name environment.txt ! -name logs.tgz -size -8M -print0 | tar --null -czf logs.tgz -T - \
+      ! -name gpu_tests.json ! -name environment.txt ! -name logs.tgz ! -name 'sweep_*.jsonl.gz' -size -8M -print0 | tar --null -czf logs.tgz -T - \
     && find . -mindepth 1 ! -name summary.txt ! -name allreduce.json ! -name allreduce.txt ! -name gpu_summary.txt \
       ! -name gpu_tests.json ! -name environment.txt ! -name logs.tgz -delete 2>/dev/null )
 fi

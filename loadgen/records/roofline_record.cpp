@@ -80,6 +80,10 @@ void RooflineCeilings::validate() const {
 
 void to_json(nlohmann::json& j, const StepRoofline& r) {
   j = nlohmann::json{{"class", to_string(r.step_class)}, {"s", r.seconds}, {"flops", r.flops}, {"bytes", r.bytes}};
+  if (const auto& s = r.shape)
+    j["shape"] = {{"n_seqs", s->n_seqs},          {"n_sampled", s->n_sampled},           {"sum_context", s->sum_context},
+                  {"prefill_pairs", s->prefill_pairs}, {"decode_context", s->decode_context}, {"verify_rows", s->verify_rows},
+                  {"verify_pairs", s->verify_pairs}};
 }
 
 void from_json(const nlohmann::json& j, StepRoofline& r) {
@@ -87,6 +91,16 @@ void from_json(const nlohmann::json& j, StepRoofline& r) {
   r.seconds = j.at("s").get<double>();
   r.flops = j.at("flops").get<double>();
   r.bytes = j.at("bytes").get<double>();
+  if (const auto s = j.find("shape"); s != j.end()) {
+    StepShapeRecord& h = r.shape.emplace();
+    h.n_seqs = s->at("n_seqs").get<int64_t>();
+    h.n_sampled = s->value("n_sampled", h.n_seqs);
+    h.sum_context = s->at("sum_context").get<int64_t>();
+    h.prefill_pairs = s->at("prefill_pairs").get<double>();
+    h.decode_context = s->at("decode_context").get<double>();
+    h.verify_rows = s->value("verify_rows", int64_t(0));
+    h.verify_pairs = s->value("verify_pairs", 0.0);
+  }
 }
 
 void to_json(nlohmann::json& j, const RooflineCeilings& c) { ceilings_to_json(j, c); }

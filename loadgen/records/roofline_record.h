@@ -2,6 +2,7 @@
 // What a real run records about its distance from the hardware: each step's roofline (the time its
 // FLOPs and bytes need at the device's ceilings, loadgen/roofline_meter.h) and the ceilings used.
 // Plain data with JSON, so the analysis layer reads them without the engine.
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -16,12 +17,28 @@ const char* to_string(StepClass c);
 /// "prefill" | "decode" | "mixed"; throws std::invalid_argument listing the names.
 StepClass parse_step_class(const std::string& s);
 
-/// One step's roofline. JSON (in steps.jsonl, key "roofline"): {"class", "s", "flops", "bytes"}.
+/// What the cost model needs of a step beyond the step record's own fields (batch_size, n_tokens,
+/// n_padding_tokens, max_context): its sequences, draws and attention work (engine/backend/
+/// cost_model.h's StepShape). With it `servelab price-steps` prices any real run's steps.
+struct StepShapeRecord {
+  int64_t n_seqs = 0;
+  int64_t n_sampled = 0;
+  int64_t sum_context = 0;
+  double prefill_pairs = 0.0;
+  double decode_context = 0.0;
+  int64_t verify_rows = 0;
+  double verify_pairs = 0.0;
+};
+
+/// One step's roofline. JSON (in steps.jsonl, key "roofline"): {"class", "s", "flops", "bytes",
+/// "shape": {"n_seqs", "n_sampled", "sum_context", "prefill_pairs", "decode_context",
+/// "verify_rows", "verify_pairs"}} ("shape" absent in files written before 2026-11-30).
 struct StepRoofline {
   StepClass step_class = StepClass::decode;
   double seconds = 0.0;  ///< max(flops / peak, bytes / bandwidth): the step at the ceilings
   double flops = 0.0;
   double bytes = 0.0;
+  std::optional<StepShapeRecord> shape;
   /// Throws std::invalid_argument naming the field: seconds, flops and bytes finite and >= 0.
   void validate() const;
 };

@@ -1,10 +1,14 @@
 // `servelab price-steps`: a real run's recorded steps priced by a profile, by class; another
 // device only with --retarget (then a profile of the 2-core cpu prices an H100's steps far
-// faster); a bad line names its file and line.
+// faster); a bad line names its file and line. A cpu run's own steps.jsonl prices the same way
+// (each step record carries its roofline.shape); a sim run's steps, which have none, are refused.
+#include <fstream>
 #include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 
 #include "tests/cli/cli_test_util.h"
 
@@ -65,6 +69,59 @@ TEST(PriceStepsCli, PricesRecordedStepsByClassAndRetargetsOnlyWhenAsked) {
   r = run_servelab({"price-steps", dir.file("bad.jsonl"), "--profile", prof, "--preset", "tiny"}, dir);
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(contains(r.output, "bad.jsonl:2:")) << r.output;
+}
+
+TEST(PriceStepsCli, PricesACpuRunsOwnStepsAndRefusesASimRunsWithTheReason) {
+  SERVELAB_REQUIRE_BINARY();
+  TempDir dir;
+  const std::string prof = dir.file("p.json");
+  CliResult r = run_servelab({"profile", "--preset", "tiny", "--threads", "1", "--prefill-lens", "16,64", "--batch", "1,4",
+                              "--contexts", "8,64", "--chunk-lens", "8", "--repeats", "1", "--no-host-overhead",
+                              "--json", prof},
+                             dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string scenario = R"(name: priced
+seed: 5
+model: {preset: tiny}
+backend: {kind: cpu, threads: 1}
+engine: {kv_cache_mb: 8, max_model_len: 256}
+strategies:
+  - {batching: continuous, max_num_seqs: 4, max_num_batched_tokens: 256}
+workload:
+  rates: [200]
+  n_requests: 6
+  prompt_tokens: {dist: uniform, min: 16, max: 48}
+  output_tokens: {dist: uniform, min: 4, max: 12}
+)";
+  write_text(dir.file("s.yaml"), scenario);
+  r = run_servelab({"run", dir.file("s.yaml"), "--out", dir.file("cpu"), "--no-plots", "--quiet"}, dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  // Every executed step's record carries its shape: as many sequences as the batch.
+  std::ifstream steps(dir.file("cpu/steps.jsonl"));
+  std::string line;
+  int n_shaped = 0;
+  while (std::getline(steps, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (!j.contains("roofline")) continue;
+    ASSERT_TRUE(j["roofline"].contains("shape")) << line;
+    EXPECT_EQ(j["roofline"]["shape"]["n_seqs"].get<int>(), j["batch_size"].get<int>()) << line;
+    EXPECT_GE(j["roofline"]["shape"]["sum_context"].get<int64_t>(), j["max_context"].get<int64_t>()) << line;
+    ++n_shaped;
+  }
+  EXPECT_GT(n_shaped, 0);
+  r = run_servelab({"price-steps", dir.file("cpu/steps.jsonl"), "--profile", prof, "--preset", "tiny"}, dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "decode, ")) << r.output;
+  EXPECT_GT(all_predicted(r.output), 0.0);
+  // The sim's steps are priced already: no shape to price them by, and the error says so.
+  r = run_servelab({"run", dir.file("s.yaml"), "--out", dir.file("sim"), "--no-plots", "--quiet", "--set",
+                    "backend.kind=sim"},
+                   dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run_servelab({"price-steps", dir.file("sim/steps.jsonl"), "--profile", prof, "--preset", "tiny"}, dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.output, "steps.jsonl:1: ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "roofline.shape")) << r.output;
 }
 
 }  // namespace price_steps_cli_test

@@ -2,6 +2,7 @@
 // tiny model), padding rows are not work, steps are classed by their chunks, ceilings files are
 // read with errors naming the file, and a wrapped backend leaves one roofline per executed step.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "engine/backend/profiler.h"
 #include "engine/engine.h"
@@ -53,6 +54,25 @@ TEST(RooflineMeter, PaddingRowsAreNotWork) {
   EXPECT_DOUBLE_EQ(b.flops, a.flops);
   EXPECT_DOUBLE_EQ(b.bytes, a.bytes);
   EXPECT_EQ(b.step_class, StepClass::decode);
+}
+
+TEST(RooflineMeter, KeepsTheStepsShapeThroughItsJson) {
+  const RooflineMeter meter(hand_model(), SimDevice::preset("cpu-2core"), giga(), 1);
+  const StepShape shape = three_decodes();
+  const StepRoofline r = meter.price(shape);
+  ASSERT_TRUE(r.shape.has_value());
+  EXPECT_EQ(r.shape->n_seqs, shape.n_seqs);
+  EXPECT_EQ(r.shape->sum_context, shape.sum_context);
+  EXPECT_DOUBLE_EQ(r.shape->decode_context, shape.decode_context);
+  const StepRoofline back = nlohmann::json(r).get<StepRoofline>();
+  ASSERT_TRUE(back.shape.has_value());
+  EXPECT_EQ(back.shape->n_sampled, shape.n_sampled);
+  EXPECT_EQ(back.shape->sum_context, shape.sum_context);
+  EXPECT_DOUBLE_EQ(back.shape->prefill_pairs, shape.prefill_pairs);
+  // Files written before the shape was recorded read without one.
+  nlohmann::json old = r;
+  old.erase("shape");
+  EXPECT_FALSE(old.get<StepRoofline>().shape.has_value());
 }
 
 TEST(RooflineMeter, ClassesStepsByTheirChunks) {
