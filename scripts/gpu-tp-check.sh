@@ -162,7 +162,8 @@ fi
 # (e.g. --spread-decodes).
 TP_SCENARIO=${TP_SCENARIO:-scenarios/gpu-tp-llama3-70b.yaml}
 if [ $BUILT = 1 ] && want sweep; then
-  step sweep "${SWEEP_LIMIT:-540}" "$BUILD/servelab" run "$TP_SCENARIO" --out "$OUT/sweep" --force --quiet --no-plots
+  # shellcheck disable=SC2086  # SWEEP_ARGS are words (e.g. --set workload.rates=[12])
+  step sweep "${SWEEP_LIMIT:-540}" "$BUILD/servelab" run "$TP_SCENARIO" --out "$OUT/sweep" --force --quiet --no-plots ${SWEEP_ARGS:-}
   # The records and steps come back as files of their own (a long sweep's records outgrow logs.tgz's
   # 8 MB a file): $OUT/sweep_records.jsonl.gz and $OUT/sweep_steps.jsonl.gz.
   for f in records steps; do
@@ -226,6 +227,6 @@ if [ "${PACK:-1}" = 1 ]; then
   ( cd "$OUT" && find . -type f ! -name summary.txt ! -name allreduce.json ! -name allreduce.txt ! -name gpu_summary.txt \
       ! -name gpu_tests.json ! -name environment.txt ! -name logs.tgz ! -name 'sweep_*.jsonl.gz' -size -8M -print0 | tar --null -czf logs.tgz -T - \
     && find . -mindepth 1 ! -name summary.txt ! -name allreduce.json ! -name allreduce.txt ! -name gpu_summary.txt \
-      ! -name gpu_tests.json ! -name environment.txt ! -name logs.tgz -delete 2>/dev/null )
+      ! -name gpu_tests.json ! -name environment.txt ! -name logs.tgz ! -name 'sweep_*.jsonl.gz' -delete 2>/dev/null )
 fi
 exit $FAILED
