@@ -91,11 +91,30 @@ std::vector<StepTiming> read_steps(const std::string& path, const std::string& r
   return steps;
 }
 
+/// Every priced step, a JSON line each in the order read: for a residual analysis by any feature
+/// of the shape (results/sim-validation/step_residuals.py).
+void write_per_step(const std::string& path, const std::vector<StepTiming>& steps) {
+  std::ofstream out(path, std::ios::trunc);
+  if (!out) throw std::runtime_error(path + ": cannot write");
+  for (const StepTiming& t : steps) {
+    const StepShape& s = t.shape;
+    out << nlohmann::json{{"measured_s", t.measured_s},       {"predicted_s", t.predicted_s},
+                          {"n_tokens", s.n_tokens},           {"n_padding_tokens", s.n_padding_tokens},
+                          {"n_seqs", s.n_seqs},               {"n_sampled", s.n_sampled},
+                          {"sum_context", s.sum_context},     {"max_context", s.max_context},
+                          {"prefill_pairs", s.prefill_pairs}, {"decode_context", s.decode_context},
+                          {"verify_rows", s.verify_rows}}
+               .dump()
+        << "\n";
+  }
+  if (!out) throw std::runtime_error(path + ": write failed");
+}
+
 const Registrar kPriceSteps(
     "price-steps", "Price a real run's recorded steps with a profile (optionally of another GPU) and print the error by class",
     [](CLI::App& sub) -> CommandMain {
       struct Opts {
-        std::string steps, profile, preset, device, run;
+        std::string steps, profile, preset, device, run, per_step;
         bool retarget = false;
         int tensor_parallel = 1;
       };
@@ -107,6 +126,8 @@ const Registrar kPriceSteps(
       sub.add_flag("--retarget", o->retarget, "with --device other than the profile's: scale the profile to it");
       sub.add_option("--tensor-parallel", o->tensor_parallel, "the profile's and the steps' degree")->check(CLI::PositiveNumber);
       sub.add_option("--run", o->run, "only the steps of this run label (e.g. continuous-paged@19)");
+      sub.add_option("--per-step", o->per_step,
+                     "also write every step priced (JSON lines: measured_s, predicted_s and its shape) to this file");
       sub.footer(
           "Example:\n"
           "  servelab price-steps steps_real.jsonl --profile h100.json --preset llama2-7b --device h200 --retarget\n");
@@ -118,6 +139,7 @@ const Registrar kPriceSteps(
           const SimCostModel cost = SimCostModel::from_profile_json(o->profile, model, device, o->tensor_parallel, o->retarget);
           std::vector<StepTiming> steps = read_steps(o->steps, o->run);
           price_step_timings(steps, cost, model);
+          if (!o->per_step.empty()) write_per_step(o->per_step, steps);
           double measured = 0.0, predicted = 0.0;
           std::cout << "cost model: " << cost.source << "\n"
                     << std::left << std::setw(34) << "class" << std::right << std::setw(8) << "steps" << std::setw(14)

@@ -109,10 +109,23 @@ workload:
     ++n_shaped;
   }
   EXPECT_GT(n_shaped, 0);
-  r = run_servelab({"price-steps", dir.file("cpu/steps.jsonl"), "--profile", prof, "--preset", "tiny"}, dir);
+  r = run_servelab({"price-steps", dir.file("cpu/steps.jsonl"), "--profile", prof, "--preset", "tiny", "--per-step",
+                    dir.file("priced.jsonl")},
+                   dir);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "decode, ")) << r.output;
   EXPECT_GT(all_predicted(r.output), 0.0);
+  // --per-step: one line a priced step, each with both times and its shape.
+  std::ifstream priced(dir.file("priced.jsonl"));
+  int n_priced = 0;
+  while (std::getline(priced, line)) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    EXPECT_GT(j["measured_s"].get<double>(), 0.0) << line;
+    EXPECT_GT(j["predicted_s"].get<double>(), 0.0) << line;
+    EXPECT_GE(j["n_seqs"].get<int>(), 1) << line;
+    ++n_priced;
+  }
+  EXPECT_EQ(n_priced, n_shaped);
   // The sim's steps are priced already: no shape to price them by, and the error says so.
   r = run_servelab({"run", dir.file("s.yaml"), "--out", dir.file("sim"), "--no-plots", "--quiet", "--set",
                     "backend.kind=sim"},
