@@ -45,6 +45,7 @@ struct ProfileArgs {
   int warmup = -1;       // untimed runs per point; -1 = 2 on cuda (GEMM choice, graph capture), else 0
   std::string kv = "paged";    // the timed sequences' KV layout
   bool kv_spread = false;      // spread them over the --kv-gb arena
+  std::string spread_shape;    // --spread-shape even | exponential ("" = even)
   bool host_overhead = true;  // also measure the engine's per-step host work (loadgen/host_overhead_probe.h)
   std::string for_scenario;   // the grid from this scenario's lengths and batches (loadgen/profile_grid_for.h)
   int draft_layers = 0;       // also profile the preset's first N layers (a `self` draft), as "draft" in the JSON
@@ -164,6 +165,10 @@ int profile_main(const ProfileArgs& a) {
   options.fill_kv = spec.kind != BackendKind::sim;  // the sim would charge the fill as swap traffic
   options.kv_kind = a.kv == "naive" ? KvKind::naive : KvKind::paged;
   options.kv_spread = a.kv_spread;
+  if (!a.spread_shape.empty()) {
+    if (!options.spread_decodes) throw std::invalid_argument("--spread-shape needs --spread-decodes (the points it shapes)");
+    options.spread_shape = parse_spread_shape(a.spread_shape);
+  }
   if (a.kv_spread && a.kv_gb <= 0.0)
     throw std::invalid_argument("--kv-spread needs --kv-gb: the arena the sequences spread over (the runs' KV size)");
   options.validate();
@@ -343,6 +348,10 @@ const Registrar register_profile(
                    "lengths cost over the mean, priced by the sim per bucket (off by default: on the H200 matrix it "
                    "moved the long-prompt cell's TPOT p50 4 points closer and chat cells' further; "
                    "results/sim-validation/README.md)");
+      sub.add_option("--spread-shape", a->spread_shape,
+                     "with --spread-decodes: even (contexts evenly over [c/2, 3c/2], the default) or exponential "
+                     "(an exponential distribution's quantiles, mean c: serving's long tail, the longest ~c ln 2b)")
+          ->check(CLI::IsMember({"even", "exponential"}));
       sub.add_flag("--interleave", g.interleave,
                    "time the points in shuffled rounds (each timed step follows other work, as in serving) instead of "
                    "each point's runs back to back; --min-point-s is not used");

@@ -147,17 +147,14 @@ std::vector<ProfilePoint> profile_grid(const ProfileOptions& o) {
     for (int c : o.contexts) add(ProfilePhase::decode, std::vector<Seq>(b, {start(c, 1), 1}));
   for (int b : o.extra_decode_batches)
     for (int c : o.contexts) add(ProfilePhase::decode, std::vector<Seq>(b, {start(c, 1), 1}));
-  if (o.spread_decodes) {  // the same points with contexts spread evenly over [c / 2, 3c / 2]
+  if (o.spread_decodes) {  // the same points with contexts spread around c (profile_spread.h)
     std::vector<int> spread = o.batch_sizes;
     spread.insert(spread.end(), o.extra_decode_batches.begin(), o.extra_decode_batches.end());
     for (int b : spread)
       for (int c : o.contexts) {
         if (b < 2 || c < 4) continue;
         std::vector<Seq> seqs;
-        for (int i = 0; i < b; ++i) {
-          const int ctx = c / 2 + int(int64_t(c) * i / (b - 1));  // c/2 ... c/2 + c
-          seqs.push_back({start(ctx, 1), 1});
-        }
+        for (int ctx : spread_contexts(c, b, o.spread_shape)) seqs.push_back({start(ctx, 1), 1});
         add(ProfilePhase::decode, std::move(seqs));
       }
   }
@@ -517,6 +514,7 @@ std::string profile_json(const ProfileReport& r, const ProfileReport* draft) {
                   {"kv", to_string(o.kv_kind)},     {"kv_spread", o.kv_spread},
                   {"interleave", o.interleave},     {"lead_in", o.lead_in},
                   {"padded_decodes", o.padded_decodes}, {"spread_decodes", o.spread_decodes}};
+  if (o.spread_decodes) j["options"]["spread_shape"] = to_string(o.spread_shape);
   if (!o.verify_ks.empty()) j["options"]["verify_ks"] = o.verify_ks;
   ordered_json skipped = ordered_json::array();
   for (const ProfilePoint& p : r.skipped) {

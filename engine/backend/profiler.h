@@ -13,6 +13,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/ceiling_probe.h"
 #include "engine/backend/host_overhead.h"
+#include "engine/backend/profile_spread.h"
 #include "engine/backend/cost_model.h"
 #include "engine/kv/kv_manager.h"
 
@@ -86,6 +87,9 @@ struct ProfileOptions {
   /// --spread-decodes): on the H200 matrix cells it priced long-prompt decodes closer and chat
   /// cells' further from the real runs (results/sim-validation/README.md, 2026-11-30).
   bool spread_decodes = false;
+  /// The spread points' shape (profile_spread.h): even over [c/2, 3c/2] (default), or exponential
+  /// (serving's long tail, the longest at ~c · ln 2b). Written to the profile's options.
+  SpreadShape spread_shape = SpreadShape::even;
   /// Decode batch sizes timed besides batch_sizes (decodes only; profile_backend fills it from
   /// the backend's buckets when bucket_edges is on).
   std::vector<int> extra_decode_batches;
