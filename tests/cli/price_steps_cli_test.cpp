@@ -28,15 +28,24 @@ double all_predicted(const std::string& out) {
   return predicted;
 }
 
+/// A small cpu profile of `tiny` in dir (p.json); "" when `servelab profile` failed (the output
+/// then reported).
+std::string tiny_profile(TempDir& dir) {
+  const std::string prof = dir.file("p.json");
+  const CliResult r = run_servelab({"profile", "--preset", "tiny", "--threads", "1", "--prefill-lens", "16,64", "--batch",
+                                    "1,4", "--contexts", "8,64", "--chunk-lens", "8", "--repeats", "1",
+                                    "--no-host-overhead", "--json", prof},
+                                   dir);
+  EXPECT_EQ(r.code, 0) << r.output;
+  return r.code == 0 ? prof : "";
+}
+
 TEST(PriceStepsCli, PricesRecordedStepsByClassAndRetargetsOnlyWhenAsked) {
   SERVELAB_REQUIRE_BINARY();
   TempDir dir;
-  const std::string prof = dir.file("p.json");
-  CliResult r = run_servelab({"profile", "--preset", "tiny", "--threads", "1", "--prefill-lens", "16,64", "--batch", "1,4",
-                              "--contexts", "8,64", "--chunk-lens", "8", "--repeats", "1", "--no-host-overhead",
-                              "--json", prof},
-                             dir);
-  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string prof = tiny_profile(dir);
+  ASSERT_FALSE(prof.empty());
+  CliResult r;
   write_text(dir.file("steps.jsonl"),
              R"({"run":"a","n_tokens":1,"n_padding_tokens":0,"n_seqs":1,"sum_context":33,"max_context":33,"prefill_pairs":0,"decode_context":33,"measured_s":0.002}
 {"run":"a","n_tokens":4,"n_padding_tokens":0,"n_seqs":4,"sum_context":132,"max_context":33,"prefill_pairs":0,"decode_context":132,"measured_s":0.003}
@@ -74,12 +83,9 @@ TEST(PriceStepsCli, PricesRecordedStepsByClassAndRetargetsOnlyWhenAsked) {
 TEST(PriceStepsCli, PricesACpuRunsOwnStepsAndRefusesASimRunsWithTheReason) {
   SERVELAB_REQUIRE_BINARY();
   TempDir dir;
-  const std::string prof = dir.file("p.json");
-  CliResult r = run_servelab({"profile", "--preset", "tiny", "--threads", "1", "--prefill-lens", "16,64", "--batch", "1,4",
-                              "--contexts", "8,64", "--chunk-lens", "8", "--repeats", "1", "--no-host-overhead",
-                              "--json", prof},
-                             dir);
-  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string prof = tiny_profile(dir);
+  ASSERT_FALSE(prof.empty());
+  CliResult r;
   const std::string scenario = R"(name: priced
 seed: 5
 model: {preset: tiny}
