@@ -86,8 +86,9 @@ class TpCudaBackend final : public Backend {
   int64_t kv_bytes_for_utilization(double utilization, int max_tokens, int max_samples) const;
   /// Times `repeats` in-place sum all-reduces (of the dtype, through the backend's all_reduce
   /// path: ours or NCCL by size) of each size on all ranks (after 3 untimed), on each rank's stream
-  /// with CUDA events. Eagerly, or (in_graph) as one CUDA graph of the `repeats` calls per rank,
-  /// replayed (the median of 5 replays after one untimed): how a decode step runs them. Outside any step.
+  /// with CUDA events. Eagerly (ours takes its barrier variant there, as eager steps do), or
+  /// (in_graph) as one CUDA graph of the `repeats` calls per rank, replayed (the median of 5
+  /// replays after one untimed): how a decode step runs them, lamport up to 1 MiB. Outside any step.
   std::vector<AllReduceTiming> all_reduce_timings(std::span<const int64_t> message_bytes, int repeats = 20,
                                                   bool in_graph = false);
   /// The backend's all-reduce set-up: "ours (peer memory) up to 4194304 bytes, NCCL above", "NCCL".
