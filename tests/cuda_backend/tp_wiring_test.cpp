@@ -2,6 +2,7 @@
 // backend: the knob parses and is checked against the model's shards; the KV slot is one GPU's
 // share; on a machine without the GPUs (CI), without NCCL or without CUDA, asking for it fails
 // with a clear message and `servelab run` exits 2.
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -108,6 +109,30 @@ TEST(TpWiring, CudaOptionsCheckTheAllReduce) {
   } catch (const std::invalid_argument& e) {
     EXPECT_TRUE(has(e.what(), "all_reduce: custom sums bf16 only")) << e.what();
   }
+}
+#endif
+
+#ifdef SERVELAB_HAVE_CUDA_BACKEND
+// The diagnostic overrides (SERVELAB_TP_*, read when the backend is made): a value that is not a
+// whole number in range is refused before any GPU is touched, the error naming the variable.
+TEST(TpWiring, BadTpEnvironmentOverrideNamesTheVariable) {
+  BackendSpec spec;
+  spec.kind = BackendKind::cuda;
+  spec.model = "llama3-8b";
+  spec.tensor_parallel = 2;
+  for (const char* bad : {"2", "yes", "1x"}) {
+    ::setenv("SERVELAB_TP_FUSE", bad, 1);
+    try {
+      make_backend(spec);
+      ADD_FAILURE() << "SERVELAB_TP_FUSE=" << bad << " accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_TRUE(has(e.what(), std::string("SERVELAB_TP_FUSE=") + bad)) << e.what();
+      EXPECT_TRUE(has(e.what(), "[0, 1]")) << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "not the override's error: " << e.what();
+    }
+  }
+  ::unsetenv("SERVELAB_TP_FUSE");
 }
 #endif
 
