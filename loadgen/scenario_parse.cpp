@@ -42,7 +42,6 @@ class Walker : public YamlReader {
 
  private:
   void model(const YAML::Node& n);
-  void backend(const YAML::Node& n);
   void engine(const YAML::Node& n);
   void strategy(const YAML::Node& n, const std::string& path, StrategySpec& out);
   void kv(const YAML::Node& n, const std::string& path, KvConfig& out);
@@ -66,7 +65,7 @@ void Walker::root(const YAML::Node& r) {
   if (defined(r["seed"])) read_int(r["seed"], "seed", s_.seed);
   if (defined(r["output_dir"])) read_string(r["output_dir"], "output_dir", s_.output_dir);
   if (defined(r["model"])) model(r["model"]);
-  if (defined(r["backend"])) backend(r["backend"]);
+  if (defined(r["backend"])) parse_backend_section(r["backend"], ov_, s_, d_);  // scenario_parse_backend.cpp
   if (defined(r["engine"])) engine(r["engine"]);
   if (defined(r["strategies"])) {
     const YAML::Node& n = r["strategies"];
@@ -127,105 +126,6 @@ void Walker::model(const YAML::Node& n) {
         note(r, "model.residual_scale");
         d_.error_at("model.residual_scale", e.what());
       }
-    }
-  }
-}
-
-void Walker::backend(const YAML::Node& n) {
-  const Options<BackendKind> kinds{{"cpu", BackendKind::cpu}, {"sim", BackendKind::sim}, {"cuda", BackendKind::cuda}};
-  auto& b = s_.backend;
-  if (n.IsScalar()) {  // `backend: cuda`, short for {kind: cuda}
-    read_enum(n, "backend", b.kind, kinds);
-    return;
-  }
-  if (!section(n, "backend", {"kind", "threads", "sim_device", "sim_profile", "sim_retarget", "sim_cost_scale", "ceilings",
-                              "device", "fusion", "batch_invariant", "cuda_graphs", "tensor_parallel", "dtype", "all_reduce",
-                              "all_reduce_max_bytes"}))
-    return;
-  bool kind_ok = true;
-  if (defined(n["kind"])) kind_ok = read_enum(n["kind"], "backend.kind", b.kind, kinds);
-  if (defined(n["threads"])) read_int(n["threads"], "backend.threads", b.threads);
-  for (const std::string k : {"sim_device", "sim_profile", "sim_retarget"}) {
-    if (!defined(n[k])) continue;
-    const std::string p = "backend." + k;
-    if (kind_ok && b.kind != BackendKind::sim) {
-      note(n[k], p);
-      d_.error_at(p, p + " applies to kind: sim, not " + to_string(b.kind));
-    } else if (k != "sim_profile") {
-      k == "sim_device" ? read_string(n[k], p, b.sim_device) : read_bool(n[k], p, b.sim_retarget);
-    } else {
-      read_path(n[k], p, b.sim_profile);
-    }
-  }
-  if (defined(n["ceilings"])) {
-    if (kind_ok && b.kind == BackendKind::sim) {
-      note(n["ceilings"], "backend.ceilings");
-      d_.error_at("backend.ceilings", "backend.ceilings applies to kind: cpu or cuda (the sim's steps are priced, not measured)");
-    } else {
-      read_path(n["ceilings"], "backend.ceilings", b.ceilings);
-    }
-  }
-  if (defined(n["sim_cost_scale"])) {
-    const std::string p = "backend.sim_cost_scale";
-    if (kind_ok && b.kind != BackendKind::sim) {
-      note(n["sim_cost_scale"], p);
-      d_.error_at(p, p + " applies to kind: sim, not " + to_string(b.kind));
-    } else if (read_double(n["sim_cost_scale"], p, b.sim_cost_scale) &&
-               (!(b.sim_cost_scale > 0.0) || b.sim_cost_scale > 1000.0)) {
-      d_.error(p, "must be in (0, 1000] (got " + fmt_double(b.sim_cost_scale) + ")");
-    }
-  }
-  if (defined(n["tensor_parallel"])) {
-    const std::string p = "backend.tensor_parallel";
-    if (kind_ok && b.kind == BackendKind::cpu) {
-      note(n["tensor_parallel"], p);
-      d_.error_at(p, p + " applies to kind: cuda or sim, not cpu");
-    } else if (read_int(n["tensor_parallel"], p, b.tensor_parallel) &&
-               (b.tensor_parallel < 1 || b.tensor_parallel > 64)) {
-      d_.error(p, "must be in [1, 64] (got " + std::to_string(b.tensor_parallel) + ")");
-    }
-  }
-  if (defined(n["dtype"])) {
-    const std::string p = "backend.dtype";
-    if (kind_ok && b.kind == BackendKind::cpu) {
-      note(n["dtype"], p);
-      d_.error_at(p, p + " applies to kind: cuda or sim, not cpu (the cpu backend computes in fp32; model.dtype "
-                         "rounds its random weights)");
-    } else {
-      read_enum(n["dtype"], p, b.dtype,
-                Options<DType>{{"bf16", DType::bf16}, {"f16", DType::f16}, {"bfloat16", DType::bf16},
-                               {"float16", DType::f16}});
-    }
-  }
-  for (const char* k : {"device", "fusion", "batch_invariant", "cuda_graphs", "all_reduce", "all_reduce_max_bytes"}) {
-    if (!defined(n[k])) continue;
-    const std::string p = std::string("backend.") + k;
-    if (kind_ok && b.kind != BackendKind::cuda) {
-      note(n[k], p);
-      d_.error_at(p, p + " applies to kind: cuda, not " + to_string(b.kind));
-      continue;
-    }
-    const std::string key = k;
-    if (key == "device") {
-      if (read_int(n[k], p, b.device) && b.device < 0) d_.error(p, "must be >= 0 (got " + std::to_string(b.device) + ")");
-    } else if (key == "fusion") {
-      read_bool(n[k], p, b.fusion);
-    } else if (key == "batch_invariant") {
-      read_bool(n[k], p, b.batch_invariant);
-    } else if (key == "all_reduce") {
-      read_enum(n[k], p, b.all_reduce,
-                Options<TpAllReduce>{{"auto", TpAllReduce::auto_select}, {"nccl", TpAllReduce::nccl},
-                                     {"custom", TpAllReduce::custom}});
-    } else if (key == "all_reduce_max_bytes") {
-      int v = 0;
-      if (read_int(n[k], p, v)) {
-        if (v < 16 || v > (1 << 30) || v % 16)
-          d_.error(p, "must be a multiple of 16 in [16, 1073741824] (got " + std::to_string(v) + ")");
-        else
-          b.all_reduce_max_bytes = v;
-      }
-    } else {
-      read_bool(n[k], p, b.cuda_graphs);
     }
   }
 }

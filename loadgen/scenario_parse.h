@@ -29,6 +29,12 @@ void parse_gates_section(const YAML::Node& node, const std::vector<AppliedOverri
 void parse_baseline_section(const YAML::Node& node, const std::vector<AppliedOverride>& overrides, Scenario& scenario,
                             Diagnostics& diag);
 
+/// `backend:` (kind, threads, sim_device, sim_profile, sim_retarget, sim_cost_scale, ceilings,
+/// device, fusion, batch_invariant, cuda_graphs, tensor_parallel, dtype, all_reduce,
+/// all_reduce_max_bytes) into scenario.backend (scenario_parse_backend.cpp).
+void parse_backend_section(const YAML::Node& node, const std::vector<AppliedOverride>& overrides, Scenario& scenario,
+                           Diagnostics& diag);
+
 /// `workload.rates:` (a rate, a list, or a range) into scenario.workload.rates
 /// (scenario_parse_rates.cpp).
 void parse_rates_section(const YAML::Node& node, const std::vector<AppliedOverride>& overrides, Scenario& scenario,
