@@ -36,12 +36,13 @@ class CustomAllReduce {
  public:
   enum class Variant { automatic, push, pull, lamport };  ///< automatic: lamport up to lamport_max_bytes, else push
   static constexpr int64_t kDefaultLamportMaxBytes = int64_t(1) << 20;
+  static constexpr int kDefaultBlocks = 32, kDefaultThreads = 512;
   static constexpr int kMaxRanks = 8;
   /// Allocates each rank's staging buffers and flags on devices[r] and enables peer access between
   /// every pair (throws std::runtime_error when a pair cannot). max_bytes: the largest message.
   /// lamport_max_bytes (capped at max_bytes): the largest message of the lamport variant.
-  CustomAllReduce(const std::vector<int>& devices, int64_t max_bytes, int blocks = 32, int threads = 512,
-                  int64_t lamport_max_bytes = kDefaultLamportMaxBytes);
+  CustomAllReduce(const std::vector<int>& devices, int64_t max_bytes, int blocks = kDefaultBlocks,
+                  int threads = kDefaultThreads, int64_t lamport_max_bytes = kDefaultLamportMaxBytes);
   ~CustomAllReduce();
   CustomAllReduce(const CustomAllReduce&) = delete;
   CustomAllReduce& operator=(const CustomAllReduce&) = delete;

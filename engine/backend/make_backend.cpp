@@ -2,9 +2,9 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <type_traits>
 #include <filesystem>
 #include <stdexcept>
+#include <type_traits>
 
 #include "engine/backend/cpu_backend.h"
 #ifdef SERVELAB_HAVE_CUDA_BACKEND

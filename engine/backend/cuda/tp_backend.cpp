@@ -262,8 +262,10 @@ std::unique_ptr<TpCudaBackend::Impl> TpCudaBackend::build(const ModelConfig& con
   // Our all-reduce's peer buffers and peer access, once, from this thread (it visits every device).
   if (n_ranks > 1 && o.tp_all_reduce != TpAllReduce::nccl && o.dtype == DType::bf16) {
     try {
-      impl->custom = std::make_unique<kernels::CustomAllReduce>(impl->devices(), o.tp_all_reduce_max_bytes, 32, 512,
-                                                                o.tp_lamport_max_bytes);
+      using kernels::CustomAllReduce;
+      impl->custom =
+          std::make_unique<CustomAllReduce>(impl->devices(), o.tp_all_reduce_max_bytes, CustomAllReduce::kDefaultBlocks,
+                                            CustomAllReduce::kDefaultThreads, o.tp_lamport_max_bytes);
     } catch (const std::runtime_error& e) {  // e.g. GPUs without peer access: auto falls back to NCCL
       if (o.tp_all_reduce == TpAllReduce::custom)
         throw std::runtime_error(std::string("all_reduce: custom: ") + e.what());
