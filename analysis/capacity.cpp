@@ -202,6 +202,22 @@ std::string capacity_table(const std::vector<StrategyCapacity>& results, double 
     }
     if (!c.note.empty() && c.found) out << c.strategy << ": note: " << c.note << "\n";
   }
+  for (const StrategyCapacity& c : results) {
+    if (c.step_cost_margin <= 0) continue;
+    std::snprintf(line, sizeof line, "%s: with every step %.3g%% slower (capacity.step_cost_margin): ", c.strategy.c_str(),
+                  c.step_cost_margin * 100.0);
+    out << line;
+    if (!c.found_at_margin) {
+      out << "not found\n";
+    } else if (c.found && c.capacity > 0) {
+      std::snprintf(line, sizeof line, "%.3f req/s (%+.1f%%)\n", c.capacity_at_margin,
+                    100.0 * (c.capacity_at_margin / c.capacity - 1.0));
+      out << line;
+    } else {
+      std::snprintf(line, sizeof line, "%.3f req/s\n", c.capacity_at_margin);
+      out << line;
+    }
+  }
   // With workload.repeat, each probe's runs and the range of their attainments (min-max).
   bool repeated = false;
   for (const StrategyCapacity& c : results)
@@ -270,6 +286,11 @@ nlohmann::ordered_json capacity_json(const std::vector<StrategyCapacity>& result
     s["precision_rps"] = c.precision;
     s["note"] = c.note;
     s["at_capacity"] = c.found ? probe_json(c.at_capacity) : nlohmann::ordered_json(nullptr);
+    if (c.step_cost_margin > 0)
+      s["step_cost_margin"] = {{"margin", c.step_cost_margin},
+                               {"found", c.found_at_margin},
+                               {"capacity_rps", c.found_at_margin ? nlohmann::ordered_json(c.capacity_at_margin)
+                                                                  : nlohmann::ordered_json(nullptr)}};
     s["deployment"] = {{"target_rate", c.target_rate},
                        {"gpus_per_replica", c.gpus_per_replica},
                        {"replicas", c.replicas},

@@ -80,6 +80,12 @@ struct StrategyCapacity {
   double usd_per_m_output_tokens = 0.0;  ///< at capacity: GPU cost per hour / output tokens per hour × 1e6
   double requests_per_usd = 0.0;         ///< at capacity: requests per hour / GPU cost per hour
   double fleet_usd_per_hour = 0.0;       ///< gpus × gpu_hour_usd
+
+  // The same search with every step priced (1 + step_cost_margin) times its cost (capacity.
+  // step_cost_margin, the sim only); step_cost_margin 0 = not asked.
+  double step_cost_margin = 0.0;
+  bool found_at_margin = false;
+  double capacity_at_margin = 0.0;
 };
 
 /// The highest rate the search doubles to: beyond it the probes cannot load the target.

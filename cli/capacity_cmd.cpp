@@ -138,11 +138,17 @@ int capacity_main(const CapacityArgs& a) {
   bo.decide_on_ci95_lo = spec.decide == CapacityDecide::ci95_lo;
   std::vector<analysis::StrategyCapacity> results;
   CostCounts counts;
+  std::unique_ptr<PointRunner> slower;  // capacity.step_cost_margin (the sim only: checked when parsed)
+  if (spec.step_cost_margin > 0) {
+    Scenario priced = sc;
+    priced.backend.sim_cost_scale *= 1.0 + spec.step_cost_margin;
+    slower = std::make_unique<PointRunner>(priced);
+  }
   for (size_t i : which) {
     // workload.repeat N: each probe is N runs, run k planned from repeat_seed(seed, k) (k = 1: the
     // scenario's seed, so repeat 1 probes what it always did), scored on their mean.
     const int n_runs = n_runs_of(sc);
-    auto probe = [&](double rate) {
+    auto probe_with = [&](PointRunner& by, double rate) {
       std::vector<analysis::RunMetrics> runs;
       double wall_s = 0.0;
       std::string label;
@@ -150,7 +156,7 @@ int capacity_main(const CapacityArgs& a) {
         PointRunOptions o;
         o.n_requests = spec.n_requests;
         o.seed = repeat_seed(sc.seed, k);
-        const PointRun run = runner->run(i, rate, o);
+        const PointRun run = by.run(i, rate, o);
         if (run.cost_counts) {
           counts.profile += run.cost_counts->profile;
           counts.profile_roofline += run.cost_counts->profile_roofline;
@@ -170,8 +176,17 @@ int capacity_main(const CapacityArgs& a) {
       }
       return p;
     };
-    analysis::StrategyCapacity c = analysis::find_capacity(sc.strategies[i].label, probe, bo);
+    analysis::StrategyCapacity c =
+        analysis::find_capacity(sc.strategies[i].label, [&](double rate) { return probe_with(*runner, rate); }, bo);
     analysis::plan_deployment(c, spec.target_rate, spec.tensor_parallel, spec.gpu_hour_usd);
+    if (slower) {  // capacity.step_cost_margin: the same search on steps priced that much slower
+      if (!a.quiet) std::fprintf(stderr, "  with every step %.3g%% slower:\n", spec.step_cost_margin * 100.0);
+      const analysis::StrategyCapacity m =
+          analysis::find_capacity(sc.strategies[i].label, [&](double rate) { return probe_with(*slower, rate); }, bo);
+      c.step_cost_margin = spec.step_cost_margin;
+      c.found_at_margin = m.found;
+      c.capacity_at_margin = m.capacity;
+    }
     results.push_back(std::move(c));
   }
 

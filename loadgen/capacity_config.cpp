@@ -1,5 +1,7 @@
 #include "loadgen/capacity_config.h"
 
+#include <string>
+
 #include "loadgen/yaml_reader.h"
 
 namespace servelab {
@@ -16,7 +18,7 @@ class CapacityWalker : public YamlReader {
     CapacitySpec c;
     if (!section(n, "capacity",
                  {"rate_lo", "rate_hi", "precision", "precision_pct", "max_probes", "n_requests", "target_rate",
-                  "gpu_hour_usd", "tensor_parallel", "gpu_memory_utilization", "decide"})) {
+                  "gpu_hour_usd", "tensor_parallel", "gpu_memory_utilization", "decide", "step_cost_margin"})) {
       s_.capacity = c;
       return;
     }
@@ -47,6 +49,16 @@ class CapacityWalker : public YamlReader {
       double u = 0.0;
       number("gpu_memory_utilization", u, 0, true, 1, "in (0, 1]");
       c.gpu_memory_utilization = u;
+    }
+    if (defined(n["step_cost_margin"])) {
+      if (s_.backend.kind != BackendKind::sim) {
+        note(n["step_cost_margin"], "capacity.step_cost_margin");
+        d_.error_at("capacity.step_cost_margin",
+                    std::string("capacity.step_cost_margin applies to backend kind: sim (it prices every step that much "
+                                "slower), not ") + to_string(s_.backend.kind));
+      } else {
+        number("step_cost_margin", c.step_cost_margin, 0, false, 1, "in [0, 1]");
+      }
     }
     if (defined(n["decide"]))
       read_enum(n["decide"], "capacity.decide", c.decide,

@@ -38,6 +38,9 @@ struct CapacitySpec {
   /// and activations at this share of its memory (vLLM's gpu_memory_utilization).
   std::optional<double> gpu_memory_utilization;
   CapacityDecide decide = CapacityDecide::mean;
+  /// sim: also search with every step priced (1 + this) times its cost (backend.sim_cost_scale ×),
+  /// to show what a few percent of step-time error does to the capacity; 0 = not asked.
+  double step_cost_margin = 0.0;
 };
 
 /// Reads `node` (the value of `capacity:`) into scenario.capacity, with range checks; problems

@@ -101,6 +101,50 @@ TEST(CapacityCommand, RepeatedProbesAverageRunsOfTheirOwnSeeds) {
   }
 }
 
+// capacity.step_cost_margin: the same search again with every step priced that much slower; the
+// table says what it did to each capacity and capacity.json carries it. Only on the sim.
+TEST(CapacityCommand, StepCostMarginSearchesAgainOnSlowerSteps) {
+  SERVELAB_REQUIRE_BINARY();
+  TempDir tmp;
+  const std::string scenario = tmp.file("m.yaml");
+  const std::string body =
+      "seed: 3\nmodel: {preset: llama2-7b}\nbackend: {kind: sim, sim_device: h100}\n"
+      "engine: {kv_cache_mb: 4096, max_model_len: 2048}\n"
+      "strategies: [{label: small, batching: continuous, max_num_seqs: 8, max_num_batched_tokens: 2048, kv: {kind: paged}}]\n"
+      "workload: {arrival: {process: poisson}, rates: [1], n_requests: 200, warmup_requests: 0,\n"
+      "           prompt_tokens: {dist: sharegpt}, output_tokens: {dist: sharegpt}}\n"
+      "slo: {ttft_ms: 1000, tpot_ms: 100, attainment: 0.9}\n";
+  write_text(scenario, body + "capacity: {step_cost_margin: 0.1, precision_pct: 2}\n");
+  CliResult r = run_servelab({"capacity", scenario, "--out", tmp.file("cap"), "--quiet"}, tmp);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("small: with every step 10% slower (capacity.step_cost_margin): "), std::string::npos)
+      << r.output;
+  const auto j = nlohmann::json::parse(read_text(tmp.file("cap") + "/capacity.json"));
+  const auto& s = j.at("strategies").at(0);
+  ASSERT_TRUE(s.at("found").get<bool>());
+  const auto& m = s.at("step_cost_margin");
+  EXPECT_DOUBLE_EQ(m.at("margin").get<double>(), 0.1);
+  ASSERT_TRUE(m.at("found").get<bool>());
+  const double cap = s.at("capacity_rps"), slower = m.at("capacity_rps");
+  EXPECT_LT(slower, cap);       // slower steps serve less
+  EXPECT_GT(slower, 0.5 * cap);  // ... but not half as much for 10%
+  // Without the key: no such line, no such field.
+  write_text(scenario, body + "capacity: {precision_pct: 2}\n");
+  r = run_servelab({"capacity", scenario, "--out", tmp.file("plain"), "--quiet"}, tmp);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.find("step_cost_margin"), std::string::npos) << r.output;
+  EXPECT_FALSE(nlohmann::json::parse(read_text(tmp.file("plain") + "/capacity.json"))
+                   .at("strategies").at(0).contains("step_cost_margin"));
+  // A real backend's steps are measured, not priced: the key is refused where it stands.
+  write_text(scenario, "seed: 3\nmodel: {preset: tiny}\nbackend: {kind: cpu}\n"
+                       "strategies: [{batching: continuous}]\nworkload: {arrival: {process: poisson}, rates: [1]}\n"
+                       "capacity: {step_cost_margin: 0.1}\n");
+  r = run_servelab({"validate", scenario}, tmp);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("capacity.step_cost_margin applies to backend kind: sim"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("m.yaml:6:"), std::string::npos) << r.output;
+}
+
 TEST(CapacityCommand, RefusesAProfileOfAnotherModel) {
   SERVELAB_REQUIRE_BINARY();
   TempDir tmp;
