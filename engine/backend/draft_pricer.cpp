@@ -1,6 +1,7 @@
 #include "engine/backend/draft_pricer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 namespace servelab {
@@ -66,7 +67,9 @@ double knot_value(const std::vector<std::pair<double, double>>& knots, double x)
   if (knots.empty() || x <= 0) return 0.0;
   double x0 = 0.0, y0 = 0.0;
   for (const auto& [x1, y1] : knots) {
-    if (x <= x1) return y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+    // std::lerp is exact at the knots and stays between them: the plain formula could round
+    // (-y0 * dx) / dx to just past -y0 and return -1e-20 for a knot at 0.
+    if (x <= x1) return std::lerp(y0, y1, (x - x0) / (x1 - x0));
     x0 = x1;
     y0 = y1;
   }
