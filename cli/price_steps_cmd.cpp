@@ -37,6 +37,9 @@ StepTiming step_of_real_line(const nlohmann::json& j) {
   s.prefill_pairs = j.at("prefill_pairs").get<double>();
   s.decode_context = j.at("decode_context").get<double>();
   s.attention_pairs = s.prefill_pairs + s.decode_context;
+  if (j.contains("lora"))  // [rows, slot, params] of each entry on an adapter
+    for (const nlohmann::json& r : j.at("lora"))
+      t.lora.push_back({r.at(0).get<int32_t>(), r.at(1).get<int32_t>(), r.at(2).get<int64_t>()});
   return t;
 }
 

@@ -66,7 +66,12 @@ int64_t default_cuda_kv_bytes(const Backend& backend, const ProfileOptions& opti
     max_rows = std::max(max_rows, rows);
     max_seqs = std::max(max_seqs, static_cast<int>(p.seqs.size()));
   }
-  return kv_bytes_for_gpu_utilization(backend, 0.9, max_rows, max_seqs);
+  LoraConfig lora;  // --lora-rank: the adapters' pool comes out of the same 90%
+  if (options.lora_rank > 0)
+    lora = {.enabled = true,
+            .max_loras = *std::max_element(options.lora_adapters.begin(), options.lora_adapters.end()),
+            .max_lora_rank = options.lora_rank};
+  return kv_bytes_for_gpu_utilization(backend, 0.9, max_rows, max_seqs, lora);
 }
 
 /// Whole proposer rounds of the draft `dspec` describes (engine/spec/draft_rounds.h), on a backend
@@ -153,6 +158,8 @@ int profile_main(const ProfileArgs& a) {
     if (!given("--prompt-len")) options.prompt_lens = d.prompt_lens;
     if (!given("--max-rows")) options.max_rows = d.max_rows;
     if (!given("--verify-k")) options.verify_ks = d.verify_ks;
+    if (!given("--lora-rank")) options.lora_rank = d.lora_rank;
+    if (!given("--lora-adapters")) options.lora_adapters = d.lora_adapters;
     if (a.draft_layers == 0 && a.draft_preset.empty()) {  // the scenario's draft, profiled beside the target
       draft_layers = derived.draft_layers;
       draft_preset = derived.draft_preset;
@@ -179,6 +186,9 @@ int profile_main(const ProfileArgs& a) {
   std::cerr << "building the " << a.backend << " backend for " << spec.model << "...\n";
   std::unique_ptr<Backend> backend = make_backend(spec);  // without CUDA: the exit-2 message
   std::string device = backend->device_description();
+  if (options.lora_rank > 0 && !backend->caps().lora)  // before the grid, not after it
+    throw std::invalid_argument("--lora-rank: the " + a.backend + " backend runs no LoRA adapters here" +
+                                (a.tensor_parallel > 1 ? " (not under tensor parallelism)" : ""));
   if (cuda) {
     if (hardware.empty()) hardware = sim_hardware_for_device(device);
     if (hardware.empty()) {
@@ -324,6 +334,17 @@ const Registrar register_profile(
                      "last token and k drafts) and draws each, at --batch x --contexts, for each k listed")
           ->delimiter(',')
           ->check(CLI::Range(1, 16));
+      sub.add_option("--lora-rank", g.lora_rank,
+                     "also time steps whose sequences all run random LoRA adapters of this rank (all seven linears) "
+                     "against the same steps without, into the JSON's \"lora\": the sim's LoRA figures for this "
+                     "device (0: none)")
+          ->capture_default_str()
+          ->check(CLI::Range(0, 256));
+      sub.add_option("--lora-adapters", g.lora_adapters,
+                     "with --lora-rank: distinct adapters among a LoRA point's sequences (1 is always timed)")
+          ->delimiter(',')
+          ->capture_default_str()
+          ->check(CLI::Range(1, 1024));
       sub.add_option("--draft-layers", a->draft_layers,
                      "also profile the preset's first N layers (a `self` draft of N layers) on the same grid, into the "
                      "JSON's \"draft\": the sim prices that draft's steps from it")
@@ -333,7 +354,8 @@ const Registrar register_profile(
       sub.add_flag("!--no-draft-rounds", a->draft_rounds,
                    "with a draft: do not time whole proposer rounds (B sequences drafting k, host work included), "
                    "from which the sim prices the proposer's work around the draft's forward steps");
-      for (const char* f : {"--prefill-lens", "--batch", "--contexts", "--chunk-lens", "--prompt-len", "--max-rows", "--verify-k"})
+      for (const char* f : {"--prefill-lens", "--batch", "--contexts", "--chunk-lens", "--prompt-len", "--max-rows", "--verify-k",
+                            "--lora-rank", "--lora-adapters"})
         a->grid_flags.push_back(sub.get_option(f));
       sub.add_option("--repeats", g.repeats, "timed repeats per point (median kept)")->capture_default_str()->check(CLI::PositiveNumber);
       sub.add_option("--min-point-s", g.min_point_s, "stop repeating a point once its repeats took this long")->capture_default_str();

@@ -277,7 +277,9 @@ int serve_main(ServeArgs a, const CLI::App& sub) {
     const BackendFactory backends(spec);
     std::unique_ptr<Backend> backend = backends.make();
     if (a.gpu_memory_utilization > 0) {
-      econfig.kv_cache_bytes = kv_bytes_for_gpu_utilization(*backend, a.gpu_memory_utilization, gpu_rows, gpu_seqs);
+      LoraConfig lora = econfig.lora;  // the adapters' pool comes out of the same share
+      if (a.enable_lora) lora = LoraConfig{.enabled = true, .max_loras = a.max_loras, .max_lora_rank = a.max_lora_rank};
+      econfig.kv_cache_bytes = kv_bytes_for_gpu_utilization(*backend, a.gpu_memory_utilization, gpu_rows, gpu_seqs, lora);
       std::cout << "servelab serve: KV cache " << econfig.kv_cache_bytes / double(1 << 30) << " GiB (gpu_memory_utilization "
                 << a.gpu_memory_utilization << ")" << std::endl;
     }

@@ -46,7 +46,9 @@ int max_step_seqs(const StrategySpec& st) { return max_step_seqs(st.sched); }
 
 int64_t kv_cache_bytes_for(const Scenario& sc, const StrategySpec& st, const Backend& backend) {
   if (sc.engine.gpu_memory_utilization <= 0) return sc.engine.kv_cache_bytes;
-  return kv_bytes_for_gpu_utilization(backend, sc.engine.gpu_memory_utilization, max_step_rows(sc, st), max_step_seqs(st));
+  // With adapters, the pool reserve_loras allocates after the arena comes out of the same share.
+  const LoraConfig lora = sc.workload.lora.enabled() ? sc.workload.lora.engine_config() : LoraConfig{};
+  return kv_bytes_for_gpu_utilization(backend, sc.engine.gpu_memory_utilization, max_step_rows(sc, st), max_step_seqs(st), lora);
 }
 
 }  // namespace servelab

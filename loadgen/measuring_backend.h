@@ -6,6 +6,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/cost_model.h"
+#include "engine/backend/sim_lora.h"
 
 namespace servelab {
 
@@ -14,6 +15,9 @@ struct StepTiming {
   double measured_s = 0.0;
   double predicted_s = 0.0;
   StepShape shape;  ///< what was priced
+  /// Its entries that ran an adapter (multi-LoRA), priced by the sim's LoRA terms
+  /// (engine/backend/sim_lora.h) beside the shape; empty without adapters.
+  std::vector<LoraRows> lora;
 };
 
 /// Runs `inner` and appends, for every forward(), its wall time (forward() only, as the profiler
@@ -25,7 +29,8 @@ struct StepTiming {
 /// unwrapped. `out` must outlive the wrapper.
 std::unique_ptr<Backend> measuring_backend(std::unique_ptr<Backend> inner, std::vector<StepTiming>& out);
 
-/// Sets every timing's predicted_s to `cost`'s price of its shape on `model`.
+/// Sets every timing's predicted_s to `cost`'s price of its shape on `model`, plus its adapters'
+/// (lora_rows_seconds on cost.device), as the sim backend prices a step.
 void price_step_timings(std::vector<StepTiming>& timings, const SimCostModel& cost, const ModelConfig& model);
 
 }  // namespace servelab

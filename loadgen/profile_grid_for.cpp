@@ -123,6 +123,15 @@ ScenarioGrid profile_grid_for(const Scenario& scenario, const ProfileOptions& ba
     out.notes.push_back("--draft-layers " + std::to_string(out.draft_layers) + ": the first self-speculating strategy's draft");
   if (!out.draft_preset.empty())
     out.notes.push_back("--draft-preset " + out.draft_preset + ": the first draft_model strategy's draft");
+  g.lora_rank = 0;
+  if (const LoraWorkloadSpec& lora = scenario.workload.lora; lora.enabled()) {
+    // Its adapters' rank; one adapter a step and as many as its slots hold (a step's distinct
+    // adapters are bounded by max_loras).
+    g.lora_rank = lora.rank;
+    g.lora_adapters = grid_sorted_unique({1, std::max(1, std::min<int>(lora.max_loras, int(lora.adapters.size())))});
+    out.notes.push_back("--lora-rank " + std::to_string(g.lora_rank) + " --lora-adapters " + grid_list(g.lora_adapters) +
+                        ": the workload's adapters and the most a step holds (max_loras)");
+  }
   return out;
 }
 

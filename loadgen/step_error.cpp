@@ -80,6 +80,11 @@ std::string step_timing_line(const std::string& run, const StepTiming& t) {
   j["prefill_pairs"] = s.prefill_pairs;
   j["decode_context"] = s.decode_context;
   j["swap_bytes"] = s.swap_bytes;
+  if (!t.lora.empty()) {  // [rows, slot, params] of each entry on an adapter
+    nlohmann::ordered_json lora = nlohmann::ordered_json::array();
+    for (const LoraRows& r : t.lora) lora.push_back({r.rows, r.slot, r.params});
+    j["lora"] = std::move(lora);
+  }
   j["measured_s"] = t.measured_s;
   j["predicted_s"] = t.predicted_s;
   return j.dump() + "\n";

@@ -272,6 +272,9 @@ struct SimCostModel {
   /// interconnect_bytes_s were fitted to them (least squares, seconds = latency + bytes × per_byte)
   /// instead of the datasheet's, so the TP term of the roofline is the measured one.
   bool allreduce_measured = false;
+  /// The profile carried LoRA points ("lora", `servelab profile --lora-rank`): device.lora_*
+  /// were fitted to them (engine/backend/sim_lora.h's fit_lora) instead of the preset's H200 fit.
+  bool lora_measured = false;
   /// The engine's host work per step outside forward(), from the profile's "host_overhead"
   /// ({"per_step_s", "per_seq_s"}, measured by `servelab profile`; zero when absent or for the
   /// roofline). SimBackend adds it to every step; step_seconds() leaves it out (forward() alone,

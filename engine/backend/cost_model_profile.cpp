@@ -1,6 +1,7 @@
 // SimCostModel::from_profile_json: reads a `servelab profile --json` file (servelab.profile/1 and
 // /2, with the optional verification points and the draft model's own profile) into a cost model.
 #include "engine/backend/cost_model.h"
+#include "engine/backend/profile_lora.h"
 
 #include <algorithm>
 #include <cmath>
@@ -154,6 +155,17 @@ SimCostModel SimCostModel::from_profile_json(const std::string& path, const Mode
     m.host.per_seq_s = coefficient("per_seq_s");
   }
 
+  // LoRA points (`servelab profile --lora-rank`): the sim's LoRA figures fitted to this device's
+  // own steps. Retargeted, the target preset's figures stay (the points ran on another device).
+  if (j.contains("lora") && !other_device) {
+    try {
+      m.device = fit_lora(m.device, model, lora_profile_from_json(j["lora"]));
+      m.lora_measured = true;
+    } catch (const std::exception& e) {
+      throw std::runtime_error(path + ": " + e.what());
+    }
+  }
+
   std::vector<int> buckets;  // how the profiled backend ran its decodes (CUDA graphs), if it padded them
   if (j.contains("decode_row_buckets")) {
     const nlohmann::json& b = j["decode_row_buckets"];
@@ -205,7 +217,7 @@ SimCostModel SimCostModel::from_profile_json(const std::string& path, const Mode
                                 fit_profile_steps(path, "draft.", read_profile_samples(path, "draft.", d["samples"])), {}});
     if (d.contains("rounds")) m.draft_profiles.back().rounds = read_draft_rounds(path, d["rounds"]);
   }
-  m.source = path + (m.allreduce_measured ? " (all-reduce measured)" : "");
+  m.source = path + (m.allreduce_measured ? " (all-reduce measured)" : "") + (m.lora_measured ? " (LoRA measured)" : "");
   return m;
 }
 

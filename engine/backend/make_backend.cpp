@@ -1,5 +1,7 @@
 #include "engine/backend/make_backend.h"
 
+#include "engine/backend/cuda/lora_pack.h"
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -9,6 +11,7 @@
 #include "engine/backend/cpu_backend.h"
 #ifdef SERVELAB_HAVE_CUDA_BACKEND
 #include "engine/backend/cuda/cuda_backend.h"
+#include "engine/backend/cuda/lora_pack.h"
 #include "engine/backend/cuda/tp_backend.h"
 #endif
 #include "engine/backend/cuda/tp_plan.h"
@@ -76,9 +79,18 @@ std::string cuda_device_name(int device) {
 #endif
 }
 
-int64_t kv_bytes_for_gpu_utilization(const Backend& backend, double utilization, int max_tokens, int max_seqs) {
-  if (auto bytes = backend.kv_bytes_for_memory_share(utilization, max_tokens, max_seqs)) return *bytes;
-  throw std::invalid_argument("gpu_memory_utilization applies to backend cuda, not " + backend.name());
+int64_t kv_bytes_for_gpu_utilization(const Backend& backend, double utilization, int max_tokens, int max_seqs,
+                                     const LoraConfig& lora) {
+  const std::optional<int64_t> bytes = backend.kv_bytes_for_memory_share(utilization, max_tokens, max_seqs);
+  if (!bytes) throw std::invalid_argument("gpu_memory_utilization applies to backend cuda, not " + backend.name());
+  if (!lora.enabled) return *bytes;
+  const int64_t pool = cuda::lora_pool_bytes(backend.config(), lora.max_loras, lora.max_lora_rank);
+  if (*bytes - pool < backend.kv_bytes_per_slot())
+    throw std::invalid_argument("gpu_memory_utilization " + std::to_string(utilization) + " leaves " +
+                                std::to_string(double(*bytes) / 1e9) + " GB for the KV cache, less than the LoRA adapter pool's " +
+                                std::to_string(double(pool) / 1e9) + " GB (max_loras " + std::to_string(lora.max_loras) +
+                                ", max_lora_rank " + std::to_string(lora.max_lora_rank) + ")");
+  return *bytes - pool;
 }
 
 void BackendSpec::validate() const {

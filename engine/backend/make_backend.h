@@ -13,6 +13,7 @@
 #include "engine/backend/cpu_gemm.h"
 #include "engine/backend/cuda/tp_all_reduce_mode.h"
 #include "engine/backend/sim_backend.h"
+#include "engine/lora/lora_config.h"
 #include "engine/model/residual_scale.h"
 
 namespace servelab {
@@ -100,9 +101,12 @@ int cuda_devices();
 std::string cuda_device_name(int device);
 /// The KV budget a `gpu_memory_utilization` share leaves on a cuda backend (vLLM's rule: the share
 /// of total GPU memory, minus what is in use, minus the activations of a step of max_tokens rows
-/// and max_seqs sampled rows; Backend::kv_bytes_for_memory_share). Throws std::invalid_argument
-/// for a backend without device memory or nothing left.
-int64_t kv_bytes_for_gpu_utilization(const Backend& backend, double utilization, int max_tokens, int max_seqs);
+/// and max_seqs sampled rows; Backend::kv_bytes_for_memory_share), and with `lora` enabled minus
+/// the adapter pool reserve_loras will allocate after the arena (cuda/lora_pack.h's
+/// lora_pool_bytes). Throws std::invalid_argument for a backend without device memory or nothing
+/// left, naming the figures.
+int64_t kv_bytes_for_gpu_utilization(const Backend& backend, double utilization, int max_tokens, int max_seqs,
+                                     const LoraConfig& lora = {});
 
 
 /// The sim's cost model for `spec` (its profile or the roofline of spec.sim_device, scaled).

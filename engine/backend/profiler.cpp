@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/backend/make_backend.h"
+#include "engine/backend/profile_lora.h"
 #include "engine/backend/step_input.h"
 #include "engine/kv/kv_manager.h"
 #include "engine/splitmix64.h"
@@ -108,6 +109,8 @@ void ProfileOptions::validate() const {
   if (warmup < 0 || warmup > 100) throw std::invalid_argument("warmup (" + std::to_string(warmup) + ") must be in [0, 100]");
   if (lead_in < 0 || lead_in > 100) throw std::invalid_argument("lead_in (" + std::to_string(lead_in) + ") must be in [0, 100]");
   if (lead_in > 0 && !interleave) throw std::invalid_argument("lead_in needs interleave (decodes before each timed step of a round)");
+  if (lora_rank < 0 || lora_rank > 256) throw std::invalid_argument("lora_rank (" + std::to_string(lora_rank) + ") must be in [0, 256]");
+  if (lora_rank > 0) check_positive(lora_adapters, "LoRA adapter counts", 1024);
   if (max_kv_bytes < 0)
     throw std::invalid_argument("max_kv_bytes (" + std::to_string(max_kv_bytes) + ") must be >= 0 (0 = no cap)");
   if (kv_spread && max_kv_bytes == 0)
@@ -336,13 +339,18 @@ ProfileSample ProfileRunner::run(const ProfilePoint& p, int warmup, int repeats,
     seqs[i].tokens.resize(seqs[i].tokens.size() - size_t(n_draft));
     seqs[i].n_prompt -= n_draft;
   }
-  for (size_t i = 0; i < seqs.size(); ++i) batch.entries.push_back({&seqs[i], p.seqs[i].n_new, true});
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    batch.entries.push_back({&seqs[i], p.seqs[i].n_new, true});
+    batch.entries.back().lora_slot = p.seqs[i].lora_slot;
+  }
   batch.n_padding_tokens = p.n_padding;
   ProfileSample sample;
   sample.phase = p.phase;
   for (size_t i = 0; i < seqs.size(); ++i) seqs[i].n_computed = p.seqs[i].context;
   Step step;  // built once: the engine builds a step outside the backend's time too
   build_step_input(batch, kv, st.backend.config().vocab_size, step);
+  if (std::any_of(p.seqs.begin(), p.seqs.end(), [](const ProfilePoint::Seq& q) { return q.lora_slot >= 0; }))
+    for (const ProfilePoint::Seq& q : p.seqs) step.seq_lora_slot.push_back(q.lora_slot);  // as the engine tells a pricing backend
   sample.shape = StepShape::of(step);
   auto once = [&] {
     const auto t0 = std::chrono::steady_clock::now();
@@ -454,6 +462,7 @@ ProfileReport profile_backend(Backend& backend, const ProfileOptions& asked,
     }
     report.samples.push_back(std::move(s));
   }
+  if (options.lora_rank > 0) report.lora = profile_lora(backend, runner, options, plan, progress);
   report.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   return report;
 }
@@ -479,6 +488,7 @@ std::string profile_table(const ProfileReport& r) {
                   r.host_overhead->per_step_s * 1e6, r.host_overhead->per_seq_s * 1e6);
     out << line;
   }
+  if (r.lora) out << lora_profile_table(*r.lora, r.model, r.hardware);
   return out.str();
 }
 
@@ -576,6 +586,7 @@ std::string profile_json(const ProfileReport& r, const ProfileReport* draft) {
     }
     j["rounds"] = std::move(rounds);
   }
+  if (r.lora) j["lora"] = lora_profile_json(*r.lora, r.model, r.hardware);
   if (draft) j["draft"] = ordered_json::parse(profile_json(*draft));
   return j.dump(2) + "\n";
 }

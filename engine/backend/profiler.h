@@ -14,6 +14,7 @@
 #include "engine/backend/ceiling_probe.h"
 #include "engine/backend/host_overhead.h"
 #include "engine/backend/profile_spread.h"
+#include "engine/backend/sim_lora.h"
 #include "engine/backend/cost_model.h"
 #include "engine/kv/kv_manager.h"
 
@@ -98,6 +99,14 @@ struct ProfileOptions {
   /// draws all of them, as the engine verifies drafts. Empty: none (the sim then prices a
   /// verifying sequence as a prefill chunk).
   std::vector<int> verify_ks;
+  /// Multi-LoRA points (engine/backend/profile_lora.h): with a rank > 0, after the grid, decodes
+  /// and prefills whose sequences all run random adapters of this rank on all seven linears, each
+  /// timed in turn with its base twin; the sim fits its LoRA terms to them (sim_lora.h's fit_lora).
+  /// 0: none.
+  int lora_rank = 0;
+  /// Distinct adapters among a LoRA point's sequences (each count up to the point's sequences;
+  /// 1 always): how the per-adapter cost is told from the per-row one.
+  std::vector<int> lora_adapters = {1, 8};
   uint64_t seed = 0;           ///< prompt tokens and K/V fill
   void validate() const;
   /// Throws std::invalid_argument when the longest sequence exceeds model.max_position.
@@ -118,6 +127,7 @@ struct ProfilePoint {
     int context = 0;
     int n_new = 0;
     int n_draft = 0;  ///< verify: of the n_new rows, the last n_draft are drafts (every row drawn)
+    int lora_slot = -1;  ///< the backend's LoRA slot its rows run with (-1: the base model)
   };
   std::vector<Seq> seqs;
   int n_padding = 0;  ///< padding rows (computed and thrown away) besides the sequences' rows
@@ -187,6 +197,8 @@ struct ProfileReport {
   double wall_s = 0.0;      ///< how long the whole profile took
   /// A draft's report only: whole proposer rounds timed after its grid (engine/spec/draft_rounds.h).
   std::vector<DraftRound> rounds;
+  /// options.lora_rank > 0: the LoRA points timed after the grid (engine/backend/profile_lora.h).
+  std::optional<LoraProfile> lora;
 };
 
 /// Times points on one backend: owns a paged KV manager (blocks of kProfileBlockSize, no prefix
@@ -239,6 +251,8 @@ std::string profile_table(const ProfileReport& report);
 ///  "all_reduce": [{"bytes", "seconds"}] (only when measured),
 ///  "host_overhead": {"per_step_s", "per_seq_s", "points": [{"seqs", "seconds"}]} (only when measured),
 ///  "ceilings": {"copy_bytes_s", "gemm_flops", "detail"} (only when probed),
+///  "lora": {"rank", "params", "points": [{"phase", "n_seqs", "rows", "adapters", "context", "base_s",
+///  "lora_s"}], "fit": {SimDevice's lora_* figures on the profile's hardware}} (only with lora_rank),
 ///  "draft": {the same for the draft model, `draft` (only when given), with "rounds": [{"n_seqs",
 ///  "k", "context", "catchup_rows", "round_s"}] when its proposer rounds were timed}}
 std::string profile_json(const ProfileReport& report, const ProfileReport* draft = nullptr);

@@ -1,7 +1,11 @@
 #include "engine/backend/sim_lora.h"
 
 #include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
 
+#include "engine/backend/least_squares.h"
 #include "engine/lora/lora_adapter.h"
 
 namespace servelab {
@@ -64,6 +68,115 @@ double lora_step_seconds(const SimDevice& device, const ModelConfig& model, cons
 
 double lora_load_seconds(const SimDevice& device, int64_t params) {
   return static_cast<double>(std::max<int64_t>(0, params)) * device.weight_dtype_bytes / device.host_link_bytes_s;
+}
+
+namespace {
+
+/// Point p as a shape-only step: its sequences' rows, sequence i on slot i mod adapters.
+Step lora_point_step(const LoraProfilePoint& p) {
+  Step st;
+  st.shape_only = true;
+  st.in.query_start.push_back(0);
+  const int64_t per_seq = p.rows / std::max(1, p.n_seqs);
+  for (int i = 0; i < p.n_seqs; ++i) {
+    const int rows = static_cast<int>(i + 1 < p.n_seqs ? per_seq : p.rows - per_seq * (p.n_seqs - 1));
+    st.in.query_start.push_back(st.in.query_start.back() + rows);
+    st.in.context_lens.push_back(p.context + rows);
+    st.in.seq_ids.push_back(int64_t(i) + 1);
+    st.seq_lora_slot.push_back(i % std::max(1, p.adapters));
+  }
+  return st;
+}
+
+void check_lora_point(const LoraProfilePoint& p, size_t i) {
+  auto bad = [&](const std::string& why) {
+    throw std::invalid_argument("LoRA point " + std::to_string(i) + ": " + why);
+  };
+  if (p.n_seqs < 1) bad("n_seqs must be >= 1 (got " + std::to_string(p.n_seqs) + ")");
+  if (p.rows < p.n_seqs || (!p.prefill && p.rows != p.n_seqs))
+    bad("rows " + std::to_string(p.rows) + " do not fit " + std::to_string(p.n_seqs) + " sequences of a " +
+        (p.prefill ? "prefill" : "decode"));
+  if (p.adapters < 1 || p.adapters > p.n_seqs)
+    bad("adapters must be in [1, n_seqs = " + std::to_string(p.n_seqs) + "] (got " + std::to_string(p.adapters) + ")");
+  if (p.context < 0) bad("context must be >= 0");
+  if (!(p.base_s > 0 && p.base_s < 1e3) || !(p.lora_s > 0 && p.lora_s < 1e3))
+    bad("base_s and lora_s must be seconds in (0, 1000)");
+}
+
+}  // namespace
+
+double lora_point_seconds(const SimDevice& device, const ModelConfig& model, int64_t params, const LoraProfilePoint& p) {
+  const std::vector<SimLoraSlot> slots(size_t(std::max(1, p.adapters)), SimLoraSlot{params});
+  return lora_step_seconds(device, model, lora_point_step(p), slots);
+}
+
+std::vector<LoraRows> lora_rows_of(const Step& step, std::span<const int64_t> slot_params) {
+  std::vector<LoraRows> out;
+  const kernels::StepInput& in = step.in;
+  const bool per_seq = !step.seq_lora_slot.empty();
+  if (!per_seq && in.lora_slot.empty()) return out;
+  for (size_t e = 0; e + 1 < in.query_start.size(); ++e) {
+    const int first = in.query_start[e];
+    const int slot = per_seq ? (e < step.seq_lora_slot.size() ? step.seq_lora_slot[e] : -1)
+                             : (size_t(first) < in.lora_slot.size() ? in.lora_slot[size_t(first)] : -1);
+    if (slot < 0 || size_t(slot) >= slot_params.size() || slot_params[size_t(slot)] <= 0) continue;
+    out.push_back({in.query_start[e + 1] - first, slot, slot_params[size_t(slot)]});
+  }
+  return out;
+}
+
+double lora_rows_seconds(const SimDevice& device, const ModelConfig& model, std::span<const LoraRows> rows) {
+  if (rows.empty()) return 0.0;
+  Step st;
+  st.shape_only = true;
+  st.in.query_start.push_back(0);
+  std::vector<SimLoraSlot> slots;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    st.in.query_start.push_back(st.in.query_start.back() + rows[i].rows);
+    st.in.context_lens.push_back(rows[i].rows);
+    st.in.seq_ids.push_back(int64_t(i) + 1);
+    st.seq_lora_slot.push_back(rows[i].slot);
+    if (size_t(rows[i].slot) >= slots.size()) slots.resize(size_t(rows[i].slot) + 1);
+    slots[size_t(rows[i].slot)].params = rows[i].params;
+  }
+  return lora_step_seconds(device, model, st, slots);
+}
+
+SimDevice fit_lora(const SimDevice& device, const ModelConfig& model, const LoraProfile& profile) {
+  if (profile.points.empty()) throw std::invalid_argument("a LoRA profile needs at least one point");
+  if (profile.params <= 0) throw std::invalid_argument("a LoRA profile's adapters need params > 0");
+  // Columns as lora_step_seconds adds them up: per layer a decode row, a prefill step, a prefill
+  // step's adapter, a prefill row; and the weights read beyond the full bandwidth's time (the
+  // read at share s costs bytes / (s · bw) = bytes / bw · (1 + x4), x4 >= 0).
+  constexpr size_t kCols = 5;
+  const double layers = static_cast<double>(model.n_layers);
+  std::vector<std::vector<double>> a;
+  std::vector<double> b, w;
+  for (size_t i = 0; i < profile.points.size(); ++i) {
+    const LoraProfilePoint& p = profile.points[i];
+    check_lora_point(p, i);
+    const double bytes = double(p.adapters) * double(profile.params) * device.weight_dtype_bytes;
+    std::vector<double> row(kCols, 0.0);
+    if (p.prefill) {
+      row[1] = layers;
+      row[2] = layers * p.adapters;
+      row[3] = layers * static_cast<double>(p.rows);
+    } else {
+      row[0] = layers * static_cast<double>(p.rows);
+    }
+    row[4] = bytes / device.mem_bw_bytes_s;
+    a.push_back(row);
+    b.push_back(p.lora_s - p.base_s - bytes / device.mem_bw_bytes_s);
+    w.push_back(1.0 / p.base_s);  // errors relative to the step the sim prices
+  }
+  const std::vector<double> x = nonnegative_least_squares(a, b, w, std::vector<bool>(kCols, true));
+  SimDevice out = device;
+  out.lora_decode_row_s = x[0];
+  out.lora_prefill_layer_s = x[1];
+  out.lora_prefill_adapter_s = x[2];
+  out.lora_prefill_row_s = x[3];
+  out.lora_bandwidth_share = 1.0 / (1.0 + x[4]);
+  return out;
 }
 
 }  // namespace servelab

@@ -42,7 +42,52 @@ int64_t lora_params(const ModelConfig& model, const LoraAdapter* adapter);
 double lora_step_seconds(const SimDevice& device, const ModelConfig& model, const Step& step,
                          std::span<const SimLoraSlot> slots);
 
+/// One entry of a step that runs an adapter, as a step record keeps it: its rows, its slot (which
+/// entries share an adapter) and that adapter's parameters.
+struct LoraRows {
+  int32_t rows = 0;
+  int32_t slot = 0;
+  int64_t params = 0;
+};
+
+/// The entries of `step` that run an adapter (each with its slot's parameters from `slots`, the
+/// adapters' parameters by slot); empty when none does.
+std::vector<LoraRows> lora_rows_of(const Step& step, std::span<const int64_t> slot_params);
+
+/// What lora_step_seconds prices those entries at (the same step told by its adapted entries).
+double lora_rows_seconds(const SimDevice& device, const ModelConfig& model, std::span<const LoraRows> rows);
+
 /// Seconds to copy an adapter of `params` parameters from host memory into its slot.
 double lora_load_seconds(const SimDevice& device, int64_t params);
+
+/// One LoRA point of a profile (`servelab profile --lora-rank`, engine/backend/profile_lora.h): a
+/// step whose sequences all run adapters (`adapters` distinct ones among them), timed in turn with
+/// its base twin, the same step without adapters.
+struct LoraProfilePoint {
+  bool prefill = false;  ///< each sequence computes its prompt (else one decode row each)
+  int n_seqs = 0;
+  int64_t rows = 0;      ///< rows computed, every one adapted
+  int adapters = 0;      ///< distinct adapters among the sequences
+  int context = 0;       ///< decode: cached positions per sequence
+  double base_s = 0.0;   ///< median of the step without adapters
+  double lora_s = 0.0;   ///< median of the step with them
+};
+
+/// A profile's LoRA points: every adapter of `rank` on all seven linears (`params` parameters each).
+struct LoraProfile {
+  int rank = 0;
+  int64_t params = 0;
+  std::vector<LoraProfilePoint> points;
+};
+
+/// `device` with its lora_* figures fitted to `profile` (non-negative least squares of what each
+/// point's adapters added, lora_s - base_s, relative to its base step): lora_step_seconds' terms
+/// as columns, the weights' read at lora_bandwidth_share <= 1 of mem_bw_bytes_s. Figures the
+/// points cannot tell apart get the least-norm split. Throws std::invalid_argument naming the
+/// point when one is malformed, or when there is none.
+SimDevice fit_lora(const SimDevice& device, const ModelConfig& model, const LoraProfile& profile);
+
+/// What `device`'s lora_* figures price point p's adapters at (lora_step_seconds of its shape).
+double lora_point_seconds(const SimDevice& device, const ModelConfig& model, int64_t params, const LoraProfilePoint& p);
 
 }  // namespace servelab

@@ -5,10 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
+#include <optional>
+#include <string>
 #include <random>
 #include <vector>
 
 #include "engine/backend/cuda/lora_pack.h"
+#include "engine/backend/forwarding_backend.h"
+#include "engine/backend/make_backend.h"
+#include "engine/backend/sim_backend.h"
 #include "engine/model/half.h"
 #include "kernels/ref/lora_ref.h"
 #include "tests/backend/backend_test_util.h"
@@ -64,6 +70,44 @@ TEST(LoraPack, SlotImageThroughTheKernelReferencesGivesEachLinearsDelta) {
     }
   EXPECT_EQ(at, lora_image_elems(c, rank));
   EXPECT_THROW(pack_lora_image(c, 2, a, false, image.data()), std::invalid_argument);  // rank 3 > 2
+}
+
+/// A backend with device memory whose gpu_memory_utilization share leaves `budget` KV bytes.
+class BudgetBackend : public ForwardingBackend {
+ public:
+  BudgetBackend(std::unique_ptr<Backend> inner, int64_t budget) : ForwardingBackend(std::move(inner)), budget_(budget) {}
+  std::optional<int64_t> kv_bytes_for_memory_share(double, int, int) const override { return budget_; }
+
+ private:
+  int64_t budget_;
+};
+
+TEST(LoraPack, ThePoolsBytesComeOutOfAGpuMemoryUtilizationBudget) {
+  // llama2-7b at rank 16 on all seven linears: 80 MB a slot (docs/lora.md), a float scale each;
+  // rank 12 takes the pool rank 16's room.
+  const ModelConfig m = preset("llama2-7b");
+  const int64_t slot = 2 * lora_image_elems(m, 16);
+  EXPECT_EQ(slot, 2 * int64_t(32) * (48 * 4096 + 12288 * 16 + 16 * 4096 + 4096 * 16 + 32 * 4096 + 22016 * 16 +
+                                     16 * 11008 + 4096 * 16));
+  EXPECT_NEAR(double(slot) / 1e6, 80.0, 0.1);
+  EXPECT_EQ(lora_pool_bytes(m, 8, 16), 8 * (slot + 4));
+  EXPECT_EQ(lora_pool_bytes(m, 8, 12), lora_pool_bytes(m, 8, 16));
+  EXPECT_EQ(lora_pool_bytes(m, 0, 16), 0);
+  // The KV budget: the share's bytes, less the pool when LoRA is on; a pool larger than the share
+  // is refused naming both.
+  const int64_t share = int64_t(10) << 30;
+  BudgetBackend b(std::make_unique<SimBackend>(m, SimCostModel::roofline(SimDevice::preset("h100"))), share);
+  EXPECT_EQ(kv_bytes_for_gpu_utilization(b, 0.9, 2048, 64), share);
+  const LoraConfig lora{.enabled = true, .max_loras = 64, .max_lora_rank = 16};
+  EXPECT_EQ(kv_bytes_for_gpu_utilization(b, 0.9, 2048, 64, lora), share - lora_pool_bytes(m, 64, 16));
+  const LoraConfig huge{.enabled = true, .max_loras = 200, .max_lora_rank = 64};
+  try {
+    kv_bytes_for_gpu_utilization(b, 0.9, 2048, 64, huge);
+    FAIL() << "a pool over the budget was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("LoRA adapter pool"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("max_loras 200"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace lora_pack_test

@@ -19,7 +19,7 @@ namespace servelab::profile_fixture {
 
 class TempFile {
  public:
-  explicit TempFile(const std::string& text) : path_(testing::TempDir() + "servelab_profile_" +
+  explicit TempFile(const std::string& text) : path_(::testing::TempDir() + "servelab_profile_" +
                                                      std::to_string(reinterpret_cast<uintptr_t>(this)) + ".json") {
     std::ofstream(path_) << text;
   }

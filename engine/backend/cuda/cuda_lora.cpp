@@ -45,6 +45,8 @@ void DeviceLoraPool::reserve(const ModelConfig& c, int n_slots, int max_rank, ke
     }
   scale_at_ = at * 2;
   slot_bytes_ = per_slot * 2;
+  if (scale_at_ + int64_t(sizeof(float)) * n_slots != lora_pool_bytes(c, n_slots, max_rank))  // what KV budgets leave out
+    throw std::logic_error("DeviceLoraPool: the pool's layout and lora_pool_bytes disagree");
   device_.grow(size_t(scale_at_) + sizeof(float) * size_t(n_slots),
                "the LoRA adapter pool (lower max_loras or max_lora_rank)");
   CUDA_CHECK(cudaMemset(device_.get(), 0, device_.bytes()));

@@ -36,6 +36,11 @@ int64_t lora_image_elems(const ModelConfig& c, int rank) {
   return n * c.n_layers;
 }
 
+int64_t lora_pool_bytes(const ModelConfig& c, int n_slots, int max_rank) {
+  if (n_slots <= 0 || max_rank <= 0) return 0;
+  return int64_t(n_slots) * (2 * lora_image_elems(c, lora_pool_rank(max_rank)) + int64_t(sizeof(float)));
+}
+
 namespace {
 
 /// Layers [l0, l1) of the image (each layer's blocks are contiguous: lora_image_elems / n_layers).

@@ -33,6 +33,10 @@ std::array<LoraGroupShape, kLoraGroups> lora_group_shapes(const ModelConfig& con
 inline int lora_pool_rank(int max_rank) { return (max_rank + 7) / 8 * 8; }
 /// 16-bit elements of one slot's image at pool rank `rank`.
 int64_t lora_image_elems(const ModelConfig& config, int rank);
+/// Device bytes of a pool of n_slots slots for adapters of rank <= max_rank (DeviceLoraPool::reserve:
+/// every slot's 16-bit image at the pool rank, and a float scale per slot): what a
+/// gpu_memory_utilization budget leaves out of the KV cache when LoRA is on.
+int64_t lora_pool_bytes(const ModelConfig& config, int n_slots, int max_rank);
 /// Writes `adapter` (validated against config, its rank <= `rank`) as one slot's image into
 /// out[0, lora_image_elems): its A rows and B columns rounded to bf16 (or fp16 with `f16`), ranks
 /// past its own and linears it leaves alone zero. Throws std::invalid_argument when its rank
