@@ -153,6 +153,23 @@ if [ $BUILT = 1 ] && want bench && { [ "${GPU_OK:-0}" = 0 ] || [ "${BENCH_ALWAYS
   grep -E "^tp-allreduce|^NCCL" "$OUT/bench.log" | head -24 >"$OUT/tp_bench_allreduce.txt"
   grep -E "^tp-decode|^tp-bound|^llama" "$OUT/bench.log" >"$OUT/decode.txt"
 fi
+# Clocks and power beside the serving and profiling steps (SMI=0: off): nvidia-smi samples every
+# 250 ms into smi.csv, each step's span into step_marks.txt, and results/gpu/tp/smi_windows.py
+# gives each step's median SM clock, power and temperature per GPU (smi_summary.txt, in the
+# summary): whether serving's sustained steps run at the profile's clocks (the 70B decode residual
+# that grows with the batch, results/gpu/tp/2026-11-30-h200x2-continuous-1000/README.md).
+if [ $BUILT = 1 ] && [ "${SMI:-1}" = 1 ] && command -v nvidia-smi >/dev/null &&
+  { want sweep || want simtp || want stall || want profile; }; then
+  export STEP_MARKS="$OUT/step_marks.txt"
+  smi_query=timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active
+  nvidia-smi --query-gpu=$smi_query --format=csv,noheader,nounits -lms 250 >"$OUT/smi.csv" 2>&1 &
+  SMI_PID=$!
+  sleep 1
+  if ! kill -0 $SMI_PID 2>/dev/null; then  # an older driver: no clocks_event_reasons
+    nvidia-smi --query-gpu=${smi_query%,*} --format=csv,noheader,nounits -lms 250 >"$OUT/smi.csv" 2>&1 &
+    SMI_PID=$!
+  fi
+fi
 # Issue 25 items 3-4 (run 2026-11-29: results/gpu/tp/README.md): `sweep` runs scenarios/gpu-tp-llama3-70b.yaml
 # (llama3-70b TP=2: continuous+paged, continuous+naive, static against rate) on the GPUs; `simtp`
 # profiles the same TP=2 backend on that scenario's shapes, runs the scenario on the sim from the
@@ -212,6 +229,10 @@ if [ $BUILT = 1 ] && want profile; then
     --tensor-parallel 2 --batch 1,32,128 --json "$OUT/profile-tp2.json"
 fi
 
+if [ -n "${SMI_PID:-}" ]; then
+  kill $SMI_PID 2>/dev/null
+  python3 results/gpu/tp/smi_windows.py "$OUT/smi.csv" "$OUT/step_marks.txt" >"$OUT/smi_summary.txt" 2>&1
+fi
 {
 echo
 echo "== gpu-tp-check ($(sed -n 2p "$OUT/environment.txt" 2>/dev/null)) =="
@@ -221,6 +242,7 @@ printf '%s\n' "${TABLE[@]}"
 [ -f "$OUT/allreduce.txt" ] && cat "$OUT/allreduce.txt"
 [ -f "$OUT/decode.txt" ] && cat "$OUT/decode.txt"
 [ -f "$OUT/simtp_compare.md" ] && cat "$OUT/simtp_compare.md"
+[ -f "$OUT/smi_summary.txt" ] && cat "$OUT/smi_summary.txt"
 } | tee "$OUT/summary.txt"
 # The device tool brings back at most 8 files: everything but the summaries goes into logs.tgz.
 if [ "${PACK:-1}" = 1 ]; then

@@ -2,7 +2,9 @@
 """Where the cost model misses a real run's decode steps: each step's residual (measured /
 predicted - 1) grouped by batch size, by whether a prefill came just before, by the batch's change
 from the previous step, by the contexts' spread ((max - mean) / mean) and by the mean context, so a
-missing term shows as a trend in one of them (stdlib only).
+missing term shows as a trend in one of them; then batch against spread (groups of >= 10 steps),
+which tells a batch effect from a spread effect where the two grow together, and batch against the
+run's quarter (a drift over the run, e.g. clocks settling under sustained load) (stdlib only).
 
   servelab price-steps STEPS --profile P --preset M [--tensor-parallel N] --per-step PRICED.jsonl
   python3 results/sim-validation/step_residuals.py PRICED.jsonl [STEPS]
@@ -60,6 +62,23 @@ def main():
     group("batch against the previous step", lambda x: "same" if x["dB"] == 0 else ("larger" if x["dB"] > 0 else "smaller"))
     group("spread (max - mean) / mean, to 0.5", lambda x: round(min(x["spread"], 4.0) * 2) / 2)
     group("mean context (groups of 256)", lambda x: int(x["mean"] // 256) * 256)
+    for i, x in enumerate(rows):
+        x["quarter"] = 4 * i // len(rows)
+    bstep = 2 * step
+
+    def cross(title, col, cols):
+        g = {}
+        for x in rows:
+            g.setdefault((x["B"] // bstep * bstep, col(x)), []).append(x["res"])
+        print(f"{title} (columns), batch (rows, groups of {bstep}): median residual (steps)")
+        print("  " + " " * 8 + "".join(f"{str(c):>14}" for c in cols))
+        for b in sorted({k[0] for k in g}):
+            cells = [f"{100 * st.median(g[(b, c)]):+6.1f}% ({len(g[(b, c)]):4d})" if len(g.get((b, c), [])) >= 10 else ""
+                     for c in cols]
+            print(f"  {b:>8}" + "".join(f"{c:>14}" for c in cells))
+
+    cross("spread", lambda x: round(min(x["spread"], 4.0) * 2) / 2, [i / 2 for i in range(9)])
+    cross("quarter of the run's decode steps", lambda x: x["quarter"], [0, 1, 2, 3])
 
 
 if __name__ == "__main__":

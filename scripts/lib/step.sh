@@ -5,7 +5,8 @@
 # (also appended to $STEP_LOG when set, headed by the command), adds a row to the TABLE array
 # (name padded to STEP_WIDTH, default 16; a failure says "rc N" and $STEP_FAIL_HINT, where %s is
 # the step's name), sets FAILED=1 and prints the log's last 25 lines on failure, and returns CMD's
-# status.
+# status. With STEP_MARKS set, appends "NAME START END" (epoch seconds) to that file, so samples
+# logged beside the steps (nvidia-smi's clocks and power) can be split by step.
 step() {
   local name=$1 limit=$2
   shift 2
@@ -17,6 +18,7 @@ step() {
   rc=$?
   [ -n "${STEP_LOG:-}" ] && cat "$log" >>"$STEP_LOG"
   dt=$(($(date +%s) - t0))
+  [ -n "${STEP_MARKS:-}" ] && echo "$name $t0 $(date +%s)" >>"$STEP_MARKS"
   if [ $rc -eq 0 ]; then
     TABLE+=("$(printf "%-${STEP_WIDTH:-16}s %-5s %5ss" "$name" ok "$dt")")
   else
