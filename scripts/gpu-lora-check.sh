@@ -8,6 +8,10 @@
 #   NCU_POINTS entry B,CTX,K (default "32,512,1 32,512,8 64,512,64": K adapters; NCU_VARIANT: a
 #   decode variant of the bench), each ncu_bB_kK.log, summarized by scripts/lib/ncu_lora_table.py
 #   into ncu_lora.txt (the LoRA launches, their serialized durations and DRAM rates).
+# PROFILE_LORA=1 (before the bench): `servelab profile --lora-rank 16` of llama2-7b on a small grid
+#   (profile-lora.json, profile-lora.txt): the sim's LoRA figures fitted to this GPU's own adapter
+#   steps, printed beside the H200 fit the GPU presets carry (engine/backend/hardware.h: 0.83 us a
+#   decode row and layer; prefill 25 + 29 an adapter + 0.040 a row, us a layer; weights at 0.59).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/runs/gpu-lora-check}
@@ -21,7 +25,8 @@ t0=$(date +%s)
 cmake -S . -B "$BUILD" "${G[@]}" -DCMAKE_BUILD_TYPE=Release -DSERVELAB_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
   >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
 # -k 0: a target that fails to build leaves the others to run.
-cmake --build "$BUILD" -j"$(nproc)" --target test_kernels_gpu test_cuda_backend_gpu engine_bench -- -k 0 \
+T=(test_kernels_gpu test_cuda_backend_gpu engine_bench); [ "${PROFILE_LORA:-0}" = 1 ] && T+=(servelab)
+cmake --build "$BUILD" -j"$(nproc)" --target "${T[@]}" -- -k 0 \
   >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; }
 echo "build $(($(date +%s) - t0)) s"
 rc=0
@@ -39,6 +44,12 @@ if [ "${NCU:-0}" = 1 ]; then
   done
   python3 scripts/lib/ncu_lora_table.py "$OUT"/ncu_b*_k*.log >"$OUT/ncu_lora.txt" 2>&1
   cut -c1-150 "$OUT/ncu_lora.txt"
+fi
+if [ "${PROFILE_LORA:-0}" = 1 ]; then
+  timeout "${PROFILE_LORA_LIMIT:-150}" "$BUILD/servelab" profile --backend cuda --preset llama2-7b --lora-rank 16 \
+    --lora-adapters 1,8,32 --batch 1,8,32,64 --contexts 512 --prefill-lens 128,1024 --prompt-len 64 --max-rows 2048 \
+    --chunk-lens 128 --no-padded-decodes --no-bucket-edges --json "$OUT/profile-lora.json" >"$OUT/profile-lora.txt" 2>&1 || rc=1
+  sed -n '/^LoRA, rank/,/^sim.s LoRA fit/p' "$OUT/profile-lora.txt"
 fi
 # The bench gets what is left of TOTAL_LIMIT seconds (its figures print as they come).
 left=$(( ${TOTAL_LIMIT:-340} - ($(date +%s) - t0) )); [ $left -lt 30 ] && left=30
