@@ -155,26 +155,32 @@ RunSummary summarize_run(const RunInfo& info, const std::vector<RequestRecord>& 
                          const std::set<std::string>& labels_with_records) {
   RunSummary rs;
   rs.info = info;
-  // Per adapter: the run's records split by the adapter they named (steps are the run's, shared).
-  std::map<std::string, std::vector<RequestRecord>> by_lora;
+  std::vector<int> ks;  // the repetitions with records (all when none has: a run that wrote none)
+  for (int k = 1; k <= info.repeats; ++k)
+    if (labels_with_records.count(repetition_label(info.label, k, info.repeats))) ks.push_back(k);
+  if (ks.empty())
+    for (int k = 1; k <= info.repeats; ++k) ks.push_back(k);
+  // Per adapter: each run's records split by the adapter they named (steps are the run's, shared);
+  // a repeated point's adapter the mean of its repetitions' metrics, as the point's own.
+  std::map<std::string, std::vector<RunMetrics>> by_lora;
   bool any_lora = false;
-  for (const RequestRecord& r : records)
-    if (r.run == info.label) any_lora |= !r.lora.empty();  // repeated points: not split (yet)
-  if (any_lora) {
+  for (int k : ks) {
+    const std::string label = repetition_label(info.label, k, info.repeats);
+    std::map<std::string, std::vector<RequestRecord>> split;
     for (const RequestRecord& r : records)
-      if (r.run == info.label) by_lora[r.lora].push_back(r);
-    for (const auto& [name, recs] : by_lora) rs.by_lora.emplace_back(name, compute_metrics(info.label, recs, {}, slo, options));
+      if (r.run == label) {
+        any_lora |= !r.lora.empty();
+        split[r.lora].push_back(r);
+      }
+    for (const auto& [name, recs] : split) by_lora[name].push_back(compute_metrics(label, recs, {}, slo, options));
   }
+  if (any_lora)
+    for (auto& [name, runs] : by_lora) rs.by_lora.emplace_back(name, runs.size() == 1 ? runs.front() : mean_metrics(runs));
   rs.roofline = roofline_efficiency(info.label, steps, info.roofline_ceilings);
   if (info.repeats <= 1) {
     rs.metrics = compute_metrics(info.label, records, steps, slo, options);
     return rs;
   }
-  std::vector<int> ks;
-  for (int k = 1; k <= info.repeats; ++k)
-    if (labels_with_records.count(repetition_label(info.label, k, info.repeats))) ks.push_back(k);
-  if (ks.empty())
-    for (int k = 1; k <= info.repeats; ++k) ks.push_back(k);
   for (int k : ks)
     rs.repetitions.push_back(compute_metrics(repetition_label(info.label, k, info.repeats), records, steps, slo, options));
   rs.metrics = mean_metrics(rs.repetitions);

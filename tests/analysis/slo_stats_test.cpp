@@ -207,6 +207,34 @@ TEST(Statistics, RepeatsGiveMeanAndIntervalPerHeadlineMetric) {
   EXPECT_NEAR(back.runs[0].stat("ttft_ms.p50")->ci95_hi, st->ci95_hi, 1e-6);
 }
 
+TEST(Statistics, ARepeatedPointsAdaptersAreEachTheMeanOfTheirRepetitions) {
+  // The same 4 requests a repetition, requests 0 and 1 on "sql", 2 and 3 on the base model:
+  // each adapter's TTFT p50 the mean over the repetitions (as the point's), counts summed.
+  RunInfo info;
+  info.label = "p@1";
+  info.batching = "continuous";
+  info.kv = "paged";
+  info.rate = 1;
+  info.repeats = 3;
+  info.seeds = {1, 2, 3};
+  std::vector<RequestRecord> recs;
+  for (int k = 1; k <= 3; ++k)
+    for (int i = 0; i < 4; ++i) {
+      // sql's TTFT 100 + 10k ms, the base's 200 + 10k.
+      recs.push_back(req(repetition_label("p@1", k, 3), static_cast<uint64_t>(i), i, {i + (i < 2 ? 0.1 : 0.2) + 0.01 * k}));
+      if (i < 2) recs.back().lora = "sql";
+    }
+  const Summary s = build_summary({}, {}, SloSpec{}, {info}, recs, {});
+  ASSERT_EQ(s.runs.size(), 1u);
+  const auto& by = s.runs[0].by_lora;
+  ASSERT_EQ(by.size(), 2u);  // "" (the base model) and sql
+  EXPECT_EQ(by[0].first, "");
+  EXPECT_EQ(by[1].first, "sql");
+  EXPECT_EQ(by[1].second.n_requests, 6u);
+  EXPECT_NEAR(by[1].second.ttft_ms.p50, 120, 1e-6);  // mean of 110, 120, 130
+  EXPECT_NEAR(by[0].second.ttft_ms.p50, 220, 1e-6);
+}
+
 TEST(Statistics, CompareFlagsOnlyWhenIntervalsDoNotOverlap) {
   const Summary base = repeated(1.0);
   // 30% worse TTFT, but with repetitions spread ±10 ms the intervals ([95, 145] and [124, 188]) overlap: noise.
