@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/lora/lora_adapter.h"
 #include "server/api_error.h"
 
 namespace servelab::server {
@@ -99,6 +100,7 @@ void EngineService::finish(FinishedRequest f, std::span<const std::pair<int, Tok
   for (double x : f.token_times_s) t.token_times_s.push_back(x - t_arrival);
   t.e2e_s = (f.end_s >= 0 ? f.end_s : now()) - t_arrival;
   t.n_prompt = f.n_prompt;
+  t.lora = std::move(live.lora);
   for (const auto& o : f.outputs) t.n_output += static_cast<int>(o.size());
   switch (f.reason) {
     case FinishReason::length: t.finished_reason = "length"; break;
@@ -174,7 +176,7 @@ void EngineService::loop() {
       }
       for (Pending& p : inbox) {
         const double t = now();
-        live_[p.request.id] = Live{p.channel, t, false};
+        live_[p.request.id] = Live{p.channel, t, false, p.request.lora ? p.request.lora->name : std::string()};
         if (auto rejected = engine_->add(p.request, t)) finish(std::move(*rejected));
       }
       if (stopping) {

@@ -47,6 +47,7 @@ class EngineService final : public GenerationService {
     std::shared_ptr<RequestChannel> channel;
     double submitted_s = 0.0;
     bool stopped_early = false;
+    std::string lora;  ///< the request's adapter ("" = the base model), for /metrics' per-adapter counters
   };
   void loop();
   /// The adapters of the requests running and waiting, to /metrics (with LoRA on; engine_mu_ held).

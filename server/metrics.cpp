@@ -85,6 +85,12 @@ void ServerMetrics::on_finished(const FinishedTimings& t) {
   s_.n_prompt_tokens += t.n_prompt;
   s_.n_generation_tokens += t.n_output;
   ++s_.finished[t.finished_reason];
+  if (!t.lora.empty()) {
+    LoraCounts& c = s_.lora_finished[t.lora];
+    ++c.n_requests;
+    c.n_prompt_tokens += uint64_t(t.n_prompt);
+    c.n_generation_tokens += uint64_t(t.n_output);
+  }
   e2e_.observe(t.e2e_s);
   if (t.ttft_s >= 0) ttft_.observe(t.ttft_s);
   const auto& tt = t.token_times_s;
@@ -169,6 +175,19 @@ std::string ServerMetrics::render() const {
          ",max_lora=\"" + std::to_string(s_.max_lora) + "\",running_lora_adapters=\"" + joined(s_.lora_running) +
              "\",waiting_lora_adapters=\"" + joined(s_.lora_waiting) + "\"",
          num(s_.lora_info_time_s));
+    // Per adapter (servelab's own; vLLM has none): finished requests and their tokens.
+    const std::pair<const char*, uint64_t LoraCounts::*> counters[] = {
+        {"lora_request_success", &LoraCounts::n_requests},
+        {"lora_prompt_tokens", &LoraCounts::n_prompt_tokens},
+        {"lora_generation_tokens", &LoraCounts::n_generation_tokens}};
+    const char* help[] = {"Finished requests, by LoRA adapter.", "Prompt tokens of finished requests, by LoRA adapter.",
+                          "Generated tokens of finished requests, by LoRA adapter."};
+    for (size_t i = 0; i < 3; ++i) {
+      const std::string name = std::string("servelab:") + counters[i].first + "_total";
+      head(name, "counter", help[i]);
+      for (const auto& [adapter, c] : s_.lora_finished)
+        line(name, ",lora_name=\"" + escape_label(adapter) + "\"", std::to_string(c.*counters[i].second));
+    }
   }
   head("servelab:time_to_first_token_seconds", "histogram", "Time to first token.");
   ttft_.render(o, "servelab:time_to_first_token_seconds", labels_);

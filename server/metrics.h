@@ -36,6 +36,14 @@ struct FinishedTimings {
   int n_prompt = 0;
   int n_output = 0;                  ///< over all samples
   std::string finished_reason;       ///< "length", "stop", "abort", "error"
+  std::string lora;                  ///< the adapter it ran on ("" = the base model)
+};
+
+/// One adapter's finished requests and their tokens (/metrics' per-adapter counters).
+struct LoraCounts {
+  uint64_t n_requests = 0;
+  uint64_t n_prompt_tokens = 0;
+  uint64_t n_generation_tokens = 0;
 };
 
 /// A copy of the counters and gauges (tests check them for consistency).
@@ -59,6 +67,10 @@ struct MetricsSnapshot {
   std::vector<std::string> lora_running, lora_waiting;
   int max_lora = 0;
   double lora_info_time_s = 0.0;
+  /// Finished requests and tokens by adapter (requests on the base model are not listed), rendered
+  /// with max_lora > 0 as servelab:lora_{request_success,prompt_tokens,generation_tokens}_total
+  /// {lora_name="..."} (servelab's own: vLLM has no per-adapter counter).
+  std::map<std::string, LoraCounts> lora_finished;
 };
 
 class ServerMetrics {

@@ -115,6 +115,15 @@ TEST(LoraServer, ModelFieldPicksTheAdapterAndAdaptersLoadAndUnloadAtRunTime) {
                          "waiting_lora_adapters=\"\"}"),
             std::string::npos)
       << metrics;
+  // And servelab's per-adapter counters: sql answered 3 completions of 5 prompt and 6 output
+  // tokens (before it was unloaded; the counts stay), chat 2; the base model's are not listed.
+  EXPECT_NE(metrics.find("servelab:lora_request_success_total{model_name=\"tiny\",lora_name=\"sql\"} 3\n"),
+            std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("servelab:lora_prompt_tokens_total{model_name=\"tiny\",lora_name=\"sql\"} 15\n"), std::string::npos);
+  EXPECT_NE(metrics.find("servelab:lora_generation_tokens_total{model_name=\"tiny\",lora_name=\"sql\"} 18\n"), std::string::npos);
+  EXPECT_NE(metrics.find("servelab:lora_request_success_total{model_name=\"tiny\",lora_name=\"chat\"} 2\n"), std::string::npos);
+  EXPECT_EQ(metrics.find("lora_name=\"tiny\""), std::string::npos);
+  EXPECT_EQ(metrics.find("lora_name=\"\""), std::string::npos);
 }
 
 TEST(LoraServer, WithoutEnableLoraTheRoutesSayItIsOff) {

@@ -38,6 +38,23 @@ TEST(MetricsRender, LoraRequestsInfoIsVllmsGaugeWithTheAdaptersInItsLabels) {
   const double t = std::stod(out.substr(out.find("} ", at) + 2));  // when it was taken, Unix seconds
   EXPECT_GT(t, 1.7e9);
   EXPECT_EQ(m.snapshot().lora_running, (std::vector<std::string>{"math", "sql"}));
+  // Finished requests by adapter: counted per name, the base model's left out.
+  FinishedTimings done;
+  done.n_prompt = 7;
+  done.n_output = 3;
+  done.finished_reason = "length";
+  done.lora = "sql";
+  m.on_finished(done);
+  m.on_finished(done);
+  done.lora = "";
+  m.on_finished(done);
+  const std::string after = m.render();
+  EXPECT_NE(after.find("# TYPE servelab:lora_request_success_total counter\n"), std::string::npos) << after;
+  EXPECT_NE(after.find("servelab:lora_request_success_total{model_name=\"tiny\",lora_name=\"sql\"} 2\n"), std::string::npos);
+  EXPECT_NE(after.find("servelab:lora_prompt_tokens_total{model_name=\"tiny\",lora_name=\"sql\"} 14\n"), std::string::npos);
+  EXPECT_NE(after.find("servelab:lora_generation_tokens_total{model_name=\"tiny\",lora_name=\"sql\"} 6\n"), std::string::npos);
+  EXPECT_EQ(after.find("lora_name=\"\""), std::string::npos);
+  EXPECT_EQ(m.snapshot().lora_finished.at("sql").n_requests, 2u);
 }
 
 TEST(MetricsRender, SpecDecodeCountersSumStepsUnderVllmNames) {
