@@ -168,8 +168,8 @@ TEST(Statistics, StudentTIntervalByHand) {
   EXPECT_TRUE(std::isnan(one.ci95_lo));
 }
 
-/// A point "p@1" repeated 3 times, repetition k's TTFT = scale·(100 + 10·k) ms (one token, no TPOT).
-Summary repeated(double ttft_scale, const std::string& label = "p@1") {
+/// A continuous-paged point at 1 req/s repeated 3 times (seeds 1, 2, 3).
+RunInfo repeated_info(const std::string& label) {
   RunInfo info;
   info.label = label;
   info.batching = "continuous";
@@ -177,6 +177,12 @@ Summary repeated(double ttft_scale, const std::string& label = "p@1") {
   info.rate = 1;
   info.repeats = 3;
   info.seeds = {1, 2, 3};
+  return info;
+}
+
+/// A point "p@1" repeated 3 times, repetition k's TTFT = scale·(100 + 10·k) ms (one token, no TPOT).
+Summary repeated(double ttft_scale, const std::string& label = "p@1") {
+  const RunInfo info = repeated_info(label);
   std::vector<RequestRecord> recs;
   for (int k = 1; k <= 3; ++k)
     for (int i = 0; i < 4; ++i)
@@ -210,13 +216,7 @@ TEST(Statistics, RepeatsGiveMeanAndIntervalPerHeadlineMetric) {
 TEST(Statistics, ARepeatedPointsAdaptersAreEachTheMeanOfTheirRepetitions) {
   // The same 4 requests a repetition, requests 0 and 1 on "sql", 2 and 3 on the base model:
   // each adapter's TTFT p50 the mean over the repetitions (as the point's), counts summed.
-  RunInfo info;
-  info.label = "p@1";
-  info.batching = "continuous";
-  info.kv = "paged";
-  info.rate = 1;
-  info.repeats = 3;
-  info.seeds = {1, 2, 3};
+  const RunInfo info = repeated_info("p@1");
   std::vector<RequestRecord> recs;
   for (int k = 1; k <= 3; ++k)
     for (int i = 0; i < 4; ++i) {
