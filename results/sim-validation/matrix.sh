@@ -15,6 +15,10 @@
 #     capacity and that cost), and validate-sim runs under `timeout` to DEADLINE - 20 s.
 #     LOADS=0.5 or LOADS=0.85: that load alone, in CELL/load-L/ (its own profile and capacity): a
 #     cell too long for one call runs its two loads in two calls.
+#     GPUS="0 1" (a machine of several GPUs): one worker a GPU, each running its share of the cells
+#     (dealt out in priority order) with CUDA_VISIBLE_DEVICES set, side by side; the workers' output
+#     in OUT/worker-gpuN.log, printed at the end. Each cell's steps run on a GPU of their own; the
+#     host (32 cores on the two-GPU kind) is shared.
 #   profile (on the GPU machine, BIN=build-gpu/servelab): each h200 cell's profile alone, as gpu
 #     takes it, into CELL/$PROFILE_NAME (and its log beside it): a later grid for repredict.
 #   h100: the h100 cells here (sim only, CPU): a past validate-sim's real runs re-predicted with
@@ -148,9 +152,23 @@ print(round(sum($n / ((l * $cap + ramp) / 2 if ramp else l * $cap) for l in [$lo
 
 if [ "$what" = gpu ] || [ "$what" = dry ]; then
   mkdir -p "$out"
+  declare -A src_of=()
+  order=()
   while IFS=$'\t' read -r name _ _ _ _ _ _ _ src; do
-    wanted "$name" && run_cell "$name" "$here/$src"
+    wanted "$name" && { src_of[$name]=$src; order+=("$name"); }
   done < <(cells h200)
+  read -r -a gpus <<<"${GPUS:-}"
+  if [ ${#gpus[@]} -le 1 ]; then
+    for name in "${order[@]}"; do run_cell "$name" "$here/${src_of[$name]}"; done
+  else  # one worker a GPU (CUDA_VISIBLE_DEVICES), the cells dealt out in priority order
+    for w in "${!gpus[@]}"; do
+      ( export CUDA_VISIBLE_DEVICES=${gpus[$w]}
+        for ((i = w; i < ${#order[@]}; i += ${#gpus[@]})); do run_cell "${order[$i]}" "$here/${src_of[${order[$i]}]}"; done
+      ) >"$out/worker-gpu${gpus[$w]}.log" 2>&1 &
+    done
+    wait
+    for g in "${gpus[@]}"; do echo "== GPU $g"; cat "$out/worker-gpu$g.log"; done
+  fi
   [ "$what" = dry ] && python3 "$here/matrix_summarize.py" "$out" --md "$out/matrix.md" && cat "$out/matrix.md"
 fi
 
