@@ -109,6 +109,7 @@ std::string report_html(const std::string& dir, const Summary& s, const std::vec
                                  std::pair{"SLO objectives per run", slo_objectives_table(s)},
                                  std::pair{"Structured output", structured_output_table(s)},
                                  std::pair{"Speculative decoding", spec_decode_table(s)},
+                                 std::pair{"Multi-LoRA, per adapter", lora_table(s)},
                                  std::pair{"Roofline efficiency", roofline_table(s)}}) {
     if (t.empty()) continue;
     h << "<h2>" << title << "</h2>\n";

@@ -85,6 +85,7 @@ std::string report_markdown(const Summary& s, const std::vector<GateResult>& gat
                                  std::pair{"SLO objectives per run", slo_objectives_table(s)},
                                  std::pair{"Structured output", structured_output_table(s)},
                                  std::pair{"Speculative decoding", spec_decode_table(s)},
+                                 std::pair{"Multi-LoRA, per adapter", lora_table(s)},
                                  std::pair{"Roofline efficiency", roofline_table(s)}}) {
     if (t.empty()) continue;
     md << "\n## " << title << "\n\n";

@@ -194,6 +194,34 @@ TextRows structured_output_table(const Summary& s) {
   return t;
 }
 
+TextRows lora_table(const Summary& s, size_t max_adapters) {
+  TextRows t;
+  t.header = {"strategy", "rate (req/s)", "adapter", "requests", "failed", "TTFT p50 (ms)", "TTFT p99 (ms)",
+              "queue p50 (ms)", "TPOT p50 (ms)", "E2E p50 (ms)", "output tok/s", "SLO attainment"};
+  for (const RunSummary* r : table_order(s)) {
+    if (r->by_lora.empty()) continue;
+    std::vector<const std::pair<std::string, RunMetrics>*> order;
+    for (const auto& a : r->by_lora) order.push_back(&a);
+    std::stable_sort(order.begin(), order.end(),
+                     [](const auto* a, const auto* b) { return a->second.n_requests > b->second.n_requests; });
+    for (size_t i = 0; i < order.size() && i < max_adapters; ++i) {
+      const auto& [name, m] = *order[i];
+      t.rows.push_back({r->info.strategy_name(), format_run_rate(r->info), name.empty() ? "(base)" : name,
+                        std::to_string(m.n_requests), std::to_string(m.n_failed), format_number(m.ttft_ms.p50),
+                        format_number(m.ttft_ms.p99), format_number(m.queue_ms.p50), format_number(m.tpot_ms.p50),
+                        format_number(m.e2e_ms.p50), format_number(m.output_throughput), format_share(m.slo_attainment)});
+    }
+    if (order.size() > max_adapters) {
+      size_t n = 0;
+      for (size_t i = max_adapters; i < order.size(); ++i) n += order[i]->second.n_requests;
+      t.rows.push_back({r->info.strategy_name(), format_run_rate(r->info),
+                        std::to_string(order.size() - max_adapters) + " more adapters (summary.json)", std::to_string(n),
+                        "", "", "", "", "", "", "", ""});
+    }
+  }
+  return t;
+}
+
 TextRows spec_decode_table(const Summary& s) {
   TextRows t;
   t.header = {"strategy", "rate (req/s)", "drafts", "drafted", "accepted", "acceptance", "mean acceptance length",

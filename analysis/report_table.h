@@ -59,6 +59,11 @@ TextRows structured_output_table(const Summary& s);
 /// where the counts come from (the engine's steps, or the server's /metrics for HTTP runs).
 /// Empty when no run drafted.
 TextRows spec_decode_table(const Summary& s);
+/// Multi-LoRA: per run whose records name adapters, each adapter's requests ("(base)" for none)
+/// by request count, most first: failures, TTFT p50/p99, queue p50, TPOT p50, E2E p50, output
+/// tok/s over its own requests and SLO attainment; at most `max_adapters` a run, then a row
+/// counting the rest (summary.json's "lora" has every one). Empty when no run has adapters.
+TextRows lora_table(const Summary& s, size_t max_adapters = 16);
 /// Roofline efficiency (roofline_efficiency.h): per run, Σ roofline / Σ measured step time
 /// overall and per step class with each class's step count; sim runs say "sim" (their times are
 /// priced, not measured). Empty when no run has one.

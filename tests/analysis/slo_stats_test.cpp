@@ -233,6 +233,17 @@ TEST(Statistics, ARepeatedPointsAdaptersAreEachTheMeanOfTheirRepetitions) {
   EXPECT_EQ(by[1].second.n_requests, 6u);
   EXPECT_NEAR(by[1].second.ttft_ms.p50, 120, 1e-6);  // mean of 110, 120, 130
   EXPECT_NEAR(by[0].second.ttft_ms.p50, 220, 1e-6);
+  // report.md's per-adapter table: one row each, the base model as "(base)"; with a cap of one
+  // adapter a run, a row counts the rest.
+  const std::string md = report_markdown(s, {}, {}, {});
+  EXPECT_NE(md.find("## Multi-LoRA, per adapter"), std::string::npos) << md;
+  EXPECT_NE(md.find("| continuous-paged | 1 | sql | 6 | 0 | 120.0 | 120.0 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| (base) | 6 |"), std::string::npos) << md;
+  const TextRows capped = lora_table(s, 1);
+  ASSERT_EQ(capped.rows.size(), 2u);
+  EXPECT_EQ(capped.rows[1][2], "1 more adapters (summary.json)");
+  EXPECT_EQ(capped.rows[1][3], "6");
+  EXPECT_TRUE(lora_table(repeated(1.0)).empty());  // no adapters: no table
 }
 
 TEST(Statistics, CompareFlagsOnlyWhenIntervalsDoNotOverlap) {
