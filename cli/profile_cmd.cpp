@@ -43,6 +43,7 @@ struct ProfileArgs {
   int tensor_parallel = 1;  // cuda: ranks on devices 0..N-1 over NCCL; sim: the roofline's TP
   double kv_gb = 0.0;    // KV arena cap in GB; 0 = the grid's largest point (cuda: capped by free memory)
   int warmup = -1;       // untimed runs per point; -1 = 2 on cuda (GEMM choice, graph capture), else 0
+  double warmup_s = -1;  // untimed steps before the grid, seconds; -1 = 1 on cpu and cuda, 0 on sim
   std::string kv = "paged";    // the timed sequences' KV layout
   bool kv_spread = false;      // spread them over the --kv-gb arena
   std::string spread_shape;    // --spread-shape even | exponential ("" = even)
@@ -168,6 +169,7 @@ int profile_main(const ProfileArgs& a) {
     for (const std::string& line : derived.notes) std::cerr << "  " << line << "\n";
   }
   options.warmup = a.warmup >= 0 ? a.warmup : cuda ? 2 : 0;
+  options.warmup_s = a.warmup_s >= 0 ? a.warmup_s : spec.kind == BackendKind::sim ? 0.0 : 1.0;
   options.max_kv_bytes = static_cast<int64_t>(a.kv_gb * 1e9);
   options.fill_kv = spec.kind != BackendKind::sim;  // the sim would charge the fill as swap traffic
   options.kv_kind = a.kv == "naive" ? KvKind::naive : KvKind::paged;
@@ -307,6 +309,10 @@ const Registrar register_profile(
       sub.add_flag("!--no-host-overhead", a->host_overhead,
                    "skip measuring the engine's host work per step outside forward() (scheduling, KV "
                    "bookkeeping, tokens, records), which the sim adds to every step");
+      sub.add_option("--warmup-s", a->warmup_s,
+                     "untimed steps for this many seconds before the first timed point (default 1 on cpu and cuda, 0 "
+                     "on sim): a process's first steps run slower than its later ones")
+          ->check(CLI::Range(0.0, 600.0));
       sub.add_option("--warmup", a->warmup, "untimed runs per point before the repeats (default 2 on cuda, else 0)")
           ->check(CLI::Range(0, 100));
       auto* preset = sub.add_option("--preset", a->preset, "model preset with random weights (with --for-scenario and no --model: the scenario's model)")->capture_default_str();

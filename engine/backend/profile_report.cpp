@@ -66,7 +66,7 @@ std::string profile_json(const ProfileReport& r, const ProfileReport* draft) {
   const ProfileOptions& o = r.options;
   j["options"] = {{"prefill_lens", o.prefill_lens}, {"batch_sizes", o.batch_sizes}, {"contexts", o.contexts},
                   {"prompt_lens", o.prompt_lens}, {"extra_decode_batches", o.extra_decode_batches},     {"max_rows", o.max_rows},       {"chunk_lens", o.chunk_lens}, {"max_len", o.max_len},
-                  {"repeats", o.repeats},           {"min_point_s", o.min_point_s}, {"warmup", o.warmup},
+                  {"repeats", o.repeats},           {"min_point_s", o.min_point_s}, {"warmup", o.warmup}, {"warmup_s", o.warmup_s},
                   {"max_kv_bytes", o.max_kv_bytes}, {"fill_kv", o.fill_kv},       {"seed", o.seed},
                   {"kv", to_string(o.kv_kind)},     {"kv_spread", o.kv_spread},
                   {"interleave", o.interleave},     {"lead_in", o.lead_in},

@@ -104,6 +104,7 @@ void ProfileOptions::validate() const {
   if (repeats < 1) throw std::invalid_argument("repeats (" + std::to_string(repeats) + ") must be >= 1");
   if (!(min_point_s >= 0.0)) throw std::invalid_argument("min_point_s must be >= 0");
   if (warmup < 0 || warmup > 100) throw std::invalid_argument("warmup (" + std::to_string(warmup) + ") must be in [0, 100]");
+  if (!(warmup_s >= 0.0 && warmup_s <= 600.0)) throw std::invalid_argument("warmup_s must be in [0, 600] seconds");
   if (lead_in < 0 || lead_in > 100) throw std::invalid_argument("lead_in (" + std::to_string(lead_in) + ") must be in [0, 100]");
   if (lead_in > 0 && !interleave) throw std::invalid_argument("lead_in needs interleave (decodes before each timed step of a round)");
   if (lora_rank < 0 || lora_rank > 256) throw std::invalid_argument("lora_rank (" + std::to_string(lora_rank) + ") must be in [0, 256]");
@@ -423,8 +424,17 @@ ProfileReport profile_backend(Backend& backend, const ProfileOptions& asked,
 
   ProfileRunner runner(backend, plan.n_slots, plan.max_len, options.seed, options.fill_kv, int64_t(256) << 20,
                        options.kv_kind, options.kv_spread);
-  // Warm-up: first touch of the weights and of the BLAS threads.
-  runner.run(ProfilePoint{ProfilePhase::prefill, {{0, std::min(8, plan.max_len)}}}, 0, 1, 0.0);
+  // Warm-up: first touch of the weights and of the BLAS threads, then steps for warmup_s: on the
+  // 2-core VM a process's first ~0.2 s of steps run up to 2x slower (a one-token decode 1.0 ms
+  // falling to 0.41 over its first repeats), which the grid's first points (the prefills) took.
+  const ProfilePoint warm{ProfilePhase::prefill, {{0, std::min(8, plan.max_len)}}};
+  const ProfilePoint* warm_decode = lead_in_point(plan.points, options);
+  const auto t_warm = std::chrono::steady_clock::now();
+  runner.run(warm, 0, 1, 0.0);
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t_warm).count() < options.warmup_s) {
+    runner.run(warm, 0, 1, 0.0);
+    if (warm_decode) runner.run(*warm_decode, 0, 1, 0.0);
+  }
   std::vector<ProfileSample> timed;
   if (options.interleave) {
     for (int w = 0; w < options.warmup; ++w)

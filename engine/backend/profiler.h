@@ -44,6 +44,11 @@ struct ProfileOptions {
   /// Untimed runs of each point before its repeats: the cuda backend picks GEMM algorithms on a
   /// shape's first run and captures a decode graph on its second.
   int warmup = 0;
+  /// Before the first timed point, untimed steps (a short prefill and the lead-in decode) for
+  /// this many seconds: a process's first steps run slower than its later ones (on the 2-core VM
+  /// up to 2x for ~0.2 s), and the grid's first points would take that. 0: one prefill only
+  /// (`servelab profile` takes 1 s on cpu and cuda: --warmup-s).
+  double warmup_s = 0.0;
   /// KV arena cap in bytes; 0 = no cap (the arena holds the grid's largest point). Points whose
   /// sequences need more are skipped and listed in the report.
   int64_t max_kv_bytes = 0;
