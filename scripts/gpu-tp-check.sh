@@ -154,7 +154,7 @@ if [ $BUILT = 1 ] && want bench && { [ "${GPU_OK:-0}" = 0 ] || [ "${BENCH_ALWAYS
   grep -E "^tp-decode|^tp-bound|^llama" "$OUT/bench.log" >"$OUT/decode.txt"
 fi
 # Clocks and power beside the serving and profiling steps (SMI=0: off): nvidia-smi samples every
-# 250 ms into smi.csv, each step's span into step_marks.txt, and results/gpu/tp/smi_windows.py
+# 250 ms into smi.csv, each step's span into step_marks.txt, and scripts/lib/smi_windows.py
 # gives each step's median SM clock, power and temperature per GPU (smi_summary.txt, in the
 # summary): whether serving's sustained steps run at the profile's clocks (the 70B decode residual
 # that grows with the batch, results/gpu/tp/2026-11-30-h200x2-continuous-1000/README.md).
@@ -230,8 +230,8 @@ if [ $BUILT = 1 ] && want profile; then
 fi
 
 if [ -n "${SMI_PID:-}" ]; then
-  kill $SMI_PID 2>/dev/null
-  python3 results/gpu/tp/smi_windows.py "$OUT/smi.csv" "$OUT/step_marks.txt" >"$OUT/smi_summary.txt" 2>&1
+  kill $SMI_PID 2>/dev/null || true
+  python3 scripts/lib/smi_windows.py "$OUT/smi.csv" "$OUT/step_marks.txt" >"$OUT/smi_summary.txt" 2>&1
 fi
 {
 echo

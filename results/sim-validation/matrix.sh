@@ -19,6 +19,9 @@
 #     (dealt out in priority order) with CUDA_VISIBLE_DEVICES set, side by side; the workers' output
 #     in OUT/worker-gpuN.log, printed at the end. Each cell's steps run on a GPU of their own; the
 #     host (32 cores on the two-GPU kind) is shared.
+#     On a GPU, nvidia-smi logs each GPU's SM clock, power and clock events while its cells run
+#     (SMI=0: off), summarized per cell's profile and validate-sim in OUT/smi-gpuN.txt: whether the
+#     profile's steps and the real runs' ran at the same clocks.
 #   profile (on the GPU machine, BIN=build-gpu/servelab): each h200 cell's profile alone, as gpu
 #     takes it, into CELL/$PROFILE_NAME (and its log beside it): a later grid for repredict.
 #   h100: the h100 cells here (sim only, CPU): a past validate-sim's real runs re-predicted with
@@ -109,9 +112,11 @@ run_cell() {  # run_cell NAME YAML: one gpu (or dry) cell, at LOADS (one load: i
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no GPU (dry)"; } > "$dir/cell.txt"
   echo "$name: profile"
   echo "$bin profile ${prof[*]} --json $dir/profile.json" >> "$dir/cell.txt"
+  local t_mark=$(date +%s)
   if ! "$bin" profile "${prof[@]}" --json "$dir/profile.json" > "$dir/profile.txt" 2>&1; then
     echo "not run: the profile failed (profile.txt)" | tee "$dir/skipped.txt"; return 0
   fi
+  [ -n "${SMI_MARKS:-}" ] && echo "$name:profile $t_mark $(date +%s)" >> "$SMI_MARKS"
   local -a ramp=()
   if [[ $name == *-ramp-* ]]; then  # the ramp ends at the cell's capacity under plain Poisson arrivals
     if ! "$bin" capacity "$yaml" "${real[@]}" "${sim[@]}" --quiet --no-plots --out "$dir/capacity-poisson" \
@@ -142,8 +147,10 @@ print(round(sum($n / ((l * $cap + ramp) / 2 if ramp else l * $cap) for l in [$lo
   [ "$what" = dry ] && args+=(--warmup-requests 2)
   echo "$bin ${args[*]}" >> "$dir/cell.txt"
   local rc=0
+  t_mark=$(date +%s)
   if [ "$deadline" = 0 ]; then "$bin" "${args[@]}" > "$dir/validate.txt" 2>&1 || rc=$?
   else timeout "$(( $(left) - 20 ))" "$bin" "${args[@]}" > "$dir/validate.txt" 2>&1 || rc=$?; fi
+  [ -n "${SMI_MARKS:-}" ] && echo "$name:validate-sim $t_mark $(date +%s)" >> "$SMI_MARKS"
   echo "$name: validate-sim rc $rc"
   echo "validate-sim rc $rc" >> "$dir/cell.txt"
   rm -f "$dir"/capacity*/report.html
@@ -158,12 +165,32 @@ if [ "$what" = gpu ] || [ "$what" = dry ]; then
     wanted "$name" && { src_of[$name]=$src; order+=("$name"); }
   done < <(cells h200)
   read -r -a gpus <<<"${GPUS:-}"
+  # On a GPU: nvidia-smi's SM clock, power and clock events every 250 ms while each GPU's cells run,
+  # split by each cell's profile and validate-sim (scripts/lib/smi_windows.py): OUT/smi-gpuN.txt.
+  smi_on() { [ "$what" = gpu ] && [ "${SMI:-1}" = 1 ] && command -v nvidia-smi >/dev/null; }
+  smi_log() {  # smi_log GPU: starts the log, sets SMI_PID and SMI_MARKS
+    export SMI_MARKS="$out/smi-marks-gpu$1.txt"
+    : > "$SMI_MARKS"
+    nvidia-smi -i "$1" --query-gpu=timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
+      --format=csv,noheader,nounits -lms 250 > "$out/smi-gpu$1.csv" 2>&1 &
+    SMI_PID=$!
+  }
+  smi_done() {  # smi_done GPU
+    kill "$SMI_PID" 2>/dev/null || true
+    python3 scripts/lib/smi_windows.py "$out/smi-gpu$1.csv" "$SMI_MARKS" > "$out/smi-gpu$1.txt" 2>&1
+    gzip -9f "$out/smi-gpu$1.csv"
+  }
   if [ ${#gpus[@]} -le 1 ]; then
+    g=${gpus[0]:-${CUDA_VISIBLE_DEVICES:-0}}
+    smi_on && smi_log "$g"
     for name in "${order[@]}"; do run_cell "$name" "$here/${src_of[$name]}"; done
+    smi_on && smi_done "$g" && cat "$out/smi-gpu$g.txt"
   else  # one worker a GPU (CUDA_VISIBLE_DEVICES), the cells dealt out in priority order
     for w in "${!gpus[@]}"; do
       ( export CUDA_VISIBLE_DEVICES=${gpus[$w]}
+        smi_on && smi_log "${gpus[$w]}"
         for ((i = w; i < ${#order[@]}; i += ${#gpus[@]})); do run_cell "${order[$i]}" "$here/${src_of[${order[$i]}]}"; done
+        smi_on && smi_done "${gpus[$w]}" && cat "$out/smi-gpu${gpus[$w]}.txt"
       ) >"$out/worker-gpu${gpus[$w]}.log" 2>&1 &
     done
     wait
