@@ -103,5 +103,46 @@ workload:
   EXPECT_EQ(bad.code, 2) << bad.output;
 }
 
+TEST(ProfileCli, ALoraScenariosProfileTimesAdaptersAndTheSimRunsOnIt) {
+  // --for-scenario on a workload with adapters takes their rank and max_loras; the JSON keeps the
+  // LoRA points and the fit; the scenario then runs on the sim priced from that profile.
+  SERVELAB_REQUIRE_BINARY();
+  TempDir dir;
+  const std::string scenario = R"(name: l
+seed: 2
+model: {preset: tiny}
+backend: {kind: cpu, threads: 1}
+engine: {kv_cache_mb: 8, max_model_len: 256}
+strategies:
+  - {label: c, batching: continuous, max_num_seqs: 4}
+workload:
+  rates: [20]
+  n_requests: 12
+  prompt_tokens: {dist: fixed, value: 24}
+  output_tokens: {dist: fixed, value: 8}
+  lora: {count: 3, rank: 4, max_loras: 2}
+)";
+  write_text(dir.file("l.yaml"), scenario);
+  const std::string json = dir.file("p.json");
+  const CliResult r = run_servelab({"profile", "--threads", "1", "--for-scenario", dir.file("l.yaml"), "--repeats", "1",
+                                    "--warmup-s", "0", "--no-host-overhead", "--no-padded-decodes", "--json", json},
+                                   dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "--lora-rank 4 --lora-adapters 1,2:")) << r.output;
+  EXPECT_TRUE(has(r.output, "LoRA, rank 4 on all seven linears")) << r.output;
+  EXPECT_TRUE(has(r.output, "sim's LoRA fit")) << r.output;
+  const auto j = nlohmann::json::parse(read_text(json));
+  ASSERT_TRUE(j.contains("lora")) << j.dump();
+  EXPECT_EQ(j.at("lora").at("rank"), 4);
+  EXPECT_GE(j.at("lora").at("points").size(), 4u);
+  EXPECT_EQ(j.at("options").at("warmup_s"), 0.0);
+  std::string sim = scenario;
+  sim.replace(sim.find("{kind: cpu, threads: 1}"), 23, "{kind: sim, sim_profile: " + json + "}");
+  write_text(dir.file("sim.yaml"), sim);
+  const CliResult run = run_servelab({"run", dir.file("sim.yaml"), "-o", dir.file("out"), "--quiet", "--no-plots"}, dir);
+  ASSERT_EQ(run.code, 0) << run.output;
+  EXPECT_TRUE(has(read_text(dir.file("out") + "/report.md"), "## Multi-LoRA, per adapter")) << run.output;
+}
+
 }  // namespace
 }  // namespace servelab::cli_test
