@@ -27,6 +27,7 @@ namespace {
 StepTiming step_of_real_line(const nlohmann::json& j) {
   StepTiming t;
   t.measured_s = j.at("measured_s").get<double>();
+  t.start_s = j.value("start_s", -1.0);  // written since 2026-11-30 (the sustained-load state)
   StepShape& s = t.shape;
   s.n_tokens = j.at("n_tokens").get<int64_t>();
   s.n_padding_tokens = j.value("n_padding_tokens", int64_t(0));
@@ -54,6 +55,7 @@ StepTiming step_of_run_line(const nlohmann::json& j) {
   const StepShapeRecord& h = *r.roofline->shape;
   StepTiming t;
   t.measured_s = r.forward_s > 0.0 ? r.forward_s : r.duration_s;
+  t.start_s = r.start_s + (r.forward_s > 0.0 ? r.host_before_s : 0.0);  // when the forward began
   StepShape& s = t.shape;
   s.n_tokens = r.n_tokens;
   s.n_padding_tokens = r.n_padding_tokens;

@@ -352,6 +352,7 @@ StepOutcome Engine::step(double now) {
       if (built) state_->shape_builder.finish();
       else build_step_input(batch, *kv_, backend_->config().vocab_size, step, state_->step_detail);
     }
+    backend_->at_time(now);
     const auto f0 = std::chrono::steady_clock::now();
     StepOutput result;
     if (decoding) {  // drawn above; priced now

@@ -1,8 +1,10 @@
 #include "loadgen/measuring_backend.h"
 
 #include <chrono>
+#include <optional>
 
 #include "engine/backend/forwarding_backend.h"
+#include "engine/backend/sim_sustained.h"
 
 namespace servelab {
 namespace {
@@ -10,13 +12,14 @@ namespace {
 class MeasuringBackend final : public ForwardingBackend {
  public:
   MeasuringBackend(std::unique_ptr<Backend> inner, std::vector<StepTiming>& out)
-      : ForwardingBackend(std::move(inner)), out_(out) {}
+      : ForwardingBackend(std::move(inner)), out_(out), origin_(std::chrono::steady_clock::now()) {}
   StepOutput execute(const Step& step) override {
     const StepShape shape = StepShape::of(step);
     const auto t0 = std::chrono::steady_clock::now();
     StepOutput r = inner().execute(step);
     const double measured = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    out_.push_back({measured, 0.0, shape, lora_params_.empty() ? std::vector<LoraRows>{} : lora_rows_of(step, lora_params_)});
+    out_.push_back({measured, 0.0, std::chrono::duration<double>(t0 - origin_).count(), shape,
+                    lora_params_.empty() ? std::vector<LoraRows>{} : lora_rows_of(step, lora_params_)});
     return r;
   }
   void load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter) override {
@@ -27,6 +30,7 @@ class MeasuringBackend final : public ForwardingBackend {
 
  private:
   std::vector<StepTiming>& out_;
+  std::chrono::steady_clock::time_point origin_;
   std::vector<int64_t> lora_params_;  // each slot's adapter's parameters (0: empty)
 };
 
@@ -37,7 +41,18 @@ std::unique_ptr<Backend> measuring_backend(std::unique_ptr<Backend> inner, std::
 }
 
 void price_step_timings(std::vector<StepTiming>& timings, const SimCostModel& cost, const ModelConfig& model) {
-  for (StepTiming& t : timings) t.predicted_s = cost.step_seconds(model, t.shape) + lora_rows_seconds(cost.device, model, t.lora);
+  const StepPricer pricer(cost, model);
+  std::optional<RooflineTerms> terms;
+  std::optional<SustainedState> load;
+  if (cost.sustained) {
+    terms = RooflineTerms::of(model, cost.device, cost.tensor_parallel);
+    load.emplace(*cost.sustained, *terms);
+  }
+  for (StepTiming& t : timings) {
+    double s = pricer.seconds(t.shape);
+    if (load) s = load->price(t.start_s, s, t.shape, t.measured_s);  // the state follows the real steps
+    t.predicted_s = s + lora_rows_seconds(cost.device, model, t.lora);
+  }
 }
 
 }  // namespace servelab

@@ -14,6 +14,9 @@ namespace servelab {
 struct StepTiming {
   double measured_s = 0.0;
   double predicted_s = 0.0;
+  /// When the step began, seconds since the wrapper was made (-1: not known; pricing then takes
+  /// the step to start as the one before it ended).
+  double start_s = -1.0;
   StepShape shape;  ///< what was priced
   /// Its entries that ran an adapter (multi-LoRA), priced by the sim's LoRA terms
   /// (engine/backend/sim_lora.h) beside the shape; empty without adapters.
@@ -30,7 +33,9 @@ struct StepTiming {
 std::unique_ptr<Backend> measuring_backend(std::unique_ptr<Backend> inner, std::vector<StepTiming>& out);
 
 /// Sets every timing's predicted_s to `cost`'s price of its shape on `model`, plus its adapters'
-/// (lora_rows_seconds on cost.device), as the sim backend prices a step.
+/// (lora_rows_seconds on cost.device), as the sim backend prices a step. With a sustained-load
+/// probe in the cost model (engine/backend/sim_sustained.h) the timings are priced in order, each
+/// at the load of the real steps before it (their start_s and measured times).
 void price_step_timings(std::vector<StepTiming>& timings, const SimCostModel& cost, const ModelConfig& model);
 
 }  // namespace servelab

@@ -85,6 +85,7 @@ std::string step_timing_line(const std::string& run, const StepTiming& t) {
     for (const LoraRows& r : t.lora) lora.push_back({r.rows, r.slot, r.params});
     j["lora"] = std::move(lora);
   }
+  if (t.start_s >= 0.0) j["start_s"] = t.start_s;
   j["measured_s"] = t.measured_s;
   j["predicted_s"] = t.predicted_s;
   return j.dump() + "\n";

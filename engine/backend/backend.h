@@ -191,6 +191,10 @@ class Backend {
   /// The shapes of steps within `limits` whose first run costs more than later ones (WarmShapes).
   /// Default: none.
   virtual WarmShapes warm_shapes(const StepLimits& limits) const { (void)limits; return {}; }
+  /// The engine's clock when the step it is about to run (or price) starts. The sim reads it for
+  /// its sustained-load state (engine/backend/sim_sustained.h: how long the GPU idled before the
+  /// step); a real backend has its own clock and ignores it (the default).
+  virtual void at_time(double now_s) { (void)now_s; }
   /// Runs the step: writes each row's K/V to its slot, attends, and draws one token per draw.
   /// Throws std::invalid_argument naming the field for a malformed step.
   virtual StepOutput execute(const Step& step) = 0;

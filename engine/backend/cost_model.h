@@ -6,6 +6,7 @@
 // the context each token reads, a cost per sampled row, fixed per-step cost folded into the
 // matrix term), inside the profiled grid, and scaled by the roofline beyond its edge.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -259,6 +260,8 @@ struct DraftRound {
   double first_use_s = 0.0;
 };
 
+struct SustainedLoad;  // engine/backend/sim_sustained.h
+
 /// How the sim backend prices a step.
 struct SimCostModel {
   enum class Kind { roofline, profile };
@@ -304,6 +307,10 @@ struct SimCostModel {
     std::vector<DraftRound> rounds;
   };
   std::vector<DraftProfile> draft_profiles;
+  /// The profile's sustained-load probe ("sustained", `servelab profile --sustained-s`): the sim
+  /// backend and price_step_timings price each step by the GPU's recent load (sim_sustained.h).
+  /// Null: every step at the grid's price (no probe, or retargeted to another device).
+  std::shared_ptr<const SustainedLoad> sustained;
 
   static SimCostModel roofline(const SimDevice& device, int tensor_parallel = 1);
 

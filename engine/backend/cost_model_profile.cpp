@@ -2,6 +2,7 @@
 // /2, with the optional verification points and the draft model's own profile) into a cost model.
 #include "engine/backend/cost_model.h"
 #include "engine/backend/profile_lora.h"
+#include "engine/backend/sim_sustained.h"
 
 #include <algorithm>
 #include <cmath>
@@ -161,6 +162,16 @@ SimCostModel SimCostModel::from_profile_json(const std::string& path, const Mode
     try {
       m.device = fit_lora(m.device, model, lora_profile_from_json(j["lora"]));
       m.lora_measured = true;
+    } catch (const std::exception& e) {
+      throw std::runtime_error(path + ": " + e.what());
+    }
+  }
+
+  // The sustained-load probe: how this device slows under back-to-back work (sim_sustained.h).
+  // Retargeted, none: another GPU's power cap and clocks are its own.
+  if (j.contains("sustained") && !other_device) {
+    try {
+      m.sustained = std::make_shared<const SustainedLoad>(sustained_from_json(j["sustained"]));
     } catch (const std::exception& e) {
       throw std::runtime_error(path + ": " + e.what());
     }

@@ -20,6 +20,7 @@ class ForwardingBackend : public Backend {
   void reserve_steps(const StepLimits& limits) override { inner_->reserve_steps(limits); }
   std::vector<int> decode_row_buckets() const override { return inner_->decode_row_buckets(); }
   WarmShapes warm_shapes(const StepLimits& limits) const override { return inner_->warm_shapes(limits); }
+  void at_time(double now_s) override { inner_->at_time(now_s); }
   StepOutput execute(const Step& step) override { return inner_->execute(step); }
   void copy_slots(std::span<const KvCopy> copies) override { inner_->copy_slots(copies); }
   std::unique_ptr<HostKvPool> make_host_pool(int64_t n_slots) override { return inner_->make_host_pool(n_slots); }

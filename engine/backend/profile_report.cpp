@@ -10,6 +10,8 @@
 #include "engine/backend/cost_model.h"
 #include "engine/backend/profile_lora.h"
 #include "engine/backend/profiler.h"
+#include "engine/backend/profile_sustained.h"
+#include "engine/backend/profile_sustained.h"
 #include "engine/kv/kv_manager.h"
 
 namespace servelab {
@@ -36,6 +38,7 @@ std::string profile_table(const ProfileReport& r) {
     out << line;
   }
   if (r.lora) out << lora_profile_table(*r.lora, r.model, r.hardware);
+  if (r.sustained) out << sustained_table(*r.sustained);
   return out.str();
 }
 
@@ -134,6 +137,7 @@ std::string profile_json(const ProfileReport& r, const ProfileReport* draft) {
     j["rounds"] = std::move(rounds);
   }
   if (r.lora) j["lora"] = lora_profile_json(*r.lora, r.model, r.hardware);
+  if (r.sustained) j["sustained"] = sustained_json(*r.sustained);
   if (draft) j["draft"] = ordered_json::parse(profile_json(*draft));
   return j.dump(2) + "\n";
 }

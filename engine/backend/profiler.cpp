@@ -1,4 +1,5 @@
 #include "engine/backend/profiler.h"
+#include "engine/backend/profile_sustained.h"
 
 #include "engine/backend/step_input.h"
 
@@ -109,6 +110,8 @@ void ProfileOptions::validate() const {
   if (lead_in > 0 && !interleave) throw std::invalid_argument("lead_in needs interleave (decodes before each timed step of a round)");
   if (lora_rank < 0 || lora_rank > 256) throw std::invalid_argument("lora_rank (" + std::to_string(lora_rank) + ") must be in [0, 256]");
   if (lora_rank > 0) check_positive(lora_adapters, "LoRA adapter counts", 1024);
+  if (!(sustained_s >= 0.0 && sustained_s <= 600.0))
+    throw std::invalid_argument("sustained_s (" + std::to_string(sustained_s) + ") must be in [0, 600] seconds");
   if (max_kv_bytes < 0)
     throw std::invalid_argument("max_kv_bytes (" + std::to_string(max_kv_bytes) + ") must be >= 0 (0 = no cap)");
   if (kv_spread && max_kv_bytes == 0)
@@ -382,9 +385,7 @@ std::vector<int> bucket_edge_batches(const std::vector<int>& batch_sizes, const 
   return out;
 }
 
-/// The lead-in step: the decode of the grid's middle batch size at its middle context, or the first
-/// unpadded decode kept when that one is over the KV budget; null when no decode is kept.
-static const ProfilePoint* lead_in_point(const std::vector<ProfilePoint>& points, const ProfileOptions& o) {
+const ProfilePoint* lead_in_point(const std::vector<ProfilePoint>& points, const ProfileOptions& o) {
   const std::vector<int> batches = sorted_batches(o);
   const int b_mid = batches[batches.size() / 2], c_mid = o.contexts[o.contexts.size() / 2];
   const ProfilePoint* any = nullptr;
@@ -469,6 +470,7 @@ ProfileReport profile_backend(Backend& backend, const ProfileOptions& asked,
     }
     report.samples.push_back(std::move(s));
   }
+  if (options.sustained_s > 0) report.sustained = profile_sustained(runner, plan, report.samples, options, progress);
   if (options.lora_rank > 0) report.lora = profile_lora(backend, runner, options, plan, progress);
   report.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   return report;

@@ -15,6 +15,7 @@
 #include "engine/backend/host_overhead.h"
 #include "engine/backend/profile_spread.h"
 #include "engine/backend/sim_lora.h"
+#include "engine/backend/sim_sustained.h"
 #include "engine/backend/cost_model.h"
 #include "engine/kv/kv_manager.h"
 
@@ -112,6 +113,10 @@ struct ProfileOptions {
   /// Distinct adapters among a LoRA point's sequences (each count up to the point's sequences;
   /// 1 always): how the per-adapter cost is told from the per-row one.
   std::vector<int> lora_adapters = {1, 8};
+  /// After the grid, the sustained-load probe for this many seconds (engine/backend/
+  /// profile_sustained.h): how the device slows under back-to-back work, which the sim prices each
+  /// step's recent load by. 0: none (`servelab profile` runs 4 s on cuda: --sustained-s).
+  double sustained_s = 0.0;
   uint64_t seed = 0;           ///< prompt tokens and K/V fill
   void validate() const;
   /// Throws std::invalid_argument when the longest sequence exceeds model.max_position.
@@ -204,6 +209,8 @@ struct ProfileReport {
   std::vector<DraftRound> rounds;
   /// options.lora_rank > 0: the LoRA points timed after the grid (engine/backend/profile_lora.h).
   std::optional<LoraProfile> lora;
+  /// options.sustained_s > 0: the sustained-load probe (engine/backend/sim_sustained.h).
+  std::optional<SustainedLoad> sustained;
 };
 
 /// Times points on one backend: owns a paged KV manager (blocks of kProfileBlockSize, no prefix
@@ -237,6 +244,9 @@ class ProfileRunner {
 /// batch size runs as (none in (the bucket before b, b]); ascending.
 std::vector<int> bucket_edge_batches(const std::vector<int>& batch_sizes, const std::vector<int>& buckets);
 
+/// The lead-in step: the decode of the grid's middle batch size at its middle context, or the first
+/// unpadded decode kept when that one is over the KV budget; null when no decode is kept.
+const ProfilePoint* lead_in_point(const std::vector<ProfilePoint>& points, const ProfileOptions& o);
 /// Runs the grid on `backend` (init_kv is called here; a fresh backend is expected), in an arena
 /// sized by plan_profile. `progress`, when set, gets a line per point and one per skipped point.
 /// With options.bucket_edges, the report's options carry the extra decode batches it added.

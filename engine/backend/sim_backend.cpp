@@ -20,6 +20,10 @@ SimBackend::SimBackend(const ModelConfig& model, const SimCostModel& cost)
                                 ") must divide " + model_.name + "'s " + std::to_string(model_.n_kv_heads) +
                                 " KV heads");
   pricer_.emplace(cost_, model_);
+  if (cost_.sustained) {
+    sustained_terms_ = RooflineTerms::of(model_, cost_.device, cost_.tensor_parallel);
+    sustained_.emplace(*cost_.sustained, sustained_terms_);
+  }
 }
 
 KvCacheSpec SimBackend::kv_cache_spec() const {
@@ -112,6 +116,8 @@ double SimBackend::price(StepShape shape) {
   CostSource used = CostSource::roofline;
   double t = pricer_->seconds(shape, &used);
   counts_.add(used);
+  if (sustained_) t = sustained_->price(step_start_s_, t, shape);  // the GPU's recent load
+  step_start_s_ = -1.0;
   t += cost_.host.seconds(shape.n_seqs);  // the engine's own work around the step (profiled)
   t += 2.0 * static_cast<double>(pending_copy_bytes_) / cost_.device.mem_bw_bytes_s;  // copy-on-write
   t += pending_s_;  // drafting priced by a sim proposer

@@ -16,6 +16,7 @@
 #include "engine/backend/cost_model.h"
 #include "engine/backend/shape_decoder.h"
 #include "engine/backend/sim_lora.h"
+#include "engine/backend/sim_sustained.h"
 #include "engine/fast_remainder.h"
 #include "engine/splitmix64.h"
 
@@ -56,7 +57,11 @@ class SimBackend final : public Backend, public ShapeDecoder {
   void draw_all(std::span<const DrawKey> keys, TokenId* out) const override {
     for (const DrawKey& k : keys) *out++ = draw_at(k.sequence_key, k.sample_position);
   }
+  /// With a profile's sustained-load probe (SimCostModel::sustained), the step's price follows
+  /// the GPU's recent load: its start is the engine's clock given by at_time (without one since
+  /// the last step, right after that step ended). Without a probe every step is the grid's price.
   double price(StepShape shape) override;
+  void at_time(double now_s) override { step_start_s_ = now_s; }
   std::optional<CostCounts> priced_steps() const override { return counts_; }
   /// Takes any adapter into any slot (null empties it); the copy from host memory is charged to
   /// the next step, and steps whose rows run it are priced with it (engine/backend/sim_lora.h).
@@ -89,6 +94,10 @@ class SimBackend final : public Backend, public ShapeDecoder {
   SimCostModel cost_;
   /// Over model_ and cost_, built once they are validated: pricing a step is then arithmetic.
   std::optional<StepPricer> pricer_;
+  /// cost_.sustained's state, over the profiled device's roofline (sustained_terms_).
+  RooflineTerms sustained_terms_;
+  std::optional<SustainedState> sustained_;
+  double step_start_s_ = -1.0;  // at_time since the last step (-1: none)
   CostCounts counts_;
   /// max(1, vocab − 2): a draw's token is 2 + its hash modulo this (a division avoided a draw).
   FastRemainder token_span_;

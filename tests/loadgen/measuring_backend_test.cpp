@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/backend/sim_sustained.h"
 #include "engine/engine.h"
 #include "engine/lora/lora_adapter.h"
 #include "loadgen/measuring_backend.h"
@@ -46,6 +47,8 @@ TEST(MeasuringBackend, PassesStartUpSizingThroughAndPricesEveryStepAfterTheRun) 
     EXPECT_LE(r.steps[i].max_context, 24 + 6);
   }
   EXPECT_EQ(r.steps.front().max_context, 20);  // the first step: request 0's prompt alone
+  for (size_t i = 1; i < timings.size(); ++i)  // each step's start, after the one before it
+    EXPECT_GE(timings[i].start_s, timings[i - 1].start_s + timings[i - 1].measured_s);
   price_step_timings(timings, cost, micro_model());
   for (const StepTiming& t : timings) {
     EXPECT_GT(t.predicted_s, 0.0);
@@ -53,6 +56,44 @@ TEST(MeasuringBackend, PassesStartUpSizingThroughAndPricesEveryStepAfterTheRun) 
     EXPECT_DOUBLE_EQ(t.predicted_s, cost.step_seconds(micro_model(), t.shape));
     EXPECT_GE(t.shape.n_tokens, 1);
   }
+}
+
+TEST(MeasuringBackend, WithASustainedLoadProbeEachStepIsPricedAtTheLoadOfTheRealStepsBeforeIt) {
+  const ModelConfig m = preset("llama2-7b");
+  const SimCostModel plain = SimCostModel::roofline(SimDevice::preset("h200"));
+  SimCostModel loaded = plain;
+  StepShape heavy;  // a 2,048-token prefill: compute-bound
+  heavy.n_tokens = heavy.sum_context = heavy.max_context = 2048;
+  heavy.n_sampled = heavy.n_seqs = 1;
+  heavy.prefill_pairs = heavy.attention_pairs = 2048.0 * 2049.0 / 2.0;
+  StepShape decode;
+  decode.n_tokens = decode.n_sampled = decode.n_seqs = 8;
+  decode.sum_context = 8 * 512;
+  decode.max_context = 512;
+  decode.decode_context = decode.attention_pairs = 8.0 * 512;
+  SustainedLoad probe;
+  probe.heavy = {heavy, 0.100, 0.095, 0.115};
+  probe.decode = {decode, 0.010, 0.0098, 0.0104};
+  probe.tau_s = 0.1;
+  loaded.sustained = std::make_shared<const SustainedLoad>(probe);
+  const double base = plain.step_seconds(m, heavy);
+  std::vector<StepTiming> steps;  // 5 s of them back to back (each ran 0.1 s), then one after 100 s idle
+  for (int i = 0; i < 50; ++i) steps.push_back({0.1, 0.0, 0.1 * i, heavy, {}});
+  steps.push_back({0.1, 0.0, 105.0, heavy, {}});
+  std::vector<StepTiming> unpriced = steps;
+  price_step_timings(steps, loaded, m);
+  EXPECT_NEAR(steps.front().predicted_s, 0.95 * base, 1e-9 * base);  // after idle: cold
+  EXPECT_NEAR(steps[49].predicted_s, 1.15 * base, 1e-3 * base);       // held: hot
+  EXPECT_NEAR(steps.back().predicted_s, 0.95 * base, 1e-3 * base);    // cooled again
+  price_step_timings(unpriced, plain, m);
+  for (const StepTiming& t : unpriced) EXPECT_DOUBLE_EQ(t.predicted_s, base);  // no probe: the grid's price
+  // Unknown starts (steps_real.jsonl before start_s was written): back to back.
+  for (StepTiming& t : unpriced) t.start_s = -1.0;
+  price_step_timings(unpriced, loaded, m);
+  EXPECT_NEAR(unpriced[49].predicted_s, 1.15 * base, 1e-3 * base);
+  EXPECT_NEAR(unpriced.back().predicted_s, 1.15 * base, 1e-3 * base);
+  // The start is written to steps_real.jsonl and read back by price-steps.
+  EXPECT_NE(step_timing_line("r", steps[3]).find("\"start_s\":0.3"), std::string::npos);
 }
 
 TEST(MeasuringBackend, StepsOnAdaptersArePricedWithTheirLoraTermsAsTheSimPricesThem) {
