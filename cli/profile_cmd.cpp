@@ -44,7 +44,7 @@ struct ProfileArgs {
   double kv_gb = 0.0;    // KV arena cap in GB; 0 = the grid's largest point (cuda: capped by free memory)
   int warmup = -1;       // untimed runs per point; -1 = 2 on cuda (GEMM choice, graph capture), else 0
   double warmup_s = -1;  // untimed steps before the grid, seconds; -1 = 1 on cpu and cuda, 0 on sim
-  double sustained_s = -1;  // the sustained-load probe, seconds; -1 = 4 on cuda, else 0
+  double sustained_s = 0;  // the sustained-load probe, seconds (0: none)
   std::string kv = "paged";    // the timed sequences' KV layout
   bool kv_spread = false;      // spread them over the --kv-gb arena
   std::string spread_shape;    // --spread-shape even | exponential ("" = even)
@@ -171,7 +171,7 @@ int profile_main(const ProfileArgs& a) {
   }
   options.warmup = a.warmup >= 0 ? a.warmup : cuda ? 2 : 0;
   options.warmup_s = a.warmup_s >= 0 ? a.warmup_s : spec.kind == BackendKind::sim ? 0.0 : 1.0;
-  options.sustained_s = a.sustained_s >= 0 ? a.sustained_s : cuda ? 4.0 : 0.0;
+  options.sustained_s = a.sustained_s;
   options.max_kv_bytes = static_cast<int64_t>(a.kv_gb * 1e9);
   options.fill_kv = spec.kind != BackendKind::sim;  // the sim would charge the fill as swap traffic
   options.kv_kind = a.kv == "naive" ? KvKind::naive : KvKind::paged;
@@ -316,9 +316,9 @@ const Registrar register_profile(
                      "on sim): a process's first steps run slower than its later ones")
           ->check(CLI::Range(0.0, 600.0));
       sub.add_option("--sustained-s", a->sustained_s,
-                     "after the grid, the sustained-load probe for this many seconds (default 4 on cuda, else 0): "
-                     "the grid's heaviest prefill back to back with a decode after every 4, so the sim prices how a "
-                     "GPU held at its power cap slows each step (0: none)")
+                     "after the grid, the sustained-load probe for this many seconds (e.g. 4 on cuda; default 0, "
+                     "none): the grid's heaviest prefill back to back with a decode after every 4, so the sim prices "
+                     "how a GPU held at its power cap slows each step by the load before it")
           ->check(CLI::Range(0.0, 600.0));
       sub.add_option("--warmup", a->warmup, "untimed runs per point before the repeats (default 2 on cuda, else 0)")
           ->check(CLI::Range(0, 100));

@@ -115,7 +115,7 @@ struct ProfileOptions {
   std::vector<int> lora_adapters = {1, 8};
   /// After the grid, the sustained-load probe for this many seconds (engine/backend/
   /// profile_sustained.h): how the device slows under back-to-back work, which the sim prices each
-  /// step's recent load by. 0: none (`servelab profile` runs 4 s on cuda: --sustained-s).
+  /// step's recent load by. 0: none (`servelab profile --sustained-s`, off by default).
   double sustained_s = 0.0;
   uint64_t seed = 0;           ///< prompt tokens and K/V fill
   void validate() const;

@@ -91,10 +91,10 @@ void SustainedLoad::validate() const {
 SustainedState::SustainedState(const SustainedLoad& load, const RooflineTerms& terms) : load_(load), terms_(terms) {
   load_.validate();
   w_heavy_ = compute_share(load.heavy.shape);
-  w_decode_ = compute_share(load.decode.shape);
   // The u the probe's loop settles at: the time-weighted mean of its steps' shares.
   const double heavy_time = load.heavy_per_decode * load.heavy.hot_s;
-  u_probe_ = (heavy_time * w_heavy_ + load.decode.hot_s * w_decode_) / (heavy_time + load.decode.hot_s);
+  u_probe_ = (heavy_time * w_heavy_ + load.decode.hot_s * compute_share(load.decode.shape)) /
+             (heavy_time + load.decode.hot_s);
   if (!(u_probe_ > 1e-6)) u_probe_ = 1e-6;
 }
 
@@ -105,12 +105,11 @@ double SustainedState::compute_share(const StepShape& shape) const {
 }
 
 double SustainedState::factor(double w, double u) const {
-  // Linear in w between the two probes (outside them, the nearer probe's ratios).
-  const double t = w_heavy_ > w_decode_ ? std::clamp((w - w_decode_) / (w_heavy_ - w_decode_), 0.0, 1.0) : 1.0;
-  const SustainedPoint &d = load_.decode, &h = load_.heavy;
-  const double cold = std::lerp(d.cold_s / d.grid_s, h.cold_s / h.grid_s, t);
-  const double hot = std::lerp(d.hot_s / d.grid_s, h.hot_s / h.grid_s, t);
-  return cold + (hot - cold) * std::clamp(u / u_probe_, 0.0, 1.0);
+  // The heavy probe's slowdown over the grid, scaled by the step's compute share over the heavy
+  // step's (the clock-bound part of a step), reached as u reaches the probe's steady state.
+  const SustainedPoint& h = load_.heavy;
+  const double k = w_heavy_ > 0.0 ? std::clamp(w / w_heavy_, 0.0, 1.0) : 0.0;
+  return 1.0 + (h.hot_s / h.grid_s - 1.0) * k * std::clamp(u / u_probe_, 0.0, 1.0);
 }
 
 double SustainedState::price(double start_s, double grid_price_s, const StepShape& shape, double ran_s) {

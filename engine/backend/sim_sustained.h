@@ -1,22 +1,26 @@
 #pragma once
 // Sustained load: a GPU serving back-to-back compute-bound steps sits at its power cap and lowers
-// its SM clock, so the same step takes longer than it does after idle time. On two H200s
+// its SM clock, so the same step takes longer than it does in a profile's grid. On two H200s
 // (nvidia-smi beside the sim matrix's runs, 2026-11-30) a llama3-8b long-prompt run at 85% load
-// held 1,650 MHz under the power cap, its profile's grid 1,965 MHz, and the run's prefill chunks
-// took 14% longer than the grid had timed them.
+// held 1,650-1,740 MHz under the power cap, its profile's grid 1,912-1,965 MHz, and the run's
+// prefill chunks took 12-14% longer than the grid had timed them.
 //
 // `servelab profile --sustained-s S` measures it (engine/backend/profile_sustained.h): after an
-// idle pause, the grid's heaviest prefill step back to back with one decode after every
-// heavy_per_decode of them, for S seconds; each probe step's first runs (cold), its runs in the
-// last 40% (hot) and the grid's own time of it, and how fast the heavy step slowed (tau).
+// idle pause, the grid's heaviest prefill-like step back to back with one decode after every
+// heavy_per_decode of them, for S seconds; each probe step's first runs (cold, recorded: they run
+// while the clock ramps up from idle), its runs in the last 40% (hot), the grid's time of it, and
+// how fast the heavy step slowed (tau).
 //
 // The sim carries a state u: an exponential average, time constant tau, of each step's compute
 // share w (its roofline compute time over its roofline bound, in [0, 1]) while the GPU runs it and
 // 0 while it idles. A step is priced at
-//     the grid's price × (cold(w) + (hot(w) − cold(w)) · min(1, u / u_probe))
-// with cold and hot the probe's times over the grid's (each linear in w between the decode
-// probe's w and the heavy one's) and u_probe the u the probe's own loop settles at. Without a
-// probe in the profile (cpu, roofline, older profiles, a retargeted one) nothing changes.
+//     the grid's price × (1 + (hot_h / grid_h − 1) · w / w_h · min(1, u / u_probe))
+// with hot_h / grid_h the heavy probe's slowdown, w_h its compute share (the clock-bound part of a
+// step scales with its compute share: a memory-bound decode barely moves) and u_probe the u the
+// probe's own loop settles at. Without a probe in the profile (the default; cpu, roofline, older
+// profiles, a retargeted one) nothing changes. Measured on four H200 cells
+// (results/sim-validation/sustained-h200x2/): the long-prompt cell's steps −6.5% → −5.1% and
+// −11.4% → −7.1% at 50% / 85% load, chat cells within a point or two of the grid's prices.
 #include <array>
 #include <vector>
 
@@ -37,7 +41,7 @@ struct SustainedPoint {
 /// What a profile measured under sustained load (the JSON's "sustained").
 struct SustainedLoad {
   SustainedPoint heavy;   ///< the grid's prefill / chunk / mixed point with the most rows
-  SustainedPoint decode;  ///< the grid's middle decode (the lead-in point)
+  SustainedPoint decode;  ///< the grid's middle decode (the lead-in point): its share of the probe's mix
   int heavy_per_decode = 4;
   double tau_s = 0.0;     ///< time for the heavy step to go 63% of the way from cold to hot
   double seconds = 0.0;   ///< how long the probe ran
@@ -75,7 +79,7 @@ class SustainedState {
  private:
   const SustainedLoad& load_;
   const RooflineTerms& terms_;
-  double w_heavy_ = 1.0, w_decode_ = 0.0, u_probe_ = 1.0;
+  double w_heavy_ = 1.0, u_probe_ = 1.0;
   double u_ = 0.0;
   double end_s_ = 0.0;  ///< when the previous step ended
 };

@@ -56,6 +56,25 @@ TEST(ProfileCli, KvBudgetSkipsAndListsPointsAndWritesThemToTheJson) {
   const std::string text = read_text(json);
   EXPECT_TRUE(has(text, "\"skipped\"")) << text;
   EXPECT_TRUE(has(text, "\"kv_arena_bytes\"")) << text;
+  EXPECT_FALSE(has(text, "\"sustained\"")) << text;  // the probe is opt-in
+}
+
+TEST(ProfileCli, SustainedProbeIsWrittenAndASimRunPricesFromIt) {
+  SERVELAB_REQUIRE_BINARY();
+  TempDir dir;
+  const std::string json = dir.file("p.json");
+  CliResult r = run_servelab({"profile", "--preset", "tiny", "--threads", "1", "--prefill-lens", "16,64", "--batch",
+                              "1,4", "--contexts", "8,32", "--chunk-lens", "8", "--repeats", "1", "--warmup-s", "0",
+                              "--no-host-overhead", "--sustained-s", "0.2", "--json", json},
+                             dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "sustained load (0.2 s")) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(read_text(json));
+  ASSERT_TRUE(j.contains("sustained")) << j.dump();
+  EXPECT_GT(j["sustained"]["heavy"]["hot_s"].get<double>(), 0.0);
+  EXPECT_GT(j["sustained"]["trace"].size(), 3u);
+  r = run_servelab({"profile", "--preset", "tiny", "--sustained-s", "-1"}, dir);
+  EXPECT_EQ(r.code, 2) << r.output;
 }
 
 TEST(ProfileCli, ForScenarioTakesTheGridFromItsLengthsAndGivenFlagsWin) {

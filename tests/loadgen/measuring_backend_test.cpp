@@ -82,9 +82,9 @@ TEST(MeasuringBackend, WithASustainedLoadProbeEachStepIsPricedAtTheLoadOfTheReal
   steps.push_back({0.1, 0.0, 105.0, heavy, {}});
   std::vector<StepTiming> unpriced = steps;
   price_step_timings(steps, loaded, m);
-  EXPECT_NEAR(steps.front().predicted_s, 0.95 * base, 1e-9 * base);  // after idle: cold
-  EXPECT_NEAR(steps[49].predicted_s, 1.15 * base, 1e-3 * base);       // held: hot
-  EXPECT_NEAR(steps.back().predicted_s, 0.95 * base, 1e-3 * base);    // cooled again
+  EXPECT_DOUBLE_EQ(steps.front().predicted_s, base);               // after idle: the grid's price
+  EXPECT_NEAR(steps[49].predicted_s, 1.15 * base, 1e-3 * base);     // held: hot
+  EXPECT_NEAR(steps.back().predicted_s, base, 1e-3 * base);         // cooled again
   price_step_timings(unpriced, plain, m);
   for (const StepTiming& t : unpriced) EXPECT_DOUBLE_EQ(t.predicted_s, base);  // no probe: the grid's price
   // Unknown starts (steps_real.jsonl before start_s was written): back to back.
