@@ -12,7 +12,7 @@ case "${1:-}" in
     if ! git diff --quiet -- results; then echo "results/ has uncommitted changes: commit them before parking" >&2; exit 1; fi
     git ls-files -z results | grep -zvE "$keep" | xargs -0 -r rm -f
     echo "parked $(git ls-files -d results | wc -l) files of results/ (restore: bash scripts/device-tree.sh restore);" \
-      "the tree that travels: $(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1) bytes"
+      "the tree that travels: $(git ls-files -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s}') bytes"
     ;;
   restore)
     git ls-files -z -d results | xargs -0 -r git checkout --
