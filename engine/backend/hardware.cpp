@@ -21,7 +21,7 @@ void SimDevice::validate() const {
   require(host_link_bytes_s > 0, p + "host_link_bytes_s", "> 0", host_link_bytes_s);
   require(lora_decode_row_s >= 0, p + "lora_decode_row_s", ">= 0", lora_decode_row_s);
   require(lora_prefill_layer_s >= 0, p + "lora_prefill_layer_s", ">= 0", lora_prefill_layer_s);
-  require(lora_prefill_adapter_s >= 0, p + "lora_prefill_adapter_s", ">= 0", lora_prefill_adapter_s);
+  require(lora_prefill_run_s >= 0, p + "lora_prefill_run_s", ">= 0", lora_prefill_run_s);
   require(lora_prefill_row_s >= 0, p + "lora_prefill_row_s", ">= 0", lora_prefill_row_s);
   require(lora_bandwidth_share > 0 && lora_bandwidth_share <= 1, p + "lora_bandwidth_share", "in (0, 1]",
           lora_bandwidth_share);
@@ -70,7 +70,7 @@ SimDevice SimDevice::preset(const std::string& name) {
     d.weight_dtype_bytes = 4;
     d.host_link_bytes_s = 10e9;
     // The cpu backend runs adapters by the plain formula: their FLOPs and bytes, nothing fitted.
-    d.lora_decode_row_s = d.lora_prefill_layer_s = d.lora_prefill_adapter_s = d.lora_prefill_row_s = 0.0;
+    d.lora_decode_row_s = d.lora_prefill_layer_s = d.lora_prefill_run_s = d.lora_prefill_row_s = 0.0;
     d.lora_bandwidth_share = 1.0;
     return d;
   }

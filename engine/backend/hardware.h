@@ -32,10 +32,11 @@ struct SimDevice {
   /// all seven linears; b32 / b64 decode with 1-64 adapters and five prefill shapes within 5.5% of
   /// what adapters added: results/gpu/lora/2026-11-29-h200-b54612e, docs/lora.md "On the sim").
   /// Seconds per layer: per decode row running an adapter; per step with adapted prefill rows, per
-  /// distinct adapter among them and per such row. The GPU presets take these; cpu-2core none.
+  /// run of them on one adapter (consecutive entries: sim_lora.h) and per such row. The GPU presets
+  /// take these; cpu-2core none.
   double lora_decode_row_s = 0.83e-6;
   double lora_prefill_layer_s = 25e-6;
-  double lora_prefill_adapter_s = 29e-6;
+  double lora_prefill_run_s = 29e-6;
   double lora_prefill_row_s = 0.040e-6;
   /// The share of mem_bw_bytes_s at which a step reads its adapters' weights (fitted as above).
   double lora_bandwidth_share = 0.59;

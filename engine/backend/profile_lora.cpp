@@ -167,7 +167,7 @@ nlohmann::ordered_json lora_profile_json(const LoraProfile& lora, const ModelCon
   if (const std::optional<SimDevice> d = preset_or_none(hardware); d && !lora.points.empty()) {
     const SimDevice f = fit_lora(*d, model, lora);
     j["fit"] = {{"decode_row_s", f.lora_decode_row_s},       {"prefill_layer_s", f.lora_prefill_layer_s},
-                {"prefill_adapter_s", f.lora_prefill_adapter_s}, {"prefill_row_s", f.lora_prefill_row_s},
+                {"prefill_run_s", f.lora_prefill_run_s}, {"prefill_row_s", f.lora_prefill_row_s},
                 {"bandwidth_share", f.lora_bandwidth_share}};
   }
   return j;
@@ -225,9 +225,9 @@ std::string lora_profile_table(const LoraProfile& lora, const ModelConfig& model
   if (const std::optional<SimDevice> d = preset_or_none(hardware); d && !lora.points.empty()) {
     const SimDevice f = fit_lora(*d, model, lora);
     std::snprintf(line, sizeof line,
-                  "sim's LoRA fit: %.3f us a decode row and layer; prefill %.2f us a step + %.2f us an adapter + "
+                  "sim's LoRA fit: %.3f us a decode row and layer; prefill %.2f us a step + %.2f us a run of one adapter + "
                   "%.4f us a row, per layer; weights read at %.2f of %s's bandwidth\n",
-                  f.lora_decode_row_s * 1e6, f.lora_prefill_layer_s * 1e6, f.lora_prefill_adapter_s * 1e6,
+                  f.lora_decode_row_s * 1e6, f.lora_prefill_layer_s * 1e6, f.lora_prefill_run_s * 1e6,
                   f.lora_prefill_row_s * 1e6, f.lora_bandwidth_share, hardware.c_str());
     out << line;
   }

@@ -29,7 +29,9 @@ double lora_step_seconds(const SimDevice& device, const ModelConfig& model, cons
     return slot >= 0 && size_t(slot) < slots.size() ? slots[size_t(slot)].params : 0;
   };
   // Distinct adapters of the decode and the prefill rows (a step holds a few: a linear scan).
-  std::vector<int> decode_slots, prefill_slots, all_slots;
+  std::vector<int> decode_slots, all_slots;
+  int64_t prefill_runs = 0;
+  int last_prefill_slot = -1;  // the slot of the run the last entry extended (-1: none)
   auto note = [](std::vector<int>& v, int s) {
     if (std::find(v.begin(), v.end(), s) == v.end()) v.push_back(s);
   };
@@ -41,15 +43,20 @@ double lora_step_seconds(const SimDevice& device, const ModelConfig& model, cons
     const int slot = per_seq ? (e < step.seq_lora_slot.size() ? step.seq_lora_slot[e] : -1)
                              : (size_t(first) < in.lora_slot.size() ? in.lora_slot[size_t(first)] : -1);
     const int64_t params = params_of(slot);
-    if (params <= 0) continue;
+    if (params <= 0) {
+      last_prefill_slot = -1;
+      continue;
+    }
     flops += 2.0 * static_cast<double>(rows) * static_cast<double>(params);  // x·Aᵀ then ·Bᵀ, every layer
     note(all_slots, slot);
     if (rows == 1) {
       decode_rows += 1;
       note(decode_slots, slot);
+      last_prefill_slot = -1;
     } else {
       prefill_rows += rows;
-      note(prefill_slots, slot);
+      if (slot != last_prefill_slot) ++prefill_runs;  // a new run of one adapter's rows
+      last_prefill_slot = slot;
     }
   }
   if (all_slots.empty()) return 0.0;
@@ -59,7 +66,7 @@ double lora_step_seconds(const SimDevice& device, const ModelConfig& model, cons
   double kernels_s = layers * device.lora_decode_row_s * static_cast<double>(decode_rows);
   if (prefill_rows > 0)
     kernels_s += layers * (device.lora_prefill_layer_s +
-                           device.lora_prefill_adapter_s * static_cast<double>(prefill_slots.size()) +
+                           device.lora_prefill_run_s * static_cast<double>(prefill_runs) +
                            device.lora_prefill_row_s * static_cast<double>(prefill_rows));
   const double read_s = bytes / (device.lora_bandwidth_share * device.mem_bw_bytes_s);
   const double compute_s = flops / device.peak_flops;
@@ -146,8 +153,8 @@ SimDevice fit_lora(const SimDevice& device, const ModelConfig& model, const Lora
   if (profile.points.empty()) throw std::invalid_argument("a LoRA profile needs at least one point");
   if (profile.params <= 0) throw std::invalid_argument("a LoRA profile's adapters need params > 0");
   // Columns as lora_step_seconds adds them up: per layer a decode row, a prefill step, a prefill
-  // step's adapter, a prefill row; and the weights read beyond the full bandwidth's time (the
-  // read at share s costs bytes / (s · bw) = bytes / bw · (1 + x4), x4 >= 0).
+  // run (one adapter's consecutive prompts), a prefill row; and the weights read beyond the full
+  // bandwidth's time (the read at share s costs bytes / (s · bw) = bytes / bw · (1 + x4), x4 >= 0).
   constexpr size_t kCols = 5;
   const double layers = static_cast<double>(model.n_layers);
   std::vector<std::vector<double>> a;
@@ -159,7 +166,7 @@ SimDevice fit_lora(const SimDevice& device, const ModelConfig& model, const Lora
     std::vector<double> row(kCols, 0.0);
     if (p.prefill) {
       row[1] = layers;
-      row[2] = layers * p.adapters;
+      row[2] = layers * static_cast<double>(p.adapters > 1 ? p.n_seqs : 1);  // runs: sequence i on slot i mod adapters
       row[3] = layers * static_cast<double>(p.rows);
     } else {
       row[0] = layers * static_cast<double>(p.rows);
@@ -173,7 +180,7 @@ SimDevice fit_lora(const SimDevice& device, const ModelConfig& model, const Lora
   SimDevice out = device;
   out.lora_decode_row_s = x[0];
   out.lora_prefill_layer_s = x[1];
-  out.lora_prefill_adapter_s = x[2];
+  out.lora_prefill_run_s = x[2];
   out.lora_prefill_row_s = x[3];
   out.lora_bandwidth_share = 1.0 / (1.0 + x[4]);
   return out;

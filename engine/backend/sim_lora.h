@@ -7,9 +7,12 @@
 //   decode rows:  n_layers · lora_decode_row_s per row that runs an adapter (shrink and expand
 //                 launches beside each product, in the decode graphs), plus the distinct adapters'
 //                 weights read at lora_bandwidth_share of the memory bandwidth;
-//   prefill rows: n_layers · (lora_prefill_layer_s + lora_prefill_adapter_s per distinct adapter
-//                 among them + lora_prefill_row_s per row) (the tensor-core path groups rows by
-//                 adapter), plus their weights read likewise;
+//   prefill rows: n_layers · (lora_prefill_layer_s + lora_prefill_run_s per run + lora_prefill_row_s
+//                 per row), plus their weights read likewise. A run is consecutive prefill
+//                 entries on one adapter: the cuda backend's tensor-core path multiplies each
+//                 contiguous run of rows of one slot by its own GEMMs (kernels/lora_runs.h), so 32
+//                 prompts alternating between 8 adapters cost 32 runs (an H200 profile: as much as
+//                 32 prompts on 32 adapters, 7x one adapter's; results/gpu/lora/2026-11-30-h200x2-99c35a2-profile);
 // and never less than the adapters' FLOPs at the device's peak (what the cpu backend's plain
 // formula costs: cpu-2core's fitted figures are 0). An adapter loaded into a slot (a miss) costs
 // its weights' bytes over the host link, charged to the next step. Under tensor parallelism the

@@ -80,7 +80,7 @@ TEST(ProfilerLora, TheFitRecoversTheFiguresThatPricedThePoints) {
   SimDevice truth = SimDevice::preset("h100");
   truth.lora_decode_row_s = 1.3e-6;
   truth.lora_prefill_layer_s = 18e-6;
-  truth.lora_prefill_adapter_s = 40e-6;
+  truth.lora_prefill_run_s = 40e-6;
   truth.lora_prefill_row_s = 0.07e-6;
   truth.lora_bandwidth_share = 0.45;
   LoraProfile lp;
@@ -102,14 +102,14 @@ TEST(ProfilerLora, TheFitRecoversTheFiguresThatPricedThePoints) {
   const SimDevice fit = fit_lora(SimDevice::preset("h100"), m, lp);
   EXPECT_NEAR(fit.lora_decode_row_s, truth.lora_decode_row_s, 1e-6 * truth.lora_decode_row_s);
   EXPECT_NEAR(fit.lora_prefill_layer_s, truth.lora_prefill_layer_s, 1e-6 * truth.lora_prefill_layer_s);
-  EXPECT_NEAR(fit.lora_prefill_adapter_s, truth.lora_prefill_adapter_s, 1e-6 * truth.lora_prefill_adapter_s);
+  EXPECT_NEAR(fit.lora_prefill_run_s, truth.lora_prefill_run_s, 1e-6 * truth.lora_prefill_run_s);
   EXPECT_NEAR(fit.lora_prefill_row_s, truth.lora_prefill_row_s, 1e-5 * truth.lora_prefill_row_s);
   EXPECT_NEAR(fit.lora_bandwidth_share, truth.lora_bandwidth_share, 1e-6);
   // Adapters that cost nothing (measured at or below the base): zeros and the full bandwidth,
   // never a negative figure.
   for (LoraProfilePoint& p : lp.points) p.lora_s = p.base_s * 0.999;
   const SimDevice none = fit_lora(SimDevice::preset("h100"), m, lp);
-  for (double x : {none.lora_decode_row_s, none.lora_prefill_layer_s, none.lora_prefill_adapter_s, none.lora_prefill_row_s})
+  for (double x : {none.lora_decode_row_s, none.lora_prefill_layer_s, none.lora_prefill_run_s, none.lora_prefill_row_s})
     EXPECT_EQ(x, 0.0);
   EXPECT_EQ(none.lora_bandwidth_share, 1.0);
   lp.points[0].adapters = 2;  // more adapters than the batch-1 decode has sequences
@@ -122,7 +122,7 @@ TEST(ProfilerLora, ASimProfileOfAdaptersIsPricedAsTheDeviceThatTimedIt) {
   const ModelConfig m = preset("tiny");
   SimDevice truth = SimDevice::preset("h200");
   truth.lora_decode_row_s = 2.0e-6;
-  truth.lora_prefill_adapter_s = 11e-6;
+  truth.lora_prefill_run_s = 11e-6;
   SimBackend sim(m, SimCostModel::roofline(truth));
   ProfileOptions o = lora_options();
   o.prefill_lens = {64, 512};
@@ -148,7 +148,7 @@ TEST(ProfilerLora, ASimProfileOfAdaptersIsPricedAsTheDeviceThatTimedIt) {
   EXPECT_TRUE(cost.lora_measured);
   EXPECT_NE(cost.source.find("LoRA measured"), std::string::npos);
   EXPECT_NEAR(cost.device.lora_decode_row_s, truth.lora_decode_row_s, 1e-6 * truth.lora_decode_row_s);
-  EXPECT_NEAR(cost.device.lora_prefill_adapter_s, truth.lora_prefill_adapter_s, 1e-6 * truth.lora_prefill_adapter_s);
+  EXPECT_NEAR(cost.device.lora_prefill_run_s, truth.lora_prefill_run_s, 1e-6 * truth.lora_prefill_run_s);
   EXPECT_NEAR(cost.device.lora_bandwidth_share, truth.lora_bandwidth_share, 1e-6);
   // Without the points the preset's figures stay.
   nlohmann::json plain = j;

@@ -57,7 +57,7 @@ TEST(SimLora, DecodeRowsCostTheirKernelsAndTheDistinctAdaptersWeights) {
   EXPECT_EQ(lora_step_seconds(d, c, shape_step({1}, {5}), slots), 0.0);
 }
 
-TEST(SimLora, PrefillRowsCostAFixedPartOnePerAdapterAndOnePerRow) {
+TEST(SimLora, PrefillRowsCostAFixedPartOnePerRunAndOnePerRow) {
   const ModelConfig c = micro_model();
   const SimDevice d = SimDevice::preset("h200");
   const LoraAdapter a = random_lora(c, "a", 8, 16.0f, {T::q, T::v, T::down}, 1);
@@ -66,13 +66,33 @@ TEST(SimLora, PrefillRowsCostAFixedPartOnePerAdapterAndOnePerRow) {
   const double bw = d.lora_bandwidth_share * d.mem_bw_bytes_s;
   // Prompts of 30 and 20 rows on two slots, a decode row on the first.
   const double got = lora_step_seconds(d, c, shape_step({30, 20, 1}, {0, 1, 0}), slots);
-  const double kernels = L * (d.lora_prefill_layer_s + 2 * d.lora_prefill_adapter_s + 50 * d.lora_prefill_row_s) +
+  const double kernels = L * (d.lora_prefill_layer_s + 2 * d.lora_prefill_run_s + 50 * d.lora_prefill_row_s) +
                          L * d.lora_decode_row_s;
   EXPECT_NEAR(got, kernels + 2 * w / bw, 1e-15);
   // The same rows told per row (a full step's in.lora_slot, no seq_lora_slot): the same price.
   Step full = shape_step({30, 20, 1}, {});
   for (int r = 0; r < 51; ++r) full.in.lora_slot.push_back(r < 30 ? 0 : r < 50 ? 1 : 0);
   EXPECT_DOUBLE_EQ(lora_step_seconds(d, c, full, slots), got);
+}
+
+TEST(SimLora, APrefillPaysPerRunOfOneAdaptersConsecutivePromptsNotPerAdapter) {
+  // The cuda backend multiplies each contiguous run of one slot's rows by its own GEMMs: prompts
+  // alternating between two adapters are four runs, the same prompts grouped by adapter two.
+  const ModelConfig c = micro_model();
+  const SimDevice d = SimDevice::preset("h200");
+  const LoraAdapter a = random_lora(c, "a", 8, 16.0f, {T::q, T::v}, 1);
+  const std::vector<SimLoraSlot> slots = {{lora_params(c, &a)}, {lora_params(c, &a)}};
+  const double L = c.n_layers;
+  const double alternating = lora_step_seconds(d, c, shape_step({20, 20, 20, 20}, {0, 1, 0, 1}), slots);
+  const double grouped = lora_step_seconds(d, c, shape_step({20, 20, 20, 20}, {0, 0, 1, 1}), slots);
+  EXPECT_NEAR(alternating - grouped, 2 * L * d.lora_prefill_run_s, 1e-15);
+  // A decode row between two prompts of one adapter ends the run; a base-model prompt does too.
+  const double split = lora_step_seconds(d, c, shape_step({20, 1, 20}, {0, 0, 0}), slots);
+  const double joined = lora_step_seconds(d, c, shape_step({20, 20, 1}, {0, 0, 0}), slots);
+  EXPECT_NEAR(split - joined, L * d.lora_prefill_run_s, 1e-15);
+  const double base_between = lora_step_seconds(d, c, shape_step({20, 20, 20}, {0, -1, 0}), slots);
+  EXPECT_NEAR(base_between - lora_step_seconds(d, c, shape_step({20, 20}, {0, 0}), slots), L * d.lora_prefill_run_s,
+              1e-15);
 }
 
 TEST(SimLora, TheCpuDevicePricesTheAdaptersFlopsOrBytes) {
