@@ -12,6 +12,7 @@
 #include "engine/backend/shape_decoder.h"
 #include "engine/backend/step_input.h"
 #include "engine/engine.h"
+#include "engine/sched/scheduler.h"
 
 namespace servelab {
 
@@ -125,6 +126,8 @@ struct Engine::State {
   /// decided once: caps() builds a struct with vectors, too dear to ask every step.
   StepDetail step_detail = StepDetail::full;
   std::vector<std::pair<Sequence*, FinishReason>> done;  // the step's finished samples (reused)
+  std::vector<size_t> prompt_at;          // group_prompts_by_adapter's places of the prompt chunks
+  std::vector<ScheduledChunk> prompts;    // ... and the chunks (reused)
   std::vector<uint32_t> mask_scratch;
   /// Late masks of the step (StructuredOutputConfig::overlap_masks): per constrained draw entry,
   /// its constraint, sequence, first mask and rows; fill_late_masks writes them when the backend

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "engine/backend/cpu_backend.h"
+#include "engine/backend/forwarding_backend.h"
 #include "engine/lora/lora_slots.h"
 #include "engine/lora/peft.h"
 #include "engine/model/weights.h"
@@ -230,6 +231,55 @@ TEST(LoraEngine, AdapterBoundHoldsAndARareAdapterIsNotStarved) {
   for (uint64_t id = 0; id < 40; ++id) before += got.at(id).scheduled_s < rare_start ? 1 : 0;
   EXPECT_LE(before, 3 + 4);
   EXPECT_GE(before, 3);
+}
+
+/// The adapter slot of each entry of every step the engine executes.
+class SlotTap final : public ForwardingBackend {
+ public:
+  explicit SlotTap(std::vector<std::vector<int>>& seen) : ForwardingBackend(sim_backend()), seen_(seen) {}
+  StepOutput execute(const Step& step) override {
+    seen_.push_back(step.seq_lora_slot);
+    return inner().execute(step);
+  }
+
+ private:
+  std::vector<std::vector<int>>& seen_;
+};
+
+TEST(LoraEngine, AStepsPromptsOfOneAdapterRunNextToEachOther) {
+  // Six prompts arriving together, alternating between two adapters: the cuda backend would pay a
+  // run (its own GEMMs) per contiguous group of one slot's rows, so the engine puts each adapter's
+  // prompts together, in arrival order within it, the first adapter first.
+  auto a = std::make_shared<LoraAdapter>(random_lora(micro_model(), "a", 2, 2.0f, {LoraTarget::q}, 1));
+  auto b = std::make_shared<LoraAdapter>(random_lora(micro_model(), "b", 2, 2.0f, {LoraTarget::q}, 2));
+  a->id = 1;
+  b->id = 2;
+  EngineConfig cfg = paged_config(continuous_sched(8, 512, true), 8 << 20);
+  cfg.lora.enabled = true;
+  cfg.lora.max_loras = 2;
+  std::vector<std::vector<int>> seen;
+  Engine engine(cfg, std::make_unique<SlotTap>(seen));
+  std::vector<Timed> items;
+  for (uint64_t id = 0; id < 6; ++id) {
+    Request r = make_request(id, 8 + int(id), 4);
+    r.lora = id % 2 ? b : a;
+    items.push_back({0.0, r});
+  }
+  const RunResult got = run_virtual(engine, items);
+  ASSERT_EQ(got.finished.size(), 6u);
+  ASSERT_FALSE(seen.empty());
+  ASSERT_EQ(seen[0].size(), 6u);  // every prompt in the first step
+  const int sa = seen[0][0], sb = seen[0][3];
+  EXPECT_NE(sa, sb);
+  EXPECT_EQ(seen[0], (std::vector<int>{sa, sa, sa, sb, sb, sb}));
+  EXPECT_EQ(got.steps[0].n_loras, 2);
+  // Every request still gets its own tokens: the same as a run of it alone.
+  for (const Timed& t : items) {
+    std::vector<std::vector<int>> alone_seen;
+    Engine alone(cfg, std::make_unique<SlotTap>(alone_seen));
+    const RunResult want = run_virtual(alone, {t});
+    EXPECT_EQ(got.at(t.request.id).outputs, want.at(t.request.id).outputs) << "request " << t.request.id;
+  }
 }
 
 TEST(LoraEngine, PrefixCacheIsKeyedByAdapter) {
