@@ -279,7 +279,7 @@ StepOutcome Engine::step(double now) {
   std::optional<std::chrono::steady_clock::time_point> forward_end;  // set when a forward ran
   const int asked = proposer_ ? propose_drafts(out) : 0;
   ScheduledStep plan = scheduler_->schedule(now);
-  if (lora_slots_) group_prompts_by_adapter(plan.chunks, state_->prompt_at, state_->prompts);
+  if (lora_slots_ && config_.lora.group_prompts) group_prompts_by_adapter(plan.chunks, state_->prompt_at, state_->prompts);
   for (const Sequence* s : plan.preempted) out.preempted.push_back(s->request_id);
   for (const Sequence* s : plan.swap_pool_full) out.swap_pool_full.push_back(s->request_id);
   move_kv(plan, *kv_, *backend_, swap_.get(), host_pool_.get());

@@ -19,6 +19,7 @@ LoraConfig LoraWorkloadSpec::engine_config() const {
   c.max_loras = max_loras;
   c.max_cpu_loras = max_cpu_loras;
   c.max_lora_rank = rank;
+  c.group_prompts = group_prompts;
   return c;
 }
 

@@ -17,7 +17,7 @@ class LoraWalker : public YamlReader {
   void lora(const YAML::Node& n) {
     const std::string path = "workload.lora";
     if (!section(n, path, {"adapters", "count", "distribution", "zipf_s", "base_fraction", "rank", "max_loras",
-                           "max_cpu_loras"}))
+                           "max_cpu_loras", "group_prompts"}))
       return;
     LoraWorkloadSpec& out = s_.workload.lora;
     const bool listed = defined(n["adapters"]), counted = defined(n["count"]);
@@ -72,6 +72,7 @@ class LoraWalker : public YamlReader {
     in_range("max_cpu_loras", out.max_cpu_loras, 0, 100000);
     if (out.max_cpu_loras > 0 && out.max_cpu_loras < out.max_loras)
       d_.error(path + ".max_cpu_loras", "must be 0 or >= max_loras (" + std::to_string(out.max_loras) + ")");
+    if (defined(n["group_prompts"])) read_bool(n["group_prompts"], path + ".group_prompts", out.group_prompts);
   }
 };
 

@@ -16,6 +16,9 @@ struct LoraConfig {
   int max_cpu_loras = 0;
   /// Largest rank an adapter may have (vLLM's default 16).
   int max_lora_rank = 16;
+  /// A step's prompts of one adapter next to each other (Engine::step): the cuda backend pays its
+  /// tensor-core GEMMs per contiguous run of one adapter's rows. Off: the scheduler's order.
+  bool group_prompts = true;
 
   int cpu_loras() const { return max_cpu_loras > 0 ? max_cpu_loras : max_loras; }
   void validate() const {

@@ -273,6 +273,14 @@ TEST(LoraEngine, AStepsPromptsOfOneAdapterRunNextToEachOther) {
   EXPECT_NE(sa, sb);
   EXPECT_EQ(seen[0], (std::vector<int>{sa, sa, sa, sb, sb, sb}));
   EXPECT_EQ(got.steps[0].n_loras, 2);
+  // Turned off (lora.group_prompts: false): the scheduler's order, alternating.
+  EngineConfig off = cfg;
+  off.lora.group_prompts = false;
+  std::vector<std::vector<int>> seen_off;
+  Engine plain(off, std::make_unique<SlotTap>(seen_off));
+  ASSERT_EQ(run_virtual(plain, items).finished.size(), 6u);
+  ASSERT_EQ(seen_off[0].size(), 6u);
+  EXPECT_EQ(seen_off[0], (std::vector<int>{sa, sb, sa, sb, sa, sb}));
   // Every request still gets its own tokens: the same as a run of it alone.
   for (const Timed& t : items) {
     std::vector<std::vector<int>> alone_seen;

@@ -232,6 +232,9 @@ TEST(PlanLora, ZipfPopularityIsSeededAndSessionsKeepTheirAdapter) {
   EXPECT_NE(first("{adapters: [a, a]}").find("names 'a' twice"), std::string::npos);
   EXPECT_NE(first("{count: 2, max_loras: 4, max_cpu_loras: 2}").find("must be 0 or >= max_loras (4)"), std::string::npos);
   EXPECT_NE(first("{count: 2, distribution: pareto}").find("workload.lora.distribution"), std::string::npos);
+  EXPECT_NE(first("{count: 2, group_prompts: maybe}").find("workload.lora.group_prompts"), std::string::npos);
+  EXPECT_TRUE(sc.workload.lora.engine_config().group_prompts);  // on by default
+  EXPECT_FALSE(load_yaml(base + "  lora: {count: 2, group_prompts: false}\n").workload.lora.engine_config().group_prompts);
 }
 
 }  // namespace
