@@ -228,7 +228,8 @@ SimCostModel SimCostModel::from_profile_json(const std::string& path, const Mode
                                 fit_profile_steps(path, "draft.", read_profile_samples(path, "draft.", d["samples"])), {}});
     if (d.contains("rounds")) m.draft_profiles.back().rounds = read_draft_rounds(path, d["rounds"]);
   }
-  m.source = path + (m.allreduce_measured ? " (all-reduce measured)" : "") + (m.lora_measured ? " (LoRA measured)" : "");
+  m.source = path + (m.allreduce_measured ? " (all-reduce measured)" : "") + (m.lora_measured ? " (LoRA measured)" : "") +
+             (m.sustained ? " (sustained load)" : "");
   return m;
 }
 

@@ -205,8 +205,10 @@ TEST(SimSustained, TheProfileProbesSustainedLoadAndTheSimReadsItUnlessRetargeted
   const SimCostModel cost = SimCostModel::from_profile_json(path.string(), r.model);
   ASSERT_TRUE(cost.sustained);
   EXPECT_DOUBLE_EQ(cost.sustained->heavy.hot_s, r.sustained->heavy.hot_s);
+  EXPECT_NE(cost.source.find("(sustained load)"), std::string::npos) << cost.source;  // reports say so
   const SimCostModel moved = SimCostModel::from_profile_json(path.string(), r.model, SimDevice::preset("h200"), 1, true);
   EXPECT_FALSE(moved.sustained);  // another device's power cap is its own
+  EXPECT_EQ(moved.source.find("(sustained load)"), std::string::npos);
   std::filesystem::remove(path);
   o.sustained_s = -1.0;
   EXPECT_THROW(o.validate(), std::invalid_argument);
