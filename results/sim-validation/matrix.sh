@@ -19,6 +19,8 @@
 #     (dealt out in priority order) with CUDA_VISIBLE_DEVICES set, side by side; the workers' output
 #     in OUT/worker-gpuN.log, printed at the end. Each cell's steps run on a GPU of their own; the
 #     host (32 cores on the two-GPU kind) is shared.
+#     SUSTAINED_S=S: each cell's profile ends with S seconds of the sustained-load probe
+#     (`servelab profile --sustained-s`, off by default), which the sim then prices from.
 #     On a GPU, nvidia-smi logs each GPU's SM clock, power and clock events while its cells run
 #     (SMI=0: off), summarized per cell's profile and validate-sim in OUT/smi-gpuN.txt: whether the
 #     profile's steps and the real runs' ran at the same clocks.
@@ -76,6 +78,8 @@ pack() {  # gzip the big outputs; report.html is not kept
 
 cuda_prof_args() {  # cuda_prof_args YAML KV: the cell's `servelab profile` arguments on the GPU, into prof
   prof=(--backend cuda --seed 1 --kv "$2" --for-scenario "$1" --interleave --repeats 3 --min-point-s 0.5)
+  # SUSTAINED_S=4: the profile ends with the sustained-load probe (sustained-h200x2/README.md)
+  [ "${SUSTAINED_S:-0}" != 0 ] && prof+=(--sustained-s "$SUSTAINED_S")
   local mib
   mib=$(sed -n 's/.*kv_cache_mb: *\([0-9]*\).*/\1/p' "$1" | head -1)
   # naive regions spread over the run's arena (engine.kv_cache_mb MiB, --kv-gb in 1e9 bytes)
