@@ -3,6 +3,7 @@
 #include "engine/backend/cost_model.h"
 #include "engine/backend/profile_lora.h"
 #include "engine/backend/sim_sustained.h"
+#include "engine/backend/step_shape_json.h"
 
 #include <algorithm>
 #include <cmath>
@@ -278,20 +279,7 @@ std::vector<TimedStep> read_profile_samples(const std::string& path, const std::
     const int64_t n_tokens = static_cast<int64_t>(number("n_tokens"));
     const int64_t sum_context = static_cast<int64_t>(number("sum_context"));
     if (o.contains("prefill_pairs")) {  // servelab.profile/2: the full shape
-      t.shape.n_tokens = n_tokens;
-      t.shape.sum_context = sum_context;
-      t.shape.n_padding_tokens = static_cast<int64_t>(number_or("n_padding_tokens", 0));
-      t.shape.n_sampled = static_cast<int64_t>(number("n_sampled"));
-      t.shape.n_seqs = static_cast<int64_t>(number("n_seqs"));
-      t.shape.max_context = static_cast<int64_t>(number("max_context"));
-      t.shape.prefill_pairs = number("prefill_pairs");
-      t.shape.decode_context = number("decode_context");
-      t.shape.attention_pairs = number_or("attention_pairs", t.shape.prefill_pairs + t.shape.decode_context);
-      t.shape.verify_rows = static_cast<int64_t>(number_or("verify_rows", 0));  // verification points only
-      t.shape.verify_pairs = number_or("verify_pairs", 0.0);
-      if (t.shape.verify_rows < 0 || t.shape.verify_rows > t.shape.n_tokens || t.shape.verify_pairs < 0 ||
-          t.shape.verify_pairs > t.shape.prefill_pairs)
-        throw std::runtime_error(where + ": verify_rows must be in [0, n_tokens] and verify_pairs in [0, prefill_pairs]");
+      t.shape = step_shape_from_json(o, where);
     } else {
       const std::string phase = o.value("phase", std::string("prefill"));
       const int64_t batch = static_cast<int64_t>(number_or("batch_size", 1));

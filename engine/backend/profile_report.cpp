@@ -11,6 +11,7 @@
 #include "engine/backend/profile_lora.h"
 #include "engine/backend/profiler.h"
 #include "engine/backend/profile_sustained.h"
+#include "engine/backend/step_shape_json.h"
 #include "engine/backend/profile_sustained.h"
 #include "engine/kv/kv_manager.h"
 
@@ -94,21 +95,8 @@ std::string profile_json(const ProfileReport& r, const ProfileReport* draft) {
   j["wall_s"] = r.wall_s;
   ordered_json samples = ordered_json::array();
   for (const ProfileSample& s : r.samples) {
-    const StepShape& h = s.shape;
-    samples.push_back({{"phase", to_string(s.phase)},
-                       {"n_seqs", h.n_seqs},
-                       {"n_tokens", h.n_tokens},
-                       {"n_padding_tokens", h.n_padding_tokens},
-                       {"n_sampled", h.n_sampled},
-                       {"sum_context", h.sum_context},
-                       {"max_context", h.max_context},
-                       {"prefill_pairs", h.prefill_pairs},
-                       {"decode_context", h.decode_context},
-                       {"attention_pairs", h.attention_pairs}});
-    if (h.verify_rows > 0) {
-      samples.back()["verify_rows"] = h.verify_rows;
-      samples.back()["verify_pairs"] = h.verify_pairs;
-    }
+    samples.push_back({{"phase", to_string(s.phase)}});
+    samples.back().update(step_shape_json(s.shape));
     samples.back()["step_s"] = s.step_s;
     samples.back()["times_s"] = s.times_s;
   }

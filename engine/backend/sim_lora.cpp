@@ -28,13 +28,10 @@ double lora_step_seconds(const SimDevice& device, const ModelConfig& model, cons
   auto params_of = [&](int slot) -> int64_t {
     return slot >= 0 && size_t(slot) < slots.size() ? slots[size_t(slot)].params : 0;
   };
-  // Distinct adapters of the decode and the prefill rows (a step holds a few: a linear scan).
-  std::vector<int> decode_slots, all_slots;
+  // The step's distinct adapters (a step holds a few: a linear scan) and its prefill runs.
+  std::vector<int> all_slots;
   int64_t prefill_runs = 0;
   int last_prefill_slot = -1;  // the slot of the run the last entry extended (-1: none)
-  auto note = [](std::vector<int>& v, int s) {
-    if (std::find(v.begin(), v.end(), s) == v.end()) v.push_back(s);
-  };
   int64_t decode_rows = 0, prefill_rows = 0;
   double flops = 0.0;
   for (size_t e = 0; e < n_seqs; ++e) {
@@ -48,10 +45,9 @@ double lora_step_seconds(const SimDevice& device, const ModelConfig& model, cons
       continue;
     }
     flops += 2.0 * static_cast<double>(rows) * static_cast<double>(params);  // x·Aᵀ then ·Bᵀ, every layer
-    note(all_slots, slot);
+    if (std::find(all_slots.begin(), all_slots.end(), slot) == all_slots.end()) all_slots.push_back(slot);
     if (rows == 1) {
       decode_rows += 1;
-      note(decode_slots, slot);
       last_prefill_slot = -1;
     } else {
       prefill_rows += rows;

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "engine/backend/step_shape_json.h"
+
 namespace servelab {
 
 namespace {
@@ -18,12 +20,7 @@ void check_point(const SustainedPoint& p, const char* name) {
 }
 
 nlohmann::ordered_json point_json(const SustainedPoint& p) {
-  const StepShape& h = p.shape;
-  nlohmann::ordered_json j = {{"n_seqs", h.n_seqs},           {"n_tokens", h.n_tokens},
-                              {"n_padding_tokens", h.n_padding_tokens}, {"n_sampled", h.n_sampled},
-                              {"sum_context", h.sum_context}, {"max_context", h.max_context},
-                              {"prefill_pairs", h.prefill_pairs}, {"decode_context", h.decode_context},
-                              {"attention_pairs", h.attention_pairs}};
+  nlohmann::ordered_json j = step_shape_json(p.shape);
   j["grid_s"] = p.grid_s;
   j["cold_s"] = p.cold_s;
   j["hot_s"] = p.hot_s;
@@ -37,15 +34,11 @@ SustainedPoint point_from_json(const nlohmann::json& j, const std::string& name)
     return j[key].get<double>();
   };
   SustainedPoint p;
-  p.shape.n_seqs = static_cast<int64_t>(num("n_seqs"));
-  p.shape.n_tokens = static_cast<int64_t>(num("n_tokens"));
-  p.shape.n_padding_tokens = static_cast<int64_t>(j.value("n_padding_tokens", 0.0));
-  p.shape.n_sampled = static_cast<int64_t>(j.value("n_sampled", static_cast<double>(p.shape.n_seqs)));
-  p.shape.sum_context = static_cast<int64_t>(num("sum_context"));
-  p.shape.max_context = static_cast<int64_t>(num("max_context"));
-  p.shape.prefill_pairs = num("prefill_pairs");
-  p.shape.decode_context = num("decode_context");
-  p.shape.attention_pairs = num("attention_pairs");
+  try {
+    p.shape = step_shape_from_json(j, "sustained." + name);
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument(e.what());
+  }
   p.grid_s = num("grid_s");
   p.cold_s = num("cold_s");
   p.hot_s = num("hot_s");
