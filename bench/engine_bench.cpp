@@ -290,7 +290,7 @@ int run_quant(const Args& args) {
   for (size_t at = 0; at <= args.quantization.size();) {
     const size_t comma = std::min(args.quantization.find(',', at), args.quantization.size());
     formats.push_back(args.quantization.substr(at, comma - at));
-    parse_quantization(formats.back().substr(0, formats.back().find_first_of("/@")));  // a bad name fails before any backend
+    parse_quantization(formats.back().substr(0, formats.back().find('/')));  // a bad name fails before any backend
     at = comma + 1;
   }
   const int prefill_len = std::min(2048, model.max_position);
@@ -301,15 +301,12 @@ int run_quant(const Args& args) {
   const int warmup = 3, repeats = args.quick ? 7 : 15;
   std::vector<std::vector<double>> ms(formats.size());
   for (size_t f = 0; f < formats.size(); ++f) {
-    // "fp8/4": fp8 with quant_gemv for products of up to 4 rows (default: per format); "fp8@7",
-    // "none@7": with DecodePathOptions::gemv_loop 7 (the L2 prefetch), bf16 too.
-    CudaBackendOptions o;
-    const size_t slash = formats[f].find('/'), at_loop = formats[f].find('@');
-    o.quantization = parse_quantization(formats[f].substr(0, std::min(slash, at_loop)));
+    CudaBackendOptions o;  // "fp8/4": fp8 with quant_gemv for products of up to 4 rows (default: per format)
+    const size_t slash = formats[f].find('/');
+    o.quantization = parse_quantization(formats[f].substr(0, slash));
     if (slash != std::string::npos) o.quant_gemv_max_rows = std::atoi(formats[f].c_str() + slash + 1);
-    if (at_loop != std::string::npos) o.decode.gemv_loop = std::atoi(formats[f].c_str() + at_loop + 1);
     std::unique_ptr<CudaBackend> backend = CudaBackend::random(model, 1, o);
-    const std::string label = formats[f].rfind("none", 0) == 0 ? "bf16" + formats[f].substr(4) : formats[f];
+    const std::string label = formats[f] == "none" ? "bf16" : formats[f];
     record("quant_weight_bytes", label, double(backend->weight_bytes()) / 1e9, "GB");
     int64_t n_slots = 0;
     for (const auto& [name, p] : points) n_slots = std::max(n_slots, p.n_slots());
@@ -320,17 +317,9 @@ int run_quant(const Args& args) {
     }
   }
   std::printf("\nstep time against bf16 (same process, same points):\n");
-  for (size_t f = 1; f < formats.size(); ++f) {
-    // against bf16 with the same "@loop" where it was timed too ("fp8@7" against "none@7")
-    const size_t at_loop = formats[f].find('@');
-    const std::string same = at_loop == std::string::npos ? "none" : "none" + formats[f].substr(at_loop);
-    const size_t base = size_t(std::find(formats.begin(), formats.end(), same) - formats.begin());
-    if (base == f) continue;
-    const size_t b = base < formats.size() ? base : 0;
+  for (size_t f = 1; f < formats.size(); ++f)
     for (size_t i = 0; i < points.size(); ++i)
-      record("quant_step_vs_bf16", points[i].first + " [" + formats[f] + " / " + (b == 0 ? "bf16" : "bf16" + formats[f].substr(at_loop)) + "]",
-             ms[f][i] / ms[b][i], "x", "bf16 step");
-  }
+      record("quant_step_vs_bf16", points[i].first + " [" + formats[f] + "]", ms[f][i] / ms[0][i], "x", "bf16 step");
   return 0;
 }
 

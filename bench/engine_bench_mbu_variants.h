@@ -41,8 +41,6 @@ constexpr MbuVariant kMbuVariants[] = {
                                                        // before 2026-11-30)
     {"after_attn1", "all", true, true, 0, 3, true, 1},  // decode attention with PDL, the O product started at once
     {"after_attn2", "all", true, true, 0, 3, true, 2},  // ... the O product started once attention is done with its K/V
-    {"after_pf", "all", true, true, 0, 7},    // the default with each gemv block's rows prefetched into L2 as it starts
-    {"after_pf2k", "all", true, true, 0, 15}, // ... their first 2 KB
 };
 
 inline const MbuVariant& find_variant(const std::string& name) {

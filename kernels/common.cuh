@@ -66,16 +66,6 @@ __device__ __forceinline__ Vec8 load_stream_256(const void* p) {
   return v;
 }
 
-/// Asks the L2 to fetch `bytes` bytes from p (sm_90's bulk prefetch, one instruction; no registers,
-/// no completion to wait for, no effect on results). p 16-byte aligned; the size is rounded down
-/// to a multiple of 16. A no-op before sm_90.
-__device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  bytes &= ~15u;
-  if (bytes) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#endif
-}
-
 /// Runs BF16_CALL for bf16, F16_CALL for fp16. The fp16 variants are compiled unless the build
 /// turns SERVELAB_KERNELS_FP16 off (kernels/CMakeLists.txt); then fp16 throws, naming the option.
 #if defined(SERVELAB_KERNELS_FP16)

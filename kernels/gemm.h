@@ -94,8 +94,7 @@ class Gemm {
   /// H100 none of llama2-7b's: the fastest there, measured in results/gpu/README.md).
   void set_gemv_waves(int waves) { gemv_waves_ = waves < 0 ? 0 : waves; }
   /// gemv's loop variant (gemv::Plan::variant), the same bits in each.
-  void set_gemv_variant(int variant) { gemv_variant_ = variant & 15; }
-  int gemv_variant() const { return gemv_variant_; }
+  void set_gemv_variant(int variant) { gemv_variant_ = variant & 3; }
   /// Whether run() with these arguments takes the skinny path.
   bool uses_gemv(ScalarType t, const void* x, const void* w, int m, int n, int k) const;
   /// Whether run_gate_up_silu() takes this product: run() would take gemv for the [m, 2 * ffn]

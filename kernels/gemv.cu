@@ -143,14 +143,10 @@ struct Params {
 /// kVariant (gemv::Plan::variant): bit 0 = rolling two-step pipeline (a step's loads are issued
 /// right after the previous use of its registers, so a warp always has one or two steps in
 /// flight, instead of loading two, using two); bit 1 = the L2::256B hint on the weight loads.
-/// Bit 2 = warp 0 asks the L2 for the block's rows over its K slice as the block starts (one bulk
-/// prefetch a row, before the PDL wait; bit 3 with it: the first kPrefetchCapBytes of each).
 /// The steps are summed in the same order in every variant (same bits).
-constexpr int kPrefetchCapBytes = 2048;
 template <typename T, typename OutT, int kVariant>
 __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
-  constexpr bool kRolling = kVariant & 1, kHint = (kVariant & 2) != 0, kPrefetch = (kVariant & 4) != 0,
-                 kCapped = (kVariant & 8) != 0;
+  constexpr bool kRolling = kVariant & 1, kHint = (kVariant & 2) != 0;
   __shared__ gemv::ReduceSmem sm;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
   const int n0 = blockIdx.x * kBlockRows, split = blockIdx.y;
@@ -172,13 +168,6 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
   float acc[2][4] = {};
   const int end = p.plan.split_begin(split + 1), full = k / kStepK;  // steps < full need no K check
   int s = p.plan.split_begin(split) + warp;
-  if constexpr (kPrefetch) {  // lane (g, q) takes row g of tile q >> 1, half q & 1: the block's 32 rows
-    if (warp == 0) {
-      const int kb = p.plan.split_begin(split) * kStepK, span = min(end * kStepK, k) - kb;
-      const int elems = kCapped ? min(span, kPrefetchCapBytes / int(sizeof(T))) : span;
-      prefetch_l2_bulk(wr[q >> 1][q & 1] - lane_k + kb, uint32_t(elems) * uint32_t(sizeof(T)));
-    }
-  }
   if constexpr (kRolling) {
     const int lim = min(end, full);  // steps s, s + kWarps, ... below lim need no K check
     StepRegs a, b;                   // step s, step s + kWarps
@@ -273,12 +262,10 @@ void launch_variant(const Params& p, bool out_fp32, cudaStream_t stream) {
 
 template <typename T>
 void launch(const Params& p, bool out_fp32, cudaStream_t stream) {
-  switch (p.plan.variant & 15) {  // the prefetch only beside the default loop (3)
+  switch (p.plan.variant & 3) {
     case 0: return launch_variant<T, 0>(p, out_fp32, stream);
     case 1: return launch_variant<T, 1>(p, out_fp32, stream);
     case 2: return launch_variant<T, 2>(p, out_fp32, stream);
-    case 7: return launch_variant<T, 7>(p, out_fp32, stream);
-    case 15: return launch_variant<T, 15>(p, out_fp32, stream);
     default: return launch_variant<T, 3>(p, out_fp32, stream);
   }
 }

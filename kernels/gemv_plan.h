@@ -42,7 +42,7 @@ struct Plan {
   int row_blocks = 0;
   int k_steps = 0;
   int splits = 1;
-  int variant = 0;  ///< the kernel's loop (gemv.cu's kVariant: bit 0 rolling pipeline, bit 1 L2::256B hint, bits 2-3 L2 prefetch)
+  int variant = 0;  ///< the kernel's loop (gemv.cu's kVariant: bit 0 rolling pipeline, bit 1 L2::256B hint)
   SERVELAB_HD int split_begin(int s) const { return int(int64_t(k_steps) * s / splits); }
   int64_t partial_floats() const { return splits > 1 ? int64_t(row_blocks) * splits * kPartialFloats : 0; }
 };

@@ -87,10 +87,6 @@ struct QuantGemvArgs {
   /// packed kernel: 1, no ring, each warp's next step loaded into registers (the default: 0), or
   /// 2..4 shared-memory stages of a per-warp cp.async ring: a tuning knob kernel_bench sweeps.
   int packed_stages = 0;
-  /// steps kernel: warp 0 asks the L2 for the block's rows over its K slice as the block starts
-  /// (one bulk prefetch a row, before the PDL wait): 0 no, < 0 the whole slice, > 0 at most this
-  /// many bytes of each row. No effect on the result.
-  int l2_prefetch_bytes = 0;
   /// Split-K workspace (optional: without it no product is split, and a long K may then take the
   /// slower warp-per-row kernel). partials: quant_gemv_workspace_floats(n, k) floats; counters:
   /// quant_gemv_workspace_counters(n) ints, zero before the first launch (they reset themselves).

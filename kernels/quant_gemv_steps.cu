@@ -228,13 +228,6 @@ __global__ void __launch_bounds__(kThreads, (kMinBlocks<kInt4, kInFlight, kVecs,
   float acc[kCols][2][4] = {};
   const int end = plan.split_begin(split + 1), full = a.k / kStep;  // steps < full need no K check
   int s = plan.split_begin(split) + warp;
-  if (a.l2_prefetch_bytes != 0 && warp == 0) {  // lane (g, q) takes row g of tile q >> 1, half q & 1: the block's 32 rows
-    const int kb = plan.split_begin(split) * kStep, span = min(end * kStep, a.k) - kb;  // K values
-    const int lane_bytes = kInt4 ? lane_k / 2 : lane_k, kb_bytes = kInt4 ? kb / 2 : kb;
-    int bytes = kInt4 ? span / 2 : span;
-    if (a.l2_prefetch_bytes > 0) bytes = min(bytes, a.l2_prefetch_bytes);
-    prefetch_l2_bulk(rows[q >> 1][q & 1] - lane_bytes + kb_bytes, uint32_t(bytes));
-  }
   {  // the first steps: codes before waiting for the kernel that writes x (PDL), x after
     StepCodes r[kInFlight];
     const bool first = s + kAhead < min(end, full);

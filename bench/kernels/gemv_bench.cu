@@ -111,31 +111,25 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
   // M 9-16 it runs two column tiles. INT4 also with one vector a lane a step (steps_v1: 1 in
   // flight, three blocks an SM at M <= 8; steps_v1f2: 2 in flight). The packed kernel (INT4 only,
   // over int4_pack.h's layout, M <= 8) at its default (loads into registers a step ahead) and
-  // through its cp.async ring of 2 and 3 stages. auto with the L2 prefetch (the whole slice, 2 KB
-  // a row; QuantGemvArgs::l2_prefetch_bytes), auto last. bf16 also with gemv loops 7 and 15 (the
-  // same prefetch in the bf16 gemv).
+  // through its cp.async ring of 2 and 3 stages. auto last.
   struct Variant {
     const char* name;
     QuantGemvKernel kernel;
     int in_flight;  // steps: 0 the format's default, -1 the other count; packed: its stages (0: default)
-    int prefetch = 0;  // QuantGemvArgs::l2_prefetch_bytes
   };
   const Variant variants[] = {{"warp", QuantGemvKernel::warp, 0},      {"mma", QuantGemvKernel::mma, 0},
                               {"stream", QuantGemvKernel::stream, 0},  {"steps", QuantGemvKernel::steps, 0},
                               {"steps_other", QuantGemvKernel::steps, -1}, {"packed", QuantGemvKernel::packed, 0},
                               {"packed_s2", QuantGemvKernel::packed, 2}, {"packed_s3", QuantGemvKernel::packed, 3},
                               {"steps_v1", QuantGemvKernel::steps, 1}, {"steps_v1f2", QuantGemvKernel::steps, 2},
-                              {"auto_pf", QuantGemvKernel::auto_select, 0, -1},
-                              {"auto_pf2k", QuantGemvKernel::auto_select, 0, 2048},
                               {"auto", QuantGemvKernel::auto_select, 0}};
-  constexpr int kKernels = 13;
-  constexpr int kBf16Loops[3] = {3, 7, 15};
+  constexpr int kKernels = 11;
   Gemm gemm(false);
   gemm.set_gemv_waves(0);
   gemm.set_gemv_variant(3);
   const int group = 128;
   for (int m : {1, 2, 4, 8, 16}) {
-    double step_bf16 = 0, step_bf16_loop[3] = {}, step_ms[2][kKernels] = {};
+    double step_bf16 = 0, step_ms[2][kKernels] = {};
     for (const Shape& sh : shapes) {
       const int64_t w_elems = int64_t(sh.n) * sh.k;
       const int n_rot = int(std::min<int64_t>(8, 4 * l2 / w_elems + 1));
@@ -162,16 +156,9 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
       CUDA_CHECK(cudaMemset(counters.p, 0, counters.bytes));
       gemm.set_use_gemv(true);
       gemm.set_gemv_split_k(false);
-      double ms_bf16 = 0;
-      for (int l = 0; l < 3; ++l) {
-        gemm.set_gemv_variant(kBf16Loops[l]);
-        const double ms = time_graph_ms([&](int i, cudaStream_t st) {
-          gemm.run(ScalarType::bf16, x.p, wb.get<char>() + size_t(i % n_rot) * w_elems * 2, y.p, m, sh.n, sh.k, true, st);
-        }, 20, 15);
-        step_bf16_loop[l] += ms * sh.per_step;
-        if (l == 0) ms_bf16 = ms;
-      }
-      gemm.set_gemv_variant(3);
+      const double ms_bf16 = time_graph_ms([&](int i, cudaStream_t st) {
+        gemm.run(ScalarType::bf16, x.p, wb.get<char>() + size_t(i % n_rot) * w_elems * 2, y.p, m, sh.n, sh.k, true, st);
+      }, 20, 15);
       step_bf16 += ms_bf16 * sh.per_step;
       const std::string shape = std::string(sh.name) + " " + std::to_string(sh.n) + "x" + std::to_string(sh.k) +
                                 " M" + std::to_string(m);
@@ -211,7 +198,6 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
                               : variants[v].in_flight >= 0 ? variants[v].in_flight
                                                            : 3 - quant_gemv_steps_in_flight(a.kind, m);
           a.packed_stages = packed ? variants[v].in_flight : 0;
-          a.l2_prefetch_bytes = variants[v].prefetch;
           const double ms = time_graph_ms([&](int i, cudaStream_t st) {
             QuantGemvArgs b = a;
             b.w = base + size_t(i % n_rot) * w_bytes;
@@ -219,7 +205,7 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
             quant_gemv(b, st);
           }, 20, 15);
           step_ms[q][v] += ms * sh.per_step;
-          const bool is_auto = v == kKernels - 1;
+          const bool is_auto = variants[v].kernel == QuantGemvKernel::auto_select;
           const std::string name = "quant_gemv_" + fmt + (is_auto ? "" : std::string("_") + variants[v].name);
           record(name, shape + (is_auto ? std::string(" (") + to_string(quant_gemv_kernel_for(a)) + ")" : ""),
                  bytes / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
@@ -228,11 +214,6 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
       }
     }
     const std::string shape = "llama2-7b decode step M" + std::to_string(m) + " (32 layers + lm_head)";
-    std::printf("  bf16 decode-step products at M%d by gemv loop: 3 %.3f ms, 7 (L2 prefetch) %.3f, 15 (2 KB) %.3f\n", m,
-                step_bf16_loop[0], step_bf16_loop[1], step_bf16_loop[2]);
-    for (int l = 1; l < 3; ++l)
-      record("decode_products_bf16_loop" + std::to_string(kBf16Loops[l]), shape, step_bf16_loop[l], "ms", "loop 3",
-             step_bf16_loop[0]);
     for (int q : {0, 1}) {
       const char* fmt = q == 0 ? "fp8" : "int4";
       record(std::string("decode_products_") + fmt + "_vs_bf16", shape, step_bf16 / step_ms[q][kKernels - 1], "x", "-", 0);

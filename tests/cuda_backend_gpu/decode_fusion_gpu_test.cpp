@@ -3,8 +3,7 @@
 // epilogue (DecodePathOptions::fuse_qkv_rope; bf16 gemv and quant_gemv's steps kernel) gives the
 // bits of the product followed by rope_kv_write, in CUDA graphs and eagerly, paged and naive KV,
 // over prefill (not fused: more than 8 rows), decode steps of 3 and 5 sequences (fused) and their
-// greedy tokens; decode attention's PDL modes and the gemv loops' L2 prefetch give the same bits.
-// Skipped without a device.
+// greedy tokens; and decode attention's PDL modes give the same bits. Skipped without a device.
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,10 +24,8 @@ using testing::random_tokens;
 
 constexpr int64_t kSlots = 4096;  // naive KV: 5 extents of max_model_len 512 and room
 
-std::unique_ptr<CudaBackend> backend(Quantization q, bool graphs, bool fuse_rope, int attention_pdl = 0,
-                                     int gemv_loop = 3) {
+std::unique_ptr<CudaBackend> backend(Quantization q, bool graphs, bool fuse_rope, int attention_pdl = 0) {
   CudaBackendOptions o;
-  o.decode.gemv_loop = gemv_loop;
   o.quantization = q;
   o.cuda_graphs = graphs;
   o.decode.fuse_qkv_rope = fuse_rope;
@@ -89,20 +86,6 @@ TEST(DecodeFusionGpu, AttentionPdlModesGiveTheSameBits) {
     SCOPED_TRACE("attention_pdl " + std::to_string(mode));
     auto other = backend(Quantization::none, true, true, mode);
     expect_same_bits(*other, *plain, KvKind::paged);
-  }
-}
-
-// The L2 prefetch of each gemv block's rows (gemv loops 7 and 15; quant_gemv's steps kernel too)
-// asks the L2 for bytes and changes no result.
-TEST(DecodeFusionGpu, L2PrefetchGivesTheSameBits) {
-  SKIP_WITHOUT_GPU();
-  for (Quantization q : {Quantization::none, Quantization::fp8, Quantization::int4_awq}) {
-    auto plain = backend(q, true, true);
-    for (int loop : {7, 15}) {
-      SCOPED_TRACE(std::string(to_string(q)) + " gemv_loop " + std::to_string(loop));
-      auto other = backend(q, true, true, 0, loop);
-      expect_same_bits(*other, *plain, KvKind::paged);
-    }
   }
 }
 

@@ -102,7 +102,7 @@ TEST(GemvSiluGpu, LoopVariantsGiveTheSameBits) {
       gemm_ref(x.data(), w.data(), m, n, k, ref.data());
       for (int splits : {1, 3}) {
         std::vector<float> first;
-        for (int variant : {0, 1, 2, 3, 7, 15}) {  // 7, 15: with the L2 prefetch
+        for (int variant = 0; variant < 4; ++variant) {
           SCOPED_TRACE("M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k) + " splits " +
                        std::to_string(splits) + " variant " + std::to_string(variant));
           gemv::Plan plan = gemv::make_plan(n, k, 132, 2, Gemm::kGemvCounters, Gemm::kGemvPartialFloats);

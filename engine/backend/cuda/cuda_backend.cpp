@@ -28,8 +28,8 @@ void CudaBackendOptions::validate() const {
                                 "); use all_reduce: auto or nccl");
   if (decode.gemv_waves < 0)
     throw std::invalid_argument("decode.gemv_waves must be >= 0 (got " + std::to_string(decode.gemv_waves) + ")");
-  if (decode.gemv_loop < 0 || (decode.gemv_loop > 3 && decode.gemv_loop != 7 && decode.gemv_loop != 15))
-    throw std::invalid_argument("decode.gemv_loop must be 0..3, 7 or 15 (got " + std::to_string(decode.gemv_loop) + ")");
+  if (decode.gemv_loop < 0 || decode.gemv_loop > 3)
+    throw std::invalid_argument("decode.gemv_loop must be 0..3 (got " + std::to_string(decode.gemv_loop) + ")");
   if (dtype != DType::bf16 && dtype != DType::f16)
     throw std::invalid_argument(std::string("dtype must be bf16 or f16 on the cuda backend (got ") + to_string(dtype) + ")");
   if (quantization != Quantization::none && dtype != DType::bf16)

@@ -39,10 +39,7 @@ struct DecodePathOptions {
   /// those whose gemv plan needs no K split, or all.
   Gemv gemv = Gemv::all;
   int gemv_waves = 0;             ///< gemv splits K when fewer than this many waves of blocks run; 0 never
-  /// gemv's loop: bit 0 rolling pipeline, bit 1 L2::256B load hint; 7: with the block's rows
-  /// prefetched into L2 as it starts, 15: their first 2 KB (the bf16 gemv's and, for quantized
-  /// weights, quant_gemv's steps kernel's).
-  int gemv_loop = 3;
+  int gemv_loop = 3;              ///< gemv's loop: bit 0 rolling pipeline, bit 1 L2::256B load hint
   bool fuse_gate_up_silu = true;  ///< the gate|up product and SiLU·mul in one gemv launch
   bool fuse_qkv_rope = true;      ///< the q|k|v product, RoPE and the K/V write in one gemv launch
   /// Decode attention with PDL (with `pdl`; kernels::DecodeAttentionArgs::pdl): 0 a plain launch,
@@ -162,7 +159,7 @@ struct CudaBackendOptions {
   /// drawn or loaded, before quantization. One GPU only (TpCudaBackend refuses it).
   std::optional<ResidualScale> residual_scale;
   /// Names the bad field: device < 0, tp_timeout_s <= 0, tp_spin_us < 0, tp_all_reduce_max_bytes outside
-  /// [16, 1 GiB] or not a multiple of 16, tp_all_reduce custom with dtype f16, decode.gemv_waves < 0, decode.gemv_loop outside 0..3, 7, 15, a dtype other than bf16 / f16, or f16 in a build without the
+  /// [16, 1 GiB] or not a multiple of 16, tp_all_reduce custom with dtype f16, decode.gemv_waves < 0, decode.gemv_loop outside 0..3, a dtype other than bf16 / f16, or f16 in a build without the
   /// fp16 kernels; quantization with dtype f16 or batch_invariant.
   void validate() const;
 };

@@ -270,8 +270,6 @@ struct CudaBackend::Impl {
       quant_runner = std::make_unique<cuda::QuantLinearRunner>(scheme, std::max(qkv_width(), 2 * local_ffn),
                                                                std::max({m.hidden_size, dq(), local_ffn}),
                                                                options.quant_gemv_max_rows);  // 0: the format's default
-      const int loop = options.decode.gemv_loop;  // its bits 2-3: the L2 prefetch, in quant_gemv's steps kernel too
-      quant_runner->set_l2_prefetch_bytes(loop & 4 ? (loop & 8 ? 2048 : -1) : 0);
     }
   }
 

@@ -310,7 +310,6 @@ kernels::QuantGemvArgs QuantLinearRunner::gemv_args(const QuantWeight& w, const 
   a.partial_capacity = gemv_partial_floats_;
   a.counters = gemv_counters_.get<int32_t>();
   a.counter_capacity = gemv_counter_count_;
-  a.l2_prefetch_bytes = l2_prefetch_bytes_;
   return a;
 }
 

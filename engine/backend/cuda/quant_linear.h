@@ -104,8 +104,6 @@ class QuantLinearRunner {
   bool run_qkv_rope_kv(const QuantWeight& w, const kernels::QkvArgs& qa, const void* x, cudaStream_t stream);
   /// The most rows quant_gemv takes (decode); the FP8 GEMM or int4's dequantize + GEMM above.
   static constexpr int kGemvRows = 16;
-  /// quant_gemv's steps kernel's L2 prefetch (QuantGemvArgs::l2_prefetch_bytes): 0 off.
-  void set_l2_prefetch_bytes(int bytes) { l2_prefetch_bytes_ = bytes; }
 
  private:
   kernels::QuantGemvArgs gemv_args(const QuantWeight& w, const void* x, void* y, int rows) const;
@@ -118,7 +116,6 @@ class QuantLinearRunner {
   DeviceBuffer gemv_partials_, gemv_counters_;  // quant_gemv's split-K workspace
   int64_t gemv_partial_floats_ = 0;
   int gemv_counter_count_ = 0;
-  int l2_prefetch_bytes_ = 0;
 };
 
 }  // namespace servelab::cuda
