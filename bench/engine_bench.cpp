@@ -12,7 +12,8 @@
 //   engine_bench --mixed-contexts [--preset P] [--quick] (decode steps of mixed context lengths: bench/engine_bench_mixed.h)
 //   engine_bench --structured [--preset NAME] [--tokenizer DIR] [--repeats N]   (structured output at
 //                                  batch 64 against unconstrained: bench/engine_bench_structured.h)
-//   engine_bench --quantization F,F,...   (fp8, int4_awq, int4_gptq beside bf16: decode at batch 1,
+//   engine_bench --quantization F,F,...   (fp8, int4_awq, int4_gptq beside bf16, "fp8/4" quant_gemv to
+//   4 rows, "fp8:a1" decode attention's PDL mode 1, "none:a1" bf16 so: decode at batch 1,
 //                                  8, 16 and a 2048-token prefill, one backend after the other;
 //                                  F/R: quant_gemv for products of up to R rows only)
 // - decode, batch 1, 8, 32, 128, 256 x context 128 and 4096: tokens/s and model-bandwidth
@@ -290,7 +291,7 @@ int run_quant(const Args& args) {
   for (size_t at = 0; at <= args.quantization.size();) {
     const size_t comma = std::min(args.quantization.find(',', at), args.quantization.size());
     formats.push_back(args.quantization.substr(at, comma - at));
-    parse_quantization(formats.back().substr(0, formats.back().find('/')));  // a bad name fails before any backend
+    parse_quantization(formats.back().substr(0, formats.back().find_first_of("/:")));  // a bad name fails before any backend
     at = comma + 1;
   }
   const int prefill_len = std::min(2048, model.max_position);
@@ -301,12 +302,15 @@ int run_quant(const Args& args) {
   const int warmup = 3, repeats = args.quick ? 7 : 15;
   std::vector<std::vector<double>> ms(formats.size());
   for (size_t f = 0; f < formats.size(); ++f) {
-    CudaBackendOptions o;  // "fp8/4": fp8 with quant_gemv for products of up to 4 rows (default: per format)
-    const size_t slash = formats[f].find('/');
-    o.quantization = parse_quantization(formats[f].substr(0, slash));
+    // "fp8/4": fp8 with quant_gemv for products of up to 4 rows (default: per format); "fp8:a1",
+    // "none:a2": with decode attention's PDL mode 1 or 2 (DecodePathOptions::attention_pdl).
+    CudaBackendOptions o;
+    const size_t slash = formats[f].find('/'), colon = formats[f].find(":a");
+    o.quantization = parse_quantization(formats[f].substr(0, std::min(slash, colon)));
     if (slash != std::string::npos) o.quant_gemv_max_rows = std::atoi(formats[f].c_str() + slash + 1);
+    if (colon != std::string::npos) o.decode.attention_pdl = std::atoi(formats[f].c_str() + colon + 2);
     std::unique_ptr<CudaBackend> backend = CudaBackend::random(model, 1, o);
-    const std::string label = formats[f] == "none" ? "bf16" : formats[f];
+    const std::string label = formats[f].rfind("none", 0) == 0 ? "bf16" + formats[f].substr(4) : formats[f];
     record("quant_weight_bytes", label, double(backend->weight_bytes()) / 1e9, "GB");
     int64_t n_slots = 0;
     for (const auto& [name, p] : points) n_slots = std::max(n_slots, p.n_slots());
@@ -317,9 +321,17 @@ int run_quant(const Args& args) {
     }
   }
   std::printf("\nstep time against bf16 (same process, same points):\n");
-  for (size_t f = 1; f < formats.size(); ++f)
+  for (size_t f = 1; f < formats.size(); ++f) {
+    // against bf16 with the same attention mode where it was timed too ("fp8:a1" against "none:a1")
+    const size_t colon = formats[f].find(":a");
+    const std::string tail = colon == std::string::npos ? "" : formats[f].substr(colon);
+    size_t b = size_t(std::find(formats.begin(), formats.end(), "none" + tail) - formats.begin());
+    if (b == f) continue;
+    if (b >= formats.size()) b = 0;
     for (size_t i = 0; i < points.size(); ++i)
-      record("quant_step_vs_bf16", points[i].first + " [" + formats[f] + "]", ms[f][i] / ms[0][i], "x", "bf16 step");
+      record("quant_step_vs_bf16", points[i].first + " [" + formats[f] + " / bf16" + (b == 0 ? "" : tail) + "]",
+             ms[f][i] / ms[b][i], "x", "bf16 step");
+  }
   return 0;
 }
 
