@@ -275,7 +275,8 @@ double ProfiledStepModel::predict_base(const StepShape& s) const {
   knot_weights(knots, static_cast<double>(s.n_rows()), i, u);
   double t = (1.0 - u) * values[i] + (knots.size() > 1 ? u * values[i + 1] : 0.0);
   t += s_per_sampled_ * static_cast<double>(s.n_sampled) + s_per_prefill_pair_ * (s.prefill_pairs - s.verify_pairs) +
-       s_per_decode_context_ * s.decode_context + (mixed_step(s) ? mixed_step_s_ : 0.0);
+       s_per_decode_context_ * s.decode_context +
+       (mixed_step(s) ? mixed_step_s_ + mixed_row_s_ * static_cast<double>(s.n_rows()) : 0.0);
   return t;
 }
 

@@ -141,10 +141,14 @@ RooflineBound roofline_bound(const RooflineTerms& terms, const StepShape& shape)
 /// With graph buckets, M then prices eager steps only, so it is refitted on them (eager: neither
 /// graphed nor padded decodes) with the scalar terms of the joint fit: its knots are the eager
 /// samples' rows, and the joint fit's knots outside their range (set by graphed decodes alone)
-/// are kept. A mixed step (prefill rows beside decodes, eager) costs a fixed c_mixed >= 0 more,
-/// fitted there too (mixed samples set no knot within the pure eager steps' range, so a mixed
-/// step is M at its rows plus its parts plus c_mixed): its decodes do not run as in the decode
-/// graphs. Without buckets M is the joint fit's and c_mixed = 0.
+/// are kept. A mixed step (prefill rows beside decodes, eager) costs c_mixed + b_mixed · rows more
+/// (both >= 0), fitted there too (mixed samples set no knot within the pure eager steps' range, so
+/// a mixed step is M at its rows plus its parts plus that): its decodes do not run as in the
+/// decode graphs, and on an H200 what that costs grows with the step's rows (llama3-8b, 11
+/// decodes at 3,773 tokens beside a chunk of 125 / 241 / 359 / 512 rows: 0.5 / 2.1 / 1.5 / 4.5 ms
+/// over the chunk alone; a constant c_mixed priced the 512-row steps of the long-prompt matrix
+/// cells 12-14% low). b_mixed needs mixed samples of two row counts or more (else 0). Without
+/// buckets M is the joint fit's and c_mixed = b_mixed = 0.
 /// When it holds verification steps (StepShape::verify_rows > 0: sequences drawing all k + 1
 /// rows, `servelab profile --verify-k`), their rows leave the prefill term and are priced by
 ///   + V(verify_rows) + a_verify · verify_pairs
@@ -186,6 +190,9 @@ class ProfiledStepModel {
   const std::vector<double>& spread_knot_values() const { return spread_knot_a_; }
   /// c_mixed: what a mixed step (prefill rows beside decodes) costs beyond its parts (0 without buckets).
   double mixed_step_seconds() const { return mixed_step_s_; }
+  /// b_mixed: seconds a row of a mixed step costs beyond its parts (0 without buckets, or where
+  /// the profile's mixed steps share one row count).
+  double mixed_row_seconds() const { return mixed_row_s_; }
   /// Whether the profile held verification steps (the V and a_verify terms are in use).
   bool has_verification() const { return !verify_knots_.empty(); }
   /// V's knots (verification rows) and values; a_verify.
@@ -218,6 +225,7 @@ class ProfiledStepModel {
   /// Fits a_spread to what the other terms leave of the graphed spread decode samples.
   void fit_spread(std::span<const TimedStep> samples);
   double mixed_step_s_ = 0.0;
+  double mixed_row_s_ = 0.0;
   std::vector<double> verify_knots_, verify_knot_s_;  // V: verification rows and values
   double s_per_verify_pair_ = 0.0;
   // The grid's extent (prefill pairs: those of non-verifying entries).

@@ -154,8 +154,9 @@ void ProfiledStepModel::fit_eager(std::span<const TimedStep> samples) {
     if (r < first || r > last) knots.push_back(r);  // a mixed step past the pure ones: its own knot
   std::sort(knots.begin(), knots.end());
   knots.erase(std::unique(knots.begin(), knots.end()), knots.end());
-  // Columns: the eager knots, then c_mixed; targets: what the joint fit's scalars leave.
-  const size_t n_knots = knots.size(), n_cols = n_knots + 1;
+  // Columns: the eager knots, then c_mixed and b_mixed (seconds a row of a mixed step); targets:
+  // what the joint fit's scalars leave.
+  const size_t n_knots = knots.size(), n_cols = n_knots + 2;
   std::vector<std::vector<double>> a(eager.size(), std::vector<double>(n_cols, 0.0));
   std::vector<double> b(eager.size()), w(eager.size());
   for (size_t r = 0; r < eager.size(); ++r) {
@@ -166,15 +167,21 @@ void ProfiledStepModel::fit_eager(std::span<const TimedStep> samples) {
     a[r][i] += 1.0 - u;
     if (n_knots > 1) a[r][i + 1] += u;
     a[r][n_knots] = mixed_step(s) ? 1.0 : 0.0;
+    a[r][n_knots + 1] = mixed_step(s) ? static_cast<double>(s.n_rows()) : 0.0;
     b[r] = eager[r]->step_s - s_per_sampled_ * static_cast<double>(s.n_sampled) - s_per_prefill_pair_ * s.prefill_pairs -
            s_per_decode_context_ * s.decode_context;
     w[r] = 1.0 / eager[r]->step_s;
   }
   std::vector<bool> active(n_cols, true);
-  if (spanned_by_others(a, w, active, n_knots)) active[n_knots] = false;  // no mixed step off its own knot
+  // b_mixed only where the mixed steps' rows tell it from c_mixed and the knots (mixed steps of
+  // two or more row counts within the pure steps' range); c_mixed only off the mixed steps' own knots.
+  if (spanned_by_others(a, w, active, n_knots + 1)) active[n_knots + 1] = false;
+  if (spanned_by_others(a, w, active, n_knots)) active[n_knots] = false;
   std::vector<double> x = weighted_least_squares(a, b, w, active);
-  if (x[n_knots] < 0) {  // noise: a mixed step does not cost less than its parts
-    active[n_knots] = false;
+  for (int round = 0; round < 2; ++round) {  // noise: a mixed step does not cost less than its parts
+    const size_t c = x[n_knots + 1] < 0 && active[n_knots + 1] ? n_knots + 1 : x[n_knots] < 0 && active[n_knots] ? n_knots : n_cols;
+    if (c == n_cols) break;
+    active[c] = false;
     x = weighted_least_squares(a, b, w, active);
   }
   // The joint fit's knots outside the eager range (graphed decodes' rows) keep their values.
@@ -189,7 +196,8 @@ void ProfiledStepModel::fit_eager(std::span<const TimedStep> samples) {
     knots_.push_back(k);
     knot_s_.push_back(v);
   }
-  mixed_step_s_ = x[n_knots];
+  mixed_step_s_ = active[n_knots] ? x[n_knots] : 0.0;
+  mixed_row_s_ = active[n_knots + 1] ? x[n_knots + 1] : 0.0;
 }
 
 void ProfiledStepModel::fit_graphs(std::span<const TimedStep> samples) {

@@ -119,6 +119,37 @@ TEST(ProfiledStepModelFit, WithGraphBucketsEagerStepsArePricedByTheEagerRowsAndM
   EXPECT_EQ(ProfiledStepModel::fit(grid.samples()).mixed_step_seconds(), 0.0);
 }
 
+// Mixed steps whose cost beside their parts grows with their rows (on an H200 a llama3-8b chunk of
+// 125 / 512 rows beside 11 decodes cost 0.5 / 4.5 ms over the chunk alone): with mixed samples
+// of several row counts the fit finds c_mixed + b_mixed · rows, and prices a 512-row mixed step
+// the profile did not measure (30 decodes) as the grid would.
+TEST(ProfiledStepModelFit, MixedStepsOfSeveralRowCountsSetTheMixedRowTerm) {
+  const LongPromptGrid grid;
+  constexpr double kMixedRow = 6e-6;  // seconds a row of a mixed step
+  auto time = [&](const StepShape& s) {
+    const bool mixed = s.prefill_pairs > 0 && s.decode_context > 0;
+    return LongPromptGrid::eager_time(s) + (mixed ? kMixedRow * double(s.n_rows()) : 0.0);
+  };
+  std::vector<TimedStep> steps = grid.samples();
+  steps.erase(std::remove_if(steps.begin(), steps.end(),
+                             [](const TimedStep& t) { return t.shape.prefill_pairs > 0 && t.shape.decode_context > 0; }),
+              steps.end());
+  for (int chunk : {125, 241, 359, 512}) {  // the chunk quartiles alone and beside 11 decodes
+    for (int c : {1225, 3773}) steps.push_back({prefill_shape(chunk, c), 0});
+    steps.push_back({LongPromptGrid::mixed_of(chunk, 11, 3773), 0});
+  }
+  for (TimedStep& t : steps)
+    if (t.step_s == 0) t.step_s = time(t.shape);
+  const ProfiledStepModel m = ProfiledStepModel::fit(steps, grid.buckets);
+  EXPECT_NEAR(m.mixed_row_seconds(), kMixedRow, 1e-9);
+  EXPECT_NEAR(m.mixed_step_seconds(), LongPromptGrid::kMixed + 11 * LongPromptGrid::kSampled, 1e-7);
+  for (const TimedStep& t : steps) EXPECT_NEAR(m.predict_clamped(t.shape), t.step_s, 1e-6 * t.step_s);
+  const StepShape serving = LongPromptGrid::mixed_of(482, 30, 2000);  // 512 rows
+  EXPECT_NEAR(m.predict_clamped(serving), time(serving), 19 * LongPromptGrid::kSampled + 1e-9);
+  // One mixed row count (the grid above): no row term, the fixed cost as before.
+  EXPECT_EQ(ProfiledStepModel::fit(grid.samples(), grid.buckets).mixed_row_seconds(), 0.0);
+}
+
 TEST(ProfiledStepModelFit, AnEagerStepBesideTheDecodesOnAKnotSetsTheSampledTerm) {
   // The same grid with eager chunks of 16 and 64 rows: on those knots decodes (16 and 64 sampled
   // rows) and chunks (one) now tell M and the sampled term apart, and the fit finds the sampled
