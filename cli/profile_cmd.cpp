@@ -48,7 +48,6 @@ struct ProfileArgs {
   std::string kv = "paged";    // the timed sequences' KV layout
   bool kv_spread = false;      // spread them over the --kv-gb arena
   std::string spread_shape;    // --spread-shape even | exponential ("" = even)
-  bool mixed_decode_kernel = true;  // cuda: a mixed step's decodes through the decode attention kernel
   bool host_overhead = true;  // also measure the engine's per-step host work (loadgen/host_overhead_probe.h)
   std::string for_scenario;   // the grid from this scenario's lengths and batches (loadgen/profile_grid_for.h)
   int draft_layers = 0;       // also profile the preset's first N layers (a `self` draft), as "draft" in the JSON
@@ -129,7 +128,6 @@ int profile_main(const ProfileArgs& a) {
   spec.threads = a.threads;
   spec.cpu_gemm = a.cpu_gemm == "openblas" ? CpuGemmPath::openblas : CpuGemmPath::tuned;
   spec.device = a.device;
-  spec.mixed_decode_kernel = a.mixed_decode_kernel;
   spec.tensor_parallel = a.tensor_parallel;
   spec.storage_dtype = parse_dtype(a.dtype);  // BackendSpec::validate refuses f16 on cpu
   if (!a.quantization.empty()) spec.quantization = parse_quantization(a.quantization);
@@ -310,9 +308,6 @@ const Registrar register_profile(
       sub.add_flag("--kv-spread", a->kv_spread,
                    "naive KV: spread each point's regions evenly over the --kv-gb arena (as a serving engine's arena "
                    "holds them), instead of packing them at its start");
-      sub.add_flag("!--no-mixed-decode-kernel", a->mixed_decode_kernel,
-                   "cuda: run a mixed step's decodes through the prefill attention kernel with its chunks (the path "
-                   "before 2026-11-30), to measure what the decode kernel saves");
       sub.add_flag("!--no-host-overhead", a->host_overhead,
                    "skip measuring the engine's host work per step outside forward() (scheduling, KV "
                    "bookkeeping, tokens, records), which the sim adds to every step");

@@ -21,7 +21,6 @@ BackendSpec backend_spec(const Scenario& sc) {
   spec.fusion = sc.backend.fusion;
   spec.batch_invariant = sc.backend.batch_invariant;
   spec.cuda_graphs = sc.backend.cuda_graphs;
-  spec.mixed_decode_kernel = sc.backend.mixed_decode_kernel;
   spec.all_reduce = sc.backend.all_reduce;
   spec.all_reduce_max_bytes = sc.backend.all_reduce_max_bytes;
   spec.dtype = sc.model.dtype;

@@ -120,8 +120,6 @@ struct ScenarioBackend {
   bool fusion = true;           ///< cuda: false runs the unfused kernels (`fusion: off` in YAML)
   bool batch_invariant = false; ///< cuda: every result independent of the batch
   bool cuda_graphs = true;      ///< cuda: decode steps replayed from CUDA graphs
-  /// cuda: a mixed step's decodes through the decode attention kernel (CudaBackendOptions::mixed_decode_kernel)
-  bool mixed_decode_kernel = true;
   /// cuda with tensor_parallel > 1: the all-reduce (engine/backend/cuda/tp_all_reduce_mode.h):
   /// auto (ours up to all_reduce_max_bytes, NCCL above), nccl or custom.
   TpAllReduce all_reduce = TpAllReduce::auto_select;

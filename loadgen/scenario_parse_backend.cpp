@@ -23,7 +23,7 @@ class BackendWalker : public YamlReader {
     }
     if (!section(n, "backend", {"kind", "threads", "sim_device", "sim_profile", "sim_retarget", "sim_cost_scale", "ceilings",
                                 "device", "fusion", "batch_invariant", "cuda_graphs", "tensor_parallel", "dtype", "all_reduce",
-                                "all_reduce_max_bytes", "mixed_decode_kernel"}))
+                                "all_reduce_max_bytes"}))
       return;
     bool kind_ok = true;
     if (defined(n["kind"])) kind_ok = read_enum(n["kind"], "backend.kind", b.kind, kinds);
@@ -80,8 +80,7 @@ class BackendWalker : public YamlReader {
                                  {"float16", DType::f16}});
       }
     }
-    for (const char* k :
-         {"device", "fusion", "batch_invariant", "cuda_graphs", "all_reduce", "all_reduce_max_bytes", "mixed_decode_kernel"}) {
+    for (const char* k : {"device", "fusion", "batch_invariant", "cuda_graphs", "all_reduce", "all_reduce_max_bytes"}) {
       if (!defined(n[k])) continue;
       const std::string p = std::string("backend.") + k;
       if (kind_ok && b.kind != BackendKind::cuda) {
@@ -96,8 +95,6 @@ class BackendWalker : public YamlReader {
         read_bool(n[k], p, b.fusion);
       } else if (key == "batch_invariant") {
         read_bool(n[k], p, b.batch_invariant);
-      } else if (key == "mixed_decode_kernel") {
-        read_bool(n[k], p, b.mixed_decode_kernel);
       } else if (key == "all_reduce") {
         read_enum(n[k], p, b.all_reduce,
                   Options<TpAllReduce>{{"auto", TpAllReduce::auto_select}, {"nccl", TpAllReduce::nccl},

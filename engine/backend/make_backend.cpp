@@ -218,7 +218,6 @@ std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
     o.fusion = spec.fusion;
     o.batch_invariant = spec.batch_invariant;
     o.cuda_graphs = spec.cuda_graphs;
-    o.mixed_decode_kernel = spec.mixed_decode_kernel;
     o.tp_all_reduce = spec.all_reduce;
     o.tp_all_reduce_max_bytes = spec.all_reduce_max_bytes;
     o.dtype = spec.storage_dtype;

@@ -52,7 +52,6 @@ struct BackendSpec {
   bool fusion = true;           ///< cuda: false runs the unfused kernels
   bool batch_invariant = false; ///< cuda: results independent of the batch
   bool cuda_graphs = true;      ///< cuda: decode steps replayed from CUDA graphs
-  bool mixed_decode_kernel = true;  ///< cuda: a mixed step's decodes through the decode attention kernel
   /// cuda, tensor_parallel > 1: the all-reduce (CudaBackendOptions::tp_all_reduce: auto, nccl,
   /// custom) and the largest message ours takes (tp_all_reduce_max_bytes).
   TpAllReduce all_reduce = TpAllReduce::auto_select;

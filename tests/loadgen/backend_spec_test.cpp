@@ -14,7 +14,7 @@ const char* kCuda = R"(
 name: t
 seed: 11
 model: {preset: tiny, dtype: bf16}
-backend: {kind: cuda, device: 3, fusion: off, mixed_decode_kernel: off, batch_invariant: true, cuda_graphs: off, all_reduce: custom,
+backend: {kind: cuda, device: 3, fusion: off, batch_invariant: true, cuda_graphs: off, all_reduce: custom,
           all_reduce_max_bytes: 1048576}
 engine: {gpu_memory_utilization: 0.8, max_model_len: 256}
 strategies:
@@ -33,11 +33,6 @@ TEST(BackendSpec, CarriesEveryCudaSetting) {
   EXPECT_FALSE(spec.fusion);
   EXPECT_TRUE(spec.batch_invariant);
   EXPECT_FALSE(spec.cuda_graphs);
-  EXPECT_FALSE(spec.mixed_decode_kernel);
-  EXPECT_TRUE(backend_spec(load_scenario_text("name: t\nmodel: {preset: tiny}\nbackend: {kind: cuda}\n"
-                                              "strategies: [{batching: continuous}]\n"
-                                              "workload: {rates: [1], n_requests: 1}\n", "d.yaml"))
-                  .mixed_decode_kernel);  // on by default
   EXPECT_EQ(spec.all_reduce, TpAllReduce::custom);
   EXPECT_EQ(spec.all_reduce_max_bytes, 1048576);
   ASSERT_TRUE(spec.dtype.has_value());

@@ -537,12 +537,6 @@ void CudaBackend::Impl::run_planned(const cuda::BlockTableStep* tables) {
   g.samples = in.n_samples();
   g.max_context = in.max_context();
   g.decode = in.decode_only && !options.batch_invariant;
-  g.decode_prefix = 0;
-  if (!g.decode && !options.batch_invariant && !kv_fp8 && !g.layout.has_row_spans && options.mixed_decode_kernel) {
-    int nd = 0;  // leading sequences of one row (the scheduler puts a step's decodes first)
-    while (nd < g.seqs && in.query_start[nd + 1] - in.query_start[nd] == 1) ++nd;
-    if (nd < g.seqs) g.decode_prefix = nd;  // some prefill chunk follows
-  }
   if (kv_fp8 && !g.decode) {  // prefill attention reads the step's sequences dequantized
     int64_t total = 0;
     for (int32_t c : in.context_lens) total += c;
@@ -552,7 +546,6 @@ void CudaBackend::Impl::run_planned(const cuda::BlockTableStep* tables) {
   ensure_rows(g.rows);
   ensure_samples(std::max(g.samples, 1));
   if (g.decode) ensure_decode_workspace(g.seqs);
-  else if (g.decode_prefix > 0) ensure_decode_workspace(g.decode_prefix);
   packed.grow(g.layout.total, "the step input");
   stage(g, packed, tables);
   enqueue_step(g);

@@ -61,11 +61,6 @@ struct CudaBackendOptions {
   /// every attention through the prefill kernel (invariant by construction), so all strategies
   /// give identical greedy tokens.
   bool batch_invariant = false;
-  /// A mixed step (prefill chunks beside decodes, eager): its leading one-row sequences (the
-  /// scheduler's decodes) through the decode attention kernel, the chunks through the prefill
-  /// kernel; false: every sequence through the prefill kernel, where each decode row takes a
-  /// query tile of its own over its whole context (not with batch_invariant or an FP8 KV cache).
-  bool mixed_decode_kernel = true;
   /// Decode steps (one row per sequence, up to 512 sequences, contexts up to 16k) replay a CUDA
   /// graph captured per (batch bucket, context bucket, KV layout) after one eager warm-up run;
   /// false (`cuda_graphs: off`) runs every step eagerly.

@@ -58,9 +58,6 @@ struct Geometry {
   int mask_words_per_row = 0;
   bool draw_probs = false;  // the draws write their distributions (Step::want_draw_probs) into draw_probs_dev
   int row_groups = 0;  // layout.has_row_spans: the sequences the one-row entries group into (host count)
-  // Not decode-only: the leading one-row sequences whose attention runs through the decode kernel
-  // (AttentionStep::decode_prefix; 0 in batch-invariant mode, with an FP8 KV cache or row spans).
-  int decode_prefix = 0;
   // Late masks (Step::fill_masks): the forward is launched (a graph of the forward alone, or
   // eagerly), then the host fills the masks while it runs, uploads them and launches the draws.
   bool late = false;

@@ -217,10 +217,6 @@ struct AttentionStep {
   int row_groups = 0;
   int row_queries = kernels::kDecodeRowsQueries;  ///< DecodeRowsArgs::queries_per_block
   int attention_pdl = 0;           ///< decode attention's PDL mode (DecodeAttentionArgs::pdl)
-  /// A step that is not decode-only: its first decode_prefix sequences hold one row each (the
-  /// scheduler's decodes, ahead of the prefill chunks) and run through the decode kernel, the
-  /// rest through the prefill kernel (0: every sequence through the prefill kernel).
-  int decode_prefix = 0;
   float* workspace = nullptr;      ///< decode split scratch
   size_t workspace_bytes = 0;
   /// kv_cache_dtype fp8: the arenas hold E4M3 codes and scales (kernels/kv_fp8.h). Prefill
@@ -332,26 +328,6 @@ struct Attention {
       kernels::PrefillAttentionArgs a;
       common(a);
       a.n_tokens = st.n_tokens;
-      if (st.decode_prefix > 0 && !st.kv_fp8) {
-        // A mixed step's decodes through the decode kernel (split over their contexts), its
-        // chunks through the prefill kernel: in the prefill kernel each decode row took a query
-        // tile of its own over its whole context (on an H200, 11 decodes of 3,773 tokens beside a
-        // 512-token chunk cost llama3-8b 4.5 ms a step more than the chunk alone).
-        const int nd = st.decode_prefix;
-        kernels::DecodeAttentionArgs d;
-        common(d);
-        d.n_seqs = nd;
-        d.max_context = st.max_context;
-        d.workspace = st.workspace;
-        d.workspace_bytes = st.workspace_bytes;
-        d.pdl = 0;
-        kernels::decode_attention(d, c.stream);
-        a.n_seqs -= nd;
-        a.n_tokens -= nd;
-        a.query_start += nd;  // absolute row offsets: q and out as they are
-        a.context_lens += nd;
-        a.kv = st.kv.from(nd);
-      }
       if (st.kv_fp8) {  // the step's sequences dequantized into the scratch, then the bf16 kernel
         kernels::KvFp8DequantArgs x;
         x.dtype = c.dt;
