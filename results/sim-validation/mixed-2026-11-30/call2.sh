@@ -6,7 +6,7 @@
 # cuda with and without workload.lora.group_prompts). nvidia-smi sampled every 250 ms beside it.
 #   OUT=$OUT bash scripts/gpu-session-2026-11-30b.sh
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 export SERVELAB_COMMIT=$(cat GPU_COMMIT 2>/dev/null || git rev-parse --short HEAD)
 B=build-gpu
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DSERVELAB_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \

@@ -7,7 +7,7 @@
 # held-out llama2-13b long-prompt cell at 85% load. nvidia-smi logged by matrix.sh.
 #   OUT=$OUT bash scripts/gpu-session-2026-11-30c.sh
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 export SERVELAB_COMMIT=$(cat GPU_COMMIT 2>/dev/null || git rev-parse --short HEAD)
 B=build-gpu
 t0=$(date +%s)
