@@ -90,38 +90,6 @@ std::optional<SustainedLoad> profile_sustained(ProfileRunner& runner, const Prof
     load.trace.push_back({t, 1.0, runner.run(*decode, 0, 1, 0.0).times_s.front()});
   }
   summarize_sustained(load);
-  // Then, with the GPU hot, each of the grid's mixed points in turn, back to back (serving's
-  // chunked prefills beside decodes: the probe's heavy step alone slowed less than those, 6.5%
-  // against 11-14% on an H200, sustained-h200x2/README.md).
-  std::vector<size_t> mixed;
-  for (size_t i = 0; i < plan.points.size(); ++i)
-    if (plan.points[i].phase == ProfilePhase::mixed && plan.points[i].n_padding == 0) mixed.push_back(i);
-  if (!mixed.empty()) {
-    load.mixed_seconds = std::max(2.0, options.sustained_s / 2);
-    if (progress)
-      progress("sustained load: the grid's " + std::to_string(mixed.size()) + " mixed points in turn, for " +
-               std::to_string(load.mixed_seconds) + " s");
-    std::vector<std::vector<std::pair<double, double>>> runs(mixed.size());  // (seconds since the phase began, step seconds)
-    const double t1 = since();
-    while (since() - t1 < load.mixed_seconds)
-      for (size_t m = 0; m < mixed.size(); ++m) {
-        const double t = since() - t1;
-        runs[m].push_back({t, runner.run(plan.points[mixed[m]], 0, 1, 0.0).times_s.front()});
-      }
-    for (size_t m = 0; m < mixed.size(); ++m) {
-      SustainedPoint p;
-      p.shape = samples[mixed[m]].shape;
-      p.grid_s = samples[mixed[m]].step_s;
-      p.cold_s = runs[m].front().second;
-      std::vector<double> hot;
-      for (const auto& [t, s] : runs[m])
-        if (t >= 0.6 * load.mixed_seconds) hot.push_back(s);
-      if (hot.empty())
-        for (const auto& r : runs[m]) hot.push_back(r.second);
-      p.hot_s = probe_median(hot);
-      load.mixed.push_back(p);
-    }
-  }
   load.validate();
   return load;
 }
@@ -135,14 +103,7 @@ std::string sustained_table(const SustainedLoad& l) {
                 l.heavy.grid_s * 1e3, l.heavy.hot_s * 1e3, l.heavy.hot_s / l.heavy.grid_s,
                 static_cast<long long>(l.decode.shape.n_seqs), l.decode.cold_s * 1e3, l.decode.grid_s * 1e3,
                 l.decode.hot_s * 1e3, l.decode.hot_s / l.decode.grid_s, l.tau_s);
-  std::string out = buf;
-  for (const SustainedPoint& p : l.mixed) {
-    std::snprintf(buf, sizeof buf, "  mixed %lld seqs %lld rows: %.3f ms grid / %.3f hot (%.3fx)\n",
-                  static_cast<long long>(p.shape.n_seqs), static_cast<long long>(p.shape.n_tokens), p.grid_s * 1e3,
-                  p.hot_s * 1e3, p.hot_s / p.grid_s);
-    out += buf;
-  }
-  return out;
+  return buf;
 }
 
 }  // namespace servelab

@@ -6,10 +6,7 @@
 // point) after every heavy_per_decode of them, for S seconds. Each probe point keeps the grid's
 // time of it, the median of its first runs (3 heavy, 2 decodes: cold, recorded, not priced) and
 // of its runs in the last 40% (hot); tau is when the heavy runs, as a running median of 3, first
-// reach 63% of the way from cold to hot (at least 20 ms). Then, the GPU still hot, the grid's mixed
-// points (prefill and decode rows) each in turn, back to back, for max(2 s, S / 2): each one's
-// first run (cold) and the median of its runs in that time's last 40% (hot), from which the sim
-// prices mixed steps. Off by default: on the H200 cells it
+// reach 63% of the way from cold to hot (at least 20 ms). Off by default: on the H200 cells it
 // measured, it moved the long-prompt cell's steps half way to the real ones and left the chat
 // cells' within a point or two (results/sim-validation/sustained-h200x2/README.md).
 #include <functional>

@@ -50,17 +50,9 @@ SustainedPoint point_from_json(const nlohmann::json& j, const std::string& name)
 nlohmann::ordered_json sustained_json(const SustainedLoad& load) {
   nlohmann::ordered_json trace = nlohmann::ordered_json::array();
   for (const auto& [t, kind, s] : load.trace) trace.push_back({t, static_cast<int>(kind), s});
-  nlohmann::ordered_json j = {{"seconds", load.seconds},        {"heavy_per_decode", load.heavy_per_decode},
-                              {"tau_s", load.tau_s},            {"heavy", point_json(load.heavy)},
-                              {"decode", point_json(load.decode)}};
-  if (!load.mixed.empty()) {
-    j["mixed_seconds"] = load.mixed_seconds;
-    nlohmann::ordered_json mixed = nlohmann::ordered_json::array();
-    for (const SustainedPoint& p : load.mixed) mixed.push_back(point_json(p));
-    j["mixed"] = std::move(mixed);
-  }
-  j["trace"] = std::move(trace);
-  return j;
+  return {{"seconds", load.seconds},        {"heavy_per_decode", load.heavy_per_decode},
+          {"tau_s", load.tau_s},            {"heavy", point_json(load.heavy)},
+          {"decode", point_json(load.decode)}, {"trace", std::move(trace)}};
 }
 
 SustainedLoad sustained_from_json(const nlohmann::json& j) {
@@ -72,12 +64,6 @@ SustainedLoad sustained_from_json(const nlohmann::json& j) {
   load.tau_s = j["tau_s"].get<double>();
   load.heavy_per_decode = j.value("heavy_per_decode", 4);
   load.seconds = j.value("seconds", 0.0);
-  if (j.contains("mixed")) {
-    if (!j["mixed"].is_array()) throw std::invalid_argument("sustained.mixed must be an array");
-    for (size_t i = 0; i < j["mixed"].size(); ++i)
-      load.mixed.push_back(point_from_json(j["mixed"][i], "mixed[" + std::to_string(i) + "]"));
-    load.mixed_seconds = j.value("mixed_seconds", 0.0);
-  }
   if (j.contains("trace") && j["trace"].is_array())
     for (const auto& e : j["trace"])
       if (e.is_array() && e.size() == 3 && e[0].is_number() && e[1].is_number() && e[2].is_number())
@@ -89,7 +75,6 @@ SustainedLoad sustained_from_json(const nlohmann::json& j) {
 void SustainedLoad::validate() const {
   check_point(heavy, "heavy");
   check_point(decode, "decode");
-  for (size_t i = 0; i < mixed.size(); ++i) check_point(mixed[i], ("mixed[" + std::to_string(i) + "]").c_str());
   if (heavy_per_decode < 1 || heavy_per_decode > 1000)
     throw std::invalid_argument("sustained.heavy_per_decode must be in [1, 1000] (got " + std::to_string(heavy_per_decode) + ")");
   if (!std::isfinite(tau_s) || tau_s <= 0.0 || tau_s > 600.0)
@@ -104,16 +89,6 @@ SustainedState::SustainedState(const SustainedLoad& load, const RooflineTerms& t
   u_probe_ = (heavy_time * w_heavy_ + load.decode.hot_s * compute_share(load.decode.shape)) /
              (heavy_time + load.decode.hot_s);
   if (!(u_probe_ > 1e-6)) u_probe_ = 1e-6;
-  double rw = 0.0, ww = 0.0;  // the mixed points: hot / grid - 1 = a_m · w, least squares through 0
-  for (const SustainedPoint& p : load.mixed) {
-    const double w = compute_share(p.shape);
-    rw += (p.hot_s / p.grid_s - 1.0) * w;
-    ww += w * w;
-  }
-  if (ww > 1e-12) {
-    mixed_slope_ = rw / ww;
-    has_mixed_slope_ = true;
-  }
 }
 
 double SustainedState::compute_share(const StepShape& shape) const {
@@ -122,16 +97,12 @@ double SustainedState::compute_share(const StepShape& shape) const {
   return bound > 0.0 ? std::clamp(b.compute_s / bound, 0.0, 1.0) : 0.0;
 }
 
-double SustainedState::factor(double w, double u, bool mixed) const {
+double SustainedState::factor(double w, double u) const {
   // The heavy probe's slowdown over the grid, scaled by the step's compute share over the heavy
-  // step's (the clock-bound part of a step), reached as u reaches the probe's steady state; a
-  // mixed step: the mixed points' slope, where probed.
-  const double load = std::clamp(u / u_probe_, 0.0, 1.0);
-  if (mixed && has_mixed_slope_)
-    return std::max(0.5, 1.0 + mixed_slope_ * std::clamp(w, 0.0, 1.0) * load);
+  // step's (the clock-bound part of a step), reached as u reaches the probe's steady state.
   const SustainedPoint& h = load_.heavy;
   const double k = w_heavy_ > 0.0 ? std::clamp(w / w_heavy_, 0.0, 1.0) : 0.0;
-  return 1.0 + (h.hot_s / h.grid_s - 1.0) * k * load;
+  return 1.0 + (h.hot_s / h.grid_s - 1.0) * k * std::clamp(u / u_probe_, 0.0, 1.0);
 }
 
 double SustainedState::price(double start_s, double grid_price_s, const StepShape& shape, double ran_s) {
@@ -139,7 +110,7 @@ double SustainedState::price(double start_s, double grid_price_s, const StepShap
   if (start_s > end_s_) u_ *= std::exp(-(start_s - end_s_) / tau);  // idle: u decays toward 0
   else start_s = end_s_;
   const double w = compute_share(shape);
-  const double s = grid_price_s * factor(w, u_, is_mixed(shape));
+  const double s = grid_price_s * factor(w, u_);
   const double ran = ran_s >= 0.0 ? ran_s : s;
   u_ = w + (u_ - w) * std::exp(-ran / tau);  // busy: u moves toward the step's share
   end_s_ = start_s + ran;

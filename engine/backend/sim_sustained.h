@@ -17,10 +17,7 @@
 //     the grid's price × (1 + (hot_h / grid_h − 1) · w / w_h · min(1, u / u_probe))
 // with hot_h / grid_h the heavy probe's slowdown, w_h its compute share (the clock-bound part of a
 // step scales with its compute share: a memory-bound decode barely moves) and u_probe the u the
-// probe's own loop settles at. A step with both prefill and decode rows (mixed) takes, where the
-// probe re-timed the grid's mixed points hot after the heavy loop (`mixed`), their own slope
-// instead: hot / grid − 1 = a_m · w by least squares through the origin over those points, so a
-// step is priced at the grid's price × (1 + a_m · w · min(1, u / u_probe)). Without a probe in the profile (the default; cpu, roofline, older
+// probe's own loop settles at. Without a probe in the profile (the default; cpu, roofline, older
 // profiles, a retargeted one) nothing changes. Measured on four H200 cells
 // (results/sim-validation/sustained-h200x2/): the long-prompt cell's steps −6.5% → −5.1% and
 // −11.4% → −7.1% at 50% / 85% load, chat cells within a point or two of the grid's prices.
@@ -45,11 +42,6 @@ struct SustainedPoint {
 struct SustainedLoad {
   SustainedPoint heavy;   ///< the grid's prefill / chunk / mixed point with the most rows
   SustainedPoint decode;  ///< the grid's middle decode (the lead-in point): its share of the probe's mix
-  /// The grid's mixed points (prefill and decode rows in one step), each run in turn back to back
-  /// right after the heavy loop for mixed_seconds: cold = its first run, hot = the median of its
-  /// runs in the last 40% of that time. Empty: not probed (older profiles, or no mixed point).
-  std::vector<SustainedPoint> mixed;
-  double mixed_seconds = 0.0;
   int heavy_per_decode = 4;
   double tau_s = 0.0;     ///< time for the heavy step to go 63% of the way from cold to hot
   double seconds = 0.0;   ///< how long the probe ran
@@ -78,15 +70,8 @@ class SustainedState {
   /// The same, the state advanced through `ran_s` seconds of the step instead of its price (a real
   /// step priced after the run: the state follows what the GPU did); ran_s < 0: its price.
   double price(double start_s, double grid_price_s, const StepShape& shape, double ran_s);
-  /// The multiplier a step of compute share w gets at state u (for tests and reports); mixed: a
-  /// step with prefill and decode rows (the mixed points' slope where they were probed).
-  double factor(double w, double u, bool mixed = false) const;
-  /// a_m: the mixed points' hot / grid − 1 over their compute share (least squares through the
-  /// origin); has_mixed_slope() false where the probe re-timed none (a_m then 0, unused).
-  double mixed_slope() const { return mixed_slope_; }
-  bool has_mixed_slope() const { return has_mixed_slope_; }
-  /// Whether a step is mixed (prefill rows and decode rows).
-  static bool is_mixed(const StepShape& shape) { return shape.prefill_pairs > 0.0 && shape.decode_context > 0.0; }
+  /// The multiplier a step of compute share w gets at state u (for tests and reports).
+  double factor(double w, double u) const;
   double compute_share(const StepShape& shape) const;
   double u() const { return u_; }
   double u_probe() const { return u_probe_; }
@@ -94,8 +79,7 @@ class SustainedState {
  private:
   const SustainedLoad& load_;
   const RooflineTerms& terms_;
-  double w_heavy_ = 1.0, u_probe_ = 1.0, mixed_slope_ = 0.0;
-  bool has_mixed_slope_ = false;
+  double w_heavy_ = 1.0, u_probe_ = 1.0;
   double u_ = 0.0;
   double end_s_ = 0.0;  ///< when the previous step ended
 };

@@ -73,54 +73,6 @@ TEST(SimSustained, TheFactorRisesToTheHeavyProbesSlowdownScaledByTheStepsCompute
   EXPECT_DOUBLE_EQ(s.factor(0.0, 1.0), 1.0);
 }
 
-StepShape mixed_shape(int64_t chunk, int64_t decodes, int64_t context) {
-  StepShape s = decode_shape(decodes, context);
-  s.n_tokens += chunk;
-  s.n_sampled += 1;
-  s.n_seqs += 1;
-  s.sum_context += context + chunk;
-  s.prefill_pairs = double(chunk) * double(context + chunk);
-  s.attention_pairs += s.prefill_pairs;
-  return s;
-}
-
-// Mixed steps (prefill and decode rows) take the slope of the probe's mixed points, fitted through
-// the origin over their compute shares, where the probe re-timed them; the heavy one's otherwise.
-TEST(SimSustained, MixedStepsTakeTheMixedPointsSlopeWhereProbed) {
-  const Llama l;
-  SustainedLoad p = probe();
-  const StepShape m1 = mixed_shape(512, 32, 2048), m2 = mixed_shape(128, 64, 4096);
-  EXPECT_TRUE(SustainedState::is_mixed(m1));
-  EXPECT_FALSE(SustainedState::is_mixed(p.heavy.shape));
-  EXPECT_FALSE(SustainedState::is_mixed(p.decode.shape));
-  {
-    SustainedState none(p, l.terms);  // no mixed points: the heavy slope for a mixed step too
-    EXPECT_FALSE(none.has_mixed_slope());
-    const double w = none.compute_share(m1);
-    EXPECT_DOUBLE_EQ(none.factor(w, 1.0, true), none.factor(w, 1.0, false));
-  }
-  SustainedState probe0(p, l.terms);
-  const double w1 = probe0.compute_share(m1), w2 = probe0.compute_share(m2);
-  ASSERT_GT(w1, 0.05);
-  ASSERT_GT(w2, 0.0);
-  const double a = 0.2;  // both points exactly on hot / grid - 1 = 0.2 w
-  p.mixed = {{m1, 0.010, 0.010, 0.010 * (1.0 + a * w1)}, {m2, 0.020, 0.020, 0.020 * (1.0 + a * w2)}};
-  p.mixed_seconds = 2.0;
-  SustainedState s(p, l.terms);
-  ASSERT_TRUE(s.has_mixed_slope());
-  EXPECT_NEAR(s.mixed_slope(), a, 1e-12);
-  EXPECT_NEAR(s.factor(w1, 1.0, true), 1.0 + a * w1, 1e-12);
-  EXPECT_NEAR(s.factor(w1, 0.5 * s.u_probe(), true), 1.0 + 0.5 * a * w1, 1e-12);
-  EXPECT_DOUBLE_EQ(s.factor(w1, 0.0, true), 1.0);
-  // A non-mixed step keeps the heavy probe's slope.
-  EXPECT_DOUBLE_EQ(s.factor(w1, 1.0, false), probe0.factor(w1, 1.0, false));
-  // price() tells a mixed step by its shape.
-  SustainedState t(p, l.terms);
-  for (int i = 0; i < 400; ++i) t.price(-1.0, 0.100, p.heavy.shape);  // hot: u at the heavy share
-  const double u = t.u();
-  EXPECT_NEAR(t.price(-1.0, 0.010, m1), 0.010 * t.factor(w1, u, true), 1e-12);
-}
-
 TEST(SimSustained, BackToBackHeavyStepsSlowToTheHotTimeAndIdleTimeBringsThemBack) {
   const Llama l;
   const SustainedLoad p = probe();
@@ -161,24 +113,6 @@ TEST(SimSustained, JsonRoundTripAndErrorsNameTheField) {
   EXPECT_DOUBLE_EQ(q.decode.shape.decode_context, 8.0 * 512);
   EXPECT_EQ(q.trace.size(), 2u);
   EXPECT_DOUBLE_EQ(q.tau_s, 0.1);
-  EXPECT_TRUE(q.mixed.empty());
-  SustainedLoad pm = p;  // with mixed points
-  pm.mixed = {{decode_shape(4, 100), 0.01, 0.011, 0.012}};
-  pm.mixed[0].shape.prefill_pairs = 100.0;
-  pm.mixed_seconds = 2.0;
-  const SustainedLoad qm = sustained_from_json(nlohmann::json::parse(sustained_json(pm).dump()));
-  ASSERT_EQ(qm.mixed.size(), 1u);
-  EXPECT_DOUBLE_EQ(qm.mixed[0].hot_s, 0.012);
-  EXPECT_DOUBLE_EQ(qm.mixed[0].shape.prefill_pairs, 100.0);
-  EXPECT_DOUBLE_EQ(qm.mixed_seconds, 2.0);
-  nlohmann::json jm = nlohmann::json::parse(sustained_json(pm).dump());
-  jm["mixed"][0]["grid_s"] = 0.0;
-  try {
-    sustained_from_json(jm);
-    FAIL() << "a zero mixed grid time accepted";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("sustained.mixed[0].grid_s"), std::string::npos) << e.what();
-  }
   nlohmann::json j = nlohmann::json::parse(sustained_json(p).dump());
   j.erase("tau_s");
   try {
@@ -263,14 +197,7 @@ TEST(SimSustained, TheProfileProbesSustainedLoadAndTheSimReadsItUnlessRetargeted
   EXPECT_EQ(r.sustained->decode.shape.n_seqs, 3);    // the middle batch (of 1, 3) at the middle context
   EXPECT_GT(r.sustained->trace.size(), 5u);
   EXPECT_GT(r.sustained->heavy.hot_s, 0.0);
-  ASSERT_FALSE(r.sustained->mixed.empty());  // the grid's mixed points, re-timed after the heavy loop
-  for (const SustainedPoint& m : r.sustained->mixed) {
-    EXPECT_TRUE(SustainedState::is_mixed(m.shape));
-    EXPECT_GT(m.hot_s, 0.0);
-  }
-  EXPECT_GE(r.sustained->mixed_seconds, 2.0);
   EXPECT_NE(profile_table(r).find("sustained load"), std::string::npos);
-  EXPECT_NE(profile_table(r).find("  mixed "), std::string::npos);
   r.device = "test";
   r.hardware = "cpu-2core";
   const auto path = std::filesystem::temp_directory_path() / "servelab_sim_sustained_test.json";
@@ -278,7 +205,6 @@ TEST(SimSustained, TheProfileProbesSustainedLoadAndTheSimReadsItUnlessRetargeted
   const SimCostModel cost = SimCostModel::from_profile_json(path.string(), r.model);
   ASSERT_TRUE(cost.sustained);
   EXPECT_DOUBLE_EQ(cost.sustained->heavy.hot_s, r.sustained->heavy.hot_s);
-  EXPECT_EQ(cost.sustained->mixed.size(), r.sustained->mixed.size());
   EXPECT_NE(cost.source.find("(sustained load)"), std::string::npos) << cost.source;  // reports say so
   const SimCostModel moved = SimCostModel::from_profile_json(path.string(), r.model, SimDevice::preset("h200"), 1, true);
   EXPECT_FALSE(moved.sustained);  // another device's power cap is its own
