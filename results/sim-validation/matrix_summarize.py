@@ -179,8 +179,10 @@ def by_run(records):
 
 
 def check_same_plan(name, real, sim):
-    a = {r["id"]: (r["prompt_tokens"], r["output_tokens"]) for r in real}
-    b = {r["id"]: (r["prompt_tokens"], r["output_tokens"]) for r in sim}
+    # lengths and arrival times: a re-prediction left from an earlier real run of another rate has
+    # the same seeded lengths but not the same arrivals
+    a = {r["id"]: (r["prompt_tokens"], r["output_tokens"], round(r["arrival_s"], 6)) for r in real}
+    b = {r["id"]: (r["prompt_tokens"], r["output_tokens"], round(r["arrival_s"], 6)) for r in sim}
     if a != b:
         bad = sorted(i for i in set(a) | set(b) if a.get(i) != b.get(i))
         raise SystemExit(f"{name}: the sim's plan is not the real run's: {len(bad)} requests differ "
