@@ -144,10 +144,11 @@ RooflineBound roofline_bound(const RooflineTerms& terms, const StepShape& shape)
 /// are kept. A mixed step (prefill rows beside decodes, eager) costs c_mixed + b_mixed · rows more
 /// (both >= 0), fitted there too (mixed samples set no knot within the pure eager steps' range, so
 /// a mixed step is M at its rows plus its parts plus that): its decodes do not run as in the
-/// decode graphs, and on an H200 what that costs grows with the step's rows (llama3-8b, 11
+/// decode graphs, and on an H200 what that costs grows with the chunk beside them (llama3-8b, 11
 /// decodes at 3,773 tokens beside a chunk of 125 / 241 / 359 / 512 rows: 0.5 / 2.1 / 1.5 / 4.5 ms
-/// over the chunk alone; a constant c_mixed priced the 512-row steps of the long-prompt matrix
-/// cells 12-14% low). b_mixed needs mixed samples of two row counts or more (else 0). Without
+/// over the chunk alone; two decodes cost as much as eleven; a constant c_mixed priced the
+/// ~500-row steps of the long-prompt matrix cells 12-14% low: results/sim-validation/
+/// mixed-2026-11-30/). b_mixed needs mixed samples of two row counts or more (else 0). Without
 /// buckets M is the joint fit's and c_mixed = b_mixed = 0.
 /// When it holds verification steps (StepShape::verify_rows > 0: sequences drawing all k + 1
 /// rows, `servelab profile --verify-k`), their rows leave the prefill term and are priced by
