@@ -90,6 +90,14 @@ class Plans(unittest.TestCase):
         with self.assertRaises(SystemExit):
             ms.check_same_plan("differs", real, sim)
 
+    def test_the_same_lengths_at_other_arrivals_fail_too(self):
+        # a re-prediction left from an earlier real run at another rate: same seeded lengths
+        real = [rec(1, 0.0, 0.1, 1.1, 11), rec(2, 0.5, 0.6, 1.6, 11)]
+        sim = [dict(r) for r in real]
+        sim[1]["arrival_s"] = 0.4
+        with self.assertRaises(SystemExit):
+            ms.check_same_plan("other rate", real, sim)
+
     def test_runs_are_ordered_by_rate(self):
         rs = [rec(1, 0, 0.1, 1, 2, run="p@10.5"), rec(2, 0, 0.1, 1, 2, run="p@2"), rec(3, 0, 0.1, 1, 2, run="p@10.5")]
         self.assertEqual([len(g) for g in ms.by_run(rs)], [1, 2])
