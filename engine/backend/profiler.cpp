@@ -185,15 +185,24 @@ std::vector<ProfilePoint> profile_grid(const ProfileOptions& o) {
         last = at;
       }
   }
-  // Mixed: decodes at the middle context plus one chunk, at the middle and the largest batch.
+  // Mixed: decodes at the middle context plus one chunk, at the middle and the largest batch. The
+  // chunk takes what the step's token budget (max_rows) leaves beside the decodes, as the engine's
+  // chunked prefill does: a 512-row chunk beside 11 decodes is 501 rows under a budget of 512 (on
+  // an H200 a llama3-8b mixed step of 523 rows cost 2.6 ms more than its twin of 512, 18.7 ms:
+  // results/sim-validation/mixed-2026-11-30/, grid-3773).
   std::vector<int> mixed_batches = {batches[batches.size() / 2]};
   if (batches.back() != mixed_batches[0]) mixed_batches.push_back(batches.back());
-  for (int b : mixed_batches)
+  for (int b : mixed_batches) {
+    int last = -1;
     for (int t : o.chunk_lens) {
+      const int chunk = b < o.max_rows ? std::min(t, o.max_rows - b) : t;
+      if (chunk == last) continue;  // two chunk lengths capped alike
+      last = chunk;
       std::vector<Seq> seqs(b, {c_mid, 1});
-      seqs.push_back({start(c_mid, t), t});
+      seqs.push_back({start(c_mid, chunk), chunk});
       add(ProfilePhase::mixed, std::move(seqs));
     }
+  }
   // Verification: every sequence scores its last token and k drafts (k + 1 rows, all drawn).
   for (int k : o.verify_ks)
     for (int b : batches)  // like decodes, every batch size (max_rows bounds batched prefills only)

@@ -32,7 +32,7 @@ struct ProfileOptions {
   /// Per sequence in batched prefills: batch × each length rows (several lengths: static batching's
   /// padded prefills reach batch × the longest prompt rows, beyond what short prompts cover).
   std::vector<int> prompt_lens = {128};
-  int max_rows = 1024;         ///< batched prefills above this many rows are skipped
+  int max_rows = 1024;         ///< batched prefills above this many rows are skipped; a mixed step's chunk fits beside its decodes
   std::vector<int> chunk_lens = {32, 128};                 ///< chunked-prefill and mixed-step chunks
   /// Longest sequence a point may make (the model's or the scenario's max length); 0 = no cap. A
   /// chunk or verification point at a context where its rows would pass it starts that much

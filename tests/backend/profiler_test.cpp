@@ -342,6 +342,33 @@ TEST(ProfilerPlan, SkipsPointsOverTheKvBudgetAndSizesTheArenaToTheRest) {
   EXPECT_EQ(capped.n_slots, 272);  // decode 1 x 256 and the chunk at 256: 17 blocks
 }
 
+// A mixed step's chunk takes what the token budget leaves beside its decodes, as chunked prefill
+// does: chunks of 125 and 512 beside 11 decodes under a budget of 512 run as 125 and 501 rows.
+TEST(ProfilerGrid, MixedChunksFitTheTokenBudgetBesideTheirDecodes) {
+  ProfileOptions o;
+  o.prefill_lens = {16};
+  o.batch_sizes = {1, 11};
+  o.contexts = {3773};
+  o.prompt_lens = {16};
+  o.chunk_lens = {125, 512, 505};
+  o.max_rows = 512;
+  std::vector<int> chunks;
+  for (const ProfilePoint& p : profile_grid(o)) {
+    if (p.phase != ProfilePhase::mixed) continue;
+    ASSERT_EQ(p.seqs.size(), 12u);
+    int rows = 0;
+    for (const ProfilePoint::Seq& s : p.seqs) rows += s.n_new;
+    EXPECT_LE(rows, 512);
+    chunks.push_back(p.seqs.back().n_new);
+  }
+  EXPECT_EQ(chunks, (std::vector<int>{125, 501}));  // 512 and 505 both cap to 501: one point
+  o.max_rows = 1024;  // room for every chunk: as given
+  chunks.clear();
+  for (const ProfilePoint& p : profile_grid(o))
+    if (p.phase == ProfilePhase::mixed) chunks.push_back(p.seqs.back().n_new);
+  EXPECT_EQ(chunks, (std::vector<int>{125, 512, 505}));
+}
+
 TEST(ProfilerPlan, BatchedPrefillsForEveryPromptLengthUpToMaxRows) {
   ProfileOptions o;
   o.prefill_lens = {8};
