@@ -11,9 +11,10 @@
 
 namespace servelab {
 
-/// One class of steps: decode-only steps by batch size, or steps with a prefill chunk by tokens.
+/// One class of steps: decode-only steps by batch size, steps of prefill chunks alone by tokens,
+/// or mixed steps (chunks beside decodes) by tokens.
 struct StepClassError {
-  std::string name;           ///< e.g. "decode, 17-64 seqs", "prefill/mixed, 257-1024 tokens"
+  std::string name;           ///< e.g. "decode, 17-64 seqs", "prefill, 257-1024 tokens", "mixed, 257-1024 tokens"
   int64_t n_steps = 0;
   double measured_s = 0.0;    ///< Σ measured forward() time
   double predicted_s = 0.0;   ///< Σ the cost model's price for the same shapes
@@ -26,8 +27,8 @@ struct StepClassError {
 bool is_decode_only(const StepShape& shape);
 /// The class a step belongs to (its StepClassError::name).
 std::string step_class(const StepShape& shape);
-/// The classes present in `steps`, decode classes first (by batch size), then prefill/mixed (by
-/// tokens); empty classes are left out.
+/// The classes present in `steps`, decode classes first (by batch size), then prefill, then mixed
+/// (each by tokens); empty classes are left out.
 std::vector<StepClassError> step_class_errors(std::span<const StepTiming> steps);
 /// One JSON line (with '\n') for a step: its run label, shape, measured and predicted seconds.
 std::string step_timing_line(const std::string& run, const StepTiming& step);
