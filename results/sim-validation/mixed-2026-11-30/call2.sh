@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# As run at efee3a5 (2026-11-30): the sustained probe's mixed phase it measured was removed in 01dfb6b.
 # One device call on the two-GPU kind (2026-11-30, second session): the sustained-load probe with
 # its mixed phase on five matrix cells' grids (GPU 1: the two long-prompt cells; GPU 0: three chat
 # cells), then on GPU 0 engine_bench's quantized steps with decode attention's PDL modes and the

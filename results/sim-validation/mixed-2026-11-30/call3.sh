@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# As run at 5ea49a4 (2026-11-30): --no-mixed-decode-kernel went with the path it turned off (bf19de4).
 # One device call on the two-GPU kind (2026-11-30, second session, call 3): a mixed step's decodes
 # through the decode attention kernel (CudaBackendOptions::mixed_decode_kernel). Builds the
 # backend GPU tests and servelab; GPU 0: every backend GPU test, then the llama3-8b long-prompt
