@@ -150,6 +150,22 @@ TEST(ProfiledStepModelFit, MixedStepsOfSeveralRowCountsSetTheMixedRowTerm) {
   EXPECT_EQ(ProfiledStepModel::fit(grid.samples(), grid.buckets).mixed_row_seconds(), 0.0);
 }
 
+// An eager step of fewer rows than any eager sample (a prompt's short last chunk beside decodes)
+// is priced at least by the eager row function extended down from its first two knots, not by the
+// graphed decodes' knots there where those are cheaper (in this grid below 27 rows: the graphs'
+// fixed cost is the lower one, their cost a row the higher).
+TEST(ProfiledStepModelFit, EagerStepsBelowTheEagerKnotsCostAtLeastTheEagerRowFunction) {
+  const LongPromptGrid grid;
+  const ProfiledStepModel m = ProfiledStepModel::fit(grid.samples(), grid.buckets);
+  for (const auto& [tokens, decodes] : std::vector<std::pair<int, int>>{{40, 30}, {20, 11}, {100, 2}, {6, 2}, {10, 4}}) {
+    const StepShape s = LongPromptGrid::mixed_of(tokens, decodes, 2000);
+    // c_mixed took the sampled rows of the grid's 11 decodes: within that of the eager function
+    const double eager = LongPromptGrid::eager_time(s), slack = std::abs(decodes - 11) * LongPromptGrid::kSampled + 1e-9;
+    EXPECT_GE(m.predict_clamped(s), eager - slack) << tokens << " + " << decodes;
+    if (tokens + decodes <= 16) EXPECT_NEAR(m.predict_clamped(s), eager, slack) << tokens << " + " << decodes;
+  }
+}
+
 TEST(ProfiledStepModelFit, AnEagerStepBesideTheDecodesOnAKnotSetsTheSampledTerm) {
   // The same grid with eager chunks of 16 and 64 rows: on those knots decodes (16 and 64 sampled
   // rows) and chunks (one) now tell M and the sampled term apart, and the fit finds the sampled
