@@ -291,7 +291,11 @@ int run_quant(const Args& args) {
   for (size_t at = 0; at <= args.quantization.size();) {
     const size_t comma = std::min(args.quantization.find(',', at), args.quantization.size());
     formats.push_back(args.quantization.substr(at, comma - at));
-    parse_quantization(formats.back().substr(0, formats.back().find_first_of("/:")));  // a bad name fails before any backend
+    const std::string& f = formats.back();
+    parse_quantization(f.substr(0, f.find_first_of("/:")));  // a bad name fails before any backend
+    const size_t colon = f.find(':');
+    if (colon != std::string::npos && (f.size() != colon + 3 || f[colon + 1] != 'a' || f[colon + 2] < '0' || f[colon + 2] > '2'))
+      throw std::invalid_argument("--quantization " + f + ": the suffix after ':' must be a0, a1 or a2 (decode attention's PDL mode)");
     at = comma + 1;
   }
   const int prefill_len = std::min(2048, model.max_position);
