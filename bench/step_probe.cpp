@@ -4,12 +4,14 @@
 // of one mixed step against its chunk alone (issue 28: a chunk's cost with and without decodes
 // beside it; results/sim-validation/mixed-2026-11-30/).
 //
-//   step_probe PRESET CONTEXT POINTS [REPEATS [NCU_POINT]]
+//   step_probe PRESET CONTEXT POINTS [REPEATS [MODES [NCU_POINT]]]
 //
 // POINTS: comma-separated CHUNK:DECODES, e.g. 501:0,501:2,512:0 — a chunk of CHUNK rows starting at
-// CONTEXT beside DECODES one-row decodes at CONTEXT (CHUNK 0: decodes only). Each point is run
-// REPEATS times (default 15) in rounds, point after point, and its median printed. NCU_POINT (an
-// index into POINTS) is then run once inside the profiler range.
+// CONTEXT beside DECODES one-row decodes at CONTEXT (CHUNK 0: decodes only). MODES: comma-separated
+// mixed-decode modes, one backend each (CudaBackendOptions::mixed_decodes: auto, prefill, decode;
+// default auto). Each point is run REPEATS times (default 15) on each backend, in rounds, point
+// after point, and its median printed. NCU_POINT (an index into POINTS) is then run once on the
+// first mode's backend inside the profiler range.
 #include <cuda_profiler_api.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/backend/cuda/cuda_backend.h"
@@ -60,31 +63,48 @@ int main(int argc, char** argv) {
       names.push_back(item);
     }
     const int repeats = argc > 4 ? std::atoi(argv[4]) : 15;
-    const int ncu_point = argc > 5 ? std::atoi(argv[5]) : -1;
+    using MD = cuda::MixedDecodes;
+    std::vector<std::pair<std::string, MD>> modes;
+    std::stringstream mode_list(argc > 5 ? argv[5] : "auto");
+    for (std::string m; std::getline(mode_list, m, ',');) {
+      if (m == "auto") modes.emplace_back(m, MD::auto_select);
+      else if (m == "prefill") modes.emplace_back(m, MD::prefill_kernel);
+      else if (m == "decode") modes.emplace_back(m, MD::decode_kernel);
+      else throw std::invalid_argument("mode '" + m + "' is not auto, prefill or decode");
+    }
+    if (modes.empty()) throw std::invalid_argument("no MODES");
+    const int ncu_point = argc > 6 ? std::atoi(argv[6]) : -1;
     if (ncu_point >= int(points.size())) throw std::invalid_argument("NCU_POINT is past the points");
-    std::unique_ptr<CudaBackend> backend = CudaBackend::random(model, 1, CudaBackendOptions{});
     int64_t n_slots = 0;
     int max_len = 1;
     for (const ProfilePoint& p : points) {
       n_slots = std::max(n_slots, p.n_slots());
       max_len = std::max(max_len, p.max_len());
     }
-    ProfileRunner runner(*backend, n_slots, max_len, 7, true);
-    std::vector<std::vector<double>> ms(points.size());
-    for (size_t i = 0; i < points.size(); ++i) runner.run(points[i], 3, 1, 0.0);  // warm-up
+    std::vector<std::unique_ptr<CudaBackend>> backends;
+    std::vector<std::unique_ptr<ProfileRunner>> runners;
+    for (const auto& [name, md] : modes) {
+      backends.push_back(CudaBackend::random(model, 1, CudaBackendOptions{.mixed_decodes = md}));
+      runners.push_back(std::make_unique<ProfileRunner>(*backends.back(), n_slots, max_len, 7, true));
+    }
+    std::vector<std::vector<std::vector<double>>> ms(modes.size(), std::vector<std::vector<double>>(points.size()));
+    for (auto& runner : runners)
+      for (const ProfilePoint& p : points) runner->run(p, 3, 1, 0.0);  // warm-up
     for (int r = 0; r < repeats; ++r)
-      for (size_t i = 0; i < points.size(); ++i) ms[i].push_back(runner.run(points[i], 0, 1, 0.0).step_s * 1e3);
+      for (size_t i = 0; i < points.size(); ++i)
+        for (size_t m = 0; m < modes.size(); ++m) ms[m][i].push_back(runners[m]->run(points[i], 0, 1, 0.0).step_s * 1e3);
     std::printf("%s on %s, context %d, %d rounds (median ms, min, max):\n", model.name.c_str(),
                 cuda_device_description(0).c_str(), context, repeats);
-    for (size_t i = 0; i < points.size(); ++i) {
-      std::vector<double>& v = ms[i];
-      std::sort(v.begin(), v.end());
-      std::printf("  %-10s %-44s %8.3f %8.3f %8.3f\n", names[i].c_str(), points[i].describe().c_str(), v[v.size() / 2],
-                  v.front(), v.back());
-    }
+    for (size_t i = 0; i < points.size(); ++i)
+      for (size_t m = 0; m < modes.size(); ++m) {
+        std::vector<double>& v = ms[m][i];
+        std::sort(v.begin(), v.end());
+        std::printf("  %-10s %-8s %-44s %8.3f %8.3f %8.3f\n", names[i].c_str(), modes[m].first.c_str(),
+                    points[i].describe().c_str(), v[v.size() / 2], v.front(), v.back());
+      }
     if (ncu_point >= 0) {
       CUDA_CHECK(cudaProfilerStart());
-      runner.run(points[size_t(ncu_point)], 0, 1, 0.0);
+      runners[0]->run(points[size_t(ncu_point)], 0, 1, 0.0);
       CUDA_CHECK(cudaProfilerStop());
     }
   } catch (const std::exception& e) {

@@ -67,7 +67,10 @@ analysis::ReportInput report_input_for(const Scenario& sc, const std::vector<Swe
       case BackendKind::cuda:
         device = "cuda: " + cuda_device_name(sc.backend.device) + ", " + to_string(sc.backend.dtype) +
                  (sc.backend.fusion ? "" : ", fusion off") +
-                 (sc.backend.batch_invariant ? ", batch-invariant" : "") + (sc.backend.cuda_graphs ? "" : ", cuda graphs off");
+                 (sc.backend.batch_invariant ? ", batch-invariant" : "") + (sc.backend.cuda_graphs ? "" : ", cuda graphs off") +
+                 (sc.backend.mixed_decodes == cuda::MixedDecodes::auto_select
+                      ? ""
+                      : std::string(", mixed steps' decodes on the ") + to_string(sc.backend.mixed_decodes) + " kernel");
         break;
       default: device = to_string(sc.backend.kind); break;
     }

@@ -49,6 +49,14 @@ struct KvAddressing {
   SERVELAB_HD int64_t slot(int s, int p) const {
     return slot_in_row(s, kind == KvLayoutKind::paged ? table_row(s) : int64_t(s), p);
   }
+  /// The same addressing for the sequences from s0 on (sequence s of the result is s0 + s here).
+  KvAddressing from(int s0) const {
+    KvAddressing a = *this;
+    if (block_table_rows) a.block_table_rows += s0;
+    else if (block_tables) a.block_tables += int64_t(s0) * block_table_stride;
+    if (base_slots) a.base_slots += s0;
+    return a;
+  }
 };
 
 /// One entry of a persistent block table to overwrite: table[index] = block, with

@@ -21,6 +21,7 @@ BackendSpec backend_spec(const Scenario& sc) {
   spec.fusion = sc.backend.fusion;
   spec.batch_invariant = sc.backend.batch_invariant;
   spec.cuda_graphs = sc.backend.cuda_graphs;
+  spec.mixed_decodes = sc.backend.mixed_decodes;
   spec.all_reduce = sc.backend.all_reduce;
   spec.all_reduce_max_bytes = sc.backend.all_reduce_max_bytes;
   spec.dtype = sc.model.dtype;

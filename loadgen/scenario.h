@@ -120,6 +120,9 @@ struct ScenarioBackend {
   bool fusion = true;           ///< cuda: false runs the unfused kernels (`fusion: off` in YAML)
   bool batch_invariant = false; ///< cuda: every result independent of the batch
   bool cuda_graphs = true;      ///< cuda: decode steps replayed from CUDA graphs
+  /// cuda: where a mixed step's decodes take their attention (`mixed_decodes: auto | prefill |
+  /// decode`; CudaBackendOptions::mixed_decodes)
+  cuda::MixedDecodes mixed_decodes = cuda::MixedDecodes::auto_select;
   /// cuda with tensor_parallel > 1: the all-reduce (engine/backend/cuda/tp_all_reduce_mode.h):
   /// auto (ours up to all_reduce_max_bytes, NCCL above), nccl or custom.
   TpAllReduce all_reduce = TpAllReduce::auto_select;

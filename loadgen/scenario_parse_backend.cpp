@@ -23,7 +23,7 @@ class BackendWalker : public YamlReader {
     }
     if (!section(n, "backend", {"kind", "threads", "sim_device", "sim_profile", "sim_retarget", "sim_cost_scale", "ceilings",
                                 "device", "fusion", "batch_invariant", "cuda_graphs", "tensor_parallel", "dtype", "all_reduce",
-                                "all_reduce_max_bytes"}))
+                                "all_reduce_max_bytes", "mixed_decodes"}))
       return;
     bool kind_ok = true;
     if (defined(n["kind"])) kind_ok = read_enum(n["kind"], "backend.kind", b.kind, kinds);
@@ -80,7 +80,8 @@ class BackendWalker : public YamlReader {
                                  {"float16", DType::f16}});
       }
     }
-    for (const char* k : {"device", "fusion", "batch_invariant", "cuda_graphs", "all_reduce", "all_reduce_max_bytes"}) {
+    for (const char* k :
+         {"device", "fusion", "batch_invariant", "cuda_graphs", "all_reduce", "all_reduce_max_bytes", "mixed_decodes"}) {
       if (!defined(n[k])) continue;
       const std::string p = std::string("backend.") + k;
       if (kind_ok && b.kind != BackendKind::cuda) {
@@ -99,6 +100,11 @@ class BackendWalker : public YamlReader {
         read_enum(n[k], p, b.all_reduce,
                   Options<TpAllReduce>{{"auto", TpAllReduce::auto_select}, {"nccl", TpAllReduce::nccl},
                                        {"custom", TpAllReduce::custom}});
+      } else if (key == "mixed_decodes") {
+        read_enum(n[k], p, b.mixed_decodes,
+                  Options<cuda::MixedDecodes>{{"auto", cuda::MixedDecodes::auto_select},
+                                              {"prefill", cuda::MixedDecodes::prefill_kernel},
+                                              {"decode", cuda::MixedDecodes::decode_kernel}});
       } else if (key == "all_reduce_max_bytes") {
         int v = 0;
         if (read_int(n[k], p, v)) {

@@ -218,6 +218,7 @@ std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
     o.fusion = spec.fusion;
     o.batch_invariant = spec.batch_invariant;
     o.cuda_graphs = spec.cuda_graphs;
+    o.mixed_decodes = spec.mixed_decodes;
     o.tp_all_reduce = spec.all_reduce;
     o.tp_all_reduce_max_bytes = spec.all_reduce_max_bytes;
     o.dtype = spec.storage_dtype;

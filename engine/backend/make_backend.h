@@ -11,6 +11,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/cpu_gemm.h"
+#include "engine/backend/cuda/mixed_attention_plan.h"
 #include "engine/backend/cuda/tp_all_reduce_mode.h"
 #include "engine/backend/sim_backend.h"
 #include "engine/lora/lora_config.h"
@@ -52,6 +53,7 @@ struct BackendSpec {
   bool fusion = true;           ///< cuda: false runs the unfused kernels
   bool batch_invariant = false; ///< cuda: results independent of the batch
   bool cuda_graphs = true;      ///< cuda: decode steps replayed from CUDA graphs
+  cuda::MixedDecodes mixed_decodes = cuda::MixedDecodes::auto_select;  ///< cuda: CudaBackendOptions::mixed_decodes
   /// cuda, tensor_parallel > 1: the all-reduce (CudaBackendOptions::tp_all_reduce: auto, nccl,
   /// custom) and the largest message ours takes (tp_all_reduce_max_bytes).
   TpAllReduce all_reduce = TpAllReduce::auto_select;

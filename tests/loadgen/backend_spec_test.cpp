@@ -14,8 +14,8 @@ const char* kCuda = R"(
 name: t
 seed: 11
 model: {preset: tiny, dtype: bf16}
-backend: {kind: cuda, device: 3, fusion: off, batch_invariant: true, cuda_graphs: off, all_reduce: custom,
-          all_reduce_max_bytes: 1048576}
+backend: {kind: cuda, device: 3, fusion: off, batch_invariant: true, mixed_decodes: prefill, cuda_graphs: off,
+          all_reduce: custom, all_reduce_max_bytes: 1048576}
 engine: {gpu_memory_utilization: 0.8, max_model_len: 256}
 strategies:
   - {batching: continuous, max_num_seqs: 12, max_num_batched_tokens: 640, kv: {kind: paged, block_size: 16}}
@@ -33,6 +33,7 @@ TEST(BackendSpec, CarriesEveryCudaSetting) {
   EXPECT_FALSE(spec.fusion);
   EXPECT_TRUE(spec.batch_invariant);
   EXPECT_FALSE(spec.cuda_graphs);
+  EXPECT_EQ(spec.mixed_decodes, cuda::MixedDecodes::prefill_kernel);
   EXPECT_EQ(spec.all_reduce, TpAllReduce::custom);
   EXPECT_EQ(spec.all_reduce_max_bytes, 1048576);
   ASSERT_TRUE(spec.dtype.has_value());
@@ -41,7 +42,7 @@ TEST(BackendSpec, CarriesEveryCudaSetting) {
 
 TEST(BackendSpec, AllReduceDefaultsAndBadValuesNamed) {
   std::string text = kCuda;
-  const std::string line = ", all_reduce: custom,\n          all_reduce_max_bytes: 1048576}";
+  const std::string line = ",\n          all_reduce: custom, all_reduce_max_bytes: 1048576}";
   const size_t at = text.find(line);
   ASSERT_NE(at, std::string::npos);
   const BackendSpec plain = backend_spec(load_scenario_text(std::string(text).replace(at, line.size(), "}"), "t.yaml"));
@@ -54,6 +55,25 @@ TEST(BackendSpec, AllReduceDefaultsAndBadValuesNamed) {
     } catch (const std::exception& e) {
       EXPECT_NE(std::string(e.what()).find("backend.all_reduce"), std::string::npos) << bad << ": " << e.what();
     }
+  }
+}
+
+TEST(BackendSpec, MixedDecodesDefaultAutoAndBadValuesNamed) {
+  std::string text = kCuda;
+  const std::string key = " mixed_decodes: prefill,";  // line 5
+  const size_t at = text.find(key);
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_EQ(backend_spec(load_scenario_text(std::string(text).replace(at, key.size(), ""), "t.yaml")).mixed_decodes,
+            cuda::MixedDecodes::auto_select);
+  EXPECT_EQ(backend_spec(load_scenario_text(std::string(text).replace(at, key.size(), " mixed_decodes: decode,"), "t.yaml"))
+                .mixed_decodes,
+            cuda::MixedDecodes::decode_kernel);
+  try {
+    (void)load_scenario_text(std::string(text).replace(at, key.size(), " mixed_decodes: fast,"), "t.yaml");
+    ADD_FAILURE() << "accepted mixed_decodes: fast";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("backend.mixed_decodes"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("t.yaml:5"), std::string::npos) << e.what();
   }
 }
 

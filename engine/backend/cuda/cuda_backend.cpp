@@ -537,6 +537,20 @@ void CudaBackend::Impl::run_planned(const cuda::BlockTableStep* tables) {
   g.samples = in.n_samples();
   g.max_context = in.max_context();
   g.decode = in.decode_only && !options.batch_invariant;
+  g.decode_prefix = 0;
+  if (!g.decode && mixed_plan && !g.layout.has_row_spans) {
+    const std::span<const int32_t> starts(in.query_start);
+    q_lens.resize(size_t(g.seqs));
+    for (int s = 0; s < g.seqs; ++s) q_lens[size_t(s)] = starts[size_t(s) + 1] - starts[size_t(s)];
+    const std::span<const int32_t> contexts(in.context_lens.data(), size_t(g.seqs));
+    if (options.mixed_decodes == cuda::MixedDecodes::decode_kernel) {
+      int nd = 0;
+      while (nd < g.seqs && q_lens[size_t(nd)] == 1) ++nd;
+      g.decode_prefix = nd < g.seqs ? nd : 0;
+    } else {
+      g.decode_prefix = cuda::mixed_decode_prefix(mixed_costs, q_lens, contexts);
+    }
+  }
   if (kv_fp8 && !g.decode) {  // prefill attention reads the step's sequences dequantized
     int64_t total = 0;
     for (int32_t c : in.context_lens) total += c;
@@ -546,6 +560,7 @@ void CudaBackend::Impl::run_planned(const cuda::BlockTableStep* tables) {
   ensure_rows(g.rows);
   ensure_samples(std::max(g.samples, 1));
   if (g.decode) ensure_decode_workspace(g.seqs);
+  else if (g.decode_prefix > 0) ensure_decode_workspace(g.decode_prefix);
   packed.grow(g.layout.total, "the step input");
   stage(g, packed, tables);
   enqueue_step(g);

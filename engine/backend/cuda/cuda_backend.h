@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/cuda/mixed_attention_plan.h"
 #include "engine/backend/cuda/tp_all_reduce_mode.h"
 #include "engine/backend/kv_cache_spec.h"
 #include "engine/model/quant.h"
@@ -61,6 +62,12 @@ struct CudaBackendOptions {
   /// every attention through the prefill kernel (invariant by construction), so all strategies
   /// give identical greedy tokens.
   bool batch_invariant = false;
+  /// A mixed step's decodes (its leading one-row sequences, ahead of its chunks; eager steps):
+  /// auto_select runs them through the decode attention kernel where cuda/mixed_attention_plan.h
+  /// prices that cheaper than a query tile each in the prefill kernel beside the chunks (on an
+  /// sm_90a build, head_dim 128: the kernel it models); prefill_kernel never; decode_kernel always
+  /// (tests, measurements). Neither with batch_invariant nor an FP8 KV cache: the prefill kernel.
+  cuda::MixedDecodes mixed_decodes = cuda::MixedDecodes::auto_select;
   /// Decode steps (one row per sequence, up to 512 sequences, contexts up to 16k) replay a CUDA
   /// graph captured per (batch bucket, context bucket, KV layout) after one eager warm-up run;
   /// false (`cuda_graphs: off`) runs every step eagerly.

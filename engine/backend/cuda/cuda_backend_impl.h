@@ -21,6 +21,7 @@
 #include "engine/backend/cuda/cuda_weights.h"
 #include "engine/backend/cuda/device_memory.h"
 #include "engine/backend/cuda/graph_buckets.h"
+#include "engine/backend/cuda/mixed_attention_plan.h"
 #include "engine/backend/cuda/quant_linear.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/step_pack.h"
@@ -58,6 +59,9 @@ struct Geometry {
   int mask_words_per_row = 0;
   bool draw_probs = false;  // the draws write their distributions (Step::want_draw_probs) into draw_probs_dev
   int row_groups = 0;  // layout.has_row_spans: the sequences the one-row entries group into (host count)
+  // Not decode-only: the leading one-row sequences whose attention runs through the decode kernel
+  // (CudaBackendOptions::mixed_decodes; AttentionStep::decode_prefix).
+  int decode_prefix = 0;
   // Late masks (Step::fill_masks): the forward is launched (a graph of the forward alone, or
   // eagerly), then the host fills the masks while it runs, uploads them and launches the draws.
   bool late = false;
@@ -82,6 +86,9 @@ struct CudaBackend::Impl {
   int attention_pdl = 0;          // DecodePathOptions::attention_pdl
   bool pdl_small_steps = true;    // launch with PDL in steps of <= gemv::kMaxRows rows (enqueue)
   int n_sms = 0;
+  bool mixed_plan = false;               // mixed steps' decodes may take the decode kernel (init)
+  cuda::MixedAttentionCosts mixed_costs;  // and what the choice weighs
+  std::vector<int32_t> q_lens;           // a mixed step's rows a sequence (host scratch)
   k::ScalarType dt = k::ScalarType::bf16;  // options.dtype: weights, activations and KV (setup() sets it)
 
   // KV arena: 2 * n_layers arenas [n_slots, n_kv_heads, head_dim], K then V per layer.
@@ -242,6 +249,16 @@ struct CudaBackend::Impl {
     cudaDeviceProp p{};
     CUDA_CHECK(cudaGetDeviceProperties(&p, options.device));
     n_sms = p.multiProcessorCount;
+    // Mixed steps' decodes (cuda/mixed_attention_plan.h): priced where the modelled prefill kernel
+    // runs (wgmma, head_dim 128), or all of them through the decode kernel when asked.
+    using MD = cuda::MixedDecodes;
+    mixed_plan = !options.batch_invariant && options.kv_cache_dtype != KvCacheDType::fp8 &&
+                 (options.mixed_decodes == MD::decode_kernel ||
+                  (options.mixed_decodes == MD::auto_select && k::prefill_wgmma_supported(m.head_dim())));
+    mixed_costs.n_sms = n_sms;
+    mixed_costs.n_kv_heads = local_kv_heads;
+    mixed_costs.group = std::max(1, m.n_heads / std::max(1, m.n_kv_heads));
+    mixed_costs.head_dim = m.head_dim();
     // The model's frequencies, Llama-3 rope_scaling applied (as the CPU backend uses them).
     std::vector<float> inv;
     for (double f : servelab::rope_inv_freq(m)) inv.push_back(static_cast<float>(f));

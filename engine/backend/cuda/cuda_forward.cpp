@@ -48,6 +48,7 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
     st.row_queries = options.verify_rows_queries > 0 ? options.verify_rows_queries : kVerifyRowsQueries;
   }
   st.attention_pdl = attention_pdl;
+  st.decode_prefix = g.decode_prefix;
   st.workspace = decode_ws.get<float>();
   st.workspace_bytes = decode_ws.bytes();
   st.kv_fp8 = kv_fp8;

@@ -217,6 +217,10 @@ struct AttentionStep {
   int row_groups = 0;
   int row_queries = kernels::kDecodeRowsQueries;  ///< DecodeRowsArgs::queries_per_block
   int attention_pdl = 0;           ///< decode attention's PDL mode (DecodeAttentionArgs::pdl)
+  /// A step that is not decode-only: its first decode_prefix sequences hold one row each (the
+  /// scheduler's decodes, ahead of the chunks) and run through the decode kernel, the rest through
+  /// the prefill kernel (0: every sequence through the prefill kernel; cuda/mixed_attention_plan.h).
+  int decode_prefix = 0;
   float* workspace = nullptr;      ///< decode split scratch
   size_t workspace_bytes = 0;
   /// kv_cache_dtype fp8: the arenas hold E4M3 codes and scales (kernels/kv_fp8.h). Prefill
@@ -328,6 +332,22 @@ struct Attention {
       kernels::PrefillAttentionArgs a;
       common(a);
       a.n_tokens = st.n_tokens;
+      if (st.decode_prefix > 0) {  // the decodes split over their contexts, the chunks after them
+        if (st.kv_fp8 || st.row_spans) throw std::logic_error("Attention: decode_prefix with an FP8 KV cache or row spans");
+        const int nd = st.decode_prefix;
+        kernels::DecodeAttentionArgs d;
+        common(d);
+        d.n_seqs = nd;
+        d.max_context = st.max_context;
+        d.workspace = st.workspace;
+        d.workspace_bytes = st.workspace_bytes;
+        kernels::decode_attention(d, c.stream);
+        a.n_seqs -= nd;
+        a.n_tokens -= nd;
+        a.query_start += nd;  // absolute row offsets: q and out as they are
+        a.context_lens += nd;
+        a.kv = st.kv.from(nd);
+      }
       if (st.kv_fp8) {  // the step's sequences dequantized into the scratch, then the bf16 kernel
         kernels::KvFp8DequantArgs x;
         x.dtype = c.dt;

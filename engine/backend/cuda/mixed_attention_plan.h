@@ -1,0 +1,50 @@
+#pragma once
+// Where a mixed step's decodes take their attention (plain C++, tested without a GPU).
+//
+// The prefill attention kernel (kernels/attention_prefill_wgmma.cu) gives every sequence one block
+// per 128-row query tile and KV head, one block an SM at a time, each as slow as the keys it reads,
+// whatever its real rows: a decode's tile holds `group` real rows of 128 and costs as much as a
+// chunk's tile of the same context. Beside a chunk whose tiles fill a wave, a few decodes start a
+// second wave of full-length tiles (an H200, llama3-8b, context 3,773: the chunk of 501 rows alone
+// 60 µs a layer in that kernel, with 2 decodes 112 µs; results/sim-validation/mixed-2026-11-30/).
+// The decode kernel splits a decode's context over the whole GPU and streams its K/V at the
+// memory's rate, but costs that rate for every decode where the tiles may have been free (a chunk
+// of 125 rows leaves most SMs idle). mixed_decode_prefix prices both ways and picks.
+#include <cstdint>
+#include <span>
+
+namespace servelab::cuda {
+
+/// Where a mixed step's decodes take their attention (CudaBackendOptions::mixed_decodes,
+/// `backend.mixed_decodes` in a scenario): auto_select by mixed_decode_prefix, or always one kernel.
+enum class MixedDecodes { auto_select, prefill_kernel, decode_kernel };
+const char* to_string(MixedDecodes m);  ///< "auto", "prefill", "decode"
+
+/// The costs the choice weighs (defaults: an H200, bf16, head_dim 128; an H100 has the same SMs and
+/// ~0.8 of the memory rate, which moves the choice little).
+struct MixedAttentionCosts {
+  int n_sms = 132;
+  int n_kv_heads = 8;            ///< this rank's KV heads
+  int group = 4;                 ///< query heads per KV head (packed into the tile's rows)
+  int head_dim = 128;
+  int tile_rows = 128;           ///< the prefill kernel's query rows a block (kBM)
+  double tile_ns_per_key = 13.6; ///< a prefill block's time per key it reads
+  double tile_ns_fixed = 2000;   ///< and its fixed cost
+  double decode_bytes_per_ns = 3300;  ///< the decode kernel's K/V read rate
+  double decode_ns_fixed = 4000;      ///< its launch and split combine
+  int kv_bytes = 2;              ///< bytes a K or V element
+};
+
+/// Modelled time (ns) of the prefill kernel over these sequences: each tile's time from its last
+/// key (causal), tiles longest first onto the SM that frees first.
+double prefill_attention_ns(const MixedAttentionCosts& c, std::span<const int32_t> q_lens,
+                            std::span<const int32_t> context_lens);
+
+/// How many of the step's leading one-row sequences (the scheduler's decodes, ahead of its chunks)
+/// should run through the decode kernel: all of them when that is modelled cheaper than keeping
+/// them in the prefill kernel beside the rest, else 0 (also 0 when no multi-row sequence follows
+/// them). q_lens[s] = sequence s's rows, context_lens[s] = its keys including them.
+int mixed_decode_prefix(const MixedAttentionCosts& c, std::span<const int32_t> q_lens,
+                        std::span<const int32_t> context_lens);
+
+}  // namespace servelab::cuda
