@@ -1,9 +1,10 @@
 // A mixed step (prefill chunks beside decodes, eager) whose leading one-row sequences run through
 // the decode attention kernel and its chunks through the prefill kernel
 // (CudaBackendOptions::mixed_decodes = decode_kernel): the same logits within the kernels'
-// rounding as every sequence through the prefill kernel, the same greedy tokens, paged and naive
-// KV, with a chunk that starts mid-prompt; skipped without a device.
+// rounding as every sequence through the prefill kernel, the same greedy tokens but at near ties,
+// paged and naive KV, with a chunk that starts mid-prompt; skipped without a device.
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -89,8 +90,16 @@ TEST(MixedAttentionGpu, DecodesBesideChunksThroughTheDecodeKernelGiveTheSameLogi
       ASSERT_EQ(a.size(), b.size());
       worst = std::max(worst, testing::rel_error(a, b));
       EXPECT_LT(testing::rel_error(a, b), 2e-2) << "step " << step;  // bf16 activations, other sum orders
-      const std::vector<int> top = argmax_rows(a, vocab);
-      EXPECT_EQ(top, argmax_rows(b, vocab)) << "step " << step;
+      // The same greedy token wherever it is not a near tie: a row whose argmax differs must have
+      // had its two candidates within the kernels' rounding in the prefill-kernel logits.
+      const std::vector<int> top = argmax_rows(a, vocab), top_b = argmax_rows(b, vocab);
+      for (size_t r = 0; r < top.size(); ++r) {
+        if (top[r] == top_b[r]) continue;
+        const float* br = b.data() + r * size_t(vocab);
+        float scale = 0.0f;
+        for (int v = 0; v < vocab; ++v) scale = std::max(scale, std::abs(br[v]));
+        EXPECT_LT(br[top_b[r]] - br[top[r]], 2e-2f * scale) << "step " << step << " row " << r << ": not a near tie";
+      }
       // Teacher forcing: each drawn row's argmax appended; the chunk marked computed.
       size_t row = 0;
       for (const BatchEntry& e : batch.entries) {

@@ -6,10 +6,11 @@
 // whatever its real rows: a decode's tile holds `group` real rows of 128 and costs as much as a
 // chunk's tile of the same context. Beside a chunk whose tiles fill a wave, a few decodes start a
 // second wave of full-length tiles (an H200, llama3-8b, context 3,773: the chunk of 501 rows alone
-// 60 µs a layer in that kernel, with 2 decodes 112 µs; results/sim-validation/mixed-2026-11-30/).
-// The decode kernel splits a decode's context over the whole GPU and streams its K/V at the
-// memory's rate, but costs that rate for every decode where the tiles may have been free (a chunk
-// of 125 rows leaves most SMs idle). mixed_decode_prefix prices both ways and picks.
+// 60 µs a layer in that kernel, with 2 decodes 112 µs; results/sim-validation/mixed-2026-11-30/),
+// and a wave of decode tiles is bound by their K/V, which no other tile shares. The decode kernel
+// splits a decode's context over the whole GPU and streams its K/V at the memory's rate, but pays
+// that for every decode where their tiles may have been free (a chunk of 125 rows leaves most SMs
+// idle). mixed_decode_prefix prices both ways and picks.
 #include <cstdint>
 #include <span>
 
@@ -28,17 +29,24 @@ struct MixedAttentionCosts {
   int group = 4;                 ///< query heads per KV head (packed into the tile's rows)
   int head_dim = 128;
   int tile_rows = 128;           ///< the prefill kernel's query rows a block (kBM)
-  double tile_ns_per_key = 13.6; ///< a prefill block's time per key it reads
+  double tile_ns_per_key = 13.6; ///< a prefill block's compute time per key it reads
   double tile_ns_fixed = 2000;   ///< and its fixed cost
+  double prefill_bytes_per_ns = 3000; ///< the prefill kernel's K/V read rate (a wave's distinct bytes)
   double decode_bytes_per_ns = 3300;  ///< the decode kernel's K/V read rate
   double decode_ns_fixed = 4000;      ///< its launch and split combine
   int kv_bytes = 2;              ///< bytes a K or V element
 };
 
-/// Modelled time (ns) of the prefill kernel over these sequences: each tile's time from its last
-/// key (causal), tiles longest first onto the SM that frees first.
+/// Modelled time (ns) of the prefill kernel over these sequences: blocks (tile × KV head) longest
+/// first in waves of n_sms, a wave as long as its longest block's compute (from its last key,
+/// causal) or its K/V bytes at prefill_bytes_per_ns, whichever is more (a sequence's tiles of one
+/// head share their keys through L2: each counts its share).
 double prefill_attention_ns(const MixedAttentionCosts& c, std::span<const int32_t> q_lens,
                             std::span<const int32_t> context_lens);
+
+/// Modelled time (ns) of the decode kernel over one-row sequences of these keys: their K/V at
+/// decode_bytes_per_ns, plus decode_ns_fixed.
+double decode_attention_ns(const MixedAttentionCosts& c, std::span<const int32_t> context_lens);
 
 /// How many of the step's leading one-row sequences (the scheduler's decodes, ahead of its chunks)
 /// should run through the decode kernel: all of them when that is modelled cheaper than keeping
