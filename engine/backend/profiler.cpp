@@ -190,12 +190,8 @@ std::vector<ProfilePoint> profile_grid(const ProfileOptions& o) {
   // chunked prefill does: a 512-row chunk beside 11 decodes is 501 rows under a budget of 512 (on
   // an H200 a llama3-8b mixed step of 523 rows cost 2.6 ms more than its twin of 512, 18.7 ms:
   // results/sim-validation/mixed-2026-11-30/, grid-3773).
-  // Beside the middle and the largest batch, the smallest: serving's mixed steps at moderate load
-  // hold a few decodes, which the engine may run through the decode kernel (the cuda backend's
-  // mixed_decodes), and one decode's fixed cost is not the middle batch's per-decode share (an H200,
-  // llama3-8b long prompts: such steps priced 8-9% low from mixed points at 11 decodes alone).
-  std::vector<int> mixed_batches = {batches.front(), batches[batches.size() / 2], batches.back()};
-  mixed_batches.erase(std::unique(mixed_batches.begin(), mixed_batches.end()), mixed_batches.end());
+  std::vector<int> mixed_batches = {batches[batches.size() / 2]};
+  if (batches.back() != mixed_batches[0]) mixed_batches.push_back(batches.back());
   for (int b : mixed_batches) {
     int last = -1;
     for (int t : o.chunk_lens) {

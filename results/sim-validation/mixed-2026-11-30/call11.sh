@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# As run at e72bf73, whose grid change (mixed points at the smallest batch) was reverted after it.
 # Call 11 (2026-11-30, one H200), from the repository root: the llama3-8b long-prompt cell's profile
 # with mixed points at the smallest batch too (profiler.cpp), as matrix.sh takes it, with the
 # 4-second sustained probe; its real steps of call 10 are re-priced with it here (price-steps).
