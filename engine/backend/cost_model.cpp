@@ -244,7 +244,7 @@ double ProfiledStepModel::predict_clamped(const StepShape& shape) const {
     }
     t += s_per_verify_pair_ * s.verify_pairs;
   }
-  return std::max(t, 0.0);
+  return t > 0.0 ? t : min_step_s_;
 }
 
 double ProfiledStepModel::s_per_decode_spread(int64_t n_seqs) const {

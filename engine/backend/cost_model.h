@@ -231,6 +231,9 @@ class ProfiledStepModel {
   double s_per_verify_pair_ = 0.0;
   // The grid's extent (prefill pairs: those of non-verifying entries).
   int64_t max_sampled_ = 0, max_sum_context_ = 0, max_context_ = 0, max_verify_rows_ = 0;
+  /// The profile's cheapest step: what a step the fit prices at or below 0 (a noisy profile's
+  /// row function dipping there) costs instead, since every step runs every layer once.
+  double min_step_s_ = 0.0;
   double max_prefill_pairs_ = 0.0, max_decode_context_ = 0.0, max_verify_pairs_ = 0.0;
   /// `s` as this model reads it: without verification terms, verifying rows stay prefill rows.
   StepShape folded(const StepShape& s) const;

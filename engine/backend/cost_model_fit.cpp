@@ -80,6 +80,7 @@ ProfiledStepModel ProfiledStepModel::fit(std::span<const TimedStep> samples, std
     m.max_context_ = std::max(m.max_context_, t.shape.max_context);
     m.max_prefill_pairs_ = std::max(m.max_prefill_pairs_, t.shape.prefill_pairs);
     m.max_decode_context_ = std::max(m.max_decode_context_, t.shape.decode_context);
+    m.min_step_s_ = i == 0 ? t.step_s : std::min(m.min_step_s_, t.step_s);
   }
   if (m.knots_.empty())
     throw std::invalid_argument("a profile needs at least one step without padding rows (all " +

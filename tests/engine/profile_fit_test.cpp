@@ -242,3 +242,21 @@ TEST(ProfiledStepModelFit, SpreadDecodesSetTheirOwnTermAndLeaveTheRestAsFitted) 
 
 }  // namespace
 }  // namespace servelab
+
+namespace servelab {
+namespace {
+
+// A noisy profile can fit a row function below 0 where no sample holds it up (here two prefills
+// of 32 rows, the short one timed low: a negative M(32) with a steep prefill-pair term). A step
+// priced at or below 0 there (a decode of 32 sequences) costs the profile's cheapest step instead:
+// every step runs every layer once. Steps the fit prices above 0 keep their price.
+TEST(ProfiledStepModelFit, AStepPricedAtOrBelowZeroCostsTheCheapestSample) {
+  const std::vector<TimedStep> steps = {{test_shapes::prefill_shape(32, 0), 0.5e-3},
+                                        {test_shapes::prefill_shape(32, 2000), 100e-3}};
+  const ProfiledStepModel m = ProfiledStepModel::fit(steps);
+  for (const TimedStep& t : steps) EXPECT_NEAR(m.predict_clamped(t.shape), t.step_s, 1e-9);
+  EXPECT_DOUBLE_EQ(m.predict_clamped(test_shapes::decode_shape(32, 1)), 0.5e-3);
+}
+
+}  // namespace
+}  // namespace servelab
