@@ -103,3 +103,29 @@ TEST(MixedAttentionPlan, RefusesMismatchedSpans) {
 
 }  // namespace mixed_attention_plan_test
 }  // namespace servelab::cuda
+
+namespace servelab::cuda {
+namespace mixed_attention_plan_test {
+
+// The backend's planner: decode_kernel moves every leading decode beside a chunk, prefill_kernel
+// none, auto what mixed_decode_prefix picks, and nothing where the backend may not move them or
+// (auto) where the modelled prefill kernel does not run.
+TEST(MixedDecodePlanner, EachModeAndWhereItMayNotMove) {
+  const MixedAttentionCosts c;
+  const std::vector<int32_t> starts = {0, 1, 2, 503}, ctx = {3774, 3774, 4274};  // 2 decodes, 501 rows
+  const std::vector<int32_t> short_starts = {0, 1, 2, 127};                     // beside 125 rows
+  EXPECT_EQ(MixedDecodePlanner(MixedDecodes::decode_kernel, true, false, c).decode_prefix(starts, ctx), 2);
+  EXPECT_EQ(MixedDecodePlanner(MixedDecodes::decode_kernel, true, true, c).decode_prefix(short_starts, ctx), 2);
+  EXPECT_EQ(MixedDecodePlanner(MixedDecodes::prefill_kernel, true, true, c).decode_prefix(starts, ctx), 0);
+  MixedDecodePlanner automatic(MixedDecodes::auto_select, true, true, c);
+  EXPECT_EQ(automatic.decode_prefix(starts, ctx), 2);
+  EXPECT_EQ(automatic.decode_prefix(short_starts, std::vector<int32_t>{3774, 3774, 3898}), 0);
+  EXPECT_EQ(MixedDecodePlanner(MixedDecodes::auto_select, true, false, c).decode_prefix(starts, ctx), 0);
+  EXPECT_EQ(MixedDecodePlanner(MixedDecodes::decode_kernel, false, true, c).decode_prefix(starts, ctx), 0);
+  EXPECT_EQ(MixedDecodePlanner().decode_prefix(starts, ctx), 0);
+  const std::vector<int32_t> decodes_only = {0, 1, 2}, two = {3774, 3774};
+  EXPECT_EQ(MixedDecodePlanner(MixedDecodes::decode_kernel, true, true, c).decode_prefix(decodes_only, two), 0);
+}
+
+}  // namespace mixed_attention_plan_test
+}  // namespace servelab::cuda

@@ -537,20 +537,7 @@ void CudaBackend::Impl::run_planned(const cuda::BlockTableStep* tables) {
   g.samples = in.n_samples();
   g.max_context = in.max_context();
   g.decode = in.decode_only && !options.batch_invariant;
-  g.decode_prefix = 0;
-  if (!g.decode && mixed_plan && !g.layout.has_row_spans) {
-    const std::span<const int32_t> starts(in.query_start);
-    q_lens.resize(size_t(g.seqs));
-    for (int s = 0; s < g.seqs; ++s) q_lens[size_t(s)] = starts[size_t(s) + 1] - starts[size_t(s)];
-    const std::span<const int32_t> contexts(in.context_lens.data(), size_t(g.seqs));
-    if (options.mixed_decodes == cuda::MixedDecodes::decode_kernel) {
-      int nd = 0;
-      while (nd < g.seqs && q_lens[size_t(nd)] == 1) ++nd;
-      g.decode_prefix = nd < g.seqs ? nd : 0;
-    } else {
-      g.decode_prefix = cuda::mixed_decode_prefix(mixed_costs, q_lens, contexts);
-    }
-  }
+  g.decode_prefix = g.decode || g.layout.has_row_spans ? 0 : mixed.decode_prefix(in.query_start, in.context_lens);
   if (kv_fp8 && !g.decode) {  // prefill attention reads the step's sequences dequantized
     int64_t total = 0;
     for (int32_t c : in.context_lens) total += c;

@@ -59,9 +59,7 @@ struct Geometry {
   int mask_words_per_row = 0;
   bool draw_probs = false;  // the draws write their distributions (Step::want_draw_probs) into draw_probs_dev
   int row_groups = 0;  // layout.has_row_spans: the sequences the one-row entries group into (host count)
-  // Not decode-only: the leading one-row sequences whose attention runs through the decode kernel
-  // (CudaBackendOptions::mixed_decodes; AttentionStep::decode_prefix).
-  int decode_prefix = 0;
+  int decode_prefix = 0;  // a mixed step's leading decodes on the decode kernel (MixedDecodePlanner)
   // Late masks (Step::fill_masks): the forward is launched (a graph of the forward alone, or
   // eagerly), then the host fills the masks while it runs, uploads them and launches the draws.
   bool late = false;
@@ -86,9 +84,7 @@ struct CudaBackend::Impl {
   int attention_pdl = 0;          // DecodePathOptions::attention_pdl
   bool pdl_small_steps = true;    // launch with PDL in steps of <= gemv::kMaxRows rows (enqueue)
   int n_sms = 0;
-  bool mixed_plan = false;               // mixed steps' decodes may take the decode kernel (init)
-  cuda::MixedAttentionCosts mixed_costs;  // and what the choice weighs
-  std::vector<int32_t> q_lens;           // a mixed step's rows a sequence (host scratch)
+  cuda::MixedDecodePlanner mixed;  // where a mixed step's decodes take their attention
   k::ScalarType dt = k::ScalarType::bf16;  // options.dtype: weights, activations and KV (setup() sets it)
 
   // KV arena: 2 * n_layers arenas [n_slots, n_kv_heads, head_dim], K then V per layer.
@@ -155,8 +151,7 @@ struct CudaBackend::Impl {
   // fork and join events; and whether the planned step has any adapter row.
   cuda::DeviceLoraPool lora;
   DeviceBuffer lora_plan_buf, lora_partial;
-  // gate|up's or q|k|v's delta alone, [rows_capacity, 2 · local_ffn or qkv_width()]
-  // (LoraSgmvConfig::gate_up_beside, qkv_beside).
+  // gate|up's or q|k|v's delta alone, [rows_capacity, 2 · local_ffn or qkv_width()] (LoraSgmvConfig::*_beside).
   DeviceBuffer lora_delta;
   // The rows' finished xa, fp32 [rows_capacity, 3 · max rank] (LoraSgmvConfig::*_in_consumer:
   // q|k|v's, then gate|up's, read by rope_kv_write and lora_silu_mul_xa).
@@ -187,9 +182,8 @@ struct CudaBackend::Impl {
     if (stream) cudaStreamDestroy(stream);
   }
 
-  /// The plan's five arrays inside lora_plan_buf (laid out by ensure_lora_scratch: counts, tiles,
-  /// perm, perm_slot, the shrink's tile counters), launched as lora_kernels says
-  /// (CudaBackend::set_lora_kernels).
+  /// The plan's five arrays inside lora_plan_buf (laid out by ensure_lora_scratch: counts, tiles, perm,
+  /// perm_slot, the shrink's tile counters), launched as lora_kernels says (CudaBackend::set_lora_kernels).
   k::LoraPlan lora_step_plan() const {
     auto* base = lora_plan_buf.get<int32_t>();
     int32_t* perm = base + 4 + 3 * size_t(k::lora_max_tiles(rows_capacity, lora.n_slots()));
@@ -228,8 +222,7 @@ struct CudaBackend::Impl {
     if (m.hidden_size % 8 || local_ffn % 8 || local_kv_dim() % 8)
       throw std::invalid_argument("CudaBackend: hidden_size, intermediate_size and kv_dim must be multiples of 8");
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    // Products of <= 8 rows (decode): options.decode (kernels/gemv.cu, measured in
-    // results/gpu/README.md).
+    // Products of <= 8 rows (decode): options.decode (kernels/gemv.cu; results/gpu/README.md).
     const DecodePathOptions& dp = options.decode;
     using Gemv = DecodePathOptions::Gemv;
     gemm = std::make_unique<k::Gemm>(options.batch_invariant, size_t(32) << 20, dp.gemv != Gemv::off,
@@ -249,16 +242,9 @@ struct CudaBackend::Impl {
     cudaDeviceProp p{};
     CUDA_CHECK(cudaGetDeviceProperties(&p, options.device));
     n_sms = p.multiProcessorCount;
-    // Mixed steps' decodes (cuda/mixed_attention_plan.h): priced where the modelled prefill kernel
-    // runs (wgmma, head_dim 128), or all of them through the decode kernel when asked.
-    using MD = cuda::MixedDecodes;
-    mixed_plan = !options.batch_invariant && options.kv_cache_dtype != KvCacheDType::fp8 &&
-                 (options.mixed_decodes == MD::decode_kernel ||
-                  (options.mixed_decodes == MD::auto_select && k::prefill_wgmma_supported(m.head_dim())));
-    mixed_costs.n_sms = n_sms;
-    mixed_costs.n_kv_heads = local_kv_heads;
-    mixed_costs.group = std::max(1, m.n_heads / std::max(1, m.n_kv_heads));
-    mixed_costs.head_dim = m.head_dim();
+    mixed = cuda::MixedDecodePlanner(options.mixed_decodes, !options.batch_invariant && options.kv_cache_dtype != KvCacheDType::fp8,
+                                     k::prefill_wgmma_supported(hd), {.n_sms = n_sms, .n_kv_heads = local_kv_heads,
+                                     .group = std::max(1, m.n_heads / std::max(1, m.n_kv_heads)), .head_dim = hd});
     // The model's frequencies, Llama-3 rope_scaling applied (as the CPU backend uses them).
     std::vector<float> inv;
     for (double f : servelab::rope_inv_freq(m)) inv.push_back(static_cast<float>(f));
@@ -311,8 +297,7 @@ struct CudaBackend::Impl {
   }
 
   /// The LoRA plan and partial sums for rows_capacity rows, and the side stream, once the pool
-  /// exists. The plan's layout depends on rows_capacity, so it is laid out again with it
-  /// (cuda_backend.cpp).
+  /// exists. The plan's layout depends on rows_capacity: laid out again with it (cuda_backend.cpp).
   void ensure_lora_scratch();
   size_t planned_lora_bytes = 0;
 
@@ -343,8 +328,7 @@ struct CudaBackend::Impl {
            (32ll << 20);  // cuBLASLt workspace
   }
 
-  /// FP8 KV: the dequantization scratch of a prefill step holding `positions` context positions
-  /// (and its sequences' base slots).
+  /// FP8 KV: the dequantization scratch of a prefill step of `positions` context positions (and base slots).
   void ensure_kv8_scratch(int64_t positions, int n_seqs) {
     if (!kv_fp8) return;
     if (positions > kv8_scratch_slots) {

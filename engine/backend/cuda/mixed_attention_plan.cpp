@@ -68,4 +68,18 @@ int mixed_decode_prefix(const MixedAttentionCosts& c, std::span<const int32_t> q
   return without + decode_attention_ns(c, context_lens.first(nd)) < with ? int(nd) : 0;
 }
 
+MixedDecodePlanner::MixedDecodePlanner(MixedDecodes mode, bool allowed, bool modelled, const MixedAttentionCosts& costs)
+    : mode_(!allowed || (mode == MixedDecodes::auto_select && !modelled) ? MixedDecodes::prefill_kernel : mode),
+      costs_(costs) {}
+
+int MixedDecodePlanner::decode_prefix(std::span<const int32_t> query_start, std::span<const int32_t> context_lens) {
+  if (mode_ == MixedDecodes::prefill_kernel || query_start.size() != context_lens.size() + 1) return 0;
+  q_lens_.resize(context_lens.size());
+  for (size_t s = 0; s < context_lens.size(); ++s) q_lens_[s] = query_start[s + 1] - query_start[s];
+  if (mode_ == MixedDecodes::auto_select) return mixed_decode_prefix(costs_, q_lens_, context_lens);
+  size_t nd = 0;
+  while (nd < q_lens_.size() && q_lens_[nd] == 1) ++nd;
+  return nd < q_lens_.size() ? int(nd) : 0;
+}
+
 }  // namespace servelab::cuda

@@ -13,6 +13,7 @@
 // idle). mixed_decode_prefix prices both ways and picks.
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace servelab::cuda {
 
@@ -54,5 +55,23 @@ double decode_attention_ns(const MixedAttentionCosts& c, std::span<const int32_t
 /// them). q_lens[s] = sequence s's rows, context_lens[s] = its keys including them.
 int mixed_decode_prefix(const MixedAttentionCosts& c, std::span<const int32_t> q_lens,
                         std::span<const int32_t> context_lens);
+
+/// The cuda backend's choice, set up once and asked for each eager step that is not decode-only.
+class MixedDecodePlanner {
+ public:
+  MixedDecodePlanner() = default;  ///< never moves a decode
+  /// `allowed`: the backend may move decodes at all (not batch-invariant, no FP8 KV cache). auto
+  /// prices only where `modelled` (the prefill kernel the costs describe runs: wgmma, head_dim
+  /// 128); decode_kernel moves them wherever allowed.
+  MixedDecodePlanner(MixedDecodes mode, bool allowed, bool modelled, const MixedAttentionCosts& costs);
+  /// The leading one-row sequences to run through the decode kernel in a step of these sequences
+  /// (query_start: n_seqs + 1 row offsets; context_lens: n_seqs keys); 0 when none follow a chunk.
+  int decode_prefix(std::span<const int32_t> query_start, std::span<const int32_t> context_lens);
+
+ private:
+  MixedDecodes mode_ = MixedDecodes::prefill_kernel;
+  MixedAttentionCosts costs_;
+  std::vector<int32_t> q_lens_;  // scratch
+};
 
 }  // namespace servelab::cuda
