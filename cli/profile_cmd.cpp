@@ -390,6 +390,9 @@ const Registrar register_profile(
       sub.add_flag("--interleave", g.interleave,
                    "time the points in shuffled rounds (each timed step follows other work, as in serving) instead of "
                    "each point's runs back to back; --min-point-s is not used");
+      sub.add_flag("--lead-in-self", g.lead_in_self,
+                   "with --interleave: each point that is not a decode runs once untimed right before its timed run, so "
+                   "it is timed after its own kind (as most chunk steps of a long-prompt run are)");
       sub.add_option("--lead-in", g.lead_in,
                      "with --interleave: untimed decode steps before each timed step (the grid's middle batch at its "
                      "middle context), so each timed step follows decode work as in serving")

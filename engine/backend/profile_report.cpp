@@ -73,7 +73,7 @@ std::string profile_json(const ProfileReport& r, const ProfileReport* draft) {
                   {"repeats", o.repeats},           {"min_point_s", o.min_point_s}, {"warmup", o.warmup}, {"warmup_s", o.warmup_s},
                   {"max_kv_bytes", o.max_kv_bytes}, {"fill_kv", o.fill_kv},       {"seed", o.seed},
                   {"kv", to_string(o.kv_kind)},     {"kv_spread", o.kv_spread},
-                  {"interleave", o.interleave},     {"lead_in", o.lead_in},
+                  {"interleave", o.interleave},     {"lead_in", o.lead_in}, {"lead_in_self", o.lead_in_self},
                   {"padded_decodes", o.padded_decodes}, {"spread_decodes", o.spread_decodes}};
   if (o.spread_decodes) j["options"]["spread_shape"] = to_string(o.spread_shape);
   if (!o.verify_ks.empty()) j["options"]["verify_ks"] = o.verify_ks;

@@ -108,6 +108,7 @@ void ProfileOptions::validate() const {
   if (!(warmup_s >= 0.0 && warmup_s <= 600.0)) throw std::invalid_argument("warmup_s must be in [0, 600] seconds");
   if (lead_in < 0 || lead_in > 100) throw std::invalid_argument("lead_in (" + std::to_string(lead_in) + ") must be in [0, 100]");
   if (lead_in > 0 && !interleave) throw std::invalid_argument("lead_in needs interleave (decodes before each timed step of a round)");
+  if (lead_in_self && !interleave) throw std::invalid_argument("lead_in_self needs interleave (a twin before each timed step of a round)");
   if (lora_rank < 0 || lora_rank > 256) throw std::invalid_argument("lora_rank (" + std::to_string(lora_rank) + ") must be in [0, 256]");
   if (lora_rank > 0) check_positive(lora_adapters, "LoRA adapter counts", 1024);
   if (!(sustained_s >= 0.0 && sustained_s <= 600.0))
@@ -459,6 +460,7 @@ ProfileReport profile_backend(Backend& backend, const ProfileOptions& asked,
       for (size_t i : order) {
         if (lead)
           for (int k = 0; k < options.lead_in; ++k) runner.run(*lead, 0, 1, 0.0);
+        if (options.lead_in_self && plan.points[i].phase != ProfilePhase::decode) runner.run(plan.points[i], 0, 1, 0.0);
         ProfileSample one = runner.run(plan.points[i], 0, 1, 0.0);
         if (timed[i].times_s.empty()) timed[i] = std::move(one);
         else timed[i].times_s.push_back(one.times_s.front());

@@ -74,6 +74,11 @@ struct ProfileOptions {
   /// right before each timed step, so every timed step follows decode work, as most steps do in
   /// serving (a static batch's prefill follows seconds of its decodes). 0 = none.
   int lead_in = 0;
+  /// With interleave: every point that is not a decode runs once untimed right before its timed run
+  /// (after any lead_in decodes), so it is timed as a step that follows its own kind, as most chunk
+  /// steps of a long-prompt run follow one (on an H200 those cost 4-6% more against their price than
+  /// the ones after a decode step: results/sim-validation/mixed-2026-11-30/).
+  bool lead_in_self = false;
   /// Backends that pad a decode step up to a batch bucket (Backend::decode_row_buckets: cuda's
   /// CUDA graphs run 9 sequences as 16) cost the same for every batch of a bucket but for its
   /// attention (the sim prices such decodes by the bucket they ran as: ProfiledStepModel's G):

@@ -21,6 +21,7 @@
 #     host (32 cores on the two-GPU kind) is shared.
 #     SUSTAINED_S=S: each cell's profile ends with S seconds of the sustained-load probe
 #     (`servelab profile --sustained-s`, off by default), which the sim then prices from.
+#     LEAD_IN_SELF=1: `profile --lead-in-self` (each non-decode point timed after its own twin).
 #     On a GPU, nvidia-smi logs each GPU's SM clock, power and clock events while its cells run
 #     (SMI=0: off), summarized per cell's profile and validate-sim in OUT/smi-gpuN.txt: whether the
 #     profile's steps and the real runs' ran at the same clocks.
@@ -80,6 +81,8 @@ cuda_prof_args() {  # cuda_prof_args YAML KV: the cell's `servelab profile` argu
   prof=(--backend cuda --seed 1 --kv "$2" --for-scenario "$1" --interleave --repeats 3 --min-point-s 0.5)
   # SUSTAINED_S=4: the profile ends with the sustained-load probe (sustained-h200x2/README.md)
   [ "${SUSTAINED_S:-0}" != 0 ] && prof+=(--sustained-s "$SUSTAINED_S")
+  # LEAD_IN_SELF=1: each non-decode point timed right after an untimed twin (mixed-2026-11-30/README.md)
+  [ "${LEAD_IN_SELF:-0}" != 0 ] && prof+=(--lead-in-self)
   local mib
   mib=$(sed -n 's/.*kv_cache_mb: *\([0-9]*\).*/\1/p' "$1" | head -1)
   # naive regions spread over the run's arena (engine.kv_cache_mb MiB, --kv-gb in 1e9 bytes)

@@ -581,3 +581,34 @@ TEST(Profiler, CommittedCudaProfileCalibratesTheSimOnItsDevice) {
 
 }  // namespace
 }  // namespace servelab
+
+namespace servelab {
+namespace {
+
+// lead_in_self: every point that is not a decode runs once untimed right before its timed run (a
+// step timed after its own kind); decodes are timed as before. Needs interleave.
+TEST(Profiler, LeadInSelfRunsEachHeavyPointBeforeItsTimedRun) {
+  CpuBackend cpu(ModelWeights::random(testing::small_config(2), 1), CpuBackendOptions{.n_threads = 1});
+  CountingBackend b(cpu);
+  ProfileOptions o = small_options();
+  o.repeats = 1;
+  o.warmup = 0;
+  o.interleave = true;
+  o.lead_in_self = true;
+  const ProfileReport r = profile_backend(b, o);
+  const std::vector<ProfilePoint> grid = profile_grid(o);
+  ASSERT_EQ(r.samples.size(), grid.size());
+  size_t heavy = 0;
+  for (const ProfilePoint& p : grid) heavy += p.phase != ProfilePhase::decode;
+  ASSERT_GT(heavy, 0u);
+  ASSERT_EQ(b.shapes.size(), 1 + grid.size() + heavy);  // the first-touch step, each point once, twins
+  size_t twins = 0;
+  for (size_t k = 2; k < b.shapes.size(); ++k) twins += b.shapes[k] == b.shapes[k - 1];
+  EXPECT_GE(twins, heavy);
+  EXPECT_EQ(nlohmann::json::parse(profile_json(r)).at("options").at("lead_in_self"), true);
+  o.interleave = false;
+  EXPECT_THROW(o.validate(), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace servelab
