@@ -22,8 +22,9 @@ namespace servelab::cuda {
 enum class MixedDecodes { auto_select, prefill_kernel, decode_kernel };
 const char* to_string(MixedDecodes m);  ///< "auto", "prefill", "decode"
 
-/// The costs the choice weighs (defaults: an H200, bf16, head_dim 128; an H100 has the same SMs and
-/// ~0.8 of the memory rate, which moves the choice little).
+/// The costs the choice weighs (defaults fitted on an H200, bf16, head_dim 128: results/sim-
+/// validation/mixed-2026-11-30/, call 7; an H100's slower memory slows both paths' K/V reads, and
+/// the choice there is not yet measured).
 struct MixedAttentionCosts {
   int n_sms = 132;
   int n_kv_heads = 8;            ///< this rank's KV heads
