@@ -44,7 +44,7 @@ ProfilePoint make_point(int context, int chunk, int decodes) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: step_probe PRESET CONTEXT CHUNK:DECODES[,...] [REPEATS [NCU_POINT]]\n");
+    std::fprintf(stderr, "usage: step_probe PRESET CONTEXT CHUNK:DECODES[,...] [REPEATS [MODES [NCU_POINT]]]\n");
     return 2;
   }
   try {
@@ -67,10 +67,10 @@ int main(int argc, char** argv) {
     std::vector<std::pair<std::string, MD>> modes;
     std::stringstream mode_list(argc > 5 ? argv[5] : "auto");
     for (std::string m; std::getline(mode_list, m, ',');) {
-      if (m == "auto") modes.emplace_back(m, MD::auto_select);
-      else if (m == "prefill") modes.emplace_back(m, MD::prefill_kernel);
-      else if (m == "decode") modes.emplace_back(m, MD::decode_kernel);
-      else throw std::invalid_argument("mode '" + m + "' is not auto, prefill or decode");
+      const size_t before = modes.size();
+      for (MD md : {MD::auto_select, MD::prefill_kernel, MD::decode_kernel})
+        if (m == cuda::to_string(md)) modes.emplace_back(m, md);
+      if (modes.size() == before) throw std::invalid_argument("mode '" + m + "' is not auto, prefill or decode");
     }
     if (modes.empty()) throw std::invalid_argument("no MODES");
     const int ncu_point = argc > 6 ? std::atoi(argv[6]) : -1;

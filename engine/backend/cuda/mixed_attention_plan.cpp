@@ -58,11 +58,19 @@ double decode_attention_ns(const MixedAttentionCosts& c, std::span<const int32_t
   return c.decode_ns_fixed + keys * c.n_kv_heads * 2.0 * c.head_dim * c.kv_bytes / c.decode_bytes_per_ns;
 }
 
-int mixed_decode_prefix(const MixedAttentionCosts& c, std::span<const int32_t> q_lens,
-                        std::span<const int32_t> context_lens) {
+namespace {
+/// The leading one-row sequences when some multi-row sequence follows them, else 0.
+size_t leading_decodes(std::span<const int32_t> q_lens) {
   size_t nd = 0;
   while (nd < q_lens.size() && q_lens[nd] == 1) ++nd;
-  if (nd == 0 || nd == q_lens.size()) return 0;
+  return nd < q_lens.size() ? nd : 0;
+}
+}  // namespace
+
+int mixed_decode_prefix(const MixedAttentionCosts& c, std::span<const int32_t> q_lens,
+                        std::span<const int32_t> context_lens) {
+  const size_t nd = leading_decodes(q_lens);
+  if (nd == 0) return 0;
   const double with = prefill_attention_ns(c, q_lens, context_lens);
   const double without = prefill_attention_ns(c, q_lens.subspan(nd), context_lens.subspan(nd));
   return without + decode_attention_ns(c, context_lens.first(nd)) < with ? int(nd) : 0;
@@ -77,9 +85,7 @@ int MixedDecodePlanner::decode_prefix(std::span<const int32_t> query_start, std:
   q_lens_.resize(context_lens.size());
   for (size_t s = 0; s < context_lens.size(); ++s) q_lens_[s] = query_start[s + 1] - query_start[s];
   if (mode_ == MixedDecodes::auto_select) return mixed_decode_prefix(costs_, q_lens_, context_lens);
-  size_t nd = 0;
-  while (nd < q_lens_.size() && q_lens_[nd] == 1) ++nd;
-  return nd < q_lens_.size() ? int(nd) : 0;
+  return int(leading_decodes(q_lens_));
 }
 
 }  // namespace servelab::cuda
