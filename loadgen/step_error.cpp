@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 
 #include <nlohmann/json.hpp>
 
@@ -93,6 +94,23 @@ std::string step_timing_line(const std::string& run, const StepTiming& t) {
   j["measured_s"] = t.measured_s;
   j["predicted_s"] = t.predicted_s;
   return j.dump() + "\n";
+}
+
+std::string step_class_table(std::span<const StepTiming> steps) {
+  char line[160];
+  std::snprintf(line, sizeof line, "%-34s%8s%14s%14s%10s\n", "class", "steps", "measured s", "predicted s", "error");
+  std::string out = line;
+  double measured = 0.0, predicted = 0.0;
+  for (const StepClassError& c : step_class_errors(steps)) {
+    measured += c.measured_s;
+    predicted += c.predicted_s;
+    std::snprintf(line, sizeof line, "%-34s%8lld%14.3f%14.3f%9.1f%%\n", c.name.c_str(), static_cast<long long>(c.n_steps),
+                  c.measured_s, c.predicted_s, 100.0 * c.error());
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "%-34s%8zu%14.3f%14.3f%9.1f%%\n", "all", steps.size(), measured, predicted,
+                measured > 0 ? 100.0 * (predicted - measured) / measured : 0.0);
+  return out + line;
 }
 
 }  // namespace servelab

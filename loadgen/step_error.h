@@ -30,6 +30,9 @@ std::string step_class(const StepShape& shape);
 /// The classes present in `steps`, decode classes first (by batch size), then prefill, then mixed
 /// (each by tokens); empty classes are left out.
 std::vector<StepClassError> step_class_errors(std::span<const StepTiming> steps);
+/// step_class_errors as a table: a row per class (steps, Σ measured and predicted seconds, the
+/// error) and a last row over every step, as price-steps and calibrate print it.
+std::string step_class_table(std::span<const StepTiming> steps);
 /// One JSON line (with '\n') for a step: its run label, shape, measured and predicted seconds.
 std::string step_timing_line(const std::string& run, const StepTiming& step);
 

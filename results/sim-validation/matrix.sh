@@ -22,6 +22,10 @@
 #     SUSTAINED_S=S: each cell's profile ends with S seconds of the sustained-load probe
 #     (`servelab profile --sustained-s`, off by default), which the sim then prices from.
 #     LEAD_IN_SELF=1: `profile --lead-in-self` (each non-decode point timed after its own twin).
+#     CALIBRATE=1: after the grid's capacity, a real run of the cell with another seed (the YAML's
+#     + 1000), CALIBRATE_N (300) requests at CALIBRATE_LOAD (0.65) of that capacity, folded into the
+#     profile by `servelab calibrate` (CELL/profile.json; the grid alone in CELL/profile-grid.json,
+#     the run in CELL/calibration/); the capacity and the loads then come from the calibrated profile.
 #     On a GPU, nvidia-smi logs each GPU's SM clock, power and clock events while its cells run
 #     (SMI=0: off), summarized per cell's profile and validate-sim in OUT/smi-gpuN.txt: whether the
 #     profile's steps and the real runs' ran at the same clocks.
@@ -125,20 +129,54 @@ run_cell() {  # run_cell NAME YAML: one gpu (or dry) cell, at LOADS (one load: i
   fi
   [ -n "${SMI_MARKS:-}" ] && echo "$name:profile $t_mark $(date +%s)" >> "$SMI_MARKS"
   local -a ramp=()
-  if [[ $name == *-ramp-* ]]; then  # the ramp ends at the cell's capacity under plain Poisson arrivals
-    if ! "$bin" capacity "$yaml" "${real[@]}" "${sim[@]}" --quiet --no-plots --out "$dir/capacity-poisson" \
-        > "$dir/capacity-poisson.txt" 2>&1; then
-      echo "not run: no sim capacity under Poisson (capacity-poisson.txt)" | tee "$dir/skipped.txt"; return 0
-    fi
-    ramp=(--set "workload.arrival.ramp_to=$(capacity_of "$dir/capacity-poisson")")
-    echo "ramp: ${ramp[*]}" >> "$dir/cell.txt"
-  fi
-  if ! "$bin" capacity "$yaml" "${real[@]}" "${ramp[@]}" "${sim[@]}" --quiet --no-plots --out "$dir/capacity" \
-      > "$dir/capacity.txt" 2>&1; then
-    echo "not run: no sim capacity (capacity.txt)" | tee "$dir/skipped.txt"; return 0
-  fi
   local cap cost
-  cap=$(capacity_of "$dir/capacity")
+  sim_capacity() {  # the cell's capacity on the sim from DIR/profile.json: sets ramp and cap
+    ramp=()
+    if [[ $name == *-ramp-* ]]; then  # the ramp ends at the cell's capacity under plain Poisson arrivals
+      if ! "$bin" capacity "$yaml" "${real[@]}" "${sim[@]}" --quiet --no-plots --out "$dir/capacity-poisson" \
+          > "$dir/capacity-poisson.txt" 2>&1; then
+        echo "not run: no sim capacity under Poisson (capacity-poisson.txt)" | tee "$dir/skipped.txt"; return 1
+      fi
+      ramp=(--set "workload.arrival.ramp_to=$(capacity_of "$dir/capacity-poisson")")
+      echo "ramp: ${ramp[*]}" >> "$dir/cell.txt"
+    fi
+    if ! "$bin" capacity "$yaml" "${real[@]}" "${ramp[@]}" "${sim[@]}" --quiet --no-plots --out "$dir/capacity" \
+        > "$dir/capacity.txt" 2>&1; then
+      echo "not run: no sim capacity (capacity.txt)" | tee "$dir/skipped.txt"; return 1
+    fi
+    cap=$(capacity_of "$dir/capacity")
+  }
+  sim_capacity || return 0
+  if [ "${CALIBRATE:-0}" != 0 ]; then
+    # CALIBRATE=1: a real run of the cell's scenario with another seed, CALIBRATE_N (300) requests at
+    # CALIBRATE_LOAD (0.65) of the grid's capacity, folded into the profile (`servelab calibrate`;
+    # the grid alone stays in profile-grid.json); the capacity then comes from the calibrated profile.
+    local cseed crate
+    cseed=$(( $(sed -n 's/^seed: *\([0-9]*\).*/\1/p' "$yaml" | head -1) + 1000 ))
+    crate=$(python3 -c "print(round(${CALIBRATE_LOAD:-0.65} * $cap, 4))")
+    mv "$dir/profile.json" "$dir/profile-grid.json"
+    mv "$dir/capacity" "$dir/capacity-grid" && mv "$dir/capacity.txt" "$dir/capacity-grid.txt"
+    local -a calib=(run "$yaml" "${real[@]}" "${ramp[@]}" --set "seed=$cseed" --set "workload.rates=[$crate]"
+                    --set "workload.n_requests=${CALIBRATE_N:-300}" --out "$dir/calibration" --quiet --no-plots --force)
+    echo "$bin ${calib[*]}" >> "$dir/cell.txt"
+    echo "$name: calibration run, ${CALIBRATE_N:-300} requests at $crate req/s (seed $cseed)"
+    t_mark=$(date +%s)
+    if ! "$bin" "${calib[@]}" > "$dir/calibration.txt" 2>&1; then
+      echo "not run: the calibration run failed (calibration.txt)" | tee "$dir/skipped.txt"; return 0
+    fi
+    [ -n "${SMI_MARKS:-}" ] && echo "$name:calibration $t_mark $(date +%s)" >> "$SMI_MARKS"
+    local preset
+    preset=$(sed -n 's/^model: {preset: \([^,}]*\).*/\1/p' "$yaml")
+    [ "$what" = dry ] && preset=tiny
+    echo "$bin calibrate $dir/calibration/steps.jsonl --profile $dir/profile-grid.json --preset $preset --json $dir/profile.json" >> "$dir/cell.txt"
+    if ! "$bin" calibrate "$dir/calibration/steps.jsonl" --profile "$dir/profile-grid.json" --preset "$preset" \
+        --json "$dir/profile.json" >> "$dir/calibration.txt" 2>&1; then
+      echo "not run: calibrate failed (calibration.txt)" | tee "$dir/skipped.txt"; return 0
+    fi
+    rm -f "$dir/calibration/report.html"
+    pack "$dir/calibration/records.jsonl" "$dir/calibration/steps.jsonl"
+    sim_capacity || return 0
+  fi
   # n / the mean rate at each load (a ramp's: halfway from the load's rate to ramp_to), + 30 s
   cost=$(python3 -c "
 ramp = float('${ramp[*]}'.rpartition('=')[2] or 0)

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -80,6 +81,42 @@ TEST(PriceStepsCli, PricesRecordedStepsByClassAndRetargetsOnlyWhenAsked) {
   r = run_servelab({"price-steps", dir.file("bad.jsonl"), "--profile", prof, "--preset", "tiny"}, dir);
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(contains(r.output, "bad.jsonl:2:")) << r.output;
+}
+
+TEST(CalibrateCli, FoldsARunsStepsIntoTheProfileAndPrintsTheErrorBeforeAndAfter) {
+  SERVELAB_REQUIRE_BINARY();
+  TempDir dir;
+  const std::string prof = tiny_profile(dir);
+  ASSERT_FALSE(prof.empty());
+  // Three steps, each 3x what the profile says (a far slower machine): calibrated, the fit follows them.
+  std::string lines;
+  for (const auto& [n, ctx, pairs, dctx] : {std::tuple{1, 33, 0, 33}, std::tuple{4, 132, 0, 132}, std::tuple{40, 40, 820, 0}}) {
+    nlohmann::json j = {{"run", "a"}, {"n_tokens", n}, {"n_padding_tokens", 0}, {"n_seqs", n == 40 ? 1 : n},
+                        {"sum_context", ctx}, {"max_context", n == 40 ? 40 : 33}, {"prefill_pairs", pairs},
+                        {"decode_context", dctx}, {"measured_s", 1.0}};
+    lines += j.dump() + "\n";
+  }
+  write_text(dir.file("steps.jsonl"), lines);
+  CliResult r = run_servelab({"price-steps", dir.file("steps.jsonl"), "--profile", prof, "--preset", "tiny"}, dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const double before = all_predicted(r.output);
+  ASSERT_LT(before, 1.5);  // a 1 s step is far from the tiny model's milliseconds
+  r = run_servelab({"calibrate", dir.file("steps.jsonl"), "--profile", prof, "--preset", "tiny", "--json", dir.file("c.json")}, dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "3 steps added")) << r.output;
+  EXPECT_TRUE(contains(r.output, "as calibrated:")) << r.output;
+  std::ifstream in(dir.file("c.json"));
+  const nlohmann::json c = nlohmann::json::parse(in);
+  ASSERT_EQ(c["calibration"].size(), 1u);
+  EXPECT_EQ(c["calibration"][0]["samples"], 3);
+  EXPECT_EQ(c["samples"].back()["source"], "calibration");
+  r = run_servelab({"price-steps", dir.file("steps.jsonl"), "--profile", dir.file("c.json"), "--preset", "tiny"}, dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_GT(all_predicted(r.output), 2.0 * before) << r.output;
+  // Another model's profile: refused with the reason; nothing written.
+  r = run_servelab({"calibrate", dir.file("steps.jsonl"), "--profile", prof, "--preset", "llama2-7b", "--json", dir.file("d.json")}, dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_FALSE(std::ifstream(dir.file("d.json")).good());
 }
 
 TEST(PriceStepsCli, PricesACpuRunsOwnStepsAndRefusesASimRunsWithTheReason) {

@@ -1,0 +1,92 @@
+// servelab calibrate STEPS --profile P --preset MODEL --json OUT [--run LABEL] [--skip-s S]:
+// folds a real serving run's recorded steps (a cpu / cuda run's steps.jsonl, or validate-sim's
+// steps_real.jsonl) into a profile as samples of their own (loadgen/step_calibration.h), writes the
+// calibrated profile and prints the steps' error by class under the profile as given and as
+// calibrated. The run should be the scenario the sim is to predict, on the same GPU, with another
+// seed than the plans it will be compared with (matrix.sh CALIBRATE=1 takes 300 requests at 65%
+// of the grid's capacity: results/sim-validation/README.md).
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "analysis/environment.h"
+#include "cli/command.h"
+#include "engine/backend/cost_model.h"
+#include "engine/backend/make_backend.h"
+#include "loadgen/measuring_backend.h"
+#include "loadgen/step_calibration.h"
+#include "loadgen/step_error.h"
+#include "loadgen/step_timing_file.h"
+
+namespace servelab::cli {
+namespace {
+
+const Registrar kCalibrate(
+    "calibrate", "Fold a real serving run's steps into a profile, so the sim prices the scenario's own step mix as served",
+    [](CLI::App& sub) -> CommandMain {
+      struct Opts {
+        std::string steps, profile, preset, json, run;
+        double skip_s = 2.0;
+      };
+      auto o = std::make_shared<Opts>();
+      sub.add_option("steps", o->steps, "a cpu/cuda run's steps.jsonl or validate-sim's steps_real.jsonl (uncompressed)")
+          ->required()
+          ->check(CLI::ExistingFile);
+      sub.add_option("--profile", o->profile, "servelab profile --json file of the same backend, GPU and model")
+          ->required()
+          ->check(CLI::ExistingFile);
+      sub.add_option("--preset", o->preset, "the model the steps ran (a preset or checkpoint folder)")->required();
+      sub.add_option("--json", o->json, "where to write the calibrated profile")->required();
+      sub.add_option("--run", o->run, "only the steps of this run label (e.g. continuous-paged@8)");
+      sub.add_option("--skip-s", o->skip_s, "leave out each run's first seconds (graph captures, first use)")
+          ->check(CLI::NonNegativeNumber);
+      sub.footer(
+          "Example:\n"
+          "  servelab run cell.yaml --set seed=1011 --set workload.rates=[8] --set workload.n_requests=300 --out calib\n"
+          "  servelab calibrate calib/steps.jsonl --profile profile.json --preset llama3-8b --json calibrated.json\n");
+      return [o]() -> int {
+        try {
+          const ModelConfig model = resolve_model_config(o->preset);
+          const SimCostModel before = SimCostModel::from_profile_json(o->profile, model);
+          std::vector<RecordedStep> recorded = read_recorded_steps(o->steps, o->run);
+          nlohmann::ordered_json profile;
+          {
+            std::ifstream in(o->profile);
+            profile = nlohmann::ordered_json::parse(in);
+          }
+          CalibrationOptions opts;
+          opts.skip_s = o->skip_s;
+          opts.steps_path = o->steps;
+          opts.run = o->run;
+          opts.date = analysis::utc_now_iso8601();
+          const CalibrationSummary sum = add_calibration_samples(profile, recorded, before, model, opts);
+          {
+            std::ofstream out(o->json, std::ios::trunc);
+            if (!out) throw std::runtime_error(o->json + ": cannot write");
+            out << profile.dump(2) << "\n";
+            if (!out) throw std::runtime_error(o->json + ": write failed");
+          }
+          const SimCostModel after = SimCostModel::from_profile_json(o->json, model);
+          std::vector<StepTiming> steps;
+          for (RecordedStep& r : recorded) steps.push_back(std::move(r.timing));
+          std::cout << o->json << ": " << sum.used << " steps added to " << o->profile << "'s samples ("
+                    << sum.skipped_warmup << " in each run's first " << o->skip_s << " s, " << sum.skipped_lora
+                    << " with adapters, " << sum.skipped_swap << " after a swap left out)";
+          if (sum.de_heated) std::cout << "; each divided by the sustained-load factor at its point of the run (at most " << sum.max_factor << ")";
+          std::cout << "\n\nthe run's steps under the profile as given:\n";
+          price_step_timings(steps, before, model);
+          std::cout << step_class_table(steps) << "\nand as calibrated:\n";
+          price_step_timings(steps, after, model);
+          std::cout << step_class_table(steps);
+          return 0;
+        } catch (const std::exception& e) {
+          std::cerr << e.what() << "\n";
+          return 2;
+        }
+      };
+    });
+
+}  // namespace
+}  // namespace servelab::cli

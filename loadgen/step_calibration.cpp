@@ -1,0 +1,96 @@
+#include "loadgen/step_calibration.h"
+
+#include <algorithm>
+#include <optional>
+#include <stdexcept>
+
+#include "engine/backend/sim_sustained.h"
+#include "engine/backend/step_shape_json.h"
+
+namespace servelab {
+
+const char* calibration_phase(const StepShape& s) {
+  if (s.verify_rows > 0) return "verify";
+  if (s.prefill_pairs == 0.0) return "decode";
+  if (s.decode_context > 0.0) return "mixed";
+  // one prefill piece from position 0 computes as many rows as its context holds
+  return s.sum_context > s.n_tokens ? "chunk" : "prefill";
+}
+
+CalibrationSummary add_calibration_samples(nlohmann::ordered_json& profile, const std::vector<RecordedStep>& steps,
+                                           const SimCostModel& cost, const ModelConfig& model,
+                                           const CalibrationOptions& options) {
+  if (!profile.is_object() || !profile.contains("samples") || !profile["samples"].is_array())
+    throw std::invalid_argument("the profile has no \"samples\" list");
+  CalibrationSummary sum;
+  const StepPricer pricer(cost, model);
+  std::optional<RooflineTerms> terms;
+  if (cost.sustained) terms = RooflineTerms::of(model, cost.device, cost.tensor_parallel);
+  std::optional<SustainedState> load;
+  sum.de_heated = cost.sustained != nullptr;
+  nlohmann::ordered_json added = nlohmann::ordered_json::array();
+  std::string run;
+  double prev_start = -1.0, run_start = -1.0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const RecordedStep& r = steps[i];
+    const StepTiming& t = r.timing;
+    const bool new_run = i == 0 || r.run != run || (t.start_s >= 0.0 && t.start_s < prev_start);
+    if (new_run) {
+      run = r.run;
+      run_start = t.start_s;
+      if (cost.sustained) load.emplace(*cost.sustained, *terms);  // each run starts from idle
+    }
+    if (t.start_s < 0.0) sum.de_heated = false;  // no start times: the load state cannot follow the run
+    prev_start = t.start_s;
+    // The state follows every real step, counted or not, as price_step_timings does.
+    const double grid_s = pricer.seconds(t.shape);
+    double factor = 1.0;
+    if (load && grid_s > 0.0) factor = load->price(t.start_s, grid_s, t.shape, t.measured_s) / grid_s;
+    if (t.start_s >= 0.0 && run_start >= 0.0 && t.start_s - run_start < options.skip_s) {
+      ++sum.skipped_warmup;
+      continue;
+    }
+    if (!t.lora.empty()) {
+      ++sum.skipped_lora;
+      continue;
+    }
+    if (r.swap_bytes > 0) {
+      ++sum.skipped_swap;
+      continue;
+    }
+    if (!sum.de_heated || !(factor > 0.0)) factor = 1.0;
+    sum.max_factor = std::max(sum.max_factor, factor);
+    const double step_s = t.measured_s / factor;
+    nlohmann::ordered_json o = nlohmann::ordered_json::object();
+    o["phase"] = calibration_phase(t.shape);
+    const nlohmann::ordered_json shape = step_shape_json(t.shape);
+    for (const auto& [k, v] : shape.items()) o[k] = v;
+    o["step_s"] = step_s;
+    o["times_s"] = nlohmann::ordered_json::array({step_s});
+    o["source"] = "calibration";
+    added.push_back(std::move(o));
+    ++sum.used;
+  }
+  if (sum.used == 0)
+    throw std::invalid_argument("no step left to add (" + std::to_string(sum.skipped_warmup) + " within the first " +
+                                std::to_string(options.skip_s) + " s of their run, " +
+                                std::to_string(sum.skipped_lora) + " with adapters, " +
+                                std::to_string(sum.skipped_swap) + " after a swap)");
+  if (!sum.de_heated) sum.max_factor = 1.0;
+  for (auto& o : added) profile["samples"].push_back(std::move(o));
+  if (!profile.contains("calibration") || !profile["calibration"].is_array())
+    profile["calibration"] = nlohmann::ordered_json::array();
+  profile["calibration"].push_back({{"steps", options.steps_path},
+                                    {"run", options.run},
+                                    {"date", options.date},
+                                    {"skip_s", options.skip_s},
+                                    {"samples", sum.used},
+                                    {"skipped", {{"warmup", sum.skipped_warmup},
+                                                 {"lora", sum.skipped_lora},
+                                                 {"swap", sum.skipped_swap}}},
+                                    {"de_heated", sum.de_heated},
+                                    {"max_factor", sum.max_factor}});
+  return sum;
+}
+
+}  // namespace servelab
