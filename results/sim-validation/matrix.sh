@@ -22,7 +22,7 @@
 #     SUSTAINED_S=S: each cell's profile ends with S seconds of the sustained-load probe
 #     (`servelab profile --sustained-s`, off by default), which the sim then prices from.
 #     LEAD_IN_SELF=1: `profile --lead-in-self` (each non-decode point timed after its own twin).
-#     CALIBRATE=1: after the grid's capacity, a real run of the cell with another seed (the YAML's
+#     CALIBRATE=1 (the default; 0: off): after the grid's capacity, a real run of the cell with another seed (the YAML's
 #     + 1000), CALIBRATE_N (300) requests at CALIBRATE_LOAD (0.65) of that capacity, folded into the
 #     profile by `servelab calibrate` (CELL/profile.json; the grid alone in CELL/profile-grid.json,
 #     the run in CELL/calibration/); the capacity and the loads then come from the calibrated profile.
@@ -147,8 +147,8 @@ run_cell() {  # run_cell NAME YAML: one gpu (or dry) cell, at LOADS (one load: i
     cap=$(capacity_of "$dir/capacity")
   }
   sim_capacity || return 0
-  if [ "${CALIBRATE:-0}" != 0 ]; then
-    # CALIBRATE=1: a real run of the cell's scenario with another seed, CALIBRATE_N (300) requests at
+  if [ "${CALIBRATE:-1}" != 0 ]; then
+    # CALIBRATE=1 (default): a real run of the cell's scenario with another seed, CALIBRATE_N (300) requests at
     # CALIBRATE_LOAD (0.65) of the grid's capacity, folded into the profile (`servelab calibrate`;
     # the grid alone stays in profile-grid.json); the capacity then comes from the calibrated profile.
     local cseed crate

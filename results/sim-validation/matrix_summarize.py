@@ -209,7 +209,9 @@ def load_cells(tsv):
 
 
 def run_folders(c, out):
-    """(real records, sim records, validation.json, steps known, arena slots) of each folder holding runs of a cell."""
+    """(real records, sim records, validation.json, steps known, arena slots, calibrated) of each folder holding runs
+    of a cell; calibrated: the sim's profile took a calibration run's steps (matrix.sh CALIBRATE=1: profile-grid.json
+    beside profile.json)."""
     d = os.path.join(out, c["cell"])
     if c["gpu"] == "h100":
         past = os.path.join(HERE, c["source"].split(":")[0])
@@ -217,7 +219,7 @@ def run_folders(c, out):
         return [(first_existing(os.path.join(past, "records_real.jsonl.gz"), os.path.join(past, "records_real.jsonl")),
                  first_existing(os.path.join(d, "sim", "records.jsonl.gz"), os.path.join(d, "sim", "records.jsonl")),
                  os.path.join(past, "validation.json"), False,
-                 arena_slots(os.path.join(d, "scenario.yaml"), os.path.join(HERE, os.path.dirname(src), prof)))]
+                 arena_slots(os.path.join(d, "scenario.yaml"), os.path.join(HERE, os.path.dirname(src), prof)), False)]
     # both loads in one call (CELL/validation), or one call a load (CELL/load-L/validation)
     parts = [d] + sorted(os.path.join(d, x) for x in (os.listdir(d) if os.path.isdir(d) else []) if x.startswith("load-"))
     out_ = []
@@ -228,14 +230,15 @@ def run_folders(c, out):
         out_.append((first_existing(os.path.join(v, "records_real.jsonl.gz"), os.path.join(v, "records_real.jsonl")),
                      repredicted or first_existing(os.path.join(v, "records_sim.jsonl.gz"), os.path.join(v, "records_sim.jsonl")),
                      os.path.join(v, "validation.json"), not repredicted,
-                     arena_slots(os.path.join(p, "scenario-as-run.yaml"), os.path.join(p, "profile.json"))))
+                     arena_slots(os.path.join(p, "scenario-as-run.yaml"), os.path.join(p, "profile.json")),
+                     os.path.exists(os.path.join(p, "profile-grid.json"))))
     return out_
 
 
 def cell_rows(c, out):
     """(rows, note): rows of measured loads, or a note why the cell has none."""
     rows = []
-    for real_path, sim_path, vpath, steps_known, slots in run_folders(c, out):
+    for real_path, sim_path, vpath, steps_known, slots, calibrated in run_folders(c, out):
         if not (real_path and sim_path and os.path.exists(vpath)):
             continue
         vj = json.load(open(vpath))
@@ -257,7 +260,7 @@ def cell_rows(c, out):
                          "steps": run.get("steps", {}).get("total_error", float("nan")) if steps_known else float("nan"),
                          "preemptions": (pre.get("real"), sum(r.get("preemptions", 0) for r in sim)),
                          "kv_peak": (kv_peak(real)[0] / slots, kv_peak(sim)[0] / slots) if slots else (None, None),
-                         "commit": vj.get("environment", {}).get("commit", "?")})
+                         "commit": vj.get("environment", {}).get("commit", "?"), "calibrated": calibrated})
     rows.sort(key=lambda r: r["load"])
     if len(rows) >= 2:
         return rows, ""
@@ -289,11 +292,14 @@ def main():
              "h200 cell with a repredict/ folder, where today's sim ran the real runs' plans from their call's profile). "
              "KV peak = the most K/V tokens the admitted requests held at once, rebuilt alike from each run's records "
              "(a preempted request counted as holding on), over the arena's token slots: how near each run came to "
-             "the point where the engine preempts (the arena full, in blocks).", "",
-             "| cell | GPU | model | arrival | shape | strategy | held out | load | rate (req/s) | requests | steps "
+             "the point where the engine preempts (the arena full, in blocks). profile = what the sim priced from: the "
+             "cell's grid alone, or the grid and a calibration run (matrix.sh CALIBRATE=1: 300 requests of the cell "
+             "with another seed at 65% of the grid's capacity, folded in by `servelab calibrate`; the loads are then "
+             "fractions of the calibrated capacity).", "",
+             "| cell | GPU | model | arrival | shape | strategy | held out | load | rate (req/s) | requests | profile | steps "
              "| TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | throughput | SLO attainment real / sim "
              "| preemptions real / sim | KV peak real / sim | pass |",
-             "|" + "---|" * 20]
+             "|" + "---|" * 21]
     missing, n_pass, n_rows = [], 0, 0
     summary = []
     for c in cells:
@@ -312,12 +318,13 @@ def main():
             pre = r["preemptions"]
             lines.append(f"| {c['cell']} | {c['gpu'].upper()} | {c['model']} | {c['arrival']} | {c['shape']} | "
                          f"{c['strategy']} | {c['held_out']} | {r['load']:.0%} | {r['rate']:.4g} | {r['n']} | "
+                         f"{'grid + calibration' if r['calibrated'] else 'grid'} | "
                          f"{pct(r['steps'])} | " + " | ".join(cellf) +
                          f" | {pct(r['attainment'][0], False)} / {pct(r['attainment'][1], False)}"
                          f" | {pre[0] if pre[0] is not None else '–'} / {pre[1]}"
                          f" | {pct(r['kv_peak'][0], False)} / {pct(r['kv_peak'][1], False)} | {'pass' if ok else 'FAIL'} |")
             summary.append({"cell": c["cell"], "load": r["load"], "rate": r["rate"], "n_requests": r["n"],
-                            "held_out": c["held_out"] == "yes", "pass": ok, "steps_error": r["steps"],
+                            "held_out": c["held_out"] == "yes", "calibrated": r["calibrated"], "pass": ok, "steps_error": r["steps"],
                             "errors": r["errors"], "noise": r["noise"], "real": r["real"], "sim": r["sim"],
                             "preemptions": {"real": pre[0], "sim": pre[1]},
                             "kv_peak": {"real": r["kv_peak"][0], "sim": r["kv_peak"][1]},
