@@ -69,17 +69,20 @@ const Registrar kCalibrate(
             if (!out) throw std::runtime_error(o->json + ": write failed");
           }
           const SimCostModel after = SimCostModel::from_profile_json(o->json, model);
-          std::vector<StepTiming> steps;
-          for (RecordedStep& r : recorded) steps.push_back(std::move(r.timing));
+          std::vector<StepTiming> all;
+          for (RecordedStep& r : recorded) all.push_back(std::move(r.timing));
+          // Every step priced in run order (the load state follows them all), the table over those added.
+          auto table = [&](const SimCostModel& cost) {
+            price_step_timings(all, cost, model);
+            std::vector<StepTiming> added;
+            for (size_t i : sum.added) added.push_back(all[i]);
+            return step_class_table(added);
+          };
           std::cout << o->json << ": " << sum.used << " steps added to " << o->profile << "'s samples ("
                     << sum.skipped_warmup << " in each run's first " << o->skip_s << " s, " << sum.skipped_lora
                     << " with adapters, " << sum.skipped_swap << " after a swap left out)";
           if (sum.de_heated) std::cout << "; each divided by the sustained-load factor at its point of the run (at most " << sum.max_factor << ")";
-          std::cout << "\n\nthe run's steps under the profile as given:\n";
-          price_step_timings(steps, before, model);
-          std::cout << step_class_table(steps) << "\nand as calibrated:\n";
-          price_step_timings(steps, after, model);
-          std::cout << step_class_table(steps);
+          std::cout << "\n\nthe steps added, under the profile as given:\n" << table(before) << "\nand as calibrated:\n" << table(after);
           return 0;
         } catch (const std::exception& e) {
           std::cerr << e.what() << "\n";

@@ -69,6 +69,7 @@ CalibrationSummary add_calibration_samples(nlohmann::ordered_json& profile, cons
     o["times_s"] = nlohmann::ordered_json::array({step_s});
     o["source"] = "calibration";
     added.push_back(std::move(o));
+    sum.added.push_back(i);
     ++sum.used;
   }
   if (sum.used == 0)

@@ -39,6 +39,7 @@ struct CalibrationSummary {
   int64_t skipped_swap = 0;    ///< swapped KV before the step: its time holds the copy
   bool de_heated = false;      ///< the profile has a sustained-load probe and the steps a start time
   double max_factor = 1.0;     ///< the largest load factor a step was divided by
+  std::vector<size_t> added;   ///< the indices (into the steps given) of the steps added
 };
 
 /// Appends `steps` (in run order; a new run starts where the run label changes or start_s goes

@@ -3,6 +3,7 @@
 // left out; a sustained-load probe's factor taken back out of each step first.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -104,6 +105,9 @@ TEST(StepCalibration, WarmUpAdapterAndSwapStepsAreLeftOutAndEachRunStartsAgain) 
   EXPECT_EQ(sum.skipped_lora, 1);
   EXPECT_EQ(sum.skipped_swap, 1);
   EXPECT_EQ(sum.used, int64_t(steps.size()) - warm - 2);
+  ASSERT_EQ(sum.added.size(), size_t(sum.used));
+  EXPECT_EQ(std::count(sum.added.begin(), sum.added.end(), size_t(70)), 0);  // the adapter step
+  EXPECT_EQ(std::count(sum.added.begin(), sum.added.end(), size_t(72)), 1);
   EXPECT_EQ(f.profile["calibration"][0]["skipped"]["warmup"], warm);
 }
 
