@@ -60,6 +60,10 @@ struct StepShape {
 struct TimedStep {
   StepShape shape;
   double step_s = 0.0;
+  /// A step of a real serving run folded into the profile (`servelab calibrate`: the sample's
+  /// "source": "calibration"). A bucket whose spread decodes include served ones takes a signed
+  /// a_spread: serving's mix of lengths may cost less than the grid's equal contexts.
+  bool served = false;
 };
 
 /// The roofline: max(FLOPs / (peak · tp), bytes / (bandwidth · tp)) + step overhead + two
@@ -135,7 +139,8 @@ RooflineBound roofline_bound(const RooflineTerms& terms, const StepShape& shape)
 /// prices what a batch of mixed lengths costs over the same batch at its mean context (on an H200
 /// 4-8% of a llama3-8b step at 16-64 sequences: engine_bench --mixed-contexts; nothing at 128+),
 /// fitted last, per bucket, to what the rest leaves of those points (linear between the buckets
-/// they ran as, constant past them; 0 without them; they take no part in the other terms). G is fitted after the joint fit (the same as without buckets): at each bucket a
+/// they ran as, constant past them; 0 without them; they take no part in the other terms; >= 0,
+/// but signed in a bucket holding a calibration run's decodes, TimedStep::served). G is fitted after the joint fit (the same as without buckets): at each bucket a
 /// graphed sample ran as, the weighted mean of what a_decode leaves of those samples' times;
 /// linear between buckets no sample ran as.
 /// With graph buckets, M then prices eager steps only, so it is refitted on them (eager: neither

@@ -234,7 +234,8 @@ void ProfiledStepModel::fit_graphs(std::span<const TimedStep> samples) {
 void ProfiledStepModel::fit_spread(std::span<const TimedStep> samples) {
   // Per bucket, one coefficient weighted like the rest by relative error: Σ w x r / Σ w x²,
   // w = 1 / step_s², over the samples priced as graphed decodes (eager decodes past the buckets
-  // keep M's price), clamped at 0.
+  // keep M's price), clamped at 0 unless the bucket holds served samples (a calibration run's:
+  // serving's mix of lengths may cost less than the grid's equal contexts, and must be able to say so).
   for (const TimedStep& t : samples) {
     if (!(t.step_s > 0) || !std::isfinite(t.step_s))
       throw std::invalid_argument("spread decode sample needs step_s > 0");
@@ -244,18 +245,21 @@ void ProfiledStepModel::fit_spread(std::span<const TimedStep> samples) {
     max_sampled_ = std::max(max_sampled_, t.shape.n_sampled);
   }
   std::map<double, std::pair<double, double>> by_bucket;  // bucket rows -> (Σ w x r, Σ w x²)
+  std::map<double, bool> served;                          // bucket rows -> any served sample
   for (const TimedStep& t : samples) {
     const StepShape s = clamp(t.shape);
     const double x = s.decode_spread();
     if (!graphed(s) || !(x > 0)) continue;
     const double w = 1.0 / (t.step_s * t.step_s);
-    auto& [num, den] = by_bucket[static_cast<double>(bucket_rows(s.n_seqs))];
+    const double bucket = static_cast<double>(bucket_rows(s.n_seqs));
+    served[bucket] = served[bucket] || t.served;
+    auto& [num, den] = by_bucket[bucket];
     num += w * x * (t.step_s - predict_base(s));
     den += w * x * x;
   }
   for (const auto& [rows, nd] : by_bucket) {
     spread_knots_.push_back(rows);
-    spread_knot_a_.push_back(std::max(0.0, nd.first / nd.second));
+    spread_knot_a_.push_back(served[rows] ? nd.first / nd.second : std::max(0.0, nd.first / nd.second));
   }
 }
 

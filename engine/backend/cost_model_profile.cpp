@@ -287,6 +287,7 @@ std::vector<TimedStep> read_profile_samples(const std::string& path, const std::
     }
     if (t.shape.n_tokens < 1 || t.shape.sum_context < 0 || !(t.step_s > 0) || !std::isfinite(t.step_s))
       throw std::runtime_error(where + ": needs n_tokens >= 1, sum_context >= 0 and step_s > 0");
+    t.served = o.contains("source") && o["source"] == "calibration";
     steps.push_back(t);
   }
   return steps;

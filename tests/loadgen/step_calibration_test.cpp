@@ -145,6 +145,51 @@ TEST(StepCalibration, ASustainedLoadProbesFactorIsTakenBackOutOfEachStep) {
     EXPECT_NEAR(f.profile["samples"][i]["step_s"].get<double>(), grid, 1e-9 * grid) << i;
 }
 
+/// Decodes of 8 sequences at a mean context of 100 whose longest holds 180 (serving's spread).
+StepShape spread_decode() {
+  StepShape s = test_shapes::decode_shape(8, 100);
+  s.max_context = 180;
+  return s;
+}
+
+TEST(StepCalibration, ServedDecodesCheaperThanTheGridPullTheirBucketDownWhereGridSpreadPointsCannot) {
+  Fixture f;
+  f.profile["decode_row_buckets"] = {1, 2, 4, 8, 16};
+  const TempFile bucketed(f.profile.dump());
+  const SimCostModel grid = SimCostModel::from_profile_json(bucketed.path(), f.model);
+  const double grid_s = grid.step_seconds(f.model, spread_decode());
+  // Grid points of spread contexts (no "source") 5% under the grid's price: a_spread stays >= 0.
+  nlohmann::ordered_json points = f.profile;
+  for (int i = 0; i < 4; ++i)
+    points["samples"].push_back({{"phase", "decode"}, {"n_seqs", 8}, {"n_tokens", 8}, {"n_padding_tokens", 0},
+                                 {"n_sampled", 8}, {"sum_context", 800}, {"max_context", 180}, {"prefill_pairs", 0.0},
+                                 {"decode_context", 800.0}, {"step_s", 0.95 * grid_s}});
+  const TempFile with_points(points.dump());
+  EXPECT_NEAR(SimCostModel::from_profile_json(with_points.path(), f.model).step_seconds(f.model, spread_decode()), grid_s,
+              1e-9 * grid_s);
+  // The same steps served (a calibration run's): the bucket's a_spread goes below 0 to meet them.
+  std::vector<RecordedStep> run;
+  for (int i = 0; i < 4; ++i) {
+    RecordedStep r;
+    r.run = "served@1";
+    r.timing.shape = spread_decode();
+    r.timing.measured_s = 0.95 * grid_s;
+    r.timing.start_s = 0.1 * i;
+    run.push_back(r);
+  }
+  CalibrationOptions o;
+  o.skip_s = 0.0;
+  nlohmann::ordered_json served = f.profile;
+  add_calibration_samples(served, run, grid, f.model, o);
+  const TempFile calibrated(served.dump());
+  const SimCostModel after = SimCostModel::from_profile_json(calibrated.path(), f.model);
+  EXPECT_NEAR(after.step_seconds(f.model, spread_decode()), 0.95 * grid_s, 1e-3 * grid_s);
+  EXPECT_LT(after.profiled->s_per_decode_spread(8), 0.0);
+  // Equal contexts keep the grid's price.
+  EXPECT_NEAR(after.step_seconds(f.model, test_shapes::decode_shape(8, 100)),
+              grid.step_seconds(f.model, test_shapes::decode_shape(8, 100)), 1e-9);
+}
+
 TEST(StepCalibration, PhasesAndErrors) {
   EXPECT_STREQ(calibration_phase(test_shapes::decode_shape(4, 100)), "decode");
   EXPECT_STREQ(calibration_phase(test_shapes::prefill_shape(64, 0)), "prefill");
