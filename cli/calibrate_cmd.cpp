@@ -5,9 +5,11 @@
 // calibrated. The run should be the scenario the sim is to predict, on the same GPU, with another
 // seed than the plans it will be compared with (matrix.sh CALIBRATE=1 takes 300 requests at 65%
 // of the grid's capacity: results/sim-validation/README.md).
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -22,6 +24,63 @@
 
 namespace servelab::cli {
 namespace {
+
+/// What the run beside the steps file says it ran (a run folder's runs.json, validate-sim's
+/// validation.json): its model must be the profile's shape and its backend the profile's, else the
+/// samples would price another engine; a device or KV layout other than the profile's is warned of.
+void check_steps_source(const std::string& steps_path, const nlohmann::ordered_json& profile, const std::string& run) {
+  const std::filesystem::path dir = std::filesystem::path(steps_path).parent_path();
+  nlohmann::json meta;
+  std::string model, backend, device, file;
+  std::vector<std::pair<std::string, std::string>> kv_by_run;  // label, kv
+  for (const char* name : {"runs.json", "validation.json"}) {
+    std::ifstream in(dir / name);
+    if (!in) continue;
+    try {
+      meta = nlohmann::json::parse(in);
+    } catch (const std::exception&) {
+      continue;  // not ours to judge
+    }
+    file = (dir / name).string();
+    const nlohmann::json& sc = meta.contains("scenario") && meta["scenario"].is_object() ? meta["scenario"] : meta;
+    model = sc.value("model", std::string());
+    backend = sc.value("backend", meta.value("backend", std::string()));
+    if (meta.contains("environment") && meta["environment"].is_object())
+      device = meta["environment"].value("device", std::string());
+    if (meta.contains("runs") && meta["runs"].is_array())
+      for (const nlohmann::json& r : meta["runs"])
+        if (r.is_object() && r.contains("label") && r.contains("kv") && r["kv"].is_string())
+          kv_by_run.emplace_back(r["label"].get<std::string>(), r["kv"].get<std::string>());
+    break;
+  }
+  if (file.empty()) return;
+  const std::string p_backend = profile.value("backend", std::string());
+  if (!backend.empty() && !p_backend.empty() && backend != p_backend)
+    throw std::invalid_argument(file + ": the steps ran on the " + backend + " backend, the profile timed the " + p_backend +
+                                " backend");
+  if (!model.empty() && profile.contains("model") && profile["model"].is_object()) {
+    const std::string hash = profile["model"].value("shape_hash", std::string());
+    std::optional<ModelConfig> ran;
+    try {
+      ran = resolve_model_config(model);
+    } catch (const std::exception&) {
+    }
+    if (ran && !hash.empty() && model_shape_hash(*ran) != hash)
+      throw std::invalid_argument(file + ": the steps ran " + model + ", the profile timed " +
+                                  profile["model"].value("name", std::string("another model")));
+  }
+  const std::string p_device = profile.value("device", std::string());
+  // cuda names its GPU alike in both ("cuda: NVIDIA H200, ..." and "NVIDIA H200, ..."); cpu does not
+  if (backend == "cuda" && !p_device.empty() && device.find(':') != std::string::npos && device.find(p_device) == std::string::npos)
+    std::cerr << "note: the steps ran on " << device << ", the profile was taken on " << p_device << "\n";
+  const std::string p_kv = profile.contains("options") && profile["options"].is_object()
+                               ? profile["options"].value("kv", std::string())
+                               : std::string();
+  for (const auto& [label, kv] : kv_by_run)
+    if (!p_kv.empty() && kv != p_kv && (run.empty() || run == label))
+      std::cerr << "note: run " << label << " kept " << kv << " KV, the profile timed " << p_kv
+                << " (--run picks one run of the file)\n";
+}
 
 const Registrar kCalibrate(
     "calibrate", "Fold a real serving run's steps into a profile, so the sim prices the scenario's own step mix as served",
@@ -56,6 +115,7 @@ const Registrar kCalibrate(
             std::ifstream in(o->profile);
             profile = nlohmann::ordered_json::parse(in);
           }
+          check_steps_source(o->steps, profile, o->run);
           CalibrationOptions opts;
           opts.skip_s = o->skip_s;
           opts.steps_path = o->steps;

@@ -2,6 +2,7 @@
 // device only with --retarget (then a profile of the 2-core cpu prices an H100's steps far
 // faster); a bad line names its file and line. A cpu run's own steps.jsonl prices the same way
 // (each step record carries its roofline.shape); a sim run's steps, which have none, are refused.
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -113,6 +114,21 @@ TEST(CalibrateCli, FoldsARunsStepsIntoTheProfileAndPrintsTheErrorBeforeAndAfter)
   r = run_servelab({"price-steps", dir.file("steps.jsonl"), "--profile", dir.file("c.json"), "--preset", "tiny"}, dir);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_GT(all_predicted(r.output), 2.0 * before) << r.output;
+  // Beside a run folder's runs.json that names another model or backend: refused with the reason.
+  const std::string runs_json = R"j({"schema": "servelab.runs/1", "scenario": {"model": "llama2-7b", "backend": "cpu"},
+                                    "environment": {"device": "cpu (OpenBLAS fp32)"}, "runs": []})j";
+  write_text(dir.file("runs.json"), runs_json);
+  r = run_servelab({"calibrate", dir.file("steps.jsonl"), "--profile", prof, "--preset", "tiny", "--json", dir.file("e.json")}, dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.output, "the steps ran llama2-7b")) << r.output;
+  std::string other_backend = runs_json;
+  other_backend.replace(other_backend.find("llama2-7b"), 9, "tiny");
+  other_backend.replace(other_backend.find("\"cpu\""), 5, "\"cuda\"");
+  write_text(dir.file("runs.json"), other_backend);
+  r = run_servelab({"calibrate", dir.file("steps.jsonl"), "--profile", prof, "--preset", "tiny", "--json", dir.file("e.json")}, dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(contains(r.output, "ran on the cuda backend")) << r.output;
+  std::remove(dir.file("runs.json").c_str());
   // Another model's profile: refused with the reason; nothing written.
   r = run_servelab({"calibrate", dir.file("steps.jsonl"), "--profile", prof, "--preset", "llama2-7b", "--json", dir.file("d.json")}, dir);
   EXPECT_EQ(r.code, 2);
