@@ -125,7 +125,7 @@ const Registrar kCalibrate(
           {
             std::ofstream out(o->json, std::ios::trunc);
             if (!out) throw std::runtime_error(o->json + ": cannot write");
-            out << profile.dump(2) << "\n";
+            out << profile.dump() << "\n";  // compact: a calibration adds thousands of samples
             if (!out) throw std::runtime_error(o->json + ": write failed");
           }
           const SimCostModel after = SimCostModel::from_profile_json(o->json, model);
