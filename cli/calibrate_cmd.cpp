@@ -88,6 +88,7 @@ const Registrar kCalibrate(
       struct Opts {
         std::string steps, profile, preset, json, run;
         double skip_s = 2.0;
+        int tensor_parallel = 1;
       };
       auto o = std::make_shared<Opts>();
       sub.add_option("steps", o->steps, "a cpu/cuda run's steps.jsonl or validate-sim's steps_real.jsonl (uncompressed)")
@@ -99,6 +100,7 @@ const Registrar kCalibrate(
       sub.add_option("--preset", o->preset, "the model the steps ran (a preset or checkpoint folder)")->required();
       sub.add_option("--json", o->json, "where to write the calibrated profile")->required();
       sub.add_option("--run", o->run, "only the steps of this run label (e.g. continuous-paged@8)");
+      sub.add_option("--tensor-parallel", o->tensor_parallel, "the profile's and the steps' degree")->check(CLI::PositiveNumber);
       sub.add_option("--skip-s", o->skip_s, "leave out each run's first seconds (graph captures, first use)")
           ->check(CLI::NonNegativeNumber);
       sub.footer(
@@ -108,7 +110,7 @@ const Registrar kCalibrate(
       return [o]() -> int {
         try {
           const ModelConfig model = resolve_model_config(o->preset);
-          const SimCostModel before = SimCostModel::from_profile_json(o->profile, model);
+          const SimCostModel before = SimCostModel::from_profile_json(o->profile, model, std::nullopt, o->tensor_parallel);
           std::vector<RecordedStep> recorded = read_recorded_steps(o->steps, o->run);
           nlohmann::ordered_json profile;
           {
@@ -128,7 +130,7 @@ const Registrar kCalibrate(
             out << profile.dump() << "\n";  // compact: a calibration adds thousands of samples
             if (!out) throw std::runtime_error(o->json + ": write failed");
           }
-          const SimCostModel after = SimCostModel::from_profile_json(o->json, model);
+          const SimCostModel after = SimCostModel::from_profile_json(o->json, model, std::nullopt, o->tensor_parallel);
           std::vector<StepTiming> all;
           for (RecordedStep& r : recorded) all.push_back(std::move(r.timing));
           // Every step priced in run order (the load state follows them all), the table over those added.

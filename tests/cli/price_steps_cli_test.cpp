@@ -129,6 +129,12 @@ TEST(CalibrateCli, FoldsARunsStepsIntoTheProfileAndPrintsTheErrorBeforeAndAfter)
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(contains(r.output, "ran on the cuda backend")) << r.output;
   std::remove(dir.file("runs.json").c_str());
+  // A tensor-parallel degree other than the profile's: refused.
+  r = run_servelab({"calibrate", dir.file("steps.jsonl"), "--profile", prof, "--preset", "tiny", "--tensor-parallel", "2",
+                    "--json", dir.file("t.json")},
+                   dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_FALSE(std::ifstream(dir.file("t.json")).good());
   // Another model's profile: refused with the reason; nothing written.
   r = run_servelab({"calibrate", dir.file("steps.jsonl"), "--profile", prof, "--preset", "llama2-7b", "--json", dir.file("d.json")}, dir);
   EXPECT_EQ(r.code, 2);
