@@ -124,11 +124,14 @@ const Registrar kCalibrate(
           opts.run = o->run;
           opts.date = analysis::utc_now_iso8601();
           const CalibrationSummary sum = add_calibration_samples(profile, recorded, before, model, opts);
-          {
-            std::ofstream out(o->json, std::ios::trunc);
+          {  // beside it first, then renamed: --json may name the profile itself, which a failed write must not lose
+            const std::string tmp = o->json + ".tmp";
+            std::ofstream out(tmp, std::ios::trunc);
             if (!out) throw std::runtime_error(o->json + ": cannot write");
             out << profile.dump() << "\n";  // compact: a calibration adds thousands of samples
+            out.close();
             if (!out) throw std::runtime_error(o->json + ": write failed");
+            std::filesystem::rename(tmp, o->json);
           }
           const SimCostModel after = SimCostModel::from_profile_json(o->json, model, std::nullopt, o->tensor_parallel);
           std::vector<StepTiming> all;
