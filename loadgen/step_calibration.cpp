@@ -4,17 +4,19 @@
 #include <optional>
 #include <stdexcept>
 
+#include "engine/backend/profiler.h"
 #include "engine/backend/sim_sustained.h"
 #include "engine/backend/step_shape_json.h"
+#include "loadgen/step_error.h"
 
 namespace servelab {
 
 const char* calibration_phase(const StepShape& s) {
-  if (s.verify_rows > 0) return "verify";
-  if (s.prefill_pairs == 0.0) return "decode";
-  if (s.decode_context > 0.0) return "mixed";
+  if (s.verify_rows > 0) return to_string(ProfilePhase::verify);
+  if (is_decode_only(s)) return to_string(ProfilePhase::decode);
+  if (s.decode_context > 0.0) return to_string(ProfilePhase::mixed);
   // one prefill piece from position 0 computes as many rows as its context holds
-  return s.sum_context > s.n_tokens ? "chunk" : "prefill";
+  return to_string(s.sum_context > s.n_tokens ? ProfilePhase::chunk : ProfilePhase::prefill);
 }
 
 CalibrationSummary add_calibration_samples(nlohmann::ordered_json& profile, const std::vector<RecordedStep>& steps,
