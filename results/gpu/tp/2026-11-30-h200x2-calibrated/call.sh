@@ -8,7 +8,7 @@
 #   b: the sweep's continuous runs (200 requests a rate).
 #   c: scenarios/gpu-quant-compare.yaml on GPU 0 (issue 26 item 5), not TP.
 # Everything lands in $OUT/PHASE and comes back as $OUT/PHASE.tgz (the device returns few files).
-#   PHASE=a OUT=$OUT bash results/gpu/tp/2026-12-01-h200x2-calibrated/call.sh
+#   PHASE=a OUT=$OUT bash results/gpu/tp/2026-11-30-h200x2-calibrated/call.sh
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export SERVELAB_COMMIT=$(cat GPU_COMMIT 2>/dev/null || git rev-parse --short HEAD)
