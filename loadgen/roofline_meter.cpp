@@ -1,5 +1,6 @@
 #include "loadgen/roofline_meter.h"
 
+#include <algorithm>
 #include <fstream>
 #include <stdexcept>
 #include <utility>
@@ -19,12 +20,12 @@ StepClass step_class_of(const StepShape& s) {
 }
 
 RooflineMeter::RooflineMeter(const ModelConfig& model, const SimDevice& base, const RooflineCeilings& ceilings,
-                             int tensor_parallel)
+                             int tensor_parallel, const StorageFormats& formats)
     : model_(model), device_(base) {
   ceilings.validate();
   device_.peak_flops = ceilings.gemm_flops;
   device_.mem_bw_bytes_s = ceilings.copy_bytes_s;
-  terms_ = RooflineTerms::of(model_, device_, tensor_parallel);
+  terms_ = RooflineTerms::of(model_, device_, tensor_parallel, formats);
 }
 
 StepRoofline RooflineMeter::price(const StepShape& shape) const {
@@ -105,7 +106,7 @@ RooflineRecorder::RooflineRecorder(BackendKind kind, std::string ceilings_file, 
 
 RooflineRecorder::~RooflineRecorder() = default;
 
-std::unique_ptr<Backend> RooflineRecorder::wrap(std::unique_ptr<Backend> inner) {
+std::unique_ptr<Backend> RooflineRecorder::wrap(std::unique_ptr<Backend> inner, const StorageFormats& formats) {
   if (!resolved_) {
     resolved_ = true;
     base_ = roofline_base_device(kind_, inner->device_description());
@@ -122,10 +123,14 @@ std::unique_ptr<Backend> RooflineRecorder::wrap(std::unique_ptr<Backend> inner) 
       ceilings_ = RooflineCeilings{base_->mem_bw_bytes_s, base_->peak_flops, CeilingSource::table,
                                    "device table: " + base_->name};
     }
-    if (ceilings_) meter_ = std::make_unique<RooflineMeter>(inner->config(), *base_, *ceilings_, tensor_parallel_);
   }
-  if (!meter_) return inner;
-  return std::make_unique<RooflineTapBackend>(std::move(inner), *meter_, last_);
+  if (!ceilings_) return inner;
+  const std::string key = formats.quant.describe() + "/" + to_string(formats.kv_cache_dtype);
+  auto it = std::find_if(meters_.begin(), meters_.end(), [&](const auto& m) { return m.first == key; });
+  if (it == meters_.end())
+    it = meters_.insert(meters_.end(), {key, std::make_unique<RooflineMeter>(inner->config(), *base_, *ceilings_,
+                                                                             tensor_parallel_, formats)});
+  return std::make_unique<RooflineTapBackend>(std::move(inner), *it->second, last_);
 }
 
 std::optional<StepRoofline> RooflineRecorder::take() { return std::exchange(last_, std::nullopt); }

@@ -7,6 +7,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/backend/backend.h"
 #include "engine/backend/cost_model.h"
@@ -25,8 +27,11 @@ class RooflineMeter {
  public:
   /// `base`: the device preset whose element sizes (weights, K/V) the backend computes in; its
   /// peak_flops and mem_bw_bytes_s are replaced by the ceilings. `tensor_parallel`: GPUs sharing
-  /// the step (ceilings are per GPU). Throws std::invalid_argument on bad ceilings.
-  RooflineMeter(const ModelConfig& model, const SimDevice& base, const RooflineCeilings& ceilings, int tensor_parallel);
+  /// the step (ceilings are per GPU). `formats`: the weights' and K/V's storage as the backend
+  /// reads them (a quantized strategy's Linears in their bytes, an FP8 cache's codes and scales).
+  /// Throws std::invalid_argument on bad ceilings.
+  RooflineMeter(const ModelConfig& model, const SimDevice& base, const RooflineCeilings& ceilings, int tensor_parallel,
+                const StorageFormats& formats = {});
   RooflineMeter(const RooflineMeter&) = delete;
   RooflineMeter& operator=(const RooflineMeter&) = delete;
 
@@ -59,9 +64,10 @@ class RooflineRecorder {
   RooflineRecorder(BackendKind kind, std::string ceilings_file, int threads, int tensor_parallel);
   ~RooflineRecorder();
 
-  /// `inner` wrapped so that every execute() leaves its step's roofline for take(). Returns
-  /// `inner` unwrapped when there are no ceilings (note() says why).
-  std::unique_ptr<Backend> wrap(std::unique_ptr<Backend> inner);
+  /// `inner` wrapped so that every execute() leaves its step's roofline for take(), priced in
+  /// `formats` (BackendFactory::formats: a strategy's weight and KV formats as its backend reads
+  /// them). Returns `inner` unwrapped when there are no ceilings (note() says why).
+  std::unique_ptr<Backend> wrap(std::unique_ptr<Backend> inner, const StorageFormats& formats = {});
   /// The roofline of the step executed since the last take(), if any (idle steps execute nothing).
   std::optional<StepRoofline> take();
 
@@ -78,7 +84,7 @@ class RooflineRecorder {
   std::optional<RooflineCeilings> ceilings_;
   std::optional<SimDevice> base_;
   std::string note_;
-  std::unique_ptr<RooflineMeter> meter_;
+  std::vector<std::pair<std::string, std::unique_ptr<RooflineMeter>>> meters_;  // one per storage format
   std::optional<StepRoofline> last_;
 };
 

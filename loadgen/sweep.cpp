@@ -98,9 +98,10 @@ class LineWriter {
 /// With `roofline` (real backends), every step's roofline is recorded (loadgen/roofline_meter.h).
 std::unique_ptr<Engine> make_engine(const Scenario& sc, const StrategySpec& strategy, const BackendFactory& backends,
                                     RooflineRecorder* roofline = nullptr) {
-  std::unique_ptr<Backend> backend =
-      backends.make(strategy_quantization(sc, strategy), strategy_kv_cache_dtype(sc, strategy));
-  if (roofline) backend = roofline->wrap(std::move(backend));
+  const Quantization quantization = strategy_quantization(sc, strategy);
+  const KvCacheDType kv_cache_dtype = strategy_kv_cache_dtype(sc, strategy);
+  std::unique_ptr<Backend> backend = backends.make(quantization, kv_cache_dtype);
+  if (roofline) backend = roofline->wrap(std::move(backend), backends.formats(quantization, kv_cache_dtype));
   EngineConfig cfg = engine_config(sc, strategy);
   cfg.kv_cache_bytes = kv_cache_bytes_for(sc, strategy, *backend);
   if (sc.backend.kind == BackendKind::cpu) {

@@ -263,6 +263,18 @@ BackendFactory::~BackendFactory() = default;
 
 std::unique_ptr<Backend> BackendFactory::make() const { return make(spec_.quantization, spec_.kv_cache_dtype); }
 
+StorageFormats BackendFactory::formats(Quantization quantization, KvCacheDType kv_cache_dtype) const {
+  StorageFormats f;
+  f.kv_cache_dtype = kv_cache_dtype;
+  if (spec_.kind == BackendKind::cpu) return f;
+  std::optional<QuantScheme> checkpoint;
+  if (!spec_.model.empty() && std::filesystem::exists(std::filesystem::path(spec_.model) / "config.json"))
+    checkpoint = read_quant_scheme((std::filesystem::path(spec_.model) / "config.json").string());
+  f.quant = checkpoint ? *checkpoint
+                       : scheme_for_model(quantization, spec_model_config(spec_), spec_.fp8_per_channel);
+  return f;
+}
+
 std::unique_ptr<Backend> BackendFactory::make(Quantization quantization, KvCacheDType kv_cache_dtype) const {
   if (!weights_) {
     BackendSpec spec = spec_;

@@ -133,6 +133,10 @@ class BackendFactory {
   /// A backend of this spec in other storage formats (a strategy's `quantization:` and
   /// `kv_cache_dtype:`). cpu: the weights quantized once per format and shared.
   std::unique_ptr<Backend> make(Quantization quantization, KvCacheDType kv_cache_dtype) const;
+  /// The storage formats make(quantization, kv_cache_dtype)'s backend reads in, as a roofline
+  /// counts bytes: a quantized checkpoint in its own scheme, else `quantization` as quantized on
+  /// load; the cpu backend's Linears unquantized (it dequantizes them once and multiplies in fp32).
+  StorageFormats formats(Quantization quantization, KvCacheDType kv_cache_dtype) const;
   const BackendSpec& spec() const { return spec_; }
   /// The cpu backend's weights (what a self-speculative draft is cut from); null for other kinds.
   std::shared_ptr<const ModelWeights> weights() const { return weights_; }

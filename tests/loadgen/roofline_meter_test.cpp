@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/backend/make_backend.h"
 #include "engine/backend/profiler.h"
+#include "engine/model/quantize_weights.h"
 #include "engine/engine.h"
 #include "loadgen/roofline_meter.h"
 #include "tests/backend/roofline_hand_model.h"
@@ -54,6 +56,31 @@ TEST(RooflineMeter, PaddingRowsAreNotWork) {
   EXPECT_DOUBLE_EQ(b.flops, a.flops);
   EXPECT_DOUBLE_EQ(b.bytes, a.bytes);
   EXPECT_EQ(b.step_class, StepClass::decode);
+}
+
+TEST(RooflineMeter, CountsTheStrategysWeightAndKvFormats) {
+  // A quantized strategy's Linears are read in their own bytes and an FP8 cache's K/V as codes
+  // and scales: a meter in bf16 counts FP8 weights at twice their bytes (efficiency over 1).
+  const ModelConfig m = hand_model();
+  const SimDevice h100 = SimDevice::preset("h100-sxm");
+  const RooflineMeter plain(m, h100, giga(), 1);
+  StorageFormats fp8;
+  fp8.quant = scheme_for_model(Quantization::fp8, m);
+  const RooflineMeter weights_fp8(m, h100, giga(), 1, fp8);
+  const double linear_params = double(linear_weight_bytes(m, QuantScheme{})) / 2.0;
+  const StepShape s = three_decodes();
+  EXPECT_NEAR(plain.price(s).bytes - weights_fp8.price(s).bytes,
+              linear_params * h100.weight_dtype_bytes - double(linear_weight_bytes(m, fp8.quant)), 1e-6);
+  EXPECT_LT(weights_fp8.price(s).seconds, plain.price(s).seconds);
+  ModelConfig wide = m;  // heads of 16: an FP8 slot (1 byte a value + a 4-byte scale a head) is smaller
+  wide.hidden_size = 32;
+  StorageFormats kv8;
+  kv8.kv_cache_dtype = KvCacheDType::fp8;
+  const RooflineMeter wide_plain(wide, h100, giga(), 1);
+  const RooflineMeter kv_fp8(wide, h100, giga(), 1, kv8);
+  EXPECT_NEAR(wide_plain.price(s).bytes - kv_fp8.price(s).bytes,
+              double(s.sum_context + s.n_tokens) * 2 * wide.n_layers * wide.n_kv_heads * (16 * 2 - (16 + 4)), 1e-6);
+  EXPECT_EQ(kv_fp8.price(s).flops, wide_plain.price(s).flops);
 }
 
 TEST(RooflineMeter, KeepsTheStepsShapeThroughItsJson) {
@@ -164,6 +191,46 @@ TEST(RooflineRecorder, LeavesOneRooflinePerExecutedStep) {
   }
   EXPECT_EQ(n_busy, 4);  // the prompts, then three more tokens each
   EXPECT_FALSE(recorder.take());  // taken once
+}
+
+TEST(RooflineRecorder, EachBackendIsPricedInItsOwnFormats) {
+  const std::string file = testing_util::write_temp("ceil2.json", R"({"copy_bytes_s": 1e10, "gemm_flops": 1e11})");
+  RooflineRecorder recorder(BackendKind::cpu, file, 1, 1);
+  StorageFormats kv8;
+  kv8.kv_cache_dtype = KvCacheDType::fp8;
+  std::unique_ptr<Backend> plain = recorder.wrap(sim_backend());
+  std::unique_ptr<Backend> fp8 = recorder.wrap(sim_backend(), kv8);
+  auto step_bytes = [&](std::unique_ptr<Backend> b) {
+    Engine engine(paged_config(continuous_sched(8, 256, false), 64 << 20), std::move(b));
+    std::vector<Timed> items{{0.0, make_request(0, 20, 2, 0)}};
+    VirtualClock clock;
+    ListSource source(std::move(items));
+    RunnerCallbacks cb;
+    double bytes = 0.0;
+    cb.on_step = [&](const StepOutcome&) {
+      if (auto r = recorder.take()) bytes += r->bytes;
+    };
+    run_engine(engine, source, clock, cb);
+    return bytes;
+  };
+  const double plain_bytes = step_bytes(std::move(plain)), fp8_bytes = step_bytes(std::move(fp8));
+  EXPECT_GT(plain_bytes, 0.0);
+  EXPECT_LT(fp8_bytes, plain_bytes);
+}
+
+TEST(BackendFactoryFormats, CpuDequantizesOthersReadTheirScheme) {
+  BackendSpec sim;
+  sim.kind = BackendKind::sim;
+  sim.model = "tiny";
+  const StorageFormats s = BackendFactory(sim).formats(Quantization::int4_awq, KvCacheDType::fp8);
+  EXPECT_EQ(s.quant.method, Quantization::int4_awq);
+  EXPECT_EQ(s.kv_cache_dtype, KvCacheDType::fp8);
+  BackendSpec cpu = sim;
+  cpu.kind = BackendKind::cpu;
+  cpu.threads = 1;
+  const StorageFormats c = BackendFactory(cpu).formats(Quantization::int4_awq, KvCacheDType::fp8);
+  EXPECT_FALSE(c.quant.quantized());  // the cpu backend multiplies its dequantized fp32 weights
+  EXPECT_EQ(c.kv_cache_dtype, KvCacheDType::fp8);
 }
 
 TEST(RooflineRecorder, UnknownGpuGetsNoRooflineAndSaysWhy) {
