@@ -7,6 +7,7 @@
 #      static runs (64 requests a rate).
 #   b: the sweep's continuous runs (200 requests a rate).
 #   c: scenarios/gpu-quant-compare.yaml on GPU 0 (issue 26 item 5), not TP.
+#   d: the same at 4 req/s alone, after the roofline meter learned each strategy's formats.
 # Everything lands in $OUT/PHASE and comes back as $OUT/PHASE.tgz (the device returns few files).
 #   PHASE=a OUT=$OUT bash results/gpu/tp/2026-11-30-h200x2-calibrated/call.sh
 set -uo pipefail
@@ -50,6 +51,11 @@ c)
   CUDA_VISIBLE_DEVICES=0 timeout $(( ${TOTAL_S:-575} - ($(date +%s) - t0) )) $sl run scenarios/gpu-quant-compare.yaml \
     --out "$O/quant-compare" --force --no-plots > "$O/quant-compare.log" 2>&1
   echo "quant-compare rc $? $(el)"; grep -A40 "^strategy" "$O/quant-compare.log" | head -40
+  ;;
+d)
+  CUDA_VISIBLE_DEVICES=0 timeout $(( ${TOTAL_S:-575} - ($(date +%s) - t0) )) $sl run scenarios/gpu-quant-compare.yaml \
+    --set workload.rates=[4] --out "$O/quant-compare-4" --force --no-plots > "$O/quant-compare-4.log" 2>&1
+  echo "quant-compare at 4 req/s rc $? $(el)"; grep "roofline efficiency" "$O/quant-compare-4.log"
   ;;
 esac
 for f in "$O"/*/records.jsonl "$O"/*/steps.jsonl; do [ -f "$f" ] && gzip "$f"; done
