@@ -68,6 +68,11 @@ TextRows lora_table(const Summary& s, size_t max_adapters = 16);
 /// overall and per step class with each class's step count; sim runs say "sim" (their times are
 /// priced, not measured). Empty when no run has one.
 TextRows roofline_table(const Summary& s);
+/// Storage formats (report_formats.cpp), when some run carries an accuracy (format_accuracy.h):
+/// per strategy its weight and KV formats, capacity, peak goodput, and against the model's own
+/// formats the top-1 agreement, KL divergence and logit errors ("reference" for a strategy in
+/// the model's formats; the note where the run could not measure it). Empty otherwise.
+TextRows formats_table(const Summary& s);
 /// Lines saying how the metrics were made: the SLO, the window, repetitions, each strategy's
 /// capacity (highest rate meeting the SLO), the roofline's ceilings.
 std::vector<std::string> method_lines(const Summary& s);

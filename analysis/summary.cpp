@@ -250,6 +250,7 @@ void to_json(nlohmann::ordered_json& j, const RunInfo& r) {
     to_json(c, *r.roofline_ceilings);
     j["roofline_ceilings"] = c;
   }
+  if (r.accuracy) j["accuracy"] = *r.accuracy;
 }
 
 void from_json(const nlohmann::ordered_json& j, RunInfo& r) {
@@ -281,6 +282,14 @@ void from_json(const nlohmann::ordered_json& j, RunInfo& r) {
       throw std::invalid_argument("run " + r.label + ": roofline_ceilings: " + e.what());
     }
     r.roofline_ceilings = rc;
+  }
+  r.accuracy.reset();
+  if (auto a = j.find("accuracy"); a != j.end() && !a->is_null()) {
+    try {
+      r.accuracy = a->get<FormatAccuracy>();
+    } catch (const std::exception& e) {
+      throw std::invalid_argument("run " + r.label + ": " + e.what());
+    }
   }
 }
 
@@ -378,6 +387,7 @@ void to_json(nlohmann::ordered_json& j, const RunSummary& r) {
   j["metrics"] = r.metrics;
   if (r.structured) j["structured_output"] = *r.structured;
   if (r.roofline) j["roofline"] = *r.roofline;
+  if (r.info.accuracy) j["accuracy"] = *r.info.accuracy;
   if (r.info.repeats > 1) {
     auto& rep = j["repeats"];
     rep["n"] = r.repetitions.size();

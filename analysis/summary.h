@@ -12,6 +12,7 @@
 //              "strategy", "mode", ["concurrency",] "n_planned", "config": {...},
 //              "metrics": {... see metrics.h ...}, ["structured_output": {... structured_stats.h ...},]
 //              ["roofline": {... roofline_efficiency.h ...},]
+//              ["accuracy": {... format_accuracy.h ...},]
 //              ["repeats": {"n", "seeds", "labels", "stats": {path: MetricStats}, "runs": [metrics]}]}],
 //    "report": {"percentiles", "window": {..., "description"}}}   (what every run's metrics used)
 //   "rate" is a number only for mode "open"; "max", "closed", "trace" and "unknown" runs write
@@ -26,6 +27,7 @@
 #include "analysis/environment.h"
 #include "analysis/metrics.h"
 #include "analysis/repeats.h"
+#include "analysis/format_accuracy.h"
 #include "analysis/roofline_efficiency.h"
 #include "analysis/structured_stats.h"
 #include "loadgen/records/record.h"
@@ -64,6 +66,10 @@ struct RunInfo {
   /// Real in-process runs: the device ceilings its steps' rooflines were priced at (runs.json
   /// "roofline_ceilings"; loadgen/roofline_meter.h). Unset on the sim, over HTTP, or when unknown.
   std::optional<RooflineCeilings> roofline_ceilings;
+  /// In-process runs of a strategy with quantized weights or an FP8 KV cache: what its formats
+  /// cost in accuracy on the run's backend (format_accuracy.h; runs.json and summary.json
+  /// "accuracy"). Unset for the model's own formats or when the run did not measure it.
+  std::optional<FormatAccuracy> accuracy;
 
   /// The strategy name reports group by.
   std::string strategy_name() const;

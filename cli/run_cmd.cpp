@@ -163,6 +163,9 @@ int run_scenario(const Scenario& scenario, const std::string& out_dir, bool quie
     if (!t) throw std::runtime_error(dir + ": no tokenizer.json (target.tokenizer)");
     return t;
   };
+  opts.on_accuracy = [&](const std::string& format) {
+    if (!args.quiet) out << "  accuracy: " << format << " against the model's own formats\n" << std::flush;
+  };
   opts.on_run_start = [&](const SweepRun& r) {
     progress = std::make_unique<ProgressLine>(!args.quiet, r.label, r.n_planned + r.n_warmup);
     progress->draw(true);
@@ -190,6 +193,9 @@ int run_scenario(const Scenario& scenario, const std::string& out_dir, bool quie
   // Real backends: the ceilings the steps' rooflines were priced at (runs.json is rewritten below).
   for (analysis::RunInfo& r : input.runs) {
     if (r.backend != "sim") r.roofline_ceilings = sweep.roofline_ceilings;
+    for (const SweepRun& s : sweep.runs)
+      if (s.point == r.label)
+        if (auto a = sweep.accuracy.find(s.strategy); a != sweep.accuracy.end()) r.accuracy = a->second;
     for (const SweepRun& s : sweep.runs)  // the KV arena each engine got (sized from free memory on a GPU)
       if (s.point == r.label && s.config.contains("kv_cache_bytes")) r.config["kv_cache_bytes"] = s.config["kv_cache_bytes"];
   }

@@ -269,6 +269,10 @@ struct ReportSpec {
   int skip_first_requests = 0;      ///< ... or by requests (not both)
   int skip_last_requests = 0;
   double cdf_rate = NAN;            ///< rate of the latency CDF plots; NaN = highest common rate
+  /// In-process runs with quantized or FP8-KV strategies: teacher-forced positions over which each
+  /// strategy's formats are compared with the model's own before the first request
+  /// (loadgen/format_accuracy.h); 0 = not measured.
+  int accuracy_positions = 1024;
 };
 
 /// One entry of `gates:`: a summary metric of some runs must stay within [min, max].

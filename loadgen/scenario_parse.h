@@ -15,7 +15,7 @@ namespace servelab {
 void parse_scenario(const YAML::Node& root, const std::vector<AppliedOverride>& overrides, Scenario& out,
                     Diagnostics& diag);
 
-/// `slo:` (thresholds, percentile objectives) and `report:` (percentiles, window, cdf_rate) into
+/// `slo:` (thresholds, percentile objectives) and `report:` (percentiles, window, cdf_rate, accuracy_positions) into
 /// scenario.slo and scenario.report; problems go to `diag` at their file:line:col.
 void parse_slo_section(const YAML::Node& node, const std::vector<AppliedOverride>& overrides, Scenario& scenario,
                        Diagnostics& diag);

@@ -44,9 +44,10 @@ class SloReportWalker : public YamlReader {
   }
 
   void report(const YAML::Node& n) {
-    if (!section(n, "report", {"percentiles", "window", "cdf_rate"})) return;
+    if (!section(n, "report", {"percentiles", "window", "cdf_rate", "accuracy_positions"})) return;
     auto& r = s_.report;
     if (defined(n["cdf_rate"])) read_double(n["cdf_rate"], "report.cdf_rate", r.cdf_rate);
+    if (defined(n["accuracy_positions"])) read_int(n["accuracy_positions"], "report.accuracy_positions", r.accuracy_positions);
     if (defined(n["percentiles"])) {
       const YAML::Node& ps = n["percentiles"];
       note(ps, "report.percentiles");

@@ -453,6 +453,8 @@ void validate_report(const Scenario& s, const Checker& c) {
     c.check(false, "report.window.skip_first_requests",
             "plus skip_last_requests must leave some of workload.n_requests (" + std::to_string(s.workload.n_requests) +
                 ")" + got(r.skip_first_requests));
+  c.check(r.accuracy_positions >= 0 && r.accuracy_positions <= 1'000'000, "report.accuracy_positions",
+          "must be in [0, 1000000] (0: not measured)" + got(r.accuracy_positions));
   if (!std::isnan(r.cdf_rate)) {
     if (s.workload.mode != LoadMode::open_loop) {
       c.check(false, "report.cdf_rate", "selects a rate of an open-loop sweep: remove it");

@@ -17,6 +17,7 @@
 #include "engine/model/tokenizer.h"
 #include "engine/model/weights.h"
 #include "loadgen/backend_spec.h"
+#include "loadgen/format_accuracy.h"
 #include "loadgen/http_sweep.h"
 #include "loadgen/plan.h"
 #include "loadgen/roofline_meter.h"
@@ -223,7 +224,10 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
   SweepOutcome outcome;
   outcome.runs = plan_sweep(planner);
   std::optional<BackendFactory> backends;  // no engine when the runs go to a server (target:)
-  if (!scenario.target) backends.emplace(backend_spec(scenario));
+  if (!scenario.target) {
+    backends.emplace(backend_spec(scenario));
+    outcome.accuracy = measure_strategy_accuracy(scenario, *backends, options.on_accuracy);
+  }
   // Real backends: each step's roofline beside its measured time (the sim's times are priced).
   std::optional<RooflineRecorder> roofline;
   if (!scenario.target && scenario.backend.kind != BackendKind::sim)

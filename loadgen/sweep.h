@@ -4,12 +4,14 @@
 // happen (flushed per line, so an interrupted or crashed run keeps everything it finished).
 #include <atomic>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "analysis/format_accuracy.h"
 #include "engine/model/tokenizer.h"
 #include "loadgen/inprocess_driver.h"
 #include "loadgen/records/rate.h"
@@ -45,6 +47,8 @@ struct SweepOptions {
   std::function<void(const SweepRun&, const DriveStats&)> on_run_done;
   /// Loads target.tokenizer (a model folder) for scenarios with `target:` (HTTP runs).
   std::function<std::unique_ptr<Tokenizer>(const std::string& dir)> load_tokenizer;
+  /// Hears each storage format as its accuracy is measured, before the first run (format_accuracy.h).
+  std::function<void(const std::string& format)> on_accuracy;
   /// HTTP runs: scrape the server's /metrics into out_dir/server_metrics.jsonl during each run.
   bool scrape_server_metrics = false;
 };
@@ -57,6 +61,9 @@ struct SweepOutcome {
   /// the same for every run of the sweep; unset on the sim, over HTTP, or with roofline_note.
   std::optional<RooflineCeilings> roofline_ceilings;
   std::string roofline_note;           ///< why a real run has no rooflines ("" otherwise)
+  /// In-process: what each strategy's storage formats cost in accuracy, by strategy label
+  /// (loadgen/format_accuracy.h); strategies in the model's own formats are absent.
+  std::map<std::string, analysis::FormatAccuracy> accuracy;
   bool interrupted = false;
 };
 

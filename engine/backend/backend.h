@@ -198,6 +198,14 @@ class Backend {
   /// Runs the step: writes each row's K/V to its slot, attends, and draws one token per draw.
   /// Throws std::invalid_argument naming the field for a malformed step.
   virtual StepOutput execute(const Step& step) = 0;
+  /// execute() without drawing: writes K/V like execute() and returns the fp32 logits of each
+  /// distinct drawn row, [n_rows_drawn, vocab] in order of first draw (what accuracy checks
+  /// compare: engine/backend/quant_check.h). Default: throws std::invalid_argument (the sim has
+  /// no weights, hence no logits).
+  virtual std::vector<float> step_logits(const Step& step) {
+    (void)step;
+    throw std::invalid_argument("backend " + name() + " computes no logits (it has no weights)");
+  }
   virtual void copy_slots(std::span<const KvCopy> copies) = 0;
   /// A host pool of n_slots slots for swap_out/swap_in (see HostKvPool). Throws
   /// std::runtime_error naming the bytes when the memory cannot be had.

@@ -80,6 +80,10 @@ class CpuBackend final : public Backend {
   /// row share it). The view stays valid until the next call. Throws std::invalid_argument for a
   /// malformed step (field, value).
   std::span<const float> logits(const Step& step);
+  std::vector<float> step_logits(const Step& step) override {
+    const std::span<const float> l = logits(step);
+    return {l.begin(), l.end()};
+  }
 
   int n_threads() const { return pool_.n_threads(); }
   int64_t n_slots() const { return n_slots_; }

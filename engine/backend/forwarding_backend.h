@@ -22,6 +22,7 @@ class ForwardingBackend : public Backend {
   WarmShapes warm_shapes(const StepLimits& limits) const override { return inner_->warm_shapes(limits); }
   void at_time(double now_s) override { inner_->at_time(now_s); }
   StepOutput execute(const Step& step) override { return inner_->execute(step); }
+  std::vector<float> step_logits(const Step& step) override { return inner_->step_logits(step); }
   void copy_slots(std::span<const KvCopy> copies) override { inner_->copy_slots(copies); }
   std::unique_ptr<HostKvPool> make_host_pool(int64_t n_slots) override { return inner_->make_host_pool(n_slots); }
   void swap_out(std::span<const KvSwap> runs, HostKvPool& pool) override { inner_->swap_out(runs, pool); }

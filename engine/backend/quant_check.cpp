@@ -15,14 +15,12 @@
 namespace servelab {
 namespace {
 
-/// Logits [n_positions, vocab] of the streams, position by position (row s·len + p predicts
-/// token p + 1 of stream s).
-std::vector<float> stream_logits(std::shared_ptr<const ModelWeights> w, KvCacheDType kv_dtype,
-                                 const std::vector<std::vector<TokenId>>& streams, int n_threads) {
+/// Logits [n_positions, vocab] of the streams on `backend`, position by position (row s·len + p
+/// predicts token p + 1 of stream s).
+std::vector<float> stream_logits(Backend& backend, const std::vector<std::vector<TokenId>>& streams) {
   const int len = static_cast<int>(streams[0].size());
   const int n = static_cast<int>(streams.size());
-  const int vocab = w->config.vocab_size;
-  CpuBackend backend(std::move(w), CpuBackendOptions{.n_threads = n_threads, .kv_cache_dtype = kv_dtype});
+  const int vocab = backend.config().vocab_size;
   const int64_t n_slots = int64_t(n) * (len + 16);
   backend.init_kv(n_slots);
   KvConfig kc;
@@ -43,13 +41,19 @@ std::vector<float> stream_logits(std::shared_ptr<const ModelWeights> w, KvCacheD
       if (!kv->allocate_slots(s, 1)) throw std::logic_error("quant_check: the KV arena is too small");
       batch.entries.push_back({&s, 1, true});
     }
-    const std::span<const float> l = backend.logits(make_step(backend, batch, *kv));
+    const std::vector<float> l = backend.step_logits(make_step(backend, batch, *kv));
+    if (l.size() != size_t(n) * vocab) throw std::logic_error("quant_check: the backend returned the wrong logit count");
     for (int s = 0; s < n; ++s)
       std::copy(l.begin() + size_t(s) * vocab, l.begin() + size_t(s + 1) * vocab,
                 out.begin() + (size_t(s) * len + p) * vocab);
     for (Sequence& s : seqs) ++s.n_computed;
   }
   return out;
+}
+
+std::vector<float> stream_logits(const BackendMaker& make, const std::vector<std::vector<TokenId>>& streams) {
+  const std::unique_ptr<Backend> backend = make();
+  return stream_logits(*backend, streams);
 }
 
 /// log-softmax of a row, in double.
@@ -92,16 +96,15 @@ std::vector<QuantVariant> default_quant_variants(const ModelConfig& config) {
   };
 }
 
-std::vector<QuantAccuracy> quant_check(const ModelWeights& weights, const std::vector<QuantVariant>& variants,
-                                       const QuantCheckOptions& o) {
+std::vector<QuantAccuracy> quant_check_backends(const ModelConfig& config, const BackendMaker& reference,
+                                                const std::vector<BackendVariant>& variants,
+                                                const QuantCheckOptions& o) {
   o.validate();
-  if (weights.quant.quantized())
-    throw std::invalid_argument("quant_check compares formats against unquantized weights (got " + weights.quant.describe() + ")");
-  const int vocab = weights.config.vocab_size;
+  const int vocab = config.vocab_size;
   const int len = (o.n_positions + o.n_sequences - 1) / o.n_sequences;
-  if (len + 16 > weights.config.max_position)
+  if (len + 16 > config.max_position)
     throw std::invalid_argument("positions / sequences = " + std::to_string(len) + " exceeds the model's max_position " +
-                                std::to_string(weights.config.max_position) + "; use more sequences");
+                                std::to_string(config.max_position) + "; use more sequences");
   std::vector<std::vector<TokenId>> streams(size_t(o.n_sequences), std::vector<TokenId>(size_t(len)));
   uint64_t state = o.seed ^ 0x51ab5eedull;
   std::vector<int32_t> massive = o.massive_tokens;
@@ -113,17 +116,16 @@ std::vector<QuantAccuracy> quant_check(const ModelWeights& weights, const std::v
       if (!massive.empty() && (splitmix64_next(state) >> 11) < massive_below)
         t = massive[splitmix64_next(state) % massive.size()];
     }
-  auto base = std::make_shared<const ModelWeights>(weights);
-  const std::vector<float> ref = stream_logits(base, KvCacheDType::auto_dtype, streams, o.n_threads);
+  const std::vector<float> ref = stream_logits(reference, streams);
   std::vector<QuantAccuracy> results;
   std::vector<double> lp, lq;
-  for (const QuantVariant& v : variants) {
-    auto w = v.scheme.quantized() ? std::make_shared<const ModelWeights>(quantize_weights(weights, v.scheme)) : base;
-    const std::vector<float> got = stream_logits(w, v.kv_cache_dtype, streams, o.n_threads);
+  const double bf16_bytes = double(linear_weight_bytes(config, QuantScheme{})) / 2.0;
+  for (const BackendVariant& bv : variants) {
+    const QuantVariant& v = bv.variant;
+    const std::vector<float> got = stream_logits(bv.make, streams);
     QuantAccuracy a;
     a.variant = v;
-    a.linear_bytes_per_weight = double(linear_weight_bytes(weights.config, v.scheme)) /
-                                (double(linear_weight_bytes(weights.config, QuantScheme{})) / 2.0);
+    a.linear_bytes_per_weight = double(linear_weight_bytes(config, v.scheme)) / bf16_bytes;
     double agree = 0, kl_sum = 0, num = 0, den = 0, agree_other = 0, n_other = 0;
     // Every stream's positions up to n_positions in all.
     int64_t counted = 0;
@@ -158,6 +160,25 @@ std::vector<QuantAccuracy> quant_check(const ModelWeights& weights, const std::v
     results.push_back(a);
   }
   return results;
+}
+
+std::vector<QuantAccuracy> quant_check(const ModelWeights& weights, const std::vector<QuantVariant>& variants,
+                                       const QuantCheckOptions& o) {
+  o.validate();
+  if (weights.quant.quantized())
+    throw std::invalid_argument("quant_check compares formats against unquantized weights (got " + weights.quant.describe() + ")");
+  auto base = std::make_shared<const ModelWeights>(weights);
+  const auto cpu = [threads = o.n_threads](QuantScheme scheme, KvCacheDType kv, const ModelWeights& w,
+                                           std::shared_ptr<const ModelWeights> unquantized) -> BackendMaker {
+    // Quantized when its backend is made: one format's weights at a time.
+    return [=, &w]() -> std::unique_ptr<Backend> {
+      auto q = scheme.quantized() ? std::make_shared<const ModelWeights>(quantize_weights(w, scheme)) : unquantized;
+      return std::make_unique<CpuBackend>(q, CpuBackendOptions{.n_threads = threads, .kv_cache_dtype = kv});
+    };
+  };
+  std::vector<BackendVariant> makers;
+  for (const QuantVariant& v : variants) makers.push_back({v, cpu(v.scheme, v.kv_cache_dtype, weights, base)});
+  return quant_check_backends(weights.config, cpu(QuantScheme{}, KvCacheDType::auto_dtype, weights, base), makers, o);
 }
 
 void add_outlier_channels(ModelWeights& w, int n_channels, float magnitude, uint64_t seed) {

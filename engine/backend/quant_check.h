@@ -1,12 +1,17 @@
 #pragma once
-// Accuracy of quantized formats, measured: the same weights run unquantized and in each format on
-// the CPU backend (the numerical reference of every format) over the same teacher-forced token
-// streams, their next-token logits compared position by position. And the outlier channels real
-// LLMs have, synthesized into random weights so the comparison sees them.
+// Accuracy of quantized formats, measured: the same weights run unquantized and in each format
+// over the same teacher-forced token streams, their next-token logits compared position by
+// position — on the CPU backend (the numerical reference of every format: `servelab quant-check`)
+// or on any backend that computes logits (quant_check_backends: the cuda backend's own kernels,
+// in a run's report). And the outlier channels real LLMs have, synthesized into random weights so
+// the comparison sees them.
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/backend/backend.h"
 #include "engine/backend/kv_cache_spec.h"
 #include "engine/model/weights.h"
 
@@ -55,6 +60,24 @@ struct QuantAccuracy {
 /// positions and compares. Throws std::invalid_argument for quantized input weights or bad options.
 std::vector<QuantAccuracy> quant_check(const ModelWeights& weights, const std::vector<QuantVariant>& variants,
                                        const QuantCheckOptions& options);
+
+/// Makes a fresh backend holding the weights in one format.
+using BackendMaker = std::function<std::unique_ptr<Backend>()>;
+
+/// One format under test on a backend: its label, scheme and KV dtype, and how to make it.
+struct BackendVariant {
+  QuantVariant variant;  ///< scheme: what the format stores (its bytes per weight); not applied here
+  BackendMaker make;
+};
+
+/// quant_check on backends that compute logits (Backend::step_logits): `reference()` holds the
+/// unquantized weights, each variant's make() the same weights in its format; every backend runs
+/// the same streams, one at a time, each freed before the next is
+/// made. `config`: the model's shapes. Throws std::invalid_argument for bad options or a backend
+/// without logits (the sim).
+std::vector<QuantAccuracy> quant_check_backends(const ModelConfig& config, const BackendMaker& reference,
+                                                const std::vector<BackendVariant>& variants,
+                                                const QuantCheckOptions& options);
 
 /// Gives `w` outlier activation channels: n_channels random channels (seeded) of both RMSNorm
 /// weights of every layer times `magnitude`, so the inputs of Q/K/V and gate/up carry those

@@ -45,6 +45,44 @@ workload:
   EXPECT_NE(c.output.find("tensor_parallel 1 only"), std::string::npos) << c.output;
 }
 
+// A cpu run of strategies in several formats measures each format's accuracy first: report.md's
+// storage-formats table and summary.json's "accuracy" carry it, and `servelab report` re-renders
+// summary.json byte for byte from runs.json.
+TEST(QuantCli, CpuRunReportsEachFormatsAccuracy) {
+  if (!fs::exists(servelab_exe())) GTEST_SKIP() << servelab_exe() << " not built";
+  TempDir tmp;
+  write_text(tmp.file("q.yaml"), R"(name: q
+seed: 3
+model: {preset: tiny}
+backend: {kind: cpu, threads: 2}
+engine: {kv_cache_mb: 8, max_model_len: 256}
+strategies:
+  - {label: bf16, batching: continuous}
+  - {label: int4, batching: continuous, quantization: int4_awq, kv_cache_dtype: fp8}
+workload:
+  rates: [50]
+  n_requests: 4
+  prompt_tokens: {dist: fixed, value: 16}
+  output_tokens: {dist: fixed, value: 4}
+report: {accuracy_positions: 64}
+)");
+  const CliResult r = run_servelab({"run", tmp.file("q.yaml"), "--out", tmp.file("out"), "--no-plots"}, tmp);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("accuracy: int4_awq"), std::string::npos) << r.output;
+  const std::string summary = read_text(tmp.file("out/summary.json"));
+  const json s = json::parse(summary);
+  EXPECT_FALSE(s.at("runs")[0].contains("accuracy"));
+  const json& a = s.at("runs")[1].at("accuracy");
+  EXPECT_EQ(a.at("positions"), 64);
+  EXPECT_EQ(a.at("kv_cache_dtype"), "fp8");
+  EXPECT_GT(a.at("mean_kl").get<double>(), 0.0);
+  EXPECT_LE(a.at("top1_agreement").get<double>(), 1.0);
+  EXPECT_NE(read_text(tmp.file("out/report.md")).find("## Storage formats"), std::string::npos);
+  const CliResult again = run_servelab({"report", tmp.file("out"), "--no-plots"}, tmp);
+  ASSERT_EQ(again.code, 0) << again.output;
+  EXPECT_EQ(read_text(tmp.file("out/summary.json")), summary);
+}
+
 TEST(QuantCli, QuantCheckReportsEveryFormat) {
   if (!fs::exists(servelab_exe())) GTEST_SKIP() << servelab_exe() << " not built";
   TempDir tmp;

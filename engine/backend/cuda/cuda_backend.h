@@ -228,6 +228,7 @@ class CudaBackend final : public Backend {
   /// execute() without drawing: writes K/V like execute() and returns the fp32 logits of each
   /// distinct drawn row, [n_rows_drawn, vocab] in order of first draw (as CpuBackend::logits).
   std::vector<float> logits(const Step& step);
+  std::vector<float> step_logits(const Step& step) override { return logits(step); }
 
   /// GPU bytes the weights take (2 per parameter; a quantized model's Linears their codes and scales).
   int64_t weight_bytes() const;

@@ -79,6 +79,7 @@ class TpCudaBackend final : public Backend {
   /// execute() without drawing: the whole fp32 logits of each distinct drawn row (rank 0's
   /// all-gathered copy), as CudaBackend::logits.
   std::vector<float> logits(const Step& step);
+  std::vector<float> step_logits(const Step& step) override { return logits(step); }
 
   /// GPU bytes the weights take on the rank holding the most.
   int64_t weight_bytes() const;
