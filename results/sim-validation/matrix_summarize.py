@@ -235,6 +235,15 @@ def run_folders(c, out):
     return out_
 
 
+def latest_by_load(rows):
+    """One row a load, sorted by load: a one-load call's row (CELL/load-L/, read after the cell's
+    own folder) replaces an earlier call's row at the same load."""
+    latest = {}
+    for r in rows:
+        latest[round(r["load"], 6)] = r
+    return [latest[k] for k in sorted(latest)]
+
+
 def cell_rows(c, out):
     """(rows, note): rows of measured loads, or a note why the cell has none."""
     rows = []
@@ -261,7 +270,7 @@ def cell_rows(c, out):
                          "preemptions": (pre.get("real"), sum(r.get("preemptions", 0) for r in sim)),
                          "kv_peak": (kv_peak(real)[0] / slots, kv_peak(sim)[0] / slots) if slots else (None, None),
                          "commit": vj.get("environment", {}).get("commit", "?"), "calibrated": calibrated})
-    rows.sort(key=lambda r: r["load"])
+    rows = latest_by_load(rows)
     if len(rows) >= 2:
         return rows, ""
     d = os.path.join(out, c["cell"])

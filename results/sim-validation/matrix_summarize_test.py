@@ -15,6 +15,13 @@ def rec(i, arrival, first, end, out, prompt=10, status="ok", run="s@1"):
             "prompt_tokens": prompt, "status": status, "run": run, "token_times_s": []}
 
 
+class LatestByLoad(unittest.TestCase):
+    def test_a_later_row_replaces_one_at_the_same_load(self):
+        rows = [{"load": 0.5, "n": 1}, {"load": 0.85, "n": 2}, {"load": 0.85, "n": 3}]
+        self.assertEqual([r["n"] for r in ms.latest_by_load(rows)], [1, 3])
+        self.assertEqual([r["load"] for r in ms.latest_by_load(list(reversed(rows)))], [0.5, 0.85])
+
+
 class Percentile(unittest.TestCase):
     def test_interpolates_between_order_statistics(self):
         self.assertEqual(ms.percentile([1.0, 2.0, 3.0, 4.0], 50), 2.5)
