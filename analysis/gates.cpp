@@ -54,6 +54,27 @@ std::optional<double> run_metric(const RunSummary& run, const std::string& name)
   const std::string metric = canonical_metric(name);
   if (metric == "n_failed") return static_cast<double>(run.metrics.n_failed);
   if (metric == "n_requests") return static_cast<double>(run.metrics.n_requests);
+  const auto finite = [](double x) -> std::optional<double> {
+    if (!std::isfinite(x)) return std::nullopt;
+    return x;
+  };
+  if (metric.rfind("roofline.", 0) == 0) {
+    if (!run.roofline) return std::nullopt;
+    const RooflineEfficiency& e = *run.roofline;
+    if (metric == "roofline.efficiency") return finite(e.overall.efficiency());
+    if (metric == "roofline.prefill_efficiency") return finite(e.prefill.efficiency());
+    if (metric == "roofline.decode_efficiency") return finite(e.decode.efficiency());
+    if (metric == "roofline.mixed_efficiency") return finite(e.mixed.efficiency());
+  }
+  if (metric.rfind("accuracy.", 0) == 0) {
+    if (!run.info.accuracy || !run.info.accuracy->measured()) return std::nullopt;
+    const FormatAccuracy& a = *run.info.accuracy;
+    if (metric == "accuracy.top1_agreement") return a.top1_agreement;
+    if (metric == "accuracy.mean_kl") return a.mean_kl;
+    if (metric == "accuracy.max_kl") return a.max_kl;
+    if (metric == "accuracy.max_logit_error") return a.max_logit_error;
+    if (metric == "accuracy.rel_logit_error") return a.rel_logit_error;
+  }
   const nlohmann::ordered_json j = run.metrics;
   const nlohmann::ordered_json* node = &j;
   std::size_t start = 0;

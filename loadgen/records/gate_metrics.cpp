@@ -26,6 +26,13 @@ const std::vector<GateMetric>& gate_metrics() {
         {"n_ok", true},                     {"n_slo_met", true},
         {"n_preemptions", false},           {"duration_s", false},
         {"n_failed", false},                {"n_requests", false},
+        // Beside "metrics": the run's roofline efficiency (overall and per step class; real
+        // in-process runs) and its strategy's storage-format accuracy against the model's own.
+        {"roofline.efficiency", true},      {"roofline.prefill_efficiency", true},
+        {"roofline.decode_efficiency", true}, {"roofline.mixed_efficiency", true},
+        {"accuracy.top1_agreement", true},  {"accuracy.mean_kl", false},
+        {"accuracy.max_kl", false},         {"accuracy.max_logit_error", false},
+        {"accuracy.rel_logit_error", false},
     };
     for (const auto& [path, higher] : others) {
       std::string flat = path;

@@ -22,7 +22,10 @@ struct GateMetric {
 
 /// Every gate-able metric: the latency distributions ({ttft, tpot, itl, e2e, lateness, queue,
 /// prefill}_ms × {mean, p50, p90, p95, p99, p999, max}), throughputs, goodput, attainment, the
-/// KV figures (utilization, breakdown shares, peak use), batch size, and run counts.
+/// KV figures (utilization, breakdown shares, peak use), batch size, run counts, and two figures
+/// kept beside "metrics": the roofline efficiency ("roofline.efficiency", "roofline.decode_efficiency",
+/// ...: the run's "roofline" object) and the strategy's storage-format accuracy
+/// ("accuracy.top1_agreement", "accuracy.mean_kl", ...: its "accuracy" object).
 const std::vector<GateMetric>& gate_metrics();
 
 /// The entry with this summary path, scenario name or alias, or nullptr. A percentile of a

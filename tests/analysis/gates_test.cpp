@@ -150,6 +150,14 @@ TEST(Gates, EveryRegistryMetricResolvesInAComputedSummary) {
   RunSummary run;
   run.info.label = "x";
   run.metrics = compute_metrics("x", {r}, {st}, SloSpec{});
+  // The figures kept beside "metrics": a roofline with every step class, a measured accuracy.
+  run.roofline = RooflineEfficiency{};
+  for (RooflineShare* c : {&run.roofline->prefill, &run.roofline->decode, &run.roofline->mixed, &run.roofline->overall})
+    c->add(0.01, 0.02);
+  run.info.accuracy = FormatAccuracy{};
+  run.info.accuracy->weights = "fp8";
+  run.info.accuracy->kv_cache_dtype = "auto";
+  run.info.accuracy->positions = 16;
   std::set<std::string> paths, flat;
   for (const auto& m : servelab::gate_metrics()) {
     EXPECT_TRUE(run_metric(run, m.path).has_value()) << m.path;
@@ -160,6 +168,44 @@ TEST(Gates, EveryRegistryMetricResolvesInAComputedSummary) {
   EXPECT_EQ(servelab::find_gate_metric("ttft_p99_ms")->path, "ttft_ms.p99");
   EXPECT_EQ(servelab::find_gate_metric("kv_breakdown_external_frag")->path, "kv_breakdown.external_frag");
   EXPECT_EQ(servelab::find_gate_metric("queue_p50_ms")->path, "queue_ms.p50");
+}
+
+// A quantized strategy's accuracy and a run's roofline efficiency gate like any metric; a strategy
+// without a measured accuracy (the model's own formats, or the sim's note) has no value for it.
+TEST(Gates, AccuracyAndRooflineFiguresGate) {
+  RunSummary fp8;
+  fp8.info.label = "fp8@4";
+  fp8.info.strategy = "fp8";
+  fp8.metrics.n_requests = 10;
+  fp8.info.accuracy = FormatAccuracy{};
+  fp8.info.accuracy->weights = "fp8";
+  fp8.info.accuracy->kv_cache_dtype = "auto";
+  fp8.info.accuracy->positions = 1024;
+  fp8.info.accuracy->top1_agreement = 0.97;
+  fp8.info.accuracy->mean_kl = 0.012;
+  fp8.roofline = RooflineEfficiency{};
+  fp8.roofline->decode.add(0.5, 1.0);
+  fp8.roofline->overall.add(0.5, 1.0);
+  RunSummary bf16 = fp8;
+  bf16.info.label = "bf16@4";
+  bf16.info.strategy = "bf16";
+  bf16.info.accuracy.reset();
+  Summary s;
+  s.runs = {bf16, fp8};
+  Gate kl{"accuracy.mean_kl", std::nullopt, 0.02, "fp8", std::nullopt};
+  Gate top1{"accuracy.top1_agreement", 0.98, std::nullopt, "fp8", std::nullopt};
+  Gate decode{"roofline.decode_efficiency", 0.45, std::nullopt, std::nullopt, std::nullopt};
+  Gate prefill{"roofline.prefill_efficiency", 0.1, std::nullopt, "fp8", std::nullopt};
+  Gate everyone{"accuracy.mean_kl", std::nullopt, 0.02, std::nullopt, std::nullopt};
+  const auto res = evaluate_gates(s, {kl, top1, decode, prefill, everyone});
+  EXPECT_TRUE(res[0].passed) << res[0].message;
+  EXPECT_FALSE(res[1].passed) << res[1].message;  // 0.97 < 0.98
+  EXPECT_TRUE(res[2].passed) << res[2].message;   // 0.5 in both runs
+  EXPECT_FALSE(res[3].passed) << res[3].message;  // no prefill steps: no value
+  EXPECT_FALSE(res[4].passed) << res[4].message;  // bf16 has no accuracy
+  EXPECT_NE(res[4].message.find("no value"), std::string::npos) << res[4].message;
+  EXPECT_EQ(metric_direction("accuracy.mean_kl"), MetricDirection::lower_is_better);
+  EXPECT_EQ(metric_direction("roofline.efficiency"), MetricDirection::higher_is_better);
 }
 
 TEST(Gates, RateFilter) {

@@ -65,9 +65,13 @@ workload:
   prompt_tokens: {dist: fixed, value: 16}
   output_tokens: {dist: fixed, value: 4}
 report: {accuracy_positions: 64}
+gates:
+  - {metric: accuracy_mean_kl, max: 10, strategy: int4}
+  - {metric: roofline_decode_efficiency, min: 0.000001}
 )");
   const CliResult r = run_servelab({"run", tmp.file("q.yaml"), "--out", tmp.file("out"), "--no-plots"}, tmp);
   ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("gates: 2 passed, 0 failed"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("accuracy: int4_awq"), std::string::npos) << r.output;
   const std::string summary = read_text(tmp.file("out/summary.json"));
   const json s = json::parse(summary);
@@ -81,6 +85,10 @@ report: {accuracy_positions: 64}
   const CliResult again = run_servelab({"report", tmp.file("out"), "--no-plots"}, tmp);
   ASSERT_EQ(again.code, 0) << again.output;
   EXPECT_EQ(read_text(tmp.file("out/summary.json")), summary);
+  // A gate on an accuracy the run cannot have (the model's own formats) fails: nothing measured is not a pass.
+  write_text(tmp.file("g.yaml"), read_text(tmp.file("q.yaml")) + "  - {metric: accuracy_top1_agreement, min: 0.5, strategy: bf16}\n");
+  const CliResult g = run_servelab({"run", tmp.file("g.yaml"), "--out", tmp.file("out2"), "--no-plots", "-q"}, tmp);
+  EXPECT_EQ(g.code, 1) << g.output;
 }
 
 TEST(QuantCli, QuantCheckReportsEveryFormat) {
