@@ -71,7 +71,9 @@ std::map<std::string, analysis::FormatAccuracy> measure_strategy_accuracy(
 
   QuantCheckOptions o;
   o.n_positions = positions;
-  o.n_sequences = std::min(8, positions);
+  // 8 streams, more where a stream of positions / 8 would not fit the model's positions.
+  const int per_stream = std::max(1, config.max_position - 16);
+  o.n_sequences = std::min(positions, std::max(8, (positions + per_stream - 1) / per_stream));
   o.seed = sc.seed;
   o.n_threads = spec.threads;
   const std::vector<QuantAccuracy> results = quant_check_backends(
