@@ -68,7 +68,8 @@ struct BackendSpec {
   /// The decoder Linears' weight format (`quantization:`, `--quantization`). cpu: a quantized
   /// checkpoint runs as it is (its method must match, or be none here); otherwise the weights are
   /// quantized on load (quantize_weights.h), dequantized for the fp32 forward. sim: priced from
-  /// the format's bytes and FLOPs. cuda: none only (its quantized kernels are not wired in yet).
+  /// the format's bytes and FLOPs. cuda (one GPU, bf16): the Linears quantized on load from the
+  /// drawn or loaded bf16 weights, or a quantized checkpoint as stored (cuda/quant_linear.h).
   Quantization quantization = Quantization::none;
   /// Synthesized weights (`model.residual_scale`, engine/model/residual_scale.h): layers from
   /// from_layer on add scale × their branches to the residual stream, so the model's first layers
@@ -83,7 +84,7 @@ struct BackendSpec {
   /// FP8-Dynamic); false: vLLM's dynamic FP8 (per-tensor weights and activations).
   bool fp8_per_channel = false;
   /// `kv_cache_dtype:` auto (the backend's element) or fp8 (E4M3 + per-(token, head) scales):
-  /// stored for real on cpu, priced and sized on sim; cuda: auto only.
+  /// stored for real on cpu and cuda (one GPU), priced and sized on sim.
   KvCacheDType kv_cache_dtype = KvCacheDType::auto_dtype;
   void validate() const;
 };

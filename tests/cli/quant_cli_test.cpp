@@ -135,6 +135,13 @@ TEST(QuantCli, QuantCheckMassiveActivationsSeparateTheScaleLayouts) {
   const CliResult bad = run_servelab({"quant-check", "--positions", "8", "--massive-tokens", "2", "--massive-rate", "2"}, tmp);
   EXPECT_EQ(bad.code, 2) << bad.output;
   EXPECT_NE(bad.output.find("massive rate must be in [0, 1]"), std::string::npos) << bad.output;
+  // --backend: cpu or cuda; the features synthesized into host weights are the cpu's.
+  const CliResult sim = run_servelab({"quant-check", "--backend", "sim"}, tmp);
+  EXPECT_EQ(sim.code, 2) << sim.output;
+  EXPECT_NE(sim.output.find("--backend must be cpu or cuda"), std::string::npos) << sim.output;
+  const CliResult outl = run_servelab({"quant-check", "--backend", "cuda", "--outlier-channels", "2"}, tmp);
+  EXPECT_EQ(outl.code, 2) << outl.output;
+  EXPECT_NE(outl.output.find("use --backend cpu"), std::string::npos) << outl.output;
 }
 
 }  // namespace quant_cli_test
