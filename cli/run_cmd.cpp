@@ -193,11 +193,12 @@ int run_scenario(const Scenario& scenario, const std::string& out_dir, bool quie
   // Real backends: the ceilings the steps' rooflines were priced at (runs.json is rewritten below).
   for (analysis::RunInfo& r : input.runs) {
     if (r.backend != "sim") r.roofline_ceilings = sweep.roofline_ceilings;
-    for (const SweepRun& s : sweep.runs)
-      if (s.point == r.label)
-        if (auto a = sweep.accuracy.find(s.strategy); a != sweep.accuracy.end()) r.accuracy = a->second;
-    for (const SweepRun& s : sweep.runs)  // the KV arena each engine got (sized from free memory on a GPU)
-      if (s.point == r.label && s.config.contains("kv_cache_bytes")) r.config["kv_cache_bytes"] = s.config["kv_cache_bytes"];
+    for (const SweepRun& s : sweep.runs) {
+      if (s.point != r.label) continue;
+      // The KV arena each engine got (sized from free memory on a GPU), and its formats' accuracy.
+      if (s.config.contains("kv_cache_bytes")) r.config["kv_cache_bytes"] = s.config["kv_cache_bytes"];
+      if (auto a = sweep.accuracy.find(s.strategy); a != sweep.accuracy.end()) r.accuracy = a->second;
+    }
   }
   if (!args.quiet && !sweep.roofline_note.empty()) out << "roofline: " << sweep.roofline_note << "\n";
   if (const auto sm = std::filesystem::path(dir) / "server_metrics.jsonl"; std::filesystem::exists(sm, ec))

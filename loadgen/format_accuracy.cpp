@@ -1,24 +1,15 @@
 #include "loadgen/format_accuracy.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <optional>
 #include <utility>
 
 #include "engine/backend/quant_check.h"
-#include "engine/model/quant_checkpoint.h"
 #include "engine/model/quantize_weights.h"
 #include "loadgen/backend_spec.h"
 
 namespace servelab {
 namespace {
-
-std::optional<QuantScheme> checkpoint_scheme(const std::string& model) {
-  const std::filesystem::path config = std::filesystem::path(model) / "config.json";
-  std::error_code ec;
-  if (model.empty() || !std::filesystem::exists(config, ec)) return std::nullopt;
-  return read_quant_scheme(config.string());
-}
 
 std::string reference_description(const BackendSpec& spec) {
   if (spec.kind == BackendKind::cpu) return "the unquantized weights with fp32 K/V on cpu";
@@ -44,17 +35,16 @@ std::map<std::string, analysis::FormatAccuracy> measure_strategy_accuracy(
   }
   if (formats.empty()) return out;
   const ModelConfig config = spec_model_config(spec);
-  const std::optional<QuantScheme> checkpoint = spec.kind == BackendKind::sim ? std::nullopt : checkpoint_scheme(spec.model);
+  const std::optional<QuantScheme> checkpoint = spec.kind == BackendKind::sim ? std::nullopt : checkpoint_quant_scheme(spec.model);
   std::string note;
   if (spec.kind == BackendKind::sim) note = "the sim has no weights (run the scenario with backend cpu or cuda, or `servelab quant-check`)";
-  else if (checkpoint && checkpoint->quantized())
+  else if (checkpoint)
     note = "a " + checkpoint->describe() + " checkpoint has no unquantized weights to compare against";
 
   std::vector<BackendVariant> variants;
   for (const auto& [f, labels] : formats) {
     const auto [q, kv] = f;
-    const QuantScheme scheme = checkpoint && checkpoint->quantized() ? *checkpoint
-                                                                      : scheme_for_model(q, config, spec.fp8_per_channel);
+    const QuantScheme scheme = checkpoint ? *checkpoint : scheme_for_model(q, config, spec.fp8_per_channel);
     analysis::FormatAccuracy a;
     a.weights = scheme.quantized() ? scheme.describe() : std::string("unquantized");
     a.kv_cache_dtype = to_string(kv);
@@ -89,7 +79,6 @@ std::map<std::string, analysis::FormatAccuracy> measure_strategy_accuracy(
       a.max_kl = r.max_kl;
       a.max_logit_error = r.max_logit_error;
       a.rel_logit_error = r.rel_logit_error;
-      a.linear_bytes_per_weight = r.linear_bytes_per_weight;
     }
   }
   return out;

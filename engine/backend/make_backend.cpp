@@ -227,8 +227,7 @@ std::unique_ptr<Backend> make_backend(const BackendSpec& spec) {
     o.kv_cache_dtype = spec.kv_cache_dtype;
     o.residual_scale = spec.residual_scale;
     apply_tp_env(o);
-    if (spec.tensor_parallel > 1 && is_checkpoint_dir(spec.model) &&
-        read_quant_scheme((std::filesystem::path(spec.model) / "config.json").string()))
+    if (spec.tensor_parallel > 1 && is_checkpoint_dir(spec.model) && checkpoint_quant_scheme(spec.model))
       throw std::invalid_argument(spec.model + ": a quantized checkpoint; the tensor-parallel cuda backend runs "
                                   "bf16/f16 Linears only (one GPU runs it in its own format)");
     if (is_constructed_preset(spec.model))
@@ -261,15 +260,20 @@ BackendFactory::BackendFactory(const BackendSpec& spec) : spec_(spec) {
 
 BackendFactory::~BackendFactory() = default;
 
+std::optional<QuantScheme> checkpoint_quant_scheme(const std::string& model) {
+  const std::filesystem::path config = std::filesystem::path(model) / "config.json";
+  std::error_code ec;
+  if (model.empty() || !std::filesystem::exists(config, ec)) return std::nullopt;
+  return read_quant_scheme(config.string());
+}
+
 std::unique_ptr<Backend> BackendFactory::make() const { return make(spec_.quantization, spec_.kv_cache_dtype); }
 
 StorageFormats BackendFactory::formats(Quantization quantization, KvCacheDType kv_cache_dtype) const {
   StorageFormats f;
   f.kv_cache_dtype = kv_cache_dtype;
   if (spec_.kind == BackendKind::cpu) return f;
-  std::optional<QuantScheme> checkpoint;
-  if (!spec_.model.empty() && std::filesystem::exists(std::filesystem::path(spec_.model) / "config.json"))
-    checkpoint = read_quant_scheme((std::filesystem::path(spec_.model) / "config.json").string());
+  const std::optional<QuantScheme> checkpoint = checkpoint_quant_scheme(spec_.model);
   f.quant = checkpoint ? *checkpoint
                        : scheme_for_model(quantization, spec_model_config(spec_), spec_.fp8_per_channel);
   return f;

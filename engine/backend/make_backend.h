@@ -93,6 +93,9 @@ struct BackendSpec {
 ModelConfig resolve_model_config(const std::string& model);
 /// The spec's model shapes: sim_model_config where set, else resolve_model_config(model).
 ModelConfig spec_model_config(const BackendSpec& spec);
+/// A quantized checkpoint folder's scheme (its config.json's quantization_config); nullopt for a
+/// preset name, a folder without config.json or an unquantized checkpoint.
+std::optional<QuantScheme> checkpoint_quant_scheme(const std::string& model);
 
 /// Bytes one token slot of the K/V arena takes in the backend `spec` builds, without drawing or
 /// loading weights (scenario validation sizes the arena with it). Throws like make_backend.
