@@ -24,7 +24,8 @@
 #     (`servelab profile --sustained-s`, off by default), which the sim then prices from.
 #     LEAD_IN_SELF=1: `profile --lead-in-self` (each non-decode point timed after its own twin).
 #     CALIBRATE=1 (the default; 0: off): after the grid's capacity, a real run of the cell with another seed (the YAML's
-#     + 1000), CALIBRATE_N (300) requests at CALIBRATE_LOAD (0.65) of that capacity, folded into the
+#     + 1000), CALIBRATE_N requests at CALIBRATE_LOAD of that capacity (defaults: with one load in LOADS,
+#     1000 requests at that load, since 2026-12-01; with both, 300 at 0.65, as every earlier call), folded into the
 #     profile by `servelab calibrate` (CELL/profile.json; the grid alone in CELL/profile-grid.json,
 #     the run in CELL/calibration/); the capacity and the loads then come from the calibrated profile.
 #     On a GPU, nvidia-smi logs each GPU's SM clock, power and clock events while its cells run
@@ -154,18 +155,21 @@ run_cell() {  # run_cell NAME YAML: one gpu (or dry) cell, at LOADS (one load: i
   }
   sim_capacity || return 0
   if [ "${CALIBRATE:-1}" != 0 ]; then
-    # CALIBRATE=1 (default): a real run of the cell's scenario with another seed, CALIBRATE_N (300) requests at
-    # CALIBRATE_LOAD (0.65) of the grid's capacity, folded into the profile (`servelab calibrate`;
+    # CALIBRATE=1 (default): a real run of the cell's scenario with another seed, CALIBRATE_N requests at
+    # CALIBRATE_LOAD of the grid's capacity (header), folded into the profile (`servelab calibrate`;
     # the grid alone stays in profile-grid.json); the capacity then comes from the calibrated profile.
     local cseed crate
     cseed=$(( $(sed -n 's/^seed: *\([0-9]*\).*/\1/p' "$yaml" | head -1) + 1000 ))
-    crate=$(python3 -c "print(round(${CALIBRATE_LOAD:-0.65} * $cap, 4))")
+    local cload=0.65 cn=300
+    [[ "$loads" != *,* ]] && cload=$loads && cn=1000  # one load a call: calibrate at it, as long as a run
+    cload=${CALIBRATE_LOAD:-$cload} cn=${CALIBRATE_N:-$cn}
+    crate=$(python3 -c "print(round($cload * $cap, 4))")
     mv "$dir/profile.json" "$dir/profile-grid.json"
     mv "$dir/capacity" "$dir/capacity-grid" && mv "$dir/capacity.txt" "$dir/capacity-grid.txt"
     local -a calib=(run "$yaml" "${real[@]}" "${ramp[@]}" --set "seed=$cseed" --set "workload.rates=[$crate]"
-                    --set "workload.n_requests=${CALIBRATE_N:-300}" --out "$dir/calibration" --quiet --no-plots --force)
+                    --set "workload.n_requests=$cn" --out "$dir/calibration" --quiet --no-plots --force)
     echo "$bin ${calib[*]}" >> "$dir/cell.txt"
-    echo "$name: calibration run, ${CALIBRATE_N:-300} requests at $crate req/s (seed $cseed)"
+    echo "$name: calibration run, $cn requests at $crate req/s ($cload of the grid's capacity; seed $cseed)"
     t_mark=$(date +%s)
     if ! "$bin" "${calib[@]}" > "$dir/calibration.txt" 2>&1; then
       echo "not run: the calibration run failed (calibration.txt)" | tee "$dir/skipped.txt"; return 0

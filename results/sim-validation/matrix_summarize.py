@@ -231,8 +231,28 @@ def run_folders(c, out):
                      repredicted or first_existing(os.path.join(v, "records_sim.jsonl.gz"), os.path.join(v, "records_sim.jsonl")),
                      os.path.join(v, "validation.json"), not repredicted,
                      arena_slots(os.path.join(p, "scenario-as-run.yaml"), os.path.join(p, "profile.json")),
-                     os.path.exists(os.path.join(p, "profile-grid.json"))))
+                     calibration_label(p)))
     return out_
+
+
+def calibration_label(p):
+    """None without a calibration run (no profile-grid.json beside profile.json), else "N at L%": the calibration
+    run's requests and its rate over the grid's capacity, read from cell.txt's command and capacity-grid/."""
+    if not os.path.exists(os.path.join(p, "profile-grid.json")):
+        return None
+    n, rate, cap = None, None, None
+    try:
+        for line in open(os.path.join(p, "cell.txt")):
+            if " run " in line and "/calibration" in line:
+                m = re.search(r"workload\.n_requests=(\d+)", line)
+                r = re.search(r"workload\.rates=\[([0-9.]+)\]", line)
+                n, rate = (int(m.group(1)) if m else None), (float(r.group(1)) if r else None)
+        cap = json.load(open(os.path.join(p, "capacity-grid", "capacity.json")))["strategies"][0]["capacity_rps"]
+    except (OSError, ValueError, KeyError, IndexError):
+        pass
+    if n is None or rate is None or not cap:
+        return "?"
+    return f"{n} at {round(100 * rate / cap)}%"
 
 
 def latest_by_load(rows):
@@ -302,8 +322,8 @@ def main():
              "KV peak = the most K/V tokens the admitted requests held at once, rebuilt alike from each run's records "
              "(a preempted request counted as holding on), over the arena's token slots: how near each run came to "
              "the point where the engine preempts (the arena full, in blocks). profile = what the sim priced from: the "
-             "cell's grid alone, or the grid and a calibration run (matrix.sh CALIBRATE=1: 300 requests of the cell "
-             "with another seed at 65% of the grid's capacity, folded in by `servelab calibrate`; the loads are then "
+             "cell's grid alone, or the grid and a calibration run (matrix.sh CALIBRATE=1: N requests of the cell "
+             "with another seed at L% of the grid's capacity, folded in by `servelab calibrate`; the loads are then "
              "fractions of the calibrated capacity).", "",
              "| cell | GPU | model | arrival | shape | strategy | held out | load | rate (req/s) | requests | profile | steps "
              "| TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | throughput | SLO attainment real / sim "
@@ -327,7 +347,7 @@ def main():
             pre = r["preemptions"]
             lines.append(f"| {c['cell']} | {c['gpu'].upper()} | {c['model']} | {c['arrival']} | {c['shape']} | "
                          f"{c['strategy']} | {c['held_out']} | {r['load']:.0%} | {r['rate']:.4g} | {r['n']} | "
-                         f"{'grid + calibration' if r['calibrated'] else 'grid'} | "
+                         f"{'grid + calibration (' + r['calibrated'] + ')' if r['calibrated'] else 'grid'} | "
                          f"{pct(r['steps'])} | " + " | ".join(cellf) +
                          f" | {pct(r['attainment'][0], False)} / {pct(r['attainment'][1], False)}"
                          f" | {pre[0] if pre[0] is not None else '–'} / {pre[1]}"

@@ -22,6 +22,23 @@ class LatestByLoad(unittest.TestCase):
         self.assertEqual([r["load"] for r in ms.latest_by_load(list(reversed(rows)))], [0.5, 0.85])
 
 
+class CalibrationLabel(unittest.TestCase):
+    def test_requests_and_load_from_the_cells_command(self):
+        import json
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            self.assertIsNone(ms.calibration_label(d))  # no profile-grid.json: the grid alone
+            open(os.path.join(d, "profile-grid.json"), "w").write("{}")
+            self.assertEqual(ms.calibration_label(d), "?")  # calibrated, but the command is gone
+            open(os.path.join(d, "cell.txt"), "w").write(
+                "servelab profile --json p.json\n"
+                "servelab run c.yaml --set seed=1011 --set workload.rates=[32.3] --set workload.n_requests=1000 "
+                "--out m/c/load-0.85/calibration --quiet\n")
+            os.makedirs(os.path.join(d, "capacity-grid"))
+            json.dump({"strategies": [{"capacity_rps": 38.0}]}, open(os.path.join(d, "capacity-grid", "capacity.json"), "w"))
+            self.assertEqual(ms.calibration_label(d), "1000 at 85%")
+
+
 class Percentile(unittest.TestCase):
     def test_interpolates_between_order_statistics(self):
         self.assertEqual(ms.percentile([1.0, 2.0, 3.0, 4.0], 50), 2.5)
