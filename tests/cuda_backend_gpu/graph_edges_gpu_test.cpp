@@ -8,8 +8,11 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -24,7 +27,7 @@ namespace graph_edges_gpu_test {  // named, not anonymous: a unity batch shares 
 
 namespace k = kernels;
 
-constexpr int kRows = 37, kD = 1032, kFfn = kD / 2;
+constexpr int kRows = 37, kD = 1040, kFfn = kD / 2;  // silu_then_mul: ffn a multiple of 8
 constexpr float kEps = 1e-5f;
 
 struct Buffers {
@@ -54,6 +57,21 @@ std::vector<uint16_t> read(const void* p, size_t n) {
   std::vector<uint16_t> h(n);
   CUDA_CHECK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
   return h;
+}
+
+/// The graph's kernel nodes and edges, for the log: whether capture kept PDL as an edge type or
+/// as the node's launch attribute.
+void describe(cudaGraph_t g, const char* when) {
+  size_t n = 0;
+  CUDA_CHECK(cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &n));
+  std::vector<cudaGraphNode_t> from(n), to(n);
+  std::vector<cudaGraphEdgeData> data(n);
+  CUDA_CHECK(cudaGraphGetEdges(g, from.data(), to.data(), data.data(), &n));
+  std::printf("%s: %zu edges\n", when, n);
+  for (size_t i = 0; i < n; ++i)
+    std::printf("  edge %p -> %p type %d from_port %d; target launched with PDL %d\n", static_cast<void*>(from[i]),
+                static_cast<void*>(to[i]), int(data[i].type), int(data[i].from_port),
+                int(cuda::launched_with_pdl(to[i])));
 }
 
 int count_programmatic(cudaGraph_t g) {
@@ -92,11 +110,10 @@ TEST(GraphEdgesGpu, TheJoinIntoAPdlKernelBecomesProgrammaticAndTheGraphComputesT
   CUDA_CHECK(cudaStreamBeginCapture(main, cudaStreamCaptureModeThreadLocal));
   enqueue(m, main, side, fork, join);
   CUDA_CHECK(cudaStreamEndCapture(main, &graph));
+  describe(graph, "captured");
   const int before = count_programmatic(graph);
-  // the two PDL launches after a kernel on their own stream (e = norm(b) after b = norm(a), and
-  // f = norm(c) after it): programmatic from capture
-  EXPECT_EQ(before, 2);
   EXPECT_EQ(cuda::programmatic_joins(graph), 1) << "the side stream's last kernel into f = norm(c)";
+  describe(graph, "after programmatic_joins");
   EXPECT_EQ(count_programmatic(graph), before + 1);
   EXPECT_EQ(cuda::programmatic_joins(graph), 0) << "a second pass finds nothing left";
 
@@ -115,6 +132,76 @@ TEST(GraphEdgesGpu, TheJoinIntoAPdlKernelBecomesProgrammaticAndTheGraphComputesT
   CUDA_CHECK(cudaGraphDestroy(graph));
   for (cudaEvent_t ev : {fork, join}) cudaEventDestroy(ev);
   for (cudaStream_t s : {main, side}) cudaStreamDestroy(s);
+}
+
+/// SERVELAB_GPU_BENCH=1: what a side branch beside a product costs in a graph, and whether
+/// programmatic joins take it back. kLayers times: a product-sized kernel on the main stream
+/// (rms_norm over 2,048 x 4,096, launched with PDL), beside it two small plain kernels on a side
+/// stream (as a LoRA shrink and expand), joined before a small PDL kernel that reads the side
+/// stream's output. Replayed; microseconds a layer: no branch, the branch as captured, the branch
+/// with its join made programmatic.
+TEST(GraphEdgesGpu, BenchBranchCost) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const char* on = std::getenv("SERVELAB_GPU_BENCH");
+  if (!on || std::string(on) != "1") GTEST_SKIP() << "set SERVELAB_GPU_BENCH=1";
+  constexpr int kLayers = 64, kBig = 2048, kWide = 4096, kSmall = 8;
+  void *big_in = nullptr, *big_out = nullptr, *w = nullptr, *small_in = nullptr, *small_mid = nullptr, *small_out = nullptr;
+  CUDA_CHECK(cudaMalloc(&big_in, size_t(kBig) * kWide * 2));
+  CUDA_CHECK(cudaMalloc(&big_out, size_t(kBig) * kWide * 2));
+  CUDA_CHECK(cudaMalloc(&w, size_t(kWide) * 2));
+  CUDA_CHECK(cudaMalloc(&small_in, size_t(kSmall) * kWide * 2));
+  CUDA_CHECK(cudaMalloc(&small_mid, size_t(kSmall) * kWide * 2));
+  CUDA_CHECK(cudaMalloc(&small_out, size_t(kSmall) * kWide * 2));
+  CUDA_CHECK(cudaMemset(big_in, 0, size_t(kBig) * kWide * 2));
+  CUDA_CHECK(cudaMemset(w, 0, size_t(kWide) * 2));
+  CUDA_CHECK(cudaMemset(small_in, 0, size_t(kSmall) * kWide * 2));
+  cudaStream_t main = nullptr, side = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr, t0 = nullptr, t1 = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&main, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreate(&t0));
+  CUDA_CHECK(cudaEventCreate(&t1));
+  auto time_graph = [&](bool branch, bool programmatic) {
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamBeginCapture(main, cudaStreamCaptureModeThreadLocal));
+    for (int l = 0; l < kLayers; ++l) {
+      if (branch) {
+        CUDA_CHECK(cudaEventRecord(fork, main));
+        CUDA_CHECK(cudaStreamWaitEvent(side, fork, 0));
+        k::silu_then_mul(k::ScalarType::bf16, small_in, small_mid, kSmall, kWide / 2, side);
+        CUDA_CHECK(cudaEventRecord(join, side));
+      }
+      k::rms_norm(k::ScalarType::bf16, big_in, w, big_out, kBig, kWide, kEps, main);
+      if (branch) CUDA_CHECK(cudaStreamWaitEvent(main, join, 0));
+      k::rms_norm(k::ScalarType::bf16, small_mid, w, small_out, kSmall, kWide / 2, kEps, main);
+    }
+    CUDA_CHECK(cudaStreamEndCapture(main, &graph));
+    const int changed = programmatic ? cuda::programmatic_joins(graph) : 0;
+    cudaGraphExec_t exec = nullptr;
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int i = 0; i < 5; ++i) CUDA_CHECK(cudaGraphLaunch(exec, main));
+    constexpr int kReplays = 50;
+    CUDA_CHECK(cudaEventRecord(t0, main));
+    for (int i = 0; i < kReplays; ++i) CUDA_CHECK(cudaGraphLaunch(exec, main));
+    CUDA_CHECK(cudaEventRecord(t1, main));
+    CUDA_CHECK(cudaEventSynchronize(t1));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+    CUDA_CHECK(cudaGraphExecDestroy(exec));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    std::printf("  branch %d programmatic %d (%d joins changed): %.2f us a layer\n", int(branch), int(programmatic),
+                changed, 1e3 * ms / kReplays / kLayers);
+  };
+  for (int rep = 0; rep < 2; ++rep) {
+    time_graph(false, false);
+    time_graph(true, false);
+    time_graph(true, true);
+  }
+  for (void* p : {big_in, big_out, w, small_in, small_mid, small_out}) cudaFree(p);
+  for (cudaEvent_t ev : {fork, join, t0, t1}) cudaEventDestroy(ev);
+  for (cudaStream_t st : {main, side}) cudaStreamDestroy(st);
 }
 
 }  // namespace graph_edges_gpu_test

@@ -17,6 +17,16 @@ bool is_kernel(cudaGraphNode_t n) {
 
 }  // namespace
 
+bool launched_with_pdl(cudaGraphNode_t node) {
+  if (!is_kernel(node)) return false;
+  cudaLaunchAttributeValue v{};
+  if (cudaGraphKernelNodeGetAttribute(node, cudaLaunchAttributeProgrammaticStreamSerialization, &v) != cudaSuccess) {
+    cudaGetLastError();  // not kept on this node: clear the error
+    return false;
+  }
+  return v.programmaticStreamSerializationAllowed != 0;
+}
+
 int programmatic_joins(cudaGraph_t graph) {
   size_t n = 0;
   CUDA_CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &n));
@@ -24,9 +34,11 @@ int programmatic_joins(cudaGraph_t graph) {
   std::vector<cudaGraphNode_t> from(n), to(n);
   std::vector<cudaGraphEdgeData> data(n);
   CUDA_CHECK(cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &n));
-  std::unordered_set<cudaGraphNode_t> pdl;  // nodes launched with PDL: a programmatic edge in
+  // nodes launched with PDL: a programmatic edge in, or the launch attribute kept on the node
+  std::unordered_set<cudaGraphNode_t> pdl;
   for (size_t i = 0; i < n; ++i)
-    if (data[i].type == cudaGraphDependencyTypeProgrammatic) pdl.insert(to[i]);
+    if (data[i].type == cudaGraphDependencyTypeProgrammatic || (!pdl.count(to[i]) && launched_with_pdl(to[i])))
+      pdl.insert(to[i]);
   int changed = 0;
   for (size_t i = 0; i < n; ++i) {
     const cudaGraphEdgeData& e = data[i];

@@ -13,9 +13,13 @@
 
 namespace servelab::cuda {
 
-/// Every full (default) edge from a kernel node into a kernel node that already has a
-/// programmatic incoming edge (it was launched with PDL) made programmatic. Returns how many
+/// Every full (default) edge from a kernel node into a kernel node launched with PDL (a
+/// programmatic incoming edge, or the launch attribute on the node) made programmatic. Returns how many
 /// edges changed. Call after cudaStreamEndCapture, before cudaGraphInstantiate.
 int programmatic_joins(cudaGraph_t graph);
+
+/// Whether a kernel node carries the programmatic-stream-serialization launch attribute (how
+/// stream capture may keep a launch_pdl launch instead of, or beside, a programmatic edge).
+bool launched_with_pdl(cudaGraphNode_t node);
 
 }  // namespace servelab::cuda
