@@ -93,9 +93,9 @@ struct Variant {
 /// shrinks; 8 LoRA launches a layer); `consumer`: q|k|v's and gate|up's deltas expanded by the
 /// kernels after their products (rope_kv_write, lora_silu_mul_xa) from the xa rows their shrinks
 /// finish (6 launches a layer; one of the two alone was measured at b54612e); `empty`:
-/// every launch with no rows in the plan (the launches and branches alone: diagnostic); `full
-/// joins`, `empty, full joins`: the side stream joined by full graph edges (programmatic_join off;
-/// the default makes them programmatic, engine/backend/cuda/graph_edges.h).
+/// every launch with no rows in the plan (the launches and branches alone: diagnostic); `side
+/// first`, `empty, side first`: the side stream's launches enqueued before the product's
+/// (side_after_product off; the default enqueues them after it).
 /// (`inline`, no side stream, and `empty` under `consumer` were measured at 17db7ca, ce0f498 and
 /// b54612e: docs/lora.md.)
 std::vector<Variant> decode_variants() {
@@ -111,11 +111,11 @@ std::vector<Variant> decode_variants() {
          c.gate_up_in_consumer = true;
          c.qkv_in_consumer = true;
        })},
-      {"full joins", with([](C& c) { c.programmatic_join = false; })},
+      {"side first", with([](C& c) { c.side_after_product = false; })},
       {"empty", with([](C& c) { c.empty_plan = true; }), true},
-      {"empty, full joins", with([](C& c) {
+      {"empty, side first", with([](C& c) {
          c.empty_plan = true;
-         c.programmatic_join = false;
+         c.side_after_product = false;
        }),
        true},
   };
@@ -278,7 +278,6 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
   size_t best = 0;
   for (size_t v = 0; v < variants.size(); ++v) {
     cuda->set_lora_kernels(variants[v].config);
-    const int64_t joins_before = cuda->graph_programmatic_joins();
     std::vector<DecodeRow> rows;
     for (size_t bi = 0; bi < batches.size(); ++bi) {
       const int b = batches[bi];
@@ -303,8 +302,6 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
       mean += r.base / r.s / double(rows.size());
     }
     figure("lora_decode_variant_mean", "[" + variants[v].name + "] mean ratio of its decode steps", mean, "x");
-    std::printf("  [%s] side-stream joins made programmatic in its graphs: %lld\n", variants[v].name.c_str(),
-                static_cast<long long>(cuda->graph_programmatic_joins() - joins_before));
     if (!variants[v].diagnostic && mean > best_mean) {
       best_mean = mean;
       best = v;

@@ -105,11 +105,11 @@ struct LoraSgmvConfig {
   /// both against 0.882 without, b64 0.546 against 0.826 (docs/lora.md "GPU figures").
   bool gate_up_in_consumer = false;
   bool qkv_in_consumer = false;
-  /// Read by the cuda backend: in a captured decode graph with adapters, the side stream's joins
-  /// (its last launch before the kernel after the product) become programmatic edges
-  /// (engine/backend/cuda/graph_edges.h), so that kernel, launched with PDL, starts as the
-  /// product finishes instead of after the side stream's last kernel; false: full edges.
-  bool programmatic_join = true;
+  /// Read by the cuda backend (cuda_ops.h LoraHook), with side_stream: the side stream's shrink
+  /// and expand enqueued after the product's launch (they still wait only for what the product
+  /// waits for, through the fork event recorded before it), so in a CUDA graph the product is
+  /// launched before them; false: before the product, as they are forked.
+  bool side_after_product = true;
   /// Diagnostic, engine_bench only (the results are wrong): the plan is built from no rows, so
   /// every LoRA launch of the step runs and finds no work: what the launches, their empty blocks
   /// and the side stream's forks and joins cost alone.

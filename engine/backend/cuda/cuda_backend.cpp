@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "engine/backend/cuda/cuda_backend_impl.h"
-#include "engine/backend/cuda/graph_edges.h"
 #include "kernels/gemm_rows.h"
 #include "engine/model/quant_checkpoint.h"
 #include "engine/model/weights.h"
@@ -129,7 +128,6 @@ const CudaBackendOptions& CudaBackend::options() const { return impl_->options; 
 int64_t CudaBackend::weight_bytes() const { return impl_->w.bytes + (impl_->qw ? impl_->qw->bytes : 0); }
 int64_t CudaBackend::last_step_input_bytes() const { return int64_t(impl_->last_upload_bytes); }
 int64_t CudaBackend::graph_captures() const { return impl_->graph_captures; }
-int64_t CudaBackend::graph_programmatic_joins() const { return impl_->graph_programmatic_joins; }
 int64_t CudaBackend::verification_steps_graphed() const { return impl_->verification_steps_graphed; }
 void CudaBackend::reserve_steps(const StepLimits& limits) { impl_->reserve(limits); }
 std::vector<int> CudaBackend::decode_row_buckets() const {
@@ -520,14 +518,6 @@ void CudaBackend::Impl::run_planned(const cuda::BlockTableStep* tables) {
         throw;
       }
       CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-      if (g.lora && lora_kernels.programmatic_join) {
-        try {
-          graph_programmatic_joins += cuda::programmatic_joins(graph);
-        } catch (...) {
-          cudaGraphDestroy(graph);
-          throw;
-        }
-      }
       const cudaError_t e = cudaGraphInstantiate(&entry.exec, graph, 0);
       cudaGraphDestroy(graph);
       CUDA_CHECK(e);

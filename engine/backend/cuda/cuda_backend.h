@@ -245,9 +245,6 @@ class CudaBackend final : public Backend {
   /// CUDA graphs captured so far (each (batch bucket, context bucket, layout) once, again after a
   /// buffer a graph baked in was reallocated).
   int64_t graph_captures() const;
-  /// Joins of the LoRA side stream made programmatic edges in the graphs captured so far
-  /// (kernels::LoraSgmvConfig::programmatic_join, engine/backend/cuda/graph_edges.h).
-  int64_t graph_programmatic_joins() const;
   /// Verification steps (speculative decoding) run as one-row decode sequences through the decode
   /// graphs so far (verify_rows.h); the others ran eagerly through the prefill attention path.
   int64_t verification_steps_graphed() const;

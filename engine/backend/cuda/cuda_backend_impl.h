@@ -116,7 +116,6 @@ struct CudaBackend::Impl {
   std::map<GraphKey, GraphEntry> graphs;
   uint64_t epoch = 1;         // bumped whenever a buffer a graph baked in is reallocated
   int64_t graph_captures = 0; // graphs captured so far (a recapture after an epoch bump counts)
-  int64_t graph_programmatic_joins = 0;  // side-stream joins made programmatic in captured graphs (graph_edges.h)
   int64_t verification_steps_graphed = 0;  // verification steps run as one-row decode sequences
   // The planned step is a verification step in its one-row form run by decode_attention_rows
   // (options.verify_rows_kernel): flat_spans groups its rows into the step's step_groups sequences.

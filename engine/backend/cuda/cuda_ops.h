@@ -84,12 +84,21 @@ struct LoraHook {
   /// finishes each row's xa into `xa_rows` (fp32 [rows, pool.total_rank()]) and the kernel after
   /// the product computes the delta from it (kernels/lora_delta.h). Null: not so.
   float* xa_rows = nullptr;
-  /// Before the product: the shrink of x (and with `residual` the expand into it), on the side
-  /// stream once everything before is done.
+  /// Before the product: with a side stream, the fork (the side work waits for everything
+  /// before the product); the side work itself (below) here too unless
+  /// LoraSgmvConfig::side_after_product, which enqueues it after the product's launch.
   void before_product(const OpContext& c, const void* x, int rows) const {
-    cudaStream_t s = c.stream;
     if (side) {
       CUDA_CHECK(cudaEventRecord(fork, c.stream));
+      if (plan.config.side_after_product) return;
+    }
+    side_work(c, x, rows);
+  }
+  /// The shrink of x (and with `residual` the expand into it, with `delta` the delta alone), on
+  /// the side stream from the fork.
+  void side_work(const OpContext& c, const void* x, int rows) const {
+    cudaStream_t s = c.stream;
+    if (side) {
       CUDA_CHECK(cudaStreamWaitEvent(side, fork, 0));
       s = side;
     }
@@ -104,9 +113,11 @@ struct LoraHook {
       kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, delta, pool.n_out, 0, s, false, pdl);
     if (side) CUDA_CHECK(cudaEventRecord(join, side));
   }
-  /// After the product: once the side stream is done, y += the deltas (unless they went into the
-  /// residual).
-  void after_product(const OpContext& c, void* y, int ld_y, int rows) const {
+  /// After the product (x its input, unchanged by it): the side work if it waited for the
+  /// product's launch; then, once the side stream is done, y += the deltas (unless they went into
+  /// the residual or a delta).
+  void after_product(const OpContext& c, const void* x, void* y, int ld_y, int rows) const {
+    if (side && plan.config.side_after_product) side_work(c, x, rows);
     if (side) CUDA_CHECK(cudaStreamWaitEvent(c.stream, join, 0));
     if (!residual && !delta && !xa_rows) expand(c, y, ld_y, rows, c.stream);
   }
@@ -136,7 +147,7 @@ struct Linear {
     if (lora) lora->before_product(c, x, rows);
     if (quant) c.quant->run(*quant, x, y, rows, *c.gemm, c.stream);
     else c.gemm->run(c.dt, x, weight, y, rows, out, in, false, c.stream);
-    if (lora) lora->after_product(c, y, out, rows);
+    if (lora) lora->after_product(c, x, y, out, rows);
     if (split == Split::row && c.tp && !all_reduce_later) tp_all_reduce(*c.tp, y, int64_t(rows) * out, c.stream);
   }
 };
@@ -158,7 +169,7 @@ struct GateUpSilu {
     if (lora) lora->before_product(c, x, rows);
     if (quant) c.quant->run(*quant, x, gate_up, rows, *c.gemm, c.stream);
     else c.gemm->run(c.dt, x, weight, gate_up, rows, 2 * ffn, in, false, c.stream);
-    if (lora) lora->after_product(c, gate_up, 2 * ffn, rows);
+    if (lora) lora->after_product(c, x, gate_up, 2 * ffn, rows);
     if (lora && lora->xa_rows)
       kernels::lora_silu_mul_xa(c.dt, gate_up, kernels::lora_xa_delta(lora->pool, lora->xa_rows, lora->row_slot), act,
                                 rows, ffn, c.stream);

@@ -1,9 +1,12 @@
-// engine/backend/cuda/graph_edges.h on a captured graph shaped like a LoRA decode layer's: a
-// kernel forks a side stream (plain launches), the main stream goes on with a kernel launched
-// with PDL, then joins the side stream before another PDL kernel that reads the side stream's
-// output. The pass makes exactly that join programmatic, and the graph, replayed many times,
-// computes what the same launches compute eagerly, bit for bit. Names contain Gpu; every test
-// skips without a CUDA device.
+// What the LoRA side stream (cuda_ops.h LoraHook) relies on in a captured CUDA graph: a kernel
+// forks a side stream (plain launches), the main stream goes on with a kernel launched with PDL,
+// then joins the side stream before another PDL kernel that reads the side stream's output.
+// Stream capture makes both of that kernel's incoming edges programmatic (the join's too: its
+// blocks may start before the side stream's last kernel ends and wait for it in pdl_wait), and
+// the graph, replayed many times, computes what the same launches compute eagerly, bit for bit.
+// With SERVELAB_GPU_BENCH=1, what such a branch costs beside a product, enqueued before or after
+// the product's launch (LoraSgmvConfig::side_after_product). Names contain Gpu; every test skips
+// without a CUDA device.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -17,13 +20,12 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/backend/cuda/graph_edges.h"
 #include "kernels/cuda_check.h"
 #include "kernels/ops.h"
 #include "tests/backend/backend_test_util.h"
 
 namespace servelab {
-namespace graph_edges_gpu_test {  // named, not anonymous: a unity batch shares one translation unit
+namespace graph_branch_gpu_test {  // named, not anonymous: a unity batch shares one translation unit
 
 namespace k = kernels;
 
@@ -59,33 +61,23 @@ std::vector<uint16_t> read(const void* p, size_t n) {
   return h;
 }
 
-/// The graph's kernel nodes and edges, for the log: whether capture kept PDL as an edge type or
-/// as the node's launch attribute.
-void describe(cudaGraph_t g, const char* when) {
-  size_t n = 0;
-  CUDA_CHECK(cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &n));
-  std::vector<cudaGraphNode_t> from(n), to(n);
-  std::vector<cudaGraphEdgeData> data(n);
-  CUDA_CHECK(cudaGraphGetEdges(g, from.data(), to.data(), data.data(), &n));
-  std::printf("%s: %zu edges\n", when, n);
-  for (size_t i = 0; i < n; ++i)
-    std::printf("  edge %p -> %p type %d from_port %d; target launched with PDL %d\n", static_cast<void*>(from[i]),
-                static_cast<void*>(to[i]), int(data[i].type), int(data[i].from_port),
-                int(cuda::launched_with_pdl(to[i])));
-}
-
-int count_programmatic(cudaGraph_t g) {
+/// The graph's edges' types (1: programmatic), printed for the log; returns the programmatic ones.
+int programmatic_edges(cudaGraph_t g) {
   size_t n = 0;
   CUDA_CHECK(cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &n));
   std::vector<cudaGraphNode_t> from(n), to(n);
   std::vector<cudaGraphEdgeData> data(n);
   CUDA_CHECK(cudaGraphGetEdges(g, from.data(), to.data(), data.data(), &n));
   int p = 0;
-  for (const cudaGraphEdgeData& e : data) p += e.type == cudaGraphDependencyTypeProgrammatic;
+  for (size_t i = 0; i < n; ++i) {
+    std::printf("  edge %p -> %p type %d from_port %d\n", static_cast<void*>(from[i]), static_cast<void*>(to[i]),
+                int(data[i].type), int(data[i].from_port));
+    p += data[i].type == cudaGraphDependencyTypeProgrammatic;
+  }
   return p;
 }
 
-TEST(GraphEdgesGpu, TheJoinIntoAPdlKernelBecomesProgrammaticAndTheGraphComputesTheSame) {
+TEST(GraphBranchGpu, CaptureMakesTheJoinIntoAPdlKernelProgrammaticAndTheGraphComputesTheSame) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   Buffers m;
   std::mt19937 rng(7);
@@ -110,13 +102,10 @@ TEST(GraphEdgesGpu, TheJoinIntoAPdlKernelBecomesProgrammaticAndTheGraphComputesT
   CUDA_CHECK(cudaStreamBeginCapture(main, cudaStreamCaptureModeThreadLocal));
   enqueue(m, main, side, fork, join);
   CUDA_CHECK(cudaStreamEndCapture(main, &graph));
-  describe(graph, "captured");
-  const int before = count_programmatic(graph);
-  EXPECT_EQ(cuda::programmatic_joins(graph), 1) << "the side stream's last kernel into f = norm(c)";
-  describe(graph, "after programmatic_joins");
-  EXPECT_EQ(count_programmatic(graph), before + 1);
-  EXPECT_EQ(cuda::programmatic_joins(graph), 0) << "a second pass finds nothing left";
-
+  // b = norm(a) -> the side's silu -> its mul (full edges: plain launches); b = norm(a) -> e = norm(b)
+  // and e -> f = norm(c) (PDL after a kernel on its stream); the side's mul -> f: the join, made
+  // programmatic by capture because f is launched with PDL
+  EXPECT_EQ(programmatic_edges(graph), 3);
   cudaGraphExec_t exec = nullptr;
   CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   for (int replay = 0; replay < 50; ++replay) {
@@ -135,12 +124,12 @@ TEST(GraphEdgesGpu, TheJoinIntoAPdlKernelBecomesProgrammaticAndTheGraphComputesT
 }
 
 /// SERVELAB_GPU_BENCH=1: what a side branch beside a product costs in a graph, and whether
-/// programmatic joins take it back. kLayers times: a product-sized kernel on the main stream
+/// enqueueing it after the product's launch takes some of it back. kLayers times: a product-sized kernel on the main stream
 /// (rms_norm over 2,048 x 4,096, launched with PDL), beside it two small plain kernels on a side
 /// stream (as a LoRA shrink and expand), joined before a small PDL kernel that reads the side
-/// stream's output. Replayed; microseconds a layer: no branch, the branch as captured, the branch
-/// with its join made programmatic.
-TEST(GraphEdgesGpu, BenchBranchCost) {
+/// stream's output. Replayed; microseconds a layer: no branch, the branch's launches enqueued
+/// before the product's (as forked), after it.
+TEST(GraphBranchGpu, BenchBranchCost) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
   const char* on = std::getenv("SERVELAB_GPU_BENCH");
   if (!on || std::string(on) != "1") GTEST_SKIP() << "set SERVELAB_GPU_BENCH=1";
@@ -163,22 +152,23 @@ TEST(GraphEdgesGpu, BenchBranchCost) {
   CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreate(&t0));
   CUDA_CHECK(cudaEventCreate(&t1));
-  auto time_graph = [&](bool branch, bool programmatic) {
+  auto time_graph = [&](bool branch, bool side_after) {
     cudaGraph_t graph = nullptr;
     CUDA_CHECK(cudaStreamBeginCapture(main, cudaStreamCaptureModeThreadLocal));
     for (int l = 0; l < kLayers; ++l) {
-      if (branch) {
-        CUDA_CHECK(cudaEventRecord(fork, main));
+      auto side_work = [&] {
         CUDA_CHECK(cudaStreamWaitEvent(side, fork, 0));
         k::silu_then_mul(k::ScalarType::bf16, small_in, small_mid, kSmall, kWide / 2, side);
         CUDA_CHECK(cudaEventRecord(join, side));
-      }
+      };
+      if (branch) CUDA_CHECK(cudaEventRecord(fork, main));
+      if (branch && !side_after) side_work();
       k::rms_norm(k::ScalarType::bf16, big_in, w, big_out, kBig, kWide, kEps, main);
+      if (branch && side_after) side_work();
       if (branch) CUDA_CHECK(cudaStreamWaitEvent(main, join, 0));
       k::rms_norm(k::ScalarType::bf16, small_mid, w, small_out, kSmall, kWide / 2, kEps, main);
     }
     CUDA_CHECK(cudaStreamEndCapture(main, &graph));
-    const int changed = programmatic ? cuda::programmatic_joins(graph) : 0;
     cudaGraphExec_t exec = nullptr;
     CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     for (int i = 0; i < 5; ++i) CUDA_CHECK(cudaGraphLaunch(exec, main));
@@ -191,8 +181,9 @@ TEST(GraphEdgesGpu, BenchBranchCost) {
     CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
     CUDA_CHECK(cudaGraphExecDestroy(exec));
     CUDA_CHECK(cudaGraphDestroy(graph));
-    std::printf("  branch %d programmatic %d (%d joins changed): %.2f us a layer\n", int(branch), int(programmatic),
-                changed, 1e3 * ms / kReplays / kLayers);
+    std::printf("  %-32s %.2f us a layer\n",
+                !branch ? "no branch" : side_after ? "branch after the product" : "branch before the product",
+                1e3 * ms / kReplays / kLayers);
   };
   for (int rep = 0; rep < 2; ++rep) {
     time_graph(false, false);
@@ -204,5 +195,5 @@ TEST(GraphEdgesGpu, BenchBranchCost) {
   for (cudaStream_t st : {main, side}) cudaStreamDestroy(st);
 }
 
-}  // namespace graph_edges_gpu_test
+}  // namespace graph_branch_gpu_test
 }  // namespace servelab
