@@ -90,14 +90,13 @@ struct Variant {
 /// Names: `default` (LoraSgmvConfig{}: the expand by rows without the register cap, 528, a block
 /// per item, every delta beside its product: o/down into the residual, q|k|v's and gate|up's into
 /// a scratch added by the RoPE + K/V write and SiLU·mul; the expands with PDL after their
-/// shrinks; 8 LoRA launches a layer); `consumer`: q|k|v's and gate|up's deltas expanded by the
-/// kernels after their products (rope_kv_write, lora_silu_mul_xa) from the xa rows their shrinks
-/// finish (6 launches a layer; one of the two alone was measured at b54612e); `empty`:
-/// every launch with no rows in the plan (the launches and branches alone: diagnostic); `side
-/// first`, `empty, side first`: the side stream's launches enqueued before the product's
-/// (side_after_product off; the default enqueues them after it).
-/// (`inline`, no side stream, and `empty` under `consumer` were measured at 17db7ca, ce0f498 and
-/// b54612e: docs/lora.md.)
+/// shrinks; 8 LoRA launches a layer); `empty`:
+/// every launch with no rows in the plan (the launches and branches alone: diagnostic); `after:
+/// ...`: those groups' side work enqueued after their products' launches
+/// (LoraSgmvConfig::side_after_product; `empty, all after` the diagnostic so).
+/// (`inline`, no side stream, `consumer` (q|k|v's and gate|up's deltas expanded by the kernels
+/// after their products: 0.62-0.63 mean, last at f926a48) and `empty` under `consumer` were
+/// measured at 17db7ca, ce0f498, b54612e and since: docs/lora.md.)
 std::vector<Variant> decode_variants() {
   using C = kernels::LoraSgmvConfig;
   auto with = [](auto f) {
@@ -107,15 +106,14 @@ std::vector<Variant> decode_variants() {
   };
   return {
       {"default", C{}},
-      {"consumer", with([](C& c) {
-         c.gate_up_in_consumer = true;
-         c.qkv_in_consumer = true;
-       })},
-      {"side first", with([](C& c) { c.side_after_product = false; })},
+      {"after: gate|up", with([](C& c) { c.side_after_product = 4; })},
+      {"after: q|k|v, gate|up", with([](C& c) { c.side_after_product = 1 | 4; })},
+      {"after: o, down", with([](C& c) { c.side_after_product = 2 | 8; })},
+      {"after: all", with([](C& c) { c.side_after_product = 15; })},
       {"empty", with([](C& c) { c.empty_plan = true; }), true},
-      {"empty, side first", with([](C& c) {
+      {"empty, all after", with([](C& c) {
          c.empty_plan = true;
-         c.side_after_product = false;
+         c.side_after_product = 15;
        }),
        true},
   };

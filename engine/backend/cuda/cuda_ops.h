@@ -64,6 +64,7 @@ struct LoraHook {
   float* partial = nullptr;           ///< the shrink's fp32 partial sums (kernels::lora_partial_floats)
   cudaStream_t side = nullptr;        ///< the shrink's stream beside the product; null: in line
   cudaEvent_t fork = nullptr, join = nullptr;  ///< with `side`
+  bool side_after = false;            ///< the side work enqueued after the product (LoraSgmvConfig::side_after_product)
   void* residual = nullptr;           ///< [rows, pool.n_out]: the delta goes here, not into y; null: into y
   /// Eager steps (LoraSgmvConfig::gemm_min_rows): runs of rows of one adapter whose shrink and
   /// expand are GEMMs on the tensor cores (kernels/lora_gemm.h), beside and after the product as
@@ -86,11 +87,11 @@ struct LoraHook {
   float* xa_rows = nullptr;
   /// Before the product: with a side stream, the fork (the side work waits for everything
   /// before the product); the side work itself (below) here too unless
-  /// LoraSgmvConfig::side_after_product, which enqueues it after the product's launch.
+  /// `side_after`, which enqueues it after the product's launch.
   void before_product(const OpContext& c, const void* x, int rows) const {
     if (side) {
       CUDA_CHECK(cudaEventRecord(fork, c.stream));
-      if (plan.config.side_after_product) return;
+      if (side_after) return;
     }
     side_work(c, x, rows);
   }
@@ -117,7 +118,7 @@ struct LoraHook {
   /// product's launch; then, once the side stream is done, y += the deltas (unless they went into
   /// the residual or a delta).
   void after_product(const OpContext& c, const void* x, void* y, int ld_y, int rows) const {
-    if (side && plan.config.side_after_product) side_work(c, x, rows);
+    if (side && side_after) side_work(c, x, rows);
     if (side) CUDA_CHECK(cudaStreamWaitEvent(c.stream, join, 0));
     if (!residual && !delta && !xa_rows) expand(c, y, ld_y, rows, c.stream);
   }
