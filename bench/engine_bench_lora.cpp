@@ -91,11 +91,10 @@ struct Variant {
 /// per item, every delta beside its product: o/down into the residual, q|k|v's and gate|up's into
 /// a scratch added by the RoPE + K/V write and SiLU·mul; the expands with PDL after their
 /// shrinks; 8 LoRA launches a layer); `empty`:
-/// every launch with no rows in the plan (the launches and branches alone: diagnostic); `shrink
-/// plain`: the shrinks launched without PDL (shrink_pdl off; `empty, shrink plain` the diagnostic
-/// so); `grid N/SM`: the slot-tile grids (the shrink's) at most N blocks an SM, looping over the
-/// items (grid_blocks_per_sm). The side work enqueued after the products (side_after_product) was
-/// measured on 2026-12-01 (docs/lora.md).
+/// every launch with no rows in the plan (the launches and branches alone: diagnostic). The side
+/// work enqueued after the products, the shrink launched with PDL (both built as options,
+/// measured and removed) and the shrink's grid at 1 or 2 blocks an SM were measured on 2026-12-01
+/// (docs/lora.md).
 /// (`inline`, no side stream, `consumer` (q|k|v's and gate|up's deltas expanded by the kernels
 /// after their products: 0.62-0.63 mean, last at f926a48) and `empty` under `consumer` were
 /// measured at 17db7ca, ce0f498, b54612e and since: docs/lora.md.)
@@ -108,15 +107,7 @@ std::vector<Variant> decode_variants() {
   };
   return {
       {"default", C{}},
-      {"shrink plain", with([](C& c) { c.shrink_pdl = false; })},
-      {"grid 1/SM", with([](C& c) { c.grid_blocks_per_sm = 1; })},
-      {"grid 2/SM", with([](C& c) { c.grid_blocks_per_sm = 2; })},
       {"empty", with([](C& c) { c.empty_plan = true; }), true},
-      {"empty, shrink plain", with([](C& c) {
-         c.empty_plan = true;
-         c.shrink_pdl = false;
-       }),
-       true},
   };
 }
 

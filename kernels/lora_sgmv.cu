@@ -280,9 +280,6 @@ __global__ void __launch_bounds__(kSgmvWarps * 32)
     lora_sgmv_shrink_kernel(const T* x, const int32_t* n_tiles, const int32_t* tiles, const int32_t* perm, int n_rows,
                             const T* a, int n_in, int total, int chunk_len, int n_chunks, float* partial,
                             const float* scale, int32_t* tile_done, float* xa_rows) {
-  // Launched with PDL (LoraSgmvConfig::shrink_pdl): the blocks are resident before the kernel
-  // that writes x ends, and read nothing (not even the plan) until it has.
-  pdl_wait();
   pdl_launch_dependents();  // an expand launched with PDL after it may start its prologue
   const int n_t = *n_tiles;
   for (int w = blockIdx.x; w < n_t * n_chunks; w += gridDim.x) {
@@ -475,16 +472,15 @@ void lora_sgmv_shrink(ScalarType t, const void* x, const LoraPlan& plan, int n_r
   const int n_chunks = (pool.n_in + len - 1) / len;
   const int grid = sgmv_grid(int64_t(lora_max_tiles(n_rows, pool.n_slots)) * n_chunks, plan.config.grid_blocks_per_sm);
   const int total = pool.total_rank();
-  const bool pdl = plan.config.shrink_pdl;
   SERVELAB_DISPATCH_16(t,
-                       launch_pdl_if(pdl, lora_sgmv_shrink_kernel<__nv_bfloat16>, dim3(grid), dim3(kSgmvWarps * 32), 0,
-                                     stream, static_cast<const __nv_bfloat16*>(x), plan.n_tiles, plan.tiles, plan.perm,
-                                     n_rows, static_cast<const __nv_bfloat16*>(pool.a), pool.n_in, total, len, n_chunks,
-                                     partial, static_cast<const float*>(pool.scale), plan.tile_done, xa_rows),
-                       launch_pdl_if(pdl, lora_sgmv_shrink_kernel<__half>, dim3(grid), dim3(kSgmvWarps * 32), 0, stream,
-                                     static_cast<const __half*>(x), plan.n_tiles, plan.tiles, plan.perm, n_rows,
-                                     static_cast<const __half*>(pool.a), pool.n_in, total, len, n_chunks, partial,
-                                     static_cast<const float*>(pool.scale), plan.tile_done, xa_rows));
+                       (lora_sgmv_shrink_kernel<__nv_bfloat16><<<grid, kSgmvWarps * 32, 0, stream>>>(
+                           static_cast<const __nv_bfloat16*>(x), plan.n_tiles, plan.tiles, plan.perm, n_rows,
+                           static_cast<const __nv_bfloat16*>(pool.a), pool.n_in, total, len, n_chunks, partial,
+                           pool.scale, plan.tile_done, xa_rows)),
+                       (lora_sgmv_shrink_kernel<__half><<<grid, kSgmvWarps * 32, 0, stream>>>(
+                           static_cast<const __half*>(x), plan.n_tiles, plan.tiles, plan.perm, n_rows,
+                           static_cast<const __half*>(pool.a), pool.n_in, total, len, n_chunks, partial, pool.scale,
+                           plan.tile_done, xa_rows)));
   CUDA_CHECK_LAUNCH();
 }
 

@@ -105,17 +105,6 @@ struct LoraSgmvConfig {
   /// both against 0.882 without, b64 0.546 against 0.826 (docs/lora.md "GPU figures").
   bool gate_up_in_consumer = false;
   bool qkv_in_consumer = false;
-  /// Read by the cuda backend (cuda_ops.h LoraHook), with side_stream: the groups (bit g for group
-  /// g of the forward's order: q|k|v 1, o 2, gate|up 4, down 8) whose shrink and expand are
-  /// enqueued on the side stream after the product's launch (they still wait only for what the
-  /// product waits for, through the fork event recorded before it), so in a CUDA graph the product
-  /// is launched before them; the others before the product, as they are forked.
-  unsigned side_after_product = 0;
-  /// The shrink launched with programmatic dependent launch (PDL): in a CUDA graph its edges from
-  /// the kernel before the product (through the fork) become programmatic, as a join's do, so its
-  /// blocks are resident and launched as that kernel finishes instead of after it; they wait
-  /// (pdl_wait) before reading anything. Off: a plain launch.
-  bool shrink_pdl = true;
   /// Diagnostic, engine_bench only (the results are wrong): the plan is built from no rows, so
   /// every LoRA launch of the step runs and finds no work: what the launches, their empty blocks
   /// and the side stream's forks and joins cost alone.

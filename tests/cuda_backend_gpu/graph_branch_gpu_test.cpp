@@ -5,7 +5,7 @@
 // blocks may start before the side stream's last kernel ends and wait for it in pdl_wait), and
 // the graph, replayed many times, computes what the same launches compute eagerly, bit for bit.
 // With SERVELAB_GPU_BENCH=1, what such a branch costs beside a product, enqueued before or after
-// the product's launch (LoraSgmvConfig::side_after_product). Names contain Gpu; every test skips
+// the product's launch (docs/lora.md, 2026-12-01). Names contain Gpu; every test skips
 // without a CUDA device.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

@@ -90,7 +90,7 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
         lora_kernels.residual_beside && (grp == cuda::LoraGroup::o || grp == cuda::LoraGroup::down);
     cuda::LoraHook& hk = hooks[int(grp)];
     hk = cuda::LoraHook{lora.pool(l, grp), lora_step_plan(), lora_partial.get<float>(), side, lora_fork, lora_join,
-                        (lora_kernels.side_after_product >> int(grp)) & 1u, into_residual ? h.get() : nullptr};
+                        into_residual ? h.get() : nullptr};
     if (!lora_step_runs.empty()) {
       hk.runs = &lora_step_runs;
       hk.gemm = lora_gemm.get();

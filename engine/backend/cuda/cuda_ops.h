@@ -64,7 +64,6 @@ struct LoraHook {
   float* partial = nullptr;           ///< the shrink's fp32 partial sums (kernels::lora_partial_floats)
   cudaStream_t side = nullptr;        ///< the shrink's stream beside the product; null: in line
   cudaEvent_t fork = nullptr, join = nullptr;  ///< with `side`
-  bool side_after = false;            ///< the side work enqueued after the product (LoraSgmvConfig::side_after_product)
   void* residual = nullptr;           ///< [rows, pool.n_out]: the delta goes here, not into y; null: into y
   /// Eager steps (LoraSgmvConfig::gemm_min_rows): runs of rows of one adapter whose shrink and
   /// expand are GEMMs on the tensor cores (kernels/lora_gemm.h), beside and after the product as
@@ -85,21 +84,12 @@ struct LoraHook {
   /// finishes each row's xa into `xa_rows` (fp32 [rows, pool.total_rank()]) and the kernel after
   /// the product computes the delta from it (kernels/lora_delta.h). Null: not so.
   float* xa_rows = nullptr;
-  /// Before the product: with a side stream, the fork (the side work waits for everything
-  /// before the product); the side work itself (below) here too unless
-  /// `side_after`, which enqueues it after the product's launch.
+  /// Before the product: the shrink of x (and with `residual` the expand into it), on the side
+  /// stream once everything before is done.
   void before_product(const OpContext& c, const void* x, int rows) const {
-    if (side) {
-      CUDA_CHECK(cudaEventRecord(fork, c.stream));
-      if (side_after) return;
-    }
-    side_work(c, x, rows);
-  }
-  /// The shrink of x (and with `residual` the expand into it, with `delta` the delta alone), on
-  /// the side stream from the fork.
-  void side_work(const OpContext& c, const void* x, int rows) const {
     cudaStream_t s = c.stream;
     if (side) {
+      CUDA_CHECK(cudaEventRecord(fork, c.stream));
       CUDA_CHECK(cudaStreamWaitEvent(side, fork, 0));
       s = side;
     }
@@ -114,11 +104,9 @@ struct LoraHook {
       kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, delta, pool.n_out, 0, s, false, pdl);
     if (side) CUDA_CHECK(cudaEventRecord(join, side));
   }
-  /// After the product (x its input, unchanged by it): the side work if it waited for the
-  /// product's launch; then, once the side stream is done, y += the deltas (unless they went into
-  /// the residual or a delta).
-  void after_product(const OpContext& c, const void* x, void* y, int ld_y, int rows) const {
-    if (side && side_after) side_work(c, x, rows);
+  /// After the product: once the side stream is done, y += the deltas (unless they went into the
+  /// residual).
+  void after_product(const OpContext& c, void* y, int ld_y, int rows) const {
     if (side) CUDA_CHECK(cudaStreamWaitEvent(c.stream, join, 0));
     if (!residual && !delta && !xa_rows) expand(c, y, ld_y, rows, c.stream);
   }
@@ -148,7 +136,7 @@ struct Linear {
     if (lora) lora->before_product(c, x, rows);
     if (quant) c.quant->run(*quant, x, y, rows, *c.gemm, c.stream);
     else c.gemm->run(c.dt, x, weight, y, rows, out, in, false, c.stream);
-    if (lora) lora->after_product(c, x, y, out, rows);
+    if (lora) lora->after_product(c, y, out, rows);
     if (split == Split::row && c.tp && !all_reduce_later) tp_all_reduce(*c.tp, y, int64_t(rows) * out, c.stream);
   }
 };
@@ -170,7 +158,7 @@ struct GateUpSilu {
     if (lora) lora->before_product(c, x, rows);
     if (quant) c.quant->run(*quant, x, gate_up, rows, *c.gemm, c.stream);
     else c.gemm->run(c.dt, x, weight, gate_up, rows, 2 * ffn, in, false, c.stream);
-    if (lora) lora->after_product(c, x, gate_up, 2 * ffn, rows);
+    if (lora) lora->after_product(c, gate_up, 2 * ffn, rows);
     if (lora && lora->xa_rows)
       kernels::lora_silu_mul_xa(c.dt, gate_up, kernels::lora_xa_delta(lora->pool, lora->xa_rows, lora->row_slot), act,
                                 rows, ffn, c.stream);
