@@ -41,6 +41,10 @@ KvCacheDType strategy_kv_cache_dtype(const Scenario& sc, const StrategySpec& st)
   return st.kv_cache_dtype.value_or(sc.backend.kv_cache_dtype);
 }
 
+const LoraWorkloadSpec& strategy_lora(const Scenario& sc, const StrategySpec& st) {
+  return st.lora ? *st.lora : sc.workload.lora;
+}
+
 int max_step_rows(const Scenario& sc, const StrategySpec& st) { return max_step_rows(st.sched, sc.engine.max_model_len); }
 
 int max_step_seqs(const StrategySpec& st) { return max_step_seqs(st.sched); }
@@ -48,7 +52,8 @@ int max_step_seqs(const StrategySpec& st) { return max_step_seqs(st.sched); }
 int64_t kv_cache_bytes_for(const Scenario& sc, const StrategySpec& st, const Backend& backend) {
   if (sc.engine.gpu_memory_utilization <= 0) return sc.engine.kv_cache_bytes;
   // With adapters, the pool reserve_loras allocates after the arena comes out of the same share.
-  const LoraConfig lora = sc.workload.lora.enabled() ? sc.workload.lora.engine_config() : LoraConfig{};
+  const LoraWorkloadSpec& spec = strategy_lora(sc, st);
+  const LoraConfig lora = spec.enabled() ? spec.engine_config() : LoraConfig{};
   return kv_bytes_for_gpu_utilization(backend, sc.engine.gpu_memory_utilization, max_step_rows(sc, st), max_step_seqs(st), lora);
 }
 

@@ -20,6 +20,8 @@ BackendSpec backend_spec(const Scenario& scenario);
 /// `kv_cache_dtype:`, else the scenario's backend defaults (the --quantization / --kv-cache-dtype flags).
 Quantization strategy_quantization(const Scenario& scenario, const StrategySpec& strategy);
 KvCacheDType strategy_kv_cache_dtype(const Scenario& scenario, const StrategySpec& strategy);
+/// The LoRA adapters `strategy` runs: its own `lora:`, else workload.lora (not enabled() = none).
+const LoraWorkloadSpec& strategy_lora(const Scenario& scenario, const StrategySpec& strategy);
 
 /// max_step_rows / max_step_seqs (engine/sched/scheduler_config.h) of a scenario's strategy: the
 /// largest step, which sizes the activations gpu_memory_utilization leaves room for.

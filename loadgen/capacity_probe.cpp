@@ -105,15 +105,16 @@ PointRun PointRunner::run(size_t strategy, double rate, const PointRunOptions& o
   if (options.seed) sc.seed = *options.seed;
   // Prompts drawn as each request is sent rather than all held from the start: a probe of a
   // million requests would otherwise hold every prompt's ids (GBs, and the page faults to fill them).
-  Plan plan = Planner(sc).make(rate, PlanPrompts::on_demand);
   const StrategySpec& strat = sc.strategies.at(strategy);
+  Plan plan = Planner(sc).make(rate, PlanPrompts::on_demand);
+  if (strat.lora) draw_lora_adapters(plan, *strat.lora);
   std::optional<StructuredRequests> structured;  // the same requests carry the same schemas as in `run`
   if (structured_.schemas) structured.emplace(sc.workload.structured_output, structured_.schemas, plan.seed);
   if (sc.target) {  // the same plan over HTTP (loadgen/http_sweep.h)
     PointRun out;
     const RecordSinks sinks = keep_records(out, strat.label + "@" + format_rate(rate), plan.requests.size(), options);
     const auto t0 = std::chrono::steady_clock::now();
-    out.stats = http_load::run_http_point(sc, plan, out.label, sinks, target_tokenizer_.get(), "", nullptr,
+    out.stats = http_load::run_http_point(sc, strat, plan, out.label, sinks, target_tokenizer_.get(), "", nullptr,
                                          /*scrape_server_metrics=*/false, structured ? &*structured : nullptr);
     out.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return out;
@@ -132,7 +133,7 @@ PointRun PointRunner::run(size_t strategy, double rate, const PointRunOptions& o
   std::vector<char> warmup(n_planned);
   for (size_t i = 0; i < n_planned; ++i) warmup[i] = plan.requests[i].warmup;
   std::unique_ptr<RequestSource> source =
-      make_source(sc, std::move(plan), run_adapters(sc, sc.backend.kind != BackendKind::sim));
+      make_source(sc, std::move(plan), run_adapters(sc, strat, sc.backend.kind != BackendKind::sim));
   StructuredSource* constrained = nullptr;
   if (structured) {
     auto wrapped = std::make_unique<StructuredSource>(std::move(source), *structured, *structured_.compiler);

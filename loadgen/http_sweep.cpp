@@ -12,12 +12,14 @@
 
 namespace servelab::http_load {
 
-DriveStats run_http_point(const Scenario& scenario, const Plan& plan, const std::string& run_label,
+DriveStats run_http_point(const Scenario& scenario, const StrategySpec& strategy, const Plan& plan,
+                          const std::string& run_label,
                           const RecordSinks& sinks, const Tokenizer* tokenizer, const std::string& out_dir,
                           const std::atomic<bool>* stop, bool scrape_metrics,
                           const StructuredRequests* structured) {
   // Adapters by name only: each request's goes out as its `model` (request_body).
-  std::unique_ptr<RequestSource> source = make_source(scenario, plan, run_adapters(scenario, false));
+  std::unique_ptr<RequestSource> source =
+      make_source(scenario, strategy_plan(plan, strategy), run_adapters(scenario, strategy, false));
   HttpDriverOptions o;
   o.target = *scenario.target;
   o.tokenizer = tokenizer;

@@ -16,7 +16,8 @@ namespace servelab::http_load {
 /// "n_failed", "share"}]} to out_dir/replicas.jsonl and prints nothing. With scrape_metrics, the
 /// server's /metrics are scraped every 250 ms into out_dir/server_metrics.jsonl meanwhile. With
 /// `structured`, the requests it picks carry their schema (workload.structured_output).
-DriveStats run_http_point(const Scenario& scenario, const Plan& plan, const std::string& run_label,
+DriveStats run_http_point(const Scenario& scenario, const StrategySpec& strategy, const Plan& plan,
+                          const std::string& run_label,
                           const RecordSinks& sinks, const Tokenizer* tokenizer, const std::string& out_dir,
                           const std::atomic<bool>* stop, bool scrape_metrics = false,
                           const StructuredRequests* structured = nullptr);

@@ -206,14 +206,23 @@ Plan Planner::make(double rate, PlanPrompts prompts) const {
     r.session = it.session;
     r.turn = it.turn;
     r.think_time_s = it.session >= 0 && it.turn > 0 ? w.sessions.think_time_s : 0.0;
-    if (w.lora.enabled()) {  // a session keeps one adapter over its turns
-      Rng lora_rng = Rng::stream(scenario_.seed, RngStream::lora_choice, it.session >= 0 ? uint64_t(it.session) : i);
-      r.lora = LoraChooser(w.lora).choose(lora_rng);
-    }
     plan.n_warmup += r.warmup;
   }
+  draw_lora_adapters(plan, w.lora);
   if (prompts == PlanPrompts::on_demand) plan.prompts = prompts_;
   return plan;
+}
+
+void draw_lora_adapters(Plan& plan, const LoraWorkloadSpec& spec) {
+  const LoraChooser chooser(spec);
+  for (size_t i = 0; i < plan.requests.size(); ++i) {
+    PlannedRequest& r = plan.requests[i];
+    r.lora.clear();
+    if (!spec.enabled()) continue;
+    // one draw per request from its own stream; a session keeps one adapter over its turns
+    Rng rng = Rng::stream(plan.seed, RngStream::lora_choice, r.session >= 0 ? uint64_t(r.session) : i);
+    r.lora = chooser.choose(rng);
+  }
 }
 
 std::vector<TokenId> Plan::prompt(size_t i, size_t room) const {

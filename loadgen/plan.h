@@ -83,6 +83,11 @@ struct Plan {
 /// Whether a plan holds every prompt's ids or draws them when each request is sent.
 enum class PlanPrompts { held, on_demand };
 
+/// Each request's adapter drawn from `spec` (none when it is not enabled()): one draw per request
+/// from its own stream of (plan.seed, its index, or its session: a session keeps one adapter),
+/// so a strategy with its own `lora:` gets its adapters over the same requests as the planner's.
+void draw_lora_adapters(Plan& plan, const LoraWorkloadSpec& spec);
+
 class Planner {
  public:
   explicit Planner(const Scenario& scenario);

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "engine/sched/scheduler_config.h"
+#include "loadgen/backend_spec.h"
 #include "loadgen/plan.h"
 
 namespace servelab {
@@ -124,13 +125,20 @@ ScenarioGrid profile_grid_for(const Scenario& scenario, const ProfileOptions& ba
   if (!out.draft_preset.empty())
     out.notes.push_back("--draft-preset " + out.draft_preset + ": the first draft_model strategy's draft");
   g.lora_rank = 0;
-  if (const LoraWorkloadSpec& lora = scenario.workload.lora; lora.enabled()) {
-    // Its adapters' rank; one adapter a step and as many as its slots hold (a step's distinct
-    // adapters are bounded by max_loras).
-    g.lora_rank = lora.rank;
-    g.lora_adapters = grid_sorted_unique({1, std::max(1, std::min<int>(lora.max_loras, int(lora.adapters.size())))});
+  // The strategies' adapters (each its own `lora:` or workload.lora): the largest rank; one adapter
+  // a step and, for each, as many as its slots hold (a step's distinct adapters are bounded by max_loras).
+  std::vector<int> lora_adapters;
+  for (const StrategySpec& st : scenario.strategies) {
+    const LoraWorkloadSpec& lora = strategy_lora(scenario, st);
+    if (!lora.enabled()) continue;
+    g.lora_rank = std::max(g.lora_rank, lora.rank);
+    lora_adapters.push_back(1);
+    lora_adapters.push_back(std::max(1, std::min<int>(lora.max_loras, int(lora.adapters.size()))));
+  }
+  if (g.lora_rank > 0) {
+    g.lora_adapters = grid_sorted_unique(lora_adapters);
     out.notes.push_back("--lora-rank " + std::to_string(g.lora_rank) + " --lora-adapters " + grid_list(g.lora_adapters) +
-                        ": the workload's adapters and the most a step holds (max_loras)");
+                        ": the adapters' largest rank and the most a step holds (max_loras)");
   }
   return out;
 }

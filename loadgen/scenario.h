@@ -165,6 +165,11 @@ struct StrategySpec {
   /// sim backends): this strategy's weight format and KV element type; unset = the backend's.
   std::optional<Quantization> quantization;
   std::optional<KvCacheDType> kv_cache_dtype;
+  /// `lora:` (the keys of workload.lora, or `none`: the base model for every request): this
+  /// strategy's adapters in place of workload.lora's, drawn over the same requests, so a base and
+  /// an adapter strategy, or 8 against 64 adapters, run the same arrivals and lengths side by side.
+  /// Unset: workload.lora (strategy_lora).
+  std::optional<LoraWorkloadSpec> lora;
 };
 
 /// How requests are issued.

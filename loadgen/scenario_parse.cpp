@@ -180,7 +180,7 @@ void Walker::engine(const YAML::Node& n) {
 }
 
 void Walker::strategy(const YAML::Node& n, const std::string& path, StrategySpec& out) {
-  std::vector<std::string> allowed = {"label", "batching", "kv", "speculative", "quantization", "kv_cache_dtype"};
+  std::vector<std::string> allowed = {"label", "batching", "kv", "speculative", "quantization", "kv_cache_dtype", "lora"};
   for (const auto* knobs : {&kStaticKnobs, &kDynamicKnobs, &kContinuousKnobs})
     allowed.insert(allowed.end(), knobs->begin(), knobs->end());
   if (!check_map(n, path, allowed)) return;
@@ -238,6 +238,7 @@ void Walker::strategy(const YAML::Node& n, const std::string& path, StrategySpec
                                         {"int4_gptq", Quantization::int4_gptq}}))
       out.quantization = q;
   }
+  if (defined(n["lora"])) parse_strategy_lora(n["lora"], join(path, "lora"), ov_, s_, out, d_);  // scenario_parse_lora.cpp
   if (defined(n["kv_cache_dtype"])) {
     KvCacheDType d = KvCacheDType::auto_dtype;
     if (read_enum(n["kv_cache_dtype"], join(path, "kv_cache_dtype"), d,

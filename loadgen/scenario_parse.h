@@ -42,8 +42,11 @@ void parse_rates_section(const YAML::Node& node, const std::vector<AppliedOverri
 
 /// `workload.lora:` (adapters or count, distribution, zipf_s, base_fraction, rank, max_loras,
 /// max_cpu_loras) into scenario.workload.lora; problems go to `diag` at their file:line:col.
+/// parse_strategy_lora: a strategy's `lora:` (the same keys, or `none`) into strategy.lora.
 void parse_lora_section(const YAML::Node& node, const std::vector<AppliedOverride>& overrides, Scenario& scenario,
                         Diagnostics& diag);
+void parse_strategy_lora(const YAML::Node& node, const std::string& path, const std::vector<AppliedOverride>& overrides,
+                         Scenario& scenario, StrategySpec& strategy, Diagnostics& diag);
 /// A strategy's `speculative:` at `path` into strategy.speculative (engaged by the caller)
 /// (scenario_parse_speculative.cpp).
 void parse_speculative_section(const YAML::Node& node, const std::string& path, StrategySpec& strategy,

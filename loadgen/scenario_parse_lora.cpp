@@ -1,5 +1,6 @@
-// The `workload.lora:` section of a scenario: which LoRA adapters requests name and how popular
-// each is (loadgen/lora_workload.h). Errors name the key at its file:line:col.
+// The `workload.lora:` section of a scenario, and a strategy's own `lora:`: which LoRA adapters
+// requests name and how popular each is (loadgen/lora_workload.h). Errors name the key at its
+// file:line:col.
 #include <cmath>
 
 #include "loadgen/scenario_parse.h"
@@ -14,12 +15,18 @@ class LoraWalker : public YamlReader {
  public:
   using YamlReader::YamlReader;
 
-  void lora(const YAML::Node& n) {
-    const std::string path = "workload.lora";
+  /// A strategy's `lora:`: `none` (out stays without adapters) or the keys of workload.lora.
+  void lora_or_none(const YAML::Node& n, const std::string& path, LoraWorkloadSpec& out) {
+    if (!n.IsScalar()) return lora(n, path, out);
+    std::string word;
+    if (read_string(n, path, word) && word != "none")
+      d_.error(path, "must be none or a map of workload.lora's keys (got '" + word + "')");
+  }
+
+  void lora(const YAML::Node& n, const std::string& path, LoraWorkloadSpec& out) {
     if (!section(n, path, {"adapters", "count", "distribution", "zipf_s", "base_fraction", "rank", "max_loras",
                            "max_cpu_loras", "group_prompts"}))
       return;
-    LoraWorkloadSpec& out = s_.workload.lora;
     const bool listed = defined(n["adapters"]), counted = defined(n["count"]);
     if (listed == counted) {
       d_.error_at(path, path + " needs adapters: [names] or count: N (one of them)");
@@ -80,7 +87,13 @@ class LoraWalker : public YamlReader {
 
 void parse_lora_section(const YAML::Node& node, const std::vector<AppliedOverride>& overrides, Scenario& scenario,
                         Diagnostics& diag) {
-  LoraWalker(overrides, scenario, diag).lora(node);
+  LoraWalker(overrides, scenario, diag).lora(node, "workload.lora", scenario.workload.lora);
+}
+
+void parse_strategy_lora(const YAML::Node& node, const std::string& path, const std::vector<AppliedOverride>& overrides,
+                         Scenario& scenario, StrategySpec& strategy, Diagnostics& diag) {
+  strategy.lora.emplace();  // `lora: none`: no adapters (the base model for every request)
+  LoraWalker(overrides, scenario, diag).lora_or_none(node, path, *strategy.lora);
 }
 
 }  // namespace servelab

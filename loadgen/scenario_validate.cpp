@@ -143,8 +143,18 @@ void Scenario::resolve(Diagnostics& diag) {
       st.label = std::string(to_string(st.sched.kind)) + "-" + to_string(st.kv.kind);
       if (st.quantization && *st.quantization != Quantization::none) st.label += std::string("-") + to_string(*st.quantization);
       if (st.kv_cache_dtype == KvCacheDType::fp8) st.label += "-kvfp8";
+      if (st.lora) st.label += st.lora->enabled() ? "-lora" + std::to_string(st.lora->adapters.size()) : "-base";
     }
     st.kv.max_model_len = engine.max_model_len;
+  }
+  for (size_t i = 0; i < strategies.size(); ++i) {
+    const StrategySpec& st = strategies[i];
+    const bool own = st.lora && st.lora->enabled(), inherited = !st.lora && workload.lora.enabled();
+    if (!target && (own || inherited) && st.sched.kind != BatchingKind::continuous)
+      diag.error(own ? "strategies[" + std::to_string(i) + "].lora" : "workload.lora",
+                 std::string(own ? "needs" : "needs, in every strategy that runs its adapters,") +
+                     " continuous batching (strategy " + st.label + " is " + to_string(st.sched.kind) +
+                     (own ? ")" : "; give it lora: none to run it on the base model)"));
   }
   const auto not_continuous = std::find_if(strategies.begin(), strategies.end(), [](const StrategySpec& st) {
     return st.sched.kind != BatchingKind::continuous;

@@ -108,13 +108,19 @@ std::unique_ptr<RequestSource> make_source(const Scenario& scenario, Plan plan) 
 }
 
 std::unique_ptr<RequestSource> make_source(const Scenario& scenario, Plan plan, const LoraAdapters& loras) {
-  if (!scenario.workload.lora.enabled()) return make_source(scenario, std::move(plan));
+  if (loras.empty()) return make_source(scenario, std::move(plan));
   const Plan copy = plan;  // the adapter names by request id (a copy of every prompt, unless drawn on demand)
   return std::make_unique<LoraSource>(make_source(scenario, std::move(plan)), copy, loras);
 }
 
-LoraAdapters run_adapters(const Scenario& scenario, bool with_weights) {
-  const LoraWorkloadSpec& spec = scenario.workload.lora;
+Plan strategy_plan(const Plan& plan, const StrategySpec& strategy) {
+  Plan p = plan;
+  if (strategy.lora) draw_lora_adapters(p, *strategy.lora);
+  return p;
+}
+
+LoraAdapters run_adapters(const Scenario& scenario, const StrategySpec& strategy, bool with_weights) {
+  const LoraWorkloadSpec& spec = strategy_lora(scenario, strategy);
   if (!spec.enabled()) return {};
   return make_workload_adapters(spec, resolve_model_config(backend_spec(scenario).model), scenario.seed, with_weights);
 }
@@ -155,7 +161,7 @@ EngineConfig engine_config(const Scenario& scenario, const StrategySpec& strateg
   c.kv_cache_bytes = scenario.engine.kv_cache_bytes;
   c.swap_space_bytes = scenario.engine.swap_space_bytes;
   c.structured_output = scenario.engine.structured_output;
-  c.lora = scenario.workload.lora.engine_config();
+  c.lora = strategy_lora(scenario, strategy).engine_config();
   return c;
 }
 

@@ -47,6 +47,10 @@ nlohmann::ordered_json strategy_knobs(const StrategySpec& s) {
       j["preemption"] = to_string(s.sched.preempt);
       break;
   }
+  if (s.lora) {  // its own adapters (strategy_lora); workload.lora's are the scenario's
+    j["lora_adapters"] = s.lora->adapters.size();
+    if (s.lora->enabled()) j["max_loras"] = s.lora->max_loras;
+  }
   j["kv"] = to_string(s.kv.kind);
   if (s.kv.kind == KvKind::paged) {
     j["block_size"] = s.kv.block_size;
@@ -273,7 +277,8 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
             outcome.records.push_back(r);
             if (options.on_record) options.on_record(run, r);
           };
-          const DriveStats stats = http_load::run_http_point(scenario, plan, run.label, http_sinks, target_tokenizer.get(),
+          const DriveStats stats = http_load::run_http_point(scenario, scenario.strategies[i], plan, run.label,
+                                                             http_sinks, target_tokenizer.get(),
                                                              options.out_dir, options.stop, options.scrape_server_metrics,
                                                              structured ? &*structured : nullptr);
           if (options.on_run_done) options.on_run_done(run, stats);
@@ -293,7 +298,8 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
           outcome.roofline_note = roofline->note();
         }
         std::unique_ptr<RequestSource> source =
-            make_source(scenario, plan, run_adapters(scenario, scenario.backend.kind != BackendKind::sim));
+            make_source(scenario, strategy_plan(plan, scenario.strategies[i]),
+                        run_adapters(scenario, scenario.strategies[i], scenario.backend.kind != BackendKind::sim));
         StructuredSource* constrained = nullptr;
         if (structured) {
           auto wrapped = std::make_unique<StructuredSource>(std::move(source), *structured, *schema_compiler);

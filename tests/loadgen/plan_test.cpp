@@ -5,7 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "loadgen/backend_spec.h"
 #include "loadgen/plan.h"
+#include "loadgen/sources.h"
 #include "loadgen_test_util.h"
 
 namespace servelab {
@@ -235,6 +237,66 @@ TEST(PlanLora, ZipfPopularityIsSeededAndSessionsKeepTheirAdapter) {
   EXPECT_NE(first("{count: 2, group_prompts: maybe}").find("workload.lora.group_prompts"), std::string::npos);
   EXPECT_TRUE(sc.workload.lora.engine_config().group_prompts);  // on by default
   EXPECT_FALSE(load_yaml(base + "  lora: {count: 2, group_prompts: false}\n").workload.lora.engine_config().group_prompts);
+}
+
+TEST(PlanLora, AStrategysOwnLoraDrawsOverThePlansRequests) {
+  const std::string head =
+      "seed: 9\n"
+      "engine: {max_model_len: 512}\n";
+  const std::string work =
+      "workload:\n"
+      "  rates: [4]\n"
+      "  n_requests: 300\n"
+      "  prompt_tokens: {dist: fixed, value: 8}\n"
+      "  output_tokens: {dist: fixed, value: 4}\n"
+      "  lora: {count: 4, distribution: zipf}\n";
+  const Scenario sc = load_yaml(head +
+                                "strategies:\n"
+                                "  - {label: none, batching: continuous, lora: none}\n"
+                                "  - {label: own, batching: continuous, lora: {count: 4, distribution: zipf}}\n"
+                                "  - {label: many, batching: continuous, lora: {count: 64, base_fraction: 0.5}}\n"
+                                "  - {label: workload, batching: continuous}\n" +
+                                work);
+  const Plan p = make_plan(sc, 4.0);
+  EXPECT_EQ(&strategy_lora(sc, sc.strategies[3]), &sc.workload.lora);
+  EXPECT_FALSE(strategy_lora(sc, sc.strategies[0]).enabled());
+  // the same spec as the workload's draws the same adapters: the planner draws with it too
+  const Plan own = strategy_plan(p, sc.strategies[1]), none = strategy_plan(p, sc.strategies[0]);
+  const Plan many = strategy_plan(p, sc.strategies[2]), same = strategy_plan(p, sc.strategies[3]);
+  int base_in_many = 0;
+  for (size_t i = 0; i < p.requests.size(); ++i) {
+    EXPECT_EQ(own.requests[i].lora, p.requests[i].lora) << i;
+    EXPECT_EQ(same.requests[i].lora, p.requests[i].lora) << i;
+    EXPECT_TRUE(none.requests[i].lora.empty()) << i;
+    EXPECT_EQ(many.requests[i].intended_s, p.requests[i].intended_s) << i;  // only the adapters differ
+    base_in_many += many.requests[i].lora.empty();
+  }
+  EXPECT_NEAR(base_in_many / 300.0, 0.5, 0.1);
+
+  using testing_util::scenario_errors;
+  auto first = [&](const std::string& lora) {
+    const auto e = scenario_errors(head + "strategies: [{batching: continuous, lora: " + lora + "}]\n" + work);
+    return e.empty() ? std::string() : e.front();
+  };
+  EXPECT_NE(first("maybe").find("strategies[0].lora must be none or a map of workload.lora's keys (got 'maybe')"),
+            std::string::npos) << first("maybe");
+  EXPECT_NE(first("{count: 0}").find("strategies[0].lora.count"), std::string::npos) << first("{count: 0}");
+  EXPECT_NE(first("{count: 2, colour: red}").find("strategies[0].lora"), std::string::npos);
+  // adapters need continuous batching; the default label names a strategy's own adapters
+  const auto e = scenario_errors(head + "strategies: [{batching: static, lora: {count: 2}}]\n" + work);
+  ASSERT_FALSE(e.empty());
+  EXPECT_NE(e.front().find("strategies[0].lora"), std::string::npos) << e.front();
+  EXPECT_NE(e.front().find("strategies[0].lora needs continuous batching (strategy static-paged-lora2 is static)"),
+            std::string::npos) << e.front();
+  const auto w = scenario_errors(head + "strategies: [{batching: static}]\n" + work);
+  ASSERT_FALSE(w.empty());
+  EXPECT_NE(w.front().find("workload.lora"), std::string::npos) << w.front();
+  EXPECT_NE(w.front().find("give it lora: none"), std::string::npos) << w.front();
+  EXPECT_TRUE(scenario_errors(head + "strategies: [{batching: static, lora: none}]\n" + work).empty());
+  const Scenario labelled = load_yaml(head + "strategies: [{batching: continuous, lora: none}, "
+                                      "{batching: continuous, lora: {count: 8}}]\n" + work);
+  EXPECT_EQ(labelled.strategies[0].label, "continuous-paged-base");
+  EXPECT_EQ(labelled.strategies[1].label, "continuous-paged-lora8");
 }
 
 }  // namespace

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
+#include <set>
+#include <string>
 
 #include "loadgen/plan.h"
 #include "loadgen/sweep.h"
@@ -48,6 +51,70 @@ TEST(Sweep, DatasetIsReadOncePerRun) {
   }
   // The Scenario overloads read the file themselves, so they fail now that it is gone.
   EXPECT_THROW(plan_sweep(s), std::runtime_error);
+}
+
+// A strategy's own `lora:` (strategy_lora): the base model beside 8 adapters and beside
+// workload.lora's 2, over the same requests, on the sim; each run's records name the adapters its
+// strategy draws, and its steps ran them.
+TEST(Sweep, EachStrategyRunsItsOwnAdaptersOverTheSameRequests) {
+  const Scenario s = load_yaml(
+      "seed: 5\n"
+      "backend: {kind: sim}\n"
+      "engine: {max_model_len: 256}\n"
+      "strategies:\n"
+      "  - {label: base, batching: continuous, lora: none}\n"
+      "  - {label: eight, batching: continuous, lora: {count: 8, distribution: zipf, max_loras: 4, rank: 8}}\n"
+      "  - {label: workload, batching: continuous}\n"
+      "workload:\n"
+      "  rates: [20]\n"
+      "  n_requests: 40\n"
+      "  prompt_tokens: {dist: uniform, min: 8, max: 32}\n"
+      "  output_tokens: {dist: uniform, min: 2, max: 8}\n"
+      "  lora: {adapters: [sql, chat], max_loras: 2}\n");
+  ASSERT_TRUE(s.strategies[0].lora.has_value());
+  EXPECT_FALSE(s.strategies[0].lora->enabled());
+  EXPECT_EQ(s.strategies[1].lora->adapters.size(), 8u);
+  EXPECT_FALSE(s.strategies[2].lora.has_value());
+
+  SweepOptions opts;
+  opts.out_dir = std::filesystem::path(write_temp("sweep_lora_marker", "")).parent_path() / "sweep_lora_out";
+  const SweepOutcome out = run_sweep(s, opts);
+  ASSERT_EQ(out.runs.size(), 3u);
+  EXPECT_EQ(out.runs[0].config.value("lora_adapters", -1), 0);
+  EXPECT_EQ(out.runs[1].config.value("lora_adapters", -1), 8);
+  EXPECT_EQ(out.runs[1].config.value("max_loras", -1), 4);
+  EXPECT_FALSE(out.runs[2].config.contains("lora_adapters"));  // workload.lora's: the scenario says
+  std::map<std::string, std::map<uint64_t, const RequestRecord*>> by_run;
+  for (const RequestRecord& r : out.records) by_run[r.run][r.id] = &r;
+  ASSERT_EQ(by_run.size(), 3u);
+  const auto& base = by_run["base@20"];
+  const auto& eight = by_run["eight@20"];
+  const auto& wl = by_run["workload@20"];
+  ASSERT_EQ(base.size(), 40u);
+  ASSERT_EQ(eight.size(), 40u);
+  ASSERT_EQ(wl.size(), 40u);
+  std::set<std::string> eight_names;
+  for (const auto& [id, r] : base) {
+    EXPECT_TRUE(r->lora.empty()) << id;
+    const RequestRecord& e = *eight.at(id);
+    const RequestRecord& w = *wl.at(id);
+    EXPECT_EQ(e.prompt_tokens, r->prompt_tokens) << id;  // the same requests
+    EXPECT_EQ(w.prompt_tokens, r->prompt_tokens) << id;
+    EXPECT_EQ(e.arrival_s, r->arrival_s) << id;
+    EXPECT_EQ(e.lora.rfind("lora-", 0), 0u) << e.lora;
+    eight_names.insert(e.lora);
+    EXPECT_TRUE(w.lora == "sql" || w.lora == "chat") << w.lora;
+  }
+  EXPECT_GE(eight_names.size(), 4u);  // Zipf over 8: several of them in 40 requests
+  int adapter_steps[3] = {0, 0, 0};
+  for (const StepRecord& st : out.steps) {
+    const int i = st.run.rfind("base", 0) == 0 ? 0 : st.run.rfind("eight", 0) == 0 ? 1 : 2;
+    adapter_steps[i] += st.n_loras > 0;
+    if (i == 1) EXPECT_LE(st.n_loras, 4) << "max_loras";
+  }
+  EXPECT_EQ(adapter_steps[0], 0);
+  EXPECT_GT(adapter_steps[1], 0);
+  EXPECT_GT(adapter_steps[2], 0);
 }
 
 }  // namespace
