@@ -8,15 +8,16 @@
 #include <vector>
 
 #include "engine/runner.h"
+#include "loadgen/lora_workload.h"
 #include "loadgen/plan.h"
 
 namespace servelab {
 
 class LoraSource final : public RequestSource {
  public:
-  /// adapters: by name, every name the plan uses (std::invalid_argument naming a missing one).
-  LoraSource(std::unique_ptr<RequestSource> inner, const Plan& plan,
-             const std::vector<std::shared_ptr<const LoraAdapter>>& adapters);
+  /// adapters: every name the plan uses (std::invalid_argument naming a missing one), each
+  /// fetched as its request is taken (an in-process run draws its weights then: lora_workload.h).
+  LoraSource(std::unique_ptr<RequestSource> inner, const Plan& plan, std::shared_ptr<WorkloadAdapters> adapters);
   std::optional<double> next_time() const override { return inner_->next_time(); }
   Request take() override;
   bool exhausted() const override { return inner_->exhausted(); }
@@ -25,7 +26,8 @@ class LoraSource final : public RequestSource {
 
  private:
   std::unique_ptr<RequestSource> inner_;
-  std::vector<std::shared_ptr<const LoraAdapter>> by_id_;  // request id -> its adapter (null: base)
+  std::shared_ptr<WorkloadAdapters> adapters_;
+  std::vector<std::string> by_id_;  // request id -> its adapter's name ("": the base model)
 };
 
 }  // namespace servelab

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "loadgen/rng.h"
 
@@ -46,28 +47,46 @@ double LoraChooser::probability(size_t i) const {
   return cumulative_[i] - (i == 0 ? 0.0 : cumulative_[i - 1]);
 }
 
-std::vector<std::shared_ptr<const LoraAdapter>> make_workload_adapters(const LoraWorkloadSpec& spec, const ModelConfig& model,
-                                                                       uint64_t seed, bool with_weights) {
-  const std::vector<LoraTarget> all = {LoraTarget::q, LoraTarget::k, LoraTarget::v, LoraTarget::o,
-                                       LoraTarget::gate, LoraTarget::up, LoraTarget::down};
-  std::vector<std::shared_ptr<const LoraAdapter>> out;
-  for (size_t i = 0; i < spec.adapters.size(); ++i) {
-    std::shared_ptr<LoraAdapter> a;
-    if (with_weights) {
-      a = std::make_shared<LoraAdapter>(
-          random_lora(model, spec.adapters[i], spec.rank, float(spec.rank), all, seed * 0x9e3779b97f4a7c15ull + i + 1));
-    } else {
-      a = std::make_shared<LoraAdapter>();
-      a->name = spec.adapters[i];
-      a->rank = spec.rank;
-      a->alpha = float(spec.rank);
-      a->scale = 1.0f;
-      a->targets.fill(true);
-    }
-    a->id = i + 1;
-    out.push_back(std::move(a));
+WorkloadAdapters::WorkloadAdapters(const LoraWorkloadSpec& spec, const ModelConfig& model, uint64_t seed,
+                                   bool with_weights)
+    : spec_(spec), model_(model), seed_(seed), with_weights_(with_weights) {
+  for (size_t i = 0; i < spec_.adapters.size(); ++i) index_.emplace(spec_.adapters[i], i);
+  cap_ = with_weights_ ? size_t(std::max(1, spec_.max_cpu_loras > 0 ? spec_.max_cpu_loras : spec_.max_loras))
+                       : spec_.adapters.size();
+}
+
+std::shared_ptr<const LoraAdapter> WorkloadAdapters::get(const std::string& name) {
+  const auto at = index_.find(name);
+  if (at == index_.end()) throw std::invalid_argument("plan names LoRA adapter '" + name + "', which the run does not have");
+  const size_t i = at->second;
+  if (auto k = kept_.find(i); k != kept_.end()) {
+    k->second.used = ++clock_;
+    return k->second.adapter;
   }
-  return out;
+  std::shared_ptr<LoraAdapter> a;
+  if (with_weights_) {
+    static const std::vector<LoraTarget> all = {LoraTarget::q, LoraTarget::k, LoraTarget::v, LoraTarget::o,
+                                                LoraTarget::gate, LoraTarget::up, LoraTarget::down};
+    a = std::make_shared<LoraAdapter>(random_lora(model_, name, spec_.rank, float(spec_.rank), all,
+                                                  seed_ * 0x9e3779b97f4a7c15ull + i + 1));
+  } else {
+    a = std::make_shared<LoraAdapter>();
+    a->name = name;
+    a->rank = spec_.rank;
+    a->alpha = float(spec_.rank);
+    a->scale = 1.0f;
+    a->targets.fill(true);
+  }
+  a->id = i + 1;
+  ++drawn_;
+  if (kept_.size() >= cap_) {  // drop the least recently asked for
+    auto oldest = kept_.begin();
+    for (auto k = kept_.begin(); k != kept_.end(); ++k)
+      if (k->second.used < oldest->second.used) oldest = k;
+    kept_.erase(oldest);
+  }
+  kept_[i] = Kept{a, ++clock_};
+  return a;
 }
 
 }  // namespace servelab

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/lora/lora_adapter.h"
@@ -58,10 +59,39 @@ class LoraChooser {
   std::vector<double> cumulative_;  // ascending, ends at 1
 };
 
-/// The adapters an in-process run serves: one random adapter of `model`'s shapes per name (rank
-/// spec.rank, every target, alpha = rank), seeded by (seed, index), ids 1..N. Without
-/// `with_weights` (the sim backend, which never reads them) only name, id, rank and targets.
-std::vector<std::shared_ptr<const LoraAdapter>> make_workload_adapters(const LoraWorkloadSpec& spec, const ModelConfig& model,
-                                                                       uint64_t seed, bool with_weights);
+/// The adapters a run serves, by name: a random adapter of `model`'s shapes per name (rank
+/// spec.rank, every target, alpha = rank, seeded by (seed, its index), ids 1..N), drawn the first
+/// time a request names it, as a server reads an adapter from disk on its first request, rather
+/// than all at the start: 512 rank-16 adapters of a 7B model are 82 GB in fp32. At most
+/// max_cpu_loras (0: max_loras) of the drawn ones are kept here, the least recently asked for
+/// dropped first (requests holding one keep it alive; one asked for again is drawn again,
+/// identically, with its id, so its slot and prefix-cache entries stay valid). Without
+/// `with_weights` (the sim backend and HTTP, which never read them) only name, id, rank and
+/// targets, every one kept.
+class WorkloadAdapters {
+ public:
+  WorkloadAdapters(const LoraWorkloadSpec& spec, const ModelConfig& model, uint64_t seed, bool with_weights);
+  /// The adapter `name` (std::invalid_argument when the workload has no adapter of that name).
+  std::shared_ptr<const LoraAdapter> get(const std::string& name);
+  bool has(const std::string& name) const { return index_.count(name) > 0; }
+  size_t size() const { return index_.size(); }
+  int kept() const { return int(kept_.size()); }  ///< adapters held here now
+  int64_t drawn() const { return drawn_; }        ///< adapters drawn so far (again after a drop counts)
+
+ private:
+  struct Kept {
+    std::shared_ptr<const LoraAdapter> adapter;
+    uint64_t used = 0;
+  };
+  LoraWorkloadSpec spec_;
+  ModelConfig model_;
+  uint64_t seed_ = 0;
+  bool with_weights_ = false;
+  size_t cap_ = 0;
+  std::unordered_map<std::string, size_t> index_;
+  std::unordered_map<size_t, Kept> kept_;
+  uint64_t clock_ = 0;
+  int64_t drawn_ = 0;
+};
 
 }  // namespace servelab

@@ -107,10 +107,10 @@ std::unique_ptr<RequestSource> make_source(const Scenario& scenario, Plan plan) 
   return std::make_unique<OpenLoopSource>(std::move(plan), cap);
 }
 
-std::unique_ptr<RequestSource> make_source(const Scenario& scenario, Plan plan, const LoraAdapters& loras) {
-  if (loras.empty()) return make_source(scenario, std::move(plan));
+std::unique_ptr<RequestSource> make_source(const Scenario& scenario, Plan plan, std::shared_ptr<WorkloadAdapters> loras) {
+  if (!loras) return make_source(scenario, std::move(plan));
   const Plan copy = plan;  // the adapter names by request id (a copy of every prompt, unless drawn on demand)
-  return std::make_unique<LoraSource>(make_source(scenario, std::move(plan)), copy, loras);
+  return std::make_unique<LoraSource>(make_source(scenario, std::move(plan)), copy, std::move(loras));
 }
 
 Plan strategy_plan(const Plan& plan, const StrategySpec& strategy) {
@@ -119,10 +119,11 @@ Plan strategy_plan(const Plan& plan, const StrategySpec& strategy) {
   return p;
 }
 
-LoraAdapters run_adapters(const Scenario& scenario, const StrategySpec& strategy, bool with_weights) {
+std::shared_ptr<WorkloadAdapters> run_adapters(const Scenario& scenario, const StrategySpec& strategy, bool with_weights) {
   const LoraWorkloadSpec& spec = strategy_lora(scenario, strategy);
-  if (!spec.enabled()) return {};
-  return make_workload_adapters(spec, resolve_model_config(backend_spec(scenario).model), scenario.seed, with_weights);
+  if (!spec.enabled()) return nullptr;
+  return std::make_shared<WorkloadAdapters>(spec, resolve_model_config(backend_spec(scenario).model), scenario.seed,
+                                            with_weights);
 }
 
 void apply_strategy(Engine& engine, const StrategySpec& strategy, const BackendFactory& backends) {

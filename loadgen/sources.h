@@ -75,14 +75,13 @@ class ClosedLoopSource final : public RequestSource {
 /// plan.max_concurrency; sessions: SessionSource; closed loop: ClosedLoopSource at
 /// plan.concurrency).
 std::unique_ptr<RequestSource> make_source(const Scenario& scenario, Plan plan);
-/// Adapters of one run, by their names in the plan.
-using LoraAdapters = std::vector<std::shared_ptr<const LoraAdapter>>;
-/// make_source, with each request's adapter attached (LoraSource) when there are adapters.
-std::unique_ptr<RequestSource> make_source(const Scenario& scenario, Plan plan, const LoraAdapters& loras);
-/// The strategy's adapters (strategy_lora: its `lora:` or workload.lora) for a run
-/// (make_workload_adapters with the scenario's model and seed); with_weights for an in-process
-/// cpu or cuda engine. Empty when the strategy runs none.
-LoraAdapters run_adapters(const Scenario& scenario, const StrategySpec& strategy, bool with_weights);
+/// make_source, with each request's adapter attached (LoraSource) when the strategy runs adapters
+/// (`loras` non-null).
+std::unique_ptr<RequestSource> make_source(const Scenario& scenario, Plan plan, std::shared_ptr<WorkloadAdapters> loras);
+/// The strategy's adapters (strategy_lora: its `lora:` or workload.lora) for a run, with the
+/// scenario's model and seed, drawn as requests name them (WorkloadAdapters); with_weights for an
+/// in-process cpu or cuda engine. Null when the strategy runs none.
+std::shared_ptr<WorkloadAdapters> run_adapters(const Scenario& scenario, const StrategySpec& strategy, bool with_weights);
 /// The plan a strategy runs: `plan` itself, or, for a strategy with its own `lora:`, a copy whose
 /// requests name adapters drawn from it (draw_lora_adapters).
 Plan strategy_plan(const Plan& plan, const StrategySpec& strategy);

@@ -1,8 +1,10 @@
 #include "engine/lora/lora_adapter.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <stdexcept>
+#include <thread>
 
 #include "engine/model/weights.h"
 
@@ -133,17 +135,29 @@ LoraAdapter random_lora(const ModelConfig& config, const std::string& name, int 
   a.scale = LoraAdapter::scale_for(alpha, rank, false);
   for (LoraTarget t : targets) a.targets[size_t(t)] = true;
   a.layers.resize(size_t(config.n_layers));
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (auto& layer : a.layers)
+  // Each (layer, target) pair from its own stream, so the layers are drawn on several threads and
+  // the weights do not depend on how many (a 7B model's rank-16 adapter is 40M draws).
+  auto draw_layer = [&](int l) {
     for (LoraTarget t : targets) {
       const int in = lora_in_dim(config, t), out = lora_out_dim(config, t);
-      LoraPair& p = layer[size_t(t)];
+      std::mt19937_64 rng(seed ^ (0x9e3779b97f4a7c15ull * (uint64_t(l) * kLoraTargets + uint64_t(t) + 1)));
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      LoraPair& p = a.layers[size_t(l)][size_t(t)];
       p.a.resize(size_t(rank) * in);
       p.b.resize(size_t(out) * rank);
-      for (float& x : p.a) x = normal(rng) / std::sqrt(static_cast<float>(in));
-      for (float& x : p.b) x = normal(rng) / std::sqrt(static_cast<float>(rank));
+      const float sa = 1.0f / std::sqrt(static_cast<float>(in)), sb = 1.0f / std::sqrt(static_cast<float>(rank));
+      for (float& x : p.a) x = normal(rng) * sa;
+      for (float& x : p.b) x = normal(rng) * sb;
     }
+  };
+  const int n_threads = std::clamp(int(std::thread::hardware_concurrency()), 1, std::min(16, config.n_layers));
+  std::vector<std::thread> pool;
+  for (int w = 1; w < n_threads; ++w)
+    pool.emplace_back([&, w] {
+      for (int l = w; l < config.n_layers; l += n_threads) draw_layer(l);
+    });
+  for (int l = 0; l < config.n_layers; l += n_threads) draw_layer(l);
+  for (std::thread& th : pool) th.join();
   return a;
 }
 
