@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <stdexcept>
 #include <thread>
 
@@ -126,6 +125,23 @@ void merge_lora(ModelWeights& weights, const LoraAdapter& adapter) {
     }
 }
 
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/// Element n of stream `key`: uniform on [-sqrt(3), sqrt(3)] (mean 0, variance 1).
+float unit_uniform(uint64_t key, uint64_t n) {
+  const uint32_t bits = uint32_t(splitmix64(key + n) >> 40);  // 24 bits
+  return (float(bits) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * 1.7320508f;
+}
+
+}  // namespace
+
 LoraAdapter random_lora(const ModelConfig& config, const std::string& name, int rank, float alpha,
                         const std::vector<LoraTarget>& targets, uint64_t seed) {
   LoraAdapter a;
@@ -135,19 +151,22 @@ LoraAdapter random_lora(const ModelConfig& config, const std::string& name, int 
   a.scale = LoraAdapter::scale_for(alpha, rank, false);
   for (LoraTarget t : targets) a.targets[size_t(t)] = true;
   a.layers.resize(size_t(config.n_layers));
-  // Each (layer, target) pair from its own stream, so the layers are drawn on several threads and
-  // the weights do not depend on how many (a 7B model's rank-16 adapter is 40M draws).
+  // Each (layer, target) pair from its own counter-based stream (splitmix64 of its key and the
+  // element's index: a few ns an element), so the layers are drawn on several threads and the
+  // weights do not depend on how many (a 7B model's rank-16 adapter is 40M values, drawn when a
+  // workload's request first names it). Uniform on [-sqrt(3), sqrt(3)]: unit variance, as the
+  // Gaussian's it stands in for, then scaled by 1 / sqrt(fan-in).
   auto draw_layer = [&](int l) {
     for (LoraTarget t : targets) {
       const int in = lora_in_dim(config, t), out = lora_out_dim(config, t);
-      std::mt19937_64 rng(seed ^ (0x9e3779b97f4a7c15ull * (uint64_t(l) * kLoraTargets + uint64_t(t) + 1)));
-      std::normal_distribution<float> normal(0.0f, 1.0f);
+      const uint64_t key = splitmix64(seed ^ (0x9e3779b97f4a7c15ull * (uint64_t(l) * kLoraTargets + uint64_t(t) + 1)));
       LoraPair& p = a.layers[size_t(l)][size_t(t)];
       p.a.resize(size_t(rank) * in);
       p.b.resize(size_t(out) * rank);
       const float sa = 1.0f / std::sqrt(static_cast<float>(in)), sb = 1.0f / std::sqrt(static_cast<float>(rank));
-      for (float& x : p.a) x = normal(rng) * sa;
-      for (float& x : p.b) x = normal(rng) * sb;
+      uint64_t n = 0;
+      for (float& x : p.a) x = unit_uniform(key, n++) * sa;
+      for (float& x : p.b) x = unit_uniform(key, n++) * sb;
     }
   };
   const int n_threads = std::clamp(int(std::thread::hardware_concurrency()), 1, std::min(16, config.n_layers));
