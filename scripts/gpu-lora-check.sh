@@ -8,6 +8,9 @@
 #   NCU_POINTS entry B,CTX,K (default "32,512,1 32,512,8 64,512,64": K adapters; NCU_VARIANT: a
 #   decode variant of the bench), each ncu_bB_kK.log, summarized by scripts/lib/ncu_lora_table.py
 #   into ncu_lora.txt (the LoRA launches, their serialized durations and DRAM rates).
+# SERVE=1 (after the bench): `servelab run scenarios/lora-compare.yaml` on the cuda backend (the
+#   base model beside 8, 64 and 512 Zipf adapters over the same requests; issue 31's side-by-side
+#   serving figures) into OUT/lora-compare/, its runs table printed; SERVE_LIMIT (default 330 s).
 # PROFILE_LORA=1 (before the bench): `servelab profile --lora-rank 16` of llama2-7b on a small grid
 #   (profile-lora.json, profile-lora.txt): the sim's LoRA figures fitted to this GPU's own adapter
 #   steps, printed beside the H200 fit the GPU presets carry (engine/backend/hardware.h: 0.83 us a
@@ -26,7 +29,7 @@ cmake -S . -B "$BUILD" "${G[@]}" -DCMAKE_BUILD_TYPE=Release -DSERVELAB_CUDA=ON -
   >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
 # -k 0: a target that fails to build leaves the others to run.
 T=(test_cuda_backend_gpu engine_bench); [ "${KERNEL_TESTS:-1}" = 1 ] && T+=(test_kernels_gpu)
-[ "${PROFILE_LORA:-0}" = 1 ] && T+=(servelab)
+[ "${PROFILE_LORA:-0}" = 1 ] || [ "${SERVE:-0}" = 1 ] && T+=(servelab)
 cmake --build "$BUILD" -j"$(nproc)" --target "${T[@]}" -- -k 0 \
   >"$OUT/build.log" 2>&1 || { grep -E "error|FAILED" "$OUT/build.log" | head -40; }
 echo "build $(($(date +%s) - t0)) s"
@@ -58,4 +61,10 @@ left=$(( ${TOTAL_LIMIT:-340} - ($(date +%s) - t0) )); [ $left -lt 30 ] && left=3
 timeout "$left" "$BUILD/engine_bench" --lora "${Q[@]}" --json "$OUT/engine_bench_lora.json" --commit "$COMMIT" \
   >"$OUT/engine_bench_lora.log" 2>&1 || rc=1
 cat "$OUT/engine_bench_lora.log" | cut -c1-180
+if [ "${SERVE:-0}" = 1 ]; then
+  timeout "${SERVE_LIMIT:-330}" "$BUILD/servelab" run scenarios/lora-compare.yaml --set 'backend={kind: cuda}' \
+    --out "$OUT/lora-compare" --force --quiet --no-plots >"$OUT/lora-compare.log" 2>&1 || rc=1
+  tail -3 "$OUT/lora-compare.log"
+  grep -E "^\| (base|lora-[0-9]+) \| [0-9]+ \|" "$OUT/lora-compare/report.md" | cut -d'|' -f2-11,15-18
+fi
 exit $rc
