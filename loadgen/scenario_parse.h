@@ -45,6 +45,9 @@ void parse_rates_section(const YAML::Node& node, const std::vector<AppliedOverri
 /// parse_strategy_lora: a strategy's `lora:` (the same keys, or `none`) into strategy.lora.
 void parse_lora_section(const YAML::Node& node, const std::vector<AppliedOverride>& overrides, Scenario& scenario,
                         Diagnostics& diag);
+/// Adapters (a strategy's own or workload.lora's) on a strategy that is not continuous batching:
+/// an error at the strategy's `lora:` or at workload.lora (the engine runs adapters only there).
+void check_lora_batching(const Scenario& scenario, Diagnostics& diag);
 void parse_strategy_lora(const YAML::Node& node, const std::string& path, const std::vector<AppliedOverride>& overrides,
                          Scenario& scenario, StrategySpec& strategy, Diagnostics& diag);
 /// A strategy's `speculative:` at `path` into strategy.speculative (engaged by the caller)

@@ -90,6 +90,18 @@ void parse_lora_section(const YAML::Node& node, const std::vector<AppliedOverrid
   LoraWalker(overrides, scenario, diag).lora(node, "workload.lora", scenario.workload.lora);
 }
 
+void check_lora_batching(const Scenario& s, Diagnostics& diag) {
+  for (size_t i = 0; i < s.strategies.size(); ++i) {
+    const StrategySpec& st = s.strategies[i];
+    const bool own = st.lora && st.lora->enabled(), inherited = !st.lora && s.workload.lora.enabled();
+    if ((own || inherited) && st.sched.kind != BatchingKind::continuous)
+      diag.error(own ? "strategies[" + std::to_string(i) + "].lora" : "workload.lora",
+                 std::string(own ? "needs" : "needs, in every strategy that runs its adapters,") +
+                     " continuous batching (strategy " + st.label + " is " + to_string(st.sched.kind) +
+                     (own ? ")" : "; give it lora: none to run it on the base model)"));
+  }
+}
+
 void parse_strategy_lora(const YAML::Node& node, const std::string& path, const std::vector<AppliedOverride>& overrides,
                          Scenario& scenario, StrategySpec& strategy, Diagnostics& diag) {
   strategy.lora.emplace();  // `lora: none`: no adapters (the base model for every request)

@@ -16,6 +16,7 @@
 #include "loadgen/records/rate.h"
 #include "loadgen/records/record.h"
 #include "loadgen/scenario.h"
+#include "loadgen/scenario_parse.h"
 #include "loadgen/records/gate_metrics.h"
 #include "loadgen/sources.h"
 
@@ -147,15 +148,7 @@ void Scenario::resolve(Diagnostics& diag) {
     }
     st.kv.max_model_len = engine.max_model_len;
   }
-  for (size_t i = 0; i < strategies.size(); ++i) {
-    const StrategySpec& st = strategies[i];
-    const bool own = st.lora && st.lora->enabled(), inherited = !st.lora && workload.lora.enabled();
-    if (!target && (own || inherited) && st.sched.kind != BatchingKind::continuous)
-      diag.error(own ? "strategies[" + std::to_string(i) + "].lora" : "workload.lora",
-                 std::string(own ? "needs" : "needs, in every strategy that runs its adapters,") +
-                     " continuous batching (strategy " + st.label + " is " + to_string(st.sched.kind) +
-                     (own ? ")" : "; give it lora: none to run it on the base model)"));
-  }
+  if (!target) check_lora_batching(*this, diag);  // scenario_parse_lora.cpp
   const auto not_continuous = std::find_if(strategies.begin(), strategies.end(), [](const StrategySpec& st) {
     return st.sched.kind != BatchingKind::continuous;
   });
