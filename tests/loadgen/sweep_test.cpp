@@ -110,7 +110,9 @@ TEST(Sweep, EachStrategyRunsItsOwnAdaptersOverTheSameRequests) {
   for (const StepRecord& st : out.steps) {
     const int i = st.run.rfind("base", 0) == 0 ? 0 : st.run.rfind("eight", 0) == 0 ? 1 : 2;
     adapter_steps[i] += st.n_loras > 0;
-    if (i == 1) EXPECT_LE(st.n_loras, 4) << "max_loras";
+    if (i == 1) {
+      EXPECT_LE(st.n_loras, 4) << "max_loras";
+    }
   }
   EXPECT_EQ(adapter_steps[0], 0);
   EXPECT_GT(adapter_steps[1], 0);
