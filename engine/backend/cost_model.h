@@ -61,10 +61,17 @@ struct TimedStep {
   StepShape shape;
   double step_s = 0.0;
   /// A step of a real serving run folded into the profile (`servelab calibrate`: the sample's
-  /// "source": "calibration"). A bucket whose spread decodes include served ones takes a signed
-  /// a_spread: serving's mix of lengths may cost less than the grid's equal contexts.
+  /// "source": "calibration"). A bucket whose spread decodes include at least
+  /// kMinServedSpreadSamples served ones takes a signed a_spread fitted with them: serving's mix of
+  /// lengths may cost less than the grid's equal contexts.
   bool served = false;
 };
+
+/// Served (calibration) decodes a graph bucket needs before they set its a_spread: fewer are left
+/// out of the fit (the bucket keeps the grid's spread points or its neighbours' knots), so a
+/// calibration run that reached a bucket in a couple of steps does not set that bucket's price for
+/// every serving step in it. 30 was set before the matrix was re-predicted with it (2026-12-01).
+inline constexpr int kMinServedSpreadSamples = 30;
 
 /// The roofline: max(FLOPs / (peak · tp), bytes / (bandwidth · tp)) + step overhead + two
 /// all-reduces per layer over the step's rows when tp > 1 (ring: 2(tp−1)/tp of the activation

@@ -244,14 +244,25 @@ void ProfiledStepModel::fit_spread(std::span<const TimedStep> samples) {
     max_decode_context_ = std::max(max_decode_context_, t.shape.decode_context);
     max_sampled_ = std::max(max_sampled_, t.shape.n_sampled);
   }
+  // A bucket's served samples count only when there are enough of them for one coefficient
+  // (kMinServedSpreadSamples): a calibration run that reached a bucket in a couple of steps would
+  // otherwise set that bucket's price for every serving step in it (two steps of 161-192
+  // sequences once priced 908 such steps of a later run 16% high, where the grid alone was -3.6%).
+  // Without them the bucket keeps the grid's spread samples or none (its neighbours' knots).
+  std::map<double, int> n_served;  // bucket rows -> served samples
+  for (const TimedStep& t : samples) {
+    const StepShape s = clamp(t.shape);
+    if (t.served && graphed(s) && s.decode_spread() > 0) ++n_served[static_cast<double>(bucket_rows(s.n_seqs))];
+  }
   std::map<double, std::pair<double, double>> by_bucket;  // bucket rows -> (Σ w x r, Σ w x²)
-  std::map<double, bool> served;                          // bucket rows -> any served sample
+  std::map<double, bool> served;                          // bucket rows -> served samples used
   for (const TimedStep& t : samples) {
     const StepShape s = clamp(t.shape);
     const double x = s.decode_spread();
     if (!graphed(s) || !(x > 0)) continue;
     const double w = 1.0 / (t.step_s * t.step_s);
     const double bucket = static_cast<double>(bucket_rows(s.n_seqs));
+    if (t.served && n_served[bucket] < kMinServedSpreadSamples) continue;
     served[bucket] = served[bucket] || t.served;
     auto& [num, den] = by_bucket[bucket];
     num += w * x * (t.step_s - predict_base(s));

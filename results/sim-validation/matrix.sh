@@ -315,7 +315,7 @@ if [ "$what" = repredict ]; then
 print("[" + ",".join(repr(r["rate"]) for r in sorted(j["runs"], key=lambda r: r["rate"])) + "]", j["n_requests_per_run"])' \
         "$part/validation/validation.json")
       ramp=()
-      r=$(sed -n 's/^ramp: //p' "$part/cell.txt")
+      r=$(sed -n 's/^ramp: //p' "$part/cell.txt" | tail -1)  # the last: a calibrated cell's validate-sim ramp
       [ -n "$r" ] && read -r -a ramp <<< "$r"
       rm -rf "$part/$rdir"
       "$bin" run "$part/scenario-as-run.yaml" --out "$part/$rdir" --force --quiet --no-plots "${ramp[@]}" \

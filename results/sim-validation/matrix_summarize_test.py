@@ -122,6 +122,15 @@ class Plans(unittest.TestCase):
         with self.assertRaises(SystemExit):
             ms.check_same_plan("other rate", real, sim)
 
+    def test_arrivals_agree_to_a_rate_written_with_fewer_digits(self):
+        real = [rec(1, 0.045894, 0.1, 1.1, 11), rec(2, 10.0, 10.1, 11.1, 11)]
+        sim = [dict(r) for r in real]
+        sim[0]["arrival_s"], sim[1]["arrival_s"] = 0.045893, 10.00002
+        ms.check_same_plan("rounded rate", real, sim)
+        sim[1]["arrival_s"] = 10.01  # 0.1%: another rate
+        with self.assertRaises(SystemExit):
+            ms.check_same_plan("other rate", real, sim)
+
     def test_runs_are_ordered_by_rate(self):
         rs = [rec(1, 0, 0.1, 1, 2, run="p@10.5"), rec(2, 0, 0.1, 1, 2, run="p@2"), rec(3, 0, 0.1, 1, 2, run="p@10.5")]
         self.assertEqual([len(g) for g in ms.by_run(rs)], [1, 2])

@@ -167,22 +167,28 @@ TEST(StepCalibration, ServedDecodesCheaperThanTheGridPullTheirBucketDownWhereGri
   const TempFile with_points(points.dump());
   EXPECT_NEAR(SimCostModel::from_profile_json(with_points.path(), f.model).step_seconds(f.model, spread_decode()), grid_s,
               1e-9 * grid_s);
-  // The same steps served (a calibration run's): the bucket's a_spread goes below 0 to meet them.
-  std::vector<RecordedStep> run;
-  for (int i = 0; i < 4; ++i) {
-    RecordedStep r;
-    r.run = "served@1";
-    r.timing.shape = spread_decode();
-    r.timing.measured_s = 0.95 * grid_s;
-    r.timing.start_s = 0.1 * i;
-    run.push_back(r);
-  }
-  CalibrationOptions o;
-  o.skip_s = 0.0;
-  nlohmann::ordered_json served = f.profile;
-  add_calibration_samples(served, run, grid, f.model, o);
-  const TempFile calibrated(served.dump());
-  const SimCostModel after = SimCostModel::from_profile_json(calibrated.path(), f.model);
+  // The same steps served (a calibration run's): the bucket's a_spread goes below 0 to meet them,
+  // once the bucket holds kMinServedSpreadSamples of them; fewer leave the grid's price.
+  auto calibrated_with = [&](int n) {
+    std::vector<RecordedStep> run;
+    for (int i = 0; i < n; ++i) {
+      RecordedStep r;
+      r.run = "served@1";
+      r.timing.shape = spread_decode();
+      r.timing.measured_s = 0.95 * grid_s;
+      r.timing.start_s = 0.01 * i;
+      run.push_back(r);
+    }
+    CalibrationOptions o;
+    o.skip_s = 0.0;
+    nlohmann::ordered_json served = f.profile;
+    add_calibration_samples(served, run, grid, f.model, o);
+    const TempFile calibrated(served.dump());
+    return SimCostModel::from_profile_json(calibrated.path(), f.model);
+  };
+  const SimCostModel few = calibrated_with(kMinServedSpreadSamples - 1);
+  EXPECT_NEAR(few.step_seconds(f.model, spread_decode()), grid_s, 1e-3 * grid_s) << "too few served to move the bucket";
+  const SimCostModel after = calibrated_with(kMinServedSpreadSamples);
   EXPECT_NEAR(after.step_seconds(f.model, spread_decode()), 0.95 * grid_s, 1e-3 * grid_s);
   EXPECT_LT(after.profiled->s_per_decode_spread(8), 0.0);
   // Equal contexts keep the grid's price.
