@@ -47,7 +47,7 @@
 #     REPREDICT_DIR=NAME: into CELL/NAME/ instead of CELL/repredict/ (summary reads the same variable).
 #   dry: the gpu path on the cpu backend with the tiny preset, a small grid and few requests
 #     (DRY_REQUESTS, default 12), under OUT (default /tmp/matrix-dry), to catch script bugs here.
-#   summary: matrix_summarize.py over OUT into OUT/../matrix.md (or MATRIX_MD).
+#   summary: matrix_summarize.py over OUT into results/sim-validation/matrix.md (or MATRIX_MD; repredict ends with it too).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 here=results/sim-validation
