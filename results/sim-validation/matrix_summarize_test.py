@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Checks of matrix_summarize.py on hand-made records (stdlib unittest, < 1 s):
+"""Checks of matrix_summarize.py on hand-made records (stdlib unittest, < 1 s; ctest runs it as
+MatrixSummarize.PythonChecks where CMake finds a Python 3):
 python3 results/sim-validation/matrix_summarize_test.py"""
 import math
 import os
