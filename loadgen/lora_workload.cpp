@@ -51,8 +51,7 @@ WorkloadAdapters::WorkloadAdapters(const LoraWorkloadSpec& spec, const ModelConf
                                    bool with_weights)
     : spec_(spec), model_(model), seed_(seed), with_weights_(with_weights) {
   for (size_t i = 0; i < spec_.adapters.size(); ++i) index_.emplace(spec_.adapters[i], i);
-  cap_ = with_weights_ ? size_t(std::max(1, spec_.max_cpu_loras > 0 ? spec_.max_cpu_loras : spec_.max_loras))
-                       : spec_.adapters.size();
+  cap_ = size_t(std::max(1, spec_.max_cpu_loras > 0 ? spec_.max_cpu_loras : spec_.max_loras));
 }
 
 std::shared_ptr<const LoraAdapter> WorkloadAdapters::get(const std::string& name) {

@@ -67,7 +67,8 @@ class LoraChooser {
 /// dropped first (requests holding one keep it alive; one asked for again is drawn again,
 /// identically, with its id, so its slot and prefix-cache entries stay valid). Without
 /// `with_weights` (the sim backend and HTTP, which never read them) only name, id, rank and
-/// targets, every one kept.
+/// targets, kept and dropped alike: the sim prices packing an adapter object the backend has no
+/// image of, as the cuda backend packs one drawn again.
 class WorkloadAdapters {
  public:
   WorkloadAdapters(const LoraWorkloadSpec& spec, const ModelConfig& model, uint64_t seed, bool with_weights);

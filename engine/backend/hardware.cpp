@@ -25,6 +25,7 @@ void SimDevice::validate() const {
   require(lora_prefill_row_s >= 0, p + "lora_prefill_row_s", ">= 0", lora_prefill_row_s);
   require(lora_bandwidth_share > 0 && lora_bandwidth_share <= 1, p + "lora_bandwidth_share", "in (0, 1]",
           lora_bandwidth_share);
+  require(lora_pack_bytes_s >= 0, p + "lora_pack_bytes_s", ">= 0", lora_pack_bytes_s);
 }
 
 SimDevice SimDevice::preset(const std::string& name) {
@@ -72,6 +73,7 @@ SimDevice SimDevice::preset(const std::string& name) {
     // The cpu backend runs adapters by the plain formula: their FLOPs and bytes, nothing fitted.
     d.lora_decode_row_s = d.lora_prefill_layer_s = d.lora_prefill_run_s = d.lora_prefill_row_s = 0.0;
     d.lora_bandwidth_share = 1.0;
+    d.lora_pack_bytes_s = 0.0;
     return d;
   }
   std::string names;

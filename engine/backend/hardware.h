@@ -40,6 +40,12 @@ struct SimDevice {
   double lora_prefill_row_s = 0.040e-6;
   /// The share of mem_bw_bytes_s at which a step reads its adapters' weights (fitted as above).
   double lora_bandwidth_share = 0.59;
+  /// A load of an adapter whose packed 16-bit image the backend does not keep (its first load, or
+  /// after the image was evicted or the adapter object dropped) packs its fp32 weights first:
+  /// fp32 bytes per second. From engine_bench's first loads on the H200 host (llama2-7b rank 16,
+  /// 160 MB of fp32: 12.3, 13.1, 20.1 and 20.5 ms in four calls, median 16.6, against 2.2 ms with the
+  /// image kept: ~14.4 ms of packing). 0: nothing to pack (cpu-2core: the cpu backend reads fp32).
+  double lora_pack_bytes_s = 11e9;
   void validate() const;
 
   /// Datasheet figures: "h100" (= "h100-sxm"), "h200", "a100-80gb", "l40s", and "cpu-2core"

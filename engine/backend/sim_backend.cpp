@@ -106,8 +106,29 @@ StepOutput SimBackend::execute(const Step& step) {
 void SimBackend::load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter) {
   if (slot < 0) throw std::invalid_argument("sim backend: load_lora slot " + std::to_string(slot) + " must be >= 0");
   if (size_t(slot) >= lora_slots_.size()) lora_slots_.resize(size_t(slot) + 1);
-  lora_slots_[size_t(slot)].params = lora_params(model_, adapter.get());
-  pending_s_ += lora_load_seconds(cost_.device, lora_slots_[size_t(slot)].params);
+  const int64_t params = lora_params(model_, adapter.get());
+  lora_slots_[size_t(slot)].params = params;
+  pending_s_ += lora_load_seconds(cost_.device, params);
+  // Its image kept? (the same object, still alive: one drawn or read again is packed again)
+  for (KeptImage& k : lora_images_)
+    if (k.key == adapter.get() && k.owner.lock() == adapter) {
+      k.used = ++lora_clock_;
+      return;
+    }
+  pending_s_ += lora_pack_seconds(cost_.device, params);
+  const size_t cap = lora_images_max_ > 0 ? lora_images_max_ : 2 * lora_slots_.size();
+  if (lora_images_.size() >= cap) {  // out: a dead one first, else the least recently loaded
+    auto out = std::min_element(lora_images_.begin(), lora_images_.end(), [](const KeptImage& a, const KeptImage& b) {
+      return std::make_pair(!a.owner.expired(), a.used) < std::make_pair(!b.owner.expired(), b.used);
+    });
+    lora_images_.erase(out);
+  }
+  lora_images_.push_back({adapter.get(), adapter, ++lora_clock_});
+}
+
+void SimBackend::reserve_loras(int max_loras, int max_lora_rank) {
+  (void)max_lora_rank;
+  lora_images_max_ = size_t(std::max(1, 2 * max_loras));
 }
 
 double SimBackend::price(StepShape shape) {

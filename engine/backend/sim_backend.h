@@ -7,6 +7,7 @@
 // equals it with that position's probability, so the engine's own verification runs unchanged.
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -66,6 +67,8 @@ class SimBackend final : public Backend, public ShapeDecoder {
   /// Takes any adapter into any slot (null empties it); the copy from host memory is charged to
   /// the next step, and steps whose rows run it are priced with it (engine/backend/sim_lora.h).
   void load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter) override;
+  /// Keeps images for twice max_loras adapters, as the cuda backend does.
+  void reserve_loras(int max_loras, int max_lora_rank) override;
   void copy_slots(std::span<const KvCopy> copies) override;
   /// Bookkeeping only: no memory behind it (the sim stores no K/V).
   std::unique_ptr<HostKvPool> make_host_pool(int64_t n_slots) override;
@@ -115,6 +118,16 @@ class SimBackend final : public Backend, public ShapeDecoder {
   TokenId verify_draw(const kernels::StepInput& in, int i, int draft_index, TokenId drawn) const;
   std::vector<uint32_t> late_masks_;  // the step's late token masks (Step::fill_masks)
   std::vector<SimLoraSlot> lora_slots_;  // load_lora: each slot's adapter as priced
+  /// The adapters whose packed image the cuda backend would keep (DeviceLoraPool: twice max_loras,
+  /// least recently loaded out first, an adapter known by its object): a load of one not here packs.
+  struct KeptImage {
+    const LoraAdapter* key = nullptr;
+    std::weak_ptr<const LoraAdapter> owner;
+    uint64_t used = 0;
+  };
+  std::vector<KeptImage> lora_images_;
+  size_t lora_images_max_ = 0;  // 0: twice the slots loaded so far
+  uint64_t lora_clock_ = 0;
 };
 
 }  // namespace servelab

@@ -15,7 +15,9 @@
 //                 32 prompts on 32 adapters, 7x one adapter's; results/gpu/lora/2026-11-30-h200x2-99c35a2-profile);
 // and never less than the adapters' FLOPs at the device's peak (what the cpu backend's plain
 // formula costs: cpu-2core's fitted figures are 0). An adapter loaded into a slot (a miss) costs
-// its weights' bytes over the host link, charged to the next step. Under tensor parallelism the
+// its weights' bytes over the host link, charged to the next step, plus packing them when the
+// backend keeps no image of that adapter object (as the cuda backend's DeviceLoraPool keeps twice
+// max_loras images, keyed by the adapter object: lora_pack_seconds). Under tensor parallelism the
 // sim prices adapters as on one GPU (the cuda backend refuses LoRA there).
 #include <cstdint>
 #include <span>
@@ -62,6 +64,9 @@ double lora_rows_seconds(const SimDevice& device, const ModelConfig& model, std:
 
 /// Seconds to copy an adapter of `params` parameters from host memory into its slot.
 double lora_load_seconds(const SimDevice& device, int64_t params);
+/// Packing an adapter of `params` parameters from fp32 into the backend's image (a load whose
+/// image is not kept): 4 bytes a parameter at lora_pack_bytes_s; 0 where that is 0.
+double lora_pack_seconds(const SimDevice& device, int64_t params);
 
 /// One LoRA point of a profile (`servelab profile --lora-rank`, engine/backend/profile_lora.h): a
 /// step whose sequences all run adapters (`adapters` distinct ones among them), timed in turn with

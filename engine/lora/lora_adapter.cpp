@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "engine/model/weights.h"
+#include "engine/splitmix64.h"
 
 namespace servelab {
 namespace {
@@ -126,13 +127,6 @@ void merge_lora(ModelWeights& weights, const LoraAdapter& adapter) {
 }
 
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 /// Element n of stream `key`: uniform on [-sqrt(3), sqrt(3)] (mean 0, variance 1).
 float unit_uniform(uint64_t key, uint64_t n) {

@@ -60,14 +60,14 @@ TEST(WorkloadAdapters, DrawnOnFirstUseKeptUpToMaxCpuLorasAndDrawnAgainIdenticall
   EXPECT_THROW(w.get("lora-9"), std::invalid_argument);
   EXPECT_FALSE(w.has("sql"));
 
-  // max_cpu_loras 0 keeps max_loras; without weights every adapter is kept and none has weights
+  // max_cpu_loras 0 keeps max_loras; without weights none has weights, kept and dropped alike
   WorkloadAdapters one(spec(3, 1, 0), model, 7, true);
   one.get("lora-0");
   one.get("lora-1");
   EXPECT_EQ(one.kept(), 1);
-  WorkloadAdapters names(spec(3, 1, 0), model, 7, false);
+  WorkloadAdapters names(spec(3, 2, 0), model, 7, false);
   for (const char* n : {"lora-0", "lora-1", "lora-2"}) EXPECT_TRUE(names.get(n)->layers.empty());
-  EXPECT_EQ(names.kept(), 3);
+  EXPECT_EQ(names.kept(), 2);
   EXPECT_EQ(names.get("lora-1")->id, 2u);
 }
 
