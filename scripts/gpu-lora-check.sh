@@ -3,7 +3,7 @@
 # (-DCMAKE_CUDA_ARCHITECTURES=90a), runs the LoRA kernel and backend GPU tests (with the graph
 # tests beside them), then `engine_bench --lora` (docs/lora.md cites its figures):
 #   OUT=$OUT bash scripts/gpu-lora-check.sh
-# KERNEL_TESTS=0 leaves the LoRA kernel tests (test_kernels_gpu) out. QUICK=1 runs the bench's short version; TOTAL_LIMIT (default 340 s) bounds the whole script. The commit recorded: GPU_COMMIT (a file) or git.
+# KERNEL_TESTS=0 leaves the LoRA kernel tests (test_kernels_gpu) out; BENCH=0 leaves engine_bench out. QUICK=1 runs the bench's short version; TOTAL_LIMIT (default 340 s) bounds the whole script. The commit recorded: GPU_COMMIT (a file) or git.
 # NCU=1 (before the bench): ncu (--clock-control none) on one decode step (a graph replay) per
 #   NCU_POINTS entry B,CTX,K (default "32,512,1 32,512,8 64,512,64": K adapters; NCU_VARIANT: a
 #   decode variant of the bench), each ncu_bB_kK.log, summarized by scripts/lib/ncu_lora_table.py
@@ -58,9 +58,11 @@ if [ "${PROFILE_LORA:-0}" = 1 ]; then
 fi
 # The bench gets what is left of TOTAL_LIMIT seconds (its figures print as they come).
 left=$(( ${TOTAL_LIMIT:-340} - ($(date +%s) - t0) )); [ $left -lt 30 ] && left=30
-timeout "$left" "$BUILD/engine_bench" --lora "${Q[@]}" --json "$OUT/engine_bench_lora.json" --commit "$COMMIT" \
-  >"$OUT/engine_bench_lora.log" 2>&1 || rc=1
-cat "$OUT/engine_bench_lora.log" | cut -c1-180
+if [ "${BENCH:-1}" = 1 ]; then
+  timeout "$left" "$BUILD/engine_bench" --lora "${Q[@]}" --json "$OUT/engine_bench_lora.json" --commit "$COMMIT" \
+    >"$OUT/engine_bench_lora.log" 2>&1 || rc=1
+  cut -c1-180 "$OUT/engine_bench_lora.log"
+fi
 if [ "${SERVE:-0}" = 1 ]; then
   timeout "${SERVE_LIMIT:-330}" "$BUILD/servelab" run scenarios/lora-compare.yaml --set 'backend={kind: cuda}' \
     --out "$OUT/lora-compare" --force --quiet --no-plots >"$OUT/lora-compare.log" 2>&1 || rc=1
