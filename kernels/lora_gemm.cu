@@ -6,6 +6,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/cublaslt_lib.h"
+#include "kernels/gemm_rows.h"
 #include "kernels/lora_gemm.h"
 
 #define LORA_CUBLAS_CHECK(call)                                                                    \
@@ -38,15 +39,17 @@ int alignment(const void* p) {
 struct Layouts {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  Layouts(cudaDataType_t type, int m, int n, int k, int ld_a, int ld_b, int ld_d, int batch, int64_t sa, int64_t sb,
-          int64_t sd) {
+  int n = 0;  ///< the product's rows (cuBLASLt's n)
+  Layouts(cudaDataType_t type, int m, int n_, int k, int ld_a, int ld_b, int ld_d, int batch, int64_t sa, int64_t sb,
+          int64_t sd)
+      : n(n_) {
     LORA_CUBLAS_CHECK(cublaslt().matmul_desc_create(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
     LORA_CUBLAS_CHECK(cublaslt().matmul_desc_set_attribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
     LORA_CUBLAS_CHECK(cublaslt().matmul_desc_set_attribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
     LORA_CUBLAS_CHECK(cublaslt().matrix_layout_create(&a, type, k, m, ld_a));
-    LORA_CUBLAS_CHECK(cublaslt().matrix_layout_create(&b, type, k, n, ld_b));
-    LORA_CUBLAS_CHECK(cublaslt().matrix_layout_create(&d, type, m, n, ld_d));
+    LORA_CUBLAS_CHECK(cublaslt().matrix_layout_create(&b, type, k, n_, ld_b));
+    LORA_CUBLAS_CHECK(cublaslt().matrix_layout_create(&d, type, m, n_, ld_d));
     if (batch > 1) {
       const int32_t count = batch;
       for (auto [l, stride] : {std::pair{a, sa}, std::pair{b, sb}, std::pair{d, sd}}) {
@@ -57,6 +60,8 @@ struct Layouts {
       }
     }
   }
+  Layouts(const Layouts&) = delete;
+  Layouts& operator=(const Layouts&) = delete;
   ~Layouts() {
     if (d) cublaslt().matrix_layout_destroy(d);
     if (b) cublaslt().matrix_layout_destroy(b);
@@ -69,6 +74,13 @@ int64_t elem_bytes(ScalarType) { return 2; }
 
 }  // namespace
 
+struct LoraGemm::Prepared {
+  Layouts layouts;
+  cublasLtMatmulAlgo_t algo{};
+  Prepared(cudaDataType_t type, const Shape& s)
+      : layouts(type, s.m, s.n, s.k, s.ld_a, s.ld_b, s.ld_d, s.batch, s.stride_a, s.stride_b, s.stride_d) {}
+};
+
 LoraGemm::LoraGemm(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
   LORA_CUBLAS_CHECK(cublaslt().create(&handle_));
   if (workspace_bytes_ > 0) CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
@@ -79,41 +91,67 @@ LoraGemm::~LoraGemm() {
   if (handle_) cublaslt().destroy(handle_);
 }
 
+cublasLtMatmulAlgo_t LoraGemm::query(const Prepared& p, size_t ws, const uint32_t (&align)[4]) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  LORA_CUBLAS_CHECK(cublaslt().preference_create(&pref));
+  LORA_CUBLAS_CHECK(cublaslt().preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  const cublasLtMatmulPreferenceAttributes_t attr[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i)
+    LORA_CUBLAS_CHECK(cublaslt().preference_set_attribute(pref, attr[i], &align[i], sizeof(align[i])));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const Layouts& l = p.layouts;
+  const cublasStatus_t st = cublaslt().algo_get_heuristic(handle_, l.op, l.a, l.b, l.d, l.d, pref, 1, &result, &found);
+  cublaslt().preference_destroy(pref);
+  ++heuristic_queries_;
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0)
+    throw std::runtime_error("LoraGemm: cuBLASLt has no algorithm for a product of " + std::to_string(l.n) + " rows");
+  return result.algo;
+}
+
 void LoraGemm::matmul(ScalarType t, const Shape& s, float alpha, const void* a, const void* b, void* d,
                       cudaStream_t stream) {
   const cudaDataType_t type = t == ScalarType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
   const int al_a = alignment(a), al_b = alignment(b), al_d = alignment(d);
   // The shrink may split K through the workspace; the expand (K = the rank) takes none, so the
   // two never share it when they run on different streams.
-  const size_t ws = s.accumulate ? 0 : workspace_bytes_;
-  const Key key{int(t), s.m, s.n, s.k, s.ld_a, s.ld_b, s.ld_d, s.batch, s.stride_a, s.stride_b, s.stride_d,
-                s.accumulate, al_a | (al_b << 10) | (al_d << 20)};
-  Layouts l(type, s.m, s.n, s.k, s.ld_a, s.ld_b, s.ld_d, s.batch, s.stride_a, s.stride_b, s.stride_d);
-  auto it = algos_.find(key);
-  if (it == algos_.end()) {
-    if (algos_.size() >= 4096) algos_.clear();  // run lengths vary from step to step: bound the cache
-    cublasLtMatmulPreference_t pref = nullptr;
-    LORA_CUBLAS_CHECK(cublaslt().preference_create(&pref));
-    LORA_CUBLAS_CHECK(
-        cublaslt().preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  const size_t ws = s.workspace ? workspace_bytes_ : 0;
+  auto key = [&](int n) {
+    return Key{int(t), s.m, n, s.k, s.ld_a, s.ld_b, s.ld_d, s.batch, s.stride_a, s.stride_b, s.stride_d,
+               int(s.accumulate) | int(s.workspace) << 1, al_a | (al_b << 10) | (al_d << 20)};
+  };
+  auto it = prepared_.find(key(s.n));
+  if (it == prepared_.end()) {
+    // Run lengths vary from step to step: bound the caches.
+    if (prepared_.size() >= 4096) prepared_.clear();
+    if (bucket_algos_.size() >= 4096) bucket_algos_.clear();
     const uint32_t align[4] = {uint32_t(al_a), uint32_t(al_b), uint32_t(al_d), uint32_t(al_d)};
-    const cublasLtMatmulPreferenceAttributes_t attr[4] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    for (int i = 0; i < 4; ++i)
-      LORA_CUBLAS_CHECK(cublaslt().preference_set_attribute(pref, attr[i], &align[i], sizeof(align[i])));
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    const cublasStatus_t st = cublaslt().algo_get_heuristic(handle_, l.op, l.a, l.b, l.d, l.d, pref, 1, &result, &found);
-    cublaslt().preference_destroy(pref);
-    ++heuristic_queries_;
-    if (st != CUBLAS_STATUS_SUCCESS || found == 0)
-      throw std::runtime_error("LoraGemm: cuBLASLt has no algorithm for m=" + std::to_string(s.m) + " n=" +
-                               std::to_string(s.n) + " k=" + std::to_string(s.k) + " batch " + std::to_string(s.batch));
-    it = algos_.emplace(key, result.algo).first;
+    auto p = std::make_unique<Prepared>(type, s);
+    // The algorithm of the run length's bucket (asked once for the bucket's length), if it takes
+    // this length within the workspace; else this length's own.
+    const int n_bucket = gemm_rows_bucket(s.n);
+    auto b = bucket_algos_.find(key(n_bucket));
+    if (b == bucket_algos_.end()) {
+      Shape sb = s;
+      sb.n = n_bucket;
+      b = bucket_algos_.emplace(key(n_bucket), n_bucket == s.n ? query(*p, ws, align) : query(Prepared(type, sb), ws, align))
+              .first;
+    }
+    p->algo = b->second;
+    if (n_bucket != s.n) {
+      cublasLtMatmulHeuristicResult_t check{};
+      const Layouts& l = p->layouts;
+      if (cublaslt().algo_check(handle_, l.op, l.a, l.b, l.d, l.d, &p->algo, &check) != CUBLAS_STATUS_SUCCESS ||
+          check.workspaceSize > ws)
+        p->algo = query(*p, ws, align);
+    }
+    it = prepared_.emplace(key(s.n), std::move(p)).first;
   }
+  const Layouts& l = it->second->layouts;
   const float beta = s.accumulate ? 1.0f : 0.0f;
-  LORA_CUBLAS_CHECK(cublaslt().matmul(handle_, l.op, &alpha, a, l.a, b, l.b, &beta, d, l.d, d, l.d, &it->second,
+  LORA_CUBLAS_CHECK(cublaslt().matmul(handle_, l.op, &alpha, a, l.a, b, l.b, &beta, d, l.d, d, l.d, &it->second->algo,
                                       ws ? workspace_ : nullptr, ws, stream));
 }
 
@@ -127,12 +165,12 @@ void LoraGemm::shrink(ScalarType t, const void* x, const LoraPool& pool, const L
   const auto* xr = static_cast<const char*>(x) + int64_t(run.first) * pool.n_in * eb;
   auto* out = static_cast<char*>(xa) + int64_t(run.first) * total * eb;
   // Cᵀ[total, count] = A[slot] (stored [n_in, total], transposed) · xᵀ [n_in, count].
-  const Shape s{total, run.count, pool.n_in, pool.n_in, pool.n_in, total, 1, 0, 0, 0, false};
+  const Shape s{total, run.count, pool.n_in, pool.n_in, pool.n_in, total, 1, 0, 0, 0, false, true};
   matmul(t, s, scale, a, xr, out, stream);
 }
 
 void LoraGemm::expand(ScalarType t, const void* xa, const LoraPool& pool, const LoraRun& run, void* y, int ld_y, int c0,
-                      cudaStream_t stream) {
+                      cudaStream_t stream, bool accumulate) {
   check_gemm_pool(pool, run, "LoraGemm::expand");
   if (run.count == 0) return;
   const int total = pool.total_rank(), r = pool.max_rank;
@@ -150,13 +188,13 @@ void LoraGemm::expand(ScalarType t, const void* xa, const LoraPool& pool, const 
   // Segment m: Cᵀ[width, count] += B[slot][its columns] (stored [r, width], transposed) ·
   // xa[:, m · r ..]ᵀ [r, count] (ld total).
   if (equal && pool.n_seg > 1 && width[0] > 0) {
-    const Shape s{width[0], run.count, r, r, total, ld_y, pool.n_seg, int64_t(width[0]) * r, r, width[0], true};
+    const Shape s{width[0], run.count, r, r, total, ld_y, pool.n_seg, int64_t(width[0]) * r, r, width[0], accumulate, false};
     matmul(t, s, 1.0f, b, xr, yr, stream);
     return;
   }
   for (int m = 0; m < pool.n_seg; ++m) {
     if (width[m] == 0) continue;
-    const Shape s{width[m], run.count, r, r, total, ld_y, 1, 0, 0, 0, true};
+    const Shape s{width[m], run.count, r, r, total, ld_y, 1, 0, 0, 0, accumulate, false};
     matmul(t, s, 1.0f, b + int64_t(start[m]) * r * eb, xr + int64_t(m) * r * eb, yr + int64_t(start[m]) * eb, stream);
   }
 }

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <tuple>
 
 #include <cublasLt.h>
@@ -39,10 +40,13 @@ class LoraGemm {
   void shrink(ScalarType t, const void* x, const LoraPool& pool, const LoraRun& run, float scale, void* xa,
               cudaStream_t stream);
   /// y[run.first + i, c0 + c] += Σ_k xa[run.first + i, m · max_rank + k] · B[run.slot, c, k] for
-  /// c < pool.n_out (m: c's segment), y 16-bit with row stride ld_y.
+  /// c < pool.n_out (m: c's segment), y 16-bit with row stride ld_y. accumulate = false: y = the
+  /// delta alone (beta 0: a scratch whose consumer adds it, as LoraHook::delta).
   void expand(ScalarType t, const void* xa, const LoraPool& pool, const LoraRun& run, void* y, int ld_y, int c0,
-              cudaStream_t stream);
-  /// Times cuBLASLt's heuristic was asked (once per shape and alignment).
+              cudaStream_t stream, bool accumulate = true);
+  /// Times cuBLASLt's heuristic was asked: once per row bucket (gemm_rows.h: a run's length is its
+  /// prompt's, new at almost every prefill in a serving run), shape and alignment; a run length
+  /// the bucket's algorithm does not take asks for its own.
   int64_t heuristic_queries() const { return heuristic_queries_; }
 
  private:
@@ -51,14 +55,21 @@ class LoraGemm {
   struct Shape {
     int m, n, k, ld_a, ld_b, ld_d, batch;
     int64_t stride_a, stride_b, stride_d;
-    bool accumulate;
+    bool accumulate;  ///< beta 1 (else 0)
+    bool workspace;   ///< may split K through the workspace (the shrinks; never the expands)
   };
+  /// A shape's descriptors and algorithm, made once: the 32 layers of a step, and every step
+  /// with the same run lengths, reuse them (no descriptor calls on the step's path).
+  struct Prepared;
   void matmul(ScalarType t, const Shape& s, float alpha, const void* a, const void* b, void* d, cudaStream_t stream);
+  cublasLtMatmulAlgo_t query(const Prepared& p, size_t ws, const uint32_t (&align)[4]);
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
-  using Key = std::tuple<int, int, int, int, int, int, int, int, int64_t, int64_t, int64_t, bool, int>;
-  std::map<Key, cublasLtMatmulAlgo_t> algos_;
+  // (type, m, n, k, ld_a, ld_b, ld_d, batch, strides, beta and workspace, alignments)
+  using Key = std::tuple<int, int, int, int, int, int, int, int, int64_t, int64_t, int64_t, int, int>;
+  std::map<Key, std::unique_ptr<Prepared>> prepared_;  ///< by the exact shape
+  std::map<Key, cublasLtMatmulAlgo_t> bucket_algos_;   ///< by the shape with n its row bucket
   int64_t heuristic_queries_ = 0;
 };
 

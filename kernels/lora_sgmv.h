@@ -86,6 +86,12 @@ struct LoraSgmvConfig {
   /// too, the delta alone into a scratch, added by the RoPE + K/V write kernel
   /// (kernels::rope_kv_write's QkvArgs::delta), so no LoRA launch follows the q|k|v product.
   bool qkv_beside = true;
+  /// Read by the cuda backend: the two above also in eager steps that are not plain decodes
+  /// (prefills, chunks, mixed steps) and where tensor-core runs run (gemm_min_rows): the runs'
+  /// expand GEMMs write the delta alone (beta 0) beside the product, the grouped rows' expand
+  /// likewise, so no LoRA launch follows the q|k|v or gate|up product in any step. False: there
+  /// the expands follow the products (y += delta, the product's output read and written again).
+  bool eager_beside = true;
   /// Read by the cuda backend: an expand that follows its shrink on the same stream (into the
   /// residual, or the delta alone) is launched with programmatic dependent launch
   /// (lora_sgmv_expand's pdl), so its launch and its loads of the plan, y and B overlap the shrink.

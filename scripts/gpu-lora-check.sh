@@ -10,7 +10,8 @@
 #   into ncu_lora.txt (the LoRA launches, their serialized durations and DRAM rates).
 # SERVE=1 (after the bench): `servelab run scenarios/lora-compare.yaml` on the cuda backend (the
 #   base model beside 8, 64 and 512 Zipf adapters over the same requests; issue 31's side-by-side
-#   serving figures) into OUT/lora-compare/, its runs table printed; SERVE_LIMIT (default 330 s).
+#   serving figures) into OUT/lora-compare/, its runs table printed; SERVE_LIMIT (default 330 s); SERVE_ARGS
+#   more options for that run (e.g. "--set workload.rates=[8,24]").
 # PROFILE_LORA=1 (before the bench): `servelab profile --lora-rank 16` of llama2-7b on a small grid
 #   (profile-lora.json, profile-lora.txt): the sim's LoRA figures fitted to this GPU's own adapter
 #   steps, printed beside the H200 fit the GPU presets carry (engine/backend/hardware.h: 0.83 us a
@@ -64,7 +65,8 @@ if [ "${BENCH:-1}" = 1 ]; then
   cut -c1-180 "$OUT/engine_bench_lora.log"
 fi
 if [ "${SERVE:-0}" = 1 ]; then
-  timeout "${SERVE_LIMIT:-330}" "$BUILD/servelab" run scenarios/lora-compare.yaml --set 'backend={kind: cuda}' \
+  # shellcheck disable=SC2086  # SERVE_ARGS: more options for the run, e.g. "--set workload.rates=[8,24]"
+  timeout "${SERVE_LIMIT:-330}" "$BUILD/servelab" run scenarios/lora-compare.yaml --set 'backend={kind: cuda}' ${SERVE_ARGS:-} \
     --out "$OUT/lora-compare" --force --quiet --no-plots >"$OUT/lora-compare.log" 2>&1 || rc=1
   tail -3 "$OUT/lora-compare.log"
   grep -E "^\| (base|lora-[0-9]+) \| [0-9]+ \|" "$OUT/lora-compare/report.md" | cut -d'|' -f2-11,15-18

@@ -208,12 +208,14 @@ TEST(CudaBackendGpuLora, EagerOnlyMatchesGraphsAndRefusesBadInput) {
   other.side_stream = false;  // every LoRA launch in line
   eager->set_lora_kernels(other);
   // The graphs: gate|up's and q|k|v's deltas placed the other way from the default (added inside
-  // SiLU·mul and the RoPE + K/V write, or by the expands after the products), the expand's PDL
+  // SiLU·mul and the RoPE + K/V write, or by the expands after the products; in the eager prefill
+  // too), the expand's PDL
   // flipped, and the expand by slot tiles choosing rows on the device (expand_auto) where the
   // default is by rows.
   kernels::LoraSgmvConfig alt;
   alt.gate_up_beside = !alt.gate_up_beside;
   alt.qkv_beside = !alt.qkv_beside;
+  alt.eager_beside = !alt.eager_beside;  // the prefill's expands after their products
   alt.expand_pdl = !alt.expand_pdl;
   alt.expand_by_rows = !alt.expand_by_rows;  // slot tiles choosing rows on the device (expand_auto)
   graphs->set_lora_kernels(alt);

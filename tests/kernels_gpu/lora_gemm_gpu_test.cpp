@@ -31,9 +31,10 @@ struct GemmCase {
   int min_rows, max_runs;        // lora_gemm_runs' choice
 };
 
-void run_case(ScalarType t, const GemmCase& cs, uint64_t seed, LoraGemm& gemm) {
+// accumulate = false: the expand writes the delta alone (beta 0) into the runs' rows' columns.
+void run_case(ScalarType t, const GemmCase& cs, uint64_t seed, LoraGemm& gemm, bool accumulate = true) {
   SCOPED_TRACE("n_in " + std::to_string(cs.n_in) + " rank " + std::to_string(cs.max_rank) + " segments " +
-               std::to_string(cs.seg_out.size()));
+               std::to_string(cs.seg_out.size()) + (accumulate ? "" : ", the delta alone"));
   std::vector<int32_t> slot;
   for (size_t i = 0; i < cs.run_rows.size(); ++i) slot.insert(slot.end(), size_t(cs.run_rows[i]), cs.run_slot[i]);
   const int rows = int(slot.size());
@@ -61,10 +62,14 @@ void run_case(ScalarType t, const GemmCase& cs, uint64_t seed, LoraGemm& gemm) {
   dxa.poison();
   const LoraPool pool = testing::lora_test_pool(da.get(), db.get(), nullptr, cs.n_slots, cs.n_in, cs.max_rank, cs.seg_out);
   for (const LoraRun& r : runs) gemm.shrink(t, dx.get(), pool, r, scale[size_t(r.slot)], dxa.get(), nullptr);
-  for (const LoraRun& r : runs) gemm.expand(t, dxa.get(), pool, r, dy.get(), ld_y, c0, nullptr);
+  for (const LoraRun& r : runs) gemm.expand(t, dxa.get(), pool, r, dy.get(), ld_y, c0, nullptr, accumulate);
   CUDA_CHECK(cudaDeviceSynchronize());
 
-  std::vector<float> xa_ref(size_t(rows) * total), y_ref = y0;
+  std::vector<float> xa_ref(size_t(rows) * total), y_ref = y0, base = y0;  // base: what the delta adds to
+  if (!accumulate)
+    for (int r = 0; r < rows; ++r)
+      if (in_runs[size_t(r)] >= 0)
+        for (int c = c0; c < c0 + n_out; ++c) y_ref[size_t(r) * ld_y + c] = base[size_t(r) * ld_y + c] = 0;
   lora_shrink_ref(x.data(), in_runs.data(), rows, a.data(), scale.data(), cs.n_in, total, xa_ref.data());
   lora_expand_segments_ref(xa_ref.data(), in_runs.data(), rows, b.data(), n_out, cs.max_rank, n_seg, seg_end,
                            y_ref.data(), ld_y, c0);
@@ -73,8 +78,8 @@ void run_case(ScalarType t, const GemmCase& cs, uint64_t seed, LoraGemm& gemm) {
   // The delta alone, so a small delta on a large y cannot hide: within 2 roundings of 16 bits.
   std::vector<float> dy_got(y.size()), dy_ref(y.size());
   for (size_t i = 0; i < y.size(); ++i) {
-    dy_got[i] = y[i] - y0[i];
-    dy_ref[i] = y_ref[i] - y0[i];
+    dy_got[i] = y[i] - base[i];
+    dy_ref[i] = y_ref[i] - base[i];
   }
   EXPECT_LT(testing::rel_error(dy_got, dy_ref), 4 * testing::tolerance(t));
   for (int r = 0; r < rows; ++r) {  // rows outside the runs untouched, bit for bit
@@ -101,6 +106,29 @@ TEST_P(LoraGemmGpu, RunsMatchReferenceOnAwkwardShapes) {
   uint64_t seed = 131;
   for (const GemmCase& cs : cases) run_case(t, cs, seed++, gemm);
   EXPECT_GT(gemm.heuristic_queries(), 0);
+}
+
+// The delta alone (LoraHook::delta in eager steps): beta 0 into the runs' rows, the rest untouched.
+TEST_P(LoraGemmGpu, ExpandWritesTheDeltaAloneWithoutAccumulate) {
+  SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
+  LoraGemm gemm;
+  run_case(t, {264, 8, 3, {128, 64, 64}, {37, 5, 70, 1, 13}, {1, -1, 0, 2, 1}, 9, 8}, 171, gemm, false);
+  run_case(t, {4104, 16, 4, {96, 96, 96}, {3, 45, 19}, {-1, 3, 0}, 1, 8}, 172, gemm, false);
+}
+
+// A run's length is its prompt's: run lengths of one row bucket (kernels/gemm_rows.h: 97 to 128
+// rows) take the algorithm cuBLASLt gave the bucket, asked once, and compute the product.
+TEST_P(LoraGemmGpu, RunLengthsOfOneBucketAskCublasLtOnce) {
+  SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
+  LoraGemm gemm;
+  run_case(t, {1032, 16, 2, {256, 256}, {100}, {1}, 1, 8}, 181, gemm);
+  const int64_t asked = gemm.heuristic_queries();
+  EXPECT_GT(asked, 0);
+  uint64_t seed = 182;
+  for (int len : {97, 113, 127, 128}) run_case(t, {1032, 16, 2, {256, 256}, {len}, {1}, 1, 8}, seed++, gemm);
+  EXPECT_EQ(gemm.heuristic_queries(), asked) << "every run length of the bucket took its algorithm";
 }
 
 TEST_P(LoraGemmGpu, RefusesBadPoolsAndRuns) {

@@ -82,8 +82,17 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   // lora_kernels.empty_plan (engine_bench's diagnostic): every launch below, no rows in the plan.
   if (grouped) k::lora_plan(plan_slots, lora_kernels.empty_plan ? 0 : R, lora.n_slots(), lora_step_plan(), stream);
   cudaStream_t side = lora_kernels.side_stream ? lora_side : nullptr;
-  const bool qkv_beside = g.lora && lora_kernels.qkv_beside && lora_step_runs.empty() && st.decode && ctx.fusion &&
-                          !st.kv_fp8;
+  // q|k|v's and gate|up's deltas beside their products: in decode steps on the grouped kernels
+  // (every graph), and with eager_beside in every eager step, tensor-core runs or not.
+  const bool eager_beside = lora_kernels.eager_beside && !g.graph;
+  const bool plain_decode = lora_step_runs.empty() && st.decode;
+  const bool qkv_beside =
+      g.lora && lora_kernels.qkv_beside && (plain_decode || eager_beside) && ctx.fusion && !st.kv_fp8;
+  // The consumers read every adapter row's delta: the step's own slots (plan_slots leaves out the
+  // runs' rows).
+  const int32_t* delta_rows = g.lora ? g.at<int32_t>(L.lora_slot) : nullptr;
+  // q|k|v's delta computed by rope_kv_write from the rows' xa (qkv_in_consumer): plain decodes only.
+  const bool qkv_xa_ok = plain_decode;
   auto hook = [&](int l, cuda::LoraGroup grp) -> const cuda::LoraHook* {
     if (!g.lora) return nullptr;
     const bool into_residual =
@@ -104,10 +113,11 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
     // fork of gate|up's side work). With lora_kernels.gate_up_in_consumer (qkv_in_consumer) no
     // expand runs: the shrink finishes the rows' xa (lora_xa_rows, shared the same way) and those
     // kernels expand.
-    if ((grp == cuda::LoraGroup::gate_up && lora_kernels.gate_up_beside && lora_step_runs.empty()) ||
+    if ((grp == cuda::LoraGroup::gate_up && lora_kernels.gate_up_beside && (lora_step_runs.empty() || eager_beside)) ||
         (grp == cuda::LoraGroup::qkv && qkv_beside)) {
-      hk.row_slot = plan_slots;
-      if (grp == cuda::LoraGroup::gate_up ? lora_kernels.gate_up_in_consumer : lora_kernels.qkv_in_consumer)
+      hk.row_slot = delta_rows;
+      if (lora_step_runs.empty() &&
+          (grp == cuda::LoraGroup::gate_up ? lora_kernels.gate_up_in_consumer : qkv_xa_ok && lora_kernels.qkv_in_consumer))
         hk.xa_rows = lora_xa_rows.get<float>();
       else hk.delta = lora_delta.get();
     }
@@ -126,12 +136,12 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
     const cuda::ResidualNorm attn_norm{W.attn_norm, d, m.rms_eps, true}, ffn_norm{W.ffn_norm, d, m.rms_eps, true};
     using Group = cuda::LoraGroup;
     const cuda::Linear qkv_proj{W.w_qkv, qkv_width(), d, cuda::Linear::Split::column, Q ? &Q->qkv : nullptr, hook(l, Group::qkv)};
-    const bool qkv_xa = qkv_beside && lora_kernels.qkv_in_consumer, qkv_scratch = qkv_beside && !qkv_xa;
+    const bool qkv_xa = qkv_beside && qkv_xa_ok && lora_kernels.qkv_in_consumer, qkv_scratch = qkv_beside && !qkv_xa;
     const k::LoraXaDelta qkv_delta =
         qkv_xa ? k::lora_xa_delta(lora.pool(l, Group::qkv), lora_xa_rows.get<float>(), plan_slots) : k::LoraXaDelta{};
     const cuda::QkvAttention qkv_attention{
         qkv_proj, cuda::Attention{local_heads, W.b_qkv, qkv_scratch ? lora_delta.get() : nullptr,
-                                  qkv_scratch ? plan_slots : nullptr, qkv_delta}};
+                                  qkv_scratch ? delta_rows : nullptr, qkv_delta}};
     const cuda::Linear o_proj{W.w_o, d, dq(), cuda::Linear::Split::row, Q ? &Q->o : nullptr, hook(l, Group::o), true};
     const cuda::GateUpSilu gate_up_silu{W.w_gate_up, local_ffn, d, Q ? &Q->gate_up : nullptr, hook(l, Group::gate_up)};
     const cuda::Linear down_proj{W.w_down,   d, local_ffn, cuda::Linear::Split::row, Q ? &Q->down : nullptr,

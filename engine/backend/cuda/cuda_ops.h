@@ -74,10 +74,11 @@ struct LoraHook {
   const float* run_scale = nullptr;   ///< host: each slot's scale (the shrink's alpha)
   void* xa = nullptr;                 ///< 16-bit [rows, pool.total_rank()]: the runs' shrink output
   bool grouped = true;                ///< the grouped kernels run (the plan has rows)
-  /// gate|up with LoraSgmvConfig::gate_up_beside, q|k|v with qkv_beside (no runs): the expand
-  /// writes the delta alone into `delta` [rows, pool.n_out] on the side stream too, and the kernel
-  /// after the product adds it for the rows whose `row_slot` is >= 0 (GateUpSilu: lora_silu_mul;
-  /// Attention: rope_kv_write). Null: the expand follows the product.
+  /// gate|up with LoraSgmvConfig::gate_up_beside, q|k|v with qkv_beside (in eager steps with
+  /// eager_beside, the runs' expands too): the expand writes the delta alone into `delta`
+  /// [rows, pool.n_out] on the side stream too, and the kernel after the product adds it for the
+  /// rows whose `row_slot` is >= 0 (GateUpSilu: lora_silu_mul; Attention: rope_kv_write). Null:
+  /// the expand follows the product.
   void* delta = nullptr;
   const int32_t* row_slot = nullptr;
   /// The same two with LoraSgmvConfig::*_in_consumer: no expand launch at all; the shrink
@@ -100,6 +101,8 @@ struct LoraHook {
     // (no tensor-core runs between them): nothing else writes the residual or the delta meanwhile.
     const bool pdl = plan.config.expand_pdl && !runs;
     if (residual) expand(c, residual, pool.n_out, rows, s, pdl);
+    if (delta && runs)
+      for (const kernels::LoraRun& r : *runs) gemm->expand(c.dt, xa, pool, r, delta, pool.n_out, 0, s, false);
     if (delta && grouped)
       kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, delta, pool.n_out, 0, s, false, pdl);
     if (side) CUDA_CHECK(cudaEventRecord(join, side));
@@ -238,8 +241,8 @@ struct Attention {
   int n_heads = 0;                 ///< this rank's query heads
   const void* bias = nullptr;      ///< Q/K/V bias (Qwen2) or null
   /// q|k|v's LoRA delta computed beside the product (LoraHook::delta, LoraSgmvConfig::qkv_beside):
-  /// added by rope_kv_write for rows with lora_rows[t] >= 0. Only in decode steps with fusion on
-  /// and a 16-bit KV cache (the forward sets it only then; the other paths refuse it).
+  /// added by rope_kv_write for rows with lora_rows[t] >= 0. Only with fusion on and a 16-bit KV
+  /// cache (the forward sets it only then; the other paths refuse it).
   const void* lora_delta = nullptr;
   const int32_t* lora_rows = nullptr;
   /// Or (LoraSgmvConfig::*_in_consumer) the delta computed by rope_kv_write from the rows' xa.
