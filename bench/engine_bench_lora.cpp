@@ -306,8 +306,8 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
            r.base / r.s);
   // Prefill (eager steps): n sequences of `len` tokens over k adapters (sequence q: adapter
   // q mod k), each on the tensor cores (a shrink and an expand GEMM per sequence's run of rows,
-  // kernels/lora_gemm.h: `gemm`, the default; `gemm all`: every run of >= 16 rows; `gemm, expands
-  // after`: q|k|v's and gate|up's deltas added by expands after their products, eager_beside off)
+  // kernels/lora_gemm.h: `gemm`, the default; `gemm all`: every run of >= 16 rows; `gemm, deltas
+  // beside`: q|k|v's and gate|up's deltas written beside their products, eager_beside on)
   // and on the grouped CUDA-core kernels (`sgmv`, gemm_min_rows 0), side by side against the same
   // base step.
   struct PrefillShape {
@@ -321,8 +321,8 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
   kernels::LoraSgmvConfig gemm_all = gemm_config;
   gemm_all.gemm_min_rows = 16;
   gemm_all.gemm_max_runs = 64;
-  kernels::LoraSgmvConfig gemm_after = gemm_config;  // q|k|v's and gate|up's expands after their products
-  gemm_after.eager_beside = false;
+  kernels::LoraSgmvConfig gemm_beside = gemm_config;  // q|k|v's and gate|up's deltas beside their products
+  gemm_beside.eager_beside = true;
   for (const PrefillShape& ps : prefills) {
     const ProfilePoint p{ProfilePhase::prefill, std::vector<ProfilePoint::Seq>(size_t(ps.n), {0, ps.len})};
     std::vector<int> slots(size_t(ps.n));
@@ -332,7 +332,7 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
     figure("lora_prefill_step", shape + " no adapter", base * 1e3, "ms");
     for (const auto& [name, config] : {std::pair{std::string("sgmv"), sgmv_config}, std::pair{std::string("gemm"), gemm_config},
                                        std::pair{std::string("gemm all"), gemm_all},
-                                       std::pair{std::string("gemm, expands after"), gemm_after}}) {
+                                       std::pair{std::string("gemm, deltas beside"), gemm_beside}}) {
       cuda->set_lora_kernels(config);
       const double s = time_with(p, slots);
       figure("lora_prefill_step", shape + fmt(" %.0f adapter(s)", ps.k) + " [" + name + "]", s * 1e3, "ms",

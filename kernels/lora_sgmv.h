@@ -89,9 +89,11 @@ struct LoraSgmvConfig {
   /// Read by the cuda backend: the two above also in eager steps that are not plain decodes
   /// (prefills, chunks, mixed steps) and where tensor-core runs run (gemm_min_rows): the runs'
   /// expand GEMMs write the delta alone (beta 0) beside the product, the grouped rows' expand
-  /// likewise, so no LoRA launch follows the q|k|v or gate|up product in any step. False: there
-  /// the expands follow the products (y += delta, the product's output read and written again).
-  bool eager_beside = true;
+  /// likewise, so no LoRA launch follows the q|k|v or gate|up product in any step. Off (there the
+  /// expands follow the products, y += delta): on an H200 (2026-12-01, 3f9c88e) the wide expand
+  /// beside the product took SMs from it, 1-3% slower at every prefill shape (1 x 128 tokens
+  /// 6.59 against 6.41 ms, 1 x 512 14.15 against 13.91; docs/lora.md).
+  bool eager_beside = false;
   /// Read by the cuda backend: an expand that follows its shrink on the same stream (into the
   /// residual, or the delta alone) is launched with programmatic dependent launch
   /// (lora_sgmv_expand's pdl), so its launch and its loads of the plan, y and B overlap the shrink.

@@ -206,6 +206,7 @@ TEST(CudaBackendGpuLora, EagerOnlyMatchesGraphsAndRefusesBadInput) {
   other.residual_beside = !other.residual_beside;
   other.gemm_min_rows = 1;
   other.side_stream = false;  // every LoRA launch in line
+  other.eager_beside = true;   // the runs' expand GEMMs write the delta alone; RoPE and SiLU·mul add it
   eager->set_lora_kernels(other);
   // The graphs: gate|up's and q|k|v's deltas placed the other way from the default (added inside
   // SiLU·mul and the RoPE + K/V write, or by the expands after the products; in the eager prefill
@@ -215,7 +216,7 @@ TEST(CudaBackendGpuLora, EagerOnlyMatchesGraphsAndRefusesBadInput) {
   kernels::LoraSgmvConfig alt;
   alt.gate_up_beside = !alt.gate_up_beside;
   alt.qkv_beside = !alt.qkv_beside;
-  alt.eager_beside = !alt.eager_beside;  // the prefill's expands after their products
+  alt.eager_beside = !alt.eager_beside;  // the prefill's deltas beside their products
   alt.expand_pdl = !alt.expand_pdl;
   alt.expand_by_rows = !alt.expand_by_rows;  // slot tiles choosing rows on the device (expand_auto)
   graphs->set_lora_kernels(alt);
