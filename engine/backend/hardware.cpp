@@ -26,6 +26,7 @@ void SimDevice::validate() const {
   require(lora_bandwidth_share > 0 && lora_bandwidth_share <= 1, p + "lora_bandwidth_share", "in (0, 1]",
           lora_bandwidth_share);
   require(lora_pack_bytes_s >= 0, p + "lora_pack_bytes_s", ">= 0", lora_pack_bytes_s);
+  require(lora_host_load_bytes_s >= 0, p + "lora_host_load_bytes_s", ">= 0", lora_host_load_bytes_s);
 }
 
 SimDevice SimDevice::preset(const std::string& name) {
@@ -74,6 +75,7 @@ SimDevice SimDevice::preset(const std::string& name) {
     d.lora_decode_row_s = d.lora_prefill_layer_s = d.lora_prefill_run_s = d.lora_prefill_row_s = 0.0;
     d.lora_bandwidth_share = 1.0;
     d.lora_pack_bytes_s = 0.0;
+    d.lora_host_load_bytes_s = 2.5e9;
     return d;
   }
   std::string names;

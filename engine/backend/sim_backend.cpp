@@ -109,6 +109,16 @@ void SimBackend::load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter)
   const int64_t params = lora_params(model_, adapter.get());
   lora_slots_[size_t(slot)].params = params;
   pending_s_ += lora_load_seconds(cost_.device, params);
+  // An object not seen before was read or drawn into host memory first (on the engine's path).
+  auto [seen, fresh] = lora_seen_.try_emplace(adapter.get(), adapter);
+  if (!fresh && seen->second.lock() != adapter) {  // a new object where a freed one was
+    seen->second = adapter;
+    fresh = true;
+  }
+  if (fresh) {
+    pending_s_ += lora_host_load_seconds(cost_.device, params);
+    if (lora_seen_.size() > 4096) std::erase_if(lora_seen_, [](const auto& e) { return e.second.expired(); });
+  }
   // Its image kept? (the same object, still alive: one drawn or read again is packed again)
   for (KeptImage& k : lora_images_)
     if (k.key == adapter.get() && k.owner.lock() == adapter) {

@@ -11,6 +11,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/backend/backend.h"
@@ -126,6 +127,8 @@ class SimBackend final : public Backend, public ShapeDecoder {
     uint64_t used = 0;
   };
   std::vector<KeptImage> lora_images_;
+  /// Every adapter object loaded so far (still alive): a load of one not here charges its host load.
+  std::unordered_map<const LoraAdapter*, std::weak_ptr<const LoraAdapter>> lora_seen_;
   size_t lora_images_max_ = 0;  // 0: twice the slots loaded so far
   uint64_t lora_clock_ = 0;
 };

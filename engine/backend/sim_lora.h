@@ -67,6 +67,9 @@ double lora_load_seconds(const SimDevice& device, int64_t params);
 /// Packing an adapter of `params` parameters from fp32 into the backend's image (a load whose
 /// image is not kept): 4 bytes a parameter at lora_pack_bytes_s; 0 where that is 0.
 double lora_pack_seconds(const SimDevice& device, int64_t params);
+/// Reading or drawing an adapter of `params` parameters into host memory (an adapter object the
+/// backend sees for the first time): 4 bytes a parameter at lora_host_load_bytes_s; 0 where that is 0.
+double lora_host_load_seconds(const SimDevice& device, int64_t params);
 
 /// One LoRA point of a profile (`servelab profile --lora-rank`, engine/backend/profile_lora.h): a
 /// step whose sequences all run adapters (`adapters` distinct ones among them), timed in turn with

@@ -114,7 +114,8 @@ TEST(SimLora, ALoadChargesTheCopyAndTheEngineTellsTheStepsAdapters) {
   auto adapter = std::make_shared<LoraAdapter>(made);
   adapter->id = 1;
   // A load costs its weights over the host link, in the next step, and packing them the first time
-  // (the backend keeps the adapter object's image: twice max_loras of them).
+  // (the backend keeps the adapter object's image: twice max_loras of them); an object seen for the
+  // first time was also read or drawn into host memory.
   SimBackend sim(c, SimCostModel::roofline(SimDevice::preset("h200")));
   sim.init_kv(1 << 12);
   sim.reserve_loras(1, 8);
@@ -123,23 +124,26 @@ TEST(SimLora, ALoadChargesTheCopyAndTheEngineTellsTheStepsAdapters) {
   const SimDevice& dev = sim.cost().device;
   const int64_t params = lora_params(c, adapter.get());
   const double copy = lora_load_seconds(dev, params), pack = lora_pack_seconds(dev, params);
+  const double host = lora_host_load_seconds(dev, params);
   EXPECT_NEAR(pack, params * 4.0 / dev.lora_pack_bytes_s, 1e-15);
+  EXPECT_NEAR(host, params * 4.0 / dev.lora_host_load_bytes_s, 1e-15);
   EXPECT_GT(pack, 0.0);
+  EXPECT_GT(host, 0.0);
   sim.load_lora(0, adapter);
-  EXPECT_NEAR(*sim.execute(st).predicted_s - plain, copy + pack, 1e-12);
+  EXPECT_NEAR(*sim.execute(st).predicted_s - plain, host + copy + pack, 1e-12);
   EXPECT_DOUBLE_EQ(*sim.execute(st).predicted_s, plain) << "charged once";
   sim.load_lora(0, adapter);  // its image kept: the copy alone
   EXPECT_NEAR(*sim.execute(st).predicted_s - plain, copy, 1e-12);
   auto again = std::make_shared<LoraAdapter>(made);  // the same adapter drawn again: a new object
   again->id = 1;
   sim.load_lora(0, again);
-  EXPECT_NEAR(*sim.execute(st).predicted_s - plain, copy + pack, 1e-12);
+  EXPECT_NEAR(*sim.execute(st).predicted_s - plain, host + copy + pack, 1e-12);
   auto other = std::make_shared<LoraAdapter>(made);
   other->id = 2;
   sim.load_lora(0, other);  // a third image past 2 x max_loras: the least recently loaded out
   sim.execute(st);
   sim.load_lora(0, adapter);
-  EXPECT_NEAR(*sim.execute(st).predicted_s - plain, copy + pack, 1e-12) << "its image was evicted";
+  EXPECT_NEAR(*sim.execute(st).predicted_s - plain, copy + pack, 1e-12) << "its image was evicted, the object seen";
   EXPECT_EQ(lora_pack_seconds(SimDevice::preset("cpu-2core"), params), 0.0);
   EXPECT_THROW(sim.load_lora(-1, adapter), std::invalid_argument);
 

@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""A run folder's steps.jsonl by step class, one line per run: prefill steps of one prompt, median
+duration by prompt length; decode steps, median by batch bucket; and the time between steps
+(the engine idle on the host: e.g. an in-process workload drawing an adapter's weights).
+
+    python3 scripts/lib/steps_by_class.py OUT/steps.jsonl
+"""
+import collections
+import json
+import statistics
+import sys
+
+
+def bucket(b):
+    for e in (1, 2, 4, 8, 16, 24, 32, 48, 64):
+        if b <= e:
+            return e
+    return b
+
+
+def main(path):
+    runs = collections.defaultdict(list)
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line)
+            runs[r["run"]].append(r)
+    print("| run | prefill steps | prefill s | one prompt's prefill p50 ms, tokens 0-127 / 128-255 / 256-383 / 384-511 "
+          "| decode s | decode p50 ms at batch <=8 / <=16 / <=64 | gaps > 2 ms between steps (s) |")
+    print("|---|---:|---:|---|---:|---|---|")
+    med = lambda v: "%.2f" % statistics.median(v) if v else "-"
+    for run, steps in runs.items():
+        steps.sort(key=lambda s: s["start_s"])
+        pre = [s for s in steps if s["roofline"]["class"] != "decode"]
+        dec = [s for s in steps if s["roofline"]["class"] == "decode"]
+        by_len = collections.defaultdict(list)
+        for s in pre:
+            if s["batch_size"] == 1:
+                by_len[min(s["n_tokens"] // 128, 3)].append(s["duration_s"] * 1e3)
+        by_batch = collections.defaultdict(list)
+        for s in dec:
+            by_batch[bucket(s["batch_size"])].append(s["duration_s"] * 1e3)
+        gaps = [b["start_s"] - a["start_s"] - a["duration_s"] for a, b in zip(steps, steps[1:])]
+        big = [g for g in gaps if g > 0.002]
+        print(f"| {run} | {len(pre)} | {sum(s['duration_s'] for s in pre):.2f} | "
+              + " / ".join(med(by_len[k]) for k in range(4))
+              + f" | {sum(s['duration_s'] for s in dec):.2f} | {med(by_batch[8])} / {med(by_batch[16])} / {med(by_batch[64])}"
+              + f" | {len(big)}: {sum(big):.2f} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
