@@ -39,7 +39,9 @@ void print_console_summary(std::ostream& out, const Summary& s) {
     out << "roofline efficiency " << r->info.label << ": " << format_efficiency(r->roofline, r->info.backend);
     for (StepClass c : {StepClass::prefill, StepClass::decode, StepClass::mixed})
       if (e.of(c).n_steps > 0) out << ", " << to_string(c) << " " << format_number(e.of(c).efficiency());
-    out << " (" << e.overall.n_steps << " steps)\n";
+    out << " (" << e.overall.n_steps << " steps)";
+    if (e.host_pauses.n_over_1ms > 0) out << "; host pauses between steps " << format_host_pauses(e.host_pauses);
+    out << "\n";
   }
   for (const RunSummary* r : table_order(s)) {  // structured output: validity and cost, one line a run
     if (!r->structured) continue;

@@ -248,7 +248,8 @@ TextRows roofline_table(const Summary& s) {
   bool any = false;
   for (const auto& r : s.runs) any = any || r.roofline.has_value();
   if (!any) return t;
-  t.header = {"strategy", "rate (req/s)", "efficiency", "prefill", "decode", "mixed", "roofline (s)", "measured (s)"};
+  t.header = {"strategy", "rate (req/s)", "efficiency", "prefill", "decode", "mixed", "roofline (s)", "measured (s)",
+              "host pauses (s)"};
   auto share = [](const RooflineShare& c) {
     if (c.n_steps == 0) return std::string("-");
     return format_number(c.efficiency()) + " (" + std::to_string(c.n_steps) + " steps)";
@@ -260,8 +261,9 @@ TextRows roofline_table(const Summary& s) {
       for (const RooflineShare* c : {&r->roofline->prefill, &r->roofline->decode, &r->roofline->mixed}) row.push_back(share(*c));
       row.push_back(format_number(r->roofline->overall.roofline_s));
       row.push_back(format_number(r->roofline->overall.measured_s));
+      row.push_back(format_host_pauses(r->roofline->host_pauses));
     } else {
-      row.insert(row.end(), 5, "-");
+      row.insert(row.end(), 6, "-");
     }
     t.rows.push_back(std::move(row));
   }

@@ -1,8 +1,10 @@
 #include "analysis/roofline_efficiency.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <stdexcept>
 
 #include "analysis/json_format.h"
@@ -25,7 +27,21 @@ void RooflineShare::merge(const RooflineShare& other) {
   measured_s += other.measured_s;
 }
 
+void HostPauses::add(double gap) {
+  if (!(gap > 0.0)) return;
+  s += gap;
+  max_s = std::max(max_s, gap);
+  n_over_1ms += gap > 1e-3;
+}
+
+void HostPauses::merge(const HostPauses& other) {
+  s += other.s;
+  max_s = std::max(max_s, other.max_s);
+  n_over_1ms += other.n_over_1ms;
+}
+
 void RooflineEfficiency::merge(const RooflineEfficiency& other) {
+  host_pauses.merge(other.host_pauses);
   overall.merge(other.overall);
   prefill.merge(other.prefill);
   decode.merge(other.decode);
@@ -55,8 +71,12 @@ bool roofline_run_matches(const std::string& run, const std::string& label) {
 std::optional<RooflineEfficiency> roofline_efficiency(const std::string& label, const std::vector<StepRecord>& steps,
                                                       const std::optional<RooflineCeilings>& ceilings) {
   RooflineEfficiency e;
+  // Each repetition's steps in start order: a pause follows a step that left requests running or
+  // waiting (its counts are taken after it ran).
+  std::map<std::string, std::vector<const StepRecord*>> by_run;
   for (const StepRecord& s : steps) {
     if (!s.roofline || !roofline_run_matches(s.run, label)) continue;
+    by_run[s.run].push_back(&s);
     e.overall.add(s.roofline->seconds, s.duration_s);
     switch (s.roofline->step_class) {
       case StepClass::prefill: e.prefill.add(s.roofline->seconds, s.duration_s); break;
@@ -65,6 +85,12 @@ std::optional<RooflineEfficiency> roofline_efficiency(const std::string& label, 
     }
   }
   if (e.overall.n_steps == 0) return std::nullopt;
+  for (auto& [run, list] : by_run) {
+    std::stable_sort(list.begin(), list.end(), [](const StepRecord* a, const StepRecord* b) { return a->start_s < b->start_s; });
+    for (size_t i = 1; i < list.size(); ++i)
+      if (list[i - 1]->n_running + list[i - 1]->n_waiting > 0)
+        e.host_pauses.add(list[i]->start_s - list[i - 1]->start_s - list[i - 1]->duration_s);
+  }
   e.ceilings = ceilings;
   return e;
 }
@@ -97,6 +123,9 @@ void to_json(nlohmann::ordered_json& j, const RooflineEfficiency& e) {
   } else {
     j["ceilings"] = nullptr;
   }
+  j["host_pauses"] = {{"s", exact_number(e.host_pauses.s)},
+                      {"max_s", exact_number(e.host_pauses.max_s)},
+                      {"n_over_1ms", e.host_pauses.n_over_1ms}};
 }
 
 void from_json(const nlohmann::ordered_json& j, RooflineEfficiency& e) {
@@ -112,9 +141,21 @@ void from_json(const nlohmann::ordered_json& j, RooflineEfficiency& e) {
       from_json(*c, rc);
       e.ceilings = rc;
     }
+    e.host_pauses = {};
+    if (auto p = j.find("host_pauses"); p != j.end()) {  // absent in summaries written before 2026-12-01
+      e.host_pauses.s = p->at("s").get<double>();
+      e.host_pauses.max_s = p->at("max_s").get<double>();
+      e.host_pauses.n_over_1ms = p->at("n_over_1ms").get<int64_t>();
+    }
   } catch (const std::exception& ex) {
     throw std::invalid_argument(std::string("roofline: ") + ex.what());
   }
+}
+
+std::string format_host_pauses(const HostPauses& p) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f (%lld > 1 ms)", p.s, static_cast<long long>(p.n_over_1ms));
+  return buf;
 }
 
 std::string format_efficiency(const std::optional<RooflineEfficiency>& e, const std::string& backend) {

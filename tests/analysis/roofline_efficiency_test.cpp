@@ -62,6 +62,47 @@ TEST(RooflineEfficiency, PoolsRepetitionsAndIgnoresLookalikeLabels) {
   EXPECT_FALSE(e->ceilings);
 }
 
+// A pause counts from a step that left requests running or waiting to the next step's start, in
+// each repetition's own start order; one after a step that left nothing (idle, waiting for an
+// arrival) does not. Round-trips through JSON; a summary written before it reads zeros.
+TEST(RooflineEfficiency, HostPausesBetweenStepsWhileTheEngineHadWork) {
+  auto at = [](const std::string& run, double start, double dur, int running, int waiting) {
+    StepRecord s = step_of(run, StepClass::decode, 0.001, dur);
+    s.start_s = start;
+    s.n_running = running;
+    s.n_waiting = waiting;
+    return s;
+  };
+  const std::vector<StepRecord> steps = {
+      at("a@1", 0.000, 0.010, 1, 0),  // then a 0.5 ms pause
+      at("a@1", 0.0105, 0.010, 0, 2),  // waiting work: then a 30 ms pause
+      at("a@1", 0.0505, 0.010, 0, 0),  // nothing left: the 1 s after it is idle, not a pause
+      at("a@1", 1.0605, 0.010, 1, 0),  // the last step: no pause after it
+      at("a@1#2", 0.0, 0.010, 1, 0),   // not a repetition of a@1 (no repeats): another label
+  };
+  // Out of start order in the file: sorted per run before the gaps are taken.
+  std::vector<StepRecord> shuffled = {steps[2], steps[0], steps[3], steps[1]};
+  const auto e = roofline_efficiency("a@1", shuffled, std::nullopt);
+  ASSERT_TRUE(e);
+  EXPECT_NEAR(e->host_pauses.s, 0.0005 + 0.030, 1e-12);
+  EXPECT_NEAR(e->host_pauses.max_s, 0.030, 1e-12);
+  EXPECT_EQ(e->host_pauses.n_over_1ms, 1);
+  EXPECT_EQ(format_host_pauses(e->host_pauses), "0.03 (1 > 1 ms)");
+  // Repetitions: each one's own order, summed.
+  const auto r = roofline_efficiency("a@1", {steps[0], steps[1], at("a@1#2", 0.0, 0.010, 1, 0), at("a@1#2", 0.012, 0.01, 0, 0)},
+                                     std::nullopt);
+  ASSERT_TRUE(r);
+  EXPECT_NEAR(r->host_pauses.s, 0.0005 + 0.002, 1e-12);
+  EXPECT_EQ(r->host_pauses.n_over_1ms, 1);
+  nlohmann::ordered_json j = *e;
+  EXPECT_EQ(j["host_pauses"]["n_over_1ms"], 1);
+  const RooflineEfficiency back = j.get<RooflineEfficiency>();
+  EXPECT_DOUBLE_EQ(back.host_pauses.s, e->host_pauses.s);
+  EXPECT_DOUBLE_EQ(back.host_pauses.max_s, e->host_pauses.max_s);
+  j.erase("host_pauses");
+  EXPECT_EQ(j.get<RooflineEfficiency>().host_pauses.n_over_1ms, 0);
+}
+
 TEST(RooflineEfficiency, NoneWithoutRooflines) {
   const std::vector<StepRecord> steps = {StepRecord{}};
   EXPECT_FALSE(roofline_efficiency("", steps, std::nullopt));
@@ -110,7 +151,7 @@ TEST(RooflineSummary, FieldsAppearAndParse) {
   EXPECT_FALSE(s.runs[1].roofline);  // the sim's steps carry none
   const nlohmann::ordered_json j = nlohmann::ordered_json::parse(summary_text(s));
   const auto& r = j["runs"][0]["roofline"];
-  for (const char* key : {"efficiency", "roofline_s", "measured_s", "n_steps", "by_class", "ceilings"})
+  for (const char* key : {"efficiency", "roofline_s", "measured_s", "n_steps", "by_class", "ceilings", "host_pauses"})
     EXPECT_TRUE(r.contains(key)) << key;
   for (const char* cls : {"prefill", "decode", "mixed"}) EXPECT_TRUE(r["by_class"].contains(cls)) << cls;
   EXPECT_DOUBLE_EQ(r["efficiency"].get<double>(), 0.25);
@@ -139,6 +180,8 @@ TEST(RooflineReports, TablesAndConsoleShowItAndTheCeilings) {
   ASSERT_EQ(t.rows.size(), 2u);
   EXPECT_EQ(t.rows[0][2], "0.250");
   EXPECT_EQ(t.rows[1][2], "sim");
+  EXPECT_EQ(t.header.back(), "host pauses (s)");
+  EXPECT_EQ(t.rows[1].back(), "-");
   const std::string md = report_markdown(s, {}, {}, {});
   EXPECT_NE(md.find("## Roofline efficiency"), std::string::npos);
   EXPECT_NE(md.find("copy 12.5 GB/s, GEMM 90.0 GFLOP/s (probe)"), std::string::npos) << md;
