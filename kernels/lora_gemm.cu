@@ -39,17 +39,15 @@ int alignment(const void* p) {
 struct Layouts {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  int n = 0;  ///< the product's rows (cuBLASLt's n)
-  Layouts(cudaDataType_t type, int m, int n_, int k, int ld_a, int ld_b, int ld_d, int batch, int64_t sa, int64_t sb,
-          int64_t sd)
-      : n(n_) {
+  Layouts(cudaDataType_t type, int m, int n, int k, int ld_a, int ld_b, int ld_d, int batch, int64_t sa, int64_t sb,
+          int64_t sd) {
     LORA_CUBLAS_CHECK(cublaslt().matmul_desc_create(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
     LORA_CUBLAS_CHECK(cublaslt().matmul_desc_set_attribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
     LORA_CUBLAS_CHECK(cublaslt().matmul_desc_set_attribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
     LORA_CUBLAS_CHECK(cublaslt().matrix_layout_create(&a, type, k, m, ld_a));
-    LORA_CUBLAS_CHECK(cublaslt().matrix_layout_create(&b, type, k, n_, ld_b));
-    LORA_CUBLAS_CHECK(cublaslt().matrix_layout_create(&d, type, m, n_, ld_d));
+    LORA_CUBLAS_CHECK(cublaslt().matrix_layout_create(&b, type, k, n, ld_b));
+    LORA_CUBLAS_CHECK(cublaslt().matrix_layout_create(&d, type, m, n, ld_d));
     if (batch > 1) {
       const int32_t count = batch;
       for (auto [l, stride] : {std::pair{a, sa}, std::pair{b, sb}, std::pair{d, sd}}) {
@@ -91,7 +89,7 @@ LoraGemm::~LoraGemm() {
   if (handle_) cublaslt().destroy(handle_);
 }
 
-cublasLtMatmulAlgo_t LoraGemm::query(const Prepared& p, size_t ws, const uint32_t (&align)[4]) {
+cublasLtMatmulAlgo_t LoraGemm::query(const Prepared& p, const Shape& s, size_t ws, const uint32_t (&align)[4]) {
   cublasLtMatmulPreference_t pref = nullptr;
   LORA_CUBLAS_CHECK(cublaslt().preference_create(&pref));
   LORA_CUBLAS_CHECK(cublaslt().preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
@@ -107,7 +105,8 @@ cublasLtMatmulAlgo_t LoraGemm::query(const Prepared& p, size_t ws, const uint32_
   cublaslt().preference_destroy(pref);
   ++heuristic_queries_;
   if (st != CUBLAS_STATUS_SUCCESS || found == 0)
-    throw std::runtime_error("LoraGemm: cuBLASLt has no algorithm for a product of " + std::to_string(l.n) + " rows");
+    throw std::runtime_error("LoraGemm: cuBLASLt has no algorithm for m=" + std::to_string(s.m) + " n=" +
+                             std::to_string(s.n) + " k=" + std::to_string(s.k) + " batch " + std::to_string(s.batch));
   return result.algo;
 }
 
@@ -136,7 +135,8 @@ void LoraGemm::matmul(ScalarType t, const Shape& s, float alpha, const void* a, 
     if (b == bucket_algos_.end()) {
       Shape sb = s;
       sb.n = n_bucket;
-      b = bucket_algos_.emplace(key(n_bucket), n_bucket == s.n ? query(*p, ws, align) : query(Prepared(type, sb), ws, align))
+      b = bucket_algos_
+              .emplace(key(n_bucket), n_bucket == s.n ? query(*p, s, ws, align) : query(Prepared(type, sb), sb, ws, align))
               .first;
     }
     p->algo = b->second;
@@ -145,7 +145,7 @@ void LoraGemm::matmul(ScalarType t, const Shape& s, float alpha, const void* a, 
       const Layouts& l = p->layouts;
       if (cublaslt().algo_check(handle_, l.op, l.a, l.b, l.d, l.d, &p->algo, &check) != CUBLAS_STATUS_SUCCESS ||
           check.workspaceSize > ws)
-        p->algo = query(*p, ws, align);
+        p->algo = query(*p, s, ws, align);
     }
     it = prepared_.emplace(key(s.n), std::move(p)).first;
   }

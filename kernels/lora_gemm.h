@@ -62,7 +62,7 @@ class LoraGemm {
   /// with the same run lengths, reuse them (no descriptor calls on the step's path).
   struct Prepared;
   void matmul(ScalarType t, const Shape& s, float alpha, const void* a, const void* b, void* d, cudaStream_t stream);
-  cublasLtMatmulAlgo_t query(const Prepared& p, size_t ws, const uint32_t (&align)[4]);
+  cublasLtMatmulAlgo_t query(const Prepared& p, const Shape& s, size_t ws, const uint32_t (&align)[4]);
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
