@@ -107,8 +107,6 @@ std::vector<Variant> decode_variants() {
   };
   return {
       {"default", C{}},
-      // The side stream at the highest priority: the side chains' blocks ahead of the products'.
-      {"side priority", with([](C& c) { c.side_priority = true; })},
       {"empty", with([](C& c) { c.empty_plan = true; }), true},
   };
 }
@@ -310,8 +308,7 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
            r.base / r.s);
   // Prefill (eager steps): n sequences of `len` tokens over k adapters (sequence q: adapter
   // q mod k), each on the tensor cores (a shrink and an expand GEMM per sequence's run of rows,
-  // kernels/lora_gemm.h: `gemm`, the default; `gemm, side priority`: the side stream at the
-  // highest priority (or plain, if the decode variant kept had it); `gemm, deltas beside`: q|k|v's and gate|up's deltas written beside their products, eager_beside on)
+  // kernels/lora_gemm.h: `gemm`, the default; `gemm, deltas beside`: q|k|v's and gate|up's deltas written beside their products, eager_beside on)
   // and on the grouped CUDA-core kernels (`sgmv`, gemm_min_rows 0), side by side against the same
   // base step.
   struct PrefillShape {
@@ -322,8 +319,6 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
                                               {4, 512, 1}, {8, 256, 8}, {16, 64, 16}};
   kernels::LoraSgmvConfig sgmv_config = variants[best].config, gemm_config = variants[best].config;
   sgmv_config.gemm_min_rows = 0;
-  kernels::LoraSgmvConfig gemm_priority = gemm_config;  // the side stream at the highest priority
-  gemm_priority.side_priority = !gemm_config.side_priority;
   kernels::LoraSgmvConfig gemm_beside = gemm_config;  // q|k|v's and gate|up's deltas beside their products
   gemm_beside.eager_beside = true;
   for (const PrefillShape& ps : prefills) {
@@ -334,8 +329,6 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
     const std::string shape = fmt("%.0f x ", ps.n) + fmt("%.0f tokens", ps.len);
     figure("lora_prefill_step", shape + " no adapter", base * 1e3, "ms");
     for (const auto& [name, config] : {std::pair{std::string("sgmv"), sgmv_config}, std::pair{std::string("gemm"), gemm_config},
-                                       std::pair{std::string(gemm_config.side_priority ? "gemm, side plain" : "gemm, side priority"),
-                                                 gemm_priority},
                                        std::pair{std::string("gemm, deltas beside"), gemm_beside}}) {
       cuda->set_lora_kernels(config);
       const double s = time_with(p, slots);

@@ -76,10 +76,6 @@ struct LoraSgmvConfig {
   /// Read by the cuda backend: the shrinks (and the residual expands) on a side stream beside the
   /// products (true) or in line on the backend's stream, before them (false).
   bool side_stream = true;
-  /// Read by the cuda backend: that side stream at the device's highest priority (CUDA graphs keep
-  /// a captured stream's priority on its nodes), so the side work's blocks are dispatched ahead
-  /// of the product's blocks still waiting for an SM and its chain ends sooner.
-  bool side_priority = false;
   /// Read by the cuda backend, in steps whose every adapter row is on the grouped kernels (every
   /// CUDA graph): gate|up's expand also runs on the side stream, writing the delta alone into a
   /// scratch (lora_sgmv_expand with accumulate = false), and lora_silu_mul adds it to the

@@ -218,7 +218,6 @@ TEST(CudaBackendGpuLora, EagerOnlyMatchesGraphsAndRefusesBadInput) {
   alt.qkv_beside = !alt.qkv_beside;
   alt.eager_beside = !alt.eager_beside;  // the prefill's deltas beside their products
   alt.expand_pdl = !alt.expand_pdl;
-  alt.side_priority = !alt.side_priority;
   alt.expand_by_rows = !alt.expand_by_rows;  // slot tiles choosing rows on the device (expand_auto)
   graphs->set_lora_kernels(alt);
   other.grid_blocks_per_sm = -1;

@@ -423,9 +423,6 @@ void CudaBackend::Impl::ensure_lora_scratch() {
   if (size_t(rows_capacity) * 4 > lora_left_dev.bytes()) lora_left_dev.grow(size_t(rows_capacity) * 4, "the LoRA scratch");
   if (!lora_side) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&lora_side, cudaStreamNonBlocking));
-    int least = 0, greatest = 0;
-    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    CUDA_CHECK(cudaStreamCreateWithPriority(&lora_side_high, cudaStreamNonBlocking, greatest));
     CUDA_CHECK(cudaEventCreateWithFlags(&lora_fork, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&lora_join, cudaEventDisableTiming));
   }

@@ -157,7 +157,6 @@ struct CudaBackend::Impl {
   // q|k|v's, then gate|up's, read by rope_kv_write and lora_silu_mul_xa).
   DeviceBuffer lora_xa_rows;
   cudaStream_t lora_side = nullptr;
-  cudaStream_t lora_side_high = nullptr;  ///< the same at the highest priority (LoraSgmvConfig::side_priority)
   cudaEvent_t lora_fork = nullptr, lora_join = nullptr;
   bool step_lora = false;
   k::LoraSgmvConfig lora_kernels;  // the grouped kernels' launch variant
@@ -180,7 +179,6 @@ struct CudaBackend::Impl {
     if (lora_fork) cudaEventDestroy(lora_fork);
     if (lora_join) cudaEventDestroy(lora_join);
     if (lora_side) cudaStreamDestroy(lora_side);
-    if (lora_side_high) cudaStreamDestroy(lora_side_high);
     if (stream) cudaStreamDestroy(stream);
   }
 

@@ -81,7 +81,7 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   }
   // lora_kernels.empty_plan (engine_bench's diagnostic): every launch below, no rows in the plan.
   if (grouped) k::lora_plan(plan_slots, lora_kernels.empty_plan ? 0 : R, lora.n_slots(), lora_step_plan(), stream);
-  cudaStream_t side = !lora_kernels.side_stream ? nullptr : lora_kernels.side_priority ? lora_side_high : lora_side;
+  cudaStream_t side = lora_kernels.side_stream ? lora_side : nullptr;
   // q|k|v's and gate|up's deltas beside their products: in decode steps on the grouped kernels
   // (every graph), and with eager_beside in every eager step, tensor-core runs or not.
   const bool eager_beside = lora_kernels.eager_beside && !g.graph;
