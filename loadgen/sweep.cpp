@@ -323,6 +323,7 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
         };
         if (constrained)
           sinks.annotate = [constrained](const FinishedRequest& f, RequestRecord& r) { constrained->annotate(f, r); };
+        if (!clock->is_virtual()) outcome.steps.reserve(outcome.steps.size() + planned_step_room(plan));
         const DriveStats stats = drive_in_process(
             engine, *source, *clock, run.label, sinks, [&plan](uint64_t id) { return plan.is_warmup(id); },
             options.stop);
@@ -335,6 +336,15 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
     }
   }
   return outcome;
+}
+
+size_t planned_step_room(const Plan& plan) {
+  int64_t room = 0;
+  for (const PlannedRequest& r : plan.requests) {
+    const int64_t prompt = r.prompt.empty() ? r.recipe.n_own : int64_t(r.prompt.size());
+    room += int64_t(r.output_tokens) + 2 + prompt / 128;  // a prefill in chunks of >= 128 tokens
+  }
+  return size_t(std::min<int64_t>(room, int64_t(1) << 20));
 }
 
 }  // namespace servelab

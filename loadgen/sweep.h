@@ -67,6 +67,12 @@ struct SweepOutcome {
   bool interrupted = false;
 };
 
+/// Step records a run of `plan` is given room for before it starts (a real backend's run: growing
+/// the sweep's records mid-run moved every earlier one, a pause of ~10 ms on the host at 32k
+/// steps, which the report's host pauses showed): one a planned output token plus two a request
+/// and one per 128 prompt tokens (its prefill, in chunks), at most 2^20.
+size_t planned_step_room(const Plan& plan);
+
 /// The sweep's points (labels, knobs, planned counts) without running anything. Pass the
 /// Planner the run will use, so a dataset or trace is read once per run, not once per call.
 std::vector<SweepRun> plan_sweep(const Planner& planner);

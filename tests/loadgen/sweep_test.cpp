@@ -119,5 +119,38 @@ TEST(Sweep, EachStrategyRunsItsOwnAdaptersOverTheSameRequests) {
   EXPECT_GT(adapter_steps[2], 0);
 }
 
+// A real backend's run gets room for its step records before it starts (planned_step_room), so
+// the sweep's records never move mid-run: every run's steps fit its plan's room, chunked
+// prefills and a static batch's padding included, and the room is capped.
+TEST(Sweep, ARealRunsStepsFitTheRoomMadeBeforeIt) {
+  const Scenario s = load_yaml(
+      "seed: 7\n"
+      "model: {preset: tiny}\n"
+      "backend: {kind: cpu, threads: 1}\n"
+      "engine: {max_model_len: 256}\n"
+      "strategies:\n"
+      "  - {label: chunked, batching: continuous, max_num_seqs: 8, max_num_batched_tokens: 16, chunked_prefill: true}\n"
+      "  - {label: static, batching: static, batch_size: 4, kv: {kind: naive}}\n"
+      "workload:\n"
+      "  rates: [200]\n"
+      "  n_requests: 10\n"
+      "  prompt_tokens: {dist: uniform, min: 8, max: 96}\n"
+      "  output_tokens: {dist: uniform, min: 1, max: 6}\n");
+  SweepOptions opts;
+  opts.out_dir = std::filesystem::path(write_temp("sweep_room_marker", "")).parent_path() / "sweep_room_out";
+  const SweepOutcome out = run_sweep(s, opts);
+  const Plan plan = Planner(s).make(200, PlanPrompts::on_demand);
+  const size_t room = planned_step_room(plan);
+  std::map<std::string, size_t> steps;
+  for (const StepRecord& st : out.steps) ++steps[st.run];
+  ASSERT_EQ(steps.size(), 2u);
+  for (const auto& [run, n] : steps) EXPECT_LE(n, room) << run;
+  EXPECT_GE(out.steps.capacity(), out.steps.size());
+  Plan huge;
+  huge.requests.resize(10, PlannedRequest{});
+  huge.requests[0].output_tokens = 1 << 22;
+  EXPECT_EQ(planned_step_room(huge), size_t(1) << 20);
+}
+
 }  // namespace
 }  // namespace servelab
