@@ -54,6 +54,12 @@ struct SimDevice {
   /// rank-16 adapter); cpu-2core: random_lora's 0.065 s for the same adapter on this repo's 2-core VM.
   /// 0: free.
   double lora_host_load_bytes_s = 5.3e9;
+  /// A load whose image is not kept and that finds no freed adapter's buffer while fewer images
+  /// than the cap (twice max_loras) are kept allocates a new pinned buffer for the 16-bit image:
+  /// bytes per second. One 80 MB cudaMallocHost took 30.6 ms on the H200 host (median of 5,
+  /// results/gpu/lora/2026-12-01-h200-misses): a serving run keeps its adapters alive, so its first
+  /// loads allocate (steps with one load ~45-60 ms in lora-compare). 0: free (cpu-2core).
+  double lora_pin_bytes_s = 2.6e9;
   void validate() const;
 
   /// Datasheet figures: "h100" (= "h100-sxm"), "h200", "a100-80gb", "l40s", and "cpu-2core"

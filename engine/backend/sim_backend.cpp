@@ -126,14 +126,20 @@ void SimBackend::load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter)
       return;
     }
   pending_s_ += lora_pack_seconds(cost_.device, params);
+  // Its buffer, as DeviceLoraPool picks it: a freed adapter's, else a new one below the cap (pinned
+  // host memory, allocated now), else the least recently loaded image's.
   const size_t cap = lora_images_max_ > 0 ? lora_images_max_ : 2 * lora_slots_.size();
-  if (lora_images_.size() >= cap) {  // out: a dead one first, else the least recently loaded
-    auto out = std::min_element(lora_images_.begin(), lora_images_.end(), [](const KeptImage& a, const KeptImage& b) {
-      return std::make_pair(!a.owner.expired(), a.used) < std::make_pair(!b.owner.expired(), b.used);
-    });
-    lora_images_.erase(out);
+  const KeptImage image{adapter.get(), adapter, ++lora_clock_};
+  auto dead = std::find_if(lora_images_.begin(), lora_images_.end(), [](const KeptImage& k) { return k.owner.expired(); });
+  if (dead != lora_images_.end()) {
+    *dead = image;
+  } else if (lora_images_.size() < cap) {
+    pending_s_ += lora_pin_seconds(cost_.device, params);
+    lora_images_.push_back(image);
+  } else {
+    *std::min_element(lora_images_.begin(), lora_images_.end(),
+                      [](const KeptImage& a, const KeptImage& b) { return a.used < b.used; }) = image;
   }
-  lora_images_.push_back({adapter.get(), adapter, ++lora_clock_});
 }
 
 void SimBackend::reserve_loras(int max_loras, int max_lora_rank) {

@@ -73,6 +73,11 @@ double lora_load_seconds(const SimDevice& device, int64_t params) {
   return static_cast<double>(std::max<int64_t>(0, params)) * device.weight_dtype_bytes / device.host_link_bytes_s;
 }
 
+double lora_pin_seconds(const SimDevice& device, int64_t params) {
+  if (!(device.lora_pin_bytes_s > 0)) return 0.0;
+  return static_cast<double>(std::max<int64_t>(0, params)) * 2.0 / device.lora_pin_bytes_s;
+}
+
 double lora_host_load_seconds(const SimDevice& device, int64_t params) {
   if (!(device.lora_host_load_bytes_s > 0)) return 0.0;
   return static_cast<double>(std::max<int64_t>(0, params)) * 4.0 / device.lora_host_load_bytes_s;

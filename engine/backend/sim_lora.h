@@ -67,6 +67,10 @@ double lora_load_seconds(const SimDevice& device, int64_t params);
 /// Packing an adapter of `params` parameters from fp32 into the backend's image (a load whose
 /// image is not kept): 4 bytes a parameter at lora_pack_bytes_s; 0 where that is 0.
 double lora_pack_seconds(const SimDevice& device, int64_t params);
+/// Allocating a new pinned buffer for an adapter's 16-bit image (2 bytes a parameter at
+/// lora_pin_bytes_s; 0 where that is 0): a load whose image is not kept, with no freed adapter's
+/// buffer to reuse and fewer kept images than the cap.
+double lora_pin_seconds(const SimDevice& device, int64_t params);
 /// Reading or drawing an adapter of `params` parameters into host memory (an adapter object the
 /// backend sees for the first time): 4 bytes a parameter at lora_host_load_bytes_s; 0 where that is 0.
 double lora_host_load_seconds(const SimDevice& device, int64_t params);
