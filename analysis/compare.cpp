@@ -211,7 +211,8 @@ void print_comparison(std::ostream& out, const Comparison& c) {
   out << "\n";
   if (c.roofline.empty()) return;
   out << "\nroofline efficiency by strategy (sum of step rooflines over sum of measured step times, all its runs):\n";
-  TextTable rt({"strategy", "base", "new", "change", "new prefill", "new decode", "new mixed", "new ceilings"});
+  TextTable rt({"strategy", "base", "new", "change", "new prefill", "new decode", "new mixed", "host pauses (s) base / new",
+                "new ceilings"});
   for (const auto& r : c.roofline) {
     const double b = r.base ? r.base->overall.efficiency() : kNaN;
     const double n = r.current ? r.current->overall.efficiency() : kNaN;
@@ -219,8 +220,12 @@ void print_comparison(std::ostream& out, const Comparison& c) {
     auto cls = [&](StepClass k) {
       return r.current && r.current->of(k).n_steps > 0 ? format_number(r.current->of(k).efficiency()) : std::string("-");
     };
+    auto pauses = [](const std::optional<RooflineEfficiency>& e) {
+      return e ? format_host_pauses(e->host_pauses) : std::string("-");
+    };
     rt.add_row({r.strategy, format_efficiency(r.base, r.base_backend), format_efficiency(r.current, r.current_backend),
                 format_change_pct(change), cls(StepClass::prefill), cls(StepClass::decode), cls(StepClass::mixed),
+                pauses(r.base) + " / " + pauses(r.current),
                 r.current && r.current->ceilings ? format_ceilings(*r.current->ceilings) : std::string("-")});
   }
   rt.print(out);

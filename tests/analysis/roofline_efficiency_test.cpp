@@ -208,6 +208,8 @@ TEST(RooflineCompare, OneRowPerStrategyWithTheChange) {
   print_comparison(out, c);
   EXPECT_NE(out.str().find("roofline efficiency by strategy"), std::string::npos) << out.str();
   EXPECT_NE(out.str().find("+100.0%"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("host pauses (s) base / new"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("0.00 (0 > 1 ms) / 0.00 (0 > 1 ms)"), std::string::npos) << out.str();
   EXPECT_NE(out.str().find("sim"), std::string::npos) << out.str();
 }
 
