@@ -73,19 +73,27 @@ double lora_load_seconds(const SimDevice& device, int64_t params) {
   return static_cast<double>(std::max<int64_t>(0, params)) * device.weight_dtype_bytes / device.host_link_bytes_s;
 }
 
+namespace {
+
+/// A host-side pass over an adapter of `params` parameters at `bytes_per_param` bytes each and
+/// `bytes_s` bytes a second; 0 where that rate is 0.
+double adapter_bytes_seconds(int64_t params, double bytes_per_param, double bytes_s) {
+  if (!(bytes_s > 0)) return 0.0;
+  return static_cast<double>(std::max<int64_t>(0, params)) * bytes_per_param / bytes_s;
+}
+
+}  // namespace
+
 double lora_pin_seconds(const SimDevice& device, int64_t params) {
-  if (!(device.lora_pin_bytes_s > 0)) return 0.0;
-  return static_cast<double>(std::max<int64_t>(0, params)) * 2.0 / device.lora_pin_bytes_s;
+  return adapter_bytes_seconds(params, 2.0, device.lora_pin_bytes_s);
 }
 
 double lora_host_load_seconds(const SimDevice& device, int64_t params) {
-  if (!(device.lora_host_load_bytes_s > 0)) return 0.0;
-  return static_cast<double>(std::max<int64_t>(0, params)) * 4.0 / device.lora_host_load_bytes_s;
+  return adapter_bytes_seconds(params, 4.0, device.lora_host_load_bytes_s);
 }
 
 double lora_pack_seconds(const SimDevice& device, int64_t params) {
-  if (!(device.lora_pack_bytes_s > 0)) return 0.0;
-  return static_cast<double>(std::max<int64_t>(0, params)) * 4.0 / device.lora_pack_bytes_s;
+  return adapter_bytes_seconds(params, 4.0, device.lora_pack_bytes_s);
 }
 
 namespace {

@@ -70,7 +70,10 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   cuda::LoraHook hooks[cuda::kLoraGroups];
   lora_step_runs.clear();
   bool grouped = g.lora;
-  const int32_t* plan_slots = g.lora ? g.at<int32_t>(L.lora_slot) : nullptr;
+  // The step's own slots (the consumers of a delta read every adapter row's); the plan's may
+  // leave out the tensor-core runs' rows.
+  const int32_t* const delta_rows = g.lora ? g.at<int32_t>(L.lora_slot) : nullptr;
+  const int32_t* plan_slots = delta_rows;
   if (g.lora && !g.graph && plan && plan->in.lora_slot.size() == size_t(R)) {
     const int32_t* host_slots = plan->in.lora_slot.data();
     lora_step_runs = k::lora_gemm_runs(host_slots, R, lora_kernels.gemm_min_rows, lora_kernels.gemm_max_runs);
@@ -88,9 +91,6 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   const bool plain_decode = lora_step_runs.empty() && st.decode;
   const bool qkv_beside =
       g.lora && lora_kernels.qkv_beside && (plain_decode || eager_beside) && ctx.fusion && !st.kv_fp8;
-  // The consumers read every adapter row's delta: the step's own slots (plan_slots leaves out the
-  // runs' rows).
-  const int32_t* delta_rows = g.lora ? g.at<int32_t>(L.lora_slot) : nullptr;
   // q|k|v's delta computed by rope_kv_write from the rows' xa (qkv_in_consumer): plain decodes only.
   const bool qkv_xa_ok = plain_decode;
   auto hook = [&](int l, cuda::LoraGroup grp) -> const cuda::LoraHook* {
