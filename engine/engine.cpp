@@ -191,6 +191,7 @@ std::optional<FinishedRequest> Engine::add(Request request, double arrival) {
   seq->constrained = request.constraint != nullptr;
   rs->request = std::move(request);
   seq->request = rs.get();
+  if (seq->lora) backend_->stage_lora(seq->lora);  // its load may follow: prepared off this thread
   scheduler_->add(seq.get());
   rs->seqs.push_back(std::move(seq));
   const uint64_t id = rs->record.request_id;

@@ -225,6 +225,11 @@ class Backend {
     (void)slot, (void)adapter;
     throw std::invalid_argument("backend " + name() + " does not run LoRA adapters");
   }
+  /// Multi-LoRA: a request naming `adapter` arrived (Engine::add_request), so a load_lora of it
+  /// may follow. A device backend starts preparing that load off the engine's thread (cuda: packs
+  /// its image into pinned host memory on a worker, lora_images.h). Returns at once; never
+  /// throws for a bad adapter (load_lora reports it). Default: nothing to prepare.
+  virtual void stage_lora(std::shared_ptr<const LoraAdapter> adapter) { (void)adapter; }
   /// Multi-LoRA (caps().lora): room for `max_loras` slots of adapters of rank <= `max_lora_rank`,
   /// asked once before the first load_lora (the engine does when lora.enabled). A device backend
   /// allocates its adapter pool here, so CUDA graphs bake in fixed addresses. Default: nothing to

@@ -290,6 +290,54 @@ TEST(LoraEngine, AStepsPromptsOfOneAdapterRunNextToEachOther) {
   }
 }
 
+/// The backend's LoRA calls in order: "stage NAME" and "load NAME".
+class LoraCallTap final : public ForwardingBackend {
+ public:
+  explicit LoraCallTap(std::vector<std::string>& calls) : ForwardingBackend(sim_backend()), calls_(calls) {}
+  void stage_lora(std::shared_ptr<const LoraAdapter> adapter) override {
+    calls_.push_back("stage " + adapter->name);
+    inner().stage_lora(std::move(adapter));
+  }
+  void load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter) override {
+    calls_.push_back("load " + (adapter ? adapter->name : std::string("-")));
+    inner().load_lora(slot, std::move(adapter));
+  }
+
+ private:
+  std::vector<std::string>& calls_;
+};
+
+TEST(LoraEngine, EachRequestsAdapterIsStagedWhenItArrivesAheadOfItsLoad) {
+  // The cuda backend packs an adapter's image off the engine's thread once asked (stage_lora):
+  // the engine asks as each request naming one is accepted, so the load of a step later finds it
+  // under way; a request without an adapter, or one refused, stages nothing.
+  auto a = std::make_shared<LoraAdapter>(random_lora(micro_model(), "a", 2, 2.0f, {LoraTarget::q}, 1));
+  auto b = std::make_shared<LoraAdapter>(random_lora(micro_model(), "b", 2, 2.0f, {LoraTarget::q}, 2));
+  a->id = 1;
+  b->id = 2;
+  EngineConfig cfg = paged_config(continuous_sched(4, 512, true), 8 << 20);
+  cfg.lora.enabled = true;
+  cfg.lora.max_loras = 1;
+  std::vector<std::string> calls;
+  Engine engine(cfg, std::make_unique<LoraCallTap>(calls));
+  Request ra = make_request(0, 8, 2), rb = make_request(1, 8, 2), plain = make_request(2, 8, 2);
+  ra.lora = a;
+  rb.lora = b;
+  ASSERT_FALSE(engine.add(ra, 0.0).has_value());
+  ASSERT_FALSE(engine.add(plain, 0.0).has_value());
+  ASSERT_FALSE(engine.add(rb, 0.0).has_value());
+  EXPECT_EQ(calls, (std::vector<std::string>{"stage a", "stage b"})) << "staged on arrival, before any step";
+  while (engine.has_work()) engine.step(0.0);
+  EXPECT_EQ(calls, (std::vector<std::string>{"stage a", "stage b", "load a", "load b"}));
+  // Refused (rank past max_lora_rank): not staged.
+  auto big = std::make_shared<LoraAdapter>(random_lora(micro_model(), "big", 32, 32.0f, {LoraTarget::q}, 3));
+  big->id = 3;
+  Request rbig = make_request(3, 8, 2);
+  rbig.lora = big;
+  EXPECT_TRUE(engine.add(rbig, 0.0).has_value());
+  EXPECT_EQ(calls.size(), 4u);
+}
+
 TEST(LoraEngine, PrefixCacheIsKeyedByAdapter) {
   auto a = std::make_shared<LoraAdapter>(random_lora(micro_model(), "a", 2, 2.0f, {LoraTarget::k}, 1));
   auto b = std::make_shared<LoraAdapter>(random_lora(micro_model(), "b", 2, 2.0f, {LoraTarget::k}, 2));

@@ -261,8 +261,11 @@ void CudaBackend::load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter
   impl_->lora.load(slot, adapter, impl_->stream);  // copied: the slot keeps no reference
 }
 
+void CudaBackend::stage_lora(std::shared_ptr<const LoraAdapter> adapter) { impl_->lora.stage(std::move(adapter)); }
+
 int64_t CudaBackend::lora_pool_bytes() const { return impl_->lora.reserved() ? impl_->lora.bytes() : 0; }
 int64_t CudaBackend::lora_slot_bytes() const { return impl_->lora.slot_bytes(); }
+cuda::LoraImageCache::Stats CudaBackend::lora_image_stats() const { return impl_->lora.image_stats(); }
 
 void CudaBackend::set_lora_kernels(const kernels::LoraSgmvConfig& config) {
   if (config.shrink_target_blocks < 1)

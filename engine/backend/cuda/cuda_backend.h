@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/cuda/lora_images.h"
 #include "engine/backend/cuda/mixed_attention_plan.h"
 #include "engine/backend/cuda/tp_all_reduce_mode.h"
 #include "engine/backend/kv_cache_spec.h"
@@ -215,6 +216,9 @@ class CudaBackend final : public Backend {
   /// returns when the copy is done. Throws std::invalid_argument without reserve_loras, for a slot
   /// outside the pool, or an adapter that does not fit.
   void load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter) override;
+  /// Packs `adapter`'s image on the pool's worker thread (DeviceLoraPool::stage); a load_lora of
+  /// it then only copies, or waits for the rest of the packing.
+  void stage_lora(std::shared_ptr<const LoraAdapter> adapter) override;
   /// Copy-on-write runs as block pairs of the largest granularity dividing every run, one launch.
   void copy_slots(std::span<const KvCopy> copies) override;
   /// Pinned host memory mapped into the device (cudaHostAlloc, cudaHostAllocMapped), laid out
@@ -251,6 +255,8 @@ class CudaBackend final : public Backend {
   /// GPU bytes of the LoRA adapter pool (0 before reserve_loras), and of one slot's adapter.
   int64_t lora_pool_bytes() const;
   int64_t lora_slot_bytes() const;
+  /// How the LoRA loads found their packed images (ready, waited for the worker, packed in line).
+  cuda::LoraImageCache::Stats lora_image_stats() const;
   /// How the grouped LoRA kernels launch from the next step on (kernels::LoraSgmvConfig: the
   /// expand's blocks by slot tile or by rows, its register cap, the shrink's chunking, the grid
   /// bound, o_proj's and down_proj's deltas into the residual beside their products); captured

@@ -50,9 +50,31 @@ void DeviceLoraPool::reserve(const ModelConfig& c, int n_slots, int max_rank, ke
   device_.grow(size_t(scale_at_) + sizeof(float) * size_t(n_slots),
                "the LoRA adapter pool (lower max_loras or max_lora_rank)");
   CUDA_CHECK(cudaMemset(device_.get(), 0, device_.bytes()));
-  // Packed images kept: twice the slots, within 16 GiB of pinned host memory.
-  host_images_max_ = size_t(std::clamp<int64_t>((int64_t(16) << 30) / std::max<int64_t>(slot_bytes_, 1), 1,
-                                                int64_t(2) * n_slots));
+  // Packed images kept: twice the slots, within 16 GiB of pinned host memory, packed and
+  // allocated on the cache's worker thread (which takes this device, and may allocate while the
+  // engine's thread captures a CUDA graph: relaxed capture mode).
+  LoraImageCache::Options images;
+  images.image_bytes = size_t(slot_bytes_);
+  images.max_images = size_t(std::clamp<int64_t>((int64_t(16) << 30) / std::max<int64_t>(slot_bytes_, 1), 1,
+                                                 int64_t(2) * n_slots));
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  images.worker_init = [device] {
+    cudaSetDevice(device);
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+  };
+  const ModelConfig config = c;
+  const int rank = rank_;
+  const bool f16 = dt == kernels::ScalarType::f16;
+  images_ = std::make_unique<LoraImageCache>(
+      std::move(images),
+      [](size_t bytes) {
+        void* p = nullptr;
+        CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+        return std::shared_ptr<uint16_t>(static_cast<uint16_t*>(p), [](uint16_t* q) { cudaFreeHost(q); });
+      },
+      [config, rank, f16](const LoraAdapter& a, uint16_t* out) { pack_lora_image(config, rank, a, f16, out); });
   n_slots_ = n_slots;
   loaded_.assign(size_t(n_slots), false);
   scales_.assign(size_t(n_slots), 0.0f);
@@ -82,35 +104,18 @@ kernels::LoraPool DeviceLoraPool::pool(int layer, LoraGroup gi) const {
   return p;
 }
 
-const uint16_t* DeviceLoraPool::host_image(const std::shared_ptr<const LoraAdapter>& adapter) {
-  ++clock_;
-  for (HostImage& h : images_)
-    if (h.key == adapter.get() && h.owner.lock() == adapter) {
-      h.used = clock_;
-      ++image_hits_;
-      return h.image->get<uint16_t>();
-    }
-  // A buffer for the new image: a freed adapter's, else a new one below the cap, else the least
-  // recently loaded one's (pinned allocations cost milliseconds: buffers are reused).
-  HostImage* into = nullptr;
-  for (HostImage& h : images_)
-    if (h.owner.expired()) into = &h;
-  if (!into && images_.size() < host_images_max_) {
-    images_.emplace_back();
-    into = &images_.back();
-    into->image->grow(size_t(slot_bytes_));
+void DeviceLoraPool::stage(std::shared_ptr<const LoraAdapter> adapter) {
+  if (!reserved() || !adapter) return;
+  try {
+    adapter->validate(config_, max_rank_);
+  } catch (const std::exception&) {
+    return;  // load() reports it
   }
-  if (!into)
-    into = &*std::min_element(images_.begin(), images_.end(),
-                              [](const HostImage& a, const HostImage& b) { return a.used < b.used; });
-  into->key = nullptr;  // until packed: a throw leaves a free buffer, not a wrong image
-  into->owner.reset();
-  pack_lora_image(config_, rank_, *adapter, dt_ == kernels::ScalarType::f16, into->image->get<uint16_t>());
-  into->key = adapter.get();
-  into->owner = adapter;
-  into->used = clock_;
-  return into->image->get<uint16_t>();
+  images_->stage(std::move(adapter));
 }
+
+LoraImageCache::Stats DeviceLoraPool::image_stats() const { return images_ ? images_->stats() : LoraImageCache::Stats{}; }
+int DeviceLoraPool::host_images() const { return images_ ? images_->images() : 0; }
 
 void DeviceLoraPool::load(int slot, const std::shared_ptr<const LoraAdapter>& adapter, cudaStream_t stream) {
   if (!reserved())
@@ -128,7 +133,11 @@ void DeviceLoraPool::load(int slot, const std::shared_ptr<const LoraAdapter>& ad
     return;
   }
   adapter->validate(config_, max_rank_);
-  const uint16_t* img = host_image(adapter);
+  const uint16_t* img = images_->acquire(adapter);
+  struct Release {  // the image may be reused once the copy is done (or failed)
+    LoraImageCache& cache;
+    ~Release() { cache.release(); }
+  } release{*images_};
   // Copy each block into the slot's place in its (layer, group) pool.
   auto* dev = device_.get<uint16_t>();
   int64_t at = 0;
@@ -143,7 +152,7 @@ void DeviceLoraPool::load(int slot, const std::shared_ptr<const LoraAdapter>& ad
     }
   scales_[size_t(slot)] = adapter->scale;
   CUDA_CHECK(cudaMemcpyAsync(scales + slot, &scales_[size_t(slot)], sizeof(float), cudaMemcpyHostToDevice, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));  // the image may be evicted by the next load
+  CUDA_CHECK(cudaStreamSynchronize(stream));  // before the image is released
   loaded_[size_t(slot)] = true;
 }
 

@@ -9,9 +9,11 @@
 // rank = max_lora_rank rounded up to 8 (16-byte loads), smaller adapters padded with zeros, a
 // linear the adapter leaves alone all zeros. One scale per slot (alpha / r, PEFT's).
 // A load copies the adapter's pinned host image of one slot into the slot's places on the
-// backend's stream: the "adapter miss". Images are kept per adapter (host_images_max of them,
-// least recently loaded first out), so an adapter seen before costs only the copy; the first
-// load packs the adapter's fp32 pairs into 16 bits (pack_lora_image, layers over threads).
+// backend's stream: the "adapter miss". Images are kept per adapter in pinned host memory
+// (LoraImageCache, lora_images.h: twice the slots within 16 GiB, least recently used first out),
+// so an adapter seen before costs only the copy; stage() packs a new adapter's fp32 pairs into 16
+// bits (pack_lora_image) into a buffer allocated ahead, on the cache's worker thread, when a
+// request naming it arrives, so its first load finds the image ready or waits for the rest.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "engine/backend/cuda/device_memory.h"
+#include "engine/backend/cuda/lora_images.h"
 #include "engine/backend/cuda/lora_pack.h"
 #include "engine/lora/lora_adapter.h"
 #include "kernels/lora.h"
@@ -41,9 +44,11 @@ class DeviceLoraPool {
   /// before it returns. Throws std::invalid_argument for a slot outside the pool or an adapter
   /// whose shapes or rank do not fit.
   void load(int slot, const std::shared_ptr<const LoraAdapter>& adapter, cudaStream_t stream);
-  /// Packed images kept in pinned host memory, and how many loads found theirs there.
-  int host_images() const { return int(images_.size()); }
-  int64_t image_hits() const { return image_hits_; }
+  /// A request naming `adapter` arrived: its image is packed on the worker (LoraImageCache::stage).
+  void stage(std::shared_ptr<const LoraAdapter> adapter);
+  /// The packed images in pinned host memory: how loads found them (hits, waits, packs in line).
+  LoraImageCache::Stats image_stats() const;
+  int host_images() const;
   bool holds(int slot) const { return slot >= 0 && slot < n_slots_ && loaded_[size_t(slot)]; }
   /// Each slot's scale on the host (0 for an empty slot): the tensor-core path's alpha.
   const float* host_scales() const { return scales_.data(); }
@@ -62,19 +67,7 @@ class DeviceLoraPool {
   std::vector<int64_t> a_at_, b_at_;  // element offsets of (layer, group)'s A and B
   int64_t scale_at_ = 0;      // byte offset of the scales
   int64_t slot_bytes_ = 0;
-  /// One adapter's packed image; `owner` tells a live adapter from a freed one at the same address.
-  struct HostImage {
-    const LoraAdapter* key = nullptr;
-    std::weak_ptr<const LoraAdapter> owner;
-    std::unique_ptr<PinnedBuffer> image = std::make_unique<PinnedBuffer>();
-    uint64_t used = 0;
-  };
-  /// The image of `adapter`, packed now unless kept; evicts the least recently used past the cap.
-  const uint16_t* host_image(const std::shared_ptr<const LoraAdapter>& adapter);
-  std::vector<HostImage> images_;
-  size_t host_images_max_ = 1;
-  uint64_t clock_ = 0;
-  int64_t image_hits_ = 0;
+  std::unique_ptr<LoraImageCache> images_;  // made by reserve()
   std::vector<bool> loaded_;
   std::vector<float> scales_;
 };
