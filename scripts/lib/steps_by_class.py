@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A run folder's steps.jsonl by step class, one line per run: prefill steps of one prompt, median
 duration by prompt length; decode steps, median by batch bucket; and the time between steps
-(the engine idle on the host: e.g. an in-process workload drawing an adapter's weights).
+(the engine idle on the host: e.g. an in-process workload drawing an adapter's weights); and the
+steps that loaded a LoRA adapter into a slot (its host -> GPU copy, or packing its image first).
 
     python3 scripts/lib/steps_by_class.py OUT/steps.jsonl
 """
@@ -25,8 +26,9 @@ def main(path):
             r = json.loads(line)
             runs[r["run"]].append(r)
     print("| run | prefill steps | prefill s | one prompt's prefill p50 ms, tokens 0-127 / 128-255 / 256-383 / 384-511 "
-          "| decode s | decode p50 ms at batch <=8 / <=16 / <=64 | gaps > 2 ms between steps (s) |")
-    print("|---|---:|---:|---|---:|---|---|")
+          "| decode s | decode p50 ms at batch <=8 / <=16 / <=64 | gaps > 2 ms between steps (s) "
+          "| steps loading an adapter: n, p50 / max ms, s |")
+    print("|---|---:|---:|---|---:|---|---|---|")
     med = lambda v: "%.2f" % statistics.median(v) if v else "-"
     for run, steps in runs.items():
         steps.sort(key=lambda s: s["start_s"])
@@ -41,10 +43,12 @@ def main(path):
             by_batch[bucket(s["batch_size"])].append(s["duration_s"] * 1e3)
         gaps = [b["start_s"] - a["start_s"] - a["duration_s"] for a, b in zip(steps, steps[1:])]
         big = [g for g in gaps if g > 0.002]
+        loads = [s["duration_s"] * 1e3 for s in steps if s.get("lora", {}).get("n_loads", 0) > 0]
+        load_col = f"{len(loads)}, {med(loads)} / {max(loads):.2f}, {sum(loads) / 1e3:.2f}" if loads else "0"
         print(f"| {run} | {len(pre)} | {sum(s['duration_s'] for s in pre):.2f} | "
               + " / ".join(med(by_len[k]) for k in range(4))
               + f" | {sum(s['duration_s'] for s in dec):.2f} | {med(by_batch[8])} / {med(by_batch[16])} / {med(by_batch[64])}"
-              + f" | {len(big)}: {sum(big):.2f} |")
+              + f" | {len(big)}: {sum(big):.2f} | {load_col} |")
 
 
 if __name__ == "__main__":

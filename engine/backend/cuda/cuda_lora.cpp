@@ -50,28 +50,25 @@ void DeviceLoraPool::reserve(const ModelConfig& c, int n_slots, int max_rank, ke
   device_.grow(size_t(scale_at_) + sizeof(float) * size_t(n_slots),
                "the LoRA adapter pool (lower max_loras or max_lora_rank)");
   CUDA_CHECK(cudaMemset(device_.get(), 0, device_.bytes()));
-  // Packed images kept: twice the slots, within 16 GiB of pinned host memory, packed and
-  // allocated on the cache's worker thread (which takes this device, and may allocate while the
-  // engine's thread captures a CUDA graph: relaxed capture mode).
+  // Packed images kept: twice the slots, within 16 GiB of pinned host memory, every buffer
+  // allocated now (lora_images.h); packed on the cache's worker thread (plain C++, no CUDA call).
   LoraImageCache::Options images;
   images.image_bytes = size_t(slot_bytes_);
   images.max_images = size_t(std::clamp<int64_t>((int64_t(16) << 30) / std::max<int64_t>(slot_bytes_, 1), 1,
                                                  int64_t(2) * n_slots));
-  int device = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  images.worker_init = [device] {
-    cudaSetDevice(device);
-    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    cudaThreadExchangeStreamCaptureMode(&mode);
-  };
   const ModelConfig config = c;
   const int rank = rank_;
   const bool f16 = dt == kernels::ScalarType::f16;
   images_ = std::make_unique<LoraImageCache>(
-      std::move(images),
-      [](size_t bytes) {
+      images,
+      [n = images.max_images](size_t bytes) {
         void* p = nullptr;
-        CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+        if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+          (void)cudaGetLastError();
+          throw std::runtime_error("CudaBackend::reserve_loras: cannot pin " + std::to_string(n) + " x " +
+                                   std::to_string(bytes >> 20) + " MiB of host memory for the adapters' images "
+                                   "(twice max_loras): lower max_loras or max_lora_rank");
+        }
         return std::shared_ptr<uint16_t>(static_cast<uint16_t*>(p), [](uint16_t* q) { cudaFreeHost(q); });
       },
       [config, rank, f16](const LoraAdapter& a, uint16_t* out) { pack_lora_image(config, rank, a, f16, out); });

@@ -10,10 +10,10 @@
 // linear the adapter leaves alone all zeros. One scale per slot (alpha / r, PEFT's).
 // A load copies the adapter's pinned host image of one slot into the slot's places on the
 // backend's stream: the "adapter miss". Images are kept per adapter in pinned host memory
-// (LoraImageCache, lora_images.h: twice the slots within 16 GiB, least recently used first out),
-// so an adapter seen before costs only the copy; stage() packs a new adapter's fp32 pairs into 16
-// bits (pack_lora_image) into a buffer allocated ahead, on the cache's worker thread, when a
-// request naming it arrives, so its first load finds the image ready or waits for the rest.
+// (LoraImageCache, lora_images.h: twice the slots within 16 GiB, allocated by reserve(), least
+// recently used first out), so an adapter seen before costs only the copy; stage() packs a new
+// adapter's fp32 pairs into 16 bits (pack_lora_image) on the cache's worker thread when a request
+// naming it arrives, so its first load finds the image ready or waits for the rest.
 #include <cuda_runtime.h>
 
 #include <cstdint>

@@ -4,10 +4,12 @@
 
 namespace servelab::cuda {
 
-LoraImageCache::LoraImageCache(Options options, Allocate allocate, Pack pack)
-    : options_(std::move(options)), allocate_(std::move(allocate)), pack_(std::move(pack)) {
+LoraImageCache::LoraImageCache(Options options, const Allocate& allocate, Pack pack)
+    : options_(std::move(options)), pack_(std::move(pack)) {
   if (options_.max_images < 1) throw std::invalid_argument("LoraImageCache: max_images must be >= 1");
   if (options_.image_bytes < 1) throw std::invalid_argument("LoraImageCache: image_bytes must be >= 1");
+  images_.resize(options_.max_images);
+  for (Image& img : images_) img.buffer = allocate(options_.image_bytes);
   if (options_.worker) worker_ = std::thread([this] { work(); });
 }
 
@@ -21,47 +23,21 @@ LoraImageCache::~LoraImageCache() {
 }
 
 LoraImageCache::Image* LoraImageCache::find(const LoraAdapter* key, const std::shared_ptr<const LoraAdapter>& adapter) {
-  for (auto& img : images_)
-    if (img->key == key && img->owner.lock() == adapter) return img.get();
+  for (Image& img : images_)
+    if (img.key == key && img.owner.lock() == adapter) return &img;
   return nullptr;
 }
 
-static bool is_free(const auto& img) { return !img->held && (!img->key || (img->ready && img->owner.expired())); }
-
-size_t LoraImageCache::free_buffers() const {
-  size_t n = 0;
-  for (const auto& img : images_) n += is_free(img) ? 1 : 0;
-  return n;
-}
-
-LoraImageCache::Image* LoraImageCache::claim(Lock& lock, bool ahead) {
+LoraImageCache::Image* LoraImageCache::claim() {
   Image* got = nullptr;
-  for (auto& img : images_)
-    if (is_free(img)) {
-      got = img.get();
+  for (Image& img : images_)
+    if (!img.held && (!img.key || (img.ready && img.owner.expired()))) {  // never used, or its adapter freed
+      got = &img;
       break;
     }
-  if (!got && images_.size() + allocating_ < options_.max_images) {
-    ++allocating_;
-    lock.unlock();
-    std::shared_ptr<uint16_t> buffer;
-    try {
-      buffer = allocate_(options_.image_bytes);
-    } catch (...) {
-      lock.lock();
-      --allocating_;
-      throw;
-    }
-    lock.lock();
-    --allocating_;
-    ++(ahead ? stats_.allocated_ahead : stats_.allocated_in_line);
-    images_.push_back(std::make_unique<Image>());
-    images_.back()->buffer = std::move(buffer);
-    got = images_.back().get();
-  }
   if (!got)
-    for (auto& img : images_)
-      if (img->ready && !img->held && (!got || img->used < got->used)) got = img.get();
+    for (Image& img : images_)
+      if (img.ready && !img.held && (!got || img.used < got->used)) got = &img;
   if (got) {  // until packed, a claimed buffer belongs to no adapter
     got->key = nullptr;
     got->owner.reset();
@@ -102,12 +78,11 @@ const uint16_t* LoraImageCache::acquire(const std::shared_ptr<const LoraAdapter>
       changed_.wait(lock);
       continue;
     }
-    Image* img = claim(lock, false);
+    Image* img = claim();
     if (!img) {  // every buffer held or packing: the worker's pack ends soon
       changed_.wait(lock);
       continue;
     }
-    if (find(adapter.get(), adapter)) continue;  // staged while claim() allocated: img stays free
     img->key = adapter.get();
     img->owner = adapter;
     img->held = true;
@@ -134,7 +109,7 @@ const uint16_t* LoraImageCache::acquire(const std::shared_ptr<const LoraAdapter>
 void LoraImageCache::release() {
   {
     Lock lock(mutex_);
-    for (auto& img : images_) img->held = false;
+    for (Image& img : images_) img.held = false;
   }
   changed_.notify_all();
 }
@@ -144,53 +119,18 @@ LoraImageCache::Stats LoraImageCache::stats() const {
   return stats_;
 }
 
-int LoraImageCache::images() const {
-  Lock lock(mutex_);
-  return int(images_.size());
-}
+int LoraImageCache::images() const { return int(images_.size()); }
 
 void LoraImageCache::work() {
-  if (options_.worker_init) options_.worker_init();
-  bool spares_failed = false;  // an allocation ahead threw: leave them to the loads
-  auto want_spare = [&] {
-    return !spares_failed && free_buffers() + allocating_ < options_.spares &&
-           images_.size() + allocating_ < options_.max_images;
-  };
   Lock lock(mutex_);
   for (;;) {
-    changed_.wait(lock, [&] { return stop_ || !queue_.empty() || want_spare(); });
+    changed_.wait(lock, [&] { return stop_ || !queue_.empty(); });
     if (stop_) return;
-    if (queue_.empty()) {  // a spare buffer
-      ++allocating_;
-      lock.unlock();
-      std::shared_ptr<uint16_t> buffer;
-      try {
-        buffer = allocate_(options_.image_bytes);
-      } catch (...) {
-      }
-      lock.lock();
-      --allocating_;
-      if (!buffer) {
-        spares_failed = true;
-        continue;
-      }
-      images_.push_back(std::make_unique<Image>());
-      images_.back()->buffer = std::move(buffer);
-      ++stats_.allocated_ahead;
-      changed_.notify_all();
-      continue;
-    }
     std::shared_ptr<const LoraAdapter> adapter = std::move(queue_.front());
     queue_.pop_front();
-    if (find(adapter.get(), adapter)) continue;
-    Image* img = nullptr;
-    try {
-      img = claim(lock, true);
-    } catch (...) {  // no memory for it now: the load will try
-      ++stats_.stage_failures;
-      continue;
-    }
-    if (!img || find(adapter.get(), adapter)) continue;  // none to spare, or a load packed it meanwhile
+    if (find(adapter.get(), adapter)) continue;  // kept, or a load packed it meanwhile
+    Image* img = claim();
+    if (!img) continue;  // every buffer held or packing: the load packs it
     img->key = adapter.get();
     img->owner = adapter;
     img->used = ++clock_;

@@ -3,14 +3,15 @@
 // the cuda backend's loads copy into a device slot (cuda_lora.h). Packing an adapter and
 // allocating a pinned buffer for its image cost milliseconds (llama2-7b rank 16 on the H200 host:
 // pack 7.9 ms, one 80 MB cudaHostAlloc 30.6 ms), and on the engine's thread they stall every
-// running request's next step. stage() hands both to a worker thread when a request naming the
-// adapter arrives (Backend::stage_lora), and the worker keeps `spares` buffers allocated ahead, so
-// the load that follows finds the image ready, or waits only for the rest of its packing.
+// running request's next step. So every buffer is allocated when the cache is made (the pool's
+// reserve: no pinning while serving, which would hold the driver against the engine's launches
+// from any thread), and stage() hands the packing to a worker thread when a request naming the
+// adapter arrives: the load that follows finds the image ready, or waits only for the rest.
 //
-// Images are keyed by the adapter object (an adapter read again is packed again); at most
-// `max_images` buffers, a freed adapter's or a spare one reused first, else a new one below the
-// cap, else the least recently used image's. Plain C++ with the allocation and packing passed in,
-// so the rules are tested without a GPU (tests/cuda_backend/lora_images_test.cpp).
+// Images are keyed by the adapter object (an adapter read again is packed again); `max_images`
+// buffers, a free one (never used, or its adapter freed) taken first, else the least recently
+// used image's. Plain C++ with the allocation and packing passed in, so the rules are tested
+// without a GPU (tests/cuda_backend/lora_images_test.cpp).
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -32,22 +33,19 @@ class LoraImageCache {
   using Pack = std::function<void(const LoraAdapter& adapter, uint16_t* out)>;
   struct Options {
     size_t image_bytes = 0;
-    size_t max_images = 1;     ///< buffers at most (>= 1)
-    size_t spares = 2;         ///< buffers the worker keeps allocated ahead of need, below the cap
+    size_t max_images = 1;     ///< buffers, all allocated by the constructor (>= 1)
     bool worker = true;        ///< false: stage() does nothing and every first load packs in line
-    std::function<void()> worker_init;  ///< run first on the worker's thread (cuda: device, capture mode)
   };
   struct Stats {
     int64_t hits = 0;            ///< loads that found their image ready
     int64_t waits = 0;           ///< loads that waited for the worker to finish packing theirs
     int64_t packed_ahead = 0;    ///< images the worker packed
     int64_t packed_in_line = 0;  ///< images a load packed itself (not staged, or evicted before it)
-    int64_t allocated_ahead = 0;
-    int64_t allocated_in_line = 0;
     int64_t stage_failures = 0;  ///< staged packs that threw (the load packs again and reports it)
   };
 
-  LoraImageCache(Options options, Allocate allocate, Pack pack);
+  /// Allocates every buffer now (what `allocate` throws, e.g. out of pinned memory, propagates).
+  LoraImageCache(Options options, const Allocate& allocate, Pack pack);
   ~LoraImageCache();  ///< stops the worker (a pack in progress finishes first)
   LoraImageCache(const LoraImageCache&) = delete;
   LoraImageCache& operator=(const LoraImageCache&) = delete;
@@ -59,7 +57,7 @@ class LoraImageCache {
   const uint16_t* acquire(const std::shared_ptr<const LoraAdapter>& adapter);
   void release();
   Stats stats() const;
-  int images() const;  ///< buffers allocated
+  int images() const;  ///< buffers (max_images)
 
  private:
   struct Image {
@@ -72,19 +70,16 @@ class LoraImageCache {
   };
   using Lock = std::unique_lock<std::mutex>;
   Image* find(const LoraAdapter* key, const std::shared_ptr<const LoraAdapter>& adapter);
-  /// A buffer for a new image (lock held; may unlock to allocate): free, new below the cap, or
-  /// the least recently used ready one. Null when every buffer is held or packing.
-  Image* claim(Lock& lock, bool ahead);
-  size_t free_buffers() const;
+  /// A buffer for a new image (lock held): a free one, else the least recently used ready one.
+  /// Null when every buffer is held or packing.
+  Image* claim();
   void work();
 
   Options options_;
-  Allocate allocate_;
   Pack pack_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;
-  std::deque<std::unique_ptr<Image>> images_;  // stable addresses
-  size_t allocating_ = 0;                       // allocations under way (counted against the cap)
+  std::vector<Image> images_;  // made by the constructor, never resized
   std::deque<std::shared_ptr<const LoraAdapter>> queue_;
   uint64_t clock_ = 0;
   Stats stats_;
