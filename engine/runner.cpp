@@ -12,6 +12,8 @@ namespace {
 
 /// Longest single sleep on a steady clock when a stop flag is watched, so Ctrl-C is prompt.
 constexpr double kStopPollS = 0.05;
+/// How often a runner with nothing to run looks again at requests its source still works on.
+constexpr double kHeldPollS = 0.0005;
 /// Consecutive steps that only preempted (ran nothing) before the run counts as stalled.
 constexpr int kMaxEmptyPreemptSteps = 1000;
 
@@ -23,7 +25,37 @@ void run_engine(Engine& engine, RequestSource& source, Clock& clock, const Runne
     if (cb.on_finished) cb.on_finished(f);
     source.on_finished(f, clock.now());
   };
+  // Requests taken whose source still works on them (RequestSource::ready): they go to the
+  // engine when ready, with the arrival they were taken at, in the order they become ready.
+  struct Held {
+    Request request;
+    double arrival = 0.0;
+    std::optional<double> at;  // RequestSource::ready_at
+  };
+  std::vector<Held> held;
+  auto admit = [&](Request r, double arrival) {
+    if (auto rejected = engine.add(std::move(r), arrival)) deliver(*rejected);  // its prompt moves in
+  };
+  auto admit_ready = [&] {
+    std::erase_if(held, [&](Held& h) {
+      if (!source.ready(h.request) || (h.at && *h.at > clock.now())) return false;
+      source.finish(h.request);
+      admit(std::move(h.request), h.arrival);
+      return true;
+    });
+  };
   auto abort_everything = [&](const std::string& why) {
+    for (Held& h : held) {  // never reached the engine
+      FinishedRequest f;
+      f.request_id = h.request.id;
+      f.reason = FinishReason::aborted;
+      f.error = why.empty() ? "aborted before it finished (run stopped)" : why;
+      f.arrival_s = h.arrival;
+      f.end_s = clock.now();
+      f.n_prompt = int(h.request.prompt.size());
+      deliver(f);
+    }
+    held.clear();
     for (FinishedRequest& f : engine.abort_all(clock.now())) {
       if (!why.empty()) f.error = why;
       deliver(f);
@@ -49,12 +81,21 @@ void run_engine(Engine& engine, RequestSource& source, Clock& clock, const Runne
     // runner was busy (stepping the engine, delivering callbacks) arrived at its intended time:
     // a server would have queued it then, so policy timers count from there (Triton semantics).
     // One that came due while the runner slept arrives when it woke (the load generator's lateness).
+    // A request its source still works on waits in `held`, until ready() or its ready_at() (on
+    // a virtual clock, which cannot move while a thread works, ready() is waited for here).
     for (auto t = source.next_time(); t && *t <= clock.now(); t = source.next_time()) {
       Request r = source.take();
       const double arrival = *t >= woke_at ? *t : clock.now();
       if (cb.on_sent) cb.on_sent(r, *t, arrival);
-      if (auto rejected = engine.add(std::move(r), arrival)) deliver(*rejected);  // its prompt moves in
+      const std::optional<double> at = source.ready_at(r);
+      if ((!source.ready(r) && !clock.is_virtual()) || (at && *at > clock.now())) {
+        held.push_back({std::move(r), arrival, at});
+        continue;
+      }
+      source.finish(r);
+      admit(std::move(r), arrival);
     }
+    admit_ready();
 
     bool stalled = false;
     if (engine.has_work()) {
@@ -86,8 +127,8 @@ void run_engine(Engine& engine, RequestSource& source, Clock& clock, const Runne
       // Idle with work queued is fine while a policy timer is pending; a timer that was already
       // due at this step, or none at all with nothing left to arrive, means no step ever will.
       const auto timer = engine.next_wakeup();
-      stalled = timer ? *timer <= step_at : !source.next_time();
-    } else if (source.exhausted()) {
+      stalled = held.empty() && (timer ? *timer <= step_at : !source.next_time());
+    } else if (source.exhausted() && held.empty()) {
       return;
     }
     if (stalled) {
@@ -98,6 +139,10 @@ void run_engine(Engine& engine, RequestSource& source, Clock& clock, const Runne
     // Nothing runnable: sleep until the next arrival or the policy's timer.
     std::optional<double> wake = source.next_time();
     if (auto w = engine.next_wakeup()) wake = wake ? std::min(*wake, *w) : *w;
+    for (const Held& h : held) {  // its ready time, or a look again soon
+      const double w = h.at ? *h.at : clock.now() + kHeldPollS;
+      wake = wake ? std::min(*wake, w) : w;
+    }
     if (!wake) return;  // no work, and a source that waits on finishes that will never come
     if (stop && !clock.is_virtual()) {
       clock.sleep_until(std::min(*wake, clock.now() + kStopPollS));

@@ -12,8 +12,10 @@
 namespace servelab {
 
 struct RunnerCallbacks {
-  /// sent_s: when the request reached the engine, the arrival handed to Engine::add: its
-  /// intended time if it came due while the runner was busy, else when the runner woke for it.
+  /// sent_s: when the request was sent, the arrival handed to Engine::add: its intended time if
+  /// it came due while the runner was busy, else when the runner woke for it. A request its
+  /// source still works on (RequestSource::ready: a LoRA adapter being read) reaches the engine
+  /// later, with this arrival, so its TTFT counts the wait.
   std::function<void(const Request&, double intended_s, double sent_s)> on_sent;
   std::function<void(const TokenEvent&)> on_token;
   std::function<void(const FinishedRequest&)> on_finished;

@@ -133,7 +133,7 @@ PointRun PointRunner::run(size_t strategy, double rate, const PointRunOptions& o
   std::vector<char> warmup(n_planned);
   for (size_t i = 0; i < n_planned; ++i) warmup[i] = plan.requests[i].warmup;
   std::unique_ptr<RequestSource> source =
-      make_source(sc, std::move(plan), run_adapters(sc, strat, sc.backend.kind != BackendKind::sim));
+      make_source(sc, std::move(plan), run_adapters(sc, strat, engine.backend()));
   StructuredSource* constrained = nullptr;
   if (structured) {
     auto wrapped = std::make_unique<StructuredSource>(std::move(source), *structured, *structured_.compiler);

@@ -14,9 +14,15 @@
 //       group_prompts: true           # in-process engine: a step's prompts of one adapter together
 // Over HTTP (`bench`, `target:`) each request's adapter goes out as its `model` field, so the same
 // scenario measures vLLM's LoRA path (serve the adapters under these names there).
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -69,30 +75,62 @@ class LoraChooser {
 /// `with_weights` (the sim backend and HTTP, which never read them) only name, id, rank and
 /// targets, kept and dropped alike: the sim prices packing an adapter object the backend has no
 /// image of, as the cuda backend packs one drawn again.
+///
+/// fetch() draws on a worker thread of its own (one draw at a time, on half the cores), as a
+/// server's HTTP session reads an adapter from disk before handing the request to the engine
+/// (server/request_prepare.cpp): the in-process run holds that request back meanwhile
+/// (LoraSource::ready) while the engine goes on with the others. Thread-safe.
 class WorkloadAdapters {
  public:
+  using Future = std::shared_future<std::shared_ptr<const LoraAdapter>>;
   WorkloadAdapters(const LoraWorkloadSpec& spec, const ModelConfig& model, uint64_t seed, bool with_weights);
-  /// The adapter `name` (std::invalid_argument when the workload has no adapter of that name).
+  ~WorkloadAdapters();  ///< finishes the draw under way, drops the queued ones
+  WorkloadAdapters(const WorkloadAdapters&) = delete;
+  WorkloadAdapters& operator=(const WorkloadAdapters&) = delete;
+  /// The adapter `name`, drawn now on this thread unless kept or under way (then waited for).
+  /// std::invalid_argument when the workload has no adapter of that name.
   std::shared_ptr<const LoraAdapter> get(const std::string& name);
+  /// The adapter `name`: ready when kept (or without weights), else drawn on the worker (one
+  /// future per adapter under way). std::invalid_argument for an unknown name.
+  Future fetch(const std::string& name);
   bool has(const std::string& name) const { return index_.count(name) > 0; }
+  /// Whether `name` is kept here or being drawn (a fetch of it now reads nothing new).
+  bool holds(const std::string& name) const;
+  /// On the sim (no weights to draw): what reading each adapter takes (Backend::lora_read_seconds),
+  /// which LoraSource holds a request back for on the virtual clock. Set before the run.
+  void price_reads(std::function<double(const LoraAdapter&)> seconds) { read_seconds_ = std::move(seconds); }
+  bool prices_reads() const { return bool(read_seconds_); }
+  double read_seconds(const LoraAdapter& adapter) const { return read_seconds_ ? read_seconds_(adapter) : 0.0; }
   size_t size() const { return index_.size(); }
-  int kept() const { return int(kept_.size()); }  ///< adapters held here now
-  int64_t drawn() const { return drawn_; }        ///< adapters drawn so far (again after a drop counts)
+  int kept() const;        ///< adapters held here now
+  int64_t drawn() const;   ///< adapters drawn so far (again after a drop counts)
 
  private:
   struct Kept {
     std::shared_ptr<const LoraAdapter> adapter;
     uint64_t used = 0;
   };
+  size_t index_of(const std::string& name) const;
+  std::shared_ptr<LoraAdapter> draw(size_t i, int threads) const;
+  std::shared_ptr<const LoraAdapter> keep(size_t i, std::shared_ptr<LoraAdapter> a);  // lock held
+  void work();
+
   LoraWorkloadSpec spec_;
   ModelConfig model_;
   uint64_t seed_ = 0;
   bool with_weights_ = false;
   size_t cap_ = 0;
   std::unordered_map<std::string, size_t> index_;
+  mutable std::mutex mutex_;
+  std::condition_variable queued_;
   std::unordered_map<size_t, Kept> kept_;
+  std::unordered_map<size_t, Future> under_way_;  // drawn or queued on the worker
+  std::deque<std::pair<size_t, std::promise<std::shared_ptr<const LoraAdapter>>>> queue_;
   uint64_t clock_ = 0;
   int64_t drawn_ = 0;
+  bool stop_ = false;
+  std::thread worker_;  // started by the first fetch that needs it
+  std::function<double(const LoraAdapter&)> read_seconds_;
 };
 
 }  // namespace servelab

@@ -126,6 +126,15 @@ std::shared_ptr<WorkloadAdapters> run_adapters(const Scenario& scenario, const S
                                             with_weights);
 }
 
+std::shared_ptr<WorkloadAdapters> run_adapters(const Scenario& scenario, const StrategySpec& strategy,
+                                               const Backend& backend) {
+  const bool sim = scenario.backend.kind == BackendKind::sim;
+  auto adapters = run_adapters(scenario, strategy, !sim);
+  if (adapters && sim)
+    adapters->price_reads([&backend](const LoraAdapter& a) { return backend.lora_read_seconds(a); });
+  return adapters;
+}
+
 void apply_strategy(Engine& engine, const StrategySpec& strategy, const BackendFactory& backends) {
   if (!strategy.speculative) return;
   const SpeculativeConfig& sc = *strategy.speculative;

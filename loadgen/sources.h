@@ -82,6 +82,10 @@ std::unique_ptr<RequestSource> make_source(const Scenario& scenario, Plan plan, 
 /// scenario's model and seed, drawn as requests name them (WorkloadAdapters); with_weights for an
 /// in-process cpu or cuda engine. Null when the strategy runs none.
 std::shared_ptr<WorkloadAdapters> run_adapters(const Scenario& scenario, const StrategySpec& strategy, bool with_weights);
+/// The same for an in-process run on `backend` (the engine's): with weights unless the scenario
+/// runs on the sim, whose adapter reads are priced by backend.lora_read_seconds instead.
+std::shared_ptr<WorkloadAdapters> run_adapters(const Scenario& scenario, const StrategySpec& strategy,
+                                               const Backend& backend);
 /// The plan a strategy runs: `plan` itself, or, for a strategy with its own `lora:`, a copy whose
 /// requests name adapters drawn from it (draw_lora_adapters).
 Plan strategy_plan(const Plan& plan, const StrategySpec& strategy);

@@ -50,6 +50,9 @@ class StructuredSource final : public RequestSource {
   bool exhausted() const override { return inner_->exhausted(); }
   void on_finished(const FinishedRequest& r, double now) override { inner_->on_finished(r, now); }
   std::optional<double> held_until() const override { return inner_->held_until(); }
+  bool ready(const Request& r) const override { return inner_->ready(r); }
+  std::optional<double> ready_at(const Request& r) const override { return inner_->ready_at(r); }
+  void finish(Request& r) override { inner_->finish(r); }
 
   /// For RecordSinks::annotate: a constrained request's schema and output text.
   void annotate(const FinishedRequest& f, RequestRecord& rec) const;

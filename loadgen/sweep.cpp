@@ -299,7 +299,7 @@ SweepOutcome run_sweep(const Planner& planner, const SweepOptions& options) {
         }
         std::unique_ptr<RequestSource> source =
             make_source(scenario, strategy_plan(plan, scenario.strategies[i]),
-                        run_adapters(scenario, scenario.strategies[i], scenario.backend.kind != BackendKind::sim));
+                        run_adapters(scenario, scenario.strategies[i], engine.backend()));
         StructuredSource* constrained = nullptr;
         if (structured) {
           auto wrapped = std::make_unique<StructuredSource>(std::move(source), *structured, *schema_compiler);

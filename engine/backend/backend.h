@@ -230,6 +230,14 @@ class Backend {
   /// its image into pinned host memory on a worker, lora_images.h). Returns at once; never
   /// throws for a bad adapter (load_lora reports it). Default: nothing to prepare.
   virtual void stage_lora(std::shared_ptr<const LoraAdapter> adapter) { (void)adapter; }
+  /// Multi-LoRA on a simulated backend: what reading `adapter` into host memory takes (a server's
+  /// front end reads an adapter a request names before handing the request over; the run's source
+  /// holds the request back that long on the virtual clock: loadgen/lora_source.h). 0 where the
+  /// read is real and takes what it takes.
+  virtual double lora_read_seconds(const LoraAdapter& adapter) const {
+    (void)adapter;
+    return 0.0;
+  }
   /// Multi-LoRA (caps().lora): room for `max_loras` slots of adapters of rank <= `max_lora_rank`,
   /// asked once before the first load_lora (the engine does when lora.enabled). A device backend
   /// allocates its adapter pool here, so CUDA graphs bake in fixed addresses. Default: nothing to

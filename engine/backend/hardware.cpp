@@ -27,7 +27,6 @@ void SimDevice::validate() const {
           lora_bandwidth_share);
   require(lora_pack_bytes_s >= 0, p + "lora_pack_bytes_s", ">= 0", lora_pack_bytes_s);
   require(lora_host_load_bytes_s >= 0, p + "lora_host_load_bytes_s", ">= 0", lora_host_load_bytes_s);
-  require(lora_pin_bytes_s >= 0, p + "lora_pin_bytes_s", ">= 0", lora_pin_bytes_s);
 }
 
 SimDevice SimDevice::preset(const std::string& name) {
@@ -77,7 +76,6 @@ SimDevice SimDevice::preset(const std::string& name) {
     d.lora_bandwidth_share = 1.0;
     d.lora_pack_bytes_s = 0.0;
     d.lora_host_load_bytes_s = 2.5e9;
-    d.lora_pin_bytes_s = 0.0;
     return d;
   }
   std::string names;

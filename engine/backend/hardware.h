@@ -46,20 +46,15 @@ struct SimDevice {
   /// 160 MB of fp32: 12.3, 13.1, 20.1 and 20.5 ms in four calls, median 16.6, against 2.2 ms with the
   /// image kept: ~14.4 ms of packing). 0: nothing to pack (cpu-2core: the cpu backend reads fp32).
   double lora_pack_bytes_s = 11e9;
-  /// An adapter object the backend has not seen before was first read or drawn into host memory
-  /// (an in-process workload draws its fp32 weights when a request first names it, or again after
-  /// dropping it beyond max_cpu_loras; serve reads it from its folder): fp32 bytes per second, on
-  /// the engine's path. From lora-compare on the H200 host (results/gpu/lora/2026-12-01-h200-lora-compare:
-  /// at 24 req/s over 64 adapters, 33 pauses between steps, 1.00 s, about 30 ms a 160 MB llama2-7b
-  /// rank-16 adapter); cpu-2core: random_lora's 0.065 s for the same adapter on this repo's 2-core VM.
-  /// 0: free.
+  /// Reading an adapter a request names into host memory (an in-process workload draws its fp32
+  /// weights when a request first names it, or again after dropping it beyond max_cpu_loras;
+  /// serve's HTTP session reads it from its folder): fp32 bytes per second, one adapter at a time,
+  /// before the request reaches the engine (it delays that request, not the engine's steps). From
+  /// lora-compare on the H200 host (results/gpu/lora/2026-12-01-h200-lora-compare: at 24 req/s over
+  /// 64 adapters, 33 pauses between steps, 1.00 s, about 30 ms a 160 MB llama2-7b rank-16 adapter,
+  /// when the draw still ran on the engine's thread); cpu-2core: random_lora's 0.065 s for the same
+  /// adapter on this repo's 2-core VM. 0: free.
   double lora_host_load_bytes_s = 5.3e9;
-  /// A load whose image is not kept and that finds no freed adapter's buffer while fewer images
-  /// than the cap (twice max_loras) are kept allocates a new pinned buffer for the 16-bit image:
-  /// bytes per second. One 80 MB cudaMallocHost took 30.6 ms on the H200 host (median of 5,
-  /// results/gpu/lora/2026-12-01-h200-misses): a serving run keeps its adapters alive, so its first
-  /// loads allocate (steps with one load ~45-60 ms in lora-compare). 0: free (cpu-2core).
-  double lora_pin_bytes_s = 2.6e9;
   void validate() const;
 
   /// Datasheet figures: "h100" (= "h100-sxm"), "h200", "a100-80gb", "l40s", and "cpu-2core"

@@ -109,16 +109,6 @@ void SimBackend::load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter)
   const int64_t params = lora_params(model_, adapter.get());
   lora_slots_[size_t(slot)].params = params;
   pending_s_ += lora_load_seconds(cost_.device, params);
-  // An object not seen before was read or drawn into host memory first (on the engine's path).
-  auto [seen, fresh] = lora_seen_.try_emplace(adapter.get(), adapter);
-  if (!fresh && seen->second.lock() != adapter) {  // a new object where a freed one was
-    seen->second = adapter;
-    fresh = true;
-  }
-  if (fresh) {
-    pending_s_ += lora_host_load_seconds(cost_.device, params);
-    if (lora_seen_.size() > 4096) std::erase_if(lora_seen_, [](const auto& e) { return e.second.expired(); });
-  }
   // Its image kept? (the same object, still alive: one drawn or read again is packed again)
   for (KeptImage& k : lora_images_)
     if (k.key == adapter.get() && k.owner.lock() == adapter) {
@@ -126,20 +116,23 @@ void SimBackend::load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter)
       return;
     }
   pending_s_ += lora_pack_seconds(cost_.device, params);
-  // Its buffer, as DeviceLoraPool picks it: a freed adapter's, else a new one below the cap (pinned
-  // host memory, allocated now), else the least recently loaded image's.
+  // Its buffer, as DeviceLoraPool picks it (every one allocated when the pool was reserved): a
+  // free one (never used, or its adapter freed), else the least recently loaded image's.
   const size_t cap = lora_images_max_ > 0 ? lora_images_max_ : 2 * lora_slots_.size();
   const KeptImage image{adapter.get(), adapter, ++lora_clock_};
   auto dead = std::find_if(lora_images_.begin(), lora_images_.end(), [](const KeptImage& k) { return k.owner.expired(); });
   if (dead != lora_images_.end()) {
     *dead = image;
   } else if (lora_images_.size() < cap) {
-    pending_s_ += lora_pin_seconds(cost_.device, params);
     lora_images_.push_back(image);
   } else {
     *std::min_element(lora_images_.begin(), lora_images_.end(),
                       [](const KeptImage& a, const KeptImage& b) { return a.used < b.used; }) = image;
   }
+}
+
+double SimBackend::lora_read_seconds(const LoraAdapter& adapter) const {
+  return lora_host_load_seconds(cost_.device, lora_params(model_, &adapter));
 }
 
 void SimBackend::reserve_loras(int max_loras, int max_lora_rank) {

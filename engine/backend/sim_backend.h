@@ -70,6 +70,9 @@ class SimBackend final : public Backend, public ShapeDecoder {
   void load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter) override;
   /// Keeps images for twice max_loras adapters, as the cuda backend does.
   void reserve_loras(int max_loras, int max_lora_rank) override;
+  /// Reading `adapter` into host memory before its request reaches the engine (sim_lora.h:
+  /// lora_host_load_seconds), which the run's source holds the request back for.
+  double lora_read_seconds(const LoraAdapter& adapter) const override;
   void copy_slots(std::span<const KvCopy> copies) override;
   /// Bookkeeping only: no memory behind it (the sim stores no K/V).
   std::unique_ptr<HostKvPool> make_host_pool(int64_t n_slots) override;
@@ -127,8 +130,6 @@ class SimBackend final : public Backend, public ShapeDecoder {
     uint64_t used = 0;
   };
   std::vector<KeptImage> lora_images_;
-  /// Every adapter object loaded so far (still alive): a load of one not here charges its host load.
-  std::unordered_map<const LoraAdapter*, std::weak_ptr<const LoraAdapter>> lora_seen_;
   size_t lora_images_max_ = 0;  // 0: twice the slots loaded so far
   uint64_t lora_clock_ = 0;
 };

@@ -84,10 +84,6 @@ double adapter_bytes_seconds(int64_t params, double bytes_per_param, double byte
 
 }  // namespace
 
-double lora_pin_seconds(const SimDevice& device, int64_t params) {
-  return adapter_bytes_seconds(params, 2.0, device.lora_pin_bytes_s);
-}
-
 double lora_host_load_seconds(const SimDevice& device, int64_t params) {
   return adapter_bytes_seconds(params, 4.0, device.lora_host_load_bytes_s);
 }

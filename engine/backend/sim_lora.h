@@ -17,7 +17,9 @@
 // formula costs: cpu-2core's fitted figures are 0). An adapter loaded into a slot (a miss) costs
 // its weights' bytes over the host link, charged to the next step, plus packing them when the
 // backend keeps no image of that adapter object (as the cuda backend's DeviceLoraPool keeps twice
-// max_loras images, keyed by the adapter object: lora_pack_seconds). Under tensor parallelism the
+// max_loras images, keyed by the adapter object: lora_pack_seconds). Reading an adapter into host
+// memory delays only the request naming it (lora_host_load_seconds, through the run's source:
+// SimBackend::lora_read_seconds). Under tensor parallelism the
 // sim prices adapters as on one GPU (the cuda backend refuses LoRA there).
 #include <cstdint>
 #include <span>
@@ -67,12 +69,9 @@ double lora_load_seconds(const SimDevice& device, int64_t params);
 /// Packing an adapter of `params` parameters from fp32 into the backend's image (a load whose
 /// image is not kept): 4 bytes a parameter at lora_pack_bytes_s; 0 where that is 0.
 double lora_pack_seconds(const SimDevice& device, int64_t params);
-/// Allocating a new pinned buffer for an adapter's 16-bit image (2 bytes a parameter at
-/// lora_pin_bytes_s; 0 where that is 0): a load whose image is not kept, with no freed adapter's
-/// buffer to reuse and fewer kept images than the cap.
-double lora_pin_seconds(const SimDevice& device, int64_t params);
-/// Reading or drawing an adapter of `params` parameters into host memory (an adapter object the
-/// backend sees for the first time): 4 bytes a parameter at lora_host_load_bytes_s; 0 where that is 0.
+/// Reading or drawing an adapter of `params` parameters into host memory (what the front end does
+/// before the request reaches the engine: SimBackend::lora_read_seconds): 4 bytes a parameter at
+/// lora_host_load_bytes_s; 0 where that is 0.
 double lora_host_load_seconds(const SimDevice& device, int64_t params);
 
 /// One LoRA point of a profile (`servelab profile --lora-rank`, engine/backend/profile_lora.h): a

@@ -137,7 +137,7 @@ float unit_uniform(uint64_t key, uint64_t n) {
 }  // namespace
 
 LoraAdapter random_lora(const ModelConfig& config, const std::string& name, int rank, float alpha,
-                        const std::vector<LoraTarget>& targets, uint64_t seed) {
+                        const std::vector<LoraTarget>& targets, uint64_t seed, int threads) {
   LoraAdapter a;
   a.name = name;
   a.rank = rank;
@@ -163,7 +163,8 @@ LoraAdapter random_lora(const ModelConfig& config, const std::string& name, int 
       for (float& x : p.b) x = unit_uniform(key, n++) * sb;
     }
   };
-  const int n_threads = std::clamp(int(std::thread::hardware_concurrency()), 1, std::min(16, config.n_layers));
+  const int n_threads =
+      std::clamp(threads > 0 ? threads : int(std::thread::hardware_concurrency()), 1, std::max(1, std::min(16, config.n_layers)));
   std::vector<std::thread> pool;
   for (int w = 1; w < n_threads; ++w)
     pool.emplace_back([&, w] {

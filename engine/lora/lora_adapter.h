@@ -63,8 +63,10 @@ struct LoraAdapter {
 void merge_lora(ModelWeights& weights, const LoraAdapter& adapter);
 
 /// An adapter of `config`'s shapes with seeded random A and B (std normal / sqrt(fan in), so the
-/// delta is the size of the weights' own): tests and benchmarks write it to a PEFT folder.
+/// delta is the size of the weights' own): tests and benchmarks write it to a PEFT folder. The
+/// layers are drawn on `threads` threads (0: the machine's cores, at most 16); the values do not
+/// depend on how many.
 LoraAdapter random_lora(const ModelConfig& config, const std::string& name, int rank, float alpha,
-                        const std::vector<LoraTarget>& targets, uint64_t seed);
+                        const std::vector<LoraTarget>& targets, uint64_t seed, int threads = 0);
 
 }  // namespace servelab

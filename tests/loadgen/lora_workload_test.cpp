@@ -1,13 +1,17 @@
 // WorkloadAdapters (loadgen/lora_workload.h): a run's adapters drawn when a request first names
 // one, at most max_cpu_loras kept, one dropped and asked for again drawn again identically; and
-// random_lora's per-layer streams.
+// random_lora's per-layer streams; fetch() drawing on the worker once per adapter, and LoraSource
+// attaching the adapter once its draw is done.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 
 #include "engine/lora/lora_adapter.h"
 #include "engine/model/config.h"
+#include "loadgen/lora_source.h"
 #include "loadgen/lora_workload.h"
 
 namespace servelab {
@@ -82,6 +86,98 @@ TEST(WorkloadAdapters, RandomLoraIsSeededPerLayerAndTarget) {
   EXPECT_TRUE(a.layers[1][size_t(LoraTarget::q)].present());
   EXPECT_NE(a.layers[0][size_t(LoraTarget::q)].a, a.layers[1][size_t(LoraTarget::q)].a);
   EXPECT_FALSE(a.layers[0][size_t(LoraTarget::o)].present());
+}
+
+bool ready_now(const WorkloadAdapters::Future& f) { return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }
+
+TEST(WorkloadAdapters, FetchDrawsOnTheWorkerOnceAndTheSameWeightsAsGet) {
+  const ModelConfig model = preset("tiny");
+  WorkloadAdapters w(spec(5, 1, 2), model, 7, true);
+  const WorkloadAdapters::Future f1 = w.fetch("lora-2"), f2 = w.fetch("lora-2");
+  const auto a = f1.get();
+  EXPECT_EQ(f2.get(), a) << "one draw for both";
+  EXPECT_EQ(w.drawn(), 1);
+  EXPECT_EQ(a->id, 3u);
+  WorkloadAdapters other(spec(5, 1, 2), model, 7, true);
+  EXPECT_TRUE(same_weights(*other.get("lora-2"), *a)) << "drawn on the worker's threads or here: the same weights";
+  const WorkloadAdapters::Future kept = w.fetch("lora-2");
+  EXPECT_TRUE(ready_now(kept));
+  EXPECT_EQ(kept.get(), a);
+  EXPECT_EQ(w.get("lora-2"), a);
+  EXPECT_THROW(w.fetch("lora-9"), std::invalid_argument);
+  WorkloadAdapters names(spec(3, 2, 0), model, 7, false);
+  EXPECT_TRUE(ready_now(names.fetch("lora-1"))) << "names and shapes only: nothing to wait for";
+}
+
+/// Requests 0..n-1 at time 0, in order.
+class Inner final : public RequestSource {
+ public:
+  explicit Inner(int n) : n_(n) {}
+  std::optional<double> next_time() const override { return next_ < n_ ? std::optional<double>(0.0) : std::nullopt; }
+  Request take() override {
+    Request r;
+    r.id = uint64_t(next_++);
+    r.prompt = {5, 6, 7};
+    return r;
+  }
+  bool exhausted() const override { return next_ >= n_; }
+
+ private:
+  int n_, next_ = 0;
+};
+
+TEST(WorkloadAdapters, LoraSourceAttachesEachAdapterOnceItsDrawIsDone) {
+  const ModelConfig model = preset("tiny");
+  auto adapters = std::make_shared<WorkloadAdapters>(spec(5, 1, 2), model, 7, true);
+  Plan plan;
+  for (int i = 0; i < 3; ++i) {
+    PlannedRequest r;
+    r.id = uint64_t(i);
+    r.lora = i == 1 ? "" : "lora-4";
+    plan.requests.push_back(r);
+  }
+  LoraSource source(std::make_unique<Inner>(3), plan, adapters);
+  Request r0 = source.take();  // lora-4 drawn on the worker (or already done)
+  Request r1 = source.take();  // the base model: ready at once
+  EXPECT_TRUE(source.ready(r1));
+  EXPECT_EQ(r1.lora, nullptr);
+  source.finish(r0);  // blocks until drawn
+  ASSERT_NE(r0.lora, nullptr);
+  EXPECT_EQ(r0.lora->name, "lora-4");
+  EXPECT_TRUE(source.ready(r0));
+  Request r2 = source.take();  // kept by now: attached when taken
+  EXPECT_TRUE(source.ready(r2));
+  EXPECT_EQ(r2.lora, r0.lora);
+  EXPECT_EQ(adapters->drawn(), 1);
+}
+
+TEST(WorkloadAdapters, OnTheSimLoraSourcePricesEachReadOnOneReader) {
+  // Names only (the sim): a request naming an adapter not held is ready once the front end's one
+  // reader has read it (price_reads), counted from the request's intended time.
+  const ModelConfig model = preset("tiny");
+  auto adapters = std::make_shared<WorkloadAdapters>(spec(5, 2, 0), model, 7, false);
+  adapters->price_reads([](const LoraAdapter&) { return 0.25; });
+  Plan plan;
+  const std::vector<std::string> names = {"lora-4", "", "lora-4", "lora-1"};
+  for (size_t i = 0; i < names.size(); ++i) {
+    PlannedRequest r;
+    r.id = uint64_t(i);
+    r.lora = names[i];
+    plan.requests.push_back(r);
+  }
+  LoraSource source(std::make_unique<Inner>(4), plan, adapters);
+  std::vector<Request> taken;
+  for (int i = 0; i < 4; ++i) taken.push_back(source.take());
+  EXPECT_EQ(source.ready_at(taken[0]), 0.25);
+  EXPECT_EQ(source.ready_at(taken[1]), std::nullopt) << "the base model";
+  EXPECT_EQ(source.ready_at(taken[2]), std::nullopt) << "held already (its read is under way)";
+  EXPECT_EQ(source.ready_at(taken[3]), 0.5) << "after the first read";
+  for (Request& r : taken) {
+    EXPECT_TRUE(source.ready(r));
+    source.finish(r);
+  }
+  EXPECT_EQ(source.ready_at(taken[0]), std::nullopt) << "finished";
+  EXPECT_EQ(taken[3].lora->name, "lora-1");
 }
 
 }  // namespace lora_workload_test
