@@ -59,6 +59,9 @@ struct Request {
   /// The LoRA adapter the request runs with (null = the base model); its id is a second root of
   /// the prefix cache's hash, beside cache_salt.
   std::shared_ptr<const LoraAdapter> lora;
+  /// The adapter's name as the request gave it (its `model`), for records: an in-process source
+  /// names it when it hands the request out, before `lora` is attached (RequestSource::finish).
+  std::string lora_name;
 };
 
 enum class FinishReason { none, length, eos, rejected, aborted };

@@ -44,7 +44,7 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
     // keeps it out of lateness, which measures only the generator falling behind.
     const auto held = source.held_until();
     if (held) sent_s = std::max(sent_s, *held);
-    sent[r.id] = {intended_s, sent_s, held ? std::max(*held, intended_s) : -1.0, r.lora ? r.lora->name : ""};
+    sent[r.id] = {intended_s, sent_s, held ? std::max(*held, intended_s) : -1.0, !r.lora_name.empty() ? r.lora_name : r.lora ? r.lora->name : ""};
     ++stats.n_sent;
   };
   cb.on_step = [&](const StepOutcome& s) {

@@ -24,6 +24,7 @@ Request LoraSource::take() {
   Request r = inner_->take();
   if (r.id >= by_id_.size() || by_id_[r.id].empty()) return r;
   const std::string& name = by_id_[r.id];
+  r.lora_name = name;
   const bool fresh = !adapters_->holds(name);
   WorkloadAdapters::Future adapter = adapters_->fetch(name);
   if (fresh && adapters_->prices_reads()) {  // names only, ready at once: its read is priced

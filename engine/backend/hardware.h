@@ -41,11 +41,13 @@ struct SimDevice {
   /// The share of mem_bw_bytes_s at which a step reads its adapters' weights (fitted as above).
   double lora_bandwidth_share = 0.59;
   /// A load of an adapter whose packed 16-bit image the backend does not keep (its first load, or
-  /// after the image was evicted or the adapter object dropped) packs its fp32 weights first:
-  /// fp32 bytes per second. From engine_bench's first loads on the H200 host (llama2-7b rank 16,
-  /// 160 MB of fp32: 12.3, 13.1, 20.1 and 20.5 ms in four calls, median 16.6, against 2.2 ms with the
-  /// image kept: ~14.4 ms of packing). 0: nothing to pack (cpu-2core: the cpu backend reads fp32).
-  double lora_pack_bytes_s = 11e9;
+  /// after the image was evicted or the adapter object dropped) packs its fp32 weights first (the
+  /// cuda backend starts that on its worker as the request reaches the engine, and the load, a
+  /// step later at most, waits for it): fp32 bytes per second. engine_bench's `lora_pack_ms` on
+  /// the H200 host, 7.9 ms for llama2-7b rank 16's 160 MB (results/gpu/lora/2026-12-01-h200-misses);
+  /// lora-compare's steps with a load cost 11-13 ms more than the same prefill without one (pack
+  /// and the 1.45 ms copy). 0: nothing to pack (cpu-2core: the cpu backend reads fp32).
+  double lora_pack_bytes_s = 20e9;
   /// Reading an adapter a request names into host memory (an in-process workload draws its fp32
   /// weights when a request first names it, or again after dropping it beyond max_cpu_loras;
   /// serve's HTTP session reads it from its folder): fp32 bytes per second, one adapter at a time,

@@ -19,6 +19,13 @@ def bucket(b):
     return b
 
 
+def is_decode(s):
+    """A real run's roofline class; a sim run's steps (no roofline): one token a sequence."""
+    if "roofline" in s:
+        return s["roofline"]["class"] == "decode"
+    return s["n_tokens"] == s["batch_size"]
+
+
 def main(path):
     runs = collections.defaultdict(list)
     with open(path) as f:
@@ -32,8 +39,8 @@ def main(path):
     med = lambda v: "%.2f" % statistics.median(v) if v else "-"
     for run, steps in runs.items():
         steps.sort(key=lambda s: s["start_s"])
-        pre = [s for s in steps if s["roofline"]["class"] != "decode"]
-        dec = [s for s in steps if s["roofline"]["class"] == "decode"]
+        pre = [s for s in steps if not is_decode(s)]
+        dec = [s for s in steps if is_decode(s)]
         by_len = collections.defaultdict(list)
         for s in pre:
             if s["batch_size"] == 1:

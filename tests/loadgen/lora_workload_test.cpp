@@ -141,6 +141,7 @@ TEST(WorkloadAdapters, LoraSourceAttachesEachAdapterOnceItsDrawIsDone) {
   Request r1 = source.take();  // the base model: ready at once
   EXPECT_TRUE(source.ready(r1));
   EXPECT_EQ(r1.lora, nullptr);
+  EXPECT_EQ(r0.lora_name, "lora-4") << "named when taken, for its record";
   source.finish(r0);  // blocks until drawn
   ASSERT_NE(r0.lora, nullptr);
   EXPECT_EQ(r0.lora->name, "lora-4");
