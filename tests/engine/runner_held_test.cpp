@@ -85,28 +85,29 @@ TEST(RunnerHeld, StoppedWhileHeldItIsReportedAborted) {
   EXPECT_EQ(finished[1].n_prompt, 8);
 }
 
-TEST(RunnerHeld, OnAVirtualClockTheRequestIsFinishedWhenTaken) {
+/// Runs `source` to the end on a virtual clock; the requests in the order they finished.
+std::vector<FinishedRequest> run_on_virtual_clock(HeldSource& source) {
   Engine engine(paged_config(continuous_sched(8, 256, false), 1 << 20), sim_backend());
-  HeldSource source({{0.0, make_request(0, 8, 3)}, {0.0, make_request(1, 8, 3)}}, {0});
   VirtualClock clock;
   std::vector<FinishedRequest> finished;
   RunnerCallbacks cb;
   cb.on_finished = [&](const FinishedRequest& f) { finished.push_back(f); };
   run_engine(engine, source, clock, cb);
+  return finished;
+}
+
+TEST(RunnerHeld, OnAVirtualClockTheRequestIsFinishedWhenTaken) {
+  HeldSource source({{0.0, make_request(0, 8, 3)}, {0.0, make_request(1, 8, 3)}}, {0});
+  const std::vector<FinishedRequest> finished = run_on_virtual_clock(source);
   ASSERT_EQ(finished.size(), 2u);
   EXPECT_EQ(source.finished(), (std::vector<uint64_t>{0, 1}));  // in plan order, none held
   EXPECT_DOUBLE_EQ(finished[0].scheduled_s, finished[1].scheduled_s);  // in one step
 }
 
 TEST(RunnerHeld, APricedWaitOnAVirtualClockLetsTheOthersRunFirst) {
-  Engine engine(paged_config(continuous_sched(8, 256, false), 1 << 20), sim_backend());
   HeldSource source({{0.0, make_request(0, 8, 3)}, {0.0, make_request(1, 8, 3)}}, {});
   source.ready_at_[0] = 1.0;  // its adapter read ends at 1 s
-  VirtualClock clock;
-  std::vector<FinishedRequest> finished;
-  RunnerCallbacks cb;
-  cb.on_finished = [&](const FinishedRequest& f) { finished.push_back(f); };
-  run_engine(engine, source, clock, cb);
+  const std::vector<FinishedRequest> finished = run_on_virtual_clock(source);
   ASSERT_EQ(finished.size(), 2u);
   EXPECT_EQ(finished[0].request_id, 1u);
   EXPECT_LT(finished[0].end_s, 1.0);
