@@ -110,6 +110,7 @@ std::string report_html(const std::string& dir, const Summary& s, const std::vec
                                  std::pair{"Structured output", structured_output_table(s)},
                                  std::pair{"Speculative decoding", spec_decode_table(s)},
                                  std::pair{"Multi-LoRA, per adapter", lora_table(s)},
+                                 std::pair{"Multi-LoRA, adapter loads", lora_loads_table(s)},
                                  std::pair{"Roofline efficiency", roofline_table(s)},
                                  std::pair{"Storage formats: what they buy and what they cost in accuracy", formats_table(s)}}) {
     if (t.empty()) continue;

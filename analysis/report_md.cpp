@@ -86,6 +86,7 @@ std::string report_markdown(const Summary& s, const std::vector<GateResult>& gat
                                  std::pair{"Structured output", structured_output_table(s)},
                                  std::pair{"Speculative decoding", spec_decode_table(s)},
                                  std::pair{"Multi-LoRA, per adapter", lora_table(s)},
+                                 std::pair{"Multi-LoRA, adapter loads", lora_loads_table(s)},
                                  std::pair{"Roofline efficiency", roofline_table(s)},
                                  std::pair{"Storage formats: what they buy and what they cost in accuracy", formats_table(s)}}) {
     if (t.empty()) continue;

@@ -64,6 +64,9 @@ TextRows spec_decode_table(const Summary& s);
 /// tok/s over its own requests and SLO attainment; at most `max_adapters` a run, then a row
 /// counting the rest (summary.json's "lora" has every one). Empty when no run has adapters.
 TextRows lora_table(const Summary& s, size_t max_adapters = 16);
+/// Multi-LoRA: per run whose steps loaded adapters into slots (lora_loads.h), the loads, the steps
+/// that did them, those steps' median and total time. Empty when no run loaded any.
+TextRows lora_loads_table(const Summary& s);
 /// Roofline efficiency (roofline_efficiency.h): per run, Σ roofline / Σ measured step time
 /// overall and per step class with each class's step count; sim runs say "sim" (their times are
 /// priced, not measured). Empty when no run has one.

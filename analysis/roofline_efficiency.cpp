@@ -58,15 +58,10 @@ const RooflineShare& RooflineEfficiency::of(StepClass c) const {
   return overall;
 }
 
-namespace {
-
-/// `run` is `label` itself or one of its repetitions, "label#k".
-bool roofline_run_matches(const std::string& run, const std::string& label) {
+bool step_run_matches(const std::string& run, const std::string& label) {
   if (run.size() < label.size() || run.compare(0, label.size(), label) != 0) return false;
   return run.size() == label.size() || run[label.size()] == '#';
 }
-
-}  // namespace
 
 std::optional<RooflineEfficiency> roofline_efficiency(const std::string& label, const std::vector<StepRecord>& steps,
                                                       const std::optional<RooflineCeilings>& ceilings) {
@@ -75,7 +70,7 @@ std::optional<RooflineEfficiency> roofline_efficiency(const std::string& label, 
   // waiting (its counts are taken after it ran).
   std::map<std::string, std::vector<const StepRecord*>> by_run;
   for (const StepRecord& s : steps) {
-    if (!s.roofline || !roofline_run_matches(s.run, label)) continue;
+    if (!s.roofline || !step_run_matches(s.run, label)) continue;
     by_run[s.run].push_back(&s);
     e.overall.add(s.roofline->seconds, s.duration_s);
     switch (s.roofline->step_class) {

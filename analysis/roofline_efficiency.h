@@ -75,6 +75,8 @@ void from_json(const nlohmann::ordered_json& j, RooflineEfficiency& e);
 
 /// "1.00 (33 > 1 ms)" for tables: the pauses' total seconds and how many exceeded 1 ms.
 std::string format_host_pauses(const HostPauses& p);
+/// A step record's `run` is `label` itself or one of its repetitions, "label#k".
+bool step_run_matches(const std::string& run, const std::string& label);
 /// "0.412" for tables: the efficiency to 3 decimals, "sim" for a sim run, "-" without one.
 std::string format_efficiency(const std::optional<RooflineEfficiency>& e, const std::string& backend);
 /// "copy 13.2 GB/s, GEMM 92.1 GFLOP/s (probe)" for report headers.

@@ -177,6 +177,7 @@ RunSummary summarize_run(const RunInfo& info, const std::vector<RequestRecord>& 
   if (any_lora)
     for (auto& [name, runs] : by_lora) rs.by_lora.emplace_back(name, runs.size() == 1 ? runs.front() : mean_metrics(runs));
   rs.roofline = roofline_efficiency(info.label, steps, info.roofline_ceilings);
+  rs.lora_loads = lora_loads(info.label, steps);
   if (info.repeats <= 1) {
     rs.metrics = compute_metrics(info.label, records, steps, slo, options);
     return rs;
@@ -405,6 +406,7 @@ void to_json(nlohmann::ordered_json& j, const RunSummary& r) {
     for (const auto& [name, m] : r.by_lora)
       lora[name.empty() ? "(base)" : name] = {{"n_requests", m.n_requests}, {"n_failed", m.n_failed}, {"metrics", m}};
   }
+  if (r.lora_loads) j["lora_loads"] = *r.lora_loads;
 }
 
 void from_json(const nlohmann::ordered_json& j, RunSummary& r) {
@@ -426,6 +428,8 @@ void from_json(const nlohmann::ordered_json& j, RunSummary& r) {
       m.n_failed = v.value("n_failed", std::size_t{0});
       r.by_lora.emplace_back(name == "(base)" ? "" : name, std::move(m));
     }
+  r.lora_loads.reset();
+  if (auto it = j.find("lora_loads"); it != j.end() && it->is_object()) r.lora_loads = it->get<LoraLoads>();
   r.structured.reset();
   if (j.contains("structured_output") && !j["structured_output"].is_null())
     r.structured = j["structured_output"].get<StructuredStats>();

@@ -28,6 +28,7 @@
 #include "analysis/metrics.h"
 #include "analysis/repeats.h"
 #include "analysis/format_accuracy.h"
+#include "analysis/lora_loads.h"
 #include "analysis/roofline_efficiency.h"
 #include "analysis/structured_stats.h"
 #include "loadgen/records/record.h"
@@ -101,6 +102,9 @@ struct RunSummary {
   /// Multi-LoRA runs (records naming adapters): each adapter's metrics over its own requests, by
   /// name ("" = the base model's requests), sorted; empty when no record names one. JSON: "lora".
   std::vector<std::pair<std::string, RunMetrics>> by_lora;
+  /// Multi-LoRA runs whose steps loaded adapters into slots: those loads and steps
+  /// (lora_loads.h); JSON "lora_loads" after "lora", absent without any.
+  std::optional<LoraLoads> lora_loads;
   /// Runs with structured-output requests: validity and cost (structured_stats.h); JSON
   /// "structured_output" after "metrics", absent otherwise.
   std::optional<StructuredStats> structured;
