@@ -187,7 +187,7 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
   // The miss: load_lora of an adapter never loaded before (pack fp32 -> 16 bits over threads,
   // then copy), of one whose packed image the backend keeps (the copy), then the pinned copy of
   // the same bytes alone.
-  {
+  if (!o.prefill_only) {
     std::vector<double> first;
     for (int i = 0; i < 3; ++i) {
       auto fresh = std::make_shared<LoraAdapter>(*host[size_t(i % 2)]);  // a new identity: no image yet
@@ -298,6 +298,8 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
     std::string shape;
     double s, base;
   };
+  size_t best = 0;  // the default, when the decode steps are not timed (--lora-prefill)
+  if (!o.prefill_only) {
   std::vector<double> bases;
   for (int b : batches) {
     const double base = time_with(decode_of(b, context), {});
@@ -306,7 +308,6 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
   }
   std::vector<DecodeRow> best_rows;
   double best_mean = -1;
-  size_t best = 0;
   for (size_t v = 0; v < variants.size(); ++v) {
     cuda->set_lora_kernels(variants[v].config);
     std::vector<DecodeRow> rows;
@@ -346,6 +347,7 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
   for (const DecodeRow& r : best_rows)
     figure("lora_decode_step", r.shape + " [" + variants[best].name + "]", r.s * 1e3, "ms", "no adapter",
            r.base / r.s);
+  }
   // Prefill (eager steps): n sequences of `len` tokens over k adapters (sequence q: adapter
   // q mod k), each on the tensor cores (a shrink and an expand GEMM per sequence's run of rows,
   // kernels/lora_gemm.h: `gemm`, the default; `gemm, deltas beside`: q|k|v's and gate|up's deltas written beside their products, eager_beside on)
@@ -355,12 +357,29 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
     int n, len, k;
   };
   // A serving run's prefill steps are mostly one prompt of a few hundred tokens (1 x 128, 256).
-  const std::vector<PrefillShape> prefills = {{1, 128, 1}, {1, 256, 1}, {1, 512, 1}, {4, 512, 4},
-                                              {4, 512, 1}, {8, 256, 8}, {16, 64, 16}};
+  const std::vector<PrefillShape> prefills =
+      o.prefill_only ? std::vector<PrefillShape>{{1, 64, 1}, {1, 128, 1}, {1, 256, 1}, {1, 512, 1}, {4, 512, 4}}
+                     : std::vector<PrefillShape>{{1, 128, 1}, {1, 256, 1}, {1, 512, 1}, {4, 512, 4},
+                                                 {4, 512, 1}, {8, 256, 8}, {16, 64, 16}};
   kernels::LoraSgmvConfig sgmv_config = variants[best].config, gemm_config = variants[best].config;
   sgmv_config.gemm_min_rows = 0;
   kernels::LoraSgmvConfig gemm_beside = gemm_config;  // q|k|v's and gate|up's deltas beside their products
   gemm_beside.eager_beside = true;
+  std::vector<std::pair<std::string, kernels::LoraSgmvConfig>> prefill_variants = {
+      {"sgmv", sgmv_config}, {"gemm", gemm_config}, {"gemm, deltas beside", gemm_beside}};
+  if (o.prefill_only) {  // where the default's time goes: parts left out (wrong results), or in line
+    auto with = [&](const char* name, auto f) {
+      kernels::LoraSgmvConfig c = gemm_config;
+      f(c);
+      prefill_variants.emplace_back(name, c);
+    };
+    with("gemm, in line", [](kernels::LoraSgmvConfig& c) { c.side_stream = false; });
+    with("gemm, no shrinks (diagnostic)", [](kernels::LoraSgmvConfig& c) { c.skip_runs = 1; });
+    with("gemm, no expands (diagnostic)", [](kernels::LoraSgmvConfig& c) { c.skip_runs = 2; });
+    with("gemm, neither (diagnostic)", [](kernels::LoraSgmvConfig& c) { c.skip_runs = 3; });
+    with("gemm, residual expands after (no side work for o, down)",
+         [](kernels::LoraSgmvConfig& c) { c.residual_beside = false; });
+  }
   for (const PrefillShape& ps : prefills) {
     const ProfilePoint p{ProfilePhase::prefill, std::vector<ProfilePoint::Seq>(size_t(ps.n), {0, ps.len})};
     std::vector<int> slots(size_t(ps.n));
@@ -368,8 +387,7 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
     const double base = time_with(p, {});
     const std::string shape = fmt("%.0f x ", ps.n) + fmt("%.0f tokens", ps.len);
     figure("lora_prefill_step", shape + " no adapter", base * 1e3, "ms");
-    for (const auto& [name, config] : {std::pair{std::string("sgmv"), sgmv_config}, std::pair{std::string("gemm"), gemm_config},
-                                       std::pair{std::string("gemm, deltas beside"), gemm_beside}}) {
+    for (const auto& [name, config] : prefill_variants) {
       cuda->set_lora_kernels(config);
       const double s = time_with(p, slots);
       figure("lora_prefill_step", shape + fmt(" %.0f adapter(s)", ps.k) + " [" + name + "]", s * 1e3, "ms",
@@ -377,6 +395,7 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
     }
   }
   cuda->set_lora_kernels(gemm_config);
+  if (o.prefill_only) return out;
 
   // Closed-loop Zipf decode at batch 64: finished sequences replaced by new ones.
   const int B = 64, steps = o.quick ? 150 : 400, lead = 50;

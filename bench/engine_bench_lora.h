@@ -16,6 +16,9 @@ struct LoraBenchOptions {
   int rank = 16;        ///< every adapter's rank (all seven linears of every layer)
   int max_loras = 64;   ///< device slots
   bool quick = false;   ///< fewer points and steps
+  /// --lora-prefill: only the prefill steps, each also with the backend's shrinks or expands left
+  /// out (LoraSgmvConfig::skip_runs, diagnostic) and every launch in line (no side stream).
+  bool prefill_only = false;
   uint64_t seed = 1;
   /// --ncu-decode B,CTX with --lora: profile_lora_decode_step's point, its distinct adapters
   /// (--lora-adapters K, 0: none, the base step) and launch variant (--variants NAME, one of

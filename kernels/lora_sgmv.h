@@ -117,6 +117,10 @@ struct LoraSgmvConfig {
   /// every LoRA launch of the step runs and finds no work: what the launches, their empty blocks
   /// and the side stream's forks and joins cost alone.
   bool empty_plan = false;
+  /// Diagnostic, engine_bench only (the results are wrong): in eager steps, the tensor-core runs'
+  /// shrinks (bit 1) or expands (bit 2) are not launched, the forks and joins kept: what each
+  /// part of a prefill's LoRA cost is in the step (lora_prefill_parts).
+  int skip_runs = 0;
 };
 
 /// The step's rows grouped by slot, on the device (sized with lora_max_tiles).

@@ -94,14 +94,14 @@ struct LoraHook {
       CUDA_CHECK(cudaStreamWaitEvent(side, fork, 0));
       s = side;
     }
-    if (runs)
+    if (runs && !(plan.config.skip_runs & 1))
       for (const kernels::LoraRun& r : *runs) gemm->shrink(c.dt, x, pool, r, run_scale[r.slot], xa, s);
     if (grouped) kernels::lora_sgmv_shrink(c.dt, x, plan, rows, pool, partial, s, xa_rows);
     // PDL (LoraSgmvConfig::expand_pdl) only where the expand follows the grouped shrink directly
     // (no tensor-core runs between them): nothing else writes the residual or the delta meanwhile.
     const bool pdl = plan.config.expand_pdl && !runs;
     if (residual) expand(c, residual, pool.n_out, rows, s, pdl);
-    if (delta && runs)
+    if (delta && runs && !(plan.config.skip_runs & 2))
       for (const kernels::LoraRun& r : *runs) gemm->expand(c.dt, xa, pool, r, delta, pool.n_out, 0, s, false);
     if (delta && grouped)
       kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, delta, pool.n_out, 0, s, false, pdl);
@@ -114,7 +114,7 @@ struct LoraHook {
     if (!residual && !delta && !xa_rows) expand(c, y, ld_y, rows, c.stream);
   }
   void expand(const OpContext& c, void* y, int ld_y, int rows, cudaStream_t s, bool pdl = false) const {
-    if (runs)
+    if (runs && !(plan.config.skip_runs & 2))
       for (const kernels::LoraRun& r : *runs) gemm->expand(c.dt, xa, pool, r, y, ld_y, 0, s);
     if (grouped) kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, y, ld_y, 0, s, true, pdl);
   }
