@@ -1,7 +1,6 @@
 // LoraGemm (lora_gemm.h): a run's shrink and expand as cuBLASLt products. Row-major
 // C[rows, cols] = X[rows, k] · W[cols, k]ᵀ is column-major Cᵀ = W · Xᵀ (as gemm.cu): A = W stored
 // [k, cols] and transposed, B = Xᵀ stored [k, rows], D = Cᵀ [cols, rows], any leading dimensions.
-#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -39,9 +38,9 @@ int alignment(const void* p) {
 
 struct Layouts {
   cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
-  Layouts(cudaDataType_t type, int m, int n, int k, int ld_a, int ld_b, int ld_c, int ld_d, int batch, int64_t sa,
-          int64_t sb, int64_t sd) {
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  Layouts(cudaDataType_t type, int m, int n, int k, int ld_a, int ld_b, int ld_d, int batch, int64_t sa, int64_t sb,
+          int64_t sd) {
     LORA_CUBLAS_CHECK(cublaslt().matmul_desc_create(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
     LORA_CUBLAS_CHECK(cublaslt().matmul_desc_set_attribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
@@ -49,10 +48,9 @@ struct Layouts {
     LORA_CUBLAS_CHECK(cublaslt().matrix_layout_create(&a, type, k, m, ld_a));
     LORA_CUBLAS_CHECK(cublaslt().matrix_layout_create(&b, type, k, n, ld_b));
     LORA_CUBLAS_CHECK(cublaslt().matrix_layout_create(&d, type, m, n, ld_d));
-    LORA_CUBLAS_CHECK(cublaslt().matrix_layout_create(&c, type, m, n, ld_c));
     if (batch > 1) {
       const int32_t count = batch;
-      for (auto [l, stride] : {std::pair{a, sa}, std::pair{b, sb}, std::pair{c, sd}, std::pair{d, sd}}) {
+      for (auto [l, stride] : {std::pair{a, sa}, std::pair{b, sb}, std::pair{d, sd}}) {
         LORA_CUBLAS_CHECK(
             cublaslt().matrix_layout_set_attribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
         LORA_CUBLAS_CHECK(cublaslt().matrix_layout_set_attribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
@@ -64,7 +62,6 @@ struct Layouts {
   Layouts& operator=(const Layouts&) = delete;
   ~Layouts() {
     if (d) cublaslt().matrix_layout_destroy(d);
-    if (c) cublaslt().matrix_layout_destroy(c);
     if (b) cublaslt().matrix_layout_destroy(b);
     if (a) cublaslt().matrix_layout_destroy(a);
     if (op) cublaslt().matmul_desc_destroy(op);
@@ -79,8 +76,7 @@ struct LoraGemm::Prepared {
   Layouts layouts;
   cublasLtMatmulAlgo_t algo{};
   Prepared(cudaDataType_t type, const Shape& s)
-      : layouts(type, s.m, s.n, s.k, s.ld_a, s.ld_b, s.ld_c ? s.ld_c : s.ld_d, s.ld_d, s.batch, s.stride_a, s.stride_b,
-                s.stride_d) {}
+      : layouts(type, s.m, s.n, s.k, s.ld_a, s.ld_b, s.ld_d, s.batch, s.stride_a, s.stride_b, s.stride_d) {}
 };
 
 LoraGemm::LoraGemm(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
@@ -105,7 +101,7 @@ cublasLtMatmulAlgo_t LoraGemm::query(const Prepared& p, const Shape& s, size_t w
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const Layouts& l = p.layouts;
-  const cublasStatus_t st = cublaslt().algo_get_heuristic(handle_, l.op, l.a, l.b, l.c, l.d, pref, 1, &result, &found);
+  const cublasStatus_t st = cublaslt().algo_get_heuristic(handle_, l.op, l.a, l.b, l.d, l.d, pref, 1, &result, &found);
   cublaslt().preference_destroy(pref);
   ++heuristic_queries_;
   if (st != CUBLAS_STATUS_SUCCESS || found == 0)
@@ -115,15 +111,14 @@ cublasLtMatmulAlgo_t LoraGemm::query(const Prepared& p, const Shape& s, size_t w
 }
 
 void LoraGemm::matmul(ScalarType t, const Shape& s, float alpha, const void* a, const void* b, void* d,
-                      cudaStream_t stream, const void* c) {
-  if (!c) c = d;
+                      cudaStream_t stream) {
   const cudaDataType_t type = t == ScalarType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
-  const int al_a = alignment(a), al_b = alignment(b), al_d = std::min(alignment(d), alignment(c));
+  const int al_a = alignment(a), al_b = alignment(b), al_d = alignment(d);
   // The shrink may split K through the workspace; the expand (K = the rank) takes none, so the
   // two never share it when they run on different streams.
   const size_t ws = s.workspace ? workspace_bytes_ : 0;
   auto key = [&](int n) {
-    return Key{int(t), s.m, n, s.k, s.ld_a, s.ld_b, s.ld_c, s.ld_d, s.batch, s.stride_a, s.stride_b, s.stride_d,
+    return Key{int(t), s.m, n, s.k, s.ld_a, s.ld_b, s.ld_d, s.batch, s.stride_a, s.stride_b, s.stride_d,
                int(s.accumulate) | int(s.workspace) << 1, al_a | (al_b << 10) | (al_d << 20)};
   };
   auto it = prepared_.find(key(s.n));
@@ -148,7 +143,7 @@ void LoraGemm::matmul(ScalarType t, const Shape& s, float alpha, const void* a, 
     if (n_bucket != s.n) {
       cublasLtMatmulHeuristicResult_t check{};
       const Layouts& l = p->layouts;
-      if (cublaslt().algo_check(handle_, l.op, l.a, l.b, l.c, l.d, &p->algo, &check) != CUBLAS_STATUS_SUCCESS ||
+      if (cublaslt().algo_check(handle_, l.op, l.a, l.b, l.d, l.d, &p->algo, &check) != CUBLAS_STATUS_SUCCESS ||
           check.workspaceSize > ws)
         p->algo = query(*p, s, ws, align);
     }
@@ -156,7 +151,7 @@ void LoraGemm::matmul(ScalarType t, const Shape& s, float alpha, const void* a, 
   }
   const Layouts& l = it->second->layouts;
   const float beta = s.accumulate ? 1.0f : 0.0f;
-  LORA_CUBLAS_CHECK(cublaslt().matmul(handle_, l.op, &alpha, a, l.a, b, l.b, &beta, c, l.c, d, l.d, &it->second->algo,
+  LORA_CUBLAS_CHECK(cublaslt().matmul(handle_, l.op, &alpha, a, l.a, b, l.b, &beta, d, l.d, d, l.d, &it->second->algo,
                                       ws ? workspace_ : nullptr, ws, stream));
 }
 
@@ -177,28 +172,12 @@ void LoraGemm::shrink(ScalarType t, const void* x, const LoraPool& pool, const L
 void LoraGemm::expand(ScalarType t, const void* xa, const LoraPool& pool, const LoraRun& run, void* y, int ld_y, int c0,
                       cudaStream_t stream, bool accumulate) {
   check_gemm_pool(pool, run, "LoraGemm::expand");
-  expand_rows(t, xa, pool.total_rank(), pool, run, nullptr, 0, y, ld_y, c0, 1.0f, accumulate, stream);
-}
-
-void LoraGemm::expand_onto(ScalarType t, const void* xa, int ld_xa, const LoraPool& pool, const LoraRun& run,
-                           float scale, const void* c, int ld_c, void* y, int ld_y, cudaStream_t stream) {
-  check_gemm_pool(pool, run, "LoraGemm::expand_onto");
-  if (ld_xa < pool.total_rank() || ld_c < pool.n_out || ld_y < pool.n_out)
-    throw std::invalid_argument("LoraGemm::expand_onto: leading dimensions xa " + std::to_string(ld_xa) + ", c " +
-                                std::to_string(ld_c) + ", y " + std::to_string(ld_y) + " narrower than the pool's");
-  expand_rows(t, xa, ld_xa, pool, run, c, ld_c, y, ld_y, 0, scale, true, stream);
-}
-
-void LoraGemm::expand_rows(ScalarType t, const void* xa, int ld_xa, const LoraPool& pool, const LoraRun& run,
-                           const void* c, int ld_c, void* y, int ld_y, int c0, float alpha, bool accumulate,
-                           cudaStream_t stream) {
   if (run.count == 0) return;
-  const int r = pool.max_rank;
+  const int total = pool.total_rank(), r = pool.max_rank;
   const int64_t eb = elem_bytes(t);
   const auto* b = static_cast<const char*>(pool.b) + int64_t(run.slot) * pool.n_out * r * eb;
-  const auto* xr = static_cast<const char*>(xa) + int64_t(run.first) * ld_xa * eb;
+  const auto* xr = static_cast<const char*>(xa) + int64_t(run.first) * total * eb;
   auto* yr = static_cast<char*>(y) + (int64_t(run.first) * ld_y + c0) * eb;
-  const auto* cr = c ? static_cast<const char*>(c) + int64_t(run.first) * ld_c * eb : nullptr;
   int start[kLoraMaxSegments], width[kLoraMaxSegments];
   bool equal = true;
   for (int m = 0; m < pool.n_seg; ++m) {
@@ -206,20 +185,17 @@ void LoraGemm::expand_rows(ScalarType t, const void* xa, int ld_xa, const LoraPo
     width[m] = (m + 1 < pool.n_seg ? pool.seg_end[m] : pool.n_out) - start[m];
     equal = equal && width[m] == width[0];
   }
-  // Segment m: Dᵀ[width, count] = alpha · B[slot][its columns] (stored [r, width], transposed) ·
-  // xa[:, m · r ..]ᵀ [r, count] (ld ld_xa) + beta · Cᵀ (C: y itself, or c).
+  // Segment m: Cᵀ[width, count] += B[slot][its columns] (stored [r, width], transposed) ·
+  // xa[:, m · r ..]ᵀ [r, count] (ld total).
   if (equal && pool.n_seg > 1 && width[0] > 0) {
-    Shape s{width[0], run.count, r, r, ld_xa, ld_y, pool.n_seg, int64_t(width[0]) * r, r, width[0], accumulate, false};
-    s.ld_c = c ? ld_c : 0;
-    matmul(t, s, alpha, b, xr, yr, stream, cr);
+    const Shape s{width[0], run.count, r, r, total, ld_y, pool.n_seg, int64_t(width[0]) * r, r, width[0], accumulate, false};
+    matmul(t, s, 1.0f, b, xr, yr, stream);
     return;
   }
   for (int m = 0; m < pool.n_seg; ++m) {
     if (width[m] == 0) continue;
-    Shape s{width[m], run.count, r, r, ld_xa, ld_y, 1, 0, 0, 0, accumulate, false};
-    s.ld_c = c ? ld_c : 0;
-    matmul(t, s, alpha, b + int64_t(start[m]) * r * eb, xr + int64_t(m) * r * eb, yr + int64_t(start[m]) * eb, stream,
-           cr ? cr + int64_t(start[m]) * eb : nullptr);
+    const Shape s{width[m], run.count, r, r, total, ld_y, 1, 0, 0, 0, accumulate, false};
+    matmul(t, s, 1.0f, b + int64_t(start[m]) * r * eb, xr + int64_t(m) * r * eb, yr + int64_t(start[m]) * eb, stream);
   }
 }
 

@@ -44,13 +44,6 @@ class LoraGemm {
   /// delta alone (beta 0: a scratch whose consumer adds it, as LoraHook::delta).
   void expand(ScalarType t, const void* xa, const LoraPool& pool, const LoraRun& run, void* y, int ld_y, int c0,
               cudaStream_t stream, bool accumulate = true);
-  /// The expand of a run whose xa the base product computed beside its output (the slot's A rows
-  /// staged under the weight, LoraStage): y[run.first + i, c] = c_in[run.first + i, c] + scale ·
-  /// Σ_k xa[run.first + i, m · max_rank + k] · B[run.slot, c, k] for c < pool.n_out, xa and c_in
-  /// with row strides ld_xa and ld_c (both may be the product's wider output), y with ld_y. Rows
-  /// outside the run are not written. Throws std::invalid_argument for a bad pool, run or strides.
-  void expand_onto(ScalarType t, const void* xa, int ld_xa, const LoraPool& pool, const LoraRun& run, float scale,
-                   const void* c_in, int ld_c, void* y, int ld_y, cudaStream_t stream);
   /// Times cuBLASLt's heuristic was asked: once per row bucket (gemm_rows.h: a run's length is its
   /// prompt's, new at almost every prefill in a serving run), shape and alignment; a run length
   /// the bucket's algorithm does not take asks for its own.
@@ -64,21 +57,17 @@ class LoraGemm {
     int64_t stride_a, stride_b, stride_d;
     bool accumulate;  ///< beta 1 (else 0)
     bool workspace;   ///< may split K through the workspace (the shrinks; never the expands)
-    int ld_c = 0;     ///< C's leading dimension when C is not D (matmul's c); 0: C is D
   };
   /// A shape's descriptors and algorithm, made once: the 32 layers of a step, and every step
   /// with the same run lengths, reuse them (no descriptor calls on the step's path).
   struct Prepared;
-  void matmul(ScalarType t, const Shape& s, float alpha, const void* a, const void* b, void* d, cudaStream_t stream,
-              const void* c = nullptr);
-  void expand_rows(ScalarType t, const void* xa, int ld_xa, const LoraPool& pool, const LoraRun& run, const void* c,
-                   int ld_c, void* y, int ld_y, int c0, float alpha, bool accumulate, cudaStream_t stream);
+  void matmul(ScalarType t, const Shape& s, float alpha, const void* a, const void* b, void* d, cudaStream_t stream);
   cublasLtMatmulAlgo_t query(const Prepared& p, const Shape& s, size_t ws, const uint32_t (&align)[4]);
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
-  // (type, m, n, k, ld_a, ld_b, ld_c, ld_d, batch, strides, beta and workspace, alignments)
-  using Key = std::tuple<int, int, int, int, int, int, int, int, int, int64_t, int64_t, int64_t, int, int>;
+  // (type, m, n, k, ld_a, ld_b, ld_d, batch, strides, beta and workspace, alignments)
+  using Key = std::tuple<int, int, int, int, int, int, int, int, int64_t, int64_t, int64_t, int, int>;
   std::map<Key, std::unique_ptr<Prepared>> prepared_;  ///< by the exact shape
   std::map<Key, cublasLtMatmulAlgo_t> bucket_algos_;   ///< by the shape with n its row bucket
   int64_t heuristic_queries_ = 0;

@@ -13,18 +13,9 @@
 //   as the step        the shrink on a side stream beside the product, joined, then the expand:
 //                      what the cuda backend's eager prefill runs for q|k|v and gate|up
 //   beside             shrink and expand (beta 0) both on the side stream beside the product
-//   staged prod        the product over the weight with the slot's A rows under it (x · [W; A]ᵀ:
-//                      the output and xa side by side, one launch, no shrink)
-//   staged             that product, then LoraGemm::expand_onto from its output into y
-//   rs shrink          kernels::lora_run_shrink (the tensor-core kernel of our own) alone
-//   rs step / rs inline   it on the side stream as in `as step`, or in line before the product
-//   (and the largest difference of its xa from LoraGemm's, relative to the largest |xa|)
-//   sh nows / step nows   LoraGemm's shrink with no workspace (cuBLASLt cannot split K: fewer,
-//                      longer blocks), alone and in `as step`
 // Random bf16 data; the results are not checked (the GPU tests check these kernels).
 #include <cuda_runtime.h>
 
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -39,7 +30,6 @@
 #include "bench/kernels/bench_util.cuh"
 #include "kernels/gemm.h"
 #include "kernels/lora_gemm.h"
-#include "kernels/lora_run_shrink.h"
 #include "kernels/lora_sgmv.h"
 
 using namespace servelab::kernels;
@@ -76,7 +66,7 @@ int main(int argc, char** argv) {
   int max_rows = 0;
   for (int r : rows_list) max_rows = std::max(max_rows, r);
   Gemm gemm;
-  LoraGemm lgemm, lgemm_nows(0);
+  LoraGemm lgemm;
   cudaStream_t side;
   CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
   cudaEvent_t fork, join;
@@ -84,13 +74,12 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
   nlohmann::json out = nlohmann::json::array();
   std::printf("lora_parts_bench: rank %d, one adapter for every row; us a call (graphs of 16)\n", rank);
-  std::printf("%-8s %5s %9s %9s %8s %8s %8s %8s %8s %8s %10s %8s %8s %8s %8s %8s %9s %8s %8s %9s\n", "product", "rows", "product", "prod acc",
-              "shrink", "expand", "exp b0", "sgmv sh", "sgmv ex", "prod+ex", "as step", "beside", "st prod", "staged",
-              "rs sh", "rs step", "rs inline", "rs diff", "sh nows", "step nows");
+  std::printf("%-8s %5s %9s %9s %8s %8s %8s %8s %8s %8s %10s %8s\n", "product", "rows", "product", "prod acc",
+              "shrink", "expand", "exp b0", "sgmv sh", "sgmv ex", "prod+ex", "as step", "beside");
   for (const Product& p : products) {
-    const int total = p.n_seg * rank, n_ext = p.out + total;
     Buf x(size_t(max_rows) * p.in * 2), w(size_t(p.out) * p.in * 2), y(size_t(max_rows) * p.out * 2),
-        delta(size_t(max_rows) * p.out * 2), w_ext(size_t(n_ext) * p.in * 2), y_ext(size_t(max_rows) * n_ext * 2);
+        delta(size_t(max_rows) * p.out * 2);
+    const int total = p.n_seg * rank;
     Buf a(size_t(n_slots) * total * p.in * 2), b(size_t(n_slots) * p.out * rank * 2), xa(size_t(max_rows) * total * 2);
     Buf scale(sizeof(float) * n_slots);
     fill_random(x.p, int64_t(max_rows) * p.in, 1, 1.0f);
@@ -100,9 +89,6 @@ int main(int argc, char** argv) {
     fill_random(b.p, int64_t(n_slots) * p.out * rank, 5, 0.02f);
     const std::vector<float> scales(n_slots, 2.0f);
     CUDA_CHECK(cudaMemcpy(scale.p, scales.data(), sizeof(float) * n_slots, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(w_ext.p, w.p, size_t(p.out) * p.in * 2, cudaMemcpyDeviceToDevice));
-    CUDA_CHECK(cudaMemcpy(w_ext.get<char>() + size_t(p.out) * p.in * 2, a.p, size_t(total) * p.in * 2,
-                          cudaMemcpyDeviceToDevice));
     LoraPool pool;
     pool.a = a.p;
     pool.b = b.p;
@@ -163,67 +149,13 @@ int main(int argc, char** argv) {
         product(s, false);
         CUDA_CHECK(cudaStreamWaitEvent(s, join, 0));
       });
-      auto staged_product = [&](cudaStream_t s) {
-        gemm.run(t, x.p, w_ext.p, y_ext.p, rows, n_ext, p.in, false, s);
-      };
-      const double t_sprod = time_us([&](int, cudaStream_t s) { staged_product(s); });
-      const double t_staged = time_us([&](int, cudaStream_t s) {
-        staged_product(s);
-        lgemm.expand_onto(t, y_ext.get<char>() + size_t(p.out) * 2, n_ext, pool, run, 2.0f, y_ext.p, n_ext, y.p, p.out, s);
-      });
-      Buf rs_partial(sizeof(float) * lora_run_shrink_partial_floats(pool, rows)),
-          rs_counters(sizeof(int32_t) * size_t(lora_run_shrink_counters(rows))), xa2(size_t(rows) * total * 2);
-      CUDA_CHECK(cudaMemset(rs_counters.p, 0, rs_counters.bytes));
-      auto rs_shrink = [&](cudaStream_t s, void* into) {
-        lora_run_shrink(t, x.p, pool, run, 2.0f, into, rs_partial.get<float>(), rs_counters.get<int32_t>(), s);
-      };
-      // Its xa against LoraGemm's.
-      shrink(nullptr);
-      rs_shrink(nullptr, xa2.p);
-      CUDA_CHECK(cudaDeviceSynchronize());
-      const std::vector<float> ref = to_float_bf16(xa, size_t(rows) * total), got = to_float_bf16(xa2, size_t(rows) * total);
-      double most = 0, diff = 0;
-      for (size_t i = 0; i < ref.size(); ++i) {
-        most = std::max(most, double(std::fabs(ref[i])));
-        diff = std::max(diff, double(std::fabs(ref[i] - got[i])));
-      }
-      const double t_rs = time_us([&](int, cudaStream_t s) { rs_shrink(s, xa.p); });
-      const double t_rs_step = time_us([&](int, cudaStream_t s) {
-        CUDA_CHECK(cudaEventRecord(fork, s));
-        CUDA_CHECK(cudaStreamWaitEvent(side, fork, 0));
-        rs_shrink(side, xa.p);
-        CUDA_CHECK(cudaEventRecord(join, side));
-        product(s, false);
-        CUDA_CHECK(cudaStreamWaitEvent(s, join, 0));
-        expand(s, y.p, true);
-      });
-      const double t_rs_inline = time_us([&](int, cudaStream_t s) {
-        rs_shrink(s, xa.p);
-        product(s, false);
-        expand(s, y.p, true);
-      });
-      auto shrink_nows = [&](cudaStream_t s) { lgemm_nows.shrink(t, x.p, pool, run, 2.0f, xa.p, s); };
-      const double t_nows = time_us([&](int, cudaStream_t s) { shrink_nows(s); });
-      const double t_nows_step = time_us([&](int, cudaStream_t s) {
-        CUDA_CHECK(cudaEventRecord(fork, s));
-        CUDA_CHECK(cudaStreamWaitEvent(side, fork, 0));
-        shrink_nows(side);
-        CUDA_CHECK(cudaEventRecord(join, side));
-        product(s, false);
-        CUDA_CHECK(cudaStreamWaitEvent(s, join, 0));
-        expand(s, y.p, true);
-      });
-      std::printf("%-8s %5d %9.2f %9.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %10.2f %8.2f %8.2f %8.2f %8.2f %8.2f %9.2f %8.1e %8.2f %9.2f\n",
-                  p.name, rows, t_prod, t_acc, t_shrink, t_expand, t_exp0, t_gsh, t_gex, t_pe, t_step, t_beside, t_sprod,
-                  t_staged, t_rs, t_rs_step, t_rs_inline, diff / std::max(most, 1e-30), t_nows, t_nows_step);
+      std::printf("%-8s %5d %9.2f %9.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %10.2f %8.2f\n", p.name, rows, t_prod, t_acc,
+                  t_shrink, t_expand, t_exp0, t_gsh, t_gex, t_pe, t_step, t_beside);
       std::fflush(stdout);
       out.push_back({{"product", p.name}, {"rows", rows}, {"product_us", t_prod}, {"product_acc_us", t_acc},
                      {"shrink_us", t_shrink}, {"expand_us", t_expand}, {"expand_beta0_us", t_exp0},
                      {"sgmv_shrink_us", t_gsh}, {"sgmv_expand_us", t_gex}, {"product_expand_us", t_pe},
-                     {"as_step_us", t_step}, {"beside_us", t_beside}, {"staged_product_us", t_sprod},
-                     {"staged_us", t_staged}, {"run_shrink_us", t_rs}, {"run_shrink_step_us", t_rs_step},
-                     {"run_shrink_inline_us", t_rs_inline}, {"run_shrink_rel_diff", diff / std::max(most, 1e-30)},
-                     {"shrink_no_workspace_us", t_nows}, {"step_shrink_no_workspace_us", t_nows_step}});
+                     {"as_step_us", t_step}, {"beside_us", t_beside}});
     }
   }
   if (!json_path.empty()) std::ofstream(json_path) << out.dump(1) << "\n";
