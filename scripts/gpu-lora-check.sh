@@ -53,7 +53,7 @@ if [ "${NCU:-0}" = 1 ]; then
 fi
 if [ "${PROFILE_LORA:-0}" = 1 ]; then
   timeout "${PROFILE_LORA_LIMIT:-150}" "$BUILD/servelab" profile --backend cuda --preset llama2-7b --lora-rank 16 \
-    --lora-adapters 1,8,32 --batch 1,8,32,64 --contexts 512 --prefill-lens 128,1024 --prompt-len 64 --max-rows 2048 \
+    --lora-adapters 1,8,32 --batch 1,8,16,32,64 --contexts 512 --prefill-lens 64,128,256,512,1024 --prompt-len 64 --max-rows 2048 \
     --chunk-lens 128 --no-padded-decodes --no-bucket-edges --json "$OUT/profile-lora.json" >"$OUT/profile-lora.txt" 2>&1 || rc=1
   sed -n '/^LoRA, rank/,/^sim.s LoRA fit/p' "$OUT/profile-lora.txt"
 fi

@@ -1,6 +1,7 @@
 #include "engine/backend/hardware.h"
 
 #include <stdexcept>
+#include <string>
 
 #include "engine/require.h"
 
@@ -19,6 +20,15 @@ void SimDevice::validate() const {
   require(weight_dtype_bytes == 1 || weight_dtype_bytes == 2 || weight_dtype_bytes == 4,
           p + "weight_dtype_bytes", "1, 2 or 4", weight_dtype_bytes);
   require(host_link_bytes_s > 0, p + "host_link_bytes_s", "> 0", host_link_bytes_s);
+  require(lora_decode_knots >= 0 && lora_decode_knots <= kLoraDecodeKnots, p + "lora_decode_knots",
+          "in [0, " + std::to_string(kLoraDecodeKnots) + "]", lora_decode_knots);
+  for (int i = 0; i < lora_decode_knots; ++i) {
+    const double prev = i > 0 ? lora_decode_knot_rows[size_t(i - 1)] : 0.0;
+    require(lora_decode_knot_rows[size_t(i)] > prev, p + "lora_decode_knot_rows[" + std::to_string(i) + "]",
+            "> the knot before (rows ascending from 0)", lora_decode_knot_rows[size_t(i)]);
+    require(lora_decode_knot_s[size_t(i)] >= 0, p + "lora_decode_knot_s[" + std::to_string(i) + "]", ">= 0",
+            lora_decode_knot_s[size_t(i)]);
+  }
   require(lora_decode_row_s >= 0, p + "lora_decode_row_s", ">= 0", lora_decode_row_s);
   require(lora_prefill_layer_s >= 0, p + "lora_prefill_layer_s", ">= 0", lora_prefill_layer_s);
   require(lora_prefill_run_s >= 0, p + "lora_prefill_run_s", ">= 0", lora_prefill_run_s);
@@ -73,6 +83,7 @@ SimDevice SimDevice::preset(const std::string& name) {
     d.host_link_bytes_s = 10e9;
     // The cpu backend runs adapters by the plain formula: their FLOPs and bytes, nothing fitted.
     d.lora_decode_row_s = d.lora_prefill_layer_s = d.lora_prefill_run_s = d.lora_prefill_row_s = 0.0;
+    d.lora_decode_knots = 0;
     d.lora_bandwidth_share = 1.0;
     d.lora_pack_bytes_s = 0.0;
     d.lora_host_load_bytes_s = 2.5e9;

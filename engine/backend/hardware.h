@@ -2,6 +2,7 @@
 // Hardware the sim backend prices steps on: datasheet presets (H100 SXM, H200, A100 80GB, L40S,
 // and the 2-core CPU this repo is developed on) for the roofline, and the KV budget a device
 // leaves after weights and activations (vLLM's gpu_memory_utilization rule).
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -28,13 +29,20 @@ struct SimDevice {
   int weight_dtype_bytes = 2;          ///< bytes per weight element read each step
   double host_link_bytes_s = 25e9;     ///< swap traffic (device <-> host), e.g. PCIe
   /// Multi-LoRA beyond the adapters' FLOPs and bytes (engine/backend/sim_lora.h): the cuda
-  /// backend's LoRA kernels, fitted by least squares to engine_bench on an H200 (llama2-7b, rank 16,
-  /// all seven linears; b32 / b64 decode with 1-64 adapters and five prefill shapes within 5.5% of
-  /// what adapters added: results/gpu/lora/2026-11-29-h200-b54612e, docs/lora.md "On the sim").
-  /// Seconds per layer: per decode row running an adapter; per step with adapted prefill rows, per
-  /// run of them on one adapter (consecutive entries: sim_lora.h) and per such row. The GPU presets
-  /// take these; cpu-2core none.
+  /// backend's LoRA kernels, fitted by least squares (fit_lora) to `servelab profile --lora-rank
+  /// 16` of llama2-7b on an H200 (TBD). Seconds per layer.
+  /// Decode rows running an adapter: piecewise linear in their count through (0, 0) and the
+  /// knots (rows ascending; the launches beside each product cost about as much at 8 rows as at
+  /// 32 on an H200, so no single per-row figure fits), rows past the last knot at the last knot's
+  /// rate per row; with no knots (lora_decode_knots 0), lora_decode_row_s per row.
+  static constexpr int kLoraDecodeKnots = 8;
+  int lora_decode_knots = 0;
+  std::array<double, kLoraDecodeKnots> lora_decode_knot_rows{};
+  std::array<double, kLoraDecodeKnots> lora_decode_knot_s{};
   double lora_decode_row_s = 0.83e-6;
+  /// Adapted prefill rows: per step that has any, per run of them on one adapter after the first
+  /// (consecutive entries: sim_lora.h; the cuda backend's GEMMs take up to 8 runs, the rest go to
+  /// the grouped kernels) and per such row.
   double lora_prefill_layer_s = 25e-6;
   double lora_prefill_run_s = 29e-6;
   double lora_prefill_row_s = 0.040e-6;

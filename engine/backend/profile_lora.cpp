@@ -51,16 +51,29 @@ std::vector<ProfilePoint> lora_profile_grid(const ProfileOptions& o) {
   std::vector<int> batches = o.batch_sizes;
   std::sort(batches.begin(), batches.end());
   batches.erase(std::unique(batches.begin(), batches.end()), batches.end());
+  // Every batch size on one adapter (what adapter rows add is not linear in them: on an H200 it
+  // is about the same from 8 rows to 32, the sim interpolates it: sim_lora.h), at most kSpread of
+  // them; the smallest, middle and largest with each adapter count too (the weights' read).
+  constexpr size_t kSpread = 6;
+  auto spread = [](std::vector<int> v) {
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+    if (v.size() <= kSpread) return v;
+    std::vector<int> out;
+    for (size_t i = 0; i < kSpread; ++i) out.push_back(v[i * (v.size() - 1) / (kSpread - 1)]);
+    return out;
+  };
   std::vector<int> picks = {batches.front(), batches[batches.size() / 2], batches.back()};
   picks.erase(std::unique(picks.begin(), picks.end()), picks.end());
   const int c_mid = o.contexts[o.contexts.size() / 2];
   const int at = o.max_len > 0 ? std::max(0, std::min(c_mid, o.max_len - 1)) : c_mid;
-  for (int b : picks)
-    for (int k : adapter_counts(o.lora_adapters, b))
+  for (int b : spread(batches)) {
+    const bool pick = std::find(picks.begin(), picks.end(), b) != picks.end();
+    for (int k : pick ? adapter_counts(o.lora_adapters, b) : std::vector<int>{1})
       points.push_back(with_adapters(ProfilePhase::decode, std::vector<Seq>(size_t(b), Seq{at, 1}), k));
-  const auto [shortest, longest] = std::minmax_element(o.prefill_lens.begin(), o.prefill_lens.end());
-  points.push_back(with_adapters(ProfilePhase::prefill, {Seq{0, *shortest}}, 1));
-  if (*longest != *shortest) points.push_back(with_adapters(ProfilePhase::prefill, {Seq{0, *longest}}, 1));
+  }
+  // One prompt of each length: a serving run's prefill steps.
+  for (int len : spread(o.prefill_lens)) points.push_back(with_adapters(ProfilePhase::prefill, {Seq{0, len}}, 1));
   // A batched prefill: the per-adapter part of a prefill step against its per-row part.
   int b_prefill = 0;
   for (int b : {batches[batches.size() / 2], batches.back()})
@@ -166,9 +179,12 @@ nlohmann::ordered_json lora_profile_json(const LoraProfile& lora, const ModelCon
   j["points"] = std::move(pts);
   if (const std::optional<SimDevice> d = preset_or_none(hardware); d && !lora.points.empty()) {
     const SimDevice f = fit_lora(*d, model, lora);
-    j["fit"] = {{"decode_row_s", f.lora_decode_row_s},       {"prefill_layer_s", f.lora_prefill_layer_s},
-                {"prefill_run_s", f.lora_prefill_run_s}, {"prefill_row_s", f.lora_prefill_row_s},
-                {"bandwidth_share", f.lora_bandwidth_share}};
+    nlohmann::ordered_json knots = nlohmann::ordered_json::array();
+    for (int i = 0; i < f.lora_decode_knots; ++i)
+      knots.push_back({{"rows", f.lora_decode_knot_rows[size_t(i)]}, {"layer_s", f.lora_decode_knot_s[size_t(i)]}});
+    j["fit"] = {{"decode_knots", std::move(knots)},         {"decode_row_s", f.lora_decode_row_s},
+                {"prefill_layer_s", f.lora_prefill_layer_s}, {"prefill_run_s", f.lora_prefill_run_s},
+                {"prefill_row_s", f.lora_prefill_row_s},     {"bandwidth_share", f.lora_bandwidth_share}};
   }
   return j;
 }
@@ -224,9 +240,15 @@ std::string lora_profile_table(const LoraProfile& lora, const ModelConfig& model
   }
   if (const std::optional<SimDevice> d = preset_or_none(hardware); d && !lora.points.empty()) {
     const SimDevice f = fit_lora(*d, model, lora);
+    out << "sim's LoRA fit, per layer: decode";
+    for (int i = 0; i < f.lora_decode_knots; ++i) {
+      std::snprintf(line, sizeof line, "%s %.0f rows %.2f us", i ? "," : "", f.lora_decode_knot_rows[size_t(i)],
+                    f.lora_decode_knot_s[size_t(i)] * 1e6);
+      out << line;
+    }
     std::snprintf(line, sizeof line,
-                  "sim's LoRA fit: %.3f us a decode row and layer; prefill %.2f us a step + %.2f us a run of one adapter + "
-                  "%.4f us a row, per layer; weights read at %.2f of %s's bandwidth\n",
+                  " (then %.3f us a row); prefill %.2f us a step + %.2f us a run of one adapter after the first + "
+                  "%.4f us a row; weights read at %.2f of %s's bandwidth\n",
                   f.lora_decode_row_s * 1e6, f.lora_prefill_layer_s * 1e6, f.lora_prefill_run_s * 1e6,
                   f.lora_prefill_row_s * 1e6, f.lora_bandwidth_share, hardware.c_str());
     out << line;

@@ -1,11 +1,12 @@
 #pragma once
 // `servelab profile --lora-rank R`: what multi-LoRA adds to a step on the profiled backend, so
 // the sim prices adapters from the user's own device instead of the H200 fit its GPU presets
-// carry (engine/backend/sim_lora.h). After the grid, in the same arena: decodes at the smallest,
-// middle and largest batch size (at the middle context) and prefills (the shortest and longest
-// one-sequence prompt, a batched prefill at the middle batch size), every sequence on a random
-// adapter of rank R on all seven linears, with 1 and each of ProfileOptions::lora_adapters
-// distinct adapters among them; each point timed in turn with its base twin (the same step
+// carry (engine/backend/sim_lora.h). After the grid, in the same arena: decodes at every batch size
+// (at most 6, at the middle context) on one adapter, and at the smallest, middle and largest with
+// each of ProfileOptions::lora_adapters distinct adapters among the rows too; prefills of one
+// prompt of each prefill length (at most 6) on one adapter, and a batched prefill at the middle
+// batch size over 1 and each adapter count; every adapter random, of rank R on all seven linears;
+// each point timed in turn with its base twin (the same step
 // without adapters; the twins alternate, so drift cancels). The profile's JSON carries the points
 // ("lora"); SimCostModel::from_profile_json fits the sim's LoRA figures to them (fit_lora).
 #include <functional>

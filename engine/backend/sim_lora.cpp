@@ -59,14 +59,29 @@ double lora_step_seconds(const SimDevice& device, const ModelConfig& model, cons
   double bytes = 0.0;
   for (const int s : all_slots) bytes += static_cast<double>(params_of(s)) * device.weight_dtype_bytes;
   const double layers = static_cast<double>(model.n_layers);
-  double kernels_s = layers * device.lora_decode_row_s * static_cast<double>(decode_rows);
+  double kernels_s = layers * lora_decode_layer_seconds(device, static_cast<double>(decode_rows));
   if (prefill_rows > 0)
     kernels_s += layers * (device.lora_prefill_layer_s +
-                           device.lora_prefill_run_s * static_cast<double>(prefill_runs) +
+                           device.lora_prefill_run_s * static_cast<double>(prefill_runs - 1) +
                            device.lora_prefill_row_s * static_cast<double>(prefill_rows));
   const double read_s = bytes / (device.lora_bandwidth_share * device.mem_bw_bytes_s);
   const double compute_s = flops / device.peak_flops;
   return std::max(kernels_s + read_s, compute_s);
+}
+
+double lora_decode_layer_seconds(const SimDevice& device, double rows) {
+  if (!(rows > 0)) return 0.0;
+  const int n = device.lora_decode_knots;
+  if (n <= 0) return device.lora_decode_row_s * rows;
+  const auto& x = device.lora_decode_knot_rows;
+  const auto& y = device.lora_decode_knot_s;
+  double x0 = 0.0, y0 = 0.0;
+  for (int i = 0; i < n; ++i) {
+    if (rows <= x[size_t(i)]) return y0 + (y[size_t(i)] - y0) * (rows - x0) / (x[size_t(i)] - x0);
+    x0 = x[size_t(i)];
+    y0 = y[size_t(i)];
+  }
+  return y0 * rows / x0;  // past the last knot: its rate per row
 }
 
 double lora_load_seconds(const SimDevice& device, int64_t params) {
@@ -167,37 +182,66 @@ double lora_rows_seconds(const SimDevice& device, const ModelConfig& model, std:
 SimDevice fit_lora(const SimDevice& device, const ModelConfig& model, const LoraProfile& profile) {
   if (profile.points.empty()) throw std::invalid_argument("a LoRA profile needs at least one point");
   if (profile.params <= 0) throw std::invalid_argument("a LoRA profile's adapters need params > 0");
-  // Columns as lora_step_seconds adds them up: per layer a decode row, a prefill step, a prefill
-  // run (one adapter's consecutive prompts), a prefill row; and the weights read beyond the full
-  // bandwidth's time (the read at share s costs bytes / (s · bw) = bytes / bw · (1 + x4), x4 >= 0).
-  constexpr size_t kCols = 5;
+  for (size_t i = 0; i < profile.points.size(); ++i) check_lora_point(profile.points[i], i);
+  // The decode knots: the points' decode row counts (at most kLoraDecodeKnots, spread over them).
+  std::vector<double> knots;
+  for (const LoraProfilePoint& p : profile.points)
+    if (!p.prefill) knots.push_back(static_cast<double>(p.rows));
+  std::sort(knots.begin(), knots.end());
+  knots.erase(std::unique(knots.begin(), knots.end()), knots.end());
+  if (knots.size() > size_t(SimDevice::kLoraDecodeKnots)) {
+    std::vector<double> kept;
+    for (int i = 0; i < SimDevice::kLoraDecodeKnots; ++i)
+      kept.push_back(knots[size_t(i) * (knots.size() - 1) / (SimDevice::kLoraDecodeKnots - 1)]);
+    knots = kept;
+  }
+  // Columns as lora_step_seconds adds them up, per layer: each decode knot (a decode point's rows
+  // interpolated between the knots around them), a prefill step, a prefill run after the first
+  // (one adapter's consecutive prompts), a prefill row; and the weights read beyond the full
+  // bandwidth's time (the read at share s costs bytes / (s · bw) = bytes / bw · (1 + x), x >= 0).
+  const size_t n_knots = knots.size(), c_layer = n_knots, c_run = n_knots + 1, c_row = n_knots + 2,
+               c_bw = n_knots + 3, n_cols = n_knots + 4;
   const double layers = static_cast<double>(model.n_layers);
   std::vector<std::vector<double>> a;
   std::vector<double> b, w;
-  for (size_t i = 0; i < profile.points.size(); ++i) {
-    const LoraProfilePoint& p = profile.points[i];
-    check_lora_point(p, i);
+  for (const LoraProfilePoint& p : profile.points) {
     const double bytes = double(p.adapters) * double(profile.params) * device.weight_dtype_bytes;
-    std::vector<double> row(kCols, 0.0);
+    std::vector<double> row(n_cols, 0.0);
     if (p.prefill) {
-      row[1] = layers;
-      row[2] = layers * static_cast<double>(p.adapters > 1 ? p.n_seqs : 1);  // runs: sequence i on slot i mod adapters
-      row[3] = layers * static_cast<double>(p.rows);
+      row[c_layer] = layers;
+      row[c_run] = layers * static_cast<double>(p.adapters > 1 ? p.n_seqs - 1 : 0);  // sequence i on slot i mod adapters
+      row[c_row] = layers * static_cast<double>(p.rows);
     } else {
-      row[0] = layers * static_cast<double>(p.rows);
+      const double r = static_cast<double>(p.rows);
+      size_t hi = 0;
+      while (hi + 1 < n_knots && knots[hi] < r) ++hi;
+      if (r >= knots[hi]) {
+        row[hi] = layers * r / knots[hi];  // at a knot, or past the last at its rate
+      } else {  // between knot hi - 1 (or 0) and knot hi
+        const double lo_x = hi > 0 ? knots[hi - 1] : 0.0, t = (r - lo_x) / (knots[hi] - lo_x);
+        row[hi] = layers * t;
+        if (hi > 0) row[hi - 1] = layers * (1.0 - t);
+      }
     }
-    row[4] = bytes / device.mem_bw_bytes_s;
+    row[c_bw] = bytes / device.mem_bw_bytes_s;
     a.push_back(row);
     b.push_back(p.lora_s - p.base_s - bytes / device.mem_bw_bytes_s);
     w.push_back(1.0 / p.base_s);  // errors relative to the step the sim prices
   }
-  const std::vector<double> x = nonnegative_least_squares(a, b, w, std::vector<bool>(kCols, true));
+  const std::vector<double> x = nonnegative_least_squares(a, b, w, std::vector<bool>(n_cols, true));
   SimDevice out = device;
-  out.lora_decode_row_s = x[0];
-  out.lora_prefill_layer_s = x[1];
-  out.lora_prefill_run_s = x[2];
-  out.lora_prefill_row_s = x[3];
-  out.lora_bandwidth_share = 1.0 / (1.0 + x[4]);
+  if (n_knots > 0) {
+    out.lora_decode_knots = int(n_knots);
+    for (size_t i = 0; i < n_knots; ++i) {
+      out.lora_decode_knot_rows[i] = knots[i];
+      out.lora_decode_knot_s[i] = x[i];
+    }
+    out.lora_decode_row_s = x[n_knots - 1] / knots[n_knots - 1];
+  }
+  out.lora_prefill_layer_s = x[c_layer];
+  out.lora_prefill_run_s = x[c_run];
+  out.lora_prefill_row_s = x[c_row];
+  out.lora_bandwidth_share = 1.0 / (1.0 + x[c_bw]);
   return out;
 }
 

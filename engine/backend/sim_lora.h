@@ -3,16 +3,18 @@
 // own work is tiny next to the base model's (llama2-7b at rank 16 on all seven linears: 40 M
 // parameters an adapter, 0.6% of the model), so on a GPU what a step with adapters costs beyond
 // the base step is how the kernels run it. SimDevice's lora_* figures price that, fitted to the
-// cuda backend's LoRA path on an H200 (engine_bench, results/gpu/lora/2026-11-29-h200-b54612e):
-//   decode rows:  n_layers · lora_decode_row_s per row that runs an adapter (shrink and expand
-//                 launches beside each product, in the decode graphs), plus the distinct adapters'
-//                 weights read at lora_bandwidth_share of the memory bandwidth;
-//   prefill rows: n_layers · (lora_prefill_layer_s + lora_prefill_run_s per run + lora_prefill_row_s
-//                 per row), plus their weights read likewise. A run is consecutive prefill
-//                 entries on one adapter: the cuda backend's tensor-core path multiplies each
-//                 contiguous run of rows of one slot by its own GEMMs (kernels/lora_runs.h), so 32
-//                 prompts alternating between 8 adapters cost 32 runs (an H200 profile: as much as
-//                 32 prompts on 32 adapters, 7x one adapter's; results/gpu/lora/2026-11-30-h200x2-99c35a2-profile);
+// cuda backend's LoRA path on an H200 (`servelab profile --lora-rank 16`, hardware.h):
+//   decode rows:  n_layers · the knots' interpolation at the rows that run an adapter (shrink and
+//                 expand launches beside each product, in the decode graphs: about as dear at 8
+//                 rows as at 32, so not a figure per row), plus the distinct adapters' weights
+//                 read at lora_bandwidth_share of the memory bandwidth;
+//   prefill rows: n_layers · (lora_prefill_layer_s + lora_prefill_run_s per run after the first +
+//                 lora_prefill_row_s per row), plus their weights read likewise. A run is
+//                 consecutive prefill entries on one adapter: the cuda backend's tensor-core path
+//                 multiplies each contiguous run of rows of one slot by its own GEMMs
+//                 (kernels/lora_runs.h), so 32 prompts alternating between 8 adapters cost 32 runs
+//                 (an H200 profile: as much as 32 prompts on 32 adapters, 7x one adapter's;
+//                 results/gpu/lora/2026-11-30-h200x2-99c35a2-profile);
 // and never less than the adapters' FLOPs at the device's peak (what the cpu backend's plain
 // formula costs: cpu-2core's fitted figures are 0). An adapter loaded into a slot (a miss) costs
 // its weights' bytes over the host link, charged to the next step, plus packing them when the
@@ -63,6 +65,10 @@ std::vector<LoraRows> lora_rows_of(const Step& step, std::span<const int64_t> sl
 
 /// What lora_step_seconds prices those entries at (the same step told by its adapted entries).
 double lora_rows_seconds(const SimDevice& device, const ModelConfig& model, std::span<const LoraRows> rows);
+
+/// Seconds per layer that `rows` decode rows running adapters add (the device's knots, or
+/// lora_decode_row_s per row without them; the weights' read apart).
+double lora_decode_layer_seconds(const SimDevice& device, double rows);
 
 /// Seconds to copy an adapter of `params` parameters from host memory into its slot.
 double lora_load_seconds(const SimDevice& device, int64_t params);
