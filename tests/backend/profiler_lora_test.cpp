@@ -48,7 +48,7 @@ int distinct(const ProfilePoint& p) {
   return int(s.size());
 }
 
-TEST(ProfilerLora, GridTimesTheSmallMiddleAndLargestBatchWithOneAndManyAdapters) {
+TEST(ProfilerLora, GridTimesEveryBatchOnOneAdapterAndTheEndsAndMiddleOnMany) {
   const std::vector<ProfilePoint> g = lora_profile_grid(lora_options());
   // Decodes: batch 1 (1 adapter), 4 (1; 8 > 4), 16 (1 and 8) at the middle context; prefills of
   // the shortest and longest prompt; a batched prefill at the middle batch (4 x 8, 1 adapter).
@@ -65,6 +65,21 @@ TEST(ProfilerLora, GridTimesTheSmallMiddleAndLargestBatchWithOneAndManyAdapters)
   EXPECT_EQ(g[4].seqs[0].n_new, 8);
   EXPECT_EQ(g[5].seqs[0].n_new, 24);
   EXPECT_EQ(g[6].seqs.size(), 4u);
+  // More batch sizes than six: six of them, spread (the ends kept), the middle ones on one
+  // adapter only; every prompt length (up to six) as a one-prompt prefill.
+  ProfileOptions wide = lora_options();
+  wide.batch_sizes = {1, 2, 4, 8, 16, 32, 64, 128};
+  wide.prefill_lens = {8, 16, 24, 32};
+  wide.max_rows = 4096;
+  std::vector<std::pair<size_t, int>> wide_decodes;
+  std::vector<int> prompts;
+  for (const ProfilePoint& p : lora_profile_grid(wide)) {
+    if (p.phase == ProfilePhase::decode) wide_decodes.push_back({p.seqs.size(), distinct(p)});
+    else if (p.seqs.size() == 1) prompts.push_back(p.seqs[0].n_new);
+  }
+  EXPECT_EQ(wide_decodes, (std::vector<std::pair<size_t, int>>{
+                              {1, 1}, {2, 1}, {4, 1}, {16, 1}, {16, 8}, {32, 1}, {128, 1}, {128, 8}}));
+  EXPECT_EQ(prompts, (std::vector<int>{8, 16, 24, 32}));
   ProfileOptions none = lora_options();
   none.lora_rank = 0;
   EXPECT_TRUE(lora_profile_grid(none).empty());
@@ -78,7 +93,9 @@ TEST(ProfilerLora, GridTimesTheSmallMiddleAndLargestBatchWithOneAndManyAdapters)
 TEST(ProfilerLora, TheFitRecoversTheFiguresThatPricedThePoints) {
   const ModelConfig m = preset("llama2-7b");
   SimDevice truth = SimDevice::preset("h100");
-  truth.lora_decode_row_s = 1.3e-6;
+  truth.lora_decode_knots = 3;  // dearer at 16 rows than one per-row figure would say
+  truth.lora_decode_knot_rows = {1, 16, 64};
+  truth.lora_decode_knot_s = {5e-6, 30e-6, 50e-6};
   truth.lora_prefill_layer_s = 18e-6;
   truth.lora_prefill_run_s = 40e-6;
   truth.lora_prefill_row_s = 0.07e-6;
@@ -100,7 +117,12 @@ TEST(ProfilerLora, TheFitRecoversTheFiguresThatPricedThePoints) {
   }
   // From the preset's own (H100) figures: every one moves to the truth.
   const SimDevice fit = fit_lora(SimDevice::preset("h100"), m, lp);
-  EXPECT_NEAR(fit.lora_decode_row_s, truth.lora_decode_row_s, 1e-6 * truth.lora_decode_row_s);
+  ASSERT_EQ(fit.lora_decode_knots, 3);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(fit.lora_decode_knot_rows[i], truth.lora_decode_knot_rows[i]);
+    EXPECT_NEAR(fit.lora_decode_knot_s[i], truth.lora_decode_knot_s[i], 1e-6 * truth.lora_decode_knot_s[i]);
+  }
+  EXPECT_NEAR(fit.lora_decode_row_s, 50e-6 / 64, 1e-6 * 50e-6 / 64);  // past the last knot: its rate
   EXPECT_NEAR(fit.lora_prefill_layer_s, truth.lora_prefill_layer_s, 1e-6 * truth.lora_prefill_layer_s);
   EXPECT_NEAR(fit.lora_prefill_run_s, truth.lora_prefill_run_s, 1e-6 * truth.lora_prefill_run_s);
   EXPECT_NEAR(fit.lora_prefill_row_s, truth.lora_prefill_row_s, 1e-5 * truth.lora_prefill_row_s);
@@ -109,7 +131,8 @@ TEST(ProfilerLora, TheFitRecoversTheFiguresThatPricedThePoints) {
   // never a negative figure.
   for (LoraProfilePoint& p : lp.points) p.lora_s = p.base_s * 0.999;
   const SimDevice none = fit_lora(SimDevice::preset("h100"), m, lp);
-  for (double x : {none.lora_decode_row_s, none.lora_prefill_layer_s, none.lora_prefill_run_s, none.lora_prefill_row_s})
+  for (double x : {none.lora_decode_row_s, none.lora_prefill_layer_s, none.lora_prefill_run_s, none.lora_prefill_row_s,
+                   none.lora_decode_knot_s[0], none.lora_decode_knot_s[1], none.lora_decode_knot_s[2]})
     EXPECT_EQ(x, 0.0);
   EXPECT_EQ(none.lora_bandwidth_share, 1.0);
   lp.points[0].adapters = 2;  // more adapters than the batch-1 decode has sequences
@@ -121,6 +144,7 @@ TEST(ProfilerLora, ASimProfileOfAdaptersIsPricedAsTheDeviceThatTimedIt) {
   // those figures again, and its LoRA points cost what the figures say.
   const ModelConfig m = preset("tiny");
   SimDevice truth = SimDevice::preset("h200");
+  truth.lora_decode_knots = 0;  // a figure per row: the fit's knots then lie on its line
   truth.lora_decode_row_s = 2.0e-6;
   truth.lora_prefill_run_s = 11e-6;
   SimBackend sim(m, SimCostModel::roofline(truth));
@@ -143,6 +167,8 @@ TEST(ProfilerLora, ASimProfileOfAdaptersIsPricedAsTheDeviceThatTimedIt) {
   const nlohmann::json j = nlohmann::json::parse(text);
   ASSERT_TRUE(j.contains("lora"));
   EXPECT_NEAR(j["lora"]["fit"]["decode_row_s"].get<double>(), 2.0e-6, 1e-12);
+  ASSERT_EQ(j["lora"]["fit"]["decode_knots"].size(), 3u);  // 1, 16 and 64 rows
+  EXPECT_NEAR(j["lora"]["fit"]["decode_knots"][1]["layer_s"].get<double>(), 16 * 2.0e-6, 1e-12);
   profile_fixture::TempFile file(text);
   const SimCostModel cost = SimCostModel::from_profile_json(file.path(), m);
   EXPECT_TRUE(cost.lora_measured);

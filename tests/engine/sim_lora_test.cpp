@@ -1,6 +1,7 @@
 // The sim backend prices multi-LoRA (engine/backend/sim_lora.h): a step's decode rows on adapters
-// cost the fitted kernel time per row and layer plus the distinct adapters' weights at the fitted
-// bandwidth share; adapted prefill rows a fixed part, a part per adapter and per row; a load the
+// cost the fitted kernel time per layer by their count (knots) plus the distinct adapters' weights at
+// the fitted bandwidth share; adapted prefill rows a fixed part, a part per run after the first and
+// per row; a load the
 // copy over the host link; the cpu-2core device the adapters' FLOPs alone; and the engine on the sim
 // tells its steps' adapters to the backend, so a run with adapters takes longer than without.
 #include <gtest/gtest.h>
@@ -46,10 +47,13 @@ TEST(SimLora, DecodeRowsCostTheirKernelsAndTheDistinctAdaptersWeights) {
   const double L = c.n_layers, bw = d.lora_bandwidth_share * d.mem_bw_bytes_s;
   // Three decode rows on a, one on none.
   const double one = lora_step_seconds(d, c, shape_step({1, 1, 1, 1}, {0, 0, -1, 0}), slots);
-  EXPECT_DOUBLE_EQ(one, L * d.lora_decode_row_s * 3 + double(pa) * d.weight_dtype_bytes / bw);
+  EXPECT_DOUBLE_EQ(one, L * lora_decode_layer_seconds(d, 3) + double(pa) * d.weight_dtype_bytes / bw);
   // A second adapter reads its weights once more; its row costs one more row.
   const double two = lora_step_seconds(d, c, shape_step({1, 1, 1, 1}, {0, 0, 1, 0}), slots);
-  EXPECT_NEAR(two - one, L * d.lora_decode_row_s + double(pb) * d.weight_dtype_bytes / bw, 1e-15);
+  EXPECT_NEAR(two - one,
+              L * (lora_decode_layer_seconds(d, 4) - lora_decode_layer_seconds(d, 3)) +
+                  double(pb) * d.weight_dtype_bytes / bw,
+              1e-15);
   // No adapter, or none told: nothing.
   EXPECT_EQ(lora_step_seconds(d, c, shape_step({1, 1}, {-1, -1}), slots), 0.0);
   EXPECT_EQ(lora_step_seconds(d, c, shape_step({1, 1}, {}), slots), 0.0);
@@ -57,7 +61,32 @@ TEST(SimLora, DecodeRowsCostTheirKernelsAndTheDistinctAdaptersWeights) {
   EXPECT_EQ(lora_step_seconds(d, c, shape_step({1}, {5}), slots), 0.0);
 }
 
-TEST(SimLora, PrefillRowsCostAFixedPartOnePerRunAndOnePerRow) {
+TEST(SimLora, DecodeRowsFollowTheKnotsThenTheLastKnotsRatePerRow) {
+  SimDevice d = SimDevice::preset("h200");
+  d.lora_decode_knots = 3;
+  d.lora_decode_knot_rows = {1, 8, 32};
+  d.lora_decode_knot_s = {4e-6, 20e-6, 16e-6};  // dearer at 8 rows than at 32 (an H200's gemv path)
+  EXPECT_EQ(lora_decode_layer_seconds(d, 0), 0.0);
+  EXPECT_DOUBLE_EQ(lora_decode_layer_seconds(d, 0.5), 2e-6);  // from (0, 0) to the first knot
+  EXPECT_DOUBLE_EQ(lora_decode_layer_seconds(d, 1), 4e-6);
+  EXPECT_DOUBLE_EQ(lora_decode_layer_seconds(d, 8), 20e-6);
+  EXPECT_DOUBLE_EQ(lora_decode_layer_seconds(d, 20), 18e-6);  // halfway from 8 to 32
+  EXPECT_DOUBLE_EQ(lora_decode_layer_seconds(d, 64), 32e-6);  // 16 us over 32 rows, 64 rows
+  d.validate();
+  d.lora_decode_knots = 0;  // no knots: the per-row figure
+  EXPECT_DOUBLE_EQ(lora_decode_layer_seconds(d, 10), 10 * d.lora_decode_row_s);
+  d.lora_decode_knots = 3;
+  d.lora_decode_knot_rows = {1, 8, 8};
+  EXPECT_THROW(d.validate(), std::invalid_argument);  // rows must ascend
+  d.lora_decode_knot_rows = {1, 8, 32};
+  d.lora_decode_knot_s[1] = -1e-6;
+  EXPECT_THROW(d.validate(), std::invalid_argument);
+  SimDevice::preset("h200").validate();
+  EXPECT_GT(SimDevice::preset("h200").lora_decode_knots, 0);  // the GPU presets carry the H200's knots
+  EXPECT_EQ(SimDevice::preset("cpu-2core").lora_decode_knots, 0);
+}
+
+TEST(SimLora, PrefillRowsCostAFixedPartOnePerRunAfterTheFirstAndOnePerRow) {
   const ModelConfig c = micro_model();
   const SimDevice d = SimDevice::preset("h200");
   const LoraAdapter a = random_lora(c, "a", 8, 16.0f, {T::q, T::v, T::down}, 1);
@@ -66,8 +95,8 @@ TEST(SimLora, PrefillRowsCostAFixedPartOnePerRunAndOnePerRow) {
   const double bw = d.lora_bandwidth_share * d.mem_bw_bytes_s;
   // Prompts of 30 and 20 rows on two slots, a decode row on the first.
   const double got = lora_step_seconds(d, c, shape_step({30, 20, 1}, {0, 1, 0}), slots);
-  const double kernels = L * (d.lora_prefill_layer_s + 2 * d.lora_prefill_run_s + 50 * d.lora_prefill_row_s) +
-                         L * d.lora_decode_row_s;
+  const double kernels = L * (d.lora_prefill_layer_s + 1 * d.lora_prefill_run_s + 50 * d.lora_prefill_row_s) +
+                         L * lora_decode_layer_seconds(d, 1);
   EXPECT_NEAR(got, kernels + 2 * w / bw, 1e-15);
   // The same rows told per row (a full step's in.lora_slot, no seq_lora_slot): the same price.
   Step full = shape_step({30, 20, 1}, {});
@@ -173,7 +202,8 @@ TEST(SimLora, ALoadChargesTheCopyAndTheEngineTellsTheStepsAdapters) {
   const double base = run(false), with = run(true);
   const SimDevice d = SimDevice::preset("h200");
   // At least one load and 16 decode steps of 8 rows each on the adapter.
-  const double floor = lora_load_seconds(d, lora_params(c, adapter.get())) + 15 * c.n_layers * d.lora_decode_row_s * 8;
+  const double floor =
+      lora_load_seconds(d, lora_params(c, adapter.get())) + 15 * c.n_layers * lora_decode_layer_seconds(d, 8);
   EXPECT_GT(with - base, floor);
 }
 
