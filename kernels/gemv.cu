@@ -159,8 +159,6 @@ __device__ __forceinline__ int gemv_out_row(const Params& p, int b, int r) {
   return row < p.n ? row : -1;
 }
 
-__device__ __forceinline__ void prefetch_l2(const void* ptr) { asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr)); }
-
 /// sum + this thread's output's LoRA delta (none for a row of x without an adapter).
 template <typename T>
 __device__ __forceinline__ float add_lora(const Params& p, float sum) {
@@ -197,12 +195,6 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
       wr[t][h] = w + int64_t(row) * k + lane_k;
     }
   const T* xr = static_cast<const T*>(p.x) + int64_t(min(g, p.m - 1)) * k + lane_k;  // columns >= m dropped
-  if constexpr (kLora) {  // the epilogue's row of B into L2 while the weights stream (B and the slots are inputs)
-    const int mm = tid / kBlockRows, row = gemv_out_row(p, blockIdx.x, tid % kBlockRows);
-    const int slot = mm < p.m && row >= 0 ? p.lora.row_slot[mm] : -1;
-    if (slot >= 0)
-      prefetch_l2(static_cast<const T*>(p.lora.b) + (int64_t(slot) * p.lora.n_out + row) * p.lora.max_rank);
-  }
 
   float acc[2][4] = {};
   const int end = p.plan.split_begin(split + 1), full = k / kStepK;  // steps < full need no K check

@@ -280,12 +280,7 @@ __global__ void __launch_bounds__(kSgmvWarps * 32)
     lora_sgmv_shrink_kernel(const T* x, const int32_t* n_tiles, const int32_t* tiles, const int32_t* perm, int n_rows,
                             const T* a, int n_in, int total, int chunk_len, int n_chunks, float* partial,
                             const float* scale, int32_t* tile_done, float* xa_rows) {
-  // Launched with PDL (lora_sgmv_shrink's pdl, LoraSgmvConfig::in_product) it waits for the kernel
-  // before it here, so when its dependents start (a gemv adding the delta in its epilogue, which
-  // reads x at once) x is complete; launched without, the wait is a no-op and an expand launched
-  // with PDL after it may start its prologue at once.
-  pdl_wait();
-  pdl_launch_dependents();
+  pdl_launch_dependents();  // an expand launched with PDL after it may start its prologue
   const int n_t = *n_tiles;
   for (int w = blockIdx.x; w < n_t * n_chunks; w += gridDim.x) {
     shrink_item<T>(x, tiles, perm, n_rows, a, n_in, total, chunk_len, partial, w % n_t, w / n_t);
@@ -468,7 +463,7 @@ void lora_plan(const int32_t* row_slot, int n_rows, int n_slots, const LoraPlan&
 }
 
 void lora_sgmv_shrink(ScalarType t, const void* x, const LoraPlan& plan, int n_rows, const LoraPool& pool,
-                      float* partial, cudaStream_t stream, float* xa_rows, bool pdl) {
+                      float* partial, cudaStream_t stream, float* xa_rows) {
   check_sgmv_pool(pool, "lora_sgmv_shrink");
   if (xa_rows && plan.tile_done == nullptr)
     throw std::invalid_argument("lora_sgmv_shrink: xa_rows needs the plan's tile_done counters");
@@ -478,14 +473,14 @@ void lora_sgmv_shrink(ScalarType t, const void* x, const LoraPlan& plan, int n_r
   const int grid = sgmv_grid(int64_t(lora_max_tiles(n_rows, pool.n_slots)) * n_chunks, plan.config.grid_blocks_per_sm);
   const int total = pool.total_rank();
   SERVELAB_DISPATCH_16(t,
-                       launch_pdl_if(pdl, lora_sgmv_shrink_kernel<__nv_bfloat16>, dim3(grid), dim3(kSgmvWarps * 32), 0,
-                                     stream, static_cast<const __nv_bfloat16*>(x), plan.n_tiles, plan.tiles, plan.perm,
-                                     n_rows, static_cast<const __nv_bfloat16*>(pool.a), pool.n_in, total, len, n_chunks,
-                                     partial, pool.scale, plan.tile_done, xa_rows),
-                       launch_pdl_if(pdl, lora_sgmv_shrink_kernel<__half>, dim3(grid), dim3(kSgmvWarps * 32), 0, stream,
-                                     static_cast<const __half*>(x), plan.n_tiles, plan.tiles, plan.perm, n_rows,
-                                     static_cast<const __half*>(pool.a), pool.n_in, total, len, n_chunks, partial,
-                                     pool.scale, plan.tile_done, xa_rows));
+                       (lora_sgmv_shrink_kernel<__nv_bfloat16><<<grid, kSgmvWarps * 32, 0, stream>>>(
+                           static_cast<const __nv_bfloat16*>(x), plan.n_tiles, plan.tiles, plan.perm, n_rows,
+                           static_cast<const __nv_bfloat16*>(pool.a), pool.n_in, total, len, n_chunks, partial,
+                           pool.scale, plan.tile_done, xa_rows)),
+                       (lora_sgmv_shrink_kernel<__half><<<grid, kSgmvWarps * 32, 0, stream>>>(
+                           static_cast<const __half*>(x), plan.n_tiles, plan.tiles, plan.perm, n_rows,
+                           static_cast<const __half*>(pool.a), pool.n_in, total, len, n_chunks, partial, pool.scale,
+                           plan.tile_done, xa_rows)));
   CUDA_CHECK_LAUNCH();
 }
 

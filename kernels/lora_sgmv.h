@@ -176,10 +176,8 @@ void lora_plan(const int32_t* row_slot, int n_rows, int n_slots, const LoraPlan&
 /// Σ_j partial[j, p, k] (fp32 [n_rows, total_rank], the sum the expand forms, in its order), by
 /// the last block of each tile to finish (plan.tile_done, required then); rows without an adapter
 /// untouched. kernels/lora_delta.h's consumers read it.
-/// pdl: launched with programmatic dependent launch (it waits for the kernel before it before it
-/// reads anything, then lets its dependents start: LoraSgmvConfig::in_product's gemv).
 void lora_sgmv_shrink(ScalarType t, const void* x, const LoraPlan& plan, int n_rows, const LoraPool& pool,
-                      float* partial, cudaStream_t stream, float* xa_rows = nullptr, bool pdl = false);
+                      float* partial, cudaStream_t stream, float* xa_rows = nullptr);
 /// y[perm[p], c0 + c] += Σ_k scale[slot] · (Σ_j partial[j, p, m · max_rank + k]) · B[slot, c, k]
 /// (m: c's segment) for every tile's rows; rows in no tile untouched. y 16-bit, row stride ld_y.
 /// accumulate = false: y[perm[p], c0 + c] = the delta alone (rounded once), for every column.

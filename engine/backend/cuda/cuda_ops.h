@@ -94,7 +94,7 @@ struct LoraHook {
   /// stream once everything before is done; in_product: the shrink alone, in line.
   void before_product(const OpContext& c, const void* x, int rows) const {
     if (in_product) {  // the kernel right before the product (gemv.cu's LoRA epilogue waits for it)
-      kernels::lora_sgmv_shrink(c.dt, x, plan, rows, pool, partial, c.stream, xa_rows, kernels::pdl_enabled());
+      kernels::lora_sgmv_shrink(c.dt, x, plan, rows, pool, partial, c.stream, xa_rows);
       return;
     }
     cudaStream_t s = c.stream;
