@@ -88,11 +88,9 @@ struct Variant {
   bool diagnostic = false;
 };
 
-/// Names: `default` (LoraSgmvConfig{}: up to 8 rows, where the products are our gemv, each
-/// product's delta in its gemv epilogue after an in-line shrink, 4 LoRA launches a layer; from 16
-/// rows as `beside`); `beside` (in_product off: the expand by rows without the register cap, 528, a
-/// block per item, every delta beside its product: o/down into the residual, q|k|v's and gate|up's
-/// into a scratch added by the RoPE + K/V write and SiLU·mul; the expands with PDL after their
+/// Names: `default` (LoraSgmvConfig{}: the expand by rows without the register cap, 528, a block
+/// per item, every delta beside its product: o/down into the residual, q|k|v's and gate|up's into
+/// a scratch added by the RoPE + K/V write and SiLU·mul; the expands with PDL after their
 /// shrinks; 8 LoRA launches a layer); `empty`:
 /// every launch with no rows in the plan (the launches and branches alone: diagnostic). The side
 /// work enqueued after the products, the shrink launched with PDL (both built as options,
@@ -110,7 +108,6 @@ std::vector<Variant> decode_variants() {
   };
   return {
       {"default", C{}},
-      {"beside", with([](C& c) { c.in_product = false; })},
       {"empty", with([](C& c) { c.empty_plan = true; }), true},
   };
 }

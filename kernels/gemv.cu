@@ -16,12 +16,6 @@
 // the stored gate_up would be: the same bits as the product followed by silu_mul.
 // Fused RoPE and K/V write (rope.head_dim > 0, run_gemv_rope_kv): the q|k|v product with
 // rope_kv_write's work in its epilogue, row blocks laid out as gemv_rope_kv.cuh describes.
-// A LoRA delta in the epilogue (lora.xa, every entry point): each output gets its row's
-// Σ_k xa[row, seg · r + k] · B[slot, col, k] (kernels/lora_delta.h) added to its fp32 sum before
-// it is rounded, SiLU'd or rotated, xa coming from lora_sgmv_shrink's finished rows. That shrink
-// is the kernel right before (launched without PDL, so x, written before it, is complete when
-// this kernel starts): the weights and x stream at once, and only the epilogue waits for the
-// shrink (pdl_wait), so the shrink runs beside the product's main loop with no side stream.
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -32,7 +26,6 @@
 #include "kernels/gemv_reduce.cuh"
 #include "kernels/gemv_rope_kv.cuh"
 #include "kernels/lamport_push.h"
-#include "kernels/lora_delta.cuh"
 
 namespace servelab::kernels {
 namespace {
@@ -145,37 +138,13 @@ struct Params {
   int silu_ffn;        ///< > 0: fused SiLU·mul, w = [gate; up] (n = 2 * silu_ffn), y [m, silu_ffn]
   LamportPush push;    ///< active: y's values also go into the peers' lamport buffers (lamport_push.h)
   gemv::RopeKv rope;   ///< head_dim > 0: y is q|k|v, RoPE and the K/V write in the epilogue
-  LoraXaDelta lora;    ///< xa set: each output's LoRA delta added in the epilogue (lora_delta.h)
 };
-
-/// The row of w (the column of y, before any pairing) whose sum thread r (0..31) of block b holds
-/// after block_row_sums, or -1 past the product's rows.
-__device__ __forceinline__ int gemv_out_row(const Params& p, int b, int r) {
-  if (p.silu_ffn > 0) {
-    const int c = b * 16 + r % 16;
-    return c < p.silu_ffn ? (r / 16) * p.silu_ffn + c : -1;
-  }
-  const int row = p.rope.head_dim > 0 ? gemv::rope_kv_row(p.rope, b, r / 16, r % 16) : b * kBlockRows + r;
-  return row < p.n ? row : -1;
-}
-
-/// sum + this thread's output's LoRA delta (none for a row of x without an adapter).
-template <typename T>
-__device__ __forceinline__ float add_lora(const Params& p, float sum) {
-  const int tid = threadIdx.x, mm = tid / kBlockRows;
-  if (mm >= p.m) return sum;
-  const int slot = p.lora.row_slot[mm];
-  const int row = gemv_out_row(p, blockIdx.x, tid % kBlockRows);
-  if (slot < 0 || row < 0) return sum;
-  const T* b = static_cast<const T*>(p.lora.b) + int64_t(slot) * p.lora.n_out * p.lora.max_rank;
-  return sum + lora_xa_column<T>(p.lora, p.lora.xa + int64_t(mm) * p.lora.total, b, row);
-}
 
 /// kVariant (gemv::Plan::variant): bit 0 = rolling two-step pipeline (a step's loads are issued
 /// right after the previous use of its registers, so a warp always has one or two steps in
 /// flight, instead of loading two, using two); bit 1 = the L2::256B hint on the weight loads.
 /// The steps are summed in the same order in every variant (same bits).
-template <typename T, typename OutT, int kVariant, bool kLora>
+template <typename T, typename OutT, int kVariant>
 __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
   constexpr bool kRolling = kVariant & 1, kHint = (kVariant & 2) != 0;
   __shared__ gemv::ReduceSmem sm;
@@ -205,7 +174,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
     bool have_a = s < lim, have_b = s + kWarps < lim;
     if (have_a) load_w<false, kHint>(a, wr, s * kStepK, lane_k, k);  // weights before the PDL wait
     if (have_b) load_w<false, kHint>(b, wr, (s + kWarps) * kStepK, lane_k, k);
-    if constexpr (!kLora) pdl_wait();  // with a LoRA epilogue the kernel before is the shrink: x is ready
+    pdl_wait();
     pdl_launch_dependents();
     if (have_a) load_x<false>(a, xr, s * kStepK, lane_k, k);
     if (have_b) load_x<false>(b, xr, (s + kWarps) * kStepK, lane_k, k);
@@ -231,7 +200,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) load_w<false, kHint>(r[u], wr, (s + u * kWarps) * kStepK, lane_k, k);
     }
-    if constexpr (!kLora) pdl_wait();  // with a LoRA epilogue the kernel before is the shrink: x is ready
+    pdl_wait();
     pdl_launch_dependents();
     if (first) {
 #pragma unroll
@@ -254,10 +223,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
     mma_step<T>(acc, r);
   }
 
-  if constexpr (kLora) pdl_wait();  // the shrink before this kernel has written xa
   float sum;
   if (!gemv::block_row_sums(sm, acc, blockIdx.x, p.plan.splits, split, p.partials, p.counters, sum)) return;
-  if constexpr (kLora) sum = add_lora<T>(p, sum);
   const int mm = tid / kBlockRows;
   if (ffn > 0) {  // thread (mm, r < 16) pairs gate row 16b + r with its up row (thread + 16)
     __syncthreads();  // every warp is done reading red
@@ -289,12 +256,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
 template <typename T, int kVariant>
 void launch_variant(const Params& p, bool out_fp32, cudaStream_t stream) {
   const dim3 grid(p.plan.row_blocks, p.plan.splits);
-  if (p.lora.xa) {  // 16-bit output only (the entry points check)
-    launch_pdl(gemv_kernel<T, T, kVariant, true>, grid, kThreads, 0, stream, p);
-    return;
-  }
-  if (out_fp32) launch_pdl(gemv_kernel<T, float, kVariant, false>, grid, kThreads, 0, stream, p);
-  else launch_pdl(gemv_kernel<T, T, kVariant, false>, grid, kThreads, 0, stream, p);
+  if (out_fp32) launch_pdl(gemv_kernel<T, float, kVariant>, grid, kThreads, 0, stream, p);
+  else launch_pdl(gemv_kernel<T, T, kVariant>, grid, kThreads, 0, stream, p);
 }
 
 template <typename T>
@@ -327,30 +290,14 @@ bool gemv_supported(ScalarType t, const void* x, const void* w, int m, int n, in
 int gemv_blocks_per_sm() {
   static const int blocks = [] {
     int b = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, gemv_kernel<__nv_bfloat16, float, 0, false>, kThreads, 0));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, gemv_kernel<__nv_bfloat16, float, 0>, kThreads, 0));
     return b;
   }();
   return blocks;
 }
 
-namespace {
-
-/// The LoRA epilogue's arguments, checked against the product: none (xa null) passes.
-LoraXaDelta checked_lora(const LoraXaDelta* lora, int n, bool out_fp32, const char* who) {
-  if (!lora || !lora->xa) return {};
-  if (!lora->row_slot || !lora->b || lora->n_out != n || lora->max_rank < 1 || lora->total < lora->max_rank ||
-      out_fp32)
-    throw std::invalid_argument(std::string(who) + ": a LoRA epilogue needs row slots, B over the product's " +
-                                std::to_string(n) + " columns (got " + std::to_string(lora->n_out) +
-                                "), a rank and a 16-bit output");
-  return *lora;
-}
-
-}  // namespace
-
 void run_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, bool out_fp32, bool accumulate,
-              const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream, const LamportPush& push,
-              const LoraXaDelta* lora) {
+              const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream, const LamportPush& push) {
   if (!gemv_supported(t, x, w, m, n, k))
     throw std::invalid_argument("run_gemv: unsupported product M=" + std::to_string(m) + " N=" + std::to_string(n) +
                                 " K=" + std::to_string(k) + " (needs 1 <= M <= 8, N >= 1, K a multiple of 8, "
@@ -359,21 +306,18 @@ void run_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n,
   if (push.active() && (t != ScalarType::bf16 || out_fp32 || !push.counter || push.n > LamportPush::kMaxRanks ||
                         int64_t(m) * n > push.slot_elems))
     throw std::invalid_argument("run_gemv: a lamport push needs bf16 output that fits a slot");
-  Params p{x, w, y, m, n, k, accumulate, plan, partials, counters, 0, push, {}, checked_lora(lora, n, out_fp32, "run_gemv")};
-  if (p.lora.xa && push.active()) throw std::invalid_argument("run_gemv: a LoRA epilogue with a lamport push");
+  Params p{x, w, y, m, n, k, accumulate, plan, partials, counters, 0, push, {}};
   SERVELAB_DISPATCH_16(t, launch<__nv_bfloat16>(p, out_fp32, stream), launch<__half>(p, out_fp32, stream));
 }
 
 void run_gemv_silu_mul(ScalarType t, const void* x, const void* w, void* act, int m, int ffn, int k,
-                       const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream,
-                       const LoraXaDelta* lora) {
+                       const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream) {
   if (ffn < 1 || !gemv_supported(t, x, w, m, 2 * ffn, k))
     throw std::invalid_argument("run_gemv_silu_mul: unsupported product M=" + std::to_string(m) + " FFN=" +
                                 std::to_string(ffn) + " K=" + std::to_string(k) +
                                 " (needs 1 <= M <= 8, FFN >= 1, K a multiple of 8, 16-byte aligned x and w)");
   check_plan(plan, 2 * ffn, k, partials, counters);
-  Params p{x,        w,   act, m, 2 * ffn, k, false, plan, partials, counters, ffn, LamportPush{}, {},
-           checked_lora(lora, 2 * ffn, false, "run_gemv_silu_mul")};
+  Params p{x, w, act, m, 2 * ffn, k, false, plan, partials, counters, ffn, LamportPush{}, {}};
   SERVELAB_DISPATCH_16(t, launch<__nv_bfloat16>(p, false, stream), launch<__half>(p, false, stream));
 }
 
@@ -398,7 +342,7 @@ bool gemv_rope_kv_supported(const QkvArgs& a, const void* x, const void* w, int 
 }
 
 void run_gemv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k, const gemv::Plan& plan, float* partials,
-                      int32_t* counters, cudaStream_t stream, const LoraXaDelta* lora) {
+                      int32_t* counters, cudaStream_t stream) {
   if (!gemv_rope_kv_supported(a, x, w, k))
     throw std::invalid_argument("run_gemv_rope_kv: unsupported product M=" + std::to_string(a.n_tokens) +
                                 " head_dim=" + std::to_string(a.head_dim) + " K=" + std::to_string(k) +
@@ -407,8 +351,7 @@ void run_gemv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k, con
                                 "16-byte aligned x and w)");
   const int n = (a.n_heads + 2 * a.n_kv_heads) * a.head_dim;
   check_plan(plan, n, k, partials, counters);
-  Params p{x,        w, a.qkv, a.n_tokens, n, k, false, plan, partials, counters, 0, LamportPush{}, gemv_rope_kv_params(a),
-           checked_lora(lora, n, false, "run_gemv_rope_kv")};
+  Params p{x, w, a.qkv, a.n_tokens, n, k, false, plan, partials, counters, 0, LamportPush{}, gemv_rope_kv_params(a)};
   SERVELAB_DISPATCH_16(a.dtype, launch<__nv_bfloat16>(p, false, stream), launch<__half>(p, false, stream));
 }
 

@@ -113,12 +113,6 @@ struct LoraSgmvConfig {
   /// both against 0.882 without, b64 0.546 against 0.826 (docs/lora.md "GPU figures").
   bool gate_up_in_consumer = false;
   bool qkv_in_consumer = false;
-  /// Read by the cuda backend, in plain decode steps whose products take our gemv (up to 8 rows,
-  /// 16-bit weights, one GPU): each product's delta is added in the gemv's own epilogue
-  /// (run_gemv's lora) from the rows' xa, which the grouped shrink, launched in line right before
-  /// the product, finishes (xa_rows): no side stream, no expand, RoPE + K/V write and SiLU·mul
-  /// fused into their products again. 4 LoRA launches a layer instead of 8 and 8 forks and joins.
-  bool in_product = true;
   /// Diagnostic, engine_bench only (the results are wrong): the plan is built from no rows, so
   /// every LoRA launch of the step runs and finds no work: what the launches, their empty blocks
   /// and the side stream's forks and joins cost alone.
