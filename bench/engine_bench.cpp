@@ -171,8 +171,7 @@ struct Args {
   int ncu_batch = 0, ncu_context = 0;  // --ncu-decode B,CTX
   bool ncu_graphs = false;             // --graphs: the ncu step is a graph replay
   bool mbu = false;                    // --mbu
-  bool lora = false;                   // --lora
-  bool lora_prefill = false;           // --lora-prefill: --lora's prefill steps only, with diagnostics
+  bool lora = false, lora_prefill = false;  // --lora; --lora-prefill: its prefill steps only, with diagnostics
   int lora_adapters = 0;               // --lora-adapters K (--lora --ncu-decode)
   bool fp8kv = false;                  // --kv-cache-dtype auto,fp8
   bool mixed_contexts = false;         // --mixed-contexts
@@ -518,8 +517,7 @@ int main(int argc, char** argv) {
     else if (a == "--prefill-only") args.prefill_only = true;
     else if (a == "--graphs") args.ncu_graphs = true;
     else if (a == "--mbu") args.mbu = true;
-    else if (a == "--lora") args.lora = true;
-    else if (a == "--lora-prefill") args.lora = args.lora_prefill = true;
+    else if (a == "--lora" || a == "--lora-prefill") args.lora = true, args.lora_prefill = a == "--lora-prefill";
     else if (a == "--lora-adapters" && i + 1 < argc) args.lora_adapters = std::atoi(argv[++i]);
     else if (a == "--kv-cache-dtype" && i + 1 < argc && std::string(argv[i + 1]) == "auto,fp8") {
       args.fp8kv = true;
@@ -557,8 +555,7 @@ int main(int argc, char** argv) {
     if (args.lora) {
       bench::LoraBenchOptions lo;
       lo.preset = args.preset;
-      lo.quick = args.quick;
-      lo.prefill_only = args.lora_prefill;
+      lo.quick = args.quick, lo.prefill_only = args.lora_prefill;
       if (args.ncu_batch > 0) {  // one LoRA decode step under ncu (bench/engine_bench_lora.h)
         lo.ncu_batch = args.ncu_batch;
         lo.ncu_context = args.ncu_context;
