@@ -119,7 +119,7 @@ struct LoraSgmvConfig {
   bool empty_plan = false;
   /// Diagnostic, engine_bench only (the results are wrong): in eager steps, the tensor-core runs'
   /// shrinks (bit 1) or expands (bit 2) are not launched, the forks and joins kept: what each
-  /// part of a prefill's LoRA cost is in the step (lora_prefill_parts).
+  /// part of a prefill's LoRA cost is in the step (engine_bench --lora-prefill).
   int skip_runs = 0;
 };
 
