@@ -88,9 +88,12 @@ struct Variant {
   bool diagnostic = false;
 };
 
-/// Names: `default` (LoraSgmvConfig{}: the expand by rows without the register cap, 528, a block
-/// per item, every delta beside its product: o/down into the residual, q|k|v's and gate|up's into
-/// a scratch added by the RoPE + K/V write and SiLU·mul; the expands with PDL after their
+/// Names: `default` (LoraSgmvConfig{}: up to 8 rows, where the products are our gemv, each
+/// product's gemv runs its shrink in its first 32 blocks and adds the delta in its epilogue, no
+/// LoRA launch; from 16 rows as `beside`); `shrink16` / `shrink64` (16 / 64 such blocks);
+/// `beside` (in_product off: the expand by rows without the register cap, 528, a
+/// block per item, every delta beside its product: o/down into the residual, q|k|v's and gate|up's
+/// into a scratch added by the RoPE + K/V write and SiLU·mul; the expands with PDL after their
 /// shrinks; 8 LoRA launches a layer); `empty`:
 /// every launch with no rows in the plan (the launches and branches alone: diagnostic). The side
 /// work enqueued after the products, the shrink launched with PDL (both built as options,
@@ -108,6 +111,9 @@ std::vector<Variant> decode_variants() {
   };
   return {
       {"default", C{}},
+      {"shrink16", with([](C& c) { c.in_product_shrink_blocks = 16; })},
+      {"shrink64", with([](C& c) { c.in_product_shrink_blocks = 64; })},
+      {"beside", with([](C& c) { c.in_product = false; })},
       {"empty", with([](C& c) { c.empty_plan = true; }), true},
   };
 }

@@ -95,19 +95,28 @@ bool Gemm::fuses_gate_up_silu(ScalarType t, const void* x, const void* w, int m,
 }
 
 void Gemm::run_gate_up_silu(ScalarType t, const void* x, const void* w, void* act, int m, int ffn, int k,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, const LoraInGemv* lora) {
   if (m == 0) return;
   const std::optional<gemv::Plan> plan = ffn >= 1 ? taken_gemv_plan(t, x, w, m, 2 * ffn, k) : std::nullopt;
   if (!plan) throw std::logic_error("Gemm::run_gate_up_silu: this product does not take the fused gemv path");
-  run_gemv_silu_mul(t, x, w, act, m, ffn, k, *plan, gemv_partials_, gemv_counters_, stream);
+  run_gemv_silu_mul(t, x, w, act, m, ffn, k, *plan, gemv_partials_, gemv_counters_, stream, lora);
 }
 
-bool Gemm::run_qkv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k, cudaStream_t stream) {
+bool Gemm::run_gemv_lora(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k,
+                         const LoraInGemv& lora, cudaStream_t stream) {
+  const std::optional<gemv::Plan> plan = m > 0 ? taken_gemv_plan(t, x, w, m, n, k) : std::nullopt;
+  if (!plan) return false;
+  run_gemv(t, x, w, y, m, n, k, false, false, *plan, gemv_partials_, gemv_counters_, stream, LamportPush{}, &lora);
+  return true;
+}
+
+bool Gemm::run_qkv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k, cudaStream_t stream,
+                           const LoraInGemv* lora) {
   const int n = (a.n_heads + 2 * a.n_kv_heads) * a.head_dim;
   if (a.n_tokens == 0 || !gemv_rope_kv_supported(a, x, w, k)) return false;
   const std::optional<gemv::Plan> plan = taken_gemv_plan(a.dtype, x, w, a.n_tokens, n, k);
   if (!plan) return false;
-  run_gemv_rope_kv(a, x, w, k, *plan, gemv_partials_, gemv_counters_, stream);
+  run_gemv_rope_kv(a, x, w, k, *plan, gemv_partials_, gemv_counters_, stream, lora);
   return true;
 }
 

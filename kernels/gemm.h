@@ -13,6 +13,7 @@
 #include "kernels/attention.h"
 #include "kernels/gemv_plan.h"
 #include "kernels/lamport_push.h"
+#include "kernels/lora_delta.h"
 #include "kernels/ops.h"
 
 namespace servelab::kernels {
@@ -35,9 +36,13 @@ int gemv_blocks_per_sm();
 /// zeroed ints (left zeroed), used by one stream at a time. Throws std::invalid_argument otherwise.
 /// push (active): each bf16 output value also goes into this rank's slot of the peers' lamport
 /// buffers (lamport_push.h), for CustomAllReduce::run_add_rms_norm(pushed) after it.
+/// lora (delta.xa set): the grid's first lora->shrink.blocks blocks run the grouped shrink of x
+/// (kernels/lora_sgmv.h lora_gemv_shrink) and each output also gets its row's LoRA delta from the
+/// finished xa rows (kernels/lora_delta.h) in the epilogue, before rounding (gemv_lora.cuh).
+/// 16-bit output only.
 void run_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, bool out_fp32, bool accumulate,
               const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream,
-              const LamportPush& push = {});
+              const LamportPush& push = {}, const LoraInGemv* lora = nullptr);
 
 /// Fused gate|up product and SiLU·mul for gemv_supported shapes (with n = 2 * ffn): w [2 * ffn, k]
 /// is the merged [gate; up] projection, act [m, ffn] = silu(x · gateᵀ) * (x · upᵀ), each half
@@ -45,7 +50,8 @@ void run_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n,
 /// [m, 2 * ffn] buffer followed by silu_mul. plan = gemv::make_plan(2 * ffn, k, ...); partials and
 /// counters as run_gemv. Throws std::invalid_argument otherwise.
 void run_gemv_silu_mul(ScalarType t, const void* x, const void* w, void* act, int m, int ffn, int k,
-                       const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream);
+                       const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream,
+                       const LoraInGemv* lora = nullptr);
 
 /// The q|k|v product with rope_kv_write's work in its epilogue (gemv_rope_kv.cuh): y = a.qkv
 /// [a.n_tokens, q|k|v width] gets q with bias and RoPE; k (bias, RoPE) and v (bias) go to the
@@ -56,7 +62,7 @@ bool gemv_rope_kv_supported(const QkvArgs& a, const void* x, const void* w, int 
 /// The epilogue's view of a (quant_gemv's QuantGemvArgs::rope takes it too).
 gemv::RopeKv gemv_rope_kv_params(const QkvArgs& a);
 void run_gemv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k, const gemv::Plan& plan, float* partials,
-                      int32_t* counters, cudaStream_t stream);
+                      int32_t* counters, cudaStream_t stream, const LoraInGemv* lora = nullptr);
 
 /// Owns a cuBLASLt handle and workspace, and caches the algorithm chosen per shape.
 /// batch_invariant: split-K is disallowed and one algorithm, chosen for a canonical row count,
@@ -103,11 +109,16 @@ class Gemm {
   /// act[m, ffn] = silu(x · gateᵀ) * (x · upᵀ) for the merged w = [gate; up] (run_gemv_silu_mul)
   /// when fuses_gate_up_silu(); throws std::logic_error otherwise (run() then silu_mul instead).
   void run_gate_up_silu(ScalarType t, const void* x, const void* w, void* act, int m, int ffn, int k,
-                        cudaStream_t stream);
+                        cudaStream_t stream, const LoraInGemv* lora = nullptr);
+  /// run() with a LoRA epilogue (run_gemv's lora) where run() would take gemv; false, nothing
+  /// enqueued, otherwise.
+  bool run_gemv_lora(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k,
+                     const LoraInGemv& lora, cudaStream_t stream);
   /// The q|k|v product with RoPE and the K/V write in gemv's epilogue (run_gemv_rope_kv) where
   /// run() would take gemv for it and gemv_rope_kv_supported; false, nothing enqueued, otherwise
   /// (the caller then runs the product and rope_kv_write).
-  bool run_qkv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k, cudaStream_t stream);
+  bool run_qkv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k, cudaStream_t stream,
+                       const LoraInGemv* lora = nullptr);
   /// The decomposition run() gives gemv for this shape.
   gemv::Plan gemv_plan(int n, int k) const;
 

@@ -16,6 +16,11 @@
 // the stored gate_up would be: the same bits as the product followed by silu_mul.
 // Fused RoPE and K/V write (rope.head_dim > 0, run_gemv_rope_kv): the q|k|v product with
 // rope_kv_write's work in its epilogue, row blocks laid out as gemv_rope_kv.cuh describes.
+// A LoRA delta in the epilogue (lora.delta.xa, every entry point; gemv_lora.cuh): the grid's first
+// blocks run the product's grouped shrink, and each output gets its row's
+// Σ_k xa[row, seg · r + k] · B[slot, col, k] added to its fp32 sum before it is rounded, SiLU'd or
+// rotated, once the shrink blocks are done: no LoRA launch, the PDL overlap with the kernel
+// before kept.
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -26,6 +31,7 @@
 #include "kernels/gemv_reduce.cuh"
 #include "kernels/gemv_rope_kv.cuh"
 #include "kernels/lamport_push.h"
+#include "kernels/gemv_lora.cuh"
 
 namespace servelab::kernels {
 namespace {
@@ -138,18 +144,40 @@ struct Params {
   int silu_ffn;        ///< > 0: fused SiLU·mul, w = [gate; up] (n = 2 * silu_ffn), y [m, silu_ffn]
   LamportPush push;    ///< active: y's values also go into the peers' lamport buffers (lamport_push.h)
   gemv::RopeKv rope;   ///< head_dim > 0: y is q|k|v, RoPE and the K/V write in the epilogue
+  LoraInGemv lora;     ///< delta.xa set: the shrink in the first blocks, each output's delta in the epilogue
 };
+
+/// The row of w (the column of y, before any pairing) whose sum thread r (0..31) of block b holds
+/// after block_row_sums, or -1 past the product's rows.
+__device__ __forceinline__ int gemv_out_row(const Params& p, int b, int r) {
+  if (p.silu_ffn > 0) {
+    const int c = b * 16 + r % 16;
+    return c < p.silu_ffn ? (r / 16) * p.silu_ffn + c : -1;
+  }
+  const int row = p.rope.head_dim > 0 ? gemv::rope_kv_row(p.rope, b, r / 16, r % 16) : b * kBlockRows + r;
+  return row < p.n ? row : -1;
+}
 
 /// kVariant (gemv::Plan::variant): bit 0 = rolling two-step pipeline (a step's loads are issued
 /// right after the previous use of its registers, so a warp always has one or two steps in
 /// flight, instead of loading two, using two); bit 1 = the L2::256B hint on the weight loads.
 /// The steps are summed in the same order in every variant (same bits).
-template <typename T, typename OutT, int kVariant>
+template <typename T, typename OutT, int kVariant, bool kLora>
 __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
   constexpr bool kRolling = kVariant & 1, kHint = (kVariant & 2) != 0;
   __shared__ gemv::ReduceSmem sm;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
-  const int n0 = blockIdx.x * kBlockRows, split = blockIdx.y;
+  int bx = blockIdx.x, split = blockIdx.y;  // the row block and K slice (LoRA: after the shrink's blocks)
+  if constexpr (kLora) {
+    const int b = int(blockIdx.x) - p.lora.shrink.blocks;
+    if (b < 0) {
+      gemv::lora_shrink_block<T>(p.lora.shrink, p.lora.delta.total, static_cast<const T*>(p.x), blockIdx.x);
+      return;
+    }
+    bx = b % p.plan.row_blocks;
+    split = b / p.plan.row_blocks;
+  }
+  const int n0 = bx * kBlockRows;
   const int k = p.k, lane_k = gemv::k_offset(q, 0);
   const T* w = static_cast<const T*>(p.w);
   const int ffn = p.silu_ffn;
@@ -158,8 +186,8 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
   for (int t = 0; t < 2; ++t)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int row = ffn > 0 ? t * ffn + min(blockIdx.x * 16 + h * 8 + g, ffn - 1)  // gate, then up
-                      : p.rope.head_dim > 0 ? min(gemv::rope_kv_row(p.rope, blockIdx.x, t, h * 8 + g), p.n - 1)
+      const int row = ffn > 0 ? t * ffn + min(bx * 16 + h * 8 + g, ffn - 1)  // gate, then up
+                      : p.rope.head_dim > 0 ? min(gemv::rope_kv_row(p.rope, bx, t, h * 8 + g), p.n - 1)
                                             : min(n0 + t * 16 + h * 8 + g, p.n - 1);
       wr[t][h] = w + int64_t(row) * k + lane_k;
     }
@@ -224,13 +252,17 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
   }
 
   float sum;
-  if (!gemv::block_row_sums(sm, acc, blockIdx.x, p.plan.splits, split, p.partials, p.counters, sum)) return;
+  if (!gemv::block_row_sums(sm, acc, bx, p.plan.splits, split, p.partials, p.counters, sum)) return;
+  if constexpr (kLora) {
+    gemv::lora_wait_shrink(p.lora.shrink, p.plan.row_blocks);
+    sum = gemv::lora_add_delta<T>(p.lora.delta, p.m, tid / kBlockRows, gemv_out_row(p, bx, tid % kBlockRows), sum);
+  }
   const int mm = tid / kBlockRows;
   if (ffn > 0) {  // thread (mm, r < 16) pairs gate row 16b + r with its up row (thread + 16)
     __syncthreads();  // every warp is done reading red
     sm.red[0][tid] = sum;
     __syncthreads();
-    const int r = tid % kBlockRows, col = blockIdx.x * 16 + r;
+    const int r = tid % kBlockRows, col = bx * 16 + r;
     if (r < 16 && mm < p.m && col < ffn) {
       const float gate = to_float<T>(from_float<T>(sum)), up = to_float<T>(from_float<T>(sm.red[0][tid + 16]));
       static_cast<OutT*>(p.y)[int64_t(mm) * ffn + col] = out_from_float<OutT>(gate / (1.0f + expf(-gate)) * up);
@@ -239,7 +271,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
   }
   if constexpr (!std::is_same_v<OutT, float>) {
     if (p.rope.head_dim > 0) {
-      gemv::rope_kv_epilogue<T>(p.rope, sm, sum, static_cast<T*>(p.y), p.m, p.n, blockIdx.x);
+      gemv::rope_kv_epilogue<T>(p.rope, sm, sum, static_cast<T*>(p.y), p.m, p.n, bx);
       return;
     }
   }
@@ -256,8 +288,13 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
 template <typename T, int kVariant>
 void launch_variant(const Params& p, bool out_fp32, cudaStream_t stream) {
   const dim3 grid(p.plan.row_blocks, p.plan.splits);
-  if (out_fp32) launch_pdl(gemv_kernel<T, float, kVariant>, grid, kThreads, 0, stream, p);
-  else launch_pdl(gemv_kernel<T, T, kVariant>, grid, kThreads, 0, stream, p);
+  if (p.lora.delta.xa) {  // 16-bit output only (the entry points check); a 1-D grid, the shrink's blocks first
+    const dim3 lora_grid(p.lora.shrink.blocks + p.plan.row_blocks * p.plan.splits);
+    launch_pdl(gemv_kernel<T, T, kVariant, true>, lora_grid, kThreads, 0, stream, p);
+    return;
+  }
+  if (out_fp32) launch_pdl(gemv_kernel<T, float, kVariant, false>, grid, kThreads, 0, stream, p);
+  else launch_pdl(gemv_kernel<T, T, kVariant, false>, grid, kThreads, 0, stream, p);
 }
 
 template <typename T>
@@ -290,14 +327,36 @@ bool gemv_supported(ScalarType t, const void* x, const void* w, int m, int n, in
 int gemv_blocks_per_sm() {
   static const int blocks = [] {
     int b = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, gemv_kernel<__nv_bfloat16, float, 0>, kThreads, 0));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, gemv_kernel<__nv_bfloat16, float, 0, false>, kThreads, 0));
     return b;
   }();
   return blocks;
 }
 
+namespace {
+
+/// The LoRA epilogue's arguments, checked against the product: none (delta.xa null) passes.
+LoraInGemv checked_lora(const LoraInGemv* lora, int m, int n, int k, bool out_fp32, const char* who) {
+  if (!lora || !lora->delta.xa) return {};
+  const LoraXaDelta& d = lora->delta;
+  const LoraGemvShrink& s = lora->shrink;
+  if (!d.row_slot || !d.b || d.n_out != n || d.max_rank < 1 || d.max_rank > kLoraMaxRank || d.total < d.max_rank ||
+      out_fp32)
+    throw std::invalid_argument(std::string(who) + ": a LoRA epilogue needs row slots, B over the product's " +
+                                std::to_string(n) + " columns (got " + std::to_string(d.n_out) +
+                                "), a rank and a 16-bit output");
+  if (s.blocks < 1 || s.n_in != k || s.n_rows != m || s.xa_rows != d.xa || !s.n_tiles || !s.tiles || !s.perm || !s.a ||
+      !s.scale || !s.partial || !s.tile_done || !s.sync || s.n_chunks < 1 || s.chunk_len < 1)
+    throw std::invalid_argument(std::string(who) + ": the LoRA shrink (lora_gemv_shrink) does not match the product's " +
+                                std::to_string(m) + " x " + std::to_string(k) + " input");
+  return *lora;
+}
+
+}  // namespace
+
 void run_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, bool out_fp32, bool accumulate,
-              const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream, const LamportPush& push) {
+              const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream, const LamportPush& push,
+              const LoraInGemv* lora) {
   if (!gemv_supported(t, x, w, m, n, k))
     throw std::invalid_argument("run_gemv: unsupported product M=" + std::to_string(m) + " N=" + std::to_string(n) +
                                 " K=" + std::to_string(k) + " (needs 1 <= M <= 8, N >= 1, K a multiple of 8, "
@@ -306,18 +365,21 @@ void run_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n,
   if (push.active() && (t != ScalarType::bf16 || out_fp32 || !push.counter || push.n > LamportPush::kMaxRanks ||
                         int64_t(m) * n > push.slot_elems))
     throw std::invalid_argument("run_gemv: a lamport push needs bf16 output that fits a slot");
-  Params p{x, w, y, m, n, k, accumulate, plan, partials, counters, 0, push, {}};
+  Params p{x, w, y, m, n, k, accumulate, plan, partials, counters, 0, push, {}, checked_lora(lora, m, n, k, out_fp32, "run_gemv")};
+  if (p.lora.delta.xa && push.active()) throw std::invalid_argument("run_gemv: a LoRA epilogue with a lamport push");
   SERVELAB_DISPATCH_16(t, launch<__nv_bfloat16>(p, out_fp32, stream), launch<__half>(p, out_fp32, stream));
 }
 
 void run_gemv_silu_mul(ScalarType t, const void* x, const void* w, void* act, int m, int ffn, int k,
-                       const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream) {
+                       const gemv::Plan& plan, float* partials, int32_t* counters, cudaStream_t stream,
+                       const LoraInGemv* lora) {
   if (ffn < 1 || !gemv_supported(t, x, w, m, 2 * ffn, k))
     throw std::invalid_argument("run_gemv_silu_mul: unsupported product M=" + std::to_string(m) + " FFN=" +
                                 std::to_string(ffn) + " K=" + std::to_string(k) +
                                 " (needs 1 <= M <= 8, FFN >= 1, K a multiple of 8, 16-byte aligned x and w)");
   check_plan(plan, 2 * ffn, k, partials, counters);
-  Params p{x, w, act, m, 2 * ffn, k, false, plan, partials, counters, ffn, LamportPush{}, {}};
+  Params p{x,        w,   act, m, 2 * ffn, k, false, plan, partials, counters, ffn, LamportPush{}, {},
+           checked_lora(lora, m, 2 * ffn, k, false, "run_gemv_silu_mul")};
   SERVELAB_DISPATCH_16(t, launch<__nv_bfloat16>(p, false, stream), launch<__half>(p, false, stream));
 }
 
@@ -342,7 +404,7 @@ bool gemv_rope_kv_supported(const QkvArgs& a, const void* x, const void* w, int 
 }
 
 void run_gemv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k, const gemv::Plan& plan, float* partials,
-                      int32_t* counters, cudaStream_t stream) {
+                      int32_t* counters, cudaStream_t stream, const LoraInGemv* lora) {
   if (!gemv_rope_kv_supported(a, x, w, k))
     throw std::invalid_argument("run_gemv_rope_kv: unsupported product M=" + std::to_string(a.n_tokens) +
                                 " head_dim=" + std::to_string(a.head_dim) + " K=" + std::to_string(k) +
@@ -351,7 +413,8 @@ void run_gemv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k, con
                                 "16-byte aligned x and w)");
   const int n = (a.n_heads + 2 * a.n_kv_heads) * a.head_dim;
   check_plan(plan, n, k, partials, counters);
-  Params p{x, w, a.qkv, a.n_tokens, n, k, false, plan, partials, counters, 0, LamportPush{}, gemv_rope_kv_params(a)};
+  Params p{x,        w, a.qkv, a.n_tokens, n, k, false, plan, partials, counters, 0, LamportPush{}, gemv_rope_kv_params(a),
+           checked_lora(lora, a.n_tokens, n, k, false, "run_gemv_rope_kv")};
   SERVELAB_DISPATCH_16(a.dtype, launch<__nv_bfloat16>(p, false, stream), launch<__half>(p, false, stream));
 }
 

@@ -26,4 +26,30 @@ inline LoraXaDelta lora_xa_delta(const LoraPool& pool, const float* xa, const in
   return LoraXaDelta{xa, row_slot, pool.b, pool.n_out, pool.max_rank, pool.total_rank(), end(0), end(1)};
 }
 
+/// The grouped shrink a product's gemv runs in its own first `blocks` blocks
+/// (LoraSgmvConfig::in_product; kernels/lora_sgmv.h lora_gemv_shrink makes it): those blocks take
+/// the plan's (tile, chunk) items as lora_sgmv_shrink's kernel does, finish each tile's xa rows
+/// and count themselves done in sync[0]; the product's blocks wait for that count only in their
+/// epilogue, after streaming their weights. sync: two ints, zero between launches (the last
+/// block to pass the wait resets them).
+struct LoraGemvShrink {
+  const int32_t* n_tiles = nullptr;
+  const int32_t* tiles = nullptr;
+  const int32_t* perm = nullptr;
+  const void* a = nullptr;  ///< the pool's A [n_slots, total, n_in], 16-bit
+  const float* scale = nullptr;
+  float* partial = nullptr;
+  int32_t* tile_done = nullptr;
+  int32_t* sync = nullptr;
+  float* xa_rows = nullptr;  ///< [n_rows, total]: the finished rows (LoraInGemv::delta.xa)
+  int n_rows = 0, n_in = 0, chunk_len = 0, n_chunks = 0, blocks = 0;
+};
+
+/// A LoRA delta in a product's gemv epilogue: the shrink in the gemv's first blocks, the delta
+/// from its xa rows (delta.xa) added to each output before rounding.
+struct LoraInGemv {
+  LoraXaDelta delta;
+  LoraGemvShrink shrink;
+};
+
 }  // namespace servelab::kernels

@@ -12,12 +12,14 @@
 
 #include "kernels/common.cuh"
 #include "kernels/lora_sgmv.h"
+#include "kernels/lora_shrink_item.cuh"
 
 namespace servelab::kernels {
 namespace {
 
-constexpr int kSgmvWarps = 8;          // shrink: warps per block
-constexpr int kSgmvRanksPerWarp = 2;   // shrink: ranks a warp carries at once (A in registers)
+using lora_detail::kSgmvWarps;
+using lora_detail::shrink_finish;
+using lora_detail::shrink_item;
 constexpr int kSgmvColumns = 256;      // expand: threads (output columns) per block
 constexpr int kPlanThreads = 1024;
 constexpr int kPlanMaxSlots = 8192;    // the plan's two shared-memory arrays of n_slots ints
@@ -96,56 +98,6 @@ __global__ void lora_plan_kernel(const int32_t* row_slot, int n_rows, int n_slot
       const int p = atomicAdd(&cursor[s], 1);
       perm[p] = r;
       perm_slot[p] = s;
-    }
-  }
-}
-
-/// Item (tile t, chunk) of the shrink: warps take kSgmvRanksPerWarp ranks at a time; each lane
-/// holds 8 inputs of those ranks' A rows and of each tile row's x per pass, the warp's sums
-/// reduced by shuffles, into partial[chunk, tile rows, ranks].
-template <typename T>
-__device__ __forceinline__ void shrink_item(const T* x, const int32_t* tiles, const int32_t* perm, int n_rows,
-                                            const T* a, int n_in, int total, int chunk_len, float* partial, int t,
-                                            int chunk) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int s = tiles[3 * t], p0 = tiles[3 * t + 1], n = tiles[3 * t + 2];
-  const int i_begin = chunk * chunk_len, i_end = min(n_in, i_begin + chunk_len);
-  const T* xr[kLoraTileRows];
-#pragma unroll
-  for (int r = 0; r < kLoraTileRows; ++r) xr[r] = x + int64_t(perm[p0 + min(r, n - 1)]) * n_in;
-  float* out = partial + (int64_t(chunk) * n_rows + p0) * total;
-  for (int k0 = warp * kSgmvRanksPerWarp; k0 < total; k0 += kSgmvWarps * kSgmvRanksPerWarp) {
-    float acc[kSgmvRanksPerWarp][kLoraTileRows] = {};
-    const T* ak[kSgmvRanksPerWarp];
-#pragma unroll
-    for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk) ak[kk] = a + (int64_t(s) * total + min(k0 + kk, total - 1)) * n_in;
-    for (int i = i_begin + lane * 8; i < i_end; i += 32 * 8) {
-      float af[kSgmvRanksPerWarp][8];
-#pragma unroll
-      for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk) unpack8<T>(*reinterpret_cast<const Vec8*>(ak[kk] + i), af[kk]);
-#pragma unroll
-      for (int r = 0; r < kLoraTileRows; ++r) {
-        if (r >= n) break;  // uniform over the block
-        float xf[8];
-        unpack8<T>(*reinterpret_cast<const Vec8*>(xr[r] + i), xf);
-#pragma unroll
-        for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk)
-#pragma unroll
-          for (int j = 0; j < 8; ++j) acc[kk][r] += af[kk][j] * xf[j];
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk)
-#pragma unroll
-      for (int r = 0; r < kLoraTileRows; ++r)
-#pragma unroll
-        for (int o = 16; o > 0; o /= 2) acc[kk][r] += __shfl_xor_sync(0xffffffffu, acc[kk][r], o);
-    if (lane == 0) {
-#pragma unroll
-      for (int kk = 0; kk < kSgmvRanksPerWarp; ++kk)
-#pragma unroll
-        for (int r = 0; r < kLoraTileRows; ++r)
-          if (r < n && k0 + kk < total) out[int64_t(r) * total + k0 + kk] = acc[kk][r];
     }
   }
 }
@@ -242,34 +194,6 @@ __device__ __forceinline__ void expand_item(const ExpandArgs<T>& e, float* xs, i
   for (int r = 0; r < kLoraTileRows; ++r) {
     if (r >= n) break;
     e.y[int64_t(row[r]) * e.ld_y + e.c0 + c] = from_float<T>(y_old[r] + acc[r]);
-  }
-}
-
-/// After item (tile t, some chunk) of a shrink with xa rows (lora_sgmv_shrink's xa_rows): the
-/// tile's last block to finish a chunk (a counter per tile, tile_done, back to 0 after) sums the
-/// tile's chunks in chunk order, times the slot's scale, into xa_rows[row] (the expand's sums in
-/// the expand's order: the result does not depend on which block comes last).
-__device__ __forceinline__ void shrink_finish(const int32_t* tiles, const int32_t* perm, int n_rows, int total,
-                                              int n_chunks, const float* partial, const float* scale,
-                                              int32_t* tile_done, float* xa_rows, int t) {
-  __shared__ int last;
-  __threadfence();  // this block's partials before its count
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    last = atomicAdd(&tile_done[t], 1) == n_chunks - 1;
-    if (last) tile_done[t] = 0;  // the next launch (the same step's next layer) counts from 0
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();  // the other blocks' partials after their counts
-  const int s = tiles[3 * t], p0 = tiles[3 * t + 1], n = tiles[3 * t + 2];
-  const float sc = scale[s];
-  const float* part = partial + int64_t(p0) * total;
-  const int64_t chunk_stride = int64_t(n_rows) * total;
-  for (int i = threadIdx.x; i < n * total; i += blockDim.x) {
-    float v = 0.0f;
-    for (int j = 0; j < n_chunks; ++j) v += __ldcg(part + j * chunk_stride + i);
-    xa_rows[int64_t(perm[p0 + i / total]) * total + i % total] = v * sc;
   }
 }
 
@@ -482,6 +406,33 @@ void lora_sgmv_shrink(ScalarType t, const void* x, const LoraPlan& plan, int n_r
                            static_cast<const __half*>(pool.a), pool.n_in, total, len, n_chunks, partial, pool.scale,
                            plan.tile_done, xa_rows)));
   CUDA_CHECK_LAUNCH();
+}
+
+LoraGemvShrink lora_gemv_shrink(const LoraPlan& plan, int n_rows, const LoraPool& pool, float* partial,
+                                float* xa_rows) {
+  check_sgmv_pool(pool, "lora_gemv_shrink");
+  if (!plan.tile_done || !plan.gemv_sync || !partial || !xa_rows)
+    throw std::invalid_argument(
+        "lora_gemv_shrink: needs the plan's tile_done and gemv_sync counters, a partial scratch and xa rows");
+  const int blocks = plan.config.in_product_shrink_blocks;
+  if (blocks < 1)
+    throw std::invalid_argument("lora_gemv_shrink: in_product_shrink_blocks " + std::to_string(blocks) + " must be >= 1");
+  LoraGemvShrink s;
+  s.n_tiles = plan.n_tiles;
+  s.tiles = plan.tiles;
+  s.perm = plan.perm;
+  s.a = pool.a;
+  s.scale = pool.scale;
+  s.partial = partial;
+  s.tile_done = plan.tile_done;
+  s.sync = plan.gemv_sync;
+  s.xa_rows = xa_rows;
+  s.n_rows = n_rows;
+  s.n_in = pool.n_in;
+  s.chunk_len = lora_chunk_len(pool.n_in, n_rows, 2 * blocks);
+  s.n_chunks = (pool.n_in + s.chunk_len - 1) / s.chunk_len;
+  s.blocks = blocks;
+  return s;
 }
 
 namespace {

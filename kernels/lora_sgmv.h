@@ -25,6 +25,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/lora.h"
+#include "kernels/lora_delta.h"
 
 namespace servelab::kernels {
 
@@ -113,6 +114,16 @@ struct LoraSgmvConfig {
   /// both against 0.882 without, b64 0.546 against 0.826 (docs/lora.md "GPU figures").
   bool gate_up_in_consumer = false;
   bool qkv_in_consumer = false;
+  /// Read by the cuda backend, in plain decode steps whose products take our gemv (up to 8 rows,
+  /// 16-bit weights, one GPU): each product's delta is added in the gemv's own epilogue from the
+  /// rows' xa, which the grouped shrink finishes in the gemv's first in_product_shrink_blocks
+  /// blocks (LoraGemvShrink): no LoRA launch at all, no side stream, RoPE + K/V write and
+  /// SiLU·mul fused into their products again, the products still launched with PDL after the
+  /// norms.
+  bool in_product = true;
+  /// Blocks of each product's gemv that run its shrink (in_product); the shrink's chunking aims
+  /// at twice as many items.
+  int in_product_shrink_blocks = 32;
   /// Diagnostic, engine_bench only (the results are wrong): the plan is built from no rows, so
   /// every LoRA launch of the step runs and finds no work: what the launches, their empty blocks
   /// and the side stream's forks and joins cost alone.
@@ -133,6 +144,8 @@ struct LoraPlan {
   /// [max_tiles]: lora_sgmv_shrink's per-tile counters when it finishes xa rows (zero between
   /// launches: zeroed once when allocated, each launch leaves them 0); null: no xa rows.
   int32_t* tile_done = nullptr;
+  /// [2]: the counters of a shrink run inside a gemv (LoraGemvShrink::sync), zero between launches.
+  int32_t* gemv_sync = nullptr;
 };
 
 /// Tiles a step of n_rows rows over n_slots slots can need: each slot's last tile may be partial.
@@ -172,6 +185,12 @@ void lora_plan(const int32_t* row_slot, int n_rows, int n_slots, const LoraPlan&
 /// untouched. kernels/lora_delta.h's consumers read it.
 void lora_sgmv_shrink(ScalarType t, const void* x, const LoraPlan& plan, int n_rows, const LoraPool& pool,
                       float* partial, cudaStream_t stream, float* xa_rows = nullptr);
+/// The shrink of lora_sgmv_shrink(x, plan, n_rows, pool, partial, xa_rows), finishing xa_rows,
+/// as a gemv runs it in its first blocks (LoraInGemv; LoraSgmvConfig::in_product_shrink_blocks of
+/// them). Throws std::invalid_argument for a bad pool, or a plan without tile_done or gemv_sync.
+LoraGemvShrink lora_gemv_shrink(const LoraPlan& plan, int n_rows, const LoraPool& pool, float* partial,
+                                float* xa_rows);
+
 /// y[perm[p], c0 + c] += Σ_k scale[slot] · (Σ_j partial[j, p, m · max_rank + k]) · B[slot, c, k]
 /// (m: c's segment) for every tile's rows; rows in no tile untouched. y 16-bit, row stride ld_y.
 /// accumulate = false: y[perm[p], c0 + c] = the delta alone (rounded once), for every column.

@@ -219,6 +219,7 @@ TEST(CudaBackendGpuLora, EagerOnlyMatchesGraphsAndRefusesBadInput) {
   alt.eager_beside = !alt.eager_beside;  // the prefill's deltas beside their products
   alt.expand_pdl = !alt.expand_pdl;
   alt.expand_by_rows = !alt.expand_by_rows;  // slot tiles choosing rows on the device (expand_auto)
+  alt.in_product = !alt.in_product;  // the decodes' deltas beside their products (the eager ones: in their gemv)
   graphs->set_lora_kernels(alt);
   other.grid_blocks_per_sm = -1;
   EXPECT_THROW(eager->set_lora_kernels(other), std::invalid_argument);

@@ -93,8 +93,28 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
       g.lora && lora_kernels.qkv_beside && (plain_decode || eager_beside) && ctx.fusion && !st.kv_fp8;
   // q|k|v's delta computed by rope_kv_write from the rows' xa (qkv_in_consumer): plain decodes only.
   const bool qkv_xa_ok = plain_decode;
+  // Each product's delta in its gemv epilogue (lora_kernels.in_product): plain decodes on one GPU
+  // with 16-bit weights, each product that gemv takes (the rest as below).
+  const bool in_product_step = g.lora && lora_kernels.in_product && plain_decode && !qw && !tp && R <= k::gemv::kMaxRows;
+  auto gemv_takes = [&](int l, cuda::LoraGroup grp) {
+    const cuda::DeviceLayer& W = w.layers[l];
+    switch (grp) {
+      case cuda::LoraGroup::qkv: return ctx.gemm->uses_gemv(dt, xn.get(), W.w_qkv, R, qkv_width(), d);
+      case cuda::LoraGroup::o: return ctx.gemm->uses_gemv(dt, attn.get(), W.w_o, R, d, dq());
+      case cuda::LoraGroup::gate_up: return ctx.gemm->uses_gemv(dt, xn.get(), W.w_gate_up, R, 2 * local_ffn, d);
+      default: return ctx.gemm->uses_gemv(dt, act.get(), W.w_down, R, d, local_ffn);
+    }
+  };
   auto hook = [&](int l, cuda::LoraGroup grp) -> const cuda::LoraHook* {
     if (!g.lora) return nullptr;
+    if (in_product_step && gemv_takes(l, grp)) {
+      cuda::LoraHook& hk = hooks[int(grp)];
+      hk = cuda::LoraHook{lora.pool(l, grp), lora_step_plan(), lora_partial.get<float>()};
+      hk.in_product = true;
+      hk.row_slot = delta_rows;
+      hk.xa_rows = lora_xa_rows.get<float>();
+      return &hk;
+    }
     const bool into_residual =
         lora_kernels.residual_beside && (grp == cuda::LoraGroup::o || grp == cuda::LoraGroup::down);
     cuda::LoraHook& hk = hooks[int(grp)];
@@ -136,7 +156,9 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
     const cuda::ResidualNorm attn_norm{W.attn_norm, d, m.rms_eps, true}, ffn_norm{W.ffn_norm, d, m.rms_eps, true};
     using Group = cuda::LoraGroup;
     const cuda::Linear qkv_proj{W.w_qkv, qkv_width(), d, cuda::Linear::Split::column, Q ? &Q->qkv : nullptr, hook(l, Group::qkv)};
-    const bool qkv_xa = qkv_beside && qkv_xa_ok && lora_kernels.qkv_in_consumer, qkv_scratch = qkv_beside && !qkv_xa;
+    const bool qkv_in_product = g.lora && hooks[int(Group::qkv)].in_product;  // no delta left for rope_kv_write
+    const bool qkv_xa = !qkv_in_product && qkv_beside && qkv_xa_ok && lora_kernels.qkv_in_consumer,
+               qkv_scratch = !qkv_in_product && qkv_beside && !qkv_xa;
     const k::LoraXaDelta qkv_delta =
         qkv_xa ? k::lora_xa_delta(lora.pool(l, Group::qkv), lora_xa_rows.get<float>(), plan_slots) : k::LoraXaDelta{};
     const cuda::QkvAttention qkv_attention{

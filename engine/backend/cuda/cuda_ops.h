@@ -85,9 +85,17 @@ struct LoraHook {
   /// finishes each row's xa into `xa_rows` (fp32 [rows, pool.total_rank()]) and the kernel after
   /// the product computes the delta from it (kernels/lora_delta.h). Null: not so.
   float* xa_rows = nullptr;
+  /// LoraSgmvConfig::in_product: the product (our gemv: the op runs it so) runs the shrink in its
+  /// first blocks, finishing the rows' xa (`xa_rows`, read with `row_slot`), and adds each
+  /// output's delta in its epilogue. No LoRA launch, no side stream.
+  bool in_product = false;
+  kernels::LoraInGemv product_lora(int rows) const {
+    return {kernels::lora_xa_delta(pool, xa_rows, row_slot), kernels::lora_gemv_shrink(plan, rows, pool, partial, xa_rows)};
+  }
   /// Before the product: the shrink of x (and with `residual` the expand into it), on the side
-  /// stream once everything before is done.
+  /// stream once everything before is done (in_product: nothing, the product runs it).
   void before_product(const OpContext& c, const void* x, int rows) const {
+    if (in_product) return;
     cudaStream_t s = c.stream;
     if (side) {
       CUDA_CHECK(cudaEventRecord(fork, c.stream));
@@ -110,6 +118,7 @@ struct LoraHook {
   /// After the product: once the side stream is done, y += the deltas (unless they went into the
   /// residual).
   void after_product(const OpContext& c, void* y, int ld_y, int rows) const {
+    if (in_product) return;  // the product added it
     if (side) CUDA_CHECK(cudaStreamWaitEvent(c.stream, join, 0));
     if (!residual && !delta && !xa_rows) expand(c, y, ld_y, rows, c.stream);
   }
@@ -119,6 +128,17 @@ struct LoraHook {
     if (grouped) kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, y, ld_y, 0, s, true, pdl);
   }
 };
+
+/// A product whose gemv runs the LoRA shrink and adds the delta in its epilogue
+/// (LoraHook::in_product): y = x · wᵀ + the rows' deltas. The forward sets in_product only where gemv takes the
+/// product; std::logic_error otherwise.
+inline void run_product_with_lora(const OpContext& c, const LoraHook& lora, const void* x, const void* w, void* y,
+                                  int rows, int out, int in) {
+  if (!c.gemm->uses_gemv(c.dt, x, w, rows, out, in))
+    throw std::logic_error("a LoRA delta in the product needs gemv's path (the forward checks it)");
+  if (!c.gemm->run_gemv_lora(c.dt, x, w, y, rows, out, in, lora.product_lora(rows), c.stream))
+    throw std::logic_error("a LoRA delta in the product needs gemv's path");
+}
 
 struct Linear {
   enum class Split { none, column, row };
@@ -136,6 +156,10 @@ struct Linear {
     if (split == Split::row && c.tp && all_reduce_later && !quant && !lora && c.fusion &&
         tp_product_push(*c.tp, *c.gemm, x, weight, y, rows, out, in, c.stream))
       return;
+    if (lora && lora->in_product && !quant) {
+      run_product_with_lora(c, *lora, x, weight, y, rows, out, in);
+      return;
+    }
     if (lora) lora->before_product(c, x, rows);
     if (quant) c.quant->run(*quant, x, y, rows, *c.gemm, c.stream);
     else c.gemm->run(c.dt, x, weight, y, rows, out, in, false, c.stream);
@@ -158,6 +182,17 @@ struct GateUpSilu {
     }
     if (quant && !lora && c.fusion && c.fuse_gate_up_silu && c.quant->run_gate_up_silu(*quant, x, act, rows, ffn, c.stream))
       return;
+    if (lora && lora->in_product && !quant) {
+      if (c.fusion && c.fuse_gate_up_silu && c.gemm->fuses_gate_up_silu(c.dt, x, weight, rows, ffn, in)) {
+        const kernels::LoraInGemv d = lora->product_lora(rows);
+        c.gemm->run_gate_up_silu(c.dt, x, weight, act, rows, ffn, in, c.stream, &d);
+        return;
+      }
+      run_product_with_lora(c, *lora, x, weight, gate_up, rows, 2 * ffn, in);
+      if (c.fusion) kernels::silu_mul(c.dt, gate_up, act, rows, ffn, c.stream);
+      else kernels::silu_then_mul(c.dt, gate_up, act, rows, ffn, c.stream);
+      return;
+    }
     if (lora) lora->before_product(c, x, rows);
     if (quant) c.quant->run(*quant, x, gate_up, rows, *c.gemm, c.stream);
     else c.gemm->run(c.dt, x, weight, gate_up, rows, 2 * ffn, in, false, c.stream);
@@ -389,12 +424,24 @@ struct QkvAttention {
   void operator()(const OpContext& c, const AttentionStep& st, const void* x, void* qkv_out, void* k_cache,
                   void* v_cache, void* out, int rows) const {
     bool roped = false;
-    if (!qkv.lora && rows == st.n_tokens && attention.rope_kv_in_product(c, st)) {
+    if (qkv.lora && qkv.lora->in_product && !qkv.quant) {  // the delta in the product's epilogue, RoPE too where it can
+      if (rows == st.n_tokens && attention.rope_kv_in_product(c, st) &&
+          kernels::gemv_rope_kv_supported(attention.qkv_args(c, st, qkv_out, qkv.out, k_cache, v_cache), x, qkv.weight,
+                                          qkv.in) &&
+          c.gemm->uses_gemv(c.dt, x, qkv.weight, rows, qkv.out, qkv.in)) {
+        const kernels::LoraInGemv d = qkv.lora->product_lora(rows);
+        roped = c.gemm->run_qkv_rope_kv(attention.qkv_args(c, st, qkv_out, qkv.out, k_cache, v_cache), x, qkv.weight,
+                                        qkv.in, c.stream, &d);
+        if (!roped) throw std::logic_error("QkvAttention: the q|k|v product with a LoRA delta left gemv's path");
+      } else {
+        run_product_with_lora(c, *qkv.lora, x, qkv.weight, qkv_out, rows, qkv.out, qkv.in);
+      }
+    } else if (!qkv.lora && rows == st.n_tokens && attention.rope_kv_in_product(c, st)) {
       const kernels::QkvArgs qa = attention.qkv_args(c, st, qkv_out, qkv.out, k_cache, v_cache);
       roped = qkv.quant ? c.quant->run_qkv_rope_kv(*qkv.quant, qa, x, c.stream)
                         : c.gemm->run_qkv_rope_kv(qa, x, qkv.weight, qkv.in, c.stream);
     }
-    if (!roped) qkv(c, x, qkv_out, rows);
+    if (!roped && !(qkv.lora && qkv.lora->in_product && !qkv.quant)) qkv(c, x, qkv_out, rows);
     attention(c, st, qkv_out, qkv.out, k_cache, v_cache, out, roped);
   }
 };

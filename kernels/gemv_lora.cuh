@@ -1,0 +1,83 @@
+#pragma once
+// LoRA inside the decode gemv (LoraSgmvConfig::in_product, gemv.cu's kLora kernels): the grid's
+// first shrink.blocks blocks run the product's grouped shrink (the plan's (tile, chunk) items,
+// each tile's xa rows finished by its last chunk: kernels/lora_shrink_item.cuh) and count
+// themselves done; the other blocks are the product's, unchanged until their epilogue, where the
+// block that finishes a row block waits for that count and adds each output's delta,
+// Σ_k xa[row, seg · r + k] · B[slot, col, k], to its fp32 sum before rounding, RoPE or SiLU·mul.
+// So a product with an adapter launches nothing more than the product: it still streams its
+// weights while the kernel before it drains (PDL), and the shrink runs in the first wave beside
+// them. No deadlock: the shrink blocks have the lowest indices (dispatched first, as CUB's
+// decoupled look-back relies on), never wait, and the kernel after (PDL) launches only once
+// every block has started and passed its own wait.
+#include <cstdint>
+
+#include "kernels/common.cuh"
+#include "kernels/lora_delta.cuh"
+#include "kernels/lora_shrink_item.cuh"
+
+namespace servelab::kernels::gemv {
+
+__device__ __forceinline__ int load_acquire_gpu(const int32_t* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+/// Shrink block b (< s.blocks): its items, each tile's xa finished by the tile's last chunk, then
+/// the count. x: the product's input [n_rows, n_in], written by the kernel before (PDL wait).
+template <typename T>
+__device__ __forceinline__ void lora_shrink_block(const LoraGemvShrink& s, int total, const T* x, int b) {
+  pdl_wait();
+  const int n_t = *s.n_tiles;
+  for (int w = b; w < n_t * s.n_chunks; w += s.blocks) {
+    lora_detail::shrink_item<T>(x, s.tiles, s.perm, s.n_rows, static_cast<const T*>(s.a), s.n_in, total, s.chunk_len,
+                                s.partial, w % n_t, w / n_t);
+    lora_detail::shrink_finish(s.tiles, s.perm, s.n_rows, total, s.n_chunks, s.partial, s.scale, s.tile_done,
+                               s.xa_rows, w % n_t);
+  }
+  __threadfence();  // this block's xa rows before its count
+  __syncthreads();
+  if (threadIdx.x == 0) atomicAdd(s.sync, 1);
+}
+
+/// Every thread of a block that finishes one of the product's row_blocks row blocks: returns once
+/// every shrink block has counted itself done; the last row block to pass resets the counters.
+__device__ __forceinline__ void lora_wait_shrink(const LoraGemvShrink& s, int row_blocks) {
+  if (threadIdx.x == 0) {
+    while (load_acquire_gpu(s.sync) < s.blocks) __nanosleep(32);
+    if (atomicAdd(s.sync + 1, 1) == row_blocks - 1) {  // every row block has seen the count
+      s.sync[1] = 0;
+      s.sync[0] = 0;
+    }
+  }
+  __syncthreads();
+}
+
+/// sum + row mm's delta at output column col (col < 0, mm >= m, or a row without an adapter:
+/// sum). xa read through L2 (written by other blocks of this kernel).
+template <typename T>
+__device__ __forceinline__ float lora_add_delta(const LoraXaDelta& d, int m, int mm, int col, float sum) {
+  if (mm >= m || col < 0) return sum;
+  const int slot = d.row_slot[mm];
+  if (slot < 0) return sum;
+  const int seg = (col >= d.seg_end0) + (col >= d.seg_end1);
+  const float* xa = d.xa + int64_t(mm) * d.total + seg * d.max_rank;
+  const T* b = static_cast<const T*>(d.b) + (int64_t(slot) * d.n_out + col) * d.max_rank;
+  float acc = 0.0f;
+  if (d.max_rank % 8 == 0) {
+    for (int k = 0; k < d.max_rank; k += 8) {
+      float bf[8];
+      unpack8<T>(__ldg(reinterpret_cast<const Vec8*>(b + k)), bf);
+      const float4 x0 = __ldcg(reinterpret_cast<const float4*>(xa + k));
+      const float4 x1 = __ldcg(reinterpret_cast<const float4*>(xa + k + 4));
+      acc += x0.x * bf[0] + x0.y * bf[1] + x0.z * bf[2] + x0.w * bf[3] + x1.x * bf[4] + x1.y * bf[5] + x1.z * bf[6] +
+             x1.w * bf[7];
+    }
+  } else {
+    for (int k = 0; k < d.max_rank; ++k) acc += __ldcg(xa + k) * to_float<T>(b[k]);
+  }
+  return sum + acc;
+}
+
+}  // namespace servelab::kernels::gemv
