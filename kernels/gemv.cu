@@ -251,11 +251,13 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
     mma_step<T>(acc, r);
   }
 
+  gemv::LoraEpilogue le;  // kLora: B's first ranks in flight while the block sums its warps
+  if constexpr (kLora) le = gemv::lora_prefetch<T>(p.lora.delta, p.m, tid / kBlockRows, gemv_out_row(p, bx, tid % kBlockRows));
   float sum;
   if (!gemv::block_row_sums(sm, acc, bx, p.plan.splits, split, p.partials, p.counters, sum)) return;
   if constexpr (kLora) {
     gemv::lora_wait_shrink(p.lora.shrink, p.plan.row_blocks);
-    sum = gemv::lora_add_delta<T>(p.lora.delta, p.m, tid / kBlockRows, gemv_out_row(p, bx, tid % kBlockRows), sum);
+    sum = gemv::lora_add_delta<T>(p.lora.delta, le, tid / kBlockRows, sum);
   }
   const int mm = tid / kBlockRows;
   if (ffn > 0) {  // thread (mm, r < 16) pairs gate row 16b + r with its up row (thread + 16)

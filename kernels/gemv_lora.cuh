@@ -54,21 +54,42 @@ __device__ __forceinline__ void lora_wait_shrink(const LoraGemvShrink& s, int ro
   __syncthreads();
 }
 
-/// sum + row mm's delta at output column col (col < 0, mm >= m, or a row without an adapter:
-/// sum). xa read through L2 (written by other blocks of this kernel).
+/// What a thread's delta needs before the shrink is done: its row's slot (-1: no delta) and its
+/// output column's first 16 ranks of B, loaded while the block sums its warps.
+struct LoraEpilogue {
+  int slot = -1;
+  int col = -1;
+  Vec8 b[2];
+};
+
+/// Row mm's slot and B at output column col (col < 0 or mm >= m: no delta).
 template <typename T>
-__device__ __forceinline__ float lora_add_delta(const LoraXaDelta& d, int m, int mm, int col, float sum) {
-  if (mm >= m || col < 0) return sum;
-  const int slot = d.row_slot[mm];
-  if (slot < 0) return sum;
-  const int seg = (col >= d.seg_end0) + (col >= d.seg_end1);
+__device__ __forceinline__ LoraEpilogue lora_prefetch(const LoraXaDelta& d, int m, int mm, int col) {
+  LoraEpilogue e;
+  if (mm >= m || col < 0) return e;
+  e.slot = d.row_slot[mm];
+  e.col = col;
+  if (e.slot < 0 || d.max_rank % 8 != 0) return e;
+  const T* b = static_cast<const T*>(d.b) + (int64_t(e.slot) * d.n_out + col) * d.max_rank;
+#pragma unroll
+  for (int q = 0; q < 2; ++q)
+    if (q * 8 < d.max_rank) e.b[q] = __ldg(reinterpret_cast<const Vec8*>(b + q * 8));
+  return e;
+}
+
+/// sum + the delta lora_prefetch set up: Σ_k xa[mm, seg · r + k] · B[slot, col, k], xa read
+/// through L2 (written by other blocks of this kernel), in k order.
+template <typename T>
+__device__ __forceinline__ float lora_add_delta(const LoraXaDelta& d, const LoraEpilogue& e, int mm, float sum) {
+  if (e.slot < 0) return sum;
+  const int seg = (e.col >= d.seg_end0) + (e.col >= d.seg_end1);
   const float* xa = d.xa + int64_t(mm) * d.total + seg * d.max_rank;
-  const T* b = static_cast<const T*>(d.b) + (int64_t(slot) * d.n_out + col) * d.max_rank;
+  const T* b = static_cast<const T*>(d.b) + (int64_t(e.slot) * d.n_out + e.col) * d.max_rank;
   float acc = 0.0f;
   if (d.max_rank % 8 == 0) {
     for (int k = 0; k < d.max_rank; k += 8) {
       float bf[8];
-      unpack8<T>(__ldg(reinterpret_cast<const Vec8*>(b + k)), bf);
+      unpack8<T>(k < 16 ? e.b[k / 8] : __ldg(reinterpret_cast<const Vec8*>(b + k)), bf);
       const float4 x0 = __ldcg(reinterpret_cast<const float4*>(xa + k));
       const float4 x1 = __ldcg(reinterpret_cast<const float4*>(xa + k + 4));
       acc += x0.x * bf[0] + x0.y * bf[1] + x0.z * bf[2] + x0.w * bf[3] + x1.x * bf[4] + x1.y * bf[5] + x1.z * bf[6] +

@@ -429,7 +429,7 @@ LoraGemvShrink lora_gemv_shrink(const LoraPlan& plan, int n_rows, const LoraPool
   s.xa_rows = xa_rows;
   s.n_rows = n_rows;
   s.n_in = pool.n_in;
-  s.chunk_len = lora_chunk_len(pool.n_in, n_rows, 2 * blocks);
+  s.chunk_len = lora_chunk_len(pool.n_in, n_rows, plan.config.in_product_chunks);
   s.n_chunks = (pool.n_in + s.chunk_len - 1) / s.chunk_len;
   s.blocks = blocks;
   return s;

@@ -121,9 +121,10 @@ struct LoraSgmvConfig {
   /// SiLU·mul fused into their products again, the products still launched with PDL after the
   /// norms.
   bool in_product = true;
-  /// Blocks of each product's gemv that run its shrink (in_product); the shrink's chunking aims
-  /// at twice as many items.
-  int in_product_shrink_blocks = 32;
+  /// Blocks of each product's gemv that run its shrink (in_product), and the chunks its input
+  /// is cut into (at most 16; a tile's chunks are summed by the last block to finish one).
+  int in_product_shrink_blocks = 64;
+  int in_product_chunks = 16;
   /// Diagnostic, engine_bench only (the results are wrong): the plan is built from no rows, so
   /// every LoRA launch of the step runs and finds no work: what the launches, their empty blocks
   /// and the side stream's forks and joins cost alone.

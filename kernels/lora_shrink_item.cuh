@@ -10,6 +10,7 @@ namespace servelab::kernels::lora_detail {
 
 constexpr int kSgmvWarps = 8;         // shrink: warps per block
 constexpr int kSgmvRanksPerWarp = 2;  // shrink: ranks a warp carries at once (A in registers)
+constexpr int kShrinkMaxChunks = 16;  // chunks a product's input is cut into at most (lora_chunk_len)
 
 /// Item (tile t, chunk) of the shrink: warps take kSgmvRanksPerWarp ranks at a time; each lane
 /// holds 8 inputs of those ranks' A rows and of each tile row's x per pass, the warp's sums
@@ -83,8 +84,13 @@ __device__ __forceinline__ void shrink_finish(const int32_t* tiles, const int32_
   const float* part = partial + int64_t(p0) * total;
   const int64_t chunk_stride = int64_t(n_rows) * total;
   for (int i = threadIdx.x; i < n * total; i += blockDim.x) {
+    float c[kShrinkMaxChunks];  // every chunk's load issued before the first add
+#pragma unroll
+    for (int j = 0; j < kShrinkMaxChunks; ++j) c[j] = j < n_chunks ? __ldcg(part + j * chunk_stride + i) : 0.0f;
     float v = 0.0f;
-    for (int j = 0; j < n_chunks; ++j) v += __ldcg(part + j * chunk_stride + i);
+#pragma unroll
+    for (int j = 0; j < kShrinkMaxChunks; ++j)
+      if (j < n_chunks) v += c[j];
     xa_rows[int64_t(perm[p0 + i / total]) * total + i % total] = v * sc;
   }
 }

@@ -5,7 +5,7 @@
 // gemv's; the xa rows against lora_shrink_ref; the tile counters and the gemv's two shrink
 // counters back at 0 after every launch (a second launch and graph replays with other slots give
 // the same results). Awkward shapes: outputs not a multiple of a row block, inputs not a multiple
-// of the shrink's chunk, K split over blocks, rank 12 (scalar B loads), one shrink block looping
+// of the shrink's chunk, 4 and 16 chunks, K split over blocks, rank 12 (scalar B loads), one shrink block looping
 // over every item and more shrink blocks than items, 1 to 8 rows over up to 8 slots.
 #include <algorithm>
 #include <cmath>
@@ -50,7 +50,7 @@ std::vector<int32_t> slots_of(int m, int n_slots, int shift) {
 }
 
 void run_case(const Case& cs, uint64_t seed) {
-  SCOPED_TRACE(name_of(cs));
+  SCOPED_TRACE(name_of(cs) + (seed % 3 == 0 ? ", 4 chunks" : ", 16 chunks"));
   std::mt19937_64 rng(seed);
   const int m = cs.m, n = cs.n_out, k = cs.k, ffn = n / 2;
   const std::vector<int> seg_out = cs.silu ? std::vector<int>{ffn, ffn} : std::vector<int>{n};
@@ -71,6 +71,7 @@ void run_case(const Case& cs, uint64_t seed) {
   const LoraPool pool = testing::lora_test_pool(da.get(), db.get(), dscale.get<float>(), cs.n_slots, k, cs.rank, seg_out);
   LoraSgmvConfig config;
   config.in_product_shrink_blocks = cs.shrink_blocks;
+  config.in_product_chunks = seed % 3 == 0 ? 4 : 16;  // cases 3 and 6: 4 chunks
   int32_t* c = counts.get<int32_t>();
   const LoraPlan plan{c, tiles.get<int32_t>(), perm.get<int32_t>(), perm_slot.get<int32_t>(), config,
                       tile_done.get<int32_t>(), c + 2};
