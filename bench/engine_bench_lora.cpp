@@ -89,9 +89,9 @@ struct Variant {
 };
 
 /// Names: `default` (LoraSgmvConfig{}: up to 8 rows, where the products are our gemv, each
-/// product's gemv runs its shrink in its first 64 blocks, inputs in 16 chunks, and adds the delta
-/// in its epilogue, no LoRA launch; from 16 rows as `beside`); `b128`, `c8`, `c4`, `b128c8`
-/// (128 such blocks, 8 or 4 chunks); `beside` (in_product off: the expand by rows without the
+/// product's gemv runs its shrink in its first 128 blocks, inputs in 16 chunks, and adds the
+/// delta in its epilogue, no LoRA launch; from 16 rows as `beside`); `b64`, `b256`, `c8` (64 or
+/// 256 such blocks, 8 chunks); `beside` (in_product off: the expand by rows without the
 /// register cap, 528, a
 /// block per item, every delta beside its product: o/down into the residual, q|k|v's and gate|up's
 /// into a scratch added by the RoPE + K/V write and SiLU·mul; the expands with PDL after their
@@ -112,10 +112,9 @@ std::vector<Variant> decode_variants() {
   };
   return {
       {"default", C{}},
-      {"b128", with([](C& c) { c.in_product_shrink_blocks = 128; })},
+      {"b64", with([](C& c) { c.in_product_shrink_blocks = 64; })},
+      {"b256", with([](C& c) { c.in_product_shrink_blocks = 256; })},
       {"c8", with([](C& c) { c.in_product_chunks = 8; })},
-      {"c4", with([](C& c) { c.in_product_chunks = 4; })},
-      {"b128c8", with([](C& c) { c.in_product_shrink_blocks = 128, c.in_product_chunks = 8; })},
       {"beside", with([](C& c) { c.in_product = false; })},
       {"empty", with([](C& c) { c.empty_plan = true; }), true},
   };

@@ -38,19 +38,14 @@ __device__ __forceinline__ void lora_shrink_block(const LoraGemvShrink& s, int t
   }
   __threadfence();  // this block's xa rows before its count
   __syncthreads();
-  if (threadIdx.x == 0) atomicAdd(s.sync, 1);
+  if (threadIdx.x == 0) atomicAdd(s.done, 1);
 }
 
-/// Every thread of a block that finishes one of the product's row_blocks row blocks: returns once
-/// every shrink block has counted itself done; the last row block to pass resets the counters.
-__device__ __forceinline__ void lora_wait_shrink(const LoraGemvShrink& s, int row_blocks) {
-  if (threadIdx.x == 0) {
-    while (load_acquire_gpu(s.sync) < s.blocks) __nanosleep(32);
-    if (atomicAdd(s.sync + 1, 1) == row_blocks - 1) {  // every row block has seen the count
-      s.sync[1] = 0;
-      s.sync[0] = 0;
-    }
-  }
+/// Every thread of a block that finishes one of the product's row blocks: returns once every
+/// shrink block has counted itself done (the count is zeroed by the next step's lora_plan).
+__device__ __forceinline__ void lora_wait_shrink(const LoraGemvShrink& s) {
+  if (threadIdx.x == 0)
+    while (load_acquire_gpu(s.done) < s.blocks) __nanosleep(32);
   __syncthreads();
 }
 

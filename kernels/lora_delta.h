@@ -29,9 +29,9 @@ inline LoraXaDelta lora_xa_delta(const LoraPool& pool, const float* xa, const in
 /// The grouped shrink a product's gemv runs in its own first `blocks` blocks
 /// (LoraSgmvConfig::in_product; kernels/lora_sgmv.h lora_gemv_shrink makes it): those blocks take
 /// the plan's (tile, chunk) items as lora_sgmv_shrink's kernel does, finish each tile's xa rows
-/// and count themselves done in sync[0]; the product's blocks wait for that count only in their
-/// epilogue, after streaming their weights. sync: two ints, zero between launches (the last
-/// block to pass the wait resets them).
+/// and count themselves done in *done; the product's blocks wait for that count only in their
+/// epilogue, after streaming their weights. done: zero when the gemv starts (one per gemv of a
+/// step, zeroed by the step's lora_plan).
 struct LoraGemvShrink {
   const int32_t* n_tiles = nullptr;
   const int32_t* tiles = nullptr;
@@ -40,7 +40,7 @@ struct LoraGemvShrink {
   const float* scale = nullptr;
   float* partial = nullptr;
   int32_t* tile_done = nullptr;
-  int32_t* sync = nullptr;
+  int32_t* done = nullptr;
   float* xa_rows = nullptr;  ///< [n_rows, total]: the finished rows (LoraInGemv::delta.xa)
   int n_rows = 0, n_in = 0, chunk_len = 0, n_chunks = 0, blocks = 0;
 };

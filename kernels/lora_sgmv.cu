@@ -26,13 +26,14 @@ constexpr int kPlanMaxSlots = 8192;    // the plan's two shared-memory arrays of
 constexpr int kSgmvMaxChunks = 16;     // the expand sums at most this many partials per element
 
 __global__ void lora_plan_kernel(const int32_t* row_slot, int n_rows, int n_slots, int32_t* n_tiles, int32_t* tiles,
-                                 int32_t* perm, int32_t* perm_slot) {
+                                 int32_t* perm, int32_t* perm_slot, int32_t* gemv_done, int n_gemv_done) {
   extern __shared__ int32_t plan_shared[];
   int32_t* count = plan_shared;             // rows per slot
   int32_t* cursor = plan_shared + n_slots;  // next perm index per slot
   __shared__ int32_t warp_rows[32], warp_tiles[32];
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   for (int s = tid; s < n_slots; s += blockDim.x) count[s] = 0;
+  for (int i = tid; i < n_gemv_done; i += blockDim.x) gemv_done[i] = 0;
   __syncthreads();
   for (int r = tid; r < n_rows; r += blockDim.x) {
     const int s = row_slot[r];
@@ -382,7 +383,8 @@ void lora_plan(const int32_t* row_slot, int n_rows, int n_slots, const LoraPlan&
                                 std::to_string(kPlanMaxSlots) + "]");
   if (n_rows < 0) throw std::invalid_argument("lora_plan: n_rows is negative");
   lora_plan_kernel<<<1, kPlanThreads, 2 * sizeof(int32_t) * size_t(n_slots), stream>>>(row_slot, n_rows, n_slots,
-                                                                                       plan.n_tiles, plan.tiles, plan.perm, plan.perm_slot);
+                                                                                       plan.n_tiles, plan.tiles, plan.perm, plan.perm_slot,
+                                                                                       plan.gemv_done, plan.gemv_done ? plan.n_gemv_done : 0);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -409,11 +411,14 @@ void lora_sgmv_shrink(ScalarType t, const void* x, const LoraPlan& plan, int n_r
 }
 
 LoraGemvShrink lora_gemv_shrink(const LoraPlan& plan, int n_rows, const LoraPool& pool, float* partial,
-                                float* xa_rows) {
+                                float* xa_rows, int launch) {
   check_sgmv_pool(pool, "lora_gemv_shrink");
-  if (!plan.tile_done || !plan.gemv_sync || !partial || !xa_rows)
+  if (!plan.tile_done || !plan.gemv_done || !partial || !xa_rows)
     throw std::invalid_argument(
-        "lora_gemv_shrink: needs the plan's tile_done and gemv_sync counters, a partial scratch and xa rows");
+        "lora_gemv_shrink: needs the plan's tile_done and gemv_done counters, a partial scratch and xa rows");
+  if (launch < 0 || launch >= plan.n_gemv_done)
+    throw std::invalid_argument("lora_gemv_shrink: launch " + std::to_string(launch) + " outside the plan's " +
+                                std::to_string(plan.n_gemv_done) + " gemv counters");
   const int blocks = plan.config.in_product_shrink_blocks;
   if (blocks < 1)
     throw std::invalid_argument("lora_gemv_shrink: in_product_shrink_blocks " + std::to_string(blocks) + " must be >= 1");
@@ -425,7 +430,7 @@ LoraGemvShrink lora_gemv_shrink(const LoraPlan& plan, int n_rows, const LoraPool
   s.scale = pool.scale;
   s.partial = partial;
   s.tile_done = plan.tile_done;
-  s.sync = plan.gemv_sync;
+  s.done = plan.gemv_done + launch;
   s.xa_rows = xa_rows;
   s.n_rows = n_rows;
   s.n_in = pool.n_in;

@@ -123,7 +123,7 @@ struct LoraSgmvConfig {
   bool in_product = true;
   /// Blocks of each product's gemv that run its shrink (in_product), and the chunks its input
   /// is cut into (at most 16; a tile's chunks are summed by the last block to finish one).
-  int in_product_shrink_blocks = 64;
+  int in_product_shrink_blocks = 128;
   int in_product_chunks = 16;
   /// Diagnostic, engine_bench only (the results are wrong): the plan is built from no rows, so
   /// every LoRA launch of the step runs and finds no work: what the launches, their empty blocks
@@ -145,8 +145,10 @@ struct LoraPlan {
   /// [max_tiles]: lora_sgmv_shrink's per-tile counters when it finishes xa rows (zero between
   /// launches: zeroed once when allocated, each launch leaves them 0); null: no xa rows.
   int32_t* tile_done = nullptr;
-  /// [2]: the counters of a shrink run inside a gemv (LoraGemvShrink::sync), zero between launches.
-  int32_t* gemv_sync = nullptr;
+  /// [n_gemv_done]: a count per gemv of the step that runs its shrink inside
+  /// (LoraGemvShrink::done), zeroed by lora_plan at each step's start.
+  int32_t* gemv_done = nullptr;
+  int n_gemv_done = 0;
 };
 
 /// Tiles a step of n_rows rows over n_slots slots can need: each slot's last tile may be partial.
@@ -173,7 +175,7 @@ inline size_t lora_partial_floats_per_row(int n_in, int total_rank) {
 }
 
 /// Groups rows by row_slot[r] in [0, n_slots) (others: no adapter) into plan (perm_slot and the
-/// row count included). One block.
+/// row count included), and zeroes plan.gemv_done. One block.
 /// Rows of a slot keep no particular order in perm (every row's result is computed alone).
 /// Throws std::invalid_argument for n_slots < 1.
 void lora_plan(const int32_t* row_slot, int n_rows, int n_slots, const LoraPlan& plan, cudaStream_t stream);
@@ -188,9 +190,11 @@ void lora_sgmv_shrink(ScalarType t, const void* x, const LoraPlan& plan, int n_r
                       float* partial, cudaStream_t stream, float* xa_rows = nullptr);
 /// The shrink of lora_sgmv_shrink(x, plan, n_rows, pool, partial, xa_rows), finishing xa_rows,
 /// as a gemv runs it in its first blocks (LoraInGemv; LoraSgmvConfig::in_product_shrink_blocks of
-/// them). Throws std::invalid_argument for a bad pool, or a plan without tile_done or gemv_sync.
+/// them), the step's launch-th such gemv (its count: plan.gemv_done[launch]). Throws
+/// std::invalid_argument for a bad pool, a plan without tile_done, or launch outside
+/// [0, plan.n_gemv_done).
 LoraGemvShrink lora_gemv_shrink(const LoraPlan& plan, int n_rows, const LoraPool& pool, float* partial,
-                                float* xa_rows);
+                                float* xa_rows, int launch);
 
 /// y[perm[p], c0 + c] += Σ_k scale[slot] · (Σ_j partial[j, p, m · max_rank + k]) · B[slot, c, k]
 /// (m: c's segment) for every tile's rows; rows in no tile untouched. y 16-bit, row stride ld_y.

@@ -2,9 +2,9 @@
 // (LoraSgmvConfig::in_product; kernels/gemv_lora.cuh): run_gemv and run_gemv_silu_mul with a
 // LoraInGemv against the references (gemm_ref / gate_up_silu_ref on w plus the rows' deltas from
 // lora_shrink_ref and lora_expand_segments_ref), rows without an adapter bit for bit the plain
-// gemv's; the xa rows against lora_shrink_ref; the tile counters and the gemv's two shrink
-// counters back at 0 after every launch (a second launch and graph replays with other slots give
-// the same results). Awkward shapes: outputs not a multiple of a row block, inputs not a multiple
+// gemv's; the xa rows against lora_shrink_ref; the tile counters back at 0 after every launch
+// and the gemv's count at its shrink blocks, zeroed again by the next lora_plan (a second launch
+// and graph replays with other slots give the same results). Awkward shapes: outputs not a multiple of a row block, inputs not a multiple
 // of the shrink's chunk, 4 and 16 chunks, K split over blocks, rank 12 (scalar B loads), one shrink block looping
 // over every item and more shrink blocks than items, 1 to 8 rows over up to 8 slots.
 #include <algorithm>
@@ -74,9 +74,9 @@ void run_case(const Case& cs, uint64_t seed) {
   config.in_product_chunks = seed % 3 == 0 ? 4 : 16;  // cases 3 and 6: 4 chunks
   int32_t* c = counts.get<int32_t>();
   const LoraPlan plan{c, tiles.get<int32_t>(), perm.get<int32_t>(), perm_slot.get<int32_t>(), config,
-                      tile_done.get<int32_t>(), c + 2};
+                      tile_done.get<int32_t>(), c + 2, 2};
   const LoraInGemv lora{lora_xa_delta(pool, xa_rows.get<float>(), dslot.get<int32_t>()),
-                        lora_gemv_shrink(plan, m, pool, part.get<float>(), xa_rows.get<float>())};
+                        lora_gemv_shrink(plan, m, pool, part.get<float>(), xa_rows.get<float>(), 1)};
   gemv::Plan gp = gemv::make_plan(n, k, 132, 2, Gemm::kGemvCounters, Gemm::kGemvPartialFloats);
   if (cs.splits > 0) gp.splits = cs.splits;
   const int out_n = cs.silu ? ffn : n;
@@ -129,8 +129,8 @@ void run_case(const Case& cs, uint64_t seed) {
     const std::vector<int32_t> done = testing::download<int32_t>(tile_done, size_t(max_tiles)),
                                sync = testing::download<int32_t>(counts, 4);
     EXPECT_TRUE(std::all_of(done.begin(), done.end(), [](int32_t v) { return v == 0; })) << "tile counters left";
-    EXPECT_EQ(sync[2], 0) << "the gemv's shrink count left";
-    EXPECT_EQ(sync[3], 0) << "the gemv's pass count left";
+    EXPECT_EQ(sync[2], 0) << "the step's other gemv count, zeroed by lora_plan";
+    EXPECT_EQ(sync[3], cs.shrink_blocks) << "the gemv's count: every shrink block once";
   };
   const std::vector<int32_t> first = slots_of(m, cs.n_slots, 0);
   CUDA_CHECK(cudaMemcpy(dslot.get(), first.data(), size_t(m) * 4, cudaMemcpyHostToDevice));
@@ -167,17 +167,19 @@ TEST(GemvLoraGpu, RefusesAShrinkThatDoesNotMatchTheProduct) {
   const LoraPool pool = testing::lora_test_pool(ab.get(), ab.get(), scale.get<float>(), 1, 64, 8, {64});
   LoraSgmvConfig config;
   int32_t* i = ints.get<int32_t>();
-  const LoraPlan plan{i, i + 4, i + 64, i + 128, config, i + 192, i + 2};
+  const LoraPlan plan{i, i + 4, i + 64, i + 128, config, i + 192, i + 2, 1};
   const gemv::Plan gp = gemv::make_plan(64, 64, 132, 2, Gemm::kGemvCounters, Gemm::kGemvPartialFloats);
-  LoraInGemv lora{lora_xa_delta(pool, xa.get<float>(), i + 256), lora_gemv_shrink(plan, 1, pool, part.get<float>(), xa.get<float>())};
+  LoraInGemv lora{lora_xa_delta(pool, xa.get<float>(), i + 256),
+                  lora_gemv_shrink(plan, 1, pool, part.get<float>(), xa.get<float>(), 0)};
   lora.shrink.n_in = 32;  // not the product's K
   EXPECT_THROW(run_gemv(kT, x.get(), w.get(), y.get(), 1, 64, 64, false, false, gp, partials.get<float>(),
                         counters.get<int32_t>(), nullptr, {}, &lora),
                std::invalid_argument);
-  EXPECT_THROW(lora_gemv_shrink(LoraPlan{}, 1, pool, part.get<float>(), xa.get<float>()), std::invalid_argument);
+  EXPECT_THROW(lora_gemv_shrink(LoraPlan{}, 1, pool, part.get<float>(), xa.get<float>(), 0), std::invalid_argument);
+  EXPECT_THROW(lora_gemv_shrink(plan, 1, pool, part.get<float>(), xa.get<float>(), 1), std::invalid_argument);  // 1 count
   config.in_product_shrink_blocks = 0;
-  const LoraPlan none{i, i + 4, i + 64, i + 128, config, i + 192, i + 2};
-  EXPECT_THROW(lora_gemv_shrink(none, 1, pool, part.get<float>(), xa.get<float>()), std::invalid_argument);
+  const LoraPlan none{i, i + 4, i + 64, i + 128, config, i + 192, i + 2, 1};
+  EXPECT_THROW(lora_gemv_shrink(none, 1, pool, part.get<float>(), xa.get<float>(), 0), std::invalid_argument);
 }
 
 }  // namespace gemv_lora_test

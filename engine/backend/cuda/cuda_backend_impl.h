@@ -182,15 +182,18 @@ struct CudaBackend::Impl {
     if (stream) cudaStreamDestroy(stream);
   }
 
-  /// The plan's arrays inside lora_plan_buf (laid out by ensure_lora_scratch: counts [2], a gemv
-  /// shrink's counters [2], tiles, perm, perm_slot, the shrink's tile counters), launched as
-  /// lora_kernels says (CudaBackend::set_lora_kernels).
+  /// The plan's arrays inside lora_plan_buf (laid out by ensure_lora_scratch: counts, tiles, perm,
+  /// perm_slot, the shrink's tile counters, a count per LoRA group of every layer for the gemvs
+  /// that run their shrink inside), launched as lora_kernels says (CudaBackend::set_lora_kernels).
   k::LoraPlan lora_step_plan() const {
     auto* base = lora_plan_buf.get<int32_t>();
-    int32_t* perm = base + 4 + 3 * size_t(k::lora_max_tiles(rows_capacity, lora.n_slots()));
-    return k::LoraPlan{base, base + 4, perm, perm + rows_capacity, lora_kernels, perm + 2 * size_t(rows_capacity),
-                       base + 2};
+    const size_t max_tiles = size_t(k::lora_max_tiles(rows_capacity, lora.n_slots()));
+    int32_t* perm = base + 4 + 3 * max_tiles;
+    int32_t* tile_done = perm + 2 * size_t(rows_capacity);
+    return k::LoraPlan{base,      base + 4,         perm, perm + rows_capacity, lora_kernels, tile_done,
+                       tile_done + max_tiles, lora_gemv_counts()};
   }
+  int lora_gemv_counts() const { return cuda::kLoraGroups * int(w.layers.size()); }
 
   void drop_graphs() {
     for (auto& [key, g] : graphs)

@@ -105,12 +105,14 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
       default: return ctx.gemm->uses_gemv(dt, act.get(), W.w_down, R, d, local_ffn);
     }
   };
+  int gemv_launches = 0;  // in_product hooks so far (each its own count in the plan)
   auto hook = [&](int l, cuda::LoraGroup grp) -> const cuda::LoraHook* {
     if (!g.lora) return nullptr;
     if (in_product_step && gemv_takes(l, grp)) {
       cuda::LoraHook& hk = hooks[int(grp)];
       hk = cuda::LoraHook{lora.pool(l, grp), lora_step_plan(), lora_partial.get<float>()};
       hk.in_product = true;
+      hk.gemv_launch = gemv_launches++;
       hk.row_slot = delta_rows;
       hk.xa_rows = lora_xa_rows.get<float>();
       return &hk;

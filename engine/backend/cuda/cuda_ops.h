@@ -89,8 +89,10 @@ struct LoraHook {
   /// first blocks, finishing the rows' xa (`xa_rows`, read with `row_slot`), and adds each
   /// output's delta in its epilogue. No LoRA launch, no side stream.
   bool in_product = false;
+  int gemv_launch = 0;  ///< in_product: the step's how-manieth such product (its count: plan.gemv_done)
   kernels::LoraInGemv product_lora(int rows) const {
-    return {kernels::lora_xa_delta(pool, xa_rows, row_slot), kernels::lora_gemv_shrink(plan, rows, pool, partial, xa_rows)};
+    return {kernels::lora_xa_delta(pool, xa_rows, row_slot),
+            kernels::lora_gemv_shrink(plan, rows, pool, partial, xa_rows, gemv_launch)};
   }
   /// Before the product: the shrink of x (and with `residual` the expand into it), on the side
   /// stream once everything before is done (in_product: nothing, the product runs it).
