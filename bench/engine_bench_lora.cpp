@@ -90,16 +90,15 @@ struct Variant {
 
 /// Names: `default` (LoraSgmvConfig{}: up to 8 rows, where the products are our gemv, each
 /// product's gemv runs its shrink in its first 128 blocks, inputs in 16 chunks, and adds the
-/// delta in its epilogue, no LoRA launch; from 16 rows as `beside`); `b64`, `b256`, `c8` (64 or
-/// 256 such blocks, 8 chunks); `beside` (in_product off: the expand by rows without the
+/// delta in its epilogue, no LoRA launch; from 16 rows as `beside`); `beside` (in_product off: the expand by rows without the
 /// register cap, 528, a
 /// block per item, every delta beside its product: o/down into the residual, q|k|v's and gate|up's
 /// into a scratch added by the RoPE + K/V write and SiLU·mul; the expands with PDL after their
 /// shrinks; 8 LoRA launches a layer); `empty`:
 /// every launch with no rows in the plan (the launches and branches alone: diagnostic). The side
 /// work enqueued after the products, the shrink launched with PDL (both built as options,
-/// measured and removed) and the shrink's grid at 1 or 2 blocks an SM were measured on 2026-12-01
-/// (docs/lora.md).
+/// measured and removed), the shrink's grid at 1 or 2 blocks an SM, and the in-gemv shrink on
+/// 32, 64 or 256 blocks or in 4 or 8 chunks were measured on 2026-12-01 (docs/lora.md).
 /// (`inline`, no side stream, `consumer` (q|k|v's and gate|up's deltas expanded by the kernels
 /// after their products: 0.62-0.63 mean, last at f926a48) and `empty` under `consumer` were
 /// measured at 17db7ca, ce0f498, b54612e and since: docs/lora.md.)
@@ -112,9 +111,6 @@ std::vector<Variant> decode_variants() {
   };
   return {
       {"default", C{}},
-      {"b64", with([](C& c) { c.in_product_shrink_blocks = 64; })},
-      {"b256", with([](C& c) { c.in_product_shrink_blocks = 256; })},
-      {"c8", with([](C& c) { c.in_product_chunks = 8; })},
       {"beside", with([](C& c) { c.in_product = false; })},
       {"empty", with([](C& c) { c.empty_plan = true; }), true},
   };
