@@ -90,7 +90,8 @@ struct Variant {
 
 /// Names: `default` (LoraSgmvConfig{}: up to 8 rows, where the products are our gemv, each
 /// product's gemv runs its shrink in its first 128 blocks, inputs in 16 chunks, and adds the
-/// delta in its epilogue, no LoRA launch; from 16 rows as `beside`); `beside` (in_product off: the expand by rows without the
+/// delta in its epilogue, no LoRA launch; from 16 rows as `beside`); `tiles` (the in-gemv shrink's
+/// items of a slot tile, not of a row); `beside` (in_product off: the expand by rows without the
 /// register cap, 528, a
 /// block per item, every delta beside its product: o/down into the residual, q|k|v's and gate|up's
 /// into a scratch added by the RoPE + K/V write and SiLU·mul; the expands with PDL after their
@@ -111,6 +112,7 @@ std::vector<Variant> decode_variants() {
   };
   return {
       {"default", C{}},
+      {"tiles", with([](C& c) { c.in_product_row_items = false; })},
       {"beside", with([](C& c) { c.in_product = false; })},
       {"empty", with([](C& c) { c.empty_plan = true; }), true},
   };

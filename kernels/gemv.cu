@@ -348,7 +348,7 @@ LoraInGemv checked_lora(const LoraInGemv* lora, int m, int n, int k, bool out_fp
                                 std::to_string(n) + " columns (got " + std::to_string(d.n_out) +
                                 "), a rank and a 16-bit output");
   if (s.blocks < 1 || s.n_in != k || s.n_rows != m || s.xa_rows != d.xa || !s.n_tiles || !s.tiles || !s.perm || !s.a ||
-      !s.scale || !s.partial || !s.tile_done || !s.done || s.n_chunks < 1 || s.chunk_len < 1)
+      !s.scale || !s.partial || !s.tile_done || !s.done || (s.row_items && !s.perm_slot) || s.n_chunks < 1 || s.chunk_len < 1)
     throw std::invalid_argument(std::string(who) + ": the LoRA shrink (lora_gemv_shrink) does not match the product's " +
                                 std::to_string(m) + " x " + std::to_string(k) + " input");
   return *lora;

@@ -1,7 +1,7 @@
 #pragma once
 // LoRA inside the decode gemv (LoraSgmvConfig::in_product, gemv.cu's kLora kernels): the grid's
-// first shrink.blocks blocks run the product's grouped shrink (the plan's (tile, chunk) items,
-// each tile's xa rows finished by its last chunk: kernels/lora_shrink_item.cuh) and count
+// first shrink.blocks blocks run the product's grouped shrink (the plan's (row, chunk) items, or
+// (tile, chunk), each row's or tile's xa finished by its last chunk: kernels/lora_shrink_item.cuh) and count
 // themselves done; the other blocks are the product's, unchanged until their epilogue, where the
 // block that finishes a row block waits for that count and adds each output's delta,
 // Σ_k xa[row, seg · r + k] · B[slot, col, k], to its fp32 sum before rounding, RoPE or SiLU·mul.
@@ -29,12 +29,24 @@ __device__ __forceinline__ int load_acquire_gpu(const int32_t* p) {
 template <typename T>
 __device__ __forceinline__ void lora_shrink_block(const LoraGemvShrink& s, int total, const T* x, int b) {
   pdl_wait();
-  const int n_t = *s.n_tiles;
-  for (int w = b; w < n_t * s.n_chunks; w += s.blocks) {
-    lora_detail::shrink_item<T>(x, s.tiles, s.perm, s.n_rows, static_cast<const T*>(s.a), s.n_in, total, s.chunk_len,
-                                s.partial, w % n_t, w / n_t);
-    lora_detail::shrink_finish(s.tiles, s.perm, s.n_rows, total, s.n_chunks, s.partial, s.scale, s.tile_done,
-                               s.xa_rows, w % n_t);
+  const T* a = static_cast<const T*>(s.a);
+  if (s.row_items) {  // items (perm position, chunk): a tile's rows over as many blocks
+    const int n_with = s.n_tiles[1];
+    for (int w = b; w < n_with * s.n_chunks; w += s.blocks) {
+      const int p = w % n_with, slot = s.perm_slot[p];
+      lora_detail::shrink_rows<T>(x, s.perm, s.n_rows, a, s.n_in, total, s.chunk_len, s.partial, slot, p, 1,
+                                  w / n_with);
+      lora_detail::shrink_finish_rows(s.perm, s.n_rows, total, s.n_chunks, s.partial, s.scale, s.tile_done + p,
+                                      s.xa_rows, slot, p, 1);
+    }
+  } else {
+    const int n_t = *s.n_tiles;
+    for (int w = b; w < n_t * s.n_chunks; w += s.blocks) {
+      lora_detail::shrink_item<T>(x, s.tiles, s.perm, s.n_rows, a, s.n_in, total, s.chunk_len, s.partial, w % n_t,
+                                  w / n_t);
+      lora_detail::shrink_finish(s.tiles, s.perm, s.n_rows, total, s.n_chunks, s.partial, s.scale, s.tile_done,
+                                 s.xa_rows, w % n_t);
+    }
   }
   __threadfence();  // this block's xa rows before its count
   __syncthreads();

@@ -36,6 +36,7 @@ struct LoraGemvShrink {
   const int32_t* n_tiles = nullptr;
   const int32_t* tiles = nullptr;
   const int32_t* perm = nullptr;
+  const int32_t* perm_slot = nullptr;
   const void* a = nullptr;  ///< the pool's A [n_slots, total, n_in], 16-bit
   const float* scale = nullptr;
   float* partial = nullptr;
@@ -43,6 +44,8 @@ struct LoraGemvShrink {
   int32_t* done = nullptr;
   float* xa_rows = nullptr;  ///< [n_rows, total]: the finished rows (LoraInGemv::delta.xa)
   int n_rows = 0, n_in = 0, chunk_len = 0, n_chunks = 0, blocks = 0;
+  /// Items of one row each (a count per row: tile_done holds n_rows), not of the plan's tiles.
+  bool row_items = true;
 };
 
 /// A LoRA delta in a product's gemv epilogue: the shrink in the gemv's first blocks, the delta

@@ -426,6 +426,8 @@ LoraGemvShrink lora_gemv_shrink(const LoraPlan& plan, int n_rows, const LoraPool
   s.n_tiles = plan.n_tiles;
   s.tiles = plan.tiles;
   s.perm = plan.perm;
+  s.perm_slot = plan.perm_slot;
+  s.row_items = plan.config.in_product_row_items;
   s.a = pool.a;
   s.scale = pool.scale;
   s.partial = partial;

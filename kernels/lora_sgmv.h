@@ -125,6 +125,9 @@ struct LoraSgmvConfig {
   /// is cut into (at most 16; a tile's chunks are summed by the last block to finish one).
   int in_product_shrink_blocks = 128;
   int in_product_chunks = 16;
+  /// The in-product shrink's items are single rows (true; B of one adapter read once a row from
+  /// L2) or the plan's slot tiles of up to 8 rows (one block doing a whole tile's chunk).
+  bool in_product_row_items = true;
   /// Diagnostic, engine_bench only (the results are wrong): the plan is built from no rows, so
   /// every LoRA launch of the step runs and finds no work: what the launches, their empty blocks
   /// and the side stream's forks and joins cost alone.
@@ -142,8 +145,9 @@ struct LoraPlan {
   int32_t* perm = nullptr;       ///< [n_rows]: the rows with an adapter, by slot
   int32_t* perm_slot = nullptr;  ///< [n_rows]: each perm entry's slot
   LoraSgmvConfig config;         ///< host side: how the shrink and expand launch
-  /// [max_tiles]: lora_sgmv_shrink's per-tile counters when it finishes xa rows (zero between
-  /// launches: zeroed once when allocated, each launch leaves them 0); null: no xa rows.
+  /// [max(max_tiles, n_rows)]: lora_sgmv_shrink's per-tile counters when it finishes xa rows, or
+  /// per row for a gemv's shrink of rows (zero between launches: zeroed once when allocated, each
+  /// launch leaves them 0); null: no xa rows.
   int32_t* tile_done = nullptr;
   /// [n_gemv_done]: a count per gemv of the step that runs its shrink inside
   /// (LoraGemvShrink::done), zeroed by lora_plan at each step's start.

@@ -5,7 +5,7 @@
 // gemv's; the xa rows against lora_shrink_ref; the tile counters back at 0 after every launch
 // and the gemv's count at its shrink blocks, zeroed again by the next lora_plan (a second launch
 // and graph replays with other slots give the same results). Awkward shapes: outputs not a multiple of a row block, inputs not a multiple
-// of the shrink's chunk, 4 and 16 chunks, K split over blocks, rank 12 (scalar B loads), one shrink block looping
+// of the shrink's chunk, 4 and 16 chunks, items of a row or of a slot tile, K split over blocks, rank 12 (scalar B loads), one shrink block looping
 // over every item and more shrink blocks than items, 1 to 8 rows over up to 8 slots.
 #include <algorithm>
 #include <cmath>
@@ -50,7 +50,8 @@ std::vector<int32_t> slots_of(int m, int n_slots, int shift) {
 }
 
 void run_case(const Case& cs, uint64_t seed) {
-  SCOPED_TRACE(name_of(cs) + (seed % 3 == 0 ? ", 4 chunks" : ", 16 chunks"));
+  SCOPED_TRACE(name_of(cs) + (seed % 3 == 0 ? ", 4 chunks" : ", 16 chunks") +
+               (seed % 2 == 1 ? ", row items" : ", tile items"));
   std::mt19937_64 rng(seed);
   const int m = cs.m, n = cs.n_out, k = cs.k, ffn = n / 2;
   const std::vector<int> seg_out = cs.silu ? std::vector<int>{ffn, ffn} : std::vector<int>{n};
@@ -64,7 +65,7 @@ void run_case(const Case& cs, uint64_t seed) {
                db = testing::upload16(kT, b), dscale = testing::upload(scale);
   const int max_tiles = lora_max_tiles(m, cs.n_slots);
   DeviceBuffer counts(16), tiles(size_t(max_tiles) * 12), perm(size_t(m) * 4), perm_slot(size_t(m) * 4),
-      tile_done(size_t(max_tiles) * 4), dslot(size_t(m) * 4), xa_rows(size_t(m) * total * 4),
+      tile_done(size_t(max_tiles + m) * 4), dslot(size_t(m) * 4), xa_rows(size_t(m) * total * 4),
       part(lora_partial_floats_per_row(k, total) * m * 4), partials(size_t(Gemm::kGemvPartialFloats) * 4),
       counters(Gemm::kGemvCounters * 4);
   for (DeviceBuffer* z : {&counts, &tile_done, &counters}) CUDA_CHECK(cudaMemset(z->get(), 0, z->bytes()));
@@ -72,6 +73,7 @@ void run_case(const Case& cs, uint64_t seed) {
   LoraSgmvConfig config;
   config.in_product_shrink_blocks = cs.shrink_blocks;
   config.in_product_chunks = seed % 3 == 0 ? 4 : 16;  // cases 3 and 6: 4 chunks
+  config.in_product_row_items = seed % 2 == 1;        // odd cases: items of a row, even: of a slot tile
   int32_t* c = counts.get<int32_t>();
   const LoraPlan plan{c, tiles.get<int32_t>(), perm.get<int32_t>(), perm_slot.get<int32_t>(), config,
                       tile_done.get<int32_t>(), c + 2, 2};
@@ -126,7 +128,7 @@ void run_case(const Case& cs, uint64_t seed) {
         want.push_back(xa[size_t(r) * total + q]);
       }
     EXPECT_LT(testing::rel_error(g, want), 1e-4);
-    const std::vector<int32_t> done = testing::download<int32_t>(tile_done, size_t(max_tiles)),
+    const std::vector<int32_t> done = testing::download<int32_t>(tile_done, size_t(max_tiles + m)),
                                sync = testing::download<int32_t>(counts, 4);
     EXPECT_TRUE(std::all_of(done.begin(), done.end(), [](int32_t v) { return v == 0; })) << "tile counters left";
     EXPECT_EQ(sync[2], 0) << "the step's other gemv count, zeroed by lora_plan";

@@ -435,7 +435,7 @@ void CudaBackend::Impl::ensure_lora_scratch() {
   }
   const size_t partial = size_t(rows_capacity) * lora.max_partial_floats_per_row() * sizeof(float);
   const size_t plan =
-      (4 + 4 * size_t(k::lora_max_tiles(rows_capacity, lora.n_slots())) + 2 * size_t(rows_capacity) +
+      (4 + 4 * size_t(k::lora_max_tiles(rows_capacity, lora.n_slots())) + 3 * size_t(rows_capacity) +
        size_t(lora_gemv_counts())) *
       sizeof(int32_t);
   const size_t delta = size_t(rows_capacity) * size_t(std::max(2 * local_ffn, qkv_width())) * 2;

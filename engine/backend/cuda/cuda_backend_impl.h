@@ -183,7 +183,7 @@ struct CudaBackend::Impl {
   }
 
   /// The plan's arrays inside lora_plan_buf (laid out by ensure_lora_scratch: counts, tiles, perm,
-  /// perm_slot, the shrink's tile counters, a count per LoRA group of every layer for the gemvs
+  /// perm_slot, the shrink's tile (or row) counters, a count per LoRA group of every layer for the gemvs
   /// that run their shrink inside), launched as lora_kernels says (CudaBackend::set_lora_kernels).
   k::LoraPlan lora_step_plan() const {
     auto* base = lora_plan_buf.get<int32_t>();
@@ -191,7 +191,7 @@ struct CudaBackend::Impl {
     int32_t* perm = base + 4 + 3 * max_tiles;
     int32_t* tile_done = perm + 2 * size_t(rows_capacity);
     return k::LoraPlan{base,      base + 4,         perm, perm + rows_capacity, lora_kernels, tile_done,
-                       tile_done + max_tiles, lora_gemv_counts()};
+                       tile_done + max_tiles + size_t(rows_capacity), lora_gemv_counts()};
   }
   int lora_gemv_counts() const { return cuda::kLoraGroups * int(w.layers.size()); }
 
