@@ -96,10 +96,7 @@ struct Variant {
 /// block per item, every delta beside its product: o/down into the residual, q|k|v's and gate|up's
 /// into a scratch added by the RoPE + K/V write and SiLU·mul; the expands with PDL after their
 /// shrinks; 8 LoRA launches a layer); `empty`:
-/// every launch with no rows in the plan (the launches and branches alone: diagnostic); `fused`
-/// (from 16 rows each product's shrink and expand as one launch beside it: side_fused, 128 shrink
-/// blocks over items of a row), `fused-tiles` (its items of a slot tile), `fused-b256` (256
-/// shrink blocks), `fused-empty` (`empty` under `fused`). The side
+/// every launch with no rows in the plan (the launches and branches alone: diagnostic). The side
 /// work enqueued after the products, the shrink launched with PDL (both built as options,
 /// measured and removed), the shrink's grid at 1 or 2 blocks an SM, and the in-gemv shrink on
 /// 32, 64 or 256 blocks or in 4 or 8 chunks were measured on 2026-12-01 (docs/lora.md).
@@ -117,20 +114,7 @@ std::vector<Variant> decode_variants() {
       {"default", C{}},
       {"tiles", with([](C& c) { c.in_product_row_items = false; })},
       {"beside", with([](C& c) { c.in_product = false; })},
-      {"fused", with([](C& c) { c.side_fused = true; })},
-      {"fused-tiles", with([](C& c) {
-         c.side_fused = true;
-         c.fused_row_items = false;
-       })},
-      {"fused-b256", with([](C& c) {
-         c.side_fused = true;
-         c.fused_shrink_blocks = 256;
-       })},
       {"empty", with([](C& c) { c.empty_plan = true; }), true},
-      {"fused-empty", with([](C& c) {
-         c.side_fused = true;
-         c.empty_plan = true;
-       }), true},
   };
 }
 

@@ -128,14 +128,6 @@ struct LoraSgmvConfig {
   /// The in-product shrink's items are single rows (true; B of one adapter read once a row from
   /// L2) or the plan's slot tiles of up to 8 rows (one block doing a whole tile's chunk).
   bool in_product_row_items = true;
-  /// Read by the cuda backend, in steps on the grouped kernels with a side stream (every decode
-  /// graph from 16 rows, where the products are cuBLASLt's): each product whose delta goes beside
-  /// it (into the residual, or alone into a scratch) runs its shrink and expand as one launch
-  /// (lora_sgmv_fused), the expand's blocks waiting on the shrink's count instead of a second
-  /// launch; its shrink on fused_shrink_blocks blocks, of rows (fused_row_items) or slot tiles.
-  bool side_fused = false;
-  int fused_shrink_blocks = 128;
-  bool fused_row_items = true;
   /// Diagnostic, engine_bench only (the results are wrong): the plan is built from no rows, so
   /// every LoRA launch of the step runs and finds no work: what the launches, their empty blocks
   /// and the side stream's forks and joins cost alone.
@@ -217,17 +209,5 @@ LoraGemvShrink lora_gemv_shrink(const LoraPlan& plan, int n_rows, const LoraPool
 /// between the shrink's start and the expand writes y.
 void lora_sgmv_expand(ScalarType t, const float* partial, const LoraPlan& plan, int n_rows, const LoraPool& pool,
                       void* y, int ld_y, int c0, cudaStream_t stream, bool accumulate = true, bool pdl = false);
-
-/// lora_sgmv_shrink then lora_sgmv_expand(accumulate) as one launch (LoraSgmvConfig::side_fused;
-/// kernels/lora_fused.cu): the first fused_shrink_blocks blocks run the shrink, finishing each
-/// row's xa into xa_rows (fp32 [n_rows, pool.total_rank()]) and counting themselves in
-/// plan.gemv_done[launch] (zeroed by the step's lora_plan: one launch per count a step, shared
-/// with the gemvs that run their shrink inside); the others add the rows' deltas into y (or write
-/// them alone: accumulate false) once that count is complete. Chunks its input from the shrink
-/// blocks, so its sums may round unlike lora_sgmv_shrink's. Throws std::invalid_argument as
-/// lora_gemv_shrink does, and for fused_shrink_blocks < 1.
-void lora_sgmv_fused(ScalarType t, const void* x, const LoraPlan& plan, int n_rows, const LoraPool& pool,
-                     float* partial, float* xa_rows, int launch, void* y, int ld_y, int c0, bool accumulate,
-                     cudaStream_t stream);
 
 }  // namespace servelab::kernels

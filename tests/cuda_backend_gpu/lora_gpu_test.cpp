@@ -115,16 +115,17 @@ void hold(KvManager& kv, Sequence& s, int n) {
 
 size_t argmax(std::span<const float> row) { return size_t(std::max_element(row.begin(), row.end()) - row.begin()); }
 
-/// The adapter backend with `config` against the base and merged models (below).
-void mixed_adapters_equal_merged_models(kernels::LoraSgmvConfig config) {
+TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsEagerAndGraphs) {
+  SKIP_WITHOUT_GPU();
   const Fixture f;
   // The adapter backend (4 slots of rank <= 16: adapters in slots 0, 2, 3), the base model and
   // one backend per merged adapter, all over the same KV manager's slots.
   auto lora = CudaBackend::load(f.base_dir);
   // The prefill's sequences of 20 to 75 tokens (every adapter) take the tensor cores
   // (kernels/lora_gemm.h), the 9-token one the grouped kernels: both in one step.
-  config.gemm_min_rows = 16;
-  lora->set_lora_kernels(config);
+  kernels::LoraSgmvConfig prefill_gemm;
+  prefill_gemm.gemm_min_rows = 16;
+  lora->set_lora_kernels(prefill_gemm);
   lora->reserve_loras(4, 16);
   const int slot_of[3] = {0, 2, 3};
   for (int a = 0; a < 3; ++a) lora->load_lora(slot_of[a], f.adapters[size_t(a)]);
@@ -186,19 +187,6 @@ void mixed_adapters_equal_merged_models(kernels::LoraSgmvConfig config) {
               worst[1]);
   // A step with no adapter row on the adapter backend equals the base model (no LoRA launch).
   step({3, 5}, "no adapter rows");
-}
-
-TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsEagerAndGraphs) {
-  SKIP_WITHOUT_GPU();
-  mixed_adapters_equal_merged_models({});  // the decodes' deltas in their gemv (in_product)
-}
-
-TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsWithTheSideWorkInOneLaunch) {
-  SKIP_WITHOUT_GPU();
-  kernels::LoraSgmvConfig fused;  // the decodes' shrinks and expands beside the products, one launch each
-  fused.in_product = false;
-  fused.side_fused = true;
-  mixed_adapters_equal_merged_models(fused);
 }
 
 TEST(CudaBackendGpuLora, EagerOnlyMatchesGraphsAndRefusesBadInput) {

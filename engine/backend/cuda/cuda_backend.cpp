@@ -275,9 +275,6 @@ void CudaBackend::set_lora_kernels(const kernels::LoraSgmvConfig& config) {
     throw std::invalid_argument("CudaBackend::set_lora_kernels: in_product_shrink_blocks " +
                                 std::to_string(config.in_product_shrink_blocks) + " and in_product_chunks " +
                                 std::to_string(config.in_product_chunks) + " must be >= 1");
-  if (config.fused_shrink_blocks < 1)
-    throw std::invalid_argument("CudaBackend::set_lora_kernels: fused_shrink_blocks " +
-                                std::to_string(config.fused_shrink_blocks) + " must be >= 1");
   if (config.grid_blocks_per_sm < 0)
     throw std::invalid_argument("CudaBackend::set_lora_kernels: grid_blocks_per_sm " +
                                 std::to_string(config.grid_blocks_per_sm) + " must be >= 0");

@@ -143,13 +143,6 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
         hk.xa_rows = lora_xa_rows.get<float>();
       else hk.delta = lora_delta.get();
     }
-    // Shrink and expand as one launch on the side stream (lora_kernels.side_fused): its count is
-    // the next of the step's gemv counts, its xa rows the in-gemv shrink's scratch (the branches
-    // of a layer run one after another: each joins before the next forks).
-    if (lora_kernels.side_fused && side && grouped && lora_step_runs.empty() && !hk.xa_rows && (hk.residual || hk.delta)) {
-      hk.fused_xa = lora_xa_rows.get<float>();
-      hk.fused_launch = gemv_launches++;
-    }
     return &hk;
   };
 

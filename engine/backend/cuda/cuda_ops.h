@@ -90,12 +90,6 @@ struct LoraHook {
   /// output's delta in its epilogue. No LoRA launch, no side stream.
   bool in_product = false;
   int gemv_launch = 0;  ///< in_product: the step's how-manieth such product (its count: plan.gemv_done)
-  /// LoraSgmvConfig::side_fused (a step on the grouped kernels with a side stream, the delta
-  /// into `residual` or `delta`): the shrink and expand as one launch (kernels::lora_sgmv_fused),
-  /// its xa rows here (fp32 [rows, pool.total_rank()]) and its count plan.gemv_done[fused_launch].
-  /// Null: two launches.
-  float* fused_xa = nullptr;
-  int fused_launch = 0;
   kernels::LoraInGemv product_lora(int rows) const {
     return {kernels::lora_xa_delta(pool, xa_rows, row_slot),
             kernels::lora_gemv_shrink(plan, rows, pool, partial, xa_rows, gemv_launch)};
@@ -109,12 +103,6 @@ struct LoraHook {
       CUDA_CHECK(cudaEventRecord(fork, c.stream));
       CUDA_CHECK(cudaStreamWaitEvent(side, fork, 0));
       s = side;
-    }
-    if (fused_xa && grouped && !runs && (residual || delta)) {
-      kernels::lora_sgmv_fused(c.dt, x, plan, rows, pool, partial, fused_xa, fused_launch, residual ? residual : delta,
-                               pool.n_out, 0, residual != nullptr, s);
-      if (side) CUDA_CHECK(cudaEventRecord(join, side));
-      return;
     }
     if (runs && !(plan.config.skip_runs & 1))
       for (const kernels::LoraRun& r : *runs) gemm->shrink(c.dt, x, pool, r, run_scale[r.slot], xa, s);
