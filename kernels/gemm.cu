@@ -1,6 +1,6 @@
 // cuBLASLt wrapper: row-major y[M, N] = x[M, K] · w[N, K]ᵀ is column-major yᵀ = w · xᵀ, i.e.
 // A = w (K x N, transposed), B = x (K x M), C = D = y (N x M), all leading dimensions packed.
-// Products of at most gemv::kMaxRows rows go to run_gemv (gemv.cu) unless turned off or batch-invariant.
+// Products of at most gemv::kMaxM rows go to run_gemv (gemv.cu) unless turned off or batch-invariant.
 // cuBLASLt is called through cublaslt() (cublaslt_lib.h): loaded when the first Gemm is made.
 #include <algorithm>
 #include <stdexcept>
@@ -65,9 +65,9 @@ Gemm::Gemm(bool batch_invariant, size_t workspace_bytes, bool use_gemv, bool gem
   int device = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&n_sms_, cudaDevAttrMultiProcessorCount, device));
-  CUDA_CHECK(cudaMalloc(&gemv_partials_, kGemvPartialFloats * sizeof(float)));
-  CUDA_CHECK(cudaMalloc(&gemv_counters_, kGemvCounters * sizeof(int32_t)));
-  CUDA_CHECK(cudaMemset(gemv_counters_, 0, kGemvCounters * sizeof(int32_t)));
+  CUDA_CHECK(cudaMalloc(&gemv_partials_, 2 * kGemvPartialFloats * sizeof(float)));  // two column tiles
+  CUDA_CHECK(cudaMalloc(&gemv_counters_, 2 * kGemvCounters * sizeof(int32_t)));
+  CUDA_CHECK(cudaMemset(gemv_counters_, 0, 2 * kGemvCounters * sizeof(int32_t)));
   CUDA_CHECK(cudaDeviceSynchronize());  // zeroed before any stream (non-blocking ones too) runs gemv
   gemv_blocks_per_sm();  // cached now, so that no run() inside a graph capture is the first to ask
 }
@@ -257,7 +257,7 @@ void Gemm::prepare(ScalarType t, int max_m, int n, int k, bool out_fp32) {
   // Products gemv takes never ask cuBLASLt (its choice does not depend on the pointers' alignment
   // beyond what every weight and activation buffer here has: 16 bytes).
   const bool gemv = uses_gemv(t, workspace_, workspace_, 1, n, k) && (gemv_split_k_ || gemv_plan(n, k).splits == 1);
-  for (int m : gemm_rows_buckets(gemv ? gemv::kMaxRows + 1 : 1, max_m)) heuristic(t, m, n, k, out_fp32, true);
+  for (int m : gemm_rows_buckets(gemv ? gemv::kMaxM + 1 : 1, max_m)) heuristic(t, m, n, k, out_fp32, true);
 }
 
 void Gemm::run(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, bool out_fp32,

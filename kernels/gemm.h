@@ -1,6 +1,6 @@
 #pragma once
 // Matrix products y[M, N] = x[M, K] · w[N, K]ᵀ with bf16 or fp16 operands, fp32 accumulation,
-// and a bf16/fp16 or fp32 output (fp32 for logits): cuBLASLt, and for M ≤ 8 (decode) a skinny
+// and a bf16/fp16 or fp32 output (fp32 for logits): cuBLASLt, and for M ≤ 16 (decode) a skinny
 // tensor-core kernel that streams the weights once (gemv.cu).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -22,7 +22,7 @@ namespace servelab::kernels {
 /// without them every kernel throws for ScalarType::f16.
 bool fp16_kernels_built();
 
-/// Whether run_gemv() takes this product: bf16 or fp16 (when built), 1 <= m <= gemv::kMaxRows,
+/// Whether run_gemv() takes this product: bf16 or fp16 (when built), 1 <= m <= gemv::kMaxM (16),
 /// n >= 1, k a multiple of 8, x and w 16-byte aligned.
 bool gemv_supported(ScalarType t, const void* x, const void* w, int m, int n, int k);
 
@@ -33,7 +33,8 @@ int gemv_blocks_per_sm();
 /// y [m, n] (float when out_fp32). plan = gemv::make_plan(n, k, ...). Each weight is read once;
 /// fp32 accumulation in a fixed order (deterministic, and a row's result does not depend on m).
 /// When plan.splits > 1 it needs partials [plan.partial_floats()] and counters [plan.row_blocks]
-/// zeroed ints (left zeroed), used by one stream at a time. Throws std::invalid_argument otherwise.
+/// zeroed ints (left zeroed), used by one stream at a time; twice both for m > gemv::kMaxRows (8:
+/// the second column tile's after the first's). Throws std::invalid_argument otherwise.
 /// push (active): each bf16 output value also goes into this rank's slot of the peers' lamport
 /// buffers (lamport_push.h), for CustomAllReduce::run_add_rms_norm(pushed) after it.
 /// lora (delta.xa set): the grid's first lora->shrink.blocks blocks run the grouped shrink of x
@@ -67,7 +68,7 @@ void run_gemv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k, con
 /// Owns a cuBLASLt handle and workspace, and caches the algorithm chosen per shape.
 /// batch_invariant: split-K is disallowed and one algorithm, chosen for a canonical row count,
 /// serves every M, so a row's result does not depend on how many rows share the product.
-/// use_gemv: products with m <= gemv::kMaxRows that gemv_supported accepts go to run_gemv() instead of
+/// use_gemv: products with m <= gemv::kMaxM that gemv_supported accepts go to run_gemv() instead of
 /// cuBLASLt (never in batch-invariant mode, which keeps its one algorithm). gemv_split_k = false
 /// keeps the products whose gemv plan splits K on cuBLASLt: measured on an H100 (kernel_bench,
 /// llama2-7b shapes at M = 1 and 8), gemv beats cuBLASLt by 3-5% where it needs no split (gate|up,
@@ -145,7 +146,8 @@ class Gemm {
   const AutotuneStats& autotune_stats() const { return autotune_stats_; }
   static constexpr int kAutotuneCandidates = 8;
 
-  /// Partial sums and row-block counters reserved for gemv's K splits.
+  /// Partial sums and row-block counters a gemv plan's K splits may use (its bound), for each of
+  /// the two column tiles of x (the workspace holds twice this: run_gemv's m > 8).
   static constexpr int64_t kGemvPartialFloats = int64_t(1) << 20;
   static constexpr int kGemvCounters = 8192;
 

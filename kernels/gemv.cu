@@ -1,5 +1,8 @@
-// Skinny GEMM for decode: y[M, N] = x[M, K] · w[N, K]ᵀ (+ y), M ≤ 8, bf16 in, fp32 accumulate,
-// on mma.sync.m16n8k16 with x as the n = 8 operand (layout and decomposition: gemv_plan.h).
+// Skinny GEMM for decode: y[M, N] = x[M, K] · w[N, K]ᵀ (+ y), M ≤ 16, bf16 in, fp32 accumulate,
+// on mma.sync.m16n8k16 with x as the n = 8 operand (layout and decomposition: gemv_plan.h): one
+// 8-row column tile of x, or two for M 9-16 (each weight fragment then feeds two mmas, the weight
+// stream unchanged; the second tile's split-K partials and counters after the first's, so a row's
+// sums take the same order whatever M is).
 // A block owns 32 rows of w (two 16-row tiles per warp); its 8 warps take the K steps of its slice
 // in turn, so at any moment the block streams a contiguous run of each row. Per step a lane issues
 // 8 streaming 16-byte loads (ld.global.nc.L1::no_allocate) of w and 2 cached loads of x, two
@@ -59,10 +62,11 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
   }
 }
 
-/// One warp step's operands: w vectors [tile][row g / g + 8][v] and x vectors [v].
+/// One warp step's operands: w vectors [tile][row g / g + 8][v] and x vectors [column tile][v].
+template <int kCols>
 struct StepRegs {
   Vec8 w[2][2][2];
-  Vec8 x[2];
+  Vec8 x[kCols][2];
 };
 
 /// Loads the weights of the step starting at K index kb. kCheck: vectors at or past k read as
@@ -75,8 +79,8 @@ __device__ __forceinline__ Vec8 load_weights(const void* p) {
   else return load_stream_256(p);
 }
 
-template <bool kCheck, bool kHint = false, typename T>
-__device__ __forceinline__ void load_w(StepRegs& r, const T* const (&wr)[2][2], int kb, int lane_k, int k) {
+template <bool kCheck, bool kHint = false, typename T, int kCols>
+__device__ __forceinline__ void load_w(StepRegs<kCols>& r, const T* const (&wr)[2][2], int kb, int lane_k, int k) {
 #pragma unroll
   for (int v = 0; v < 2; ++v) {
     const int kv = kb + gemv::k_offset(0, v);  // wr already holds this lane's k_offset(q, 0)
@@ -89,36 +93,39 @@ __device__ __forceinline__ void load_w(StepRegs& r, const T* const (&wr)[2][2], 
 }
 
 /// Loads the x vectors of the step starting at kb (as load_w).
-template <bool kCheck, typename T>
-__device__ __forceinline__ void load_x(StepRegs& r, const T* xr, int kb, int lane_k, int k) {
+template <bool kCheck, typename T, int kCols>
+__device__ __forceinline__ void load_x(StepRegs<kCols>& r, const T* const (&xr)[kCols], int kb, int lane_k, int k) {
 #pragma unroll
   for (int v = 0; v < 2; ++v) {
     const int kv = kb + gemv::k_offset(0, v);
     const bool in = !kCheck || kv + lane_k < k;
-    r.x[v] = in ? __ldg(reinterpret_cast<const Vec8*>(xr + kv)) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) r.x[c][v] = in ? __ldg(reinterpret_cast<const Vec8*>(xr[c] + kv)) : make_uint4(0, 0, 0, 0);
   }
 }
 
-template <bool kCheck, bool kHint = false, typename T>
-__device__ __forceinline__ void load_step(StepRegs& r, const T* const (&wr)[2][2], const T* xr, int kb, int lane_k,
-                                          int k) {
+template <bool kCheck, bool kHint = false, typename T, int kCols>
+__device__ __forceinline__ void load_step(StepRegs<kCols>& r, const T* const (&wr)[2][2], const T* const (&xr)[kCols],
+                                          int kb, int lane_k, int k) {
   load_w<kCheck, kHint>(r, wr, kb, lane_k, k);
   load_x<kCheck>(r, xr, kb, lane_k, k);
 }
 
-template <typename T>
-__device__ __forceinline__ void mma_step(float (&acc)[2][4], const StepRegs& r) {
+template <typename T, int kCols>
+__device__ __forceinline__ void mma_step(float (&acc)[kCols][2][4], const StepRegs<kCols>& r) {
 #pragma unroll
   for (int v = 0; v < 2; ++v)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      uint32_t b[2];
-      gemv::frag_b(r.x[v], h, b);
+      uint32_t b[kCols][2];
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) gemv::frag_b(r.x[c][v], h, b[c]);
 #pragma unroll
       for (int t = 0; t < 2; ++t) {
         uint32_t a[4];
         gemv::frag_a(r.w[t][0][v], r.w[t][1][v], h, a);
-        mma16816<T>(acc[t], a, b);
+#pragma unroll
+        for (int c = 0; c < kCols; ++c) mma16816<T>(acc[c][t], a, b[c]);
       }
     }
 }
@@ -139,8 +146,8 @@ struct Params {
   int m, n, k;
   bool accumulate;
   gemv::Plan plan;
-  float* partials;     ///< [row_blocks, splits, kPartialFloats] when splits > 1
-  int32_t* counters;   ///< [row_blocks], zero between launches
+  float* partials;     ///< [column tiles, row_blocks, splits, kPartialFloats] when splits > 1
+  int32_t* counters;   ///< [column tiles, row_blocks], zero between launches
   int silu_ffn;        ///< > 0: fused SiLU·mul, w = [gate; up] (n = 2 * silu_ffn), y [m, silu_ffn]
   LamportPush push;    ///< active: y's values also go into the peers' lamport buffers (lamport_push.h)
   gemv::RopeKv rope;   ///< head_dim > 0: y is q|k|v, RoPE and the K/V write in the epilogue
@@ -158,12 +165,59 @@ __device__ __forceinline__ int gemv_out_row(const Params& p, int b, int r) {
   return row < p.n ? row : -1;
 }
 
+/// The epilogue of column tile ctile (rows of x 8 ctile .. 8 ctile + 7): the block's sums of its
+/// accumulators (with K split, the last slice's), the LoRA delta, then the store, SiLU·mul or
+/// RoPE + K/V write. Column tile 1 keeps its split-K partials and counters after tile 0's.
+template <typename T, typename OutT, bool kLora>
+__device__ __forceinline__ void finish_tile(const Params& p, gemv::ReduceSmem& sm, const float (&acc)[2][4], int bx,
+                                            int split, int ctile) {
+  const int tid = threadIdx.x, mm = tid / kBlockRows + 8 * ctile, n0 = bx * kBlockRows;
+  gemv::LoraEpilogue le;  // kLora: B's first ranks in flight while the block sums its warps
+  if constexpr (kLora) le = gemv::lora_prefetch<T>(p.lora.delta, p.m, mm, gemv_out_row(p, bx, tid % kBlockRows));
+  const int64_t tile_partials = int64_t(p.plan.row_blocks) * p.plan.splits * gemv::kPartialFloats;
+  float* partials = p.partials ? p.partials + ctile * tile_partials : nullptr;
+  int32_t* counters = p.counters ? p.counters + ctile * p.plan.row_blocks : nullptr;
+  float sum;
+  if (!gemv::block_row_sums(sm, acc, bx, p.plan.splits, split, partials, counters, sum)) return;
+  if constexpr (kLora) {
+    gemv::lora_wait_shrink(p.lora.shrink);
+    sum = gemv::lora_add_delta<T>(p.lora.delta, le, mm, sum);
+  }
+  const int ffn = p.silu_ffn;
+  if (ffn > 0) {  // thread (mm, r < 16) pairs gate row 16b + r with its up row (thread + 16)
+    __syncthreads();  // every warp is done reading red
+    sm.red[0][tid] = sum;
+    __syncthreads();
+    const int r = tid % kBlockRows, col = bx * 16 + r;
+    if (r < 16 && mm < p.m && col < ffn) {
+      const float gate = to_float<T>(from_float<T>(sum)), up = to_float<T>(from_float<T>(sm.red[0][tid + 16]));
+      static_cast<OutT*>(p.y)[int64_t(mm) * ffn + col] = out_from_float<OutT>(gate / (1.0f + expf(-gate)) * up);
+    }
+    return;
+  }
+  if constexpr (!std::is_same_v<OutT, float>) {
+    if (p.rope.head_dim > 0) {
+      gemv::rope_kv_epilogue<T>(p.rope, sm, sum, static_cast<T*>(p.y), p.m, p.n, bx, 8 * ctile);
+      return;
+    }
+  }
+  const int nn = n0 + tid % kBlockRows;
+  if (mm < p.m && nn < p.n) {
+    OutT* y = static_cast<OutT*>(p.y) + int64_t(mm) * p.n + nn;
+    const OutT v = out_from_float<OutT>(p.accumulate ? sum + out_to_float<OutT>(*y) : sum);
+    *y = v;
+    if constexpr (std::is_same_v<OutT, __nv_bfloat16>)
+      if (p.push.active()) lamport_push_value(p.push, int64_t(mm) * p.n + nn, v);
+  }
+}
+
 /// kVariant (gemv::Plan::variant): bit 0 = rolling two-step pipeline (a step's loads are issued
 /// right after the previous use of its registers, so a warp always has one or two steps in
 /// flight, instead of loading two, using two); bit 1 = the L2::256B hint on the weight loads.
-/// The steps are summed in the same order in every variant (same bits).
-template <typename T, typename OutT, int kVariant, bool kLora>
-__global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
+/// The steps are summed in the same order in every variant (same bits). kCols: column tiles of 8
+/// rows of x (1 for M <= 8, 2 for 9-16; one block an SM then, for the registers).
+template <typename T, typename OutT, int kVariant, bool kLora, int kCols>
+__global__ void __launch_bounds__(kThreads, kCols == 1 ? 2 : 1) gemv_kernel(const Params p) {
   constexpr bool kRolling = kVariant & 1, kHint = (kVariant & 2) != 0;
   __shared__ gemv::ReduceSmem sm;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
@@ -191,14 +245,16 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
                                             : min(n0 + t * 16 + h * 8 + g, p.n - 1);
       wr[t][h] = w + int64_t(row) * k + lane_k;
     }
-  const T* xr = static_cast<const T*>(p.x) + int64_t(min(g, p.m - 1)) * k + lane_k;  // columns >= m dropped
+  const T* xr[kCols];  // column tile c's row g of x; columns >= m dropped
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) xr[c] = static_cast<const T*>(p.x) + int64_t(min(8 * c + g, p.m - 1)) * k + lane_k;
 
-  float acc[2][4] = {};
+  float acc[kCols][2][4] = {};
   const int end = p.plan.split_begin(split + 1), full = k / kStepK;  // steps < full need no K check
   int s = p.plan.split_begin(split) + warp;
   if constexpr (kRolling) {
     const int lim = min(end, full);  // steps s, s + kWarps, ... below lim need no K check
-    StepRegs a, b;                   // step s, step s + kWarps
+    StepRegs<kCols> a, b;            // step s, step s + kWarps
     bool have_a = s < lim, have_b = s + kWarps < lim;
     if (have_a) load_w<false, kHint>(a, wr, s * kStepK, lane_k, k);  // weights before the PDL wait
     if (have_b) load_w<false, kHint>(b, wr, (s + kWarps) * kStepK, lane_k, k);
@@ -222,7 +278,7 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
       have_b = next_b;
     }
   } else {  // the first two steps: weights before waiting for the kernel that writes x (PDL), x after
-    StepRegs r[kUnroll];
+    StepRegs<kCols> r[kUnroll];
     const bool first = s + kWarps < min(end, full);
     if (first) {
 #pragma unroll
@@ -239,64 +295,41 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
     }
   }
   for (; s + kWarps < min(end, full); s += kUnroll * kWarps) {  // two full steps: s and s + kWarps
-    StepRegs r[kUnroll];
+    StepRegs<kCols> r[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) load_step<false, kHint>(r[u], wr, xr, (s + u * kWarps) * kStepK, lane_k, k);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) mma_step<T>(acc, r[u]);
   }
   for (; s < end; s += kWarps) {  // the rest, one step at a time (the partial last step included)
-    StepRegs r;
+    StepRegs<kCols> r;
     load_step<true>(r, wr, xr, s * kStepK, lane_k, k);
     mma_step<T>(acc, r);
   }
 
-  gemv::LoraEpilogue le;  // kLora: B's first ranks in flight while the block sums its warps
-  if constexpr (kLora) le = gemv::lora_prefetch<T>(p.lora.delta, p.m, tid / kBlockRows, gemv_out_row(p, bx, tid % kBlockRows));
-  float sum;
-  if (!gemv::block_row_sums(sm, acc, bx, p.plan.splits, split, p.partials, p.counters, sum)) return;
-  if constexpr (kLora) {
-    gemv::lora_wait_shrink(p.lora.shrink);
-    sum = gemv::lora_add_delta<T>(p.lora.delta, le, tid / kBlockRows, sum);
+  finish_tile<T, OutT, kLora>(p, sm, acc[0], bx, split, 0);
+  if constexpr (kCols == 2) {
+    __syncthreads();  // every warp is done with sm before the second tile's sums
+    finish_tile<T, OutT, kLora>(p, sm, acc[1], bx, split, 1);
   }
-  const int mm = tid / kBlockRows;
-  if (ffn > 0) {  // thread (mm, r < 16) pairs gate row 16b + r with its up row (thread + 16)
-    __syncthreads();  // every warp is done reading red
-    sm.red[0][tid] = sum;
-    __syncthreads();
-    const int r = tid % kBlockRows, col = bx * 16 + r;
-    if (r < 16 && mm < p.m && col < ffn) {
-      const float gate = to_float<T>(from_float<T>(sum)), up = to_float<T>(from_float<T>(sm.red[0][tid + 16]));
-      static_cast<OutT*>(p.y)[int64_t(mm) * ffn + col] = out_from_float<OutT>(gate / (1.0f + expf(-gate)) * up);
-    }
+}
+
+template <typename T, int kVariant, int kCols>
+void launch_cols(const Params& p, bool out_fp32, cudaStream_t stream) {
+  const dim3 grid(p.plan.row_blocks, p.plan.splits);
+  if (p.lora.delta.xa) {  // 16-bit output only (the entry points check); a 1-D grid, the shrink's blocks first
+    const dim3 lora_grid(p.lora.shrink.blocks + p.plan.row_blocks * p.plan.splits);
+    launch_pdl(gemv_kernel<T, T, kVariant, true, kCols>, lora_grid, kThreads, 0, stream, p);
     return;
   }
-  if constexpr (!std::is_same_v<OutT, float>) {
-    if (p.rope.head_dim > 0) {
-      gemv::rope_kv_epilogue<T>(p.rope, sm, sum, static_cast<T*>(p.y), p.m, p.n, bx);
-      return;
-    }
-  }
-  const int nn = n0 + tid % kBlockRows;
-  if (mm < p.m && nn < p.n) {
-    OutT* y = static_cast<OutT*>(p.y) + int64_t(mm) * p.n + nn;
-    const OutT v = out_from_float<OutT>(p.accumulate ? sum + out_to_float<OutT>(*y) : sum);
-    *y = v;
-    if constexpr (std::is_same_v<OutT, __nv_bfloat16>)
-      if (p.push.active()) lamport_push_value(p.push, int64_t(mm) * p.n + nn, v);
-  }
+  if (out_fp32) launch_pdl(gemv_kernel<T, float, kVariant, false, kCols>, grid, kThreads, 0, stream, p);
+  else launch_pdl(gemv_kernel<T, T, kVariant, false, kCols>, grid, kThreads, 0, stream, p);
 }
 
 template <typename T, int kVariant>
 void launch_variant(const Params& p, bool out_fp32, cudaStream_t stream) {
-  const dim3 grid(p.plan.row_blocks, p.plan.splits);
-  if (p.lora.delta.xa) {  // 16-bit output only (the entry points check); a 1-D grid, the shrink's blocks first
-    const dim3 lora_grid(p.lora.shrink.blocks + p.plan.row_blocks * p.plan.splits);
-    launch_pdl(gemv_kernel<T, T, kVariant, true>, lora_grid, kThreads, 0, stream, p);
-    return;
-  }
-  if (out_fp32) launch_pdl(gemv_kernel<T, float, kVariant, false>, grid, kThreads, 0, stream, p);
-  else launch_pdl(gemv_kernel<T, T, kVariant, false>, grid, kThreads, 0, stream, p);
+  if (p.m > gemv::kMaxRows) launch_cols<T, kVariant, 2>(p, out_fp32, stream);
+  else launch_cols<T, kVariant, 1>(p, out_fp32, stream);
 }
 
 template <typename T>
@@ -323,13 +356,13 @@ bool gemv_supported(ScalarType t, const void* x, const void* w, int m, int n, in
   if (t != ScalarType::bf16) return false;
 #endif
   const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  return m >= 1 && m <= gemv::kMaxRows && n >= 1 && k >= 0 && k % 8 == 0 && aligned(x) && aligned(w);
+  return m >= 1 && m <= gemv::kMaxM && n >= 1 && k >= 0 && k % 8 == 0 && aligned(x) && aligned(w);
 }
 
 int gemv_blocks_per_sm() {
   static const int blocks = [] {
     int b = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, gemv_kernel<__nv_bfloat16, float, 0, false>, kThreads, 0));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, gemv_kernel<__nv_bfloat16, float, 0, false, 1>, kThreads, 0));
     return b;
   }();
   return blocks;
@@ -361,7 +394,7 @@ void run_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n,
               const LoraInGemv* lora) {
   if (!gemv_supported(t, x, w, m, n, k))
     throw std::invalid_argument("run_gemv: unsupported product M=" + std::to_string(m) + " N=" + std::to_string(n) +
-                                " K=" + std::to_string(k) + " (needs 1 <= M <= 8, N >= 1, K a multiple of 8, "
+                                " K=" + std::to_string(k) + " (needs 1 <= M <= 16, N >= 1, K a multiple of 8, "
                                 "16-byte aligned x and w)");
   check_plan(plan, n, k, partials, counters);
   if (push.active() && (t != ScalarType::bf16 || out_fp32 || !push.counter || push.n > LamportPush::kMaxRanks ||
@@ -378,7 +411,7 @@ void run_gemv_silu_mul(ScalarType t, const void* x, const void* w, void* act, in
   if (ffn < 1 || !gemv_supported(t, x, w, m, 2 * ffn, k))
     throw std::invalid_argument("run_gemv_silu_mul: unsupported product M=" + std::to_string(m) + " FFN=" +
                                 std::to_string(ffn) + " K=" + std::to_string(k) +
-                                " (needs 1 <= M <= 8, FFN >= 1, K a multiple of 8, 16-byte aligned x and w)");
+                                " (needs 1 <= M <= 16, FFN >= 1, K a multiple of 8, 16-byte aligned x and w)");
   check_plan(plan, 2 * ffn, k, partials, counters);
   Params p{x,        w,   act, m, 2 * ffn, k, false, plan, partials, counters, ffn, LamportPush{}, {},
            checked_lora(lora, m, 2 * ffn, k, false, "run_gemv_silu_mul")};
@@ -410,7 +443,7 @@ void run_gemv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k, con
   if (!gemv_rope_kv_supported(a, x, w, k))
     throw std::invalid_argument("run_gemv_rope_kv: unsupported product M=" + std::to_string(a.n_tokens) +
                                 " head_dim=" + std::to_string(a.head_dim) + " K=" + std::to_string(k) +
-                                " (needs 1 <= M <= 8, head_dim a multiple of 32, q|k|v rows of exactly the "
+                                " (needs 1 <= M <= 16, head_dim a multiple of 32, q|k|v rows of exactly the "
                                 "q|k|v width, positions, inv_freq, both caches, no LoRA delta, K a multiple of 8, "
                                 "16-byte aligned x and w)");
   const int n = (a.n_heads + 2 * a.n_kv_heads) * a.head_dim;

@@ -27,6 +27,7 @@
 namespace servelab::kernels::gemv {
 
 constexpr int kMaxRows = 8;      ///< M bound: the rows of x are the 8 columns of the mma's B operand
+constexpr int kMaxM = 2 * kMaxRows;  ///< run_gemv's M bound: one or two column tiles of kMaxRows rows
 constexpr int kBlockRows = 32;   ///< outputs (rows of w) per block: two 16-row tiles per warp
 constexpr int kWarps = 8;        ///< warps per block; they take the block's K steps in turn
 constexpr int kThreads = kWarps * 32;

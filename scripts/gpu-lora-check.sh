@@ -3,7 +3,7 @@
 # (-DCMAKE_CUDA_ARCHITECTURES=90a), runs the LoRA kernel and backend GPU tests (with the graph
 # tests beside them), then `engine_bench --lora` (docs/lora.md cites its figures):
 #   OUT=$OUT bash scripts/gpu-lora-check.sh
-# KERNEL_TESTS=0 leaves the LoRA kernel tests (test_kernels_gpu) out; BENCH=0 leaves engine_bench out. QUICK=1 runs the bench's short version; TOTAL_LIMIT (default 340 s) bounds the whole script. The commit recorded: GPU_COMMIT (a file) or git.
+# KERNEL_TESTS=0 leaves the LoRA kernel tests (test_kernels_gpu) out (KERNEL_FILTER: their gtest filter, default *Lora*); BENCH=0 leaves engine_bench out. QUICK=1 runs the bench's short version; TOTAL_LIMIT (default 340 s) bounds the whole script. The commit recorded: GPU_COMMIT (a file) or git.
 # NCU=1 (before the bench): ncu (--clock-control none) on one decode step (a graph replay) per
 #   NCU_POINTS entry B,CTX,K (default "32,512,1 32,512,8 64,512,64": K adapters; NCU_VARIANT: a
 #   decode variant of the bench), each ncu_bB_kK.log, summarized by scripts/lib/ncu_lora_table.py
@@ -36,7 +36,7 @@ cmake --build "$BUILD" -j"$(nproc)" --target "${T[@]}" -- -k 0 \
 echo "build $(($(date +%s) - t0)) s"
 rc=0
 touch "$OUT/kernels_gpu.log"
-[ "${KERNEL_TESTS:-1}" = 1 ] && { timeout 120 "$BUILD/test_kernels_gpu" --gtest_filter='*Lora*' >"$OUT/kernels_gpu.log" 2>&1 || rc=1; }
+[ "${KERNEL_TESTS:-1}" = 1 ] && { timeout 120 "$BUILD/test_kernels_gpu" --gtest_filter="${KERNEL_FILTER:-*Lora*}" >"$OUT/kernels_gpu.log" 2>&1 || rc=1; }
 timeout 180 "$BUILD/test_cuda_backend_gpu" --gtest_filter='*Lora*:*Graphs*:*GraphBranch*' >"$OUT/backend_gpu.log" 2>&1 || rc=1
 grep -hE "^\[  (PASSED|FAILED|SKIPPED) |Failure|Expected|Which is|rel_error" "$OUT/kernels_gpu.log" "$OUT/backend_gpu.log" | head -40
 if [ "${NCU:-0}" = 1 ]; then

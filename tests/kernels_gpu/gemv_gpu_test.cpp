@@ -1,5 +1,5 @@
 // The skinny GEMM (gemv.cu) against gemm_ref: awkward shapes through Gemm::run (which routes
-// M <= 8 to it) in bf16 and fp16, 16-bit and fp32 outputs, accumulate, outputs poisoned and guarded past the end;
+// M <= 16 to it: one column tile of 8 rows of x, or two) in bf16 and fp16, 16-bit and fp32 outputs, accumulate, outputs poisoned and guarded past the end;
 // forced K splits (deterministic, counters left zeroed, replayable from a CUDA graph); a row's
 // bits independent of M; and Gemm's routing (fallbacks to cuBLASLt).
 #include <algorithm>
@@ -124,7 +124,7 @@ TEST_P(GemvGpuDtype, MatchesReferenceOnAwkwardShapes) {
     const std::vector<uint16_t> w = random_bits(size_t(n) * k, rng(), 1.0f, t);
     DeviceBuffer dw = testing::upload(w);
     const std::vector<int> rows = rows_to_check(n, rng);
-    for (int m : {1, 3, 8})
+    for (int m : {1, 3, 8, 9, 16})
       for (int mode = 0; mode < 4; ++mode)  // 16-bit / fp32 out, with and without accumulate
         check_product(t, gemm, dw, w, m, n, k, mode % 2 == 1, mode / 2 == 1, rows, rng);
   }
@@ -132,15 +132,16 @@ TEST_P(GemvGpuDtype, MatchesReferenceOnAwkwardShapes) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, GemvGpuDtype, ::testing::ValuesIn(testing::kStorageTypes), testing::dtype_name);
 
-TEST(GemvGpu, ForcedSplitsAgreeAreDeterministicAndReplayFromAGraph) {
-  SKIP_WITHOUT_GPU();
+/// K split as forced, m rows (one column tile of x, or two), against the reference.
+void forced_splits(int m) {
+  SCOPED_TRACE("M=" + std::to_string(m));
   std::mt19937_64 rng(std::random_device{}());
-  const int m = 5, n = 100, k = 4104;  // a partial last K step
+  const int n = 100, k = 4104;  // a partial last K step
   const std::vector<uint16_t> w = random_bits(size_t(n) * k, rng(), 1.0f), x = random_bits(size_t(m) * k, rng(), 1.0f);
   std::vector<float> ref(size_t(m) * n);
   gemm_ref(to_float(x).data(), to_float(w).data(), m, n, k, ref.data());
   DeviceBuffer dw = testing::upload(w), dx = testing::upload(x), dy(ref.size() * 4);
-  DeviceBuffer partials(size_t(Gemm::kGemvPartialFloats) * 4), counters(Gemm::kGemvCounters * 4);
+  DeviceBuffer partials(size_t(Gemm::kGemvPartialFloats) * 8), counters(Gemm::kGemvCounters * 8);  // two tiles
   CUDA_CHECK(cudaMemset(counters.get(), 0, counters.bytes()));
   for (int splits : {1, 2, 3, 7, 65, 80}) {  // 80 > k steps: empty slices add zeros
     SCOPED_TRACE("splits " + std::to_string(splits));
@@ -156,8 +157,8 @@ TEST(GemvGpu, ForcedSplitsAgreeAreDeterministicAndReplayFromAGraph) {
       if (rep == 0) first = got;
       else EXPECT_EQ(got, first) << "same inputs, same plan, same bits";
     }
-    const std::vector<int32_t> c = testing::download<int32_t>(counters, plan.row_blocks);
-    EXPECT_EQ(c, std::vector<int32_t>(plan.row_blocks, 0)) << "counters must be left zeroed";
+    const std::vector<int32_t> c = testing::download<int32_t>(counters, 2 * size_t(plan.row_blocks));
+    EXPECT_EQ(c, std::vector<int32_t>(2 * size_t(plan.row_blocks), 0)) << "counters must be left zeroed";
   }
 
   // Captured once, replayed three times: the counters reset themselves between replays.
@@ -174,29 +175,44 @@ TEST(GemvGpu, ForcedSplitsAgreeAreDeterministicAndReplayFromAGraph) {
   }
 }
 
+TEST(GemvGpu, ForcedSplitsAgreeAreDeterministicAndReplayFromAGraph) {
+  SKIP_WITHOUT_GPU();
+  forced_splits(5);
+  forced_splits(13);
+}
+
 TEST(GemvGpu, RowResultDoesNotDependOnM) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(std::random_device{}());
   const int n = 4096, k = 4096;  // split into 4 on an H100
-  const std::vector<uint16_t> w = random_bits(size_t(n) * k, rng(), 1.0f), x = random_bits(size_t(8) * k, rng(), 1.0f);
-  DeviceBuffer dw = testing::upload(w), dx = testing::upload(x), y1(size_t(n) * 4), y8(size_t(8) * n * 4);
+  const std::vector<uint16_t> w = random_bits(size_t(n) * k, rng(), 1.0f), x = random_bits(size_t(16) * k, rng(), 1.0f);
+  DeviceBuffer dw = testing::upload(w), dx = testing::upload(x), y1(size_t(n) * 4), y8(size_t(8) * n * 4),
+      y16(size_t(16) * n * 4);
   Gemm gemm(false);
   gemm.run(ScalarType::bf16, dx.get(), dw.get(), y1.get(), 1, n, k, true, nullptr);
   gemm.run(ScalarType::bf16, dx.get(), dw.get(), y8.get(), 8, n, k, true, nullptr);
-  const std::vector<float> one = testing::download<float>(y1, n), eight = testing::download<float>(y8, size_t(8) * n);
+  gemm.run(ScalarType::bf16, dx.get(), dw.get(), y16.get(), 16, n, k, true, nullptr);
+  const std::vector<float> one = testing::download<float>(y1, n), eight = testing::download<float>(y8, size_t(8) * n),
+                           sixteen = testing::download<float>(y16, size_t(16) * n);
   EXPECT_TRUE(std::equal(one.begin(), one.end(), eight.begin()));
+  EXPECT_TRUE(std::equal(eight.begin(), eight.end(), sixteen.begin())) << "rows 0-7 in one column tile of two";
+  // Row 8 of a 16-row product (the second tile's first row) is row 0 of the 8-row product of x's rows 8-15.
+  gemm.run(ScalarType::bf16, dx.get<uint16_t>() + size_t(8) * k, dw.get(), y8.get(), 8, n, k, true, nullptr);
+  const std::vector<float> upper = testing::download<float>(y8, size_t(8) * n);
+  EXPECT_TRUE(std::equal(upper.begin(), upper.end(), sixteen.begin() + size_t(8) * n)) << "rows 8-15";
 }
 
 TEST(GemvGpu, GemmRoutesSkinnyProductsAndFallsBack) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(std::random_device{}());
   const int n = 896, k = 4864;
-  const std::vector<uint16_t> w = random_bits(size_t(n) * k, rng(), 0.05f), x = random_bits(size_t(9) * k, rng(), 1.0f);
+  const std::vector<uint16_t> w = random_bits(size_t(n) * k, rng(), 0.05f), x = random_bits(size_t(17) * k, rng(), 1.0f);
   DeviceBuffer dw = testing::upload(w), dx = testing::upload(x);
   const char* xp = dx.get<char>();
   Gemm on(false), off(false, 32u << 20, false), invariant(true);
   EXPECT_TRUE(on.uses_gemv(ScalarType::bf16, xp, dw.get(), 8, n, k));
-  EXPECT_FALSE(on.uses_gemv(ScalarType::bf16, xp, dw.get(), 9, n, k));   // M > 8
+  EXPECT_TRUE(on.uses_gemv(ScalarType::bf16, xp, dw.get(), 16, n, k));  // two column tiles
+  EXPECT_FALSE(on.uses_gemv(ScalarType::bf16, xp, dw.get(), 17, n, k));  // M > 16
   EXPECT_FALSE(on.uses_gemv(ScalarType::bf16, xp, dw.get(), 1, n, 12));  // K not a multiple of 8
   EXPECT_FALSE(on.uses_gemv(ScalarType::bf16, xp + 2, dw.get(), 1, n, k - 8));  // x not 16-byte aligned
   EXPECT_FALSE(off.uses_gemv(ScalarType::bf16, xp, dw.get(), 1, n, k));
@@ -205,8 +221,8 @@ TEST(GemvGpu, GemmRoutesSkinnyProductsAndFallsBack) {
   EXPECT_TRUE(off.uses_gemv(ScalarType::bf16, xp, dw.get(), 1, n, k));
   off.set_use_gemv(false);
 
-  // Both paths on the same inputs, against the reference (M = 9 goes to cuBLASLt either way).
-  for (int m : {3, 9}) {
+  // Both paths on the same inputs, against the reference (M = 17 goes to cuBLASLt either way).
+  for (int m : {3, 12, 17}) {
     std::vector<float> ref(size_t(m) * n);
     gemm_ref(to_float(x).data(), to_float(w).data(), m, n, k, ref.data());
     for (Gemm* g : {&on, &off}) {

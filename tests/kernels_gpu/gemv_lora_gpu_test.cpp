@@ -6,7 +6,7 @@
 // and the gemv's count at its shrink blocks, zeroed again by the next lora_plan (a second launch
 // and graph replays with other slots give the same results). Awkward shapes: outputs not a multiple of a row block, inputs not a multiple
 // of the shrink's chunk, 4 and 16 chunks, items of a row or of a slot tile, K split over blocks, rank 12 (scalar B loads), one shrink block looping
-// over every item and more shrink blocks than items, 1 to 8 rows over up to 8 slots.
+// over every item and more shrink blocks than items, 1 to 16 rows (one or two column tiles of x) over up to 8 slots.
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -66,8 +66,8 @@ void run_case(const Case& cs, uint64_t seed) {
   const int max_tiles = lora_max_tiles(m, cs.n_slots);
   DeviceBuffer counts(16), tiles(size_t(max_tiles) * 12), perm(size_t(m) * 4), perm_slot(size_t(m) * 4),
       tile_done(size_t(max_tiles + m) * 4), dslot(size_t(m) * 4), xa_rows(size_t(m) * total * 4),
-      part(lora_partial_floats_per_row(k, total) * m * 4), partials(size_t(Gemm::kGemvPartialFloats) * 4),
-      counters(Gemm::kGemvCounters * 4);
+      part(lora_partial_floats_per_row(k, total) * m * 4), partials(size_t(Gemm::kGemvPartialFloats) * 8),
+      counters(Gemm::kGemvCounters * 8);
   for (DeviceBuffer* z : {&counts, &tile_done, &counters}) CUDA_CHECK(cudaMemset(z->get(), 0, z->bytes()));
   const LoraPool pool = testing::lora_test_pool(da.get(), db.get(), dscale.get<float>(), cs.n_slots, k, cs.rank, seg_out);
   LoraSgmvConfig config;
@@ -160,11 +160,13 @@ TEST(GemvLoraGpu, ShrinkInTheFirstBlocksDeltaInTheEpilogue) {
   run_case({5, 264, 520, 12, 3, 32, 1, false}, 4);     // rank 12: scalar B loads
   run_case({8, 2000, 1032, 16, 4, 32, 0, true}, 5);    // gate|up + SiLU·mul, 2 segments
   run_case({1, 2 * 1000, 4096, 16, 1, 16, 2, true}, 6);
+  run_case({16, 2048, 4096, 16, 8, 128, 3, false}, 7);  // two column tiles of x, K split in three
+  run_case({12, 2000, 1032, 16, 4, 64, 0, true}, 8);    // gate|up + SiLU·mul over two column tiles
 }
 
 TEST(GemvLoraGpu, RefusesAShrinkThatDoesNotMatchTheProduct) {
   SKIP_WITHOUT_GPU();
-  DeviceBuffer x(64 * 2), w(64 * 64 * 2), y(64 * 2), partials(size_t(Gemm::kGemvPartialFloats) * 4),
+  DeviceBuffer x(64 * 2), w(64 * 64 * 2), y(64 * 2), partials(size_t(Gemm::kGemvPartialFloats) * 8),
       counters(Gemm::kGemvCounters * 4), ab(64 * 64 * 2), scale(16), part(4096), xa(4096), ints(1024);
   const LoraPool pool = testing::lora_test_pool(ab.get(), ab.get(), scale.get<float>(), 1, 64, 8, {64});
   LoraSgmvConfig config;

@@ -37,7 +37,7 @@ TEST_P(GemvRopeKvGpu, EpilogueGivesTheBitsOfTheProductThenRopeKvWrite) {
   SKIP_WITHOUT_GPU();
   const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
-  DeviceBuffer partials(size_t(Gemm::kGemvPartialFloats) * 4), counters(Gemm::kGemvCounters * 4);
+  DeviceBuffer partials(size_t(Gemm::kGemvPartialFloats) * 8), counters(Gemm::kGemvCounters * 8);
   CUDA_CHECK(cudaMemset(counters.get(), 0, counters.bytes()));
   struct Shape {
     int heads, kv_heads, hd, k;
@@ -45,7 +45,7 @@ TEST_P(GemvRopeKvGpu, EpilogueGivesTheBitsOfTheProductThenRopeKvWrite) {
   // MHA at llama2-7b's head_dim; GQA 4 and 3; head_dim 32 (one block a head); K 72 and 520 with a
   // partial last step.
   for (const Shape& s : {Shape{4, 4, 128, 512}, Shape{8, 2, 64, 520}, Shape{3, 1, 32, 72}, Shape{6, 2, 128, 1024}})
-    for (int m : {1, 3, 8})
+    for (int m : {1, 3, 8, 13, 16})
       for (bool with_bias : {false, true}) {
         const int n = (s.heads + 2 * s.kv_heads) * s.hd;
         const KvShape shape{24, s.kv_heads, s.hd};

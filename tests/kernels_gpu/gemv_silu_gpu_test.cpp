@@ -33,14 +33,14 @@ constexpr int kGuard = 64;  // poisoned elements after the output: nothing may w
 TEST(GemvSiluGpu, FusedMatchesReferenceAndUnfusedBits) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(std::random_device{}());
-  DeviceBuffer partials(size_t(Gemm::kGemvPartialFloats) * 4), counters(Gemm::kGemvCounters * 4);
+  DeviceBuffer partials(size_t(Gemm::kGemvPartialFloats) * 8), counters(Gemm::kGemvCounters * 8);
   CUDA_CHECK(cudaMemset(counters.get(), 0, counters.bytes()));
   // (ffn, k): ffn not a multiple of 16 (a partial last row block), k with a partial last K step.
   const std::vector<std::pair<int, int>> shapes = {{8, 8}, {24, 72}, {1000, 4104}, {11008, 4096}, {17, 11008}};
   for (const auto& [ffn, k] : shapes) {
     const std::vector<float> w = testing::random_bf16(size_t(2) * ffn * k, rng);
     DeviceBuffer dw = testing::upload_bf16(w);
-    for (int m : {1, 3, 8}) {
+    for (int m : {1, 3, 8, 12, 16}) {
       const std::vector<float> x = testing::random_bf16(size_t(m) * k, rng);
       DeviceBuffer dx = testing::upload_bf16(x);
       std::vector<float> ref(size_t(m) * ffn);
@@ -89,13 +89,13 @@ TEST(GemvSiluGpu, FusedMatchesReferenceAndUnfusedBits) {
 TEST(GemvSiluGpu, LoopVariantsGiveTheSameBits) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(std::random_device{}());
-  DeviceBuffer partials(size_t(Gemm::kGemvPartialFloats) * 4), counters(Gemm::kGemvCounters * 4);
+  DeviceBuffer partials(size_t(Gemm::kGemvPartialFloats) * 8), counters(Gemm::kGemvCounters * 8);
   CUDA_CHECK(cudaMemset(counters.get(), 0, counters.bytes()));
   const std::vector<std::pair<int, int>> shapes = {{17, 8}, {100, 4104}, {4096, 1000}, {64, 11008}, {33, 512}};
   for (const auto& [n, k] : shapes) {
     const std::vector<float> w = testing::random_bf16(size_t(n) * k, rng);
     DeviceBuffer dw = testing::upload_bf16(w);
-    for (int m : {1, 8}) {
+    for (int m : {1, 8, 16}) {
       const std::vector<float> x = testing::random_bf16(size_t(m) * k, rng);
       DeviceBuffer dx = testing::upload_bf16(x), dy(size_t(m) * n * 4);
       std::vector<float> ref(size_t(m) * n);

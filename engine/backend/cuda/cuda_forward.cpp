@@ -12,7 +12,7 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   const int d = m.hidden_size, hd = m.head_dim();
   const int R = g.rows, N = g.samples;
   const cuda::PackedLayout& L = g.layout;
-  k::set_pdl_enabled(pdl_small_steps && R <= k::gemv::kMaxRows);  // this thread's launches (graph capture too)
+  k::set_pdl_enabled(pdl_small_steps && R <= k::gemv::kMaxM);  // this thread's launches (graph capture too)
   const cuda::OpContext ctx{gemm.get(), dt, stream, options.fusion, fuse_gate_up_silu, fuse_qkv_rope, tp, quant_runner.get()};
   if (tp) tp->pushed = nullptr;  // a forward that threw half-way leaves no pushed product behind
 
@@ -95,7 +95,7 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   const bool qkv_xa_ok = plain_decode;
   // Each product's delta in its gemv epilogue (lora_kernels.in_product): plain decodes on one GPU
   // with 16-bit weights, each product that gemv takes (the rest as below).
-  const bool in_product_step = g.lora && lora_kernels.in_product && plain_decode && !qw && !tp && R <= k::gemv::kMaxRows;
+  const bool in_product_step = g.lora && lora_kernels.in_product && plain_decode && !qw && !tp && R <= k::gemv::kMaxM;
   auto gemv_takes = [&](int l, cuda::LoraGroup grp) {
     const cuda::DeviceLayer& W = w.layers[l];
     switch (grp) {
