@@ -217,7 +217,7 @@ __device__ __forceinline__ void finish_tile(const Params& p, gemv::ReduceSmem& s
 /// The steps are summed in the same order in every variant (same bits). kCols: column tiles of 8
 /// rows of x (1 for M <= 8, 2 for 9-16; one block an SM then, for the registers).
 template <typename T, typename OutT, int kVariant, bool kLora, int kCols>
-__global__ void __launch_bounds__(kThreads, kCols == 1 ? 2 : 1) gemv_kernel(const Params p) {
+__global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
   constexpr bool kRolling = kVariant & 1, kHint = (kVariant & 2) != 0;
   __shared__ gemv::ReduceSmem sm;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;

@@ -139,7 +139,7 @@ TEST_P(GemvRopeKvGpu, RefusesWhatTheEpilogueCannotDo) {
   b.delta = delta.get();  // a LoRA delta is rope_kv_write's to add
   EXPECT_FALSE(gemv_rope_kv_supported(b, x.get(), w.get(), 64));
   b = a;
-  b.n_tokens = 9;  // more rows than gemv takes
+  b.n_tokens = 17;  // more rows than gemv takes
   EXPECT_FALSE(gemv_rope_kv_supported(b, x.get(), w.get(), 64));
   const gemv::Plan plan = gemv::make_plan(4 * 48, 64, 132, 2, Gemm::kGemvCounters, Gemm::kGemvPartialFloats);
   b = a;

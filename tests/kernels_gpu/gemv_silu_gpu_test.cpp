@@ -128,11 +128,12 @@ TEST(GemvSiluGpu, GemmRoutesTheFusedPath) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(std::random_device{}());
   const int ffn = 11008, k = 4096;  // one unsplit plan on an H100
-  const std::vector<float> w = testing::random_bf16(size_t(2) * ffn * k, rng), x = testing::random_bf16(size_t(9) * k, rng);
+  const std::vector<float> w = testing::random_bf16(size_t(2) * ffn * k, rng), x = testing::random_bf16(size_t(17) * k, rng);
   DeviceBuffer dw = testing::upload_bf16(w), dx = testing::upload_bf16(x);
   Gemm on(false), unsplit(false, 32u << 20, true, false), off(false, 32u << 20, false), invariant(true);
   EXPECT_TRUE(on.fuses_gate_up_silu(ScalarType::bf16, dx.get(), dw.get(), 8, ffn, k));
-  EXPECT_FALSE(on.fuses_gate_up_silu(ScalarType::bf16, dx.get(), dw.get(), 9, ffn, k));  // M > 8
+  EXPECT_TRUE(on.fuses_gate_up_silu(ScalarType::bf16, dx.get(), dw.get(), 16, ffn, k));  // two column tiles
+  EXPECT_FALSE(on.fuses_gate_up_silu(ScalarType::bf16, dx.get(), dw.get(), 17, ffn, k));  // M > 16
   EXPECT_FALSE(off.fuses_gate_up_silu(ScalarType::bf16, dx.get(), dw.get(), 1, ffn, k));
   EXPECT_FALSE(invariant.fuses_gate_up_silu(ScalarType::bf16, dx.get(), dw.get(), 1, ffn, k));
   EXPECT_EQ(unsplit.fuses_gate_up_silu(ScalarType::bf16, dx.get(), dw.get(), 1, ffn, k),
