@@ -1,6 +1,6 @@
 // cuBLASLt wrapper: row-major y[M, N] = x[M, K] · w[N, K]ᵀ is column-major yᵀ = w · xᵀ, i.e.
 // A = w (K x N, transposed), B = x (K x M), C = D = y (N x M), all leading dimensions packed.
-// Products of at most gemv::kMaxM rows go to run_gemv (gemv.cu) unless turned off or batch-invariant.
+// Products of at most gemv_rows() rows (with a LoRA epilogue gemv::kMaxM) go to run_gemv (gemv.cu) unless turned off or batch-invariant.
 // cuBLASLt is called through cublaslt() (cublaslt_lib.h): loaded when the first Gemm is made.
 #include <algorithm>
 #include <stdexcept>
@@ -79,32 +79,33 @@ Gemm::~Gemm() {
   if (handle_) cublaslt().destroy(handle_);
 }
 
-bool Gemm::uses_gemv(ScalarType t, const void* x, const void* w, int m, int n, int k) const {
-  return use_gemv_ && !batch_invariant_ && gemv_supported(t, x, w, m, n, k);
+bool Gemm::uses_gemv(ScalarType t, const void* x, const void* w, int m, int n, int k, bool lora) const {
+  return use_gemv_ && !batch_invariant_ && m <= (lora ? gemv::kMaxM : gemv_rows_) && gemv_supported(t, x, w, m, n, k);
 }
 
-std::optional<gemv::Plan> Gemm::taken_gemv_plan(ScalarType t, const void* x, const void* w, int m, int n, int k) const {
-  if (!uses_gemv(t, x, w, m, n, k)) return std::nullopt;
+std::optional<gemv::Plan> Gemm::taken_gemv_plan(ScalarType t, const void* x, const void* w, int m, int n, int k,
+                                                bool lora) const {
+  if (!uses_gemv(t, x, w, m, n, k, lora)) return std::nullopt;
   const gemv::Plan plan = gemv_plan(n, k);
   if (!gemv_split_k_ && plan.splits != 1) return std::nullopt;
   return plan;
 }
 
-bool Gemm::fuses_gate_up_silu(ScalarType t, const void* x, const void* w, int m, int ffn, int k) const {
-  return ffn >= 1 && taken_gemv_plan(t, x, w, m, 2 * ffn, k).has_value();
+bool Gemm::fuses_gate_up_silu(ScalarType t, const void* x, const void* w, int m, int ffn, int k, bool lora) const {
+  return ffn >= 1 && taken_gemv_plan(t, x, w, m, 2 * ffn, k, lora).has_value();
 }
 
 void Gemm::run_gate_up_silu(ScalarType t, const void* x, const void* w, void* act, int m, int ffn, int k,
                             cudaStream_t stream, const LoraInGemv* lora) {
   if (m == 0) return;
-  const std::optional<gemv::Plan> plan = ffn >= 1 ? taken_gemv_plan(t, x, w, m, 2 * ffn, k) : std::nullopt;
+  const std::optional<gemv::Plan> plan = ffn >= 1 ? taken_gemv_plan(t, x, w, m, 2 * ffn, k, lora != nullptr) : std::nullopt;
   if (!plan) throw std::logic_error("Gemm::run_gate_up_silu: this product does not take the fused gemv path");
   run_gemv_silu_mul(t, x, w, act, m, ffn, k, *plan, gemv_partials_, gemv_counters_, stream, lora);
 }
 
 bool Gemm::run_gemv_lora(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k,
                          const LoraInGemv& lora, cudaStream_t stream) {
-  const std::optional<gemv::Plan> plan = m > 0 ? taken_gemv_plan(t, x, w, m, n, k) : std::nullopt;
+  const std::optional<gemv::Plan> plan = m > 0 ? taken_gemv_plan(t, x, w, m, n, k, true) : std::nullopt;
   if (!plan) return false;
   run_gemv(t, x, w, y, m, n, k, false, false, *plan, gemv_partials_, gemv_counters_, stream, LamportPush{}, &lora);
   return true;
@@ -114,7 +115,7 @@ bool Gemm::run_qkv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k
                            const LoraInGemv* lora) {
   const int n = (a.n_heads + 2 * a.n_kv_heads) * a.head_dim;
   if (a.n_tokens == 0 || !gemv_rope_kv_supported(a, x, w, k)) return false;
-  const std::optional<gemv::Plan> plan = taken_gemv_plan(a.dtype, x, w, a.n_tokens, n, k);
+  const std::optional<gemv::Plan> plan = taken_gemv_plan(a.dtype, x, w, a.n_tokens, n, k, lora != nullptr);
   if (!plan) return false;
   run_gemv_rope_kv(a, x, w, k, *plan, gemv_partials_, gemv_counters_, stream, lora);
   return true;
@@ -257,7 +258,7 @@ void Gemm::prepare(ScalarType t, int max_m, int n, int k, bool out_fp32) {
   // Products gemv takes never ask cuBLASLt (its choice does not depend on the pointers' alignment
   // beyond what every weight and activation buffer here has: 16 bytes).
   const bool gemv = uses_gemv(t, workspace_, workspace_, 1, n, k) && (gemv_split_k_ || gemv_plan(n, k).splits == 1);
-  for (int m : gemm_rows_buckets(gemv ? gemv::kMaxM + 1 : 1, max_m)) heuristic(t, m, n, k, out_fp32, true);
+  for (int m : gemm_rows_buckets(gemv ? gemv_rows_ + 1 : 1, max_m)) heuristic(t, m, n, k, out_fp32, true);
 }
 
 void Gemm::run(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, bool out_fp32,

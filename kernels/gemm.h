@@ -68,14 +68,19 @@ void run_gemv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k, con
 /// Owns a cuBLASLt handle and workspace, and caches the algorithm chosen per shape.
 /// batch_invariant: split-K is disallowed and one algorithm, chosen for a canonical row count,
 /// serves every M, so a row's result does not depend on how many rows share the product.
-/// use_gemv: products with m <= gemv::kMaxM that gemv_supported accepts go to run_gemv() instead of
+/// use_gemv: products with m <= gemv_rows() (8: one column tile of x) that gemv_supported accepts,
+/// and those with a LoRA epilogue up to gemv::kMaxM (16), go to run_gemv() instead of
 /// cuBLASLt (never in batch-invariant mode, which keeps its one algorithm). gemv_split_k = false
 /// keeps the products whose gemv plan splits K on cuBLASLt: measured on an H100 (kernel_bench,
 /// llama2-7b shapes at M = 1 and 8), gemv beats cuBLASLt by 3-5% where it needs no split (gate|up,
 /// LM head) and trails it by 6-17% where it splits (QKV, O, down) with its first loop. With the
 /// L2::256B hint, no K split for llama2-7b's shapes and PDL it beats cuBLASLt over the engine's
 /// batch-1 step (5.135 against 5.671 ms, kernels/README.md), so the cuda backend takes gemv for every product of
-/// <= 8 rows. One stream at a time per Gemm (the workspaces are shared by its calls).
+/// <= 8 rows. From 9 to 16 rows (two column tiles) gemv's product is slower than cuBLASLt's on an
+/// H200 (llama2-7b's batch-16 decode step 5.81 against 5.53 ms), but with the adapters' deltas in
+/// its epilogue it beats cuBLASLt's product with the LoRA launches beside it (5.86-5.96 against
+/// 6.32-6.45 ms: docs/lora.md), so only LoRA products take it there. One stream at a time per Gemm
+/// (the workspaces are shared by its calls).
 class Gemm {
  public:
   explicit Gemm(bool batch_invariant = false, size_t workspace_bytes = 32u << 20, bool use_gemv = true,
@@ -102,11 +107,16 @@ class Gemm {
   void set_gemv_waves(int waves) { gemv_waves_ = waves < 0 ? 0 : waves; }
   /// gemv's loop variant (gemv::Plan::variant), the same bits in each.
   void set_gemv_variant(int variant) { gemv_variant_ = variant & 3; }
-  /// Whether run() with these arguments takes the skinny path.
-  bool uses_gemv(ScalarType t, const void* x, const void* w, int m, int n, int k) const;
-  /// Whether run_gate_up_silu() takes this product: run() would take gemv for the [m, 2 * ffn]
-  /// product (with this Gemm's split-K setting).
-  bool fuses_gate_up_silu(ScalarType t, const void* x, const void* w, int m, int ffn, int k) const;
+  /// Rows up to which products without a LoRA epilogue take gemv (gemv::kMaxRows by default;
+  /// clamped to [0, gemv::kMaxM]: the tests and kernel_bench run the two column tiles through run()).
+  void set_gemv_rows(int rows) { gemv_rows_ = rows < 0 ? 0 : rows > gemv::kMaxM ? gemv::kMaxM : rows; }
+  int gemv_rows() const { return gemv_rows_; }
+  /// Whether run() with these arguments takes the skinny path; lora: a product with a LoRA
+  /// epilogue (run_gemv_lora, run_gate_up_silu and run_qkv_rope_kv with one), up to gemv::kMaxM rows.
+  bool uses_gemv(ScalarType t, const void* x, const void* w, int m, int n, int k, bool lora = false) const;
+  /// Whether run_gate_up_silu() takes this product: gemv takes the [m, 2 * ffn] product (with
+  /// this Gemm's split-K setting; lora as uses_gemv).
+  bool fuses_gate_up_silu(ScalarType t, const void* x, const void* w, int m, int ffn, int k, bool lora = false) const;
   /// act[m, ffn] = silu(x · gateᵀ) * (x · upᵀ) for the merged w = [gate; up] (run_gemv_silu_mul)
   /// when fuses_gate_up_silu(); throws std::logic_error otherwise (run() then silu_mul instead).
   void run_gate_up_silu(ScalarType t, const void* x, const void* w, void* act, int m, int ffn, int k,
@@ -154,7 +164,8 @@ class Gemm {
  private:
   /// The plan gemv runs this product with, where run() takes gemv for it (uses_gemv, and a K
   /// split only with gemv_split_k); none otherwise.
-  std::optional<gemv::Plan> taken_gemv_plan(ScalarType t, const void* x, const void* w, int m, int n, int k) const;
+  std::optional<gemv::Plan> taken_gemv_plan(ScalarType t, const void* x, const void* w, int m, int n, int k,
+                                            bool lora = false) const;
   /// run()'s gemv path (with push, run_pushed's): false, nothing enqueued, where run() takes cuBLASLt.
   bool run_if_gemv(ScalarType t, const void* x, const void* w, void* y, int m, int n, int k, bool out_fp32,
                    bool accumulate, const LamportPush& push, cudaStream_t stream);
@@ -175,6 +186,7 @@ class Gemm {
   bool gemv_split_k_ = true;
   int gemv_waves_ = 2;
   int gemv_variant_ = 0;
+  int gemv_rows_ = gemv::kMaxRows;
   int n_sms_ = 0;
   float* gemv_partials_ = nullptr;
   int32_t* gemv_counters_ = nullptr;

@@ -31,26 +31,27 @@ struct SimDevice {
   /// Multi-LoRA beyond the adapters' FLOPs and bytes (engine/backend/sim_lora.h): the cuda
   /// backend's LoRA kernels, fitted by least squares (fit_lora) to `servelab profile --lora-rank
   /// 16` of llama2-7b on an H200 (`PROFILE_LORA=1 bash scripts/gpu-lora-check.sh`, 2026-12-01,
-  /// 863c372: results/gpu/lora/2026-12-01-h200-profile-lora, docs/lora.md "On the sim"; its 15
-  /// points within 9.4% of what adapters added, 1.1% of the step). The GPU
-  /// presets take these; cpu-2core none. Seconds per layer.
+  /// fd35dfa, the decodes up to 8 rows with the shrink inside the gemv:
+  /// results/gpu/lora/2026-12-01-h200-in-gemv, docs/lora.md "On the sim"). The GPU presets take
+  /// these; cpu-2core none. Seconds per layer.
   /// Decode rows running an adapter: piecewise linear in their count through (0, 0) and the
-  /// knots (rows ascending; the launches beside each product cost about as much at 8 rows as at
-  /// 32 on an H200, so no single per-row figure fits), rows past the last knot at the last knot's
+  /// knots (rows ascending; up to 8 rows the adapters ride in the products' gemv, from 16 the
+  /// launches beside each product cost about as much at 16 rows as at 32 on an H200, so no
+  /// single per-row figure fits), rows past the last knot at the last knot's
   /// rate per row; with no knots (lora_decode_knots 0), lora_decode_row_s per row.
   static constexpr int kLoraDecodeKnots = 8;
   int lora_decode_knots = 5;
   std::array<double, kLoraDecodeKnots> lora_decode_knot_rows{1, 8, 16, 32, 64};
-  std::array<double, kLoraDecodeKnots> lora_decode_knot_s{4.60e-6, 26.08e-6, 16.56e-6, 24.87e-6, 46.54e-6};
-  double lora_decode_row_s = 0.727e-6;
+  std::array<double, kLoraDecodeKnots> lora_decode_knot_s{5.42e-6, 15.76e-6, 16.64e-6, 23.33e-6, 46.77e-6};
+  double lora_decode_row_s = 0.731e-6;
   /// Adapted prefill rows: per step that has any, per run of them on one adapter after the first
   /// (consecutive entries: sim_lora.h; the cuda backend's GEMMs take up to 8 runs, the rest go to
   /// the grouped kernels) and per such row.
-  double lora_prefill_layer_s = 14.04e-6;
-  double lora_prefill_run_s = 35.86e-6;
-  double lora_prefill_row_s = 0.1069e-6;
+  double lora_prefill_layer_s = 16.78e-6;
+  double lora_prefill_run_s = 37.69e-6;
+  double lora_prefill_row_s = 0.1061e-6;
   /// The share of mem_bw_bytes_s at which a step reads its adapters' weights (fitted as above).
-  double lora_bandwidth_share = 0.68;
+  double lora_bandwidth_share = 0.71;
   /// A load of an adapter whose packed 16-bit image the backend does not keep (its first load, or
   /// after the image was evicted or the adapter object dropped) packs its fp32 weights first (the
   /// cuda backend starts that on its worker as the request reaches the engine, and the load, a

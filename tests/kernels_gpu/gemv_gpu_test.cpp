@@ -1,5 +1,5 @@
 // The skinny GEMM (gemv.cu) against gemm_ref: awkward shapes through Gemm::run (which routes
-// M <= 16 to it: one column tile of 8 rows of x, or two) in bf16 and fp16, 16-bit and fp32 outputs, accumulate, outputs poisoned and guarded past the end;
+// M <= gemv_rows() to it: here 16, one column tile of 8 rows of x or two) in bf16 and fp16, 16-bit and fp32 outputs, accumulate, outputs poisoned and guarded past the end;
 // forced K splits (deterministic, counters left zeroed, replayable from a CUDA graph); a row's
 // bits independent of M; and Gemm's routing (fallbacks to cuBLASLt).
 #include <algorithm>
@@ -117,6 +117,7 @@ TEST_P(GemvGpuDtype, MatchesReferenceOnAwkwardShapes) {
 #endif
   std::mt19937_64 rng(std::random_device{}());
   Gemm gemm(false);
+  gemm.set_gemv_rows(gemv::kMaxM);  // run() takes gemv's two column tiles too
   const std::vector<std::pair<int, int>> nk = {{1, 8},       {1, 4096},    {1, 11008},   {17, 8},   {17, 1000},
                                                {17, 4096},   {17, 11008},  {100, 4104},  {4096, 8}, {4096, 4096},
                                                {4096, 11008}, {32000, 8}, {32000, 4096}};
@@ -189,6 +190,7 @@ TEST(GemvGpu, RowResultDoesNotDependOnM) {
   DeviceBuffer dw = testing::upload(w), dx = testing::upload(x), y1(size_t(n) * 4), y8(size_t(8) * n * 4),
       y16(size_t(16) * n * 4);
   Gemm gemm(false);
+  gemm.set_gemv_rows(gemv::kMaxM);
   gemm.run(ScalarType::bf16, dx.get(), dw.get(), y1.get(), 1, n, k, true, nullptr);
   gemm.run(ScalarType::bf16, dx.get(), dw.get(), y8.get(), 8, n, k, true, nullptr);
   gemm.run(ScalarType::bf16, dx.get(), dw.get(), y16.get(), 16, n, k, true, nullptr);
@@ -211,8 +213,14 @@ TEST(GemvGpu, GemmRoutesSkinnyProductsAndFallsBack) {
   const char* xp = dx.get<char>();
   Gemm on(false), off(false, 32u << 20, false), invariant(true);
   EXPECT_TRUE(on.uses_gemv(ScalarType::bf16, xp, dw.get(), 8, n, k));
-  EXPECT_TRUE(on.uses_gemv(ScalarType::bf16, xp, dw.get(), 16, n, k));  // two column tiles
-  EXPECT_FALSE(on.uses_gemv(ScalarType::bf16, xp, dw.get(), 17, n, k));  // M > 16
+  EXPECT_FALSE(on.uses_gemv(ScalarType::bf16, xp, dw.get(), 9, n, k));  // M > gemv_rows() (8)
+  EXPECT_TRUE(on.uses_gemv(ScalarType::bf16, xp, dw.get(), 16, n, k, true));  // a LoRA epilogue: two column tiles
+  EXPECT_FALSE(on.uses_gemv(ScalarType::bf16, xp, dw.get(), 17, n, k, true));  // M > 16
+  on.set_gemv_rows(16);
+  EXPECT_TRUE(on.uses_gemv(ScalarType::bf16, xp, dw.get(), 16, n, k));
+  on.set_gemv_rows(40);
+  EXPECT_EQ(on.gemv_rows(), gemv::kMaxM);
+  on.set_gemv_rows(gemv::kMaxRows);
   EXPECT_FALSE(on.uses_gemv(ScalarType::bf16, xp, dw.get(), 1, n, 12));  // K not a multiple of 8
   EXPECT_FALSE(on.uses_gemv(ScalarType::bf16, xp + 2, dw.get(), 1, n, k - 8));  // x not 16-byte aligned
   EXPECT_FALSE(off.uses_gemv(ScalarType::bf16, xp, dw.get(), 1, n, k));
@@ -221,7 +229,7 @@ TEST(GemvGpu, GemmRoutesSkinnyProductsAndFallsBack) {
   EXPECT_TRUE(off.uses_gemv(ScalarType::bf16, xp, dw.get(), 1, n, k));
   off.set_use_gemv(false);
 
-  // Both paths on the same inputs, against the reference (M = 17 goes to cuBLASLt either way).
+  // Both paths on the same inputs, against the reference (M = 12 and 17 go to cuBLASLt either way).
   for (int m : {3, 12, 17}) {
     std::vector<float> ref(size_t(m) * n);
     gemm_ref(to_float(x).data(), to_float(w).data(), m, n, k, ref.data());

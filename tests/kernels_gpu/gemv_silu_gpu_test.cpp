@@ -132,8 +132,9 @@ TEST(GemvSiluGpu, GemmRoutesTheFusedPath) {
   DeviceBuffer dw = testing::upload_bf16(w), dx = testing::upload_bf16(x);
   Gemm on(false), unsplit(false, 32u << 20, true, false), off(false, 32u << 20, false), invariant(true);
   EXPECT_TRUE(on.fuses_gate_up_silu(ScalarType::bf16, dx.get(), dw.get(), 8, ffn, k));
-  EXPECT_TRUE(on.fuses_gate_up_silu(ScalarType::bf16, dx.get(), dw.get(), 16, ffn, k));  // two column tiles
-  EXPECT_FALSE(on.fuses_gate_up_silu(ScalarType::bf16, dx.get(), dw.get(), 17, ffn, k));  // M > 16
+  EXPECT_FALSE(on.fuses_gate_up_silu(ScalarType::bf16, dx.get(), dw.get(), 9, ffn, k));  // M > gemv_rows() (8)
+  EXPECT_TRUE(on.fuses_gate_up_silu(ScalarType::bf16, dx.get(), dw.get(), 16, ffn, k, true));  // LoRA: two column tiles
+  EXPECT_FALSE(on.fuses_gate_up_silu(ScalarType::bf16, dx.get(), dw.get(), 17, ffn, k, true));  // M > 16
   EXPECT_FALSE(off.fuses_gate_up_silu(ScalarType::bf16, dx.get(), dw.get(), 1, ffn, k));
   EXPECT_FALSE(invariant.fuses_gate_up_silu(ScalarType::bf16, dx.get(), dw.get(), 1, ffn, k));
   EXPECT_EQ(unsplit.fuses_gate_up_silu(ScalarType::bf16, dx.get(), dw.get(), 1, ffn, k),

@@ -82,7 +82,7 @@ struct CudaBackend::Impl {
   bool fuse_gate_up_silu = true;  // with fusion on: gate|up and SiLU·mul in one gemv launch where gemv runs
   bool fuse_qkv_rope = true;      // with fusion on: q|k|v, RoPE and the K/V write in one gemv launch where gemv runs
   int attention_pdl = 0;          // DecodePathOptions::attention_pdl
-  bool pdl_small_steps = true;    // launch with PDL in steps of <= gemv::kMaxM rows (enqueue)
+  bool pdl_small_steps = true;    // launch with PDL in steps gemv takes (enqueue_forward)
   int n_sms = 0;
   cuda::MixedDecodePlanner mixed;  // where a mixed step's decodes take their attention
   k::ScalarType dt = k::ScalarType::bf16;  // options.dtype: weights, activations and KV (setup() sets it)

@@ -12,7 +12,10 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   const int d = m.hidden_size, hd = m.head_dim();
   const int R = g.rows, N = g.samples;
   const cuda::PackedLayout& L = g.layout;
-  k::set_pdl_enabled(pdl_small_steps && R <= k::gemv::kMaxM);  // this thread's launches (graph capture too)
+  // Plain decodes whose adapters ride in the products' gemv (lora_kernels.in_product, below) take
+  // gemv up to kMaxM rows; other products past kMaxRows are cuBLASLt's (Gemm::gemv_rows).
+  const bool lora_gemv_rows = g.lora && lora_kernels.in_product && g.decode && !qw && !tp && R <= k::gemv::kMaxM;
+  k::set_pdl_enabled(pdl_small_steps && (R <= k::gemv::kMaxRows || lora_gemv_rows));  // this thread's launches (graph capture too)
   const cuda::OpContext ctx{gemm.get(), dt, stream, options.fusion, fuse_gate_up_silu, fuse_qkv_rope, tp, quant_runner.get()};
   if (tp) tp->pushed = nullptr;  // a forward that threw half-way leaves no pushed product behind
 
@@ -99,10 +102,10 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   auto gemv_takes = [&](int l, cuda::LoraGroup grp) {
     const cuda::DeviceLayer& W = w.layers[l];
     switch (grp) {
-      case cuda::LoraGroup::qkv: return ctx.gemm->uses_gemv(dt, xn.get(), W.w_qkv, R, qkv_width(), d);
-      case cuda::LoraGroup::o: return ctx.gemm->uses_gemv(dt, attn.get(), W.w_o, R, d, dq());
-      case cuda::LoraGroup::gate_up: return ctx.gemm->uses_gemv(dt, xn.get(), W.w_gate_up, R, 2 * local_ffn, d);
-      default: return ctx.gemm->uses_gemv(dt, act.get(), W.w_down, R, d, local_ffn);
+      case cuda::LoraGroup::qkv: return ctx.gemm->uses_gemv(dt, xn.get(), W.w_qkv, R, qkv_width(), d, true);
+      case cuda::LoraGroup::o: return ctx.gemm->uses_gemv(dt, attn.get(), W.w_o, R, d, dq(), true);
+      case cuda::LoraGroup::gate_up: return ctx.gemm->uses_gemv(dt, xn.get(), W.w_gate_up, R, 2 * local_ffn, d, true);
+      default: return ctx.gemm->uses_gemv(dt, act.get(), W.w_down, R, d, local_ffn, true);
     }
   };
   int gemv_launches = 0;  // in_product hooks so far (each its own count in the plan)

@@ -136,7 +136,7 @@ struct LoraHook {
 /// product; std::logic_error otherwise.
 inline void run_product_with_lora(const OpContext& c, const LoraHook& lora, const void* x, const void* w, void* y,
                                   int rows, int out, int in) {
-  if (!c.gemm->uses_gemv(c.dt, x, w, rows, out, in))
+  if (!c.gemm->uses_gemv(c.dt, x, w, rows, out, in, true))
     throw std::logic_error("a LoRA delta in the product needs gemv's path (the forward checks it)");
   if (!c.gemm->run_gemv_lora(c.dt, x, w, y, rows, out, in, lora.product_lora(rows), c.stream))
     throw std::logic_error("a LoRA delta in the product needs gemv's path");
@@ -185,7 +185,7 @@ struct GateUpSilu {
     if (quant && !lora && c.fusion && c.fuse_gate_up_silu && c.quant->run_gate_up_silu(*quant, x, act, rows, ffn, c.stream))
       return;
     if (lora && lora->in_product && !quant) {
-      if (c.fusion && c.fuse_gate_up_silu && c.gemm->fuses_gate_up_silu(c.dt, x, weight, rows, ffn, in)) {
+      if (c.fusion && c.fuse_gate_up_silu && c.gemm->fuses_gate_up_silu(c.dt, x, weight, rows, ffn, in, true)) {
         const kernels::LoraInGemv d = lora->product_lora(rows);
         c.gemm->run_gate_up_silu(c.dt, x, weight, act, rows, ffn, in, c.stream, &d);
         return;
@@ -430,7 +430,7 @@ struct QkvAttention {
       if (rows == st.n_tokens && attention.rope_kv_in_product(c, st) &&
           kernels::gemv_rope_kv_supported(attention.qkv_args(c, st, qkv_out, qkv.out, k_cache, v_cache), x, qkv.weight,
                                           qkv.in) &&
-          c.gemm->uses_gemv(c.dt, x, qkv.weight, rows, qkv.out, qkv.in)) {
+          c.gemm->uses_gemv(c.dt, x, qkv.weight, rows, qkv.out, qkv.in, true)) {
         const kernels::LoraInGemv d = qkv.lora->product_lora(rows);
         roped = c.gemm->run_qkv_rope_kv(attention.qkv_args(c, st, qkv_out, qkv.out, k_cache, v_cache), x, qkv.weight,
                                         qkv.in, c.stream, &d);
