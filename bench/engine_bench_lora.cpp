@@ -88,9 +88,9 @@ struct Variant {
   bool diagnostic = false;
 };
 
-/// Names: `default` (LoraSgmvConfig{}: up to 8 rows, where the products are our gemv, each
+/// Names: `default` (LoraSgmvConfig{}: up to 16 rows, where the products are our gemv, each
 /// product's gemv runs its shrink in its first 128 blocks, inputs in 16 chunks, and adds the
-/// delta in its epilogue, no LoRA launch; from 16 rows as `beside`); `tiles` (the in-gemv shrink's
+/// delta in its epilogue, no LoRA launch; from 17 rows as `beside`); `tiles` (the in-gemv shrink's
 /// items of a slot tile, not of a row); `beside` (in_product off: the expand by rows without the
 /// register cap, 528, a
 /// block per item, every delta beside its product: o/down into the residual, q|k|v's and gate|up's

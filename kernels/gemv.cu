@@ -215,7 +215,10 @@ __device__ __forceinline__ void finish_tile(const Params& p, gemv::ReduceSmem& s
 /// right after the previous use of its registers, so a warp always has one or two steps in
 /// flight, instead of loading two, using two); bit 1 = the L2::256B hint on the weight loads.
 /// The steps are summed in the same order in every variant (same bits). kCols: column tiles of 8
-/// rows of x (1 for M <= 8, 2 for 9-16; one block an SM then, for the registers).
+/// rows of x (1 for M <= 8, 2 for 9-16). Two blocks an SM either way: two column tiles take 128
+/// registers with 20-56 bytes spilled (outside the loop); at one block an SM (148 registers) the
+/// 16-row products were slower and a LoRA gemv's shrink blocks took a whole wave
+/// (results/gpu/lora/2026-12-01-h200-gemv16/).
 template <typename T, typename OutT, int kVariant, bool kLora, int kCols>
 __global__ void __launch_bounds__(kThreads, 2) gemv_kernel(const Params p) {
   constexpr bool kRolling = kVariant & 1, kHint = (kVariant & 2) != 0;

@@ -1,10 +1,10 @@
 #pragma once
-// The skinny GEMM of kernels/gemv.cu (decode: y[M, N] = x[M, K] · w[N, K]ᵀ, M ≤ 8) as plain C++:
+// The skinny GEMM of kernels/gemv.cu (decode: y[M, N] = x[M, K] · w[N, K]ᵀ, M ≤ 16) as plain C++:
 // its work decomposition (row blocks, K steps, K splits) and its tensor-core fragment layout, for
 // host and device, so the CPU tests check both without a GPU (tests/kernels/gemv_plan_test.cpp).
 //
 // Layout: mma.sync.m16n8k16 with the weights as A (16 rows of w) and x as B (its M ≤ 8 rows are
-// the n = 8 columns). A sum over K may visit K in any order as long as A and B agree, so each lane
+// the n = 8 columns; M 9-16 two such column tiles, each A fragment feeding both). A sum over K may visit K in any order as long as A and B agree, so each lane
 // loads whole 16-byte vectors of 8 consecutive K values and the fragments take them as they come:
 // lane (g = lane / 4, q = lane % 4) loads, in a K step of 64 values starting at kb, the vectors
 // v = 0, 1 at kb + v * 32 + q * 8 of w rows g and g + 8 of a 16-row tile, and of x row g.

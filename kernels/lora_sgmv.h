@@ -114,8 +114,8 @@ struct LoraSgmvConfig {
   /// both against 0.882 without, b64 0.546 against 0.826 (docs/lora.md "GPU figures").
   bool gate_up_in_consumer = false;
   bool qkv_in_consumer = false;
-  /// Read by the cuda backend, in plain decode steps whose products take our gemv (up to 8 rows,
-  /// 16-bit weights, one GPU): each product's delta is added in the gemv's own epilogue from the
+  /// Read by the cuda backend, in plain decode steps whose products take our gemv (up to 16 rows:
+  /// Gemm takes products with a LoRA epilogue there, two column tiles from 9; 16-bit weights, one GPU): each product's delta is added in the gemv's own epilogue from the
   /// rows' xa, which the grouped shrink finishes in the gemv's first in_product_shrink_blocks
   /// blocks (LoraGemvShrink): no LoRA launch at all, no side stream, RoPE + K/V write and
   /// SiLU·mul fused into their products again, the products still launched with PDL after the

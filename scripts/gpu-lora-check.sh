@@ -14,8 +14,9 @@
 #   more options for that run (e.g. "--set workload.rates=[8,24]").
 # PROFILE_LORA=1 (before the bench): `servelab profile --lora-rank 16` of llama2-7b on a small grid
 #   (profile-lora.json, profile-lora.txt): the sim's LoRA figures fitted to this GPU's own adapter
-#   steps, printed beside the H200 fit the GPU presets carry (engine/backend/hardware.h: 0.83 us a
-#   decode row and layer; prefill 25 + 29 an adapter + 0.040 a row, us a layer; weights at 0.59).
+#   steps, to compare with the H200 fit the GPU presets carry (engine/backend/hardware.h: decode
+#   knots at 1 / 8 / 16 / 32 / 64 rows of 5.4 / 15.8 / 16.6 / 23.3 / 46.8 us a layer; prefill 16.8 a
+#   step + 37.7 a run after the first + 0.106 a row, us a layer; weights at 0.71 of the bandwidth).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/runs/gpu-lora-check}

@@ -38,7 +38,10 @@ struct SimDevice {
   /// knots (rows ascending; up to 8 rows the adapters ride in the products' gemv, from 16 the
   /// launches beside each product cost about as much at 16 rows as at 32 on an H200, so no
   /// single per-row figure fits), rows past the last knot at the last knot's
-  /// rate per row; with no knots (lora_decode_knots 0), lora_decode_row_s per row.
+  /// rate per row; with no knots (lora_decode_knots 0), lora_decode_row_s per row. Since 2e9a5e70
+  /// decodes of 9-16 rows ride in the gemv too (engine_bench at b16: 0.93 of the base step against
+  /// 0.875 at fd35dfa), so the 16-row knot prices them about 4 us a layer high until a new profile
+  /// refits it (results/gpu/lora/2026-12-01-h200-gemv16).
   static constexpr int kLoraDecodeKnots = 8;
   int lora_decode_knots = 5;
   std::array<double, kLoraDecodeKnots> lora_decode_knot_rows{1, 8, 16, 32, 64};

@@ -22,11 +22,11 @@ out = sys.argv[1]
 def tpot(name):
     runs = json.load(open(os.path.join(out, name, "summary.json")))["runs"]
     return {r["config"]["concurrency"]: r["metrics"]["tpot_ms"]["p50"] for r in runs}
-# engine_bench on an H200 (results/gpu/lora/2026-11-29-h200-b54612e/engine_bench_lora.log, the
-# default path ("prev" there): base step / step with adapters, ctx 512; Zipf: b64 tok/s ratios).
-measured = {("uniform", 1): {32: 0.882, 64: 0.826}, ("uniform", 8): {32: 0.861, 64: 0.822},
-            ("uniform", 32): {32: 0.781, 64: 0.777}, ("zipf", 8): {64: 0.847}, ("zipf", 64): {64: 0.794},
-            ("zipf", 512): {64: 0.736}}
+# engine_bench on an H200 (results/gpu/lora/2026-12-01-h200-gemv16/engine_bench_lora.log, tree
+# 2e9a5e70's defaults: base step / step with adapters, ctx 512; Zipf: b64 tok/s ratios).
+measured = {("uniform", 1): {32: 0.874, 64: 0.825}, ("uniform", 8): {32: 0.850, 64: 0.823},
+            ("uniform", 32): {32: 0.800, 64: 0.797}, ("zipf", 8): {64: 0.850}, ("zipf", 64): {64: 0.808},
+            ("zipf", 512): {64: 0.752}}
 base = tpot("base")
 print("| adapters | users | base TPOT p50 ms | with adapters | sim base / adapters | measured | sim - measured |")
 print("|---|---:|---:|---:|---:|---:|---:|")
