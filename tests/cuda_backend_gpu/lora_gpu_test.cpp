@@ -1,5 +1,6 @@
 // Multi-LoRA on the cuda backend: in steps mixing three adapters and rows without one (a prefill,
-// eager decodes, CUDA-graph decodes, a graph replayed with another mix of rows), each row's logits
+// eager decodes, CUDA-graph decodes of up to 8 and of 9-16 rows, a graph replayed with another mix
+// of rows), each row's logits
 // equal those of the base model with its adapter merged into the weights (a checkpoint of its
 // own, loaded by another CudaBackend) within bf16 tolerance (the prefill's longer runs on the
 // tensor cores, kernels/lora_gemm.h), rows without an adapter equal the base
@@ -135,11 +136,11 @@ TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsEagerAndGraphs) {
   lora->init_kv(kSlots);
   for (auto& r : refs) r->init_kv(kSlots);
 
-  // Seven sequences: adapters 0, 1, 2, none, 0, none, 2.
-  const int adapter_of[7] = {0, 1, 2, -1, 0, -1, 2};
+  // Thirteen sequences: adapters 0, 1, 2, none, 0, none, 2, then 1, none, 0, 2, 1, 0.
+  const int adapter_of[13] = {0, 1, 2, -1, 0, -1, 2, 1, -1, 0, 2, 1, 0};
   auto kv = make_kv();
   std::vector<Sequence> seqs;
-  for (int i = 0; i < 7; ++i) seqs.push_back(make_sequence(i + 1, random_tokens(9 + 11 * i, kVocab, 50 + i)));
+  for (int i = 0; i < 13; ++i) seqs.push_back(make_sequence(i + 1, random_tokens(9 + 11 * i, kVocab, 50 + i)));
   // Each step: every backend's logits; each sequence's row against its reference; the adapter's
   // row also far from the base model's; then the adapter backend's greedy token, which the
   // merged model must agree with (or be within a near tie of).
@@ -176,13 +177,17 @@ TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsEagerAndGraphs) {
       s.tokens.push_back(static_cast<TokenId>(tok));
     }
   };
-  step({0, 1, 2, 3, 4, 5, 6}, "prefill");
-  // Decodes of all seven (bucket 8): the eager warm-up, the capture, replays; then five of them
-  // (the same bucket: the graph replays with another mix of slots in its rows), then three.
+  step({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, "prefill");
+  // Decodes of the first seven (bucket 8): the eager warm-up, the capture, replays; then five of
+  // them (the same bucket: the graph replays with another mix of slots in its rows), then three.
   for (int n = 0; n < 4; ++n) step({0, 1, 2, 3, 4, 5, 6}, "decode " + std::to_string(n));
   for (int n = 0; n < 2; ++n) step({1, 3, 4, 5, 6}, "decode of five " + std::to_string(n));
   for (int n = 0; n < 3; ++n) step({2, 0, 5}, "decode of three " + std::to_string(n));
-  EXPECT_GE(lora->graph_captures(), 2);  // decodes with adapters ran from graphs
+  // Bucket 16 (the products' gemv in two column tiles of x, the deltas inside): all thirteen, then
+  // eleven (the graph replayed with padding rows and another mix).
+  for (int n = 0; n < 3; ++n) step({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, "decode of 13 " + std::to_string(n));
+  for (int n = 0; n < 2; ++n) step({12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2}, "decode of 11 " + std::to_string(n));
+  EXPECT_GE(lora->graph_captures(), 3);  // decodes with adapters ran from graphs (buckets 4, 8, 16)
   std::printf("largest rel. error against the reference: rows without an adapter %.4f, with one %.4f\n", worst[0],
               worst[1]);
   // A step with no adapter row on the adapter backend equals the base model (no LoRA launch).
