@@ -174,11 +174,8 @@ __device__ __forceinline__ void finish_tile(const Params& p, gemv::ReduceSmem& s
   const int tid = threadIdx.x, mm = tid / kBlockRows + 8 * ctile, n0 = bx * kBlockRows;
   gemv::LoraEpilogue le;  // kLora: B's first ranks in flight while the block sums its warps
   if constexpr (kLora) le = gemv::lora_prefetch<T>(p.lora.delta, p.m, mm, gemv_out_row(p, bx, tid % kBlockRows));
-  const int64_t tile_partials = int64_t(p.plan.row_blocks) * p.plan.splits * gemv::kPartialFloats;
-  float* partials = p.partials ? p.partials + ctile * tile_partials : nullptr;
-  int32_t* counters = p.counters ? p.counters + ctile * p.plan.row_blocks : nullptr;
   float sum;
-  if (!gemv::block_row_sums(sm, acc, bx, p.plan.splits, split, partials, counters, sum)) return;
+  if (!gemv::tile_row_sums(sm, acc, p.plan, bx, split, p.partials, p.counters, ctile, sum)) return;
   if constexpr (kLora) {
     gemv::lora_wait_shrink(p.lora.shrink);
     sum = gemv::lora_add_delta<T>(p.lora.delta, le, mm, sum);

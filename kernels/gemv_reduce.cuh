@@ -46,4 +46,15 @@ __device__ __forceinline__ bool block_row_sums(ReduceSmem& sm, const float (&acc
   return true;
 }
 
+/// block_row_sums of column tile ctile of x (its rows 8 ctile .. 8 ctile + 7; gemv.cu and
+/// quant_gemv's steps kernel take M 9-16 as two): tile 1 keeps its split-K partial sums and
+/// counters after tile 0's (plan.partial_floats() and plan.row_blocks further), so both tiles'
+/// sums take one tile's order and a row's bits do not depend on M.
+__device__ __forceinline__ bool tile_row_sums(ReduceSmem& sm, const float (&acc)[2][4], const Plan& plan, int rb,
+                                              int split, float* partials, int32_t* counters, int ctile, float& sum) {
+  const int64_t tile_partials = int64_t(plan.row_blocks) * plan.splits * kPartialFloats;
+  return block_row_sums(sm, acc, rb, plan.splits, split, partials ? partials + ctile * tile_partials : nullptr,
+                        counters ? counters + ctile * plan.row_blocks : nullptr, sum);
+}
+
 }  // namespace servelab::kernels::gemv

@@ -35,10 +35,7 @@ template <bool kInt4, typename OutT>
 __device__ __forceinline__ void finish(gemv::ReduceSmem& sm, const float (&acc)[2][4], const QuantGemvArgs& a,
                                        const gemv::Plan& plan, int rb, int split, int ctile = 0) {
   float sum;
-  const int64_t tile_partials = int64_t(plan.row_blocks) * plan.splits * gemv::kPartialFloats;
-  float* partials = a.partials ? a.partials + ctile * tile_partials : nullptr;
-  int32_t* counters = a.counters ? a.counters + ctile * plan.row_blocks : nullptr;
-  if (!gemv::block_row_sums(sm, acc, rb, plan.splits, split, partials, counters, sum)) return;
+  if (!gemv::tile_row_sums(sm, acc, plan, rb, split, a.partials, a.counters, ctile, sum)) return;
   const int tid = threadIdx.x, mm = tid / gemv::kBlockRows + 8 * ctile, r = tid % gemv::kBlockRows;
   const int nn = block_row(a, rb, r);
   if constexpr (!kInt4) sum *= __ldg(a.scales + (a.n_scales == 1 ? 0 : min(nn, a.n - 1)));

@@ -12,8 +12,8 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   const int d = m.hidden_size, hd = m.head_dim();
   const int R = g.rows, N = g.samples;
   const cuda::PackedLayout& L = g.layout;
-  // Plain decodes whose adapters ride in the products' gemv (lora_kernels.in_product, below) take
-  // gemv up to kMaxM rows; other products past kMaxRows are cuBLASLt's (Gemm::gemv_rows).
+  // Decodes whose adapters may ride in the products' gemv (lora_kernels.in_product: in_product_step
+  // below) take gemv up to kMaxM rows; other products past kMaxRows are cuBLASLt's (Gemm::gemv_rows).
   const bool lora_gemv_rows = g.lora && lora_kernels.in_product && g.decode && !qw && !tp && R <= k::gemv::kMaxM;
   k::set_pdl_enabled(pdl_small_steps && (R <= k::gemv::kMaxRows || lora_gemv_rows));  // this thread's launches (graph capture too)
   const cuda::OpContext ctx{gemm.get(), dt, stream, options.fusion, fuse_gate_up_silu, fuse_qkv_rope, tp, quant_runner.get()};
@@ -98,7 +98,7 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   const bool qkv_xa_ok = plain_decode;
   // Each product's delta in its gemv epilogue (lora_kernels.in_product): plain decodes on one GPU
   // with 16-bit weights, each product that gemv takes (the rest as below).
-  const bool in_product_step = g.lora && lora_kernels.in_product && plain_decode && !qw && !tp && R <= k::gemv::kMaxM;
+  const bool in_product_step = lora_gemv_rows && plain_decode;
   auto gemv_takes = [&](int l, cuda::LoraGroup grp) {
     const cuda::DeviceLayer& W = w.layers[l];
     switch (grp) {
