@@ -371,24 +371,8 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
   sgmv_config.gemm_min_rows = 0;
   kernels::LoraSgmvConfig gemm_beside = gemm_config;  // q|k|v's and gate|up's deltas beside their products
   gemm_beside.eager_beside = true;
-  // Two eager-step choices, each way whatever the default: the step's stream above the side
-  // stream (main_first: the products' blocks dispatched first) and gate|up's runs expanded by
-  // SiLU·mul (gate_up_runs_in_consumer).
-  auto eager = [&](const kernels::LoraSgmvConfig& from, bool first, bool in_silu) {
-    kernels::LoraSgmvConfig c = from;
-    c.main_first = first;
-    c.gate_up_runs_in_consumer = in_silu;
-    return c;
-  };
   std::vector<std::pair<std::string, kernels::LoraSgmvConfig>> prefill_variants = {
-      {"sgmv", sgmv_config},
-      {"gemm", gemm_config},
-      {"gemm, deltas beside", gemm_beside},
-      {"gemm, level, expands", eager(gemm_config, false, false)},
-      {"gemm, product first, expands", eager(gemm_config, true, false)},
-      {"gemm, level, gate|up in SiLU", eager(gemm_config, false, true)},
-      {"gemm, product first, gate|up in SiLU", eager(gemm_config, true, true)},
-      {"gemm, deltas beside, product first", eager(gemm_beside, true, false)}};
+      {"sgmv", sgmv_config}, {"gemm", gemm_config}, {"gemm, deltas beside", gemm_beside}};
   if (o.prefill_only) {  // where the default's time goes: parts left out (wrong results), or in line
     auto with = [&](const char* name, auto f) {
       kernels::LoraSgmvConfig c = gemm_config;

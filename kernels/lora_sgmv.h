@@ -77,13 +77,6 @@ struct LoraSgmvConfig {
   /// Read by the cuda backend: the shrinks (and the residual expands) on a side stream beside the
   /// products (true) or in line on the backend's stream, before them (false).
   bool side_stream = true;
-  /// Read by the cuda backend: the step's stream at the device's greatest priority (the side
-  /// stream keeps CUDA's default, the least), so where a product and the side work wait for SMs
-  /// together the block scheduler dispatches the product's blocks first and the shrinks and
-  /// residual expands take the SMs its last wave leaves idle. Eager steps only: a graph's nodes
-  /// run at the priority of the stream it is launched into, all of them alike. Changing it
-  /// re-creates the backend's stream (CudaBackend::set_lora_kernels, after a synchronize).
-  bool main_first = false;
   /// Read by the cuda backend, in steps whose every adapter row is on the grouped kernels (every
   /// CUDA graph): gate|up's expand also runs on the side stream, writing the delta alone into a
   /// scratch (lora_sgmv_expand with accumulate = false), and lora_silu_mul adds it to the
@@ -121,11 +114,6 @@ struct LoraSgmvConfig {
   /// both against 0.882 without, b64 0.546 against 0.826 (docs/lora.md "GPU figures").
   bool gate_up_in_consumer = false;
   bool qkv_in_consumer = false;
-  /// Read by the cuda backend, in eager steps whose gate|up expand follows the product (not
-  /// eager_beside): the tensor-core runs' gate|up delta computed by SiLU·mul from the runs' xa
-  /// (kernels::lora_silu_mul_runs: B read once a tile of 16 rows), no expand GEMM for them; at
-  /// most kLoraConsumerRuns runs of rank <= 32, else the expand as before.
-  bool gate_up_runs_in_consumer = false;
   /// Read by the cuda backend, in plain decode steps whose products take our gemv (up to 16 rows:
   /// Gemm takes products with a LoRA epilogue there, two column tiles from 9; 16-bit weights, one GPU): each product's delta is added in the gemv's own epilogue from the
   /// rows' xa, which the grouped shrink finishes in the gemv's first in_product_shrink_blocks

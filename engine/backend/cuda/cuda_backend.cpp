@@ -281,10 +281,8 @@ void CudaBackend::set_lora_kernels(const kernels::LoraSgmvConfig& config) {
   if (config.gemm_min_rows < 0 || config.gemm_max_runs < 0)
     throw std::invalid_argument("CudaBackend::set_lora_kernels: gemm_min_rows " + std::to_string(config.gemm_min_rows) +
                                 " and gemm_max_runs " + std::to_string(config.gemm_max_runs) + " must be >= 0");
-  const bool restream = config.main_first != impl_->lora_kernels.main_first;
   impl_->lora_kernels = config;
   impl_->drop_graphs();  // the graphs baked in the old launches
-  if (restream) impl_->make_stream(config.main_first);
 }
 
 std::string CudaBackend::device_description() const { return cuda_device_description(impl_->options.device); }

@@ -182,20 +182,6 @@ struct CudaBackend::Impl {
     if (stream) cudaStreamDestroy(stream);
   }
 
-  /// (Re)creates the step's stream, at the device's greatest priority when `high`
-  /// (LoraSgmvConfig::main_first), else at CUDA's default; what the old one queued finishes first.
-  void make_stream(bool high) {
-    int least = 0, greatest = 0;
-    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    cudaStream_t s = nullptr;
-    CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, high ? greatest : least));
-    if (stream) {
-      CUDA_CHECK(cudaStreamSynchronize(stream));
-      CUDA_CHECK(cudaStreamDestroy(stream));
-    }
-    stream = s;
-  }
-
   /// The plan's arrays inside lora_plan_buf (laid out by ensure_lora_scratch: counts, tiles, perm,
   /// perm_slot, the shrink's tile (or row) counters, a count per LoRA group of every layer for the gemvs
   /// that run their shrink inside), launched as lora_kernels says (CudaBackend::set_lora_kernels).
@@ -240,7 +226,7 @@ struct CudaBackend::Impl {
                                   " is not supported by the attention kernels (32, 64 or 128)");
     if (m.hidden_size % 8 || local_ffn % 8 || local_kv_dim() % 8)
       throw std::invalid_argument("CudaBackend: hidden_size, intermediate_size and kv_dim must be multiples of 8");
-    make_stream(lora_kernels.main_first);
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     // Products of <= 8 rows (decode): options.decode (kernels/gemv.cu; results/gpu/README.md).
     const DecodePathOptions& dp = options.decode;
     using Gemv = DecodePathOptions::Gemv;
