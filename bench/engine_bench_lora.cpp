@@ -364,7 +364,8 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
   };
   // A serving run's prefill steps are mostly one prompt of a few hundred tokens (1 x 128, 256).
   const std::vector<PrefillShape> prefills =
-      o.prefill_only ? std::vector<PrefillShape>{{1, 64, 1}, {1, 128, 1}, {1, 256, 1}, {1, 512, 1}, {4, 512, 4}}
+      o.prefill_only ? std::vector<PrefillShape>{{1, 16, 1},  {1, 32, 1},  {1, 48, 1},  {1, 64, 1},
+                                                 {1, 128, 1}, {1, 256, 1}, {1, 512, 1}, {4, 512, 4}}
                      : std::vector<PrefillShape>{{1, 128, 1}, {1, 256, 1}, {1, 512, 1}, {4, 512, 4},
                                                  {4, 512, 1}, {8, 256, 8}, {16, 64, 16}};
   kernels::LoraSgmvConfig sgmv_config = variants[best].config, gemm_config = variants[best].config;
@@ -379,6 +380,8 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
       f(c);
       prefill_variants.emplace_back(name, c);
     };
+    // Where the tensor cores start to pay (gemm_min_rows: the prompts of 16-63 tokens).
+    with("gemm from 16 rows", [](kernels::LoraSgmvConfig& c) { c.gemm_min_rows = 16; });
     with("gemm, in line", [](kernels::LoraSgmvConfig& c) { c.side_stream = false; });
     with("gemm, no shrinks (diagnostic)", [](kernels::LoraSgmvConfig& c) { c.skip_runs = 1; });
     with("gemm, no expands (diagnostic)", [](kernels::LoraSgmvConfig& c) { c.skip_runs = 2; });
