@@ -380,8 +380,8 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
       f(c);
       prefill_variants.emplace_back(name, c);
     };
-    // Where the tensor cores start to pay (gemm_min_rows: the prompts of 16-63 tokens).
-    with("gemm from 16 rows", [](kernels::LoraSgmvConfig& c) { c.gemm_min_rows = 16; });
+    // Where the tensor cores start to pay (gemm_min_rows, 16 by default: 64 before 2026-12-02).
+    with("gemm from 64 rows", [](kernels::LoraSgmvConfig& c) { c.gemm_min_rows = 64; });
     with("gemm, in line", [](kernels::LoraSgmvConfig& c) { c.side_stream = false; });
     with("gemm, no shrinks (diagnostic)", [](kernels::LoraSgmvConfig& c) { c.skip_runs = 1; });
     with("gemm, no expands (diagnostic)", [](kernels::LoraSgmvConfig& c) { c.skip_runs = 2; });

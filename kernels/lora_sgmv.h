@@ -70,9 +70,10 @@ struct LoraSgmvConfig {
   /// in a CUDA graph), runs of at least this many consecutive rows of one adapter go to the tensor
   /// cores (kernels/lora_gemm.h: a shrink and an expand GEMM per run and product), at most
   /// gemm_max_runs of them (the longest); the other rows stay on the grouped kernels. 0: never.
-  /// 64 and 8: on an H200 runs of 256-2048 rows cost far less there than on the grouped kernels
-  /// and 16 runs of 64 rows more (docs/lora.md "GPU figures").
-  int gemm_min_rows = 64;
+  /// 16 and 8: on an H200 one prompt of 16 / 32 / 48 tokens costs 0.887 / 0.893 / 0.858 of the
+  /// base step this way against 0.825 / 0.774 / 0.739 on the grouped kernels (2026-12-02), runs of
+  /// 256-2048 rows far less, 16 runs of 64 rows about the same (docs/lora.md "GPU figures").
+  int gemm_min_rows = 16;
   int gemm_max_runs = 8;
   /// Read by the cuda backend: the shrinks (and the residual expands) on a side stream beside the
   /// products (true) or in line on the backend's stream, before them (false).
