@@ -2,11 +2,14 @@
 // grid-stride loop (kernels/silu_mul_rows.cuh) with a read of the row's slot and (for an adapter
 // row) of its two delta vectors.
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
+#include <string>
 
 #include "kernels/common.cuh"
 #include "kernels/lora_act.h"
 #include "kernels/lora_delta.cuh"
+#include "kernels/mma_util.cuh"
 #include "kernels/silu_mul_rows.cuh"
 
 namespace servelab::kernels {
@@ -54,6 +57,130 @@ __global__ void __launch_bounds__(kActVectors) lora_silu_mul_xa_kernel(const T* 
   *reinterpret_cast<Vec8*>(out + r * ffn + c) = pack8<T>(g);
 }
 
+/// lora_silu_mul_runs: blockIdx.y a tile of 16 rows, blockIdx.x 256 columns of gate (and the same
+/// of up), a warp 64 of them. The tile's xa (16-bit) and rows' slots are staged in shared memory;
+/// for each slot among the tile's rows (one, but at a run's edge) each warp multiplies the tile's
+/// xa, the other slots' rows zeroed, by its columns' B on the tensor cores (mma m16n8k16: 8
+/// column tiles of 8, gate and up, R / 16 rounded up k-steps), then writes the deltas to shared
+/// memory and runs SiLU·mul over its 16 x 64 outputs with 16-byte loads and stores.
+constexpr int kRunTileRows = 16, kRunWarps = 4, kRunWarpCols = 64;
+template <typename T, int R>
+__global__ void __launch_bounds__(kRunWarps * 32) lora_silu_mul_runs_kernel(const T* gate_up, const LoraRunsDelta d,
+                                                                            T* out, int ffn, int n_rows) {
+  constexpr int kPad = 8;  // xa rows 2R + 8 wide: conflict-free fragment reads
+  __shared__ __align__(16) T xs[kRunTileRows][2 * R + kPad];
+  __shared__ int slot_of[kRunTileRows];
+  constexpr int kDeltaRow = kRunWarpCols + 8;  // padded: the fragments' stores 2-way at most
+  __shared__ __align__(16) float dg[kRunWarps][kRunTileRows][kDeltaRow], du[kRunWarps][kRunTileRows][kDeltaRow];
+  pdl_wait();
+  pdl_launch_dependents();
+  const int r0 = int(blockIdx.y) * kRunTileRows, rows = min(kRunTileRows, n_rows - r0);
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, g = lane / 4, t = lane % 4;
+  if (threadIdx.x < kRunTileRows) {
+    const int i = int(threadIdx.x);
+    int s = -1;
+    if (i < rows)
+      for (int q = 0; q < d.n_runs; ++q)
+        if (r0 + i >= d.first[q] && r0 + i < d.first[q] + d.count[q]) s = d.slot[q];
+    slot_of[i] = s;
+  }
+  __syncthreads();
+  const T* xa = static_cast<const T*>(d.xa);
+  for (int e = int(threadIdx.x); e < kRunTileRows * 2 * R; e += kRunWarps * 32) {
+    const int i = e / (2 * R), k = e % (2 * R);
+    xs[i][k] = slot_of[i] >= 0 ? xa[int64_t(r0 + i) * 2 * R + k] : from_float<T>(0.0f);
+  }
+  __syncthreads();
+  const int c_warp = int(blockIdx.x) * kRunWarps * kRunWarpCols + warp * kRunWarpCols;  // the warp's first column
+  if (c_warp >= ffn) return;
+  float accg[kRunWarpCols / 8][4] = {}, accu[kRunWarpCols / 8][4] = {};
+  bool any = false;
+  const T* b = static_cast<const T*>(d.b);
+  // The tile's slots in turn (each pass the rows of one slot; the block agrees on the order).
+  int done = -1;  // the largest slot done so far
+  for (;;) {
+    int s = -1;
+    for (int i = 0; i < kRunTileRows; ++i)
+      if (slot_of[i] > done && (s < 0 || slot_of[i] < s)) s = slot_of[i];
+    if (s < 0) break;
+    done = s;
+    any = true;
+    const bool row_lo = slot_of[g] == s, row_hi = slot_of[g + 8] == s;
+    const T* bs = b + int64_t(s) * 2 * ffn * R;
+#pragma unroll
+    for (int k0 = 0; k0 < R; k0 += 16) {
+      const bool k_lo = k0 + 2 * t < R, k_hi = k0 + 8 + 2 * t < R;
+      auto a_reg = [&](int row, bool row_ok, int seg, int k, bool k_ok) -> uint32_t {
+        return row_ok && k_ok ? *reinterpret_cast<const uint32_t*>(&xs[row][seg * R + k]) : 0u;
+      };
+      const uint32_t ag[4] = {a_reg(g, row_lo, 0, k0 + 2 * t, k_lo), a_reg(g + 8, row_hi, 0, k0 + 2 * t, k_lo),
+                              a_reg(g, row_lo, 0, k0 + 8 + 2 * t, k_hi), a_reg(g + 8, row_hi, 0, k0 + 8 + 2 * t, k_hi)};
+      const uint32_t au[4] = {a_reg(g, row_lo, 1, k0 + 2 * t, k_lo), a_reg(g + 8, row_hi, 1, k0 + 2 * t, k_lo),
+                              a_reg(g, row_lo, 1, k0 + 8 + 2 * t, k_hi), a_reg(g + 8, row_hi, 1, k0 + 8 + 2 * t, k_hi)};
+#pragma unroll
+      for (int n = 0; n < kRunWarpCols / 8; ++n) {
+        const int col = c_warp + 8 * n + g;  // B's column for this lane (n index g)
+        if (c_warp + 8 * n >= ffn) break;    // ffn is a multiple of 8: a column tile is all in or all out
+        const T* bg = bs + int64_t(col) * R + k0 + 2 * t;
+        const T* bu = bs + int64_t(ffn + col) * R + k0 + 2 * t;
+        const uint32_t bg0 = k_lo ? *reinterpret_cast<const uint32_t*>(bg) : 0u,
+                       bg1 = k_hi ? *reinterpret_cast<const uint32_t*>(bg + 8) : 0u;
+        const uint32_t bu0 = k_lo ? *reinterpret_cast<const uint32_t*>(bu) : 0u,
+                       bu1 = k_hi ? *reinterpret_cast<const uint32_t*>(bu + 8) : 0u;
+        mma_16816<T>(accg[n], ag, bg0, bg1);
+        mma_16816<T>(accu[n], au, bu0, bu1);
+      }
+    }
+  }
+  // The deltas to shared memory (C fragment: rows g and g + 8, columns 2t and 2t + 1 of tile n).
+#pragma unroll
+  for (int n = 0; n < kRunWarpCols / 8; ++n) {
+    const int c = 8 * n + 2 * t;
+    dg[warp][g][c] = accg[n][0];
+    dg[warp][g][c + 1] = accg[n][1];
+    dg[warp][g + 8][c] = accg[n][2];
+    dg[warp][g + 8][c + 1] = accg[n][3];
+    du[warp][g][c] = accu[n][0];
+    du[warp][g][c + 1] = accu[n][1];
+    du[warp][g + 8][c] = accu[n][2];
+    du[warp][g + 8][c + 1] = accu[n][3];
+  }
+  __syncwarp();
+  // SiLU·mul over the warp's 16 x 64 outputs: 8 lanes a row (8 columns each), 4 rows at a time.
+  for (int i = lane / 8; i < rows; i += 4) {
+    const int c = 8 * (lane % 8);
+    if (c_warp + c >= ffn) continue;
+    const int64_t row = r0 + i;
+    float gv[8], uv[8];
+    unpack8<T>(*reinterpret_cast<const Vec8*>(gate_up + row * 2 * ffn + c_warp + c), gv);
+    unpack8<T>(*reinterpret_cast<const Vec8*>(gate_up + row * 2 * ffn + ffn + c_warp + c), uv);
+    if (any && slot_of[i] >= 0)
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        gv[q] += dg[warp][i][c + q];
+        uv[q] += du[warp][i][c + q];
+      }
+#pragma unroll
+    for (int q = 0; q < 8; ++q) gv[q] = gv[q] / (1.0f + expf(-gv[q])) * uv[q];
+    *reinterpret_cast<Vec8*>(out + row * ffn + c_warp + c) = pack8<T>(gv);
+  }
+}
+
+template <typename T>
+void launch_silu_mul_runs(const void* gate_up, const LoraRunsDelta& d, void* act, int n_rows, int ffn,
+                          cudaStream_t stream) {
+  const dim3 grid(unsigned(ceil_div(ffn, kRunWarps * kRunWarpCols)), unsigned(ceil_div(n_rows, kRunTileRows)));
+  const auto* g = static_cast<const T*>(gate_up);
+  auto* o = static_cast<T*>(act);
+  constexpr int threads = kRunWarps * 32;
+  switch (d.max_rank) {
+    case 8: launch_pdl(lora_silu_mul_runs_kernel<T, 8>, grid, threads, 0, stream, g, d, o, ffn, n_rows); break;
+    case 16: launch_pdl(lora_silu_mul_runs_kernel<T, 16>, grid, threads, 0, stream, g, d, o, ffn, n_rows); break;
+    case 24: launch_pdl(lora_silu_mul_runs_kernel<T, 24>, grid, threads, 0, stream, g, d, o, ffn, n_rows); break;
+    default: launch_pdl(lora_silu_mul_runs_kernel<T, 32>, grid, threads, 0, stream, g, d, o, ffn, n_rows); break;
+  }
+}
+
 int silu_grid(int64_t n_vec) { return static_cast<int>(std::clamp<int64_t>(ceil_div(n_vec, 256), 1, 8192)); }
 
 }  // namespace
@@ -88,6 +215,22 @@ void lora_silu_mul_xa(ScalarType t, const void* gate_up, const LoraXaDelta& delt
                        launch_pdl(lora_silu_mul_xa_kernel<__half>, grid, kActVectors, 0, stream,
                                   static_cast<const __half*>(gate_up), delta, static_cast<__half*>(act), ffn,
                                   row_blocks));
+}
+
+void lora_silu_mul_runs(ScalarType t, const void* gate_up, const LoraRunsDelta& d, void* act, int n_rows, int ffn,
+                        cudaStream_t stream) {
+  if (ffn % 8 != 0) throw std::invalid_argument("lora_silu_mul_runs: ffn must be a multiple of 8");
+  if (!lora_silu_mul_runs_fits(d.n_runs, d.max_rank) || d.xa == nullptr || d.b == nullptr)
+    throw std::invalid_argument("lora_silu_mul_runs: " + std::to_string(d.n_runs) + " runs of rank " +
+                                std::to_string(d.max_rank) + " (at most " + std::to_string(kLoraConsumerRuns) +
+                                " runs of rank 8, 16, 24 or 32, with xa and B)");
+  for (int q = 0; q < d.n_runs; ++q)
+    if (d.first[q] < 0 || d.count[q] < 0 || d.first[q] + d.count[q] > n_rows || d.slot[q] < 0)
+      throw std::invalid_argument("lora_silu_mul_runs: run " + std::to_string(q) + " outside the step's " +
+                                  std::to_string(n_rows) + " rows");
+  if (n_rows == 0 || ffn == 0) return;
+  SERVELAB_DISPATCH_16(t, launch_silu_mul_runs<__nv_bfloat16>(gate_up, d, act, n_rows, ffn, stream),
+                       launch_silu_mul_runs<__half>(gate_up, d, act, n_rows, ffn, stream));
 }
 
 }  // namespace servelab::kernels

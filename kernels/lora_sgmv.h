@@ -115,6 +115,11 @@ struct LoraSgmvConfig {
   /// both against 0.882 without, b64 0.546 against 0.826 (docs/lora.md "GPU figures").
   bool gate_up_in_consumer = false;
   bool qkv_in_consumer = false;
+  /// Read by the cuda backend, in eager steps whose gate|up expand follows the product (not
+  /// eager_beside): the tensor-core runs' gate|up delta computed by SiLU·mul from the runs' xa
+  /// (kernels::lora_silu_mul_runs: B read once a tile of 16 rows), no expand GEMM for them; at
+  /// most kLoraConsumerRuns runs of rank <= 32, else the expand as before.
+  bool gate_up_runs_in_consumer = false;
   /// Read by the cuda backend, in plain decode steps whose products take our gemv (up to 16 rows:
   /// Gemm takes products with a LoRA epilogue there, two column tiles from 9; 16-bit weights, one GPU): each product's delta is added in the gemv's own epilogue from the
   /// rows' xa, which the grouped shrink finishes in the gemv's first in_product_shrink_blocks

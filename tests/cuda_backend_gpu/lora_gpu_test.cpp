@@ -116,15 +116,15 @@ void hold(KvManager& kv, Sequence& s, int n) {
 
 size_t argmax(std::span<const float> row) { return size_t(std::max_element(row.begin(), row.end()) - row.begin()); }
 
-TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsEagerAndGraphs) {
-  SKIP_WITHOUT_GPU();
+/// The adapter backend with `prefill_gemm`'s launches (gemm_min_rows set to 16 here) against the
+/// base model and the merged models, eager and from graphs.
+void mixed_adapters_equal_merged_models(kernels::LoraSgmvConfig prefill_gemm) {
   const Fixture f;
   // The adapter backend (4 slots of rank <= 16: adapters in slots 0, 2, 3), the base model and
   // one backend per merged adapter, all over the same KV manager's slots.
   auto lora = CudaBackend::load(f.base_dir);
-  // The prefill's sequences of 20 to 75 tokens (every adapter) take the tensor cores
-  // (kernels/lora_gemm.h), the 9-token one the grouped kernels: both in one step.
-  kernels::LoraSgmvConfig prefill_gemm;
+  // The prefill's sequences of 20 to 141 tokens take the tensor cores (kernels/lora_gemm.h: the
+  // 8 longest runs), the others the grouped kernels: both in one step.
   prefill_gemm.gemm_min_rows = 16;
   lora->set_lora_kernels(prefill_gemm);
   lora->reserve_loras(4, 16);
@@ -192,6 +192,20 @@ TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsEagerAndGraphs) {
               worst[1]);
   // A step with no adapter row on the adapter backend equals the base model (no LoRA launch).
   step({3, 5}, "no adapter rows");
+}
+
+TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsEagerAndGraphs) {
+  SKIP_WITHOUT_GPU();
+  mixed_adapters_equal_merged_models(kernels::LoraSgmvConfig{});
+}
+
+// The same with the prefill's gate|up runs expanded the other way than the default: by SiLU·mul
+// (kernels::lora_silu_mul_runs) or by their expand GEMM.
+TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsOtherGateUpExpand) {
+  SKIP_WITHOUT_GPU();
+  kernels::LoraSgmvConfig c;
+  c.gate_up_runs_in_consumer = !c.gate_up_runs_in_consumer;
+  mixed_adapters_equal_merged_models(c);
 }
 
 TEST(CudaBackendGpuLora, EagerOnlyMatchesGraphsAndRefusesBadInput) {

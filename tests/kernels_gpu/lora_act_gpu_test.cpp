@@ -3,6 +3,7 @@
 // lora_silu_mul_ref: rows with and without an adapter (slot -1: the delta row, poisoned, is never
 // read; the result is kernels::silu_mul's, bit for bit), every row one adapter, none, an ffn
 // that is not a multiple of the 256 threads, and 1 row. And rope_kv_write's delta (below).
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <tuple>
@@ -11,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/lora_act.h"
+#include "kernels/lora_runs.h"
 #include "kernels/ops.h"
 #include "kernels/ref/lora_ref.h"
 #include "tests/kernels/kv_fixture.h"
@@ -64,6 +66,75 @@ TEST_P(LoraActGpu, AddsTheDeltaOfAdapterRowsOnly) {
   run_case(t, 6, 520, std::vector<int32_t>(6, -1), 9);    // no adapter: silu_mul
   run_case(t, 1, 8, std::vector<int32_t>{0}, 10);         // one row, one vector
   EXPECT_THROW(lora_silu_mul(t, nullptr, nullptr, nullptr, nullptr, 1, 12, nullptr), std::invalid_argument);
+}
+
+// lora_silu_mul_runs (LoraSgmvConfig::gate_up_runs_in_consumer): the runs' rows' delta from
+// their xa and B inside SiLU·mul, against lora_expand_segments_ref then lora_silu_mul_ref; rows
+// outside the runs (their xa rows poisoned) keep silu_mul's bits. Awkward shapes: 37 rows (a
+// partial tile of 16), runs of two slots inside one tile (B re-read at the change), a gap, an ffn
+// that is not a multiple of a block's 256 columns, every rank compiled (8-32); bad runs refused.
+void run_runs_case(ScalarType t, int rows, int ffn, int rank, const std::vector<LoraRun>& runs, uint64_t seed) {
+  SCOPED_TRACE("rows " + std::to_string(rows) + " ffn " + std::to_string(ffn) + " rank " + std::to_string(rank));
+  std::mt19937_64 rng(seed);
+  const int n_slots = 4, total = 2 * rank, n_out = 2 * ffn;
+  const std::vector<float> gate_up = testing::random16(t, size_t(rows) * n_out, rng);
+  const std::vector<float> xa = testing::random16(t, size_t(rows) * total, rng, 0.5f);
+  const std::vector<float> b = testing::random16(t, size_t(n_slots) * n_out * rank, rng, 0.5f);
+  std::vector<int32_t> slot(size_t(rows), -1);
+  for (const LoraRun& r : runs) std::fill(slot.begin() + r.first, slot.begin() + r.first + r.count, r.slot);
+  DeviceBuffer dg = testing::upload16(t, gate_up), dx = testing::upload16(t, xa), db = testing::upload16(t, b);
+  for (int r = 0; r < rows; ++r)  // rows outside the runs: xa never read
+    if (slot[size_t(r)] < 0)
+      CUDA_CHECK(cudaMemset(static_cast<char*>(dx.get()) + size_t(r) * total * 2, 0xFF, size_t(total) * 2));
+  LoraRunsDelta d;
+  d.xa = dx.get();
+  d.b = db.get();
+  d.max_rank = rank;
+  d.n_runs = int(runs.size());
+  for (int q = 0; q < d.n_runs; ++q) {
+    d.first[q] = runs[size_t(q)].first;
+    d.count[q] = runs[size_t(q)].count;
+    d.slot[q] = runs[size_t(q)].slot;
+  }
+  DeviceBuffer act(size_t(rows) * ffn * 2), plain(size_t(rows) * ffn * 2);
+  act.poison();
+  lora_silu_mul_runs(t, dg.get(), d, act.get(), rows, ffn, nullptr);
+  silu_mul(t, dg.get(), plain.get(), rows, ffn, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> delta(size_t(rows) * n_out, 0.0f), ref(size_t(rows) * ffn);
+  const int seg_end[2] = {ffn, n_out};
+  lora_expand_segments_ref(testing::rounded(t, xa).data(), slot.data(), rows, b.data(), n_out, rank, 2, seg_end,
+                           delta.data(), n_out, 0);
+  lora_silu_mul_ref(gate_up.data(), delta.data(), slot.data(), rows, ffn, ref.data());
+  const std::vector<float> got = testing::download16(t, act, ref.size()), base = testing::download16(t, plain, ref.size());
+  EXPECT_LT(testing::rel_error(got, ref), testing::tolerance(t));
+  for (int r = 0; r < rows; ++r) {
+    bool same = true;
+    for (int j = 0; j < ffn; ++j) same = same && got[size_t(r) * ffn + j] == base[size_t(r) * ffn + j];
+    if (slot[size_t(r)] < 0) EXPECT_TRUE(same) << "row " << r << " is in no run: silu_mul's bits";
+    else EXPECT_FALSE(same) << "row " << r << ": its delta is missing";
+  }
+}
+
+TEST_P(LoraActGpu, RunsDeltaInsideSiluMul) {
+  SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
+  // Tile 0: rows 2-8 on slot 1 then 9-20 on slot 3 (across tiles 0-1); rows 21-25 none; 26-36 slot 0.
+  const std::vector<LoraRun> runs = {{1, 2, 7}, {3, 9, 12}, {0, 26, 11}};
+  for (int rank : {8, 16, 24, 32}) run_runs_case(t, 37, 264, rank, runs, 20 + rank);
+  run_runs_case(t, 64, 1032, 16, {{2, 0, 64}}, 30);  // one run, whole tiles, four blocks a row
+  run_runs_case(t, 1, 8, 8, {{0, 0, 1}}, 31);         // one row, four columns' threads
+  LoraRunsDelta bad;
+  bad.max_rank = 64;  // not compiled
+  bad.n_runs = 1;
+  EXPECT_FALSE(lora_silu_mul_runs_fits(1, 64));
+  EXPECT_FALSE(lora_silu_mul_runs_fits(kLoraConsumerRuns + 1, 16));
+  EXPECT_THROW(lora_silu_mul_runs(t, nullptr, bad, nullptr, 4, 16, nullptr), std::invalid_argument);
+  bad.max_rank = 16;
+  bad.xa = bad.b = reinterpret_cast<const void*>(16);
+  bad.first[0] = 2;
+  bad.count[0] = 3;  // rows 2-4 of a 4-row step
+  EXPECT_THROW(lora_silu_mul_runs(t, nullptr, bad, nullptr, 4, 16, nullptr), std::invalid_argument);
 }
 
 // rope_kv_write with QkvArgs::delta (LoraSgmvConfig::qkv_beside): adapter rows give what the

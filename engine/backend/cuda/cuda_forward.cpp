@@ -146,6 +146,10 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
         hk.xa_rows = lora_xa_rows.get<float>();
       else hk.delta = lora_delta.get();
     }
+    // gate|up's runs expanded inside SiLU·mul (eager steps whose gate|up expand follows the product).
+    hk.runs_in_consumer = grp == cuda::LoraGroup::gate_up && lora_kernels.gate_up_runs_in_consumer && hk.runs &&
+                          !hk.delta && !hk.xa_rows && hk.pool.n_seg == 2 &&
+                          k::lora_silu_mul_runs_fits(int(lora_step_runs.size()), hk.pool.max_rank);
     return &hk;
   };
 

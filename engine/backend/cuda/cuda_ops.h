@@ -89,6 +89,24 @@ struct LoraHook {
   /// first blocks, finishing the rows' xa (`xa_rows`, read with `row_slot`), and adds each
   /// output's delta in its epilogue. No LoRA launch, no side stream.
   bool in_product = false;
+  /// gate|up in eager steps (LoraSgmvConfig::gate_up_runs_in_consumer): the runs' expand is left
+  /// to SiLU·mul, which computes their rows' delta from `xa` (kernels::lora_silu_mul_runs); the
+  /// grouped rows' expand still follows the product.
+  bool runs_in_consumer = false;
+  kernels::LoraRunsDelta runs_delta() const {
+    kernels::LoraRunsDelta d;
+    d.xa = xa;
+    d.b = pool.b;
+    d.max_rank = pool.max_rank;
+    d.n_runs = int(runs->size());
+    for (int q = 0; q < d.n_runs; ++q) {
+      const kernels::LoraRun& r = (*runs)[size_t(q)];
+      d.first[q] = r.first;
+      d.count[q] = r.count;
+      d.slot[q] = r.slot;
+    }
+    return d;
+  }
   int gemv_launch = 0;  ///< in_product: the step's how-manieth such product (its count: plan.gemv_done)
   kernels::LoraInGemv product_lora(int rows) const {
     return {kernels::lora_xa_delta(pool, xa_rows, row_slot),
@@ -125,7 +143,7 @@ struct LoraHook {
     if (!residual && !delta && !xa_rows) expand(c, y, ld_y, rows, c.stream);
   }
   void expand(const OpContext& c, void* y, int ld_y, int rows, cudaStream_t s, bool pdl = false) const {
-    if (runs && !(plan.config.skip_runs & 2))
+    if (runs && !runs_in_consumer && !(plan.config.skip_runs & 2))
       for (const kernels::LoraRun& r : *runs) gemm->expand(c.dt, xa, pool, r, y, ld_y, 0, s);
     if (grouped) kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, y, ld_y, 0, s, true, pdl);
   }
@@ -199,7 +217,9 @@ struct GateUpSilu {
     if (quant) c.quant->run(*quant, x, gate_up, rows, *c.gemm, c.stream);
     else c.gemm->run(c.dt, x, weight, gate_up, rows, 2 * ffn, in, false, c.stream);
     if (lora) lora->after_product(c, gate_up, 2 * ffn, rows);
-    if (lora && lora->xa_rows)
+    if (lora && lora->runs_in_consumer)
+      kernels::lora_silu_mul_runs(c.dt, gate_up, lora->runs_delta(), act, rows, ffn, c.stream);
+    else if (lora && lora->xa_rows)
       kernels::lora_silu_mul_xa(c.dt, gate_up, kernels::lora_xa_delta(lora->pool, lora->xa_rows, lora->row_slot), act,
                                 rows, ffn, c.stream);
     else if (lora && lora->delta)
