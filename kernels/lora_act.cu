@@ -57,21 +57,31 @@ __global__ void __launch_bounds__(kActVectors) lora_silu_mul_xa_kernel(const T* 
   *reinterpret_cast<Vec8*>(out + r * ffn + c) = pack8<T>(g);
 }
 
-/// lora_silu_mul_runs: blockIdx.y a tile of 16 rows, blockIdx.x 256 columns of gate (and the same
-/// of up), a warp 64 of them. The tile's xa (16-bit) and rows' slots are staged in shared memory;
-/// for each slot among the tile's rows (one, but at a run's edge) each warp multiplies the tile's
-/// xa, the other slots' rows zeroed, by its columns' B on the tensor cores (mma m16n8k16: 8
-/// column tiles of 8, gate and up, R / 16 rounded up k-steps), then writes the deltas to shared
-/// memory and runs SiLU·mul over its 16 x 64 outputs with 16-byte loads and stores.
-constexpr int kRunTileRows = 16, kRunWarps = 4, kRunWarpCols = 64;
+/// lora_silu_mul_runs: blockIdx.y a tile of 16 rows, blockIdx.x 128 columns of gate (and the same
+/// of up), a warp 32 of them as 4 mma column tiles of 8. Each lane first loads the gate and up
+/// pairs its accumulator fragments cover (rows g and g + 8, columns 2t and 2t + 1 of each tile),
+/// so the warp waits for memory once; then for each slot among the tile's rows (one, but at a
+/// run's edge) it multiplies the tile's xa (staged in shared memory, the other slots' rows zero)
+/// by its columns' B on the tensor cores (mma m16n8k16, R / 16 rounded up k-steps), and finally
+/// adds the deltas, applies SiLU·mul and stores its pairs.
+constexpr int kRunTileRows = 16, kRunWarps = 4, kRunTiles = 4;  // a warp: kRunTiles column tiles of 8
+template <typename T>
+__device__ __forceinline__ uint32_t load_pair(const T* p, bool ok) {
+  return ok ? *reinterpret_cast<const uint32_t*>(p) : 0u;
+}
+template <typename T>
+__device__ __forceinline__ void unpack_pair(uint32_t v, float& lo, float& hi) {
+  T h[2];
+  memcpy(h, &v, 4);
+  lo = to_float<T>(h[0]);
+  hi = to_float<T>(h[1]);
+}
 template <typename T, int R>
 __global__ void __launch_bounds__(kRunWarps * 32) lora_silu_mul_runs_kernel(const T* gate_up, const LoraRunsDelta d,
                                                                             T* out, int ffn, int n_rows) {
   constexpr int kPad = 8;  // xa rows 2R + 8 wide: conflict-free fragment reads
   __shared__ __align__(16) T xs[kRunTileRows][2 * R + kPad];
   __shared__ int slot_of[kRunTileRows];
-  constexpr int kDeltaRow = kRunWarpCols + 8;  // padded: the fragments' stores 2-way at most
-  __shared__ __align__(16) float dg[kRunWarps][kRunTileRows][kDeltaRow], du[kRunWarps][kRunTileRows][kDeltaRow];
   pdl_wait();
   pdl_launch_dependents();
   const int r0 = int(blockIdx.y) * kRunTileRows, rows = min(kRunTileRows, n_rows - r0);
@@ -79,9 +89,9 @@ __global__ void __launch_bounds__(kRunWarps * 32) lora_silu_mul_runs_kernel(cons
   if (threadIdx.x < kRunTileRows) {
     const int i = int(threadIdx.x);
     int s = -1;
-    if (i < rows)
-      for (int q = 0; q < d.n_runs; ++q)
-        if (r0 + i >= d.first[q] && r0 + i < d.first[q] + d.count[q]) s = d.slot[q];
+#pragma unroll
+    for (int q = 0; q < kLoraConsumerRuns; ++q)  // unrolled: the runs stay in the parameter space
+      if (q < d.n_runs && i < rows && r0 + i >= d.first[q] && r0 + i < d.first[q] + d.count[q]) s = d.slot[q];
     slot_of[i] = s;
   }
   __syncthreads();
@@ -91,85 +101,84 @@ __global__ void __launch_bounds__(kRunWarps * 32) lora_silu_mul_runs_kernel(cons
     xs[i][k] = slot_of[i] >= 0 ? xa[int64_t(r0 + i) * 2 * R + k] : from_float<T>(0.0f);
   }
   __syncthreads();
-  const int c_warp = int(blockIdx.x) * kRunWarps * kRunWarpCols + warp * kRunWarpCols;  // the warp's first column
+  const int c_warp = (int(blockIdx.x) * kRunWarps + warp) * kRunTiles * 8;  // the warp's first column
   if (c_warp >= ffn) return;
-  float accg[kRunWarpCols / 8][4] = {}, accu[kRunWarpCols / 8][4] = {};
-  bool any = false;
+  const bool lo_ok = g < rows, hi_ok = g + 8 < rows;
+  const T* row_lo = gate_up + int64_t(r0 + g) * 2 * ffn;
+  const T* row_hi = row_lo + int64_t(8) * 2 * ffn;
+  uint32_t gv[kRunTiles][2], uv[kRunTiles][2];
+#pragma unroll
+  for (int n = 0; n < kRunTiles; ++n) {
+    const int col = c_warp + 8 * n + 2 * t;
+    const bool in = c_warp + 8 * n < ffn;  // ffn is a multiple of 8: a column tile is all in or all out
+    gv[n][0] = load_pair(row_lo + col, in && lo_ok);
+    gv[n][1] = load_pair(row_hi + col, in && hi_ok);
+    uv[n][0] = load_pair(row_lo + ffn + col, in && lo_ok);
+    uv[n][1] = load_pair(row_hi + ffn + col, in && hi_ok);
+  }
+  float accg[kRunTiles][4] = {}, accu[kRunTiles][4] = {};
   const T* b = static_cast<const T*>(d.b);
-  // The tile's slots in turn (each pass the rows of one slot; the block agrees on the order).
-  int done = -1;  // the largest slot done so far
+  int done = -1;  // the tile's slots in turn, smallest first (the block agrees on the order)
   for (;;) {
     int s = -1;
     for (int i = 0; i < kRunTileRows; ++i)
       if (slot_of[i] > done && (s < 0 || slot_of[i] < s)) s = slot_of[i];
     if (s < 0) break;
     done = s;
-    any = true;
-    const bool row_lo = slot_of[g] == s, row_hi = slot_of[g + 8] == s;
+    const bool mine_lo = slot_of[g] == s, mine_hi = slot_of[g + 8] == s;
     const T* bs = b + int64_t(s) * 2 * ffn * R;
 #pragma unroll
     for (int k0 = 0; k0 < R; k0 += 16) {
-      const bool k_lo = k0 + 2 * t < R, k_hi = k0 + 8 + 2 * t < R;
-      auto a_reg = [&](int row, bool row_ok, int seg, int k, bool k_ok) -> uint32_t {
-        return row_ok && k_ok ? *reinterpret_cast<const uint32_t*>(&xs[row][seg * R + k]) : 0u;
+      const int k_lo = k0 + 2 * t, k_hi = k0 + 8 + 2 * t;
+      const bool lo_in = k_lo < R, hi_in = k_hi < R;
+      auto a_reg = [&](int row, bool ok, int k) -> uint32_t {
+        return ok ? *reinterpret_cast<const uint32_t*>(&xs[row][k]) : 0u;
       };
-      const uint32_t ag[4] = {a_reg(g, row_lo, 0, k0 + 2 * t, k_lo), a_reg(g + 8, row_hi, 0, k0 + 2 * t, k_lo),
-                              a_reg(g, row_lo, 0, k0 + 8 + 2 * t, k_hi), a_reg(g + 8, row_hi, 0, k0 + 8 + 2 * t, k_hi)};
-      const uint32_t au[4] = {a_reg(g, row_lo, 1, k0 + 2 * t, k_lo), a_reg(g + 8, row_hi, 1, k0 + 2 * t, k_lo),
-                              a_reg(g, row_lo, 1, k0 + 8 + 2 * t, k_hi), a_reg(g + 8, row_hi, 1, k0 + 8 + 2 * t, k_hi)};
+      const uint32_t ag[4] = {a_reg(g, mine_lo && lo_in, k_lo), a_reg(g + 8, mine_hi && lo_in, k_lo),
+                              a_reg(g, mine_lo && hi_in, k_hi), a_reg(g + 8, mine_hi && hi_in, k_hi)};
+      const uint32_t au[4] = {a_reg(g, mine_lo && lo_in, R + k_lo), a_reg(g + 8, mine_hi && lo_in, R + k_lo),
+                              a_reg(g, mine_lo && hi_in, R + k_hi), a_reg(g + 8, mine_hi && hi_in, R + k_hi)};
 #pragma unroll
-      for (int n = 0; n < kRunWarpCols / 8; ++n) {
-        const int col = c_warp + 8 * n + g;  // B's column for this lane (n index g)
-        if (c_warp + 8 * n >= ffn) break;    // ffn is a multiple of 8: a column tile is all in or all out
-        const T* bg = bs + int64_t(col) * R + k0 + 2 * t;
-        const T* bu = bs + int64_t(ffn + col) * R + k0 + 2 * t;
-        const uint32_t bg0 = k_lo ? *reinterpret_cast<const uint32_t*>(bg) : 0u,
-                       bg1 = k_hi ? *reinterpret_cast<const uint32_t*>(bg + 8) : 0u;
-        const uint32_t bu0 = k_lo ? *reinterpret_cast<const uint32_t*>(bu) : 0u,
-                       bu1 = k_hi ? *reinterpret_cast<const uint32_t*>(bu + 8) : 0u;
-        mma_16816<T>(accg[n], ag, bg0, bg1);
-        mma_16816<T>(accu[n], au, bu0, bu1);
+      for (int n = 0; n < kRunTiles; ++n) {
+        const bool in = c_warp + 8 * n < ffn;
+        const int col = c_warp + 8 * n + g;  // B's column for this lane (the fragment's n index g)
+        const T* bg = bs + int64_t(col) * R;
+        const T* bu = bs + int64_t(ffn + col) * R;
+        mma_16816<T>(accg[n], ag, load_pair(bg + k_lo, in && lo_in), load_pair(bg + k_hi, in && hi_in));
+        mma_16816<T>(accu[n], au, load_pair(bu + k_lo, in && lo_in), load_pair(bu + k_hi, in && hi_in));
       }
     }
   }
-  // The deltas to shared memory (C fragment: rows g and g + 8, columns 2t and 2t + 1 of tile n).
+  // The accumulator fragment: acc[n][0..1] row g, acc[n][2..3] row g + 8, columns 2t and 2t + 1.
+  const bool delta_lo = slot_of[g] >= 0, delta_hi = slot_of[g + 8] >= 0;
 #pragma unroll
-  for (int n = 0; n < kRunWarpCols / 8; ++n) {
-    const int c = 8 * n + 2 * t;
-    dg[warp][g][c] = accg[n][0];
-    dg[warp][g][c + 1] = accg[n][1];
-    dg[warp][g + 8][c] = accg[n][2];
-    dg[warp][g + 8][c + 1] = accg[n][3];
-    du[warp][g][c] = accu[n][0];
-    du[warp][g][c + 1] = accu[n][1];
-    du[warp][g + 8][c] = accu[n][2];
-    du[warp][g + 8][c + 1] = accu[n][3];
-  }
-  __syncwarp();
-  // SiLU·mul over the warp's 16 x 64 outputs: 8 lanes a row (8 columns each), 4 rows at a time.
-  for (int i = lane / 8; i < rows; i += 4) {
-    const int c = 8 * (lane % 8);
-    if (c_warp + c >= ffn) continue;
-    const int64_t row = r0 + i;
-    float gv[8], uv[8];
-    unpack8<T>(*reinterpret_cast<const Vec8*>(gate_up + row * 2 * ffn + c_warp + c), gv);
-    unpack8<T>(*reinterpret_cast<const Vec8*>(gate_up + row * 2 * ffn + ffn + c_warp + c), uv);
-    if (any && slot_of[i] >= 0)
+  for (int n = 0; n < kRunTiles; ++n) {
+    if (c_warp + 8 * n >= ffn) continue;
+    const int col = c_warp + 8 * n + 2 * t;
 #pragma unroll
-      for (int q = 0; q < 8; ++q) {
-        gv[q] += dg[warp][i][c + q];
-        uv[q] += du[warp][i][c + q];
+    for (int h = 0; h < 2; ++h) {
+      if (!(h ? hi_ok : lo_ok)) continue;
+      float g0, g1, u0, u1;
+      unpack_pair<T>(gv[n][h], g0, g1);
+      unpack_pair<T>(uv[n][h], u0, u1);
+      if (h ? delta_hi : delta_lo) {
+        g0 += accg[n][2 * h];
+        g1 += accg[n][2 * h + 1];
+        u0 += accu[n][2 * h];
+        u1 += accu[n][2 * h + 1];
       }
-#pragma unroll
-    for (int q = 0; q < 8; ++q) gv[q] = gv[q] / (1.0f + expf(-gv[q])) * uv[q];
-    *reinterpret_cast<Vec8*>(out + row * ffn + c_warp + c) = pack8<T>(gv);
+      T o[2] = {from_float<T>(g0 / (1.0f + expf(-g0)) * u0), from_float<T>(g1 / (1.0f + expf(-g1)) * u1)};
+      uint32_t packed;
+      memcpy(&packed, o, 4);
+      *reinterpret_cast<uint32_t*>(out + int64_t(r0 + g + 8 * h) * ffn + col) = packed;
+    }
   }
 }
 
 template <typename T>
 void launch_silu_mul_runs(const void* gate_up, const LoraRunsDelta& d, void* act, int n_rows, int ffn,
                           cudaStream_t stream) {
-  const dim3 grid(unsigned(ceil_div(ffn, kRunWarps * kRunWarpCols)), unsigned(ceil_div(n_rows, kRunTileRows)));
+  const dim3 grid(unsigned(ceil_div(ffn, kRunWarps * kRunTiles * 8)), unsigned(ceil_div(n_rows, kRunTileRows)));
   const auto* g = static_cast<const T*>(gate_up);
   auto* o = static_cast<T*>(act);
   constexpr int threads = kRunWarps * 32;

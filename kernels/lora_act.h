@@ -45,9 +45,10 @@ inline bool lora_silu_mul_runs_fits(int n_runs, int max_rank) {
 /// act[r, j] = silu(g + dg) · (u + du) for the runs' rows, dg = Σ_k xa[r, k] · B[s, j, k] and
 /// du = Σ_k xa[r, R + k] · B[s, ffn + j, k] (R = max_rank, s the run's slot), fp32 accumulation,
 /// act rounded once; other rows silu_mul's bits (their deltas, if any, already in gate_up). A
-/// block takes 16 rows by 256 columns and multiplies the tile's xa by its columns' B on the tensor
+/// block takes 16 rows by 128 columns and multiplies the tile's xa by its columns' B on the tensor
 /// cores (mma m16n8k16, a pass per slot among the tile's rows), so B is read once a tile and the
-/// delta costs a few instructions an output, then SiLU·mul in 16-byte vectors. Throws
+/// delta costs a few instructions an output; each lane loads its outputs' gate and up pairs before
+/// the products, so a warp waits for memory once. Throws
 /// std::invalid_argument unless ffn is a multiple of 8 and lora_silu_mul_runs_fits. Reference:
 /// lora_expand_segments_ref, then lora_silu_mul_ref (kernels/ref/lora_ref.h).
 void lora_silu_mul_runs(ScalarType t, const void* gate_up, const LoraRunsDelta& d, void* act, int n_rows, int ffn,
