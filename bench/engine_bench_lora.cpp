@@ -372,14 +372,16 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
   sgmv_config.gemm_min_rows = 0;
   kernels::LoraSgmvConfig gemm_beside = gemm_config;  // q|k|v's and gate|up's deltas beside their products
   gemm_beside.eager_beside = true;
-  // gate|up's runs expanded inside SiLU·mul (gate_up_runs_in_consumer), each way whatever the default.
-  kernels::LoraSgmvConfig gu_flip = gemm_config;
-  gu_flip.gate_up_runs_in_consumer = !gemm_config.gate_up_runs_in_consumer;
+  // gate|up's runs expanded inside SiLU·mul (gate_up_in_silu_rows: 64 by default) never, and always.
+  kernels::LoraSgmvConfig gu_never = gemm_config, gu_always = gemm_config;
+  gu_never.gate_up_in_silu_rows = 0;
+  gu_always.gate_up_in_silu_rows = 1 << 30;
   std::vector<std::pair<std::string, kernels::LoraSgmvConfig>> prefill_variants = {
       {"sgmv", sgmv_config},
       {"gemm", gemm_config},
       {"gemm, deltas beside", gemm_beside},
-      {gu_flip.gate_up_runs_in_consumer ? "gemm, gate|up in SiLU" : "gemm, gate|up expand GEMM", gu_flip},
+      {"gemm, gate|up expand GEMM", gu_never},
+      {"gemm, gate|up in SiLU", gu_always},
       {"gemm again", gemm_config}};
   if (o.prefill_only) {  // where the default's time goes: parts left out (wrong results), or in line
     auto with = [&](const char* name, auto f) {

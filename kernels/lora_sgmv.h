@@ -116,10 +116,12 @@ struct LoraSgmvConfig {
   bool gate_up_in_consumer = false;
   bool qkv_in_consumer = false;
   /// Read by the cuda backend, in eager steps whose gate|up expand follows the product (not
-  /// eager_beside): the tensor-core runs' gate|up delta computed by SiLU·mul from the runs' xa
-  /// (kernels::lora_silu_mul_runs: B read once a tile of 16 rows), no expand GEMM for them; at
-  /// most kLoraConsumerRuns runs of rank <= 32, else the expand as before.
-  bool gate_up_runs_in_consumer = false;
+  /// eager_beside) and whose tensor-core runs hold at most this many rows in all: their gate|up
+  /// delta computed by SiLU·mul from the runs' xa on the tensor cores (kernels::lora_silu_mul_runs),
+  /// no expand GEMM for them (at most kLoraConsumerRuns runs of rank <= 32, else the expand as
+  /// before). 0: never. 64: on an H200 (2026-12-02) one prompt of 16-64 tokens took 0.015-0.05 of
+  /// the base step less this way, of 128 the same, of 256-512 0.01-0.02 more (docs/lora.md).
+  int gate_up_in_silu_rows = 64;
   /// Read by the cuda backend, in plain decode steps whose products take our gemv (up to 16 rows:
   /// Gemm takes products with a LoRA epilogue there, two column tiles from 9; 16-bit weights, one GPU): each product's delta is added in the gemv's own epilogue from the
   /// rows' xa, which the grouped shrink finishes in the gemv's first in_product_shrink_blocks

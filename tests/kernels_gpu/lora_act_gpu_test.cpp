@@ -68,7 +68,7 @@ TEST_P(LoraActGpu, AddsTheDeltaOfAdapterRowsOnly) {
   EXPECT_THROW(lora_silu_mul(t, nullptr, nullptr, nullptr, nullptr, 1, 12, nullptr), std::invalid_argument);
 }
 
-// lora_silu_mul_runs (LoraSgmvConfig::gate_up_runs_in_consumer): the runs' rows' delta from
+// lora_silu_mul_runs (LoraSgmvConfig::gate_up_in_silu_rows): the runs' rows' delta from
 // their xa and B inside SiLU·mul, against lora_expand_segments_ref then lora_silu_mul_ref; rows
 // outside the runs (their xa rows poisoned) keep silu_mul's bits. Awkward shapes: 37 rows (a
 // partial tile of 16), runs of two slots inside one tile (B re-read at the change), a gap, an ffn

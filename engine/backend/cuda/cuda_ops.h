@@ -89,7 +89,7 @@ struct LoraHook {
   /// first blocks, finishing the rows' xa (`xa_rows`, read with `row_slot`), and adds each
   /// output's delta in its epilogue. No LoRA launch, no side stream.
   bool in_product = false;
-  /// gate|up in eager steps (LoraSgmvConfig::gate_up_runs_in_consumer): the runs' expand is left
+  /// gate|up in eager steps (LoraSgmvConfig::gate_up_in_silu_rows): the runs' expand is left
   /// to SiLU·mul, which computes their rows' delta from `xa` (kernels::lora_silu_mul_runs); the
   /// grouped rows' expand still follows the product.
   bool runs_in_consumer = false;
