@@ -30,31 +30,28 @@ struct SimDevice {
   double host_link_bytes_s = 25e9;     ///< swap traffic (device <-> host), e.g. PCIe
   /// Multi-LoRA beyond the adapters' FLOPs and bytes (engine/backend/sim_lora.h): the cuda
   /// backend's LoRA kernels, fitted by least squares (fit_lora) to `servelab profile --lora-rank
-  /// 16` of llama2-7b on an H200 (`PROFILE_LORA=1 bash scripts/gpu-lora-check.sh`, 2026-12-01,
-  /// fd35dfa, the decodes up to 8 rows with the shrink inside the gemv:
-  /// results/gpu/lora/2026-12-01-h200-in-gemv, docs/lora.md "On the sim"). The GPU presets take
-  /// these; cpu-2core none. Seconds per layer.
+  /// 16` of llama2-7b on an H200 (`PROFILE_LORA=1 bash scripts/gpu-lora-check.sh`, 2026-12-02,
+  /// b905ca84, the decodes up to 16 rows with the adapters inside the gemv:
+  /// results/gpu/lora/2026-12-02-h200-profile-lora-b905ca8, docs/lora.md "On the sim"). The GPU
+  /// presets take these; cpu-2core none. Seconds per layer.
   /// Decode rows running an adapter: piecewise linear in their count through (0, 0) and the
-  /// knots (rows ascending; up to 8 rows the adapters ride in the products' gemv, from 16 the
-  /// launches beside each product cost about as much at 16 rows as at 32 on an H200, so no
-  /// single per-row figure fits), rows past the last knot at the last knot's
-  /// rate per row; with no knots (lora_decode_knots 0), lora_decode_row_s per row. Since 2e9a5e70
-  /// decodes of 9-16 rows ride in the gemv too (engine_bench at b16: 0.93 of the base step against
-  /// 0.875 at fd35dfa), so the 16-row knot prices them about 4 us a layer high until a new profile
-  /// refits it (results/gpu/lora/2026-12-01-h200-gemv16).
+  /// knots (rows ascending; up to 16 rows the adapters ride in the products' gemv, from 17 the
+  /// launches beside each product cost more a row on an H200, so no single per-row figure fits),
+  /// rows past the last knot at the last knot's rate per row; with no knots (lora_decode_knots
+  /// 0), lora_decode_row_s per row.
   static constexpr int kLoraDecodeKnots = 8;
   int lora_decode_knots = 5;
   std::array<double, kLoraDecodeKnots> lora_decode_knot_rows{1, 8, 16, 32, 64};
-  std::array<double, kLoraDecodeKnots> lora_decode_knot_s{5.42e-6, 15.76e-6, 16.64e-6, 23.33e-6, 46.77e-6};
-  double lora_decode_row_s = 0.731e-6;
+  std::array<double, kLoraDecodeKnots> lora_decode_knot_s{4.80e-6, 5.24e-6, 11.21e-6, 25.68e-6, 51.75e-6};
+  double lora_decode_row_s = 0.809e-6;
   /// Adapted prefill rows: per step that has any, per run of them on one adapter after the first
   /// (consecutive entries: sim_lora.h; the cuda backend's GEMMs take up to 8 runs, the rest go to
   /// the grouped kernels) and per such row.
-  double lora_prefill_layer_s = 16.78e-6;
-  double lora_prefill_run_s = 37.69e-6;
-  double lora_prefill_row_s = 0.1061e-6;
+  double lora_prefill_layer_s = 27.58e-6;
+  double lora_prefill_run_s = 38.52e-6;
+  double lora_prefill_row_s = 0.0932e-6;
   /// The share of mem_bw_bytes_s at which a step reads its adapters' weights (fitted as above).
-  double lora_bandwidth_share = 0.71;
+  double lora_bandwidth_share = 1.0;
   /// A load of an adapter whose packed 16-bit image the backend does not keep (its first load, or
   /// after the image was evicted or the adapter object dropped) packs its fp32 weights first (the
   /// cuda backend starts that on its worker as the request reaches the engine, and the load, a
