@@ -41,7 +41,6 @@ struct CapacityArgs {
   bool no_plots = false;
 };
 
-analysis::SloSpec slo_of(const Scenario& s) { return analysis_slo(s); }
 
 /// Runs per capacity probe: workload.repeat.
 int n_runs_of(const Scenario& s) { return std::max(1, s.workload.repeat); }
@@ -62,7 +61,7 @@ int one_probe(const Scenario& sc, const PointRunner& runner, const std::vector<s
     const std::clock_t c0 = std::clock();
     const PointRun run = runner.run(i, rate, o);
     const auto t0 = std::chrono::steady_clock::now();
-    const analysis::RunMetrics m = analysis::compute_metrics(run.label, run.records, {}, slo_of(sc));
+    const analysis::RunMetrics m = analysis::compute_metrics(run.label, run.records, {}, analysis_slo(sc));
     const double metrics_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double cpu_s = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
     const double total_wall = run.wall_s + metrics_s;
@@ -162,7 +161,7 @@ int capacity_main(const CapacityArgs& a) {
           counts.profile_roofline += run.cost_counts->profile_roofline;
           counts.roofline += run.cost_counts->roofline;
         }
-        runs.push_back(analysis::compute_metrics(run.label, run.records, {}, slo_of(sc)));
+        runs.push_back(analysis::compute_metrics(run.label, run.records, {}, analysis_slo(sc)));
         wall_s += run.wall_s;
         label = run.label;
       }

@@ -50,7 +50,6 @@ struct ValidateSimArgs {
   double sensitivity_pct = 2.0;  // sim runs at 1 ± this/100 of every step's cost; 0 = none
 };
 
-analysis::SloSpec slo_of(const Scenario& s) { return analysis_slo(s); }
 
 struct Figure {
   const char* name;
@@ -281,7 +280,7 @@ int validate_sim_main(const ValidateSimArgs& a) {
             PointRunOptions o;
             o.n_requests = spec.n_requests;  // the search is virtual time: it can afford capacity.n_requests
             const PointRun run = sim->run(i, rate, o);
-            return analysis::probe_from_metrics(rate, analysis::compute_metrics(run.label, run.records, {}, slo_of(sim_sc)),
+            return analysis::probe_from_metrics(rate, analysis::compute_metrics(run.label, run.records, {}, analysis_slo(sim_sc)),
                                                 run.wall_s);
           },
           bo);
@@ -333,7 +332,7 @@ int validate_sim_main(const ValidateSimArgs& a) {
           std::ofstream steps(dir + "/steps_real.jsonl", std::ios::app);
           for (const StepTiming& t : r.step_timings) steps << step_timing_line(r.label, t);
         }
-        mrs.push_back(analysis::compute_metrics(r.label, r.records, {}, slo_of(real_sc)));
+        mrs.push_back(analysis::compute_metrics(r.label, r.records, {}, analysis_slo(real_sc)));
         if (rep == 0) first_records = r.records;
         timings.insert(timings.end(), r.step_timings.begin(), r.step_timings.end());
         pre_real += preemptions(r.records);
@@ -342,7 +341,7 @@ int validate_sim_main(const ValidateSimArgs& a) {
       const PointRun s = sim->run(i, rate, o);
       write_records(dir + "/records_sim.jsonl", s.records, true);
       const analysis::RunMetrics& mr = mrs.front();
-      const analysis::RunMetrics ms = analysis::compute_metrics(s.label, s.records, {}, slo_of(sim_sc));
+      const analysis::RunMetrics ms = analysis::compute_metrics(s.label, s.records, {}, analysis_slo(sim_sc));
       nlohmann::ordered_json run;
       run["strategy"] = label;
       run["load"] = load;
@@ -390,11 +389,11 @@ int validate_sim_main(const ValidateSimArgs& a) {
                                   {"roofline", s.cost_counts->roofline}};
       const double steps_error = sum_measured > 0 ? (sum_predicted - sum_measured) / sum_measured : NAN;
       std::vector<Figure> figures = figures_of(mrs, ms);
-      set_noise(figures, first_records, slo_of(real_sc));
+      set_noise(figures, first_records, analysis_slo(real_sc));
       if (delta > 0) {
         const PointRun lo = sim_lo->run(i, rate, o), hi = sim_hi->run(i, rate, o);
-        set_sensitivity(figures, analysis::compute_metrics(lo.label, lo.records, {}, slo_of(sim_sc)),
-                        analysis::compute_metrics(hi.label, hi.records, {}, slo_of(sim_sc)), delta);
+        set_sensitivity(figures, analysis::compute_metrics(lo.label, lo.records, {}, analysis_slo(sim_sc)),
+                        analysis::compute_metrics(hi.label, hi.records, {}, analysis_slo(sim_sc)), delta);
       }
       nlohmann::ordered_json figs;
       for (const Figure& f : figures) {

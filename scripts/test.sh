@@ -4,8 +4,8 @@
 # -O1, the tests, CLI, loadgen, server and analysis at -O0, into build-asan/) with the CUDA
 # kernels, backend and benchmarks when nvcc is
 # there (compiled only: their GPU tests skip without a device), then runs every non-GPU test case
-# (one ctest test per GoogleTest case, from its folder's test_<folder>, spread over the cores; the
-# CLI tests spawn the ASan build-asan/servelab). A sanitizer report (memory error, undefined
+# (one ctest test per GoogleTest suite, its cases in one process of its folder's test_<folder>,
+# spread over the cores; the CLI tests spawn the ASan build-asan/servelab). A sanitizer report (memory error, undefined
 # behaviour, leak) fails its case. ASan/UBSan options: scripts/lib/sanitizer-env.sh.
 # Extra args go to ctest (e.g. -R Scenario). The Release build (build/, scripts/build.sh) is the
 # one scripts/setup.sh, the benchmarks and the GPU scripts use.

@@ -27,7 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing_util::TempDir;
 
-ModelConfig micro() {
+ModelConfig quant_micro() {
   ModelConfig c;
   c.name = "micro";
   c.hidden_size = 64;
@@ -170,7 +170,7 @@ void expect_loads_as(const ModelWeights& src, const ModelWeights& loaded, const 
 }
 
 TEST(QuantCheckpoint, EachLayoutWritesAndLoadsBack) {
-  const ModelWeights src = ModelWeights::random(micro(), 3);  // bf16-rounded values
+  const ModelWeights src = ModelWeights::random(quant_micro(), 3);  // bf16-rounded values
   struct Case {
     QuantWriteOptions o;
     Quantization method;
@@ -224,7 +224,7 @@ TEST(QuantCheckpoint, EachLayoutWritesAndLoadsBack) {
 }
 
 TEST(QuantCheckpoint, GptqActOrderGidxIsAPermutationOfGroups) {
-  const ModelWeights src = ModelWeights::random(micro(), 5);
+  const ModelWeights src = ModelWeights::random(quant_micro(), 5);
   TempDir dir;
   QuantWriteOptions o;
   o.format = QuantCheckpointFormat::gptq;
@@ -250,7 +250,7 @@ TEST(QuantCheckpoint, GptqActOrderGidxIsAPermutationOfGroups) {
 }
 
 TEST(QuantCheckpoint, ErrorsNameTheTensorAndKey) {
-  const ModelWeights src = ModelWeights::random(micro(), 3);
+  const ModelWeights src = ModelWeights::random(quant_micro(), 3);
   TempDir dir;
   QuantWriteOptions o;
   o.format = QuantCheckpointFormat::awq;
@@ -286,7 +286,7 @@ TEST(QuantCheckpoint, ErrorsNameTheTensorAndKey) {
 }
 
 TEST(QuantizeWeights, OnLoadMatchesTheCheckpointPathAndCountsBytes) {
-  const ModelWeights src = ModelWeights::random(micro(), 9);
+  const ModelWeights src = ModelWeights::random(quant_micro(), 9);
   QuantScheme s = QuantScheme::for_method(Quantization::fp8, /*per_channel=*/true);
   const ModelWeights q = quantize_weights(src, s);
   EXPECT_EQ(q.quant.activations, ActivationQuant::fp8_per_token);
