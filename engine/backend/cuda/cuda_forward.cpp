@@ -85,8 +85,14 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
       plan_slots = lora_left_dev.get<int32_t>();
     }
   }
-  int lora_step_run_rows = 0;  // the tensor-core runs' rows (lora_kernels.gate_up_in_silu_rows)
+  // gate|up's runs expanded inside SiLU·mul (lora_kernels.gate_up_in_silu_rows): decided once a step.
+  int lora_step_run_rows = 0;
   for (const k::LoraRun& r : lora_step_runs) lora_step_run_rows += r.count;
+  bool gate_up_runs_in_silu = false;
+  if (!lora_step_runs.empty() && lora_step_run_rows <= lora_kernels.gate_up_in_silu_rows) {
+    const k::LoraPool p = lora.pool(0, cuda::LoraGroup::gate_up);  // every layer's has its shape
+    gate_up_runs_in_silu = p.n_seg == 2 && k::lora_silu_mul_runs_fits(int(lora_step_runs.size()), p.max_rank);
+  }
   // lora_kernels.empty_plan (engine_bench's diagnostic): every launch below, no rows in the plan.
   if (grouped) k::lora_plan(plan_slots, lora_kernels.empty_plan ? 0 : R, lora.n_slots(), lora_step_plan(), stream);
   cudaStream_t side = lora_kernels.side_stream ? lora_side : nullptr;
@@ -148,10 +154,8 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
         hk.xa_rows = lora_xa_rows.get<float>();
       else hk.delta = lora_delta.get();
     }
-    // gate|up's runs expanded inside SiLU·mul (eager steps whose gate|up expand follows the product).
-    hk.runs_in_consumer = grp == cuda::LoraGroup::gate_up && hk.runs && !hk.delta && !hk.xa_rows &&
-                          lora_step_run_rows <= lora_kernels.gate_up_in_silu_rows && hk.pool.n_seg == 2 &&
-                          k::lora_silu_mul_runs_fits(int(lora_step_runs.size()), hk.pool.max_rank);
+    // ... where gate|up's expand would follow the product (not beside it).
+    hk.runs_in_consumer = grp == cuda::LoraGroup::gate_up && gate_up_runs_in_silu && !hk.delta && !hk.xa_rows;
     return &hk;
   };
 
