@@ -54,4 +54,39 @@ inline bool lora_rows_left(const int32_t* row_slot, int n_rows, const std::vecto
   return std::any_of(left.begin(), left.end(), [](int32_t s) { return s >= 0; });
 }
 
+/// The fused product's blocks of rows (kernels/lora_fused_gemm.h): at most this many tiles of at
+/// most 128 rows a launch (kernel parameters, no upload).
+inline constexpr int kLoraFusedMaxTiles = 64;
+inline constexpr int kLoraFusedTileRows = 128;
+struct LoraFusedTile {
+  int32_t row0 = 0, rows = 0, slot = -1;  ///< rows [row0, row0 + rows), rows <= 128; slot -1: the product alone
+  float scale = 0;                        ///< the slot's alpha / r
+};
+struct LoraFusedTiles {
+  int n = 0;
+  LoraFusedTile tile[kLoraFusedMaxTiles];
+};
+
+/// Tiles over rows [0, n_rows): each run (in row order, not overlapping) cut into tiles of at most
+/// 128 rows carrying its slot and scale (host_scale[slot]), the rows between and after the runs in
+/// tiles of slot -1. False when they would be more than kLoraFusedMaxTiles (the caller keeps the
+/// unfused path).
+inline bool lora_fused_tiles(const std::vector<LoraRun>& runs, int n_rows, const float* host_scale, LoraFusedTiles& out) {
+  out.n = 0;
+  auto add = [&](int first, int count, int slot) {
+    for (int r = first; r < first + count; r += kLoraFusedTileRows) {
+      if (out.n == kLoraFusedMaxTiles) return false;
+      out.tile[out.n++] = {r, std::min(kLoraFusedTileRows, first + count - r), slot, slot >= 0 ? host_scale[slot] : 0.f};
+    }
+    return true;
+  };
+  int row = 0;
+  for (const LoraRun& run : runs) {
+    if (run.first > row && !add(row, run.first - row, -1)) return false;
+    if (!add(run.first, run.count, run.slot)) return false;
+    row = run.first + run.count;
+  }
+  return row >= n_rows || add(row, n_rows - row, -1);
+}
+
 }  // namespace servelab::kernels

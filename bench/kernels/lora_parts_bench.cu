@@ -13,6 +13,11 @@
 //   as the step        the shrink on a side stream beside the product, joined, then the expand:
 //                      what the cuda backend's eager prefill runs for q|k|v and gate|up
 //   beside             shrink and expand (beta 0) both on the side stream beside the product
+//   fused / f128 / f256  kernels/lora_fused_gemm.h's product alone (its choice of 128 or 256
+//                      columns a block, then each forced): against `product`, what our own GEMM
+//                      costs before any LoRA
+//   fused lora         the same product with the run's shrink and expand inside: against `as
+//                      the step`
 // Random bf16 data; the results are not checked (the GPU tests check these kernels).
 #include <cuda_runtime.h>
 
@@ -29,6 +34,7 @@
 #include "bench/kernels/bench_timing.h"
 #include "bench/kernels/bench_util.cuh"
 #include "kernels/gemm.h"
+#include "kernels/lora_fused_gemm.h"
 #include "kernels/lora_gemm.h"
 #include "kernels/lora_sgmv.h"
 
@@ -47,7 +53,7 @@ double time_us(const std::function<void(int, cudaStream_t)>& fn) { return time_g
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<int> rows_list = {128, 256, 512};
+  std::vector<int> rows_list = {64, 128, 256, 512};
   std::string json_path;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--rows") && i + 1 < argc) {
@@ -67,6 +73,7 @@ int main(int argc, char** argv) {
   for (int r : rows_list) max_rows = std::max(max_rows, r);
   Gemm gemm;
   LoraGemm lgemm;
+  LoraFusedGemm fgemm;
   cudaStream_t side;
   CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
   cudaEvent_t fork, join;
@@ -74,8 +81,9 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
   nlohmann::json out = nlohmann::json::array();
   std::printf("lora_parts_bench: rank %d, one adapter for every row; us a call (graphs of 16)\n", rank);
-  std::printf("%-8s %5s %9s %9s %8s %8s %8s %8s %8s %8s %10s %8s\n", "product", "rows", "product", "prod acc",
-              "shrink", "expand", "exp b0", "sgmv sh", "sgmv ex", "prod+ex", "as step", "beside");
+  std::printf("%-8s %5s %9s %9s %8s %8s %8s %8s %8s %8s %10s %8s %8s %8s %8s %10s\n", "product", "rows", "product",
+              "prod acc", "shrink", "expand", "exp b0", "sgmv sh", "sgmv ex", "prod+ex", "as step", "beside", "fused",
+              "f128", "f256", "fused lora");
   for (const Product& p : products) {
     Buf x(size_t(max_rows) * p.in * 2), w(size_t(p.out) * p.in * 2), y(size_t(max_rows) * p.out * 2),
         delta(size_t(max_rows) * p.out * 2);
@@ -149,13 +157,31 @@ int main(int argc, char** argv) {
         product(s, false);
         CUDA_CHECK(cudaStreamWaitEvent(s, join, 0));
       });
-      std::printf("%-8s %5d %9.2f %9.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %10.2f %8.2f\n", p.name, rows, t_prod, t_acc,
-                  t_shrink, t_expand, t_exp0, t_gsh, t_gex, t_pe, t_step, t_beside);
+      // Our fused kernel: the product alone (no pool), then with the run inside.
+      LoraFusedTiles tiles_plain, tiles_lora;
+      const std::vector<float> host_scale(n_slots, 2.0f);
+      lora_fused_tiles({}, rows, host_scale.data(), tiles_plain);
+      lora_fused_tiles({run}, rows, host_scale.data(), tiles_lora);
+      const LoraPool none;
+      double t_f = -1, t_f128 = -1, t_f256 = -1, t_fl = -1;
+      if (lora_fused_fits(t, pool, p.out, p.in)) {
+        auto fused = [&](cudaStream_t s, const LoraPool& pl, const LoraFusedTiles& tl, int bn) {
+          fgemm.run(t, x.p, w.p, y.p, rows, p.out, p.in, pl, tl, s, bn);
+        };
+        t_f = time_us([&](int, cudaStream_t s) { fused(s, none, tiles_plain, 0); });
+        t_f128 = time_us([&](int, cudaStream_t s) { fused(s, none, tiles_plain, 128); });
+        t_f256 = time_us([&](int, cudaStream_t s) { fused(s, none, tiles_plain, 256); });
+        t_fl = time_us([&](int, cudaStream_t s) { fused(s, pool, tiles_lora, 0); });
+      }
+      std::printf("%-8s %5d %9.2f %9.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %10.2f %8.2f %8.2f %8.2f %8.2f %10.2f\n", p.name,
+                  rows, t_prod, t_acc, t_shrink, t_expand, t_exp0, t_gsh, t_gex, t_pe, t_step, t_beside, t_f, t_f128,
+                  t_f256, t_fl);
       std::fflush(stdout);
       out.push_back({{"product", p.name}, {"rows", rows}, {"product_us", t_prod}, {"product_acc_us", t_acc},
                      {"shrink_us", t_shrink}, {"expand_us", t_expand}, {"expand_beta0_us", t_exp0},
                      {"sgmv_shrink_us", t_gsh}, {"sgmv_expand_us", t_gex}, {"product_expand_us", t_pe},
-                     {"as_step_us", t_step}, {"beside_us", t_beside}});
+                     {"as_step_us", t_step}, {"beside_us", t_beside}, {"fused_us", t_f}, {"fused128_us", t_f128},
+                     {"fused256_us", t_f256}, {"fused_lora_us", t_fl}});
     }
   }
   if (!json_path.empty()) std::ofstream(json_path) << out.dump(1) << "\n";

@@ -52,6 +52,23 @@ void lora_expand_segments_ref(const float* xa, const int32_t* row_slot, int n_ro
   }
 }
 
+void lora_fused_gemm_ref(const float* x, const float* w, int n_rows, int n_out, int n_in, const int32_t* row_slot,
+                         const float* a, const float* b, const float* scale, int max_rank, int n_seg, const int* seg_end,
+                         float (*round16)(float), float* y) {
+  for (int r = 0; r < n_rows; ++r)
+    for (int c = 0; c < n_out; ++c) {
+      double acc = 0;
+      for (int i = 0; i < n_in; ++i) acc += double(x[size_t(r) * n_in + i]) * w[size_t(c) * n_in + i];
+      y[size_t(r) * n_out + c] = float(acc);
+    }
+  const int total = n_seg * max_rank;
+  std::vector<float> xa(size_t(n_rows) * total);
+  lora_shrink_ref(x, row_slot, n_rows, a, scale, n_in, total, xa.data());
+  if (round16)
+    for (float& v : xa) v = round16(v);
+  lora_expand_segments_ref(xa.data(), row_slot, n_rows, b, n_out, max_rank, n_seg, seg_end, y, n_out, 0);
+}
+
 LoraPlanRef lora_plan_ref(const int32_t* row_slot, int n_rows, int n_slots, int tile_rows) {
   LoraPlanRef plan;
   for (int s = 0; s < n_slots; ++s) {

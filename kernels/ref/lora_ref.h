@@ -21,6 +21,14 @@ void lora_expand_ref(const float* xa, const int32_t* row_slot, int n_rows, const
 void lora_expand_segments_ref(const float* xa, const int32_t* row_slot, int n_rows, const float* b, int n_out,
                               int max_rank, int n_seg, const int* seg_end, float* y, int ld_y, int c0);
 
+/// kernels/lora_fused_gemm.h: y[r, c] = Σ_i x[r, i] · w[c, i], plus for rows with row_slot[r] >= 0
+/// Σ_k round16(xa[r, m · max_rank + k]) · b[s, c, k], xa as lora_shrink_ref gives it (scale
+/// included, A [n_slots, n_seg · max_rank, n_in]), m the segment of column c; round16 the kernel's
+/// 16-bit rounding of xa (null: none). w [n_out, n_in], y [n_rows, n_out].
+void lora_fused_gemm_ref(const float* x, const float* w, int n_rows, int n_out, int n_in, const int32_t* row_slot,
+                         const float* a, const float* b, const float* scale, int max_rank, int n_seg, const int* seg_end,
+                         float (*round16)(float), float* y);
+
 /// kernels/lora_act.h: act[r, j] = silu(g + dg) · (u + du) with g = gate_up[r, j], u =
 /// gate_up[r, ffn + j] and the delta's values at the same places for rows with row_slot[r] >= 0
 /// (none for the others). gate_up, delta [n_rows, 2 · ffn]; act [n_rows, ffn].

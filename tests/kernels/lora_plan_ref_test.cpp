@@ -56,5 +56,31 @@ TEST(LoraRuns, PicksLongRunsAndLeavesTheOtherRows) {
   EXPECT_EQ(left, std::vector<int32_t>(slot.size(), -1));
 }
 
+TEST(LoraFusedTiles, CutsRunsIntoTilesAndCoversTheRowsBetween) {
+  const float scale[3] = {0.5f, 1.5f, 2.5f};
+  LoraFusedTiles t;
+  // 10 rows without an adapter, a run of 300 on slot 2 (128 + 128 + 44), 3 rows, a run of 5 on slot 0, 7 rows.
+  ASSERT_TRUE(lora_fused_tiles({{2, 10, 300}, {0, 313, 5}}, 325, scale, t));
+  ASSERT_EQ(t.n, 7);
+  const int32_t want[7][3] = {{0, 10, -1}, {10, 128, 2}, {138, 128, 2}, {266, 44, 2}, {310, 3, -1}, {313, 5, 0}, {318, 7, -1}};
+  for (int i = 0; i < 7; ++i) {
+    EXPECT_EQ(t.tile[i].row0, want[i][0]) << i;
+    EXPECT_EQ(t.tile[i].rows, want[i][1]) << i;
+    EXPECT_EQ(t.tile[i].slot, want[i][2]) << i;
+  }
+  EXPECT_EQ(t.tile[1].scale, 2.5f);
+  EXPECT_EQ(t.tile[5].scale, 0.5f);
+  EXPECT_EQ(t.tile[0].scale, 0.f);
+  // No runs: the product alone in tiles of 128.
+  ASSERT_TRUE(lora_fused_tiles({}, 129, scale, t));
+  EXPECT_EQ(t.n, 2);
+  EXPECT_EQ(t.tile[1].rows, 1);
+  // More than kLoraFusedMaxTiles tiles: refused.
+  EXPECT_FALSE(lora_fused_tiles({{1, 0, kLoraFusedTileRows * kLoraFusedMaxTiles + 1}}, kLoraFusedTileRows * kLoraFusedMaxTiles + 1, scale, t));
+  std::vector<LoraRun> many;
+  for (int i = 0; i < kLoraFusedMaxTiles; ++i) many.push_back({0, 2 * i + 1, 1});  // runs with gaps: 2 tiles each
+  EXPECT_FALSE(lora_fused_tiles(many, 2 * kLoraFusedMaxTiles + 1, scale, t));
+}
+
 }  // namespace
 }  // namespace servelab::kernels
