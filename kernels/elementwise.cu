@@ -9,6 +9,7 @@
 #include "kernels/common.cuh"
 #include "kernels/ops.h"
 #include "kernels/silu_mul_rows.cuh"
+#include "kernels/silu.cuh"
 
 namespace servelab::kernels {
 namespace {
@@ -29,7 +30,7 @@ __global__ void silu_kernel(const T* gate_up, T* out, int ffn, int64_t n_vec) {
     float g[8];
     unpack8<T>(*reinterpret_cast<const Vec8*>(gate_up + r * 2 * ffn + c), g);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) g[j] = g[j] / (1.0f + expf(-g[j]));
+    for (int j = 0; j < 8; ++j) g[j] = silu_f(g[j]);
     *reinterpret_cast<Vec8*>(out + r * ffn + c) = pack8<T>(g);
   }
 }

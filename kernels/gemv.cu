@@ -35,6 +35,7 @@
 #include "kernels/gemv_rope_kv.cuh"
 #include "kernels/lamport_push.h"
 #include "kernels/gemv_lora.cuh"
+#include "kernels/silu.cuh"
 
 namespace servelab::kernels {
 namespace {
@@ -188,7 +189,7 @@ __device__ __forceinline__ void finish_tile(const Params& p, gemv::ReduceSmem& s
     const int r = tid % kBlockRows, col = bx * 16 + r;
     if (r < 16 && mm < p.m && col < ffn) {
       const float gate = to_float<T>(from_float<T>(sum)), up = to_float<T>(from_float<T>(sm.red[0][tid + 16]));
-      static_cast<OutT*>(p.y)[int64_t(mm) * ffn + col] = out_from_float<OutT>(gate / (1.0f + expf(-gate)) * up);
+      static_cast<OutT*>(p.y)[int64_t(mm) * ffn + col] = out_from_float<OutT>(silu_mul_f(gate, up));
     }
     return;
   }

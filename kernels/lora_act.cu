@@ -11,6 +11,7 @@
 #include "kernels/lora_delta.cuh"
 #include "kernels/mma_util.cuh"
 #include "kernels/silu_mul_rows.cuh"
+#include "kernels/silu.cuh"
 
 namespace servelab::kernels {
 namespace {
@@ -53,7 +54,7 @@ __global__ void __launch_bounds__(kActVectors) lora_silu_mul_xa_kernel(const T* 
       u[j] += du[8 * v + j];
     }
 #pragma unroll
-  for (int j = 0; j < 8; ++j) g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+  for (int j = 0; j < 8; ++j) g[j] = silu_mul_f(g[j], u[j]);
   *reinterpret_cast<Vec8*>(out + r * ffn + c) = pack8<T>(g);
 }
 
@@ -167,7 +168,7 @@ __global__ void __launch_bounds__(kRunWarps * 32) lora_silu_mul_runs_kernel(cons
         u0 += accu[n][2 * h];
         u1 += accu[n][2 * h + 1];
       }
-      T o[2] = {from_float<T>(g0 / (1.0f + expf(-g0)) * u0), from_float<T>(g1 / (1.0f + expf(-g1)) * u1)};
+      T o[2] = {from_float<T>(silu_mul_f(g0, u0)), from_float<T>(silu_mul_f(g1, u1))};
       uint32_t packed;
       memcpy(&packed, o, 4);
       *reinterpret_cast<uint32_t*>(out + int64_t(r0 + g + 8 * h) * ffn + col) = packed;

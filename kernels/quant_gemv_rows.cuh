@@ -12,6 +12,7 @@
 #include "kernels/gemv_rope_kv.cuh"
 #include "kernels/quant_gemv.h"
 #include "kernels/quant_gemv_frag.cuh"
+#include "kernels/silu.cuh"
 
 namespace servelab::kernels::quant_gemv_rows {
 
@@ -53,7 +54,7 @@ __device__ __forceinline__ void finish(gemv::ReduceSmem& sm, const float (&acc)[
     if (r < 16 && mm < a.m && col < a.silu_ffn) {  // each half rounded as the stored gate_up would be
       const float gate = __bfloat162float(__float2bfloat16_rn(sum));
       const float up = __bfloat162float(__float2bfloat16_rn(sm.red[0][tid + 16]));
-      quant_gemv_frag::store_out<OutT>(a.y, int64_t(mm) * a.silu_ffn + col, gate / (1.0f + expf(-gate)) * up, false);
+      quant_gemv_frag::store_out<OutT>(a.y, int64_t(mm) * a.silu_ffn + col, silu_mul_f(gate, up), false);
     }
     return;
   }

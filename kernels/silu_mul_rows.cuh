@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/common.cuh"
+#include "kernels/silu.cuh"
 
 namespace servelab::kernels {
 
@@ -30,7 +31,7 @@ __device__ __forceinline__ void silu_mul_rows(const T* gate_up, const T* delta, 
       }
     }
 #pragma unroll
-    for (int j = 0; j < 8; ++j) g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+    for (int j = 0; j < 8; ++j) g[j] = silu_mul_f(g[j], u[j]);
     *reinterpret_cast<Vec8*>(out + r * ffn + c) = pack8<T>(g);
   }
 }
