@@ -46,34 +46,7 @@ struct Shape {
   static_assert(kAlloc <= kSmemLimit && kStages >= 3, "stages do not fit");
 };
 
-#if SERVELAB_WGMMA_DEVICE
-/// Every thread of both blocks of the cluster (release, then acquire).
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-/// Arrives on the mbarrier at the same shared-memory offset in cluster block `peer`.
-__device__ __forceinline__ void arrive_peer(uint32_t bar, uint32_t peer) {
-  asm volatile(
-      "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
-      "r"(peer)
-      : "memory");
-}
-/// TMA into the same offset of both blocks of the cluster, completing bytes on each one's bar.
-__device__ __forceinline__ void tma_load_2d_pair(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
-  const uint16_t mask = 0x3;
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
-      : "memory");
-}
-#endif
-
-/// kPair: blocks in clusters of 2 along x (two row tiles of the same columns), each loading half of
-/// the W tile and multicasting it into both: W crosses L2 once per pair (the product is L2-bound
-/// with every SM busy). A stage is refilled only once both blocks' consumers released it.
-template <typename T, int BN, int R, bool kLora, bool kPair>
+template <typename T, int BN, int R, bool kLora>
 __global__ void __launch_bounds__(kThreads, 1)
     lora_fused_gemm_kernel(const __grid_constant__ CUtensorMap mx, const __grid_constant__ CUtensorMap mw,
                            const __grid_constant__ CUtensorMap ma, const Params p) {
@@ -95,17 +68,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     while (seg + 1 < p.n_seg && n0 >= p.seg_end[seg]) ++seg;
   const int n_k = (p.in + kBK - 1) / kBK;
 
-  uint32_t rank = 0;
-  if constexpr (kPair) asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       prefill_wgmma::mbar_init(full(s), 1);
-      prefill_wgmma::mbar_init(empty(s), kPair ? 16 : 8);  // one arrive per consumer warp (of both blocks)
+      prefill_wgmma::mbar_init(empty(s), 8);  // one arrive per consumer warp
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  if constexpr (kPair) cluster_sync();
-  else __syncthreads();
+  __syncthreads();
 
   if (tid < 128) {  // ---------------- producer ----------------
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
@@ -117,13 +87,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (n > 0) prefill_wgmma::mbar_wait(empty(s), (n - 1) & 1);
         prefill_wgmma::mbar_arrive_expect_tx(full(s), bytes);
         wgmma::tma_load_2d(stage(s), &mx, kb * kBK, tile.row0, full(s));
-        if constexpr (kPair)  // this block's half of W's rows, into both blocks
-          tma_load_2d_pair(stage(s) + S::kX + rank * (BN / 2) * 128, &mw, kb * kBK, n0 + int(rank) * (BN / 2), full(s));
-        else wgmma::tma_load_2d(stage(s) + S::kX, &mw, kb * kBK, n0, full(s));
+        wgmma::tma_load_2d(stage(s) + S::kX, &mw, kb * kBK, n0, full(s));
         if (has) wgmma::tma_load_2d(stage(s) + S::kX + S::kW, &ma, kb * kBK, a_row, full(s));
       }
     }
-    if constexpr (kPair) cluster_sync();  // the peer may still arrive on this block's barriers
     return;
   }
   // ---------------- consumers: warpgroup wg takes rows 64 wg .. 64 wg + 63 ----------------
@@ -152,10 +119,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::commit();
     wgmma::wait<1>();
     wgmma::pin(acc);
-    if (kb > 0 && lane == 0) {
-      prefill_wgmma::mbar_arrive(empty((kb - 1) % kStages));
-      if constexpr (kPair) arrive_peer(empty((kb - 1) % kStages), rank ^ 1);
-    }
+    if (kb > 0 && lane == 0) prefill_wgmma::mbar_arrive(empty((kb - 1) % kStages));
   }
   wgmma::wait<0>();
   wgmma::pin(acc);
@@ -198,7 +162,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (ok0) *reinterpret_cast<uint32_t*>(y0 + col) = pack2<T>(acc[4 * j], acc[4 * j + 1]);
     if (ok1) *reinterpret_cast<uint32_t*>(y1 + col) = pack2<T>(acc[4 * j + 2], acc[4 * j + 3]);
   }
-  if constexpr (kPair) cluster_sync();
 #endif
 }
 
@@ -287,39 +250,27 @@ int LoraFusedGemm::pick_block_n(const LoraPool& pool, int out, int n_tiles) cons
 
 namespace {
 
-template <typename T, int BN, int R, bool kLora, bool kPair>
+template <typename T, int BN, int R, bool kLora>
 void launch(const CUtensorMap& mx, const CUtensorMap& mw, const CUtensorMap& ma, const fused::Params& p, int n_col,
             cudaStream_t stream) {
   using S = fused::Shape<BN, R, kLora>;
-  auto kernel = fused::lora_fused_gemm_kernel<T, BN, R, kLora, kPair>;
+  auto kernel = fused::lora_fused_gemm_kernel<T, BN, R, kLora>;
   static const bool attr = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::kAlloc)));
-    if (kPair) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 0));
     return true;
   }();
   (void)attr;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(p.tiles.n), unsigned(n_col));
-  cfg.blockDim = dim3(fused::kThreads);
-  cfg.dynamicSmemBytes = S::kAlloc;
-  cfg.stream = stream;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeClusterDimension;
-  at[0].val.clusterDim.x = kPair ? 2 : 1;
-  at[0].val.clusterDim.y = 1;
-  at[0].val.clusterDim.z = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, mx, mw, ma, p));
+  kernel<<<dim3(unsigned(p.tiles.n), unsigned(n_col)), fused::kThreads, S::kAlloc, stream>>>(mx, mw, ma, p);
+  CUDA_CHECK(cudaGetLastError());
 }
 
-template <typename T, int BN, bool kPair>
+template <typename T, int BN>
 void launch_bn(const CUtensorMap& mx, const CUtensorMap& mw, const CUtensorMap& ma, const fused::Params& p, int rank,
                bool lora, cudaStream_t stream) {
   const int n_col = (p.out + BN - 1) / BN;
-  if (!lora) launch<T, BN, 16, false, kPair>(mx, mw, ma, p, n_col, stream);
-  else if (rank == 16) launch<T, BN, 16, true, kPair>(mx, mw, ma, p, n_col, stream);
-  else launch<T, BN, 32, true, kPair>(mx, mw, ma, p, n_col, stream);
+  if (!lora) launch<T, BN, 16, false>(mx, mw, ma, p, n_col, stream);
+  else if (rank == 16) launch<T, BN, 16, true>(mx, mw, ma, p, n_col, stream);
+  else launch<T, BN, 32, true>(mx, mw, ma, p, n_col, stream);
 }
 
 }  // namespace
@@ -343,22 +294,12 @@ void LoraFusedGemm::run(ScalarType t, const void* x, const void* w, void* y, int
   p.n_seg = lora ? pool.n_seg : 1;
   for (int m = 0; m < kLoraMaxSegments; ++m) p.seg_end[m] = m + 1 < p.n_seg ? pool.seg_end[m] : out;
   p.tiles = tiles;
-  // In pairs (W multicast) where two or more row tiles share the columns; an odd count gets an
-  // empty tile (no rows: loads, no stores) to pair the last.
-  const bool pair = pairs_ && tiles.n >= 2;
-  if (pair && p.tiles.n % 2 == 1) {
-    if (p.tiles.n == kLoraFusedMaxTiles) throw std::invalid_argument("lora_fused_gemm: no room to pair the tiles");
-    p.tiles.tile[p.tiles.n++] = LoraFusedTile{0, 0, -1, 0.f};
-  }
   auto go = [&]<typename T>() {
     const CUtensorMap mx = maps_->get<T>(x, n_rows, in, fused::kBM);
-    const CUtensorMap mw = maps_->get<T>(w, out, in, pair ? block_n / 2 : block_n);
+    const CUtensorMap mw = maps_->get<T>(w, out, in, block_n);
     const CUtensorMap ma = lora ? maps_->get<T>(pool.a, int64_t(pool.n_slots) * pool.total_rank(), in, pool.max_rank) : mw;
-    if (pair) {
-      if (block_n == 256) launch_bn<T, 256, true>(mx, mw, ma, p, pool.max_rank, lora, stream);
-      else launch_bn<T, 128, true>(mx, mw, ma, p, pool.max_rank, lora, stream);
-    } else if (block_n == 256) launch_bn<T, 256, false>(mx, mw, ma, p, pool.max_rank, lora, stream);
-    else launch_bn<T, 128, false>(mx, mw, ma, p, pool.max_rank, lora, stream);
+    if (block_n == 256) launch_bn<T, 256>(mx, mw, ma, p, pool.max_rank, lora, stream);
+    else launch_bn<T, 128>(mx, mw, ma, p, pool.max_rank, lora, stream);
   };
   if (t == ScalarType::bf16) go.template operator()<__nv_bfloat16>();
 #if defined(SERVELAB_KERNELS_FP16)

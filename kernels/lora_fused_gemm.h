@@ -46,15 +46,11 @@ class LoraFusedGemm {
            const LoraFusedTiles& tiles, cudaStream_t stream, int block_n = 0);
   /// The columns a block takes for this shape (run's choice with block_n 0).
   int pick_block_n(const LoraPool& pool, int out, int n_tiles) const;
-  /// Blocks of two row tiles of the same columns in a cluster, W's tile multicast to both (on by
-  /// default; launches of one tile never pair).
-  void set_pairs(bool on) { pairs_ = on; }
 
  private:
   struct Maps;
   std::unique_ptr<Maps> maps_;
   int sms_ = 0;
-  bool pairs_ = true;
 };
 
 }  // namespace servelab::kernels
