@@ -33,27 +33,37 @@ struct Params {
   const void* b;  ///< the pool's B [n_slots, out, R]
   int out, in, n_seg;
   int seg_end[kLoraMaxSegments];
+  int splits;        ///< K split across gridDim.z blocks; > 1: partial sums in ws, the last block adds them
+  float* ws;         ///< [output tiles][splits][consumer thread's floats][256]
+  int32_t* counters; ///< [output tiles]: blocks of a tile done (the last one resets it to 0)
   LoraFusedTiles tiles;
 };
 
-template <int BN, int R, bool kLora>
+/// RS: the shrink's columns, R (one segment) or 2R (kTwo: a block whose columns cross a segment's
+/// end takes both segments' ranks, their A rows adjacent in the pool).
+template <int BN, int R, bool kLora, bool kTwo>
 struct Shape {
-  static constexpr uint32_t kX = kBM * 128, kW = BN * 128, kA = kLora ? R * 128 : 0;
+  static constexpr int RS = kLora ? (kTwo ? 2 * R : R) : 0;
+  static constexpr uint32_t kX = kBM * 128, kW = BN * 128, kA = RS * 128;
   static constexpr uint32_t kStage = kX + kW + kA;
   static constexpr int kStages = std::min<int>(6, int((kSmemLimit - 1024 - 128) / kStage));
   static constexpr uint32_t kBars = kStages * kStage;  // full[kStages], empty[kStages]
   static constexpr size_t kAlloc = kBars + 16 * kStages + 1024;
+  /// Floats a consumer thread keeps: the product's and the shrink's accumulators.
+  static constexpr int kFloats = BN / 2 + RS / 2;
   static_assert(kAlloc <= kSmemLimit && kStages >= 3, "stages do not fit");
+  static_assert(kX % 1024 == 0 && kW % 1024 == 0 && kA % 1024 == 0, "128-byte swizzle atoms");
 };
 
-template <typename T, int BN, int R, bool kLora>
+template <typename T, int BN, int R, bool kLora, bool kTwo>
 __global__ void __launch_bounds__(kThreads, 1)
     lora_fused_gemm_kernel(const __grid_constant__ CUtensorMap mx, const __grid_constant__ CUtensorMap mw,
                            const __grid_constant__ CUtensorMap ma, const Params p) {
 #if SERVELAB_WGMMA_DEVICE
-  using S = Shape<BN, R, kLora>;
-  constexpr int kStages = S::kStages;
+  using S = Shape<BN, R, kLora, kTwo>;
+  constexpr int kStages = S::kStages, RS = kLora ? S::RS : 16;
   extern __shared__ unsigned char smem_raw[];
+  __shared__ int last_block;
   unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
   const uint32_t sbase = smem_u32(smem);
   auto full = [&](int s) { return sbase + S::kBars + 8 * s; };
@@ -63,10 +73,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const LoraFusedTile tile = p.tiles.tile[blockIdx.x];
   const int n0 = int(blockIdx.y) * BN, tid = threadIdx.x;
   const bool has = kLora && tile.slot >= 0;
-  int seg = 0;
+  int seg = 0;  // the segment of the block's first column
   if constexpr (kLora)
     while (seg + 1 < p.n_seg && n0 >= p.seg_end[seg]) ++seg;
-  const int n_k = (p.in + kBK - 1) / kBK;
+  // This block's k-steps: split z of p.splits.
+  const int n_k_all = (p.in + kBK - 1) / kBK, z = int(blockIdx.z);
+  const int kb0 = int(int64_t(n_k_all) * z / p.splits), kb1 = int(int64_t(n_k_all) * (z + 1) / p.splits);
+  const int n_k = kb1 - kb0;
 
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -82,8 +95,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tid == 0) {
       const uint32_t bytes = S::kX + S::kW + (has ? S::kA : 0);
       const int a_row = has ? (tile.slot * p.n_seg + seg) * R : 0;
-      for (int kb = 0; kb < n_k; ++kb) {
-        const int s = kb % kStages, n = kb / kStages;
+      for (int i = 0; i < n_k; ++i) {
+        const int s = i % kStages, n = i / kStages, kb = kb0 + i;
         if (n > 0) prefill_wgmma::mbar_wait(empty(s), (n - 1) & 1);
         prefill_wgmma::mbar_arrive_expect_tx(full(s), bytes);
         wgmma::tma_load_2d(stage(s), &mx, kb * kBK, tile.row0, full(s));
@@ -95,16 +108,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   // ---------------- consumers: warpgroup wg takes rows 64 wg .. 64 wg + 63 ----------------
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
-  const int wg = tid / 128 - 1, warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, c = lane % 4;
+  const int ct = tid - 128, wg = ct / 128, warp = (ct / 32) % 4, lane = tid % 32, g = lane / 4, c = lane % 4;
   float acc[BN / 2];
-  float xacc[kLora ? R / 2 : 1];
+  float xacc[RS / 2];
 #pragma unroll
   for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
 #pragma unroll
-  for (int i = 0; i < (kLora ? R / 2 : 1); ++i) xacc[i] = 0.f;
-  for (int kb = 0; kb < n_k; ++kb) {
-    const int s = kb % kStages;
-    prefill_wgmma::mbar_wait(full(s), (kb / kStages) & 1);
+  for (int i = 0; i < RS / 2; ++i) xacc[i] = 0.f;
+  for (int i = 0; i < n_k; ++i) {
+    const int s = i % kStages;
+    prefill_wgmma::mbar_wait(full(s), (i / kStages) & 1);
     wgmma::pin(acc);
     wgmma::fence();
 #pragma unroll
@@ -114,28 +127,60 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::mma_n<BN, T>(acc, da, db, 1);
       // The shrink runs in tiles without a slot too (on a stage's stale A rows, never read): a
       // branch between the wgmmas makes ptxas fence the accumulators (C7519).
-      if constexpr (kLora) wgmma::mma_n<R, T>(xacc, da, wgmma::desc_sw128(stage(s) + S::kX + S::kW + kk * 32, 16, 1024), 1);
+      if constexpr (kLora) wgmma::mma_n<RS, T>(xacc, da, wgmma::desc_sw128(stage(s) + S::kX + S::kW + kk * 32, 16, 1024), 1);
     }
     wgmma::commit();
     wgmma::wait<1>();
     wgmma::pin(acc);
-    if (kb > 0 && lane == 0) prefill_wgmma::mbar_arrive(empty((kb - 1) % kStages));
+    if (i > 0 && lane == 0) prefill_wgmma::mbar_arrive(empty((i - 1) % kStages));
   }
   wgmma::wait<0>();
   wgmma::pin(acc);
-  if constexpr (kLora) wgmma::pin(xacc);
+  wgmma::pin(xacc);
+
+  if (p.splits > 1) {  // split K: every block stores its sums; the last of the tile adds them in split order
+    const int64_t out_tile = int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
+    float* base = p.ws + out_tile * p.splits * S::kFloats * 256;
+    float* mine = base + int64_t(z) * S::kFloats * 256 + ct;
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) __stcg(mine + i * 256, acc[i]);
+#pragma unroll
+    for (int i = 0; i < RS / 2; ++i)
+      if constexpr (kLora) __stcg(mine + (BN / 2 + i) * 256, xacc[i]);
+    __threadfence();
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    if (ct == 0) last_block = atomicAdd(p.counters + out_tile, 1) == p.splits - 1;
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    if (!last_block) return;
+    __threadfence();
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+#pragma unroll
+    for (int i = 0; i < RS / 2; ++i) xacc[i] = 0.f;
+    for (int q = 0; q < p.splits; ++q) {
+      const float* part = base + int64_t(q) * S::kFloats * 256 + ct;
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) acc[i] += __ldcg(part + i * 256);
+#pragma unroll
+      for (int i = 0; i < RS / 2; ++i)
+        if constexpr (kLora) xacc[i] += __ldcg(part + (BN / 2 + i) * 256);
+    }
+    if (ct == 0) p.counters[out_tile] = 0;  // for the next launch
+  }
 
   if constexpr (kLora) {
-    if (has) {  // y += round16(scale · xa) · B[slot]ᵀ for this segment's columns
-      uint32_t xa[R / 16][4];
+    if (has) {  // y += round16(scale · xa) · B[slot]ᵀ, each column block with its segment's ranks
+      uint32_t xa[RS / 16][4];
 #pragma unroll
-      for (int k = 0; k < R / 16; ++k)
+      for (int k = 0; k < RS / 16; ++k)
 #pragma unroll
         for (int i = 0; i < 4; ++i) xa[k][i] = pack2<T>(tile.scale * xacc[8 * k + 2 * i], tile.scale * xacc[8 * k + 2 * i + 1]);
+      const int seg_next = kTwo ? p.seg_end[seg] : 0;  // columns from here take the next segment's ranks
       const T* b = static_cast<const T*>(p.b) + int64_t(tile.slot) * p.out * R;
 #pragma unroll
       for (int j = 0; j < BN / 8; ++j) {
         const int col = n0 + 8 * j + g;
+        const bool hi = kTwo && n0 + 8 * j >= seg_next;
         const T* bc = b + int64_t(col < p.out ? col : 0) * R + 2 * c;
 #pragma unroll
         for (int k = 0; k < R / 16; ++k) {
@@ -144,7 +189,10 @@ __global__ void __launch_bounds__(kThreads, 1)
             b0 = *reinterpret_cast<const uint32_t*>(bc + 16 * k);
             b1 = *reinterpret_cast<const uint32_t*>(bc + 16 * k + 8);
           }
-          mma_16816<T>(*reinterpret_cast<float(*)[4]>(&acc[4 * j]), xa[k], b0, b1);
+          uint32_t a[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) a[e] = kTwo && hi ? xa[R / 16 + k][e] : xa[k][e];
+          mma_16816<T>(*reinterpret_cast<float(*)[4]>(&acc[4 * j]), a, b0, b1);
         }
       }
     }
@@ -212,10 +260,19 @@ bool device_takes() {
 #endif
 }
 
-bool segments_take(const LoraPool& pool, int block_n) {
-  for (int m = 0; m + 1 < pool.n_seg; ++m)
-    if (pool.seg_end[m] % block_n != 0) return false;
-  return true;
+/// How blocks of block_n columns meet the pool's segments: 0 none crosses a segment's end, 1 some
+/// do and the kernel takes them (rank 16: the shrink's 32 columns cover two segments; every
+/// segment at least block_n wide, so a block crosses one end at most), -1 it does not take them.
+int crossing(const LoraPool& pool, int block_n) {
+  bool any = false;
+  for (int m = 0; m + 1 < pool.n_seg; ++m) any = any || pool.seg_end[m] % block_n != 0;
+  if (!any) return 0;
+  if (pool.max_rank != 16) return -1;
+  for (int m = 0; m < pool.n_seg; ++m) {
+    const int end = m + 1 < pool.n_seg ? pool.seg_end[m] : pool.n_out, begin = m > 0 ? pool.seg_end[m - 1] : 0;
+    if (end - begin < block_n) return -1;
+  }
+  return 1;
 }
 
 }  // namespace
@@ -226,7 +283,9 @@ bool lora_fused_fits(ScalarType t, const LoraPool& pool, int out, int in) {
   if (pool.n_slots > 0) {
     if (pool.max_rank != 16 && pool.max_rank != 32) return false;
     if (pool.n_in != in || pool.n_out != out || pool.n_seg < 1 || pool.n_seg > kLoraMaxSegments) return false;
-    if (!segments_take(pool, 128)) return false;
+    for (int m = 0; m + 1 < pool.n_seg; ++m)
+      if (pool.seg_end[m] % 8 != 0 || pool.seg_end[m] <= 0 || pool.seg_end[m] >= out) return false;
+    if (crossing(pool, 128) < 0) return false;
   }
   return device_takes();
 }
@@ -236,56 +295,83 @@ LoraFusedGemm::LoraFusedGemm() : maps_(std::make_unique<Maps>()) {
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev));
 }
-LoraFusedGemm::~LoraFusedGemm() = default;
+LoraFusedGemm::~LoraFusedGemm() {
+  if (ws_) cudaFree(ws_);
+  if (counters_) cudaFree(counters_);
+}
 
-int LoraFusedGemm::pick_block_n(const LoraPool& pool, int out, int n_tiles) const {
-  if (pool.n_slots > 0 && !segments_take(pool, 256)) return 128;
-  // A block's time goes with its columns; the grid's with its waves of blocks.
-  auto cost = [&](int bn) {
-    const int64_t blocks = int64_t(n_tiles) * ((out + bn - 1) / bn);
-    return ((blocks + sms_ - 1) / sms_) * bn;
-  };
-  return cost(256) < cost(128) ? 256 : 128;
+LoraFusedShape LoraFusedGemm::pick(const LoraPool& pool, int out, int in, int n_tiles) const {
+  // A block's time: its FLOPs at the tensor cores' rate a block reaches alone (5.7 TFLOP/s on an
+  // H200), or less when the busy blocks together want more than ~8 TB/s of L2-to-SM traffic
+  // ((128 + BN) x 64 x 2 bytes a k-step of 64 for 2 x 128 x BN x 64 FLOPs); the grid's time: its
+  // waves of blocks; a split's fixup ~1 us. results/gpu/lora/2026-12-02-h200-fused-gemm/.
+  constexpr double kRate = 5.7e12, kL2 = 8e12, kFixup = 1e-6;
+  LoraFusedShape best{128, 1};
+  double best_t = 1e30;
+  const int n_k = (in + 63) / 64;
+  for (int bn : {128, 192, 256}) {
+    if (pool.n_slots > 0 && crossing(pool, bn) < 0) continue;
+    for (int splits = 1; splits <= 8 && n_k / splits >= 4; ++splits) {
+      const int64_t blocks = int64_t(n_tiles) * ((out + bn - 1) / bn) * splits;
+      const double busy = double(std::min<int64_t>(blocks, sms_));
+      const double rate = std::min(kRate, kL2 / (busy * (128.0 + bn) / (128.0 * bn)));
+      const double t_block = 2.0 * 128 * bn * 64.0 * double(n_k) / splits / rate;
+      const double t = double((blocks + sms_ - 1) / sms_) * t_block + (splits > 1 ? kFixup * splits : 0);
+      if (t < best_t * 0.98) {  // ties to the earlier: fewer columns, fewer splits
+        best_t = t;
+        best = {bn, splits};
+      }
+    }
+  }
+  return best;
 }
 
 namespace {
 
-template <typename T, int BN, int R, bool kLora>
+template <typename T, int BN, int R, bool kLora, bool kTwo>
 void launch(const CUtensorMap& mx, const CUtensorMap& mw, const CUtensorMap& ma, const fused::Params& p, int n_col,
             cudaStream_t stream) {
-  using S = fused::Shape<BN, R, kLora>;
-  auto kernel = fused::lora_fused_gemm_kernel<T, BN, R, kLora>;
+  using S = fused::Shape<BN, R, kLora, kTwo>;
+  auto kernel = fused::lora_fused_gemm_kernel<T, BN, R, kLora, kTwo>;
   static const bool attr = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::kAlloc)));
     return true;
   }();
   (void)attr;
-  kernel<<<dim3(unsigned(p.tiles.n), unsigned(n_col)), fused::kThreads, S::kAlloc, stream>>>(mx, mw, ma, p);
+  kernel<<<dim3(unsigned(p.tiles.n), unsigned(n_col), unsigned(p.splits)), fused::kThreads, S::kAlloc, stream>>>(mx, mw, ma, p);
   CUDA_CHECK(cudaGetLastError());
 }
 
 template <typename T, int BN>
 void launch_bn(const CUtensorMap& mx, const CUtensorMap& mw, const CUtensorMap& ma, const fused::Params& p, int rank,
-               bool lora, cudaStream_t stream) {
+               bool lora, bool two, cudaStream_t stream) {
   const int n_col = (p.out + BN - 1) / BN;
-  if (!lora) launch<T, BN, 16, false>(mx, mw, ma, p, n_col, stream);
-  else if (rank == 16) launch<T, BN, 16, true>(mx, mw, ma, p, n_col, stream);
-  else launch<T, BN, 32, true>(mx, mw, ma, p, n_col, stream);
+  if (!lora) launch<T, BN, 16, false, false>(mx, mw, ma, p, n_col, stream);
+  else if (rank == 16 && two) launch<T, BN, 16, true, true>(mx, mw, ma, p, n_col, stream);
+  else if (rank == 16) launch<T, BN, 16, true, false>(mx, mw, ma, p, n_col, stream);
+  else launch<T, BN, 32, true, false>(mx, mw, ma, p, n_col, stream);
 }
+
+/// Floats a consumer thread keeps (fused::Shape::kFloats) for the widest shrink at this width.
+int floats_per_thread(int block_n, int rank, bool lora, bool two) { return block_n / 2 + (lora ? (two ? rank : rank / 2) : 0); }
 
 }  // namespace
 
 void LoraFusedGemm::run(ScalarType t, const void* x, const void* w, void* y, int n_rows, int out, int in,
-                        const LoraPool& pool, const LoraFusedTiles& tiles, cudaStream_t stream, int block_n) {
+                        const LoraPool& pool, const LoraFusedTiles& tiles, cudaStream_t stream, LoraFusedShape shape) {
   if (!lora_fused_fits(t, pool, out, in))
     throw std::invalid_argument("lora_fused_gemm: this shape, pool or device is not the fused kernel's (" +
                                 std::to_string(out) + " x " + std::to_string(in) + ", rank " +
                                 std::to_string(pool.max_rank) + ")");
   if (tiles.n <= 0 || tiles.n > kLoraFusedMaxTiles || n_rows <= 0) return;
   const bool lora = pool.n_slots > 0;
-  if (block_n == 0) block_n = pick_block_n(pool, out, tiles.n);
-  if ((block_n != 128 && block_n != 256) || (lora && !segments_take(pool, block_n)))
-    throw std::invalid_argument("lora_fused_gemm: " + std::to_string(block_n) + " columns a block do not divide the segments");
+  if (shape.block_n == 0) shape = pick(pool, out, in, tiles.n);
+  const int bn = shape.block_n, splits = std::max(1, shape.splits);
+  if (bn != 128 && bn != 192 && bn != 256)
+    throw std::invalid_argument("lora_fused_gemm: " + std::to_string(bn) + " columns a block (128, 192 or 256)");
+  const int cross = lora ? crossing(pool, bn) : 0;
+  if (cross < 0) throw std::invalid_argument("lora_fused_gemm: blocks of " + std::to_string(bn) + " columns cross the segments' ends");
+  if (splits > (in + 63) / 64) throw std::invalid_argument("lora_fused_gemm: more splits than k-steps");
   fused::Params p{};
   p.y = y;
   p.b = pool.b;
@@ -293,13 +379,31 @@ void LoraFusedGemm::run(ScalarType t, const void* x, const void* w, void* y, int
   p.in = in;
   p.n_seg = lora ? pool.n_seg : 1;
   for (int m = 0; m < kLoraMaxSegments; ++m) p.seg_end[m] = m + 1 < p.n_seg ? pool.seg_end[m] : out;
+  p.splits = splits;
   p.tiles = tiles;
+  if (splits > 1) {
+    const int64_t out_tiles = int64_t(tiles.n) * ((out + bn - 1) / bn);
+    const size_t need = size_t(out_tiles) * splits * floats_per_thread(bn, pool.max_rank, lora, cross > 0) * 256 * sizeof(float);
+    if (need > ws_bytes_ || out_tiles > n_counters_) {  // eager launches only (never under graph capture)
+      if (ws_) CUDA_CHECK(cudaFree(ws_));
+      if (counters_) CUDA_CHECK(cudaFree(counters_));
+      ws_bytes_ = std::max(need, ws_bytes_);
+      n_counters_ = std::max<int64_t>(out_tiles, n_counters_);
+      CUDA_CHECK(cudaMalloc(&ws_, ws_bytes_));
+      CUDA_CHECK(cudaMalloc(&counters_, size_t(n_counters_) * sizeof(int32_t)));
+      CUDA_CHECK(cudaMemset(counters_, 0, size_t(n_counters_) * sizeof(int32_t)));
+    }
+    p.ws = static_cast<float*>(ws_);
+    p.counters = static_cast<int32_t*>(counters_);
+  }
   auto go = [&]<typename T>() {
     const CUtensorMap mx = maps_->get<T>(x, n_rows, in, fused::kBM);
-    const CUtensorMap mw = maps_->get<T>(w, out, in, block_n);
-    const CUtensorMap ma = lora ? maps_->get<T>(pool.a, int64_t(pool.n_slots) * pool.total_rank(), in, pool.max_rank) : mw;
-    if (block_n == 256) launch_bn<T, 256>(mx, mw, ma, p, pool.max_rank, lora, stream);
-    else launch_bn<T, 128>(mx, mw, ma, p, pool.max_rank, lora, stream);
+    const CUtensorMap mw = maps_->get<T>(w, out, in, bn);
+    const int a_box = cross > 0 ? 2 * pool.max_rank : pool.max_rank;
+    const CUtensorMap ma = lora ? maps_->get<T>(pool.a, int64_t(pool.n_slots) * pool.total_rank(), in, a_box) : mw;
+    if (bn == 256) launch_bn<T, 256>(mx, mw, ma, p, pool.max_rank, lora, cross > 0, stream);
+    else if (bn == 192) launch_bn<T, 192>(mx, mw, ma, p, pool.max_rank, lora, cross > 0, stream);
+    else launch_bn<T, 128>(mx, mw, ma, p, pool.max_rank, lora, cross > 0, stream);
   };
   if (t == ScalarType::bf16) go.template operator()<__nv_bfloat16>();
 #if defined(SERVELAB_KERNELS_FP16)

@@ -24,12 +24,21 @@
 namespace servelab::kernels {
 
 /// Whether the fused kernel takes a product of `out` x `in` with this pool: 16-bit, the pool's
-/// rank 16 or 32, in % 8 == 0, out % 8 == 0, every segment's end a multiple of 128, and the
-/// device of compute capability 9.0 with the sm_90a build. A pool with n_slots == 0 (no LoRA)
-/// needs only the shape and the device.
+/// rank 16 or 32, in % 8 == 0, out % 8 == 0, the segments' ends multiples of 8 and of 128 (rank 32)
+/// or every segment at least 128 wide (rank 16: a block may cross one end), and the device of
+/// compute capability 9.0 with the sm_90a build. A pool with n_slots == 0 (no LoRA) needs only
+/// the shape and the device.
 bool lora_fused_fits(ScalarType t, const LoraPool& pool, int out, int in);
 
-/// Owns the tensor maps (cached by address and shape: a step's buffers and the weights repeat).
+/// A launch's blocks: 128, 192 or 256 columns, K split across `splits` blocks (> 1: each stores
+/// fp32 partial sums, the tile's last block adds them in split order and runs the epilogue).
+struct LoraFusedShape {
+  int block_n = 0;  ///< 0: LoraFusedGemm::pick's
+  int splits = 1;
+};
+
+/// Owns the tensor maps (cached by address and shape: a step's buffers and the weights repeat)
+/// and the split-K workspace (grown in eager launches: never first used under graph capture).
 class LoraFusedGemm {
  public:
   LoraFusedGemm();
@@ -39,18 +48,22 @@ class LoraFusedGemm {
 
   /// y[r, c] = Σ_i x[r, i] · w[c, i] (+ the tile's delta where its slot >= 0) for the tiles'
   /// rows; y [*, out] row-major (ld out), x [n_rows, in], w [out, in]. pool.n_slots == 0: the
-  /// product alone for every tile. block_n 0 picks 128 or 256 columns by the grid's waves (128 or
-  /// 256 forces one, where the segments allow it). Throws std::invalid_argument where
-  /// lora_fused_fits is false.
+  /// product alone for every tile. Throws std::invalid_argument where lora_fused_fits is false
+  /// or the shape is not one the kernel has.
   void run(ScalarType t, const void* x, const void* w, void* y, int n_rows, int out, int in, const LoraPool& pool,
-           const LoraFusedTiles& tiles, cudaStream_t stream, int block_n = 0);
-  /// The columns a block takes for this shape (run's choice with block_n 0).
-  int pick_block_n(const LoraPool& pool, int out, int n_tiles) const;
+           const LoraFusedTiles& tiles, cudaStream_t stream, LoraFusedShape shape = {});
+  /// The blocks a launch takes with shape {}: by the grid's waves, the L2 traffic of the busy
+  /// blocks and the splits' fixup (lora_fused_gemm.cu).
+  LoraFusedShape pick(const LoraPool& pool, int out, int in, int n_tiles) const;
 
  private:
   struct Maps;
   std::unique_ptr<Maps> maps_;
   int sms_ = 0;
+  void* ws_ = nullptr;
+  size_t ws_bytes_ = 0;
+  void* counters_ = nullptr;
+  int64_t n_counters_ = 0;
 };
 
 }  // namespace servelab::kernels

@@ -2,7 +2,8 @@
 // (lora_fused_gemm_ref): the product alone on awkward shapes (rows in partial tiles, an input not a
 // multiple of 64, outputs not a multiple of the block's columns, a K pipeline that wraps its ring
 // many times), then runs of three adapters with rows between them without one, fused q|k|v-like
-// segments, ranks 16 and 32, both widths of block. The delta (the LoRA launch minus the plain one)
+// segments, ranks 16 and 32, blocks of 128, 192 and 256 columns (blocks crossing a segment's end
+// at rank 16), K split across blocks. The delta (the LoRA launch minus the plain one)
 // is checked on its own so a small delta on a large product cannot hide.
 #include <random>
 #include <vector>
@@ -28,6 +29,7 @@ struct FusedCase {
   std::vector<int> run_rows;  // consecutive stretches of rows...
   std::vector<int> run_slot;  // ...and their slots (-1: none)
   int block_n;                // 0: the kernel's choice
+  int splits = 1;             // K split across blocks (with block_n set)
 };
 
 bool device_takes(ScalarType t) {
@@ -37,7 +39,7 @@ bool device_takes(ScalarType t) {
 
 void run_case(ScalarType t, const FusedCase& cs, uint64_t seed, LoraFusedGemm& gemm) {
   SCOPED_TRACE("n_in " + std::to_string(cs.n_in) + " rank " + std::to_string(cs.max_rank) + " segments " +
-               std::to_string(cs.seg_out.size()) + " block_n " + std::to_string(cs.block_n));
+               std::to_string(cs.seg_out.size()) + " block_n " + std::to_string(cs.block_n) + " splits " + std::to_string(cs.splits));
   std::vector<int32_t> slot;
   std::vector<LoraRun> runs;
   for (size_t i = 0; i < cs.run_rows.size(); ++i) {
@@ -66,8 +68,9 @@ void run_case(ScalarType t, const FusedCase& cs, uint64_t seed, LoraFusedGemm& g
   LoraFusedTiles tiles, plain_tiles;
   ASSERT_TRUE(lora_fused_tiles(runs, rows, scale.data(), tiles));
   ASSERT_TRUE(lora_fused_tiles({}, rows, scale.data(), plain_tiles));
-  gemm.run(t, dx.get(), dw.get(), dy.get(), rows, n_out, cs.n_in, pool, tiles, nullptr, cs.block_n);
-  gemm.run(t, dx.get(), dw.get(), dy_plain.get(), rows, n_out, cs.n_in, LoraPool{}, plain_tiles, nullptr, cs.block_n);
+  gemm.run(t, dx.get(), dw.get(), dy.get(), rows, n_out, cs.n_in, pool, tiles, nullptr, {cs.block_n, cs.splits});
+  gemm.run(t, dx.get(), dw.get(), dy_plain.get(), rows, n_out, cs.n_in, LoraPool{}, plain_tiles, nullptr,
+           {cs.block_n, cs.splits});
   CUDA_CHECK(cudaDeviceSynchronize());
 
   std::vector<float> y_ref(size_t(rows) * n_out), plain_ref(y_ref.size());
@@ -99,12 +102,16 @@ TEST_P(LoraFusedGemmGpu, ProductAloneMatchesReference) {
   LoraFusedGemm gemm;
   uint64_t seed = 501;
   // 1 row; 77 rows and an input of 520 (K tail); 300 rows in 3 tiles, out 384 (not a multiple of 256).
-  for (int bn : {128, 256}) {
+  for (int bn : {128, 192, 256}) {
     run_case(t, {64, 16, 1, {384}, {1}, {-1}, bn}, seed++, gemm);
     run_case(t, {520, 16, 1, {384}, {77}, {-1}, bn}, seed++, gemm);
     run_case(t, {1032, 16, 1, {384}, {300}, {-1}, bn}, seed++, gemm);
   }
   run_case(t, {4104, 16, 1, {1024}, {130}, {-1}, 0}, seed++, gemm);  // 65 k-steps: the ring wraps
+  // K split across 2, 3 and 7 blocks (the last adds the partial sums), twice each: the counters
+  // reset for the next launch.
+  for (int sp : {2, 3, 7})
+    for (int rep = 0; rep < 2; ++rep) run_case(t, {1032, 16, 1, {384}, {300}, {-1}, 128, sp}, seed++, gemm);
 }
 
 TEST_P(LoraFusedGemmGpu, RunsInsideMatchReference) {
@@ -121,6 +128,12 @@ TEST_P(LoraFusedGemmGpu, RunsInsideMatchReference) {
       {2056, 32, 2, {512, 512}, {3, 140, 60}, {-1, 1, 0}, 256},
       // one segment, rank 16, 64 slots, a 1-row run.
       {1032, 16, 64, {640}, {1, 7, 50}, {63, -1, 17}, 0},
+      // blocks crossing a segment's end (rank 16: the shrink takes both segments' ranks): 192
+      // columns over 640 | 640, 256 over 384 | 384 | 384; and K split in 3 with the runs inside.
+      {520, 16, 3, {640, 640}, {37, 5, 150}, {1, -1, 2}, 192},
+      {520, 16, 3, {384, 384, 384}, {70, 60}, {2, 0}, 256},
+      {1032, 16, 3, {384, 384, 384}, {70, 3, 60}, {2, -1, 0}, 256, 3},
+      {2056, 32, 2, {512, 512}, {3, 140, 60}, {-1, 1, 0}, 128, 4},
   };
   uint64_t seed = 531;
   for (const FusedCase& cs : cases) run_case(t, cs, seed++, gemm);
@@ -138,8 +151,15 @@ TEST_P(LoraFusedGemmGpu, RefusesWhatItDoesNotTake) {
   EXPECT_FALSE(lora_fused_fits(t, pool, 384, 512));
   pool.max_rank = 16;
   pool.n_seg = 2;
-  pool.seg_end[0] = 200;  // a segment's end inside a block
+  pool.seg_end[0] = 120;  // a segment narrower than a block
   EXPECT_FALSE(lora_fused_fits(t, pool, 384, 512));
+  pool.seg_end[0] = 196;  // an end not a multiple of 8
+  EXPECT_FALSE(lora_fused_fits(t, pool, 384, 512));
+  pool.max_rank = 32;
+  pool.seg_end[0] = 200;  // rank 32: a block may not cross an end
+  EXPECT_FALSE(lora_fused_fits(t, pool, 384, 512));
+  pool.max_rank = 16;
+  pool.seg_end[0] = 120;
   if (!device_takes(t)) return;
   LoraFusedGemm gemm;
   LoraFusedTiles tiles;
