@@ -382,6 +382,11 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
       {"gemm, deltas beside", gemm_beside},
       {"gemm, gate|up expand GEMM", gu_never},
       {"gemm, gate|up in SiLU", gu_always},
+      {"fused product", [&] {  // kernels::LoraFusedGemm with the runs inside
+         kernels::LoraSgmvConfig c = gemm_config;
+         c.fused_product = true;
+         return c;
+       }()},
       {"gemm again", gemm_config}};
   if (o.prefill_only) {  // where the default's time goes: parts left out (wrong results), or in line
     auto with = [&](const char* name, auto f) {

@@ -209,6 +209,16 @@ TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsGateUpInSilu) {
   mixed_adapters_equal_merged_models(c);
 }
 
+// The same with the prefill's products run by kernels::LoraFusedGemm, the tensor-core runs'
+// deltas inside them (LoraSgmvConfig::fused_product; off by default), the rows left (runs under
+// 16 rows, rows without an adapter) as before, on devices the kernel takes (compute 9.0).
+TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsFusedProduct) {
+  SKIP_WITHOUT_GPU();
+  kernels::LoraSgmvConfig c;
+  c.fused_product = true;
+  mixed_adapters_equal_merged_models(c);
+}
+
 TEST(CudaBackendGpuLora, EagerOnlyMatchesGraphsAndRefusesBadInput) {
   SKIP_WITHOUT_GPU();
   const Fixture f;

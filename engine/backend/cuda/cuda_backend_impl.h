@@ -16,6 +16,7 @@
 #include "engine/backend/cuda/block_table.h"
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/cuda/cuda_lora.h"
+#include "kernels/lora_fused_gemm.h"
 #include "kernels/lora_gemm.h"
 #include "kernels/lora_sgmv.h"
 #include "engine/backend/cuda/cuda_weights.h"
@@ -164,6 +165,9 @@ struct CudaBackend::Impl {
   // cuBLASLt products, their 16-bit xa [rows_capacity, the largest total rank], the step's runs,
   // and the slots of the rows left to the grouped kernels (host, then device) when some are.
   std::unique_ptr<k::LoraGemm> lora_gemm;
+  // LoraSgmvConfig::fused_product: the products with the runs inside, and the step's row tiles.
+  std::unique_ptr<k::LoraFusedGemm> lora_fused;
+  k::LoraFusedTiles lora_fused_tiles;
   DeviceBuffer lora_xa, lora_left_dev;
   std::vector<k::LoraRun> lora_step_runs;
   std::vector<int32_t> lora_left;

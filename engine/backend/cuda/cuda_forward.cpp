@@ -93,6 +93,11 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
     const k::LoraPool p = lora.pool(0, cuda::LoraGroup::gate_up);  // every layer's has its shape
     gate_up_runs_in_silu = p.n_seg == 2 && k::lora_silu_mul_runs_fits(int(lora_step_runs.size()), p.max_rank);
   }
+  // The products with the runs inside (lora_kernels.fused_product): one GPU, 16-bit weights, the
+  // runs' expands not beside (eager_beside), their rows within the kernel's tiles.
+  const bool fused_step = !lora_step_runs.empty() && lora_kernels.fused_product && !lora_kernels.eager_beside && !qw &&
+                          !tp && lora_fused && k::lora_fused_tiles(lora_step_runs, R, lora.host_scales(), lora_fused_tiles);
+  if (fused_step) gate_up_runs_in_silu = false;
   // lora_kernels.empty_plan (engine_bench's diagnostic): every launch below, no rows in the plan.
   if (grouped) k::lora_plan(plan_slots, lora_kernels.empty_plan ? 0 : R, lora.n_slots(), lora_step_plan(), stream);
   cudaStream_t side = lora_kernels.side_stream ? lora_side : nullptr;
@@ -114,6 +119,14 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
       case cuda::LoraGroup::o: return ctx.gemm->uses_gemv(dt, attn.get(), W.w_o, R, d, dq(), true);
       case cuda::LoraGroup::gate_up: return ctx.gemm->uses_gemv(dt, xn.get(), W.w_gate_up, R, 2 * local_ffn, d, true);
       default: return ctx.gemm->uses_gemv(dt, act.get(), W.w_down, R, d, local_ffn, true);
+    }
+  };
+  auto group_shape = [&](cuda::LoraGroup grp) -> std::pair<int, int> {  // a group's product: out, in
+    switch (grp) {
+      case cuda::LoraGroup::qkv: return {qkv_width(), d};
+      case cuda::LoraGroup::o: return {d, dq()};
+      case cuda::LoraGroup::gate_up: return {2 * local_ffn, d};
+      default: return {d, local_ffn};
     }
   };
   int gemv_launches = 0;  // in_product hooks so far (each its own count in the plan)
@@ -156,6 +169,13 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
     }
     // ... where gate|up's expand would follow the product (not beside it).
     hk.runs_in_consumer = grp == cuda::LoraGroup::gate_up && gate_up_runs_in_silu && !hk.delta && !hk.xa_rows;
+    if (fused_step && !hk.delta && !hk.xa_rows) {
+      const auto [out, in] = group_shape(grp);
+      if (k::lora_fused_fits(dt, hk.pool, out, in)) {
+        hk.fused = lora_fused.get();
+        hk.fused_tiles = &lora_fused_tiles;
+      }
+    }
     return &hk;
   };
 

@@ -26,6 +26,7 @@
 #include "kernels/kv_fp8.h"
 #include "kernels/cuda_check.h"
 #include "kernels/lora_act.h"
+#include "kernels/lora_fused_gemm.h"
 #include "kernels/lora_gemm.h"
 #include "kernels/lora_sgmv.h"
 #include "kernels/ops.h"
@@ -93,6 +94,10 @@ struct LoraHook {
   /// to SiLU·mul, which computes their rows' delta from `xa` (kernels::lora_silu_mul_runs); the
   /// grouped rows' expand still follows the product.
   bool runs_in_consumer = false;
+  /// LoraSgmvConfig::fused_product: the product is kernels::LoraFusedGemm over every row, the
+  /// runs' deltas inside it (their tiles: `fused_tiles`); the hook runs only the grouped rows'.
+  kernels::LoraFusedGemm* fused = nullptr;
+  const kernels::LoraFusedTiles* fused_tiles = nullptr;
   kernels::LoraRunsDelta runs_delta() const {
     kernels::LoraRunsDelta d;
     d.xa = xa;
@@ -115,21 +120,21 @@ struct LoraHook {
   /// Before the product: the shrink of x (and with `residual` the expand into it), on the side
   /// stream once everything before is done (in_product: nothing, the product runs it).
   void before_product(const OpContext& c, const void* x, int rows) const {
-    if (in_product) return;
+    if (in_product || (fused && !grouped)) return;
     cudaStream_t s = c.stream;
     if (side) {
       CUDA_CHECK(cudaEventRecord(fork, c.stream));
       CUDA_CHECK(cudaStreamWaitEvent(side, fork, 0));
       s = side;
     }
-    if (runs && !(plan.config.skip_runs & 1))
+    if (runs && !fused && !(plan.config.skip_runs & 1))
       for (const kernels::LoraRun& r : *runs) gemm->shrink(c.dt, x, pool, r, run_scale[r.slot], xa, s);
     if (grouped) kernels::lora_sgmv_shrink(c.dt, x, plan, rows, pool, partial, s, xa_rows);
     // PDL (LoraSgmvConfig::expand_pdl) only where the expand follows the grouped shrink directly
     // (no tensor-core runs between them): nothing else writes the residual or the delta meanwhile.
     const bool pdl = plan.config.expand_pdl && !runs;
     if (residual) expand(c, residual, pool.n_out, rows, s, pdl);
-    if (delta && runs && !(plan.config.skip_runs & 2))
+    if (delta && runs && !fused && !(plan.config.skip_runs & 2))
       for (const kernels::LoraRun& r : *runs) gemm->expand(c.dt, xa, pool, r, delta, pool.n_out, 0, s, false);
     if (delta && grouped)
       kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, delta, pool.n_out, 0, s, false, pdl);
@@ -138,12 +143,12 @@ struct LoraHook {
   /// After the product: once the side stream is done, y += the deltas (unless they went into the
   /// residual).
   void after_product(const OpContext& c, void* y, int ld_y, int rows) const {
-    if (in_product) return;  // the product added it
+    if (in_product || (fused && !grouped)) return;  // the product added it
     if (side) CUDA_CHECK(cudaStreamWaitEvent(c.stream, join, 0));
     if (!residual && !delta && !xa_rows) expand(c, y, ld_y, rows, c.stream);
   }
   void expand(const OpContext& c, void* y, int ld_y, int rows, cudaStream_t s, bool pdl = false) const {
-    if (runs && !runs_in_consumer && !(plan.config.skip_runs & 2))
+    if (runs && !runs_in_consumer && !fused && !(plan.config.skip_runs & 2))
       for (const kernels::LoraRun& r : *runs) gemm->expand(c.dt, xa, pool, r, y, ld_y, 0, s);
     if (grouped) kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, y, ld_y, 0, s, true, pdl);
   }
@@ -158,6 +163,14 @@ inline void run_product_with_lora(const OpContext& c, const LoraHook& lora, cons
     throw std::logic_error("a LoRA delta in the product needs gemv's path (the forward checks it)");
   if (!c.gemm->run_gemv_lora(c.dt, x, w, y, rows, out, in, lora.product_lora(rows), c.stream))
     throw std::logic_error("a LoRA delta in the product needs gemv's path");
+}
+
+/// y = x · wᵀ for a 16-bit product: kernels::LoraFusedGemm with the hook's runs inside where the
+/// hook says so (LoraHook::fused), else Gemm (cuBLASLt or our gemv by the rows).
+inline void run_product(const OpContext& c, const LoraHook* lora, const void* x, const void* w, void* y, int rows,
+                        int out, int in) {
+  if (lora && lora->fused) lora->fused->run(c.dt, x, w, y, rows, out, in, lora->pool, *lora->fused_tiles, c.stream);
+  else c.gemm->run(c.dt, x, w, y, rows, out, in, false, c.stream);
 }
 
 struct Linear {
@@ -182,7 +195,7 @@ struct Linear {
     }
     if (lora) lora->before_product(c, x, rows);
     if (quant) c.quant->run(*quant, x, y, rows, *c.gemm, c.stream);
-    else c.gemm->run(c.dt, x, weight, y, rows, out, in, false, c.stream);
+    else run_product(c, lora, x, weight, y, rows, out, in);
     if (lora) lora->after_product(c, y, out, rows);
     if (split == Split::row && c.tp && !all_reduce_later) tp_all_reduce(*c.tp, y, int64_t(rows) * out, c.stream);
   }
@@ -215,7 +228,7 @@ struct GateUpSilu {
     }
     if (lora) lora->before_product(c, x, rows);
     if (quant) c.quant->run(*quant, x, gate_up, rows, *c.gemm, c.stream);
-    else c.gemm->run(c.dt, x, weight, gate_up, rows, 2 * ffn, in, false, c.stream);
+    else run_product(c, lora, x, weight, gate_up, rows, 2 * ffn, in);
     if (lora) lora->after_product(c, gate_up, 2 * ffn, rows);
     if (lora && lora->runs_in_consumer)
       kernels::lora_silu_mul_runs(c.dt, gate_up, lora->runs_delta(), act, rows, ffn, c.stream);
