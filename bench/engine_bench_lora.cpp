@@ -382,9 +382,10 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
       {"gemm, deltas beside", gemm_beside},
       {"gemm, gate|up expand GEMM", gu_never},
       {"gemm, gate|up in SiLU", gu_always},
-      {"fused product", [&] {  // kernels::LoraFusedGemm with the runs inside
+      {"fused product", [&] {  // kernels::LoraFusedGemm with the runs inside, any run rows
          kernels::LoraSgmvConfig c = gemm_config;
-         c.fused_product = true;
+         c.fused_product_min_rows = 1;
+         c.fused_product_max_rows = 1 << 30;
          return c;
        }()},
       {"gemm again", gemm_config}};

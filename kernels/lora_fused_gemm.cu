@@ -55,35 +55,7 @@ struct Shape {
   static_assert(kX % 1024 == 0 && kW % 1024 == 0 && kA % 1024 == 0, "128-byte swizzle atoms");
 };
 
-#if SERVELAB_WGMMA_DEVICE
-/// Every thread of both blocks of the cluster (release, then acquire).
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-}
-/// Arrives on the mbarrier at the same shared-memory offset in cluster block `peer`.
-__device__ __forceinline__ void arrive_peer(uint32_t bar, uint32_t peer) {
-  asm volatile(
-      "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar),
-      "r"(peer)
-      : "memory");
-}
-/// TMA into the same offset of both blocks of the cluster, completing its bytes on each one's bar.
-__device__ __forceinline__ void tma_load_2d_pair(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
-  const uint16_t mask = 0x3;
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
-      : "memory");
-}
-#endif
-
-/// kPair: blocks in clusters of 2 along x (two row tiles of the same columns), each loading half of
-/// W's tile and multicasting it into both, so W crosses L2 once a pair (with every SM busy the
-/// product is bound by L2-to-SM traffic). A stage is refilled only once both blocks' consumers
-/// released it (each consumer warp arrives on both blocks' empty barriers).
-template <typename T, int BN, int R, bool kLora, bool kTwo, bool kPair>
+template <typename T, int BN, int R, bool kLora, bool kTwo>
 __global__ void __launch_bounds__(kThreads, 1)
     lora_fused_gemm_kernel(const __grid_constant__ CUtensorMap mx, const __grid_constant__ CUtensorMap mw,
                            const __grid_constant__ CUtensorMap ma, const Params p) {
@@ -112,17 +84,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
       prefill_wgmma::mbar_init(full(s), 1);
-      prefill_wgmma::mbar_init(empty(s), kPair ? 16 : 8);  // one arrive per consumer warp (of both blocks)
+      prefill_wgmma::mbar_init(empty(s), 8);  // one arrive per consumer warp
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  uint32_t rank = 0;
-  if constexpr (kPair) {
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
-    cluster_sync();  // the peer's barriers are initialized before any multicast or arrive reaches them
-  } else {
-    __syncthreads();
-  }
+  __syncthreads();
 
   if (tid < 128) {  // ---------------- producer ----------------
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
@@ -134,13 +100,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (n > 0) prefill_wgmma::mbar_wait(empty(s), (n - 1) & 1);
         prefill_wgmma::mbar_arrive_expect_tx(full(s), bytes);
         wgmma::tma_load_2d(stage(s), &mx, kb * kBK, tile.row0, full(s));
-        if constexpr (kPair)  // this block's half of W's rows, into both blocks
-          tma_load_2d_pair(stage(s) + S::kX + rank * (BN / 2) * 128, &mw, kb * kBK, n0 + int(rank) * (BN / 2), full(s));
-        else wgmma::tma_load_2d(stage(s) + S::kX, &mw, kb * kBK, n0, full(s));
+        wgmma::tma_load_2d(stage(s) + S::kX, &mw, kb * kBK, n0, full(s));
         if (has) wgmma::tma_load_2d(stage(s) + S::kX + S::kW, &ma, kb * kBK, a_row, full(s));
       }
     }
-    if constexpr (kPair) cluster_sync();  // matches the consumers' after their main loop
     return;
   }
   // ---------------- consumers: warpgroup wg takes rows 64 wg .. 64 wg + 63 ----------------
@@ -169,16 +132,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::commit();
     wgmma::wait<1>();
     wgmma::pin(acc);
-    if (i > 0 && lane == 0) {
-      prefill_wgmma::mbar_arrive(empty((i - 1) % kStages));
-      if constexpr (kPair) arrive_peer(empty((i - 1) % kStages), rank ^ 1);
-    }
+    if (i > 0 && lane == 0) prefill_wgmma::mbar_arrive(empty((i - 1) % kStages));
   }
   wgmma::wait<0>();
   wgmma::pin(acc);
   wgmma::pin(xacc);
-  // Both blocks' loads have landed and their arrivals are done: nothing crosses between them after.
-  if constexpr (kPair) cluster_sync();
 
   if (p.splits > 1) {  // split K: every block stores its sums; the last of the tile adds them in split order
     const int64_t out_tile = int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
@@ -345,31 +303,26 @@ LoraFusedGemm::~LoraFusedGemm() {
 LoraFusedShape LoraFusedGemm::pick(const LoraPool& pool, int out, int in, int n_tiles) const {
   // A block's time: its FLOPs at the tensor cores' rate a block reaches alone (5.7 TFLOP/s on an
   // H200), or less when the busy blocks together want more than ~8 TB/s of L2-to-SM traffic
-  // ((128 + BN) x 64 x 2 bytes a k-step for 2 x 128 x BN x 64 FLOPs; paired blocks read half of
-  // W's tile each); the grid's time: its waves of blocks; a split's fixup: the partial sums
-  // written and read again at ~3 TB/s. Fitted to results/gpu/lora/2026-12-02-h200-fused-gemm/.
+  // ((128 + BN) x 64 x 2 bytes a k-step for 2 x 128 x BN x 64 FLOPs); the grid's time: its waves
+  // of blocks; a split's fixup: the partial sums written and read again at ~3 TB/s. Fitted to
+  // results/gpu/lora/2026-12-02-h200-fused-gemm/.
   constexpr double kRate = 5.7e12, kL2 = 8e12, kFixupBw = 3e12;
-  LoraFusedShape best{128, 1, false};
+  LoraFusedShape best{128, 1};
   double best_t = 1e30;
   const int n_k = (in + 63) / 64;
-  const bool lora = pool.n_slots > 0;
-  for (bool pairs : {false, true}) {
-    if (pairs && (n_tiles < 2 || (lora && pool.max_rank != 16))) continue;
-    const int tiles = pairs ? (n_tiles + 1) / 2 * 2 : n_tiles;
-    for (int bn : {128, 192, 256}) {
-      if ((pairs && bn == 192) || (lora && crossing(pool, bn) < 0)) continue;
-      const double bytes_per_flop = (128.0 + (pairs ? bn / 2 : bn)) / (128.0 * bn);
-      for (int splits = 1; splits <= 8 && n_k / splits >= 4; ++splits) {
-        const int64_t blocks = int64_t(tiles) * ((out + bn - 1) / bn) * splits;
-        const double busy = double(std::min<int64_t>(blocks, sms_));
-        const double rate = std::min(kRate, kL2 / (busy * bytes_per_flop));
-        const double t_block = 2.0 * 128 * bn * 64.0 * double(n_k) / splits / rate;
-        const double fixup = splits > 1 ? double(blocks) * 128.0 * bn * 4 * 2 / kFixupBw : 0;
-        const double t = double((blocks + sms_ - 1) / sms_) * t_block + fixup;
-        if (t < best_t * 0.98) {  // ties to the earlier: unpaired, fewer columns, fewer splits
-          best_t = t;
-          best = {bn, splits, pairs};
-        }
+  for (int bn : {128, 192, 256}) {
+    if (pool.n_slots > 0 && crossing(pool, bn) < 0) continue;
+    const double bytes_per_flop = (128.0 + bn) / (128.0 * bn);
+    for (int splits = 1; splits <= 8 && n_k / splits >= 4; ++splits) {
+      const int64_t blocks = int64_t(n_tiles) * ((out + bn - 1) / bn) * splits;
+      const double busy = double(std::min<int64_t>(blocks, sms_));
+      const double rate = std::min(kRate, kL2 / (busy * bytes_per_flop));
+      const double t_block = 2.0 * 128 * bn * 64.0 * double(n_k) / splits / rate;
+      const double fixup = splits > 1 ? double(blocks) * 128.0 * bn * 4 * 2 / kFixupBw : 0;
+      const double t = double((blocks + sms_ - 1) / sms_) * t_block + fixup;
+      if (t < best_t * 0.98) {  // ties to the earlier: fewer columns, fewer splits
+        best_t = t;
+        best = {bn, splits};
       }
     }
   }
@@ -378,68 +331,34 @@ LoraFusedShape LoraFusedGemm::pick(const LoraPool& pool, int out, int in, int n_
 
 namespace {
 
-int* g_pair_occupancy_probe = nullptr;
-
-template <typename T, int BN, int R, bool kLora, bool kTwo, bool kPair>
+template <typename T, int BN, int R, bool kLora, bool kTwo>
 void launch(const CUtensorMap& mx, const CUtensorMap& mw, const CUtensorMap& ma, const fused::Params& p, int n_col,
             cudaStream_t stream) {
   using S = fused::Shape<BN, R, kLora, kTwo>;
-  auto kernel = fused::lora_fused_gemm_kernel<T, BN, R, kLora, kTwo, kPair>;
+  auto kernel = fused::lora_fused_gemm_kernel<T, BN, R, kLora, kTwo>;
   static const bool attr = [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::kAlloc)));
     return true;
   }();
   (void)attr;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(p.tiles.n), unsigned(n_col), unsigned(p.splits));
-  cfg.blockDim = dim3(fused::kThreads);
-  cfg.dynamicSmemBytes = S::kAlloc;
-  cfg.stream = stream;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeClusterDimension;
-  at[0].val.clusterDim.x = kPair ? 2 : 1;
-  at[0].val.clusterDim.y = 1;
-  at[0].val.clusterDim.z = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
-  if (g_pair_occupancy_probe) {  // diagnostic: how many pairs the device places at once
-    int clusters = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
-    *g_pair_occupancy_probe = clusters;
-    return;
-  }
-  CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, mx, mw, ma, p));
+  kernel<<<dim3(unsigned(p.tiles.n), unsigned(n_col), unsigned(p.splits)), fused::kThreads, S::kAlloc, stream>>>(mx, mw, ma, p);
+  CUDA_CHECK(cudaGetLastError());
 }
 
-template <typename T, int BN, bool kPair>
+template <typename T, int BN>
 void launch_bn(const CUtensorMap& mx, const CUtensorMap& mw, const CUtensorMap& ma, const fused::Params& p, int rank,
                bool lora, bool two, cudaStream_t stream) {
   const int n_col = (p.out + BN - 1) / BN;
-  if (!lora) launch<T, BN, 16, false, false, kPair>(mx, mw, ma, p, n_col, stream);
-  else if (rank == 16 && two) launch<T, BN, 16, true, true, kPair>(mx, mw, ma, p, n_col, stream);
-  else if (rank == 16) launch<T, BN, 16, true, false, kPair>(mx, mw, ma, p, n_col, stream);
-  else if constexpr (!kPair) launch<T, BN, 32, true, false, false>(mx, mw, ma, p, n_col, stream);
-  else throw std::invalid_argument("lora_fused_gemm: pairs take rank 16 only");
+  if (!lora) launch<T, BN, 16, false, false>(mx, mw, ma, p, n_col, stream);
+  else if (rank == 16 && two) launch<T, BN, 16, true, true>(mx, mw, ma, p, n_col, stream);
+  else if (rank == 16) launch<T, BN, 16, true, false>(mx, mw, ma, p, n_col, stream);
+  else launch<T, BN, 32, true, false>(mx, mw, ma, p, n_col, stream);
 }
 
 /// Floats a consumer thread keeps (fused::Shape::kFloats) for the widest shrink at this width.
 int floats_per_thread(int block_n, int rank, bool lora, bool two) { return block_n / 2 + (lora ? (two ? rank : rank / 2) : 0); }
 
 }  // namespace
-
-int LoraFusedGemm::pair_occupancy(int block_n) const {
-  int clusters = -1;
-  g_pair_occupancy_probe = &clusters;
-  fused::Params p{};
-  p.splits = 1;
-  p.tiles.n = 2;
-  p.out = block_n;
-  const CUtensorMap m{};
-  if (block_n == 256) launch<__nv_bfloat16, 256, 16, true, false, true>(m, m, m, p, 1, nullptr);
-  else launch<__nv_bfloat16, 128, 16, true, false, true>(m, m, m, p, 1, nullptr);
-  g_pair_occupancy_probe = nullptr;
-  return clusters;
-}
 
 void LoraFusedGemm::run(ScalarType t, const void* x, const void* w, void* y, int n_rows, int out, int in,
                         const LoraPool& pool, const LoraFusedTiles& tiles, cudaStream_t stream, LoraFusedShape shape) {
@@ -465,17 +384,8 @@ void LoraFusedGemm::run(ScalarType t, const void* x, const void* w, void* y, int
   for (int m = 0; m < kLoraMaxSegments; ++m) p.seg_end[m] = m + 1 < p.n_seg ? pool.seg_end[m] : out;
   p.splits = splits;
   p.tiles = tiles;
-  // In pairs (W multicast): an odd count of row tiles gets an empty one (no rows: loads, no
-  // stores) to pair the last.
-  const bool pair = shape.pairs && tiles.n >= 2;
-  if (pair && (bn == 192 || (lora && pool.max_rank != 16)))
-    throw std::invalid_argument("lora_fused_gemm: pairs take 128 or 256 columns and rank 16");
-  if (pair && p.tiles.n % 2 == 1) {
-    if (p.tiles.n == kLoraFusedMaxTiles) throw std::invalid_argument("lora_fused_gemm: no room to pair the tiles");
-    p.tiles.tile[p.tiles.n++] = LoraFusedTile{0, 0, -1, 0.f};
-  }
   if (splits > 1) {
-    const int64_t out_tiles = int64_t(p.tiles.n) * ((out + bn - 1) / bn);
+    const int64_t out_tiles = int64_t(tiles.n) * ((out + bn - 1) / bn);
     const size_t need = size_t(out_tiles) * splits * floats_per_thread(bn, pool.max_rank, lora, cross > 0) * 256 * sizeof(float);
     if (need > ws_bytes_ || out_tiles > n_counters_) {  // eager launches only (never under graph capture)
       if (ws_) CUDA_CHECK(cudaFree(ws_));
@@ -491,16 +401,12 @@ void LoraFusedGemm::run(ScalarType t, const void* x, const void* w, void* y, int
   }
   auto go = [&]<typename T>() {
     const CUtensorMap mx = maps_->get<T>(x, n_rows, in, fused::kBM);
-    const CUtensorMap mw = maps_->get<T>(w, out, in, pair ? bn / 2 : bn);
+    const CUtensorMap mw = maps_->get<T>(w, out, in, bn);
     const int a_box = cross > 0 ? 2 * pool.max_rank : pool.max_rank;
     const CUtensorMap ma = lora ? maps_->get<T>(pool.a, int64_t(pool.n_slots) * pool.total_rank(), in, a_box) : mw;
-    const int r = pool.max_rank;
-    if (pair) {
-      if (bn == 256) launch_bn<T, 256, true>(mx, mw, ma, p, r, lora, cross > 0, stream);
-      else launch_bn<T, 128, true>(mx, mw, ma, p, r, lora, cross > 0, stream);
-    } else if (bn == 256) launch_bn<T, 256, false>(mx, mw, ma, p, r, lora, cross > 0, stream);
-    else if (bn == 192) launch_bn<T, 192, false>(mx, mw, ma, p, r, lora, cross > 0, stream);
-    else launch_bn<T, 128, false>(mx, mw, ma, p, r, lora, cross > 0, stream);
+    if (bn == 256) launch_bn<T, 256>(mx, mw, ma, p, pool.max_rank, lora, cross > 0, stream);
+    else if (bn == 192) launch_bn<T, 192>(mx, mw, ma, p, pool.max_rank, lora, cross > 0, stream);
+    else launch_bn<T, 128>(mx, mw, ma, p, pool.max_rank, lora, cross > 0, stream);
   };
   if (t == ScalarType::bf16) go.template operator()<__nv_bfloat16>();
 #if defined(SERVELAB_KERNELS_FP16)

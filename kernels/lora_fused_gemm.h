@@ -33,9 +33,8 @@ bool lora_fused_fits(ScalarType t, const LoraPool& pool, int out, int in);
 /// A launch's blocks: 128, 192 or 256 columns, K split across `splits` blocks (> 1: each stores
 /// fp32 partial sums, the tile's last block adds them in split order and runs the epilogue).
 struct LoraFusedShape {
-  int block_n = 0;     ///< 0: LoraFusedGemm::pick's
+  int block_n = 0;  ///< 0: LoraFusedGemm::pick's
   int splits = 1;
-  bool pairs = false;  ///< row tiles in clusters of two, W's tile multicast to both (128 or 256 columns, rank 16)
 };
 
 /// Owns the tensor maps (cached by address and shape: a step's buffers and the weights repeat)
@@ -56,9 +55,6 @@ class LoraFusedGemm {
   /// The blocks a launch takes with shape {}: by the grid's waves, the L2 traffic of the busy
   /// blocks and the splits' fixup (lora_fused_gemm.cu).
   LoraFusedShape pick(const LoraPool& pool, int out, int in, int n_tiles) const;
-  /// Diagnostic: clusters of two blocks the device runs at once (cudaOccupancyMaxActiveClusters)
-  /// for paired blocks of block_n columns with the LoRA inside.
-  int pair_occupancy(int block_n) const;
 
  private:
   struct Maps;

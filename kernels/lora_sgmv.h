@@ -122,13 +122,15 @@ struct LoraSgmvConfig {
   /// before). 0: never. 64: on an H200 (2026-12-02) one prompt of 16-64 tokens took 0.015-0.05 of
   /// the base step less this way, of 128 the same, of 256-512 0.01-0.02 more (docs/lora.md).
   int gate_up_in_silu_rows = 64;
-  /// Read by the cuda backend, in eager steps with tensor-core runs on one GPU with 16-bit weights
-  /// (and eager_beside off): each product whose shape and pool kernels::lora_fused_fits takes runs
-  /// as kernels::LoraFusedGemm, the runs' shrink and expand inside it (no LoRA launch for them, no
-  /// branch); the rows left to the grouped kernels as before. Off: on an H200 (2026-12-02) our
-  /// product is slower than cuBLASLt's by more than the LoRA work it takes in
-  /// (results/gpu/lora/2026-12-02-h200-fused-gemm/, docs/lora.md).
-  bool fused_product = false;
+  /// Read by the cuda backend, in eager steps on one GPU with 16-bit weights (eager_beside off)
+  /// whose tensor-core runs hold fused_product_min_rows to fused_product_max_rows rows in all: each
+  /// product whose shape and pool kernels::lora_fused_fits takes runs as kernels::LoraFusedGemm,
+  /// the runs' shrink and expand inside it (no LoRA launch for them, no branch); the rows left to
+  /// the grouped kernels as before. max 0: never. Off by default: on an H200 (2026-12-02) our
+  /// product is slower than cuBLASLt's by more than the LoRA work it takes in except near 128
+  /// rows (results/gpu/lora/2026-12-02-h200-fused-gemm/, docs/lora.md).
+  int fused_product_min_rows = 65;
+  int fused_product_max_rows = 0;
   /// Read by the cuda backend, in plain decode steps whose products take our gemv (up to 16 rows:
   /// Gemm takes products with a LoRA epilogue there, two column tiles from 9; 16-bit weights, one GPU): each product's delta is added in the gemv's own epilogue from the
   /// rows' xa, which the grouped shrink finishes in the gemv's first in_product_shrink_blocks

@@ -13,11 +13,9 @@
 //   as the step        the shrink on a side stream beside the product, joined, then the expand:
 //                      what the cuda backend's eager prefill runs for q|k|v and gate|up
 //   beside             shrink and expand (beta 0) both on the side stream beside the product
-//   fused              kernels/lora_fused_gemm.h's product alone (its choice of columns, K splits
-//                      and pairs, printed as `shape`, p: paired): against `product`, what our own
-//                      GEMM costs before any LoRA
-//   pair128 / pair256 / unp256  the same forced: row tiles in pairs (W multicast) of 128 or 256
-//                      columns, and 256 columns unpaired
+//   fused / f nosplit  kernels/lora_fused_gemm.h's product alone (its choice of columns and K
+//                      splits, printed as `shape`; then the same columns without a split): against
+//                      `product`, what our own GEMM costs before any LoRA
 //   fused lora         the same product with the run's shrink and expand inside: against `as
 //                      the step`
 // Random bf16 data; the results are not checked (the GPU tests check these kernels).
@@ -83,11 +81,9 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
   nlohmann::json out = nlohmann::json::array();
   std::printf("lora_parts_bench: rank %d, one adapter for every row; us a call (graphs of 16)\n", rank);
-  std::printf("fused pairs the device places at once: %d (128 columns), %d (256)\n", fgemm.pair_occupancy(128),
-              fgemm.pair_occupancy(256));
-  std::printf("%-8s %5s %9s %9s %8s %8s %8s %8s %8s %8s %10s %8s %8s %8s %8s %8s %10s %8s\n", "product", "rows", "product",
+  std::printf("%-8s %5s %9s %9s %8s %8s %8s %8s %8s %8s %10s %8s %8s %9s %10s %8s\n", "product", "rows", "product",
               "prod acc", "shrink", "expand", "exp b0", "sgmv sh", "sgmv ex", "prod+ex", "as step", "beside", "fused",
-              "pair128", "pair256", "unp256", "fused lora", "shape");
+              "f nosplit", "fused lora", "shape");
   for (const Product& p : products) {
     Buf x(size_t(max_rows) * p.in * 2), w(size_t(p.out) * p.in * 2), y(size_t(max_rows) * p.out * 2),
         delta(size_t(max_rows) * p.out * 2);
@@ -167,7 +163,7 @@ int main(int argc, char** argv) {
       lora_fused_tiles({}, rows, host_scale.data(), tiles_plain);
       lora_fused_tiles({run}, rows, host_scale.data(), tiles_lora);
       const LoraPool none;
-      double t_f = -1, t_p128 = -1, t_p256 = -1, t_u256 = -1, t_fl = -1;
+      double t_f = -1, t_f128 = -1, t_fl = -1;
       LoraFusedShape chosen;
       if (lora_fused_fits(t, pool, p.out, p.in)) {
         auto fused = [&](cudaStream_t s, const LoraPool& pl, const LoraFusedTiles& tl, LoraFusedShape sh) {
@@ -175,23 +171,18 @@ int main(int argc, char** argv) {
         };
         chosen = fgemm.pick(pool, p.out, p.in, tiles_lora.n);
         t_f = time_us([&](int, cudaStream_t s) { fused(s, none, tiles_plain, {}); });
-        if (tiles_plain.n >= 2) {
-          t_p128 = time_us([&](int, cudaStream_t s) { fused(s, none, tiles_plain, {128, 1, true}); });
-          t_p256 = time_us([&](int, cudaStream_t s) { fused(s, none, tiles_plain, {256, 1, true}); });
-          t_u256 = time_us([&](int, cudaStream_t s) { fused(s, none, tiles_plain, {256, 1, false}); });
-        }
+        t_f128 = time_us([&](int, cudaStream_t s) { fused(s, none, tiles_plain, {chosen.block_n, 1}); });
         t_fl = time_us([&](int, cudaStream_t s) { fused(s, pool, tiles_lora, {}); });
       }
-      std::printf("%-8s %5d %9.2f %9.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %10.2f %8.2f %8.2f %8.2f %8.2f %8.2f %10.2f %4dx%d%s\n", p.name,
-                  rows, t_prod, t_acc, t_shrink, t_expand, t_exp0, t_gsh, t_gex, t_pe, t_step, t_beside, t_f, t_p128,
-                  t_p256, t_u256, t_fl, chosen.block_n, chosen.splits, chosen.pairs ? "p" : "");
+      std::printf("%-8s %5d %9.2f %9.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %10.2f %8.2f %8.2f %9.2f %10.2f %4dx%d\n", p.name,
+                  rows, t_prod, t_acc, t_shrink, t_expand, t_exp0, t_gsh, t_gex, t_pe, t_step, t_beside, t_f, t_f128,
+                  t_fl, chosen.block_n, chosen.splits);
       std::fflush(stdout);
       out.push_back({{"product", p.name}, {"rows", rows}, {"product_us", t_prod}, {"product_acc_us", t_acc},
                      {"shrink_us", t_shrink}, {"expand_us", t_expand}, {"expand_beta0_us", t_exp0},
                      {"sgmv_shrink_us", t_gsh}, {"sgmv_expand_us", t_gex}, {"product_expand_us", t_pe},
-                     {"as_step_us", t_step}, {"beside_us", t_beside}, {"fused_us", t_f}, {"pair128_us", t_p128}, {"pair256_us", t_p256}, {"unpaired256_us", t_u256},
-                     {"fused_lora_us", t_fl}, {"block_n", chosen.block_n}, {"splits", chosen.splits},
-                     {"pairs", chosen.pairs}});
+                     {"as_step_us", t_step}, {"beside_us", t_beside}, {"fused_us", t_f}, {"fused_nosplit_us", t_f128},
+                     {"fused_lora_us", t_fl}, {"block_n", chosen.block_n}, {"splits", chosen.splits}});
     }
   }
   if (!json_path.empty()) std::ofstream(json_path) << out.dump(1) << "\n";

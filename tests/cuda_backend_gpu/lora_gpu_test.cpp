@@ -210,12 +210,13 @@ TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsGateUpInSilu) {
 }
 
 // The same with the prefill's products run by kernels::LoraFusedGemm, the tensor-core runs'
-// deltas inside them (LoraSgmvConfig::fused_product; off by default), the rows left (runs under
-// 16 rows, rows without an adapter) as before, on devices the kernel takes (compute 9.0).
+// deltas inside them (LoraSgmvConfig::fused_product_*_rows; off by default), the rows left (runs
+// under 16 rows, rows without an adapter) as before, on devices the kernel takes (compute 9.0).
 TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsFusedProduct) {
   SKIP_WITHOUT_GPU();
   kernels::LoraSgmvConfig c;
-  c.fused_product = true;
+  c.fused_product_min_rows = 1;
+  c.fused_product_max_rows = 1 << 30;
   mixed_adapters_equal_merged_models(c);
 }
 

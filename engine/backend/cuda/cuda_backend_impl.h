@@ -165,7 +165,7 @@ struct CudaBackend::Impl {
   // cuBLASLt products, their 16-bit xa [rows_capacity, the largest total rank], the step's runs,
   // and the slots of the rows left to the grouped kernels (host, then device) when some are.
   std::unique_ptr<k::LoraGemm> lora_gemm;
-  // LoraSgmvConfig::fused_product: the products with the runs inside, and the step's row tiles.
+  // LoraSgmvConfig::fused_product_*_rows: the products with the runs inside, and the step's row tiles.
   std::unique_ptr<k::LoraFusedGemm> lora_fused;
   k::LoraFusedTiles lora_fused_tiles;
   DeviceBuffer lora_xa, lora_left_dev;

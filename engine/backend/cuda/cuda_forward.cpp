@@ -93,10 +93,13 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
     const k::LoraPool p = lora.pool(0, cuda::LoraGroup::gate_up);  // every layer's has its shape
     gate_up_runs_in_silu = p.n_seg == 2 && k::lora_silu_mul_runs_fits(int(lora_step_runs.size()), p.max_rank);
   }
-  // The products with the runs inside (lora_kernels.fused_product): one GPU, 16-bit weights, the
-  // runs' expands not beside (eager_beside), their rows within the kernel's tiles.
-  const bool fused_step = !lora_step_runs.empty() && lora_kernels.fused_product && !lora_kernels.eager_beside && !qw &&
-                          !tp && lora_fused && k::lora_fused_tiles(lora_step_runs, R, lora.host_scales(), lora_fused_tiles);
+  // The products with the runs inside (lora_kernels.fused_product_*_rows): one GPU, 16-bit
+  // weights, the runs' expands not beside (eager_beside), their rows within the window and the
+  // kernel's tiles.
+  const bool fused_step = !lora_step_runs.empty() && lora_step_run_rows >= lora_kernels.fused_product_min_rows &&
+                          lora_step_run_rows <= lora_kernels.fused_product_max_rows && !lora_kernels.eager_beside &&
+                          !qw && !tp && lora_fused &&
+                          k::lora_fused_tiles(lora_step_runs, R, lora.host_scales(), lora_fused_tiles);
   if (fused_step) gate_up_runs_in_silu = false;
   // lora_kernels.empty_plan (engine_bench's diagnostic): every launch below, no rows in the plan.
   if (grouped) k::lora_plan(plan_slots, lora_kernels.empty_plan ? 0 : R, lora.n_slots(), lora_step_plan(), stream);

@@ -94,7 +94,7 @@ struct LoraHook {
   /// to SiLU·mul, which computes their rows' delta from `xa` (kernels::lora_silu_mul_runs); the
   /// grouped rows' expand still follows the product.
   bool runs_in_consumer = false;
-  /// LoraSgmvConfig::fused_product: the product is kernels::LoraFusedGemm over every row, the
+  /// LoraSgmvConfig::fused_product_*_rows: the product is kernels::LoraFusedGemm over every row, the
   /// runs' deltas inside it (their tiles: `fused_tiles`); the hook runs only the grouped rows'.
   kernels::LoraFusedGemm* fused = nullptr;
   const kernels::LoraFusedTiles* fused_tiles = nullptr;
