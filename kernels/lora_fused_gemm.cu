@@ -361,7 +361,8 @@ int floats_per_thread(int block_n, int rank, bool lora, bool two) { return block
 }  // namespace
 
 void LoraFusedGemm::run(ScalarType t, const void* x, const void* w, void* y, int n_rows, int out, int in,
-                        const LoraPool& pool, const LoraFusedTiles& tiles, cudaStream_t stream, LoraFusedShape shape) {
+                        const LoraPool& pool, const LoraFusedTiles& tiles, cudaStream_t stream, LoraFusedShape shape,
+                        int x_rows) {
   if (!lora_fused_fits(t, pool, out, in))
     throw std::invalid_argument("lora_fused_gemm: this shape, pool or device is not the fused kernel's (" +
                                 std::to_string(out) + " x " + std::to_string(in) + ", rank " +
@@ -400,7 +401,7 @@ void LoraFusedGemm::run(ScalarType t, const void* x, const void* w, void* y, int
     p.counters = static_cast<int32_t*>(counters_);
   }
   auto go = [&]<typename T>() {
-    const CUtensorMap mx = maps_->get<T>(x, n_rows, in, fused::kBM);
+    const CUtensorMap mx = maps_->get<T>(x, std::max(n_rows, x_rows), in, fused::kBM);
     const CUtensorMap mw = maps_->get<T>(w, out, in, bn);
     const int a_box = cross > 0 ? 2 * pool.max_rank : pool.max_rank;
     const CUtensorMap ma = lora ? maps_->get<T>(pool.a, int64_t(pool.n_slots) * pool.total_rank(), in, a_box) : mw;

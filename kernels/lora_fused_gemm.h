@@ -50,8 +50,10 @@ class LoraFusedGemm {
   /// rows; y [*, out] row-major (ld out), x [n_rows, in], w [out, in]. pool.n_slots == 0: the
   /// product alone for every tile. Throws std::invalid_argument where lora_fused_fits is false
   /// or the shape is not one the kernel has.
+  /// x_rows: rows the x buffer holds (>= n_rows; 0: n_rows): a tile's rows past n_rows are read
+  /// from there (never stored) instead of the tensor copy's out-of-bounds zeros.
   void run(ScalarType t, const void* x, const void* w, void* y, int n_rows, int out, int in, const LoraPool& pool,
-           const LoraFusedTiles& tiles, cudaStream_t stream, LoraFusedShape shape = {});
+           const LoraFusedTiles& tiles, cudaStream_t stream, LoraFusedShape shape = {}, int x_rows = 0);
   /// The blocks a launch takes with shape {}: by the grid's waves, the L2 traffic of the busy
   /// blocks and the splits' fixup (lora_fused_gemm.cu).
   LoraFusedShape pick(const LoraPool& pool, int out, int in, int n_tiles) const;

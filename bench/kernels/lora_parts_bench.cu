@@ -2,7 +2,9 @@
 // products (q|k|v, o, gate|up, down), each timed alone and in the order the cuda backend runs
 // them, so a step's LoRA cost (engine_bench --lora's lora_prefill_step rows) can be split into
 // its parts (issue 31):
-//   lora_parts_bench [--rows 128,256,512] [--json FILE]
+//   lora_parts_bench [--rows 128,256,512] [--json FILE] [--tile-zeros]
+// (--tile-zeros: the fused kernel's x map ends at the call's rows, so a partial tile's other rows
+// are the tensor copy's out-of-bounds zeros; by default the buffer's rows, as the backend passes)
 // Per (rows, product), microseconds a call, replayed from CUDA graphs of 16 calls:
 //   product            the base product (kernels::Gemm, cuBLASLt at these rows)
 //   product acc        the same with beta = 1 (y += x · Wᵀ): what reading C in the epilogue costs
@@ -55,14 +57,16 @@ double time_us(const std::function<void(int, cudaStream_t)>& fn) { return time_g
 int main(int argc, char** argv) {
   std::vector<int> rows_list = {64, 128, 256, 512};
   std::string json_path;
+  bool tile_zeros = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--rows") && i + 1 < argc) {
       rows_list.clear();
       std::stringstream ss(argv[++i]);
       for (std::string t; std::getline(ss, t, ',');) rows_list.push_back(std::atoi(t.c_str()));
     } else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
+    else if (!std::strcmp(argv[i], "--tile-zeros")) tile_zeros = true;
     else {
-      std::fprintf(stderr, "usage: lora_parts_bench [--rows 128,256,512] [--json FILE]\n");
+      std::fprintf(stderr, "usage: lora_parts_bench [--rows 128,256,512] [--json FILE] [--tile-zeros]\n");
       return 2;
     }
   }
@@ -166,8 +170,10 @@ int main(int argc, char** argv) {
       double t_f = -1, t_f128 = -1, t_fl = -1;
       LoraFusedShape chosen;
       if (lora_fused_fits(t, pool, p.out, p.in)) {
+        // x's buffer holds max_rows rows (--tile-zeros: only the call's, the copy's zeros past them).
+        const int x_rows = tile_zeros ? rows : max_rows;
         auto fused = [&](cudaStream_t s, const LoraPool& pl, const LoraFusedTiles& tl, LoraFusedShape sh) {
-          fgemm.run(t, x.p, w.p, y.p, rows, p.out, p.in, pl, tl, s, sh);
+          fgemm.run(t, x.p, w.p, y.p, rows, p.out, p.in, pl, tl, s, sh, x_rows);
         };
         chosen = fgemm.pick(pool, p.out, p.in, tiles_lora.n);
         t_f = time_us([&](int, cudaStream_t s) { fused(s, none, tiles_plain, {}); });

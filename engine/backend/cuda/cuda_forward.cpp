@@ -177,6 +177,7 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
       if (k::lora_fused_fits(dt, hk.pool, out, in)) {
         hk.fused = lora_fused.get();
         hk.fused_tiles = &lora_fused_tiles;
+        hk.fused_x_rows = rows_capacity;
       }
     }
     return &hk;

@@ -98,6 +98,7 @@ struct LoraHook {
   /// runs' deltas inside it (their tiles: `fused_tiles`); the hook runs only the grouped rows'.
   kernels::LoraFusedGemm* fused = nullptr;
   const kernels::LoraFusedTiles* fused_tiles = nullptr;
+  int fused_x_rows = 0;  ///< rows the product's input buffer holds (the backend's rows_capacity)
   kernels::LoraRunsDelta runs_delta() const {
     kernels::LoraRunsDelta d;
     d.xa = xa;
@@ -169,7 +170,8 @@ inline void run_product_with_lora(const OpContext& c, const LoraHook& lora, cons
 /// hook says so (LoraHook::fused), else Gemm (cuBLASLt or our gemv by the rows).
 inline void run_product(const OpContext& c, const LoraHook* lora, const void* x, const void* w, void* y, int rows,
                         int out, int in) {
-  if (lora && lora->fused) lora->fused->run(c.dt, x, w, y, rows, out, in, lora->pool, *lora->fused_tiles, c.stream);
+  if (lora && lora->fused)
+    lora->fused->run(c.dt, x, w, y, rows, out, in, lora->pool, *lora->fused_tiles, c.stream, {}, lora->fused_x_rows);
   else c.gemm->run(c.dt, x, w, y, rows, out, in, false, c.stream);
 }
 
