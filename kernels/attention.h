@@ -183,7 +183,10 @@ void prefill_attention_wgmma_fa10(const PrefillAttentionArgs& a, cudaStream_t st
 /// Each producer warp learns which tiles are TMA tiles 32 at a time (one ballot over its lanes'
 /// table checks). +9-10% over fa8 on the engine's run tables, 2-5% behind it on shuffled ones.
 void prefill_attention_wgmma_fa11(const PrefillAttentionArgs& a, cudaStream_t stream);
-/// True when this build has sm_90a code, the current device is compute 9.0 and head_dim is 128.
+/// True when this build has sm_90a code and the current device is compute 9.0: the wgmma kernels'
+/// (prefill attention, kernels/lora_fused_gemm.h) condition.
+bool wgmma_device();
+/// True when wgmma_device() and head_dim is 128.
 bool prefill_wgmma_supported(int head_dim);
 
 }  // namespace servelab::kernels

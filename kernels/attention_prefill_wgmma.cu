@@ -25,19 +25,19 @@
 
 namespace servelab::kernels {
 
-bool prefill_wgmma_supported(int head_dim) {
+bool wgmma_device() {
 #if defined(SERVELAB_HAS_SM90A)
-  if (head_dim != prefill_wgmma::kHD) return false;
   int dev = 0, major = 0, minor = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
   return major == 9 && minor == 0;
 #else
-  (void)head_dim;
   return false;
 #endif
 }
+
+bool prefill_wgmma_supported(int head_dim) { return head_dim == prefill_wgmma::kHD && wgmma_device(); }
 
 namespace prefill_wgmma {
 

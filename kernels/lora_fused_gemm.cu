@@ -17,9 +17,11 @@
 #include <type_traits>
 
 #include "kernels/attention_prefill_wgmma_tma.cuh"  // tensor_map_encoder, mbar_arrive_expect_tx
+#include "kernels/attention.h"  // wgmma_device
 #include "kernels/common.cuh"
 #include "kernels/lora_fused_gemm.h"
 #include "kernels/mma_util.cuh"
+#include "kernels/per_device.h"
 #include "kernels/wgmma_gemm.cuh"
 
 namespace servelab::kernels {
@@ -245,21 +247,6 @@ struct LoraFusedGemm::Maps {
 
 namespace {
 
-bool device_takes() {
-#if defined(SERVELAB_HAS_SM90A)
-  static const bool ok = [] {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    return major == 9 && minor == 0;
-  }();
-  return ok;
-#else
-  return false;
-#endif
-}
-
 /// How blocks of block_n columns meet the pool's segments: 0 none crosses a segment's end, 1 some
 /// do and the kernel takes them (rank 16: the shrink's 32 columns cover two segments; every
 /// segment at least block_n wide, so a block crosses one end at most), -1 it does not take them.
@@ -287,7 +274,7 @@ bool lora_fused_fits(ScalarType t, const LoraPool& pool, int out, int in) {
       if (pool.seg_end[m] % 8 != 0 || pool.seg_end[m] <= 0 || pool.seg_end[m] >= out) return false;
     if (crossing(pool, 128) < 0) return false;
   }
-  return device_takes();
+  return wgmma_device();
 }
 
 LoraFusedGemm::LoraFusedGemm() : maps_(std::make_unique<Maps>()) {
@@ -336,11 +323,10 @@ void launch(const CUtensorMap& mx, const CUtensorMap& mw, const CUtensorMap& ma,
             cudaStream_t stream) {
   using S = fused::Shape<BN, R, kLora, kTwo>;
   auto kernel = fused::lora_fused_gemm_kernel<T, BN, R, kLora, kTwo>;
-  static const bool attr = [&] {
+  static std::atomic<uint64_t> raised{0};  // per device (per_device.h): a rank per GPU in one process
+  once_per_device(raised, [&] {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(S::kAlloc)));
-    return true;
-  }();
-  (void)attr;
+  });
   kernel<<<dim3(unsigned(p.tiles.n), unsigned(n_col), unsigned(p.splits)), fused::kThreads, S::kAlloc, stream>>>(mx, mw, ma, p);
   CUDA_CHECK(cudaGetLastError());
 }

@@ -115,21 +115,22 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   // Each product's delta in its gemv epilogue (lora_kernels.in_product): plain decodes on one GPU
   // with 16-bit weights, each product that gemv takes (the rest as below).
   const bool in_product_step = lora_gemv_rows && plain_decode;
-  auto gemv_takes = [&](int l, cuda::LoraGroup grp) {
-    const cuda::DeviceLayer& W = w.layers[l];
-    switch (grp) {
-      case cuda::LoraGroup::qkv: return ctx.gemm->uses_gemv(dt, xn.get(), W.w_qkv, R, qkv_width(), d, true);
-      case cuda::LoraGroup::o: return ctx.gemm->uses_gemv(dt, attn.get(), W.w_o, R, d, dq(), true);
-      case cuda::LoraGroup::gate_up: return ctx.gemm->uses_gemv(dt, xn.get(), W.w_gate_up, R, 2 * local_ffn, d, true);
-      default: return ctx.gemm->uses_gemv(dt, act.get(), W.w_down, R, d, local_ffn, true);
-    }
-  };
   auto group_shape = [&](cuda::LoraGroup grp) -> std::pair<int, int> {  // a group's product: out, in
     switch (grp) {
       case cuda::LoraGroup::qkv: return {qkv_width(), d};
       case cuda::LoraGroup::o: return {d, dq()};
       case cuda::LoraGroup::gate_up: return {2 * local_ffn, d};
       default: return {d, local_ffn};
+    }
+  };
+  auto gemv_takes = [&](int l, cuda::LoraGroup grp) {
+    const cuda::DeviceLayer& W = w.layers[l];
+    const auto [out, in] = group_shape(grp);
+    switch (grp) {
+      case cuda::LoraGroup::qkv: return ctx.gemm->uses_gemv(dt, xn.get(), W.w_qkv, R, out, in, true);
+      case cuda::LoraGroup::o: return ctx.gemm->uses_gemv(dt, attn.get(), W.w_o, R, out, in, true);
+      case cuda::LoraGroup::gate_up: return ctx.gemm->uses_gemv(dt, xn.get(), W.w_gate_up, R, out, in, true);
+      default: return ctx.gemm->uses_gemv(dt, act.get(), W.w_down, R, out, in, true);
     }
   };
   int gemv_launches = 0;  // in_product hooks so far (each its own count in the plan)
