@@ -3,6 +3,10 @@
 duration by prompt length; decode steps, median by batch bucket; and the time between steps
 (the engine idle on the host: e.g. an in-process workload drawing an adapter's weights); and the
 steps that loaded a LoRA adapter into a slot (its host -> GPU copy, or packing its image first).
+Then, for a real run's steps that recorded their host split (`host`: before_s, forward_s,
+device_s), where a one-prompt prefill's time goes, median ms by prompt length: the engine's host
+work before the backend call, the backend call's host part (forward - device: packing the step
+before its first kernel, the sync after) and the device span (first kernel to last copy).
 
     python3 scripts/lib/steps_by_class.py OUT/steps.jsonl
 """
@@ -56,6 +60,33 @@ def main(path):
               + " / ".join(med(by_len[k]) for k in range(4))
               + f" | {sum(s['duration_s'] for s in dec):.2f} | {med(by_batch[8])} / {med(by_batch[16])} / {med(by_batch[64])}"
               + f" | {len(big)}: {sum(big):.2f} | {load_col} |")
+    host_split(runs)
+
+
+def host_split(runs):
+    """One line per run: a one-prompt prefill's before / forward - device / device, median ms by length."""
+    rows = []
+    for run, steps in runs.items():
+        by_len = collections.defaultdict(lambda: ([], [], []))
+        for s in steps:
+            h = s.get("host")
+            if is_decode(s) or s["batch_size"] != 1 or not h or not h.get("device_s"):
+                continue
+            b = by_len[min(s["n_tokens"] // 128, 3)]
+            b[0].append(h["before_s"] * 1e3)
+            b[1].append((h["forward_s"] - h["device_s"]) * 1e3)
+            b[2].append(h["device_s"] * 1e3)
+        if by_len:
+            rows.append((run, by_len))
+    if not rows:
+        return
+    print()
+    print("| run | one prompt's prefill, p50 ms before / forward - device / device: tokens 0-127 | 128-255 | 256-383 | 384-511 |")
+    print("|---|---|---|---|---|")
+    med = lambda v: "%.2f" % statistics.median(v) if v else "-"
+    for run, by_len in rows:
+        cells = [" / ".join(med(v) for v in by_len[k]) if k in by_len else "-" for k in range(4)]
+        print(f"| {run} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
