@@ -404,6 +404,34 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
     with("gemm, residual expands after (no side work for o, down)",
          [](kernels::LoraSgmvConfig& c) { c.residual_beside = false; });
   }
+  // A serving run's prompts come in hundreds of lengths, most new to the process when they
+  // arrive: one prompt each of 24 lengths met for the first time (131-154 tokens: no shape above
+  // has them), then the same lengths again, each step timed once, with and without an adapter.
+  // The difference is what a length's first step pays on the host inside the step (descriptors,
+  // cuBLASLt's algorithm checks) while the GPU waits.
+  {
+    cuda->set_lora_kernels(gemm_config);
+    const std::vector<int> one = {0};
+    double first[2] = {0, 0}, again[2] = {0, 0};
+    const int n_len = 24;
+    for (int pass = 0; pass < 2; ++pass)
+      for (int i = 0; i < n_len; ++i) {
+        const ProfilePoint p{ProfilePhase::prefill, std::vector<ProfilePoint::Seq>(1, {0, 131 + i})};
+        for (int with = 0; with < 2; ++with) {
+          backend.seq_slot = with ? one : std::vector<int>{};
+          const double s = runner.run(p, 0, 1, 0.0).step_s;
+          (pass == 0 ? first : again)[with] += s / n_len;
+        }
+        backend.seq_slot.clear();
+      }
+    for (int with = 0; with < 2; ++with) {
+      const std::string who = with ? "1 adapter [gemm]" : "no adapter";
+      figure("lora_prefill_new_length", "1 x 131-154 tokens " + who + ", each length's first step", first[with] * 1e3,
+             "ms");
+      figure("lora_prefill_new_length", "1 x 131-154 tokens " + who + ", the same lengths again", again[with] * 1e3, "ms",
+             "first step", first[with] / again[with]);
+    }
+  }
   for (const PrefillShape& ps : prefills) {
     const ProfilePoint p{ProfilePhase::prefill, std::vector<ProfilePoint::Seq>(size_t(ps.n), {0, ps.len})};
     std::vector<int> slots(size_t(ps.n));

@@ -29,12 +29,12 @@ void check_gemm_pool(const LoraPool& p, const LoraRun& run, const char* who) {
 }
 
 /// The largest power of two (at most 256) dividing the address: cuBLASLt's alignment preference.
-int alignment(const void* p) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
+int alignment(uintptr_t a) {
   int al = 256;
   while (al > 1 && a % uintptr_t(al) != 0) al /= 2;
   return al;
 }
+int alignment(const void* p) { return alignment(reinterpret_cast<uintptr_t>(p)); }
 
 struct Layouts {
   cublasLtMatmulDesc_t op = nullptr;
@@ -110,10 +110,8 @@ cublasLtMatmulAlgo_t LoraGemm::query(const Prepared& p, const Shape& s, size_t w
   return result.algo;
 }
 
-void LoraGemm::matmul(ScalarType t, const Shape& s, float alpha, const void* a, const void* b, void* d,
-                      cudaStream_t stream) {
+const LoraGemm::Prepared& LoraGemm::prepared(ScalarType t, const Shape& s, int al_a, int al_b, int al_d) {
   const cudaDataType_t type = t == ScalarType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
-  const int al_a = alignment(a), al_b = alignment(b), al_d = alignment(d);
   // The shrink may split K through the workspace; the expand (K = the rank) takes none, so the
   // two never share it when they run on different streams.
   const size_t ws = s.workspace ? workspace_bytes_ : 0;
@@ -122,37 +120,88 @@ void LoraGemm::matmul(ScalarType t, const Shape& s, float alpha, const void* a, 
                int(s.accumulate) | int(s.workspace) << 1, al_a | (al_b << 10) | (al_d << 20)};
   };
   auto it = prepared_.find(key(s.n));
-  if (it == prepared_.end()) {
-    // Run lengths vary from step to step: bound the caches.
-    if (prepared_.size() >= 4096) prepared_.clear();
-    if (bucket_algos_.size() >= 4096) bucket_algos_.clear();
-    const uint32_t align[4] = {uint32_t(al_a), uint32_t(al_b), uint32_t(al_d), uint32_t(al_d)};
-    auto p = std::make_unique<Prepared>(type, s);
-    // The algorithm of the run length's bucket (asked once for the bucket's length), if it takes
-    // this length within the workspace; else this length's own.
-    const int n_bucket = gemm_rows_bucket(s.n);
-    auto b = bucket_algos_.find(key(n_bucket));
-    if (b == bucket_algos_.end()) {
-      Shape sb = s;
-      sb.n = n_bucket;
-      b = bucket_algos_
-              .emplace(key(n_bucket), n_bucket == s.n ? query(*p, s, ws, align) : query(Prepared(type, sb), sb, ws, align))
-              .first;
-    }
-    p->algo = b->second;
-    if (n_bucket != s.n) {
-      cublasLtMatmulHeuristicResult_t check{};
-      const Layouts& l = p->layouts;
-      if (cublaslt().algo_check(handle_, l.op, l.a, l.b, l.d, l.d, &p->algo, &check) != CUBLAS_STATUS_SUCCESS ||
-          check.workspaceSize > ws)
-        p->algo = query(*p, s, ws, align);
-    }
-    it = prepared_.emplace(key(s.n), std::move(p)).first;
+  if (it != prepared_.end()) return *it->second;
+  // Run lengths vary from step to step: bound the caches.
+  if (prepared_.size() >= 4096) prepared_.clear();
+  if (bucket_algos_.size() >= 4096) bucket_algos_.clear();
+  const uint32_t align[4] = {uint32_t(al_a), uint32_t(al_b), uint32_t(al_d), uint32_t(al_d)};
+  auto p = std::make_unique<Prepared>(type, s);
+  // The algorithm of the run length's bucket (asked once for the bucket's length), if it takes
+  // this length within the workspace; else this length's own.
+  const int n_bucket = gemm_rows_bucket(s.n);
+  auto b = bucket_algos_.find(key(n_bucket));
+  if (b == bucket_algos_.end()) {
+    Shape sb = s;
+    sb.n = n_bucket;
+    b = bucket_algos_
+            .emplace(key(n_bucket), n_bucket == s.n ? query(*p, s, ws, align) : query(Prepared(type, sb), sb, ws, align))
+            .first;
   }
-  const Layouts& l = it->second->layouts;
+  p->algo = b->second;
+  if (n_bucket != s.n) {
+    cublasLtMatmulHeuristicResult_t check{};
+    const Layouts& l = p->layouts;
+    if (cublaslt().algo_check(handle_, l.op, l.a, l.b, l.d, l.d, &p->algo, &check) != CUBLAS_STATUS_SUCCESS ||
+        check.workspaceSize > ws)
+      p->algo = query(*p, s, ws, align);
+  }
+  return *prepared_.emplace(key(s.n), std::move(p)).first->second;
+}
+
+void LoraGemm::matmul(ScalarType t, const Shape& s, float alpha, const void* a, const void* b, void* d,
+                      cudaStream_t stream) {
+  const Prepared& p = prepared(t, s, alignment(a), alignment(b), alignment(d));
+  const size_t ws = s.workspace ? workspace_bytes_ : 0;
+  const Layouts& l = p.layouts;
   const float beta = s.accumulate ? 1.0f : 0.0f;
-  LORA_CUBLAS_CHECK(cublaslt().matmul(handle_, l.op, &alpha, a, l.a, b, l.b, &beta, d, l.d, d, l.d, &it->second->algo,
+  LORA_CUBLAS_CHECK(cublaslt().matmul(handle_, l.op, &alpha, a, l.a, b, l.b, &beta, d, l.d, d, l.d, &p.algo,
                                       ws ? workspace_ : nullptr, ws, stream));
+}
+
+LoraGemm::Shape LoraGemm::shrink_shape(const LoraPool& pool, int count) {
+  // Cᵀ[total, count] = A[slot] (stored [n_in, total], transposed) · xᵀ [n_in, count].
+  const int total = pool.total_rank();
+  return Shape{total, count, pool.n_in, pool.n_in, pool.n_in, total, 1, 0, 0, 0, false, true};
+}
+
+int LoraGemm::expand_shapes(const LoraPool& pool, int count, int ld_y, bool accumulate, Expand (&out)[kLoraMaxSegments]) {
+  const int total = pool.total_rank(), r = pool.max_rank;
+  int start[kLoraMaxSegments], width[kLoraMaxSegments];
+  bool equal = true;
+  for (int m = 0; m < pool.n_seg; ++m) {
+    start[m] = m > 0 ? start[m - 1] + width[m - 1] : 0;
+    width[m] = (m + 1 < pool.n_seg ? pool.seg_end[m] : pool.n_out) - start[m];
+    equal = equal && width[m] == width[0];
+  }
+  // Segment m: Cᵀ[width, count] += B[slot][its columns] (stored [r, width], transposed) ·
+  // xa[:, m · r ..]ᵀ [r, count] (ld total). Segments of equal width: one strided-batched product.
+  if (equal && pool.n_seg > 1 && width[0] > 0) {
+    out[0] = {Shape{width[0], count, r, r, total, ld_y, pool.n_seg, int64_t(width[0]) * r, r, width[0], accumulate, false},
+              0, 0};
+    return 1;
+  }
+  int n = 0;
+  for (int m = 0; m < pool.n_seg; ++m)
+    if (width[m] > 0) out[n++] = {Shape{width[m], count, r, r, total, ld_y, 1, 0, 0, 0, accumulate, false}, m, start[m]};
+  return n;
+}
+
+void LoraGemm::prepare(ScalarType t, const LoraPool& pool, int min_rows, int max_rows) {
+  check_lora_pool(pool, "LoraGemm::prepare");
+  if (pool.n_slots == 0) return;
+  // The operands as the backend's steps pass them: a run from row 0 of 256-byte aligned buffers
+  // (cudaMalloc's), the slots' A and B at the pool's alignment, y with the product's width as ld.
+  const int al_a = alignment(pool.a);
+  Expand parts[kLoraMaxSegments];
+  for (int rows : gemm_rows_buckets(min_rows, max_rows)) {
+    prepared(t, shrink_shape(pool, rows), al_a, 256, 256);
+    const int n = expand_shapes(pool, rows, pool.n_out, true, parts);
+    for (int i = 0; i < n; ++i) {
+      const uintptr_t col = uintptr_t(parts[i].start) * 2;  // bytes into B's rows and y's
+      prepared(t, parts[i].shape, alignment(reinterpret_cast<uintptr_t>(pool.b) + col * uintptr_t(pool.max_rank)), 256,
+               alignment(col));
+    }
+  }
 }
 
 void LoraGemm::shrink(ScalarType t, const void* x, const LoraPool& pool, const LoraRun& run, float scale, void* xa,
@@ -164,9 +213,7 @@ void LoraGemm::shrink(ScalarType t, const void* x, const LoraPool& pool, const L
   const auto* a = static_cast<const char*>(pool.a) + int64_t(run.slot) * total * pool.n_in * eb;
   const auto* xr = static_cast<const char*>(x) + int64_t(run.first) * pool.n_in * eb;
   auto* out = static_cast<char*>(xa) + int64_t(run.first) * total * eb;
-  // Cᵀ[total, count] = A[slot] (stored [n_in, total], transposed) · xᵀ [n_in, count].
-  const Shape s{total, run.count, pool.n_in, pool.n_in, pool.n_in, total, 1, 0, 0, 0, false, true};
-  matmul(t, s, scale, a, xr, out, stream);
+  matmul(t, shrink_shape(pool, run.count), scale, a, xr, out, stream);
 }
 
 void LoraGemm::expand(ScalarType t, const void* xa, const LoraPool& pool, const LoraRun& run, void* y, int ld_y, int c0,
@@ -178,25 +225,11 @@ void LoraGemm::expand(ScalarType t, const void* xa, const LoraPool& pool, const 
   const auto* b = static_cast<const char*>(pool.b) + int64_t(run.slot) * pool.n_out * r * eb;
   const auto* xr = static_cast<const char*>(xa) + int64_t(run.first) * total * eb;
   auto* yr = static_cast<char*>(y) + (int64_t(run.first) * ld_y + c0) * eb;
-  int start[kLoraMaxSegments], width[kLoraMaxSegments];
-  bool equal = true;
-  for (int m = 0; m < pool.n_seg; ++m) {
-    start[m] = m > 0 ? start[m - 1] + width[m - 1] : 0;
-    width[m] = (m + 1 < pool.n_seg ? pool.seg_end[m] : pool.n_out) - start[m];
-    equal = equal && width[m] == width[0];
-  }
-  // Segment m: Cᵀ[width, count] += B[slot][its columns] (stored [r, width], transposed) ·
-  // xa[:, m · r ..]ᵀ [r, count] (ld total).
-  if (equal && pool.n_seg > 1 && width[0] > 0) {
-    const Shape s{width[0], run.count, r, r, total, ld_y, pool.n_seg, int64_t(width[0]) * r, r, width[0], accumulate, false};
-    matmul(t, s, 1.0f, b, xr, yr, stream);
-    return;
-  }
-  for (int m = 0; m < pool.n_seg; ++m) {
-    if (width[m] == 0) continue;
-    const Shape s{width[m], run.count, r, r, total, ld_y, 1, 0, 0, 0, accumulate, false};
-    matmul(t, s, 1.0f, b + int64_t(start[m]) * r * eb, xr + int64_t(m) * r * eb, yr + int64_t(start[m]) * eb, stream);
-  }
+  Expand parts[kLoraMaxSegments];
+  const int n = expand_shapes(pool, run.count, ld_y, accumulate, parts);
+  for (int i = 0; i < n; ++i)
+    matmul(t, parts[i].shape, 1.0f, b + int64_t(parts[i].start) * r * eb, xr + int64_t(parts[i].seg) * r * eb,
+           yr + int64_t(parts[i].start) * eb, stream);
 }
 
 }  // namespace servelab::kernels

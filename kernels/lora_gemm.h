@@ -44,6 +44,12 @@ class LoraGemm {
   /// delta alone (beta 0: a scratch whose consumer adds it, as LoraHook::delta).
   void expand(ScalarType t, const void* xa, const LoraPool& pool, const LoraRun& run, void* y, int ld_y, int c0,
               cudaStream_t stream, bool accumulate = true);
+  /// Asks cuBLASLt now, rather than inside the step that first meets a run length, for the
+  /// algorithm of every row bucket (gemm_rows.h) from min_rows to max_rows of this pool's shrink
+  /// and accumulating expand, with the operands as the backend passes them (a run from row 0 of
+  /// 256-byte aligned buffers, y of the pool's width). A serving run's prompts come in hundreds of
+  /// lengths: each new bucket met inside a step asked cuBLASLt there, on the step's time.
+  void prepare(ScalarType t, const LoraPool& pool, int min_rows, int max_rows);
   /// Times cuBLASLt's heuristic was asked: once per row bucket (gemm_rows.h: a run's length is its
   /// prompt's, new at almost every prefill in a serving run), shape and alignment; a run length
   /// the bucket's algorithm does not take asks for its own.
@@ -61,6 +67,17 @@ class LoraGemm {
   /// A shape's descriptors and algorithm, made once: the 32 layers of a step, and every step
   /// with the same run lengths, reuse them (no descriptor calls on the step's path).
   struct Prepared;
+  /// An expand's product: its shape, its segment (xa's ranks from seg · max_rank; 0 for the
+  /// strided batch of equal segments) and its first column.
+  struct Expand {
+    Shape shape;
+    int seg, start;
+  };
+  static Shape shrink_shape(const LoraPool& pool, int count);
+  /// The expand's products for `count` rows (into out; returns how many).
+  static int expand_shapes(const LoraPool& pool, int count, int ld_y, bool accumulate, Expand (&out)[kLoraMaxSegments]);
+  /// The shape's descriptors and algorithm for operands of these alignments, made on first use.
+  const Prepared& prepared(ScalarType t, const Shape& s, int al_a, int al_b, int al_d);
   void matmul(ScalarType t, const Shape& s, float alpha, const void* a, const void* b, void* d, cudaStream_t stream);
   cublasLtMatmulAlgo_t query(const Prepared& p, const Shape& s, size_t ws, const uint32_t (&align)[4]);
   cublasLtHandle_t handle_ = nullptr;

@@ -32,7 +32,9 @@ struct GemmCase {
 };
 
 // accumulate = false: the expand writes the delta alone (beta 0) into the runs' rows' columns.
-void run_case(ScalarType t, const GemmCase& cs, uint64_t seed, LoraGemm& gemm, bool accumulate = true) {
+// y's rows are ld_pad columns wider than the output, which starts at column c0.
+void run_case(ScalarType t, const GemmCase& cs, uint64_t seed, LoraGemm& gemm, bool accumulate = true, int ld_pad = 40,
+              int c0 = 24) {
   SCOPED_TRACE("n_in " + std::to_string(cs.n_in) + " rank " + std::to_string(cs.max_rank) + " segments " +
                std::to_string(cs.seg_out.size()) + (accumulate ? "" : ", the delta alone"));
   std::vector<int32_t> slot;
@@ -46,10 +48,10 @@ void run_case(ScalarType t, const GemmCase& cs, uint64_t seed, LoraGemm& gemm, b
     if (left[size_t(r)] < 0) in_runs[size_t(r)] = slot[size_t(r)];
 
   std::mt19937_64 rng(seed);
-  const int n_seg = int(cs.seg_out.size()), total = n_seg * cs.max_rank, c0 = 24;
+  const int n_seg = int(cs.seg_out.size()), total = n_seg * cs.max_rank;
   int seg_end[kLoraMaxSegments] = {}, n_out = 0;
   for (int m = 0; m < n_seg; ++m) seg_end[m] = n_out += cs.seg_out[size_t(m)];
-  const int ld_y = n_out + 40;
+  const int ld_y = n_out + ld_pad;
   const std::vector<float> x = testing::random16(t, size_t(rows) * cs.n_in, rng);
   const std::vector<float> a = testing::random16(t, size_t(cs.n_slots) * total * cs.n_in, rng, 0.05f);
   const std::vector<float> b = testing::random16(t, size_t(cs.n_slots) * n_out * cs.max_rank, rng, 0.2f);
@@ -129,6 +131,26 @@ TEST_P(LoraGemmGpu, RunLengthsOfOneBucketAskCublasLtOnce) {
   uint64_t seed = 182;
   for (int len : {97, 113, 127, 128}) run_case(t, {1032, 16, 2, {256, 256}, {len}, {1}, 1, 8}, seed++, gemm);
   EXPECT_EQ(gemm.heuristic_queries(), asked) << "every run length of the bucket took its algorithm";
+}
+
+// LoraGemm::prepare asks cuBLASLt for every row bucket up front (1-64 one by one, then 96, 128,
+// 160: 67 buckets, each a shrink and one strided-batched expand): a step's run of any length in
+// them, from row 0 of aligned buffers into y of the pool's width (as the backend passes them),
+// asks nothing more, and computes the product.
+TEST_P(LoraGemmGpu, PreparedBucketsAskNothingInTheSteps) {
+  SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
+  LoraGemm gemm;
+  {
+    DeviceBuffer da(size_t(2) * 32 * 1032 * 2), db(size_t(2) * 512 * 16 * 2);
+    gemm.prepare(t, testing::lora_test_pool(da.get(), db.get(), nullptr, 2, 1032, 16, {256, 256}), 1, 160);
+  }
+  const int64_t asked = gemm.heuristic_queries();
+  EXPECT_EQ(asked, 2 * 67);
+  uint64_t seed = 191;
+  for (int len : {1, 17, 64, 65, 100, 131, 160})
+    run_case(t, {1032, 16, 2, {256, 256}, {len}, {1}, 1, 8}, seed++, gemm, true, 0, 0);
+  EXPECT_EQ(gemm.heuristic_queries(), asked) << "every run length took its prepared bucket's algorithm";
 }
 
 TEST_P(LoraGemmGpu, RefusesBadPoolsAndRuns) {

@@ -424,6 +424,7 @@ int64_t CudaBackend::kv_bytes_for_utilization(double utilization, int max_tokens
 void CudaBackend::Impl::ensure_lora_scratch() {
   if (!lora.reserved() || rows_capacity == 0) return;
   if (!lora_gemm) lora_gemm = std::make_unique<k::LoraGemm>();
+  prepare_lora_gemm(rows_capacity);
   if (!lora_fused) lora_fused = std::make_unique<k::LoraFusedGemm>();
   // Used by eager steps only (never baked into a graph): growing them needs no new epoch.
   const size_t xa = size_t(rows_capacity) * k::kLoraMaxSegments * size_t(lora.pool(0, cuda::LoraGroup::qkv).max_rank) * 2;

@@ -165,6 +165,7 @@ struct CudaBackend::Impl {
   // cuBLASLt products, their 16-bit xa [rows_capacity, the largest total rank], the step's runs,
   // and the slots of the rows left to the grouped kernels (host, then device) when some are.
   std::unique_ptr<k::LoraGemm> lora_gemm;
+  int lora_gemm_prepared_rows = 0;  ///< prepare_lora_gemm's rows so far
   // LoraSgmvConfig::fused_product_*_rows: the products with the runs inside, and the step's row tiles.
   std::unique_ptr<k::LoraFusedGemm> lora_fused;
   k::LoraFusedTiles lora_fused_tiles;
@@ -382,6 +383,7 @@ struct CudaBackend::Impl {
       const cuda::QuantDeviceWeights::Layer& q = qw->layers[0];
       for (const cuda::QuantWeight* x : {&q.qkv, &q.o, &q.gate_up, &q.down}) quant_runner->prepare(rows, *x);
     }
+    prepare_lora_gemm(rows);
     if (options.gemm_autotune_rows > 0) {
       const k::Gemm::AutotuneStats& a = gemm->autotune_stats();
       std::fprintf(stderr, "gemm autotune (<= %d rows): %lld buckets timed, %lld not on the heuristic's first, %lld skipped"
@@ -390,6 +392,16 @@ struct CudaBackend::Impl {
     }
     if (options.persistent_block_tables && limits.block_size > 0 && limits.max_context > 0)
       table_diff.reserve(padded + 1, (limits.max_context + limits.block_size - 1) / limits.block_size);
+  }
+
+  /// The LoRA runs' shrink and expand algorithms for every row bucket up to `rows`
+  /// (LoraGemm::prepare), once adapters are reserved: asked here, not in the steps that first meet
+  /// each prompt length. Called by reserve() and by ensure_lora_scratch(), whichever comes last.
+  void prepare_lora_gemm(int rows) {
+    if (!lora_gemm || !lora.reserved() || rows <= lora_gemm_prepared_rows) return;
+    for (int g = 0; g < cuda::kLoraGroups; ++g)
+      lora_gemm->prepare(dt, lora.pool(0, cuda::LoraGroup(g)), std::max(1, lora_kernels.gemm_min_rows), rows);
+    lora_gemm_prepared_rows = rows;
   }
 
   /// Forgets the persistent block table (host mirror and device copy): the next paged step
