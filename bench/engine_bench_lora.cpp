@@ -414,6 +414,7 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
     const std::vector<int> one = {0};
     double first[2] = {0, 0}, again[2] = {0, 0};
     const int n_len = 24;
+    const CudaBackend::CublasLtQueries q0 = cuda->cublaslt_queries();
     for (int pass = 0; pass < 2; ++pass)
       for (int i = 0; i < n_len; ++i) {
         const ProfilePoint p{ProfilePhase::prefill, std::vector<ProfilePoint::Seq>(1, {0, 131 + i})};
@@ -424,6 +425,9 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
         }
         backend.seq_slot.clear();
       }
+    const CudaBackend::CublasLtQueries q1 = cuda->cublaslt_queries();
+    figure("lora_prefill_new_length", "cuBLASLt heuristic queries in those 96 steps: products", double(q1.products - q0.products), "n");
+    figure("lora_prefill_new_length", "cuBLASLt heuristic queries in those 96 steps: LoRA runs", double(q1.lora - q0.lora), "n");
     for (int with = 0; with < 2; ++with) {
       const std::string who = with ? "1 adapter [gemm]" : "no adapter";
       figure("lora_prefill_new_length", "1 x 131-154 tokens " + who + ", each length's first step", first[with] * 1e3,

@@ -75,8 +75,17 @@ int64_t elem_bytes(ScalarType) { return 2; }
 struct LoraGemm::Prepared {
   Layouts layouts;
   cublasLtMatmulAlgo_t algo{};
+  int n;  ///< the rows (cuBLASLt's columns of B and D) the layouts hold now
   Prepared(cudaDataType_t type, const Shape& s)
-      : layouts(type, s.m, s.n, s.k, s.ld_a, s.ld_b, s.ld_d, s.batch, s.stride_a, s.stride_b, s.stride_d) {}
+      : layouts(type, s.m, s.n, s.k, s.ld_a, s.ld_b, s.ld_d, s.batch, s.stride_a, s.stride_b, s.stride_d), n(s.n) {}
+  /// The layouts for `rows` rows: two attribute writes, no descriptor made or algorithm asked.
+  void set_rows(int rows) {
+    if (rows == n) return;
+    const uint64_t cols = uint64_t(rows);
+    LORA_CUBLAS_CHECK(cublaslt().matrix_layout_set_attribute(layouts.b, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)));
+    LORA_CUBLAS_CHECK(cublaslt().matrix_layout_set_attribute(layouts.d, CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)));
+    n = rows;
+  }
 };
 
 LoraGemm::LoraGemm(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
@@ -110,52 +119,55 @@ cublasLtMatmulAlgo_t LoraGemm::query(const Prepared& p, const Shape& s, size_t w
   return result.algo;
 }
 
-const LoraGemm::Prepared& LoraGemm::prepared(ScalarType t, const Shape& s, int al_a, int al_b, int al_d) {
-  const cudaDataType_t type = t == ScalarType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
-  // The shrink may split K through the workspace; the expand (K = the rank) takes none, so the
-  // two never share it when they run on different streams.
-  const size_t ws = s.workspace ? workspace_bytes_ : 0;
-  auto key = [&](int n) {
-    return Key{int(t), s.m, n, s.k, s.ld_a, s.ld_b, s.ld_d, s.batch, s.stride_a, s.stride_b, s.stride_d,
-               int(s.accumulate) | int(s.workspace) << 1, al_a | (al_b << 10) | (al_d << 20)};
-  };
-  auto it = prepared_.find(key(s.n));
-  if (it != prepared_.end()) return *it->second;
-  // Run lengths vary from step to step: bound the caches.
-  if (prepared_.size() >= 4096) prepared_.clear();
-  if (bucket_algos_.size() >= 4096) bucket_algos_.clear();
-  const uint32_t align[4] = {uint32_t(al_a), uint32_t(al_b), uint32_t(al_d), uint32_t(al_d)};
-  auto p = std::make_unique<Prepared>(type, s);
-  // The algorithm of the run length's bucket (asked once for the bucket's length), if it takes
-  // this length within the workspace; else this length's own.
+LoraGemm::Key LoraGemm::key(ScalarType t, const Shape& s, int n, int al_a, int al_b, int al_d) {
+  return Key{int(t), s.m, n, s.k, s.ld_a, s.ld_b, s.ld_d, s.batch, s.stride_a, s.stride_b, s.stride_d,
+             int(s.accumulate) | int(s.workspace) << 1, al_a | (al_b << 10) | (al_d << 20)};
+}
+
+LoraGemm::Prepared& LoraGemm::prepared(ScalarType t, const Shape& s, int al_a, int al_b, int al_d) {
   const int n_bucket = gemm_rows_bucket(s.n);
-  auto b = bucket_algos_.find(key(n_bucket));
-  if (b == bucket_algos_.end()) {
-    Shape sb = s;
-    sb.n = n_bucket;
-    b = bucket_algos_
-            .emplace(key(n_bucket), n_bucket == s.n ? query(*p, s, ws, align) : query(Prepared(type, sb), sb, ws, align))
-            .first;
-  }
-  p->algo = b->second;
-  if (n_bucket != s.n) {
-    cublasLtMatmulHeuristicResult_t check{};
-    const Layouts& l = p->layouts;
-    if (cublaslt().algo_check(handle_, l.op, l.a, l.b, l.d, l.d, &p->algo, &check) != CUBLAS_STATUS_SUCCESS ||
-        check.workspaceSize > ws)
-      p->algo = query(*p, s, ws, align);
-  }
-  return *prepared_.emplace(key(s.n), std::move(p)).first->second;
+  const Key k = key(t, s, n_bucket, al_a, al_b, al_d);
+  auto it = buckets_.find(k);
+  if (it != buckets_.end()) return *it->second;
+  // The shape with the bucket's row count, asked once: every run length of the bucket takes it.
+  Shape sb = s;
+  sb.n = n_bucket;
+  const uint32_t align[4] = {uint32_t(al_a), uint32_t(al_b), uint32_t(al_d), uint32_t(al_d)};
+  auto p = std::make_unique<Prepared>(t == ScalarType::bf16 ? CUDA_R_16BF : CUDA_R_16F, sb);
+  p->algo = query(*p, sb, sb.workspace ? workspace_bytes_ : 0, align);
+  return *buckets_.emplace(k, std::move(p)).first->second;
 }
 
 void LoraGemm::matmul(ScalarType t, const Shape& s, float alpha, const void* a, const void* b, void* d,
                       cudaStream_t stream) {
-  const Prepared& p = prepared(t, s, alignment(a), alignment(b), alignment(d));
+  const int al_a = alignment(a), al_b = alignment(b), al_d = alignment(d);
+  // The shrink may split K through the workspace; the expand (K = the rank) takes none, so the
+  // two never share it when they run on different streams.
   const size_t ws = s.workspace ? workspace_bytes_ : 0;
-  const Layouts& l = p.layouts;
   const float beta = s.accumulate ? 1.0f : 0.0f;
-  LORA_CUBLAS_CHECK(cublaslt().matmul(handle_, l.op, &alpha, a, l.a, b, l.b, &beta, d, l.d, d, l.d, &p.algo,
-                                      ws ? workspace_ : nullptr, ws, stream));
+  auto launch = [&](const Prepared& p) {
+    const Layouts& l = p.layouts;
+    return cublaslt().matmul(handle_, l.op, &alpha, a, l.a, b, l.b, &beta, d, l.d, d, l.d, &p.algo,
+                             ws ? workspace_ : nullptr, ws, stream);
+  };
+  const Key own = key(t, s, s.n, al_a, al_b, al_d);
+  if (auto o = own_.find(own); o != own_.end()) {
+    LORA_CUBLAS_CHECK(launch(*o->second));
+    return;
+  }
+  // The bucket's algorithm at this length: cuBLASLt checks it takes the problem as it launches
+  // (no descriptor made and no check asked on the step's path); a length it refuses asks for its own.
+  Prepared& p = prepared(t, s, al_a, al_b, al_d);
+  p.set_rows(s.n);
+  const cublasStatus_t st = launch(p);
+  if (st == CUBLAS_STATUS_SUCCESS) return;
+  if (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE) LORA_CUBLAS_CHECK(st);
+  if (own_.size() >= 4096) own_.clear();  // run lengths vary: bound the cache
+  const uint32_t align[4] = {uint32_t(al_a), uint32_t(al_b), uint32_t(al_d), uint32_t(al_d)};
+  auto mine = std::make_unique<Prepared>(t == ScalarType::bf16 ? CUDA_R_16BF : CUDA_R_16F, s);
+  mine->algo = query(*mine, s, ws, align);
+  LORA_CUBLAS_CHECK(launch(*mine));
+  own_.emplace(own, std::move(mine));
 }
 
 LoraGemm::Shape LoraGemm::shrink_shape(const LoraPool& pool, int count) {

@@ -64,8 +64,9 @@ class LoraGemm {
     bool accumulate;  ///< beta 1 (else 0)
     bool workspace;   ///< may split K through the workspace (the shrinks; never the expands)
   };
-  /// A shape's descriptors and algorithm, made once: the 32 layers of a step, and every step
-  /// with the same run lengths, reuse them (no descriptor calls on the step's path).
+  /// A row bucket's descriptors and algorithm, made once: the 32 layers of a step and every run
+  /// length of the bucket reuse them (its layouts' row count set per call: no descriptor made and
+  /// no algorithm checked on the step's path; cuBLASLt checks the problem as it launches).
   struct Prepared;
   /// An expand's product: its shape, its segment (xa's ranks from seg · max_rank; 0 for the
   /// strided batch of equal segments) and its first column.
@@ -76,17 +77,19 @@ class LoraGemm {
   static Shape shrink_shape(const LoraPool& pool, int count);
   /// The expand's products for `count` rows (into out; returns how many).
   static int expand_shapes(const LoraPool& pool, int count, int ld_y, bool accumulate, Expand (&out)[kLoraMaxSegments]);
-  /// The shape's descriptors and algorithm for operands of these alignments, made on first use.
-  const Prepared& prepared(ScalarType t, const Shape& s, int al_a, int al_b, int al_d);
+  // (type, m, n, k, ld_a, ld_b, ld_d, batch, strides, beta and workspace, alignments)
+  using Key = std::tuple<int, int, int, int, int, int, int, int, int64_t, int64_t, int64_t, int, int>;
+  static Key key(ScalarType t, const Shape& s, int n, int al_a, int al_b, int al_d);
+  /// The descriptors and algorithm of the shape's row bucket (gemm_rows.h) for operands of these
+  /// alignments, made and asked on first use.
+  Prepared& prepared(ScalarType t, const Shape& s, int al_a, int al_b, int al_d);
   void matmul(ScalarType t, const Shape& s, float alpha, const void* a, const void* b, void* d, cudaStream_t stream);
   cublasLtMatmulAlgo_t query(const Prepared& p, const Shape& s, size_t ws, const uint32_t (&align)[4]);
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
-  // (type, m, n, k, ld_a, ld_b, ld_d, batch, strides, beta and workspace, alignments)
-  using Key = std::tuple<int, int, int, int, int, int, int, int, int64_t, int64_t, int64_t, int, int>;
-  std::map<Key, std::unique_ptr<Prepared>> prepared_;  ///< by the exact shape
-  std::map<Key, cublasLtMatmulAlgo_t> bucket_algos_;   ///< by the shape with n its row bucket
+  std::map<Key, std::unique_ptr<Prepared>> buckets_;  ///< by the shape with n its row bucket
+  std::map<Key, std::unique_ptr<Prepared>> own_;      ///< run lengths their bucket's algorithm refused
   int64_t heuristic_queries_ = 0;
 };
 

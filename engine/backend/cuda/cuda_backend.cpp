@@ -267,6 +267,11 @@ int64_t CudaBackend::lora_pool_bytes() const { return impl_->lora.reserved() ? i
 int64_t CudaBackend::lora_slot_bytes() const { return impl_->lora.slot_bytes(); }
 cuda::LoraImageCache::Stats CudaBackend::lora_image_stats() const { return impl_->lora.image_stats(); }
 
+CudaBackend::CublasLtQueries CudaBackend::cublaslt_queries() const {
+  const Impl& m = *impl_;
+  return {m.gemm ? m.gemm->heuristic_queries() : 0, m.lora_gemm ? m.lora_gemm->heuristic_queries() : 0};
+}
+
 void CudaBackend::set_lora_kernels(const kernels::LoraSgmvConfig& config) {
   if (config.shrink_target_blocks < 1)
     throw std::invalid_argument("CudaBackend::set_lora_kernels: shrink_target_blocks " +

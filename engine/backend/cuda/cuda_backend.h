@@ -257,6 +257,12 @@ class CudaBackend final : public Backend {
   int64_t lora_slot_bytes() const;
   /// How the LoRA loads found their packed images (ready, waited for the worker, packed in line).
   cuda::LoraImageCache::Stats lora_image_stats() const;
+  /// Times cuBLASLt's heuristic was asked so far, by the products (kernels::Gemm) and by the LoRA
+  /// runs (kernels::LoraGemm). Asked inside a step, it is host time the GPU waits for.
+  struct CublasLtQueries {
+    int64_t products = 0, lora = 0;
+  };
+  CublasLtQueries cublaslt_queries() const;
   /// How the grouped LoRA kernels launch from the next step on (kernels::LoraSgmvConfig: the
   /// expand's blocks by slot tile or by rows, its register cap, the shrink's chunking, the grid
   /// bound, o_proj's and down_proj's deltas into the residual beside their products); captured
