@@ -129,12 +129,9 @@ LoraGemm::Prepared& LoraGemm::prepared(ScalarType t, const Shape& s, int al_a, i
   const Key k = key(t, s, n_bucket, al_a, al_b, al_d);
   auto it = buckets_.find(k);
   if (it != buckets_.end()) return *it->second;
-  // Asked once for the bucket, at an odd row count (its last but one above 64 rows, where a bucket
-  // holds 32 or more lengths): on the H200 cuBLASLt's pick for the bucket's even top refused most
-  // other lengths of it at launch (378 queries in 96 prefill steps of 24 new lengths), so every new
-  // prompt length asked again inside its step.
+  // The shape with the bucket's row count, asked once: every run length of the bucket takes it.
   Shape sb = s;
-  sb.n = n_bucket > 64 ? n_bucket - 1 : n_bucket;
+  sb.n = n_bucket;
   const uint32_t align[4] = {uint32_t(al_a), uint32_t(al_b), uint32_t(al_d), uint32_t(al_d)};
   auto p = std::make_unique<Prepared>(t == ScalarType::bf16 ? CUDA_R_16BF : CUDA_R_16F, sb);
   p->algo = query(*p, sb, sb.workspace ? workspace_bytes_ : 0, align);
