@@ -61,7 +61,28 @@ __global__ void dequantize_kernel(const uint8_t* codes, const float* scales, con
   }
 }
 
+/// One thread per output element, grid-stride; a block's threads take consecutive columns of a row
+/// (the stores coalesce, the loads follow perm).
+__global__ void gather_columns_kernel(const uint16_t* x, const int32_t* perm, uint16_t* out, int rows, int cols) {
+  const int64_t n = int64_t(rows) * cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols;
+    out[i] = x[r * cols + __ldg(perm + (i - r * cols))];
+  }
+}
+
 }  // namespace int4_quant_detail
+
+void gather_columns(const void* x, const int32_t* perm, void* out, int rows, int cols, cudaStream_t stream) {
+  if (rows < 0 || cols < 1) throw std::invalid_argument("gather_columns: " + std::to_string(rows) + " rows of " +
+                                                        std::to_string(cols) + " columns");
+  if (rows == 0) return;
+  const int64_t n = int64_t(rows) * cols;
+  const int blocks = int(std::min<int64_t>((n + 255) / 256, 132 * 16));
+  int4_quant_detail::gather_columns_kernel<<<blocks, 256, 0, stream>>>(static_cast<const uint16_t*>(x), perm,
+                                                                        static_cast<uint16_t*>(out), rows, cols);
+  CUDA_CHECK_LAUNCH();
+}
 
 void quantize_int4_weight(const void* w, int64_t rows, int cols, int group, bool symmetric, uint8_t* codes,
                           float* scales, float* zeros) {

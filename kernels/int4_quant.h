@@ -9,6 +9,9 @@
 //   quant_gemv takes (then the bf16 GEMM: a first step before a tensor-core INT4 kernel).
 // - pack_int4_fragments: the codes, scales and zeros repacked once into int4_pack.h's fragment
 //   order, which quant_gemv's packed kernel reads.
+// - gather_columns: act-order INT4 (GPTQ's g_idx): the codes hold input channel perm[i] at
+//   position i, so that each group's channels are contiguous; a product takes x's columns in that
+//   order (x[:, perm]) and is then the plain product.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -29,6 +32,10 @@ void dequantize_int4(const uint8_t* codes, const float* scales, const float* zer
 /// (Layout::packable). Bit-equal to pack_int4_fragments_ref (kernels/ref/int4_pack_ref.h).
 void pack_int4_fragments(const uint8_t* codes, const float* scales, const float* zeros, int n, int k, int group_size,
                          uint8_t* packed_codes, void* packed_groups, cudaStream_t stream);
+
+/// out[r, i] = x[r, perm[i]] for 16-bit x and out [rows, cols] (row stride cols), perm a
+/// permutation of 0..cols-1 on the device. Reference: gather_columns_ref (kernels/ref/ops_ref.h).
+void gather_columns(const void* x, const int32_t* perm, void* out, int rows, int cols, cudaStream_t stream);
 
 /// out bf16 [n, k] = (q − zero) · scale from the packed layout: the bits dequantize_int4 gives
 /// from the row layout (integer zeros).

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <stdexcept>
 
@@ -62,23 +63,41 @@ ojson quantization_config(const QuantWriteOptions& o) {
   return {};
 }
 
-// GPTQ's act order puts channels into groups by decreasing Hessian diagonal (activation energy);
-// without calibration data the writer uses the weight's column norms, a stand-in with the same
-// effect on the layout: g_idx is a permutation, not k / group_size.
-std::vector<int32_t> act_order_g_idx(const float* w, int64_t out, int64_t in, int group) {
-  std::vector<double> norm(size_t(in), 0.0);
+// GPTQ's act order puts channels into groups by decreasing Hessian diagonal (the layer input's
+// activation energy); without calibration data the writer uses the weights' column energy, a
+// stand-in with the same effect on the layout: g_idx is a permutation, not k / group_size. The
+// Hessian is the input's, so the Linears reading one input (q, k and v; gate and up) share one
+// order, as real GPTQ checkpoints have it: their column energies are summed.
+void add_column_energy(const float* w, int64_t out, int64_t in, std::vector<double>& energy) {
+  energy.resize(size_t(in), 0.0);
   for (int64_t o = 0; o < out; ++o)
-    for (int64_t k = 0; k < in; ++k) norm[size_t(k)] += double(w[o * in + k]) * w[o * in + k];
+    for (int64_t k = 0; k < in; ++k) energy[size_t(k)] += double(w[o * in + k]) * w[o * in + k];
+}
+
+std::vector<int32_t> act_order_g_idx(const std::vector<double>& energy, int group) {
+  const int64_t in = int64_t(energy.size());
   std::vector<int64_t> order(static_cast<size_t>(in));
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return norm[size_t(a)] > norm[size_t(b)]; });
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return energy[size_t(a)] > energy[size_t(b)]; });
   std::vector<int32_t> g_idx(static_cast<size_t>(in));
   for (int64_t i = 0; i < in; ++i) g_idx[size_t(order[size_t(i)])] = static_cast<int32_t>(i / group);
   return g_idx;
 }
 
+/// The Linears that read one input share a key: a layer's q, k and v ("...qkv"), its gate and up
+/// ("...gate_up"); any other Linear is its own.
+std::string input_key(const std::string& prefix) {
+  static const std::pair<std::string, std::string> shared[] = {
+      {"q_proj", "qkv"}, {"k_proj", "qkv"}, {"v_proj", "qkv"}, {"gate_proj", "gate_up"}, {"up_proj", "gate_up"}};
+  for (const auto& [name, key] : shared)
+    if (prefix.size() >= name.size() && prefix.compare(prefix.size() - name.size(), name.size(), name) == 0)
+      return prefix.substr(0, prefix.size() - name.size()) + key;
+  return prefix;
+}
+
+/// g_idx: GPTQ's act order for this Linear's input (empty: none).
 void append_linear(std::vector<RawTensor>& out, const std::string& prefix, const float* w, int64_t rows, int64_t cols,
-                   const QuantWriteOptions& o) {
+                   const QuantWriteOptions& o, const std::vector<int32_t>& g_idx) {
   auto bad_shape = [&](const std::string& why) {
     return std::invalid_argument(prefix + " [" + std::to_string(rows) + ", " + std::to_string(cols) + "]: " + why);
   };
@@ -110,7 +129,6 @@ void append_linear(std::vector<RawTensor>& out, const std::string& prefix, const
     case QuantCheckpointFormat::gptq: {
       if (cols % o.group_size != 0) throw bad_shape("in_features must be a multiple of group_size " + std::to_string(o.group_size));
       if (rows % 8 != 0 || cols % 8 != 0) throw bad_shape("in and out features must be multiples of 8");
-      const std::vector<int32_t> g_idx = o.act_order ? act_order_g_idx(w, rows, cols, o.group_size) : std::vector<int32_t>{};
       const GptqTensors g = pack_gptq(quantize_int4(w, rows, cols, o.group_size, true, g_idx), o.gptq_v1);
       const int64_t ng = cols / o.group_size;
       out.push_back({prefix + ".qweight", "I32", {cols / 8, rows}, bytes_of(g.qweight)});
@@ -128,11 +146,26 @@ void write_quantized_checkpoint(const ModelWeights& w, const std::string& dir, c
   namespace fs = std::filesystem;
   w.config.validate();
   if (o.group_size < 1) throw std::invalid_argument("group_size must be >= 1 (got " + std::to_string(o.group_size) + ")");
+  // GPTQ act order: one order per input (input_key), from the column energy of every Linear reading it.
+  std::map<std::string, std::vector<int32_t>> g_idx;
+  if (o.format == QuantCheckpointFormat::gptq && o.act_order) {
+    std::map<std::string, std::vector<double>> energy;
+    for (const TensorSpec& s : tensor_specs(w.config)) {
+      std::string prefix;
+      if (is_quantized_linear(s.name, &prefix))
+        add_column_energy(tensor_storage(w, s.name).data(), s.shape[0], s.shape[1], energy[input_key(prefix)]);
+    }
+    for (const auto& [key, e] : energy) g_idx[key] = act_order_g_idx(e, o.group_size);
+  }
   std::vector<RawTensor> tensors;
   for (const TensorSpec& s : tensor_specs(w.config)) {
     const std::vector<float>& v = tensor_storage(w, s.name);
     std::string prefix;
-    if (is_quantized_linear(s.name, &prefix)) append_linear(tensors, prefix, v.data(), s.shape[0], s.shape[1], o);
+    if (is_quantized_linear(s.name, &prefix)) {
+      const auto order = g_idx.find(input_key(prefix));
+      append_linear(tensors, prefix, v.data(), s.shape[0], s.shape[1], o,
+                    order == g_idx.end() ? std::vector<int32_t>{} : order->second);
+    }
     else tensors.push_back({s.name, "BF16", s.shape, bf16_bytes(v.data(), s.numel())});
   }
   std::error_code ec;

@@ -118,4 +118,9 @@ void gate_up_silu_ref(const float* x, const float* w, int m, int ffn, int k, flo
     }
 }
 
+void gather_columns_ref(const float* x, const int32_t* perm, int rows, int cols, float* out) {
+  for (int r = 0; r < rows; ++r)
+    for (int i = 0; i < cols; ++i) out[int64_t(r) * cols + i] = x[int64_t(r) * cols + perm[i]];
+}
+
 }  // namespace servelab::kernels

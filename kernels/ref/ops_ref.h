@@ -55,6 +55,9 @@ void block_table_update_ref(int32_t* table, const int32_t* index_block_pairs, in
 /// y[M, N] = x[M, K] · w[N, K]ᵀ (weights stored [out, in] as Hugging Face does), double sums.
 void gemm_ref(const float* x, const float* w, int m, int n, int k, float* y);
 
+/// out[r, i] = x[r, perm[i]] ([rows, cols] each): act-order INT4's activations in the codes' order.
+void gather_columns_ref(const float* x, const int32_t* perm, int rows, int cols, float* out);
+
 /// The contract of Gemm::run and run_gemv: y = x · wᵀ, plus y's previous value when accumulate
 /// (added in double), each result rounded by `round` when given (bf16 storage). Double sums.
 void gemm_ref(const float* x, const float* w, int m, int n, int k, float* y, bool accumulate,

@@ -2,6 +2,7 @@
 // quant_pack.h), without a GPU: every packed weight, dequantized by the kernels' layout rules,
 // equals the checkpoint matrices' own dequantization (servelab::dequantize) at its fused row; FP8
 // per-tensor scales repeat over their matrix's rows; what the GPU does not run is refused by name.
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <stdexcept>
@@ -39,8 +40,10 @@ void expect_same_values(const PackedQuantLinear& p, const std::vector<const Quan
   for (const QuantLinear* q : parts) {
     const std::vector<float> want = dequantize(*q);
     for (int64_t o = 0; o < q->out; ++o)
-      for (int64_t k = 0; k < q->in; ++k)
-        ASSERT_EQ(packed_value(p, row0 + o, k), want[size_t(o * q->in + k)]) << "row " << row0 + o << " input " << k;
+      for (int64_t i = 0; i < q->in; ++i) {  // position i: input channel perm[i] with an act order
+        const int64_t k = p.perm.empty() ? i : p.perm[size_t(i)];
+        ASSERT_EQ(packed_value(p, row0 + o, i), want[size_t(o * q->in + k)]) << "row " << row0 + o << " position " << i;
+      }
     row0 += q->out;
   }
   EXPECT_EQ(row0, p.out);
@@ -84,20 +87,55 @@ TEST(QuantPack, Int4NibblesAndGroupRowsInterleaveTheMatrices) {
   }
 }
 
+// GPTQ's act order: the packed positions are the input channels sorted by group (a group's
+// channels contiguous, in channel order), the codes moved with them; a fused q|k|v takes one
+// order for all three (as GPTQ's shared Hessian gives them).
+TEST(QuantPack, ActOrderInt4PacksEachGroupsChannelsTogether) {
+  const int in = 384, group = 128;
+  std::vector<int32_t> g_idx(in);
+  std::mt19937_64 rng(21);
+  for (int k = 0; k < in; ++k) g_idx[size_t(k)] = k % 3;  // groups interleaved: 0, 1, 2, 0, 1, 2, ...
+  std::shuffle(g_idx.begin(), g_idx.end(), rng);
+  const auto wq = random_matrix(24, in, 4), wk = random_matrix(8, in, 5);
+  const QuantLinear q = quantize_int4(wq.data(), 24, in, group, true, g_idx);
+  const QuantLinear k = quantize_int4(wk.data(), 8, in, group, true, g_idx);
+  const PackedQuantLinear p = pack_quant_linear({&q, &k});
+  ASSERT_EQ(p.perm.size(), size_t(in));
+  for (int i = 0; i < in; ++i) {
+    EXPECT_EQ(g_idx[size_t(p.perm[size_t(i)])], i / group) << "position " << i;
+    if (i % group) EXPECT_LT(p.perm[size_t(i - 1)], p.perm[size_t(i)]) << "a group's channels in order";
+  }
+  expect_same_values(p, {&q, &k});
+  // The trivial order (k / group) packs as no order at all.
+  std::vector<int32_t> plain(in);
+  for (int c = 0; c < in; ++c) plain[size_t(c)] = c / group;
+  const QuantLinear ordered = quantize_int4(wq.data(), 24, in, group, true, plain);
+  EXPECT_TRUE(pack_quant_linear({&ordered}).perm.empty());
+}
+
 TEST(QuantPack, RefusesWhatTheGpuDoesNotRun) {
   const auto w = random_matrix(16, 256, 8);
   QuantLinear ordered = quantize_int4(w.data(), 16, 256, 128, true);
   ordered.g_idx.assign(256, 0);
-  for (int k = 0; k < 256; ++k) ordered.g_idx[size_t(k)] = k / 128;  // the trivial order: taken
-  EXPECT_NO_THROW(pack_quant_linear({&ordered}));
-  QuantLinear act_order = ordered;
-  std::swap(act_order.g_idx[0], act_order.g_idx[200]);
-  try {
-    pack_quant_linear({&act_order});
-    FAIL() << "act order taken";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("act-order"), std::string::npos) << e.what();
-  }
+  for (int k = 0; k < 256; ++k) ordered.g_idx[size_t(k)] = k / 128;
+  auto refused_for = [](const std::vector<const QuantLinear*>& parts, const std::string& why) {
+    try {
+      pack_quant_linear(parts);
+      ADD_FAILURE() << "taken; expected a refusal naming '" << why << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  QuantLinear uneven = ordered;  // group 0 holds 127 inputs, group 1 129
+  uneven.g_idx[0] = 1;
+  refused_for({&uneven}, "groups of exactly 128");
+  QuantLinear outside = ordered;
+  outside.g_idx[5] = 2;
+  EXPECT_THROW(pack_quant_linear({&outside}), std::invalid_argument);  // QuantLinear::validate's
+  QuantLinear swapped = ordered;  // a valid act order, but not q's
+  std::swap(swapped.g_idx[0], swapped.g_idx[200]);
+  EXPECT_NO_THROW(pack_quant_linear({&swapped}));
+  refused_for({&ordered, &swapped}, "order their input differently");
   QuantLinear fp8 = quantize_fp8(w.data(), 16, 256, Fp8WeightScales::per_channel);
   fp8.input_scale = 0.5f;
   EXPECT_THROW(pack_quant_linear({&fp8}), std::invalid_argument);  // static input scales

@@ -244,6 +244,20 @@ TEST(QuantCheckpoint, GptqActOrderGidxIsAPermutationOfGroups) {
   }
   EXPECT_FALSE(plain);
   EXPECT_EQ(per_group, std::vector<int>({32, 32, 32, 32}));
+  // The Linears reading one input share its order (GPTQ's Hessian is the input's): q, k and v;
+  // gate and up. o_proj reads another input, and orders its channels its own way.
+  auto g_idx_of = [&](const std::string& linear) {
+    const SafetensorsTensor* t = f.find("model.layers.0." + linear + ".g_idx");
+    EXPECT_NE(t, nullptr) << linear;
+    std::vector<int32_t> v(t ? size_t(t->numel) : 0);
+    if (t) std::memcpy(v.data(), f.data(*t), size_t(t->nbytes));
+    return v;
+  };
+  const std::vector<int32_t> q = g_idx_of("self_attn.q_proj");
+  EXPECT_EQ(g_idx_of("self_attn.k_proj"), q);
+  EXPECT_EQ(g_idx_of("self_attn.v_proj"), q);
+  EXPECT_EQ(g_idx_of("mlp.up_proj"), g_idx_of("mlp.gate_proj"));
+  EXPECT_NE(g_idx_of("self_attn.o_proj"), q);
   // The loaded weight dequantizes with those groups: the GPTQ tensors unpack to the same matrix.
   const ModelWeights w = ModelWeights::load(dir.path());
   EXPECT_TRUE(w.quant.act_order);

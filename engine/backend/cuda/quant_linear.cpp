@@ -30,7 +30,7 @@ int64_t align256(int64_t b) { return (b + 255) / 256 * 256; }
 int64_t quant_bytes(const QuantScheme& s, const FusedShape& f) {
   if (s.method == Quantization::fp8) return align256(int64_t(f.out) * f.in) + align256(int64_t(f.out) * 4);
   const int64_t groups = f.in / s.group_size;
-  return align256(int64_t(f.out) * f.in / 2) + 2 * align256(groups * f.out * 4);
+  return align256(int64_t(f.out) * f.in / 2) + 2 * align256(groups * f.out * 4) + (s.act_order ? align256(f.in * 4) : 0);
 }
 
 /// Rebuilds w.storage with the tensors that stay in bf16 (embedding, norms, Q/K/V bias, LM head),
@@ -91,7 +91,6 @@ void check_scheme(const DeviceWeights& w, const QuantScheme& scheme) {
       scheme.activations != ActivationQuant::fp8_per_token)
     throw refuse("FP8 runs with dynamic per-tensor or per-token activation scales only (static input scales and "
                  "weight-only FP8 run on backend cpu)");
-  if (scheme.method != Quantization::fp8 && scheme.act_order) throw refuse("act-order (g_idx) INT4 is not run on the GPU yet");
   for (const FusedShape& f : fused_shapes(w.config)) {
     if (f.in % 16 || f.out % 8)
       throw refuse("a Linear of [" + std::to_string(f.out) + ", " + std::to_string(f.in) +
@@ -134,6 +133,8 @@ void lay_out_quant(QuantDeviceWeights& q, const QuantScheme& scheme, const Model
         qw.scales = reinterpret_cast<float*>(base + at + align256(int64_t(f.out) * f.in / 2));
         qw.zeros = reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(qw.scales) +
                                                   align256(groups * f.out * 4));
+        if (scheme.act_order)  // its room; upload_quant_weights points qw.perm at it when the order is not plain
+          qw.perm = reinterpret_cast<const int32_t*>(reinterpret_cast<const uint8_t*>(qw.zeros) + align256(groups * f.out * 4));
       }
       at += quant_bytes(scheme, f);
     }
@@ -145,6 +146,9 @@ void lay_out_quant(QuantDeviceWeights& q, const QuantScheme& scheme, const Model
 QuantDeviceWeights quantize_device_weights(DeviceWeights& w, const QuantScheme& scheme) {
   using namespace quant_linear_detail;
   check_scheme(w, scheme);
+  if (scheme.act_order)
+    throw std::invalid_argument("cuda backend, quantization " + scheme.describe() +
+                                ": quantize on load rounds to nearest in channel order (act order needs a GPTQ checkpoint)");
   const std::array<FusedShape, 4> shapes = fused_shapes(w.config);
   QuantDeviceWeights q;
   lay_out_quant(q, scheme, w.config);
@@ -199,6 +203,11 @@ QuantDeviceWeights upload_quant_weights(DeviceWeights& w, const QuantScheme& sch
       CUDA_CHECK(cudaMemcpy(const_cast<float*>(qw.scales), p.scales.data(), p.scales.size() * 4, cudaMemcpyHostToDevice));
       if (int4)
         CUDA_CHECK(cudaMemcpy(const_cast<float*>(qw.zeros), p.zeros.data(), p.zeros.size() * 4, cudaMemcpyHostToDevice));
+      if (!p.perm.empty() && (!int4 || !qw.perm || p.perm.size() != size_t(f.in)))
+        throw std::invalid_argument("upload_quant_weights: layer " + std::to_string(l) + "'s Linear " +
+                                    std::to_string(i) + " has an act order the scheme does not (desc_act false)");
+      if (p.perm.empty()) qw.perm = nullptr;  // a plain order: the product reads x as it is
+      else CUDA_CHECK(cudaMemcpy(const_cast<int32_t*>(qw.perm), p.perm.data(), p.perm.size() * 4, cudaMemcpyHostToDevice));
     }
   }
   keep_unquantized_only(w);
@@ -270,16 +279,29 @@ QuantLinearRunner::QuantLinearRunner(const QuantScheme& scheme, int max_out, int
 }
 
 bool QuantLinearRunner::reserve(int rows) {
-  if (!fp8_ || rows <= rows_capacity_) return false;
-  act_codes_.grow(size_t(rows) * max_in_, "the FP8 activation codes");
-  act_scales_.grow(size_t(rows) * 4, "the FP8 activation scales");
+  if (rows <= rows_capacity_ || (!fp8_ && !scheme_.act_order)) return false;
+  if (fp8_) {
+    act_codes_.grow(size_t(rows) * max_in_, "the FP8 activation codes");
+    act_scales_.grow(size_t(rows) * 4, "the FP8 activation scales");
+  }
+  if (scheme_.act_order) gathered_.grow(size_t(rows) * max_in_ * 2, "the act order's gathered activations");
   rows_capacity_ = rows;
   return true;
 }
 
 int64_t QuantLinearRunner::scratch_bytes(int rows) const {
   const int64_t gemv = int64_t(gemv_partials_.bytes() + gemv_counters_.bytes());
-  return gemv + (fp8_ ? int64_t(rows) * (max_in_ + 4) : int64_t(dequant_.bytes()));
+  const int64_t gathered = scheme_.act_order ? int64_t(rows) * max_in_ * 2 : 0;
+  return gemv + gathered + (fp8_ ? int64_t(rows) * (max_in_ + 4) : int64_t(dequant_.bytes()));
+}
+
+const void* QuantLinearRunner::in_codes_order(const QuantWeight& w, const void* x, int rows, cudaStream_t stream) {
+  if (!w.perm) return x;
+  if (rows > rows_capacity_ || w.in > max_in_)
+    throw std::logic_error("QuantLinearRunner: " + std::to_string(rows) + " rows of " + std::to_string(w.in) +
+                           " inputs exceed the reserved act-order scratch");
+  kernels::gather_columns(x, w.perm, gathered_.get(), rows, w.in, stream);
+  return gathered_.get();
 }
 
 void QuantLinearRunner::prepare(int max_rows, const QuantWeight& w) {
@@ -321,6 +343,7 @@ bool QuantLinearRunner::run_gate_up_silu(const QuantWeight& w, const void* x, vo
   const kernels::QuantGemvKernel kernel = kernels::quant_gemv_kernel_for(a);  // steps takes up to 16 rows
   if (kernel != kernels::QuantGemvKernel::steps && kernel != kernels::QuantGemvKernel::packed) return false;
   if (kernel == kernels::QuantGemvKernel::steps && !a.w) return false;  // only the packed layout: 8 rows at most
+  a.x = in_codes_order(w, x, rows, stream);
   kernels::quant_gemv(a, stream);
   return true;
 }
@@ -335,6 +358,7 @@ bool QuantLinearRunner::run_qkv_rope_kv(const QuantWeight& w, const kernels::Qkv
   if (!a.w) return false;  // only the packed INT4 layout: the steps kernel reads the plain codes
   a.rope = kernels::gemv_rope_kv_params(qa);
   if (kernels::quant_gemv_kernel_for(a) != kernels::QuantGemvKernel::steps) return false;
+  a.x = in_codes_order(w, x, rows, stream);
   kernels::quant_gemv(a, stream);
   return true;
 }
@@ -343,6 +367,7 @@ void QuantLinearRunner::run(const QuantWeight& w, const void* x, void* y, int ro
                             cudaStream_t stream) {
   if (rows == 0) return;
   const bool fp8 = w.kind == QuantLinear::Kind::fp8_e4m3;
+  x = in_codes_order(w, x, rows, stream);
   if (rows <= gemv_max_rows_ && w.packed_codes) {  // the packed kernel: launches of up to 8 rows
     for (int r0 = 0; r0 < rows; r0 += 8) {
       kernels::QuantGemvArgs a = gemv_args(w, static_cast<const uint16_t*>(x) + int64_t(r0) * w.in,

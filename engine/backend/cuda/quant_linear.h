@@ -10,7 +10,9 @@
 //   fp32 scales and zeros [in / group, out] (with SERVELAB_QUANT_GEMV=packed, repacked at load into
 //   the mma fragments' order instead: pack_int4_linears). Up to gemv_max_rows rows quant_gemv (the
 //   packed kernel in launches of up to 8 rows); more rows dequantize into a bf16 scratch matrix
-//   and take the bf16 GEMM.
+//   and take the bf16 GEMM. Act order (GPTQ's g_idx, quant_pack.h): the codes' positions are the
+//   input channels sorted by group, and every product first gathers x's columns in that order
+//   into a scratch (kernels::gather_columns), then runs as above.
 // default_gemv_rows() is the measured fastest split between the two per format (docs/quantization.md).
 // Plain C++ over the kernels' launch functions (no device code here).
 #include <cstdint>
@@ -37,6 +39,8 @@ struct QuantWeight {
   /// scales and zeros are null: a loaded INT4 model keeps only this layout (see pack_int4_linears).
   const uint8_t* packed_codes = nullptr;
   const void* packed_groups = nullptr;
+  /// int4 act order: position i of a row's codes is input channel perm[i] (null: channel i)
+  const int32_t* perm = nullptr;
   bool uniform_scales = false;     ///< fp8: every row has the same scale (one per-tensor scale)
   int group_size = 128;            ///< int4
   int out = 0, in = 0;
@@ -58,7 +62,7 @@ struct QuantDeviceWeights {
 /// CPU (the same codes and scales, from the same bf16 values), then w's bf16 Linears are freed
 /// (w.storage is rebuilt with the embedding, norms, biases and LM head only; w.bytes shrinks).
 /// Throws std::invalid_argument for what the GPU path does not run: fp8 with static activation
-/// scales, act-order INT4, f16 storage, shapes the kernels refuse.
+/// scales, an act order (quantize on load has none), f16 storage, shapes the kernels refuse.
 QuantDeviceWeights quantize_device_weights(DeviceWeights& w, const QuantScheme& scheme);
 
 /// A quantized checkpoint's Linears as stored (quant_pack.h: packed on the host from
@@ -85,8 +89,9 @@ class QuantLinearRunner {
   /// GEMM (fp8) or dequantize + bf16 GEMM (int4), kernel_bench --quant-only on an H200.
   static int default_gemv_rows(const QuantScheme& scheme);
   int gemv_max_rows() const { return gemv_max_rows_; }
-  /// Activation codes and scales for steps of up to `rows` rows (call outside graph capture; a
-  /// reallocation means the backend's graphs must be captured again).
+  /// Activation codes and scales (fp8), or the act order's gathered activations, for steps of up
+  /// to `rows` rows (call outside graph capture; a reallocation means the backend's graphs must
+  /// be captured again).
   bool reserve(int rows);
   /// Device bytes of the scratch for steps of `rows` rows (gpu_memory_utilization's accounting).
   int64_t scratch_bytes(int rows) const;
@@ -107,12 +112,15 @@ class QuantLinearRunner {
 
  private:
   kernels::QuantGemvArgs gemv_args(const QuantWeight& w, const void* x, void* y, int rows) const;
+  /// x, or with w's act order x's columns gathered into the codes' order (launched on stream).
+  const void* in_codes_order(const QuantWeight& w, const void* x, int rows, cudaStream_t stream);
   QuantScheme scheme_;
   int max_in_ = 0;
   int rows_capacity_ = 0;
   int gemv_max_rows_ = kGemvRows;
   std::unique_ptr<kernels::Fp8Gemm> fp8_;
   DeviceBuffer act_codes_, act_scales_, amax_, dequant_;
+  DeviceBuffer gathered_;  // act order: x's columns in the codes' order, [rows_capacity_, max_in_] bf16
   DeviceBuffer gemv_partials_, gemv_counters_;  // quant_gemv's split-K workspace
   int64_t gemv_partial_floats_ = 0;
   int gemv_counter_count_ = 0;

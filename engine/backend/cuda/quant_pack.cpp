@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace servelab::cuda {
 namespace quant_pack_detail {  // named: servelab_backend may be compiled as unity batches
@@ -26,6 +27,28 @@ void pack_fp8(const std::vector<const QuantLinear*>& parts, PackedQuantLinear& p
   p.uniform_scales = all_per_tensor && parts.size() == 1;
 }
 
+/// Act order (GPTQ's g_idx): the input positions sorted by group, within a group by channel, so that
+/// each group's channels are contiguous; empty when g_idx is k / group (or absent). Refuses a
+/// g_idx whose groups do not each hold `group` inputs.
+std::vector<int32_t> act_order_perm(const QuantLinear& q, int group) {
+  if (q.g_idx.empty()) return {};
+  bool plain = true;
+  for (int64_t k = 0; k < q.in && plain; ++k) plain = q.g_idx[size_t(k)] == k / group;
+  if (plain) return {};
+  const int64_t n_groups = q.in / group;
+  std::vector<int64_t> start(size_t(n_groups) + 1, 0);
+  for (int64_t k = 0; k < q.in; ++k) ++start[size_t(q.g_idx[size_t(k)]) + 1];  // in range: QuantLinear::validate
+  for (int64_t g = 0; g < n_groups; ++g) {
+    if (start[size_t(g) + 1] != group)
+      throw refused("act-order g_idx puts " + std::to_string(start[size_t(g) + 1]) + " inputs in group " +
+                    std::to_string(g) + " (the GPU takes groups of exactly " + std::to_string(group) + ")");
+    start[size_t(g) + 1] += start[size_t(g)];
+  }
+  std::vector<int32_t> perm(size_t(q.in));
+  for (int64_t k = 0; k < q.in; ++k) perm[size_t(start[size_t(q.g_idx[size_t(k)])]++)] = int32_t(k);
+  return perm;
+}
+
 void pack_int4(const std::vector<const QuantLinear*>& parts, PackedQuantLinear& p) {
   const int group = parts[0]->group_size;
   if (group < 16 || group % 16 != 0 || p.in % group != 0)
@@ -36,16 +59,23 @@ void pack_int4(const std::vector<const QuantLinear*>& parts, PackedQuantLinear& 
   p.codes.assign(size_t(p.out) * (p.in / 2), 0);
   p.scales.assign(size_t(n_groups) * p.out, 0.0f);
   p.zeros.assign(size_t(n_groups) * p.out, 0.0f);
+  p.perm = act_order_perm(*parts[0], group);
   int64_t row0 = 0;
   for (const QuantLinear* q : parts) {
     if (q->group_size != group) throw refused("the fused Linears have different INT4 group sizes");
-    for (int64_t k = 0; k < q->in && !q->g_idx.empty(); ++k)
-      if (q->g_idx[size_t(k)] != k / group)
-        throw refused("act-order INT4 (a g_idx that reorders the input) is not run on the GPU yet");
+    // One product runs a fused q|k|v or gate|up over one x: their matrices must take x in one order
+    // (GPTQ orders by the layer input's Hessian, which q, k and v share, as gate and up do).
+    if (act_order_perm(*q, group) != p.perm)
+      throw refused("the fused Linears (q|k|v or gate|up) order their input differently (act-order g_idx): the GPU "
+                    "runs them as one product over one input");
     for (int64_t o = 0; o < q->out; ++o) {
       const uint8_t* src = q->codes.data() + o * q->in;
       uint8_t* dst = p.codes.data() + (row0 + o) * (p.in / 2);
-      for (int64_t j = 0; j < p.in / 2; ++j) dst[j] = uint8_t((src[2 * j] & 0xF) | (src[2 * j + 1] & 0xF) << 4);
+      if (p.perm.empty())
+        for (int64_t j = 0; j < p.in / 2; ++j) dst[j] = uint8_t((src[2 * j] & 0xF) | (src[2 * j + 1] & 0xF) << 4);
+      else  // position i holds input channel perm[i]
+        for (int64_t j = 0; j < p.in / 2; ++j)
+          dst[j] = uint8_t((src[p.perm[size_t(2 * j)]] & 0xF) | (src[p.perm[size_t(2 * j + 1)]] & 0xF) << 4);
     }
     for (int64_t g = 0; g < n_groups; ++g)
       for (int64_t o = 0; o < q->out; ++o) {

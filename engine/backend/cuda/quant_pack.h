@@ -5,10 +5,14 @@
 // Per layer the Linears are fused as the forward runs them: q|k|v, o, gate|up, down.
 //   fp8:  codes [out, in] E4M3 (the HF matrices' rows one after another) and fp32 scales [out]:
 //         per-channel scales concatenated, a per-tensor scale repeated over its matrix's rows;
-//   int4: codes [out, in / 2], byte j of a row = k 2j (low nibble) and 2j + 1 (high nibble);
-//         fp32 scales and zeros [in / group, out], each group row the matrices' columns in turn.
-// What the GPU kernels do not take is refused by name: act-order INT4 (a g_idx that is not
-// k / group), groups that do not divide every input, FP8 with static input scales.
+//   int4: codes [out, in / 2], byte j of a row = positions 2j (low nibble) and 2j + 1 (high
+//         nibble); fp32 scales and zeros [in / group, out], each group row the matrices' columns
+//         in turn. Position i is input channel i, or with act order (GPTQ's g_idx not k / group)
+//         input channel perm[i]: the channels sorted by group, so a group is `group` consecutive
+//         positions, and the product takes x's columns in that order (kernels::gather_columns).
+// What the GPU kernels do not take is refused by name: an act order whose groups do not each hold
+// `group` inputs, fused Linears whose act orders differ, groups that do not divide every input,
+// FP8 with static input scales.
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -25,6 +29,7 @@ struct PackedQuantLinear {
   bool uniform_scales = false;  ///< fp8: one scale for every row
   std::vector<uint8_t> codes;
   std::vector<float> scales, zeros;
+  std::vector<int32_t> perm;  ///< int4 act order: position i holds input channel perm[i]; empty: i
 };
 
 /// q|k|v, o, gate|up, down of one layer.
