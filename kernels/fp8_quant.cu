@@ -5,6 +5,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -48,15 +49,18 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const __nv_bfloat16* x, 
   if (threadIdx.x == 0) atomicMax(reinterpret_cast<int*>(amax), __float_as_int(m));
 }
 
-/// kMode 0: per token (the row's own amax); 1: per tensor (*amax); 2: given scales[row] (weights).
+/// kMode 0: per token (the row's own amax); 1: per tensor (*amax); 2: given scales[row] (weights);
+/// 3: `fixed` (static activations).
 template <int kMode>
 __global__ void __launch_bounds__(kThreads) codes_kernel(const __nv_bfloat16* x, int64_t stride, int k,
-                                                         const float* amax, float* scales, uint8_t* codes) {
+                                                         const float* amax, float* scales, uint8_t* codes,
+                                                         float fixed = 0.0f) {
   const int64_t r = blockIdx.x;
   const __nv_bfloat16* row = x + r * stride;
   float scale;
   if constexpr (kMode == 0) scale = scale_of(row_amax(row, k));
   else if constexpr (kMode == 1) scale = scale_of(*amax);
+  else if constexpr (kMode == 3) scale = fixed;
   else scale = scales[r];
   if (kMode != 2 && threadIdx.x == 0) scales[r] = scale;
   const float inv = 1.0f / scale;
@@ -91,6 +95,8 @@ void validate(const Fp8QuantizeArgs& a) {
   if (a.x_stride < a.k || a.x_stride % 8) throw bad("x_stride must be >= k and a multiple of 8");
   if (!a.x || !a.codes || !a.row_scales) throw bad("x, codes and row_scales must be set");
   if (a.scales == Fp8ActScales::per_tensor && !a.amax) throw bad("per-tensor scales need the amax scratch");
+  if (a.scales == Fp8ActScales::fixed && !(a.fixed_scale > 0.0f && a.fixed_scale < INFINITY))
+    throw bad("a fixed scale must be > 0 and finite (got " + std::to_string(a.fixed_scale) + ")");
 }
 
 void quantize_fp8_activations(const Fp8QuantizeArgs& a, cudaStream_t stream) {
@@ -100,6 +106,8 @@ void quantize_fp8_activations(const Fp8QuantizeArgs& a, cudaStream_t stream) {
   const auto* x = static_cast<const __nv_bfloat16*>(a.x);
   if (a.scales == Fp8ActScales::per_token) {
     codes_kernel<0><<<a.m, kThreads, 0, stream>>>(x, a.x_stride, a.k, nullptr, a.row_scales, a.codes);
+  } else if (a.scales == Fp8ActScales::fixed) {
+    codes_kernel<3><<<a.m, kThreads, 0, stream>>>(x, a.x_stride, a.k, nullptr, a.row_scales, a.codes, a.fixed_scale);
   } else {
     CUDA_CHECK(cudaMemsetAsync(a.amax, 0, sizeof(float), stream));
     amax_kernel<<<a.m, kThreads, 0, stream>>>(x, a.x_stride, a.k, a.amax);

@@ -87,6 +87,20 @@ TEST(QuantPack, Int4NibblesAndGroupRowsInterleaveTheMatrices) {
   }
 }
 
+// Static FP8 activation scales: a fused Linear takes the largest of its matrices' input scales
+// (one input, one scale), as the cpu backend's QuantScheme::input_scales does.
+TEST(QuantPack, Fp8StaticInputScalesTakeTheFusedLinearsLargest) {
+  const auto wq = random_matrix(16, 64, 11), wk = random_matrix(8, 64, 12);
+  QuantLinear q = quantize_fp8(wq.data(), 16, 64, Fp8WeightScales::per_tensor);
+  QuantLinear k = quantize_fp8(wk.data(), 8, 64, Fp8WeightScales::per_tensor);
+  q.input_scale = 0.25f;
+  k.input_scale = 0.75f;
+  EXPECT_EQ(pack_quant_linear({&q, &k}).input_scale, 0.75f);
+  EXPECT_EQ(pack_quant_linear({&q}).input_scale, 0.25f);
+  q.input_scale = k.input_scale = 0.0f;
+  EXPECT_EQ(pack_quant_linear({&q, &k}).input_scale, 0.0f);  // dynamic
+}
+
 // GPTQ's act order: the packed positions are the input channels sorted by group (a group's
 // channels contiguous, in channel order), the codes moved with them; a fused q|k|v takes one
 // order for all three (as GPTQ's shared Hessian gives them).
@@ -137,8 +151,9 @@ TEST(QuantPack, RefusesWhatTheGpuDoesNotRun) {
   EXPECT_NO_THROW(pack_quant_linear({&swapped}));
   refused_for({&ordered, &swapped}, "order their input differently");
   QuantLinear fp8 = quantize_fp8(w.data(), 16, 256, Fp8WeightScales::per_channel);
+  const QuantLinear dynamic = fp8;
   fp8.input_scale = 0.5f;
-  EXPECT_THROW(pack_quant_linear({&fp8}), std::invalid_argument);  // static input scales
+  refused_for({&fp8, &dynamic}, "mix static and dynamic");
   const auto narrow = random_matrix(16, 128, 9);
   const QuantLinear other = quantize_int4(narrow.data(), 16, 128, 128, true);
   const QuantLinear int4 = quantize_int4(w.data(), 16, 256, 128, true);

@@ -42,9 +42,10 @@ TEST(Fp8QuantGpu, ActivationCodesAndScalesMatchTheReferenceBitForBit) {
   std::mt19937_64 rng(7);
   for (int m : {1, 17, 130})
     for (int k : {8, 72, 4104})
-      for (Fp8ActScales mode : {Fp8ActScales::per_tensor, Fp8ActScales::per_token}) {
-        const bool per_token = mode == Fp8ActScales::per_token;
-        SCOPED_TRACE("m=" + std::to_string(m) + " k=" + std::to_string(k) + (per_token ? " per token" : " per tensor"));
+      for (Fp8ActScales mode : {Fp8ActScales::per_tensor, Fp8ActScales::per_token, Fp8ActScales::fixed}) {
+        const bool per_token = mode == Fp8ActScales::per_token, fixed = mode == Fp8ActScales::fixed;
+        SCOPED_TRACE("m=" + std::to_string(m) + " k=" + std::to_string(k) +
+                     (per_token ? " per token" : fixed ? " fixed" : " per tensor"));
         const int stride = k + 16;
         const std::vector<uint16_t> xb = random_rows(size_t(m) * stride, stride, rng, 0.5f);
         std::vector<float> xf(size_t(m) * k);  // the rows without their padding
@@ -52,7 +53,11 @@ TEST(Fp8QuantGpu, ActivationCodesAndScalesMatchTheReferenceBitForBit) {
           for (int i = 0; i < k; ++i) xf[size_t(r) * k + i] = bf16_to_f32(xb[size_t(r) * stride + i]);
         std::vector<uint8_t> ref_codes(xf.size());
         std::vector<float> ref_scales(static_cast<size_t>(m));
-        fp8_quantize_rows_ref(xf.data(), m, k, per_token, ref_codes.data(), ref_scales.data());
+        // Fixed: a checkpoint's static input scale, small enough that the rows' largest values
+        // (|x| up to ~2) pass 448 · scale and saturate.
+        const float fixed_scale = 0.0025f;
+        if (fixed) fp8_quantize_rows_fixed_ref(xf.data(), m, k, fixed_scale, ref_codes.data(), ref_scales.data());
+        else fp8_quantize_rows_ref(xf.data(), m, k, per_token, ref_codes.data(), ref_scales.data());
         DeviceBuffer dx = testing::upload(xb), codes(xf.size()), scales(size_t(m) * 4), amax(4);
         codes.poison();
         scales.poison();
@@ -65,6 +70,7 @@ TEST(Fp8QuantGpu, ActivationCodesAndScalesMatchTheReferenceBitForBit) {
         a.codes = codes.get<uint8_t>();
         a.row_scales = scales.get<float>();
         a.amax = amax.get<float>();
+        a.fixed_scale = fixed ? fixed_scale : 0.0f;
         quantize_fp8_activations(a, nullptr);
         const std::vector<uint8_t> got = testing::download<uint8_t>(codes, xf.size());
         const std::vector<float> got_scales = testing::download<float>(scales, size_t(m));

@@ -87,10 +87,8 @@ void check_scheme(const DeviceWeights& w, const QuantScheme& scheme) {
   };
   if (!scheme.quantized()) throw refuse("nothing to quantize");
   if (w.storage_dtype != DType::bf16) throw refuse("quantized Linears run with dtype bf16 only (got f16)");
-  if (scheme.method == Quantization::fp8 && scheme.activations != ActivationQuant::fp8_per_tensor &&
-      scheme.activations != ActivationQuant::fp8_per_token)
-    throw refuse("FP8 runs with dynamic per-tensor or per-token activation scales only (static input scales and "
-                 "weight-only FP8 run on backend cpu)");
+  if (scheme.method == Quantization::fp8 && scheme.activations == ActivationQuant::none)
+    throw refuse("FP8 runs with per-tensor, per-token or static activation scales (weight-only FP8 runs on backend cpu)");
   for (const FusedShape& f : fused_shapes(w.config)) {
     if (f.in % 16 || f.out % 8)
       throw refuse("a Linear of [" + std::to_string(f.out) + ", " + std::to_string(f.in) +
@@ -146,9 +144,10 @@ void lay_out_quant(QuantDeviceWeights& q, const QuantScheme& scheme, const Model
 QuantDeviceWeights quantize_device_weights(DeviceWeights& w, const QuantScheme& scheme) {
   using namespace quant_linear_detail;
   check_scheme(w, scheme);
-  if (scheme.act_order)
+  if (scheme.act_order || scheme.activations == ActivationQuant::fp8_static)
     throw std::invalid_argument("cuda backend, quantization " + scheme.describe() +
-                                ": quantize on load rounds to nearest in channel order (act order needs a GPTQ checkpoint)");
+                                ": quantize on load has no act order and no static input scales (they come with a "
+                                "checkpoint)");
   const std::array<FusedShape, 4> shapes = fused_shapes(w.config);
   QuantDeviceWeights q;
   lay_out_quant(q, scheme, w.config);
@@ -199,6 +198,11 @@ QuantDeviceWeights upload_quant_weights(DeviceWeights& w, const QuantScheme& sch
         throw std::invalid_argument("upload_quant_weights: layer " + std::to_string(l) + "'s Linear " +
                                     std::to_string(i) + " does not match the model's shapes or the scheme");
       qw.uniform_scales = p.uniform_scales;
+      qw.input_scale = p.input_scale;
+      if (!int4 && (p.input_scale > 0.0f) != (scheme.activations == ActivationQuant::fp8_static))
+        throw std::invalid_argument("upload_quant_weights: layer " + std::to_string(l) + "'s Linear " +
+                                    std::to_string(i) + (p.input_scale > 0.0f ? " has a static input scale" : " has no input scale") +
+                                    " where the scheme's activations are " + to_string(scheme.activations));
       CUDA_CHECK(cudaMemcpy(const_cast<uint8_t*>(qw.codes), p.codes.data(), p.codes.size(), cudaMemcpyHostToDevice));
       CUDA_CHECK(cudaMemcpy(const_cast<float*>(qw.scales), p.scales.data(), p.scales.size() * 4, cudaMemcpyHostToDevice));
       if (int4)
@@ -399,7 +403,10 @@ void QuantLinearRunner::run(const QuantWeight& w, const void* x, void* y, int ro
   qa.x_stride = w.in;
   qa.m = rows;
   qa.k = w.in;
-  qa.scales = per_token ? kernels::Fp8ActScales::per_token : kernels::Fp8ActScales::per_tensor;
+  qa.scales = w.input_scale > 0.0f ? kernels::Fp8ActScales::fixed
+              : per_token          ? kernels::Fp8ActScales::per_token
+                                   : kernels::Fp8ActScales::per_tensor;
+  qa.fixed_scale = w.input_scale;
   qa.codes = act_codes_.get<uint8_t>();
   qa.row_scales = act_scales_.get<float>();
   qa.amax = amax_.get<float>();

@@ -5,7 +5,8 @@
 //   per-tensor scale repeated over its rows: a fused Q|K|V keeps three). Products of at most
 //   gemv_max_rows rows take quant_gemv on bf16 activations (W8A16: the bytes are the decode win);
 //   more rows quantize the activations to E4M3 (dynamic, per tensor or per token as the scheme
-//   says) and take the FP8 GEMM (W8A8, fp8_gemm.h).
+//   says, or static: the checkpoint's input_scale, the fused Linears' largest) and take the FP8
+//   GEMM (W8A8, fp8_gemm.h).
 // - int4 (AWQ asymmetric or GPTQ symmetric, groups along the input): codes [out, in / 2] and
 //   fp32 scales and zeros [in / group, out] (with SERVELAB_QUANT_GEMV=packed, repacked at load into
 //   the mma fragments' order instead: pack_int4_linears). Up to gemv_max_rows rows quant_gemv (the
@@ -42,6 +43,7 @@ struct QuantWeight {
   /// int4 act order: position i of a row's codes is input channel perm[i] (null: channel i)
   const int32_t* perm = nullptr;
   bool uniform_scales = false;     ///< fp8: every row has the same scale (one per-tensor scale)
+  float input_scale = 0.0f;        ///< fp8: the static activation scale (0: dynamic, per the scheme)
   int group_size = 128;            ///< int4
   int out = 0, in = 0;
 };
@@ -61,8 +63,9 @@ struct QuantDeviceWeights {
 /// each HF matrix of w's decoder layers quantized as engine/model/quantize_weights.h does on the
 /// CPU (the same codes and scales, from the same bf16 values), then w's bf16 Linears are freed
 /// (w.storage is rebuilt with the embedding, norms, biases and LM head only; w.bytes shrinks).
-/// Throws std::invalid_argument for what the GPU path does not run: fp8 with static activation
-/// scales, an act order (quantize on load has none), f16 storage, shapes the kernels refuse.
+/// Throws std::invalid_argument for what the GPU path does not run: weight-only fp8, static
+/// activation scales or an act order (quantize on load has neither), f16 storage, shapes the
+/// kernels refuse.
 QuantDeviceWeights quantize_device_weights(DeviceWeights& w, const QuantScheme& scheme);
 
 /// A quantized checkpoint's Linears as stored (quant_pack.h: packed on the host from

@@ -1,6 +1,7 @@
 // Packing a quantized checkpoint's Linears into the cuda backend's layouts (quant_pack.h).
 #include "engine/backend/cuda/quant_pack.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -16,9 +17,13 @@ void pack_fp8(const std::vector<const QuantLinear*>& parts, PackedQuantLinear& p
   p.codes.reserve(size_t(p.out) * p.in);
   p.scales.reserve(size_t(p.out));
   bool all_per_tensor = true;
+  const bool static_scales = parts[0]->input_scale > 0.0f;
   for (const QuantLinear* q : parts) {
-    if (q->input_scale > 0.0f)
-      throw refused("static FP8 input scales run on backend cpu only (the GPU path quantizes activations dynamically)");
+    // Static activation scales: one input, one scale; the fused Linears' largest, as vLLM (and
+    // the cpu backend's QuantScheme::input_scales) takes it.
+    if ((q->input_scale > 0.0f) != static_scales)
+      throw refused("the fused Linears (q|k|v or gate|up) mix static and dynamic FP8 input scales");
+    p.input_scale = std::max(p.input_scale, q->input_scale);
     p.codes.insert(p.codes.end(), q->codes.begin(), q->codes.end());
     const bool per_tensor = q->scales.size() == 1;
     all_per_tensor = all_per_tensor && per_tensor;

@@ -10,9 +10,11 @@
 //         in turn. Position i is input channel i, or with act order (GPTQ's g_idx not k / group)
 //         input channel perm[i]: the channels sorted by group, so a group is `group` consecutive
 //         positions, and the product takes x's columns in that order (kernels::gather_columns).
+//   fp8 static activation scales: input_scale, the largest of the fused Linears' (one input, one
+//         scale, as vLLM and the cpu backend take it).
 // What the GPU kernels do not take is refused by name: an act order whose groups do not each hold
-// `group` inputs, fused Linears whose act orders differ, groups that do not divide every input,
-// FP8 with static input scales.
+// `group` inputs, fused Linears whose act orders differ or that mix static and dynamic FP8 input
+// scales, groups that do not divide every input.
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -27,6 +29,7 @@ struct PackedQuantLinear {
   QuantLinear::Kind kind = QuantLinear::Kind::fp8_e4m3;
   int out = 0, in = 0, group_size = 128;
   bool uniform_scales = false;  ///< fp8: one scale for every row
+  float input_scale = 0.0f;     ///< fp8: the static activation scale (0: dynamic)
   std::vector<uint8_t> codes;
   std::vector<float> scales, zeros;
   std::vector<int32_t> perm;  ///< int4 act order: position i holds input channel perm[i]; empty: i
