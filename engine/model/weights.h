@@ -54,9 +54,12 @@ struct ModelWeights {
   /// model.safetensors.index.json. A config.json with a quantization_config (compressed-tensors
   /// or vLLM fp8, AWQ, GPTQ: quant_checkpoint.h) loads the quantized Linears dequantized.
   /// Throws std::runtime_error naming the file and tensor.
-  /// keep_quant_codes: also keep a quantized checkpoint's Linears as stored (quant_linears; the
-  /// cuda backend runs them in their own format).
-  static ModelWeights load(const std::string& dir, bool keep_quant_codes = false);
+  /// How a quantized checkpoint's Linears load: dequantized into their fp32 tensors (the cpu
+  /// backend's reference), also kept as stored (quant_linears), or kept as stored only, their fp32
+  /// tensors left empty (the cuda backend runs them in their format: no fp32 copy of the Linears
+  /// in host memory, ~4 bytes a weight). An unquantized checkpoint loads the same in every mode.
+  enum class QuantLinears { dequantize, dequantize_and_keep, keep_only };
+  static ModelWeights load(const std::string& dir, QuantLinears quant = QuantLinears::dequantize);
 };
 
 }  // namespace servelab

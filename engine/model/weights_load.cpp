@@ -75,7 +75,8 @@ size_t quant_linear_slot(const std::string& prefix) {
 
 }  // namespace
 
-ModelWeights ModelWeights::load(const std::string& dir, bool keep_quant_codes) {
+ModelWeights ModelWeights::load(const std::string& dir, QuantLinears quant) {
+  const bool keep_quant_codes = quant != QuantLinears::dequantize, fp32_linears = quant != QuantLinears::keep_only;
   const fs::path root(dir);
   if (!fs::is_directory(root)) throw std::runtime_error(dir + ": not a directory (expected a Hugging Face model folder)");
   ModelWeights w;
@@ -141,8 +142,8 @@ ModelWeights ModelWeights::load(const std::string& dir, bool keep_quant_codes) {
     std::string prefix;
     if (scheme && is_quantized_linear(s.name, &prefix)) {  // read below, from the format's tensors
       std::vector<float>& storage = tensor_storage(w, s.name);
-      storage.resize(static_cast<size_t>(s.numel()));
-      quant_jobs.push_back({prefix, s.shape[0], s.shape[1], storage.data()});
+      if (fp32_linears) storage.resize(static_cast<size_t>(s.numel()));
+      quant_jobs.push_back({prefix, s.shape[0], s.shape[1], fp32_linears ? storage.data() : nullptr});
       continue;
     }
     expected[s.name] = true;
@@ -179,8 +180,10 @@ ModelWeights ModelWeights::load(const std::string& dir, bool keep_quant_codes) {
     } catch (const std::runtime_error& e) {
       throw std::runtime_error(dir + ": " + e.what());
     }
-    const std::vector<float> values = dequantize(ql);
-    std::copy(values.begin(), values.end(), q.dst);
+    if (q.dst) {
+      const std::vector<float> values = dequantize(ql);
+      std::copy(values.begin(), values.end(), q.dst);
+    }
     input_scales[i] = ql.input_scale;
     if (i == 0 && ql.kind == QuantLinear::Kind::fp8_e4m3)
       w.quant.fp8_scales = ql.scales.size() == 1 ? Fp8WeightScales::per_tensor : Fp8WeightScales::per_channel;

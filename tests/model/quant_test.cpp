@@ -212,13 +212,27 @@ TEST(QuantCheckpoint, EachLayoutWritesAndLoadsBack) {
     EXPECT_TRUE(w.quant_linears.empty());  // kept only when asked
     // Kept as stored (the cuda backend runs them): q, k, v, o, gate, up, down of each layer, each
     // dequantizing to the fp32 matrix the plain load gives.
-    const ModelWeights kept = ModelWeights::load(dir.path(), /*keep_quant_codes=*/true);
+    const ModelWeights kept = ModelWeights::load(dir.path(), ModelWeights::QuantLinears::dequantize_and_keep);
     ASSERT_EQ(kept.quant_linears.size(), size_t(kept.config.n_layers) * 7);
     for (int l = 0; l < kept.config.n_layers; ++l) {
       const LayerWeights& L = kept.layers[size_t(l)];
       const std::vector<float>* fp32[7] = {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down};
       for (int j = 0; j < 7; ++j)
         EXPECT_EQ(dequantize(kept.quant_linears[size_t(l) * 7 + j]), *fp32[j]) << "layer " << l << " " << kQuantLinearNames[j];
+    }
+    // Kept only (the cuda backend's load): the same codes, no fp32 copy of the Linears, every
+    // other tensor as the plain load gives it.
+    const ModelWeights only = ModelWeights::load(dir.path(), ModelWeights::QuantLinears::keep_only);
+    ASSERT_EQ(only.quant_linears.size(), kept.quant_linears.size());
+    for (size_t i = 0; i < only.quant_linears.size(); ++i) {
+      EXPECT_EQ(only.quant_linears[i].codes, kept.quant_linears[i].codes) << "linear " << i;
+      EXPECT_EQ(only.quant_linears[i].scales, kept.quant_linears[i].scales) << "linear " << i;
+    }
+    EXPECT_EQ(only.quant.describe(), kept.quant.describe());
+    EXPECT_EQ(only.quant.input_scales, kept.quant.input_scales);
+    for (const TensorSpec& s : tensor_specs(only.config)) {
+      if (is_quantized_linear(s.name)) EXPECT_TRUE(tensor_storage(only, s.name).empty()) << s.name;
+      else EXPECT_EQ(tensor_storage(only, s.name), tensor_storage(kept, s.name)) << s.name;
     }
   }
 }

@@ -109,7 +109,8 @@ std::unique_ptr<CudaBackend> CudaBackend::load(const std::string& dir, CudaBacke
                                   " is a " + scheme->describe() + " checkpoint");
     if (options.residual_scale)
       throw std::invalid_argument(dir + ": residual_scale synthesizes weights; a quantized checkpoint's are as stored");
-    const ModelWeights host = ModelWeights::load(dir, /*keep_quant_codes=*/true);
+    // The Linears as stored only: no fp32 copy of them in host memory, no bf16 one on the device.
+    const ModelWeights host = ModelWeights::load(dir, ModelWeights::QuantLinears::keep_only);
     impl->checkpoint_scheme = host.quant;
     impl->options.quantization = host.quant.method;  // what the backend reports and runs
     impl->options.fp8_per_channel = host.quant.fp8_scales == Fp8WeightScales::per_channel;

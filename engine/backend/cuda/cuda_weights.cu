@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/model/hf_config.h"
+#include "engine/model/quant_checkpoint.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/tensors.h"
 #include "engine/model/checkpoint_files.h"
@@ -142,8 +143,9 @@ struct Placement {
   int64_t offset = 0;
 };
 
-/// Every checkpoint tensor of the config in allocate_layout's order, at its element offset.
-std::vector<Placement> lay_out(DeviceWeights& w) {
+/// Every checkpoint tensor of the config in allocate_layout's order, at its element offset; a
+/// tensor `left_out` says is given no room (its offset is the next tensor's).
+std::vector<Placement> lay_out(DeviceWeights& w, const std::function<bool(const std::string&)>& left_out = {}) {
   const std::vector<TensorSpec> specs = tensor_specs(w.config);
   std::map<std::string, const TensorSpec*> by_name;
   for (const TensorSpec& s : specs) by_name[s.name] = &s;
@@ -152,7 +154,7 @@ std::vector<Placement> lay_out(DeviceWeights& w) {
       w,
       [&](const std::string& name) {
         out.push_back({*by_name.at(name), 0});
-        return out.back().spec.numel();
+        return left_out && left_out(name) ? int64_t(0) : out.back().spec.numel();
       },
       [](int64_t embedding) { return embedding; }, "the model weights");
   for (size_t i = 0; i < out.size(); ++i) out[i].offset = offsets[i];
@@ -338,12 +340,19 @@ DeviceWeights DeviceWeights::from_host(const ModelWeights& host, DType storage) 
   DeviceWeights w;
   w.storage_dtype = storage;
   w.config = host.config;
-  const std::vector<Placement> places = lay_out(w);
+  // The Linears of a checkpoint loaded as codes only (quant_linears kept, fp32 tensors empty).
+  auto codes_only = [&](const std::string& name) {
+    return !host.quant_linears.empty() && is_quantized_linear(name) && tensor_storage(host, name).empty();
+  };
+  const std::vector<Placement> places = lay_out(w, codes_only);
+  if (codes_only("model.layers.0.self_attn.q_proj.weight"))
+    for (DeviceLayer& l : w.layers) l.w_qkv = l.w_o = l.w_gate_up = l.w_down = nullptr;  // in their format, later
   constexpr int64_t kChunk = 16ll << 20;  // floats a staging copy
   DeviceBuffer staging(size_t(kChunk) * 4, "the host weights staging buffer");
   auto* base = w.storage.get<uint16_t>();
   for (const Placement& p : places) {
     const std::vector<float>& v = tensor_storage(host, p.spec.name);
+    if (codes_only(p.spec.name)) continue;
     if (int64_t(v.size()) != p.spec.numel())
       throw std::invalid_argument("DeviceWeights::from_host: tensor " + p.spec.name + " holds " +
                                   std::to_string(v.size()) + " values, expected " + std::to_string(p.spec.numel()));
