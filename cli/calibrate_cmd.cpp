@@ -89,6 +89,7 @@ const Registrar kCalibrate(
         std::string steps, profile, preset, json, run;
         double skip_s = 2.0;
         int tensor_parallel = 1;
+        bool host_from_run = false;
       };
       auto o = std::make_shared<Opts>();
       sub.add_option("steps", o->steps, "a cpu/cuda run's steps.jsonl or validate-sim's steps_real.jsonl (uncompressed)")
@@ -103,6 +104,10 @@ const Registrar kCalibrate(
       sub.add_option("--tensor-parallel", o->tensor_parallel, "the profile's and the steps' degree")->check(CLI::PositiveNumber);
       sub.add_option("--skip-s", o->skip_s, "leave out each run's first seconds (graph captures, first use)")
           ->check(CLI::NonNegativeNumber);
+      sub.add_flag("--host-from-run", o->host_from_run,
+                   "also replace the profile's host_overhead by the engine's host time a step in the run (its "
+                   "back-to-back steps' start-to-start minus forward(); with fewer than 50 such steps, or "
+                   "validate-sim's steps_real.jsonl, the probe's is kept)");
       sub.footer(
           "Example:\n"
           "  servelab run cell.yaml --set seed=1011 --set workload.rates=[8] --set workload.n_requests=300 --out calib\n"
@@ -124,6 +129,16 @@ const Registrar kCalibrate(
           opts.run = o->run;
           opts.date = analysis::utc_now_iso8601();
           const CalibrationSummary sum = add_calibration_samples(profile, recorded, before, model, opts);
+          std::optional<HostFromRun> host;
+          if (o->host_from_run) {
+            host = host_overhead_from_run(recorded, o->skip_s);
+          }
+          if (host) {
+            nlohmann::ordered_json pts = nlohmann::ordered_json::array();
+            for (const auto& [seqs, sec] : host->points) pts.push_back({{"seqs", seqs}, {"seconds", sec}});
+            profile["host_overhead"] = {{"per_step_s", host->fitted.per_step_s}, {"per_seq_s", host->fitted.per_seq_s},
+                                        {"points", pts}, {"source", "calibration run: " + o->steps}};
+          }
           {  // beside it first, then renamed: --json may name the profile itself, which a failed write must not lose
             const std::string tmp = o->json + ".tmp";
             std::ofstream out(tmp, std::ios::trunc);
@@ -147,6 +162,12 @@ const Registrar kCalibrate(
                     << sum.skipped_warmup << " in each run's first " << o->skip_s << " s, " << sum.skipped_lora
                     << " with adapters, " << sum.skipped_swap << " after a swap left out)";
           if (sum.de_heated) std::cout << "; each divided by the sustained-load factor at its point of the run (at most " << sum.max_factor << ")";
+          if (host)
+            std::cout << "\nhost_overhead from the run's " << host->steps << " back-to-back steps: " << host->fitted.per_step_s * 1e6
+                      << " us + " << host->fitted.per_seq_s * 1e6 << " us a sequence (replaces the probe's)";
+          else if (o->host_from_run)
+            std::cout << "\nhost_overhead: the probe's kept (--host-from-run needs 50 or more steps after which requests "
+                         "waited, from a cpu/cuda run's steps.jsonl)";
           std::cout << "\n\nthe steps added, under the profile as given:\n" << table(before) << "\nand as calibrated:\n" << table(after);
           return 0;
         } catch (const std::exception& e) {

@@ -1,6 +1,7 @@
 #include "loadgen/step_calibration.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <stdexcept>
 
@@ -94,6 +95,34 @@ CalibrationSummary add_calibration_samples(nlohmann::ordered_json& profile, cons
                                     {"de_heated", sum.de_heated},
                                     {"max_factor", sum.max_factor}});
   return sum;
+}
+
+std::optional<HostFromRun> host_overhead_from_run(const std::vector<RecordedStep>& steps, double skip_s) {
+  std::map<int64_t, std::vector<double>> by_seqs;
+  int64_t used = 0;
+  double run_first = -1.0;
+  for (size_t i = 0; i + 1 < steps.size(); ++i) {
+    const RecordedStep& a = steps[i];
+    const RecordedStep& b = steps[i + 1];
+    if (i == 0 || steps[i - 1].run != a.run || a.record_start_s < steps[i - 1].record_start_s) run_first = a.record_start_s;
+    if (a.record_start_s < 0 || b.record_start_s < 0 || a.n_waiting <= 0 || b.run != a.run) continue;
+    if (a.record_start_s - run_first < skip_s) continue;
+    const double host = b.record_start_s - a.record_start_s - a.timing.measured_s;
+    if (!(host >= 0.0) || host > 0.1) continue;  // a new run's clock, or the engine idle
+    by_seqs[a.timing.shape.n_seqs].push_back(host);
+    ++used;
+  }
+  if (used < 50) return std::nullopt;
+  HostFromRun out;
+  out.steps = used;
+  for (auto& [seqs, v] : by_seqs) {
+    if (v.size() < 8) continue;
+    std::nth_element(v.begin(), v.begin() + std::ptrdiff_t(v.size() / 2), v.end());
+    out.points.emplace_back(double(seqs), v[v.size() / 2]);
+  }
+  if (out.points.empty()) return std::nullopt;
+  out.fitted = HostOverhead::fit(out.points);
+  return out;
 }
 
 }  // namespace servelab

@@ -12,7 +12,9 @@
 // back to the grid's state: divided by the factor the sim's load state gives it at that point of
 // the run (the state following the real steps, as price-steps does), so the sim, which applies
 // that factor again from its own state, does not count the run's heat twice.
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -51,6 +53,22 @@ struct CalibrationSummary {
 CalibrationSummary add_calibration_samples(nlohmann::ordered_json& profile, const std::vector<RecordedStep>& steps,
                                            const SimCostModel& cost, const ModelConfig& model,
                                            const CalibrationOptions& options);
+
+/// The engine's host seconds a step beyond its forward(), from a real run's back-to-back steps: for
+/// each step after which requests waited (n_waiting > 0: the engine had work and started the next
+/// step as soon as it could), the next step's start minus its own start minus its forward() time
+/// (its host work before forward() and everything between the two steps: tokens, retirements,
+/// records, the driver). Steps within skip_s of their run's first step are left out. The medians
+/// by batch size (of at least 8 steps each) fitted as HostOverhead::fit does; nullopt with fewer
+/// than 50 such steps or without the keys (validate-sim's steps_real.jsonl has none). What
+/// `servelab profile`'s probe measures over a sim backend is a fraction of it (on an H200 3-16 µs
+/// against 106-153 µs: results/sim-validation/README.md).
+struct HostFromRun {
+  HostOverhead fitted;
+  int64_t steps = 0;                                  ///< back-to-back steps used
+  std::vector<std::pair<double, double>> points;      ///< (sequences, median seconds) per batch size
+};
+std::optional<HostFromRun> host_overhead_from_run(const std::vector<RecordedStep>& steps, double skip_s);
 
 /// The profile phase a recorded step's shape reads as: decode (one row a sequence), verify (drafts
 /// verified), mixed (prefill rows beside decodes), chunk (a prefill after cached context) or prefill.

@@ -79,6 +79,10 @@ std::vector<RecordedStep> read_recorded_steps(const std::string& path, const std
         r.swap_bytes = j.value("swap_bytes", int64_t(0));
       } else {
         r.timing = step_of_run_line(j);  // a run's records carry no swap bytes
+        if (j.contains("host")) {
+          r.record_start_s = j.value("start_s", -1.0);
+          r.n_waiting = j.value("n_waiting", -1);
+        }
       }
       if (r.timing.shape.n_tokens < 1 || r.timing.shape.n_seqs < 1 || !(r.timing.measured_s > 0))
         throw std::invalid_argument("a step needs n_tokens, n_seqs and a measured time > 0");

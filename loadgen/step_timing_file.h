@@ -15,6 +15,10 @@ struct RecordedStep {
   StepTiming timing;
   std::string run;          ///< the line's "run" label ("" in a run's own steps.jsonl)
   int64_t swap_bytes = 0;   ///< steps_real.jsonl: bytes swapped out or in before the step (0 in a run's steps.jsonl)
+  /// A run's steps.jsonl (cpu / cuda, with host.forward_s): when the step began (its host work
+  /// before forward() first) and the requests waiting after it; -1 where the line has no such keys.
+  double record_start_s = -1.0;
+  int n_waiting = -1;
 };
 
 /// Every step of `path` in file order (each line by its own keys: measured_s, else duration_s and

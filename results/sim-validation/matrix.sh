@@ -178,8 +178,8 @@ run_cell() {  # run_cell NAME YAML: one gpu (or dry) cell, at LOADS (one load: i
     local preset
     preset=$(sed -n 's/^model: {preset: \([^,}]*\).*/\1/p' "$yaml")
     [ "$what" = dry ] && preset=tiny
-    echo "$bin calibrate $dir/calibration/steps.jsonl --profile $dir/profile-grid.json --preset $preset --json $dir/profile.json" >> "$dir/cell.txt"
-    if ! "$bin" calibrate "$dir/calibration/steps.jsonl" --profile "$dir/profile-grid.json" --preset "$preset" \
+    echo "$bin calibrate $dir/calibration/steps.jsonl --profile $dir/profile-grid.json --preset $preset --host-from-run --json $dir/profile.json" >> "$dir/cell.txt"
+    if ! "$bin" calibrate "$dir/calibration/steps.jsonl" --profile "$dir/profile-grid.json" --preset "$preset" --host-from-run \
         --json "$dir/profile.json" >> "$dir/calibration.txt" 2>&1; then
       echo "not run: calibrate failed (calibration.txt)" | tee "$dir/skipped.txt"; return 0
     fi

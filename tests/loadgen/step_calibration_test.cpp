@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 
 #include "engine/backend/sim_sustained.h"
 #include "loadgen/step_calibration.h"
@@ -208,6 +209,36 @@ TEST(StepCalibration, PhasesAndErrors) {
   nlohmann::ordered_json empty = nlohmann::ordered_json::object();
   o.skip_s = 0.0;
   EXPECT_THROW(add_calibration_samples(empty, serving_run("x@1"), f.cost, f.model, o), std::invalid_argument);
+}
+
+// The engine's host time a step from a real run's back-to-back steps: steps after which requests
+// waited, each host = next start - start - forward; a line through the medians by batch size. Steps
+// with nobody waiting (the engine idle until the next arrival), the run's first seconds and the
+// last step of each run are left out; too few steps give nothing.
+TEST(StepCalibration, HostOverheadFromTheRunsBackToBackSteps) {
+  std::vector<RecordedStep> steps;
+  double t = 0.0;
+  for (int i = 0; i < 400; ++i) {
+    RecordedStep r;
+    r.run = "continuous@8";
+    const int seqs = 8 << (i % 4);  // 8, 16, 32, 64 sequences
+    r.timing.shape.n_seqs = r.timing.shape.n_tokens = seqs;
+    r.timing.measured_s = 0.005;
+    r.record_start_s = t;
+    r.n_waiting = i % 5 == 4 ? 0 : 3;  // every fifth step: nobody waits, the engine idles 2 ms after it
+    const double host = 20e-6 + 0.5e-6 * seqs + (i % 3 == 0 ? 1e-6 : 0.0);  // a little noise
+    t += 0.005 + host + (r.n_waiting == 0 ? 0.002 : 0.0);
+    steps.push_back(r);
+  }
+  const std::optional<HostFromRun> h = host_overhead_from_run(steps, 0.1);
+  ASSERT_TRUE(h.has_value());
+  EXPECT_EQ(h->points.size(), 4u);
+  EXPECT_NEAR(h->fitted.per_step_s, 20e-6, 1.5e-6);
+  EXPECT_NEAR(h->fitted.per_seq_s, 0.5e-6, 0.05e-6);
+  EXPECT_LT(h->steps, 400 * 4 / 5);  // the idle steps and the first 0.1 s left out
+  // validate-sim's steps_real.jsonl carries no record start: nothing to fit.
+  for (RecordedStep& r : steps) r.record_start_s = -1.0;
+  EXPECT_FALSE(host_overhead_from_run(steps, 0.1).has_value());
 }
 
 }  // namespace step_calibration_test
