@@ -465,6 +465,13 @@ void CudaBackend::Impl::ensure_lora_scratch() {
   ++epoch;
 }
 
+void CudaBackend::Impl::prepare_lora_gemm(int rows) {
+  if (!lora_gemm || !lora.reserved() || rows <= lora_gemm_prepared_rows) return;
+  for (int g = 0; g < cuda::kLoraGroups; ++g)
+    lora_gemm->prepare(dt, lora.pool(0, cuda::LoraGroup(g)), std::max(1, lora_kernels.gemm_min_rows), rows);
+  lora_gemm_prepared_rows = rows;
+}
+
 void CudaBackend::Impl::mark_step_begin() {
   if (!step_begin) {
     CUDA_CHECK(cudaEventCreate(&step_begin));
