@@ -69,6 +69,7 @@ struct Layouts {
 };
 
 int64_t elem_bytes(ScalarType) { return 2; }
+cudaDataType_t cuda_type(ScalarType t) { return t == ScalarType::bf16 ? CUDA_R_16BF : CUDA_R_16F; }
 
 }  // namespace
 
@@ -133,7 +134,7 @@ LoraGemm::Prepared& LoraGemm::prepared(ScalarType t, const Shape& s, int al_a, i
   Shape sb = s;
   sb.n = n_bucket;
   const uint32_t align[4] = {uint32_t(al_a), uint32_t(al_b), uint32_t(al_d), uint32_t(al_d)};
-  auto p = std::make_unique<Prepared>(t == ScalarType::bf16 ? CUDA_R_16BF : CUDA_R_16F, sb);
+  auto p = std::make_unique<Prepared>(cuda_type(t), sb);
   p->algo = query(*p, sb, sb.workspace ? workspace_bytes_ : 0, align);
   return *buckets_.emplace(k, std::move(p)).first->second;
 }
@@ -164,7 +165,7 @@ void LoraGemm::matmul(ScalarType t, const Shape& s, float alpha, const void* a, 
   if (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE) LORA_CUBLAS_CHECK(st);
   if (own_.size() >= 4096) own_.clear();  // run lengths vary: bound the cache
   const uint32_t align[4] = {uint32_t(al_a), uint32_t(al_b), uint32_t(al_d), uint32_t(al_d)};
-  auto mine = std::make_unique<Prepared>(t == ScalarType::bf16 ? CUDA_R_16BF : CUDA_R_16F, s);
+  auto mine = std::make_unique<Prepared>(cuda_type(t), s);
   mine->algo = query(*mine, s, ws, align);
   LORA_CUBLAS_CHECK(launch(*mine));
   own_.emplace(own, std::move(mine));

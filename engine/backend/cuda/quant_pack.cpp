@@ -64,13 +64,13 @@ void pack_int4(const std::vector<const QuantLinear*>& parts, PackedQuantLinear& 
   p.codes.assign(size_t(p.out) * (p.in / 2), 0);
   p.scales.assign(size_t(n_groups) * p.out, 0.0f);
   p.zeros.assign(size_t(n_groups) * p.out, 0.0f);
-  p.perm = act_order_perm(*parts[0], group);
   int64_t row0 = 0;
   for (const QuantLinear* q : parts) {
     if (q->group_size != group) throw refused("the fused Linears have different INT4 group sizes");
     // One product runs a fused q|k|v or gate|up over one x: their matrices must take x in one order
     // (GPTQ orders by the layer input's Hessian, which q, k and v share, as gate and up do).
-    if (act_order_perm(*q, group) != p.perm)
+    if (q == parts[0]) p.perm = act_order_perm(*q, group);
+    else if (act_order_perm(*q, group) != p.perm)
       throw refused("the fused Linears (q|k|v or gate|up) order their input differently (act-order g_idx): the GPU "
                     "runs them as one product over one input");
     for (int64_t o = 0; o < q->out; ++o) {
