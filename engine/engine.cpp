@@ -76,6 +76,11 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend)
                                   ") does not run LoRA adapters");
     backend_->reserve_loras(config_.lora.max_loras, config_.lora.max_lora_rank);
     lora_slots_ = std::make_unique<LoraSlots>(config_.lora.max_loras);
+    // A request whose adapter is neither resident nor packed yet lets others go first (the step
+    // that loads it then pays the copy alone, not the packing: continuous_scheduler.h).
+    if (config_.lora.admit_when_packed) sched.adapter_ready = [this](const Sequence& s) {
+      return !s.lora || lora_slots_->holds(s.lora_id) || backend_->lora_ready(s.lora);
+    };
   }
   scheduler_ = make_scheduler(sched, *kv_, swap_.get());
 }

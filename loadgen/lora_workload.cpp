@@ -21,6 +21,7 @@ LoraConfig LoraWorkloadSpec::engine_config() const {
   c.max_cpu_loras = max_cpu_loras;
   c.max_lora_rank = rank;
   c.group_prompts = group_prompts;
+  c.admit_when_packed = admit_when_packed;
   return c;
 }
 

@@ -12,6 +12,8 @@
 //       max_loras: 4                  # in-process engine: adapters running at once (default 1)
 //       max_cpu_loras: 0              # in-process engine: adapters kept in host memory (0 = max_loras)
 //       group_prompts: true           # in-process engine: a step's prompts of one adapter together
+//       admit_when_packed: true       # in-process engine: a request whose adapter is still being
+//                                     # packed for its load lets others go first
 // Over HTTP (`bench`, `target:`) each request's adapter goes out as its `model` field, so the same
 // scenario measures vLLM's LoRA path (serve the adapters under these names there).
 #include <condition_variable>
@@ -44,6 +46,7 @@ struct LoraWorkloadSpec {
   int max_loras = 1;
   int max_cpu_loras = 0;
   bool group_prompts = true;
+  bool admit_when_packed = true;
   bool enabled() const { return !adapters.empty(); }
   /// "lora-0" .. "lora-{count-1}".
   static std::vector<std::string> numbered(int count);

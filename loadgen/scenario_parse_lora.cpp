@@ -25,7 +25,7 @@ class LoraWalker : public YamlReader {
 
   void lora(const YAML::Node& n, const std::string& path, LoraWorkloadSpec& out) {
     if (!section(n, path, {"adapters", "count", "distribution", "zipf_s", "base_fraction", "rank", "max_loras",
-                           "max_cpu_loras", "group_prompts"}))
+                           "max_cpu_loras", "group_prompts", "admit_when_packed"}))
       return;
     const bool listed = defined(n["adapters"]), counted = defined(n["count"]);
     if (listed == counted) {
@@ -80,6 +80,8 @@ class LoraWalker : public YamlReader {
     if (out.max_cpu_loras > 0 && out.max_cpu_loras < out.max_loras)
       d_.error(path + ".max_cpu_loras", "must be 0 or >= max_loras (" + std::to_string(out.max_loras) + ")");
     if (defined(n["group_prompts"])) read_bool(n["group_prompts"], path + ".group_prompts", out.group_prompts);
+    if (defined(n["admit_when_packed"]))
+      read_bool(n["admit_when_packed"], path + ".admit_when_packed", out.admit_when_packed);
   }
 };
 

@@ -230,6 +230,14 @@ class Backend {
   /// its image into pinned host memory on a worker, lora_images.h). Returns at once; never
   /// throws for a bad adapter (load_lora reports it). Default: nothing to prepare.
   virtual void stage_lora(std::shared_ptr<const LoraAdapter> adapter) { (void)adapter; }
+  /// Multi-LoRA: whether a load_lora of `adapter` now costs only its copy (cuda: its image is
+  /// packed), so the engine admits its request without stalling a step on the packing (the
+  /// scheduler's adapter_ready). Where nothing is under way for it, a backend starts preparing it
+  /// (as stage_lora) and says false. Never throws. Default: true (nothing to prepare).
+  virtual bool lora_ready(const std::shared_ptr<const LoraAdapter>& adapter) {
+    (void)adapter;
+    return true;
+  }
   /// Multi-LoRA on a simulated backend: what reading `adapter` into host memory takes (a server's
   /// front end reads an adapter a request names before handing the request over; the run's source
   /// holds the request back that long on the virtual clock: loadgen/lora_source.h). 0 where the

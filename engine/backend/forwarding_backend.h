@@ -34,6 +34,7 @@ class ForwardingBackend : public Backend {
     inner_->load_lora(slot, std::move(adapter));
   }
   void stage_lora(std::shared_ptr<const LoraAdapter> adapter) override { inner_->stage_lora(std::move(adapter)); }
+  bool lora_ready(const std::shared_ptr<const LoraAdapter>& adapter) override { return inner_->lora_ready(adapter); }
   double lora_read_seconds(const LoraAdapter& adapter) const override { return inner_->lora_read_seconds(adapter); }
   void reserve_loras(int max_loras, int max_lora_rank) override { inner_->reserve_loras(max_loras, max_lora_rank); }
   std::optional<CostCounts> priced_steps() const override { return inner_->priced_steps(); }

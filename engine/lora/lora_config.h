@@ -19,6 +19,11 @@ struct LoraConfig {
   /// A step's prompts of one adapter next to each other (Engine::step): the cuda backend pays its
   /// tensor-core GEMMs per contiguous run of one adapter's rows. Off: the scheduler's order.
   bool group_prompts = true;
+  /// A request whose adapter is neither resident nor packed for its load yet (the cuda backend
+  /// packs a new adapter's host image on a worker, ~8 ms for llama2-7b rank 16) lets others go
+  /// first, so the step that loads it pays the copy alone (continuous batching;
+  /// continuous_scheduler.h). Off: admitted in order, its step waiting for the packing.
+  bool admit_when_packed = true;
 
   int cpu_loras() const { return max_cpu_loras > 0 ? max_cpu_loras : max_loras; }
   void validate() const {

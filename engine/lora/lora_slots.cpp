@@ -34,4 +34,10 @@ int LoraSlots::acquire(const std::shared_ptr<const LoraAdapter>& adapter, uint64
   return victim;
 }
 
+bool LoraSlots::holds(uint64_t id) const {
+  for (const Slot& s : slots_)
+    if (s.id == id) return true;
+  return false;
+}
+
 }  // namespace servelab

@@ -23,6 +23,8 @@ class LoraSlots {
   int n_slots() const { return static_cast<int>(slots_.size()); }
   /// Adapters loaded into the backend so far (misses, first loads included).
   int64_t n_loads() const { return n_loads_; }
+  /// Some slot holds the adapter of this id.
+  bool holds(uint64_t id) const;
   /// Id of the adapter slot s holds (0 = empty).
   uint64_t resident(int s) const { return slots_[size_t(s)].id; }
 

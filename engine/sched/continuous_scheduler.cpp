@@ -280,6 +280,14 @@ bool ContinuousScheduler::adapter_fits(const Sequence& seq, const std::unordered
   return held.count(seq.lora_id) > 0 || static_cast<int>(held.size()) < config_.max_loras;
 }
 
+bool ContinuousScheduler::waits_for_adapter(const Sequence& seq, const std::unordered_set<uint64_t>& held,
+                                            const Pass& pass) const {
+  if (!config_.adapter_ready || seq.lora_id == 0 || held.count(seq.lora_id)) return false;
+  if (pass.step.chunks.empty() && running_.empty()) return false;  // nothing else to run meanwhile
+  if (pass.now - seq.arrival_s >= SchedulerConfig::kAdapterReadyWaitS) return false;
+  return !config_.adapter_ready(seq);
+}
+
 void ContinuousScheduler::schedule_admissions(Pass& pass) {
   if (config_.max_loras <= 0) {
     while (!waiting_.empty() && admit(waiting_.front(), pass)) waiting_.pop_front();
@@ -294,6 +302,10 @@ void ContinuousScheduler::schedule_admissions(Pass& pass) {
   const Sequence* held = nullptr;
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     Sequence* seq = *it;
+    if (waits_for_adapter(*seq, adapters, pass)) {  // its adapter still being prepared: others go first
+      ++it;
+      continue;
+    }
     if (!adapter_fits(*seq, adapters)) {  // held back; the first one held is the one overtakes count against
       if (!held) {
         held = seq;
@@ -316,6 +328,7 @@ void ContinuousScheduler::schedule_admissions(Pass& pass) {
 ScheduledStep ContinuousScheduler::schedule(double now) {
   Pass pass;
   pass.id = next_pass_id();
+  pass.now = now;
   pass.budget = config_.max_num_batched_tokens;
   // One allocation for the step's chunks rather than a doubling series as they are added.
   pass.step.chunks.reserve(std::min(running_.size() + waiting_.size() + swapped_.size(),

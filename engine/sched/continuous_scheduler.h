@@ -19,6 +19,10 @@
 // of them per held-back sequence (kept as vLLM keeps admitting popular adapters, bounded so that
 // a popular adapter cannot starve a rare one); after that admission waits for it. It then gets in
 // once every running sequence of some adapter has finished, which bounded outputs guarantee.
+// A sequence whose adapter is not ready (SchedulerConfig::adapter_ready: a device backend still
+// packing it) is passed over, with no bound on overtakes, until it is ready, until
+// kAdapterReadyWaitS after its arrival, or until the step would otherwise be empty; so the
+// adapter miss costs the other requests' steps the copy only, not the packing.
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -62,6 +66,7 @@ class ContinuousScheduler final : public Scheduler {
   struct Pass {
     ScheduledStep step;
     int budget = 0;  ///< tokens left under max_num_batched_tokens
+    double now = 0.0;
     /// This pass's number, unique in the process (next_pass_id()): a sequence has a chunk in
     /// step when its sched_pass is this.
     uint64_t id = 0;
@@ -104,6 +109,9 @@ class ContinuousScheduler final : public Scheduler {
   /// The adapter bound admits seq: no bound, no adapter, its adapter among `held` (the adapters
   /// of running and swapped sequences), or fewer than max_loras adapters there.
   bool adapter_fits(const Sequence& seq, const std::unordered_set<uint64_t>& held) const;
+  /// seq waits for its adapter's preparation (adapter_ready false, within kAdapterReadyWaitS of
+  /// its arrival) while something else runs: no running adapter of its, a step not empty.
+  bool waits_for_adapter(const Sequence& seq, const std::unordered_set<uint64_t>& held, const Pass& pass) const;
 
   SchedulerConfig config_;
   KvManager& kv_;

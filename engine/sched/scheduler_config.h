@@ -1,8 +1,11 @@
 #pragma once
 // Batching-policy settings, as a scenario's strategy gives them.
+#include <functional>
 #include <string>
 
 namespace servelab {
+
+struct Sequence;
 
 enum class BatchingKind { static_batch, dynamic_batch, continuous };
 enum class PreemptMode { recompute, swap };
@@ -26,6 +29,14 @@ struct SchedulerConfig {
   /// Most distinct LoRA adapters among running and swapped sequences (0 = no bound): the engine
   /// sets it from EngineConfig::lora. The admission rule is in continuous_scheduler.h.
   int max_loras = 0;
+  /// Whether a waiting sequence's adapter can be had now without stalling a step (resident, or
+  /// its load only a copy: Backend::lora_ready); set by the engine, null = always. The continuous
+  /// scheduler admits others past a sequence whose adapter is not ready, for at most
+  /// kAdapterReadyWaitS after its arrival and never into an otherwise empty step.
+  std::function<bool(const Sequence&)> adapter_ready;
+  /// How long past its arrival a sequence may wait for its adapter to be prepared (a pack of
+  /// llama2-7b's rank-16 adapter takes ~8 ms on the H200's host) before it is admitted anyway.
+  static constexpr double kAdapterReadyWaitS = 0.5;
   void validate() const;
 };
 

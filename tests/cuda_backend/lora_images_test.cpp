@@ -147,6 +147,37 @@ TEST(LoraImages, ALoadWaitsForThePackUnderWayRatherThanPackingTwice) {
   EXPECT_EQ(cache.stats().packed_in_line, 0);
 }
 
+TEST(LoraImages, ReadySaysWhetherALoadWouldFindTheImagePackedAndStagesOneNotUnderWay) {
+  Fake f;
+  std::promise<void> started, gate;
+  std::shared_future<void> open = gate.get_future().share();
+  f.before_pack = [&](const LoraAdapter& a) {
+    if (a.id != 3) return;
+    started.set_value();
+    open.wait();
+  };
+  LoraImageCache cache = f.make(4, true);
+  auto a = adapter(3), b = adapter(4);
+  cache.stage(a);
+  started.get_future().wait();       // the worker is packing a
+  EXPECT_FALSE(cache.ready(a));      // under way
+  EXPECT_FALSE(cache.ready(b));      // never staged: staged now (queued behind a)
+  EXPECT_EQ(cache.stats().packed_ahead, 0);
+  gate.set_value();
+  wait_until([&] { return cache.stats().packed_ahead == 2; });  // b too, without a stage() of its own
+  EXPECT_TRUE(cache.ready(a));
+  EXPECT_TRUE(cache.ready(b));
+  EXPECT_TRUE(holds(cache.acquire(b), 4));
+  cache.release();
+  EXPECT_EQ(cache.stats().packed_in_line, 0);
+  EXPECT_EQ(f.packs, 2);
+  // Without a worker nothing packs ahead, so there is nothing to wait for.
+  Fake g;
+  LoraImageCache plain = g.make(2, false);
+  EXPECT_TRUE(plain.ready(adapter(8)));
+  EXPECT_EQ(g.packs, 0);
+}
+
 TEST(LoraImages, AnAllocationThatFailsIsReportedWhenTheCacheIsMade) {
   LoraImageCache::Options o;
   o.image_bytes = kBytes;

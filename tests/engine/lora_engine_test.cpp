@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <unistd.h>
 
 #include "engine/backend/cpu_backend.h"
@@ -336,6 +337,70 @@ TEST(LoraEngine, EachRequestsAdapterIsStagedWhenItArrivesAheadOfItsLoad) {
   rbig.lora = big;
   EXPECT_TRUE(engine.add(rbig, 0.0).has_value());
   EXPECT_EQ(calls.size(), 4u);
+}
+
+/// lora_ready says false for the adapters named in `packing` (a device backend still packing them).
+class PackingTap final : public ForwardingBackend {
+ public:
+  explicit PackingTap(std::set<std::string>& packing) : ForwardingBackend(sim_backend()), packing_(packing) {}
+  bool lora_ready(const std::shared_ptr<const LoraAdapter>& adapter) override {
+    return !packing_.count(adapter->name) && inner().lora_ready(adapter);
+  }
+
+ private:
+  std::set<std::string>& packing_;
+};
+
+TEST(LoraEngine, ARequestWhoseAdapterIsStillPackedLetsOthersGoFirst) {
+  // The cuda backend packs a new adapter's image on a worker (ms); a step that loaded it before
+  // the pack ends would wait for it, and every running request with it. So the scheduler passes
+  // over such a request while others can run, and admits it once its adapter is ready, once
+  // kAdapterReadyWaitS has passed since it arrived, or when nothing else would run.
+  auto slow = std::make_shared<LoraAdapter>(random_lora(micro_model(), "slow", 2, 2.0f, {LoraTarget::q}, 1));
+  slow->id = 1;
+  EngineConfig cfg = paged_config(continuous_sched(8, 512, true), 8 << 20);
+  cfg.lora.enabled = true;
+  cfg.lora.max_loras = 2;
+  std::set<std::string> packing{"slow"};
+  Engine engine(cfg, std::make_unique<PackingTap>(packing));
+  Request first = make_request(0, 8, 8), s = make_request(1, 8, 8), behind = make_request(2, 8, 8);
+  s.lora = slow;
+  for (const Request& r : {first, s, behind}) ASSERT_FALSE(engine.add(r, 0.0).has_value());
+  engine.step(0.001);
+  EXPECT_EQ(engine.lora_requests().waiting, std::vector<std::string>{"slow"}) << "the one behind went first";
+  engine.step(0.002);
+  EXPECT_EQ(engine.lora_requests().waiting, std::vector<std::string>{"slow"});
+  packing.clear();  // packed
+  engine.step(0.003);
+  EXPECT_TRUE(engine.lora_requests().waiting.empty());
+  EXPECT_EQ(engine.lora_requests().running, std::vector<std::string>{"slow"});
+  while (engine.has_work()) engine.step(0.004);
+
+  // Still packing, but past kAdapterReadyWaitS since it arrived: admitted (the load waits).
+  packing.insert("slow2");
+  auto slow2 = std::make_shared<LoraAdapter>(random_lora(micro_model(), "slow2", 2, 2.0f, {LoraTarget::q}, 2));
+  slow2->id = 2;
+  Request keep = make_request(3, 8, 64), late = make_request(4, 8, 8);
+  late.lora = slow2;
+  ASSERT_FALSE(engine.add(keep, 1.0).has_value());
+  engine.step(1.0);  // keep runs: the steps below are not empty without slow2
+  ASSERT_FALSE(engine.add(late, 1.0).has_value());
+  engine.step(1.0 + SchedulerConfig::kAdapterReadyWaitS / 2);
+  EXPECT_EQ(engine.lora_requests().waiting, std::vector<std::string>{"slow2"});
+  engine.step(1.0 + SchedulerConfig::kAdapterReadyWaitS);
+  EXPECT_TRUE(engine.lora_requests().waiting.empty());
+  while (engine.has_work()) engine.step(2.0);
+
+  // Still packing, nothing else to run: admitted at once rather than idling.
+  auto slow3 = std::make_shared<LoraAdapter>(random_lora(micro_model(), "slow3", 2, 2.0f, {LoraTarget::q}, 3));
+  slow3->id = 3;
+  packing.insert("slow3");
+  Request alone = make_request(5, 8, 4);
+  alone.lora = slow3;
+  ASSERT_FALSE(engine.add(alone, 3.0).has_value());
+  engine.step(3.0);
+  EXPECT_TRUE(engine.lora_requests().waiting.empty());
+  EXPECT_EQ(engine.lora_requests().running, std::vector<std::string>{"slow3"});
 }
 
 TEST(LoraEngine, PrefixCacheIsKeyedByAdapter) {

@@ -263,6 +263,7 @@ void CudaBackend::load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter
 }
 
 void CudaBackend::stage_lora(std::shared_ptr<const LoraAdapter> adapter) { impl_->lora.stage(std::move(adapter)); }
+bool CudaBackend::lora_ready(const std::shared_ptr<const LoraAdapter>& adapter) { return impl_->lora.ready(adapter); }
 
 int64_t CudaBackend::lora_pool_bytes() const { return impl_->lora.reserved() ? impl_->lora.bytes() : 0; }
 int64_t CudaBackend::lora_slot_bytes() const { return impl_->lora.slot_bytes(); }

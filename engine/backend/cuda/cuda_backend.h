@@ -219,6 +219,8 @@ class CudaBackend final : public Backend {
   /// Packs `adapter`'s image on the pool's worker thread (DeviceLoraPool::stage); a load_lora of
   /// it then only copies, or waits for the rest of the packing.
   void stage_lora(std::shared_ptr<const LoraAdapter> adapter) override;
+  /// The adapter's image is packed (DeviceLoraPool::ready; else it is staged if it was not).
+  bool lora_ready(const std::shared_ptr<const LoraAdapter>& adapter) override;
   /// Copy-on-write runs as block pairs of the largest granularity dividing every run, one launch.
   void copy_slots(std::span<const KvCopy> copies) override;
   /// Pinned host memory mapped into the device (cudaHostAlloc, cudaHostAllocMapped), laid out

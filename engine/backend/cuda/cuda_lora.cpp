@@ -111,6 +111,16 @@ void DeviceLoraPool::stage(std::shared_ptr<const LoraAdapter> adapter) {
   images_->stage(std::move(adapter));
 }
 
+bool DeviceLoraPool::ready(const std::shared_ptr<const LoraAdapter>& adapter) {
+  if (!reserved() || !adapter) return true;
+  try {
+    adapter->validate(config_, max_rank_);
+  } catch (const std::exception&) {
+    return true;  // load() reports it
+  }
+  return images_->ready(adapter);
+}
+
 LoraImageCache::Stats DeviceLoraPool::image_stats() const { return images_ ? images_->stats() : LoraImageCache::Stats{}; }
 int DeviceLoraPool::host_images() const { return images_ ? images_->images() : 0; }
 

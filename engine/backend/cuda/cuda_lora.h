@@ -46,6 +46,9 @@ class DeviceLoraPool {
   void load(int slot, const std::shared_ptr<const LoraAdapter>& adapter, cudaStream_t stream);
   /// A request naming `adapter` arrived: its image is packed on the worker (LoraImageCache::stage).
   void stage(std::shared_ptr<const LoraAdapter> adapter);
+  /// A load() of `adapter` would find its image packed (LoraImageCache::ready: else it is staged
+  /// now if it was not); true for an adapter that does not fit, which load() reports.
+  bool ready(const std::shared_ptr<const LoraAdapter>& adapter);
   /// The packed images in pinned host memory: how loads found them (hits, waits, packs in line).
   LoraImageCache::Stats image_stats() const;
   int host_images() const;

@@ -61,6 +61,18 @@ void LoraImageCache::stage(std::shared_ptr<const LoraAdapter> adapter) {
   changed_.notify_all();
 }
 
+bool LoraImageCache::ready(const std::shared_ptr<const LoraAdapter>& adapter) {
+  if (!options_.worker || !adapter) return true;
+  {
+    Lock lock(mutex_);
+    if (const Image* img = find(adapter.get(), adapter)) return img->ready;
+    for (const auto& queued : queue_)
+      if (queued == adapter) return false;
+  }
+  stage(adapter);
+  return false;
+}
+
 const uint16_t* LoraImageCache::acquire(const std::shared_ptr<const LoraAdapter>& adapter) {
   if (!adapter) throw std::invalid_argument("LoraImageCache::acquire: no adapter");
   Lock lock(mutex_);

@@ -52,6 +52,11 @@ class LoraImageCache {
 
   /// Starts packing `adapter`'s image on the worker unless it is kept or under way; returns at once.
   void stage(std::shared_ptr<const LoraAdapter> adapter);
+  /// Whether an acquire() of `adapter` now finds its image packed (true), or would wait for the
+  /// worker or pack in line (false). An adapter neither kept nor under way (never staged, its
+  /// image taken by another since, or its staged pack dropped) is staged now. Without a worker,
+  /// always true: nothing packs ahead.
+  bool ready(const std::shared_ptr<const LoraAdapter>& adapter);
   /// `adapter`'s image, readable until release(): kept, or waited for, or packed now. One image is
   /// held at a time (the caller's copy). Throws what packing throws.
   const uint16_t* acquire(const std::shared_ptr<const LoraAdapter>& adapter);
