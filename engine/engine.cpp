@@ -78,8 +78,8 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend)
     lora_slots_ = std::make_unique<LoraSlots>(config_.lora.max_loras);
     // A request whose adapter is neither resident nor packed yet lets others go first (the step
     // that loads it then pays the copy alone, not the packing: continuous_scheduler.h).
-    if (config_.lora.admit_when_packed) sched.adapter_ready = [this](const Sequence& s) {
-      return !s.lora || lora_slots_->holds(s.lora_id) || backend_->lora_ready(s.lora);
+    if (config_.lora.admit_when_packed) sched.adapter_ready = [this](const Sequence& s, double now) {
+      return !s.lora || lora_slots_->holds(s.lora_id) || backend_->lora_ready(s.lora, now);
     };
   }
   scheduler_ = make_scheduler(sched, *kv_, swap_.get());
@@ -196,7 +196,7 @@ std::optional<FinishedRequest> Engine::add(Request request, double arrival) {
   seq->constrained = request.constraint != nullptr;
   rs->request = std::move(request);
   seq->request = rs.get();
-  if (seq->lora) backend_->stage_lora(seq->lora);  // its load may follow: prepared off this thread
+  if (seq->lora) backend_->stage_lora(seq->lora, arrival);  // its load may follow: prepared off this thread
   scheduler_->add(seq.get());
   rs->seqs.push_back(std::move(seq));
   const uint64_t id = rs->record.request_id;
@@ -291,6 +291,7 @@ StepOutcome Engine::step(double now) {
   move_kv(plan, *kv_, *backend_, swap_.get(), host_pool_.get());
 
   if (!plan.empty()) {
+    backend_->at_time(now);  // before the adapter loads below, which the sim prices on this clock
     Batch& batch = state_->batch;
     batch.entries.clear();
     batch.mask_words.clear();
@@ -384,7 +385,6 @@ StepOutcome Engine::step(double now) {
       if (built) state_->shape_builder.finish();
       else build_step_input(batch, *kv_, backend_->config().vocab_size, step, state_->step_detail);
     }
-    backend_->at_time(now);
     const auto f0 = std::chrono::steady_clock::now();
     StepOutput result;
     if (decoding) {  // drawn above; priced now

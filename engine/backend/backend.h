@@ -225,17 +225,18 @@ class Backend {
     (void)slot, (void)adapter;
     throw std::invalid_argument("backend " + name() + " does not run LoRA adapters");
   }
-  /// Multi-LoRA: a request naming `adapter` arrived (Engine::add_request), so a load_lora of it
-  /// may follow. A device backend starts preparing that load off the engine's thread (cuda: packs
-  /// its image into pinned host memory on a worker, lora_images.h). Returns at once; never
+  /// Multi-LoRA: a request naming `adapter` reached the engine (Engine::add, at the engine's
+  /// clock `now_s`), so a load_lora of it may follow. A device backend starts preparing that load
+  /// off the engine's thread (cuda: packs its image into pinned host memory on a worker,
+  /// lora_images.h; the sim prices that worker on the engine's clock). Returns at once; never
   /// throws for a bad adapter (load_lora reports it). Default: nothing to prepare.
-  virtual void stage_lora(std::shared_ptr<const LoraAdapter> adapter) { (void)adapter; }
-  /// Multi-LoRA: whether a load_lora of `adapter` now costs only its copy (cuda: its image is
-  /// packed), so the engine admits its request without stalling a step on the packing (the
-  /// scheduler's adapter_ready). Where nothing is under way for it, a backend starts preparing it
-  /// (as stage_lora) and says false. Never throws. Default: true (nothing to prepare).
-  virtual bool lora_ready(const std::shared_ptr<const LoraAdapter>& adapter) {
-    (void)adapter;
+  virtual void stage_lora(std::shared_ptr<const LoraAdapter> adapter, double now_s) { (void)adapter, (void)now_s; }
+  /// Multi-LoRA: whether a load_lora of `adapter` at the engine's clock `now_s` costs only its copy
+  /// (cuda: its image is packed), so the engine admits its request without stalling a step on the
+  /// packing (the scheduler's adapter_ready). Where nothing is under way for it, a backend starts
+  /// preparing it (as stage_lora) and says false. Never throws. Default: true (nothing to prepare).
+  virtual bool lora_ready(const std::shared_ptr<const LoraAdapter>& adapter, double now_s) {
+    (void)adapter, (void)now_s;
     return true;
   }
   /// Multi-LoRA on a simulated backend: what reading `adapter` into host memory takes (a server's

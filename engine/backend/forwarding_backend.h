@@ -33,8 +33,12 @@ class ForwardingBackend : public Backend {
   void load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter) override {
     inner_->load_lora(slot, std::move(adapter));
   }
-  void stage_lora(std::shared_ptr<const LoraAdapter> adapter) override { inner_->stage_lora(std::move(adapter)); }
-  bool lora_ready(const std::shared_ptr<const LoraAdapter>& adapter) override { return inner_->lora_ready(adapter); }
+  void stage_lora(std::shared_ptr<const LoraAdapter> adapter, double now_s) override {
+    inner_->stage_lora(std::move(adapter), now_s);
+  }
+  bool lora_ready(const std::shared_ptr<const LoraAdapter>& adapter, double now_s) override {
+    return inner_->lora_ready(adapter, now_s);
+  }
   double lora_read_seconds(const LoraAdapter& adapter) const override { return inner_->lora_read_seconds(adapter); }
   void reserve_loras(int max_loras, int max_lora_rank) override { inner_->reserve_loras(max_loras, max_lora_rank); }
   std::optional<CostCounts> priced_steps() const override { return inner_->priced_steps(); }

@@ -110,12 +110,19 @@ void SimBackend::load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter)
   lora_slots_[size_t(slot)].params = params;
   pending_s_ += lora_load_seconds(cost_.device, params);
   // Its image kept? (the same object, still alive: one drawn or read again is packed again)
-  for (KeptImage& k : lora_images_)
-    if (k.key == adapter.get() && k.owner.lock() == adapter) {
-      k.used = ++lora_clock_;
-      return;
-    }
-  pending_s_ += lora_pack_seconds(cost_.device, params);
+  if (KeptImage* k = kept_image(adapter)) {
+    k->used = ++lora_clock_;
+    return;
+  }
+  // Staged: the step waits for what is left of the worker's pack; else it packs it all.
+  double pack = lora_pack_seconds(cost_.device, params);
+  auto staged = std::find_if(lora_staged_.begin(), lora_staged_.end(),
+                             [&](const StagedImage& s) { return s.key == adapter.get() && s.owner.lock() == adapter; });
+  if (staged != lora_staged_.end()) {
+    pack = std::max(0.0, staged->ready_s - lora_now_s_);
+    lora_staged_.erase(staged);
+  }
+  pending_s_ += pack;
   // Its buffer, as DeviceLoraPool picks it (every one allocated when the pool was reserved): a
   // free one (never used, or its adapter freed), else the least recently loaded image's.
   const size_t cap = lora_images_max_ > 0 ? lora_images_max_ : 2 * lora_slots_.size();
@@ -129,6 +136,32 @@ void SimBackend::load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter)
     *std::min_element(lora_images_.begin(), lora_images_.end(),
                       [](const KeptImage& a, const KeptImage& b) { return a.used < b.used; }) = image;
   }
+}
+
+SimBackend::KeptImage* SimBackend::kept_image(const std::shared_ptr<const LoraAdapter>& adapter) {
+  for (KeptImage& k : lora_images_)
+    if (k.key == adapter.get() && k.owner.lock() == adapter) return &k;
+  return nullptr;
+}
+
+void SimBackend::stage_lora(std::shared_ptr<const LoraAdapter> adapter, double now_s) {
+  lora_now_s_ = std::max(lora_now_s_, now_s);
+  if (!adapter || kept_image(adapter)) return;
+  std::erase_if(lora_staged_, [](const StagedImage& s) { return s.owner.expired(); });
+  for (const StagedImage& s : lora_staged_)
+    if (s.key == adapter.get() && s.owner.lock() == adapter) return;  // under way
+  const double ready = std::max(lora_now_s_, lora_worker_free_s_) + lora_pack_seconds(cost_.device, lora_params(model_, adapter.get()));
+  lora_worker_free_s_ = ready;
+  lora_staged_.push_back({adapter.get(), adapter, ready});
+}
+
+bool SimBackend::lora_ready(const std::shared_ptr<const LoraAdapter>& adapter, double now_s) {
+  lora_now_s_ = std::max(lora_now_s_, now_s);
+  if (!adapter || kept_image(adapter)) return true;
+  for (const StagedImage& s : lora_staged_)
+    if (s.key == adapter.get() && s.owner.lock() == adapter) return now_s >= s.ready_s;
+  stage_lora(adapter, now_s);
+  return lora_staged_.empty() || now_s >= lora_staged_.back().ready_s;  // no packing to price: ready
 }
 
 double SimBackend::lora_read_seconds(const LoraAdapter& adapter) const {

@@ -63,11 +63,21 @@ class SimBackend final : public Backend, public ShapeDecoder {
   /// the GPU's recent load: its start is the engine's clock given by at_time (without one since
   /// the last step, right after that step ended). Without a probe every step is the grid's price.
   double price(StepShape shape) override;
-  void at_time(double now_s) override { step_start_s_ = now_s; }
+  void at_time(double now_s) override {
+    step_start_s_ = now_s;
+    lora_now_s_ = std::max(lora_now_s_, now_s);
+  }
   std::optional<CostCounts> priced_steps() const override { return counts_; }
   /// Takes any adapter into any slot (null empties it); the copy from host memory is charged to
   /// the next step, and steps whose rows run it are priced with it (engine/backend/sim_lora.h).
+  /// Packing its image is charged too unless kept: what is left of a staged pack, else all of it.
   void load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter) override;
+  /// The cuda backend's packing worker on the engine's clock: one pack at a time
+  /// (lora_pack_seconds each), from max(now_s, the engine's clock so far) or the end of the pack
+  /// before it, unless the adapter's image is kept or already staged.
+  void stage_lora(std::shared_ptr<const LoraAdapter> adapter, double now_s) override;
+  /// Kept, or its staged pack done by now_s; an adapter neither kept nor staged is staged now.
+  bool lora_ready(const std::shared_ptr<const LoraAdapter>& adapter, double now_s) override;
   /// Keeps images for twice max_loras adapters, as the cuda backend does.
   void reserve_loras(int max_loras, int max_lora_rank) override;
   /// Reading `adapter` into host memory before its request reaches the engine (sim_lora.h:
@@ -132,6 +142,16 @@ class SimBackend final : public Backend, public ShapeDecoder {
   std::vector<KeptImage> lora_images_;
   size_t lora_images_max_ = 0;  // 0: twice the slots loaded so far
   uint64_t lora_clock_ = 0;
+  KeptImage* kept_image(const std::shared_ptr<const LoraAdapter>& adapter);
+  /// Adapters staged and not loaded yet: when the worker's pack of each ends (engine clock).
+  struct StagedImage {
+    const LoraAdapter* key = nullptr;
+    std::weak_ptr<const LoraAdapter> owner;
+    double ready_s = 0.0;
+  };
+  std::vector<StagedImage> lora_staged_;
+  double lora_worker_free_s_ = 0.0;  // when the packing worker's last staged pack ends
+  double lora_now_s_ = 0.0;          // the engine's clock so far (at_time, stage_lora, lora_ready)
 };
 
 }  // namespace servelab

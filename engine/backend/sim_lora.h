@@ -17,9 +17,11 @@
 //                 results/gpu/lora/2026-11-30-h200x2-99c35a2-profile);
 // and never less than the adapters' FLOPs at the device's peak (what the cpu backend's plain
 // formula costs: cpu-2core's fitted figures are 0). An adapter loaded into a slot (a miss) costs
-// its weights' bytes over the host link, charged to the next step, plus packing them when the
-// backend keeps no image of that adapter object (as the cuda backend's DeviceLoraPool keeps twice
-// max_loras images, keyed by the adapter object: lora_pack_seconds). Reading an adapter into host
+// its weights' bytes over the host link, charged to the next step, plus what is left of packing
+// them when the backend keeps no image of that adapter object (as the cuda backend's
+// DeviceLoraPool keeps twice max_loras images, keyed by the adapter object: lora_pack_seconds),
+// the packing priced as the cuda backend's worker runs it, one at a time from the request's
+// arrival on the engine's clock (SimBackend::stage_lora, lora_ready). Reading an adapter into host
 // memory delays only the request naming it (lora_host_load_seconds, through the run's source:
 // SimBackend::lora_read_seconds). Under tensor parallelism the
 // sim prices adapters as on one GPU (the cuda backend refuses LoRA there).

@@ -285,7 +285,7 @@ bool ContinuousScheduler::waits_for_adapter(const Sequence& seq, const std::unor
   if (!config_.adapter_ready || seq.lora_id == 0 || held.count(seq.lora_id)) return false;
   if (pass.step.chunks.empty() && running_.empty()) return false;  // nothing else to run meanwhile
   if (pass.now - seq.arrival_s >= SchedulerConfig::kAdapterReadyWaitS) return false;
-  return !config_.adapter_ready(seq);
+  return !config_.adapter_ready(seq, pass.now);
 }
 
 void ContinuousScheduler::schedule_admissions(Pass& pass) {

@@ -33,7 +33,7 @@ struct SchedulerConfig {
   /// its load only a copy: Backend::lora_ready); set by the engine, null = always. The continuous
   /// scheduler admits others past a sequence whose adapter is not ready, for at most
   /// kAdapterReadyWaitS after its arrival and never into an otherwise empty step.
-  std::function<bool(const Sequence&)> adapter_ready;
+  std::function<bool(const Sequence&, double now)> adapter_ready;
   /// How long past its arrival a sequence may wait for its adapter to be prepared (a pack of
   /// llama2-7b's rank-16 adapter takes ~8 ms on the H200's host) before it is admitted anyway.
   static constexpr double kAdapterReadyWaitS = 0.5;

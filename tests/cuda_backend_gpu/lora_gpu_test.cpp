@@ -263,14 +263,14 @@ TEST(CudaBackendGpuLora, EagerOnlyMatchesGraphsAndRefusesBadInput) {
   }
   EXPECT_GT(graphs->lora_pool_bytes(), 2 * graphs->lora_slot_bytes());
   EXPECT_THROW(eager->load_lora(2, f.adapters[0]), std::invalid_argument);  // slot outside the pool
-  eager->stage_lora(f.adapters[1]);  // staging a bad adapter does nothing: its load reports it
+  eager->stage_lora(f.adapters[1], 0.0);  // staging a bad adapter does nothing: its load reports it
   EXPECT_THROW(eager->load_lora(0, f.adapters[1]), std::invalid_argument);  // rank 16 > 8
   EXPECT_THROW(eager->reserve_loras(3, 8), std::invalid_argument);          // already reserved otherwise
   // The graphs backend's images are packed ahead on its worker thread (stage_lora, while its
   // spare pinned buffers may still be allocated there as the graphs are captured below), the
   // eager backend's by the loads themselves: the logits below compare the two.
-  graphs->stage_lora(f.adapters[0]);
-  graphs->stage_lora(f.adapters[2]);
+  graphs->stage_lora(f.adapters[0], 0.0);
+  graphs->stage_lora(f.adapters[2], 0.0);
   for (auto* b : {graphs.get(), eager.get()}) {
     b->load_lora(0, f.adapters[0]);
     b->load_lora(1, f.adapters[2]);

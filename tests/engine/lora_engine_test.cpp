@@ -258,6 +258,7 @@ TEST(LoraEngine, AStepsPromptsOfOneAdapterRunNextToEachOther) {
   EngineConfig cfg = paged_config(continuous_sched(8, 512, true), 8 << 20);
   cfg.lora.enabled = true;
   cfg.lora.max_loras = 2;
+  cfg.lora.admit_when_packed = false;  // every prompt in the first step: none waits for its adapter's pack
   std::vector<std::vector<int>> seen;
   Engine engine(cfg, std::make_unique<SlotTap>(seen));
   std::vector<Timed> items;
@@ -295,9 +296,9 @@ TEST(LoraEngine, AStepsPromptsOfOneAdapterRunNextToEachOther) {
 class LoraCallTap final : public ForwardingBackend {
  public:
   explicit LoraCallTap(std::vector<std::string>& calls) : ForwardingBackend(sim_backend()), calls_(calls) {}
-  void stage_lora(std::shared_ptr<const LoraAdapter> adapter) override {
+  void stage_lora(std::shared_ptr<const LoraAdapter> adapter, double now_s) override {
     calls_.push_back("stage " + adapter->name);
-    inner().stage_lora(std::move(adapter));
+    inner().stage_lora(std::move(adapter), now_s);
   }
   void load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter) override {
     calls_.push_back("load " + (adapter ? adapter->name : std::string("-")));
@@ -343,8 +344,8 @@ TEST(LoraEngine, EachRequestsAdapterIsStagedWhenItArrivesAheadOfItsLoad) {
 class PackingTap final : public ForwardingBackend {
  public:
   explicit PackingTap(std::set<std::string>& packing) : ForwardingBackend(sim_backend()), packing_(packing) {}
-  bool lora_ready(const std::shared_ptr<const LoraAdapter>& adapter) override {
-    return !packing_.count(adapter->name) && inner().lora_ready(adapter);
+  bool lora_ready(const std::shared_ptr<const LoraAdapter>& adapter, double now_s) override {
+    return !packing_.count(adapter->name) && inner().lora_ready(adapter, now_s);
   }
 
  private:

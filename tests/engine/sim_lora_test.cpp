@@ -207,5 +207,38 @@ TEST(SimLora, ALoadChargesTheCopyAndTheEngineTellsTheStepsAdapters) {
   EXPECT_GT(with - base, floor);
 }
 
+TEST(SimLora, AStagedPackRunsOnTheEnginesClockOneAtATime) {
+  // The cuda backend packs a staged adapter's image on one worker thread from its arrival; the sim
+  // prices that worker on the engine's clock: lora_ready says whether the pack is done by now, a
+  // load pays what is left of it (none once done), and packs queue behind each other.
+  const ModelConfig c = micro_model();
+  const LoraAdapter made = random_lora(c, "a", 8, 16.0f, {T::q, T::k, T::v, T::o, T::gate, T::up, T::down}, 3);
+  auto a = std::make_shared<LoraAdapter>(made), b = std::make_shared<LoraAdapter>(made),
+       d = std::make_shared<LoraAdapter>(made);
+  a->id = 1, b->id = 2, d->id = 3;
+  SimBackend sim(c, SimCostModel::roofline(SimDevice::preset("h200")));
+  sim.init_kv(1 << 12);
+  sim.reserve_loras(2, 8);
+  const Step st = shape_step({1}, {-1});
+  const double plain = *sim.execute(st).predicted_s;
+  const double copy = lora_load_seconds(sim.cost().device, lora_params(c, a.get()));
+  const double pack = lora_pack_seconds(sim.cost().device, lora_params(c, a.get()));
+  ASSERT_GT(pack, 0.0);
+  sim.stage_lora(a, 1.0);
+  sim.stage_lora(b, 1.0);  // behind a's pack
+  EXPECT_FALSE(sim.lora_ready(a, 1.0 + 0.5 * pack));
+  EXPECT_TRUE(sim.lora_ready(a, 1.0 + pack));
+  EXPECT_FALSE(sim.lora_ready(b, 1.0 + 1.5 * pack));
+  EXPECT_TRUE(sim.lora_ready(b, 1.0 + 2.0 * pack));
+  sim.at_time(1.0 + 2.0 * pack);
+  sim.load_lora(0, a);  // packed: the copy alone
+  EXPECT_NEAR(*sim.execute(st).predicted_s - plain, copy, 1e-12);
+  EXPECT_TRUE(sim.lora_ready(a, 0.0)) << "kept";
+  EXPECT_FALSE(sim.lora_ready(d, 5.0)) << "neither kept nor staged: staged now";
+  sim.at_time(5.0 + 0.25 * pack);
+  sim.load_lora(1, d);  // a quarter of its pack done
+  EXPECT_NEAR(*sim.execute(st).predicted_s - plain, copy + 0.75 * pack, 1e-12);
+}
+
 }  // namespace sim_lora_test
 }  // namespace servelab::enginetest

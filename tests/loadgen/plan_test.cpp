@@ -237,6 +237,10 @@ TEST(PlanLora, ZipfPopularityIsSeededAndSessionsKeepTheirAdapter) {
   EXPECT_NE(first("{count: 2, group_prompts: maybe}").find("workload.lora.group_prompts"), std::string::npos);
   EXPECT_TRUE(sc.workload.lora.engine_config().group_prompts);  // on by default
   EXPECT_FALSE(load_yaml(base + "  lora: {count: 2, group_prompts: false}\n").workload.lora.engine_config().group_prompts);
+  EXPECT_NE(first("{count: 2, admit_when_packed: 1.5}").find("workload.lora.admit_when_packed"), std::string::npos);
+  EXPECT_TRUE(sc.workload.lora.engine_config().admit_when_packed);  // on by default
+  EXPECT_FALSE(
+      load_yaml(base + "  lora: {count: 2, admit_when_packed: false}\n").workload.lora.engine_config().admit_when_packed);
 }
 
 TEST(PlanLora, AStrategysOwnLoraDrawsOverThePlansRequests) {

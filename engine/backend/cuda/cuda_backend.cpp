@@ -262,8 +262,10 @@ void CudaBackend::load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter
   impl_->lora.load(slot, adapter, impl_->stream);  // copied: the slot keeps no reference
 }
 
-void CudaBackend::stage_lora(std::shared_ptr<const LoraAdapter> adapter) { impl_->lora.stage(std::move(adapter)); }
-bool CudaBackend::lora_ready(const std::shared_ptr<const LoraAdapter>& adapter) { return impl_->lora.ready(adapter); }
+void CudaBackend::stage_lora(std::shared_ptr<const LoraAdapter> adapter, double) { impl_->lora.stage(std::move(adapter)); }
+bool CudaBackend::lora_ready(const std::shared_ptr<const LoraAdapter>& adapter, double) {
+  return impl_->lora.ready(adapter);
+}
 
 int64_t CudaBackend::lora_pool_bytes() const { return impl_->lora.reserved() ? impl_->lora.bytes() : 0; }
 int64_t CudaBackend::lora_slot_bytes() const { return impl_->lora.slot_bytes(); }

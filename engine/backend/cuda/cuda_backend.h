@@ -218,9 +218,9 @@ class CudaBackend final : public Backend {
   void load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter) override;
   /// Packs `adapter`'s image on the pool's worker thread (DeviceLoraPool::stage); a load_lora of
   /// it then only copies, or waits for the rest of the packing.
-  void stage_lora(std::shared_ptr<const LoraAdapter> adapter) override;
+  void stage_lora(std::shared_ptr<const LoraAdapter> adapter, double now_s) override;
   /// The adapter's image is packed (DeviceLoraPool::ready; else it is staged if it was not).
-  bool lora_ready(const std::shared_ptr<const LoraAdapter>& adapter) override;
+  bool lora_ready(const std::shared_ptr<const LoraAdapter>& adapter, double now_s) override;
   /// Copy-on-write runs as block pairs of the largest granularity dividing every run, one launch.
   void copy_slots(std::span<const KvCopy> copies) override;
   /// Pinned host memory mapped into the device (cudaHostAlloc, cudaHostAllocMapped), laid out
