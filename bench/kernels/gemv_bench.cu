@@ -111,7 +111,9 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
   // M 9-16 it runs two column tiles. INT4 also with one vector a lane a step (steps_v1: 1 in
   // flight, three blocks an SM at M <= 8; steps_v1f2: 2 in flight). The packed kernel (INT4 only,
   // over int4_pack.h's layout, M <= 8) at its default (loads into registers a step ahead) and
-  // through its cp.async ring of 2 and 3 stages. auto last.
+  // through its cp.async ring of 2 and 3 stages. auto_gather (INT4): act-order GPTQ's product, x's
+  // columns gathered into the codes' order (kernels::gather_columns, a random permutation) by one
+  // launch before auto's, as the cuda backend runs it. auto last.
   struct Variant {
     const char* name;
     QuantGemvKernel kernel;
@@ -122,8 +124,8 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
                               {"steps_other", QuantGemvKernel::steps, -1}, {"packed", QuantGemvKernel::packed, 0},
                               {"packed_s2", QuantGemvKernel::packed, 2}, {"packed_s3", QuantGemvKernel::packed, 3},
                               {"steps_v1", QuantGemvKernel::steps, 1}, {"steps_v1f2", QuantGemvKernel::steps, 2},
-                              {"auto", QuantGemvKernel::auto_select, 0}};
-  constexpr int kKernels = 11;
+                              {"auto_gather", QuantGemvKernel::auto_select, 0}, {"auto", QuantGemvKernel::auto_select, 0}};
+  constexpr int kKernels = 12;
   Gemm gemm(false);
   gemm.set_gemv_waves(0);
   gemm.set_gemv_variant(3);
@@ -134,7 +136,17 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
       const int64_t w_elems = int64_t(sh.n) * sh.k;
       const int n_rot = int(std::min<int64_t>(8, 4 * l2 / w_elems + 1));
       Buf wb(size_t(w_elems) * 2 * n_rot), w8(size_t(w_elems) * n_rot), w4(size_t(w_elems / 2) * n_rot);
-      Buf x(size_t(m) * sh.k * 2), y(size_t(m) * sh.n * 4);
+      Buf x(size_t(m) * sh.k * 2), y(size_t(m) * sh.n * 4), xg(size_t(m) * sh.k * 2), perm(size_t(sh.k) * 4);
+      {
+        std::vector<int32_t> p(size_t(sh.k));
+        for (int i = 0; i < sh.k; ++i) p[size_t(i)] = i;
+        uint64_t r = 0x9e3779b97f4a7c15ull;
+        for (int i = sh.k - 1; i > 0; --i) {  // Fisher-Yates, splitmix-style steps
+          r = r * 6364136223846793005ull + 1442695040888963407ull;
+          std::swap(p[size_t(i)], p[size_t((r >> 33) % uint64_t(i + 1))]);
+        }
+        CUDA_CHECK(cudaMemcpy(perm.p, p.data(), perm.bytes, cudaMemcpyHostToDevice));
+      }
       const int n_groups = sh.k / group;
       Buf s8(size_t(sh.n) * 4), s4(size_t(n_groups) * sh.n * 4), z4(size_t(n_groups) * sh.n * 4);
       const int4_pack::Layout lay{sh.n, sh.k, group};
@@ -192,6 +204,8 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
           const bool v1 = std::string(variants[v].name).rfind("steps_v1", 0) == 0;  // INT4, one vector a step
           if (packed && (q == 0 || m > 8)) continue;  // INT4 at M <= 8 only (else it falls back to steps)
           if (v1 && q == 0) continue;
+          const bool gather = std::string(variants[v].name) == "auto_gather";
+          if (gather && q == 0) continue;
           a.kernel = variants[v].kernel;
           a.steps_vectors = v1 ? 1 : variants[v].kernel == QuantGemvKernel::steps ? 2 : 0;
           a.steps_in_flight = packed || v1 ? (v1 ? variants[v].in_flight : 0)
@@ -200,12 +214,16 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
           a.packed_stages = packed ? variants[v].in_flight : 0;
           const double ms = time_graph_ms([&](int i, cudaStream_t st) {
             QuantGemvArgs b = a;
+            if (gather) {
+              gather_columns(x.p, perm.get<int32_t>(), xg.p, m, sh.k, st);
+              b.x = xg.p;
+            }
             b.w = base + size_t(i % n_rot) * w_bytes;
             if (b.w_packed) b.w_packed = w4p.get<uint8_t>() + size_t(i % n_rot) * lay.code_bytes();
             quant_gemv(b, st);
           }, 20, 15);
           step_ms[q][v] += ms * sh.per_step;
-          const bool is_auto = variants[v].kernel == QuantGemvKernel::auto_select;
+          const bool is_auto = variants[v].kernel == QuantGemvKernel::auto_select && !gather;
           const std::string name = "quant_gemv_" + fmt + (is_auto ? "" : std::string("_") + variants[v].name);
           record(name, shape + (is_auto ? std::string(" (") + to_string(quant_gemv_kernel_for(a)) + ")" : ""),
                  bytes / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
@@ -229,6 +247,12 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
       std::printf("  quantized decode-step products at M%d, %s: %.3f ms bf16; %sauto %.3f ms (%.2fx bf16); fastest %s\n", m,
                   fmt, step_bf16, line.c_str(), step_ms[q][kKernels - 1], step_bf16 / step_ms[q][kKernels - 1],
                   variants[best].name);
+      if (q == 1) {  // act order: what the gather launches add to the step's products
+        const double gathered = step_ms[q][kKernels - 2];
+        std::printf("  act-order INT4 (a gather before each product) at M%d: %.3f ms, %.2fx auto's, %.2fx bf16\n", m,
+                    gathered, gathered / step_ms[q][kKernels - 1], step_bf16 / gathered);
+        record("decode_products_int4_act_order_vs_int4", shape, gathered / step_ms[q][kKernels - 1], "x", "-", 0);
+      }
     }
   }
 }
