@@ -1,4 +1,5 @@
-// RMSNorm, plain and fused with the residual add, and the unfused residual add. One block per
+// RMSNorm, plain and fused with the residual add (each also writing its output in a permuted
+// column order, for act-order INT4's products), and the unfused residual add. One block per
 // row, 16-byte vectors; the sum of squares is reduced in a fixed order (per thread, then warp
 // shuffles, then warps in order), so a row's result never depends on the batch. The norms are
 // launched with programmatic dependent launch (launch_pdl, common.cuh): the block first waits for
@@ -86,6 +87,49 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const T* x, T* resid
   }
 }
 
+/// rms_norm_kernel with the output's columns in perm's order: out[i] = the norm's out[perm[i]], the
+/// same operations in the same order (the sum of squares as the uncached path sums it, then
+/// f · inv · w rounded), so its bits are the plain kernel's gathered. The residual this block
+/// stores is read back at other columns after norm_block_sum's barrier (plain loads: written
+/// here, so not through the read-only cache).
+template <typename T, bool kAdd>
+__global__ void __launch_bounds__(kThreads) rms_norm_perm_kernel(const T* x, T* residual, const T* weight, T* out,
+                                                                 const int32_t* perm, int d, float eps) {
+  const int nv = d / 8;
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t base = int64_t(blockIdx.x) * d;
+  const T* src = kAdd ? residual + base : x + base;
+  float ss = 0.0f;
+  for (int v = threadIdx.x; v < nv; v += kThreads) {
+    float f[8];
+    if (kAdd) {
+      float r[8];
+      unpack8<T>(*reinterpret_cast<const Vec8*>(x + base + v * 8), f);
+      unpack8<T>(*reinterpret_cast<const Vec8*>(residual + base + v * 8), r);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) f[j] += r[j];
+      const Vec8 packed = pack8<T>(f);
+      *reinterpret_cast<Vec8*>(residual + base + v * 8) = packed;
+      unpack8<T>(packed, f);
+    } else {
+      unpack8<T>(*reinterpret_cast<const Vec8*>(src + v * 8), f);
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) ss = fmaf(f[j], f[j], ss);
+  }
+  const float inv = rsqrtf(norm_block_sum(ss) / d + eps);  // its barrier: the stored residual is visible
+  for (int v = threadIdx.x; v < nv; v += kThreads) {
+    float o[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int k = __ldg(perm + v * 8 + j);
+      o[j] = to_float<T>(src[k]) * inv * to_float<T>(__ldg(weight + k));
+    }
+    *reinterpret_cast<Vec8*>(out + base + v * 8) = pack8<T>(o);
+  }
+}
+
 template <typename T>
 __global__ void residual_add_kernel(const T* x, T* residual, int64_t n_vec) {
   for (int64_t v = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; v < n_vec; v += int64_t(gridDim.x) * blockDim.x) {
@@ -109,8 +153,31 @@ void launch_norm(const void* x, void* residual, const void* weight, void* out, i
              static_cast<const T*>(weight), static_cast<T*>(out), d, eps);
 }
 
+template <typename T, bool kAdd>
+void launch_norm_perm(const void* x, void* residual, const void* weight, void* out, const int32_t* perm, int n_rows,
+                      int d, float eps, cudaStream_t stream) {
+  if (!perm) throw std::invalid_argument("rms_norm_permuted: perm must be set");
+  launch_pdl(rms_norm_perm_kernel<T, kAdd>, n_rows, kThreads, 0, stream, static_cast<const T*>(x),
+             static_cast<T*>(residual), static_cast<const T*>(weight), static_cast<T*>(out), perm, d, eps);
+}
+
 }  // namespace
 
+void rms_norm_permuted(ScalarType t, const void* x, const void* weight, void* out, const int32_t* perm, int n_rows,
+                       int d, float eps, cudaStream_t stream) {
+  check_width(d);
+  if (n_rows == 0) return;
+  SERVELAB_DISPATCH_16(t, (launch_norm_perm<__nv_bfloat16, false>(x, nullptr, weight, out, perm, n_rows, d, eps, stream)),
+                       (launch_norm_perm<__half, false>(x, nullptr, weight, out, perm, n_rows, d, eps, stream)));
+}
+
+void add_rms_norm_permuted(ScalarType t, const void* x, void* residual, const void* weight, void* out,
+                           const int32_t* perm, int n_rows, int d, float eps, cudaStream_t stream) {
+  check_width(d);
+  if (n_rows == 0) return;
+  SERVELAB_DISPATCH_16(t, (launch_norm_perm<__nv_bfloat16, true>(x, residual, weight, out, perm, n_rows, d, eps, stream)),
+                       (launch_norm_perm<__half, true>(x, residual, weight, out, perm, n_rows, d, eps, stream)));
+}
 
 void rms_norm(ScalarType t, const void* x, const void* weight, void* out, int n_rows, int d, float eps,
               cudaStream_t stream) {

@@ -60,6 +60,13 @@ void rms_norm(ScalarType t, const void* x, const void* weight, void* out, int n_
 /// residual += x (stored rounded), out = rms_norm(residual) * weight: one pass instead of two.
 void add_rms_norm(ScalarType t, const void* x, void* residual, const void* weight, void* out, int n_rows, int d,
                   float eps, cudaStream_t stream);
+/// rms_norm and add_rms_norm writing their output in another column order: out[r, i] = the norm's
+/// out[r, perm[i]] (the same bits), perm a permutation of 0..d-1 on the device. Act-order INT4
+/// (GPTQ's g_idx): the product after the norm takes x in its codes' order without a gather.
+void rms_norm_permuted(ScalarType t, const void* x, const void* weight, void* out, const int32_t* perm, int n_rows,
+                       int d, float eps, cudaStream_t stream);
+void add_rms_norm_permuted(ScalarType t, const void* x, void* residual, const void* weight, void* out,
+                           const int32_t* perm, int n_rows, int d, float eps, cudaStream_t stream);
 /// residual += x (the unfused add).
 void residual_add(ScalarType t, const void* x, void* residual, int64_t n, cudaStream_t stream);
 /// out[r, i] = silu(gate_up[r, i]) * gate_up[r, ffn + i].

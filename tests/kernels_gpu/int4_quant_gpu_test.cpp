@@ -13,6 +13,7 @@
 #include "engine/model/half.h"
 #include "engine/model/quant.h"
 #include "kernels/int4_quant.h"
+#include "kernels/ops.h"
 #include "kernels/ref/ops_ref.h"
 #include "tests/kernels_gpu/gpu_util.h"
 
@@ -89,6 +90,40 @@ TEST(Int4QuantGpu, GatherColumnsTakesTheCodesOrder) {
       EXPECT_EQ(testing::download_bf16(out, x.size()), ref);
     }
   EXPECT_THROW(gather_columns(nullptr, nullptr, nullptr, 1, 0, nullptr), std::invalid_argument);
+}
+
+// Act-order INT4 with the gather folded into the norm before the product: rms_norm_permuted and
+// add_rms_norm_permuted give the bits of the plain norm followed by gather_columns (and the same
+// residual), at widths the plain kernel runs from registers (704, 4096) and past them (11008).
+TEST(Int4QuantGpu, NormsWriteTheirOutputInTheCodesOrder) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(11);
+  for (const ScalarType t : testing::kStorageTypes)
+    for (const auto [rows, d] : {std::pair{1, 16}, std::pair{3, 704}, std::pair{37, 4096}, std::pair{5, 11008}}) {
+      SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(d) + (t == ScalarType::bf16 ? " bf16" : " f16"));
+      const size_t n = size_t(rows) * d;
+      const std::vector<float> x = testing::random16(t, n, rng), r = testing::random16(t, n, rng),
+                               w = testing::random16(t, size_t(d), rng);
+      std::vector<int32_t> perm(static_cast<size_t>(d));
+      for (int i = 0; i < d; ++i) perm[size_t(i)] = i;
+      std::shuffle(perm.begin(), perm.end(), rng);
+      DeviceBuffer dx = testing::upload16(t, x), dw = testing::upload16(t, w), dp = testing::upload(perm);
+      DeviceBuffer plain(n * 2), gathered(n * 2), folded(n * 2);
+      folded.poison();
+      rms_norm(t, dx.get(), dw.get(), plain.get(), rows, d, 1e-5f, nullptr);
+      gather_columns(plain.get(), dp.get<int32_t>(), gathered.get(), rows, d, nullptr);  // bf16 or f16: 16-bit moves
+      rms_norm_permuted(t, dx.get(), dw.get(), folded.get(), dp.get<int32_t>(), rows, d, 1e-5f, nullptr);
+      EXPECT_EQ(testing::download16(t, folded, n), testing::download16(t, gathered, n)) << "rms_norm";
+      DeviceBuffer ra = testing::upload16(t, r), rb = testing::upload16(t, r);
+      folded.poison();
+      add_rms_norm(t, dx.get(), ra.get(), dw.get(), plain.get(), rows, d, 1e-5f, nullptr);
+      gather_columns(plain.get(), dp.get<int32_t>(), gathered.get(), rows, d, nullptr);
+      add_rms_norm_permuted(t, dx.get(), rb.get(), dw.get(), folded.get(), dp.get<int32_t>(), rows, d, 1e-5f, nullptr);
+      EXPECT_EQ(testing::download16(t, folded, n), testing::download16(t, gathered, n)) << "add_rms_norm";
+      EXPECT_EQ(testing::download16(t, rb, n), testing::download16(t, ra, n)) << "the residual";
+    }
+  EXPECT_THROW(rms_norm_permuted(ScalarType::bf16, nullptr, nullptr, nullptr, nullptr, 1, 16, 1e-5f, nullptr),
+               std::invalid_argument);
 }
 
 }  // namespace int4_quant_gpu_test

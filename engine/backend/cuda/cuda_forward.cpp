@@ -193,9 +193,23 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
     // after them (with the residual add and the norm in one kernel where ours takes the message);
     // the last layer's down product all-reduces itself (the final norm sees the drawn rows only).
     const bool last = l + 1 == m.n_layers;
-    const cuda::ResidualNorm attn_norm{W.attn_norm, d, m.rms_eps, true}, ffn_norm{W.ffn_norm, d, m.rms_eps, true};
+    // Act-order INT4: the norms write xn in the q|k|v and gate|up codes' order, so those products
+    // take it as a plain INT4 product (perm dropped) and gather nothing; o_proj and down_proj
+    // gather their inputs. Not with LoRA reserved: the adapters' shrinks read xn in channel order.
+    const bool fold_perm = Q && !lora.reserved();
+    const int32_t* qkv_perm = fold_perm ? Q->qkv.perm : nullptr;
+    const int32_t* gate_up_perm = fold_perm ? Q->gate_up.perm : nullptr;
+    cuda::QuantWeight qkv_q, gate_up_q;  // Q's, their perm dropped where the norm took it
+    if (Q) {
+      qkv_q = Q->qkv;
+      gate_up_q = Q->gate_up;
+      if (qkv_perm) qkv_q.perm = nullptr;
+      if (gate_up_perm) gate_up_q.perm = nullptr;
+    }
+    const cuda::ResidualNorm attn_norm{W.attn_norm, d, m.rms_eps, true, qkv_perm},
+        ffn_norm{W.ffn_norm, d, m.rms_eps, true, gate_up_perm};
     using Group = cuda::LoraGroup;
-    const cuda::Linear qkv_proj{W.w_qkv, qkv_width(), d, cuda::Linear::Split::column, Q ? &Q->qkv : nullptr, hook(l, Group::qkv)};
+    const cuda::Linear qkv_proj{W.w_qkv, qkv_width(), d, cuda::Linear::Split::column, Q ? &qkv_q : nullptr, hook(l, Group::qkv)};
     const bool qkv_in_product = g.lora && hooks[int(Group::qkv)].in_product;  // no delta left for rope_kv_write
     const bool qkv_xa = !qkv_in_product && qkv_beside && qkv_xa_ok && lora_kernels.qkv_in_consumer,
                qkv_scratch = !qkv_in_product && qkv_beside && !qkv_xa;
@@ -205,11 +219,12 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
         qkv_proj, cuda::Attention{local_heads, W.b_qkv, qkv_scratch ? lora_delta.get() : nullptr,
                                   qkv_scratch ? delta_rows : nullptr, qkv_delta}};
     const cuda::Linear o_proj{W.w_o, d, dq(), cuda::Linear::Split::row, Q ? &Q->o : nullptr, hook(l, Group::o), true};
-    const cuda::GateUpSilu gate_up_silu{W.w_gate_up, local_ffn, d, Q ? &Q->gate_up : nullptr, hook(l, Group::gate_up)};
+    const cuda::GateUpSilu gate_up_silu{W.w_gate_up, local_ffn, d, Q ? &gate_up_q : nullptr, hook(l, Group::gate_up)};
     const cuda::Linear down_proj{W.w_down,   d, local_ffn, cuda::Linear::Split::row, Q ? &Q->down : nullptr,
                                  hook(l, Group::down), !last};
 
-    if (l == 0) k::rms_norm(dt, h.get(), W.attn_norm, xn.get(), R, d, m.rms_eps, stream);
+    if (l == 0 && qkv_perm) k::rms_norm_permuted(dt, h.get(), W.attn_norm, xn.get(), qkv_perm, R, d, m.rms_eps, stream);
+    else if (l == 0) k::rms_norm(dt, h.get(), W.attn_norm, xn.get(), R, d, m.rms_eps, stream);
     else attn_norm(ctx, delta.get(), h.get(), xn.get(), R);
     qkv_attention(ctx, st, xn.get(), qkv.get(), k_arena(l), v_arena(l), attn.get(), R);
     o_proj(ctx, attn.get(), delta.get(), R);

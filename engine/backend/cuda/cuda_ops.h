@@ -250,7 +250,20 @@ struct ResidualNorm {
   float eps = 1e-5f;
   /// Under tensor parallelism: delta is a row-parallel product's partial sum (Linear::all_reduce_later).
   bool all_reduce_delta = false;
+  /// The next product's act order (QuantWeight::perm): xn is written in its codes' order
+  /// (kernels::add_rms_norm_permuted), so that product gathers nothing. One GPU only.
+  const int32_t* out_perm = nullptr;
   void operator()(const OpContext& c, void* delta, void* h, void* xn, int rows) const {
+    if (out_perm) {
+      if (c.tp) throw std::logic_error("ResidualNorm: an act-order output under tensor parallelism");
+      if (c.fusion) {
+        kernels::add_rms_norm_permuted(c.dt, delta, h, weight, xn, out_perm, rows, d, eps, c.stream);
+      } else {
+        kernels::residual_add(c.dt, delta, h, int64_t(rows) * d, c.stream);
+        kernels::rms_norm_permuted(c.dt, h, weight, xn, out_perm, rows, d, eps, c.stream);
+      }
+      return;
+    }
     if (all_reduce_delta && c.tp) {
       if (c.fusion && tp_all_reduce_add_rms_norm(*c.tp, delta, h, weight, xn, rows, d, eps, c.stream)) return;
       tp_all_reduce(*c.tp, delta, int64_t(rows) * d, c.stream);
