@@ -16,6 +16,40 @@ namespace {
 constexpr int kThreads = kNormThreads;
 constexpr int kCache = kNormCache;
 
+/// The row's vector v (8 values) as a norm reads it: kAdd, residual += x stored rounded to T and
+/// read back rounded (the norm sees the stored residual); else src's.
+template <typename T, bool kAdd>
+__device__ __forceinline__ void row_vector(const T* x, T* residual, const T* src, int64_t base, int v, float (&f)[8]) {
+  if (kAdd) {
+    float r[8];
+    unpack8<T>(*reinterpret_cast<const Vec8*>(x + base + v * 8), f);
+    unpack8<T>(*reinterpret_cast<const Vec8*>(residual + base + v * 8), r);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) f[j] += r[j];
+    const Vec8 packed = pack8<T>(f);
+    *reinterpret_cast<Vec8*>(residual + base + v * 8) = packed;
+    unpack8<T>(packed, f);
+  } else {
+    unpack8<T>(*reinterpret_cast<const Vec8*>(src + v * 8), f);
+  }
+}
+
+/// rsqrt(mean of squares + eps) of the row, its vectors read by row_vector (thread t the vectors
+/// t, t + kThreads, ...: the fixed order). Every thread of the block calls it; it ends with
+/// norm_block_sum's barrier, after which the residual this block stored is visible to all of it.
+template <typename T, bool kAdd>
+__device__ __forceinline__ float row_inv_rms(const T* x, T* residual, const T* src, int64_t base, int nv, int d,
+                                             float eps) {
+  float ss = 0.0f;
+  for (int v = threadIdx.x; v < nv; v += kThreads) {
+    float f[8];
+    row_vector<T, kAdd>(x, residual, src, base, v, f);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) ss = fmaf(f[j], f[j], ss);
+  }
+  return rsqrtf(norm_block_sum(ss) / d + eps);
+}
+
 /// kAdd: residual += x first (rounded to T, as stored), then normalize the stored residual.
 /// The weight vectors are loaded before the PDL wait (they are no earlier kernel's output); a
 /// row that fits kCache vectors per thread is normalized from registers (one pass over memory).
@@ -42,41 +76,12 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(const T* x, T* resid
     for (int i = 0; i < kCache; ++i) {
       const int v = threadIdx.x + i * kThreads;
       if (v >= nv) continue;
-      if (kAdd) {
-        float r[8];
-        unpack8<T>(*reinterpret_cast<const Vec8*>(x + base + v * 8), f[i]);
-        unpack8<T>(*reinterpret_cast<const Vec8*>(residual + base + v * 8), r);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) f[i][j] += r[j];
-        const Vec8 packed = pack8<T>(f[i]);
-        *reinterpret_cast<Vec8*>(residual + base + v * 8) = packed;
-        unpack8<T>(packed, f[i]);  // the norm sees the stored (rounded) residual
-      } else {
-        unpack8<T>(*reinterpret_cast<const Vec8*>(src + v * 8), f[i]);
-      }
+      row_vector<T, kAdd>(x, residual, src, base, v, f[i]);
     }
     norm_row_from_registers<T>(f, wv, nv, d, eps, out + base);
     return;
   }
-  float ss = 0.0f;
-  for (int v = threadIdx.x; v < nv; v += kThreads) {
-    float f[8];
-    if (kAdd) {
-      float r[8];
-      unpack8<T>(*reinterpret_cast<const Vec8*>(x + base + v * 8), f);
-      unpack8<T>(*reinterpret_cast<const Vec8*>(residual + base + v * 8), r);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) f[j] += r[j];
-      const Vec8 packed = pack8<T>(f);
-      *reinterpret_cast<Vec8*>(residual + base + v * 8) = packed;
-      unpack8<T>(packed, f);  // the norm sees the stored (rounded) residual
-    } else {
-      unpack8<T>(*reinterpret_cast<const Vec8*>(src + v * 8), f);
-    }
-#pragma unroll
-    for (int j = 0; j < 8; ++j) ss = fmaf(f[j], f[j], ss);
-  }
-  const float inv = rsqrtf(norm_block_sum(ss) / d + eps);
+  const float inv = row_inv_rms<T, kAdd>(x, residual, src, base, nv, d, eps);
   for (int v = threadIdx.x; v < nv; v += kThreads) {  // re-read: same thread wrote it, L1/L2 hit
     float f[8], w[8];
     unpack8<T>(*reinterpret_cast<const Vec8*>(src + v * 8), f);
@@ -100,25 +105,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_perm_kernel(const T* x, T* 
   pdl_launch_dependents();
   const int64_t base = int64_t(blockIdx.x) * d;
   const T* src = kAdd ? residual + base : x + base;
-  float ss = 0.0f;
-  for (int v = threadIdx.x; v < nv; v += kThreads) {
-    float f[8];
-    if (kAdd) {
-      float r[8];
-      unpack8<T>(*reinterpret_cast<const Vec8*>(x + base + v * 8), f);
-      unpack8<T>(*reinterpret_cast<const Vec8*>(residual + base + v * 8), r);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) f[j] += r[j];
-      const Vec8 packed = pack8<T>(f);
-      *reinterpret_cast<Vec8*>(residual + base + v * 8) = packed;
-      unpack8<T>(packed, f);
-    } else {
-      unpack8<T>(*reinterpret_cast<const Vec8*>(src + v * 8), f);
-    }
-#pragma unroll
-    for (int j = 0; j < 8; ++j) ss = fmaf(f[j], f[j], ss);
-  }
-  const float inv = rsqrtf(norm_block_sum(ss) / d + eps);  // its barrier: the stored residual is visible
+  const float inv = row_inv_rms<T, kAdd>(x, residual, src, base, nv, d, eps);
   for (int v = threadIdx.x; v < nv; v += kThreads) {
     float o[8];
 #pragma unroll
