@@ -4,6 +4,7 @@
 // linears the adapter leaves alone, whatever the gap between the adapter's rank and the pool's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -70,6 +71,45 @@ TEST(LoraPack, SlotImageThroughTheKernelReferencesGivesEachLinearsDelta) {
     }
   EXPECT_EQ(at, lora_image_elems(c, rank));
   EXPECT_THROW(pack_lora_image(c, 2, a, false, image.data()), std::invalid_argument);  // rank 3 > 2
+}
+
+TEST(LoraPack, AnFfnOrderPermutesGateUpsBRowsAndDownsAColumns) {
+  // An act-order checkpoint's gate|up rows in down's order (quant_pack.h's row_order): the image
+  // takes gate's and up's B rows and down's A columns in that order; everything else as without.
+  using T = LoraTarget;
+  const ModelConfig c = testing::small_config(2);  // ffn 128, 2 layers
+  const LoraAdapter a = random_lora(c, "t", 4, 8.0f, {T::q, T::o, T::gate, T::up, T::down}, 7);
+  const int rank = lora_pool_rank(a.rank);
+  std::vector<int32_t> order(size_t(c.intermediate_size));
+  for (size_t i = 0; i < order.size(); ++i) order[i] = int32_t(i);
+  std::shuffle(order.begin(), order.end(), std::mt19937(5));
+  const std::vector<std::vector<int32_t>> orders = {order, {}};  // layer 1 keeps its order
+  std::vector<uint16_t> plain(size_t(lora_image_elems(c, rank))), moved(plain.size());
+  pack_lora_image(c, rank, a, false, plain.data());
+  pack_lora_image(c, rank, a, false, moved.data(), 2, &orders);
+  const auto groups = lora_group_shapes(c);
+  int64_t at = 0;
+  for (int l = 0; l < c.n_layers; ++l)
+    for (const LoraGroupShape& g : groups) {
+      const bool reorders = l == 0 && (g.targets[0] == T::gate || g.targets[0] == T::down);
+      const uint16_t *pa = plain.data() + at, *ma = moved.data() + at;
+      const uint16_t *pb = pa + g.a_elems(rank), *mb = ma + g.a_elems(rank);
+      for (int64_t row = 0; row < int64_t(g.n_seg) * rank; ++row)  // A [n_seg · rank, in]
+        for (int i = 0; i < g.in; ++i) {
+          const int from = reorders && g.targets[0] == T::down ? order[size_t(i)] : i;
+          ASSERT_EQ(ma[row * g.in + i], pa[row * g.in + from]) << "layer " << l << " A row " << row << " column " << i;
+        }
+      for (int col = 0; col < g.out; ++col) {  // B [out, rank]: gate's rows, then up's
+        const int seg = g.targets[0] == T::gate && col >= g.seg_end[0] ? g.seg_end[0] : 0;
+        const int from = reorders && g.targets[0] == T::gate ? seg + order[size_t(col - seg)] : col;
+        for (int k = 0; k < rank; ++k)
+          ASSERT_EQ(mb[int64_t(col) * rank + k], pb[int64_t(from) * rank + k]) << "layer " << l << " B row " << col;
+      }
+      at += g.a_elems(rank) + g.b_elems(rank);
+    }
+  EXPECT_NE(moved, plain);
+  const std::vector<std::vector<int32_t>> short_orders = {order};  // one layer's for two
+  EXPECT_THROW(pack_lora_image(c, rank, a, false, moved.data(), 1, &short_orders), std::invalid_argument);
 }
 
 /// A backend with device memory whose gpu_memory_utilization share leaves `budget` KV bytes.

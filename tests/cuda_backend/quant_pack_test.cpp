@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/backend/cuda/quant_pack.h"
+#include "engine/model/config.h"
 #include "engine/model/fp8.h"
 #include "engine/model/quant.h"
 
@@ -125,6 +126,46 @@ TEST(QuantPack, ActOrderInt4PacksEachGroupsChannelsTogether) {
   for (int c = 0; c < in; ++c) plain[size_t(c)] = c / group;
   const QuantLinear ordered = quantize_int4(wq.data(), 24, in, group, true, plain);
   EXPECT_TRUE(pack_quant_linear({&ordered}).perm.empty());
+}
+
+TEST(QuantPack, AnActOrderDownPutsGateUpsRowsInItsOrder) {
+  // Down's act order is taken by the product before SiLU·mul: gate's and up's rows in down's order,
+  // so SiLU·mul writes down's input as its codes hold it and down gathers nothing.
+  const int hidden = 256, ffn = 384, group = 128;
+  std::vector<int32_t> g_idx(ffn);
+  std::mt19937_64 rng(23);
+  for (int k = 0; k < ffn; ++k) g_idx[size_t(k)] = k % 3;
+  std::shuffle(g_idx.begin(), g_idx.end(), rng);
+  std::vector<QuantLinear> linears;
+  const int64_t shapes[7][2] = {{hidden, hidden}, {64, hidden}, {64, hidden}, {hidden, hidden},
+                                {ffn, hidden},    {ffn, hidden}, {hidden, ffn}};
+  for (int j = 0; j < 7; ++j) {
+    const auto w = random_matrix(shapes[j][0], shapes[j][1], 30 + uint64_t(j));
+    linears.push_back(quantize_int4(w.data(), shapes[j][0], shapes[j][1], group, true,
+                                    j == 6 ? g_idx : std::vector<int32_t>{}));
+  }
+  ModelConfig c;
+  c.n_layers = 1;
+  const std::vector<PackedQuantLayer> layers = pack_quant_layers(c, linears);
+  const PackedQuantLinear &gate_up = layers[0][2], &down = layers[0][3];
+  const std::vector<int32_t> order = pack_quant_linear({&linears[6]}).perm;  // down's act order
+  ASSERT_EQ(order.size(), size_t(ffn));
+  EXPECT_TRUE(down.perm.empty()) << "down gathers nothing";
+  EXPECT_EQ(gate_up.row_order, order);
+  for (int half = 0; half < 2; ++half) {
+    const std::vector<float> want = dequantize(linears[4 + size_t(half)]);
+    for (int i = 0; i < ffn; ++i)
+      for (int k = 0; k < hidden; ++k)
+        ASSERT_EQ(packed_value(gate_up, int64_t(half) * ffn + i, k), want[size_t(int64_t(order[size_t(i)]) * hidden + k)])
+            << (half ? "up" : "gate") << " row " << i;
+  }
+  const std::vector<float> want_down = dequantize(linears[6]);
+  for (int o = 0; o < hidden; ++o)  // position i holds FFN channel order[i], as SiLU·mul now writes it
+    for (int i = 0; i < ffn; ++i)
+      ASSERT_EQ(packed_value(down, o, i), want_down[size_t(int64_t(o) * ffn + order[size_t(i)])]) << "down row " << o;
+  // Without an act order on down nothing moves.
+  linears[6] = quantize_int4(random_matrix(hidden, ffn, 36).data(), hidden, ffn, group, true);
+  EXPECT_TRUE(pack_quant_layers(c, linears)[0][2].row_order.empty());
 }
 
 TEST(QuantPack, RefusesWhatTheGpuDoesNotRun) {

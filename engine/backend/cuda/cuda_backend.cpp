@@ -115,6 +115,10 @@ std::unique_ptr<CudaBackend> CudaBackend::load(const std::string& dir, CudaBacke
     impl->options.quantization = host.quant.method;  // what the backend reports and runs
     impl->options.fp8_per_channel = host.quant.fp8_scales == Fp8WeightScales::per_channel;
     impl->checkpoint_linears = cuda::pack_quant_layers(host.config, host.quant_linears);
+    bool reordered = false;
+    for (const cuda::PackedQuantLayer& layer : impl->checkpoint_linears) reordered = reordered || !layer[2].row_order.empty();
+    if (reordered)
+      for (const cuda::PackedQuantLayer& layer : impl->checkpoint_linears) impl->ffn_orders.push_back(layer[2].row_order);
     impl->w = cuda::DeviceWeights::from_host(host, options.dtype);
   } else {
     impl->w = cuda::DeviceWeights::load(dir, options.dtype);
@@ -254,7 +258,7 @@ BackendCaps CudaBackend::caps() const {
 
 void CudaBackend::reserve_loras(int max_loras, int max_lora_rank) {
   Impl& m = *impl_;
-  m.lora.reserve(config(), max_loras, max_lora_rank, m.dt);
+  m.lora.reserve(config(), max_loras, max_lora_rank, m.dt, m.ffn_orders);
   m.ensure_lora_scratch();
 }
 

@@ -77,6 +77,9 @@ struct CudaBackend::Impl {
   std::unique_ptr<cuda::QuantDeviceWeights> qw;           // the quantized Linears (options.quantization); null in bf16/f16
   QuantScheme checkpoint_scheme;                          // a quantized checkpoint's format and its Linears as
   std::vector<cuda::PackedQuantLayer> checkpoint_linears; // stored (CudaBackend::load), until setup uploads them
+  /// An act-order checkpoint's gate|up row orders (PackedQuantLinear::row_order, a layer each;
+  /// empty: none), which the LoRA pool's images take (reserve_loras).
+  std::vector<std::vector<int32_t>> ffn_orders;
   std::unique_ptr<cuda::QuantLinearRunner> quant_runner;  // their activation scratch and FP8 GEMM
   cudaStream_t stream = nullptr;
   std::unique_ptr<k::Gemm> gemm;

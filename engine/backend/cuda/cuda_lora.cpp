@@ -10,7 +10,8 @@
 
 namespace servelab::cuda {
 
-void DeviceLoraPool::reserve(const ModelConfig& c, int n_slots, int max_rank, kernels::ScalarType dt) {
+void DeviceLoraPool::reserve(const ModelConfig& c, int n_slots, int max_rank, kernels::ScalarType dt,
+                             std::vector<std::vector<int32_t>> ffn_order) {
   if (n_slots < 1) throw std::invalid_argument("CudaBackend::reserve_loras: max_loras must be >= 1 (got " +
                                                std::to_string(n_slots) + ")");
   if (max_rank < 1 || max_rank > kernels::kLoraMaxRank)
@@ -71,7 +72,10 @@ void DeviceLoraPool::reserve(const ModelConfig& c, int n_slots, int max_rank, ke
         }
         return std::shared_ptr<uint16_t>(static_cast<uint16_t*>(p), [](uint16_t* q) { cudaFreeHost(q); });
       },
-      [config, rank, f16](const LoraAdapter& a, uint16_t* out) { pack_lora_image(config, rank, a, f16, out); });
+      [config, rank, f16, order = std::make_shared<const std::vector<std::vector<int32_t>>>(std::move(ffn_order))](
+          const LoraAdapter& a, uint16_t* out) {
+        pack_lora_image(config, rank, a, f16, out, 0, order->empty() ? nullptr : order.get());
+      });
   n_slots_ = n_slots;
   loaded_.assign(size_t(n_slots), false);
   scales_.assign(size_t(n_slots), 0.0f);

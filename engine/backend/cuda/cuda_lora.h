@@ -33,7 +33,10 @@ class DeviceLoraPool {
   /// Allocates n_slots slots for adapters of rank <= max_rank over `config`'s shapes (one GPU:
   /// every head and FFN column), 16-bit `dt`. Throws std::invalid_argument naming a bad count or
   /// rank (max_rank <= kernels::kLoraMaxRank), std::runtime_error when the memory cannot be had.
-  void reserve(const ModelConfig& config, int n_slots, int max_rank, kernels::ScalarType dt);
+  /// ffn_order: an act-order checkpoint's gate|up row orders (PackedQuantLinear::row_order, one a
+  /// layer), which every adapter's image then takes (pack_lora_image); empty: none.
+  void reserve(const ModelConfig& config, int n_slots, int max_rank, kernels::ScalarType dt,
+               std::vector<std::vector<int32_t>> ffn_order = {});
   bool reserved() const { return n_slots_ > 0; }
   int n_slots() const { return n_slots_; }
   int max_rank() const { return max_rank_; }

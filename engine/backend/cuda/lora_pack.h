@@ -7,6 +7,7 @@
 // for one slot.
 #include <array>
 #include <cstdint>
+#include <vector>
 
 #include "engine/lora/lora_adapter.h"
 #include "engine/model/config.h"
@@ -41,7 +42,11 @@ int64_t lora_pool_bytes(const ModelConfig& config, int n_slots, int max_rank);
 /// out[0, lora_image_elems): its A rows and B columns rounded to bf16 (or fp16 with `f16`), ranks
 /// past its own and linears it leaves alone zero. Throws std::invalid_argument when its rank
 /// exceeds `rank`. The layers are split over `threads` threads (0: the machine's cores, at most 8).
+/// `ffn_order` (one per layer, an empty one: the natural order): the FFN channels in the order an
+/// act-order checkpoint's gate|up rows were put in (PackedQuantLinear::row_order): gate's and up's
+/// B rows and down's A columns taken in that order, so the deltas meet the products' outputs and
+/// inputs channel for channel.
 void pack_lora_image(const ModelConfig& config, int rank, const LoraAdapter& adapter, bool f16, uint16_t* out,
-                     int threads = 0);
+                     int threads = 0, const std::vector<std::vector<int32_t>>* ffn_order = nullptr);
 
 }  // namespace servelab::cuda

@@ -91,6 +91,25 @@ void pack_int4(const std::vector<const QuantLinear*>& parts, PackedQuantLinear& 
   }
 }
 
+/// gate|up's rows in down's act order (each half: row i = the matrix's row down.perm[i]); down's
+/// perm dropped. Scales and zeros are [groups, out]: their columns move with the rows.
+void fold_down_order(PackedQuantLinear& gate_up, PackedQuantLinear& down) {
+  const int64_t ffn = down.in, row_bytes = gate_up.in / 2, n_groups = gate_up.in / gate_up.group_size;
+  if (gate_up.out != 2 * ffn) throw std::logic_error("fold_down_order: gate|up is not twice down's input");
+  const PackedQuantLinear src = gate_up;
+  for (int64_t half = 0; half < 2; ++half)
+    for (int64_t i = 0; i < ffn; ++i) {
+      const int64_t to = half * ffn + i, from = half * ffn + down.perm[size_t(i)];
+      std::copy_n(src.codes.begin() + from * row_bytes, row_bytes, gate_up.codes.begin() + to * row_bytes);
+      for (int64_t g = 0; g < n_groups; ++g) {
+        gate_up.scales[size_t(g * gate_up.out + to)] = src.scales[size_t(g * gate_up.out + from)];
+        gate_up.zeros[size_t(g * gate_up.out + to)] = src.zeros[size_t(g * gate_up.out + from)];
+      }
+    }
+  gate_up.row_order = std::move(down.perm);
+  down.perm.clear();
+}
+
 }  // namespace quant_pack_detail
 
 PackedQuantLinear pack_quant_linear(const std::vector<const QuantLinear*>& parts) {
@@ -123,6 +142,8 @@ std::vector<PackedQuantLayer> pack_quant_layers(const ModelConfig& config, const
     layers[l][1] = pack_quant_linear({q + 3});
     layers[l][2] = pack_quant_linear({q + 4, q + 5});
     layers[l][3] = pack_quant_linear({q + 6});
+    if (!layers[l][3].perm.empty() && layers[l][2].kind == QuantLinear::Kind::int4)
+      quant_pack_detail::fold_down_order(layers[l][2], layers[l][3]);
   }
   return layers;
 }

@@ -9,7 +9,9 @@
 //         nibble); fp32 scales and zeros [in / group, out], each group row the matrices' columns
 //         in turn. Position i is input channel i, or with act order (GPTQ's g_idx not k / group)
 //         input channel perm[i]: the channels sorted by group, so a group is `group` consecutive
-//         positions, and the product takes x's columns in that order (kernels::gather_columns).
+//         positions, and the product takes x's columns in that order (kernels::gather_columns,
+//         or the norm before q|k|v and gate|up writing x so; down's order goes into gate|up's
+//         rows, row_order).
 //   fp8 static activation scales: input_scale, the largest of the fused Linears' (one input, one
 //         scale, as vLLM and the cpu backend take it).
 // What the GPU kernels do not take is refused by name: an act order whose groups do not each hold
@@ -33,6 +35,11 @@ struct PackedQuantLinear {
   std::vector<uint8_t> codes;
   std::vector<float> scales, zeros;
   std::vector<int32_t> perm;  ///< int4 act order: position i holds input channel perm[i]; empty: i
+  /// gate|up over an act-order down: each half's rows in down's order (row i of a half is the
+  /// matrix's row row_order[i], so SiLU·mul writes down's input in its codes' order and down's
+  /// perm is dropped); empty: the matrices' order. A LoRA image takes the same order
+  /// (pack_lora_image's ffn_order).
+  std::vector<int32_t> row_order;
 };
 
 /// q|k|v, o, gate|up, down of one layer.
@@ -42,7 +49,9 @@ using PackedQuantLayer = std::array<PackedQuantLinear, 4>;
 /// Throws std::invalid_argument naming what the GPU path cannot run.
 PackedQuantLinear pack_quant_linear(const std::vector<const QuantLinear*>& parts);
 
-/// Every layer of `linears` (ModelWeights::quant_linears of `config`: [layer * 7 + j]).
+/// Every layer of `linears` (ModelWeights::quant_linears of `config`: [layer * 7 + j]). Where down
+/// has an act order and gate|up is INT4, gate|up's rows take down's order (row_order) and down's
+/// perm is dropped: the product before SiLU·mul does the gather.
 std::vector<PackedQuantLayer> pack_quant_layers(const ModelConfig& config, const std::vector<QuantLinear>& linears);
 
 }  // namespace servelab::cuda
