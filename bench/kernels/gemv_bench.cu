@@ -113,7 +113,8 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
   // over int4_pack.h's layout, M <= 8) at its default (loads into registers a step ahead) and
   // through its cp.async ring of 2 and 3 stages. auto_gather (INT4): act-order GPTQ's product, x's
   // columns gathered into the codes' order (kernels::gather_columns, a random permutation) by one
-  // launch before auto's, as the cuda backend runs it. auto last.
+  // launch before auto's; auto_gather_o: that gather on o_proj only, as the cuda backend runs act
+  // order since the norms and gate|up's rows took the other three (docs/quantization.md). auto last.
   struct Variant {
     const char* name;
     QuantGemvKernel kernel;
@@ -124,8 +125,9 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
                               {"steps_other", QuantGemvKernel::steps, -1}, {"packed", QuantGemvKernel::packed, 0},
                               {"packed_s2", QuantGemvKernel::packed, 2}, {"packed_s3", QuantGemvKernel::packed, 3},
                               {"steps_v1", QuantGemvKernel::steps, 1}, {"steps_v1f2", QuantGemvKernel::steps, 2},
-                              {"auto_gather", QuantGemvKernel::auto_select, 0}, {"auto", QuantGemvKernel::auto_select, 0}};
-  constexpr int kKernels = 12;
+                              {"auto_gather", QuantGemvKernel::auto_select, 0},
+                              {"auto_gather_o", QuantGemvKernel::auto_select, 0}, {"auto", QuantGemvKernel::auto_select, 0}};
+  constexpr int kKernels = 13;
   Gemm gemm(false);
   gemm.set_gemv_waves(0);
   gemm.set_gemv_variant(3);
@@ -204,8 +206,9 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
           const bool v1 = std::string(variants[v].name).rfind("steps_v1", 0) == 0;  // INT4, one vector a step
           if (packed && (q == 0 || m > 8)) continue;  // INT4 at M <= 8 only (else it falls back to steps)
           if (v1 && q == 0) continue;
-          const bool gather = std::string(variants[v].name) == "auto_gather";
-          if (gather && q == 0) continue;
+          const std::string vname = variants[v].name;
+          const bool gather = vname == "auto_gather" || (vname == "auto_gather_o" && std::string(sh.name) == "o");
+          if ((vname == "auto_gather" || vname == "auto_gather_o") && q == 0) continue;
           a.kernel = variants[v].kernel;
           a.steps_vectors = v1 ? 1 : variants[v].kernel == QuantGemvKernel::steps ? 2 : 0;
           a.steps_in_flight = packed || v1 ? (v1 ? variants[v].in_flight : 0)
@@ -223,7 +226,7 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
             quant_gemv(b, st);
           }, 20, 15);
           step_ms[q][v] += ms * sh.per_step;
-          const bool is_auto = variants[v].kernel == QuantGemvKernel::auto_select && !gather;
+          const bool is_auto = vname == "auto";
           const std::string name = "quant_gemv_" + fmt + (is_auto ? "" : std::string("_") + variants[v].name);
           record(name, shape + (is_auto ? std::string(" (") + to_string(quant_gemv_kernel_for(a)) + ")" : ""),
                  bytes / (ms * 1e-3) / 1e9, "GB/s", "d2d_copy", copy_gbs);
@@ -248,10 +251,13 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
                   fmt, step_bf16, line.c_str(), step_ms[q][kKernels - 1], step_bf16 / step_ms[q][kKernels - 1],
                   variants[best].name);
       if (q == 1) {  // act order: what the gather launches add to the step's products
-        const double gathered = step_ms[q][kKernels - 2];
-        std::printf("  act-order INT4 (a gather before each product) at M%d: %.3f ms, %.2fx auto's, %.2fx bf16\n", m,
-                    gathered, gathered / step_ms[q][kKernels - 1], step_bf16 / gathered);
+        const double gathered = step_ms[q][kKernels - 3], folded = step_ms[q][kKernels - 2];
+        std::printf("  act-order INT4 at M%d: a gather before each product %.3f ms (%.2fx auto's, %.2fx bf16); "
+                    "o_proj's only (the folds) %.3f ms (%.2fx auto's, %.2fx bf16)\n", m, gathered,
+                    gathered / step_ms[q][kKernels - 1], step_bf16 / gathered, folded, folded / step_ms[q][kKernels - 1],
+                    step_bf16 / folded);
         record("decode_products_int4_act_order_vs_int4", shape, gathered / step_ms[q][kKernels - 1], "x", "-", 0);
+        record("decode_products_int4_act_order_folded_vs_int4", shape, folded / step_ms[q][kKernels - 1], "x", "-", 0);
       }
     }
   }
