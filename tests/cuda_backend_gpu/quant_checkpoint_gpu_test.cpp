@@ -18,6 +18,7 @@
 #include "engine/backend/cuda/cuda_backend.h"
 #include "engine/backend/step_input.h"
 #include "engine/kv/kv_manager.h"
+#include "engine/lora/lora_adapter.h"
 #include "engine/model/quant_checkpoint.h"
 #include "engine/model/weights.h"
 #include "tests/backend/backend_test_util.h"
@@ -143,6 +144,54 @@ TEST(QuantCheckpointGpu, GptqActOrderMatchesTheCpuInPrefillAndDecode) {
     EXPECT_LT(err[step], 3e-2) << (step == 0 ? "the prefill (43 rows: gather, dequantize, bf16 GEMM)" : "a decode step");
   std::printf("  gptq act-order checkpoint on the GPU: prefill and decode logits, worst relative error against the "
               "cpu: %.4f\n", err.empty() ? 0.0 : *std::max_element(err.begin(), err.end()));
+}
+
+// An adapter on an act-order checkpoint: down's order is in gate|up's rows (quant_pack.h
+// row_order), so the adapter's image takes gate's and up's B rows and down's A columns in it
+// (pack_lora_image's ffn_order), and with LoRA reserved the norms write xn in channel order (the
+// shrinks read it) and q|k|v and gate|up gather. A row with the adapter and one without, prefill
+// and decode, against the cpu backend running the same folder and adapter by the plain formula.
+TEST(QuantCheckpointGpu, GptqActOrderWithAnAdapterMatchesTheCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  Case c{"gptq_act_order_lora", {}, Quantization::int4_gptq};
+  c.write.format = QuantCheckpointFormat::gptq;
+  c.write.act_order = true;
+  const std::string dir = write_folder(c);
+  ModelWeights host = ModelWeights::load(dir);
+  host.quant.activations = ActivationQuant::none;
+  using T = LoraTarget;
+  auto adapter = std::make_shared<LoraAdapter>(
+      random_lora(host.config, "a", 8, 16.0f, {T::q, T::k, T::v, T::o, T::gate, T::up, T::down}, 17));
+  adapter->id = 1;
+  CpuBackend cpu(std::move(host), CpuBackendOptions{.n_threads = 4});
+  cpu.init_kv(kSlots);
+  cpu.load_lora(0, adapter);
+  auto gpu = CudaBackend::load(dir, CudaBackendOptions{});
+  gpu->reserve_loras(2, 16);
+  gpu->load_lora(0, adapter);
+  gpu->init_kv(kSlots);
+  std::vector<Sequence> seqs = prompts(2, 17, 9, 80, 120);  // 17 + 26 prefill rows, then decodes
+  auto kv = testing::paged_test_kv(kSlots);
+  double worst = 0.0;
+  for (int step = 0; step < 4; ++step) {
+    Batch b;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      Sequence& s = seqs[i];
+      testing::hold_kv(*kv, s, s.n_tokens());
+      b.entries.push_back({&s, s.n_tokens() - s.n_computed, true, 1, -1, i == 0 ? 0 : -1});  // the first on the adapter
+    }
+    const auto ref_span = cpu.logits(make_step(cpu, b, *kv));
+    const std::vector<float> ref(ref_span.begin(), ref_span.end());
+    const auto got_span = gpu->logits(make_step(*gpu, b, *kv));
+    const std::vector<float> got(got_span.begin(), got_span.end());
+    ASSERT_EQ(got.size(), ref.size());
+    const double err = rel_error(got, ref);
+    EXPECT_LT(err, 3e-2) << (step == 0 ? "the prefill" : "a decode step");  // a wrong order: order 1
+    worst = std::max(worst, err);
+    testing::append_argmax(b, ref, 1000);
+  }
+  std::printf("  gptq act-order checkpoint with an adapter on the GPU: worst relative error against the cpu %.4f\n",
+              worst);
 }
 
 // FP8 with static activation scales (compressed-tensors `dynamic: false`, an input_scale a Linear):
