@@ -5,7 +5,12 @@
 // many loads they did, their total time and median duration, over every repetition's steps.
 // Priced on the sim, measured on a GPU (docs/lora.md, "Serving side by side").
 //
-// summary.json, per run with at least one load: "lora_loads": {"n_loads", "n_steps", "step_s", "step_p50_ms"}.
+// And the steps in which a request waited for its adapter's packing (StepRecord::n_lora_waits:
+// lora.admit_when_packed passed it over while others ran), and their time: how long the gate held
+// requests back.
+//
+// summary.json, per run with at least one load: "lora_loads": {"n_loads", "n_steps", "step_s",
+// "step_p50_ms", "wait_steps", "wait_s"}.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -22,6 +27,8 @@ struct LoraLoads {
   int64_t n_steps = 0;       ///< steps that loaded at least one
   double step_s = 0.0;       ///< those steps' time, summed
   double step_p50_ms = 0.0;  ///< their median duration
+  int64_t wait_steps = 0;    ///< steps in which some request waited for its adapter's packing
+  double wait_s = 0.0;       ///< those steps' time, summed
 };
 
 /// The loads of run `label` (or its repetitions "label#k") among `steps`; nullopt without any.

@@ -224,12 +224,14 @@ TextRows lora_table(const Summary& s, size_t max_adapters) {
 
 TextRows lora_loads_table(const Summary& s) {
   TextRows t;
-  t.header = {"strategy", "rate (req/s)", "adapters loaded", "steps with a load", "their p50 (ms)", "their time (s)"};
+  t.header = {"strategy",          "rate (req/s)",   "adapters loaded", "steps with a load", "their p50 (ms)",
+              "their time (s)", "steps a request waited for its adapter's packing", "their time (s)"};
   for (const RunSummary* r : table_order(s))
     if (r->lora_loads)
       t.rows.push_back({r->info.strategy_name(), format_run_rate(r->info), std::to_string(r->lora_loads->n_loads),
                         std::to_string(r->lora_loads->n_steps), format_number(r->lora_loads->step_p50_ms),
-                        format_number(r->lora_loads->step_s)});
+                        format_number(r->lora_loads->step_s), std::to_string(r->lora_loads->wait_steps),
+                        format_number(r->lora_loads->wait_s)});
   return t;
 }
 

@@ -287,6 +287,7 @@ StepOutcome Engine::step(double now) {
   ScheduledStep plan = scheduler_->schedule(now);
   if (lora_slots_ && config_.lora.group_prompts) group_prompts_by_adapter(plan.chunks, state_->prompt_at, state_->prompts);
   for (const Sequence* s : plan.preempted) out.preempted.push_back(s->request_id);
+  out.n_lora_waits = plan.n_adapter_waits;
   for (const Sequence* s : plan.swap_pool_full) out.swap_pool_full.push_back(s->request_id);
   move_kv(plan, *kv_, *backend_, swap_.get(), host_pool_.get());
 

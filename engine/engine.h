@@ -106,6 +106,7 @@ struct StepOutcome {
   int n_running = 0;
   int n_loras = 0;        ///< distinct LoRA adapters in the step
   int n_lora_loads = 0;   ///< adapters loaded into the backend's slots for it (misses)
+  int n_lora_waits = 0;   ///< waiting requests passed over while their adapter was being packed
   /// Structured output: token masks filled for the step's draws, the host seconds they took
   /// (inside the backend's execute when overlapped, before it otherwise), and tokens appended by
   /// jump-forward without a forward of their own.

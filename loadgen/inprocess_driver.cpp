@@ -75,6 +75,7 @@ DriveStats drive_in_process(Engine& engine, RequestSource& source, Clock& clock,
     st.spec_probe_accepted_tokens = s.spec_probe_accepted_tokens;
     st.n_loras = s.n_loras;
     st.n_lora_loads = s.n_lora_loads;
+    st.n_lora_waits = s.n_lora_waits;
     st.n_masks = s.n_masks;
     st.mask_s = s.mask_s;
     st.jump_forward_tokens = s.n_jump_forward_tokens;

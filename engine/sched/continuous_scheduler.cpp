@@ -303,6 +303,7 @@ void ContinuousScheduler::schedule_admissions(Pass& pass) {
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     Sequence* seq = *it;
     if (waits_for_adapter(*seq, adapters, pass)) {  // its adapter still being prepared: others go first
+      ++pass.step.n_adapter_waits;
       ++it;
       continue;
     }

@@ -44,6 +44,9 @@ struct ScheduledStep {
   /// Preempted under `preemption: swap` but recomputed: the host swap pool could not hold their
   /// K/V (each is in `preempted` too).
   std::vector<Sequence*> swap_pool_full;
+  /// Waiting sequences passed over because their LoRA adapter was still being prepared
+  /// (SchedulerConfig::adapter_ready).
+  int n_adapter_waits = 0;
   bool empty() const { return chunks.empty(); }
 };
 

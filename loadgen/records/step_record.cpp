@@ -45,7 +45,10 @@ void to_json(nlohmann::json& j, const StepRecord& s) {
     j["spec_decode"]["probe"] = {{"num_drafts", s.spec_probe_drafts},
                                  {"num_draft_tokens", s.spec_probe_draft_tokens},
                                  {"num_accepted_tokens", s.spec_probe_accepted_tokens}};
-  if (s.n_loras > 0) j["lora"] = {{"n_loras", s.n_loras}, {"n_loads", s.n_lora_loads}};
+  if (s.n_loras > 0 || s.n_lora_waits > 0) {
+    j["lora"] = {{"n_loras", s.n_loras}, {"n_loads", s.n_lora_loads}};
+    if (s.n_lora_waits > 0) j["lora"]["n_waits"] = s.n_lora_waits;
+  }
   if (s.n_masks > 0 || s.jump_forward_tokens > 0)
     j["structured"] = {{"n_masks", s.n_masks}, {"mask_s", s.mask_s}, {"jump_forward_tokens", s.jump_forward_tokens}};
   if (s.forward_s > 0) {
@@ -86,6 +89,7 @@ void from_json(const nlohmann::json& j, StepRecord& s) {
   if (auto l = j.find("lora"); l != j.end() && l->is_object()) {
     s.n_loras = json_int_or(*l, "n_loras", 0);
     s.n_lora_loads = json_int_or(*l, "n_loads", 0);
+    s.n_lora_waits = json_int_or(*l, "n_waits", 0);
   }
   if (auto so = j.find("structured"); so != j.end() && so->is_object()) {
     s.n_masks = json_int_or(*so, "n_masks", 0);
@@ -142,6 +146,7 @@ void StepRecord::validate() const {
   count("n_swap_pool_full", n_swap_pool_full);
   count("lora.n_loras", n_loras);
   count("lora.n_loads", n_lora_loads);
+  count("lora.n_waits", n_lora_waits);
   count("structured.n_masks", n_masks);
   count("structured.jump_forward_tokens", jump_forward_tokens);
   time("structured.mask_s", mask_s);

@@ -37,10 +37,12 @@ struct StepRecord {
   int spec_probe_drafts = 0;
   int spec_probe_draft_tokens = 0;
   int spec_probe_accepted_tokens = 0;
-  // Multi-LoRA (JSON "lora", when the step ran any adapter): distinct adapters in the step, and
-  // adapters loaded into the backend's slots for it (misses).
+  // Multi-LoRA (JSON "lora", when the step ran any adapter or passed any request over): distinct
+  // adapters in the step, adapters loaded into the backend's slots for it (misses), and waiting
+  // requests passed over while their adapter was being packed (lora.admit_when_packed).
   int n_loras = 0;
   int n_lora_loads = 0;
+  int n_lora_waits = 0;
   // Structured output (JSON "structured", when the step had any): token masks filled for its
   // draws, the host seconds they took, tokens appended by jump-forward without a forward.
   int n_masks = 0;

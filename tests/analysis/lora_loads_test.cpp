@@ -33,7 +33,18 @@ TEST(LoraLoads, CountsARunsStepsWithLoadsAndTheirMedian) {
   EXPECT_EQ(l->n_steps, 4);  // a@10 is another run; the step without a load is not counted
   EXPECT_NEAR(l->step_s, 0.100, 1e-12);
   EXPECT_NEAR(l->step_p50_ms, 25.0, 1e-9);  // between 20 and 30
+  EXPECT_EQ(l->wait_steps, 0);
   EXPECT_FALSE(lora_loads("b@1", steps));
+  // Steps in which a request waited for its adapter's packing (lora.admit_when_packed).
+  std::vector<StepRecord> waited = steps;
+  waited[1].n_lora_waits = 2;   // a step without a load
+  waited[3].n_lora_waits = 1;   // and one with
+  waited[4].n_lora_waits = 1;   // another run's
+  const auto w = lora_loads("a@1", waited);
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->n_steps, 4);
+  EXPECT_EQ(w->wait_steps, 2);
+  EXPECT_NEAR(w->wait_s, 0.015, 1e-12);
   const auto odd = lora_loads("a@10", steps);
   ASSERT_TRUE(odd);
   EXPECT_NEAR(odd->step_p50_ms, 500.0, 1e-9);
@@ -47,6 +58,7 @@ TEST(LoraLoads, SummaryCarriesThemAndTheReportShowsThem) {
   ASSERT_GE(steps.size(), 2u);
   steps[0].n_loras = steps[0].n_lora_loads = 1;
   steps[0].duration_s = 0.025;
+  steps[1].n_lora_waits = 1;
   ScenarioInfo sc;
   sc.name = "lora";
   const Summary s = build_summary(sc, Environment{}, SloSpec{}, {info}, records, steps);
@@ -58,6 +70,8 @@ TEST(LoraLoads, SummaryCarriesThemAndTheReportShowsThem) {
   const TextRows t = lora_loads_table(s);
   ASSERT_EQ(t.rows.size(), 1u);
   EXPECT_EQ(t.rows[0][2], "1");
+  EXPECT_EQ(t.rows[0][6], "1");  // the step a request waited for its adapter's packing
+  EXPECT_EQ(j["runs"][0]["lora_loads"]["wait_steps"], 1);
   EXPECT_NE(report_markdown(s, {}, {}, {}).find("## Multi-LoRA, adapter loads"), std::string::npos);
   steps[0].n_lora_loads = 0;  // none: no field, no table
   const Summary none = build_summary(sc, Environment{}, SloSpec{}, {info}, records, steps);

@@ -367,12 +367,12 @@ TEST(LoraEngine, ARequestWhoseAdapterIsStillPackedLetsOthersGoFirst) {
   Request first = make_request(0, 8, 8), s = make_request(1, 8, 8), behind = make_request(2, 8, 8);
   s.lora = slow;
   for (const Request& r : {first, s, behind}) ASSERT_FALSE(engine.add(r, 0.0).has_value());
-  engine.step(0.001);
+  EXPECT_EQ(engine.step(0.001).n_lora_waits, 1);  // counted in the step: the report's waits
   EXPECT_EQ(engine.lora_requests().waiting, std::vector<std::string>{"slow"}) << "the one behind went first";
-  engine.step(0.002);
+  EXPECT_EQ(engine.step(0.002).n_lora_waits, 1);
   EXPECT_EQ(engine.lora_requests().waiting, std::vector<std::string>{"slow"});
   packing.clear();  // packed
-  engine.step(0.003);
+  EXPECT_EQ(engine.step(0.003).n_lora_waits, 0);
   EXPECT_TRUE(engine.lora_requests().waiting.empty());
   EXPECT_EQ(engine.lora_requests().running, std::vector<std::string>{"slow"});
   while (engine.has_work()) engine.step(0.004);
