@@ -116,11 +116,9 @@ void SimBackend::load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter)
   }
   // Staged: the step waits for what is left of the worker's pack; else it packs it all.
   double pack = lora_pack_seconds(cost_.device, params);
-  auto staged = std::find_if(lora_staged_.begin(), lora_staged_.end(),
-                             [&](const StagedImage& s) { return s.key == adapter.get() && s.owner.lock() == adapter; });
-  if (staged != lora_staged_.end()) {
+  if (StagedImage* staged = staged_image(adapter)) {
     pack = std::max(0.0, staged->ready_s - lora_now_s_);
-    lora_staged_.erase(staged);
+    lora_staged_.erase(lora_staged_.begin() + (staged - lora_staged_.data()));
   }
   pending_s_ += pack;
   // Its buffer, as DeviceLoraPool picks it (every one allocated when the pool was reserved): a
@@ -144,12 +142,17 @@ SimBackend::KeptImage* SimBackend::kept_image(const std::shared_ptr<const LoraAd
   return nullptr;
 }
 
+SimBackend::StagedImage* SimBackend::staged_image(const std::shared_ptr<const LoraAdapter>& adapter) {
+  for (StagedImage& s : lora_staged_)
+    if (s.key == adapter.get() && s.owner.lock() == adapter) return &s;
+  return nullptr;
+}
+
 void SimBackend::stage_lora(std::shared_ptr<const LoraAdapter> adapter, double now_s) {
   lora_now_s_ = std::max(lora_now_s_, now_s);
   if (!adapter || kept_image(adapter)) return;
   std::erase_if(lora_staged_, [](const StagedImage& s) { return s.owner.expired(); });
-  for (const StagedImage& s : lora_staged_)
-    if (s.key == adapter.get() && s.owner.lock() == adapter) return;  // under way
+  if (staged_image(adapter)) return;  // under way
   const double ready = std::max(lora_now_s_, lora_worker_free_s_) + lora_pack_seconds(cost_.device, lora_params(model_, adapter.get()));
   lora_worker_free_s_ = ready;
   lora_staged_.push_back({adapter.get(), adapter, ready});
@@ -158,10 +161,8 @@ void SimBackend::stage_lora(std::shared_ptr<const LoraAdapter> adapter, double n
 bool SimBackend::lora_ready(const std::shared_ptr<const LoraAdapter>& adapter, double now_s) {
   lora_now_s_ = std::max(lora_now_s_, now_s);
   if (!adapter || kept_image(adapter)) return true;
-  for (const StagedImage& s : lora_staged_)
-    if (s.key == adapter.get() && s.owner.lock() == adapter) return now_s >= s.ready_s;
-  stage_lora(adapter, now_s);
-  return lora_staged_.empty() || now_s >= lora_staged_.back().ready_s;  // no packing to price: ready
+  if (!staged_image(adapter)) stage_lora(adapter, now_s);  // neither kept nor under way: staged now
+  return now_s >= staged_image(adapter)->ready_s;
 }
 
 double SimBackend::lora_read_seconds(const LoraAdapter& adapter) const {

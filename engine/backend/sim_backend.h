@@ -150,6 +150,7 @@ class SimBackend final : public Backend, public ShapeDecoder {
     double ready_s = 0.0;
   };
   std::vector<StagedImage> lora_staged_;
+  StagedImage* staged_image(const std::shared_ptr<const LoraAdapter>& adapter);
   double lora_worker_free_s_ = 0.0;  // when the packing worker's last staged pack ends
   double lora_now_s_ = 0.0;          // the engine's clock so far (at_time, stage_lora, lora_ready)
 };
