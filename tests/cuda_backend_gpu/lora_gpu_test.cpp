@@ -310,5 +310,55 @@ TEST(CudaBackendGpuLora, EagerOnlyMatchesGraphsAndRefusesBadInput) {
   EXPECT_THROW(eager->logits(make_step(*eager, b, *kv)), std::invalid_argument);
 }
 
+// A load returns with its copy under way on the pool's copy stream (cuda_lora.h): the eager
+// prefill right after it waits for each layer's part before the layer, a second load waits for the
+// first's copy, and a CUDA-graph decode right after a slot is loaded again waits for the whole copy
+// before its launch. Every row equals its merged model's in each of those steps.
+TEST(CudaBackendGpuLora, ALoadsCopyRunsBesideTheStepsThatReadIt) {
+  SKIP_WITHOUT_GPU();
+  const Fixture f;
+  auto lora = CudaBackend::load(f.base_dir);
+  lora->reserve_loras(2, 16);
+  auto m0 = CudaBackend::load(f.merged_dirs[0]), m2 = CudaBackend::load(f.merged_dirs[2]);
+  for (auto* b : {lora.get(), m0.get(), m2.get()}) b->init_kv(kSlots);
+  auto kv = make_kv();
+  std::vector<Sequence> seqs;
+  seqs.push_back(make_sequence(1, random_tokens(40, kVocab, 91)));  // a: slot 0, adapter 0
+  seqs.push_back(make_sequence(2, random_tokens(25, kVocab, 92)));  // b: slot 1, adapter 2
+  seqs.push_back(make_sequence(3, random_tokens(1, kVocab, 93)));   // c: a one-token prompt, slot 0 reloaded
+  const int slot[3] = {0, 1, 0};
+  // Runs one step of `which` on the three backends (the merged ones without slots) and checks
+  // each row against its merged model: sequence i's adapter is want[i] (0 or 2).
+  auto step = [&](const std::vector<int>& which, const int (&want)[3], const std::string& what) {
+    Batch lb, rb;
+    for (int i : which) {
+      Sequence& s = seqs[size_t(i)];
+      hold(*kv, s, s.n_tokens());
+      lb.entries.push_back({&s, s.n_tokens() - s.n_computed, true, 1, -1, slot[i]});
+      rb.entries.push_back({&s, s.n_tokens() - s.n_computed, true, 1, -1, -1});
+    }
+    const std::vector<float> got = lora->logits(make_step(*lora, lb, *kv));
+    const std::vector<float> r0 = m0->logits(make_step(*m0, rb, *kv)), r2 = m2->logits(make_step(*m2, rb, *kv));
+    ASSERT_EQ(got.size(), which.size() * kVocab) << what;
+    for (size_t k = 0; k < which.size(); ++k) {
+      const int i = which[k];
+      const auto& ref = want[i] == 0 ? r0 : r2;
+      EXPECT_LT(rel_error(std::span(got).subspan(k * kVocab, kVocab), std::span(ref).subspan(k * kVocab, kVocab)), kTol)
+          << what << ", sequence " << i;
+      Sequence& s = seqs[size_t(i)];
+      s.n_computed = s.n_tokens();
+      s.tokens.push_back(TokenId(argmax(std::span(ref).subspan(k * kVocab, kVocab))));
+    }
+  };
+  const int want[3] = {0, 2, 2};  // each sequence's adapter
+  lora->load_lora(0, f.adapters[0]);
+  lora->load_lora(1, f.adapters[2]);  // after slot 0's copy; its own under way as the prefill starts
+  step({0, 1}, want, "the prefill right after the loads");
+  for (int n = 0; n < 4; ++n) step({0, 1}, want, "decode " + std::to_string(n));  // eager, captured, replays
+  lora->load_lora(0, f.adapters[2]);  // slot 0 again: the graph of two rows replays right after
+  step({1, 2}, want, "the graph step right after slot 0's reload");
+  step({1, 2}, want, "the graph step after it");
+}
+
 }  // namespace lora_gpu_test
 }  // namespace servelab

@@ -496,6 +496,7 @@ void CudaBackend::Impl::run_planned(const cuda::BlockTableStep* tables) {
   g.kind = in.kv_kind;
   g.block_size = in.block_size;
   g.lora = step_lora;
+  lora.settle(false);  // an adapter's copy that has finished gives its image back
   const int bucket = graph_bucket(in.n_seqs());
   const bool paged = in.kv_kind == k::KvLayoutKind::paged;
   if (options.cuda_graphs && !options.batch_invariant && bucket > 0 && in.max_context() <= kGraphMaxContext &&
@@ -525,6 +526,7 @@ void CudaBackend::Impl::run_planned(const cuda::BlockTableStep* tables) {
                         "the graph step input");
     }
     stage(g, graph_packed, tables);
+    if (g.lora) lora.wait_copy(stream);  // the graph reads every layer's pool: the whole of a load's copy first
     GraphEntry& entry = graphs[GraphKey{bucket, context, int(in.kv_kind), paged ? in.block_size : 0, g.lora, !g.late,
                                         g.layout.has_row_spans, g.draw_probs}];
     if (entry.exec && entry.epoch != epoch) {

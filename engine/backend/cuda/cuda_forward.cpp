@@ -70,6 +70,11 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   // In an eager step, runs of at least lora_kernels.gemm_min_rows rows of one adapter (a
   // prefill's or a chunk's sequence) take the tensor cores (kernels/lora_gemm.h) and the plan
   // holds only the rows left (uploaded), or is not built when none are.
+  // An adapter loaded for this step may still be copying (cuda_lora.h): an eager step waits for
+  // each layer's part just before the layer (layer 0's holds the slot's scale); a graph step
+  // waited for all of it before its launch (run_planned).
+  const bool wait_lora_layers = g.lora && !g.graph && lora.copying();
+  if (wait_lora_layers) lora.wait_layer(0, stream);
   cuda::LoraHook hooks[cuda::kLoraGroups];
   lora_step_runs.clear();
   bool grouped = g.lora;
@@ -189,6 +194,7 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   for (int l = 0; l < m.n_layers; ++l) {
     const cuda::DeviceLayer& W = w.layers[l];
     const cuda::QuantDeviceWeights::Layer* Q = qw ? &qw->layers[l] : nullptr;  // quantized Linears, or none
+    if (wait_lora_layers && l > 0) lora.wait_layer(l, stream);
     // Under tensor parallelism the O and down products' partial sums are all-reduced by the norm
     // after them (with the residual add and the norm in one kernel where ours takes the message);
     // the last layer's down product all-reduces itself (the final norm sees the drawn rows only).

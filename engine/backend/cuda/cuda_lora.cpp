@@ -1,6 +1,7 @@
 #include "engine/backend/cuda/cuda_lora.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -76,6 +77,10 @@ void DeviceLoraPool::reserve(const ModelConfig& c, int n_slots, int max_rank, ke
           const LoraAdapter& a, uint16_t* out) {
         pack_lora_image(config, rank, a, f16, out, 0, order->empty() ? nullptr : order.get());
       });
+  CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&copy_start_, cudaEventDisableTiming));
+  layer_copied_.assign(size_t(n_layers_), nullptr);
+  for (cudaEvent_t& e : layer_copied_) CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   n_slots_ = n_slots;
   loaded_.assign(size_t(n_slots), false);
   scales_.assign(size_t(n_slots), 0.0f);
@@ -128,6 +133,38 @@ bool DeviceLoraPool::ready(const std::shared_ptr<const LoraAdapter>& adapter) {
 LoraImageCache::Stats DeviceLoraPool::image_stats() const { return images_ ? images_->stats() : LoraImageCache::Stats{}; }
 int DeviceLoraPool::host_images() const { return images_ ? images_->images() : 0; }
 
+DeviceLoraPool::~DeviceLoraPool() {
+  if (copying_) {
+    cudaEventSynchronize(layer_copied_.back());  // the image is freed with the cache
+    images_->release();
+  }
+  for (cudaEvent_t e : layer_copied_)
+    if (e) cudaEventDestroy(e);
+  if (copy_start_) cudaEventDestroy(copy_start_);
+  if (copy_stream_) cudaStreamDestroy(copy_stream_);
+}
+
+void DeviceLoraPool::settle(bool block) {
+  if (!copying_) return;
+  if (block) {
+    CUDA_CHECK(cudaEventSynchronize(layer_copied_.back()));
+  } else {
+    const cudaError_t e = cudaEventQuery(layer_copied_.back());
+    if (e == cudaErrorNotReady) return;
+    CUDA_CHECK(e);
+  }
+  copying_ = false;
+  images_->release();
+}
+
+void DeviceLoraPool::wait_layer(int layer, cudaStream_t stream) const {
+  if (copying_) CUDA_CHECK(cudaStreamWaitEvent(stream, layer_copied_[size_t(layer)], 0));
+}
+
+void DeviceLoraPool::wait_copy(cudaStream_t stream) const {
+  if (copying_) CUDA_CHECK(cudaStreamWaitEvent(stream, layer_copied_.back(), 0));
+}
+
 void DeviceLoraPool::load(int slot, const std::shared_ptr<const LoraAdapter>& adapter, cudaStream_t stream) {
   if (!reserved())
     throw std::invalid_argument("CudaBackend::load_lora: no adapter pool (Backend::reserve_loras was not called; "
@@ -136,6 +173,7 @@ void DeviceLoraPool::load(int slot, const std::shared_ptr<const LoraAdapter>& ad
     throw std::invalid_argument("CudaBackend::load_lora: slot " + std::to_string(slot) + " is outside the pool [0, " +
                                 std::to_string(n_slots_) + ") (max_loras)");
   float* scales = reinterpret_cast<float*>(device_.get<uint8_t>() + scale_at_);
+  settle(true);  // one image held at a time (LoraImageCache), and a slot's copies in order
   if (!adapter) {  // empty: scale 0, and steps naming the slot are refused (holds())
     loaded_[size_t(slot)] = false;
     scales_[size_t(slot)] = 0.0f;
@@ -145,26 +183,43 @@ void DeviceLoraPool::load(int slot, const std::shared_ptr<const LoraAdapter>& ad
   }
   adapter->validate(config_, max_rank_);
   const uint16_t* img = images_->acquire(adapter);
-  struct Release {  // the image may be reused once the copy is done (or failed)
-    LoraImageCache& cache;
-    ~Release() { cache.release(); }
-  } release{*images_};
-  // Copy each block into the slot's place in its (layer, group) pool.
-  auto* dev = device_.get<uint16_t>();
-  int64_t at = 0;
-  for (int l = 0; l < n_layers_; ++l)
-    for (int gi = 0; gi < kLoraGroups; ++gi) {
-      const LoraGroupShape& g = groups_[size_t(gi)];
-      const size_t i = size_t(l) * kLoraGroups + size_t(gi);
-      const int64_t a = g.a_elems(rank_), b = g.b_elems(rank_);
-      CUDA_CHECK(cudaMemcpyAsync(dev + a_at_[i] + a * slot, img + at, size_t(a) * 2, cudaMemcpyHostToDevice, stream));
-      CUDA_CHECK(cudaMemcpyAsync(dev + b_at_[i] + b * slot, img + at + a, size_t(b) * 2, cudaMemcpyHostToDevice, stream));
-      at += a + b;
+  loaded_[size_t(slot)] = false;
+  try {
+    // After what the caller's stream has queued (a step that may still read the slot), the scale
+    // first (pageable: staged before the call returns), then each layer's blocks into the slot's
+    // places in its (layer, group) pools, an event after each layer.
+    CUDA_CHECK(cudaEventRecord(copy_start_, stream));
+    CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, copy_start_, 0));
+    scales_[size_t(slot)] = adapter->scale;
+    CUDA_CHECK(cudaMemcpyAsync(scales + slot, &scales_[size_t(slot)], sizeof(float), cudaMemcpyHostToDevice,
+                               copy_stream_));
+    auto* dev = device_.get<uint16_t>();
+    int64_t at = 0;
+    for (int l = 0; l < n_layers_; ++l) {
+      for (int gi = 0; gi < kLoraGroups; ++gi) {
+        const LoraGroupShape& g = groups_[size_t(gi)];
+        const size_t i = size_t(l) * kLoraGroups + size_t(gi);
+        const int64_t a = g.a_elems(rank_), b = g.b_elems(rank_);
+        CUDA_CHECK(cudaMemcpyAsync(dev + a_at_[i] + a * slot, img + at, size_t(a) * 2, cudaMemcpyHostToDevice,
+                                   copy_stream_));
+        CUDA_CHECK(cudaMemcpyAsync(dev + b_at_[i] + b * slot, img + at + a, size_t(b) * 2, cudaMemcpyHostToDevice,
+                                   copy_stream_));
+        at += a + b;
+      }
+      CUDA_CHECK(cudaEventRecord(layer_copied_[size_t(l)], copy_stream_));
     }
-  scales_[size_t(slot)] = adapter->scale;
-  CUDA_CHECK(cudaMemcpyAsync(scales + slot, &scales_[size_t(slot)], sizeof(float), cudaMemcpyHostToDevice, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));  // before the image is released
+  } catch (...) {
+    cudaStreamSynchronize(copy_stream_);
+    images_->release();
+    throw;
+  }
+  copying_ = true;
   loaded_[size_t(slot)] = true;
+  static const bool in_line = [] {  // SERVELAB_LORA_COPY=inline: the load waits for its copy (diagnostic)
+    const char* s = std::getenv("SERVELAB_LORA_COPY");
+    return s && std::string(s) == "inline";
+  }();
+  if (in_line) settle(true);
 }
 
 }  // namespace servelab::cuda

@@ -8,8 +8,11 @@
 //   B [n_slots, out, rank]          (the fused weight's output columns: one expand per group)
 // rank = max_lora_rank rounded up to 8 (16-byte loads), smaller adapters padded with zeros, a
 // linear the adapter leaves alone all zeros. One scale per slot (alpha / r, PEFT's).
-// A load copies the adapter's pinned host image of one slot into the slot's places on the
-// backend's stream: the "adapter miss". Images are kept per adapter in pinned host memory
+// A load copies the adapter's pinned host image of one slot into the slot's places on the pool's
+// own copy stream, layer by layer, and returns without waiting (the "adapter miss"): an eager step
+// waits for layer l's copy just before layer l (wait_layer), so the copy runs beside the step's
+// first layers instead of ahead of the step; a graph step waits for the whole copy before its
+// launch (wait_copy). One copy is under way at a time (the image cache holds one image). Images are kept per adapter in pinned host memory
 // (LoraImageCache, lora_images.h: twice the slots within 16 GiB, allocated by reserve(), least
 // recently used first out), so an adapter seen before costs only the copy; stage() packs a new
 // adapter's fp32 pairs into 16 bits (pack_lora_image) on the cache's worker thread when a request
@@ -43,10 +46,26 @@ class DeviceLoraPool {
   /// The most fp32 partial sums the grouped shrink writes per row for any group
   /// (kernels::lora_partial_floats_per_row): the scratch's row width.
   size_t max_partial_floats_per_row() const;
-  /// Slot `slot` holds `adapter` (null empties it), copied on `stream`, which is synchronized
-  /// before it returns. Throws std::invalid_argument for a slot outside the pool or an adapter
-  /// whose shapes or rank do not fit.
+  /// Slot `slot` holds `adapter` (null empties it). The copy starts after what `stream` has
+  /// queued and runs on the pool's copy stream; steps reading the pool wait for it (wait_layer,
+  /// wait_copy); with SERVELAB_LORA_COPY=inline in the environment (a diagnostic: the miss as it
+  /// cost before) load() waits for it. A copy still under way from an earlier load is waited for first. Emptying a slot
+  /// writes its scale on `stream` and synchronizes it. Throws std::invalid_argument for a slot
+  /// outside the pool or an adapter whose shapes or rank do not fit.
   void load(int slot, const std::shared_ptr<const LoraAdapter>& adapter, cudaStream_t stream);
+  /// A load's copy may still be under way (settle() has not seen it finish).
+  bool copying() const { return copying_; }
+  /// `stream` waits for layer `layer`'s part of the copy under way (layer 0's includes the slot's
+  /// scale), or for all of it (wait_copy); nothing when none is.
+  void wait_layer(int layer, cudaStream_t stream) const;
+  void wait_copy(cudaStream_t stream) const;
+  /// The copy under way finished (block: waits for it): its image is released and copying() is
+  /// false. Without block, returns at once if it has not finished.
+  void settle(bool block);
+  DeviceLoraPool() = default;
+  DeviceLoraPool(const DeviceLoraPool&) = delete;
+  DeviceLoraPool& operator=(const DeviceLoraPool&) = delete;
+  ~DeviceLoraPool();
   /// A request naming `adapter` arrived: its image is packed on the worker (LoraImageCache::stage).
   void stage(std::shared_ptr<const LoraAdapter> adapter);
   /// A load() of `adapter` would find its image packed (LoraImageCache::ready: else it is staged
@@ -76,6 +95,12 @@ class DeviceLoraPool {
   std::unique_ptr<LoraImageCache> images_;  // made by reserve()
   std::vector<bool> loaded_;
   std::vector<float> scales_;
+  // The copy stream (made by reserve()), an event after each layer's copies, and one recorded on
+  // the caller's stream that the copies start after.
+  cudaStream_t copy_stream_ = nullptr;
+  std::vector<cudaEvent_t> layer_copied_;
+  cudaEvent_t copy_start_ = nullptr;
+  bool copying_ = false;
 };
 
 }  // namespace servelab::cuda
