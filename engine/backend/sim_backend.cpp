@@ -108,7 +108,7 @@ void SimBackend::load_lora(int slot, std::shared_ptr<const LoraAdapter> adapter)
   if (size_t(slot) >= lora_slots_.size()) lora_slots_.resize(size_t(slot) + 1);
   const int64_t params = lora_params(model_, adapter.get());
   lora_slots_[size_t(slot)].params = params;
-  pending_s_ += lora_load_seconds(cost_.device, params);
+  pending_lora_copies_s_.push_back(lora_load_seconds(cost_.device, params));  // beside the step: price()
   // Its image kept? (the same object, still alive: one drawn or read again is packed again)
   if (KeptImage* k = kept_image(adapter)) {
     k->used = ++lora_clock_;
@@ -182,6 +182,8 @@ double SimBackend::price(StepShape shape) {
   counts_.add(used);
   if (sustained_) t = sustained_->price(step_start_s_, t, shape);  // the GPU's recent load
   step_start_s_ = -1.0;
+  t += lora_copies_seconds(pending_lora_copies_s_, t, model_.n_layers);  // the loads' copies beside the step
+  pending_lora_copies_s_.clear();
   t += cost_.host.seconds(shape.n_seqs);  // the engine's own work around the step (profiled)
   t += 2.0 * static_cast<double>(pending_copy_bytes_) / cost_.device.mem_bw_bytes_s;  // copy-on-write
   t += pending_s_;  // drafting priced by a sim proposer

@@ -122,6 +122,7 @@ class SimBackend final : public Backend, public ShapeDecoder {
   int64_t pending_swap_bytes_ = 0;
   int64_t pending_copy_bytes_ = 0;
   double pending_s_ = 0.0;               // charge_seconds since the last step
+  std::vector<double> pending_lora_copies_s_;  // the adapter loads' copies since the last step, in order
   std::vector<double> acceptance_;       // set_acceptance
   std::vector<double> request_scale_;    // set_acceptance: empty, every request alike
   TokenId draw_at(uint64_t sequence_key, int sample_position) const {

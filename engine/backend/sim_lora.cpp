@@ -88,6 +88,14 @@ double lora_load_seconds(const SimDevice& device, int64_t params) {
   return static_cast<double>(std::max<int64_t>(0, params)) * device.weight_dtype_bytes / device.host_link_bytes_s;
 }
 
+double lora_copies_seconds(std::span<const double> copies, double step_s, int n_layers) {
+  if (copies.empty()) return 0.0;
+  double t = 0.0;
+  for (size_t i = 0; i + 1 < copies.size(); ++i) t += copies[i];
+  const double last = copies.back(), layers = std::max(1, n_layers);
+  return t + std::max(last / layers, last - std::max(0.0, step_s) * (layers - 1.0) / layers);
+}
+
 namespace {
 
 /// A host-side pass over an adapter of `params` parameters at `bytes_per_param` bytes each and

@@ -17,7 +17,8 @@
 //                 results/gpu/lora/2026-11-30-h200x2-99c35a2-profile);
 // and never less than the adapters' FLOPs at the device's peak (what the cpu backend's plain
 // formula costs: cpu-2core's fitted figures are 0). An adapter loaded into a slot (a miss) costs
-// its weights' bytes over the host link, charged to the next step, plus what is left of packing
+// its weights' bytes over the host link, copied beside the next step as the cuda backend does
+// (lora_copies_seconds: the first layer's part, or what outlasts the step's layers), plus what is left of packing
 // them when the backend keeps no image of that adapter object (as the cuda backend's
 // DeviceLoraPool keeps twice max_loras images, keyed by the adapter object: lora_pack_seconds),
 // the packing priced as the cuda backend's worker runs it, one at a time from the request's
@@ -74,6 +75,13 @@ double lora_decode_layer_seconds(const SimDevice& device, double rows);
 
 /// Seconds to copy an adapter of `params` parameters from host memory into its slot.
 double lora_load_seconds(const SimDevice& device, int64_t params);
+/// What the copies of one step's loads (`copies`, seconds each, in load order) add to a step whose
+/// device work takes `step_s` over `n_layers` layers. The cuda backend copies an image on its own
+/// stream, layer by layer, beside the step that loads it, each layer waiting for its own part
+/// (cuda_lora.h): the last load adds max(copy / L, copy − step_s · (L − 1) / L). A load before it
+/// waits for the copy under way (one image under copy at a time), so the loads before the last add
+/// their whole copies.
+double lora_copies_seconds(std::span<const double> copies, double step_s, int n_layers);
 /// Packing an adapter of `params` parameters from fp32 into the backend's image (a load whose
 /// image is not kept): 4 bytes a parameter at lora_pack_bytes_s; 0 where that is 0.
 double lora_pack_seconds(const SimDevice& device, int64_t params);
