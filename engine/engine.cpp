@@ -78,6 +78,7 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<Backend> backend)
     lora_slots_ = std::make_unique<LoraSlots>(config_.lora.max_loras);
     // A request whose adapter is neither resident nor packed yet lets others go first (the step
     // that loads it then pays the copy alone, not the packing: continuous_scheduler.h).
+    sched.adapter_ready_wait_s = config_.lora.admit_wait_s;
     if (config_.lora.admit_when_packed) sched.adapter_ready = [this](const Sequence& s, double now) {
       return !s.lora || lora_slots_->holds(s.lora_id) || backend_->lora_ready(s.lora, now);
     };

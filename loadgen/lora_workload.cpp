@@ -22,6 +22,7 @@ LoraConfig LoraWorkloadSpec::engine_config() const {
   c.max_lora_rank = rank;
   c.group_prompts = group_prompts;
   c.admit_when_packed = admit_when_packed;
+  c.admit_wait_s = admit_wait_s;
   return c;
 }
 

@@ -14,6 +14,7 @@
 //       group_prompts: true           # in-process engine: a step's prompts of one adapter together
 //       admit_when_packed: true       # in-process engine: a request whose adapter is still being
 //                                     # packed for its load lets others go first
+//       admit_wait_s: 0.5             # in-process engine: ... for at most this long after its arrival
 // Over HTTP (`bench`, `target:`) each request's adapter goes out as its `model` field, so the same
 // scenario measures vLLM's LoRA path (serve the adapters under these names there).
 #include <condition_variable>
@@ -47,6 +48,7 @@ struct LoraWorkloadSpec {
   int max_cpu_loras = 0;
   bool group_prompts = true;
   bool admit_when_packed = true;
+  double admit_wait_s = 0.5;
   bool enabled() const { return !adapters.empty(); }
   /// "lora-0" .. "lora-{count-1}".
   static std::vector<std::string> numbered(int count);

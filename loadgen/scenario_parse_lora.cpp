@@ -25,7 +25,7 @@ class LoraWalker : public YamlReader {
 
   void lora(const YAML::Node& n, const std::string& path, LoraWorkloadSpec& out) {
     if (!section(n, path, {"adapters", "count", "distribution", "zipf_s", "base_fraction", "rank", "max_loras",
-                           "max_cpu_loras", "group_prompts", "admit_when_packed"}))
+                           "max_cpu_loras", "group_prompts", "admit_when_packed", "admit_wait_s"}))
       return;
     const bool listed = defined(n["adapters"]), counted = defined(n["count"]);
     if (listed == counted) {
@@ -82,6 +82,9 @@ class LoraWalker : public YamlReader {
     if (defined(n["group_prompts"])) read_bool(n["group_prompts"], path + ".group_prompts", out.group_prompts);
     if (defined(n["admit_when_packed"]))
       read_bool(n["admit_when_packed"], path + ".admit_when_packed", out.admit_when_packed);
+    if (defined(n["admit_wait_s"]) && read_double(n["admit_wait_s"], path + ".admit_wait_s", out.admit_wait_s) &&
+        !(out.admit_wait_s >= 0 && out.admit_wait_s <= 3600))
+      d_.error(path + ".admit_wait_s", "must be in [0, 3600] seconds (got " + fmt_double(out.admit_wait_s) + ")");
   }
 };
 

@@ -24,6 +24,9 @@ struct LoraConfig {
   /// first, so the step that loads it pays the copy alone (continuous batching;
   /// continuous_scheduler.h). Off: admitted in order, its step waiting for the packing.
   bool admit_when_packed = true;
+  /// How long past its arrival such a request may be passed over before it is admitted anyway (its
+  /// step then waits for the rest of the packing). Seconds, >= 0.
+  double admit_wait_s = 0.5;
 
   int cpu_loras() const { return max_cpu_loras > 0 ? max_cpu_loras : max_loras; }
   void validate() const {
@@ -32,6 +35,9 @@ struct LoraConfig {
     if (max_cpu_loras < 0 || (max_cpu_loras > 0 && max_cpu_loras < max_loras))
       throw std::invalid_argument("lora.max_cpu_loras must be 0 or >= max_loras = " + std::to_string(max_loras) +
                                   " (got " + std::to_string(max_cpu_loras) + ")");
+    if (!(admit_wait_s >= 0 && admit_wait_s <= 3600))
+      throw std::invalid_argument("lora.admit_wait_s must be in [0, 3600] seconds (got " + std::to_string(admit_wait_s) +
+                                  ")");
     if (max_lora_rank < 1 || max_lora_rank > 1024)
       throw std::invalid_argument("lora.max_lora_rank must be in [1, 1024] (got " + std::to_string(max_lora_rank) + ")");
   }

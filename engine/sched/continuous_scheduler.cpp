@@ -284,7 +284,7 @@ bool ContinuousScheduler::waits_for_adapter(const Sequence& seq, const std::unor
                                             const Pass& pass) const {
   if (!config_.adapter_ready || seq.lora_id == 0 || held.count(seq.lora_id)) return false;
   if (pass.step.chunks.empty() && running_.empty()) return false;  // nothing else to run meanwhile
-  if (pass.now - seq.arrival_s >= SchedulerConfig::kAdapterReadyWaitS) return false;
+  if (pass.now - seq.arrival_s >= config_.adapter_ready_wait_s) return false;
   return !config_.adapter_ready(seq, pass.now);
 }
 

@@ -32,11 +32,12 @@ struct SchedulerConfig {
   /// Whether a waiting sequence's adapter can be had now without stalling a step (resident, or
   /// its load only a copy: Backend::lora_ready); set by the engine, null = always. The continuous
   /// scheduler admits others past a sequence whose adapter is not ready, for at most
-  /// kAdapterReadyWaitS after its arrival and never into an otherwise empty step.
+  /// adapter_ready_wait_s after its arrival and never into an otherwise empty step.
   std::function<bool(const Sequence&, double now)> adapter_ready;
   /// How long past its arrival a sequence may wait for its adapter to be prepared (a pack of
-  /// llama2-7b's rank-16 adapter takes ~8 ms on the H200's host) before it is admitted anyway.
-  static constexpr double kAdapterReadyWaitS = 0.5;
+  /// llama2-7b's rank-16 adapter takes ~8 ms on the H200's host) before it is admitted anyway:
+  /// the engine sets it from LoraConfig::admit_wait_s.
+  double adapter_ready_wait_s = 0.5;
   void validate() const;
 };
 

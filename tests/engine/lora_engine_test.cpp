@@ -356,12 +356,14 @@ TEST(LoraEngine, ARequestWhoseAdapterIsStillPackedLetsOthersGoFirst) {
   // The cuda backend packs a new adapter's image on a worker (ms); a step that loaded it before
   // the pack ends would wait for it, and every running request with it. So the scheduler passes
   // over such a request while others can run, and admits it once its adapter is ready, once
-  // kAdapterReadyWaitS has passed since it arrived, or when nothing else would run.
+  // lora.admit_wait_s (0.25 s here; default 0.5) has passed since it arrived, or when nothing
+  // else would run.
   auto slow = std::make_shared<LoraAdapter>(random_lora(micro_model(), "slow", 2, 2.0f, {LoraTarget::q}, 1));
   slow->id = 1;
   EngineConfig cfg = paged_config(continuous_sched(8, 512, true), 8 << 20);
   cfg.lora.enabled = true;
   cfg.lora.max_loras = 2;
+  cfg.lora.admit_wait_s = 0.25;
   std::set<std::string> packing{"slow"};
   Engine engine(cfg, std::make_unique<PackingTap>(packing));
   Request first = make_request(0, 8, 8), s = make_request(1, 8, 8), behind = make_request(2, 8, 8);
@@ -377,7 +379,7 @@ TEST(LoraEngine, ARequestWhoseAdapterIsStillPackedLetsOthersGoFirst) {
   EXPECT_EQ(engine.lora_requests().running, std::vector<std::string>{"slow"});
   while (engine.has_work()) engine.step(0.004);
 
-  // Still packing, but past kAdapterReadyWaitS since it arrived: admitted (the load waits).
+  // Still packing, but past admit_wait_s since it arrived: admitted (the load waits).
   packing.insert("slow2");
   auto slow2 = std::make_shared<LoraAdapter>(random_lora(micro_model(), "slow2", 2, 2.0f, {LoraTarget::q}, 2));
   slow2->id = 2;
@@ -386,9 +388,9 @@ TEST(LoraEngine, ARequestWhoseAdapterIsStillPackedLetsOthersGoFirst) {
   ASSERT_FALSE(engine.add(keep, 1.0).has_value());
   engine.step(1.0);  // keep runs: the steps below are not empty without slow2
   ASSERT_FALSE(engine.add(late, 1.0).has_value());
-  engine.step(1.0 + SchedulerConfig::kAdapterReadyWaitS / 2);
+  engine.step(1.0 + 0.24);
   EXPECT_EQ(engine.lora_requests().waiting, std::vector<std::string>{"slow2"});
-  engine.step(1.0 + SchedulerConfig::kAdapterReadyWaitS);
+  engine.step(1.0 + 0.25);
   EXPECT_TRUE(engine.lora_requests().waiting.empty());
   while (engine.has_work()) engine.step(2.0);
 

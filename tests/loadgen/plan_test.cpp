@@ -241,6 +241,11 @@ TEST(PlanLora, ZipfPopularityIsSeededAndSessionsKeepTheirAdapter) {
   EXPECT_TRUE(sc.workload.lora.engine_config().admit_when_packed);  // on by default
   EXPECT_FALSE(
       load_yaml(base + "  lora: {count: 2, admit_when_packed: false}\n").workload.lora.engine_config().admit_when_packed);
+  EXPECT_DOUBLE_EQ(sc.workload.lora.engine_config().admit_wait_s, 0.5);  // the default
+  EXPECT_DOUBLE_EQ(load_yaml(base + "  lora: {count: 2, admit_wait_s: 0.05}\n").workload.lora.engine_config().admit_wait_s,
+                   0.05);
+  EXPECT_NE(first("{count: 2, admit_wait_s: -1}").find("workload.lora.admit_wait_s"), std::string::npos);
+  EXPECT_NE(first("{count: 2, admit_wait_s: -1}").find("must be in [0, 3600] seconds"), std::string::npos);
 }
 
 TEST(PlanLora, AStrategysOwnLoraDrawsOverThePlansRequests) {
