@@ -21,7 +21,7 @@
 // once every running sequence of some adapter has finished, which bounded outputs guarantee.
 // A sequence whose adapter is not ready (SchedulerConfig::adapter_ready: a device backend still
 // packing it) is passed over, with no bound on overtakes, until it is ready, until
-// kAdapterReadyWaitS after its arrival, or until the step would otherwise be empty; so the
+// adapter_ready_wait_s after its arrival, or until the step would otherwise be empty; so the
 // adapter miss costs the other requests' steps the copy only, not the packing.
 #include <cstdint>
 #include <deque>
@@ -109,7 +109,7 @@ class ContinuousScheduler final : public Scheduler {
   /// The adapter bound admits seq: no bound, no adapter, its adapter among `held` (the adapters
   /// of running and swapped sequences), or fewer than max_loras adapters there.
   bool adapter_fits(const Sequence& seq, const std::unordered_set<uint64_t>& held) const;
-  /// seq waits for its adapter's preparation (adapter_ready false, within kAdapterReadyWaitS of
+  /// seq waits for its adapter's preparation (adapter_ready false, within adapter_ready_wait_s of
   /// its arrival) while something else runs: no running adapter of its, a step not empty.
   bool waits_for_adapter(const Sequence& seq, const std::unordered_set<uint64_t>& held, const Pass& pass) const;
 
