@@ -25,18 +25,26 @@ double fp32_weight_bytes(const ModelConfig& c) {
   return total * 4.0;
 }
 
-void check_weights_fit(const ModelConfig& config, const std::string& what, int64_t memory_bytes) {
+double linear_params(const ModelConfig& c) {
+  const double d = c.hidden_size, dq = double(c.n_heads) * (c.n_heads > 0 ? c.hidden_size / c.n_heads : 0);
+  const double dkv = double(c.n_kv_heads) * (c.n_heads > 0 ? c.hidden_size / c.n_heads : 0);
+  return double(c.n_layers) * (d * dq + 2 * d * dkv + dq * d + 3 * d * double(c.intermediate_size));
+}
+
+void check_bytes_fit(const ModelConfig& config, double need, const std::string& for_what, const std::string& what,
+                     int64_t memory_bytes) {
   if (memory_bytes < 0) memory_bytes = physical_memory_bytes();
-  if (memory_bytes == 0) return;
-  const double need = fp32_weight_bytes(config);
-  if (need <= static_cast<double>(memory_bytes)) return;
+  if (memory_bytes == 0 || need <= static_cast<double>(memory_bytes)) return;
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  char buf[256];
-  std::snprintf(buf, sizeof buf,
-                "model %s needs %.1f GiB for its fp32 weights (%.3g parameters), more than this machine's "
-                "%.1f GiB of memory",
-                config.name.c_str(), need / kGiB, need / 4.0, static_cast<double>(memory_bytes) / kGiB);
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "model %s needs %.1f GiB for %s (%.3g parameters), more than this machine's %.1f GiB of memory",
+                config.name.c_str(), need / kGiB, for_what.c_str(), fp32_weight_bytes(config) / 4.0,
+                static_cast<double>(memory_bytes) / kGiB);
   throw std::runtime_error(what + ": " + buf);
+}
+
+void check_weights_fit(const ModelConfig& config, const std::string& what, int64_t memory_bytes) {
+  check_bytes_fit(config, fp32_weight_bytes(config), "its fp32 weights", what, memory_bytes);
 }
 
 }  // namespace servelab

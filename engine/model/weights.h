@@ -1,6 +1,7 @@
 #pragma once
 // Model weights in fp32 for the CPU backend, loaded from a checkpoint or drawn at random.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,13 @@ struct ModelWeights {
   /// in host memory, ~4 bytes a weight). An unquantized checkpoint loads the same in every mode.
   enum class QuantLinears { dequantize, dequantize_and_keep, keep_only };
   static ModelWeights load(const std::string& dir, QuantLinears quant = QuantLinears::dequantize);
+  /// keep_only, a layer at a time: each layer's seven Linears (kQuantLinearNames' order) go to
+  /// `sink` in layer order as soon as they are read, and none stay in quant_linears, so host memory
+  /// holds one layer's codes unpacked (a byte a weight) at a time, beside whatever the sink keeps
+  /// (the cuda backend: the layer packed, half a byte an INT4 weight). The memory check counts
+  /// that, not the fp32 weights. An unquantized checkpoint never calls the sink.
+  using QuantLayerSink = std::function<void(int layer, std::vector<QuantLinear>&& linears)>;
+  static ModelWeights load_streamed(const std::string& dir, const QuantLayerSink& sink);
 };
 
 }  // namespace servelab

@@ -75,13 +75,33 @@ size_t quant_linear_slot(const std::string& prefix) {
 
 }  // namespace
 
-ModelWeights ModelWeights::load(const std::string& dir, QuantLinears quant) {
+namespace {
+
+ModelWeights load_weights(const std::string& dir, ModelWeights::QuantLinears quant,
+                          const ModelWeights::QuantLayerSink* sink) {
+  using QuantLinears = ModelWeights::QuantLinears;
   const bool keep_quant_codes = quant != QuantLinears::dequantize, fp32_linears = quant != QuantLinears::keep_only;
   const fs::path root(dir);
   if (!fs::is_directory(root)) throw std::runtime_error(dir + ": not a directory (expected a Hugging Face model folder)");
   ModelWeights w;
   w.config = read_hf_config((root / "config.json").string());
-  check_weights_fit(w.config, (root / "config.json").string());  // before any allocation
+  {  // before any allocation: what this load holds in host memory at its peak
+    const std::string config_json = (root / "config.json").string();
+    const std::optional<QuantScheme> stored = read_quant_scheme(config_json);
+    if (!stored || fp32_linears) {
+      check_weights_fit(w.config, config_json);
+    } else {
+      const double linears = linear_params(w.config), others = fp32_weight_bytes(w.config) - 4.0 * linears;
+      const double packed = stored->method == Quantization::fp8 ? 1.0 : 0.5;  // the codes as the sink keeps them
+      if (sink)
+        check_bytes_fit(w.config, others + linears * packed + linears / std::max(1, w.config.n_layers),
+                        "its quantized Linears packed, one layer of them unpacked and its other tensors in fp32",
+                        config_json);
+      else
+        check_bytes_fit(w.config, others + linears, "its quantized Linears unpacked and its other tensors in fp32",
+                        config_json);
+    }
+  }
   w.layers.resize(w.config.n_layers);
 
   // Which file holds each tensor.
@@ -171,8 +191,7 @@ ModelWeights ModelWeights::load(const std::string& dir, QuantLinears quant) {
   // Quantized Linears: their tensors read and dequantized in parallel; static input scales kept.
   std::vector<std::vector<std::string>> consumed(quant_jobs.size());
   std::vector<float> input_scales(quant_jobs.size(), 0.0f);
-  if (keep_quant_codes && scheme) w.quant_linears.resize(size_t(w.config.n_layers) * 7);
-  parallel_for(quant_jobs.size(), [&](size_t i) {
+  auto read_job = [&](size_t i) {  // quant_jobs[i] read (and dequantized into its fp32 tensor when asked)
     const QuantJob& q = quant_jobs[i];
     QuantLinear ql;
     try {
@@ -185,10 +204,28 @@ ModelWeights ModelWeights::load(const std::string& dir, QuantLinears quant) {
       std::copy(values.begin(), values.end(), q.dst);
     }
     input_scales[i] = ql.input_scale;
-    if (i == 0 && ql.kind == QuantLinear::Kind::fp8_e4m3)
+    if (quant_linear_slot(q.prefix) == 0 && ql.kind == QuantLinear::Kind::fp8_e4m3)
       w.quant.fp8_scales = ql.scales.size() == 1 ? Fp8WeightScales::per_tensor : Fp8WeightScales::per_channel;
-    if (!w.quant_linears.empty()) w.quant_linears[quant_linear_slot(q.prefix)] = std::move(ql);
-  });
+    return ql;
+  };
+  if (sink && scheme) {  // a layer at a time, handed over
+    std::vector<std::vector<size_t>> by_layer(size_t(w.config.n_layers));
+    for (size_t i = 0; i < quant_jobs.size(); ++i) by_layer[quant_linear_slot(quant_jobs[i].prefix) / 7].push_back(i);
+    for (size_t l = 0; l < by_layer.size(); ++l) {
+      std::vector<QuantLinear> layer(7);
+      parallel_for(by_layer[l].size(), [&](size_t k) {
+        const size_t i = by_layer[l][k];
+        layer[quant_linear_slot(quant_jobs[i].prefix) % 7] = read_job(i);
+      });
+      (*sink)(int(l), std::move(layer));
+    }
+  } else {
+    if (keep_quant_codes && scheme) w.quant_linears.resize(size_t(w.config.n_layers) * 7);
+    parallel_for(quant_jobs.size(), [&](size_t i) {
+      QuantLinear ql = read_job(i);
+      if (!w.quant_linears.empty()) w.quant_linears[quant_linear_slot(quant_jobs[i].prefix)] = std::move(ql);
+    });
+  }
   for (const auto& names : consumed)
     for (const std::string& n : names) expected[n] = true;
   if (scheme && scheme->activations == ActivationQuant::fp8_static) {
@@ -217,6 +254,14 @@ ModelWeights ModelWeights::load(const std::string& dir, QuantLinears quant) {
   std::sort(jobs.begin(), jobs.end(), [](const Job& a, const Job& b) { return a.tensor->nbytes > b.tensor->nbytes; });
   parallel_for(jobs.size(), [&](size_t i) { jobs[i].file->read_f32(*jobs[i].tensor, jobs[i].out); });
   return w;
+}
+
+}  // namespace
+
+ModelWeights ModelWeights::load(const std::string& dir, QuantLinears quant) { return load_weights(dir, quant, nullptr); }
+
+ModelWeights ModelWeights::load_streamed(const std::string& dir, const QuantLayerSink& sink) {
+  return load_weights(dir, QuantLinears::keep_only, &sink);
 }
 
 }  // namespace servelab

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/model/fp8.h"
+#include "engine/model/memory_check.h"
 #include "engine/model/half.h"
 #include "engine/model/quant.h"
 #include "engine/model/quant_checkpoint.h"
@@ -234,6 +235,49 @@ TEST(QuantCheckpoint, EachLayoutWritesAndLoadsBack) {
       if (is_quantized_linear(s.name)) EXPECT_TRUE(tensor_storage(only, s.name).empty()) << s.name;
       else EXPECT_EQ(tensor_storage(only, s.name), tensor_storage(kept, s.name)) << s.name;
     }
+    // A layer at a time (the cuda backend's load): each layer's seven Linears handed over in order,
+    // the same codes, scales, zeros and act order as keep_only's, none kept; the rest the same.
+    int next = 0;
+    const ModelWeights streamed = ModelWeights::load_streamed(dir.path(), [&](int layer, std::vector<QuantLinear>&& ls) {
+      ASSERT_EQ(layer, next++);
+      ASSERT_EQ(ls.size(), 7u);
+      for (size_t j = 0; j < 7; ++j) {
+        const QuantLinear& want = only.quant_linears[size_t(layer) * 7 + j];
+        EXPECT_EQ(ls[j].codes, want.codes) << "layer " << layer << " " << kQuantLinearNames[j];
+        EXPECT_EQ(ls[j].scales, want.scales) << "layer " << layer << " " << kQuantLinearNames[j];
+        EXPECT_EQ(ls[j].zeros, want.zeros) << "layer " << layer << " " << kQuantLinearNames[j];
+        EXPECT_EQ(ls[j].g_idx, want.g_idx) << "layer " << layer << " " << kQuantLinearNames[j];
+        EXPECT_EQ(ls[j].input_scale, want.input_scale) << "layer " << layer << " " << kQuantLinearNames[j];
+      }
+    });
+    EXPECT_EQ(next, only.config.n_layers);
+    EXPECT_TRUE(streamed.quant_linears.empty());
+    EXPECT_EQ(streamed.quant.describe(), only.quant.describe());
+    EXPECT_EQ(streamed.quant.input_scales, only.quant.input_scales);
+    for (const TensorSpec& s : tensor_specs(streamed.config))
+      EXPECT_EQ(tensor_storage(streamed, s.name), tensor_storage(only, s.name)) << s.name;
+  }
+}
+
+TEST(QuantCheckpoint, AStreamedLoadIsCheckedForWhatItHolds) {
+  // llama2-7b: 6.5 G parameters in its Linears. Loaded a layer at a time as INT4 it holds the
+  // Linears packed (half a byte a weight), one layer unpacked and the rest in fp32, ~5 GiB: a
+  // 12 GiB machine takes it, where the fp32 check (25 GiB) would refuse it.
+  const ModelConfig c = preset("llama2-7b");
+  EXPECT_NEAR(linear_params(c), 32.0 * (4 * 4096.0 * 4096 + 3 * 4096.0 * 11008), 1.0);
+  EXPECT_THROW(check_weights_fit(c, "test", int64_t(12) << 30), std::runtime_error);
+  const double others = fp32_weight_bytes(c) - 4.0 * linear_params(c);
+  const double need = others + 0.5 * linear_params(c) + linear_params(c) / c.n_layers;
+  EXPECT_LT(need, double(int64_t(6) << 30));
+  EXPECT_NO_THROW(check_bytes_fit(c, need, "its quantized Linears packed", "test", int64_t(12) << 30));
+  try {
+    check_bytes_fit(c, need, "its quantized Linears packed", "config.json", int64_t(2) << 30);
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("config.json: model llama2-7b needs"), std::string::npos) << m;
+    EXPECT_NE(m.find("for its quantized Linears packed"), std::string::npos) << m;
+    EXPECT_NE(m.find("2.0 GiB of memory"), std::string::npos) << m;
   }
 }
 

@@ -109,12 +109,19 @@ std::unique_ptr<CudaBackend> CudaBackend::load(const std::string& dir, CudaBacke
                                   " is a " + scheme->describe() + " checkpoint");
     if (options.residual_scale)
       throw std::invalid_argument(dir + ": residual_scale synthesizes weights; a quantized checkpoint's are as stored");
-    // The Linears as stored only: no fp32 copy of them in host memory, no bf16 one on the device.
-    const ModelWeights host = ModelWeights::load(dir, ModelWeights::QuantLinears::keep_only);
+    // The Linears as stored only, a layer at a time, each packed as it is read (the host holds one
+    // layer's codes unpacked at a time): no fp32 copy of them in host memory, no bf16 one on the device.
+    std::vector<cuda::PackedQuantLayer>& packed = impl->checkpoint_linears;
+    const ModelWeights host = ModelWeights::load_streamed(dir, [&](int layer, std::vector<QuantLinear>&& linears) {
+      if (size_t(layer) != packed.size()) throw std::logic_error("CudaBackend::load: a layer's Linears out of order");
+      packed.push_back(cuda::pack_quant_layer(std::span<const QuantLinear, 7>(linears.data(), 7)));
+    });
+    if (packed.size() != size_t(host.config.n_layers))
+      throw std::logic_error("CudaBackend::load: " + std::to_string(packed.size()) + " layers of quantized Linears for " +
+                             std::to_string(host.config.n_layers));
     impl->checkpoint_scheme = host.quant;
     impl->options.quantization = host.quant.method;  // what the backend reports and runs
     impl->options.fp8_per_channel = host.quant.fp8_scales == Fp8WeightScales::per_channel;
-    impl->checkpoint_linears = cuda::pack_quant_layers(host.config, host.quant_linears);
     bool reordered = false;
     for (const cuda::PackedQuantLayer& layer : impl->checkpoint_linears) reordered = reordered || !layer[2].row_order.empty();
     if (reordered)

@@ -340,9 +340,9 @@ DeviceWeights DeviceWeights::from_host(const ModelWeights& host, DType storage) 
   DeviceWeights w;
   w.storage_dtype = storage;
   w.config = host.config;
-  // The Linears of a checkpoint loaded as codes only (quant_linears kept, fp32 tensors empty).
+  // The Linears of a checkpoint loaded as codes only (keep_only or load_streamed: fp32 tensors empty).
   auto codes_only = [&](const std::string& name) {
-    return !host.quant_linears.empty() && is_quantized_linear(name) && tensor_storage(host, name).empty();
+    return host.quant.quantized() && is_quantized_linear(name) && tensor_storage(host, name).empty();
   };
   const std::vector<Placement> places = lay_out(w, codes_only);
   if (codes_only("model.layers.0.self_attn.q_proj.weight"))

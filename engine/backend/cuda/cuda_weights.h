@@ -50,7 +50,7 @@ struct DeviceWeights {
   /// naming the file and tensor.
   static DeviceWeights load(const std::string& dir, DType storage = DType::bf16);
   /// Weights already in host memory (fp32), converted to `storage` on the GPU. A quantized
-  /// checkpoint loaded with ModelWeights::QuantLinears::keep_only has no fp32 Linears: they take
+  /// checkpoint loaded with ModelWeights::QuantLinears::keep_only (or load_streamed) has no fp32 Linears: they take
   /// no device memory here and their pointers stay null (upload_quant_weights then runs them in
   /// their format), so neither host nor device ever holds the model's Linears unquantized.
   static DeviceWeights from_host(const ModelWeights& host, DType storage = DType::bf16);

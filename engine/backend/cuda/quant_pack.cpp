@@ -136,16 +136,20 @@ std::vector<PackedQuantLayer> pack_quant_layers(const ModelConfig& config, const
     throw std::invalid_argument("pack_quant_layers: " + std::to_string(linears.size()) + " Linears for " +
                                 std::to_string(config.n_layers) + " layers (7 a layer)");
   std::vector<PackedQuantLayer> layers(size_t(config.n_layers));
-  for (size_t l = 0; l < layers.size(); ++l) {
-    const QuantLinear* q = &linears[l * 7];  // q, k, v, o, gate, up, down
-    layers[l][0] = pack_quant_linear({q, q + 1, q + 2});
-    layers[l][1] = pack_quant_linear({q + 3});
-    layers[l][2] = pack_quant_linear({q + 4, q + 5});
-    layers[l][3] = pack_quant_linear({q + 6});
-    if (!layers[l][3].perm.empty() && layers[l][2].kind == QuantLinear::Kind::int4)
-      quant_pack_detail::fold_down_order(layers[l][2], layers[l][3]);
-  }
+  for (size_t l = 0; l < layers.size(); ++l) layers[l] = pack_quant_layer(std::span<const QuantLinear, 7>(&linears[l * 7], 7));
   return layers;
+}
+
+PackedQuantLayer pack_quant_layer(std::span<const QuantLinear, 7> linears) {
+  const QuantLinear* q = linears.data();  // q, k, v, o, gate, up, down
+  PackedQuantLayer layer;
+  layer[0] = pack_quant_linear({q, q + 1, q + 2});
+  layer[1] = pack_quant_linear({q + 3});
+  layer[2] = pack_quant_linear({q + 4, q + 5});
+  layer[3] = pack_quant_linear({q + 6});
+  if (!layer[3].perm.empty() && layer[2].kind == QuantLinear::Kind::int4)
+    quant_pack_detail::fold_down_order(layer[2], layer[3]);
+  return layer;
 }
 
 }  // namespace servelab::cuda

@@ -19,6 +19,7 @@
 // scales, groups that do not divide every input.
 #include <array>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "engine/model/config.h"
@@ -49,9 +50,12 @@ using PackedQuantLayer = std::array<PackedQuantLinear, 4>;
 /// Throws std::invalid_argument naming what the GPU path cannot run.
 PackedQuantLinear pack_quant_linear(const std::vector<const QuantLinear*>& parts);
 
-/// Every layer of `linears` (ModelWeights::quant_linears of `config`: [layer * 7 + j]). Where down
-/// has an act order and gate|up is INT4, gate|up's rows take down's order (row_order) and down's
-/// perm is dropped: the product before SiLU·mul does the gather.
+/// One layer's seven Linears (q, k, v, o, gate, up, down: kQuantLinearNames' order) fused as the
+/// forward runs them. Where down has an act order and gate|up is INT4, gate|up's rows take down's
+/// order (row_order) and down's perm is dropped: the product before SiLU·mul does the gather.
+PackedQuantLayer pack_quant_layer(std::span<const QuantLinear, 7> linears);
+
+/// Every layer of `linears` (ModelWeights::quant_linears of `config`: [layer * 7 + j]).
 std::vector<PackedQuantLayer> pack_quant_layers(const ModelConfig& config, const std::vector<QuantLinear>& linears);
 
 }  // namespace servelab::cuda
