@@ -37,7 +37,8 @@ void check_bytes_fit(const ModelConfig& config, double need, const std::string& 
   if (memory_bytes == 0 || need <= static_cast<double>(memory_bytes)) return;
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   char buf[512];
-  std::snprintf(buf, sizeof buf, "model %s needs %.1f GiB for %s (%.3g parameters), more than this machine's %.1f GiB of memory",
+  std::snprintf(buf, sizeof buf,
+                "model %s needs %.1f GiB for %s (%.3g parameters), more than this machine's %.1f GiB of memory",
                 config.name.c_str(), need / kGiB, for_what.c_str(), fp32_weight_bytes(config) / 4.0,
                 static_cast<double>(memory_bytes) / kGiB);
   throw std::runtime_error(what + ": " + buf);

@@ -63,6 +63,12 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
     st.total_context = g.total_context;
   }
 
+  // An adapter loaded for this step may still be copying (cuda_lora.h): an eager step waits for
+  // each layer's part just before the layer (layer 0's holds the slot's scale); a graph step
+  // waited for all of it before its launch (run_planned).
+  const bool wait_lora_layers = g.lora && !g.graph && lora.copying();
+  if (wait_lora_layers) lora.wait_layer(0, stream);
+
   // LoRA (cuda_lora.h, kernels/lora_sgmv.h): when some row has an adapter, the rows grouped by
   // slot once (the plan every layer reads), then each layer's four hooks; else nothing at all.
   // o_proj's and down_proj's deltas go into the residual h beside their products when
@@ -70,11 +76,6 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   // In an eager step, runs of at least lora_kernels.gemm_min_rows rows of one adapter (a
   // prefill's or a chunk's sequence) take the tensor cores (kernels/lora_gemm.h) and the plan
   // holds only the rows left (uploaded), or is not built when none are.
-  // An adapter loaded for this step may still be copying (cuda_lora.h): an eager step waits for
-  // each layer's part just before the layer (layer 0's holds the slot's scale); a graph step
-  // waited for all of it before its launch (run_planned).
-  const bool wait_lora_layers = g.lora && !g.graph && lora.copying();
-  if (wait_lora_layers) lora.wait_layer(0, stream);
   cuda::LoraHook hooks[cuda::kLoraGroups];
   lora_step_runs.clear();
   bool grouped = g.lora;

@@ -12,11 +12,12 @@
 // own copy stream, layer by layer, and returns without waiting (the "adapter miss"): an eager step
 // waits for layer l's copy just before layer l (wait_layer), so the copy runs beside the step's
 // first layers instead of ahead of the step; a graph step waits for the whole copy before its
-// launch (wait_copy). One copy is under way at a time (the image cache holds one image). Images are kept per adapter in pinned host memory
-// (LoraImageCache, lora_images.h: twice the slots within 16 GiB, allocated by reserve(), least
-// recently used first out), so an adapter seen before costs only the copy; stage() packs a new
-// adapter's fp32 pairs into 16 bits (pack_lora_image) on the cache's worker thread when a request
-// naming it arrives, so its first load finds the image ready or waits for the rest.
+// launch (wait_copy). One copy is under way at a time (the image cache holds one image).
+// Images are kept per adapter in pinned host memory (LoraImageCache, lora_images.h: twice the
+// slots within 16 GiB, allocated by reserve(), least recently used first out), so an adapter seen
+// before costs only the copy; stage() packs a new adapter's fp32 pairs into 16 bits
+// (pack_lora_image) on the cache's worker thread when a request naming it arrives, so its first
+// load finds the image ready or waits for the rest.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -49,8 +50,8 @@ class DeviceLoraPool {
   /// Slot `slot` holds `adapter` (null empties it). The copy starts after what `stream` has
   /// queued and runs on the pool's copy stream; steps reading the pool wait for it (wait_layer,
   /// wait_copy); with SERVELAB_LORA_COPY=inline in the environment (a diagnostic: the miss as it
-  /// cost before) load() waits for it. A copy still under way from an earlier load is waited for first. Emptying a slot
-  /// writes its scale on `stream` and synchronizes it. Throws std::invalid_argument for a slot
+  /// cost before) load() waits for it. A copy still under way from an earlier load is waited for
+  /// first. Emptying a slot writes its scale on `stream` and synchronizes it. Throws std::invalid_argument for a slot
   /// outside the pool or an adapter whose shapes or rank do not fit.
   void load(int slot, const std::shared_ptr<const LoraAdapter>& adapter, cudaStream_t stream);
   /// A load's copy may still be under way (settle() has not seen it finish).
