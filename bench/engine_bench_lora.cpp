@@ -450,6 +450,36 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
              "no adapter", base / s);
     }
   }
+  // A serving run's prefill step: one prompt beside the running requests' decodes (lora-compare
+  // at 8 req/s: ~5 running), every sequence on its own adapter; against the same step without
+  // adapters and the prompt alone with its adapter. The prompt's rows take the tensor cores, the
+  // decodes' the grouped kernels: their deltas beside the products (the default,
+  // mixed_grouped_beside) or after them.
+  {
+    kernels::LoraSgmvConfig after = gemm_config;
+    after.mixed_grouped_beside = false;
+    const std::vector<std::pair<std::string, kernels::LoraSgmvConfig>> mixed_variants = {
+        {"gemm", gemm_config}, {"gemm, grouped rows after", after}, {"sgmv", sgmv_config}, {"gemm again", gemm_config}};
+    for (const int len : {128, 256})
+      for (const int n_dec : {4, 8}) {
+        ProfilePoint p{ProfilePhase::mixed, {{0, len}}};
+        for (int q = 0; q < n_dec; ++q) p.seqs.push_back({255, 1});
+        const ProfilePoint alone{ProfilePhase::prefill, {{0, len}}};
+        const std::string shape = fmt("1 x %.0f tokens + %.0f decodes", len, n_dec);
+        cuda->set_lora_kernels(gemm_config);
+        const double base = time_with(p, {}), base_alone = time_with(alone, {});
+        const double lora_alone = time_with(alone, {0});
+        figure("lora_mixed_step", shape + " no adapter", base * 1e3, "ms");
+        figure("lora_mixed_step", fmt("1 x %.0f tokens alone, 1 adapter [gemm]", len), lora_alone * 1e3, "ms",
+               "no adapter", base_alone / lora_alone);
+        for (const auto& [name, config] : mixed_variants) {
+          cuda->set_lora_kernels(config);
+          const double t = time_with(p, first_k(n_dec + 1));
+          figure("lora_mixed_step", shape + fmt(", %.0f adapters [", n_dec + 1) + name + "]", t * 1e3, "ms",
+                 "no adapter", base / t);
+        }
+      }
+  }
   cuda->set_lora_kernels(gemm_config);
   if (o.prefill_only) return out;
 

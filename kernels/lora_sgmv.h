@@ -96,6 +96,16 @@ struct LoraSgmvConfig {
   /// beside the product took SMs from it, 1-3% slower at every prefill shape (1 x 128 tokens
   /// 6.59 against 6.41 ms, 1 x 512 14.15 against 13.91; docs/lora.md).
   bool eager_beside = false;
+  /// Read by the cuda backend, in eager steps with tensor-core runs and rows left to the grouped
+  /// kernels (eager_beside off, no fused product): a prompt beside running decodes, a serving run's
+  /// usual prefill step. The grouped rows' shrink and expand go first on the side stream (the
+  /// expand right after its shrink, with PDL), then the runs' shrinks (and o_proj's and
+  /// down_proj's expands into the residual); the grouped rows' q|k|v and gate|up deltas are
+  /// expanded there into the scratch, which the RoPE + K/V write (fusion on, a 16-bit cache) and
+  /// SiLU·mul add (not where SiLU·mul expands the runs: gate_up_in_silu_rows), so only the runs'
+  /// expands follow the products, as in a prompt alone. Off: the grouped rows' expands follow the
+  /// runs' after the q|k|v and gate|up products, and their side work after the runs'.
+  bool mixed_grouped_beside = true;
   /// Read by the cuda backend: an expand that follows its shrink on the same stream (into the
   /// residual, or the delta alone) is launched with programmatic dependent launch
   /// (lora_sgmv_expand's pdl), so its launch and its loads of the plan, y and B overlap the shrink.

@@ -209,6 +209,17 @@ TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsGateUpInSilu) {
   mixed_adapters_equal_merged_models(c);
 }
 
+// The same with the prefill's grouped rows (sequences under 16 tokens, and past the 8 longest)
+// expanded after the q|k|v and gate|up products, behind the runs' expands, as before
+// LoraSgmvConfig::mixed_grouped_beside (on by default: their deltas beside the products, added by
+// the RoPE + K/V write and SiLU·mul).
+TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsGroupedRowsAfter) {
+  SKIP_WITHOUT_GPU();
+  kernels::LoraSgmvConfig c;
+  c.mixed_grouped_beside = false;
+  mixed_adapters_equal_merged_models(c);
+}
+
 // The same with the prefill's products run by kernels::LoraFusedGemm, the tensor-core runs'
 // deltas inside them (LoraSgmvConfig::fused_product_*_rows; off by default), the rows left (runs
 // under 16 rows, rows without an adapter) as before, on devices the kernel takes (compute 9.0).

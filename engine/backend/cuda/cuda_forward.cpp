@@ -116,6 +116,12 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   const bool plain_decode = lora_step_runs.empty() && st.decode;
   const bool qkv_beside =
       g.lora && lora_kernels.qkv_beside && (plain_decode || eager_beside) && ctx.fusion && !st.kv_fp8;
+  // A prompt beside running decodes (tensor-core runs and grouped rows, lora_kernels.mixed_grouped_beside):
+  // the grouped rows' work first on the side stream, and their q|k|v and gate|up deltas beside the
+  // products into the scratch (rows: the plan's), added by the RoPE + K/V write and SiLU·mul; the
+  // runs' expands follow the products as in a prompt alone.
+  const bool mixed_beside = lora_kernels.mixed_grouped_beside && grouped && !lora_step_runs.empty() &&
+                            !eager_beside && !fused_step;
   // q|k|v's delta computed by rope_kv_write from the rows' xa (qkv_in_consumer): plain decodes only.
   const bool qkv_xa_ok = plain_decode;
   // Each product's delta in its gemv epilogue (lora_kernels.in_product): plain decodes on one GPU
@@ -177,6 +183,13 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
         hk.xa_rows = lora_xa_rows.get<float>();
       else hk.delta = lora_delta.get();
     }
+    hk.grouped_first = mixed_beside;
+    if (mixed_beside && ((grp == cuda::LoraGroup::qkv && ctx.fusion && !st.kv_fp8) ||
+                         (grp == cuda::LoraGroup::gate_up && lora_kernels.gate_up_beside && !gate_up_runs_in_silu))) {
+      hk.row_slot = plan_slots;
+      hk.delta = lora_delta.get();
+      hk.runs_expand_after = true;
+    }
     // ... where gate|up's expand would follow the product (not beside it).
     hk.runs_in_consumer = grp == cuda::LoraGroup::gate_up && gate_up_runs_in_silu && !hk.delta && !hk.xa_rows;
     if (fused_step && !hk.delta && !hk.xa_rows) {
@@ -217,14 +230,14 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
         ffn_norm{W.ffn_norm, d, m.rms_eps, true, gate_up_perm};
     using Group = cuda::LoraGroup;
     const cuda::Linear qkv_proj{W.w_qkv, qkv_width(), d, cuda::Linear::Split::column, Q ? &qkv_q : nullptr, hook(l, Group::qkv)};
-    const bool qkv_in_product = g.lora && hooks[int(Group::qkv)].in_product;  // no delta left for rope_kv_write
-    const bool qkv_xa = !qkv_in_product && qkv_beside && qkv_xa_ok && lora_kernels.qkv_in_consumer,
-               qkv_scratch = !qkv_in_product && qkv_beside && !qkv_xa;
+    // What the q|k|v hook left for rope_kv_write: a delta in the scratch (its rows), or xa to expand.
+    const cuda::LoraHook* qh = g.lora ? &hooks[int(Group::qkv)] : nullptr;
     const k::LoraXaDelta qkv_delta =
-        qkv_xa ? k::lora_xa_delta(lora.pool(l, Group::qkv), lora_xa_rows.get<float>(), plan_slots) : k::LoraXaDelta{};
+        qh && qh->xa_rows && !qh->in_product ? k::lora_xa_delta(qh->pool, qh->xa_rows, plan_slots) : k::LoraXaDelta{};
+    const bool qkv_scratch = qh && qh->delta;
     const cuda::QkvAttention qkv_attention{
-        qkv_proj, cuda::Attention{local_heads, W.b_qkv, qkv_scratch ? lora_delta.get() : nullptr,
-                                  qkv_scratch ? delta_rows : nullptr, qkv_delta}};
+        qkv_proj, cuda::Attention{local_heads, W.b_qkv, qkv_scratch ? qh->delta : nullptr,
+                                  qkv_scratch ? qh->row_slot : nullptr, qkv_delta}};
     const cuda::Linear o_proj{W.w_o, d, dq(), cuda::Linear::Split::row, Q ? &Q->o : nullptr, hook(l, Group::o), true};
     const cuda::GateUpSilu gate_up_silu{W.w_gate_up, local_ffn, d, Q ? &gate_up_q : nullptr, hook(l, Group::gate_up)};
     const cuda::Linear down_proj{W.w_down,   d, local_ffn, cuda::Linear::Split::row, Q ? &Q->down : nullptr,

@@ -90,6 +90,12 @@ struct LoraHook {
   /// first blocks, finishing the rows' xa (`xa_rows`, read with `row_slot`), and adds each
   /// output's delta in its epilogue. No LoRA launch, no side stream.
   bool in_product = false;
+  /// With `delta` (LoraSgmvConfig::mixed_grouped_beside): only the grouped rows' delta goes into
+  /// `delta` (row_slot: the plan's rows); the runs' expand still follows the product, into y.
+  bool runs_expand_after = false;
+  /// The grouped rows' side work before the runs' (their expand right after their shrink, with
+  /// PDL), then the runs' shrinks and, into the residual or `delta`, their expands.
+  bool grouped_first = false;
   /// gate|up in eager steps (LoraSgmvConfig::gate_up_in_silu_rows): the runs' expand is left
   /// to SiLU·mul, which computes their rows' delta from `xa` (kernels::lora_silu_mul_runs); the
   /// grouped rows' expand still follows the product.
@@ -128,30 +134,48 @@ struct LoraHook {
       CUDA_CHECK(cudaStreamWaitEvent(side, fork, 0));
       s = side;
     }
-    if (runs && !fused && !(plan.config.skip_runs & 1))
-      for (const kernels::LoraRun& r : *runs) gemm->shrink(c.dt, x, pool, r, run_scale[r.slot], xa, s);
-    if (grouped) kernels::lora_sgmv_shrink(c.dt, x, plan, rows, pool, partial, s, xa_rows);
-    // PDL (LoraSgmvConfig::expand_pdl) only where the expand follows the grouped shrink directly
-    // (no tensor-core runs between them): nothing else writes the residual or the delta meanwhile.
-    const bool pdl = plan.config.expand_pdl && !runs;
-    if (residual) expand(c, residual, pool.n_out, rows, s, pdl);
-    if (delta && runs && !fused && !(plan.config.skip_runs & 2))
-      for (const kernels::LoraRun& r : *runs) gemm->expand(c.dt, xa, pool, r, delta, pool.n_out, 0, s, false);
-    if (delta && grouped)
-      kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, delta, pool.n_out, 0, s, false, pdl);
+    const bool run_shrinks = runs && !fused && !(plan.config.skip_runs & 1);
+    const bool run_expands = runs && !fused && !(plan.config.skip_runs & 2);
+    void* const beside = residual ? residual : delta;  // where the expands beside the product write
+    if (grouped_first) {
+      if (grouped) grouped_beside(c, x, rows, s, beside, plan.config.expand_pdl);
+      if (run_shrinks)
+        for (const kernels::LoraRun& r : *runs) gemm->shrink(c.dt, x, pool, r, run_scale[r.slot], xa, s);
+      if (run_expands && beside && !(delta && runs_expand_after))
+        for (const kernels::LoraRun& r : *runs) gemm->expand(c.dt, xa, pool, r, beside, pool.n_out, 0, s, !delta);
+    } else {
+      if (run_shrinks)
+        for (const kernels::LoraRun& r : *runs) gemm->shrink(c.dt, x, pool, r, run_scale[r.slot], xa, s);
+      // PDL (LoraSgmvConfig::expand_pdl) only where the expand follows the grouped shrink directly
+      // (no tensor-core runs between them): nothing else writes the residual or the delta meanwhile.
+      grouped_beside(c, x, rows, s, nullptr, false);
+      const bool pdl = plan.config.expand_pdl && !runs;
+      if (residual) expand(c, residual, pool.n_out, rows, s, pdl);
+      if (delta && run_expands)
+        for (const kernels::LoraRun& r : *runs) gemm->expand(c.dt, xa, pool, r, delta, pool.n_out, 0, s, false);
+      if (delta && grouped)
+        kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, delta, pool.n_out, 0, s, false, pdl);
+    }
     if (side) CUDA_CHECK(cudaEventRecord(join, side));
   }
+  /// The grouped rows' shrink, and with `into` (the residual or `delta`) their expand after it.
+  void grouped_beside(const OpContext& c, const void* x, int rows, cudaStream_t s, void* into, bool pdl) const {
+    if (!grouped) return;
+    kernels::lora_sgmv_shrink(c.dt, x, plan, rows, pool, partial, s, xa_rows);
+    if (into) kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, into, pool.n_out, 0, s, !delta, pdl);
+  }
   /// After the product: once the side stream is done, y += the deltas (unless they went into the
-  /// residual).
+  /// residual or a scratch; with runs_expand_after the runs' into y).
   void after_product(const OpContext& c, void* y, int ld_y, int rows) const {
     if (in_product || (fused && !grouped)) return;  // the product added it
     if (side) CUDA_CHECK(cudaStreamWaitEvent(c.stream, join, 0));
-    if (!residual && !delta && !xa_rows) expand(c, y, ld_y, rows, c.stream);
+    if (!residual && !xa_rows && (!delta || runs_expand_after)) expand(c, y, ld_y, rows, c.stream, false, !delta);
   }
-  void expand(const OpContext& c, void* y, int ld_y, int rows, cudaStream_t s, bool pdl = false) const {
+  void expand(const OpContext& c, void* y, int ld_y, int rows, cudaStream_t s, bool pdl = false,
+              bool with_grouped = true) const {
     if (runs && !runs_in_consumer && !fused && !(plan.config.skip_runs & 2))
       for (const kernels::LoraRun& r : *runs) gemm->expand(c.dt, xa, pool, r, y, ld_y, 0, s);
-    if (grouped) kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, y, ld_y, 0, s, true, pdl);
+    if (grouped && with_grouped) kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, y, ld_y, 0, s, true, pdl);
   }
 };
 
