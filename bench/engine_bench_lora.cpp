@@ -456,10 +456,21 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
   // decodes' the grouped kernels: their deltas beside the products (the default,
   // mixed_grouped_beside) or after them.
   {
-    kernels::LoraSgmvConfig after = gemm_config;
-    after.mixed_grouped_beside = false;
+    auto with = [&](auto f) {
+      kernels::LoraSgmvConfig c = gemm_config;
+      f(c);
+      return c;
+    };
+    using C = kernels::LoraSgmvConfig;
     const std::vector<std::pair<std::string, kernels::LoraSgmvConfig>> mixed_variants = {
-        {"gemm", gemm_config}, {"gemm, grouped rows after", after}, {"sgmv", sgmv_config}, {"gemm again", gemm_config}};
+        {"gemm", gemm_config},
+        {"gemm, grouped grids for every row", with([](C& c) { c.size_by_plan_rows = false; })},
+        {"gemm, grouped rows after", with([](C& c) { c.mixed_grouped_beside = false; })},
+        {"gemm, neither", with([](C& c) { c.mixed_grouped_beside = c.size_by_plan_rows = false; })},
+        {"gemm, in line", with([](C& c) { c.side_stream = false; })},
+        {"gemm, grouped launches find no rows (diagnostic)", with([](C& c) { c.empty_plan = true; })},
+        {"sgmv", sgmv_config},
+        {"gemm again", gemm_config}};
     for (const int len : {128, 256})
       for (const int n_dec : {4, 8}) {
         ProfilePoint p{ProfilePhase::mixed, {{0, len}}};
@@ -472,6 +483,11 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
         figure("lora_mixed_step", shape + " no adapter", base * 1e3, "ms");
         figure("lora_mixed_step", fmt("1 x %.0f tokens alone, 1 adapter [gemm]", len), lora_alone * 1e3, "ms",
                "no adapter", base_alone / lora_alone);
+        std::vector<int> prompt_only(size_t(n_dec + 1), -1);
+        prompt_only[0] = 0;
+        const double t_prompt = time_with(p, prompt_only);
+        figure("lora_mixed_step", shape + ", the prompt on 1 adapter, the decodes on none [gemm]", t_prompt * 1e3, "ms",
+               "no adapter", base / t_prompt);
         for (const auto& [name, config] : mixed_variants) {
           cuda->set_lora_kernels(config);
           const double t = time_with(p, first_k(n_dec + 1));

@@ -106,6 +106,11 @@ struct LoraSgmvConfig {
   /// expands follow the products, as in a prompt alone. Off: the grouped rows' expands follow the
   /// runs' after the q|k|v and gate|up products, and their side work after the runs'.
   bool mixed_grouped_beside = true;
+  /// Read by the cuda backend, in eager steps: the grouped kernels' grids and partial sums sized
+  /// for the adapter rows left to them, counted on the host (LoraHook::plan_rows), rather than for
+  /// every row of the step (a prompt of 256 rows beside 4 decodes: grids for 260 rows, nearly all
+  /// blocks exiting at once). Graphs size for their row count (any mix of slots replays).
+  bool size_by_plan_rows = true;
   /// Read by the cuda backend: an expand that follows its shrink on the same stream (into the
   /// residual, or the delta alone) is launched with programmatic dependent launch
   /// (lora_sgmv_expand's pdl), so its launch and its loads of the plan, y and B overlap the shrink.

@@ -83,13 +83,21 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   // leave out the tensor-core runs' rows.
   const int32_t* const delta_rows = g.lora ? g.at<int32_t>(L.lora_slot) : nullptr;
   const int32_t* plan_slots = delta_rows;
+  // The grouped kernels' grids and partial sums are sized for plan_rows rows: a graph's R (any
+  // mix of slots replays), an eager step's adapter rows left to them, counted here (a prompt on
+  // the tensor cores beside a few decodes: the decodes; sized for the prompt's rows too, their
+  // grids were mostly blocks that exit at once).
+  int plan_rows = R;
   if (g.lora && !g.graph && plan && plan->in.lora_slot.size() == size_t(R)) {
     const int32_t* host_slots = plan->in.lora_slot.data();
     lora_step_runs = k::lora_gemm_runs(host_slots, R, lora_kernels.gemm_min_rows, lora_kernels.gemm_max_runs);
     if (!lora_step_runs.empty() && (grouped = k::lora_rows_left(host_slots, R, lora_step_runs, lora_left))) {
       CUDA_CHECK(cudaMemcpyAsync(lora_left_dev.get(), lora_left.data(), size_t(R) * 4, cudaMemcpyHostToDevice, stream));
       plan_slots = lora_left_dev.get<int32_t>();
+      host_slots = lora_left.data();
     }
+    if (lora_kernels.size_by_plan_rows)
+      plan_rows = std::max<int>(1, int(std::count_if(host_slots, host_slots + R, [](int32_t s) { return s >= 0; })));
   }
   // gate|up's runs expanded inside SiLU·mul (lora_kernels.gate_up_in_silu_rows): decided once a step.
   int lora_step_run_rows = 0;
@@ -169,6 +177,7 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
       hk.xa = lora_xa.get();
     }
     hk.grouped = grouped;
+    hk.plan_rows = plan_rows;
     // gate|up's delta beside the product, added in SiLU·mul, and q|k|v's, added by the RoPE + K/V
     // write: steps with no tensor-core runs (every graph), where the plan's rows are exactly the
     // rows whose slot is >= 0 (the two share the scratch: attention reads q|k|v's before the

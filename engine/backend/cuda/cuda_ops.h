@@ -75,6 +75,10 @@ struct LoraHook {
   const float* run_scale = nullptr;   ///< host: each slot's scale (the shrink's alpha)
   void* xa = nullptr;                 ///< 16-bit [rows, pool.total_rank()]: the runs' shrink output
   bool grouped = true;                ///< the grouped kernels run (the plan has rows)
+  /// Rows the grouped kernels size their grids and partial sums for, at least the plan's (an
+  /// eager step counts its adapter rows left to them on the host); 0: the step's rows.
+  int plan_rows = 0;
+  int grouped_rows(int rows) const { return plan_rows > 0 ? plan_rows : rows; }
   /// gate|up with LoraSgmvConfig::gate_up_beside, q|k|v with qkv_beside (in eager steps with
   /// eager_beside, the runs' expands too): the expand writes the delta alone into `delta`
   /// [rows, pool.n_out] on the side stream too, and the kernel after the product adds it for the
@@ -154,15 +158,15 @@ struct LoraHook {
       if (delta && run_expands)
         for (const kernels::LoraRun& r : *runs) gemm->expand(c.dt, xa, pool, r, delta, pool.n_out, 0, s, false);
       if (delta && grouped)
-        kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, delta, pool.n_out, 0, s, false, pdl);
+        kernels::lora_sgmv_expand(c.dt, partial, plan, grouped_rows(rows), pool, delta, pool.n_out, 0, s, false, pdl);
     }
     if (side) CUDA_CHECK(cudaEventRecord(join, side));
   }
   /// The grouped rows' shrink, and with `into` (the residual or `delta`) their expand after it.
   void grouped_beside(const OpContext& c, const void* x, int rows, cudaStream_t s, void* into, bool pdl) const {
     if (!grouped) return;
-    kernels::lora_sgmv_shrink(c.dt, x, plan, rows, pool, partial, s, xa_rows);
-    if (into) kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, into, pool.n_out, 0, s, !delta, pdl);
+    kernels::lora_sgmv_shrink(c.dt, x, plan, grouped_rows(rows), pool, partial, s, xa_rows);
+    if (into) kernels::lora_sgmv_expand(c.dt, partial, plan, grouped_rows(rows), pool, into, pool.n_out, 0, s, !delta, pdl);
   }
   /// After the product: once the side stream is done, y += the deltas (unless they went into the
   /// residual or a scratch; with runs_expand_after the runs' into y).
@@ -175,7 +179,7 @@ struct LoraHook {
               bool with_grouped = true) const {
     if (runs && !runs_in_consumer && !fused && !(plan.config.skip_runs & 2))
       for (const kernels::LoraRun& r : *runs) gemm->expand(c.dt, xa, pool, r, y, ld_y, 0, s);
-    if (grouped && with_grouped) kernels::lora_sgmv_expand(c.dt, partial, plan, rows, pool, y, ld_y, 0, s, true, pdl);
+    if (grouped && with_grouped) kernels::lora_sgmv_expand(c.dt, partial, plan, grouped_rows(rows), pool, y, ld_y, 0, s, true, pdl);
   }
 };
 
