@@ -403,6 +403,18 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
     with("gemm, neither (diagnostic)", [](kernels::LoraSgmvConfig& c) { c.skip_runs = 3; });
     with("gemm, residual expands after (no side work for o, down)",
          [](kernels::LoraSgmvConfig& c) { c.residual_beside = false; });
+    // Where the grouped kernels' time goes for a prompt's rows: their shrink or expand left out,
+    // and the shrink's input cut into fewer chunks (fewer partial sums for the expand to read).
+    auto with_sgmv = [&](const char* name, auto f) {
+      kernels::LoraSgmvConfig c = sgmv_config;
+      f(c);
+      prefill_variants.emplace_back(name, c);
+    };
+    with_sgmv("sgmv, no shrinks (diagnostic)", [](kernels::LoraSgmvConfig& c) { c.skip_grouped = 1; });
+    with_sgmv("sgmv, no expands (diagnostic)", [](kernels::LoraSgmvConfig& c) { c.skip_grouped = 2; });
+    with_sgmv("sgmv, shrink for 132 blocks", [](kernels::LoraSgmvConfig& c) { c.shrink_target_blocks = 132; });
+    with_sgmv("sgmv, shrink for 33 blocks", [](kernels::LoraSgmvConfig& c) { c.shrink_target_blocks = 33; });
+    with_sgmv("sgmv, expand by slot tiles", [](kernels::LoraSgmvConfig& c) { c.expand_by_rows = false; });
   }
   // A serving run's prompts come in hundreds of lengths, most new to the process when they
   // arrive: one prompt each of 24 lengths met for the first time (131-154 tokens: no shape above

@@ -168,6 +168,9 @@ struct LoraSgmvConfig {
   /// shrinks (bit 1) or expands (bit 2) are not launched, the forks and joins kept: what each
   /// part of a prefill's LoRA cost is in the step (engine_bench --lora-prefill).
   int skip_runs = 0;
+  /// Diagnostic, engine_bench only (the results are wrong): the grouped kernels' shrinks (bit 1)
+  /// or expands (bit 2) are not launched (engine_bench --lora-prefill's `sgmv` parts).
+  int skip_grouped = 0;
 };
 
 /// The step's rows grouped by slot, on the device (sized with lora_max_tiles).

@@ -157,16 +157,21 @@ struct LoraHook {
       if (residual) expand(c, residual, pool.n_out, rows, s, pdl);
       if (delta && run_expands)
         for (const kernels::LoraRun& r : *runs) gemm->expand(c.dt, xa, pool, r, delta, pool.n_out, 0, s, false);
-      if (delta && grouped)
-        kernels::lora_sgmv_expand(c.dt, partial, plan, grouped_rows(rows), pool, delta, pool.n_out, 0, s, false, pdl);
+      if (delta) grouped_expand(c, rows, delta, pool.n_out, s, false, pdl);
     }
     if (side) CUDA_CHECK(cudaEventRecord(join, side));
   }
   /// The grouped rows' shrink, and with `into` (the residual or `delta`) their expand after it.
   void grouped_beside(const OpContext& c, const void* x, int rows, cudaStream_t s, void* into, bool pdl) const {
     if (!grouped) return;
-    kernels::lora_sgmv_shrink(c.dt, x, plan, grouped_rows(rows), pool, partial, s, xa_rows);
-    if (into) kernels::lora_sgmv_expand(c.dt, partial, plan, grouped_rows(rows), pool, into, pool.n_out, 0, s, !delta, pdl);
+    if (!(plan.config.skip_grouped & 1))
+      kernels::lora_sgmv_shrink(c.dt, x, plan, grouped_rows(rows), pool, partial, s, xa_rows);
+    if (into) grouped_expand(c, rows, into, pool.n_out, s, !delta, pdl);
+  }
+  void grouped_expand(const OpContext& c, int rows, void* y, int ld_y, cudaStream_t s, bool accumulate,
+                      bool pdl) const {
+    if (grouped && !(plan.config.skip_grouped & 2))
+      kernels::lora_sgmv_expand(c.dt, partial, plan, grouped_rows(rows), pool, y, ld_y, 0, s, accumulate, pdl);
   }
   /// After the product: once the side stream is done, y += the deltas (unless they went into the
   /// residual or a scratch; with runs_expand_after the runs' into y).
@@ -179,7 +184,7 @@ struct LoraHook {
               bool with_grouped = true) const {
     if (runs && !runs_in_consumer && !fused && !(plan.config.skip_runs & 2))
       for (const kernels::LoraRun& r : *runs) gemm->expand(c.dt, xa, pool, r, y, ld_y, 0, s);
-    if (grouped && with_grouped) kernels::lora_sgmv_expand(c.dt, partial, plan, grouped_rows(rows), pool, y, ld_y, 0, s, true, pdl);
+    if (with_grouped) grouped_expand(c, rows, y, ld_y, s, true, pdl);
   }
 };
 
