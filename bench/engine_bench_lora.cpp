@@ -476,6 +476,7 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
     using C = kernels::LoraSgmvConfig;
     const std::vector<std::pair<std::string, kernels::LoraSgmvConfig>> mixed_variants = {
         {"gemm", gemm_config},
+        {"gemm, grouped rows on a second side stream", with([](C& c) { c.mixed_two_sides = true; })},
         {"gemm, grouped grids for every row", with([](C& c) { c.size_by_plan_rows = false; })},
         {"gemm, grouped rows after", with([](C& c) { c.mixed_grouped_beside = false; })},
         {"gemm, neither", with([](C& c) { c.mixed_grouped_beside = c.size_by_plan_rows = false; })},
@@ -483,7 +484,7 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
         {"gemm, grouped launches find no rows (diagnostic)", with([](C& c) { c.empty_plan = true; })},
         {"sgmv", sgmv_config},
         {"gemm again", gemm_config}};
-    for (const int len : {128, 256})
+    for (const int len : {128, 256, 512})
       for (const int n_dec : {4, 8}) {
         ProfilePoint p{ProfilePhase::mixed, {{0, len}}};
         for (int q = 0; q < n_dec; ++q) p.seqs.push_back({255, 1});
