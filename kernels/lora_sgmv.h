@@ -111,10 +111,6 @@ struct LoraSgmvConfig {
   /// every row of the step (a prompt of 256 rows beside 4 decodes: grids for 260 rows, nearly all
   /// blocks exiting at once). Graphs size for their row count (any mix of slots replays).
   bool size_by_plan_rows = true;
-  /// Read by the cuda backend, with mixed_grouped_beside: the grouped rows' side work on a second
-  /// side stream, beside the runs' shrinks (and o_proj's and down_proj's expands) rather than
-  /// before them, both joined before the product's consumer.
-  bool mixed_two_sides = false;
   /// Read by the cuda backend: an expand that follows its shrink on the same stream (into the
   /// residual, or the delta alone) is launched with programmatic dependent launch
   /// (lora_sgmv_expand's pdl), so its launch and its loads of the plan, y and B overlap the shrink.

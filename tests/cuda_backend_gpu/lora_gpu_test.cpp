@@ -220,15 +220,6 @@ TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsGroupedRowsAfter) {
   mixed_adapters_equal_merged_models(c);
 }
 
-// The same with the grouped rows' side work on a second side stream beside the runs'
-// (LoraSgmvConfig::mixed_two_sides; off by default).
-TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsTwoSideStreams) {
-  SKIP_WITHOUT_GPU();
-  kernels::LoraSgmvConfig c;
-  c.mixed_two_sides = true;
-  mixed_adapters_equal_merged_models(c);
-}
-
 // The same with the prefill's products run by kernels::LoraFusedGemm, the tensor-core runs'
 // deltas inside them (LoraSgmvConfig::fused_product_*_rows; off by default), the rows left (runs
 // under 16 rows, rows without an adapter) as before, on devices the kernel takes (compute 9.0).

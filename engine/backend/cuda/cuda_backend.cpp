@@ -454,8 +454,6 @@ void CudaBackend::Impl::ensure_lora_scratch() {
     CUDA_CHECK(cudaStreamCreateWithFlags(&lora_side, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&lora_fork, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&lora_join, cudaEventDisableTiming));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&lora_side2, cudaStreamNonBlocking));
-    CUDA_CHECK(cudaEventCreateWithFlags(&lora_join2, cudaEventDisableTiming));
   }
   const size_t partial = size_t(rows_capacity) * lora.max_partial_floats_per_row() * sizeof(float);
   const size_t plan =

@@ -162,9 +162,6 @@ struct CudaBackend::Impl {
   DeviceBuffer lora_xa_rows;
   cudaStream_t lora_side = nullptr;
   cudaEvent_t lora_fork = nullptr, lora_join = nullptr;
-  // LoraSgmvConfig::mixed_two_sides: the grouped rows' side work on a stream of its own.
-  cudaStream_t lora_side2 = nullptr;
-  cudaEvent_t lora_join2 = nullptr;
   bool step_lora = false;
   k::LoraSgmvConfig lora_kernels;  // the grouped kernels' launch variant
   // Eager steps' runs of rows of one adapter on the tensor cores (kernels/lora_gemm.h): the
@@ -190,8 +187,6 @@ struct CudaBackend::Impl {
     if (lora_fork) cudaEventDestroy(lora_fork);
     if (lora_join) cudaEventDestroy(lora_join);
     if (lora_side) cudaStreamDestroy(lora_side);
-    if (lora_join2) cudaEventDestroy(lora_join2);
-    if (lora_side2) cudaStreamDestroy(lora_side2);
     if (stream) cudaStreamDestroy(stream);
   }
 

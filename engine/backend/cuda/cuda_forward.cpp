@@ -193,10 +193,6 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
       else hk.delta = lora_delta.get();
     }
     hk.grouped_first = mixed_beside;
-    if (mixed_beside && lora_kernels.mixed_two_sides) {
-      hk.side2 = lora_side2;
-      hk.join2 = lora_join2;
-    }
     if (mixed_beside && ((grp == cuda::LoraGroup::qkv && ctx.fusion && !st.kv_fp8) ||
                          (grp == cuda::LoraGroup::gate_up && lora_kernels.gate_up_beside && !gate_up_runs_in_silu))) {
       hk.row_slot = plan_slots;

@@ -100,10 +100,6 @@ struct LoraHook {
   /// The grouped rows' side work before the runs' (their expand right after their shrink, with
   /// PDL), then the runs' shrinks and, into the residual or `delta`, their expands.
   bool grouped_first = false;
-  /// With grouped_first: the grouped rows' side work on this stream of its own (joined by
-  /// `join2`), beside the runs' on `side`, rather than before theirs (LoraSgmvConfig::mixed_two_sides).
-  cudaStream_t side2 = nullptr;
-  cudaEvent_t join2 = nullptr;
   /// gate|up in eager steps (LoraSgmvConfig::gate_up_in_silu_rows): the runs' expand is left
   /// to SiLU·mul, which computes their rows' delta from `xa` (kernels::lora_silu_mul_runs); the
   /// grouped rows' expand still follows the product.
@@ -146,13 +142,7 @@ struct LoraHook {
     const bool run_expands = runs && !fused && !(plan.config.skip_runs & 2);
     void* const beside = residual ? residual : delta;  // where the expands beside the product write
     if (grouped_first) {
-      if (grouped && side && side2) {
-        CUDA_CHECK(cudaStreamWaitEvent(side2, fork, 0));
-        grouped_beside(c, x, rows, side2, beside, plan.config.expand_pdl);
-        CUDA_CHECK(cudaEventRecord(join2, side2));
-      } else if (grouped) {
-        grouped_beside(c, x, rows, s, beside, plan.config.expand_pdl);
-      }
+      if (grouped) grouped_beside(c, x, rows, s, beside, plan.config.expand_pdl);
       if (run_shrinks)
         for (const kernels::LoraRun& r : *runs) gemm->shrink(c.dt, x, pool, r, run_scale[r.slot], xa, s);
       if (run_expands && beside && !(delta && runs_expand_after))
@@ -188,7 +178,6 @@ struct LoraHook {
   void after_product(const OpContext& c, void* y, int ld_y, int rows) const {
     if (in_product || (fused && !grouped)) return;  // the product added it
     if (side) CUDA_CHECK(cudaStreamWaitEvent(c.stream, join, 0));
-    if (grouped_first && grouped && side && side2) CUDA_CHECK(cudaStreamWaitEvent(c.stream, join2, 0));
     if (!residual && !xa_rows && (!delta || runs_expand_after)) expand(c, y, ld_y, rows, c.stream, false, !delta);
   }
   void expand(const OpContext& c, void* y, int ld_y, int rows, cudaStream_t s, bool pdl = false,
