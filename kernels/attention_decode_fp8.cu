@@ -233,12 +233,10 @@ Fp8KvDecode resolve_fp8_kv_decode(const DecodeAttentionArgs& a, Fp8KvDecode vari
               : v == "prmt"      ? Fp8KvDecode::prmt
               : v == "mma"       ? Fp8KvDecode::mma
               : v == "mma_async" ? Fp8KvDecode::mma_async
-              : v == "mma_k8"    ? Fp8KvDecode::mma_k8
                                  : Fp8KvDecode::mma2;
   }
   const bool mma_fits = (a.shape.head_dim == 64 || a.shape.head_dim == 128) && a.shape.n_slots < (int64_t(1) << 31);
-  const bool tc = variant == Fp8KvDecode::mma || variant == Fp8KvDecode::mma2 || variant == Fp8KvDecode::mma_async ||
-                  variant == Fp8KvDecode::mma_k8;
+  const bool tc = variant == Fp8KvDecode::mma || variant == Fp8KvDecode::mma2 || variant == Fp8KvDecode::mma_async;
   if (tc && !mma_fits) return Fp8KvDecode::shift_mask;
   return variant;
 }
@@ -324,10 +322,9 @@ void decode_attention_fp8(const DecodeAttentionArgs& a, cudaStream_t stream, Fp8
   if (variant == Fp8KvDecode::mma_async)
     decode_fp8::launch_decode_fp8_async(a.dtype, hd, p, f, grid, stream);
   else if (split.tensor_cores)
-    decode_fp8::launch_decode_fp8_mma(a.dtype, hd,
-                                      variant == Fp8KvDecode::mma ? decode_fp8::kMmaStepsWide
-                                                                  : decode_fp8::kMmaStepsNarrow,
-                                      p, f, grid, stream, variant == Fp8KvDecode::mma_k8);
+    decode_fp8::launch_decode_fp8_mma(a.dtype, hd, variant == Fp8KvDecode::mma2 ? decode_fp8::kMmaStepsNarrow
+                                                                                 : decode_fp8::kMmaStepsWide,
+                                      p, f, grid, stream);
   else if (variant == Fp8KvDecode::prmt)
     SERVELAB_DISPATCH_16(a.dtype, (launch_hd<__nv_bfloat16, true>(hd, p, f, gb, grid, stream)),
                          (launch_hd<__half, true>(hd, p, f, gb, grid, stream)));

@@ -20,10 +20,9 @@ struct Fp8Layout {
 constexpr int kMmaStepsWide = 4, kMmaStepsNarrow = 2;
 
 /// The tensor-core FP8 decode kernel (head_dim 64 or 128, any group: up to 8 query heads a block,
-/// p.n_sub = ceil(group / 8)) with `steps` 16-position steps per warp per pass; k8: Q·Kᵀ on the
-/// E4M3 codes (Fp8KvDecode::mma_k8, 2 steps only).
+/// p.n_sub = ceil(group / 8)) with `steps` 16-position steps per warp per pass.
 void launch_decode_fp8_mma(ScalarType dtype, int head_dim, int steps, const decode::Params& p, const Fp8Layout& f,
-                           dim3 grid, cudaStream_t stream, bool k8 = false);
+                           dim3 grid, cudaStream_t stream);
 /// The same arithmetic with the codes and scales staged through shared memory by cp.async, two
 /// stages a warp (Fp8KvDecode::mma_async; attention_decode_fp8_async.cu).
 void launch_decode_fp8_async(ScalarType dtype, int head_dim, const decode::Params& p, const Fp8Layout& f, dim3 grid,

@@ -12,12 +12,6 @@
 // and 2^60 on the scores (K), and 2^90 on P' and 2^30 on the output (V): no factor overflows for
 // row scales below 2^38 (amax ~1e14), and no product underflows above a score of 2^-66.
 //
-// kK8 (Fp8KvDecode::mma_k8): S = Q·Kᵀ on the codes themselves, m16n8k32 E4M3 mma.sync (compute
-// 8.9+), no K conversion: Q of each head scaled by the power of two that takes its largest
-// magnitude to at most 448 and split into two E4M3 parts, hi = e4m3(q) and lo = e4m3(q - hi) (about
-// bf16's precision between them: two mma a k-step, as many as the bf16 path's k16 steps), the
-// score multiplied back by that power's inverse with the K scale. P·V as above.
-//
 // Lane (g, i) = (lane / 4, lane % 4) loads:
 //   K rows of positions g and 8 + g of a step: HD / 64 16-byte vectors at bytes i·16 + v·64, so
 //     k-step j = 4v + w uses word w (codes 4w..4w+3, dims d = v·64 + i·16 + 4w + 0..3): b0 = the
@@ -29,8 +23,6 @@
 // The online softmax, the head-column rescaling, the split merge (workspace, last block) and the
 // output are the bf16 tensor-core kernel's. fp32 accumulation; P' rounded to bf16 for P'·V (and
 // with fp16 storage, Q rounded to bf16).
-#include <cuda_fp8.h>
-
 #include <stdexcept>
 #include <string>
 
@@ -59,20 +51,7 @@ __device__ __forceinline__ float load_scale(const void* p) {
   return v;
 }
 
-/// Four floats as E4M3 codes in one register (the first in the low byte), rounded to nearest,
-/// saturating; `back` gets the codes' values.
-__device__ __forceinline__ uint32_t e4m3x4(const float* x, float* back) {
-  uint32_t r = 0;
-#pragma unroll
-  for (int b = 0; b < 4; ++b) {
-    const __nv_fp8_storage_t c = __nv_cvt_float_to_fp8(x[b], __NV_SATFINITE, __NV_E4M3);
-    back[b] = __half2float(__half(__nv_cvt_fp8_to_halfraw(c, __NV_E4M3)));
-    r |= uint32_t(c) << (8 * b);
-  }
-  return r;
-}
-
-template <typename T, int HD, int kS, bool kK8>
+template <typename T, int HD, int kS>
 __global__ void __launch_bounds__(kThreads, 2) decode_fp8_mma_kernel(const decode::Params p, const Fp8Layout f) {
   static_assert(HD == 64 || HD == 128, "tensor-core FP8 decode needs head_dim 64 or 128");
   static_assert(kS % 2 == 0, "slot lookups hold two steps a lane");
@@ -95,61 +74,27 @@ __global__ void __launch_bounds__(kThreads, 2) decode_fp8_mma_kernel(const decod
   const int row = p.query_start ? __ldg(p.query_start + s + 1) - 1 : s;
   const int64_t table_row = p.kv.kind == KvLayoutKind::paged ? p.kv.table_row(s) : int64_t(s);
 
-  // Q of head g as the A operand (row g; rows g + 8 are zero): times 2^60, in bf16; or (kK8) its
-  // E4M3 hi and lo parts, k-step j taking words 2 (j % 2) and 2 (j % 2) + 1 of vector j / 2 (K's
-  // b0 and b1 below), q8[j] = {hi b0, hi b1, lo b0, lo b1}.
-  constexpr int kKS8 = HD / 32;
-  uint32_t qa[kK8 ? 1 : kKS][2];
-  uint32_t q8[kK8 ? kKS8 : 1][4];
-  float k_mul = p.scale_log2 * kTwoPow60;
+  // Q of head g as the A operand (row g; rows g + 8 are zero), times 2^60, in bf16.
+  uint32_t qa[kKS][2];
   {
     const int hq = sub * kG + g;
     const T* qp = static_cast<const T*>(p.q) + row * p.q_row_stride + int64_t(kvh * p.group + hq) * HD + i * 16;
-    float qv[kKV][2][8];  // dims v·64 + i·16 + 0..15
 #pragma unroll
     for (int v = 0; v < kKV; ++v) {
+      float q0[8], q1[8];
       if (hq < p.group) {
-        unpack8<T>(*reinterpret_cast<const Vec8*>(qp + v * 64), qv[v][0]);
-        unpack8<T>(*reinterpret_cast<const Vec8*>(qp + v * 64 + 8), qv[v][1]);
+        unpack8<T>(*reinterpret_cast<const Vec8*>(qp + v * 64), q0);
+        unpack8<T>(*reinterpret_cast<const Vec8*>(qp + v * 64 + 8), q1);
       } else {
 #pragma unroll
-        for (int e = 0; e < 8; ++e) qv[v][0][e] = qv[v][1][e] = 0.0f;
+        for (int e = 0; e < 8; ++e) q0[e] = q1[e] = 0.0f;
       }
-    }
-    if constexpr (kK8) {
-      float amax = 0.0f;
 #pragma unroll
-      for (int v = 0; v < kKV; ++v)
-#pragma unroll
-        for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fmaxf(fabsf(qv[v][0][e]), fabsf(qv[v][1][e])));
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));  // the head's four lanes
-      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-      int e2 = 0;
-      if (amax > 0.0f) (void)frexpf(448.0f / amax, &e2);
-      const float qs = amax > 0.0f ? ldexpf(1.0f, e2 - 1) : 1.0f;  // the largest power of two <= 448 / amax
-      k_mul = p.scale_log2 / qs;
-#pragma unroll
-      for (int j = 0; j < kKS8; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float* q = &qv[j / 2][0][0] + 4 * (2 * (j % 2) + h);
-          float x[4], hi[4], lo[4], unused[4];
-#pragma unroll
-          for (int b = 0; b < 4; ++b) x[b] = q[b] * qs;
-          q8[j][h] = e4m3x4(x, hi);
-#pragma unroll
-          for (int b = 0; b < 4; ++b) lo[b] = x[b] - hi[b];
-          q8[j][2 + h] = e4m3x4(lo, unused);
-        }
-    } else {
-#pragma unroll
-      for (int v = 0; v < kKV; ++v)
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          const float* q = &qv[v][0][0] + 4 * w;
-          qa[v * 4 + w][0] = pack2<bf16>(q[0] * kTwoPow60, q[2] * kTwoPow60);
-          qa[v * 4 + w][1] = pack2<bf16>(q[1] * kTwoPow60, q[3] * kTwoPow60);
-        }
+      for (int w = 0; w < 4; ++w) {
+        const float* q = w < 2 ? q0 + 4 * w : q1 + 4 * (w - 2);
+        qa[v * 4 + w][0] = pack2<bf16>(q[0] * kTwoPow60, q[2] * kTwoPow60);
+        qa[v * 4 + w][1] = pack2<bf16>(q[1] * kTwoPow60, q[3] * kTwoPow60);
+      }
     }
   }
 
@@ -173,6 +118,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_fp8_mma_kernel(const decod
   const char* kbase = static_cast<const char*>(p.k_cache);
   const char* vbase = static_cast<const char*>(p.v_cache);
   const int64_t code_col = int64_t(kvh) * HD, scale_col = f.scales_at + 4 * int64_t(kvh);
+  const float k_mul = p.scale_log2 * kTwoPow60;
 
   for (int base = t_begin; base < t_end; base += kPass) {  // uniform trip count: shuffles are safe
     Vec8 kr[kS][2][kKV];
@@ -218,20 +164,10 @@ __global__ void __launch_bounds__(kThreads, 2) decode_fp8_mma_kernel(const decod
 #pragma unroll
       for (int tt = 0; tt < 2; ++tt) {
         sc[u][tt][0] = sc[u][tt][1] = sc[u][tt][2] = sc[u][tt][3] = 0.0f;
-        if constexpr (kK8) {
 #pragma unroll
-          for (int j = 0; j < kKS8; ++j) {
-            const uint32_t b0 = decode::word(kr[u][tt][j / 2], 2 * (j % 2)),
-                           b1 = decode::word(kr[u][tt][j / 2], 2 * (j % 2) + 1);
-            mma_16832_e4m3(sc[u][tt], q8[j][0], 0u, q8[j][1], 0u, b0, b1);
-            mma_16832_e4m3(sc[u][tt], q8[j][2], 0u, q8[j][3], 0u, b0, b1);
-          }
-        } else {
-#pragma unroll
-          for (int j = 0; j < kKS; ++j) {
-            const uint32_t w = decode::word(kr[u][tt][j / 4], j % 4);
-            mma_16816<bf16>(sc[u][tt], qa[j][0], 0u, qa[j][1], 0u, e4m3_lo_pair(w), e4m3_hi_pair(w));
-          }
+        for (int j = 0; j < kKS; ++j) {
+          const uint32_t w = decode::word(kr[u][tt][j / 4], j % 4);
+          mma_16816<bf16>(sc[u][tt], qa[j][0], 0u, qa[j][1], 0u, e4m3_lo_pair(w), e4m3_hi_pair(w));
         }
       }
     float mx = -INFINITY;
@@ -303,30 +239,27 @@ __global__ void __launch_bounds__(kThreads, 2) decode_fp8_mma_kernel(const decod
 }
 
 template <typename T, int HD>
-void launch_steps(int steps, bool k8, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
-  if (k8 && steps == kMmaStepsNarrow)
-    decode_fp8_mma_kernel<T, HD, kMmaStepsNarrow, true><<<grid, kThreads, 0, stream>>>(p, f);
-  else if (k8) throw std::invalid_argument("decode_attention_fp8: E4M3 Q·Kᵀ built for 2 steps a pass only");
-  else if (steps == kMmaStepsWide) decode_fp8_mma_kernel<T, HD, kMmaStepsWide, false><<<grid, kThreads, 0, stream>>>(p, f);
-  else if (steps == kMmaStepsNarrow) decode_fp8_mma_kernel<T, HD, kMmaStepsNarrow, false><<<grid, kThreads, 0, stream>>>(p, f);
+void launch_steps(int steps, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
+  if (steps == kMmaStepsWide) decode_fp8_mma_kernel<T, HD, kMmaStepsWide><<<grid, kThreads, 0, stream>>>(p, f);
+  else if (steps == kMmaStepsNarrow) decode_fp8_mma_kernel<T, HD, kMmaStepsNarrow><<<grid, kThreads, 0, stream>>>(p, f);
   else throw std::invalid_argument("decode_attention_fp8: tensor-core steps " + std::to_string(steps) + " not built (2, 4)");
   CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
-void launch_hd(int hd, int steps, bool k8, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
-  if (hd == 64) return launch_steps<T, 64>(steps, k8, p, f, grid, stream);
-  if (hd == 128) return launch_steps<T, 128>(steps, k8, p, f, grid, stream);
+void launch_hd(int hd, int steps, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
+  if (hd == 64) return launch_steps<T, 64>(steps, p, f, grid, stream);
+  if (hd == 128) return launch_steps<T, 128>(steps, p, f, grid, stream);
   throw std::invalid_argument("decode_attention_fp8: tensor cores need head_dim 64 or 128 (got " + std::to_string(hd) + ")");
 }
 
 }  // namespace mma_detail
 
 void launch_decode_fp8_mma(ScalarType dtype, int head_dim, int steps, const decode::Params& p, const Fp8Layout& f,
-                           dim3 grid, cudaStream_t stream, bool k8) {
+                           dim3 grid, cudaStream_t stream) {
   using namespace mma_detail;
-  SERVELAB_DISPATCH_16(dtype, (launch_hd<__nv_bfloat16>(head_dim, steps, k8, p, f, grid, stream)),
-                       (launch_hd<__half>(head_dim, steps, k8, p, f, grid, stream)));
+  SERVELAB_DISPATCH_16(dtype, (launch_hd<__nv_bfloat16>(head_dim, steps, p, f, grid, stream)),
+                       (launch_hd<__half>(head_dim, steps, p, f, grid, stream)));
 }
 
 }  // namespace servelab::kernels::decode_fp8

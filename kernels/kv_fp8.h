@@ -52,14 +52,11 @@ void kv_write_fp8(const QkvArgs& a, cudaStream_t stream);
 /// - mma: the same kernel with 4 steps a pass (comparison);
 /// - mma_async: the same arithmetic with each warp's next pass copied into shared memory by
 ///   cp.async while it computes the current one (attention_decode_fp8_async.cu);
-/// - mma_k8: mma2 with Q·Kᵀ on the K codes themselves (m16n8k32 E4M3 tensor cores, compute 8.9+: no
-///   K conversion), Q split per head into two E4M3 parts (hi and the rest) after scaling by a
-///   power of two; P·V as mma2;
 /// - shift_mask / prmt: the CUDA-core kernel (attention_decode_fp8.cu), codes to fp32 by two
 ///   shifts and two masks a code, or by a byte permute, an arithmetic shift and one mask (the same
 ///   bits either way);
-/// by_env: SERVELAB_FP8KV_DECODE=mma2|mma|mma_async|mma_k8|shift_mask|prmt, else mma2.
-enum class Fp8KvDecode { by_env, shift_mask, prmt, mma, mma2, mma_async, mma_k8 };
+/// by_env: SERVELAB_FP8KV_DECODE=mma2|mma|mma_async|shift_mask|prmt, else mma2.
+enum class Fp8KvDecode { by_env, shift_mask, prmt, mma, mma2, mma_async };
 /// The variant decode_attention_fp8 runs for these arguments (by_env read, mma on a head_dim it
 /// does not build replaced by shift_mask).
 Fp8KvDecode resolve_fp8_kv_decode(const DecodeAttentionArgs& a, Fp8KvDecode variant);

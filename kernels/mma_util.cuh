@@ -62,19 +62,4 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
   mma_16816<T>(d, a[0], a[1], a[2], a[3], b0, b1);
 }
 
-/// d += a · b, mma.sync m16n8k32 on E4M3 codes (4 a register, the lowest k in the low byte), fp32
-/// accumulators (compute 8.9 and up; elsewhere it traps: the callers check the device first).
-__device__ __forceinline__ void mma_16832_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#else
-  __trap();
-#endif
-}
-
 }  // namespace servelab::kernels

@@ -7,7 +7,7 @@
 // kernel; FP8 with the Fp8KvDecode variants, each with its own split and workspace: mma2 (tensor
 // cores, registers, 2 steps a pass: the default), mma (4 steps), mma_async (cp.async stages),
 // mma2 and mma_async cut for 1 block per SM (SplitPolicy::blocks_per_sm 1, the bf16 tensor-core
-// rule; the FP8 default cut aims at 2), mma_k8 (Q·Kᵀ on E4M3 tensor cores), shift_mask (CUDA cores; prmt gives the same bits and
+// rule; the FP8 default cut aims at 2), shift_mask (CUDA cores; prmt gives the same bits and
 // measured the same time, 0.94-1.03x, results/gpu/quant/h200-2026-11-29-9ab3082-fp8kv2). The FP8 arena holds valid random codes (no NaN) and
 // positive scales; the kernels' numerics are tested in tests/kernels_gpu/kv_fp8_gpu_test.cpp.
 #include <cstdio>
@@ -59,12 +59,11 @@ void bench_decode_attention_fp8(std::mt19937_64& rng, int n_sms, int64_t l2, dou
         fill_fp8_arena<<<2048, 256>>>(v8.get<uint8_t>(), pb.n_slots, sb, fp8_kv_scales_offset(n_kv, kHd), n_kv, rng());
         CUDA_CHECK_LAUNCH();
         // Columns: bf16 default, bf16 CUDA cores (GQA only), then the FP8 variants and cuts.
-        constexpr int kFp8 = 7, kCols = 2 + kFp8;
+        constexpr int kFp8 = 6, kCols = 2 + kFp8;
         const Fp8KvDecode fv[kFp8] = {Fp8KvDecode::mma2,      Fp8KvDecode::mma,  Fp8KvDecode::mma_async,
-                                      Fp8KvDecode::mma_async, Fp8KvDecode::mma2, Fp8KvDecode::shift_mask,
-                                      Fp8KvDecode::mma_k8};
+                                      Fp8KvDecode::mma_async, Fp8KvDecode::mma2, Fp8KvDecode::shift_mask};
         const SplitPolicy fsp[kFp8] = {SplitPolicy{}, SplitPolicy{}, SplitPolicy{}, SplitPolicy{0, 1}, SplitPolicy{0, 1},
-                                       SplitPolicy{}, SplitPolicy{}};
+                                       SplitPolicy{}};
         std::vector<std::vector<DecodeAttentionArgs>> args(kCols);
         for (int r = 0; r < pb.n_rot; ++r) {
           args[0].push_back(pb.decode_args(r, SplitPolicy{}, n_sms));
@@ -110,7 +109,7 @@ void bench_decode_attention_fp8(std::mt19937_64& rng, int n_sms, int64_t l2, dou
         static const char* const kNames[kCols] = {
             "decode_attn_bf16kv",        "decode_attn_bf16kv_cudacore", "decode_attn_fp8kv",
             "decode_attn_fp8kv_mma4",    "decode_attn_fp8kv_async",     "decode_attn_fp8kv_async_bps1",
-            "decode_attn_fp8kv_mma2_bps1", "decode_attn_fp8kv_cudacore", "decode_attn_fp8kv_k8"};
+            "decode_attn_fp8kv_mma2_bps1", "decode_attn_fp8kv_cudacore"};
         double ms_of[kCols] = {};
         for (size_t k = 0; k < cols.size(); ++k) {
           const int c = cols[k];

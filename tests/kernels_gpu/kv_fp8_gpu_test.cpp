@@ -179,8 +179,8 @@ TEST_P(KvFp8Gpu, DecodeMatchesReferenceOnAwkwardShapes) {
           const Fp8Batch f = quantized(testing::make_batch({ctx, std::vector<int>(17, 1), 8, 8 / group, hd, kind, bs}, rng));
           const std::vector<float> ref = testing::reference_attention(f.ref);
           for (SplitPolicy split : {SplitPolicy{0}, SplitPolicy{32}}) {
-            for (Fp8KvDecode v : {Fp8KvDecode::shift_mask, Fp8KvDecode::mma, Fp8KvDecode::mma2, Fp8KvDecode::mma_async,
-                                  Fp8KvDecode::mma_k8}) {
+            for (Fp8KvDecode v :
+                 {Fp8KvDecode::shift_mask, Fp8KvDecode::mma, Fp8KvDecode::mma2, Fp8KvDecode::mma_async}) {
               DecodeSplit used;
               const std::vector<float> out = run_decode_fp8(t, f, split, &used, v);
               EXPECT_EQ(used.tensor_cores, v != Fp8KvDecode::shift_mask && hd != 32);
@@ -214,7 +214,7 @@ TEST_P(KvFp8Gpu, MmaDecodeMatchesReferenceAtBatches1To128) {
         ctx[0] = batch == 1 ? 1000 : 333;
         const Fp8Batch f = quantized(testing::make_batch({ctx, std::vector<int>(batch, 1), 32, 32 / group, 128, kind, 16}, rng));
         const std::vector<float> ref = testing::reference_attention(f.ref);
-        for (Fp8KvDecode v : {Fp8KvDecode::mma2, Fp8KvDecode::mma_async, Fp8KvDecode::mma_k8}) {
+        for (Fp8KvDecode v : {Fp8KvDecode::mma2, Fp8KvDecode::mma_async}) {
           DecodeSplit used;
           const std::vector<float> out = run_decode_fp8(t, f, SplitPolicy{}, &used, v);
           EXPECT_TRUE(used.tensor_cores);
@@ -242,8 +242,7 @@ TEST_P(KvFp8Gpu, DecodeLongContextsMatchReference) {
       const std::pair<Fp8KvDecode, SplitPolicy> runs[] = {{Fp8KvDecode::shift_mask, SplitPolicy{}},
                                                           {Fp8KvDecode::mma2, SplitPolicy{}},
                                                           {Fp8KvDecode::mma2, SplitPolicy{1024}},
-                                                          {Fp8KvDecode::mma_async, SplitPolicy{1024}},
-                                                          {Fp8KvDecode::mma_k8, SplitPolicy{1024}}};
+                                                          {Fp8KvDecode::mma_async, SplitPolicy{1024}}};
       for (const auto& [v, split] : runs) {
         DecodeSplit used;
         const std::vector<float> out = run_decode_fp8(t, f, split, &used, v);
@@ -266,7 +265,7 @@ TEST_P(KvFp8Gpu, DecodeGraphReplaysGiveTheEagerBits) {
   const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
   const Fp8Batch f = quantized(testing::make_batch({{3000, 17, 700}, {1, 1, 1}, 32, 8, 128, KvLayoutKind::paged, 16}, rng));
-  for (Fp8KvDecode v : {Fp8KvDecode::by_env, Fp8KvDecode::mma_async, Fp8KvDecode::mma_k8}) {
+  for (Fp8KvDecode v : {Fp8KvDecode::by_env, Fp8KvDecode::mma_async}) {
     testing::DeviceBatch d(f.ref, t);
     DeviceBuffer k8 = testing::upload(f.k8), v8 = testing::upload(f.v8);
     DecodeAttentionArgs a = d.decode_args(f.ref, t);
