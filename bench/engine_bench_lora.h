@@ -16,8 +16,9 @@ struct LoraBenchOptions {
   int rank = 16;        ///< every adapter's rank (all seven linears of every layer)
   int max_loras = 64;   ///< device slots
   bool quick = false;   ///< fewer points and steps
-  /// --lora-prefill: only the prefill steps, each also with the backend's shrinks or expands left
-  /// out (LoraSgmvConfig::skip_runs, diagnostic) and every launch in line (no side stream).
+  /// --lora-prefill: only the prefill and mixed steps, each also with the backend's shrinks or
+  /// expands left out (LoraSgmvConfig::skip_runs and skip_grouped, diagnostic) and every launch in
+  /// line (no side stream).
   bool prefill_only = false;
   uint64_t seed = 1;
   /// --ncu-decode B,CTX with --lora: profile_lora_decode_step's point, its distinct adapters
@@ -41,6 +42,11 @@ struct LoraBenchOptions {
 ///   TTFT's step), each with the runs on the grouped CUDA-core kernels (`sgmv`), on the tensor
 ///   cores by the default (`gemm`: runs of >= 64 rows, at most 8) and with every run of >= 16
 ///   rows there (`gemm all`: at most 64 runs);
+/// - lora_mixed_step: one prompt of 128 / 256 / 512 tokens beside 4 or 8 decodes of context 256
+///   (a serving run's prefill step), every sequence on its own adapter, against none, beside the
+///   prompt alone and the prompt on its adapter with the decodes on none, under the default and
+///   the variants before it (LoraSgmvConfig::mixed_grouped_beside, size_by_plan_rows off), in
+///   line, the grouped launches with no rows (diagnostic) and the grouped kernels for every row;
 /// - lora_zipf_decode: closed-loop decode at batch 64 where each finished sequence (output
 ///   lengths uniform in [64, 192]) is replaced by one whose adapter is drawn from Zipf(s = 1) over
 ///   8, 64 or 512 adapters, slots taken least-recently-used (a miss = load_lora, timed with the
