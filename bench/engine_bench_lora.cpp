@@ -476,7 +476,6 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
     using C = kernels::LoraSgmvConfig;
     const std::vector<std::pair<std::string, kernels::LoraSgmvConfig>> mixed_variants = {
         {"gemm", gemm_config},
-        {"gemm, grouped rows' q|k|v and gate|up deltas in their consumers", with([](C& c) { c.mixed_in_consumer = true; })},
         {"gemm, grouped grids for every row", with([](C& c) { c.size_by_plan_rows = false; })},
         {"gemm, grouped rows after", with([](C& c) { c.mixed_grouped_beside = false; })},
         {"gemm, neither", with([](C& c) { c.mixed_grouped_beside = c.size_by_plan_rows = false; })},

@@ -111,11 +111,6 @@ struct LoraSgmvConfig {
   /// every row of the step (a prompt of 256 rows beside 4 decodes: grids for 260 rows, nearly all
   /// blocks exiting at once). Graphs size for their row count (any mix of slots replays).
   bool size_by_plan_rows = true;
-  /// Read by the cuda backend, with mixed_grouped_beside: the grouped rows' q|k|v and gate|up
-  /// deltas not expanded at all; their shrink finishes each row's xa (xa_rows) and the RoPE + K/V
-  /// write and SiLU·mul compute the delta from it (kernels/lora_delta.h), as gate_up_in_consumer
-  /// and qkv_in_consumer do in decode steps: 6 grouped launches a layer instead of 8.
-  bool mixed_in_consumer = false;
   /// Read by the cuda backend: an expand that follows its shrink on the same stream (into the
   /// residual, or the delta alone) is launched with programmatic dependent launch
   /// (lora_sgmv_expand's pdl), so its launch and its loads of the plan, y and B overlap the shrink.

@@ -220,15 +220,6 @@ TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsGroupedRowsAfter) {
   mixed_adapters_equal_merged_models(c);
 }
 
-// The same with the prefill's grouped rows' q|k|v and gate|up deltas computed by the RoPE + K/V
-// write and SiLU·mul from their xa (LoraSgmvConfig::mixed_in_consumer; off by default).
-TEST(CudaBackendGpuLora, MixedAdaptersEqualMergedModelsGroupedRowsInConsumers) {
-  SKIP_WITHOUT_GPU();
-  kernels::LoraSgmvConfig c;
-  c.mixed_in_consumer = true;
-  mixed_adapters_equal_merged_models(c);
-}
-
 // The same with the prefill's products run by kernels::LoraFusedGemm, the tensor-core runs'
 // deltas inside them (LoraSgmvConfig::fused_product_*_rows; off by default), the rows left (runs
 // under 16 rows, rows without an adapter) as before, on devices the kernel takes (compute 9.0).

@@ -196,8 +196,7 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
     if (mixed_beside && ((grp == cuda::LoraGroup::qkv && ctx.fusion && !st.kv_fp8) ||
                          (grp == cuda::LoraGroup::gate_up && lora_kernels.gate_up_beside && !gate_up_runs_in_silu))) {
       hk.row_slot = plan_slots;
-      if (lora_kernels.mixed_in_consumer) hk.xa_rows = lora_xa_rows.get<float>();  // no grouped expand
-      else hk.delta = lora_delta.get();
+      hk.delta = lora_delta.get();
       hk.runs_expand_after = true;
     }
     // ... where gate|up's expand would follow the product (not beside it).

@@ -95,8 +95,7 @@ struct LoraHook {
   /// output's delta in its epilogue. No LoRA launch, no side stream.
   bool in_product = false;
   /// With `delta` (LoraSgmvConfig::mixed_grouped_beside): only the grouped rows' delta goes into
-  /// `delta` (row_slot: the plan's rows), or with `xa_rows` (mixed_in_consumer) their xa for the
-  /// consumer to expand; the runs' expand still follows the product, into y.
+  /// `delta` (row_slot: the plan's rows); the runs' expand still follows the product, into y.
   bool runs_expand_after = false;
   /// The grouped rows' side work before the runs' (their expand right after their shrink, with
   /// PDL), then the runs' shrinks and, into the residual or `delta`, their expands.
@@ -179,8 +178,7 @@ struct LoraHook {
   void after_product(const OpContext& c, void* y, int ld_y, int rows) const {
     if (in_product || (fused && !grouped)) return;  // the product added it
     if (side) CUDA_CHECK(cudaStreamWaitEvent(c.stream, join, 0));
-    if (!residual && ((!delta && !xa_rows) || runs_expand_after))
-      expand(c, y, ld_y, rows, c.stream, false, !delta && !xa_rows);
+    if (!residual && !xa_rows && (!delta || runs_expand_after)) expand(c, y, ld_y, rows, c.stream, false, !delta);
   }
   void expand(const OpContext& c, void* y, int ld_y, int rows, cudaStream_t s, bool pdl = false,
               bool with_grouped = true) const {
