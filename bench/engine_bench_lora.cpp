@@ -390,8 +390,8 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
        }()},
       {"gemm again", gemm_config}};
   if (o.prefill_only) {  // where the default's time goes: parts left out (wrong results), or in line
-    auto with = [&](const char* name, auto f) {
-      kernels::LoraSgmvConfig c = gemm_config;
+    auto with = [&](const char* name, auto f, const kernels::LoraSgmvConfig* base = nullptr) {
+      kernels::LoraSgmvConfig c = base ? *base : gemm_config;
       f(c);
       prefill_variants.emplace_back(name, c);
     };
@@ -405,11 +405,7 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
          [](kernels::LoraSgmvConfig& c) { c.residual_beside = false; });
     // Where the grouped kernels' time goes for a prompt's rows: their shrink or expand left out,
     // and the shrink's input cut into fewer chunks (fewer partial sums for the expand to read).
-    auto with_sgmv = [&](const char* name, auto f) {
-      kernels::LoraSgmvConfig c = sgmv_config;
-      f(c);
-      prefill_variants.emplace_back(name, c);
-    };
+    auto with_sgmv = [&](const char* name, auto f) { with(name, f, &sgmv_config); };
     with_sgmv("sgmv, no shrinks (diagnostic)", [](kernels::LoraSgmvConfig& c) { c.skip_grouped = 1; });
     with_sgmv("sgmv, no expands (diagnostic)", [](kernels::LoraSgmvConfig& c) { c.skip_grouped = 2; });
     with_sgmv("sgmv, shrink for 132 blocks", [](kernels::LoraSgmvConfig& c) { c.shrink_target_blocks = 132; });
