@@ -9,7 +9,7 @@
 // mma2 and mma_async cut for 1 block per SM (SplitPolicy::blocks_per_sm 1, the bf16 tensor-core
 // rule; the FP8 default cut aims at 2), shift_mask (CUDA cores; prmt gives the same bits and
 // measured the same time, 0.94-1.03x, results/gpu/quant/h200-2026-11-29-9ab3082-fp8kv2). The FP8 arena holds valid random codes (no NaN) and
-// positive scales; the kernels' numerics are tested in tests/kernels_gpu/kv_fp8_gpu_test.cpp.
+// positive scales; `--only "b32 ctx4096 gqa1"` times that shape alone (for a profiler). The kernels' numerics are tested in tests/kernels_gpu/kv_fp8_gpu_test.cpp.
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -45,12 +45,14 @@ __global__ void fill_fp8_arena(uint8_t* arena, int64_t n_slots, int64_t slot_byt
 
 }  // namespace decode_fp8_bench_detail
 
-void bench_decode_attention_fp8(std::mt19937_64& rng, int n_sms, int64_t l2, double copy_gbs) {
+void bench_decode_attention_fp8(std::mt19937_64& rng, int n_sms, int64_t l2, double copy_gbs, const std::string& only) {
   using namespace decode_fp8_bench_detail;
   constexpr int kHd = 128, kHeads = 32;
   for (int group : {1, 4, 8})
     for (int batch : {1, 32, 128})
       for (int ctx : {1024, 4096}) {
+        if (!only.empty() && only != "b" + std::to_string(batch) + " ctx" + std::to_string(ctx) + " gqa" + std::to_string(group))
+          continue;
         const int n_kv = kHeads / group;
         PagedBatch pb(batch, ctx, kHeads, n_kv, l2, rng, ArenaOrder::engine);
         const int64_t sb = fp8_kv_slot_bytes(n_kv, kHd);

@@ -193,7 +193,7 @@ int main(int argc, char** argv) {
 
     if (fp8kv) {  // issue 26's FP8 KV rows only: decode attention over FP8 beside bf16 KV
       std::printf("paged decode attention, FP8 KV cache beside bf16 KV (head_dim 128, block 16):\n");
-      bench_decode_attention_fp8(rng, n_sms, l2, copy_gbs);
+      bench_decode_attention_fp8(rng, n_sms, l2, copy_gbs, only);
       decode_only = prefill_only = true;  // nothing below runs
     }
     if (quant_only) {  // issue 26's rows only: the quantized decode products and the FP8 GEMM
