@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(kThreads, G == 1 ? 7 : G <= 4 ? 4 : 2)
   }
   const char* kbase = static_cast<const char*>(p.k_cache);
   const char* vbase = static_cast<const char*>(p.v_cache);
-  const int64_t col = int64_t(kvh) * HD + c * 8, scale_col = f.scales_at + 4 * int64_t(kvh);
+  const int col = c * 8;  // this lane's codes within a row
 
   int64_t slot[kU];
 #pragma unroll
@@ -136,11 +136,11 @@ __global__ void __launch_bounds__(kThreads, G == 1 ? 7 : G <= 4 ? 4 : 2)
       const int t = base + u * kLg + lg;
       ok[u] = t < t_end;
       if (ok[u]) {
-        const int64_t at = slot[u] * f.slot_bytes;
-        ck[u] = load_codes(kbase + at + col);
-        cv[u] = load_codes(vbase + at + col);
-        sk[u] = load_scale(kbase + at + scale_col);
-        sv[u] = load_scale(vbase + at + scale_col);
+        const int64_t at = f.codes_at(slot[u], kvh) + col, sat = f.scale_at(slot[u], kvh);
+        ck[u] = load_codes(kbase + at);
+        cv[u] = load_codes(vbase + at);
+        sk[u] = load_scale(kbase + sat);
+        sv[u] = load_scale(vbase + sat);
       } else {
         ck[u] = cv[u] = make_uint2(0, 0);
         sk[u] = sv[u] = 0.0f;
@@ -318,7 +318,7 @@ void decode_attention_fp8(const DecodeAttentionArgs& a, cudaStream_t stream, Fp8
     p.ws_ml = a.workspace + size_t(a.n_seqs) * a.n_heads * split.n_splits * hd;
     p.counters = reinterpret_cast<int32_t*>(a.workspace) + ctr_at;
   }
-  const Fp8Layout f{fp8_kv_slot_bytes(a.shape.n_kv_heads, hd), fp8_kv_scales_offset(a.shape.n_kv_heads, hd)};
+  const Fp8Layout f = Fp8KvLayout::of(a.shape.n_kv_heads, hd);
   if (variant == Fp8KvDecode::mma_async)
     decode_fp8::launch_decode_fp8_async(a.dtype, hd, p, f, grid, stream);
   else if (split.tensor_cores)

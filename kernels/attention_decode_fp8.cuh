@@ -8,13 +8,12 @@
 
 #include "kernels/attention.h"
 #include "kernels/attention_decode_common.cuh"
+#include "kernels/kv_fp8.h"
 
 namespace servelab::kernels::decode_fp8 {
 
-struct Fp8Layout {
-  int64_t slot_bytes;  // fp8_kv_slot_bytes
-  int64_t scales_at;   // fp8_kv_scales_offset
-};
+/// The arena layout handed to the kernels (kv_fp8.h: pages of 16 slots split by KV head).
+using Fp8Layout = Fp8KvLayout;
 
 /// 16-position steps per warp per pass of the tensor-core kernel (Fp8KvDecode::mma: 4, mma2: 2).
 constexpr int kMmaStepsWide = 4, kMmaStepsNarrow = 2;
@@ -23,8 +22,8 @@ constexpr int kMmaStepsWide = 4, kMmaStepsNarrow = 2;
 /// p.n_sub = ceil(group / 8)) with `steps` 16-position steps per warp per pass.
 void launch_decode_fp8_mma(ScalarType dtype, int head_dim, int steps, const decode::Params& p, const Fp8Layout& f,
                            dim3 grid, cudaStream_t stream);
-/// The same arithmetic with the codes and scales staged through shared memory by cp.async, two
-/// stages a warp (Fp8KvDecode::mma_async; attention_decode_fp8_async.cu).
+/// The same arithmetic with the codes and scales staged through shared memory by cp.async, a ring
+/// of one-step stages a warp (Fp8KvDecode::mma_async; attention_decode_fp8_async.cu).
 void launch_decode_fp8_async(ScalarType dtype, int head_dim, const decode::Params& p, const Fp8Layout& f, dim3 grid,
                              cudaStream_t stream);
 

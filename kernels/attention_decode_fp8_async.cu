@@ -1,17 +1,19 @@
 // Decode attention over an FP8 KV arena on tensor cores with the codes staged through shared
 // memory (Fp8KvDecode::mma_async): attention_decode_fp8_mma.cu's arithmetic, fragments and
-// scaling (see there), but each warp copies its next pass's K/V codes and scales into its own
-// shared-memory stage by cp.async while it computes the current one from the other stage, so
-// loads stay in flight through the conversion, the products and the softmax (the register kernel
-// loads a pass, then computes it). Two stages of kSteps 16-position steps a warp; no block barrier
-// in the loop (a warp reads only what it copied: cp.async.wait_group, then __syncwarp).
+// scaling (see there), fed from a ring of kStages one-step stages a warp filled by cp.async, so
+// kStages - 1 steps of each warp's loads stay in flight while it computes the current one (the
+// register kernel loads a pass of 2 steps, then computes it: 2 blocks of 4 warps an SM keep too
+// few bytes in flight for the copy bandwidth, ncu at 0.67 of DRAM's peak with long-scoreboard
+// stalls the largest). Warp w takes steps w, w + 4, ... of the block's split, 16 positions each;
+// no block barrier in the loop (a warp reads only what it copied: cp.async.wait_group, then
+// __syncwarp). Each warp looks up the slots of the step it will issue next while it computes.
 //
-// Stage layout (per warp): K rows [kSteps·16][kKStride] bytes, V rows [kSteps·16][kVStride], then
-// the rows' K scales and V scales (fp32). The strides keep the fragment reads conflict-free: a K
-// read (lane (g, i) at row g, bytes i·16 + v·64) puts rows g and g + 1 in opposite bank halves
-// (head_dim 128: 192-byte rows; 64: 64-byte rows); a V read (rows 2i.., bytes g·HD/8) puts rows
-// 2i on distinct bank quarters (HD + 16-byte rows). The copies: 16-byte cp.async.cg chunks, a
-// row's HD/16 chunks by consecutive lanes (coalesced), the scales by 4-byte cp.async.ca.
+// Stage layout (per warp, per step): K rows [16][HD] bytes, V rows [16][HD], then the 16 K scales
+// and the 16 V scales (fp32): 4,224 bytes at head_dim 128, 2,176 at 64, no padding; the 16-byte
+// chunks of a row are XOR-swizzled so the fragment reads are conflict-free (k_chunk, v_chunk below):
+// a K read (lane (g, i) at row g, chunk i + 4v) puts rows 2p and 2p + 1 in opposite bank halves; a
+// V read (rows 2i.., chunk g) spreads rows 0, 2, 4, 6 over the 8 bank quarters. The copies: 16-byte
+// cp.async.cg chunks, a row's HD/16 chunks by consecutive lanes, the scales by 4-byte cp.async.ca.
 #include <atomic>
 #include <stdexcept>
 #include <string>
@@ -30,20 +32,29 @@ using bf16 = __nv_bfloat16;
 constexpr float kTwoPow60 = 1152921504606846976.0f;           // 2^60, exact
 constexpr float kTwoPow90 = 1237940039285380274899124224.0f;  // 2^90, exact
 constexpr float kTwoPow30 = 1073741824.0f;                    // 2^30
-constexpr int kSteps = 2;   // 16-position steps per warp per stage
-constexpr int kStages = 2;  // stages per warp: one computed while the other loads
+constexpr int kStages = 5;  // one-step stages a warp: 4 in flight while one is computed (2 blocks an SM fit)
 
 template <int HD>
 struct Stage {
-  static constexpr int kRows = kSteps * 16;
-  static constexpr int kKStride = HD == 128 ? HD + 64 : HD;
-  static constexpr int kVStride = HD + 16;
-  static constexpr int kKBytes = kRows * kKStride, kVBytes = kRows * kVStride;
-  static constexpr int kBytes = kKBytes + kVBytes + kRows * 8;
+  static constexpr int kKBytes = 16 * HD, kVBytes = 16 * HD;
+  static constexpr int kBytes = kKBytes + kVBytes + 16 * 8;
   static constexpr int kWarpBytes = kStages * kBytes;
   static constexpr int kBlockBytes = (kThreads / 32) * kWarpBytes;
   static_assert(kBytes % 16 == 0, "16-byte aligned stages");
 };
+
+/// Byte offset in a stage's K rows of chunk c (16 bytes) of row r (the header's swizzles).
+template <int HD>
+__device__ __forceinline__ int k_chunk(int r, int c) {
+  if constexpr (HD == 128) return r * 128 + ((c ^ ((r & 1) << 2)) << 4);
+  else return r * HD + (c << 4);  // 64-byte rows: rows 2p and 2p + 1 share a 128-byte line already
+}
+/// Byte offset in a stage's V rows of chunk c of row r.
+template <int HD>
+__device__ __forceinline__ int v_chunk(int r, int c) {
+  if constexpr (HD == 128) return r * 128 + ((c ^ (r & 7)) << 4);
+  else return (r >> 1) * 128 + (((((r & 1) << 2) + c) ^ ((r >> 1 & 3) << 1)) << 4);  // two rows a 128-byte line
+}
 
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
@@ -55,7 +66,6 @@ __global__ void __launch_bounds__(kThreads, 2) decode_fp8_async_kernel(const dec
   constexpr int kWarps = kThreads / 32, kG = decode::kMmaHeads;
   constexpr int kKV = HD / 64, kKS = HD / 16, kMT = HD / 16;
   constexpr int kChunks = HD / 16;  // 16-byte chunks of a row of codes
-  constexpr int kPass = kWarps * kSteps * 16;
   constexpr int kLd = HD + 4;
   extern __shared__ __align__(16) unsigned char stage_smem[];
   __shared__ float sm_m[kWarps][kG], sm_l[kWarps][kG];
@@ -94,40 +104,37 @@ __global__ void __launch_bounds__(kThreads, 2) decode_fp8_async_kernel(const dec
     }
   }
 
-  auto pos = [&](int base, int u, int t) { return base + (u * kWarps + warp) * 16 + t; };
-  int sl[kSteps / 2];  // lane l: slot of step 2q + l / 16, position l % 16 of the pass
-  auto lookup = [&](int base) {
-#pragma unroll
-    for (int q = 0; q < kSteps / 2; ++q) {
-      const int t = pos(base, 2 * q + (lane >> 4), lane & 15);
-      sl[q] = t < t_end ? int(decode::kv_slot(p, s, table_row, t)) : 0;
-    }
+  // This warp's steps: k-th at positions t_begin + (k·kWarps + warp)·16 + 0..15.
+  const int n_steps = (t_end - t_begin + 15) / 16;
+  const int my_steps = n_steps > warp ? (n_steps - warp + kWarps - 1) / kWarps : 0;  // uniform over the warp
+  auto step_pos = [&](int k) { return t_begin + (k * kWarps + warp) * 16; };
+  // Lane l (and l + 16) holds the slot of position l % 16 of the step issued next.
+  auto lookup = [&](int k) {
+    const int t = step_pos(k) + (lane & 15);
+    return k < my_steps && t < t_end ? int(decode::kv_slot(p, s, table_row, t)) : 0;
   };
   const char* kbase = static_cast<const char*>(p.k_cache);
   const char* vbase = static_cast<const char*>(p.v_cache);
-  const int64_t code_col = int64_t(kvh) * HD, scale_col = f.scales_at + 4 * int64_t(kvh);
   unsigned char* wbase = stage_smem + warp * S::kWarpBytes;
   const uint32_t wsm = smem_u32(wbase);
-  // The cp.asyncs of the pass at `base` into stage st (slots in sl; rows past the split zero-filled).
-  auto issue = [&](int base, int st) {
-    const uint32_t s0 = wsm + st * S::kBytes;
+  // The cp.asyncs of step k into its stage (slot: this lane's lookup of it; rows past the split
+  // or past the warp's steps zero-filled).
+  auto issue = [&](int k, int slot_l) {
+    const uint32_t s0 = wsm + (k % kStages) * S::kBytes;
+    const int t0 = step_pos(k);
+    const bool live = k < my_steps;
 #pragma unroll
-    for (int u = 0; u < kSteps; ++u) {
-#pragma unroll
-      for (int j = 0; j < 16 * kChunks / 32; ++j) {
-        const int c = lane + 32 * j, r = c / kChunks, ch = c % kChunks;
-        const int slot = __shfl_sync(0xffffffffu, sl[u >> 1], (u & 1) * 16 + r);
-        const bool ok = pos(base, u, r) < t_end;
-        const int64_t at = int64_t(slot) * f.slot_bytes + code_col + ch * 16;
-        cp_async16(s0 + (u * 16 + r) * S::kKStride + ch * 16, kbase + at, ok);
-        cp_async16(s0 + S::kKBytes + (u * 16 + r) * S::kVStride + ch * 16, vbase + at, ok);
-      }
-      const int r = lane & 15;
-      const int slot = __shfl_sync(0xffffffffu, sl[u >> 1], (u & 1) * 16 + r);
-      const bool ok = pos(base, u, r) < t_end;
-      cp_async4(s0 + S::kKBytes + S::kVBytes + ((lane >> 4) * S::kRows + u * 16 + r) * 4,
-                (lane < 16 ? kbase : vbase) + int64_t(slot) * f.slot_bytes + scale_col, ok);
+    for (int j = 0; j < 16 * kChunks / 32; ++j) {
+      const int c = lane + 32 * j, r = c / kChunks, ch = c % kChunks;
+      const int slot = __shfl_sync(0xffffffffu, slot_l, r);
+      const bool ok = live && t0 + r < t_end;
+      const int64_t at = f.codes_at(slot, kvh) + ch * 16;
+      cp_async16(s0 + k_chunk<HD>(r, ch), kbase + at, ok);
+      cp_async16(s0 + S::kKBytes + v_chunk<HD>(r, ch), vbase + at, ok);
     }
+    const int r = lane & 15;
+    const bool ok = live && t0 + r < t_end;
+    cp_async4(s0 + S::kKBytes + S::kVBytes + lane * 4, (lane < 16 ? kbase : vbase) + f.scale_at(slot_l, kvh), ok);
   };
 
   float m = -1e30f, l = 0.0f;
@@ -136,52 +143,48 @@ __global__ void __launch_bounds__(kThreads, 2) decode_fp8_async_kernel(const dec
   for (int mt = 0; mt < kMT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
   const float k_mul = p.scale_log2 * kTwoPow60;
 
-  lookup(t_begin);
-  issue(t_begin, 0);
-  cp_async_commit();
-  lookup(t_begin + kPass);
-  int st = 0;
-  for (int base = t_begin; base < t_end; base += kPass) {  // uniform trip count: shuffles are safe
-    const int nb = base + kPass;
-    if (nb < t_end) issue(nb, st ^ 1);  // into the stage the previous pass read (a __syncwarp ago)
+#pragma unroll
+  for (int k = 0; k < kStages - 1; ++k) {  // the ring's first kStages - 1 steps
+    issue(k, lookup(k));
     cp_async_commit();
-    lookup(nb + kPass);
-    cp_async_wait<1>();  // this lane's copies of this pass have landed
-    __syncwarp();        // and every lane's
-    const unsigned char* sb = wbase + st * S::kBytes;
+  }
+  int next_slot = lookup(kStages - 1);
+  for (int k = 0; k < my_steps; ++k) {
+    issue(k + kStages - 1, next_slot);  // into the stage step k - 1 read (a __syncwarp ago)
+    cp_async_commit();
+    next_slot = lookup(k + kStages);  // the block-table load overlaps this step's products
+    cp_async_wait<kStages - 1>();     // this lane's copies of step k have landed
+    __syncwarp();                     // and every lane's
+    const unsigned char* sb = wbase + (k % kStages) * S::kBytes;
     const float* ksc = reinterpret_cast<const float*>(sb + S::kKBytes + S::kVBytes);
-    const float* vsc = ksc + S::kRows;
+    const float* vsc = ksc + 16;
+    const int t0 = step_pos(k);
 
-    float sc[kSteps][2][4];
+    // S = Q·Kᵀ: sc[tt][0..1] = head g × positions 8tt + 2i, 8tt + 2i + 1 (c2, c3: the zero rows).
+    float sc[2][4];
 #pragma unroll
-    for (int u = 0; u < kSteps; ++u)
+    for (int tt = 0; tt < 2; ++tt) {
+      sc[tt][0] = sc[tt][1] = sc[tt][2] = sc[tt][3] = 0.0f;
 #pragma unroll
-      for (int tt = 0; tt < 2; ++tt) {
-        sc[u][tt][0] = sc[u][tt][1] = sc[u][tt][2] = sc[u][tt][3] = 0.0f;
-        const unsigned char* kp = sb + (u * 16 + tt * 8 + g) * S::kKStride + i * 16;
+      for (int v = 0; v < kKV; ++v) {
+        const Vec8 x = *reinterpret_cast<const Vec8*>(sb + k_chunk<HD>(tt * 8 + g, i + 4 * v));
 #pragma unroll
-        for (int v = 0; v < kKV; ++v) {
-          const Vec8 x = *reinterpret_cast<const Vec8*>(kp + v * 64);
-#pragma unroll
-          for (int w = 0; w < 4; ++w) {
-            const uint32_t wd = decode::word(x, w);
-            mma_16816<bf16>(sc[u][tt], qa[v * 4 + w][0], 0u, qa[v * 4 + w][1], 0u, e4m3_lo_pair(wd), e4m3_hi_pair(wd));
-          }
+        for (int w = 0; w < 4; ++w) {
+          const uint32_t wd = decode::word(x, w);
+          mma_16816<bf16>(sc[tt], qa[v * 4 + w][0], 0u, qa[v * 4 + w][1], 0u, e4m3_lo_pair(wd), e4m3_hi_pair(wd));
         }
       }
+    }
     float mx = -INFINITY;
 #pragma unroll
-    for (int u = 0; u < kSteps; ++u)
+    for (int tt = 0; tt < 2; ++tt)
 #pragma unroll
-      for (int tt = 0; tt < 2; ++tt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int t = u * 16 + tt * 8 + 2 * i + e;
-          const bool ok = pos(base, u, tt * 8 + 2 * i + e) < t_end;
-          const float x = ok ? sc[u][tt][e] * (ksc[t] * k_mul) : -INFINITY;
-          sc[u][tt][e] = x;
-          mx = fmaxf(mx, x);
-        }
+      for (int e = 0; e < 2; ++e) {
+        const int t = tt * 8 + 2 * i + e;
+        const float x = t0 + t < t_end ? sc[tt][e] * (ksc[t] * k_mul) : -INFINITY;
+        sc[tt][e] = x;
+        mx = fmaxf(mx, x);
+      }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(m, mx);
@@ -196,45 +199,41 @@ __global__ void __launch_bounds__(kThreads, 2) decode_fp8_async_kernel(const dec
       acc[mt][1] *= corr_b;
       acc[mt][3] *= corr_b;
     }
+    float pv[2][2];
 #pragma unroll
-    for (int u = 0; u < kSteps; ++u) {
-      float pv[2][2];
+    for (int tt = 0; tt < 2; ++tt)
 #pragma unroll
-      for (int tt = 0; tt < 2; ++tt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pr = exp2f(sc[u][tt][e] - m);
-          l += pr;
-          pv[tt][e] = pr * (vsc[u * 16 + tt * 8 + 2 * i + e] * kTwoPow90);
-        }
-      const uint32_t b0 = pack2<bf16>(pv[0][0], pv[0][1]), b1 = pack2<bf16>(pv[1][0], pv[1][1]);
-      // This lane's HD/8 codes of the V rows of positions 2i, 2i+1, 8+2i, 9+2i.
-      uint32_t vr[4][HD / 32];
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const unsigned char* vp = sb + S::kKBytes + (u * 16 + (r >> 1) * 8 + 2 * i + (r & 1)) * S::kVStride + g * (HD / 8);
-        if constexpr (HD == 128) {
-          const Vec8 x = *reinterpret_cast<const Vec8*>(vp);
-          vr[r][0] = x.x;
-          vr[r][1] = x.y;
-          vr[r][2] = x.z;
-          vr[r][3] = x.w;
-        } else {
-          const uint2 x = *reinterpret_cast<const uint2*>(vp);
-          vr[r][0] = x.x;
-          vr[r][1] = x.y;
-        }
+      for (int e = 0; e < 2; ++e) {
+        const float pr = exp2f(sc[tt][e] - m);
+        l += pr;
+        pv[tt][e] = pr * (vsc[tt * 8 + 2 * i + e] * kTwoPow90);
       }
+    const uint32_t b0 = pack2<bf16>(pv[0][0], pv[0][1]), b1 = pack2<bf16>(pv[1][0], pv[1][1]);
+    // This lane's HD/8 codes of the V rows of positions 2i, 2i+1, 8+2i, 9+2i.
+    uint32_t vr[4][HD / 32];
 #pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        const uint32_t sel = (mt & 1) ? 0x7632u : 0x5410u;
-        const uint32_t y01 = __byte_perm(vr[0][mt / 2], vr[1][mt / 2], sel);
-        const uint32_t y23 = __byte_perm(vr[2][mt / 2], vr[3][mt / 2], sel);
-        mma_16816<bf16>(acc[mt], e4m3_lo_pair(y01), e4m3_hi_pair(y01), e4m3_lo_pair(y23), e4m3_hi_pair(y23), b0, b1);
+    for (int r = 0; r < 4; ++r) {
+      const int vrow = (r >> 1) * 8 + 2 * i + (r & 1);
+      if constexpr (HD == 128) {
+        const Vec8 x = *reinterpret_cast<const Vec8*>(sb + S::kKBytes + v_chunk<HD>(vrow, g));
+        vr[r][0] = x.x;
+        vr[r][1] = x.y;
+        vr[r][2] = x.z;
+        vr[r][3] = x.w;
+      } else {  // 8 bytes: half (g & 1) of chunk g / 2
+        const uint2 x = *reinterpret_cast<const uint2*>(sb + S::kKBytes + v_chunk<HD>(vrow, g >> 1) + (g & 1) * 8);
+        vr[r][0] = x.x;
+        vr[r][1] = x.y;
       }
     }
-    __syncwarp();  // every lane is done with this stage before the next pass refills it
-    st ^= 1;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+      const uint32_t sel = (mt & 1) ? 0x7632u : 0x5410u;
+      const uint32_t y01 = __byte_perm(vr[0][mt / 2], vr[1][mt / 2], sel);
+      const uint32_t y23 = __byte_perm(vr[2][mt / 2], vr[3][mt / 2], sel);
+      mma_16816<bf16>(acc[mt], e4m3_lo_pair(y01), e4m3_hi_pair(y01), e4m3_lo_pair(y23), e4m3_hi_pair(y23), b0, b1);
+    }
+    __syncwarp();  // every lane is done with this stage before it is refilled
   }
   cp_async_wait<0>();
 

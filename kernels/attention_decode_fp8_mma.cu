@@ -117,7 +117,6 @@ __global__ void __launch_bounds__(kThreads, 2) decode_fp8_mma_kernel(const decod
   for (int mt = 0; mt < kMT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
   const char* kbase = static_cast<const char*>(p.k_cache);
   const char* vbase = static_cast<const char*>(p.v_cache);
-  const int64_t code_col = int64_t(kvh) * HD, scale_col = f.scales_at + 4 * int64_t(kvh);
   const float k_mul = p.scale_log2 * kTwoPow60;
 
   for (int base = t_begin; base < t_end; base += kPass) {  // uniform trip count: shuffles are safe
@@ -131,7 +130,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_fp8_mma_kernel(const decod
         const int src = tt * 8 + g;
         const int slot = __shfl_sync(0xffffffffu, sl[u >> 1], (u & 1) * 16 + src);
         const bool ok = pos(base, u, src) < t_end;
-        const char* kp = kbase + int64_t(slot) * f.slot_bytes + code_col + i * 16;
+        const char* kp = kbase + f.codes_at(slot, kvh) + i * 16;
 #pragma unroll
         for (int v = 0; v < kKV; ++v) kr[u][tt][v] = ok ? decode::load_kv(kp + v * 64) : make_uint4(0, 0, 0, 0);
       }
@@ -140,20 +139,20 @@ __global__ void __launch_bounds__(kThreads, 2) decode_fp8_mma_kernel(const decod
         const int src = (r >> 1) * 8 + 2 * i + (r & 1);
         const int slot = __shfl_sync(0xffffffffu, sl[u >> 1], (u & 1) * 16 + src);
         const bool ok = pos(base, u, src) < t_end;
-        const int64_t at = int64_t(slot) * f.slot_bytes;
+        const int64_t at = f.codes_at(slot, kvh), sat = f.scale_at(slot, kvh);
         if constexpr (HD == 128) {
-          const Vec8 x = ok ? decode::load_kv(vbase + at + code_col + g * 16) : make_uint4(0, 0, 0, 0);
+          const Vec8 x = ok ? decode::load_kv(vbase + at + g * 16) : make_uint4(0, 0, 0, 0);
           vr[u][r][0] = x.x;
           vr[u][r][1] = x.y;
           vr[u][r][2] = x.z;
           vr[u][r][3] = x.w;
         } else {
-          const uint2 x = ok ? load_codes8(vbase + at + code_col + g * 8) : make_uint2(0, 0);
+          const uint2 x = ok ? load_codes8(vbase + at + g * 8) : make_uint2(0, 0);
           vr[u][r][0] = x.x;
           vr[u][r][1] = x.y;
         }
-        ksc[u][r] = ok ? load_scale(kbase + at + scale_col) : 0.0f;
-        vsc[u][r] = ok ? load_scale(vbase + at + scale_col) : 0.0f;
+        ksc[u][r] = ok ? load_scale(kbase + sat) : 0.0f;
+        vsc[u][r] = ok ? load_scale(vbase + sat) : 0.0f;
       }
     }
     lookup(base + kPass);  // the next pass's slots while this pass's loads are in flight

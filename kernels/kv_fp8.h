@@ -3,12 +3,19 @@
 // (amax / 448) per (token, layer, K|V, KV head), the CPU backend's format
 // (engine/backend/cpu_backend_kv.cpp, docs/quantization.md).
 //
-// Arena layout. Per layer one K and one V arena, as for bf16, but a slot of an arena is
-// fp8_kv_slot_bytes() bytes: its n_kv_heads rows of head_dim codes, then their n_kv_heads fp32
-// scales, padded to 16 bytes ([codes h0 | codes h1 | ... | scale h0 | scale h1 | ... | pad]). A
-// slot stays self-contained (copies, swaps and prefix sharing move whole slots, scales included:
-// kv_copy.cu runs unchanged with block_bytes = slots x fp8_kv_slot_bytes()) and 16-byte aligned.
-// The padding is 0 whenever n_kv_heads is a multiple of 4 (every preset above `tiny`).
+// Arena layout. Per layer one K and one V arena, as for bf16; each arena is cut into pages of
+// kFp8KvPageSlots (16) consecutive slots, and a page is split by KV head: head h's 16 rows of
+// head_dim codes (slot order), then their 16 fp32 scales, then head h + 1's
+// ([h0: codes s0..s15 | scales s0..s15][h1: ...]...[padding]). A page takes 16 x
+// fp8_kv_slot_bytes() bytes (n_kv_heads x (head_dim + 4) a slot, padded to 16 bytes), so the
+// engine's sizing per slot is unchanged; an arena holds fp8_kv_arena_slots(n_slots) slots (whole
+// pages). Why by head: decode attention reads one KV head of a sequence at a time, and a page of
+// it is then 2 KB of codes and 64 bytes of scales in two runs instead of 16 rows of 128 bytes and
+// 16 scattered scales a slot apart; on an H200 a read-only kernel over the same pages reads 0.99-1.02
+// of the copy by head against 0.87-0.93 by slot at GQA 1 and 0.94-0.99 against 0.75-0.86 at GQA 4
+// (bench/kernels/kv_read_probe.cu). Copies of whole pages (runs of 16-aligned slots) move bytes
+// as before (kv_copy.cu with block_bytes = slots x fp8_kv_slot_bytes()); other runs and the
+// swaps go slot by slot (kv_fp8_copy.cu; the host pool keeps a slot's rows and scales together).
 //
 // The kernels: the fused RoPE + K/V write quantizes each K or V row in the same launch
 // (rope_kv_write_fp8: the row is rounded to the dtype first, then quantized with the CPU's formula,
@@ -28,13 +35,47 @@
 
 namespace servelab::kernels {
 
-/// Bytes of one slot of one layer's K (or V) arena in the FP8 layout above.
+/// Slots a page of an FP8 arena holds (the layout above).
+constexpr int kFp8KvPageSlots = 16;
+/// Bytes of one layer's K (or V) arena a slot accounts for in the FP8 layout above.
 SERVELAB_HD int64_t fp8_kv_slot_bytes(int n_kv_heads, int head_dim) {
   const int64_t codes = int64_t(n_kv_heads) * head_dim, scales = int64_t(n_kv_heads) * 4;
   return codes + (scales + 15) / 16 * 16;
 }
-/// Byte offset of the scales within a slot (the codes come first).
-SERVELAB_HD int64_t fp8_kv_scales_offset(int n_kv_heads, int head_dim) { return int64_t(n_kv_heads) * head_dim; }
+/// Slots an arena of n_slots usable slots is allocated with (whole pages).
+SERVELAB_HD int64_t fp8_kv_arena_slots(int64_t n_slots) {
+  return (n_slots + kFp8KvPageSlots - 1) / kFp8KvPageSlots * kFp8KvPageSlots;
+}
+/// Where a slot's rows and scales lie in an FP8 arena (the layout above).
+struct Fp8KvLayout {
+  int64_t page_bytes = 0;  ///< kFp8KvPageSlots x fp8_kv_slot_bytes
+  int64_t head_bytes = 0;  ///< one head's part of a page: kFp8KvPageSlots x (head_dim + 4)
+  int head_dim = 0;
+  SERVELAB_HD static Fp8KvLayout of(int n_kv_heads, int head_dim) {
+    return {kFp8KvPageSlots * fp8_kv_slot_bytes(n_kv_heads, head_dim), kFp8KvPageSlots * (int64_t(head_dim) + 4), head_dim};
+  }
+  /// Byte offset of head h's codes of `slot` (head_dim bytes).
+  SERVELAB_HD int64_t codes_at(int64_t slot, int h) const {
+    return slot / kFp8KvPageSlots * page_bytes + h * head_bytes + slot % kFp8KvPageSlots * head_dim;
+  }
+  /// Byte offset of head h's fp32 scale of `slot`.
+  SERVELAB_HD int64_t scale_at(int64_t slot, int h) const {
+    return slot / kFp8KvPageSlots * page_bytes + h * head_bytes + int64_t(kFp8KvPageSlots) * head_dim +
+           slot % kFp8KvPageSlots * 4;
+  }
+};
+
+/// Copy-on-write slot by slot: for each pair, slot src_dst[2i] -> src_dst[2i + 1] of every arena
+/// (rows and scales; for runs of whole pages kv_copy.cu's copy_blocks moves the same bytes).
+void copy_slots_fp8(void* const* arenas, int n_arenas, const int32_t* src_dst, int n_pairs, int n_kv_heads, int head_dim,
+                    cudaStream_t stream);
+/// Swap out: slots[i] of every arena packed into dst[(i * n_arenas + a) * fp8_kv_slot_bytes] as
+/// [codes h0 | ... | scales | pad]; dst may be mapped pinned host memory.
+void gather_slots_fp8(void* const* arenas, int n_arenas, const int32_t* slots, int n_slots, int n_kv_heads, int head_dim,
+                      void* dst, cudaStream_t stream);
+/// Swap in: the inverse of gather_slots_fp8.
+void scatter_slots_fp8(void* const* arenas, int n_arenas, const int32_t* slots, int n_slots, int n_kv_heads, int head_dim,
+                       const void* src, cudaStream_t stream);
 
 /// Fused: bias, RoPE on Q (in place, in the dtype) and K, then K and V quantized into the FP8
 /// arenas a.k_cache / a.v_cache at slot_mapping (padding rows, slot < 0, are not written).
@@ -50,8 +91,8 @@ void kv_write_fp8(const QkvArgs& a, cudaStream_t stream);
 ///   scale the softmax weight fed to P·V. Head_dim 64 or 128 (others, and arenas of 2^31 slots or
 ///   more, take shift_mask);
 /// - mma: the same kernel with 4 steps a pass (comparison);
-/// - mma_async: the same arithmetic with each warp's next pass copied into shared memory by
-///   cp.async while it computes the current one (attention_decode_fp8_async.cu);
+/// - mma_async: the same arithmetic fed from a ring of 5 one-step stages a warp in shared memory,
+///   filled by cp.async 4 steps ahead of the step it computes (attention_decode_fp8_async.cu);
 /// - shift_mask / prmt: the CUDA-core kernel (attention_decode_fp8.cu), codes to fp32 by two
 ///   shifts and two masks a code, or by a byte permute, an arithmetic shift and one mask (the same
 ///   bits either way);

@@ -27,7 +27,7 @@ __global__ void base_slots_kernel(const int32_t* context_lens, int n_seqs, int64
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) dequant_kernel(const KvFp8DequantArgs a, int64_t slot_bytes, int64_t scales_at) {
+__global__ void __launch_bounds__(kThreads) dequant_kernel(const KvFp8DequantArgs a, const Fp8KvLayout lay) {
   const int s = blockIdx.y, ctx = a.context_lens[s];
   const int p0 = blockIdx.x * kPositions;
   if (p0 >= ctx) return;
@@ -42,9 +42,9 @@ __global__ void __launch_bounds__(kThreads) dequant_kernel(const KvFp8DequantArg
     const int hv = is_v ? r - n_kv * vecs : r, h = hv / vecs, c = (hv % vecs) * 8;
     const int p = p0 + pp;
     const int64_t slot = a.kv.slot_in_row(s, table_row, p);
-    const uint8_t* src = static_cast<const uint8_t*>(is_v ? a.v_cache : a.k_cache) + slot * slot_bytes;
-    const uint2 codes = *reinterpret_cast<const uint2*>(src + int64_t(h) * hd + c);
-    const float scale = *reinterpret_cast<const float*>(src + scales_at + 4 * h);
+    const uint8_t* src = static_cast<const uint8_t*>(is_v ? a.v_cache : a.k_cache);
+    const uint2 codes = *reinterpret_cast<const uint2*>(src + lay.codes_at(slot, h) + c);
+    const float scale = *reinterpret_cast<const float*>(src + lay.scale_at(slot, h));
     const uint8_t* b = reinterpret_cast<const uint8_t*>(&codes);
     float f[8];
 #pragma unroll
@@ -74,9 +74,9 @@ void dequantize_kv_fp8(const KvFp8DequantArgs& a, cudaStream_t stream) {
   CUDA_CHECK_LAUNCH();
   if (a.max_context <= 0) return;
   const dim3 grid(ceil_div(a.max_context, kPositions), a.n_seqs);
-  const int64_t slot_bytes = fp8_kv_slot_bytes(a.shape.n_kv_heads, hd), scales_at = fp8_kv_scales_offset(a.shape.n_kv_heads, hd);
-  SERVELAB_DISPATCH_16(a.dtype, (dequant_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(a, slot_bytes, scales_at)),
-                       (dequant_kernel<__half><<<grid, kThreads, 0, stream>>>(a, slot_bytes, scales_at)));
+  const Fp8KvLayout lay = Fp8KvLayout::of(a.shape.n_kv_heads, hd);
+  SERVELAB_DISPATCH_16(a.dtype, (dequant_kernel<__nv_bfloat16><<<grid, kThreads, 0, stream>>>(a, lay)),
+                       (dequant_kernel<__half><<<grid, kThreads, 0, stream>>>(a, lay)));
   CUDA_CHECK_LAUNCH();
 }
 

@@ -48,7 +48,7 @@ __device__ __forceinline__ uint2 to_e4m3x8(const float* x, float inv) {
 /// kRotate: the fused kernel (bias, RoPE on Q in place and on K, K/V quantized); else K and V of
 /// qkv (already rotated, bias added by rope_inplace) quantized as they are.
 template <typename T, bool kRotate>
-__global__ void __launch_bounds__(kThreads) rope_kv_fp8_kernel(const QkvArgs a, int64_t slot_bytes) {
+__global__ void __launch_bounds__(kThreads) rope_kv_fp8_kernel(const QkvArgs a, const Fp8KvLayout lay) {
   extern __shared__ float trig[];  // [half] cos, then [half] sin
   pdl_wait();
   pdl_launch_dependents();
@@ -85,11 +85,10 @@ __global__ void __launch_bounds__(kThreads) rope_kv_fp8_kernel(const QkvArgs a, 
   }
   if (slot < 0) return;  // a padding row: nothing written (no barrier below)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t scales_at = fp8_kv_scales_offset(a.n_kv_heads, hd);
   for (int r = blockIdx.y * kWarps + warp; r < 2 * a.n_kv_heads; r += kWarps * gridDim.y) {
     const bool is_v = r >= a.n_kv_heads;
     const int h = is_v ? r - a.n_kv_heads : r;
-    uint8_t* dst = static_cast<uint8_t*>(is_v ? a.v_cache : a.k_cache) + slot * slot_bytes;
+    uint8_t* dst = static_cast<uint8_t*>(is_v ? a.v_cache : a.k_cache);
     float x[8], y[8];  // K: the pair (c, c + half) rotated; V: x alone (y zero)
     bool active;
     const int c = lane * 8;  // this lane's first element of the row (of each half for K)
@@ -134,11 +133,11 @@ __global__ void __launch_bounds__(kThreads) rope_kv_fp8_kernel(const QkvArgs a, 
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const float scale = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f, inv = __fdiv_rn(1.0f, scale);
     if (active) {
-      uint8_t* codes = dst + int64_t(h) * hd + c;
+      uint8_t* codes = dst + lay.codes_at(slot, h) + c;
       *reinterpret_cast<uint2*>(codes) = to_e4m3x8(x, inv);
       if (!is_v) *reinterpret_cast<uint2*>(codes + half) = to_e4m3x8(y, inv);
     }
-    if (lane == 0) *reinterpret_cast<float*>(dst + scales_at + 4 * h) = scale;
+    if (lane == 0) *reinterpret_cast<float*>(dst + lay.scale_at(slot, h)) = scale;
   }
 }
 
@@ -155,10 +154,10 @@ void launch(const QkvArgs& a, cudaStream_t stream) {
   const int want = std::max(ceil_div(q_items, kThreads), ceil_div(2 * a.n_kv_heads, kWarps));
   const int chunks = a.n_tokens >= kFewTokens ? 1 : std::clamp(want, 1, kMaxChunks);
   const dim3 grid(a.n_tokens, chunks);
-  const int64_t slot_bytes = fp8_kv_slot_bytes(a.n_kv_heads, a.head_dim);
+  const Fp8KvLayout lay = Fp8KvLayout::of(a.n_kv_heads, a.head_dim);
   SERVELAB_DISPATCH_16(a.dtype,
-                       launch_pdl(rope_kv_fp8_kernel<__nv_bfloat16, kRotate>, grid, kThreads, smem, stream, a, slot_bytes),
-                       launch_pdl(rope_kv_fp8_kernel<__half, kRotate>, grid, kThreads, smem, stream, a, slot_bytes));
+                       launch_pdl(rope_kv_fp8_kernel<__nv_bfloat16, kRotate>, grid, kThreads, smem, stream, a, lay),
+                       launch_pdl(rope_kv_fp8_kernel<__half, kRotate>, grid, kThreads, smem, stream, a, lay));
   CUDA_CHECK_LAUNCH();
 }
 

@@ -25,21 +25,22 @@
 namespace servelab::kernels::bench {
 namespace decode_fp8_bench_detail {
 
-/// Every slot: n_kv rows of random E4M3 codes without NaN (bit pattern S.1111.111), then positive
-/// scales around 1/64.
-__global__ void fill_fp8_arena(uint8_t* arena, int64_t n_slots, int64_t slot_bytes, int64_t scales_at, int n_kv, uint64_t seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_slots * slot_bytes; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t in_slot = i % slot_bytes;
-    if (in_slot >= scales_at) continue;  // scales below
-    uint64_t h = (uint64_t(i) + seed) * 0x9e3779b97f4a7c15ull;
-    h ^= h >> 29;
-    uint8_t c = uint8_t(h >> 32);
-    if ((c & 0x7f) == 0x7f) c &= 0xfe;
-    arena[i] = c;
+/// Every slot: n_kv rows of random E4M3 codes without NaN (bit pattern S.1111.111), and positive
+/// scales around 1/64, in the arena's layout (kv_fp8.h).
+__global__ void fill_fp8_arena(uint8_t* arena, int64_t n_slots, Fp8KvLayout lay, int n_kv, uint64_t seed) {
+  const int hd = lay.head_dim;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_slots * n_kv * hd; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t slot = i / (int64_t(n_kv) * hd);
+    const int h = int(i / hd % n_kv), c = int(i % hd);
+    uint64_t x = (uint64_t(i) + seed) * 0x9e3779b97f4a7c15ull;
+    x ^= x >> 29;
+    uint8_t code = uint8_t(x >> 32);
+    if ((code & 0x7f) == 0x7f) code &= 0xfe;
+    arena[lay.codes_at(slot, h) + c] = code;
   }
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_slots * n_kv; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t s = i / n_kv, h = i % n_kv;
-    reinterpret_cast<float*>(arena + s * slot_bytes + scales_at)[h] = 0.015625f * (1.0f + float((i * 7919) % 64) / 64.0f);
+    *reinterpret_cast<float*>(arena + lay.scale_at(s, int(h))) = 0.015625f * (1.0f + float((i * 7919) % 64) / 64.0f);
   }
 }
 
@@ -56,9 +57,10 @@ void bench_decode_attention_fp8(std::mt19937_64& rng, int n_sms, int64_t l2, dou
         const int n_kv = kHeads / group;
         PagedBatch pb(batch, ctx, kHeads, n_kv, l2, rng, ArenaOrder::engine);
         const int64_t sb = fp8_kv_slot_bytes(n_kv, kHd);
-        Buf k8(size_t(pb.n_slots * sb)), v8(size_t(pb.n_slots * sb));
-        fill_fp8_arena<<<2048, 256>>>(k8.get<uint8_t>(), pb.n_slots, sb, fp8_kv_scales_offset(n_kv, kHd), n_kv, rng());
-        fill_fp8_arena<<<2048, 256>>>(v8.get<uint8_t>(), pb.n_slots, sb, fp8_kv_scales_offset(n_kv, kHd), n_kv, rng());
+        const Fp8KvLayout lay = Fp8KvLayout::of(n_kv, kHd);
+        Buf k8(size_t(fp8_kv_arena_slots(pb.n_slots) * sb)), v8(k8.bytes);
+        fill_fp8_arena<<<2048, 256>>>(k8.get<uint8_t>(), pb.n_slots, lay, n_kv, rng());
+        fill_fp8_arena<<<2048, 256>>>(v8.get<uint8_t>(), pb.n_slots, lay, n_kv, rng());
         CUDA_CHECK_LAUNCH();
         // Columns: bf16 default, bf16 CUDA cores (GQA only), then the FP8 variants and cuts.
         constexpr int kFp8 = 6, kCols = 2 + kFp8;

@@ -24,29 +24,44 @@ int64_t kv_fp8_slot_bytes_ref(int n_kv_heads, int head_dim) {
   return int64_t(n_kv_heads) * head_dim + (int64_t(n_kv_heads) * 4 + 15) / 16 * 16;
 }
 
+namespace {
+constexpr int64_t kPage = 16;  // slots a page
+int64_t page_at(int64_t slot, int h, int n_kv, int hd) {
+  return slot / kPage * kPage * kv_fp8_slot_bytes_ref(n_kv, hd) + h * kPage * (int64_t(hd) + 4);
+}
+}  // namespace
+
+int64_t kv_fp8_arena_slots_ref(int64_t n_slots) { return (n_slots + kPage - 1) / kPage * kPage; }
+
+int64_t kv_fp8_codes_at_ref(int64_t slot, int h, int n_kv_heads, int head_dim) {
+  return page_at(slot, h, n_kv_heads, head_dim) + slot % kPage * head_dim;
+}
+
+int64_t kv_fp8_scale_at_ref(int64_t slot, int h, int n_kv_heads, int head_dim) {
+  return page_at(slot, h, n_kv_heads, head_dim) + kPage * head_dim + slot % kPage * 4;
+}
+
 std::vector<uint8_t> kv_fp8_pack_ref(const std::vector<float>& cache, const KvShape& shape) {
   const int hd = shape.head_dim, n_kv = shape.n_kv_heads;
-  const int64_t sb = kv_fp8_slot_bytes_ref(n_kv, hd);
-  std::vector<uint8_t> arena(size_t(shape.n_slots * sb), 0);
+  std::vector<uint8_t> arena(size_t(kv_fp8_arena_slots_ref(shape.n_slots) * kv_fp8_slot_bytes_ref(n_kv, hd)), 0);
   for (int64_t s = 0; s < shape.n_slots; ++s)
     for (int h = 0; h < n_kv; ++h) {
-      uint8_t* slot = arena.data() + s * sb;
-      const float scale = quantize_kv_row_fp8_ref(cache.data() + (s * n_kv + h) * hd, hd, slot + int64_t(h) * hd);
-      std::memcpy(slot + int64_t(n_kv) * hd + 4 * h, &scale, 4);
+      const float scale = quantize_kv_row_fp8_ref(cache.data() + (s * n_kv + h) * hd, hd,
+                                                  arena.data() + kv_fp8_codes_at_ref(s, h, n_kv, hd));
+      std::memcpy(arena.data() + kv_fp8_scale_at_ref(s, h, n_kv, hd), &scale, 4);
     }
   return arena;
 }
 
 std::vector<float> kv_fp8_unpack_ref(const std::vector<uint8_t>& arena, const KvShape& shape) {
   const int hd = shape.head_dim, n_kv = shape.n_kv_heads;
-  const int64_t sb = kv_fp8_slot_bytes_ref(n_kv, hd);
   std::vector<float> cache(size_t(shape.n_slots * shape.row_elems()));
   for (int64_t s = 0; s < shape.n_slots; ++s)
     for (int h = 0; h < n_kv; ++h) {
-      const uint8_t* slot = arena.data() + s * sb;
       float scale;
-      std::memcpy(&scale, slot + int64_t(n_kv) * hd + 4 * h, 4);
-      dequantize_kv_row_fp8_ref(slot + int64_t(h) * hd, scale, hd, cache.data() + (s * n_kv + h) * hd);
+      std::memcpy(&scale, arena.data() + kv_fp8_scale_at_ref(s, h, n_kv, hd), 4);
+      dequantize_kv_row_fp8_ref(arena.data() + kv_fp8_codes_at_ref(s, h, n_kv, hd), scale, hd,
+                                cache.data() + (s * n_kv + h) * hd);
     }
   return cache;
 }

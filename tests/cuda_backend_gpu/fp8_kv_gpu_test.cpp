@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -189,6 +191,32 @@ TEST(Fp8KvGpu, SwapRoundTripKeepsCodesAndScales) {
   gpu->init_kv(kSlots);  // a fresh, zeroed arena
   gpu->swap_in(std::span(&all, 1), *pool);
   EXPECT_EQ(logits_of(*gpu, d, *kv), before);
+}
+
+/// copy_slots on an FP8 arena (pages of 16 slots split by head, kernels/kv_fp8.h): a run of whole
+/// pages (bytes) and runs that are not (slot by slot) both land every row and scale of each slot.
+TEST(Fp8KvGpu, SlotCopiesLandWholeSlotsAlignedOrNot) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  auto gpu = gpu_backend(KvCacheDType::fp8, false);
+  auto kv = testing::paged_test_kv(kSlots);
+  Sequence a = make_sequence(1, random_tokens(70, 1000, 5));
+  testing::hold_kv(*kv, a, 70);
+  Batch p;
+  p.entries = {{&a, 70, true}};
+  (void)logits_of(*gpu, p, *kv);  // writes the 70 slots the sequence holds
+  // Positions 0-15 fill the sequence's first block of 16: a page; 3-7 are 5 slots inside it.
+  for (const auto& [pos, to, n] : {std::tuple{0, int64_t(1024), int64_t(16)}, std::tuple{3, int64_t(1501), int64_t(5)}}) {
+    std::vector<int64_t> from_slots, to_slots;
+    for (int64_t i = 0; i < n; ++i) {
+      from_slots.push_back(kv->slot(a, pos + int(i)));
+      to_slots.push_back(to + i);
+    }
+    SCOPED_TRACE("run " + std::to_string(from_slots.front()) + " -> " + std::to_string(to) + " x " + std::to_string(n));
+    ASSERT_EQ(from_slots.back() - from_slots.front(), n - 1) << "a block's slots are one run";
+    const KvCopy c{from_slots.front(), to, n};
+    gpu->copy_slots(std::span(&c, 1));
+    EXPECT_EQ(testing::read_slots(*gpu, to_slots), testing::read_slots(*gpu, from_slots));
+  }
 }
 
 }  // namespace fp8_kv_gpu_test

@@ -40,28 +40,43 @@ TEST(KvFp8Ref, ReadBackIsWithinHalfAStepOfE4m3) {
   }
 }
 
-TEST(KvFp8Ref, ArenaLayoutIsCodesThenScalesPaddedTo16Bytes) {
+TEST(KvFp8Ref, ArenaLayoutIsPagesOf16SlotsSplitByHead) {
   EXPECT_EQ(kv_fp8_slot_bytes_ref(2, 32), 64 + 16);    // tiny: 8 bytes of scales, 8 of padding
   EXPECT_EQ(kv_fp8_slot_bytes_ref(32, 128), 4096 + 128);  // llama2-7b: no padding
   EXPECT_EQ(kv_fp8_slot_bytes_ref(8, 128), 1024 + 32);
   EXPECT_EQ(kv_fp8_slot_bytes_ref(1, 128), 128 + 16);
+  EXPECT_EQ(kv_fp8_arena_slots_ref(1), 16);
+  EXPECT_EQ(kv_fp8_arena_slots_ref(16), 16);
+  EXPECT_EQ(kv_fp8_arena_slots_ref(21), 32);
+  // llama2-7b: a page is 16 x 4224 bytes; head 3 of slot 37 (page 2, row 5): its codes after heads
+  // 0-2's 16 x (128 + 4) bytes and 5 rows, its scale after its 16 rows and 5 scales.
+  EXPECT_EQ(kv_fp8_codes_at_ref(37, 3, 32, 128), 2 * 16 * 4224 + 3 * 16 * 132 + 5 * 128);
+  EXPECT_EQ(kv_fp8_scale_at_ref(37, 3, 32, 128), 2 * 16 * 4224 + 3 * 16 * 132 + 16 * 128 + 5 * 4);
   std::mt19937_64 rng(5);
   std::normal_distribution<float> d(0.0f, 1.0f);
-  const KvShape shape{5, 2, 32};
+  const KvShape shape{21, 2, 32};  // tiny: a page and 5 slots; a page is 16 x 80 bytes, 2 x 16 x 36 used
   std::vector<float> cache(size_t(shape.n_slots * shape.row_elems()));
   for (float& x : cache) x = d(rng);
   const std::vector<uint8_t> arena = kv_fp8_pack_ref(cache, shape);
-  ASSERT_EQ(arena.size(), size_t(5 * 80));
-  for (int64_t s = 0; s < shape.n_slots; ++s) {
+  ASSERT_EQ(arena.size(), size_t(32 * 80));
+  std::vector<int> touched(arena.size(), 0);
+  for (int64_t s = 0; s < shape.n_slots; ++s)
     for (int h = 0; h < 2; ++h) {
       std::vector<uint8_t> codes(32);
       const float scale = quantize_kv_row_fp8_ref(cache.data() + (s * 2 + h) * 32, 32, codes.data());
-      EXPECT_EQ(0, std::memcmp(arena.data() + s * 80 + h * 32, codes.data(), 32));
+      const int64_t at = (s / 16) * 1280 + h * 16 * 36 + (s % 16) * 32, sat = (s / 16) * 1280 + h * 16 * 36 + 512 + (s % 16) * 4;
+      EXPECT_EQ(0, std::memcmp(arena.data() + at, codes.data(), 32));
       float stored;
-      std::memcpy(&stored, arena.data() + s * 80 + 64 + 4 * h, 4);
+      std::memcpy(&stored, arena.data() + sat, 4);
       EXPECT_EQ(stored, scale);
+      for (int b = 0; b < 32; ++b) ++touched[size_t(at + b)];
+      for (int b = 0; b < 4; ++b) ++touched[size_t(sat + b)];
     }
-    for (int b = 72; b < 80; ++b) EXPECT_EQ(arena[s * 80 + b], 0) << "padding";
+  for (size_t b = 0; b < arena.size(); ++b) {
+    EXPECT_LE(touched[b], 1) << "byte " << b << " holds two things";
+    if (!touched[b]) {
+      EXPECT_EQ(arena[b], 0) << "padding or unused slot, byte " << b;
+    }
   }
   const std::vector<float> back = kv_fp8_unpack_ref(arena, shape);
   for (size_t i = 0; i < cache.size(); ++i) EXPECT_NEAR(back[i], cache[i], std::fabs(cache[i]) / 16.0f + 1e-3f) << i;

@@ -85,8 +85,15 @@ TEST_P(KvFp8Gpu, RopeKvWriteIsBitEqualToTheCpuQuantizationOfTheRow) {
         SCOPED_TRACE("heads " + std::to_string(n_heads) + "/" + std::to_string(n_kv) + " hd " + std::to_string(hd) +
                      (with_bias ? " bias" : ""));
         const int n_tokens = 17, stride = (n_heads + 2 * n_kv) * hd;
-        const int64_t n_slots = 40, sb = fp8_kv_slot_bytes(n_kv, hd);
+        const int64_t n_slots = 40, sb = fp8_kv_slot_bytes(n_kv, hd), arena_bytes = fp8_kv_arena_slots(n_slots) * sb;
         ASSERT_EQ(sb, kv_fp8_slot_bytes_ref(n_kv, hd));
+        ASSERT_EQ(fp8_kv_arena_slots(n_slots), kv_fp8_arena_slots_ref(n_slots));
+        const Fp8KvLayout lay = Fp8KvLayout::of(n_kv, hd);
+        for (int64_t slot : {0, 15, 16, 37})
+          for (int h : {0, n_kv - 1}) {
+            ASSERT_EQ(lay.codes_at(slot, h), kv_fp8_codes_at_ref(slot, h, n_kv, hd));
+            ASSERT_EQ(lay.scale_at(slot, h), kv_fp8_scale_at_ref(slot, h, n_kv, hd));
+          }
         std::vector<float> qkv = testing::random16(t, size_t(n_tokens) * stride, rng);
         qkv[size_t(3) * stride + n_heads * hd] = 0.0f;  // an outlier and a zero row among the K/V rows
         qkv[size_t(4) * stride + (n_heads + n_kv) * hd + 1] = testing::rounding(t)(300.0f);
@@ -127,20 +134,21 @@ TEST_P(KvFp8Gpu, RopeKvWriteIsBitEqualToTheCpuQuantizationOfTheRow) {
         const std::vector<float> v_rows = testing::download16(t, vc, size_t(n_slots) * n_kv * hd);
         const std::vector<float> q_out = testing::download16(t, q16, qkv.size());
         // The expected arenas: the CPU formula on those rows, slots the step writes only.
-        std::vector<uint8_t> k_want(size_t(n_slots * sb), 0), v_want = k_want;
+        std::vector<uint8_t> k_want(size_t(arena_bytes), 0), v_want = k_want;
         for (int tok = 0; tok < n_tokens; ++tok) {
           if (slots[tok] < 0) continue;
           for (int h = 0; h < n_kv; ++h)
             for (int kind = 0; kind < 2; ++kind) {
               const std::vector<float>& rows = kind ? v_rows : k_rows;
-              uint8_t* slot = (kind ? v_want : k_want).data() + slots[tok] * sb;
-              const float scale = quantize_kv_row_fp8_ref(rows.data() + (slots[tok] * n_kv + h) * hd, hd, slot + h * hd);
-              std::memcpy(slot + int64_t(n_kv) * hd + 4 * h, &scale, 4);
+              uint8_t* arena = (kind ? v_want : k_want).data();
+              const float scale = quantize_kv_row_fp8_ref(rows.data() + (slots[tok] * n_kv + h) * hd, hd,
+                                                          arena + kv_fp8_codes_at_ref(slots[tok], h, n_kv, hd));
+              std::memcpy(arena + kv_fp8_scale_at_ref(slots[tok], h, n_kv, hd), &scale, 4);
             }
         }
         for (bool fused : {true, false}) {
           SCOPED_TRACE(fused ? "fused" : "rope_inplace + kv_write_fp8");
-          DeviceBuffer q8 = testing::upload16(t, qkv), k8(size_t(n_slots * sb)), v8(size_t(n_slots * sb));
+          DeviceBuffer q8 = testing::upload16(t, qkv), k8{size_t(arena_bytes)}, v8{size_t(arena_bytes)};
           CUDA_CHECK(cudaMemset(k8.get(), 0, k8.bytes()));
           CUDA_CHECK(cudaMemset(v8.get(), 0, v8.bytes()));
           const QkvArgs a = args(q8, k8.get(), v8.get());
@@ -357,13 +365,15 @@ TEST_P(KvFp8Gpu, PrefillOverTheDequantizedScratchMatchesReference) {
       }
 }
 
-/// copy_blocks and gather/scatter_blocks on FP8 arenas with slot_bytes (codes, scales, padding)
-/// a block: every byte of a copied slot, scales included, arrives; nothing else changes.
-TEST(KvFp8CopyGpu, BlockCopiesAndSwapsMoveCodesAndScalesTogether) {
+/// Copies and swaps on FP8 arenas (pages of 16 slots split by head): copy_blocks of whole pages,
+/// copy_slots_fp8 of single slots, gather_slots_fp8 / scatter_slots_fp8 through a packed buffer:
+/// every row and scale of a copied slot arrives, the packed slot is [codes h0 | ... | scales], and
+/// nothing else changes.
+TEST(KvFp8CopyGpu, PageCopiesSlotCopiesAndSwapsMoveCodesAndScalesTogether) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(7);
   for (const auto& [n_kv, hd] : {std::pair{2, 32}, std::pair{1, 128}, std::pair{8, 64}}) {
-    const int64_t sb = fp8_kv_slot_bytes(n_kv, hd), n_slots = 64;
+    const int64_t sb = fp8_kv_slot_bytes(n_kv, hd), n_slots = 64, page = kFp8KvPageSlots * sb;
     SCOPED_TRACE("slot bytes " + std::to_string(sb));
     ASSERT_EQ(sb % 16, 0);
     const int n_arenas = 4;
@@ -376,22 +386,51 @@ TEST(KvFp8CopyGpu, BlockCopiesAndSwapsMoveCodesAndScalesTogether) {
       ptrs.push_back(dev.back().get());
     }
     DeviceBuffer d_ptrs = testing::upload(ptrs);
-    const int bs = 4;  // slots a copy unit
-    const std::vector<int32_t> pairs = {0, 5, 3, 1, 12, 15};  // (src, dst) blocks of 4 slots
-    DeviceBuffer d_pairs = testing::upload(pairs);
-    copy_blocks(d_ptrs.get<void*>(), n_arenas, d_pairs.get<int32_t>(), 3, bs * sb, nullptr);
+    // A slot's bytes in the packed order, read from / written to a host arena.
+    const size_t packed = size_t(n_kv) * hd + 4 * size_t(n_kv);
+    auto get = [&](const std::vector<uint8_t>& a, int64_t slot) {
+      std::vector<uint8_t> out(packed);
+      for (int h = 0; h < n_kv; ++h) {
+        std::copy_n(a.begin() + kv_fp8_codes_at_ref(slot, h, n_kv, hd), hd, out.begin() + int64_t(h) * hd);
+        std::copy_n(a.begin() + kv_fp8_scale_at_ref(slot, h, n_kv, hd), 4, out.begin() + int64_t(n_kv) * hd + 4 * h);
+      }
+      return out;
+    };
+    auto put = [&](std::vector<uint8_t>& a, int64_t slot, const std::vector<uint8_t>& in) {
+      for (int h = 0; h < n_kv; ++h) {
+        std::copy_n(in.begin() + int64_t(h) * hd, hd, a.begin() + kv_fp8_codes_at_ref(slot, h, n_kv, hd));
+        std::copy_n(in.begin() + int64_t(n_kv) * hd + 4 * h, 4, a.begin() + kv_fp8_scale_at_ref(slot, h, n_kv, hd));
+      }
+    };
     std::vector<std::vector<uint8_t>> want = host;
+    // Whole pages: page 0 -> 3, 2 -> 1 (bytes).
+    const std::vector<int32_t> pages = {0, 3, 2, 1};
+    DeviceBuffer d_pages = testing::upload(pages);
+    copy_blocks(d_ptrs.get<void*>(), n_arenas, d_pages.get<int32_t>(), 2, page, nullptr);
     for (auto& w : want)
-      for (size_t i = 0; i < pairs.size(); i += 2)
-        std::copy_n(w.begin() + pairs[i] * bs * sb, bs * sb, w.begin() + pairs[i + 1] * bs * sb);
-    for (int r = 0; r < n_arenas; ++r) EXPECT_EQ(testing::download<uint8_t>(dev[r], host[r].size()), want[r]) << "copy, arena " << r;
-    // Swap out blocks {2, 7} and back into {9, 10}.
-    const std::vector<int32_t> out_blocks = {2, 7}, in_blocks = {9, 10};
-    DeviceBuffer d_out = testing::upload(out_blocks), d_in = testing::upload(in_blocks), staging(size_t(2 * n_arenas * bs * sb));
-    gather_blocks(d_ptrs.get<void*>(), n_arenas, d_out.get<int32_t>(), 2, bs * sb, staging.get(), nullptr);
-    scatter_blocks(d_ptrs.get<void*>(), n_arenas, d_in.get<int32_t>(), 2, bs * sb, staging.get(), nullptr);
+      for (size_t i = 0; i < pages.size(); i += 2) std::copy_n(w.begin() + pages[i] * page, page, w.begin() + pages[i + 1] * page);
+    for (int r = 0; r < n_arenas; ++r) EXPECT_EQ(testing::download<uint8_t>(dev[r], host[r].size()), want[r]) << "pages, arena " << r;
+    // Single slots across pages and rows: 5 -> 17, 31 -> 2, 40 -> 41.
+    const std::vector<int32_t> pairs = {5, 17, 31, 2, 40, 41};
+    DeviceBuffer d_pairs = testing::upload(pairs);
+    copy_slots_fp8(d_ptrs.get<void*>(), n_arenas, d_pairs.get<int32_t>(), 3, n_kv, hd, nullptr);
     for (auto& w : want)
-      for (int i = 0; i < 2; ++i) std::copy_n(w.begin() + out_blocks[i] * bs * sb, bs * sb, w.begin() + in_blocks[i] * bs * sb);
+      for (size_t i = 0; i < pairs.size(); i += 2) put(w, pairs[i + 1], get(w, pairs[i]));
+    for (int r = 0; r < n_arenas; ++r) EXPECT_EQ(testing::download<uint8_t>(dev[r], host[r].size()), want[r]) << "slots, arena " << r;
+    // Swap out slots {9, 33, 63} and back into {10, 48, 0}.
+    const std::vector<int32_t> out_slots = {9, 33, 63}, in_slots = {10, 48, 0};
+    DeviceBuffer d_out = testing::upload(out_slots), d_in = testing::upload(in_slots), staging(size_t(3 * n_arenas * sb));
+    gather_slots_fp8(d_ptrs.get<void*>(), n_arenas, d_out.get<int32_t>(), 3, n_kv, hd, staging.get(), nullptr);
+    const std::vector<uint8_t> staged = testing::download<uint8_t>(staging, staging.bytes());
+    for (int i = 0; i < 3; ++i)
+      for (int r = 0; r < n_arenas; ++r) {
+        const std::vector<uint8_t> slot = get(want[r], out_slots[i]);
+        EXPECT_TRUE(std::equal(slot.begin(), slot.end(), staged.begin() + (int64_t(i) * n_arenas + r) * sb))
+            << "packed slot " << i << ", arena " << r;
+      }
+    scatter_slots_fp8(d_ptrs.get<void*>(), n_arenas, d_in.get<int32_t>(), 3, n_kv, hd, staging.get(), nullptr);
+    for (auto& w : want)
+      for (int i = 0; i < 3; ++i) put(w, in_slots[i], get(w, out_slots[i]));
     for (int r = 0; r < n_arenas; ++r) EXPECT_EQ(testing::download<uint8_t>(dev[r], host[r].size()), want[r]) << "swap, arena " << r;
   }
 }

@@ -178,10 +178,13 @@ void CudaBackend::init_kv(int64_t n_slots) {
   m.drop_graphs();  // they baked in the old arena's addresses
   ++m.epoch;
   m.arena.reset();
-  m.arena.grow(size_t(n_slots) * size_t(kv_bytes_per_slot()), "the KV cache (lower kv_cache_bytes or gpu_memory_utilization)");
+  // FP8 arenas are whole pages of 16 slots (kernels/kv_fp8.h): up to 15 slots of padding each.
+  const int64_t arena_slots = m.kv_fp8 ? k::fp8_kv_arena_slots(n_slots) : n_slots;
+  m.arena.grow(size_t(arena_slots) * size_t(kv_bytes_per_slot()), "the KV cache (lower kv_cache_bytes or gpu_memory_utilization)");
   CUDA_CHECK(cudaMemset(m.arena.get(), 0, m.arena.bytes()));
   CUDA_CHECK(cudaDeviceSynchronize());
   m.n_slots = n_slots;
+  m.arena_slots = arena_slots;
   m.kv8_scratch_cap = n_slots;
   const int n_arenas = 2 * config().n_layers;
   std::vector<void*> ptrs(n_arenas);
@@ -324,6 +327,8 @@ void CudaBackend::copy_slots(std::span<const KvCopy> copies) {
     g = std::gcd(g, std::gcd(c.n_slots, std::gcd(c.src_slot, c.dst_slot)));
   }
   if (g == 0) return;
+  // FP8 arenas: runs of whole pages are runs of bytes; other runs go slot by slot (kernels/kv_fp8.h).
+  if (m.kv_fp8 && g % k::kFp8KvPageSlots != 0) g = 1;
   std::vector<int64_t> pairs;
   for (const KvCopy& c : copies)
     for (int64_t i = 0; i < c.n_slots / g; ++i) {
@@ -331,7 +336,11 @@ void CudaBackend::copy_slots(std::span<const KvCopy> copies) {
       pairs.push_back(c.dst_slot / g + i);
     }
   const int32_t* dev_pairs = m.upload_slots(pairs, "copy_slots");  // block indices are < n_slots too
-  k::copy_blocks(m.arena_ptrs.get<void*>(), 2 * config().n_layers, dev_pairs, static_cast<int>(pairs.size() / 2),
+  if (m.kv_fp8 && g == 1)
+    k::copy_slots_fp8(m.arena_ptrs.get<void*>(), 2 * config().n_layers, dev_pairs, static_cast<int>(pairs.size() / 2),
+                      m.local_kv_heads, config().head_dim(), m.stream);
+  else
+    k::copy_blocks(m.arena_ptrs.get<void*>(), 2 * config().n_layers, dev_pairs, static_cast<int>(pairs.size() / 2),
                  g * m.row_bytes, m.stream);
   CUDA_CHECK(cudaStreamSynchronize(m.stream));
 }
@@ -385,7 +394,8 @@ std::vector<HostGroup> host_groups(std::span<const KvSwap> runs, std::vector<int
 }  // namespace
 
 // Pool layout [host slot][layer][K|V][n_kv_heads * head_dim] in the dtype (gather_blocks' order, one slot
-// = 2 * n_layers rows of row_bytes): the kernels read and write the mapped pinned pool directly,
+// = 2 * n_layers rows of row_bytes; with an FP8 KV cache each row is the slot's codes then its scales,
+// gathered from its page by gather_slots_fp8): the kernels read and write the mapped pinned pool directly,
 // one launch per run of contiguous host slots (SwapSpace hands a sequence one region when it can).
 void CudaBackend::swap_out(std::span<const KvSwap> runs, HostKvPool& pool) {
   Impl& m = *impl_;
@@ -398,8 +408,12 @@ void CudaBackend::swap_out(std::span<const KvSwap> runs, HostKvPool& pool) {
   const int32_t* idx = m.upload_slots(slots, "swap_out");
   auto* dst = static_cast<uint8_t*>(pool.device_view());
   for (const HostGroup& g : groups)
-    k::gather_blocks(m.arena_ptrs.get<void*>(), 2 * config().n_layers, idx + g.first, static_cast<int>(g.n_slots),
-                     m.row_bytes, dst + g.host_slot * pool.bytes_per_slot(), m.stream);
+    if (m.kv_fp8)  // a slot's rows and scales are spread over its page (kernels/kv_fp8.h)
+      k::gather_slots_fp8(m.arena_ptrs.get<void*>(), 2 * config().n_layers, idx + g.first, static_cast<int>(g.n_slots),
+                          m.local_kv_heads, config().head_dim(), dst + g.host_slot * pool.bytes_per_slot(), m.stream);
+    else
+      k::gather_blocks(m.arena_ptrs.get<void*>(), 2 * config().n_layers, idx + g.first, static_cast<int>(g.n_slots),
+                       m.row_bytes, dst + g.host_slot * pool.bytes_per_slot(), m.stream);
   CUDA_CHECK(cudaStreamSynchronize(m.stream));
 }
 
@@ -414,8 +428,12 @@ void CudaBackend::swap_in(std::span<const KvSwap> runs, const HostKvPool& pool) 
   const int32_t* idx = m.upload_slots(slots, "swap_in");
   const auto* src = static_cast<const uint8_t*>(pool.device_view());
   for (const HostGroup& g : groups)
-    k::scatter_blocks(m.arena_ptrs.get<void*>(), 2 * config().n_layers, idx + g.first, static_cast<int>(g.n_slots),
-                      m.row_bytes, src + g.host_slot * pool.bytes_per_slot(), m.stream);
+    if (m.kv_fp8)
+      k::scatter_slots_fp8(m.arena_ptrs.get<void*>(), 2 * config().n_layers, idx + g.first, static_cast<int>(g.n_slots),
+                           m.local_kv_heads, config().head_dim(), src + g.host_slot * pool.bytes_per_slot(), m.stream);
+    else
+      k::scatter_blocks(m.arena_ptrs.get<void*>(), 2 * config().n_layers, idx + g.first, static_cast<int>(g.n_slots),
+                        m.row_bytes, src + g.host_slot * pool.bytes_per_slot(), m.stream);
   CUDA_CHECK(cudaStreamSynchronize(m.stream));
 }
 

@@ -95,6 +95,7 @@ struct CudaBackend::Impl {
   DeviceBuffer arena;
   DeviceBuffer arena_ptrs;  // [2 * n_layers] device pointers, for copy/gather/scatter
   int64_t n_slots = 0;
+  int64_t arena_slots = 0;  // slots each arena is allocated with: n_slots, whole FP8 pages (kv_fp8.h) with kv_fp8
   int64_t row_bytes = 0;    // one slot of one arena (kv_cache_spec().arena_slot_bytes())
   bool kv_fp8 = false;      // options.kv_cache_dtype fp8: the arenas hold E4M3 codes and scales (kernels/kv_fp8.h)
   // FP8 KV, prefill steps: the step's sequences dequantized ([slots, n_kv_heads, head_dim] K and V
@@ -213,8 +214,8 @@ struct CudaBackend::Impl {
   int dq() const { return local_heads * c().head_dim(); }
   int local_kv_dim() const { return local_kv_heads * c().head_dim(); }
   int qkv_width() const { return dq() + 2 * local_kv_dim(); }
-  void* k_arena(int l) const { return arena.get<uint8_t>() + (2 * int64_t(l)) * n_slots * row_bytes; }
-  void* v_arena(int l) const { return arena.get<uint8_t>() + (2 * int64_t(l) + 1) * n_slots * row_bytes; }
+  void* k_arena(int l) const { return arena.get<uint8_t>() + (2 * int64_t(l)) * arena_slots * row_bytes; }
+  void* v_arena(int l) const { return arena.get<uint8_t>() + (2 * int64_t(l) + 1) * arena_slots * row_bytes; }
 
   /// Checks the options against the model and builds what the steps use from them: the stream,
   /// the GEMM and decode-path objects, attention planners, RoPE frequencies, the KV row layout and
