@@ -233,10 +233,12 @@ Fp8KvDecode resolve_fp8_kv_decode(const DecodeAttentionArgs& a, Fp8KvDecode vari
               : v == "prmt"      ? Fp8KvDecode::prmt
               : v == "mma"       ? Fp8KvDecode::mma
               : v == "mma_async" ? Fp8KvDecode::mma_async
+              : v == "mma_async3" ? Fp8KvDecode::mma_async3
+              : v == "mma_async4" ? Fp8KvDecode::mma_async4
                                  : Fp8KvDecode::mma2;
   }
   const bool mma_fits = (a.shape.head_dim == 64 || a.shape.head_dim == 128) && a.shape.n_slots < (int64_t(1) << 31);
-  const bool tc = variant == Fp8KvDecode::mma || variant == Fp8KvDecode::mma2 || variant == Fp8KvDecode::mma_async;
+  const bool tc = variant == Fp8KvDecode::mma || variant == Fp8KvDecode::mma2 || fp8_kv_ring_blocks(variant) > 0;
   if (tc && !mma_fits) return Fp8KvDecode::shift_mask;
   return variant;
 }
@@ -252,7 +254,7 @@ DecodeSplit decode_attention_fp8_split(const DecodeAttentionArgs& a, int n_sms, 
     // the noise where both cut alike, faster where the grid is small (b32 x 4k x GQA 8: 67.8 ->
     // 51.3 us, b1 x 4k x GQA 1: 24.3 -> 20.8 us). A group of 1 is cut as a group of 2: the same
     // blocks (one per KV head), which use_tensor_cores refuses.
-    if (b.split.blocks_per_sm == 0 && b.split.fixed_split_len == 0) b.split.blocks_per_sm = 2;
+    if (b.split.blocks_per_sm == 0 && b.split.fixed_split_len == 0) b.split.blocks_per_sm = std::max(2, fp8_kv_ring_blocks(variant));
     b.tensor_cores = true;
     b.pipeline = false;
     b.max_cluster_splits = 0;
@@ -319,8 +321,8 @@ void decode_attention_fp8(const DecodeAttentionArgs& a, cudaStream_t stream, Fp8
     p.counters = reinterpret_cast<int32_t*>(a.workspace) + ctr_at;
   }
   const Fp8Layout f = Fp8KvLayout::of(a.shape.n_kv_heads, hd);
-  if (variant == Fp8KvDecode::mma_async)
-    decode_fp8::launch_decode_fp8_async(a.dtype, hd, p, f, grid, stream);
+  if (fp8_kv_ring_blocks(variant) > 0)
+    decode_fp8::launch_decode_fp8_async(a.dtype, hd, fp8_kv_ring_blocks(variant), p, f, grid, stream);
   else if (split.tensor_cores)
     decode_fp8::launch_decode_fp8_mma(a.dtype, hd, variant == Fp8KvDecode::mma2 ? decode_fp8::kMmaStepsNarrow
                                                                                  : decode_fp8::kMmaStepsWide,

@@ -23,9 +23,10 @@ constexpr int kMmaStepsWide = 4, kMmaStepsNarrow = 2;
 void launch_decode_fp8_mma(ScalarType dtype, int head_dim, int steps, const decode::Params& p, const Fp8Layout& f,
                            dim3 grid, cudaStream_t stream);
 /// The same arithmetic with the codes and scales staged through shared memory by cp.async, a ring
-/// of one-step stages a warp (Fp8KvDecode::mma_async; attention_decode_fp8_async.cu).
-void launch_decode_fp8_async(ScalarType dtype, int head_dim, const decode::Params& p, const Fp8Layout& f, dim3 grid,
-                             cudaStream_t stream);
+/// of one-step stages a warp, as many as fit blocks_per_sm (2, 3 or 4) blocks an SM
+/// (Fp8KvDecode::mma_async*; attention_decode_fp8_async.cu).
+void launch_decode_fp8_async(ScalarType dtype, int head_dim, int blocks_per_sm, const decode::Params& p, const Fp8Layout& f,
+                             dim3 grid, cudaStream_t stream);
 
 /// Codes in bytes 0 and 2 of w as a bf16 pair (byte 0 in the low half), each value · 2^-120: the
 /// code's sign to bit 15, its 7 magnitude bits to 10..4 (bf16's exponent bias 127 against E4M3's

@@ -32,15 +32,22 @@ using bf16 = __nv_bfloat16;
 constexpr float kTwoPow60 = 1152921504606846976.0f;           // 2^60, exact
 constexpr float kTwoPow90 = 1237940039285380274899124224.0f;  // 2^90, exact
 constexpr float kTwoPow30 = 1073741824.0f;                    // 2^30
-constexpr int kStages = 5;  // one-step stages a warp: 4 in flight while one is computed (2 blocks an SM fit)
+constexpr int kSmemPerSm = 228 * 1024, kSmemPerBlock = 1024;  // sm_90: shared memory an SM, reserved a block
 
-template <int HD>
+/// A warp's ring: kStages one-step stages, as many as fit kBps blocks an SM (the block's output
+/// tile reuses the ring's memory after the loop).
+template <int HD, int kBps>
 struct Stage {
   static constexpr int kKBytes = 16 * HD, kVBytes = 16 * HD;
   static constexpr int kBytes = kKBytes + kVBytes + 16 * 8;
+  static constexpr int kStatic = 4096;  // the static shared memory (sm_m, sm_l, finish_block: 2.5 KB) and slack
+  static constexpr int kFit = (kSmemPerSm / kBps - kSmemPerBlock - kStatic) / ((kThreads / 32) * kBytes);
+  static constexpr int kStages = kFit > 8 ? 8 : kFit;
   static constexpr int kWarpBytes = kStages * kBytes;
   static constexpr int kBlockBytes = (kThreads / 32) * kWarpBytes;
   static_assert(kBytes % 16 == 0, "16-byte aligned stages");
+  static_assert(kStages >= 2, "a ring of at least 2 stages");
+  static_assert(kBlockBytes >= (kThreads / 32) * decode::kMmaHeads * (HD + 4) * 4, "the output tile fits the ring");
 };
 
 /// Byte offset in a stage's K rows of chunk c (16 bytes) of row r (the header's swizzles).
@@ -60,16 +67,17 @@ __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool va
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
 }
 
-template <typename T, int HD>
-__global__ void __launch_bounds__(kThreads, 2) decode_fp8_async_kernel(const decode::Params p, const Fp8Layout f) {
-  using S = Stage<HD>;
+template <typename T, int HD, int kBps>
+__global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const decode::Params p, const Fp8Layout f) {
+  using S = Stage<HD, kBps>;
+  constexpr int kStages = S::kStages;
   constexpr int kWarps = kThreads / 32, kG = decode::kMmaHeads;
   constexpr int kKV = HD / 64, kKS = HD / 16, kMT = HD / 16;
   constexpr int kChunks = HD / 16;  // 16-byte chunks of a row of codes
   constexpr int kLd = HD + 4;
   extern __shared__ __align__(16) unsigned char stage_smem[];
   __shared__ float sm_m[kWarps][kG], sm_l[kWarps][kG];
-  __shared__ __align__(16) float sm_o[kWarps * kG * kLd];
+  float* sm_o = reinterpret_cast<float*>(stage_smem);  // [kWarps * kG][kLd], after the loop
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, i = lane & 3;
   const int kvh = blockIdx.x / p.n_sub, sub = blockIdx.x % p.n_sub, s = blockIdx.y, split = blockIdx.z;
@@ -188,16 +196,18 @@ __global__ void __launch_bounds__(kThreads, 2) decode_fp8_async_kernel(const dec
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(m, mx);
-    const float corr = exp2f(m - m_new);
-    m = m_new;
-    l *= corr;
-    const float corr_a = __shfl_sync(0xffffffffu, corr, 8 * i), corr_b = __shfl_sync(0xffffffffu, corr, 8 * i + 4);
+    if (__any_sync(0xffffffffu, m_new > m)) {  // a new running max somewhere: rescale (else every factor is 1)
+      const float corr = exp2f(m - m_new);
+      m = m_new;
+      l *= corr;
+      const float corr_a = __shfl_sync(0xffffffffu, corr, 8 * i), corr_b = __shfl_sync(0xffffffffu, corr, 8 * i + 4);
 #pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) {
-      acc[mt][0] *= corr_a;
-      acc[mt][2] *= corr_a;
-      acc[mt][1] *= corr_b;
-      acc[mt][3] *= corr_b;
+      for (int mt = 0; mt < kMT; ++mt) {
+        acc[mt][0] *= corr_a;
+        acc[mt][2] *= corr_a;
+        acc[mt][1] *= corr_b;
+        acc[mt][3] *= corr_b;
+      }
     }
     float pv[2][2];
 #pragma unroll
@@ -236,6 +246,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_fp8_async_kernel(const dec
     __syncwarp();  // every lane is done with this stage before it is refilled
   }
   cp_async_wait<0>();
+  __syncthreads();  // every warp is done with its ring: the output tile reuses it
 
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
@@ -254,31 +265,39 @@ __global__ void __launch_bounds__(kThreads, 2) decode_fp8_async_kernel(const dec
   decode::finish_block<T, HD, kG, kWarps, kLd>(p, sm_m, sm_l, sm_o, s, row, kvh, sub, split, ctx);
 }
 
-template <typename T, int HD>
+template <typename T, int HD, int kBps>
 void launch(const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
-  constexpr int bytes = Stage<HD>::kBlockBytes;
+  constexpr int bytes = Stage<HD, kBps>::kBlockBytes;
   static std::atomic<uint64_t> raised{0};
   once_per_device(raised, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(decode_fp8_async_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    CUDA_CHECK(cudaFuncSetAttribute(decode_fp8_async_kernel<T, HD, kBps>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   });
-  decode_fp8_async_kernel<T, HD><<<grid, kThreads, bytes, stream>>>(p, f);
+  decode_fp8_async_kernel<T, HD, kBps><<<grid, kThreads, bytes, stream>>>(p, f);
   CUDA_CHECK_LAUNCH();
 }
 
+template <typename T, int HD>
+void launch_bps(int bps, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
+  if (bps == 2) return launch<T, HD, 2>(p, f, grid, stream);
+  if (bps == 3) return launch<T, HD, 3>(p, f, grid, stream);
+  if (bps == 4) return launch<T, HD, 4>(p, f, grid, stream);
+  throw std::invalid_argument("decode_attention_fp8: cp.async ring for " + std::to_string(bps) + " blocks an SM not built (2, 3, 4)");
+}
+
 template <typename T>
-void launch_hd(int hd, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
-  if (hd == 64) return launch<T, 64>(p, f, grid, stream);
-  if (hd == 128) return launch<T, 128>(p, f, grid, stream);
+void launch_hd(int hd, int bps, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
+  if (hd == 64) return launch_bps<T, 64>(bps, p, f, grid, stream);
+  if (hd == 128) return launch_bps<T, 128>(bps, p, f, grid, stream);
   throw std::invalid_argument("decode_attention_fp8: tensor cores need head_dim 64 or 128 (got " + std::to_string(hd) + ")");
 }
 
 }  // namespace async_detail
 
-void launch_decode_fp8_async(ScalarType dtype, int head_dim, const decode::Params& p, const Fp8Layout& f, dim3 grid,
-                             cudaStream_t stream) {
+void launch_decode_fp8_async(ScalarType dtype, int head_dim, int blocks_per_sm, const decode::Params& p, const Fp8Layout& f,
+                             dim3 grid, cudaStream_t stream) {
   using namespace async_detail;
-  SERVELAB_DISPATCH_16(dtype, (launch_hd<__nv_bfloat16>(head_dim, p, f, grid, stream)),
-                       (launch_hd<__half>(head_dim, p, f, grid, stream)));
+  SERVELAB_DISPATCH_16(dtype, (launch_hd<__nv_bfloat16>(head_dim, blocks_per_sm, p, f, grid, stream)),
+                       (launch_hd<__half>(head_dim, blocks_per_sm, p, f, grid, stream)));
 }
 
 }  // namespace servelab::kernels::decode_fp8

@@ -91,13 +91,18 @@ void kv_write_fp8(const QkvArgs& a, cudaStream_t stream);
 ///   scale the softmax weight fed to P·V. Head_dim 64 or 128 (others, and arenas of 2^31 slots or
 ///   more, take shift_mask);
 /// - mma: the same kernel with 4 steps a pass (comparison);
-/// - mma_async: the same arithmetic fed from a ring of 5 one-step stages a warp in shared memory,
-///   filled by cp.async 4 steps ahead of the step it computes (attention_decode_fp8_async.cu);
+/// - mma_async, mma_async3, mma_async4: the same arithmetic fed from a ring of one-step stages a
+///   warp in shared memory filled by cp.async ahead of the step it computes, as many stages as fit
+///   2, 3 or 4 blocks an SM (6, 4, 3 at head_dim 128; attention_decode_fp8_async.cu);
 /// - shift_mask / prmt: the CUDA-core kernel (attention_decode_fp8.cu), codes to fp32 by two
 ///   shifts and two masks a code, or by a byte permute, an arithmetic shift and one mask (the same
 ///   bits either way);
-/// by_env: SERVELAB_FP8KV_DECODE=mma2|mma|mma_async|shift_mask|prmt, else mma2.
-enum class Fp8KvDecode { by_env, shift_mask, prmt, mma, mma2, mma_async };
+/// by_env: SERVELAB_FP8KV_DECODE=mma2|mma|mma_async|mma_async3|mma_async4|shift_mask|prmt, else mma2.
+enum class Fp8KvDecode { by_env, shift_mask, prmt, mma, mma2, mma_async, mma_async3, mma_async4 };
+/// Blocks an SM a cp.async-ring variant is built for (2, 3, 4), 0 for the others.
+inline int fp8_kv_ring_blocks(Fp8KvDecode v) {
+  return v == Fp8KvDecode::mma_async ? 2 : v == Fp8KvDecode::mma_async3 ? 3 : v == Fp8KvDecode::mma_async4 ? 4 : 0;
+}
 /// The variant decode_attention_fp8 runs for these arguments (by_env read, mma on a head_dim it
 /// does not build replaced by shift_mask).
 Fp8KvDecode resolve_fp8_kv_decode(const DecodeAttentionArgs& a, Fp8KvDecode variant);

@@ -188,7 +188,8 @@ TEST_P(KvFp8Gpu, DecodeMatchesReferenceOnAwkwardShapes) {
           const std::vector<float> ref = testing::reference_attention(f.ref);
           for (SplitPolicy split : {SplitPolicy{0}, SplitPolicy{32}}) {
             for (Fp8KvDecode v :
-                 {Fp8KvDecode::shift_mask, Fp8KvDecode::mma, Fp8KvDecode::mma2, Fp8KvDecode::mma_async}) {
+                 {Fp8KvDecode::shift_mask, Fp8KvDecode::mma, Fp8KvDecode::mma2, Fp8KvDecode::mma_async,
+                  Fp8KvDecode::mma_async3, Fp8KvDecode::mma_async4}) {
               DecodeSplit used;
               const std::vector<float> out = run_decode_fp8(t, f, split, &used, v);
               EXPECT_EQ(used.tensor_cores, v != Fp8KvDecode::shift_mask && hd != 32);
@@ -206,7 +207,7 @@ TEST_P(KvFp8Gpu, DecodeMatchesReferenceOnAwkwardShapes) {
       }
 }
 
-/// The tensor-core kernels (registers, 2 steps; cp.async) at batches 1 and 128 (GQA 1 / 4 / 8, 32
+/// The tensor-core kernels (registers, 2 steps; the cp.async rings) at batches 1 and 128 (GQA 1 / 4 / 8, 32
 /// query heads, paged and naive): within the tolerance of attention_ref, every output row written
 /// (poisoned before).
 TEST_P(KvFp8Gpu, MmaDecodeMatchesReferenceAtBatches1To128) {
@@ -222,7 +223,7 @@ TEST_P(KvFp8Gpu, MmaDecodeMatchesReferenceAtBatches1To128) {
         ctx[0] = batch == 1 ? 1000 : 333;
         const Fp8Batch f = quantized(testing::make_batch({ctx, std::vector<int>(batch, 1), 32, 32 / group, 128, kind, 16}, rng));
         const std::vector<float> ref = testing::reference_attention(f.ref);
-        for (Fp8KvDecode v : {Fp8KvDecode::mma2, Fp8KvDecode::mma_async}) {
+        for (Fp8KvDecode v : {Fp8KvDecode::mma2, Fp8KvDecode::mma_async, Fp8KvDecode::mma_async3, Fp8KvDecode::mma_async4}) {
           DecodeSplit used;
           const std::vector<float> out = run_decode_fp8(t, f, SplitPolicy{}, &used, v);
           EXPECT_TRUE(used.tensor_cores);
@@ -250,7 +251,8 @@ TEST_P(KvFp8Gpu, DecodeLongContextsMatchReference) {
       const std::pair<Fp8KvDecode, SplitPolicy> runs[] = {{Fp8KvDecode::shift_mask, SplitPolicy{}},
                                                           {Fp8KvDecode::mma2, SplitPolicy{}},
                                                           {Fp8KvDecode::mma2, SplitPolicy{1024}},
-                                                          {Fp8KvDecode::mma_async, SplitPolicy{1024}}};
+                                                          {Fp8KvDecode::mma_async, SplitPolicy{1024}},
+                                                          {Fp8KvDecode::mma_async4, SplitPolicy{1024}}};
       for (const auto& [v, split] : runs) {
         DecodeSplit used;
         const std::vector<float> out = run_decode_fp8(t, f, split, &used, v);
