@@ -131,12 +131,18 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
     const uint32_t s0 = wsm + (k % kStages) * S::kBytes;
     const int t0 = step_pos(k);
     const bool live = k < my_steps;
+    // A whole page in slot order (paged blocks of 16 or more, a step on a block boundary): the
+    // head's 16 rows are one run of bytes, addressed without a shuffle a chunk.
+    const int first = __shfl_sync(0xffffffffu, slot_l, 0);
+    const bool page = __all_sync(0xffffffffu, slot_l == first + (lane & 15)) && first % kFp8KvPageSlots == 0;
+    const int64_t page_at = f.codes_at(first, kvh);
 #pragma unroll
     for (int j = 0; j < 16 * kChunks / 32; ++j) {
       const int c = lane + 32 * j, r = c / kChunks, ch = c % kChunks;
-      const int slot = __shfl_sync(0xffffffffu, slot_l, r);
       const bool ok = live && t0 + r < t_end;
-      const int64_t at = f.codes_at(slot, kvh) + ch * 16;
+      int64_t at;
+      if (page) at = page_at + c * 16;  // warp-uniform branch
+      else at = f.codes_at(__shfl_sync(0xffffffffu, slot_l, r), kvh) + ch * 16;
       cp_async16(s0 + k_chunk<HD>(r, ch), kbase + at, ok);
       cp_async16(s0 + S::kKBytes + v_chunk<HD>(r, ch), vbase + at, ok);
     }
