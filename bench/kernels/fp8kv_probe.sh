@@ -6,7 +6,7 @@
 # 2. kernel_bench --fp8kv --only SHAPE under Nsight Compute (NCU_SHAPES, ';'-separated; sections for
 #    DRAM, occupancy, stalls and instructions) for the default variant's first launch, and the
 #    whole --fp8kv table (FULL_BENCH=1).
-# Output in OUT: probe.txt, ncu-summary.txt, kernel_bench.log/.json, ncu.tgz; steps.txt.
+# Output in OUT: probe.txt, ncu-summary.txt, kernel_bench.log/.json, ncu.tgz; the steps' table last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-results/runs/fp8kv-probe}
@@ -16,13 +16,10 @@ W=$(mktemp -d)
 COMMIT=$(cat GPU_COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; echo "commit $COMMIT"; date -u
   ncu --version 2>/dev/null | tail -1; } >"$OUT/environment.txt" 2>&1
-t0=$(date +%s)
-step() {  # step NAME LIMIT CMD...: output to $OUT/NAME.log, a line in $OUT/steps.txt
-  local name=$1 limit=$2; shift 2
-  local s=$(date +%s); timeout "$limit" "$@" >"$OUT/$name.log" 2>&1; local rc=$?
-  echo "$name rc=$rc $(( $(date +%s) - s ))s (at $(( $(date +%s) - t0 ))s)" | tee -a "$OUT/steps.txt"
-  return $rc
-}
+STEP_DIR=$OUT
+TABLE=()
+# shellcheck source=scripts/lib/step.sh
+. scripts/lib/step.sh  # step NAME LIMIT CMD...: output to $OUT/NAME.log, a row of TABLE
 step probe_build 120 nvcc -O3 -arch=sm_90a -std=c++17 bench/kernels/kv_read_probe.cu -o "$W/kv_read_probe"
 [ -n "${SKIP_BUILD:-}" ] || {
   G=(); command -v ninja >/dev/null && G=(-G Ninja)
@@ -57,3 +54,4 @@ tar czf "$OUT/ncu.tgz" -C "$W" --exclude=kv_read_probe . 2>/dev/null
 echo "== probe"; cat "$OUT/probe.txt" 2>/dev/null
 echo "== ncu"; cat "$OUT/ncu-summary.txt"
 echo "== kernel_bench"; grep -E "fp8kv |bf16kv " "$OUT/kernel_bench.log" 2>/dev/null | head -60
+echo "== steps"; printf '%s\n' "${TABLE[@]}"
