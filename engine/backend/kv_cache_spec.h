@@ -36,8 +36,9 @@ struct KvCacheSpec {
   int n_kv_heads = 0;               ///< this rank's KV heads (tensor parallel splits them)
   int head_dim = 0;
   /// A backend's arena may round the bytes of one slot of one (layer, K|V) arena (all its KV
-  /// heads' rows) up to a multiple of this: the cuda backend's FP8 arena keeps each slot's codes
-  /// and scales in one 16-byte-aligned run (kernels/kv_fp8.h), 16; 1 (default) no rounding.
+  /// heads' rows) up to a multiple of this: the cuda backend's FP8 arena accounts a slot's codes
+  /// and scales padded to 16 bytes (pages of 16 such slots, split by head: kernels/kv_fp8.h), 16;
+  /// 1 (default) no rounding.
   int slot_align = 1;
 
   static int element_bytes(DType d) { return d == DType::f32 ? 4 : 2; }

@@ -1,6 +1,6 @@
 // kernels/ref/kv_fp8_ref.h: the FP8 KV row quantization is the CPU backend's (scale amax / 448,
 // codes round to nearest even), read back within E4M3's half step, and the GPU arena layout
-// (codes, then scales, padded to 16 bytes a slot) round-trips.
+// (pages of 16 slots split by head: 16 rows of codes, then their 16 scales) round-trips.
 #include <cmath>
 #include <cstring>
 #include <random>
