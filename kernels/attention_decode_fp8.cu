@@ -235,6 +235,8 @@ Fp8KvDecode resolve_fp8_kv_decode(const DecodeAttentionArgs& a, Fp8KvDecode vari
               : v == "mma_async" ? Fp8KvDecode::mma_async
               : v == "mma_async3" ? Fp8KvDecode::mma_async3
               : v == "mma_async4" ? Fp8KvDecode::mma_async4
+              : v == "mma_async4k" ? Fp8KvDecode::mma_async4k
+              : v == "mma_async4f" ? Fp8KvDecode::mma_async4f
                                  : Fp8KvDecode::mma2;
   }
   const bool mma_fits = (a.shape.head_dim == 64 || a.shape.head_dim == 128) && a.shape.n_slots < (int64_t(1) << 31);
@@ -322,7 +324,7 @@ void decode_attention_fp8(const DecodeAttentionArgs& a, cudaStream_t stream, Fp8
   }
   const Fp8Layout f = Fp8KvLayout::of(a.shape.n_kv_heads, hd);
   if (fp8_kv_ring_blocks(variant) > 0)
-    decode_fp8::launch_decode_fp8_async(a.dtype, hd, fp8_kv_ring_blocks(variant), p, f, grid, stream);
+    decode_fp8::launch_decode_fp8_async(a.dtype, hd, fp8_kv_ring_blocks(variant), fp8_kv_cvt(variant), p, f, grid, stream);
   else if (split.tensor_cores)
     decode_fp8::launch_decode_fp8_mma(a.dtype, hd, variant == Fp8KvDecode::mma2 ? decode_fp8::kMmaStepsNarrow
                                                                                  : decode_fp8::kMmaStepsWide,

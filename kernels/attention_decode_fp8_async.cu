@@ -17,6 +17,7 @@
 #include <atomic>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kernels/attention_decode_fp8.cuh"
 #include "kernels/attention_decode_mma.cuh"
@@ -67,7 +68,11 @@ __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool va
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
 }
 
-template <typename T, int HD, int kBps>
+/// kCvt (Fp8KvCvt): 0, every code to bf16 by masks and shifts (value · 2^-120; Q · 2^60, P · 2^90);
+/// 1, the K codes to f16 by cvt.rn.f16x2.e4m3x2 (exact; Q in f16 times a power of two that puts
+/// its largest value in [2^13, 2^14)); 2, the V codes too (P in f16: the softmax weight times the
+/// position's V scale over the largest V scale of the warp's first step, at most 65504).
+template <typename T, int HD, int kBps, int kCvt>
 __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const decode::Params p, const Fp8Layout f) {
   using S = Stage<HD, kBps>;
   constexpr int kStages = S::kStages;
@@ -88,10 +93,15 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
   const int row = p.query_start ? __ldg(p.query_start + s + 1) - 1 : s;
   const int64_t table_row = p.kv.kind == KvLayoutKind::paged ? p.kv.table_row(s) : int64_t(s);
 
-  // Q of head g as the A operand, times 2^60, in bf16 (attention_decode_fp8_mma.cu's packing).
+  // Q of head g as the A operand: times 2^60 in bf16 (attention_decode_fp8_mma.cu's packing), or
+  // (kCvt >= 1) times q_mul in f16, dims d, d + 1 | d + 2, d + 3 as the cvt's pairs.
+  using KT = std::conditional_t<kCvt >= 1, __half, bf16>;
+  using VT = std::conditional_t<kCvt >= 2, __half, bf16>;
   uint32_t qa[kKS][2];
+  float q_mul = kTwoPow60;
   {
     const int hq = sub * kG + g;
+    float qf[kKV][16];
     const T* qp = static_cast<const T*>(p.q) + row * p.q_row_stride + int64_t(kvh * p.group + hq) * HD + i * 16;
 #pragma unroll
     for (int v = 0; v < kKV; ++v) {
@@ -104,12 +114,33 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
         for (int e = 0; e < 8; ++e) q0[e] = q1[e] = 0.0f;
       }
 #pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        const float* q = w < 2 ? q0 + 4 * w : q1 + 4 * (w - 2);
-        qa[v * 4 + w][0] = pack2<bf16>(q[0] * kTwoPow60, q[2] * kTwoPow60);
-        qa[v * 4 + w][1] = pack2<bf16>(q[1] * kTwoPow60, q[3] * kTwoPow60);
-      }
+      for (int e = 0; e < 8; ++e) qf[v][e] = q0[e], qf[v][8 + e] = q1[e];
     }
+    if constexpr (kCvt >= 1) {  // the same power of two for every warp (each holds the same Q)
+      float mx = 0.0f;
+#pragma unroll
+      for (int v = 0; v < kKV; ++v)
+#pragma unroll
+        for (int e = 0; e < 16; ++e) mx = fmaxf(mx, fabsf(qf[v][e]));
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      int ex = 0;
+      frexpf(mx, &ex);  // mx < 2^ex
+      q_mul = mx > 0.0f ? ldexpf(1.0f, 14 - ex) : 1.0f;
+    }
+#pragma unroll
+    for (int v = 0; v < kKV; ++v)
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        const float* q = qf[v] + 4 * w;
+        if constexpr (kCvt >= 1) {
+          qa[v * 4 + w][0] = pack2<KT>(q[0] * q_mul, q[1] * q_mul);
+          qa[v * 4 + w][1] = pack2<KT>(q[2] * q_mul, q[3] * q_mul);
+        } else {
+          qa[v * 4 + w][0] = pack2<KT>(q[0] * q_mul, q[2] * q_mul);
+          qa[v * 4 + w][1] = pack2<KT>(q[1] * q_mul, q[3] * q_mul);
+        }
+      }
   }
 
   // This warp's steps: k-th at positions t_begin + (k·kWarps + warp)·16 + 0..15.
@@ -155,7 +186,8 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
   float acc[kMT][4];
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
-  const float k_mul = p.scale_log2 * kTwoPow60;
+  const float k_mul = p.scale_log2 * (kCvt >= 1 ? 1.0f / q_mul : kTwoPow60);
+  float v_ref = 0.0f, v_mul = kTwoPow90;  // kCvt 2: set at the warp's first step
 
 #pragma unroll
   for (int k = 0; k < kStages - 1; ++k) {  // the ring's first kStages - 1 steps
@@ -185,7 +217,10 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
           const uint32_t wd = decode::word(x, w);
-          mma_16816<bf16>(sc[tt], qa[v * 4 + w][0], 0u, qa[v * 4 + w][1], 0u, e4m3_lo_pair(wd), e4m3_hi_pair(wd));
+          if constexpr (kCvt >= 1)
+            mma_16816<KT>(sc[tt], qa[v * 4 + w][0], 0u, qa[v * 4 + w][1], 0u, e4m3x2_f16x2<false>(wd), e4m3x2_f16x2<true>(wd));
+          else
+            mma_16816<KT>(sc[tt], qa[v * 4 + w][0], 0u, qa[v * 4 + w][1], 0u, e4m3_lo_pair(wd), e4m3_hi_pair(wd));
         }
       }
     }
@@ -215,6 +250,15 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
         acc[mt][3] *= corr_b;
       }
     }
+    if constexpr (kCvt >= 2) {
+      if (k == 0) {  // the largest V scale of this warp's first step (positions past the split: 0)
+        float r = t0 + (lane & 15) < t_end ? vsc[lane & 15] : 0.0f;
+#pragma unroll
+        for (int o = 8; o > 0; o >>= 1) r = fmaxf(r, __shfl_xor_sync(0xffffffffu, r, o));
+        v_ref = r > 0.0f ? r : 1.0f;
+        v_mul = 1.0f / v_ref;
+      }
+    }
     float pv[2][2];
 #pragma unroll
     for (int tt = 0; tt < 2; ++tt)
@@ -222,9 +266,10 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
       for (int e = 0; e < 2; ++e) {
         const float pr = exp2f(sc[tt][e] - m);
         l += pr;
-        pv[tt][e] = pr * (vsc[tt * 8 + 2 * i + e] * kTwoPow90);
+        pv[tt][e] = pr * (vsc[tt * 8 + 2 * i + e] * v_mul);
+        if constexpr (kCvt >= 2) pv[tt][e] = fminf(pv[tt][e], 65504.0f);
       }
-    const uint32_t b0 = pack2<bf16>(pv[0][0], pv[0][1]), b1 = pack2<bf16>(pv[1][0], pv[1][1]);
+    const uint32_t b0 = pack2<VT>(pv[0][0], pv[0][1]), b1 = pack2<VT>(pv[1][0], pv[1][1]);
     // This lane's HD/8 codes of the V rows of positions 2i, 2i+1, 8+2i, 9+2i.
     uint32_t vr[4][HD / 32];
 #pragma unroll
@@ -244,10 +289,18 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
     }
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
-      const uint32_t sel = (mt & 1) ? 0x7632u : 0x5410u;
-      const uint32_t y01 = __byte_perm(vr[0][mt / 2], vr[1][mt / 2], sel);
-      const uint32_t y23 = __byte_perm(vr[2][mt / 2], vr[3][mt / 2], sel);
-      mma_16816<bf16>(acc[mt], e4m3_lo_pair(y01), e4m3_hi_pair(y01), e4m3_lo_pair(y23), e4m3_hi_pair(y23), b0, b1);
+      if constexpr (kCvt >= 2) {  // bytes (2i, 2i + 1) of a dim next to each other: the cvt's pairs
+        const uint32_t sel = (mt & 1) ? 0x7362u : 0x5140u;
+        const uint32_t y01 = __byte_perm(vr[0][mt / 2], vr[1][mt / 2], sel);
+        const uint32_t y23 = __byte_perm(vr[2][mt / 2], vr[3][mt / 2], sel);
+        mma_16816<VT>(acc[mt], e4m3x2_f16x2<false>(y01), e4m3x2_f16x2<true>(y01), e4m3x2_f16x2<false>(y23),
+                      e4m3x2_f16x2<true>(y23), b0, b1);
+      } else {
+        const uint32_t sel = (mt & 1) ? 0x7632u : 0x5410u;
+        const uint32_t y01 = __byte_perm(vr[0][mt / 2], vr[1][mt / 2], sel);
+        const uint32_t y23 = __byte_perm(vr[2][mt / 2], vr[3][mt / 2], sel);
+        mma_16816<VT>(acc[mt], e4m3_lo_pair(y01), e4m3_hi_pair(y01), e4m3_lo_pair(y23), e4m3_hi_pair(y23), b0, b1);
+      }
     }
     __syncwarp();  // every lane is done with this stage before it is refilled
   }
@@ -260,50 +313,53 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
     sm_m[warp][g] = m;
     sm_l[warp][g] = l;
   }
+  const float o_mul = kCvt >= 2 ? v_ref : kTwoPow30;  // the codes' and P's factors undone
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
     const int d = g * (HD / 8) + 2 * mt;
-    *reinterpret_cast<float2*>(&sm_o[(warp * kG + 2 * i) * kLd + d]) = make_float2(acc[mt][0] * kTwoPow30, acc[mt][2] * kTwoPow30);
-    *reinterpret_cast<float2*>(&sm_o[(warp * kG + 2 * i + 1) * kLd + d]) =
-        make_float2(acc[mt][1] * kTwoPow30, acc[mt][3] * kTwoPow30);
+    *reinterpret_cast<float2*>(&sm_o[(warp * kG + 2 * i) * kLd + d]) = make_float2(acc[mt][0] * o_mul, acc[mt][2] * o_mul);
+    *reinterpret_cast<float2*>(&sm_o[(warp * kG + 2 * i + 1) * kLd + d]) = make_float2(acc[mt][1] * o_mul, acc[mt][3] * o_mul);
   }
   __syncthreads();
   decode::finish_block<T, HD, kG, kWarps, kLd>(p, sm_m, sm_l, sm_o, s, row, kvh, sub, split, ctx);
 }
 
-template <typename T, int HD, int kBps>
+template <typename T, int HD, int kBps, int kCvt>
 void launch(const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
   constexpr int bytes = Stage<HD, kBps>::kBlockBytes;
   static std::atomic<uint64_t> raised{0};
   once_per_device(raised, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(decode_fp8_async_kernel<T, HD, kBps>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    CUDA_CHECK(cudaFuncSetAttribute(decode_fp8_async_kernel<T, HD, kBps, kCvt>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   });
-  decode_fp8_async_kernel<T, HD, kBps><<<grid, kThreads, bytes, stream>>>(p, f);
+  decode_fp8_async_kernel<T, HD, kBps, kCvt><<<grid, kThreads, bytes, stream>>>(p, f);
   CUDA_CHECK_LAUNCH();
 }
 
 template <typename T, int HD>
-void launch_bps(int bps, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
-  if (bps == 2) return launch<T, HD, 2>(p, f, grid, stream);
-  if (bps == 3) return launch<T, HD, 3>(p, f, grid, stream);
-  if (bps == 4) return launch<T, HD, 4>(p, f, grid, stream);
-  throw std::invalid_argument("decode_attention_fp8: cp.async ring for " + std::to_string(bps) + " blocks an SM not built (2, 3, 4)");
+void launch_bps(int bps, int cvt, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
+  if (cvt == 0 && bps == 2) return launch<T, HD, 2, 0>(p, f, grid, stream);
+  if (cvt == 0 && bps == 3) return launch<T, HD, 3, 0>(p, f, grid, stream);
+  if (cvt == 0 && bps == 4) return launch<T, HD, 4, 0>(p, f, grid, stream);
+  if (cvt == 1 && bps == 4) return launch<T, HD, 4, 1>(p, f, grid, stream);
+  if (cvt == 2 && bps == 4) return launch<T, HD, 4, 2>(p, f, grid, stream);
+  throw std::invalid_argument("decode_attention_fp8: cp.async ring for " + std::to_string(bps) + " blocks an SM with cvt " +
+                              std::to_string(cvt) + " not built (2, 3, 4 with 0; 4 with 1, 2)");
 }
 
 template <typename T>
-void launch_hd(int hd, int bps, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
-  if (hd == 64) return launch_bps<T, 64>(bps, p, f, grid, stream);
-  if (hd == 128) return launch_bps<T, 128>(bps, p, f, grid, stream);
+void launch_hd(int hd, int bps, int cvt, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
+  if (hd == 64) return launch_bps<T, 64>(bps, cvt, p, f, grid, stream);
+  if (hd == 128) return launch_bps<T, 128>(bps, cvt, p, f, grid, stream);
   throw std::invalid_argument("decode_attention_fp8: tensor cores need head_dim 64 or 128 (got " + std::to_string(hd) + ")");
 }
 
 }  // namespace async_detail
 
-void launch_decode_fp8_async(ScalarType dtype, int head_dim, int blocks_per_sm, const decode::Params& p, const Fp8Layout& f,
-                             dim3 grid, cudaStream_t stream) {
+void launch_decode_fp8_async(ScalarType dtype, int head_dim, int blocks_per_sm, int cvt, const decode::Params& p,
+                             const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
   using namespace async_detail;
-  SERVELAB_DISPATCH_16(dtype, (launch_hd<__nv_bfloat16>(head_dim, blocks_per_sm, p, f, grid, stream)),
-                       (launch_hd<__half>(head_dim, blocks_per_sm, p, f, grid, stream)));
+  SERVELAB_DISPATCH_16(dtype, (launch_hd<__nv_bfloat16>(head_dim, blocks_per_sm, cvt, p, f, grid, stream)),
+                       (launch_hd<__half>(head_dim, blocks_per_sm, cvt, p, f, grid, stream)));
 }
 
 }  // namespace servelab::kernels::decode_fp8
