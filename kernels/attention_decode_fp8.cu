@@ -237,6 +237,7 @@ Fp8KvDecode resolve_fp8_kv_decode(const DecodeAttentionArgs& a, Fp8KvDecode vari
               : v == "mma_async4" ? Fp8KvDecode::mma_async4
               : v == "mma_async4k" ? Fp8KvDecode::mma_async4k
               : v == "mma_async4f" ? Fp8KvDecode::mma_async4f
+              : v == "mma_async4fs" ? Fp8KvDecode::mma_async4fs
                                  : Fp8KvDecode::mma2;
   }
   const bool mma_fits = (a.shape.head_dim == 64 || a.shape.head_dim == 128) && a.shape.n_slots < (int64_t(1) << 31);

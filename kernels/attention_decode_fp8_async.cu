@@ -64,6 +64,18 @@ __device__ __forceinline__ int v_chunk(int r, int c) {
   else return (r >> 1) * 128 + (((((r & 1) << 2) + c) ^ ((r >> 1 & 3) << 1)) << 4);  // two rows a 128-byte line
 }
 
+/// 2^x: exp2f, or (kApprox) the bare ex2.approx.ftz (x <= 0 here: results below 2^-126 flush to 0).
+template <bool kApprox>
+__device__ __forceinline__ float exp2_of(float x) {
+  if constexpr (kApprox) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+  } else {
+    return exp2f(x);
+  }
+}
+
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
 }
@@ -71,7 +83,8 @@ __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool va
 /// kCvt (Fp8KvCvt): 0, every code to bf16 by masks and shifts (value · 2^-120; Q · 2^60, P · 2^90);
 /// 1, the K codes to f16 by cvt.rn.f16x2.e4m3x2 (exact; Q in f16 times a power of two that puts
 /// its largest value in [2^13, 2^14)); 2, the V codes too (P in f16: the softmax weight times the
-/// position's V scale over the largest V scale of the warp's first step, at most 65504).
+/// position's V scale over the largest V scale of the warp's first step, at most 65504); 3, as 2 with
+/// Q·Kᵀ in two accumulator chains a tile and exp2 by the bare ex2.approx.ftz.
 template <typename T, int HD, int kBps, int kCvt>
 __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const decode::Params p, const Fp8Layout f) {
   using S = Stage<HD, kBps>;
@@ -206,22 +219,32 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
     const float* vsc = ksc + 16;
     const int t0 = step_pos(k);
 
-    // S = Q·Kᵀ: sc[tt][0..1] = head g × positions 8tt + 2i, 8tt + 2i + 1 (c2, c3: the zero rows).
-    float sc[2][4];
+    // S = Q·Kᵀ: sc[tt][0..1] = head g × positions 8tt + 2i, 8tt + 2i + 1 (c2, c3: the zero rows),
+    // summed over kParts accumulators a tile (kCvt 3: two chains of HD / 32 products, not one of HD / 16).
+    constexpr int kParts = kCvt >= 3 ? 2 : 1;
+    float sc[2][4], sp[2][kParts][4];
 #pragma unroll
     for (int tt = 0; tt < 2; ++tt) {
-      sc[tt][0] = sc[tt][1] = sc[tt][2] = sc[tt][3] = 0.0f;
+#pragma unroll
+      for (int u = 0; u < kParts; ++u) sp[tt][u][0] = sp[tt][u][1] = sp[tt][u][2] = sp[tt][u][3] = 0.0f;
 #pragma unroll
       for (int v = 0; v < kKV; ++v) {
         const Vec8 x = *reinterpret_cast<const Vec8*>(sb + k_chunk<HD>(tt * 8 + g, i + 4 * v));
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
           const uint32_t wd = decode::word(x, w);
+          float(&d)[4] = sp[tt][w % kParts];
           if constexpr (kCvt >= 1)
-            mma_16816<KT>(sc[tt], qa[v * 4 + w][0], 0u, qa[v * 4 + w][1], 0u, e4m3x2_f16x2<false>(wd), e4m3x2_f16x2<true>(wd));
+            mma_16816<KT>(d, qa[v * 4 + w][0], 0u, qa[v * 4 + w][1], 0u, e4m3x2_f16x2<false>(wd), e4m3x2_f16x2<true>(wd));
           else
-            mma_16816<KT>(sc[tt], qa[v * 4 + w][0], 0u, qa[v * 4 + w][1], 0u, e4m3_lo_pair(wd), e4m3_hi_pair(wd));
+            mma_16816<KT>(d, qa[v * 4 + w][0], 0u, qa[v * 4 + w][1], 0u, e4m3_lo_pair(wd), e4m3_hi_pair(wd));
         }
+      }
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        sc[tt][e] = sp[tt][0][e];
+#pragma unroll
+        for (int u = 1; u < kParts; ++u) sc[tt][e] += sp[tt][u][e];
       }
     }
     float mx = -INFINITY;
@@ -238,7 +261,7 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(m, mx);
     if (__any_sync(0xffffffffu, m_new > m)) {  // a new running max somewhere: rescale (else every factor is 1)
-      const float corr = exp2f(m - m_new);
+      const float corr = exp2_of<kCvt >= 3>(m - m_new);
       m = m_new;
       l *= corr;
       const float corr_a = __shfl_sync(0xffffffffu, corr, 8 * i), corr_b = __shfl_sync(0xffffffffu, corr, 8 * i + 4);
@@ -264,7 +287,7 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
     for (int tt = 0; tt < 2; ++tt)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float pr = exp2f(sc[tt][e] - m);
+        const float pr = exp2_of<kCvt >= 3>(sc[tt][e] - m);
         l += pr;
         pv[tt][e] = pr * (vsc[tt * 8 + 2 * i + e] * v_mul);
         if constexpr (kCvt >= 2) pv[tt][e] = fminf(pv[tt][e], 65504.0f);
@@ -342,8 +365,9 @@ void launch_bps(int bps, int cvt, const decode::Params& p, const Fp8Layout& f, d
   if (cvt == 0 && bps == 4) return launch<T, HD, 4, 0>(p, f, grid, stream);
   if (cvt == 1 && bps == 4) return launch<T, HD, 4, 1>(p, f, grid, stream);
   if (cvt == 2 && bps == 4) return launch<T, HD, 4, 2>(p, f, grid, stream);
+  if (cvt == 3 && bps == 4) return launch<T, HD, 4, 3>(p, f, grid, stream);
   throw std::invalid_argument("decode_attention_fp8: cp.async ring for " + std::to_string(bps) + " blocks an SM with cvt " +
-                              std::to_string(cvt) + " not built (2, 3, 4 with 0; 4 with 1, 2)");
+                              std::to_string(cvt) + " not built (2, 3, 4 with 0; 4 with 1, 2, 3)");
 }
 
 template <typename T>

@@ -6,6 +6,8 @@
 # 2. kernel_bench --fp8kv --only SHAPE under Nsight Compute (NCU_SHAPES, ';'-separated; sections for
 #    DRAM, occupancy, stalls and instructions) for the default variant's first launch, and the
 #    whole --fp8kv table (FULL_BENCH=1).
+# SKIP_PROBE=1 leaves step 1 out; NCU_BASE=demangled matches NCU_KERNEL against the name with its
+# template arguments; NCU_EXTRA adds ncu options (e.g. --section SourceCounters).
 # Output in OUT: probe.txt, ncu-summary.txt, kernel_bench.log/.json, ncu.tgz; the steps' table last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,14 +22,14 @@ STEP_DIR=$OUT
 TABLE=()
 # shellcheck source=scripts/lib/step.sh
 . scripts/lib/step.sh  # step NAME LIMIT CMD...: output to $OUT/NAME.log, a row of TABLE
-step probe_build 120 nvcc -O3 -arch=sm_90a -std=c++17 bench/kernels/kv_read_probe.cu -o "$W/kv_read_probe"
+[ -n "${SKIP_PROBE:-}" ] || step probe_build 120 nvcc -O3 -arch=sm_90a -std=c++17 bench/kernels/kv_read_probe.cu -o "$W/kv_read_probe"
 [ -n "${SKIP_BUILD:-}" ] || {
   G=(); command -v ninja >/dev/null && G=(-G Ninja)
   step configure 60 cmake -S . -B "$BUILD" "${G[@]}" -DCMAKE_BUILD_TYPE=Release -DSERVELAB_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90a -DSERVELAB_KERNELS_FP16=OFF
   step build "${BUILD_LIMIT:-240}" cmake --build "$BUILD" -j"$(nproc)" --target kernel_bench ${EXTRA_TARGETS:-} -- -k 0 &
 }
-bpid=$!
+bpid=${!:-}
 [ -x "$W/kv_read_probe" ] && step probe 120 "$W/kv_read_probe"
 cp "$OUT/probe.log" "$OUT/probe.txt" 2>/dev/null
 wait $bpid 2>/dev/null
@@ -38,7 +40,7 @@ i=0
 for sh in "${shapes[@]}"; do
   tag="fp8_$(echo "$sh" | tr ' ' '_')"
   [ -x "$BUILD/kernel_bench" ] && step "ncu_$i" 120 ncu --clock-control none -f -o "$W/$tag" \
-    --kernel-name regex:"${NCU_KERNEL:-decode_fp8_mma_kernel}" --launch-skip "${NCU_SKIP:-0}" --launch-count 1 "${SECTIONS[@]}" \
+    --kernel-name-base "${NCU_BASE:-function}" --kernel-name regex:"${NCU_KERNEL:-decode_fp8_mma_kernel}" --launch-skip "${NCU_SKIP:-0}" --launch-count 1 "${SECTIONS[@]}" ${NCU_EXTRA:-} \
     "$BUILD/kernel_bench" --fp8kv --only "$sh" --json "$W/kb_$i.json"
   i=$((i + 1))
 done
