@@ -225,7 +225,11 @@ void launch_hd(int hd, const decode::Params& p, const Fp8Layout& f, int g_bucket
 
 }  // namespace decode_fp8_detail
 
-Fp8KvDecode resolve_fp8_kv_decode(const DecodeAttentionArgs& a, Fp8KvDecode variant) {
+Fp8KvDecode fp8_kv_decode_by_shape(int n_seqs, int n_kv_heads, int n_sms) {
+  return int64_t(n_seqs) * n_kv_heads >= 4 * int64_t(n_sms) ? Fp8KvDecode::mma_async4f : Fp8KvDecode::mma2;
+}
+
+Fp8KvDecode resolve_fp8_kv_decode(const DecodeAttentionArgs& a, int n_sms, Fp8KvDecode variant) {
   if (variant == Fp8KvDecode::by_env) {
     const char* e = std::getenv("SERVELAB_FP8KV_DECODE");
     const std::string v = e ? e : "";
@@ -235,10 +239,9 @@ Fp8KvDecode resolve_fp8_kv_decode(const DecodeAttentionArgs& a, Fp8KvDecode vari
               : v == "mma_async" ? Fp8KvDecode::mma_async
               : v == "mma_async3" ? Fp8KvDecode::mma_async3
               : v == "mma_async4" ? Fp8KvDecode::mma_async4
-              : v == "mma_async4k" ? Fp8KvDecode::mma_async4k
               : v == "mma_async4f" ? Fp8KvDecode::mma_async4f
-              : v == "mma_async4fs" ? Fp8KvDecode::mma_async4fs
-                                 : Fp8KvDecode::mma2;
+              : v == "mma2"      ? Fp8KvDecode::mma2
+                                 : fp8_kv_decode_by_shape(a.n_seqs, a.shape.n_kv_heads, n_sms);
   }
   const bool mma_fits = (a.shape.head_dim == 64 || a.shape.head_dim == 128) && a.shape.n_slots < (int64_t(1) << 31);
   const bool tc = variant == Fp8KvDecode::mma || variant == Fp8KvDecode::mma2 || fp8_kv_ring_blocks(variant) > 0;
@@ -247,7 +250,7 @@ Fp8KvDecode resolve_fp8_kv_decode(const DecodeAttentionArgs& a, Fp8KvDecode vari
 }
 
 DecodeSplit decode_attention_fp8_split(const DecodeAttentionArgs& a, int n_sms, Fp8KvDecode variant) {
-  variant = resolve_fp8_kv_decode(a, variant);
+  variant = resolve_fp8_kv_decode(a, n_sms, variant);
   DecodeAttentionArgs b = a;
   if (variant != Fp8KvDecode::shift_mask && variant != Fp8KvDecode::prmt) {
     // The bf16 tensor-core kernel's cut (8 query heads a block, >= 128 positions a split) for the
@@ -282,7 +285,7 @@ void decode_attention_fp8(const DecodeAttentionArgs& a, cudaStream_t stream, Fp8
   int device = 0, n_sms = 0;
   CUDA_CHECK(cudaGetDevice(&device));
   CUDA_CHECK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, device));
-  variant = resolve_fp8_kv_decode(a, variant);
+  variant = resolve_fp8_kv_decode(a, n_sms, variant);
   const DecodeSplit split = decode_attention_fp8_split(a, n_sms, variant);
   const int hd = a.shape.head_dim, group = a.n_heads / a.shape.n_kv_heads;
   const int gb = split.tensor_cores ? decode::kMmaHeads : group == 1 ? 1 : group <= 4 ? 4 : 8;
@@ -325,7 +328,7 @@ void decode_attention_fp8(const DecodeAttentionArgs& a, cudaStream_t stream, Fp8
   }
   const Fp8Layout f = Fp8KvLayout::of(a.shape.n_kv_heads, hd);
   if (fp8_kv_ring_blocks(variant) > 0)
-    decode_fp8::launch_decode_fp8_async(a.dtype, hd, fp8_kv_ring_blocks(variant), fp8_kv_cvt(variant), p, f, grid, stream);
+    decode_fp8::launch_decode_fp8_async(a.dtype, hd, fp8_kv_ring_blocks(variant), fp8_kv_f16(variant), p, f, grid, stream);
   else if (split.tensor_cores)
     decode_fp8::launch_decode_fp8_mma(a.dtype, hd, variant == Fp8KvDecode::mma2 ? decode_fp8::kMmaStepsNarrow
                                                                                  : decode_fp8::kMmaStepsWide,

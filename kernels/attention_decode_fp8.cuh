@@ -26,8 +26,8 @@ void launch_decode_fp8_mma(ScalarType dtype, int head_dim, int steps, const deco
 /// The same arithmetic with the codes and scales staged through shared memory by cp.async, a ring
 /// of one-step stages a warp, as many as fit blocks_per_sm (2, 3 or 4) blocks an SM
 /// (Fp8KvDecode::mma_async*; attention_decode_fp8_async.cu).
-/// cvt: how codes become 16-bit operands there (kernels/kv_fp8.h, Fp8KvCvt).
-void launch_decode_fp8_async(ScalarType dtype, int head_dim, int blocks_per_sm, int cvt, const decode::Params& p,
+/// f16: the codes become f16 operands by cvt (mma_async4f) rather than bf16 by masks and shifts.
+void launch_decode_fp8_async(ScalarType dtype, int head_dim, int blocks_per_sm, bool f16, const decode::Params& p,
                              const Fp8Layout& f, dim3 grid, cudaStream_t stream);
 
 /// Codes in bytes 0 and 2 of w as a bf16 pair (byte 0 in the low half), each value · 2^-120: the

@@ -64,28 +64,15 @@ __device__ __forceinline__ int v_chunk(int r, int c) {
   else return (r >> 1) * 128 + (((((r & 1) << 2) + c) ^ ((r >> 1 & 3) << 1)) << 4);  // two rows a 128-byte line
 }
 
-/// 2^x: exp2f, or (kApprox) the bare ex2.approx.ftz (x <= 0 here: results below 2^-126 flush to 0).
-template <bool kApprox>
-__device__ __forceinline__ float exp2_of(float x) {
-  if constexpr (kApprox) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-  } else {
-    return exp2f(x);
-  }
-}
-
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
 }
 
-/// kCvt (Fp8KvCvt): 0, every code to bf16 by masks and shifts (value · 2^-120; Q · 2^60, P · 2^90);
-/// 1, the K codes to f16 by cvt.rn.f16x2.e4m3x2 (exact; Q in f16 times a power of two that puts
-/// its largest value in [2^13, 2^14)); 2, the V codes too (P in f16: the softmax weight times the
-/// position's V scale over the largest V scale of the warp's first step, at most 65504); 3, as 2 with
-/// Q·Kᵀ in two accumulator chains a tile and exp2 by the bare ex2.approx.ftz.
-template <typename T, int HD, int kBps, int kCvt>
+/// kF16 false: every code to bf16 by masks and shifts (value · 2^-120; Q · 2^60, P · 2^90); true:
+/// the codes to f16 by cvt.rn.f16x2.e4m3x2 (exact), Q in f16 times a power of two that puts its
+/// largest value in [2^13, 2^14), P in f16 (the softmax weight times the position's V scale over the
+/// largest V scale of the warp's first step, at most 65504).
+template <typename T, int HD, int kBps, bool kF16>
 __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const decode::Params p, const Fp8Layout f) {
   using S = Stage<HD, kBps>;
   constexpr int kStages = S::kStages;
@@ -107,9 +94,9 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
   const int64_t table_row = p.kv.kind == KvLayoutKind::paged ? p.kv.table_row(s) : int64_t(s);
 
   // Q of head g as the A operand: times 2^60 in bf16 (attention_decode_fp8_mma.cu's packing), or
-  // (kCvt >= 1) times q_mul in f16, dims d, d + 1 | d + 2, d + 3 as the cvt's pairs.
-  using KT = std::conditional_t<kCvt >= 1, __half, bf16>;
-  using VT = std::conditional_t<kCvt >= 2, __half, bf16>;
+  // (kF16) times q_mul in f16, dims d, d + 1 | d + 2, d + 3 as the cvt's pairs.
+  using KT = std::conditional_t<kF16, __half, bf16>;
+  using VT = KT;
   uint32_t qa[kKS][2];
   float q_mul = kTwoPow60;
   {
@@ -129,7 +116,7 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
 #pragma unroll
       for (int e = 0; e < 8; ++e) qf[v][e] = q0[e], qf[v][8 + e] = q1[e];
     }
-    if constexpr (kCvt >= 1) {  // the same power of two for every warp (each holds the same Q)
+    if constexpr (kF16) {  // the same power of two for every warp (each holds the same Q)
       float mx = 0.0f;
 #pragma unroll
       for (int v = 0; v < kKV; ++v)
@@ -146,7 +133,7 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
         const float* q = qf[v] + 4 * w;
-        if constexpr (kCvt >= 1) {
+        if constexpr (kF16) {
           qa[v * 4 + w][0] = pack2<KT>(q[0] * q_mul, q[1] * q_mul);
           qa[v * 4 + w][1] = pack2<KT>(q[2] * q_mul, q[3] * q_mul);
         } else {
@@ -164,6 +151,28 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
   auto lookup = [&](int k) {
     const int t = step_pos(k) + (lane & 15);
     return k < my_steps && t < t_end ? int(decode::kv_slot(p, s, table_row, t)) : 0;
+  };
+  // Steps whose 16 positions are 16 consecutive slots (naive layouts; paged blocks a multiple of
+  // 16): lane j holds the first slot of step w0 + j for two windows of 32 steps, the second loaded
+  // 32 steps before it is used, so no block-table load is waited for in the loop (ncu at d57ee6f9:
+  // waits on it, long scoreboard, were the stall of most issue slots lost).
+  const bool runs16 = p.kv.kind == KvLayoutKind::naive || p.kv.block_size % 16 == 0;  // uniform
+  auto first_of = [&](int k) { return k < my_steps ? int(decode::kv_slot(p, s, table_row, step_pos(k))) : 0; };
+  int w0 = 0, win_a = 0, win_b = 0;
+  if (runs16) {
+    win_a = first_of(lane);
+    win_b = first_of(32 + lane);
+  }
+  // This lane's slot (row lane % 16) of step k, asked for k = 0, 1, 2, ... in order.
+  auto slot_for = [&](int k) {
+    if (!runs16) return lookup(k);
+    if (k >= w0 + 32) {  // into the next window: load the one after it
+      win_a = win_b;
+      win_b = first_of(w0 + 64 + lane);
+      w0 += 32;
+    }
+    const int first = __shfl_sync(0xffffffffu, win_a, k - w0);
+    return k < my_steps && step_pos(k) + (lane & 15) < t_end ? first + (lane & 15) : first;
   };
   const char* kbase = static_cast<const char*>(p.k_cache);
   const char* vbase = static_cast<const char*>(p.v_cache);
@@ -199,19 +208,19 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
   float acc[kMT][4];
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
-  const float k_mul = p.scale_log2 * (kCvt >= 1 ? 1.0f / q_mul : kTwoPow60);
-  float v_ref = 0.0f, v_mul = kTwoPow90;  // kCvt 2: set at the warp's first step
+  const float k_mul = p.scale_log2 * (kF16 ? 1.0f / q_mul : kTwoPow60);
+  float v_ref = 0.0f, v_mul = kTwoPow90;  // kF16: set at the warp's first step
 
 #pragma unroll
   for (int k = 0; k < kStages - 1; ++k) {  // the ring's first kStages - 1 steps
-    issue(k, lookup(k));
+    issue(k, slot_for(k));
     cp_async_commit();
   }
-  int next_slot = lookup(kStages - 1);
+  int next_slot = slot_for(kStages - 1);
   for (int k = 0; k < my_steps; ++k) {
     issue(k + kStages - 1, next_slot);  // into the stage step k - 1 read (a __syncwarp ago)
     cp_async_commit();
-    next_slot = lookup(k + kStages);  // the block-table load overlaps this step's products
+    next_slot = slot_for(k + kStages);  // a block-table load (bs < 16) overlaps this step's products
     cp_async_wait<kStages - 1>();     // this lane's copies of step k have landed
     __syncwarp();                     // and every lane's
     const unsigned char* sb = wbase + (k % kStages) * S::kBytes;
@@ -219,32 +228,23 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
     const float* vsc = ksc + 16;
     const int t0 = step_pos(k);
 
-    // S = Q·Kᵀ: sc[tt][0..1] = head g × positions 8tt + 2i, 8tt + 2i + 1 (c2, c3: the zero rows),
-    // summed over kParts accumulators a tile (kCvt 3: two chains of HD / 32 products, not one of HD / 16).
-    constexpr int kParts = kCvt >= 3 ? 2 : 1;
-    float sc[2][4], sp[2][kParts][4];
+    // S = Q·Kᵀ: sc[tt][0..1] = head g × positions 8tt + 2i, 8tt + 2i + 1 (c2, c3: the zero rows).
+    float sc[2][4];
 #pragma unroll
     for (int tt = 0; tt < 2; ++tt) {
-#pragma unroll
-      for (int u = 0; u < kParts; ++u) sp[tt][u][0] = sp[tt][u][1] = sp[tt][u][2] = sp[tt][u][3] = 0.0f;
+      sc[tt][0] = sc[tt][1] = sc[tt][2] = sc[tt][3] = 0.0f;
 #pragma unroll
       for (int v = 0; v < kKV; ++v) {
         const Vec8 x = *reinterpret_cast<const Vec8*>(sb + k_chunk<HD>(tt * 8 + g, i + 4 * v));
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
           const uint32_t wd = decode::word(x, w);
-          float(&d)[4] = sp[tt][w % kParts];
-          if constexpr (kCvt >= 1)
+          float(&d)[4] = sc[tt];
+          if constexpr (kF16)
             mma_16816<KT>(d, qa[v * 4 + w][0], 0u, qa[v * 4 + w][1], 0u, e4m3x2_f16x2<false>(wd), e4m3x2_f16x2<true>(wd));
           else
             mma_16816<KT>(d, qa[v * 4 + w][0], 0u, qa[v * 4 + w][1], 0u, e4m3_lo_pair(wd), e4m3_hi_pair(wd));
         }
-      }
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        sc[tt][e] = sp[tt][0][e];
-#pragma unroll
-        for (int u = 1; u < kParts; ++u) sc[tt][e] += sp[tt][u][e];
       }
     }
     float mx = -INFINITY;
@@ -261,7 +261,7 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(m, mx);
     if (__any_sync(0xffffffffu, m_new > m)) {  // a new running max somewhere: rescale (else every factor is 1)
-      const float corr = exp2_of<kCvt >= 3>(m - m_new);
+      const float corr = exp2f(m - m_new);
       m = m_new;
       l *= corr;
       const float corr_a = __shfl_sync(0xffffffffu, corr, 8 * i), corr_b = __shfl_sync(0xffffffffu, corr, 8 * i + 4);
@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
         acc[mt][3] *= corr_b;
       }
     }
-    if constexpr (kCvt >= 2) {
+    if constexpr (kF16) {
       if (k == 0) {  // the largest V scale of this warp's first step (positions past the split: 0)
         float r = t0 + (lane & 15) < t_end ? vsc[lane & 15] : 0.0f;
 #pragma unroll
@@ -287,10 +287,10 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
     for (int tt = 0; tt < 2; ++tt)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float pr = exp2_of<kCvt >= 3>(sc[tt][e] - m);
+        const float pr = exp2f(sc[tt][e] - m);
         l += pr;
         pv[tt][e] = pr * (vsc[tt * 8 + 2 * i + e] * v_mul);
-        if constexpr (kCvt >= 2) pv[tt][e] = fminf(pv[tt][e], 65504.0f);
+        if constexpr (kF16) pv[tt][e] = fminf(pv[tt][e], 65504.0f);
       }
     const uint32_t b0 = pack2<VT>(pv[0][0], pv[0][1]), b1 = pack2<VT>(pv[1][0], pv[1][1]);
     // This lane's HD/8 codes of the V rows of positions 2i, 2i+1, 8+2i, 9+2i.
@@ -312,7 +312,7 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
     }
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
-      if constexpr (kCvt >= 2) {  // bytes (2i, 2i + 1) of a dim next to each other: the cvt's pairs
+      if constexpr (kF16) {  // bytes (2i, 2i + 1) of a dim next to each other: the cvt's pairs
         const uint32_t sel = (mt & 1) ? 0x7362u : 0x5140u;
         const uint32_t y01 = __byte_perm(vr[0][mt / 2], vr[1][mt / 2], sel);
         const uint32_t y23 = __byte_perm(vr[2][mt / 2], vr[3][mt / 2], sel);
@@ -336,7 +336,7 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
     sm_m[warp][g] = m;
     sm_l[warp][g] = l;
   }
-  const float o_mul = kCvt >= 2 ? v_ref : kTwoPow30;  // the codes' and P's factors undone
+  const float o_mul = kF16 ? v_ref : kTwoPow30;  // the codes' and P's factors undone
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
     const int d = g * (HD / 8) + 2 * mt;
@@ -347,43 +347,41 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
   decode::finish_block<T, HD, kG, kWarps, kLd>(p, sm_m, sm_l, sm_o, s, row, kvh, sub, split, ctx);
 }
 
-template <typename T, int HD, int kBps, int kCvt>
+template <typename T, int HD, int kBps, bool kF16>
 void launch(const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
   constexpr int bytes = Stage<HD, kBps>::kBlockBytes;
   static std::atomic<uint64_t> raised{0};
   once_per_device(raised, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(decode_fp8_async_kernel<T, HD, kBps, kCvt>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    CUDA_CHECK(cudaFuncSetAttribute(decode_fp8_async_kernel<T, HD, kBps, kF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   });
-  decode_fp8_async_kernel<T, HD, kBps, kCvt><<<grid, kThreads, bytes, stream>>>(p, f);
+  decode_fp8_async_kernel<T, HD, kBps, kF16><<<grid, kThreads, bytes, stream>>>(p, f);
   CUDA_CHECK_LAUNCH();
 }
 
 template <typename T, int HD>
-void launch_bps(int bps, int cvt, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
-  if (cvt == 0 && bps == 2) return launch<T, HD, 2, 0>(p, f, grid, stream);
-  if (cvt == 0 && bps == 3) return launch<T, HD, 3, 0>(p, f, grid, stream);
-  if (cvt == 0 && bps == 4) return launch<T, HD, 4, 0>(p, f, grid, stream);
-  if (cvt == 1 && bps == 4) return launch<T, HD, 4, 1>(p, f, grid, stream);
-  if (cvt == 2 && bps == 4) return launch<T, HD, 4, 2>(p, f, grid, stream);
-  if (cvt == 3 && bps == 4) return launch<T, HD, 4, 3>(p, f, grid, stream);
-  throw std::invalid_argument("decode_attention_fp8: cp.async ring for " + std::to_string(bps) + " blocks an SM with cvt " +
-                              std::to_string(cvt) + " not built (2, 3, 4 with 0; 4 with 1, 2, 3)");
+void launch_bps(int bps, bool f16, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
+  if (!f16 && bps == 2) return launch<T, HD, 2, false>(p, f, grid, stream);
+  if (!f16 && bps == 3) return launch<T, HD, 3, false>(p, f, grid, stream);
+  if (!f16 && bps == 4) return launch<T, HD, 4, false>(p, f, grid, stream);
+  if (f16 && bps == 4) return launch<T, HD, 4, true>(p, f, grid, stream);
+  throw std::invalid_argument("decode_attention_fp8: cp.async ring for " + std::to_string(bps) + " blocks an SM" +
+                              (f16 ? " with f16 operands" : "") + " not built (2, 3, 4; f16: 4)");
 }
 
 template <typename T>
-void launch_hd(int hd, int bps, int cvt, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
-  if (hd == 64) return launch_bps<T, 64>(bps, cvt, p, f, grid, stream);
-  if (hd == 128) return launch_bps<T, 128>(bps, cvt, p, f, grid, stream);
+void launch_hd(int hd, int bps, bool f16, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
+  if (hd == 64) return launch_bps<T, 64>(bps, f16, p, f, grid, stream);
+  if (hd == 128) return launch_bps<T, 128>(bps, f16, p, f, grid, stream);
   throw std::invalid_argument("decode_attention_fp8: tensor cores need head_dim 64 or 128 (got " + std::to_string(hd) + ")");
 }
 
 }  // namespace async_detail
 
-void launch_decode_fp8_async(ScalarType dtype, int head_dim, int blocks_per_sm, int cvt, const decode::Params& p,
+void launch_decode_fp8_async(ScalarType dtype, int head_dim, int blocks_per_sm, bool f16, const decode::Params& p,
                              const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
   using namespace async_detail;
-  SERVELAB_DISPATCH_16(dtype, (launch_hd<__nv_bfloat16>(head_dim, blocks_per_sm, cvt, p, f, grid, stream)),
-                       (launch_hd<__half>(head_dim, blocks_per_sm, cvt, p, f, grid, stream)));
+  SERVELAB_DISPATCH_16(dtype, (launch_hd<__nv_bfloat16>(head_dim, blocks_per_sm, f16, p, f, grid, stream)),
+                       (launch_hd<__half>(head_dim, blocks_per_sm, f16, p, f, grid, stream)));
 }
 
 }  // namespace servelab::kernels::decode_fp8

@@ -85,45 +85,43 @@ void rope_kv_write_fp8(const QkvArgs& a, cudaStream_t stream);
 void kv_write_fp8(const QkvArgs& a, cudaStream_t stream);
 
 /// Which kernel decode_attention_fp8 runs, and how it turns codes into numbers:
-/// - mma2 (the default): tensor cores (attention_decode_fp8_mma.cu), the bf16 tensor-core decode
-///   kernel's structure with 2 16-position steps a warp a pass loaded into registers; each code
-///   becomes a bf16 of its value · 2^-120 in registers, the K scale multiplies the score, the V
-///   scale the softmax weight fed to P·V. Head_dim 64 or 128 (others, and arenas of 2^31 slots or
-///   more, take shift_mask);
+/// - mma2: tensor cores (attention_decode_fp8_mma.cu), the bf16 tensor-core decode kernel's
+///   structure with 2 16-position steps a warp a pass loaded into registers; each code becomes a
+///   bf16 of its value · 2^-120 in registers, the K scale multiplies the score, the V scale the
+///   softmax weight fed to P·V. Head_dim 64 or 128 (others, and arenas of 2^31 slots or more, take
+///   shift_mask);
 /// - mma: the same kernel with 4 steps a pass (comparison);
 /// - mma_async, mma_async3, mma_async4: the same arithmetic fed from a ring of one-step stages a
 ///   warp in shared memory filled by cp.async ahead of the step it computes, as many stages as fit
 ///   2, 3 or 4 blocks an SM (6, 4, 3 at head_dim 128; attention_decode_fp8_async.cu);
-/// - mma_async4k, mma_async4f, mma_async4fs: mma_async4 with the K codes (k), or the K and V codes (f), turned
-///   into f16 by one cvt.rn.f16x2.e4m3x2 a pair instead of masks and shifts (Q, and with f the
-///   softmax weights, in f16 times powers of two and scale ratios: attention_decode_fp8_async.cu);
-///   fs: f with Q·Kᵀ in two accumulator chains a tile and exp2 by the bare ex2.approx.ftz;
+/// - mma_async4f: mma_async4 with the codes turned into f16 by one cvt.rn.f16x2.e4m3x2 a pair
+///   instead of masks and shifts (Q and the softmax weights in f16, times a power of two and a
+///   ratio of V scales);
 /// - shift_mask / prmt: the CUDA-core kernel (attention_decode_fp8.cu), codes to fp32 by two
 ///   shifts and two masks a code, or by a byte permute, an arithmetic shift and one mask (the same
 ///   bits either way);
-/// by_env: SERVELAB_FP8KV_DECODE=mma2|mma|mma_async|mma_async3|mma_async4|mma_async4k|mma_async4f|
-/// shift_mask|prmt, else mma2.
-enum class Fp8KvDecode { by_env, shift_mask, prmt, mma, mma2, mma_async, mma_async3, mma_async4, mma_async4k, mma_async4f, mma_async4fs };
+/// by_env: SERVELAB_FP8KV_DECODE=mma2|mma|mma_async|mma_async3|mma_async4|mma_async4f|shift_mask|prmt,
+/// else by shape (fp8_kv_decode_by_shape).
+enum class Fp8KvDecode { by_env, shift_mask, prmt, mma, mma2, mma_async, mma_async3, mma_async4, mma_async4f };
 /// Blocks an SM a cp.async-ring variant is built for (2, 3, 4), 0 for the others.
 inline int fp8_kv_ring_blocks(Fp8KvDecode v) {
   switch (v) {
     case Fp8KvDecode::mma_async: return 2;
     case Fp8KvDecode::mma_async3: return 3;
     case Fp8KvDecode::mma_async4:
-    case Fp8KvDecode::mma_async4k:
-    case Fp8KvDecode::mma_async4f:
-    case Fp8KvDecode::mma_async4fs: return 4;
+    case Fp8KvDecode::mma_async4f: return 4;
     default: return 0;
   }
 }
-/// How a ring variant turns codes into 16-bit operands: 0 masks and shifts to bf16, 1 the K codes by
-/// cvt to f16, 2 the K and V codes by cvt, 3 as 2 with shorter Q·Kᵀ chains and a bare exp2.
-inline int fp8_kv_cvt(Fp8KvDecode v) {
-  return v == Fp8KvDecode::mma_async4k ? 1 : v == Fp8KvDecode::mma_async4f ? 2 : v == Fp8KvDecode::mma_async4fs ? 3 : 0;
-}
-/// The variant decode_attention_fp8 runs for these arguments (by_env read, mma on a head_dim it
-/// does not build replaced by shift_mask).
-Fp8KvDecode resolve_fp8_kv_decode(const DecodeAttentionArgs& a, Fp8KvDecode variant);
+/// Whether a ring variant turns codes into f16 operands by cvt (mma_async4f).
+inline bool fp8_kv_f16(Fp8KvDecode v) { return v == Fp8KvDecode::mma_async4f; }
+/// The default where SERVELAB_FP8KV_DECODE is unset: mma_async4f where the grid's blocks before
+/// any split (sequences × KV heads) fill 4 an SM, else mma2 (measured on the H200: the ring wins on
+/// large grids, mma2 where the split makes the grid: results/gpu/quant/README.md).
+Fp8KvDecode fp8_kv_decode_by_shape(int n_seqs, int n_kv_heads, int n_sms);
+/// The variant decode_attention_fp8 runs for these arguments on n_sms SMs (by_env read, else by
+/// shape; mma on a head_dim it does not build replaced by shift_mask).
+Fp8KvDecode resolve_fp8_kv_decode(const DecodeAttentionArgs& a, int n_sms, Fp8KvDecode variant);
 /// Decode attention over FP8 arenas (a.k_cache, a.v_cache in the layout above; a.shape.n_slots
 /// slots): one launch, FlashDecoding as decode_attention with its split rules and workspace
 /// (decode_attention_workspace_bytes; no cluster merge, no load pipeline). a.tensor_cores is

@@ -189,7 +189,7 @@ TEST_P(KvFp8Gpu, DecodeMatchesReferenceOnAwkwardShapes) {
           for (SplitPolicy split : {SplitPolicy{0}, SplitPolicy{32}}) {
             for (Fp8KvDecode v :
                  {Fp8KvDecode::shift_mask, Fp8KvDecode::mma, Fp8KvDecode::mma2, Fp8KvDecode::mma_async,
-                  Fp8KvDecode::mma_async3, Fp8KvDecode::mma_async4, Fp8KvDecode::mma_async4k, Fp8KvDecode::mma_async4f, Fp8KvDecode::mma_async4fs}) {
+                  Fp8KvDecode::mma_async3, Fp8KvDecode::mma_async4, Fp8KvDecode::mma_async4f}) {
               DecodeSplit used;
               const std::vector<float> out = run_decode_fp8(t, f, split, &used, v);
               EXPECT_EQ(used.tensor_cores, v != Fp8KvDecode::shift_mask && hd != 32);
@@ -224,7 +224,7 @@ TEST_P(KvFp8Gpu, MmaDecodeMatchesReferenceAtBatches1To128) {
         const Fp8Batch f = quantized(testing::make_batch({ctx, std::vector<int>(batch, 1), 32, 32 / group, 128, kind, 16}, rng));
         const std::vector<float> ref = testing::reference_attention(f.ref);
         for (Fp8KvDecode v : {Fp8KvDecode::mma2, Fp8KvDecode::mma_async, Fp8KvDecode::mma_async3, Fp8KvDecode::mma_async4,
-                              Fp8KvDecode::mma_async4k, Fp8KvDecode::mma_async4f, Fp8KvDecode::mma_async4fs}) {
+                              Fp8KvDecode::mma_async4f}) {
           DecodeSplit used;
           const std::vector<float> out = run_decode_fp8(t, f, SplitPolicy{}, &used, v);
           EXPECT_TRUE(used.tensor_cores);
@@ -236,7 +236,7 @@ TEST_P(KvFp8Gpu, MmaDecodeMatchesReferenceAtBatches1To128) {
       }
 }
 
-/// The variants that turn codes into f16 (mma_async4k, mma_async4f) where f16's range matters: Q
+/// The variant that turns codes into f16 (mma_async4f) where f16's range matters: Q
 /// 2^17 times larger than usual with K 2^17 times smaller (the same scores; Q past f16's 65504 unless
 /// the kernel scales it; 2^8 with f16 storage, which holds no larger Q), and V scales spread over 2^-7..2^7 from position to position (P times
 /// the ratio to the first step's largest). Within the tolerance of attention_ref, as the bf16 variant.
@@ -255,7 +255,7 @@ TEST_P(KvFp8Gpu, CvtVariantsKeepTheRangeOfQAndVScales) {
         for (size_t e = 0; e < row; ++e) b.v_cache[slot * row + e] *= std::ldexp(1.0f, int(slot * 7 % 15) - 7);
       const Fp8Batch f = quantized(std::move(b));
       const std::vector<float> ref = testing::reference_attention(f.ref);
-      for (Fp8KvDecode v : {Fp8KvDecode::mma_async4, Fp8KvDecode::mma_async4k, Fp8KvDecode::mma_async4f, Fp8KvDecode::mma_async4fs})
+      for (Fp8KvDecode v : {Fp8KvDecode::mma_async4, Fp8KvDecode::mma_async4f})
         for (SplitPolicy split : {SplitPolicy{0}, SplitPolicy{64}}) {
           const std::vector<float> out = run_decode_fp8(t, f, split, nullptr, v);
           EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return std::isfinite(x); }));
@@ -283,8 +283,7 @@ TEST_P(KvFp8Gpu, DecodeLongContextsMatchReference) {
                                                           {Fp8KvDecode::mma2, SplitPolicy{1024}},
                                                           {Fp8KvDecode::mma_async, SplitPolicy{1024}},
                                                           {Fp8KvDecode::mma_async4, SplitPolicy{1024}},
-                                                          {Fp8KvDecode::mma_async4f, SplitPolicy{1024}},
-                                                          {Fp8KvDecode::mma_async4fs, SplitPolicy{1024}}};
+                                                          {Fp8KvDecode::mma_async4f, SplitPolicy{1024}},};
       for (const auto& [v, split] : runs) {
         DecodeSplit used;
         const std::vector<float> out = run_decode_fp8(t, f, split, &used, v);
