@@ -64,6 +64,14 @@ __device__ __forceinline__ int v_chunk(int r, int c) {
   else return (r >> 1) * 128 + (((((r & 1) << 2) + c) ^ ((r >> 1 & 3) << 1)) << 4);  // two rows a 128-byte line
 }
 
+/// A word's codes as one operand pair (kHigh: the other): bytes 0, 1 (2, 3) in f16 by cvt (kF16),
+/// else bytes 0, 2 (1, 3) in bf16 by masks and shifts.
+template <bool kF16, bool kHigh>
+__device__ __forceinline__ uint32_t code_pair(uint32_t w) {
+  if constexpr (kF16) return e4m3x2_f16x2<kHigh>(w);
+  else return kHigh ? e4m3_hi_pair(w) : e4m3_lo_pair(w);
+}
+
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
 }
@@ -95,8 +103,7 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
 
   // Q of head g as the A operand: times 2^60 in bf16 (attention_decode_fp8_mma.cu's packing), or
   // (kF16) times q_mul in f16, dims d, d + 1 | d + 2, d + 3 as the cvt's pairs.
-  using KT = std::conditional_t<kF16, __half, bf16>;
-  using VT = KT;
+  using OT = std::conditional_t<kF16, __half, bf16>;  // the operands' type
   uint32_t qa[kKS][2];
   float q_mul = kTwoPow60;
   {
@@ -134,11 +141,11 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
       for (int w = 0; w < 4; ++w) {
         const float* q = qf[v] + 4 * w;
         if constexpr (kF16) {
-          qa[v * 4 + w][0] = pack2<KT>(q[0] * q_mul, q[1] * q_mul);
-          qa[v * 4 + w][1] = pack2<KT>(q[2] * q_mul, q[3] * q_mul);
+          qa[v * 4 + w][0] = pack2<OT>(q[0] * q_mul, q[1] * q_mul);
+          qa[v * 4 + w][1] = pack2<OT>(q[2] * q_mul, q[3] * q_mul);
         } else {
-          qa[v * 4 + w][0] = pack2<KT>(q[0] * q_mul, q[2] * q_mul);
-          qa[v * 4 + w][1] = pack2<KT>(q[1] * q_mul, q[3] * q_mul);
+          qa[v * 4 + w][0] = pack2<OT>(q[0] * q_mul, q[2] * q_mul);
+          qa[v * 4 + w][1] = pack2<OT>(q[1] * q_mul, q[3] * q_mul);
         }
       }
   }
@@ -239,11 +246,7 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
           const uint32_t wd = decode::word(x, w);
-          float(&d)[4] = sc[tt];
-          if constexpr (kF16)
-            mma_16816<KT>(d, qa[v * 4 + w][0], 0u, qa[v * 4 + w][1], 0u, e4m3x2_f16x2<false>(wd), e4m3x2_f16x2<true>(wd));
-          else
-            mma_16816<KT>(d, qa[v * 4 + w][0], 0u, qa[v * 4 + w][1], 0u, e4m3_lo_pair(wd), e4m3_hi_pair(wd));
+          mma_16816<OT>(sc[tt], qa[v * 4 + w][0], 0u, qa[v * 4 + w][1], 0u, code_pair<kF16, false>(wd), code_pair<kF16, true>(wd));
         }
       }
     }
@@ -292,7 +295,7 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
         pv[tt][e] = pr * (vsc[tt * 8 + 2 * i + e] * v_mul);
         if constexpr (kF16) pv[tt][e] = fminf(pv[tt][e], 65504.0f);
       }
-    const uint32_t b0 = pack2<VT>(pv[0][0], pv[0][1]), b1 = pack2<VT>(pv[1][0], pv[1][1]);
+    const uint32_t b0 = pack2<OT>(pv[0][0], pv[0][1]), b1 = pack2<OT>(pv[1][0], pv[1][1]);
     // This lane's HD/8 codes of the V rows of positions 2i, 2i+1, 8+2i, 9+2i.
     uint32_t vr[4][HD / 32];
 #pragma unroll
@@ -312,18 +315,13 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
     }
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
-      if constexpr (kF16) {  // bytes (2i, 2i + 1) of a dim next to each other: the cvt's pairs
-        const uint32_t sel = (mt & 1) ? 0x7362u : 0x5140u;
-        const uint32_t y01 = __byte_perm(vr[0][mt / 2], vr[1][mt / 2], sel);
-        const uint32_t y23 = __byte_perm(vr[2][mt / 2], vr[3][mt / 2], sel);
-        mma_16816<VT>(acc[mt], e4m3x2_f16x2<false>(y01), e4m3x2_f16x2<true>(y01), e4m3x2_f16x2<false>(y23),
-                      e4m3x2_f16x2<true>(y23), b0, b1);
-      } else {
-        const uint32_t sel = (mt & 1) ? 0x7632u : 0x5410u;
-        const uint32_t y01 = __byte_perm(vr[0][mt / 2], vr[1][mt / 2], sel);
-        const uint32_t y23 = __byte_perm(vr[2][mt / 2], vr[3][mt / 2], sel);
-        mma_16816<VT>(acc[mt], e4m3_lo_pair(y01), e4m3_hi_pair(y01), e4m3_lo_pair(y23), e4m3_hi_pair(y23), b0, b1);
-      }
+      // A dim's bytes of positions (2i, 2i + 1) into one operand pair: next to each other for the
+      // cvt (kF16), two apart for the masks.
+      const uint32_t sel = kF16 ? ((mt & 1) ? 0x7362u : 0x5140u) : ((mt & 1) ? 0x7632u : 0x5410u);
+      const uint32_t y01 = __byte_perm(vr[0][mt / 2], vr[1][mt / 2], sel);
+      const uint32_t y23 = __byte_perm(vr[2][mt / 2], vr[3][mt / 2], sel);
+      mma_16816<OT>(acc[mt], code_pair<kF16, false>(y01), code_pair<kF16, true>(y01), code_pair<kF16, false>(y23),
+                    code_pair<kF16, true>(y23), b0, b1);
     }
     __syncwarp();  // every lane is done with this stage before it is refilled
   }
