@@ -37,10 +37,15 @@ constexpr int kSmemPerSm = 228 * 1024, kSmemPerBlock = 1024;  // sm_90: shared m
 
 /// A warp's ring: kStages one-step stages, as many as fit kBps blocks an SM (the block's output
 /// tile reuses the ring's memory after the loop).
-template <int HD, int kBps>
+template <int HD, int kBps, bool kBulk = false>
 struct Stage {
   static constexpr int kKBytes = 16 * HD, kVBytes = 16 * HD;
-  static constexpr int kBytes = kKBytes + kVBytes + 16 * 8;
+  // kBulk: the K run as it lies in the page (16 rows, then 16 scales), then V as 8 pairs of rows
+  // each followed by 32 bytes (V scales 0-7 in pair 0's, 8-15 in pair 1's): rows 2p, 2p + 1 at
+  // p · (2 HD + 32), so a V read (rows 2i.., chunk g) spreads over the 8 bank quarters unswizzled.
+  static constexpr int kKRun = 16 * (HD + 4), kVPair = 2 * HD + 32, kVAt = kKRun;
+  static constexpr int kTx = 16 * (HD + 4) * 2;  // bytes a step's bulk copies bring
+  static constexpr int kBytes = kBulk ? kKRun + 8 * kVPair : kKBytes + kVBytes + 16 * 8;
   static constexpr int kStatic = 4096;  // the static shared memory (sm_m, sm_l, finish_block: 2.5 KB) and slack
   static constexpr int kFit = (kSmemPerSm / kBps - kSmemPerBlock - kStatic) / ((kThreads / 32) * kBytes);
   static constexpr int kStages = kFit > 8 ? 8 : kFit;
@@ -76,13 +81,50 @@ __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool va
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
 }
 
+// The bulk ring (kBulk, sm_90): one lane's bulk copies a step, counted by the stage's mbarrier.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define SERVELAB_FP8KV_BULK 1
+#else
+#define SERVELAB_FP8KV_BULK 0
+#endif
+__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+#if SERVELAB_FP8KV_BULK
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void bar_init(uint32_t bar) {
+#if SERVELAB_FP8KV_BULK
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
+#endif
+}
+__device__ __forceinline__ void bar_expect(uint32_t bar, uint32_t tx) {
+#if SERVELAB_FP8KV_BULK
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(tx) : "memory");
+#endif
+}
+__device__ __forceinline__ void bar_wait(uint32_t bar, int parity) {
+#if SERVELAB_FP8KV_BULK
+  asm volatile(
+      "{\n.reg .pred P1;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+      "@!P1 bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+#endif
+}
+
 /// kF16 false: every code to bf16 by masks and shifts (value · 2^-120; Q · 2^60, P · 2^90); true:
 /// the codes to f16 by cvt.rn.f16x2.e4m3x2 (exact), Q in f16 times a power of two that puts its
 /// largest value in [2^13, 2^14), P in f16 (the softmax weight times the position's V scale over the
 /// largest V scale of the warp's first step, at most 65504).
-template <typename T, int HD, int kBps, bool kF16>
+template <typename T, int HD, int kBps, bool kF16, bool kBulk, bool kLoadsOnly>
 __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const decode::Params p, const Fp8Layout f) {
-  using S = Stage<HD, kBps>;
+  using S = Stage<HD, kBps, kBulk>;
+  static_assert(!kBulk || HD == 128, "the bulk ring is built for head_dim 128");
   constexpr int kStages = S::kStages;
   constexpr int kWarps = kThreads / 32, kG = decode::kMmaHeads;
   constexpr int kKV = HD / 64, kKS = HD / 16, kMT = HD / 16;
@@ -90,6 +132,7 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
   constexpr int kLd = HD + 4;
   extern __shared__ __align__(16) unsigned char stage_smem[];
   __shared__ float sm_m[kWarps][kG], sm_l[kWarps][kG];
+  __shared__ __align__(8) uint64_t bars[kWarps][kBulk ? kStages : 1];  // kBulk: a stage's copies landed
   float* sm_o = reinterpret_cast<float*>(stage_smem);  // [kWarps * kG][kLd], after the loop
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, i = lane & 3;
@@ -187,10 +230,35 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
   const uint32_t wsm = smem_u32(wbase);
   // The cp.asyncs of step k into its stage (slot: this lane's lookup of it; rows past the split
   // or past the warp's steps zero-filled).
+  const uint32_t wbar = smem_u32(&bars[warp][0]);
+  if constexpr (kBulk) {
+    if (lane == 0) {
+      for (int st = 0; st < kStages; ++st) bar_init(wbar + 8 * st);
+#if SERVELAB_FP8KV_BULK
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+    }
+    __syncwarp();
+  }
   auto issue = [&](int k, int slot_l) {
     const uint32_t s0 = wsm + (k % kStages) * S::kBytes;
     const int t0 = step_pos(k);
     const bool live = k < my_steps;
+    if constexpr (kBulk) {  // a step is a whole page's run of this head (the launcher's condition)
+      const int first = __shfl_sync(0xffffffffu, slot_l, 0);
+      if (live && lane == 0) {
+        const uint32_t bar = wbar + 8 * (k % kStages);
+        const int64_t at = f.codes_at(first, kvh);
+        bar_expect(bar, S::kTx);
+        bulk_g2s(s0, kbase + at, S::kKRun, bar);
+#pragma unroll
+        for (int q = 0; q < 8; ++q) bulk_g2s(s0 + S::kVAt + q * S::kVPair, vbase + at + q * 2 * HD, 2 * HD, bar);
+        bulk_g2s(s0 + S::kVAt + 2 * HD, vbase + at + 16 * HD, 32, bar);
+        bulk_g2s(s0 + S::kVAt + S::kVPair + 2 * HD, vbase + at + 16 * HD + 32, 32, bar);
+      }
+      (void)t0;
+      return;
+    }
     // A whole page in slot order (paged blocks of 16 or more, a step on a block boundary): the
     // head's 16 rows are one run of bytes, addressed without a shuffle a chunk.
     const int first = __shfl_sync(0xffffffffu, slot_l, 0);
@@ -228,21 +296,56 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
     issue(k + kStages - 1, next_slot);  // into the stage step k - 1 read (a __syncwarp ago)
     cp_async_commit();
     next_slot = slot_for(k + kStages);  // a block-table load (bs < 16) overlaps this step's products
-    cp_async_wait<kStages - 1>();     // this lane's copies of step k have landed
-    __syncwarp();                     // and every lane's
-    const unsigned char* sb = wbase + (k % kStages) * S::kBytes;
-    const float* ksc = reinterpret_cast<const float*>(sb + S::kKBytes + S::kVBytes);
-    const float* vsc = ksc + 16;
     const int t0 = step_pos(k);
+    unsigned char* sb = wbase + (k % kStages) * S::kBytes;
+    // V row r's chunk c (16 bytes) and V scale of position t in this stage.
+    auto v_at = [&](int r, int c) { return kBulk ? S::kVAt + (r >> 1) * S::kVPair + (r & 1) * HD + c * 16 : S::kKBytes + v_chunk<HD>(r, c); };
+    auto v_scale = [&](int t) {
+      return *reinterpret_cast<const float*>(sb + (kBulk ? S::kVAt + (t >> 3) * S::kVPair + 2 * HD + (t & 7) * 4
+                                                         : S::kKBytes + S::kVBytes + 64 + t * 4));
+    };
+    if constexpr (kBulk) {
+      bar_wait(wbar + 8 * (k % kStages), (k / kStages) & 1);
+      if (t0 + 16 > t_end) {  // the split's partial last step: the page's rows past it read as zeros
+        const int nv = t_end - t0;
+        for (int c = lane; c < (16 - nv) * kChunks; c += 32) *reinterpret_cast<uint4*>(sb + v_at(nv + c / kChunks, c % kChunks)) = make_uint4(0, 0, 0, 0);
+        if (lane < 16 - nv) *reinterpret_cast<float*>(sb + S::kVAt + ((nv + lane) >> 3) * S::kVPair + 2 * HD + ((nv + lane) & 7) * 4) = 0.0f;
+        __syncwarp();
+      }
+    } else {
+      cp_async_wait<kStages - 1>();  // this lane's copies of step k have landed
+      __syncwarp();                  // and every lane's
+    }
+    const float* ksc = reinterpret_cast<const float*>(sb + (kBulk ? 16 * HD : S::kKBytes + S::kVBytes));
+    if (kLoadsOnly && t0 < t_end) {  // diagnostic: the ring's loads without the arithmetic (always true)
+      acc[0][0] += ksc[lane & 15] + v_scale(lane & 15);
+      __syncwarp();
+      continue;
+    }
 
     // S = Q·Kᵀ: sc[tt][0..1] = head g × positions 8tt + 2i, 8tt + 2i + 1 (c2, c3: the zero rows).
     float sc[2][4];
 #pragma unroll
     for (int tt = 0; tt < 2; ++tt) {
       sc[tt][0] = sc[tt][1] = sc[tt][2] = sc[tt][3] = 0.0f;
+      Vec8 xs[kKV];
+      if constexpr (kBulk) {
+        // Unswizzled rows: odd rows read their two chunks in the other order, so the 8 lanes of a
+        // quarter-warp cover the 32 banks; the pair is put back in dims order after.
+        static_assert(kKV == 2, "head_dim 128");
+        const bool odd = g & 1;
+        const unsigned char* kr = sb + (tt * 8 + g) * HD + i * 16;
+        const Vec8 a0 = *reinterpret_cast<const Vec8*>(kr + (odd ? 64 : 0));
+        const Vec8 a1 = *reinterpret_cast<const Vec8*>(kr + (odd ? 0 : 64));
+        xs[0] = odd ? a1 : a0;
+        xs[1] = odd ? a0 : a1;
+      } else {
+#pragma unroll
+        for (int v = 0; v < kKV; ++v) xs[v] = *reinterpret_cast<const Vec8*>(sb + k_chunk<HD>(tt * 8 + g, i + 4 * v));
+      }
 #pragma unroll
       for (int v = 0; v < kKV; ++v) {
-        const Vec8 x = *reinterpret_cast<const Vec8*>(sb + k_chunk<HD>(tt * 8 + g, i + 4 * v));
+        const Vec8 x = xs[v];
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
           const uint32_t wd = decode::word(x, w);
@@ -278,7 +381,7 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
     }
     if constexpr (kF16) {
       if (k == 0) {  // the largest V scale of this warp's first step (positions past the split: 0)
-        float r = t0 + (lane & 15) < t_end ? vsc[lane & 15] : 0.0f;
+        float r = t0 + (lane & 15) < t_end ? v_scale(lane & 15) : 0.0f;
 #pragma unroll
         for (int o = 8; o > 0; o >>= 1) r = fmaxf(r, __shfl_xor_sync(0xffffffffu, r, o));
         v_ref = r > 0.0f ? r : 1.0f;
@@ -292,7 +395,7 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
       for (int e = 0; e < 2; ++e) {
         const float pr = exp2f(sc[tt][e] - m);
         l += pr;
-        pv[tt][e] = pr * (vsc[tt * 8 + 2 * i + e] * v_mul);
+        pv[tt][e] = pr * (v_scale(tt * 8 + 2 * i + e) * v_mul);
         if constexpr (kF16) pv[tt][e] = fminf(pv[tt][e], 65504.0f);
       }
     const uint32_t b0 = pack2<OT>(pv[0][0], pv[0][1]), b1 = pack2<OT>(pv[1][0], pv[1][1]);
@@ -302,7 +405,7 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
     for (int r = 0; r < 4; ++r) {
       const int vrow = (r >> 1) * 8 + 2 * i + (r & 1);
       if constexpr (HD == 128) {
-        const Vec8 x = *reinterpret_cast<const Vec8*>(sb + S::kKBytes + v_chunk<HD>(vrow, g));
+        const Vec8 x = *reinterpret_cast<const Vec8*>(sb + v_at(vrow, g));
         vr[r][0] = x.x;
         vr[r][1] = x.y;
         vr[r][2] = x.z;
@@ -345,19 +448,26 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
   decode::finish_block<T, HD, kG, kWarps, kLd>(p, sm_m, sm_l, sm_o, s, row, kvh, sub, split, ctx);
 }
 
-template <typename T, int HD, int kBps, bool kF16>
+template <typename T, int HD, int kBps, bool kF16, bool kBulk = false, bool kLoadsOnly = false>
 void launch(const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
-  constexpr int bytes = Stage<HD, kBps>::kBlockBytes;
+  constexpr int bytes = Stage<HD, kBps, kBulk>::kBlockBytes;
   static std::atomic<uint64_t> raised{0};
   once_per_device(raised, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(decode_fp8_async_kernel<T, HD, kBps, kF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    CUDA_CHECK(cudaFuncSetAttribute(decode_fp8_async_kernel<T, HD, kBps, kF16, kBulk, kLoadsOnly>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   });
-  decode_fp8_async_kernel<T, HD, kBps, kF16><<<grid, kThreads, bytes, stream>>>(p, f);
+  decode_fp8_async_kernel<T, HD, kBps, kF16, kBulk, kLoadsOnly><<<grid, kThreads, bytes, stream>>>(p, f);
   CUDA_CHECK_LAUNCH();
 }
 
 template <typename T, int HD>
-void launch_bps(int bps, bool f16, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
+void launch_bps(int bps, bool f16, int mode, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
+  if constexpr (HD == 128) {
+    if (mode == 1) return launch<T, HD, 4, true, true, false>(p, f, grid, stream);
+    if (mode == 2) return launch<T, HD, 4, true, false, true>(p, f, grid, stream);
+    if (mode == 3) return launch<T, HD, 4, true, true, true>(p, f, grid, stream);
+  }
+  if (mode != 0) throw std::invalid_argument("decode_attention_fp8: the bulk ring needs head_dim 128");
   if (!f16 && bps == 2) return launch<T, HD, 2, false>(p, f, grid, stream);
   if (!f16 && bps == 3) return launch<T, HD, 3, false>(p, f, grid, stream);
   if (!f16 && bps == 4) return launch<T, HD, 4, false>(p, f, grid, stream);
@@ -367,19 +477,19 @@ void launch_bps(int bps, bool f16, const decode::Params& p, const Fp8Layout& f, 
 }
 
 template <typename T>
-void launch_hd(int hd, int bps, bool f16, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
-  if (hd == 64) return launch_bps<T, 64>(bps, f16, p, f, grid, stream);
-  if (hd == 128) return launch_bps<T, 128>(bps, f16, p, f, grid, stream);
+void launch_hd(int hd, int bps, bool f16, int mode, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
+  if (hd == 64) return launch_bps<T, 64>(bps, f16, mode, p, f, grid, stream);
+  if (hd == 128) return launch_bps<T, 128>(bps, f16, mode, p, f, grid, stream);
   throw std::invalid_argument("decode_attention_fp8: tensor cores need head_dim 64 or 128 (got " + std::to_string(hd) + ")");
 }
 
 }  // namespace async_detail
 
-void launch_decode_fp8_async(ScalarType dtype, int head_dim, int blocks_per_sm, bool f16, const decode::Params& p,
+void launch_decode_fp8_async(ScalarType dtype, int head_dim, int blocks_per_sm, bool f16, int mode, const decode::Params& p,
                              const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
   using namespace async_detail;
-  SERVELAB_DISPATCH_16(dtype, (launch_hd<__nv_bfloat16>(head_dim, blocks_per_sm, f16, p, f, grid, stream)),
-                       (launch_hd<__half>(head_dim, blocks_per_sm, f16, p, f, grid, stream)));
+  SERVELAB_DISPATCH_16(dtype, (launch_hd<__nv_bfloat16>(head_dim, blocks_per_sm, f16, mode, p, f, grid, stream)),
+                       (launch_hd<__half>(head_dim, blocks_per_sm, f16, mode, p, f, grid, stream)));
 }
 
 }  // namespace servelab::kernels::decode_fp8

@@ -102,19 +102,26 @@ void kv_write_fp8(const QkvArgs& a, cudaStream_t stream);
 ///   bits either way);
 /// by_env: SERVELAB_FP8KV_DECODE=mma2|mma|mma_async|mma_async3|mma_async4|mma_async4f|shift_mask|prmt,
 /// else by shape (fp8_kv_decode_by_shape).
-enum class Fp8KvDecode { by_env, shift_mask, prmt, mma, mma2, mma_async, mma_async3, mma_async4, mma_async4f };
+/// - mma_bulk: mma_async4f with each step's page brought by bulk copies (cp.async.bulk: one lane,
+///   11 copies, an mbarrier a stage) where every step is a 16-aligned page (paged blocks a multiple
+///   of 16, head_dim 128, sm_90), else mma_async4f; ring_loads / bulk_loads: the two rings' loads
+///   without the arithmetic (diagnostics: their output is not attention).
+enum class Fp8KvDecode { by_env, shift_mask, prmt, mma, mma2, mma_async, mma_async3, mma_async4, mma_async4f, mma_bulk, ring_loads, bulk_loads };
 /// Blocks an SM a cp.async-ring variant is built for (2, 3, 4), 0 for the others.
 inline int fp8_kv_ring_blocks(Fp8KvDecode v) {
   switch (v) {
     case Fp8KvDecode::mma_async: return 2;
     case Fp8KvDecode::mma_async3: return 3;
     case Fp8KvDecode::mma_async4:
-    case Fp8KvDecode::mma_async4f: return 4;
+    case Fp8KvDecode::mma_async4f:
+    case Fp8KvDecode::mma_bulk:
+    case Fp8KvDecode::ring_loads:
+    case Fp8KvDecode::bulk_loads: return 4;
     default: return 0;
   }
 }
 /// Whether a ring variant turns codes into f16 operands by cvt (mma_async4f).
-inline bool fp8_kv_f16(Fp8KvDecode v) { return v == Fp8KvDecode::mma_async4f; }
+inline bool fp8_kv_f16(Fp8KvDecode v) { return fp8_kv_ring_blocks(v) == 4 && v != Fp8KvDecode::mma_async4; }
 /// The default where SERVELAB_FP8KV_DECODE is unset: mma_async4f where the grid's blocks before
 /// any split (sequences × KV heads) fill 4 an SM, else mma2 (measured on the H200: the ring wins on
 /// large grids, mma2 where the split makes the grid: results/gpu/quant/README.md).

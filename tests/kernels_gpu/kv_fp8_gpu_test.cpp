@@ -189,7 +189,7 @@ TEST_P(KvFp8Gpu, DecodeMatchesReferenceOnAwkwardShapes) {
           for (SplitPolicy split : {SplitPolicy{0}, SplitPolicy{32}}) {
             for (Fp8KvDecode v :
                  {Fp8KvDecode::shift_mask, Fp8KvDecode::mma, Fp8KvDecode::mma2, Fp8KvDecode::mma_async,
-                  Fp8KvDecode::mma_async3, Fp8KvDecode::mma_async4, Fp8KvDecode::mma_async4f}) {
+                  Fp8KvDecode::mma_async3, Fp8KvDecode::mma_async4, Fp8KvDecode::mma_async4f, Fp8KvDecode::mma_bulk}) {
               DecodeSplit used;
               const std::vector<float> out = run_decode_fp8(t, f, split, &used, v);
               EXPECT_EQ(used.tensor_cores, v != Fp8KvDecode::shift_mask && hd != 32);
@@ -224,7 +224,7 @@ TEST_P(KvFp8Gpu, MmaDecodeMatchesReferenceAtBatches1To128) {
         const Fp8Batch f = quantized(testing::make_batch({ctx, std::vector<int>(batch, 1), 32, 32 / group, 128, kind, 16}, rng));
         const std::vector<float> ref = testing::reference_attention(f.ref);
         for (Fp8KvDecode v : {Fp8KvDecode::mma2, Fp8KvDecode::mma_async, Fp8KvDecode::mma_async3, Fp8KvDecode::mma_async4,
-                              Fp8KvDecode::mma_async4f}) {
+                              Fp8KvDecode::mma_async4f, Fp8KvDecode::mma_bulk}) {
           DecodeSplit used;
           const std::vector<float> out = run_decode_fp8(t, f, SplitPolicy{}, &used, v);
           EXPECT_TRUE(used.tensor_cores);
@@ -255,13 +255,53 @@ TEST_P(KvFp8Gpu, CvtVariantsKeepTheRangeOfQAndVScales) {
         for (size_t e = 0; e < row; ++e) b.v_cache[slot * row + e] *= std::ldexp(1.0f, int(slot * 7 % 15) - 7);
       const Fp8Batch f = quantized(std::move(b));
       const std::vector<float> ref = testing::reference_attention(f.ref);
-      for (Fp8KvDecode v : {Fp8KvDecode::mma_async4, Fp8KvDecode::mma_async4f})
+      for (Fp8KvDecode v : {Fp8KvDecode::mma_async4, Fp8KvDecode::mma_async4f, Fp8KvDecode::mma_bulk})
         for (SplitPolicy split : {SplitPolicy{0}, SplitPolicy{64}}) {
           const std::vector<float> out = run_decode_fp8(t, f, split, nullptr, v);
           EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return std::isfinite(x); }));
           EXPECT_LT(testing::rel_error(out, ref), testing::tolerance(t))
               << "variant " << int(v) << " group " << group << " hd " << hd << " split " << split.fixed_split_len;
         }
+    }
+}
+
+/// The bulk ring copies whole pages: the rows of a sequence's last page past its context, and
+/// every slot no sequence holds, are NaN codes with NaN scales here (E4M3 0xFF, fp32 0xFFFFFFFF),
+/// which must not reach the output (the kernel zeroes those V rows and scales in its stage). Paged
+/// blocks of 16 and 32, contexts off the page boundary, one split and splits of 32 and 48.
+TEST_P(KvFp8Gpu, BulkRingIgnoresThePageBeyondTheContext) {
+  SKIP_WITHOUT_GPU();
+  const ScalarType t = GetParam();
+  std::mt19937_64 rng(std::random_device{}());
+  for (int group : {1, 4})
+    for (int bs : {16, 32}) {
+      const Fp8Batch clean =
+          quantized(testing::make_batch({{1, 17, 300, 33, 4095, 47}, std::vector<int>(6, 1), 8, 8 / group, 128, KvLayoutKind::paged, bs}, rng));
+      Fp8Batch f = clean;
+      const testing::KvBatch& b = f.ref;
+      const int n_kv = b.shape.n_kv_heads;
+      std::vector<bool> used(size_t(b.shape.n_slots), false);
+      for (size_t s = 0; s < b.in.context_lens.size(); ++s)
+        for (int pos = 0; pos < b.in.context_lens[s]; ++pos)
+          used[size_t(b.in.block_tables[s * b.in.block_table_stride + pos / bs]) * bs + pos % bs] = true;
+      const Fp8KvLayout lay = Fp8KvLayout::of(n_kv, 128);
+      for (int64_t slot = 0; slot < b.shape.n_slots; ++slot)
+        for (int h = 0; h < n_kv && !used[size_t(slot)]; ++h)
+          for (std::vector<uint8_t>* arena : {&f.k8, &f.v8}) {
+            std::fill_n(arena->begin() + lay.codes_at(slot, h), 128, uint8_t(0xFF));
+            std::fill_n(arena->begin() + lay.scale_at(slot, h), 4, uint8_t(0xFF));
+          }
+      const std::vector<float> ref = testing::reference_attention(f.ref);
+      for (SplitPolicy split : {SplitPolicy{0}, SplitPolicy{32}, SplitPolicy{48}}) {
+        const std::vector<float> out = run_decode_fp8(t, f, split, nullptr, Fp8KvDecode::mma_bulk);
+        EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return std::isfinite(x); }))
+            << "group " << group << " block " << bs << " split " << split.fixed_split_len;
+        EXPECT_LT(testing::rel_error(out, ref), testing::tolerance(t))
+            << "group " << group << " block " << bs << " split " << split.fixed_split_len;
+        // The same bits as the cp.async ring on the clean arena (same arithmetic, same order).
+        EXPECT_EQ(out, run_decode_fp8(t, clean, split, nullptr, Fp8KvDecode::mma_async4f))
+            << "group " << group << " block " << bs << " split " << split.fixed_split_len;
+      }
     }
 }
 
@@ -283,7 +323,9 @@ TEST_P(KvFp8Gpu, DecodeLongContextsMatchReference) {
                                                           {Fp8KvDecode::mma2, SplitPolicy{1024}},
                                                           {Fp8KvDecode::mma_async, SplitPolicy{1024}},
                                                           {Fp8KvDecode::mma_async4, SplitPolicy{1024}},
-                                                          {Fp8KvDecode::mma_async4f, SplitPolicy{1024}},};
+                                                          {Fp8KvDecode::mma_async4f, SplitPolicy{1024}},
+                                                          {Fp8KvDecode::mma_bulk, SplitPolicy{}},
+                                                          {Fp8KvDecode::mma_bulk, SplitPolicy{1024}},};
       for (const auto& [v, split] : runs) {
         DecodeSplit used;
         const std::vector<float> out = run_decode_fp8(t, f, split, &used, v);
