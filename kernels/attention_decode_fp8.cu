@@ -241,13 +241,15 @@ Fp8KvDecode resolve_fp8_kv_decode(const DecodeAttentionArgs& a, int n_sms, Fp8Kv
               : v == "mma_async4" ? Fp8KvDecode::mma_async4
               : v == "mma_async4f" ? Fp8KvDecode::mma_async4f
               : v == "mma_bulk" ? Fp8KvDecode::mma_bulk
+              : v == "mma_bulk3" ? Fp8KvDecode::mma_bulk3
+              : v == "mma_bulk2" ? Fp8KvDecode::mma_bulk2
               : v == "mma2"      ? Fp8KvDecode::mma2
                                  : fp8_kv_decode_by_shape(a.n_seqs, a.shape.n_kv_heads, n_sms);
   }
   const bool mma_fits = (a.shape.head_dim == 64 || a.shape.head_dim == 128) && a.shape.n_slots < (int64_t(1) << 31);
   const bool tc = variant == Fp8KvDecode::mma || variant == Fp8KvDecode::mma2 || fp8_kv_ring_blocks(variant) > 0;
   if (tc && !mma_fits) return Fp8KvDecode::shift_mask;
-  if (variant == Fp8KvDecode::mma_bulk || variant == Fp8KvDecode::bulk_loads) {
+  if (fp8_kv_bulk(variant)) {
     // Every step a whole page: paged blocks a multiple of 16 (split lengths are multiples of 16),
     // head_dim 128, and the bulk copies of sm_90.
     int device = 0, major = 0;
@@ -339,10 +341,12 @@ void decode_attention_fp8(const DecodeAttentionArgs& a, cudaStream_t stream, Fp8
   const Fp8Layout f = Fp8KvLayout::of(a.shape.n_kv_heads, hd);
   if (fp8_kv_ring_blocks(variant) > 0)
     decode_fp8::launch_decode_fp8_async(a.dtype, hd, fp8_kv_ring_blocks(variant), fp8_kv_f16(variant),
-                                        variant == Fp8KvDecode::mma_bulk     ? 1
-                                        : variant == Fp8KvDecode::ring_loads ? 2
-                                        : variant == Fp8KvDecode::bulk_loads ? 3
-                                                                             : 0,
+                                        variant == Fp8KvDecode::mma_bulkv     ? 4
+                                        : variant == Fp8KvDecode::bulkv_loads ? 5
+                                        : variant == Fp8KvDecode::ring_loads  ? 2
+                                        : variant == Fp8KvDecode::bulk_loads  ? 3
+                                        : fp8_kv_bulk(variant)                ? 1
+                                                                              : 0,
                                         p, f, grid, stream);
   else if (split.tensor_cores)
     decode_fp8::launch_decode_fp8_mma(a.dtype, hd, variant == Fp8KvDecode::mma2 ? decode_fp8::kMmaStepsNarrow

@@ -37,7 +37,7 @@ constexpr int kSmemPerSm = 228 * 1024, kSmemPerBlock = 1024;  // sm_90: shared m
 
 /// A warp's ring: kStages one-step stages, as many as fit kBps blocks an SM (the block's output
 /// tile reuses the ring's memory after the loop).
-template <int HD, int kBps, bool kBulk = false>
+template <int HD, int kBps, int kBulk = 0>
 struct Stage {
   static constexpr int kKBytes = 16 * HD, kVBytes = 16 * HD;
   // kBulk: the K run as it lies in the page (16 rows, then 16 scales), then V as 8 pairs of rows
@@ -45,7 +45,8 @@ struct Stage {
   // p · (2 HD + 32), so a V read (rows 2i.., chunk g) spreads over the 8 bank quarters unswizzled.
   static constexpr int kKRun = 16 * (HD + 4), kVPair = 2 * HD + 32, kVAt = kKRun;
   static constexpr int kTx = 16 * (HD + 4) * 2;  // bytes a step's bulk copies bring
-  static constexpr int kBytes = kBulk ? kKRun + 8 * kVPair : kKBytes + kVBytes + 16 * 8;
+  // kBulk 2: V's run as it lies too (two copies a step; V reads 4-way bank conflicts).
+  static constexpr int kBytes = kBulk == 1 ? kKRun + 8 * kVPair : kBulk == 2 ? 2 * kKRun : kKBytes + kVBytes + 16 * 8;
   static constexpr int kStatic = 4096;  // the static shared memory (sm_m, sm_l, finish_block: 2.5 KB) and slack
   static constexpr int kFit = (kSmemPerSm / kBps - kSmemPerBlock - kStatic) / ((kThreads / 32) * kBytes);
   static constexpr int kStages = kFit > 8 ? 8 : kFit;
@@ -121,7 +122,7 @@ __device__ __forceinline__ void bar_wait(uint32_t bar, int parity) {
 /// the codes to f16 by cvt.rn.f16x2.e4m3x2 (exact), Q in f16 times a power of two that puts its
 /// largest value in [2^13, 2^14), P in f16 (the softmax weight times the position's V scale over the
 /// largest V scale of the warp's first step, at most 65504).
-template <typename T, int HD, int kBps, bool kF16, bool kBulk, bool kLoadsOnly>
+template <typename T, int HD, int kBps, bool kF16, int kBulk, bool kLoadsOnly>
 __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const decode::Params p, const Fp8Layout f) {
   using S = Stage<HD, kBps, kBulk>;
   static_assert(!kBulk || HD == 128, "the bulk ring is built for head_dim 128");
@@ -251,10 +252,14 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
         const int64_t at = f.codes_at(first, kvh);
         bar_expect(bar, S::kTx);
         bulk_g2s(s0, kbase + at, S::kKRun, bar);
+        if constexpr (kBulk == 2) {
+          bulk_g2s(s0 + S::kVAt, vbase + at, S::kKRun, bar);
+        } else {
 #pragma unroll
-        for (int q = 0; q < 8; ++q) bulk_g2s(s0 + S::kVAt + q * S::kVPair, vbase + at + q * 2 * HD, 2 * HD, bar);
-        bulk_g2s(s0 + S::kVAt + 2 * HD, vbase + at + 16 * HD, 32, bar);
-        bulk_g2s(s0 + S::kVAt + S::kVPair + 2 * HD, vbase + at + 16 * HD + 32, 32, bar);
+          for (int q = 0; q < 8; ++q) bulk_g2s(s0 + S::kVAt + q * S::kVPair, vbase + at + q * 2 * HD, 2 * HD, bar);
+          bulk_g2s(s0 + S::kVAt + 2 * HD, vbase + at + 16 * HD, 32, bar);
+          bulk_g2s(s0 + S::kVAt + S::kVPair + 2 * HD, vbase + at + 16 * HD + 32, 32, bar);
+        }
       }
       (void)t0;
       return;
@@ -299,17 +304,23 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
     const int t0 = step_pos(k);
     unsigned char* sb = wbase + (k % kStages) * S::kBytes;
     // V row r's chunk c (16 bytes) and V scale of position t in this stage.
-    auto v_at = [&](int r, int c) { return kBulk ? S::kVAt + (r >> 1) * S::kVPair + (r & 1) * HD + c * 16 : S::kKBytes + v_chunk<HD>(r, c); };
-    auto v_scale = [&](int t) {
-      return *reinterpret_cast<const float*>(sb + (kBulk ? S::kVAt + (t >> 3) * S::kVPair + 2 * HD + (t & 7) * 4
-                                                         : S::kKBytes + S::kVBytes + 64 + t * 4));
+    auto v_at = [&](int r, int c) {
+      return kBulk == 1   ? S::kVAt + (r >> 1) * S::kVPair + (r & 1) * HD + c * 16
+             : kBulk == 2 ? S::kVAt + r * HD + c * 16
+                          : S::kKBytes + v_chunk<HD>(r, c);
     };
+    auto v_scale_at = [&](int t) {
+      return kBulk == 1   ? S::kVAt + (t >> 3) * S::kVPair + 2 * HD + (t & 7) * 4
+             : kBulk == 2 ? S::kVAt + 16 * HD + t * 4
+                          : S::kKBytes + S::kVBytes + 64 + t * 4;
+    };
+    auto v_scale = [&](int t) { return *reinterpret_cast<const float*>(sb + v_scale_at(t)); };
     if constexpr (kBulk) {
       bar_wait(wbar + 8 * (k % kStages), (k / kStages) & 1);
       if (t0 + 16 > t_end) {  // the split's partial last step: the page's rows past it read as zeros
         const int nv = t_end - t0;
         for (int c = lane; c < (16 - nv) * kChunks; c += 32) *reinterpret_cast<uint4*>(sb + v_at(nv + c / kChunks, c % kChunks)) = make_uint4(0, 0, 0, 0);
-        if (lane < 16 - nv) *reinterpret_cast<float*>(sb + S::kVAt + ((nv + lane) >> 3) * S::kVPair + 2 * HD + ((nv + lane) & 7) * 4) = 0.0f;
+        if (lane < 16 - nv) *reinterpret_cast<float*>(sb + v_scale_at(nv + lane)) = 0.0f;
         __syncwarp();
       }
     } else {
@@ -448,7 +459,7 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
   decode::finish_block<T, HD, kG, kWarps, kLd>(p, sm_m, sm_l, sm_o, s, row, kvh, sub, split, ctx);
 }
 
-template <typename T, int HD, int kBps, bool kF16, bool kBulk = false, bool kLoadsOnly = false>
+template <typename T, int HD, int kBps, bool kF16, int kBulk = 0, bool kLoadsOnly = false>
 void launch(const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
   constexpr int bytes = Stage<HD, kBps, kBulk>::kBlockBytes;
   static std::atomic<uint64_t> raised{0};
@@ -463,9 +474,13 @@ void launch(const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t
 template <typename T, int HD>
 void launch_bps(int bps, bool f16, int mode, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
   if constexpr (HD == 128) {
-    if (mode == 1) return launch<T, HD, 4, true, true, false>(p, f, grid, stream);
-    if (mode == 2) return launch<T, HD, 4, true, false, true>(p, f, grid, stream);
-    if (mode == 3) return launch<T, HD, 4, true, true, true>(p, f, grid, stream);
+    if (mode == 1 && bps == 4) return launch<T, HD, 4, true, 1, false>(p, f, grid, stream);
+    if (mode == 1 && bps == 3) return launch<T, HD, 3, true, 1, false>(p, f, grid, stream);
+    if (mode == 1 && bps == 2) return launch<T, HD, 2, true, 1, false>(p, f, grid, stream);
+    if (mode == 4) return launch<T, HD, 4, true, 2, false>(p, f, grid, stream);
+    if (mode == 2) return launch<T, HD, 4, true, 0, true>(p, f, grid, stream);
+    if (mode == 3) return launch<T, HD, 4, true, 1, true>(p, f, grid, stream);
+    if (mode == 5) return launch<T, HD, 4, true, 2, true>(p, f, grid, stream);
   }
   if (mode != 0) throw std::invalid_argument("decode_attention_fp8: the bulk ring needs head_dim 128");
   if (!f16 && bps == 2) return launch<T, HD, 2, false>(p, f, grid, stream);

@@ -106,22 +106,38 @@ void kv_write_fp8(const QkvArgs& a, cudaStream_t stream);
 ///   11 copies, an mbarrier a stage) where every step is a 16-aligned page (paged blocks a multiple
 ///   of 16, head_dim 128, sm_90), else mma_async4f; ring_loads / bulk_loads: the two rings' loads
 ///   without the arithmetic (diagnostics: their output is not attention).
-enum class Fp8KvDecode { by_env, shift_mask, prmt, mma, mma2, mma_async, mma_async3, mma_async4, mma_async4f, mma_bulk, ring_loads, bulk_loads };
+/// mma_bulk3 / mma_bulk2: the same for 3 / 2 blocks an SM (4 / 6 stages); mma_bulkv: V's run in one
+///   copy as it lies (2 copies a step, V reads with bank conflicts); bulkv_loads its loads alone.
+enum class Fp8KvDecode {
+  by_env, shift_mask, prmt, mma, mma2, mma_async, mma_async3, mma_async4, mma_async4f,
+  mma_bulk, mma_bulk3, mma_bulk2, mma_bulkv, ring_loads, bulk_loads, bulkv_loads
+};
 /// Blocks an SM a cp.async-ring variant is built for (2, 3, 4), 0 for the others.
 inline int fp8_kv_ring_blocks(Fp8KvDecode v) {
   switch (v) {
-    case Fp8KvDecode::mma_async: return 2;
-    case Fp8KvDecode::mma_async3: return 3;
+    case Fp8KvDecode::mma_async:
+    case Fp8KvDecode::mma_bulk2: return 2;
+    case Fp8KvDecode::mma_async3:
+    case Fp8KvDecode::mma_bulk3: return 3;
     case Fp8KvDecode::mma_async4:
     case Fp8KvDecode::mma_async4f:
     case Fp8KvDecode::mma_bulk:
+    case Fp8KvDecode::mma_bulkv:
     case Fp8KvDecode::ring_loads:
-    case Fp8KvDecode::bulk_loads: return 4;
+    case Fp8KvDecode::bulk_loads:
+    case Fp8KvDecode::bulkv_loads: return 4;
     default: return 0;
   }
 }
 /// Whether a ring variant turns codes into f16 operands by cvt (mma_async4f).
-inline bool fp8_kv_f16(Fp8KvDecode v) { return fp8_kv_ring_blocks(v) == 4 && v != Fp8KvDecode::mma_async4; }
+inline bool fp8_kv_f16(Fp8KvDecode v) {
+  return fp8_kv_ring_blocks(v) > 0 && v != Fp8KvDecode::mma_async && v != Fp8KvDecode::mma_async3 && v != Fp8KvDecode::mma_async4;
+}
+/// Whether a variant fills its ring by bulk copies (a step a whole 16-aligned page).
+inline bool fp8_kv_bulk(Fp8KvDecode v) {
+  return v == Fp8KvDecode::mma_bulk || v == Fp8KvDecode::mma_bulk3 || v == Fp8KvDecode::mma_bulk2 ||
+         v == Fp8KvDecode::mma_bulkv || v == Fp8KvDecode::bulk_loads || v == Fp8KvDecode::bulkv_loads;
+}
 /// The default where SERVELAB_FP8KV_DECODE is unset: mma_async4f where the grid's blocks before
 /// any split (sequences × KV heads) fill 4 an SM, else mma2 (measured on the H200: the ring wins on
 /// large grids, mma2 where the split makes the grid: results/gpu/quant/README.md).

@@ -63,11 +63,11 @@ void bench_decode_attention_fp8(std::mt19937_64& rng, int n_sms, int64_t l2, dou
         fill_fp8_arena<<<2048, 256>>>(v8.get<uint8_t>(), pb.n_slots, lay, n_kv, rng());
         CUDA_CHECK_LAUNCH();
         // Columns: bf16 default, bf16 CUDA cores (GQA only), then the FP8 variants and cuts.
-        constexpr int kFp8 = 10, kCols = 2 + kFp8;
-        const Fp8KvDecode fv[kFp8] = {Fp8KvDecode::by_env,     Fp8KvDecode::mma2,        Fp8KvDecode::mma_async,
-                                      Fp8KvDecode::mma_async3, Fp8KvDecode::mma_async4,  Fp8KvDecode::mma_async4f,
-                                      Fp8KvDecode::mma_bulk,   Fp8KvDecode::ring_loads,  Fp8KvDecode::bulk_loads,
-                                      Fp8KvDecode::shift_mask};
+        constexpr int kFp8 = 11, kCols = 2 + kFp8;
+        const Fp8KvDecode fv[kFp8] = {Fp8KvDecode::by_env,    Fp8KvDecode::mma2,        Fp8KvDecode::mma_async4f,
+                                      Fp8KvDecode::mma_bulk,  Fp8KvDecode::mma_bulk3,   Fp8KvDecode::mma_bulk2,
+                                      Fp8KvDecode::mma_bulkv, Fp8KvDecode::ring_loads,  Fp8KvDecode::bulk_loads,
+                                      Fp8KvDecode::bulkv_loads, Fp8KvDecode::shift_mask};
         const SplitPolicy fsp[kFp8] = {};
         std::vector<std::vector<DecodeAttentionArgs>> args(kCols);
         for (int r = 0; r < pb.n_rot; ++r) {
@@ -113,9 +113,10 @@ void bench_decode_attention_fp8(std::mt19937_64& rng, int n_sms, int64_t l2, dou
         const std::string shape = "b" + std::to_string(batch) + " ctx" + std::to_string(ctx) + " gqa" + std::to_string(group);
         static const char* const kNames[kCols] = {
             "decode_attn_bf16kv",        "decode_attn_bf16kv_cudacore", "decode_attn_fp8kv",
-            "decode_attn_fp8kv_mma2",    "decode_attn_fp8kv_async",     "decode_attn_fp8kv_async3",
-            "decode_attn_fp8kv_async4",  "decode_attn_fp8kv_async4f",   "decode_attn_fp8kv_bulk",
-            "decode_attn_fp8kv_ring_loads", "decode_attn_fp8kv_bulk_loads", "decode_attn_fp8kv_cudacore"};
+            "decode_attn_fp8kv_mma2",    "decode_attn_fp8kv_async4f",   "decode_attn_fp8kv_bulk",
+            "decode_attn_fp8kv_bulk3",   "decode_attn_fp8kv_bulk2",     "decode_attn_fp8kv_bulkv",
+            "decode_attn_fp8kv_ring_loads", "decode_attn_fp8kv_bulk_loads", "decode_attn_fp8kv_bulkv_loads",
+            "decode_attn_fp8kv_cudacore"};
         double ms_of[kCols] = {};
         for (size_t k = 0; k < cols.size(); ++k) {
           const int c = cols[k];

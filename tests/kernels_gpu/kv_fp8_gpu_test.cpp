@@ -224,7 +224,8 @@ TEST_P(KvFp8Gpu, MmaDecodeMatchesReferenceAtBatches1To128) {
         const Fp8Batch f = quantized(testing::make_batch({ctx, std::vector<int>(batch, 1), 32, 32 / group, 128, kind, 16}, rng));
         const std::vector<float> ref = testing::reference_attention(f.ref);
         for (Fp8KvDecode v : {Fp8KvDecode::mma2, Fp8KvDecode::mma_async, Fp8KvDecode::mma_async3, Fp8KvDecode::mma_async4,
-                              Fp8KvDecode::mma_async4f, Fp8KvDecode::mma_bulk}) {
+                              Fp8KvDecode::mma_async4f, Fp8KvDecode::mma_bulk, Fp8KvDecode::mma_bulk3,
+                              Fp8KvDecode::mma_bulk2, Fp8KvDecode::mma_bulkv}) {
           DecodeSplit used;
           const std::vector<float> out = run_decode_fp8(t, f, SplitPolicy{}, &used, v);
           EXPECT_TRUE(used.tensor_cores);
@@ -292,16 +293,18 @@ TEST_P(KvFp8Gpu, BulkRingIgnoresThePageBeyondTheContext) {
             std::fill_n(arena->begin() + lay.scale_at(slot, h), 4, uint8_t(0xFF));
           }
       const std::vector<float> ref = testing::reference_attention(f.ref);
-      for (SplitPolicy split : {SplitPolicy{0}, SplitPolicy{32}, SplitPolicy{48}}) {
-        const std::vector<float> out = run_decode_fp8(t, f, split, nullptr, Fp8KvDecode::mma_bulk);
-        EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return std::isfinite(x); }))
-            << "group " << group << " block " << bs << " split " << split.fixed_split_len;
-        EXPECT_LT(testing::rel_error(out, ref), testing::tolerance(t))
-            << "group " << group << " block " << bs << " split " << split.fixed_split_len;
-        // The same bits as the cp.async ring on the clean arena (same arithmetic, same order).
-        EXPECT_EQ(out, run_decode_fp8(t, clean, split, nullptr, Fp8KvDecode::mma_async4f))
-            << "group " << group << " block " << bs << " split " << split.fixed_split_len;
-      }
+      for (Fp8KvDecode v : {Fp8KvDecode::mma_bulk, Fp8KvDecode::mma_bulk3, Fp8KvDecode::mma_bulk2, Fp8KvDecode::mma_bulkv})
+        for (SplitPolicy split : {SplitPolicy{0}, SplitPolicy{32}, SplitPolicy{48}}) {
+          const std::string what = "variant " + std::to_string(int(v)) + " group " + std::to_string(group) + " block " +
+                                   std::to_string(bs) + " split " + std::to_string(split.fixed_split_len);
+          const std::vector<float> out = run_decode_fp8(t, f, split, nullptr, v);
+          EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return std::isfinite(x); })) << what;
+          EXPECT_LT(testing::rel_error(out, ref), testing::tolerance(t)) << what;
+          // The same bits as the cp.async ring on the clean arena (same arithmetic, same order)
+          // where the cut is the same (a fixed split, or the ring's 4 blocks an SM).
+          if (split.fixed_split_len > 0 || fp8_kv_ring_blocks(v) == 4)
+            EXPECT_EQ(out, run_decode_fp8(t, clean, split, nullptr, Fp8KvDecode::mma_async4f)) << what;
+        }
     }
 }
 
