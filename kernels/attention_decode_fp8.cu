@@ -225,39 +225,44 @@ void launch_hd(int hd, const decode::Params& p, const Fp8Layout& f, int g_bucket
 
 }  // namespace decode_fp8_detail
 
-Fp8KvDecode fp8_kv_decode_by_shape(int n_seqs, int n_kv_heads, int n_sms) {
-  return int64_t(n_seqs) * n_kv_heads >= 4 * int64_t(n_sms) ? Fp8KvDecode::mma_async4f : Fp8KvDecode::mma2;
+Fp8KvDecode fp8_kv_decode_by_shape(int n_seqs, int n_kv_heads, int max_context, int n_sms, bool bulk_fits) {
+  const int64_t pairs = int64_t(n_seqs) * n_kv_heads;
+  if (bulk_fits) return pairs * ((std::max(max_context, 1) + 1023) / 1024) >= 3 * int64_t(n_sms) ? Fp8KvDecode::mma_bulk : Fp8KvDecode::mma2;
+  return pairs >= 4 * int64_t(n_sms) ? Fp8KvDecode::mma_async4f : Fp8KvDecode::mma2;
 }
 
+namespace {
+/// Whether mma_bulk's condition holds: every step a whole 16-aligned page (paged blocks a multiple
+/// of 16; split lengths are multiples of 16), head_dim 128, and sm_90's bulk copies.
+bool fp8_kv_bulk_fits(const DecodeAttentionArgs& a) {
+  if (a.kv.kind != KvLayoutKind::paged || a.kv.block_size % 16 != 0 || a.shape.head_dim != 128) return false;
+  int device = 0, major = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major >= 9;
+}
+}  // namespace
+
 Fp8KvDecode resolve_fp8_kv_decode(const DecodeAttentionArgs& a, int n_sms, Fp8KvDecode variant) {
+  const bool bulk_fits = fp8_kv_bulk_fits(a);
   if (variant == Fp8KvDecode::by_env) {
     const char* e = std::getenv("SERVELAB_FP8KV_DECODE");
     const std::string v = e ? e : "";
-    variant = v == "shift_mask"  ? Fp8KvDecode::shift_mask
-              : v == "prmt"      ? Fp8KvDecode::prmt
-              : v == "mma"       ? Fp8KvDecode::mma
-              : v == "mma_async" ? Fp8KvDecode::mma_async
-              : v == "mma_async3" ? Fp8KvDecode::mma_async3
-              : v == "mma_async4" ? Fp8KvDecode::mma_async4
+    variant = v == "shift_mask"    ? Fp8KvDecode::shift_mask
+              : v == "prmt"        ? Fp8KvDecode::prmt
+              : v == "mma"         ? Fp8KvDecode::mma
+              : v == "mma_async"   ? Fp8KvDecode::mma_async
+              : v == "mma_async3"  ? Fp8KvDecode::mma_async3
+              : v == "mma_async4"  ? Fp8KvDecode::mma_async4
               : v == "mma_async4f" ? Fp8KvDecode::mma_async4f
-              : v == "mma_bulk" ? Fp8KvDecode::mma_bulk
-              : v == "mma_bulk3" ? Fp8KvDecode::mma_bulk3
-              : v == "mma_bulk2" ? Fp8KvDecode::mma_bulk2
-              : v == "mma2"      ? Fp8KvDecode::mma2
-                                 : fp8_kv_decode_by_shape(a.n_seqs, a.shape.n_kv_heads, n_sms);
+              : v == "mma_bulk"    ? Fp8KvDecode::mma_bulk
+              : v == "mma2"        ? Fp8KvDecode::mma2
+                                   : fp8_kv_decode_by_shape(a.n_seqs, a.shape.n_kv_heads, a.max_context, n_sms, bulk_fits);
   }
   const bool mma_fits = (a.shape.head_dim == 64 || a.shape.head_dim == 128) && a.shape.n_slots < (int64_t(1) << 31);
   const bool tc = variant == Fp8KvDecode::mma || variant == Fp8KvDecode::mma2 || fp8_kv_ring_blocks(variant) > 0;
   if (tc && !mma_fits) return Fp8KvDecode::shift_mask;
-  if (fp8_kv_bulk(variant)) {
-    // Every step a whole page: paged blocks a multiple of 16 (split lengths are multiples of 16),
-    // head_dim 128, and the bulk copies of sm_90.
-    int device = 0, major = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    const bool pages = a.kv.kind == KvLayoutKind::paged && a.kv.block_size % 16 == 0;
-    if (!pages || a.shape.head_dim != 128 || major < 9) return Fp8KvDecode::mma_async4f;
-  }
+  if (variant == Fp8KvDecode::mma_bulk && !bulk_fits) return Fp8KvDecode::mma_async4f;
   return variant;
 }
 
@@ -341,13 +346,7 @@ void decode_attention_fp8(const DecodeAttentionArgs& a, cudaStream_t stream, Fp8
   const Fp8Layout f = Fp8KvLayout::of(a.shape.n_kv_heads, hd);
   if (fp8_kv_ring_blocks(variant) > 0)
     decode_fp8::launch_decode_fp8_async(a.dtype, hd, fp8_kv_ring_blocks(variant), fp8_kv_f16(variant),
-                                        variant == Fp8KvDecode::mma_bulkv     ? 4
-                                        : variant == Fp8KvDecode::bulkv_loads ? 5
-                                        : variant == Fp8KvDecode::ring_loads  ? 2
-                                        : variant == Fp8KvDecode::bulk_loads  ? 3
-                                        : fp8_kv_bulk(variant)                ? 1
-                                                                              : 0,
-                                        p, f, grid, stream);
+                                        variant == Fp8KvDecode::mma_bulk, p, f, grid, stream);
   else if (split.tensor_cores)
     decode_fp8::launch_decode_fp8_mma(a.dtype, hd, variant == Fp8KvDecode::mma2 ? decode_fp8::kMmaStepsNarrow
                                                                                  : decode_fp8::kMmaStepsWide,

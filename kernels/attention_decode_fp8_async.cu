@@ -14,6 +14,17 @@
 // a K read (lane (g, i) at row g, chunk i + 4v) puts rows 2p and 2p + 1 in opposite bank halves; a
 // V read (rows 2i.., chunk g) spreads rows 0, 2, 4, 6 over the 8 bank quarters. The copies: 16-byte
 // cp.async.cg chunks, a row's HD/16 chunks by consecutive lanes, the scales by 4-byte cp.async.ca.
+//
+// kBulk (Fp8KvDecode::mma_bulk, head_dim 128, sm_90): where every step is a whole 16-aligned page,
+// lane 0 fills a stage with two bulk copies (cp.async.bulk, counted by the stage's mbarrier): the
+// head's K run and V run of the page as they lie (16 rows of codes, then their 16 scales: 2,112
+// bytes each), so the stage is unswizzled. K reads stay conflict-free (odd rows read their two
+// chunks in the other order); V reads meet 4-way bank conflicts. On an H200 (2026-12-03,
+// results/gpu/quant/h200-2026-12-03-fp8kv-bulk/) this read 0.04-0.13 of the copy more than the
+// cp.async ring from batch 32, and beat a padded V layout of 11 copies a step (pairs of rows 32
+// bytes apart, conflict-free: 0.04 slower to 0.01 faster); at GQA 1 from batch 32 the ring's loads
+// alone (no arithmetic) read 0.73-0.84 of the copy, the two bulk copies' 0.83-0.90. Rows past the split's end are zeroed in the
+// stage after the copy lands (the page holds other tokens' or stale bytes there, NaN codes included).
 #include <atomic>
 #include <stdexcept>
 #include <string>
@@ -37,16 +48,13 @@ constexpr int kSmemPerSm = 228 * 1024, kSmemPerBlock = 1024;  // sm_90: shared m
 
 /// A warp's ring: kStages one-step stages, as many as fit kBps blocks an SM (the block's output
 /// tile reuses the ring's memory after the loop).
-template <int HD, int kBps, int kBulk = 0>
+template <int HD, int kBps, bool kBulk = false>
 struct Stage {
   static constexpr int kKBytes = 16 * HD, kVBytes = 16 * HD;
-  // kBulk: the K run as it lies in the page (16 rows, then 16 scales), then V as 8 pairs of rows
-  // each followed by 32 bytes (V scales 0-7 in pair 0's, 8-15 in pair 1's): rows 2p, 2p + 1 at
-  // p · (2 HD + 32), so a V read (rows 2i.., chunk g) spreads over the 8 bank quarters unswizzled.
-  static constexpr int kKRun = 16 * (HD + 4), kVPair = 2 * HD + 32, kVAt = kKRun;
-  static constexpr int kTx = 16 * (HD + 4) * 2;  // bytes a step's bulk copies bring
-  // kBulk 2: V's run as it lies too (two copies a step; V reads 4-way bank conflicts).
-  static constexpr int kBytes = kBulk == 1 ? kKRun + 8 * kVPair : kBulk == 2 ? 2 * kKRun : kKBytes + kVBytes + 16 * 8;
+  // kBulk: the K run and the V run as they lie in the page (16 rows, then their 16 scales), one
+  // bulk copy each.
+  static constexpr int kKRun = 16 * (HD + 4), kVAt = kKRun;
+  static constexpr int kBytes = kBulk ? 2 * kKRun : kKBytes + kVBytes + 16 * 8;
   static constexpr int kStatic = 4096;  // the static shared memory (sm_m, sm_l, finish_block: 2.5 KB) and slack
   static constexpr int kFit = (kSmemPerSm / kBps - kSmemPerBlock - kStatic) / ((kThreads / 32) * kBytes);
   static constexpr int kStages = kFit > 8 ? 8 : kFit;
@@ -122,7 +130,7 @@ __device__ __forceinline__ void bar_wait(uint32_t bar, int parity) {
 /// the codes to f16 by cvt.rn.f16x2.e4m3x2 (exact), Q in f16 times a power of two that puts its
 /// largest value in [2^13, 2^14), P in f16 (the softmax weight times the position's V scale over the
 /// largest V scale of the warp's first step, at most 65504).
-template <typename T, int HD, int kBps, bool kF16, int kBulk, bool kLoadsOnly>
+template <typename T, int HD, int kBps, bool kF16, bool kBulk>
 __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const decode::Params p, const Fp8Layout f) {
   using S = Stage<HD, kBps, kBulk>;
   static_assert(!kBulk || HD == 128, "the bulk ring is built for head_dim 128");
@@ -250,16 +258,9 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
       if (live && lane == 0) {
         const uint32_t bar = wbar + 8 * (k % kStages);
         const int64_t at = f.codes_at(first, kvh);
-        bar_expect(bar, S::kTx);
+        bar_expect(bar, 2 * S::kKRun);
         bulk_g2s(s0, kbase + at, S::kKRun, bar);
-        if constexpr (kBulk == 2) {
-          bulk_g2s(s0 + S::kVAt, vbase + at, S::kKRun, bar);
-        } else {
-#pragma unroll
-          for (int q = 0; q < 8; ++q) bulk_g2s(s0 + S::kVAt + q * S::kVPair, vbase + at + q * 2 * HD, 2 * HD, bar);
-          bulk_g2s(s0 + S::kVAt + 2 * HD, vbase + at + 16 * HD, 32, bar);
-          bulk_g2s(s0 + S::kVAt + S::kVPair + 2 * HD, vbase + at + 16 * HD + 32, 32, bar);
-        }
+        bulk_g2s(s0 + S::kVAt, vbase + at, S::kKRun, bar);
       }
       (void)t0;
       return;
@@ -304,16 +305,10 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
     const int t0 = step_pos(k);
     unsigned char* sb = wbase + (k % kStages) * S::kBytes;
     // V row r's chunk c (16 bytes) and V scale of position t in this stage.
-    auto v_at = [&](int r, int c) {
-      return kBulk == 1   ? S::kVAt + (r >> 1) * S::kVPair + (r & 1) * HD + c * 16
-             : kBulk == 2 ? S::kVAt + r * HD + c * 16
-                          : S::kKBytes + v_chunk<HD>(r, c);
-    };
-    auto v_scale_at = [&](int t) {
-      return kBulk == 1   ? S::kVAt + (t >> 3) * S::kVPair + 2 * HD + (t & 7) * 4
-             : kBulk == 2 ? S::kVAt + 16 * HD + t * 4
-                          : S::kKBytes + S::kVBytes + 64 + t * 4;
-    };
+    // kBulk: V rows unswizzled, so a V read (rows 2i.., chunk g) meets 4-way bank conflicts;
+    // measured cheaper than the 11 copies a step that padded pairs of rows took (below).
+    auto v_at = [&](int r, int c) { return kBulk ? S::kVAt + r * HD + c * 16 : S::kKBytes + v_chunk<HD>(r, c); };
+    auto v_scale_at = [&](int t) { return kBulk ? S::kVAt + 16 * HD + t * 4 : S::kKBytes + S::kVBytes + 64 + t * 4; };
     auto v_scale = [&](int t) { return *reinterpret_cast<const float*>(sb + v_scale_at(t)); };
     if constexpr (kBulk) {
       bar_wait(wbar + 8 * (k % kStages), (k / kStages) & 1);
@@ -328,11 +323,6 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
       __syncwarp();                  // and every lane's
     }
     const float* ksc = reinterpret_cast<const float*>(sb + (kBulk ? 16 * HD : S::kKBytes + S::kVBytes));
-    if (kLoadsOnly && t0 < t_end) {  // diagnostic: the ring's loads without the arithmetic (always true)
-      acc[0][0] += ksc[lane & 15] + v_scale(lane & 15);
-      __syncwarp();
-      continue;
-    }
 
     // S = Q·Kᵀ: sc[tt][0..1] = head g × positions 8tt + 2i, 8tt + 2i + 1 (c2, c3: the zero rows).
     float sc[2][4];
@@ -459,30 +449,23 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
   decode::finish_block<T, HD, kG, kWarps, kLd>(p, sm_m, sm_l, sm_o, s, row, kvh, sub, split, ctx);
 }
 
-template <typename T, int HD, int kBps, bool kF16, int kBulk = 0, bool kLoadsOnly = false>
+template <typename T, int HD, int kBps, bool kF16, bool kBulk = false>
 void launch(const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
   constexpr int bytes = Stage<HD, kBps, kBulk>::kBlockBytes;
   static std::atomic<uint64_t> raised{0};
   once_per_device(raised, [] {
-    CUDA_CHECK(cudaFuncSetAttribute(decode_fp8_async_kernel<T, HD, kBps, kF16, kBulk, kLoadsOnly>,
+    CUDA_CHECK(cudaFuncSetAttribute(decode_fp8_async_kernel<T, HD, kBps, kF16, kBulk>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   });
-  decode_fp8_async_kernel<T, HD, kBps, kF16, kBulk, kLoadsOnly><<<grid, kThreads, bytes, stream>>>(p, f);
+  decode_fp8_async_kernel<T, HD, kBps, kF16, kBulk><<<grid, kThreads, bytes, stream>>>(p, f);
   CUDA_CHECK_LAUNCH();
 }
 
 template <typename T, int HD>
-void launch_bps(int bps, bool f16, int mode, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
-  if constexpr (HD == 128) {
-    if (mode == 1 && bps == 4) return launch<T, HD, 4, true, 1, false>(p, f, grid, stream);
-    if (mode == 1 && bps == 3) return launch<T, HD, 3, true, 1, false>(p, f, grid, stream);
-    if (mode == 1 && bps == 2) return launch<T, HD, 2, true, 1, false>(p, f, grid, stream);
-    if (mode == 4) return launch<T, HD, 4, true, 2, false>(p, f, grid, stream);
-    if (mode == 2) return launch<T, HD, 4, true, 0, true>(p, f, grid, stream);
-    if (mode == 3) return launch<T, HD, 4, true, 1, true>(p, f, grid, stream);
-    if (mode == 5) return launch<T, HD, 4, true, 2, true>(p, f, grid, stream);
-  }
-  if (mode != 0) throw std::invalid_argument("decode_attention_fp8: the bulk ring needs head_dim 128");
+void launch_bps(int bps, bool f16, bool bulk, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
+  if constexpr (HD == 128)
+    if (bulk && f16 && bps == 4) return launch<T, HD, 4, true, true>(p, f, grid, stream);
+  if (bulk) throw std::invalid_argument("decode_attention_fp8: the bulk ring is built for head_dim 128, f16, 4 blocks an SM");
   if (!f16 && bps == 2) return launch<T, HD, 2, false>(p, f, grid, stream);
   if (!f16 && bps == 3) return launch<T, HD, 3, false>(p, f, grid, stream);
   if (!f16 && bps == 4) return launch<T, HD, 4, false>(p, f, grid, stream);
@@ -492,19 +475,19 @@ void launch_bps(int bps, bool f16, int mode, const decode::Params& p, const Fp8L
 }
 
 template <typename T>
-void launch_hd(int hd, int bps, bool f16, int mode, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
-  if (hd == 64) return launch_bps<T, 64>(bps, f16, mode, p, f, grid, stream);
-  if (hd == 128) return launch_bps<T, 128>(bps, f16, mode, p, f, grid, stream);
+void launch_hd(int hd, int bps, bool f16, bool bulk, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
+  if (hd == 64) return launch_bps<T, 64>(bps, f16, bulk, p, f, grid, stream);
+  if (hd == 128) return launch_bps<T, 128>(bps, f16, bulk, p, f, grid, stream);
   throw std::invalid_argument("decode_attention_fp8: tensor cores need head_dim 64 or 128 (got " + std::to_string(hd) + ")");
 }
 
 }  // namespace async_detail
 
-void launch_decode_fp8_async(ScalarType dtype, int head_dim, int blocks_per_sm, bool f16, int mode, const decode::Params& p,
+void launch_decode_fp8_async(ScalarType dtype, int head_dim, int blocks_per_sm, bool f16, bool bulk, const decode::Params& p,
                              const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
   using namespace async_detail;
-  SERVELAB_DISPATCH_16(dtype, (launch_hd<__nv_bfloat16>(head_dim, blocks_per_sm, f16, mode, p, f, grid, stream)),
-                       (launch_hd<__half>(head_dim, blocks_per_sm, f16, mode, p, f, grid, stream)));
+  SERVELAB_DISPATCH_16(dtype, (launch_hd<__nv_bfloat16>(head_dim, blocks_per_sm, f16, bulk, p, f, grid, stream)),
+                       (launch_hd<__half>(head_dim, blocks_per_sm, f16, bulk, p, f, grid, stream)));
 }
 
 }  // namespace servelab::kernels::decode_fp8

@@ -100,48 +100,31 @@ void kv_write_fp8(const QkvArgs& a, cudaStream_t stream);
 /// - shift_mask / prmt: the CUDA-core kernel (attention_decode_fp8.cu), codes to fp32 by two
 ///   shifts and two masks a code, or by a byte permute, an arithmetic shift and one mask (the same
 ///   bits either way);
-/// by_env: SERVELAB_FP8KV_DECODE=mma2|mma|mma_async|mma_async3|mma_async4|mma_async4f|shift_mask|prmt,
-/// else by shape (fp8_kv_decode_by_shape).
-/// - mma_bulk: mma_async4f with each step's page brought by bulk copies (cp.async.bulk: one lane,
-///   11 copies, an mbarrier a stage) where every step is a 16-aligned page (paged blocks a multiple
-///   of 16, head_dim 128, sm_90), else mma_async4f; ring_loads / bulk_loads: the two rings' loads
-///   without the arithmetic (diagnostics: their output is not attention).
-/// mma_bulk3 / mma_bulk2: the same for 3 / 2 blocks an SM (4 / 6 stages); mma_bulkv: V's run in one
-///   copy as it lies (2 copies a step, V reads with bank conflicts); bulkv_loads its loads alone.
-enum class Fp8KvDecode {
-  by_env, shift_mask, prmt, mma, mma2, mma_async, mma_async3, mma_async4, mma_async4f,
-  mma_bulk, mma_bulk3, mma_bulk2, mma_bulkv, ring_loads, bulk_loads, bulkv_loads
-};
+/// - mma_bulk: mma_async4f with each step's page brought by two bulk copies (cp.async.bulk from one
+///   lane: the head's K run and V run of the page, codes then scales, as they lie; an mbarrier a
+///   stage) where every step is a 16-aligned page (paged blocks a multiple of 16, head_dim 128,
+///   sm_90), else mma_async4f;
+/// by_env: SERVELAB_FP8KV_DECODE=<any name above but by_env>, else by shape (fp8_kv_decode_by_shape).
+enum class Fp8KvDecode { by_env, shift_mask, prmt, mma, mma2, mma_async, mma_async3, mma_async4, mma_async4f, mma_bulk };
 /// Blocks an SM a cp.async-ring variant is built for (2, 3, 4), 0 for the others.
 inline int fp8_kv_ring_blocks(Fp8KvDecode v) {
   switch (v) {
-    case Fp8KvDecode::mma_async:
-    case Fp8KvDecode::mma_bulk2: return 2;
-    case Fp8KvDecode::mma_async3:
-    case Fp8KvDecode::mma_bulk3: return 3;
+    case Fp8KvDecode::mma_async: return 2;
+    case Fp8KvDecode::mma_async3: return 3;
     case Fp8KvDecode::mma_async4:
     case Fp8KvDecode::mma_async4f:
-    case Fp8KvDecode::mma_bulk:
-    case Fp8KvDecode::mma_bulkv:
-    case Fp8KvDecode::ring_loads:
-    case Fp8KvDecode::bulk_loads:
-    case Fp8KvDecode::bulkv_loads: return 4;
+    case Fp8KvDecode::mma_bulk: return 4;
     default: return 0;
   }
 }
 /// Whether a ring variant turns codes into f16 operands by cvt (mma_async4f).
-inline bool fp8_kv_f16(Fp8KvDecode v) {
-  return fp8_kv_ring_blocks(v) > 0 && v != Fp8KvDecode::mma_async && v != Fp8KvDecode::mma_async3 && v != Fp8KvDecode::mma_async4;
-}
-/// Whether a variant fills its ring by bulk copies (a step a whole 16-aligned page).
-inline bool fp8_kv_bulk(Fp8KvDecode v) {
-  return v == Fp8KvDecode::mma_bulk || v == Fp8KvDecode::mma_bulk3 || v == Fp8KvDecode::mma_bulk2 ||
-         v == Fp8KvDecode::mma_bulkv || v == Fp8KvDecode::bulk_loads || v == Fp8KvDecode::bulkv_loads;
-}
-/// The default where SERVELAB_FP8KV_DECODE is unset: mma_async4f where the grid's blocks before
-/// any split (sequences × KV heads) fill 4 an SM, else mma2 (measured on the H200: the ring wins on
-/// large grids, mma2 where the split makes the grid: results/gpu/quant/README.md).
-Fp8KvDecode fp8_kv_decode_by_shape(int n_seqs, int n_kv_heads, int n_sms);
+inline bool fp8_kv_f16(Fp8KvDecode v) { return v == Fp8KvDecode::mma_async4f || v == Fp8KvDecode::mma_bulk; }
+/// The default where SERVELAB_FP8KV_DECODE is unset. Where mma_bulk fits (bulk_fits: paged blocks a
+/// multiple of 16, head_dim 128, sm_90): mma_bulk where sequences × KV heads × ceil(max_context /
+/// 1024) >= 3 × SMs, else mma2. Elsewhere: mma_async4f where sequences × KV heads >= 4 × SMs, else
+/// mma2. Measured on the H200 (results/gpu/quant/README.md): the rings win where their blocks fill
+/// the SMs with long runs of pages, mma2 where short contexts and few sequences make a small grid.
+Fp8KvDecode fp8_kv_decode_by_shape(int n_seqs, int n_kv_heads, int max_context, int n_sms, bool bulk_fits);
 /// The variant decode_attention_fp8 runs for these arguments on n_sms SMs (by_env read, else by
 /// shape; mma on a head_dim it does not build replaced by shift_mask).
 Fp8KvDecode resolve_fp8_kv_decode(const DecodeAttentionArgs& a, int n_sms, Fp8KvDecode variant);

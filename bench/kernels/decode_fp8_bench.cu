@@ -5,9 +5,10 @@
 // codes and scales, 132 bytes a row; bf16: 256) plus q and out, against the copy ceiling; bf16
 // is timed with its default kernel (tensor cores for GQA >= 2) and, for GQA >= 2, its CUDA-core
 // kernel; FP8 with the Fp8KvDecode variants, each with its own split and workspace: the default
-// (by_env unset: by shape), mma2 (tensor cores, registers, 2 steps a pass), mma_async / mma_async3 /
-// mma_async4 (a ring of cp.async stages a warp, for 2 / 3 / 4 blocks an SM), mma_async4f
-// (mma_async4 with the codes to f16 by cvt), shift_mask (CUDA cores; prmt gives the same bits and
+// (by_env unset: by shape), mma2 (tensor cores, registers, 2 steps a pass), mma_async4 (a ring
+// of cp.async stages a warp, 4 blocks an SM; mma_async and mma_async3, for 2 and 3, are not timed
+// since 2026-12-03), mma_async4f (mma_async4 with the codes to f16 by cvt), mma_bulk (mma_async4f
+// with each stage filled by two bulk copies), shift_mask (CUDA cores; prmt gives the same bits and
 // measured the same time, 0.94-1.03x, results/gpu/quant/h200-2026-11-29-9ab3082-fp8kv2). The FP8 arena holds valid random codes (no NaN) and
 // positive scales; `--only "b32 ctx4096 gqa1"` times that shape alone (for a profiler). The kernels' numerics are tested in tests/kernels_gpu/kv_fp8_gpu_test.cpp.
 #include <cstdio>
@@ -63,11 +64,9 @@ void bench_decode_attention_fp8(std::mt19937_64& rng, int n_sms, int64_t l2, dou
         fill_fp8_arena<<<2048, 256>>>(v8.get<uint8_t>(), pb.n_slots, lay, n_kv, rng());
         CUDA_CHECK_LAUNCH();
         // Columns: bf16 default, bf16 CUDA cores (GQA only), then the FP8 variants and cuts.
-        constexpr int kFp8 = 11, kCols = 2 + kFp8;
-        const Fp8KvDecode fv[kFp8] = {Fp8KvDecode::by_env,    Fp8KvDecode::mma2,        Fp8KvDecode::mma_async4f,
-                                      Fp8KvDecode::mma_bulk,  Fp8KvDecode::mma_bulk3,   Fp8KvDecode::mma_bulk2,
-                                      Fp8KvDecode::mma_bulkv, Fp8KvDecode::ring_loads,  Fp8KvDecode::bulk_loads,
-                                      Fp8KvDecode::bulkv_loads, Fp8KvDecode::shift_mask};
+        constexpr int kFp8 = 6, kCols = 2 + kFp8;
+        const Fp8KvDecode fv[kFp8] = {Fp8KvDecode::by_env,      Fp8KvDecode::mma2,     Fp8KvDecode::mma_async4,
+                                      Fp8KvDecode::mma_async4f, Fp8KvDecode::mma_bulk, Fp8KvDecode::shift_mask};
         const SplitPolicy fsp[kFp8] = {};
         std::vector<std::vector<DecodeAttentionArgs>> args(kCols);
         for (int r = 0; r < pb.n_rot; ++r) {
@@ -113,10 +112,8 @@ void bench_decode_attention_fp8(std::mt19937_64& rng, int n_sms, int64_t l2, dou
         const std::string shape = "b" + std::to_string(batch) + " ctx" + std::to_string(ctx) + " gqa" + std::to_string(group);
         static const char* const kNames[kCols] = {
             "decode_attn_bf16kv",        "decode_attn_bf16kv_cudacore", "decode_attn_fp8kv",
-            "decode_attn_fp8kv_mma2",    "decode_attn_fp8kv_async4f",   "decode_attn_fp8kv_bulk",
-            "decode_attn_fp8kv_bulk3",   "decode_attn_fp8kv_bulk2",     "decode_attn_fp8kv_bulkv",
-            "decode_attn_fp8kv_ring_loads", "decode_attn_fp8kv_bulk_loads", "decode_attn_fp8kv_bulkv_loads",
-            "decode_attn_fp8kv_cudacore"};
+            "decode_attn_fp8kv_mma2",    "decode_attn_fp8kv_async4",    "decode_attn_fp8kv_async4f",
+            "decode_attn_fp8kv_bulk",    "decode_attn_fp8kv_cudacore"};
         double ms_of[kCols] = {};
         for (size_t k = 0; k < cols.size(); ++k) {
           const int c = cols[k];
