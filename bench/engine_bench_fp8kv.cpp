@@ -36,15 +36,20 @@ std::vector<BenchFigure> run_fp8kv_bench(const Fp8KvBenchOptions& o) {
                 f.ratio ? (" (" + std::to_string(*f.ratio) + " of " + f.peer + ")").c_str() : "");
     out.push_back(std::move(f));
   };
-  // bf16 KV, then fp8 KV with decode_attention_fp8's tensor-core kernel (the default) and its
-  // CUDA-core one (kernels/kv_fp8.h: SERVELAB_FP8KV_DECODE, read at every launch, so each
-  // backend's graphs capture its own).
+  // bf16 KV, then fp8 KV with decode_attention_fp8's default (by shape, or the caller's
+  // SERVELAB_FP8KV_DECODE) and its CUDA-core kernel (kernels/kv_fp8.h: SERVELAB_FP8KV_DECODE, read
+  // at every launch, so each backend's graphs capture their own). Until 2026-12-03 the "fp8 KV"
+  // column pinned mma2 here, whatever the default was.
   const char* labels[] = {"bf16 KV", "fp8 KV", "fp8 KV cudacore"};
+  const char* user_env = std::getenv("SERVELAB_FP8KV_DECODE");
+  const std::string user = user_env ? user_env : "";
   std::vector<std::vector<double>> ms(3);
   for (int f = 0; f < 3; ++f) {
     CudaBackendOptions opts;
     opts.kv_cache_dtype = f == 0 ? KvCacheDType::auto_dtype : KvCacheDType::fp8;
-    setenv("SERVELAB_FP8KV_DECODE", f == 2 ? "shift_mask" : "mma2", 1);
+    if (f == 2) setenv("SERVELAB_FP8KV_DECODE", "shift_mask", 1);
+    else if (!user.empty()) setenv("SERVELAB_FP8KV_DECODE", user.c_str(), 1);
+    else unsetenv("SERVELAB_FP8KV_DECODE");
     std::unique_ptr<CudaBackend> backend = CudaBackend::random(model, 1, opts);
     const std::string label = labels[f];
     add({"kv_bytes_per_slot", label, "bytes", "", double(backend->kv_bytes_per_slot()), std::nullopt});
@@ -56,7 +61,8 @@ std::vector<BenchFigure> run_fp8kv_bench(const Fp8KvBenchOptions& o) {
       add({"kv_step_ms", p.name + " [" + label + "]", "ms", "", ms[f].back(), std::nullopt});
     }
   }
-  unsetenv("SERVELAB_FP8KV_DECODE");
+  if (!user.empty()) setenv("SERVELAB_FP8KV_DECODE", user.c_str(), 1);
+  else unsetenv("SERVELAB_FP8KV_DECODE");
   for (int f = 1; f < 3; ++f)
     for (size_t i = 0; i < points.size(); ++i)
       add({"kv_step_vs_bf16", points[i].name + " [" + labels[f] + "]", "x", "bf16 KV step", ms[f][i] / ms[0][i],
