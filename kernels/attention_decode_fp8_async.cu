@@ -23,8 +23,9 @@
 // results/gpu/quant/h200-2026-12-03-fp8kv-bulk/) this read 0.04-0.13 of the copy more than the
 // cp.async ring from batch 32, and beat a padded V layout of 11 copies a step (pairs of rows 32
 // bytes apart, conflict-free: 0.04 slower to 0.01 faster); at GQA 1 from batch 32 the ring's loads
-// alone (no arithmetic) read 0.73-0.84 of the copy, the two bulk copies' 0.83-0.90. Rows past the split's end are zeroed in the
-// stage after the copy lands (the page holds other tokens' or stale bytes there, NaN codes included).
+// alone (no arithmetic) read 0.73-0.84 of the copy, the two bulk copies' 0.83-0.90. Rows past the
+// split's end are zeroed in the stage after the copy lands (the page holds other tokens' or stale
+// bytes there, NaN codes included).
 #include <atomic>
 #include <stdexcept>
 #include <string>
@@ -237,8 +238,6 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
   const char* vbase = static_cast<const char*>(p.v_cache);
   unsigned char* wbase = stage_smem + warp * S::kWarpBytes;
   const uint32_t wsm = smem_u32(wbase);
-  // The cp.asyncs of step k into its stage (slot: this lane's lookup of it; rows past the split
-  // or past the warp's steps zero-filled).
   const uint32_t wbar = smem_u32(&bars[warp][0]);
   if constexpr (kBulk) {
     if (lane == 0) {
@@ -249,6 +248,8 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
     }
     __syncwarp();
   }
+  // The copies of step k into its stage (slot: this lane's lookup of it; cp.async: rows past the
+  // split or past the warp's steps zero-filled).
   auto issue = [&](int k, int slot_l) {
     const uint32_t s0 = wsm + (k % kStages) * S::kBytes;
     const int t0 = step_pos(k);
@@ -262,7 +263,6 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
         bulk_g2s(s0, kbase + at, S::kKRun, bar);
         bulk_g2s(s0 + S::kVAt, vbase + at, S::kKRun, bar);
       }
-      (void)t0;
       return;
     }
     // A whole page in slot order (paged blocks of 16 or more, a step on a block boundary): the
@@ -306,7 +306,7 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
     unsigned char* sb = wbase + (k % kStages) * S::kBytes;
     // V row r's chunk c (16 bytes) and V scale of position t in this stage.
     // kBulk: V rows unswizzled, so a V read (rows 2i.., chunk g) meets 4-way bank conflicts;
-    // measured cheaper than the 11 copies a step that padded pairs of rows took (below).
+    // measured cheaper than the 11 copies a step that padded pairs of rows took (the header).
     auto v_at = [&](int r, int c) { return kBulk ? S::kVAt + r * HD + c * 16 : S::kKBytes + v_chunk<HD>(r, c); };
     auto v_scale_at = [&](int t) { return kBulk ? S::kVAt + 16 * HD + t * 4 : S::kKBytes + S::kVBytes + 64 + t * 4; };
     auto v_scale = [&](int t) { return *reinterpret_cast<const float*>(sb + v_scale_at(t)); };
