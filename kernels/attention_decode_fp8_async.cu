@@ -33,6 +33,7 @@
 
 #include "kernels/attention_decode_fp8.cuh"
 #include "kernels/attention_decode_mma.cuh"
+#include "kernels/bulk_copy.cuh"
 #include "kernels/common.cuh"
 #include "kernels/mma_util.cuh"
 #include "kernels/per_device.h"
@@ -91,41 +92,12 @@ __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool va
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 4 : 0));
 }
 
-// The bulk ring (kBulk, sm_90): one lane's bulk copies a step, counted by the stage's mbarrier.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define SERVELAB_FP8KV_BULK 1
-#else
-#define SERVELAB_FP8KV_BULK 0
-#endif
-__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-#if SERVELAB_FP8KV_BULK
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-#else
-  __trap();
-#endif
-}
-__device__ __forceinline__ void bar_init(uint32_t bar) {
-#if SERVELAB_FP8KV_BULK
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
-#endif
-}
-__device__ __forceinline__ void bar_expect(uint32_t bar, uint32_t tx) {
-#if SERVELAB_FP8KV_BULK
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(tx) : "memory");
-#endif
-}
-__device__ __forceinline__ void bar_wait(uint32_t bar, int parity) {
-#if SERVELAB_FP8KV_BULK
-  asm volatile(
-      "{\n.reg .pred P1;\nWAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
-      "@!P1 bra WAIT;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-#endif
-}
+// The bulk ring (kBulk, sm_90): one lane's bulk copies a step, counted by the stage's mbarrier
+// (kernels/bulk_copy.cuh).
+using bulk::bar_expect;
+using bulk::bar_init;
+using bulk::bar_wait;
+using bulk::bulk_g2s;
 
 /// kF16 false: every code to bf16 by masks and shifts (value · 2^-120; Q · 2^60, P · 2^90); true:
 /// the codes to f16 by cvt.rn.f16x2.e4m3x2 (exact), Q in f16 times a power of two that puts its
@@ -242,9 +214,7 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
   if constexpr (kBulk) {
     if (lane == 0) {
       for (int st = 0; st < kStages; ++st) bar_init(wbar + 8 * st);
-#if SERVELAB_FP8KV_BULK
-      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#endif
+      bulk::bar_init_fence();
     }
     __syncwarp();
   }

@@ -4,13 +4,19 @@
 // of the block's slice in turn; sums in a fixed order, so a row's bits do not depend on M), with
 // a warp step of 128 K values: per tile two 512-byte chunks (a lane's 16 bytes each: its A
 // fragments for four mmas) and the step's group record (scales and 128 + zero of rows g, g + 8).
-// Two ways to load (QuantGemvArgs::packed_stages):
+// Three ways to load (QuantGemvArgs::packed_stages and packed_bulk):
 // - 1 (the default): each warp loads its next step into registers (ld.global.nc, 16-byte vectors
 //   and the records) while it computes the current one, three blocks a multiprocessor;
 // - 2..4: a per-warp ring of that many shared-memory stages filled by cp.async, each lane copying
 //   its own 16-byte pieces and reading back only what it copied (cp.async.wait_group, no
-//   barrier), stages - 1 steps ahead: bytes in flight that cost no registers.
-// The first step's loads are issued before the PDL wait. Per 32-bit word: (w >> 4i) & 0x000F000F |
+//   barrier), stages - 1 steps ahead: bytes in flight that cost no registers;
+// - packed_bulk (sm_90; 2..4 stages, 4 by default): a per-warp ring filled by one lane's bulk
+//   copies (kernels/bulk_copy.cuh), four a step: each tile's two chunks (1 KB, contiguous in the
+//   layout) and each tile's group record of its 8 row pairs (128 bytes), counted by the stage's
+//   mbarrier; three blocks an SM hold 8 warps x 4 stages x 2,304 bytes each (221 KB an SM), and
+//   every stage is filled before the PDL wait: a product whose warps have at most 4 steps (K =
+//   4096 unsplit) has all its weights requested before the kernel that writes x has finished.
+// The first steps' loads are issued before the PDL wait. Per 32-bit word: (w >> 4i) & 0x000F000F |
 // 0x43004300 is the bf16 pair 128 + q of fragment register a_i (a shift and a lop3), less the
 // row's 128 + zero (one bf16 pair subtraction, exact); x's B fragments are its 16-byte vectors as
 // they are in memory (no permutes). Each (tile, chunk) sums into its own registers (four mma
@@ -20,8 +26,11 @@
 // SERVELAB_QUANT_GEMV=packed.
 #include <cuda_bf16.h>
 
+#include <cstdlib>
 #include <stdexcept>
+#include <string>
 
+#include "kernels/bulk_copy.cuh"
 #include "kernels/common.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/gemv_plan.h"
@@ -29,6 +38,7 @@
 #include "kernels/int4_pack.h"
 #include "kernels/quant_gemv.h"
 #include "kernels/quant_gemv_frag.cuh"
+#include "kernels/mma_util.cuh"
 #include "kernels/quant_gemv_rows.cuh"
 
 namespace servelab::kernels {
@@ -222,6 +232,103 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kStages>)
   quant_gemv_rows::finish<true, OutT>(sm, acc, a, plan, rb, split);
 }
 
+/// The bulk ring's stage: [tile][chunk][lane] code vectors (each tile's 1 KB run as it lies), then
+/// [tile][g] group records (each tile's 128-byte run).
+constexpr int kBulkTileBytes = kStepChunks * int4_pack::kChunkBytes;       // 1,024
+constexpr int kBulkRecordBytes = 8 * int4_pack::kGroupRecordBytes;        // 128
+constexpr int kBulkStageBytes = 2 * kBulkTileBytes + 2 * kBulkRecordBytes;  // 2,304
+constexpr int kDefaultBulkStages = 4;
+
+template <int kStages>
+constexpr size_t bulk_ring_bytes() { return size_t(kWarps) * kStages * kBulkStageBytes; }
+static_assert(bulk_ring_bytes<2>() >= sizeof(gemv::ReduceSmem), "the reduction's shared memory overlays the ring");
+
+template <int kStages, typename OutT>
+__global__ void __launch_bounds__(kThreads, 3) quant_gemv_packed_bulk_kernel(const QuantGemvArgs a, const gemv::Plan plan) {
+  extern __shared__ __align__(16) unsigned char bulk_ring[];  // [warp][stage]; the reduction's after the loop
+  __shared__ __align__(8) uint64_t bars[kWarps][kStages];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
+  const int rb = blockIdx.x, split = blockIdx.y;
+  const int4_pack::Layout lay{a.n, a.k, a.group_size};
+  const uint8_t* codes[2];
+  const uint8_t* groups[2];
+  block_tiles(a, lay, rb, codes, groups);
+  const int group_steps = a.group_size / kStepK;
+  const __nv_bfloat16* xr = static_cast<const __nv_bfloat16*>(a.x) + int64_t(min(g, a.m - 1)) * a.x_stride + 16 * q;
+  unsigned char* my = bulk_ring + warp * kStages * kBulkStageBytes;
+  const uint32_t my_s = smem_u32(my), bar0 = smem_u32(&bars[warp][0]);
+  const int first = plan.split_begin(split) + warp, end = plan.split_begin(split + 1);
+  const int n_mine = first < end ? (end - first + kWarps - 1) / kWarps : 0;
+  if (lane == 0) {
+#pragma unroll
+    for (int st = 0; st < kStages; ++st) bulk::bar_init(bar0 + 8 * st);
+    bulk::bar_init_fence();
+  }
+  __syncwarp();
+  auto issue = [&](int i) {  // the warp's i-th step into stage i % kStages (lane 0)
+    if (lane != 0 || i >= n_mine) return;
+    const int s = first + i * kWarps, st = i % kStages;
+    const uint32_t dst = my_s + st * kBulkStageBytes, bar = bar0 + 8 * st;
+    bulk::bar_expect(bar, kBulkStageBytes);
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      bulk::bulk_g2s(dst + t * kBulkTileBytes, codes[t] + int64_t(s) * kBulkTileBytes, kBulkTileBytes, bar);
+      bulk::bulk_g2s(dst + 2 * kBulkTileBytes + t * kBulkRecordBytes, groups[t] + int64_t(s / group_steps) * kBulkRecordBytes,
+                     kBulkRecordBytes, bar);
+    }
+  };
+#pragma unroll
+  for (int i = 0; i < kStages; ++i) issue(i);  // weights only: before the wait for the kernel that writes x
+  pdl_wait();
+  pdl_launch_dependents();
+  float acc[2][4] = {};
+  for (int i = 0; i < n_mine; ++i) {
+    const int st = i % kStages;
+    bulk::bar_wait(bar0 + 8 * st, (i / kStages) & 1);
+    const uint4* stage = reinterpret_cast<const uint4*>(my + st * kBulkStageBytes);
+    StepOps o;
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+#pragma unroll
+      for (int c = 0; c < kStepChunks; ++c) o.w[t][c] = stage[(t * kStepChunks + c) * 32 + lane];
+      o.rec[t] = stage[2 * kBulkTileBytes / 16 + t * 8 + g];
+    }
+    compute_step(acc, o, xr + int64_t(first + i * kWarps) * kStepK);
+    __syncwarp();  // every lane's reads of the stage consumed (the mmas took them) before lane 0 refills it
+    issue(i + kStages);
+  }
+  __syncthreads();  // every warp is done with its ring (every copy issued was waited on)
+  quant_gemv_rows::finish<true, OutT>(*reinterpret_cast<gemv::ReduceSmem*>(bulk_ring), acc, a, plan, rb, split);
+}
+
+template <int kStages, typename OutT>
+void launch_bulk(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t stream) {
+  static const bool configured = [] {  // more than 48 KB of dynamic shared memory: opt in once
+    CUDA_CHECK(cudaFuncSetAttribute(quant_gemv_packed_bulk_kernel<kStages, OutT>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(bulk_ring_bytes<kStages>())));
+    return true;
+  }();
+  (void)configured;
+  launch_pdl(quant_gemv_packed_bulk_kernel<kStages, OutT>, dim3(plan.row_blocks, plan.splits), kThreads,
+             bulk_ring_bytes<kStages>(), stream, a, plan);
+}
+
+template <int kStages>
+void launch_bulk_stages(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t stream) {
+  if (a.out_bf16) launch_bulk<kStages, __nv_bfloat16>(a, plan, stream);
+  else launch_bulk<kStages, float>(a, plan, stream);
+}
+
+bool bulk_device() {  // sm_90 or later: cp.async.bulk and mbarrier transaction counts
+  static const bool ok = [] {
+    int device = 0, major = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    return major >= 9;
+  }();
+  return ok;
+}
+
 template <int kStages, typename OutT>
 void launch_packed(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t stream) {
   static const bool configured = [] {  // more than 48 KB of dynamic shared memory: opt in once
@@ -254,10 +361,28 @@ gemv::Plan quant_gemv_packed_plan(const QuantGemvArgs& a, int n_sms) {
                                a.partials ? a.counter_capacity : 0, a.partials ? a.partial_capacity : 0, 1);
 }
 
+namespace {
+bool quant_gemv_packed_bulk(const QuantGemvArgs& a) {
+  static const bool env = [] {  // SERVELAB_QUANT_PACKED=bulk: a run's default (engine_bench compares them)
+    const char* s = std::getenv("SERVELAB_QUANT_PACKED");
+    return s && std::string(s) == "bulk";
+  }();
+  return a.packed_bulk || env;
+}
+}  // namespace
+
 void quant_gemv_packed(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t stream) {
   using namespace quant_gemv_packed_detail;
   if (a.m > gemv::kMaxRows || !a.w_packed || !a.w_packed_groups || a.kind != QuantWeightKind::int4)
     throw std::invalid_argument("quant_gemv packed kernel: INT4 with w_packed and w_packed_groups, m <= 8");
+  if (quant_gemv_packed_bulk(a) && bulk_device()) {
+    const int stages = a.packed_stages > 0 ? a.packed_stages : kDefaultBulkStages;
+    if (stages == 2) launch_bulk_stages<2>(a, plan, stream);
+    else if (stages == 3) launch_bulk_stages<3>(a, plan, stream);
+    else if (stages == 4) launch_bulk_stages<4>(a, plan, stream);
+    else throw std::invalid_argument("quant_gemv packed kernel: the bulk ring takes packed_stages 0 or 2..4");
+    return;
+  }
   const int stages = a.packed_stages > 0 ? a.packed_stages : kDefaultPackedStages;
   if (stages == 1) launch_regs(a, plan, stream);
   else if (stages == 2) launch_stages<2>(a, plan, stream);
