@@ -100,6 +100,9 @@ TEST(Int4QuantGpu, NormsWriteTheirOutputInTheCodesOrder) {
   std::mt19937_64 rng(11);
   for (const ScalarType t : testing::kStorageTypes)
     for (const auto [rows, d] : {std::pair{1, 16}, std::pair{3, 704}, std::pair{37, 4096}, std::pair{5, 11008}}) {
+#if !defined(SERVELAB_KERNELS_FP16)
+      if (t == ScalarType::f16) continue;  // built with -DSERVELAB_KERNELS_FP16=OFF: the norms have no f16 variant
+#endif
       SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(d) + (t == ScalarType::bf16 ? " bf16" : " f16"));
       const size_t n = size_t(rows) * d;
       const std::vector<float> x = testing::random16(t, n, rng), r = testing::random16(t, n, rng),
