@@ -10,12 +10,12 @@
 // - 2..4: a per-warp ring of that many shared-memory stages filled by cp.async, each lane copying
 //   its own 16-byte pieces and reading back only what it copied (cp.async.wait_group, no
 //   barrier), stages - 1 steps ahead: bytes in flight that cost no registers;
-// - packed_bulk (sm_90; 2..4 stages, 4 by default): a per-warp ring filled by one lane's bulk
-//   copies (kernels/bulk_copy.cuh), four a step: each tile's two chunks (1 KB, contiguous in the
-//   layout) and each tile's group record of its 8 row pairs (128 bytes), counted by the stage's
-//   mbarrier; three blocks an SM hold 8 warps x 4 stages x 2,304 bytes each (221 KB an SM), and
-//   every stage is filled before the PDL wait: a product whose warps have at most 4 steps (K =
-//   4096 unsplit) has all its weights requested before the kernel that writes x has finished.
+// - packed_bulk (sm_90; 2..4 stages, 4 by default): a block ring whose stage holds the block's
+//   next 8 steps (one a warp), filled by one thread's bulk copies (kernels/bulk_copy.cuh), four a
+//   stage: each tile's codes (up to 8 KB, contiguous in the layout) and records (up to 1 KB);
+//   three blocks an SM hold 4 stages x 18 KB each (221 KB an SM), and every stage is filled before
+//   the PDL wait: a product whose blocks have at most 32 steps (K = 4096 unsplit) has all its
+//   weights requested before the kernel that writes x has finished.
 // The first steps' loads are issued before the PDL wait. Per 32-bit word: (w >> 4i) & 0x000F000F |
 // 0x43004300 is the bf16 pair 128 + q of fragment register a_i (a shift and a lop3), less the
 // row's 128 + zero (one bf16 pair subtraction, exact); x's B fragments are its 16-byte vectors as
@@ -236,21 +236,28 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kStages>)
   quant_gemv_rows::finish<true, OutT>(sm, acc, a, plan, rb, split);
 }
 
-/// The bulk ring's stage: [tile][chunk][lane] code vectors (each tile's 1 KB run as it lies), then
-/// [tile][g] group records (each tile's 128-byte run).
-constexpr int kBulkTileBytes = kStepChunks * int4_pack::kChunkBytes;       // 1,024
-constexpr int kBulkRecordBytes = 8 * int4_pack::kGroupRecordBytes;        // 128
-constexpr int kBulkStageBytes = 2 * kBulkTileBytes + 2 * kBulkRecordBytes;  // 2,304
+/// The bulk ring's stage: the block's next 8 steps (one a warp, as the other paths assign them):
+/// [tile][step][chunk][lane] code vectors (each tile's run of up to 8 KB as it lies), then
+/// [tile][group][g] the records of the groups those steps cover (each tile's run of up to 1 KB).
+constexpr int kBulkStepBytes = kStepChunks * int4_pack::kChunkBytes;             // 1,024 a tile a step
+constexpr int kBulkRecordBytes = 8 * int4_pack::kGroupRecordBytes;              // 128 a tile a group
+constexpr int kBulkTileCodes = kWarps * kBulkStepBytes;                         // 8,192
+constexpr int kBulkStageBytes = 2 * kBulkTileCodes + 2 * kWarps * kBulkRecordBytes;  // 18,432
 constexpr int kDefaultBulkStages = 4;
 
 template <int kStages>
-constexpr size_t bulk_ring_bytes() { return size_t(kWarps) * kStages * kBulkStageBytes; }
+constexpr size_t bulk_ring_bytes() { return size_t(kStages) * kBulkStageBytes; }
 static_assert(bulk_ring_bytes<2>() >= sizeof(gemv::ReduceSmem), "the reduction's shared memory overlays the ring");
 
+/// The bulk ring: thread 0 fills stage j % kStages with the block's steps [first + 8j, first + 8j +
+/// 8) by four bulk copies (each tile's codes and records), counted by full[stage]; warp w computes
+/// step first + 8j + w and arrives on empty[stage]; thread 0 refills a stage once its 8 warps have
+/// arrived, one stage behind its own (so warp 0 seldom waits on the others). Every stage is filled
+/// before the PDL wait.
 template <int kStages, typename OutT>
 __global__ void __launch_bounds__(kThreads, 3) quant_gemv_packed_bulk_kernel(const QuantGemvArgs a, const gemv::Plan plan) {
-  extern __shared__ __align__(16) unsigned char bulk_ring[];  // [warp][stage]; the reduction's after the loop
-  __shared__ __align__(8) uint64_t bars[kWarps][kStages];
+  extern __shared__ __align__(16) unsigned char bulk_ring[];  // [stage]; the reduction's after the loop
+  __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
   const int rb = blockIdx.x, split = blockIdx.y;
   const int4_pack::Layout lay{a.n, a.k, a.group_size};
@@ -259,49 +266,67 @@ __global__ void __launch_bounds__(kThreads, 3) quant_gemv_packed_bulk_kernel(con
   block_tiles(a, lay, rb, codes, groups);
   const int group_steps = a.group_size / kStepK;
   const __nv_bfloat16* xr = static_cast<const __nv_bfloat16*>(a.x) + int64_t(min(g, a.m - 1)) * a.x_stride + 16 * q;
-  unsigned char* my = bulk_ring + warp * kStages * kBulkStageBytes;
-  const uint32_t my_s = smem_u32(my), bar0 = smem_u32(&bars[warp][0]);
-  const int first = plan.split_begin(split) + warp, end = plan.split_begin(split + 1);
-  const int n_mine = first < end ? (end - first + kWarps - 1) / kWarps : 0;
-  if (lane == 0) {
+  const uint32_t ring_s = smem_u32(bulk_ring), full_s = smem_u32(full), empty_s = smem_u32(empty);
+  const int begin = plan.split_begin(split), end = plan.split_begin(split + 1);
+  const int n_stages = (end - begin + kWarps - 1) / kWarps;
+  if (tid == 0) {
 #pragma unroll
-    for (int st = 0; st < kStages; ++st) bulk::bar_init(bar0 + 8 * st);
+    for (int st = 0; st < kStages; ++st) {
+      bulk::bar_init(full_s + 8 * st);
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(empty_s + 8 * st), "r"(kWarps) : "memory");
+    }
     bulk::bar_init_fence();
   }
-  __syncwarp();
-  auto issue = [&](int i) {  // the warp's i-th step into stage i % kStages (lane 0)
-    if (lane != 0 || i >= n_mine) return;
-    const int s = first + i * kWarps, st = i % kStages;
-    const uint32_t dst = my_s + st * kBulkStageBytes, bar = bar0 + 8 * st;
-    bulk::bar_expect(bar, kBulkStageBytes);
+  __syncthreads();
+  auto issue = [&](int j) {  // thread 0: the block's j-th 8 steps into stage j % kStages
+    if (j >= n_stages) return;
+    const int s0 = begin + j * kWarps, n = min(kWarps, end - s0), st = j % kStages;
+    const int g0 = s0 / group_steps, ng = (s0 + n - 1) / group_steps - g0 + 1;
+    const uint32_t dst = ring_s + st * kBulkStageBytes, bar = full_s + 8 * st;
+    bulk::bar_expect(bar, 2 * (n * kBulkStepBytes + ng * kBulkRecordBytes));
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
-      bulk::bulk_g2s(dst + t * kBulkTileBytes, codes[t] + int64_t(s) * kBulkTileBytes, kBulkTileBytes, bar);
-      bulk::bulk_g2s(dst + 2 * kBulkTileBytes + t * kBulkRecordBytes, groups[t] + int64_t(s / group_steps) * kBulkRecordBytes,
-                     kBulkRecordBytes, bar);
+      bulk::bulk_g2s(dst + t * kBulkTileCodes, codes[t] + int64_t(s0) * kBulkStepBytes, n * kBulkStepBytes, bar);
+      bulk::bulk_g2s(dst + 2 * kBulkTileCodes + t * kWarps * kBulkRecordBytes, groups[t] + int64_t(g0) * kBulkRecordBytes,
+                     ng * kBulkRecordBytes, bar);
     }
   };
-#pragma unroll
-  for (int i = 0; i < kStages; ++i) issue(i);  // weights only: before the wait for the kernel that writes x
+  if (tid == 0)
+    for (int j = 0; j < kStages; ++j) issue(j);  // weights only: before the wait for the kernel that writes x
   pdl_wait();
   pdl_launch_dependents();
   float acc[2][4] = {};
-  for (int i = 0; i < n_mine; ++i) {
-    const int st = i % kStages;
-    bulk::bar_wait(bar0 + 8 * st, (i / kStages) & 1);
-    const uint4* stage = reinterpret_cast<const uint4*>(my + st * kBulkStageBytes);
-    StepOps o;
-#pragma unroll
-    for (int t = 0; t < 2; ++t) {
-#pragma unroll
-      for (int c = 0; c < kStepChunks; ++c) o.w[t][c] = stage[(t * kStepChunks + c) * 32 + lane];
-      o.rec[t] = stage[2 * kBulkTileBytes / 16 + t * 8 + g];
+  for (int j = 0; j < n_stages; ++j) {
+    const int st = j % kStages, s = begin + j * kWarps + warp;
+    if (tid == 0 && j >= 1 && j - 1 + kStages < n_stages) {  // refill the stage the block finished last
+      const int prev = (j - 1) % kStages;
+      asm volatile(
+          "{\n.reg .pred P1;\nWAIT:\n"
+          "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+          "@!P1 bra WAIT;\n}\n" ::"r"(empty_s + 8 * prev),
+          "r"(((j - 1) / kStages) & 1)
+          : "memory");
+      issue(j - 1 + kStages);
     }
-    compute_step(acc, o, xr + int64_t(first + i * kWarps) * kStepK);
-    __syncwarp();  // every lane's reads of the stage consumed (the mmas took them) before lane 0 refills it
-    issue(i + kStages);
+    __syncwarp();
+    if (s < end) {
+      bulk::bar_wait(full_s + 8 * st, (j / kStages) & 1);
+      const unsigned char* stage = bulk_ring + st * kBulkStageBytes;
+      const int gi = s / group_steps - (begin + j * kWarps) / group_steps;  // the step's group in the stage
+      StepOps o;
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+#pragma unroll
+        for (int c = 0; c < kStepChunks; ++c)
+          o.w[t][c] = reinterpret_cast<const uint4*>(stage + t * kBulkTileCodes + warp * kBulkStepBytes)[c * 32 + lane];
+        o.rec[t] = reinterpret_cast<const uint4*>(stage + 2 * kBulkTileCodes + (t * kWarps + gi) * kBulkRecordBytes)[g];
+      }
+      compute_step(acc, o, xr + int64_t(s) * kStepK);
+    }
+    __syncwarp();  // every lane's reads of the stage consumed (the mmas took them)
+    if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(empty_s + 8 * st) : "memory");
   }
-  __syncthreads();  // every warp is done with its ring (every copy issued was waited on)
+  __syncthreads();  // every warp is done with the ring (every copy issued was waited on)
   quant_gemv_rows::finish<true, OutT>(*reinterpret_cast<gemv::ReduceSmem*>(bulk_ring), acc, a, plan, rb, split);
 }
 
