@@ -1,7 +1,7 @@
 #pragma once
 // sm_90's bulk copies (cp.async.bulk, global -> shared, one lane issues a contiguous run of bytes)
-// counted by a shared-memory mbarrier's transaction bytes: the rings of the FP8 KV decode kernel
-// (attention_decode_fp8_async.cu) and of quant_gemv's packed INT4 kernel (quant_gemv_packed_bulk.cu).
+// counted by a shared-memory mbarrier's transaction bytes: the ring of the FP8 KV decode kernel
+// (attention_decode_fp8_async.cu).
 // A ring stage: bar_init once (one arrival), then per fill bar_expect(bytes) from the issuing lane
 // and the copies; readers bar_wait on the fill's parity (fill i of a stage: parity i & 1).
 // Below sm_90 these compile to nothing (bulk_g2s traps): launchers check the device first.

@@ -87,9 +87,6 @@ struct QuantGemvArgs {
   /// packed kernel: 1, no ring, each warp's next step loaded into registers (the default: 0), or
   /// 2..4 shared-memory stages of a per-warp cp.async ring: a tuning knob kernel_bench sweeps.
   int packed_stages = 0;
-  /// packed kernel: its ring filled by bulk copies (sm_90, else the register path; stages 2..4, 0:
-  /// 4), also set for a run by SERVELAB_QUANT_PACKED=bulk: a tuning knob kernel_bench sweeps.
-  bool packed_bulk = false;
   /// Split-K workspace (optional: without it no product is split, and a long K may then take the
   /// slower warp-per-row kernel). partials: quant_gemv_workspace_floats(n, k) floats; counters:
   /// quant_gemv_workspace_counters(n) ints, zero before the first launch (they reset themselves).

@@ -4,33 +4,25 @@
 // of the block's slice in turn; sums in a fixed order, so a row's bits do not depend on M), with
 // a warp step of 128 K values: per tile two 512-byte chunks (a lane's 16 bytes each: its A
 // fragments for four mmas) and the step's group record (scales and 128 + zero of rows g, g + 8).
-// Three ways to load (QuantGemvArgs::packed_stages and packed_bulk):
+// Two ways to load (QuantGemvArgs::packed_stages):
 // - 1 (the default): each warp loads its next step into registers (ld.global.nc, 16-byte vectors
 //   and the records) while it computes the current one, three blocks a multiprocessor;
 // - 2..4: a per-warp ring of that many shared-memory stages filled by cp.async, each lane copying
 //   its own 16-byte pieces and reading back only what it copied (cp.async.wait_group, no
-//   barrier), stages - 1 steps ahead: bytes in flight that cost no registers;
-// - packed_bulk (sm_90; 2..4 stages, 4 by default): a block ring whose stage holds the block's
-//   next 8 steps (one a warp), filled by one thread's bulk copies (kernels/bulk_copy.cuh), four a
-//   stage: each tile's codes (up to 8 KB, contiguous in the layout) and records (up to 1 KB);
-//   three blocks an SM hold 4 stages x 18 KB each (221 KB an SM), and every stage is filled before
-//   the PDL wait: a product whose blocks have at most 32 steps (K = 4096 unsplit) has all its
-//   weights requested before the kernel that writes x has finished.
-// The first steps' loads are issued before the PDL wait. Per 32-bit word: (w >> 4i) & 0x000F000F |
-// 0x43004300 is the bf16 pair 128 + q of fragment register a_i (a shift and a lop3), less the
+//   barrier), stages - 1 steps ahead: bytes in flight that cost no registers.
+// The first step's loads are issued before the PDL wait. Per 32-bit word: (w >> 4i) & 0x000F000F |
+// 0x43004300 is the bf16 pair 128 + q of fragment register a_i (a shift and one lop3), less the
 // row's 128 + zero (one bf16 pair subtraction, exact); x's B fragments are its 16-byte vectors as
 // they are in memory (no permutes). Each (tile, chunk) sums into its own registers (four mma
 // chains), and the group scale multiplies each tile's fp32 sums of the step.
 // Measured on an H200 (docs/quantization.md): slower than the steps kernel over llama2-7b's decode
-// products, so auto does not take it; the cuda backend repacks and runs it only with
-// SERVELAB_QUANT_GEMV=packed.
+// products (1.60 against 1.42 ms at one row since the one-lop3 nibbles; a ring filled by bulk
+// copies, per warp or per block, was slower still: 1.72-1.83 ms, removed), so auto does not take
+// it; the cuda backend repacks and runs it only with SERVELAB_QUANT_GEMV=packed.
 #include <cuda_bf16.h>
 
-#include <cstdlib>
 #include <stdexcept>
-#include <string>
 
-#include "kernels/bulk_copy.cuh"
 #include "kernels/common.cuh"
 #include "kernels/cuda_check.h"
 #include "kernels/gemv_plan.h"
@@ -38,7 +30,6 @@
 #include "kernels/int4_pack.h"
 #include "kernels/quant_gemv.h"
 #include "kernels/quant_gemv_frag.cuh"
-#include "kernels/mma_util.cuh"
 #include "kernels/quant_gemv_rows.cuh"
 
 namespace servelab::kernels {
@@ -236,128 +227,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks<kStages>)
   quant_gemv_rows::finish<true, OutT>(sm, acc, a, plan, rb, split);
 }
 
-/// The bulk ring's stage: the block's next 8 steps (one a warp, as the other paths assign them):
-/// [tile][step][chunk][lane] code vectors (each tile's run of up to 8 KB as it lies), then
-/// [tile][group][g] the records of the groups those steps cover (each tile's run of up to 1 KB).
-constexpr int kBulkStepBytes = kStepChunks * int4_pack::kChunkBytes;             // 1,024 a tile a step
-constexpr int kBulkRecordBytes = 8 * int4_pack::kGroupRecordBytes;              // 128 a tile a group
-constexpr int kBulkTileCodes = kWarps * kBulkStepBytes;                         // 8,192
-constexpr int kBulkStageBytes = 2 * kBulkTileCodes + 2 * kWarps * kBulkRecordBytes;  // 18,432
-constexpr int kDefaultBulkStages = 4;
-
-template <int kStages>
-constexpr size_t bulk_ring_bytes() { return size_t(kStages) * kBulkStageBytes; }
-static_assert(bulk_ring_bytes<2>() >= sizeof(gemv::ReduceSmem), "the reduction's shared memory overlays the ring");
-
-/// The bulk ring: thread 0 fills stage j % kStages with the block's steps [first + 8j, first + 8j +
-/// 8) by four bulk copies (each tile's codes and records), counted by full[stage]; warp w computes
-/// step first + 8j + w and arrives on empty[stage]; thread 0 refills a stage once its 8 warps have
-/// arrived, one stage behind its own (so warp 0 seldom waits on the others). Every stage is filled
-/// before the PDL wait.
-template <int kStages, typename OutT>
-__global__ void __launch_bounds__(kThreads, 3) quant_gemv_packed_bulk_kernel(const QuantGemvArgs a, const gemv::Plan plan) {
-  extern __shared__ __align__(16) unsigned char bulk_ring[];  // [stage]; the reduction's after the loop
-  __shared__ __align__(8) uint64_t full[kStages], empty[kStages];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
-  const int rb = blockIdx.x, split = blockIdx.y;
-  const int4_pack::Layout lay{a.n, a.k, a.group_size};
-  const uint8_t* codes[2];
-  const uint8_t* groups[2];
-  block_tiles(a, lay, rb, codes, groups);
-  const int group_steps = a.group_size / kStepK;
-  const __nv_bfloat16* xr = static_cast<const __nv_bfloat16*>(a.x) + int64_t(min(g, a.m - 1)) * a.x_stride + 16 * q;
-  const uint32_t ring_s = smem_u32(bulk_ring), full_s = smem_u32(full), empty_s = smem_u32(empty);
-  const int begin = plan.split_begin(split), end = plan.split_begin(split + 1);
-  const int n_stages = (end - begin + kWarps - 1) / kWarps;
-  if (tid == 0) {
-#pragma unroll
-    for (int st = 0; st < kStages; ++st) {
-      bulk::bar_init(full_s + 8 * st);
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(empty_s + 8 * st), "r"(kWarps) : "memory");
-    }
-    bulk::bar_init_fence();
-  }
-  __syncthreads();
-  auto issue = [&](int j) {  // thread 0: the block's j-th 8 steps into stage j % kStages
-    if (j >= n_stages) return;
-    const int s0 = begin + j * kWarps, n = min(kWarps, end - s0), st = j % kStages;
-    const int g0 = s0 / group_steps, ng = (s0 + n - 1) / group_steps - g0 + 1;
-    const uint32_t dst = ring_s + st * kBulkStageBytes, bar = full_s + 8 * st;
-    bulk::bar_expect(bar, 2 * (n * kBulkStepBytes + ng * kBulkRecordBytes));
-#pragma unroll
-    for (int t = 0; t < 2; ++t) {
-      bulk::bulk_g2s(dst + t * kBulkTileCodes, codes[t] + int64_t(s0) * kBulkStepBytes, n * kBulkStepBytes, bar);
-      bulk::bulk_g2s(dst + 2 * kBulkTileCodes + t * kWarps * kBulkRecordBytes, groups[t] + int64_t(g0) * kBulkRecordBytes,
-                     ng * kBulkRecordBytes, bar);
-    }
-  };
-  if (tid == 0)
-    for (int j = 0; j < kStages; ++j) issue(j);  // weights only: before the wait for the kernel that writes x
-  pdl_wait();
-  pdl_launch_dependents();
-  float acc[2][4] = {};
-  for (int j = 0; j < n_stages; ++j) {
-    const int st = j % kStages, s = begin + j * kWarps + warp;
-    if (tid == 0 && j >= 1 && j - 1 + kStages < n_stages) {  // refill the stage the block finished last
-      const int prev = (j - 1) % kStages;
-      asm volatile(
-          "{\n.reg .pred P1;\nWAIT:\n"
-          "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
-          "@!P1 bra WAIT;\n}\n" ::"r"(empty_s + 8 * prev),
-          "r"(((j - 1) / kStages) & 1)
-          : "memory");
-      issue(j - 1 + kStages);
-    }
-    __syncwarp();
-    if (s < end) {
-      bulk::bar_wait(full_s + 8 * st, (j / kStages) & 1);
-      const unsigned char* stage = bulk_ring + st * kBulkStageBytes;
-      const int gi = s / group_steps - (begin + j * kWarps) / group_steps;  // the step's group in the stage
-      StepOps o;
-#pragma unroll
-      for (int t = 0; t < 2; ++t) {
-#pragma unroll
-        for (int c = 0; c < kStepChunks; ++c)
-          o.w[t][c] = reinterpret_cast<const uint4*>(stage + t * kBulkTileCodes + warp * kBulkStepBytes)[c * 32 + lane];
-        o.rec[t] = reinterpret_cast<const uint4*>(stage + 2 * kBulkTileCodes + (t * kWarps + gi) * kBulkRecordBytes)[g];
-      }
-      compute_step(acc, o, xr + int64_t(s) * kStepK);
-    }
-    __syncwarp();  // every lane's reads of the stage consumed (the mmas took them)
-    if (lane == 0) asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(empty_s + 8 * st) : "memory");
-  }
-  __syncthreads();  // every warp is done with the ring (every copy issued was waited on)
-  quant_gemv_rows::finish<true, OutT>(*reinterpret_cast<gemv::ReduceSmem*>(bulk_ring), acc, a, plan, rb, split);
-}
-
-template <int kStages, typename OutT>
-void launch_bulk(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t stream) {
-  static const bool configured = [] {  // more than 48 KB of dynamic shared memory: opt in once
-    CUDA_CHECK(cudaFuncSetAttribute(quant_gemv_packed_bulk_kernel<kStages, OutT>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(bulk_ring_bytes<kStages>())));
-    return true;
-  }();
-  (void)configured;
-  launch_pdl(quant_gemv_packed_bulk_kernel<kStages, OutT>, dim3(plan.row_blocks, plan.splits), kThreads,
-             bulk_ring_bytes<kStages>(), stream, a, plan);
-}
-
-template <int kStages>
-void launch_bulk_stages(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t stream) {
-  if (a.out_bf16) launch_bulk<kStages, __nv_bfloat16>(a, plan, stream);
-  else launch_bulk<kStages, float>(a, plan, stream);
-}
-
-bool bulk_device() {  // sm_90 or later: cp.async.bulk and mbarrier transaction counts
-  static const bool ok = [] {
-    int device = 0, major = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    return major >= 9;
-  }();
-  return ok;
-}
-
 template <int kStages, typename OutT>
 void launch_packed(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t stream) {
   static const bool configured = [] {  // more than 48 KB of dynamic shared memory: opt in once
@@ -390,28 +259,10 @@ gemv::Plan quant_gemv_packed_plan(const QuantGemvArgs& a, int n_sms) {
                                a.partials ? a.counter_capacity : 0, a.partials ? a.partial_capacity : 0, 1);
 }
 
-namespace {
-bool quant_gemv_packed_bulk(const QuantGemvArgs& a) {
-  static const bool env = [] {  // SERVELAB_QUANT_PACKED=bulk: a run's default (engine_bench compares them)
-    const char* s = std::getenv("SERVELAB_QUANT_PACKED");
-    return s && std::string(s) == "bulk";
-  }();
-  return a.packed_bulk || env;
-}
-}  // namespace
-
 void quant_gemv_packed(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t stream) {
   using namespace quant_gemv_packed_detail;
   if (a.m > gemv::kMaxRows || !a.w_packed || !a.w_packed_groups || a.kind != QuantWeightKind::int4)
     throw std::invalid_argument("quant_gemv packed kernel: INT4 with w_packed and w_packed_groups, m <= 8");
-  if (quant_gemv_packed_bulk(a) && bulk_device()) {
-    const int stages = a.packed_stages > 0 ? a.packed_stages : kDefaultBulkStages;
-    if (stages == 2) launch_bulk_stages<2>(a, plan, stream);
-    else if (stages == 3) launch_bulk_stages<3>(a, plan, stream);
-    else if (stages == 4) launch_bulk_stages<4>(a, plan, stream);
-    else throw std::invalid_argument("quant_gemv packed kernel: the bulk ring takes packed_stages 0 or 2..4");
-    return;
-  }
   const int stages = a.packed_stages > 0 ? a.packed_stages : kDefaultPackedStages;
   if (stages == 1) launch_regs(a, plan, stream);
   else if (stages == 2) launch_stages<2>(a, plan, stream);

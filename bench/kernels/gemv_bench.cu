@@ -111,8 +111,7 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
   // M 9-16 it runs two column tiles. INT4 also with one vector a lane a step (steps_v1: 1 in
   // flight, three blocks an SM at M <= 8; steps_v1f2: 2 in flight). The packed kernel (INT4 only,
   // over int4_pack.h's layout, M <= 8) at its default (loads into registers a step ahead) and
-  // through its cp.async ring of 2 and 3 stages, and through its ring of 4 and 3 stages filled by
-  // bulk copies (packed_bulk, packed_bulk3). auto_gather (INT4): act-order GPTQ's product, x's
+  // through its cp.async ring of 2 and 3 stages. auto_gather (INT4): act-order GPTQ's product, x's
   // columns gathered into the codes' order (kernels::gather_columns, a random permutation) by one
   // launch before auto's; auto_gather_o: that gather on o_proj only, as the cuda backend runs act
   // order since the norms and gate|up's rows took the other three (docs/quantization.md). auto last.
@@ -125,11 +124,10 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
                               {"stream", QuantGemvKernel::stream, 0},  {"steps", QuantGemvKernel::steps, 0},
                               {"steps_other", QuantGemvKernel::steps, -1}, {"packed", QuantGemvKernel::packed, 0},
                               {"packed_s2", QuantGemvKernel::packed, 2}, {"packed_s3", QuantGemvKernel::packed, 3},
-                              {"packed_bulk", QuantGemvKernel::packed, 4}, {"packed_bulk3", QuantGemvKernel::packed, 3},
                               {"steps_v1", QuantGemvKernel::steps, 1}, {"steps_v1f2", QuantGemvKernel::steps, 2},
                               {"auto_gather", QuantGemvKernel::auto_select, 0},
                               {"auto_gather_o", QuantGemvKernel::auto_select, 0}, {"auto", QuantGemvKernel::auto_select, 0}};
-  constexpr int kKernels = 15;
+  constexpr int kKernels = 13;
   Gemm gemm(false);
   gemm.set_gemv_waves(0);
   gemm.set_gemv_variant(3);
@@ -217,7 +215,6 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
                               : variants[v].in_flight >= 0 ? variants[v].in_flight
                                                            : 3 - quant_gemv_steps_in_flight(a.kind, m);
           a.packed_stages = packed ? variants[v].in_flight : 0;
-          a.packed_bulk = vname.rfind("packed_bulk", 0) == 0;  // the ring filled by bulk copies (sm_90)
           const double ms = time_graph_ms([&](int i, cudaStream_t st) {
             QuantGemvArgs b = a;
             if (gather) {

@@ -53,9 +53,9 @@ constexpr QuantGemvKernel kKernels[] = {QuantGemvKernel::warp, QuantGemvKernel::
 /// Every awkward shape through `kernel` (where it takes the product; else its fall-back); the steps
 /// kernel's knob: steps in flight a warp (0: the format's default); the packed kernel's: its ring's
 /// stages (0: the default).
-void check_awkward_shapes(QuantGemvKernel kernel, int in_flight = 0, int stages = 0, int vectors = 0, bool bulk = false) {
+void check_awkward_shapes(QuantGemvKernel kernel, int in_flight = 0, int stages = 0, int vectors = 0) {
   SCOPED_TRACE(std::string("kernel ") + to_string(kernel) + " in flight " + std::to_string(in_flight) + " stages " +
-               std::to_string(stages) + " vectors " + std::to_string(vectors) + (bulk ? " bulk" : ""));
+               std::to_string(stages) + " vectors " + std::to_string(vectors));
   std::mt19937_64 rng(42);
   int ran_asked = 0;  // products the asked-for kernel ran (not a fall-back)
   // K = 6016 and 4096 need a split (a slice of x in shared memory holds 2048): without a
@@ -93,7 +93,6 @@ void check_awkward_shapes(QuantGemvKernel kernel, int in_flight = 0, int stages 
             a.steps_in_flight = in_flight;
             a.steps_vectors = vectors;
             a.packed_stages = stages;
-            a.packed_bulk = bulk;
             if (with_ws) ws.attach(a);
             ran_asked += quant_gemv_kernel_for(a) == kernel;
             quant_gemv(a, nullptr);
@@ -117,11 +116,10 @@ void check_awkward_shapes(QuantGemvKernel kernel, int in_flight = 0, int stages 
             (int4 ? worst_int4 : worst_fp8) = std::max(int4 ? worst_int4 : worst_fp8, err);
           }
       }
-  std::printf("  quant_gemv %s%s%s%s%s against quant_gemv_ref, worst relative error: fp8 %.2e, int4 %.2e (%d products ran it)\n",
+  std::printf("  quant_gemv %s%s%s%s against quant_gemv_ref, worst relative error: fp8 %.2e, int4 %.2e (%d products ran it)\n",
               to_string(kernel), in_flight == 0 ? "" : in_flight == 1 ? " (1 in flight)" : " (2 in flight)",
               stages == 0 ? "" : (" (" + std::to_string(stages) + " stages)").c_str(),
-              vectors == 0 ? "" : (" (" + std::to_string(vectors) + " vectors)").c_str(), bulk ? " (bulk ring)" : "",
-              worst_fp8, worst_int4, ran_asked);
+              vectors == 0 ? "" : (" (" + std::to_string(vectors) + " vectors)").c_str(), worst_fp8, worst_int4, ran_asked);
   // Most products take the kernel asked for; packed takes INT4 at M <= 8 with K a multiple of 128.
   EXPECT_GT(ran_asked, kernel == QuantGemvKernel::packed ? 18 : 40);
 }
@@ -134,53 +132,6 @@ TEST(QuantGemvGpu, Fp8AndInt4MatchTheReferenceOnAwkwardShapes) {
   for (int vectors : {1, 2})  // INT4's steps of one or two vectors a lane (FP8 ignores it)
     for (int in_flight : {1, 2}) check_awkward_shapes(QuantGemvKernel::steps, in_flight, 0, vectors);
   for (int stages : {2, 3, 4}) check_awkward_shapes(QuantGemvKernel::packed, 0, stages);  // the cp.async ring
-  for (int stages : {0, 2, 3}) check_awkward_shapes(QuantGemvKernel::packed, 0, stages, 0, true);  // the bulk ring
-}
-
-// The packed kernel's bulk ring (sm_90) computes what its register path does, in the same order:
-// the same bits, unsplit and split K, fp32 and bf16 out, fused SiLU·mul; rows past N (a partial
-// last tile), warps with more steps than the ring's stages (K 11008: 86 steps), fewer (K 384).
-TEST(QuantGemvGpu, PackedBulkRingGivesTheRegisterPathsBits) {
-  SKIP_WITHOUT_GPU();
-  int device = 0, major = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  if (major < 9) GTEST_SKIP() << "the bulk ring needs sm_90";
-  std::mt19937_64 rng(5);
-  struct Case {
-    int m, n, k, group, ffn;
-  };
-  for (const Case& c : {Case{1, 4096, 4096, 128, 0}, Case{8, 4096, 11008, 128, 0}, Case{3, 300, 384, 128, 0},
-                        Case{5, 1000, 4096, 256, 0}, Case{2, 2 * 1024, 4096, 128, 1024}, Case{1, 2 * 48, 384, 128, 48}})
-    for (bool with_ws : {false, true})
-      for (bool bf16_out : {false, true}) {
-        if (c.ffn > 0 && !bf16_out) continue;  // fused SiLU writes bf16
-        SCOPED_TRACE("M=" + std::to_string(c.m) + " N=" + std::to_string(c.n) + " K=" + std::to_string(c.k) + " group " +
-                     std::to_string(c.group) + (c.ffn ? " silu" : "") + (with_ws ? " workspace" : "") +
-                     (bf16_out ? " bf16" : " fp32"));
-        const QuantProblem pr(rng, true, c.m, c.n, c.k, c.group, false);
-        QuantWorkspace ws(c.n, c.k);
-        const size_t outs = size_t(c.m) * (c.ffn ? c.ffn : c.n), bytes = outs * (bf16_out ? 2 : 4);
-        DeviceBuffer want(bytes), got(bytes);
-        QuantGemvArgs a = pr.args(want.get(), bf16_out, false);
-        a.kernel = QuantGemvKernel::packed;
-        a.silu_ffn = c.ffn;
-        if (with_ws) ws.attach(a);
-        ASSERT_EQ(quant_gemv_kernel_for(a), QuantGemvKernel::packed);
-        quant_gemv(a, nullptr);
-        for (int stages : {0, 2, 3}) {
-          QuantGemvArgs b = a;
-          b.y = got.get();
-          b.packed_bulk = true;
-          b.packed_stages = stages;
-          CUDA_CHECK(cudaMemset(got.get(), 0xff, bytes));
-          quant_gemv(b, nullptr);
-          CUDA_CHECK(cudaDeviceSynchronize());
-          const auto w8 = testing::download<uint8_t>(want, bytes), g8 = testing::download<uint8_t>(got, bytes);
-          EXPECT_EQ(0, std::memcmp(w8.data(), g8.data(), bytes)) << "stages " << stages;
-          if (with_ws) EXPECT_TRUE(ws.counters_zero()) << "split-K counters left set";
-        }
-      }
 }
 
 // bf16 outputs (the cuda backend's) round the fp32 result; and a row's bits do not depend on M (the steps
