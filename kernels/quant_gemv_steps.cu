@@ -203,7 +203,7 @@ __device__ __forceinline__ void block_rows(const QuantGemvArgs& a, int rb, int g
 /// stream fuller.
 template <bool kInt4, int kInFlight, int kVecs, int kCols>
 constexpr int kMinBlocks = !kInt4 ? (kInFlight == 2 ? 2 : kCols == 1 ? 3 : 2)
-                           : kInFlight * kVecs == 1 || (kVecs == 1 && kCols == 1) ? (kCols == 1 ? 3 : 2)
+                           : kInFlight * kVecs == 1 ? (kCols == 1 ? 3 : 2)
                            : kInFlight * kVecs == 2 ? 2
                                                     : 1;
 
