@@ -87,9 +87,6 @@ struct QuantGemvArgs {
   /// packed kernel: 1, no ring, each warp's next step loaded into registers (the default: 0), or
   /// 2..4 shared-memory stages of a per-warp cp.async ring: a tuning knob kernel_bench sweeps.
   int packed_stages = 0;
-  /// Diagnostic (kernel_bench): dynamic shared memory each steps-kernel block reserves and leaves
-  /// unused, to cap its blocks an SM so the next product's blocks can be resident beside them.
-  int diag_smem_bytes = 0;
   /// Split-K workspace (optional: without it no product is split, and a long K may then take the
   /// slower warp-per-row kernel). partials: quant_gemv_workspace_floats(n, k) floats; counters:
   /// quant_gemv_workspace_counters(n) ints, zero before the first launch (they reset themselves).

@@ -278,22 +278,13 @@ __global__ void __launch_bounds__(kThreads, (kMinBlocks<kInt4, kInFlight, kVecs,
   }
 }
 
-template <typename Kernel>
-void reserve_smem(Kernel kernel, int bytes) {  // QuantGemvArgs::diag_smem_bytes past 48 KB: opt in
-  if (bytes > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-}
-
 template <bool kInt4, int kInFlight, int kVecs, int kCols>
 void launch_steps(const QuantGemvArgs& a, const gemv::Plan& plan, cudaStream_t stream) {
   const dim3 grid(plan.row_blocks, plan.splits);
-  const int smem = a.diag_smem_bytes;
-  if (a.out_bf16) {
-    reserve_smem(quant_gemv_steps_kernel<kInt4, kInFlight, kVecs, kCols, __nv_bfloat16>, smem);
-    launch_pdl(quant_gemv_steps_kernel<kInt4, kInFlight, kVecs, kCols, __nv_bfloat16>, grid, kThreads, smem, stream, a, plan);
-  } else {
-    reserve_smem(quant_gemv_steps_kernel<kInt4, kInFlight, kVecs, kCols, float>, smem);
-    launch_pdl(quant_gemv_steps_kernel<kInt4, kInFlight, kVecs, kCols, float>, grid, kThreads, smem, stream, a, plan);
-  }
+  if (a.out_bf16)
+    launch_pdl(quant_gemv_steps_kernel<kInt4, kInFlight, kVecs, kCols, __nv_bfloat16>, grid, kThreads, 0, stream, a, plan);
+  else
+    launch_pdl(quant_gemv_steps_kernel<kInt4, kInFlight, kVecs, kCols, float>, grid, kThreads, 0, stream, a, plan);
 }
 
 template <bool kInt4, int kVecs, int kCols>

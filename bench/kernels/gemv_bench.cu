@@ -111,11 +111,7 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
   // M 9-16 it runs two column tiles. INT4 also with one vector a lane a step (steps_v1: 1 in
   // flight, three blocks an SM at M <= 8; steps_v1f2: 2 in flight). The packed kernel (INT4 only,
   // over int4_pack.h's layout, M <= 8) at its default (loads into registers a step ahead) and
-  // through its cp.async ring of 2 and 3 stages. Diagnostics of the products' fixed cost (no split-K
-  // workspace, so O and down run 128 blocks, about one an SM): steps_v1f2_nosplit; steps_v1f2_co and
-  // steps_co the same with 100 KB of shared memory reserved a block, so at most two blocks share an
-  // SM and the next product's block is resident beside this one's, its first steps loaded before
-  // its PDL wait. auto_gather (INT4): act-order GPTQ's product, x's
+  // through its cp.async ring of 2 and 3 stages. auto_gather (INT4): act-order GPTQ's product, x's
   // columns gathered into the codes' order (kernels::gather_columns, a random permutation) by one
   // launch before auto's; auto_gather_o: that gather on o_proj only, as the cuda backend runs act
   // order since the norms and gate|up's rows took the other three (docs/quantization.md). auto last.
@@ -129,11 +125,9 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
                               {"steps_other", QuantGemvKernel::steps, -1}, {"packed", QuantGemvKernel::packed, 0},
                               {"packed_s2", QuantGemvKernel::packed, 2}, {"packed_s3", QuantGemvKernel::packed, 3},
                               {"steps_v1", QuantGemvKernel::steps, 1}, {"steps_v1f2", QuantGemvKernel::steps, 2},
-                              {"steps_v1f2_nosplit", QuantGemvKernel::steps, 2}, {"steps_v1f2_co", QuantGemvKernel::steps, 2},
-                              {"steps_co", QuantGemvKernel::steps, 0},
                               {"auto_gather", QuantGemvKernel::auto_select, 0},
                               {"auto_gather_o", QuantGemvKernel::auto_select, 0}, {"auto", QuantGemvKernel::auto_select, 0}};
-  constexpr int kKernels = 16;
+  constexpr int kKernels = 13;
   Gemm gemm(false);
   gemm.set_gemv_waves(0);
   gemm.set_gemv_variant(3);
@@ -210,8 +204,6 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
         for (int v = 0; v < kKernels; ++v) {
           const bool packed = variants[v].kernel == QuantGemvKernel::packed;
           const bool v1 = std::string(variants[v].name).rfind("steps_v1", 0) == 0;  // INT4, one vector a step
-          const bool co = std::string(variants[v].name).find("_co") != std::string::npos;  // beside the next
-          const bool nosplit = co || std::string(variants[v].name).find("_nosplit") != std::string::npos;
           if (packed && (q == 0 || m > 8)) continue;  // INT4 at M <= 8 only (else it falls back to steps)
           if (v1 && q == 0) continue;
           const std::string vname = variants[v].name;
@@ -223,15 +215,8 @@ void bench_quant_gemv(int64_t l2, double copy_gbs) {
                               : variants[v].in_flight >= 0 ? variants[v].in_flight
                                                            : 3 - quant_gemv_steps_in_flight(a.kind, m);
           a.packed_stages = packed ? variants[v].in_flight : 0;
-          a.diag_smem_bytes = co ? 100 * 1024 : 0;  // at most 2 blocks an SM: this product's and the next's
           const double ms = time_graph_ms([&](int i, cudaStream_t st) {
             QuantGemvArgs b = a;
-            if (nosplit) {  // no split-K workspace: one block a row block (O and down: 128, about one an SM)
-              b.partials = nullptr;
-              b.counters = nullptr;
-              b.partial_capacity = 0;
-              b.counter_capacity = 0;
-            }
             if (gather) {
               gather_columns(x.p, perm.get<int32_t>(), xg.p, m, sh.k, st);
               b.x = xg.p;
