@@ -40,14 +40,20 @@ __device__ __forceinline__ void fp8x4_to_bf16(uint32_t w, uint32_t& lo, uint32_t
   hi = bf16x2_bits(__hmul2(as_bf16x2(h), bias));
 }
 
-/// INT4 nibbles e and e + 4 of w minus zero, as a bf16 pair (exact integers). The mask and the
+/// INT4 nibbles e and e + 4 of w as the bf16 pair 128 + q (the 0x4300 exponent). The mask and the
 /// exponent in one lop3 ((a & b) | c, table 0xEA): written as C, the compiler emitted two LOP3s a
 /// pair (ncu's SASS, results/gpu/quant/h200-2026-11-29-e7a1d8e-ncu/).
 template <int e>
-__device__ __forceinline__ uint32_t int4_pair(uint32_t w, __nv_bfloat162 zero128) {
+__device__ __forceinline__ __nv_bfloat162 int4_pair_128(uint32_t w) {
   uint32_t v;
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(v) : "r"(w >> (4 * e)), "r"(0x000F000Fu), "r"(0x43004300u));
-  return bf16x2_bits(__hsub2(as_bf16x2(v), zero128));
+  return as_bf16x2(v);
+}
+
+/// INT4 nibbles e and e + 4 of w minus zero, as a bf16 pair (exact integers): 128 + q less 128 + zero.
+template <int e>
+__device__ __forceinline__ uint32_t int4_pair(uint32_t w, __nv_bfloat162 zero128) {
+  return bf16x2_bits(__hsub2(int4_pair_128<e>(w), zero128));
 }
 
 /// One chunk's operands in flight: a vector per (tile, row half), and INT4's group scale / zero.

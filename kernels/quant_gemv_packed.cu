@@ -79,14 +79,11 @@ __device__ __forceinline__ void issue_step(uint4* stage, const uint8_t* const (&
 
 __device__ __forceinline__ uint32_t word(const uint4& v, int j) { return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w; }
 
-/// 128 + q of fragment register a_i of a packed word, as a bf16 pair: the mask and the exponent in
-/// one lop3 ((a & b) | c, table 0xEA; written as C, the compiler emits two LOP3s a pair, as
-/// quant_gemv_frag.cuh's int4_pair says).
+/// 128 + q of fragment register a_i of a packed word, as a bf16 pair (quant_gemv_frag.cuh's one-lop3
+/// int4_pair_128: (w >> 4i) & 0x000F000F | 0x43004300).
 template <int i>
 __device__ __forceinline__ __nv_bfloat162 nibbles(uint32_t w) {
-  uint32_t v;
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(v) : "r"(w >> (4 * i)), "r"(0x000F000Fu), "r"(0x43004300u));
-  return as_bf16x2(v);
+  return quant_gemv_frag::int4_pair_128<i>(w);
 }
 
 /// One step's operands: [tile][chunk] code vectors and each tile's group record.
