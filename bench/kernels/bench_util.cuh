@@ -99,7 +99,9 @@ struct DecodeBenchOptions {
 void bench_decode_attention(const DecodeBenchOptions& opt, std::mt19937_64& rng, int n_sms, int64_t l2, double copy_gbs);
 /// Decode attention over an FP8 KV cache (decode_attention_fp8) beside bf16 KV on the same
 /// tables: GQA 1 / 4 / 8, batches 1 / 32 / 128, contexts 1k / 4k (decode_fp8_bench.cu).
-void bench_decode_attention_fp8(std::mt19937_64& rng, int n_sms, int64_t l2, double copy_gbs, const std::string& only);
+enum class ArenaOrder;
+void bench_decode_attention_fp8(std::mt19937_64& rng, int n_sms, int64_t l2, double copy_gbs, const std::string& only,
+                                ArenaOrder order);
 /// Verification attention: decode_attention_rows beside the one-row transform (decode_rows_bench.cu).
 void bench_decode_rows(std::mt19937_64& rng, int n_sms, double copy_gbs);
 /// 1k / 4k causal prefill attention on four KV layouts beside the GEMM ceiling (prefill_attn_bench.cu).

@@ -47,7 +47,8 @@ __global__ void fill_fp8_arena(uint8_t* arena, int64_t n_slots, Fp8KvLayout lay,
 
 }  // namespace decode_fp8_bench_detail
 
-void bench_decode_attention_fp8(std::mt19937_64& rng, int n_sms, int64_t l2, double copy_gbs, const std::string& only) {
+void bench_decode_attention_fp8(std::mt19937_64& rng, int n_sms, int64_t l2, double copy_gbs, const std::string& only,
+                                ArenaOrder order) {
   using namespace decode_fp8_bench_detail;
   constexpr int kHd = 128, kHeads = 32;
   for (int group : {1, 4, 8})
@@ -56,7 +57,7 @@ void bench_decode_attention_fp8(std::mt19937_64& rng, int n_sms, int64_t l2, dou
         if (!only.empty() && only != "b" + std::to_string(batch) + " ctx" + std::to_string(ctx) + " gqa" + std::to_string(group))
           continue;
         const int n_kv = kHeads / group;
-        PagedBatch pb(batch, ctx, kHeads, n_kv, l2, rng, ArenaOrder::engine);
+        PagedBatch pb(batch, ctx, kHeads, n_kv, l2, rng, order);
         const int64_t sb = fp8_kv_slot_bytes(n_kv, kHd);
         const Fp8KvLayout lay = Fp8KvLayout::of(n_kv, kHd);
         Buf k8(size_t(fp8_kv_arena_slots(pb.n_slots) * sb)), v8(k8.bytes);

@@ -12,7 +12,8 @@
 // JSON: a list of {name, value, unit, peer_or_ceiling, ratio, shape, device, date, commit}.
 // --quant-only: validation, the ceilings, the quantized decode products and the FP8 GEMM rows
 // (issue 26) only. --fp8kv: validation, the copy ceiling and decode attention over an FP8 KV cache
-// beside bf16 KV (decode_fp8_bench.cu) only.
+// beside bf16 KV (decode_fp8_bench.cu) only; --arena lays its batches out otherwise than the engine's
+// tables after a churn (shuffled blocks, or identity: each sequence one contiguous run).
 // Exit status: 0 ok, 1 a validation failed, 2 bad usage.
 #include <cuda_bf16.h>
 
@@ -133,7 +134,7 @@ bool validate(std::mt19937_64& rng, int n_sms) {
 
 int main(int argc, char** argv) {
   std::string json_path = "kernel_bench.json";
-  std::string commit = "unknown", only;
+  std::string commit = "unknown", only, arena = "engine";
   bool quick = false, sweep = false, decode_only = false, prefill_only = false, quant_only = false, verify_rows = false;
   bool fp8kv = false;
   for (int i = 1; i < argc; ++i) {
@@ -147,10 +148,15 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--verify-rows")) verify_rows = true;
     else if (!std::strcmp(argv[i], "--fp8kv")) fp8kv = decode_only = true;
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!std::strcmp(argv[i], "--arena") && i + 1 < argc) arena = argv[++i];
     else {
-      std::fprintf(stderr, "usage: kernel_bench [--json FILE] [--quick] [--sweep] [--decode-only | --prefill-only | --quant-only | --verify-rows | --fp8kv] [--only SHAPE] [--commit SHA]\n");
+      std::fprintf(stderr, "usage: kernel_bench [--json FILE] [--quick] [--sweep] [--decode-only | --prefill-only | --quant-only | --verify-rows | --fp8kv] [--only SHAPE] [--arena engine|shuffled|identity] [--commit SHA]\n");
       return 2;
     }
+  }
+  if (arena != "engine" && arena != "shuffled" && arena != "identity") {
+    std::fprintf(stderr, "kernel_bench: --arena must be engine, shuffled or identity (got '%s')\n", arena.c_str());
+    return 2;
   }
   try {
     cudaDeviceProp prop{};
@@ -193,7 +199,8 @@ int main(int argc, char** argv) {
 
     if (fp8kv) {  // issue 26's FP8 KV rows only: decode attention over FP8 beside bf16 KV
       std::printf("paged decode attention, FP8 KV cache beside bf16 KV (head_dim 128, block 16):\n");
-      bench_decode_attention_fp8(rng, n_sms, l2, copy_gbs, only);
+      bench_decode_attention_fp8(rng, n_sms, l2, copy_gbs, only,
+                                 arena == "shuffled" ? ArenaOrder::shuffled : arena == "identity" ? ArenaOrder::identity : ArenaOrder::engine);
       decode_only = prefill_only = true;  // nothing below runs
     }
     if (quant_only) {  // issue 26's rows only: the quantized decode products and the FP8 GEMM
