@@ -1,7 +1,7 @@
 // Decode attention over an FP8 KV arena on tensor cores with the codes staged through shared
 // memory (Fp8KvDecode::mma_async): attention_decode_fp8_mma.cu's arithmetic, fragments and
 // scaling (see there), fed from a ring of kStages one-step stages a warp filled by cp.async, so
-// kStages steps of each warp's loads stay in flight while it computes the current one (the
+// kStages - 1 steps of each warp's loads stay in flight while it computes the current one (the
 // register kernel loads a pass of 2 steps, then computes it: 2 blocks of 4 warps an SM keep too
 // few bytes in flight for the copy bandwidth, ncu at 0.67 of DRAM's peak with long-scoreboard
 // stalls the largest). Warp w takes steps w, w + 4, ... of the block's split, 16 positions each;
@@ -263,12 +263,15 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
   float v_ref = 0.0f, v_mul = kTwoPow90;  // kF16: set at the warp's first step
 
 #pragma unroll
-  for (int k = 0; k < kStages; ++k) {  // the ring's first kStages steps
+  for (int k = 0; k < kStages - 1; ++k) {  // the ring's first kStages - 1 steps
     issue(k, slot_for(k));
     cp_async_commit();
   }
-  int next_slot = slot_for(kStages);
+  int next_slot = slot_for(kStages - 1);
   for (int k = 0; k < my_steps; ++k) {
+    issue(k + kStages - 1, next_slot);  // into the stage step k - 1 read (a __syncwarp ago)
+    cp_async_commit();
+    next_slot = slot_for(k + kStages);  // a block-table load (bs < 16) overlaps this step's products
     const int t0 = step_pos(k);
     unsigned char* sb = wbase + (k % kStages) * S::kBytes;
     // V row r's chunk c (16 bytes) and V scale of position t in this stage.
@@ -291,12 +294,12 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
     }
     const float* ksc = reinterpret_cast<const float*>(sb + (kBulk ? 16 * HD : S::kKBytes + S::kVBytes));
 
-    // Everything this lane reads of the stage, first, so the stage is refilled before the step's
-    // arithmetic: kStages steps of copies stay in flight while it runs, not kStages - 1.
-    // K: rows 8tt + g, dims as the A operand's pairs; the K and V scales of positions 8tt + 2i + e.
-    Vec8 xs[2][kKV];
+    // S = Q·Kᵀ: sc[tt][0..1] = head g × positions 8tt + 2i, 8tt + 2i + 1 (c2, c3: the zero rows).
+    float sc[2][4];
 #pragma unroll
     for (int tt = 0; tt < 2; ++tt) {
+      sc[tt][0] = sc[tt][1] = sc[tt][2] = sc[tt][3] = 0.0f;
+      Vec8 xs[kKV];
       if constexpr (kBulk) {
         // Unswizzled rows: odd rows read their two chunks in the other order, so the 8 lanes of a
         // quarter-warp cover the 32 banks; the pair is put back in dims order after.
@@ -305,53 +308,15 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
         const unsigned char* kr = sb + (tt * 8 + g) * HD + i * 16;
         const Vec8 a0 = *reinterpret_cast<const Vec8*>(kr + (odd ? 64 : 0));
         const Vec8 a1 = *reinterpret_cast<const Vec8*>(kr + (odd ? 0 : 64));
-        xs[tt][0] = odd ? a1 : a0;
-        xs[tt][1] = odd ? a0 : a1;
+        xs[0] = odd ? a1 : a0;
+        xs[1] = odd ? a0 : a1;
       } else {
 #pragma unroll
-        for (int v = 0; v < kKV; ++v) xs[tt][v] = *reinterpret_cast<const Vec8*>(sb + k_chunk<HD>(tt * 8 + g, i + 4 * v));
+        for (int v = 0; v < kKV; ++v) xs[v] = *reinterpret_cast<const Vec8*>(sb + k_chunk<HD>(tt * 8 + g, i + 4 * v));
       }
-    }
-    float ks[2][2], vs[2][2];
-#pragma unroll
-    for (int tt = 0; tt < 2; ++tt)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        ks[tt][e] = ksc[tt * 8 + 2 * i + e];
-        vs[tt][e] = v_scale(tt * 8 + 2 * i + e);
-      }
-    // kF16, the warp's first step: its largest V scale (positions past the split: 0).
-    const float v_first = kF16 && k == 0 && t0 + (lane & 15) < t_end ? v_scale(lane & 15) : 0.0f;
-    // This lane's HD/8 codes of the V rows of positions 2i, 2i+1, 8+2i, 9+2i.
-    uint32_t vr[4][HD / 32];
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int vrow = (r >> 1) * 8 + 2 * i + (r & 1);
-      if constexpr (HD == 128) {
-        const Vec8 x = *reinterpret_cast<const Vec8*>(sb + v_at(vrow, g));
-        vr[r][0] = x.x;
-        vr[r][1] = x.y;
-        vr[r][2] = x.z;
-        vr[r][3] = x.w;
-      } else {  // 8 bytes: half (g & 1) of chunk g / 2
-        const uint2 x = *reinterpret_cast<const uint2*>(sb + S::kKBytes + v_chunk<HD>(vrow, g >> 1) + (g & 1) * 8);
-        vr[r][0] = x.x;
-        vr[r][1] = x.y;
-      }
-    }
-    __syncwarp();  // every lane has read this stage: refill it with step k + kStages
-    issue(k + kStages, next_slot);
-    cp_async_commit();
-    next_slot = slot_for(k + kStages + 1);  // a block-table load (bs < 16) overlaps this step's products
-
-    // S = Q·Kᵀ: sc[tt][0..1] = head g × positions 8tt + 2i, 8tt + 2i + 1 (c2, c3: the zero rows).
-    float sc[2][4];
-#pragma unroll
-    for (int tt = 0; tt < 2; ++tt) {
-      sc[tt][0] = sc[tt][1] = sc[tt][2] = sc[tt][3] = 0.0f;
 #pragma unroll
       for (int v = 0; v < kKV; ++v) {
-        const Vec8 x = xs[tt][v];
+        const Vec8 x = xs[v];
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
           const uint32_t wd = decode::word(x, w);
@@ -365,7 +330,7 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int t = tt * 8 + 2 * i + e;
-        const float x = t0 + t < t_end ? sc[tt][e] * (ks[tt][e] * k_mul) : -INFINITY;
+        const float x = t0 + t < t_end ? sc[tt][e] * (ksc[t] * k_mul) : -INFINITY;
         sc[tt][e] = x;
         mx = fmaxf(mx, x);
       }
@@ -386,8 +351,8 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
       }
     }
     if constexpr (kF16) {
-      if (k == 0) {  // the largest V scale of this warp's first step
-        float r = v_first;
+      if (k == 0) {  // the largest V scale of this warp's first step (positions past the split: 0)
+        float r = t0 + (lane & 15) < t_end ? v_scale(lane & 15) : 0.0f;
 #pragma unroll
         for (int o = 8; o > 0; o >>= 1) r = fmaxf(r, __shfl_xor_sync(0xffffffffu, r, o));
         v_ref = r > 0.0f ? r : 1.0f;
@@ -401,10 +366,27 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
       for (int e = 0; e < 2; ++e) {
         const float pr = exp2f(sc[tt][e] - m);
         l += pr;
-        pv[tt][e] = pr * (vs[tt][e] * v_mul);
+        pv[tt][e] = pr * (v_scale(tt * 8 + 2 * i + e) * v_mul);
         if constexpr (kF16) pv[tt][e] = fminf(pv[tt][e], 65504.0f);
       }
     const uint32_t b0 = pack2<OT>(pv[0][0], pv[0][1]), b1 = pack2<OT>(pv[1][0], pv[1][1]);
+    // This lane's HD/8 codes of the V rows of positions 2i, 2i+1, 8+2i, 9+2i.
+    uint32_t vr[4][HD / 32];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int vrow = (r >> 1) * 8 + 2 * i + (r & 1);
+      if constexpr (HD == 128) {
+        const Vec8 x = *reinterpret_cast<const Vec8*>(sb + v_at(vrow, g));
+        vr[r][0] = x.x;
+        vr[r][1] = x.y;
+        vr[r][2] = x.z;
+        vr[r][3] = x.w;
+      } else {  // 8 bytes: half (g & 1) of chunk g / 2
+        const uint2 x = *reinterpret_cast<const uint2*>(sb + S::kKBytes + v_chunk<HD>(vrow, g >> 1) + (g & 1) * 8);
+        vr[r][0] = x.x;
+        vr[r][1] = x.y;
+      }
+    }
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
       // A dim's bytes of positions (2i, 2i + 1) into one operand pair: next to each other for the
@@ -415,6 +397,7 @@ __global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const 
       mma_16816<OT>(acc[mt], code_pair<kF16, false>(y01), code_pair<kF16, true>(y01), code_pair<kF16, false>(y23),
                     code_pair<kF16, true>(y23), b0, b1);
     }
+    __syncwarp();  // every lane is done with this stage before it is refilled
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with its ring: the output tile reuses it
