@@ -256,14 +256,13 @@ Fp8KvDecode resolve_fp8_kv_decode(const DecodeAttentionArgs& a, int n_sms, Fp8Kv
               : v == "mma_async4"  ? Fp8KvDecode::mma_async4
               : v == "mma_async4f" ? Fp8KvDecode::mma_async4f
               : v == "mma_bulk"    ? Fp8KvDecode::mma_bulk
-              : v == "mma_bulk_ws" ? Fp8KvDecode::mma_bulk_ws
               : v == "mma2"        ? Fp8KvDecode::mma2
                                    : fp8_kv_decode_by_shape(a.n_seqs, a.shape.n_kv_heads, a.max_context, n_sms, bulk_fits);
   }
   const bool mma_fits = (a.shape.head_dim == 64 || a.shape.head_dim == 128) && a.shape.n_slots < (int64_t(1) << 31);
   const bool tc = variant == Fp8KvDecode::mma || variant == Fp8KvDecode::mma2 || fp8_kv_ring_blocks(variant) > 0;
   if (tc && !mma_fits) return Fp8KvDecode::shift_mask;
-  if (fp8_kv_bulk(variant) && !bulk_fits) return Fp8KvDecode::mma_async4f;
+  if (variant == Fp8KvDecode::mma_bulk && !bulk_fits) return Fp8KvDecode::mma_async4f;
   return variant;
 }
 
@@ -347,7 +346,7 @@ void decode_attention_fp8(const DecodeAttentionArgs& a, cudaStream_t stream, Fp8
   const Fp8Layout f = Fp8KvLayout::of(a.shape.n_kv_heads, hd);
   if (fp8_kv_ring_blocks(variant) > 0)
     decode_fp8::launch_decode_fp8_async(a.dtype, hd, fp8_kv_ring_blocks(variant), fp8_kv_f16(variant),
-                                        fp8_kv_bulk(variant), p, f, grid, stream);
+                                        variant == Fp8KvDecode::mma_bulk, p, f, grid, stream);
   else if (split.tensor_cores)
     decode_fp8::launch_decode_fp8_mma(a.dtype, hd, variant == Fp8KvDecode::mma2 ? decode_fp8::kMmaStepsNarrow
                                                                                  : decode_fp8::kMmaStepsWide,

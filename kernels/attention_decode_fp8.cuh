@@ -27,10 +27,9 @@ void launch_decode_fp8_mma(ScalarType dtype, int head_dim, int steps, const deco
 /// of one-step stages a warp, as many as fit blocks_per_sm (2, 3 or 4) blocks an SM
 /// (Fp8KvDecode::mma_async*; attention_decode_fp8_async.cu).
 /// f16: the codes become f16 operands by cvt (mma_async4f) rather than bf16 by masks and shifts.
-/// bulk 1 (f16, 4 blocks an SM, head_dim 128: mma_bulk): each stage filled by two bulk copies, a
-/// step's K and V runs of a whole 16-aligned page (the caller's condition), issued by the warp's
-/// lane 0; bulk 2 (f16, 3 blocks an SM: mma_bulk_ws): the same copies issued by a fifth warp.
-void launch_decode_fp8_async(ScalarType dtype, int head_dim, int blocks_per_sm, bool f16, int bulk, const decode::Params& p,
+/// bulk (f16, 4 blocks an SM, head_dim 128: mma_bulk): each stage filled by two bulk copies, a
+/// step's K and V runs of a whole 16-aligned page (the caller's condition).
+void launch_decode_fp8_async(ScalarType dtype, int head_dim, int blocks_per_sm, bool f16, bool bulk, const decode::Params& p,
                              const Fp8Layout& f, dim3 grid, cudaStream_t stream);
 
 /// Codes in bytes 0 and 2 of w as a bf16 pair (byte 0 in the low half), each value · 2^-120: the

@@ -103,11 +103,9 @@ using bulk::bulk_g2s;
 /// the codes to f16 by cvt.rn.f16x2.e4m3x2 (exact), Q in f16 times a power of two that puts its
 /// largest value in [2^13, 2^14), P in f16 (the softmax weight times the position's V scale over the
 /// largest V scale of the warp's first step, at most 65504).
-/// kBulk 0: the cp.async ring; 1: each warp's lane 0 fills its stages by bulk copies; 2: a fifth warp
-/// (the producer) fills every warp's stages, so no compute warp waits for its copies to be accepted.
-template <typename T, int HD, int kBps, bool kF16, int kBulk>
-__global__ void __launch_bounds__(kThreads + (kBulk == 2 ? 32 : 0), kBps) decode_fp8_async_kernel(const decode::Params p, const Fp8Layout f) {
-  using S = Stage<HD, kBps, kBulk != 0>;
+template <typename T, int HD, int kBps, bool kF16, bool kBulk>
+__global__ void __launch_bounds__(kThreads, kBps) decode_fp8_async_kernel(const decode::Params p, const Fp8Layout f) {
+  using S = Stage<HD, kBps, kBulk>;
   static_assert(!kBulk || HD == 128, "the bulk ring is built for head_dim 128");
   constexpr int kStages = S::kStages;
   constexpr int kWarps = kThreads / 32, kG = decode::kMmaHeads;
@@ -117,7 +115,6 @@ __global__ void __launch_bounds__(kThreads + (kBulk == 2 ? 32 : 0), kBps) decode
   extern __shared__ __align__(16) unsigned char stage_smem[];
   __shared__ float sm_m[kWarps][kG], sm_l[kWarps][kG];
   __shared__ __align__(8) uint64_t bars[kWarps][kBulk ? kStages : 1];  // kBulk: a stage's copies landed
-  __shared__ __align__(8) uint64_t empties[kWarps][kBulk == 2 ? kStages : 1];  // kBulk 2: a stage read
   float* sm_o = reinterpret_cast<float*>(stage_smem);  // [kWarps * kG][kLd], after the loop
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, i = lane & 3;
@@ -128,43 +125,6 @@ __global__ void __launch_bounds__(kThreads + (kBulk == 2 ? 32 : 0), kBps) decode
   const int t_end = min(ctx, t_begin + p.split_len);
   const int row = p.query_start ? __ldg(p.query_start + s + 1) - 1 : s;
   const int64_t table_row = p.kv.kind == KvLayoutKind::paged ? p.kv.table_row(s) : int64_t(s);
-  if constexpr (kBulk == 2) {
-    if (threadIdx.x == 0) {
-      for (int w = 0; w < kWarps; ++w)
-        for (int st = 0; st < kStages; ++st) {
-          bar_init(smem_u32(&bars[w][st]));
-          bar_init(smem_u32(&empties[w][st]));
-        }
-      bulk::bar_init_fence();
-    }
-    __syncthreads();
-    if (warp == kWarps) {  // the producer: the block's steps in order, step n is warp n % 4's (n / 4)-th
-      const int n_steps = (t_end - t_begin + 15) / 16;
-      const char* kb = static_cast<const char*>(p.k_cache);
-      const char* vb = static_cast<const char*>(p.v_cache);
-      // Lane j holds the first slot of step n0 + j, the next window loaded 32 steps ahead.
-      auto first_of = [&](int n) { return n < n_steps ? int(decode::kv_slot(p, s, table_row, t_begin + n * 16)) : 0; };
-      int n0 = 0, win_a = first_of(lane), win_b = first_of(32 + lane);
-      for (int n = 0; n < n_steps; ++n) {
-        if (n >= n0 + 32) {
-          win_a = win_b;
-          win_b = first_of(n0 + 64 + lane);
-          n0 += 32;
-        }
-        const int first = __shfl_sync(0xffffffffu, win_a, n - n0);
-        const int w = n % kWarps, k = n / kWarps, st = k % kStages;
-        if (lane == 0) {
-          if (k >= kStages) bulk::bar_wait(smem_u32(&empties[w][st]), (k / kStages - 1) & 1);  // step k - kStages read
-          const uint32_t bar = smem_u32(&bars[w][st]), dst = smem_u32(stage_smem + w * S::kWarpBytes + st * S::kBytes);
-          const int64_t at = f.codes_at(first, kvh);
-          bar_expect(bar, 2 * S::kKRun);
-          bulk_g2s(dst, kb + at, S::kKRun, bar);
-          bulk_g2s(dst + S::kVAt, vb + at, S::kKRun, bar);
-        }
-      }
-      return;  // an exited thread counts as arrived at the block's later barriers
-    }
-  }
 
   // Q of head g as the A operand: times 2^60 in bf16 (attention_decode_fp8_mma.cu's packing), or
   // (kF16) times q_mul in f16, dims d, d + 1 | d + 2, d + 3 as the cvt's pairs.
@@ -231,13 +191,12 @@ __global__ void __launch_bounds__(kThreads + (kBulk == 2 ? 32 : 0), kBps) decode
   const bool runs16 = p.kv.kind == KvLayoutKind::naive || p.kv.block_size % 16 == 0;  // uniform
   auto first_of = [&](int k) { return k < my_steps ? int(decode::kv_slot(p, s, table_row, step_pos(k))) : 0; };
   int w0 = 0, win_a = 0, win_b = 0;
-  if (runs16 && kBulk != 2) {
+  if (runs16) {
     win_a = first_of(lane);
     win_b = first_of(32 + lane);
   }
   // This lane's slot (row lane % 16) of step k, asked for k = 0, 1, 2, ... in order.
   auto slot_for = [&](int k) {
-    if constexpr (kBulk == 2) return 0;  // the producer warp looks the slots up
     if (!runs16) return lookup(k);
     if (k >= w0 + 32) {  // into the next window: load the one after it
       win_a = win_b;
@@ -252,7 +211,7 @@ __global__ void __launch_bounds__(kThreads + (kBulk == 2 ? 32 : 0), kBps) decode
   unsigned char* wbase = stage_smem + warp * S::kWarpBytes;
   const uint32_t wsm = smem_u32(wbase);
   const uint32_t wbar = smem_u32(&bars[warp][0]);
-  if constexpr (kBulk == 1) {
+  if constexpr (kBulk) {
     if (lane == 0) {
       for (int st = 0; st < kStages; ++st) bar_init(wbar + 8 * st);
       bulk::bar_init_fence();
@@ -265,7 +224,6 @@ __global__ void __launch_bounds__(kThreads + (kBulk == 2 ? 32 : 0), kBps) decode
     const uint32_t s0 = wsm + (k % kStages) * S::kBytes;
     const int t0 = step_pos(k);
     const bool live = k < my_steps;
-    if constexpr (kBulk == 2) return;  // the producer warp's
     if constexpr (kBulk) {  // a step is a whole page's run of this head (the launcher's condition)
       const int first = __shfl_sync(0xffffffffu, slot_l, 0);
       if (live && lane == 0) {
@@ -440,8 +398,6 @@ __global__ void __launch_bounds__(kThreads + (kBulk == 2 ? 32 : 0), kBps) decode
                     code_pair<kF16, true>(y23), b0, b1);
     }
     __syncwarp();  // every lane is done with this stage before it is refilled
-    if constexpr (kBulk == 2)
-      if (lane == 0) bulk::bar_arrive(smem_u32(&empties[warp][k % kStages]));
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done with its ring: the output tile reuses it
@@ -463,25 +419,23 @@ __global__ void __launch_bounds__(kThreads + (kBulk == 2 ? 32 : 0), kBps) decode
   decode::finish_block<T, HD, kG, kWarps, kLd>(p, sm_m, sm_l, sm_o, s, row, kvh, sub, split, ctx);
 }
 
-template <typename T, int HD, int kBps, bool kF16, int kBulk = 0>
+template <typename T, int HD, int kBps, bool kF16, bool kBulk = false>
 void launch(const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
-  constexpr int bytes = Stage<HD, kBps, kBulk != 0>::kBlockBytes;
+  constexpr int bytes = Stage<HD, kBps, kBulk>::kBlockBytes;
   static std::atomic<uint64_t> raised{0};
   once_per_device(raised, [] {
     CUDA_CHECK(cudaFuncSetAttribute(decode_fp8_async_kernel<T, HD, kBps, kF16, kBulk>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   });
-  decode_fp8_async_kernel<T, HD, kBps, kF16, kBulk><<<grid, kThreads + (kBulk == 2 ? 32 : 0), bytes, stream>>>(p, f);
+  decode_fp8_async_kernel<T, HD, kBps, kF16, kBulk><<<grid, kThreads, bytes, stream>>>(p, f);
   CUDA_CHECK_LAUNCH();
 }
 
 template <typename T, int HD>
-void launch_bps(int bps, bool f16, int bulk, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
-  if constexpr (HD == 128) {
-    if (bulk == 1 && f16 && bps == 4) return launch<T, HD, 4, true, 1>(p, f, grid, stream);
-    if (bulk == 2 && f16 && bps == 3) return launch<T, HD, 3, true, 2>(p, f, grid, stream);
-  }
-  if (bulk) throw std::invalid_argument("decode_attention_fp8: the bulk rings are built for head_dim 128, f16, 4 blocks an SM (3 with the producer warp)");
+void launch_bps(int bps, bool f16, bool bulk, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
+  if constexpr (HD == 128)
+    if (bulk && f16 && bps == 4) return launch<T, HD, 4, true, true>(p, f, grid, stream);
+  if (bulk) throw std::invalid_argument("decode_attention_fp8: the bulk ring is built for head_dim 128, f16, 4 blocks an SM");
   if (!f16 && bps == 2) return launch<T, HD, 2, false>(p, f, grid, stream);
   if (!f16 && bps == 3) return launch<T, HD, 3, false>(p, f, grid, stream);
   if (!f16 && bps == 4) return launch<T, HD, 4, false>(p, f, grid, stream);
@@ -491,7 +445,7 @@ void launch_bps(int bps, bool f16, int bulk, const decode::Params& p, const Fp8L
 }
 
 template <typename T>
-void launch_hd(int hd, int bps, bool f16, int bulk, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
+void launch_hd(int hd, int bps, bool f16, bool bulk, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
   if (hd == 64) return launch_bps<T, 64>(bps, f16, bulk, p, f, grid, stream);
   if (hd == 128) return launch_bps<T, 128>(bps, f16, bulk, p, f, grid, stream);
   throw std::invalid_argument("decode_attention_fp8: tensor cores need head_dim 64 or 128 (got " + std::to_string(hd) + ")");
@@ -499,7 +453,7 @@ void launch_hd(int hd, int bps, bool f16, int bulk, const decode::Params& p, con
 
 }  // namespace async_detail
 
-void launch_decode_fp8_async(ScalarType dtype, int head_dim, int blocks_per_sm, bool f16, int bulk, const decode::Params& p,
+void launch_decode_fp8_async(ScalarType dtype, int head_dim, int blocks_per_sm, bool f16, bool bulk, const decode::Params& p,
                              const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
   using namespace async_detail;
   SERVELAB_DISPATCH_16(dtype, (launch_hd<__nv_bfloat16>(head_dim, blocks_per_sm, f16, bulk, p, f, grid, stream)),

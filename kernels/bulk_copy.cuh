@@ -44,12 +44,6 @@ __device__ __forceinline__ void bar_expect(uint32_t bar, uint32_t tx) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(tx) : "memory");
 #endif
 }
-/// One plain arrival (a consumer's release of a stage: the barrier's only arrival in its phase).
-__device__ __forceinline__ void bar_arrive(uint32_t bar) {
-#if SERVELAB_BULK_COPY
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-#endif
-}
 /// Waits until the phase of the given parity has completed (its copies have landed).
 __device__ __forceinline__ void bar_wait(uint32_t bar, int parity) {
 #if SERVELAB_BULK_COPY

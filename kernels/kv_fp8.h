@@ -104,18 +104,13 @@ void kv_write_fp8(const QkvArgs& a, cudaStream_t stream);
 ///   lane: the head's K run and V run of the page, codes then scales, as they lie; an mbarrier a
 ///   stage) where every step is a 16-aligned page (paged blocks a multiple of 16, head_dim 128,
 ///   sm_90), else mma_async4f;
-/// - mma_bulk_ws: mma_bulk with the copies issued by a fifth warp a block (the producer, which
-///   waits for a warp's stage to be read before refilling it), 3 blocks an SM (4 stages a warp):
-///   Nsight Compute put 38% of mma_bulk's stall samples on its warps waiting for their own bulk
-///   copies to be accepted (2026-12-03);
 /// by_env: SERVELAB_FP8KV_DECODE=<any name above but by_env>, else by shape (fp8_kv_decode_by_shape).
-enum class Fp8KvDecode { by_env, shift_mask, prmt, mma, mma2, mma_async, mma_async3, mma_async4, mma_async4f, mma_bulk, mma_bulk_ws };
+enum class Fp8KvDecode { by_env, shift_mask, prmt, mma, mma2, mma_async, mma_async3, mma_async4, mma_async4f, mma_bulk };
 /// Blocks an SM a cp.async-ring variant is built for (2, 3, 4), 0 for the others.
 inline int fp8_kv_ring_blocks(Fp8KvDecode v) {
   switch (v) {
     case Fp8KvDecode::mma_async: return 2;
-    case Fp8KvDecode::mma_async3:
-    case Fp8KvDecode::mma_bulk_ws: return 3;
+    case Fp8KvDecode::mma_async3: return 3;
     case Fp8KvDecode::mma_async4:
     case Fp8KvDecode::mma_async4f:
     case Fp8KvDecode::mma_bulk: return 4;
@@ -123,12 +118,7 @@ inline int fp8_kv_ring_blocks(Fp8KvDecode v) {
   }
 }
 /// Whether a ring variant turns codes into f16 operands by cvt (mma_async4f).
-inline bool fp8_kv_f16(Fp8KvDecode v) {
-  return v == Fp8KvDecode::mma_async4f || v == Fp8KvDecode::mma_bulk || v == Fp8KvDecode::mma_bulk_ws;
-}
-/// How a ring variant fills its stages: 0 cp.async, 1 bulk copies from each warp, 2 bulk copies from
-/// a producer warp.
-inline int fp8_kv_bulk(Fp8KvDecode v) { return v == Fp8KvDecode::mma_bulk ? 1 : v == Fp8KvDecode::mma_bulk_ws ? 2 : 0; }
+inline bool fp8_kv_f16(Fp8KvDecode v) { return v == Fp8KvDecode::mma_async4f || v == Fp8KvDecode::mma_bulk; }
 /// The default where SERVELAB_FP8KV_DECODE is unset. Where mma_bulk fits (bulk_fits: paged blocks a
 /// multiple of 16, head_dim 128, sm_90): mma_bulk where sequences × KV heads × ceil(max_context /
 /// 1024) >= 3 × SMs, else mma2. Elsewhere: mma_async4f where sequences × KV heads >= 4 × SMs, else
