@@ -256,13 +256,16 @@ Fp8KvDecode resolve_fp8_kv_decode(const DecodeAttentionArgs& a, int n_sms, Fp8Kv
               : v == "mma_async4"  ? Fp8KvDecode::mma_async4
               : v == "mma_async4f" ? Fp8KvDecode::mma_async4f
               : v == "mma_bulk"    ? Fp8KvDecode::mma_bulk
+              : v == "mma_regs"    ? Fp8KvDecode::mma_regs
+              : v == "mma_regs2"   ? Fp8KvDecode::mma_regs2
               : v == "mma2"        ? Fp8KvDecode::mma2
                                    : fp8_kv_decode_by_shape(a.n_seqs, a.shape.n_kv_heads, a.max_context, n_sms, bulk_fits);
   }
   const bool mma_fits = (a.shape.head_dim == 64 || a.shape.head_dim == 128) && a.shape.n_slots < (int64_t(1) << 31);
-  const bool tc = variant == Fp8KvDecode::mma || variant == Fp8KvDecode::mma2 || fp8_kv_ring_blocks(variant) > 0;
+  const bool tc = variant == Fp8KvDecode::mma || variant == Fp8KvDecode::mma2 || fp8_kv_ring_blocks(variant) > 0 ||
+                  fp8_kv_regs_depth(variant) > 0;
   if (tc && !mma_fits) return Fp8KvDecode::shift_mask;
-  if (variant == Fp8KvDecode::mma_bulk && !bulk_fits) return Fp8KvDecode::mma_async4f;
+  if ((variant == Fp8KvDecode::mma_bulk || fp8_kv_regs_depth(variant) > 0) && !bulk_fits) return Fp8KvDecode::mma_async4f;
   return variant;
 }
 
@@ -277,7 +280,8 @@ DecodeSplit decode_attention_fp8_split(const DecodeAttentionArgs& a, int n_sms, 
     // the noise where both cut alike, faster where the grid is small (b32 x 4k x GQA 8: 67.8 ->
     // 51.3 us, b1 x 4k x GQA 1: 24.3 -> 20.8 us). A group of 1 is cut as a group of 2: the same
     // blocks (one per KV head), which use_tensor_cores refuses.
-    if (b.split.blocks_per_sm == 0 && b.split.fixed_split_len == 0) b.split.blocks_per_sm = std::max(2, fp8_kv_ring_blocks(variant));
+    if (b.split.blocks_per_sm == 0 && b.split.fixed_split_len == 0)
+      b.split.blocks_per_sm = std::max({2, fp8_kv_ring_blocks(variant), fp8_kv_regs_depth(variant) == 1 ? 3 : 0});
     b.tensor_cores = true;
     b.pipeline = false;
     b.max_cluster_splits = 0;
@@ -344,7 +348,9 @@ void decode_attention_fp8(const DecodeAttentionArgs& a, cudaStream_t stream, Fp8
     p.counters = reinterpret_cast<int32_t*>(a.workspace) + ctr_at;
   }
   const Fp8Layout f = Fp8KvLayout::of(a.shape.n_kv_heads, hd);
-  if (fp8_kv_ring_blocks(variant) > 0)
+  if (fp8_kv_regs_depth(variant) > 0)
+    decode_fp8::launch_decode_fp8_regs(a.dtype, hd, fp8_kv_regs_depth(variant), p, f, grid, stream);
+  else if (fp8_kv_ring_blocks(variant) > 0)
     decode_fp8::launch_decode_fp8_async(a.dtype, hd, fp8_kv_ring_blocks(variant), fp8_kv_f16(variant),
                                         variant == Fp8KvDecode::mma_bulk, p, f, grid, stream);
   else if (split.tensor_cores)

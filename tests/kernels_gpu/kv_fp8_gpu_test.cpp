@@ -189,7 +189,8 @@ TEST_P(KvFp8Gpu, DecodeMatchesReferenceOnAwkwardShapes) {
           for (SplitPolicy split : {SplitPolicy{0}, SplitPolicy{32}}) {
             for (Fp8KvDecode v :
                  {Fp8KvDecode::shift_mask, Fp8KvDecode::mma, Fp8KvDecode::mma2, Fp8KvDecode::mma_async,
-                  Fp8KvDecode::mma_async3, Fp8KvDecode::mma_async4, Fp8KvDecode::mma_async4f, Fp8KvDecode::mma_bulk}) {
+                  Fp8KvDecode::mma_async3, Fp8KvDecode::mma_async4, Fp8KvDecode::mma_async4f, Fp8KvDecode::mma_bulk,
+                  Fp8KvDecode::mma_regs, Fp8KvDecode::mma_regs2}) {
               DecodeSplit used;
               const std::vector<float> out = run_decode_fp8(t, f, split, &used, v);
               EXPECT_EQ(used.tensor_cores, v != Fp8KvDecode::shift_mask && hd != 32);
@@ -224,7 +225,8 @@ TEST_P(KvFp8Gpu, MmaDecodeMatchesReferenceAtBatches1To128) {
         const Fp8Batch f = quantized(testing::make_batch({ctx, std::vector<int>(batch, 1), 32, 32 / group, 128, kind, 16}, rng));
         const std::vector<float> ref = testing::reference_attention(f.ref);
         for (Fp8KvDecode v : {Fp8KvDecode::mma2, Fp8KvDecode::mma_async, Fp8KvDecode::mma_async3, Fp8KvDecode::mma_async4,
-                              Fp8KvDecode::mma_async4f, Fp8KvDecode::mma_bulk}) {
+                              Fp8KvDecode::mma_async4f, Fp8KvDecode::mma_bulk, Fp8KvDecode::mma_regs,
+                              Fp8KvDecode::mma_regs2}) {
           DecodeSplit used;
           const std::vector<float> out = run_decode_fp8(t, f, SplitPolicy{}, &used, v);
           EXPECT_TRUE(used.tensor_cores);
@@ -255,7 +257,8 @@ TEST_P(KvFp8Gpu, CvtVariantsKeepTheRangeOfQAndVScales) {
         for (size_t e = 0; e < row; ++e) b.v_cache[slot * row + e] *= std::ldexp(1.0f, int(slot * 7 % 15) - 7);
       const Fp8Batch f = quantized(std::move(b));
       const std::vector<float> ref = testing::reference_attention(f.ref);
-      for (Fp8KvDecode v : {Fp8KvDecode::mma_async4, Fp8KvDecode::mma_async4f, Fp8KvDecode::mma_bulk})
+      for (Fp8KvDecode v : {Fp8KvDecode::mma_async4, Fp8KvDecode::mma_async4f, Fp8KvDecode::mma_bulk, Fp8KvDecode::mma_regs,
+                            Fp8KvDecode::mma_regs2})
         for (SplitPolicy split : {SplitPolicy{0}, SplitPolicy{64}}) {
           const std::vector<float> out = run_decode_fp8(t, f, split, nullptr, v);
           EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float x) { return std::isfinite(x); }));
@@ -324,6 +327,17 @@ TEST_P(KvFp8Gpu, BulkRingIgnoresThePageBeyondTheContext) {
         EXPECT_LT(testing::rel_error(out, ref), testing::tolerance(t)) << what;
         // The same bits as the cp.async ring on the clean arena (same arithmetic, same order, same cut).
         EXPECT_EQ(out, run_decode_fp8(t, clean, split, nullptr, Fp8KvDecode::mma_async4f)) << what;
+        // The register-load kernels read whole pages too: the same arithmetic in the same order, so
+        // the same bits where their cut (for 3 or 2 blocks an SM) is mma_bulk's.
+        DecodeSplit cut_bulk;
+        run_decode_fp8(t, f, split, &cut_bulk, Fp8KvDecode::mma_bulk);
+        for (Fp8KvDecode v : {Fp8KvDecode::mma_regs, Fp8KvDecode::mma_regs2}) {
+          DecodeSplit cut;
+          const std::vector<float> regs = run_decode_fp8(t, f, split, &cut, v);
+          EXPECT_TRUE(std::all_of(regs.begin(), regs.end(), [](float x) { return std::isfinite(x); })) << what << " variant " << int(v);
+          EXPECT_LT(testing::rel_error(regs, ref), testing::tolerance(t)) << what << " variant " << int(v);
+          if (cut.split_len == cut_bulk.split_len) EXPECT_EQ(regs, out) << what << " variant " << int(v);
+        }
       }
     }
 }
@@ -348,7 +362,10 @@ TEST_P(KvFp8Gpu, DecodeLongContextsMatchReference) {
                                                           {Fp8KvDecode::mma_async4, SplitPolicy{1024}},
                                                           {Fp8KvDecode::mma_async4f, SplitPolicy{1024}},
                                                           {Fp8KvDecode::mma_bulk, SplitPolicy{}},
-                                                          {Fp8KvDecode::mma_bulk, SplitPolicy{1024}},};
+                                                          {Fp8KvDecode::mma_bulk, SplitPolicy{1024}},
+                                                          {Fp8KvDecode::mma_regs, SplitPolicy{}},
+                                                          {Fp8KvDecode::mma_regs, SplitPolicy{1024}},
+                                                          {Fp8KvDecode::mma_regs2, SplitPolicy{1024}},};
       for (const auto& [v, split] : runs) {
         DecodeSplit used;
         const std::vector<float> out = run_decode_fp8(t, f, split, &used, v);
@@ -371,7 +388,7 @@ TEST_P(KvFp8Gpu, DecodeGraphReplaysGiveTheEagerBits) {
   const ScalarType t = GetParam();
   std::mt19937_64 rng(std::random_device{}());
   const Fp8Batch f = quantized(testing::make_batch({{3000, 17, 700}, {1, 1, 1}, 32, 8, 128, KvLayoutKind::paged, 16}, rng));
-  for (Fp8KvDecode v : {Fp8KvDecode::by_env, Fp8KvDecode::mma_async}) {
+  for (Fp8KvDecode v : {Fp8KvDecode::by_env, Fp8KvDecode::mma_async, Fp8KvDecode::mma_regs}) {
     testing::DeviceBatch d(f.ref, t);
     DeviceBuffer k8 = testing::upload(f.k8), v8 = testing::upload(f.v8);
     DecodeAttentionArgs a = d.decode_args(f.ref, t);
