@@ -225,9 +225,11 @@ void launch_hd(int hd, const decode::Params& p, const Fp8Layout& f, int g_bucket
 
 }  // namespace decode_fp8_detail
 
-Fp8KvDecode fp8_kv_decode_by_shape(int n_seqs, int n_kv_heads, int max_context, int n_sms, bool bulk_fits) {
+Fp8KvDecode fp8_kv_decode_by_shape(int n_seqs, int n_kv_heads, int group, int max_context, int n_sms, bool bulk_fits) {
   const int64_t pairs = int64_t(n_seqs) * n_kv_heads;
-  if (bulk_fits) return pairs * ((std::max(max_context, 1) + 1023) / 1024) >= 3 * int64_t(n_sms) ? Fp8KvDecode::mma_bulk : Fp8KvDecode::mma2;
+  if (bulk_fits)
+    return group < 4 && pairs * ((std::max(max_context, 1) + 1023) / 1024) >= 3 * int64_t(n_sms) ? Fp8KvDecode::mma_bulk
+                                                                                               : Fp8KvDecode::mma_regs;
   return pairs >= 4 * int64_t(n_sms) ? Fp8KvDecode::mma_async4f : Fp8KvDecode::mma2;
 }
 
@@ -257,15 +259,15 @@ Fp8KvDecode resolve_fp8_kv_decode(const DecodeAttentionArgs& a, int n_sms, Fp8Kv
               : v == "mma_async4f" ? Fp8KvDecode::mma_async4f
               : v == "mma_bulk"    ? Fp8KvDecode::mma_bulk
               : v == "mma_regs"    ? Fp8KvDecode::mma_regs
-              : v == "mma_regs2"   ? Fp8KvDecode::mma_regs2
               : v == "mma2"        ? Fp8KvDecode::mma2
-                                   : fp8_kv_decode_by_shape(a.n_seqs, a.shape.n_kv_heads, a.max_context, n_sms, bulk_fits);
+                                   : fp8_kv_decode_by_shape(a.n_seqs, a.shape.n_kv_heads, a.n_heads / std::max(a.shape.n_kv_heads, 1),
+                                                            a.max_context, n_sms, bulk_fits);
   }
   const bool mma_fits = (a.shape.head_dim == 64 || a.shape.head_dim == 128) && a.shape.n_slots < (int64_t(1) << 31);
   const bool tc = variant == Fp8KvDecode::mma || variant == Fp8KvDecode::mma2 || fp8_kv_ring_blocks(variant) > 0 ||
-                  fp8_kv_regs_depth(variant) > 0;
+                  fp8_kv_regs(variant);
   if (tc && !mma_fits) return Fp8KvDecode::shift_mask;
-  if ((variant == Fp8KvDecode::mma_bulk || fp8_kv_regs_depth(variant) > 0) && !bulk_fits) return Fp8KvDecode::mma_async4f;
+  if ((variant == Fp8KvDecode::mma_bulk || fp8_kv_regs(variant)) && !bulk_fits) return Fp8KvDecode::mma_async4f;
   return variant;
 }
 
@@ -281,7 +283,7 @@ DecodeSplit decode_attention_fp8_split(const DecodeAttentionArgs& a, int n_sms, 
     // 51.3 us, b1 x 4k x GQA 1: 24.3 -> 20.8 us). A group of 1 is cut as a group of 2: the same
     // blocks (one per KV head), which use_tensor_cores refuses.
     if (b.split.blocks_per_sm == 0 && b.split.fixed_split_len == 0)
-      b.split.blocks_per_sm = std::max({2, fp8_kv_ring_blocks(variant), fp8_kv_regs_depth(variant) == 1 ? 3 : 0});
+      b.split.blocks_per_sm = std::max(2, fp8_kv_ring_blocks(variant));
     b.tensor_cores = true;
     b.pipeline = false;
     b.max_cluster_splits = 0;
@@ -348,8 +350,8 @@ void decode_attention_fp8(const DecodeAttentionArgs& a, cudaStream_t stream, Fp8
     p.counters = reinterpret_cast<int32_t*>(a.workspace) + ctr_at;
   }
   const Fp8Layout f = Fp8KvLayout::of(a.shape.n_kv_heads, hd);
-  if (fp8_kv_regs_depth(variant) > 0)
-    decode_fp8::launch_decode_fp8_regs(a.dtype, hd, fp8_kv_regs_depth(variant), p, f, grid, stream);
+  if (fp8_kv_regs(variant))
+    decode_fp8::launch_decode_fp8_regs(a.dtype, hd, p, f, grid, stream);
   else if (fp8_kv_ring_blocks(variant) > 0)
     decode_fp8::launch_decode_fp8_async(a.dtype, hd, fp8_kv_ring_blocks(variant), fp8_kv_f16(variant),
                                         variant == Fp8KvDecode::mma_bulk, p, f, grid, stream);

@@ -32,11 +32,11 @@ void launch_decode_fp8_mma(ScalarType dtype, int head_dim, int steps, const deco
 void launch_decode_fp8_async(ScalarType dtype, int head_dim, int blocks_per_sm, bool f16, bool bulk, const decode::Params& p,
                              const Fp8Layout& f, dim3 grid, cudaStream_t stream);
 
-/// The same arithmetic as the f16 ring with each step's codes and scales loaded into registers
-/// `depth` steps ahead (1: 3 blocks an SM, mma_regs; 2: 2 blocks, mma_regs2; attention_decode_fp8_regs.cu),
-/// head_dim 128, every step a whole 16-aligned page (the caller's condition).
-void launch_decode_fp8_regs(ScalarType dtype, int head_dim, int depth, const decode::Params& p, const Fp8Layout& f,
-                            dim3 grid, cudaStream_t stream);
+/// The same arithmetic as the f16 ring with each step's codes and scales loaded into registers 2
+/// steps ahead, 2 blocks an SM (mma_regs; attention_decode_fp8_regs.cu), head_dim 128, every step a
+/// whole 16-aligned page (the caller's condition).
+void launch_decode_fp8_regs(ScalarType dtype, int head_dim, const decode::Params& p, const Fp8Layout& f, dim3 grid,
+                            cudaStream_t stream);
 
 /// Codes in bytes 0 and 2 of w as a bf16 pair (byte 0 in the low half), each value · 2^-120: the
 /// code's sign to bit 15, its 7 magnitude bits to 10..4 (bf16's exponent bias 127 against E4M3's

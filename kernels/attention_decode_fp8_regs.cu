@@ -1,8 +1,10 @@
 // Decode attention over an FP8 KV arena on tensor cores with each step's codes loaded straight into
-// the registers its fragments need (Fp8KvDecode::mma_regs, mma_regs2): no shared-memory stage and no
+// the registers its fragments need (Fp8KvDecode::mma_regs): no shared-memory stage and no
 // bulk copies. attention_decode_fp8_async.cu's arithmetic with f16 operands (mma_async4f's: codes to
 // f16 by cvt, Q times a power of two, P times the ratio of V scales), fed by plain 16-byte loads
-// issued kDepth steps ahead of the step they hold.
+// issued kDepth (2) steps ahead of the step they hold, 2 blocks an SM (232 registers). One step
+// ahead at 3 blocks an SM (168 registers, 32 bytes spilled) measured slower at every large shape
+// (H200, 2026-12-03: b128 ctx4k GQA 1 0.76 of the copy against 0.84, GQA 8 0.66 against 0.87).
 //
 // Why: Nsight Compute on mma_bulk (2026-12-03) put 38% of its warps' stall samples on waiting for
 // their own bulk copies to be accepted, 2% on the copies' data; a read-only kernel with plain loads
@@ -274,21 +276,13 @@ void launch(const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t
   CUDA_CHECK_LAUNCH();
 }
 
-template <typename T>
-void launch_depth(int depth, const decode::Params& p, const Fp8Layout& f, dim3 grid, cudaStream_t stream) {
-  if (depth == 1) return launch<T, 1, 3>(p, f, grid, stream);
-  if (depth == 2) return launch<T, 2, 2>(p, f, grid, stream);
-  throw std::invalid_argument("decode_attention_fp8: register loads " + std::to_string(depth) + " steps ahead not built (1, 2)");
-}
-
 }  // namespace regs_detail
 
-void launch_decode_fp8_regs(ScalarType dtype, int head_dim, int depth, const decode::Params& p, const Fp8Layout& f, dim3 grid,
+void launch_decode_fp8_regs(ScalarType dtype, int head_dim, const decode::Params& p, const Fp8Layout& f, dim3 grid,
                             cudaStream_t stream) {
   using namespace regs_detail;
   if (head_dim != kHd) throw std::invalid_argument("decode_attention_fp8: register loads are built for head_dim 128");
-  SERVELAB_DISPATCH_16(dtype, (launch_depth<__nv_bfloat16>(depth, p, f, grid, stream)),
-                       (launch_depth<__half>(depth, p, f, grid, stream)));
+  SERVELAB_DISPATCH_16(dtype, (launch<__nv_bfloat16, 2, 2>(p, f, grid, stream)), (launch<__half, 2, 2>(p, f, grid, stream)));
 }
 
 }  // namespace servelab::kernels::decode_fp8

@@ -104,12 +104,11 @@ void kv_write_fp8(const QkvArgs& a, cudaStream_t stream);
 ///   lane: the head's K run and V run of the page, codes then scales, as they lie; an mbarrier a
 ///   stage) where every step is a 16-aligned page (paged blocks a multiple of 16, head_dim 128,
 ///   sm_90), else mma_async4f;
-/// - mma_regs, mma_regs2: mma_async4f's arithmetic with each step's codes and scales loaded straight
-///   into the registers its fragments take (plain 16-byte loads, no shared-memory stage), 1 step
-///   ahead at 3 blocks an SM or 2 steps ahead at 2 (attention_decode_fp8_regs.cu); where mma_bulk
-///   fits, else mma_async4f;
+/// - mma_regs: mma_async4f's arithmetic with each step's codes and scales loaded straight into the
+///   registers its fragments take (plain 16-byte loads, no shared-memory stage), 2 steps ahead, 2
+///   blocks an SM (attention_decode_fp8_regs.cu); where mma_bulk fits, else mma_async4f;
 /// by_env: SERVELAB_FP8KV_DECODE=<any name above but by_env>, else by shape (fp8_kv_decode_by_shape).
-enum class Fp8KvDecode { by_env, shift_mask, prmt, mma, mma2, mma_async, mma_async3, mma_async4, mma_async4f, mma_bulk, mma_regs, mma_regs2 };
+enum class Fp8KvDecode { by_env, shift_mask, prmt, mma, mma2, mma_async, mma_async3, mma_async4, mma_async4f, mma_bulk, mma_regs };
 /// Blocks an SM a cp.async-ring variant is built for (2, 3, 4), 0 for the others.
 inline int fp8_kv_ring_blocks(Fp8KvDecode v) {
   switch (v) {
@@ -121,16 +120,17 @@ inline int fp8_kv_ring_blocks(Fp8KvDecode v) {
     default: return 0;
   }
 }
-/// Steps a register-load variant loads ahead (mma_regs 1, mma_regs2 2), 0 for the others.
-inline int fp8_kv_regs_depth(Fp8KvDecode v) { return v == Fp8KvDecode::mma_regs ? 1 : v == Fp8KvDecode::mma_regs2 ? 2 : 0; }
+/// Whether a variant loads its codes into registers ahead of the step (mma_regs).
+inline bool fp8_kv_regs(Fp8KvDecode v) { return v == Fp8KvDecode::mma_regs; }
 /// Whether a ring variant turns codes into f16 operands by cvt (mma_async4f).
 inline bool fp8_kv_f16(Fp8KvDecode v) { return v == Fp8KvDecode::mma_async4f || v == Fp8KvDecode::mma_bulk; }
 /// The default where SERVELAB_FP8KV_DECODE is unset. Where mma_bulk fits (bulk_fits: paged blocks a
-/// multiple of 16, head_dim 128, sm_90): mma_bulk where sequences × KV heads × ceil(max_context /
-/// 1024) >= 3 × SMs, else mma2. Elsewhere: mma_async4f where sequences × KV heads >= 4 × SMs, else
-/// mma2. Measured on the H200 (results/gpu/quant/README.md): the rings win where their blocks fill
-/// the SMs with long runs of pages, mma2 where short contexts and few sequences make a small grid.
-Fp8KvDecode fp8_kv_decode_by_shape(int n_seqs, int n_kv_heads, int max_context, int n_sms, bool bulk_fits);
+/// multiple of 16, head_dim 128, sm_90): mma_bulk where fewer than 4 query heads share a KV head and
+/// sequences × KV heads × ceil(max_context / 1024) >= 3 × SMs, else mma_regs. Elsewhere: mma_async4f
+/// where sequences × KV heads >= 4 × SMs, else mma2. Measured on the H200 (results/gpu/quant/README.md):
+/// the bulk ring wins at GQA 1 where its blocks fill the SMs with long runs of pages, the register
+/// loads at GQA 4 and 8 and on small grids.
+Fp8KvDecode fp8_kv_decode_by_shape(int n_seqs, int n_kv_heads, int group, int max_context, int n_sms, bool bulk_fits);
 /// The variant decode_attention_fp8 runs for these arguments on n_sms SMs (by_env read, else by
 /// shape; mma on a head_dim it does not build replaced by shift_mask).
 Fp8KvDecode resolve_fp8_kv_decode(const DecodeAttentionArgs& a, int n_sms, Fp8KvDecode variant);

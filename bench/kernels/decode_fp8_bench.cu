@@ -8,8 +8,8 @@
 // (by_env unset: by shape), mma2 (tensor cores, registers, 2 steps a pass), mma_async4 (a ring
 // of cp.async stages a warp, 4 blocks an SM; mma_async and mma_async3, for 2 and 3, are not timed
 // since 2026-12-03), mma_async4f (mma_async4 with the codes to f16 by cvt), mma_bulk (mma_async4f
-// with each stage filled by two bulk copies), mma_regs and mma_regs2 (the f16 arithmetic with each
-// step's codes loaded into registers 1 or 2 steps ahead, 3 or 2 blocks an SM), shift_mask (CUDA cores; prmt gives the same bits and
+// with each stage filled by two bulk copies), mma_regs (the f16 arithmetic with each step's codes
+// loaded into registers 2 steps ahead, 2 blocks an SM), shift_mask (CUDA cores; prmt gives the same bits and
 // measured the same time, 0.94-1.03x, results/gpu/quant/h200-2026-11-29-9ab3082-fp8kv2). The FP8 arena holds valid random codes (no NaN) and
 // positive scales; `--only "b32 ctx4096 gqa1"` times that shape alone (for a profiler). The kernels' numerics are tested in tests/kernels_gpu/kv_fp8_gpu_test.cpp.
 #include <cstdio>
@@ -66,10 +66,10 @@ void bench_decode_attention_fp8(std::mt19937_64& rng, int n_sms, int64_t l2, dou
         fill_fp8_arena<<<2048, 256>>>(v8.get<uint8_t>(), pb.n_slots, lay, n_kv, rng());
         CUDA_CHECK_LAUNCH();
         // Columns: bf16 default, bf16 CUDA cores (GQA only), then the FP8 variants and cuts.
-        constexpr int kFp8 = 8, kCols = 2 + kFp8;
+        constexpr int kFp8 = 7, kCols = 2 + kFp8;
         const Fp8KvDecode fv[kFp8] = {Fp8KvDecode::by_env,      Fp8KvDecode::mma2,     Fp8KvDecode::mma_async4,
                                       Fp8KvDecode::mma_async4f, Fp8KvDecode::mma_bulk, Fp8KvDecode::mma_regs,
-                                      Fp8KvDecode::mma_regs2,   Fp8KvDecode::shift_mask};
+                                      Fp8KvDecode::shift_mask};
         const SplitPolicy fsp[kFp8] = {};
         std::vector<std::vector<DecodeAttentionArgs>> args(kCols);
         for (int r = 0; r < pb.n_rot; ++r) {
@@ -116,8 +116,7 @@ void bench_decode_attention_fp8(std::mt19937_64& rng, int n_sms, int64_t l2, dou
         static const char* const kNames[kCols] = {
             "decode_attn_bf16kv",        "decode_attn_bf16kv_cudacore", "decode_attn_fp8kv",
             "decode_attn_fp8kv_mma2",    "decode_attn_fp8kv_async4",    "decode_attn_fp8kv_async4f",
-            "decode_attn_fp8kv_bulk",    "decode_attn_fp8kv_regs",      "decode_attn_fp8kv_regs2",
-            "decode_attn_fp8kv_cudacore"};
+            "decode_attn_fp8kv_bulk",    "decode_attn_fp8kv_regs",      "decode_attn_fp8kv_cudacore"};
         double ms_of[kCols] = {};
         for (size_t k = 0; k < cols.size(); ++k) {
           const int c = cols[k];
