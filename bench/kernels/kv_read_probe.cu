@@ -19,14 +19,7 @@
 #include <random>
 #include <vector>
 
-#define CK(x)                                                                        \
-  do {                                                                               \
-    cudaError_t e = (x);                                                             \
-    if (e != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
+#include "probe_util.cuh"
 
 struct Layout {
   int row_bytes;      // bytes of one head's row of one token
@@ -99,29 +92,11 @@ __global__ void __launch_bounds__(128) read_kv(const uint8_t* __restrict__ k, co
 }
 
 int main() {
-  int dev = 0;
   cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, dev));
+  CK(cudaGetDeviceProperties(&prop, 0));
   constexpr int kHeads = 32, kHd = 128, kPage = 16;
   std::mt19937_64 rng(7);
-  const size_t copy_bytes = size_t(2) << 30;
-  uint8_t *ca, *cb;
-  CK(cudaMalloc(&ca, copy_bytes));
-  CK(cudaMalloc(&cb, copy_bytes));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  CK(cudaMemcpy(cb, ca, copy_bytes, cudaMemcpyDeviceToDevice));
-  CK(cudaEventRecord(e0));
-  for (int r = 0; r < 10; ++r) CK(cudaMemcpy(cb, ca, copy_bytes, cudaMemcpyDeviceToDevice));
-  CK(cudaEventRecord(e1));
-  CK(cudaEventSynchronize(e1));
-  float ms = 0;
-  CK(cudaEventElapsedTime(&ms, e0, e1));
-  const double copy_gbs = 2.0 * copy_bytes * 10 / (ms * 1e-3) / 1e9;
-  std::printf("%s, %d SMs; d2d copy %.0f GB/s (read + write)\n", prop.name, prop.multiProcessorCount, copy_gbs);
-  CK(cudaFree(ca));
-  CK(cudaFree(cb));
+  const double copy_gbs = probe_copy_gbs();
   uint32_t* out;
   CK(cudaMalloc(&out, 4));
   std::printf("%-28s %-7s %8s %8s %10s %8s\n", "shape", "layout", "inflight", "us", "GB/s", "of copy");
@@ -167,19 +142,7 @@ int main() {
               CK(cudaFuncSetAttribute(read_kv<2, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
               CK(cudaFuncSetAttribute(read_kv<2, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
             }
-            launch();
-            CK(cudaGetLastError());
-            CK(cudaDeviceSynchronize());
-            float best = 1e30f;
-            for (int rep = 0; rep < 5; ++rep) {
-              CK(cudaEventRecord(e0));
-              for (int r = 0; r < 10; ++r) launch();
-              CK(cudaEventRecord(e1));
-              CK(cudaEventSynchronize(e1));
-              float t = 0;
-              CK(cudaEventElapsedTime(&t, e0, e1));
-              best = std::min(best, t / 10);
-            }
+            const float best = probe_best_ms(launch);
             const double gbs = useful / (best * 1e-3) / 1e9;
             char shape[64];
             std::snprintf(shape, sizeof shape, "b%d ctx%d gqa%d", batch, ctx, group);

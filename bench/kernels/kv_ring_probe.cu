@@ -12,7 +12,11 @@
 //                one ring, so no warp starts or drains more than once;
 //   plain      : kv_read_probe's full-occupancy kernel (plain 16-byte loads, 4 pages a warp in
 //                flight, a block per (KV head, sequence)): the ceiling.
+// Two tables: `deal` times those three; `layout` times the blocks' ring with the decode's
+// arithmetic stood in by dependent FMAs over four ways a page's runs could lie and be copied
+// (results/gpu/quant/h200-2026-12-03-fp8kv-regs/, calls 1 and 6).
 // Standalone: nvcc -O3 -arch=sm_90a -std=c++17 bench/kernels/kv_ring_probe.cu -o kv_ring_probe
+//             ./kv_ring_probe [all|deal|layout]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -21,16 +25,10 @@
 #include <cstdlib>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
-#define CK(x)                                                                        \
-  do {                                                                               \
-    cudaError_t e = (x);                                                             \
-    if (e != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
+#include "probe_util.cuh"
 
 constexpr int kRun = 16 * 128 + 64;  // one head's K (or V) run of a page
 constexpr int kStageBytes = 2 * 2176;   // room for two runs padded to 128 bytes
@@ -192,30 +190,95 @@ void set_smem() {
   CK(cudaFuncSetAttribute(ring<kP, C, kS, kB>, cudaFuncAttributeMaxDynamicSharedMemorySize, 4 * kS * kStageBytes));
 }
 
-int main() {
+/// One shape's pages: each sequence's pps pages shuffled over an arena of batch * pps + 64 pages
+/// of n_kv heads, a head's share hstride_max bytes at most (K and V arenas alike).
+struct Pages {
+  int* table = nullptr;
+  uint8_t *k = nullptr, *v = nullptr;
+  Pages(int batch, int pps, int n_kv, int hstride_max, std::mt19937_64& rng) {
+    const int n_pages = batch * pps + 64;
+    std::vector<int> perm(n_pages);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    CK(cudaMalloc(&table, size_t(batch) * pps * 4));
+    CK(cudaMemcpy(table, perm.data(), size_t(batch) * pps * 4, cudaMemcpyHostToDevice));
+    const size_t bytes = size_t(n_pages) * n_kv * hstride_max;
+    CK(cudaMalloc(&k, bytes));
+    CK(cudaMalloc(&v, bytes));
+    CK(cudaMemset(k, 1, bytes));
+    CK(cudaMemset(v, 2, bytes));
+  }
+  ~Pages() {
+    cudaFree(table);
+    cudaFree(k);
+    cudaFree(v);
+  }
+};
+
+struct Case { int group, batch, ctx; };
+constexpr int kHeads = 32;
+
+void row(const Case& c, const char* kernel, float ms, double copy_gbs) {
+  const double useful = double(c.batch) * c.ctx * (kHeads / c.group) * 2 * 132;
+  char name[48];
+  std::snprintf(name, sizeof name, "b%d ctx%d gqa%d", c.batch, c.ctx, c.group);
+  std::printf("%-22s %-34s %9.1f %8.2f\n", name, kernel, ms * 1e3, useful / (ms * 1e-3) / 1e9 / copy_gbs);
+}
+
+/// Table 1 ("deal"): the pages dealt by block as mma_bulk deals them, by persistent warps over
+/// runs of C pages, and kv_read_probe's plain loads.
+void deal(double copy_gbs, int sms, uint32_t* out, std::mt19937_64& rng) {
+  const Case cases[] = {{1, 32, 1024}, {1, 32, 4096}, {1, 128, 1024}, {1, 128, 4096}, {4, 128, 4096}, {8, 128, 4096}, {4, 32, 4096}};
+  for (const Case& c : cases) {
+    const int n_kv = kHeads / c.group;
+    const Shape sh{c.batch, c.ctx / 16, n_kv, int64_t(n_kv) * kRun};
+    const Pages pg(c.batch, sh.pps, n_kv, kRun, rng);
+    const dim3 grid(n_kv, c.batch);
+    const uint8_t *k = pg.k, *v = pg.v;
+    const int* t = pg.table;
+    row(c, "plain (ceiling)", probe_best_ms([&] { plain<<<grid, 128>>>(k, v, t, sh, out); }), copy_gbs);
+    row(c, "blocks 3st 4bps", probe_best_ms([&] { ring<false, 1, 3, 4><<<grid, 128, 4 * 3 * kStageBytes>>>(k, v, t, sh, out); }), copy_gbs);
+    row(c, "persist C16 3st 4bps", probe_best_ms([&] { ring<true, 16, 3, 4><<<4 * sms, 128, 4 * 3 * kStageBytes>>>(k, v, t, sh, out); }), copy_gbs);
+    row(c, "persist C64 3st 4bps", probe_best_ms([&] { ring<true, 64, 3, 4><<<4 * sms, 128, 4 * 3 * kStageBytes>>>(k, v, t, sh, out); }), copy_gbs);
+    row(c, "persist C16 2st 6bps", probe_best_ms([&] { ring<true, 16, 2, 6><<<6 * sms, 128, 4 * 2 * kStageBytes>>>(k, v, t, sh, out); }), copy_gbs);
+    row(c, "persist C16 4st 3bps", probe_best_ms([&] { ring<true, 16, 4, 3><<<3 * sms, 128, 4 * 4 * kStageBytes>>>(k, v, t, sh, out); }), copy_gbs);
+  }
+}
+
+/// Table 2 ("layout"): mma_bulk's dealing with the arithmetic stood in by `spin` dependent FMAs a
+/// step, over four ways a page's runs could lie and be copied: today's (2 copies of 2,112 bytes at
+/// 64-byte alignment), runs padded to 2,176 (128-byte aligned starts and sizes), aligned starts
+/// with 2,112-byte copies, and one copy a step of a head's K and V side by side (4,224 bytes).
+void layout(double copy_gbs, uint32_t* out, std::mt19937_64& rng) {
+  const Case cases[] = {{1, 32, 1024}, {1, 32, 4096}, {1, 128, 1024}, {4, 128, 4096}};
+  struct Lay { const char* name; int run, hstride, copies; };
+  const Lay lays[] = {{"2x2112 @64", kRun, kRun, 2}, {"2x2176 @128", 2176, 2176, 2}, {"2x2112 @128", kRun, 2176, 2},
+                      {"1x4224 @128", kRun, 2 * kRun, 1}};
+  for (const Case& c : cases) {
+    const int n_kv = kHeads / c.group, pps = c.ctx / 16;
+    const Pages pg(c.batch, pps, n_kv, 2 * 2176, rng);
+    for (int spin : {0, 200, 400})
+      for (const Lay& L : lays) {
+        const Shape sh{c.batch, pps, n_kv, int64_t(n_kv) * L.hstride, L.run, L.hstride, L.copies, spin};
+        const dim3 grid(n_kv, c.batch);
+        char kname[64];
+        std::snprintf(kname, sizeof kname, "blocks %s spin %d", L.name, spin);
+        row(c, kname, probe_best_ms([&] { ring<false, 1, 3, 4><<<grid, 128, 4 * 3 * kStageBytes>>>(pg.k, pg.v, pg.table, sh, out); }),
+            copy_gbs);
+      }
+  }
+}
+
+int main(int argc, char** argv) {
+  const std::string which = argc > 1 ? argv[1] : "all";
+  if (which != "all" && which != "deal" && which != "layout") {
+    std::fprintf(stderr, "usage: kv_ring_probe [all|deal|layout]\n");
+    return 2;
+  }
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
-  const int sms = prop.multiProcessorCount;
-  constexpr int kHeads = 32;
+  const double copy_gbs = probe_copy_gbs();
   std::mt19937_64 rng(7);
-  const size_t copy_bytes = size_t(2) << 30;
-  uint8_t *ca, *cb;
-  CK(cudaMalloc(&ca, copy_bytes));
-  CK(cudaMalloc(&cb, copy_bytes));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  CK(cudaMemcpy(cb, ca, copy_bytes, cudaMemcpyDeviceToDevice));
-  CK(cudaEventRecord(e0));
-  for (int r = 0; r < 10; ++r) CK(cudaMemcpy(cb, ca, copy_bytes, cudaMemcpyDeviceToDevice));
-  CK(cudaEventRecord(e1));
-  CK(cudaEventSynchronize(e1));
-  float ms = 0;
-  CK(cudaEventElapsedTime(&ms, e0, e1));
-  const double copy_gbs = 2.0 * copy_bytes * 10 / (ms * 1e-3) / 1e9;
-  std::printf("%s, %d SMs; d2d copy %.0f GB/s (read + write)\n", prop.name, sms, copy_gbs);
-  CK(cudaFree(ca));
-  CK(cudaFree(cb));
   uint32_t* out;
   CK(cudaMalloc(&out, 4));
   set_smem<false, 1, 3, 4>();
@@ -224,56 +287,7 @@ int main() {
   set_smem<true, 16, 2, 6>();
   set_smem<true, 16, 4, 3>();
   std::printf("%-22s %-34s %9s %8s\n", "shape", "kernel", "us", "of copy");
-  struct Case { int group, batch, ctx; };
-  const Case cases[] = {{1, 32, 1024}, {1, 32, 4096}, {1, 128, 1024}, {4, 128, 4096}};
-  // How a page's runs lie and are copied: today's (2 copies of 2,112 bytes at 64-byte alignment),
-  // runs padded to 2,176 (128-byte aligned starts and sizes), aligned starts with 2,112-byte copies,
-  // and one copy a step of a head's K and V side by side (4,224 bytes, 128-byte aligned).
-  struct Lay { const char* name; int run, hstride, copies; };
-  const Lay lays[] = {{"2x2112 @64", kRun, kRun, 2}, {"2x2176 @128", 2176, 2176, 2}, {"2x2112 @128", kRun, 2176, 2},
-                      {"1x4224 @128", kRun, 2 * kRun, 1}};
-  for (const Case& c : cases) {
-    const int n_kv = kHeads / c.group, pps = c.ctx / 16;
-    const int n_pages = c.batch * pps + 64;
-    std::vector<int> perm(n_pages);
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng);
-    int* d_pages;
-    CK(cudaMalloc(&d_pages, size_t(c.batch) * pps * 4));
-    CK(cudaMemcpy(d_pages, perm.data(), size_t(c.batch) * pps * 4, cudaMemcpyHostToDevice));
-    const size_t bytes = size_t(n_pages) * n_kv * 2 * 2176;
-    uint8_t *k, *v;
-    CK(cudaMalloc(&k, bytes));
-    CK(cudaMalloc(&v, bytes));
-    CK(cudaMemset(k, 1, bytes));
-    CK(cudaMemset(v, 2, bytes));
-    const double useful = double(c.batch) * c.ctx * n_kv * 2 * 132;
-    for (int spin : {0, 200, 400})
-      for (const Lay& L : lays) {
-        Shape sh{c.batch, pps, n_kv, int64_t(n_kv) * L.hstride, L.run, L.hstride, L.copies, spin};
-        const dim3 grid(n_kv, c.batch);
-        auto go = [&] { ring<false, 1, 3, 4><<<grid, 128, 4 * 3 * kStageBytes>>>(k, v, d_pages, sh, out); };
-        go();
-        CK(cudaGetLastError());
-        CK(cudaDeviceSynchronize());
-        float best = 1e30f;
-        for (int rep = 0; rep < 5; ++rep) {
-          CK(cudaEventRecord(e0));
-          for (int r = 0; r < 10; ++r) go();
-          CK(cudaEventRecord(e1));
-          CK(cudaEventSynchronize(e1));
-          float t = 0;
-          CK(cudaEventElapsedTime(&t, e0, e1));
-          best = std::min(best, t / 10);
-        }
-        char name[48], kname[64];
-        std::snprintf(name, sizeof name, "b%d ctx%d gqa%d", c.batch, c.ctx, c.group);
-        std::snprintf(kname, sizeof kname, "blocks %s spin %d", L.name, spin);
-        std::printf("%-22s %-34s %9.1f %8.2f\n", name, kname, best * 1e3, useful / (best * 1e-3) / 1e9 / copy_gbs);
-      }
-    CK(cudaFree(k));
-    CK(cudaFree(v));
-    CK(cudaFree(d_pages));
-  }
+  if (which != "layout") deal(copy_gbs, prop.multiProcessorCount, out, rng);
+  if (which != "deal") layout(copy_gbs, out, rng);
   return 0;
 }
