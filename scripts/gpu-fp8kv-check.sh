@@ -8,7 +8,8 @@
 #   OUT=$OUT bash scripts/gpu-fp8kv-check.sh
 # BUILD (default build-gpu), TESTS=0 skips the tests, BENCH=0 kernel_bench, RUN=0 the scenario
 # (RUN_LIMIT seconds, default 200, cut to what is left of TOTAL_S seconds from the start, less 20,
-# when TOTAL_S is set; SCENARIO, default scenarios/gpu-fp8kv-capacity.yaml); QUICK=1
+# when TOTAL_S is set; SCENARIO, default scenarios/gpu-fp8kv-capacity.yaml); PROBE=1 adds
+# bench/kernels/kv_ring_probe.cu's tables (ring-probe.txt); QUICK=1
 # (default) passes --quick to engine_bench. When the FP8 kernel tests fail, the scenario runs with
 # SERVELAB_FP8KV_DECODE=shift_mask (the CUDA-core kernel), and the summary says so. Logs go to
 # $OUT as one tarball (the device returns few files), the JSON, the run's summary and a summary
@@ -70,6 +71,10 @@ if [ "${ENGINE:-0}" = 1 ]; then
   Q=(); [ "${QUICK:-1}" = 1 ] && Q=(--quick)
   step engine_bench "${ENGINE_LIMIT:-150}" "$BUILD/engine_bench" --kv-cache-dtype auto,fp8 "${Q[@]}" --json "$OUT/engine_bench.json" --commit "$COMMIT"
   grep -E "kv_" "$L/engine_bench.log" >>"$OUT/summary.txt"
+fi
+if [ "${PROBE:-0}" = 1 ]; then  # the read-only ring probe (bench/kernels/kv_ring_probe.cu), both tables
+  step probe_build 120 nvcc -O3 -arch=sm_90a -std=c++17 bench/kernels/kv_ring_probe.cu -o "$BUILD/kv_ring_probe" &&
+    step probe 120 "$BUILD/kv_ring_probe" && cp "$L/probe.log" "$OUT/ring-probe.txt"
 fi
 tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$L"
 cat "$OUT/summary.txt"
