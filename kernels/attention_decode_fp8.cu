@@ -282,8 +282,7 @@ DecodeSplit decode_attention_fp8_split(const DecodeAttentionArgs& a, int n_sms, 
     // the noise where both cut alike, faster where the grid is small (b32 x 4k x GQA 8: 67.8 ->
     // 51.3 us, b1 x 4k x GQA 1: 24.3 -> 20.8 us). A group of 1 is cut as a group of 2: the same
     // blocks (one per KV head), which use_tensor_cores refuses.
-    if (b.split.blocks_per_sm == 0 && b.split.fixed_split_len == 0)
-      b.split.blocks_per_sm = std::max(2, fp8_kv_ring_blocks(variant));
+    if (b.split.blocks_per_sm == 0 && b.split.fixed_split_len == 0) b.split.blocks_per_sm = std::max(2, fp8_kv_ring_blocks(variant));
     b.tensor_cores = true;
     b.pipeline = false;
     b.max_cluster_splits = 0;
