@@ -114,6 +114,9 @@ std::vector<Variant> decode_variants() {
       {"default", C{}},
       {"tiles", with([](C& c) { c.in_product_row_items = false; })},
       {"beside", with([](C& c) { c.in_product = false; })},
+      {"reserve 8", with([](C& c) { c.product_sm_reserve = 8; })},
+      {"reserve 16", with([](C& c) { c.product_sm_reserve = 16; })},
+      {"reserve 32", with([](C& c) { c.product_sm_reserve = 32; })},
       {"empty", with([](C& c) { c.empty_plan = true; }), true},
   };
 }
@@ -389,6 +392,15 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
          return c;
        }()},
       {"gemm again", gemm_config}};
+  // cuBLASLt's products asked for fewer SMs (LoraSgmvConfig::product_sm_reserve), the runs' shrinks
+  // for the SMs left, with the expands after the products or beside them (eager_beside).
+  for (const int reserve : {8, 16})
+    for (const bool beside : {false, true}) {
+      kernels::LoraSgmvConfig c = gemm_config;
+      c.product_sm_reserve = c.run_shrink_sms = reserve;
+      c.eager_beside = beside;
+      prefill_variants.emplace_back(fmt("gemm, %.0f SMs left to the side", reserve) + (beside ? ", deltas beside" : ""), c);
+    }
   if (o.prefill_only) {  // where the default's time goes: parts left out (wrong results), or in line
     auto with = [&](const char* name, auto f, const kernels::LoraSgmvConfig* base = nullptr) {
       kernels::LoraSgmvConfig c = base ? *base : gemm_config;
@@ -476,6 +488,8 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
         {"gemm, grouped rows after", with([](C& c) { c.mixed_grouped_beside = false; })},
         {"gemm, neither", with([](C& c) { c.mixed_grouped_beside = c.size_by_plan_rows = false; })},
         {"gemm, in line", with([](C& c) { c.side_stream = false; })},
+        {"gemm, 8 SMs left to the side", with([](C& c) { c.product_sm_reserve = c.run_shrink_sms = 8; })},
+        {"gemm, 16 SMs left to the side", with([](C& c) { c.product_sm_reserve = c.run_shrink_sms = 16; })},
         {"gemm, grouped launches find no rows (diagnostic)", with([](C& c) { c.empty_plan = true; })},
         {"sgmv", sgmv_config},
         {"gemm again", gemm_config}};

@@ -29,13 +29,19 @@ constexpr int kCanonicalRows = 256;
 struct Descs {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  Descs(ScalarType t, int m, int n, int k, bool out_fp32) {
+  /// sms > 0: the product is asked for that many SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET).
+  Descs(ScalarType t, int m, int n, int k, bool out_fp32, int sms = 0) {
     const cudaDataType_t in = t == ScalarType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
     const cudaDataType_t out = out_fp32 ? CUDA_R_32F : in;
     CUBLAS_CHECK(cublaslt().matmul_desc_create(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
     CUBLAS_CHECK(cublaslt().matmul_desc_set_attribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
     CUBLAS_CHECK(cublaslt().matmul_desc_set_attribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
+    if (sms > 0) {
+      const int32_t target = sms;
+      CUBLAS_CHECK(
+          cublaslt().matmul_desc_set_attribute(op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &target, sizeof(target)));
+    }
     CUBLAS_CHECK(cublaslt().matrix_layout_create(&a, in, k, n, k));
     CUBLAS_CHECK(cublaslt().matrix_layout_create(&b, in, k, m, k));
     CUBLAS_CHECK(cublaslt().matrix_layout_create(&c, out, n, m, n));
@@ -147,7 +153,7 @@ int Gemm::fastest(ScalarType t, int m, int n, int k, bool out_fp32, const cublas
   CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreate(&e0));
   CUDA_CHECK(cudaEventCreate(&e1));
-  Descs d(t, m, n, k, out_fp32);
+  Descs d(t, m, n, k, out_fp32, sm_target());
   const float alpha = 1.0f, beta = 0.0f;
   auto launch = [&](int i) {
     return cublaslt().matmul(handle_, d.op, &alpha, buf + xb, d.a, buf, d.b, &beta, buf + xb + wb, d.c, buf + xb + wb,
@@ -183,9 +189,9 @@ int Gemm::fastest(ScalarType t, int m, int n, int k, bool out_fp32, const cublas
 }
 
 cublasLtMatmulAlgo_t Gemm::heuristic(ScalarType t, int m, int n, int k, bool out_fp32, bool tune) {
-  const auto key = std::make_tuple(int(t), m, n, k, out_fp32, false);
+  const auto key = std::make_tuple(int(t), m, n, k, out_fp32, false, sm_target());
   if (auto it = heuristics_.find(key); it != heuristics_.end()) return it->second;
-  Descs d(t, m, n, k, out_fp32);
+  Descs d(t, m, n, k, out_fp32, sm_target());
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLAS_CHECK(cublaslt().preference_create(&pref));
   CUBLAS_CHECK(cublaslt().preference_set_attribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
@@ -225,7 +231,7 @@ cublasLtMatmulAlgo_t Gemm::heuristic(ScalarType t, int m, int n, int k, bool out
 }
 
 bool Gemm::accepts(const cublasLtMatmulAlgo_t& algo, ScalarType t, int m, int n, int k, bool out_fp32) const {
-  Descs actual(t, m, n, k, out_fp32);
+  Descs actual(t, m, n, k, out_fp32, sm_target());
   cublasLtMatmulHeuristicResult_t check{};
   return cublaslt().algo_check(handle_, actual.op, actual.a, actual.b, actual.c, actual.c, &algo, &check) ==
              CUBLAS_STATUS_SUCCESS &&
@@ -233,7 +239,7 @@ bool Gemm::accepts(const cublasLtMatmulAlgo_t& algo, ScalarType t, int m, int n,
 }
 
 cublasLtMatmulAlgo_t Gemm::algo_for(ScalarType t, int m, int n, int k, bool out_fp32, bool accumulate) {
-  const auto key = std::make_tuple(int(t), m, n, k, out_fp32, accumulate);
+  const auto key = std::make_tuple(int(t), m, n, k, out_fp32, accumulate, sm_target());
   if (auto it = algos_.find(key); it != algos_.end()) return it->second;
   // Batch-invariant: one algorithm, chosen for a canonical row count, for every M. Otherwise the
   // algorithm of m's bucket (gemm_rows.h), or m's own when that one does not take m rows.
@@ -265,7 +271,7 @@ void Gemm::run(ScalarType t, const void* x, const void* w, void* y, int m, int n
                cudaStream_t stream, bool accumulate) {
   if (m == 0 || run_if_gemv(t, x, w, y, m, n, k, out_fp32, accumulate, LamportPush{}, stream)) return;
   const cublasLtMatmulAlgo_t algo = algo_for(t, m, n, k, out_fp32, accumulate);
-  Descs d(t, m, n, k, out_fp32);
+  Descs d(t, m, n, k, out_fp32, sm_target());
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   CUBLAS_CHECK(cublaslt().matmul(handle_, d.op, &alpha, w, d.a, x, d.b, &beta, y, d.c, y, d.c, &algo, workspace_,
                               workspace_bytes_, stream));

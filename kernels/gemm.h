@@ -130,6 +130,12 @@ class Gemm {
   /// (the caller then runs the product and rope_kv_write).
   bool run_qkv_rope_kv(const QkvArgs& a, const void* x, const void* w, int k, cudaStream_t stream,
                        const LoraInGemv* lora = nullptr);
+  /// SMs left out of the cuBLASLt products run() launches from now on (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET
+  /// set to the device's count less this): room beside a product for work on another stream
+  /// (the cuda backend's LoRA side stream, LoraSgmvConfig::product_sm_reserve). Each target has
+  /// its own algorithms. 0: every SM (no target set). gemv's products are unaffected.
+  void set_sm_reserve(int sms) { sm_reserve_ = sms < 0 ? 0 : sms; }
+  int sm_reserve() const { return sm_reserve_; }
   /// The decomposition run() gives gemv for this shape.
   gemv::Plan gemv_plan(int n, int k) const;
 
@@ -188,10 +194,13 @@ class Gemm {
   int gemv_variant_ = 0;
   int gemv_rows_ = gemv::kMaxRows;
   int n_sms_ = 0;
+  int sm_reserve_ = 0;
+  /// The SM count target of cuBLASLt's products now (0: none set).
+  int sm_target() const { return sm_reserve_ > 0 && sm_reserve_ < n_sms_ ? n_sms_ - sm_reserve_ : 0; }
   float* gemv_partials_ = nullptr;
   int32_t* gemv_counters_ = nullptr;
-  std::map<std::tuple<int, int, int, int, bool, bool>, cublasLtMatmulAlgo_t> algos_;       // per actual M
-  std::map<std::tuple<int, int, int, int, bool, bool>, cublasLtMatmulAlgo_t> heuristics_;  // per queried M
+  std::map<std::tuple<int, int, int, int, bool, bool, int>, cublasLtMatmulAlgo_t> algos_;       // per actual M
+  std::map<std::tuple<int, int, int, int, bool, bool, int>, cublasLtMatmulAlgo_t> heuristics_;  // per queried M
   int64_t heuristic_queries_ = 0;
   int autotune_max_m_ = 0;
   AutotuneStats autotune_stats_;

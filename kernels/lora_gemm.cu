@@ -40,11 +40,16 @@ struct Layouts {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   Layouts(cudaDataType_t type, int m, int n, int k, int ld_a, int ld_b, int ld_d, int batch, int64_t sa, int64_t sb,
-          int64_t sd) {
+          int64_t sd, int sms) {
     LORA_CUBLAS_CHECK(cublaslt().matmul_desc_create(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
     LORA_CUBLAS_CHECK(cublaslt().matmul_desc_set_attribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
     LORA_CUBLAS_CHECK(cublaslt().matmul_desc_set_attribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
+    if (sms > 0) {
+      const int32_t target = sms;
+      LORA_CUBLAS_CHECK(
+          cublaslt().matmul_desc_set_attribute(op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &target, sizeof(target)));
+    }
     LORA_CUBLAS_CHECK(cublaslt().matrix_layout_create(&a, type, k, m, ld_a));
     LORA_CUBLAS_CHECK(cublaslt().matrix_layout_create(&b, type, k, n, ld_b));
     LORA_CUBLAS_CHECK(cublaslt().matrix_layout_create(&d, type, m, n, ld_d));
@@ -78,7 +83,8 @@ struct LoraGemm::Prepared {
   cublasLtMatmulAlgo_t algo{};
   int n;  ///< the rows (cuBLASLt's columns of B and D) the layouts hold now
   Prepared(cudaDataType_t type, const Shape& s)
-      : layouts(type, s.m, s.n, s.k, s.ld_a, s.ld_b, s.ld_d, s.batch, s.stride_a, s.stride_b, s.stride_d), n(s.n) {}
+      : layouts(type, s.m, s.n, s.k, s.ld_a, s.ld_b, s.ld_d, s.batch, s.stride_a, s.stride_b, s.stride_d, s.sms),
+        n(s.n) {}
   /// The layouts for `rows` rows: two attribute writes, no descriptor made or algorithm asked.
   void set_rows(int rows) {
     if (rows == n) return;
@@ -122,7 +128,7 @@ cublasLtMatmulAlgo_t LoraGemm::query(const Prepared& p, const Shape& s, size_t w
 
 LoraGemm::Key LoraGemm::key(ScalarType t, const Shape& s, int n, int al_a, int al_b, int al_d) {
   return Key{int(t), s.m, n, s.k, s.ld_a, s.ld_b, s.ld_d, s.batch, s.stride_a, s.stride_b, s.stride_d,
-             int(s.accumulate) | int(s.workspace) << 1, al_a | (al_b << 10) | (al_d << 20)};
+             int(s.accumulate) | int(s.workspace) << 1 | s.sms << 2, al_a | (al_b << 10) | (al_d << 20)};
 }
 
 LoraGemm::Prepared& LoraGemm::prepared(ScalarType t, const Shape& s, int al_a, int al_b, int al_d) {
@@ -171,10 +177,10 @@ void LoraGemm::matmul(ScalarType t, const Shape& s, float alpha, const void* a, 
   own_.emplace(own, std::move(mine));
 }
 
-LoraGemm::Shape LoraGemm::shrink_shape(const LoraPool& pool, int count) {
+LoraGemm::Shape LoraGemm::shrink_shape(const LoraPool& pool, int count, int sms) {
   // Cᵀ[total, count] = A[slot] (stored [n_in, total], transposed) · xᵀ [n_in, count].
   const int total = pool.total_rank();
-  return Shape{total, count, pool.n_in, pool.n_in, pool.n_in, total, 1, 0, 0, 0, false, true};
+  return Shape{total, count, pool.n_in, pool.n_in, pool.n_in, total, 1, 0, 0, 0, false, true, sms};
 }
 
 int LoraGemm::expand_shapes(const LoraPool& pool, int count, int ld_y, bool accumulate, Expand (&out)[kLoraMaxSegments]) {
@@ -207,7 +213,7 @@ void LoraGemm::prepare(ScalarType t, const LoraPool& pool, int min_rows, int max
   const int al_a = alignment(pool.a);
   Expand parts[kLoraMaxSegments];
   for (int rows : gemm_rows_buckets(min_rows, max_rows)) {
-    prepared(t, shrink_shape(pool, rows), al_a, 256, 256);
+    prepared(t, shrink_shape(pool, rows, shrink_sms_), al_a, 256, 256);
     const int n = expand_shapes(pool, rows, pool.n_out, true, parts);
     for (int i = 0; i < n; ++i) {
       const uintptr_t col = uintptr_t(parts[i].start) * 2;  // bytes into B's rows and y's
@@ -226,7 +232,7 @@ void LoraGemm::shrink(ScalarType t, const void* x, const LoraPool& pool, const L
   const auto* a = static_cast<const char*>(pool.a) + int64_t(run.slot) * total * pool.n_in * eb;
   const auto* xr = static_cast<const char*>(x) + int64_t(run.first) * pool.n_in * eb;
   auto* out = static_cast<char*>(xa) + int64_t(run.first) * total * eb;
-  matmul(t, shrink_shape(pool, run.count), scale, a, xr, out, stream);
+  matmul(t, shrink_shape(pool, run.count, shrink_sms_), scale, a, xr, out, stream);
 }
 
 void LoraGemm::expand(ScalarType t, const void* xa, const LoraPool& pool, const LoraRun& run, void* y, int ld_y, int c0,

@@ -54,6 +54,9 @@ class LoraGemm {
   /// prompt's, new at almost every prefill in a serving run), shape and alignment; a run length
   /// the bucket's algorithm does not take asks for its own.
   int64_t heuristic_queries() const { return heuristic_queries_; }
+  /// The shrinks launched from now on are asked of cuBLASLt for this many SMs (0: every SM): the
+  /// SMs a product beside them leaves free (Gemm::set_sm_reserve). Each count has its own algorithms.
+  void set_shrink_sms(int sms) { shrink_sms_ = sms < 0 ? 0 : sms; }
 
  private:
   /// One product in cuBLASLt's column-major terms: D[m, n] (ld_d) = alpha · op(A)[m, k] · B[k, n] +
@@ -63,6 +66,7 @@ class LoraGemm {
     int64_t stride_a, stride_b, stride_d;
     bool accumulate;  ///< beta 1 (else 0)
     bool workspace;   ///< may split K through the workspace (the shrinks; never the expands)
+    int sms = 0;      ///< CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET (0: none set)
   };
   /// A row bucket's descriptors and algorithm, made once: the 32 layers of a step and every run
   /// length of the bucket reuse them (its layouts' row count set per call: no descriptor made and
@@ -74,7 +78,7 @@ class LoraGemm {
     Shape shape;
     int seg, start;
   };
-  static Shape shrink_shape(const LoraPool& pool, int count);
+  static Shape shrink_shape(const LoraPool& pool, int count, int sms = 0);
   /// The expand's products for `count` rows (into out; returns how many).
   static int expand_shapes(const LoraPool& pool, int count, int ld_y, bool accumulate, Expand (&out)[kLoraMaxSegments]);
   // (type, m, n, k, ld_a, ld_b, ld_d, batch, strides, beta and workspace, alignments)
@@ -91,6 +95,7 @@ class LoraGemm {
   std::map<Key, std::unique_ptr<Prepared>> buckets_;  ///< by the shape with n its row bucket
   std::map<Key, std::unique_ptr<Prepared>> own_;      ///< run lengths their bucket's algorithm refused
   int64_t heuristic_queries_ = 0;
+  int shrink_sms_ = 0;
 };
 
 }  // namespace servelab::kernels

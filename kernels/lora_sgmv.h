@@ -160,6 +160,15 @@ struct LoraSgmvConfig {
   /// The in-product shrink's items are single rows (true; B of one adapter read once a row from
   /// L2) or the plan's slot tiles of up to 8 rows (one block doing a whole tile's chunk).
   bool in_product_row_items = true;
+  /// Read by the cuda backend, in steps whose LoRA work runs on the side stream beside cuBLASLt
+  /// products (decode from 17 rows, prefills, mixed steps): the products are asked of cuBLASLt for
+  /// this many SMs fewer than the device has (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET), so that the
+  /// side stream's shrinks and expands find SMs free beside a product instead of waiting for its
+  /// grid to drain. 0: every SM.
+  int product_sm_reserve = 0;
+  /// Read by the cuda backend, in eager steps with tensor-core runs: the runs' shrink GEMMs asked
+  /// of cuBLASLt for this many SMs (the SMs product_sm_reserve leaves). 0: every SM.
+  int run_shrink_sms = 0;
   /// Diagnostic, engine_bench only (the results are wrong): the plan is built from no rows, so
   /// every LoRA launch of the step runs and finds no work: what the launches, their empty blocks
   /// and the side stream's forks and joins cost alone.

@@ -139,6 +139,7 @@ struct LoraHook {
       s = side;
     }
     const bool run_shrinks = runs && !fused && !(plan.config.skip_runs & 1);
+    if (run_shrinks) gemm->set_shrink_sms(side ? plan.config.run_shrink_sms : 0);
     const bool run_expands = runs && !fused && !(plan.config.skip_runs & 2);
     void* const beside = residual ? residual : delta;  // where the expands beside the product write
     if (grouped_first) {
@@ -203,9 +204,16 @@ inline void run_product_with_lora(const OpContext& c, const LoraHook& lora, cons
 /// hook says so (LoraHook::fused), else Gemm (cuBLASLt or our gemv by the rows).
 inline void run_product(const OpContext& c, const LoraHook* lora, const void* x, const void* w, void* y, int rows,
                         int out, int in) {
-  if (lora && lora->fused)
+  if (lora && lora->fused) {
     lora->fused->run(c.dt, x, w, y, rows, out, in, lora->pool, *lora->fused_tiles, c.stream, {}, lora->fused_x_rows);
-  else c.gemm->run(c.dt, x, w, y, rows, out, in, false, c.stream);
+    return;
+  }
+  // With LoRA work on the side stream, cuBLASLt's product may be asked to leave SMs to it
+  // (LoraSgmvConfig::product_sm_reserve).
+  const int reserve = lora && lora->side ? lora->plan.config.product_sm_reserve : 0;
+  if (reserve > 0) c.gemm->set_sm_reserve(reserve);
+  c.gemm->run(c.dt, x, w, y, rows, out, in, false, c.stream);
+  if (reserve > 0) c.gemm->set_sm_reserve(0);
 }
 
 struct Linear {
