@@ -114,9 +114,7 @@ std::vector<Variant> decode_variants() {
       {"default", C{}},
       {"tiles", with([](C& c) { c.in_product_row_items = false; })},
       {"beside", with([](C& c) { c.in_product = false; })},
-      {"reserve 8", with([](C& c) { c.product_sm_reserve = 8; })},
-      {"reserve 16", with([](C& c) { c.product_sm_reserve = 16; })},
-      {"reserve 32", with([](C& c) { c.product_sm_reserve = 32; })},
+      {"every SM", with([](C& c) { c.product_sm_reserve = 0; })},
       {"empty", with([](C& c) { c.empty_plan = true; }), true},
   };
 }
@@ -392,15 +390,17 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
          return c;
        }()},
       {"gemm again", gemm_config}};
-  // cuBLASLt's products asked for fewer SMs (LoraSgmvConfig::product_sm_reserve), the runs' shrinks
-  // for the SMs left, with the expands after the products or beside them (eager_beside).
-  for (const int reserve : {8, 16})
-    for (const bool beside : {false, true}) {
-      kernels::LoraSgmvConfig c = gemm_config;
-      c.product_sm_reserve = c.run_shrink_sms = reserve;
-      c.eager_beside = beside;
-      prefill_variants.emplace_back(fmt("gemm, %.0f SMs left to the side", reserve) + (beside ? ", deltas beside" : ""), c);
-    }
+  // cuBLASLt's products asked for SMs less `reserve` (LoraSgmvConfig::product_sm_reserve), the
+  // runs' shrinks for `reserve` SMs, with the deltas beside the products (eager_beside) or the
+  // expands after them; the default is 8 SMs, beside (every SM, after until 2026-12-03).
+  auto sm_variant = [&](int reserve, bool beside) {
+    kernels::LoraSgmvConfig c = gemm_config;
+    c.product_sm_reserve = c.run_shrink_sms = reserve;
+    c.eager_beside = beside;
+    return std::pair{fmt("gemm, %.0f SMs left to the side", reserve) + (beside ? ", deltas beside" : ", expands after"), c};
+  };
+  for (const auto& [reserve, beside] : {std::pair{0, false}, {8, false}, {8, true}, {12, true}, {16, true}})
+    prefill_variants.push_back(sm_variant(reserve, beside));
   if (o.prefill_only) {  // where the default's time goes: parts left out (wrong results), or in line
     auto with = [&](const char* name, auto f, const kernels::LoraSgmvConfig* base = nullptr) {
       kernels::LoraSgmvConfig c = base ? *base : gemm_config;
@@ -488,8 +488,10 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
         {"gemm, grouped rows after", with([](C& c) { c.mixed_grouped_beside = false; })},
         {"gemm, neither", with([](C& c) { c.mixed_grouped_beside = c.size_by_plan_rows = false; })},
         {"gemm, in line", with([](C& c) { c.side_stream = false; })},
-        {"gemm, 8 SMs left to the side", with([](C& c) { c.product_sm_reserve = c.run_shrink_sms = 8; })},
-        {"gemm, 16 SMs left to the side", with([](C& c) { c.product_sm_reserve = c.run_shrink_sms = 16; })},
+        sm_variant(0, false),
+        sm_variant(8, false),
+        sm_variant(8, true),
+        sm_variant(16, true),
         {"gemm, grouped launches find no rows (diagnostic)", with([](C& c) { c.empty_plan = true; })},
         {"sgmv", sgmv_config},
         {"gemm again", gemm_config}};

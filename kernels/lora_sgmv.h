@@ -95,7 +95,7 @@ struct LoraSgmvConfig {
   /// expands follow the products, y += delta): on an H200 (2026-12-01, 3f9c88e) the wide expand
   /// beside the product took SMs from it, 1-3% slower at every prefill shape (1 x 128 tokens
   /// 6.59 against 6.41 ms, 1 x 512 14.15 against 13.91; docs/lora.md).
-  bool eager_beside = false;
+  bool eager_beside = true;
   /// Read by the cuda backend, in eager steps with tensor-core runs and rows left to the grouped
   /// kernels (eager_beside off, no fused product): a prompt beside running decodes, a serving run's
   /// usual prefill step. The grouped rows' shrink and expand go first on the side stream (the
@@ -165,10 +165,10 @@ struct LoraSgmvConfig {
   /// this many SMs fewer than the device has (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET), so that the
   /// side stream's shrinks and expands find SMs free beside a product instead of waiting for its
   /// grid to drain. 0: every SM.
-  int product_sm_reserve = 0;
+  int product_sm_reserve = 8;
   /// Read by the cuda backend, in eager steps with tensor-core runs: the runs' shrink GEMMs asked
   /// of cuBLASLt for this many SMs (the SMs product_sm_reserve leaves). 0: every SM.
-  int run_shrink_sms = 0;
+  int run_shrink_sms = 8;
   /// Diagnostic, engine_bench only (the results are wrong): the plan is built from no rows, so
   /// every LoRA launch of the step runs and finds no work: what the launches, their empty blocks
   /// and the side stream's forks and joins cost alone.

@@ -259,6 +259,8 @@ TEST(CudaBackendGpuLora, EagerOnlyMatchesGraphsAndRefusesBadInput) {
   alt.gate_up_beside = !alt.gate_up_beside;
   alt.qkv_beside = !alt.qkv_beside;
   alt.eager_beside = !alt.eager_beside;  // the prefill's deltas beside their products
+  alt.product_sm_reserve = alt.product_sm_reserve ? 0 : 8;  // cuBLASLt's products on every SM, or 8 left
+  alt.run_shrink_sms = alt.run_shrink_sms ? 0 : 8;
   alt.expand_pdl = !alt.expand_pdl;
   alt.expand_by_rows = !alt.expand_by_rows;  // slot tiles choosing rows on the device (expand_auto)
   alt.in_product = !alt.in_product;  // the decodes' deltas beside their products (the eager ones: in their gemv)
@@ -268,6 +270,10 @@ TEST(CudaBackendGpuLora, EagerOnlyMatchesGraphsAndRefusesBadInput) {
   other.grid_blocks_per_sm = 2;
   other.gemm_min_rows = -1;
   EXPECT_THROW(eager->set_lora_kernels(other), std::invalid_argument);
+  other.gemm_min_rows = 1;
+  other.product_sm_reserve = -1;
+  EXPECT_THROW(eager->set_lora_kernels(other), std::invalid_argument);
+  other.product_sm_reserve = 0;
   for (auto* b : {graphs.get(), eager.get()}) {
     b->reserve_loras(2, 8);
     b->init_kv(kSlots);

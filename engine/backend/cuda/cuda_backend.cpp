@@ -303,6 +303,10 @@ void CudaBackend::set_lora_kernels(const kernels::LoraSgmvConfig& config) {
   if (config.gemm_min_rows < 0 || config.gemm_max_runs < 0)
     throw std::invalid_argument("CudaBackend::set_lora_kernels: gemm_min_rows " + std::to_string(config.gemm_min_rows) +
                                 " and gemm_max_runs " + std::to_string(config.gemm_max_runs) + " must be >= 0");
+  if (config.product_sm_reserve < 0 || config.run_shrink_sms < 0)
+    throw std::invalid_argument("CudaBackend::set_lora_kernels: product_sm_reserve " +
+                                std::to_string(config.product_sm_reserve) + " and run_shrink_sms " +
+                                std::to_string(config.run_shrink_sms) + " must be >= 0");
   impl_->lora_kernels = config;
   impl_->drop_graphs();  // the graphs baked in the old launches
 }
@@ -375,8 +379,20 @@ void CudaBackend::Impl::ensure_lora_scratch() {
 
 void CudaBackend::Impl::prepare_lora_gemm(int rows) {
   if (!lora_gemm || !lora.reserved() || rows <= lora_gemm_prepared_rows) return;
+  lora_gemm->set_shrink_sms(lora_kernels.run_shrink_sms);
   for (int g = 0; g < cuda::kLoraGroups; ++g)
     lora_gemm->prepare(dt, lora.pool(0, cuda::LoraGroup(g)), std::max(1, lora_kernels.gemm_min_rows), rows);
+  // The base products as steps with LoRA work beside them ask cuBLASLt for them
+  // (LoraSgmvConfig::product_sm_reserve: their own algorithms).
+  if (lora_kernels.product_sm_reserve > 0) {
+    const int d = c().hidden_size;
+    gemm->set_sm_reserve(lora_kernels.product_sm_reserve);
+    gemm->prepare(dt, rows, qkv_width(), d, false);
+    gemm->prepare(dt, rows, d, dq(), false);
+    gemm->prepare(dt, rows, 2 * local_ffn, d, false);
+    gemm->prepare(dt, rows, d, local_ffn, false);
+    gemm->set_sm_reserve(0);
+  }
   lora_gemm_prepared_rows = rows;
 }
 
