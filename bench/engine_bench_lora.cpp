@@ -397,6 +397,7 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
     kernels::LoraSgmvConfig c = gemm_config;
     c.product_sm_reserve = c.run_shrink_sms = reserve;
     c.eager_beside = beside;
+    c.mixed_grouped_beside = !beside;  // a mixed step's deltas all beside, or its grouped rows' first
     return std::pair{fmt("gemm, %.0f SMs left to the side", reserve) + (beside ? ", deltas beside" : ", expands after"), c};
   };
   for (const auto& [reserve, beside] : {std::pair{0, false}, {8, false}, {8, true}, {12, true}, {16, true}})

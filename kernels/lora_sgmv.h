@@ -89,12 +89,15 @@ struct LoraSgmvConfig {
   /// (kernels::rope_kv_write's QkvArgs::delta), so no LoRA launch follows the q|k|v product.
   bool qkv_beside = true;
   /// Read by the cuda backend: the two above also in eager steps that are not plain decodes
-  /// (prefills, chunks, mixed steps) and where tensor-core runs run (gemm_min_rows): the runs'
-  /// expand GEMMs write the delta alone (beta 0) beside the product, the grouped rows' expand
-  /// likewise, so no LoRA launch follows the q|k|v or gate|up product in any step. Off (there the
-  /// expands follow the products, y += delta): on an H200 (2026-12-01, 3f9c88e) the wide expand
-  /// beside the product took SMs from it, 1-3% slower at every prefill shape (1 x 128 tokens
-  /// 6.59 against 6.41 ms, 1 x 512 14.15 against 13.91; docs/lora.md).
+  /// (prefills, chunks) and where tensor-core runs run (gemm_min_rows): the runs' expand GEMMs
+  /// write the delta alone (beta 0) beside the product, the grouped rows' expand likewise, so no
+  /// LoRA launch follows the q|k|v or gate|up product. A prompt beside running decodes (runs and
+  /// grouped rows) takes mixed_grouped_beside instead where that is on. With the products leaving
+  /// SMs to the side stream (product_sm_reserve) this is the default since 2026-12-03: on an H200
+  /// one prompt's prefill step 0.91-0.93 / 0.84-0.85 of the base step at 128 / 256 tokens against
+  /// 0.86 / 0.79 with every SM and the expands after; in mixed steps the expands after the
+  /// products were level or better (docs/lora.md). Before, on every SM, the wide expand beside the
+  /// product took SMs from it: 1-3% slower at every prefill shape (2026-12-01, 3f9c88e).
   bool eager_beside = true;
   /// Read by the cuda backend, in eager steps with tensor-core runs and rows left to the grouped
   /// kernels (eager_beside off, no fused product): a prompt beside running decodes, a serving run's

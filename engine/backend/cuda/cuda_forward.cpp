@@ -119,8 +119,11 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   if (grouped) k::lora_plan(plan_slots, lora_kernels.empty_plan ? 0 : R, lora.n_slots(), lora_step_plan(), stream);
   cudaStream_t side = lora_kernels.side_stream ? lora_side : nullptr;
   // q|k|v's and gate|up's deltas beside their products: in decode steps on the grouped kernels
-  // (every graph), and with eager_beside in every eager step, tensor-core runs or not.
-  const bool eager_beside = lora_kernels.eager_beside && !g.graph;
+  // (every graph), and with eager_beside in every eager step, tensor-core runs or not, but a
+  // prompt beside running decodes where mixed_grouped_beside takes those.
+  const bool mixed_step = grouped && !lora_step_runs.empty();
+  const bool eager_beside =
+      lora_kernels.eager_beside && !g.graph && !(mixed_step && lora_kernels.mixed_grouped_beside);
   const bool plain_decode = lora_step_runs.empty() && st.decode;
   const bool qkv_beside =
       g.lora && lora_kernels.qkv_beside && (plain_decode || eager_beside) && ctx.fusion && !st.kv_fp8;
@@ -128,8 +131,7 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   // the grouped rows' work first on the side stream, and their q|k|v and gate|up deltas beside the
   // products into the scratch (rows: the plan's), added by the RoPE + K/V write and SiLU·mul; the
   // runs' expands follow the products as in a prompt alone.
-  const bool mixed_beside = lora_kernels.mixed_grouped_beside && grouped && !lora_step_runs.empty() &&
-                            !eager_beside && !fused_step;
+  const bool mixed_beside = lora_kernels.mixed_grouped_beside && mixed_step && !eager_beside && !fused_step;
   // q|k|v's delta computed by rope_kv_write from the rows' xa (qkv_in_consumer): plain decodes only.
   const bool qkv_xa_ok = plain_decode;
   // Each product's delta in its gemv epilogue (lora_kernels.in_product): plain decodes on one GPU
