@@ -172,6 +172,7 @@ struct Args {
   bool ncu_graphs = false;             // --graphs: the ncu step is a graph replay
   bool mbu = false;                    // --mbu
   bool lora = false, lora_prefill = false;  // --lora; --lora-prefill: its prefill steps only, with diagnostics
+  bool lora_sm_sweep = false;               // --lora-sm-sweep: the eager steps under each SM reserve only
   int lora_adapters = 0;               // --lora-adapters K (--lora --ncu-decode)
   bool fp8kv = false;                  // --kv-cache-dtype auto,fp8
   bool mixed_contexts = false;         // --mixed-contexts
@@ -518,6 +519,7 @@ int main(int argc, char** argv) {
     else if (a == "--graphs") args.ncu_graphs = true;
     else if (a == "--mbu") args.mbu = true;
     else if (a == "--lora" || a == "--lora-prefill") args.lora = true, args.lora_prefill = a == "--lora-prefill";
+    else if (a == "--lora-sm-sweep") args.lora = true, args.lora_sm_sweep = true;
     else if (a == "--lora-adapters" && i + 1 < argc) args.lora_adapters = std::atoi(argv[++i]);
     else if (a == "--kv-cache-dtype" && i + 1 < argc && std::string(argv[i + 1]) == "auto,fp8") {
       args.fp8kv = true;
@@ -537,7 +539,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: engine_bench [--json FILE] [--commit SHA] [--preset NAME] [--kv-gb G] [--quick] [--prefill-only]\n"
                    "       engine_bench --mbu [--variants V,...] [--json FILE] [--commit SHA] [--quick]\n"
-                   "       engine_bench --lora | --lora-prefill [--json FILE] [--commit SHA] [--preset NAME] [--quick]\n"
+                   "       engine_bench --lora | --lora-prefill | --lora-sm-sweep [--json FILE] [--commit SHA] [--preset NAME] [--quick]\n"
                    "       engine_bench --lora --ncu-decode BATCH,CONTEXT [--lora-adapters K] [--variants V] [--preset NAME]\n"
                    "       engine_bench --kv-cache-dtype auto,fp8 [--json FILE] [--commit SHA] [--preset NAME] [--quick]\n"
                    "       engine_bench --structured [--json FILE] [--commit SHA] [--preset NAME] [--tokenizer DIR] [--repeats N]\n"
@@ -555,7 +557,7 @@ int main(int argc, char** argv) {
     if (args.lora) {
       bench::LoraBenchOptions lo;
       lo.preset = args.preset;
-      lo.quick = args.quick, lo.prefill_only = args.lora_prefill;
+      lo.quick = args.quick, lo.prefill_only = args.lora_prefill, lo.sm_sweep = args.lora_sm_sweep;
       if (args.ncu_batch > 0) {  // one LoRA decode step under ncu (bench/engine_bench_lora.h)
         lo.ncu_batch = args.ncu_batch;
         lo.ncu_context = args.ncu_context;

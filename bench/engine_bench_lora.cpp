@@ -295,6 +295,45 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
     return v;
   };
 
+  // --lora-sm-sweep: only how many SMs the products of eager LoRA steps should leave to the side
+  // stream (LoraSgmvConfig::product_sm_reserve, run_shrink_sms) by the step's rows: one prompt of
+  // 256-1024 tokens, two of 512, and a prompt beside 4 decodes, each on its own adapter, under
+  // each reserve, in two interleaved rounds (the spread between rounds is the call's noise).
+  if (o.sm_sweep) {
+    struct Shape {
+      std::vector<int> lens;  ///< the prompts
+      int decodes;            ///< decodes of context 255 beside them
+    };
+    const std::vector<Shape> shapes = {{{256}, 0}, {{384}, 0}, {{512}, 0},    {{768}, 0},
+                                       {{1024}, 0}, {{512, 512}, 0}, {{384}, 4}, {{512}, 4}};
+    const std::vector<std::pair<std::string, std::pair<int, bool>>> reserves = {
+        {"every SM, expands after", {0, false}}, {"8 SMs left", {8, true}},   {"12 SMs left", {12, true}},
+        {"16 SMs left", {16, true}},             {"24 SMs left", {24, true}}, {"16 SMs left, expands after", {16, false}}};
+    for (int round = 0; round < 2; ++round)
+      for (const Shape& sh : shapes) {
+        ProfilePoint p{sh.decodes ? ProfilePhase::mixed : ProfilePhase::prefill, {}};
+        std::string name;
+        for (int len : sh.lens) {
+          p.seqs.push_back({0, len});
+          name += (name.empty() ? "" : " + ") + fmt("%.0f", len);
+        }
+        for (int q = 0; q < sh.decodes; ++q) p.seqs.push_back({255, 1});
+        name += " tokens" + (sh.decodes ? fmt(" + %.0f decodes", sh.decodes) : std::string()) + fmt(", round %.0f", round + 1);
+        const double base = time_with(p, {});
+        figure("lora_sm_sweep", name + " no adapter", base * 1e3, "ms");
+        for (const auto& [label, rv] : reserves) {
+          kernels::LoraSgmvConfig c;
+          c.product_sm_reserve = c.run_shrink_sms = rv.first;
+          c.eager_beside = rv.second;
+          cuda->set_lora_kernels(c);
+          const double t = time_with(p, first_k(int(p.seqs.size())));
+          figure("lora_sm_sweep", name + " [" + label + "]", t * 1e3, "ms", "no adapter", base / t);
+        }
+        cuda->set_lora_kernels(kernels::LoraSgmvConfig{});
+      }
+    return out;
+  }
+
   // Decode steps with k distinct adapters among the rows (row r: slot r mod k), under each launch
   // variant of the grouped kernels in turn (set_lora_kernels drops the captured graphs, so each
   // variant's steps replay graphs of its own launches). The variant with the best mean ratio over

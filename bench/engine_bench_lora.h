@@ -20,6 +20,8 @@ struct LoraBenchOptions {
   /// expands left out (LoraSgmvConfig::skip_runs and skip_grouped, diagnostic) and every launch in
   /// line (no side stream).
   bool prefill_only = false;
+  /// --lora-sm-sweep: only the eager steps under each SM reserve (LoraSgmvConfig::product_sm_reserve).
+  bool sm_sweep = false;
   uint64_t seed = 1;
   /// --ncu-decode B,CTX with --lora: profile_lora_decode_step's point, its distinct adapters
   /// (--lora-adapters K, 0: none, the base step) and launch variant (--variants NAME, one of
