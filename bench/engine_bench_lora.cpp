@@ -298,7 +298,8 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
   // --lora-sm-sweep: only how many SMs the products of eager LoRA steps should leave to the side
   // stream (LoraSgmvConfig::product_sm_reserve, run_shrink_sms) by the step's rows: one prompt of
   // 256-1024 tokens, two of 512, and a prompt beside 4 decodes, each on its own adapter, under
-  // each reserve, in two interleaved rounds (the spread between rounds is the call's noise).
+  // each reserve at every run length, then the default (its reserve by the longest run:
+  // sm_reserve_max_run_rows), in two interleaved rounds (the spread between rounds is the call's noise).
   if (o.sm_sweep) {
     struct Shape {
       std::vector<int> lens;  ///< the prompts
@@ -324,12 +325,15 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
         for (const auto& [label, rv] : reserves) {
           kernels::LoraSgmvConfig c;
           c.product_sm_reserve = c.run_shrink_sms = rv.first;
+          c.sm_reserve_max_run_rows = 1 << 30;  // at every run length
           c.eager_beside = rv.second;
           cuda->set_lora_kernels(c);
           const double t = time_with(p, first_k(int(p.seqs.size())));
           figure("lora_sm_sweep", name + " [" + label + "]", t * 1e3, "ms", "no adapter", base / t);
         }
-        cuda->set_lora_kernels(kernels::LoraSgmvConfig{});
+        cuda->set_lora_kernels(kernels::LoraSgmvConfig{});  // the default: its rule by the longest run
+        const double t = time_with(p, first_k(int(p.seqs.size())));
+        figure("lora_sm_sweep", name + " [default]", t * 1e3, "ms", "no adapter", base / t);
       }
     return out;
   }
@@ -435,6 +439,7 @@ std::vector<BenchFigure> run_lora_bench(const LoraBenchOptions& o) {
   auto sm_variant = [&](int reserve, bool beside) {
     kernels::LoraSgmvConfig c = gemm_config;
     c.product_sm_reserve = c.run_shrink_sms = reserve;
+    c.sm_reserve_max_run_rows = 1 << 30;  // at every run length
     c.eager_beside = beside;
     c.mixed_grouped_beside = !beside;  // a mixed step's deltas all beside, or its grouped rows' first
     return std::pair{fmt("gemm, %.0f SMs left to the side", reserve) + (beside ? ", deltas beside" : ", expands after"), c};

@@ -172,6 +172,14 @@ struct LoraSgmvConfig {
   /// Read by the cuda backend, in eager steps with tensor-core runs: the runs' shrink GEMMs asked
   /// of cuBLASLt for this many SMs (the SMs product_sm_reserve leaves). 0: every SM.
   int run_shrink_sms = 8;
+  /// Read by the cuda backend: the two above, and eager_beside, only in steps whose longest
+  /// tensor-core run holds at most this many rows; a longer run's products take every SM with
+  /// its expands after them. On an H200 (2026-12-03, engine_bench --lora-sm-sweep) 8 SMs left
+  /// took one prompt of 256 tokens from 0.83-0.85 of the base step to 0.89-0.92 and 384 beside 4
+  /// decodes from 0.86 to 0.89-0.91 (384 alone 0.01 lower), but cost 0.02-0.05 from 512 tokens
+  /// to 1,024 and for 512 beside decodes (the best reserve there moved with the rows: 12 at 384,
+  /// 16 at 512, none at 768); 8 x 256 (runs of 256) gained 0.05-0.07 (docs/lora.md).
+  int sm_reserve_max_run_rows = 384;
   /// Diagnostic, engine_bench only (the results are wrong): the plan is built from no rows, so
   /// every LoRA launch of the step runs and finds no work: what the launches, their empty blocks
   /// and the side stream's forks and joins cost alone.

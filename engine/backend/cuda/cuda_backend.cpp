@@ -303,10 +303,11 @@ void CudaBackend::set_lora_kernels(const kernels::LoraSgmvConfig& config) {
   if (config.gemm_min_rows < 0 || config.gemm_max_runs < 0)
     throw std::invalid_argument("CudaBackend::set_lora_kernels: gemm_min_rows " + std::to_string(config.gemm_min_rows) +
                                 " and gemm_max_runs " + std::to_string(config.gemm_max_runs) + " must be >= 0");
-  if (config.product_sm_reserve < 0 || config.run_shrink_sms < 0)
+  if (config.product_sm_reserve < 0 || config.run_shrink_sms < 0 || config.sm_reserve_max_run_rows < 0)
     throw std::invalid_argument("CudaBackend::set_lora_kernels: product_sm_reserve " +
-                                std::to_string(config.product_sm_reserve) + " and run_shrink_sms " +
-                                std::to_string(config.run_shrink_sms) + " must be >= 0");
+                                std::to_string(config.product_sm_reserve) + ", run_shrink_sms " +
+                                std::to_string(config.run_shrink_sms) + " and sm_reserve_max_run_rows " +
+                                std::to_string(config.sm_reserve_max_run_rows) + " must be >= 0");
   impl_->lora_kernels = config;
   impl_->drop_graphs();  // the graphs baked in the old launches
 }

@@ -122,8 +122,14 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   // (every graph), and with eager_beside in every eager step, tensor-core runs or not, but a
   // prompt beside running decodes where mixed_grouped_beside takes those.
   const bool mixed_step = grouped && !lora_step_runs.empty();
-  const bool eager_beside =
-      lora_kernels.eager_beside && !g.graph && !(mixed_step && lora_kernels.mixed_grouped_beside);
+  // SMs left to the side stream (lora_kernels.product_sm_reserve, run_shrink_sms) where the
+  // step's longest tensor-core run holds at most sm_reserve_max_run_rows rows; a longer run's
+  // products take every SM, its expands after them (eager_beside off).
+  int longest_run = 0;
+  for (const k::LoraRun& r : lora_step_runs) longest_run = std::max(longest_run, r.count);
+  const bool leave_sms = longest_run <= lora_kernels.sm_reserve_max_run_rows;
+  const bool eager_beside = lora_kernels.eager_beside && !g.graph && leave_sms &&
+                            !(mixed_step && lora_kernels.mixed_grouped_beside);
   const bool plain_decode = lora_step_runs.empty() && st.decode;
   const bool qkv_beside =
       g.lora && lora_kernels.qkv_beside && (plain_decode || eager_beside) && ctx.fusion && !st.kv_fp8;
@@ -180,6 +186,10 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
     }
     hk.grouped = grouped;
     hk.plan_rows = plan_rows;
+    if (leave_sms) {
+      hk.product_sm_reserve = lora_kernels.product_sm_reserve;
+      hk.run_shrink_sms = lora_kernels.run_shrink_sms;
+    }
     // gate|up's delta beside the product, added in SiLU·mul, and q|k|v's, added by the RoPE + K/V
     // write: steps with no tensor-core runs (every graph), where the plan's rows are exactly the
     // rows whose slot is >= 0 (the two share the scratch: attention reads q|k|v's before the

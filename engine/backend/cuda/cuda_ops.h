@@ -79,6 +79,11 @@ struct LoraHook {
   /// eager step counts its adapter rows left to them on the host); 0: the step's rows.
   int plan_rows = 0;
   int grouped_rows(int rows) const { return plan_rows > 0 ? plan_rows : rows; }
+  /// With `side`: SMs cuBLASLt's product leaves to the side stream (Gemm::set_sm_reserve) and the
+  /// SMs the runs' shrinks are asked for (LoraGemm::set_shrink_sms); 0: every SM. The forward
+  /// sets them per step (LoraSgmvConfig::product_sm_reserve, sm_reserve_max_run_rows).
+  int product_sm_reserve = 0;
+  int run_shrink_sms = 0;
   /// gate|up with LoraSgmvConfig::gate_up_beside, q|k|v with qkv_beside (in eager steps with
   /// eager_beside, the runs' expands too): the expand writes the delta alone into `delta`
   /// [rows, pool.n_out] on the side stream too, and the kernel after the product adds it for the
@@ -139,7 +144,7 @@ struct LoraHook {
       s = side;
     }
     const bool run_shrinks = runs && !fused && !(plan.config.skip_runs & 1);
-    if (run_shrinks) gemm->set_shrink_sms(side ? plan.config.run_shrink_sms : 0);
+    if (run_shrinks) gemm->set_shrink_sms(side ? run_shrink_sms : 0);
     const bool run_expands = runs && !fused && !(plan.config.skip_runs & 2);
     void* const beside = residual ? residual : delta;  // where the expands beside the product write
     if (grouped_first) {
@@ -210,7 +215,7 @@ inline void run_product(const OpContext& c, const LoraHook* lora, const void* x,
   }
   // With LoRA work on the side stream, cuBLASLt's product may be asked to leave SMs to it
   // (LoraSgmvConfig::product_sm_reserve).
-  const int reserve = lora && lora->side ? lora->plan.config.product_sm_reserve : 0;
+  const int reserve = lora && lora->side ? lora->product_sm_reserve : 0;
   if (reserve > 0) c.gemm->set_sm_reserve(reserve);
   c.gemm->run(c.dt, x, w, y, rows, out, in, false, c.stream);
   if (reserve > 0) c.gemm->set_sm_reserve(0);
