@@ -140,8 +140,8 @@ struct LoraSgmvConfig {
   /// before). 0: never. 64: on an H200 (2026-12-02) one prompt of 16-64 tokens took 0.015-0.05 of
   /// the base step less this way, of 128 the same, of 256-512 0.01-0.02 more (docs/lora.md).
   int gate_up_in_silu_rows = 64;
-  /// Read by the cuda backend, in eager steps on one GPU with 16-bit weights (eager_beside off)
-  /// whose tensor-core runs hold fused_product_min_rows to fused_product_max_rows rows in all: each
+  /// Read by the cuda backend, in eager steps on one GPU with 16-bit weights (eager_beside is off
+  /// in them) whose tensor-core runs hold fused_product_min_rows to fused_product_max_rows rows in all: each
   /// product whose shape and pool kernels::lora_fused_fits takes runs as kernels::LoraFusedGemm,
   /// the runs' shrink and expand inside it (no LoRA launch for them, no branch); the rows left to
   /// the grouped kernels as before. max 0: never. Off by default: on an H200 (2026-12-02) our

@@ -108,11 +108,10 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
     gate_up_runs_in_silu = p.n_seg == 2 && k::lora_silu_mul_runs_fits(int(lora_step_runs.size()), p.max_rank);
   }
   // The products with the runs inside (lora_kernels.fused_product_*_rows): one GPU, 16-bit
-  // weights, the runs' expands not beside (eager_beside), their rows within the window and the
-  // kernel's tiles.
+  // weights, their rows within the window and the kernel's tiles (such a step puts no delta
+  // beside its products: eager_beside is off in it).
   const bool fused_step = !lora_step_runs.empty() && lora_step_run_rows >= lora_kernels.fused_product_min_rows &&
-                          lora_step_run_rows <= lora_kernels.fused_product_max_rows && !lora_kernels.eager_beside &&
-                          !qw && !tp && lora_fused &&
+                          lora_step_run_rows <= lora_kernels.fused_product_max_rows && !qw && !tp && lora_fused &&
                           k::lora_fused_tiles(lora_step_runs, R, lora.host_scales(), lora_fused_tiles);
   if (fused_step) gate_up_runs_in_silu = false;
   // lora_kernels.empty_plan (engine_bench's diagnostic): every launch below, no rows in the plan.
@@ -128,7 +127,7 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   int longest_run = 0;
   for (const k::LoraRun& r : lora_step_runs) longest_run = std::max(longest_run, r.count);
   const bool leave_sms = longest_run <= lora_kernels.sm_reserve_max_run_rows;
-  const bool eager_beside = lora_kernels.eager_beside && !g.graph && leave_sms &&
+  const bool eager_beside = lora_kernels.eager_beside && !g.graph && leave_sms && !fused_step &&
                             !(mixed_step && lora_kernels.mixed_grouped_beside);
   const bool plain_decode = lora_step_runs.empty() && st.decode;
   const bool qkv_beside =
