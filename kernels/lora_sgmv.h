@@ -92,7 +92,9 @@ struct LoraSgmvConfig {
   /// (prefills, chunks) and where tensor-core runs run (gemm_min_rows): the runs' expand GEMMs
   /// write the delta alone (beta 0) beside the product, the grouped rows' expand likewise, so no
   /// LoRA launch follows the q|k|v or gate|up product. A prompt beside running decodes (runs and
-  /// grouped rows) takes mixed_grouped_beside instead where that is on. With the products leaving
+  /// grouped rows) takes mixed_grouped_beside instead where that is on, a step whose gate|up runs
+  /// SiLU·mul expands (gate_up_in_silu_rows) keeps its expands after the products, and so do steps
+  /// with a run longer than sm_reserve_max_run_rows. With the products leaving
   /// SMs to the side stream (product_sm_reserve) this is the default since 2026-12-03: on an H200
   /// one prompt's prefill step 0.91-0.93 / 0.84-0.85 of the base step at 128 / 256 tokens against
   /// 0.86 / 0.79 with every SM and the expands after; in mixed steps the expands after the

@@ -127,8 +127,10 @@ void CudaBackend::Impl::enqueue_forward(const Geometry& g) {
   int longest_run = 0;
   for (const k::LoraRun& r : lora_step_runs) longest_run = std::max(longest_run, r.count);
   const bool leave_sms = longest_run <= lora_kernels.sm_reserve_max_run_rows;
+  // Nor where SiLU·mul computes gate|up's runs' delta (gate_up_in_silu_rows: short prompts, measured
+  // against the expand after the product, not against the deltas beside).
   const bool eager_beside = lora_kernels.eager_beside && !g.graph && leave_sms && !fused_step &&
-                            !(mixed_step && lora_kernels.mixed_grouped_beside);
+                            !gate_up_runs_in_silu && !(mixed_step && lora_kernels.mixed_grouped_beside);
   const bool plain_decode = lora_step_runs.empty() && st.decode;
   const bool qkv_beside =
       g.lora && lora_kernels.qkv_beside && (plain_decode || eager_beside) && ctx.fusion && !st.kv_fp8;
