@@ -103,15 +103,17 @@ void print_checkpoint_files(const std::string& dir, bool list_tensors) {
 struct SynthArgs {
   std::string preset, out, dtype, max_shard = "2GB", tokenizer;
   uint64_t seed = 0;
-  std::string quantization;  // "" = none; compressed-tensors, fp8, awq or gptq
-  bool act_order = false;    // gptq
-  int group_size = 128;      // awq, gptq
+  std::string quantization;  // "" = none; compressed-tensors, fp8, awq, gptq or compressed-tensors-int4
+  bool act_order = false;    // gptq, compressed-tensors-int4
+  bool asymmetric = false;   // compressed-tensors-int4: zero points
+  int group_size = 128;      // awq, gptq, compressed-tensors-int4
 };
 
 /// --quantization: the checkpoint layout quant_checkpoint.h writes, by its name there.
 std::optional<QuantCheckpointFormat> parse_quant_format(const std::string& s) {
   for (QuantCheckpointFormat f : {QuantCheckpointFormat::compressed_tensors_fp8, QuantCheckpointFormat::vllm_fp8,
-                                  QuantCheckpointFormat::awq, QuantCheckpointFormat::gptq})
+                                  QuantCheckpointFormat::awq, QuantCheckpointFormat::gptq,
+                                  QuantCheckpointFormat::compressed_tensors_int4})
     if (s == to_string(f)) return f;
   return std::nullopt;
 }
@@ -189,15 +191,20 @@ int run_synth(const SynthArgs& a) {
     quant = parse_quant_format(a.quantization);
     if (!quant) {
       std::cerr << "servelab model synth: --quantization " << a.quantization
-                << " is not one of compressed-tensors, fp8, awq, gptq\n";
+                << " is not one of compressed-tensors, fp8, awq, gptq, compressed-tensors-int4\n";
       return 2;
     }
     if (is_constructed_preset(a.preset)) {
       std::cerr << "servelab model synth: --quantization takes a random preset, not " << a.preset << "\n";
       return 2;
     }
-    if (a.act_order && *quant != QuantCheckpointFormat::gptq) {
-      std::cerr << "servelab model synth: --act-order is GPTQ's (--quantization gptq)\n";
+    if (a.act_order && *quant != QuantCheckpointFormat::gptq && *quant != QuantCheckpointFormat::compressed_tensors_int4) {
+      std::cerr << "servelab model synth: --act-order is GPTQ's (--quantization gptq or compressed-tensors-int4)\n";
+      return 2;
+    }
+    if (a.asymmetric && *quant != QuantCheckpointFormat::compressed_tensors_int4) {
+      std::cerr << "servelab model synth: --asymmetric is for --quantization compressed-tensors-int4 (awq is always "
+                   "asymmetric, gptq symmetric)\n";
       return 2;
     }
   }
@@ -225,6 +232,7 @@ int run_synth(const SynthArgs& a) {
     o.format = *quant;
     o.group_size = a.group_size;
     o.act_order = a.act_order;
+    o.symmetric = !a.asymmetric;
     if (*quant == QuantCheckpointFormat::vllm_fp8) o.fp8_scales = Fp8WeightScales::per_tensor;  // that layout's
     write_quantized_checkpoint(ModelWeights::random(config, a.seed), a.out, o);
   } else if (is_constructed_preset(a.preset)) {
@@ -283,9 +291,13 @@ const Registrar kModel(
                     "largest file before sharding, e.g. 2GB, 500MB, 4GiB (default 2GB)");
       s->add_option("--quantization", synth->quantization,
                     "write the decoder Linears quantized, in a real checkpoint layout: compressed-tensors (FP8, "
-                    "per-channel scales), fp8 (vLLM's, per-tensor scales), awq or gptq (INT4); one file");
-      s->add_flag("--act-order", synth->act_order, "gptq: act order (desc_act, g_idx a permutation of groups)");
-      s->add_option("--group-size", synth->group_size, "awq, gptq: input channels a group (default 128)");
+                    "per-channel scales), fp8 (vLLM's, per-tensor scales), awq, gptq or compressed-tensors-int4 "
+                    "(INT4; the last is llm-compressor's W4A16 pack-quantized); one file");
+      s->add_flag("--act-order", synth->act_order,
+                  "gptq, compressed-tensors-int4: act order (g_idx a permutation of groups)");
+      s->add_flag("--asymmetric", synth->asymmetric, "compressed-tensors-int4: zero points (default symmetric)");
+      s->add_option("--group-size", synth->group_size,
+                    "awq, gptq, compressed-tensors-int4: input channels a group (default 128)");
       s->add_option("--tokenizer", synth->tokenizer,
                     "a Hugging Face tokenizer.json to write beside the weights (with the tokenizer_config.json "
                     "next to it, if any); vocab_size grows to cover its ids and eos_token follows it");

@@ -52,7 +52,8 @@ std::string QuantScheme::describe() const {
              " activations)";
     case Quantization::int4_awq:
     case Quantization::int4_gptq:
-      return std::string(to_string(method)) + " (group " + std::to_string(group_size) + (act_order ? ", act order" : "") + ")";
+      return std::string(to_string(method)) + " (group " + std::to_string(group_size) + (act_order ? ", act order" : "") +
+             (pack_quantized ? ", compressed-tensors pack-quantized" : "") + ")";
   }
   return "?";
 }

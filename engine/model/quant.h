@@ -39,6 +39,9 @@ struct QuantScheme {
   int group_size = 128;         ///< int4: input channels per scale/zero group; -1 = all of them
   bool act_order = false;       ///< int4_gptq: g_idx permutes input channels into groups
   bool gptq_v1 = true;          ///< int4_gptq: zeros stored minus one (checkpoint_format "gptq")
+  /// int4 read from compressed-tensors' "pack-quantized" tensors (weight_packed, weight_scale,
+  /// weight_zero_point, weight_g_idx: quant_pack.h) rather than GPTQ's; `method` is int4_gptq.
+  bool pack_quantized = false;
   /// fp8_static: [layer][LinearInput] input scale (the largest of a fused input's Linears).
   std::vector<std::array<float, 4>> input_scales;
 

@@ -26,14 +26,40 @@ std::string string_or(const json& j, const char* key, const std::string& fallbac
   return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : fallback;
 }
 
+// compressed-tensors' int4 weight-only scheme (format "pack-quantized", llm-compressor's W4A16):
+// weights {num_bits: 4, type: int, strategy: group | channel, group_size, symmetric, actorder}.
+QuantScheme pack_quantized_scheme(const json& group, const std::string& path) {
+  const json& wq = group.contains("weights") ? group["weights"] : json();
+  if (!wq.is_object() || int_or(wq, "num_bits", 0) != 4 || string_or(wq, "type", "") != "int")
+    throw config_error(path, "pack-quantized config_groups weights must be {num_bits: 4, type: int}");
+  if (group.contains("input_activations") && !group["input_activations"].is_null())
+    throw config_error(path, "pack-quantized with input_activations is not supported (int4 is weight-only here)");
+  QuantScheme s;
+  s.method = Quantization::int4_gptq;
+  s.pack_quantized = true;
+  const std::string strategy = string_or(wq, "strategy", "group");
+  if (strategy == "group") {
+    s.group_size = int_or(wq, "group_size", 0);
+    if (s.group_size < 1) throw config_error(path, "weights.group_size must be >= 1 with strategy group");
+  } else if (strategy == "channel") {
+    s.group_size = -1;  // one group over every input channel
+  } else {
+    throw config_error(path, "weights.strategy \"" + strategy + "\" is not supported for int4 (group or channel)");
+  }
+  s.act_order = wq.contains("actorder") && !wq["actorder"].is_null() && !(wq["actorder"].is_boolean() && !wq["actorder"].get<bool>());
+  return s;
+}
+
 QuantScheme compressed_tensors_scheme(const json& qc, const std::string& path) {
-  const std::string format = string_or(qc, "format", "");
-  if (format != "float-quantized" && format != "naive-quantized")
-    throw config_error(path, "compressed-tensors format \"" + format +
-                                 "\" is not supported (servelab reads float-quantized FP8; int4 comes as AWQ or GPTQ)");
   if (!qc.contains("config_groups") || !qc["config_groups"].is_object() || qc["config_groups"].size() != 1)
     throw config_error(path, "config_groups must hold exactly one group (targets [\"Linear\"])");
   const json& group = qc["config_groups"].begin().value();
+  // The format sits at the top (older writers) or in the group (newer ones).
+  const std::string format = string_or(group, "format", string_or(qc, "format", ""));
+  if (format == "pack-quantized") return pack_quantized_scheme(group, path);
+  if (format != "float-quantized" && format != "naive-quantized")
+    throw config_error(path, "compressed-tensors format \"" + format +
+                                 "\" is not supported (float-quantized FP8 and pack-quantized int4 are)");
   const json& wq = group.contains("weights") ? group["weights"] : json();
   if (!wq.is_object() || int_or(wq, "num_bits", 0) != 8 || string_or(wq, "type", "") != "float")
     throw config_error(path, "config_groups weights must be {num_bits: 8, type: float} (FP8 E4M3)");
@@ -74,6 +100,7 @@ const char* to_string(QuantCheckpointFormat f) {
     case QuantCheckpointFormat::vllm_fp8: return "fp8";
     case QuantCheckpointFormat::awq: return "awq";
     case QuantCheckpointFormat::gptq: return "gptq";
+    case QuantCheckpointFormat::compressed_tensors_int4: return "compressed-tensors-int4";
   }
   return "?";
 }
@@ -190,6 +217,29 @@ QuantLinear read_quant_linear(const TensorLookup& lookup, const std::string& pre
       a.qzeros = read_raw<int32_t>(get("qzeros", {"I32"}, {{n_groups, out / 8}}));
       a.scales = floats(get("scales", {"F16", "BF16", "F32"}, {{n_groups, out}}));
       return unpack_awq(a, out, in, group);
+    }
+    if (scheme.method == Quantization::int4_gptq && scheme.pack_quantized) {
+      CtInt4Tensors t;
+      t.weight_packed = read_raw<int32_t>(get("weight_packed", {"I32"}, {{out, in / 8}}));
+      t.weight_scale = floats(get("weight_scale", {"BF16", "F16", "F32"}, {{out, n_groups}}));
+      if (const TensorRef z = get("weight_zero_point", {"I32"}, {{out / 8, n_groups}}, false); z.tensor)
+        t.weight_zero_point = read_raw<int32_t>(z);
+      if (const TensorRef gi = get("weight_g_idx", {"I32"}, {{in}}, false); gi.tensor) t.weight_g_idx = read_raw<int32_t>(gi);
+      if (const TensorRef ws = get("weight_shape", {"I64", "I32"}, {{2}}, false); ws.tensor) {
+        int64_t shape[2];
+        if (ws.tensor->dtype_name == "I64") std::memcpy(shape, ws.file->data(*ws.tensor), sizeof(shape));
+        else {
+          int32_t s32[2];
+          std::memcpy(s32, ws.file->data(*ws.tensor), sizeof(s32));
+          shape[0] = s32[0];
+          shape[1] = s32[1];
+        }
+        if (shape[0] != out || shape[1] != in)
+          throw std::runtime_error(ws.file->path() + ": tensor " + prefix + ".weight_shape is [" + std::to_string(shape[0]) +
+                                   ", " + std::to_string(shape[1]) + "], expected [" + std::to_string(out) + ", " +
+                                   std::to_string(in) + "]");
+      }
+      return unpack_ct_int4(t, out, in, group);
     }
     if (scheme.method == Quantization::int4_gptq) {
       GptqTensors g;

@@ -6,6 +6,9 @@
 //     <linear>.input_scale F32 [1] (static activations).
 //   AutoAWQ ("awq", version gemm): <linear>.qweight / .qzeros / .scales (quant_pack.h).
 //   GPTQ ("gptq"): <linear>.qweight / .qzeros / .scales / .g_idx (quant_pack.h).
+//   compressed-tensors "pack-quantized" (int4 weight-only, llm-compressor's W4A16):
+//     <linear>.weight_packed / .weight_scale / .weight_zero_point / .weight_g_idx / .weight_shape
+//     (quant_pack.h).
 // Only the decoder layers' seven Linears are quantized; embeddings, norms and the LM head stay
 // in the checkpoint's dtype.
 #include <functional>
@@ -20,8 +23,9 @@
 namespace servelab {
 
 /// The layouts the writer produces and the loader reads.
-enum class QuantCheckpointFormat { compressed_tensors_fp8, vllm_fp8, awq, gptq };
-const char* to_string(QuantCheckpointFormat f);  ///< "compressed-tensors", "fp8", "awq", "gptq"
+enum class QuantCheckpointFormat { compressed_tensors_fp8, vllm_fp8, awq, gptq, compressed_tensors_int4 };
+/// "compressed-tensors", "fp8", "awq", "gptq", "compressed-tensors-int4"
+const char* to_string(QuantCheckpointFormat f);
 
 /// The scheme config.json's "quantization_config" describes, or nullopt when it has none.
 /// Throws std::runtime_error("PATH: ...") for what servelab cannot run (bits other than 4 for
@@ -51,7 +55,8 @@ struct QuantWriteOptions {
   Fp8WeightScales fp8_scales = Fp8WeightScales::per_channel;  ///< fp8 formats
   float static_input_scale = 0.0f;  ///< fp8: > 0 writes this input_scale for every Linear (static)
   int group_size = 128;             ///< int4
-  bool act_order = false;           ///< gptq: g_idx from channels sorted by weight column norm
+  bool act_order = false;           ///< gptq, compressed-tensors-int4: g_idx from channels sorted by weight column norm
+  bool symmetric = true;            ///< compressed-tensors-int4: no zero points (GPTQ's sym), else AWQ's asymmetric
   bool gptq_v1 = true;              ///< gptq: zeros stored minus one (checkpoint_format "gptq")
 };
 

@@ -59,6 +59,15 @@ ojson quantization_config(const QuantWriteOptions& o) {
     case QuantCheckpointFormat::gptq:
       return {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", o.group_size}, {"desc_act", o.act_order},
               {"sym", true}, {"checkpoint_format", o.gptq_v1 ? "gptq" : "gptq_v2"}};
+    case QuantCheckpointFormat::compressed_tensors_int4: {
+      ojson weights = {{"num_bits", 4},       {"type", "int"},          {"symmetric", o.symmetric},
+                       {"dynamic", false},    {"strategy", "group"},    {"group_size", o.group_size},
+                       {"actorder", o.act_order ? ojson("group") : ojson(nullptr)}};
+      return {{"quant_method", "compressed-tensors"}, {"format", "pack-quantized"}, {"quantization_status", "compressed"},
+              {"config_groups",
+               {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}, {"input_activations", nullptr}}}}},
+              {"ignore", {"lm_head"}}};
+    }
   }
   return {};
 }
@@ -137,6 +146,21 @@ void append_linear(std::vector<RawTensor>& out, const std::string& prefix, const
       out.push_back({prefix + ".g_idx", "I32", {cols}, bytes_of(g.g_idx)});
       return;
     }
+    case QuantCheckpointFormat::compressed_tensors_int4: {
+      if (cols % o.group_size != 0) throw bad_shape("in_features must be a multiple of group_size " + std::to_string(o.group_size));
+      if (cols % 8 != 0 || (!o.symmetric && rows % 8 != 0))
+        throw bad_shape("in_features (and out_features with zero points) must be multiples of 8");
+      const CtInt4Tensors t = pack_ct_int4(quantize_int4(w, rows, cols, o.group_size, o.symmetric, g_idx), o.symmetric);
+      const int64_t ng = cols / o.group_size;
+      out.push_back({prefix + ".weight_packed", "I32", {rows, cols / 8}, bytes_of(t.weight_packed)});
+      // The scales as quantize_int4 rounds them (fp16); llm-compressor writes the model's dtype,
+      // which the loader takes as well.
+      out.push_back({prefix + ".weight_scale", "F16", {rows, ng}, f16_bytes(t.weight_scale)});
+      if (!o.symmetric) out.push_back({prefix + ".weight_zero_point", "I32", {rows / 8, ng}, bytes_of(t.weight_zero_point)});
+      if (!t.weight_g_idx.empty()) out.push_back({prefix + ".weight_g_idx", "I32", {cols}, bytes_of(t.weight_g_idx)});
+      out.push_back({prefix + ".weight_shape", "I64", {2}, bytes_of(std::vector<int64_t>{rows, cols})});
+      return;
+    }
   }
 }
 
@@ -148,7 +172,8 @@ void write_quantized_checkpoint(const ModelWeights& w, const std::string& dir, c
   if (o.group_size < 1) throw std::invalid_argument("group_size must be >= 1 (got " + std::to_string(o.group_size) + ")");
   // GPTQ act order: one order per input (input_key), from the column energy of every Linear reading it.
   std::map<std::string, std::vector<int32_t>> g_idx;
-  if (o.format == QuantCheckpointFormat::gptq && o.act_order) {
+  if ((o.format == QuantCheckpointFormat::gptq || o.format == QuantCheckpointFormat::compressed_tensors_int4) &&
+      o.act_order) {
     std::map<std::string, std::vector<double>> energy;
     for (const TensorSpec& s : tensor_specs(w.config)) {
       std::string prefix;

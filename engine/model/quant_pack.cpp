@@ -133,4 +133,62 @@ QuantLinear unpack_gptq(const GptqTensors& g, int64_t out, int64_t in, int group
   return q;
 }
 
+CtInt4Tensors pack_ct_int4(const QuantLinear& q, bool symmetric) {
+  q.validate();
+  if (q.kind != QuantLinear::Kind::int4) throw std::invalid_argument("compressed-tensors int4 packs int4 weights");
+  require_multiple_of_8("in_features", q.in);
+  CtInt4Tensors t;
+  t.weight_packed = pack_cols(q.codes.data(), q.out, q.in, kPlainOrder);  // word (o, c): channels 8c..8c+7
+  const int64_t ng = q.n_groups();
+  t.weight_scale.resize(size_t(q.out * ng));
+  for (int64_t g = 0; g < ng; ++g)
+    for (int64_t o = 0; o < q.out; ++o) t.weight_scale[size_t(o * ng + g)] = q.scales[size_t(g * q.out + o)];
+  if (symmetric) {
+    for (uint8_t z : q.zeros)
+      if (z != 8) throw std::invalid_argument("a symmetric compressed-tensors int4 weight has every zero point 8 (got " +
+                                              std::to_string(int(z)) + ")");
+  } else {
+    require_multiple_of_8("out_features", q.out);
+    // [n_groups, out] packed along out is GPTQ's qzeros; compressed-tensors stores its transpose.
+    const std::vector<int32_t> by_group = pack_cols(q.zeros.data(), ng, q.out, kPlainOrder);
+    t.weight_zero_point.resize(by_group.size());
+    for (int64_t g = 0; g < ng; ++g)
+      for (int64_t r = 0; r < q.out / 8; ++r) t.weight_zero_point[size_t(r * ng + g)] = by_group[size_t(g * (q.out / 8) + r)];
+  }
+  if (!q.g_idx.empty()) t.weight_g_idx = q.g_idx;
+  return t;
+}
+
+QuantLinear unpack_ct_int4(const CtInt4Tensors& t, int64_t out, int64_t in, int group_size) {
+  QuantLinear q;
+  q.kind = QuantLinear::Kind::int4;
+  q.out = out;
+  q.in = in;
+  q.group_size = group_size;
+  require_multiple_of_8("in_features", in);
+  const int64_t ng = q.n_groups();
+  require_size("weight_packed", t.weight_packed.size(), out * in / 8);
+  require_size("weight_scale", t.weight_scale.size(), out * ng);
+  if (!t.weight_g_idx.empty()) require_size("weight_g_idx", t.weight_g_idx.size(), in);
+  q.codes = unpack_cols(t.weight_packed.data(), out, in, kPlainOrder);
+  q.scales.resize(size_t(ng * out));
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t g = 0; g < ng; ++g) q.scales[size_t(g * out + o)] = t.weight_scale[size_t(o * ng + g)];
+  if (t.weight_zero_point.empty()) {
+    q.zeros.assign(size_t(ng * out), 8);
+  } else {
+    require_multiple_of_8("out_features", out);
+    require_size("weight_zero_point", t.weight_zero_point.size(), out / 8 * ng);
+    std::vector<int32_t> by_group(t.weight_zero_point.size());
+    for (int64_t r = 0; r < out / 8; ++r)
+      for (int64_t g = 0; g < ng; ++g) by_group[size_t(g * (out / 8) + r)] = t.weight_zero_point[size_t(r * ng + g)];
+    q.zeros = unpack_cols(by_group.data(), ng, out, kPlainOrder);
+  }
+  bool plain = true;
+  for (int64_t k = 0; k < int64_t(t.weight_g_idx.size()); ++k) plain = plain && t.weight_g_idx[size_t(k)] == k / group_size;
+  if (!plain) q.g_idx = t.weight_g_idx;
+  q.validate();
+  return q;
+}
+
 }  // namespace servelab

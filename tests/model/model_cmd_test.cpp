@@ -59,17 +59,26 @@ TEST(ModelCli, SynthThenInfoAndErrors) {
 
   // --quantization: the same random weights written in a quantized checkpoint's layout, which
   // loads back as that format and dequantizes to what quantizing the weights gives.
-  for (const std::string fmt : {"awq", "gptq", "compressed-tensors", "fp8"}) {
+  for (const std::string fmt : {"awq", "gptq", "compressed-tensors", "fp8", "compressed-tensors-int4"}) {
     const std::string q = dir.file("tiny-" + fmt);
+    const bool ct4 = fmt == "compressed-tensors-int4", int4 = fmt == "awq" || fmt == "gptq" || ct4;
     r = run_cli(exe, "model synth --preset tiny --out " + q + " --seed 3 --group-size 64 --quantization " + fmt +
-                         (fmt == "gptq" ? " --act-order" : ""), dir);
+                         (fmt == "gptq" ? " --act-order" : ct4 ? " --asymmetric" : ""), dir);
     ASSERT_EQ(r.code, 0) << r.output;
     EXPECT_NE(r.output.find("its Linears quantized as " + fmt), std::string::npos) << r.output;
     const ModelWeights qw = ModelWeights::load(q, ModelWeights::QuantLinears::dequantize_and_keep);
-    EXPECT_EQ(qw.quant.method, fmt == "awq" ? Quantization::int4_awq : fmt == "gptq" ? Quantization::int4_gptq : Quantization::fp8)
+    EXPECT_EQ(qw.quant.method, fmt == "awq" ? Quantization::int4_awq
+                               : fmt == "gptq" || ct4 ? Quantization::int4_gptq
+                                                      : Quantization::fp8)
         << fmt;
     EXPECT_EQ(qw.quant.act_order, fmt == "gptq") << fmt;
-    if (fmt == "awq" || fmt == "gptq") EXPECT_EQ(qw.quant.group_size, 64) << fmt;
+    EXPECT_EQ(qw.quant.pack_quantized, ct4) << fmt;
+    if (ct4) {  // --asymmetric: zero points other than 8 stored and read back
+      bool other = false;
+      for (uint8_t z : qw.quant_linears[0].zeros) other = other || z != 8;
+      EXPECT_TRUE(other);
+    }
+    if (int4) EXPECT_EQ(qw.quant.group_size, 64) << fmt;
     ASSERT_EQ(qw.quant_linears.size(), size_t(qw.config.n_layers) * 7) << fmt;
     const ModelWeights plain = ModelWeights::random(preset("tiny"), 3);
     const std::vector<float>& src = plain.layers[1].w_down;
@@ -77,12 +86,16 @@ TEST(ModelCli, SynthThenInfoAndErrors) {
     ASSERT_EQ(got.size(), src.size());
     double err = 0, norm = 0;
     for (size_t i = 0; i < src.size(); ++i) err += (got[i] - src[i]) * (got[i] - src[i]), norm += src[i] * src[i];
-    EXPECT_LT(std::sqrt(err / norm), fmt == "awq" || fmt == "gptq" ? 0.15 : 0.05) << fmt << ": the weights quantized";
+    EXPECT_LT(std::sqrt(err / norm), int4 ? 0.15 : 0.05) << fmt << ": the weights quantized";
   }
   r = run_cli(exe, "model synth --preset tiny --out " + dir.file("x") + " --quantization int3", dir);
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.output.find("--quantization int3 is not one of compressed-tensors, fp8, awq, gptq"), std::string::npos)
+  EXPECT_NE(r.output.find("--quantization int3 is not one of compressed-tensors, fp8, awq, gptq, compressed-tensors-int4"),
+            std::string::npos)
       << r.output;
+  r = run_cli(exe, "model synth --preset tiny --out " + dir.file("x") + " --quantization gptq --asymmetric", dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("--asymmetric is for --quantization compressed-tensors-int4"), std::string::npos) << r.output;
   r = run_cli(exe, "model synth --preset tiny --out " + dir.file("x") + " --quantization awq --act-order", dir);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.output.find("--act-order is GPTQ's"), std::string::npos) << r.output;

@@ -143,6 +143,43 @@ TEST(QuantPack, AwqNibbleOrderAndGptqLayout) {
   EXPECT_EQ(uint32_t(a.qweight[0]), 0x75316420u);
 }
 
+// compressed-tensors' pack-quantized layout (compressed_tensors' pack_to_int32): the weight packed
+// along the input in plain order and kept [out, in/8], the zero points packed along the output
+// into [out/8, n_groups], the scales [out, n_groups].
+TEST(QuantPack, CompressedTensorsInt4Layout) {
+  QuantLinear q;  // out 16, in 16, groups of 8: codes[o][k] = (o + k) % 16, zeros[g][o] = (o + g) % 16
+  q.kind = QuantLinear::Kind::int4;
+  q.out = q.in = 16;
+  q.group_size = 8;
+  for (int o = 0; o < 16; ++o)
+    for (int k = 0; k < 16; ++k) q.codes.push_back(uint8_t((o + k) % 16));
+  for (int g = 0; g < 2; ++g)
+    for (int o = 0; o < 16; ++o) {
+      q.scales.push_back(0.25f * float(g + 1) + 0.01f * float(o));
+      q.zeros.push_back(uint8_t((o + g) % 16));
+    }
+  const CtInt4Tensors t = pack_ct_int4(q, false);
+  ASSERT_EQ(t.weight_packed.size(), 32u);  // [16, 2]
+  EXPECT_EQ(uint32_t(t.weight_packed[0]), 0x76543210u);  // output 0, inputs 0..7
+  EXPECT_EQ(uint32_t(t.weight_packed[1]), 0xfedcba98u);  // output 0, inputs 8..15
+  EXPECT_EQ(uint32_t(t.weight_packed[2]), 0x87654321u);  // output 1, inputs 0..7
+  ASSERT_EQ(t.weight_zero_point.size(), 4u);             // [2, 2]: outputs 8r..8r+7 of group g at [r][g]
+  EXPECT_EQ(uint32_t(t.weight_zero_point[0]), 0x76543210u);  // outputs 0..7, group 0
+  EXPECT_EQ(uint32_t(t.weight_zero_point[1]), 0x87654321u);  // outputs 0..7, group 1
+  EXPECT_EQ(uint32_t(t.weight_zero_point[2]), 0xfedcba98u);  // outputs 8..15, group 0
+  EXPECT_FLOAT_EQ(t.weight_scale[1], q.scales[16]);          // [o = 0][g = 1] = scales[g = 1][o = 0]
+  const QuantLinear back = unpack_ct_int4(t, 16, 16, 8);
+  EXPECT_EQ(back.codes, q.codes);
+  EXPECT_EQ(back.zeros, q.zeros);
+  EXPECT_EQ(back.scales, q.scales);
+  EXPECT_THROW(pack_ct_int4(q, true), std::invalid_argument);  // symmetric needs every zero 8
+  q.zeros.assign(q.zeros.size(), 8);
+  const CtInt4Tensors sym = pack_ct_int4(q, true);
+  EXPECT_TRUE(sym.weight_zero_point.empty());
+  EXPECT_EQ(unpack_ct_int4(sym, 16, 16, 8).zeros, q.zeros);
+  EXPECT_THROW(unpack_ct_int4(sym, 16, 24, 8), std::invalid_argument);  // weight_packed too small for in 24
+}
+
 // Every Linear of a loaded quantized checkpoint equals the writer's quantization of the source
 // weights, dequantized; everything else equals the bf16 weights.
 void expect_loads_as(const ModelWeights& src, const ModelWeights& loaded, const QuantWriteOptions& o) {
@@ -158,8 +195,11 @@ void expect_loads_as(const ModelWeights& src, const ModelWeights& loaded, const 
     QuantLinear q;
     if (o.format == QuantCheckpointFormat::awq) q = quantize_int4(a.data(), out, in, o.group_size, false);
     else if (o.format == QuantCheckpointFormat::gptq) q = quantize_int4(a.data(), out, in, o.group_size, true);
+    else if (o.format == QuantCheckpointFormat::compressed_tensors_int4)
+      q = quantize_int4(a.data(), out, in, o.group_size, o.symmetric);
     else q = quantize_fp8(a.data(), out, in, o.fp8_scales);
-    if (o.format == QuantCheckpointFormat::gptq && o.act_order) {
+    if ((o.format == QuantCheckpointFormat::gptq || o.format == QuantCheckpointFormat::compressed_tensors_int4) &&
+        o.act_order) {
       // Act order groups channels differently: check against the loaded weight's own error bound.
       double err = 0, ref = 0;
       for (size_t i = 0; i < a.size(); ++i) err += std::fabs(a[i] - b[i]), ref += std::fabs(a[i]);
@@ -195,6 +235,14 @@ TEST(QuantCheckpoint, EachLayoutWritesAndLoadsBack) {
   cases.push_back({o, Quantization::int4_gptq, ActivationQuant::none});
   o.act_order = true;
   cases.push_back({o, Quantization::int4_gptq, ActivationQuant::none});
+  o = {};
+  o.format = QuantCheckpointFormat::compressed_tensors_int4;  // llm-compressor's W4A16
+  o.group_size = 32;
+  cases.push_back({o, Quantization::int4_gptq, ActivationQuant::none});
+  o.symmetric = false;
+  cases.push_back({o, Quantization::int4_gptq, ActivationQuant::none});
+  o.act_order = true;
+  cases.push_back({o, Quantization::int4_gptq, ActivationQuant::none});
   for (const Case& c : cases) {
     SCOPED_TRACE(to_string(c.o.format));
     TempDir dir;
@@ -205,6 +253,7 @@ TEST(QuantCheckpoint, EachLayoutWritesAndLoadsBack) {
     if (c.method == Quantization::fp8) { EXPECT_EQ(w.quant.fp8_scales, c.o.fp8_scales); }
     if (c.method != Quantization::fp8) { EXPECT_EQ(w.quant.group_size, 32); }
     EXPECT_EQ(w.quant.act_order, c.o.act_order);
+    EXPECT_EQ(w.quant.pack_quantized, c.o.format == QuantCheckpointFormat::compressed_tensors_int4);
     if (c.act == ActivationQuant::fp8_static) {
       ASSERT_EQ(w.quant.input_scales.size(), 2u);
       EXPECT_FLOAT_EQ(w.quant.input_scales[1][kInputDown], 0.05f);
@@ -346,6 +395,41 @@ TEST(QuantCheckpoint, ErrorsNameTheTensorAndKey) {
     FAIL() << "AWQ tensors loaded as GPTQ";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("qweight"), std::string::npos) << e.what();
+  }
+  // compressed-tensors int4: activations quantized too (W4A8) are refused naming the key, and a
+  // weight_shape that disagrees with the config names the tensor.
+  TempDir ct;
+  o = {};
+  o.format = QuantCheckpointFormat::compressed_tensors_int4;
+  o.group_size = 32;
+  write_quantized_checkpoint(src, ct.path(), o);
+  nlohmann::json c = nlohmann::json::parse(std::ifstream(ct.file("config.json")));
+  nlohmann::json good = c;
+  c["quantization_config"]["config_groups"]["group_0"]["input_activations"] = {{"num_bits", 8}, {"type", "int"}};
+  std::ofstream(ct.file("config.json")) << c.dump();
+  try {
+    ModelWeights::load(ct.path());
+    FAIL() << "W4A8 loaded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("input_activations"), std::string::npos) << e.what();
+  }
+  c = good;
+  c["quantization_config"]["config_groups"]["group_0"]["weights"]["num_bits"] = 8;
+  std::ofstream(ct.file("config.json")) << c.dump();
+  try {
+    ModelWeights::load(ct.path());
+    FAIL() << "8-bit pack-quantized loaded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("num_bits: 4"), std::string::npos) << e.what();
+  }
+  c = good;
+  c["quantization_config"]["config_groups"]["group_0"]["weights"]["group_size"] = 16;  // the tensors hold groups of 32
+  std::ofstream(ct.file("config.json")) << c.dump();
+  try {
+    ModelWeights::load(ct.path());
+    FAIL() << "groups of 32 loaded as 16";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("weight_scale"), std::string::npos) << e.what();
   }
   // An FP8 tensor without a quantization_config is refused with the reason.
   TempDir fp8;
