@@ -18,6 +18,16 @@ void require_multiple_of_8(const char* what, int64_t n) {
   if (n % 8 != 0) throw std::invalid_argument(std::string(what) + " (" + std::to_string(n) + ") must be a multiple of 8 to pack int4 into int32");
 }
 
+/// An int4 QuantLinear's shape, its codes, scales and zeros still to fill.
+QuantLinear int4_linear(int64_t out, int64_t in, int group_size) {
+  QuantLinear q;
+  q.kind = QuantLinear::Kind::int4;
+  q.out = out;
+  q.in = in;
+  q.group_size = group_size;
+  return q;
+}
+
 }  // namespace
 
 std::vector<int32_t> pack_cols(const uint8_t* values, int64_t rows, int64_t cols, const int* order) {
@@ -59,11 +69,7 @@ AwqTensors pack_awq(const QuantLinear& q) {
 }
 
 QuantLinear unpack_awq(const AwqTensors& a, int64_t out, int64_t in, int group_size) {
-  QuantLinear q;
-  q.kind = QuantLinear::Kind::int4;
-  q.out = out;
-  q.in = in;
-  q.group_size = group_size;
+  QuantLinear q = int4_linear(out, in, group_size);
   require_multiple_of_8("out_features", out);
   require_size("qweight", a.qweight.size(), in * out / 8);
   require_size("qzeros", a.qzeros.size(), q.n_groups() * out / 8);
@@ -105,11 +111,7 @@ GptqTensors pack_gptq(const QuantLinear& q, bool v1) {
 }
 
 QuantLinear unpack_gptq(const GptqTensors& g, int64_t out, int64_t in, int group_size, bool v1) {
-  QuantLinear q;
-  q.kind = QuantLinear::Kind::int4;
-  q.out = out;
-  q.in = in;
-  q.group_size = group_size;
+  QuantLinear q = int4_linear(out, in, group_size);
   require_multiple_of_8("in_features", in);
   require_size("qweight", g.qweight.size(), in / 8 * out);
   require_size("qzeros", g.qzeros.size(), q.n_groups() * out / 8);
@@ -160,11 +162,7 @@ CtInt4Tensors pack_ct_int4(const QuantLinear& q, bool symmetric) {
 }
 
 QuantLinear unpack_ct_int4(const CtInt4Tensors& t, int64_t out, int64_t in, int group_size) {
-  QuantLinear q;
-  q.kind = QuantLinear::Kind::int4;
-  q.out = out;
-  q.in = in;
-  q.group_size = group_size;
+  QuantLinear q = int4_linear(out, in, group_size);
   require_multiple_of_8("in_features", in);
   const int64_t ng = q.n_groups();
   require_size("weight_packed", t.weight_packed.size(), out * in / 8);

@@ -396,41 +396,30 @@ TEST(QuantCheckpoint, ErrorsNameTheTensorAndKey) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("qweight"), std::string::npos) << e.what();
   }
-  // compressed-tensors int4: activations quantized too (W4A8) are refused naming the key, and a
-  // weight_shape that disagrees with the config names the tensor.
+  // compressed-tensors int4: activations quantized too (W4A8) and 8 bits are refused naming the
+  // key, a group size the tensors do not hold names the tensor.
   TempDir ct;
   o = {};
   o.format = QuantCheckpointFormat::compressed_tensors_int4;
   o.group_size = 32;
   write_quantized_checkpoint(src, ct.path(), o);
-  nlohmann::json c = nlohmann::json::parse(std::ifstream(ct.file("config.json")));
-  nlohmann::json good = c;
-  c["quantization_config"]["config_groups"]["group_0"]["input_activations"] = {{"num_bits", 8}, {"type", "int"}};
-  std::ofstream(ct.file("config.json")) << c.dump();
-  try {
-    ModelWeights::load(ct.path());
-    FAIL() << "W4A8 loaded";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("input_activations"), std::string::npos) << e.what();
-  }
-  c = good;
-  c["quantization_config"]["config_groups"]["group_0"]["weights"]["num_bits"] = 8;
-  std::ofstream(ct.file("config.json")) << c.dump();
-  try {
-    ModelWeights::load(ct.path());
-    FAIL() << "8-bit pack-quantized loaded";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("num_bits: 4"), std::string::npos) << e.what();
-  }
-  c = good;
-  c["quantization_config"]["config_groups"]["group_0"]["weights"]["group_size"] = 16;  // the tensors hold groups of 32
-  std::ofstream(ct.file("config.json")) << c.dump();
-  try {
-    ModelWeights::load(ct.path());
-    FAIL() << "groups of 32 loaded as 16";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("weight_scale"), std::string::npos) << e.what();
-  }
+  const nlohmann::json good = nlohmann::json::parse(std::ifstream(ct.file("config.json")));
+  auto refused = [&](const char* key, const nlohmann::json& value, const std::string& named) {
+    nlohmann::json c = good;
+    nlohmann::json& group = c["quantization_config"]["config_groups"]["group_0"];
+    if (std::string(key) == "input_activations") group[key] = value;
+    else group["weights"][key] = value;
+    std::ofstream(ct.file("config.json")) << c.dump();
+    try {
+      ModelWeights::load(ct.path());
+      ADD_FAILURE() << key << " = " << value.dump() << " loaded";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();
+    }
+  };
+  refused("input_activations", {{"num_bits", 8}, {"type", "int"}}, "input_activations");
+  refused("num_bits", 8, "num_bits: 4");
+  refused("group_size", 16, "weight_scale");  // the tensors hold groups of 32
   // An FP8 tensor without a quantization_config is refused with the reason.
   TempDir fp8;
   o = {};
